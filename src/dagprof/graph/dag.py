@@ -1,0 +1,243 @@
+"""The global dataflow graph: flat node arrays plus CSR successor lists.
+
+Like torch.fx, the IR is deliberately small: passes are plain functions that take
+a ``Graph`` and return a new one (``GraphBuilder.from_graph`` to restructure,
+``Graph.replace`` to change columns). Nodes carry what the replayer and the cost
+model need, nothing framework specific.
+
+Replay semantics (shared by every replayer, see ``dagprof.replay``): a node is
+ready when all predecessors have ended; a device runs at most ``capacity`` nodes
+at once, picking the ready node with the smallest ``order``; a node starts
+``gap`` us after it was dispatched (the measured framework overhead) and ends
+``dur`` us later. Nodes with ``device == -1`` need no resource.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace as _dc_replace
+from functools import cached_property
+from typing import Any, Iterable
+
+import numpy as np
+
+from ..traces.events import Kind
+
+NODE_COLUMNS: dict[str, Any] = {
+    "name": np.int32,  # index into Graph.names
+    "kind": np.int8,  # traces.events.Kind
+    "rank": np.int32,  # -1: belongs to no single rank (a collective's shared transfer)
+    "device": np.int32,  # index into Graph.devices, -1: no resource
+    "dur": np.float64,  # us
+    "gap": np.float64,  # us of overhead between dispatch and start
+    "order": np.float64,  # queue priority on the device (profiled start time)
+    "step": np.int32,
+    "layer": np.int32,  # index into Graph.layers, -1 none
+    "bucket": np.int32,
+    "nbytes": np.int64,
+}
+
+
+class DeviceKind(enum.IntEnum):
+    COMPUTE = 0  # a CPU thread or GPU stream running compute
+    COMM = 1  # a collective channel (one per process group, or per link)
+    HOST = 2  # a host thread that only launches work
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    kind: DeviceKind
+    rank: int = -1
+    capacity: int = 1  # nodes it runs at once (gloo runs 2 collectives in parallel)
+
+
+@dataclass
+class Graph:
+    names: list[str]
+    devices: list[Device]
+    layers: list[str]
+    name: np.ndarray
+    kind: np.ndarray
+    rank: np.ndarray
+    device: np.ndarray
+    dur: np.ndarray
+    gap: np.ndarray
+    order: np.ndarray
+    step: np.ndarray
+    layer: np.ndarray
+    bucket: np.ndarray
+    nbytes: np.ndarray
+    indptr: np.ndarray  # int64, len n+1
+    succ: np.ndarray  # int32 successor ids
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.dur)
+
+    @property
+    def num_edges(self) -> int:
+        return len(self.succ)
+
+    def successors(self, v: int) -> np.ndarray:
+        return self.succ[self.indptr[v] : self.indptr[v + 1]]
+
+    @cached_property
+    def pred_csr(self) -> tuple[np.ndarray, np.ndarray]:
+        """(indptr, pred) of the reversed graph."""
+        src = np.repeat(np.arange(len(self), dtype=np.int32), np.diff(self.indptr))
+        order = np.argsort(self.succ, kind="stable")
+        counts = np.bincount(self.succ, minlength=len(self))
+        indptr = np.zeros(len(self) + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        return indptr, src[order]
+
+    def predecessors(self, v: int) -> np.ndarray:
+        indptr, pred = self.pred_csr
+        return pred[indptr[v] : indptr[v + 1]]
+
+    def node_name(self, v: int) -> str:
+        return self.names[int(self.name[v])]
+
+    def replace(self, **columns: Any) -> "Graph":
+        """A copy with some node columns (or devices/meta) replaced; edges shared."""
+        for col, arr in columns.items():
+            if col in NODE_COLUMNS and np.shape(arr) != (len(self),):
+                raise ValueError(f"column {col!r} must have {len(self)} rows")
+        cast = {c: np.asarray(a, dtype=NODE_COLUMNS[c]) if c in NODE_COLUMNS else a for c, a in columns.items()}
+        g = _dc_replace(self, **cast)
+        g.__dict__.pop("pred_csr", None)
+        return g
+
+    @property
+    def world_size(self) -> int:
+        return int(self.rank.max()) + 1 if len(self) else 0
+
+    def ranks(self) -> np.ndarray:
+        return np.unique(self.rank[self.rank >= 0])
+
+
+class GraphBuilder:
+    """Append-only construction; ``build()`` freezes into arrays."""
+
+    def __init__(self) -> None:
+        self._cols: dict[str, list] = {c: [] for c in NODE_COLUMNS}
+        self._names: dict[str, int] = {}
+        self.names: list[str] = []
+        self.devices: list[Device] = []
+        self._device_ids: dict[str, int] = {}
+        self.layers: list[str] = []
+        self._layer_ids: dict[str, int] = {}
+        self._src: list[np.ndarray | int] = []
+        self._dst: list[np.ndarray | int] = []
+        self.meta: dict[str, Any] = {}
+
+    def __len__(self) -> int:
+        return len(self._cols["dur"])
+
+    def intern(self, name: str) -> int:
+        i = self._names.get(name)
+        if i is None:
+            i = self._names[name] = len(self.names)
+            self.names.append(name)
+        return i
+
+    def device(self, name: str, kind: DeviceKind, rank: int = -1, capacity: int = 1) -> int:
+        i = self._device_ids.get(name)
+        if i is None:
+            i = self._device_ids[name] = len(self.devices)
+            self.devices.append(Device(name, kind, rank, capacity))
+        return i
+
+    def layer(self, name: str) -> int:
+        i = self._layer_ids.get(name)
+        if i is None:
+            i = self._layer_ids[name] = len(self.layers)
+            self.layers.append(name)
+        return i
+
+    def add_node(
+        self,
+        name: str,
+        kind: Kind,
+        *,
+        rank: int = -1,
+        device: int = -1,
+        dur: float = 0.0,
+        gap: float = 0.0,
+        order: float = 0.0,
+        step: int = -1,
+        layer: int = -1,
+        bucket: int = -1,
+        nbytes: int = 0,
+    ) -> int:
+        c = self._cols
+        c["name"].append(self.intern(name))
+        c["kind"].append(int(kind))
+        c["rank"].append(rank)
+        c["device"].append(device)
+        c["dur"].append(max(float(dur), 0.0))
+        c["gap"].append(max(float(gap), 0.0))
+        c["order"].append(order)
+        c["step"].append(step)
+        c["layer"].append(layer)
+        c["bucket"].append(bucket)
+        c["nbytes"].append(nbytes)
+        return len(c["dur"]) - 1
+
+    def add_edge(self, u: int, v: int) -> None:
+        self._src.append(u)
+        self._dst.append(v)
+
+    def add_edges(self, src: Iterable[int] | np.ndarray, dst: Iterable[int] | np.ndarray) -> None:
+        self._src.append(np.asarray(src, dtype=np.int64))
+        self._dst.append(np.asarray(dst, dtype=np.int64))
+
+    def chain(self, nodes: Iterable[int]) -> None:
+        """Edges n0 -> n1 -> n2 ... (program order on a lane)."""
+        arr = np.asarray(list(nodes), dtype=np.int64)
+        if len(arr) > 1:
+            self.add_edges(arr[:-1], arr[1:])
+
+    def build(self) -> Graph:
+        n = len(self)
+        cols = {c: np.asarray(v, dtype=NODE_COLUMNS[c]) for c, v in self._cols.items()}
+        src = np.concatenate([np.atleast_1d(np.asarray(s, dtype=np.int64)) for s in self._src]) if self._src else np.empty(0, np.int64)
+        dst = np.concatenate([np.atleast_1d(np.asarray(d, dtype=np.int64)) for d in self._dst]) if self._dst else np.empty(0, np.int64)
+        return csr_graph(n, src, dst, names=self.names, devices=self.devices, layers=self.layers, meta=self.meta, **cols)
+
+    @classmethod
+    def from_graph(cls, g: Graph, keep: np.ndarray | None = None) -> tuple["GraphBuilder", np.ndarray]:
+        """A builder holding ``g``'s nodes (those in the boolean mask ``keep``) and the edges among them.
+
+        Returns the builder and the old->new id map (-1 for dropped nodes), so a
+        pass can delete nodes, add new ones and rewire.
+        """
+        keep = np.ones(len(g), dtype=bool) if keep is None else keep
+        b = cls()
+        b.names, b._names = list(g.names), {s: i for i, s in enumerate(g.names)}
+        b.devices, b._device_ids = list(g.devices), {d.name: i for i, d in enumerate(g.devices)}
+        b.layers, b._layer_ids = list(g.layers), {s: i for i, s in enumerate(g.layers)}
+        b.meta = dict(g.meta)
+        for c in NODE_COLUMNS:
+            b._cols[c] = getattr(g, c)[keep].tolist()
+        remap = np.full(len(g), -1, dtype=np.int64)
+        remap[keep] = np.arange(int(keep.sum()))
+        src = np.repeat(np.arange(len(g)), np.diff(g.indptr))
+        ms, md = remap[src], remap[g.succ]
+        ok = (ms >= 0) & (md >= 0)
+        b.add_edges(ms[ok], md[ok])
+        return b, remap
+
+
+def csr_graph(n: int, src: np.ndarray, dst: np.ndarray, **fields: Any) -> Graph:
+    """Sort edges by source into CSR, dropping exact duplicates and self-loops."""
+    if len(src):
+        if src.min() < 0 or dst.min() < 0 or src.max() >= n or dst.max() >= n:
+            raise ValueError("edge refers to a node that does not exist")
+        ok = src != dst
+        key = np.unique(src[ok] * n + dst[ok])
+        src, dst = key // n, key % n
+    counts = np.bincount(src, minlength=n) if n else np.zeros(0, np.int64)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    return Graph(indptr=indptr, succ=dst.astype(np.int32), **fields)

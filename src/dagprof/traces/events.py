@@ -1,0 +1,197 @@
+"""The normalised event model every reader produces and nothing downstream bypasses.
+
+One ``RankTrace`` per rank: a columnar ``EventTable`` (numpy arrays, one row per
+op) plus the metadata needed to join ranks. Strings are interned into small
+lists so the table stays a handful of flat arrays even at millions of events.
+
+Conventions readers must follow (the graph builder relies on them):
+- times are microseconds (float64) relative to ``RankTrace.base_ns`` (Unix epoch ns);
+- ``lane`` is a sequential executor: one CPU thread or one GPU stream;
+- ``depth == 0`` marks the events that become graph nodes: they never overlap on a
+  lane. Wrappers such as ``ProfilerStep#N`` or ``DistributedDataParallel.forward``
+  are transparent (children of a wrapper keep depth 0); ops nested in a node have depth >= 1;
+- ``flows`` are intra-rank dependencies the reader knows from its format
+  (CPU launch -> GPU kernel, all-reduce enqueue -> transfer, transfer -> wait);
+- communication events carry ``group`` (index into ``groups``) and ``seq`` (the
+  collective's position in that group on this rank), so ranks can be matched.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+
+class Kind(enum.IntEnum):
+    """What an event does, as far as scaling analysis cares."""
+
+    OTHER = 0
+    FORWARD = 1
+    BACKWARD = 2
+    UPDATE = 3  # optimizer step
+    COMM = 4  # a collective's transfer (gloo:all_reduce, NCCL kernel)
+    COMM_ENQUEUE = 5  # the host call that issues a collective (c10d::allreduce_)
+    COMM_WAIT = 6  # host blocked on a collective or a device (cuda sync, copy_bucket_to_grad)
+    DATA = 7  # data loading
+    KERNEL = 8  # device compute kernel not attributed to forward/backward
+    MEMCPY = 9
+    RUNTIME = 10  # cudaLaunchKernel and friends
+    STEP = 11  # iteration marker (ProfilerStep#N); in a graph, a zero-cost step boundary
+    SYNC = 12  # graph only: a zero-cost join (every rank has entered a collective)
+
+
+class LaneKind(enum.IntEnum):
+    CPU_THREAD = 0
+    GPU_STREAM = 1
+    COMM_THREAD = 2  # a host thread that only runs collectives (gloo runloop)
+
+
+@dataclass(frozen=True)
+class Lane:
+    name: str  # e.g. "thread 1234 (main)", "stream 7", "pt_gloo_runloop 3"
+    kind: LaneKind
+    main: bool = False  # the thread that runs the training loop
+
+
+_COLUMNS: dict[str, Any] = {
+    "name": np.int32,  # index into EventTable.names
+    "kind": np.int8,  # Kind
+    "lane": np.int32,  # index into RankTrace.lanes
+    "start": np.float64,  # us since RankTrace.base_ns
+    "dur": np.float64,  # us
+    "depth": np.int16,
+    "step": np.int32,  # -1 when outside the profiled steps
+    "layer": np.int32,  # index into RankTrace.layers, -1 none
+    "nbytes": np.int64,  # payload bytes of a collective or memcpy, 0 unknown
+    "group": np.int32,  # index into RankTrace.groups, -1 when not a collective
+    "seq": np.int64,  # order of the collective within its group on this rank, -1 none
+    "bucket": np.int32,  # DDP gradient bucket index, -1 none
+}
+
+
+@dataclass
+class EventTable:
+    """Columnar events. Build with ``EventTable.from_columns``; rows are events."""
+
+    names: list[str]
+    name: np.ndarray
+    kind: np.ndarray
+    lane: np.ndarray
+    start: np.ndarray
+    dur: np.ndarray
+    depth: np.ndarray
+    step: np.ndarray
+    layer: np.ndarray
+    nbytes: np.ndarray
+    group: np.ndarray
+    seq: np.ndarray
+    bucket: np.ndarray
+
+    COLUMNS = tuple(_COLUMNS)
+
+    @classmethod
+    def from_columns(cls, names: Sequence[str], **cols: Any) -> "EventTable":
+        """Missing optional columns default to 0 / -1; all columns must have equal length."""
+        n = len(cols["start"])
+        defaults = {"depth": 0, "step": -1, "layer": -1, "nbytes": 0, "group": -1, "seq": -1, "bucket": -1}
+        arrays = {}
+        for col, dtype in _COLUMNS.items():
+            if col in cols:
+                arr = np.ascontiguousarray(cols[col], dtype=dtype)
+            elif col in defaults:
+                arr = np.full(n, defaults[col], dtype=dtype)
+            else:
+                raise ValueError(f"EventTable needs column {col!r}")
+            if arr.shape != (n,):
+                raise ValueError(f"column {col!r} has shape {arr.shape}, expected ({n},)")
+            arrays[col] = arr
+        return cls(names=list(names), **arrays)
+
+    @classmethod
+    def empty(cls) -> "EventTable":
+        return cls.from_columns([], name=[], kind=[], lane=[], start=[], dur=[])
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    @property
+    def end(self) -> np.ndarray:
+        return self.start + self.dur
+
+    def take(self, index: np.ndarray) -> "EventTable":
+        """Rows selected by a boolean mask or an index array (names list shared)."""
+        return EventTable(names=self.names, **{c: getattr(self, c)[index] for c in _COLUMNS})
+
+    def name_of(self, i: int) -> str:
+        return self.names[int(self.name[i])]
+
+    def concat(self, other: "EventTable") -> "EventTable":
+        """Append ``other`` (re-interning its names into ours)."""
+        index = {s: i for i, s in enumerate(self.names)}
+        names = list(self.names)
+        remap = np.empty(len(other.names), dtype=np.int32)
+        for j, s in enumerate(other.names):
+            if s not in index:
+                index[s] = len(names)
+                names.append(s)
+            remap[j] = index[s]
+        cols = {c: np.concatenate([getattr(self, c), getattr(other, c)]) for c in _COLUMNS}
+        cols["name"] = np.concatenate([self.name, remap[other.name]]).astype(np.int32)
+        return EventTable(names=names, **cols)
+
+
+@dataclass
+class Bucket:
+    """A DDP gradient bucket as the collector saw it."""
+
+    index: int
+    nbytes: int
+    params: list[str]
+
+
+@dataclass
+class RankTrace:
+    """Everything known about one rank's profiled window."""
+
+    rank: int
+    world_size: int
+    source: str  # the file it came from, for error messages
+    events: EventTable
+    lanes: list[Lane]
+    base_ns: int = 0
+    host: str = ""
+    backend: str = ""
+    layers: list[str] = field(default_factory=list)
+    groups: list[str] = field(default_factory=list)  # process-group names; "0" is the default group
+    group_ranks: dict[str, list[int]] = field(default_factory=dict)
+    flows: np.ndarray = field(default_factory=lambda: np.empty((0, 2), dtype=np.int64))
+    buckets: list[Bucket] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def step_spans(self) -> np.ndarray:
+        """(step, start_us, end_us) rows from the STEP markers, sorted by step."""
+        ev = self.events
+        mask = ev.kind == Kind.STEP
+        rows = np.stack([ev.step[mask].astype(np.float64), ev.start[mask], ev.end[mask]], axis=1)
+        return rows[np.argsort(rows[:, 0], kind="stable")] if len(rows) else rows.reshape(0, 3)
+
+
+@dataclass
+class Run:
+    """All ranks of one profiled job (or the subset of rank files present)."""
+
+    ranks: list[RankTrace]
+    source: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def world_size(self) -> int:
+        return max((r.world_size for r in self.ranks), default=0)
+
+    def rank(self, r: int) -> RankTrace:
+        for t in self.ranks:
+            if t.rank == r:
+                return t
+        raise KeyError(r)
