@@ -1,0 +1,64 @@
+"""``dagprof`` command line: one module per command, one JSON object with ``--json``.
+
+A command module ``cmd_<name>.py`` defines ``HELP``, ``add_arguments(parser)``,
+``run(args) -> dict`` (JSON-serialisable) and ``to_text(result) -> str``.
+User errors are ``DagprofError`` and print as one line, exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+
+from ..errors import DagprofError
+
+COMMANDS = [
+]
+
+
+def _parser() -> tuple[argparse.ArgumentParser, dict]:
+    parser = argparse.ArgumentParser(prog="dagprof", description="Why is distributed training slower than linear?")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    modules = {}
+    for name in COMMANDS:
+        mod = importlib.import_module(f"dagprof.cli.cmd_{name}")
+        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
+        p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+        mod.add_arguments(p)
+        modules[name] = mod
+    return parser, modules
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser, modules = _parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    mod = modules[args.command]
+    try:
+        result = mod.run(args)
+    except DagprofError as err:
+        if getattr(args, "json", False):
+            print(json.dumps({"error": str(err)}))
+        print(f"dagprof {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"dagprof {args.command}: interrupted", file=sys.stderr)
+        return 130
+    if args.json:
+        print(json.dumps(result, default=_jsonable))
+    else:
+        print(mod.to_text(result))
+    return 0
+
+
+def _jsonable(obj):
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    raise TypeError(f"not JSON-serialisable: {type(obj).__name__}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
