@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Iterable
+
+from ..fsutil import atomic_open
 
 
 @dataclass
@@ -42,10 +43,6 @@ def write_chrome_trace(path: str | os.PathLike[str], slices: Iterable[Slice], me
     for (proc, track), tid in tids.items():
         events.append({"ph": "M", "pid": pids[proc], "tid": tid, "name": "thread_name", "args": {"name": track}})
     doc = {"traceEvents": events, "displayTimeUnit": "ms", "metadata": metadata or {}}
-    path = os.fspath(path)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".tmp-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
+    with atomic_open(path) as f:
         json.dump(doc, f)
-    os.replace(tmp, path)
-    return path
+    return os.fspath(path)
