@@ -1,0 +1,1 @@
+"""Joining ranks: collective matching and clock alignment."""
