@@ -1,0 +1,72 @@
+"""One facade over focused analysers (as HolisticTraceAnalysis does, without the DataFrames)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..graph.dag import Graph
+from ..replay import ReplayResult, replay
+from .breakdown import RankBreakdown, breakdown, iteration_times
+from .critical_path import CriticalPath, critical_path
+
+
+@dataclass
+class Analysis:
+    graph: Graph
+    result: ReplayResult
+    predicted_iter_us: dict[int, float]
+    measured_iter_us: dict[int, float]
+    ranks: list[RankBreakdown]
+    path: CriticalPath
+
+    @property
+    def steps(self) -> int:
+        return max(len(self.graph.meta.get("steps", [])), 1)
+
+    @property
+    def predicted_us(self) -> float:
+        """The job's iteration time: the slowest rank's."""
+        return max(self.predicted_iter_us.values())
+
+    @property
+    def measured_us(self) -> float | None:
+        return max(self.measured_iter_us.values()) if self.measured_iter_us else None
+
+    @property
+    def error_pct(self) -> float | None:
+        m = self.measured_us
+        return None if not m else 100.0 * (self.predicted_us - m) / m
+
+    def to_dict(self) -> dict:
+        return {
+            "measured_iter_ms": None if self.measured_us is None else self.measured_us / 1e3,
+            "predicted_iter_ms": self.predicted_us / 1e3,
+            "error_pct": self.error_pct,
+            "per_rank": [
+                {
+                    **b.to_dict(per=self.steps),
+                    "measured_iter_ms": self.measured_iter_us.get(b.rank, float("nan")) / 1e3,
+                    "predicted_iter_ms": self.predicted_iter_us.get(b.rank, float("nan")) / 1e3,
+                }
+                for b in self.ranks
+            ],
+            "critical_path_per_iter": self.path.to_dict(per=self.steps),
+            "steps": self.graph.meta.get("steps", []),
+            "nodes": len(self.graph),
+            "edges": self.graph.num_edges,
+            "engine": self.result.engine,
+        }
+
+
+def analyze(graph: Graph, result: ReplayResult | None = None) -> Analysis:
+    result = result if result is not None else replay(graph)
+    return Analysis(
+        graph=graph,
+        result=result,
+        predicted_iter_us=iteration_times(graph, result),
+        measured_iter_us={int(k): float(v) for k, v in graph.meta.get("measured_iter_us", {}).items()},
+        ranks=breakdown(graph, result),
+        path=critical_path(graph, result),
+    )
+
+
+__all__ = ["Analysis", "analyze", "breakdown", "critical_path", "iteration_times", "CriticalPath", "RankBreakdown"]

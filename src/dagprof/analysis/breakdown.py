@@ -1,0 +1,124 @@
+"""Where each rank's iteration goes: compute, communication, their overlap, and idle time.
+
+Computed on a replayed timeline (measured or what-if alike), so the same numbers describe a
+profile and its predictions.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..graph.dag import DeviceKind, Graph
+from ..replay import ReplayResult
+from ..traces.events import Kind
+
+_COMPUTE = np.array([Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE, Kind.KERNEL, Kind.OTHER, Kind.DATA, Kind.MEMCPY])
+
+
+@dataclass
+class RankBreakdown:
+    rank: int
+    iter_us: float
+    compute_us: float  # busy time of the rank's compute devices (union)
+    comm_us: float  # time any collective the rank takes part in is in flight (union)
+    overlap_us: float  # communication hidden behind compute
+    wait_us: float  # time this rank's ready points waited at collectives for slower ranks
+
+    @property
+    def exposed_comm_us(self) -> float:
+        return self.comm_us - self.overlap_us
+
+    def to_dict(self, per: float = 1.0) -> dict:
+        ms = lambda us: us / per / 1e3  # noqa: E731
+        return {
+            "rank": self.rank,
+            "iter_ms": self.iter_us / 1e3,
+            "compute_ms": ms(self.compute_us),
+            "comm_ms": ms(self.comm_us),
+            "overlap_ms": ms(self.overlap_us),
+            "exposed_comm_ms": ms(self.exposed_comm_us),
+            "straggler_wait_ms": ms(self.wait_us),
+        }
+
+
+def iteration_times(g: Graph, res: ReplayResult) -> dict[int, float]:
+    """Predicted mean iteration time per rank (us) from the step boundary nodes."""
+    out = {}
+    steps = max(len(g.meta.get("steps", [])), 1)
+    for r in g.ranks():
+        marks = np.flatnonzero((g.kind == Kind.STEP) & (g.rank == r))
+        if len(marks) >= 2:
+            out[int(r)] = float(res.start[marks].max() - res.start[marks].min()) / steps
+    return out
+
+
+def breakdown(g: Graph, res: ReplayResult) -> list[RankBreakdown]:
+    iters = iteration_times(g, res)
+    comm = np.flatnonzero(g.kind == Kind.COMM)
+    comm_iv = _union(res.start[comm], res.end[comm])
+    waits = _straggler_waits(g, res)
+    compute_dev = np.array([d.kind != DeviceKind.COMM for d in g.devices] + [False])  # index -1 -> False
+    out = []
+    for r in g.ranks():
+        mine = np.flatnonzero((g.rank == r) & np.isin(g.kind, _COMPUTE) & compute_dev[g.device])
+        comp_iv = _union(res.start[mine], res.end[mine])
+        out.append(
+            RankBreakdown(
+                rank=int(r),
+                iter_us=iters.get(int(r), float("nan")),
+                compute_us=_length(comp_iv),
+                comm_us=_length(comm_iv),
+                overlap_us=_length(_intersect(comp_iv, comm_iv)),
+                wait_us=waits.get(int(r), 0.0),
+            )
+        )
+    return out
+
+
+def _straggler_waits(g: Graph, res: ReplayResult) -> dict[int, float]:
+    """Per rank: how long its ready points sat at SYNC joins before the last rank arrived."""
+    waits: dict[int, float] = {}
+    for s in np.flatnonzero(g.kind == Kind.SYNC):
+        preds = g.predecessors(s)
+        if not len(preds):
+            continue
+        arrive = res.end[preds]
+        for p, t in zip(preds, arrive):
+            r = int(g.rank[p])
+            if r >= 0:
+                waits[r] = waits.get(r, 0.0) + float(arrive.max() - t)
+    return waits
+
+
+def _union(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Merge intervals into a sorted disjoint (k, 2) array."""
+    keep = end > start
+    if not keep.any():
+        return np.empty((0, 2))
+    order = np.argsort(start[keep], kind="stable")
+    s, e = start[keep][order], end[keep][order]
+    run_end = np.maximum.accumulate(e)
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > run_end[:-1]
+    idx = np.flatnonzero(new)
+    ends = np.append(run_end[idx[1:] - 1], run_end[-1])
+    return np.stack([s[idx], ends], axis=1)
+
+
+def _intersect(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    out = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i, 0], b[j, 0]), min(a[i, 1], b[j, 1])
+        if lo < hi:
+            out.append((lo, hi))
+        if a[i, 1] < b[j, 1]:
+            i += 1
+        else:
+            j += 1
+    return np.array(out).reshape(-1, 2)
+
+
+def _length(iv: np.ndarray) -> float:
+    return float((iv[:, 1] - iv[:, 0]).sum()) if len(iv) else 0.0

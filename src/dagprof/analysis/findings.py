@@ -1,0 +1,55 @@
+"""Plain-language findings: what limits scaling in this run, ranked by time at stake."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import Analysis
+
+
+@dataclass
+class Finding:
+    title: str
+    detail: str
+    ms_per_iter: float  # time at stake per iteration
+
+    def to_dict(self) -> dict:
+        return {"title": self.title, "detail": self.detail, "ms_per_iter": self.ms_per_iter}
+
+
+def findings(a: Analysis) -> list[Finding]:
+    out: list[Finding] = []
+    it_ms = a.predicted_us / 1e3
+    steps = a.steps
+    if not any(c == "communication" for c in a.path.by_category) and not any(b.comm_us for b in a.ranks):
+        out.append(Finding("no gradient communication seen", "this is not a DDP (data-parallel) job, or its collectives were not profiled: nothing to scale", 0.0))
+        return out
+    worst = max(a.ranks, key=lambda b: b.exposed_comm_us)
+    exposed = worst.exposed_comm_us / steps / 1e3
+    if exposed > 0.05 * it_ms:
+        out.append(Finding(
+            "communication is exposed",
+            f"{exposed:.1f} ms of {it_ms:.1f} ms per iteration on rank {worst.rank} is all-reduce not hidden behind compute "
+            f"({worst.overlap_us / max(worst.comm_us, 1e-9):.0%} of communication overlaps); try other bucket sizes or compression (dagprof optimize)",
+            exposed,
+        ))
+    waits = {b.rank: b.wait_us / steps / 1e3 for b in a.ranks}
+    if len(waits) > 1:
+        slow = min(waits, key=waits.get)
+        lost = max(waits.values())
+        if lost > 0.03 * it_ms:
+            out.append(Finding(
+                "ranks wait for a straggler",
+                f"rank {slow} arrives last at the all-reduces; other ranks wait up to {lost:.1f} ms per iteration for it",
+                lost,
+            ))
+    overhead = a.path.by_category.get("framework overhead", 0.0) / steps / 1e3
+    if overhead > 0.1 * it_ms:
+        out.append(Finding(
+            "framework overhead on the critical path",
+            f"{overhead:.1f} ms per iteration is idle time between ops (Python, dispatch, launch latency) on the critical path",
+            overhead,
+        ))
+    if a.path.top_ops:
+        name, us = a.path.top_ops[0]
+        out.append(Finding("largest op on the critical path", f"{name}: {us / steps / 1e3:.1f} ms per iteration", us / steps / 1e3))
+    return sorted(out, key=lambda f: -f.ms_per_iter)

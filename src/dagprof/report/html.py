@@ -1,0 +1,147 @@
+"""The report a person opens: one self-contained HTML file (inline SVG, no scripts, no network)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from html import escape
+
+import numpy as np
+
+from ..analysis import Analysis
+from ..analysis.critical_path import category
+from ..analysis.findings import Finding
+from ..fsutil import atomic_open
+from ..traces.events import Kind
+from . import svg
+
+_CSS = """
+body{font-family:system-ui,sans-serif;max-width:1000px;margin:24px auto;color:#222;padding:0 12px}
+h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd;padding-bottom:4px}
+table{border-collapse:collapse;font-size:13px;margin:8px 0}td,th{border:1px solid #ddd;padding:4px 8px;text-align:right}
+th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
+.big{font-size:28px;font-weight:600}.kpi{display:inline-block;margin-right:36px}.kpi small{display:block;color:#666}
+.finding{border-left:4px solid #e15759;padding:4px 10px;margin:8px 0;background:#fdf3f3}
+.ok{border-left-color:#59a14f;background:#f3f9f2}code{background:#f4f4f4;padding:1px 4px}
+"""
+
+
+@dataclass
+class ReportInputs:
+    analysis: Analysis
+    findings: list[Finding]
+    title: str = "dagprof report"
+    whatifs: list[dict] = field(default_factory=list)  # rows: label, predicted_iter_ms, speedup, ...
+    optimisation: dict | None = None
+    sections: list[tuple[str, str]] = field(default_factory=list)  # extra (title, html) blocks
+    links: dict[str, str] = field(default_factory=dict)  # label -> relative path
+
+
+def render(inp: ReportInputs) -> str:
+    a = inp.analysis
+    d = a.to_dict()
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(inp.title)}</title><style>{_CSS}</style></head><body>",
+             f"<h1>{escape(inp.title)}</h1>"]
+    meta = a.graph.meta
+    parts.append(f"<p>{len(a.predicted_iter_us)} rank(s), backend {escape(str(meta.get('backend') or '?'))}, "
+                 f"steps {escape(_steps(meta.get('steps', [])))}, graph of {d['nodes']:,} ops and {d['edges']:,} dependencies, "
+                 f"source <code>{escape(str(meta.get('source', '')))}</code></p>")
+    parts.append("<div>")
+    if d["measured_iter_ms"] is not None:
+        parts.append(_kpi("measured iteration", f"{d['measured_iter_ms']:.1f} ms"))
+    parts.append(_kpi("replayed iteration", f"{d['predicted_iter_ms']:.1f} ms"))
+    if d["error_pct"] is not None:
+        parts.append(_kpi("replay error", f"{d['error_pct']:+.2f} %"))
+    parts.append("</div>")
+
+    parts.append("<h2>What limits scaling</h2>")
+    for f in inp.findings:
+        parts.append(f"<div class='finding'><b>{escape(f.title)}</b> ({f.ms_per_iter:.1f} ms/iter): {escape(f.detail)}</div>")
+    if not inp.findings:
+        parts.append("<div class='finding ok'>Nothing stands out: communication is hidden and ranks are balanced.</div>")
+
+    parts.append("<h2>Per-rank breakdown (per iteration)</h2>")
+    rows = []
+    for r in d["per_rank"]:
+        rows.append((f"rank {r['rank']}", {"compute": r["compute_ms"] - r["overlap_ms"], "overlap": r["overlap_ms"],
+                                          "exposed communication": r["exposed_comm_ms"]}))
+    parts.append(svg.stacked_bars(rows))
+    parts.append(_table(["rank", "measured ms", "replayed ms", "compute ms", "comm ms", "overlap ms", "exposed comm ms", "waits for others ms"],
+                        [[r["rank"], r["measured_iter_ms"], r["predicted_iter_ms"], r["compute_ms"], r["comm_ms"], r["overlap_ms"], r["exposed_comm_ms"], r["straggler_wait_ms"]] for r in d["per_rank"]]))
+
+    cp = d["critical_path_per_iter"]
+    parts.append("<h2>Critical path (across ranks, per iteration)</h2>")
+    parts.append(svg.stacked_bars([("critical path", cp["by_category_ms"])]))
+    parts.append(f"<p>The path crosses rank(s) {', '.join(map(str, cp['ranks_crossed'])) or '-'}; its largest ops:</p>")
+    parts.append(_table(["op", "ms/iter on the path"], cp["top_ops_ms"]))
+
+    parts.append("<h2>Replayed timeline (one iteration)</h2>")
+    parts.append(_timeline(a))
+
+    if inp.whatifs:
+        parts.append("<h2>What if</h2>")
+        cols = [k for k in inp.whatifs[0] if not isinstance(inp.whatifs[0][k], (dict, list))]
+        parts.append(_table(cols, [[w.get(c) for c in cols] for w in inp.whatifs]))
+    if inp.optimisation:
+        o = inp.optimisation
+        parts.append("<h2>Optimisation</h2>")
+        parts.append(_table(list(o.get("table_columns", [])), o.get("table", [])) if o.get("table") else "")
+        if o.get("summary"):
+            parts.append(f"<div class='finding ok'>{escape(o['summary'])}</div>")
+    for title, body in inp.sections:
+        parts.append(f"<h2>{escape(title)}</h2>{body}")
+    if inp.links:
+        parts.append("<h2>Files</h2><ul>")
+        for label, href in inp.links.items():
+            parts.append(f"<li><a href='{escape(href)}'>{escape(label)}</a> <code>{escape(href)}</code></li>")
+        parts.append("</ul><p>Timelines open in <a href='https://ui.perfetto.dev'>ui.perfetto.dev</a> (Open trace file).</p>")
+    parts.append("</body></html>")
+    return "".join(parts)
+
+
+def write_report(path: str | os.PathLike[str], inp: ReportInputs) -> str:
+    with atomic_open(path) as f:
+        f.write(render(inp))
+    return os.fspath(path)
+
+
+def _kpi(label: str, value: str) -> str:
+    return f"<div class='kpi'><small>{escape(label)}</small><span class='big'>{escape(value)}</span></div>"
+
+
+def _steps(steps: list[int]) -> str:
+    return f"{steps[0]}..{steps[-1]}" if steps else "?"
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return "n/a" if np.isnan(v) else f"{v:,.2f}"
+    return escape(str(v)) if v is not None else ""
+
+
+def _table(head: list[str], rows: list[list]) -> str:
+    h = "".join(f"<th>{escape(str(c))}</th>" for c in head)
+    body = "".join("<tr>" + "".join(f"<td>{_fmt(v)}</td>" for v in row) + "</tr>" for row in rows)
+    return f"<table><tr>{h}</tr>{body}</table>"
+
+
+def _timeline(a: Analysis) -> str:
+    g, res = a.graph, a.result
+    steps = g.meta.get("steps", [])
+    if not steps:
+        return ""
+    step = steps[len(steps) // 2]
+    sel = (g.step == step) & (g.device >= 0) & (g.dur > 0)
+    if not sel.any():
+        return ""
+    t0, t1 = float(res.start[sel].min()), float(res.end[sel].max())
+    on_path = np.zeros(len(g), dtype=bool)
+    on_path[a.path.nodes] = True
+    rows = []
+    for d in np.unique(g.device[sel]):
+        idx = np.flatnonzero(sel & (g.device == d))
+        cats = [category(g.kind[v]) for v in idx]
+        tips = [f"{g.node_name(v)} {g.dur[v] / 1e3:.2f} ms{' (critical path)' if on_path[v] else ''}" for v in idx]
+        rows.append((g.devices[d].name, res.start[idx], res.end[idx], cats, tips))
+    crit = np.flatnonzero(sel & on_path & (g.kind != Kind.STEP))
+    rows.append(("critical path", res.start[crit], res.end[crit], [category(g.kind[v]) for v in crit], [g.node_name(v) for v in crit]))
+    return f"<p>Step {step}, as replayed; hover for op names.</p>" + svg.gantt(rows, t0, t1)
