@@ -1,0 +1,190 @@
+"""What Kineto writes, as typed decode structs plus ONE versioned table of names.
+
+Decoding into ``msgspec`` structs that list only the fields dagprof reads is the
+fast path (unknown keys are skipped in C), so the reader never builds a dict per
+event. Every way a collective has been spelled across PyTorch / NCCL / RCCL / gloo
+generations is a row of ``COMM_NAMES``: supporting a new schema is one row, and
+``ARG_KEYS`` lists the argument spellings for each collective field.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import msgspec
+
+from .events import Kind
+
+
+class Args(
+    msgspec.Struct,
+    rename={
+        "correlation": "correlation",
+        "nbytes": "bytes",
+        "coll": "Collective name",
+        "in_nelems": "In msg nelems",
+        "out_nelems": "Out msg nelems",
+        "dtype": "dtype",
+        "group_size": "Group size",
+        "pg_name": "Process Group Name",
+        "pg_ranks": "Process Group Ranks",
+        "seq": "Seq",
+        "input_dims": "Input Dims",
+        "input_type": "Input type",
+        "wait_on_stream": "wait_on_stream",
+        "wait_on_record": "wait_on_cuda_event_record_corr_id",
+        "stream": "stream",
+    },
+):
+    correlation: int = -1
+    nbytes: int = 0
+    coll: str = ""
+    in_nelems: int = -1
+    out_nelems: int = -1
+    dtype: str = ""
+    group_size: int = -1
+    pg_name: msgspec.Raw = msgspec.Raw()  # a string in most traces, an int in some
+    pg_ranks: msgspec.Raw = msgspec.Raw()
+    seq: int = -1
+    input_dims: msgspec.Raw = msgspec.Raw()  # nested lists, parsed only for collectives
+    input_type: msgspec.Raw = msgspec.Raw()
+    wait_on_stream: int = -1
+    wait_on_record: int = -1
+    stream: int | str = -1
+    name: msgspec.Raw = msgspec.Raw()  # metadata events: thread / process name
+    labels: msgspec.Raw = msgspec.Raw()  # metadata events: "CPU", "GPU 0"
+
+
+class Event(msgspec.Struct):
+    ph: str = ""
+    name: str = ""
+    cat: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = 0.0
+    dur: float = 0.0
+    args: Args | None = None
+
+
+class Trace(msgspec.Struct):
+    traceEvents: list[Event] | None = None
+    distributedInfo: msgspec.Raw = msgspec.Raw()
+    baseTimeNanoseconds: int | None = None
+    schemaVersion: msgspec.Raw = msgspec.Raw()
+    host_name: str = ""
+
+
+TRACE_DECODER = msgspec.json.Decoder(Trace)
+
+
+# ---------------------------------------------------------------- collectives
+class Role:
+    """Where in a collective's life an event sits."""
+
+    ENQUEUE = "enqueue"  # host call issuing it (c10d::allreduce_)
+    META = "meta"  # host record carrying its arguments (record_param_comms, nccl:* annotation)
+    TRANSFER = "transfer"  # the data movement itself (NCCL/RCCL kernel, gloo:* on a runloop thread)
+    WAIT = "wait"  # host waiting for it
+
+
+@dataclass(frozen=True)
+class CommName:
+    since: str  # the first generation that wrote it (documentation, and for readers of this table)
+    cat: str  # Kineto category the row applies to ("" = any)
+    pattern: re.Pattern[str]  # group 1, when present, is the collective name
+    role: str
+
+
+def _row(since: str, cat: str, pattern: str, role: str) -> CommName:
+    return CommName(since, cat, re.compile(pattern), role)
+
+
+# First matching row wins: order from the most specific to the most general.
+COMM_NAMES: tuple[CommName, ...] = (
+    _row("torch 1.x", "cpu_op", r"^c10d::(?:\w*wait\w*)$", Role.WAIT),
+    _row("torch 1.13", "", r"^torch\.distributed\.ddp\.reducer::copy_bucket_to_grad$", Role.WAIT),
+    _row("torch 1.x", "cpu_op", r"^c10d::_?(\w+?)_?$", Role.ENQUEUE),
+    _row("torch 1.13", "cpu_op", r"^record_param_comms$", Role.META),
+    _row("torch 1.13", "user_annotation", r"^nccl:_?(\w+)$", Role.META),
+    _row("torch 2.x gloo", "user_annotation", r"^gloo:_?(\w+)$", Role.TRANSFER),
+    _row("NCCL <2.19", "kernel", r"^ncclKernel_([A-Za-z]+)_", Role.TRANSFER),
+    _row("NCCL >=2.19", "kernel", r"^ncclDevKernel_([A-Za-z]+)", Role.TRANSFER),
+    _row("NCCL >=2.27", "kernel", r"^ncclSymDevKernel_([A-Za-z]+)", Role.TRANSFER),
+    _row("RCCL", "kernel", r"^(?:void )?rccl\w*?(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|SendRecv|AllToAll)", Role.TRANSFER),
+)
+
+# Argument spellings by generation; the Args struct above decodes each of them.
+ARG_KEYS = {
+    "collective": ("Collective name",),
+    "nelems": ("In msg nelems", "Input Dims"),
+    "dtype": ("dtype", "Input type"),
+    "group": ("Process Group Name",),
+    "group_ranks": ("Process Group Ranks",),
+    "seq": ("Seq",),
+}
+
+_CANON_DROP = re.compile(r"_?(base|coalesced|tensor|into|single)$")
+
+
+def canonical_collective(raw: str) -> str:
+    """'all_reduce', 'AllReduce', 'allreduce_', '_allgather_base' -> 'allreduce', 'allgather'."""
+    s = raw.lower().strip("_")
+    prev = None
+    while prev != s:
+        prev, s = s, _CANON_DROP.sub("", s).strip("_")
+    s = s.replace("_", "")
+    return {"alltoallv": "alltoall"}.get(s, s)
+
+
+def comm_role(cat: str, name: str) -> tuple[str, str] | None:
+    """(role, canonical collective) of an event, or None when it is not communication."""
+    for row in COMM_NAMES:
+        if row.cat and row.cat != cat:
+            continue
+        m = row.pattern.match(name)
+        if m:
+            coll = canonical_collective(m.group(1)) if m.groups() and m.group(1) else ""
+            return row.role, coll
+    return None
+
+
+_DTYPE_BYTES = {
+    "float": 4, "float32": 4, "int": 4, "int32": 4, "uint32": 4,
+    "double": 8, "float64": 8, "long": 8, "int64": 8, "uint64": 8, "long int": 8,
+    "half": 2, "float16": 2, "c10::half": 2, "bfloat16": 2, "c10::bfloat16": 2, "bf16": 2, "f16": 2, "short": 2, "int16": 2,
+    "byte": 1, "char": 1, "signed char": 1, "unsigned char": 1, "int8": 1, "int8_t": 1, "uint8": 1, "uint8_t": 1, "bool": 1,
+    "float8_e4m3fn": 1, "float8_e5m2": 1, "fp8": 1, "f32": 4, "f64": 8, "u8": 1, "i8": 1, "i32": 4, "i64": 8,
+}
+
+
+def dtype_bytes(dtype: str) -> int:
+    """Element size of a dtype as any generation spells it; 0 when unknown."""
+    return _DTYPE_BYTES.get(dtype.strip().lower(), 0)
+
+
+_KERNEL_DTYPE = re.compile(r"_(float|half|bf16|double|int8_t|uint8_t|int32_t|uint32_t|int64_t|uint64_t|f16|f32|f64|fp8_e4m3|fp8_e5m2)(?:_|\(|$)")
+
+
+def kernel_dtype(name: str) -> str:
+    """dtype spelled in an NCCL kernel name (ncclKernel_AllReduce_RING_LL_Sum_float), '' if none."""
+    m = _KERNEL_DTYPE.search(name)
+    return m.group(1) if m else ""
+
+
+# ---------------------------------------------------------------- other kinds
+SYNC_RUNTIME = re.compile(r"^(cuda|hip)(StreamSynchronize|DeviceSynchronize|EventSynchronize|CtxSynchronize|Memcpy|MemcpyDtoH|MemcpyHtoD|StreamQuery_blocking)$")
+GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime"})
+SKIP_CATS = frozenset({"Trace", "gpu_user_annotation", "python_function", "cuda_sync", "cpu_instant_event", "ac2g", "fwdbwd"})
+
+# Wrappers (record_function ranges) are transparent; some tell what their children do.
+WRAPPER_CONTEXT: tuple[tuple[re.Pattern[str], int], ...] = (
+    (re.compile(r"^ProfilerStep#"), -1),
+    (re.compile(r"^Optimizer\.step#|^Optimizer\.step$|optimizer", re.I), int(Kind.UPDATE)),
+    (re.compile(r"^Optimizer\.zero_grad"), int(Kind.OTHER)),
+    (re.compile(r"DataLoader|dataloader"), int(Kind.DATA)),
+    (re.compile(r"backward", re.I), int(Kind.BACKWARD)),
+    (re.compile(r"forward", re.I), int(Kind.FORWARD)),
+)
+BACKWARD_OP = re.compile(r"^autograd::engine::evaluate_function|Backward\d*$|^torch::autograd::AccumulateGrad$")
+STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
