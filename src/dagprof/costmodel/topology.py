@@ -1,0 +1,220 @@
+"""Cluster shape and per-link alpha-beta models, plus closed-form collective times.
+
+A ``Topology`` is ``hosts x devices_per_host`` ranks (rank r on host r // devices_per_host),
+one link model between devices of a host and one for a host's network port. Closed forms
+(``allreduce_us``) price a whole collective so a coarse graph (one COMM node per
+collective) can be retimed without expanding it; ``dagprof.graph.collectives`` builds
+the fine-grained version of the same algorithms, and its replay must agree with these.
+
+Files: a topology is JSON or TOML ``{hosts, devices_per_host, intra: LINK, inter: LINK}``
+with ``LINK = {alpha_us, beta_us_per_byte[, gamma_us_per_byte]}`` or
+``{bandwidth: "10Gbit", latency_us: 20}`` or ``{preset: "nvlink"}``. A link-model file
+(``dagprof calibrate``) is one LINK plus how it was measured.
+"""
+from __future__ import annotations
+
+import enum
+import json
+import math
+import os
+import tomllib
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..errors import DagprofError
+from ..fsutil import atomic_open
+from .alphabeta import AlphaBeta, parse_bandwidth
+from .presets import preset
+
+
+class Scheme(enum.Enum):
+    RING = "ring"
+    TREE = "tree"  # binary tree: reduce to rank 0, broadcast back
+    HIERARCHICAL = "hier"  # reduce inside each host, ring across hosts, broadcast back
+    PS = "ps"  # BytePS-style parameter servers on their own hosts
+
+
+@dataclass(frozen=True)
+class CollectiveSpec:
+    scheme: Scheme = Scheme.RING
+    servers: int = 0  # PS only: number of servers the tensor is partitioned over
+
+    @classmethod
+    def parse(cls, text: str) -> "CollectiveSpec":
+        """'ring', 'tree', 'hier', 'ps:4' (4 servers)."""
+        name, _, arg = text.strip().lower().partition(":")
+        try:
+            scheme = Scheme(name)
+        except ValueError:
+            raise DagprofError(f"unknown collective scheme {text!r}; use ring, tree, hier or ps:K") from None
+        if scheme is Scheme.PS:
+            if not arg.isdigit() or int(arg) < 1:
+                raise DagprofError(f"parameter-server scheme needs a server count >= 1, e.g. ps:4, got {text!r}")
+            return cls(scheme, int(arg))
+        if arg:
+            raise DagprofError(f"scheme {name!r} takes no argument, got {text!r}")
+        return cls(scheme)
+
+    def __str__(self) -> str:
+        return f"ps:{self.servers}" if self.scheme is Scheme.PS else self.scheme.value
+
+
+@dataclass(frozen=True)
+class Topology:
+    hosts: int
+    devices_per_host: int
+    intra: AlphaBeta  # device <-> device inside a host
+    inter: AlphaBeta  # a host's network port (each direction)
+
+    def __post_init__(self) -> None:
+        if self.hosts < 1 or self.devices_per_host < 1:
+            raise DagprofError(f"topology needs >= 1 host and >= 1 device per host, got {self.hosts}x{self.devices_per_host}")
+
+    @property
+    def world_size(self) -> int:
+        return self.hosts * self.devices_per_host
+
+    def host_of(self, rank: int) -> int:
+        return rank // self.devices_per_host
+
+    def link(self, a: int, b: int) -> AlphaBeta:
+        """The model of the path a -> b (ranks; PS servers are hosts of their own)."""
+        return self.intra if self.host_of(a) == self.host_of(b) else self.inter
+
+    def with_workers(self, workers: int) -> "Topology":
+        """Same host shape, more (or fewer) hosts: ``workers`` must fill whole hosts."""
+        if workers < 1:
+            raise DagprofError(f"workers must be >= 1, got {workers}")
+        per = min(self.devices_per_host, workers)
+        if workers % per:
+            raise DagprofError(f"{workers} workers do not fill hosts of {self.devices_per_host} devices")
+        return Topology(workers // per, per, self.intra, self.inter)
+
+    def with_link(self, which: str = "inter", bandwidth: float | None = None, latency_us: float | None = None) -> "Topology":
+        """Change bandwidth (bytes/s) and/or latency of the 'inter', 'intra' or 'all' links."""
+        if which not in ("inter", "intra", "all"):
+            raise DagprofError(f"link must be inter, intra or all, got {which!r}")
+        if bandwidth is not None and not bandwidth > 0:
+            raise DagprofError(f"bandwidth must be positive, got {bandwidth} B/s")
+        if latency_us is not None and not latency_us >= 0:
+            raise DagprofError(f"latency must be >= 0 us, got {latency_us}")
+
+        def change(ab: AlphaBeta) -> AlphaBeta:
+            return AlphaBeta(
+                ab.alpha_us if latency_us is None else latency_us,
+                ab.beta_us_per_byte if bandwidth is None else 1e6 / bandwidth,
+                ab.gamma_us_per_byte,
+            )
+
+        t = self
+        if which in ("inter", "all"):
+            t = replace(t, inter=change(t.inter))
+        if which in ("intra", "all"):
+            t = replace(t, intra=change(t.intra))
+        return t
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"hosts": self.hosts, "devices_per_host": self.devices_per_host, "intra": _link_dict(self.intra), "inter": _link_dict(self.inter)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], source: str = "topology") -> "Topology":
+        try:
+            hosts, per = int(d["hosts"]), int(d.get("devices_per_host", 1))
+            inter = link_from_dict(d["inter"], source)
+            intra = link_from_dict(d["intra"], source) if "intra" in d else inter
+        except (KeyError, TypeError, ValueError) as err:
+            raise DagprofError(f"bad topology ({err}); need hosts, devices_per_host, inter[, intra]", source) from None
+        return cls(hosts, per, intra, inter)
+
+    @classmethod
+    def flat(cls, workers: int, link: AlphaBeta) -> "Topology":
+        """Every rank on its own host behind ``link`` (a plain Ethernet cluster)."""
+        return cls(workers, 1, link, link)
+
+
+def _link_dict(ab: AlphaBeta) -> dict[str, float]:
+    return {"alpha_us": ab.alpha_us, "beta_us_per_byte": ab.beta_us_per_byte, "gamma_us_per_byte": ab.gamma_us_per_byte}
+
+
+def link_from_dict(d: Any, source: str = "link") -> AlphaBeta:
+    """A LINK entry of a topology or link-model file (see module docstring)."""
+    if not isinstance(d, dict):
+        raise DagprofError(f"a link must be a table, got {d!r}", source)
+    if "preset" in d:
+        return preset(str(d["preset"]))
+    gamma = float(d.get("gamma_us_per_byte", 0.0))
+    if "bandwidth" in d:
+        bw = d["bandwidth"]
+        bps = parse_bandwidth(bw) if isinstance(bw, str) else float(bw)
+        return AlphaBeta.from_bandwidth(bps, float(d.get("latency_us", 0.0)), gamma)
+    try:
+        return AlphaBeta(float(d["alpha_us"]), float(d["beta_us_per_byte"]), gamma)
+    except KeyError as err:
+        raise DagprofError(f"link needs alpha_us and beta_us_per_byte (or bandwidth, or preset); missing {err}", source) from None
+
+
+def load_topology(path: str | os.PathLike[str]) -> Topology:
+    return Topology.from_dict(_read_table(path), os.fspath(path))
+
+
+def save_link_model(path: str | os.PathLike[str], link: AlphaBeta, **how: Any) -> str:
+    """Write a link-model JSON (``how``: backend, workers, points, ... for the record)."""
+    with atomic_open(path) as f:
+        json.dump({**_link_dict(link), **how}, f, indent=1)
+    return os.fspath(path)
+
+
+def load_link_model(path: str | os.PathLike[str]) -> AlphaBeta:
+    return link_from_dict(_read_table(path), os.fspath(path))
+
+
+def _read_table(path: str | os.PathLike[str]) -> dict[str, Any]:
+    p = os.fspath(path)
+    try:
+        with open(p, "rb") as f:
+            raw = f.read()
+    except OSError as err:
+        raise DagprofError(f"cannot read ({err.strerror})", p) from None
+    try:
+        d = tomllib.loads(raw.decode()) if p.endswith(".toml") else json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise DagprofError(f"not valid {'TOML' if p.endswith('.toml') else 'JSON'}: {err}", p) from None
+    if not isinstance(d, dict):
+        raise DagprofError("expected a table at top level", p)
+    return d
+
+
+def allreduce_us(nbytes: float, topo: Topology, spec: CollectiveSpec = CollectiveSpec()) -> float:
+    """Closed-form all-reduce time of ``nbytes`` over all ranks of ``topo`` (what the fine graph replays to)."""
+    n = topo.world_size
+    if n == 1 and spec.scheme is not Scheme.PS:
+        return 0.0
+    m = float(nbytes)
+    if spec.scheme is Scheme.RING:
+        link = _slowest_hop(topo, m / n)  # a ring is as slow as its slowest hop
+        return 2 * (n - 1) * (link.alpha_us + m / n * link.beta_us_per_byte) + (n - 1) * m / n * link.gamma_us_per_byte
+    if spec.scheme is Scheme.TREE:
+        link = _slowest_hop(topo, m)
+        depth = math.floor(math.log2(n))  # levels below the root of a heap-ordered binary tree
+        return depth * (2 * link.message_us(m) + m * link.gamma_us_per_byte)
+    if spec.scheme is Scheme.HIERARCHICAL:
+        g, h = topo.devices_per_host, topo.hosts
+        local = 0.0 if g == 1 else 2 * topo.intra.message_us(m) + m * topo.intra.gamma_us_per_byte
+        cross = 0.0 if h == 1 else 2 * (h - 1) * (topo.inter.alpha_us + m / h * topo.inter.beta_us_per_byte) + (h - 1) * m / h * topo.inter.gamma_us_per_byte
+        return local + cross
+    return ps_allreduce_us(m, n, spec.servers, topo.inter)
+
+
+def _slowest_hop(topo: Topology, nbytes: float) -> AlphaBeta:
+    hops = ([topo.inter] if topo.hosts > 1 else []) + ([topo.intra] if topo.devices_per_host > 1 else [])
+    return max(hops, key=lambda ab: ab.message_us(nbytes))
+
+
+def ps_allreduce_us(nbytes: float, workers: int, servers: int, link: AlphaBeta) -> float:
+    """Push M/K to each of K servers, sum, pull. A server's port is the bottleneck (it takes
+    N parts of M/K one after another, then sends N back); worker ports are assumed no busier
+    (true when N >= K, the BytePS set-up of as much server bandwidth as worker bandwidth)."""
+    if servers < 1:
+        raise DagprofError(f"parameter server needs >= 1 server, got {servers}")
+    part = nbytes / servers
+    return 2 * workers * link.message_us(part) + workers * part * link.gamma_us_per_byte

@@ -1,0 +1,149 @@
+"""Fine-grained collective sub-graphs: one node per message on a per-link queue.
+
+A coarse graph prices a whole all-reduce as one COMM node; here every message of the
+algorithm is a node on the device of the link it crosses ("link a->b", capacity 1),
+so collectives that share a link queue behind each other and a slow hop delays just
+the steps that cross it (dPRO's SEND/RECV sub-ops). Message costs come from the
+``Topology`` link models; replaying one collective alone gives exactly
+``costmodel.topology.allreduce_us`` (the unit tests check this).
+
+Every builder takes, per participating rank, the nodes that must finish before the
+rank contributes (``ready``) and the node that consumes the result (``done``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..costmodel.alphabeta import AlphaBeta
+from ..costmodel.topology import CollectiveSpec, Scheme, Topology
+from ..errors import DagprofError
+from ..traces.events import Kind
+from .dag import DeviceKind, GraphBuilder
+
+_STEP_EPS = 1e-6  # keeps a collective's own steps in order on a link without overtaking the next collective
+
+
+@dataclass
+class _Ctx:
+    b: GraphBuilder
+    topo: Topology
+    tag: str
+    order: float
+    step: int
+    bucket: int
+
+    def send(self, src: int, dst: int, nbytes: float, preds: Sequence[int], *, reduce: bool, k: int, link: AlphaBeta | None = None,
+             device: str | None = None, rank: int | None = None) -> int:
+        ab = link or self.topo.link(src, dst)
+        dur = ab.message_us(nbytes) + (nbytes * ab.gamma_us_per_byte if reduce else 0.0)
+        dev = self.b.device(device or f"link {src}->{dst}", DeviceKind.COMM)
+        v = self.b.add_node(f"{self.tag} {k} {src}->{dst}", Kind.COMM, rank=src if rank is None else rank, device=dev, dur=dur,
+                            order=self.order + k * _STEP_EPS, step=self.step, bucket=self.bucket, nbytes=int(nbytes))
+        for p in preds:
+            self.b.add_edge(p, v)
+        return v
+
+
+def add_allreduce(
+    b: GraphBuilder,
+    ready: Sequence[Sequence[int]],
+    done: Sequence[int],
+    nbytes: float,
+    topo: Topology,
+    spec: CollectiveSpec = CollectiveSpec(),
+    *,
+    order: float = 0.0,
+    step: int = -1,
+    bucket: int = -1,
+    tag: str = "allreduce",
+) -> None:
+    """Add an all-reduce of ``nbytes`` over ranks 0..len(ready)-1 with the given scheme."""
+    n = len(ready)
+    if n != topo.world_size or len(done) != n:
+        raise DagprofError(f"collective over {n} ranks does not fit a topology of {topo.world_size} ranks")
+    ctx = _Ctx(b, topo, tag, order, step, bucket)
+    if spec.scheme is Scheme.PS:
+        _ps(ctx, ready, done, nbytes, spec.servers)
+        return
+    if n == 1:
+        for p in ready[0]:
+            b.add_edge(p, done[0])
+        return
+    if spec.scheme is Scheme.RING:
+        ends = _ring(ctx, list(range(n)), ready, nbytes)
+    elif spec.scheme is Scheme.TREE:
+        ends = _tree(ctx, ready, nbytes)
+    else:
+        ends = _hierarchical(ctx, ready, nbytes)
+    for r in range(n):
+        for p in ends[r]:
+            b.add_edge(p, done[r])
+
+
+def _ring(ctx: _Ctx, ranks: list[int], ready: Sequence[Sequence[int]], nbytes: float) -> list[list[int]]:
+    """Reduce-scatter then all-gather: 2(N-1) steps of M/N per link; step c at rank i needs step c-1 from i-1."""
+    n = len(ranks)
+    if n == 1:
+        return [list(ready[0])]
+    chunk = nbytes / n
+    prev: list[int] = []
+    for c in range(2 * (n - 1)):
+        cur = []
+        for i, r in enumerate(ranks):
+            preds = list(ready[i]) if c == 0 else [prev[(i - 1) % n]]
+            cur.append(ctx.send(r, ranks[(i + 1) % n], chunk, preds, reduce=c < n - 1, k=c))
+        prev = cur
+    return [[prev[(i - 1) % n]] for i in range(n)]
+
+
+def _tree(ctx: _Ctx, ready: Sequence[Sequence[int]], nbytes: float) -> list[list[int]]:
+    """Heap-ordered binary tree: children reduce into parents up to rank 0, then broadcast down."""
+    n = len(ready)
+    up: list[int] = [-1] * n
+    for i in range(n - 1, 0, -1):  # children before parents
+        kids = [up[c] for c in (2 * i + 1, 2 * i + 2) if c < n]
+        up[i] = ctx.send(i, (i - 1) // 2, nbytes, list(ready[i]) + kids, reduce=True, k=0)
+    root = list(ready[0]) + [up[c] for c in (1, 2) if c < n]
+    have: list[list[int]] = [root] + [[] for _ in range(1, n)]
+    for i in range(1, n):  # parents before children
+        have[i] = [ctx.send((i - 1) // 2, i, nbytes, have[(i - 1) // 2], reduce=False, k=1)]
+    return have
+
+
+def _hierarchical(ctx: _Ctx, ready: Sequence[Sequence[int]], nbytes: float) -> list[list[int]]:
+    """Reduce to each host's first device, ring all-reduce among those leaders, broadcast back."""
+    topo = ctx.topo
+    g = topo.devices_per_host
+    leaders = [h * g for h in range(topo.hosts)]
+    lead_ready = []
+    for leader in leaders:
+        local = [ctx.send(d, leader, nbytes, ready[d], reduce=True, k=0) for d in range(leader + 1, leader + g)]
+        lead_ready.append(list(ready[leader]) + local)
+    ring_ends = _ring(ctx, leaders, lead_ready, nbytes)
+    ends: list[list[int]] = [[] for _ in range(topo.world_size)]
+    for leader, have in zip(leaders, ring_ends):
+        ends[leader] = have
+        for d in range(leader + 1, leader + g):
+            ends[d] = [ctx.send(leader, d, nbytes, have, reduce=False, k=2 * len(leaders))]
+    return ends
+
+
+def _ps(ctx: _Ctx, ready: Sequence[Sequence[int]], done: Sequence[int], nbytes: float, servers: int) -> None:
+    """BytePS: the tensor is cut into K parts; part k is pushed to server k by every worker,
+    summed there, and pulled back. Each server's port queues its N pushes, then its N pulls."""
+    n = len(ready)
+    part = nbytes / servers
+    link = ctx.topo.inter
+    pulls: list[list[int]] = [[] for _ in range(n)]
+    for k in range(servers):
+        pushes = [ctx.send(w, n + k, part, ready[w], reduce=False, k=0, link=link, device=f"port ps{k} in") for w in range(n)]
+        total = part * n
+        sum_dev = ctx.b.device(f"ps{k} cpu", DeviceKind.COMPUTE)
+        s = ctx.b.add_node(f"{ctx.tag} ps{k} sum", Kind.COMM, rank=-1, device=sum_dev, dur=total * link.gamma_us_per_byte,
+                           order=ctx.order, step=ctx.step, bucket=ctx.bucket, nbytes=int(total))
+        ctx.b.add_edges(pushes, [s] * n)
+        for w in range(n):
+            pulls[w].append(ctx.send(n + k, w, part, [s], reduce=False, k=1, link=link, device=f"port ps{k} out", rank=-1))
+    for w in range(n):
+        ctx.b.add_edges(pulls[w], [done[w]] * len(pulls[w]))

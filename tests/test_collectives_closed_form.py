@@ -1,0 +1,80 @@
+"""Fine-grained collective sub-graphs replay to the closed forms of costmodel.topology."""
+import numpy as np
+import pytest
+
+from dagprof.costmodel.alphabeta import AlphaBeta
+from dagprof.costmodel.topology import CollectiveSpec, Topology, allreduce_us
+from dagprof.graph.collectives import add_allreduce
+from dagprof.graph.dag import DeviceKind, GraphBuilder
+from dagprof.replay import replay
+from dagprof.traces.events import Kind
+
+LINK = AlphaBeta(alpha_us=7.0, beta_us_per_byte=1e-3, gamma_us_per_byte=1e-4)
+FAST = AlphaBeta(alpha_us=1.0, beta_us_per_byte=1e-5)
+
+
+def one_collective(topo: Topology, spec: CollectiveSpec, nbytes: float, stagger: float = 0.0):
+    b = GraphBuilder()
+    n = topo.world_size
+    ready, done = [], []
+    for r in range(n):
+        lane = b.device(f"rank{r}/main", DeviceKind.COMPUTE, r)
+        ready.append([b.add_node("ready", Kind.BACKWARD, rank=r, device=lane, dur=stagger * r)])
+        done.append(b.add_node("done", Kind.COMM_WAIT, rank=r, device=lane))
+    add_allreduce(b, ready, done, nbytes, topo, spec)
+    g = b.build()
+    return g, replay(g)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 6])
+def test_ring_time_and_bytes_per_link(n):
+    m = 6e6
+    g, res = one_collective(Topology.flat(n, LINK), CollectiveSpec(), m)
+    expect = 2 * (n - 1) * (LINK.alpha_us + m / n * LINK.beta_us_per_byte) + (n - 1) * m / n * LINK.gamma_us_per_byte
+    assert res.makespan == pytest.approx(expect)
+    assert res.makespan == pytest.approx(allreduce_us(m, Topology.flat(n, LINK)))
+    links = [d for d in g.devices if d.name.startswith("link")]
+    assert len(links) == n
+    for i, d in enumerate(g.devices):
+        if d.name.startswith("link"):
+            assert g.nbytes[g.device == i].sum() == pytest.approx(2 * (n - 1) / n * m, rel=1e-6)
+
+
+def test_ring_waits_for_the_last_rank():
+    g, res = one_collective(Topology.flat(4, LINK), CollectiveSpec(), 1e6, stagger=100.0)
+    assert res.makespan == pytest.approx(300.0 + allreduce_us(1e6, Topology.flat(4, LINK)))
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8])
+def test_tree_matches_closed_form(n):
+    topo = Topology.flat(n, LINK)
+    _, res = one_collective(topo, CollectiveSpec.parse("tree"), 2e6)
+    assert res.makespan == pytest.approx(allreduce_us(2e6, topo, CollectiveSpec.parse("tree")))
+
+
+@pytest.mark.parametrize("hosts,per", [(2, 2), (3, 4), (4, 1), (1, 4)])
+def test_hierarchical_matches_closed_form(hosts, per):
+    topo = Topology(hosts, per, FAST, LINK)
+    spec = CollectiveSpec.parse("hier")
+    _, res = one_collective(topo, spec, 4e6)
+    assert res.makespan == pytest.approx(allreduce_us(4e6, topo, spec))
+
+
+def test_hierarchical_beats_flat_ring_on_fast_intra_links():
+    topo = Topology(4, 8, FAST, LINK)
+    assert allreduce_us(64e6, topo, CollectiveSpec.parse("hier")) < allreduce_us(64e6, topo)
+
+
+@pytest.mark.parametrize("n,k", [(2, 1), (4, 2), (8, 4), (3, 3)])
+def test_ps_matches_closed_form(n, k):
+    topo = Topology.flat(n, LINK)
+    spec = CollectiveSpec.parse(f"ps:{k}")
+    g, res = one_collective(topo, spec, 8e6)
+    assert res.makespan == pytest.approx(allreduce_us(8e6, topo, spec))
+    pushed = g.nbytes[(g.kind == Kind.COMM) & (g.rank >= 0)].sum()
+    assert pushed == pytest.approx(8e6 * n, rel=1e-6)
+
+
+def test_single_rank_costs_nothing():
+    _, res = one_collective(Topology.flat(1, LINK), CollectiveSpec(), 1e6)
+    assert res.makespan == 0.0
