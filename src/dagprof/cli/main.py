@@ -14,6 +14,9 @@ import sys
 from ..errors import DagprofError
 
 COMMANDS = [
+    "replay",
+    "analyze",
+    "report",
 ]
 
 

@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+from ..pipeline import open_run
+from .common import add_run_arguments, ms, pct
+
+HELP = "explain a run: breakdown per rank, global critical path, stragglers, what limits scaling"
+
+
+def add_arguments(p) -> None:
+    add_run_arguments(p)
+
+
+def run(args) -> dict:
+    prof = open_run(args.run, steps=args.steps)
+    return prof.analysis.to_dict() | {"findings": [f.to_dict() for f in prof.findings]}
+
+
+def to_text(r: dict) -> str:
+    lines = [f"iteration: measured {ms(r['measured_iter_ms'])}, replayed {ms(r['predicted_iter_ms'])} ({pct(r['error_pct'])})", "",
+             f"{'rank':>5} {'compute':>10} {'comm':>10} {'overlap':>10} {'exposed':>10} {'waits':>10}   (ms per iteration)"]
+    for b in r["per_rank"]:
+        lines.append(f"{b['rank']:>5} {b['compute_ms']:>10.2f} {b['comm_ms']:>10.2f} {b['overlap_ms']:>10.2f} {b['exposed_comm_ms']:>10.2f} {b['straggler_wait_ms']:>10.2f}")
+    cp = r["critical_path_per_iter"]
+    lines += ["", f"critical path ({cp['total_ms']:.2f} ms per iteration, crosses ranks {cp['ranks_crossed']}):"]
+    lines += [f"  {k:<22} {v:8.2f} ms" for k, v in cp["by_category_ms"].items()]
+    lines += ["  largest ops on it:"] + [f"    {name:<40} {v:8.2f} ms" for name, v in cp["top_ops_ms"][:5]]
+    lines += ["", "findings:"] + [f"  - {f['title']}: {f['detail']}" for f in r["findings"]]
+    return "\n".join(lines)

@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+import os
+
+from ..pipeline import default_out, open_run, write_outputs
+from .common import add_run_arguments, ms, pct
+
+HELP = "replay a run's global graph and compare the predicted iteration time with the measured one"
+
+
+def add_arguments(p) -> None:
+    add_run_arguments(p)
+    p.add_argument("-o", "--out", help="folder for replay.trace.json and report.html (default: the run folder)")
+    p.add_argument("--engine", choices=["auto", "numba", "python"], default="auto")
+
+
+def run(args) -> dict:
+    prof = open_run(args.run, steps=args.steps, engine=args.engine)
+    files = write_outputs(prof, args.out or default_out(args.run))
+    a = prof.analysis.to_dict()
+    return {k: a[k] for k in ("measured_iter_ms", "predicted_iter_ms", "error_pct", "per_rank", "steps", "nodes", "edges", "engine")} | {"files": files}
+
+
+def to_text(r: dict) -> str:
+    lines = [f"graph: {r['nodes']:,} ops, {r['edges']:,} dependencies, steps {r['steps'][0]}..{r['steps'][-1]}, engine {r['engine']}",
+             f"{'rank':>6} {'measured':>12} {'predicted':>12} {'error':>9}"]
+    for row in r["per_rank"]:
+        err = 100 * (row["predicted_iter_ms"] - row["measured_iter_ms"]) / row["measured_iter_ms"] if row["measured_iter_ms"] == row["measured_iter_ms"] else None
+        lines.append(f"{row['rank']:>6} {ms(row['measured_iter_ms']):>12} {ms(row['predicted_iter_ms']):>12} {pct(err):>9}")
+    lines.append(f"iteration (slowest rank): measured {ms(r['measured_iter_ms'])}, predicted {ms(r['predicted_iter_ms'])}, error {pct(r['error_pct'])}")
+    lines += [f"{k.replace('_', ' ')}: {os.path.relpath(v)}" for k, v in r["files"].items()]
+    return "\n".join(lines)

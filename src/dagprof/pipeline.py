@@ -1,0 +1,44 @@
+"""The Python API behind the commands: load -> graph -> replay -> analysis -> report files."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from .analysis import Analysis, analyze
+from .analysis.findings import Finding, findings
+from .graph.build import build_graph
+from .graph.dag import Graph
+from .replay import replay
+from .report.html import ReportInputs, write_report
+from .report.timeline import write_replay_trace
+from .traces.load import load
+
+
+@dataclass
+class Profiled:
+    """A loaded run with its graph, replay and analysis, ready for what-ifs and reports."""
+
+    graph: Graph
+    analysis: Analysis
+    findings: list[Finding]
+
+
+def open_run(path: str | os.PathLike[str], steps: range | None = None, engine: str = "auto") -> Profiled:
+    graph = build_graph(load(path), steps=steps)
+    a = analyze(graph, replay(graph, engine=engine))
+    return Profiled(graph, a, findings(a))
+
+
+def default_out(path: str | os.PathLike[str]) -> str:
+    """Where outputs go: inside a run folder, else beside the trace file(s)."""
+    p = os.path.abspath(os.fspath(path))
+    return p if os.path.isdir(p) else os.path.dirname(p)
+
+
+def write_outputs(p: Profiled, out_dir: str, report: ReportInputs | None = None) -> dict[str, str]:
+    """replay.trace.json and report.html in ``out_dir``; returns their paths."""
+    trace = write_replay_trace(os.path.join(out_dir, "replay.trace.json"), p.graph, p.analysis.result, p.analysis.path.nodes)
+    inp = report or ReportInputs(p.analysis, p.findings)
+    inp.links.setdefault("replayed timeline (Perfetto)", "replay.trace.json")
+    html = write_report(os.path.join(out_dir, "report.html"), inp)
+    return {"replay_trace": trace, "report": html}
