@@ -1,0 +1,23 @@
+"""The layer-wise DAG model of synchronous SGD (Shi, Wang, Chu, Li 2018): graph, closed forms, policies."""
+from .closed import Prediction, closed_form, wfbp_tau
+from .comm import CommModel
+from .dag import build_sgd_graph, replay_schedule
+from .predict import Scaling, ScalingRow, anchor, predict
+from .schedule import Policy, Schedule, make_schedule, merge_groups
+
+__all__ = [
+    "CommModel",
+    "Policy",
+    "Prediction",
+    "Scaling",
+    "ScalingRow",
+    "Schedule",
+    "anchor",
+    "build_sgd_graph",
+    "closed_form",
+    "make_schedule",
+    "merge_groups",
+    "predict",
+    "replay_schedule",
+    "wfbp_tau",
+]

@@ -1,0 +1,69 @@
+"""Where an all-reduce's time comes from, for a given worker count.
+
+Three sources, most specific first:
+1. measured per-layer all-reduce times at exactly that worker count (a B-Caffe log, a
+   CSV ``allreduce_us`` column): used as is for layer-wise communication, and fitted
+   into a ring alpha-beta model (``fit_alpha_beta``) to price merged or fused messages;
+2. a link model for exactly that worker count (an OSU latency table's fit);
+3. a link model for any worker count (an interconnect preset or bandwidth), else the
+   fit of the nearest measured worker count, scaled by the ring formula.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..costmodel import AlphaBeta, fit_alpha_beta, ring_allreduce_us
+from ..errors import DagprofError
+
+
+@dataclass(frozen=True)
+class CommModel:
+    default: AlphaBeta | None = None  # any worker count (preset / bandwidth)
+    default_name: str = ""
+    links: dict[int, AlphaBeta] = field(default_factory=dict)  # exact worker counts (OSU fits)
+    link_names: dict[int, str] = field(default_factory=dict)
+    measured: dict[int, np.ndarray] = field(default_factory=dict)  # per-layer measured all-reduce us
+
+    def with_link(self, workers: int, link: AlphaBeta, name: str) -> "CommModel":
+        return CommModel(self.default, self.default_name, {**self.links, workers: link}, {**self.link_names, workers: name}, self.measured)
+
+    def with_measured(self, workers: int, grad_bytes: np.ndarray, allreduce_us: np.ndarray, name: str) -> "CommModel":
+        """Measured layer times at ``workers``; their ring fit prices merged messages unless a link for ``workers`` exists."""
+        model = CommModel(self.default, self.default_name, dict(self.links), dict(self.link_names), {**self.measured, workers: np.asarray(allreduce_us, float)})
+        if workers not in self.links and workers > 1:
+            timed = np.asarray(allreduce_us) > 0
+            fit = fit_alpha_beta(np.asarray(grad_bytes)[timed], np.asarray(allreduce_us)[timed], workers=workers)
+            model = model.with_link(workers, fit, f"fit of {name}")
+        return model
+
+    def link(self, workers: int) -> tuple[AlphaBeta, str]:
+        if workers in self.links:
+            return self.links[workers], self.link_names[workers]
+        if self.default is not None:
+            return self.default, self.default_name
+        if self.links:
+            nearest = min(self.links, key=lambda n: (abs(n - workers), -n))
+            return self.links[nearest], f"{self.link_names[nearest]} (measured at {nearest} workers, ring-scaled)"
+        raise DagprofError(f"no all-reduce cost for {workers} workers: give --net, an OSU table or a measured comm log")
+
+    def allreduce_us(self, nbytes: np.ndarray | float, workers: int) -> np.ndarray:
+        if workers == 1:
+            return np.zeros_like(np.asarray(nbytes, dtype=float))
+        return np.asarray(ring_allreduce_us(np.asarray(nbytes, dtype=float), workers, self.link(workers)[0]))
+
+    def layer_us(self, grad_bytes: np.ndarray, workers: int) -> np.ndarray:
+        if workers == 1:
+            return np.zeros(len(grad_bytes))
+        if workers in self.measured:
+            if len(self.measured[workers]) != len(grad_bytes):
+                raise DagprofError(f"measured comm at {workers} workers has {len(self.measured[workers])} layers, the profile {len(grad_bytes)}")
+            return self.measured[workers]
+        return self.allreduce_us(grad_bytes, workers)
+
+    def describe(self, workers: int) -> str:
+        if workers == 1:
+            return "none (1 worker)"
+        link = self.link(workers)[1]
+        return f"measured per layer; merged messages by {link}" if workers in self.measured else link

@@ -1,0 +1,84 @@
+"""Scaling predictions over worker counts and policies, anchored on a measured single-worker iteration."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import DagprofError
+from ..traces.layerwise import LayerProfile
+from .closed import Prediction, closed_form
+from .comm import CommModel
+from .dag import replay_schedule
+from .schedule import Policy, make_schedule
+
+
+def anchor(profile: LayerProfile, iter_time_1_us: float) -> LayerProfile:
+    """Give the profile a single-worker iteration of ``iter_time_1_us`` by adding what it lacks.
+
+    rest = measured - (forward + backward + update); I/O is taken as prefetched and hidden.
+    Without recorded forward times (B-Caffe logs) ``rest`` BECOMES the forward pass, spread over
+    layers in proportion to their backward time; with them, it is added to the update (an
+    'other' serial term: optimizer, framework overhead). Either way it runs on the compute device
+    and overlaps nothing, so the split does not change any predicted iteration time.
+    """
+    known = float(profile.forward_or_zero().sum() + profile.backward_us.sum() + profile.update_us)
+    rest = iter_time_1_us - known
+    if rest < -1e-6 * iter_time_1_us:
+        raise DagprofError(f"single-worker iteration {iter_time_1_us / 1e6:.4f} s is shorter than the profile's own compute {known / 1e6:.4f} s", profile.source or None)
+    rest = max(rest, 0.0)
+    if profile.forward_us is None:
+        share = profile.backward_us / profile.backward_us.sum() if profile.backward_us.sum() > 0 else np.full(profile.num_layers, 1 / profile.num_layers)
+        return profile.with_(forward_us=rest * share, meta={**profile.meta, "anchored": "forward = iter_time_1 - backward - update"})
+    return profile.with_(update_us=profile.update_us + rest, meta={**profile.meta, "anchored": "update += iter_time_1 - forward - backward - update"})
+
+
+@dataclass(frozen=True)
+class ScalingRow:
+    workers: int
+    iter_us: float
+    comm_exposed_us: float
+    comm_us: float
+    speedup: float
+    efficiency: float
+    comm_source: str
+
+
+@dataclass
+class Scaling:
+    policy: Policy
+    rows: list[ScalingRow]
+    by_policy: dict[Policy, list[Prediction]]  # every policy, same worker order
+    workers: list[int]
+    groups: dict[int, int] = field(default_factory=dict)  # mg-wfbp group count per worker count
+    max_replay_rel_diff: float | None = None  # closed form vs DAG replay, when checked
+
+
+def predict(profile: LayerProfile, workers: list[int], comm: CommModel, policy: Policy = Policy.WFBP, check_replay: bool = False) -> Scaling:
+    """Every policy at every worker count by the closed forms; ``check_replay`` also replays the DAG and records the largest disagreement."""
+    if not workers or min(workers) < 1:
+        raise DagprofError(f"worker counts must be >= 1, got {workers}")
+    counts = sorted(set(workers) | {1})
+    by_policy: dict[Policy, list[Prediction]] = {p: [] for p in Policy}
+    groups: dict[int, int] = {}
+    worst = 0.0
+    for n in counts:
+        for p in Policy:
+            schedule = make_schedule(profile, p, n, comm)
+            pred = closed_form(profile, schedule)
+            by_policy[p].append(pred)
+            if p == Policy.MG_WFBP:
+                groups[n] = schedule.num_groups
+            if check_replay:
+                dag = replay_schedule(profile, schedule)
+                worst = max(worst, abs(dag.iter_us - pred.iter_us) / max(pred.iter_us, 1e-12))
+    base = by_policy[Policy(policy)][0].iter_us
+    rows = []
+    for k, n in enumerate(counts):
+        if n not in workers:
+            continue
+        pred = by_policy[Policy(policy)][k]
+        eff = base / pred.iter_us if pred.iter_us > 0 else float("nan")
+        rows.append(ScalingRow(n, pred.iter_us, pred.comm_exposed_us, pred.comm_us, n * eff, eff, comm.describe(n) if n > 1 else "none (1 worker)"))
+    keep = [k for k, n in enumerate(counts) if n in workers]
+    return Scaling(Policy(policy), rows, {p: [v[k] for k in keep] for p, v in by_policy.items()}, [counts[k] for k in keep], {n: g for n, g in groups.items() if n in workers}, worst if check_replay else None)

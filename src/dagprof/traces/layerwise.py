@@ -1,0 +1,316 @@
+"""Layer-wise profiles: per-layer forward/backward time and gradient size, the input of the S-SGD DAG model.
+
+Three sources give one ``LayerProfile`` (layers in FORWARD order, times in us):
+
+1. dagprof's layer CSV (``read_layer_csv``)::
+
+       # io_us=1200, h2d_us=300, update_us=5000, workers=8
+       layer,forward_us,backward_us,grad_bytes,allreduce_us
+       conv1,1000,2000,37888,404
+       fc,300,650,4100096,8119
+
+   Required columns: ``layer``, ``backward_us``, ``grad_bytes``; optional ``forward_us``
+   and ``allreduce_us`` (measured all-reduce of that layer's gradient). Column order is
+   free. Lines starting with ``#`` are comments; a comment made only of ``key=value``
+   pairs (comma separated) sets per-iteration terms: ``io_us``, ``h2d_us``, ``update_us``,
+   ``iter_us`` (a measured iteration on ``workers`` workers) and ``workers`` (the worker
+   count ``allreduce_us``/``iter_us`` were measured at).
+
+2. B-Caffe logs (``read_bcaffe_log``, S. Shi's ``distributed.cpp:112`` glog lines
+   ``[id, size, compute_time, communication_time(, merged_time)]``): one line per blob,
+   weight then bias of each layer; ``size`` is fp32 elements; ``compute_time`` is the
+   BACKWARD time of the owning layer (same on weight and bias); communication is summed
+   over the layer's blobs. A file may hold several dumps: the last one is used, and an
+   all-zero dump (a warm-up) is refused. ``tmp8comm.log`` means 8 workers.
+
+3. dagprof's own runs (``layer_profile_from_run``): FORWARD/BACKWARD events carrying
+   ``layer``; per step sums, median over steps.
+
+``read_layer_file`` picks the reader from the path. Every malformed input raises
+``DagprofError`` naming the file and the line.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DagprofError
+from .events import Kind, Run
+
+
+@dataclass(frozen=True)
+class LayerProfile:
+    """One worker's iteration, layer by layer in forward order (times in us)."""
+
+    names: list[str]
+    backward_us: np.ndarray
+    grad_bytes: np.ndarray  # int64
+    forward_us: np.ndarray | None = None  # None: not recorded (B-Caffe logs)
+    allreduce_us: np.ndarray | None = None  # measured per-layer all-reduce at ``workers``
+    workers: int | None = None  # worker count of allreduce_us / iter_us
+    io_us: float = 0.0
+    h2d_us: float = 0.0
+    update_us: float = 0.0
+    iter_us: float | None = None  # a measured iteration time at ``workers``
+    source: str = ""
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.names)
+        for name in ("backward_us", "grad_bytes", "forward_us", "allreduce_us"):
+            arr = getattr(self, name)
+            if arr is not None and np.shape(arr) != (n,):
+                raise DagprofError(f"{name} has {np.shape(arr)} entries for {n} layers", self.source or None)
+        if n == 0:
+            raise DagprofError("no layers", self.source or None)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.names)
+
+    @property
+    def params_bytes(self) -> int:
+        return int(self.grad_bytes.sum())
+
+    def forward_or_zero(self) -> np.ndarray:
+        return np.zeros(self.num_layers) if self.forward_us is None else self.forward_us
+
+    def with_(self, **changes) -> "LayerProfile":
+        return replace(self, **changes)
+
+
+# ---------------------------------------------------------------- CSV
+
+_REQUIRED = ("layer", "backward_us", "grad_bytes")
+_OPTIONAL = ("forward_us", "allreduce_us")
+_SCALARS = {"io_us", "h2d_us", "update_us", "iter_us", "workers"}
+
+
+def read_layer_csv(path: str | os.PathLike[str]) -> LayerProfile:
+    path = os.fspath(path)
+    scalars: dict[str, float] = {}
+    header: list[str] | None = None
+    rows: list[tuple[int, list[str]]] = []
+    for lineno, line in _lines(path):
+        text = line.strip()
+        if not text:
+            continue
+        if text.startswith("#"):
+            scalars.update(_key_values(text[1:], path, lineno))
+            continue
+        cells = next(csv.reader([text]))
+        if header is None:
+            header = [c.strip().lower() for c in cells]
+            missing = [c for c in _REQUIRED if c not in header]
+            unknown = [c for c in header if c not in _REQUIRED + _OPTIONAL]
+            if missing or unknown:
+                raise DagprofError(
+                    f"line {lineno}: header needs {', '.join(_REQUIRED)} (optional {', '.join(_OPTIONAL)}); "
+                    + (f"missing {', '.join(missing)}" if missing else f"unknown column {', '.join(unknown)}"),
+                    path,
+                )
+            continue
+        if len(cells) != len(header):
+            raise DagprofError(f"line {lineno}: {len(cells)} cells, header has {len(header)}", path)
+        rows.append((lineno, [c.strip() for c in cells]))
+    if header is None or not rows:
+        raise DagprofError("no layer rows (expected a header 'layer,forward_us,backward_us,grad_bytes[,allreduce_us]' and one row per layer)", path)
+    col = {c: i for i, c in enumerate(header)}
+    names = [r[col["layer"]] for _, r in rows]
+    seen: dict[str, int] = {}
+    for lineno, r in rows:
+        name = r[col["layer"]]
+        if not name or name in seen:
+            raise DagprofError(f"line {lineno}: layer name {name!r} " + ("is empty" if not name else f"repeats line {seen[name]}"), path)
+        seen[name] = lineno
+
+    def column(name: str, integer: bool = False) -> np.ndarray | None:
+        if name not in col:
+            return None
+        out = np.empty(len(rows), dtype=np.int64 if integer else np.float64)
+        for k, (lineno, r) in enumerate(rows):
+            out[k] = _number(r[col[name]], name, path, lineno, integer)
+        return out
+
+    workers = scalars.pop("workers", None)
+    iter_us = scalars.pop("iter_us", None)
+    return LayerProfile(
+        names=names,
+        forward_us=column("forward_us"),
+        backward_us=column("backward_us"),
+        grad_bytes=column("grad_bytes", integer=True),
+        allreduce_us=column("allreduce_us"),
+        workers=None if workers is None else int(workers),
+        iter_us=iter_us,
+        source=path,
+        **scalars,
+    )
+
+
+def _key_values(text: str, path: str, lineno: int) -> dict[str, float]:
+    """'io_us=1200, workers=8' -> values; a comment that is not all key=value pairs is prose."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts or not all(re.fullmatch(r"[A-Za-z_]\w*\s*=\s*\S+", p) for p in parts):
+        return {}
+    out = {}
+    for p in parts:
+        key, value = (s.strip() for s in p.split("=", 1))
+        if key not in _SCALARS:
+            raise DagprofError(f"line {lineno}: unknown setting {key!r}; known: {', '.join(sorted(_SCALARS))}", path)
+        out[key] = _number(value, key, path, lineno, integer=key == "workers")
+    return out
+
+
+def _number(text: str, what: str, path: str, lineno: int, integer: bool = False) -> float:
+    try:
+        value = int(text) if integer else float(text)
+    except ValueError:
+        raise DagprofError(f"line {lineno}: {what} {text!r} is not {'an integer' if integer else 'a number'}", path) from None
+    if not np.isfinite(value) or value < 0:
+        raise DagprofError(f"line {lineno}: {what} must be a finite number >= 0, got {text!r}", path)
+    return value
+
+
+def _lines(path: str):
+    try:
+        with open(path, encoding="utf-8") as f:
+            yield from enumerate(f, start=1)
+    except (OSError, UnicodeDecodeError) as err:
+        raise DagprofError(f"cannot read: {err}", path) from None
+
+
+# ---------------------------------------------------------------- B-Caffe
+
+_BCAFFE = re.compile(r"distributed\.cpp:\d+\]\s*\[([^\]]*)\]")
+_BCAFFE_WORKERS = re.compile(r"tmp(\d+)o?comm")
+
+
+def read_bcaffe_log(path: str | os.PathLike[str], workers: int | None = None, blobs_per_layer: int = 2) -> LayerProfile:
+    """The last non-warm-up dump of a B-Caffe layer-wise log; ``workers`` defaults to the digits in 'tmpNcomm'."""
+    path = os.fspath(path)
+    dumps: list[list[tuple[int, list[float]]]] = []
+    for lineno, line in _lines(path):
+        m = _BCAFFE.search(line)
+        if not m:
+            if line.strip():
+                raise DagprofError(f"line {lineno}: not a B-Caffe 'distributed.cpp:112] [id, size, compute, comm(, merged)]' line", path)
+            continue
+        cells = [c.strip() for c in m.group(1).split(",")]
+        if len(cells) not in (4, 5):
+            raise DagprofError(f"line {lineno}: expected 4 or 5 values in [...], got {len(cells)}", path)
+        values = [_number(c, ("id", "size", "compute_time", "communication_time", "merged_time")[i], path, lineno, integer=i < 2) for i, c in enumerate(cells)]
+        blob = int(values[0])
+        if blob == 0:
+            dumps.append([])
+        elif not dumps or blob != dumps[-1][-1][1][0] + 1:
+            raise DagprofError(f"line {lineno}: blob id {blob} does not follow the previous line's id", path)
+        dumps[-1].append((lineno, values))
+    if not dumps:
+        raise DagprofError("no B-Caffe 'distributed.cpp:112]' lines", path)
+    dump = dumps[-1]
+    first_line = dump[0][0]
+    if len(dump) % blobs_per_layer:
+        raise DagprofError(f"line {first_line}: last dump has {len(dump)} blobs, not a multiple of {blobs_per_layer} per layer", path)
+    a = np.array([v[:4] for _, v in dump])
+    if not a[:, 2:].any():
+        raise DagprofError(f"line {first_line}: the last dump is all zeros (a warm-up), no timed dump follows", path)
+    per_layer = a.reshape(-1, blobs_per_layer, 4)
+    compute = per_layer[:, :, 2]
+    bad = np.flatnonzero(~np.all(compute == compute[:, :1], axis=1))
+    if len(bad):
+        raise DagprofError(f"line {dump[bad[0] * blobs_per_layer][0]}: blobs of one layer disagree on compute_time", path)
+    if workers is None:
+        m = _BCAFFE_WORKERS.search(Path(path).name)
+        workers = int(m.group(1)) if m else None
+    return LayerProfile(
+        names=[f"layer{i:02d}" for i in range(len(per_layer))],
+        backward_us=compute[:, 0].copy(),
+        grad_bytes=(per_layer[:, :, 1].sum(axis=1) * 4).astype(np.int64),
+        allreduce_us=per_layer[:, :, 3].sum(axis=1),
+        workers=workers,
+        source=path,
+        meta={"blobs": len(dump), "params": int(a[:, 1].sum()), "first_line": first_line},
+    )
+
+
+# ---------------------------------------------------------------- dagprof runs
+
+
+def layer_profile_from_run(run: Run, rank: int = 0) -> LayerProfile:
+    """Median over profiled steps of each layer's summed FORWARD and BACKWARD time on ``rank``.
+
+    Gradient bytes come from BACKWARD events' ``nbytes`` (the collector records the
+    layer's parameter bytes there) or ``RankTrace.meta['layer_grad_bytes']``; I/O from
+    DATA events, update from UPDATE events, ``iter_us`` from the step markers.
+    """
+    try:
+        trace = run.rank(rank)
+    except KeyError:
+        raise DagprofError(f"run has no rank {rank}", run.source) from None
+    ev = trace.events
+    timed = (ev.step >= 0) & (ev.depth == 0)
+    layered = timed & (ev.layer >= 0) & np.isin(ev.kind, [Kind.FORWARD, Kind.BACKWARD])
+    if not layered.any():
+        raise DagprofError("no per-layer FORWARD/BACKWARD events inside profiled steps (were the layer hooks on?)", trace.source)
+    steps = np.unique(ev.step[layered])
+    layers = np.unique(ev.layer[layered])
+    first_fw = {int(l): float(ev.start[layered & (ev.layer == l)].min()) for l in layers}
+    order = sorted(layers.tolist(), key=lambda l: first_fw[l])
+
+    position = np.full(int(layers.max()) + 1, -1)
+    position[order] = np.arange(len(order))
+
+    def per_step_layer(kind: Kind) -> np.ndarray:
+        m = layered & (ev.kind == kind)
+        table = np.zeros((len(steps), len(order)))
+        np.add.at(table, (np.searchsorted(steps, ev.step[m]), position[ev.layer[m]]), ev.dur[m])
+        return np.median(table, axis=0)
+
+    def per_step(kind: Kind) -> float:
+        m = timed & (ev.kind == kind)
+        sums = np.zeros(len(steps))
+        keep = np.isin(ev.step[m], steps)
+        np.add.at(sums, np.searchsorted(steps, ev.step[m][keep]), ev.dur[m][keep])
+        return float(np.median(sums))
+
+    bw = layered & (ev.kind == Kind.BACKWARD)
+    grad = np.zeros(len(order), dtype=np.int64)
+    known = trace.meta.get("layer_grad_bytes", {})
+    for k, l in enumerate(order):
+        nb = ev.nbytes[bw & (ev.layer == l)]
+        grad[k] = int(nb.max()) if len(nb) and nb.max() > 0 else int(known.get(trace.layers[l], 0))
+    spans = trace.step_spans()
+    return LayerProfile(
+        names=[trace.layers[l] for l in order],
+        forward_us=per_step_layer(Kind.FORWARD),
+        backward_us=per_step_layer(Kind.BACKWARD),
+        grad_bytes=grad,
+        workers=trace.world_size,
+        io_us=per_step(Kind.DATA),
+        update_us=per_step(Kind.UPDATE),
+        iter_us=float(np.median(spans[:, 2] - spans[:, 1])) if len(spans) else None,
+        source=trace.source,
+    )
+
+
+# ---------------------------------------------------------------- dispatch
+
+
+def read_layer_file(path: str | os.PathLike[str]) -> LayerProfile:
+    """A dagprof run folder, a B-Caffe log (any file with 'distributed.cpp:' lines) or a layer CSV."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        from .dagprof_run import read_run  # written by the collection side; a folder is a run
+
+        return layer_profile_from_run(read_run(path))
+    if not os.path.exists(path):
+        raise DagprofError("no such file", path)
+    for _, line in _lines(path):
+        if line.strip():
+            return read_bcaffe_log(path) if _BCAFFE.search(line) else read_layer_csv(path)
+    raise DagprofError("empty layer file", path)
