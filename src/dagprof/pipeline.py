@@ -8,6 +8,7 @@ from .analysis import Analysis, analyze
 from .analysis.findings import Finding, findings
 from .graph.build import build_graph
 from .graph.dag import Graph
+from .passes.average_steps import average_steps
 from .replay import replay
 from .report.html import ReportInputs, write_report
 from .report.timeline import write_replay_trace
@@ -23,8 +24,12 @@ class Profiled:
     findings: list[Finding]
 
 
-def open_run(path: str | os.PathLike[str], steps: range | None = None, engine: str = "auto") -> Profiled:
+def open_run(path: str | os.PathLike[str], steps: range | None = None, engine: str = "auto", exact: bool = False) -> Profiled:
+    """``exact`` replays every op with its own measured time; by default each op takes its mean
+    over the steps (a model of the iteration, which is what what-ifs start from)."""
     graph = build_graph(load(path), steps=steps)
+    if not exact:
+        graph = average_steps(graph)
     a = analyze(graph, replay(graph, engine=engine))
     return Profiled(graph, a, findings(a))
 
