@@ -1,0 +1,189 @@
+"""Gradient bucketing what-ifs: bucket size (tensor fusion), overlap on/off, tensor partition.
+
+DDP fills buckets with gradients in the order they become ready and starts a bucket's
+all-reduce as soon as it is full. Re-bucketing therefore needs, per rank and step, the
+BACKWARD nodes in lane order with the bytes of gradient each produces: their ``nbytes``
+when the trace knows them, else each profiled bucket's bytes spread over the backward
+nodes that filled it (exact for the measured boundaries, approximate inside a bucket:
+profile with small buckets to re-bucket finely). The pass drops the old enqueue, join
+and transfer nodes and builds new ones per bucket; transfers are priced by the graph's
+link model (``passes.comm``), enqueues reuse the measured per-call cost, and whatever
+waited for the step's buckets (DDP's finalize, the optimizer) waits for the new ones.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from ..costmodel.topology import allreduce_us
+from ..errors import DagprofError
+from ..graph.dag import Graph, GraphBuilder
+from ..traces.events import Kind
+from .comm import current_scheme, current_topology, find_collectives, retime_collectives
+
+_AFTER = 1e-3  # us: a new node's order just after the node it follows on its lane
+FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
+
+
+def set_buckets(g: Graph, cap_bytes: float | None = None, overlap: bool = True, first_bucket_bytes: float | None = None) -> Graph:
+    """Re-bucket gradients with ``cap_bytes`` (None: keep the measured buckets).
+
+    ``overlap=False`` starts every all-reduce after the step's last BACKWARD node
+    (no wait-free back-propagation). DDP caps the first bucket at 1 MiB after it rebuilds
+    buckets; pass ``first_bucket_bytes=cap_bytes`` to model a framework that does not.
+    """
+    if cap_bytes is not None and not cap_bytes > 0:
+        raise DagprofError(f"bucket size must be positive, got {cap_bytes} bytes")
+    colls = find_collectives(g)
+    if not colls:
+        raise DagprofError("the trace has no collectives to re-bucket")
+    topo, spec = current_topology(g), current_scheme(g)
+    old_enq = np.zeros(len(g), dtype=bool)
+    drop = np.zeros(len(g), dtype=bool)
+    coll_of_enq: dict[int, int] = {}
+    sinks: dict[tuple[int, int], set[int]] = defaultdict(set)  # (step, rank) -> nodes that wait for the step's buckets
+    for c in colls:
+        drop[c.comm] = True
+        if c.sync >= 0:
+            drop[c.sync] = True
+        for v in c.ready:
+            if g.kind[v] == Kind.COMM_ENQUEUE:
+                old_enq[v] = True
+                coll_of_enq[v] = c.comm
+        for v in c.consumers:
+            if int(g.rank[v]) >= 0:
+                sinks[(int(g.step[c.comm]), int(g.rank[v]))].add(v)
+    drop |= old_enq
+    enq_dur = float(np.median(g.dur[old_enq])) if old_enq.any() else 0.0
+    enq_gap = float(np.median(g.gap[old_enq])) if old_enq.any() else 0.0
+    comm_ids = [c.comm for c in colls]
+    comm_gap = float(np.median(g.gap[comm_ids]))
+    comm_dev = int(g.device[comm_ids[0]])
+
+    b, remap = GraphBuilder.from_graph(g, ~drop)
+    groups = _groups(g, old_enq, coll_of_enq, cap_bytes, first_bucket_bytes)
+    per_step: dict[int, dict[int, list[tuple[int, int]]]] = defaultdict(dict)  # step -> rank -> [(last bw, nbytes)]
+    for (step, rank), grp in groups.items():
+        per_step[step][rank] = grp
+    ranks_present = sorted(int(r) for r in g.ranks())
+    for step, by_rank in sorted(per_step.items()):
+        counts = {len(v) for v in by_rank.values()}
+        if len(counts) != 1 or sorted(by_rank) != ranks_present:
+            raise DagprofError(f"step {step}: ranks disagree on the gradient layout; cannot re-bucket")
+        for k in range(counts.pop()):
+            nbytes = by_rank[ranks_present[0]][k][1]
+            sync = b.add_node(f"sync s{step} b{k}", Kind.SYNC, step=step, bucket=k)
+            ready_order = -np.inf
+            for r in ranks_present:
+                last_bw = by_rank[r][k][0] if overlap else by_rank[r][-1][0]
+                o = float(g.order[last_bw]) + _AFTER * (k + 1)
+                enq = b.add_node(f"enqueue s{step} b{k}", Kind.COMM_ENQUEUE, rank=r, device=int(g.device[last_bw]), dur=enq_dur,
+                                 gap=enq_gap, order=o, step=step, bucket=k)
+                b.add_edge(int(remap[last_bw]), enq)
+                b.add_edge(enq, sync)
+                ready_order = max(ready_order, o)
+            comm = b.add_node(f"allreduce s{step} b{k}", Kind.COMM, device=comm_dev, dur=allreduce_us(nbytes, topo, spec),
+                              gap=comm_gap, order=ready_order, step=step, bucket=k, nbytes=int(nbytes))
+            b.add_edge(sync, comm)
+            for r in ranks_present:
+                for v in sinks.get((step, r), ()):
+                    b.add_edge(comm, int(remap[v]))
+    _chain_lanes(b)
+    out = b.build()
+    if cap_bytes is not None:
+        out.meta["bucket_cap_mb"] = cap_bytes / 2**20
+    out.meta["overlap"] = overlap
+    return retime_collectives(out, topo, spec)
+
+
+def _groups(g: Graph, old_enq: np.ndarray, coll_of_enq: dict[int, int], cap: float | None, first: float | None) -> dict[tuple[int, int], list[tuple[int, int]]]:
+    """(step, rank) -> buckets as (last BACKWARD node, nbytes), in gradient-ready order."""
+    out: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    seq_nodes = np.flatnonzero(((g.kind == Kind.BACKWARD) | old_enq) & (g.rank >= 0) & (g.step >= 0))
+    by_key: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for v in seq_nodes[np.argsort(g.order[seq_nodes], kind="stable")].tolist():
+        by_key[(int(g.step[v]), int(g.rank[v]))].append(v)
+    for key, seq in by_key.items():
+        measured, grad_bytes = _measured_buckets(g, seq, old_enq, coll_of_enq)
+        if cap is None:
+            buckets = [(grp[-1], nb) for grp, nb in measured]
+        else:
+            buckets, acc, limit = [], 0.0, FIRST_BUCKET_BYTES if first is None else first
+            for grp, _ in measured:
+                for v in grp:
+                    acc += grad_bytes[v]
+                    if acc >= (limit if not buckets else cap):
+                        buckets.append((v, int(round(acc))))
+                        acc = 0.0
+            if acc > 0:
+                buckets.append((measured[-1][0][-1], int(round(acc))))
+        if buckets:
+            out[key] = buckets
+    if not out:
+        raise DagprofError("no BACKWARD node precedes a bucket all-reduce in the profiled steps; cannot re-bucket")
+    return out
+
+
+def _measured_buckets(g: Graph, seq: list[int], old_enq: np.ndarray, coll_of_enq: dict[int, int]) -> tuple[list[tuple[list[int], int]], dict[int, float]]:
+    """The profiled buckets of one rank's step as (BACKWARD nodes before each enqueue, bucket bytes),
+    and each BACKWARD node's gradient bytes: its ``nbytes`` when the trace has it (counted once per
+    layer), else its bucket's bytes spread over the bucket's nodes in proportion to backward time."""
+    groups: list[tuple[list[int], int]] = []
+    cur: list[int] = []
+    for v in seq:
+        if old_enq[v]:
+            if cur:
+                groups.append((cur, int(g.nbytes[coll_of_enq[v]])))
+                cur = []
+        else:
+            cur.append(v)
+    if cur and groups:  # backward after the last enqueue: no gradient of its own
+        groups[-1][0].extend(cur)
+    grad: dict[int, float] = {}
+    known = all(g.nbytes[v] > 0 or g.layer[v] >= 0 for grp, _ in groups for v in grp) and any(g.nbytes[v] > 0 for grp, _ in groups for v in grp)
+    seen: set[int] = set()
+    for grp, nb in groups:
+        if known:
+            for v in grp:
+                lay = int(g.layer[v])
+                grad[v] = float(g.nbytes[v]) if lay < 0 or lay not in seen else 0.0
+                seen.add(lay)
+        else:
+            w = g.dur[grp] if g.dur[grp].sum() > 0 else np.ones(len(grp))
+            for v, x in zip(grp, w / w.sum() * nb):
+                grad[v] = float(x)
+    return groups, grad
+
+
+def _chain_lanes(b: GraphBuilder) -> None:
+    """Program order on every rank's lane, restored after nodes were removed or inserted."""
+    dev = np.asarray(b._cols["device"])
+    rank = np.asarray(b._cols["rank"])
+    order = np.asarray(b._cols["order"], dtype=float)
+    idx = np.flatnonzero((dev >= 0) & (rank >= 0))
+    idx = idx[np.lexsort((order[idx], dev[idx]))]
+    same = dev[idx][1:] == dev[idx][:-1]
+    b.add_edges(idx[:-1][same], idx[1:][same])
+
+
+def partition_tensors(g: Graph, parts: int) -> Graph:
+    """Cut every collective into ``parts`` equal pieces (BytePS tensor partition): with
+    several servers or links they proceed in parallel, on one channel they queue."""
+    if parts < 1:
+        raise DagprofError(f"partition count must be >= 1, got {parts}")
+    if parts == 1:
+        return g
+    colls = find_collectives(g)
+    topo, spec = current_topology(g), current_scheme(g)
+    drop = np.zeros(len(g), dtype=bool)
+    drop[[c.comm for c in colls]] = True
+    b, remap = GraphBuilder.from_graph(g, ~drop)
+    for c in colls:
+        head = [c.sync] if c.sync >= 0 else c.ready
+        for p in range(parts):
+            v = b.add_node(f"{g.node_name(c.comm)} part {p}", Kind.COMM, device=int(g.device[c.comm]), order=float(g.order[c.comm]) + p * 1e-6,
+                           step=int(g.step[c.comm]), bucket=int(g.bucket[c.comm]), nbytes=int(g.nbytes[c.comm]) // parts)
+            b.add_edges([int(remap[h]) for h in head], [v] * len(head))
+            b.add_edges([v] * len(c.consumers), [int(remap[u]) for u in c.consumers])
+    return retime_collectives(b.build(), topo, spec)

@@ -1,0 +1,138 @@
+"""Communication what-ifs on the coarse graph: link bandwidth/latency, collective scheme.
+
+The builder gives one COMM node per collective instance (rank -1, on a COMM device,
+``dur`` = measured transfer). The first pass that changes communication fits a
+``Topology`` to those measured (nbytes, dur) pairs (``fit_topology``), stores it in
+``graph.meta["topology"]`` with the scheme in ``meta["scheme"]``, and from then on every
+COMM node costs ``allreduce_us(nbytes, topology, scheme)``: one consistent model for
+old and new collectives. The group channel's capacity becomes 1: concurrent
+collectives share the link, so the last finishes as late as if they ran in series.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..costmodel.alphabeta import AlphaBeta, fit_alpha_beta
+from ..costmodel.topology import CollectiveSpec, Topology, allreduce_us
+from ..errors import DagprofError
+from ..graph.collectives import add_allreduce
+from ..graph.dag import Device, DeviceKind, Graph, GraphBuilder
+from ..traces.events import Kind
+
+
+@dataclass
+class Collective:
+    """One collective instance of the coarse graph."""
+
+    comm: int  # the shared transfer node
+    sync: int  # the join of every rank's ready point (-1 when the builder made none)
+    ready: list[int]  # predecessors of the join: each rank's enqueue
+    consumers: list[int]  # successors of the transfer: each rank's wait/update
+
+
+def find_collectives(g: Graph) -> list[Collective]:
+    comm = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0))
+    out = []
+    for c in comm.tolist():
+        preds = g.predecessors(c).tolist()
+        syncs = [p for p in preds if g.kind[p] == Kind.SYNC]
+        sync = syncs[0] if syncs else -1
+        ready = g.predecessors(sync).tolist() if sync >= 0 else preds
+        out.append(Collective(c, sync, ready, g.successors(c).tolist()))
+    return out
+
+
+def graph_world_size(g: Graph) -> int:
+    return int(g.meta.get("world_size") or g.world_size)
+
+
+def fit_topology(g: Graph) -> Topology:
+    """A flat topology (one rank per host) whose link reproduces the profiled collectives."""
+    n = graph_world_size(g)
+    mask = (g.kind == Kind.COMM) & (g.rank < 0) & (g.nbytes > 0) & (g.dur > 0)
+    if not mask.any():
+        raise DagprofError("the trace has no collective with known size and duration to fit a link model to")
+    link = fit_link(g.nbytes[mask].astype(float), g.dur[mask], n)
+    per = int(g.meta.get("devices_per_host") or 1)
+    return Topology(max(n // per, 1), per if n % per == 0 else 1, link, link)
+
+
+def fit_link(nbytes: np.ndarray, dur_us: np.ndarray, workers: int) -> AlphaBeta:
+    """Alpha-beta from profiled ring all-reduces; one size only -> all of it is bandwidth."""
+    n = max(workers, 2)
+    if nbytes.max() < 1.5 * nbytes.min() or len(nbytes) < 2:
+        beta = float(np.median(dur_us / (2 * (n - 1) / n * nbytes)))
+        return AlphaBeta(0.0, beta)
+    return fit_alpha_beta(nbytes, dur_us, n)
+
+
+def current_topology(g: Graph) -> Topology:
+    t = g.meta.get("topology")
+    return Topology.from_dict(t) if t else fit_topology(g)
+
+
+def current_scheme(g: Graph) -> CollectiveSpec:
+    return CollectiveSpec.parse(g.meta.get("scheme", "ring"))
+
+
+def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveSpec | None = None) -> Graph:
+    """Every COMM node priced by the model; the topology's world size must be the graph's."""
+    topo = topo or current_topology(g)
+    spec = spec or current_scheme(g)
+    if topo.world_size != graph_world_size(g):
+        raise DagprofError(f"topology has {topo.world_size} ranks, the graph {graph_world_size(g)}")
+    dur = g.dur.copy()
+    idx = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0))
+    sizes, inverse = np.unique(g.nbytes[idx], return_inverse=True)
+    priced = np.array([allreduce_us(float(m), topo, spec) for m in sizes])
+    dur[idx] = priced[inverse.reshape(-1)] if len(idx) else dur[idx]
+    devices = [Device(d.name, d.kind, d.rank, 1) if d.kind == DeviceKind.COMM else d for d in g.devices]
+    return g.replace(dur=dur, devices=devices, meta={**g.meta, "topology": topo.to_dict(), "scheme": str(spec)})
+
+
+def set_link(g: Graph, bandwidth: float | None = None, latency_us: float | None = None, which: str = "inter") -> Graph:
+    """What if the ``which`` links ("inter", "intra", "all") had this bandwidth (B/s) / latency?"""
+    return retime_collectives(g, current_topology(g).with_link(which, bandwidth, latency_us))
+
+
+def set_topology(g: Graph, topo: Topology) -> Graph:
+    """Replace the cluster model outright (a preset or a file); world sizes must agree."""
+    return retime_collectives(g, topo)
+
+
+def set_scheme(g: Graph, spec: CollectiveSpec) -> Graph:
+    """All-reduce <-> parameter server (or tree, hierarchical): same tensors, other algorithm."""
+    return retime_collectives(g, current_topology(g), spec)
+
+
+def expand_collectives(g: Graph) -> Graph:
+    """Replace each coarse COMM node by its fine-grained sub-graph (per-message nodes on link
+    queues). Needs one node per rank in the graph: expand after replicating ranks, not folding."""
+    topo, spec = current_topology(g), current_scheme(g)
+    colls = find_collectives(g)
+    n = graph_world_size(g)
+    if n != g.world_size:
+        raise DagprofError(f"cannot expand collectives of a folded graph ({g.world_size} of {n} ranks present)")
+    drop = np.zeros(len(g), dtype=bool)
+    drop[[c.comm for c in colls]] = True
+    b, remap = GraphBuilder.from_graph(g, ~drop)
+    for c in colls:
+        by_rank: list[list[int]] = [[] for _ in range(n)]
+        done: list[int] = [-1] * n
+        head = [c.sync] if c.sync >= 0 else c.ready
+        for r in range(n):
+            by_rank[r] = [int(remap[v]) for v in head]
+        for v in c.consumers:
+            r = int(g.rank[v])
+            if r < 0 or done[r] >= 0:
+                raise DagprofError("a collective must feed exactly one node per rank to be expanded")
+            done[r] = int(remap[v])
+        if min(done) < 0:
+            raise DagprofError("a collective feeds no node on some rank; cannot expand it")
+        add_allreduce(b, by_rank, done, float(g.nbytes[c.comm]), topo, spec, order=float(g.order[c.comm]),
+                      step=int(g.step[c.comm]), bucket=int(g.bucket[c.comm]), tag=f"allreduce s{g.step[c.comm]} b{g.bucket[c.comm]}")
+    out = b.build()
+    out.meta["fine"] = True
+    return out

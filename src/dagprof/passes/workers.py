@@ -1,0 +1,100 @@
+"""Scale the job to N workers from the profiled ranks, without re-profiling.
+
+Data-parallel ranks run the same program, so a new rank is a copy of a profiled one
+(rank r' copies rank r' mod N0). Two equivalent ways:
+- ``replicate``: really add the copies (needed before ``expand_collectives`` puts
+  per-link messages in the graph, and to see per-rank timelines); cost grows with N;
+- fold (default for large N): keep the profiled ranks and only tell the collectives
+  they span N ranks. In the coarse graph every copy of a rank would replay exactly
+  like its original (same inputs, same join), so the prediction is identical at a
+  cost independent of N (4,096 ranks answer as fast as 2).
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..errors import DagprofError
+from ..graph.dag import Device, Graph, csr_graph, NODE_COLUMNS
+from .comm import current_scheme, current_topology, graph_world_size, retime_collectives
+
+REPLICATE_UP_TO = 64  # ranks; above this ``scale_workers`` folds unless told otherwise
+
+
+def scale_workers(g: Graph, workers: int, replicate: bool | None = None) -> Graph:
+    """What if the job ran on ``workers`` ranks (same per-rank batch: weak scaling)?"""
+    if workers < 1:
+        raise DagprofError(f"workers must be >= 1, got {workers}")
+    if g.meta.get("fine"):
+        raise DagprofError("scale workers before expanding collectives into per-link messages")
+    topo = current_topology(g).with_workers(workers)
+    spec = current_scheme(g)
+    n0 = graph_world_size(g)
+    if g.world_size != n0:
+        raise DagprofError(f"graph is already folded ({g.world_size} of {n0} ranks present); scale the unfolded graph")
+    if replicate is None:
+        replicate = workers <= REPLICATE_UP_TO
+    if replicate and workers != n0:
+        out = _copy_ranks(g, np.arange(workers) % n0)
+    else:
+        out = _copy_ranks(g, np.arange(workers)) if workers < n0 else g
+    out = out.replace(meta={**out.meta, "world_size": workers})
+    return retime_collectives(out, topo, spec)
+
+
+def _copy_ranks(g: Graph, source: np.ndarray) -> Graph:
+    """A graph whose rank r is a copy of ``g``'s rank ``source[r]``; shared (rank -1) nodes kept once
+    and joined to every copy."""
+    shared = np.flatnonzero(g.rank < 0)
+    per_rank = [np.flatnonzero(g.rank == s) for s in range(g.world_size)]
+    blocks = [shared] + [per_rank[s] for s in source.tolist()]
+    old_of_new = np.concatenate(blocks)
+    new_rank = np.concatenate([g.rank[shared]] + [np.full(len(per_rank[s]), r, dtype=np.int32) for r, s in enumerate(source.tolist())])
+    n = len(old_of_new)
+    # devices: shared ones kept, each rank's own renamed for its copy
+    devices = [d for d in g.devices]
+    dev_ids: dict[tuple[int, int], int] = {}
+    new_device = g.device[old_of_new].copy()
+    offset = len(shared)
+    for r, s in enumerate(source.tolist()):
+        sl = slice(offset, offset + len(per_rank[s]))
+        offset += len(per_rank[s])
+        if r == s:
+            continue
+        old = new_device[sl]
+        for d in np.unique(old[old >= 0]).tolist():
+            key = (r, d)
+            if key not in dev_ids:
+                dv = g.devices[d]
+                if dv.rank < 0 and not dv.name.startswith(f"rank{s}/"):
+                    raise DagprofError(f"device {dv.name!r} is shared by ranks; replicate before expanding collectives")
+                name = re.sub(rf"^rank{s}\b", f"rank{r}", dv.name) if dv.name.startswith(f"rank{s}") else f"rank{r}/{dv.name}"
+                dev_ids[key] = len(devices)
+                devices.append(Device(name, dv.kind, r, dv.capacity))
+            old[old == d] = dev_ids[key]
+        new_device[sl] = old
+    # edges: map each old edge to all its copies
+    src_old = np.repeat(np.arange(len(g)), np.diff(g.indptr))
+    dst_old = g.succ.astype(np.int64)
+    src_new, dst_new = [], []
+    starts = np.cumsum([len(shared)] + [len(per_rank[s]) for s in source.tolist()])
+    is_shared = g.rank < 0
+    # intra-rank edges, per copy
+    for r, s in enumerate(source.tolist()):
+        local = np.full(len(g), -1, dtype=np.int64)
+        local[per_rank[s]] = starts[r] + np.arange(len(per_rank[s]))
+        local[shared] = np.arange(len(shared))
+        m = (local[src_old] >= 0) & (local[dst_old] >= 0) & ~(is_shared[src_old] & is_shared[dst_old])
+        src_new.append(local[src_old[m]])
+        dst_new.append(local[dst_old[m]])
+    sh = np.full(len(g), -1, dtype=np.int64)
+    sh[shared] = np.arange(len(shared))
+    m = is_shared[src_old] & is_shared[dst_old]
+    src_new.append(sh[src_old[m]])
+    dst_new.append(sh[dst_old[m]])
+    cols = {c: getattr(g, c)[old_of_new] for c in NODE_COLUMNS}
+    cols["rank"] = new_rank
+    cols["device"] = new_device
+    return csr_graph(n, np.concatenate(src_new), np.concatenate(dst_new), names=g.names, devices=devices, layers=g.layers,
+                     meta=dict(g.meta), **cols)
