@@ -17,6 +17,7 @@ COMMANDS = [
     "replay",
     "analyze",
     "report",
+    "sgd",
 ]
 
 
