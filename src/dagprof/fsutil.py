@@ -17,6 +17,9 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO]:
     try:
         with os.fdopen(fd, mode) as f:
             yield f
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the mode open() would
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
