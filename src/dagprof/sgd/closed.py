@@ -67,4 +67,4 @@ def closed_form(profile: LayerProfile, schedule: Schedule) -> Prediction:
     busy = t_f + backward_comm + profile.update_us
     load = profile.io_us + profile.h2d_us
     iteration = max(load, busy) if schedule.prefetch_io else load + busy
-    return Prediction(iteration, backward_comm - t_b, float(schedule.comm_us.sum()), compute)
+    return Prediction(iteration, max(backward_comm - t_b, 0.0), float(schedule.comm_us.sum()), compute)

@@ -73,8 +73,7 @@ def replay_schedule(profile: LayerProfile, schedule: Schedule, iterations: int =
     iteration = float(result.end[upd & last].max() - result.end[upd & prev].max())
     first_b = last & (g.kind == Kind.BACKWARD) & (g.layer == 0)
     backward_end = float(result.end[first_b].max())
-    backward_start = backward_end - float(profile.backward_us.sum())
     comm = last & (g.kind == Kind.COMM)
     comm_end = float(result.end[comm].max()) if comm.any() else backward_end
     t_f, t_b = float(profile.forward_or_zero().sum()), float(profile.backward_us.sum())
-    return Prediction(iteration, max(comm_end, backward_end) - backward_start - t_b, float(g.dur[comm].sum()), t_f + t_b + profile.update_us)
+    return Prediction(iteration, max(comm_end - backward_end, 0.0), float(g.dur[comm].sum()), t_f + t_b + profile.update_us)

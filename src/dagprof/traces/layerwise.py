@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DagprofError
+from .dagprof_run import read_run
 from .events import Kind, Run
 
 
@@ -278,15 +279,11 @@ def layer_profile_from_run(run: Run, rank: int = 0) -> LayerProfile:
         np.add.at(sums, np.searchsorted(steps, ev.step[m][keep]), ev.dur[m][keep])
         return float(np.median(sums))
 
-    bw = layered & (ev.kind == Kind.BACKWARD)
-    grad = np.zeros(len(order), dtype=np.int64)
-    known = trace.meta.get("layer_grad_bytes", {})
-    for k, l in enumerate(order):
-        nb = ev.nbytes[bw & (ev.layer == l)]
-        grad[k] = int(nb.max()) if len(nb) and nb.max() > 0 else int(known.get(trace.layers[l], 0))
+    names = [trace.layers[l] for l in order]
+    grad, warnings = _layer_grad_bytes(trace, names, layered & (ev.kind == Kind.BACKWARD), order)
     spans = trace.step_spans()
     return LayerProfile(
-        names=[trace.layers[l] for l in order],
+        names=names,
         forward_us=per_step_layer(Kind.FORWARD),
         backward_us=per_step_layer(Kind.BACKWARD),
         grad_bytes=grad,
@@ -295,7 +292,36 @@ def layer_profile_from_run(run: Run, rank: int = 0) -> LayerProfile:
         update_us=per_step(Kind.UPDATE),
         iter_us=float(np.median(spans[:, 2] - spans[:, 1])) if len(spans) else None,
         source=trace.source,
+        meta={"warnings": warnings},
     )
+
+
+def _layer_grad_bytes(trace, names: list[str], backward: np.ndarray, order: list[int]) -> tuple[np.ndarray, list[str]]:
+    """Per-layer gradient bytes: BACKWARD events' ``nbytes``, else ``meta['layer_grad_bytes']``, else the DDP buckets.
+
+    A bucket only knows its total bytes and its parameter names (``conv1.weight`` belongs to
+    layer ``conv1``); its bytes are split evenly over its parameters, which is exact only for
+    one-parameter buckets, so that estimate comes with a warning.
+    """
+    ev = trace.events
+    grad = np.zeros(len(order), dtype=np.int64)
+    for k, l in enumerate(order):
+        nb = ev.nbytes[backward & (ev.layer == l)]
+        grad[k] = int(nb.max()) if len(nb) else 0
+    if grad.any():
+        return grad, []
+    known = trace.meta.get("layer_grad_bytes")
+    if known:
+        return np.array([int(known.get(n, 0)) for n in names], dtype=np.int64), []
+    index = {n: k for k, n in enumerate(names)}
+    for bucket in trace.buckets:
+        for param in bucket.params:
+            k = index.get(param.rpartition(".")[0])
+            if k is not None:
+                grad[k] += bucket.nbytes // max(len(bucket.params), 1)
+    if not trace.buckets:
+        return grad, ["no gradient sizes in the run (no DDP buckets): per-layer all-reduce sizes are 0"]
+    return grad, ["per-layer gradient bytes estimated by splitting each DDP bucket evenly over its parameters"]
 
 
 # ---------------------------------------------------------------- dispatch
@@ -305,8 +331,6 @@ def read_layer_file(path: str | os.PathLike[str]) -> LayerProfile:
     """A dagprof run folder, a B-Caffe log (any file with 'distributed.cpp:' lines) or a layer CSV."""
     path = os.fspath(path)
     if os.path.isdir(path):
-        from .dagprof_run import read_run  # written by the collection side; a folder is a run
-
         return layer_profile_from_run(read_run(path))
     if not os.path.exists(path):
         raise DagprofError("no such file", path)

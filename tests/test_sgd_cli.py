@@ -1,0 +1,90 @@
+"""``dagprof sgd`` end to end: text, --json rows, the SVG chart, one-line errors with line numbers."""
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from dagprof.cli.main import main
+from dagprof.sgd.svg import speedup_svg
+
+DATA = Path("/work/shared/data/bcaffe-k80-googlenet")
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="reference data folder /work/shared/data not present")
+
+CSV = """# io_us=1000, h2d_us=200, update_us=500
+layer,forward_us,backward_us,grad_bytes
+conv1,2000,4000,40000
+conv2,3000,6000,4000000
+fc,500,1000,16000000
+"""
+
+
+def run_json(capsys, *argv) -> dict:
+    assert main(["sgd", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_csv_scaling_json(tmp_path, capsys):
+    f = tmp_path / "net.csv"
+    f.write_text(CSV)
+    r = run_json(capsys, str(f), "--workers", "1,2,4,8", "--net", "10gbe", "--replay")
+    assert [row["workers"] for row in r["rows"]] == [1, 2, 4, 8]
+    one = r["rows"][0]
+    assert one["iter_time_s"] == pytest.approx(0.017) and one["speedup"] == pytest.approx(1.0)  # 5.5 + 11 + 0.5 ms, I/O prefetched
+    for row in r["rows"]:
+        assert set(row) >= {"workers", "iter_time_s", "comm_exposed_s", "speedup", "efficiency"}
+        assert row["efficiency"] == pytest.approx(row["speedup"] / row["workers"])
+    assert r["replay_max_rel_diff"] < 1e-9
+    assert set(r["policies"]) == {"sequential", "io-overlap", "wfbp", "fused", "mg-wfbp"}
+    assert all(g >= 1 - 1e-12 for g in r["gain_over_sequential"]["wfbp"])
+
+
+def test_text_output_and_svg(tmp_path, capsys):
+    f = tmp_path / "net.csv"
+    f.write_text(CSV)
+    svg = tmp_path / "speedup.svg"
+    assert main(["sgd", str(f), "--workers", "1,4", "--net", "25Gbit", "--policy", "fused", "--svg", str(svg)]) == 0
+    out = capsys.readouterr().out
+    assert "policy fused" in out and "mg-wfbp" in out and "speed-up chart" in out
+    root = ET.fromstring(svg.read_text())
+    assert root.tag.endswith("svg") and len(root.findall("{http://www.w3.org/2000/svg}polyline")) == 6  # linear + 5 policies
+
+
+def test_bad_layer_file_is_one_line_with_line_number(tmp_path, capsys):
+    f = tmp_path / "bad.csv"
+    f.write_text("layer,backward_us,grad_bytes\na,1,2\nb,fast,2\n")
+    assert main(["sgd", str(f), "--net", "10gbe"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and f"{f}: line 3: backward_us 'fast' is not a number" in err
+
+
+def test_missing_cost_source_and_bad_net(tmp_path, capsys):
+    f = tmp_path / "net.csv"
+    f.write_text(CSV)
+    assert main(["sgd", str(f), "--workers", "1,2"]) == 2
+    assert "no all-reduce cost for 2 workers" in capsys.readouterr().err
+    assert main(["sgd", str(f), "--net", "carrier-pigeon"]) == 2
+    assert "--net 'carrier-pigeon'" in capsys.readouterr().err
+
+
+@needs_data
+def test_bcaffe_googlenet_prediction(capsys):
+    r = run_json(capsys, str(DATA / "tmp8comm.log"), "--workers", "1,2,4,8", "--iter-time-1", "0.3918",
+                 "--comm-log", str(DATA / "tmp2comm.log"), "--comm-log", str(DATA / "tmp4comm.log"), "--osu", str(DATA / "allreduce8.log"))
+    rows = {row["workers"]: row for row in r["rows"]}
+    assert rows[1]["iter_time_s"] == pytest.approx(0.3918)
+    assert rows[8]["comm_source"].startswith("measured per layer")
+    t = {p: [x["iter_time_s"] for x in v] for p, v in r["policies"].items()}
+    # the model can only add time to the single-worker iteration, and WFBP never loses to no overlap
+    for p, times in t.items():
+        assert min(times) >= 0.3918 - 1e-9
+        assert all(w <= s + 1e-12 for w, s in zip(t["wfbp"], t["sequential"]))
+    assert rows[8]["comm_exposed_s"] > 0.05  # 0.31 s of measured 8-node comm cannot hide behind 0.21 s of backward
+
+
+def test_speedup_svg_skips_missing_points():
+    svg = speedup_svg([1, 2, 4], {"a": [1.0, float("nan"), 3.5]}, title="t & <x>")
+    root = ET.fromstring(svg)
+    assert len(root.findall("{http://www.w3.org/2000/svg}circle")) == 2
