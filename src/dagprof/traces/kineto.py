@@ -11,8 +11,9 @@ Conventions on top of ``events.py``:
 - wrappers (``user_annotation`` ranges such as ``ProfilerStep#N``,
   ``DistributedDataParallel.forward``, ``Optimizer.step#...``, module ranges)
   get ``depth == -1``: they are not nodes; their children count from depth 0;
-- flows join depth-0 events only (a launch inside ``aten::mm`` is attributed to
-  ``aten::mm``), so the graph builder can use them as node edges directly;
+- flows join the exact events (a ``cudaLaunchKernel`` nested in ``aten::mm`` -> the
+  kernel; a GPU op -> the ``cudaStreamSynchronize`` waiting for it); the graph
+  builder splits depth-0 ops at nested endpoints;
 - ``seq`` is the per-group position on this rank (``Seq`` when the trace has it),
   carried by both the transfer (kernel / gloo op) and its host enqueue;
 - ``meta["collectives"]`` holds, per transfer event, the canonical collective
@@ -20,6 +21,7 @@ Conventions on top of ``events.py``:
 """
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import os
@@ -42,10 +44,16 @@ _CTX_KINDS = np.array([Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE, Kind.DATA], dty
 def read_kineto(path: str | os.PathLike[str], rank: int | None = None) -> RankTrace:
     """Parse one rank's Kineto trace (.json or .json.gz). ``rank`` overrides what the file says."""
     path = os.fspath(path)
-    trace = _decode(_read_bytes(path), path)
-    if trace.traceEvents is None:
-        raise DagprofError("not a Kineto trace: no 'traceEvents' list", path)
-    return _Builder(trace, path, rank).build()
+    was_enabled = gc.isenabled()
+    gc.disable()  # 10^5..10^6 acyclic objects: collection passes would cost a third of the parse
+    try:
+        trace = _decode(_read_bytes(path), path)
+        if trace.traceEvents is None:
+            raise DagprofError("not a Kineto trace: no 'traceEvents' list", path)
+        return _Builder(trace, path, rank).build()
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 # ------------------------------------------------------------------ decoding
@@ -188,27 +196,34 @@ class _Builder:
     # -- flat columns in (lane, start, longest-first) order
     def _columns(self, xs: list[ks.Event]) -> None:
         n = len(xs)
-        pairs: dict[tuple[str, str], int] = {}
-        lanes: dict[tuple[bool, Any, Any], int] = {}
-        gpu = ks.GPU_CATS
-        pair = np.fromiter((pairs.setdefault((e.cat, e.name), len(pairs)) for e in xs), np.int32, n)
-        lane = np.fromiter((lanes.setdefault((e.cat in gpu, e.pid, e.tid), len(lanes)) for e in xs), np.int32, n)
+        name_id = _intern([e.name for e in xs])
+        cat_id = _intern([e.cat for e in xs])
+        cats = list(cat_id[1])
+        pair_key = name_id[0].astype(np.int64) * len(cats) + cat_id[0]
+        pair_keys, pair = np.unique(pair_key, return_inverse=True)
+        names = name_id[1]
+        cat_gpu = np.array([c in ks.GPU_CATS for c in cats], dtype=np.int64)
+        pid = _intern([e.pid for e in xs])
+        tid = _intern([e.tid for e in xs])  # usually ints, but the format allows strings
+        lane_key = (cat_gpu[cat_id[0]] * len(pid[1]) + pid[0]) * len(tid[1]) + tid[0]
+        lane_codes, lane = np.unique(lane_key, return_inverse=True)
         ts = np.fromiter((e.ts for e in xs), np.float64, n)
         dur = np.fromiter((e.dur for e in xs), np.float64, n)
         np.maximum(dur, 0.0, out=dur)
         order = np.lexsort((-dur, ts, lane))
         self.xs = [xs[i] for i in order.tolist()]
-        self.pair, self.lane, ts, self.dur = pair[order], lane[order], ts[order], dur[order]
+        self.pair, self.lane, ts, self.dur = pair[order].astype(np.int32), lane[order].astype(np.int32), ts[order], dur[order]
         self.t0 = float(ts.min()) if n else 0.0
         self.start = ts - self.t0
         self.n = n
-        self.lane_keys = list(lanes)
+        pids, tids = list(pid[1]), list(tid[1])
+        self.lane_keys = [(bool(c // len(tids) // len(pids)), pids[c // len(tids) % len(pids)], tids[c % len(tids)])
+                          for c in lane_codes.tolist()]
         self.lane_gpu = np.array([k[0] for k in self.lane_keys], dtype=bool)
         self.is_gpu = self.lane_gpu[self.lane] if n else np.zeros(0, bool)
-        names: dict[str, int] = {}
-        self.pair_name = np.array([names.setdefault(nm, len(names)) for _, nm in pairs], dtype=np.int32)
         self.names = list(names)
-        self.info = [_classify(cat, nm) for cat, nm in pairs]
+        self.pair_name = (pair_keys // len(cats)).astype(np.int32)
+        self.info = [_classify(cats[int(k) % len(cats)], self.names[int(k) // len(cats)]) for k in pair_keys.tolist()]
         self.pair_kind = np.array([i.kind for i in self.info], dtype=np.int8)
         self.pair_ctx = np.array([i.ctx for i in self.info], dtype=np.int8)
         self.pair_wrapper = np.array([i.wrapper for i in self.info], dtype=bool)
@@ -318,29 +333,28 @@ class _Builder:
         step[launched] = step[launcher[launched]]
         self.kind, self.step, self.corr, self.launcher, self.eff_ctx = kind, step, corr, launcher, ctx
 
-    # -- intra-rank dependencies between depth-0 events
+    # -- intra-rank dependencies; endpoints may be nested (the graph builder splits at them)
     def _flows(self, syncs: list[ks.Event]) -> np.ndarray:
-        src: list[np.ndarray] = []
-        dst: list[np.ndarray] = []
         launched = np.flatnonzero(self.launcher >= 0)
-        src.append(self.top[self.launcher[launched]])
-        dst.append(launched)
         self.enqueue_of = np.full(self.n, -1, dtype=np.int64)
-        self.enqueue_of[launched] = self.top[self.launcher[launched]]
+        comm = launched[self.kind[launched] == Kind.COMM]
+        self.enqueue_of[comm] = [self._enclosing_enqueue(int(r)) for r in self.launcher[comm].tolist()]
         e, t = self._gloo_enqueues()
         self.enqueue_of[t] = e
-        src.append(self.top[e])
-        dst.append(t)
         w_src, w_dst = self._waits()
-        src.append(w_src)
-        dst.append(w_dst)
-        f = np.stack([np.concatenate(src), np.concatenate(dst)], axis=1).astype(np.int64)
+        f = np.stack([np.concatenate([self.launcher[launched], e, w_src]),
+                      np.concatenate([launched, t, w_dst])], axis=1).astype(np.int64)
         f = f[(f[:, 0] >= 0) & (f[:, 1] >= 0) & (f[:, 0] != f[:, 1])]
-        f = f[(self.depth[f[:, 0]] == 0) & (self.depth[f[:, 1]] == 0)]
         return np.unique(f, axis=0) if len(f) else f.reshape(0, 2)
 
-    def _roles(self) -> list[str]:
-        return [self.info[p].role for p in self.pair.tolist()]
+    def _enclosing_enqueue(self, i: int) -> int:
+        """The host collective call (c10d::*) around event ``i``, else its depth-0 op."""
+        j = i
+        while j >= 0:
+            if self.info[self.pair[j]].role == ks.Role.ENQUEUE:
+                return j
+            j = int(self.parent[j])
+        return int(self.top[i])
 
     def _gloo_enqueues(self) -> tuple[np.ndarray, np.ndarray]:
         """Host enqueue -> CPU transfer (gloo): nothing links them in the trace, so pair by order per collective."""
@@ -365,27 +379,62 @@ class _Builder:
         return np.array(out_e, dtype=np.int64), np.array(out_t, dtype=np.int64)
 
     def _waits(self) -> tuple[np.ndarray, np.ndarray]:
-        """A wait depends on the latest transfer (c10d wait, copy_bucket_to_grad) or GPU op (cuda sync) done before it ends."""
+        """Dependencies nothing in the trace links explicitly, each from what the runtime guarantees.
+
+        - a host wait (c10d wait, copy_bucket_to_grad) on a host transfer (gloo): after the latest
+          transfer that ended before the wait ended; with NCCL the host does not block, so such
+          waits are ordinary ops (their kind falls back to their context's);
+        - a device sync (cudaStreamSynchronize, ...): after the latest GPU op that ended before it;
+        - NCCL: the comm stream waits for the work enqueued on the compute stream before the
+          collective was issued, and the compute stream's next work after a
+          ``cudaStreamWaitEvent`` outside a c10d call waits for the latest issued collective.
+        """
         end = self.start + self.dur
-        kind0 = self.pair_kind[self.pair]
-        waits = np.flatnonzero(kind0 == Kind.COMM_WAIT)
-        if not len(waits):
-            return np.empty(0, np.int64), np.empty(0, np.int64)
+        out: list[tuple[np.ndarray, np.ndarray]] = []
+        waits = np.flatnonzero(self.pair_kind[self.pair] == Kind.COMM_WAIT)
         device_sync = np.array([i.role == "" for i in self.info])[self.pair[waits]]
-        src_out, dst_out = [], []
-        for cand_mask, wmask in ((self.kind == Kind.COMM, ~device_sync), (self.is_gpu, device_sync)):
-            cand = np.flatnonzero(cand_mask)
-            w = waits[wmask]
-            if not len(cand) or not len(w):
-                continue
-            o = cand[np.argsort(end[cand], kind="stable")]
-            k = np.searchsorted(end[o], end[w], side="right") - 1
-            ok = k >= 0
-            src_out.append(o[k[ok]])
-            dst_out.append(self.top[w[ok]])
-        if not src_out:
+        host_transfer = np.flatnonzero((self.kind == Kind.COMM) & ~self.is_gpu)
+        for cand, w in ((host_transfer, waits[~device_sync]), (np.flatnonzero(self.is_gpu), waits[device_sync])):
+            if len(cand) and len(w):
+                o = cand[np.argsort(end[cand], kind="stable")]
+                k = np.searchsorted(end[o], end[w], side="right") - 1
+                out.append((o[k[k >= 0]], w[k >= 0]))
+        host_waits = waits[~device_sync]
+        unblocked = host_waits[~np.isin(host_waits, out[0][1])] if out and len(host_transfer) else host_waits
+        ctx = self.eff_ctx[unblocked]
+        self.kind[unblocked] = np.where(np.isin(ctx, _CTX_KINDS), ctx, Kind.OTHER)
+        out.extend(self._stream_waits())
+        if not out:
             return np.empty(0, np.int64), np.empty(0, np.int64)
-        return np.concatenate(src_out), np.concatenate(dst_out)
+        return np.concatenate([o[0] for o in out]), np.concatenate([o[1] for o in out])
+
+    def _stream_waits(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        gpu = np.flatnonzero(self.is_gpu & (self.launcher >= 0))
+        if not len(gpu):
+            return []
+        issued = self.start[self.launcher[gpu]]
+        o = np.argsort(issued, kind="stable")
+        gpu, issued = gpu[o], issued[o]
+        comm = self.kind[gpu] == Kind.COMM
+        work, work_t = gpu[~comm], issued[~comm]
+        coll, coll_t = gpu[comm], issued[comm]
+        out = []
+        if len(coll) and len(work):
+            k = np.searchsorted(work_t, coll_t, side="left") - 1
+            out.append((work[k[k >= 0]], coll[k >= 0]))
+        is_wait = np.array([nm.endswith("StreamWaitEvent") for nm in self._pair_names()])[self.pair]
+        waits = np.flatnonzero(is_wait & ~self.is_gpu)
+        waits = np.array([w for w in waits.tolist() if self.info[self.pair[self._enclosing_enqueue(w)]].role != ks.Role.ENQUEUE], dtype=np.int64)
+        if len(coll) and len(work) and len(waits):
+            t = self.start[waits]
+            c = np.searchsorted(coll_t, t, side="left") - 1
+            g = np.searchsorted(work_t, t, side="right")
+            ok = (c >= 0) & (g < len(work))
+            out.append((coll[c[ok]], work[g[ok]]))
+        return out
+
+    def _pair_names(self) -> list[str]:
+        return [self.names[i] for i in self.pair_name.tolist()]
 
     # -- collectives: group, seq, bytes
     def _collectives(self) -> None:
@@ -406,7 +455,7 @@ class _Builder:
         meta_of: dict[int, list[int]] = {}
         roles = np.array([i.role == ks.Role.META for i in self.info])[self.pair]
         for i in np.flatnonzero(roles).tolist():
-            meta_of.setdefault(int(self.top[i]), []).append(i)
+            meta_of.setdefault(self._enclosing_enqueue(i), []).append(i)
         coll_out, dtype_out, explicit_seq = [], [], []
         gids: dict[str, int] = {}
         for t in transfers.tolist():
@@ -495,6 +544,12 @@ class _Builder:
             kind = LaneKind.COMM_THREAD if ("gloo" in name or comm_only[i]) and i != main else LaneKind.CPU_THREAD
             lanes.append(Lane(name, kind, main=i == main))
         return lanes
+
+
+def _intern(values: list[Any]) -> tuple[np.ndarray, dict[Any, int]]:
+    """Ids in first-seen order; hashing str objects is cached, so this is one dict probe per value."""
+    ids = {v: i for i, v in enumerate(dict.fromkeys(values))}
+    return np.fromiter(map(ids.__getitem__, values), np.int32, len(values)), ids
 
 
 def _dims_elems(dims: Any) -> int:

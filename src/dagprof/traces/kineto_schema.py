@@ -18,6 +18,7 @@ from .events import Kind
 
 class Args(
     msgspec.Struct,
+    gc=False,
     rename={
         "correlation": "correlation",
         "nbytes": "bytes",
@@ -55,7 +56,7 @@ class Args(
     labels: msgspec.Raw = msgspec.Raw()  # metadata events: "CPU", "GPU 0"
 
 
-class Event(msgspec.Struct):
+class Event(msgspec.Struct, gc=False):
     ph: str = ""
     name: str = ""
     cat: str = ""
@@ -66,7 +67,7 @@ class Event(msgspec.Struct):
     args: Args | None = None
 
 
-class Trace(msgspec.Struct):
+class Trace(msgspec.Struct, gc=False):
     traceEvents: list[Event] | None = None
     distributedInfo: msgspec.Raw = msgspec.Raw()
     baseTimeNanoseconds: int | None = None
