@@ -1,0 +1,103 @@
+"""Zero-code-change mode: ``dagprof profile -o RUN -- torchrun ... train.py``.
+
+The launcher puts ``bootstrap/`` on PYTHONPATH; its ``sitecustomize`` calls ``install()``
+in every Python process of the job. ``install`` waits for ``import torch`` (a meta-path
+finder; processes that never import torch are untouched), then wraps
+``DistributedDataParallel.__init__`` (attach hooks, step 0 starts at its first forward)
+and counts steps with global optimizer hooks (a step ends when the first optimizer that
+ever stepped finishes ``step()``). Files are written when the window ends, or at exit.
+
+What it cannot see: models not wrapped in DistributedDataParallel (FSDP, DeepSpeed,
+Horovod, plain single-process training), data loading as its own phase (it is part of
+``other:pre-forward``), steps of a second optimizer, processes killed by a signal.
+"""
+from __future__ import annotations
+
+import atexit
+import importlib.abc
+import importlib.util
+import os
+import sys
+import warnings
+from functools import wraps
+from typing import Any
+
+from .collector import Collector
+from .profile import parse_steps
+
+ENV_OUT = "DAGPROF_OUT"
+ENV_STEPS = "DAGPROF_STEPS"
+ENV_KINETO = "DAGPROF_KINETO"
+
+
+class _AfterTorchImport(importlib.abc.MetaPathFinder):
+    """Runs ``_patch`` right after the top-level ``torch`` module finished executing."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_then_patch(module: Any) -> None:
+            exec_module(module)
+            try:
+                _patch()
+            except Exception as err:  # noqa: BLE001  (never break the user's job)
+                warnings.warn(f"dagprof: zero-code profiling not installed: {type(err).__name__}: {err}", RuntimeWarning)
+
+        spec.loader.exec_module = exec_then_patch
+        return spec
+
+
+def install() -> None:
+    if ENV_OUT not in os.environ:
+        return
+    if "torch" in sys.modules:
+        _patch()
+    else:
+        sys.meta_path.insert(0, _AfterTorchImport())
+
+
+def _patch() -> None:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    collector = Collector(
+        os.environ[ENV_OUT], parse_steps(os.environ.get(ENV_STEPS, "5:10")),
+        kineto=os.environ.get(ENV_KINETO, "1") == "1", mode="launcher",
+    )
+    original_init = DDP.__init__
+    stepping: list[int] = []  # id of the optimizer whose steps are counted
+
+    @wraps(original_init)
+    def ddp_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        collector.attach(self)
+        handle = None
+
+        def first_forward(module: Any, inputs: Any) -> None:
+            handle.remove()
+            collector.start()
+
+        handle = self.register_forward_pre_hook(first_forward)
+
+    def after_step(opt: Any, args: Any, kwargs: Any) -> None:
+        collector.update_end()
+        if not stepping:
+            stepping.append(id(opt))
+        if stepping[0] == id(opt) and collector.step >= 0:
+            collector.next_step()
+
+    DDP.__init__ = ddp_init
+    register_optimizer_step_pre_hook(lambda opt, args, kwargs: collector.update_begin())
+    register_optimizer_step_post_hook(after_step)
+    atexit.register(_close, collector)
+
+
+def _close(collector: Collector) -> None:
+    if collector.step >= 0:  # this process trained a DDP model (the torchrun agent never does)
+        collector.close()

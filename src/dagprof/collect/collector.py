@@ -1,0 +1,457 @@
+"""Per-process collector: module, autograd, comm and optimizer hooks over a window of steps.
+
+Hooks only append ``(code, a, b, time.time_ns(), x)`` tuples to a list (Kineto uses the
+same Unix clock, so both line up without conversion); everything else happens when the
+window ends. Every hook body is guarded: an exception disables profiling with one warning
+and training carries on. Outside the window the leaf-module hooks are removed; the comm
+hook (DDP allows registering only one) stays as a pass-through.
+
+Torch is imported lazily, only here and in the modules that create a Collector.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from functools import partial
+from typing import Any
+
+from ..fsutil import atomic_open
+from ..traces.dagprof_run import FORMAT, MANIFEST, RANK_FORMAT, VERSION, Rec, kineto_file, rank_file
+
+_MAX_OUTPUT_HOOKS = 4  # tensors per module output that get a gradient hook
+
+
+class Collector:
+    """Records one window of steps of this process into ``out_dir``."""
+
+    def __init__(self, out_dir: str | os.PathLike[str], steps: range, kineto: bool = True,
+                 record_shapes: bool = False, ranges: bool = False, mode: str = "api"):
+        import torch  # noqa: F401  (fail early and clearly if torch is missing)
+
+        if steps.step != 1 or steps.start < 0 or len(steps) == 0:
+            raise ValueError(f"steps must be a non-empty range of consecutive steps >= 0, got {steps!r}")
+        self.out_dir = os.path.abspath(os.fspath(out_dir))
+        self.steps = steps
+        self.kineto = kineto
+        self.record_shapes = record_shapes
+        self.ranges = ranges  # also emit record_function ranges per layer (visible in Kineto)
+        self.mode = mode
+        self.records: list[tuple[int, int, int, int, int]] = []
+        self.step = -1  # current step index; -1 before the first step began
+        self.step_begin_ns = 0
+        self.step_times: list[tuple[int, int, int]] = []  # every step seen, profiled or not
+        self.profiled: list[int] = []
+        self.enabled = True
+        self.in_window = False
+        self.window_written = False
+        self.warnings: list[str] = []
+        self.layers: list[str] = []
+        self._layer_index: dict[str, int] = {}
+        self._modules: list[tuple[Any, str]] = []  # (leaf module, path)
+        self._params: list[tuple[Any, str]] = []  # (parameter, module path)
+        self._param_names: dict[int, str] = {}
+        self._roots: list[Any] = []  # the instrumented modules (DDP's inner module)
+        self._ddps: list[Any] = []
+        self._kineto_written = False
+        self._handles: list[Any] = []  # removed at window end
+        self._calls: dict[int, int] = {}
+        self._seq = 0
+        self._bwd_seen = False
+        self._layouts: list[list[dict]] = []
+        self._layout_key: dict[int, tuple] = {}
+        self._bucket_cap_mb: float | None = None
+        self._kineto_prof = None
+        self._ranges_open: dict[tuple[int, int], Any] = {}
+        self._info: dict[str, Any] = {}
+
+    # ---------------------------------------------------------------- guard
+    def _fail(self, err: BaseException, where: str) -> None:
+        if self.enabled:
+            self.enabled = False
+            msg = f"dagprof: profiling disabled after an error in {where}: {type(err).__name__}: {err}"
+            self.warnings.append(msg)
+            warnings.warn(msg, RuntimeWarning, stacklevel=2)
+            try:
+                self._detach()
+            except Exception:  # noqa: BLE001  (already failing; training must go on)
+                pass
+
+    @property
+    def recording(self) -> bool:
+        return self.in_window and self.enabled
+
+    # ---------------------------------------------------------------- attach
+    def attach(self, model: Any) -> None:
+        """Instrument a model: a DDP module (leaves + comm hook) or any nn.Module (compute only)."""
+        try:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            ddps = [m for m in model.modules() if isinstance(m, DDP)]
+            roots = [d.module for d in ddps] if ddps else [model]
+            for root in roots:
+                if any(root is r for r in self._roots):
+                    continue
+                self._add_root(root)
+            for ddp in ddps:
+                if not any(ddp is d for d in self._ddps):
+                    self._ddps.append(ddp)
+                    self._install_comm_hook(ddp)
+                    self._bucket_cap_mb = getattr(ddp, "bucket_bytes_cap", 0) / 2**20 or None
+            if self.in_window:
+                self._attach_leaf_hooks(roots)
+        except Exception as err:  # noqa: BLE001
+            self._fail(err, "attach")
+
+    def _add_root(self, root: Any) -> None:
+        self._roots.append(root)
+        for path, mod in root.named_modules():
+            if next(mod.children(), None) is not None:
+                continue
+            path = path or type(mod).__name__
+            if path not in self._layer_index:
+                self._layer_index[path] = len(self.layers)
+                self.layers.append(path)
+            self._modules.append((mod, path))
+        for name, p in root.named_parameters():
+            self._param_names[id(p)] = name
+            self._params.append((p, name.rpartition(".")[0] or type(root).__name__))
+
+    def _attach_leaf_hooks(self, roots: list[Any] | None = None) -> None:
+        wanted = None if roots is None else {id(m) for r in roots for m in r.modules()}
+        wanted_params = set() if roots is None else {id(p) for r in roots for p in r.parameters()}
+        for mod, path in self._modules:
+            if wanted is not None and id(mod) not in wanted:
+                continue
+            layer = self._layer_index[path]
+            self._handles.append(mod.register_forward_pre_hook(partial(self._fwd_pre, layer)))
+            self._handles.append(mod.register_forward_hook(partial(self._fwd_post, layer)))
+        for p, path in self._params:
+            layer = self._layer_index.get(path)
+            if layer is None or not p.requires_grad or not hasattr(p, "register_post_accumulate_grad_hook"):
+                continue  # torch < 2.1: backward spans end at the input gradient only
+            if wanted is None or id(p) in wanted_params:
+                self._handles.append(p.register_post_accumulate_grad_hook(partial(self._grad_ready, layer)))
+
+    def _detach(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        for rf in self._ranges_open.values():
+            rf.__exit__(None, None, None)
+        self._ranges_open.clear()
+
+    # ---------------------------------------------------------------- module / autograd hooks
+    def _fwd_pre(self, layer: int, module: Any, args: tuple) -> None:
+        if not self.recording:
+            return
+        try:
+            call = self._calls.get(layer, 0)
+            self._calls[layer] = call + 1
+            if self.ranges:
+                self._open_range(layer, call, "forward")
+            self.records.append((Rec.FWD_BEGIN, layer, call, time.time_ns(), 0))
+            for x in args:
+                if getattr(x, "requires_grad", False) and hasattr(x, "register_hook"):
+                    x.register_hook(partial(self._bwd_end, layer, call))
+        except Exception as err:  # noqa: BLE001
+            self._fail(err, f"forward pre-hook of {self.layers[layer]}")
+
+    def _fwd_post(self, layer: int, module: Any, args: tuple, output: Any) -> None:
+        if not self.recording:
+            return
+        try:
+            t = time.time_ns()
+            call = self._calls.get(layer, 1) - 1
+            self.records.append((Rec.FWD_END, layer, call, t, 0))
+            if self.ranges:
+                self._close_range(layer, call)
+            n = 0
+            for y in _tensors(output):
+                if y.requires_grad:
+                    y.register_hook(partial(self._bwd_begin, layer, call))
+                    n += 1
+                    if n == _MAX_OUTPUT_HOOKS:
+                        break
+        except Exception as err:  # noqa: BLE001
+            self._fail(err, f"forward hook of {self.layers[layer]}")
+
+    def _bwd_begin(self, layer: int, call: int, grad: Any) -> None:
+        if not self.recording:
+            return
+        try:
+            self.records.append((Rec.BWD_BEGIN, layer, call, time.time_ns(), 0))
+            if not self._bwd_seen:
+                self._bwd_seen = True
+                if self._ddps:
+                    from torch.autograd import Variable
+
+                    Variable._execution_engine.queue_callback(self._backward_done)
+        except Exception as err:  # noqa: BLE001
+            self._fail(err, "backward hook")
+
+    def _bwd_end(self, layer: int, call: int, grad: Any) -> None:
+        if self.recording:
+            self.records.append((Rec.BWD_END, layer, call, time.time_ns(), 0))
+
+    def _grad_ready(self, layer: int, param: Any) -> None:
+        if self.recording:
+            self.records.append((Rec.GRAD_READY, layer, 0, time.time_ns(), 0))
+
+    def _backward_done(self) -> None:
+        """First end-of-backward callback; DDP's finalize (the bucket wait) is queued after it."""
+        try:
+            if self.recording:
+                self.records.append((Rec.WAIT_BEGIN, 0, 0, time.time_ns(), 0))
+                from torch.autograd import Variable
+
+                Variable._execution_engine.queue_callback(self._finalize_done)
+        except Exception as err:  # noqa: BLE001
+            self._fail(err, "end-of-backward callback")
+
+    def _finalize_done(self) -> None:
+        if self.recording:
+            self.records.append((Rec.WAIT_END, 0, 0, time.time_ns(), 0))
+
+    def _open_range(self, layer: int, call: int, what: str) -> None:
+        from torch.autograd.profiler import record_function
+
+        rf = record_function(f"{self.layers[layer]}.{what}")
+        rf.__enter__()
+        self._ranges_open[(layer, call)] = rf
+
+    def _close_range(self, layer: int, call: int) -> None:
+        rf = self._ranges_open.pop((layer, call), None)
+        if rf is not None:
+            rf.__exit__(None, None, None)
+
+    # ---------------------------------------------------------------- DDP comm hook
+    def _install_comm_hook(self, ddp: Any) -> None:
+        """Wrap the bucket all-reduce; a hook the user registers later is wrapped instead of refused."""
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        if getattr(ddp, "_comm_hooks", None):
+            self.warnings.append("DDP already had a comm hook: per-bucket timings come from Kineto only")
+            return
+        inner: dict[str, Any] = {"hook": default_hooks.allreduce_hook, "state": ddp.process_group}
+        collector = self
+
+        def dagprof_comm_hook(state: object, bucket):  # parameter must be named "bucket" (DDP checks)
+            if not collector.recording:
+                return inner["hook"](inner["state"], bucket)
+            t0 = time.time_ns()
+            fut = inner["hook"](inner["state"], bucket)
+            try:
+                return collector._record_bucket(bucket, t0, fut)
+            except Exception as err:  # noqa: BLE001
+                collector._fail(err, "DDP comm hook")
+                return fut
+
+        def register_comm_hook(state: object, hook: Any) -> None:
+            inner.update(hook=hook, state=state)
+
+        ddp.register_comm_hook(None, dagprof_comm_hook)
+        ddp.register_comm_hook = register_comm_hook  # the user's hook runs inside ours
+
+    def _record_bucket(self, bucket: Any, t0: int, fut: Any) -> Any:
+        t1 = time.time_ns()
+        index = bucket.index()
+        buf = bucket.buffer()
+        nbytes = buf.numel() * buf.element_size()
+        seq = self._seq
+        self._seq += 1
+        self.records.append((Rec.ENQ_BEGIN, index, seq, t0, 0))
+        self.records.append((Rec.ENQ_END, index, seq, t1, nbytes))
+        key = (nbytes, tuple(id(p) for p in bucket.parameters()))
+        if self._layout_key.get(index) != key:
+            self._layout_key[index] = key
+            self._new_layout = True
+        records = self.records
+
+        def done(f: Any) -> Any:
+            records.append((Rec.COMM_DONE, index, seq, time.time_ns(), threading.get_native_id()))
+            return f.value()
+
+        return fut.then(done)
+
+    def _bucket_layout(self) -> list[dict]:
+        return [
+            {"index": i, "nbytes": nb, "params": [self._param_names.get(pid, "?") for pid in pids]}
+            for i, (nb, pids) in sorted(self._layout_key.items())
+        ]
+
+    # ---------------------------------------------------------------- optimizer
+    def update_begin(self) -> None:
+        if self.recording:
+            self.records.append((Rec.UPDATE_BEGIN, 0, 0, time.time_ns(), 0))
+
+    def update_end(self) -> None:
+        if self.recording:
+            self.records.append((Rec.UPDATE_END, 0, 0, time.time_ns(), 0))
+
+    # ---------------------------------------------------------------- steps and window
+    def start(self) -> None:
+        """Step 0 begins now."""
+        if self.step < 0:
+            self.step = 0
+            self._begin_step(time.time_ns())
+
+    def next_step(self) -> None:
+        """The current step ends now and the next begins."""
+        if self.step < 0:
+            self.start()
+            return
+        t = time.time_ns()
+        self._end_step(t)
+        self.step += 1
+        self._begin_step(time.time_ns())
+
+    def _begin_step(self, t: int) -> None:
+        self.step_begin_ns = t
+        if self.step == self.steps.start and self.enabled:
+            try:
+                self._begin_window()
+            except Exception as err:  # noqa: BLE001
+                self._fail(err, "window start")
+            t = self.step_begin_ns = time.time_ns()
+        if self.recording:
+            self._calls.clear()
+            self._bwd_seen = False
+            self._new_layout = False
+            self.records.append((Rec.STEP_BEGIN, self.step, 0, t, 0))
+
+    def _end_step(self, t: int) -> None:
+        self.step_times.append((self.step, self.step_begin_ns, t))
+        if self.recording:
+            self.records.append((Rec.STEP_END, self.step, 0, t, 0))
+            self.profiled.append(self.step)
+            if self._new_layout or not self._layouts:
+                self._layouts.append(self._bucket_layout())
+            if self._kineto_prof is not None and self.step + 1 < self.steps.stop:
+                self._kineto_prof.step()
+        if self.step + 1 == self.steps.stop and self.in_window:
+            self._end_window()
+
+    def _begin_window(self) -> None:
+        self._resolve_info()
+        self._write_manifest()
+        self.in_window = True
+        self._attach_leaf_hooks()
+        if self.kineto:
+            import torch
+            from torch.profiler import ProfilerActivity, profile
+
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+            prof = profile(activities=activities, record_shapes=self.record_shapes)
+            prof.step_num = self.step
+            prof.start()
+            self._kineto_prof = prof
+
+    def _end_window(self) -> None:
+        self.in_window = False
+        try:
+            self._detach()
+            self._write_rank(final=False)
+            self.window_written = True
+        except Exception as err:  # noqa: BLE001
+            self._fail(err, "writing the profile")
+
+    def close(self) -> None:
+        """Write whatever was collected (also when training ended before or inside the window)."""
+        try:
+            if self.in_window:  # training ended inside the window; the open step never finished
+                self.in_window = False
+                self._detach()
+            if not self._info:
+                self._resolve_info()
+                self._write_manifest()
+            self._write_rank(final=True)
+        except Exception as err:  # noqa: BLE001
+            self._fail(err, "writing the profile at exit")
+
+    # ---------------------------------------------------------------- output
+    def _resolve_info(self) -> None:
+        import torch
+
+        rank = int(os.environ.get("RANK", 0))
+        world = int(os.environ.get("WORLD_SIZE", 1))
+        backend = ""
+        try:
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                rank, world, backend = dist.get_rank(), dist.get_world_size(), str(dist.get_backend())
+        except Exception:  # noqa: BLE001  (no distributed support: a single process)
+            pass
+        self._info = {
+            "rank": rank, "world_size": world, "backend": backend, "host": socket.gethostname(), "pid": os.getpid(),
+            "local_rank": int(os.environ.get("LOCAL_RANK", rank)), "torch": torch.__version__,
+        }
+
+    def _write_manifest(self) -> None:
+        path = os.path.join(self.out_dir, MANIFEST)
+        if os.path.exists(path):
+            return
+        manifest = {
+            "format": FORMAT, "version": VERSION, "world_size": self._info["world_size"],
+            "steps_requested": [self.steps.start, self.steps.stop], "backend": self._info["backend"],
+            "kineto": self.kineto, "record_shapes": self.record_shapes, "mode": self.mode, "argv": sys.argv,
+            "created_ns": time.time_ns(),
+        }
+        with atomic_open(path) as f:
+            json.dump(manifest, f, indent=1)
+
+    def _write_rank(self, final: bool) -> None:
+        rank = self._info["rank"]
+        kfile = None
+        if self._kineto_prof is not None:
+            prof, self._kineto_prof = self._kineto_prof, None
+            prof.stop()
+            _export_gz(prof, os.path.join(self.out_dir, kineto_file(rank)))
+            self._kineto_written = True
+        if self._kineto_written:
+            kfile = kineto_file(rank)
+        doc = {
+            "format": RANK_FORMAT, "version": VERSION, **self._info, "mode": self.mode,
+            "bucket_cap_mb": self._bucket_cap_mb, "ddp": bool(self._ddps),
+            "steps_requested": [self.steps.start, self.steps.stop], "steps_profiled": self.profiled,
+            "steps_completed": len(self.step_times), "final": final, "kineto_file": kfile, "record_shapes": self.record_shapes,
+            "clock": {"unix_ns": time.time_ns(), "perf_ns": time.perf_counter_ns()},
+            "warnings": self.warnings, "layers": self.layers, "bucket_layouts": self._layouts,
+            "step_times_ns": self.step_times, "records": [list(map(int, r)) for r in self.records],
+        }
+        with atomic_open(os.path.join(self.out_dir, rank_file(rank))) as f:
+            json.dump(doc, f, separators=(",", ":"))
+
+
+def _export_gz(prof: Any, path: str) -> None:
+    """torch writes the trace to a plain path; gzip it into place atomically."""
+    fd, tmp = tempfile.mkstemp(suffix=".json", dir=os.path.dirname(path), prefix=".tmp-kineto-")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(tmp)
+        with open(tmp, "rb") as src, atomic_open(path, "wb") as dst, gzip.GzipFile(fileobj=dst, mode="wb", compresslevel=4) as gz:
+            shutil.copyfileobj(src, gz)
+    finally:
+        os.unlink(tmp)
+
+
+def _tensors(output: Any):
+    """Tensors in a module output (tensor, tuple/list, dict), shallow."""
+    if hasattr(output, "register_hook"):
+        yield output
+    elif isinstance(output, (tuple, list)):
+        for y in output:
+            if hasattr(y, "register_hook"):
+                yield y
+    elif isinstance(output, dict):
+        for y in output.values():
+            if hasattr(y, "register_hook"):
+                yield y
