@@ -21,13 +21,13 @@ FWD_US = [300.0, 100.0, 200.0, 300.0, 50.0, 250.0]
 BWD_US = [600.0, 200.0, 400.0, 600.0, 100.0, 500.0]
 
 
-def buckets_for(cap: float, first: float = 1024 * 1024) -> list[list[int]]:
+def buckets_for(cap: float, first: float | None = None) -> list[list[int]]:
     """Layers (in ready order: last layer first) grouped as DDP does after its rebuild."""
     out, cur, acc = [], [], 0
     for layer in reversed(range(len(LAYER_BYTES))):
         cur.append(layer)
         acc += LAYER_BYTES[layer]
-        if acc >= (first if not out else cap):
+        if acc >= (cap if first is None or out else first):
             out.append(cur)
             cur, acc = [], 0
     if cur:
@@ -36,7 +36,8 @@ def buckets_for(cap: float, first: float = 1024 * 1024) -> list[list[int]]:
 
 
 def ddp_graph(ranks: int = 2, steps: int = 3, cap: float = 5e6, link: AlphaBeta = LINK, overlap: bool = True,
-              capacity: int = 1, compute_scale: float = 1.0, layer_nbytes: bool = True, first: float = 1024 * 1024):
+              capacity: int = 1, compute_scale: float = 1.0, layer_nbytes: bool = True, first: float | None = None,
+              known_link: bool = True):
     b = GraphBuilder()
     topo = Topology.flat(ranks, link)
     buckets = buckets_for(cap, first)
@@ -88,6 +89,8 @@ def ddp_graph(ranks: int = 2, steps: int = 3, cap: float = 5e6, link: AlphaBeta 
         b.add_edge(sync, comm)
         b.add_edges([comm] * ranks, waits[step])
     b.meta.update(world_size=ranks, steps=list(range(steps)), backend="gloo")
+    if known_link:  # as after ``whatif --link-model``; without it passes fit the link to the COMM nodes
+        b.meta.update(topology=topo.to_dict(), scheme="ring")
     return b.build()
 
 
@@ -96,7 +99,7 @@ def iter_us(g) -> float:
 
 
 def test_fixture_replays_to_compute_plus_exposed_comm():
-    g = ddp_graph(ranks=2, cap=1e12, overlap=False, first=1e12)
+    g = ddp_graph(ranks=2, cap=1e12, overlap=False)
     compute = sum(FWD_US) + sum(BWD_US) + 10.0 + 400.0
     comm = allreduce_us(sum(LAYER_BYTES), Topology.flat(2, LINK))
     assert iter_us(g) == pytest.approx(compute + comm)
@@ -107,5 +110,6 @@ def test_overlap_hides_communication():
 
 
 def test_bucket_layout_like_ddp():
-    assert buckets_for(5e6) == [[5], [4, 3, 2], [1, 0]]
+    assert buckets_for(5e6) == [[5, 4, 3], [2, 1, 0]]
+    assert buckets_for(5e6, first=2**20) == [[5], [4, 3, 2], [1, 0]]
     assert np.all(np.diff(ddp_graph().step[ddp_graph().kind == Kind.COMM]) >= 0)

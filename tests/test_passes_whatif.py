@@ -13,9 +13,11 @@ from test_passes_fixture import LINK, ddp_graph, iter_us
 
 
 def test_fit_recovers_the_link():
-    topo = fit_topology(ddp_graph(cap=1e6))
+    topo = fit_topology(ddp_graph(cap=1e6, known_link=False))
     assert topo.inter.alpha_us == pytest.approx(LINK.alpha_us, rel=1e-6)
     assert topo.inter.beta_us_per_byte == pytest.approx(LINK.beta_us_per_byte, rel=1e-6)
+    g = set_link(ddp_graph(cap=1e6, known_link=False), bandwidth=1e9)
+    assert iter_us(g) == pytest.approx(iter_us(ddp_graph(cap=1e6, link=AlphaBeta(LINK.alpha_us, 1e-3))), rel=1e-9)
 
 
 @pytest.mark.parametrize("cap", [1e6, 3e6, 5e6, 1e12])
@@ -23,6 +25,11 @@ def test_rebucket_matches_graph_built_with_that_cap(cap):
     g = set_buckets(ddp_graph(cap=1e6), cap)
     assert iter_us(g) == pytest.approx(iter_us(ddp_graph(cap=cap)), rel=1e-9)
     assert len(find_collectives(g)) == len(find_collectives(ddp_graph(cap=cap)))
+
+
+def test_rebucket_with_a_small_first_bucket():
+    g = set_buckets(ddp_graph(cap=1e6), 5e6, first_bucket_bytes=2**20)
+    assert iter_us(g) == pytest.approx(iter_us(ddp_graph(cap=5e6, first=2**20)), rel=1e-9)
 
 
 def test_rebucket_without_layer_sizes_keeps_measured_boundaries():
@@ -100,6 +107,7 @@ def test_impossible_requests_are_one_line_errors():
                 lambda: expand_collectives(scale_workers(g, 128))):
         with pytest.raises(DagprofError):
             bad()
+    g = ddp_graph(known_link=False)
     no_comm = g.replace(kind=np.where(g.kind == Kind.COMM, Kind.OTHER, g.kind))
     with pytest.raises(DagprofError):
         set_link(no_comm, bandwidth=1e9)

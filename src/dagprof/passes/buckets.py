@@ -23,15 +23,14 @@ from ..traces.events import Kind
 from .comm import current_scheme, current_topology, find_collectives, retime_collectives
 
 _AFTER = 1e-3  # us: a new node's order just after the node it follows on its lane
-FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 
 
 def set_buckets(g: Graph, cap_bytes: float | None = None, overlap: bool = True, first_bucket_bytes: float | None = None) -> Graph:
     """Re-bucket gradients with ``cap_bytes`` (None: keep the measured buckets).
 
     ``overlap=False`` starts every all-reduce after the step's last BACKWARD node
-    (no wait-free back-propagation). DDP caps the first bucket at 1 MiB after it rebuilds
-    buckets; pass ``first_bucket_bytes=cap_bytes`` to model a framework that does not.
+    (no wait-free back-propagation). ``first_bucket_bytes`` caps the first bucket only: DDP
+    uses 1 MiB there when ``bucket_cap_mb`` is left at its default, else the cap itself.
     """
     if cap_bytes is not None and not cap_bytes > 0:
         raise DagprofError(f"bucket size must be positive, got {cap_bytes} bytes")
@@ -109,7 +108,7 @@ def _groups(g: Graph, old_enq: np.ndarray, coll_of_enq: dict[int, int], cap: flo
         if cap is None:
             buckets = [(grp[-1], nb) for grp, nb in measured]
         else:
-            buckets, acc, limit = [], 0.0, FIRST_BUCKET_BYTES if first is None else first
+            buckets, acc, limit = [], 0.0, cap if first is None else first
             for grp, _ in measured:
                 for v in grp:
                     acc += grad_bytes[v]
