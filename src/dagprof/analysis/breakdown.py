@@ -77,17 +77,32 @@ def breakdown(g: Graph, res: ReplayResult) -> list[RankBreakdown]:
 
 
 def _straggler_waits(g: Graph, res: ReplayResult) -> dict[int, float]:
-    """Per rank: how long its ready points sat at SYNC joins before the last rank arrived."""
+    """Per rank: time a thread sat blocked on a collective because another rank entered it later.
+
+    Enqueueing an all-reduce does not block (backward goes on), so arrival skew at a join is
+    not lost time by itself; it is lost where a rank's op is gated by the collective's end.
+    There, the blocked time (collective end minus the op's own lane readiness) is charged to
+    stragglers up to how much later than this rank the last rank arrived.
+    """
     waits: dict[int, float] = {}
-    for s in np.flatnonzero(g.kind == Kind.SYNC):
-        preds = g.predecessors(s)
-        if not len(preds):
+    is_comm = (g.kind == Kind.COMM) & (g.rank < 0)
+    for v in np.flatnonzero((g.rank >= 0) & (res.gate >= 0)):
+        c = int(res.gate[v])
+        if not is_comm[c]:
             continue
-        arrive = res.end[preds]
-        for p, t in zip(preds, arrive):
-            r = int(g.rank[p])
-            if r >= 0:
-                waits[r] = waits.get(r, 0.0) + float(arrive.max() - t)
+        preds = g.predecessors(v)
+        lane = preds[g.device[preds] == g.device[v]]
+        ready = float(res.end[lane].max()) if len(lane) else float(res.start[v])
+        blocked = max(0.0, float(res.end[c]) - ready)
+        syncs = [p for p in g.predecessors(c) if g.kind[p] == Kind.SYNC]
+        if not syncs or blocked == 0.0:
+            continue
+        arrivals = g.predecessors(syncs[0])
+        mine = arrivals[g.rank[arrivals] == g.rank[v]]
+        if len(mine):
+            late = float(res.end[arrivals].max() - res.end[mine].max())
+            r = int(g.rank[v])
+            waits[r] = waits.get(r, 0.0) + min(max(late, 0.0), blocked)
     return waits
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 
 from ..errors import DagprofError
@@ -51,6 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"dagprof {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as err:  # a bug of ours: still one line, the traceback on request
+        if os.environ.get("DAGPROF_DEBUG"):
+            raise
+        print(f"dagprof {args.command}: internal error: {type(err).__name__}: {err} (set DAGPROF_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 3
     if args.json:
         print(json.dumps(result, default=_jsonable))
     else:

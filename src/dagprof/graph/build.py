@@ -197,13 +197,14 @@ class _Assembler:
 
         ends: dict[int, _CollectiveEnd] = {}
         lane_prev: dict[int, float] = {}
+        comm_lanes = len(np.unique(ev.lane[coll])) or 1  # gloo runs collectives on a pool of threads
         for i in sorted(np.flatnonzero(coll), key=lambda i: ev.start[i]):
             i = int(i)
             lane = int(ev.lane[i])
             ce = _CollectiveEnd(
                 rank=r, start=float(ev.start[i]), end=float(ev.start[i] + ev.dur[i]), lane_prev_end=lane_prev.get(lane, -np.inf),
                 name=ev.name_of(i), nbytes=int(ev.nbytes[i]), bucket=int(ev.bucket[i]), step=int(ev.step[i]),
-                lanes=int(trace.meta.get("comm_lanes", 1)), group=trace.groups[int(ev.group[i])] if ev.group[i] >= 0 else "0",
+                lanes=comm_lanes, group=trace.groups[int(ev.group[i])] if ev.group[i] >= 0 else "0",
             )
             lane_prev[lane] = ce.end
             ends[i] = ce
