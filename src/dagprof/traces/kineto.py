@@ -16,6 +16,9 @@ Conventions on top of ``events.py``:
   builder splits depth-0 ops at nested endpoints;
 - ``seq`` is the per-group position on this rank (``Seq`` when the trace has it),
   carried by both the transfer (kernel / gloo op) and its host enqueue;
+- rank: ``distributedInfo.rank``, else the file name (``rank-3.json``,
+  ``sampled_rank-1.json.gz``), else rank 0 when there is no ``distributedInfo`` at all
+  (a single-process profile); ``meta["rank_source"]`` says which;
 - ``meta["collectives"]`` holds, per transfer event, the canonical collective
   name and dtype (for cross-rank checks in ``dagprof.align``).
 """
@@ -50,6 +53,8 @@ def read_kineto(path: str | os.PathLike[str], rank: int | None = None) -> RankTr
         trace = _decode(_read_bytes(path), path)
         if trace.traceEvents is None:
             raise DagprofError("not a Kineto trace: no 'traceEvents' list", path)
+        if not (len(trace.schemaVersion) or len(trace.distributedInfo) or len(trace.deviceProperties)):
+            raise DagprofError("not a Kineto trace: no schemaVersion, distributedInfo or deviceProperties", path)
         return _Builder(trace, path, rank).build()
     finally:
         if was_enabled:
@@ -113,7 +118,7 @@ def _lenient(doc: dict[str, Any], path: str) -> ks.Trace:
             continue
         ev.args = msgspec.json.decode(msgspec.json.encode(clean), type=ks.Args)
         out.append(ev)
-    raw = {k: msgspec.Raw(msgspec.json.encode(doc[k])) for k in ("distributedInfo", "schemaVersion") if k in doc}
+    raw = {k: msgspec.Raw(msgspec.json.encode(doc[k])) for k in ("distributedInfo", "schemaVersion", "deviceProperties") if k in doc}
     base_ns = doc.get("baseTimeNanoseconds")
     return ks.Trace(traceEvents=out, baseTimeNanoseconds=base_ns if isinstance(base_ns, int) else None,
                     host_name=str(doc.get("host_name", "")), **raw)
@@ -499,10 +504,12 @@ class _Builder:
             rank, source = int(self.dist["rank"]), "distributedInfo"
         else:
             m = _FILE_RANK.search(os.path.basename(self.path))
-            if not m:
-                what = "no distributedInfo" if not self.dist else "distributedInfo has no rank"
-                raise DagprofError(f"{what} and the file name carries no rank (name it rank-N...json or pass rank=)", self.path)
-            rank, source = int(m.group(1)), "file name"
+            if m:
+                rank, source = int(m.group(1)), "file name"
+            elif not self.dist:
+                rank, source = 0, "assumed: no distributedInfo (single-process profile)"
+            else:
+                raise DagprofError("distributedInfo has no rank and the file name carries none (name it rank-N...json or pass rank=)", self.path)
         world = self.dist.get("world_size")
         if not isinstance(world, int):
             sizes = [int(pg.get("pg_size", 0)) for pg in self.dist.get("pg_config") or [] if isinstance(pg, dict)]
@@ -511,6 +518,8 @@ class _Builder:
 
     def _rank_trace(self, flows: np.ndarray) -> RankTrace:
         rank, world, source = self._identity()
+        if "0" in self.group_names and "0" not in self.group_ranks:
+            self.group_ranks["0"] = list(range(world))  # the default group spans the job
         lanes = self._lanes()
         table = EventTable.from_columns(
             self.names, name=self.pair_name[self.pair], kind=self.kind, lane=self.lane, start=self.start,

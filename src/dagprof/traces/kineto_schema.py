@@ -72,6 +72,7 @@ class Trace(msgspec.Struct, gc=False):
     distributedInfo: msgspec.Raw = msgspec.Raw()
     baseTimeNanoseconds: int | None = None
     schemaVersion: msgspec.Raw = msgspec.Raw()
+    deviceProperties: msgspec.Raw = msgspec.Raw()
     host_name: str = ""
 
 

@@ -1,0 +1,110 @@
+"""A parsed ``RankTrace`` kept beside its trace, so loading a folder the second time is a memory map away.
+
+Stored as one uncompressed ``.npz`` (the event columns + a JSON header) in
+``.dagprof-cache/`` next to the trace, or under ``$TMPDIR/dagprof-cache`` when that
+folder is read-only by its mode bits (shared data sets stay untouched even for root). The key is the trace's size and mtime plus a hash
+of the reader's own source, so editing the reader or the trace invalidates it.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from functools import lru_cache
+
+import numpy as np
+
+from ..fsutil import atomic_open
+from .events import Bucket, EventTable, Lane, LaneKind, RankTrace
+
+CACHE_DIR = ".dagprof-cache"
+_READER_FILES = ("kineto.py", "kineto_schema.py", "events.py", "cache.py")
+
+
+@lru_cache(maxsize=1)
+def reader_version() -> str:
+    h = hashlib.sha1()
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in _READER_FILES:
+        with open(os.path.join(here, name), "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()[:16]
+
+
+def _key(trace_path: str) -> dict[str, object]:
+    st = os.stat(trace_path)
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "reader": reader_version()}
+
+
+def _writable(folder: str) -> bool:
+    """By the folder's mode bits, not ``os.access``: root may write anywhere, but a data set
+    shipped read-only (r-x) must stay untouched."""
+    try:
+        return bool(os.stat(folder).st_mode & 0o222) and os.access(folder, os.W_OK)
+    except OSError:
+        return False
+
+
+def _candidates(trace_path: str, for_writing: bool = False) -> list[str]:
+    p = os.path.abspath(trace_path)
+    base = os.path.basename(p) + ".npz"
+    digest = hashlib.sha1(p.encode()).hexdigest()[:12]
+    out = [os.path.join(tempfile.gettempdir(), "dagprof-cache", f"{digest}-{base}")]
+    if not for_writing or _writable(os.path.dirname(p)):
+        out.insert(0, os.path.join(os.path.dirname(p), CACHE_DIR, base))
+    return out
+
+
+def load_cached(trace_path: str) -> RankTrace | None:
+    """The cached parse of ``trace_path`` if it is still valid, else None."""
+    try:
+        key = _key(trace_path)
+    except OSError:
+        return None
+    for c in _candidates(trace_path):
+        if not os.path.exists(c):
+            continue
+        try:
+            with np.load(c, allow_pickle=False) as z:
+                head = json.loads(z["header"].tobytes())
+                if head.get("key") != key:
+                    continue
+                cols = {name: z[name] for name in EventTable.COLUMNS}
+                flows = z["flows"]
+        except (OSError, ValueError, KeyError):
+            continue
+        return _from_header(head, cols, flows, trace_path)
+    return None
+
+
+def store(trace_path: str, trace: RankTrace) -> str | None:
+    """Write the cache file; returns where, or None when no location is writable."""
+    head = {
+        "key": _key(trace_path), "rank": trace.rank, "world_size": trace.world_size, "base_ns": trace.base_ns,
+        "host": trace.host, "backend": trace.backend, "layers": trace.layers, "groups": trace.groups,
+        "group_ranks": trace.group_ranks, "meta": trace.meta, "names": trace.events.names,
+        "lanes": [[lane.name, int(lane.kind), lane.main] for lane in trace.lanes],
+        "buckets": [[b.index, b.nbytes, b.params] for b in trace.buckets],
+    }
+    arrays = {c: getattr(trace.events, c) for c in EventTable.COLUMNS}
+    arrays["flows"] = np.asarray(trace.flows, dtype=np.int64).reshape(-1, 2)
+    arrays["header"] = np.frombuffer(json.dumps(head).encode(), dtype=np.uint8)
+    for c in _candidates(trace_path, for_writing=True):
+        with contextlib.suppress(OSError):
+            with atomic_open(c, "wb") as f:
+                np.savez(f, **arrays)
+            return c
+    return None
+
+
+def _from_header(head: dict, cols: dict[str, np.ndarray], flows: np.ndarray, source: str) -> RankTrace:
+    return RankTrace(
+        rank=head["rank"], world_size=head["world_size"], source=source,
+        events=EventTable(names=head["names"], **cols),
+        lanes=[Lane(n, LaneKind(k), bool(m)) for n, k, m in head["lanes"]],
+        base_ns=head["base_ns"], host=head["host"], backend=head["backend"], layers=head["layers"],
+        groups=head["groups"], group_ranks={k: list(v) for k, v in head["group_ranks"].items()},
+        flows=flows, buckets=[Bucket(i, n, p) for i, n, p in head["buckets"]], meta=head["meta"],
+    )

@@ -1,0 +1,91 @@
+"""A folder of Kineto rank traces -> ``Run``: ranks parsed in parallel processes, parses cached.
+
+One process per uncached file (up to ``jobs``) because parsing is CPU-bound Python; cached
+ranks load in the calling process (a memory copy, no parse). Files that are not Kineto
+traces at all (e.g. dagprof's own replay.trace.json written beside them) are skipped and
+listed in ``run.meta["skipped"]``; every other problem is a one-line ``DagprofError``.
+"""
+from __future__ import annotations
+
+import glob
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+
+from ..errors import DagprofError
+from . import cache
+from .events import RankTrace, Run
+from .kineto import read_kineto
+
+TRACE_PATTERNS = ("*.json", "*.json.gz")
+_FOREIGN = "not a Kineto trace"
+
+
+def trace_files(folder: str) -> list[str]:
+    return sorted(f for pat in TRACE_PATTERNS for f in glob.glob(os.path.join(folder, pat)))
+
+
+def read_cached(path: str, use_cache: bool = True) -> RankTrace:
+    """``read_kineto`` through the cache beside the file (or in the temp dir)."""
+    if use_cache:
+        hit = cache.load_cached(path)
+        if hit is not None:
+            return hit
+    trace = read_kineto(path)
+    if use_cache:
+        cache.store(path, trace)
+    return trace
+
+
+def _parse(path: str, use_cache: bool) -> RankTrace | str:
+    try:
+        return read_cached(path, use_cache)
+    except DagprofError as e:
+        if _FOREIGN in e.problem:
+            return e.problem
+        raise
+
+
+def read_trace_dir(path: str | os.PathLike[str], jobs: int | None = None, use_cache: bool = True) -> Run:
+    """Every rank trace in ``path`` (not recursive), sorted by rank."""
+    folder = os.fspath(path)
+    files = trace_files(folder)
+    if not files:
+        raise DagprofError("no torch.profiler traces (*.json, *.json.gz) here", folder)
+    results: dict[str, RankTrace | str] = {}
+    todo = []
+    for f in files:
+        hit = cache.load_cached(f) if use_cache else None
+        if hit is not None:
+            results[f] = hit
+        else:
+            todo.append(f)
+    workers = min(len(todo), jobs or os.cpu_count() or 1)
+    if workers > 1:
+        ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            for f, r in zip(todo, pool.map(_parse, todo, [use_cache] * len(todo))):
+                results[f] = r
+    else:
+        for f in todo:
+            results[f] = _parse(f, use_cache)
+    ranks = [r for r in results.values() if isinstance(r, RankTrace)]
+    skipped = {os.path.basename(f): r for f, r in results.items() if isinstance(r, str)}
+    if not ranks:
+        raise DagprofError(f"none of the {len(files)} JSON files is a Kineto trace", folder)
+    return Run(sorted(ranks, key=lambda t: t.rank), source=folder, meta=_rank_report(ranks, skipped, folder))
+
+
+def _rank_report(ranks: list[RankTrace], skipped: dict[str, str], folder: str) -> dict:
+    seen: dict[int, str] = {}
+    for t in ranks:
+        if t.rank in seen:
+            raise DagprofError(f"rank {t.rank} appears twice: {os.path.basename(seen[t.rank])} and {os.path.basename(t.source)}", folder)
+        seen[t.rank] = t.source
+    world = max(t.world_size for t in ranks)
+    meta: dict = {"missing_ranks": sorted(set(range(world)) - set(seen))}
+    if len({t.world_size for t in ranks}) > 1:
+        meta["world_size_disagreement"] = {t.rank: t.world_size for t in ranks}
+    if skipped:
+        meta["skipped"] = skipped
+    return meta
