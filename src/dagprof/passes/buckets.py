@@ -34,9 +34,9 @@ def set_buckets(g: Graph, cap_bytes: float | None = None, overlap: bool = True, 
     """
     if cap_bytes is not None and not cap_bytes > 0:
         raise DagprofError(f"bucket size must be positive, got {cap_bytes} bytes")
-    colls = find_collectives(g)
+    colls = [c for c in find_collectives(g) if g.bucket[c.comm] >= 0]  # gradient buckets, not buffer broadcasts
     if not colls:
-        raise DagprofError("the trace has no collectives to re-bucket")
+        raise DagprofError("the trace has no gradient-bucket all-reduce to re-bucket")
     topo, spec = current_topology(g), current_scheme(g)
     old_enq = np.zeros(len(g), dtype=bool)
     drop = np.zeros(len(g), dtype=bool)
