@@ -71,8 +71,8 @@ def test_policies_are_ordered():
 
 
 def hand_case() -> tuple[LayerProfile, CommModel]:
-    # ring over 2 workers: 2(N-1) alpha + 2(N-1)/N M beta = 1 + 0.01 M; layer 0: 300 B -> 4 us, layer 1: 0 B -> 1 us
-    return profile([1, 1], [2, 3], [300, 0], io=1, h2d=1, update=1), CommModel(default=AlphaBeta(0.5, 0.01), default_name="hand")
+    # ring over 2 workers: 2(N-1) alpha + 2(N-1)/N M beta = 0.5 + 0.01 M; layer 0: 350 B -> 4 us, layer 1: 50 B -> 1 us
+    return profile([1, 1], [2, 3], [350, 50], io=1, h2d=1, update=1), CommModel(default=AlphaBeta(0.25, 0.01), default_name="hand")
 
 
 @pytest.mark.parametrize(
@@ -82,8 +82,8 @@ def hand_case() -> tuple[LayerProfile, CommModel]:
         (Policy.IO_OVERLAP, max(2, 2 + 5 + 5 + 1), 5),
         # tau_b(1)=0, tau_c(1)=3; tau_b(0)=3, tau_c(0)=max(3+1, 3+2)=5; t = t_f + 5 + t_c(0) + t_u
         (Policy.WFBP, 2 + 5 + 4 + 1, 4),
-        (Policy.FUSED, 2 + 5 + 4 + 1, 4),  # one 300 B message after backward: 4 us
-        (Policy.MG_WFBP, 2 + 5 + 4 + 1, 4),
+        (Policy.FUSED, 2 + 5 + 4.5 + 1, 4.5),  # one 400 B message after backward: 4.5 us
+        (Policy.MG_WFBP, 2 + 5 + 4 + 1, 4),  # merging would end comm at 5 + 4.5: WFBP's groups are optimal
     ],
 )
 def test_hand_computed_two_layers(policy, iter_us, exposed_us):
@@ -91,6 +91,13 @@ def test_hand_computed_two_layers(policy, iter_us, exposed_us):
     pred = closed_form(prof, make_schedule(prof, policy, 2, comm))
     assert pred.iter_us == pytest.approx(iter_us)
     assert pred.comm_exposed_us == pytest.approx(exposed_us)
+
+
+def test_layers_without_parameters_send_nothing():
+    prof = profile([1, 1], [2, 3], [0, 100])
+    comm = CommModel(default=AlphaBeta(10.0, 0.01), default_name="x")
+    schedule = make_schedule(prof, Policy.WFBP, 4, comm)
+    assert schedule.comm_us.tolist()[1] == 0.0 and schedule.comm_us[0] > 0
 
 
 def test_wfbp_tau_matches_paper_recurrence_by_hand():

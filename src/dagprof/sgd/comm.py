@@ -49,9 +49,11 @@ class CommModel:
         raise DagprofError(f"no all-reduce cost for {workers} workers: give --net, an OSU table or a measured comm log")
 
     def allreduce_us(self, nbytes: np.ndarray | float, workers: int) -> np.ndarray:
+        """Ring all-reduce time; 0 for one worker and for empty messages (a layer without parameters sends nothing)."""
+        m = np.asarray(nbytes, dtype=float)
         if workers == 1:
-            return np.zeros_like(np.asarray(nbytes, dtype=float))
-        return np.asarray(ring_allreduce_us(np.asarray(nbytes, dtype=float), workers, self.link(workers)[0]))
+            return np.zeros_like(m)
+        return np.where(m > 0, ring_allreduce_us(m, workers, self.link(workers)[0]), 0.0)
 
     def layer_us(self, grad_bytes: np.ndarray, workers: int) -> np.ndarray:
         if workers == 1:

@@ -245,9 +245,12 @@ def read_bcaffe_log(path: str | os.PathLike[str], workers: int | None = None, bl
 def layer_profile_from_run(run: Run, rank: int = 0) -> LayerProfile:
     """Median over profiled steps of each layer's summed FORWARD and BACKWARD time on ``rank``.
 
-    Gradient bytes come from BACKWARD events' ``nbytes`` (the collector records the
-    layer's parameter bytes there) or ``RankTrace.meta['layer_grad_bytes']``; I/O from
-    DATA events, update from UPDATE events, ``iter_us`` from the step markers.
+    Gradient bytes come from BACKWARD events' ``nbytes`` or the collector's
+    ``RankTrace.meta['layer_grad_bytes']`` (layer name -> bytes of its trainable parameters);
+    I/O from DATA events; ``update_us`` is the optimizer (UPDATE) plus every other serial
+    main-thread gap (OTHER: zero_grad, loss, framework overhead), so one worker's model
+    iteration is the measured step minus its communication calls and waits;
+    ``iter_us`` from the step markers.
     """
     try:
         trace = run.rank(rank)
@@ -272,8 +275,8 @@ def layer_profile_from_run(run: Run, rank: int = 0) -> LayerProfile:
         np.add.at(table, (np.searchsorted(steps, ev.step[m]), position[ev.layer[m]]), ev.dur[m])
         return np.median(table, axis=0)
 
-    def per_step(kind: Kind) -> float:
-        m = timed & (ev.kind == kind)
+    def per_step(*kinds: Kind) -> float:
+        m = timed & np.isin(ev.kind, kinds)
         sums = np.zeros(len(steps))
         keep = np.isin(ev.step[m], steps)
         np.add.at(sums, np.searchsorted(steps, ev.step[m][keep]), ev.dur[m][keep])
@@ -289,7 +292,7 @@ def layer_profile_from_run(run: Run, rank: int = 0) -> LayerProfile:
         grad_bytes=grad,
         workers=trace.world_size,
         io_us=per_step(Kind.DATA),
-        update_us=per_step(Kind.UPDATE),
+        update_us=per_step(Kind.UPDATE, Kind.OTHER),
         iter_us=float(np.median(spans[:, 2] - spans[:, 1])) if len(spans) else None,
         source=trace.source,
         meta={"warnings": warnings},
@@ -297,12 +300,7 @@ def layer_profile_from_run(run: Run, rank: int = 0) -> LayerProfile:
 
 
 def _layer_grad_bytes(trace, names: list[str], backward: np.ndarray, order: list[int]) -> tuple[np.ndarray, list[str]]:
-    """Per-layer gradient bytes: BACKWARD events' ``nbytes``, else ``meta['layer_grad_bytes']``, else the DDP buckets.
-
-    A bucket only knows its total bytes and its parameter names (``conv1.weight`` belongs to
-    layer ``conv1``); its bytes are split evenly over its parameters, which is exact only for
-    one-parameter buckets, so that estimate comes with a warning.
-    """
+    """Per-layer gradient bytes: BACKWARD events' ``nbytes``, else the collector's ``meta['layer_grad_bytes']``."""
     ev = trace.events
     grad = np.zeros(len(order), dtype=np.int64)
     for k, l in enumerate(order):
@@ -310,18 +308,10 @@ def _layer_grad_bytes(trace, names: list[str], backward: np.ndarray, order: list
         grad[k] = int(nb.max()) if len(nb) else 0
     if grad.any():
         return grad, []
-    known = trace.meta.get("layer_grad_bytes")
-    if known:
-        return np.array([int(known.get(n, 0)) for n in names], dtype=np.int64), []
-    index = {n: k for k, n in enumerate(names)}
-    for bucket in trace.buckets:
-        for param in bucket.params:
-            k = index.get(param.rpartition(".")[0])
-            if k is not None:
-                grad[k] += bucket.nbytes // max(len(bucket.params), 1)
-    if not trace.buckets:
-        return grad, ["no gradient sizes in the run (no DDP buckets): per-layer all-reduce sizes are 0"]
-    return grad, ["per-layer gradient bytes estimated by splitting each DDP bucket evenly over its parameters"]
+    known = trace.meta.get("layer_grad_bytes") or {}
+    if not known:
+        return grad, ["the run records no per-layer gradient sizes: all-reduce sizes taken as 0"]
+    return np.array([int(known.get(n, 0)) for n in names], dtype=np.int64), []
 
 
 # ---------------------------------------------------------------- dispatch
