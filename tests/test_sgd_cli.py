@@ -41,6 +41,20 @@ def test_csv_scaling_json(tmp_path, capsys):
     assert all(g >= 1 - 1e-12 for g in r["gain_over_sequential"]["wfbp"])
 
 
+def test_replay_trace_with_critical_path(tmp_path, capsys):
+    f = tmp_path / "net.csv"
+    f.write_text(CSV)
+    trace = tmp_path / "sgd.trace.json"
+    r = run_json(capsys, str(f), "--workers", "1,2", "--net", "1Gbit", "--trace", str(trace))
+    doc = json.loads(trace.read_text())
+    names = {e["name"] for e in doc["traceEvents"] if e.get("ph") == "X"}
+    assert "w1.i2.B.fc" in names and any(n.startswith("i0.C.") for n in names)
+    cp = r["critical_path"]
+    assert cp["workers"] == 2
+    # the path of 3 iterations, per iteration, is the steady iteration plus a third of the first I/O + H2D
+    assert cp["total_ms"] == pytest.approx(r["rows"][1]["iter_time_s"] * 1e3 + 1.2 / 3, rel=1e-9)
+
+
 def test_text_output_and_svg(tmp_path, capsys):
     f = tmp_path / "net.csv"
     f.write_text(CSV)

@@ -4,11 +4,14 @@ from __future__ import annotations
 import argparse
 import os
 
+from ..analysis.critical_path import critical_path
 from ..costmodel import AlphaBeta, parse_bandwidth, preset
 from ..costmodel.osu import read_osu_allreduce
 from ..errors import DagprofError
 from ..fsutil import atomic_open
-from ..sgd import CommModel, Policy, anchor, predict
+from ..replay import replay
+from ..report.timeline import write_replay_trace
+from ..sgd import CommModel, Policy, anchor, build_sgd_graph, make_schedule, predict
 from ..sgd.svg import speedup_svg
 from ..traces.layerwise import LayerProfile, read_layer_file
 
@@ -25,6 +28,7 @@ def add_arguments(p) -> None:
     p.add_argument("--iter-time-1", type=float, metavar="SECONDS", help="measured single-worker iteration time; fills what the layer file lacks (forward for B-Caffe logs)")
     p.add_argument("--replay", action="store_true", help="also replay the DAG of every case and report its largest disagreement with the closed forms")
     p.add_argument("--svg", metavar="PATH", help="write a speed-up chart (SVG) of every policy")
+    p.add_argument("--trace", metavar="PATH", help="write the replayed DAG (policy, largest worker count, 3 iterations) as a Perfetto/Chrome trace, critical path marked")
 
 
 def _counts(text: str) -> list[int]:
@@ -109,6 +113,14 @@ def run(args) -> dict:
         "replay_max_rel_diff": scaling.max_replay_rel_diff,
         "notes": notes,
     }
+    if args.trace:
+        n, iterations = max(scaling.workers), 3
+        g = build_sgd_graph(profile, make_schedule(profile, scaling.policy, n, comm), iterations)
+        res = replay(g)
+        path = critical_path(g, res)
+        write_replay_trace(args.trace, g, res, path.nodes)
+        result["trace"] = args.trace
+        result["critical_path"] = {"workers": n, **path.to_dict(per=iterations)}
     if args.svg:
         series = {p: [row["speedup"] for row in rows] for p, rows in policies.items() if rows[0]["speedup"] is not None}
         with atomic_open(args.svg) as f:
@@ -134,6 +146,12 @@ def to_text(r: dict) -> str:
     if r["replay_max_rel_diff"] is not None:
         lines.append(f"DAG replay vs closed forms: largest relative difference {r['replay_max_rel_diff']:.2e}")
     lines += [f"note: {n}" for n in r["notes"]]
+    if r.get("critical_path"):
+        cp = r["critical_path"]
+        parts = ", ".join(f"{k} {v:.1f} ms" for k, v in cp["by_category_ms"].items())
+        lines.append(f"critical path at {cp['workers']} workers, per iteration: {parts}")
+    if r.get("trace"):
+        lines.append(f"replay trace: {r['trace']}")
     if r.get("svg"):
         lines.append(f"speed-up chart: {r['svg']}")
     return "\n".join(lines)
