@@ -89,9 +89,9 @@ def run(args) -> dict:
     scaling = predict(profile, args.workers, comm, Policy(args.policy), check_replay=args.replay)
     policies = {}
     for p, preds in scaling.by_policy.items():
-        base = preds[0].iter_us if scaling.workers[0] == 1 else None
+        base = scaling.single[p].iter_us
         policies[p.value] = [
-            {"workers": n, "iter_time_s": pr.iter_us / 1e6, "comm_exposed_s": pr.comm_exposed_us / 1e6, "speedup": None if base is None else n * base / pr.iter_us}
+            {"workers": n, "iter_time_s": pr.iter_us / 1e6, "comm_exposed_s": pr.comm_exposed_us / 1e6, "speedup": n * base / pr.iter_us}
             for n, pr in zip(scaling.workers, preds)
         ]
     seq = scaling.by_policy[Policy.SEQUENTIAL]
@@ -122,7 +122,7 @@ def run(args) -> dict:
         result["trace"] = args.trace
         result["critical_path"] = {"workers": n, **path.to_dict(per=iterations)}
     if args.svg:
-        series = {p: [row["speedup"] for row in rows] for p, rows in policies.items() if rows[0]["speedup"] is not None}
+        series = {p: [row["speedup"] for row in rows] for p, rows in policies.items()}
         with atomic_open(args.svg) as f:
             f.write(speedup_svg(scaling.workers, series, title=f"S-SGD DAG model: {os.path.basename(profile.source)}"))
         result["svg"] = args.svg

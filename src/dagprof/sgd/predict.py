@@ -49,6 +49,7 @@ class Scaling:
     policy: Policy
     rows: list[ScalingRow]
     by_policy: dict[Policy, list[Prediction]]  # every policy, same worker order
+    single: dict[Policy, Prediction]  # every policy on one worker: the speed-up baseline
     workers: list[int]
     groups: dict[int, int] = field(default_factory=dict)  # mg-wfbp group count per worker count
     max_replay_rel_diff: float | None = None  # closed form vs DAG replay, when checked
@@ -81,4 +82,12 @@ def predict(profile: LayerProfile, workers: list[int], comm: CommModel, policy: 
         eff = base / pred.iter_us if pred.iter_us > 0 else float("nan")
         rows.append(ScalingRow(n, pred.iter_us, pred.comm_exposed_us, pred.comm_us, n * eff, eff, comm.describe(n) if n > 1 else "none (1 worker)"))
     keep = [k for k, n in enumerate(counts) if n in workers]
-    return Scaling(Policy(policy), rows, {p: [v[k] for k in keep] for p, v in by_policy.items()}, [counts[k] for k in keep], {n: g for n, g in groups.items() if n in workers}, worst if check_replay else None)
+    return Scaling(
+        Policy(policy),
+        rows,
+        {p: [v[k] for k in keep] for p, v in by_policy.items()},
+        {p: v[0] for p, v in by_policy.items()},
+        [counts[k] for k in keep],
+        {n: g for n, g in groups.items() if n in workers},
+        worst if check_replay else None,
+    )
