@@ -129,19 +129,19 @@ def ddp_graph(
             t = s * 1e6
             prev = prev_update[r]
             for i in range(layers):
-                v = node(f"rank{r}/fwd.{i}", Kind.FORWARD, r, r, fwd[i] * scale[i], t, s, layer=i)
+                v = node(f"rank{r}.fwd.{i}", Kind.FORWARD, r, r, fwd[i] * scale[i], t, s, layer=i)
                 t += 1
                 if prev >= 0:
                     edge(prev, v)
                 prev = v
             for i in reversed(range(layers)):
-                v = node(f"rank{r}/bwd.{i}", Kind.BACKWARD, r, r, bwd[i] * scale[layers + i], t, s, layer=i)
+                v = node(f"rank{r}.bwd.{i}", Kind.BACKWARD, r, r, bwd[i] * scale[layers + i], t, s, layer=i)
                 t += 1
                 edge(prev, v)
                 prev = v
                 b = int(bucket_of[i])
                 if i == 0 or bucket_of[i - 1] != b:
-                    e = node(f"rank{r}/allreduce_enqueue.{b}", Kind.COMM_ENQUEUE, r, r, 5.0, t, s, bucket=b)
+                    e = node(f"rank{r}.allreduce_enqueue.{b}", Kind.COMM_ENQUEUE, r, r, 5.0, t, s, bucket=b)
                     t += 1
                     edge(v, e)
                     enq[r, b] = e
@@ -154,11 +154,11 @@ def ddp_graph(
                         bucket=b, nbytes=4 << 20)
             edge(sync, comm)
             for r in range(world_size):
-                w = node(f"rank{r}/wait.{b}", Kind.COMM_WAIT, r, r, 2.0, s * 1e6 + 1e5 + b, s, bucket=b)
+                w = node(f"rank{r}.wait.{b}", Kind.COMM_WAIT, r, r, 2.0, s * 1e6 + 1e5 + b, s, bucket=b)
                 edge(comm, w)
                 wait_nodes[r, b] = w
         for r in range(world_size):
-            u = node(f"rank{r}/optimizer.step", Kind.UPDATE, r, r, 300.0, s * 1e6 + 2e5, s)
+            u = node(f"rank{r}.optimizer.step", Kind.UPDATE, r, r, 300.0, s * 1e6 + 2e5, s)
             edge(last_bwd[r], u)
             for b in range(buckets):
                 edge(int(wait_nodes[r, b]), u)
