@@ -58,6 +58,7 @@ class Collector:
         self._modules: list[tuple[Any, str]] = []  # (leaf module, path)
         self._params: list[tuple[Any, str]] = []  # (parameter, module path)
         self._param_names: dict[int, str] = {}
+        self._grad_bytes: dict[str, int] = {}  # module path -> bytes of its parameters' gradients
         self._roots: list[Any] = []  # the instrumented modules (DDP's inner module)
         self._ddps: list[Any] = []
         self._kineto_written = False
@@ -122,6 +123,9 @@ class Collector:
             self._modules.append((mod, path))
         for name, p in root.named_parameters():
             self._param_names[id(p)] = name
+            if p.requires_grad:
+                path = name.rpartition(".")[0] or type(root).__name__
+                self._grad_bytes[path] = self._grad_bytes.get(path, 0) + p.numel() * p.element_size()
             self._params.append((p, name.rpartition(".")[0] or type(root).__name__))
 
     def _attach_leaf_hooks(self, roots: list[Any] | None = None) -> None:
@@ -198,12 +202,18 @@ class Collector:
             self._fail(err, "backward hook")
 
     def _bwd_end(self, layer: int, call: int, grad: Any) -> None:
-        if self.recording:
-            self.records.append((Rec.BWD_END, layer, call, time.time_ns(), 0))
+        self._mark(Rec.BWD_END, layer, call)
 
     def _grad_ready(self, layer: int, param: Any) -> None:
+        self._mark(Rec.GRAD_READY, layer, 0)
+
+    def _mark(self, code: Rec, a: int = 0, b: int = 0) -> None:
+        """Record a timestamp now (the guarded body shared by the simplest hooks)."""
         if self.recording:
-            self.records.append((Rec.GRAD_READY, layer, 0, time.time_ns(), 0))
+            try:
+                self.records.append((code, a, b, time.time_ns(), 0))
+            except Exception as err:  # noqa: BLE001
+                self._fail(err, f"hook {code.name}")
 
     def _backward_done(self) -> None:
         """First end-of-backward callback; DDP's finalize (the bucket wait) is queued after it."""
@@ -217,8 +227,7 @@ class Collector:
             self._fail(err, "end-of-backward callback")
 
     def _finalize_done(self) -> None:
-        if self.recording:
-            self.records.append((Rec.WAIT_END, 0, 0, time.time_ns(), 0))
+        self._mark(Rec.WAIT_END)
 
     def _open_range(self, layer: int, call: int, what: str) -> None:
         from torch.autograd.profiler import record_function
@@ -289,29 +298,32 @@ class Collector:
 
     # ---------------------------------------------------------------- optimizer
     def update_begin(self) -> None:
-        if self.recording:
-            self.records.append((Rec.UPDATE_BEGIN, 0, 0, time.time_ns(), 0))
+        self._mark(Rec.UPDATE_BEGIN)
 
     def update_end(self) -> None:
-        if self.recording:
-            self.records.append((Rec.UPDATE_END, 0, 0, time.time_ns(), 0))
+        self._mark(Rec.UPDATE_END)
 
     # ---------------------------------------------------------------- steps and window
     def start(self) -> None:
         """Step 0 begins now."""
         if self.step < 0:
             self.step = 0
-            self._begin_step(time.time_ns())
+            self._guarded(self._begin_step, time.time_ns())
 
     def next_step(self) -> None:
         """The current step ends now and the next begins."""
         if self.step < 0:
             self.start()
             return
-        t = time.time_ns()
-        self._end_step(t)
+        self._guarded(self._end_step, time.time_ns())
         self.step += 1
-        self._begin_step(time.time_ns())
+        self._guarded(self._begin_step, time.time_ns())
+
+    def _guarded(self, fn: Any, t: int) -> None:
+        try:
+            fn(t)
+        except Exception as err:  # noqa: BLE001
+            self._fail(err, "step boundary")
 
     def _begin_step(self, t: int) -> None:
         self.step_begin_ns = t
@@ -346,10 +358,11 @@ class Collector:
         self._attach_leaf_hooks()
         if self.kineto:
             import torch
-            from torch.profiler import ProfilerActivity, profile
+            from torch.profiler import ProfilerAction, ProfilerActivity, profile
 
             activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
-            prof = profile(activities=activities, record_shapes=self.record_shapes)
+            # a schedule (always RECORD) makes torch write ProfilerStep#N markers with our step numbers
+            prof = profile(activities=activities, record_shapes=self.record_shapes, schedule=lambda step: ProfilerAction.RECORD)
             prof.step_num = self.step
             prof.start()
             self._kineto_prof = prof
@@ -397,8 +410,8 @@ class Collector:
 
     def _write_manifest(self) -> None:
         path = os.path.join(self.out_dir, MANIFEST)
-        if os.path.exists(path):
-            return
+        if os.path.exists(path) and self._info["rank"] != 0:
+            return  # rank 0 always writes (replacing a stale one); the others only when it is missing
         manifest = {
             "format": FORMAT, "version": VERSION, "world_size": self._info["world_size"],
             "steps_requested": [self.steps.start, self.steps.stop], "backend": self._info["backend"],
@@ -424,7 +437,8 @@ class Collector:
             "steps_requested": [self.steps.start, self.steps.stop], "steps_profiled": self.profiled,
             "steps_completed": len(self.step_times), "final": final, "kineto_file": kfile, "record_shapes": self.record_shapes,
             "clock": {"unix_ns": time.time_ns(), "perf_ns": time.perf_counter_ns()},
-            "warnings": self.warnings, "layers": self.layers, "bucket_layouts": self._layouts,
+            "warnings": self.warnings, "layers": self.layers, "layer_grad_bytes": self._grad_bytes,
+            "bucket_layouts": self._layouts,
             "step_times_ns": self.step_times, "records": [list(map(int, r)) for r in self.records],
         }
         with atomic_open(os.path.join(self.out_dir, rank_file(rank))) as f:

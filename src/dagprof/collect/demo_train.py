@@ -191,15 +191,15 @@ def main(argv: list[str] | None = None) -> int:
     """Plain DDP script for torchrun (``-m dagprof.collect.demo_train``): no dagprof calls inside."""
     p = argparse.ArgumentParser(description="dagprof demo: ResNet-like CNN, synthetic data, gloo DDP")
     p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--bucket-cap-mb", type=float, default=1.0)
-    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--bucket-cap-mb", type=float, default=None)
+    p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--small", action="store_true", help="tiny model (tests)")
     args = p.parse_args(argv)
     import torch.distributed as dist
 
     base = DemoConfig.small() if args.small else DemoConfig()
-    cfg = DemoConfig(**{**asdict(base), "steps": args.steps, "bucket_cap_mb": args.bucket_cap_mb,
-                        "batch_size": args.batch_size if not args.small else base.batch_size, "profile_steps": None})
+    cfg = DemoConfig(**{**asdict(base), "steps": args.steps, "profile_steps": None,
+                        "bucket_cap_mb": args.bucket_cap_mb or base.bucket_cap_mb, "batch_size": args.batch_size or base.batch_size})
     dist.init_process_group("gloo", timeout=timedelta(seconds=120))
     try:
         times = train(cfg, None, dist.get_rank())

@@ -30,6 +30,7 @@ FORMAT = "dagprof-run"
 RANK_FORMAT = "dagprof-rank"
 VERSION = 1
 MANIFEST = "manifest.json"
+_SAME_JOB_SLACK_NS = 30 * 10**9  # clocks of different hosts may disagree by seconds
 
 
 def rank_file(rank: int) -> str:
@@ -113,6 +114,7 @@ def read_run(path: str | os.PathLike[str], require_ddp: bool = False) -> Run:
         if not os.path.exists(rpath):
             raise DagprofError(f"rank {r} of {world} is missing (no {rank_file(r)}): it crashed, was killed, or is still running", folder)
         ranks.append(read_rank(rpath))
+    _check_same_job(ranks, folder)
     warnings = [w for t in ranks for w in t.meta["warnings"]]
     ddp = any(t.buckets for t in ranks)
     if not ddp:
@@ -122,6 +124,18 @@ def read_run(path: str | os.PathLike[str], require_ddp: bool = False) -> Run:
         warnings.append(msg)
     meta = {**manifest, "ddp": ddp, "warnings": sorted(set(warnings))}
     return Run(ranks=ranks, source=folder, meta=meta)
+
+
+def _check_same_job(ranks: list[RankTrace], folder: str) -> None:
+    """Synchronous data parallelism runs a step on all ranks at once: windows that do not overlap are different runs."""
+    spans = [(t.base_ns, t.base_ns + int(t.step_spans()[-1, 2] * 1e3), t) for t in ranks]
+    latest_start = max(spans, key=lambda s: s[0])
+    earliest_end = min(spans, key=lambda s: s[1])
+    if latest_start[0] - earliest_end[1] > _SAME_JOB_SLACK_NS:
+        a, b = earliest_end[2], latest_start[2]
+        raise DagprofError(
+            f"{os.path.basename(a.source)} and {os.path.basename(b.source)} were recorded "
+            f"{(latest_start[0] - earliest_end[1]) / 1e9:.0f} s apart: they are from different runs", folder)
 
 
 def read_rank(path: str) -> RankTrace:
@@ -138,26 +152,106 @@ def read_rank(path: str) -> RankTrace:
     run = os.path.dirname(path) or "."
     done = int(data.get("steps_completed", 0))
     ended = f"training ended after {done} steps (last step {done - 1})" if done else "training never completed a step"
+    warnings = list(data.get("warnings", []))
+    if not profiled and warnings:
+        raise DagprofError(f"no step was profiled ({warnings[0]})", path)
     if not profiled:
         raise DagprofError(f"run {run}: steps {first}-{stop - 1} requested but {ended}", path)
-    warnings = list(data.get("warnings", []))
     if len(profiled) < stop - first:
         warnings.append(f"run {run}: steps {first}-{stop - 1} requested but {ended}: steps {profiled[0]}-{profiled[-1]} profiled")
-    spans = _main_spans(records, layers)
-    comm = _comm_spans(records)
     kpath = data.get("kineto_file")
-    comm_source = "comm hook completion (enqueue to completion, includes queueing)"
     if kpath:
         kpath = os.path.join(os.path.dirname(path), kpath)
         if not os.path.exists(kpath):
-            raise DagprofError("rank file names a Kineto trace that is missing", kpath)
+            raise DagprofError("the rank file names this Kineto trace but it is missing", kpath)
+    steps = _steps(records)
+    comm = _kineto_comm(kpath, int(data["rank"]), records, steps, warnings) if kpath else None
+    if comm is None:
+        comm = _hook_comm(records)
+    spans = [(step, b0, b1, _partition(records[(records[:, 3] >= b0) & (records[:, 3] <= b1)], b0, b1, layers, comm))
+             for step, b0, b1 in steps]
     trace = _to_rank_trace(data, path, spans, comm, layers)
-    trace.meta.update(
-        warnings=warnings,
-        comm_source=comm_source,
-        kineto=kpath,
-    )
+    trace.meta.update(warnings=warnings, comm_source=comm.source, kineto=kpath)
     return trace
+
+
+@dataclass
+class _Comm:
+    """Collective transfers of one rank, and how the hook records map onto them."""
+
+    source: str
+    transfers: list[_Transfer]
+    seq_of: dict[int, int]  # comm-hook seq -> the seq used in the event table
+    host: list[_Span]  # host enqueues seen only in Kineto (DDP's buffer broadcast), depth 0 on the main lane
+
+
+@dataclass(frozen=True)
+class _Transfer:
+    seq: int
+    bucket: int
+    name: str
+    start: int  # ns
+    end: int
+    lane: str
+    nbytes: int
+
+
+def _hook_comm(records: np.ndarray) -> _Comm:
+    """Fallback without Kineto: the comm hook's issue -> completion span (includes queueing and waiting for peers)."""
+    code = records[:, 0]
+    issued = {int(r[2]): (int(r[1]), int(r[3]), int(r[4])) for r in records[code == Rec.ENQ_END]}
+    transfers = []
+    for r in records[code == Rec.COMM_DONE]:
+        seq = int(r[2])
+        if seq in issued:
+            bucket, t0, nbytes = issued[seq]
+            transfers.append(_Transfer(seq, bucket, f"allreduce bucket {bucket}", t0, int(r[3]), f"comm thread {int(r[4])}", nbytes))
+    return _Comm("comm hook (issue to completion, includes queueing)", sorted(transfers, key=lambda t: t.seq), {}, [])
+
+
+def _kineto_comm(kpath: str, rank: int, records: np.ndarray, steps: list, warnings: list[str]) -> _Comm | None:
+    """Transfers as Kineto saw them on the gloo/NCCL lanes; all-reduces matched to hook buckets in issue order."""
+    from .kineto import read_kineto  # noqa: PLC0415  (only runs with Kineto on)
+
+    kt = read_kineto(kpath, rank=rank)
+    ev = kt.events
+    lo, hi = steps[0][1], steps[-1][2]
+    at = lambda us: kt.base_ns + int(round(us * 1e3))  # noqa: E731
+    colls = dict(zip(kt.meta.get("collectives", {}).get("event", []), kt.meta.get("collectives", {}).get("coll", [])))
+    idx = [i for i in np.flatnonzero(ev.kind == Kind.COMM).tolist() if lo <= at(ev.start[i]) <= hi]
+    idx.sort(key=lambda i: ev.start[i])
+    code = records[:, 0]
+    enq = sorted((int(r[2]), int(r[1]), int(r[3]), int(x[4])) for r, x in
+                 zip(records[code == Rec.ENQ_BEGIN], records[code == Rec.ENQ_END]))
+    transfers, seq_of, used = [], {}, set()
+    k = 0
+    allreduce = [i for i in idx if colls.get(i, "").replace("_", "") == "allreduce"]
+    for seq, bucket, t0, nbytes in enq:
+        while k < len(allreduce) and at(ev.start[allreduce[k]]) < t0:
+            k += 1
+        if k == len(allreduce):
+            warnings.append(f"rank {rank}: Kineto shows fewer all-reduces than the comm hook issued; transfer spans from the hook")
+            return None
+        i = allreduce[k]
+        k += 1
+        used.add(i)
+        seq_of[seq] = int(ev.seq[i])
+        transfers.append(_Transfer(int(ev.seq[i]), bucket, f"allreduce bucket {bucket}", at(ev.start[i]),
+                                   at(ev.start[i] + ev.dur[i]), kt.lanes[ev.lane[i]].name, nbytes))
+    for i in idx:
+        if i not in used:
+            name = colls.get(i) or ev.name_of(i)
+            transfers.append(_Transfer(int(ev.seq[i]), -1, name, at(ev.start[i]), at(ev.start[i] + ev.dur[i]),
+                                       kt.lanes[ev.lane[i]].name, int(ev.nbytes[i])))
+    main = [j for j, lane in enumerate(kt.lanes) if lane.main]
+    host = []
+    if main:
+        mask = (ev.kind == Kind.COMM_ENQUEUE) & (ev.depth == 0) & (ev.lane == main[0]) & (ev.seq >= 0)
+        hooked = set(seq_of.values())
+        for j in np.flatnonzero(mask).tolist():
+            if int(ev.seq[j]) not in hooked and lo <= at(ev.start[j]) <= hi:
+                host.append(_Span(Kind.COMM_ENQUEUE, ev.name_of(j), at(ev.start[j]), at(ev.start[j] + ev.dur[j]), seq=int(ev.seq[j])))
+    return _Comm("Kineto (gloo/NCCL execution spans)", sorted(transfers, key=lambda t: t.seq), seq_of, host)
 
 
 def _steps(records: np.ndarray) -> list[tuple[int, int, int]]:
@@ -166,31 +260,20 @@ def _steps(records: np.ndarray) -> list[tuple[int, int, int]]:
     return [(s, begins[s], ends[s]) for s in sorted(begins) if s in ends]
 
 
-def _main_spans(records: np.ndarray, layers: list[str]) -> list[tuple[int, int, int, list[_Span]]]:
-    """Per step: (step, begin, end, depth-0 spans partitioning [begin, end])."""
-    out = []
-    for step, begin, end in _steps(records):
-        rows = records[(records[:, 3] >= begin) & (records[:, 3] <= end)]
-        out.append((step, begin, end, _partition(rows, begin, end, layers)))
-    return out
-
-
-def _partition(rows: np.ndarray, begin: int, end: int, layers: list[str]) -> list[_Span]:
+def _partition(rows: np.ndarray, begin: int, end: int, layers: list[str], comm: _Comm) -> list[_Span]:
     code, a, b, t, x = (rows[:, i] for i in range(5))
-    priority: list[_Span] = []  # intervals that cut through layer spans
-    enq = {}
-    for i in np.flatnonzero(code == Rec.ENQ_BEGIN):
-        enq[int(b[i])] = int(t[i])
+    priority = [h for h in comm.host if begin <= h.start <= end]  # intervals that cut through layer spans
+    enq = {int(b[i]): int(t[i]) for i in np.flatnonzero(code == Rec.ENQ_BEGIN)}
     for i in np.flatnonzero(code == Rec.ENQ_END):
         s = int(b[i])
         if s in enq:
-            priority.append(_Span(Kind.COMM_ENQUEUE, f"allreduce bucket {int(a[i])}", enq[s], int(t[i]), bucket=int(a[i]), seq=s, nbytes=int(x[i])))
+            priority.append(_Span(Kind.COMM_ENQUEUE, f"allreduce bucket {int(a[i])}", enq[s], int(t[i]), bucket=int(a[i]),
+                                  seq=comm.seq_of.get(s, s), nbytes=int(x[i])))
     for kb, ke, kind, name in ((Rec.UPDATE_BEGIN, Rec.UPDATE_END, Kind.UPDATE, "optimizer.step"),
                                (Rec.WAIT_BEGIN, Rec.WAIT_END, Kind.COMM_WAIT, "ddp finalize (wait for buckets)")):
         for s0, s1 in zip(t[code == kb], t[code == ke]):
             priority.append(_Span(kind, name, int(s0), int(s1)))
-    layer_spans = _layer_spans(code, a, b, t, layers)
-    return _carve(sorted(priority, key=lambda s: s.start), layer_spans, begin, end)
+    return _carve(sorted(priority, key=lambda s: s.start), _layer_spans(code, a, b, t, layers), begin, end)
 
 
 def _layer_spans(code, a, b, t, layers: list[str]) -> list[_Span]:
@@ -274,93 +357,76 @@ def _carve(priority: list[_Span], layer_spans: list[_Span], begin: int, end: int
     return [s for s in out if s.end > s.start or s.kind == Kind.COMM_ENQUEUE]
 
 
-def _comm_spans(records: np.ndarray) -> list[tuple[int, int, int, int, int]]:
-    """(seq, bucket, enqueue_end_ns, done_ns, tid) per all-reduce in enqueue order."""
-    code = records[:, 0]
-    issued = {int(r[2]): (int(r[1]), int(r[3])) for r in records[code == Rec.ENQ_END]}
-    out = []
-    for r in records[code == Rec.COMM_DONE]:
-        seq = int(r[2])
-        if seq in issued:
-            bucket, t0 = issued[seq]
-            out.append((seq, bucket, t0, int(r[3]), int(r[4])))
-    return sorted(out)
-
-
-def _to_rank_trace(data: dict, path: str, steps, comm, layers: list[str]) -> RankTrace:
+def _to_rank_trace(data: dict, path: str, steps: list, comm: _Comm, layers: list[str]) -> RankTrace:
     base_ns = min(b for _, b, _, _ in steps)
     names: list[str] = []
     index: dict[str, int] = {}
-    cols: dict[str, list] = {c: [] for c in ("name", "kind", "lane", "start", "dur", "depth", "step", "layer", "nbytes", "group", "seq", "bucket")}
+    cols: dict[str, list] = {c: [] for c in ("name", "kind", "lane", "start", "dur", "depth", "step", "layer", "nbytes",
+                                             "group", "seq", "bucket")}
 
-    def add(name: str, kind: Kind, lane: int, t0: int, t1: int, step: int, layer=-1, nbytes=0, group=-1, seq=-1, bucket=-1,
-            depth=0) -> int:
+    def add(name: str, kind: Kind, lane: int, t0: int, t1: int, step: int, layer: int = -1, nbytes: int = 0,
+            seq: int = -1, bucket: int = -1, depth: int = 0) -> int:
         if name not in index:
             index[name] = len(names)
             names.append(name)
-        for c, v in (("name", index[name]), ("kind", int(kind)), ("lane", lane), ("start", (t0 - base_ns) / 1e3),
-                     ("dur", (t1 - t0) / 1e3), ("depth", depth), ("step", step), ("layer", layer), ("nbytes", nbytes), ("group", group),
-                     ("seq", seq), ("bucket", bucket)):
+        row = dict(name=index[name], kind=int(kind), lane=lane, start=(t0 - base_ns) / 1e3, dur=(t1 - t0) / 1e3,
+                   depth=depth, step=step, layer=layer, nbytes=nbytes, group=0 if seq >= 0 else -1, seq=seq, bucket=bucket)
+        for c, v in row.items():
             cols[c].append(v)
         return len(cols["start"]) - 1
 
     lanes = [Lane(f"thread {data.get('pid', 0)} (main)", LaneKind.CPU_THREAD, main=True)]
-    comm_tids = sorted({c[4] for c in comm})
-    lane_of_tid = {tid: 1 + k for k, tid in enumerate(comm_tids)}
-    lanes += [Lane(f"comm thread {tid}", LaneKind.COMM_THREAD) for tid in comm_tids]
-    enqueue_ev: dict[int, int] = {}
-    sink_ev: dict[int, int] = {}  # step -> the wait (or update) that needs the step's buckets
-    step_of_seq: dict[int, int] = {}
+    comm_lanes = sorted({t.lane for t in comm.transfers})
+    lane_of = {name: 1 + k for k, name in enumerate(comm_lanes)}
+    lanes += [Lane(name, LaneKind.COMM_THREAD) for name in comm_lanes]
+    enqueue_ev: dict[int, int] = {}  # seq -> host event
+    after_ev: dict[int, int] = {}  # seq -> the main-lane event that needs the transfer
+    step_of: dict[int, int] = {}
     for step, b0, b1, spans in steps:
         add(f"ProfilerStep#{step}", Kind.STEP, 0, b0, b1, step, depth=-1)
-        for s in spans:
-            i = add(s.name, s.kind, 0, s.start, s.end, step, s.layer, s.nbytes, 0 if s.seq >= 0 else -1, s.seq, s.bucket)
-            if s.kind == Kind.COMM_ENQUEUE:
-                enqueue_ev[s.seq] = i
-                step_of_seq[s.seq] = step
-            elif s.kind == Kind.COMM_WAIT or (s.kind == Kind.UPDATE and step not in sink_ev):
-                sink_ev[step] = i
+        ids = [add(s.name, s.kind, 0, s.start, s.end, step, s.layer, s.nbytes, s.seq, s.bucket) for s in spans]
+        sink = next((i for i, s in zip(ids, spans) if s.kind == Kind.COMM_WAIT), None)
+        sink = sink if sink is not None else next((i for i, s in zip(ids, spans) if s.kind == Kind.UPDATE), None)
+        for k, (i, s) in enumerate(zip(ids, spans)):
+            if s.kind != Kind.COMM_ENQUEUE:
+                continue
+            enqueue_ev[s.seq], step_of[s.seq] = i, step
+            # a bucket all-reduce is needed by the step's wait; a blocking host collective by whatever follows it
+            nxt = ids[k + 1] if k + 1 < len(ids) else None
+            target = sink if s.bucket >= 0 else nxt
+            if target is not None:
+                after_ev[s.seq] = target
     flows = []
-    nbytes_of = {s.seq: s.nbytes for *_, spans in steps for s in spans if s.kind == Kind.COMM_ENQUEUE}
-    for seq, bucket, t0, t1, tid in comm:
-        if seq not in enqueue_ev:
+    for t in comm.transfers:
+        if t.seq not in enqueue_ev:
             continue
-        step = step_of_seq[seq]
-        i = add(f"allreduce bucket {bucket}", Kind.COMM, lane_of_tid[tid], t0, t1, step, nbytes=nbytes_of[seq], group=0, seq=seq, bucket=bucket)
-        flows.append((enqueue_ev[seq], i))
-        if step in sink_ev:
-            flows.append((i, sink_ev[step]))
+        i = add(t.name, Kind.COMM, lane_of[t.lane], t.start, t.end, step_of[t.seq], nbytes=t.nbytes, seq=t.seq, bucket=t.bucket)
+        flows.append((enqueue_ev[t.seq], i))
+        if t.seq in after_ev:
+            flows.append((i, after_ev[t.seq]))
     events = EventTable.from_columns(names, **cols)
     layouts = data.get("bucket_layouts", [])
     buckets = [Bucket(int(b["index"]), int(b["nbytes"]), list(b["params"])) for b in (layouts[-1] if layouts else [])]
-    step_times = {int(s): int(t1) - int(t0) for s, t0, t1 in data.get("step_times_ns", [])}
     profiled = set(data["steps_profiled"])
+    step_times = {int(s): (int(t1) - int(t0)) / 1e3 for s, t0, t1 in data.get("step_times_ns", [])}
     meta = {
+        "format": RANK_FORMAT,
         "pid": data.get("pid"),
         "torch": data.get("torch"),
+        "mode": data.get("mode"),
         "bucket_cap_mb": data.get("bucket_cap_mb"),
         "steps_requested": data["steps_requested"],
         "steps_profiled": data["steps_profiled"],
         "steps_completed": data.get("steps_completed"),
-        "step_times_us": {s: d / 1e3 for s, d in step_times.items() if s in profiled},
-        "unprofiled_step_times_us": {s: d / 1e3 for s, d in step_times.items() if s not in profiled},
-        "comm_lanes": [lanes[lane_of_tid[t]].name for t in comm_tids],
-        "bucket_layout_changed": len(layouts) > 1,
-        "kineto_on": bool(data.get("kineto_file")),
+        "step_times_us": {s: d for s, d in step_times.items() if s in profiled},
+        "unprofiled_step_times_us": {s: d for s, d in step_times.items() if s not in profiled},
+        "comm_lanes": comm_lanes,
+        "bucket_layouts": layouts,
+        "layer_grad_bytes": data.get("layer_grad_bytes", {}),
     }
     return RankTrace(
-        rank=int(data["rank"]),
-        world_size=int(data["world_size"]),
-        source=path,
-        events=events,
-        lanes=lanes,
-        base_ns=base_ns,
-        host=data.get("host", ""),
-        backend=data.get("backend", ""),
-        layers=layers,
-        groups=["0"],
+        rank=int(data["rank"]), world_size=int(data["world_size"]), source=path, events=events, lanes=lanes,
+        base_ns=base_ns, host=data.get("host", ""), backend=data.get("backend", ""), layers=layers, groups=["0"],
         group_ranks={"0": list(range(int(data["world_size"])))},
-        flows=np.asarray(flows, dtype=np.int64).reshape(-1, 2),
-        buckets=buckets,
-        meta=meta,
+        flows=np.asarray(flows, dtype=np.int64).reshape(-1, 2), buckets=buckets, meta=meta,
     )

@@ -1,0 +1,103 @@
+"""Real multi-process gloo DDP runs profiled by dagprof: the API (Kineto on) and the zero-code launcher (hooks only)."""
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+from dagprof.cli.main import main  # noqa: E402
+from dagprof.collect.demo_train import DemoConfig, build_model, run_demo_training  # noqa: E402
+from dagprof.traces.dagprof_run import read_run  # noqa: E402
+from dagprof.traces.events import Kind, LaneKind  # noqa: E402
+
+SMALL = DemoConfig.small()
+
+
+def leaf_paths():
+    return [p for p, m in build_model(SMALL).named_modules() if next(m.children(), None) is None]
+
+
+def param_bytes():
+    return sum(p.numel() * 4 for p in build_model(SMALL).parameters())
+
+
+@pytest.fixture(scope="module")
+def api_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ddp-api")
+    small = {k: getattr(SMALL, k) for k in ("width", "blocks", "image_size", "batch_size")}
+    return read_run(run_demo_training(out, world_size=2, steps=6, profile_steps=(2, 4), bucket_cap_mb=0.01, kineto=True, **small))
+
+
+@pytest.fixture(scope="module")
+def launcher_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ddp-launcher")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "dagprof.collect.demo_train",
+           "--small", "--steps", "6"]
+    assert main(["profile", "-o", str(out), "--steps", "2:4", "--no-kineto", "--"] + cmd) == 0
+    return read_run(out)
+
+
+def check_rank(t, leaves):
+    ev = t.events
+    assert t.layers == leaves
+    assert t.meta["steps_profiled"] == [2, 3]
+    assert len(t.buckets) > 2 and sum(b.nbytes for b in t.buckets) == param_bytes()
+    assert sorted(p for b in t.buckets for p in b.params) == sorted(p for p, _ in build_model(SMALL).named_parameters())
+    for step in (2, 3):
+        s = ev.step == step
+        for kind in (Kind.FORWARD, Kind.BACKWARD):
+            assert sorted(t.layers[i] for i in ev.layer[s & (ev.kind == kind)]) == sorted(leaves)
+        enq = np.flatnonzero(s & (ev.kind == Kind.COMM_ENQUEUE) & (ev.bucket >= 0))
+        assert sorted(ev.bucket[enq]) == list(range(len(t.buckets)))
+        assert ev.nbytes[enq].sum() == param_bytes()
+        assert (s & (ev.kind == Kind.COMM_WAIT)).sum() == 1 and (s & (ev.kind == Kind.UPDATE)).sum() == 1
+        # depth-0 events of the main lane tile the step
+        main = np.flatnonzero(s & (ev.lane == 0) & (ev.depth == 0))
+        main = main[np.argsort(ev.start[main])]
+        assert np.allclose(ev.end[main[:-1]], ev.start[main[1:]], atol=1e-3)
+    comm = np.flatnonzero(ev.kind == Kind.COMM)
+    assert all(t.lanes[ev.lane[i]].kind == LaneKind.COMM_THREAD for i in comm)
+    assert set(t.meta["comm_lanes"]) == {t.lanes[ev.lane[i]].name for i in comm}
+    # every transfer has its enqueue before it and a successor (the wait) after it
+    flows = {tuple(f) for f in t.flows.tolist()}
+    for i in comm:
+        src = [a for a, b in flows if b == i]
+        dst = [b for a, b in flows if a == i]
+        assert len(src) == 1 and ev.kind[src[0]] == Kind.COMM_ENQUEUE and ev.seq[src[0]] == ev.seq[i]
+        assert len(dst) == 1 and ev.kind[dst[0]] in (Kind.COMM_WAIT, Kind.UPDATE, Kind.FORWARD, Kind.OTHER)
+    return {int(ev.seq[i]): (int(ev.bucket[i]), int(ev.nbytes[i])) for i in comm}
+
+
+def test_api_run_two_ranks(api_run):
+    assert api_run.world_size == 2 and api_run.meta["ddp"] and not api_run.meta["warnings"]
+    leaves = leaf_paths()
+    by_rank = [check_rank(t, leaves) for t in api_run.ranks]
+    assert by_rank[0] == by_rank[1]  # the same collective at the same (group, seq) on both ranks
+    t = api_run.ranks[0]
+    assert t.meta["comm_source"].startswith("Kineto") and t.backend == "gloo"
+    assert any(b < 0 for b, _ in by_rank[0].values())  # DDP's buffer broadcast, visible through Kineto
+
+
+def test_launcher_zero_code(launcher_run):
+    assert launcher_run.meta["mode"] == "launcher" and launcher_run.world_size == 2
+    leaves = leaf_paths()
+    by_rank = [check_rank(t, leaves) for t in launcher_run.ranks]
+    assert by_rank[0] == by_rank[1]
+    assert launcher_run.ranks[1].meta["comm_source"].startswith("comm hook")
+    assert launcher_run.ranks[0].meta["kineto"] is None
+
+
+def test_launcher_without_ddp_says_so(tmp_path, capsys):
+    script = "import torch; m = torch.nn.Linear(2, 2); o = torch.optim.SGD(m.parameters(), 0.1)\n" \
+             "for _ in range(3): m(torch.ones(1, 2)).sum().backward(); o.step()"
+    assert main(["profile", "-o", str(tmp_path), "--", sys.executable, "-c", script]) == 2
+    assert "sees only models wrapped in torch.nn.parallel.DistributedDataParallel" in capsys.readouterr().err
+
+
+def test_launcher_json_summary(tmp_path, capsys):
+    assert main(["profile", "--json", "-o", str(tmp_path)]) == 2
+    assert "no command to profile" in json.loads(capsys.readouterr().out)["error"]

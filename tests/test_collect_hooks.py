@@ -1,0 +1,172 @@
+"""dagprof.profile in one process (no DDP): hook records, partition of each step, failure and bad-input handling."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from dagprof.collect import parse_steps, profile  # noqa: E402
+from dagprof.errors import DagprofError  # noqa: E402
+from dagprof.traces.dagprof_run import MANIFEST, rank_file, read_run  # noqa: E402
+from dagprof.traces.events import Kind  # noqa: E402
+
+LEAVES = ["0", "1", "2", "3.0", "3.1", "4"]
+
+
+def tiny_model():
+    torch.manual_seed(0)
+    nn = torch.nn
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(inplace=True), nn.Linear(16, 16), nn.Sequential(nn.Tanh(), nn.Linear(16, 16)), nn.Linear(16, 2))
+
+
+def train(out, steps, n=5, model=None, kineto=False, pass_model=True, before_step=None):
+    model = model or tiny_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(4, 8), torch.randn(4, 2)
+    with profile(out, steps=steps, model=model if pass_model else None, kineto=kineto) as prof:
+        for i in range(n):
+            if before_step:
+                before_step(i, prof)
+            opt.zero_grad()
+            ((model(x) - y) ** 2).mean().backward()
+            opt.step()
+            prof.step()
+    return prof
+
+
+def check_partition(trace):
+    """Depth-0 events of the main lane tile every step exactly."""
+    ev = trace.events
+    for step, t0, t1 in trace.step_spans():
+        sel = np.flatnonzero((ev.lane == 0) & (ev.depth == 0) & (ev.step == step))
+        sel = sel[np.argsort(ev.start[sel])]
+        assert ev.start[sel[0]] == pytest.approx(t0, abs=1e-3)
+        assert ev.end[sel[-1]] == pytest.approx(t1, abs=1e-3)
+        assert np.allclose(ev.end[sel[:-1]], ev.start[sel[1:]], atol=1e-3)  # no gap, no overlap
+        assert (ev.dur[sel] >= 0).all()
+
+
+def test_parse_steps():
+    assert parse_steps("10:20") == range(10, 20)
+    assert parse_steps((3, 5)) == range(3, 5)
+    assert parse_steps(4) == range(4)
+    with pytest.raises(ValueError):
+        parse_steps("10")
+
+
+def test_plain_model_layers_steps_update(tmp_path):
+    prof = train(tmp_path, range(1, 3))
+    assert not prof.warnings
+    run = read_run(tmp_path)
+    (t,) = run.ranks
+    assert run.world_size == 1 and not run.meta["ddp"]
+    assert any("not a DDP job" in w for w in run.meta["warnings"])
+    assert t.layers == LEAVES
+    assert t.meta["steps_profiled"] == [1, 2]
+    assert sorted(t.meta["unprofiled_step_times_us"]) == [0, 3, 4]
+    ev = t.events
+    for step in (1, 2):
+        in_step = ev.step == step
+        for kind in (Kind.FORWARD, Kind.BACKWARD):
+            layers = ev.layer[in_step & (ev.kind == kind)]
+            assert sorted(t.layers[i] for i in layers) == sorted(LEAVES)  # one node per leaf call
+        assert (in_step & (ev.kind == Kind.UPDATE)).sum() == 1
+        assert not (in_step & np.isin(ev.kind, [Kind.COMM, Kind.COMM_ENQUEUE, Kind.COMM_WAIT])).any()
+        fwd = np.flatnonzero(in_step & (ev.kind == Kind.FORWARD))
+        bwd = np.flatnonzero(in_step & (ev.kind == Kind.BACKWARD))
+        assert [t.layers[ev.layer[i]] for i in fwd[np.argsort(ev.start[fwd])]] == LEAVES
+        assert [t.layers[ev.layer[i]] for i in bwd[np.argsort(ev.start[bwd])]] == LEAVES[::-1]
+        assert ev.start[fwd].max() < ev.start[bwd].min() < ev.start[in_step & (ev.kind == Kind.UPDATE)][0]
+    check_partition(t)
+    assert t.meta["layer_grad_bytes"]["0"] == (8 * 16 + 16) * 4
+    with pytest.raises(DagprofError, match="not a DDP job"):
+        read_run(tmp_path, require_ddp=True)
+
+
+def test_model_discovered_and_kineto_written(tmp_path):
+    train(tmp_path, range(1, 2), n=3, pass_model=False, kineto=True)
+    (t,) = read_run(tmp_path).ranks
+    assert t.layers == LEAVES
+    assert os.path.exists(tmp_path / "rank0.kineto.json.gz")
+    with gzip.open(tmp_path / "rank0.kineto.json.gz", "rt") as f:
+        doc = json.load(f)
+    assert any(e.get("name") == "ProfilerStep#1" for e in doc["traceEvents"])
+    check_partition(t)
+
+
+def test_hook_failure_disables_profiling_not_training(tmp_path):
+    class Exploding(list):
+        def append(self, item):
+            raise RuntimeError("boom")
+
+    def sabotage(i, prof):
+        if i == 2:
+            prof._collector.records = Exploding(prof._collector.records)
+
+    with pytest.warns(RuntimeWarning, match="profiling disabled.*boom"):
+        prof = train(tmp_path, range(1, 4), n=6, before_step=sabotage)
+    assert prof._collector.step == 6  # training went on to the end
+    run = read_run(tmp_path)  # step 1 was complete before the failure
+    assert run.ranks[0].meta["steps_profiled"] == [1]
+    assert any("boom" in w for w in run.meta["warnings"])
+
+
+def test_window_past_the_end(tmp_path):
+    train(tmp_path, range(50, 60), n=20)
+    with pytest.raises(DagprofError, match=r"steps 50-59 requested but training ended after 20 steps \(last step 19\)"):
+        read_run(tmp_path)
+
+
+def test_window_cut_short_keeps_what_ran(tmp_path):
+    train(tmp_path, range(2, 10), n=5)
+    run = read_run(tmp_path)
+    assert run.ranks[0].meta["steps_profiled"] == [2, 3, 4]
+    assert any("steps 2-9 requested but training ended after 5 steps" in w for w in run.meta["warnings"])
+
+
+def test_bad_run_folders(tmp_path):
+    with pytest.raises(DagprofError, match="not a dagprof run folder"):
+        read_run(tmp_path)
+    train(tmp_path, range(1, 2), n=2)
+    manifest = json.loads((tmp_path / MANIFEST).read_text())
+    (tmp_path / MANIFEST).write_text(json.dumps({**manifest, "world_size": 2}))
+    with pytest.raises(DagprofError, match=r"rank 1 of 2 is missing \(no rank1.json\)"):
+        read_run(tmp_path)
+    (tmp_path / MANIFEST).write_text(json.dumps(manifest))
+    body = (tmp_path / rank_file(0)).read_bytes()
+    (tmp_path / rank_file(0)).write_bytes(body[: len(body) // 2])
+    with pytest.raises(DagprofError, match=r"rank0.json: corrupt or truncated"):
+        read_run(tmp_path)
+
+
+def test_truncated_kineto_trace(tmp_path):
+    train(tmp_path, range(1, 2), n=2, kineto=True)
+    path = tmp_path / "rank0.kineto.json.gz"
+    body = path.read_bytes()
+    path.write_bytes(body[: len(body) // 3])
+    with pytest.raises(DagprofError, match="rank0.kineto.json.gz"):
+        read_run(tmp_path)
+
+
+def test_stale_rank_file_from_another_run(tmp_path):
+    train(tmp_path, range(1, 2), n=2)
+    doc = json.loads((tmp_path / rank_file(0)).read_text())
+    doc.update(rank=1, records=[[r[0], r[1], r[2], r[3] - 3600 * 10**9, r[4]] for r in doc["records"]])
+    (tmp_path / rank_file(1)).write_text(json.dumps(doc))
+    manifest = json.loads((tmp_path / MANIFEST).read_text())
+    (tmp_path / MANIFEST).write_text(json.dumps({**manifest, "world_size": 2}))
+    with pytest.raises(DagprofError, match="3600 s apart: they are from different runs"):
+        read_run(tmp_path)
+
+
+def test_import_dagprof_does_not_import_torch():
+    code = "import sys, dagprof, dagprof.collect, dagprof.traces.dagprof_run; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
