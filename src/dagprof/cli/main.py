@@ -15,6 +15,7 @@ import sys
 from ..errors import DagprofError
 
 COMMANDS = [
+    "profile",
     "replay",
     "analyze",
     "report",
