@@ -33,6 +33,16 @@ def test_bcaffe_uses_the_last_dump():
     assert prof.allreduce_us[-1] == pytest.approx(24282 + 0)
 
 
+@needs_data
+def test_bcaffe_merged_groups():
+    prof = read_bcaffe_log(DATA / "tmp8ocomm.log")
+    groups = prof.meta["merged_groups"]
+    assert len(groups) == 30 and groups[0] == (63, 64, 18092.0)  # backward order: the classifier first
+    assert sum(us for *_, us in groups) == pytest.approx(277154.0)
+    assert [lo for lo, *_ in groups] == sorted({lo for lo, *_ in groups}, reverse=True)
+    assert "merged_groups" not in read_bcaffe_log(DATA / "tmp2comm.log").meta  # 4-column log
+
+
 def test_bcaffe_warmup_only_is_refused(tmp_path):
     f = tmp_path / "tmp2comm.log"
     f.write_text("".join(f"I0219 13:29:27.1 66221 distributed.cpp:112] [{i}, 10, 0, 0]\n" for i in range(4)))

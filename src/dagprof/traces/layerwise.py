@@ -228,6 +228,10 @@ def read_bcaffe_log(path: str | os.PathLike[str], workers: int | None = None, bl
     if workers is None:
         m = _BCAFFE_WORKERS.search(Path(path).name)
         workers = int(m.group(1)) if m else None
+    meta = {"blobs": len(dump), "params": int(a[:, 1].sum()), "first_line": first_line}
+    merged = np.array([v[4] if len(v) > 4 else 0.0 for _, v in dump])
+    if merged.any():
+        meta["merged_groups"] = _merged_groups(merged, blobs_per_layer)
     return LayerProfile(
         names=[f"layer{i:02d}" for i in range(len(per_layer))],
         backward_us=compute[:, 0].copy(),
@@ -235,8 +239,27 @@ def read_bcaffe_log(path: str | os.PathLike[str], workers: int | None = None, bl
         allreduce_us=per_layer[:, :, 3].sum(axis=1),
         workers=workers,
         source=path,
-        meta={"blobs": len(dump), "params": int(a[:, 1].sum()), "first_line": first_line},
+        meta=meta,
     )
+
+
+def _merged_groups(merged_us: np.ndarray, blobs_per_layer: int) -> list[tuple[int, int, float]]:
+    """B-Caffe's merged all-reduces as layer groups ``(lo, hi, us)``, backward order.
+
+    A blob with a merged time heads a message that also carries the higher blobs up to the
+    next head (0 = merged away); it is sent when its own (lowest) layer's backward ends.
+    Heads inside one layer are ready together and go back to back, so they add up.
+    """
+    heads = np.flatnonzero(merged_us)
+    ends = np.append(heads[1:], len(merged_us))  # one past the last blob of each message
+    groups: list[list] = []
+    for h, e in zip(heads[::-1], ends[::-1]):
+        lo, hi = int(h) // blobs_per_layer, (int(e) - 1) // blobs_per_layer + 1
+        if groups and groups[-1][0] == lo:
+            groups[-1][2] += float(merged_us[h])
+        else:
+            groups.append([lo, hi, float(merged_us[h])])
+    return [(lo, hi, us) for lo, hi, us in groups]
 
 
 # ---------------------------------------------------------------- dagprof runs
