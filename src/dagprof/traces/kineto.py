@@ -467,9 +467,9 @@ class _Builder:
             enq = int(self.enqueue_of[t])
             recs = [t] + meta_of.get(enq, [])
             info = _comm_args([self.xs[r] for r in recs])
-            coll = self.info[self.pair[t]].coll or info.get("coll", "")
-            if info.get("coll"):
-                coll = info["coll"]
+            # metadata, else the host call (c10d::alltoall_base_ launches a SendRecv kernel), else the kernel
+            enq_coll = self.info[self.pair[enq]].coll if enq >= 0 else ""
+            coll = info.get("coll") or enq_coll or self.info[self.pair[t]].coll
             g = info.get("group", "0")
             if g not in gids:
                 gids[g] = len(gids)
@@ -495,6 +495,7 @@ class _Builder:
         self.seq[enq[has]] = self.seq[transfers[has]]
         self.nbytes[enq[has]] = self.nbytes[transfers[has]]
         self.coll_meta = {"event": transfers.tolist(), "coll": coll_out, "dtype": dtype_out}
+        self.explicit_seq = bool(explicit_seq) and all(explicit_seq)
 
     # -- rank identity and assembly
     def _identity(self) -> tuple[int, int, str]:
@@ -526,7 +527,7 @@ class _Builder:
             dur=self.dur, depth=self.depth, step=self.step, nbytes=self.nbytes, group=self.group, seq=self.seq,
         )
         base = self.trace.baseTimeNanoseconds or 0
-        meta = {"format": "kineto", "rank_source": source, "collectives": self.coll_meta,
+        meta = {"format": "kineto", "rank_source": source, "collectives": self.coll_meta, "explicit_seq": self.explicit_seq,
                 "schema": _raw(self.trace.schemaVersion)}
         return RankTrace(
             rank=rank, world_size=world, source=self.path, events=table, lanes=lanes,

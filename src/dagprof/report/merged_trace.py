@@ -1,0 +1,44 @@
+"""All ranks on one clock in one Perfetto trace: the measured timeline, aligned.
+
+It lives in ``report`` (not ``align``) because it writes through the one Chrome writer,
+which sits in this layer; alignment itself is ``dagprof.align.clocks``.
+"""
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+import numpy as np
+
+from ..align.clocks import ClockAlignment, align_clocks
+from ..traces.events import Kind, Run
+from .chrome_trace import Slice, write_chrome_trace
+
+
+def _slices(run: Run, origin_ns: int) -> Iterator[Slice]:
+    for t in run.ranks:
+        ev = t.events
+        shift = (t.base_ns - origin_ns) / 1000.0
+        process = f"rank {t.rank}"
+        kinds = [k.name for k in Kind]
+        for i in np.argsort(ev.start, kind="stable").tolist():
+            args: dict = {"kind": kinds[ev.kind[i]]}
+            if ev.group[i] >= 0:
+                args.update(group=t.groups[ev.group[i]], seq=int(ev.seq[i]), nbytes=int(ev.nbytes[i]))
+            if ev.step[i] >= 0:
+                args["step"] = int(ev.step[i])
+            yield Slice(process, t.lanes[ev.lane[i]].name, ev.names[ev.name[i]], float(ev.start[i]) + shift,
+                        float(ev.dur[i]), args, kinds[ev.kind[i]])
+
+
+def write_merged_trace(path: str | os.PathLike[str], run: Run, align: bool = True) -> tuple[str, ClockAlignment | None]:
+    """Write every rank's events, clocks aligned on matched collectives (unless ``align`` is False)."""
+    alignment = None
+    if align and len(run.ranks) > 1:
+        run, alignment = align_clocks(run)
+    origin = min(t.base_ns for t in run.ranks)
+    meta = {"source": run.source, "ranks": [t.rank for t in run.ranks], "origin_unix_ns": origin}
+    if alignment is not None:
+        meta["clock_offset_us"] = {str(r): o for r, o in alignment.offset_us.items()}
+        meta["residual_skew_us"] = alignment.residual_us
+    return write_chrome_trace(path, _slices(run, origin), meta), alignment
