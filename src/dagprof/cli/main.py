@@ -16,6 +16,7 @@ from ..errors import DagprofError
 
 COMMANDS = [
     "profile",
+    "demo",
     "replay",
     "analyze",
     "report",

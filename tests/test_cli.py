@@ -1,0 +1,68 @@
+"""The commands as a user runs them: JSON on stdout, one-line errors with exit status 2."""
+import gzip
+import json
+import os
+
+import pytest
+from conftest import DATA
+
+from dagprof.cli.main import main
+
+NCCL = os.path.join(DATA, "kineto-public", "nccl_parser_config", "nccl_data.json.gz")
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_replay_json_on_a_stock_gpu_trace(capsys, tmp_path):
+    code, out, _ = run_cli(capsys, "replay", NCCL, "--json", "-o", str(tmp_path))
+    assert code == 0
+    r = json.loads(out)
+    assert abs(r["error_pct"]) < 5  # issue 3: replayed within 5 % of the measured step
+    assert r["per_rank"][0]["rank"] == 0
+    assert os.path.exists(tmp_path / "replay.trace.json") and os.path.exists(tmp_path / "report.html")
+    trace = json.load(open(tmp_path / "replay.trace.json"))
+    assert any(e.get("ph") == "X" for e in trace["traceEvents"])
+
+
+def test_analyze_text_names_findings(capsys):
+    code, out, _ = run_cli(capsys, "analyze", NCCL)
+    assert code == 0
+    assert "critical path" in out and "findings:" in out
+
+
+def _write(path, data: bytes) -> str:
+    path.write_bytes(data)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "make, problem",
+    [
+        (lambda d: str(d / "nope"), "no such file or folder"),
+        (lambda d: _write(d / "t.json.gz", gzip.compress(b'{"traceEvents": [{"ph": "X", "na')), "t.json.gz"),
+        (lambda d: _write(d / "x.json", b'{"hello": 1}'), "x.json"),
+        (lambda d: str(d), "no torch.profiler traces"),
+    ],
+)
+def test_bad_input_is_one_line_error(capsys, tmp_path, make, problem):
+    code, out, err = run_cli(capsys, "replay", make(tmp_path))
+    assert code == 2
+    assert problem in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_bad_flag_value(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["replay", NCCL, "--steps", "9:3"])
+    assert e.value.code == 2
+    assert "--steps" in capsys.readouterr().err
+
+
+def test_error_in_json_mode_is_a_json_object(capsys, tmp_path):
+    code, out, err = run_cli(capsys, "replay", str(tmp_path / "missing"), "--json")
+    assert code == 2
+    assert "no such file" in json.loads(out)["error"]
