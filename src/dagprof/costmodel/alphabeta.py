@@ -46,10 +46,12 @@ def ring_allreduce_us(nbytes: float | np.ndarray, workers: int, link: AlphaBeta)
     return 2 * (n - 1) * link.alpha_us + 2 * (n - 1) / n * nbytes * link.beta_us_per_byte + (n - 1) / n * nbytes * link.gamma_us_per_byte
 
 
-def fit_alpha_beta(nbytes: np.ndarray, time_us: np.ndarray, workers: int = 2) -> AlphaBeta:
+def fit_alpha_beta(nbytes: np.ndarray, time_us: np.ndarray, workers: int = 2, relative: bool = True) -> AlphaBeta:
     """Least-squares fit of a ring all-reduce's (alpha, beta) from measured (size, time) pairs, both >= 0.
 
-    Relative residuals are minimised, so 4-byte and 1-GiB messages weigh alike.
+    Relative residuals are minimised, so 4-byte and 1-GiB messages weigh alike. With
+    ``relative=False`` absolute residuals are: the fit then reproduces the measured total
+    (residuals sum to zero unless alpha is clipped at 0) and its bandwidth follows the large messages.
     """
     m = np.asarray(nbytes, dtype=float)
     t = np.asarray(time_us, dtype=float)
@@ -57,7 +59,7 @@ def fit_alpha_beta(nbytes: np.ndarray, time_us: np.ndarray, workers: int = 2) ->
         raise DagprofError(f"need at least two (size, time) pairs to fit a link model, got {len(m)}")
     n = max(workers, 2)
     a = np.stack([np.full_like(m, 2 * (n - 1)), 2 * (n - 1) / n * m], axis=1)
-    w = 1.0 / np.maximum(t, 1e-9)
+    w = 1.0 / np.maximum(t, 1e-9) if relative else np.ones_like(t)
     coef, *_ = np.linalg.lstsq(a * w[:, None], t * w, rcond=None)
     alpha, beta = float(coef[0]), float(coef[1])
     if beta <= 0:  # latency-dominated data: bandwidth from the largest message alone
