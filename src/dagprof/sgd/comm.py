@@ -30,11 +30,17 @@ class CommModel:
         return CommModel(self.default, self.default_name, {**self.links, workers: link}, {**self.link_names, workers: name}, self.measured)
 
     def with_measured(self, workers: int, grad_bytes: np.ndarray, allreduce_us: np.ndarray, name: str) -> "CommModel":
-        """Measured layer times at ``workers``; their ring fit prices merged messages unless a link for ``workers`` exists."""
-        model = CommModel(self.default, self.default_name, dict(self.links), dict(self.link_names), {**self.measured, workers: np.asarray(allreduce_us, float)})
-        if workers not in self.links and workers > 1:
-            timed = np.asarray(allreduce_us) > 0
-            fit = fit_alpha_beta(np.asarray(grad_bytes)[timed], np.asarray(allreduce_us)[timed], workers=workers)
+        """Measured layer times at ``workers``; their ring fit prices merged messages unless a link for ``workers`` exists.
+
+        The fit minimises absolute residuals: it reproduces the measured total, so merged and
+        fused messages are priced on the same footing as the measured layer-wise ones, and
+        its bandwidth follows the large messages that dominate a fused all-reduce.
+        """
+        measured = np.asarray(allreduce_us, float)
+        model = CommModel(self.default, self.default_name, dict(self.links), dict(self.link_names), {**self.measured, workers: measured})
+        timed = (measured > 0) & (np.asarray(grad_bytes) > 0)
+        if workers not in self.links and workers > 1 and timed.sum() >= 2:
+            fit = fit_alpha_beta(np.asarray(grad_bytes)[timed], measured[timed], workers=workers, relative=False)
             model = model.with_link(workers, fit, f"fit of {name}")
         return model
 
