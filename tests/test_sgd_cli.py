@@ -98,6 +98,15 @@ def test_bcaffe_googlenet_prediction(capsys):
     assert rows[8]["comm_exposed_s"] > 0.05  # 0.31 s of measured 8-node comm cannot hide behind 0.21 s of backward
 
 
+@needs_data
+def test_unlabelled_log_predicts_from_the_network_and_says_so(capsys):
+    r = run_json(capsys, str(DATA / "tmpcomm.log"), "--workers", "1,8", "--net", "10gbe", "--iter-time-1", "0.3918")
+    assert r["rows"][1]["comm_source"] == "10gbe"
+    assert any("worker count is unknown" in n for n in r["notes"])
+    assert main(["sgd", str(DATA / "tmp8comm.log"), "--comm-log", str(DATA / "tmpcomm.log")]) == 2
+    assert "cannot tell the worker count" in capsys.readouterr().err
+
+
 def test_speedup_svg_skips_missing_points():
     svg = speedup_svg([1, 2, 4], {"a": [1.0, float("nan"), 3.5]}, title="t & <x>")
     root = ET.fromstring(svg)

@@ -51,7 +51,7 @@ def _link(text: str) -> tuple[AlphaBeta, str]:
             raise DagprofError(f"--net {text!r}: {unknown}; or give a bandwidth like 10Gbit, 25GB/s") from None
 
 
-def comm_model(profile: LayerProfile, net: str | None, osu: list[str], comm_logs: list[str]) -> CommModel:
+def comm_model(profile: LayerProfile, net: str | None, osu: list[str], comm_logs: list[str], notes: list[str]) -> CommModel:
     comm = CommModel()
     if net:
         link, name = _link(net)
@@ -65,6 +65,9 @@ def comm_model(profile: LayerProfile, net: str | None, osu: list[str], comm_logs
         if src.allreduce_us is None:
             if src is not profile:
                 raise DagprofError("no allreduce_us column / communication times", src.source)
+            continue
+        if src.workers is None and src is profile:
+            notes.append("the layer file's all-reduce times are unused: its worker count is unknown (name it tmpNcomm.log or add '# workers=N')")
             continue
         if src.workers is None:
             raise DagprofError("cannot tell the worker count of these all-reduce times (name it tmpNcomm.log or add '# workers=N')", src.source)
@@ -85,7 +88,7 @@ def run(args) -> dict:
         notes.append(profile.meta["anchored"])
     elif profile.forward_us is None:
         notes.append("no forward times and no --iter-time-1: forward taken as 0, so communication looks relatively larger")
-    comm = comm_model(profile, args.net, args.osu, args.comm_log)
+    comm = comm_model(profile, args.net, args.osu, args.comm_log, notes)
     scaling = predict(profile, args.workers, comm, Policy(args.policy), check_replay=args.replay)
     policies = {}
     for p, preds in scaling.by_policy.items():
