@@ -147,6 +147,7 @@ def read_rank(path: str) -> RankTrace:
         first, stop = data["steps_requested"]
         profiled = [int(s) for s in data["steps_profiled"]]
         layers = list(data["layers"])
+        grad_bytes = [int(data.get("layer_grad_bytes", {}).get(name, 0)) for name in layers]
     except (KeyError, TypeError, ValueError) as err:
         raise DagprofError(f"corrupt rank file ({type(err).__name__}: {err})", path) from None
     run = os.path.dirname(path) or "."
@@ -168,7 +169,7 @@ def read_rank(path: str) -> RankTrace:
     comm = _kineto_comm(kpath, int(data["rank"]), records, steps, warnings) if kpath else None
     if comm is None:
         comm = _hook_comm(records)
-    spans = [(step, b0, b1, _partition(records[(records[:, 3] >= b0) & (records[:, 3] <= b1)], b0, b1, layers, comm))
+    spans = [(step, b0, b1, _partition(records[(records[:, 3] >= b0) & (records[:, 3] <= b1)], b0, b1, layers, comm, grad_bytes))
              for step, b0, b1 in steps]
     trace = _to_rank_trace(data, path, spans, comm, layers)
     trace.meta.update(warnings=warnings, comm_source=comm.source, kineto=kpath)
@@ -260,7 +261,7 @@ def _steps(records: np.ndarray) -> list[tuple[int, int, int]]:
     return [(s, begins[s], ends[s]) for s in sorted(begins) if s in ends]
 
 
-def _partition(rows: np.ndarray, begin: int, end: int, layers: list[str], comm: _Comm) -> list[_Span]:
+def _partition(rows: np.ndarray, begin: int, end: int, layers: list[str], comm: _Comm, grad_bytes: list[int]) -> list[_Span]:
     code, a, b, t, x = (rows[:, i] for i in range(5))
     priority = [h for h in comm.host if begin <= h.start <= end]  # intervals that cut through layer spans
     enq = {int(b[i]): int(t[i]) for i in np.flatnonzero(code == Rec.ENQ_BEGIN)}
@@ -273,10 +274,10 @@ def _partition(rows: np.ndarray, begin: int, end: int, layers: list[str], comm: 
                                (Rec.WAIT_BEGIN, Rec.WAIT_END, Kind.COMM_WAIT, "ddp finalize (wait for buckets)")):
         for s0, s1 in zip(t[code == kb], t[code == ke]):
             priority.append(_Span(kind, name, int(s0), int(s1)))
-    return _carve(sorted(priority, key=lambda s: s.start), _layer_spans(code, a, b, t, layers), begin, end)
+    return _carve(sorted(priority, key=lambda s: s.start), _layer_spans(code, a, b, t, layers, grad_bytes), begin, end)
 
 
-def _layer_spans(code, a, b, t, layers: list[str]) -> list[_Span]:
+def _layer_spans(code, a, b, t, layers: list[str], grad_bytes: list[int]) -> list[_Span]:
     """One FORWARD and one BACKWARD span per (layer, call).
 
     Backward of a call starts when a gradient w.r.t. one of its outputs arrives and ends at
@@ -301,11 +302,12 @@ def _layer_spans(code, a, b, t, layers: list[str]) -> list[_Span]:
         key = (int(a[i]), 0)
         bwd1[key] = max(bwd1.get(key, int(t[i])), int(t[i]))
     for key, s0 in bwd0.items():
-        spans.append(_Span(Kind.BACKWARD, f"{layers[key[0]]} backward", s0, max(s0, bwd1.get(key, s0)), layer=key[0]))
+        nbytes = grad_bytes[key[0]] if key[1] == 0 else 0  # a layer's gradient is accumulated once per step
+        spans.append(_Span(Kind.BACKWARD, f"{layers[key[0]]} backward", s0, max(s0, bwd1.get(key, s0)), layer=key[0], nbytes=nbytes))
     spans.sort(key=lambda s: (s.start, s.end))
     # hooks on one tensor fire back to back, so a span may end a few us after the next begins: clip
     return [
-        s if k + 1 == len(spans) or s.end <= spans[k + 1].start else _Span(s.kind, s.name, s.start, spans[k + 1].start, s.layer)
+        s if k + 1 == len(spans) or s.end <= spans[k + 1].start else _Span(s.kind, s.name, s.start, spans[k + 1].start, s.layer, nbytes=s.nbytes)
         for k, s in enumerate(spans)
     ]
 
@@ -348,7 +350,7 @@ def _carve(priority: list[_Span], layer_spans: list[_Span], begin: int, end: int
         piece_end = s.end
         if pi < len(priority) and priority[pi].start < piece_end:
             piece_end = priority[pi].start
-        out.append(_Span(s.kind, s.name, max(cursor, s.start), piece_end, s.layer))
+        out.append(_Span(s.kind, s.name, max(cursor, s.start), piece_end, s.layer, nbytes=s.nbytes))
         cursor = piece_end
         phase = "forward" if s.kind == Kind.FORWARD else "backward"
         flush_priority(s.end)
