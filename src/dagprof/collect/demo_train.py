@@ -29,7 +29,8 @@ from typing import Any
 class DemoConfig:
     world_size: int = 2
     steps: int = 30
-    profile_steps: tuple[int, int] | None = (10, 20)  # None: train without dagprof
+    profile_steps: tuple[int, int] | None = (10, 20)  # None: train without any profiler
+    profiler: str = "dagprof"  # or "torch": plain torch.profiler over the same steps (the baseline for overhead)
     bucket_cap_mb: float = 1.0
     batch_size: int = 16
     image_size: int = 24
@@ -115,25 +116,35 @@ def train(cfg: DemoConfig, out_dir: str | None, rank: int) -> list[float]:
 
     def one_step(i: int) -> None:
         x, y = batches[i % len(batches)]
+        t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         F.cross_entropy(model(x), y).backward()
         opt.step()
+        times.append(time.perf_counter() - t0)  # the step itself; window start/stop work is not in it
 
-    if cfg.profile_steps is None or out_dir is None:
+    window = range(*cfg.profile_steps) if cfg.profile_steps is not None and out_dir is not None else None
+    if window is None:
         for i in range(cfg.steps):
-            t0 = time.perf_counter()
             one_step(i)
-            times.append(time.perf_counter() - t0)
-        return times
-    from .profile import profile
+    elif cfg.profiler == "torch":
+        from torch.profiler import ProfilerAction, profile as torch_profile
 
-    with profile(out_dir, steps=range(*cfg.profile_steps), model=model, kineto=cfg.kineto,
-                 record_shapes=cfg.record_shapes, **cfg.extra) as prof:
-        for i in range(cfg.steps):
-            t0 = time.perf_counter()
-            one_step(i)
-            prof.step()
-            times.append(time.perf_counter() - t0)
+        def schedule(s: int) -> ProfilerAction:
+            if s not in window:
+                return ProfilerAction.NONE
+            return ProfilerAction.RECORD_AND_SAVE if s == window.stop - 1 else ProfilerAction.RECORD
+
+        with torch_profile(record_shapes=cfg.record_shapes, schedule=schedule) as tp:
+            for i in range(cfg.steps):
+                one_step(i)
+                tp.step()
+    else:
+        from .profile import profile
+
+        with profile(out_dir, steps=window, model=model, kineto=cfg.kineto, record_shapes=cfg.record_shapes, **cfg.extra) as prof:
+            for i in range(cfg.steps):
+                one_step(i)
+                prof.step()
     return times
 
 
