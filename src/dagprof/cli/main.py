@@ -21,6 +21,8 @@ COMMANDS = [
     "analyze",
     "report",
     "sgd",
+    "whatif",
+    "calibrate",
 ]
 
 
