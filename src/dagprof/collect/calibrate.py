@@ -31,6 +31,9 @@ def sweep(sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5, warmup: int = 
     if not dist.is_initialized():
         raise DagprofError("calibrate: no torch.distributed process group is initialised")
     out = []
+    warm = torch.ones(1024)
+    for _ in range(3):  # connections and buffers are set up lazily on first use
+        dist.all_reduce(warm)
     for nbytes in sizes:
         buf = torch.ones(max(int(nbytes) // 4, 1), dtype=torch.float32)
         times = []

@@ -157,15 +157,42 @@ def load_topology(path: str | os.PathLike[str]) -> Topology:
     return Topology.from_dict(_read_table(path), os.fspath(path))
 
 
-def save_link_model(path: str | os.PathLike[str], link: AlphaBeta, **how: Any) -> str:
-    """Write a link-model JSON (``how``: backend, workers, points, ... for the record)."""
+def save_link_model(path: str | os.PathLike[str], link: AlphaBeta, by_workers: dict[int, AlphaBeta] | None = None, **how: Any) -> str:
+    """Write a link-model JSON: one LINK, optionally one per worker count (nccl-tests tables
+    fit each GPU count), plus ``how`` it was measured (backend, points, ...) for the record."""
+    doc = {**_link_dict(link), **how}
+    if by_workers:
+        doc["by_workers"] = {str(n): _link_dict(ab) for n, ab in sorted(by_workers.items())}
     with atomic_open(path) as f:
-        json.dump({**_link_dict(link), **how}, f, indent=1)
+        json.dump(doc, f, indent=1)
     return os.fspath(path)
 
 
-def load_link_model(path: str | os.PathLike[str]) -> AlphaBeta:
-    return link_from_dict(_read_table(path), os.fspath(path))
+def load_link_model(path: str | os.PathLike[str], workers: int | None = None) -> AlphaBeta:
+    """The file's link; with ``by_workers`` entries, the one fitted nearest to ``workers``."""
+    d = _read_table(path)
+    table = d.get("by_workers")
+    if workers is not None and isinstance(table, dict) and table:
+        try:
+            nearest = min(table, key=lambda k: (abs(int(k) - workers), -int(k)))
+        except ValueError:
+            raise DagprofError("by_workers keys must be worker counts", os.fspath(path)) from None
+        return link_from_dict(table[nearest], os.fspath(path))
+    return link_from_dict(d, os.fspath(path))
+
+
+def parse_topology(spec: str, workers: int) -> Topology:
+    """A topology file (JSON/TOML), or presets: ``10gbe`` (every rank its own host) or
+    ``nvlink/100gbe:8`` (8 devices per host over nvlink, hosts over 100gbe); sized to ``workers``."""
+    if os.path.exists(spec):
+        return load_topology(spec).with_workers(workers)
+    links, _, per = spec.partition(":")
+    intra_name, _, inter_name = links.rpartition("/")
+    inter = preset(inter_name)
+    intra = preset(intra_name) if intra_name else inter
+    if per and not per.isdigit():
+        raise DagprofError(f"topology {spec!r}: devices per host must be a number (e.g. nvlink/100gbe:8)")
+    return Topology(1, int(per) if per else 1, intra, inter).with_workers(workers)
 
 
 def _read_table(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -48,13 +48,36 @@ def graph_world_size(g: Graph) -> int:
     return int(g.meta.get("world_size") or g.world_size)
 
 
+def transfer_times(g: Graph, colls: list[Collective]) -> np.ndarray:
+    """The time the channel spent on each collective (us), from the profiled timeline.
+
+    A profiled span runs from the last rank's enqueue to completion, so it includes queueing
+    behind earlier collectives (gloo works on two at once, sharing the link). Completions on a
+    channel are spaced by service times: a collective's own transfer is its end minus the later
+    of its ready time and the previous completion (what a one-at-a-time channel would need).
+    """
+    ready = np.array([max((g.order[p] + g.dur[p] for p in c.ready), default=0.0) for c in colls])
+    comm = np.array([c.comm for c in colls], dtype=np.int64)
+    end = ready + g.gap[comm] + g.dur[comm]
+    out = g.dur[comm].astype(float).copy()
+    for dev in np.unique(g.device[comm]):
+        idx = np.flatnonzero(g.device[comm] == dev)
+        idx = idx[np.argsort(end[idx], kind="stable")]
+        prev = -np.inf
+        for i in idx:
+            out[i] = end[i] - max(ready[i], prev)
+            prev = end[i]
+    return out
+
+
 def fit_topology(g: Graph) -> Topology:
-    """A flat topology (one rank per host) whose link reproduces the profiled collectives."""
+    """A flat topology (one rank per host) whose link reproduces the profiled collectives' transfer times."""
     n = graph_world_size(g)
-    mask = (g.kind == Kind.COMM) & (g.rank < 0) & (g.nbytes > 0) & (g.dur > 0)
-    if not mask.any():
+    colls = [c for c in find_collectives(g) if g.nbytes[c.comm] > 0 and g.dur[c.comm] > 0]
+    if not colls:
         raise DagprofError("the trace has no collective with known size and duration to fit a link model to")
-    link = fit_link(g.nbytes[mask].astype(float), g.dur[mask], n)
+    comm = np.array([c.comm for c in colls], dtype=np.int64)
+    link = fit_link(g.nbytes[comm].astype(float), transfer_times(g, colls), n)
     per = int(g.meta.get("devices_per_host") or 1)
     return Topology(max(n // per, 1), per if n % per == 0 else 1, link, link)
 

@@ -1,0 +1,86 @@
+"""``dagprof calibrate``: measure all-reduce over message sizes and save the link model.
+
+Three sources, one output format (``whatif --link-model FILE``):
+- live, spawned: ``dagprof calibrate -o link.json --world 2`` starts gloo ranks on this machine;
+- live, inside a job: ``torchrun --nproc-per-node 4 -m dagprof.cli.main calibrate -o link.json``
+  (RANK/WORLD_SIZE set: joins that group, rank 0 writes);
+- tables: ``dagprof calibrate --nccl-tests DIR -o a100.json`` fits every nccl-tests table in
+  DIR, one link per GPU count.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..collect import calibrate as live
+from ..costmodel.alphabeta import ring_allreduce_us
+from ..costmodel.calibrate_lut import fit_lut_folder
+from ..costmodel.topology import save_link_model
+from ..errors import DagprofError
+
+HELP = "measure all-reduce time over message sizes (live gloo group, or nccl-tests tables) and save a link model"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("-o", "--out", default="link-model.json", help="where to write the link model (JSON)")
+    p.add_argument("--world", type=int, default=2, help="ranks to spawn on this machine (ignored inside torchrun)")
+    p.add_argument("--max-mb", type=float, default=16.0, help="largest message (MiB); sizes go up by 4x from 4 KiB")
+    p.add_argument("--iters", type=int, default=5, help="timed repetitions per size (median)")
+    p.add_argument("--nccl-tests", metavar="PATH", help="fit nccl-tests all-reduce tables (a file or a folder) instead of measuring")
+
+
+def _sizes(max_mb: float) -> tuple[int, ...]:
+    if not max_mb > 0:
+        raise DagprofError(f"--max-mb must be positive, got {max_mb}")
+    top = int(max_mb * 2**20)
+    sizes = [s for s in live.DEFAULT_SIZES if s <= top] or [4096]
+    return tuple(sizes) + ((top,) if top > sizes[-1] else ())
+
+
+def run(args) -> dict:
+    if args.nccl_tests:
+        fits = fit_lut_folder(args.nccl_tests)
+        largest = fits[max(fits)]
+        path = save_link_model(args.out, largest.link, by_workers={n: f.link for n, f in fits.items()}, source=os.path.abspath(args.nccl_tests),
+                               method="nccl-tests tables, ring alpha-beta fit per GPU count")
+        rows = [{"workers": n, "alpha_us": f.link.alpha_us, "bandwidth_GBps": f.link.bandwidth_bytes_per_s / 1e9,
+                 "median_error_pct": float(np.median(np.abs(ring_allreduce_us(f.nbytes, n, f.link) - f.time_us) / f.time_us) * 100)}
+                for n, f in sorted(fits.items())]
+        return {"out": path, "source": "nccl-tests", "fits": rows}
+    if args.iters < 1:
+        raise DagprofError(f"--iters must be >= 1, got {args.iters}")
+    sizes = _sizes(args.max_mb)
+    in_job = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    if in_job:
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        world, rank = dist.get_world_size(), dist.get_rank()
+        try:
+            points = live.sweep(sizes, args.iters)
+        finally:
+            dist.destroy_process_group()
+    else:
+        world, rank = args.world, 0
+        points = live.spawn_sweep(world, sizes, args.iters)
+    link = live.fit(points, world)
+    path = None
+    if rank == 0:
+        path = save_link_model(args.out, link, backend="gloo", workers=world, points=points, method="live all-reduce sweep, ring alpha-beta fit")
+    rows = [{"nbytes": m, "measured_us": t, "model_us": float(ring_allreduce_us(m, world, link))} for m, t in points]
+    return {"out": path, "source": "live", "workers": world, "alpha_us": link.alpha_us,
+            "bandwidth_GBps": link.bandwidth_bytes_per_s / 1e9, "points": rows}
+
+
+def to_text(r: dict) -> str:
+    if r["source"] == "nccl-tests":
+        lines = [f"{'GPUs':>5} {'alpha us':>9} {'GB/s':>8} {'median err':>11}"]
+        lines += [f"{f['workers']:>5} {f['alpha_us']:>9.2f} {f['bandwidth_GBps']:>8.1f} {f['median_error_pct']:>10.1f}%" for f in r["fits"]]
+    else:
+        lines = [f"{r['workers']} gloo ranks: alpha {r['alpha_us']:.1f} us, bandwidth {r['bandwidth_GBps']:.3f} GB/s",
+                 f"{'bytes':>10} {'measured us':>12} {'model us':>10}"]
+        lines += [f"{p['nbytes']:>10} {p['measured_us']:>12.1f} {p['model_us']:>10.1f}" for p in r["points"]]
+    if r["out"]:
+        lines.append(f"link model: {os.path.relpath(r['out'])} (use with: dagprof whatif RUN --link-model {os.path.relpath(r['out'])})")
+    return "\n".join(lines)

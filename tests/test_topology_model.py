@@ -1,0 +1,92 @@
+"""Topology files and presets, link-model files, nccl-tests table fits."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from dagprof.costmodel.alphabeta import AlphaBeta, ring_allreduce_us
+from dagprof.costmodel.calibrate_lut import fit_lut_folder, read_lut
+from dagprof.costmodel.topology import (CollectiveSpec, Scheme, Topology, allreduce_us, load_link_model, load_topology,
+                                        parse_topology, save_link_model)
+from dagprof.errors import DagprofError
+
+LUT = "/work/shared/data/nccl-tests-lut"
+
+
+def test_topology_files_json_and_toml(tmp_path):
+    j = tmp_path / "c.json"
+    j.write_text(json.dumps({"hosts": 4, "devices_per_host": 8, "intra": {"preset": "nvlink"}, "inter": {"bandwidth": "100Gbit", "latency_us": 10}}))
+    t = load_topology(j)
+    assert (t.hosts, t.devices_per_host, t.world_size) == (4, 8, 32)
+    assert t.inter.bandwidth_bytes_per_s == pytest.approx(12.5e9) and t.inter.alpha_us == 10
+    assert t.link(0, 7) == t.intra and t.link(7, 8) == t.inter
+    m = tmp_path / "c.toml"
+    m.write_text('hosts = 2\n[inter]\nalpha_us = 5.0\nbeta_us_per_byte = 1e-3\n')
+    assert load_topology(m).inter == AlphaBeta(5.0, 1e-3)
+
+
+@pytest.mark.parametrize("content", ["{", "[1]", '{"hosts": 0, "inter": {"preset": "10gbe"}}', '{"hosts": 2}',
+                                     '{"hosts": 2, "inter": {"alpha_us": 1}}', '{"hosts": 2, "inter": {"bandwidth": "-1Gbit"}}',
+                                     '{"hosts": 2, "inter": {"preset": "carrier-pigeon"}}'])
+def test_bad_topology_files_are_one_line_errors(tmp_path, content):
+    p = tmp_path / "bad.json"
+    p.write_text(content)
+    with pytest.raises(DagprofError):
+        load_topology(p)
+
+
+def test_parse_topology_presets_and_scaling():
+    t = parse_topology("nvlink/100gbe:8", 64)
+    assert (t.hosts, t.devices_per_host) == (8, 8)
+    assert parse_topology("10gbe", 5).hosts == 5
+    assert parse_topology("nvlink/100gbe:8", 4).devices_per_host == 4  # fewer ranks than a host holds
+    for bad in ("nvlink/100gbe:x", "warp-drive"):
+        with pytest.raises(DagprofError):
+            parse_topology(bad, 8)
+    with pytest.raises(DagprofError):
+        parse_topology("nvlink/100gbe:8", 12)  # 12 ranks do not fill hosts of 8
+    with pytest.raises(DagprofError):
+        Topology.flat(2, AlphaBeta(1, 1)).with_link(bandwidth=0.0)
+
+
+def test_link_model_file_by_workers(tmp_path):
+    p = tmp_path / "m.json"
+    save_link_model(p, AlphaBeta(1, 1e-3), by_workers={2: AlphaBeta(2, 2e-3), 8: AlphaBeta(8, 8e-3)}, method="test")
+    assert load_link_model(p) == AlphaBeta(1, 1e-3)
+    assert load_link_model(p, 3) == AlphaBeta(2, 2e-3)
+    assert load_link_model(p, 64) == AlphaBeta(8, 8e-3)
+    with pytest.raises(DagprofError):
+        load_link_model(tmp_path / "missing.json")
+
+
+def test_closed_forms_agree_where_they_should():
+    link = AlphaBeta(10.0, 1e-3)
+    flat = Topology.flat(8, link)
+    m = 8e6
+    assert allreduce_us(m, flat) == pytest.approx(ring_allreduce_us(m, 8, link))
+    # hierarchical on one device per host is a ring over hosts
+    assert allreduce_us(m, flat, CollectiveSpec(Scheme.HIERARCHICAL)) == pytest.approx(allreduce_us(m, flat))
+    # PS with as many servers as workers moves as much per port as a ring (2 M), plus per-message latency
+    ps = allreduce_us(m, flat, CollectiveSpec(Scheme.PS, 8))
+    assert ps == pytest.approx(2 * 8 * (10.0 + m / 8 * 1e-3))
+
+
+@pytest.mark.skipif(not os.path.isdir(LUT), reason="nccl-tests tables not present")
+@pytest.mark.parametrize("gpu", ["a100", "v100"])
+def test_nccl_tests_tables_fit_within_a_few_percent(gpu):
+    fits = fit_lut_folder(os.path.join(LUT, gpu))
+    assert sorted(fits) == list(range(2, 9))
+    for n, f in fits.items():
+        rel = np.abs(ring_allreduce_us(f.nbytes, n, f.link) - f.time_us) / f.time_us
+        assert np.median(rel) < 0.05, (gpu, n)
+        assert f.link.alpha_us > 0 and f.link.beta_us_per_byte > 0
+
+
+def test_bad_lut(tmp_path):
+    p = tmp_path / "AR_GPU4_x"
+    p.write_text("not,a,table\n")
+    with pytest.raises(DagprofError):
+        read_lut(p)
+    with pytest.raises(DagprofError):
+        read_lut(tmp_path / "nogpucount.csv")
