@@ -170,3 +170,16 @@ def test_import_dagprof_does_not_import_torch():
     code = "import sys, dagprof, dagprof.collect, dagprof.traces.dagprof_run; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_layer_ranges_appear_in_kineto(tmp_path):
+    model = tiny_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with profile(tmp_path, steps=range(0, 1), model=model, kineto=True, ranges=True) as prof:
+        model(torch.randn(2, 8)).sum().backward()
+        opt.step()
+        prof.step()
+    with gzip.open(tmp_path / "rank0.kineto.json.gz", "rt") as f:
+        names = {e.get("name") for e in json.load(f)["traceEvents"]}
+    assert {f"{leaf}.forward" for leaf in LEAVES} <= names
+    check_partition(read_run(tmp_path).ranks[0])

@@ -51,7 +51,6 @@ class Collector:
         self.profiled: list[int] = []
         self.enabled = True
         self.in_window = False
-        self.window_written = False
         self.warnings: list[str] = []
         self.layers: list[str] = []
         self._layer_index: dict[str, int] = {}
@@ -96,10 +95,8 @@ class Collector:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             ddps = [m for m in model.modules() if isinstance(m, DDP)]
-            roots = [d.module for d in ddps] if ddps else [model]
+            roots = [r for r in ([d.module for d in ddps] if ddps else [model]) if not any(r is x for x in self._roots)]
             for root in roots:
-                if any(root is r for r in self._roots):
-                    continue
                 self._add_root(root)
             for ddp in ddps:
                 if not any(ddp is d for d in self._ddps):
@@ -112,21 +109,23 @@ class Collector:
             self._fail(err, "attach")
 
     def _add_root(self, root: Any) -> None:
+        """Leaves are named by module path; a second model's paths get a prefix to stay distinct."""
+        prefix = f"{type(root).__name__}{len(self._roots)}." if self._roots else ""
         self._roots.append(root)
         for path, mod in root.named_modules():
             if next(mod.children(), None) is not None:
                 continue
-            path = path or type(mod).__name__
+            path = prefix + (path or type(mod).__name__)
             if path not in self._layer_index:
                 self._layer_index[path] = len(self.layers)
                 self.layers.append(path)
             self._modules.append((mod, path))
         for name, p in root.named_parameters():
-            self._param_names[id(p)] = name
+            self._param_names[id(p)] = prefix + name
+            path = prefix + (name.rpartition(".")[0] or type(root).__name__)
             if p.requires_grad:
-                path = name.rpartition(".")[0] or type(root).__name__
                 self._grad_bytes[path] = self._grad_bytes.get(path, 0) + p.numel() * p.element_size()
-            self._params.append((p, name.rpartition(".")[0] or type(root).__name__))
+            self._params.append((p, path))
 
     def _attach_leaf_hooks(self, roots: list[Any] | None = None) -> None:
         wanted = None if roots is None else {id(m) for r in roots for m in r.modules()}
@@ -228,6 +227,7 @@ class Collector:
 
     def _finalize_done(self) -> None:
         self._mark(Rec.WAIT_END)
+        self._bwd_seen = False  # the next backward pass (gradient accumulation) gets its own pair
 
     def _open_range(self, layer: int, call: int, what: str) -> None:
         from torch.autograd.profiler import record_function
@@ -372,7 +372,6 @@ class Collector:
         try:
             self._detach()
             self._write_rank(final=False)
-            self.window_written = True
         except Exception as err:  # noqa: BLE001
             self._fail(err, "writing the profile")
 

@@ -195,6 +195,7 @@ class _Transfer:
     end: int
     lane: str
     nbytes: int
+    lane_kind: LaneKind = LaneKind.COMM_THREAD  # GPU_STREAM for NCCL kernels
 
 
 def _hook_comm(records: np.ndarray) -> _Comm:
@@ -237,13 +238,14 @@ def _kineto_comm(kpath: str, rank: int, records: np.ndarray, steps: list, warnin
         k += 1
         used.add(i)
         seq_of[seq] = int(ev.seq[i])
+        lane = kt.lanes[ev.lane[i]]
         transfers.append(_Transfer(int(ev.seq[i]), bucket, f"allreduce bucket {bucket}", at(ev.start[i]),
-                                   at(ev.start[i] + ev.dur[i]), kt.lanes[ev.lane[i]].name, nbytes))
+                                   at(ev.start[i] + ev.dur[i]), lane.name, nbytes, _comm_lane_kind(lane)))
     for i in idx:
         if i not in used:
-            name = colls.get(i) or ev.name_of(i)
+            name, lane = colls.get(i) or ev.name_of(i), kt.lanes[ev.lane[i]]
             transfers.append(_Transfer(int(ev.seq[i]), -1, name, at(ev.start[i]), at(ev.start[i] + ev.dur[i]),
-                                       kt.lanes[ev.lane[i]].name, int(ev.nbytes[i])))
+                                       lane.name, int(ev.nbytes[i]), _comm_lane_kind(lane)))
     main = [j for j, lane in enumerate(kt.lanes) if lane.main]
     host = []
     if main:
@@ -253,6 +255,10 @@ def _kineto_comm(kpath: str, rank: int, records: np.ndarray, steps: list, warnin
             if int(ev.seq[j]) not in hooked and lo <= at(ev.start[j]) <= hi:
                 host.append(_Span(Kind.COMM_ENQUEUE, ev.name_of(j), at(ev.start[j]), at(ev.start[j] + ev.dur[j]), seq=int(ev.seq[j])))
     return _Comm("Kineto (gloo/NCCL execution spans)", sorted(transfers, key=lambda t: t.seq), seq_of, host)
+
+
+def _comm_lane_kind(lane: Lane) -> LaneKind:
+    return LaneKind.GPU_STREAM if lane.kind == LaneKind.GPU_STREAM else LaneKind.COMM_THREAD
 
 
 def _steps(records: np.ndarray) -> list[tuple[int, int, int]]:
@@ -378,16 +384,17 @@ def _to_rank_trace(data: dict, path: str, steps: list, comm: _Comm, layers: list
         return len(cols["start"]) - 1
 
     lanes = [Lane(f"thread {data.get('pid', 0)} (main)", LaneKind.CPU_THREAD, main=True)]
-    comm_lanes = sorted({t.lane for t in comm.transfers})
-    lane_of = {name: 1 + k for k, name in enumerate(comm_lanes)}
-    lanes += [Lane(name, LaneKind.COMM_THREAD) for name in comm_lanes]
+    comm_lanes = sorted({(t.lane, t.lane_kind) for t in comm.transfers})
+    lane_of = {name: 1 + k for k, (name, _) in enumerate(comm_lanes)}
+    lanes += [Lane(name, kind) for name, kind in comm_lanes]
     enqueue_ev: dict[int, int] = {}  # seq -> host event
     after_ev: dict[int, int] = {}  # seq -> the main-lane event that needs the transfer
     step_of: dict[int, int] = {}
     for step, b0, b1, spans in steps:
         add(f"ProfilerStep#{step}", Kind.STEP, 0, b0, b1, step, depth=-1)
         ids = [add(s.name, s.kind, 0, s.start, s.end, step, s.layer, s.nbytes, s.seq, s.bucket) for s in spans]
-        sink = next((i for i, s in zip(ids, spans) if s.kind == Kind.COMM_WAIT), None)
+        # the last backward's wait (earlier ones are gradient-accumulation passes without communication)
+        sink = next((i for i, s in zip(ids[::-1], spans[::-1]) if s.kind == Kind.COMM_WAIT), None)
         sink = sink if sink is not None else next((i for i, s in zip(ids, spans) if s.kind == Kind.UPDATE), None)
         for k, (i, s) in enumerate(zip(ids, spans)):
             if s.kind != Kind.COMM_ENQUEUE:
@@ -422,7 +429,7 @@ def _to_rank_trace(data: dict, path: str, steps: list, comm: _Comm, layers: list
         "steps_completed": data.get("steps_completed"),
         "step_times_us": {s: d for s, d in step_times.items() if s in profiled},
         "unprofiled_step_times_us": {s: d for s, d in step_times.items() if s not in profiled},
-        "comm_lanes": comm_lanes,
+        "comm_lanes": [name for name, _ in comm_lanes],
         "bucket_layouts": layouts,
         "layer_grad_bytes": data.get("layer_grad_bytes", {}),
     }
