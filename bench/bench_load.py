@@ -1,0 +1,129 @@
+"""Loading Kineto traces: dagprof vs Meta's HolisticTraceAnalysis (HTA), same files, one run.
+
+Each measurement runs in a fresh subprocess (imports done before the clock starts) so peak
+RSS is honest; the figure is the median of ``--reps`` runs (the machine is shared: expect
+noise, compare the ratios). Cases:
+- one rank, cold: ``read_kineto(file)`` vs ``TraceAnalysis(trace_dir=<folder with only that file>)``;
+- a folder of N ranks, cold: ``read_trace_dir(folder, use_cache=False)`` (parallel processes)
+  vs ``TraceAnalysis(trace_dir=folder)`` (HTA's own multiprocessing pool);
+- the same folder again through dagprof's parse cache (``.dagprof-cache``), per rank.
+The N-rank folder replicates one public rank trace with ``distributedInfo.rank`` rewritten to
+0..N-1 (a textual edit of that one object; events untouched), written as .json.gz.
+Peak RSS is the largest single process (the measured one by VmHWM, or any of its workers), in MiB.
+
+    /tmp/venv0/bin/python bench/bench_load.py [--reps 3] [--ranks 8]
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+DATA = "/work/shared/data/kineto-public"
+FILES = {
+    "df_index_resolver (216k events, V100)": f"{DATA}/df_index_resolver/df_index_resolver.json.gz",
+    "nccl_data (40k events, A100)": f"{DATA}/nccl_parser_config/nccl_data.json.gz",
+}
+
+_CHILD = r"""
+import json, os, resource, sys, time, logging, warnings
+warnings.filterwarnings("ignore")
+logging.disable(logging.CRITICAL)
+tool, target = sys.argv[1], sys.argv[2]
+if tool == "hta":
+    from hta.trace_analysis import TraceAnalysis
+    run = lambda: TraceAnalysis(trace_dir=target)
+elif tool == "dagprof-file":
+    from dagprof.traces.kineto import read_kineto
+    run = lambda: read_kineto(target)
+elif tool == "dagprof-dir":
+    from dagprof.traces.kineto_dir import read_trace_dir
+    run = lambda: read_trace_dir(target, use_cache=False)
+elif tool == "dagprof-cached":
+    from dagprof.traces.kineto_dir import read_trace_dir
+    read_trace_dir(target)  # fills the cache if needed; the measured call below hits it
+    run = lambda: read_trace_dir(target)
+t = time.perf_counter()
+run()
+wall = time.perf_counter() - t
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so a child would inherit its parent's peak
+own = int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1])
+kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+print(json.dumps({"wall": wall, "rss_mib": max(own, kids) / 1024}))
+"""
+
+
+def measure(tool: str, target: str, reps: int) -> dict[str, float]:
+    walls, rss = [], []
+    for _ in range(reps):
+        out = subprocess.run([sys.executable, "-c", _CHILD, tool, target], capture_output=True, text=True, timeout=900)
+        if out.returncode != 0:
+            raise SystemExit(f"{tool} on {target} failed:\n{out.stderr[-2000:]}")
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        walls.append(r["wall"])
+        rss.append(r["rss_mib"])
+    return {"wall": statistics.median(walls), "rss_mib": statistics.median(rss)}
+
+
+def event_count(path: str) -> int:
+    with gzip.open(path, "rb") as f:
+        return len(json.load(f)["traceEvents"])
+
+
+def replicate(src: str, ranks: int, folder: str) -> None:
+    with gzip.open(src, "rb") as f:
+        text = f.read()
+    m = re.search(rb'"distributedInfo"\s*:\s*\{[^{}]*\}', text)
+    if not m:
+        raise SystemExit(f"{src}: no flat distributedInfo object to rewrite")
+    info = json.loads(text[m.start():m.end()].split(b":", 1)[1])
+    for r in range(ranks):
+        info.update(rank=r, world_size=ranks)
+        body = text[:m.start()] + b'"distributedInfo": ' + json.dumps(info).encode() + text[m.end():]
+        with gzip.open(os.path.join(folder, f"rank-{r}.json.gz"), "wb", compresslevel=1) as f:
+            f.write(body)
+
+
+def row(label: str, events: int, hta: dict[str, float], ours: dict[str, float]) -> str:
+    return (f"{label:<44} {events / hta['wall']:>12,.0f} {events / ours['wall']:>12,.0f} {hta['wall'] / ours['wall']:>7.1f}x"
+            f" {hta['rss_mib']:>8.0f} {ours['rss_mib']:>8.0f} {ours['rss_mib'] / hta['rss_mib']:>6.2f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--ranks", type=int, default=8)
+    args = ap.parse_args()
+    import importlib.metadata as md
+
+    print(f"HTA {md.version('HolisticTraceAnalysis')} vs dagprof {md.version('dagprof')}; median of {args.reps} runs; "
+          f"{os.cpu_count()} CPUs (shared)")
+    print(f"{'case':<44} {'HTA ev/s':>12} {'dagprof ev/s':>12} {'speed':>8} {'HTA MiB':>8} {'ours MiB':>8} {'mem':>6}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, path in FILES.items():
+            solo = os.path.join(tmp, label.split()[0])
+            os.makedirs(solo)
+            os.symlink(path, os.path.join(solo, os.path.basename(path)))
+            n = event_count(path)
+            print(row(f"1 rank cold: {label}", n, measure("hta", solo, args.reps), measure("dagprof-file", path, args.reps)), flush=True)
+        folder = os.path.join(tmp, "ranks")
+        os.makedirs(folder)
+        src = FILES["df_index_resolver (216k events, V100)"]
+        replicate(src, args.ranks, folder)
+        n = event_count(src) * args.ranks
+        reps = max(1, args.reps - 1)
+        hta = measure("hta", folder, reps)
+        print(row(f"{args.ranks} ranks cold (df_index_resolver x{args.ranks})", n, hta, measure("dagprof-dir", folder, reps)), flush=True)
+        cached = measure("dagprof-cached", folder, reps)
+        print(row(f"{args.ranks} ranks cached", n, hta, cached))
+        print(f"cached re-load: {cached['wall'] / args.ranks * 1000:.1f} ms per rank")
+
+
+if __name__ == "__main__":
+    main()
