@@ -183,3 +183,13 @@ def test_schema_table():
     assert [canonical_collective(s) for s in ("all_to_all", "alltoall_base", "_reduce_scatter_base", "allgather_into_tensor_coalesced", "recv")] == \
         ["alltoall", "alltoall", "reducescatter", "allgather", "recv"]
     assert kernel_dtype("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(x)") == "bf16"
+
+
+@needs_data
+def test_cuda_sync_records_become_cross_stream_and_host_waits():
+    t = read_kineto(f"{DATA}/critical_path/cuda_event_sync_multi_stream/event_sync_trace.json.gz")
+    ev = t.events
+    pairs = {(t.lanes[ev.lane[s]].name, t.lanes[ev.lane[d]].name, ev.name_of(d)) for s, d in t.flows if ev.kind[s] != Kind.RUNTIME}
+    assert ("GPU 0 stream 20", "GPU 0 stream 24", "Memset (Device)") in pairs  # Stream Wait Event
+    assert any(dst == "cudaDeviceSynchronize" for _, _, dst in pairs)  # host blocked on the device
+    assert not any(dst == "cudaEventQuery" for _, _, dst in pairs)  # a poll is not a wait

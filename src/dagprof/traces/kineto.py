@@ -347,8 +347,9 @@ class _Builder:
         e, t = self._gloo_enqueues()
         self.enqueue_of[t] = e
         w_src, w_dst = self._waits()
-        f = np.stack([np.concatenate([self.launcher[launched], e, w_src]),
-                      np.concatenate([launched, t, w_dst])], axis=1).astype(np.int64)
+        s_src, s_dst = self._cuda_syncs(syncs)
+        f = np.stack([np.concatenate([self.launcher[launched], e, w_src, s_src]),
+                      np.concatenate([launched, t, w_dst, s_dst])], axis=1).astype(np.int64)
         f = f[(f[:, 0] >= 0) & (f[:, 1] >= 0) & (f[:, 0] != f[:, 1])]
         key = np.unique(f[:, 0] * self.n + f[:, 1])  # dedup + sort on one int key (axis=0 unique is slow)
         return np.stack([key // self.n, key % self.n], axis=1) if len(key) else f.reshape(0, 2)
@@ -438,6 +439,47 @@ class _Builder:
             ok = (c >= 0) & (g < len(work))
             out.append((coll[c[ok]], work[g[ok]]))
         return out
+
+    def _cuda_syncs(self, syncs: list[ks.Event]) -> tuple[np.ndarray, np.ndarray]:
+        """Explicit CUDA sync records (``cuda_sync``, newer Kineto): the recorded stream's last op
+        issued before ``cudaEventRecord`` -> the waiting host call (Event Sync) or the waiting
+        stream's next op (Stream Wait Event)."""
+        if not syncs:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        rt = np.flatnonzero(~self.is_gpu & (self.corr >= 0))
+        by_corr = dict(zip(self.corr[rt].tolist(), rt.tolist()))
+        gpu = np.flatnonzero(self.is_gpu & (self.launcher >= 0))
+        issued = self.start[self.launcher[gpu]]
+        per_stream: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        lane_of = {(pid, tid): i for i, (g, pid, tid) in enumerate(self.lane_keys) if g}
+        for key, lane in lane_of.items():
+            sel = self.lane[gpu] == lane
+            o = np.argsort(issued[sel], kind="stable")
+            per_stream[key] = (gpu[sel][o], issued[sel][o])
+        src, dst = [], []
+        for e in syncs:
+            a = e.args
+            host = by_corr.get(a.correlation, -1) if a is not None else -1
+            record = by_corr.get(a.wait_on_record, -1) if a is not None and a.wait_on_record >= 0 else -1
+            if host < 0 or record < 0:
+                continue
+            ops, t = per_stream.get((_as_int(a.device, e.pid), a.wait_on_stream), (None, None))
+            if ops is None:
+                continue
+            k = np.searchsorted(t, self.start[record], side="left") - 1
+            if k < 0:
+                continue
+            if e.name == "Stream Wait Event":
+                nxt, tn = per_stream.get((_as_int(a.device, e.pid), _as_int(a.stream, -1)), (None, None))
+                j = np.searchsorted(tn, self.start[host], side="right") if nxt is not None else -1
+                if nxt is None or j >= len(nxt):
+                    continue
+                src.append(int(ops[k]))
+                dst.append(int(nxt[j]))
+            elif self.kind[host] == Kind.COMM_WAIT:  # a blocking call, not a poll (cudaEventQuery)
+                src.append(int(ops[k]))
+                dst.append(host)
+        return np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64)
 
     def _pair_names(self) -> list[str]:
         return [self.names[i] for i in self.pair_name.tolist()]
@@ -555,6 +597,10 @@ class _Builder:
             kind = LaneKind.COMM_THREAD if ("gloo" in name or comm_only[i]) and i != main else LaneKind.CPU_THREAD
             lanes.append(Lane(name, kind, main=i == main))
         return lanes
+
+
+def _as_int(value: Any, default: Any) -> Any:
+    return value if isinstance(value, int) and value >= 0 else default
 
 
 def _intern(values: list[Any]) -> tuple[np.ndarray, dict[Any, int]]:

@@ -35,6 +35,7 @@ class Args(
         "wait_on_stream": "wait_on_stream",
         "wait_on_record": "wait_on_cuda_event_record_corr_id",
         "stream": "stream",
+        "device": "device",
     },
 ):
     correlation: int = -1
@@ -52,6 +53,7 @@ class Args(
     wait_on_stream: int = -1
     wait_on_record: int = -1
     stream: int | str = -1
+    device: int | str = -1
     name: msgspec.Raw = msgspec.Raw()  # metadata events: thread / process name
     labels: msgspec.Raw = msgspec.Raw()  # metadata events: "CPU", "GPU 0"
 
