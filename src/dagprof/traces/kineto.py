@@ -27,6 +27,7 @@ from __future__ import annotations
 import gc
 import gzip
 import json
+import operator
 import os
 import re
 import zlib
@@ -39,6 +40,13 @@ import numpy as np
 from ..errors import DagprofError
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace
 from . import kineto_schema as ks
+
+_NAME, _CAT, _PID, _TID, _TS, _DUR = (operator.attrgetter(f) for f in ("name", "cat", "pid", "tid", "ts", "dur"))
+
+
+def _CORR(e: ks.Event) -> int:
+    return e.args.correlation if e.args is not None else -1
+
 
 _FILE_RANK = re.compile(r"rank[-_]?(\d+)", re.I)
 _CTX_KINDS = np.array([Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE, Kind.DATA], dtype=np.int8)
@@ -201,28 +209,26 @@ class _Builder:
     # -- flat columns in (lane, start, longest-first) order
     def _columns(self, xs: list[ks.Event]) -> None:
         n = len(xs)
-        name_id = _intern([e.name for e in xs])
-        cat_id = _intern([e.cat for e in xs])
-        cats = list(cat_id[1])
-        pair_key = name_id[0].astype(np.int64) * len(cats) + cat_id[0]
-        pair_keys, pair = np.unique(pair_key, return_inverse=True)
-        names = name_id[1]
+        name_id, names = _intern(list(map(_NAME, xs)))
+        cat_id, cat_ids = _intern(list(map(_CAT, xs)))
+        cats = list(cat_ids)
+        pair_keys, pair = np.unique(name_id.astype(np.int64) * len(cats) + cat_id, return_inverse=True)
         cat_gpu = np.array([c in ks.GPU_CATS for c in cats], dtype=np.int64)
-        pid = _intern([e.pid for e in xs])
-        tid = _intern([e.tid for e in xs])  # usually ints, but the format allows strings
-        lane_key = (cat_gpu[cat_id[0]] * len(pid[1]) + pid[0]) * len(tid[1]) + tid[0]
-        lane_codes, lane = np.unique(lane_key, return_inverse=True)
-        ts = np.fromiter((e.ts for e in xs), np.float64, n)
-        dur = np.fromiter((e.dur for e in xs), np.float64, n)
+        pid, pids = _intern(list(map(_PID, xs)))
+        tid, tids = _intern(list(map(_TID, xs)))  # usually ints, but the format allows strings
+        lane_codes, lane = np.unique((cat_gpu[cat_id] * len(pids) + pid) * len(tids) + tid, return_inverse=True)
+        ts = np.fromiter(map(_TS, xs), np.float64, n)
+        dur = np.fromiter(map(_DUR, xs), np.float64, n)
         np.maximum(dur, 0.0, out=dur)
         order = np.lexsort((-dur, ts, lane))
-        self.xs = [xs[i] for i in order.tolist()]
+        self.xs = xs  # file order; self.orig maps a row to it
+        self.orig = order
         self.pair, self.lane, ts, self.dur = pair[order].astype(np.int32), lane[order].astype(np.int32), ts[order], dur[order]
         self.t0 = float(ts.min()) if n else 0.0
         self.start = ts - self.t0
         self.n = n
-        pids, tids = list(pid[1]), list(tid[1])
-        self.lane_keys = [(bool(c // len(tids) // len(pids)), pids[c // len(tids) % len(pids)], tids[c % len(tids)])
+        pids_l, tids_l = list(pids), list(tids)
+        self.lane_keys = [(bool(c // len(tids_l) // len(pids_l)), pids_l[c // len(tids_l) % len(pids_l)], tids_l[c % len(tids_l)])
                           for c in lane_codes.tolist()]
         self.lane_gpu = np.array([k[0] for k in self.lane_keys], dtype=bool)
         self.is_gpu = self.lane_gpu[self.lane] if n else np.zeros(0, bool)
@@ -232,6 +238,9 @@ class _Builder:
         self.pair_kind = np.array([i.kind for i in self.info], dtype=np.int8)
         self.pair_ctx = np.array([i.ctx for i in self.info], dtype=np.int8)
         self.pair_wrapper = np.array([i.wrapper for i in self.info], dtype=bool)
+
+    def event(self, i: int) -> ks.Event:
+        return self.xs[self.orig[i]]
 
     # -- nesting walk: parent, depth (wrappers transparent), top-level ancestor, context
     def _nest(self) -> None:
@@ -319,7 +328,7 @@ class _Builder:
         take = cpu & (kind == Kind.OTHER) & ctx_kind
         kind[take] = ctx[take]
         # GPU work: launched by the runtime call with the same correlation id
-        corr = np.fromiter((e.args.correlation if e.args is not None else -1 for e in self.xs), np.int64, self.n)
+        corr = np.fromiter(map(_CORR, self.xs), np.int64, self.n)[self.orig]
         is_rt = np.isin(self.pair_kind[self.pair], (Kind.RUNTIME, Kind.COMM_WAIT)) & cpu & (corr >= 0)
         launcher = np.full(self.n, -1, dtype=np.int64)
         rt = np.flatnonzero(is_rt)
@@ -496,7 +505,7 @@ class _Builder:
         self.seq = np.full(n, -1, dtype=np.int64)
         self.nbytes = np.zeros(n, dtype=np.int64)
         for i in np.flatnonzero(self.pair_kind[self.pair] == Kind.MEMCPY).tolist():
-            a = self.xs[i].args
+            a = self.event(i).args
             self.nbytes[i] = a.nbytes if a is not None and a.nbytes > 0 else 0
         transfers = np.flatnonzero(self.kind == Kind.COMM)
         # host-side argument records, keyed by the depth-0 op they sit in
@@ -509,7 +518,7 @@ class _Builder:
         for t in transfers.tolist():
             enq = int(self.enqueue_of[t])
             recs = [t] + meta_of.get(enq, [])
-            info = _comm_args([self.xs[r] for r in recs])
+            info = _comm_args([self.event(r) for r in recs])
             # metadata, else the host call (c10d::alltoall_base_ launches a SendRecv kernel), else the kernel
             enq_coll = self.info[self.pair[enq]].coll if enq >= 0 else ""
             coll = info.get("coll") or enq_coll or self.info[self.pair[t]].coll
@@ -523,7 +532,7 @@ class _Builder:
             if info.get("ranks") and g not in self.group_ranks:
                 self.group_ranks[g] = info["ranks"]
             coll_out.append(coll)
-            dtype_out.append(info.get("dtype", "") or ks.kernel_dtype(self.xs[t].name))
+            dtype_out.append(info.get("dtype", "") or ks.kernel_dtype(self.event(t).name))
         self.group_names = list(gids)
         # counted order per group, by issue time (the enqueue) when known
         issue = np.where(self.enqueue_of[transfers] >= 0, self.start[np.maximum(self.enqueue_of[transfers], 0)], self.start[transfers])
