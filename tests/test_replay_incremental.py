@@ -26,12 +26,15 @@ def edges(g: Graph) -> tuple[np.ndarray, np.ndarray]:
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 10_000), tell=st.booleans(), rewire=st.booleans(), capacity=st.integers(1, 3))
-def test_update_equals_full_replay(seed: int, tell: bool, rewire: bool, capacity: int) -> None:
+@given(seed=st.integers(0, 10_000), tell=st.booleans(), rewire=st.booleans(), capacity=st.integers(1, 3),
+       compact=st.booleans())
+def test_update_equals_full_replay(seed: int, tell: bool, rewire: bool, capacity: int, compact: bool) -> None:
     rng = np.random.default_rng(seed)
     g = random_layered_dag(200, devices=3, capacity=capacity, virtual_frac=0.2, zero_frac=0.3, gap=1.0,
                            integer_times=True, window=10, seed=seed)
     inc = IncrementalReplayer(g)
+    if compact:  # merge changed predecessor rows into the CSR at every update
+        inc.compact_extra = -len(g.succ)
     assert_same(inc.result, replay(g, "python"))
     for _ in range(4):
         c = rng.choice(len(g), size=int(rng.integers(1, 4)), replace=False)

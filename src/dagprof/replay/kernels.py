@@ -187,20 +187,80 @@ def run(indptr, succ, device, dur, gap, order, capacity, indeg, ready, gate, pga
 
 
 @_jit
-def first_time_changed(changed, ready, end, pindptr, pred):
+def _preds(v, pindptr, pred, ovr, ov_ptr, ov_pred):
+    """v's predecessors as (array, lo, hi): its override row if it has one, else the base CSR row."""
+    r = ovr[v]
+    if r >= 0:
+        return ov_pred, ov_ptr[r], ov_ptr[r + 1]
+    return pred, pindptr[v], pindptr[v + 1]
+
+
+@_jit
+def changed_pred_rows(changed, slot, pindptr, pred, ovr, ov_ptr, ov_pred, indptr_new, succ_new):
+    """New predecessor rows of the changed nodes, as a small CSR in the order of ``changed``.
+
+    A changed node's new predecessors: its current unchanged predecessors (their
+    successor rows did not change) plus the changed nodes that list it as a successor
+    now. ``slot[v]`` = v's index in ``changed``, -1 for unchanged nodes.
+    """
+    m = len(changed)
+    cnt = np.zeros(m + 1, dtype=np.int64)
+    for i in range(m):
+        arr, lo, hi = _preds(changed[i], pindptr, pred, ovr, ov_ptr, ov_pred)
+        for k in range(lo, hi):
+            if slot[arr[k]] < 0:
+                cnt[i + 1] += 1
+    for u in changed:
+        for k in range(indptr_new[u], indptr_new[u + 1]):
+            j = slot[succ_new[k]]
+            if j >= 0:
+                cnt[j + 1] += 1
+    ptr = np.cumsum(cnt)
+    rows = np.empty(ptr[m], dtype=pred.dtype)
+    fill = ptr[:m].copy()
+    for i in range(m):
+        arr, lo, hi = _preds(changed[i], pindptr, pred, ovr, ov_ptr, ov_pred)
+        for k in range(lo, hi):
+            if slot[arr[k]] < 0:
+                rows[fill[i]] = arr[k]
+                fill[i] += 1
+    for u in changed:
+        for k in range(indptr_new[u], indptr_new[u + 1]):
+            j = slot[succ_new[k]]
+            if j >= 0:
+                rows[fill[j]] = u
+                fill[j] += 1
+    return ptr, rows
+
+
+@_jit
+def merge_preds(pindptr, pred, ovr, ov_ptr, ov_pred):
+    """One predecessor CSR from the base rows and the override rows."""
+    n = len(pindptr) - 1
+    ip = np.zeros(n + 1, dtype=np.int64)
+    for v in range(n):
+        arr, lo, hi = _preds(v, pindptr, pred, ovr, ov_ptr, ov_pred)
+        ip[v + 1] = ip[v] + hi - lo
+    out = np.empty(ip[n], dtype=pred.dtype)
+    for v in range(n):
+        arr, lo, hi = _preds(v, pindptr, pred, ovr, ov_ptr, ov_pred)
+        out[ip[v]:ip[v + 1]] = arr[lo:hi]
+    return ip, out
+
+
+@_jit
+def first_time_changed(ready, end, rows_ptr, rows, changed):
     """t0: the earliest time a changed node could become ready in the old or the new run.
 
     min over changed c of min(old ready time of c, max old end over c's NEW
-    predecessors) -- before t0 the two runs consult only unchanged data.
+    predecessors ``rows``) -- before t0 the two runs consult only unchanged data.
     """
     t0 = np.inf
-    for c in changed:
+    for i in range(len(changed)):
         r = 0.0
-        for k in range(pindptr[c], pindptr[c + 1]):
-            e = end[pred[k]]
-            if e > r:
-                r = e
-        t0 = min(t0, ready[c], r)
+        for k in range(rows_ptr[i], rows_ptr[i + 1]):
+            r = max(r, end[rows[k]])
+        t0 = min(t0, ready[changed[i]], r)
     return t0
 
 
@@ -218,7 +278,7 @@ def completed_before(done_order, end, t0):
 
 
 @_jit
-def restore_state(t0, k0, pindptr, pred, pos, device, order, capacity, indeg, ready, gate, pgate, start,
+def restore_state(t0, k0, pindptr, pred, ovr, ov_ptr, ov_pred, pos, device, order, capacity, indeg, ready, gate, pgate, start,
                   end, disp, done_order, ev, counters, busy, freed, qbuf, qoff, qlen):
     """Turn the final state of the old run into the state at the start of time t0.
 
@@ -255,8 +315,9 @@ def restore_state(t0, k0, pindptr, pred, pos, device, order, capacity, indeg, re
             g = -1
             best = -1
             cnt = 0
-            for k in range(pindptr[v], pindptr[v + 1]):
-                u = pred[k]
+            arr, lo, hi = _preds(v, pindptr, pred, ovr, ov_ptr, ov_pred)
+            for k in range(lo, hi):
+                u = arr[k]
                 p = pos[u]
                 if p >= k0:
                     cnt += 1
@@ -294,50 +355,3 @@ def rows_differ(n, ip_a, succ_a, ip_b, succ_b, out):
                 out[succ_a[k]] = True
             for k in range(b0, b1):
                 out[succ_b[k]] = True
-
-
-@_jit
-def patch_preds(pindptr, pred, is_changed, changed, indptr_new, succ_new):
-    """Predecessor CSR of the new graph: rows of changed nodes rebuilt, others copied.
-
-    A changed node's new predecessors: its old unchanged predecessors (their rows
-    did not change) plus the changed nodes that list it as a successor now.
-    """
-    n = len(pindptr) - 1
-    cnt = np.empty(n, dtype=np.int64)
-    for v in range(n):
-        cnt[v] = pindptr[v + 1] - pindptr[v]
-    for c in changed:
-        m = 0
-        for k in range(pindptr[c], pindptr[c + 1]):
-            if not is_changed[pred[k]]:
-                m += 1
-        cnt[c] = m
-    for u in changed:
-        for k in range(indptr_new[u], indptr_new[u + 1]):
-            v = succ_new[k]
-            if is_changed[v]:
-                cnt[v] += 1
-    ip = np.zeros(n + 1, dtype=np.int64)
-    for v in range(n):
-        ip[v + 1] = ip[v] + cnt[v]
-    out = np.empty(ip[n], dtype=pred.dtype)
-    fill = ip[:-1].copy()
-    for v in range(n):
-        if is_changed[v]:
-            for k in range(pindptr[v], pindptr[v + 1]):
-                u = pred[k]
-                if not is_changed[u]:
-                    out[fill[v]] = u
-                    fill[v] += 1
-        else:
-            m = pindptr[v + 1] - pindptr[v]
-            out[fill[v]:fill[v] + m] = pred[pindptr[v]:pindptr[v + 1]]
-            fill[v] += m
-    for u in changed:
-        for k in range(indptr_new[u], indptr_new[u + 1]):
-            v = succ_new[k]
-            if is_changed[v]:
-                out[fill[v]] = u
-                fill[v] += 1
-    return ip, out
