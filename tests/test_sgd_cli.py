@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dagprof.cli.main import main
-from dagprof.sgd.svg import speedup_svg
+from dagprof.cli.cmd_sgd import speedup_chart
 
 DATA = Path("/work/shared/data/bcaffe-k80-googlenet")
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="reference data folder /work/shared/data not present")
@@ -107,7 +107,8 @@ def test_unlabelled_log_predicts_from_the_network_and_says_so(capsys):
     assert "cannot tell the worker count" in capsys.readouterr().err
 
 
-def test_speedup_svg_skips_missing_points():
-    svg = speedup_svg([1, 2, 4], {"a": [1.0, float("nan"), 3.5]}, title="t & <x>")
-    root = ET.fromstring(svg)
-    assert len(root.findall("{http://www.w3.org/2000/svg}circle")) == 2
+def test_speedup_chart_skips_missing_points():
+    svg = speedup_chart([1, 2, 4], {"a": [{"speedup": 1.0}, {"speedup": float("nan")}, {"speedup": 3.5}]}, title="t & <x>")
+    root = ET.fromstring(svg)  # well-formed, title escaped
+    lines = root.findall("{http://www.w3.org/2000/svg}polyline")
+    assert [len(p.get("points").split()) for p in lines] == [2, 3]  # "a" without its NaN, then linear

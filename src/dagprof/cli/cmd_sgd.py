@@ -10,9 +10,9 @@ from ..costmodel.osu import read_osu_allreduce
 from ..errors import DagprofError
 from ..fsutil import atomic_open
 from ..replay import replay
+from ..report.svg import line_chart
 from ..report.timeline import write_replay_trace
 from ..sgd import CommModel, Policy, anchor, build_sgd_graph, make_schedule, predict
-from ..sgd.svg import speedup_svg
 from ..traces.layerwise import LayerProfile, read_layer_file
 
 HELP = "predict iteration time, exposed communication and speed-up over worker counts from per-layer times (S-SGD DAG model)"
@@ -125,11 +125,17 @@ def run(args) -> dict:
         result["trace"] = args.trace
         result["critical_path"] = {"workers": n, **path.to_dict(per=iterations)}
     if args.svg:
-        series = {p: [row["speedup"] for row in rows] for p, rows in policies.items()}
         with atomic_open(args.svg) as f:
-            f.write(speedup_svg(scaling.workers, series, title=f"S-SGD DAG model: {os.path.basename(profile.source)}"))
+            f.write(speedup_chart(scaling.workers, policies, title=f"S-SGD DAG model: {os.path.basename(profile.source)}"))
         result["svg"] = args.svg
     return result
+
+
+def speedup_chart(workers: list[int], policies: dict[str, list[dict]], title: str = "") -> str:
+    """Speed-up against workers per policy, with linear speed-up for reference."""
+    series = {p: [(n, row["speedup"]) for n, row in zip(workers, rows)] for p, rows in policies.items()}
+    series["linear"] = [(n, float(n)) for n in workers]
+    return line_chart(series, "workers", "speed-up", title=title)
 
 
 def to_text(r: dict) -> str:

@@ -20,6 +20,7 @@ COMMANDS = [
     "replay",
     "analyze",
     "report",
+    "optimize",
     "sgd",
     "whatif",
     "calibrate",

@@ -74,8 +74,10 @@ def gantt(rows: list[tuple[str, np.ndarray, np.ndarray, list[str], list[str]]], 
     return "".join(out)
 
 
-def line_chart(series: dict[str, list[tuple[float, float]]], x_label: str, y_label: str, width: int = 560, height: int = 320, log_x: bool = True) -> str:
-    """Lines of (x, y) points, e.g. speed-up against workers per policy."""
+def line_chart(series: dict[str, list[tuple[float, float]]], x_label: str, y_label: str, width: int = 560, height: int = 320,
+               log_x: bool = True, title: str = "") -> str:
+    """Lines of (x, y) points, e.g. speed-up against workers per policy; NaN points are skipped."""
+    series = {k: [(x, y) for x, y in s if y == y] for k, s in series.items()}
     pts = [p for s in series.values() for p in s]
     if not pts:
         return ""
@@ -92,6 +94,8 @@ def line_chart(series: dict[str, list[tuple[float, float]]], x_label: str, y_lab
            f'<line x1="{left}" y1="10" x2="{left}" y2="{height - bottom}" stroke="#333"/>',
            f'<text x="{width / 2}" y="{height - 5}" text-anchor="middle">{escape(x_label)}</text>',
            f'<text x="12" y="{height / 2}" transform="rotate(-90 12 {height / 2})" text-anchor="middle">{escape(y_label)}</text>']
+    if title:
+        out.append(f'<text x="{width / 2}" y="12" text-anchor="middle" font-size="13">{escape(title)}</text>')
     for x in sorted({x for x, _ in pts}):
         out.append(f'<text x="{sx(x):.1f}" y="{height - bottom + 14}" text-anchor="middle">{x:g}</text>')
     for k in range(5):
