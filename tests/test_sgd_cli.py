@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dagprof.cli.main import main
-from dagprof.cli.cmd_sgd import speedup_chart
+from dagprof.report.svg import speedup_chart
 
 DATA = Path("/work/shared/data/bcaffe-k80-googlenet")
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="reference data folder /work/shared/data not present")

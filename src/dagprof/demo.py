@@ -12,9 +12,16 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
+from .costmodel import preset
 from .pipeline import Profiled, open_run, write_outputs
-from .report.html import ReportInputs
+from .report.html import ReportInputs, html_table
+from .report.svg import speedup_chart
 from .search import BucketSearch, search_bucket_sizes
+from .sgd import CommModel, Policy, predict
+from .traces.layerwise import layer_profile_from_run
+
+OUTLOOK_WORKERS = [1, 2, 4, 8, 16, 32, 64]
+OUTLOOK_NET = "10gbe"
 
 
 @dataclass
@@ -53,8 +60,9 @@ def run_demo(s: DemoSettings, say: Callable[[str], None] = lambda m: print(m, fi
             before, after = measure(s.bucket_cap_mb), measure(best)
             applied = {"bucket_cap_mb": best, "baseline_bucket_cap_mb": s.bucket_cap_mb, "measured_before_ms": before, "measured_after_ms": after,
                        "measured_gain_pct": 100.0 * (before - after) / before}
-    files = write_outputs(prof, s.out_dir, _report(prof, search, applied))
-    return _summary(prof, search, applied, files, run_dir)
+    outlook = _scaling_outlook(prof)
+    files = write_outputs(prof, s.out_dir, _report(prof, search, applied, outlook))
+    return _summary(prof, search, applied, files, run_dir) | {"scaling_outlook": outlook}
 
 
 def _model_options(cfg, full: bool = False) -> dict:
@@ -81,9 +89,29 @@ def _optimisation(search: BucketSearch, applied: dict | None) -> dict:
     return {"table_columns": ["bucket size", "buckets per step", "predicted iteration ms"], "table": rows, "summary": summary}
 
 
-def _report(prof: Profiled, search: BucketSearch, applied: dict | None) -> ReportInputs:
+def _scaling_outlook(prof: Profiled) -> dict:
+    """The S-SGD DAG model on this run's own layer timings, on a 10 GbE cluster of 1..64 workers."""
+    layers = layer_profile_from_run(prof.run)
+    scaling = predict(layers, OUTLOOK_WORKERS, CommModel(default=preset(OUTLOOK_NET), default_name="10GbE"), Policy.WFBP)
+    policies = {}
+    for p, preds in scaling.by_policy.items():
+        base = scaling.single[p].iter_us
+        policies[p.value] = [{"workers": n, "iter_ms": pr.iter_us / 1e3, "speedup": n * base / pr.iter_us} for n, pr in zip(scaling.workers, preds)]
+    return {"net": "10GbE", "layers": layers.num_layers, "grad_mb": layers.params_bytes / 2**20, "workers": scaling.workers, "policies": policies}
+
+
+def _outlook_html(o: dict) -> str:
+    head = ["workers"] + [f"{p} ms" for p in o["policies"]]
+    rows = [[n] + [o["policies"][p][i]["iter_ms"] for p in o["policies"]] for i, n in enumerate(o["workers"])]
+    intro = (f"<p>The layer-wise DAG model of synchronous SGD (Shi et al. 2018) on this run's {o['layers']} layers and "
+             f"{o['grad_mb']:.1f} MB of gradients, on a {o['net']} ring: predicted iteration time per overlap policy.</p>")
+    return intro + html_table(head, rows) + speedup_chart(o["workers"], o["policies"], title=f"speed-up on {o['net']}")
+
+
+def _report(prof: Profiled, search: BucketSearch, applied: dict | None, outlook: dict) -> ReportInputs:
     inp = ReportInputs(prof.analysis, prof.findings, title="dagprof demo: 2-rank gloo DDP on this CPU")
     inp.optimisation = _optimisation(search, applied)
+    inp.sections.append(("Scaling outlook (S-SGD DAG model)", _outlook_html(outlook)))
     inp.links["profiled run folder"] = "run"
     return inp
 

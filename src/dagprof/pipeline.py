@@ -12,6 +12,7 @@ from .passes.average_steps import average_steps
 from .replay import replay
 from .report.html import ReportInputs, write_report
 from .report.timeline import write_replay_trace
+from .traces.events import Run
 from .traces.load import load
 
 
@@ -19,6 +20,7 @@ from .traces.load import load
 class Profiled:
     """A loaded run with its graph, replay and analysis, ready for what-ifs and reports."""
 
+    run: Run
     graph: Graph
     analysis: Analysis
     findings: list[Finding]
@@ -27,11 +29,12 @@ class Profiled:
 def open_run(path: str | os.PathLike[str], steps: range | None = None, engine: str = "auto", exact: bool = False) -> Profiled:
     """``exact`` replays every op with its own measured time; by default each op takes its mean
     over the steps (a model of the iteration, which is what what-ifs start from)."""
-    graph = build_graph(load(path), steps=steps)
+    run = load(path)
+    graph = build_graph(run, steps=steps)
     if not exact:
         graph = average_steps(graph)
     a = analyze(graph, replay(graph, engine=engine))
-    return Profiled(graph, a, findings(a))
+    return Profiled(run, graph, a, findings(a))
 
 
 def default_out(path: str | os.PathLike[str]) -> str:

@@ -10,7 +10,7 @@ from ..costmodel.osu import read_osu_allreduce
 from ..errors import DagprofError
 from ..fsutil import atomic_open
 from ..replay import replay
-from ..report.svg import line_chart
+from ..report.svg import speedup_chart
 from ..report.timeline import write_replay_trace
 from ..sgd import CommModel, Policy, anchor, build_sgd_graph, make_schedule, predict
 from ..traces.layerwise import LayerProfile, read_layer_file
@@ -129,13 +129,6 @@ def run(args) -> dict:
             f.write(speedup_chart(scaling.workers, policies, title=f"S-SGD DAG model: {os.path.basename(profile.source)}"))
         result["svg"] = args.svg
     return result
-
-
-def speedup_chart(workers: list[int], policies: dict[str, list[dict]], title: str = "") -> str:
-    """Speed-up against workers per policy, with linear speed-up for reference."""
-    series = {p: [(n, row["speedup"]) for n, row in zip(workers, rows)] for p, rows in policies.items()}
-    series["linear"] = [(n, float(n)) for n in workers]
-    return line_chart(series, "workers", "speed-up", title=title)
 
 
 def to_text(r: dict) -> str:

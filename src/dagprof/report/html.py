@@ -65,14 +65,14 @@ def render(inp: ReportInputs) -> str:
         rows.append((f"rank {r['rank']}", {"compute": r["compute_ms"] - r["overlap_ms"], "overlap": r["overlap_ms"],
                                           "exposed communication": r["exposed_comm_ms"]}))
     parts.append(svg.stacked_bars(rows))
-    parts.append(_table(["rank", "measured ms", "replayed ms", "compute ms", "comm ms", "overlap ms", "exposed comm ms", "waits for others ms"],
+    parts.append(html_table(["rank", "measured ms", "replayed ms", "compute ms", "comm ms", "overlap ms", "exposed comm ms", "waits for others ms"],
                         [[r["rank"], r["measured_iter_ms"], r["predicted_iter_ms"], r["compute_ms"], r["comm_ms"], r["overlap_ms"], r["exposed_comm_ms"], r["straggler_wait_ms"]] for r in d["per_rank"]]))
 
     cp = d["critical_path_per_iter"]
     parts.append("<h2>Critical path (across ranks, per iteration)</h2>")
     parts.append(svg.stacked_bars([("critical path", cp["by_category_ms"])]))
     parts.append(f"<p>The path crosses rank(s) {', '.join(map(str, cp['ranks_crossed'])) or '-'}; its largest ops:</p>")
-    parts.append(_table(["op", "ms/iter on the path"], cp["top_ops_ms"]))
+    parts.append(html_table(["op", "ms/iter on the path"], cp["top_ops_ms"]))
 
     parts.append("<h2>Replayed timeline (one iteration)</h2>")
     parts.append(_timeline(a))
@@ -80,11 +80,11 @@ def render(inp: ReportInputs) -> str:
     if inp.whatifs:
         parts.append("<h2>What if</h2>")
         cols = [k for k in inp.whatifs[0] if not isinstance(inp.whatifs[0][k], (dict, list))]
-        parts.append(_table(cols, [[w.get(c) for c in cols] for w in inp.whatifs]))
+        parts.append(html_table(cols, [[w.get(c) for c in cols] for w in inp.whatifs]))
     if inp.optimisation:
         o = inp.optimisation
         parts.append("<h2>Optimisation</h2>")
-        parts.append(_table(list(o.get("table_columns", [])), o.get("table", [])) if o.get("table") else "")
+        parts.append(html_table(list(o.get("table_columns", [])), o.get("table", [])) if o.get("table") else "")
         if o.get("summary"):
             parts.append(f"<div class='finding ok'>{escape(o['summary'])}</div>")
     for title, body in inp.sections:
@@ -118,7 +118,7 @@ def _fmt(v) -> str:
     return escape(str(v)) if v is not None else ""
 
 
-def _table(head: list[str], rows: list[list]) -> str:
+def html_table(head: list[str], rows: list[list]) -> str:
     h = "".join(f"<th>{escape(str(c))}</th>" for c in head)
     body = "".join("<tr>" + "".join(f"<td>{_fmt(v)}</td>" for v in row) + "</tr>" for row in rows)
     return f"<table><tr>{h}</tr>{body}</table>"

@@ -108,3 +108,10 @@ def line_chart(series: dict[str, list[tuple[float, float]]], x_label: str, y_lab
         out.append(f'<text x="{left + 10}" y="{20 + 14 * i}" fill="{c}">{escape(name)}</text>')
     out.append("</svg>")
     return "".join(out)
+
+
+def speedup_chart(workers: list[int], policies: dict[str, list[dict]], title: str = "") -> str:
+    """Speed-up against workers per policy (rows with a "speedup"), with linear speed-up for reference."""
+    series = {p: [(n, row["speedup"]) for n, row in zip(workers, rows)] for p, rows in policies.items()}
+    series["linear"] = [(n, float(n)) for n in workers]
+    return line_chart(series, "workers", "speed-up", title=title)
