@@ -25,21 +25,17 @@ Conventions on top of ``events.py``:
 from __future__ import annotations
 
 import gc
-import gzip
-import json
 import operator
 import os
 import re
-import zlib
-from dataclasses import dataclass
 from typing import Any
 
-import msgspec
 import numpy as np
 
 from ..errors import DagprofError
-from .events import EventTable, Kind, Lane, LaneKind, RankTrace
 from . import kineto_schema as ks
+from .events import EventTable, Kind, Lane, LaneKind, RankTrace
+from .kineto_decode import decode_trace, raw_value, read_bytes
 
 _NAME, _CAT, _PID, _TID, _TS, _DUR = (operator.attrgetter(f) for f in ("name", "cat", "pid", "tid", "ts", "dur"))
 
@@ -58,7 +54,7 @@ def read_kineto(path: str | os.PathLike[str], rank: int | None = None) -> RankTr
     was_enabled = gc.isenabled()
     gc.disable()  # 10^5..10^6 acyclic objects: collection passes would cost a third of the parse
     try:
-        trace = _decode(_read_bytes(path), path)
+        trace = decode_trace(read_bytes(path), path)
         if trace.traceEvents is None:
             raise DagprofError("not a Kineto trace: no 'traceEvents' list", path)
         if not (len(trace.schemaVersion) or len(trace.distributedInfo) or len(trace.deviceProperties)):
@@ -67,117 +63,6 @@ def read_kineto(path: str | os.PathLike[str], rank: int | None = None) -> RankTr
     finally:
         if was_enabled:
             gc.enable()
-
-
-# ------------------------------------------------------------------ decoding
-def _read_bytes(path: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise DagprofError(f"cannot read trace: {e.strerror or e}", path) from None
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as e:
-            raise DagprofError(f"corrupt or truncated gzip ({e})", path) from None
-    return data
-
-
-def _decode(data: bytes, path: str) -> ks.Trace:
-    try:
-        return ks.TRACE_DECODER.decode(data)
-    except msgspec.ValidationError:
-        pass  # an unexpected field type somewhere: take the lenient path below
-    except msgspec.DecodeError as e:
-        raise DagprofError(f"not valid JSON, truncated or foreign file ({e})", path) from None
-    try:
-        doc = msgspec.json.decode(data)
-    except msgspec.DecodeError as e:
-        raise DagprofError(f"not valid JSON, truncated or foreign file ({e})", path) from None
-    if not isinstance(doc, dict):
-        raise DagprofError("not a Kineto trace: top level is not an object", path)
-    return _lenient(doc, path)
-
-
-def _lenient(doc: dict[str, Any], path: str) -> ks.Trace:
-    """Field by field conversion, dropping only the values whose type is foreign."""
-    events = doc.get("traceEvents")
-    if not isinstance(events, list):
-        raise DagprofError("not a Kineto trace: no 'traceEvents' list", path)
-    out = []
-    arg_fields = {f: ks.Args.__struct_encode_fields__[i] for i, f in enumerate(ks.Args.__struct_fields__)}
-    for e in events:
-        if not isinstance(e, dict):
-            continue
-        args = e.get("args") if isinstance(e.get("args"), dict) else {}
-        clean = {}
-        for field, key in arg_fields.items():
-            if key in args:
-                try:
-                    msgspec.convert({key: args[key]}, ks.Args, strict=False)
-                    clean[key] = args[key]
-                except msgspec.ValidationError:
-                    pass
-        base = {k: e[k] for k in ("ph", "name", "cat", "pid", "tid", "ts", "dur") if k in e}
-        try:
-            ev = msgspec.convert(base, ks.Event, strict=False)
-        except msgspec.ValidationError:
-            continue
-        ev.args = msgspec.json.decode(msgspec.json.encode(clean), type=ks.Args)
-        out.append(ev)
-    raw = {k: msgspec.Raw(msgspec.json.encode(doc[k])) for k in ("distributedInfo", "schemaVersion", "deviceProperties") if k in doc}
-    base_ns = doc.get("baseTimeNanoseconds")
-    return ks.Trace(traceEvents=out, baseTimeNanoseconds=base_ns if isinstance(base_ns, int) else None,
-                    host_name=str(doc.get("host_name", "")), **raw)
-
-
-def _raw(value: msgspec.Raw) -> Any:
-    """A lazily decoded field; None when the trace did not have it."""
-    return msgspec.json.decode(value) if len(value) else None
-
-
-# ------------------------------------------------------------------ per-name classification
-@dataclass
-class _NameInfo:
-    kind: int  # own kind, Kind.OTHER when it takes its context's
-    wrapper: bool
-    ctx: int  # context it sets for its children, -1 none
-    role: str  # kineto_schema.Role or ""
-    coll: str
-    step: int
-
-
-def _classify(cat: str, name: str) -> _NameInfo:
-    comm = ks.comm_role(cat, name)
-    role, coll = comm if comm else ("", "")
-    if cat in ks.GPU_CATS:
-        kind = Kind.COMM if role == ks.Role.TRANSFER else Kind.MEMCPY if cat != "kernel" else Kind.KERNEL
-        return _NameInfo(int(kind), False, -1, role, coll, -1)
-    if cat in ks.RUNTIME_CATS:
-        kind = Kind.COMM_WAIT if ks.SYNC_RUNTIME.match(name) else Kind.RUNTIME
-        return _NameInfo(int(kind), False, -1, "", "", -1)
-    if role == ks.Role.TRANSFER:
-        return _NameInfo(int(Kind.COMM), False, -1, role, coll, -1)
-    if role == ks.Role.WAIT:
-        return _NameInfo(int(Kind.COMM_WAIT), False, -1, role, coll, -1)
-    if role in (ks.Role.ENQUEUE, ks.Role.META):
-        return _NameInfo(int(Kind.COMM_ENQUEUE), False, -1, role, coll, -1)
-    m = ks.STEP_NAME.match(name)
-    if m:
-        return _NameInfo(int(Kind.STEP), True, -1, "", "", int(m.group(1)))
-    if cat == "user_annotation":
-        ctx = -1
-        for pattern, k in ks.WRAPPER_CONTEXT:
-            if pattern.search(name):
-                ctx = k
-                break
-        return _NameInfo(int(Kind.OTHER), True, ctx, "", "", -1)
-    if ks.BACKWARD_OP.search(name):
-        return _NameInfo(int(Kind.BACKWARD), False, int(Kind.BACKWARD), "", "", -1)
-    if "DataLoader" in name:
-        return _NameInfo(int(Kind.DATA), False, int(Kind.DATA), "", "", -1)
-    return _NameInfo(int(Kind.OTHER), False, -1, "", "", -1)
 
 
 # ------------------------------------------------------------------ the builder
@@ -202,8 +87,8 @@ class _Builder:
         self.thread_names: dict[tuple[Any, Any], str] = {}
         for e in evs:
             if e.ph == "M" and e.name == "thread_name" and e.args is not None and len(e.args.name):
-                self.thread_names[(e.pid, e.tid)] = str(_raw(e.args.name))
-        info = _raw(self.trace.distributedInfo)
+                self.thread_names[(e.pid, e.tid)] = str(raw_value(e.args.name))
+        info = raw_value(self.trace.distributedInfo)
         self.dist = info if isinstance(info, dict) else {}
 
     # -- flat columns in (lane, start, longest-first) order
@@ -234,7 +119,7 @@ class _Builder:
         self.is_gpu = self.lane_gpu[self.lane] if n else np.zeros(0, bool)
         self.names = list(names)
         self.pair_name = (pair_keys // len(cats)).astype(np.int32)
-        self.info = [_classify(cats[int(k) % len(cats)], self.names[int(k) // len(cats)]) for k in pair_keys.tolist()]
+        self.info = [ks.classify(cats[int(k) % len(cats)], self.names[int(k) // len(cats)]) for k in pair_keys.tolist()]
         self.pair_kind = np.array([i.kind for i in self.info], dtype=np.int8)
         self.pair_ctx = np.array([i.ctx for i in self.info], dtype=np.int8)
         self.pair_wrapper = np.array([i.wrapper for i in self.info], dtype=bool)
@@ -518,7 +403,7 @@ class _Builder:
         for t in transfers.tolist():
             enq = int(self.enqueue_of[t])
             recs = [t] + meta_of.get(enq, [])
-            info = _comm_args([self.event(r) for r in recs])
+            info = ks.collective_args([self.event(r) for r in recs])
             # metadata, else the host call (c10d::alltoall_base_ launches a SendRecv kernel), else the kernel
             enq_coll = self.info[self.pair[enq]].coll if enq >= 0 else ""
             coll = info.get("coll") or enq_coll or self.info[self.pair[t]].coll
@@ -580,7 +465,7 @@ class _Builder:
         )
         base = self.trace.baseTimeNanoseconds or 0
         meta = {"format": "kineto", "rank_source": source, "collectives": self.coll_meta, "explicit_seq": self.explicit_seq,
-                "schema": _raw(self.trace.schemaVersion)}
+                "schema": raw_value(self.trace.schemaVersion)}
         return RankTrace(
             rank=rank, world_size=world, source=self.path, events=table, lanes=lanes,
             base_ns=int(base + round(self.t0 * 1000.0)), host=self.trace.host_name,
@@ -616,47 +501,3 @@ def _intern(values: list[Any]) -> tuple[np.ndarray, dict[Any, int]]:
     """Ids in first-seen order; hashing str objects is cached, so this is one dict probe per value."""
     ids = {v: i for i, v in enumerate(dict.fromkeys(values))}
     return np.fromiter(map(ids.__getitem__, values), np.int32, len(values)), ids
-
-
-def _dims_elems(dims: Any) -> int:
-    """Elements of the first input (a tensor's dims, or a tensor list's)."""
-    if not isinstance(dims, list) or not dims:
-        return 0
-    first = dims[0]
-    if isinstance(first, list) and first and all(isinstance(x, list) for x in first):
-        return sum(int(np.prod(d)) if d else 0 for d in first)
-    if isinstance(first, list) and first and all(isinstance(x, int) for x in first):
-        return int(np.prod(first))
-    return 0
-
-
-def _comm_args(records: list[ks.Event]) -> dict[str, Any]:
-    """The richest description any of a collective's records gives (transfer first, then host records)."""
-    out: dict[str, Any] = {}
-    for e in records:
-        a = e.args
-        if a is None:
-            continue
-        if a.coll and "coll" not in out:
-            out["coll"] = ks.canonical_collective(a.coll)
-        if len(a.pg_name) and "group" not in out:
-            out["group"] = str(_raw(a.pg_name))
-        if a.seq >= 0 and "seq" not in out:
-            out["seq"] = a.seq
-        if len(a.pg_ranks) and "ranks" not in out:
-            r = _raw(a.pg_ranks)
-            try:
-                out["ranks"] = [int(x) for x in (json.loads(r) if isinstance(r, str) else r)]
-            except (ValueError, TypeError):
-                pass
-        if "nbytes" not in out:
-            dtype = a.dtype
-            nelems = a.in_nelems if a.in_nelems >= 0 else -1
-            if nelems < 0 and len(a.input_dims):
-                nelems = _dims_elems(_raw(a.input_dims))
-                types = _raw(a.input_type)
-                dtype = dtype or (types[0] if isinstance(types, list) and types and isinstance(types[0], str) else "")
-            if nelems > 0 and ks.dtype_bytes(dtype):
-                out["nbytes"] = nelems * ks.dtype_bytes(dtype)
-                out["dtype"] = dtype
-    return out

@@ -8,10 +8,13 @@ generations is a row of ``COMM_NAMES``: supporting a new schema is one row, and
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
+import numpy as np
 
 from .events import Kind
 
@@ -192,3 +195,95 @@ WRAPPER_CONTEXT: tuple[tuple[re.Pattern[str], int], ...] = (
 )
 BACKWARD_OP = re.compile(r"^autograd::engine::evaluate_function|Backward\d*$|^torch::autograd::AccumulateGrad$")
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+# ---------------------------------------------------------------- per distinct (category, name)
+@dataclass
+class NameInfo:
+    kind: int  # own kind, Kind.OTHER when it takes its context's
+    wrapper: bool
+    ctx: int  # context it sets for its children, -1 none
+    role: str  # kineto_schema.Role or ""
+    coll: str
+    step: int
+
+
+def classify(cat: str, name: str) -> NameInfo:
+    comm = comm_role(cat, name)
+    role, coll = comm if comm else ("", "")
+    if cat in GPU_CATS:
+        kind = Kind.COMM if role == Role.TRANSFER else Kind.MEMCPY if cat != "kernel" else Kind.KERNEL
+        return NameInfo(int(kind), False, -1, role, coll, -1)
+    if cat in RUNTIME_CATS:
+        kind = Kind.COMM_WAIT if SYNC_RUNTIME.match(name) else Kind.RUNTIME
+        return NameInfo(int(kind), False, -1, "", "", -1)
+    if role == Role.TRANSFER:
+        return NameInfo(int(Kind.COMM), False, -1, role, coll, -1)
+    if role == Role.WAIT:
+        return NameInfo(int(Kind.COMM_WAIT), False, -1, role, coll, -1)
+    if role in (Role.ENQUEUE, Role.META):
+        return NameInfo(int(Kind.COMM_ENQUEUE), False, -1, role, coll, -1)
+    m = STEP_NAME.match(name)
+    if m:
+        return NameInfo(int(Kind.STEP), True, -1, "", "", int(m.group(1)))
+    if cat == "user_annotation":
+        ctx = -1
+        for pattern, k in WRAPPER_CONTEXT:
+            if pattern.search(name):
+                ctx = k
+                break
+        return NameInfo(int(Kind.OTHER), True, ctx, "", "", -1)
+    if BACKWARD_OP.search(name):
+        return NameInfo(int(Kind.BACKWARD), False, int(Kind.BACKWARD), "", "", -1)
+    if "DataLoader" in name:
+        return NameInfo(int(Kind.DATA), False, int(Kind.DATA), "", "", -1)
+    return NameInfo(int(Kind.OTHER), False, -1, "", "", -1)
+
+
+# ---------------------------------------------------------------- a collective's arguments
+def _dims_elems(dims: Any) -> int:
+    """Elements of the first input (a tensor's dims, or a tensor list's)."""
+    if not isinstance(dims, list) or not dims:
+        return 0
+    first = dims[0]
+    if isinstance(first, list) and first and all(isinstance(x, list) for x in first):
+        return sum(int(np.prod(d)) if d else 0 for d in first)
+    if isinstance(first, list) and first and all(isinstance(x, int) for x in first):
+        return int(np.prod(first))
+    return 0
+
+
+def collective_args(records: list[Event]) -> dict[str, Any]:
+    """The richest description any of a collective's records gives (transfer first, then host records)."""
+    out: dict[str, Any] = {}
+    for e in records:
+        a = e.args
+        if a is None:
+            continue
+        if a.coll and "coll" not in out:
+            out["coll"] = canonical_collective(a.coll)
+        if len(a.pg_name) and "group" not in out:
+            out["group"] = str(_json(a.pg_name))
+        if a.seq >= 0 and "seq" not in out:
+            out["seq"] = a.seq
+        if len(a.pg_ranks) and "ranks" not in out:
+            r = _json(a.pg_ranks)
+            try:
+                out["ranks"] = [int(x) for x in (json.loads(r) if isinstance(r, str) else r)]
+            except (ValueError, TypeError):
+                pass
+        if "nbytes" not in out:
+            dtype = a.dtype
+            nelems = a.in_nelems if a.in_nelems >= 0 else -1
+            if nelems < 0 and len(a.input_dims):
+                nelems = _dims_elems(_json(a.input_dims))
+                types = _json(a.input_type)
+                dtype = dtype or (types[0] if isinstance(types, list) and types and isinstance(types[0], str) else "")
+            if nelems > 0 and dtype_bytes(dtype):
+                out["nbytes"] = nelems * dtype_bytes(dtype)
+                out["dtype"] = dtype
+    return out
+
+
+def _json(value: msgspec.Raw) -> Any:
+    return msgspec.json.decode(value) if len(value) else None
