@@ -183,3 +183,45 @@ def test_layer_ranges_appear_in_kineto(tmp_path):
         names = {e.get("name") for e in json.load(f)["traceEvents"]}
     assert {f"{leaf}.forward" for leaf in LEAVES} <= names
     check_partition(read_run(tmp_path).ranks[0])
+
+
+@pytest.fixture
+def one_rank_group(tmp_path):
+    """A real single-process gloo group, so DDP runs in this process."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_ddp_user_comm_hook_registered_later_is_wrapped(tmp_path, one_rank_group):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = DDP(tiny_model(), bucket_cap_mb=0.0005)
+    called = []
+
+    def user_hook(state, bucket):
+        called.append(bucket.index())
+        return default_hooks.allreduce_hook(state, bucket)
+
+    out = tmp_path / "run"
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with profile(out, steps=range(1, 3), model=model, kineto=False) as prof:
+        model.register_comm_hook(None, user_hook)  # DDP allows one hook: ours runs the user's inside
+        for _ in range(4):
+            opt.zero_grad()
+            model(torch.randn(4, 8)).sum().backward()
+            opt.step()
+            prof.step()
+    run = read_run(out, require_ddp=True)
+    (t,) = run.ranks
+    assert called and len(t.buckets) > 1 and t.backend == "gloo"
+    ev = t.events
+    for step in (1, 2):
+        s = ev.step == step
+        assert sorted(ev.bucket[s & (ev.kind == Kind.COMM_ENQUEUE)]) == list(range(len(t.buckets)))
+        assert (s & (ev.kind == Kind.COMM)).sum() == len(t.buckets)
+        assert (s & (ev.kind == Kind.COMM_WAIT)).sum() == 1
+    check_partition(t)

@@ -11,7 +11,24 @@ profiled step is partitioned completely by depth-0 events: one FORWARD and one B
 node per leaf-module call, COMM_ENQUEUE per bucket all-reduce call, COMM_WAIT for DDP's
 end-of-backward wait, UPDATE for the optimizer, and OTHER for every remaining gap (named
 by phase, e.g. ``other:pre-forward`` = data loading, zero_grad, DDP buffer broadcast).
-A STEP event spans each step as a transparent wrapper (like ``ProfilerStep#N``).
+A STEP event (depth -1, like Kineto's ``ProfilerStep#N``) spans each step. A layer span cut
+by a higher-priority span (enqueue, wait, update) keeps its first piece; the rest is OTHER.
+
+Communication: with Kineto, the transfers are the ``gloo:*`` ops on the ``pt_gloo_runloop``
+threads (or NCCL kernels), one lane per thread/stream, all-reduces matched to the comm hook's
+buckets in issue order; DDP's buffer broadcasts appear too (bucket -1, host side from Kineto).
+Without Kineto, the comm hook's issue -> completion span on the thread that completed it.
+``seq`` numbers the collectives of group "0" in issue order over the window (equal on all ranks).
+Flows: enqueue -> transfer; transfer -> the step's last COMM_WAIT (or UPDATE), or for a
+blocking host collective -> the main-lane event after it.
+
+``rank<R>.json`` fields: format/version, rank, world_size, local_rank, backend, host, pid,
+torch, mode (api|launcher), ddp, bucket_cap_mb, steps_requested [first, stop),
+steps_profiled, steps_completed, step_times_ns [[step, begin, end]] for every step seen
+(profiled or not), clock {unix_ns, perf_ns}, kineto_file, record_shapes, warnings, layers
+(leaf module paths), layer_grad_bytes, bucket_layouts (one per distinct layout seen:
+[{index, nbytes, params}]), records. ``manifest.json``: format, version, world_size,
+steps_requested, backend, kineto, record_shapes, mode, argv, created_ns.
 """
 from __future__ import annotations
 
