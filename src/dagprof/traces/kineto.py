@@ -99,8 +99,8 @@ class _Builder:
         cats = list(cat_ids)
         pair_keys, pair = np.unique(name_id.astype(np.int64) * len(cats) + cat_id, return_inverse=True)
         cat_gpu = np.array([c in ks.GPU_CATS for c in cats], dtype=np.int64)
-        pid, pids = _intern(list(map(_PID, xs)))
-        tid, tids = _intern(list(map(_TID, xs)))  # usually ints, but the format allows strings
+        pid, pids = _intern_ids(list(map(_PID, xs)))
+        tid, tids = _intern_ids(list(map(_TID, xs)))  # usually ints, but the format allows strings
         lane_codes, lane = np.unique((cat_gpu[cat_id] * len(pids) + pid) * len(tids) + tid, return_inverse=True)
         ts = np.fromiter(map(_TS, xs), np.float64, n)
         dur = np.fromiter(map(_DUR, xs), np.float64, n)
@@ -495,6 +495,17 @@ class _Builder:
 
 def _as_int(value: Any, default: Any) -> Any:
     return value if isinstance(value, int) and value >= 0 else default
+
+
+def _intern_ids(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
+    """Like ``_intern`` for pids / tids: one numpy sort when they are all ints (the usual case)."""
+    try:
+        arr = np.array(values, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        ids, table = _intern(values)
+        return ids, list(table)
+    uniq, inv = np.unique(arr, return_inverse=True)
+    return inv.astype(np.int32).reshape(-1), uniq.tolist()
 
 
 def _intern(values: list[Any]) -> tuple[np.ndarray, dict[Any, int]]:
