@@ -295,13 +295,15 @@ class _Builder:
         waits = np.flatnonzero(self.pair_kind[self.pair] == Kind.COMM_WAIT)
         device_sync = np.array([i.role == "" for i in self.info])[self.pair[waits]]
         host_transfer = np.flatnonzero((self.kind == Kind.COMM) & ~self.is_gpu)
-        for cand, w in ((host_transfer, waits[~device_sync]), (np.flatnonzero(self.is_gpu), waits[device_sync])):
+        gpu = np.flatnonzero(self.is_gpu)
+        blocked = np.empty(0, np.int64)
+        for cand, w in ((host_transfer, waits[~device_sync]), (gpu, waits[device_sync])):
             if len(cand) and len(w):
                 o = cand[np.argsort(end[cand], kind="stable")]
                 k = np.searchsorted(end[o], end[w], side="right") - 1
                 out.append((o[k[k >= 0]], w[k >= 0]))
-        host_waits = waits[~device_sync]
-        unblocked = host_waits[~np.isin(host_waits, out[0][1])] if out and len(host_transfer) else host_waits
+                blocked = np.concatenate([blocked, w[k >= 0]])
+        unblocked = waits[~device_sync & ~np.isin(waits, blocked)]  # e.g. copy_bucket_to_grad under NCCL
         ctx = self.eff_ctx[unblocked]
         self.kind[unblocked] = np.where(np.isin(ctx, _CTX_KINDS), ctx, Kind.OTHER)
         out.extend(self._stream_waits())
