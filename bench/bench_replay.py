@@ -20,6 +20,7 @@ compiled once and cached on disk, and each child process loads it before timing.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import resource
 import statistics
@@ -65,7 +66,8 @@ def rss_mb() -> float:
         return int(f.read().split()[1]) * resource.getpagesize() / 2**20
 
 
-def networkx_longest_path(g: Graph) -> float:
+def networkx_longest_path(g: Graph) -> tuple[float, float]:
+    """Build + topological sort + longest path by node durations; (makespan, RSS MB while the graph is alive)."""
     import networkx as nx
 
     G = nx.DiGraph()
@@ -76,7 +78,7 @@ def networkx_longest_path(g: Graph) -> float:
     finish = [0.0] * len(g)
     for v in nx.topological_sort(G):
         finish[v] = dur[v] + max((finish[p] for p in G.pred[v]), default=0.0)
-    return max(finish, default=0.0)
+    return max(finish, default=0.0), rss_mb()
 
 
 def child(method: str, n: int) -> dict:
@@ -93,13 +95,13 @@ def child(method: str, n: int) -> dict:
         out["peak_mb"] = traced_peak_mb(lambda: replay(g, "python")) if n <= 100_000 else None
         out["makespan"] = r.makespan
     else:
-        import networkx  # noqa: F401  (its import is not part of the peak)
+        importlib.import_module("networkx")  # its import is not part of the peak
 
         before = rss_mb()
         t = time.process_time()
-        out["makespan"] = networkx_longest_path(g)
+        out["makespan"], after = networkx_longest_path(g)
         out["s"] = time.process_time() - t
-        out["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - before
+        out["peak_mb"] = after - before  # growth of the resident set: networkx's objects
     return out
 
 
@@ -134,8 +136,10 @@ def section_full(sizes: list[int]) -> None:
               f" {fmt(py and py.get('s')):>9} {fmt(py and py.get('peak_mb'), 'mb'):>5} |"
               f" {fmt(nx and nx.get('s')):>10} {fmt(nx and nx.get('peak_mb'), 'mb'):>6} |"
               f" {ratio(py):>8} {ratio(nx):>8}{'' if ok else '  MISMATCH python vs numba'}", flush=True)
-    print(f"  (python skipped above {PY_MAX:,} ops, networkx above {NX_MAX:,}: minutes and GBs; networkx ignores"
-          " device contention, so its makespan differs; python and numba must agree exactly)\n")
+    print(f"  (python skipped above {PY_MAX:,} ops, networkx above {NX_MAX:,}: minutes and GBs; python's peak only"
+          " up to 100k: tracemalloc slows it; MB = peak traced allocations of the replay call, for networkx the"
+          " resident-set growth; networkx ignores device contention, so its makespan differs; python and numba"
+          " must agree exactly)\n")
 
 
 def move_last_bucket_boundary(g: Graph) -> tuple[Graph, np.ndarray]:
@@ -164,12 +168,12 @@ def section_incremental(n: int, ddp: tuple[int, int, int, int]) -> None:
     print("== 2. incremental vs full replay after a late change ==")
     print(f"{'case':<44} {'ops':>9} {'full s':>7} {'incr s':>7} {'speed-up':>8} {'re-simulated':>12} {'identical':>9}")
 
-    def case(label: str, g: Graph, changes: list[tuple[Graph, np.ndarray]]) -> None:
+    def case(label: str, g: Graph, changes: list[tuple[Graph, np.ndarray | None]], copy: bool = True) -> None:
         inc = IncrementalReplayer(g)
         fulls, incs, same, resim = [], [], True, []
         for new, changed in changes:
             t = time.process_time()
-            got = inc.update(new, changed)
+            got = inc.update(new, changed, copy=copy)
             incs.append(time.process_time() - t)
             resim.append(inc.last_resimulated)
             t = time.process_time()
@@ -195,7 +199,8 @@ def section_incremental(n: int, ddp: tuple[int, int, int, int]) -> None:
     g = ddp_graph(world, layers=layers, buckets=buckets, steps=steps)
     new, changed = move_last_bucket_boundary(g)
     case(f"DDP {world} ranks x {steps} steps, last bucket boundary", g, [(new, changed), (g, changed)] * 2)
-    case(f"  same, changed nodes found by diff", g, [(new, None), (g, None)] * 2)
+    case("  same, update(copy=False): no result copies", g, [(new, changed), (g, changed)] * 2, copy=False)
+    case("  same, changed nodes found by diff", g, [(new, None), (g, None)] * 2)
     print()
 
 
@@ -214,7 +219,8 @@ def section_fold(world: int, what_if: int) -> None:
     print(f"DDP {world} ranks, {len(g):,} ops: full replay {tf:.3f} s | fold {t1 - t0:.3f} s -> {len(folded)} ops,"
           f" replay {t2 - t1:.4f} s, expand {t3 - t2:.3f} s; total {t3 - t0:.3f} s; identical: {same}")
     tp, _ = timed(lambda: replay(folded, "python"), 3)
-    print(f"  folded graph on the pure-Python engine: {tp:.4f} s (the full graph would need ~{tf * 10:.0f}+ s)")
+    tpf, _ = timed(lambda: replay(g, "python"), 1)
+    print(f"  pure-Python engine: folded {tp:.4f} s vs full graph {tpf:.3f} s")
     try:
         from dagprof.passes.comm import current_topology, retime_collectives
         from dagprof.passes.workers import scale_workers

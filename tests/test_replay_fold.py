@@ -70,3 +70,15 @@ def test_graph_without_ranks_is_kept() -> None:
     folded, info = fold_ranks(g)
     assert len(folded) == len(g) and info.classes == {} and not info.folded
     assert_same(expand(replay(folded), info), replay(g))
+
+
+def test_fold_graph_from_the_builder() -> None:
+    """The global graph built from (synthetic) rank traces folds exactly; a slower rank stays apart."""
+    from dagprof.graph.build import build_graph
+    from synthetic import ddp_run
+
+    for slow, classes in (({}, {0: [0, 1, 2, 3]}), ({2: 1.3}, {0: [0, 1, 3], 2: [2]})):
+        g = build_graph(ddp_run(ranks=4, steps=3, slow=slow))
+        folded, info = fold_ranks(g)
+        assert info.classes == classes
+        assert_same(expand(replay(folded), info), replay(g, "python"))
