@@ -65,6 +65,7 @@ class Collector:
         self._calls: dict[int, int] = {}
         self._seq = 0
         self._bwd_seen = False
+        self._grad_watch: dict[tuple[int, int], tuple[Any, list]] = {}  # (id, version) -> (tensor, what to record)
         self._layouts: list[list[dict]] = []
         self._layout_key: dict[int, tuple] = {}
         self._bucket_cap_mb: float | None = None
@@ -147,6 +148,7 @@ class Collector:
         for h in self._handles:
             h.remove()
         self._handles.clear()
+        self._grad_watch.clear()
         for rf in self._ranges_open.values():
             rf.__exit__(None, None, None)
         self._ranges_open.clear()
@@ -163,7 +165,7 @@ class Collector:
             self.records.append((Rec.FWD_BEGIN, layer, call, time.time_ns(), 0))
             for x in args:
                 if getattr(x, "requires_grad", False) and hasattr(x, "register_hook"):
-                    x.register_hook(partial(self._bwd_end, layer, call))
+                    self._on_grad(x, (Rec.BWD_END, layer, call))
         except Exception as err:  # noqa: BLE001
             self._fail(err, f"forward pre-hook of {self.layers[layer]}")
 
@@ -179,29 +181,43 @@ class Collector:
             n = 0
             for y in _tensors(output):
                 if y.requires_grad:
-                    y.register_hook(partial(self._bwd_begin, layer, call))
+                    self._on_grad(y, (Rec.BWD_BEGIN, layer, call))
                     n += 1
                     if n == _MAX_OUTPUT_HOOKS:
                         break
         except Exception as err:  # noqa: BLE001
             self._fail(err, f"forward hook of {self.layers[layer]}")
 
-    def _bwd_begin(self, layer: int, call: int, grad: Any) -> None:
+    def _on_grad(self, tensor: Any, what: tuple[Rec, int, int]) -> None:
+        """Record ``what`` when the gradient w.r.t. ``tensor`` arrives.
+
+        A layer's output is usually the next layer's input: one hook per tensor version serves
+        both (half the hooks). The version tells an in-place result (ReLU(inplace)) from its
+        input; holding the tensor until backward starts keeps its id from being reused.
+        """
+        key = (id(tensor), tensor._version)
+        entry = self._grad_watch.get(key)
+        if entry is None:
+            entry = self._grad_watch[key] = (tensor, [])
+            tensor.register_hook(partial(self._grad_arrived, entry[1]))
+        entry[1].append(what)
+
+    def _grad_arrived(self, whats: list[tuple[Rec, int, int]], grad: Any) -> None:
         if not self.recording:
             return
         try:
-            self.records.append((Rec.BWD_BEGIN, layer, call, time.time_ns(), 0))
+            t = time.time_ns()
+            for code, layer, call in whats:
+                self.records.append((code, layer, call, t, 0))
             if not self._bwd_seen:
                 self._bwd_seen = True
+                self._grad_watch.clear()
                 if self._ddps:
                     from torch.autograd import Variable
 
                     Variable._execution_engine.queue_callback(self._backward_done)
         except Exception as err:  # noqa: BLE001
             self._fail(err, "backward hook")
-
-    def _bwd_end(self, layer: int, call: int, grad: Any) -> None:
-        self._mark(Rec.BWD_END, layer, call)
 
     def _grad_ready(self, layer: int, param: Any) -> None:
         self._mark(Rec.GRAD_READY, layer, 0)
@@ -336,6 +352,7 @@ class Collector:
         if self.recording:
             self._calls.clear()
             self._bwd_seen = False
+            self._grad_watch.clear()
             self._new_layout = False
             self.records.append((Rec.STEP_BEGIN, self.step, 0, t, 0))
 
