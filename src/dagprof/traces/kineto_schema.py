@@ -3,8 +3,9 @@
 Decoding into ``msgspec`` structs that list only the fields dagprof reads is the
 fast path (unknown keys are skipped in C), so the reader never builds a dict per
 event. Every way a collective has been spelled across PyTorch / NCCL / RCCL / gloo
-generations is a row of ``COMM_NAMES``: supporting a new schema is one row, and
-``ARG_KEYS`` lists the argument spellings for each collective field.
+generations is a row of ``COMM_NAMES``: supporting a new schema is one row. Argument
+spellings (``Collective name``, ``In msg nelems``, ``Seq``...) are the ``rename`` map of
+``Args``; a new spelling is one entry there.
 """
 from __future__ import annotations
 
@@ -120,15 +121,6 @@ COMM_NAMES: tuple[CommName, ...] = (
     _row("RCCL", "kernel", r"^(?:void )?rccl\w*?(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|SendRecv|AllToAll)", Role.TRANSFER),
 )
 
-# Argument spellings by generation; the Args struct above decodes each of them.
-ARG_KEYS = {
-    "collective": ("Collective name",),
-    "nelems": ("In msg nelems", "Input Dims"),
-    "dtype": ("dtype", "Input type"),
-    "group": ("Process Group Name",),
-    "group_ranks": ("Process Group Ranks",),
-    "seq": ("Seq",),
-}
 
 _CANON_DROP = re.compile(r"_?(base|coalesced|tensor|into|single)$")
 
