@@ -225,3 +225,25 @@ def test_ddp_user_comm_hook_registered_later_is_wrapped(tmp_path, one_rank_group
         assert (s & (ev.kind == Kind.COMM)).sum() == len(t.buckets)
         assert (s & (ev.kind == Kind.COMM_WAIT)).sum() == 1
     check_partition(t)
+
+
+def test_ddp_attached_after_training_started(tmp_path, one_rank_group):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = DDP(tiny_model(), bucket_cap_mb=0.0005)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def one_step():
+        opt.zero_grad()
+        model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+
+    one_step()
+    one_step()  # DDP has rebuilt its buckets by now
+    with profile(tmp_path / "run", steps=range(0, 2), kineto=False) as prof:  # model found at its first call
+        for _ in range(2):
+            one_step()
+            prof.step()
+    (t,) = read_run(tmp_path / "run", require_ddp=True).ranks
+    assert t.meta["bucket_cap_mb"] == pytest.approx(0.0005, rel=1e-3)
+    assert ((t.events.kind == Kind.COMM) & (t.events.step == 1)).sum() == len(t.buckets) > 1
