@@ -3,8 +3,10 @@
 Every flag takes a comma-separated list; the scenarios are all combinations, one table row
 each. Passes are applied in a fixed order (workers, cluster, scheme, link, buckets,
 partition, compute, cores, fine-grained collectives) to the run's graph, and each scenario
-is replayed. Speed-up is throughput (ranks / iteration time) against the measured run;
-scaling efficiency is measured iteration time / predicted (weak scaling, 1.0 = perfect).
+is replayed. Speed-up is throughput (ranks / iteration time) against the model of the
+profiled run (so the model's own error cancels out of the ratio); scaling efficiency is that
+model's iteration time / the predicted one (weak scaling, 1.0 = perfect); ``vs measured`` is
+the predicted iteration time against the measured one.
 """
 from __future__ import annotations
 
@@ -174,9 +176,9 @@ def run(args) -> dict:
         res = replay(g)
         it = max(iteration_times(g, res).values())
         n = graph_world_size(g)
-        ref = measured or model
         row = {**s.label(bw_text), "workers": n, "predicted_iter_ms": it / 1e3, "iters_per_s": 1e6 / it,
-               "speedup": (n / n0) * ref / it, "scaling_efficiency": ref / it, "seconds": time.perf_counter() - t1}
+               "speedup": (n / n0) * model / it, "scaling_efficiency": model / it,
+               "vs_measured_pct": None if not measured else 100.0 * (it - measured) / measured, "seconds": time.perf_counter() - t1}
         if not args.no_trace and i < MAX_TRACES:
             row["trace"] = write_replay_trace(os.path.join(out_dir, f"whatif{i}.trace.json"), g, res)
         rows.append(row)
@@ -200,11 +202,12 @@ def to_text(r: dict) -> str:
     lines = [f"profiled: {r['workers']} ranks, measured {m}/iter; model of it {r['model_iter_ms']:.2f} ms ({r['link']})"]
     keys = [k for k in ("workers", "bandwidth", "latency_us", "bucket_mb", "scheme", "partition", "compute_speed")
             if any(row[k] is not None for row in r["scenarios"])]
-    head = "".join(f"{k:>12}" for k in keys) + f"{'iter ms':>12}{'iter/s':>10}{'speed-up':>10}{'efficiency':>11}"
+    head = "".join(f"{k:>12}" for k in keys) + f"{'iter ms':>12}{'iter/s':>10}{'speed-up':>10}{'efficiency':>11}{'vs measured':>12}"
     lines.append(head)
     for row in r["scenarios"]:
         cells = "".join(f"{'-' if row[k] is None else row[k]!s:>12}" for k in keys)
-        lines.append(f"{cells}{row['predicted_iter_ms']:>12.2f}{row['iters_per_s']:>10.2f}{row['speedup']:>10.2f}{row['scaling_efficiency']:>11.2f}")
+        vs = "n/a" if row["vs_measured_pct"] is None else f"{row['vs_measured_pct']:+.1f} %"
+        lines.append(f"{cells}{row['predicted_iter_ms']:>12.2f}{row['iters_per_s']:>10.2f}{row['speedup']:>10.2f}{row['scaling_efficiency']:>11.2f}{vs:>12}")
     traces = [row["trace"] for row in r["scenarios"] if "trace" in row]
     if traces:
         lines.append(f"predicted timelines: {os.path.relpath(traces[0])}" + (f" .. {os.path.basename(traces[-1])}" if len(traces) > 1 else ""))

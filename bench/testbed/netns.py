@@ -1,0 +1,122 @@
+"""An emulated cluster on one machine: one network namespace per rank, joined by a bridge.
+
+Rank i lives in namespace ``<tag>r<i>`` with interface ``<tag>r<i>`` (10.213.0.<i+1>/24); the
+peer end of its veth pair sits on a bridge inside a switch namespace ``<tag>sw``, so nothing
+is added to the root namespace. A link rate is a ``tc tbf`` qdisc on each rank's egress:
+every byte of a ring all-reduce leaves through exactly one shaped port, so each hop runs at
+the rate (this kernel has no netem: latency cannot be emulated with tc).
+
+``Cluster`` removes every namespace it made on exit, on an exception, at interpreter exit
+and on SIGINT/SIGTERM; processes it started are killed first (by their own pid).
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import signal
+import subprocess
+from dataclasses import dataclass, field
+
+SUBNET = "10.213.0"
+
+
+def available() -> str | None:
+    """None when the testbed can run here, else the reason it cannot."""
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, tc)"
+    if not shutil.which("ip") or not shutil.which("tc"):
+        return "needs iproute2 (`ip`, `tc`)"
+    probe = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"`ip netns` does not work here: {probe.stderr.strip()}"
+    return None
+
+
+def _sh(*args: str) -> None:
+    r = subprocess.run(list(args), capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)}: {r.stderr.strip()}")
+
+
+@dataclass
+class Cluster:
+    ranks: int
+    tag: str = field(default_factory=lambda: f"dpt{os.getpid() % 100000}")
+    made: list[str] = field(default_factory=list)
+    procs: list[subprocess.Popen] = field(default_factory=list)
+
+    def ns(self, rank: int) -> str:
+        return f"{self.tag}r{rank}"
+
+    def ifname(self, rank: int) -> str:
+        return f"{self.tag}r{rank}"
+
+    def addr(self, rank: int) -> str:
+        return f"{SUBNET}.{rank + 1}"
+
+    def __enter__(self) -> "Cluster":
+        atexit.register(self.close)
+        self._old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _on_signal(self, signum, frame) -> None:
+        self.close()
+        raise SystemExit(128 + signum)
+
+    def _build(self) -> None:
+        sw = f"{self.tag}sw"
+        _sh("ip", "netns", "add", sw)
+        self.made.append(sw)
+        _sh("ip", "-n", sw, "link", "add", "br0", "type", "bridge")
+        _sh("ip", "-n", sw, "link", "set", "br0", "up")
+        for r in range(self.ranks):
+            ns, dev, peer = self.ns(r), self.ifname(r), f"{self.tag}p{r}"
+            _sh("ip", "netns", "add", ns)
+            self.made.append(ns)
+            _sh("ip", "link", "add", dev, "netns", ns, "type", "veth", "peer", "name", peer, "netns", sw)
+            _sh("ip", "-n", sw, "link", "set", peer, "master", "br0")
+            _sh("ip", "-n", sw, "link", "set", peer, "up")
+            _sh("ip", "-n", ns, "addr", "add", f"{self.addr(r)}/24", "dev", dev)
+            _sh("ip", "-n", ns, "link", "set", dev, "up")
+            _sh("ip", "-n", ns, "link", "set", "lo", "up")
+
+    def set_rate(self, rate_bit: float | None) -> None:
+        """Shape every rank's egress to ``rate_bit`` bit/s (None: unlimited)."""
+        for r in range(self.ranks):
+            base = ["ip", "netns", "exec", self.ns(r), "tc", "qdisc"]
+            subprocess.run(base + ["del", "dev", self.ifname(r), "root"], capture_output=True)
+            if rate_bit:
+                burst = max(int(rate_bit / 8 / 1000), 8 * 1514)  # 1 ms of traffic, at least 8 frames
+                _sh(*base, "add", "dev", self.ifname(r), "root", "tbf", "rate", f"{int(rate_bit)}bit", "burst", str(burst), "latency", "10ms")
+
+    def spawn(self, rank: int, argv: list[str], env: dict[str, str], log: str) -> subprocess.Popen:
+        """Start ``argv`` inside rank ``rank``'s namespace with gloo bound to its interface."""
+        full_env = {**os.environ, **env, "GLOO_SOCKET_IFNAME": self.ifname(rank), "MASTER_ADDR": self.addr(0)}
+        with open(log, "w") as out:
+            p = subprocess.Popen(["ip", "netns", "exec", self.ns(rank)] + argv, env=full_env, stdout=out, stderr=subprocess.STDOUT)
+        self.procs.append(p)
+        return p
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        self.procs.clear()
+        for ns in reversed(self.made):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        self.made.clear()
+        if hasattr(self, "_old"):
+            for s, h in self._old.items():
+                signal.signal(s, h)
+            del self._old
+        atexit.unregister(self.close)

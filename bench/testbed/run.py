@@ -1,0 +1,187 @@
+"""Validate the what-if engine on a real emulated cluster (run as root).
+
+Measures DDP iteration time over a grid (link rate x bucket size x ranks) with real gloo
+ranks in network namespaces, profiles ONE cell with dagprof, predicts every other cell from
+that profile with the what-if passes, and prints measured vs predicted per cell.
+
+    sudo /tmp/venv0/bin/python bench/testbed/run.py            # full grid, 3 rounds, ~10 min
+    sudo /tmp/venv0/bin/python bench/testbed/run.py --quick    # 1 round, 2 ranks, 4 cells
+
+The machine is shared and its load drifts by minutes, so each round runs, back to back in
+the same processes, the profile of the profiled cell, a link sweep and every cell (shuffled);
+each round predicts from its own profile. The table gives medians over rounds.
+
+How each cell is predicted from the profile (2 ranks, 1 Gbit/s, 1 MB buckets):
+- link rate: the link fitted to the profiled collectives, its bandwidth scaled by the rate
+  ratio (so TCP/IP framing overhead carries over); "unlimited" uses ``dagprof calibrate``'s
+  sweep of the unshaped veth link (a link calibration, as nccl-tests is for GPUs);
+- bucket size: ``set_buckets`` in gradient-ready order;
+- 4 ranks: ``scale_workers`` (rank copies) plus ``share_cores``: the 4 ranks share this
+  machine's cores, so their compute queues for the CPU (4 ranks on 2 cores contend).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from netns import Cluster, available  # noqa: E402
+
+RATES = {"unlimited": None, "1Gbit": 1e9, "200Mbit": 200e6}
+CAPS_MB = (1.0, 5.0, 25.0)
+PROFILED = (2, "1Gbit", 1.0)
+
+
+def launch(ranks: int, phases: list[tuple[str, float | None]], args, control: str, timeout_s: float = 900) -> list:
+    """Run the worker on ``ranks`` namespaced ranks through ``phases`` of (worker phase, link rate
+    in bit/s or None); returns each phase's result. ``control`` keeps logs (and the profile, in run/)."""
+    os.makedirs(control, exist_ok=True)
+    with Cluster(ranks) as c:
+        port = 20000 + os.getpid() % 20000
+        argv = [sys.executable, os.path.join(HERE, "worker.py"), "--world", str(ranks), "--port", str(port), "--control", control,
+                "--warmup", str(args.warmup), "--steps", str(args.steps), "--profile-steps", str(args.profile_steps),
+                "--batch", str(args.batch), "--width", str(args.width), "--depth", str(args.depth), "--phases", *[ph for ph, _ in phases]]
+        procs = [c.spawn(r, argv + ["--rank", str(r)], {"OMP_NUM_THREADS": "1"}, os.path.join(control, f"rank{r}.log")) for r in range(ranks)]
+        deadline = time.monotonic() + timeout_s
+
+        def check() -> None:
+            bad = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
+            if bad or time.monotonic() > deadline:
+                with open(os.path.join(control, f"rank{bad[0] if bad else 0}.log")) as f:
+                    raise RuntimeError(f"testbed ranks {bad or 'timed out'}:\n{f.read()[-2000:]}")
+
+        for k, (_, rate) in enumerate(phases):
+            while not os.path.exists(os.path.join(control, f"ready{k}")):
+                check()
+                time.sleep(0.02)
+            c.set_rate(rate)
+            open(os.path.join(control, f"go{k}"), "w").close()
+        while any(p.poll() is None for p in procs):
+            check()
+            time.sleep(0.05)
+        check()
+        with open(os.path.join(control, "results.json")) as f:
+            return json.load(f)
+
+
+def one_round(args, work: str, rng: random.Random) -> tuple[dict, dict]:
+    """Profile + link sweep + every cell, back to back; returns (step ms per cell, predicted ms per cell)."""
+    ranks0, rate0, cap0 = PROFILED
+    measured: dict[tuple[int, str, float], list[float]] = {}
+    predicted: dict[tuple[int, str, float], float] = {}
+    cells = [(rate, cap) for rate in args.rates for cap in args.caps]
+    for ranks in args.ranks:
+        rng.shuffle(cells)
+        head = [(f"profile:{cap0:g}", RATES[rate0]), ("sweep", None)] if ranks == ranks0 else []
+        t0 = time.monotonic()
+        out = launch(ranks, head + [(f"train:{cap:g}", RATES[rate]) for rate, cap in cells], args, os.path.join(work, f"r{ranks}"))
+        if head:
+            run_dir, sweep = os.path.join(work, f"r{ranks}", "run"), out[1]
+        for (rate, cap), ts in zip(cells, out[len(head):]):
+            measured[(ranks, rate, cap)] = [t * 1e3 for t in ts]
+        print(f"  {len(cells)} cells on {ranks} ranks in {time.monotonic() - t0:.0f} s", file=sys.stderr)
+    predicted, replay_ms = predict(run_dir, sweep, sorted(measured), args.cores)
+    predicted["replay"] = replay_ms
+    return measured, predicted
+
+
+def predict(run_dir: str, sweep: list, cells: list[tuple[int, str, float]], cores: int) -> tuple[dict, float]:
+    from dagprof.analysis import iteration_times
+    from dagprof.collect.calibrate import fit
+    from dagprof.passes import fit_topology, scale_workers, set_buckets, set_link, set_topology
+    from dagprof.passes.compute import share_cores
+    from dagprof.costmodel.topology import Topology
+    from dagprof.pipeline import open_run
+    from dagprof.replay import replay
+
+    p = open_run(run_dir)
+    base = p.graph
+    prof_ranks, prof_rate, _ = PROFILED
+    fitted = fit_topology(base)
+    base = set_topology(base, fitted)
+    unlimited = fit([tuple(x) for x in sweep], 2)
+    out = {}
+    for ranks, rate, cap in cells:
+        g = scale_workers(base, ranks, replicate=True) if ranks != prof_ranks else base
+        if RATES[rate] is None:
+            g = set_topology(g, Topology.flat(ranks, unlimited))
+        else:
+            g = set_link(g, bandwidth=fitted.inter.bandwidth_bytes_per_s * RATES[rate] / RATES[prof_rate])
+        g = set_buckets(g, cap * 2**20)
+        if ranks > cores:
+            g = share_cores(g, cores)
+        out[(ranks, rate, cap)] = max(iteration_times(g, replay(g)).values()) / 1e3
+    return out, p.analysis.predicted_us / 1e3
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="one round, 2 ranks, 1Gbit + 200Mbit, 1 and 25 MB")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of profile + sweep + all cells (cells shuffled in each)")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=5, help="timed steps per cell and round")
+    ap.add_argument("--profile-steps", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--width", type=int, default=768)
+    ap.add_argument("--depth", type=int, default=8)
+    ap.add_argument("--cores", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--out", default=None, help="write the table as JSON here")
+    args = ap.parse_args()
+    why = available()
+    if why:
+        print(f"testbed: skipped: {why}", file=sys.stderr)
+        return 0
+    if args.quick:
+        args.rounds = 1
+    args.ranks = [2] if args.quick else [2, 4]
+    args.rates = ["1Gbit", "200Mbit"] if args.quick else list(RATES)
+    args.caps = (1.0, 25.0) if args.quick else CAPS_MB
+    t0 = time.monotonic()
+    steps: dict[tuple[int, str, float], list[float]] = {}
+    preds: dict = {}
+    rng = random.Random(0)
+    with tempfile.TemporaryDirectory(prefix="dagprof-testbed-") as work:
+        for k in range(args.rounds):
+            print(f"round {k + 1}/{args.rounds}", file=sys.stderr)
+            m, p = one_round(args, os.path.join(work, str(k)), rng)
+            for key, v in m.items():
+                steps.setdefault(key, []).extend(v)
+            for key, v in p.items():
+                preds.setdefault(key, []).append(v)
+    rows = []
+    print(f"profiled cell: {PROFILED[0]} ranks, {PROFILED[1]}, {PROFILED[2]:g} MB buckets, once per round; "
+          f"{args.rounds} round(s), medians over rounds (predicted) and over all timed steps (measured)")
+    print(f"{'ranks':>5} {'link':>9} {'bucket MB':>9} {'measured ms':>12} {'predicted ms':>13} {'error %':>8}")
+    for key in sorted(steps):
+        m, pr = statistics.median(steps[key]), statistics.median(preds[key])
+        err = 100.0 * (pr - m) / m
+        rows.append({"ranks": key[0], "link": key[1], "bucket_mb": key[2], "measured_ms": m, "predicted_ms": pr, "error_pct": err,
+                     "per_round_predicted_ms": preds[key]})
+        mark = "  (profiled)" if key == PROFILED else ""
+        print(f"{key[0]:>5} {key[1]:>9} {key[2]:>9g} {m:>12.1f} {pr:>13.1f} {err:>+8.1f}{mark}")
+    groups = {
+        "bandwidth what-ifs (2 ranks, other link rate)": [r for r in rows if r["ranks"] == PROFILED[0] and r["link"] != PROFILED[1]],
+        "bucket-size what-ifs (2 ranks, 1Gbit, other bucket)": [r for r in rows if r["ranks"] == PROFILED[0] and r["link"] == PROFILED[1] and r["bucket_mb"] != PROFILED[2]],
+        "2 -> 4 workers": [r for r in rows if r["ranks"] != PROFILED[0]],
+    }
+    for name, rs in groups.items():
+        if rs:
+            print(f"median |error| {name}: {statistics.median(abs(r['error_pct']) for r in rs):.1f} % over {len(rs)} cells")
+    print(f"replay of the profiled graph as built (measured spans, no what-if): {statistics.median(preds['replay']):.1f} ms/iter")
+    print(f"testbed wall time {time.monotonic() - t0:.0f} s")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""One rank of the testbed job: an MLP trained with gloo DDP, run inside a rank's namespace.
+
+The model is chosen so that communication matters on slow links (8 Linear layers of 768x768:
+18.9 MB of fp32 gradients) while compute stays tens of ms per step on one thread.
+
+Phases run in one process to pay torch's start-up once and to keep the profile, the link
+sweep and the measured cells close in time (the machine's load drifts): before each phase
+rank 0 writes ``ready<k>`` in the control folder, the driver sets the link rate and writes
+``go<k>``. ``train:CAP`` trains ``warmup + steps`` steps with a fresh DDP wrapper of that
+bucket cap; ``profile:CAP`` does the same under ``dagprof.profile`` (hooks only, no Kineto)
+into ``<control>/run``; ``sweep`` times all-reduces over sizes (``dagprof calibrate``'s sweep).
+Rank 0 writes each phase's result (step seconds, or sweep points) to ``results.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from datetime import timedelta
+
+
+def build_model(width: int, depth: int):
+    import torch.nn as nn
+
+    layers = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    return nn.Sequential(*layers)
+
+
+def wait_for(path: str, timeout_s: float = 300.0) -> None:
+    t0 = time.monotonic()
+    while not os.path.exists(path):
+        if time.monotonic() - t0 > timeout_s:
+            raise TimeoutError(f"driver never wrote {path}")
+        time.sleep(0.01)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--world", type=int, required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--control", required=True)
+    p.add_argument("--phases", nargs="+", required=True, help="train:CAP_MB, profile:CAP_MB (into <control>/run) or sweep")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--profile-steps", type=int, default=10)
+    p.add_argument("--width", type=int, default=768)
+    p.add_argument("--depth", type=int, default=8)
+    p.add_argument("--batch", type=int, default=64)
+    a = p.parse_args()
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://{os.environ['MASTER_ADDR']}:{a.port}", rank=a.rank, world_size=a.world,
+                            timeout=timedelta(seconds=300))
+    torch.manual_seed(0)
+    model = build_model(a.width, a.depth)
+    gen = torch.Generator().manual_seed(1 + a.rank)
+    x = torch.randn(a.batch, a.width, generator=gen)
+    y = torch.randn(a.batch, a.width, generator=gen)
+    results: list = []
+    for k, phase in enumerate(a.phases):
+        mode, _, cap = phase.partition(":")
+        dist.barrier()
+        if a.rank == 0:
+            open(os.path.join(a.control, f"ready{k}"), "w").close()
+        wait_for(os.path.join(a.control, f"go{k}"))
+        dist.barrier()
+        if mode == "sweep":
+            from dagprof.collect.calibrate import sweep
+
+            results.append(sweep(iters=5))
+            continue
+        ddp = DDP(model, bucket_cap_mb=float(cap))
+        opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
+
+        def step() -> None:
+            opt.zero_grad(set_to_none=True)
+            torch.nn.functional.mse_loss(ddp(x), y).backward()
+            opt.step()
+
+        times = []
+        if mode == "profile":
+            from dagprof.collect.profile import profile
+
+            n = a.warmup + a.profile_steps
+            with profile(os.path.join(a.control, "run"), steps=range(a.warmup, n), model=ddp, kineto=False) as prof:
+                for _ in range(n):
+                    t0 = time.perf_counter()
+                    step()
+                    prof.step()
+                    times.append(time.perf_counter() - t0)
+        else:
+            for _ in range(a.warmup + a.steps):
+                t0 = time.perf_counter()
+                step()
+                times.append(time.perf_counter() - t0)
+        results.append(times[a.warmup:])
+        del ddp, opt
+    dist.barrier()
+    if a.rank == 0:
+        with open(os.path.join(a.control, "results.json"), "w") as f:
+            json.dump(results, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""The emulated-cluster testbed end to end on tiny cells: namespaces, tc, real gloo DDP ranks,
+dagprof profiling, a link sweep, what-if predictions, and complete clean-up.
+(bench/testbed/run.py runs the full grid.)"""
+import argparse
+import os
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench", "testbed"))
+
+import netns  # noqa: E402
+
+why = netns.available()
+pytestmark = pytest.mark.skipif(why is not None, reason=f"testbed: {why}")
+
+
+def namespaces() -> set[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def test_one_tiny_round(tmp_path):
+    import run
+
+    before = namespaces()
+    args = argparse.Namespace(warmup=1, steps=2, profile_steps=3, batch=4, width=64, depth=2, cores=2,
+                              ranks=[2], rates=["1Gbit", "200Mbit"], caps=(1.0,))
+    import random
+
+    measured, predicted = run.one_round(args, str(tmp_path), random.Random(0))
+    assert sorted(measured) == [(2, "1Gbit", 1.0), (2, "200Mbit", 1.0)]
+    assert all(len(v) == 2 and min(v) > 0 for v in measured.values())
+    assert all(predicted[k] > 0 for k in measured) and predicted["replay"] > 0
+    assert os.path.exists(tmp_path / "r2" / "run" / "manifest.json")
+    assert namespaces() == before
+
+
+def test_cluster_cleans_up_on_failure():
+    before = namespaces()
+    with pytest.raises(RuntimeError):
+        with netns.Cluster(2) as c:
+            assert len(namespaces() - before) == 3
+            c.set_rate(1e9)
+            raise RuntimeError("boom")
+    assert namespaces() == before
