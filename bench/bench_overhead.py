@@ -1,23 +1,29 @@
 """Overhead of dagprof collection on a real 2-rank gloo DDP job (the demo CNN), against no profiler and torch.profiler.
 
-Each mode is a fresh spawned 2-rank job; the figures per job are medians over the profiled
-window of rank 0's step time (wall: forward + backward + optimizer; the one-off window
-start/stop work is excluded) and of its main thread's CPU time per step (cpu: what profiling
-adds on the training thread, unaffected by other processes competing for the cores). The
-figure per mode is the median over repeated jobs, interleaved so that background load hits
-every mode alike. This machine has 2 cores shared with other work: wall times are noisy,
-read the spread column; the cpu ratio is the stable overhead figure.
+Part 1, interleaved (the figure to trust on a shared machine): one 2-rank job, each rank
+holds two identical DDP replicas A and B and alternates their steps; B runs under
+``dagprof.profile(kineto=False)``, A under nothing. Both see the same background load, so
+B/A is the hook overhead (wall time per step and the main thread's CPU time per step).
+Kineto cannot take part: it records every op of the process, A's included.
 
-    /tmp/venv0/bin/python bench/bench_overhead.py [--repeats 3] [--steps 22] [--small]
+Part 2, separate jobs: each mode is a fresh 2-rank job; per job the median over the window
+of rank 0's step time (wall; the one-off window start/stop work excluded) and main-thread
+CPU time; per mode the median over repeated jobs, modes interleaved. This machine has 2
+cores shared with other work: part 2 wall times are noisy, read the spread column.
+
+    /tmp/venv0/bin/python bench/bench_overhead.py [--repeats 3] [--steps 22] [--ab-steps 30] [--small]
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
 import tempfile
 import time
+from datetime import timedelta
 
-from dagprof.collect.demo_train import DemoConfig, spawn_demo_clocks
+from dagprof.collect.demo_train import DemoConfig, _free_port, build_model, spawn_demo_clocks
 
 MODES = {  # name -> DemoConfig overrides
     "no profiler": dict(profile_steps=None),
@@ -28,34 +34,98 @@ MODES = {  # name -> DemoConfig overrides
 }
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--steps", type=int, default=22)
-    p.add_argument("--small", action="store_true", help="the tiny test model (fast smoke run)")
-    args = p.parse_args()
-    window = (6, args.steps - 2)
-    base = DemoConfig.small() if args.small else DemoConfig()
-    results: dict[str, list[float]] = {m: [] for m in MODES}
+def _ab_worker(rank: int, cfg: DemoConfig, steps: int, port: int, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from dagprof.collect import profile
+
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=cfg.world_size, timeout=timedelta(seconds=300))
+    replicas = []
+    for _ in range(2):
+        torch.manual_seed(cfg.seed)
+        model = DDP(build_model(cfg), bucket_cap_mb=cfg.bucket_cap_mb)
+        replicas.append((model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)))
+    x = torch.randn(cfg.batch_size, 3, cfg.image_size, cfg.image_size)
+    y = torch.randint(0, 10, (cfg.batch_size,))
+
+    def step(model, opt) -> tuple[float, float]:
+        c0, t0 = time.thread_time(), time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+        return time.perf_counter() - t0, time.thread_time() - c0
+
+    times: dict[str, list] = {"A": [], "B": []}
+    warm = 4
+    with tempfile.TemporaryDirectory() as folder, profile(folder, steps=range(warm, warm + steps), model=replicas[1][0], kineto=False) as prof:
+        for i in range(warm + steps):
+            a = step(*replicas[0])
+            b = step(*replicas[1])
+            prof.step()
+            if i >= warm:
+                times["A"].append(a)
+                times["B"].append(b)
+    dist.destroy_process_group()
+    with open(os.path.join(out, f"ab{rank}.json"), "w") as f:
+        json.dump(times, f)
+
+
+def interleaved(cfg: DemoConfig, steps: int) -> dict[str, float]:
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as out:
+        mp.spawn(_ab_worker, args=(cfg, steps, _free_port(), out), nprocs=cfg.world_size, join=True)
+        with open(os.path.join(out, "ab0.json")) as f:
+            times = json.load(f)
+    med = {k: [statistics.median(t[j] for t in v) for j in (0, 1)] for k, v in times.items()}
+    return {"wall_a": med["A"][0], "wall_b": med["B"][0], "cpu_a": med["A"][1], "cpu_b": med["B"][1]}
+
+
+def separate_jobs(base: DemoConfig, steps: int, repeats: int) -> None:
+    window = (6, steps - 2)
+    wall: dict[str, list[float]] = {m: [] for m in MODES}
     cpu: dict[str, list[float]] = {m: [] for m in MODES}
-    t_start = time.perf_counter()
-    for rep in range(args.repeats):
+    for rep in range(repeats):
         for mode, overrides in MODES.items():
-            cfg = DemoConfig(**{**base.__dict__, "steps": args.steps, "profile_steps": window, **overrides})
+            cfg = DemoConfig(**{**base.__dict__, "steps": steps, "profile_steps": window, **overrides})
             with tempfile.TemporaryDirectory(prefix="dagprof-bench-") as out:
                 clocks = spawn_demo_clocks(cfg, out)
-            results[mode].append(statistics.median(clocks["wall"][0][window[0]:window[1]]) * 1e3)
+            wall[mode].append(statistics.median(clocks["wall"][0][window[0]:window[1]]) * 1e3)
             cpu[mode].append(statistics.median(clocks["cpu"][0][window[0]:window[1]]) * 1e3)
-            print(f"  run {rep + 1}/{args.repeats} {mode}: {results[mode][-1]:.1f} ms/step wall, {cpu[mode][-1]:.1f} ms cpu",
-                  flush=True)
-    off, off_cpu = statistics.median(results["no profiler"]), statistics.median(cpu["no profiler"])
-    print(f"\n2-rank gloo DDP demo CNN ({'small' if args.small else 'default'} model, batch {base.batch_size}, "
-          f"bucket_cap_mb {base.bucket_cap_mb}), steps {window[0]}-{window[1] - 1}, {args.repeats} jobs per mode, "
-          f"{time.perf_counter() - t_start:.0f} s total")
+            print(f"  job {rep + 1}/{repeats} {mode}: {wall[mode][-1]:.1f} ms/step wall, {cpu[mode][-1]:.1f} ms cpu", flush=True)
+    off, off_cpu = statistics.median(wall["no profiler"]), statistics.median(cpu["no profiler"])
+    print(f"\nPart 2: separate 2-rank jobs, steps {window[0]}-{window[1] - 1}, {repeats} jobs per mode")
     print(f"{'mode':42s} {'wall ms/step':>12s} {'vs none':>8s} {'spread':>14s} {'cpu ms/step':>12s} {'vs none':>8s}")
-    for mode, runs in results.items():
+    for mode, runs in wall.items():
         med, c = statistics.median(runs), statistics.median(cpu[mode])
         print(f"{mode:42s} {med:12.1f} {med / off:8.3f} {min(runs):6.1f}-{max(runs):<7.1f} {c:12.1f} {c / off_cpu:8.3f}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeats", type=int, default=3, help="jobs per mode in part 2 (0 skips part 2)")
+    p.add_argument("--steps", type=int, default=22, help="steps per job in part 2")
+    p.add_argument("--ab-steps", type=int, default=30, help="interleaved step pairs in part 1")
+    p.add_argument("--small", action="store_true", help="the tiny test model (fast smoke run)")
+    args = p.parse_args()
+    base = DemoConfig.small() if args.small else DemoConfig()
+    t0 = time.perf_counter()
+    print(f"2-rank gloo DDP demo CNN ({'small' if args.small else 'default'} model, batch {base.batch_size}, "
+          f"bucket_cap_mb {base.bucket_cap_mb}, 1 thread per rank)")
+    ab = interleaved(base, args.ab_steps)
+    print(f"\nPart 1: interleaved replicas in one job, {args.ab_steps} step pairs, rank 0 medians")
+    print(f"{'':42s} {'wall ms/step':>12s} {'cpu ms/step':>12s}")
+    print(f"{'A: no profiler':42s} {ab['wall_a'] * 1e3:12.1f} {ab['cpu_a'] * 1e3:12.1f}")
+    print(f"{'B: dagprof hooks (kineto=False)':42s} {ab['wall_b'] * 1e3:12.1f} {ab['cpu_b'] * 1e3:12.1f}")
+    print(f"{'ratio B/A':42s} {ab['wall_b'] / ab['wall_a']:12.3f} {ab['cpu_b'] / ab['cpu_a']:12.3f}")
+    if args.repeats:
+        separate_jobs(base, args.steps, args.repeats)
+    print(f"\n{time.perf_counter() - t0:.0f} s total")
 
 
 if __name__ == "__main__":
