@@ -10,6 +10,8 @@ noise, compare the ratios). Cases:
 The N-rank folder replicates one public rank trace with ``distributedInfo.rank`` rewritten to
 0..N-1 (a textual edit of that one object; events untouched), written as .json.gz.
 Peak RSS is the largest single process (the measured one by VmHWM, or any of its workers), in MiB.
+"speed" is the wall-time ratio (events/s); "cpu" the ratio of CPU seconds (the process plus its
+workers), which stays meaningful when other jobs share the cores and parallel workers starve.
 
     /tmp/venv0/bin/python bench/bench_load.py [--reps 3] [--ranks 8]
 """
@@ -49,26 +51,30 @@ elif tool == "dagprof-cached":
     from dagprof.traces.kineto_dir import read_trace_dir
     read_trace_dir(target)  # fills the cache if needed; the measured call below hits it
     run = lambda: read_trace_dir(target)
-t = time.perf_counter()
+def cpu():
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+t, c = time.perf_counter(), cpu()
 run()
-wall = time.perf_counter() - t
+wall, cpu_s = time.perf_counter() - t, cpu() - c
 # VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so a child would inherit its parent's peak
 own = int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1])
 kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-print(json.dumps({"wall": wall, "rss_mib": max(own, kids) / 1024}))
+print(json.dumps({"wall": wall, "cpu": cpu_s, "rss_mib": max(own, kids) / 1024}))
 """
 
 
 def measure(tool: str, target: str, reps: int) -> dict[str, float]:
-    walls, rss = [], []
+    walls, cpus, rss = [], [], []
     for _ in range(reps):
         out = subprocess.run([sys.executable, "-c", _CHILD, tool, target], capture_output=True, text=True, timeout=900)
         if out.returncode != 0:
             raise SystemExit(f"{tool} on {target} failed:\n{out.stderr[-2000:]}")
         r = json.loads(out.stdout.strip().splitlines()[-1])
         walls.append(r["wall"])
+        cpus.append(r["cpu"])
         rss.append(r["rss_mib"])
-    return {"wall": statistics.median(walls), "rss_mib": statistics.median(rss)}
+    return {"wall": statistics.median(walls), "cpu": statistics.median(cpus), "rss_mib": statistics.median(rss)}
 
 
 def event_count(path: str) -> int:
@@ -92,7 +98,7 @@ def replicate(src: str, ranks: int, folder: str) -> None:
 
 def row(label: str, events: int, hta: dict[str, float], ours: dict[str, float]) -> str:
     return (f"{label:<44} {events / hta['wall']:>12,.0f} {events / ours['wall']:>12,.0f} {hta['wall'] / ours['wall']:>7.1f}x"
-            f" {hta['rss_mib']:>8.0f} {ours['rss_mib']:>8.0f} {ours['rss_mib'] / hta['rss_mib']:>6.2f}")
+            f" {hta['cpu'] / max(ours['cpu'], 1e-9):>7.1f}x {hta['rss_mib']:>8.0f} {ours['rss_mib']:>8.0f} {ours['rss_mib'] / hta['rss_mib']:>6.2f}")
 
 
 def main() -> None:
@@ -104,7 +110,7 @@ def main() -> None:
 
     print(f"HTA {md.version('HolisticTraceAnalysis')} vs dagprof {md.version('dagprof')}; median of {args.reps} runs; "
           f"{os.cpu_count()} CPUs (shared)")
-    print(f"{'case':<44} {'HTA ev/s':>12} {'dagprof ev/s':>12} {'speed':>8} {'HTA MiB':>8} {'ours MiB':>8} {'mem':>6}")
+    print(f"{'case':<44} {'HTA ev/s':>12} {'dagprof ev/s':>12} {'speed':>8} {'cpu':>8} {'HTA MiB':>8} {'ours MiB':>8} {'mem':>6}")
     with tempfile.TemporaryDirectory() as tmp:
         for label, path in FILES.items():
             solo = os.path.join(tmp, label.split()[0])
