@@ -1,7 +1,13 @@
 """Discrete-event replay of a ``Graph``: ``replay(graph)`` picks the fastest engine available.
 
-Engines give identical arrays: ``python_engine`` is the reference, ``numba_engine``
-the compiled one. ``IncrementalReplayer`` re-simulates only what a local change can affect.
+- ``replay(g, engine="auto"|"numba"|"python") -> ReplayResult``: engines give identical
+  start/end/gate arrays; ``python_engine`` is the reference, ``numba_engine`` the compiled
+  one (about 0.3 s per million ops on one core, JIT cached on disk). Bad graphs (cycles,
+  indices out of range, capacity < 1, negative or non-finite times) raise ``DagprofError``.
+- ``IncrementalReplayer(g)`` then ``.update(new_g, changed) -> ReplayResult``: the same
+  answer as ``replay(new_g)``, re-simulating only from the first time the change can matter.
+- Ranks that behave alike are simulated once: ``graph.symmetry.fold_ranks`` / ``expand``.
+Graphs are treated as immutable: change them with ``Graph.replace`` or a builder, never in place.
 """
 from __future__ import annotations
 
