@@ -1,17 +1,17 @@
 """Overhead of dagprof collection on a real 2-rank gloo DDP job (the demo CNN), against no profiler and torch.profiler.
 
-Part 1, interleaved (the figure to trust on a shared machine): one 2-rank job, each rank
-holds two identical DDP replicas A and B and alternates their steps; B runs under
-``dagprof.profile(kineto=False)``, A under nothing. Both see the same background load, so
-B/A is the hook overhead (wall time per step and the main thread's CPU time per step).
-Kineto cannot take part: it records every op of the process, A's included.
+This machine has 2 cores shared with other work, so wall times of separate jobs are noisy;
+parts 1 and 2 compare modes inside ONE job, under the same background load:
 
-Part 2, separate jobs: each mode is a fresh 2-rank job; per job the median over the window
-of rank 0's step time (wall; the one-off window start/stop work excluded) and main-thread
-CPU time; per mode the median over repeated jobs, modes interleaved. This machine has 2
-cores shared with other work: part 2 wall times are noisy, read the spread column.
+Part 1, interleaved replicas: each rank holds two identical DDP replicas A and B and
+alternates their steps; B runs under ``dagprof.profile(kineto=False)``, A under nothing:
+B/A is the hook overhead (wall and main-thread CPU time per step, medians of rank 0).
+Part 2, alternating blocks: one model; 5-step blocks cycle through no profiler, dagprof with
+Kineto, and torch.profiler alone (each profiler opened and its trace written per block, that
+one-off work outside the step times). Kineto records every op of the process, so it cannot
+join part 1. Part 3, separate jobs per mode (incl. record_shapes=True), medians over jobs.
 
-    /tmp/venv0/bin/python bench/bench_overhead.py [--repeats 3] [--steps 22] [--ab-steps 30] [--small]
+    /tmp/venv0/bin/python bench/bench_overhead.py [--ab-steps 30] [--blocks 4] [--repeats 2] [--small]
 """
 from __future__ import annotations
 
@@ -86,6 +86,70 @@ def interleaved(cfg: DemoConfig, steps: int) -> dict[str, float]:
     return {"wall_a": med["A"][0], "wall_b": med["B"][0], "cpu_a": med["A"][1], "cpu_b": med["B"][1]}
 
 
+BLOCK_MODES = ("no profiler", "dagprof (hooks + Kineto)", "torch.profiler alone (peer)")
+
+
+def _blocks_worker(rank: int, cfg: DemoConfig, blocks: int, block: int, port: int, out: str) -> None:
+    """One model; blocks of ``block`` steps cycle through BLOCK_MODES, each profiler opened per block."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.profiler import profile as torch_profile
+
+    from dagprof.collect import profile
+
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=cfg.world_size, timeout=timedelta(seconds=300))
+    torch.manual_seed(cfg.seed)
+    model = DDP(build_model(cfg), bucket_cap_mb=cfg.bucket_cap_mb)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(cfg.batch_size, 3, cfg.image_size, cfg.image_size)
+    y = torch.randint(0, 10, (cfg.batch_size,))
+    times: dict[str, list] = {m: [] for m in BLOCK_MODES}
+
+    def run_block(mode: str, tick) -> None:
+        for _ in range(block):
+            c0, t0 = time.thread_time(), time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+            times[mode].append((time.perf_counter() - t0, time.thread_time() - c0))
+            tick()
+
+    with tempfile.TemporaryDirectory() as folder:
+        # the first dagprof block installs DDP's comm hook for good (a pass-through outside windows):
+        # open and close one window before measuring so that every block runs with it
+        with profile(os.path.join(folder, "setup"), steps=range(0, 1), model=model, kineto=False) as prof:
+            run_block("no profiler", prof.step)
+        times["no profiler"].clear()
+        for b in range(blocks):
+            for mode in BLOCK_MODES:
+                if mode == "no profiler":
+                    run_block(mode, lambda: None)
+                elif mode.startswith("dagprof"):
+                    with profile(os.path.join(folder, f"b{b}"), steps=range(0, block), model=model) as prof:
+                        run_block(mode, prof.step)
+                else:
+                    with torch_profile() as tp:
+                        run_block(mode, lambda: None)
+                    tp.export_chrome_trace(os.path.join(folder, f"t{b}.json"))  # same output work as dagprof
+    dist.destroy_process_group()
+    with open(os.path.join(out, f"blocks{rank}.json"), "w") as f:
+        json.dump(times, f)
+
+
+def alternating_blocks(cfg: DemoConfig, blocks: int, block: int) -> dict[str, tuple[float, float]]:
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as out:
+        mp.spawn(_blocks_worker, args=(cfg, blocks, block, _free_port(), out), nprocs=cfg.world_size, join=True)
+        with open(os.path.join(out, "blocks0.json")) as f:
+            times = json.load(f)
+    return {m: (statistics.median(t[0] for t in v), statistics.median(t[1] for t in v)) for m, v in times.items()}
+
+
 def separate_jobs(base: DemoConfig, steps: int, repeats: int) -> None:
     window = (6, steps - 2)
     wall: dict[str, list[float]] = {m: [] for m in MODES}
@@ -99,7 +163,7 @@ def separate_jobs(base: DemoConfig, steps: int, repeats: int) -> None:
             cpu[mode].append(statistics.median(clocks["cpu"][0][window[0]:window[1]]) * 1e3)
             print(f"  job {rep + 1}/{repeats} {mode}: {wall[mode][-1]:.1f} ms/step wall, {cpu[mode][-1]:.1f} ms cpu", flush=True)
     off, off_cpu = statistics.median(wall["no profiler"]), statistics.median(cpu["no profiler"])
-    print(f"\nPart 2: separate 2-rank jobs, steps {window[0]}-{window[1] - 1}, {repeats} jobs per mode")
+    print(f"\nPart 3: separate 2-rank jobs, steps {window[0]}-{window[1] - 1}, {repeats} jobs per mode")
     print(f"{'mode':42s} {'wall ms/step':>12s} {'vs none':>8s} {'spread':>14s} {'cpu ms/step':>12s} {'vs none':>8s}")
     for mode, runs in wall.items():
         med, c = statistics.median(runs), statistics.median(cpu[mode])
@@ -108,9 +172,10 @@ def separate_jobs(base: DemoConfig, steps: int, repeats: int) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repeats", type=int, default=3, help="jobs per mode in part 2 (0 skips part 2)")
-    p.add_argument("--steps", type=int, default=22, help="steps per job in part 2")
+    p.add_argument("--repeats", type=int, default=2, help="jobs per mode in part 3 (0 skips part 3)")
+    p.add_argument("--steps", type=int, default=22, help="steps per job in part 3")
     p.add_argument("--ab-steps", type=int, default=30, help="interleaved step pairs in part 1")
+    p.add_argument("--blocks", type=int, default=4, help="rounds of alternating blocks in part 2 (0 skips it)")
     p.add_argument("--small", action="store_true", help="the tiny test model (fast smoke run)")
     args = p.parse_args()
     base = DemoConfig.small() if args.small else DemoConfig()
@@ -123,6 +188,13 @@ def main() -> None:
     print(f"{'A: no profiler':42s} {ab['wall_a'] * 1e3:12.1f} {ab['cpu_a'] * 1e3:12.1f}")
     print(f"{'B: dagprof hooks (kineto=False)':42s} {ab['wall_b'] * 1e3:12.1f} {ab['cpu_b'] * 1e3:12.1f}")
     print(f"{'ratio B/A':42s} {ab['wall_b'] / ab['wall_a']:12.3f} {ab['cpu_b'] / ab['cpu_a']:12.3f}")
+    if args.blocks:
+        res = alternating_blocks(base, args.blocks, 5)
+        off_w, off_c = res["no profiler"]
+        print(f"\nPart 2: one job, {args.blocks} rounds of 5-step blocks per mode (profiler opened per block), rank 0 medians")
+        print(f"{'mode':42s} {'wall ms/step':>12s} {'vs none':>8s} {'cpu ms/step':>12s} {'vs none':>8s}")
+        for mode, (w, c) in res.items():
+            print(f"{mode:42s} {w * 1e3:12.1f} {w / off_w:8.3f} {c * 1e3:12.1f} {c / off_c:8.3f}")
     if args.repeats:
         separate_jobs(base, args.steps, args.repeats)
     print(f"\n{time.perf_counter() - t0:.0f} s total")
