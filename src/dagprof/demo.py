@@ -135,6 +135,7 @@ def _summary(prof: Profiled, search: BucketSearch, applied: dict | None, files: 
         "per_rank": a["per_rank"],
         "critical_path_per_iter": a["critical_path_per_iter"],
         "findings": [f.to_dict() for f in prof.findings],
+        "warnings": prof.warnings,
         "optimisation": search.to_dict() | {"applied": applied},
         "files": files | {"run": run_dir},
     }

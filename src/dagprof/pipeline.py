@@ -25,6 +25,17 @@ class Profiled:
     analysis: Analysis
     findings: list[Finding]
 
+    @property
+    def warnings(self) -> list[str]:
+        """What the readers noticed but could work around (a short step window, no DDP buckets...)."""
+        seen = list(self.run.meta.get("warnings", []))
+        for t in self.run.ranks:
+            seen += [w for w in t.meta.get("warnings", []) if w not in seen]
+        return seen
+
+    def to_dict(self) -> dict:
+        return self.analysis.to_dict() | {"findings": [f.to_dict() for f in self.findings], "warnings": self.warnings}
+
 
 def open_run(path: str | os.PathLike[str], steps: range | None = None, engine: str = "auto", exact: bool = False) -> Profiled:
     """``exact`` replays every op with its own measured time; by default each op takes its mean
@@ -47,6 +58,7 @@ def write_outputs(p: Profiled, out_dir: str, report: ReportInputs | None = None)
     """replay.trace.json and report.html in ``out_dir``; returns their paths."""
     trace = write_replay_trace(os.path.join(out_dir, "replay.trace.json"), p.graph, p.analysis.result, p.analysis.path.nodes)
     inp = report or ReportInputs(p.analysis, p.findings)
+    inp.warnings = p.warnings
     inp.links.setdefault("replayed timeline (Perfetto)", "replay.trace.json")
     html = write_report(os.path.join(out_dir, "report.html"), inp)
     return {"replay_trace": trace, "report": html}

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from ..pipeline import open_run
-from .common import add_run_arguments, ms, pct
+from .common import add_run_arguments, ms, pct, warning_lines
 
 HELP = "explain a run: breakdown per rank, global critical path, stragglers, what limits scaling"
 
@@ -12,11 +12,11 @@ def add_arguments(p) -> None:
 
 def run(args) -> dict:
     prof = open_run(args.run, steps=args.steps)
-    return prof.analysis.to_dict() | {"findings": [f.to_dict() for f in prof.findings]}
+    return prof.to_dict()
 
 
 def to_text(r: dict) -> str:
-    lines = [f"iteration: measured {ms(r['measured_iter_ms'])}, replayed {ms(r['predicted_iter_ms'])} ({pct(r['error_pct'])})", "",
+    lines = warning_lines(r) + [f"iteration: measured {ms(r['measured_iter_ms'])}, replayed {ms(r['predicted_iter_ms'])} ({pct(r['error_pct'])})", "",
              f"{'rank':>5} {'compute':>10} {'comm':>10} {'overlap':>10} {'exposed':>10} {'waits':>10}   (ms per iteration)"]
     for b in r["per_rank"]:
         lines.append(f"{b['rank']:>5} {b['compute_ms']:>10.2f} {b['comm_ms']:>10.2f} {b['overlap_ms']:>10.2f} {b['exposed_comm_ms']:>10.2f} {b['straggler_wait_ms']:>10.2f}")

@@ -3,7 +3,7 @@ from __future__ import annotations
 import os
 
 from ..pipeline import default_out, open_run, write_outputs
-from .common import add_run_arguments, ms, pct
+from .common import add_run_arguments, ms, pct, warning_lines
 
 HELP = "replay a run's global graph and compare the predicted iteration time with the measured one"
 
@@ -18,12 +18,12 @@ def add_arguments(p) -> None:
 def run(args) -> dict:
     prof = open_run(args.run, steps=args.steps, engine=args.engine, exact=args.exact)
     files = write_outputs(prof, args.out or default_out(args.run))
-    a = prof.analysis.to_dict()
-    return {k: a[k] for k in ("measured_iter_ms", "predicted_iter_ms", "error_pct", "per_rank", "steps", "nodes", "edges", "engine")} | {"files": files}
+    a = prof.to_dict()
+    return {k: a[k] for k in ("measured_iter_ms", "predicted_iter_ms", "error_pct", "per_rank", "steps", "nodes", "edges", "engine", "warnings")} | {"files": files}
 
 
 def to_text(r: dict) -> str:
-    lines = [f"graph: {r['nodes']:,} ops, {r['edges']:,} dependencies, steps {r['steps'][0]}..{r['steps'][-1]}, engine {r['engine']}",
+    lines = warning_lines(r) + [f"graph: {r['nodes']:,} ops, {r['edges']:,} dependencies, steps {r['steps'][0]}..{r['steps'][-1]}, engine {r['engine']}",
              f"{'rank':>6} {'measured':>12} {'predicted':>12} {'error':>9}"]
     for row in r["per_rank"]:
         err = 100 * (row["predicted_iter_ms"] - row["measured_iter_ms"]) / row["measured_iter_ms"] if row["measured_iter_ms"] == row["measured_iter_ms"] else None

@@ -28,3 +28,7 @@ def ms(x: float | None) -> str:
 def pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:+.2f} %"
 
+
+
+def warning_lines(r: dict) -> list[str]:
+    return [f"warning: {w}" for w in r.get("warnings", [])]

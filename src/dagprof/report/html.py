@@ -21,7 +21,7 @@ table{border-collapse:collapse;font-size:13px;margin:8px 0}td,th{border:1px soli
 th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
 .big{font-size:28px;font-weight:600}.kpi{display:inline-block;margin-right:36px}.kpi small{display:block;color:#666}
 .finding{border-left:4px solid #e15759;padding:4px 10px;margin:8px 0;background:#fdf3f3}
-.ok{border-left-color:#59a14f;background:#f3f9f2}code{background:#f4f4f4;padding:1px 4px}
+.ok{border-left-color:#59a14f;background:#f3f9f2}.warn{border-left-color:#edc948;background:#fdf9ec}code{background:#f4f4f4;padding:1px 4px}
 """
 
 
@@ -34,6 +34,7 @@ class ReportInputs:
     optimisation: dict | None = None
     sections: list[tuple[str, str]] = field(default_factory=list)  # extra (title, html) blocks
     links: dict[str, str] = field(default_factory=dict)  # label -> relative path
+    warnings: list[str] = field(default_factory=list)
 
 
 def render(inp: ReportInputs) -> str:
@@ -53,6 +54,8 @@ def render(inp: ReportInputs) -> str:
         parts.append(_kpi("replay error", f"{d['error_pct']:+.2f} %"))
     parts.append("</div>")
 
+    for w in inp.warnings:
+        parts.append(f"<div class='finding warn'><b>warning</b>: {escape(w)}</div>")
     parts.append("<h2>What limits scaling</h2>")
     for f in inp.findings:
         parts.append(f"<div class='finding'><b>{escape(f.title)}</b> ({f.ms_per_iter:.1f} ms/iter): {escape(f.detail)}</div>")
