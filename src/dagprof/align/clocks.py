@@ -1,8 +1,8 @@
 """One clock offset per rank from matched collectives (dPRO's Sync-end alignment, made robust).
 
-Why the END: a collective cannot finish on any rank before the last rank joined it, and
-its final exchange releases every rank within a few microseconds, so ends are the
-near-simultaneous events; starts differ by however long each rank waited for a straggler.
+Why the END: a symmetric collective (all-reduce, all-gather...) cannot finish on any rank
+before the last rank joined it, and its final exchange releases every rank within a few
+microseconds, so ends are the near-simultaneous events; starts differ by however long each rank waited for a straggler.
 Each rank's clock is modelled as true time minus an offset; offsets and per-instance
 true end times are fitted by alternating medians (robust to outliers, works when ranks
 share only some collectives), with the reference rank pinned to 0. Instances whose
@@ -37,15 +37,23 @@ class ClockAlignment:
                 f"p90 {r['p90']:.1f} us, max {r['max']:.1f} us")
 
 
+# Every rank leaves these only once all ranks contributed; broadcast, reduce, send/recv release
+# the root or the sender early, so their ends are not simultaneous.
+SYMMETRIC = frozenset({"allreduce", "allgather", "reducescatter", "alltoall", "barrier"})
+
+
 def _end_matrix(run: Run, matching: Matching) -> np.ndarray:
-    """(instances x ranks) absolute end times in us (rank clocks), NaN where a rank lacks it."""
+    """(instances x ranks) absolute end times in us (rank clocks), NaN where a rank lacks it;
+    only symmetric collectives when the run has any."""
     ends = np.full((len(matching.instances), len(run.ranks)), np.nan)
     for p, t in enumerate(run.ranks):
         inst = matching.instance[p]
         ev = np.flatnonzero(inst >= 0)
         base_us = t.base_ns / 1000.0
         ends[inst[ev], p] = (t.events.start[ev] + t.events.dur[ev]) + base_us
-    return ends
+    symmetric = np.array([it.collective in SYMMETRIC for it in matching.instances], dtype=bool)
+    shared = np.isfinite(ends).sum(axis=1) >= 2
+    return ends[symmetric & shared] if (symmetric & shared).any() else ends[shared]
 
 
 def _fit(ends: np.ndarray, ref: int, iters: int = 50) -> tuple[np.ndarray, np.ndarray]:
@@ -73,8 +81,6 @@ def estimate_offsets(run: Run, matching: Matching | None = None, reference_rank:
     if matching is None:
         matching = match_collectives(run, strict=False)
     ends = _end_matrix(run, matching)
-    shared = np.isfinite(ends).sum(axis=1) >= 2
-    ends = ends[shared]
     ranks = [t.rank for t in run.ranks]
     ref_rank = ranks[0] if reference_rank is None else reference_rank
     ref = ranks.index(ref_rank)
@@ -88,7 +94,7 @@ def estimate_offsets(run: Run, matching: Matching | None = None, reference_rank:
     notes = []
     off, true = _fit(ends, ref)
     resid = ends + off - true[:, None]
-    spread = np.nanmax(ends + off, axis=1) - np.nanmin(ends + off, axis=1) if len(ends) else np.zeros(0)
+    spread = np.nanmax(ends + off, axis=1) - np.nanmin(ends + off, axis=1)
     outliers = 0
     if len(spread) >= 5:
         cut = max(10 * np.median(spread), 50.0)  # us; a collective whose ends disagree wildly is not a sync point
@@ -98,7 +104,6 @@ def estimate_offsets(run: Run, matching: Matching | None = None, reference_rank:
             ends = ends[keep]
             off, true = _fit(ends, ref)
             resid = ends + off - true[:, None]
-            spread = spread[keep]
             spread = np.nanmax(ends + off, axis=1) - np.nanmin(ends + off, axis=1)
             notes.append(f"dropped {outliers} collectives whose ends disagreed by more than {cut:.0f} us")
     q = (lambda a, x: float(np.percentile(a, x)) if len(a) else 0.0)
