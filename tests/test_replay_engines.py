@@ -144,3 +144,26 @@ def test_bad_inputs_are_user_errors(engine: str) -> None:
 def test_empty_graph() -> None:
     g = GraphBuilder().build()
     assert replay(g, "numba").makespan == replay_python(g).makespan == 0.0
+
+
+def test_without_numba_auto_falls_back_to_python() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, warnings; sys.modules['numba'] = None\n"
+        "from dagprof.graph.random_graphs import random_layered_dag\n"
+        "from dagprof.replay import replay\n"
+        "from dagprof.errors import DagprofError\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        "    r = replay(random_layered_dag(50))\n"
+        "assert r.engine == 'python' and 'pure Python' in str(w[0].message)\n"
+        "try:\n"
+        "    replay(random_layered_dag(50), 'numba')\n"
+        "except DagprofError as e:\n"
+        "    print('ok', e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("ok the numba replay engine is not available")

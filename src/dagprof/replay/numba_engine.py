@@ -9,6 +9,7 @@ Numba does no bounds checking: ``validate`` checks every index before a kernel r
 from __future__ import annotations
 
 import functools
+import warnings
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -174,10 +175,15 @@ def load_kernels() -> ModuleType | None:
 
         g = _selftest_graph()
         got, want = simulate(k, Arrays.of(g)), replay_python(g)
-    except Exception:  # no numba, or it cannot compile on this machine: the caller falls back
+    except Exception as err:  # no numba, or it cannot compile here: the caller falls back, slower but right
+        warnings.warn(f"dagprof: compiled replay unavailable ({type(err).__name__}: {err}); replaying in pure Python",
+                      RuntimeWarning, stacklevel=2)
         return None
-    ok = all(np.array_equal(x, y) for x, y in ((got.start, want.start), (got.end, want.end), (got.gate, want.gate)))
-    return k if ok else None
+    if not all(np.array_equal(x, y) for x, y in ((got.start, want.start), (got.end, want.end), (got.gate, want.gate))):
+        warnings.warn("dagprof: compiled replay disagrees with the reference on its self-test; replaying in pure Python",
+                      RuntimeWarning, stacklevel=2)
+        return None
+    return k
 
 
 def replay_numba(g: Graph) -> ReplayResult:
