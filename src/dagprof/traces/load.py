@@ -1,15 +1,12 @@
 """One entry point for every input: a dagprof run folder, a folder of rank traces, or one trace file."""
 from __future__ import annotations
 
-import glob
 import os
 
 from ..errors import DagprofError
 from .dagprof_run import MANIFEST, read_run
 from .events import Run
-from .kineto import read_kineto
-
-_TRACE_PATTERNS = ("*.json", "*.json.gz")
+from .kineto_dir import read_cached, read_trace_dir
 
 
 def load(path: str | os.PathLike[str]) -> Run:
@@ -19,8 +16,5 @@ def load(path: str | os.PathLike[str]) -> Run:
     if os.path.isdir(p):
         if os.path.exists(os.path.join(p, MANIFEST)):
             return read_run(p)
-        files = sorted(f for pat in _TRACE_PATTERNS for f in glob.glob(os.path.join(p, pat)))
-        if not files:
-            raise DagprofError("no torch.profiler traces (*.json, *.json.gz) and no dagprof manifest here", p)
-        return Run([read_kineto(f) for f in files], source=p)
-    return Run([read_kineto(p)], source=p)
+        return read_trace_dir(p)  # ranks in parallel, parses cached beside the traces
+    return Run([read_cached(p)], source=p)
