@@ -32,7 +32,11 @@ _RANK_PREFIX = re.compile(r"^rank\d+(?!\d)", re.MULTILINE)
 
 def _rank_free_ids(names: list[str]) -> np.ndarray:
     """Per name, an id shared by names equal once the "rank{r}" prefix is dropped ("rank12.fwd" ~ "rank3.fwd")."""
-    canon = _RANK_PREFIX.sub("rank", "\n".join(s.replace("\n", " ") for s in names)).split("\n") if names else []
+    if not names:
+        return np.empty(0, dtype=np.int64)
+    canon = _RANK_PREFIX.sub("rank", "\n".join(names)).split("\n")
+    if len(canon) != len(names):  # a name holds a newline: join safely
+        canon = _RANK_PREFIX.sub("rank", "\n".join(s.replace("\n", " ") for s in names)).split("\n")
     ids = {s: i for i, s in enumerate(dict.fromkeys(canon))}
     return np.fromiter(map(ids.__getitem__, canon), dtype=np.int64, count=len(canon))
 
