@@ -440,7 +440,7 @@ class _Builder:
     def _identity(self) -> tuple[int, int, str]:
         if self.rank_arg is not None:
             rank, source = int(self.rank_arg), "argument"
-        elif isinstance(self.dist.get("rank"), int):
+        elif str(self.dist.get("rank", "")).isdigit():  # an int, or "3" in some writers; -1 means unknown
             rank, source = int(self.dist["rank"]), "distributedInfo"
         else:
             m = _FILE_RANK.search(os.path.basename(self.path))
@@ -451,10 +451,10 @@ class _Builder:
             else:
                 raise DagprofError("distributedInfo has no rank and the file name carries none (name it rank-N...json or pass rank=)", self.path)
         world = self.dist.get("world_size")
-        if not isinstance(world, int):
+        if not (str(world).isdigit() and int(world) > 0):
             sizes = [int(pg.get("pg_size", 0)) for pg in self.dist.get("pg_config") or [] if isinstance(pg, dict)]
             world = max(sizes + [rank + 1])
-        return rank, world, source
+        return rank, max(int(world), rank + 1), source
 
     def _rank_trace(self, flows: np.ndarray) -> RankTrace:
         rank, world, source = self._identity()
