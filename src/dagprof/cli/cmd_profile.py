@@ -5,7 +5,6 @@ import argparse
 import glob
 import os
 import subprocess
-import sys
 
 from ..errors import DagprofError
 
@@ -50,7 +49,7 @@ def run(args: argparse.Namespace) -> dict:
             f"the command exited with status {code} and no rank wrote a profile: the zero-code mode sees only models "
             "wrapped in torch.nn.parallel.DistributedDataParallel (else call dagprof.profile in the script)", out)
     if code != 0:
-        print(f"dagprof profile: the command exited with status {code}; reading what was written", file=sys.stderr)
+        raise DagprofError(f"the profiled command exited with status {code}; what its ranks wrote is in this folder", out)
     run_ = read_run(out)
     ranks = []
     for t in run_.ranks:
