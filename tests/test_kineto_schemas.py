@@ -1,5 +1,5 @@
-"""Schema generations the public traces do not cover, as minimal hand-written Kineto files:
-NCCL >= 2.19 kernel names with the 2026+ ``Seq`` argument, RCCL, and a sub-group."""
+"""Minimal hand-written Kineto files for what the public traces do not cover:
+NCCL >= 2.19 kernel names with the 2026+ ``Seq`` argument, RCCL, a sub-group, and the kind rules."""
 from __future__ import annotations
 
 import json
@@ -72,3 +72,42 @@ def test_rccl_generic_kernel_takes_the_name_of_its_host_call(tmp_path):
     comm = np.flatnonzero(t.events.kind == Kind.COMM)
     assert len(comm) == 1 and t.meta["collectives"]["coll"] == ["allreduce"] and t.groups == ["0"]
     assert t.events.seq[comm].tolist() == [0] and not t.meta["explicit_seq"]
+
+
+def test_kinds_from_wrappers_names_and_step_phase(tmp_path):
+    """DataLoader range -> DATA, ops before the first backward -> FORWARD, autograd nodes -> BACKWARD,
+    Optimizer.step range -> UPDATE, kernels inherit their launcher's, a stream sync waits on the last kernel."""
+    def x(name, ts, dur, cat="cpu_op", tid=11, **args):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 10 if cat != "kernel" else 0, "tid": tid, "ts": ts, "dur": dur, "args": args}
+    ev = [
+        x("ProfilerStep#3", 0, 1000, "user_annotation"),
+        x("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 10, 50, "user_annotation"),
+        x("aten::stack", 15, 30),
+        x("aten::mm", 100, 50),
+        x("cudaLaunchKernel", 110, 5, "cuda_runtime", correlation=1),
+        x("fwd_kernel", 120, 40, "kernel", tid=7, correlation=1),
+        x("autograd::engine::evaluate_function: MmBackward0", 200, 100),
+        x("MmBackward0", 205, 90),
+        x("cudaLaunchKernel", 210, 5, "cuda_runtime", correlation=2),
+        x("bwd_kernel", 220, 200, "kernel", tid=7, correlation=2),
+        x("Optimizer.step#SGD.step", 500, 100, "user_annotation"),
+        x("aten::add_", 510, 20),
+        x("cudaLaunchKernel", 512, 5, "cuda_runtime", correlation=3),
+        x("upd_kernel", 520, 10, "kernel", tid=7, correlation=3),
+        x("cudaStreamSynchronize", 700, 50, "cuda_runtime", correlation=4),
+    ]
+    p = tmp_path / "one.json"
+    p.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
+    t = read_kineto(p)
+    e = t.events
+    kind = {e.name_of(i): Kind(e.kind[i]) for i in range(len(e)) if e.name_of(i) != "cudaLaunchKernel"}
+    assert kind["aten::stack"] == Kind.DATA and kind["aten::mm"] == Kind.FORWARD and kind["fwd_kernel"] == Kind.FORWARD
+    assert kind["MmBackward0"] == Kind.BACKWARD and kind["bwd_kernel"] == Kind.BACKWARD
+    assert kind["aten::add_"] == Kind.UPDATE and kind["upd_kernel"] == Kind.UPDATE
+    assert kind["ProfilerStep#3"] == Kind.STEP and kind["cudaStreamSynchronize"] == Kind.COMM_WAIT
+    depth = {e.name_of(i): int(e.depth[i]) for i in range(len(e))}
+    assert depth["ProfilerStep#3"] == -1 and depth["Optimizer.step#SGD.step"] == -1 and depth["aten::add_"] == 0
+    assert depth["MmBackward0"] == 1 and np.all(e.step[e.kind != Kind.STEP] == 3)
+    idx = {e.name_of(i): i for i in range(len(e)) if e.name_of(i) != "cudaLaunchKernel"}
+    assert [idx["upd_kernel"], idx["cudaStreamSynchronize"]] in t.flows.tolist()
+    assert t.meta["rank_source"].startswith("assumed") and t.lanes[e.lane[idx["aten::mm"]]].main
