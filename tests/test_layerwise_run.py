@@ -14,12 +14,8 @@ from dagprof.traces.layerwise import layer_profile_from_run, read_layer_file  # 
 
 
 @pytest.fixture(scope="module")
-def run_folder(tmp_path_factory):
-    from dagprof.collect.demo_train import run_demo_training
-
-    out = tmp_path_factory.mktemp("sgd-run")
-    return run_demo_training(out, world_size=2, steps=6, profile_steps=(2, 4), bucket_cap_mb=0.01,
-                             width=8, blocks=(1, 1, 1), image_size=12, batch_size=4, kineto=False)
+def run_folder(small_ddp_run):
+    return small_ddp_run
 
 
 def test_profile_of_a_real_run(run_folder):

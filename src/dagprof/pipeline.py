@@ -5,12 +5,15 @@ import os
 from dataclasses import dataclass
 
 from .analysis import Analysis, analyze
+from .align.clocks import ClockAlignment, align_clocks
 from .analysis.findings import Finding, findings
+from .errors import DagprofError
 from .graph.build import build_graph
 from .graph.dag import Graph
 from .passes.average_steps import average_steps
 from .replay import replay
 from .report.html import ReportInputs, write_report
+from .report.merged_trace import write_merged_trace
 from .report.timeline import write_replay_trace
 from .traces.events import Run
 from .traces.load import load
@@ -24,6 +27,7 @@ class Profiled:
     graph: Graph
     analysis: Analysis
     findings: list[Finding]
+    alignment: ClockAlignment | None = None  # None: one rank, or ranks that share no collective
 
     @property
     def warnings(self) -> list[str]:
@@ -34,18 +38,30 @@ class Profiled:
         return seen
 
     def to_dict(self) -> dict:
-        return self.analysis.to_dict() | {"findings": [f.to_dict() for f in self.findings], "warnings": self.warnings}
+        clocks = None if self.alignment is None else {
+            "offset_us": self.alignment.offset_us, "residual_skew_us": self.alignment.residual_us, "collectives_used": self.alignment.instances_used}
+        return self.analysis.to_dict() | {"findings": [f.to_dict() for f in self.findings], "warnings": self.warnings, "clock_alignment": clocks}
 
 
 def open_run(path: str | os.PathLike[str], steps: range | None = None, engine: str = "auto", exact: bool = False) -> Profiled:
     """``exact`` replays every op with its own measured time; by default each op takes its mean
     over the steps (a model of the iteration, which is what what-ifs start from)."""
-    run = load(path)
+    run, alignment = _aligned(load(path))
     graph = build_graph(run, steps=steps)
     if not exact:
         graph = average_steps(graph)
     a = analyze(graph, replay(graph, engine=engine))
-    return Profiled(run, graph, a, findings(a))
+    return Profiled(run, graph, a, findings(a), alignment)
+
+
+def _aligned(run: Run) -> tuple[Run, ClockAlignment | None]:
+    """Ranks on one clock (matched collective ends); a run whose ranks share none stays as recorded."""
+    if len(run.ranks) < 2:
+        return run, None
+    try:
+        return align_clocks(run)
+    except DagprofError as err:
+        return Run(run.ranks, run.source, {**run.meta, "warnings": [*run.meta.get("warnings", []), f"clocks not aligned: {err.problem}"]}), None
 
 
 def default_out(path: str | os.PathLike[str]) -> str:
@@ -55,10 +71,12 @@ def default_out(path: str | os.PathLike[str]) -> str:
 
 
 def write_outputs(p: Profiled, out_dir: str, report: ReportInputs | None = None) -> dict[str, str]:
-    """replay.trace.json and report.html in ``out_dir``; returns their paths."""
+    """replay.trace.json (predicted), measured.trace.json (all ranks, aligned) and report.html in ``out_dir``."""
     trace = write_replay_trace(os.path.join(out_dir, "replay.trace.json"), p.graph, p.analysis.result, p.analysis.path.nodes)
+    measured, _ = write_merged_trace(os.path.join(out_dir, "measured.trace.json"), p.run, align=False)  # already aligned
     inp = report or ReportInputs(p.analysis, p.findings)
     inp.warnings = p.warnings
     inp.links.setdefault("replayed timeline (Perfetto)", "replay.trace.json")
+    inp.links.setdefault("measured timeline, all ranks on one clock (Perfetto)", "measured.trace.json")
     html = write_report(os.path.join(out_dir, "report.html"), inp)
-    return {"replay_trace": trace, "report": html}
+    return {"replay_trace": trace, "measured_trace": measured, "report": html}

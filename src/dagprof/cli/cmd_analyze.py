@@ -24,5 +24,9 @@ def to_text(r: dict) -> str:
     lines += ["", f"critical path ({cp['total_ms']:.2f} ms per iteration, crosses ranks {cp['ranks_crossed']}):"]
     lines += [f"  {k:<22} {v:8.2f} ms" for k, v in cp["by_category_ms"].items()]
     lines += ["  largest ops on it:"] + [f"    {name:<40} {v:8.2f} ms" for name, v in cp["top_ops_ms"][:5]]
+    if r.get("clock_alignment"):
+        c = r["clock_alignment"]
+        offs = ", ".join(f"rank {k} {v:+.1f} us" for k, v in c["offset_us"].items())
+        lines += ["", f"clocks aligned on {c['collectives_used']} collectives: {offs}; residual skew median {c['residual_skew_us']['median']:.1f} us, max {c['residual_skew_us']['max']:.1f} us"]
     lines += ["", "findings:"] + [f"  - {f['title']}: {f['detail']}" for f in r["findings"]]
     return "\n".join(lines)
