@@ -101,3 +101,20 @@ def test_launcher_without_ddp_says_so(tmp_path, capsys):
 def test_launcher_json_summary(tmp_path, capsys):
     assert main(["profile", "--json", "-o", str(tmp_path)]) == 2
     assert "no command to profile" in json.loads(capsys.readouterr().out)["error"]
+
+
+def test_launcher_failing_command_and_foreign_files(tmp_path, capsys):
+    (tmp_path / "rank0.json").write_text('{"traceEvents": []}')  # a user's own file: left alone
+    assert main(["profile", "-o", str(tmp_path), "--", sys.executable, "-c", "import sys; sys.exit(3)"]) == 2
+    assert "exited with status 3" in capsys.readouterr().err
+    assert (tmp_path / "rank0.json").read_text() == '{"traceEvents": []}'
+
+
+def test_launcher_replaces_an_earlier_profile(tmp_path, capsys):
+    stale = ["manifest.json", "rank0.json", "rank0.kineto.json.gz"]
+    (tmp_path / "manifest.json").write_text('{"format": "dagprof-run"}')
+    (tmp_path / "rank0.json").write_text('{"format":"dagprof-rank","version":1}')
+    (tmp_path / "rank0.kineto.json.gz").write_bytes(b"")
+    assert main(["profile", "-o", str(tmp_path), "--", sys.executable, "-c", "pass"]) == 2
+    assert "no rank wrote a profile" in capsys.readouterr().err
+    assert not any((tmp_path / name).exists() for name in stale)

@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> dict:
         raise DagprofError(str(err), "--steps") from None
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
-    for old in glob.glob(os.path.join(out, MANIFEST)) + glob.glob(os.path.join(out, "rank*.json*")):
+    for old in _earlier_profile(out):
         os.unlink(old)
     bootstrap = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "collect", "bootstrap")
     env = dict(os.environ)
@@ -62,6 +62,18 @@ def run(args: argparse.Namespace) -> dict:
         })
     return {"run": out, "exit_status": code, "world_size": run_.world_size, "ddp": run_.meta["ddp"],
             "ranks": ranks, "warnings": run_.meta["warnings"]}
+
+
+def _earlier_profile(folder: str) -> list[str]:
+    """dagprof's own files from an earlier run in ``folder`` (never anything else a user keeps there)."""
+    from ..traces.dagprof_run import MANIFEST, RANK_FORMAT
+
+    ours = glob.glob(os.path.join(folder, MANIFEST)) + glob.glob(os.path.join(folder, "rank*.kineto.json.gz"))
+    for path in glob.glob(os.path.join(folder, "rank*.json")):
+        with open(path, "rb") as f:
+            if f"\"{RANK_FORMAT}\"".encode() in f.read(64):
+                ours.append(path)
+    return ours
 
 
 def to_text(result: dict) -> str:
