@@ -7,7 +7,7 @@ import pytest
 
 from dagprof.costmodel.alphabeta import AlphaBeta, ring_allreduce_us
 from dagprof.costmodel.calibrate_lut import fit_lut_folder, read_lut
-from dagprof.costmodel.topology import (CollectiveSpec, Scheme, Topology, allreduce_us, load_link_model, load_topology,
+from dagprof.costmodel.topology import (CollectiveSpec, Scheme, Topology, allreduce_us, fit_sweep, load_link_model, load_topology,
                                         parse_topology, save_link_model)
 from dagprof.errors import DagprofError
 
@@ -58,6 +58,20 @@ def test_link_model_file_by_workers(tmp_path):
     assert load_link_model(p, 64) == AlphaBeta(8, 8e-3)
     with pytest.raises(DagprofError):
         load_link_model(tmp_path / "missing.json")
+
+
+def test_sweep_fit_trusts_large_messages_for_bandwidth():
+    # a real 2-rank gloo sweep through a 1 Gbit/s tbf (testbed): small messages ride the burst
+    pts = [(4096, 783), (16384, 751), (65536, 604), (262144, 1927), (1048576, 8644), (4194304, 39920), (16777216, 158775)]
+    m, t = np.array(pts, dtype=float).T
+    link = fit_sweep(m, t, 2)
+    assert 100e6 < link.bandwidth_bytes_per_s < 118e6  # 1 Gbit/s less TCP/IP framing
+    assert ring_allreduce_us(16777216, 2, link) == pytest.approx(158775, rel=0.02)
+    exact = AlphaBeta(50.0, 1e-3)
+    sizes = np.array([2.0**k for k in range(12, 25, 2)])
+    assert fit_sweep(sizes, ring_allreduce_us(sizes, 4, exact), 4).beta_us_per_byte == pytest.approx(1e-3)
+    with pytest.raises(DagprofError):
+        fit_sweep(sizes, np.full(len(sizes), 5.0), 4)
 
 
 def test_closed_forms_agree_where_they_should():

@@ -37,7 +37,8 @@ from netns import Cluster, available  # noqa: E402
 
 RATES = {"unlimited": None, "1Gbit": 1e9, "200Mbit": 200e6}
 CAPS_MB = (1.0, 5.0, 25.0)
-PROFILED = (2, "1Gbit", 1.0)
+PROFILED = (2, "1Gbit", 1.0)  # ranks, link, bucket MB of the one profiled cell
+SWEPT = "unlimited"  # the link that the all-reduce sweep calibrates (the other link regime)
 
 
 def launch(ranks: int, phases: list[tuple[str, float | None]], args, control: str, timeout_s: float = 900) -> list:
@@ -74,13 +75,13 @@ def launch(ranks: int, phases: list[tuple[str, float | None]], args, control: st
 
 def one_round(args, work: str, rng: random.Random) -> tuple[dict, dict]:
     """Profile + link sweep + every cell, back to back; returns (step ms per cell, predicted ms per cell)."""
-    ranks0, rate0, cap0 = PROFILED
+    ranks0, rate0, cap0 = args.profiled
     measured: dict[tuple[int, str, float], list[float]] = {}
     predicted: dict[tuple[int, str, float], float] = {}
     cells = [(rate, cap) for rate in args.rates for cap in args.caps]
     for ranks in args.ranks:
         rng.shuffle(cells)
-        head = [(f"profile:{cap0:g}", RATES[rate0]), ("sweep", None)] if ranks == ranks0 else []
+        head = [(f"profile:{cap0:g}", RATES[rate0]), ("sweep", RATES[args.swept])] if ranks == ranks0 else []
         t0 = time.monotonic()
         out = launch(ranks, head + [(f"train:{cap:g}", RATES[rate]) for rate, cap in cells], args, os.path.join(work, f"r{ranks}"))
         if head:
@@ -88,33 +89,37 @@ def one_round(args, work: str, rng: random.Random) -> tuple[dict, dict]:
         for (rate, cap), ts in zip(cells, out[len(head):]):
             measured[(ranks, rate, cap)] = [t * 1e3 for t in ts]
         print(f"  {len(cells)} cells on {ranks} ranks in {time.monotonic() - t0:.0f} s", file=sys.stderr)
-    predicted, replay_ms = predict(run_dir, sweep, sorted(measured), args.cores)
+    predicted, replay_ms = predict(run_dir, args.profiled, sweep, args.swept, sorted(measured), args.cores)
     predicted["replay"] = replay_ms
     return measured, predicted
 
 
-def predict(run_dir: str, sweep: list, cells: list[tuple[int, str, float]], cores: int) -> tuple[dict, float]:
+def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[tuple[int, str, float]], cores: int) -> tuple[dict, float]:
+    """Every cell from the one profile: the link of the profiled rate is fitted to the profile's
+    collectives, the swept link to the sweep; another shaped rate scales the bandwidth of
+    whichever of the two is shaped (so TCP/IP framing overhead carries over)."""
     from dagprof.analysis import iteration_times
     from dagprof.collect.calibrate import fit
-    from dagprof.passes import fit_topology, scale_workers, set_buckets, set_link, set_topology
-    from dagprof.passes.compute import share_cores
     from dagprof.costmodel.topology import Topology
+    from dagprof.passes import fit_topology, scale_workers, set_buckets, set_topology
+    from dagprof.passes.compute import share_cores
     from dagprof.pipeline import open_run
     from dagprof.replay import replay
 
     p = open_run(run_dir)
-    base = p.graph
-    prof_ranks, prof_rate, _ = PROFILED
-    fitted = fit_topology(base)
-    base = set_topology(base, fitted)
-    unlimited = fit([tuple(x) for x in sweep], 2)
+    prof_ranks, prof_rate, _ = profiled
+    links = {prof_rate: fit_topology(p.graph).inter, swept: fit([tuple(x) for x in sweep], 2)}
+    shaped = prof_rate if RATES[prof_rate] else swept
+    base = set_topology(p.graph, Topology.flat(prof_ranks, links[prof_rate]))
     out = {}
     for ranks, rate, cap in cells:
+        link = links.get(rate)
+        if link is None:
+            if RATES[shaped] is None or RATES[rate] is None:
+                raise ValueError(f"no measurement covers the link {rate}")
+            link = links[shaped].from_bandwidth(links[shaped].bandwidth_bytes_per_s * RATES[rate] / RATES[shaped], links[shaped].alpha_us)
         g = scale_workers(base, ranks, replicate=True) if ranks != prof_ranks else base
-        if RATES[rate] is None:
-            g = set_topology(g, Topology.flat(ranks, unlimited))
-        else:
-            g = set_link(g, bandwidth=fitted.inter.bandwidth_bytes_per_s * RATES[rate] / RATES[prof_rate])
+        g = set_topology(g, Topology.flat(ranks, link))
         g = set_buckets(g, cap * 2**20)
         if ranks > cores:
             g = share_cores(g, cores)
@@ -133,8 +138,15 @@ def main() -> int:
     ap.add_argument("--width", type=int, default=768)
     ap.add_argument("--depth", type=int, default=8)
     ap.add_argument("--cores", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--profiled-link", choices=list(RATES), default=PROFILED[1], help="link rate of the profiled cell")
+    ap.add_argument("--swept-link", choices=list(RATES), default=SWEPT, help="link rate the all-reduce sweep calibrates")
     ap.add_argument("--out", default=None, help="write the table as JSON here")
+    ap.add_argument("--keep", default=None, help="keep profiles, sweeps and logs in this folder")
     args = ap.parse_args()
+    args.profiled = (PROFILED[0], args.profiled_link, PROFILED[2])
+    args.swept = args.swept_link
+    if args.profiled_link == args.swept_link:
+        ap.error("profile and sweep must measure different links")
     why = available()
     if why:
         print(f"testbed: skipped: {why}", file=sys.stderr)
@@ -148,7 +160,8 @@ def main() -> int:
     steps: dict[tuple[int, str, float], list[float]] = {}
     preds: dict = {}
     rng = random.Random(0)
-    with tempfile.TemporaryDirectory(prefix="dagprof-testbed-") as work:
+    with tempfile.TemporaryDirectory(prefix="dagprof-testbed-") as tmp:
+        work = args.keep or tmp
         for k in range(args.rounds):
             print(f"round {k + 1}/{args.rounds}", file=sys.stderr)
             m, p = one_round(args, os.path.join(work, str(k)), rng)
@@ -157,7 +170,7 @@ def main() -> int:
             for key, v in p.items():
                 preds.setdefault(key, []).append(v)
     rows = []
-    print(f"profiled cell: {PROFILED[0]} ranks, {PROFILED[1]}, {PROFILED[2]:g} MB buckets, once per round; "
+    print(f"profiled cell: {args.profiled[0]} ranks, {args.profiled[1]}, {args.profiled[2]:g} MB buckets, once per round; "
           f"{args.rounds} round(s), medians over rounds (predicted) and over all timed steps (measured)")
     print(f"{'ranks':>5} {'link':>9} {'bucket MB':>9} {'measured ms':>12} {'predicted ms':>13} {'error %':>8}")
     for key in sorted(steps):
@@ -165,12 +178,12 @@ def main() -> int:
         err = 100.0 * (pr - m) / m
         rows.append({"ranks": key[0], "link": key[1], "bucket_mb": key[2], "measured_ms": m, "predicted_ms": pr, "error_pct": err,
                      "per_round_predicted_ms": preds[key]})
-        mark = "  (profiled)" if key == PROFILED else ""
+        mark = "  (profiled)" if key == args.profiled else ""
         print(f"{key[0]:>5} {key[1]:>9} {key[2]:>9g} {m:>12.1f} {pr:>13.1f} {err:>+8.1f}{mark}")
     groups = {
-        "bandwidth what-ifs (2 ranks, other link rate)": [r for r in rows if r["ranks"] == PROFILED[0] and r["link"] != PROFILED[1]],
-        "bucket-size what-ifs (2 ranks, 1Gbit, other bucket)": [r for r in rows if r["ranks"] == PROFILED[0] and r["link"] == PROFILED[1] and r["bucket_mb"] != PROFILED[2]],
-        "2 -> 4 workers": [r for r in rows if r["ranks"] != PROFILED[0]],
+        "bandwidth what-ifs (2 ranks, other link rate)": [r for r in rows if r["ranks"] == args.profiled[0] and r["link"] != args.profiled[1]],
+        f"bucket-size what-ifs (2 ranks, {args.profiled[1]}, other bucket)": [r for r in rows if r["ranks"] == args.profiled[0] and r["link"] == args.profiled[1] and r["bucket_mb"] != args.profiled[2]],
+        "2 -> 4 workers": [r for r in rows if r["ranks"] != args.profiled[0]],
     }
     for name, rs in groups.items():
         if rs:

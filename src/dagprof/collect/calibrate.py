@@ -17,7 +17,8 @@ from datetime import timedelta
 
 import numpy as np
 
-from ..costmodel.alphabeta import AlphaBeta, fit_alpha_beta
+from ..costmodel.alphabeta import AlphaBeta
+from ..costmodel.topology import fit_sweep
 from ..errors import DagprofError
 
 DEFAULT_SIZES = tuple(2**k for k in range(12, 25, 2))  # 4 KiB .. 16 MiB
@@ -51,11 +52,10 @@ def sweep(sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5, warmup: int = 
 
 
 def fit(points: list[tuple[int, float]], world: int) -> AlphaBeta:
-    if world < 2:
-        raise DagprofError("calibrate needs at least 2 ranks")
+    """The link model of a sweep (``costmodel.topology.fit_sweep``)."""
     m = np.array([p[0] for p in points], dtype=float)
     t = np.array([p[1] for p in points], dtype=float)
-    return fit_alpha_beta(m, t, world)
+    return fit_sweep(m, t, world)
 
 
 def _free_port() -> int:

@@ -21,6 +21,8 @@ import tomllib
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from ..errors import DagprofError
 from ..fsutil import atomic_open
 from .alphabeta import AlphaBeta, parse_bandwidth
@@ -230,6 +232,31 @@ def allreduce_us(nbytes: float, topo: Topology, spec: CollectiveSpec = Collectiv
         cross = 0.0 if h == 1 else 2 * (h - 1) * (topo.inter.alpha_us + m / h * topo.inter.beta_us_per_byte) + (h - 1) * m / h * topo.inter.gamma_us_per_byte
         return local + cross
     return ps_allreduce_us(m, n, spec.servers, topo.inter)
+
+
+def fit_sweep(nbytes: np.ndarray, time_us: np.ndarray, workers: int) -> AlphaBeta:
+    """Ring alpha-beta from an all-reduce size sweep, trusting each size where it is informative.
+
+    A least-squares fit over 4 KiB..16 MiB lets TCP's small-message behaviour (bursts pass at
+    line rate, then the flow settles) pull the bandwidth up by tens of percent, and DDP buckets
+    are MBs. So beta is the slope over the large messages (>= 1 MiB, at least the largest two),
+    and alpha the median of what remains of the smaller messages once their bytes are paid for
+    (a median: one late first message must not set the latency).
+    """
+    m, t = np.asarray(nbytes, dtype=float), np.asarray(time_us, dtype=float)
+    if len(m) < 2 or len(m) != len(t) or workers < 2:
+        raise DagprofError(f"need >= 2 (size, time) points and >= 2 workers to fit a sweep, got {len(m)} points, {workers} workers")
+    order = np.argsort(m)
+    m, t = m[order], t[order]
+    share = 2 * (workers - 1) / workers  # bytes each link carries per byte reduced
+    big = m >= 2**20
+    if big.sum() < 2:
+        big = np.arange(len(m)) >= len(m) - 2
+    slope = np.polyfit(share * m[big], t[big], 1)[0]
+    if not slope > 0:
+        raise DagprofError("all-reduce time does not grow with size in this sweep; cannot fit a bandwidth")
+    rest = np.maximum(t[~big] - share * m[~big] * slope, 0.0) if (~big).any() else np.zeros(1)
+    return AlphaBeta(float(np.median(rest)) / (2 * (workers - 1)), float(slope))
 
 
 def _slowest_hop(topo: Topology, nbytes: float) -> AlphaBeta:
