@@ -6,8 +6,8 @@ parts 1 and 2 compare modes inside ONE job, under the same background load:
 Part 1, interleaved replicas: each rank holds two identical DDP replicas A and B and
 alternates their steps; B runs under ``dagprof.profile(kineto=False)``, A under nothing:
 B/A is the hook overhead (wall and main-thread CPU time per step, medians of rank 0).
-Part 2, alternating blocks: one model; 5-step blocks cycle through no profiler, dagprof with
-Kineto, and torch.profiler alone (each profiler opened and its trace written per block, that
+Part 2, alternating blocks: one model; 5-step blocks cycle through no profiler, dagprof hooks
+only, dagprof with Kineto, and torch.profiler alone (each profiler opened and its trace written per block, that
 one-off work outside the step times). Kineto records every op of the process, so it cannot
 join part 1. Part 3, separate jobs per mode (incl. record_shapes=True), medians over jobs.
 
@@ -86,7 +86,7 @@ def interleaved(cfg: DemoConfig, steps: int) -> dict[str, float]:
     return {"wall_a": med["A"][0], "wall_b": med["B"][0], "cpu_a": med["A"][1], "cpu_b": med["B"][1]}
 
 
-BLOCK_MODES = ("no profiler", "dagprof (hooks + Kineto)", "torch.profiler alone (peer)")
+BLOCK_MODES = ("no profiler", "dagprof hooks only (kineto=False)", "dagprof (hooks + Kineto)", "torch.profiler alone (peer)")
 
 
 def _blocks_worker(rank: int, cfg: DemoConfig, blocks: int, block: int, port: int, out: str) -> None:
@@ -129,7 +129,8 @@ def _blocks_worker(rank: int, cfg: DemoConfig, blocks: int, block: int, port: in
                 if mode == "no profiler":
                     run_block(mode, lambda: None)
                 elif mode.startswith("dagprof"):
-                    with profile(os.path.join(folder, f"b{b}"), steps=range(0, block), model=model) as prof:
+                    kineto = "Kineto" in mode
+                    with profile(os.path.join(folder, f"{mode[:12]}{b}"), steps=range(0, block), model=model, kineto=kineto) as prof:
                         run_block(mode, prof.step)
                 else:
                     with torch_profile() as tp:
@@ -174,7 +175,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=2, help="jobs per mode in part 3 (0 skips part 3)")
     p.add_argument("--steps", type=int, default=22, help="steps per job in part 3")
-    p.add_argument("--ab-steps", type=int, default=30, help="interleaved step pairs in part 1")
+    p.add_argument("--ab-steps", type=int, default=30, help="interleaved step pairs in part 1 (0 skips it)")
     p.add_argument("--blocks", type=int, default=4, help="rounds of alternating blocks in part 2 (0 skips it)")
     p.add_argument("--small", action="store_true", help="the tiny test model (fast smoke run)")
     args = p.parse_args()
@@ -182,12 +183,13 @@ def main() -> None:
     t0 = time.perf_counter()
     print(f"2-rank gloo DDP demo CNN ({'small' if args.small else 'default'} model, batch {base.batch_size}, "
           f"bucket_cap_mb {base.bucket_cap_mb}, 1 thread per rank)")
-    ab = interleaved(base, args.ab_steps)
-    print(f"\nPart 1: interleaved replicas in one job, {args.ab_steps} step pairs, rank 0 medians")
-    print(f"{'':42s} {'wall ms/step':>12s} {'cpu ms/step':>12s}")
-    print(f"{'A: no profiler':42s} {ab['wall_a'] * 1e3:12.1f} {ab['cpu_a'] * 1e3:12.1f}")
-    print(f"{'B: dagprof hooks (kineto=False)':42s} {ab['wall_b'] * 1e3:12.1f} {ab['cpu_b'] * 1e3:12.1f}")
-    print(f"{'ratio B/A':42s} {ab['wall_b'] / ab['wall_a']:12.3f} {ab['cpu_b'] / ab['cpu_a']:12.3f}")
+    if args.ab_steps:
+        ab = interleaved(base, args.ab_steps)
+        print(f"\nPart 1: interleaved replicas in one job, {args.ab_steps} step pairs, rank 0 medians")
+        print(f"{'':42s} {'wall ms/step':>12s} {'cpu ms/step':>12s}")
+        print(f"{'A: no profiler':42s} {ab['wall_a'] * 1e3:12.1f} {ab['cpu_a'] * 1e3:12.1f}")
+        print(f"{'B: dagprof hooks (kineto=False)':42s} {ab['wall_b'] * 1e3:12.1f} {ab['cpu_b'] * 1e3:12.1f}")
+        print(f"{'ratio B/A':42s} {ab['wall_b'] / ab['wall_a']:12.3f} {ab['cpu_b'] / ab['cpu_a']:12.3f}")
     if args.blocks:
         res = alternating_blocks(base, args.blocks, 5)
         off_w, off_c = res["no profiler"]
