@@ -61,6 +61,7 @@ class Collector:
         self._roots: list[Any] = []  # the instrumented modules (DDP's inner module)
         self._ddps: list[Any] = []
         self._kineto_written = False
+        self._manifest_written = False
         self._handles: list[Any] = []  # removed at window end
         self._calls: dict[int, int] = {}
         self._seq = 0
@@ -99,6 +100,8 @@ class Collector:
             roots = [r for r in ([d.module for d in ddps] if ddps else [model]) if not any(r is x for x in self._roots)]
             for root in roots:
                 self._add_root(root)
+            if ddps and not self._info:
+                self._resolve_info()  # the process group exists now; it may be gone by exit
             for ddp in ddps:
                 if not any(ddp is d for d in self._ddps):
                     self._ddps.append(ddp)
@@ -369,7 +372,8 @@ class Collector:
             self._end_window()
 
     def _begin_window(self) -> None:
-        self._resolve_info()
+        if not self._info.get("backend"):
+            self._resolve_info()
         self._write_manifest()
         self.in_window = True
         self._attach_leaf_hooks()
@@ -400,6 +404,7 @@ class Collector:
                 self._detach()
             if not self._info:
                 self._resolve_info()
+            if not self._manifest_written:  # the window never began
                 self._write_manifest()
             self._write_rank(final=True)
         except Exception as err:  # noqa: BLE001
@@ -436,6 +441,7 @@ class Collector:
         }
         with atomic_open(path) as f:
             json.dump(manifest, f, indent=1)
+        self._manifest_written = True
 
     def _write_rank(self, final: bool) -> None:
         rank = self._info["rank"]
