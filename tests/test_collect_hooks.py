@@ -247,3 +247,27 @@ def test_ddp_attached_after_training_started(tmp_path, one_rank_group):
     (t,) = read_run(tmp_path / "run", require_ddp=True).ranks
     assert t.meta["bucket_cap_mb"] == pytest.approx(0.0005, rel=1e-3)
     assert ((t.events.kind == Kind.COMM) & (t.events.step == 1)).sum() == len(t.buckets) > 1
+
+
+def test_dataloader_time_is_data(tmp_path):
+    from torch.utils.data import DataLoader, TensorDataset
+
+    model = tiny_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(16, 8), torch.randn(16, 2)), batch_size=4)
+    original_next = torch.utils.data.dataloader._BaseDataLoaderIter.__next__
+    with profile(tmp_path, steps=range(1, 3), model=model, kineto=False) as prof:
+        for x, y in loader:
+            opt.zero_grad()
+            ((model(x) - y) ** 2).mean().backward()
+            opt.step()
+            prof.step()
+    assert torch.utils.data.dataloader._BaseDataLoaderIter.__next__ is original_next  # patch undone
+    (t,) = read_run(tmp_path).ranks
+    ev = t.events
+    for step in (1, 2):
+        s = ev.step == step
+        data = np.flatnonzero(s & (ev.kind == Kind.DATA))
+        assert len(data) == 1
+        assert ev.start[data[0]] < ev.start[s & (ev.kind == Kind.FORWARD)].min()
+    check_partition(t)

@@ -63,6 +63,7 @@ class Collector:
         self._kineto_written = False
         self._manifest_written = False
         self._handles: list[Any] = []  # removed at window end
+        self._restore: list[Any] = []  # undo class patches at window end
         self._calls: dict[int, int] = {}
         self._seq = 0
         self._bwd_seen = False
@@ -151,6 +152,8 @@ class Collector:
         for h in self._handles:
             h.remove()
         self._handles.clear()
+        while self._restore:
+            self._restore.pop()()
         self._grad_watch.clear()
         for rf in self._ranges_open.values():
             rf.__exit__(None, None, None)
@@ -259,6 +262,26 @@ class Collector:
         rf = self._ranges_open.pop((layer, call), None)
         if rf is not None:
             rf.__exit__(None, None, None)
+
+    def _time_dataloaders(self) -> None:
+        """Time every DataLoader ``next()`` during the window (a class patch, undone at window end)."""
+        from torch.utils.data import dataloader
+
+        cls = dataloader._BaseDataLoaderIter
+        original = cls.__next__
+        collector = self
+
+        def __next__(it: Any) -> Any:
+            if not collector.recording:
+                return original(it)
+            collector._mark(Rec.DATA_BEGIN)
+            try:
+                return original(it)
+            finally:
+                collector._mark(Rec.DATA_END)
+
+        cls.__next__ = __next__
+        self._restore.append(lambda: setattr(cls, "__next__", original))
 
     # ---------------------------------------------------------------- DDP comm hook
     def _install_comm_hook(self, ddp: Any) -> None:
@@ -377,6 +400,7 @@ class Collector:
         self._write_manifest()
         self.in_window = True
         self._attach_leaf_hooks()
+        self._time_dataloaders()
         if self.kineto:
             import torch
             from torch.profiler import ProfilerAction, ProfilerActivity, profile

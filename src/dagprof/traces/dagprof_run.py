@@ -9,8 +9,9 @@ Hook records are raw timestamps ``[code, a, b, t_ns, x]`` (see ``Rec``); this mo
 them into the event-table conventions of ``events.py``. The main-thread lane of every
 profiled step is partitioned completely by depth-0 events: one FORWARD and one BACKWARD
 node per leaf-module call, COMM_ENQUEUE per bucket all-reduce call, COMM_WAIT for DDP's
-end-of-backward wait, UPDATE for the optimizer, and OTHER for every remaining gap (named
-by phase, e.g. ``other:pre-forward`` = data loading, zero_grad, DDP buffer broadcast).
+end-of-backward wait, UPDATE for the optimizer, DATA for a torch DataLoader's ``next()``,
+and OTHER for every remaining gap (named by phase, e.g. ``other:pre-forward`` = zero_grad,
+DDP's buffer broadcast without Kineto, data loading not done by a DataLoader).
 A STEP event (depth -1, like Kineto's ``ProfilerStep#N``) spans each step. A layer span cut
 by a higher-priority span (enqueue, wait, update) keeps its first piece; the rest is OTHER.
 
@@ -75,6 +76,8 @@ class Rec(enum.IntEnum):
     UPDATE_END = 11
     WAIT_BEGIN = 12  # autograd's end-of-backward callbacks start (DDP waits for buckets)
     WAIT_END = 13  # DDP's finalize done
+    DATA_BEGIN = 14  # a DataLoader iterator's __next__ entered
+    DATA_END = 15
 
 
 @dataclass(frozen=True)
@@ -294,7 +297,8 @@ def _partition(rows: np.ndarray, begin: int, end: int, layers: list[str], comm: 
             priority.append(_Span(Kind.COMM_ENQUEUE, f"allreduce bucket {int(a[i])}", enq[s], int(t[i]), bucket=int(a[i]),
                                   seq=comm.seq_of.get(s, s), nbytes=int(x[i])))
     for kb, ke, kind, name in ((Rec.UPDATE_BEGIN, Rec.UPDATE_END, Kind.UPDATE, "optimizer.step"),
-                               (Rec.WAIT_BEGIN, Rec.WAIT_END, Kind.COMM_WAIT, "ddp finalize (wait for buckets)")):
+                               (Rec.WAIT_BEGIN, Rec.WAIT_END, Kind.COMM_WAIT, "ddp finalize (wait for buckets)"),
+                               (Rec.DATA_BEGIN, Rec.DATA_END, Kind.DATA, "dataloader next")):
         for s0, s1 in zip(t[code == kb], t[code == ke]):
             priority.append(_Span(kind, name, int(s0), int(s1)))
     return _carve(sorted(priority, key=lambda s: s.start), _layer_spans(code, a, b, t, layers, grad_bytes), begin, end)
