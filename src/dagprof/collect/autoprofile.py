@@ -8,8 +8,11 @@ and counts steps with global optimizer hooks (a step ends when the first optimiz
 ever stepped finishes ``step()``). Files are written when the window ends, or at exit.
 
 What it cannot see: models not wrapped in DistributedDataParallel (FSDP, DeepSpeed,
-Horovod, plain single-process training), data loading as its own phase (it is part of
-``other:pre-forward``), steps of a second optimizer, processes killed by a signal.
+Horovod, plain single-process training), data loading that is not a torch DataLoader (it
+is part of ``other:pre-forward``), steps of a second optimizer (only the first optimizer
+that steps counts steps), a comm hook the script registered on DDP before dagprof attached
+(none is possible: dagprof attaches inside ``DDP.__init__``), processes killed by a signal
+before the window ended (files are written when the window ends, else at exit).
 """
 from __future__ import annotations
 
