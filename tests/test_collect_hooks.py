@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 from dagprof.collect import parse_steps, profile  # noqa: E402
 from dagprof.errors import DagprofError  # noqa: E402
 from dagprof.traces.dagprof_run import MANIFEST, rank_file, read_run  # noqa: E402
-from dagprof.traces.events import Kind  # noqa: E402
+from dagprof.traces.events import Kind, LaneKind  # noqa: E402
 
 LEAVES = ["0", "1", "2", "3.0", "3.1", "4"]
 
@@ -270,4 +270,42 @@ def test_dataloader_time_is_data(tmp_path):
         data = np.flatnonzero(s & (ev.kind == Kind.DATA))
         assert len(data) == 1
         assert ev.start[data[0]] < ev.start[s & (ev.kind == Kind.FORWARD)].min()
+    check_partition(t)
+
+
+def test_gpu_kernels_from_kineto_join_the_layer_that_launched_them(tmp_path):
+    """A CPU run's Kineto trace with a kernel, its launch and a stream sync added in the format GPU traces use."""
+    train(tmp_path, range(1, 2), n=2, kineto=True)
+    (t,) = read_run(tmp_path).ranks
+    ev = t.events
+    fwd = int(np.flatnonzero((ev.kind == Kind.FORWARD) & (ev.layer == t.layers.index("2")))[0])
+    upd = int(np.flatnonzero(ev.kind == Kind.UPDATE)[0])
+    path = tmp_path / "rank0.kineto.json.gz"
+    with gzip.open(path, "rt") as f:
+        doc = json.load(f)
+    base = doc["baseTimeNanoseconds"]
+    main_tid = next(e["tid"] for e in doc["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#"))
+    pid = next(e["pid"] for e in doc["traceEvents"] if e.get("tid") == main_tid)
+
+    def kineto_us(i, frac):
+        return (t.base_ns + (ev.start[i] + frac * ev.dur[i]) * 1e3 - base) / 1e3
+
+    launch, sync = kineto_us(fwd, 0.5), kineto_us(upd, 0.5)
+    doc["traceEvents"] += [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": pid, "tid": main_tid, "ts": launch, "dur": 0.1,
+         "args": {"correlation": 424242}},
+        {"ph": "X", "cat": "kernel", "name": "void gemm_kernel<float>", "pid": 0, "tid": 7, "ts": launch + 5, "dur": 3.0,
+         "args": {"correlation": 424242, "device": 0, "stream": 7}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": pid, "tid": main_tid, "ts": sync, "dur": 0.1,
+         "args": {"correlation": 424243}},
+    ]
+    with gzip.open(path, "wt") as f:
+        json.dump(doc, f)
+    (t,) = read_run(tmp_path).ranks
+    ev = t.events
+    (k,) = np.flatnonzero(np.array([ev.name_of(i) == "void gemm_kernel<float>" for i in range(len(ev))]))
+    assert t.lanes[ev.lane[k]].kind == LaneKind.GPU_STREAM
+    assert ev.kind[k] == Kind.FORWARD and t.layers[ev.layer[k]] == "2" and ev.step[k] == 1
+    flows = {tuple(f) for f in t.flows.tolist()}
+    assert (fwd, k) in flows and (k, upd) in flows
     check_partition(t)

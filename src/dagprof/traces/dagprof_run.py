@@ -37,7 +37,7 @@ import enum
 import gzip
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -204,6 +204,20 @@ class _Comm:
     transfers: list[_Transfer]
     seq_of: dict[int, int]  # comm-hook seq -> the seq used in the event table
     host: list[_Span]  # host enqueues seen only in Kineto (DDP's buffer broadcast), depth 0 on the main lane
+    device: list[_DeviceOp] = field(default_factory=list)  # GPU kernels and copies (Kineto), not collectives
+
+
+@dataclass(frozen=True)
+class _DeviceOp:
+    """A GPU op from Kineto; ``launch``/``sync`` (ns, -1 none) place its host-side ends on our main lane."""
+
+    name: str
+    kind: Kind
+    start: int
+    end: int
+    lane: str
+    launch: int  # when the host launched it (cudaLaunchKernel)
+    sync: int  # when a host synchronisation that waited for it ended
 
 
 @dataclass(frozen=True)
@@ -274,7 +288,31 @@ def _kineto_comm(kpath: str, rank: int, records: np.ndarray, steps: list, warnin
         for j in np.flatnonzero(mask).tolist():
             if int(ev.seq[j]) not in hooked and lo <= at(ev.start[j]) <= hi:
                 host.append(_Span(Kind.COMM_ENQUEUE, ev.name_of(j), at(ev.start[j]), at(ev.start[j] + ev.dur[j]), seq=int(ev.seq[j])))
-    return _Comm("Kineto (gloo/NCCL execution spans)", sorted(transfers, key=lambda t: t.seq), seq_of, host)
+    return _Comm("Kineto (gloo/NCCL execution spans)", sorted(transfers, key=lambda t: t.seq), seq_of, host,
+                 _device_ops(kt, lo, hi, at))
+
+
+def _device_ops(kt: RankTrace, lo: int, hi: int, at) -> list[_DeviceOp]:
+    """GPU compute and copies launched inside the window, with their launch and sync times."""
+    ev = kt.events
+    gpu = np.array([lane.kind == LaneKind.GPU_STREAM for lane in kt.lanes], dtype=bool)
+    if not gpu.any():
+        return []
+    on_gpu = gpu[ev.lane]
+    launch: dict[int, int] = {}
+    sync: dict[int, int] = {}
+    for src, dst in kt.flows.tolist():
+        if on_gpu[dst] and not on_gpu[src]:
+            launch[dst] = at(ev.start[src])
+        elif on_gpu[src] and not on_gpu[dst]:
+            sync.setdefault(src, at(ev.start[dst] + ev.dur[dst]))
+    ops = []
+    for i in np.flatnonzero(on_gpu & (ev.kind != Kind.COMM) & (ev.depth == 0)).tolist():
+        t0 = launch.get(i, at(ev.start[i]))
+        if lo <= t0 <= hi:
+            ops.append(_DeviceOp(ev.name_of(i), Kind(int(ev.kind[i])), at(ev.start[i]), at(ev.start[i] + ev.dur[i]),
+                                 kt.lanes[ev.lane[i]].name, launch.get(i, -1), sync.get(i, -1)))
+    return ops
 
 
 def _comm_lane_kind(lane: Lane) -> LaneKind:
@@ -386,6 +424,44 @@ def _carve(priority: list[_Span], layer_spans: list[_Span], begin: int, end: int
     return [s for s in out if s.end > s.start or s.kind == Kind.COMM_ENQUEUE]
 
 
+def _add_device_ops(device: list[_DeviceOp], cols: dict[str, list], add, lanes: list[Lane], base_ns: int) -> list[tuple[int, int]]:
+    """GPU ops on their stream lanes; the main-lane event around the launch (sync) gives the flow, step, layer and kind."""
+    if not device:
+        return []
+    main = [i for i in range(len(cols["start"])) if cols["lane"][i] == 0 and cols["depth"][i] == 0]
+    main.sort(key=lambda i: cols["start"][i])
+    starts = np.array([cols["start"][i] for i in main])
+
+    def around(t_ns: int) -> int | None:
+        if t_ns < 0 or not main:
+            return None
+        k = int(np.searchsorted(starts, (t_ns - base_ns) / 1e3, side="right")) - 1
+        if k < 0:
+            return None
+        i = main[k]
+        return i if (t_ns - base_ns) / 1e3 <= cols["start"][i] + cols["dur"][i] else None
+
+    lane_of = {lane.name: k for k, lane in enumerate(lanes) if k}  # a stream may already carry collectives
+    flows = []
+    for op in device:
+        if op.lane not in lane_of:
+            lane_of[op.lane] = len(lanes)
+            lanes.append(Lane(op.lane, LaneKind.GPU_STREAM))
+        host = around(op.launch)
+        kind, step, layer = op.kind, -1, -1
+        if host is not None:
+            step, layer = cols["step"][host], cols["layer"][host]
+            if cols["kind"][host] in (Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE):
+                kind = Kind(cols["kind"][host])
+        i = add(op.name, kind, lane_of[op.lane], op.start, op.end, step, layer)
+        if host is not None:
+            flows.append((host, i))
+        waiter = around(op.sync)
+        if waiter is not None:
+            flows.append((i, waiter))
+    return flows
+
+
 def _to_rank_trace(data: dict, path: str, steps: list, comm: _Comm, layers: list[str]) -> RankTrace:
     base_ns = min(b for _, b, _, _ in steps)
     names: list[str] = []
@@ -426,7 +502,7 @@ def _to_rank_trace(data: dict, path: str, steps: list, comm: _Comm, layers: list
             target = sink if s.bucket >= 0 else nxt
             if target is not None:
                 after_ev[s.seq] = target
-    flows = []
+    flows = _add_device_ops(comm.device, cols, add, lanes, base_ns)
     for t in comm.transfers:
         if t.seq not in enqueue_ev:
             continue
