@@ -21,7 +21,10 @@ buckets in issue order; DDP's buffer broadcasts appear too (bucket -1, host side
 Without Kineto, the comm hook's issue -> completion span on the thread that completed it.
 ``seq`` numbers the collectives of group "0" in issue order over the window (equal on all ranks).
 Flows: enqueue -> transfer; transfer -> the step's last COMM_WAIT (or UPDATE), or for a
-blocking host collective -> the main-lane event after it.
+blocking host collective -> the main-lane event after it. On GPUs the hook spans are host
+(launch) time; Kineto's kernels and copies go on their stream lanes, each taking the step,
+layer and kind of the main-lane span that launched it (flow launch -> op, op -> the span of
+the host sync that waited for it). Not yet run on a real GPU job.
 
 ``rank<R>.json`` fields: format/version, rank, world_size, local_rank, backend, host, pid,
 torch, mode (api|launcher), ddp, bucket_cap_mb, steps_requested [first, stop),
