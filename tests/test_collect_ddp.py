@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("torch")
 
 from dagprof.cli.main import main  # noqa: E402
-from dagprof.collect.demo_train import DemoConfig, build_model, run_demo_training  # noqa: E402
+from dagprof.collect.demo_train import DemoConfig, build_model  # noqa: E402
 from dagprof.traces.dagprof_run import read_run  # noqa: E402
 from dagprof.traces.events import Kind, LaneKind  # noqa: E402
 
@@ -26,10 +26,9 @@ def param_bytes():
 
 
 @pytest.fixture(scope="module")
-def api_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ddp-api")
-    small = {k: getattr(SMALL, k) for k in ("width", "blocks", "image_size", "batch_size")}
-    return read_run(run_demo_training(out, world_size=2, steps=6, profile_steps=(2, 4), bucket_cap_mb=0.01, kineto=True, **small))
+def api_run(small_ddp_run):
+    """The session's shared run (conftest): the tiny demo model, Kineto on, steps 2-5 of 8."""
+    return read_run(small_ddp_run)
 
 
 @pytest.fixture(scope="module")
@@ -44,10 +43,11 @@ def launcher_run(tmp_path_factory):
 def check_rank(t, leaves):
     ev = t.events
     assert t.layers == leaves
-    assert t.meta["steps_profiled"] == [2, 3]
+    steps = t.meta["steps_profiled"]
+    assert steps[0] == 2 and len(steps) >= 2
     assert len(t.buckets) > 2 and sum(b.nbytes for b in t.buckets) == param_bytes()
     assert sorted(p for b in t.buckets for p in b.params) == sorted(p for p, _ in build_model(SMALL).named_parameters())
-    for step in (2, 3):
+    for step in steps:
         s = ev.step == step
         for kind in (Kind.FORWARD, Kind.BACKWARD):
             assert sorted(t.layers[i] for i in ev.layer[s & (ev.kind == kind)]) == sorted(leaves)
