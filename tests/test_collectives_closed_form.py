@@ -75,6 +75,15 @@ def test_ps_matches_closed_form(n, k):
     assert pushed == pytest.approx(8e6 * n, rel=1e-6)
 
 
+@pytest.mark.parametrize("scheme", ["ring", "tree", "hier", "ps:2"])
+def test_per_collective_overhead_is_paid_once(scheme):
+    spec = CollectiveSpec.parse(scheme)
+    topo = Topology(4, 1, LINK, LINK, overhead_us=123.0)
+    _, res = one_collective(topo, spec, 1e6)
+    assert res.makespan == pytest.approx(allreduce_us(1e6, topo, spec))
+    assert allreduce_us(1e6, topo, spec) == pytest.approx(123.0 + allreduce_us(1e6, Topology.flat(4, LINK), spec))
+
+
 def test_single_rank_costs_nothing():
     _, res = one_collective(Topology.flat(1, LINK), CollectiveSpec(), 1e6)
     assert res.makespan == 0.0

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..analysis import iteration_times
 from ..costmodel.alphabeta import parse_bandwidth
@@ -124,10 +124,10 @@ def apply(g: Graph, s: Scenario, args, base_topo: Topology) -> Graph:
         g = scale_workers(g, s.workers, replicate=True if (args.fine or args.cores) else None)
         n = s.workers
         if args.topology:
-            g = set_topology(g, parse_topology(args.topology, n))
+            g = set_topology(g, replace(parse_topology(args.topology, n), overhead_us=base_topo.overhead_us))
         elif args.link_model:  # a file fitted per worker count (nccl-tests) has a better link for n
             t, link = current_topology(g), load_link_model(args.link_model, n)
-            g = set_topology(g, Topology(t.hosts, t.devices_per_host, link, link))
+            g = set_topology(g, Topology(t.hosts, t.devices_per_host, link, link, t.overhead_us))
     if s.scheme is not None:
         g = set_scheme(g, s.scheme)
     if s.bandwidth is not None or s.latency_us is not None:
@@ -150,12 +150,12 @@ def apply(g: Graph, s: Scenario, args, base_topo: Topology) -> Graph:
 def base_topology(g: Graph, args) -> Topology:
     """The cluster the run ran on: --topology, else --link-model, else fitted to its collectives."""
     n0 = graph_world_size(g)
-    if args.topology:
-        return parse_topology(args.topology, n0)
     t = current_topology(g)
+    if args.topology:  # the profile's per-collective software overhead stays
+        return replace(parse_topology(args.topology, n0), overhead_us=t.overhead_us)
     if args.link_model:
         link = load_link_model(args.link_model, n0)
-        return Topology(t.hosts, t.devices_per_host, link, link)
+        return Topology(t.hosts, t.devices_per_host, link, link, t.overhead_us)
     return t
 
 
@@ -194,7 +194,8 @@ def _predict(g: Graph) -> float:
 
 def _link_text(t: Topology) -> str:
     ab = t.inter
-    return f"{t.hosts} host(s) x {t.devices_per_host}, link {ab.bandwidth_bytes_per_s * 8 / 1e9:.3g} Gbit/s, latency {ab.alpha_us:.3g} us"
+    return (f"{t.hosts} host(s) x {t.devices_per_host}, link {ab.bandwidth_bytes_per_s * 8 / 1e9:.3g} Gbit/s, latency {ab.alpha_us:.3g} us, "
+            f"{t.overhead_us:.3g} us per collective")
 
 
 def to_text(r: dict) -> str:

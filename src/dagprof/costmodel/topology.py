@@ -67,10 +67,15 @@ class Topology:
     devices_per_host: int
     intra: AlphaBeta  # device <-> device inside a host
     inter: AlphaBeta  # a host's network port (each direction)
+    # Fixed software cost per collective (launch, thread hand-off), independent of the number
+    # of ranks: what a profile's latency mostly is, unlike the per-message wire latency alpha.
+    overhead_us: float = 0.0
 
     def __post_init__(self) -> None:
         if self.hosts < 1 or self.devices_per_host < 1:
             raise DagprofError(f"topology needs >= 1 host and >= 1 device per host, got {self.hosts}x{self.devices_per_host}")
+        if not self.overhead_us >= 0:
+            raise DagprofError(f"collective overhead must be >= 0 us, got {self.overhead_us}")
 
     @property
     def world_size(self) -> int:
@@ -90,7 +95,7 @@ class Topology:
         per = min(self.devices_per_host, workers)
         if workers % per:
             raise DagprofError(f"{workers} workers do not fill hosts of {self.devices_per_host} devices")
-        return Topology(workers // per, per, self.intra, self.inter)
+        return Topology(workers // per, per, self.intra, self.inter, self.overhead_us)
 
     def with_link(self, which: str = "inter", bandwidth: float | None = None, latency_us: float | None = None) -> "Topology":
         """Change bandwidth (bytes/s) and/or latency of the 'inter', 'intra' or 'all' links."""
@@ -116,7 +121,8 @@ class Topology:
         return t
 
     def to_dict(self) -> dict[str, Any]:
-        return {"hosts": self.hosts, "devices_per_host": self.devices_per_host, "intra": _link_dict(self.intra), "inter": _link_dict(self.inter)}
+        return {"hosts": self.hosts, "devices_per_host": self.devices_per_host, "intra": _link_dict(self.intra), "inter": _link_dict(self.inter),
+                "overhead_us": self.overhead_us}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str = "topology") -> "Topology":
@@ -124,9 +130,10 @@ class Topology:
             hosts, per = int(d["hosts"]), int(d.get("devices_per_host", 1))
             inter = link_from_dict(d["inter"], source)
             intra = link_from_dict(d["intra"], source) if "intra" in d else inter
+            overhead = float(d.get("overhead_us", 0.0))
         except (KeyError, TypeError, ValueError) as err:
-            raise DagprofError(f"bad topology ({err}); need hosts, devices_per_host, inter[, intra]", source) from None
-        return cls(hosts, per, intra, inter)
+            raise DagprofError(f"bad topology ({err}); need hosts, devices_per_host, inter[, intra, overhead_us]", source) from None
+        return cls(hosts, per, intra, inter, overhead)
 
     @classmethod
     def flat(cls, workers: int, link: AlphaBeta) -> "Topology":
@@ -218,7 +225,11 @@ def allreduce_us(nbytes: float, topo: Topology, spec: CollectiveSpec = Collectiv
     n = topo.world_size
     if n == 1 and spec.scheme is not Scheme.PS:
         return 0.0
-    m = float(nbytes)
+    return topo.overhead_us + _algorithm_us(float(nbytes), topo, spec)
+
+
+def _algorithm_us(m: float, topo: Topology, spec: CollectiveSpec) -> float:
+    n = topo.world_size
     if spec.scheme is Scheme.RING:
         link = _slowest_hop(topo, m / n)  # a ring is as slow as its slowest hop
         return 2 * (n - 1) * (link.alpha_us + m / n * link.beta_us_per_byte) + (n - 1) * m / n * link.gamma_us_per_byte

@@ -63,6 +63,8 @@ def add_allreduce(
     if n != topo.world_size or len(done) != n:
         raise DagprofError(f"collective over {n} ranks does not fit a topology of {topo.world_size} ranks")
     ctx = _Ctx(b, topo, tag, order, step, bucket)
+    if topo.overhead_us > 0 and (n > 1 or spec.scheme is Scheme.PS):
+        ready = [[_delay(b, f"{tag} overhead {r}", r, topo.overhead_us, preds, step, bucket)] for r, preds in enumerate(ready)]
     if spec.scheme is Scheme.PS:
         _ps(ctx, ready, done, nbytes, spec.servers)
         return
@@ -79,6 +81,14 @@ def add_allreduce(
     for r in range(n):
         for p in ends[r]:
             b.add_edge(p, done[r])
+
+
+def _delay(b: GraphBuilder, name: str, rank: int, us: float, preds: Sequence[int], step: int, bucket: int) -> int:
+    """The collective's fixed software cost, paid by every rank before its first message."""
+    v = b.add_node(name, Kind.COMM, rank=rank, dur=us, step=step, bucket=bucket)
+    for p in preds:
+        b.add_edge(p, v)
+    return v
 
 
 def _ring(ctx: _Ctx, ranks: list[int], ready: Sequence[Sequence[int]], nbytes: float) -> list[list[int]]:

@@ -71,7 +71,13 @@ def transfer_times(g: Graph, colls: list[Collective]) -> np.ndarray:
 
 
 def fit_topology(g: Graph) -> Topology:
-    """A flat topology (one rank per host) whose link reproduces the profiled collectives' transfer times."""
+    """A flat topology (one rank per host) whose link reproduces the profiled collectives' transfer times.
+
+    The fitted latency becomes a per-collective overhead, not a per-message wire latency: at
+    the profiled size they cost the same, but a profile's latency is mostly software (thread
+    hand-off, queueing) that does not grow with the ring's 2(N-1) steps; scaled to thousands of
+    ranks as wire latency it would dominate everything. Give network latency with ``set_link``.
+    """
     n = graph_world_size(g)
     colls = [c for c in find_collectives(g) if g.nbytes[c.comm] > 0 and g.dur[c.comm] > 0]
     if not colls:
@@ -79,7 +85,8 @@ def fit_topology(g: Graph) -> Topology:
     comm = np.array([c.comm for c in colls], dtype=np.int64)
     link = fit_link(g.nbytes[comm].astype(float), transfer_times(g, colls), n)
     per = int(g.meta.get("devices_per_host") or 1)
-    return Topology(max(n // per, 1), per if n % per == 0 else 1, link, link)
+    wire = AlphaBeta(0.0, link.beta_us_per_byte, link.gamma_us_per_byte)
+    return Topology(max(n // per, 1), per if n % per == 0 else 1, wire, wire, 2 * (max(n, 2) - 1) * link.alpha_us)
 
 
 def fit_link(nbytes: np.ndarray, dur_us: np.ndarray, workers: int) -> AlphaBeta:
