@@ -100,6 +100,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     whichever of the two is shaped (so TCP/IP framing overhead carries over)."""
     from dagprof.analysis import iteration_times
     from dagprof.collect.calibrate import fit
+    from dagprof.costmodel.alphabeta import AlphaBeta
     from dagprof.costmodel.topology import Topology
     from dagprof.passes import fit_topology, scale_workers, set_buckets, set_topology
     from dagprof.passes.compute import share_cores
@@ -118,6 +119,8 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
             if RATES[shaped] is None or RATES[rate] is None:
                 raise ValueError(f"no measurement covers the link {rate}")
             link = links[shaped].from_bandwidth(links[shaped].bandwidth_bytes_per_s * RATES[rate] / RATES[shaped], links[shaped].alpha_us)
+        if RATES[rate] is None and ranks > cores:  # an unshaped link is CPU work: 'ranks' copiers share 'cores'
+            link = AlphaBeta(link.alpha_us, link.beta_us_per_byte * ranks / cores)
         g = scale_workers(base, ranks, replicate=True) if ranks != prof_ranks else base
         g = set_topology(g, Topology.flat(ranks, link))
         g = set_buckets(g, cap * 2**20)
