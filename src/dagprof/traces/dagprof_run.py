@@ -235,6 +235,17 @@ class _Transfer:
     lane_kind: LaneKind = LaneKind.COMM_THREAD  # GPU_STREAM for NCCL kernels
 
 
+def _blocked_in(spans: list[_Span], k: int, end_ns: int | None) -> int | None:
+    """The main-lane span after ``k`` that waited for a transfer ending at ``end_ns``: the gap in which
+    it ended (the thread was blocked there), else the first span that starts after it (no delay)."""
+    if end_ns is None:
+        return k + 1 if k + 1 < len(spans) else None
+    during = next((j for j in range(k + 1, len(spans)) if spans[j].end >= end_ns), None)
+    if during is not None and spans[during].kind == Kind.OTHER:
+        return during
+    return next((j for j in range(k + 1, len(spans)) if spans[j].start >= end_ns), None)
+
+
 def _hook_comm(records: np.ndarray) -> _Comm:
     """Fallback without Kineto: the comm hook's issue -> completion span (includes queueing and waiting for peers)."""
     code = records[:, 0]
@@ -490,9 +501,16 @@ def _to_rank_trace(data: dict, path: str, steps: list, comm: _Comm, layers: list
     enqueue_ev: dict[int, int] = {}  # seq -> host event
     after_ev: dict[int, int] = {}  # seq -> the main-lane event that needs the transfer
     step_of: dict[int, int] = {}
+    transfer_end = {t.seq: t.end for t in comm.transfers}
     for step, b0, b1, spans in steps:
         add(f"ProfilerStep#{step}", Kind.STEP, 0, b0, b1, step, depth=-1)
-        ids = [add(s.name, s.kind, 0, s.start, s.end, step, s.layer, s.nbytes, s.seq, s.bucket) for s in spans]
+        # A host collective (DDP's buffer broadcast) is issued asynchronously and waited for later: the
+        # main thread is blocked in the gap during which its transfer ends. That gap is the wait.
+        blocked = {k: _blocked_in(spans, k, transfer_end.get(s.seq)) for k, s in enumerate(spans) if s.kind == Kind.COMM_ENQUEUE and s.bucket < 0}
+        waits = {w for w in blocked.values() if w is not None and spans[w].kind == Kind.OTHER}
+        ids = [add(f"{s.name} (blocked on a collective)" if k in waits else s.name, Kind.COMM_WAIT if k in waits else s.kind, 0,
+                   s.start, s.end, step, s.layer, s.nbytes, s.seq, s.bucket)
+               for k, s in enumerate(spans)]
         # the last backward's wait (earlier ones are gradient-accumulation passes without communication)
         sink = next((i for i, s in zip(ids[::-1], spans[::-1]) if s.kind == Kind.COMM_WAIT), None)
         sink = sink if sink is not None else next((i for i, s in zip(ids, spans) if s.kind == Kind.UPDATE), None)
@@ -500,9 +518,8 @@ def _to_rank_trace(data: dict, path: str, steps: list, comm: _Comm, layers: list
             if s.kind != Kind.COMM_ENQUEUE:
                 continue
             enqueue_ev[s.seq], step_of[s.seq] = i, step
-            # a bucket all-reduce is needed by the step's wait; a blocking host collective by whatever follows it
-            nxt = ids[k + 1] if k + 1 < len(ids) else None
-            target = sink if s.bucket >= 0 else nxt
+            # a bucket all-reduce is needed by the step's wait; a host collective where the thread blocked on it
+            target = sink if s.bucket >= 0 else (ids[blocked[k]] if blocked[k] is not None else None)
             if target is not None:
                 after_ev[s.seq] = target
     flows = _add_device_ops(comm.device, cols, add, lanes, base_ns)
