@@ -62,10 +62,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"dagprof {args.command}: internal error: {type(err).__name__}: {err} (set DAGPROF_DEBUG=1 for the traceback)", file=sys.stderr)
         return 3
-    if args.json:
-        print(json.dumps(result, default=_jsonable))
-    else:
-        print(mod.to_text(result))
+    try:
+        print(json.dumps(result, default=_jsonable) if args.json else mod.to_text(result))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `dagprof ... | head`: the reader left, which is no error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 
