@@ -4,7 +4,7 @@ Measures DDP iteration time over a grid (link rate x bucket size x ranks) with r
 ranks in network namespaces, profiles ONE cell with dagprof, predicts every other cell from
 that profile with the what-if passes, and prints measured vs predicted per cell.
 
-    sudo /tmp/venv0/bin/python bench/testbed/run.py            # full grid, 3 rounds, ~10 min
+    sudo /tmp/venv0/bin/python bench/testbed/run.py            # full grid, 3 rounds, ~6 min
     sudo /tmp/venv0/bin/python bench/testbed/run.py --quick    # 1 round, 2 ranks, 4 cells
 
 The machine is shared and its load drifts by minutes, so each round runs, back to back in
@@ -17,7 +17,10 @@ How each cell is predicted from the profile (2 ranks, 1 Gbit/s, 1 MB buckets):
   sweep of the unshaped veth link (a link calibration, as nccl-tests is for GPUs);
 - bucket size: ``set_buckets`` in gradient-ready order;
 - 4 ranks: ``scale_workers`` (rank copies) plus ``share_cores``: the 4 ranks share this
-  machine's cores, so their compute queues for the CPU (4 ranks on 2 cores contend).
+  machine's cores, so their compute queues for the CPU (4 ranks on 2 cores contend); and an
+  unshaped link, being memory copies by the ranks' gloo threads, gets cores/ranks of the
+  swept bandwidth. Not modelled: the longer wake-up latency of each ring step when threads
+  outnumber cores (it shows as a per-bucket cost in the 4-rank cells with 1 MB buckets).
 """
 from __future__ import annotations
 

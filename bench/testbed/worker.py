@@ -1,7 +1,7 @@
 """One rank of the testbed job: an MLP trained with gloo DDP, run inside a rank's namespace.
 
-The model is chosen so that communication matters on slow links (8 Linear layers of 768x768:
-18.9 MB of fp32 gradients) while compute stays tens of ms per step on one thread.
+The model is chosen so that communication matters on slow links (8 Linear layers, 22 MB of
+fp32 gradients) while compute stays tens of ms per step on one thread.
 
 Phases run in one process to pay torch's start-up once and to keep the profile, the link
 sweep and the measured cells close in time (the machine's load drifts): before each phase
@@ -20,12 +20,18 @@ import time
 from datetime import timedelta
 
 
+WIDTHS = (512, 1024, 768, 1280, 640, 1024, 896, 512, 768)  # 8 Linear layers of 1.6..3.9 MB: buckets of unequal size
+
+
 def build_model(width: int, depth: int):
+    """``depth`` Linear+ReLU layers; widths cycle through WIDTHS scaled by ``width`` / 768, so
+    per-layer buckets differ in size and a profile alone separates latency from bandwidth."""
     import torch.nn as nn
 
+    dims = [max(8, int(WIDTHS[i % len(WIDTHS)] * width / 768)) for i in range(depth + 1)]
     layers = []
-    for _ in range(depth):
-        layers += [nn.Linear(width, width), nn.ReLU()]
+    for a, b in zip(dims[:-1], dims[1:]):
+        layers += [nn.Linear(a, b), nn.ReLU()]
     return nn.Sequential(*layers)
 
 
@@ -62,8 +68,8 @@ def main() -> None:
     torch.manual_seed(0)
     model = build_model(a.width, a.depth)
     gen = torch.Generator().manual_seed(1 + a.rank)
-    x = torch.randn(a.batch, a.width, generator=gen)
-    y = torch.randn(a.batch, a.width, generator=gen)
+    x = torch.randn(a.batch, model[0].in_features, generator=gen)
+    y = torch.randn(a.batch, model[-2].out_features, generator=gen)
     results: list = []
     for k, phase in enumerate(a.phases):
         mode, _, cap = phase.partition(":")

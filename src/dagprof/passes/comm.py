@@ -83,18 +83,26 @@ def fit_topology(g: Graph) -> Topology:
     if not colls:
         raise DagprofError("the trace has no collective with known size and duration to fit a link model to")
     comm = np.array([c.comm for c in colls], dtype=np.int64)
-    link = fit_link(g.nbytes[comm].astype(float), transfer_times(g, colls), n)
+    concurrent = any(g.devices[d].capacity > 1 for d in np.unique(g.device[comm]) if d >= 0)
+    link = fit_link(g.nbytes[comm].astype(float), transfer_times(g, colls), n, concurrent)
     per = int(g.meta.get("devices_per_host") or 1)
     wire = AlphaBeta(0.0, link.beta_us_per_byte, link.gamma_us_per_byte)
     return Topology(max(n // per, 1), per if n % per == 0 else 1, wire, wire, 2 * (max(n, 2) - 1) * link.alpha_us)
 
 
-def fit_link(nbytes: np.ndarray, dur_us: np.ndarray, workers: int) -> AlphaBeta:
-    """Alpha-beta from profiled ring all-reduces; one size only -> all of it is bandwidth."""
+def fit_link(nbytes: np.ndarray, dur_us: np.ndarray, workers: int, concurrent: bool = False) -> AlphaBeta:
+    """Alpha-beta from profiled ring all-reduces.
+
+    Per-collective times are trusted only from a one-at-a-time channel. When collectives
+    overlap (gloo's two workers share the link), completion spacing splits a pair's time
+    between its two members almost at random, and only the total is meaningful: bandwidth is
+    then total time over total bytes (as with a single message size, where latency and
+    bandwidth cannot be told apart either).
+    """
     n = max(workers, 2)
-    if nbytes.max() < 1.5 * nbytes.min() or len(nbytes) < 2:
-        beta = float(np.median(dur_us / (2 * (n - 1) / n * nbytes)))
-        return AlphaBeta(0.0, beta)
+    share = 2 * (n - 1) / n
+    if concurrent or nbytes.max() < 1.5 * nbytes.min() or len(nbytes) < 2:
+        return AlphaBeta(0.0, float(dur_us.sum() / (share * nbytes).sum()))
     return fit_alpha_beta(nbytes, dur_us, n)
 
 
