@@ -43,12 +43,18 @@ class Profiled:
         return self.analysis.to_dict() | {"findings": [f.to_dict() for f in self.findings], "warnings": self.warnings, "clock_alignment": clocks}
 
 
-def open_run(path: str | os.PathLike[str], steps: range | None = None, engine: str = "auto", exact: bool = False) -> Profiled:
-    """``exact`` replays every op with its own measured time; by default each op takes its mean
-    over the steps (a model of the iteration, which is what what-ifs start from)."""
+def open_run(path: str | os.PathLike[str], steps: range | None = None, engine: str = "auto", template: bool = False) -> Profiled:
+    """Load, align, build and replay a run.
+
+    The graph keeps every profiled step with its own measured op times, so what-ifs apply to each
+    real step and their predictions keep its step-to-step variation. ``template`` replaces each op's
+    time by its mean over the steps (dPRO's averaged replay): smoother, but on a machine whose load
+    swings it predicts short, since the mean of each step's slowest path exceeds the slowest path
+    of mean times.
+    """
     run, alignment = _aligned(load(path))
     graph = build_graph(run, steps=steps)
-    if not exact:
+    if template:
         graph = average_steps(graph)
     a = analyze(graph, replay(graph, engine=engine))
     return Profiled(run, graph, a, findings(a), alignment)

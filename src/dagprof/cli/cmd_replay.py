@@ -12,11 +12,11 @@ def add_arguments(p) -> None:
     add_run_arguments(p)
     p.add_argument("-o", "--out", help="folder for replay.trace.json and report.html (default: the run folder)")
     p.add_argument("--engine", choices=["auto", "numba", "python"], default="auto")
-    p.add_argument("--exact", action="store_true", help="replay each op with its own measured time instead of its mean over the steps")
+    p.add_argument("--template", action="store_true", help="replay every step with each op's mean time over the steps (dPRO's averaged replay)")
 
 
 def run(args) -> dict:
-    prof = open_run(args.run, steps=args.steps, engine=args.engine, exact=args.exact)
+    prof = open_run(args.run, steps=args.steps, engine=args.engine, template=args.template)
     files = write_outputs(prof, args.out or default_out(args.run))
     a = prof.to_dict()
     return {k: a[k] for k in ("measured_iter_ms", "predicted_iter_ms", "error_pct", "per_rank", "steps", "nodes", "edges", "engine", "warnings")} | {"files": files}
