@@ -70,8 +70,10 @@ def test_sweep_fit_trusts_large_messages_for_bandwidth():
     exact = AlphaBeta(50.0, 1e-3)
     sizes = np.array([2.0**k for k in range(12, 25, 2)])
     assert fit_sweep(sizes, ring_allreduce_us(sizes, 4, exact), 4).beta_us_per_byte == pytest.approx(1e-3)
+    flat = fit_sweep(sizes, np.full(len(sizes), 5.0), 4)  # noise-flat sweep: bandwidth from the largest message
+    assert flat.beta_us_per_byte == pytest.approx(5.0 / (1.5 * sizes[-1]))
     with pytest.raises(DagprofError):
-        fit_sweep(sizes, np.full(len(sizes), 5.0), 4)
+        fit_sweep(sizes, np.zeros(len(sizes)), 4)
 
 
 def test_closed_forms_agree_where_they_should():

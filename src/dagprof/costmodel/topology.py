@@ -264,8 +264,10 @@ def fit_sweep(nbytes: np.ndarray, time_us: np.ndarray, workers: int) -> AlphaBet
     if big.sum() < 2:
         big = np.arange(len(m)) >= len(m) - 2
     slope = np.polyfit(share * m[big], t[big], 1)[0]
+    if not slope > 0:  # noise swamped the growth (fast link, short sweep): the largest message alone
+        slope = t[-1] / (share * m[-1])
     if not slope > 0:
-        raise DagprofError("all-reduce time does not grow with size in this sweep; cannot fit a bandwidth")
+        raise DagprofError("all-reduce times in this sweep are not positive; cannot fit a bandwidth")
     rest = np.maximum(t[~big] - share * m[~big] * slope, 0.0) if (~big).any() else np.zeros(1)
     return AlphaBeta(float(np.median(rest)) / (2 * (workers - 1)), float(slope))
 
