@@ -110,7 +110,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     from dagprof.pipeline import open_run
     from dagprof.replay import replay
 
-    p = open_run(run_dir)
+    p = open_run(run_dir, template=True)  # a model of the iteration: each op at its mean over the profiled steps
     prof_ranks, prof_rate, _ = profiled
     links = {prof_rate: fit_topology(p.graph).inter, swept: fit([tuple(x) for x in sweep], 2)}
     shaped = prof_rate if RATES[prof_rate] else swept

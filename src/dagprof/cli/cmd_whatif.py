@@ -76,6 +76,7 @@ def add_arguments(p) -> None:
     p.add_argument("--cores", type=int, default=None, help="cores per host shared by its ranks (default: ranks do not contend)")
     p.add_argument("--ranks-per-host", type=int, default=None, help="with --cores: ranks per host (default all on one)")
     p.add_argument("--fine", action="store_true", help="per-message collectives on per-link queues (needs <= 64 ranks)")
+    p.add_argument("--template", action="store_true", help="start from the averaged iteration (each op at its mean over the steps)")
     p.add_argument("-o", "--out", help="folder for whatif<i>.trace.json (default: the run folder)")
     p.add_argument("--no-trace", action="store_true", help="do not write predicted timelines")
 
@@ -161,7 +162,7 @@ def base_topology(g: Graph, args) -> Topology:
 
 def run(args) -> dict:
     t0 = time.perf_counter()
-    prof = open_run(args.run, steps=args.steps)
+    prof = open_run(args.run, steps=args.steps, template=args.template)
     g0 = prof.graph
     n0 = graph_world_size(g0)
     base_topo = base_topology(g0, args)
