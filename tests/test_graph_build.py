@@ -53,3 +53,17 @@ def test_more_comm_time_slows_iteration():
 def test_steps_outside_trace_is_clear_error():
     with pytest.raises(DagprofError, match="requested but the trace holds steps 0..2"):
         build_graph(ddp_run(steps=3), steps=range(50, 60))
+
+
+def test_queued_collective_spans_give_transfer_times():
+    """Hook-style spans run from issue to completion, so a bucket issued while the previous one is
+    still on the link records its queueing too; the graph must hold the transfer alone."""
+    run = ddp_run(ranks=2, steps=2, bw_us=1.0, comm_us=15.0, buckets=((3,), (2,), (1,), (0,)))
+    spans = run.ranks[0].events.dur[run.ranks[0].events.kind == Kind.COMM]
+    assert spans.max() > 20.0  # queued behind earlier buckets
+    g = build_graph(run)
+    assert np.allclose(g.dur[g.kind == Kind.COMM], 15.0)
+    from dagprof.passes.comm import fit_topology
+
+    link = fit_topology(g).inter  # one message size: all of it is bandwidth, 2(N-1)/N = 1 for two ranks
+    assert link.beta_us_per_byte == pytest.approx(15.0 / 4096)

@@ -8,8 +8,12 @@ Rules, all derived from the normalised events (``traces.events`` conventions):
   whatever it measured beyond that becomes overhead (gap);
 - a collective instance (matched across ranks by ``align.matching``) becomes one shared ``COMM``
   node on its process group's channel behind a ``SYNC`` join of every rank's ready point: it starts
-  only once every participant entered it, so waiting for a slower rank emerges in the replay. Its
-  duration is the shortest rank's span: the last rank to enter waits for nobody;
+  only once every participant entered it, so waiting for a slower rank emerges in the replay. The
+  channel serves one collective at a time and each one's duration is its completion minus the later
+  of its own readiness and the previous completion, on the rank where that is shortest (the last to
+  enter waits for nobody). Spaced by completions, the replay reproduces when collectives finish even
+  where a profile's spans overlap (gloo runs two at once on a shared link) or include queueing
+  (hook spans run from issue to completion); ``meta["comm_lanes"]`` says whether they overlapped;
 - each node's ``gap`` is its measured start minus the latest measured end of its predecessors
   (clipped at 0): the framework overhead the replayer adds back (dPRO);
 - zero-cost ``STEP`` nodes mark every step boundary on each rank's main lane.
@@ -82,7 +86,7 @@ class _CollectiveEnd:
     rank: int
     start: float
     end: float
-    lane_prev_end: float  # end of the previous collective on the same comm lane
+    prev_end: float  # completion of this rank's previous collective
     ready: list[int] = field(default_factory=list)  # node ids it waits on (enqueue)
     needs: list[int] = field(default_factory=list)  # node ids that wait on it
     name: str = ""
@@ -103,6 +107,7 @@ class _Assembler:
         self.edge_end: dict[tuple[int, int], float] = {}  # measured end of u as seen by v, when u is shared
         self.instances: dict[int, list[_CollectiveEnd]] = {}
         self.fixed_gap: dict[int, float] = {}  # shared nodes: gap not derivable from one clock
+        self.comm_lanes = 1  # most collectives a rank ran at once (threads or streams they used)
 
     # -- nodes and edges -------------------------------------------------
     def node(self, name: str, kind: Kind, mstart: float, mend: float, **kw) -> int:
@@ -196,17 +201,16 @@ class _Assembler:
             return piece_at.get((o, float(ev.start[d]))) if o >= 0 and top[o] else None
 
         ends: dict[int, _CollectiveEnd] = {}
-        lane_prev: dict[int, float] = {}
+        prev_end = -np.inf
         comm_lanes = len(np.unique(ev.lane[coll])) or 1  # gloo runs collectives on a pool of threads
-        for i in sorted(np.flatnonzero(coll), key=lambda i: ev.start[i]):
+        for i in sorted(np.flatnonzero(coll), key=lambda i: ev.start[i] + ev.dur[i]):
             i = int(i)
-            lane = int(ev.lane[i])
             ce = _CollectiveEnd(
-                rank=r, start=float(ev.start[i]), end=float(ev.start[i] + ev.dur[i]), lane_prev_end=lane_prev.get(lane, -np.inf),
+                rank=r, start=float(ev.start[i]), end=float(ev.start[i] + ev.dur[i]), prev_end=prev_end,
                 name=ev.name_of(i), nbytes=int(ev.nbytes[i]), bucket=int(ev.bucket[i]), step=int(ev.step[i]),
                 lanes=comm_lanes, group=trace.groups[int(ev.group[i])] if ev.group[i] >= 0 else "0",
             )
-            lane_prev[lane] = ce.end
+            prev_end = ce.end
             ends[i] = ce
             self.instances.setdefault(int(instance[i]), []).append(ce)
         for s, d in flows:
@@ -238,14 +242,17 @@ class _Assembler:
         for inst in sorted(self.instances, key=lambda k: min(c.start for c in self.instances[k])):
             ends = self.instances[inst]
             head = ends[0]
-            channel = self.b.device(f"group {head.group}", DeviceKind.COMM, capacity=max(c.lanes for c in ends))
+            channel = self.b.device(f"group {head.group}", DeviceKind.COMM)
+            self.comm_lanes = max(self.comm_lanes, max(c.lanes for c in ends))
             sync = self.node(f"sync.{head.name}.{inst}", Kind.SYNC, 0.0, 0.0, step=head.step, bucket=head.bucket)
             self.fixed_gap[sync] = 0.0
-            dur = min(c.end - c.start for c in ends)
-            gaps = []
+            durs, gaps = [], []
             for c in ends:
                 ready = max((self.mend[u] for u in c.ready), default=c.start)
-                gaps.append(c.start - max(ready, c.lane_prev_end))
+                free = max(ready, c.prev_end)
+                durs.append(c.end - free)
+                gaps.append(c.start - free)
+            dur = min(durs)
             comm = self.node(f"{head.name}.{inst}", Kind.COMM, 0.0, dur, device=channel, step=head.step, bucket=head.bucket, nbytes=head.nbytes)
             self.fixed_gap[comm] = max(0.0, min(gaps))
             self.edge(sync, comm)
@@ -273,6 +280,7 @@ class _Assembler:
         for v, fixed in self.fixed_gap.items():
             gap[v] = fixed
         self.b.add_edges(src, dst)
+        self.b.meta["comm_lanes"] = self.comm_lanes
         return self.b.build().replace(gap=gap)
 
 

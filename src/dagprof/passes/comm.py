@@ -48,28 +48,6 @@ def graph_world_size(g: Graph) -> int:
     return int(g.meta.get("world_size") or g.world_size)
 
 
-def transfer_times(g: Graph, colls: list[Collective]) -> np.ndarray:
-    """The time the channel spent on each collective (us), from the profiled timeline.
-
-    A profiled span runs from the last rank's enqueue to completion, so it includes queueing
-    behind earlier collectives (gloo works on two at once, sharing the link). Completions on a
-    channel are spaced by service times: a collective's own transfer is its end minus the later
-    of its ready time and the previous completion (what a one-at-a-time channel would need).
-    """
-    ready = np.array([max((g.order[p] + g.dur[p] for p in c.ready), default=0.0) for c in colls])
-    comm = np.array([c.comm for c in colls], dtype=np.int64)
-    end = ready + g.gap[comm] + g.dur[comm]
-    out = g.dur[comm].astype(float).copy()
-    for dev in np.unique(g.device[comm]):
-        idx = np.flatnonzero(g.device[comm] == dev)
-        idx = idx[np.argsort(end[idx], kind="stable")]
-        prev = -np.inf
-        for i in idx:
-            out[i] = end[i] - max(ready[i], prev)
-            prev = end[i]
-    return out
-
-
 def fit_topology(g: Graph) -> Topology:
     """A flat topology (one rank per host) whose link reproduces the profiled collectives' transfer times.
 
@@ -83,8 +61,8 @@ def fit_topology(g: Graph) -> Topology:
     if not colls:
         raise DagprofError("the trace has no collective with known size and duration to fit a link model to")
     comm = np.array([c.comm for c in colls], dtype=np.int64)
-    concurrent = any(g.devices[d].capacity > 1 for d in np.unique(g.device[comm]) if d >= 0)
-    link = fit_link(g.nbytes[comm].astype(float), transfer_times(g, colls), n, concurrent)
+    concurrent = int(g.meta.get("comm_lanes", 1)) > 1  # the builder's durations are completion spacings
+    link = fit_link(g.nbytes[comm].astype(float), g.dur[comm].astype(float), n, concurrent)
     per = int(g.meta.get("devices_per_host") or 1)
     wire = AlphaBeta(0.0, link.beta_us_per_byte, link.gamma_us_per_byte)
     return Topology(max(n // per, 1), per if n % per == 0 else 1, wire, wire, 2 * (max(n, 2) - 1) * link.alpha_us)
