@@ -1,31 +1,18 @@
 """``dagprof whatif RUN --bandwidth 10Gbit --workers 16 --bucket-mb 5 --scheme ps:4``.
 
 Every flag takes a comma-separated list; the scenarios are all combinations, one table row
-each. Passes are applied in a fixed order (workers, cluster, scheme, link, buckets,
-partition, compute, cores, fine-grained collectives) to the run's graph, and each scenario
-is replayed. Speed-up is throughput (ranks / iteration time) against the model of the
-profiled run (so the model's own error cancels out of the ratio); scaling efficiency is that
-model's iteration time / the predicted one (weak scaling, 1.0 = perfect); ``vs measured`` is
-the predicted iteration time against the measured one.
+each, evaluated by ``search.whatif`` (which documents the pass order and the columns).
 """
 from __future__ import annotations
 
 import itertools
 import os
-import time
-from dataclasses import dataclass, replace
 
-from ..analysis import iteration_times
 from ..costmodel.alphabeta import parse_bandwidth
-from ..costmodel.topology import CollectiveSpec, Topology, load_link_model, parse_topology
+from ..costmodel.topology import CollectiveSpec
 from ..errors import DagprofError
-from ..graph.dag import Graph
-from ..passes import expand_collectives, partition_tensors, scale_compute, scale_workers, set_buckets, set_link, set_scheme, set_topology
-from ..passes.comm import current_topology, graph_world_size
-from ..passes.compute import share_cores
 from ..pipeline import default_out, open_run
-from ..replay import replay
-from ..report.timeline import write_replay_trace
+from ..search.whatif import Cluster, Scenario, evaluate
 from .common import add_run_arguments
 
 HELP = "predict iteration time under other bandwidth, latency, workers, buckets, schemes, compute speed"
@@ -81,24 +68,7 @@ def add_arguments(p) -> None:
     p.add_argument("--no-trace", action="store_true", help="do not write predicted timelines")
 
 
-@dataclass
-class Scenario:
-    workers: int | None = None
-    bandwidth: float | None = None
-    latency_us: float | None = None
-    bucket_mb: float | None = None
-    scheme: CollectiveSpec | None = None
-    partition: int | None = None
-    speed: float | None = None
-
-    def label(self, bw_text: str | None) -> dict:
-        return {
-            "workers": self.workers, "bandwidth": bw_text, "latency_us": self.latency_us, "bucket_mb": self.bucket_mb,
-            "scheme": None if self.scheme is None else str(self.scheme), "partition": self.partition, "compute_speed": self.speed,
-        }
-
-
-def _scenarios(args) -> list[tuple[Scenario, str | None]]:
+def _scenarios(args) -> list[Scenario]:
     axes = {
         "workers": _list(_positive_int)(args.workers) if args.workers else [None],
         "bandwidth": _list(lambda x: (parse_bandwidth(x), x))(args.bandwidth) if args.bandwidth else [(None, None)],
@@ -112,91 +82,17 @@ def _scenarios(args) -> list[tuple[Scenario, str | None]]:
     for combo in itertools.product(*axes.values()):
         kw = dict(zip(axes, combo))
         bw, text = kw.pop("bandwidth")
-        out.append((Scenario(bandwidth=bw, **kw), text))
+        out.append(Scenario(bandwidth=bw, bandwidth_text=text, **kw))
     return out
 
 
-def apply(g: Graph, s: Scenario, args, base_topo: Topology) -> Graph:
-    """The run's graph under scenario ``s`` (the CLI's fixed pass order)."""
-    g = set_topology(g, base_topo)
-    if s.workers is not None:
-        if args.fine and s.workers > 64:
-            raise DagprofError(f"--fine needs <= 64 ranks, got --workers {s.workers}")
-        g = scale_workers(g, s.workers, replicate=True if (args.fine or args.cores) else None)
-        n = s.workers
-        if args.topology:
-            g = set_topology(g, replace(parse_topology(args.topology, n), overhead_us=base_topo.overhead_us))
-        elif args.link_model:  # a file fitted per worker count (nccl-tests) has a better link for n
-            t, link = current_topology(g), load_link_model(args.link_model, n)
-            g = set_topology(g, Topology(t.hosts, t.devices_per_host, link, link, t.overhead_us))
-    if s.scheme is not None:
-        g = set_scheme(g, s.scheme)
-    if s.bandwidth is not None or s.latency_us is not None:
-        g = set_link(g, s.bandwidth, s.latency_us, args.link)
-    if s.bucket_mb is not None or args.no_overlap:
-        cap = None if s.bucket_mb is None else (1e18 if s.bucket_mb == float("inf") else s.bucket_mb * 2**20)
-        first = None if args.first_bucket_mb is None else args.first_bucket_mb * 2**20
-        g = set_buckets(g, cap, overlap=not args.no_overlap, first_bucket_bytes=first)
-    if s.partition is not None:
-        g = partition_tensors(g, s.partition)
-    if s.speed is not None:
-        g = scale_compute(g, s.speed)
-    if args.cores:
-        g = share_cores(g, args.cores, args.ranks_per_host)
-    if args.fine:
-        g = expand_collectives(g)
-    return g
-
-
-def base_topology(g: Graph, args) -> Topology:
-    """The cluster the run ran on: --topology, else --link-model, else fitted to its collectives."""
-    n0 = graph_world_size(g)
-    t = current_topology(g)
-    if args.topology:  # the profile's per-collective software overhead stays
-        return replace(parse_topology(args.topology, n0), overhead_us=t.overhead_us)
-    if args.link_model:
-        link = load_link_model(args.link_model, n0)
-        return Topology(t.hosts, t.devices_per_host, link, link, t.overhead_us)
-    return t
-
-
 def run(args) -> dict:
-    t0 = time.perf_counter()
     prof = open_run(args.run, steps=args.steps, template=args.template)
-    g0 = prof.graph
-    n0 = graph_world_size(g0)
-    base_topo = base_topology(g0, args)
+    cluster = Cluster(link=args.link, topology=args.topology, link_model=args.link_model, first_bucket_mb=args.first_bucket_mb,
+                      overlap=not args.no_overlap, cores=args.cores, ranks_per_host=args.ranks_per_host, fine=args.fine)
     measured = prof.analysis.measured_us
-    model = _predict(set_topology(g0, base_topo))
-    out_dir = args.out or default_out(args.run)
-    rows = []
-    scenarios = _scenarios(args)
-    for i, (s, bw_text) in enumerate(scenarios):
-        t1 = time.perf_counter()
-        g = apply(g0, s, args, base_topo)
-        res = replay(g)
-        it = max(iteration_times(g, res).values())
-        n = graph_world_size(g)
-        row = {**s.label(bw_text), "workers": n, "predicted_iter_ms": it / 1e3, "iters_per_s": 1e6 / it,
-               "speedup": (n / n0) * model / it, "scaling_efficiency": model / it,
-               "vs_measured_pct": None if not measured else 100.0 * (it - measured) / measured, "seconds": time.perf_counter() - t1}
-        if not args.no_trace and i < MAX_TRACES:
-            row["trace"] = write_replay_trace(os.path.join(out_dir, f"whatif{i}.trace.json"), g, res)
-        rows.append(row)
-    return {
-        "run": os.fspath(args.run), "workers": n0, "measured_iter_ms": None if measured is None else measured / 1e3,
-        "model_iter_ms": model / 1e3, "link": _link_text(base_topo), "scenarios": rows, "seconds": time.perf_counter() - t0,
-    }
-
-
-def _predict(g: Graph) -> float:
-    return max(iteration_times(g, replay(g)).values())
-
-
-def _link_text(t: Topology) -> str:
-    ab = t.inter
-    return (f"{t.hosts} host(s) x {t.devices_per_host}, link {ab.bandwidth_bytes_per_s * 8 / 1e9:.3g} Gbit/s, latency {ab.alpha_us:.3g} us, "
-            f"{t.overhead_us:.3g} us per collective")
+    out = evaluate(prof.graph, _scenarios(args), cluster, measured, None if args.no_trace else (args.out or default_out(args.run)), MAX_TRACES)
+    return {"run": os.fspath(args.run), "measured_iter_ms": None if measured is None else measured / 1e3} | out
 
 
 def to_text(r: dict) -> str:

@@ -1,0 +1,136 @@
+"""What-if scenarios: the run's graph under other conditions, replayed.
+
+Passes are applied in a fixed order (workers, cluster, scheme, link, buckets, partition,
+compute, cores, fine-grained collectives). Speed-up is throughput (ranks / iteration time)
+against the model of the profiled run, so the model's own error cancels out of the ratio;
+scaling efficiency is that model's iteration time over the predicted one (weak scaling,
+1.0 = perfect); ``vs_measured_pct`` compares the prediction with the measured iteration.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, replace
+
+from ..analysis import iteration_times
+from ..costmodel.topology import CollectiveSpec, Topology, load_link_model, parse_topology
+from ..errors import DagprofError
+from ..graph.dag import Graph
+from ..passes import expand_collectives, partition_tensors, scale_compute, scale_workers, set_buckets, set_link, set_scheme, set_topology
+from ..passes.comm import current_topology, graph_world_size
+from ..passes.compute import share_cores
+from ..replay import replay
+from ..report.timeline import write_replay_trace
+
+
+@dataclass
+class Scenario:
+    """One row of a what-if table; None leaves that aspect as profiled."""
+
+    workers: int | None = None
+    bandwidth: float | None = None  # bytes/s
+    bandwidth_text: str | None = None  # as the user wrote it, for the table
+    latency_us: float | None = None
+    bucket_mb: float | None = None  # inf: one bucket per step
+    scheme: CollectiveSpec | None = None
+    partition: int | None = None
+    speed: float | None = None  # compute speed factor
+
+    def label(self) -> dict:
+        return {
+            "workers": self.workers, "bandwidth": self.bandwidth_text, "latency_us": self.latency_us, "bucket_mb": self.bucket_mb,
+            "scheme": None if self.scheme is None else str(self.scheme), "partition": self.partition, "compute_speed": self.speed,
+        }
+
+
+@dataclass
+class Cluster:
+    """Settings that hold for every scenario of a table."""
+
+    link: str = "inter"  # which links bandwidth/latency change: inter, intra, all
+    topology: str | None = None  # a file or presets like "nvlink/100gbe:8"
+    link_model: str | None = None  # a `dagprof calibrate` file
+    first_bucket_mb: float | None = None
+    overlap: bool = True  # False: all-reduces start after the whole backward
+    cores: int | None = None  # cores per host shared by its ranks
+    ranks_per_host: int | None = None
+    fine: bool = False  # per-message collectives on per-link queues
+
+
+def base_topology(g: Graph, c: Cluster) -> Topology:
+    """The cluster the run ran on: ``c.topology``, else ``c.link_model``, else fitted to its collectives."""
+    n0 = graph_world_size(g)
+    t = current_topology(g)
+    if c.topology:  # the profile's per-collective software overhead stays
+        return replace(parse_topology(c.topology, n0), overhead_us=t.overhead_us)
+    if c.link_model:
+        link = load_link_model(c.link_model, n0)
+        return Topology(t.hosts, t.devices_per_host, link, link, t.overhead_us)
+    return t
+
+
+def apply(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
+    """The run's graph under scenario ``s``."""
+    g = set_topology(g, base_topo)
+    if s.workers is not None:
+        if c.fine and s.workers > 64:
+            raise DagprofError(f"fine-grained collectives need <= 64 ranks, got {s.workers} workers")
+        g = scale_workers(g, s.workers, replicate=True if (c.fine or c.cores) else None)
+        n = s.workers
+        if c.topology:
+            g = set_topology(g, replace(parse_topology(c.topology, n), overhead_us=base_topo.overhead_us))
+        elif c.link_model:  # a file fitted per worker count (nccl-tests) has a better link for n
+            t, link = current_topology(g), load_link_model(c.link_model, n)
+            g = set_topology(g, Topology(t.hosts, t.devices_per_host, link, link, t.overhead_us))
+    if s.scheme is not None:
+        g = set_scheme(g, s.scheme)
+    if s.bandwidth is not None or s.latency_us is not None:
+        g = set_link(g, s.bandwidth, s.latency_us, c.link)
+    if s.bucket_mb is not None or not c.overlap:
+        cap = None if s.bucket_mb is None else (1e18 if s.bucket_mb == float("inf") else s.bucket_mb * 2**20)
+        first = None if c.first_bucket_mb is None else c.first_bucket_mb * 2**20
+        g = set_buckets(g, cap, overlap=c.overlap, first_bucket_bytes=first)
+    if s.partition is not None:
+        g = partition_tensors(g, s.partition)
+    if s.speed is not None:
+        g = scale_compute(g, s.speed)
+    if c.cores:
+        g = share_cores(g, c.cores, c.ranks_per_host)
+    if c.fine:
+        g = expand_collectives(g)
+    return g
+
+
+def predict_iter_us(g: Graph) -> float:
+    """The job's iteration time (its slowest rank) when ``g`` is replayed."""
+    return max(iteration_times(g, replay(g)).values())
+
+
+def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = None, measured_us: float | None = None,
+             trace_dir: str | None = None, max_traces: int = 8) -> dict:
+    """Replay every scenario; rows with predicted iteration time, throughput, speed-up, efficiency."""
+    t0 = time.perf_counter()
+    cluster = cluster or Cluster()
+    n0 = graph_world_size(g0)
+    base_topo = base_topology(g0, cluster)
+    model = predict_iter_us(set_topology(g0, base_topo))
+    rows = []
+    for i, s in enumerate(scenarios):
+        t1 = time.perf_counter()
+        g = apply(g0, s, cluster, base_topo)
+        res = replay(g)
+        it = max(iteration_times(g, res).values())
+        n = graph_world_size(g)
+        row = {**s.label(), "workers": n, "predicted_iter_ms": it / 1e3, "iters_per_s": 1e6 / it,
+               "speedup": (n / n0) * model / it, "scaling_efficiency": model / it,
+               "vs_measured_pct": None if not measured_us else 100.0 * (it - measured_us) / measured_us, "seconds": time.perf_counter() - t1}
+        if trace_dir is not None and i < max_traces:
+            row["trace"] = write_replay_trace(os.path.join(trace_dir, f"whatif{i}.trace.json"), g, res)
+        rows.append(row)
+    return {"workers": n0, "model_iter_ms": model / 1e3, "link": link_text(base_topo), "scenarios": rows, "seconds": time.perf_counter() - t0}
+
+
+def link_text(t: Topology) -> str:
+    ab = t.inter
+    return (f"{t.hosts} host(s) x {t.devices_per_host}, link {ab.bandwidth_bytes_per_s * 8 / 1e9:.3g} Gbit/s, latency {ab.alpha_us:.3g} us, "
+            f"{t.overhead_us:.3g} us per collective")
