@@ -16,10 +16,14 @@ from .costmodel import preset
 from .pipeline import Profiled, open_run, write_outputs
 from .report.html import ReportInputs, html_table
 from .report.svg import speedup_chart
+from .costmodel import parse_bandwidth
 from .search import BucketSearch, search_bucket_sizes
+from .search.whatif import Scenario, evaluate
 from .sgd import CommModel, Policy, predict
 from .traces.layerwise import layer_profile_from_run
 
+WHATIF_BANDWIDTHS = ["10Gbit", "1Gbit", "100Mbit"]
+WHATIF_WORKERS = [8, 64, 4096]
 OUTLOOK_WORKERS = [1, 2, 4, 8, 16, 32, 64]
 MIN_GAIN_PCT = 2.0  # below this a predicted gain is within run-to-run noise: nothing worth applying
 VERIFY_ROUNDS = 2  # baseline and candidate alternate (A B A B) so drifting machine load hits both
@@ -48,7 +52,8 @@ def run_demo(s: DemoSettings, say: Callable[[str], None] = lambda m: print(m, fi
                       **_model_options(base))
     say("[2/4] building the global graph and replaying it")
     prof = open_run(run_dir)
-    say("[3/4] searching bucket sizes by replay")
+    say("[3/4] what-ifs and a bucket-size search, by replay")
+    whatifs = _whatifs(prof)
     search = search_bucket_sizes(prof.graph)
     best = search.best.cap_mb
     worth = best is not None and best != s.bucket_cap_mb and search.predicted_gain_pct >= MIN_GAIN_PCT
@@ -60,8 +65,8 @@ def run_demo(s: DemoSettings, say: Callable[[str], None] = lambda m: print(m, fi
         applied = _apply(DemoConfig(**{**_model_options(base, full=True), "world_size": s.world_size, "steps": s.verify_steps, "profile_steps": None}),
                          s.bucket_cap_mb, best, spawn_demo)
     outlook = _scaling_outlook(prof)
-    files = write_outputs(prof, s.out_dir, _report(prof, search, applied, outlook))
-    return _summary(prof, search, applied, files, run_dir) | {"scaling_outlook": outlook}
+    files = write_outputs(prof, s.out_dir, _report(prof, search, applied, outlook, whatifs))
+    return _summary(prof, search, applied, files, run_dir) | {"whatifs": whatifs, "scaling_outlook": outlook}
 
 
 def _apply(cfg, baseline_mb: float, best_mb: float, spawn) -> dict:
@@ -118,8 +123,18 @@ def _outlook_html(o: dict) -> str:
     return intro + html_table(head, rows) + speedup_chart(o["workers"], o["policies"], title=f"speed-up on {o['net']}")
 
 
-def _report(prof: Profiled, search: BucketSearch, applied: dict | None, outlook: dict) -> ReportInputs:
-    inp = ReportInputs(prof.analysis, prof.findings, title="dagprof demo: 2-rank gloo DDP on this CPU")
+def _whatifs(prof: Profiled) -> list[dict]:
+    """Other links, more workers, no overlap and a faster device, from this one profile."""
+    scenarios = [Scenario(bandwidth=parse_bandwidth(b), bandwidth_text=b) for b in WHATIF_BANDWIDTHS]
+    scenarios += [Scenario(workers=n, bandwidth=parse_bandwidth("10Gbit"), bandwidth_text="10Gbit") for n in WHATIF_WORKERS]
+    scenarios += [Scenario(speed=2.0), Scenario(speed=2.0, bandwidth=parse_bandwidth("1Gbit"), bandwidth_text="1Gbit")]
+    rows = evaluate(prof.graph, scenarios, measured_us=prof.analysis.measured_us)["scenarios"]
+    keep = ("workers", "bandwidth", "compute_speed", "predicted_iter_ms", "speedup", "scaling_efficiency")
+    return [{k: r[k] for k in keep} for r in rows]
+
+
+def _report(prof: Profiled, search: BucketSearch, applied: dict | None, outlook: dict, whatifs: list[dict]) -> ReportInputs:
+    inp = ReportInputs(prof.analysis, prof.findings, title="dagprof demo: 2-rank gloo DDP on this CPU", whatifs=whatifs)
     inp.optimisation = _optimisation(search, applied)
     inp.sections.append(("Scaling outlook (S-SGD DAG model)", _outlook_html(outlook)))
     inp.links["profiled run folder"] = "run"

@@ -32,6 +32,10 @@ def to_text(r: dict) -> str:
     cp = r["critical_path_per_iter"]
     lines.append("critical path per iteration: " + ", ".join(f"{k} {v:.1f} ms" for k, v in cp["by_category_ms"].items()))
     lines += ["findings:"] + [f"  - {f['title']}: {f['detail']}" for f in r["findings"]]
+    lines.append("what if (predicted from this one profile):")
+    for w in r["whatifs"]:
+        what = ", ".join(f"{k.replace('_', ' ')} {w[k]}" for k in ("workers", "bandwidth", "compute_speed") if w[k] is not None)
+        lines.append(f"  {what:<40} {w['predicted_iter_ms']:9.1f} ms  speed-up {w['speedup']:7.2f}  efficiency {w['scaling_efficiency']:.2f}")
     o = r["optimisation"]
     best = o["best"]
     lines.append(f"optimisation: best bucket size by replay {best['bucket_cap_mb'] or 'as profiled'} MB, predicted {o['predicted_gain_pct']:.1f} % faster")
