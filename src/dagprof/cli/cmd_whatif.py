@@ -12,6 +12,7 @@ from ..costmodel.alphabeta import parse_bandwidth
 from ..costmodel.topology import CollectiveSpec
 from ..errors import DagprofError
 from ..pipeline import default_out, open_run
+from ..report.timeline import write_replay_trace
 from ..search.whatif import Cluster, Scenario, evaluate
 from .common import add_run_arguments
 
@@ -91,7 +92,14 @@ def run(args) -> dict:
     cluster = Cluster(link=args.link, topology=args.topology, link_model=args.link_model, first_bucket_mb=args.first_bucket_mb,
                       overlap=not args.no_overlap, cores=args.cores, ranks_per_host=args.ranks_per_host, fine=args.fine)
     measured = prof.analysis.measured_us
-    out = evaluate(prof.graph, _scenarios(args), cluster, measured, None if args.no_trace else (args.out or default_out(args.run)), MAX_TRACES)
+    out_dir = args.out or default_out(args.run)
+
+    def timeline(i: int, g, res) -> str | None:
+        if args.no_trace or i >= MAX_TRACES:
+            return None
+        return write_replay_trace(os.path.join(out_dir, f"whatif{i}.trace.json"), g, res)
+
+    out = evaluate(prof.graph, _scenarios(args), cluster, measured, timeline)
     return {"run": os.fspath(args.run), "measured_iter_ms": None if measured is None else measured / 1e3} | out
 
 

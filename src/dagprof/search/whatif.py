@@ -8,9 +8,9 @@ scaling efficiency is that model's iteration time over the predicted one (weak s
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from ..analysis import iteration_times
 from ..costmodel.topology import CollectiveSpec, Topology, load_link_model, parse_topology
@@ -19,8 +19,7 @@ from ..graph.dag import Graph
 from ..passes import expand_collectives, partition_tensors, scale_compute, scale_workers, set_buckets, set_link, set_scheme, set_topology
 from ..passes.comm import current_topology, graph_world_size
 from ..passes.compute import share_cores
-from ..replay import replay
-from ..report.timeline import write_replay_trace
+from ..replay import ReplayResult, replay
 
 
 @dataclass
@@ -107,8 +106,11 @@ def predict_iter_us(g: Graph) -> float:
 
 
 def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = None, measured_us: float | None = None,
-             trace_dir: str | None = None, max_traces: int = 8) -> dict:
-    """Replay every scenario; rows with predicted iteration time, throughput, speed-up, efficiency."""
+             timeline: Callable[[int, Graph, ReplayResult], str | None] | None = None) -> dict:
+    """Replay every scenario; rows with predicted iteration time, throughput, speed-up, efficiency.
+
+    ``timeline(i, graph, result)`` may save scenario ``i``'s predicted timeline and return its path.
+    """
     t0 = time.perf_counter()
     cluster = cluster or Cluster()
     n0 = graph_world_size(g0)
@@ -124,8 +126,9 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
         row = {**s.label(), "workers": n, "predicted_iter_ms": it / 1e3, "iters_per_s": 1e6 / it,
                "speedup": (n / n0) * model / it, "scaling_efficiency": model / it,
                "vs_measured_pct": None if not measured_us else 100.0 * (it - measured_us) / measured_us, "seconds": time.perf_counter() - t1}
-        if trace_dir is not None and i < max_traces:
-            row["trace"] = write_replay_trace(os.path.join(trace_dir, f"whatif{i}.trace.json"), g, res)
+        path = timeline(i, g, res) if timeline else None
+        if path:
+            row["trace"] = path
         rows.append(row)
     return {"workers": n0, "model_iter_ms": model / 1e3, "link": link_text(base_topo), "scenarios": rows, "seconds": time.perf_counter() - t0}
 
