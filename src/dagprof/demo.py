@@ -36,7 +36,7 @@ class DemoSettings:
     world_size: int = 2
     steps: int = 16
     profile_steps: tuple[int, int] = (6, 14)  # after DDP's bucket rebuild and warm-up
-    bucket_cap_mb: float = 1.0
+    bucket_cap_mb: float = 25.0  # DDP's default: what most jobs run
     verify: bool = True  # apply the best bucket size to the real job and measure it
     verify_steps: int = 20
     small: bool = False  # a tiny model (tests)

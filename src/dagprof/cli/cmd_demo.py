@@ -11,7 +11,7 @@ HELP = "profile a real 2-rank gloo DDP training on this CPU, replay, explain, op
 def add_arguments(p) -> None:
     p.add_argument("-o", "--out", default="dagprof-demo", help="output folder (default: ./dagprof-demo)")
     p.add_argument("--ranks", type=int, default=2, help="DDP ranks to start (default 2)")
-    p.add_argument("--bucket-mb", type=float, default=1.0, help="DDP bucket_cap_mb of the profiled run (default 1)")
+    p.add_argument("--bucket-mb", type=float, default=25.0, help="DDP bucket_cap_mb of the profiled run (default 25, DDP's own)")
     p.add_argument("--no-verify", action="store_true", help="do not re-run the job with the best bucket size")
     p.add_argument("--small", action="store_true", help="a tiny model: seconds instead of a minute (for tests)")
 
