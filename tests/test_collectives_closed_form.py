@@ -1,5 +1,4 @@
 """Fine-grained collective sub-graphs replay to the closed forms of costmodel.topology."""
-import numpy as np
 import pytest
 
 from dagprof.costmodel.alphabeta import AlphaBeta
