@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import os
 
-from ..demo import DemoSettings, run_demo
+from ..demo import DemoSettings, verdict, run_demo
 from .common import ms, pct
 
 HELP = "profile a real 2-rank gloo DDP training on this CPU, replay, explain, optimise, and write a report"
@@ -41,6 +41,7 @@ def to_text(r: dict) -> str:
     lines.append(f"optimisation: best bucket size by replay {best['bucket_cap_mb'] or 'as profiled'} MB, predicted {o['predicted_gain_pct']:.1f} % faster")
     if o["applied"]:
         ap = o["applied"]
-        lines.append(f"  applied to the real job: {ap['measured_before_ms']:.1f} ms -> {ap['measured_after_ms']:.1f} ms ({ap['measured_gain_pct']:+.1f} % measured)")
+        lines.append(f"  applied to the real job: {ap['measured_before_ms']:.1f} ms -> {ap['measured_after_ms']:.1f} ms ({ap['measured_gain_pct']:+.1f} % measured): "
+                     + verdict(ap))
     lines += [f"{k.replace('_', ' ')}: {os.path.relpath(v)}" for k, v in r["files"].items()]
     return "\n".join(lines)
