@@ -5,15 +5,14 @@ import os
 from dagprof.cli.main import main
 
 
-def test_demo_small_end_to_end(capsys, tmp_path):
+def test_demo_end_to_end(capsys, tmp_path):
     out_dir = tmp_path / "demo"
-    code = main(["demo", "--small", "--no-verify", "--json", "-o", str(out_dir)])
+    code = main(["demo", "--no-verify", "--json", "-o", str(out_dir)])  # the real demo model, ~20 s
     out = capsys.readouterr().out
     assert code == 0, out
     r = json.loads(out)
     assert r["measured_iter_ms"] > 0 and r["predicted_iter_ms"] > 0
-    # A loose bound: a few-ms model on a shared 2-core machine is noisy; bench/ measures the real figure.
-    assert abs(r["error_pct"]) < 15
+    assert abs(r["error_pct"]) < 5  # issue 2: the demo's replay within 5 % of the measured iteration
     assert [b["rank"] for b in r["per_rank"]] == [0, 1]
     assert all(b["comm_ms"] > 0 for b in r["per_rank"])  # DDP all-reduces were seen and replayed
     assert r["optimisation"]["candidates"]

@@ -16,7 +16,9 @@ Rules, all derived from the normalised events (``traces.events`` conventions):
   (hook spans run from issue to completion); ``meta["comm_lanes"]`` says whether they overlapped;
 - each node's ``gap`` is its measured start minus the latest measured end of its predecessors
   (clipped at 0): the framework overhead the replayer adds back (dPRO);
-- zero-cost ``STEP`` nodes mark every step boundary on each rank's main lane.
+- zero-cost ``STEP`` nodes mark every step boundary on each rank's main lane; each rank's first one
+  starts at its measured offset from the earliest rank (clocks aligned beforehand), so the replay
+  begins as skewed as the run did.
 """
 from __future__ import annotations
 
@@ -108,6 +110,7 @@ class _Assembler:
         self.instances: dict[int, list[_CollectiveEnd]] = {}
         self.fixed_gap: dict[int, float] = {}  # shared nodes: gap not derivable from one clock
         self.comm_lanes = 1  # most collectives a rank ran at once (threads or streams they used)
+        self.first_marks: dict[int, float] = {}  # each rank's first step boundary -> its start on the shared clock
 
     # -- nodes and edges -------------------------------------------------
     def node(self, name: str, kind: Kind, mstart: float, mend: float, **kw) -> int:
@@ -167,6 +170,8 @@ class _Assembler:
                 if i < 0:
                     step = max(steps) + 1 if i == _END_MARK else -2 - i
                     chain.append(self.node(f"rank{r}.step{step}", Kind.STEP, s, s, rank=r, device=device, step=step))
+                    if step == steps[0]:
+                        self.first_marks[chain[-1]] = trace.base_ns / 1e3 + s  # us on the shared (aligned) clock
                     prev_end = s
                     continue
                 e = max(s, float(ev.start[i] + ev.dur[i]))
@@ -279,6 +284,9 @@ class _Assembler:
         gap = np.where(np.isfinite(latest), np.maximum(mstart - latest, 0.0), 0.0)
         for v, fixed in self.fixed_gap.items():
             gap[v] = fixed
+        first = min(self.first_marks.values(), default=0.0)
+        for v, t in self.first_marks.items():  # ranks start as skewed as they were measured
+            gap[v] = t - first
         self.b.add_edges(src, dst)
         self.b.meta["comm_lanes"] = self.comm_lanes
         return self.b.build().replace(gap=gap)
