@@ -268,9 +268,7 @@ def _merged_groups(merged_us: np.ndarray, blobs_per_layer: int) -> list[tuple[in
 def layer_profile_from_run(run: Run, rank: int = 0) -> LayerProfile:
     """Median over profiled steps of each layer's summed FORWARD and BACKWARD time on ``rank``.
 
-    Gradient bytes come from BACKWARD events' ``nbytes`` or the collector's
-    ``RankTrace.meta['layer_grad_bytes']`` (layer name -> bytes of its trainable parameters);
-    I/O from DATA events; ``update_us`` is the optimizer (UPDATE) plus every other serial
+    Gradient bytes come from BACKWARD events' ``nbytes``; I/O from DATA events; ``update_us`` is the optimizer (UPDATE) plus every other serial
     main-thread gap (OTHER: zero_grad, loss, framework overhead), so one worker's model
     iteration is the measured step minus its communication calls and waits;
     ``iter_us`` from the step markers.
@@ -306,7 +304,7 @@ def layer_profile_from_run(run: Run, rank: int = 0) -> LayerProfile:
         return float(np.median(sums))
 
     names = [trace.layers[l] for l in order]
-    grad, warnings = _layer_grad_bytes(trace, names, layered & (ev.kind == Kind.BACKWARD), order)
+    grad, warnings = _layer_grad_bytes(trace, layered & (ev.kind == Kind.BACKWARD), order)
     spans = trace.step_spans()
     return LayerProfile(
         names=names,
@@ -322,8 +320,8 @@ def layer_profile_from_run(run: Run, rank: int = 0) -> LayerProfile:
     )
 
 
-def _layer_grad_bytes(trace, names: list[str], backward: np.ndarray, order: list[int]) -> tuple[np.ndarray, list[str]]:
-    """Per-layer gradient bytes: BACKWARD events' ``nbytes``, else the collector's ``meta['layer_grad_bytes']``."""
+def _layer_grad_bytes(trace, backward: np.ndarray, order: list[int]) -> tuple[np.ndarray, list[str]]:
+    """Per-layer gradient bytes from the BACKWARD events' ``nbytes`` (the readers put them there)."""
     ev = trace.events
     grad = np.zeros(len(order), dtype=np.int64)
     for k, l in enumerate(order):
@@ -331,10 +329,7 @@ def _layer_grad_bytes(trace, names: list[str], backward: np.ndarray, order: list
         grad[k] = int(nb.max()) if len(nb) else 0
     if grad.any():
         return grad, []
-    known = trace.meta.get("layer_grad_bytes") or {}
-    if not known:
-        return grad, ["the run records no per-layer gradient sizes: all-reduce sizes taken as 0"]
-    return np.array([int(known.get(n, 0)) for n in names], dtype=np.int64), []
+    return grad, ["the run records no per-layer gradient sizes: all-reduce sizes taken as 0"]
 
 
 # ---------------------------------------------------------------- dispatch
