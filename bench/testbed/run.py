@@ -101,14 +101,13 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     """Every cell from the one profile: the link of the profiled rate is fitted to the profile's
     collectives, the swept link to the sweep; another shaped rate scales the bandwidth of
     whichever of the two is shaped (so TCP/IP framing overhead carries over)."""
-    from dagprof.analysis import iteration_times
+    from dagprof.analysis import job_iteration_us
     from dagprof.collect.calibrate import fit
     from dagprof.costmodel.alphabeta import AlphaBeta
     from dagprof.costmodel.topology import Topology
     from dagprof.passes import fit_topology, scale_workers, set_buckets, set_topology
     from dagprof.passes.compute import share_cores
     from dagprof.pipeline import open_run
-    from dagprof.replay import replay
 
     p = open_run(run_dir, template=True)  # a model of the iteration: each op at its mean over the profiled steps
     prof_ranks, prof_rate, _ = profiled
@@ -129,7 +128,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
         g = set_buckets(g, cap * 2**20)
         if ranks > cores:
             g = share_cores(g, cores)
-        out[(ranks, rate, cap)] = max(iteration_times(g, replay(g)).values()) / 1e3
+        out[(ranks, rate, cap)] = job_iteration_us(g) / 1e3
     return out, p.analysis.predicted_us / 1e3
 
 

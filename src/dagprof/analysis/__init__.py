@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from ..graph.dag import Graph
 from ..replay import ReplayResult, replay
-from .breakdown import RankBreakdown, breakdown, iteration_times
+from .breakdown import RankBreakdown, breakdown, iteration_times, job_iteration_us
 from .critical_path import CriticalPath, critical_path
 
 
@@ -69,4 +69,4 @@ def analyze(graph: Graph, result: ReplayResult | None = None) -> Analysis:
     )
 
 
-__all__ = ["Analysis", "analyze", "breakdown", "critical_path", "iteration_times", "CriticalPath", "RankBreakdown"]
+__all__ = ["Analysis", "analyze", "breakdown", "critical_path", "iteration_times", "job_iteration_us", "CriticalPath", "RankBreakdown"]

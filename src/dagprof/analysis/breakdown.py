@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..graph.dag import DeviceKind, Graph
-from ..replay import ReplayResult
+from ..replay import ReplayResult, replay
 from ..traces.events import Kind
 
 _COMPUTE = np.array([Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE, Kind.KERNEL, Kind.OTHER, Kind.DATA, Kind.MEMCPY])
@@ -51,6 +51,11 @@ def iteration_times(g: Graph, res: ReplayResult) -> dict[int, float]:
         if len(marks) >= 2:
             out[int(r)] = float(res.start[marks].max() - res.start[marks].min()) / steps
     return out
+
+
+def job_iteration_us(g: Graph, res: ReplayResult | None = None) -> float:
+    """The job's iteration time: its slowest rank's (``g`` is replayed when no result is given)."""
+    return max(iteration_times(g, res if res is not None else replay(g)).values())
 
 
 def breakdown(g: Graph, res: ReplayResult) -> list[RankBreakdown]:

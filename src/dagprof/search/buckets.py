@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..analysis import iteration_times
+from ..analysis import job_iteration_us
 from ..errors import DagprofError
 from ..graph.dag import Graph
 from ..passes import set_buckets
-from ..replay import replay
 from ..traces.events import Kind
 
 DEFAULT_CAPS_MB = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 25.0, 64.0)
@@ -53,7 +52,7 @@ class BucketSearch:
 def search_bucket_sizes(g: Graph, caps_mb: tuple[float, ...] = DEFAULT_CAPS_MB) -> BucketSearch:
     if not caps_mb:
         raise DagprofError("no bucket sizes to try")
-    base = _job_iter(g)
+    base = job_iteration_us(g)
     current = _evaluate(set_buckets(g, None), None)
     cands = [_evaluate(set_buckets(g, cap * 2**20), cap) for cap in caps_mb]
     return BucketSearch(base, current, cands)
@@ -62,8 +61,4 @@ def search_bucket_sizes(g: Graph, caps_mb: tuple[float, ...] = DEFAULT_CAPS_MB) 
 def _evaluate(g: Graph, cap_mb: float | None) -> BucketChoice:
     steps = max(len(g.meta.get("steps", [])), 1)
     comms = int(((g.kind == Kind.COMM) & (g.rank < 0)).sum())
-    return BucketChoice(cap_mb, comms // steps, _job_iter(g))
-
-
-def _job_iter(g: Graph) -> float:
-    return max(iteration_times(g, replay(g)).values())
+    return BucketChoice(cap_mb, comms // steps, job_iteration_us(g))

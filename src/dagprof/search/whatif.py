@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from ..analysis import iteration_times
+from ..analysis import job_iteration_us
 from ..costmodel.topology import CollectiveSpec, Topology, load_link_model, parse_topology
 from ..errors import DagprofError
 from ..graph.dag import Graph
@@ -100,11 +100,6 @@ def apply(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
     return g
 
 
-def predict_iter_us(g: Graph) -> float:
-    """The job's iteration time (its slowest rank) when ``g`` is replayed."""
-    return max(iteration_times(g, replay(g)).values())
-
-
 def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = None, measured_us: float | None = None,
              timeline: Callable[[int, Graph, ReplayResult], str | None] | None = None) -> dict:
     """Replay every scenario; rows with predicted iteration time, throughput, speed-up, efficiency.
@@ -115,13 +110,13 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     cluster = cluster or Cluster()
     n0 = graph_world_size(g0)
     base_topo = base_topology(g0, cluster)
-    model = predict_iter_us(set_topology(g0, base_topo))
+    model = job_iteration_us(set_topology(g0, base_topo))
     rows = []
     for i, s in enumerate(scenarios):
         t1 = time.perf_counter()
         g = apply(g0, s, cluster, base_topo)
         res = replay(g)
-        it = max(iteration_times(g, res).values())
+        it = job_iteration_us(g, res)
         n = graph_world_size(g)
         row = {**s.label(), "workers": n, "predicted_iter_ms": it / 1e3, "iters_per_s": 1e6 / it,
                "speedup": (n / n0) * model / it, "scaling_efficiency": model / it,
