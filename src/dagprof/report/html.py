@@ -69,7 +69,8 @@ def render(inp: ReportInputs) -> str:
                                           "exposed communication": r["exposed_comm_ms"]}))
     parts.append(svg.stacked_bars(rows))
     parts.append(html_table(["rank", "measured ms", "replayed ms", "compute ms", "comm ms", "overlap ms", "exposed comm ms", "waits for others ms"],
-                        [[r["rank"], r["measured_iter_ms"], r["predicted_iter_ms"], r["compute_ms"], r["comm_ms"], r["overlap_ms"], r["exposed_comm_ms"], r["straggler_wait_ms"]] for r in d["per_rank"]]))
+                        [[r["rank"], r["measured_iter_ms"], r["predicted_iter_ms"], r["compute_ms"], r["comm_ms"], r["overlap_ms"], r["exposed_comm_ms"],
+                          r["straggler_wait_ms"]] for r in d["per_rank"]]))
 
     cp = d["critical_path_per_iter"]
     parts.append("<h2>Critical path (across ranks, per iteration)</h2>")
