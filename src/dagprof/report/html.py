@@ -22,7 +22,8 @@ table{border-collapse:collapse;font-size:13px;margin:8px 0}td,th{border:1px soli
 th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
 .big{font-size:28px;font-weight:600}.kpi{display:inline-block;margin-right:36px}.kpi small{display:block;color:#666}
 .finding{border-left:4px solid #e15759;padding:4px 10px;margin:8px 0;background:#fdf3f3}
-.legend{font-size:13px;color:#444}.ok{border-left-color:#59a14f;background:#f3f9f2}.warn{border-left-color:#edc948;background:#fdf9ec}code{background:#f4f4f4;padding:1px 4px}
+.ok{border-left-color:#59a14f;background:#f3f9f2}.warn{border-left-color:#edc948;background:#fdf9ec}code{background:#f4f4f4;padding:1px 4px}
+.legend{font-size:13px;color:#444}
 """
 
 
