@@ -90,9 +90,10 @@ def to_text(r: dict) -> str:
     lines = [f"profiled: {r['workers']} ranks, measured {m}/iter; model of it {r['model_iter_ms']:.2f} ms ({r['link']})"]
     keys = [k for k in ("workers", "bandwidth", "latency_us", "bucket_mb", "scheme", "partition", "compute_speed")
             if any(row[k] is not None for row in r["scenarios"])]
-    lines.append("".join(f"{k.replace('_', ' '):>12}" for k in keys) + "".join(f"{h:>12}" for h in _SHORT.values()))
+    width = {k: max(12, len(k) + 2) for k in keys}
+    lines.append("".join(f"{k.replace('_', ' '):>{width[k]}}" for k in keys) + "".join(f"{h:>12}" for h in _SHORT.values()))
     for row in r["scenarios"]:
-        cells = "".join(f"{'-' if row[k] is None else row[k]!s:>12}" for k in keys)
+        cells = "".join(f"{'-' if row[k] is None else row[k]!s:>{width[k]}}" for k in keys)
         vs = "n/a" if row["vs_measured_pct"] is None else f"{row['vs_measured_pct']:+.1f} %"
         lines.append(f"{cells}{row['predicted_iter_ms']:>12.2f}{row['iters_per_s']:>12.2f}{row['speedup_vs_profiled']:>12.2f}"
                      f"{row['speedup_vs_one_worker']:>12.1f}{row['scaling_efficiency']:>12.2f}{vs:>12}")
