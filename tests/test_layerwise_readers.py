@@ -146,7 +146,7 @@ def test_layer_profile_from_run():
     assert prof.forward_us.tolist() == [10.5, 5.0]  # median of 10 and 11
     assert prof.backward_us.tolist() == [21.0, 10.0]
     assert prof.grad_bytes.tolist() == [1024, 4096]
-    assert (prof.io_us, prof.update_us, prof.iter_us, prof.workers) == (4.0, 6.0, 90.0, 2)
+    assert (prof.io_us, prof.update_us, prof.iter_us, prof.workers) == (4.0, 6.0, 95.0, 2)  # start to start: 100, then the last step 90
 
 
 def test_layer_profile_from_run_without_layer_events():
