@@ -9,9 +9,23 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install --quiet -e '.[dev]'
 	touch $@
 
-.PHONY: demo test
+.PHONY: demo test lint browser
 demo: $(VENV)/.installed
 	$(VENV)/bin/dagprof demo
 
-test: $(VENV)/.installed
+# Lint first (seconds), then the tests; the report's browser test needs Chromium.
+test: lint browser
 	$(VENV)/bin/python -m pytest -q
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+
+# Debian's Chromium for tests/test_report_browser.py: installed when missing and we are root with
+# apt-get (as on CI); otherwise that one test skips and says why.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium (Debian) for the report's browser test"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	      || echo "could not install chromium: the report's browser test will skip"; \
+	  else echo "no chromium and not root: the report's browser test will skip"; fi; }

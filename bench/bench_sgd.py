@@ -97,7 +97,8 @@ def main() -> int:
         by_log = ring_allreduce_us(prof.grad_bytes.astype(float), n, log_link).sum() / 1e3
         fused_osu = ring_allreduce_us(float(prof.params_bytes), n, osu_link) / 1e3
         fused_log = ring_allreduce_us(float(prof.params_bytes), n, log_link) / 1e3
-        print(f"{n:>5} {measured:>9.1f} {by_osu:>8.1f} {by_osu / measured:>6.2f} {by_log:>8.1f} {by_log / measured:>6.2f} {fused_osu:>10.1f} {fused_log:>14.1f}")
+        print(f"{n:>5} {measured:>9.1f} {by_osu:>8.1f} {by_osu / measured:>6.2f} {by_log:>8.1f} {by_log / measured:>6.2f} "
+              f"{fused_osu:>10.1f} {fused_log:>14.1f}")
     print("(the logs' times include GPU->host and host->GPU copies and per-call overheads; the OSU table is MPI only)")
 
     print("\nclosed forms vs DAG replay (8 nodes, every policy, measured comm):")

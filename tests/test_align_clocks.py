@@ -71,8 +71,9 @@ def test_ranks_without_shared_collectives_cannot_be_aligned():
     run = read_trace_dir(gloo_traces())
     lonely = Run([run.ranks[0]], source="x")
     assert estimate_offsets(lonely).offset_us == {0: 0.0}
-    from dagprof.align.matching import Matching
     import numpy as np
+
+    from dagprof.align.matching import Matching
     empty = Matching([np.full(len(t.events), -1) for t in run.ranks], [])
     with pytest.raises(DagprofError, match="share no matched collective"):
         estimate_offsets(run, empty)

@@ -6,7 +6,6 @@ import os
 
 import numpy as np
 import pytest
-from synthetic import ddp_run
 
 from dagprof.align.matching import match_collectives
 from dagprof.errors import DagprofError
@@ -14,6 +13,7 @@ from dagprof.traces.events import Kind, Run
 from dagprof.traces.kineto_dir import read_trace_dir
 
 from gloo_kineto import gloo_traces
+from synthetic import ddp_run
 
 DATA = "/work/shared/data/kineto-public"
 

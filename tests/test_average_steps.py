@@ -1,9 +1,10 @@
 import numpy as np
-from synthetic import ddp_run
 
 from dagprof.graph.build import build_graph
 from dagprof.passes.average_steps import average_steps
 from dagprof.traces.events import Kind
+
+from synthetic import ddp_run
 
 
 def test_each_op_takes_its_mean_over_steps():

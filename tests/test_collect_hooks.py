@@ -14,8 +14,9 @@ torch = pytest.importorskip("torch")
 
 from dagprof.collect import parse_steps, profile  # noqa: E402
 from dagprof.errors import DagprofError  # noqa: E402
-from dagprof.traces.dagprof_run import MANIFEST, rank_file, read_run  # noqa: E402
+from dagprof.traces.dagprof_run import read_run  # noqa: E402
 from dagprof.traces.events import Kind, LaneKind  # noqa: E402
+from dagprof.traces.run_schema import MANIFEST, rank_file  # noqa: E402
 
 LEAVES = ["0", "1", "2", "3.0", "3.1", "4"]
 
@@ -56,9 +57,10 @@ def check_partition(trace):
 def test_parse_steps():
     assert parse_steps("10:20") == range(10, 20)
     assert parse_steps((3, 5)) == range(3, 5)
-    assert parse_steps(4) == range(4)
-    with pytest.raises(ValueError):
-        parse_steps("10")
+    assert parse_steps(4) == parse_steps("4") == range(4, 5)  # a number is one step, everywhere
+    for bad in ("10:5", "x", "-1", (3, 3)):
+        with pytest.raises(ValueError):
+            parse_steps(bad)
 
 
 def test_plain_model_layers_steps_update(tmp_path):

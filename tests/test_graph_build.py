@@ -1,11 +1,12 @@
 import numpy as np
 import pytest
-from synthetic import ddp_run
 
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.replay import replay
 from dagprof.traces.events import Kind
+
+from synthetic import ddp_run
 
 
 def predicted_iter(g, res, rank):

@@ -6,7 +6,7 @@ import sys
 
 SRC = pathlib.Path(__file__).resolve().parent.parent / "src" / "dagprof"
 # Each layer may import only layers before it. pipeline, demo and cli sit on top and may use all.
-ORDER = ["errors", "fsutil", "traces", "costmodel", "collect", "align", "graph", "passes", "replay", "analysis", "search", "sgd", "report"]
+ORDER = ["errors", "fsutil", "progress", "traces", "costmodel", "collect", "align", "graph", "passes", "replay", "analysis", "search", "sgd", "report"]
 
 
 def imports_of(path: pathlib.Path) -> set[str]:
@@ -40,6 +40,7 @@ def test_layers_only_import_earlier_layers():
 def test_core_never_imports_torch():
     core = [f"dagprof.{p.relative_to(SRC.parent).with_suffix('').as_posix().split('/', 1)[1].replace('/', '.')}"
             for p in SRC.rglob("*.py") if "collect" not in p.parts and p.name != "__main__.py"]
-    code = f"import importlib, sys\nfor m in {sorted(m.removesuffix('.__init__') for m in core)!r}:\n    importlib.import_module(m)\nprint('torch' in sys.modules)"
+    modules = sorted(m.removesuffix(".__init__") for m in core)
+    code = f"import importlib, sys\nfor m in {modules!r}:\n    importlib.import_module(m)\nprint('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -14,7 +14,8 @@ needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="reference data folder
 
 
 @needs_data
-@pytest.mark.parametrize("name, workers", [("tmp2comm.log", 2), ("tmp4comm.log", 4), ("tmp8comm.log", 8), ("tmp4ocomm.log", 4), ("tmp8ocomm.log", 8), ("tmpcomm.log", None)])
+@pytest.mark.parametrize("name, workers", [("tmp2comm.log", 2), ("tmp4comm.log", 4), ("tmp8comm.log", 8), ("tmp4ocomm.log", 4), ("tmp8ocomm.log", 8),
+                                           ("tmpcomm.log", None)])
 def test_bcaffe_googlenet_logs(name, workers):
     prof = read_layer_file(DATA / name)
     assert prof.meta["blobs"] == 128 and prof.num_layers == 64
@@ -133,7 +134,8 @@ def hand_run() -> Run:
             (5, Kind.UPDATE, t0 + 70, 6.0, step, -1, 0),
         ]
     cols = list(zip(*rows))
-    ev = EventTable.from_columns(names, name=cols[0], kind=cols[1], lane=[0] * len(rows), start=cols[2], dur=cols[3], step=cols[4], layer=cols[5], nbytes=cols[6])
+    ev = EventTable.from_columns(names, name=cols[0], kind=cols[1], lane=[0] * len(rows), start=cols[2], dur=cols[3], step=cols[4], layer=cols[5],
+                                 nbytes=cols[6])
     trace = RankTrace(rank=0, world_size=2, source="hand-made", events=ev, lanes=[Lane("main", LaneKind.CPU_THREAD, True)], layers=["a", "b"])
     return Run([trace], source="hand-made")
 
@@ -144,7 +146,7 @@ def test_layer_profile_from_run():
     assert prof.forward_us.tolist() == [10.5, 5.0]  # median of 10 and 11
     assert prof.backward_us.tolist() == [21.0, 10.0]
     assert prof.grad_bytes.tolist() == [1024, 4096]
-    assert (prof.io_us, prof.update_us, prof.iter_us, prof.workers) == (4.0, 6.0, 90.0, 2)
+    assert (prof.io_us, prof.update_us, prof.iter_us, prof.workers) == (4.0, 6.0, 95.0, 2)  # start to start: 100, then the last step 90
 
 
 def test_layer_profile_from_run_without_layer_events():

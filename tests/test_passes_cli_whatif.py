@@ -33,7 +33,24 @@ def test_workers_to_4096_and_schemes(tiny_run, capsys):
     r = whatif(capsys, tiny_run, "--workers", "4,4096", "--scheme", "ring,ps:2", "--no-trace")
     big = [s for s in r["scenarios"] if s["workers"] == 4096]
     assert len(big) == 2 and all(0 < s["scaling_efficiency"] <= 1.0 + 1e-9 for s in big)
-    assert all(s["speedup"] > 1 for s in big)
+    assert all(s["speedup_vs_profiled"] > 1 for s in big)
+
+
+def test_speedup_and_efficiency_are_different_quantities(tiny_run, capsys):
+    """A faster device is faster than the profiled run (speed-up > 1) but scales no better than linear (efficiency <= 1)."""
+    r = whatif(capsys, tiny_run, "--workers", "1,2", "--compute-speed", "1,2", "--no-trace")
+    rows = {(s["workers"], s["compute_speed"]): s for s in r["scenarios"]}
+    assert set(r["columns"]) >= {"speedup_vs_profiled", "scaling_efficiency", "speedup_vs_one_worker", "predicted_iter_ms"}
+    assert rows[(2, 2.0)]["speedup_vs_profiled"] > 1.2 and 0 < rows[(2, 2.0)]["scaling_efficiency"] <= 1.0 + 1e-9
+    assert rows[(1, 1.0)]["scaling_efficiency"] == rows[(1, 2.0)]["scaling_efficiency"] == 1.0
+    assert rows[(2, 1.0)]["speedup_vs_profiled"] == pytest.approx(1.0)  # the profiled configuration itself
+    for s in r["scenarios"]:
+        assert s["speedup_vs_one_worker"] == pytest.approx(s["workers"] * s["scaling_efficiency"])
+        one = rows[(1, s["compute_speed"])]
+        assert s["scaling_efficiency"] == pytest.approx(one["predicted_iter_ms"] / s["predicted_iter_ms"])
+    assert main(["whatif", tiny_run, "--workers", "2", "--compute-speed", "2", "--no-trace"]) == 0
+    text = capsys.readouterr().out
+    assert "x profiled" in text and "scaling eff" in text and "where:" in text and "N times" not in text
 
 
 def test_fine_grained_and_cores(tiny_run, capsys):

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from dagprof.errors import DagprofError
-from dagprof.graph.dag import Device, DeviceKind, Graph, GraphBuilder, NODE_COLUMNS, csr_graph
+from dagprof.graph.dag import NODE_COLUMNS, Device, DeviceKind, Graph, GraphBuilder, csr_graph
 from dagprof.graph.random_graphs import ddp_graph, random_layered_dag
 from dagprof.replay import replay, replay_python
 from dagprof.traces.events import Kind

@@ -75,6 +75,7 @@ def test_graph_without_ranks_is_kept() -> None:
 def test_fold_graph_from_the_builder() -> None:
     """The global graph built from (synthetic) rank traces folds exactly; a slower rank stays apart."""
     from dagprof.graph.build import build_graph
+
     from synthetic import ddp_run
 
     for slow, classes in (({}, {0: [0, 1, 2, 3]}), ({2: 1.3}, {0: [0, 1, 3], 2: [2]})):

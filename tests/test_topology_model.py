@@ -7,8 +7,17 @@ import pytest
 
 from dagprof.costmodel.alphabeta import AlphaBeta, ring_allreduce_us
 from dagprof.costmodel.calibrate_lut import fit_lut_folder, read_lut
-from dagprof.costmodel.topology import (CollectiveSpec, Scheme, Topology, allreduce_us, fit_sweep, load_link_model, load_topology,
-                                        parse_topology, save_link_model)
+from dagprof.costmodel.topology import (
+    CollectiveSpec,
+    Scheme,
+    Topology,
+    allreduce_us,
+    fit_sweep,
+    load_link_model,
+    load_topology,
+    parse_topology,
+    save_link_model,
+)
 from dagprof.errors import DagprofError
 
 LUT = "/work/shared/data/nccl-tests-lut"

@@ -187,7 +187,8 @@ def main() -> int:
         print(f"{key[0]:>5} {key[1]:>9} {key[2]:>9g} {m:>12.1f} {pr:>13.1f} {err:>+8.1f}{mark}")
     groups = {
         "bandwidth what-ifs (2 ranks, other link rate)": [r for r in rows if r["ranks"] == args.profiled[0] and r["link"] != args.profiled[1]],
-        f"bucket-size what-ifs (2 ranks, {args.profiled[1]}, other bucket)": [r for r in rows if r["ranks"] == args.profiled[0] and r["link"] == args.profiled[1] and r["bucket_mb"] != args.profiled[2]],
+        f"bucket-size what-ifs (2 ranks, {args.profiled[1]}, other bucket)": [
+            r for r in rows if r["ranks"] == args.profiled[0] and r["link"] == args.profiled[1] and r["bucket_mb"] != args.profiled[2]],
         "2 -> 4 workers": [r for r in rows if r["ranks"] != args.profiled[0]],
     }
     for name, rs in groups.items():

@@ -19,7 +19,6 @@ import os
 import time
 from datetime import timedelta
 
-
 WIDTHS = (512, 1024, 768, 1280, 640, 1024, 896, 512, 768)  # 8 Linear layers of 1.6..3.9 MB: buckets of unequal size
 
 
@@ -108,7 +107,7 @@ def main() -> None:
                 step()
                 times.append(time.perf_counter() - t0)
         results.append(times[a.warmup:])
-        del ddp, opt
+        ddp = opt = None  # freed before the next phase builds its own
     dist.barrier()
     if a.rank == 0:
         with open(os.path.join(a.control, "results.json"), "w") as f:

@@ -12,15 +12,15 @@ import sys
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from .costmodel import preset
+from .costmodel import parse_bandwidth, preset
 from .pipeline import Profiled, open_run, write_outputs
 from .report.html import ReportInputs, html_table
 from .report.svg import speedup_chart
-from .costmodel import parse_bandwidth
 from .search import BucketSearch, search_bucket_sizes
 from .search.whatif import Scenario, evaluate
 from .sgd import CommModel, Policy, predict
 from .traces.layerwise import layer_profile_from_run
+from .traces.steps import iteration_us
 
 WHATIF_BANDWIDTHS = ["10Gbit", "1Gbit", "100Mbit"]
 WHATIF_WORKERS = [8, 64, 4096]
@@ -74,7 +74,7 @@ def _apply(cfg, baseline_mb: float, best_mb: float, predicted_pct: float, spawn)
     times: dict[float, list[float]] = {baseline_mb: [], best_mb: []}
     for _ in range(VERIFY_ROUNDS):
         for cap in times:
-            times[cap].append(_median_step_ms(spawn(replace(cfg, bucket_cap_mb=cap))))
+            times[cap].append(_iteration_ms(spawn(replace(cfg, bucket_cap_mb=cap))))
     before, after = statistics.median(times[baseline_mb]), statistics.median(times[best_mb])
     gain = 100.0 * (before - after) / before
     return {"bucket_cap_mb": best_mb, "baseline_bucket_cap_mb": baseline_mb, "measured_before_ms": before, "measured_after_ms": after,
@@ -87,11 +87,10 @@ def _model_options(cfg, full: bool = False) -> dict:
     return {k: getattr(cfg, k) for k in keys}
 
 
-def _median_step_ms(per_rank: list[list[float]]) -> float:
-    """Median over steps (after a third of warm-up) of the slowest rank's step time."""
+def _iteration_ms(per_rank: list[list[float]]) -> float:
+    """The slowest rank's iteration time (``traces.steps.iteration_us``) after a third of warm-up steps."""
     steps = min(len(t) for t in per_rank)
-    skip = steps // 3
-    return 1e3 * statistics.median(max(t[i] for t in per_rank) for i in range(skip, steps))
+    return 1e3 * max(iteration_us(t[steps // 3:steps]) for t in per_rank)
 
 
 def _optimisation(search: BucketSearch, applied: dict | None) -> dict:
@@ -110,10 +109,7 @@ def _scaling_outlook(prof: Profiled) -> dict:
     """The S-SGD DAG model on this run's own layer timings, on a 10 GbE cluster of 1..64 workers."""
     layers = layer_profile_from_run(prof.run)
     scaling = predict(layers, OUTLOOK_WORKERS, CommModel(default=preset(OUTLOOK_NET), default_name="10GbE"), Policy.WFBP)
-    policies = {}
-    for p, preds in scaling.by_policy.items():
-        base = scaling.single[p].iter_us
-        policies[p.value] = [{"workers": n, "iter_ms": pr.iter_us / 1e3, "speedup": n * base / pr.iter_us} for n, pr in zip(scaling.workers, preds)]
+    policies = {p.value: [{"workers": r.workers, "iter_ms": r.iter_us / 1e3, "speedup": r.speedup} for r in rows] for p, rows in scaling.table.items()}
     return {"net": "10GbE", "layers": layers.num_layers, "grad_mb": layers.params_bytes / 2**20, "workers": scaling.workers, "policies": policies}
 
 
@@ -131,7 +127,7 @@ def _whatifs(prof: Profiled) -> list[dict]:
     scenarios += [Scenario(workers=n, bandwidth=parse_bandwidth("10Gbit"), bandwidth_text="10Gbit") for n in WHATIF_WORKERS]
     scenarios += [Scenario(speed=2.0), Scenario(speed=2.0, bandwidth=parse_bandwidth("1Gbit"), bandwidth_text="1Gbit")]
     rows = evaluate(prof.graph, scenarios, measured_us=prof.analysis.measured_us)["scenarios"]
-    keep = ("workers", "bandwidth", "compute_speed", "predicted_iter_ms", "speedup", "scaling_efficiency")
+    keep = ("workers", "bandwidth", "compute_speed", "predicted_iter_ms", "speedup_vs_profiled", "scaling_efficiency")
     return [{k: r[k] for k in keep} for r in rows]
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from .align.clocks import ClockAlignment
+from .align.one_clock import alignment_of, on_one_clock
 from .analysis import Analysis, analyze
-from .align.clocks import ClockAlignment, align_clocks
 from .analysis.findings import Finding, findings
-from .errors import DagprofError
 from .graph.build import build_graph
 from .graph.dag import Graph
 from .passes.average_steps import average_steps
@@ -17,6 +17,7 @@ from .report.merged_trace import write_merged_trace
 from .report.timeline import write_replay_trace
 from .traces.events import Run
 from .traces.load import load
+from .traces.run_schema import MANIFEST
 
 
 @dataclass
@@ -52,28 +53,34 @@ def open_run(path: str | os.PathLike[str], steps: range | None = None, engine: s
     swings it predicts short, since the mean of each step's slowest path exceeds the slowest path
     of mean times.
     """
-    run, alignment = _aligned(load(path))
-    graph = build_graph(run, steps=steps)
+    run, matching = on_one_clock(load(path))  # kept: the measured timeline is written on this clock
+    graph = build_graph(run, steps=steps, matching=matching)
     if template:
         graph = average_steps(graph)
     a = analyze(graph, replay(graph, engine=engine))
-    return Profiled(run, graph, a, findings(a), alignment)
+    return Profiled(run, graph, a, findings(a), alignment_of(run))
 
 
-def _aligned(run: Run) -> tuple[Run, ClockAlignment | None]:
-    """Ranks on one clock (matched collective ends); a run whose ranks share none stays as recorded."""
-    if len(run.ranks) < 2:
-        return run, None
-    try:
-        return align_clocks(run)
-    except DagprofError as err:
-        return Run(run.ranks, run.source, {**run.meta, "warnings": [*run.meta.get("warnings", []), f"clocks not aligned: {err.problem}"]}), None
+OUT_FOLDER = "dagprof-out"
+_INPUT_SUFFIXES = (".json.gz", ".json", ".csv", ".log", ".txt")
 
 
 def default_out(path: str | os.PathLike[str]) -> str:
-    """Where outputs go: inside a run folder, else beside the trace file(s)."""
+    """Where a command writes when no ``-o`` is given.
+
+    Inside a dagprof run folder (the run is ours, and its outputs belong with it); for anything
+    else (trace files, a folder of them, a layer file: the user's, maybe shared, maybe read-only)
+    ``./dagprof-out/<input name>`` in the working directory, never beside the input.
+    """
     p = os.path.abspath(os.fspath(path))
-    return p if os.path.isdir(p) else os.path.dirname(p)
+    if os.path.isdir(p) and os.path.exists(os.path.join(p, MANIFEST)):
+        return p
+    name = os.path.basename(p.rstrip(os.sep)) or "input"
+    for suffix in _INPUT_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            name = name[: -len(suffix)]
+            break
+    return os.path.join(os.getcwd(), OUT_FOLDER, name)
 
 
 def write_outputs(p: Profiled, out_dir: str, report: ReportInputs | None = None) -> dict[str, str]:

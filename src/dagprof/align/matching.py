@@ -117,7 +117,7 @@ def _match_rank(trace: RankTrace, ops: list[_Op], ref_ops: list[_Op], ids: list[
     if ops and ref_ops and ops[0].explicit and ref_ops[0].explicit:
         by_seq = {o.seq: k for k, o in enumerate(ref_ops)}
         pairs = [(by_seq[o.seq], k) for k, o in enumerate(ops) if o.seq in by_seq]
-        for k, o in enumerate(ops):
+        for o in ops:
             if o.seq not in by_seq:
                 problems.append(f"rank {r}: collective seq {o.seq} of group {g} has no counterpart on rank {ref_rank}")
     else:

@@ -21,7 +21,8 @@ def findings(a: Analysis) -> list[Finding]:
     it_ms = a.predicted_us / 1e3
     steps = a.steps
     if not any(c == "communication" for c in a.path.by_category) and not any(b.comm_us for b in a.ranks):
-        out.append(Finding("no gradient communication seen", "this is not a DDP (data-parallel) job, or its collectives were not profiled: nothing to scale", 0.0))
+        out.append(Finding("no gradient communication seen",
+                           "this is not a DDP (data-parallel) job, or its collectives were not profiled: nothing to scale", 0.0))
         return out
     worst = max(a.ranks, key=lambda b: b.exposed_comm_us)
     exposed = worst.exposed_comm_us / steps / 1e3

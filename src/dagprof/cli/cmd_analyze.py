@@ -19,7 +19,7 @@ def to_text(r: dict) -> str:
     lines = warning_lines(r) + [f"iteration: measured {ms(r['measured_iter_ms'])}, replayed {ms(r['predicted_iter_ms'])} ({pct(r['error_pct'])})", "",
              f"{'rank':>5} {'compute':>10} {'comm':>10} {'overlap':>10} {'exposed':>10} {'waits':>10}   (ms per iteration)"]
     for b in r["per_rank"]:
-        lines.append(f"{b['rank']:>5} {b['compute_ms']:>10.2f} {b['comm_ms']:>10.2f} {b['overlap_ms']:>10.2f} {b['exposed_comm_ms']:>10.2f} {b['straggler_wait_ms']:>10.2f}")
+        lines.append(f"{b['rank']:>5} " + " ".join(f"{b[k]:>10.2f}" for k in ("compute_ms", "comm_ms", "overlap_ms", "exposed_comm_ms", "straggler_wait_ms")))
     cp = r["critical_path_per_iter"]
     lines += ["", f"critical path ({cp['total_ms']:.2f} ms per iteration, crosses ranks {cp['ranks_crossed']}):"]
     lines += [f"  {k:<22} {v:8.2f} ms" for k, v in cp["by_category_ms"].items()]
@@ -27,6 +27,7 @@ def to_text(r: dict) -> str:
     if r.get("clock_alignment"):
         c = r["clock_alignment"]
         offs = ", ".join(f"rank {k} {v:+.1f} us" for k, v in c["offset_us"].items())
-        lines += ["", f"clocks aligned on {c['collectives_used']} collectives: {offs}; residual skew median {c['residual_skew_us']['median']:.1f} us, max {c['residual_skew_us']['max']:.1f} us"]
+        skew = c["residual_skew_us"]
+        lines += ["", f"clocks aligned on {c['collectives_used']} collectives: {offs}; residual skew median {skew['median']:.1f} us, max {skew['max']:.1f} us"]
     lines += ["", "findings:"] + [f"  - {f['title']}: {f['detail']}" for f in r["findings"]]
     return "\n".join(lines)

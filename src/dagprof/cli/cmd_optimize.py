@@ -1,26 +1,20 @@
 from __future__ import annotations
 
-from ..errors import DagprofError
 from ..pipeline import open_run
 from ..search import search_bucket_sizes
 from ..search.buckets import DEFAULT_CAPS_MB
-from .common import add_run_arguments
+from .common import add_run_arguments, comma_list, positive_number
 
 HELP = "search DDP bucket sizes (tensor fusion) by replay and recommend the fastest"
 
 
 def add_arguments(p) -> None:
     add_run_arguments(p)
-    p.add_argument("--bucket-mb", default=",".join(f"{c:g}" for c in DEFAULT_CAPS_MB), help="candidate bucket sizes in MB, comma separated")
+    p.add_argument("--bucket-mb", type=comma_list(positive_number), default=list(DEFAULT_CAPS_MB), help="candidate bucket sizes in MB, comma separated")
 
 
 def run(args) -> dict:
-    try:
-        caps = tuple(float(x) for x in args.bucket_mb.split(",") if x.strip())
-    except ValueError:
-        raise DagprofError(f"--bucket-mb takes numbers separated by commas, got {args.bucket_mb!r}") from None
-    if not caps or min(caps) <= 0:
-        raise DagprofError(f"--bucket-mb needs positive sizes, got {args.bucket_mb!r}")
+    caps = tuple(args.bucket_mb)
     prof = open_run(args.run, steps=args.steps)
     search = search_bucket_sizes(prof.graph, caps)
     best = search.best.cap_mb

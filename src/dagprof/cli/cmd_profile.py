@@ -7,29 +7,29 @@ import os
 import subprocess
 
 from ..errors import DagprofError
+from ..traces.steps import iteration_us
+from .common import steps_arg
 
 HELP = "profile an unmodified PyTorch DDP job (torchrun or hand-started ranks) into a dagprof run folder"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-o", "--out", required=True, help="run folder to write (earlier dagprof files in it are replaced)")
-    p.add_argument("--steps", default="5:10", help="optimizer steps to profile, FIRST:STOP (default 5:10)")
+    p.add_argument("-o", "--out", required=True, metavar="DIR", help="run folder to write (earlier dagprof files in it are replaced)")
+    p.add_argument("--steps", type=steps_arg, default=range(5, 10), metavar="A:B",
+                   help="optimizer steps to profile: A:B = steps A..B-1, A = step A alone (default 5:10)")
     p.add_argument("--no-kineto", action="store_true", help="hooks only: no torch.profiler trace (lowest overhead)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND ...: the training command, e.g. torchrun ... train.py")
 
 
 def run(args: argparse.Namespace) -> dict:
     from ..collect.autoprofile import ENV_KINETO, ENV_OUT, ENV_STEPS
-    from ..collect.profile import parse_steps
-    from ..traces.dagprof_run import MANIFEST, read_run
+    from ..traces.dagprof_run import read_run
+    from ..traces.run_schema import MANIFEST
 
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         raise DagprofError("no command to profile: put it after --, e.g. dagprof profile -o RUN -- torchrun --nproc-per-node 2 train.py")
-    try:
-        steps = parse_steps(args.steps)
-    except ValueError as err:
-        raise DagprofError(str(err), "--steps") from None
+    steps = args.steps
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
     for old in _earlier_profile(out):
@@ -53,20 +53,23 @@ def run(args: argparse.Namespace) -> dict:
     run_ = read_run(out)
     ranks = []
     for t in run_.ranks:
-        times = sorted(t.meta["step_times_us"].values())
-        base = sorted(t.meta["unprofiled_step_times_us"].values())
+        # steps outside the window, for the profiler's overhead; steps 0 and 1 warm up (DDP rebuilds its buckets after step 0)
+        base = [d for s, d in t.meta["unprofiled_step_times_us"].items() if s >= _WARMUP_STEPS]
         ranks.append({
             "rank": t.rank, "host": t.host, "steps": t.meta["steps_profiled"], "layers": len(t.layers),
-            "buckets": len(t.buckets), "median_step_ms": times[len(times) // 2] / 1e3 if times else None,
-            "median_unprofiled_step_ms": base[len(base) // 2] / 1e3 if base else None,
+            "buckets": len(t.buckets), "iteration_ms": iteration_us(t.step_spans()) / 1e3,
+            "unprofiled_iteration_ms": iteration_us(base) / 1e3 if base else None,
         })
     return {"run": out, "exit_status": code, "world_size": run_.world_size, "ddp": run_.meta["ddp"],
             "ranks": ranks, "warnings": run_.meta["warnings"]}
 
 
+_WARMUP_STEPS = 2
+
+
 def _earlier_profile(folder: str) -> list[str]:
     """dagprof's own files from an earlier run in ``folder`` (never anything else a user keeps there)."""
-    from ..traces.dagprof_run import MANIFEST, RANK_FORMAT
+    from ..traces.run_schema import MANIFEST, RANK_FORMAT
 
     ours = glob.glob(os.path.join(folder, MANIFEST)) + glob.glob(os.path.join(folder, "rank*.kineto.json.gz"))
     for path in glob.glob(os.path.join(folder, "rank*.json")):
@@ -79,9 +82,8 @@ def _earlier_profile(folder: str) -> list[str]:
 def to_text(result: dict) -> str:
     lines = [f"profiled run: {result['run']} (world size {result['world_size']}, command exit status {result['exit_status']})"]
     for r in result["ranks"]:
-        med = f"{r['median_step_ms']:.1f} ms" if r["median_step_ms"] is not None else "-"
-        base = f"{r['median_unprofiled_step_ms']:.1f} ms" if r["median_unprofiled_step_ms"] is not None else "-"
+        base = f"{r['unprofiled_iteration_ms']:.1f} ms" if r["unprofiled_iteration_ms"] is not None else "-"
         lines.append(f"  rank {r['rank']} on {r['host']}: steps {r['steps'][0]}-{r['steps'][-1]}, {r['layers']} layers, "
-                     f"{r['buckets']} buckets, median step {med} (unprofiled steps: {base})")
+                     f"{r['buckets']} buckets, iteration {r['iteration_ms']:.1f} ms (unprofiled steps from step {_WARMUP_STEPS} on: {base})")
     lines += [f"  warning: {w}" for w in result["warnings"]]
     return "\n".join(lines)

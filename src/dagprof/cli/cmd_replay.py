@@ -2,31 +2,34 @@ from __future__ import annotations
 
 import os
 
-from ..pipeline import default_out, open_run, write_outputs
-from .common import add_run_arguments, ms, pct, warning_lines
+from ..pipeline import open_run, write_outputs
+from .common import add_out_argument, add_run_arguments, ms, out_dir, pct, warning_lines
 
 HELP = "replay a run's global graph and compare the predicted iteration time with the measured one"
 
 
 def add_arguments(p) -> None:
     add_run_arguments(p)
-    p.add_argument("-o", "--out", help="folder for replay.trace.json and report.html (default: the run folder)")
+    add_out_argument(p, "replay.trace.json, measured.trace.json and report.html")
     p.add_argument("--engine", choices=["auto", "numba", "python"], default="auto")
     p.add_argument("--template", action="store_true", help="replay every step with each op's mean time over the steps (dPRO's averaged replay)")
 
 
 def run(args) -> dict:
     prof = open_run(args.run, steps=args.steps, engine=args.engine, template=args.template)
-    files = write_outputs(prof, args.out or default_out(args.run))
+    files = write_outputs(prof, out_dir(args.out, args.run))
     a = prof.to_dict()
-    return {k: a[k] for k in ("measured_iter_ms", "predicted_iter_ms", "error_pct", "per_rank", "steps", "nodes", "edges", "engine", "warnings")} | {"files": files}
+    keep = ("measured_iter_ms", "predicted_iter_ms", "error_pct", "per_rank", "steps", "nodes", "edges", "engine", "warnings")
+    return {k: a[k] for k in keep} | {"files": files}
 
 
 def to_text(r: dict) -> str:
-    lines = warning_lines(r) + [f"graph: {r['nodes']:,} ops, {r['edges']:,} dependencies, steps {r['steps'][0]}..{r['steps'][-1]}, engine {r['engine']}",
-             f"{'rank':>6} {'measured':>12} {'predicted':>12} {'error':>9}"]
+    lines = warning_lines(r) + [
+        f"graph: {r['nodes']:,} ops, {r['edges']:,} dependencies, steps {r['steps'][0]}..{r['steps'][-1]}, engine {r['engine']}",
+        f"{'rank':>6} {'measured':>12} {'predicted':>12} {'error':>9}"]
     for row in r["per_rank"]:
-        err = 100 * (row["predicted_iter_ms"] - row["measured_iter_ms"]) / row["measured_iter_ms"] if row["measured_iter_ms"] == row["measured_iter_ms"] else None
+        measured = row["measured_iter_ms"]
+        err = 100 * (row["predicted_iter_ms"] - measured) / measured if measured == measured else None
         lines.append(f"{row['rank']:>6} {ms(row['measured_iter_ms']):>12} {ms(row['predicted_iter_ms']):>12} {pct(err):>9}")
     lines.append(f"iteration (slowest rank): measured {ms(r['measured_iter_ms'])}, predicted {ms(r['predicted_iter_ms'])}, error {pct(r['error_pct'])}")
     lines += [f"{k.replace('_', ' ')}: {os.path.relpath(v)}" for k, v in r["files"].items()]

@@ -2,20 +2,20 @@ from __future__ import annotations
 
 import os
 
-from ..pipeline import default_out, open_run, write_outputs
-from .common import add_run_arguments
+from ..pipeline import open_run, write_outputs
+from .common import add_out_argument, add_run_arguments, out_dir
 
 HELP = "write report.html (and the replayed Perfetto timeline) for a run"
 
 
 def add_arguments(p) -> None:
     add_run_arguments(p)
-    p.add_argument("-o", "--out", help="output folder (default: the run folder)")
+    add_out_argument(p, "report.html and the Perfetto timelines")
 
 
 def run(args) -> dict:
     prof = open_run(args.run, steps=args.steps)
-    return {"files": write_outputs(prof, args.out or default_out(args.run))}
+    return {"files": write_outputs(prof, out_dir(args.out, args.run))}
 
 
 def to_text(r: dict) -> str:

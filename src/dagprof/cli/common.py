@@ -1,24 +1,91 @@
-"""Options and loading shared by the commands that read a run."""
+"""Options shared by the commands: the run argument, step windows, list flags, output folders.
+
+Flag values are checked by argparse ``type=`` functions, so a wrong value is a one-line usage
+error (exit status 2) before any work starts.
+"""
 from __future__ import annotations
 
 import argparse
+import os
+from typing import Callable, TypeVar
+
+from ..errors import DagprofError
+from ..traces.steps import parse_steps
+
+T = TypeVar("T")
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="a dagprof run folder, or a folder (or file) of torch.profiler traces")
-    p.add_argument("--steps", type=parse_steps, default=None, metavar="A:B", help="profiled steps to use (default: all that every rank has)")
+    p.add_argument("--steps", type=steps_arg, default=None, metavar="A:B",
+                   help="profiled steps to use: A:B = steps A..B-1, A = step A alone (default: all that every rank has)")
 
 
-def parse_steps(text: str) -> range:
+def add_out_argument(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("-o", "--out", metavar="DIR",
+                   help=f"folder for {what} (default: the run folder; for trace files ./dagprof-out/<name>)")
+
+
+def steps_arg(text: str) -> range:
     try:
-        a, _, b = text.partition(":")
-        lo = int(a)
-        hi = int(b) if b else lo + 1
+        return parse_steps(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def comma_list(item: Callable[[str], T]) -> Callable[[str], list[T]]:
+    """The one list flag: ``a,b,c`` -> ``[item(a), item(b), item(c)]``.
+
+    Blanks around items and empty items are ignored, the order is kept (it is the order of the
+    rows printed), repeats are dropped; an empty list or a bad item is a usage error naming it.
+    """
+    def parse(text: str) -> list[T]:
+        out: list[T] = []
+        for raw in text.split(","):
+            if raw.strip():
+                try:
+                    v = item(raw.strip())
+                except (ValueError, DagprofError) as err:
+                    raise argparse.ArgumentTypeError(str(err)) from None
+                if v not in out:
+                    out.append(v)
+        if not out:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
+        return out
+
+    parse.__name__ = f"list of {getattr(item, '__name__', 'values')}"
+    return parse
+
+
+def _at_least(convert: Callable[[str], T], text: str, low: float, strict: bool = False) -> T:
+    """``convert(text)``, checked to be >= ``low`` (> with ``strict``), else a ValueError saying what was expected."""
+    what = f"a {'whole ' if convert is int else ''}number {'>' if strict else '>='} {low:g}"
+    try:
+        v = convert(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--steps takes A:B (steps A..B-1), got {text!r}") from None
-    if hi <= lo:
-        raise argparse.ArgumentTypeError(f"--steps {text}: the end must be after the start")
-    return range(lo, hi)
+        raise ValueError(f"expected {what}, got {text!r}") from None
+    if not (v > low if strict else v >= low):  # NaN fails too
+        raise ValueError(f"expected {what}, got {text!r}")
+    return v
+
+
+def positive_int(text: str) -> int:
+    return _at_least(int, text, 1)
+
+
+def positive_number(text: str) -> float:
+    return _at_least(float, text, 0, strict=True)
+
+
+def non_negative_number(text: str) -> float:
+    return _at_least(float, text, 0)
+
+
+def out_dir(out: str | None, source: str) -> str:
+    """``-o DIR`` as given, else the default for the input ``source`` (``pipeline.default_out``)."""
+    from ..pipeline import default_out
+
+    return os.path.abspath(out) if out else default_out(source)
 
 
 def ms(x: float | None) -> str:
@@ -27,7 +94,6 @@ def ms(x: float | None) -> str:
 
 def pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:+.2f} %"
-
 
 
 def warning_lines(r: dict) -> list[str]:

@@ -27,8 +27,17 @@ COMMANDS = [
 ]
 
 
+class _UsageError(Exception):
+    """A wrong flag or flag value: one line, like every other user error."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse prints the whole usage first; we print one line
+        raise _UsageError(f"{self.prog}: error: {message}")
+
+
 def _parser() -> tuple[argparse.ArgumentParser, dict]:
-    parser = argparse.ArgumentParser(prog="dagprof", description="Why is distributed training slower than linear?")
+    parser = _Parser(prog="dagprof", description="Why is distributed training slower than linear?")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     modules = {}
     for name in COMMANDS:
@@ -42,7 +51,13 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
 
 def main(argv: list[str] | None = None) -> int:
     parser, modules = _parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except _UsageError as err:
+        if "--json" in (sys.argv[1:] if argv is None else argv):
+            print(json.dumps({"error": str(err)}))
+        print(f"{err} (see --help)", file=sys.stderr)
+        return 2
     if not args.command:
         parser.print_help()
         return 2

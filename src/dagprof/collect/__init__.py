@@ -2,6 +2,7 @@
 
 The only layer that imports torch, and only when a profile starts (never at import).
 """
-from .profile import parse_steps, profile
+from ..traces.steps import parse_steps
+from .profile import profile
 
 __all__ = ["profile", "parse_steps"]

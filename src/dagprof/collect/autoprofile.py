@@ -25,8 +25,8 @@ import warnings
 from functools import wraps
 from typing import Any
 
+from ..traces.steps import parse_steps
 from .collector import Collector
-from .profile import parse_steps
 
 ENV_OUT = "DAGPROF_OUT"
 ENV_STEPS = "DAGPROF_STEPS"
@@ -50,7 +50,7 @@ class _AfterTorchImport(importlib.abc.MetaPathFinder):
             try:
                 _patch()
             except Exception as err:  # noqa: BLE001  (never break the user's job)
-                warnings.warn(f"dagprof: zero-code profiling not installed: {type(err).__name__}: {err}", RuntimeWarning)
+                warnings.warn(f"dagprof: zero-code profiling not installed: {type(err).__name__}: {err}", RuntimeWarning, stacklevel=2)
 
         spec.loader.exec_module = exec_then_patch
         return spec

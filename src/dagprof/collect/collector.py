@@ -11,7 +11,6 @@ Torch is imported lazily, only here and in the modules that create a Collector.
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import shutil
 import socket
@@ -24,7 +23,9 @@ from functools import partial
 from typing import Any
 
 from ..fsutil import atomic_open
-from ..traces.dagprof_run import FORMAT, MANIFEST, RANK_FORMAT, VERSION, Rec, kineto_file, rank_file
+from ..progress import bar
+from ..traces.run_schema import MANIFEST, BucketEntry, Clock, Manifest, RankFile, Rec, encode, kineto_file, rank_file
+from ..traces.steps import parse_steps
 
 _MAX_OUTPUT_HOOKS = 4  # tensors per module output that get a gradient hook
 
@@ -32,14 +33,12 @@ _MAX_OUTPUT_HOOKS = 4  # tensors per module output that get a gradient hook
 class Collector:
     """Records one window of steps of this process into ``out_dir``."""
 
-    def __init__(self, out_dir: str | os.PathLike[str], steps: range, kineto: bool = True,
+    def __init__(self, out_dir: str | os.PathLike[str], steps: range | str, kineto: bool = True,
                  record_shapes: bool = False, ranges: bool = False, mode: str = "api"):
         import torch  # noqa: F401  (fail early and clearly if torch is missing)
 
-        if steps.step != 1 or steps.start < 0 or len(steps) == 0:
-            raise ValueError(f"steps must be a non-empty range of consecutive steps >= 0, got {steps!r}")
+        self.steps = parse_steps(steps)
         self.out_dir = os.path.abspath(os.fspath(out_dir))
-        self.steps = steps
         self.kineto = kineto
         self.record_shapes = record_shapes
         self.ranges = ranges  # also emit record_function ranges per layer (visible in Kineto)
@@ -68,12 +67,13 @@ class Collector:
         self._seq = 0
         self._bwd_seen = False
         self._grad_watch: dict[tuple[int, int], tuple[Any, list]] = {}  # (id, version) -> (tensor, what to record)
-        self._layouts: list[list[dict]] = []
+        self._layouts: list[list[BucketEntry]] = []
         self._layout_key: dict[int, tuple] = {}
         self._bucket_cap_mb: float | None = None
         self._kineto_prof = None
         self._ranges_open: dict[tuple[int, int], Any] = {}
         self._info: dict[str, Any] = {}
+        self._bar: Any = None  # rank 0's progress over the window (a terminal only)
 
     # ---------------------------------------------------------------- guard
     def _fail(self, err: BaseException, where: str) -> None:
@@ -149,6 +149,8 @@ class Collector:
                 self._handles.append(p.register_post_accumulate_grad_hook(partial(self._grad_ready, layer)))
 
     def _detach(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
         for h in self._handles:
             h.remove()
         self._handles.clear()
@@ -332,11 +334,8 @@ class Collector:
 
         return fut.then(done)
 
-    def _bucket_layout(self) -> list[dict]:
-        return [
-            {"index": i, "nbytes": nb, "params": [self._param_names.get(pid, "?") for pid in pids]}
-            for i, (nb, pids) in sorted(self._layout_key.items())
-        ]
+    def _bucket_layout(self) -> list[BucketEntry]:
+        return [BucketEntry(i, nb, [self._param_names.get(pid, "?") for pid in pids]) for i, (nb, pids) in sorted(self._layout_key.items())]
 
     # ---------------------------------------------------------------- optimizer
     def update_begin(self) -> None:
@@ -387,6 +386,7 @@ class Collector:
         if self.recording:
             self.records.append((Rec.STEP_END, self.step, 0, t, 0))
             self.profiled.append(self.step)
+            self._bar.update()
             if self._new_layout or not self._layouts:
                 self._layouts.append(self._bucket_layout())
             if self._kineto_prof is not None and self.step + 1 < self.steps.stop:
@@ -398,6 +398,7 @@ class Collector:
         if not self._info.get("backend"):
             self._resolve_info()
         self._write_manifest()
+        self._bar = bar(len(self.steps), f"profiling steps {self.steps.start}..{self.steps.stop - 1}", "step", show=self._info["rank"] == 0)
         self.in_window = True
         self._attach_leaf_hooks()
         self._time_dataloaders()
@@ -450,21 +451,18 @@ class Collector:
             pass
         self._info = {
             "rank": rank, "world_size": world, "backend": backend, "host": socket.gethostname(), "pid": os.getpid(),
-            "local_rank": int(os.environ.get("LOCAL_RANK", rank)), "torch": torch.__version__,
+            "local_rank": int(os.environ.get("LOCAL_RANK", rank)), "torch": str(torch.__version__),
         }
 
     def _write_manifest(self) -> None:
         path = os.path.join(self.out_dir, MANIFEST)
         if os.path.exists(path) and self._info["rank"] != 0:
             return  # rank 0 always writes (replacing a stale one); the others only when it is missing
-        manifest = {
-            "format": FORMAT, "version": VERSION, "world_size": self._info["world_size"],
-            "steps_requested": [self.steps.start, self.steps.stop], "backend": self._info["backend"],
-            "kineto": self.kineto, "record_shapes": self.record_shapes, "mode": self.mode, "argv": sys.argv,
-            "created_ns": time.time_ns(),
-        }
-        with atomic_open(path) as f:
-            json.dump(manifest, f, indent=1)
+        manifest = Manifest(world_size=self._info["world_size"], steps_requested=(self.steps.start, self.steps.stop),
+                            backend=self._info["backend"], kineto=self.kineto, record_shapes=self.record_shapes, mode=self.mode,
+                            argv=list(sys.argv), created_ns=time.time_ns())
+        with atomic_open(path, "wb") as f:
+            f.write(encode(manifest))
         self._manifest_written = True
 
     def _write_rank(self, final: bool) -> None:
@@ -477,18 +475,15 @@ class Collector:
             self._kineto_written = True
         if self._kineto_written:
             kfile = kineto_file(rank)
-        doc = {
-            "format": RANK_FORMAT, "version": VERSION, **self._info, "mode": self.mode,
-            "bucket_cap_mb": self._bucket_cap_mb, "ddp": bool(self._ddps),
-            "steps_requested": [self.steps.start, self.steps.stop], "steps_profiled": self.profiled,
-            "steps_completed": len(self.step_times), "final": final, "kineto_file": kfile, "record_shapes": self.record_shapes,
-            "clock": {"unix_ns": time.time_ns(), "perf_ns": time.perf_counter_ns()},
-            "warnings": self.warnings, "layers": self.layers, "layer_grad_bytes": self._grad_bytes,
-            "bucket_layouts": self._layouts,
-            "step_times_ns": self.step_times, "records": [list(map(int, r)) for r in self.records],
-        }
-        with atomic_open(os.path.join(self.out_dir, rank_file(rank))) as f:
-            json.dump(doc, f, separators=(",", ":"))
+        doc = RankFile(
+            **self._info, mode=self.mode, bucket_cap_mb=self._bucket_cap_mb, ddp=bool(self._ddps),
+            steps_requested=(self.steps.start, self.steps.stop), steps_profiled=self.profiled,
+            steps_completed=len(self.step_times), final=final, kineto_file=kfile, record_shapes=self.record_shapes,
+            clock=Clock(time.time_ns(), time.perf_counter_ns()), warnings=self.warnings, layers=self.layers,
+            layer_grad_bytes=self._grad_bytes, bucket_layouts=self._layouts, step_times_ns=self.step_times, records=self.records,
+        )
+        with atomic_open(os.path.join(self.out_dir, rank_file(rank)), "wb") as f:
+            f.write(encode(doc))
 
 
 def _export_gz(prof: Any, path: str) -> None:

@@ -4,26 +4,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..traces.steps import parse_steps
 from .collector import Collector
-
-
-def parse_steps(spec: str | range | tuple[int, int] | int) -> range:
-    """``range(10, 20)``, ``(10, 20)``, ``"10:20"`` or ``N`` (= the first N steps) -> range."""
-    if isinstance(spec, range):
-        return spec
-    if isinstance(spec, int):
-        return range(spec)
-    if isinstance(spec, str):
-        first, sep, stop = spec.partition(":")
-        if not sep:
-            raise ValueError(f"steps must look like FIRST:STOP (e.g. 10:20), got {spec!r}")
-        return range(int(first), int(stop))
-    first, stop = spec
-    return range(int(first), int(stop))
 
 
 class profile:  # noqa: N801  (used like torch.profiler.profile)
     """Profile steps ``steps`` (step 0 starts at ``__enter__``; each ``prof.step()`` ends one).
+
+    ``steps``: ``range(10, 20)``, ``(10, 20)`` or ``"10:20"`` = steps 10..19; ``7`` = step 7 alone.
 
     ``model``: the DDP (or plain) module; by default the first module called inside the
     block is taken (and any DDP modules within it). ``kineto=False`` records hooks only.

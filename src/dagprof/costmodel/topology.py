@@ -17,11 +17,11 @@ import enum
 import json
 import math
 import os
-import tomllib
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import tomllib
 
 from ..errors import DagprofError
 from ..fsutil import atomic_open

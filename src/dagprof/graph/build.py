@@ -26,9 +26,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..align.matching import Matching, match_collectives
+from ..align.matching import Matching
+from ..align.one_clock import on_one_clock
 from ..errors import DagprofError
 from ..traces.events import Kind, LaneKind, RankTrace, Run
+from ..traces.steps import iteration_us
 from .dag import DeviceKind, Graph, GraphBuilder
 
 _LANE_DEVICE = {LaneKind.CPU_THREAD: DeviceKind.HOST, LaneKind.GPU_STREAM: DeviceKind.COMPUTE, LaneKind.COMM_THREAD: DeviceKind.COMM}
@@ -51,18 +53,17 @@ def common_steps(run: Run, steps: range | None = None) -> list[int]:
 
 
 def measured_iter_us(trace: RankTrace, steps: list[int]) -> float:
-    """Mean measured step time of ``trace`` over ``steps`` (first start to last end)."""
+    """Measured iteration time of ``trace`` over ``steps`` (``traces.steps.iteration_us``)."""
     spans = trace.step_spans()
-    sel = spans[np.isin(spans[:, 0].astype(int), steps)]
-    return float((sel[:, 2].max() - sel[:, 1].min()) / len(sel))
+    return iteration_us(spans[np.isin(spans[:, 0].astype(int), steps)])
 
 
 def build_graph(run: Run, steps: range | None = None, matching: Matching | None = None) -> Graph:
-    """The global DAG of ``run`` over the steps all ranks profiled."""
+    """The global DAG of ``run`` over the steps all ranks profiled, its ranks' clocks aligned first (once)."""
     if not run.ranks:
         raise DagprofError("no rank traces to build a graph from", run.source)
     chosen = common_steps(run, steps)
-    matching = matching if matching is not None else match_collectives(run)
+    run, matching = on_one_clock(run, matching)
     asm = _Assembler()
     for pos, trace in enumerate(run.ranks):
         asm.add_rank(trace, chosen, matching.instance[pos])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..traces.events import Kind
-from .dag import Device, DeviceKind, Graph, NODE_COLUMNS, csr_graph
+from .dag import NODE_COLUMNS, Device, DeviceKind, Graph, csr_graph
 
 
 def _columns(n: int) -> dict[str, np.ndarray]:

@@ -26,7 +26,6 @@ import numpy as np
 
 from .dag import NODE_COLUMNS, Graph, csr_graph
 
-
 _RANK_PREFIX = re.compile(r"^rank\d+(?!\d)", re.MULTILINE)
 
 

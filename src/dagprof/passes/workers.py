@@ -16,7 +16,7 @@ import re
 import numpy as np
 
 from ..errors import DagprofError
-from ..graph.dag import Device, Graph, csr_graph, NODE_COLUMNS
+from ..graph.dag import NODE_COLUMNS, Device, Graph, csr_graph
 from .comm import current_scheme, current_topology, graph_world_size, retime_collectives
 
 REPLICATE_UP_TO = 64  # ranks; above this ``scale_workers`` folds unless told otherwise

@@ -11,6 +11,7 @@ from ..analysis import Analysis
 from ..analysis.critical_path import category
 from ..analysis.findings import Finding
 from ..fsutil import atomic_open
+from ..search.whatif import COLUMNS as WHATIF_COLUMNS
 from ..traces.events import Kind
 from . import svg
 
@@ -22,6 +23,7 @@ th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
 .big{font-size:28px;font-weight:600}.kpi{display:inline-block;margin-right:36px}.kpi small{display:block;color:#666}
 .finding{border-left:4px solid #e15759;padding:4px 10px;margin:8px 0;background:#fdf3f3}
 .ok{border-left-color:#59a14f;background:#f3f9f2}.warn{border-left-color:#edc948;background:#fdf9ec}code{background:#f4f4f4;padding:1px 4px}
+.legend{font-size:13px;color:#444}
 """
 
 
@@ -69,7 +71,8 @@ def render(inp: ReportInputs) -> str:
                                           "exposed communication": r["exposed_comm_ms"]}))
     parts.append(svg.stacked_bars(rows))
     parts.append(html_table(["rank", "measured ms", "replayed ms", "compute ms", "comm ms", "overlap ms", "exposed comm ms", "waits for others ms"],
-                        [[r["rank"], r["measured_iter_ms"], r["predicted_iter_ms"], r["compute_ms"], r["comm_ms"], r["overlap_ms"], r["exposed_comm_ms"], r["straggler_wait_ms"]] for r in d["per_rank"]]))
+                        [[r["rank"], r["measured_iter_ms"], r["predicted_iter_ms"], r["compute_ms"], r["comm_ms"], r["overlap_ms"], r["exposed_comm_ms"],
+                          r["straggler_wait_ms"]] for r in d["per_rank"]]))
 
     cp = d["critical_path_per_iter"]
     parts.append("<h2>Critical path (across ranks, per iteration)</h2>")
@@ -84,6 +87,8 @@ def render(inp: ReportInputs) -> str:
         parts.append("<h2>What if</h2>")
         cols = [k for k in inp.whatifs[0] if not isinstance(inp.whatifs[0][k], (dict, list))]
         parts.append(html_table(cols, [[w.get(c) for c in cols] for w in inp.whatifs]))
+        defined = "".join(f"<li><code>{escape(c)}</code>: {escape(WHATIF_COLUMNS[c])}</li>" for c in cols if c in WHATIF_COLUMNS)
+        parts.append(f"<p>Predicted from this one profile; an empty cell is as profiled.</p><ul class='legend'>{defined}</ul>")
     if inp.optimisation:
         o = inp.optimisation
         parts.append("<h2>Optimisation</h2>")

@@ -42,7 +42,8 @@ def stacked_bars(rows: list[tuple[str, dict[str, float]]], unit: str = "ms", wid
             w = bar_w * v / total
             if k not in keys:
                 keys.append(k)
-            out.append(f'<rect x="{x:.1f}" y="{y}" width="{max(w, 0):.1f}" height="{h - 8}" fill="{color(k)}"><title>{escape(k)}: {v:.2f} {unit}</title></rect>')
+            out.append(f'<rect x="{x:.1f}" y="{y}" width="{max(w, 0):.1f}" height="{h - 8}" fill="{color(k)}">'
+                       f'<title>{escape(k)}: {v:.2f} {unit}</title></rect>')
             x += w
         out.append(f'<text x="{x + 4:.1f}" y="{y + 15}">{sum(parts.values()):.1f} {unit}</text>')
     y = h * len(rows) + 20

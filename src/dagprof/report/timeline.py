@@ -27,7 +27,8 @@ def replay_slices(g: Graph, res: ReplayResult, critical: np.ndarray | None = Non
             args["bytes"] = int(g.nbytes[v])
         if on_path[v]:
             args["critical_path"] = True
-        out.append(Slice(process, track, g.node_name(v), float(res.start[v]), float(res.end[v] - res.start[v]), args, cat="critical" if on_path[v] else args["kind"]))
+        out.append(Slice(process, track, g.node_name(v), float(res.start[v]), float(res.end[v] - res.start[v]), args,
+                         cat="critical" if on_path[v] else args["kind"]))
     return out
 
 

@@ -1,10 +1,13 @@
 """What-if scenarios: the run's graph under other conditions, replayed.
 
 Passes are applied in a fixed order (workers, cluster, scheme, link, buckets, partition,
-compute, cores, fine-grained collectives). Speed-up is throughput (ranks / iteration time)
-against the model of the profiled run, so the model's own error cancels out of the ratio;
-scaling efficiency is that model's iteration time over the predicted one (weak scaling,
-1.0 = perfect); ``vs_measured_pct`` compares the prediction with the measured iteration.
+compute, cores, fine-grained collectives). Two different ratios answer two questions, and
+``COLUMNS`` defines every column of a row:
+- is it faster than what I have? ``speedup_vs_profiled``: the scenario's throughput over the
+  profiled run's (both as replayed, so the model's own error cancels out of the ratio);
+- does it scale? ``scaling_efficiency``: the throughput of N workers over N times that of ONE
+  worker under the same conditions (weak scaling: t(1) / t(N), 1.0 = linear). A faster device or
+  link raises the first and can lower the second: less compute leaves less to hide comm behind.
 """
 from __future__ import annotations
 
@@ -19,7 +22,18 @@ from ..graph.dag import Graph
 from ..passes import expand_collectives, partition_tensors, scale_compute, scale_workers, set_buckets, set_link, set_scheme, set_topology
 from ..passes.comm import current_topology, graph_world_size
 from ..passes.compute import share_cores
+from ..progress import progress
 from ..replay import ReplayResult, replay
+
+COLUMNS = {
+    "workers": "ranks (data-parallel workers) in the scenario",
+    "predicted_iter_ms": "predicted iteration time of the slowest rank, ms",
+    "iters_per_s": "iterations per second (1 / predicted_iter_ms); every rank runs one per iteration",
+    "speedup_vs_profiled": "throughput (workers / iteration time) over the profiled run's, both replayed; > 1 = more samples/s than now",
+    "speedup_vs_one_worker": "throughput over ONE worker's under the same conditions = workers x scaling_efficiency",
+    "scaling_efficiency": "weak scaling: one worker's iteration time / this one, same conditions; 1.0 = linear, lower = overhead of scale",
+    "vs_measured_pct": "predicted iteration time against the measured one of the profiled run, % (+ = slower)",
+}
 
 
 @dataclass
@@ -102,30 +116,39 @@ def apply(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
 
 def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = None, measured_us: float | None = None,
              timeline: Callable[[int, Graph, ReplayResult], str | None] | None = None) -> dict:
-    """Replay every scenario; rows with predicted iteration time, throughput, speed-up, efficiency.
+    """Replay every scenario; one row per scenario with the ``COLUMNS``.
 
-    ``timeline(i, graph, result)`` may save scenario ``i``'s predicted timeline and return its path.
+    Scaling efficiency needs one worker under the same conditions: that scenario is replayed
+    too (once per distinct set of conditions). ``timeline(i, graph, result)`` may save scenario
+    ``i``'s predicted timeline and return its path.
     """
     t0 = time.perf_counter()
     cluster = cluster or Cluster()
     n0 = graph_world_size(g0)
     base_topo = base_topology(g0, cluster)
     model = job_iteration_us(set_topology(g0, base_topo))
+    one_worker: dict[str, float] = {}
     rows = []
-    for i, s in enumerate(scenarios):
+    for i, s in enumerate(progress(scenarios, "what-if scenarios", unit="scenario")):
         t1 = time.perf_counter()
         g = apply(g0, s, cluster, base_topo)
         res = replay(g)
         it = job_iteration_us(g, res)
         n = graph_world_size(g)
+        single = replace(s, workers=1)
+        key = repr(single)
+        if key not in one_worker:
+            one_worker[key] = it if n == 1 else job_iteration_us(apply(g0, single, cluster, base_topo))
+        eff = one_worker[key] / it
         row = {**s.label(), "workers": n, "predicted_iter_ms": it / 1e3, "iters_per_s": 1e6 / it,
-               "speedup": (n / n0) * model / it, "scaling_efficiency": model / it,
+               "speedup_vs_profiled": (n / n0) * model / it, "speedup_vs_one_worker": n * eff, "scaling_efficiency": eff,
                "vs_measured_pct": None if not measured_us else 100.0 * (it - measured_us) / measured_us, "seconds": time.perf_counter() - t1}
         path = timeline(i, g, res) if timeline else None
         if path:
             row["trace"] = path
         rows.append(row)
-    return {"workers": n0, "model_iter_ms": model / 1e3, "link": link_text(base_topo), "scenarios": rows, "seconds": time.perf_counter() - t0}
+    return {"workers": n0, "model_iter_ms": model / 1e3, "link": link_text(base_topo), "columns": COLUMNS, "scenarios": rows,
+            "seconds": time.perf_counter() - t0}
 
 
 def link_text(t: Topology) -> str:

@@ -1,8 +1,8 @@
 """The layer-wise DAG model of synchronous SGD (Shi, Wang, Chu, Li 2018): graph, closed forms, policies."""
 from .closed import Prediction, closed_form, wfbp_tau
-from .comm import CommModel
+from .comm import CommModel, comm_model, link_from_text
 from .dag import build_sgd_graph, replay_schedule
-from .predict import Scaling, ScalingRow, anchor, predict
+from .predict import Scaling, ScalingRow, anchor, anchor_single_worker, predict
 from .schedule import Policy, Schedule, make_schedule, merge_groups
 
 __all__ = [
@@ -13,8 +13,11 @@ __all__ = [
     "ScalingRow",
     "Schedule",
     "anchor",
+    "anchor_single_worker",
     "build_sgd_graph",
     "closed_form",
+    "comm_model",
+    "link_from_text",
     "make_schedule",
     "merge_groups",
     "predict",

@@ -7,15 +7,20 @@ Three sources, most specific first:
 2. a link model for exactly that worker count (an OSU latency table's fit);
 3. a link model for any worker count (an interconnect preset or bandwidth), else the
    fit of the nearest measured worker count, scaled by the ring formula.
+
+``comm_model`` assembles a ``CommModel`` from whatever of these the user has.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..costmodel import AlphaBeta, fit_alpha_beta, ring_allreduce_us
+from ..costmodel import AlphaBeta, fit_alpha_beta, parse_bandwidth, preset, ring_allreduce_us
+from ..costmodel.osu import read_osu_allreduce
 from ..errors import DagprofError
+from ..traces.layerwise import LayerProfile, read_layer_file
 
 
 @dataclass(frozen=True)
@@ -75,3 +80,48 @@ class CommModel:
             return "none (1 worker)"
         link = self.link(workers)[1]
         return f"measured per layer; merged messages by {link}" if workers in self.measured else link
+
+
+def link_from_text(text: str) -> tuple[AlphaBeta, str]:
+    """An interconnect preset (``10gbe``, ``ib56``...) or a bare bandwidth (``25Gbit``, no latency), and its name."""
+    try:
+        return preset(text), text
+    except DagprofError as unknown:
+        try:
+            return AlphaBeta.from_bandwidth(parse_bandwidth(text)), f"{text} (no latency)"
+        except DagprofError:
+            raise DagprofError(f"--net {text!r}: {unknown}; or give a bandwidth like 10Gbit, 25GB/s") from None
+
+
+def comm_model(profile: LayerProfile, net: str | None = None, osu: list[str] = (), comm_logs: list[str] = (),
+               notes: list[str] | None = None) -> CommModel:
+    """All-reduce costs for ``profile`` from every source given, most specific winning (see the module doc).
+
+    ``net``: a preset or bandwidth for any worker count; ``osu``: OSU latency tables (fitted per
+    worker count, over the message sizes the profile sends); ``comm_logs``: measured per-layer
+    all-reduce times (the profile's own ``allreduce_us`` column counts too). Sources that cannot be
+    used are explained in ``notes``.
+    """
+    notes = notes if notes is not None else []
+    comm = CommModel()
+    if net:
+        link, name = link_from_text(net)
+        comm = CommModel(default=link, default_name=name)
+    for path in osu:
+        table = read_osu_allreduce(path)
+        # fit over the sizes the model will price: small messages use another MPI protocol
+        comm = comm.with_link(table.workers, table.fit(min_bytes=int(profile.grad_bytes[profile.grad_bytes > 0].min(initial=0))), table.describe())
+    for src in [profile] + [read_layer_file(p) for p in comm_logs]:
+        if src.allreduce_us is None:
+            if src is not profile:
+                raise DagprofError("no allreduce_us column / communication times", src.source)
+            continue
+        if src.workers is None and src is profile:
+            notes.append("the layer file's all-reduce times are unused: its worker count is unknown (name it tmpNcomm.log or add '# workers=N')")
+            continue
+        if src.workers is None:
+            raise DagprofError("cannot tell the worker count of these all-reduce times (name it tmpNcomm.log or add '# workers=N')", src.source)
+        if src.num_layers != profile.num_layers:
+            raise DagprofError(f"{src.num_layers} layers, the profile has {profile.num_layers}", src.source)
+        comm = comm.with_measured(src.workers, profile.grad_bytes, src.allreduce_us, os.path.basename(src.source))
+    return comm

@@ -41,9 +41,11 @@ def build_sgd_graph(profile: LayerProfile, schedule: Schedule, iterations: int =
             before_io = prev_h2d[r] if schedule.prefetch_io else prev_u[r]
             if before_io is not None:
                 b.add_edge(before_io, io)
-            chain = [b.add_node(f"w{r}.i{it}.F.{profile.names[l]}", Kind.FORWARD, rank=r, device=gpus[r], dur=forward[l], step=it, layer=layer_ids[l]) for l in range(n)]
+            chain = [b.add_node(f"w{r}.i{it}.F.{profile.names[l]}", Kind.FORWARD, rank=r, device=gpus[r], dur=forward[l], step=it, layer=layer_ids[l])
+                     for l in range(n)]
             for l in range(n - 1, -1, -1):
-                last_b[r, l] = b.add_node(f"w{r}.i{it}.B.{profile.names[l]}", Kind.BACKWARD, rank=r, device=gpus[r], dur=profile.backward_us[l], step=it, layer=layer_ids[l], nbytes=int(profile.grad_bytes[l]))
+                last_b[r, l] = b.add_node(f"w{r}.i{it}.B.{profile.names[l]}", Kind.BACKWARD, rank=r, device=gpus[r], dur=profile.backward_us[l],
+                                          step=it, layer=layer_ids[l], nbytes=int(profile.grad_bytes[l]))
                 chain.append(int(last_b[r, l]))
             u = b.add_node(f"w{r}.i{it}.U", Kind.UPDATE, rank=r, device=gpus[r], dur=profile.update_us, step=it)
             chain.append(u)
@@ -55,7 +57,8 @@ def build_sgd_graph(profile: LayerProfile, schedule: Schedule, iterations: int =
             updates.append(u)
         for g in range(schedule.num_groups):
             lo = int(schedule.group_lo[g])
-            c = b.add_node(f"i{it}.C.{profile.names[lo]}+{schedule.group_hi[g] - lo - 1}", Kind.COMM, device=channel, dur=schedule.comm_us[g], step=it, order=it * (schedule.num_groups + 1) + g, layer=layer_ids[lo], bucket=g, nbytes=group_bytes[g])
+            c = b.add_node(f"i{it}.C.{profile.names[lo]}+{schedule.group_hi[g] - lo - 1}", Kind.COMM, device=channel, dur=schedule.comm_us[g], step=it,
+                           order=it * (schedule.num_groups + 1) + g, layer=layer_ids[lo], bucket=g, nbytes=group_bytes[g])
             b.add_edges(last_b[:, lo if schedule.overlap_comm else 0], np.full(workers, c))
             b.add_edges(np.full(workers, c), updates)
     b.meta.update(model="s-sgd dag", policy=schedule.policy.value, workers=workers, iterations=iterations)

@@ -25,7 +25,8 @@ def anchor(profile: LayerProfile, iter_time_1_us: float) -> LayerProfile:
     known = float(profile.forward_or_zero().sum() + profile.backward_us.sum() + profile.update_us)
     rest = iter_time_1_us - known
     if rest < -1e-6 * iter_time_1_us:
-        raise DagprofError(f"single-worker iteration {iter_time_1_us / 1e6:.4f} s is shorter than the profile's own compute {known / 1e6:.4f} s", profile.source or None)
+        raise DagprofError(f"single-worker iteration {iter_time_1_us / 1e6:.4f} s is shorter than the profile's own compute {known / 1e6:.4f} s",
+                           profile.source or None)
     rest = max(rest, 0.0)
     if profile.forward_us is None:
         share = profile.backward_us / profile.backward_us.sum() if profile.backward_us.sum() > 0 else np.full(profile.num_layers, 1 / profile.num_layers)
@@ -33,26 +34,54 @@ def anchor(profile: LayerProfile, iter_time_1_us: float) -> LayerProfile:
     return profile.with_(update_us=profile.update_us + rest, meta={**profile.meta, "anchored": "update += iter_time_1 - forward - backward - update"})
 
 
+def anchor_single_worker(profile: LayerProfile, iter_time_1_us: float | None, notes: list[str]) -> tuple[LayerProfile, float | None]:
+    """``anchor`` on the single-worker iteration given, else on the profile's own when it was measured on one worker.
+
+    Returns the profile and the single-worker iteration used (None: none known, and forward
+    times the profile lacks are taken as 0, as ``notes`` says).
+    """
+    iter_1 = iter_time_1_us if iter_time_1_us is not None else (profile.iter_us if profile.workers == 1 else None)
+    if iter_1 is None:
+        if profile.forward_us is None:
+            notes.append("no forward times and no single-worker iteration time: forward taken as 0, so communication looks relatively larger")
+        return profile, None
+    if iter_1 <= 0:
+        raise DagprofError(f"the single-worker iteration time must be positive, got {iter_1 / 1e6:g} s")
+    profile = anchor(profile, iter_1)
+    notes.append(profile.meta["anchored"])
+    return profile, iter_1
+
+
 @dataclass(frozen=True)
 class ScalingRow:
+    """One policy at one worker count; speed-up and efficiency are against ONE worker of the same policy (weak scaling)."""
+
     workers: int
     iter_us: float
     comm_exposed_us: float
     comm_us: float
-    speedup: float
-    efficiency: float
+    speedup: float  # N t(1) / t(N)
+    efficiency: float  # t(1) / t(N): 1.0 = linear
     comm_source: str
 
 
 @dataclass
 class Scaling:
-    policy: Policy
-    rows: list[ScalingRow]
-    by_policy: dict[Policy, list[Prediction]]  # every policy, same worker order
-    single: dict[Policy, Prediction]  # every policy on one worker: the speed-up baseline
+    """The policy table: every policy at every requested worker count, built once."""
+
+    policy: Policy  # the one asked for: ``rows``
     workers: list[int]
+    table: dict[Policy, list[ScalingRow]]  # every policy, one row per worker count
     groups: dict[int, int] = field(default_factory=dict)  # mg-wfbp group count per worker count
     max_replay_rel_diff: float | None = None  # closed form vs DAG replay, when checked
+
+    @property
+    def rows(self) -> list[ScalingRow]:
+        return self.table[self.policy]
+
+    def gain_over_sequential(self, p: Policy) -> list[float]:
+        """How many times faster than no overlap at all, per worker count."""
+        return [s.iter_us / r.iter_us for s, r in zip(self.table[Policy.SEQUENTIAL], self.table[p])]
 
 
 def predict(profile: LayerProfile, workers: list[int], comm: CommModel, policy: Policy = Policy.WFBP, check_replay: bool = False) -> Scaling:
@@ -73,21 +102,12 @@ def predict(profile: LayerProfile, workers: list[int], comm: CommModel, policy: 
             if check_replay:
                 dag = replay_schedule(profile, schedule)
                 worst = max(worst, abs(dag.iter_us - pred.iter_us) / max(pred.iter_us, 1e-12))
-    base = by_policy[Policy(policy)][0].iter_us
-    rows = []
-    for k, n in enumerate(counts):
-        if n not in workers:
-            continue
-        pred = by_policy[Policy(policy)][k]
-        eff = base / pred.iter_us if pred.iter_us > 0 else float("nan")
-        rows.append(ScalingRow(n, pred.iter_us, pred.comm_exposed_us, pred.comm_us, n * eff, eff, comm.describe(n) if n > 1 else "none (1 worker)"))
     keep = [k for k, n in enumerate(counts) if n in workers]
-    return Scaling(
-        Policy(policy),
-        rows,
-        {p: [v[k] for k in keep] for p, v in by_policy.items()},
-        {p: v[0] for p, v in by_policy.items()},
-        [counts[k] for k in keep],
-        {n: g for n, g in groups.items() if n in workers},
-        worst if check_replay else None,
-    )
+    table = {p: [_row(counts[k], preds[k], preds[0].iter_us, comm) for k in keep] for p, preds in by_policy.items()}
+    return Scaling(Policy(policy), [counts[k] for k in keep], table, {n: g for n, g in groups.items() if n in workers},
+                   worst if check_replay else None)
+
+
+def _row(n: int, pred: Prediction, single_us: float, comm: CommModel) -> ScalingRow:
+    eff = single_us / pred.iter_us if pred.iter_us > 0 else float("nan")
+    return ScalingRow(n, pred.iter_us, pred.comm_exposed_us, pred.comm_us, n * eff, eff, comm.describe(n))

@@ -26,61 +26,21 @@ blocking host collective -> the main-lane event after it. On GPUs the hook spans
 layer and kind of the main-lane span that launched it (flow launch -> op, op -> the span of
 the host sync that waited for it). Not yet run on a real GPU job.
 
-``rank<R>.json`` fields: format/version, rank, world_size, local_rank, backend, host, pid,
-torch, mode (api|launcher), ddp, bucket_cap_mb, steps_requested [first, stop),
-steps_profiled, steps_completed, step_times_ns [[step, begin, end]] for every step seen
-(profiled or not), clock {unix_ns, perf_ns}, kineto_file, record_shapes, warnings, layers
-(leaf module paths), layer_grad_bytes, bucket_layouts (one per distinct layout seen:
-[{index, nbytes, params}]), records. ``manifest.json``: format, version, world_size,
-steps_requested, backend, kineto, record_shapes, mode, argv, created_ns.
+The file format (fields, record codes, versions) is ``run_schema``.
 """
 from __future__ import annotations
 
-import enum
-import gzip
-import json
 import os
 from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from ..errors import DagprofError
 from .events import Bucket, EventTable, Kind, Lane, LaneKind, RankTrace, Run
+from .run_schema import MANIFEST, RANK_FORMAT, Col, Manifest, RankFile, Rec, rank_file, read_file
 
-FORMAT = "dagprof-run"
-RANK_FORMAT = "dagprof-rank"
-VERSION = 1
-MANIFEST = "manifest.json"
 _SAME_JOB_SLACK_NS = 30 * 10**9  # clocks of different hosts may disagree by seconds
-
-
-def rank_file(rank: int) -> str:
-    return f"rank{rank}.json"
-
-
-def kineto_file(rank: int) -> str:
-    return f"rank{rank}.kineto.json.gz"
-
-
-class Rec(enum.IntEnum):
-    """Record codes; ``a``/``b``/``x`` meaning per code."""
-
-    STEP_BEGIN = 0  # a=step
-    STEP_END = 1  # a=step
-    FWD_BEGIN = 2  # a=layer, b=call index of that layer in the step
-    FWD_END = 3  # a=layer, b=call
-    BWD_BEGIN = 4  # a=layer, b=call: gradient w.r.t. an output arrived
-    BWD_END = 5  # a=layer, b=call: gradient w.r.t. an input computed
-    GRAD_READY = 6  # a=layer: a parameter's gradient was accumulated
-    ENQ_BEGIN = 7  # a=bucket, b=seq: comm hook entered
-    ENQ_END = 8  # a=bucket, b=seq, x=bytes: all-reduce issued
-    COMM_DONE = 9  # a=bucket, b=seq, x=native thread id that completed it
-    UPDATE_BEGIN = 10  # optimizer.step entered
-    UPDATE_END = 11
-    WAIT_BEGIN = 12  # autograd's end-of-backward callbacks start (DDP waits for buckets)
-    WAIT_END = 13  # DDP's finalize done
-    DATA_BEGIN = 14  # a DataLoader iterator's __next__ entered
-    DATA_END = 15
 
 
 @dataclass(frozen=True)
@@ -95,31 +55,11 @@ class _Span:
     nbytes: int = 0
 
 
-def _load_json(path: str) -> dict:
-    try:
-        opener = gzip.open if path.endswith(".gz") else open
-        with opener(path, "rt") as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        raise DagprofError("file is missing", path) from None
-    except (OSError, EOFError, ValueError, UnicodeDecodeError) as err:
-        raise DagprofError(f"corrupt or truncated file ({type(err).__name__})", path) from None
-    if not isinstance(data, dict):
-        raise DagprofError("corrupt file (top level is not an object)", path)
-    return data
-
-
-def read_manifest(path: str | os.PathLike[str]) -> dict:
+def read_manifest(path: str | os.PathLike[str]) -> Manifest:
     folder = os.fspath(path)
-    mpath = os.path.join(folder, MANIFEST)
-    if not os.path.isdir(folder) or not os.path.exists(mpath):
+    if not os.path.isdir(folder) or not os.path.exists(os.path.join(folder, MANIFEST)):
         raise DagprofError(f"not a dagprof run folder (no {MANIFEST})", folder)
-    manifest = _load_json(mpath)
-    if manifest.get("format") != FORMAT:
-        raise DagprofError(f"not a dagprof run folder ({MANIFEST} format is {manifest.get('format')!r})", mpath)
-    if manifest.get("version", 0) > VERSION:
-        raise DagprofError(f"written by a newer dagprof (format version {manifest['version']})", mpath)
-    return manifest
+    return read_file(os.path.join(folder, MANIFEST), Manifest)
 
 
 def read_run(path: str | os.PathLike[str], require_ddp: bool = False) -> Run:
@@ -130,7 +70,7 @@ def read_run(path: str | os.PathLike[str], require_ddp: bool = False) -> Run:
     """
     folder = os.fspath(path)
     manifest = read_manifest(folder)
-    world = int(manifest["world_size"])
+    world = manifest.world_size
     ranks = []
     for r in range(world):
         rpath = os.path.join(folder, rank_file(r))
@@ -145,7 +85,7 @@ def read_run(path: str | os.PathLike[str], require_ddp: bool = False) -> Run:
         if require_ddp:
             raise DagprofError(msg, folder)
         warnings.append(msg)
-    meta = {**manifest, "ddp": ddp, "warnings": sorted(set(warnings))}
+    meta = {**msgspec.to_builtins(manifest), "ddp": ddp, "warnings": sorted(set(warnings))}
     return Run(ranks=ranks, source=folder, meta=meta)
 
 
@@ -162,39 +102,33 @@ def _check_same_job(ranks: list[RankTrace], folder: str) -> None:
 
 
 def read_rank(path: str) -> RankTrace:
-    data = _load_json(path)
-    if data.get("format") != RANK_FORMAT:
-        raise DagprofError(f"not a dagprof rank file (format {data.get('format')!r})", path)
-    try:
-        records = np.asarray(data["records"], dtype=np.int64).reshape(-1, 5)
-        first, stop = data["steps_requested"]
-        profiled = [int(s) for s in data["steps_profiled"]]
-        layers = list(data["layers"])
-        grad_bytes = [int(data.get("layer_grad_bytes", {}).get(name, 0)) for name in layers]
-    except (KeyError, TypeError, ValueError) as err:
-        raise DagprofError(f"corrupt rank file ({type(err).__name__}: {err})", path) from None
+    f: RankFile = read_file(path, RankFile)
+    records = np.asarray(f.records, dtype=np.int64).reshape(-1, len(Col))
+    first, stop = f.steps_requested
+    profiled, layers = f.steps_profiled, f.layers
+    grad_bytes = [f.layer_grad_bytes.get(name, 0) for name in layers]
     run = os.path.dirname(path) or "."
-    done = int(data.get("steps_completed", 0))
+    done = f.steps_completed
     ended = f"training ended after {done} steps (last step {done - 1})" if done else "training never completed a step"
-    warnings = list(data.get("warnings", []))
+    warnings = list(f.warnings)
     if not profiled and warnings:
         raise DagprofError(f"no step was profiled ({warnings[0]})", path)
     if not profiled:
         raise DagprofError(f"run {run}: steps {first}-{stop - 1} requested but {ended}", path)
     if len(profiled) < stop - first:
         warnings.append(f"run {run}: steps {first}-{stop - 1} requested but {ended}: steps {profiled[0]}-{profiled[-1]} profiled")
-    kpath = data.get("kineto_file")
-    if kpath:
-        kpath = os.path.join(os.path.dirname(path), kpath)
+    kpath = None
+    if f.kineto_file:
+        kpath = os.path.join(os.path.dirname(path), f.kineto_file)
         if not os.path.exists(kpath):
             raise DagprofError("the rank file names this Kineto trace but it is missing", kpath)
     steps = _steps(records)
-    comm = _kineto_comm(kpath, int(data["rank"]), records, steps, warnings) if kpath else None
+    comm = _kineto_comm(kpath, f.rank, records, steps, warnings) if kpath else None
     if comm is None:
         comm = _hook_comm(records)
-    spans = [(step, b0, b1, _partition(records[(records[:, 3] >= b0) & (records[:, 3] <= b1)], b0, b1, layers, comm, grad_bytes))
-             for step, b0, b1 in steps]
-    trace = _to_rank_trace(data, path, spans, comm, layers)
+    t = records[:, Col.T_NS]
+    spans = [(step, b0, b1, _partition(records[(t >= b0) & (t <= b1)], b0, b1, layers, comm, grad_bytes)) for step, b0, b1 in steps]
+    trace = _to_rank_trace(f, path, spans, comm, layers)
     trace.meta.update(warnings=warnings, comm_source=comm.source, kineto=kpath)
     return trace
 
@@ -248,14 +182,14 @@ def _blocked_in(spans: list[_Span], k: int, end_ns: int | None) -> int | None:
 
 def _hook_comm(records: np.ndarray) -> _Comm:
     """Fallback without Kineto: the comm hook's issue -> completion span (includes queueing and waiting for peers)."""
-    code = records[:, 0]
-    issued = {int(r[2]): (int(r[1]), int(r[3]), int(r[4])) for r in records[code == Rec.ENQ_END]}
+    code = records[:, Col.CODE]
+    issued = {int(r[Col.B]): (int(r[Col.A]), int(r[Col.T_NS]), int(r[Col.X])) for r in records[code == Rec.ENQ_END]}
     transfers = []
     for r in records[code == Rec.COMM_DONE]:
-        seq = int(r[2])
+        seq = int(r[Col.B])
         if seq in issued:
             bucket, t0, nbytes = issued[seq]
-            transfers.append(_Transfer(seq, bucket, f"allreduce bucket {bucket}", t0, int(r[3]), f"comm thread {int(r[4])}", nbytes))
+            transfers.append(_Transfer(seq, bucket, f"allreduce bucket {bucket}", t0, int(r[Col.T_NS]), f"comm thread {int(r[Col.X])}", nbytes))
     return _Comm("comm hook (issue to completion, includes queueing)", sorted(transfers, key=lambda t: t.seq), {}, [])
 
 
@@ -270,8 +204,8 @@ def _kineto_comm(kpath: str, rank: int, records: np.ndarray, steps: list, warnin
     colls = dict(zip(kt.meta.get("collectives", {}).get("event", []), kt.meta.get("collectives", {}).get("coll", [])))
     idx = [i for i in np.flatnonzero(ev.kind == Kind.COMM).tolist() if lo <= at(ev.start[i]) <= hi]
     idx.sort(key=lambda i: ev.start[i])
-    code = records[:, 0]
-    enq = sorted((int(r[2]), int(r[1]), int(r[3]), int(x[4])) for r, x in
+    code = records[:, Col.CODE]
+    enq = sorted((int(r[Col.B]), int(r[Col.A]), int(r[Col.T_NS]), int(x[Col.X])) for r, x in
                  zip(records[code == Rec.ENQ_BEGIN], records[code == Rec.ENQ_END]))
     transfers, seq_of, used = [], {}, set()
     k = 0
@@ -334,13 +268,13 @@ def _comm_lane_kind(lane: Lane) -> LaneKind:
 
 
 def _steps(records: np.ndarray) -> list[tuple[int, int, int]]:
-    begins = {int(r[1]): int(r[3]) for r in records if r[0] == Rec.STEP_BEGIN}
-    ends = {int(r[1]): int(r[3]) for r in records if r[0] == Rec.STEP_END}
+    begins = {int(r[Col.A]): int(r[Col.T_NS]) for r in records if r[Col.CODE] == Rec.STEP_BEGIN}
+    ends = {int(r[Col.A]): int(r[Col.T_NS]) for r in records if r[Col.CODE] == Rec.STEP_END}
     return [(s, begins[s], ends[s]) for s in sorted(begins) if s in ends]
 
 
 def _partition(rows: np.ndarray, begin: int, end: int, layers: list[str], comm: _Comm, grad_bytes: list[int]) -> list[_Span]:
-    code, a, b, t, x = (rows[:, i] for i in range(5))
+    code, a, b, t, x = (rows[:, c] for c in Col)
     priority = [h for h in comm.host if begin <= h.start <= end]  # intervals that cut through layer spans
     enq = {int(b[i]): int(t[i]) for i in np.flatnonzero(code == Rec.ENQ_BEGIN)}
     for i in np.flatnonzero(code == Rec.ENQ_END):
@@ -476,7 +410,7 @@ def _add_device_ops(device: list[_DeviceOp], cols: dict[str, list], add, lanes: 
     return flows
 
 
-def _to_rank_trace(data: dict, path: str, steps: list, comm: _Comm, layers: list[str]) -> RankTrace:
+def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: list[str]) -> RankTrace:
     base_ns = min(b for _, b, _, _ in steps)
     names: list[str] = []
     index: dict[str, int] = {}
@@ -494,7 +428,7 @@ def _to_rank_trace(data: dict, path: str, steps: list, comm: _Comm, layers: list
             cols[c].append(v)
         return len(cols["start"]) - 1
 
-    lanes = [Lane(f"thread {data.get('pid', 0)} (main)", LaneKind.CPU_THREAD, main=True)]
+    lanes = [Lane(f"thread {f.pid} (main)", LaneKind.CPU_THREAD, main=True)]
     comm_lanes = sorted({(t.lane, t.lane_kind) for t in comm.transfers})
     lane_of = {name: 1 + k for k, (name, _) in enumerate(comm_lanes)}
     lanes += [Lane(name, kind) for name, kind in comm_lanes]
@@ -531,28 +465,27 @@ def _to_rank_trace(data: dict, path: str, steps: list, comm: _Comm, layers: list
         if t.seq in after_ev:
             flows.append((i, after_ev[t.seq]))
     events = EventTable.from_columns(names, **cols)
-    layouts = data.get("bucket_layouts", [])
-    buckets = [Bucket(int(b["index"]), int(b["nbytes"]), list(b["params"])) for b in (layouts[-1] if layouts else [])]
-    profiled = set(data["steps_profiled"])
-    step_times = {int(s): (int(t1) - int(t0)) / 1e3 for s, t0, t1 in data.get("step_times_ns", [])}
+    buckets = [Bucket(b.index, b.nbytes, list(b.params)) for b in (f.bucket_layouts[-1] if f.bucket_layouts else [])]
+    profiled = set(f.steps_profiled)
+    step_times = {s: (t1 - t0) / 1e3 for s, t0, t1 in f.step_times_ns}
     meta = {
         "format": RANK_FORMAT,
-        "pid": data.get("pid"),
-        "torch": data.get("torch"),
-        "mode": data.get("mode"),
-        "bucket_cap_mb": data.get("bucket_cap_mb"),
-        "steps_requested": data["steps_requested"],
-        "steps_profiled": data["steps_profiled"],
-        "steps_completed": data.get("steps_completed"),
+        "pid": f.pid,
+        "torch": f.torch,
+        "mode": f.mode,
+        "bucket_cap_mb": f.bucket_cap_mb,
+        "steps_requested": list(f.steps_requested),
+        "steps_profiled": f.steps_profiled,
+        "steps_completed": f.steps_completed,
         "step_times_us": {s: d for s, d in step_times.items() if s in profiled},
         "unprofiled_step_times_us": {s: d for s, d in step_times.items() if s not in profiled},
         "comm_lanes": [name for name, _ in comm_lanes],
-        "bucket_layouts": layouts,
-        "layer_grad_bytes": data.get("layer_grad_bytes", {}),
+        "bucket_layouts": msgspec.to_builtins(f.bucket_layouts),
+        "layer_grad_bytes": f.layer_grad_bytes,
     }
     return RankTrace(
-        rank=int(data["rank"]), world_size=int(data["world_size"]), source=path, events=events, lanes=lanes,
-        base_ns=base_ns, host=data.get("host", ""), backend=data.get("backend", ""), layers=layers, groups=["0"],
-        group_ranks={"0": list(range(int(data["world_size"])))},
+        rank=f.rank, world_size=f.world_size, source=path, events=events, lanes=lanes,
+        base_ns=base_ns, host=f.host, backend=f.backend, layers=layers, groups=["0"],
+        group_ranks={"0": list(range(f.world_size))},
         flows=np.asarray(flows, dtype=np.int64).reshape(-1, 2), buckets=buckets, meta=meta,
     )

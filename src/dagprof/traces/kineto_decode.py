@@ -58,7 +58,7 @@ def _lenient(doc: dict[str, Any], path: str) -> ks.Trace:
             continue
         args = e.get("args") if isinstance(e.get("args"), dict) else {}
         clean = {}
-        for field, key in arg_fields.items():
+        for key in arg_fields.values():
             if key in args:
                 try:
                     msgspec.convert({key: args[key]}, ks.Args, strict=False)

@@ -13,6 +13,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 
 from ..errors import DagprofError
+from ..progress import progress
 from . import cache
 from .events import RankTrace, Run
 from .kineto import read_kineto
@@ -64,10 +65,10 @@ def read_trace_dir(path: str | os.PathLike[str], jobs: int | None = None, use_ca
     if workers > 1:
         ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            for f, r in zip(todo, pool.map(_parse, todo, [use_cache] * len(todo))):
+            for f, r in zip(todo, progress(pool.map(_parse, todo, [use_cache] * len(todo)), "parsing rank traces", len(todo), "rank")):
                 results[f] = r
     else:
-        for f in todo:
+        for f in progress(todo, "parsing rank traces", unit="rank"):
             results[f] = _parse(f, use_cache)
     ranks = [r for r in results.values() if isinstance(r, RankTrace)]
     skipped = {os.path.basename(f): r for f, r in results.items() if isinstance(r, str)}

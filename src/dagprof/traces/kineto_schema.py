@@ -171,7 +171,8 @@ def kernel_dtype(name: str) -> str:
 
 
 # ---------------------------------------------------------------- other kinds
-SYNC_RUNTIME = re.compile(r"^(cuda|hip)(StreamSynchronize|DeviceSynchronize|EventSynchronize|CtxSynchronize|Memcpy|MemcpyDtoH|MemcpyHtoD|StreamQuery_blocking)$")
+SYNC_RUNTIME = re.compile(r"^(cuda|hip)(StreamSynchronize|DeviceSynchronize|EventSynchronize|CtxSynchronize|Memcpy|MemcpyDtoH|MemcpyHtoD"
+                          r"|StreamQuery_blocking)$")
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime"})
 SKIP_CATS = frozenset({"Trace", "gpu_user_annotation", "python_function", "cuda_sync", "cpu_instant_event", "ac2g", "fwdbwd"})

@@ -42,6 +42,7 @@ import numpy as np
 from ..errors import DagprofError
 from .dagprof_run import read_run
 from .events import Kind, Run
+from .steps import iteration_us
 
 
 @dataclass(frozen=True)
@@ -314,7 +315,7 @@ def layer_profile_from_run(run: Run, rank: int = 0) -> LayerProfile:
         workers=trace.world_size,
         io_us=per_step(Kind.DATA),
         update_us=per_step(Kind.UPDATE, Kind.OTHER),
-        iter_us=float(np.median(spans[:, 2] - spans[:, 1])) if len(spans) else None,
+        iter_us=iteration_us(spans) if len(spans) else None,
         source=trace.source,
         meta={"warnings": warnings},
     )

@@ -4,9 +4,10 @@ from __future__ import annotations
 import os
 
 from ..errors import DagprofError
-from .dagprof_run import MANIFEST, read_run
+from .dagprof_run import read_run
 from .events import Run
 from .kineto_dir import read_cached, read_trace_dir
+from .run_schema import MANIFEST
 
 
 def load(path: str | os.PathLike[str]) -> Run:

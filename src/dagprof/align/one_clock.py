@@ -1,0 +1,38 @@
+"""Every rank on one clock, once: the step between reading traces and building a graph.
+
+``build_graph`` calls ``on_one_clock`` so the public path ``load -> build_graph -> replay``
+aligns as ``pipeline.open_run`` does. A run remembers that it was aligned (or why it could not
+be) in ``run.meta["clock_alignment"]``, so a second call does nothing, and the collective
+matching computed for the alignment is handed on to the graph builder instead of redone.
+"""
+from __future__ import annotations
+
+from ..errors import DagprofError
+from ..traces.events import Run
+from .clocks import ClockAlignment, align_clocks
+from .matching import Matching, match_collectives
+
+_KEY = "clock_alignment"
+
+
+def on_one_clock(run: Run, matching: Matching | None = None) -> tuple[Run, Matching]:
+    """``run`` with its ranks' clocks aligned on matched collective ends, and that matching.
+
+    Mismatched collectives raise (one line, naming the rank and position). Ranks that share no
+    collective stay as recorded, with a warning in ``run.meta["warnings"]``.
+    """
+    matching = matching if matching is not None else match_collectives(run)
+    if len(run.ranks) < 2 or _KEY in run.meta:
+        return run, matching
+    try:
+        aligned, _ = align_clocks(run, matching)
+    except DagprofError as err:
+        warnings = [*run.meta.get("warnings", []), f"clocks not aligned: {err.problem}"]
+        return Run(run.ranks, run.source, {**run.meta, "warnings": warnings, _KEY: None}), matching
+    return aligned, matching
+
+
+def alignment_of(run: Run) -> ClockAlignment | None:
+    """The alignment ``on_one_clock`` applied to ``run``; None for one rank or when it was not possible."""
+    done = run.meta.get(_KEY)
+    return None if done is None else ClockAlignment(**done)

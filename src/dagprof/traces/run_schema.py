@@ -1,0 +1,178 @@
+"""The dagprof run-folder format as types: what ``collect`` writes and ``dagprof_run`` reads.
+
+A run folder holds ``manifest.json`` (job-wide, a ``Manifest``), per rank ``rank<R>.json``
+(a ``RankFile``: hook records, bucket layouts, step times, clock, host facts) and optionally
+``rank<R>.kineto.json.gz`` (the torch.profiler trace of the same window). The collector builds
+these Structs and encodes them; the reader decodes into them, so a field exists in one place.
+
+Versioning. Every file carries ``format`` and ``version``. A reader accepts ``MIN_VERSION`` ..
+``VERSION`` and refuses anything else in one line (a newer file: upgrade dagprof; an older one
+it cannot read: profile again). Adding a field WITH a default keeps the version: older readers
+skip fields they do not know, newer ones fill the default. Removing, renaming or changing the
+meaning of a field bumps ``VERSION``; ``tests/data/run_schema/v<N>/`` keeps a real folder of each
+version, and the test reads every one of them (or sees it refused in one line) with the current
+reader. No torch here: the core imports this module.
+"""
+from __future__ import annotations
+
+import enum
+import os
+
+import msgspec
+
+from ..errors import DagprofError
+
+FORMAT = "dagprof-run"
+RANK_FORMAT = "dagprof-rank"
+VERSION = 1
+MIN_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+def rank_file(rank: int) -> str:
+    return f"rank{rank}.json"
+
+
+def kineto_file(rank: int) -> str:
+    return f"rank{rank}.kineto.json.gz"
+
+
+class Rec(enum.IntEnum):
+    """Record codes; ``a``/``b``/``x`` meaning per code."""
+
+    STEP_BEGIN = 0  # a=step
+    STEP_END = 1  # a=step
+    FWD_BEGIN = 2  # a=layer, b=call index of that layer in the step
+    FWD_END = 3  # a=layer, b=call
+    BWD_BEGIN = 4  # a=layer, b=call: gradient w.r.t. an output arrived
+    BWD_END = 5  # a=layer, b=call: gradient w.r.t. an input computed
+    GRAD_READY = 6  # a=layer: a parameter's gradient was accumulated
+    ENQ_BEGIN = 7  # a=bucket, b=seq: comm hook entered
+    ENQ_END = 8  # a=bucket, b=seq, x=bytes: all-reduce issued
+    COMM_DONE = 9  # a=bucket, b=seq, x=native thread id that completed it
+    UPDATE_BEGIN = 10  # optimizer.step entered
+    UPDATE_END = 11
+    WAIT_BEGIN = 12  # autograd's end-of-backward callbacks start (DDP waits for buckets)
+    WAIT_END = 13  # DDP's finalize done
+    DATA_BEGIN = 14  # a DataLoader iterator's __next__ entered
+    DATA_END = 15
+
+
+class Col(enum.IntEnum):
+    """Columns of a record ``[code, a, b, t_ns, x]`` (a row of ``RankFile.records``)."""
+
+    CODE = 0  # a ``Rec``
+    A = 1
+    B = 2
+    T_NS = 3  # time.time_ns() when the hook ran (Kineto's clock too)
+    X = 4
+
+
+class Clock(msgspec.Struct):
+    """Both clocks read at the same moment when the file was written."""
+
+    unix_ns: int
+    perf_ns: int
+
+
+class BucketEntry(msgspec.Struct):
+    """One DDP gradient bucket of a layout."""
+
+    index: int
+    nbytes: int
+    params: list[str]
+
+
+class Manifest(msgspec.Struct, kw_only=True):
+    """``manifest.json``: written by rank 0 when the window starts (by any rank if it is missing)."""
+
+    format: str = FORMAT
+    version: int = VERSION
+    world_size: int
+    steps_requested: tuple[int, int]  # [first, stop)
+    backend: str = ""
+    kineto: bool = True
+    record_shapes: bool = False
+    mode: str = "api"  # api (dagprof.profile) | launcher (dagprof profile -- ...)
+    argv: list[str] = []
+    created_ns: int = 0
+
+
+class RankFile(msgspec.Struct, kw_only=True):
+    """``rank<R>.json``: one process's window, written when the window ends (again at exit)."""
+
+    format: str = RANK_FORMAT  # first: `dagprof profile` recognises its own files by their first bytes
+    version: int = VERSION
+    rank: int
+    world_size: int
+    local_rank: int = 0
+    backend: str = ""
+    host: str = ""
+    pid: int = 0
+    torch: str = ""
+    mode: str = "api"
+    ddp: bool = False
+    bucket_cap_mb: float | None = None
+    steps_requested: tuple[int, int]  # [first, stop)
+    steps_profiled: list[int]
+    steps_completed: int = 0
+    final: bool = False  # written at exit rather than at the window's end
+    kineto_file: str | None = None  # relative to the run folder
+    record_shapes: bool = False
+    clock: Clock | None = None
+    warnings: list[str] = []
+    layers: list[str]  # leaf module paths; records name layers by index into this
+    layer_grad_bytes: dict[str, int] = {}  # module path -> bytes of its parameters' gradients
+    bucket_layouts: list[list[BucketEntry]] = []  # one per distinct layout seen, in order
+    step_times_ns: list[tuple[int, int, int]] = []  # (step, begin, end) of every step seen, profiled or not
+    records: list[tuple[int, int, int, int, int]]  # see ``Col`` and ``Rec``
+
+
+class _Header(msgspec.Struct):
+    format: str | None = None
+    version: int = 0
+
+
+_ENCODER = msgspec.json.Encoder()
+
+
+def encode(doc: Manifest | RankFile) -> bytes:
+    """JSON bytes of a run file (the manifest indented: people read it)."""
+    data = _ENCODER.encode(doc)
+    return msgspec.json.format(data, indent=1) if isinstance(doc, Manifest) else data
+
+
+def read_file(path: str | os.PathLike[str], kind: type[Manifest] | type[RankFile]):
+    """Decode and check one run file; every problem is a one-line ``DagprofError`` naming the file."""
+    path = os.fspath(path)
+    fmt = FORMAT if kind is Manifest else RANK_FORMAT
+    what = MANIFEST if kind is Manifest else "dagprof rank file"
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise DagprofError("file is missing", path) from None
+    except OSError as err:
+        raise DagprofError(f"cannot read the file ({err.strerror or err})", path) from None
+    try:
+        head = msgspec.json.decode(data, type=_Header)
+    except msgspec.ValidationError as err:
+        raise DagprofError(f"corrupt file ({err})", path) from None
+    except msgspec.DecodeError:
+        raise DagprofError("corrupt or truncated file (not complete JSON)", path) from None
+    if head.format != fmt:
+        raise DagprofError(f"not a {what} (format {head.format!r}, expected {fmt!r})", path)
+    if head.version > VERSION:
+        raise DagprofError(f"written by a newer dagprof (format version {head.version}; this one reads "
+                           f"{_versions()}): upgrade dagprof to read it", path)
+    if head.version < MIN_VERSION:
+        raise DagprofError(f"written by an older dagprof (format version {head.version}; this one reads "
+                           f"{_versions()}): profile the job again", path)
+    try:
+        return msgspec.json.decode(data, type=kind)
+    except msgspec.ValidationError as err:
+        raise DagprofError(f"corrupt {what} ({err})", path) from None
+
+
+def _versions() -> str:
+    return str(VERSION) if MIN_VERSION == VERSION else f"{MIN_VERSION}..{VERSION}"

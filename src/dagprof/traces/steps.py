@@ -1,0 +1,62 @@
+"""Training steps: which ones (a window) and how long one takes (the iteration time).
+
+Both are defined here once; the collector, the readers, the graph builder, the commands and
+the demo call these.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def parse_steps(spec: str | int | range | tuple[int, int]) -> range:
+    """A window of steps: ``"A:B"`` or ``(A, B)`` = steps A..B-1; ``"A"`` or ``A`` = step A alone; a ``range`` as is.
+
+    One grammar for every flag and argument that names steps (``dagprof profile --steps``,
+    ``dagprof analyze --steps``, ``dagprof.profile(steps=...)``), like a Python index and slice:
+    a number is one step, ``A:B`` a half-open window. Raises ``ValueError`` with the reason.
+    """
+    if isinstance(spec, range):
+        window = spec
+    elif isinstance(spec, bool):
+        raise ValueError(f"steps must be A:B or A, got {spec!r}")
+    elif isinstance(spec, int):
+        window = range(spec, spec + 1)
+    elif isinstance(spec, str):
+        first, sep, stop = spec.strip().partition(":")
+        try:
+            window = range(int(first), int(stop) if sep else int(first) + 1)
+        except ValueError:
+            raise ValueError(f"steps take A:B (steps A..B-1) or A (step A alone), got {spec!r}") from None
+    else:
+        first, stop = spec
+        window = range(int(first), int(stop))
+    if window.step != 1 or window.start < 0 or len(window) == 0:
+        raise ValueError(f"steps must be a non-empty window of consecutive steps >= 0, got {spec!r}")
+    return window
+
+
+def iteration_us(steps: np.ndarray | list) -> float:
+    """The iteration time: the MEAN time per step over a window, start of one step to start of the next.
+
+    ``steps``: rows ``(step, start, end)`` (any one time unit; the result is in it), or, for steps
+    timed back to back by a training loop's own timer, just their durations.
+
+    Why the mean: a job's throughput is steps over wall time, so the time it pays per step is the
+    mean; a slow step (a straggler, a collector pause) is real cost, and the replay, which keeps
+    every profiled step, predicts it too, so measured and predicted compare like with like. A
+    median would hide exactly the steps dagprof is asked to explain. Why start to start: the gap
+    between one step's end and the next step's start (data loading outside the step marker) is part
+    of the iteration, and the replay keeps those gaps. The last step counts to its own end; a step
+    whose successor is not in ``steps`` likewise. Warm-up is excluded by choosing the window, and
+    noise between repeated runs by comparing several runs, not by a robust statistic here.
+    """
+    a = np.asarray(steps, dtype=np.float64)
+    if a.size == 0:
+        raise ValueError("no steps to time")
+    if a.ndim == 1:
+        return float(a.mean())
+    a = a[np.argsort(a[:, 0], kind="stable")]
+    period = a[:, 2] - a[:, 1]
+    follows = a[1:, 0] == a[:-1, 0] + 1
+    period[:-1][follows] = a[1:, 1][follows] - a[:-1, 1][follows]
+    return float(period.mean())
