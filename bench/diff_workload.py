@@ -3,7 +3,7 @@
 A ``Variant`` is the embedded demo model (``collect.demo_train``) trained with real gloo DDP
 and profiled by ``dagprof.profile``, with at most a few known differences: a layer whose forward
 sleeps ``slow_ms`` (on every rank, or on ``slow_rank`` only: a straggler), another bucket size,
-or another model width. ``record(variant, out_dir)`` writes a dagprof run folder.
+another model width, or an unrelated model (``mlp``). ``record(variant, out_dir)`` writes a dagprof run folder.
 
 The sleep is inside the module's own ``forward``, so the profiler's per-layer span (opened by
 its hooks around the call) includes it: the change is exactly "this layer, this much slower".
@@ -28,6 +28,7 @@ class Variant:
     steps: int = 8
     profile_steps: tuple[int, int] = (2, 6)
     model: dict = field(default_factory=dict)  # DemoConfig overrides (width, blocks, ...)
+    mlp: bool = False  # another training altogether: a small MLP instead of the demo CNN
 
 
 def _config(v: Variant):
@@ -47,6 +48,12 @@ def _slow(forward, seconds: float):
     return wrapped
 
 
+def _mlp(cfg):
+    import torch.nn as nn
+
+    return nn.Sequential(nn.Flatten(), nn.Linear(3 * cfg.image_size**2, 64), nn.ReLU(), nn.Linear(64, 10))
+
+
 def _worker(rank: int, v: Variant, out_dir: str, port: int) -> None:
     import torch
     import torch.distributed as dist
@@ -62,7 +69,7 @@ def _worker(rank: int, v: Variant, out_dir: str, port: int) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=v.world_size, timeout=timedelta(seconds=120))
     try:
         torch.manual_seed(cfg.seed)
-        model = build_model(cfg)
+        model = _mlp(cfg) if v.mlp else build_model(cfg)
         if v.slow_layer and (v.slow_rank is None or v.slow_rank == rank):
             layer = model.get_submodule(v.slow_layer)
             layer.forward = _slow(layer.forward, v.slow_ms / 1e3)

@@ -51,10 +51,10 @@ def to_text(r: dict) -> str:
               f"  {'part':<44}{'iteration':>10}{'op time':>10}"]
     for p in at["parts"]:
         lines.append(f"  {p['label']:<44}{p['delta_ms']:>+10.2f}{p['op_delta_ms']:>+10.2f}")
-        for q in p.get("breakdown", []):
-            lines.append(f"    {p['breakdown_by']} {q['label']:<{40 - len(p['breakdown_by'])}}{q['delta_ms']:>+10.2f}{q['op_delta_ms']:>+10.2f}")
         if "breakdown" in p:
-            lines.append(f"    {'(interaction within ' + p['label'] + ')':<42}{p['breakdown_interaction_ms']:>+10.2f}")
+            lines.append(f"    one {p['breakdown_by']} at a time:")
+            lines += [f"      {q['label'][:38]:<38}{q['delta_ms']:>+10.2f}{q['op_delta_ms']:>+10.2f}" for q in p["breakdown"]]
+            lines.append(f"      {'(interaction)':<38}{p['breakdown_interaction_ms']:>+10.2f}")
         if p.get("by_rank"):
             lines.append("    " + ", ".join(f"{q['label']} {q['delta_ms']:+.2f}" for q in p["by_rank"]))
     lines.append(f"  {'interaction (parts together vs one at a time)':<44}{at['interaction_ms']:>+10.2f}")

@@ -61,7 +61,7 @@ def diff_section(d: ProfileDiff) -> str:
     bars = [(p.label, p.delta_us / 1e3, 0) for p in att.parts]
     for p in att.parts:
         at = next(i for i, row in enumerate(bars) if row[0] == p.label and row[2] == 0)
-        bars[at + 1:at + 1] = [(f"{p.breakdown_by} {q.label}", q.delta_us / 1e3, 1) for q in p.breakdown]
+        bars[at + 1:at + 1] = [(q.label, q.delta_us / 1e3, 1) for q in p.breakdown]
     bars += [("interaction", att.interaction_us / 1e3, 0), ("structure", att.structure_us / 1e3, 0),
              ("= replayed change", att.delta_us / 1e3, 0)]
     if d.replay_residual_us is not None:
@@ -70,10 +70,13 @@ def diff_section(d: ProfileDiff) -> str:
     table = []
     for p in att.parts:
         table.append([p.label, p.delta_us / 1e3, p.op_delta_us / 1e3, p.ops])
-        table += [[f"\u00a0\u00a0{p.breakdown_by} {q.label}", q.delta_us / 1e3, q.op_delta_us / 1e3, q.ops] for q in p.breakdown]
         if p.breakdown:
-            table.append([f"\u00a0\u00a0(interaction within {p.label})", p.interaction_us / 1e3, None, None])
-        table += [[f"\u00a0\u00a0{q.label}", q.delta_us / 1e3, q.op_delta_us / 1e3, q.ops] for q in p.by_rank]
+            table.append([f"\u00a0\u00a0one {p.breakdown_by} at a time:", None, None, None])
+            table += [[f"\u00a0\u00a0\u00a0\u00a0{q.label}", q.delta_us / 1e3, q.op_delta_us / 1e3, q.ops] for q in p.breakdown]
+            table.append(["\u00a0\u00a0\u00a0\u00a0(interaction)", p.interaction_us / 1e3, None, None])
+        if p.by_rank:
+            table.append(["\u00a0\u00a0one rank at a time:", None, None, None])
+            table += [[f"\u00a0\u00a0\u00a0\u00a0{q.label}", q.delta_us / 1e3, q.op_delta_us / 1e3, q.ops] for q in p.by_rank]
     out.append(html_table(["part", "iteration change ms", "op time change ms", "ops changed"], table))
     verdict = "ok" if d.adds_up else "warn"
     out.append(f"<div class='finding {verdict}'>Interaction and what the replays do not reproduce together: "

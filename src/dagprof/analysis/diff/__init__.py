@@ -85,8 +85,8 @@ class OpChange:
         return self.b_us - self.a_us
 
     def to_dict(self) -> dict:
-        return {"rank": self.rank, "op": self.label, "category": self.category, "a_ms": self.a_us / 1e3, "b_ms": self.b_us / 1e3,
-                "delta_ms": self.delta_us / 1e3}
+        return {"rank": self.rank, "op": self.label, "category": self.category, "a_ms": float(self.a_us) / 1e3,
+                "b_ms": float(self.b_us) / 1e3, "delta_ms": float(self.delta_us) / 1e3}
 
 
 @dataclass
@@ -100,7 +100,7 @@ class Unmatched:
     us_per_iter: float  # rank ops averaged over ranks
 
     def to_dict(self) -> dict:
-        return {"side": self.side, "op": self.label, "category": self.category, "count": self.count, "ms_per_iter": self.us_per_iter / 1e3}
+        return {"side": self.side, "op": self.label, "category": self.category, "count": self.count, "ms_per_iter": float(self.us_per_iter) / 1e3}
 
 
 @dataclass

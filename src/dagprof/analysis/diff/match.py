@@ -20,6 +20,7 @@ from ...traces.events import Kind
 
 _INSTANCE = re.compile(r"\.\d+$")
 _COLLECTIVE = (Kind.COMM, Kind.SYNC, Kind.COMM_ENQUEUE)
+_GLUE = (Kind.OTHER, Kind.COMM_WAIT, Kind.RUNTIME)
 _BUCKET_WORD = {Kind.COMM: "all-reduce", Kind.SYNC: "join", Kind.COMM_ENQUEUE: "issue all-reduce"}
 
 
@@ -40,8 +41,13 @@ def op_label(g: Graph, v: int) -> str:
 
 
 def counts_as_op(g: Graph) -> np.ndarray:
-    """Nodes that stand for work a rank did (not step markers or joins): what match rates count."""
-    return (g.rank >= 0) & (g.kind != Kind.STEP) & (g.kind != Kind.SYNC)
+    """The ops match rates count: a rank's named work, not the glue between it.
+
+    Glue (gaps filled as ``other:*``, host waits, launch calls) is alike in any two trainings, so
+    counting it would let unrelated jobs look half the same; a graph with nothing else counts it."""
+    mine = (g.rank >= 0) & ~np.isin(g.kind, (Kind.STEP, Kind.SYNC))
+    work = mine & ~np.isin(g.kind, _GLUE)
+    return work if work.any() else mine
 
 
 @dataclass
@@ -97,6 +103,7 @@ def _keys(g: Graph) -> list[tuple]:
     pos = {int(s): i for i, s in enumerate(steps)}
     if steps:
         pos[int(steps[-1]) + 1] = len(steps)  # the closing step boundary
+    payload = _bucket_payload(g)
     labels: dict[tuple[int, int, int], str] = {}
     count: dict[tuple, int] = {}
     keys: list[tuple] = [()] * len(g)
@@ -109,12 +116,26 @@ def _keys(g: Graph) -> list[tuple]:
             if cache:
                 labels[cache] = label
         layer = g.layers[g.layer[v]] if g.layer[v] >= 0 else ""
-        nbytes = int(g.nbytes[v]) if kind in (Kind.COMM, Kind.SYNC) and bucket >= 0 else 0
-        base = (int(g.rank[v]), pos.get(int(g.step[v]), -1), kind, label, layer, bucket, nbytes)
+        base = (int(g.rank[v]), pos.get(int(g.step[v]), -1), kind, label, layer, bucket, int(payload[v]))
         k = count.get(base, 0)
         count[base] = k + 1
         keys[v] = base + (k,)
     return keys
+
+
+def _bucket_payload(g: Graph) -> np.ndarray:
+    """Bytes of the gradient bucket each bucket collective node (issue, join, transfer) serves; 0 elsewhere.
+
+    Read from the transfer the node leads to, since only the transfer carries them in every graph."""
+    out = np.zeros(len(g), dtype=np.int64)
+    comm = np.flatnonzero((g.kind == Kind.COMM) & (g.bucket >= 0))
+    out[comm] = g.nbytes[comm]
+    for kind in (Kind.SYNC, Kind.COMM_ENQUEUE):  # a join feeds its transfer, an issue feeds its join
+        for v in np.flatnonzero((g.kind == kind) & (g.bucket >= 0)).tolist():
+            nxt = g.successors(v)
+            nxt = nxt[(g.bucket[nxt] == g.bucket[v]) & (out[nxt] > 0)]
+            out[v] = out[nxt[0]] if len(nxt) else g.nbytes[v]
+    return out
 
 
 def first_steps(g: Graph, n: int) -> Graph:
