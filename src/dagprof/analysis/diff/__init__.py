@@ -21,7 +21,7 @@ from ...traces.events import Kind
 from .. import Analysis, analyze
 from ..critical_path import CriticalPath
 from .attribution import Attribution, Category, Part, attribute, categories, category_of
-from .match import OpMatch, counts_as_op, first_steps, match_ops, op_label
+from .match import LabelTable, OpMatch, counts_as_op, first_steps, match_ops, op_label
 
 MIN_MATCH = 0.5  # below this share of ops with a counterpart, two profiles are not of the same training
 BALANCE_PCT = 2.0  # parts, structure and replay within this share of the iteration: the attribution adds up
@@ -268,12 +268,13 @@ def _cut(a: Analysis, n: int) -> Analysis:
 
 
 def _check_same_training(m: OpMatch, a: Graph, b: Graph, labels: tuple[str, str], min_match: float) -> None:
+    names = [f"{lab} ({g.meta['source']})" if g.meta.get("source") else lab for lab, g in zip(labels, (a, b))]
     if not m.a_ops or not m.b_ops:
         ra, rb = a.ranks().tolist(), b.ranks().tolist()
-        raise DagprofError(f"{labels[0]} (ranks {ra}) and {labels[1]} (ranks {rb}) share no rank with ops to compare")
+        raise DagprofError(f"{names[0]} with ranks {ra} and {names[1]} with ranks {rb} share no rank with ops to compare")
     if min(m.fraction_a, m.fraction_b) < min_match:
         raise DagprofError(
-            f"{labels[0]} and {labels[1]} are not profiles of the same training: only {100 * m.fraction_a:.0f} % of "
+            f"{names[0]} and {names[1]} are not profiles of the same training: only {100 * m.fraction_a:.0f} % of "
             f"{labels[0]}'s ops and {100 * m.fraction_b:.0f} % of {labels[1]}'s have a counterpart in the other "
             f"(matched by rank, step, name, layer and bucket; {100 * min_match:.0f} % needed)")
 
@@ -329,16 +330,20 @@ def _bucket_bytes(g: Graph) -> list[int]:
 
 
 def _top_ops(a: Graph, b: Graph, m: OpMatch, top: int) -> list[OpChange]:
+    pairs = m.pairs[~np.isin(a.kind[m.pairs[:, 0]], (Kind.STEP, Kind.SYNC))]
+    if not len(pairs) or top <= 0:
+        return []
+    pa, pb = pairs[:, 0], pairs[:, 1]
+    table = LabelTable()
+    label = table.of(a)[pa]
+    keys, first, inverse = np.unique(np.stack([a.rank[pa].astype(np.int64), label], axis=1), axis=0, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
     per = 1.0 / max(len(a.meta.get("steps", [])), 1)  # both sides were cut to the same steps
-    sums: dict[tuple[int, str], list[float]] = {}
-    for va, vb in m.pairs.tolist():
-        if a.kind[va] in (Kind.STEP, Kind.SYNC):
-            continue
-        s = sums.setdefault((int(a.rank[va]), op_label(a, va)), [0.0, 0.0, int(a.kind[va])])
-        s[0] += per * a.dur[va]
-        s[1] += per * b.dur[vb]
-    changes = [OpChange(r, lab, category_of(k).value, x, y) for (r, lab), (x, y, k) in sums.items()]
-    return sorted(changes, key=lambda c: -abs(c.delta_us))[:top]
+    sa = np.bincount(inverse, weights=a.dur[pa], minlength=len(keys)) * per
+    sb = np.bincount(inverse, weights=b.dur[pb], minlength=len(keys)) * per
+    best = np.argsort(-np.abs(sb - sa), kind="stable")[:top]
+    return [OpChange(int(keys[i, 0]), table.names[int(keys[i, 1])], category_of(int(a.kind[pa[first[i]]])).value, float(sa[i]), float(sb[i]))
+            for i in best]
 
 
 def _unmatched(side: str, g: Graph, nodes: np.ndarray, top: int = 10) -> list[Unmatched]:

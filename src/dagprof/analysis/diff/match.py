@@ -74,15 +74,16 @@ class OpMatch:
 
 def match_ops(a: Graph, b: Graph) -> OpMatch:
     """Pair the nodes of ``a`` and ``b`` by (rank, step position, kind, label, layer, bucket, k-th)."""
-    ka, kb = _keys(a), _keys(b)
-    index_b = {k: v for v, k in enumerate(kb)}
-    pa, pb = [], []
-    for v, k in enumerate(ka):
-        w = index_b.get(k)
-        if w is not None:
-            pa.append(v)
-            pb.append(w)
-    pairs = np.array([pa, pb], dtype=np.int64).T.reshape(-1, 2)
+    labels = LabelTable()
+    layers: dict[str, int] = {"": -1}
+    ka, kb = _keys(a, labels, layers), _keys(b, labels, layers)
+    _, group = np.unique(np.concatenate([ka, kb]), axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    ga, gb = group[: len(a)], group[len(a):]
+    node_b = np.full(int(group.max()) + 1 if len(group) else 0, -1, dtype=np.int64)
+    node_b[gb] = np.arange(len(b))  # keys are unique within a graph (the k-th column)
+    hit = node_b[ga] >= 0
+    pairs = np.stack([np.flatnonzero(hit), node_b[ga[hit]]], axis=1).astype(np.int64)
     ranks_a, ranks_b = set(a.ranks().tolist()), set(b.ranks().tolist())
     common = np.array(sorted(ranks_a & ranks_b), dtype=np.int64)
     op_a = counts_as_op(a) & np.isin(a.rank, common)
@@ -98,29 +99,49 @@ def match_ops(a: Graph, b: Graph) -> OpMatch:
     )
 
 
-def _keys(g: Graph) -> list[tuple]:
-    steps = list(g.meta.get("steps") or np.unique(g.step[g.step >= 0]).tolist())
-    pos = {int(s): i for i, s in enumerate(steps)}
-    if steps:
-        pos[int(steps[-1]) + 1] = len(steps)  # the closing step boundary
-    payload = _bucket_payload(g)
-    labels: dict[tuple[int, int, int], str] = {}
-    count: dict[tuple, int] = {}
-    keys: list[tuple] = [()] * len(g)
-    for v in np.lexsort((np.arange(len(g)), g.order)).tolist():
-        kind, bucket = int(g.kind[v]), int(g.bucket[v])
-        cache = (int(g.name[v]), kind, bucket) if g.rank[v] < 0 or kind in _COLLECTIVE or kind == Kind.STEP else None
-        label = labels.get(cache) if cache else None
-        if label is None:
+class LabelTable:
+    """Label strings interned across graphs, so label ids compare between them."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+        self.names: list[str] = []
+
+    def of(self, g: Graph) -> np.ndarray:
+        """Every node's label id (``op_label``), computed once per distinct (name, kind, bucket, rank)."""
+        if not len(g):
+            return np.empty(0, np.int64)
+        combo = np.stack([g.name, g.kind, g.bucket, g.rank], axis=1).astype(np.int64)
+        uniq, first, inverse = np.unique(combo, axis=0, return_index=True, return_inverse=True)
+        ids = np.empty(len(uniq), dtype=np.int64)
+        for i, v in enumerate(first.tolist()):
             label = op_label(g, v)
-            if cache:
-                labels[cache] = label
-        layer = g.layers[g.layer[v]] if g.layer[v] >= 0 else ""
-        base = (int(g.rank[v]), pos.get(int(g.step[v]), -1), kind, label, layer, bucket, int(payload[v]))
-        k = count.get(base, 0)
-        count[base] = k + 1
-        keys[v] = base + (k,)
-    return keys
+            ids[i] = self.ids.setdefault(label, len(self.ids))
+            if ids[i] == len(self.names):
+                self.names.append(label)
+        return ids[inverse.reshape(-1)]
+
+
+def _keys(g: Graph, labels: LabelTable, layers: dict[str, int]) -> np.ndarray:
+    """(n, 8) int64 key rows: rank, step position, kind, label, layer, bucket, bucket bytes, k-th."""
+    steps = [int(s) for s in (g.meta.get("steps") or np.unique(g.step[g.step >= 0]).tolist())]
+    lut = np.full(max(steps + [0]) + 3, -1, dtype=np.int64)  # step -> position; the closing boundary is len(steps)
+    lut[steps] = np.arange(len(steps))
+    if steps:
+        lut[steps[-1] + 1] = len(steps)
+    pos = np.where((g.step >= 0) & (g.step < len(lut)), lut[np.clip(g.step, 0, len(lut) - 1)], -1)
+    layer_ids = np.array([layers.setdefault(name, len(layers)) for name in g.layers] + [-1], dtype=np.int64)
+    cols = [g.rank, pos, g.kind, labels.of(g), layer_ids[g.layer], g.bucket, _bucket_payload(g)]
+    base = np.stack([np.asarray(c, dtype=np.int64) for c in cols], axis=1)
+    order = np.lexsort((np.arange(len(g)), g.order, *base.T[::-1]))  # by key, then measured start
+    srt = base[order]
+    new = np.ones(len(g), dtype=bool)
+    new[1:] = (srt[1:] != srt[:-1]).any(axis=1)
+    starts = np.flatnonzero(new)
+    kth = np.arange(len(g)) - starts[np.cumsum(new) - 1]
+    out = np.empty((len(g), 8), dtype=np.int64)
+    out[:, :7] = base
+    out[order, 7] = kth
+    return out
 
 
 def _bucket_payload(g: Graph) -> np.ndarray:
