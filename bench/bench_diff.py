@@ -11,7 +11,7 @@ Pairs, each a baseline and the same job with one known change, recorded in inter
 Per pair and round: measured and replayed change, the parts, interaction, structure, what the replays
 do not reproduce, and whether the largest part is where the change was made.
 
-    python bench/bench_diff.py [--rounds 2] [--slow-ms 30] [--keep DIR] [--no-demo]
+    python bench/bench_diff.py [--rounds 2] [--slow-ms 50] [--keep DIR] [--no-demo]
 """
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def where(d: ProfileDiff, pair: str) -> str:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--slow-ms", type=float, default=30.0)
+    p.add_argument("--slow-ms", type=float, default=50.0)
     p.add_argument("--demo-cap", type=float, default=2.0, help="bucket MB for the demo pair when the search predicts no gain")
     p.add_argument("--keep", help="record the runs here (default: a temporary folder)")
     p.add_argument("--no-demo", action="store_true", help="skip the full-size demo pair (about a minute per round)")

@@ -1,10 +1,11 @@
 """``dagprof diff`` on real 2-rank gloo DDP profiles that differ in one known way.
 
 The base is the session's shared run of the tiny demo model (conftest); each variant is the same
-job with one change (bench/diff_workload.py): one layer's forward sleeps on every rank, the same
-on rank 1 only (a straggler), or one 25 MB bucket instead of several; an MLP is another training. The sleep (60 ms per step)
-is far above what a loaded 2-core machine adds to this model's few-ms steps, so the assertions
-hold for any valid recording; none bounds a time.
+job with one change (bench/diff_workload.py): one layer's forward sleeps on every rank, or on
+rank 1 only (a straggler); an MLP is another training. The demo model itself is recorded with DDP's
+default 25 MB buckets and with 2 MB ones, as ``dagprof demo`` and its search would run it.
+The sleep (100 ms per step) is far above what a loaded 2-core machine adds to one op of this model,
+so the assertions hold for any valid recording; none bounds a time.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import json
 import os
 import sys
 
+import numpy as np
 import pytest
 
 pytest.importorskip("torch")
@@ -26,7 +28,7 @@ from dagprof.pipeline import open_run  # noqa: E402
 from dagprof.traces.events import Kind  # noqa: E402
 
 LAYER = "layers.1.conv2"
-SLOW_MS = 60.0
+SLOW_MS = 100.0
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +36,6 @@ def runs(small_ddp_run, tmp_path_factory) -> dict[str, str]:
     variants = {
         "slow": Variant(slow_layer=LAYER, slow_ms=SLOW_MS),
         "straggler": Variant(slow_layer=LAYER, slow_ms=SLOW_MS, slow_rank=1),
-        "buckets": Variant(bucket_cap_mb=25.0),
         "mlp": Variant(mlp=True),
     }
     return {"base": small_ddp_run} | {k: record(v, tmp_path_factory.mktemp(k)) for k, v in variants.items()}
@@ -67,17 +68,29 @@ def test_a_straggler_rank_is_named_and_the_other_waits(runs, base):
     assert waits[0] > waits[1] and waits[0] > 0.25 * SLOW_MS * 1e3  # rank 0 waits for rank 1 at the collectives
 
 
-def test_other_buckets_are_structure(runs, base):
-    b = open_run(runs["buckets"])
-    d = diff_profiles(base, b)
+@pytest.fixture(scope="module")
+def demo_pair(tmp_path_factory) -> tuple[str, str]:
+    """The demo model as ``dagprof demo`` profiles it (DDP's default 25 MB buckets) and with 2 MB buckets."""
+    from dagprof.collect.demo_train import run_demo_training
+
+    return tuple(run_demo_training(tmp_path_factory.mktemp(f"demo{cap:g}"), steps=6, profile_steps=(2, 5), bucket_cap_mb=cap)
+                 for cap in (25.0, 2.0))
+
+
+def test_demo_default_against_smaller_buckets_is_structure(demo_pair):
+    a, b = (open_run(p) for p in demo_pair)
+    d = diff_profiles(a, b)
     check_books(d)
-    assert len(d.a.bucket_bytes) > 1 and len(d.b.bucket_bytes) == 1 and sum(d.a.bucket_bytes) == d.b.bucket_bytes[0]
+    assert len(d.a.bucket_bytes) == 1 and len(d.b.bucket_bytes) > 2 and sum(d.b.bucket_bytes) == d.a.bucket_bytes[0]
     assert any("gradient buckets differ" in n for n in d.notes)
     for g, nodes in ((d.a.analysis.graph, d.match.only_a), (d.b.analysis.graph, d.match.only_b)):
         kinds = set(g.kind[nodes].tolist())
         assert Kind.FORWARD not in kinds and Kind.BACKWARD not in kinds  # every layer's work has its counterpart
-        assert Kind.COMM_ENQUEUE in kinds  # the buckets' all-reduces do not
+        assert Kind.COMM_ENQUEUE in kinds and Kind.COMM in kinds  # the buckets' all-reduces do not
     assert d.attribution.structure_us == pytest.approx(d.b.replayed_us - d.attribution.all_matched_us)
+    ga, pa = d.a.analysis.graph, d.match.pairs[:, 0]
+    matched_comm = pa[np.isin(ga.kind[pa], (Kind.COMM, Kind.COMM_ENQUEUE))]
+    assert (ga.bucket[matched_comm] < 0).all()  # only the buffer broadcasts pair up; no bucket is timed against another
 
 
 def test_cli_terminal_json_and_report(runs, tmp_path, capsys):

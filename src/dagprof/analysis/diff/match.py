@@ -28,7 +28,7 @@ def op_label(g: Graph, v: int) -> str:
     """A node's name as another run of the same job would spell it."""
     kind = int(g.kind[v])
     if kind == Kind.STEP:
-        return "step boundary"
+        return "between steps"
     if kind in _COLLECTIVE and g.bucket[v] >= 0:
         return f"{_BUCKET_WORD[Kind(kind)]} bucket {int(g.bucket[v])}"
     name = g.node_name(v)
