@@ -57,6 +57,16 @@ def test_one_slower_layer_is_found_exactly():
     assert d.category_rows()[0] == ("forward", pytest.approx(4 * 10.0), pytest.approx(4 * 10.0 + 40.0))  # 4 layers of 10 us
 
 
+def test_slower_glue_is_framework_overhead_broken_down_by_op():
+    g = graph(steps=3)
+    wait = np.array(["wait" in g.node_name(v) for v in range(len(g))])
+    d = diff_analyses(analyze(g), analyze(g.replace(gap=np.where(wait, g.gap + 30.0, g.gap))))
+    check_books(d)
+    top = d.attribution.parts[0]
+    assert [p.label for p in d.attribution.parts] == ["framework overhead"] and top.breakdown_by == "op"
+    assert top.breakdown[0].label == "wait" and top.delta_us == pytest.approx(30.0)
+
+
 def test_a_straggler_rank_is_named_and_others_wait_for_it():
     d = diff_analyses(analyze(graph()), analyze(graph(slow={1: 2.0})))
     check_books(d)

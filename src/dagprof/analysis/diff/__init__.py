@@ -21,7 +21,7 @@ from ...traces.events import Kind
 from .. import Analysis, analyze
 from ..critical_path import CriticalPath
 from .attribution import Attribution, Category, Part, attribute, categories, category_of
-from .match import LabelTable, OpMatch, counts_as_op, first_steps, match_ops, op_label
+from .match import LabelTable, OpMatch, first_steps, match_ops
 
 MIN_MATCH = 0.5  # below this share of ops with a counterpart, two profiles are not of the same training
 BALANCE_PCT = 2.0  # parts, structure and replay within this share of the iteration: the attribution adds up
@@ -346,16 +346,21 @@ def _top_ops(a: Graph, b: Graph, m: OpMatch, top: int) -> list[OpChange]:
             for i in best]
 
 
+def _unmatched_ops(g: Graph, nodes: np.ndarray) -> np.ndarray:
+    """The unmatched nodes that are ops (glue included, step markers and joins not)."""
+    return nodes[~np.isin(g.kind[nodes], (Kind.STEP, Kind.SYNC))]
+
+
 def _unmatched(side: str, g: Graph, nodes: np.ndarray, top: int = 10) -> list[Unmatched]:
-    w = _weights(g)
-    ops = nodes[(counts_as_op(g) | ((g.kind == Kind.COMM) & (g.rank < 0)))[nodes]]
-    groups: dict[str, list] = {}
-    for v in ops.tolist():
-        s = groups.setdefault(op_label(g, v), [0, 0.0, int(g.kind[v])])
-        s[0] += 1
-        s[1] += w[v] * (g.dur[v] + g.gap[v])
-    out = [Unmatched(side, lab, category_of(k).value, c, t) for lab, (c, t, k) in groups.items()]
-    return sorted(out, key=lambda u: -u.us_per_iter)[:top]
+    ops = _unmatched_ops(g, nodes)
+    if not len(ops):
+        return []
+    table = LabelTable()
+    labels, first, inverse = np.unique(table.of(g)[ops], return_index=True, return_inverse=True)
+    count = np.bincount(inverse, minlength=len(labels))
+    us = np.bincount(inverse, weights=(_weights(g) * (g.dur + g.gap))[ops], minlength=len(labels))
+    best = np.argsort(-us, kind="stable")[:top]
+    return [Unmatched(side, table.names[int(labels[i])], category_of(int(g.kind[ops[first[i]]])).value, int(count[i]), float(us[i])) for i in best]
 
 
 def _structure_notes(a: RunSide, b: RunSide, m: OpMatch, unmatched: list[Unmatched]) -> list[str]:
@@ -365,11 +370,17 @@ def _structure_notes(a: RunSide, b: RunSide, m: OpMatch, unmatched: list[Unmatch
     if a.bucket_bytes != b.bucket_bytes:
         notes.append(f"gradient buckets differ: {a.label} has {len(a.bucket_bytes)} per step ({_sizes(a.bucket_bytes)}), "
                      f"{b.label} {len(b.bucket_bytes)} ({_sizes(b.bucket_bytes)})")
-    others = [u for u in unmatched if "bucket" not in u.label]
-    if others:
-        count = {s: sum(u.count for u in others if u.side == s) for s in (a.label, b.label)}
-        notes.append("ops without a counterpart: " + ", ".join(f"{n} of {s}'s" for s, n in count.items() if n)
-                     + f" (largest: {others[0].label} on {others[0].side})")
+    counts = {}
+    for side, nodes in ((a, m.only_a), (b, m.only_b)):
+        g = side.analysis.graph
+        ops = _unmatched_ops(g, nodes)
+        in_bucket = np.isin(g.kind[ops], (Kind.COMM, Kind.COMM_ENQUEUE)) & (g.bucket[ops] >= 0)
+        counts[side.label] = int((~in_bucket).sum()) if a.bucket_bytes != b.bucket_bytes else len(ops)
+    others = [u for u in unmatched if "bucket" not in u.label or a.bucket_bytes == b.bucket_bytes]
+    if any(counts.values()) and others:
+        big = max(others, key=lambda u: u.us_per_iter)
+        notes.append("ops without a counterpart: " + ", ".join(f"{n} of {s}'s" for s, n in counts.items() if n)
+                     + f" (largest: {big.label} on {big.side}, {big.count} of them, {big.us_per_iter / 1e3:.2f} ms per iteration)")
     return notes
 
 

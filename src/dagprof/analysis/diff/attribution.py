@@ -22,7 +22,7 @@ from ...graph.dag import Graph
 from ...replay import IncrementalReplayer, replay
 from ...traces.events import Kind
 from ..breakdown import job_iteration_us
-from .match import OpMatch, op_label
+from .match import LabelTable, OpMatch
 
 TOP_GROUPS = 6  # layers/buckets/ops/ranks replayed one at a time per category; the rest go together
 
@@ -150,14 +150,18 @@ def attribute(a: Graph, b: Graph, m: OpMatch, base_us: float, target_us: float, 
         if p.ops:
             parts.append((p, dur_sel, gap_sel))
     parts.sort(key=lambda x: -abs(x[0].delta_us))
+    rank_key = np.array([f"rank {r}" if r >= 0 else "shared transfers" for r in a.rank[pa].tolist()], dtype=object)
     for p, dur_sel, gap_sel in parts[:drill]:
         changed = (dur_sel & (d_dur != 0)) | (gap_sel & (d_gap != 0))
-        dim, key = _dimension(a, pa, changed, p.label)
-        p.breakdown_by = dim
-        p.breakdown = _groups(key, changed, lambda lab, sel: part(lab, dur_sel & sel, gap_sel & sel), weight * (d_dur * dur_sel + d_gap * gap_sel), dim)
+        op_delta = weight * (d_dur * dur_sel + d_gap * gap_sel)
+
+        def within(label: str, sel: np.ndarray, dur_sel=dur_sel, gap_sel=gap_sel) -> Part:
+            return part(label, dur_sel & sel, gap_sel & sel)
+
+        p.breakdown_by, key = _dimension(a, pa, changed, p.label)
+        p.breakdown = _groups(key, changed, within, op_delta, p.breakdown_by)
         if ranks > 1:
-            rank_key = np.array([f"rank {r}" if r >= 0 else "shared transfers" for r in a.rank[pa].tolist()], dtype=object)
-            p.by_rank = _groups(rank_key, changed, lambda lab, sel: part(lab, dur_sel & sel, gap_sel & sel), weight * (d_dur * dur_sel + d_gap * gap_sel), "rank")
+            p.by_rank = _groups(rank_key, changed, within, op_delta, "rank")
     if len(pa):
         everything = part("all matched ops", np.ones(len(pa), bool), np.ones(len(pa), bool))
         all_matched = base_us + everything.delta_us
@@ -173,7 +177,9 @@ def _dimension(a: Graph, pa: np.ndarray, changed: np.ndarray, category: str) -> 
         return "bucket", np.array([f"bucket {x}" if x >= 0 else "no bucket" for x in a.bucket[pa].tolist()], dtype=object)
     if len(nodes) and (a.layer[nodes] >= 0).mean() >= 0.5:
         return "layer", np.array([a.layers[x] if x >= 0 else "no layer" for x in a.layer[pa].tolist()], dtype=object)
-    return "op", np.array([op_label(a, v) for v in pa.tolist()], dtype=object)
+    table = LabelTable()
+    ids = table.of(a)[pa]
+    return "op", np.array(table.names, dtype=object)[ids]
 
 
 def _groups(key: np.ndarray, changed: np.ndarray, part: Callable[[str, np.ndarray], Part], op_delta: np.ndarray, dim: str) -> list[Part]:
