@@ -57,7 +57,9 @@ def diff_section(d: ProfileDiff) -> str:
     out.append("<h2>Where the change comes from (attribution by replay)</h2>")
     out.append(f"<p>{escape(a.label)}'s graph replayed with {escape(b.label)}'s measured times for one group of matched ops at a "
                "time: the change of the replayed iteration is that group's part. Interaction is what the parts do together beyond "
-               "their sum; structure is what ops without a counterpart (other buckets, ranks) do.</p>")
+               "their sum; structure is what ops without a counterpart (other buckets, ranks) do. Waits for stragglers are no "
+               "part of their own: they follow from the parts (a rank made slower makes the others wait), and the one-rank-at-a-time "
+               "rows show whose change it was.</p>")
     bars = [(p.label, p.delta_us / 1e3, 0) for p in att.parts]
     for p in att.parts:
         at = next(i for i, row in enumerate(bars) if row[0] == p.label and row[2] == 0)
