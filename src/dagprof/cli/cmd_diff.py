@@ -48,7 +48,7 @@ def to_text(r: dict) -> str:
     lines += [f"  {c['category']:<44}{c['a_ms']:>10.2f}{c['b_ms']:>10.2f}{c['delta_ms']:>+11.2f}" for c in r["categories_ms"]]
     at = r["attribution"]
     lines += ["", "attribution by replay: A's graph given B's times, one part at a time (ms per iteration)",
-              f"  {'part':<44}{'iteration':>10}{'op time':>10}"]
+              f"  {'part':<44}{'iteration':>10}{'op time':>10}  (op time: mean over ranks)"]
     for p in at["parts"]:
         lines.append(f"  {p['label']:<44}{p['delta_ms']:>+10.2f}{p['op_delta_ms']:>+10.2f}")
         if "breakdown" in p:

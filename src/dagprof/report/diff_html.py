@@ -79,7 +79,7 @@ def diff_section(d: ProfileDiff) -> str:
         if p.by_rank:
             table.append(["\u00a0\u00a0one rank at a time:", None, None, None])
             table += [[f"\u00a0\u00a0\u00a0\u00a0{q.label}", q.delta_us / 1e3, q.op_delta_us / 1e3, q.ops] for q in p.by_rank]
-    out.append(html_table(["part", "iteration change ms", "op time change ms", "ops changed"], table))
+    out.append(html_table(["part", "iteration change ms", "op time change ms (mean over ranks)", "ops changed"], table))
     verdict = "ok" if d.adds_up else "warn"
     out.append(f"<div class='finding {verdict}'>Interaction and what the replays do not reproduce together: "
                f"{d.unexplained_pct:.1f} % of {escape(a.label)}'s iteration.</div>")
