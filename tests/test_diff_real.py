@@ -113,3 +113,22 @@ def test_cli_unrelated_trainings_one_line_error(runs, capsys):
     assert main(["diff", runs["base"], runs["mlp"], "--no-report"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "not profiles of the same training" in err and "% of A's ops" in err
+
+
+def test_stock_torch_profiler_folders(tmp_path):
+    """Two runs of a plain torch.profiler job (no dagprof inside): trace folders diff like run folders."""
+    import subprocess
+
+    import gloo_kineto
+
+    folders = []
+    for i in range(2):
+        out = tmp_path / f"k{i}"
+        out.mkdir()
+        subprocess.run([sys.executable, gloo_kineto.__file__, str(out), str(gloo_kineto._free_port())], check=True, timeout=300,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        folders.append(open_run(out))
+    d = diff_profiles(*folders)
+    check_books(d)
+    assert d.match.fraction_a > 0.9 and d.match.fraction_b > 0.9
+    assert {p.label for p in d.attribution.parts} >= {"forward", "backward"}

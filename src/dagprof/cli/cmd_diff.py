@@ -53,7 +53,7 @@ def to_text(r: dict) -> str:
         lines.append(f"  {p['label']:<44}{p['delta_ms']:>+10.2f}{p['op_delta_ms']:>+10.2f}")
         if "breakdown" in p:
             lines.append(f"    one {p['breakdown_by']} at a time:")
-            lines += [f"      {q['label'][:38]:<38}{q['delta_ms']:>+10.2f}{q['op_delta_ms']:>+10.2f}" for q in p["breakdown"]]
+            lines += [f"      {_short(q['label'], 38):<38}{q['delta_ms']:>+10.2f}{q['op_delta_ms']:>+10.2f}" for q in p["breakdown"]]
             lines.append(f"      {'(interaction)':<38}{p['breakdown_interaction_ms']:>+10.2f}")
         if p.get("by_rank"):
             lines.append("    " + ", ".join(f"{q['label']} {q['delta_ms']:+.2f}" for q in p["by_rank"]))
@@ -69,7 +69,7 @@ def to_text(r: dict) -> str:
         lines += ["", f"{'ops that changed most':<46}{'A ms':>10}{'B ms':>10}{'delta ms':>11}"]
         for o in r["top_ops"]:
             where = f"rank {o['rank']}" if o["rank"] >= 0 else "shared"
-            lines.append(f"  {(where + '  ' + o['op'])[:44]:<44}{o['a_ms']:>10.2f}{o['b_ms']:>10.2f}{o['delta_ms']:>+11.2f}")
+            lines.append(f"  {_short(where + '  ' + o['op'], 44):<44}{o['a_ms']:>10.2f}{o['b_ms']:>10.2f}{o['delta_ms']:>+11.2f}")
     lines += ["", "critical path per iteration (replayed)"]
     ca, cb = a["critical_path_per_iter"], b["critical_path_per_iter"]
     lines.append(f"  {'':<44}{'A ms':>10}{'B ms':>10}")
@@ -82,6 +82,12 @@ def to_text(r: dict) -> str:
     if r.get("files"):
         lines += [""] + [f"{k.replace('_', ' ')}: {os.path.relpath(v)}" for k, v in r["files"].items()]
     return "\n".join(lines)
+
+
+def _short(label: str, width: int) -> str:
+    """Fits a column: autograd's long prefix dropped, the rest cut with an ellipsis."""
+    label = label.replace("autograd::engine::evaluate_function: ", "")
+    return label if len(label) <= width else label[: width - 1] + "\u2026"
 
 
 def _steps(steps: list[int]) -> str:
