@@ -98,7 +98,7 @@ def main() -> None:
             for part in att.parts[:3]:
                 print(f"{'':<15}{part.label:<20}{part.delta_us / 1e3:>+9.2f} ms"
                       + (f"   {part.breakdown[0].label} {part.breakdown[0].delta_us / 1e3:+.2f}" if part.breakdown else ""))
-    print("\nmedians over rounds (ms per iteration; unexplained = |interaction| + |replay residual| in % of A's iteration)")
+    print("\nmedians over rounds (ms per iteration; unexplained = |interaction| + |replay residual| in % of the longer iteration)")
     for pair, ds in rows.items():
         med = lambda f: statistics.median(f(d) for d in ds)  # noqa: E731
         print(f"{pair:<11} measured {med(lambda d: d.measured_delta_us) / 1e3:+8.2f}  replayed {med(lambda d: d.replayed_delta_us) / 1e3:+8.2f}  "

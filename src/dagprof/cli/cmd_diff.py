@@ -64,7 +64,7 @@ def to_text(r: dict) -> str:
         lines.append(f"  {'not reproduced by the replays':<44}{r['replay_residual_ms']:>+10.2f}")
         lines.append(f"  {'= measured change':<44}{r['measured_delta_ms']:>+10.2f}")
     verdict = "within" if r["adds_up"] else "NOT within"
-    lines.append(f"  interaction and replay residual: {r['unexplained_pct']:.1f} % of A's iteration ({verdict} 2 %)")
+    lines.append(f"  interaction and replay residual: {r['unexplained_pct']:.1f} % of the longer iteration ({verdict} 2 %)")
     if r["top_ops"]:
         lines += ["", f"{'ops that changed most':<46}{'A ms':>10}{'B ms':>10}{'delta ms':>11}"]
         for o in r["top_ops"]:

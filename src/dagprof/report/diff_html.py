@@ -82,7 +82,7 @@ def diff_section(d: ProfileDiff) -> str:
     out.append(html_table(["part", "iteration change ms", "op time change ms (mean over ranks)", "ops changed"], table))
     verdict = "ok" if d.adds_up else "warn"
     out.append(f"<div class='finding {verdict}'>Interaction and what the replays do not reproduce together: "
-               f"{d.unexplained_pct:.1f} % of {escape(a.label)}'s iteration.</div>")
+               f"{d.unexplained_pct:.1f} % of the longer iteration.</div>")
 
     out.append("<h2>Per category (per iteration, rank ops averaged over ranks)</h2>")
     out.append(svg.stacked_bars([(a.label, {k: v / 1e3 for k, v in a.op_time_us.items() if v > 0}),

@@ -131,9 +131,9 @@ class ProfileDiff:
 
     @property
     def unexplained_pct(self) -> float:
-        """Interaction plus replay residual, in % of A's iteration: what no single part accounts for."""
+        """Interaction plus replay residual, in % of the longer (replayed) iteration: what no single part accounts for."""
         rest = abs(self.attribution.interaction_us) + abs(self.replay_residual_us or 0.0)
-        return 100.0 * rest / self.a.replayed_us
+        return 100.0 * rest / max(self.a.replayed_us, self.b.replayed_us)
 
     @property
     def adds_up(self) -> bool:
