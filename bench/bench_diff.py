@@ -12,6 +12,7 @@ Per pair and round: measured and replayed change, the parts, interaction, struct
 do not reproduce, and whether the largest part is where the change was made.
 
     python bench/bench_diff.py [--rounds 2] [--slow-ms 50] [--keep DIR] [--no-demo]
+    python bench/bench_diff.py --from DIR      # the figures again, from runs recorded with --keep DIR
 """
 from __future__ import annotations
 
@@ -57,9 +58,13 @@ def main() -> None:
     p.add_argument("--slow-ms", type=float, default=50.0)
     p.add_argument("--demo-cap", type=float, default=2.0, help="bucket MB for the demo pair when the search predicts no gain")
     p.add_argument("--keep", help="record the runs here (default: a temporary folder)")
+    p.add_argument("--from", dest="recorded", help="re-analyse the runs an earlier --keep recorded there (no training)")
     p.add_argument("--no-demo", action="store_true", help="skip the full-size demo pair (about a minute per round)")
     args = p.parse_args()
-    root = args.keep or tempfile.mkdtemp(prefix="dagprof-bench-diff-")
+    root = args.recorded or args.keep or tempfile.mkdtemp(prefix="dagprof-bench-diff-")
+    if args.recorded:
+        args.rounds = len([d for d in os.listdir(root) if d.startswith("r")])
+        args.no_demo = not os.path.isdir(os.path.join(root, "r0", "demo_25_MB"))
     variants = {
         "base": Variant(), "slow": Variant(slow_layer=LAYER, slow_ms=args.slow_ms),
         "straggler": Variant(slow_layer=LAYER, slow_ms=args.slow_ms, slow_rank=1), "buckets": Variant(bucket_cap_mb=25.0),
@@ -78,6 +83,10 @@ def main() -> None:
     for rnd in range(args.rounds):
         runs = {}
         for name, v in variants.items():
+            folder = os.path.join(root, f"r{rnd}", name.replace(" ", "_"))
+            if args.recorded:
+                runs[name] = open_run(folder)
+                continue
             if v is None:  # the searched bucket size, from the first round's 25 MB profile
                 if demo_cap is None:
                     s = search_bucket_sizes(runs["demo 25 MB"].graph)
@@ -85,7 +94,7 @@ def main() -> None:
                     print(f"demo: search picks {s.best.cap_mb or 'the profiled layout'} "
                           f"({s.predicted_gain_pct:.1f} % predicted); B uses bucket_cap_mb={demo_cap:g}")
                 v = Variant(bucket_cap_mb=demo_cap, **DEMO)
-            runs[name] = open_run(record(v, os.path.join(root, f"r{rnd}", name.replace(" ", "_"))))
+            runs[name] = open_run(record(v, folder))
         if rnd == 0:
             print(head)
         for pair, (a, b) in pairs.items():
