@@ -17,6 +17,7 @@ _API = {
     "replay": "dagprof.replay",  # Graph -> ReplayResult
     "analyze": "dagprof.analysis",  # Graph (+ result) -> Analysis
     "open_run": "dagprof.pipeline",  # path -> graph, analysis, findings
+    "diff_profiles": "dagprof.analysis.diff",  # two open_run results -> what changed and why
     "DagprofError": "dagprof.errors",
 }
 

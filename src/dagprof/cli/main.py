@@ -24,6 +24,7 @@ COMMANDS = [
     "sgd",
     "whatif",
     "calibrate",
+    "diff",
 ]
 
 

@@ -15,7 +15,7 @@ from ..search.whatif import COLUMNS as WHATIF_COLUMNS
 from ..traces.events import Kind
 from . import svg
 
-_CSS = """
+CSS = """
 body{font-family:system-ui,sans-serif;max-width:1000px;margin:24px auto;color:#222;padding:0 12px}
 h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd;padding-bottom:4px}
 table{border-collapse:collapse;font-size:13px;margin:8px 0}td,th{border:1px solid #ddd;padding:4px 8px;text-align:right}
@@ -42,7 +42,7 @@ class ReportInputs:
 def render(inp: ReportInputs) -> str:
     a = inp.analysis
     d = a.to_dict()
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(inp.title)}</title><style>{_CSS}</style></head><body>",
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(inp.title)}</title><style>{CSS}</style></head><body>",
              f"<h1>{escape(inp.title)}</h1>"]
     meta = a.graph.meta
     parts.append(f"<p>{len(a.predicted_iter_us)} rank(s), backend {escape(str(meta.get('backend') or '?'))}, "
@@ -81,7 +81,7 @@ def render(inp: ReportInputs) -> str:
     parts.append(html_table(["op", "ms/iter on the path"], cp["top_ops_ms"]))
 
     parts.append("<h2>Replayed timeline (one iteration)</h2>")
-    parts.append(_timeline(a))
+    parts.append(timeline_svg(a))
 
     if inp.whatifs:
         parts.append("<h2>What if</h2>")
@@ -132,7 +132,8 @@ def html_table(head: list[str], rows: list[list]) -> str:
     return f"<table><tr>{h}</tr>{body}</table>"
 
 
-def _timeline(a: Analysis) -> str:
+def timeline_svg(a: Analysis) -> str:
+    """The middle profiled step of the replay as a gantt, one row per device plus the critical path."""
     g, res = a.graph, a.result
     steps = g.meta.get("steps", [])
     if not steps:

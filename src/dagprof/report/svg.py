@@ -11,6 +11,8 @@ PALETTE = {
     "communication": "#e15759",
     "update": "#76b7b2",
     "data loading": "#59a14f",
+    "data": "#59a14f",
+    "optimizer": "#76b7b2",
     "framework overhead": "#bab0ac",
     "other compute": "#9c755f",
     "memcpy": "#edc948",

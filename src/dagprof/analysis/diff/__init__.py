@@ -1,0 +1,399 @@
+"""Two profiles of the same training, compared: what changed, and why, by replay.
+
+``diff_profiles(a, b)`` (or ``diff_analyses`` on two ``Analysis`` objects) matches the ops of the
+two runs (``match``), compares per-iteration times measured and replayed, op time per category,
+waits for stragglers and both critical paths, lists the ops that changed most, and attributes the
+replayed change to categories, layers, buckets and ranks (``attribution``).
+``categories_vs_expected(predicted_graph, measured)`` runs the same comparison between what a
+model predicted for a change and the profile measured after it: which categories the model got
+wrong (the optimizer's ``--verify``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from ...errors import DagprofError
+from ...graph.dag import Graph
+from ...traces.events import Kind
+from .. import Analysis, analyze
+from ..critical_path import CriticalPath
+from .attribution import Attribution, Category, Part, attribute, categories, category_of
+from .match import LabelTable, OpMatch, first_steps, match_ops
+
+MIN_MATCH = 0.5  # below this share of ops with a counterpart, two profiles are not of the same training
+BALANCE_PCT = 2.0  # parts, structure and replay within this share of the iteration: the attribution adds up
+
+
+class HasAnalysis(Protocol):
+    """What ``diff_profiles`` needs of a profile: ``pipeline.Profiled`` is one."""
+
+    analysis: Analysis
+
+
+@dataclass
+class RunSide:
+    """One side of a comparison, over the steps compared."""
+
+    label: str  # "A", "B", "expected", "measured"
+    source: str
+    ranks: list[int]
+    steps: list[int]
+    steps_profiled: int
+    measured_us: float | None  # None for a predicted graph
+    replayed_us: float
+    op_time_us: dict[str, float]  # per category and iteration; rank ops averaged over ranks
+    comm_in_flight_us: float  # per iteration, mean over ranks (replayed)
+    exposed_comm_us: float
+    straggler_wait_us: float  # mean over ranks
+    straggler_wait_max_us: float  # the rank that waits most
+    bucket_bytes: list[int]  # gradient buckets of one step, in bucket order
+    path_us: dict[str, float]  # the critical path per iteration, by the same categories (gaps: framework overhead)
+    analysis: Analysis = field(repr=False)
+
+    @property
+    def path(self) -> CriticalPath:
+        return self.analysis.path
+
+    def to_dict(self) -> dict:
+        n = max(len(self.steps), 1)
+        return {
+            "label": self.label, "source": self.source, "ranks": self.ranks, "steps": self.steps, "steps_profiled": self.steps_profiled,
+            "measured_iter_ms": None if self.measured_us is None else self.measured_us / 1e3, "replayed_iter_ms": self.replayed_us / 1e3,
+            "op_time_ms": {k: v / 1e3 for k, v in self.op_time_us.items()}, "comm_in_flight_ms": self.comm_in_flight_us / 1e3,
+            "exposed_comm_ms": self.exposed_comm_us / 1e3, "straggler_wait_ms": self.straggler_wait_us / 1e3,
+            "straggler_wait_max_ms": self.straggler_wait_max_us / 1e3, "bucket_bytes": self.bucket_bytes,
+            "per_rank": [b.to_dict(per=n) for b in self.analysis.ranks],
+            "critical_path_per_iter": self.path.to_dict(per=n) | {"by_category_ms": {k: v / 1e3 for k, v in self.path_us.items()}},
+        }
+
+
+@dataclass
+class OpChange:
+    """A matched op (summed over steps, one rank or the shared transfers), A against B."""
+
+    rank: int  # -1: a collective's shared transfer
+    label: str
+    category: str
+    a_us: float  # per iteration
+    b_us: float
+
+    @property
+    def delta_us(self) -> float:
+        return self.b_us - self.a_us
+
+    def to_dict(self) -> dict:
+        return {"rank": self.rank, "op": self.label, "category": self.category, "a_ms": float(self.a_us) / 1e3,
+                "b_ms": float(self.b_us) / 1e3, "delta_ms": float(self.delta_us) / 1e3}
+
+
+@dataclass
+class Unmatched:
+    """Ops of one side without a counterpart on the other, grouped by name."""
+
+    side: str
+    label: str
+    category: str
+    count: int
+    us_per_iter: float  # rank ops averaged over ranks
+
+    def to_dict(self) -> dict:
+        return {"side": self.side, "op": self.label, "category": self.category, "count": self.count, "ms_per_iter": float(self.us_per_iter) / 1e3}
+
+
+@dataclass
+class ProfileDiff:
+    a: RunSide
+    b: RunSide
+    match: OpMatch = field(repr=False)
+    attribution: Attribution
+    top_ops: list[OpChange]
+    unmatched: list[Unmatched]
+    notes: list[str]  # what differs in structure, and how the runs were lined up
+
+    @property
+    def measured_delta_us(self) -> float | None:
+        if self.a.measured_us is None or self.b.measured_us is None:
+            return None
+        return self.b.measured_us - self.a.measured_us
+
+    @property
+    def replayed_delta_us(self) -> float:
+        return self.attribution.delta_us
+
+    @property
+    def replay_residual_us(self) -> float | None:
+        """Measured change the replays do not reproduce (B's replay error minus A's)."""
+        m = self.measured_delta_us
+        return None if m is None else m - self.replayed_delta_us
+
+    @property
+    def unexplained_pct(self) -> float:
+        """Interaction plus replay residual, in % of the longer (replayed) iteration: what no single part accounts for."""
+        rest = abs(self.attribution.interaction_us) + abs(self.replay_residual_us or 0.0)
+        return 100.0 * rest / max(self.a.replayed_us, self.b.replayed_us)
+
+    @property
+    def adds_up(self) -> bool:
+        return self.unexplained_pct <= BALANCE_PCT
+
+    def category_rows(self) -> list[tuple[str, float, float]]:
+        """(row, A us, B us) per iteration: op time per category, then the replayed communication and waits."""
+        rows = [(c.value, self.a.op_time_us.get(c.value, 0.0), self.b.op_time_us.get(c.value, 0.0)) for c in Category]
+        rows = [r for r in rows if r[1] or r[2]]
+        return rows + [
+            ("communication in flight (replayed)", self.a.comm_in_flight_us, self.b.comm_in_flight_us),
+            ("exposed communication (replayed)", self.a.exposed_comm_us, self.b.exposed_comm_us),
+            ("waits for stragglers (replayed)", self.a.straggler_wait_us, self.b.straggler_wait_us),
+            ("  on the rank that waits most", self.a.straggler_wait_max_us, self.b.straggler_wait_max_us),
+        ]
+
+    def to_dict(self) -> dict:
+        m = self.match
+        return {
+            "a": self.a.to_dict(), "b": self.b.to_dict(),
+            "match": {"a_ops": m.a_ops, "b_ops": m.b_ops, "matched_ops": m.matched_ops, "matched_pct_a": 100 * m.fraction_a,
+                      "matched_pct_b": 100 * m.fraction_b, "ranks_only_a": m.ranks_only_a, "ranks_only_b": m.ranks_only_b,
+                      "unmatched": [u.to_dict() for u in self.unmatched]},
+            "measured_delta_ms": None if self.measured_delta_us is None else self.measured_delta_us / 1e3,
+            "replayed_delta_ms": self.replayed_delta_us / 1e3,
+            "replay_residual_ms": None if self.replay_residual_us is None else self.replay_residual_us / 1e3,
+            "unexplained_pct": self.unexplained_pct, "adds_up": self.adds_up,
+            "categories_ms": [{"category": c, "a_ms": x / 1e3, "b_ms": y / 1e3, "delta_ms": (y - x) / 1e3} for c, x, y in self.category_rows()],
+            "attribution": self.attribution.to_dict(),
+            "top_ops": [o.to_dict() for o in self.top_ops],
+            "notes": self.notes,
+        }
+
+
+def diff_profiles(a: HasAnalysis, b: HasAnalysis, **options) -> ProfileDiff:
+    """Compare two profiles (``pipeline.Profiled``) of the same training; see ``diff_analyses``."""
+    return diff_analyses(a.analysis, b.analysis, **options)
+
+
+def diff_analyses(a: Analysis, b: Analysis, labels: tuple[str, str] = ("A", "B"), a_measured: bool = True,
+                  top: int = 10, drill: int = 2, min_match: float = MIN_MATCH) -> ProfileDiff:
+    """Match, compare and attribute ``b`` against ``a``.
+
+    Both are cut to the number of steps they have in common (step k of A is compared with step k
+    of B). ``a_measured=False`` for a predicted graph, whose meta still carries the measured times
+    of the profile it was derived from. Raises ``DagprofError`` (one line) when fewer than
+    ``min_match`` of the ops of the ranks both have match: they are not the same training.
+    """
+    na, nb = len(a.graph.meta.get("steps", [])), len(b.graph.meta.get("steps", []))
+    if not na or not nb:
+        raise DagprofError(f"{labels[0] if not na else labels[1]} has no profiled steps to compare")
+    notes = []
+    n = min(na, nb)
+    if na != nb:
+        notes.append(f"{labels[0]} has {na} profiled steps and {labels[1]} {nb}: compared over the first {n} of each")
+    a_cut, b_cut = _cut(a, n), _cut(b, n)
+    m = match_ops(a_cut.graph, b_cut.graph)
+    _check_same_training(m, a_cut.graph, b_cut.graph, labels, min_match)
+    side_a = _side(labels[0], a_cut, na, a_measured)
+    side_b = _side(labels[1], b_cut, nb, True)
+    attribution = attribute(a_cut.graph, b_cut.graph, m, side_a.replayed_us, side_b.replayed_us, drill=drill)
+    unmatched = _unmatched(labels[0], a_cut.graph, m.only_a) + _unmatched(labels[1], b_cut.graph, m.only_b)
+    notes += _structure_notes(side_a, side_b, m, unmatched)
+    return ProfileDiff(side_a, side_b, m, attribution, _top_ops(a_cut.graph, b_cut.graph, m, top), unmatched, notes)
+
+
+@dataclass
+class ExpectationCheck:
+    """A measured profile against the graph a model predicted for it."""
+
+    diff: ProfileDiff  # A = the prediction, B = the measured run
+    threshold_pct: float
+
+    @property
+    def expected_us(self) -> float:
+        return self.diff.a.replayed_us
+
+    @property
+    def measured_us(self) -> float | None:
+        return self.diff.b.measured_us
+
+    @property
+    def differing(self) -> list[Part]:
+        """Category parts (and "structure") that moved the iteration by more than ``threshold_pct`` of it."""
+        limit = self.threshold_pct / 100.0 * self.expected_us
+        att = self.diff.attribution
+        out = [p for p in att.parts if abs(p.delta_us) >= limit]
+        if abs(att.structure_us) >= limit:
+            out.append(Part("structure", att.structure_us, 0.0, len(self.diff.match.only_a) + len(self.diff.match.only_b)))
+        return sorted(out, key=lambda p: -abs(p.delta_us))
+
+    def lines(self) -> list[str]:
+        """Plain words: measured against expected, then each category that differed."""
+        d = self.diff
+        head = f"measured {_ms(self.measured_us)}/iter, the model expected {_ms(self.expected_us)}"
+        if self.measured_us is not None:
+            head += f" ({100.0 * (self.measured_us - self.expected_us) / self.expected_us:+.1f} %)"
+        out = [head + f"; replay of the measured profile: {_ms(d.b.replayed_us)}"]
+        for p in self.differing:
+            if p.label == "structure":
+                out.append(f"  structure: {p.delta_us / 1e3:+.2f} ms on the iteration ({'; '.join(d.notes) or 'ops without a counterpart'})")
+            else:
+                a, b = d.a.op_time_us.get(p.label, 0.0), d.b.op_time_us.get(p.label, 0.0)
+                out.append(f"  {p.label}: {p.delta_us / 1e3:+.2f} ms on the iteration (op time {b / 1e3:.2f} ms measured vs {a / 1e3:.2f} ms expected)")
+        if len(out) == 1:
+            out.append(f"  every category within {self.threshold_pct:g} % of the iteration of the model's expectation")
+        return out
+
+    def to_dict(self) -> dict:
+        return {"expected_iter_ms": self.expected_us / 1e3, "measured_iter_ms": None if self.measured_us is None else self.measured_us / 1e3,
+                "differing": [p.to_dict() for p in self.differing], "lines": self.lines(), "diff": self.diff.to_dict()}
+
+
+def categories_vs_expected(expected: Graph | Analysis, measured: HasAnalysis | Analysis, threshold_pct: float = BALANCE_PCT,
+                           **options) -> ExpectationCheck:
+    """Which categories of a measured profile differ from a model's prediction for it.
+
+    ``expected``: the predicted graph (e.g. ``passes.set_buckets(before.graph, cap)``) or its analysis;
+    ``measured``: the profile taken after applying the change (``pipeline.Profiled``) or its analysis.
+    """
+    exp = expected if isinstance(expected, Analysis) else analyze(expected)
+    meas = measured if isinstance(measured, Analysis) else measured.analysis
+    d = diff_analyses(exp, meas, labels=("expected", "measured"), a_measured=False, **options)
+    return ExpectationCheck(d, threshold_pct)
+
+
+# -- helpers ---------------------------------------------------------------
+
+def _cut(a: Analysis, n: int) -> Analysis:
+    g = first_steps(a.graph, n)
+    return a if g is a.graph else analyze(g)
+
+
+def _check_same_training(m: OpMatch, a: Graph, b: Graph, labels: tuple[str, str], min_match: float) -> None:
+    names = [f"{lab} ({g.meta['source']})" if g.meta.get("source") else lab for lab, g in zip(labels, (a, b))]
+    if not m.a_ops or not m.b_ops:
+        ra, rb = a.ranks().tolist(), b.ranks().tolist()
+        raise DagprofError(f"{names[0]} with ranks {ra} and {names[1]} with ranks {rb} share no rank with ops to compare")
+    if min(m.fraction_a, m.fraction_b) < min_match:
+        raise DagprofError(
+            f"{names[0]} and {names[1]} are not profiles of the same training: only {100 * m.fraction_a:.0f} % of "
+            f"{labels[0]}'s ops and {100 * m.fraction_b:.0f} % of {labels[1]}'s have a counterpart in the other "
+            f"(matched by rank, step, name, layer and bucket; {100 * min_match:.0f} % needed)")
+
+
+def _side(label: str, a: Analysis, profiled: int, measured: bool) -> RunSide:
+    g = a.graph
+    steps = max(len(g.meta.get("steps", [])), 1)
+    ranks = a.ranks
+    mean = lambda xs: float(np.mean(xs)) / steps if len(xs) else 0.0  # noqa: E731
+    return RunSide(
+        label=label, source=str(g.meta.get("source", "")), ranks=[int(r) for r in g.ranks()], steps=list(g.meta.get("steps", [])),
+        steps_profiled=profiled, measured_us=a.measured_us if measured else None, replayed_us=a.predicted_us,
+        op_time_us=op_time_per_category(g), comm_in_flight_us=mean([r.comm_us for r in ranks]),
+        exposed_comm_us=mean([r.exposed_comm_us for r in ranks]), straggler_wait_us=mean([r.wait_us for r in ranks]),
+        straggler_wait_max_us=max((r.wait_us for r in ranks), default=0.0) / steps, bucket_bytes=_bucket_bytes(g),
+        path_us=_path_by_category(a), analysis=a,
+    )
+
+
+def _weights(g: Graph) -> np.ndarray:
+    """Per node: 1/steps, and 1/ranks on top for rank ops (their sums are per iteration, averaged over ranks)."""
+    steps = max(len(g.meta.get("steps", [])), 1)
+    ranks = max(len(g.ranks()), 1)
+    return np.where(g.rank >= 0, 1.0 / ranks, 1.0) / steps
+
+
+def op_time_per_category(g: Graph) -> dict[str, float]:
+    """Op time per category and iteration (us), gaps between ops counted as framework overhead."""
+    w = _weights(g)
+    cats = categories(g)
+    per = np.bincount(cats, weights=w * g.dur, minlength=len(Category))
+    gaps = float((w * g.gap)[g.kind != Kind.STEP].sum())  # a first step marker's gap is the rank's start offset
+    out = {c.value: float(per[i]) for i, c in enumerate(Category)}
+    out[Category.OVERHEAD.value] += gaps
+    return out
+
+
+def _path_by_category(a: Analysis) -> dict[str, float]:
+    g, nodes = a.graph, a.path.nodes
+    per = np.bincount(categories(g)[nodes], weights=g.dur[nodes], minlength=len(Category)) / a.steps
+    out = {c.value: float(per[i]) for i, c in enumerate(Category)}
+    out[Category.OVERHEAD.value] += float(g.gap[nodes].sum()) / a.steps
+    return {k: v for k, v in sorted(out.items(), key=lambda kv: -kv[1]) if v > 0}
+
+
+def _bucket_bytes(g: Graph) -> list[int]:
+    comm = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0) & (g.bucket >= 0))
+    steps = g.meta.get("steps", [])
+    if not len(comm) or not steps:
+        return []
+    first = comm[g.step[comm] == steps[0]]
+    return [int(g.nbytes[v]) for v in first[np.argsort(g.bucket[first], kind="stable")]]
+
+
+def _top_ops(a: Graph, b: Graph, m: OpMatch, top: int) -> list[OpChange]:
+    pairs = m.pairs[~np.isin(a.kind[m.pairs[:, 0]], (Kind.STEP, Kind.SYNC))]
+    if not len(pairs) or top <= 0:
+        return []
+    pa, pb = pairs[:, 0], pairs[:, 1]
+    table = LabelTable()
+    label = table.of(a)[pa]
+    keys, first, inverse = np.unique(np.stack([a.rank[pa].astype(np.int64), label], axis=1), axis=0, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    per = 1.0 / max(len(a.meta.get("steps", [])), 1)  # both sides were cut to the same steps
+    sa = np.bincount(inverse, weights=a.dur[pa], minlength=len(keys)) * per
+    sb = np.bincount(inverse, weights=b.dur[pb], minlength=len(keys)) * per
+    best = np.argsort(-np.abs(sb - sa), kind="stable")[:top]
+    return [OpChange(int(keys[i, 0]), table.names[int(keys[i, 1])], category_of(int(a.kind[pa[first[i]]])).value, float(sa[i]), float(sb[i]))
+            for i in best]
+
+
+def _unmatched_ops(g: Graph, nodes: np.ndarray) -> np.ndarray:
+    """The unmatched nodes that are ops (glue included, step markers and joins not)."""
+    return nodes[~np.isin(g.kind[nodes], (Kind.STEP, Kind.SYNC))]
+
+
+def _unmatched(side: str, g: Graph, nodes: np.ndarray, top: int = 10) -> list[Unmatched]:
+    ops = _unmatched_ops(g, nodes)
+    if not len(ops):
+        return []
+    table = LabelTable()
+    labels, first, inverse = np.unique(table.of(g)[ops], return_index=True, return_inverse=True)
+    count = np.bincount(inverse, minlength=len(labels))
+    us = np.bincount(inverse, weights=(_weights(g) * (g.dur + g.gap))[ops], minlength=len(labels))
+    best = np.argsort(-us, kind="stable")[:top]
+    return [Unmatched(side, table.names[int(labels[i])], category_of(int(g.kind[ops[first[i]]])).value, int(count[i]), float(us[i])) for i in best]
+
+
+def _structure_notes(a: RunSide, b: RunSide, m: OpMatch, unmatched: list[Unmatched]) -> list[str]:
+    notes = []
+    if m.ranks_only_a or m.ranks_only_b:
+        notes.append(f"ranks differ: {a.label} has {a.ranks}, {b.label} has {b.ranks}")
+    if a.bucket_bytes != b.bucket_bytes:
+        notes.append(f"gradient buckets differ: {a.label} has {len(a.bucket_bytes)} per step ({_sizes(a.bucket_bytes)}), "
+                     f"{b.label} {len(b.bucket_bytes)} ({_sizes(b.bucket_bytes)})")
+    counts = {}
+    for side, nodes in ((a, m.only_a), (b, m.only_b)):
+        g = side.analysis.graph
+        ops = _unmatched_ops(g, nodes)
+        in_bucket = np.isin(g.kind[ops], (Kind.COMM, Kind.COMM_ENQUEUE)) & (g.bucket[ops] >= 0)
+        counts[side.label] = int((~in_bucket).sum()) if a.bucket_bytes != b.bucket_bytes else len(ops)
+    others = [u for u in unmatched if "bucket" not in u.label or a.bucket_bytes == b.bucket_bytes]
+    if any(counts.values()) and others:
+        big = max(others, key=lambda u: u.us_per_iter)
+        notes.append("ops without a counterpart: " + ", ".join(f"{n} of {s}'s" for s, n in counts.items() if n)
+                     + f" (largest: {big.label} on {big.side}, {big.count} of them, {big.us_per_iter / 1e3:.2f} ms per iteration)")
+    return notes
+
+
+def _sizes(nbytes: list[int]) -> str:
+    if not nbytes:
+        return "none"
+    shown = ", ".join(f"{x / 2**20:.2f} MB" if x >= 2**20 else f"{x / 2**10:.1f} KB" for x in nbytes[:6])
+    return shown + (f", ... {len(nbytes) - 6} more" if len(nbytes) > 6 else "")
+
+
+def _ms(us: float | None) -> str:
+    return "n/a" if us is None else f"{us / 1e3:.2f} ms"
+
+
+__all__ = ["ProfileDiff", "RunSide", "OpChange", "Unmatched", "ExpectationCheck", "Attribution", "Part", "Category", "OpMatch",
+           "diff_profiles", "diff_analyses", "categories_vs_expected", "match_ops", "op_time_per_category"]
