@@ -77,7 +77,8 @@ def main() -> None:
     if args.no_demo:
         pairs.pop("demo")
     print(f"runs in {root}; machine shared with other jobs: figures are one recording each, compare across rounds")
-    head = f"{'pair':<11}{'rnd':>4}{'meas ms':>9}{'repl ms':>9}{'parts ms':>9}{'inter':>8}{'struct':>8}{'resid':>8}{'unexpl%':>8}  where (top part / layer or bucket / rank)"
+    head = (f"{'pair':<11}{'rnd':>4}{'meas ms':>9}{'repl ms':>9}{'parts ms':>9}{'inter':>8}{'struct':>8}{'resid':>8}{'unexpl%':>8}"
+            "  where (top part / layer or bucket / rank)")
     rows: dict[str, list[ProfileDiff]] = {k: [] for k in pairs}
     demo_cap = None
     for rnd in range(args.rounds):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from synthetic import ddp_run
 
 from dagprof.align.clocks import align_clocks
 from dagprof.analysis import analyze
@@ -14,6 +13,8 @@ from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.passes import set_buckets
 from dagprof.traces.events import Kind
+
+from synthetic import ddp_run
 
 
 def graph(**kw):
