@@ -9,6 +9,7 @@ from .align.clocks import ClockAlignment, align_clocks
 from .analysis.findings import Finding, findings
 from .errors import DagprofError
 from .graph.build import build_graph
+from .graph.build_ps import build_ps_graph
 from .graph.dag import Graph
 from .passes.average_steps import average_steps
 from .replay import replay
@@ -52,8 +53,14 @@ def open_run(path: str | os.PathLike[str], steps: range | None = None, engine: s
     swings it predicts short, since the mean of each step's slowest path exceeds the slowest path
     of mean times.
     """
-    run, alignment = _aligned(load(path))
-    graph = build_graph(run, steps=steps)
+    run = load(path)
+    if "ps" in run.meta:  # a parameter-server job: processes on one clock, no collectives to align by
+        from .search.ps_link import fit_ps_link
+
+        run, alignment, graph = run, None, fit_ps_link(build_ps_graph(run, steps=steps))
+    else:
+        run, alignment = _aligned(run)
+        graph = build_graph(run, steps=steps)
     if template:
         graph = average_steps(graph)
     a = analyze(graph, replay(graph, engine=engine))

@@ -280,8 +280,9 @@ def _slowest_hop(topo: Topology, nbytes: float) -> AlphaBeta:
 def ps_allreduce_us(nbytes: float, workers: int, servers: int, link: AlphaBeta) -> float:
     """Push M/K to each of K servers, sum, pull. A server's port is the bottleneck (it takes
     N parts of M/K one after another, then sends N back); worker ports are assumed no busier
-    (true when N >= K, the BytePS set-up of as much server bandwidth as worker bandwidth)."""
+    (true when N >= K, the BytePS set-up of as much server bandwidth as worker bandwidth). The
+    latency is paid once each way: messages pipeline, only their bytes queue on a port."""
     if servers < 1:
         raise DagprofError(f"parameter server needs >= 1 server, got {servers}")
     part = nbytes / servers
-    return 2 * workers * link.message_us(part) + workers * part * link.gamma_us_per_byte
+    return 2 * link.alpha_us + 2 * workers * part * link.beta_us_per_byte + workers * part * link.gamma_us_per_byte

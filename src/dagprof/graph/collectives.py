@@ -141,19 +141,58 @@ def _hierarchical(ctx: _Ctx, ready: Sequence[Sequence[int]], nbytes: float) -> l
 
 def _ps(ctx: _Ctx, ready: Sequence[Sequence[int]], done: Sequence[int], nbytes: float, servers: int) -> None:
     """BytePS: the tensor is cut into K parts; part k is pushed to server k by every worker,
-    summed there, and pulled back. Each server's port queues its N pushes, then its N pulls."""
+    summed there, and pulled back (``add_ps_part``)."""
     n = len(ready)
     part = nbytes / servers
     link = ctx.topo.inter
     pulls: list[list[int]] = [[] for _ in range(n)]
     for k in range(servers):
-        pushes = [ctx.send(w, n + k, part, ready[w], reduce=False, k=0, link=link, device=f"port ps{k} in") for w in range(n)]
-        total = part * n
-        sum_dev = ctx.b.device(f"ps{k} cpu", DeviceKind.COMPUTE)
-        s = ctx.b.add_node(f"{ctx.tag} ps{k} sum", Kind.COMM, rank=-1, device=sum_dev, dur=total * link.gamma_us_per_byte,
-                           order=ctx.order, step=ctx.step, bucket=ctx.bucket, nbytes=int(total))
-        ctx.b.add_edges(pushes, [s] * n)
+        ends = add_ps_part(ctx.b, ready, k, part, link, part * n * link.gamma_us_per_byte, tag=ctx.tag, order=ctx.order, step=ctx.step,
+                           bucket=ctx.bucket)
         for w in range(n):
-            pulls[w].append(ctx.send(n + k, w, part, [s], reduce=False, k=1, link=link, device=f"port ps{k} out", rank=-1))
+            pulls[w].append(ends[w])
     for w in range(n):
         ctx.b.add_edges(pulls[w], [done[w]] * len(pulls[w]))
+
+
+def ps_devices(server: int) -> tuple[str, str, str]:
+    """Names of a parameter server's devices: its network port in, its CPU, its port out."""
+    return f"port ps{server} in", f"ps{server} cpu", f"port ps{server} out"
+
+
+def add_ps_part(b: GraphBuilder, ready: Sequence[Sequence[int]], server: int, nbytes: float, link: AlphaBeta, server_us: float, *,
+                tag: str = "ps", order: float = 0.0, step: int = -1, bucket: int = -1, push_gaps: Sequence[float] | None = None) -> list[int]:
+    """One part of a tensor (or one key) through server ``server``; returns each worker's pull node.
+
+    The parameter-server model every PS graph shares (BytePS what-ifs and measured MXNet/ps-lite
+    jobs): each worker's push crosses the latency alpha (no resource: messages pipeline) and then
+    holds the server's inbound port for nbytes*beta (capacity 1: a port carries one message's
+    bytes at a time, so N workers' pushes queue there); the server
+    sums and updates once every push is in (``server_us`` on its CPU); each worker's pull is a
+    message on the server's outbound port, then the latency. Workers' own ports are not modelled: with at least as
+    many workers as servers, a server's port carries more than any worker's.
+    """
+    port_in, cpu, port_out = ps_devices(server)
+    dev_in, dev_cpu, dev_out = b.device(port_in, DeviceKind.COMM), b.device(cpu, DeviceKind.COMPUTE), b.device(port_out, DeviceKind.COMM)
+    wire = nbytes * link.beta_us_per_byte
+    pushes = []
+    for w, preds in enumerate(ready):
+        lat = b.add_node(f"{tag} push latency w{w}", Kind.COMM, rank=w, dur=link.alpha_us, order=order, step=step, bucket=bucket)
+        for p in preds:
+            b.add_edge(p, lat)
+        v = b.add_node(f"{tag} push ps{server} w{w}", Kind.COMM, rank=w, device=dev_in, dur=wire, order=order, step=step, bucket=bucket,
+                       nbytes=int(nbytes))
+        b.add_edge(lat, v)
+        pushes.append(v)
+    s = b.add_node(f"{tag} ps{server} sum", Kind.COMM, rank=-1, device=dev_cpu, dur=server_us, order=order, step=step, bucket=bucket,
+                   nbytes=int(nbytes * len(ready)))
+    b.add_edges(pushes, [s] * len(pushes))
+    pulls = []
+    for w in range(len(ready)):
+        v = b.add_node(f"{tag} pull ps{server} w{w}", Kind.COMM, rank=w, device=dev_out, dur=wire, order=order + _STEP_EPS, step=step,
+                       bucket=bucket, nbytes=int(nbytes))
+        b.add_edge(s, v)
+        lat = b.add_node(f"{tag} pull latency w{w}", Kind.COMM, rank=w, dur=link.alpha_us, order=order, step=step, bucket=bucket)
+        b.add_edge(v, lat)
+        pulls.append(lat)
+    return pulls
