@@ -61,6 +61,7 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
         spans = spans[np.isin(spans[:, 0].astype(int), chosen)]
         main = next(i for i, lane in enumerate(t.lanes) if lane.main)
         main_chain: list[tuple[float, float, int]] = []
+        lane_chains: list[list[tuple[float, float, int]]] = []
         for lane_id, lane in enumerate(t.lanes):
             if lane.kind != LaneKind.CPU_THREAD or not lane.name.startswith("engine"):
                 continue
@@ -71,7 +72,10 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
                 items += [(float(st), 0, -2 - int(k)) for k, st, _ in spans]
                 items.append((float(spans[:, 2].max()), 2, -1))
             items.sort()
-            chain, prev = [], -np.inf
+            chain, prev, mine_lane = [], -np.inf, []
+            lane_chains.append(mine_lane)
+            if lane_id == main:
+                main_chain = mine_lane
             for s, _, i in items:
                 s = max(s, prev)
                 if i < 0:
@@ -86,8 +90,7 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
                     v = node(f"rank{r}.{ev.name_of(i)}", Kind(int(ev.kind[i])), base + s, base + e, rank=r, device=dev, step=int(ev.step[i]),
                              layer=b.layer(t.layers[layer]) if layer >= 0 else -1)
                 chain.append(v)
-                if lane_id == main:
-                    main_chain.append((base + s, base + e, v))
+                mine_lane.append((base + s, base + e, v))
                 prev = e
             edges += list(zip(chain[:-1], chain[1:]))
             if lane_id == main:
@@ -101,9 +104,15 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
             first = base + float(ev.start[mine].min())
             last = base + float((ev.start[mine] + ev.dur[mine]).max())
             ready = max((v for s, e, v in main_chain if e <= first + 1.0), key=lambda v: mend[v], default=None)
-            head = min((v for s, e, v in main_chain if s >= first - 1.0), key=lambda v: mstart[v], default=None)
+            heads = [min((v for s, e, v in lane if s >= first - 1.0), key=lambda v: mstart[v], default=None) for lane in lane_chains]
+            head = heads[lane_chains.index(main_chain)]
             if ready is None or head is None:
                 raise DagprofError(f"worker {r} step {step}: the exchange is not inside the profiled step", t.source)
+            # on every engine thread, what ran during the exchange (the pulled weights' copies) and the op after it wait for the pulls
+            head = [h for h in heads if h is not None]
+            head += [v for lane in lane_chains for s, e, v in lane if first - 1.0 <= s <= last + 1.0]
+            head += [v for v in (min((v for s, e, v in lane if s > last + 1.0), key=lambda v: mstart[v], default=None) for lane in lane_chains)
+                     if v is not None]
             issued = np.sort(base + ev.start[np.flatnonzero(calls & (ev.step == step))]) if calls.any() else np.sort(base + ev.start[mine])
             exchanges.append((step, r, ready, head, issued, first, last))
     keys = ps["keys"]
@@ -121,7 +130,7 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
             issues.append(v)
             prev = v
         done = node(DONE, Kind.SYNC, last, last, rank=r, step=step)
-        edges.append((done, head))
+        edges += [(done, h) for h in set(head)]
         by_sw[(step, r)] = (issues, done)
     b.add_edges([u for u, _ in edges], [v for _, v in edges])
     g = b.build()
