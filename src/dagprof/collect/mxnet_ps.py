@@ -215,12 +215,32 @@ def main(argv: list[str] | None = None) -> int:
     loc.add_argument("--python", required=True, help="the Python that imports mxnet")
     loc.add_argument("--servers", type=int, default=2)
     loc.add_argument("--workers", type=int, default=2)
+    loc.add_argument("--fixture", action="store_true", help="gzip the traces and drop the logs (how tests/data/mxnet is recorded)")
     args = ap.parse_args(argv)
     if args.cmd == "role":
         return _role(args)
-    launch(args.out, args.python, servers=args.servers, workers=args.workers)
+    m = launch(args.out, args.python, servers=args.servers, workers=args.workers)
+    if args.fixture:
+        _compact(args.out, m)
     print(args.out)
     return 0
+
+
+def _compact(out: str, m: dict) -> None:
+    """Gzipped traces, no logs: a small folder to keep as a test fixture."""
+    import gzip
+    import shutil
+
+    for role in ("workers", "servers"):
+        for k, name in list(m["files"][role].items()):
+            with open(os.path.join(out, name), "rb") as src, gzip.open(os.path.join(out, name + ".gz"), "wb", compresslevel=9) as dst:
+                shutil.copyfileobj(src, dst)
+            os.remove(os.path.join(out, name))
+            m["files"][role][k] = name + ".gz"
+    for f in os.listdir(out):
+        if f.endswith(".log"):
+            os.remove(os.path.join(out, f))
+    _write_json(os.path.join(out, MANIFEST), m)
 
 
 if __name__ == "__main__":
