@@ -5,18 +5,21 @@ on the main one, as in ``graph.build``. Per worker and step, the push/pull excha
 
     last op before the first push -> issue(key 0) -> issue(key 1) -> ...   (the Python thread's calls,
                                                                               paced as measured)
-    issue(key k) -> push on port psS in -> psS sum+update -> pull on port psS out -> done(worker, step)
+    issue(key k) -> push (worker's port out, then port psS in) -> psS sum+update
+                 -> pull (port psS out, then the worker's port in) -> done(worker, step)
     done(worker, step) -> the first op that started after the first push (the pulled weights'
                           copies, then the next step)
 
 for every part of every key, keys placed on servers as ps-lite does (``traces.mxnet.pslite_placement``).
 The server's sum waits for every worker's push, so a late worker delays everyone's pull, and the
-ports and server CPUs are capacity-1 devices, so keys queue behind each other there. The
+workers' and servers' ports and the server CPUs are capacity-1 devices, so keys queue behind each
+other there (a message crosses both ends' ports, in pipelined chunks). The
 sub-graph is ``graph.collectives.add_ps_part``, the same one the ``ps:K`` what-if builds, so a
 measured PS job and a predicted one are the same model. Push, pull and server times come from the
 graph's link model (``meta["topology"]``, gamma = server work per byte received); ``rebuild_ps``
-re-places keys for another server count or link, and ``search.ps_link`` fits the link to the
-profile (mx.profiler does not say which push carries which key).
+re-places keys for another server count or link, and ``search.ps_link`` fits the link's rate to
+the measured exchanges (``meta["ps"]["exchange_us"]``; mx.profiler does not say which push
+carries which key, so single messages cannot be timed).
 """
 from __future__ import annotations
 
@@ -117,9 +120,11 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
             exchanges.append((step, r, ready, head, issued, first, last))
     keys = ps["keys"]
     by_sw = {}
+    spans = []  # measured exchange per worker and step: its first push issued -> its last pull in
     for step, r, ready, head, issued, first, last in exchanges:
         t0 = mend[ready]
         offsets = np.maximum(np.concatenate([[first], issued])[: len(keys)] - t0, 0.0)
+        spans.append([int(step), int(r), float(last - t0 - offsets[0])])
         if len(offsets) < len(keys):
             offsets = np.concatenate([offsets, np.full(len(keys) - len(offsets), offsets[-1] if len(offsets) else 0.0)])
         prev = ready
@@ -141,7 +146,7 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
     g.meta.update(
         world_size=n, ranks=[t.rank for t in run.ranks], steps=chosen, backend="ps-lite", source=run.source,
         measured_iter_us={t.rank: measured_iter_us(t, chosen) for t in run.ranks},
-        ps={k: v for k, v in ps.items() if k in ("framework", "placement", "bigarray_bound", "keys", "num_workers")},
+        ps={**{k: v for k, v in ps.items() if k in ("framework", "placement", "bigarray_bound", "keys", "num_workers")}, "exchange_us": spans},
         scheme=f"ps:{servers}", topology=Topology.flat(n, link).to_dict(), buckets=[],
     )
     return rebuild_ps(g, servers, link)
@@ -162,8 +167,9 @@ def _gaps(g: Graph, mstart: np.ndarray, mend: np.ndarray, first_marks: dict[int,
 
 
 def initial_link(run: Run) -> AlphaBeta:
-    """A first link model before fitting: the shortest push/pull is one small round trip (alpha per
-    message); the mean exchange moves every byte in and out of one server port."""
+    """A first link model before fitting (``search.ps_link``): the shortest push/pull is one small
+    round trip (alpha per message); the mean exchange moves every byte in and out of one server port;
+    gamma is the servers' measured busy time per byte received."""
     ps = run.meta["ps"]
     durs = np.concatenate([t.events.dur[t.events.kind == Kind.COMM] for t in run.ranks])
     alpha = float(durs.min()) / 2 if len(durs) else 0.0
@@ -210,7 +216,7 @@ def rebuild_ps(g: Graph, servers: int, link: AlphaBeta) -> Graph:
 
 
 def _is_ps_device(name: str) -> bool:
-    return name.startswith("port ps") or (name.startswith("ps") and name.endswith(" cpu"))
+    return name.startswith(("port ps", "port w")) or (name.startswith("ps") and name.endswith(" cpu"))
 
 
 __all__ = ["build_ps_graph", "rebuild_ps", "is_ps_graph", "initial_link", "ps_devices"]

@@ -15,8 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+
 from ..costmodel.alphabeta import AlphaBeta
-from ..costmodel.topology import CollectiveSpec, Scheme, Topology
+from ..costmodel.topology import CollectiveSpec, Scheme, Topology, ps_chunks
 from ..errors import DagprofError
 from ..traces.events import Kind
 from .dag import DeviceKind, GraphBuilder
@@ -160,39 +162,61 @@ def ps_devices(server: int) -> tuple[str, str, str]:
     return f"port ps{server} in", f"ps{server} cpu", f"port ps{server} out"
 
 
+def worker_ports(worker: int) -> tuple[str, str]:
+    """Names of a worker's network port: out (its pushes leave here), in (its pulls arrive here)."""
+    return f"port w{worker} out", f"port w{worker} in"
+
+
 def add_ps_part(b: GraphBuilder, ready: Sequence[Sequence[int]], server: int, nbytes: float, link: AlphaBeta, server_us: float, *,
-                tag: str = "ps", order: float = 0.0, step: int = -1, bucket: int = -1, push_gaps: Sequence[float] | None = None) -> list[int]:
+                tag: str = "ps", order: float = 0.0, step: int = -1, bucket: int = -1) -> list[int]:
     """One part of a tensor (or one key) through server ``server``; returns each worker's pull node.
 
     The parameter-server model every PS graph shares (BytePS what-ifs and measured MXNet/ps-lite
-    jobs): each worker's push crosses the latency alpha (no resource: messages pipeline) and then
-    holds the server's inbound port for nbytes*beta (capacity 1: a port carries one message's
-    bytes at a time, so N workers' pushes queue there); the server
-    sums and updates once every push is in (``server_us`` on its CPU); each worker's pull is a
-    message on the server's outbound port, then the latency. Workers' own ports are not modelled: with at least as
-    many workers as servers, a server's port carries more than any worker's.
+    jobs). A message crosses two network ports, the sender's out and the receiver's in, each a
+    capacity-1 device at the link's rate: a worker's push leaves through its own port and enters
+    the server's, the pull the other way. So N workers' pushes queue on a server's port in, and a
+    worker's parts for K servers queue on its own port out; whichever carries more bytes sets the
+    pace. A message is cut into ``ps_chunks`` chunks that cross the two ports as a pipeline (chunk
+    i is on the receiver's port while chunk i+1 leaves the sender), and chunks of messages issued
+    together interleave on a port as concurrent TCP streams share it. The latency alpha is paid
+    once per message (no device: messages pipeline); the server sums and updates once every push
+    is in (``server_us`` on its CPU). ``costmodel.topology.ps_allreduce_us`` is this sub-graph's
+    closed form.
     """
     port_in, cpu, port_out = ps_devices(server)
     dev_in, dev_cpu, dev_out = b.device(port_in, DeviceKind.COMM), b.device(cpu, DeviceKind.COMPUTE), b.device(port_out, DeviceKind.COMM)
-    wire = nbytes * link.beta_us_per_byte
-    pushes = []
+    k = ps_chunks(nbytes)
+    chunk = nbytes / k
+    eps = max(_STEP_EPS, 4 * float(np.spacing(order)))  # chunk i of every message issued at ``order`` shares one priority
+    kw = dict(order=order, step=step, bucket=bucket)
+    pushed = []
     for w, preds in enumerate(ready):
-        lat = b.add_node(f"{tag} push latency w{w}", Kind.COMM, rank=w, dur=link.alpha_us, order=order, step=step, bucket=bucket)
-        for p in preds:
-            b.add_edge(p, lat)
-        v = b.add_node(f"{tag} push ps{server} w{w}", Kind.COMM, rank=w, device=dev_in, dur=wire, order=order, step=step, bucket=bucket,
-                       nbytes=int(nbytes))
-        b.add_edge(lat, v)
-        pushes.append(v)
-    s = b.add_node(f"{tag} ps{server} sum", Kind.COMM, rank=-1, device=dev_cpu, dur=server_us, order=order, step=step, bucket=bucket,
-                   nbytes=int(nbytes * len(ready)))
-    b.add_edges(pushes, [s] * len(pushes))
+        up = b.device(worker_ports(w)[0], DeviceKind.COMM, rank=w)
+        lat = b.add_node(f"{tag} push latency w{w}", Kind.COMM, rank=w, dur=link.alpha_us, **kw)
+        b.add_edges(list(preds), [lat] * len(preds))
+        pushed.append(_message(b, lat, up, dev_in, k, chunk, link, eps, f"{tag} push ps{server} w{w}", w, **kw))
+    s = b.add_node(f"{tag} ps{server} sum", Kind.COMM, rank=-1, device=dev_cpu, dur=server_us, nbytes=int(nbytes * len(ready)), **kw)
+    b.add_edges(pushed, [s] * len(pushed))
     pulls = []
     for w in range(len(ready)):
-        v = b.add_node(f"{tag} pull ps{server} w{w}", Kind.COMM, rank=w, device=dev_out, dur=wire, order=order + _STEP_EPS, step=step,
-                       bucket=bucket, nbytes=int(nbytes))
-        b.add_edge(s, v)
-        lat = b.add_node(f"{tag} pull latency w{w}", Kind.COMM, rank=w, dur=link.alpha_us, order=order, step=step, bucket=bucket)
+        down = b.device(worker_ports(w)[1], DeviceKind.COMM, rank=w)
+        v = _message(b, s, dev_out, down, k, chunk, link, eps, f"{tag} pull ps{server} w{w}", w, **kw)
+        lat = b.add_node(f"{tag} pull latency w{w}", Kind.COMM, rank=w, dur=link.alpha_us, **kw)
         b.add_edge(v, lat)
         pulls.append(lat)
     return pulls
+
+
+def _message(b: GraphBuilder, pred: int, src: int, dst: int, k: int, chunk: float, link: AlphaBeta, eps: float, name: str, rank: int, *,
+             order: float, step: int, bucket: int) -> int:
+    """``k`` chunks from port ``src`` to port ``dst``, pipelined; returns the last chunk's arrival."""
+    wire = chunk * link.beta_us_per_byte
+    sent = got = pred
+    for i in range(k):
+        kw = dict(rank=rank, dur=wire, order=order + i * eps, step=step, bucket=bucket, nbytes=round(chunk * (i + 1)) - round(chunk * i))
+        v = b.add_node(f"{name} send", Kind.COMM, device=src, **kw)
+        b.add_edge(sent, v)
+        r = b.add_node(f"{name} recv", Kind.COMM, device=dst, **kw)
+        b.add_edges([v, got], [r, r])
+        sent, got = v, r
+    return got
