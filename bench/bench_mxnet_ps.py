@@ -6,13 +6,21 @@ directions (the rank's egress, and the bridge's egress towards the rank: a switc
 so a server receiving N pushes takes N times as long, as on a real switch. One configuration is
 profiled (1 server, the profiled rate); from that profile dagprof predicts 2 servers and another
 rate, and each configuration is measured. Rounds interleave the configurations (the machine is
-shared and drifts); each round predicts from its own profile; the table gives medians and spread.
+shared and drifts); each round predicts from its own profile; the table gives medians over rounds.
+
+Both sides are the same quantity: the median over a job's unprofiled steps of the slower worker's
+step time, against the median over the profile's replayed steps (a load spike on the shared
+machine makes single steps seconds long; a median keeps one from moving a round's figure). Every job also profiles
+a few steps before its timed ones (the timed steps run with the profiler off), so the exchange
+(first push issued -> last pull in, per worker and step) can be compared alone: it shows the
+communication model's error apart from the compute's drift between jobs.
 
     sudo .venv/bin/python bench/bench_mxnet_ps.py --python /work/venvs/mxnet/bin/python [--rounds 3]
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -28,21 +36,25 @@ from netns import Cluster, available  # noqa: E402
 from dagprof.collect.mxnet_ps import launch  # noqa: E402
 
 WORKERS = 2
+# tbf's bucket, in ms of traffic. A token bucket only stands for a wire while its timer fires on time:
+# on a loaded 2-core host it fires late, and a 1 ms bucket then loses what it could have sent meanwhile.
+# Raw TCP across two shaped ports in series (2 senders each sending 4.2 MB to 2 receivers at 500 Mbit/s,
+# ideal 67 ms) took 90-130 ms with a 1 ms bucket and 67-80 ms with 4 ms; one receiver port alone
+# (ideal 134 ms) took about 140 ms either way.
+BURST_MS = 4.0
 
 
 def shape(c: Cluster, rate_bit: float) -> None:
-    """tbf on every rank's egress (Cluster.set_rate) and on the bridge's port towards it."""
-    c.set_rate(rate_bit)
-    burst = max(int(rate_bit / 8 / 1000), 8 * 1514)
+    """tbf on every rank's egress (its port out) and on the bridge's port towards it (its port in)."""
+    burst = max(int(rate_bit / 8 / 1000 * BURST_MS), 8 * 1514)
     for r in range(c.ranks):
-        base = ["ip", "netns", "exec", f"{c.tag}sw", "tc", "qdisc"]
-        subprocess.run(base + ["del", "dev", f"{c.tag}p{r}", "root"], capture_output=True)
-        subprocess.run(base + ["add", "dev", f"{c.tag}p{r}", "root", "tbf", "rate", f"{int(rate_bit)}bit", "burst", str(burst), "latency", "10ms"],
-                       check=True, capture_output=True)
+        for ns, dev in ((c.ns(r), c.ifname(r)), (f"{c.tag}sw", f"{c.tag}p{r}")):
+            subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{int(rate_bit)}bit",
+                            "burst", str(burst), "latency", "10ms"], check=True, capture_output=True)
 
 
-def run_job(python: str, out: str, servers: int, rate_bit: float, profile_steps: int, steps: int, port: int) -> list[float]:
-    """One job in namespaces; per-step times (max over workers) of its timed steps, in ms."""
+def run_job(python: str, out: str, servers: int, rate_bit: float, profile_steps: int, steps: int, port: int) -> dict:
+    """One job in namespaces; returns its manifest (step times, timed steps)."""
     with Cluster(servers + WORKERS, tag="mx") as c:
         shape(c, rate_bit)
 
@@ -53,40 +65,73 @@ def run_job(python: str, out: str, servers: int, rate_bit: float, profile_steps:
             c.procs.append(p)
             return p
 
-        m = launch(out, python, servers=servers, workers=WORKERS, warmup=2, profile_steps=profile_steps, steps=steps, port=port,
-                   addr=c.addr, ifname=c.ifname, spawn=spawn, timeout_s=240, extra={"testbed": {"rate_bit": rate_bit, "shaped": "both directions"}})
-    per_worker = [m["timed_s"][str(w)] for w in range(WORKERS)]
-    return [1e3 * max(ts) for ts in zip(*per_worker)]
+        return launch(out, python, servers=servers, workers=WORKERS, warmup=2, profile_steps=profile_steps, steps=steps, port=port,
+                      addr=c.addr, ifname=c.ifname, spawn=spawn, timeout_s=240,
+                      extra={"testbed": {"rate_bit": rate_bit, "shaped": "both directions", "burst_ms": BURST_MS}})
 
 
-def predict(run_dir: str, rate0: float, cells: list[tuple[int, float]]) -> tuple[dict, float]:
+def step_ms(m: dict, profiled: bool) -> float:
+    """Median over the job's timed (unprofiled) or profiled steps of the slower worker's step time."""
+    first, stop = m["profiled_steps"]
+    per = [{k: (b - a) / 1e6 for k, a, b in m["steps"][str(w)] if (first <= k < stop if profiled else k >= stop)} for w in range(WORKERS)]
+    common = set.intersection(*(set(p) for p in per))
+    return statistics.median(max(p[k] for p in per) for k in common)
+
+
+def replayed_step_ms(g, res) -> float:
+    """The same quantity predicted: median over the replayed steps of the slower worker's step time."""
+    import numpy as np
+
+    from dagprof.traces.events import Kind
+
+    per = []
+    for r in g.ranks():
+        marks = np.flatnonzero((g.kind == Kind.STEP) & (g.rank == r))
+        per.append(np.diff(np.sort(res.start[marks])))
+    return float(np.median(np.max(per, axis=0))) / 1e3
+
+
+def measured_exchange_ms(run_dir: str) -> float:
+    from dagprof.graph.build_ps import build_ps_graph
+    from dagprof.traces.load import load
+
+    return statistics.mean(span for _, _, span in build_ps_graph(load(run_dir)).meta["ps"]["exchange_us"]) / 1e3
+
+
+def predict(run_dir: str, rate0: float, cells: list[tuple[int, float]]) -> tuple[dict, float, float]:
     """Each (servers, rate) from the one profile: ``ps:K`` re-places the keys as ps-lite does; another rate
-    scales the fitted bandwidth by the rate ratio (framing overhead carries over)."""
-    from dagprof.analysis import job_iteration_us
+    scales the fitted bandwidth by the rate ratio (framing overhead carries over). Per cell: (step ms,
+    mean exchange ms); also the fitted bandwidth (bit/s)."""
+    import numpy as np
+
     from dagprof.costmodel.topology import CollectiveSpec
     from dagprof.passes import set_link, set_scheme
-    from dagprof.passes.comm import current_topology
     from dagprof.pipeline import open_run
+    from dagprof.replay import replay
+    from dagprof.search.ps_link import exchange_us
 
     p = open_run(run_dir)
-    bw0 = current_topology(p.graph).inter.bandwidth_bytes_per_s
+    bw0 = p.graph.meta["ps_link_fit"]["bandwidth_bytes_per_s"]
     out = {}
     for servers, rate in cells:
         g = set_scheme(p.graph, CollectiveSpec.parse(f"ps:{servers}"))
         if rate != rate0:
             g = set_link(g, bw0 * rate / rate0)
-        out[(servers, rate)] = job_iteration_us(g) / 1e3
-    return out, p.analysis.predicted_us / 1e3
+        res = replay(g)
+        out[(servers, rate)] = (replayed_step_ms(g, res), float(np.mean(list(exchange_us(g, res.start).values()))) / 1e3)
+    return out, 8 * bw0
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--python", default="/work/venvs/mxnet/bin/python", help="a Python that imports mxnet 1.x")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=5, help="timed steps per job")
+    ap.add_argument("--steps", type=int, default=8, help="timed (unprofiled) steps per job")
+    ap.add_argument("--profile-steps", type=int, default=4, help="profiled steps per job, before the timed ones")
     ap.add_argument("--rate", type=float, default=500e6, help="profiled link rate, bit/s")
     ap.add_argument("--other-rate", type=float, default=200e6, help="the rate to predict, bit/s")
     ap.add_argument("--keep", default=None, help="keep the run folders here")
+    ap.add_argument("--json", default=None, help="also write every round's figures here")
     args = ap.parse_args()
     why = available()
     if why:
@@ -96,41 +141,57 @@ def main() -> int:
         print(f"bench_mxnet_ps: skipped: no MXNet Python at {args.python}", file=sys.stderr)
         return 0
     cells = [(1, args.rate), (2, args.rate), (1, args.other_rate)]
-    measured: dict = {c: [] for c in cells}
-    predicted: dict = {c: [] for c in cells}
-    replayed = []
+    rows: list[dict] = []
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dagprof-mxps-") as tmp:
         work = args.keep or tmp
         for k in range(args.rounds):
-            order = cells if k % 2 == 0 else cells[::-1]
-            for servers, rate in order:
-                prof = (servers, rate) == cells[0]
+            pred: dict = {}
+            got: dict = {}
+            for servers, rate in (cells if k % 2 == 0 else cells[::-1]):
                 out = os.path.join(work, f"round{k}", f"s{servers}_{int(rate / 1e6)}M")
-                steps = run_job(args.python, out, servers, rate, 3 if prof else 0, args.steps, 9300 + k * 10 + servers)
-                measured[(servers, rate)] += steps
-                if prof:
-                    pred, rep = predict(out, rate, cells)
-                    for c in cells:
-                        predicted[c].append(pred[c])
-                    replayed.append(rep)
-                print(f"round {k + 1}: {servers} server(s) {rate / 1e6:g} Mbit/s: {statistics.median(steps):.1f} ms/step", file=sys.stderr)
-    print(f"MXNet 1.9 dist_sync, {WORKERS} workers, profiled: 1 server at {args.rate / 1e6:g} Mbit/s; {args.rounds} interleaved rounds "
-          f"(shared 2-core machine); measured = median of all timed steps, predicted = median over rounds (each from its round's profile)")
-    print(f"{'servers':>7} {'link':>10} {'measured ms':>12} {'(min..max)':>16} {'predicted ms':>13} {'(min..max)':>16} {'error %':>8}")
-    errs = []
-    for c in cells:
-        m, p = statistics.median(measured[c]), statistics.median(predicted[c])
-        err = 100 * (p - m) / m
-        if c != cells[0]:
-            errs.append(abs(err))
-        tag = "  (profiled)" if c == cells[0] else ""
-        print(f"{c[0]:>7} {c[1] / 1e6:>6g}Mbit {m:>12.1f} {min(measured[c]):>7.1f}..{max(measured[c]):<7.1f} {p:>13.1f} "
-              f"{min(predicted[c]):>7.1f}..{max(predicted[c]):<7.1f} {err:>+8.1f}{tag}")
-    print(f"what-if |error| (not profiled): max {max(errs):.1f} %, goal 8 %")
-    print(f"replay of the profiled graph: {statistics.median(replayed):.1f} ms/step (link fitted to it)")
+                m = run_job(args.python, out, servers, rate, args.profile_steps, args.steps, 9300 + k * 10 + servers)
+                got[(servers, rate)] = {"iter_ms": step_ms(m, False), "profiled_iter_ms": step_ms(m, True), "exchange_ms": measured_exchange_ms(out)}
+                if (servers, rate) == cells[0]:
+                    pred, bw = predict(out, rate, cells)
+                print(f"round {k + 1}: {servers} server(s) {rate / 1e6:g} Mbit/s: {got[(servers, rate)]['iter_ms']:.1f} ms/step "
+                      f"(exchange {got[(servers, rate)]['exchange_ms']:.1f} ms)", file=sys.stderr)
+            for c in cells:
+                rows.append({"round": k, "servers": c[0], "rate_bit": c[1], **got[c], "pred_iter_ms": pred[c][0], "pred_exchange_ms": pred[c][1],
+                             "fitted_bit_per_s": bw})
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    report(rows, cells, args)
     print(f"wall time {time.monotonic() - t0:.0f} s")
     return 0
+
+
+def report(rows: list[dict], cells: list[tuple[int, float]], args) -> None:
+    def med(c, key):
+        v = [r[key] for r in rows if (r["servers"], r["rate_bit"]) == c]
+        return statistics.median(v), min(v), max(v)
+
+    print(f"MXNet 1.9 dist_sync, {WORKERS} workers, profiled: 1 server at {args.rate / 1e6:g} Mbit/s; {args.rounds} interleaved rounds "
+          f"on a shared 2-core machine (other jobs running); medians over rounds (min..max); tbf both directions, {BURST_MS:g} ms bucket")
+    print("step = median over a job's unprofiled steps of the slower worker's; predicted = the round's profile replayed under the what-if;")
+    print("exchange = mean over workers and profiled steps of first push issued -> last pull in (predicted: replayed)")
+    print(f"{'servers':>7} {'link':>9} | {'measured ms':>22} {'predicted ms':>22} {'error':>7} | {'exchange meas.':>14} {'pred.':>7} {'error':>7}")
+    errs = []
+    for c in cells:
+        m, p = med(c, "iter_ms"), med(c, "pred_iter_ms")
+        xm, xp = med(c, "exchange_ms")[0], med(c, "pred_exchange_ms")[0]
+        err = 100 * (p[0] - m[0]) / m[0]
+        errs.append(abs(err))
+        tag = "  (profiled)" if c == cells[0] else ""
+        print(f"{c[0]:>7} {c[1] / 1e6:>5g}Mbit | {m[0]:>7.1f} ({m[1]:>5.1f}..{m[2]:<5.1f}) {p[0]:>7.1f} ({p[1]:>5.1f}..{p[2]:<5.1f}) {err:>+6.1f}% | "
+              f"{xm:>14.1f} {xp:>7.1f} {100 * (xp - xm) / xm:>+6.1f}%{tag}")
+    print(f"max |error| of the iteration: {max(errs):.1f} % (goal 8 %)")
+    bw = statistics.median(r["fitted_bit_per_s"] for r in rows)
+    print(f"link rate fitted to the profile's exchanges: {bw / 1e6:.0f} Mbit/s of a {args.rate / 1e6:g} Mbit/s tbf "
+          f"({100 * bw / args.rate:.0f} %; TCP/IP over Ethernet carries at most 96 % of the wire as payload)")
+    prof = statistics.median(r["profiled_iter_ms"] / r["iter_ms"] for r in rows)
+    print(f"profiler overhead: a job's profiled steps take {100 * (prof - 1):+.1f} % (median) against its unprofiled ones")
 
 
 if __name__ == "__main__":

@@ -11,10 +11,12 @@ from dagprof.analysis import job_iteration_us
 from dagprof.cli.main import main
 from dagprof.costmodel.topology import CollectiveSpec
 from dagprof.errors import DagprofError
-from dagprof.graph.collectives import ps_devices
+from dagprof.graph.collectives import ps_devices, worker_ports
 from dagprof.passes import set_link, set_scheme
 from dagprof.passes.comm import current_topology
 from dagprof.pipeline import open_run
+from dagprof.replay import replay
+from dagprof.search.ps_link import exchange_us
 from dagprof.traces.events import Kind
 from dagprof.traces.load import load
 from dagprof.traces.mxnet import pslite_placement
@@ -59,12 +61,23 @@ def test_graph_has_server_lanes_and_replays_within_5_percent():
     names = {d.name for d in g.devices}
     for s in (0, 1):
         assert set(ps_devices(s)) <= names
+    for w in (0, 1):  # a message crosses the worker's own port too
+        assert set(worker_ports(w)) <= names
     # every pull reaches its worker's exchange join; every server sum waits for both workers
     sums = np.flatnonzero(np.char.endswith(np.array([g.node_name(v) for v in range(len(g))]), "sum"))
     assert len(sums) == 3 * 9  # 3 steps x (8 keys, the 4 MiB one in two parts)
     assert all(len(g.predecessors(v)) == 2 for v in sums)
     measured = max(g.meta["measured_iter_us"].values())
     assert abs(p.analysis.predicted_us - measured) / measured < 0.05
+
+
+def test_link_rate_is_fitted_to_the_exchanges_not_the_iteration():
+    g = open_run(str(FIXTURE)).graph
+    measured = np.mean([span for _, _, span in g.meta["ps"]["exchange_us"]])
+    assert len(g.meta["ps"]["exchange_us"]) == 2 * 3  # workers x profiled steps
+    replayed = np.mean(list(exchange_us(g, replay(g).start).values()))
+    assert replayed == pytest.approx(measured, rel=0.01)
+    assert g.meta["ps_link_fit"]["bandwidth_bytes_per_s"] > 0
 
 
 def test_whatif_servers_and_bandwidth_move_the_right_way():
@@ -74,6 +87,11 @@ def test_whatif_servers_and_bandwidth_move_the_right_way():
     bw = current_topology(g).inter.bandwidth_bytes_per_s
     slow = job_iteration_us(set_link(g, bw / 10))
     assert one >= two * 0.999 and slow > two
+    # on a slow link: a second server halves each server port's load; more servers than workers do
+    # not help, each worker's own port still carries its whole gradient
+    slow_link = set_link(g, bw / 20)
+    one, two, eight = (job_iteration_us(set_scheme(slow_link, CollectiveSpec.parse(f"ps:{k}"))) for k in (1, 2, 8))
+    assert two < 0.7 * one and eight > 0.95 * two
     with pytest.raises(DagprofError, match="parameter-server"):
         set_scheme(g, CollectiveSpec.parse("ring"))
 
