@@ -86,7 +86,7 @@ def test_closed_forms_agree_where_they_should():
     # PS with as many servers as workers moves as much per port as a ring (2 M), plus latency each way
     # and the pipeline's fill (9 chunks of a part)
     ps = allreduce_us(m, flat, CollectiveSpec(Scheme.PS, 8))
-    assert ps == pytest.approx(2 * 10.0 + 2 * m * 1e-3 + 9 * (m / 8 / ps_chunks(m / 8)) * 1e-3)
+    assert ps == pytest.approx(2 * 10.0 + 2 * m * 1e-3 + 9 * (m / 8 / ps_chunks(m / 8, 8)) * 1e-3)
 
 
 @pytest.mark.skipif(not os.path.isdir(LUT), reason="nccl-tests tables not present")

@@ -277,13 +277,14 @@ def _slowest_hop(topo: Topology, nbytes: float) -> AlphaBeta:
     return max(hops, key=lambda ab: ab.message_us(nbytes))
 
 
-PS_CHUNK_BYTES = 64 * 1024  # a PS message crosses the sender's and the receiver's port in chunks this size...
-PS_MAX_CHUNKS = 64  # ...at most this many per message (the graph stays small; the pipeline-fill error stays under 1/64)
+PS_CHUNK_BYTES = 64 * 1024  # a PS message crosses the sender's and the receiver's port in chunks of at least this size,
+PS_PORT_CHUNKS = 128  # and a server port's N messages of an exchange in about this many chunks (fill error ~(K+1)/128)
 
 
-def ps_chunks(nbytes: float) -> int:
-    """How many pipelined chunks a parameter-server message of ``nbytes`` is modelled as."""
-    return int(min(PS_MAX_CHUNKS, max(1, math.ceil(nbytes / PS_CHUNK_BYTES))))
+def ps_chunks(nbytes: float, workers: int) -> int:
+    """How many pipelined chunks a parameter-server message of ``nbytes`` among ``workers`` is modelled as:
+    enough that the pipeline's fill is a few % of a port's time, few enough that 64 workers stay cheap."""
+    return int(max(1, min(math.ceil(nbytes / PS_CHUNK_BYTES), max(4, math.ceil(PS_PORT_CHUNKS / max(workers, 1))))))
 
 
 def ps_allreduce_us(nbytes: float, workers: int, servers: int, link: AlphaBeta) -> float:
@@ -299,7 +300,7 @@ def ps_allreduce_us(nbytes: float, workers: int, servers: int, link: AlphaBeta) 
         raise DagprofError(f"parameter server needs >= 1 server, got {servers}")
     n, k = workers, servers
     part = nbytes / k
-    chunk = part / ps_chunks(part)
+    chunk = part / ps_chunks(part, n)
     busiest = max(n * part, nbytes)
     fill = (2 * min(n, k) - k + 1) * chunk  # more servers than workers: less (pulls overlap the pushes' tail)
     return 2 * link.alpha_us + 2 * busiest * link.beta_us_per_byte + fill * link.beta_us_per_byte + n * part * link.gamma_us_per_byte

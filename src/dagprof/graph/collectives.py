@@ -185,7 +185,7 @@ def add_ps_part(b: GraphBuilder, ready: Sequence[Sequence[int]], server: int, nb
     """
     port_in, cpu, port_out = ps_devices(server)
     dev_in, dev_cpu, dev_out = b.device(port_in, DeviceKind.COMM), b.device(cpu, DeviceKind.COMPUTE), b.device(port_out, DeviceKind.COMM)
-    k = ps_chunks(nbytes)
+    k = ps_chunks(nbytes, len(ready))
     chunk = nbytes / k
     eps = max(_STEP_EPS, 4 * float(np.spacing(order)))  # chunk i of every message issued at ``order`` shares one priority
     kw = dict(order=order, step=step, bucket=bucket)
