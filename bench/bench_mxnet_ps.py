@@ -16,6 +16,7 @@ a few steps before its timed ones (the timed steps run with the profiler off), s
 communication model's error apart from the compute's drift between jobs.
 
     sudo .venv/bin/python bench/bench_mxnet_ps.py --python /work/venvs/mxnet/bin/python [--rounds 3]
+    sudo .venv/bin/python bench/bench_mxnet_ps.py --link-check     # raw TCP across the shaped ports, 1 ms vs 4 ms bucket
 """
 from __future__ import annotations
 
@@ -44,13 +45,57 @@ WORKERS = 2
 BURST_MS = 4.0
 
 
-def shape(c: Cluster, rate_bit: float) -> None:
+def shape(c: Cluster, rate_bit: float, burst_ms: float = BURST_MS) -> None:
     """tbf on every rank's egress (its port out) and on the bridge's port towards it (its port in)."""
-    burst = max(int(rate_bit / 8 / 1000 * BURST_MS), 8 * 1514)
+    burst = max(int(rate_bit / 8 / 1000 * burst_ms), 8 * 1514)
     for r in range(c.ranks):
         for ns, dev in ((c.ns(r), c.ifname(r)), (f"{c.tag}sw", f"{c.tag}p{r}")):
             subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{int(rate_bit)}bit",
                             "burst", str(burst), "latency", "10ms"], check=True, capture_output=True)
+
+
+_RECEIVER = """
+import socket, sys, threading
+srv = socket.create_server(("0.0.0.0", 7000)); conns = [srv.accept()[0] for _ in range(int(sys.argv[1]))]
+def serve(c):
+    while (hdr := c.recv(8, socket.MSG_WAITALL)):
+        left = int.from_bytes(hdr, "little")
+        while left:
+            left -= len(c.recv(min(left, 1 << 20)))
+        c.sendall(b"k")
+for t in [threading.Thread(target=serve, args=(c,)) for c in conns]: t.start()
+"""
+_SENDER = """
+import json, socket, sys, threading, time
+peers, nbytes, start = sys.argv[1].split(","), int(sys.argv[2]), float(sys.argv[3])
+socks = [socket.create_connection((a, 7000)) for a in peers]
+part = nbytes // len(socks); out = []
+def one(s):
+    s.sendall(part.to_bytes(8, "little") + bytes(part)); s.recv(1)
+for i in range(8):
+    time.sleep(max(start + 0.5 * i - time.time(), 0)); t0 = time.time()
+    ts = [threading.Thread(target=one, args=(s,)) for s in socks]; [t.start() for t in ts]; [t.join() for t in ts]
+    out.append(1e3 * (time.time() - t0))
+print(json.dumps(out))
+"""
+
+
+def link_check(rate_bit: float, nbytes: int = 4_200_000) -> None:
+    """Raw TCP in the PS pattern, without MXNet: 2 workers each send ``nbytes`` split over 2 servers at once
+    (8 times), with tbf buckets of 1 ms and BURST_MS. Ideal: every port carries ``nbytes`` at the rate."""
+    for burst_ms in (1.0, BURST_MS):
+        with Cluster(4, tag="mxl") as c:
+            shape(c, rate_bit, burst_ms)
+            for s in (0, 1):
+                c.procs.append(subprocess.Popen(["ip", "netns", "exec", c.ns(s), sys.executable, "-c", _RECEIVER, "2"]))
+            time.sleep(1.0)
+            start = time.time() + 1.0
+            senders = [subprocess.Popen(["ip", "netns", "exec", c.ns(w), sys.executable, "-c", _SENDER, f"{c.addr(0)},{c.addr(1)}", str(nbytes),
+                                         str(start)], stdout=subprocess.PIPE, text=True) for w in (2, 3)]
+            c.procs += senders
+            times = [max(ts) for ts in zip(*(json.loads(p.communicate(timeout=120)[0]) for p in senders))]
+        print(f"link check, {burst_ms:g} ms bucket: 2x2 exchange of {nbytes / 1e6:g} MB per worker at {rate_bit / 1e6:g} Mbit/s: "
+              f"median {statistics.median(times):.0f} ms ({min(times):.0f}..{max(times):.0f}), ideal {8e3 * nbytes / rate_bit:.0f} ms")
 
 
 def run_job(python: str, out: str, servers: int, rate_bit: float, profile_steps: int, steps: int, port: int) -> dict:
@@ -132,10 +177,14 @@ def main() -> int:
     ap.add_argument("--other-rate", type=float, default=200e6, help="the rate to predict, bit/s")
     ap.add_argument("--keep", default=None, help="keep the run folders here")
     ap.add_argument("--json", default=None, help="also write every round's figures here")
+    ap.add_argument("--link-check", action="store_true", help="only time raw TCP exchanges across the shaped ports (no MXNet)")
     args = ap.parse_args()
     why = available()
     if why:
         print(f"bench_mxnet_ps: skipped: {why}", file=sys.stderr)
+        return 0
+    if args.link_check:
+        link_check(args.rate)
         return 0
     if not os.path.exists(args.python):
         print(f"bench_mxnet_ps: skipped: no MXNet Python at {args.python}", file=sys.stderr)
