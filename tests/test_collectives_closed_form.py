@@ -64,14 +64,26 @@ def test_hierarchical_beats_flat_ring_on_fast_intra_links():
     assert allreduce_us(64e6, topo, CollectiveSpec.parse("hier")) < allreduce_us(64e6, topo)
 
 
-@pytest.mark.parametrize("n,k", [(2, 1), (4, 2), (8, 4), (3, 3)])
+@pytest.mark.parametrize("n,k", [(2, 1), (4, 2), (8, 4), (3, 3), (2, 3), (1, 4)])
 def test_ps_matches_closed_form(n, k):
     topo = Topology.flat(n, LINK)
     spec = CollectiveSpec.parse(f"ps:{k}")
     g, res = one_collective(topo, spec, 8e6)
     assert res.makespan == pytest.approx(allreduce_us(8e6, topo, spec))
-    pushed = g.nbytes[(g.kind == Kind.COMM) & (g.rank >= 0)].sum()
-    assert pushed == pytest.approx(8e6 * n, rel=1e-6)
+    names = [d.name for d in g.devices]
+    for s in range(k):  # every server port carries N parts each way, every worker port the whole tensor
+        assert g.nbytes[g.device == names.index(f"port ps{s} in")].sum() == pytest.approx(8e6 * n / k, abs=1)
+    for w in range(n):
+        assert g.nbytes[g.device == names.index(f"port w{w} out")].sum() == pytest.approx(8e6, abs=1)
+        assert g.nbytes[g.device == names.index(f"port w{w} in")].sum() == pytest.approx(8e6, abs=1)
+
+
+def test_ps_with_more_servers_than_workers_is_bound_by_the_worker_port():
+    """2 workers, 8 servers: a server's port carries 2/8 of the tensor, a worker's port all of it."""
+    topo = Topology.flat(2, LINK)
+    _, res = one_collective(topo, CollectiveSpec.parse("ps:8"), 8e6)
+    assert res.makespan > 2 * 8e6 * LINK.beta_us_per_byte
+    assert res.makespan == pytest.approx(allreduce_us(8e6, topo, CollectiveSpec.parse("ps:8")))
 
 
 @pytest.mark.parametrize("scheme", ["ring", "tree", "hier", "ps:2"])

@@ -16,6 +16,7 @@ from dagprof.costmodel.topology import (
     load_link_model,
     load_topology,
     parse_topology,
+    ps_chunks,
     save_link_model,
 )
 from dagprof.errors import DagprofError
@@ -92,9 +93,10 @@ def test_closed_forms_agree_where_they_should():
     assert allreduce_us(m, flat) == pytest.approx(ring_allreduce_us(m, 8, link))
     # hierarchical on one device per host is a ring over hosts
     assert allreduce_us(m, flat, CollectiveSpec(Scheme.HIERARCHICAL)) == pytest.approx(allreduce_us(m, flat))
-    # PS with as many servers as workers moves as much per port as a ring (2 M), plus per-message latency
+    # PS with as many servers as workers moves as much per port as a ring (2 M), plus latency each way
+    # and the pipeline's fill (9 chunks of a part)
     ps = allreduce_us(m, flat, CollectiveSpec(Scheme.PS, 8))
-    assert ps == pytest.approx(2 * 8 * (10.0 + m / 8 * 1e-3))
+    assert ps == pytest.approx(2 * 10.0 + 2 * m * 1e-3 + 9 * (m / 8 / ps_chunks(m / 8, 8)) * 1e-3)
 
 
 @pytest.mark.skipif(not os.path.isdir(LUT), reason="nccl-tests tables not present")

@@ -9,12 +9,14 @@ from .align.one_clock import alignment_of, on_one_clock
 from .analysis import Analysis, analyze
 from .analysis.findings import Finding, findings
 from .graph.build import build_graph
+from .graph.build_ps import build_ps_graph
 from .graph.dag import Graph
 from .passes.average_steps import average_steps
 from .replay import replay
 from .report.html import ReportInputs, write_report
 from .report.merged_trace import write_merged_trace
 from .report.timeline import write_replay_trace
+from .search.ps_link import fit_ps_link
 from .traces.events import Run
 from .traces.load import load
 from .traces.run_schema import MANIFEST
@@ -53,8 +55,12 @@ def open_run(path: str | os.PathLike[str], steps: range | None = None, engine: s
     swings it predicts short, since the mean of each step's slowest path exceeds the slowest path
     of mean times.
     """
-    run, matching = on_one_clock(load(path))  # kept: the measured timeline is written on this clock
-    graph = build_graph(run, steps=steps, matching=matching)
+    run = load(path)
+    if "ps" in run.meta:  # a parameter-server job: processes on one clock, no collectives to align by
+        graph = fit_ps_link(build_ps_graph(run, steps=steps))
+    else:
+        run, matching = on_one_clock(run)  # kept: the measured timeline is written on this clock
+        graph = build_graph(run, steps=steps, matching=matching)
     if template:
         graph = average_steps(graph)
     a = analyze(graph, replay(graph, engine=engine))

@@ -277,11 +277,30 @@ def _slowest_hop(topo: Topology, nbytes: float) -> AlphaBeta:
     return max(hops, key=lambda ab: ab.message_us(nbytes))
 
 
+PS_CHUNK_BYTES = 64 * 1024  # a PS message crosses the sender's and the receiver's port in chunks of at least this size,
+PS_PORT_CHUNKS = 128  # and a server port's N messages of an exchange in about this many chunks (fill error ~(K+1)/128)
+
+
+def ps_chunks(nbytes: float, workers: int) -> int:
+    """How many pipelined chunks a parameter-server message of ``nbytes`` among ``workers`` is modelled as:
+    enough that the pipeline's fill is a few % of a port's time, few enough that 64 workers stay cheap."""
+    return int(max(1, min(math.ceil(nbytes / PS_CHUNK_BYTES), max(4, math.ceil(PS_PORT_CHUNKS / max(workers, 1))))))
+
+
 def ps_allreduce_us(nbytes: float, workers: int, servers: int, link: AlphaBeta) -> float:
-    """Push M/K to each of K servers, sum, pull. A server's port is the bottleneck (it takes
-    N parts of M/K one after another, then sends N back); worker ports are assumed no busier
-    (true when N >= K, the BytePS set-up of as much server bandwidth as worker bandwidth)."""
+    """Push M/K to each of K servers, sum, pull (``graph.collectives.add_ps_part``'s closed form).
+
+    Every message crosses the sender's port and the receiver's port. A server's port carries N
+    parts of M/K each way, a worker's port its K parts (M); the busier one sets the pace, twice
+    (push, pull). The latency is paid once each way (messages pipeline, only bytes queue on a
+    port); on top comes the pipeline's fill, a few chunks of M/K/c bytes (c = ``ps_chunks``): with N >= K,
+    the K servers' first chunks leave a worker one after another and the last pull chunk crosses
+    the worker's port after the server's."""
     if servers < 1:
         raise DagprofError(f"parameter server needs >= 1 server, got {servers}")
-    part = nbytes / servers
-    return 2 * workers * link.message_us(part) + workers * part * link.gamma_us_per_byte
+    n, k = workers, servers
+    part = nbytes / k
+    chunk = part / ps_chunks(part, n)
+    busiest = max(n * part, nbytes)
+    fill = (2 * min(n, k) - k + 1) * chunk  # more servers than workers: less (pulls overlap the pushes' tail)
+    return 2 * link.alpha_us + 2 * busiest * link.beta_us_per_byte + fill * link.beta_us_per_byte + n * part * link.gamma_us_per_byte

@@ -15,8 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+
 from ..costmodel.alphabeta import AlphaBeta
-from ..costmodel.topology import CollectiveSpec, Scheme, Topology
+from ..costmodel.topology import CollectiveSpec, Scheme, Topology, ps_chunks
 from ..errors import DagprofError
 from ..traces.events import Kind
 from .dag import DeviceKind, GraphBuilder
@@ -141,19 +143,80 @@ def _hierarchical(ctx: _Ctx, ready: Sequence[Sequence[int]], nbytes: float) -> l
 
 def _ps(ctx: _Ctx, ready: Sequence[Sequence[int]], done: Sequence[int], nbytes: float, servers: int) -> None:
     """BytePS: the tensor is cut into K parts; part k is pushed to server k by every worker,
-    summed there, and pulled back. Each server's port queues its N pushes, then its N pulls."""
+    summed there, and pulled back (``add_ps_part``)."""
     n = len(ready)
     part = nbytes / servers
     link = ctx.topo.inter
     pulls: list[list[int]] = [[] for _ in range(n)]
     for k in range(servers):
-        pushes = [ctx.send(w, n + k, part, ready[w], reduce=False, k=0, link=link, device=f"port ps{k} in") for w in range(n)]
-        total = part * n
-        sum_dev = ctx.b.device(f"ps{k} cpu", DeviceKind.COMPUTE)
-        s = ctx.b.add_node(f"{ctx.tag} ps{k} sum", Kind.COMM, rank=-1, device=sum_dev, dur=total * link.gamma_us_per_byte,
-                           order=ctx.order, step=ctx.step, bucket=ctx.bucket, nbytes=int(total))
-        ctx.b.add_edges(pushes, [s] * n)
+        ends = add_ps_part(ctx.b, ready, k, part, link, part * n * link.gamma_us_per_byte, tag=ctx.tag, order=ctx.order, step=ctx.step,
+                           bucket=ctx.bucket)
         for w in range(n):
-            pulls[w].append(ctx.send(n + k, w, part, [s], reduce=False, k=1, link=link, device=f"port ps{k} out", rank=-1))
+            pulls[w].append(ends[w])
     for w in range(n):
         ctx.b.add_edges(pulls[w], [done[w]] * len(pulls[w]))
+
+
+def ps_devices(server: int) -> tuple[str, str, str]:
+    """Names of a parameter server's devices: its network port in, its CPU, its port out."""
+    return f"port ps{server} in", f"ps{server} cpu", f"port ps{server} out"
+
+
+def worker_ports(worker: int) -> tuple[str, str]:
+    """Names of a worker's network port: out (its pushes leave here), in (its pulls arrive here)."""
+    return f"port w{worker} out", f"port w{worker} in"
+
+
+def add_ps_part(b: GraphBuilder, ready: Sequence[Sequence[int]], server: int, nbytes: float, link: AlphaBeta, server_us: float, *,
+                tag: str = "ps", order: float = 0.0, step: int = -1, bucket: int = -1) -> list[int]:
+    """One part of a tensor (or one key) through server ``server``; returns each worker's pull node.
+
+    The parameter-server model every PS graph shares (BytePS what-ifs and measured MXNet/ps-lite
+    jobs). A message crosses two network ports, the sender's out and the receiver's in, each a
+    capacity-1 device at the link's rate: a worker's push leaves through its own port and enters
+    the server's, the pull the other way. So N workers' pushes queue on a server's port in, and a
+    worker's parts for K servers queue on its own port out; whichever carries more bytes sets the
+    pace. A message is cut into ``ps_chunks`` chunks that cross the two ports as a pipeline (chunk
+    i is on the receiver's port while chunk i+1 leaves the sender), and chunks of messages issued
+    together interleave on a port as concurrent TCP streams share it. The latency alpha is paid
+    once per message (no device: messages pipeline); the server sums and updates once every push
+    is in (``server_us`` on its CPU). ``costmodel.topology.ps_allreduce_us`` is this sub-graph's
+    closed form.
+    """
+    port_in, cpu, port_out = ps_devices(server)
+    dev_in, dev_cpu, dev_out = b.device(port_in, DeviceKind.COMM), b.device(cpu, DeviceKind.COMPUTE), b.device(port_out, DeviceKind.COMM)
+    k = ps_chunks(nbytes, len(ready))
+    chunk = nbytes / k
+    eps = max(_STEP_EPS, 4 * float(np.spacing(order)))  # chunk i of every message issued at ``order`` shares one priority
+    kw = dict(order=order, step=step, bucket=bucket)
+    pushed = []
+    for w, preds in enumerate(ready):
+        up = b.device(worker_ports(w)[0], DeviceKind.COMM, rank=w)
+        lat = b.add_node(f"{tag} push latency w{w}", Kind.COMM, rank=w, dur=link.alpha_us, **kw)
+        b.add_edges(list(preds), [lat] * len(preds))
+        pushed.append(_message(b, lat, up, dev_in, k, chunk, link, eps, f"{tag} push ps{server} w{w}", w, **kw))
+    s = b.add_node(f"{tag} ps{server} sum", Kind.COMM, rank=-1, device=dev_cpu, dur=server_us, nbytes=int(nbytes * len(ready)), **kw)
+    b.add_edges(pushed, [s] * len(pushed))
+    pulls = []
+    for w in range(len(ready)):
+        down = b.device(worker_ports(w)[1], DeviceKind.COMM, rank=w)
+        v = _message(b, s, dev_out, down, k, chunk, link, eps, f"{tag} pull ps{server} w{w}", w, **kw)
+        lat = b.add_node(f"{tag} pull latency w{w}", Kind.COMM, rank=w, dur=link.alpha_us, **kw)
+        b.add_edge(v, lat)
+        pulls.append(lat)
+    return pulls
+
+
+def _message(b: GraphBuilder, pred: int, src: int, dst: int, k: int, chunk: float, link: AlphaBeta, eps: float, name: str, rank: int, *,
+             order: float, step: int, bucket: int) -> int:
+    """``k`` chunks from port ``src`` to port ``dst``, pipelined; returns the last chunk's arrival."""
+    wire = chunk * link.beta_us_per_byte
+    sent = got = pred
+    for i in range(k):
+        kw = dict(rank=rank, dur=wire, order=order + i * eps, step=step, bucket=bucket, nbytes=round(chunk * (i + 1)) - round(chunk * i))
+        v = b.add_node(f"{name} send", Kind.COMM, device=src, **kw)
+        b.add_edge(sent, v)
+        r = b.add_node(f"{name} recv", Kind.COMM, device=dst, **kw)
+        b.add_edges([v, got], [r, r])
+        sent, got = v, r
+    return got

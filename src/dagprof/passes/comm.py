@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..costmodel.alphabeta import AlphaBeta, fit_alpha_beta
-from ..costmodel.topology import CollectiveSpec, Topology, allreduce_us
+from ..costmodel.topology import CollectiveSpec, Scheme, Topology, allreduce_us
 from ..errors import DagprofError
+from ..graph.build_ps import is_ps_graph, rebuild_ps
 from ..graph.collectives import add_allreduce
 from ..graph.dag import Device, DeviceKind, Graph, GraphBuilder
 from ..traces.events import Kind
@@ -97,6 +98,10 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
     """Every COMM node priced by the model; the topology's world size must be the graph's."""
     topo = topo or current_topology(g)
     spec = spec or current_scheme(g)
+    if is_ps_graph(g):  # a measured parameter-server job: re-place its keys, re-price its messages
+        if spec.scheme is not Scheme.PS:
+            raise DagprofError(f"this profile is a parameter-server job; scheme {spec} (all-reduce) is not modelled for it, use ps:K")
+        return rebuild_ps(g, spec.servers, topo.inter)
     if topo.world_size != graph_world_size(g):
         raise DagprofError(f"topology has {topo.world_size} ranks, the graph {graph_world_size(g)}")
     dur = g.dur.copy()

@@ -1,0 +1,247 @@
+"""MXNet parameter server on the namespace testbed: what-if (servers, bandwidth) vs measured (run as root).
+
+A real ``dist_sync`` job (scheduler, servers, 2 workers; ``collect/mxnet_ps.py``) runs with every
+process in its own network namespace behind a bridge; each port is shaped with ``tc tbf`` in both
+directions (the rank's egress, and the bridge's egress towards the rank: a switch port's downlink),
+so a server receiving N pushes takes N times as long, as on a real switch. One configuration is
+profiled (1 server, the profiled rate); from that profile dagprof predicts 2 servers and another
+rate, and each configuration is measured. Rounds interleave the configurations (the machine is
+shared and drifts); each round predicts from its own profile; the table gives medians over rounds.
+
+Both sides are the same quantity: the median over a job's unprofiled steps of the slower worker's
+step time, against the median over the profile's replayed steps (a load spike on the shared
+machine makes single steps seconds long; a median keeps one from moving a round's figure). Every job also profiles
+a few steps before its timed ones (the timed steps run with the profiler off), so the exchange
+(first push issued -> last pull in, per worker and step) can be compared alone: it shows the
+communication model's error apart from the compute's drift between jobs.
+
+    sudo .venv/bin/python bench/bench_mxnet_ps.py --python /work/venvs/mxnet/bin/python [--rounds 3]
+    sudo .venv/bin/python bench/bench_mxnet_ps.py --link-check     # raw TCP across the shaped ports, 1 ms vs 4 ms bucket
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "testbed"))
+
+from netns import Cluster, available  # noqa: E402
+
+from dagprof.collect.mxnet_ps import launch  # noqa: E402
+
+WORKERS = 2
+# tbf's bucket, in ms of traffic. A token bucket only stands for a wire while its timer fires on time:
+# on a loaded 2-core host it fires late, and a 1 ms bucket then loses what it could have sent meanwhile.
+# Raw TCP across two shaped ports in series (2 senders each sending 4.2 MB to 2 receivers at 500 Mbit/s,
+# ideal 67 ms) took 90-130 ms with a 1 ms bucket and 67-80 ms with 4 ms; one receiver port alone
+# (ideal 134 ms) took about 140 ms either way.
+BURST_MS = 4.0
+
+
+def shape(c: Cluster, rate_bit: float, burst_ms: float = BURST_MS) -> None:
+    """tbf on every rank's egress (its port out) and on the bridge's port towards it (its port in)."""
+    burst = max(int(rate_bit / 8 / 1000 * burst_ms), 8 * 1514)
+    for r in range(c.ranks):
+        for ns, dev in ((c.ns(r), c.ifname(r)), (f"{c.tag}sw", f"{c.tag}p{r}")):
+            subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{int(rate_bit)}bit",
+                            "burst", str(burst), "latency", "10ms"], check=True, capture_output=True)
+
+
+_RECEIVER = """
+import socket, sys, threading
+srv = socket.create_server(("0.0.0.0", 7000)); conns = [srv.accept()[0] for _ in range(int(sys.argv[1]))]
+def serve(c):
+    while (hdr := c.recv(8, socket.MSG_WAITALL)):
+        left = int.from_bytes(hdr, "little")
+        while left:
+            left -= len(c.recv(min(left, 1 << 20)))
+        c.sendall(b"k")
+for t in [threading.Thread(target=serve, args=(c,)) for c in conns]: t.start()
+"""
+_SENDER = """
+import json, socket, sys, threading, time
+peers, nbytes, start = sys.argv[1].split(","), int(sys.argv[2]), float(sys.argv[3])
+socks = [socket.create_connection((a, 7000)) for a in peers]
+part = nbytes // len(socks); out = []
+def one(s):
+    s.sendall(part.to_bytes(8, "little") + bytes(part)); s.recv(1)
+for i in range(8):
+    time.sleep(max(start + 0.5 * i - time.time(), 0)); t0 = time.time()
+    ts = [threading.Thread(target=one, args=(s,)) for s in socks]; [t.start() for t in ts]; [t.join() for t in ts]
+    out.append(1e3 * (time.time() - t0))
+print(json.dumps(out))
+"""
+
+
+def link_check(rate_bit: float, nbytes: int = 4_200_000) -> None:
+    """Raw TCP in the PS pattern, without MXNet: 2 workers each send ``nbytes`` split over 2 servers at once
+    (8 times), with tbf buckets of 1 ms and BURST_MS. Ideal: every port carries ``nbytes`` at the rate."""
+    for burst_ms in (1.0, BURST_MS):
+        with Cluster(4, tag="mxl") as c:
+            shape(c, rate_bit, burst_ms)
+            for s in (0, 1):
+                c.procs.append(subprocess.Popen(["ip", "netns", "exec", c.ns(s), sys.executable, "-c", _RECEIVER, "2"]))
+            time.sleep(1.0)
+            start = time.time() + 1.0
+            senders = [subprocess.Popen(["ip", "netns", "exec", c.ns(w), sys.executable, "-c", _SENDER, f"{c.addr(0)},{c.addr(1)}", str(nbytes),
+                                         str(start)], stdout=subprocess.PIPE, text=True) for w in (2, 3)]
+            c.procs += senders
+            times = [max(ts) for ts in zip(*(json.loads(p.communicate(timeout=120)[0]) for p in senders))]
+        print(f"link check, {burst_ms:g} ms bucket: 2x2 exchange of {nbytes / 1e6:g} MB per worker at {rate_bit / 1e6:g} Mbit/s: "
+              f"median {statistics.median(times):.0f} ms ({min(times):.0f}..{max(times):.0f}), ideal {8e3 * nbytes / rate_bit:.0f} ms")
+
+
+def run_job(python: str, out: str, servers: int, rate_bit: float, profile_steps: int, steps: int, port: int) -> dict:
+    """One job in namespaces; returns its manifest (step times, timed steps)."""
+    with Cluster(servers + WORKERS, tag="mx") as c:
+        shape(c, rate_bit)
+
+        def spawn(node: int, argv: list, env: dict, log: str, cwd: str | None = None) -> subprocess.Popen:
+            with open(log, "w") as f:
+                p = subprocess.Popen(["ip", "netns", "exec", c.ns(node)] + argv, env={**os.environ, **env}, stdout=f, stderr=subprocess.STDOUT,
+                                     cwd=cwd)
+            c.procs.append(p)
+            return p
+
+        return launch(out, python, servers=servers, workers=WORKERS, warmup=2, profile_steps=profile_steps, steps=steps, port=port,
+                      addr=c.addr, ifname=c.ifname, spawn=spawn, timeout_s=240,
+                      extra={"testbed": {"rate_bit": rate_bit, "shaped": "both directions", "burst_ms": BURST_MS}})
+
+
+def step_ms(m: dict, profiled: bool) -> float:
+    """Median over the job's timed (unprofiled) or profiled steps of the slower worker's step time."""
+    first, stop = m["profiled_steps"]
+    per = [{k: (b - a) / 1e6 for k, a, b in m["steps"][str(w)] if (first <= k < stop if profiled else k >= stop)} for w in range(WORKERS)]
+    common = set.intersection(*(set(p) for p in per))
+    return statistics.median(max(p[k] for p in per) for k in common)
+
+
+def replayed_step_ms(g, res) -> float:
+    """The same quantity predicted: median over the replayed steps of the slower worker's step time."""
+    import numpy as np
+
+    from dagprof.traces.events import Kind
+
+    per = []
+    for r in g.ranks():
+        marks = np.flatnonzero((g.kind == Kind.STEP) & (g.rank == r))
+        per.append(np.diff(np.sort(res.start[marks])))
+    return float(np.median(np.max(per, axis=0))) / 1e3
+
+
+def measured_exchange_ms(run_dir: str) -> float:
+    from dagprof.graph.build_ps import build_ps_graph
+    from dagprof.traces.load import load
+
+    return statistics.mean(span for _, _, span in build_ps_graph(load(run_dir)).meta["ps"]["exchange_us"]) / 1e3
+
+
+def predict(run_dir: str, rate0: float, cells: list[tuple[int, float]]) -> tuple[dict, float, float]:
+    """Each (servers, rate) from the one profile: ``ps:K`` re-places the keys as ps-lite does; another rate
+    scales the fitted bandwidth by the rate ratio (framing overhead carries over). Per cell: (step ms,
+    mean exchange ms); also the fitted bandwidth (bit/s)."""
+    import numpy as np
+
+    from dagprof.costmodel.topology import CollectiveSpec
+    from dagprof.passes import set_link, set_scheme
+    from dagprof.pipeline import open_run
+    from dagprof.replay import replay
+    from dagprof.search.ps_link import exchange_us
+
+    p = open_run(run_dir)
+    bw0 = p.graph.meta["ps_link_fit"]["bandwidth_bytes_per_s"]
+    out = {}
+    for servers, rate in cells:
+        g = set_scheme(p.graph, CollectiveSpec.parse(f"ps:{servers}"))
+        if rate != rate0:
+            g = set_link(g, bw0 * rate / rate0)
+        res = replay(g)
+        out[(servers, rate)] = (replayed_step_ms(g, res), float(np.mean(list(exchange_us(g, res.start).values()))) / 1e3)
+    return out, 8 * bw0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--python", default="/work/venvs/mxnet/bin/python", help="a Python that imports mxnet 1.x")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=8, help="timed (unprofiled) steps per job")
+    ap.add_argument("--profile-steps", type=int, default=4, help="profiled steps per job, before the timed ones")
+    ap.add_argument("--rate", type=float, default=500e6, help="profiled link rate, bit/s")
+    ap.add_argument("--other-rate", type=float, default=200e6, help="the rate to predict, bit/s")
+    ap.add_argument("--keep", default=None, help="keep the run folders here")
+    ap.add_argument("--json", default=None, help="also write every round's figures here")
+    ap.add_argument("--link-check", action="store_true", help="only time raw TCP exchanges across the shaped ports (no MXNet)")
+    args = ap.parse_args()
+    why = available()
+    if why:
+        print(f"bench_mxnet_ps: skipped: {why}", file=sys.stderr)
+        return 0
+    if args.link_check:
+        link_check(args.rate)
+        return 0
+    if not os.path.exists(args.python):
+        print(f"bench_mxnet_ps: skipped: no MXNet Python at {args.python}", file=sys.stderr)
+        return 0
+    cells = [(1, args.rate), (2, args.rate), (1, args.other_rate)]
+    rows: list[dict] = []
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="dagprof-mxps-") as tmp:
+        work = args.keep or tmp
+        for k in range(args.rounds):
+            pred: dict = {}
+            got: dict = {}
+            for servers, rate in (cells if k % 2 == 0 else cells[::-1]):
+                out = os.path.join(work, f"round{k}", f"s{servers}_{int(rate / 1e6)}M")
+                m = run_job(args.python, out, servers, rate, args.profile_steps, args.steps, 9300 + k * 10 + servers)
+                got[(servers, rate)] = {"iter_ms": step_ms(m, False), "profiled_iter_ms": step_ms(m, True), "exchange_ms": measured_exchange_ms(out)}
+                if (servers, rate) == cells[0]:
+                    pred, bw = predict(out, rate, cells)
+                print(f"round {k + 1}: {servers} server(s) {rate / 1e6:g} Mbit/s: {got[(servers, rate)]['iter_ms']:.1f} ms/step "
+                      f"(exchange {got[(servers, rate)]['exchange_ms']:.1f} ms)", file=sys.stderr)
+            for c in cells:
+                rows.append({"round": k, "servers": c[0], "rate_bit": c[1], **got[c], "pred_iter_ms": pred[c][0], "pred_exchange_ms": pred[c][1],
+                             "fitted_bit_per_s": bw})
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    report(rows, cells, args)
+    print(f"wall time {time.monotonic() - t0:.0f} s")
+    return 0
+
+
+def report(rows: list[dict], cells: list[tuple[int, float]], args) -> None:
+    def med(c, key):
+        v = [r[key] for r in rows if (r["servers"], r["rate_bit"]) == c]
+        return statistics.median(v), min(v), max(v)
+
+    print(f"MXNet 1.9 dist_sync, {WORKERS} workers, profiled: 1 server at {args.rate / 1e6:g} Mbit/s; {args.rounds} interleaved rounds "
+          f"on a shared 2-core machine (other jobs running); medians over rounds (min..max); tbf both directions, {BURST_MS:g} ms bucket")
+    print("step = median over a job's unprofiled steps of the slower worker's; predicted = the round's profile replayed under the what-if;")
+    print("exchange = mean over workers and profiled steps of first push issued -> last pull in (predicted: replayed)")
+    print(f"{'servers':>7} {'link':>9} | {'measured ms':>22} {'predicted ms':>22} {'error':>7} | {'exchange meas.':>14} {'pred.':>7} {'error':>7}")
+    errs = []
+    for c in cells:
+        m, p = med(c, "iter_ms"), med(c, "pred_iter_ms")
+        xm, xp = med(c, "exchange_ms")[0], med(c, "pred_exchange_ms")[0]
+        err = 100 * (p[0] - m[0]) / m[0]
+        errs.append(abs(err))
+        tag = "  (profiled)" if c == cells[0] else ""
+        print(f"{c[0]:>7} {c[1] / 1e6:>5g}Mbit | {m[0]:>7.1f} ({m[1]:>5.1f}..{m[2]:<5.1f}) {p[0]:>7.1f} ({p[1]:>5.1f}..{p[2]:<5.1f}) {err:>+6.1f}% | "
+              f"{xm:>14.1f} {xp:>7.1f} {100 * (xp - xm) / xm:>+6.1f}%{tag}")
+    print(f"max |error| of the iteration: {max(errs):.1f} % (goal 8 %)")
+    bw = statistics.median(r["fitted_bit_per_s"] for r in rows)
+    print(f"link rate fitted to the profile's exchanges: {bw / 1e6:.0f} Mbit/s of a {args.rate / 1e6:g} Mbit/s tbf "
+          f"({100 * bw / args.rate:.0f} %; TCP/IP over Ethernet carries at most 96 % of the wire as payload)")
+    prof = statistics.median(r["profiled_iter_ms"] / r["iter_ms"] for r in rows)
+    print(f"profiler overhead: a job's profiled steps take {100 * (prof - 1):+.1f} % (median) against its unprofiled ones")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

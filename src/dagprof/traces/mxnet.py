@@ -1,0 +1,271 @@
+"""Reader of MXNet ``dist_sync`` parameter-server runs: mx.profiler Chrome traces of workers and servers.
+
+A run folder (``collect/mxnet_ps.py`` writes one) holds ``mxnet-run.json`` (roles, keys with sizes and
+layers, step times in epoch ns), ``worker<R>.json`` and ``server<K>.json``. mx.profiler writes absolute
+epoch microseconds, so processes on one host share a clock (hosts with other clocks need aligning).
+
+What the traces hold and how it is read (MXNet 1.9, CPU, ``MXNET_EXEC_BULK_EXEC_TRAIN=0``):
+- worker operators run on the engine's ``cpu/0`` thread(s): forward ops by type (``Convolution``),
+  backward ops as ``_backward_<type>``, ``CopyCPU2CPU`` (the pulled weights copied into the
+  parameters), engine bookkeeping (``DeleteVariable``...). Each becomes a depth-0 event on its lane;
+  layers come from the manifest: the q-th forward (and, in reverse, backward) op of a layer type
+  in a step is the q-th such layer;
+- ``KVStoreDistDefaultStoragePushPull`` on ``cpu pinned/``: one per key and step, from the push
+  being issued to the pulled value's arrival. Many are in flight at once, so each goes on one of a
+  few ``kvstore`` lanes (no two overlap on one lane). Nothing names the key, and their order is not
+  the key order (several engine threads pick them up; the file lists them by completion), so the
+  reader keeps them as one exchange per worker and step; ``MXKVStorePushPull`` C-API calls (one per
+  key, in key order) go on the ``python`` lane;
+- servers log ``CopyCPU2CPU`` when a key's first push arrives, ``BinaryOpKernel`` when another is
+  summed in, then the optimizer (``*_update``), interleaved over keys: the reader keeps each
+  server's busy time per step (``Run.meta["ps"]["server_busy"]``), which prices the servers' work.
+Keys go to servers as ps-lite does (``pslite_placement``); key sizes come from the manifest.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import DagprofError
+from .events import EventTable, Kind, Lane, LaneKind, RankTrace, Run
+
+MANIFEST = "mxnet-run.json"
+FORMAT = "dagprof-mxnet-run"
+PUSHPULL = ("KVStoreDistDefaultStoragePushPull", "KVStoreDistDefaultPush", "KVStoreDistDefaultStoragePull", "KVStoreDistCompressedPush")
+_LAYER_OP = {"Conv2D": "Convolution", "Conv1D": "Convolution", "Conv3D": "Convolution", "Dense": "FullyConnected",
+             "BatchNorm": "BatchNorm", "Embedding": "Embedding", "Conv2DTranspose": "Deconvolution"}
+
+
+def pslite_placement(key: int, elements: int, servers: int, bound: int) -> list[tuple[int, int]]:
+    """(server, elements) parts of a key, as MXNet's dist kvstore encodes it for ps-lite: an array
+    below ``bound`` elements goes whole to server ``key * 9973 % servers``; a larger one is cut
+    evenly over all servers."""
+    if servers < 1:
+        raise DagprofError(f"parameter server needs >= 1 server, got {servers}")
+    if elements < bound:
+        return [((key * 9973) % servers, elements)]
+    return [(s, elements * (s + 1) // servers - elements * s // servers) for s in range(servers)]
+
+
+def is_mxnet_run(path: str) -> bool:
+    return os.path.isdir(path) and os.path.exists(os.path.join(path, MANIFEST))
+
+
+@dataclass
+class _Op:
+    name: str
+    pid: int
+    tid: int
+    start: float  # epoch us
+    end: float
+    lane: str = ""
+
+
+def _load(path: str) -> dict:
+    try:
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt") as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        raise DagprofError("file is missing", path) from None
+    except (OSError, EOFError, ValueError, UnicodeDecodeError) as err:
+        raise DagprofError(f"corrupt or truncated file ({type(err).__name__})", path) from None
+    if not isinstance(doc, dict):
+        raise DagprofError("not an mx.profiler trace (top level is not an object)", path)
+    return doc
+
+
+def _ops(doc: dict, path: str) -> tuple[list[_Op], list[_Op], dict[int, str]]:
+    """Operator spans (B/E pairs, paired first-in first-out per pid, tid and name) and C-API spans (b/e)."""
+    events = doc.get("traceEvents")
+    if not isinstance(events, list):
+        raise DagprofError("not an mx.profiler trace (no traceEvents list)", path)
+    procs = {e.get("pid"): e.get("args", {}).get("name", "") for e in events if isinstance(e, dict) and e.get("ph") == "M"}
+    if "operator" not in procs.values() and not any(isinstance(e, dict) and e.get("cat") == "operator" for e in events):
+        raise DagprofError("not an mx.profiler trace (no operator events)", path)
+    open_: dict[tuple, list] = {}
+    ops, api = [], []
+    for e in events:
+        if not isinstance(e, dict):
+            continue
+        ph = e.get("ph")
+        if ph in ("B", "E") and e.get("cat") == "operator" or ph in ("b", "e") and e.get("cat") == "MXNET_C_API" and e.get("name") == "MXKVStorePushPull":
+            try:
+                key = (ph in ("B", "E"), e["pid"], e["tid"], e["name"])
+                ts = float(e["ts"])
+            except (KeyError, TypeError, ValueError):
+                raise DagprofError(f"event without pid/tid/name/ts: {str(e)[:80]}", path) from None
+            if ph in ("B", "b"):
+                open_.setdefault(key, []).append(ts)
+            elif open_.get(key):
+                span = _Op(e["name"], e["pid"], e["tid"], open_[key].pop(0), ts)
+                (ops if ph == "E" else api).append(span)
+    ops.sort(key=lambda o: o.start)
+    api.sort(key=lambda o: o.start)
+    return ops, api, procs
+
+
+def _kind(name: str) -> Kind:
+    if name in PUSHPULL:
+        return Kind.COMM
+    if name.startswith("_backward_"):
+        return Kind.BACKWARD
+    if name == "CopyCPU2CPU":
+        return Kind.MEMCPY
+    if name.endswith("_update"):
+        return Kind.UPDATE
+    if name in ("DeleteVariable", "WaitForVar", "SetValueOp", "_zeros_without_dtype", "_zeros", "ImperativeBulk"):
+        return Kind.OTHER
+    return Kind.FORWARD
+
+
+class _Manifest:
+    def __init__(self, folder: str):
+        path = os.path.join(folder, MANIFEST)
+        m = _load(path)
+        if m.get("format") != FORMAT:
+            raise DagprofError(f"not a dagprof MXNet run ({MANIFEST} format is {m.get('format')!r})", path)
+        try:
+            self.workers = int(m["num_workers"])
+            self.servers = int(m["num_servers"])
+            self.bound = int(m.get("bigarray_bound", 1_000_000))
+            self.keys = {int(k["key"]): k for k in m["keys"]}
+            self.layers = m.get("layers", [])
+            self.steps = {int(r): [(int(s), int(a), int(b)) for s, a, b in v] for r, v in m["steps"].items()}
+            first, stop = m["profiled_steps"]
+            self.profiled = list(range(int(first), int(stop)))
+            self.worker_files = {int(r): os.path.join(folder, f) for r, f in m["files"]["workers"].items()}
+            self.server_files = {int(s): os.path.join(folder, f) for s, f in m["files"]["servers"].items()}
+        except (KeyError, TypeError, ValueError) as err:
+            raise DagprofError(f"bad manifest ({type(err).__name__}: {err})", path) from None
+        self.doc = m
+        self.path = path
+        if not self.worker_files:
+            raise DagprofError("the run profiled no worker (no worker traces listed)", path)
+
+
+def read_mxnet_run(folder: str) -> Run:
+    man = _Manifest(folder)
+    ranks, per_worker = [], {}
+    for w in sorted(man.worker_files):
+        trace, pushes = _read_worker(man, w)
+        ranks.append(trace)
+        per_worker[w] = pushes
+    base_ns = min(t.base_ns for t in ranks)
+    busy = _server_busy(man, per_worker)
+    ps = {
+        "framework": "mxnet", "num_servers": man.servers, "num_workers": man.workers, "bigarray_bound": man.bound,
+        "placement": "ps-lite", "keys": [{"key": k, "nbytes": int(v["nbytes"]), "elements": int(v["elements"]), "name": v.get("name", "")}
+                                           for k, v in sorted(man.keys.items())],
+        "server_busy": busy, "servers_profiled": sorted(man.server_files), "base_us": base_ns / 1e3,
+    }
+    meta = {"ps": ps, "framework": "mxnet", "warnings": []}
+    if sorted(man.server_files) != list(range(man.servers)):
+        meta["warnings"].append(f"server traces present for {sorted(man.server_files)} of {man.servers} servers")
+    return Run(ranks, source=folder, meta=meta)
+
+
+def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
+    path = man.worker_files[w]
+    ops, api, procs = _ops(_load(path), path)
+    steps = [s for s in man.steps.get(w, []) if s[0] in man.profiled]
+    if not steps:
+        raise DagprofError(f"worker {w} has no step times for the profiled steps {man.profiled}", man.path)
+    base_us = steps[0][1] // 1000 - 1000  # a millisecond before the first profiled step
+    base_ns = base_us * 1000
+    bounds = np.array([[a / 1e3, b / 1e3] for _, a, b in steps])
+    step_ids = [s for s, _, _ in steps]
+
+    def step_of(t: float) -> int:
+        k = int(np.searchsorted(bounds[:, 0], t, side="right")) - 1
+        return step_ids[k] if k >= 0 and t <= bounds[k, 1] + 1.0 else -1
+
+    lanes: list[Lane] = []
+    lane_ids: dict[str, int] = {}
+
+    def lane(name: str, kind: LaneKind, main: bool = False) -> int:
+        if name not in lane_ids:
+            lane_ids[name] = len(lanes)
+            lanes.append(Lane(name, kind, main))
+        return lane_ids[name]
+
+    cols: dict[str, list] = {c: [] for c in ("name", "kind", "lane", "start", "dur", "depth", "step", "layer", "nbytes", "group", "seq", "bucket")}
+    names: list[str] = []
+    name_ids: dict[str, int] = {}
+
+    def add(name: str, kind: Kind, ln: int, start: float, end: float, step: int, depth: int = 0, layer: int = -1, nbytes: int = 0,
+            group: int = -1, seq: int = -1, bucket: int = -1) -> int:
+        if name not in name_ids:
+            name_ids[name] = len(names)
+            names.append(name)
+        for c, v in zip(cols, (name_ids[name], int(kind), ln, start - base_us, end - start, depth, step, layer, nbytes, group, seq, bucket)):
+            cols[c].append(v)
+        return len(cols["start"]) - 1
+
+    compute_tids = sorted({(o.pid, o.tid) for o in ops if o.name not in PUSHPULL and not procs.get(o.pid, "").startswith("cpu pinned")})
+    main_tid = max(compute_tids, key=lambda pt: sum(1 for o in ops if (o.pid, o.tid) == pt)) if compute_tids else None
+    for step, a, b in steps:  # STEP markers on the main engine thread, like Kineto's ProfilerStep#N
+        add(f"step#{step}", Kind.STEP, lane("engine cpu/0", LaneKind.CPU_THREAD, main=True), a / 1e3, b / 1e3, step, depth=-1)
+    layers = [lay["name"] for lay in man.layers]
+    by_type: dict[str, list[int]] = {}
+    for i, lay in enumerate(man.layers):
+        by_type.setdefault(_LAYER_OP.get(lay.get("op", ""), lay.get("op", "")), []).append(i)
+    fwd_seen: dict[tuple[int, str], int] = {}
+    pushes = []
+    kv_free: list[float] = []
+    for o in ops:
+        step = step_of(o.start)
+        if step < 0:
+            continue
+        if o.name in PUSHPULL:
+            slot = next((i for i, t in enumerate(kv_free) if t <= o.start), len(kv_free))
+            if slot == len(kv_free):
+                kv_free.append(0.0)
+            kv_free[slot] = o.end
+            ev = add(o.name, Kind.COMM, lane(f"kvstore {slot}", LaneKind.COMM_THREAD), o.start, o.end, step, group=0)
+            pushes.append({"event": ev, "step": step, "start": o.start, "end": o.end})
+            continue
+        if (o.pid, o.tid) == main_tid:
+            ln = lane("engine cpu/0", LaneKind.CPU_THREAD, main=True)
+        else:
+            ln = lane(f"engine {procs.get(o.pid, o.pid)} thread {compute_tids.index((o.pid, o.tid))}", LaneKind.CPU_THREAD)
+        kind = _kind(o.name)
+        layer = -1
+        base = o.name.removeprefix("_backward_")
+        if base in by_type and kind in (Kind.FORWARD, Kind.BACKWARD):
+            q = fwd_seen.get((step, o.name), 0)
+            fwd_seen[(step, o.name)] = q + 1
+            cands = by_type[base] if kind == Kind.FORWARD else by_type[base][::-1]
+            if q < len(cands):
+                layer = cands[q]
+        add(o.name, kind, ln, o.start, o.end, step, layer=layer)
+    for a in api:  # the Python thread's push calls, in key order
+        step = step_of(a.start)
+        if step >= 0:
+            add("MXKVStorePushPull", Kind.COMM_ENQUEUE, lane("python", LaneKind.CPU_THREAD), a.start, a.end, step)
+    for seq, p in enumerate(pushes):
+        cols["seq"][p["event"]] = seq
+    table = EventTable.from_columns(names, **{c: np.asarray(v) for c, v in cols.items()})
+    trace = RankTrace(rank=w, world_size=man.workers, source=path, events=table, lanes=lanes, base_ns=base_ns, backend="ps-lite",
+                      layers=layers, groups=["ps"], group_ranks={"ps": list(range(man.workers))},
+                      meta={"framework": "mxnet", "warnings": []})
+    return trace, pushes
+
+
+def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> list[dict]:
+    """Per server and step, the time its engine spent summing pushes and running the optimizer."""
+    out = []
+    steps = sorted({p["step"] for pushes in per_worker.values() for p in pushes})
+    for s, path in sorted(man.server_files.items()):
+        ops = [o for o in _ops(_load(path), path)[0] if o.name in ("CopyCPU2CPU", "BinaryOpKernel") or o.name.endswith("_update")]
+        for step in steps:
+            every = [p for pushes in per_worker.values() for p in pushes if p["step"] == step]
+            lo, hi = min(p["start"] for p in every), max(p["end"] for p in every)
+            mine = [o for o in ops if lo - 1.0 <= o.start <= hi]
+            out.append({"file": s, "step": step, "busy_us": sum(o.end - o.start for o in mine),
+                        "updates": sum(1 for o in mine if o.name.endswith("_update"))})
+    return out

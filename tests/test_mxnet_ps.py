@@ -1,0 +1,126 @@
+"""MXNet dist_sync parameter server: the recorded fixture read, built into a PS graph, replayed, what-ifs."""
+import json
+import os
+import pathlib
+import shutil
+
+import numpy as np
+import pytest
+
+from dagprof.analysis import job_iteration_us
+from dagprof.cli.main import main
+from dagprof.costmodel.topology import CollectiveSpec
+from dagprof.errors import DagprofError
+from dagprof.graph.collectives import ps_devices, worker_ports
+from dagprof.passes import set_link, set_scheme
+from dagprof.passes.comm import current_topology
+from dagprof.pipeline import open_run
+from dagprof.replay import replay
+from dagprof.search.ps_link import exchange_us
+from dagprof.traces.events import Kind
+from dagprof.traces.load import load
+from dagprof.traces.mxnet import pslite_placement
+
+FIXTURE = pathlib.Path(__file__).parent / "data" / "mxnet"
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    """A copy: the commands write their outputs into the run folder."""
+    return str(shutil.copytree(FIXTURE, tmp_path / "mx"))
+
+
+def test_pslite_placement_splits_only_big_arrays():
+    assert pslite_placement(3, 100, 2, 1_000_000) == [(3 * 9973 % 2, 100)]
+    assert pslite_placement(4, 1_048_577, 2, 1_000_000) == [(0, 524288), (1, 524289)]
+    assert pslite_placement(7, 10, 1, 1_000_000) == [(0, 10)]
+
+
+def test_reader_normalises_workers_and_servers():
+    run = load(str(FIXTURE))
+    assert [t.rank for t in run.ranks] == [0, 1]
+    ps = run.meta["ps"]
+    assert ps["num_servers"] == 2 and len(ps["keys"]) == 8
+    assert {b["file"] for b in ps["server_busy"]} == {0, 1}
+    for t in run.ranks:
+        ev = t.events
+        assert (ev.kind == Kind.STEP).sum() == 3
+        per_step = np.bincount(ev.step[ev.kind == Kind.COMM])
+        assert set(per_step[per_step > 0]) == {8}  # one push/pull per key and step
+        assert (ev.kind == Kind.BACKWARD).any() and (ev.kind == Kind.FORWARD).any()
+        assert {"conv0", "dense0"} <= {t.layers[i] for i in ev.layer[ev.layer >= 0]}
+        for lane in range(len(t.lanes)):  # depth-0 events never overlap on a lane
+            sel = np.flatnonzero((ev.lane == lane) & (ev.depth == 0))
+            sel = sel[np.argsort(ev.start[sel])]
+            assert (ev.start[sel][1:] >= (ev.start[sel] + ev.dur[sel])[:-1] - 1e-6).all()
+
+
+def test_graph_has_server_lanes_and_replays_within_5_percent():
+    p = open_run(str(FIXTURE))
+    g = p.graph
+    names = {d.name for d in g.devices}
+    for s in (0, 1):
+        assert set(ps_devices(s)) <= names
+    for w in (0, 1):  # a message crosses the worker's own port too
+        assert set(worker_ports(w)) <= names
+    # every pull reaches its worker's exchange join; every server sum waits for both workers
+    sums = np.flatnonzero(np.char.endswith(np.array([g.node_name(v) for v in range(len(g))]), "sum"))
+    assert len(sums) == 3 * 9  # 3 steps x (8 keys, the 4 MiB one in two parts)
+    assert all(len(g.predecessors(v)) == 2 for v in sums)
+    measured = max(g.meta["measured_iter_us"].values())
+    assert abs(p.analysis.predicted_us - measured) / measured < 0.05
+
+
+def test_link_rate_is_fitted_to_the_exchanges_not_the_iteration():
+    g = open_run(str(FIXTURE)).graph
+    measured = np.mean([span for _, _, span in g.meta["ps"]["exchange_us"]])
+    assert len(g.meta["ps"]["exchange_us"]) == 2 * 3  # workers x profiled steps
+    replayed = np.mean(list(exchange_us(g, replay(g).start).values()))
+    assert replayed == pytest.approx(measured, rel=0.01)
+    assert g.meta["ps_link_fit"]["bandwidth_bytes_per_s"] > 0
+
+
+def test_whatif_servers_and_bandwidth_move_the_right_way():
+    g = open_run(str(FIXTURE)).graph
+    one = job_iteration_us(set_scheme(g, CollectiveSpec.parse("ps:1")))
+    two = job_iteration_us(set_scheme(g, CollectiveSpec.parse("ps:2")))
+    bw = current_topology(g).inter.bandwidth_bytes_per_s
+    slow = job_iteration_us(set_link(g, bw / 10))
+    assert one >= two * 0.999 and slow > two
+    # on a slow link: a second server halves each server port's load; more servers than workers do
+    # not help, each worker's own port still carries its whole gradient
+    slow_link = set_link(g, bw / 20)
+    one, two, eight = (job_iteration_us(set_scheme(slow_link, CollectiveSpec.parse(f"ps:{k}"))) for k in (1, 2, 8))
+    assert two < 0.7 * one and eight > 0.95 * two
+    with pytest.raises(DagprofError, match="parameter-server"):
+        set_scheme(g, CollectiveSpec.parse("ring"))
+
+
+@pytest.mark.parametrize("cmd", [["replay"], ["analyze"], ["report"], ["whatif", "--scheme", "ps:1"], ["whatif", "--bandwidth", "100Mbit"]])
+def test_cli_commands_on_the_recorded_folder(capsys, run_dir, cmd):
+    assert main([cmd[0], run_dir, *cmd[1:], "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out
+
+
+def test_truncated_trace_is_a_one_line_error(capsys, run_dir):
+    path = os.path.join(run_dir, "worker1.json.gz")
+    with open(path, "r+b") as f:
+        f.truncate(100)
+    assert main(["replay", run_dir]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "worker1.json.gz" in err and "\n" not in err
+
+
+@pytest.mark.mxnet
+def test_rerecord_fixture_from_scratch(tmp_path):
+    python = os.environ.get("DAGPROF_MXNET_PYTHON")
+    if not python:
+        pytest.skip("set DAGPROF_MXNET_PYTHON to a Python with mxnet 1.9 (and numpy<1.24) to re-record the MXNet fixture")
+    from dagprof.collect.mxnet_ps import _compact, launch
+
+    out = str(tmp_path / "mx")
+    _compact(out, launch(out, python, servers=2, workers=2))
+    p = open_run(out)
+    measured = max(p.graph.meta["measured_iter_us"].values())
+    assert abs(p.analysis.predicted_us - measured) / measured < 0.05
