@@ -32,8 +32,10 @@ pipelines beyond the ops that wait for them.
 """
 from __future__ import annotations
 
+import gzip
 import os
 import re
+import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -46,6 +48,7 @@ HOST_PLANE = "/host:CPU"
 TASK_ENV_PLANE = "Task Environment"
 METADATA_PLANE = "/host:metadata"
 _RECORD, _START, _STOP = "ThreadpoolListener::Record", "ThreadpoolListener::StartRegion", "ThreadpoolListener::StopRegion"
+_ASYNC_START = "ExecutorState::ProcessAsync::Start"  # an executor thread starting an async kernel (a collective)
 
 TF_COLLECTIVES = {
     "CollectiveReduce": "allreduce", "CollectiveReduceV2": "allreduce", "CollectiveReduceV3": "allreduce",
@@ -75,6 +78,11 @@ def read_xplane(path: str | os.PathLike[str], rank: int | None = None, world_siz
             buf = f.read()
     except OSError as err:
         raise DagprofError(f"cannot read ({err.strerror})", path) from None
+    if buf[:2] == b"\x1f\x8b":
+        try:
+            buf = gzip.decompress(buf)
+        except (OSError, EOFError, zlib.error) as err:
+            raise DagprofError(f"corrupt or truncated gzip ({type(err).__name__})", path) from None
     if not buf:
         raise DagprofError("empty file (the profiler was stopped before it wrote anything?)", path)
     space = decode_xspace(buf, path)
@@ -145,8 +153,10 @@ class _Reader:
         special = {name: {mid for mid, n in names.items() if n == name} for name in (_RECORD, _START, _STOP)}
         self.main = self._main_line(special)
         step_rows, step_nums = self.steps
-        # op rows per line
+        # op rows per line (and the points where an executor thread issued a collective)
         self.op_rows: list[np.ndarray] = []
+        self.issues: dict[tuple[int, int], str] = {}  # (line, row) -> the collective's node name
+        async_start = [m for m, n in names.items() if n == _ASYNC_START]
         for k, ln in enumerate(self.lines):
             is_op = np.isin(ln.metadata_id, list(op_meta)) if op_meta else np.zeros(len(ln.metadata_id), bool)
             maybe = ~is_op & ~np.isin(ln.metadata_id, list(special[_RECORD] | special[_START] | special[_STOP]))
@@ -155,6 +165,14 @@ class _Reader:
                 cand = np.flatnonzero(maybe)
                 hlo = self.space.int_stat(p, ln, cand, "hlo_op")
                 is_op[cand[hlo != MISSING]] = True
+            starts = np.flatnonzero(np.isin(ln.metadata_id, async_start)) if async_start and k != self.main else []
+            if len(starts):
+                ktype = self.space.int_stat(p, ln, starts, "kernel_type")
+                node = self.space.int_stat(p, ln, starts, "name")
+                for row, kt, nm in zip(starts.tolist(), ktype.tolist(), node.tolist()):
+                    if p.stat_names.get(kt, "") in TF_COLLECTIVES:
+                        self.issues[(k, row)] = p.stat_names.get(nm, "collective")
+                        is_op[row] = True
             self.op_rows.append(np.flatnonzero(is_op))
         self._table(step_rows, step_nums, special)
         return self._rank_trace()
@@ -243,7 +261,9 @@ class _Reader:
         rows = self.op_rows[k]
         if not len(rows):
             return []
-        start, end = self.t0[k][rows], self.t1[k][rows]
+        start, end = self.t0[k][rows], self.t1[k][rows].copy()
+        issue = np.array([(k, int(r)) in self.issues for r in rows], dtype=bool)
+        end[issue] = start[issue]  # the range lasts until the collective's closure ends: only its start is the issue
         order = np.lexsort((-(end - start), start))
         rows, start, end = rows[order], start[order], end[order]
         steps = self._step_of(start)
@@ -271,14 +291,16 @@ class _Reader:
             node = full[: -len(op_type) - 1] if op_type and full.endswith(":" + op_type) else full
             coll = self._collective_kind(full, op_type)
             step = int(steps[j])
-            if coll:
+            issued = self.issues.get((k, int(rows[j])))
+            if issued is not None:
+                i = self._add(f"issue {issued}", Kind.COMM_ENQUEUE, k, float(start[j]), 0.0, int(depth[j]), step)
+            elif coll:
                 ci = coll_rows.index(j)
                 gkey = int(keys["group_key"][ci]) if keys and keys["group_key"][ci] != MISSING else None
                 ikey = int(keys["instance_key"][ci]) if keys and keys["instance_key"][ci] != MISSING else None
                 group = self._group(f"tf{gkey}" if gkey is not None else "0")
                 seq = ikey if ikey is not None else self._xla_seq(step)
-                i = self._add(node, Kind.COMM, k, float(start[j]), float(end[j] - start[j]), int(depth[j]), step,
-                              nbytes=self.grad_bytes if coll == "allreduce" and self._is_gradient(node) else 0, group=group, seq=seq)
+                i = self._add(node, Kind.COMM, k, float(start[j]), float(end[j] - start[j]), int(depth[j]), step, group=group, seq=seq)
                 self.collectives["event"].append(i)
                 self.collectives["coll"].append(coll)
                 self.collectives["dtype"].append("")
@@ -299,10 +321,27 @@ class _Reader:
         m = _XLA_COLLECTIVE.match(full)
         return _XLA_CANON[m.group(1)] if m else ""
 
-    def _is_gradient(self, node: str) -> bool:
-        """A TF all-reduce of gradients (not of a loss or metric scalar): the one in an optimizer scope or unscoped."""
-        head = node.split("/", 1)[0] if "/" in node else ""
-        return not head or bool(_OPTIMIZER.match(head))
+    def _gradient_bytes(self) -> None:
+        """Put the run folder's gradient bytes on the gradient all-reduce of each step.
+
+        The trace has no tensor sizes. Candidates are all-reduces outside any scope or in an
+        optimizer's (a loss or metric is reduced under its own scope, e.g. ``div_no_nan/``); of
+        those, the name with the longest median duration carries the gradients.
+        """
+        if not self.grad_bytes:
+            return
+        c = self.cols
+        by_name: dict[str, list[int]] = {}
+        for i, coll in zip(self.collectives["event"], self.collectives["coll"]):
+            node = self.names[c["name"][i]]
+            head = node.split("/", 1)[0] if "/" in node else ""
+            if coll == "allreduce" and (not head or _OPTIMIZER.match(head)):
+                by_name.setdefault(node, []).append(i)
+        if not by_name:
+            return
+        best = max(by_name, key=lambda n: float(np.median([c["dur"][i] for i in by_name[n]])))
+        for i in by_name[best]:
+            c["nbytes"][i] = int(self.grad_bytes)
 
     def _xla_seq(self, step: int) -> int:
         k = self.xla_seq.get(step, 0)
@@ -519,13 +558,24 @@ class _Reader:
         dispatch_times = sorted({t for t, _ in self.main_sources})
         waits: list[tuple[float, float, str, list[int]]] = []
         for d, (t_done, row) in sorted(done.items()):
-            inside = np.flatnonzero((r0 <= t_done) & (r1 >= t_done) & ~is_step)
-            if not len(inside):
-                continue
-            j = inside[np.argmin(r1[inside] - r0[inside])]  # innermost
             before = [t for t in dispatch_times if t <= t_done]
-            w0 = max(float(r0[j]), before[-1] if before else float(r0[j]))
-            waits.append((w0, float(r1[j]), rnames[j], [row]))
+            inside = np.flatnonzero((r0 <= t_done) & (r1 >= t_done) & ~is_step)
+            if len(inside):
+                j = inside[np.argmin(r1[inside] - r0[inside])]  # innermost
+                w0 = max(float(r0[j]), before[-1] if before else float(r0[j]))
+                waits.append((w0, float(r1[j]), rnames[j], [row]))
+                continue
+            # nothing traced on the main thread spans that moment: it was blocked in untraced code
+            # from its last range before the work ended to its first range after (or the step's end)
+            k = int(np.searchsorted(self.step_start, t_done, side="right")) - 1
+            if k < 0 or t_done > self.step_end[k]:
+                continue
+            ended = r1[(r1 <= t_done) & ~is_step]
+            later = r0[(r0 >= t_done) & ~is_step]
+            w0 = max(float(ended.max()) if len(ended) else float(self.step_start[k]), before[-1] if before else -np.inf)
+            w1 = min(float(later.min()) if len(later) else np.inf, float(self.step_end[k]))
+            if w1 > w0:
+                waits.append((w0, w1, "(untraced)", [row]))
         merged: list[tuple[float, float, str, list[int]]] = []
         for w in sorted(waits):
             if merged and w[0] < merged[-1][1]:
@@ -570,6 +620,7 @@ class _Reader:
 
     # ------------------------------------------------------------------ result
     def _rank_trace(self) -> RankTrace:
+        self._gradient_bytes()
         rank = self.rank_arg if self.rank_arg is not None else rank_from_path(self.path)
         if rank is None:
             rank = 0

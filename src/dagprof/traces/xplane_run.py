@@ -34,10 +34,11 @@ def rank_logdir(rank: int) -> str:
 
 
 def xplane_files(folder: str) -> list[str]:
-    """Every ``*.xplane.pb`` below ``folder``, sorted (session folders are timestamps, so newest last)."""
+    """Every ``*.xplane.pb`` (or ``.xplane.pb.gz``) below ``folder``, sorted (session folders are
+    timestamps, so newest last)."""
     out = []
     for root, _dirs, files in os.walk(folder):
-        out += [os.path.join(root, f) for f in files if f.endswith(".xplane.pb")]
+        out += [os.path.join(root, f) for f in files if f.endswith((".xplane.pb", ".xplane.pb.gz"))]
     return sorted(out)
 
 
