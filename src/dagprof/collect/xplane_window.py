@@ -84,7 +84,9 @@ class StepWindow:
             warnings.warn(f"dagprof: could not write the run folder {self.out_dir} ({err})", stacklevel=2)
 
     def step_begin(self, step: int) -> None:
-        if step == self.steps.start:
+        if step >= self.steps.stop:
+            self.close()  # stopped here, not at the end of the last step: the collective threads' last ranges have ended by now
+        elif step == self.steps.start:
             self.open()
         if self.active:
             self._t0 = time.time_ns()
@@ -93,8 +95,6 @@ class StepWindow:
         if self.active and self._t0 is not None:
             self.step_times_ns[step] = (self._t0, time.time_ns())
         self._t0 = None
-        if step + 1 >= self.steps.stop:
-            self.close()
 
     def _fail(self, why: str) -> None:
         self.warnings.append(why)

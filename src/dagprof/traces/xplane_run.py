@@ -11,11 +11,14 @@ path (``worker1/...``, ``rank-1/...``), the newest session of each rank is used.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
+import numpy as np
+
 from ..errors import DagprofError
-from .events import RankTrace, Run
+from .events import Kind, RankTrace, Run
 from .tf_xplane import rank_from_path, read_xplane
 
 FORMAT = "dagprof-xplane-run"
@@ -91,6 +94,7 @@ def _from_manifest(folder: str, manifest: dict) -> Run:
         warnings += info.get("warnings", [])
         ranks.append(trace)
     _check_same_job(ranks, folder)
+    ranks = _trim_cut_steps(ranks, warnings)
     warnings += [w for t in ranks for w in t.meta.get("warnings", [])]
     return Run(ranks, source=folder, meta={**manifest, "warnings": sorted(set(warnings))})
 
@@ -119,6 +123,7 @@ def _from_logdirs(folder: str) -> Run:
         ranks.append(read_xplane(by_rank[r][-1], rank=r, world_size=world))
     missing = sorted(set(range(world)) - set(by_rank))
     _check_same_job(ranks, folder)
+    ranks = _trim_cut_steps(ranks, warnings)
     warnings += [w for t in ranks for w in t.meta.get("warnings", [])]
     return Run(ranks, source=folder, meta={"missing_ranks": missing, "warnings": sorted(set(warnings))})
 
@@ -138,3 +143,49 @@ def _check_same_job(ranks: list[RankTrace], folder: str) -> None:
         raise DagprofError(
             f"{os.path.relpath(earliest_end[2].source, folder)} and {os.path.relpath(latest_start[2].source, folder)} were recorded "
             f"{(latest_start[0] - earliest_end[1]) / 1e9:.0f} s apart: they are from different runs", folder)
+
+
+def _trim_cut_steps(ranks: list[RankTrace], warnings: list[str]) -> list[RankTrace]:
+    """Drop the first or last common step where a collective is missing on some rank.
+
+    A profiler stopped right after the last step may lose that step's collective range on one
+    worker (its thread records the range when the collective's callbacks return, which can be
+    after the main thread stopped the profiler). That step is cut, not mismatched.
+    """
+    if len(ranks) < 2:
+        return ranks
+    holders: dict[tuple[str, int], set[int]] = {}
+    step_of: dict[tuple[str, int], int] = {}
+    for t in ranks:
+        ev = t.events
+        for i in np.flatnonzero((ev.kind == Kind.COMM) & (ev.group >= 0) & (ev.seq >= 0)).tolist():
+            key = (t.groups[int(ev.group[i])], int(ev.seq[i]))
+            holders.setdefault(key, set()).add(t.rank)
+            step_of[key] = int(ev.step[i])
+    common = set.intersection(*(set(t.step_spans()[:, 0].astype(int).tolist()) for t in ranks))
+    if not common:
+        return ranks
+    edges = {min(common), max(common)}
+    cut = {step_of[k] for k, who in holders.items() if len(who) < len(ranks)} & edges
+    if not cut:
+        return ranks
+    warnings.append(f"step(s) {sorted(cut)} dropped: the profile window cut through their collectives on some rank")
+    return [_without_steps(t, cut) for t in ranks]
+
+
+def _without_steps(t: RankTrace, steps: set[int]) -> RankTrace:
+    keep = ~np.isin(t.events.step, list(steps))
+    new_index = np.cumsum(keep) - 1
+    f = t.flows
+    ok = keep[f[:, 0]] & keep[f[:, 1]] if len(f) else np.zeros(0, bool)
+    flows = new_index[f[ok]] if len(f) else f
+    return dataclasses.replace(t, events=t.events.take(keep), flows=flows.astype(np.int64).reshape(-1, 2),
+                               meta={**t.meta, "collectives": _remap_collectives(t.meta.get("collectives"), keep, new_index)})
+
+
+def _remap_collectives(info: dict | None, keep: np.ndarray, new_index: np.ndarray) -> dict | None:
+    if not info:
+        return info
+    rows = [k for k, e in enumerate(info["event"]) if keep[e]]
+    return {"event": [int(new_index[info["event"][k]]) for k in rows], "coll": [info["coll"][k] for k in rows],
+            "dtype": [info["dtype"][k] for k in rows]}
