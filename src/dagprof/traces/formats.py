@@ -13,6 +13,7 @@ More specific formats come first. The sniffers look at bytes only: no reader is 
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import zlib
 from dataclasses import dataclass
@@ -52,7 +53,13 @@ def _xplane(head: bytes, path: str) -> bool:
 
 
 def _manifest_format(fmt: str) -> Callable[[bytes, str], bool]:
-    return lambda head, path: f'"format": "{fmt}"' in _text(head) or f'"format":"{fmt}"' in _text(head)
+    """A JSON object whose ``format`` is ``fmt`` (dagprof's manifests and rank files)."""
+    def sniff(head: bytes, path: str) -> bool:
+        try:
+            return json.loads(head).get("format") == fmt
+        except (ValueError, AttributeError):  # not JSON, or longer than the head: look for the key
+            return f'"format": "{fmt}"' in _text(head) or f'"format":"{fmt}"' in _text(head)
+    return sniff
 
 
 def _xplane_logdirs(head: bytes, path: str) -> bool:
@@ -134,14 +141,6 @@ def by_name(name: str) -> Format:
     return next(f for f in FORMATS if f.name == name)
 
 
-def describe(path: str | os.PathLike[str], expected: str) -> str:
-    """``"; it looks like a Horovod timeline (hint)"`` when ``path`` sniffs as another format than ``expected``, else ``""``."""
-    f = sniff(path)
-    if f is None or f.name == expected:
-        return ""
-    return f"; it looks like {f.title}" + (f" ({f.hint})" if f.hint else "")
-
-
 def expect(path: str | os.PathLike[str], expected: str) -> None:
     """Raise the one-line error for a reader of ``expected`` given a file that sniffs as another known format."""
     f = sniff(path)
@@ -158,4 +157,4 @@ def read(path: str | os.PathLike[str], fmt: Format):
     return getattr(importlib.import_module(module), func)(os.fspath(path))
 
 
-__all__ = ["FORMATS", "Format", "sniff", "describe", "expect", "read", "head_of", "by_name"]
+__all__ = ["FORMATS", "Format", "sniff", "expect", "read", "head_of", "by_name"]
