@@ -180,7 +180,8 @@ def _scan_line(buf: np.ndarray, start: int, stop: int, md: np.ndarray, off: np.n
     Self-contained (no calls) so that numba compiles it alone and, should numba fail,
     the same function runs as plain Python. Stats are not decoded: their byte range is
     kept. ``hdr[f]`` receives the line's other fields: (value, -1) for varints, (start,
-    stop) for bytes. Returns the event count, or -1 when the bytes are malformed.
+    stop) for bytes. Returns the event count, or -1 when the bytes are malformed. Every
+    read is bounds-checked here: numba does not check indices.
     """
     n = 0
     pos = start
@@ -188,6 +189,8 @@ def _scan_line(buf: np.ndarray, start: int, stop: int, md: np.ndarray, off: np.n
         key = 0
         shift = 0
         while True:
+            if pos >= stop or shift > 63:
+                return -1
             b = buf[pos]
             pos += 1
             key |= (b & 0x7F) << shift
@@ -200,6 +203,8 @@ def _scan_line(buf: np.ndarray, start: int, stop: int, md: np.ndarray, off: np.n
         shift = 0
         if wt == 0 or wt == 2:
             while True:
+                if pos >= stop or shift > 63:
+                    return -1
                 b = buf[pos]
                 pos += 1
                 v |= (b & 0x7F) << shift
@@ -219,7 +224,7 @@ def _scan_line(buf: np.ndarray, start: int, stop: int, md: np.ndarray, off: np.n
                 hdr[num, 1] = -1
             continue
         end = pos + v
-        if end > stop:
+        if v < 0 or end > stop:
             return -1
         if num != 4:
             if num < 32:
@@ -240,6 +245,8 @@ def _scan_line(buf: np.ndarray, start: int, stop: int, md: np.ndarray, off: np.n
                 shift = 0
                 if wt2 == 0 or wt2 == 2:
                     while True:
+                        if p >= end or shift > 63:
+                            return -1
                         b = buf[p]
                         p += 1
                         x |= (b & 0x7F) << shift
@@ -255,11 +262,15 @@ def _scan_line(buf: np.ndarray, start: int, stop: int, md: np.ndarray, off: np.n
                 elif k == 0x18:
                     dur[n] = x
                 elif k == 0x22:  # a stat: keep the byte range of the run of stats
+                    if x < 0:
+                        return -1
                     if s1 == 0:
                         s0 = kp
                     p += x
                     s1 = p
                 elif wt2 == 2:
+                    if x < 0:
+                        return -1
                     p += x
                 elif wt2 == 1:
                     p += 8
@@ -282,7 +293,8 @@ MISSING = -(2**63)  # int_stat's value for events without the stat
 def _scan_int_stat(buf: np.ndarray, spans: np.ndarray, stat_id: int, out: np.ndarray) -> int:
     """For each stats byte range ``spans[i]``: the integer value (int64, uint64 or ref) of the
     stat whose metadata id is ``stat_id`` into ``out[i]`` (left as is when absent).
-    Self-contained for numba, like ``_scan_line``. Returns -1 on malformed bytes, else 0."""
+    Self-contained and bounds-checked for numba, like ``_scan_line`` (the ranges come from it).
+    Returns -1 on malformed bytes, else 0."""
     for i in range(spans.shape[0]):
         pos = spans[i, 0]
         stop = spans[i, 1]
@@ -293,6 +305,8 @@ def _scan_int_stat(buf: np.ndarray, spans: np.ndarray, stat_id: int, out: np.nda
             ln = 0
             shift = 0
             while True:
+                if pos >= stop or shift > 63:
+                    return -1
                 b = buf[pos]
                 pos += 1
                 ln |= (b & 0x7F) << shift
@@ -300,6 +314,8 @@ def _scan_int_stat(buf: np.ndarray, spans: np.ndarray, stat_id: int, out: np.nda
                     break
                 shift += 7
             end = pos + ln
+            if ln < 0 or end > stop:
+                return -1
             mid = -1
             val = 0
             has = False
@@ -312,6 +328,8 @@ def _scan_int_stat(buf: np.ndarray, spans: np.ndarray, stat_id: int, out: np.nda
                 shift = 0
                 if wt == 0 or wt == 2:
                     while True:
+                        if p >= end or shift > 63:
+                            return -1
                         b = buf[p]
                         p += 1
                         x |= (b & 0x7F) << shift
@@ -321,6 +339,8 @@ def _scan_int_stat(buf: np.ndarray, spans: np.ndarray, stat_id: int, out: np.nda
                     if x > _U63:
                         x = x - _U63 - _U63 - 2
                     if wt == 2:
+                        if x < 0:
+                            return -1
                         p += x
                 elif wt == 1:
                     p += 8
@@ -333,6 +353,8 @@ def _scan_int_stat(buf: np.ndarray, spans: np.ndarray, stat_id: int, out: np.nda
                 elif k == 0x18 or k == 0x20 or k == 0x38:
                     val = x
                     has = True
+            if p != end:
+                return -1
             if mid == stat_id and has:
                 out[i] = val
             pos = end
