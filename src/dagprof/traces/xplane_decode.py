@@ -107,6 +107,11 @@ class XPlane:
     event_display: dict[int, str]  # event metadata id -> display name (TF: the op type)
     stat_names: dict[int, str]  # stat metadata id -> name
     stats: dict[str, Any]  # plane-level stats by name
+    stat_ids: dict[str, list[int]] = field(default_factory=dict)  # stat name -> its metadata ids
+
+    def __post_init__(self) -> None:
+        for k, v in self.stat_names.items():
+            self.stat_ids.setdefault(v, []).append(k)
 
 
 @dataclass
@@ -128,7 +133,7 @@ class XSpace:
     def int_stat(self, plane: XPlane, line: XLine, rows: np.ndarray, name: str) -> np.ndarray:
         """The integer stat ``name`` of events ``rows`` of ``line`` (``MISSING`` where absent), in bulk."""
         out = np.full(len(rows), MISSING, dtype=np.int64)
-        ids = [k for k, v in plane.stat_names.items() if v == name]
+        ids = plane.stat_ids.get(name, [])
         if not ids or not len(rows):
             return out
         scan = _compiled()[1]
