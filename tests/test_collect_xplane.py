@@ -6,7 +6,7 @@ import pytest
 
 from dagprof.collect.tf_profile import tf_config_rank
 from dagprof.collect.xplane_window import StepWindow, parse_window
-from dagprof.traces.xplane_run import FORMAT, RANK_FORMAT
+from dagprof.traces.xplane_layout import FORMAT, RANK_FORMAT
 
 
 def window(tmp_path, calls, start=None, steps=range(2, 4), rank=1):

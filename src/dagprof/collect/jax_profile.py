@@ -16,15 +16,15 @@ JAX's Python tracer stays on: the main thread's wait for the dispatched program
 """
 from __future__ import annotations
 
-import contextlib
 import os
-from typing import Any, Iterator
+from typing import Any, ContextManager
 
-from .xplane_window import StepWindow, parse_window
+from .xplane_window import LoopProfile, StepWindow, parse_window
 
 
-class jax_profile:  # noqa: N801
-    """Profile steps ``steps``; ``prof.step(i)`` wraps step ``i`` (block on its result inside it).
+class jax_profile(LoopProfile):  # noqa: N801
+    """Profile steps ``steps``; ``prof.step(i)`` wraps step ``i`` (in the window: a
+    ``StepTraceAnnotation`` with its ``step_num``); block on the step's result inside it.
 
     ``params``: optional pytree of the gradients' shapes (the parameters) for the all-reduce bytes.
     """
@@ -33,35 +33,20 @@ class jax_profile:  # noqa: N801
                  rank: int | None = None, world_size: int | None = None, params: Any = None):
         self._args = (out_dir, parse_window(steps), rank, world_size)
         self._params = params
-        self.window: StepWindow | None = None
 
-    def __enter__(self) -> "jax_profile":
+    def _open(self) -> StepWindow:
         import jax  # noqa: PLC0415
 
         out_dir, steps, rank, world = self._args
         rank = jax.process_index() if rank is None else rank
         world = jax.process_count() if world is None else world
-        self.window = StepWindow(out_dir, steps, rank, world, "jax", jax.__version__,
-                                 lambda logdir: jax.profiler.start_trace(logdir), jax.profiler.stop_trace)
+        window = StepWindow(out_dir, steps, rank, world, "jax", jax.__version__,
+                            lambda logdir: jax.profiler.start_trace(logdir), jax.profiler.stop_trace)
         if self._params is not None:
-            self.window.grad_bytes = sum(int(x.size) * x.dtype.itemsize for x in jax.tree_util.tree_leaves(self._params))
-        return self
+            window.grad_bytes = sum(int(x.size) * x.dtype.itemsize for x in jax.tree_util.tree_leaves(self._params))
+        return window
 
-    def __exit__(self, *exc: Any) -> None:
-        if self.window is not None:
-            self.window.close()
-
-    @contextlib.contextmanager
-    def step(self, step: int) -> Iterator[None]:
+    def _mark(self, step: int) -> ContextManager[Any]:
         import jax  # noqa: PLC0415
 
-        w = self.window
-        if w is None:
-            raise RuntimeError("use jax_profile as a context manager: with jax_profile(...) as prof")
-        w.step_begin(step)
-        if w.active:
-            with jax.profiler.StepTraceAnnotation("train", step_num=step):
-                yield
-        else:
-            yield
-        w.step_end(step)
+        return jax.profiler.StepTraceAnnotation("train", step_num=step)

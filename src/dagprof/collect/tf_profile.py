@@ -19,13 +19,12 @@ TensorFlow is imported only when profiling starts.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
-from typing import Any, Iterator
+from typing import Any, ContextManager
 
-from .xplane_window import StepWindow, parse_window
+from .xplane_window import LoopProfile, StepWindow, parse_window
 
 
 def tf_config_rank() -> tuple[int, int] | None:
@@ -81,8 +80,9 @@ def grad_bytes(variables: Any) -> int:
     return total
 
 
-class tf_profile:  # noqa: N801  (used like a profiler object)
-    """Profile steps ``steps`` of a custom training loop; ``prof.step(i)`` wraps step ``i``.
+class tf_profile(LoopProfile):  # noqa: N801  (used like a profiler object)
+    """Profile steps ``steps`` of a custom training loop; ``prof.step(i)`` wraps step ``i`` (in the
+    window: a ``train`` range with its ``step_num``).
 
     ``model``: optional Keras model whose trainable variables give the gradient bytes of the
     all-reduce (the trace itself records no tensor sizes).
@@ -93,32 +93,17 @@ class tf_profile:  # noqa: N801  (used like a profiler object)
                  host_tracer_level: int = 2, python_tracer_level: int = 0):
         self._args = (out_dir, steps, rank, world_size, host_tracer_level, python_tracer_level)
         self._model = model
-        self.window: StepWindow | None = None
 
-    def __enter__(self) -> "tf_profile":
-        self.window = _window(*self._args)
+    def _open(self) -> StepWindow:
+        window = _window(*self._args)
         if self._model is not None:
-            self.window.grad_bytes = grad_bytes(self._model.trainable_variables)
-        return self
+            window.grad_bytes = grad_bytes(self._model.trainable_variables)
+        return window
 
-    def __exit__(self, *exc: Any) -> None:
-        if self.window is not None:
-            self.window.close()
-
-    @contextlib.contextmanager
-    def step(self, step: int) -> Iterator[None]:
+    def _mark(self, step: int) -> ContextManager[Any]:
         import tensorflow as tf  # noqa: PLC0415
 
-        w = self.window
-        if w is None:
-            raise RuntimeError("use tf_profile as a context manager: with tf_profile(...) as prof")
-        w.step_begin(step)
-        if w.active:
-            with tf.profiler.experimental.Trace("train", step_num=step, _r=1):
-                yield
-        else:
-            yield
-        w.step_end(step)
+        return tf.profiler.experimental.Trace("train", step_num=step, _r=1)
 
 
 def keras_callback(out_dir: str | os.PathLike[str], steps: range | tuple[int, int] | str | int = range(5, 10),

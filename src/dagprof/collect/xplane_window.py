@@ -3,19 +3,20 @@
 Framework-neutral: the collectors pass in how to start and stop their profiler. The window
 never lets the profiler break training: a failure to start or stop becomes a warning in the
 rank file and profiling stops for this process. Files are written atomically, so a reader
-never sees half a rank. Layout: see ``dagprof.traces.xplane_run``.
+never sees half a rank. Layout: ``dagprof.traces.xplane_layout``; the reader, ``dagprof.traces.xplane_run``.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import time
 import warnings
-from typing import Callable
+from typing import Any, Callable, ContextManager, Iterator
 
 from ..fsutil import atomic_open
-from ..traces.xplane_run import FORMAT, MANIFEST, RANK_FORMAT, VERSION, rank_file, rank_logdir
+from ..traces.xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, VERSION, rank_file, rank_logdir
 
 
 def parse_window(steps: range | tuple[int, int] | str | int) -> range:
@@ -96,6 +97,17 @@ class StepWindow:
             self.step_times_ns[step] = (self._t0, time.time_ns())
         self._t0 = None
 
+    @contextlib.contextmanager
+    def step(self, step: int, mark: Callable[[int], ContextManager[Any]]) -> Iterator[None]:
+        """Run step ``step``; inside the window ``mark(step)`` (the framework's step range) wraps it."""
+        self.step_begin(step)
+        if self.active:
+            with mark(step):
+                yield
+        else:
+            yield
+        self.step_end(step)
+
     def _fail(self, why: str) -> None:
         self.warnings.append(why)
         self.done = True
@@ -126,3 +138,28 @@ class StepWindow:
             json.dump(info, f, indent=1)
         with atomic_open(os.path.join(self.out_dir, MANIFEST)) as f:  # every rank writes the same job-wide facts
             json.dump(manifest, f, indent=1)
+
+
+class LoopProfile:
+    """What ``tf_profile`` and ``jax_profile`` share: ``with`` opens the window, ``prof.step(i)`` wraps step ``i``."""
+
+    window: StepWindow | None = None
+
+    def _open(self) -> StepWindow:
+        raise NotImplementedError
+
+    def _mark(self, step: int) -> ContextManager[Any]:
+        raise NotImplementedError
+
+    def __enter__(self) -> "LoopProfile":
+        self.window = self._open()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.window is not None:
+            self.window.close()
+
+    def step(self, step: int) -> ContextManager[None]:
+        if self.window is None:
+            raise RuntimeError(f"use {type(self).__name__} as a context manager: with {type(self).__name__}(...) as prof")
+        return self.window.step(step, self._mark)

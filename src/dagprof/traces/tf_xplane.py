@@ -33,16 +33,15 @@ pipelines beyond the ops that wait for them.
 """
 from __future__ import annotations
 
-import gzip
 import os
 import re
-import zlib
 
 import numpy as np
 
 from ..errors import DagprofError
 from . import formats
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace
+from .kineto_decode import read_bytes
 from .xplane_decode import MISSING, XPlane, XSpace, decode_xspace
 from .xplane_flows import POOL, Line, schedule
 
@@ -78,16 +77,7 @@ def read_xplane(path: str | os.PathLike[str], rank: int | None = None, world_siz
     neither); without them the rank is taken from the path (``worker1``, ``rank-1``, ``p1``...)."""
     path = os.fspath(path)
     formats.expect(path, "xplane")  # a Kineto/Horovod/MXNet file given here says what it looks like
-    try:
-        with open(path, "rb") as f:
-            buf = f.read()
-    except OSError as err:
-        raise DagprofError(f"cannot read ({err.strerror})", path) from None
-    if buf[:2] == b"\x1f\x8b":
-        try:
-            buf = gzip.decompress(buf)
-        except (OSError, EOFError, zlib.error) as err:
-            raise DagprofError(f"corrupt or truncated gzip ({type(err).__name__})", path) from None
+    buf = read_bytes(path)  # gunzips *.xplane.pb.gz
     if not buf:
         raise DagprofError("empty file (the profiler was stopped before it wrote anything?)", path)
     space = decode_xspace(buf, path)

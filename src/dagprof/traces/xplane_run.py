@@ -20,20 +20,9 @@ import numpy as np
 from ..errors import DagprofError
 from .events import Kind, RankTrace, Run
 from .tf_xplane import rank_from_path, read_xplane
+from .xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, VERSION, rank_file, rank_logdir
 
-FORMAT = "dagprof-xplane-run"
-RANK_FORMAT = "dagprof-xplane-rank"
-VERSION = 1
-MANIFEST = "manifest.json"
 _SAME_JOB_SLACK_NS = 30 * 10**9
-
-
-def rank_file(rank: int) -> str:
-    return f"rank{rank}.json"
-
-
-def rank_logdir(rank: int) -> str:
-    return f"rank{rank}"
 
 
 def xplane_files(folder: str) -> list[str]:
@@ -82,6 +71,8 @@ def _from_manifest(folder: str, manifest: dict) -> Run:
         if not os.path.exists(rpath):
             raise DagprofError(f"rank {r} of {world} is missing (no {rank_file(r)}): it crashed, was killed, or is still running", folder)
         info = _json(rpath)
+        if info.get("format") != RANK_FORMAT:
+            raise DagprofError(f"not a TensorFlow/JAX rank file (format {info.get('format')!r})", rpath)
         if info.get("warnings") and not info.get("steps_profiled"):
             raise DagprofError(f"rank {r} profiled no step ({info['warnings'][0]})", rpath)
         files = xplane_files(os.path.join(folder, info.get("logdir", rank_logdir(r))))
