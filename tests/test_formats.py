@@ -31,6 +31,8 @@ HEADS = {
                           "traceEvents": []}),
     "layer-csv": "# io_us=10\nlayer,forward_us,backward_us,grad_bytes\nconv1,1,2,3\n",
     "bcaffe": "I0101 00:00:00.0 1 distributed.cpp:112] [0, 864, 0.1, 0.2]\n",
+    "pytorch-et": '{\n  "schema": "1.0.1", "pid": 1, "time": "2023-07-14 11:53:07", "start_ts": 1,\n  "nodes": [\n    '
+                  '{"name": "[pytorch|profiler|execution_trace|thread]", "id": 2, "rf_id": 0, "parent": 1}]}',
     "chrome-json": json.dumps({"traceEvents": [{"ph": "X", "name": "x", "ts": 0, "dur": 1, "pid": 0, "tid": 0}]}),
 }
 
@@ -69,6 +71,7 @@ def test_folders(tmp_path):
     ("xplane-json", "give dagprof the *.xplane.pb"),
     ("layer-csv", "dagprof sgd --layers"),
     ("bcaffe", "dagprof sgd --layers"),
+    ("pytorch-et", "execution trace"),
 ])
 def test_recognised_but_unread_formats_are_one_line_errors(files, name, words):
     with pytest.raises(DagprofError) as e:

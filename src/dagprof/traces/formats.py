@@ -101,6 +101,8 @@ FORMATS: list[Format] = [
            _json_has('"schemaVersion"', '"distributedInfo"', '"deviceProperties"', '"cpu_op"', '"python_function"',
                      all_of=("traceEvents",)),
            "dagprof.traces.load:kineto_file"),
+    Format("pytorch-et", "a PyTorch execution trace (Chakra ET)", _json_has('"execution_trace', '"rf_id"', all_of=('"nodes"', '"schema"')),
+           hint="it has no durations: give dagprof the Kineto trace recorded with it"),
     Format("dagprof-rank", "one rank file of a dagprof run folder", _manifest_format("dagprof-rank"),
            hint="give dagprof the run folder that holds it"),
     Format("layer-csv", "a layer-wise CSV (dagprof sgd --layers)", _layer_csv, hint="use it with `dagprof sgd --layers`"),
