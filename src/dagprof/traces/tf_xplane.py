@@ -376,9 +376,9 @@ class _Reader:
                     waits.append((*w, [row]))
         merged: list[tuple[float, float, str, list[int]]] = []
         for w in sorted(waits):
-            if merged and w[0] < merged[-1][1]:
+            if merged and w[0] < merged[-1][1]:  # one blocking call waited for both: named by the one that ends last
                 a = merged[-1]
-                merged[-1] = (a[0], max(a[1], w[1]), a[2], a[3] + w[3])
+                merged[-1] = (a[0], max(a[1], w[1]), a[2] if a[1] >= w[1] else w[2], a[3] + w[3])
             else:
                 merged.append(w)
         main_st, main_rows = self.nodes.get(main, (np.zeros(0), np.zeros(0, np.int64)))

@@ -143,8 +143,10 @@ class _Resolver:
     def __init__(self, tasks: _Index, ctxs: list, inner: dict, records: dict, nodes: dict, main: int):
         self.tasks, self.ctxs, self.inner, self.records, self.nodes, self.main = tasks, ctxs, inner, records, nodes, main
         self.task_start = np.zeros(len(ctxs))
-        for st, _en, ids in tasks.by.values():
+        self.task_lane = np.full(len(ctxs), -1, dtype=np.int64)
+        for k, (st, _en, ids) in tasks.by.items():
             self.task_start[ids] = st
+            self.task_lane[ids] = k
         self.memo: dict[int, tuple] = {}
 
     def local(self, k: int, t: float) -> tuple[tuple | None, int]:
@@ -201,34 +203,45 @@ class _Resolver:
         return [o if o is not None else self.effective(r) for o, r in zip(out, cur)]
 
     def effective(self, r0: int) -> tuple:
-        """("node", row) | ("main", time) | ("none",) for task ``r0`` (iterative: chains can be long)."""
-        path, todo = [], [r0]
+        """("node", row) | ("main", time) | ("none",) for task ``r0``.
+
+        Depth first, as the module doc says: the task's own producer and, when that thread was
+        running no op of its task, whoever scheduled that task, all the way up; only then the
+        contexts consumed inside the task (those produced inside the task itself say nothing).
+        Iterative: chains can be long."""
+        if self.memo.get(r0, ("none",))[0] != "none":
+            return self.memo[r0]
+        parent: dict[int, int] = {}
+        stack = [(r0, 0)]
         answer: tuple = ("none",)
-        while todo:
-            r = todo.pop()
-            if r in self.memo:
-                if self.memo[r][0] != "none":
-                    answer = self.memo[r]
-                    break
+        found_at = -1
+        while stack:
+            r, i = stack.pop()
+            if i == 0:
+                if r in self.memo:
+                    if self.memo[r][0] != "none":
+                        answer, found_at = self.memo[r], r
+                        break
+                    continue  # explored already (a dead end, or on the current path)
+                self.memo[r] = ("none",)
+            ctxs = [self.ctxs[r], *self.inner.get(r, [])]
+            if i >= len(ctxs):
                 continue
-            self.memo[r] = ("none",)  # visited: guards against malformed cycles
-            path.append(r)
-            above = []
-            for c in [self.ctxs[r], *self.inner.get(r, [])]:
-                if c not in self.records:
-                    continue
-                found, up = self.local(*self.records[c])
-                if found is not None and found[0] != "none":
-                    answer = found
-                    break
-                if up >= 0:
-                    above.append(up)
-            else:
-                todo.extend(reversed(above))
+            stack.append((r, i + 1))
+            rec = self.records.get(ctxs[i])
+            if rec is None or (i > 0 and rec[0] == self.task_lane[r] and rec[1] >= self.task_start[r]):
                 continue
-            break
-        for r in path:
+            found, up = self.local(*rec)
+            if found is not None and found[0] != "none":
+                answer, found_at = found, r
+                break
+            if up >= 0 and up not in self.memo:
+                parent[up] = r
+                stack.append((up, 0))
+        r = found_at
+        while r >= 0:  # the chain that led to the answer shares it
             self.memo[r] = answer
+            r = parent.get(r, -1) if r != r0 else -1
         return answer
 
 
