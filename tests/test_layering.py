@@ -1,4 +1,4 @@
-"""The architecture as a test: data flows one way through the layers, and only collection imports torch."""
+"""The architecture as a test: data flows one way through the layers, and only collection imports a framework (torch, TensorFlow, JAX)."""
 import ast
 import pathlib
 import subprocess
@@ -37,10 +37,38 @@ def test_layers_only_import_earlier_layers():
     assert not bad, bad
 
 
-def test_core_never_imports_torch():
-    core = [f"dagprof.{p.relative_to(SRC.parent).with_suffix('').as_posix().split('/', 1)[1].replace('/', '.')}"
-            for p in SRC.rglob("*.py") if "collect" not in p.parts and p.name != "__main__.py"]
-    modules = sorted(m.removesuffix(".__init__") for m in core)
-    code = f"import importlib, sys\nfor m in {modules!r}:\n    importlib.import_module(m)\nprint('torch' in sys.modules)"
+FRAMEWORKS = ("torch", "tensorflow", "jax", "keras", "tf_keras")
+
+
+def _modules(include_collect: bool) -> list[str]:
+    return sorted(f"dagprof.{p.relative_to(SRC).with_suffix('').as_posix().replace('/', '.')}".removesuffix(".__init__")
+                  for p in SRC.rglob("*.py") if (include_collect or "collect" not in p.parts) and p.name != "__main__.py")
+
+
+def _imported_frameworks(modules: list[str]) -> list[str]:
+    code = (f"import importlib, sys\nfor m in {modules!r}:\n    importlib.import_module(m)\n"
+            f"print(','.join(f for f in {FRAMEWORKS!r} if f in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    return [f for f in out.stdout.strip().split(",") if f]
+
+
+def test_core_never_imports_a_framework():
+    assert _imported_frameworks(_modules(include_collect=False)) == []
+
+
+def test_collection_imports_frameworks_only_when_profiling_starts():
+    assert _imported_frameworks(_modules(include_collect=True)) == []
+
+
+def test_only_collection_names_a_framework_in_its_imports():
+    """In the layers (commands on top may import collection's frameworks lazily, as calibrate does)."""
+    bad = []
+    for f in SRC.rglob("*.py"):
+        layer = f.relative_to(SRC).parts[0].removesuffix(".py")
+        if layer not in ORDER or layer == "collect":
+            continue
+        for node in ast.walk(ast.parse(f.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+            bad += [f"{f.relative_to(SRC)} imports {n}" for n in names if n.split(".")[0] in FRAMEWORKS]
+    assert not bad, bad

@@ -1,13 +1,17 @@
-"""One entry point for every input: a dagprof run folder, a folder of rank traces, or one trace file."""
+"""One entry point for every input: a run folder, a folder of rank traces, or one trace file.
+
+``formats.sniff`` says what the input is; its registry names the reader. A file dagprof
+recognises but does not read is a one-line error naming the format; an unrecognised one goes
+to the Kineto reader, whose own error says what is missing.
+"""
 from __future__ import annotations
 
 import os
 
 from ..errors import DagprofError
-from .dagprof_run import read_run
+from . import formats
 from .events import Run
 from .kineto_dir import read_cached, read_trace_dir
-from .mxnet import is_mxnet_run, read_mxnet_run
 from .run_schema import MANIFEST
 
 
@@ -15,10 +19,16 @@ def load(path: str | os.PathLike[str]) -> Run:
     p = os.fspath(path)
     if not os.path.exists(p):
         raise DagprofError("no such file or folder", p)
+    fmt = formats.sniff(p)
+    if fmt is not None:
+        return formats.read(p, fmt)
     if os.path.isdir(p):
         if os.path.exists(os.path.join(p, MANIFEST)):
-            return read_run(p)
-        if is_mxnet_run(p):
-            return read_mxnet_run(p)
+            raise DagprofError("not a dagprof run folder (manifest.json names no format dagprof knows)", p)
         return read_trace_dir(p)  # ranks in parallel, parses cached beside the traces
-    return Run([read_cached(p)], source=p)
+    return kineto_file(p)
+
+
+def kineto_file(path: str) -> Run:
+    """One Kineto trace, through the parse cache."""
+    return Run([read_cached(path)], source=path)

@@ -32,8 +32,8 @@ import numpy as np
 
 from ..errors import DagprofError
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace, Run
+from .formats import MXNET_MANIFEST as MANIFEST
 
-MANIFEST = "mxnet-run.json"
 FORMAT = "dagprof-mxnet-run"
 PUSHPULL = ("KVStoreDistDefaultStoragePushPull", "KVStoreDistDefaultPush", "KVStoreDistDefaultStoragePull", "KVStoreDistCompressedPush")
 _LAYER_OP = {"Conv2D": "Convolution", "Conv1D": "Convolution", "Conv3D": "Convolution", "Dense": "FullyConnected",
@@ -49,10 +49,6 @@ def pslite_placement(key: int, elements: int, servers: int, bound: int) -> list[
     if elements < bound:
         return [((key * 9973) % servers, elements)]
     return [(s, elements * (s + 1) // servers - elements * s // servers) for s in range(servers)]
-
-
-def is_mxnet_run(path: str) -> bool:
-    return os.path.isdir(path) and os.path.exists(os.path.join(path, MANIFEST))
 
 
 @dataclass

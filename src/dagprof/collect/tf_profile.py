@@ -1,0 +1,152 @@
+"""Profile TensorFlow training into a dagprof run folder: a context manager for custom loops, a Keras callback.
+
+Custom loop (``tf.distribute.MultiWorkerMirroredStrategy`` or none)::
+
+    with dagprof.collect.tf_profile.tf_profile("run", steps=(5, 10)) as prof:
+        for step in range(20):
+            with prof.step(step):
+                train_step(x, y)          # a tf.function, e.g. calling strategy.run
+
+Keras ``fit`` (with MultiWorkerMirroredStrategy use tf-keras: ``TF_USE_LEGACY_KERAS=1``)::
+
+    model.fit(ds, callbacks=[dagprof.collect.tf_profile.keras_callback("run", steps=(5, 10))])
+
+Each worker writes its own log folder ``run/rank<R>/`` (two workers on one host sharing a
+log folder overwrite each other's ``<host>.xplane.pb``) and ``run/rank<R>.json``; the rank and
+world size come from ``TF_CONFIG`` unless given. Steps are marked with
+``tf.profiler.experimental.Trace("train", step_num=...)`` (Keras ``fit`` marks its own).
+TensorFlow is imported only when profiling starts.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, ContextManager
+
+from .xplane_window import LoopProfile, StepWindow, parse_window
+
+
+def tf_config_rank() -> tuple[int, int] | None:
+    """(rank, world size) from ``TF_CONFIG``: the chief is rank 0 and workers follow; None without it."""
+    raw = os.environ.get("TF_CONFIG")
+    if not raw:
+        return None
+    try:
+        cfg = json.loads(raw)
+        cluster, task = cfg.get("cluster", {}), cfg.get("task", {})
+        chiefs = len(cluster.get("chief", []))
+        world = chiefs + len(cluster.get("worker", []))
+        kind, index = task.get("type"), int(task.get("index", 0))
+    except (ValueError, TypeError, AttributeError):
+        return None
+    if kind == "chief":
+        return index, max(world, 1)
+    if kind == "worker":
+        return chiefs + index, max(world, 1)
+    return None  # a parameter server or evaluator: not a training rank
+
+
+def _options(host_tracer_level: int, python_tracer_level: int) -> Any:
+    import tensorflow as tf  # noqa: PLC0415
+
+    return tf.profiler.experimental.ProfilerOptions(host_tracer_level=host_tracer_level,
+                                                    python_tracer_level=python_tracer_level, device_tracer_level=1)
+
+
+def _window(out_dir: str | os.PathLike[str], steps, rank: int | None, world_size: int | None,
+            host_tracer_level: int, python_tracer_level: int) -> StepWindow:
+    import tensorflow as tf  # noqa: PLC0415  (fail early and clearly if TensorFlow is missing)
+
+    found = tf_config_rank()
+    rank = rank if rank is not None else (found[0] if found else 0)
+    world_size = world_size if world_size is not None else (found[1] if found else 1)
+
+    def start(logdir: str) -> None:
+        tf.profiler.experimental.start(logdir, options=_options(host_tracer_level, python_tracer_level))
+
+    return StepWindow(out_dir, parse_window(steps), rank, world_size, "tensorflow", tf.__version__,
+                      start, tf.profiler.experimental.stop)
+
+
+def grad_bytes(variables: Any) -> int:
+    """Bytes of all trainable variables: what a data-parallel step all-reduces."""
+    import numpy as np  # noqa: PLC0415
+
+    total = 0
+    for v in variables or []:
+        dtype = getattr(v.dtype, "name", v.dtype)  # tf.DType (tf-keras) or a string (Keras 3)
+        total += int(np.prod([int(d or 0) for d in v.shape])) * np.dtype(str(dtype)).itemsize
+    return total
+
+
+class tf_profile(LoopProfile):  # noqa: N801  (used like a profiler object)
+    """Profile steps ``steps`` of a custom training loop; ``prof.step(i)`` wraps step ``i`` (in the
+    window: a ``train`` range with its ``step_num``).
+
+    ``model``: optional Keras model whose trainable variables give the gradient bytes of the
+    all-reduce (the trace itself records no tensor sizes).
+    """
+
+    def __init__(self, out_dir: str | os.PathLike[str], steps: range | tuple[int, int] | str | int = range(5, 10),
+                 rank: int | None = None, world_size: int | None = None, model: Any = None,
+                 host_tracer_level: int = 2, python_tracer_level: int = 0):
+        self._args = (out_dir, steps, rank, world_size, host_tracer_level, python_tracer_level)
+        self._model = model
+
+    def _open(self) -> StepWindow:
+        window = _window(*self._args)
+        if self._model is not None:
+            window.grad_bytes = grad_bytes(self._model.trainable_variables)
+        return window
+
+    def _mark(self, step: int) -> ContextManager[Any]:
+        import tensorflow as tf  # noqa: PLC0415
+
+        return tf.profiler.experimental.Trace("train", step_num=step, _r=1)
+
+
+def keras_callback(out_dir: str | os.PathLike[str], steps: range | tuple[int, int] | str | int = range(5, 10),
+                   rank: int | None = None, world_size: int | None = None, host_tracer_level: int = 2) -> Any:
+    """A ``tf.keras.callbacks.Callback`` profiling global batches ``steps`` (counted over epochs) of ``fit``.
+
+    Keras opens a ``train`` range (with ``step_num``) around each batch before the callbacks run,
+    so the profiler starts at the end of the batch before the window and stops at the beginning
+    of the batch after it: every profiled batch is whole.
+    """
+    import tensorflow as tf  # noqa: PLC0415
+
+    class DagprofCallback(tf.keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.window = _window(out_dir, steps, rank, world_size, host_tracer_level, 0)
+            self.batch = -1  # global batch index
+
+        def _begin_window(self) -> None:
+            if self.model is not None:
+                self.window.grad_bytes = grad_bytes(self.model.trainable_variables)
+            self.window.open()
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            if self.window.steps.start == 0:
+                self._begin_window()
+
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            self.batch += 1
+            w = self.window
+            if self.batch == w.steps.stop:
+                w.close()
+            elif w.active:
+                w._t0 = time.time_ns()
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            w = self.window
+            if w.active and w._t0 is not None:
+                w.step_times_ns[self.batch] = (w._t0, time.time_ns())
+            if self.batch + 1 == w.steps.start:
+                self._begin_window()
+
+        def on_train_end(self, logs: Any = None) -> None:
+            self.window.close()
+
+    return DagprofCallback()

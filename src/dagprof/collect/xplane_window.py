@@ -1,0 +1,165 @@
+"""The profiling window shared by the TensorFlow and JAX collectors, and the run folder it writes.
+
+Framework-neutral: the collectors pass in how to start and stop their profiler. The window
+never lets the profiler break training: a failure to start or stop becomes a warning in the
+rank file and profiling stops for this process. Files are written atomically, so a reader
+never sees half a rank. Layout: ``dagprof.traces.xplane_layout``; the reader, ``dagprof.traces.xplane_run``.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import time
+import warnings
+from typing import Any, Callable, ContextManager, Iterator
+
+from ..fsutil import atomic_open
+from ..traces.xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, VERSION, rank_file, rank_logdir
+
+
+def parse_window(steps: range | tuple[int, int] | str | int) -> range:
+    """``range(5, 10)``, ``(5, 10)``, ``"5:10"`` or ``N`` (the first N steps)."""
+    if isinstance(steps, range):
+        r = steps
+    elif isinstance(steps, int):
+        r = range(steps)
+    elif isinstance(steps, str):
+        first, sep, stop = steps.partition(":")
+        if not sep:
+            raise ValueError(f"steps must look like FIRST:STOP (e.g. 5:10), got {steps!r}")
+        r = range(int(first), int(stop))
+    else:
+        r = range(int(steps[0]), int(steps[1]))
+    if r.step != 1 or r.start < 0 or not len(r):
+        raise ValueError(f"steps must be a non-empty range of consecutive steps >= 0, got {steps!r}")
+    return r
+
+
+class StepWindow:
+    """Profiles steps ``steps`` of one process into ``out_dir/rank<R>/`` and describes them in ``rank<R>.json``."""
+
+    def __init__(self, out_dir: str | os.PathLike[str], steps: range, rank: int, world_size: int, framework: str,
+                 framework_version: str, start: Callable[[str], None], stop: Callable[[], None]):
+        self.out_dir = os.path.abspath(os.fspath(out_dir))
+        self.steps, self.rank, self.world_size = steps, int(rank), int(world_size)
+        self.framework, self.framework_version = framework, framework_version
+        self._start, self._stop = start, stop
+        self.active = False
+        self.done = False
+        self.grad_bytes = 0
+        self.warnings: list[str] = []
+        self.step_times_ns: dict[int, tuple[int, int]] = {}
+        self._t0: int | None = None
+
+    @property
+    def logdir(self) -> str:
+        return os.path.join(self.out_dir, rank_logdir(self.rank))
+
+    def open(self) -> None:
+        """Start the profiler (once, before the window's first step)."""
+        if self.active or self.done:
+            return
+        try:
+            os.makedirs(self.logdir, exist_ok=True)
+            self._start(self.logdir)
+            self.active = True
+        except Exception as err:  # noqa: BLE001  (the profiler must never stop training)
+            self._fail(f"the profiler did not start ({type(err).__name__}: {err})")
+
+    def close(self) -> None:
+        """Stop the profiler and write this rank's files (idempotent; also when training ended early)."""
+        if self.done:
+            return
+        self.done = True
+        if self.active:
+            self.active = False
+            try:
+                self._stop()
+            except Exception as err:  # noqa: BLE001
+                self.warnings.append(f"the profiler did not stop cleanly ({type(err).__name__}: {err})")
+        try:
+            self._write()
+        except OSError as err:
+            warnings.warn(f"dagprof: could not write the run folder {self.out_dir} ({err})", stacklevel=2)
+
+    def step_begin(self, step: int) -> None:
+        if step >= self.steps.stop:
+            self.close()  # stopped here, not at the end of the last step: the collective threads' last ranges have ended by now
+        elif step == self.steps.start:
+            self.open()
+        if self.active:
+            self._t0 = time.time_ns()
+
+    def step_end(self, step: int) -> None:
+        if self.active and self._t0 is not None:
+            self.step_times_ns[step] = (self._t0, time.time_ns())
+        self._t0 = None
+
+    @contextlib.contextmanager
+    def step(self, step: int, mark: Callable[[int], ContextManager[Any]]) -> Iterator[None]:
+        """Run step ``step``; inside the window ``mark(step)`` (the framework's step range) wraps it."""
+        self.step_begin(step)
+        if self.active:
+            with mark(step):
+                yield
+        else:
+            yield
+        self.step_end(step)
+
+    def _fail(self, why: str) -> None:
+        self.warnings.append(why)
+        self.done = True
+        warnings.warn(f"dagprof: {why}; training continues without profiling", stacklevel=3)
+        try:
+            self._write()
+        except OSError:
+            pass
+
+    def _write(self) -> None:
+        profiled = sorted(self.step_times_ns)
+        if profiled and len(profiled) < len(self.steps):
+            self.warnings.append(f"steps {self.steps.start}-{self.steps.stop - 1} requested, "
+                                 f"steps {profiled[0]}-{profiled[-1]} profiled (training ended first)")
+        info = {
+            "format": RANK_FORMAT, "version": VERSION, "rank": self.rank, "world_size": self.world_size,
+            "framework": self.framework, "framework_version": self.framework_version,
+            "host": socket.gethostname(), "pid": os.getpid(), "logdir": rank_logdir(self.rank),
+            "steps_requested": [self.steps.start, self.steps.stop], "steps_profiled": profiled,
+            "step_times_us": {str(s): (b - a) / 1e3 for s, (a, b) in sorted(self.step_times_ns.items())},
+            "grad_bytes": int(self.grad_bytes), "warnings": self.warnings,
+        }
+        manifest = {
+            "format": FORMAT, "version": VERSION, "framework": self.framework, "world_size": self.world_size,
+            "steps_requested": [self.steps.start, self.steps.stop], "created_ns": time.time_ns(),
+        }
+        with atomic_open(os.path.join(self.out_dir, rank_file(self.rank))) as f:
+            json.dump(info, f, indent=1)
+        with atomic_open(os.path.join(self.out_dir, MANIFEST)) as f:  # every rank writes the same job-wide facts
+            json.dump(manifest, f, indent=1)
+
+
+class LoopProfile:
+    """What ``tf_profile`` and ``jax_profile`` share: ``with`` opens the window, ``prof.step(i)`` wraps step ``i``."""
+
+    window: StepWindow | None = None
+
+    def _open(self) -> StepWindow:
+        raise NotImplementedError
+
+    def _mark(self, step: int) -> ContextManager[Any]:
+        raise NotImplementedError
+
+    def __enter__(self) -> "LoopProfile":
+        self.window = self._open()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.window is not None:
+            self.window.close()
+
+    def step(self, step: int) -> ContextManager[None]:
+        if self.window is None:
+            raise RuntimeError(f"use {type(self).__name__} as a context manager: with {type(self).__name__}(...) as prof")
+        return self.window.step(step, self._mark)

@@ -1,0 +1,511 @@
+"""TensorFlow and JAX profiles (``*.xplane.pb``) -> ``RankTrace``: ops per thread, collectives, step markers.
+
+What the profiler records on a CPU host (TF 2.21, JAX 0.10), and how it maps on ``events.py``:
+
+- one ``XLine`` per thread of the ``/host:CPU`` plane -> one lane. The thread holding the step
+  markers (``train`` ranges with a ``step_num`` stat: Keras ``fit``, ``tf.profiler.experimental.Trace``,
+  ``jax.profiler.StepTraceAnnotation``) is the main lane;
+- ops are the nodes: TF kernels are events named ``<node>:<OpType>`` whose metadata's display
+  name is the op type (``sequential_1/conv1_1/Relu:_MklNativeFusedConv2D``); XLA thunks carry an
+  ``hlo_op`` stat. Layer = the first two scopes of the node name, ``gradient_tape/`` (or
+  ``gradients/``) marks BACKWARD, an optimizer scope UPDATE (its concat/split around the
+  all-reduce: MEMCPY, gradient packing);
+- collectives: TF's ``CollectiveReduceV2`` & co. on ``collective_ops`` threads, matched across
+  workers by ``group_key`` (group) and ``instance_key`` (seq, the same on every worker); XLA's
+  ``all-reduce*`` & co., matched by step and position in the step;
+- dependencies between threads come from the thread pools' own scheduling records
+  (``xplane_flows``): a task's first op depends on the op that was running where the task was
+  scheduled. This gives launch -> op, op -> collective (through the collective executor's
+  closures), collective -> update ops, as they ran. An executor thread's
+  ``ExecutorState::ProcessAsync::Start`` of a collective is a COMM_ENQUEUE node (its issue), so
+  collectives TF orders one after another chain through it; a collective completes when its
+  callbacks start (they release the ops after it and may then run for another millisecond);
+- the main lane is partitioned per step into host segments (cut where it schedules work) and a
+  COMM_WAIT where it blocks until that work is done: the innermost main-thread range that
+  contains the moment the last op of the work ended (TF ``KernelAndDeviceFunc::Run``, JAX
+  ``block_until_ready``);
+- times: µs since the ``Task Environment`` plane's ``profile_start_time`` (Unix ns), which
+  is ``base_ns``: workers on one clock before any alignment.
+
+Not read (yet): device planes (GPU/TPU streams), tensor sizes (the trace has no shapes: a
+collective's ``nbytes`` is 0 unless the run folder's rank file gives the gradient bytes), tf.data
+pipelines beyond the ops that wait for them.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+
+from ..errors import DagprofError
+from . import formats
+from .events import EventTable, Kind, Lane, LaneKind, RankTrace
+from .kineto_decode import read_bytes
+from .xplane_decode import MISSING, XPlane, XSpace, decode_xspace
+from .xplane_flows import POOL, Line, schedule
+
+HOST_PLANE = "/host:CPU"
+TASK_ENV_PLANE = "Task Environment"
+METADATA_PLANE = "/host:metadata"
+_RECORD, _START, _STOP = "ThreadpoolListener::Record", "ThreadpoolListener::StartRegion", "ThreadpoolListener::StopRegion"
+_ASYNC_START = "ExecutorState::ProcessAsync::Start"  # an executor thread starting an async kernel (a collective)
+# an async kernel's completion callbacks, run inside the collective's range on its thread
+_DONE = ("CollectiveExecutor::ExecuteAsync::Done", "ExecutorState::ProcessAsync::Done")
+
+TF_COLLECTIVES = {
+    "CollectiveReduce": "allreduce", "CollectiveReduceV2": "allreduce", "CollectiveReduceV3": "allreduce",
+    "CollectiveGather": "allgather", "CollectiveGatherV2": "allgather",
+    "CollectiveReduceScatterV2": "reducescatter",
+    "CollectiveBcastSend": "broadcast", "CollectiveBcastRecv": "broadcast",
+    "CollectiveBcastSendV2": "broadcast", "CollectiveBcastRecvV2": "broadcast",
+    "CollectiveAllToAllV2": "alltoall", "CollectiveAllToAllV3": "alltoall",
+    "NcclAllReduce": "allreduce",
+}
+_XLA_COLLECTIVE = re.compile(r"^(all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|collective-broadcast)(-start)?\b")
+_XLA_CANON = {"all-reduce": "allreduce", "all-gather": "allgather", "reduce-scatter": "reducescatter",
+              "all-to-all": "alltoall", "collective-permute": "sendrecv", "collective-broadcast": "broadcast"}
+_OPTIMIZER = re.compile(r"^(sgd|adam|adamw|adamax|nadam|rmsprop|adagrad|adadelta|ftrl|lamb|lion|momentum|optimizer|"
+                        r"gradientdescent|loss_scale_optimizer)(_\d+)?$", re.I)
+_PACKING = {"ConcatV2", "Concat", "Pack", "SplitV", "Split", "Unpack"}
+_XLA_SEQ_PER_STEP = 1_000_000  # XLA collectives: seq = step * this + position within the step
+
+
+def read_xplane(path: str | os.PathLike[str], rank: int | None = None, world_size: int | None = None,
+                grad_bytes: int = 0) -> RankTrace:
+    """One worker's ``*.xplane.pb``. ``rank``/``world_size`` come from the run folder (the file has
+    neither); without them the rank is taken from the path (``worker1``, ``rank-1``, ``p1``...)."""
+    path = os.fspath(path)
+    formats.expect(path, "xplane")  # a Kineto/Horovod/MXNet file given here says what it looks like
+    buf = read_bytes(path)  # gunzips *.xplane.pb.gz
+    if not buf:
+        raise DagprofError("empty file (the profiler was stopped before it wrote anything?)", path)
+    space = decode_xspace(buf, path)
+    host = space.plane(HOST_PLANE)
+    if host is None:
+        names = ", ".join(p.name for p in space.planes[:5]) or "none"
+        raise DagprofError(f"no {HOST_PLANE} plane in this XPlane file (planes: {names})", path)
+    return _Reader(space, host, path, rank, world_size, grad_bytes).build()
+
+
+def rank_from_path(path: str) -> int | None:
+    """``.../worker1/...``, ``rank-2``, ``task_0``, ``p3``, ``w1``: the last such path component."""
+    for part in reversed(os.path.normpath(path).split(os.sep)):
+        m = re.fullmatch(r"(?:worker|rank|task|process|proc|replica|host|p|w)[-_]?(\d+)", part, re.I)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+class _Table:
+    """Event columns built in blocks (numpy) and single rows (lists), in row order."""
+
+    _DEFAULTS = {"depth": 0, "step": -1, "layer": -1, "nbytes": 0, "group": -1, "seq": -1, "bucket": -1}
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.index: dict[str, int] = {}
+        self.chunks: list[dict[str, np.ndarray]] = []
+        self.rows: dict[str, list] | None = None
+        self.n = 0
+        self._cols: dict[str, np.ndarray] | None = None
+
+    def intern(self, name: str) -> int:
+        i = self.index.get(name)
+        if i is None:
+            i = self.index[name] = len(self.names)
+            self.names.append(name)
+        return i
+
+    def add_block(self, **cols: np.ndarray) -> np.ndarray:
+        """Rows from equal-length arrays (``name`` as interned ids); returns their row numbers."""
+        self._flush()
+        m = len(cols["start"])
+        self.chunks.append({c: np.asarray(cols[c]) if c in cols else np.full(m, self._DEFAULTS[c])
+                            for c in EventTable.COLUMNS})
+        self.n += m
+        self._cols = None
+        return np.arange(self.n - m, self.n)
+
+    def add(self, name: str, kind: Kind, lane: int, start: float, dur: float, **kw) -> int:
+        if self.rows is None:
+            self.rows = {c: [] for c in EventTable.COLUMNS}
+        row = {**self._DEFAULTS, **kw, "name": self.intern(name), "kind": int(kind), "lane": lane, "start": start, "dur": max(dur, 0.0)}
+        for c in EventTable.COLUMNS:
+            self.rows[c].append(row[c])
+        self.n += 1
+        self._cols = None
+        return self.n - 1
+
+    def _flush(self) -> None:
+        if self.rows:
+            self.chunks.append({c: np.asarray(v) for c, v in self.rows.items()})
+        self.rows = None
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """All rows so far, one array per column (the same arrays until the next add)."""
+        if self._cols is None:
+            self._flush()
+            self._cols = {c: np.concatenate([ch[c] for ch in self.chunks]) if self.chunks else np.zeros(0)
+                          for c in EventTable.COLUMNS}
+            self.chunks = [self._cols] if self.chunks else []
+        return self._cols
+
+
+class _Reader:
+    def __init__(self, space: XSpace, plane: XPlane, path: str, rank: int | None, world: int | None, grad_bytes: int):
+        self.space, self.plane, self.path = space, plane, path
+        self.rank_arg, self.world_arg, self.grad_bytes = rank, world, grad_bytes
+        self.warnings: list[str] = []
+        self.groups: list[str] = []
+        self.layer_index: dict[str, int] = {}
+        self.tab = _Table()
+        self.collectives: dict[str, list] = {"event": [], "coll": [], "dtype": []}
+        env = space.plane(TASK_ENV_PLANE)
+        self.base_ns = int(env.stats.get("profile_start_time", 0)) if env is not None else 0
+        if not self.base_ns:
+            self.warnings.append("no profile_start_time (Task Environment plane): workers cannot be put on one clock before alignment")
+        meta = space.plane(METADATA_PLANE)
+        jax_version = meta.stats.get("jax_version") if meta is not None else None
+        self.framework = "jax" if jax_version else "tensorflow"
+        self.framework_version = str(jax_version or "")
+        busy_devices = [p.name for p in space.planes if p.name.startswith("/device:") and any(len(x.offset_ps) for x in p.lines)]
+        if busy_devices:
+            self.warnings.append(f"device planes not read yet (host ops only): {', '.join(busy_devices[:4])}")
+
+    def mids(self, *names: str) -> list[int]:
+        return [m for m, n in self.plane.event_names.items() if n in names]
+
+    # ------------------------------------------------------------------ ops
+    def build(self) -> RankTrace:
+        p = self.plane
+        names, display = p.event_names, p.event_display
+        self.lines = [ln for ln in p.lines if len(ln.offset_ps)]
+        self.t0 = [(ln.timestamp_ns * 1000 + ln.offset_ps) / 1e6 for ln in self.lines]  # us since base_ns
+        self.t1 = [t + ln.duration_ps / 1e6 for t, ln in zip(self.t0, self.lines)]
+        self.markers = self.mids(_RECORD, _START, _STOP)
+        self.main = self._main_line()
+        op_meta = [m for m, d in display.items() if d and names.get(m, "").endswith(":" + d)]
+        async_start, done = self.mids(_ASYNC_START), self.mids(*_DONE)
+        op_rows, self.issues = [], {}
+        for k, ln in enumerate(self.lines):
+            is_op = np.isin(ln.metadata_id, op_meta)
+            cand = np.flatnonzero(~is_op & ~np.isin(ln.metadata_id, self.markers) & (ln.stats_span[:, 1] > ln.stats_span[:, 0]))
+            if len(cand):
+                is_op[cand[self.space.int_stat(p, ln, cand, "hlo_op") != MISSING]] = True  # XLA thunks
+            starts = np.flatnonzero(np.isin(ln.metadata_id, async_start)) if k != self.main else np.zeros(0, np.int64)
+            if len(starts):  # where an executor thread issued a collective
+                ktype, node = self.space.int_stat(p, ln, starts, "kernel_type"), self.space.int_stat(p, ln, starts, "name")
+                for row, kt, nm in zip(starts.tolist(), ktype.tolist(), node.tolist()):
+                    if p.stat_names.get(kt, "") in TF_COLLECTIVES:
+                        self.issues[(k, row)] = p.stat_names.get(nm, "collective")
+                        is_op[row] = True
+            op_rows.append(np.flatnonzero(is_op))
+        self.done_at = [np.sort(self.t0[k][np.isin(ln.metadata_id, done)]) for k, ln in enumerate(self.lines)]
+        self.lane_of: dict[int, int] = {}
+        self.lanes: list[Lane] = []
+        for k, ln in enumerate(self.lines):
+            if k == self.main or len(op_rows[k]):
+                self.lane_of[k] = len(self.lanes)
+                kind = LaneKind.COMM_THREAD if "collective" in ln.name.lower() else LaneKind.CPU_THREAD
+                self.lanes.append(Lane(ln.display_name or ln.name, kind, main=k == self.main))
+        s0, s1 = self.step_start, self.step_end
+        self.tab.add_block(name=np.array([self.tab.intern(f"train step {int(n)}") for n in self.step_num], dtype=np.int64),
+                           kind=np.full(len(s0), int(Kind.STEP)), lane=np.full(len(s0), self.lane_of[self.main]),
+                           start=s0, dur=s1 - s0, depth=np.full(len(s0), -1), step=self.step_num)
+        self.group_sizes = self._group_sizes()
+        self.nodes = {k: self._ops_of_line(k, op_rows[k]) for k in self.lane_of}
+        self._flows()
+        self._main_lane()
+        return self._rank_trace()
+
+    def _main_line(self) -> int:
+        """The line with the most step markers (events with a ``step_num`` stat); sets the steps."""
+        best, best_rows, best_nums = -1, np.zeros(0, np.int64), np.zeros(0, np.int64)
+        for k, ln in enumerate(self.lines):
+            cand = np.flatnonzero((ln.stats_span[:, 1] > ln.stats_span[:, 0]) & ~np.isin(ln.metadata_id, self.markers))
+            nums = self.space.int_stat(self.plane, ln, cand, "step_num")
+            has = nums != MISSING
+            if has.sum() > len(best_rows):
+                best, best_rows, best_nums = k, cand[has], nums[has]
+        if best < 0:
+            raise DagprofError(
+                "no step markers: wrap each training step in tf.profiler.experimental.Trace('train', step_num=i, _r=1) "
+                "(Keras fit and dagprof's collectors do) or jax.profiler.StepTraceAnnotation('train', step_num=i)", self.path)
+        # one marker per step: the longest range with that number (Keras and a user's own may nest)
+        dur = self.t1[best][best_rows] - self.t0[best][best_rows]
+        order = np.lexsort((-dur, best_nums))
+        keep = order[np.r_[True, np.diff(best_nums[order]) != 0]]
+        rows, nums = best_rows[keep], best_nums[keep]
+        by_time = np.argsort(self.t0[best][rows], kind="stable")
+        rows, nums = rows[by_time], nums[by_time]
+        if np.any(np.diff(nums) <= 0):
+            self.warnings.append("step numbers repeat or go backwards (several epochs in the window?): steps renumbered in time order")
+            nums = nums[0] + np.arange(len(nums))
+        self.step_start, self.step_end = self.t0[best][rows], self.t1[best][rows]
+        self.step_num = nums.astype(np.int64)
+        self.step_rows = rows
+        return best
+
+    def _step_of(self, t: np.ndarray) -> np.ndarray:
+        """The step whose marker range holds each time (-1 outside every step)."""
+        k = np.searchsorted(self.step_start, t, side="right") - 1
+        kk = np.clip(k, 0, None)
+        return np.where((k >= 0) & (t <= self.step_end[kk]), self.step_num[kk], -1)
+
+    def _ops_of_line(self, k: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Add the op events of line ``k``; returns (starts, table rows) of its depth-0 ones, by start."""
+        if not len(rows):
+            return np.zeros(0), np.zeros(0, np.int64)
+        ln, p = self.lines[k], self.plane
+        start, end = self.t0[k][rows], self.t1[k][rows].copy()
+        issue = np.array([(k, int(r)) in self.issues for r in rows], dtype=bool) if self.issues else np.zeros(len(rows), bool)
+        end[issue] = start[issue]  # its range lasts until the collective's closure ends: only its start is the issue
+        order = np.lexsort((-(end - start), start))
+        rows, start, end, issue = rows[order], start[order], end[order], issue[order]
+        # nesting: an op inside another (a function call op run inline) is not a node
+        prev_end = np.maximum.accumulate(np.r_[-np.inf, end[:-1]])
+        depth = (start < prev_end).astype(np.int16)
+        step = self._step_of(start)
+        # per distinct op (metadata): name, kind, layer, collective
+        uniq, inv = np.unique(ln.metadata_id[rows], return_inverse=True)
+        name_u, kind_u, layer_u, coll_u = [], [], [], []
+        for mid in uniq.tolist():
+            full, op_type = p.event_names.get(mid, ""), p.event_display.get(mid, "")
+            node = full[: -len(op_type) - 1] if op_type and full.endswith(":" + op_type) else full
+            coll = _collective_kind(full, op_type)
+            kind, layer = (Kind.COMM, "") if coll else _classify(node, op_type)
+            name_u.append(self.tab.intern(node))
+            kind_u.append(int(kind))
+            layer_u.append(self.layer_index.setdefault(layer, len(self.layer_index)) if layer else -1)
+            coll_u.append(coll)
+        name, kind, layer = np.array(name_u)[inv], np.array(kind_u)[inv], np.array(layer_u)[inv]
+        for j in np.flatnonzero(issue).tolist():
+            name[j], kind[j], layer[j] = self.tab.intern(f"issue {self.issues[(k, int(rows[j]))]}"), int(Kind.COMM_ENQUEUE), -1
+        group, seq = np.full(len(rows), -1), np.full(len(rows), -1, dtype=np.int64)
+        comm = np.flatnonzero((kind == Kind.COMM) & ~issue)
+        if len(comm):
+            gkey = self.space.int_stat(p, ln, rows[comm], "group_key")
+            ikey = self.space.int_stat(p, ln, rows[comm], "instance_key")
+            group[comm] = [self._group(f"tf{g}" if g != MISSING else "0") for g in gkey.tolist()]
+            seq[comm] = np.where(ikey != MISSING, ikey, -1)  # XLA: numbered per step once every line is read
+            # complete when its callbacks start (they release the ops after it, then may run for a while)
+            marks = self.done_at[k]
+            m = np.searchsorted(marks, start[comm], side="right")
+            mm = np.clip(m, 0, max(len(marks) - 1, 0))
+            if len(marks):
+                end[comm] = np.where((m < len(marks)) & (marks[mm] < end[comm]), marks[mm], end[comm])
+        out = self.tab.add_block(name=name, kind=kind, lane=np.full(len(rows), self.lane_of[k]), start=start, dur=end - start,
+                                 depth=depth, step=step, layer=layer, group=group, seq=seq)
+        for j in comm.tolist():
+            self.collectives["event"].append(int(out[j]))
+            self.collectives["coll"].append(coll_u[inv[j]])
+            self.collectives["dtype"].append("")
+        top = depth == 0
+        return start[top], out[top]
+
+    def _group(self, name: str) -> int:
+        if name not in self.groups:
+            self.groups.append(name)
+        return self.groups.index(name)
+
+    def _group_sizes(self) -> dict[str, int]:
+        """group_key -> group_size, from the collective executor's CompleteParams ranges."""
+        p, mids = self.plane, self.mids("CollectiveExecutor::CompleteParams")
+        out: dict[str, int] = {}
+        for ln in self.lines:
+            rows = np.flatnonzero(np.isin(ln.metadata_id, mids))
+            if len(rows):
+                keys, sizes = self.space.int_stat(p, ln, rows, "group_key"), self.space.int_stat(p, ln, rows, "group_size")
+                out.update({f"tf{g}": int(n) for g, n in zip(keys.tolist(), sizes.tolist()) if g != MISSING and n != MISSING})
+        return out
+
+    # ------------------------------------------------------------------ flows
+    def _flows(self) -> None:
+        """Scheduling records of every thread -> dependencies between ops (``xplane_flows``)."""
+        p = self.plane
+        rec, start, stop = self.mids(_RECORD), self.mids(_START), self.mids(_STOP)
+        lines: dict[int, Line] = {}
+        for k, ln in enumerate(self.lines):
+            md, t0, t1 = ln.metadata_id, self.t0[k], self.t1[k]
+            line = lines[k] = Line()
+            r = np.flatnonzero(np.isin(md, rec))
+            line.records = [(t, (POOL, c)) for t, c in zip(t0[r].tolist(), self.space.int_stat(p, ln, r, "_p").tolist()) if c != MISSING]
+            sr = np.flatnonzero(np.isin(md, start))
+            stops = np.sort(t0[np.isin(md, stop)])
+            j = np.searchsorted(stops, t0[sr], side="left")
+            ends = np.where(j < len(stops), stops[np.clip(j, 0, max(len(stops) - 1, 0))] if len(stops) else np.inf, np.inf)
+            line.tasks = [(a, b, (POOL, c)) for a, b, c in zip(t0[sr].tolist(), ends.tolist(), self.space.int_stat(p, ln, sr, "_c").tolist())]
+            other = np.flatnonzero((ln.stats_span[:, 1] > ln.stats_span[:, 0]) & ~np.isin(md, rec + start))
+            if len(other):
+                pid, ptype = self.space.int_stat(p, ln, other, "_p"), self.space.int_stat(p, ln, other, "_pt")
+                cid, ctype = self.space.int_stat(p, ln, other, "_c"), self.space.int_stat(p, ln, other, "_ct")
+                ok = pid != MISSING
+                line.records += [(t, (a, b)) for t, a, b in zip(t0[other][ok].tolist(), ptype[ok].tolist(), pid[ok].tolist())]
+                ok = cid != MISSING
+                line.consumers = [(a, b, (c, d)) for a, b, c, d in
+                                  zip(t0[other][ok].tolist(), t1[other][ok].tolist(), ctype[ok].tolist(), cid[ok].tolist())]
+        c = self.tab.columns()
+        self.sched = schedule(lines, self.nodes, self.main, c["start"], c["start"] + c["dur"], c["kind"], c["step"])
+
+    # ------------------------------------------------------------------ the main lane
+    def _main_lane(self) -> None:
+        """Host segments cut at every dispatch, and a wait where the thread blocked on the dispatched work."""
+        main, ln, tab = self.main, self.lines[self.main], self.tab
+        c = tab.columns()
+        start, end = c["start"], c["start"] + c["dur"]
+        sched = self.sched
+        # raw main-thread ranges (names, the blocking call), without scheduling markers and step markers
+        keep = ~np.isin(ln.metadata_id, self.markers)
+        keep[self.step_rows] = False
+        r0, r1 = self.t0[main][keep], self.t1[main][keep]
+        order = np.argsort(r0, kind="stable")
+        r0, r1 = r0[order], r1[order]
+        rnames = [self.plane.event_names.get(int(m), "") for m in ln.metadata_id[keep][order]]
+        dispatch_times = np.array(sorted({t for t, _ in sched.main_sources}))
+        # when each dispatch's work was done: its last op
+        d = sched.dispatch
+        has = np.flatnonzero(~np.isnan(d))
+        waits: list[tuple[float, float, str, list[int]]] = []
+        if len(has):
+            by = has[np.lexsort((end[has], d[has]))]
+            last = by[np.r_[d[by][1:] != d[by][:-1], True]]
+            for row in last.tolist():
+                w = self._wait(float(end[row]), r0, r1, rnames, dispatch_times)
+                if w is not None:
+                    waits.append((*w, [row]))
+        merged: list[tuple[float, float, str, list[int]]] = []
+        for w in sorted(waits):
+            if merged and w[0] < merged[-1][1]:  # one blocking call waited for both: named by the one that ends last
+                a = merged[-1]
+                merged[-1] = (a[0], max(a[1], w[1]), a[2] if a[1] >= w[1] else w[2], a[3] + w[3])
+            else:
+                merged.append(w)
+        main_st, main_rows = self.nodes.get(main, (np.zeros(0), np.zeros(0, np.int64)))
+        flows = sched.flows
+        segs: list[tuple[float, float, int]] = []
+        wait_start = np.array([w[0] for w in merged])
+        for j in range(len(self.step_start)):
+            s0, s1, step = float(self.step_start[j]), float(self.step_end[j]), int(self.step_num[j])
+            lo, hi = np.searchsorted(r0, s0), np.searchsorted(r0, s1, side="right")
+            cuts = {s0, s1}
+            cuts.update(dispatch_times[(dispatch_times > s0) & (dispatch_times < s1)].tolist())
+            my_waits = [merged[i] for i in np.flatnonzero((wait_start >= s0) & (wait_start < s1))]
+            for w in my_waits:
+                cuts.update((w[0], min(w[1], s1)))
+            ops = main_rows[(main_st >= s0) & (main_st < s1)].tolist()
+            for i in ops:
+                cuts.update((float(start[i]), min(float(end[i]), s1)))
+            bounds = sorted(cuts)
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                if b <= a or any(start[i] <= a and end[i] >= b for i in ops):
+                    continue  # an op run on the main thread is a node already
+                w = next((w for w in my_waits if w[0] <= a and b <= w[1]), None)
+                if w is not None:
+                    i = tab.add(f"wait: {w[2]}", Kind.COMM_WAIT, self.lane_of[main], a, b - a, step=step)
+                    flows.extend((row, i) for row in w[3])
+                    continue
+                inner = lo + np.flatnonzero((r0[lo:hi] <= a) & (r1[lo:hi] >= b))
+                label = rnames[inner[np.argmin(r1[inner] - r0[inner])]] if len(inner) else "python"
+                segs.append((a, b, tab.add(f"host: {label}", Kind.OTHER, self.lane_of[main], a, b - a, step=step)))
+        segs.sort()
+        seg_start, seg_end = np.array([a for a, _, _ in segs]), np.array([b for _, b, _ in segs])
+        for t, dst in sched.main_sources:
+            # the segment that ends where the work was scheduled (else the one that holds that moment)
+            j = int(np.searchsorted(seg_end, t - 1e-6, side="left"))
+            if j < len(segs) and seg_start[j] <= t + 1e-6:
+                flows.append((segs[j][2], dst))
+
+    def _wait(self, t_done: float, r0: np.ndarray, r1: np.ndarray, rnames: list[str],
+              dispatch_times: np.ndarray) -> tuple[float, float, str] | None:
+        """(start, end, name) of the main thread's wait for work that ended at ``t_done``, or None."""
+        k = int(np.searchsorted(self.step_start, t_done, side="right")) - 1
+        if k < 0 or t_done > self.step_end[k]:
+            return None
+        before = dispatch_times[dispatch_times <= t_done]
+        last_dispatch = float(before[-1]) if len(before) else -np.inf
+        hi = int(np.searchsorted(r0, t_done, side="right"))
+        inside = np.flatnonzero(r1[:hi] >= t_done)
+        if len(inside):  # the innermost main-thread range around that moment: the blocking call
+            j = inside[np.argmin(r1[inside] - r0[inside])]
+            return max(float(r0[j]), last_dispatch), float(r1[j]), rnames[j]
+        # nothing traced spans it: blocked in untraced code, from its last range before to its first after
+        ended = r1[:hi][r1[:hi] <= t_done]
+        w0 = max(float(ended.max()) if len(ended) else float(self.step_start[k]), last_dispatch)
+        w1 = min(float(r0[hi]) if hi < len(r0) else np.inf, float(self.step_end[k]))
+        return (w0, w1, "(untraced)") if w1 > w0 else None
+
+    # ------------------------------------------------------------------ result
+    def _rank_trace(self) -> RankTrace:
+        c = self.tab.columns()
+        self._gradient_bytes(c)
+        self._xla_seq(c)
+        rank = self.rank_arg if self.rank_arg is not None else rank_from_path(self.path)
+        if rank is None:
+            rank = 0
+            self.warnings.append("rank not given and not in the path (worker1/, rank-1...): taken as 0")
+        world = self.world_arg or max(self.group_sizes.values(), default=1)
+        group_ranks = {g: list(range(self.group_sizes.get(g, world))) for g in self.groups}
+        ev = EventTable.from_columns(self.tab.names, **c)
+        flows = np.unique(np.asarray(self.sched.flows, dtype=np.int64).reshape(-1, 2), axis=0)
+        meta = {
+            "format": "xplane", "framework": self.framework, "framework_version": self.framework_version,
+            "collectives": self.collectives, "explicit_seq": True, "warnings": self.warnings,
+            "steps_profiled": [int(s) for s in self.step_num],
+        }
+        return RankTrace(rank=int(rank), world_size=int(world), source=self.path, events=ev, lanes=self.lanes,
+                         base_ns=self.base_ns, host=(self.space.hostnames or [""])[0],
+                         backend="gloo" if self.framework == "jax" else "grpc-ring",
+                         layers=sorted(self.layer_index, key=self.layer_index.get), groups=self.groups,
+                         group_ranks=group_ranks, flows=flows, meta=meta)
+
+    def _gradient_bytes(self, c: dict[str, np.ndarray]) -> None:
+        """Put the run folder's gradient bytes on the gradient all-reduce of each step.
+
+        The trace has no tensor sizes. Candidates are all-reduces outside any scope or in an
+        optimizer's (a loss or metric is reduced under its own scope, e.g. ``div_no_nan/``); of
+        those, the name with the longest median duration carries the gradients.
+        """
+        if not self.grad_bytes:
+            return
+        by_name: dict[str, list[int]] = {}
+        for i, coll in zip(self.collectives["event"], self.collectives["coll"]):
+            node = self.tab.names[c["name"][i]]
+            head = node.split("/", 1)[0] if "/" in node else ""
+            if coll == "allreduce" and (not head or _OPTIMIZER.match(head)):
+                by_name.setdefault(node, []).append(i)
+        if by_name:
+            best = max(by_name, key=lambda n: float(np.median(c["dur"][by_name[n]])))
+            c["nbytes"][by_name[best]] = int(self.grad_bytes)
+
+    def _xla_seq(self, c: dict[str, np.ndarray]) -> None:
+        """Collectives without keys (XLA): numbered by step and position in the step, the same on every process."""
+        todo = [i for i in self.collectives["event"] if c["seq"][i] < 0 and c["step"][i] >= 0]
+        todo.sort(key=lambda i: (c["step"][i], c["start"][i]))
+        pos: dict[int, int] = {}
+        for i in todo:
+            k = pos[int(c["step"][i])] = pos.get(int(c["step"][i]), -1) + 1
+            c["seq"][i] = int(c["step"][i]) * _XLA_SEQ_PER_STEP + k
+
+
+def _collective_kind(full: str, op_type: str) -> str:
+    if op_type:
+        return TF_COLLECTIVES.get(op_type, "")
+    m = _XLA_COLLECTIVE.match(full)
+    return _XLA_CANON[m.group(1)] if m else ""
+
+
+def _classify(node: str, op_type: str) -> tuple[Kind, str]:
+    """Kind and layer from a TF node name (XLA thunk names carry no layer: KERNEL)."""
+    if not op_type:
+        return Kind.KERNEL, ""
+    parts = node.split("/")
+    backward = parts[0] in ("gradient_tape", "gradients")
+    if backward:
+        parts = parts[1:]
+    if parts and _OPTIMIZER.match(parts[0]):
+        return (Kind.MEMCPY if op_type in _PACKING else Kind.UPDATE), ""
+    layer = "/".join(parts[:2]) if len(parts) >= 3 else ""
+    if backward:
+        return Kind.BACKWARD, layer
+    return (Kind.FORWARD if layer else Kind.OTHER), layer

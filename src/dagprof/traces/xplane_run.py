@@ -1,0 +1,182 @@
+"""Folders of TensorFlow/JAX profiles -> ``Run``: a dagprof run folder, or the profilers' own log folders.
+
+A run folder written by ``dagprof.collect.tf_profile`` / ``jax_profile`` holds ``manifest.json``
+(job-wide: format ``dagprof-xplane-run``, framework, world size, requested steps) and, per rank,
+``rank<R>.json`` (host, pid, steps profiled, step times, gradient bytes, its log folder) and the
+log folder ``rank<R>/plugins/profile/<session>/<host>.xplane.pb`` (one per worker: two workers on
+one host would overwrite each other's ``<host>.xplane.pb`` in a shared folder).
+
+Without a manifest, any folder holding ``*.xplane.pb`` files reads too: the rank comes from each
+path (``worker1/...``, ``rank-1/...``), the newest session of each rank is used.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+
+from ..errors import DagprofError
+from .events import Kind, RankTrace, Run
+from .tf_xplane import rank_from_path, read_xplane
+from .xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, VERSION, rank_file, rank_logdir
+
+_SAME_JOB_SLACK_NS = 30 * 10**9
+
+
+def xplane_files(folder: str) -> list[str]:
+    """Every ``*.xplane.pb`` (or ``.xplane.pb.gz``) below ``folder``, sorted (session folders are
+    timestamps, so newest last)."""
+    out = []
+    for root, _dirs, files in os.walk(folder):
+        out += [os.path.join(root, f) for f in files if f.endswith((".xplane.pb", ".xplane.pb.gz"))]
+    return sorted(out)
+
+
+def _json(path: str) -> dict:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise DagprofError("file is missing", path) from None
+    except (OSError, ValueError) as err:
+        raise DagprofError(f"corrupt or truncated file ({type(err).__name__})", path) from None
+    if not isinstance(data, dict):
+        raise DagprofError("corrupt file (top level is not an object)", path)
+    return data
+
+
+def read_xplane_file(path: str) -> Run:
+    return Run([read_xplane(path)], source=path)
+
+
+def read_xplane_run(path: str | os.PathLike[str]) -> Run:
+    folder = os.fspath(path)
+    mpath = os.path.join(folder, MANIFEST)
+    if os.path.exists(mpath):
+        return _from_manifest(folder, _json(mpath))
+    return _from_logdirs(folder)
+
+
+def _from_manifest(folder: str, manifest: dict) -> Run:
+    if manifest.get("format") != FORMAT:
+        raise DagprofError(f"not a TensorFlow/JAX run folder ({MANIFEST} format is {manifest.get('format')!r})", folder)
+    if int(manifest.get("version", 0)) > VERSION:
+        raise DagprofError(f"written by a newer dagprof (format version {manifest['version']})", folder)
+    world = int(manifest["world_size"])
+    ranks, warnings = [], []
+    for r in range(world):
+        rpath = os.path.join(folder, rank_file(r))
+        if not os.path.exists(rpath):
+            raise DagprofError(f"rank {r} of {world} is missing (no {rank_file(r)}): it crashed, was killed, or is still running", folder)
+        info = _json(rpath)
+        if info.get("format") != RANK_FORMAT:
+            raise DagprofError(f"not a TensorFlow/JAX rank file (format {info.get('format')!r})", rpath)
+        if info.get("warnings") and not info.get("steps_profiled"):
+            raise DagprofError(f"rank {r} profiled no step ({info['warnings'][0]})", rpath)
+        files = xplane_files(os.path.join(folder, info.get("logdir", rank_logdir(r))))
+        if not files:
+            raise DagprofError(f"rank {r}: no *.xplane.pb in {info.get('logdir', rank_logdir(r))}/ (the profiler never stopped?)", folder)
+        if len(files) > 1:
+            warnings.append(f"rank {r}: {len(files)} profiler sessions in its log folder; the newest is read")
+        trace = read_xplane(files[-1], rank=r, world_size=world, grad_bytes=int(info.get("grad_bytes", 0)))
+        trace.meta.update(step_times_us=info.get("step_times_us", {}), pid=info.get("pid"))
+        warnings += info.get("warnings", [])
+        ranks.append(trace)
+    _check_same_job(ranks, folder)
+    ranks = _trim_cut_steps(ranks, warnings)
+    warnings += [w for t in ranks for w in t.meta.get("warnings", [])]
+    return Run(ranks, source=folder, meta={**manifest, "warnings": sorted(set(warnings))})
+
+
+def _from_logdirs(folder: str) -> Run:
+    files = xplane_files(folder)
+    if not files:
+        raise DagprofError("no TensorFlow/JAX profiles (*.xplane.pb) in this folder", folder)
+    by_rank: dict[int, list[str]] = {}
+    unranked = []
+    for f in files:
+        r = rank_from_path(os.path.relpath(os.path.dirname(f), folder))
+        (by_rank.setdefault(r, []) if r is not None else unranked).append(f)
+    warnings = []
+    if unranked:
+        if by_rank or len(unranked) > 1 and len({os.path.dirname(os.path.dirname(f)) for f in unranked}) == 1:
+            raise DagprofError(f"cannot tell the rank of {os.path.relpath(unranked[0], folder)}: put each worker's log folder "
+                               "in worker<R>/ (or record with dagprof.collect.tf_profile)", folder)
+        by_rank = {r: [f] for r, f in enumerate(unranked)}
+        warnings.append("no rank in the paths: ranks numbered in path order")
+    world = max(by_rank) + 1
+    ranks = []
+    for r in sorted(by_rank):
+        if len(by_rank[r]) > 1:
+            warnings.append(f"rank {r}: {len(by_rank[r])} profiler sessions; the newest is read")
+        ranks.append(read_xplane(by_rank[r][-1], rank=r, world_size=world))
+    missing = sorted(set(range(world)) - set(by_rank))
+    _check_same_job(ranks, folder)
+    ranks = _trim_cut_steps(ranks, warnings)
+    warnings += [w for t in ranks for w in t.meta.get("warnings", [])]
+    return Run(ranks, source=folder, meta={"missing_ranks": missing, "warnings": sorted(set(warnings))})
+
+
+def _check_same_job(ranks: list[RankTrace], folder: str) -> None:
+    """Synchronous data parallelism runs a step on all ranks at once: windows that do not overlap are different runs."""
+    spans = []
+    for t in ranks:
+        s = t.step_spans()
+        if len(s):
+            spans.append((t.base_ns + int(s[0, 1] * 1e3), t.base_ns + int(s[-1, 2] * 1e3), t))
+    if len(spans) < 2:
+        return
+    latest_start = max(spans, key=lambda s: s[0])
+    earliest_end = min(spans, key=lambda s: s[1])
+    if latest_start[0] - earliest_end[1] > _SAME_JOB_SLACK_NS:
+        raise DagprofError(
+            f"{os.path.relpath(earliest_end[2].source, folder)} and {os.path.relpath(latest_start[2].source, folder)} were recorded "
+            f"{(latest_start[0] - earliest_end[1]) / 1e9:.0f} s apart: they are from different runs", folder)
+
+
+def _trim_cut_steps(ranks: list[RankTrace], warnings: list[str]) -> list[RankTrace]:
+    """Drop the first or last common step where a collective is missing on some rank.
+
+    A profiler stopped right after the last step may lose that step's collective range on one
+    worker (its thread records the range when the collective's callbacks return, which can be
+    after the main thread stopped the profiler). That step is cut, not mismatched.
+    """
+    if len(ranks) < 2:
+        return ranks
+    holders: dict[tuple[str, int], set[int]] = {}
+    step_of: dict[tuple[str, int], int] = {}
+    for t in ranks:
+        ev = t.events
+        for i in np.flatnonzero((ev.kind == Kind.COMM) & (ev.group >= 0) & (ev.seq >= 0)).tolist():
+            key = (t.groups[int(ev.group[i])], int(ev.seq[i]))
+            holders.setdefault(key, set()).add(t.rank)
+            step_of[key] = int(ev.step[i])
+    common = set.intersection(*(set(t.step_spans()[:, 0].astype(int).tolist()) for t in ranks))
+    if not common:
+        return ranks
+    edges = {min(common), max(common)}
+    cut = {step_of[k] for k, who in holders.items() if len(who) < len(ranks)} & edges
+    if not cut:
+        return ranks
+    warnings.append(f"step(s) {sorted(cut)} dropped: the profile window cut through their collectives on some rank")
+    return [_without_steps(t, cut) for t in ranks]
+
+
+def _without_steps(t: RankTrace, steps: set[int]) -> RankTrace:
+    keep = ~np.isin(t.events.step, list(steps))
+    new_index = np.cumsum(keep) - 1
+    f = t.flows
+    ok = keep[f[:, 0]] & keep[f[:, 1]] if len(f) else np.zeros(0, bool)
+    flows = new_index[f[ok]] if len(f) else f
+    return dataclasses.replace(t, events=t.events.take(keep), flows=flows.astype(np.int64).reshape(-1, 2),
+                               meta={**t.meta, "collectives": _remap_collectives(t.meta.get("collectives"), keep, new_index)})
+
+
+def _remap_collectives(info: dict | None, keep: np.ndarray, new_index: np.ndarray) -> dict | None:
+    if not info:
+        return info
+    rows = [k for k, e in enumerate(info["event"]) if keep[e]]
+    return {"event": [int(new_index[info["event"][k]]) for k in rows], "coll": [info["coll"][k] for k in rows],
+            "dtype": [info["dtype"][k] for k in rows]}

@@ -1,0 +1,78 @@
+"""The TF/JAX collectors' window and run folder, without TensorFlow or JAX (they are imported only when profiling starts)."""
+import json
+import os
+
+import pytest
+
+from dagprof.collect.tf_profile import tf_config_rank
+from dagprof.collect.xplane_window import StepWindow, parse_window
+from dagprof.traces.xplane_layout import FORMAT, RANK_FORMAT
+
+
+def window(tmp_path, calls, start=None, steps=range(2, 4), rank=1):
+    def default_start(logdir):
+        calls.append(("start", logdir))
+
+    return StepWindow(tmp_path, steps, rank, 2, "tensorflow", "2.21.0", start or default_start, lambda: calls.append(("stop",)))
+
+
+def test_window_starts_before_its_first_step_and_stops_when_the_next_begins(tmp_path):
+    calls = []
+    w = window(tmp_path, calls)
+    for step in range(6):
+        w.step_begin(step)
+        calls.append(("step", step, w.active))
+        w.step_end(step)
+    w.close()
+    assert calls == [("step", 0, False), ("step", 1, False), ("start", os.path.join(str(tmp_path), "rank1")),
+                     ("step", 2, True), ("step", 3, True), ("stop",), ("step", 4, False), ("step", 5, False)]
+    info = json.loads((tmp_path / "rank1.json").read_text())
+    assert info["format"] == RANK_FORMAT and info["rank"] == 1 and info["steps_profiled"] == [2, 3]
+    assert info["logdir"] == "rank1" and not info["warnings"]
+    assert json.loads((tmp_path / "manifest.json").read_text())["format"] == FORMAT
+
+
+def test_training_that_ends_inside_the_window_is_written_with_a_warning(tmp_path):
+    calls = []
+    w = window(tmp_path, calls, steps=range(1, 10))
+    for step in range(3):
+        w.step_begin(step)
+        w.step_end(step)
+    w.close()
+    assert calls[-1] == ("stop",)
+    info = json.loads((tmp_path / "rank1.json").read_text())
+    assert info["steps_profiled"] == [1, 2] and "training ended first" in info["warnings"][0]
+
+
+def test_a_profiler_that_fails_never_stops_training(tmp_path):
+    def broken(logdir):
+        raise RuntimeError("another profiler is running")
+
+    w = window(tmp_path, [], start=broken)
+    with pytest.warns(UserWarning, match="training continues without profiling"):
+        for step in range(5):
+            w.step_begin(step)
+            w.step_end(step)
+    w.close()
+    info = json.loads((tmp_path / "rank1.json").read_text())
+    assert info["steps_profiled"] == [] and "did not start" in info["warnings"][0]
+
+
+def test_tf_config_rank(monkeypatch):
+    cluster = {"chief": ["a:1"], "worker": ["b:1", "c:1"]}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 1}}))
+    assert tf_config_rank() == (2, 3)
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "chief", "index": 0}}))
+    assert tf_config_rank() == (0, 3)
+    monkeypatch.setenv("TF_CONFIG", "{not json")
+    assert tf_config_rank() is None
+    monkeypatch.delenv("TF_CONFIG")
+    assert tf_config_rank() is None
+
+
+def test_parse_window():
+    assert parse_window("5:10") == range(5, 10) and parse_window((1, 3)) == range(1, 3) and parse_window(4) == range(4)
+    with pytest.raises(ValueError):
+        parse_window("5")
+    with pytest.raises(ValueError):
+        parse_window((3, 3))

@@ -1,0 +1,67 @@
+"""Opt-in: re-record the TensorFlow and JAX fixtures from scratch (real 2-worker CPU jobs) and replay them.
+
+Skipped by default: TensorFlow (1.6 GB) and JAX are not dagprof dependencies. Point these variables
+at Pythons that have them, then select the marker::
+
+    python3 -m venv /opt/tf  && /opt/tf/bin/pip install tensorflow-cpu tf-keras
+    python3 -m venv /opt/jax && /opt/jax/bin/pip install jax
+    DAGPROF_TF_PYTHON=/opt/tf/bin/python DAGPROF_JAX_PYTHON=/opt/jax/bin/python .venv/bin/python -m pytest -m frameworks
+
+Each job runs ``dagprof.collect.tf_train`` / ``jax_train`` from this checkout (``PYTHONPATH=src``),
+about 30-60 s on 2 cores. ``DAGPROF_UPDATE_FIXTURES=1`` also replaces tests/data/tf*/ with the new
+recordings (``*.xplane.pb`` gzipped), as they were made.
+"""
+import gzip
+import os
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+from dagprof.align.matching import match_collectives
+from dagprof.pipeline import open_run
+from dagprof.traces.load import load
+from dagprof.traces.xplane_run import xplane_files
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+JOBS = {
+    "tf-loop": ("DAGPROF_TF_PYTHON", ["-m", "dagprof.collect.tf_train", "--mode", "loop"], ROOT / "tests/data/tf/loop"),
+    "tf-fit": ("DAGPROF_TF_PYTHON", ["-m", "dagprof.collect.tf_train", "--mode", "fit"], ROOT / "tests/data/tf/fit"),
+    "jax": ("DAGPROF_JAX_PYTHON", ["-m", "dagprof.collect.jax_train"], ROOT / "tests/data/tf-jax/mlp"),
+}
+
+pytestmark = pytest.mark.frameworks
+
+
+@pytest.mark.parametrize("name", sorted(JOBS))
+def test_rerecord_and_replay(name, tmp_path):
+    env_var, args, fixture = JOBS[name]
+    python = os.environ.get(env_var)
+    if not python:
+        pytest.skip(f"needs {env_var}: a Python with {'tensorflow-cpu and tf-keras' if 'TF' in env_var else 'jax'} (see this file)")
+    out = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    proc = subprocess.run([python, *args, "--out", str(out), "--timeout", "300"], env=env, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = load(out)
+    assert [t.rank for t in run.ranks] == [0, 1]
+    m = match_collectives(run)
+    assert m.instances and not m.problems
+    prof = open_run(out)
+    print(f"{name}: measured {prof.analysis.measured_us / 1e3:.2f} ms, replayed {prof.analysis.predicted_us / 1e3:.2f} ms "
+          f"({prof.analysis.error_pct:+.2f} %)")
+    assert abs(prof.analysis.error_pct) < 5
+    if os.environ.get("DAGPROF_UPDATE_FIXTURES") == "1":
+        _store(out, fixture)
+
+
+def _store(run: pathlib.Path, fixture: pathlib.Path) -> None:
+    shutil.rmtree(fixture, ignore_errors=True)
+    fixture.mkdir(parents=True)
+    for f in ["manifest.json", *(p.name for p in run.glob("rank*.json"))]:
+        shutil.copy(run / f, fixture / f)
+    for f in xplane_files(str(run)):
+        dst = fixture / pathlib.Path(f).relative_to(run)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.with_name(dst.name + ".gz").write_bytes(gzip.compress(pathlib.Path(f).read_bytes(), mtime=0))
