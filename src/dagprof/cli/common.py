@@ -7,6 +7,8 @@ import argparse
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="a dagprof run folder, or a folder (or file) of torch.profiler traces")
     p.add_argument("--steps", type=parse_steps, default=None, metavar="A:B", help="profiled steps to use (default: all that every rank has)")
+    p.add_argument("--step-marker", metavar="NAME", default=None,
+                   help="annotation that opens each iteration when the trace has no ProfilerStep (default: the whole window is one)")
 
 
 def parse_steps(text: str) -> range:
