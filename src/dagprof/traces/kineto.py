@@ -34,6 +34,7 @@ import operator
 import os
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -153,6 +154,15 @@ class Columns:
         """A ``NameInfo`` field for every row (computed per pair, then gathered)."""
         return np.array([getattr(i, attr) for i in self.info], dtype=dtype)[self.pair]
 
+    @cached_property
+    def own_kind(self) -> np.ndarray:
+        """The kind each row's name gives it, before context and rules refine it."""
+        return self.per_event("kind", np.int8)
+
+    def has_role(self, role: str) -> np.ndarray:
+        """Rows whose name plays ``role`` in a collective (``kineto_schema.Role``; "" for none)."""
+        return np.array([i.role == role for i in self.info], dtype=bool)[self.pair]
+
 
 def _columns(xs: list[ks.Event]) -> Columns:
     """Flat numpy columns of the complete events; early-Kineto category names read as today's."""
@@ -189,12 +199,14 @@ def _columns(xs: list[ks.Event]) -> Columns:
 @dataclass(frozen=True, eq=False)
 class Nesting:
     """Per row: enclosing event (``parent``), ``depth`` (-1 wrapper, 0 node), depth-0 ancestor (``top``,
-    -1 when only wrappers enclose it) and the context a wrapper or op above it set (``ctx``, a Kind or -1)."""
+    -1 when only wrappers enclose it), the context a wrapper or op above it set (``ctx``, a Kind or -1)
+    and the host collective call (c10d::*) it sits in (``enqueue``, itself when it is one, -1 none)."""
 
     parent: np.ndarray
     depth: np.ndarray
     top: np.ndarray
     ctx: np.ndarray
+    enqueue: np.ndarray
 
 
 def _nest(cols: Columns) -> Nesting:
@@ -206,9 +218,8 @@ def _nest(cols: Columns) -> Nesting:
     parent = [-1] * n
     st = cols.start.tolist()
     en = cols.end.tolist()
-    wrap = [i.wrapper for i in cols.info]
-    own_ctx = [i.ctx for i in cols.info]
-    pair = cols.pair.tolist()
+    wrap = cols.per_event("wrapper", bool).tolist()
+    own_ctx = cols.per_event("ctx", np.int8).tolist()
     lane = cols.lane.tolist()
     nd = [0] * n  # non-wrapper events on the chain, including the event itself
     eff_end = en[:]
@@ -221,14 +232,13 @@ def _nest(cols: Columns) -> Nesting:
         s = st[i]
         while stack and eff_end[stack[-1]] <= s:
             stack.pop()
-        p_i = pair[i]
-        w = wrap[p_i]
+        w = wrap[i]
         if stack:
             p = stack[-1]
             parent[i] = p
             if eff_end[i] > eff_end[p]:
                 eff_end[i] = eff_end[p]
-            c = own_ctx[p_i]
+            c = own_ctx[i]
             ctx[i] = c if c >= 0 else ctx[p]
             k = nd[p]
             if w:
@@ -241,14 +251,31 @@ def _nest(cols: Columns) -> Nesting:
                 if k:
                     top[i] = top[p]
         else:
-            ctx[i] = own_ctx[p_i]
+            ctx[i] = own_ctx[i]
             if w:
                 depth[i] = -1
                 top[i] = -1
             else:
                 nd[i] = 1
         stack.append(i)
-    return Nesting(np.array(parent, dtype=np.int64), np.array(depth, dtype=np.int16), np.array(top, dtype=np.int64), np.array(ctx, dtype=np.int8))
+    parent_a = np.array(parent, dtype=np.int64)
+    return Nesting(parent_a, np.array(depth, dtype=np.int16), np.array(top, dtype=np.int64), np.array(ctx, dtype=np.int8),
+                   _innermost(parent_a, cols.has_role(ks.Role.ENQUEUE)))
+
+
+def _innermost(parent: np.ndarray, mark: np.ndarray) -> np.ndarray:
+    """Per row, the nearest row on its parent chain (itself included) where ``mark`` holds, -1 none
+    (pointer jumping: one vectorised step per nesting level)."""
+    found = np.where(mark, np.arange(len(mark)), -1)
+    up = parent.copy()
+    todo = np.flatnonzero((found < 0) & (up >= 0))
+    while len(todo):
+        a = up[todo]
+        hit = mark[a]
+        found[todo[hit]] = a[hit]
+        up[todo] = parent[a]
+        todo = todo[~hit & (up[todo] >= 0)]
+    return found
 
 
 # ------------------------------------------------------------------ stage 4: kinds and steps
@@ -266,7 +293,7 @@ class Kinds:
 
 def _kinds(cols: Columns, nest: Nesting) -> Kinds:
     """Kinds and step numbers from the ``ProfilerStep#N`` windows and the launch correlations."""
-    kind = cols.per_event("kind", np.int8)
+    kind = cols.own_kind.copy()
     start, end = cols.start, cols.end
     is_step = kind == Kind.STEP
     step_no = cols.per_event("step", np.int32)
@@ -293,8 +320,8 @@ def _kinds(cols: Columns, nest: Nesting) -> Kinds:
     take = cpu & (kind == Kind.OTHER) & np.isin(ctx, _CTX_KINDS)
     kind[take] = ctx[take]
     # GPU work: launched by the runtime call with the same correlation id (a graph launch releases many)
-    own = cols.per_event("kind", np.int8)
-    rt = np.flatnonzero(np.isin(own, (Kind.RUNTIME, Kind.COMM_WAIT)) & cpu & (cols.corr >= 0))
+    own = cols.own_kind
+    rt = np.flatnonzero(((own == Kind.RUNTIME) | (own == Kind.COMM_WAIT)) & cpu & (cols.corr >= 0))
     gpu = np.flatnonzero(cols.is_gpu & (cols.corr >= 0))
     launcher = np.full(cols.n, -1, dtype=np.int64)
     if len(rt) and len(gpu):
@@ -336,13 +363,13 @@ def _collectives(cols: Columns, nest: Nesting, deps: Deps, header: _Header) -> _
     group = np.full(n, -1, dtype=np.int32)
     seq = np.full(n, -1, dtype=np.int64)
     nbytes = np.zeros(n, dtype=np.int64)
-    for i in np.flatnonzero(cols.per_event("kind", np.int8) == Kind.MEMCPY).tolist():
+    for i in np.flatnonzero(cols.own_kind == Kind.MEMCPY).tolist():
         a = cols.event(i).args
         nbytes[i] = a.nbytes if a is not None and a.nbytes > 0 else 0
     transfers = np.flatnonzero(deps.kind == Kind.COMM)
     meta_of: dict[int, list[int]] = {}  # host-side argument records, keyed by the enqueue (or depth-0 op) they sit in
-    for i in np.flatnonzero(cols.per_event("role", object) == ks.Role.META).tolist():
-        meta_of.setdefault(enclosing_enqueue(cols, nest, i), []).append(i)
+    for i in np.flatnonzero(cols.has_role(ks.Role.META)).tolist():
+        meta_of.setdefault(enclosing_enqueue(nest, i), []).append(i)
     coll_out, dtype_out, explicit = [], [], []
     gids: dict[str, int] = {}
     for t in transfers.tolist():

@@ -81,7 +81,8 @@ def dependencies(cols: Columns, nest: Nesting, kinds: Kinds, syncs: list[ks.Even
         declined[Dep.BACKWARD_END.name] = n_declined
     enqueue_of = np.full(cols.n, -1, dtype=np.int64)
     comm = launched[kind[launched] == Kind.COMM]
-    enqueue_of[comm] = [enclosing_enqueue(cols, nest, int(r)) for r in kinds.launcher[comm].tolist()]
+    r = kinds.launcher[comm]
+    enqueue_of[comm] = np.where(nest.enqueue[r] >= 0, nest.enqueue[r], nest.top[r])
     enqueue_of[tr] = enq
     s, d, r = _merge(parts, cols.n)
     return Deps(s, d, r, kind, enqueue_of, declined)
@@ -98,14 +99,10 @@ def _merge(parts: list[tuple[Dep, np.ndarray, np.ndarray]], n: int) -> tuple[np.
     return pair // n, pair % n, rule.astype(np.int8)
 
 
-def enclosing_enqueue(cols: Columns, nest: Nesting, i: int) -> int:
+def enclosing_enqueue(nest: Nesting, i: int) -> int:
     """The host collective call (c10d::*) around event ``i``, else its depth-0 op."""
-    j = i
-    while j >= 0:
-        if cols.info[cols.pair[j]].role == ks.Role.ENQUEUE:
-            return j
-        j = int(nest.parent[j])
-    return int(nest.top[i])
+    e = int(nest.enqueue[i])
+    return e if e >= 0 else int(nest.top[i])
 
 
 # ---------------------------------------------------------------- issue order
@@ -237,19 +234,17 @@ def _blocking_copies(cols: Columns, kinds: Kinds) -> list[tuple[Dep, np.ndarray,
     order) has to drain it. The trace tells which: a call that returned before its copy began was
     only staging (host work, no wait); one that returned after had waited for the copy to start.
     """
-    copies = np.flatnonzero((cols.per_event("kind", np.int8) == Kind.MEMCPY) & (kinds.launcher >= 0))
-    copy_src, copy_dst, stage_src, stage_dst = [], [], [], []
-    for g, r in zip(copies.tolist(), kinds.launcher[copies].tolist()):
-        rule = copy_rule(cols.name(r), cols.name(g))
-        if rule is Dep.COPY:
-            copy_src.append(g)
-            copy_dst.append(r)
-        elif (rule is Dep.STAGE and g > 0 and cols.lane[g - 1] == cols.lane[g]  # rows are in (lane, start) order
-              and (not cols.name(r).endswith("Async") or cols.end[r] > cols.start[g])):
-            stage_src.append(g - 1)
-            stage_dst.append(r)
-    return [(Dep.COPY, np.array(copy_src, np.int64), np.array(copy_dst, np.int64)),
-            (Dep.STAGE, np.array(stage_src, np.int64), np.array(stage_dst, np.int64))]
+    g = np.flatnonzero((cols.own_kind == Kind.MEMCPY) & (kinds.launcher >= 0))
+    r = kinds.launcher[g]
+    per = len(cols.info)
+    combos, inv = np.unique(cols.pair[r].astype(np.int64) * per + cols.pair[g], return_inverse=True)  # a few distinct (call, copy)
+    call_name = [cols.names[cols.pair_name[k // per]] for k in combos.tolist()]
+    rule = np.array([copy_rule(c, cols.names[cols.pair_name[k % per]]) or -1 for c, k in zip(call_name, combos.tolist())], dtype=np.int64)[inv]
+    asynchronous = np.array([c.endswith("Async") for c in call_name], dtype=bool)[inv]
+    copy = rule == Dep.COPY
+    prev = np.maximum(g - 1, 0)  # rows are in (lane, start) order: the op before the copy on its stream
+    stage = (rule == Dep.STAGE) & (g > 0) & (cols.lane[prev] == cols.lane[g]) & (~asynchronous | (cols.end[r] > cols.start[g]))
+    return [(Dep.COPY, g[copy], r[copy]), (Dep.STAGE, prev[stage], r[stage])]
 
 
 # ---------------------------------------------------------------- host syncs
@@ -265,13 +260,13 @@ def _host_syncs(cols: Columns, kinds: Kinds, issued: Issued, records: dict[int, 
     stream its thread last issued to, a device sync on every stream, an event sync on the last op its
     thread issued (the event cannot have been recorded later than that on this thread).
     """
-    own = cols.per_event("kind", np.int8)
+    own = cols.own_kind
     is_copy_call = np.zeros(cols.n, dtype=bool)
     is_copy_call[kinds.launcher[kinds.launcher >= 0]] = True
-    calls = np.flatnonzero((own == Kind.COMM_WAIT) & ~cols.is_gpu & (cols.per_event("role", object) == "") & ~is_copy_call)
+    calls = np.flatnonzero((own == Kind.COMM_WAIT) & ~cols.is_gpu & cols.has_role("") & ~is_copy_call)
     if not len(calls) or not len(issued.op):
         return _EMPTY, _EMPTY
-    by_corr = _host_rows_by_corr(cols)
+    by_corr = _host_rows_by_corr(cols) if records else {}
     lane_of = _gpu_lane(cols)
     streams = np.unique(issued.stream)
     # the stream each call's thread last issued to (its current stream)
@@ -338,9 +333,8 @@ def _recorded_stream_waits(cols: Columns, issued: Issued, records: dict[int, _Re
 def _first_collective_launch(cols: Columns, nest: Nesting, issued: Issued) -> dict[int, float]:
     """Host collective call -> when it launched its first collective kernel."""
     out: dict[int, float] = {}
-    for r in issued.launch[issued.comm & (issued.launch >= 0)].tolist():
-        e = enclosing_enqueue(cols, nest, r)
-        t = float(cols.start[r])
+    r = issued.launch[issued.comm & (issued.launch >= 0)]
+    for e, t in zip(nest.enqueue[r].tolist(), cols.start[r].tolist()):
         if e >= 0 and t < out.get(e, np.inf):
             out[e] = t
     return out
@@ -356,11 +350,10 @@ def _collective_ready(cols: Columns, nest: Nesting, issued: Issued) -> tuple[np.
     coll = np.flatnonzero(issued.comm & (issued.thread >= 0))
     if not len(coll):
         return _EMPTY, _EMPTY
-    begin = []
-    for r in issued.launch[coll].tolist():
-        e = enclosing_enqueue(cols, nest, r)
-        begin.append(cols.start[e] if e >= 0 and cols.info[cols.pair[e]].role == ks.Role.ENQUEUE else cols.start[r])
-    src = issued.last_before(issued.thread, issued.thread[coll], np.array(begin), among=~issued.comm)
+    r = issued.launch[coll]
+    e = nest.enqueue[r]
+    begin = cols.start[np.where(e >= 0, e, r)]
+    src = issued.last_before(issued.thread, issued.thread[coll], begin, among=~issued.comm)
     return src, issued.op[coll]
 
 
@@ -373,16 +366,15 @@ def _plain_stream_waits(cols: Columns, nest: Nesting, issued: Issued, records: d
     calling thread issues after the call. When the measured timeline contradicts that pair (the op
     started before the collective ended), the edge is declined, not re-targeted: returned as a count.
     """
-    is_wait = np.array([nm.endswith("StreamWaitEvent") for nm in cols.names])[cols.pair_name[cols.pair]]
+    is_wait = np.array([cols.names[k].endswith("StreamWaitEvent") for k in cols.pair_name.tolist()], dtype=bool)[cols.pair]
     waits = [w for w in np.flatnonzero(is_wait & ~cols.is_gpu).tolist()
              if getattr(records.get(int(cols.corr[w])), "kind", "") != "Stream Wait Event"]
     if not waits or not issued.comm.any():
         return _EMPTY, _EMPTY, 0
     first_launch = _first_collective_launch(cols, nest, issued)
     keep = []
-    for w in waits:
-        e = enclosing_enqueue(cols, nest, w)
-        if e >= 0 and cols.info[cols.pair[e]].role == ks.Role.ENQUEUE and cols.start[w] < first_launch.get(e, np.inf):
+    for w, e in zip(waits, nest.enqueue[waits].tolist()):
+        if e >= 0 and cols.start[w] < first_launch.get(e, np.inf):
             continue  # the NCCL stream joining the caller's: COLL_READY
         keep.append(w)
     if not keep:
@@ -403,10 +395,12 @@ def _gloo_enqueues(cols: Columns) -> tuple[np.ndarray, np.ndarray]:
     """ENQUEUE: host enqueue -> CPU transfer (gloo): nothing links them in the trace, so pair by order and size per
     collective. Gloo runs collectives on a pool of threads, so two issued back to back may start in either
     order: a transfer takes the earliest unused enqueue of its own size (else the earliest unused one)."""
-    role, coll = cols.per_event("role", object), cols.per_event("coll", object)
     cpu = ~cols.is_gpu
-    transfers = np.flatnonzero(cpu & (role == ks.Role.TRANSFER))
-    enq_all = np.flatnonzero(cpu & (role == ks.Role.ENQUEUE))
+    transfers = np.flatnonzero(cpu & cols.has_role(ks.Role.TRANSFER))
+    enq_all = np.flatnonzero(cpu & cols.has_role(ks.Role.ENQUEUE))
+    if not len(transfers) or not len(enq_all):
+        return _EMPTY, _EMPTY
+    coll = cols.per_event("coll", object)
     out_e, out_t = [], []
     for c in set(coll[transfers].tolist()):
         tr = transfers[coll[transfers] == c]
@@ -430,7 +424,7 @@ def _host_comm_waits(cols: Columns, kind: np.ndarray, ctx: np.ndarray) -> tuple[
     """COMM_WAIT: a host wait (c10d wait, copy_bucket_to_grad) on a host transfer (gloo) follows the latest
     transfer that ended before the wait ended. With NCCL the host does not block there: such a wait
     is an ordinary op, and its kind (updated in ``kind``) falls back to its context's."""
-    waits = np.flatnonzero((cols.per_event("kind", np.int8) == Kind.COMM_WAIT) & (cols.per_event("role", object) == ks.Role.WAIT))
+    waits = np.flatnonzero((cols.own_kind == Kind.COMM_WAIT) & cols.has_role(ks.Role.WAIT))
     transfers = np.flatnonzero((kind == Kind.COMM) & ~cols.is_gpu)
     src, dst = _EMPTY, _EMPTY
     if len(transfers) and len(waits):
