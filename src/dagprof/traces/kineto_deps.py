@@ -439,14 +439,16 @@ def _host_comm_waits(cols: Columns, kind: np.ndarray, ctx: np.ndarray) -> tuple[
 
 # ---------------------------------------------------------------- the autograd thread
 def main_lane(cols: Columns, kind: np.ndarray) -> int:
-    """The CPU lane with the step markers, else the busiest one (-1 when there is no CPU lane)."""
+    """The thread that runs the training loop: the CPU lane with the step markers, else the process's
+    main thread (on Linux its thread id is the process id), else the busiest one; -1 with no CPU lane."""
     nl = len(cols.lane_keys)
     lane_gpu = np.array([k[0] for k in cols.lane_keys], dtype=bool)
     if lane_gpu.all():
         return -1
     counts = np.bincount(cols.lane, minlength=nl)
     steps = np.bincount(cols.lane[kind == Kind.STEP], minlength=nl)
-    return int(np.argmax(np.where(~lane_gpu, steps * 10**12 + counts, -1)))
+    is_main = np.array([str(pid) == str(tid) for _, pid, tid in cols.lane_keys], dtype=np.int64)
+    return int(np.argmax(np.where(~lane_gpu, (steps * 2 + is_main) * 10**12 + counts, -1)))
 
 
 def _backward_thread(cols: Columns, nest: Nesting, kind: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray], int]:
@@ -460,8 +462,7 @@ def _backward_thread(cols: Columns, nest: Nesting, kind: np.ndarray) -> tuple[tu
     if main < 0:
         return none, none, 0
     top = (nest.depth == 0) & ~cols.is_gpu
-    bwd_lanes = [lane for lane in np.unique(cols.lane[top & (kind == Kind.BACKWARD)]).tolist()
-                 if lane != main and np.mean(kind[top & (cols.lane == lane)] == Kind.BACKWARD) >= 0.5]
+    bwd_lanes = [lane for lane in np.unique(cols.lane[top & (kind == Kind.BACKWARD)]).tolist() if lane != main]  # it runs autograd nodes
     if not bwd_lanes:
         return none, none, 0
     on_main = np.flatnonzero((cols.lane == main) & (nest.depth >= 0))  # rows are sorted by start within a lane

@@ -48,7 +48,9 @@ def with_marker(trace: RankTrace, marker: str) -> RankTrace:
         return dataclasses.replace(trace, events=dataclasses.replace(ev, kind=kind))
     lane = int(np.bincount(ev.lane[rows]).argmax())  # the thread that runs the loop
     rows = rows[ev.lane[rows] == lane]
-    rows = rows[np.argsort(ev.start[rows], kind="stable")]
+    rows = rows[np.lexsort((-ev.dur[rows], ev.start[rows]))]
+    outer = ev.start[rows] >= np.r_[-np.inf, np.maximum.accumulate(ev.end[rows])[:-1]]
+    rows = rows[outer]  # a marker nested in another of its name (a range opened twice) is part of that step
     for r in rows.tolist():  # the marker's own children move up one level, as under a ProfilerStep range
         if depth[r] >= 0:
             inside = (ev.lane == lane) & (ev.start >= ev.start[r]) & (ev.end <= ev.end[r]) & (depth > depth[r])
