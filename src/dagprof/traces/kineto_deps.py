@@ -258,7 +258,7 @@ def _host_syncs(cols: Columns, kinds: Kinds, issued: Issued, records: dict[int, 
     A ``cuda_sync`` record names the stream (Stream Sync), the device (Context Sync) or the stream the
     event was recorded on and the record call (Event Sync). Without one: a stream sync waits on the
     stream its thread last issued to, a device sync on every stream, an event sync on the last op its
-    thread issued (the event cannot have been recorded later than that on this thread).
+    thread issued before its latest ``cudaEventRecord`` (the awaited event was recorded no later).
     """
     own = cols.own_kind
     is_copy_call = np.zeros(cols.n, dtype=bool)
@@ -271,9 +271,10 @@ def _host_syncs(cols: Columns, kinds: Kinds, issued: Issued, records: dict[int, 
     streams = np.unique(issued.stream)
     # the stream each call's thread last issued to (its current stream)
     last_own = issued.last_before(issued.thread, cols.lane[calls], cols.start[calls])
+    last_recorded = issued.last_before(issued.thread, cols.lane[calls], _last_record(cols, calls))
     src, dst = [], []
     q_stream, q_t, q_call = [], [], []
-    for c, mine in zip(calls.tolist(), last_own.tolist()):
+    for c, mine, recorded in zip(calls.tolist(), last_own.tolist(), last_recorded.tolist()):
         rec = records.get(int(cols.corr[c]))
         name = cols.name(c)
         if rec is not None and rec.kind == "Event Sync":
@@ -289,8 +290,8 @@ def _host_syncs(cols: Columns, kinds: Kinds, issued: Issued, records: dict[int, 
             for lane in streams.tolist():
                 q_stream.append(lane), q_t.append(cols.start[c]), q_call.append(c)
         elif _EVENT_SYNC.search(name):
-            if mine >= 0:
-                src.append(mine), dst.append(c)
+            if recorded >= 0:
+                src.append(recorded), dst.append(c)
         elif mine >= 0:  # a stream sync: the thread's current stream
             q_stream.append(int(cols.lane[mine])), q_t.append(cols.start[c]), q_call.append(c)
     if q_call:
@@ -299,6 +300,18 @@ def _host_syncs(cols: Columns, kinds: Kinds, issued: Issued, records: dict[int, 
         src += found[ok].tolist()
         dst += np.array(q_call)[ok].tolist()
     return np.array(src, np.int64), np.array(dst, np.int64)
+
+
+def _last_record(cols: Columns, calls: np.ndarray) -> np.ndarray:
+    """Per call, the start of the latest ``*EventRecord`` its thread made before it (-inf: none)."""
+    is_record = np.array([cols.names[k].endswith("EventRecord") for k in cols.pair_name.tolist()], dtype=bool)[cols.pair]
+    rec = np.flatnonzero(is_record & ~cols.is_gpu)  # rows are in (lane, start) order: the one before a call on its lane
+    out = np.full(len(calls), -np.inf)
+    k = np.searchsorted(rec, calls) - 1
+    ok = k >= 0
+    ok[ok] &= cols.lane[rec[k[ok]]] == cols.lane[calls[ok]]
+    out[ok] = cols.start[rec[k[ok]]]
+    return out
 
 
 # ---------------------------------------------------------------- cross-stream waits
