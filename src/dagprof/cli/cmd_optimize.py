@@ -21,7 +21,7 @@ def run(args) -> dict:
         raise DagprofError(f"--bucket-mb takes numbers separated by commas, got {args.bucket_mb!r}") from None
     if not caps or min(caps) <= 0:
         raise DagprofError(f"--bucket-mb needs positive sizes, got {args.bucket_mb!r}")
-    prof = open_run(args.run, steps=args.steps)
+    prof = open_run(args.run, steps=args.steps, step_marker=args.step_marker)
     search = search_bucket_sizes(prof.graph, caps)
     best = search.best.cap_mb
     advice = ("keep the current buckets: no candidate is predicted faster" if best is None or search.predicted_gain_pct < 0.5

@@ -20,7 +20,7 @@ from ..fsutil import atomic_open
 from .events import Bucket, EventTable, Lane, LaneKind, RankTrace
 
 CACHE_DIR = ".dagprof-cache"
-_READER_FILES = ("kineto.py", "kineto_decode.py", "kineto_schema.py", "events.py", "cache.py")
+_READER_FILES = ("kineto.py", "kineto_deps.py", "kineto_decode.py", "kineto_schema.py", "events.py", "cache.py")
 
 
 @lru_cache(maxsize=1)

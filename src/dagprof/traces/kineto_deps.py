@@ -3,11 +3,13 @@
 Each rule states what the CUDA/ROCm runtime or PyTorch guarantees and uses only what the trace
 records: correlation ids (a launch and the GPU op it issued), call names, ``cuda_sync`` records
 (newer Kineto: which stream or event a sync waits on) and the order in which the host issued work.
-Where the trace does not name what a call waits for, a rule infers it from issue order, never from
-the measured end times it must later be checked against (``graph.provenance.violations`` counts the
-flows that the measured timeline contradicts, per rule). The one exception, a plain
-``cudaStreamWaitEvent`` (no record says which event), is declined when the trace contradicts the
-inferred edge, and ``Deps.declined`` counts those.
+Where the trace does not name what a call waits for, a rule infers it from issue order, not from
+the measured times it is later checked against: ``graph.provenance.violations`` counts, per rule, the
+flows the measured timeline contradicts, which finds a wrong rule fast. Three rules do read measured
+times, and are zero-violation by construction: a plain ``cudaStreamWaitEvent`` (no record names the
+event) and the main thread's return from ``backward()`` are declined where the trace contradicts them
+(``Deps.declined`` counts those); the autograd thread's first op follows the main thread's last op that
+ended before it; an asynchronous pageable copy waits for its stream only if it outlived its copy's start.
 
 Rules, in terms of the CUDA runtime API's synchronisation behaviour:
 - LAUNCH: a GPU op runs after its launch call STARTED (a blocking call returns after its op ran);
