@@ -133,7 +133,6 @@ class Columns:
     start: np.ndarray  # us since ``t0``
     dur: np.ndarray
     t0: float
-    corr: np.ndarray  # correlation id, -1 none
     is_gpu: np.ndarray
 
     @property
@@ -153,6 +152,11 @@ class Columns:
     def per_event(self, attr: str, dtype: Any = None) -> np.ndarray:
         """A ``NameInfo`` field for every row (computed per pair, then gathered)."""
         return np.array([getattr(i, attr) for i in self.info], dtype=dtype)[self.pair]
+
+    @cached_property
+    def corr(self) -> np.ndarray:
+        """Correlation id per row (-1 none): joins a runtime call and the GPU ops it launched."""
+        return np.fromiter(map(_corr, self.xs), np.int64, self.n)[self.orig]
 
     @cached_property
     def own_kind(self) -> np.ndarray:
@@ -190,7 +194,6 @@ def _columns(xs: list[ks.Event]) -> Columns:
         info=[ks.classify(cats[int(k) % len(cats)], name_list[int(k) // len(cats)]) for k in pair_keys.tolist()],
         pair=pair[order].astype(np.int32), pair_name=(pair_keys // len(cats)).astype(np.int32),
         lane=lane_sorted, lane_keys=lane_keys, start=ts - t0, dur=dur[order], t0=t0,
-        corr=np.fromiter(map(_corr, xs), np.int64, n)[order],
         is_gpu=lane_gpu[lane_sorted] if n else np.zeros(0, bool),
     )
 
@@ -258,9 +261,9 @@ def _nest(cols: Columns) -> Nesting:
             else:
                 nd[i] = 1
         stack.append(i)
-    parent_a = np.array(parent, dtype=np.int64)
-    return Nesting(parent_a, np.array(depth, dtype=np.int16), np.array(top, dtype=np.int64), np.array(ctx, dtype=np.int8),
-                   _innermost(parent_a, cols.has_role(ks.Role.ENQUEUE)))
+    arrays = (np.array(parent, dtype=np.int64), np.array(depth, dtype=np.int16), np.array(top, dtype=np.int64), np.array(ctx, dtype=np.int8))
+    del parent, depth, top, ctx, st, en, wrap, own_ctx, lane, nd, eff_end  # the walk's lists go before the next pass: peak memory
+    return Nesting(*arrays, _innermost(arrays[0], cols.has_role(ks.Role.ENQUEUE)))
 
 
 def _innermost(parent: np.ndarray, mark: np.ndarray) -> np.ndarray:
