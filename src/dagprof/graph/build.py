@@ -193,38 +193,30 @@ class Pieces:
 
     def progress(self, lane: np.ndarray, t: np.ndarray, owner: np.ndarray) -> np.ndarray:
         """Per query: the piece on ``lane`` that completed what ``owner`` had done by ``t`` (-1 none)."""
-        out = np.full(len(t), -1, dtype=np.int64)
-        for lane_id in np.unique(lane).tolist():
-            q = np.flatnonzero(lane == lane_id)
-            a, b = self.lane_at[lane_id], self.lane_at[lane_id + 1]
-            k = a + np.searchsorted(self.reach[a:b], t[q], side="right") - 1
-            k = np.minimum(k, [self.last_of.get(o, b - 1) for o in owner[q].tolist()])
-            out[q] = np.where(k >= a, k, -1)
-        return out
+        k = np.minimum(self._search(self.reach, "right", lane, t) - 1, self._bounds(owner)[1])
+        return np.where(k >= self.lane_at[lane], k, -1)
 
     def entry(self, lane: np.ndarray, t: np.ndarray, owner: np.ndarray) -> np.ndarray:
         """Per query: the first piece of ``owner`` that starts at or after ``t``."""
-        out = np.full(len(t), -1, dtype=np.int64)
-        for lane_id in np.unique(lane).tolist():
-            q = np.flatnonzero(lane == lane_id)
-            a, b = self.lane_at[lane_id], self.lane_at[lane_id + 1]
-            k = a + np.searchsorted(self.start[a:b], t[q], side="left")
-            lo = np.array([self.first_of[o] for o in owner[q].tolist()], dtype=np.int64)
-            hi = np.array([self.last_of[o] for o in owner[q].tolist()], dtype=np.int64)
-            out[q] = np.clip(k, lo, hi)
-        return out
+        return np.clip(self._search(self.start, "left", lane, t), *self._bounds(owner))
 
     def release(self, lane: np.ndarray, t: np.ndarray, owner: np.ndarray) -> np.ndarray:
         """Per query: the piece of ``owner`` that ends at ``t`` (where a wait is released)."""
-        out = np.full(len(t), -1, dtype=np.int64)
+        return np.clip(self._search(self.reach, "left", lane, t), *self._bounds(owner))
+
+    def _search(self, keys: np.ndarray, side: str, lane: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Per query, ``searchsorted`` of ``t`` in ``keys`` within its lane's pieces (global positions)."""
+        out = np.empty(len(t), dtype=np.int64)
         for lane_id in np.unique(lane).tolist():
             q = np.flatnonzero(lane == lane_id)
             a, b = self.lane_at[lane_id], self.lane_at[lane_id + 1]
-            k = a + np.searchsorted(self.reach[a:b], t[q], side="left")
-            lo = np.array([self.first_of[o] for o in owner[q].tolist()], dtype=np.int64)
-            hi = np.array([self.last_of[o] for o in owner[q].tolist()], dtype=np.int64)
-            out[q] = np.clip(k, lo, hi)
+            out[q] = a + np.searchsorted(keys[a:b], t[q], side=side)
         return out
+
+    def _bounds(self, owner: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The first and last piece of each owner."""
+        o = owner.tolist()
+        return (np.array([self.first_of[x] for x in o], dtype=np.int64), np.array([self.last_of[x] for x in o], dtype=np.int64))
 
 
 def pieces(trace: RankTrace, sel: Selection, anc: Anchors, steps: list[int]) -> Pieces:
