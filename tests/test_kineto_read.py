@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dagprof.errors import DagprofError
-from dagprof.traces.events import Kind, LaneKind
+from dagprof.traces.events import Dep, Kind, LaneKind
 from dagprof.traces.kineto import read_kineto
 from dagprof.traces.kineto_schema import canonical_collective, comm_role, kernel_dtype
 
@@ -76,14 +76,14 @@ def test_nccl_data_fields_for_replay():
     assert np.all(ev.nbytes[comm] > 0)  # from the collective metadata (In msg nelems * dtype)
     # every kernel and memcpy is launched by a runtime call: one flow each
     gpu = np.flatnonzero(np.isin(ev.lane, [i for i, lane in enumerate(t.lanes) if lane.kind == LaneKind.GPU_STREAM]))
-    launched = set(t.flows[ev.kind[t.flows[:, 0]] == Kind.RUNTIME][:, 1].tolist())
-    assert launched == set(gpu.tolist())
+    launch = t.flows[t.rules() == Dep.LAUNCH]
+    assert set(launch[:, 1].tolist()) == set(gpu.tolist()) and np.all(ev.kind[launch[:, 0]] == Kind.RUNTIME)
     # kernels inherit forward / backward / update from the op that launched them
     kern = ev.kind[gpu]
     assert (kern == Kind.FORWARD).sum() > 500 and (kern == Kind.BACKWARD).sum() > 1000 and (kern == Kind.UPDATE).sum() > 0
     # the comm stream waits for the compute stream's work issued before each collective
-    into_comm = t.flows[np.isin(t.flows[:, 1], comm) & (ev.kind[t.flows[:, 0]] != Kind.RUNTIME)]
-    assert len(into_comm) == 21
+    into_comm = t.flows[np.isin(t.flows[:, 1], comm) & (t.rules() == Dep.COLL_READY)]
+    assert len(into_comm) == 21 and not np.isin(into_comm[:, 0], comm).any()
     _no_overlap_at_depth0(t)
 
 
@@ -189,7 +189,7 @@ def test_schema_table():
 def test_cuda_sync_records_become_cross_stream_and_host_waits():
     t = read_kineto(f"{DATA}/critical_path/cuda_event_sync_multi_stream/event_sync_trace.json.gz")
     ev = t.events
-    pairs = {(t.lanes[ev.lane[s]].name, t.lanes[ev.lane[d]].name, ev.name_of(d)) for s, d in t.flows if ev.kind[s] != Kind.RUNTIME}
+    pairs = {(t.lanes[ev.lane[s]].name, t.lanes[ev.lane[d]].name, ev.name_of(d)) for (s, d), r in zip(t.flows, t.rules()) if r != Dep.LAUNCH}
     assert ("GPU 0 stream 20", "GPU 0 stream 24", "Memset (Device)") in pairs  # Stream Wait Event
     assert any(dst == "cudaDeviceSynchronize" for _, _, dst in pairs)  # host blocked on the device
     assert not any(dst == "cudaEventQuery" for _, _, dst in pairs)  # a poll is not a wait

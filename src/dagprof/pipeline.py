@@ -36,6 +36,7 @@ class Profiled:
     def warnings(self) -> list[str]:
         """What the readers noticed but could work around (a short step window, no DDP buckets...)."""
         seen = list(self.run.meta.get("warnings", []))
+        seen += [w for w in self.graph.meta.get("warnings", []) if w not in seen]
         for t in self.run.ranks:
             seen += [w for w in t.meta.get("warnings", []) if w not in seen]
         return seen
@@ -46,21 +47,23 @@ class Profiled:
         return self.analysis.to_dict() | {"findings": [f.to_dict() for f in self.findings], "warnings": self.warnings, "clock_alignment": clocks}
 
 
-def open_run(path: str | os.PathLike[str], steps: range | None = None, engine: str = "auto", template: bool = False) -> Profiled:
+def open_run(path: str | os.PathLike[str], steps: range | None = None, engine: str = "auto", template: bool = False,
+             step_marker: str | None = None) -> Profiled:
     """Load, align, build and replay a run.
 
     The graph keeps every profiled step with its own measured op times, so what-ifs apply to each
     real step and their predictions keep its step-to-step variation. ``template`` replaces each op's
     time by its mean over the steps (dPRO's averaged replay): smoother, but on a machine whose load
     swings it predicts short, since the mean of each step's slowest path exceeds the slowest path
-    of mean times.
+    of mean times. ``step_marker`` names the annotation that opens each iteration in a trace without
+    ``ProfilerStep`` markers (without either, the profiled window is one iteration).
     """
     run = load(path)
     if "ps" in run.meta:  # a parameter-server job: processes on one clock, no collectives to align by
         graph = fit_ps_link(build_ps_graph(run, steps=steps))
     else:
         run, matching = on_one_clock(run)  # kept: the measured timeline is written on this clock
-        graph = build_graph(run, steps=steps, matching=matching)
+        graph = build_graph(run, steps=steps, matching=matching, step_marker=step_marker)
     if template:
         graph = average_steps(graph)
     a = analyze(graph, replay(graph, engine=engine))

@@ -11,7 +11,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> dict:
-    prof = open_run(args.run, steps=args.steps)
+    prof = open_run(args.run, steps=args.steps, step_marker=args.step_marker)
     return prof.to_dict()
 
 

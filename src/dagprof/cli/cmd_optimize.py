@@ -15,7 +15,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> dict:
     caps = tuple(args.bucket_mb)
-    prof = open_run(args.run, steps=args.steps)
+    prof = open_run(args.run, steps=args.steps, step_marker=args.step_marker)
     search = search_bucket_sizes(prof.graph, caps)
     best = search.best.cap_mb
     advice = ("keep the current buckets: no candidate is predicted faster" if best is None or search.predicted_gain_pct < 0.5

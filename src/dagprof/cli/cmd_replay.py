@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 
+from ..analysis.explain import DEFAULT_THRESHOLD_US, explain, text_lines
 from ..pipeline import open_run, write_outputs
 from .common import add_out_argument, add_run_arguments, ms, out_dir, pct, warning_lines
 
@@ -13,14 +14,21 @@ def add_arguments(p) -> None:
     add_out_argument(p, "replay.trace.json, measured.trace.json and report.html")
     p.add_argument("--engine", choices=["auto", "numba", "python"], default="auto")
     p.add_argument("--template", action="store_true", help="replay every step with each op's mean time over the steps (dPRO's averaged replay)")
+    p.add_argument("--explain", action="store_true",
+                   help="where the replay departs from the measured timeline, per lane, and the edge that held each op back")
+    p.add_argument("--explain-threshold", type=float, default=DEFAULT_THRESHOLD_US / 1e3, metavar="MS",
+                   help=f"drift that counts as a departure (default {DEFAULT_THRESHOLD_US / 1e3:g} ms)")
 
 
 def run(args) -> dict:
-    prof = open_run(args.run, steps=args.steps, engine=args.engine, template=args.template)
+    prof = open_run(args.run, steps=args.steps, engine=args.engine, template=args.template, step_marker=args.step_marker)
     files = write_outputs(prof, out_dir(args.out, args.run))
     a = prof.to_dict()
     keep = ("measured_iter_ms", "predicted_iter_ms", "error_pct", "per_rank", "steps", "nodes", "edges", "engine", "warnings")
-    return {k: a[k] for k in keep} | {"files": files}
+    out = {k: a[k] for k in keep}
+    if args.explain:
+        out["explain"] = explain(prof.graph, prof.analysis.result, threshold_us=args.explain_threshold * 1e3).to_dict()
+    return out | {"files": files}
 
 
 def to_text(r: dict) -> str:
@@ -32,5 +40,8 @@ def to_text(r: dict) -> str:
         err = 100 * (row["predicted_iter_ms"] - measured) / measured if measured == measured else None
         lines.append(f"{row['rank']:>6} {ms(row['measured_iter_ms']):>12} {ms(row['predicted_iter_ms']):>12} {pct(err):>9}")
     lines.append(f"iteration (slowest rank): measured {ms(r['measured_iter_ms'])}, predicted {ms(r['predicted_iter_ms'])}, error {pct(r['error_pct'])}")
+    if "explain" in r:
+        lines += ["", *text_lines(r["explain"])]
     lines += [f"{k.replace('_', ' ')}: {os.path.relpath(v)}" for k, v in r["files"].items()]
     return "\n".join(lines)
+

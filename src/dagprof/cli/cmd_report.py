@@ -14,7 +14,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> dict:
-    prof = open_run(args.run, steps=args.steps)
+    prof = open_run(args.run, steps=args.steps, step_marker=args.step_marker)
     return {"files": write_outputs(prof, out_dir(args.out, args.run))}
 
 

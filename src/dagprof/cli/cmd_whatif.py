@@ -64,7 +64,7 @@ def _scenarios(args) -> list[Scenario]:
 
 
 def run(args) -> dict:
-    prof = open_run(args.run, steps=args.steps, template=args.template)
+    prof = open_run(args.run, steps=args.steps, template=args.template, step_marker=args.step_marker)
     cluster = Cluster(link=args.link, topology=args.topology, link_model=args.link_model, first_bucket_mb=args.first_bucket_mb,
                       overlap=not args.no_overlap, cores=args.cores, ranks_per_host=args.ranks_per_host, fine=args.fine)
     measured = prof.analysis.measured_us

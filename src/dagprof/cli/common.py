@@ -19,6 +19,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="a dagprof run folder, or a folder (or file) of torch.profiler traces")
     p.add_argument("--steps", type=steps_arg, default=None, metavar="A:B",
                    help="profiled steps to use: A:B = steps A..B-1, A = step A alone (default: all that every rank has)")
+    p.add_argument("--step-marker", metavar="NAME", default=None,
+                   help="annotation that opens each iteration when the trace has no ProfilerStep (default: the whole window is one)")
 
 
 def add_out_argument(p: argparse.ArgumentParser, what: str) -> None:

@@ -2,10 +2,11 @@
 
 Rules, all derived from the normalised events (``traces.events`` conventions):
 - every depth-0 event of a lane is a node; a lane's nodes form a chain (program order);
-- a depth-0 op with a flow endpoint nested inside (a kernel launch, a device sync) is split at
-  that point, so a kernel depends on the moment of its launch, not on the end of the enclosing op;
-- a host wait (``COMM_WAIT``) costs no time of its own: it ends when what it waits for ends, and
-  whatever it measured beyond that becomes overhead (gap);
+- a flow joins two instants its ``Dep`` rule names (a launch: the call's start; most others: the
+  source's end); a depth-0 op with such an instant inside is cut there, so a kernel depends on the
+  moment of its launch, not on the end of the op around the launch call;
+- a host wait (a sync call, a blocking copy, a c10d wait on a host transfer) costs no time of its
+  own: it ends when what it waits for ends, and whatever it measured beyond that becomes overhead (gap);
 - a collective instance (matched across ranks by ``align.matching``) becomes one shared ``COMM``
   node on its process group's channel behind a ``SYNC`` join of every rank's ready point: it starts
   only once every participant entered it, so waiting for a slower rank emerges in the replay. The
@@ -13,12 +14,16 @@ Rules, all derived from the normalised events (``traces.events`` conventions):
   of its own readiness and the previous completion, on the rank where that is shortest (the last to
   enter waits for nobody). Spaced by completions, the replay reproduces when collectives finish even
   where a profile's spans overlap (gloo runs two at once on a shared link) or include queueing
-  (hook spans run from issue to completion); ``meta["comm_lanes"]`` says whether they overlapped;
+  (hook spans run from issue to completion); ``meta["comm_lanes"]`` says whether they overlapped.
+  A collective that only one loaded rank took part in (a single-rank trace of a larger job) keeps
+  its measured duration: it includes waiting for peers nobody recorded;
 - each node's ``gap`` is its measured start minus the latest measured end of its predecessors
   (clipped at 0): the framework overhead the replayer adds back (dPRO);
 - zero-cost ``STEP`` nodes mark every step boundary on each rank's main lane; each rank's first one
   starts at its measured offset from the earliest rank (clocks aligned beforehand), so the replay
-  begins as skewed as the run did.
+  begins as skewed as the run did; the closing one also follows every lane's last op that ended before it.
+
+``meta["provenance"]`` keeps each node's measured interval and each edge's rule (``graph.provenance``).
 """
 from __future__ import annotations
 
@@ -29,12 +34,14 @@ import numpy as np
 from ..align.matching import Matching
 from ..align.one_clock import on_one_clock
 from ..errors import DagprofError
-from ..traces.events import Kind, LaneKind, RankTrace, Run
+from ..traces.events import CLOCK_JITTER_US, Dep, Kind, LaneKind, RankTrace, Run
+from ..traces.step_marks import mark_steps
 from ..traces.steps import iteration_us
 from .dag import DeviceKind, Graph, GraphBuilder
+from .provenance import GraphRule, Provenance
 
 _LANE_DEVICE = {LaneKind.CPU_THREAD: DeviceKind.HOST, LaneKind.GPU_STREAM: DeviceKind.COMPUTE, LaneKind.COMM_THREAD: DeviceKind.COMM}
-_END_MARK = -1  # event id of the closing step marker
+_WAIT_RULES = np.array([Dep.SYNC, Dep.COPY, Dep.STAGE, Dep.COMM_WAIT])
 
 
 def common_steps(run: Run, steps: range | None = None) -> list[int]:
@@ -58,15 +65,22 @@ def measured_iter_us(trace: RankTrace, steps: list[int]) -> float:
     return iteration_us(spans[np.isin(spans[:, 0].astype(int), steps)])
 
 
-def build_graph(run: Run, steps: range | None = None, matching: Matching | None = None) -> Graph:
-    """The global DAG of ``run`` over the steps all ranks profiled, its ranks' clocks aligned first (once)."""
+def build_graph(run: Run, steps: range | None = None, matching: Matching | None = None, step_marker: str | None = None) -> Graph:
+    """The global DAG of ``run`` over the steps all ranks profiled, its ranks' clocks aligned first (once).
+
+    ``step_marker`` names the annotation that opens each iteration when the trace has no
+    ``ProfilerStep``; without either, the whole profiled window is one iteration (``traces.step_marks``).
+    """
     if not run.ranks:
         raise DagprofError("no rank traces to build a graph from", run.source)
+    run = mark_steps(run, step_marker)
     chosen = common_steps(run, steps)
     run, matching = on_one_clock(run, matching)
     asm = _Assembler()
     for pos, trace in enumerate(run.ranks):
-        asm.add_rank(trace, chosen, matching.instance[pos])
+        inst = np.full(len(trace.events), -1, dtype=np.int64)
+        inst[: len(matching.instance[pos])] = matching.instance[pos][: len(inst)]  # a window marker adds a row
+        asm.add_rank(trace, chosen, inst)
     asm.add_collectives()
     g = asm.finish()
     g.meta.update(
@@ -78,10 +92,207 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         buckets=[{"index": bk.index, "nbytes": bk.nbytes, "params": bk.params} for bk in run.ranks[0].buckets],
         source=run.source,
     )
+    if run.meta.get("warnings"):
+        g.meta["warnings"] = list(run.meta["warnings"])
     g.meta.update(run.meta.get("graph_meta", {}))
     return g
 
 
+# ------------------------------------------------------------------ stage 1: which events
+@dataclass(frozen=True, eq=False)
+class Selection:
+    """Which of a rank's events become graph material.
+
+    ``node``: depth-0 events of the chosen steps, each one or more nodes (pieces) on its lane;
+    ``shared``: collective transfers matched to an instance (one node for all ranks);
+    ``owner``: per event, the selected depth-0 event around it (itself when selected), -1 none;
+    ``spans``: (step, start, end) of the chosen steps; ``main``: the lane that carries the step marks.
+    """
+
+    node: np.ndarray
+    shared: np.ndarray
+    owner: np.ndarray
+    spans: np.ndarray
+    main: int
+
+
+def select(trace: RankTrace, steps: list[int], instance: np.ndarray) -> Selection:
+    """The events of ``steps`` that become nodes, and the transfers that become shared collectives."""
+    ev = trace.events
+    top = (ev.depth == 0) & (ev.kind != Kind.STEP) & np.isin(ev.step, steps)
+    shared = top & (instance >= 0)
+    node = top & ~shared
+    spans = trace.step_spans()
+    spans = spans[np.isin(spans[:, 0].astype(int), steps)]
+    main = next((i for i, lane in enumerate(trace.lanes) if lane.main), 0)
+    return Selection(node, shared, _owners(trace, node), spans, main)
+
+
+# ------------------------------------------------------------------ stage 2: flows as instants
+@dataclass(frozen=True, eq=False)
+class Anchors:
+    """The rank's usable flows as instants on lanes, one row per flow.
+
+    ``src_at``: when, on the source's lane, what the destination needs was done (the source's end;
+    for a launch, the call's start). ``dst_at``: where, on the destination's lane, the dependent
+    part begins. ``until``: for a wait, the instant it ends (the lane is blocked on
+    [``dst_at``, ``until``] and released when ``src_at`` passes); NaN otherwise.
+    """
+
+    src: np.ndarray
+    dst: np.ndarray
+    rule: np.ndarray
+    src_at: np.ndarray
+    dst_at: np.ndarray
+    until: np.ndarray
+
+
+def anchors(trace: RankTrace, sel: Selection) -> Anchors:
+    """Flows whose both ends are graph material, with the instants their rules join."""
+    ev = trace.events
+    f, rule = trace.flows, trace.rules()
+    if len(f):
+        n = len(ev)
+        ok = (f[:, 0] >= 0) & (f[:, 1] >= 0) & (f[:, 0] < n) & (f[:, 1] < n)
+        f, rule = f[ok], rule[ok]
+        usable = sel.shared | (sel.owner >= 0)
+        ok = usable[f[:, 0]] & usable[f[:, 1]] & ~(sel.shared[f[:, 0]] & sel.shared[f[:, 1]])
+        f, rule = f[ok], rule[ok]
+    s, d = (f[:, 0], f[:, 1]) if len(f) else (np.empty(0, np.int64), np.empty(0, np.int64))
+    end = ev.end
+    src_at = np.where(rule == Dep.LAUNCH, ev.start[s], end[s])
+    until = np.where(rule == Dep.STAGE, np.clip(end[s], ev.start[d], end[d]), end[d])
+    # an empty wait (a call that returned at once, or a drain already done) binds where it stands
+    wait = (np.isin(rule, _WAIT_RULES) | ((rule == Dep.AFTER) & (ev.kind[d] == Kind.COMM_WAIT))) & ~sel.shared[d] & (until > ev.start[d])
+    return Anchors(s, d, rule.astype(np.int16), src_at, ev.start[d].astype(np.float64), np.where(wait, until, np.nan))
+
+
+# ------------------------------------------------------------------ stage 3: pieces
+@dataclass(frozen=True, eq=False)
+class Pieces:
+    """The rank's lanes cut into pieces, sorted by (lane, start): each piece becomes one node.
+
+    ``owner``: the depth-0 event a piece is part of (-1 for a step mark); ``mark``: the step a mark
+    opens (``max(steps) + 1`` for the closing one), -1 for other pieces; ``wait``: the event a piece
+    waits in (-1 none); ``lane_at[l]:lane_at[l+1]`` are lane l's pieces; ``reach``: the running
+    maximum of piece ends along each lane (what the lane had done by then).
+    """
+
+    lane: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    owner: np.ndarray
+    mark: np.ndarray
+    wait: np.ndarray
+    lane_at: np.ndarray
+    reach: np.ndarray
+    first_of: dict[int, int]  # owner -> its first piece
+    last_of: dict[int, int]  # owner -> its last piece
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def progress(self, lane: np.ndarray, t: np.ndarray, owner: np.ndarray) -> np.ndarray:
+        """Per query: the piece on ``lane`` that completed what ``owner`` had done by ``t`` (-1 none)."""
+        k = np.minimum(self._search(self.reach, "right", lane, t) - 1, self._bounds(owner)[1])
+        return np.where(k >= self.lane_at[lane], k, -1)
+
+    def entry(self, lane: np.ndarray, t: np.ndarray, owner: np.ndarray) -> np.ndarray:
+        """Per query: the first piece of ``owner`` that starts at or after ``t``."""
+        return np.clip(self._search(self.start, "left", lane, t), *self._bounds(owner))
+
+    def release(self, lane: np.ndarray, t: np.ndarray, owner: np.ndarray) -> np.ndarray:
+        """Per query: the piece of ``owner`` that ends at ``t`` (where a wait is released)."""
+        return np.clip(self._search(self.reach, "left", lane, t), *self._bounds(owner))
+
+    def _search(self, keys: np.ndarray, side: str, lane: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Per query, ``searchsorted`` of ``t`` in ``keys`` within its lane's pieces (global positions)."""
+        out = np.empty(len(t), dtype=np.int64)
+        for lane_id in np.unique(lane).tolist():
+            q = np.flatnonzero(lane == lane_id)
+            a, b = self.lane_at[lane_id], self.lane_at[lane_id + 1]
+            out[q] = a + np.searchsorted(keys[a:b], t[q], side=side)
+        return out
+
+    def _bounds(self, owner: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The first and last piece of each owner."""
+        o = owner.tolist()
+        return (np.array([self.first_of[x] for x in o], dtype=np.int64), np.array([self.last_of[x] for x in o], dtype=np.int64))
+
+
+def pieces(trace: RankTrace, sel: Selection, anc: Anchors, steps: list[int]) -> Pieces:
+    """Cut every selected event at the instants flows join inside it; add the step marks on the main lane."""
+    ev = trace.events
+    nodes = np.flatnonzero(sel.node)
+    end = np.maximum(ev.end, ev.start)
+    owner = [nodes, nodes]
+    at = [ev.start[nodes], end[nodes]]
+    src_in = ~sel.shared[anc.src]
+    dst_in = ~sel.shared[anc.dst]
+    waits = np.isfinite(anc.until)
+    for rows, t in ((anc.src[src_in], anc.src_at[src_in]), (anc.dst[dst_in], anc.dst_at[dst_in]), (anc.dst[waits], anc.until[waits])):
+        o = sel.owner[rows]
+        inside = (t > ev.start[o]) & (t < end[o])
+        owner.append(o[inside])
+        at.append(t[inside])
+    o, t = np.concatenate(owner), np.concatenate(at)
+    rank_of = np.empty(len(ev), dtype=np.int64)  # owners in (lane, start) order
+    rank_of[nodes[np.lexsort((ev.start[nodes], ev.lane[nodes]))]] = np.arange(len(nodes))
+    order = np.lexsort((t, rank_of[o]))
+    o, t = o[order], t[order]
+    keep = np.ones(len(o), dtype=bool)
+    keep[1:] = (o[1:] != o[:-1]) | (t[1:] != t[:-1])
+    o, t = o[keep], t[keep]
+    # consecutive boundaries of one owner bound a piece; an owner with a single boundary is one empty piece
+    same = np.zeros(len(o), dtype=bool)  # the next boundary is the same owner's
+    same[:-1] = o[1:] == o[:-1]
+    first = np.ones(len(o), dtype=bool)
+    first[1:] = o[1:] != o[:-1]
+    alone = ~same & first
+    nxt = np.flatnonzero(same) + 1
+    p_owner = np.concatenate([o[same], o[alone]])
+    p_start = np.concatenate([t[same], t[alone]])
+    p_end = np.concatenate([t[nxt], t[alone]])
+    # the step marks: each chosen step's start and the closing boundary, on the main lane
+    if len(sel.spans):
+        m_start = np.r_[sel.spans[:, 1], sel.spans[:, 2].max()]
+        m_step = np.r_[sel.spans[:, 0].astype(np.int64), max(steps) + 1]
+    else:
+        m_start, m_step = np.empty(0), np.empty(0, np.int64)
+    lane = np.r_[ev.lane[p_owner], np.full(len(m_start), sel.main)].astype(np.int64)
+    start = np.r_[p_start, m_start]
+    stop = np.r_[p_end, m_start]
+    own = np.r_[p_owner, np.full(len(m_start), -1)]
+    mark = np.r_[np.full(len(p_owner), -1), m_step]
+    order = np.lexsort((stop, mark < 0, start, lane))  # a mark comes before an op starting with it
+    lane, start, stop, own, mark = lane[order], start[order], stop[order], own[order], mark[order]
+    lane_at = np.searchsorted(lane, np.arange(len(trace.lanes) + 1), side="left")
+    reach = stop.copy()
+    for a, b in zip(lane_at[:-1].tolist(), lane_at[1:].tolist()):
+        reach[a:b] = np.maximum.accumulate(stop[a:b]) if b > a else reach[a:b]
+    idx = np.arange(len(own))
+    real = own >= 0
+    first_of = dict(zip(own[real][::-1].tolist(), idx[real][::-1].tolist()))
+    last_of = dict(zip(own[real].tolist(), idx[real].tolist()))
+    wait = _mark_waits(lane, start, reach, own, anc, sel, first_of, last_of, lane_at)
+    return Pieces(lane, start, stop, own, mark, wait, lane_at, reach, first_of, last_of)
+
+
+def _mark_waits(lane, start, reach, own, anc: Anchors, sel: Selection, first_of, last_of, lane_at) -> np.ndarray:
+    """Per piece, the event it waits in (-1 none): the pieces inside each wait's interval."""
+    wait = np.full(len(own), -1, dtype=np.int64)
+    rows = np.flatnonzero(np.isfinite(anc.until))
+    for r in rows.tolist():
+        o = int(sel.owner[anc.dst[r]])
+        lane_id = int(lane[first_of[o]])
+        a, b = lane_at[lane_id], lane_at[lane_id + 1]
+        k0 = max(a + int(np.searchsorted(start[a:b], anc.dst_at[r], side="left")), first_of[o])
+        k1 = min(a + int(np.searchsorted(reach[a:b], anc.until[r], side="left")), last_of[o])
+        wait[k0:k1 + 1] = anc.dst[r]
+    return wait
+
+
+# ------------------------------------------------------------------ the assembler
 @dataclass
 class _CollectiveEnd:
     """One rank's view of a collective instance."""
@@ -89,9 +300,10 @@ class _CollectiveEnd:
     rank: int
     start: float
     end: float
-    prev_end: float  # completion of this rank's previous collective
-    ready: list[int] = field(default_factory=list)  # node ids it waits on (enqueue)
-    needs: list[int] = field(default_factory=list)  # node ids that wait on it
+    prev_end: float  # completion of this rank's previous collective (any group)
+    prev_end_group: float  # ... of its previous collective in the same group
+    ready: list[tuple[int, int]] = field(default_factory=list)  # (node, rule) it waits on (enqueue)
+    needs: list[tuple[int, int]] = field(default_factory=list)  # (node, rule) that wait on it
     name: str = ""
     nbytes: int = 0
     bucket: int = -1
@@ -103,145 +315,136 @@ class _CollectiveEnd:
 class _Assembler:
     def __init__(self) -> None:
         self.b = GraphBuilder()
-        self.mstart: list[float] = []  # measured start per node (rank-local clock)
+        self.mstart: list[float] = []  # measured dependent instant per node (rank-local clock); NaN: shared
         self.mend: list[float] = []
-        self.src: list[int] = []
-        self.dst: list[int] = []
-        self.edge_end: dict[tuple[int, int], float] = {}  # measured end of u as seen by v, when u is shared
+        self.src: list[np.ndarray] = []
+        self.dst: list[np.ndarray] = []
+        self.rule: list[np.ndarray] = []
+        self.seen: list[np.ndarray] = []  # u's end as v's rank saw it, NaN: u's own measured end
         self.instances: dict[int, list[_CollectiveEnd]] = {}
         self.fixed_gap: dict[int, float] = {}  # shared nodes: gap not derivable from one clock
         self.comm_lanes = 1  # most collectives a rank ran at once (threads or streams they used)
         self.first_marks: dict[int, float] = {}  # each rank's first step boundary -> its start on the shared clock
 
-    # -- nodes and edges -------------------------------------------------
-    def node(self, name: str, kind: Kind, mstart: float, mend: float, **kw) -> int:
-        v = self.b.add_node(name, kind, dur=mend - mstart, order=mstart, **kw)
+    def node(self, name: str, kind: Kind, mstart: float, mend: float, dur: float | None = None, order: float | None = None, **kw) -> int:
+        """A node measured on [mstart, mend] (NaN: on no single clock; give ``dur`` then)."""
+        if order is None:
+            order = mstart if np.isfinite(mstart) else 0.0
+        v = self.b.add_node(name, kind, dur=mend - mstart if dur is None else dur, order=order, **kw)
         self.mstart.append(mstart)
         self.mend.append(mend)
         return v
 
-    def edge(self, u: int, v: int) -> None:
-        if u != v:
-            self.src.append(u)
-            self.dst.append(v)
+    def edges(self, u, v, rule, seen=None) -> None:
+        u, v = np.atleast_1d(np.asarray(u, np.int64)), np.atleast_1d(np.asarray(v, np.int64))
+        ok = (u >= 0) & (v >= 0) & (u != v)
+        self.src.append(u[ok])
+        self.dst.append(v[ok])
+        self.rule.append(np.broadcast_to(np.asarray(rule, np.int16), u.shape)[ok])
+        self.seen.append(np.full(int(ok.sum()), np.nan) if seen is None else np.broadcast_to(np.asarray(seen, float), u.shape)[ok])
 
-    # -- one rank --------------------------------------------------------
+    # -- one rank: select -> anchors -> pieces -> nodes -> edges
     def add_rank(self, trace: RankTrace, steps: list[int], instance: np.ndarray) -> None:
+        sel = select(trace, steps, instance)
+        anc = anchors(trace, sel)
+        cut = pieces(trace, sel, anc, steps)
+        node_of = self._nodes(trace, cut, steps, sel.main)
+        self._flow_edges(trace, sel, anc, cut, node_of, instance)
+        self._window_start(cut, node_of, steps)
+        self._window_end(trace, cut, node_of)
+
+    def _nodes(self, trace: RankTrace, cut: Pieces, steps: list[int], main: int) -> np.ndarray:
+        """One node per piece, chained along each lane; returns the node id of every piece."""
+        ev, r = trace.events, trace.rank
+        devices = [self.b.device(f"rank{r}/{lane.name}", _LANE_DEVICE[lane.kind], rank=r) for lane in trace.lanes]
+        node_of = np.empty(len(cut), dtype=np.int64)
+        for k in range(len(cut)):
+            lane, a, z, o, w = int(cut.lane[k]), float(cut.start[k]), float(cut.end[k]), int(cut.owner[k]), int(cut.wait[k])
+            if o < 0:
+                step = int(cut.mark[k])
+                v = self.node(f"rank{r}.step{step}", Kind.STEP, a, a, rank=r, device=devices[lane], step=step)
+                if step == steps[0]:
+                    self.first_marks[v] = trace.base_ns / 1e3 + a  # us on the shared (aligned) clock
+            else:
+                kind = Kind.COMM_WAIT if w >= 0 else Kind(int(ev.kind[o]))
+                layer = int(ev.layer[o])
+                v = self.node(
+                    f"rank{r}.{ev.name_of(w if w >= 0 else o)}", kind, z if kind == Kind.COMM_WAIT else a, z, order=a, rank=r,
+                    device=devices[lane], step=int(ev.step[o]), layer=self.b.layer(trace.layers[layer]) if layer >= 0 else -1,
+                    bucket=int(ev.bucket[o]), nbytes=int(ev.nbytes[o]),
+                )
+            node_of[k] = v
+        same_lane = cut.lane[1:] == cut.lane[:-1]
+        self.edges(node_of[:-1][same_lane], node_of[1:][same_lane], GraphRule.PROGRAM_ORDER)
+        if len(cut):
+            self.b.meta.setdefault("main_device", {})[r] = devices[main]
+        return node_of
+
+    def _flow_edges(self, trace: RankTrace, sel: Selection, anc: Anchors, cut: Pieces, node_of: np.ndarray, instance: np.ndarray) -> None:
+        """Flows between pieces; flows into or out of a shared collective become its ready points and needs."""
         ev = trace.events
-        r = trace.rank
-        in_steps = np.isin(ev.step, steps)
-        top = (ev.depth == 0) & (ev.kind != Kind.STEP) & in_steps
-        coll = top & (instance >= 0)
-        top &= ~coll
-        flows = _valid_flows(trace)
-        owner = _owners(trace, top | coll)
-        # Split points inside depth-0 ops, from nested flow endpoints.
-        cuts: dict[int, set[float]] = {}
-        waits: dict[int, list[int]] = {}
-        for s, d in flows:
-            if not (top[s] or coll[s]) and owner[s] >= 0:
-                cuts.setdefault(int(owner[s]), set()).add(float(ev.start[s] + ev.dur[s]))
-            if not (top[d] or coll[d]) and owner[d] >= 0:
-                o = int(owner[d])
-                cuts.setdefault(o, set()).add(float(ev.start[d]))
-                if ev.kind[d] == Kind.COMM_WAIT:
-                    cuts[o].add(float(ev.start[d] + ev.dur[d]))
-                    waits.setdefault(o, []).append(int(d))
-        first: dict[int, int] = {}  # event -> first piece's node (incoming edges)
-        piece_at: dict[tuple[int, float], int] = {}  # (event, piece start) -> node
-        piece_end: dict[tuple[int, float], int] = {}  # (event, piece end) -> node
-        last: dict[int, int] = {}
-        spans = trace.step_spans()
-        spans = spans[np.isin(spans[:, 0].astype(int), steps)]
-        main_lane = next((i for i, lane in enumerate(trace.lanes) if lane.main), 0)
-        for lane_id, lane in enumerate(trace.lanes):
-            sel = np.flatnonzero(top & (ev.lane == lane_id))
-            items = [(float(ev.start[i]), 1, int(i)) for i in sel]
-            if lane_id == main_lane:
-                items += [(float(s), 0, -2 - int(step)) for step, s, _ in spans]
-                items.append((float(spans[:, 2].max()), 2, _END_MARK))
-            if not items:
-                continue
-            device = self.b.device(f"rank{r}/{lane.name}", _LANE_DEVICE[lane.kind], rank=r)
-            items.sort()
-            chain: list[int] = []
-            prev_end = -np.inf
-            for s, _, i in items:
-                s = max(s, prev_end)  # readers guarantee no overlap; tolerate rounding
-                if i < 0:
-                    step = max(steps) + 1 if i == _END_MARK else -2 - i
-                    chain.append(self.node(f"rank{r}.step{step}", Kind.STEP, s, s, rank=r, device=device, step=step))
-                    if step == steps[0]:
-                        self.first_marks[chain[-1]] = trace.base_ns / 1e3 + s  # us on the shared (aligned) clock
-                    prev_end = s
-                    continue
-                e = max(s, float(ev.start[i] + ev.dur[i]))
-                bounds = sorted({s, e, *(c for c in cuts.get(i, ()) if s < c < e)})
-                wait_spans = {(float(ev.start[w]), float(ev.start[w] + ev.dur[w])): w for w in waits.get(i, [])}
-                for a, z in zip(bounds[:-1], bounds[1:]) if len(bounds) > 1 else [(s, e)]:
-                    w = wait_spans.get((a, z))
-                    kind = Kind.COMM_WAIT if w is not None else Kind(int(ev.kind[i]))
-                    name = ev.name_of(w if w is not None else i)
-                    v = self._event_node(trace, i, kind, name, a, z, device)
-                    first.setdefault(i, v)
-                    piece_at[(i, a)] = v
-                    piece_end[(i, z)] = v
-                    last[i] = v
-                    chain.append(v)
-                prev_end = e
-            for u, v in zip(chain[:-1], chain[1:]):
-                self.edge(u, v)
-            if lane_id == main_lane:
-                self.b.meta.setdefault("main_device", {})[r] = device
+        src_local, dst_local = ~sel.shared[anc.src], ~sel.shared[anc.dst]
+        waits = np.isfinite(anc.until)
+        u = np.full(len(anc.src), -1, dtype=np.int64)
+        v = np.full(len(anc.src), -1, dtype=np.int64)
+        q = np.flatnonzero(src_local)
+        u[q] = cut.progress(ev.lane[anc.src[q]].astype(np.int64), anc.src_at[q], sel.owner[anc.src[q]])
+        q = np.flatnonzero(dst_local & ~waits)
+        v[q] = cut.entry(ev.lane[anc.dst[q]].astype(np.int64), anc.dst_at[q], sel.owner[anc.dst[q]])
+        q = np.flatnonzero(dst_local & waits)
+        v[q] = cut.release(ev.lane[anc.dst[q]].astype(np.int64), anc.until[q], sel.owner[anc.dst[q]])
+        u_node = np.where(u >= 0, node_of[np.maximum(u, 0)], -1)
+        v_node = np.where(v >= 0, node_of[np.maximum(v, 0)], -1)
+        local = src_local & dst_local
+        self.edges(u_node[local], v_node[local], anc.rule[local])
+        ends = self._collective_ends(trace, sel, instance)
+        for k in np.flatnonzero(~local).tolist():
+            s, d, rule = int(anc.src[k]), int(anc.dst[k]), int(anc.rule[k])
+            if d in ends and u_node[k] >= 0:
+                ends[d].ready.append((int(u_node[k]), rule))
+            elif s in ends and v_node[k] >= 0:
+                ends[s].needs.append((int(v_node[k]), rule))
 
-        def out_node(s: int) -> int | None:
-            if top[s]:
-                return last.get(s)
-            o = int(owner[s])
-            return piece_end.get((o, float(ev.start[s] + ev.dur[s]))) if o >= 0 and top[o] else None
-
-        def in_node(d: int) -> int | None:
-            if top[d]:
-                return first.get(d)
-            o = int(owner[d])
-            return piece_at.get((o, float(ev.start[d]))) if o >= 0 and top[o] else None
-
-        ends: dict[int, _CollectiveEnd] = {}
-        prev_end = -np.inf
+    def _collective_ends(self, trace: RankTrace, sel: Selection, instance: np.ndarray) -> dict[int, _CollectiveEnd]:
+        """This rank's view of each shared collective, registered with its instance."""
+        ev = trace.events
+        coll = np.flatnonzero(sel.shared)
         comm_lanes = len(np.unique(ev.lane[coll])) or 1  # gloo runs collectives on a pool of threads
-        for i in sorted(np.flatnonzero(coll), key=lambda i: ev.start[i] + ev.dur[i]):
-            i = int(i)
+        ends: dict[int, _CollectiveEnd] = {}
+        prev_end, prev_group = -np.inf, {}
+        for i in sorted(coll.tolist(), key=lambda i: ev.start[i] + ev.dur[i]):
+            group = trace.groups[int(ev.group[i])] if ev.group[i] >= 0 else "0"
             ce = _CollectiveEnd(
-                rank=r, start=float(ev.start[i]), end=float(ev.start[i] + ev.dur[i]), prev_end=prev_end,
-                name=ev.name_of(i), nbytes=int(ev.nbytes[i]), bucket=int(ev.bucket[i]), step=int(ev.step[i]),
-                lanes=comm_lanes, group=trace.groups[int(ev.group[i])] if ev.group[i] >= 0 else "0",
+                rank=trace.rank, start=float(ev.start[i]), end=float(ev.start[i] + ev.dur[i]), prev_end=prev_end,
+                prev_end_group=prev_group.get(group, -np.inf), name=ev.name_of(i), nbytes=int(ev.nbytes[i]),
+                bucket=int(ev.bucket[i]), step=int(ev.step[i]), lanes=comm_lanes, group=group,
             )
-            prev_end = ce.end
+            prev_end = prev_group[group] = ce.end
             ends[i] = ce
             self.instances.setdefault(int(instance[i]), []).append(ce)
-        for s, d in flows:
-            s, d = int(s), int(d)
-            if d in ends:
-                u = out_node(s) if not coll[s] else None
-                if u is not None:
-                    ends[d].ready.append(u)
-            elif s in ends:
-                v = in_node(d)
-                if v is not None:
-                    ends[s].needs.append(v)
-            else:
-                u, v = out_node(s), in_node(d)
-                if u is not None and v is not None:
-                    self.edge(u, v)
+        return ends
 
-    def _event_node(self, trace: RankTrace, i: int, kind: Kind, name: str, a: float, z: float, device: int) -> int:
-        ev = trace.events
-        layer = int(ev.layer[i])
-        mstart = z if kind == Kind.COMM_WAIT else a  # a wait is released when its target ends
-        return self.node(
-            f"rank{trace.rank}.{name}", kind, mstart, z, rank=trace.rank, device=device, step=int(ev.step[i]),
-            layer=self.b.layer(trace.layers[layer]) if layer >= 0 else -1, bucket=int(ev.bucket[i]), nbytes=int(ev.nbytes[i]),
-        )
+    def _window_start(self, cut: Pieces, node_of: np.ndarray, steps: list[int]) -> None:
+        """Every other lane's first op follows the first step mark, so it replays at its measured offset from it."""
+        opening = np.flatnonzero(cut.mark == steps[0])
+        if not len(opening):
+            return
+        t = float(cut.start[opening[0]])
+        first = cut.lane_at[:-1]
+        first = first[(first < cut.lane_at[1:]) & (cut.owner[np.minimum(first, len(cut) - 1)] >= 0)]
+        first = first[cut.start[first] >= t]
+        self.edges(np.full(len(first), node_of[opening[0]]), node_of[first], GraphRule.WINDOW_START)
+
+    def _window_end(self, trace: RankTrace, cut: Pieces, node_of: np.ndarray) -> None:
+        """The closing step mark follows every lane's last op that ended before it."""
+        closing = np.flatnonzero(cut.mark == (cut.mark.max() if len(cut.mark) else -1))
+        if not len(closing) or cut.mark.max() < 0:
+            return
+        t = float(cut.start[closing[-1]])
+        last = cut.lane_at[1:] - 1
+        last = last[(last >= cut.lane_at[:-1]) & (cut.owner[np.maximum(last, 0)] >= 0)]
+        last = last[cut.end[last] <= t + CLOCK_JITTER_US]
+        self.edges(node_of[last], np.full(len(last), node_of[closing[-1]]), GraphRule.WINDOW_END)
 
     # -- collectives -----------------------------------------------------
     def add_collectives(self) -> None:
@@ -250,39 +453,42 @@ class _Assembler:
             head = ends[0]
             channel = self.b.device(f"group {head.group}", DeviceKind.COMM)
             self.comm_lanes = max(self.comm_lanes, max(c.lanes for c in ends))
-            sync = self.node(f"sync.{head.name}.{inst}", Kind.SYNC, 0.0, 0.0, step=head.step, bucket=head.bucket)
+            alone = len({c.rank for c in ends}) == 1  # no peer recorded: its measured span is all we know
+            at = (head.start, head.end) if alone else (np.nan, np.nan)  # measured on one clock, or on none
+            sync = self.node(f"sync.{head.name}.{inst}", Kind.SYNC, at[0], at[0], dur=0.0, order=0.0, step=head.step, bucket=head.bucket)
             self.fixed_gap[sync] = 0.0
-            durs, gaps = [], []
+            if alone:
+                c = head
+                free = max(max((self.mend[u] for u, _ in c.ready), default=c.start), c.prev_end_group)
+                dur, gap = c.end - c.start, max(0.0, c.start - free)
+            else:
+                durs, gaps = [], []
+                for c in ends:
+                    free = max(max((self.mend[u] for u, _ in c.ready), default=c.start), c.prev_end)
+                    durs.append(c.end - free)
+                    gaps.append(c.start - free)
+                dur, gap = min(durs), max(0.0, min(gaps))
+            comm = self.node(f"{head.name}.{inst}", Kind.COMM, *at, dur=dur, order=0.0, device=channel, step=head.step, bucket=head.bucket,
+                             nbytes=head.nbytes)
+            self.fixed_gap[comm] = gap
+            self.edges(sync, comm, GraphRule.COLLECTIVE)
             for c in ends:
-                ready = max((self.mend[u] for u in c.ready), default=c.start)
-                free = max(ready, c.prev_end)
-                durs.append(c.end - free)
-                gaps.append(c.start - free)
-            dur = min(durs)
-            comm = self.node(f"{head.name}.{inst}", Kind.COMM, 0.0, dur, device=channel, step=head.step, bucket=head.bucket, nbytes=head.nbytes)
-            self.fixed_gap[comm] = max(0.0, min(gaps))
-            self.edge(sync, comm)
-            for c in ends:
-                for u in c.ready:
-                    self.edge(u, sync)
-                for v in c.needs:
-                    self.edge(comm, v)
-                    self.edge_end[(comm, v)] = c.end
+                for u, rule in c.ready:
+                    self.edges(u, sync, rule)
+                for v, rule in c.needs:
+                    self.edges(comm, v, rule, seen=c.end)
 
     # -- gaps --------------------------------------------------------------
     def finish(self) -> Graph:
         n = len(self.mstart)
-        src = np.asarray(self.src, dtype=np.int64)
-        dst = np.asarray(self.dst, dtype=np.int64)
-        mend = np.asarray(self.mend)
-        seen_end = mend[src] if len(src) else np.empty(0)
-        for k, (u, v) in enumerate(zip(self.src, self.dst)):
-            if (u, v) in self.edge_end:
-                seen_end[k] = self.edge_end[(u, v)]
+        cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.empty(0, dt)  # noqa: E731
+        src, dst, rule, seen = cat(self.src, np.int64), cat(self.dst, np.int64), cat(self.rule, np.int16), cat(self.seen, np.float64)
+        mstart, mend = np.asarray(self.mstart, dtype=np.float64), np.asarray(self.mend, dtype=np.float64)
+        seen_end = np.where(np.isnan(seen), mend[src] if len(src) else seen, seen)
         latest = np.full(n, -np.inf)
-        np.maximum.at(latest, dst, seen_end)
-        mstart = np.asarray(self.mstart)
-        gap = np.where(np.isfinite(latest), np.maximum(mstart - latest, 0.0), 0.0)
+        ok = np.isfinite(seen_end)
+        np.maximum.at(latest, dst[ok], seen_end[ok])
+        gap = np.where(np.isfinite(latest) & np.isfinite(mstart), np.maximum(mstart - latest, 0.0), 0.0)
         for v, fixed in self.fixed_gap.items():
             gap[v] = fixed
         first = min(self.first_marks.values(), default=0.0)
@@ -290,16 +496,8 @@ class _Assembler:
             gap[v] = t - first
         self.b.add_edges(src, dst)
         self.b.meta["comm_lanes"] = self.comm_lanes
+        self.b.meta["provenance"] = Provenance(mstart, mend, src, dst, rule, seen_end)
         return self.b.build().replace(gap=gap)
-
-
-def _valid_flows(trace: RankTrace) -> np.ndarray:
-    f = trace.flows
-    if not len(f):
-        return f.reshape(0, 2)
-    n = len(trace.events)
-    ok = (f[:, 0] >= 0) & (f[:, 1] >= 0) & (f[:, 0] < n) & (f[:, 1] < n)
-    return f[ok]
 
 
 def _owners(trace: RankTrace, top: np.ndarray) -> np.ndarray:

@@ -20,7 +20,7 @@ from ..fsutil import atomic_open
 from .events import Bucket, EventTable, Lane, LaneKind, RankTrace
 
 CACHE_DIR = ".dagprof-cache"
-_READER_FILES = ("kineto.py", "kineto_decode.py", "kineto_schema.py", "events.py", "cache.py")
+_READER_FILES = ("kineto.py", "kineto_deps.py", "kineto_decode.py", "kineto_schema.py", "events.py", "cache.py")
 
 
 @lru_cache(maxsize=1)
@@ -73,9 +73,10 @@ def load_cached(trace_path: str) -> RankTrace | None:
                     continue
                 cols = {name: z[name] for name in EventTable.COLUMNS}
                 flows = z["flows"]
+                rules = z["flow_rule"]
         except (OSError, ValueError, KeyError):
             continue
-        return _from_header(head, cols, flows, trace_path)
+        return _from_header(head, cols, flows, rules, trace_path)
     return None
 
 
@@ -90,6 +91,7 @@ def store(trace_path: str, trace: RankTrace) -> str | None:
     }
     arrays = {c: getattr(trace.events, c) for c in EventTable.COLUMNS}
     arrays["flows"] = np.asarray(trace.flows, dtype=np.int64).reshape(-1, 2)
+    arrays["flow_rule"] = trace.rules()
     arrays["header"] = np.frombuffer(json.dumps(head).encode(), dtype=np.uint8)
     for c in _candidates(trace_path, for_writing=True):
         with contextlib.suppress(OSError):
@@ -99,12 +101,12 @@ def store(trace_path: str, trace: RankTrace) -> str | None:
     return None
 
 
-def _from_header(head: dict, cols: dict[str, np.ndarray], flows: np.ndarray, source: str) -> RankTrace:
+def _from_header(head: dict, cols: dict[str, np.ndarray], flows: np.ndarray, rules: np.ndarray, source: str) -> RankTrace:
     return RankTrace(
         rank=head["rank"], world_size=head["world_size"], source=source,
         events=EventTable(names=head["names"], **cols),
         lanes=[Lane(n, LaneKind(k), bool(m)) for n, k, m in head["lanes"]],
         base_ns=head["base_ns"], host=head["host"], backend=head["backend"], layers=head["layers"],
         groups=head["groups"], group_ranks={k: list(v) for k, v in head["group_ranks"].items()},
-        flows=flows, buckets=[Bucket(i, n, p) for i, n, p in head["buckets"]], meta=head["meta"],
+        flows=flows, flow_rule=rules, buckets=[Bucket(i, n, p) for i, n, p in head["buckets"]], meta=head["meta"],
     )

@@ -11,7 +11,8 @@ Conventions readers must follow (the graph builder relies on them):
   lane. Wrappers such as ``ProfilerStep#N`` or ``DistributedDataParallel.forward``
   are transparent (children of a wrapper keep depth 0); ops nested in a node have depth >= 1;
 - ``flows`` are intra-rank dependencies the reader knows from its format
-  (CPU launch -> GPU kernel, all-reduce enqueue -> transfer, transfer -> wait);
+  (CPU launch -> GPU kernel, all-reduce enqueue -> transfer, transfer -> wait); ``flow_rule``
+  (one ``Dep`` per flow, empty = all ``Dep.AFTER``) says which instants each one joins;
 - communication events carry ``group`` (index into ``groups``) and ``seq`` (the
   collective's position in that group on this rank), so ranks can be matched.
 """
@@ -40,6 +41,42 @@ class Kind(enum.IntEnum):
     RUNTIME = 10  # cudaLaunchKernel and friends
     STEP = 11  # iteration marker (ProfilerStep#N); in a graph, a zero-cost step boundary
     SYNC = 12  # graph only: a zero-cost join (every rank has entered a collective)
+
+
+# Host and device clocks in one trace agree to a few microseconds: an instant that precedes another by
+# less than this is not evidence against a dependency between them.
+CLOCK_JITTER_US = 5.0
+
+
+class Dep(enum.IntEnum):
+    """Why a flow u -> v exists, which fixes the two instants it joins (the graph builder cuts there).
+
+    Every rule is checkable against the measurement: v's dependent instant must not precede
+    u's instant (``graph.provenance.violations`` counts the flows that do).
+    """
+
+    AFTER = 0  # v starts after u ends; a COMM_WAIT v is a wait released when u ends (readers' default)
+    LAUNCH = 1  # GPU op v after the START of the runtime call u that issued it (a call may return after its op ran)
+    SYNC = 2  # host sync call v (stream/event/device synchronize) is a wait released when GPU op u ends
+    COPY = 3  # blocking memcpy call v (device->pageable host, synchronous cudaMemcpy) is a wait released when its copy u ends
+    STAGE = 4  # pageable host->device memcpy call v first waits for its stream to drain (u: the op before the copy), then stages
+    STREAM_WAIT = 5  # GPU op v waits for GPU op u on another stream (cudaStreamWaitEvent named by a cuda_sync record)
+    STREAM_WAIT_PLAIN = 6  # GPU op v after a plain cudaStreamWaitEvent: waits for the latest collective u, unless the trace contradicts it
+    COLL_READY = 7  # collective kernel v waits for the compute op u its thread issued before it (NCCL stream joins the current one)
+    ENQUEUE = 8  # host collective transfer v after its enqueue call u (gloo: paired by order)
+    COMM_WAIT = 9  # host wait v (c10d wait) released when host transfer u ends
+    BACKWARD_START = 10  # the autograd thread's first op v of a step after the main thread's op u (forward/loss)
+    BACKWARD_END = 11  # the main thread's op v after the autograd thread's last op u of the step (backward() returned)
+
+    @property
+    def from_start(self) -> bool:
+        """True when the source instant is u's start, not its end."""
+        return self is Dep.LAUNCH
+
+    @property
+    def wait_until_source(self) -> bool:
+        """True when v waits only until u ends, then works (the wait is the front part of v)."""
+        return self is Dep.STAGE
 
 
 class LaneKind(enum.IntEnum):
@@ -167,8 +204,15 @@ class RankTrace:
     groups: list[str] = field(default_factory=list)  # process-group names; "0" is the default group
     group_ranks: dict[str, list[int]] = field(default_factory=dict)
     flows: np.ndarray = field(default_factory=lambda: np.empty((0, 2), dtype=np.int64))
+    flow_rule: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int8))  # Dep per flow; empty: all AFTER
     buckets: list[Bucket] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+
+    def rules(self) -> np.ndarray:
+        """``flow_rule``, or ``Dep.AFTER`` for every flow when the reader gave none."""
+        if len(self.flow_rule) == len(self.flows):
+            return self.flow_rule
+        return np.full(len(self.flows), int(Dep.AFTER), dtype=np.int8)
 
     def step_spans(self) -> np.ndarray:
         """(step, start_us, end_us) rows from the STEP markers, sorted by step."""

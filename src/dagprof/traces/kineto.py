@@ -7,20 +7,25 @@ The one sequential pass is the nesting walk per CPU thread (parents, depth,
 inherited context), which is what lets kernels inherit FORWARD/BACKWARD from
 the op that launched them and lets wrappers stay transparent.
 
+The reader runs as named stages, each a function that returns a small frozen value
+object the next stages read (``_header`` -> ``_columns`` -> ``_nest`` -> ``_kinds`` ->
+``kineto_deps.dependencies`` -> ``_collectives`` -> ``_rank_trace``); nothing is set
+on the side, so the order of the calls in ``_build`` is visible in their arguments.
+
 Conventions on top of ``events.py``:
 - wrappers (``user_annotation`` ranges such as ``ProfilerStep#N``,
   ``DistributedDataParallel.forward``, ``Optimizer.step#...``, module ranges)
   get ``depth == -1``: they are not nodes; their children count from depth 0;
-- flows join the exact events (a ``cudaLaunchKernel`` nested in ``aten::mm`` -> the
-  kernel; a GPU op -> the ``cudaStreamSynchronize`` waiting for it); the graph
-  builder splits depth-0 ops at nested endpoints;
+- flows join the exact events, each with the ``Dep`` rule that made it (see
+  ``kineto_deps``); the graph builder splits depth-0 ops at nested endpoints;
 - ``seq`` is the per-group position on this rank (``Seq`` when the trace has it),
   carried by both the transfer (kernel / gloo op) and its host enqueue;
 - rank: ``distributedInfo.rank``, else the file name (``rank-3.json``,
   ``sampled_rank-1.json.gz``), else rank 0 when there is no ``distributedInfo`` at all
   (a single-process profile); ``meta["rank_source"]`` says which;
 - ``meta["collectives"]`` holds, per transfer event, the canonical collective
-  name and dtype (for cross-rank checks in ``dagprof.align``).
+  name and dtype (for cross-rank checks in ``dagprof.align``); ``meta["declined"]``
+  counts, per rule, the inferred dependencies the measured timeline contradicted.
 """
 from __future__ import annotations
 
@@ -28,6 +33,8 @@ import gc
 import operator
 import os
 import re
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -36,16 +43,18 @@ from ..errors import DagprofError
 from . import kineto_schema as ks
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace
 from .kineto_decode import decode_trace, raw_value, read_bytes
+from .kineto_deps import Deps, dependencies, enclosing_enqueue, main_lane, stream_number
 
 _NAME, _CAT, _PID, _TID, _TS, _DUR = (operator.attrgetter(f) for f in ("name", "cat", "pid", "tid", "ts", "dur"))
-
-
-def _CORR(e: ks.Event) -> int:
-    return e.args.correlation if e.args is not None else -1
-
-
 _FILE_RANK = re.compile(r"rank[-_]?(\d+)", re.I)
 _CTX_KINDS = np.array([Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE, Kind.DATA], dtype=np.int8)
+# Categories of early Kineto (2021: PyTorch 1.8/1.9, e.g. the TensorBoard plugin samples) -> today's.
+_OLD_CATS = {"Operator": "cpu_op", "Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset",
+             "Runtime": "cuda_runtime", "Driver": "cuda_driver", "User annotation": "user_annotation"}
+
+
+def _corr(e: ks.Event) -> int:
+    return e.args.correlation if e.args is not None else -1
 
 
 def read_kineto(path: str | os.PathLike[str], rank: int | None = None) -> RankTrace:
@@ -54,449 +63,406 @@ def read_kineto(path: str | os.PathLike[str], rank: int | None = None) -> RankTr
     was_enabled = gc.isenabled()
     gc.disable()  # 10^5..10^6 acyclic objects: collection passes would cost a third of the parse
     try:
-        trace = decode_trace(read_bytes(path), path)
+        data = read_bytes(path)
+        array = data[:256].lstrip()[:1] == b"["  # Chrome's JSON Array Format, as the first Kineto (PyTorch 1.8) wrote
+        trace = decode_trace(b'{"traceEvents":' + data + b"}" if array else data, path)
         if trace.traceEvents is None:
             raise DagprofError("not a Kineto trace: no 'traceEvents' list", path)
-        if not (len(trace.schemaVersion) or len(trace.distributedInfo) or len(trace.deviceProperties)):
+        kineto = _kineto_events(trace) if array else len(trace.schemaVersion) or len(trace.distributedInfo) or len(trace.deviceProperties)
+        if not kineto:
             raise DagprofError("not a Kineto trace: no schemaVersion, distributedInfo or deviceProperties", path)
-        return _Builder(trace, path, rank).build()
+        return _build(trace, path, rank)
     finally:
         if was_enabled:
             gc.enable()
 
 
-# ------------------------------------------------------------------ the builder
-class _Builder:
-    def __init__(self, trace: ks.Trace, path: str, rank: int | None):
-        self.trace, self.path, self.rank_arg = trace, path, rank
+def _kineto_events(trace: ks.Trace) -> bool:
+    """An event list without Kineto's header: does it hold PyTorch profiler events?"""
+    kinds = {"cpu_op", "kernel", "cuda_runtime", "user_annotation"}
+    return any(e.ph == "X" and _OLD_CATS.get(e.cat, e.cat) in kinds for e in (trace.traceEvents or [])[:1000])
 
-    def build(self) -> RankTrace:
-        evs = self.trace.traceEvents or []
-        self._metadata(evs)
-        xs = [e for e in evs if e.ph == "X" and e.cat not in ks.SKIP_CATS and type(e.pid) is int]
-        syncs = [e for e in evs if e.ph == "X" and e.cat == "cuda_sync"]
-        self._columns(xs)
-        self._nest()
-        self._kinds_and_steps()
-        flows = self._flows(syncs)
-        self._collectives()
-        return self._rank_trace(flows)
 
-    # -- metadata events and distributedInfo
-    def _metadata(self, evs: list[ks.Event]) -> None:
-        self.thread_names: dict[tuple[Any, Any], str] = {}
-        for e in evs:
-            if e.ph == "M" and e.name == "thread_name" and e.args is not None and len(e.args.name):
-                self.thread_names[(e.pid, e.tid)] = str(raw_value(e.args.name))
-        info = raw_value(self.trace.distributedInfo)
-        self.dist = info if isinstance(info, dict) else {}
+def _build(trace: ks.Trace, path: str, rank: int | None) -> RankTrace:
+    evs = trace.traceEvents or []
+    header = _header(trace, evs)
+    cols = _columns([e for e in evs if e.ph == "X" and e.cat not in ks.SKIP_CATS and type(e.pid) is int])
+    nest = _nest(cols)
+    kinds = _kinds(cols, nest)
+    deps = dependencies(cols, nest, kinds, [e for e in evs if e.ph == "X" and e.cat == "cuda_sync"])
+    colls = _collectives(cols, nest, deps, header)
+    return _rank_trace(trace, path, rank, header, cols, nest, kinds, deps, colls)
 
-    # -- flat columns in (lane, start, longest-first) order
-    def _columns(self, xs: list[ks.Event]) -> None:
-        n = len(xs)
-        name_id, names = _intern(list(map(_NAME, xs)))
-        cat_id, cat_ids = _intern(list(map(_CAT, xs)))
-        cats = list(cat_ids)
-        pair_keys, pair = np.unique(name_id.astype(np.int64) * len(cats) + cat_id, return_inverse=True)
-        cat_gpu = np.array([c in ks.GPU_CATS for c in cats], dtype=np.int64)
-        pid, pids = _intern_ids(list(map(_PID, xs)))
-        tid, tids = _intern_ids(list(map(_TID, xs)))  # usually ints, but the format allows strings
-        lane_codes, lane = np.unique((cat_gpu[cat_id] * len(pids) + pid) * len(tids) + tid, return_inverse=True)
-        ts = np.fromiter(map(_TS, xs), np.float64, n)
-        dur = np.fromiter(map(_DUR, xs), np.float64, n)
-        np.maximum(dur, 0.0, out=dur)
-        order = np.lexsort((-dur, ts, lane))
-        self.xs = xs  # file order; self.orig maps a row to it
-        self.orig = order
-        self.pair, self.lane, ts, self.dur = pair[order].astype(np.int32), lane[order].astype(np.int32), ts[order], dur[order]
-        self.t0 = float(ts.min()) if n else 0.0
-        self.start = ts - self.t0
-        self.n = n
-        pids_l, tids_l = list(pids), list(tids)
-        self.lane_keys = [(bool(c // len(tids_l) // len(pids_l)), pids_l[c // len(tids_l) % len(pids_l)], tids_l[c % len(tids_l)])
-                          for c in lane_codes.tolist()]
-        self.lane_gpu = np.array([k[0] for k in self.lane_keys], dtype=bool)
-        self.is_gpu = self.lane_gpu[self.lane] if n else np.zeros(0, bool)
-        self.names = list(names)
-        self.pair_name = (pair_keys // len(cats)).astype(np.int32)
-        self.info = [ks.classify(cats[int(k) % len(cats)], self.names[int(k) // len(cats)]) for k in pair_keys.tolist()]
-        self.pair_kind = np.array([i.kind for i in self.info], dtype=np.int8)
-        self.pair_ctx = np.array([i.ctx for i in self.info], dtype=np.int8)
-        self.pair_wrapper = np.array([i.wrapper for i in self.info], dtype=bool)
+
+# ------------------------------------------------------------------ stage 1: metadata
+@dataclass(frozen=True)
+class _Header:
+    """What the trace says about its process: thread names and ``distributedInfo``."""
+
+    thread_names: dict[tuple[Any, Any], str]
+    dist: dict[str, Any]
+
+
+def _header(trace: ks.Trace, evs: list[ks.Event]) -> _Header:
+    """Thread names from the metadata events, and ``distributedInfo`` ({} when absent or not an object)."""
+    names = {}
+    for e in evs:
+        if e.ph == "M" and e.name == "thread_name" and e.args is not None and len(e.args.name):
+            names[(e.pid, e.tid)] = str(raw_value(e.args.name))
+    info = raw_value(trace.distributedInfo)
+    return _Header(names, info if isinstance(info, dict) else {})
+
+
+# ------------------------------------------------------------------ stage 2: columns
+@dataclass(frozen=True, eq=False)
+class Columns:
+    """One row per complete event, in (lane, start, longest-first) order.
+
+    Per-name facts live once per distinct (name, category) ``pair``: ``info[pair[i]]``.
+    A lane is one CPU thread or one GPU stream; ``lane_keys[l]`` is (is_gpu, pid, tid).
+    """
+
+    xs: list[ks.Event]  # the events in file order; ``orig[i]`` is row i's position there
+    orig: np.ndarray
+    names: list[str]
+    info: list[ks.NameInfo]  # per pair
+    pair: np.ndarray
+    pair_name: np.ndarray  # per pair: index into ``names``
+    lane: np.ndarray
+    lane_keys: list[tuple[bool, Any, Any]]
+    start: np.ndarray  # us since ``t0``
+    dur: np.ndarray
+    t0: float
+    is_gpu: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return len(self.start)
+
+    @property
+    def end(self) -> np.ndarray:
+        return self.start + self.dur
 
     def event(self, i: int) -> ks.Event:
         return self.xs[self.orig[i]]
 
-    # -- nesting walk: parent, depth (wrappers transparent), top-level ancestor, context
-    def _nest(self) -> None:
-        n = self.n
-        depth = [0] * n
-        top = list(range(n))
-        ctx = [-1] * n
-        parent = [-1] * n
-        cpu_idx = np.flatnonzero(~self.is_gpu).tolist()
-        st = self.start.tolist()
-        en = (self.start + self.dur).tolist()
-        wrap = self.pair_wrapper[self.pair].tolist()
-        own_ctx = self.pair_ctx[self.pair].tolist()
-        lane = self.lane.tolist()
-        nd = [0] * n  # non-wrapper events on the chain, including the event itself
-        eff_end = en[:]
-        stack: list[int] = []
-        cur = -1
-        for i in cpu_idx:
-            if lane[i] != cur:
-                stack.clear()
-                cur = lane[i]
-            s = st[i]
-            while stack and eff_end[stack[-1]] <= s:
-                stack.pop()
-            w = wrap[i]
-            if stack:
-                p = stack[-1]
-                parent[i] = p
-                if eff_end[i] > eff_end[p]:
-                    eff_end[i] = eff_end[p]
-                c = own_ctx[i]
-                ctx[i] = c if c >= 0 else ctx[p]
-                k = nd[p]
-                if w:
-                    nd[i] = k
-                    depth[i] = -1
-                    top[i] = top[p] if k else -1
-                else:
-                    nd[i] = k + 1
-                    depth[i] = k
-                    if k:
-                        top[i] = top[p]
+    def name(self, i: int) -> str:
+        return self.names[self.pair_name[self.pair[i]]]
+
+    def per_event(self, attr: str, dtype: Any = None) -> np.ndarray:
+        """A ``NameInfo`` field for every row (computed per pair, then gathered)."""
+        return np.array([getattr(i, attr) for i in self.info], dtype=dtype)[self.pair]
+
+    @cached_property
+    def corr(self) -> np.ndarray:
+        """Correlation id per row (-1 none): joins a runtime call and the GPU ops it launched."""
+        return np.fromiter(map(_corr, self.xs), np.int64, self.n)[self.orig]
+
+    @cached_property
+    def own_kind(self) -> np.ndarray:
+        """The kind each row's name gives it, before context and rules refine it."""
+        return self.per_event("kind", np.int8)
+
+    def has_role(self, role: str) -> np.ndarray:
+        """Rows whose name plays ``role`` in a collective (``kineto_schema.Role``; "" for none)."""
+        return np.array([i.role == role for i in self.info], dtype=bool)[self.pair]
+
+
+def _columns(xs: list[ks.Event]) -> Columns:
+    """Flat numpy columns of the complete events; early-Kineto category names read as today's."""
+    n = len(xs)
+    name_id, names = _intern(list(map(_NAME, xs)))
+    cat_id, cat_ids = _intern(list(map(_CAT, xs)))
+    cats = [_OLD_CATS.get(c, c) for c in cat_ids]
+    pair_keys, pair = np.unique(name_id.astype(np.int64) * len(cats) + cat_id, return_inverse=True)
+    cat_gpu = np.array([c in ks.GPU_CATS for c in cats], dtype=np.int64)
+    pid, pids = _intern_ids(list(map(_PID, xs)))
+    tid, tids = _intern_ids(list(map(_TID, xs)))  # usually ints, but the format allows strings
+    lane_codes, lane = np.unique((cat_gpu[cat_id] * len(pids) + pid) * len(tids) + tid, return_inverse=True)
+    ts = np.fromiter(map(_TS, xs), np.float64, n)
+    dur = np.fromiter(map(_DUR, xs), np.float64, n)
+    np.maximum(dur, 0.0, out=dur)
+    order = np.lexsort((-dur, ts, lane))
+    ts = ts[order]
+    t0 = float(ts.min()) if n else 0.0
+    lane_keys = [(bool(c // len(tids) // len(pids)), pids[c // len(tids) % len(pids)], tids[c % len(tids)]) for c in lane_codes.tolist()]
+    lane_gpu = np.array([k[0] for k in lane_keys], dtype=bool)
+    name_list = list(names)
+    lane_sorted = lane[order].astype(np.int32)
+    return Columns(
+        xs=xs, orig=order, names=name_list,
+        info=[ks.classify(cats[int(k) % len(cats)], name_list[int(k) // len(cats)]) for k in pair_keys.tolist()],
+        pair=pair[order].astype(np.int32), pair_name=(pair_keys // len(cats)).astype(np.int32),
+        lane=lane_sorted, lane_keys=lane_keys, start=ts - t0, dur=dur[order], t0=t0,
+        is_gpu=lane_gpu[lane_sorted] if n else np.zeros(0, bool),
+    )
+
+
+# ------------------------------------------------------------------ stage 3: nesting
+@dataclass(frozen=True, eq=False)
+class Nesting:
+    """Per row: enclosing event (``parent``), ``depth`` (-1 wrapper, 0 node), depth-0 ancestor (``top``,
+    -1 when only wrappers enclose it), the context a wrapper or op above it set (``ctx``, a Kind or -1)
+    and the host collective call (c10d::*) it sits in (``enqueue``, itself when it is one, -1 none)."""
+
+    parent: np.ndarray
+    depth: np.ndarray
+    top: np.ndarray
+    ctx: np.ndarray
+    enqueue: np.ndarray
+
+
+def _nest(cols: Columns) -> Nesting:
+    """One walk per CPU thread with a stack of open events (wrappers transparent)."""
+    n = cols.n
+    depth = [0] * n
+    top = list(range(n))
+    ctx = [-1] * n
+    parent = [-1] * n
+    st = cols.start.tolist()
+    en = cols.end.tolist()
+    wrap = cols.per_event("wrapper", bool).tolist()
+    own_ctx = cols.per_event("ctx", np.int8).tolist()
+    lane = cols.lane.tolist()
+    nd = [0] * n  # non-wrapper events on the chain, including the event itself
+    eff_end = en[:]
+    stack: list[int] = []
+    cur = -1
+    for i in np.flatnonzero(~cols.is_gpu).tolist():
+        if lane[i] != cur:
+            stack.clear()
+            cur = lane[i]
+        s = st[i]
+        while stack and eff_end[stack[-1]] <= s:
+            stack.pop()
+        w = wrap[i]
+        if stack:
+            p = stack[-1]
+            parent[i] = p
+            if eff_end[i] > eff_end[p]:
+                eff_end[i] = eff_end[p]
+            c = own_ctx[i]
+            ctx[i] = c if c >= 0 else ctx[p]
+            k = nd[p]
+            if w:
+                nd[i] = k
+                depth[i] = -1
+                top[i] = top[p] if k else -1
             else:
-                ctx[i] = own_ctx[i]
-                if w:
-                    depth[i] = -1
-                    top[i] = -1
-                else:
-                    nd[i] = 1
-            stack.append(i)
-        self.depth = np.array(depth, dtype=np.int16)
-        self.top = np.array(top, dtype=np.int64)
-        self.ctx = np.array(ctx, dtype=np.int8)
-        self.parent = np.array(parent, dtype=np.int64)
-
-    # -- kinds (with forward inferred from step phase) and step numbers
-    def _kinds_and_steps(self) -> None:
-        kind = self.pair_kind[self.pair].copy()
-        start, end = self.start, self.start + self.dur
-        is_step = kind == Kind.STEP
-        step_no = np.array([i.step for i in self.info], dtype=np.int32)[self.pair]
-        # step windows, from the STEP markers (one lane has them)
-        s_idx = np.flatnonzero(is_step)
-        s_idx = s_idx[np.argsort(start[s_idx], kind="stable")]
-        s_start, s_end, s_num = start[s_idx], end[s_idx], step_no[s_idx]
-        step = np.full(self.n, -1, dtype=np.int32)
-        if len(s_idx):
-            k = np.searchsorted(s_start, start, side="right") - 1
-            inside = (k >= 0) & (start < s_end[np.maximum(k, 0)])
-            step[inside] = s_num[k[inside]]
-        step[is_step] = s_num[np.searchsorted(s_start, start[is_step])] if len(s_idx) else -1
-        # forward: CPU work with no explicit context between a step's start and its first backward op
-        ctx = self.ctx.copy()
-        cpu = ~self.is_gpu
-        if len(s_idx):
-            slot = np.searchsorted(s_start, start, side="right") - 1
-            in_step = cpu & (slot >= 0) & (step >= 0)
-            bwd = in_step & ((ctx == Kind.BACKWARD) | (kind == Kind.BACKWARD))
-            first_bwd = s_end.copy()
-            np.minimum.at(first_bwd, slot[bwd], start[bwd])
-            fwd = in_step & (ctx < 0) & (start < first_bwd[np.maximum(slot, 0)])
-            ctx[fwd] = Kind.FORWARD
-        ctx_kind = np.isin(ctx, _CTX_KINDS)
-        take = cpu & (kind == Kind.OTHER) & ctx_kind
-        kind[take] = ctx[take]
-        # GPU work: launched by the runtime call with the same correlation id
-        corr = np.fromiter(map(_CORR, self.xs), np.int64, self.n)[self.orig]
-        is_rt = np.isin(self.pair_kind[self.pair], (Kind.RUNTIME, Kind.COMM_WAIT)) & cpu & (corr >= 0)
-        launcher = np.full(self.n, -1, dtype=np.int64)
-        rt = np.flatnonzero(is_rt)
-        gpu = np.flatnonzero(self.is_gpu & (corr >= 0))
-        if len(rt) and len(gpu):
-            o = np.argsort(corr[rt], kind="stable")
-            rc = corr[rt][o]
-            pos = np.searchsorted(rc, corr[gpu])
-            pos_c = np.minimum(pos, len(rc) - 1)
-            hit = rc[pos_c] == corr[gpu]
-            launcher[gpu[hit]] = rt[o][pos_c[hit]]
-        launched = np.flatnonzero(launcher >= 0)
-        lk = ctx[launcher[launched]]
-        inherit = (kind[launched] == Kind.KERNEL) & np.isin(lk, _CTX_KINDS[:3])
-        kind[launched[inherit]] = lk[inherit]
-        step[launched] = step[launcher[launched]]
-        self.kind, self.step, self.corr, self.launcher, self.eff_ctx = kind, step, corr, launcher, ctx
-
-    # -- intra-rank dependencies; endpoints may be nested (the graph builder splits at them)
-    def _flows(self, syncs: list[ks.Event]) -> np.ndarray:
-        launched = np.flatnonzero(self.launcher >= 0)
-        self.enqueue_of = np.full(self.n, -1, dtype=np.int64)
-        comm = launched[self.kind[launched] == Kind.COMM]
-        self.enqueue_of[comm] = [self._enclosing_enqueue(int(r)) for r in self.launcher[comm].tolist()]
-        e, t = self._gloo_enqueues()
-        self.enqueue_of[t] = e
-        w_src, w_dst = self._waits()
-        s_src, s_dst = self._cuda_syncs(syncs)
-        f = np.stack([np.concatenate([self.launcher[launched], e, w_src, s_src]),
-                      np.concatenate([launched, t, w_dst, s_dst])], axis=1).astype(np.int64)
-        f = f[(f[:, 0] >= 0) & (f[:, 1] >= 0) & (f[:, 0] != f[:, 1])]
-        key = np.unique(f[:, 0] * self.n + f[:, 1])  # dedup + sort on one int key (axis=0 unique is slow)
-        return np.stack([key // self.n, key % self.n], axis=1) if len(key) else f.reshape(0, 2)
-
-    def _enclosing_enqueue(self, i: int) -> int:
-        """The host collective call (c10d::*) around event ``i``, else its depth-0 op."""
-        j = i
-        while j >= 0:
-            if self.info[self.pair[j]].role == ks.Role.ENQUEUE:
-                return j
-            j = int(self.parent[j])
-        return int(self.top[i])
-
-    def _gloo_enqueues(self) -> tuple[np.ndarray, np.ndarray]:
-        """Host enqueue -> CPU transfer (gloo): nothing links them in the trace, so pair by order per collective."""
-        pair_role = np.array([i.role for i in self.info], dtype=object)
-        pair_coll = np.array([i.coll for i in self.info], dtype=object)
-        role, coll = pair_role[self.pair], pair_coll[self.pair]
-        cpu = ~self.is_gpu
-        transfers = np.flatnonzero(cpu & (role == ks.Role.TRANSFER))
-        enq_all = np.flatnonzero(cpu & (role == ks.Role.ENQUEUE))
-        out_e, out_t = [], []
-        for c in set(coll[transfers].tolist()):
-            tr = transfers[coll[transfers] == c]
-            tr = tr[np.argsort(self.start[tr], kind="stable")]
-            en = enq_all[coll[enq_all] == c]
-            en = en[np.argsort(self.start[en], kind="stable")]
-            j = 0
-            for t in tr.tolist():  # the earliest unused enqueue, if it started before the transfer
-                if j < len(en) and self.start[en[j]] <= self.start[t]:
-                    out_e.append(en[j])
-                    out_t.append(t)
-                    j += 1
-        return np.array(out_e, dtype=np.int64), np.array(out_t, dtype=np.int64)
-
-    def _waits(self) -> tuple[np.ndarray, np.ndarray]:
-        """Dependencies nothing in the trace links explicitly, each from what the runtime guarantees.
-
-        - a host wait (c10d wait, copy_bucket_to_grad) on a host transfer (gloo): after the latest
-          transfer that ended before the wait ended; with NCCL the host does not block, so such
-          waits are ordinary ops (their kind falls back to their context's);
-        - a device sync (cudaStreamSynchronize, ...): after the latest GPU op that ended before it;
-        - NCCL: the comm stream waits for the work enqueued on the compute stream before the
-          collective was issued, and the compute stream's next work after a
-          ``cudaStreamWaitEvent`` outside a c10d call waits for the latest issued collective.
-        """
-        end = self.start + self.dur
-        out: list[tuple[np.ndarray, np.ndarray]] = []
-        waits = np.flatnonzero(self.pair_kind[self.pair] == Kind.COMM_WAIT)
-        device_sync = np.array([i.role == "" for i in self.info])[self.pair[waits]]
-        host_transfer = np.flatnonzero((self.kind == Kind.COMM) & ~self.is_gpu)
-        gpu = np.flatnonzero(self.is_gpu)
-        blocked = np.empty(0, np.int64)
-        for cand, w in ((host_transfer, waits[~device_sync]), (gpu, waits[device_sync])):
-            if len(cand) and len(w):
-                o = cand[np.argsort(end[cand], kind="stable")]
-                k = np.searchsorted(end[o], end[w], side="right") - 1
-                out.append((o[k[k >= 0]], w[k >= 0]))
-                blocked = np.concatenate([blocked, w[k >= 0]])
-        unblocked = waits[~device_sync & ~np.isin(waits, blocked)]  # e.g. copy_bucket_to_grad under NCCL
-        ctx = self.eff_ctx[unblocked]
-        self.kind[unblocked] = np.where(np.isin(ctx, _CTX_KINDS), ctx, Kind.OTHER)
-        out.extend(self._stream_waits())
-        if not out:
-            return np.empty(0, np.int64), np.empty(0, np.int64)
-        return np.concatenate([o[0] for o in out]), np.concatenate([o[1] for o in out])
-
-    def _stream_waits(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        gpu = np.flatnonzero(self.is_gpu & (self.launcher >= 0))
-        if not len(gpu):
-            return []
-        issued = self.start[self.launcher[gpu]]
-        o = np.argsort(issued, kind="stable")
-        gpu, issued = gpu[o], issued[o]
-        comm = self.kind[gpu] == Kind.COMM
-        work, work_t = gpu[~comm], issued[~comm]
-        coll, coll_t = gpu[comm], issued[comm]
-        out = []
-        if len(coll) and len(work):
-            k = np.searchsorted(work_t, coll_t, side="left") - 1
-            out.append((work[k[k >= 0]], coll[k >= 0]))
-        is_wait = np.array([nm.endswith("StreamWaitEvent") for nm in self._pair_names()])[self.pair]
-        waits = np.flatnonzero(is_wait & ~self.is_gpu)
-        waits = np.array([w for w in waits.tolist() if self.info[self.pair[self._enclosing_enqueue(w)]].role != ks.Role.ENQUEUE], dtype=np.int64)
-        if len(coll) and len(work) and len(waits):
-            t = self.start[waits]
-            c = np.searchsorted(coll_t, t, side="left") - 1
-            g = np.searchsorted(work_t, t, side="right")
-            ok = (c >= 0) & (g < len(work))
-            out.append((coll[c[ok]], work[g[ok]]))
-        return out
-
-    def _cuda_syncs(self, syncs: list[ks.Event]) -> tuple[np.ndarray, np.ndarray]:
-        """Explicit CUDA sync records (``cuda_sync``, newer Kineto): the recorded stream's last op
-        issued before ``cudaEventRecord`` -> the waiting host call (Event Sync) or the waiting
-        stream's next op (Stream Wait Event)."""
-        if not syncs:
-            return np.empty(0, np.int64), np.empty(0, np.int64)
-        rt = np.flatnonzero(~self.is_gpu & (self.corr >= 0))
-        by_corr = dict(zip(self.corr[rt].tolist(), rt.tolist()))
-        gpu = np.flatnonzero(self.is_gpu & (self.launcher >= 0))
-        issued = self.start[self.launcher[gpu]]
-        per_stream: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
-        lane_of = {(pid, tid): i for i, (g, pid, tid) in enumerate(self.lane_keys) if g}
-        for key, lane in lane_of.items():
-            sel = self.lane[gpu] == lane
-            o = np.argsort(issued[sel], kind="stable")
-            per_stream[key] = (gpu[sel][o], issued[sel][o])
-        src, dst = [], []
-        for e in syncs:
-            a = e.args
-            host = by_corr.get(a.correlation, -1) if a is not None else -1
-            record = by_corr.get(a.wait_on_record, -1) if a is not None and a.wait_on_record >= 0 else -1
-            if host < 0 or record < 0:
-                continue
-            ops, t = per_stream.get((_as_int(a.device, e.pid), a.wait_on_stream), (None, None))
-            if ops is None:
-                continue
-            k = np.searchsorted(t, self.start[record], side="left") - 1
-            if k < 0:
-                continue
-            if e.name == "Stream Wait Event":
-                nxt, tn = per_stream.get((_as_int(a.device, e.pid), _as_int(a.stream, -1)), (None, None))
-                j = np.searchsorted(tn, self.start[host], side="right") if nxt is not None else -1
-                if nxt is None or j >= len(nxt):
-                    continue
-                src.append(int(ops[k]))
-                dst.append(int(nxt[j]))
-            elif self.kind[host] == Kind.COMM_WAIT:  # a blocking call, not a poll (cudaEventQuery)
-                src.append(int(ops[k]))
-                dst.append(host)
-        return np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64)
-
-    def _pair_names(self) -> list[str]:
-        return [self.names[i] for i in self.pair_name.tolist()]
-
-    # -- collectives: group, seq, bytes
-    def _collectives(self) -> None:
-        n = self.n
-        self.group_names: list[str] = []
-        self.group_ranks: dict[str, list[int]] = {}
-        for pg in self.dist.get("pg_config") or []:
-            if isinstance(pg, dict) and "pg_name" in pg:
-                self.group_ranks[str(pg["pg_name"])] = [int(r) for r in pg.get("ranks") or []]
-        self.group = np.full(n, -1, dtype=np.int32)
-        self.seq = np.full(n, -1, dtype=np.int64)
-        self.nbytes = np.zeros(n, dtype=np.int64)
-        for i in np.flatnonzero(self.pair_kind[self.pair] == Kind.MEMCPY).tolist():
-            a = self.event(i).args
-            self.nbytes[i] = a.nbytes if a is not None and a.nbytes > 0 else 0
-        transfers = np.flatnonzero(self.kind == Kind.COMM)
-        # host-side argument records, keyed by the depth-0 op they sit in
-        meta_of: dict[int, list[int]] = {}
-        roles = np.array([i.role == ks.Role.META for i in self.info])[self.pair]
-        for i in np.flatnonzero(roles).tolist():
-            meta_of.setdefault(self._enclosing_enqueue(i), []).append(i)
-        coll_out, dtype_out, explicit_seq = [], [], []
-        gids: dict[str, int] = {}
-        for t in transfers.tolist():
-            enq = int(self.enqueue_of[t])
-            recs = [t] + meta_of.get(enq, [])
-            info = ks.collective_args([self.event(r) for r in recs])
-            # metadata, else the host call (c10d::alltoall_base_ launches a SendRecv kernel), else the kernel
-            enq_coll = self.info[self.pair[enq]].coll if enq >= 0 else ""
-            coll = info.get("coll") or enq_coll or self.info[self.pair[t]].coll
-            g = info.get("group", "0")
-            if g not in gids:
-                gids[g] = len(gids)
-            self.group[t] = gids[g]
-            self.nbytes[t] = info.get("nbytes", 0)
-            self.seq[t] = info.get("seq", -1)
-            explicit_seq.append(self.seq[t] >= 0)
-            if info.get("ranks") and g not in self.group_ranks:
-                self.group_ranks[g] = info["ranks"]
-            coll_out.append(coll)
-            dtype_out.append(info.get("dtype", "") or ks.kernel_dtype(self.event(t).name))
-        self.group_names = list(gids)
-        # counted order per group, by issue time (the enqueue) when known
-        issue = np.where(self.enqueue_of[transfers] >= 0, self.start[np.maximum(self.enqueue_of[transfers], 0)], self.start[transfers])
-        if len(transfers) and not all(explicit_seq):
-            for g in range(len(gids)):
-                sel = transfers[self.group[transfers] == g]
-                o = np.argsort(issue[self.group[transfers] == g], kind="stable")
-                self.seq[sel[o]] = np.arange(len(sel))
-        enq = self.enqueue_of[transfers]
-        has = enq >= 0
-        self.group[enq[has]] = self.group[transfers[has]]
-        self.seq[enq[has]] = self.seq[transfers[has]]
-        self.nbytes[enq[has]] = self.nbytes[transfers[has]]
-        self.coll_meta = {"event": transfers.tolist(), "coll": coll_out, "dtype": dtype_out}
-        self.explicit_seq = bool(explicit_seq) and all(explicit_seq)
-
-    # -- rank identity and assembly
-    def _identity(self) -> tuple[int, int, str]:
-        if self.rank_arg is not None:
-            rank, source = int(self.rank_arg), "argument"
-        elif str(self.dist.get("rank", "")).isdigit():  # an int, or "3" in some writers; -1 means unknown
-            rank, source = int(self.dist["rank"]), "distributedInfo"
+                nd[i] = k + 1
+                depth[i] = k
+                if k:
+                    top[i] = top[p]
         else:
-            m = _FILE_RANK.search(os.path.basename(self.path))
-            if m:
-                rank, source = int(m.group(1)), "file name"
-            elif not self.dist:
-                rank, source = 0, "assumed: no distributedInfo (single-process profile)"
+            ctx[i] = own_ctx[i]
+            if w:
+                depth[i] = -1
+                top[i] = -1
             else:
-                raise DagprofError("distributedInfo has no rank and the file name carries none (name it rank-N...json or pass rank=)", self.path)
-        world = self.dist.get("world_size")
-        if not (str(world).isdigit() and int(world) > 0):
-            sizes = [int(pg.get("pg_size", 0)) for pg in self.dist.get("pg_config") or [] if isinstance(pg, dict)]
-            world = max(sizes + [rank + 1])
-        return rank, max(int(world), rank + 1), source
-
-    def _rank_trace(self, flows: np.ndarray) -> RankTrace:
-        rank, world, source = self._identity()
-        if "0" in self.group_names and "0" not in self.group_ranks:
-            self.group_ranks["0"] = list(range(world))  # the default group spans the job
-        lanes = self._lanes()
-        table = EventTable.from_columns(
-            self.names, name=self.pair_name[self.pair], kind=self.kind, lane=self.lane, start=self.start,
-            dur=self.dur, depth=self.depth, step=self.step, nbytes=self.nbytes, group=self.group, seq=self.seq,
-        )
-        base = self.trace.baseTimeNanoseconds or 0
-        meta = {"format": "kineto", "rank_source": source, "collectives": self.coll_meta, "explicit_seq": self.explicit_seq,
-                "schema": raw_value(self.trace.schemaVersion)}
-        return RankTrace(
-            rank=rank, world_size=world, source=self.path, events=table, lanes=lanes,
-            base_ns=int(base + round(self.t0 * 1000.0)), host=self.trace.host_name,
-            backend=str(self.dist.get("backend", "")), groups=self.group_names, group_ranks=self.group_ranks,
-            flows=flows, meta=meta,
-        )
-
-    def _lanes(self) -> list[Lane]:
-        counts = np.bincount(self.lane, minlength=len(self.lane_keys))
-        steps = np.bincount(self.lane[self.kind == Kind.STEP], minlength=len(self.lane_keys))
-        comm_only = np.bincount(self.lane[(self.kind == Kind.COMM) | (self.depth < 0)], minlength=len(self.lane_keys)) == counts
-        cpu = ~self.lane_gpu
-        main = -1
-        if cpu.any():
-            score = np.where(cpu, steps * 10**12 + counts, -1)
-            main = int(np.argmax(score))
-        lanes = []
-        for i, (is_gpu, pid, tid) in enumerate(self.lane_keys):
-            if is_gpu:
-                lanes.append(Lane(f"GPU {pid} stream {tid}", LaneKind.GPU_STREAM))
-                continue
-            name = self.thread_names.get((pid, tid), f"thread {tid}")
-            kind = LaneKind.COMM_THREAD if ("gloo" in name or comm_only[i]) and i != main else LaneKind.CPU_THREAD
-            lanes.append(Lane(name, kind, main=i == main))
-        return lanes
+                nd[i] = 1
+        stack.append(i)
+    arrays = (np.array(parent, dtype=np.int64), np.array(depth, dtype=np.int16), np.array(top, dtype=np.int64), np.array(ctx, dtype=np.int8))
+    del parent, depth, top, ctx, st, en, wrap, own_ctx, lane, nd, eff_end  # the walk's lists go before the next pass: peak memory
+    return Nesting(*arrays, _innermost(arrays[0], cols.has_role(ks.Role.ENQUEUE)))
 
 
-def _as_int(value: Any, default: Any) -> Any:
-    return value if isinstance(value, int) and value >= 0 else default
+def _innermost(parent: np.ndarray, mark: np.ndarray) -> np.ndarray:
+    """Per row, the nearest row on its parent chain (itself included) where ``mark`` holds, -1 none
+    (pointer jumping: one vectorised step per nesting level)."""
+    found = np.where(mark, np.arange(len(mark)), -1)
+    up = parent.copy()
+    todo = np.flatnonzero((found < 0) & (up >= 0))
+    while len(todo):
+        a = up[todo]
+        hit = mark[a]
+        found[todo[hit]] = a[hit]
+        up[todo] = parent[a]
+        todo = todo[~hit & (up[todo] >= 0)]
+    return found
+
+
+# ------------------------------------------------------------------ stage 4: kinds and steps
+@dataclass(frozen=True, eq=False)
+class Kinds:
+    """Per row: ``kind`` (forward inferred from the step phase, kernels inheriting their launcher's),
+    ``step`` (-1 outside the profiled steps), ``launcher`` (the runtime call with the same correlation
+    id, -1 none) and ``ctx`` (context after forward inference)."""
+
+    kind: np.ndarray
+    step: np.ndarray
+    launcher: np.ndarray
+    ctx: np.ndarray
+
+
+def _kinds(cols: Columns, nest: Nesting) -> Kinds:
+    """Kinds and step numbers from the ``ProfilerStep#N`` windows and the launch correlations."""
+    kind = cols.own_kind.copy()
+    start, end = cols.start, cols.end
+    is_step = kind == Kind.STEP
+    step_no = cols.per_event("step", np.int32)
+    s_idx = np.flatnonzero(is_step)  # step windows, from the STEP markers (one lane has them)
+    s_idx = s_idx[np.argsort(start[s_idx], kind="stable")]
+    s_start, s_end, s_num = start[s_idx], end[s_idx], step_no[s_idx]
+    step = np.full(cols.n, -1, dtype=np.int32)
+    if len(s_idx):
+        k = np.searchsorted(s_start, start, side="right") - 1
+        inside = (k >= 0) & (start < s_end[np.maximum(k, 0)])
+        step[inside] = s_num[k[inside]]
+        step[is_step] = s_num[np.searchsorted(s_start, start[is_step])]
+    # forward: CPU work with no explicit context between a step's start and its first backward op
+    ctx = nest.ctx.copy()
+    cpu = ~cols.is_gpu
+    if len(s_idx):
+        slot = np.searchsorted(s_start, start, side="right") - 1
+        in_step = cpu & (slot >= 0) & (step >= 0)
+        bwd = in_step & ((ctx == Kind.BACKWARD) | (kind == Kind.BACKWARD))
+        first_bwd = s_end.copy()
+        np.minimum.at(first_bwd, slot[bwd], start[bwd])
+        fwd = in_step & (ctx < 0) & (start < first_bwd[np.maximum(slot, 0)])
+        ctx[fwd] = Kind.FORWARD
+    take = cpu & (kind == Kind.OTHER) & np.isin(ctx, _CTX_KINDS)
+    kind[take] = ctx[take]
+    # GPU work: launched by the runtime call with the same correlation id (a graph launch releases many)
+    own = cols.own_kind
+    rt = np.flatnonzero(((own == Kind.RUNTIME) | (own == Kind.COMM_WAIT)) & cpu & (cols.corr >= 0))
+    gpu = np.flatnonzero(cols.is_gpu & (cols.corr >= 0))
+    launcher = np.full(cols.n, -1, dtype=np.int64)
+    if len(rt) and len(gpu):
+        o = np.argsort(cols.corr[rt], kind="stable")
+        rc = cols.corr[rt][o]
+        pos = np.minimum(np.searchsorted(rc, cols.corr[gpu]), len(rc) - 1)
+        hit = rc[pos] == cols.corr[gpu]
+        launcher[gpu[hit]] = rt[o][pos[hit]]
+    launched = np.flatnonzero(launcher >= 0)
+    lk = ctx[launcher[launched]]
+    inherit = (kind[launched] == Kind.KERNEL) & np.isin(lk, _CTX_KINDS[:3])
+    kind[launched[inherit]] = lk[inherit]
+    step[launched] = step[launcher[launched]]  # a kernel belongs to the step that launched it, wherever it runs
+    return Kinds(kind, step, launcher, ctx)
+
+
+# ------------------------------------------------------------------ stage 6: collectives
+@dataclass(frozen=True, eq=False)
+class _Collectives:
+    """Per row: process ``group`` (index into ``groups``), ``seq`` and payload ``nbytes``; plus the
+    group table and what ``dagprof.align`` needs to check a match across ranks."""
+
+    group: np.ndarray
+    seq: np.ndarray
+    nbytes: np.ndarray
+    groups: list[str]
+    group_ranks: dict[str, list[int]]
+    meta: dict[str, list]
+    explicit_seq: bool
+
+
+def _collectives(cols: Columns, nest: Nesting, deps: Deps, header: _Header) -> _Collectives:
+    """Group, seq and bytes of every collective (transfer and its enqueue), and memcpy sizes."""
+    n = cols.n
+    group_ranks: dict[str, list[int]] = {}
+    for pg in header.dist.get("pg_config") or []:
+        if isinstance(pg, dict) and "pg_name" in pg:
+            group_ranks[str(pg["pg_name"])] = [int(r) for r in pg.get("ranks") or []]
+    group = np.full(n, -1, dtype=np.int32)
+    seq = np.full(n, -1, dtype=np.int64)
+    nbytes = np.zeros(n, dtype=np.int64)
+    for i in np.flatnonzero(cols.own_kind == Kind.MEMCPY).tolist():
+        a = cols.event(i).args
+        nbytes[i] = a.nbytes if a is not None and a.nbytes > 0 else 0
+    transfers = np.flatnonzero(deps.kind == Kind.COMM)
+    meta_of: dict[int, list[int]] = {}  # host-side argument records, keyed by the enqueue (or depth-0 op) they sit in
+    for i in np.flatnonzero(cols.has_role(ks.Role.META)).tolist():
+        meta_of.setdefault(enclosing_enqueue(nest, i), []).append(i)
+    coll_out, dtype_out, explicit = [], [], []
+    gids: dict[str, int] = {}
+    for t in transfers.tolist():
+        enq = int(deps.enqueue_of[t])
+        info = ks.collective_args([cols.event(r) for r in [t] + meta_of.get(enq, [])])
+        # metadata, else the host call (c10d::alltoall_base_ launches a SendRecv kernel), else the kernel
+        enq_coll = cols.info[cols.pair[enq]].coll if enq >= 0 else ""
+        g = info.get("group", "0")
+        group[t] = gids.setdefault(g, len(gids))
+        nbytes[t] = info.get("nbytes", 0)
+        seq[t] = info.get("seq", -1)
+        explicit.append(seq[t] >= 0)
+        if info.get("ranks") and g not in group_ranks:
+            group_ranks[g] = info["ranks"]
+        coll_out.append(info.get("coll") or enq_coll or cols.info[cols.pair[t]].coll)
+        dtype_out.append(info.get("dtype", "") or ks.kernel_dtype(cols.event(t).name))
+    # counted order per group, by issue time (the enqueue) when known
+    enq = deps.enqueue_of[transfers]
+    issue = np.where(enq >= 0, cols.start[np.maximum(enq, 0)], cols.start[transfers])
+    if len(transfers) and not all(explicit):
+        for g in range(len(gids)):
+            mine = group[transfers] == g
+            seq[transfers[mine][np.argsort(issue[mine], kind="stable")]] = np.arange(int(mine.sum()))
+    has = enq >= 0
+    group[enq[has]] = group[transfers[has]]
+    seq[enq[has]] = seq[transfers[has]]
+    nbytes[enq[has]] = nbytes[transfers[has]]
+    return _Collectives(group, seq, nbytes, list(gids), group_ranks,
+                        {"event": transfers.tolist(), "coll": coll_out, "dtype": dtype_out}, bool(explicit) and all(explicit))
+
+
+# ------------------------------------------------------------------ stage 7: assembly
+def _identity(header: _Header, path: str, rank_arg: int | None) -> tuple[int, int, str]:
+    """(rank, world size, where the rank came from)."""
+    dist = header.dist
+    if rank_arg is not None:
+        rank, source = int(rank_arg), "argument"
+    elif str(dist.get("rank", "")).isdigit():  # an int, or "3" in some writers; -1 means unknown
+        rank, source = int(dist["rank"]), "distributedInfo"
+    else:
+        m = _FILE_RANK.search(os.path.basename(path))
+        if m:
+            rank, source = int(m.group(1)), "file name"
+        elif not dist:
+            rank, source = 0, "assumed: no distributedInfo (single-process profile)"
+        else:
+            raise DagprofError("distributedInfo has no rank and the file name carries none (name it rank-N...json or pass rank=)", path)
+    world = dist.get("world_size")
+    if not (str(world).isdigit() and int(world) > 0):
+        sizes = [int(pg.get("pg_size", 0)) for pg in dist.get("pg_config") or [] if isinstance(pg, dict)]
+        world = max(sizes + [rank + 1])
+    return rank, max(int(world), rank + 1), source
+
+
+def _rank_trace(trace: ks.Trace, path: str, rank_arg: int | None, header: _Header, cols: Columns, nest: Nesting,
+                kinds: Kinds, deps: Deps, colls: _Collectives) -> RankTrace:
+    rank, world, source = _identity(header, path, rank_arg)
+    group_ranks = dict(colls.group_ranks)
+    if "0" in colls.groups and "0" not in group_ranks:
+        group_ranks["0"] = list(range(world))  # the default group spans the job
+    table = EventTable.from_columns(
+        cols.names, name=cols.pair_name[cols.pair], kind=deps.kind, lane=cols.lane, start=cols.start,
+        dur=cols.dur, depth=nest.depth, step=kinds.step, nbytes=colls.nbytes, group=colls.group, seq=colls.seq,
+    )
+    base = trace.baseTimeNanoseconds or 0
+    meta = {"format": "kineto", "rank_source": source, "collectives": colls.meta, "explicit_seq": colls.explicit_seq,
+            "schema": raw_value(trace.schemaVersion), "declined": deps.declined}
+    return RankTrace(
+        rank=rank, world_size=world, source=path, events=table, lanes=_lanes(cols, nest, deps, header),
+        base_ns=int(base + round(cols.t0 * 1000.0)), host=trace.host_name,
+        backend=str(header.dist.get("backend", "")), groups=colls.groups, group_ranks=group_ranks,
+        flows=np.stack([deps.src, deps.dst], axis=1), flow_rule=deps.rule, meta=meta,
+    )
+
+
+def _lanes(cols: Columns, nest: Nesting, deps: Deps, header: _Header) -> list[Lane]:
+    """Named lanes; the main thread is the one with the step markers (else the busiest CPU thread)."""
+    nl = len(cols.lane_keys)
+    counts = np.bincount(cols.lane, minlength=nl)
+    comm_only = np.bincount(cols.lane[(deps.kind == Kind.COMM) | (nest.depth < 0)], minlength=nl) == counts
+    main = main_lane(cols, deps.kind)
+    lanes = []
+    for i, (is_gpu, pid, tid) in enumerate(cols.lane_keys):
+        if is_gpu:
+            lanes.append(Lane(f"GPU {pid} stream {stream_number(tid)}", LaneKind.GPU_STREAM))
+            continue
+        name = header.thread_names.get((pid, tid), f"thread {tid}")
+        kind = LaneKind.COMM_THREAD if ("gloo" in name or comm_only[i]) and i != main else LaneKind.CPU_THREAD
+        lanes.append(Lane(name, kind, main=i == main))
+    return lanes
 
 
 def _intern_ids(values: list[Any]) -> tuple[np.ndarray, list[Any]]:

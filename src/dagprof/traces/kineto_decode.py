@@ -70,7 +70,7 @@ def _lenient(doc: dict[str, Any], path: str) -> ks.Trace:
             ev = msgspec.convert(base, ks.Event, strict=False)
         except msgspec.ValidationError:
             continue
-        ev.args = msgspec.json.decode(msgspec.json.encode(clean), type=ks.Args)
+        ev.args = msgspec.convert(clean, ks.Args, strict=False)  # "1" where 1 was expected: the lenient path converts
         out.append(ev)
     raw = {k: msgspec.Raw(msgspec.json.encode(doc[k])) for k in ("distributedInfo", "schemaVersion", "deviceProperties") if k in doc}
     base_ns = doc.get("baseTimeNanoseconds")
