@@ -47,6 +47,13 @@ def _number(text: str) -> float:
         raise DagprofError(f"expected a number, got {text!r}") from None
 
 
+def _non_negative(text: str) -> float:
+    v = _number(text)
+    if not v >= 0:
+        raise DagprofError(f"expected a number >= 0, got {text!r}")
+    return v
+
+
 def add_arguments(p) -> None:
     add_run_arguments(p)
     p.add_argument("--bandwidth", type=str, help="link bandwidth(s), e.g. 10Gbit,200Mbit,25GB/s")
@@ -59,6 +66,8 @@ def add_arguments(p) -> None:
     p.add_argument("--scheme", type=str, help="collective algorithm(s): ring, tree, hier, ps:K (K servers)")
     p.add_argument("--partition", type=str, help="cut each tensor into K pieces (BytePS partition)")
     p.add_argument("--compute-speed", type=str, help="compute speed factor(s), 2 = twice as fast")
+    p.add_argument("--fusion-mb", type=str, help="Horovod runs: HOROVOD_FUSION_THRESHOLD(s) in MiB, e.g. 0,4,64 (0 = no fusion)")
+    p.add_argument("--cycle-ms", type=str, help="Horovod runs: HOROVOD_CYCLE_TIME(s) in ms, e.g. 1,5,20")
     p.add_argument("--topology", help="cluster: a JSON/TOML file, or presets like 10gbe or nvlink/100gbe:8")
     p.add_argument("--link-model", help="link model from `dagprof calibrate` (instead of fitting the run's collectives)")
     p.add_argument("--cores", type=int, default=None, help="cores per host shared by its ranks (default: ranks do not contend)")
@@ -78,6 +87,8 @@ def _scenarios(args) -> list[Scenario]:
         "scheme": _list(CollectiveSpec.parse)(args.scheme) if args.scheme else [None],
         "partition": _list(_positive_int)(args.partition) if args.partition else [None],
         "speed": _list(_number)(args.compute_speed) if args.compute_speed else [None],
+        "fusion_mb": _list(_non_negative)(args.fusion_mb) if args.fusion_mb else [None],
+        "cycle_ms": _list(_non_negative)(args.cycle_ms) if args.cycle_ms else [None],
     }
     out = []
     for combo in itertools.product(*axes.values()):
@@ -106,7 +117,7 @@ def run(args) -> dict:
 def to_text(r: dict) -> str:
     m = "n/a" if r["measured_iter_ms"] is None else f"{r['measured_iter_ms']:.2f} ms"
     lines = [f"profiled: {r['workers']} ranks, measured {m}/iter; model of it {r['model_iter_ms']:.2f} ms ({r['link']})"]
-    keys = [k for k in ("workers", "bandwidth", "latency_us", "bucket_mb", "scheme", "partition", "compute_speed")
+    keys = [k for k in ("workers", "bandwidth", "latency_us", "bucket_mb", "scheme", "partition", "compute_speed", "fusion_mb", "cycle_ms")
             if any(row[k] is not None for row in r["scenarios"])]
     head = "".join(f"{k:>12}" for k in keys) + f"{'iter ms':>12}{'iter/s':>10}{'speed-up':>10}{'efficiency':>11}{'vs measured':>12}"
     lines.append(head)
