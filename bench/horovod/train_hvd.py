@@ -24,6 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", default=None, metavar="A:B", help="steps to profile (needs --out)")
     p.add_argument("--out", default=None, help="dagprof run folder")
     p.add_argument("--times", default=None, help="rank 0 writes per-step seconds here (JSON)")
+    p.add_argument("--no-mark-cycles", action="store_true", help="profile without Horovod's cycle markers")
     p.add_argument("--width", type=int, default=16)
     p.add_argument("--blocks", default="1,1,1", help="basic blocks per stage")
     p.add_argument("--image-size", type=int, default=16)
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.out:
             p.error("--profile needs --out")
         first, _, stop = args.profile.partition(":")
-        with profile(args.out, steps=range(int(first), int(stop)), model=model, optimizer=opt) as prof:
+        with profile(args.out, steps=range(int(first), int(stop)), model=model, optimizer=opt, mark_cycles=not args.no_mark_cycles) as prof:
             for i in range(args.steps):
                 one_step(i)
                 prof.step()

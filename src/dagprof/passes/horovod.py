@@ -29,12 +29,13 @@ from typing import Callable
 
 import numpy as np
 
-from ..costmodel.topology import allreduce_us
+from ..costmodel.alphabeta import fit_alpha_beta
+from ..costmodel.topology import CollectiveSpec, allreduce_us
 from ..errors import DagprofError
 from ..graph.dag import DeviceKind, Graph, GraphBuilder
 from ..traces.events import Kind
 from ..traces.horovod import GROUP, LANE, REQUEST
-from .comm import current_scheme, current_topology, find_collectives, retime_collectives
+from .comm import current_scheme, current_topology, find_collectives, fit_topology, graph_world_size, retime_collectives
 
 _MAX_ROUNDS = 6
 
@@ -89,7 +90,7 @@ def set_horovod(g: Graph, replayer: Callable[[Graph], object], fusion_bytes: flo
     lay = _layout(g)
     costs = _fit_costs(g, lay)
     topo, spec = current_topology(g), current_scheme(g)
-    price = lambda nbytes: allreduce_us(nbytes, topo, spec)  # noqa: E731
+    price = _transfer_price(g, lay, topo, spec)
     cur, plan = g, None
     for _ in range(_MAX_ROUNDS):
         res = replayer(cur)
@@ -137,6 +138,51 @@ def _layout(g: Graph) -> _Layout:
     return _Layout(requests, dict(sinks), lanes, channel, drop, sorted(lanes), sizes, order)
 
 
+def _measured(g: Graph) -> np.ndarray:
+    """Rank 0's measured responses in the graph's steps: rows (step, position, bytes, transfer us, coordination us or -1)."""
+    steps = set(g.meta.get("steps") or [])
+    rows = [r for r in g.meta["horovod"].get("measured") or [] if r[0] in steps]
+    return np.asarray(rows, dtype=float).reshape(-1, 5)
+
+
+def _transfer_price(g: Graph, lay: _Layout, topo, spec: CollectiveSpec):
+    """us for a fused all-reduce of ``nbytes``: the profile's own transfers, fitted to reproduce their total.
+
+    A profile's transfers on a busy host have a heavy tail (a rank's thread waits to be scheduled):
+    a fit that reproduces their sum, not their typical value, is what predicts the time of many
+    more (no fusion) or fewer (more fusion) of them. If other passes changed the link or the scheme
+    (``meta["topology"]`` differs from what the graph's own collectives fit), each price is scaled by
+    how much that changed the modelled all-reduce of the same size.
+    """
+    m = _measured(g)[:, 2:4]
+    if len(m) < 2:
+        return lambda nbytes: allreduce_us(nbytes, topo, spec)
+    n = graph_world_size(g)
+    own = fit_alpha_beta(m[:, 0], m[:, 1], n, relative=False) if np.ptp(m[:, 0]) > 0 else None
+    share = 2 * (max(n, 2) - 1) / max(n, 2)
+    mean_per_byte = float(m[:, 1].sum() / max(share * m[:, 0].sum(), 1.0))
+    measured_g = g.replace(dur=_restore_transfers(g, lay, _measured(g)))
+    ref = fit_topology(measured_g)
+
+    def price(nbytes: float) -> float:
+        base = (2 * (max(n, 2) - 1) * own.alpha_us + share * nbytes * own.beta_us_per_byte) if own else share * nbytes * mean_per_byte
+        ref_us = allreduce_us(nbytes, ref, CollectiveSpec())
+        return base * (allreduce_us(nbytes, topo, spec) / ref_us if ref_us > 0 else 1.0)
+
+    return price
+
+
+def _restore_transfers(g: Graph, lay: _Layout, m: np.ndarray) -> np.ndarray:
+    """The graph's durations with its Horovod transfers back at their measured values."""
+    dur = g.dur.copy()
+    measured = {(int(s), int(k)): us for s, k, _, us, _ in m}
+    for c in find_collectives(g):
+        key = (int(g.step[c.comm]), int(g.bucket[c.comm]))
+        if g.device[c.comm] == lay.channel and key in measured:
+            dur[c.comm] = measured[key]
+    return dur
+
+
 def _line(nbytes: np.ndarray, dur: np.ndarray) -> tuple[float, float]:
     """us = a + b * bytes, least squares when the sizes differ, else the median; never negative."""
     if not len(dur):
@@ -167,8 +213,9 @@ def _fit_costs(g: Graph, lay: _Layout) -> _Costs:
             out[False] = out[True]
         return out
 
-    neg = mine & np.char.endswith(names, "horovod negotiate")
-    return _Costs(float(np.median(g.dur[neg])) if neg.any() else 0.0,
+    coordination = _measured(g)[:, 4]
+    coordination = coordination[coordination >= 0]
+    return _Costs(float(coordination.mean()) if len(coordination) else 0.0,
                   fit("horovod memcpy in", "horovod copy in"), fit("horovod memcpy out", "horovod copy out"))
 
 

@@ -316,6 +316,11 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
         **{k: settings.get(k) for k in ("fusion_threshold_bytes", "cycle_time_ms", "cache_capacity", "autotune")},
         "tensor_order": order, "tensor_bytes": sizes, "cycles_marked": bool(timeline is not None and len(timeline.cycles)),
         "responses": len(plan), "timeline": tl_name,
+        # rank 0's measurements per response, kept for the what-ifs (passes re-price the graph's transfers):
+        # [step, position in step, fused bytes, transfer us, coordination us (cycle start -> response start; -1: not
+        # its cycle's first)]
+        "measured": [[p.step, p.position, p.nbytes, p.resp.transfer[1] - p.resp.transfer[0],
+                      p.resp.t0 - p.resp.cycle if p.first_in_cycle and p.resp.cycle is not None else -1.0] for p in plan],
     }
     if settings.get("autotune"):
         warnings.append("HOROVOD_AUTOTUNE was on: fusion threshold and cycle time changed during the run")
@@ -526,8 +531,7 @@ def _cut_requests(c: _Columns, trace: RankTrace, main: int, reqs: list[_Request]
         cursor, piece = start, i
         for a, b, rq in sorted(items, key=lambda x: x[0]):
             a, b = max(a, cursor), max(b, a)
-            if piece == i:
-                cols["dur"][i] = a - start
+            cols["dur"][piece] = a - cols["start"][piece]  # the span so far ends where the request begins
             out[id(rq)] = c.add(name=REQUEST + rq.tensor, kind=int(Kind.COMM_ENQUEUE), lane=main, start=a, dur=b - a,
                                 step=template["step"], nbytes=rq.nbytes)
             piece = c.add(**{**template, "name": name, "start": b, "dur": max(end - b, 0.0), "nbytes": 0})
