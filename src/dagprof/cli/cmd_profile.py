@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> dict:
     if not os.path.exists(os.path.join(out, MANIFEST)):
         raise DagprofError(
             f"the command exited with status {code} and no rank wrote a profile: the zero-code mode sees only models "
-            "wrapped in torch.nn.parallel.DistributedDataParallel (else call dagprof.profile in the script)", out)
+            "wrapped in torch.nn.parallel.DistributedDataParallel or Horovod's DistributedOptimizer (else call dagprof.profile in the script)", out)
     if code != 0:
         raise DagprofError(f"the profiled command exited with status {code}; what its ranks wrote is in this folder", out)
     run_ = read_run(out)

@@ -7,8 +7,9 @@ finder; processes that never import torch are untouched), then wraps
 and counts steps with global optimizer hooks (a step ends when the first optimizer that
 ever stepped finishes ``step()``). Files are written when the window ends, or at exit.
 
-What it cannot see: models not wrapped in DistributedDataParallel (FSDP, DeepSpeed,
-Horovod, plain single-process training), data loading that is not a torch DataLoader (it
+Horovod jobs (``horovodrun ...``) are handled by ``horovod_auto``. What it cannot see: models not
+wrapped in DistributedDataParallel or Horovod's DistributedOptimizer (FSDP, DeepSpeed, plain
+single-process training), data loading that is not a torch DataLoader (it
 is part of ``other:pre-forward``), steps of a second optimizer (only the first optimizer
 that steps counts steps), a comm hook the script registered on DDP before dagprof attached
 (none is possible: dagprof attaches inside ``DDP.__init__``), processes killed by a signal
@@ -59,6 +60,9 @@ class _AfterTorchImport(importlib.abc.MetaPathFinder):
 def install() -> None:
     if ENV_OUT not in os.environ:
         return
+    from .horovod_auto import install as install_horovod
+
+    install_horovod()  # a Horovod job: its optimizer, not DDP, is what dagprof attaches to
     if "torch" in sys.modules:
         _patch()
     else:

@@ -35,7 +35,7 @@ from ..errors import DagprofError
 from ..graph.dag import DeviceKind, Graph, GraphBuilder
 from ..traces.events import Kind
 from ..traces.horovod import GROUP, LANE, REQUEST
-from .comm import current_scheme, current_topology, find_collectives, fit_topology, graph_world_size, retime_collectives
+from .comm import current_scheme, current_topology, find_collectives, fit_topology, graph_world_size
 
 _MAX_ROUNDS = 6
 
@@ -100,7 +100,7 @@ def set_horovod(g: Graph, replayer: Callable[[Graph], object], fusion_bytes: flo
             break
         plan = new
         cur = _rebuild(g, lay, plan, costs, price)
-    out = retime_collectives(cur, topo, spec)
+    out = cur  # transfers keep the prices above (retime_collectives would re-price them by the link model alone)
     out.meta["horovod"] = {**hv, "fusion_threshold_bytes": int(threshold), "cycle_time_ms": cycle_us / 1e3, "predicted": True}
     return out
 
