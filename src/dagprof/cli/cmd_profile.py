@@ -21,7 +21,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> dict:
     from ..collect.autoprofile import ENV_KINETO, ENV_OUT, ENV_STEPS
     from ..collect.profile import parse_steps
-    from ..traces.dagprof_run import MANIFEST, read_run
+    from ..traces.dagprof_run import MANIFEST
+    from ..traces.load import load
 
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace) -> dict:
             "wrapped in torch.nn.parallel.DistributedDataParallel or Horovod's DistributedOptimizer (else call dagprof.profile in the script)", out)
     if code != 0:
         raise DagprofError(f"the profiled command exited with status {code}; what its ranks wrote is in this folder", out)
-    run_ = read_run(out)
+    run_ = load(out)  # a DDP or a Horovod run folder
     ranks = []
     for t in run_.ranks:
         times = sorted(t.meta["step_times_us"].values())
