@@ -38,6 +38,7 @@ from ..traces.horovod import GROUP, LANE, REQUEST
 from .comm import current_scheme, current_topology, find_collectives, fit_topology, graph_world_size
 
 _MAX_ROUNDS = 6
+_CYCLE = "horovod negotiate (cycle)"
 
 
 @dataclass
@@ -110,8 +111,8 @@ def _layout(g: Graph) -> _Layout:
     channel = next((i for i, d in enumerate(g.devices) if d.kind == DeviceKind.COMM and d.name == f"group {GROUP}"), -1)
     if not lanes or channel < 0:
         raise DagprofError("the run has no Horovod responses to regroup (was the Horovod timeline recorded?)")
-    on_lane = np.isin(g.device, list(lanes.values()))
-    drop = on_lane.copy()
+    drop = np.isin(g.device, list(lanes.values()))
+    drop |= (g.rank < 0) & np.array([g.names[i].startswith(_CYCLE) for i in g.name], dtype=bool)  # an earlier regrouping's cycles
     for c in find_collectives(g):
         if g.device[c.comm] == channel:
             drop[c.comm] = True
@@ -150,24 +151,26 @@ def _transfer_price(g: Graph, lay: _Layout, topo, spec: CollectiveSpec):
 
     A profile's transfers on a busy host have a heavy tail (a rank's thread waits to be scheduled):
     a fit that reproduces their sum, not their typical value, is what predicts the time of many
-    more (no fusion) or fewer (more fusion) of them. If other passes changed the link or the scheme
-    (``meta["topology"]`` differs from what the graph's own collectives fit), each price is scaled by
-    how much that changed the modelled all-reduce of the same size.
+    more (no fusion) or fewer (more fusion) of them. Other what-ifs (link, scheme, workers) act
+    through the ratio of the graph's link model now to the one the profiled transfers fit.
     """
-    m = _measured(g)[:, 2:4]
-    if len(m) < 2:
+    m = _measured(g)
+    pairs = m[:, 2:4]
+    if len(pairs) < 2:
         return lambda nbytes: allreduce_us(nbytes, topo, spec)
-    n = graph_world_size(g)
-    own = fit_alpha_beta(m[:, 0], m[:, 1], n, relative=False) if np.ptp(m[:, 0]) > 0 else None
-    share = 2 * (max(n, 2) - 1) / max(n, 2)
-    mean_per_byte = float(m[:, 1].sum() / max(share * m[:, 0].sum(), 1.0))
-    measured_g = g.replace(dur=_restore_transfers(g, lay, _measured(g)))
-    ref = fit_topology(measured_g)
+    n0 = int(g.meta["horovod"].get("world_size") or graph_world_size(g))
+    share = 2 * (max(n0, 2) - 1) / max(n0, 2)
+    if np.ptp(pairs[:, 0]) > 0:
+        own = fit_alpha_beta(pairs[:, 0], pairs[:, 1], n0, relative=False)
+        measured = lambda nb: 2 * (max(n0, 2) - 1) * own.alpha_us + share * nb * own.beta_us_per_byte  # noqa: E731
+    else:
+        per_byte = float(pairs[:, 1].sum() / max(share * pairs[:, 0].sum(), 1.0))
+        measured = lambda nb: share * nb * per_byte  # noqa: E731
+    profiled = fit_topology(g.replace(dur=_restore_transfers(g, lay, m), meta={**g.meta, "world_size": n0}))
 
     def price(nbytes: float) -> float:
-        base = (2 * (max(n, 2) - 1) * own.alpha_us + share * nbytes * own.beta_us_per_byte) if own else share * nbytes * mean_per_byte
-        ref_us = allreduce_us(nbytes, ref, CollectiveSpec())
-        return base * (allreduce_us(nbytes, topo, spec) / ref_us if ref_us > 0 else 1.0)
+        ref = allreduce_us(nbytes, profiled, CollectiveSpec())
+        return measured(nbytes) * (allreduce_us(nbytes, topo, spec) / ref if ref > 0 else 1.0)
 
     return price
 
@@ -289,7 +292,7 @@ def _rebuild(g: Graph, lay: _Layout, plan: list[_Cycle], costs: _Costs, price) -
     position: dict[int, int] = defaultdict(int)
     for cyc in plan:
         s = cyc.step
-        neg = b.add_node("horovod negotiate (cycle)", Kind.OTHER, dur=costs.negotiate_us, gap=cyc.gap, order=cyc.start, step=s)
+        neg = b.add_node(_CYCLE, Kind.OTHER, dur=costs.negotiate_us, gap=cyc.gap, order=cyc.start, step=s)
         for t in (t for resp in cyc.responses for t in resp):
             for r in lay.ranks:
                 v = lay.requests.get((s, r, t))

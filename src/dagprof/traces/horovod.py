@@ -315,7 +315,7 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
     hv = {
         **{k: settings.get(k) for k in ("fusion_threshold_bytes", "cycle_time_ms", "cache_capacity", "autotune")},
         "tensor_order": order, "tensor_bytes": sizes, "cycles_marked": bool(timeline is not None and len(timeline.cycles)),
-        "responses": len(plan), "timeline": tl_name,
+        "responses": len(plan), "timeline": tl_name, "world_size": run.world_size,
         # rank 0's measurements per response, kept for the what-ifs (passes re-price the graph's transfers):
         # [step, position in step, fused bytes, transfer us, coordination us (cycle start -> response start; -1: not
         # its cycle's first)]
