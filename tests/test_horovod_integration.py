@@ -41,3 +41,22 @@ def test_rerecorded_fixture_reads_and_replays(name, tmp_path):
     p = open_run(folder)
     assert p.run.meta["framework"] == "horovod" and len(p.run.ranks) == 2
     assert abs(p.analysis.error_pct) < 5.0
+
+
+def test_zero_code_profile_of_horovodrun(tmp_path):
+    """``dagprof profile -- horovodrun ...`` on an unmodified Horovod script writes a Horovod run folder."""
+    import json
+    import subprocess
+
+    out = tmp_path / "run"
+    env = {**os.environ, "PATH": os.path.join(VENV, "bin") + os.pathsep + os.environ.get("PATH", ""), "OMP_NUM_THREADS": "1"}
+    cmd = [os.path.join(VENV, "bin", "python"), "-m", "dagprof.cli.main", "profile", "-o", str(out), "--steps", "3:6", "--",
+           "horovodrun", "-np", "2", "-H", "localhost:2", "--gloo", "python", os.path.join(BENCH, "train_hvd.py"), "--steps", "8",
+           "--width", "8", "--blocks", "1,1", "--image-size", "12", "--batch-size", "4"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    docs = [json.load(open(out / f"rank{r}.horovod.json")) for r in (0, 1)]
+    assert docs[0]["timeline"] == TIMELINE and docs[0]["calmed_threads"] == 1 and docs[1]["calmed_threads"] == 0
+    p = open_run(out)
+    assert p.run.meta["framework"] == "horovod" and not p.warnings
+    assert abs(p.analysis.error_pct) < 5.0

@@ -34,14 +34,17 @@ ENV_STEPS = "DAGPROF_STEPS"
 ENV_KINETO = "DAGPROF_KINETO"
 
 
-class _AfterTorchImport(importlib.abc.MetaPathFinder):
-    """Runs ``_patch`` right after the top-level ``torch`` module finished executing."""
+class AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``patch(module)`` right after the module ``name`` finished executing (once)."""
+
+    def __init__(self, name: str, patch: Any):
+        self.name, self.patch = name, patch
 
     def find_spec(self, name: str, path: Any = None, target: Any = None):
-        if name != "torch":
+        if name != self.name:
             return None
         sys.meta_path.remove(self)
-        spec = importlib.util.find_spec("torch")
+        spec = importlib.util.find_spec(name)
         if spec is None or spec.loader is None:
             return spec
         exec_module = spec.loader.exec_module
@@ -49,7 +52,7 @@ class _AfterTorchImport(importlib.abc.MetaPathFinder):
         def exec_then_patch(module: Any) -> None:
             exec_module(module)
             try:
-                _patch()
+                self.patch(module)
             except Exception as err:  # noqa: BLE001  (never break the user's job)
                 warnings.warn(f"dagprof: zero-code profiling not installed: {type(err).__name__}: {err}", RuntimeWarning)
 
@@ -66,7 +69,7 @@ def install() -> None:
     if "torch" in sys.modules:
         _patch()
     else:
-        sys.meta_path.insert(0, _AfterTorchImport())
+        sys.meta_path.insert(0, AfterImport("torch", lambda module: _patch()))
 
 
 def _patch() -> None:

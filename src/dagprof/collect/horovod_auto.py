@@ -11,39 +11,13 @@ the window ends, or at exit. Processes that never import ``horovod.torch`` are u
 from __future__ import annotations
 
 import atexit
-import importlib.abc
-import importlib.util
 import os
 import sys
-import warnings
 from typing import Any
 
-from .autoprofile import ENV_OUT, ENV_STEPS
+from .autoprofile import ENV_OUT, ENV_STEPS, AfterImport
 
 TIMELINE_ENV = "HOROVOD_TIMELINE"
-
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs ``_patch`` right after ``horovod.torch`` finished executing."""
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None):
-        if name != "horovod.torch":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def exec_then_patch(module: Any) -> None:
-            exec_module(module)
-            try:
-                _patch(module)
-            except Exception as err:  # noqa: BLE001  (never break the user's job)
-                warnings.warn(f"dagprof: Horovod profiling not installed: {type(err).__name__}: {err}", RuntimeWarning)
-
-        spec.loader.exec_module = exec_then_patch
-        return spec
 
 
 def install() -> None:
@@ -52,7 +26,7 @@ def install() -> None:
     if "horovod.torch" in sys.modules:
         _patch(sys.modules["horovod.torch"])
     else:
-        sys.meta_path.insert(0, _AfterImport())
+        sys.meta_path.insert(0, AfterImport("horovod.torch", _patch))
 
 
 def _patch(hvd: Any) -> None:

@@ -45,6 +45,7 @@ import numpy as np
 from ..errors import DagprofError
 from .dagprof_run import read_run
 from .events import Bucket, EventTable, Kind, Lane, LaneKind, RankTrace, Run
+from .kineto_decode import read_bytes
 
 TIMELINE = "horovod_timeline.json"
 RANK_FORMAT = "dagprof-horovod-rank"
@@ -113,12 +114,7 @@ class Timeline:
 
 
 def _load_events(path: str) -> list:
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as err:
-        raise DagprofError(f"cannot read the Horovod timeline ({err.strerror})", path) from None
-    text = raw.decode("utf-8", errors="replace").strip()
+    text = read_bytes(path).decode("utf-8", errors="replace").strip()
     try:
         data = json.loads(text)
     except ValueError:  # the writer was killed mid-event: keep every complete event
