@@ -29,7 +29,6 @@ from typing import Callable
 
 import numpy as np
 
-from ..costmodel.alphabeta import fit_alpha_beta
 from ..costmodel.topology import CollectiveSpec, allreduce_us
 from ..errors import DagprofError
 from ..graph.dag import DeviceKind, Graph, GraphBuilder
@@ -155,22 +154,15 @@ def _transfer_price(g: Graph, lay: _Layout, topo, spec: CollectiveSpec):
     through the ratio of the graph's link model now to the one the profiled transfers fit.
     """
     m = _measured(g)
-    pairs = m[:, 2:4]
-    if len(pairs) < 2:
+    if len(m) < 2:
         return lambda nbytes: allreduce_us(nbytes, topo, spec)
+    a, b = _line(m[:, 2], m[:, 3])
     n0 = int(g.meta["horovod"].get("world_size") or graph_world_size(g))
-    share = 2 * (max(n0, 2) - 1) / max(n0, 2)
-    if np.ptp(pairs[:, 0]) > 0:
-        own = fit_alpha_beta(pairs[:, 0], pairs[:, 1], n0, relative=False)
-        measured = lambda nb: 2 * (max(n0, 2) - 1) * own.alpha_us + share * nb * own.beta_us_per_byte  # noqa: E731
-    else:
-        per_byte = float(pairs[:, 1].sum() / max(share * pairs[:, 0].sum(), 1.0))
-        measured = lambda nb: share * nb * per_byte  # noqa: E731
     profiled = fit_topology(g.replace(dur=_restore_transfers(g, lay, m), meta={**g.meta, "world_size": n0}))
 
     def price(nbytes: float) -> float:
         ref = allreduce_us(nbytes, profiled, CollectiveSpec())
-        return measured(nbytes) * (allreduce_us(nbytes, topo, spec) / ref if ref > 0 else 1.0)
+        return (a + b * nbytes) * (allreduce_us(nbytes, topo, spec) / ref if ref > 0 else 1.0)
 
     return price
 
@@ -187,14 +179,17 @@ def _restore_transfers(g: Graph, lay: _Layout, m: np.ndarray) -> np.ndarray:
 
 
 def _line(nbytes: np.ndarray, dur: np.ndarray) -> tuple[float, float]:
-    """us = a + b * bytes, least squares when the sizes differ, else the median; never negative."""
+    """us = a + b * bytes by least squares (which reproduces the measured total); never negative.
+
+    Few samples, one size or a negative slope (noise swamps the size effect): the mean, flat.
+    """
     if not len(dur):
         return 0.0, 0.0
     if len(dur) < 3 or np.ptp(nbytes) == 0:
-        return float(np.median(dur)), 0.0
+        return float(np.mean(dur)), 0.0
     b, a = np.polyfit(nbytes.astype(float), dur, 1)
     if b < 0:
-        return float(np.median(dur)), 0.0
+        return float(np.mean(dur)), 0.0
     if a < 0:
         return 0.0, float(dur.sum() / max(nbytes.sum(), 1))
     return float(a), float(b)
