@@ -19,6 +19,12 @@ the measured copies, the all-reduce from the graph's link model (``passes.comm``
 coordination from the measured ``horovod negotiate`` spans. The cycle grid starts at the
 window's first step (Horovod's real phase is arbitrary: a single step can land up to a cycle
 earlier or later; averaged over steps it washes out).
+
+Not modelled: CPU contention between Horovod's threads (background loop, gloo, the busy-waiting
+``synchronize``) and compute on hosts with fewer cores than busy threads: the graph runs
+communication beside compute, so on such hosts (2 ranks on 2 cores here) more, smaller responses
+cost more than predicted when they fall inside backward, and the per-response cost is estimated
+from the few responses the profiled setting made. Grouped all-reduce, Adasum, autotune, NCCL.
 """
 from __future__ import annotations
 
