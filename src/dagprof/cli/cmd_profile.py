@@ -23,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> dict:
     from ..collect.autoprofile import ENV_KINETO, ENV_OUT, ENV_STEPS
-    from ..traces.dagprof_run import read_run
+    from ..traces.load import load
     from ..traces.run_schema import MANIFEST
 
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
@@ -47,10 +47,10 @@ def run(args: argparse.Namespace) -> dict:
     if not os.path.exists(os.path.join(out, MANIFEST)):
         raise DagprofError(
             f"the command exited with status {code} and no rank wrote a profile: the zero-code mode sees only models "
-            "wrapped in torch.nn.parallel.DistributedDataParallel (else call dagprof.profile in the script)", out)
+            "wrapped in torch.nn.parallel.DistributedDataParallel or Horovod's DistributedOptimizer (else call dagprof.profile in the script)", out)
     if code != 0:
         raise DagprofError(f"the profiled command exited with status {code}; what its ranks wrote is in this folder", out)
-    run_ = read_run(out)
+    run_ = load(out)  # a DDP or a Horovod run folder
     ranks = []
     for t in run_.ranks:
         # steps outside the window, for the profiler's overhead; steps 0 and 1 warm up (DDP rebuilds its buckets after step 0)

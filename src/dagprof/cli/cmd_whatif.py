@@ -35,6 +35,9 @@ def add_arguments(p) -> None:
     p.add_argument("--scheme", type=comma_list(CollectiveSpec.parse), help="collective algorithm(s): ring, tree, hier, ps:K (K servers)")
     p.add_argument("--partition", type=comma_list(positive_int), help="cut each tensor into K pieces (BytePS partition)")
     p.add_argument("--compute-speed", type=comma_list(positive_number), help="compute speed factor(s), 2 = twice as fast")
+    p.add_argument("--fusion-mb", type=comma_list(non_negative_number),
+                   help="Horovod runs: HOROVOD_FUSION_THRESHOLD(s) in MiB, e.g. 0,4,64 (0 = no fusion)")
+    p.add_argument("--cycle-ms", type=comma_list(non_negative_number), help="Horovod runs: HOROVOD_CYCLE_TIME(s) in ms, e.g. 1,5,20")
     p.add_argument("--topology", help="cluster: a JSON/TOML file, or presets like 10gbe or nvlink/100gbe:8")
     p.add_argument("--link-model", help="link model from `dagprof calibrate` (instead of fitting the run's collectives)")
     p.add_argument("--cores", type=int, default=None, help="cores per host shared by its ranks (default: ranks do not contend)")
@@ -54,6 +57,8 @@ def _scenarios(args) -> list[Scenario]:
         "scheme": args.scheme or [None],
         "partition": args.partition or [None],
         "speed": args.compute_speed or [None],
+        "fusion_mb": args.fusion_mb or [None],
+        "cycle_ms": args.cycle_ms or [None],
     }
     out = []
     for combo in itertools.product(*axes.values()):
@@ -88,7 +93,7 @@ _SHORT = {  # table heading of each column; ``COLUMNS`` (also in --json) defines
 def to_text(r: dict) -> str:
     m = "n/a" if r["measured_iter_ms"] is None else f"{r['measured_iter_ms']:.2f} ms"
     lines = [f"profiled: {r['workers']} ranks, measured {m}/iter; model of it {r['model_iter_ms']:.2f} ms ({r['link']})"]
-    keys = [k for k in ("workers", "bandwidth", "latency_us", "bucket_mb", "scheme", "partition", "compute_speed")
+    keys = [k for k in ("workers", "bandwidth", "latency_us", "bucket_mb", "scheme", "partition", "compute_speed", "fusion_mb", "cycle_ms")
             if any(row[k] is not None for row in r["scenarios"])]
     width = {k: max(12, len(k) + 2) for k in keys}
     lines.append("".join(f"{k.replace('_', ' '):>{width[k]}}" for k in keys) + "".join(f"{h:>12}" for h in _SHORT.values()))

@@ -7,8 +7,9 @@ finder; processes that never import torch are untouched), then wraps
 and counts steps with global optimizer hooks (a step ends when the first optimizer that
 ever stepped finishes ``step()``). Files are written when the window ends, or at exit.
 
-What it cannot see: models not wrapped in DistributedDataParallel (FSDP, DeepSpeed,
-Horovod, plain single-process training), data loading that is not a torch DataLoader (it
+Horovod jobs (``horovodrun ...``) are handled by ``horovod_auto``. What it cannot see: models not
+wrapped in DistributedDataParallel or Horovod's DistributedOptimizer (FSDP, DeepSpeed, plain
+single-process training), data loading that is not a torch DataLoader (it
 is part of ``other:pre-forward``), steps of a second optimizer (only the first optimizer
 that steps counts steps), a comm hook the script registered on DDP before dagprof attached
 (none is possible: dagprof attaches inside ``DDP.__init__``), processes killed by a signal
@@ -33,14 +34,17 @@ ENV_STEPS = "DAGPROF_STEPS"
 ENV_KINETO = "DAGPROF_KINETO"
 
 
-class _AfterTorchImport(importlib.abc.MetaPathFinder):
-    """Runs ``_patch`` right after the top-level ``torch`` module finished executing."""
+class AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``patch(module)`` right after the module ``name`` finished executing (once)."""
+
+    def __init__(self, name: str, patch: Any):
+        self.name, self.patch = name, patch
 
     def find_spec(self, name: str, path: Any = None, target: Any = None):
-        if name != "torch":
+        if name != self.name:
             return None
         sys.meta_path.remove(self)
-        spec = importlib.util.find_spec("torch")
+        spec = importlib.util.find_spec(name)
         if spec is None or spec.loader is None:
             return spec
         exec_module = spec.loader.exec_module
@@ -48,7 +52,7 @@ class _AfterTorchImport(importlib.abc.MetaPathFinder):
         def exec_then_patch(module: Any) -> None:
             exec_module(module)
             try:
-                _patch()
+                self.patch(module)
             except Exception as err:  # noqa: BLE001  (never break the user's job)
                 warnings.warn(f"dagprof: zero-code profiling not installed: {type(err).__name__}: {err}", RuntimeWarning, stacklevel=2)
 
@@ -59,10 +63,13 @@ class _AfterTorchImport(importlib.abc.MetaPathFinder):
 def install() -> None:
     if ENV_OUT not in os.environ:
         return
+    from .horovod_auto import install as install_horovod
+
+    install_horovod()  # a Horovod job: its optimizer, not DDP, is what dagprof attaches to
     if "torch" in sys.modules:
         _patch()
     else:
-        sys.meta_path.insert(0, _AfterTorchImport())
+        sys.meta_path.insert(0, AfterImport("torch", lambda module: _patch()))
 
 
 def _patch() -> None:

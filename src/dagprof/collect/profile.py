@@ -20,6 +20,8 @@ class profile:  # noqa: N801  (used like torch.profiler.profile)
     The files are written when the window ends (training continues) or at exit.
     """
 
+    collector_class = Collector  # collect.horovod swaps in its own
+
     def __init__(self, out_dir: str | os.PathLike[str], steps: str | range | tuple[int, int] | int = range(5, 10),
                  model: Any = None, kineto: bool = True, record_shapes: bool = False, ranges: bool = False):
         self.out_dir = os.path.abspath(os.fspath(out_dir))
@@ -34,7 +36,7 @@ class profile:  # noqa: N801  (used like torch.profiler.profile)
         from torch.nn.modules.module import register_module_forward_pre_hook
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-        c = self._collector = Collector(self.out_dir, self.steps, mode="api", **self._options)
+        c = self._collector = self.collector_class(self.out_dir, self.steps, mode="api", **self._options)
         self._handles = [
             register_optimizer_step_pre_hook(lambda opt, args, kwargs: c.update_begin()),
             register_optimizer_step_post_hook(lambda opt, args, kwargs: c.update_end()),

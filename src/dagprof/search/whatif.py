@@ -1,7 +1,7 @@
 """What-if scenarios: the run's graph under other conditions, replayed.
 
 Passes are applied in a fixed order (workers, cluster, scheme, link, buckets, partition,
-compute, cores, fine-grained collectives). Two different ratios answer two questions, and
+compute, cores, Horovod fusion/cycle, fine-grained collectives). Two different ratios answer two questions, and
 ``COLUMNS`` defines every column of a row:
 - is it faster than what I have? ``speedup_vs_profiled``: the scenario's throughput over the
   profiled run's (both as replayed, so the model's own error cancels out of the ratio);
@@ -22,6 +22,7 @@ from ..graph.dag import Graph
 from ..passes import expand_collectives, partition_tensors, scale_compute, scale_workers, set_buckets, set_link, set_scheme, set_topology
 from ..passes.comm import current_topology, graph_world_size
 from ..passes.compute import share_cores
+from ..passes.horovod import set_horovod
 from ..progress import progress
 from ..replay import ReplayResult, replay
 
@@ -48,11 +49,14 @@ class Scenario:
     scheme: CollectiveSpec | None = None
     partition: int | None = None
     speed: float | None = None  # compute speed factor
+    fusion_mb: float | None = None  # HOROVOD_FUSION_THRESHOLD in MiB (Horovod runs)
+    cycle_ms: float | None = None  # HOROVOD_CYCLE_TIME (Horovod runs)
 
     def label(self) -> dict:
         return {
             "workers": self.workers, "bandwidth": self.bandwidth_text, "latency_us": self.latency_us, "bucket_mb": self.bucket_mb,
             "scheme": None if self.scheme is None else str(self.scheme), "partition": self.partition, "compute_speed": self.speed,
+            "fusion_mb": self.fusion_mb, "cycle_ms": self.cycle_ms,
         }
 
 
@@ -99,6 +103,8 @@ def apply(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
         g = set_scheme(g, s.scheme)
     if s.bandwidth is not None or s.latency_us is not None:
         g = set_link(g, s.bandwidth, s.latency_us, c.link)
+    if s.bucket_mb is not None and g.meta.get("horovod"):
+        raise DagprofError("a Horovod run fuses tensors by its fusion threshold and cycle time: use --fusion-mb and --cycle-ms")
     if s.bucket_mb is not None or not c.overlap:
         cap = None if s.bucket_mb is None else (1e18 if s.bucket_mb == float("inf") else s.bucket_mb * 2**20)
         first = None if c.first_bucket_mb is None else c.first_bucket_mb * 2**20
@@ -109,6 +115,8 @@ def apply(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
         g = scale_compute(g, s.speed)
     if c.cores:
         g = share_cores(g, c.cores, c.ranks_per_host)
+    if s.fusion_mb is not None or s.cycle_ms is not None:
+        g = set_horovod(g, replay, None if s.fusion_mb is None else s.fusion_mb * 2**20, s.cycle_ms)
     if c.fine:
         g = expand_collectives(g)
     return g

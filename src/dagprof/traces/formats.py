@@ -12,6 +12,7 @@ More specific formats come first. The sniffers look at bytes only: no reader is 
 """
 from __future__ import annotations
 
+import glob
 import importlib
 import json
 import os
@@ -81,6 +82,8 @@ def _layer_csv(head: bytes, path: str) -> bool:
 
 FORMATS: list[Format] = [
     # folders
+    Format("horovod-run", "a dagprof run folder (Horovod)", lambda head, path: bool(glob.glob(os.path.join(path, "rank*.horovod.json"))),
+           "dagprof.traces.horovod:read_horovod_run", folder=True),
     Format("dagprof-run", "a dagprof run folder (PyTorch)", _manifest_format("dagprof-run"),
            "dagprof.traces.dagprof_run:read_run", folder=True),
     Format("xplane-run", "a dagprof run folder (TensorFlow/JAX)", _manifest_format("dagprof-xplane-run"),
@@ -94,7 +97,8 @@ FORMATS: list[Format] = [
            "dagprof.traces.xplane_run:read_xplane_file"),
     Format("horovod", "a Horovod timeline",
            _json_has("NEGOTIATE_ALLREDUCE", "start_time_since_epoch_in_micros", "MEMCPY_IN_FUSION_BUFFER", "NEGOTIATE_BROADCAST"),
-           hint="record the framework's own profile beside it"),
+           hint="it holds rank 0's communication only, no compute and no other rank: profile the job with "
+                "dagprof.collect.horovod (see the README) and give dagprof the run folder"),
     Format("mxnet", "an MXNet mx.profiler trace",
            _json_has("MXKVStorePushPull", "KVStoreDistDefaultStoragePushPull", '"_backward_', "MXNDArray", "MXExecutor"),
            hint="give dagprof the run folder written by dagprof.collect.mxnet_ps, which holds every worker's and server's trace"),

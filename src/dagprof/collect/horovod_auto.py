@@ -1,0 +1,63 @@
+"""Zero-code mode for Horovod: ``dagprof profile -o RUN [--steps A:B] -- horovodrun ... python train.py``.
+
+``autoprofile.install`` (run in every Python process of the job through ``sitecustomize``) calls
+``install`` here. It sets ``HOROVOD_TIMELINE=DYNAMIC`` unless the job sets its own (so
+``horovodrun`` passes it to every rank and rank 0 can record its timeline during the window), then
+waits for ``import horovod.torch`` and wraps ``hvd.DistributedOptimizer``: the optimizer it returns
+is attached to a ``HorovodCollector``, the first module called afterwards is taken as the model,
+and steps are counted at the end of each outermost ``optimizer.step()``. Files are written when
+the window ends, or at exit. Processes that never import ``horovod.torch`` are untouched.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+from typing import Any
+
+from .autoprofile import ENV_OUT, ENV_STEPS, AfterImport
+
+TIMELINE_ENV = "HOROVOD_TIMELINE"
+
+
+def install() -> None:
+    """Called by ``autoprofile.install`` when a profile was asked for."""
+    os.environ.setdefault(TIMELINE_ENV, "DYNAMIC")  # read by hvd.init(); inherited by horovodrun's ranks
+    if "horovod.torch" in sys.modules:
+        _patch(sys.modules["horovod.torch"])
+    else:
+        sys.meta_path.insert(0, AfterImport("horovod.torch", _patch))
+
+
+def _patch(hvd: Any) -> None:
+    from torch.nn.modules.module import register_module_forward_pre_hook
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    from .horovod import HorovodCollector
+    from .profile import parse_steps
+
+    collector = HorovodCollector(os.environ[ENV_OUT], parse_steps(os.environ.get(ENV_STEPS, "5:10")), kineto=False, mode="launcher")
+    original = hvd.DistributedOptimizer
+
+    def DistributedOptimizer(*args: Any, **kwargs: Any) -> Any:  # noqa: N802  (replaces Horovod's factory)
+        opt = original(*args, **kwargs)
+        collector.attach_optimizer(opt)
+        handle = None
+
+        def first_forward(module: Any, inputs: Any) -> None:  # the first module called is the model
+            handle.remove()
+            collector.attach(module)
+            collector.start()
+
+        handle = register_module_forward_pre_hook(first_forward)
+        return opt
+
+    def after_step(opt: Any, args: Any, kwargs: Any) -> None:
+        collector.update_end()
+        if collector.outermost_step_done and collector.step >= 0 and hasattr(opt, "_allreduce_grad_async"):
+            collector.next_step()
+
+    hvd.DistributedOptimizer = DistributedOptimizer
+    register_optimizer_step_pre_hook(lambda opt, args, kwargs: collector.update_begin())
+    register_optimizer_step_post_hook(after_step)
+    atexit.register(lambda: collector.close() if collector.step >= 0 else None)

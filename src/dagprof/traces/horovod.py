@@ -1,0 +1,527 @@
+"""Horovod: its timeline merged with every rank's dagprof hooks into one run.
+
+A Horovod run folder is a dagprof run folder (``manifest.json``, ``rank<R>.json``: per-layer
+compute, optimizer, step times) plus what ``dagprof.collect.horovod`` adds:
+``rank<R>.horovod.json`` per rank (each gradient's all-reduce request with its Horovod tensor
+name, time and bytes; the settings) and ``horovod_timeline.json``, Horovod's own Chrome trace
+of the profiled window, written by rank 0 (the coordinator) only.
+
+The timeline is a log of Horovod's background thread on rank 0, in the order it happened:
+``CYCLE_START`` markers (one per loop cycle), per tensor (one "pid" each) ``NEGOTIATE_*``
+spans (first rank ready -> all ranks ready) with per-rank ready marks on the uncached path,
+then the response: a top-level span per tensor (``ALLREDUCE``...) whose nested activities are
+``INIT_FUSION_BUFFER``, ``MEMCPY_IN_FUSION_BUFFER``, the transfer (``GLOO_ALLREDUCE``...),
+``MEMCPY_OUT_FUSION_BUFFER``. The tensors of one fused response start one after another in
+the log before any of their activities, so consecutive starts form a response.
+
+Events this reader adds to each rank (``events.py`` conventions):
+- main lane: a ``COMM_ENQUEUE`` per request (``horovod request allreduce.<param>``), cut out of the
+  backward span it happened in;
+- a ``horovod background thread`` lane per rank, per response: ``horovod negotiate`` (the cycle
+  that picked it up: from the later of the cycle start and the rank's last request to the
+  response start; first response of a cycle only), ``horovod memcpy in`` (into the fusion buffer,
+  or the copy to the output for a single tensor), the transfer (``COMM``, group ``horovod``,
+  ``seq`` = response number, ``bucket`` = its position in the step, ``nbytes`` = fused bytes),
+  ``horovod memcpy out``;
+- flows: request -> negotiate (or memcpy in), memcpy in -> transfer -> memcpy out -> the step's
+  ``synchronize()`` wait (COMM_WAIT) on the main lane.
+Horovod writes the timeline on rank 0 only. Every rank executes the same responses in the
+same order (the coordinator decides them), and a synchronous all-reduce ends on all ranks
+together, so the other ranks' background-thread spans are rank 0's, shifted onto their clock;
+their requests and waits are their own.
+"""
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import json
+import os
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import DagprofError
+from .dagprof_run import read_run
+from .events import Bucket, EventTable, Kind, Lane, LaneKind, RankTrace, Run
+from .kineto_decode import read_bytes
+
+TIMELINE = "horovod_timeline.json"
+RANK_FORMAT = "dagprof-horovod-rank"
+VERSION = 1
+GROUP = "horovod"
+LANE = "horovod background thread"
+REQUEST = "horovod request "  # + Horovod tensor name
+WAIT_NAME = "horovod synchronize (wait for all-reduces)"
+_DDP_WAIT = "ddp finalize (wait for buckets)"  # what the hook reader calls the same records
+_NOT_DDP = "no DDP gradient buckets"
+_TRANSFER = re.compile(r"^(GLOO|MPI|NCCL|CCL|DDL)_")
+_DTYPE_BYTES = {"uint8": 1, "int8": 1, "uint16": 2, "int16": 2, "int32": 4, "int64": 8, "float16": 2, "bfloat16": 2,
+                "float32": 4, "float64": 8, "bool": 1}
+
+
+def horovod_rank_file(rank: int) -> str:
+    return f"rank{rank}.horovod.json"
+
+
+# ---------------------------------------------------------------- the timeline
+@dataclass
+class Response:
+    """One (fused) response as Horovod's background thread executed it; times in epoch us."""
+
+    index: int
+    op: str  # allreduce, broadcast, allgather, ...
+    tensors: list[str]  # Horovod tensor names, in fusion-buffer order
+    start: dict[str, float] = field(default_factory=dict)  # per tensor: response span start
+    end: dict[str, float] = field(default_factory=dict)
+    activities: dict[str, list[float]] = field(default_factory=dict)  # name -> [first start, last end]
+    nbytes: dict[str, int] = field(default_factory=dict)  # per tensor, from the end event's dtype and shape
+    dtype: str = ""
+    cycle: float | None = None  # the CYCLE_START before it (None: cycles not marked)
+
+    @property
+    def t0(self) -> float:
+        return min(self.start.values())
+
+    @property
+    def t1(self) -> float:
+        return max(self.end.values(), default=self.t0)
+
+    @property
+    def transfer(self) -> tuple[float, float] | None:
+        spans = [v for k, v in self.activities.items() if _TRANSFER.match(k)]
+        return (min(s[0] for s in spans), max(s[1] for s in spans)) if spans else None
+
+    @property
+    def complete(self) -> bool:
+        return len(self.end) == len(self.tensors) and self.transfer is not None
+
+
+@dataclass
+class Timeline:
+    path: str
+    epoch_us: float  # Unix time of the timeline's ts 0
+    responses: list[Response]
+    cycles: np.ndarray  # CYCLE_START times (epoch us), sorted
+    negotiations: dict[str, list[tuple[float, float]]]  # tensor -> (first rank ready, all ready) spans
+    ready_marks: dict[str, list[tuple[int, float]]]  # tensor -> (rank, time): uncached negotiations only
+    problems: list[str] = field(default_factory=list)
+
+
+def _load_events(path: str) -> list:
+    text = read_bytes(path).decode("utf-8", errors="replace").strip()
+    try:
+        data = json.loads(text)
+    except ValueError:  # the writer was killed mid-event: keep every complete event
+        cut = text.rfind("}")
+        try:
+            data = json.loads(text[:cut + 1] + "]") if cut > 0 else None
+        except ValueError:
+            data = None
+        if data is None:
+            raise DagprofError("not a Horovod timeline (not a JSON array of trace events), or truncated beyond repair", path) from None
+    if isinstance(data, dict):
+        data = data.get("traceEvents")
+    if not isinstance(data, list) or not data or not isinstance(data[0], dict):
+        raise DagprofError("not a Horovod timeline (expected a JSON array of trace events)", path)
+    return data
+
+
+def read_timeline(path: str | os.PathLike[str]) -> Timeline:
+    path = os.fspath(path)
+    events = _load_events(path)
+    epoch = None
+    tensor: dict[int, str] = {}
+    stacks: dict[int, list[str]] = {}
+    open_resp: dict[int, Response] = {}
+    neg_open: dict[int, float] = {}
+    responses: list[Response] = []
+    cycles: list[float] = []
+    negotiations: dict[str, list[tuple[float, float]]] = {}
+    ready: dict[str, list[tuple[int, float]]] = {}
+    problems: list[str] = []
+    cur: Response | None = None
+    cur_sealed = True  # an activity or end was seen since the current response's starts
+    for e in events:
+        if not isinstance(e, dict):
+            continue
+        ph, pid, name = e.get("ph"), e.get("pid"), e.get("name", "")
+        args = e.get("args") or {}
+        if ph == "M":
+            if "start_time_since_epoch_in_micros" in args:
+                epoch = float(args["start_time_since_epoch_in_micros"])
+            elif name == "process_name" and "name" in args:
+                tensor[pid] = str(args["name"])
+            continue
+        try:
+            ts = float(e["ts"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if ph == "i":
+            if name == "CYCLE_START":
+                cycles.append(ts)
+            continue
+        t = tensor.get(pid, f"pid{pid}")
+        stack = stacks.setdefault(pid, [])
+        if ph == "B":
+            if stack:  # an activity inside a response
+                r = open_resp.get(pid)
+                if r is not None:
+                    span = r.activities.setdefault(name, [ts, ts])
+                    span[0] = min(span[0], ts)
+                    if r is cur:
+                        cur_sealed = True
+            elif name.startswith("NEGOTIATE_"):
+                neg_open[pid] = ts
+            else:
+                if cur is None or cur_sealed or name.lower() != cur.op:
+                    cur = Response(len(responses), name.lower(), [], cycle=cycles[-1] if cycles else None)
+                    responses.append(cur)
+                    cur_sealed = False
+                cur.tensors.append(t)
+                cur.start[t] = ts
+                open_resp[pid] = cur
+            stack.append(name)
+        elif ph == "E":
+            if not stack:
+                problems.append(f"an end without a start for {t} at ts {ts:.0f}")
+                continue
+            opened = stack.pop()
+            if opened.startswith("NEGOTIATE_"):
+                negotiations.setdefault(t, []).append((neg_open.pop(pid, ts), ts))
+            elif pid in open_resp:
+                r = open_resp[pid]
+                if r is cur:
+                    cur_sealed = True
+                if stack:
+                    r.activities.setdefault(opened, [ts, ts])[1] = ts
+                else:
+                    r.end[t] = ts
+                    r.dtype = str(args.get("dtype", r.dtype))
+                    n = _shape_bytes(args)
+                    if n:
+                        r.nbytes[t] = n
+                    del open_resp[pid]
+        elif ph == "X" and stack and stack[-1].startswith("NEGOTIATE_") and str(name).isdigit():
+            ready.setdefault(t, []).append((int(name), ts))
+    if epoch is None:
+        raise DagprofError("not a Horovod timeline (no start_time_since_epoch_in_micros on pid 0)", path)
+    shift = lambda x: x + epoch  # noqa: E731
+    for r in responses:
+        r.start = {k: shift(v) for k, v in r.start.items()}
+        r.end = {k: shift(v) for k, v in r.end.items()}
+        r.activities = {k: [shift(a), shift(b)] for k, (a, b) in r.activities.items()}
+        r.cycle = None if r.cycle is None else shift(r.cycle)
+    unfinished = [r for r in responses if not r.complete]
+    if unfinished:
+        problems.append(f"{len(unfinished)} response(s) still running when the timeline ended (dropped)")
+    return Timeline(
+        path, epoch, [r for r in responses if r.complete], np.asarray(sorted(cycles), dtype=float) + epoch,
+        {k: [(shift(a), shift(b)) for a, b in v] for k, v in negotiations.items()},
+        {k: [(rank, shift(x)) for rank, x in v] for k, v in ready.items()}, problems,
+    )
+
+
+def _shape_bytes(args: dict) -> int:
+    size = _DTYPE_BYTES.get(str(args.get("dtype", "")).lower().removeprefix("horovod_"))
+    dims = re.findall(r"\d+", str(args.get("shape", "")))
+    return size * int(np.prod([int(d) for d in dims])) if size and "shape" in args else 0
+
+
+# ---------------------------------------------------------------- the run
+@dataclass
+class _Request:
+    step: int
+    tensor: str
+    t0: int  # ns, the rank's clock
+    t1: int
+    nbytes: int
+
+
+@dataclass
+class _Planned:
+    """A response placed in a profiled step, with each rank's requests for its tensors."""
+
+    resp: Response
+    step: int
+    position: int  # within the step
+    nbytes: int
+    requests: dict[int, list[_Request]]  # rank -> requests (one per tensor)
+    first_in_cycle: bool
+
+
+def _read_doc(path: str) -> dict:
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        raise DagprofError("file is missing", path) from None
+    except (OSError, ValueError) as err:
+        raise DagprofError(f"corrupt or truncated file ({type(err).__name__})", path) from None
+    if not isinstance(doc, dict) or doc.get("format") != RANK_FORMAT:
+        raise DagprofError(f"not a dagprof Horovod rank file (format {doc.get('format') if isinstance(doc, dict) else None!r})", path)
+    if doc.get("version", 0) > VERSION:
+        raise DagprofError(f"written by a newer dagprof (format version {doc['version']})", path)
+    return doc
+
+
+def read_horovod_run(path: str | os.PathLike[str]) -> Run:
+    """A Horovod run folder -> one ``Run`` whose ranks carry Horovod's requests, responses and transfers."""
+    folder = os.fspath(path)
+    run = read_run(folder)
+    docs = {t.rank: _read_doc(os.path.join(folder, horovod_rank_file(t.rank))) for t in run.ranks}
+    warnings = [w for w in run.meta.get("warnings", []) if _NOT_DDP not in w]
+    for d in docs.values():
+        warnings += [w for w in d.get("warnings", []) if w not in warnings]
+    requests = {r: [_Request(int(s), str(n), int(a), int(b), int(nb)) for s, n, a, b, nb in d.get("enqueues", [])] for r, d in docs.items()}
+    settings = docs[min(docs)].get("settings", {})
+    tl_name = docs[min(docs)].get("timeline")
+    timeline = None
+    if tl_name and os.path.exists(os.path.join(folder, tl_name)):
+        timeline = read_timeline(os.path.join(folder, tl_name))
+        warnings += [f"{tl_name}: {p}" for p in timeline.problems]
+    else:
+        warnings.append("no Horovod timeline in the run (start the job with HOROVOD_TIMELINE=DYNAMIC): "
+                        "requests and waits only, no fusion or transfers")
+    plan = _plan(timeline, requests, warnings) if timeline else []
+    ranks = []
+    for t in run.ranks:
+        shift_ns = _clock_shift(t, run.ranks[0], plan)
+        ranks.append(_merge(t, requests.get(t.rank, []), plan, shift_ns, timeline))
+    order = _tensor_order(plan)
+    sizes: dict[str, int] = {}
+    for p in plan:
+        for rq in p.requests[min(p.requests)]:
+            sizes[rq.tensor] = rq.nbytes
+    hv = {
+        **{k: settings.get(k) for k in ("fusion_threshold_bytes", "cycle_time_ms", "cache_capacity", "autotune")},
+        "tensor_order": order, "tensor_bytes": sizes, "cycles_marked": bool(timeline is not None and len(timeline.cycles)),
+        "responses": len(plan), "timeline": tl_name, "world_size": run.world_size,
+        # rank 0's measurements per response, kept for the what-ifs (passes re-price the graph's transfers):
+        # [step, position in step, fused bytes, transfer us, coordination us (cycle start -> response start; -1: not
+        # its cycle's first)]
+        "measured": [[p.step, p.position, p.nbytes, p.resp.transfer[1] - p.resp.transfer[0],
+                      p.resp.t0 - p.resp.cycle if p.first_in_cycle and p.resp.cycle is not None else -1.0] for p in plan],
+    }
+    if settings.get("autotune"):
+        warnings.append("HOROVOD_AUTOTUNE was on: fusion threshold and cycle time changed during the run")
+    meta = {**run.meta, "warnings": sorted(set(warnings)), "framework": "horovod", "horovod": hv,
+            "graph_meta": {**run.meta.get("graph_meta", {}), "horovod": hv}}
+    return Run(ranks, source=folder, meta=meta)
+
+
+def _plan(tl: Timeline, requests: dict[int, list[_Request]], warnings: list[str]) -> list[_Planned]:
+    """Place each response in the step whose requests it served, on every rank."""
+    ref = min(requests)
+    by_key: dict[int, dict[tuple[int, str], list[_Request]]] = {}
+    for r, reqs in requests.items():
+        table = by_key.setdefault(r, {})
+        for rq in sorted(reqs, key=lambda x: x.t0):
+            table.setdefault((rq.step, rq.tensor), []).append(rq)
+    ref_by_tensor: dict[str, list[_Request]] = {}
+    for rq in sorted(requests[ref], key=lambda x: x.t0):
+        ref_by_tensor.setdefault(rq.tensor, []).append(rq)
+    used: dict[int, set[int]] = {r: set() for r in requests}
+    out: list[_Planned] = []
+    dropped = 0
+    seen_cycle: set[float] = set()
+    position: dict[int, int] = {}
+    for resp in tl.responses:
+        if resp.op != "allreduce":
+            dropped += 1
+            continue
+        per_rank: dict[int, list[_Request]] = {r: [] for r in requests}
+        step = None
+        ok = True
+        for t in resp.tensors:
+            cands = [rq for rq in ref_by_tensor.get(t, []) if rq.t0 / 1e3 <= resp.start[t] and id(rq) not in used[ref]]
+            if not cands:
+                ok = False
+                break
+            mine = cands[-1]
+            step = mine.step if step is None else step
+            k = by_key[ref][(mine.step, t)].index(mine)
+            for r in requests:
+                lst = by_key[r].get((mine.step, t), [])
+                if k >= len(lst) or id(lst[k]) in used[r]:
+                    ok = False
+                    break
+                per_rank[r].append(lst[k])
+            if not ok:
+                break
+        if not ok or step is None:
+            dropped += 1
+            continue
+        for r, lst in per_rank.items():
+            used[r].update(id(x) for x in lst)
+        nbytes = sum(resp.nbytes.get(t) or rq.nbytes for t, rq in zip(resp.tensors, per_rank[ref]))
+        first = resp.cycle is not None and resp.cycle not in seen_cycle
+        if resp.cycle is not None:
+            seen_cycle.add(resp.cycle)
+        out.append(_Planned(resp, step, position.get(step, 0), nbytes, per_rank, first or resp.cycle is None))
+        position[step] = position.get(step, 0) + 1
+    if dropped:
+        warnings.append(f"{dropped} Horovod response(s) outside the profiled steps or without matching requests were left out")
+    return out
+
+
+def _tensor_order(plan: list[_Planned]) -> list[str]:
+    """Tensors in the order Horovod fuses them (its response cache's order), as the first step shows."""
+    order: list[str] = []
+    for p in plan:
+        order += [t for t in p.resp.tensors if t not in order]
+    return order
+
+
+def _clock_shift(trace: RankTrace, ref: RankTrace, plan: list[_Planned]) -> int:
+    """ns to subtract from rank 0's (timeline) times to put them on ``trace``'s clock.
+
+    Ranks on rank 0's host share its clock. Elsewhere: each step's ``synchronize`` returns on
+    every rank right after the step's last response ends, so the median difference of those
+    ends (steps where both ranks waited) estimates the offset; the clock alignment refines it.
+    """
+    if trace.rank == ref.rank or not plan or (trace.host and trace.host == ref.host):
+        return 0
+    diffs = []
+    ends = {}
+    for t in (trace, ref):
+        ev = t.events
+        m = (ev.kind == Kind.COMM_WAIT) & (ev.dur > 100.0)
+        ends[t.rank] = {int(s): t.base_ns + int((a + d) * 1e3) for s, a, d in zip(ev.step[m], ev.start[m], ev.dur[m])}
+    for s, e in ends[trace.rank].items():
+        if s in ends[ref.rank]:
+            diffs.append(e - ends[ref.rank][s])
+    return -int(np.median(diffs)) if diffs else 0
+
+
+class _Columns:
+    """Growable event columns (a RankTrace's table plus what this reader adds)."""
+
+    def __init__(self, ev: EventTable):
+        self.names = list(ev.names)
+        self.index = {s: i for i, s in enumerate(self.names)}
+        self.cols = {c: getattr(ev, c).tolist() for c in EventTable.COLUMNS}
+
+    def add(self, **row) -> int:
+        name = row.pop("name")
+        if name not in self.index:
+            self.index[name] = len(self.names)
+            self.names.append(name)
+        row = {"name": self.index[name], "depth": 0, "step": -1, "layer": -1, "nbytes": 0, "group": -1, "seq": -1, "bucket": -1, **row}
+        for c in EventTable.COLUMNS:
+            self.cols[c].append(row[c])
+        return len(self.cols["start"]) - 1
+
+    def table(self) -> EventTable:
+        return EventTable.from_columns(self.names, **self.cols)
+
+
+def _merge(trace: RankTrace, reqs: list[_Request], plan: list[_Planned], shift_ns: int, tl: Timeline | None) -> RankTrace:
+    ev = trace.events
+    c = _Columns(ev)
+    if _DDP_WAIT in c.index:  # the same records mean Horovod's synchronize() here
+        c.names[c.index[_DDP_WAIT]] = WAIT_NAME
+    main = next((i for i, lane in enumerate(trace.lanes) if lane.main), 0)
+    us = lambda ns: (ns - trace.base_ns) / 1e3  # noqa: E731
+    flows = [tuple(f) for f in trace.flows.tolist()]
+    request_ev = _cut_requests(c, trace, main, reqs, us, flows)
+    if not plan:
+        return _rebuild(trace, c, flows, [], {})
+    lanes = list(trace.lanes) + [Lane(LANE, LaneKind.COMM_THREAD)]
+    lane = len(lanes) - 1
+    groups = list(trace.groups) + ([GROUP] if GROUP not in trace.groups else [])
+    gid = groups.index(GROUP)
+    sinks = _sinks(c, main)
+    at = lambda epoch_us: us(int(round(epoch_us * 1e3)) - shift_ns)  # noqa: E731
+    coll_events, coll_dtypes = [], []
+    negotiate = -1
+    for seq, p in enumerate(plan):
+        mine = p.requests.get(trace.rank, [])
+        r = p.resp
+        t0, (x0, x1), t1 = at(r.t0), (at(v) for v in r.transfer), at(r.t1)
+        fused = len(r.tensors) > 1
+        if p.first_in_cycle and r.cycle is not None:
+            cycle_reqs = [request_ev[id(q)] for q2 in plan if q2.resp.cycle == r.cycle for q in q2.requests.get(trace.rank, [])
+                          if id(q) in request_ev]
+            ready = max((c.cols["start"][i] + c.cols["dur"][i] for i in cycle_reqs), default=-np.inf)
+            a = min(max(at(r.cycle), ready), t0)
+            negotiate = c.add(name="horovod negotiate", kind=int(Kind.OTHER), lane=lane, start=a, dur=t0 - a, step=p.step)
+        elif r.cycle is None:
+            negotiate = -1
+        prep = c.add(name="horovod memcpy in" if fused else "horovod copy in", kind=int(Kind.MEMCPY), lane=lane, start=t0,
+                     dur=max(x0 - t0, 0.0), step=p.step, nbytes=p.nbytes, bucket=p.position)
+        comm = c.add(name=f"horovod allreduce {_short(r.tensors)}", kind=int(Kind.COMM), lane=lane, start=x0, dur=x1 - x0,
+                     step=p.step, nbytes=p.nbytes, group=gid, seq=seq, bucket=p.position)
+        post = c.add(name="horovod memcpy out" if fused else "horovod copy out", kind=int(Kind.MEMCPY), lane=lane, start=x1,
+                     dur=max(t1 - x1, 0.0), step=p.step, nbytes=p.nbytes, bucket=p.position)
+        coll_events.append(comm)
+        coll_dtypes.append(r.dtype.lower().removeprefix("horovod_"))
+        head = negotiate if negotiate >= 0 else prep
+        flows += [(request_ev[id(q)], head) for q in mine if id(q) in request_ev]
+        flows += [(prep, comm), (comm, post)]
+        if p.step in sinks:
+            flows.append((post, sinks[p.step]))
+    buckets = [Bucket(p.position, p.nbytes, list(p.resp.tensors)) for p in plan if p.step == plan[0].step]
+    extra = {"collectives": {"event": coll_events, "coll": ["allreduce"] * len(coll_events), "dtype": coll_dtypes},
+             "horovod_clock_shift_ns": shift_ns, "timeline": tl.path if tl else None}
+    out = _rebuild(trace, c, flows, buckets, extra)
+    return dataclasses.replace(out, lanes=lanes, groups=groups,
+                               group_ranks={**trace.group_ranks, GROUP: list(range(trace.world_size))})
+
+
+def _short(tensors: list[str]) -> str:
+    head = tensors[0].removeprefix("allreduce.")
+    return head if len(tensors) == 1 else f"{head} +{len(tensors) - 1}"
+
+
+def _sinks(c: _Columns, main: int) -> dict[int, int]:
+    """Per step: the main-lane event that waits for the step's responses (its last synchronize, else its update)."""
+    cols = c.cols
+    waits: dict[int, int] = {}
+    updates: dict[int, int] = {}
+    for i in sorted(range(len(cols["start"])), key=lambda i: cols["start"][i]):
+        if cols["lane"][i] == main and cols["depth"][i] == 0 and cols["step"][i] >= 0:
+            if cols["kind"][i] == Kind.COMM_WAIT:
+                waits[cols["step"][i]] = i
+            elif cols["kind"][i] == Kind.UPDATE:
+                updates.setdefault(cols["step"][i], i)
+    return {**updates, **waits}
+
+
+def _cut_requests(c: _Columns, trace: RankTrace, main: int, reqs: list[_Request], us, flows: list[tuple[int, int]]) -> dict[int, int]:
+    """Insert each request as a depth-0 COMM_ENQUEUE on the main lane, splitting the span it ran inside."""
+    cols = c.cols
+    tops = [i for i in range(len(cols["start"])) if cols["lane"][i] == main and cols["depth"][i] == 0 and cols["kind"][i] != Kind.STEP]
+    tops.sort(key=lambda i: cols["start"][i])
+    starts = [cols["start"][i] for i in tops]
+    inside: dict[int, list[tuple[float, float, _Request]]] = {}
+    for rq in reqs:
+        a, b = us(rq.t0), us(rq.t1)
+        k = bisect.bisect_right(starts, a) - 1
+        if k < 0:
+            continue
+        i = tops[k]
+        if b <= cols["start"][i] + cols["dur"][i] + 1e-3:
+            inside.setdefault(i, []).append((a, b, rq))
+    out: dict[int, int] = {}
+    last_piece: dict[int, int] = {}
+    for i, items in inside.items():
+        start, end = cols["start"][i], cols["start"][i] + cols["dur"][i]
+        template = {col: cols[col][i] for col in EventTable.COLUMNS}
+        name = c.names[template["name"]]
+        cursor, piece = start, i
+        for a, b, rq in sorted(items, key=lambda x: x[0]):
+            a, b = max(a, cursor), max(b, a)
+            cols["dur"][piece] = a - cols["start"][piece]  # the span so far ends where the request begins
+            out[id(rq)] = c.add(name=REQUEST + rq.tensor, kind=int(Kind.COMM_ENQUEUE), lane=main, start=a, dur=b - a,
+                                step=template["step"], nbytes=rq.nbytes)
+            piece = c.add(**{**template, "name": name, "start": b, "dur": max(end - b, 0.0), "nbytes": 0})
+            cursor = b
+        last_piece[i] = piece
+    flows[:] = [(last_piece.get(s, s), d) for s, d in flows]
+    return out
+
+
+def _rebuild(trace: RankTrace, c: _Columns, flows: list[tuple[int, int]], buckets: list[Bucket], extra: dict) -> RankTrace:
+    return dataclasses.replace(trace, events=c.table(), flows=np.asarray(flows, dtype=np.int64).reshape(-1, 2),
+                               buckets=buckets or trace.buckets, backend=trace.backend or "horovod", meta={**trace.meta, **extra})

@@ -1,0 +1,181 @@
+"""Horovod (PyTorch, gloo) runs: the timeline reader, the merged run, its graph, replay and what-ifs.
+
+The fixtures in tests/data/horovod/ are real 2-rank horovodrun recordings made on a CPU by
+bench/horovod/record_fixtures.py (tests/test_horovod_integration.py re-records them, opt-in).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from dagprof.errors import DagprofError
+from dagprof.graph.build import build_graph
+from dagprof.passes.comm import find_collectives
+from dagprof.passes.horovod import _fuse, set_horovod
+from dagprof.pipeline import open_run
+from dagprof.replay import replay
+from dagprof.search.whatif import Scenario, evaluate
+from dagprof.traces.events import Kind
+from dagprof.traces.horovod import GROUP, TIMELINE, read_horovod_run, read_timeline
+from dagprof.traces.load import load
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "horovod")
+FIXTURES = ["fused", "unfused"]
+
+
+def fixture(name: str) -> str:
+    return os.path.join(DATA, name)
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_timeline_responses_are_whole(name):
+    tl = read_timeline(os.path.join(fixture(name), TIMELINE))
+    assert tl.responses and not tl.problems
+    assert tl.epoch_us > 1.6e15  # Unix microseconds
+    for r in tl.responses:
+        assert r.op == "allreduce" and r.complete
+        a, b = r.transfer
+        assert r.t0 <= a <= b <= r.t1
+        assert set(r.nbytes) == set(r.tensors)  # sizes from each tensor's dtype and shape
+    starts = [r.t0 for r in tl.responses]
+    assert starts == sorted(starts)  # one background thread: responses never overlap
+    assert all(x.t1 <= y.t0 for x, y in zip(tl.responses, tl.responses[1:]))
+    assert np.all(np.diff(tl.cycles) > 0)
+
+
+def test_fusion_is_what_the_threshold_allows():
+    fused = read_timeline(os.path.join(fixture("fused"), TIMELINE))
+    unfused = read_timeline(os.path.join(fixture("unfused"), TIMELINE))
+    assert max(len(r.tensors) for r in fused.responses) > 1
+    assert all(len(r.tensors) == 1 for r in unfused.responses)  # HOROVOD_FUSION_THRESHOLD=0
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_run_carries_requests_and_responses_on_every_rank(name):
+    run = load(fixture(name))
+    assert run.meta["framework"] == "horovod"
+    assert not any("DDP" in w for w in run.meta["warnings"])
+    per_rank = []
+    for t in run.ranks:
+        ev = t.events
+        comm = (ev.kind == Kind.COMM) & (ev.group == t.groups.index(GROUP))
+        requests = ev.kind == Kind.COMM_ENQUEUE
+        assert comm.any() and requests.any()
+        # every request is cut out of the main lane: depth-0 events of a lane never overlap
+        main = ev.lane == 0
+        top = np.flatnonzero(main & (ev.depth == 0) & (ev.kind != Kind.STEP))
+        top = top[np.argsort(ev.start[top])]
+        assert np.all(ev.start[top][1:] >= (ev.start + ev.dur)[top][:-1] - 1e-6)
+        # a flow never runs backwards in time (a wait is released by what it waits for)
+        for s, d in t.flows:
+            released = ev.start[d] + (ev.dur[d] if ev.kind[d] == Kind.COMM_WAIT else 0.0)
+            assert released >= ev.start[s] + ev.dur[s] - 1.0, (ev.name_of(s), ev.name_of(d))
+        per_rank.append((int(comm.sum()), int(ev.nbytes[comm].sum()), int(requests.sum())))
+    assert len(set(per_rank)) == 1  # the same responses and requests on both ranks
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_replay_within_5_percent_of_measured(name):
+    p = open_run(fixture(name))
+    g = p.graph
+    colls = [c for c in find_collectives(g) if g.devices[g.device[c.comm]].name == f"group {GROUP}"]
+    assert colls and all(c.sync >= 0 and len(c.ready) == 2 for c in colls)  # both ranks join every response
+    assert abs(p.analysis.error_pct) < 5.0
+    for r in p.to_dict()["per_rank"]:
+        assert abs(r["predicted_iter_ms"] - r["measured_iter_ms"]) / r["measured_iter_ms"] < 0.05
+
+
+def test_whatif_regroups_like_horovod():
+    p = open_run(fixture("fused"))
+    g = p.graph
+    same = set_horovod(g, replay)
+    none = set_horovod(g, replay, fusion_bytes=0)
+    sizes = g.meta["horovod"]["tensor_bytes"]
+    n_tensors = len(sizes) * len(g.meta["steps"])
+
+    def responses(h):
+        return [c.comm for c in find_collectives(h) if h.devices[h.device[c.comm]].name == f"group {GROUP}"]
+
+    assert len(responses(none)) == n_tensors  # no fusion: one all-reduce per gradient per step
+    assert len(responses(same)) < n_tensors
+    assert int(same.nbytes[responses(same)].sum()) == int(none.nbytes[responses(none)].sum()) == sum(sizes.values()) * len(g.meta["steps"])
+    slow = set_horovod(g, replay, cycle_ms=50)
+    assert len(responses(slow)) <= len(responses(same))  # a coarser cycle grid fuses more per cycle
+    res = replay(slow)
+    cycles = np.sort(res.start[np.array([slow.node_name(v).startswith("horovod negotiate") for v in range(len(slow))])])
+    assert len(cycles) and np.all(np.diff(cycles) >= 50e3 - 1.0)  # busy cycles start at least a cycle apart
+    assert none.meta["horovod"]["fusion_threshold_bytes"] == 0 and slow.meta["horovod"]["cycle_time_ms"] == 50
+
+
+def test_fuse_follows_horovod_rules():
+    sizes = {"a": 40, "b": 60, "c": 100, "d": 10}
+    assert _fuse(["a", "b", "c", "d"], sizes, 100) == [["a", "b"], ["c"], ["d"]]
+    assert _fuse(["a", "b"], sizes, 0) == [["a"], ["b"]]
+    assert _fuse(["c", "a"], sizes, 50) == [["c"], ["a"]]  # a tensor above the threshold goes alone
+
+
+def test_whatif_scenarios_and_errors():
+    p = open_run(fixture("fused"))
+    out = evaluate(p.graph, [Scenario(fusion_mb=0), Scenario(cycle_ms=20), Scenario(fusion_mb=64, cycle_ms=1)], measured_us=p.analysis.measured_us)
+    assert [r["fusion_mb"] for r in out["scenarios"]] == [0, None, 64]
+    assert all(r["predicted_iter_ms"] > 0 for r in out["scenarios"])
+    with pytest.raises(DagprofError, match="fusion-mb"):
+        evaluate(p.graph, [Scenario(bucket_mb=1)])
+    ddp = build_graph(load(fixture("fused")))
+    ddp.meta.pop("horovod")
+    with pytest.raises(DagprofError, match="Horovod"):
+        set_horovod(ddp, replay, cycle_ms=5)
+
+
+def test_foreign_and_broken_inputs(tmp_path):
+    timeline = os.path.join(fixture("fused"), TIMELINE)
+    with pytest.raises(DagprofError, match="looks like a Horovod timeline.*profile the job with dagprof.collect.horovod"):
+        load(timeline)
+    kineto = tmp_path / "rank0.json"
+    kineto.write_text(json.dumps({"schemaVersion": 1, "traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]}))
+    with pytest.raises(DagprofError, match="not a Horovod timeline"):
+        read_timeline(kineto)
+    # a timeline cut mid-event (the writer was killed) keeps every complete event
+    cut = tmp_path / "cut.json"
+    text = open(timeline).read()
+    cut.write_text(text[: int(len(text) * 0.7)])
+    tl = read_timeline(cut)
+    assert 0 < len(tl.responses) <= len(read_timeline(timeline).responses)
+    # a run folder whose Horovod rank file is damaged: one line naming it
+    run = tmp_path / "run"
+    shutil.copytree(fixture("fused"), run)
+    (run / "rank1.horovod.json").write_text("{not json")
+    with pytest.raises(DagprofError, match="rank1.horovod.json"):
+        read_horovod_run(run)
+
+
+def test_without_timeline_reads_compute_and_requests(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(fixture("fused"), run)
+    os.unlink(run / TIMELINE)
+    r = load(run)
+    assert any("no Horovod timeline" in w for w in r.meta["warnings"])
+    assert all((t.events.kind == Kind.COMM_ENQUEUE).any() for t in r.ranks)
+    p = open_run(run)
+    assert abs(p.analysis.error_pct) < 5.0
+
+
+def test_cli_commands_work_on_a_horovod_run(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(fixture("unfused"), run)
+    cli = [sys.executable, "-m", "dagprof.cli.main"]
+    for cmd in (["replay", str(run), "--json"], ["analyze", str(run), "--json"], ["report", str(run), "--json"],
+                ["whatif", str(run), "--fusion-mb", "0,64", "--cycle-ms", "1,10", "--json", "--no-trace"]):
+        out = subprocess.run(cli + cmd, capture_output=True, text=True)
+        assert out.returncode == 0, (cmd, out.stderr)
+        json.loads(out.stdout)
+    rows = json.loads(out.stdout)["scenarios"]
+    assert len(rows) == 4 and {(r["fusion_mb"], r["cycle_ms"]) for r in rows} == {(0, 1), (0, 10), (64, 1), (64, 10)}
+    bad = subprocess.run(cli + ["whatif", str(run), "--cycle-ms", "-1"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and ">= 0" in bad.stderr

@@ -1,0 +1,62 @@
+"""Opt-in: re-record the Horovod fixtures from scratch with real horovodrun jobs, then read and replay them.
+
+Skipped unless ``DAGPROF_HOROVOD_VENV`` names a venv with Horovod built for PyTorch + gloo
+(bench/horovod/build_horovod.sh; Horovod has no wheel for current torch, so it is a source
+build of several minutes and stays out of the default test run)::
+
+    bench/horovod/build_horovod.sh /work/venvs/hvd
+    DAGPROF_HOROVOD_VENV=/work/venvs/hvd .venv/bin/python -m pytest -m horovod tests/test_horovod_integration.py
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from dagprof.pipeline import open_run
+from dagprof.traces.horovod import TIMELINE, read_timeline
+
+VENV = os.environ.get("DAGPROF_HOROVOD_VENV", "")
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "horovod")
+
+pytestmark = [
+    pytest.mark.horovod,
+    pytest.mark.skipif(not os.path.exists(os.path.join(VENV, "bin", "horovodrun")),
+                       reason="needs Horovod: build it with bench/horovod/build_horovod.sh VENV, then set DAGPROF_HOROVOD_VENV=VENV"),
+]
+
+
+@pytest.mark.parametrize("name", ["fused", "unfused"])
+def test_rerecorded_fixture_reads_and_replays(name, tmp_path):
+    sys.path.insert(0, BENCH)
+    try:
+        from record_fixtures import record
+    finally:
+        sys.path.remove(BENCH)
+    folder = record(VENV, name, str(tmp_path))
+    tl = read_timeline(os.path.join(folder, TIMELINE))
+    assert tl.responses
+    assert all(len(r.tensors) == 1 for r in tl.responses) == (name == "unfused")
+    p = open_run(folder)
+    assert p.run.meta["framework"] == "horovod" and len(p.run.ranks) == 2
+    assert abs(p.analysis.error_pct) < 5.0
+
+
+def test_zero_code_profile_of_horovodrun(tmp_path):
+    """``dagprof profile -- horovodrun ...`` on an unmodified Horovod script writes a Horovod run folder."""
+    import json
+    import subprocess
+
+    out = tmp_path / "run"
+    env = {**os.environ, "PATH": os.path.join(VENV, "bin") + os.pathsep + os.environ.get("PATH", ""), "OMP_NUM_THREADS": "1"}
+    cmd = [os.path.join(VENV, "bin", "python"), "-m", "dagprof.cli.main", "profile", "-o", str(out), "--steps", "3:6", "--",
+           "horovodrun", "-np", "2", "-H", "localhost:2", "--gloo", "python", os.path.join(BENCH, "train_hvd.py"), "--steps", "8",
+           "--width", "8", "--blocks", "1,1", "--image-size", "12", "--batch-size", "4"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    docs = [json.load(open(out / f"rank{r}.horovod.json")) for r in (0, 1)]
+    assert docs[0]["timeline"] == TIMELINE and docs[0]["calmed_threads"] == 1 and docs[1]["calmed_threads"] == 0
+    p = open_run(out)
+    assert p.run.meta["framework"] == "horovod" and not p.warnings
+    assert abs(p.analysis.error_pct) < 5.0
