@@ -9,14 +9,25 @@ Rules, all derived from the normalised events (``traces.events`` conventions):
   own: it ends when what it waits for ends, and whatever it measured beyond that becomes overhead (gap);
 - a collective instance (matched across ranks by ``align.matching``) becomes one shared ``COMM``
   node on its process group's channel behind a ``SYNC`` join of every rank's ready point: it starts
-  only once every participant entered it, so waiting for a slower rank emerges in the replay. The
-  channel serves one collective at a time and each one's duration is its completion minus the later
-  of its own readiness and the previous completion, on the rank where that is shortest (the last to
-  enter waits for nobody). Spaced by completions, the replay reproduces when collectives finish even
-  where a profile's spans overlap (gloo runs two at once on a shared link) or include queueing
-  (hook spans run from issue to completion); ``meta["comm_lanes"]`` says whether they overlapped.
-  A collective that only one loaded rank took part in (a single-rank trace of a larger job) keeps
-  its measured duration: it includes waiting for peers nobody recorded;
+  only once every participant entered it, so waiting for a slower rank emerges in the replay. It is
+  timed on the shared (aligned) clock, by what each rank measured:
+  - a rank has joined by its transfer's start at the latest: an enqueue call hands the work to a
+    worker thread inside the call and may return after the transfer started (or ended), so a flow
+    into a collective binds at the earlier of its source instant and the transfer's start;
+  - the exchange completes once, when the first rank sees it complete: the earliest transfer end,
+    or earlier where something waiting for it on that rank was released first (a worker thread
+    closes its span after waking the waiter). Other ranks see it later (exit lag: a descheduled
+    thread, a socket wake-up; 2-4 ms under load, up to tens) and keep that lag as their own
+    overhead: their successors' gaps are measured from the first completion, not their own;
+  - the channel serves one collective at a time, in the order their SYNCs release them; each runs
+    from the later of its SYNC and the previous completion: overhead (gap) until the last rank's
+    transfer start, then the exchange (duration) until its completion. So the replay of the measured
+    configuration ends each collective where it completed, also where gloo's two worker threads run
+    two at once on the link or hook spans include queueing (``meta["comm_lanes"]`` says whether they
+    overlapped); one that completed before its predecessor (gloo's second worker overtook the
+    first) costs nothing;
+  - a collective that only one loaded rank took part in (a single-rank trace of a larger job) keeps
+    its measured duration: it includes waiting for peers nobody recorded;
 - each node's ``gap`` is its measured start minus the latest measured end of its predecessors
   (clipped at 0): the framework overhead the replayer adds back (dPRO);
 - zero-cost ``STEP`` nodes mark every step boundary on each rank's main lane; each rank's first one
@@ -161,6 +172,10 @@ def anchors(trace: RankTrace, sel: Selection) -> Anchors:
     s, d = (f[:, 0], f[:, 1]) if len(f) else (np.empty(0, np.int64), np.empty(0, np.int64))
     end = ev.end
     src_at = np.where(rule == Dep.LAUNCH, ev.start[s], end[s])
+    # a rank joins a shared collective when its transfer starts: what the transfer needed from the
+    # source (an enqueue call hands the work over inside the call) was done by then
+    into = sel.shared[d] if len(d) else np.zeros(0, dtype=bool)
+    src_at = np.where(into, np.minimum(src_at, ev.start[d]), src_at)
     until = np.where(rule == Dep.STAGE, np.clip(end[s], ev.start[d], end[d]), end[d])
     # an empty wait (a call that returned at once, or a drain already done) binds where it stands
     wait = (np.isin(rule, _WAIT_RULES) | ((rule == Dep.AFTER) & (ev.kind[d] == Kind.COMM_WAIT))) & ~sel.shared[d] & (until > ev.start[d])
@@ -295,13 +310,13 @@ def _mark_waits(lane, start, reach, own, anc: Anchors, sel: Selection, first_of,
 # ------------------------------------------------------------------ the assembler
 @dataclass
 class _CollectiveEnd:
-    """One rank's view of a collective instance."""
+    """One rank's view of a collective instance (times on the rank's clock, in us from ``base_ns``)."""
 
     rank: int
+    base_ns: int  # the rank's clock origin, aligned: ``base_ns/1e3 + t`` is on the shared clock
     start: float
     end: float
-    prev_end: float  # completion of this rank's previous collective (any group)
-    prev_end_group: float  # ... of its previous collective in the same group
+    prev_end_group: float  # completion of this rank's previous collective in the same group
     ready: list[tuple[int, int]] = field(default_factory=list)  # (node, rule) it waits on (enqueue)
     needs: list[tuple[int, int]] = field(default_factory=list)  # (node, rule) that wait on it
     name: str = ""
@@ -411,15 +426,15 @@ class _Assembler:
         coll = np.flatnonzero(sel.shared)
         comm_lanes = len(np.unique(ev.lane[coll])) or 1  # gloo runs collectives on a pool of threads
         ends: dict[int, _CollectiveEnd] = {}
-        prev_end, prev_group = -np.inf, {}
+        prev_group: dict[str, float] = {}
         for i in sorted(coll.tolist(), key=lambda i: ev.start[i] + ev.dur[i]):
             group = trace.groups[int(ev.group[i])] if ev.group[i] >= 0 else "0"
             ce = _CollectiveEnd(
-                rank=trace.rank, start=float(ev.start[i]), end=float(ev.start[i] + ev.dur[i]), prev_end=prev_end,
+                rank=trace.rank, base_ns=int(trace.base_ns), start=float(ev.start[i]), end=float(ev.start[i] + ev.dur[i]),
                 prev_end_group=prev_group.get(group, -np.inf), name=ev.name_of(i), nbytes=int(ev.nbytes[i]),
                 bucket=int(ev.bucket[i]), step=int(ev.step[i]), lanes=comm_lanes, group=group,
             )
-            prev_end = prev_group[group] = ce.end
+            prev_group[group] = ce.end
             ends[i] = ce
             self.instances.setdefault(int(instance[i]), []).append(ce)
         return ends
@@ -448,7 +463,22 @@ class _Assembler:
 
     # -- collectives -----------------------------------------------------
     def add_collectives(self) -> None:
-        for inst in sorted(self.instances, key=lambda k: min(c.start for c in self.instances[k])):
+        """One SYNC join and one COMM node per instance, timed on the shared (aligned) clock.
+
+        The exchange completes once, when the first rank sees it complete; every later rank's exit
+        lag is its own overhead (its successors' gap, measured from that first end). The channel takes
+        collectives in the order their SYNCs release them, each from the later of its SYNC and the
+        previous one's completion, so the replay of the measured configuration ends each one where it ended.
+        """
+        if not self.instances:
+            return
+        ref = min(c.base_ns for ends in self.instances.values() for c in ends)
+        shift = lambda c: (c.base_ns - ref) / 1e3  # noqa: E731  (rank clock -> shared clock, us)
+        ready = {k: [max((self.mend[u] for u, _ in c.ready), default=c.start) for c in ends] for k, ends in self.instances.items()}
+        sync_at = {k: max(q + shift(c) for q, c in zip(ready[k], ends)) for k, ends in self.instances.items()}
+        first_end = {k: min(self._completion(c) + shift(c) for c in ends) for k, ends in self.instances.items()}
+        done: dict[str, float] = {}  # channel -> when its previous collective completed (shared clock)
+        for inst in sorted(self.instances, key=lambda k: (sync_at[k], first_end[k])):
             ends = self.instances[inst]
             head = ends[0]
             channel = self.b.device(f"group {head.group}", DeviceKind.COMM)
@@ -459,24 +489,29 @@ class _Assembler:
             self.fixed_gap[sync] = 0.0
             if alone:
                 c = head
-                free = max(max((self.mend[u] for u, _ in c.ready), default=c.start), c.prev_end_group)
+                free = max(ready[inst][0], c.prev_end_group)
                 dur, gap = c.end - c.start, max(0.0, c.start - free)
+                seen = [c.end]
             else:
-                durs, gaps = [], []
-                for c in ends:
-                    free = max(max((self.mend[u] for u, _ in c.ready), default=c.start), c.prev_end)
-                    durs.append(c.end - free)
-                    gaps.append(c.start - free)
-                dur, gap = min(durs), max(0.0, min(gaps))
+                dur, gap, done[head.group] = _shared_timing(sync_at[inst], done.get(head.group, -np.inf),
+                                                            max(c.start + shift(c) for c in ends), first_end[inst])
+                seen = [first_end[inst] - shift(c) for c in ends]  # the completion on each rank's clock
             comm = self.node(f"{head.name}.{inst}", Kind.COMM, *at, dur=dur, order=0.0, device=channel, step=head.step, bucket=head.bucket,
                              nbytes=head.nbytes)
             self.fixed_gap[comm] = gap
             self.edges(sync, comm, GraphRule.COLLECTIVE)
-            for c in ends:
+            for c, t in zip(ends, seen):
                 for u, rule in c.ready:
                     self.edges(u, sync, rule)
                 for v, rule in c.needs:
-                    self.edges(comm, v, rule, seen=c.end)
+                    self.edges(comm, v, rule, seen=t)
+
+    def _completion(self, c: _CollectiveEnd) -> float:
+        """When the rank saw the collective complete: its transfer's end, or earlier where something
+        that needed the result went ahead before it (a worker thread records its span's end only after
+        it woke the waiting thread, and may be descheduled in between)."""
+        waited = min((self.mstart[v] for v, _ in c.needs if np.isfinite(self.mstart[v])), default=c.end)
+        return max(c.start, min(c.end, waited))
 
     # -- gaps --------------------------------------------------------------
     def finish(self) -> Graph:
@@ -498,6 +533,21 @@ class _Assembler:
         self.b.meta["comm_lanes"] = self.comm_lanes
         self.b.meta["provenance"] = Provenance(mstart, mend, src, dst, rule, seen_end)
         return self.b.build().replace(gap=gap)
+
+
+def _shared_timing(ready: float, channel_free: float, joined: float, first_end: float) -> tuple[float, float, float]:
+    """(dur, gap, end on the shared clock) of a collective several ranks recorded.
+
+    ``ready``: when the last rank was ready (its SYNC); ``channel_free``: the previous completion on
+    its channel; ``joined``: the last rank's transfer start; ``first_end``: the first completion.
+    The exchange runs from the later of the last join and the channel's previous completion to the
+    first completion; the join's lag after the SYNC is overhead (gap). A completion before the join
+    or the SYNC (clock residual, a root that finished before a receiver's span began) costs nothing.
+    """
+    base = max(ready, channel_free)
+    gap = min(max(joined - base, 0.0), max(first_end - base, 0.0))
+    dur = max(first_end - base - gap, 0.0)
+    return dur, gap, base + gap + dur
 
 
 def _owners(trace: RankTrace, top: np.ndarray) -> np.ndarray:
