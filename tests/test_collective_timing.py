@@ -25,9 +25,10 @@ MS = 1000.0  # us
 
 
 def rank_trace(rank: int, colls: list[tuple[float, float, float, float, int]], wait: tuple[float, float], step_end: float,
-               base_ns: int = 0) -> RankTrace:
-    """One step: compute, a bucket all-reduce enqueued per entry of ``colls`` = (enqueue start, enqueue end,
-    transfer start, transfer end, comm lane), backward between enqueues, a wait for every bucket, an update."""
+               base_ns: int = 0, world: int = 2, kinds: tuple[str, ...] = ()) -> RankTrace:
+    """One step: compute, a collective enqueued per entry of ``colls`` = (enqueue start, enqueue end,
+    transfer start, transfer end, comm lane), backward between enqueues, a wait for all, an update.
+    ``kinds``: each collective's canonical name (default all-reduce)."""
     rows = []  # name, kind, lane, start, end, seq
 
     def add(name, kind, lane, a, z, seq=-1):
@@ -55,8 +56,11 @@ def rank_trace(rank: int, colls: list[tuple[float, float, float, float, int]], w
         group=np.where(seq >= 0, 0, -1), seq=seq, nbytes=np.where(seq >= 0, 4096, 0),
     )
     lanes = [Lane("main", LaneKind.CPU_THREAD, main=True), Lane("gloo 1", LaneKind.COMM_THREAD), Lane("gloo 2", LaneKind.COMM_THREAD)]
-    return RankTrace(rank=rank, world_size=2, source=f"synthetic/rank{rank}", events=table, lanes=lanes, base_ns=base_ns,
-                     groups=["0"], flows=np.array(flows, dtype=np.int64), backend="gloo")
+    transfers = [x for _, x in flows[:len(colls)]]
+    names = list(kinds) or ["allreduce"] * len(colls)
+    return RankTrace(rank=rank, world_size=world, source=f"synthetic/rank{rank}", events=table, lanes=lanes, base_ns=base_ns,
+                     groups=["0"], flows=np.array(flows, dtype=np.int64), backend="gloo",
+                     meta={"collectives": {"event": transfers, "coll": names, "dtype": ["float32"] * len(colls)}})
 
 
 def per_rank_error(run: Run):
@@ -134,6 +138,19 @@ def test_timing_is_read_on_the_aligned_clock():
     true, skewed = build_graph(ranks(0)), build_graph(ranks(skew))
     assert np.allclose(true.dur, skewed.dur) and np.allclose(true.gap, skewed.gap, atol=1e-3)
     assert_exact(ranks(skew))
+
+
+def test_a_broadcast_receiver_released_before_the_last_rank_joined_waits_only_for_those_that_had():
+    """Three ranks, gloo's one-to-all broadcast from rank 0: rank 2 gets its data as soon as the root sent
+    it, 4 ms before rank 1 joins; the root completes once rank 1 did. Rank 2 must not wait for rank 1."""
+    buckets = [(t * MS, (t + 0.1) * MS, (t + 0.1) * MS, (t + 0.5) * MS, 1) for t in (1, 2, 3)]  # ranks agree: clocks align
+    kinds = ("allreduce",) * 3 + ("broadcast",)
+    ranks = [rank_trace(0, buckets + [(4 * MS, 4.1 * MS, 4.1 * MS, 9.2 * MS, 1)], (4.2 * MS, 9.3 * MS), 10 * MS, world=3, kinds=kinds),
+             rank_trace(1, buckets + [(9 * MS, 9.05 * MS, 9.05 * MS, 9.2 * MS, 1)], (9.1 * MS, 9.3 * MS), 10 * MS, world=3, kinds=kinds),
+             rank_trace(2, buckets + [(5 * MS, 5.1 * MS, 5.1 * MS, 5.3 * MS, 1)], (5.2 * MS, 5.4 * MS), 6 * MS, world=3, kinds=kinds)]
+    g = assert_exact(Run(ranks, "synthetic"))
+    own = [v for v in range(len(g)) if g.kind[v] == Kind.SYNC and g.node_name(v).startswith("rank2 sync.")]
+    assert len(own) == 1 and sorted(g.rank[g.predecessors(own[0])].tolist()) == [0, 2]  # the root and itself
 
 
 @pytest.mark.parametrize("name", ["tf/loop", "tf/fit", "tf-jax/mlp"])

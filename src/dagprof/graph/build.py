@@ -26,6 +26,10 @@ Rules, all derived from the normalised events (``traces.events`` conventions):
     two at once on the link or hook spans include queueing (``meta["comm_lanes"]`` says whether they
     overlapped); one that completed before its predecessor (gloo's second worker overtook the
     first) costs nothing;
+  - a rooted collective (broadcast, reduce, send/recv: not in ``align.clocks.SYMMETRIC``) may release
+    a rank before every rank joined (gloo's broadcast hands a receiver its data once the root sent it,
+    so with 3 ranks one receiver can be done before the other joined): a rank whose completion precedes
+    the last join waits instead on its own join of the ranks that had joined by then;
   - a collective that only one loaded rank took part in (a single-rank trace of a larger job) keeps
     its measured duration: it includes waiting for peers nobody recorded;
 - each node's ``gap`` is its measured start minus the latest measured end of its predecessors
@@ -42,6 +46,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..align.clocks import is_symmetric
 from ..align.matching import Matching
 from ..align.one_clock import on_one_clock
 from ..errors import DagprofError
@@ -92,7 +97,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         inst = np.full(len(trace.events), -1, dtype=np.int64)
         inst[: len(matching.instance[pos])] = matching.instance[pos][: len(inst)]  # a window marker adds a row
         asm.add_rank(trace, chosen, inst)
-    asm.add_collectives()
+    asm.add_collectives(frozenset(k for k, it in enumerate(matching.instances) if not is_symmetric(it.collective)))
     g = asm.finish()
     g.meta.update(
         world_size=run.world_size,
@@ -327,6 +332,18 @@ class _CollectiveEnd:
     group: str = "0"
 
 
+@dataclass(frozen=True, eq=False)
+class _SharedView:
+    """One collective instance on the shared clock (us), per participating rank (in ``_CollectiveEnd`` order):
+    ``shift`` from the rank's clock, ``ready`` (its ready point), ``join`` (its transfer's start),
+    ``done`` (when it saw the collective complete)."""
+
+    shift: np.ndarray
+    ready: np.ndarray
+    join: np.ndarray
+    done: np.ndarray
+
+
 class _Assembler:
     def __init__(self) -> None:
         self.b = GraphBuilder()
@@ -462,24 +479,18 @@ class _Assembler:
         self.edges(node_of[last], np.full(len(last), node_of[closing[-1]]), GraphRule.WINDOW_END)
 
     # -- collectives -----------------------------------------------------
-    def add_collectives(self) -> None:
-        """One SYNC join and one COMM node per instance, timed on the shared (aligned) clock.
-
-        The exchange completes once, when the first rank sees it complete; every later rank's exit
-        lag is its own overhead (its successors' gap, measured from that first end). The channel takes
-        collectives in the order their SYNCs release them, each from the later of its SYNC and the
-        previous one's completion, so the replay of the measured configuration ends each one where it ended.
-        """
+    def add_collectives(self, rooted: frozenset[int] = frozenset()) -> None:
+        """One SYNC join and one COMM node per instance, timed on the shared (aligned) clock (see the
+        module docstring); ``rooted``: instances of collectives that may release a rank before every
+        rank joined (broadcast, reduce, send/recv: ``align.clocks.SYMMETRIC`` names the others)."""
         if not self.instances:
             return
         ref = min(c.base_ns for ends in self.instances.values() for c in ends)
-        shift = lambda c: (c.base_ns - ref) / 1e3  # noqa: E731  (rank clock -> shared clock, us)
-        ready = {k: [max((self.mend[u] for u, _ in c.ready), default=c.start) for c in ends] for k, ends in self.instances.items()}
-        sync_at = {k: max(q + shift(c) for q, c in zip(ready[k], ends)) for k, ends in self.instances.items()}
-        first_end = {k: min(self._completion(c) + shift(c) for c in ends) for k, ends in self.instances.items()}
+        views = {k: self._view(ends, ref) for k, ends in self.instances.items()}
         done: dict[str, float] = {}  # channel -> when its previous collective completed (shared clock)
-        for inst in sorted(self.instances, key=lambda k: (sync_at[k], first_end[k])):
-            ends = self.instances[inst]
+        released: list[tuple[int, int]] = []  # (instance, rank position) released before the last join
+        for inst in sorted(views, key=lambda k: (views[k].ready.max(), views[k].done.min())):
+            ends, view = self.instances[inst], views[inst]
             head = ends[0]
             channel = self.b.device(f"group {head.group}", DeviceKind.COMM)
             self.comm_lanes = max(self.comm_lanes, max(c.lanes for c in ends))
@@ -487,24 +498,50 @@ class _Assembler:
             at = (head.start, head.end) if alone else (np.nan, np.nan)  # measured on one clock, or on none
             sync = self.node(f"sync.{head.name}.{inst}", Kind.SYNC, at[0], at[0], dur=0.0, order=0.0, step=head.step, bucket=head.bucket)
             self.fixed_gap[sync] = 0.0
+            early = view.done < view.join.max() - CLOCK_JITTER_US if inst in rooted and not alone else np.zeros(len(ends), dtype=bool)
             if alone:
                 c = head
-                free = max(ready[inst][0], c.prev_end_group)
+                free = max(view.ready[0] - view.shift[0], c.prev_end_group)
                 dur, gap = c.end - c.start, max(0.0, c.start - free)
                 seen = [c.end]
             else:
-                dur, gap, done[head.group] = _shared_timing(sync_at[inst], done.get(head.group, -np.inf),
-                                                            max(c.start + shift(c) for c in ends), first_end[inst])
-                seen = [first_end[inst] - shift(c) for c in ends]  # the completion on each rank's clock
+                first = float(view.done[~early].min())
+                dur, gap, done[head.group] = _shared_timing(float(view.ready.max()), done.get(head.group, -np.inf), float(view.join.max()), first)
+                seen = (first - view.shift).tolist()  # the completion on each rank's clock
+                released += [(inst, p) for p in np.flatnonzero(early).tolist()]
             comm = self.node(f"{head.name}.{inst}", Kind.COMM, *at, dur=dur, order=0.0, device=channel, step=head.step, bucket=head.bucket,
                              nbytes=head.nbytes)
             self.fixed_gap[comm] = gap
             self.edges(sync, comm, GraphRule.COLLECTIVE)
-            for c, t in zip(ends, seen):
+            for p, (c, t) in enumerate(zip(ends, seen)):
                 for u, rule in c.ready:
                     self.edges(u, sync, rule)
-                for v, rule in c.needs:
-                    self.edges(comm, v, rule, seen=t)
+                if not early[p]:
+                    for v, rule in c.needs:
+                        self.edges(comm, v, rule, seen=t)
+        for inst, p in released:
+            self._release_early(inst, p, views[inst])
+
+    def _release_early(self, inst: int, p: int, view: _SharedView) -> None:
+        """Rank ``p`` completed ``inst`` before the last rank joined (a broadcast's receiver gets its data
+        once the root sent it): it waited only for the ranks that had joined by then. Its own join of
+        those, released at its completion; the transfer's time is in the join's gap."""
+        ends = self.instances[inst]
+        c = ends[p]
+        needed = [q for q in range(len(ends)) if view.join[q] <= view.done[p] + CLOCK_JITTER_US and ends[q].ready]
+        join = self.node(f"rank{c.rank} sync.{c.name}.{inst}", Kind.SYNC, np.nan, np.nan, dur=0.0, order=0.0, step=c.step, bucket=c.bucket)
+        self.fixed_gap[join] = max(0.0, float(view.done[p] - max((view.ready[q] for q in needed), default=view.done[p])))
+        for q in needed:
+            for u, rule in ends[q].ready:
+                self.edges(u, join, rule)
+        for v, rule in c.needs:
+            self.edges(join, v, rule, seen=float(view.done[p] - view.shift[p]))
+
+    def _view(self, ends: list[_CollectiveEnd], ref_ns: int) -> _SharedView:
+        shift = np.array([(c.base_ns - ref_ns) / 1e3 for c in ends])
+        ready = np.array([max((self.mend[u] for u, _ in c.ready), default=c.start) for c in ends]) + shift
+        join = np.array([c.start for c in ends]) + shift
+        return _SharedView(shift, ready, join, np.array([self._completion(c) for c in ends]) + shift)
 
     def _completion(self, c: _CollectiveEnd) -> float:
         """When the rank saw the collective complete: its transfer's end, or earlier where something
