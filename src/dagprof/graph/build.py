@@ -489,6 +489,7 @@ class _Assembler:
         views = {k: self._view(ends, ref) for k, ends in self.instances.items()}
         done: dict[str, float] = {}  # channel -> when its previous collective completed (shared clock)
         released: list[tuple[int, int]] = []  # (instance, rank position) released before the last join
+        links: list[tuple[int, int, int, float]] = []  # (u, v, rule, seen), added at once
         for inst in sorted(views, key=lambda k: (views[k].ready.max(), views[k].done.min())):
             ends, view = self.instances[inst], views[inst]
             head = ends[0]
@@ -512,17 +513,17 @@ class _Assembler:
             comm = self.node(f"{head.name}.{inst}", Kind.COMM, *at, dur=dur, order=0.0, device=channel, step=head.step, bucket=head.bucket,
                              nbytes=head.nbytes)
             self.fixed_gap[comm] = gap
-            self.edges(sync, comm, GraphRule.COLLECTIVE)
+            links.append((sync, comm, GraphRule.COLLECTIVE, np.nan))
             for p, (c, t) in enumerate(zip(ends, seen)):
-                for u, rule in c.ready:
-                    self.edges(u, sync, rule)
+                links += [(u, sync, rule, np.nan) for u, rule in c.ready]
                 if not early[p]:
-                    for v, rule in c.needs:
-                        self.edges(comm, v, rule, seen=t)
+                    links += [(comm, v, rule, t) for v, rule in c.needs]
         for inst, p in released:
-            self._release_early(inst, p, views[inst])
+            links += self._release_early(inst, p, views[inst])
+        u, v, rule, seen = zip(*links)
+        self.edges(np.array(u), np.array(v), np.array(rule), np.array(seen))
 
-    def _release_early(self, inst: int, p: int, view: _SharedView) -> None:
+    def _release_early(self, inst: int, p: int, view: _SharedView) -> list[tuple[int, int, int, float]]:
         """Rank ``p`` completed ``inst`` before the last rank joined (a broadcast's receiver gets its data
         once the root sent it): it waited only for the ranks that had joined by then. Its own join of
         those, released at its completion; the transfer's time is in the join's gap."""
@@ -531,11 +532,8 @@ class _Assembler:
         needed = [q for q in range(len(ends)) if view.join[q] <= view.done[p] + CLOCK_JITTER_US and ends[q].ready]
         join = self.node(f"rank{c.rank} sync.{c.name}.{inst}", Kind.SYNC, np.nan, np.nan, dur=0.0, order=0.0, step=c.step, bucket=c.bucket)
         self.fixed_gap[join] = max(0.0, float(view.done[p] - max((view.ready[q] for q in needed), default=view.done[p])))
-        for q in needed:
-            for u, rule in ends[q].ready:
-                self.edges(u, join, rule)
-        for v, rule in c.needs:
-            self.edges(join, v, rule, seen=float(view.done[p] - view.shift[p]))
+        seen = float(view.done[p] - view.shift[p])
+        return [(u, join, rule, np.nan) for q in needed for u, rule in ends[q].ready] + [(join, v, rule, seen) for v, rule in c.needs]
 
     def _view(self, ends: list[_CollectiveEnd], ref_ns: int) -> _SharedView:
         shift = np.array([(c.base_ns - ref_ns) / 1e3 for c in ends])
