@@ -179,8 +179,7 @@ def anchors(trace: RankTrace, sel: Selection) -> Anchors:
     src_at = np.where(rule == Dep.LAUNCH, ev.start[s], end[s])
     # a rank joins a shared collective when its transfer starts: what the transfer needed from the
     # source (an enqueue call hands the work over inside the call) was done by then
-    into = sel.shared[d] if len(d) else np.zeros(0, dtype=bool)
-    src_at = np.where(into, np.minimum(src_at, ev.start[d]), src_at)
+    src_at = np.where(sel.shared[d], np.minimum(src_at, ev.start[d]), src_at)
     until = np.where(rule == Dep.STAGE, np.clip(end[s], ev.start[d], end[d]), end[d])
     # an empty wait (a call that returned at once, or a drain already done) binds where it stands
     wait = (np.isin(rule, _WAIT_RULES) | ((rule == Dep.AFTER) & (ev.kind[d] == Kind.COMM_WAIT))) & ~sel.shared[d] & (until > ev.start[d])
