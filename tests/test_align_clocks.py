@@ -50,12 +50,19 @@ def test_merged_trace_has_every_rank_on_one_clock(skewed, tmp_path):
     assert len(xs) == sum(len(t.events) for t in skewed.ranks)
     assert {e["pid"] for e in xs} == {0, 1}
     assert doc["metadata"]["clock_offset_us"]["1"] == pytest.approx(a.offset_us[1])
-    # aligned: the two ranks' first step markers start within 1 ms (they were 37 ms apart)
+    # aligned: the ranks' first step markers are as far apart as in the recording on its true clock
+    # (same host), within 1 ms; they were 37 ms further apart. Ranks do not start a step together.
+    true_path, _ = write_merged_trace(tmp_path / "true.json", read_trace_dir(gloo_traces()))
+    assert abs(first_step_skew(path) - first_step_skew(true_path)) < 1000.0
+
+
+def first_step_skew(path) -> float:
+    """Rank 1's first ProfilerStep start minus rank 0's in a merged trace, us."""
     steps = {}
-    for e in xs:
-        if e["name"].startswith("ProfilerStep#"):
+    for e in json.load(open(path))["traceEvents"]:
+        if e["ph"] == "X" and e["name"].startswith("ProfilerStep#"):
             steps.setdefault(e["pid"], []).append(e["ts"])
-    assert abs(min(steps[0]) - min(steps[1])) < 1000.0
+    return min(steps[1]) - min(steps[0])
 
 
 @pytest.mark.skipif(not os.path.isdir(DATA), reason="public traces not present")

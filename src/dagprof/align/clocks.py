@@ -42,6 +42,12 @@ class ClockAlignment:
 SYMMETRIC = frozenset({"allreduce", "allgather", "reducescatter", "alltoall", "barrier"})
 
 
+def is_symmetric(collective: str) -> bool:
+    """True for a canonical collective name (``Instance.collective``) in ``SYMMETRIC``; a reader may
+    qualify it ("allreduce bucket 3")."""
+    return collective.split(" ", 1)[0] in SYMMETRIC
+
+
 def _end_matrix(run: Run, matching: Matching) -> np.ndarray:
     """(instances x ranks) absolute end times in us (rank clocks), NaN where a rank lacks it;
     only symmetric collectives when the run has any."""
@@ -51,7 +57,7 @@ def _end_matrix(run: Run, matching: Matching) -> np.ndarray:
         ev = np.flatnonzero(inst >= 0)
         base_us = t.base_ns / 1000.0
         ends[inst[ev], p] = (t.events.start[ev] + t.events.dur[ev]) + base_us
-    symmetric = np.array([it.collective in SYMMETRIC for it in matching.instances], dtype=bool)
+    symmetric = np.array([is_symmetric(it.collective) for it in matching.instances], dtype=bool)
     shared = np.isfinite(ends).sum(axis=1) >= 2
     return ends[symmetric & shared] if (symmetric & shared).any() else ends[shared]
 

@@ -9,14 +9,29 @@ Rules, all derived from the normalised events (``traces.events`` conventions):
   own: it ends when what it waits for ends, and whatever it measured beyond that becomes overhead (gap);
 - a collective instance (matched across ranks by ``align.matching``) becomes one shared ``COMM``
   node on its process group's channel behind a ``SYNC`` join of every rank's ready point: it starts
-  only once every participant entered it, so waiting for a slower rank emerges in the replay. The
-  channel serves one collective at a time and each one's duration is its completion minus the later
-  of its own readiness and the previous completion, on the rank where that is shortest (the last to
-  enter waits for nobody). Spaced by completions, the replay reproduces when collectives finish even
-  where a profile's spans overlap (gloo runs two at once on a shared link) or include queueing
-  (hook spans run from issue to completion); ``meta["comm_lanes"]`` says whether they overlapped.
-  A collective that only one loaded rank took part in (a single-rank trace of a larger job) keeps
-  its measured duration: it includes waiting for peers nobody recorded;
+  only once every participant entered it, so waiting for a slower rank emerges in the replay. It is
+  timed on the shared (aligned) clock, by what each rank measured:
+  - a rank has joined by its transfer's start at the latest: an enqueue call hands the work to a
+    worker thread inside the call and may return after the transfer started (or ended), so a flow
+    into a collective binds at the earlier of its source instant and the transfer's start;
+  - the exchange completes once, when the first rank sees it complete: the earliest transfer end,
+    or earlier where something waiting for it on that rank was released first (a worker thread
+    closes its span after waking the waiter). Other ranks see it later (exit lag: a descheduled
+    thread, a socket wake-up; 2-4 ms under load, up to tens) and keep that lag as their own
+    overhead: their successors' gaps are measured from the first completion, not their own;
+  - the channel serves one collective at a time, in the order their SYNCs release them; each runs
+    from the later of its SYNC and the previous completion: overhead (gap) until the last rank's
+    transfer start, then the exchange (duration) until its completion. So the replay of the measured
+    configuration ends each collective where it completed, also where gloo's two worker threads run
+    two at once on the link or hook spans include queueing (``meta["comm_lanes"]`` says whether they
+    overlapped); one that completed before its predecessor (gloo's second worker overtook the
+    first) costs nothing;
+  - a rooted collective (broadcast, reduce, send/recv: not in ``align.clocks.SYMMETRIC``) may release
+    a rank before every rank joined (gloo's broadcast hands a receiver its data once the root sent it,
+    so with 3 ranks one receiver can be done before the other joined): a rank whose completion precedes
+    the last join waits instead on its own join of the ranks that had joined by then;
+  - a collective that only one loaded rank took part in (a single-rank trace of a larger job) keeps
+    its measured duration: it includes waiting for peers nobody recorded;
 - each node's ``gap`` is its measured start minus the latest measured end of its predecessors
   (clipped at 0): the framework overhead the replayer adds back (dPRO);
 - zero-cost ``STEP`` nodes mark every step boundary on each rank's main lane; each rank's first one
@@ -31,6 +46,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..align.clocks import is_symmetric
 from ..align.matching import Matching
 from ..align.one_clock import on_one_clock
 from ..errors import DagprofError
@@ -81,7 +97,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         inst = np.full(len(trace.events), -1, dtype=np.int64)
         inst[: len(matching.instance[pos])] = matching.instance[pos][: len(inst)]  # a window marker adds a row
         asm.add_rank(trace, chosen, inst)
-    asm.add_collectives()
+    asm.add_collectives(frozenset(k for k, it in enumerate(matching.instances) if not is_symmetric(it.collective)))
     g = asm.finish()
     g.meta.update(
         world_size=run.world_size,
@@ -161,6 +177,9 @@ def anchors(trace: RankTrace, sel: Selection) -> Anchors:
     s, d = (f[:, 0], f[:, 1]) if len(f) else (np.empty(0, np.int64), np.empty(0, np.int64))
     end = ev.end
     src_at = np.where(rule == Dep.LAUNCH, ev.start[s], end[s])
+    # a rank joins a shared collective when its transfer starts: what the transfer needed from the
+    # source (an enqueue call hands the work over inside the call) was done by then
+    src_at = np.where(sel.shared[d], np.minimum(src_at, ev.start[d]), src_at)
     until = np.where(rule == Dep.STAGE, np.clip(end[s], ev.start[d], end[d]), end[d])
     # an empty wait (a call that returned at once, or a drain already done) binds where it stands
     wait = (np.isin(rule, _WAIT_RULES) | ((rule == Dep.AFTER) & (ev.kind[d] == Kind.COMM_WAIT))) & ~sel.shared[d] & (until > ev.start[d])
@@ -295,13 +314,13 @@ def _mark_waits(lane, start, reach, own, anc: Anchors, sel: Selection, first_of,
 # ------------------------------------------------------------------ the assembler
 @dataclass
 class _CollectiveEnd:
-    """One rank's view of a collective instance."""
+    """One rank's view of a collective instance (times on the rank's clock, in us from ``base_ns``)."""
 
     rank: int
+    base_ns: int  # the rank's clock origin, aligned: ``base_ns/1e3 + t`` is on the shared clock
     start: float
     end: float
-    prev_end: float  # completion of this rank's previous collective (any group)
-    prev_end_group: float  # ... of its previous collective in the same group
+    prev_end_group: float  # completion of this rank's previous collective in the same group
     ready: list[tuple[int, int]] = field(default_factory=list)  # (node, rule) it waits on (enqueue)
     needs: list[tuple[int, int]] = field(default_factory=list)  # (node, rule) that wait on it
     name: str = ""
@@ -310,6 +329,18 @@ class _CollectiveEnd:
     step: int = -1
     lanes: int = 1
     group: str = "0"
+
+
+@dataclass(frozen=True, eq=False)
+class _SharedView:
+    """One collective instance on the shared clock (us), per participating rank (in ``_CollectiveEnd`` order):
+    ``shift`` from the rank's clock, ``ready`` (its ready point), ``join`` (its transfer's start),
+    ``done`` (when it saw the collective complete)."""
+
+    shift: np.ndarray
+    ready: np.ndarray
+    join: np.ndarray
+    done: np.ndarray
 
 
 class _Assembler:
@@ -411,15 +442,15 @@ class _Assembler:
         coll = np.flatnonzero(sel.shared)
         comm_lanes = len(np.unique(ev.lane[coll])) or 1  # gloo runs collectives on a pool of threads
         ends: dict[int, _CollectiveEnd] = {}
-        prev_end, prev_group = -np.inf, {}
+        prev_group: dict[str, float] = {}
         for i in sorted(coll.tolist(), key=lambda i: ev.start[i] + ev.dur[i]):
             group = trace.groups[int(ev.group[i])] if ev.group[i] >= 0 else "0"
             ce = _CollectiveEnd(
-                rank=trace.rank, start=float(ev.start[i]), end=float(ev.start[i] + ev.dur[i]), prev_end=prev_end,
+                rank=trace.rank, base_ns=int(trace.base_ns), start=float(ev.start[i]), end=float(ev.start[i] + ev.dur[i]),
                 prev_end_group=prev_group.get(group, -np.inf), name=ev.name_of(i), nbytes=int(ev.nbytes[i]),
                 bucket=int(ev.bucket[i]), step=int(ev.step[i]), lanes=comm_lanes, group=group,
             )
-            prev_end = prev_group[group] = ce.end
+            prev_group[group] = ce.end
             ends[i] = ce
             self.instances.setdefault(int(instance[i]), []).append(ce)
         return ends
@@ -447,9 +478,19 @@ class _Assembler:
         self.edges(node_of[last], np.full(len(last), node_of[closing[-1]]), GraphRule.WINDOW_END)
 
     # -- collectives -----------------------------------------------------
-    def add_collectives(self) -> None:
-        for inst in sorted(self.instances, key=lambda k: min(c.start for c in self.instances[k])):
-            ends = self.instances[inst]
+    def add_collectives(self, rooted: frozenset[int] = frozenset()) -> None:
+        """One SYNC join and one COMM node per instance, timed on the shared (aligned) clock (see the
+        module docstring); ``rooted``: instances of collectives that may release a rank before every
+        rank joined (broadcast, reduce, send/recv: ``align.clocks.SYMMETRIC`` names the others)."""
+        if not self.instances:
+            return
+        ref = min(c.base_ns for ends in self.instances.values() for c in ends)
+        views = {k: self._view(ends, ref) for k, ends in self.instances.items()}
+        done: dict[str, float] = {}  # channel -> when its previous collective completed (shared clock)
+        released: list[tuple[int, int]] = []  # (instance, rank position) released before the last join
+        links: list[tuple[int, int, int, float]] = []  # (u, v, rule, seen), added at once
+        for inst in sorted(views, key=lambda k: (views[k].ready.max(), views[k].done.min())):
+            ends, view = self.instances[inst], views[inst]
             head = ends[0]
             channel = self.b.device(f"group {head.group}", DeviceKind.COMM)
             self.comm_lanes = max(self.comm_lanes, max(c.lanes for c in ends))
@@ -457,26 +498,54 @@ class _Assembler:
             at = (head.start, head.end) if alone else (np.nan, np.nan)  # measured on one clock, or on none
             sync = self.node(f"sync.{head.name}.{inst}", Kind.SYNC, at[0], at[0], dur=0.0, order=0.0, step=head.step, bucket=head.bucket)
             self.fixed_gap[sync] = 0.0
+            early = view.done < view.join.max() - CLOCK_JITTER_US if inst in rooted and not alone else np.zeros(len(ends), dtype=bool)
             if alone:
                 c = head
-                free = max(max((self.mend[u] for u, _ in c.ready), default=c.start), c.prev_end_group)
+                free = max(view.ready[0] - view.shift[0], c.prev_end_group)
                 dur, gap = c.end - c.start, max(0.0, c.start - free)
+                seen = [c.end]
             else:
-                durs, gaps = [], []
-                for c in ends:
-                    free = max(max((self.mend[u] for u, _ in c.ready), default=c.start), c.prev_end)
-                    durs.append(c.end - free)
-                    gaps.append(c.start - free)
-                dur, gap = min(durs), max(0.0, min(gaps))
+                first = float(view.done[~early].min())
+                dur, gap, done[head.group] = _shared_timing(float(view.ready.max()), done.get(head.group, -np.inf), float(view.join.max()), first)
+                seen = (first - view.shift).tolist()  # the completion on each rank's clock
+                released += [(inst, p) for p in np.flatnonzero(early).tolist()]
             comm = self.node(f"{head.name}.{inst}", Kind.COMM, *at, dur=dur, order=0.0, device=channel, step=head.step, bucket=head.bucket,
                              nbytes=head.nbytes)
             self.fixed_gap[comm] = gap
-            self.edges(sync, comm, GraphRule.COLLECTIVE)
-            for c in ends:
-                for u, rule in c.ready:
-                    self.edges(u, sync, rule)
-                for v, rule in c.needs:
-                    self.edges(comm, v, rule, seen=c.end)
+            links.append((sync, comm, GraphRule.COLLECTIVE, np.nan))
+            for p, (c, t) in enumerate(zip(ends, seen)):
+                links += [(u, sync, rule, np.nan) for u, rule in c.ready]
+                if not early[p]:
+                    links += [(comm, v, rule, t) for v, rule in c.needs]
+        for inst, p in released:
+            links += self._release_early(inst, p, views[inst])
+        u, v, rule, seen = zip(*links)
+        self.edges(np.array(u), np.array(v), np.array(rule), np.array(seen))
+
+    def _release_early(self, inst: int, p: int, view: _SharedView) -> list[tuple[int, int, int, float]]:
+        """Rank ``p`` completed ``inst`` before the last rank joined (a broadcast's receiver gets its data
+        once the root sent it): it waited only for the ranks that had joined by then. Its own join of
+        those, released at its completion; the transfer's time is in the join's gap."""
+        ends = self.instances[inst]
+        c = ends[p]
+        needed = [q for q in range(len(ends)) if view.join[q] <= view.done[p] + CLOCK_JITTER_US and ends[q].ready]
+        join = self.node(f"rank{c.rank} sync.{c.name}.{inst}", Kind.SYNC, np.nan, np.nan, dur=0.0, order=0.0, step=c.step, bucket=c.bucket)
+        self.fixed_gap[join] = max(0.0, float(view.done[p] - max((view.ready[q] for q in needed), default=view.done[p])))
+        seen = float(view.done[p] - view.shift[p])
+        return [(u, join, rule, np.nan) for q in needed for u, rule in ends[q].ready] + [(join, v, rule, seen) for v, rule in c.needs]
+
+    def _view(self, ends: list[_CollectiveEnd], ref_ns: int) -> _SharedView:
+        shift = np.array([(c.base_ns - ref_ns) / 1e3 for c in ends])
+        ready = np.array([max((self.mend[u] for u, _ in c.ready), default=c.start) for c in ends]) + shift
+        join = np.array([c.start for c in ends]) + shift
+        return _SharedView(shift, ready, join, np.array([self._completion(c) for c in ends]) + shift)
+
+    def _completion(self, c: _CollectiveEnd) -> float:
+        """When the rank saw the collective complete: its transfer's end, or earlier where something
+        that needed the result went ahead before it (a worker thread records its span's end only after
+        it woke the waiting thread, and may be descheduled in between)."""
+        waited = min((self.mstart[v] for v, _ in c.needs if np.isfinite(self.mstart[v])), default=c.end)
+        return max(c.start, min(c.end, waited))
 
     # -- gaps --------------------------------------------------------------
     def finish(self) -> Graph:
@@ -498,6 +567,21 @@ class _Assembler:
         self.b.meta["comm_lanes"] = self.comm_lanes
         self.b.meta["provenance"] = Provenance(mstart, mend, src, dst, rule, seen_end)
         return self.b.build().replace(gap=gap)
+
+
+def _shared_timing(ready: float, channel_free: float, joined: float, first_end: float) -> tuple[float, float, float]:
+    """(dur, gap, end on the shared clock) of a collective several ranks recorded.
+
+    ``ready``: when the last rank was ready (its SYNC); ``channel_free``: the previous completion on
+    its channel; ``joined``: the last rank's transfer start; ``first_end``: the first completion.
+    The exchange runs from the later of the last join and the channel's previous completion to the
+    first completion; the join's lag after the SYNC is overhead (gap). A completion before the join
+    or the SYNC (clock residual, a root that finished before a receiver's span began) costs nothing.
+    """
+    base = max(ready, channel_free)
+    gap = min(max(joined - base, 0.0), max(first_end - base, 0.0))
+    dur = max(first_end - base - gap, 0.0)
+    return dur, gap, base + gap + dur
 
 
 def _owners(trace: RankTrace, top: np.ndarray) -> np.ndarray:
