@@ -3,11 +3,12 @@
 Skipped by default: TensorFlow (1.6 GB) and JAX are not dagprof dependencies. Point these variables
 at Pythons that have them, then select the marker::
 
-    python3 -m venv /opt/tf  && /opt/tf/bin/pip install tensorflow-cpu tf-keras
-    python3 -m venv /opt/jax && /opt/jax/bin/pip install jax
+    python3 -m venv /opt/tf  && /opt/tf/bin/pip install tensorflow-cpu tf-keras numpy msgspec numba
+    python3 -m venv /opt/jax && /opt/jax/bin/pip install jax numpy msgspec numba
     DAGPROF_TF_PYTHON=/opt/tf/bin/python DAGPROF_JAX_PYTHON=/opt/jax/bin/python .venv/bin/python -m pytest -m frameworks
 
-Each job runs ``dagprof.collect.tf_train`` / ``jax_train`` from this checkout (``PYTHONPATH=src``),
+Each job runs ``dagprof.collect.tf_train`` / ``jax_train`` from this checkout (``PYTHONPATH=src``, so
+those Pythons need dagprof's own dependencies too, as a training environment with dagprof installed has),
 about 30-60 s on 2 cores. ``DAGPROF_UPDATE_FIXTURES=1`` also replaces tests/data/tf*/ with the new
 recordings (``*.xplane.pb`` gzipped), as they were made.
 """
