@@ -258,7 +258,9 @@ class _Builder:
         return int(self.top[i])
 
     def _gloo_enqueues(self) -> tuple[np.ndarray, np.ndarray]:
-        """Host enqueue -> CPU transfer (gloo): nothing links them in the trace, so pair by order per collective."""
+        """Host enqueue -> CPU transfer (gloo): nothing links them in the trace, so pair by order and size per
+        collective. Gloo runs collectives on a pool of threads, so two issued back to back may start in either
+        order: a transfer takes the earliest unused enqueue of its own size (else the earliest unused one)."""
         pair_role = np.array([i.role for i in self.info], dtype=object)
         pair_coll = np.array([i.coll for i in self.info], dtype=object)
         role, coll = pair_role[self.pair], pair_coll[self.pair]
@@ -271,12 +273,16 @@ class _Builder:
             tr = tr[np.argsort(self.start[tr], kind="stable")]
             en = enq_all[coll[enq_all] == c]
             en = en[np.argsort(self.start[en], kind="stable")]
-            j = 0
-            for t in tr.tolist():  # the earliest unused enqueue, if it started before the transfer
-                if j < len(en) and self.start[en[j]] <= self.start[t]:
-                    out_e.append(en[j])
+            size = [ks.input_elems(self.event(e)) for e in en.tolist()]
+            free = list(range(len(en)))  # unused enqueues, in issue order
+            for t in tr.tolist():
+                ready = [k for k in free[:8] if self.start[en[k]] <= self.start[t]]  # the pool is a few threads deep
+                if ready:
+                    own = ks.input_elems(self.event(t))
+                    k = next((k for k in ready if size[k] == own), ready[0])
+                    free.remove(k)
+                    out_e.append(en[k])
                     out_t.append(t)
-                    j += 1
         return np.array(out_e, dtype=np.int64), np.array(out_t, dtype=np.int64)
 
     def _waits(self) -> tuple[np.ndarray, np.ndarray]:

@@ -245,6 +245,16 @@ def _dims_elems(dims: Any) -> int:
     return 0
 
 
+def input_elems(e: Event) -> int:
+    """Elements of an op's first input (a tensor, or a tensor list as c10d calls take), -1 when unrecorded."""
+    a = e.args
+    if a is None:
+        return -1
+    if a.in_nelems >= 0:
+        return a.in_nelems
+    return _dims_elems(_json(a.input_dims)) if len(a.input_dims) else -1
+
+
 def collective_args(records: list[Event]) -> dict[str, Any]:
     """The richest description any of a collective's records gives (transfer first, then host records)."""
     out: dict[str, Any] = {}
