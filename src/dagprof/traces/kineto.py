@@ -54,12 +54,11 @@ def read_kineto(path: str | os.PathLike[str], rank: int | None = None) -> RankTr
     was_enabled = gc.isenabled()
     gc.disable()  # 10^5..10^6 acyclic objects: collection passes would cost a third of the parse
     try:
-        trace = decode_trace(read_bytes(path), path)
-        if trace.traceEvents is None:
-            raise DagprofError("not a Kineto trace: no 'traceEvents' list", path)
-        if not (len(trace.schemaVersion) or len(trace.distributedInfo) or len(trace.deviceProperties)):
-            raise DagprofError("not a Kineto trace: no schemaVersion, distributedInfo or deviceProperties", path)
-        return _Builder(trace, path, rank).build()
+        trace = decode_trace(read_bytes(path), path)  # a checked Kineto trace, or a one-line DagprofError
+        out = _Builder(trace, path, rank).build()
+        if trace.notes:
+            out.meta["warnings"] = [f"{os.path.basename(path)}: {n}" for n in trace.notes]
+        return out
     finally:
         if was_enabled:
             gc.enable()
