@@ -14,8 +14,8 @@ from dagprof.traces.events import Run
 from dagprof.traces.kineto_dir import read_trace_dir
 
 from gloo_kineto import gloo_traces
+from testdata import KINETO_PUBLIC as DATA
 
-DATA = "/work/shared/data/kineto-public"
 SKEW_NS = 37_000_000
 
 
@@ -62,7 +62,6 @@ def test_merged_trace_has_every_rank_on_one_clock(skewed, tmp_path):
     assert min(steps[1]) - min(steps[0]) == pytest.approx(r1 - r0 + truth, abs=2.0)
 
 
-@pytest.mark.skipif(not os.path.isdir(DATA), reason="public traces not present")
 def test_sampled_job_ranks_are_aligned_with_residual_reported():
     a = estimate_offsets(read_trace_dir(f"{DATA}/trace_filter"))
     assert a.instances_used >= 3

@@ -4,11 +4,11 @@ import json
 import os
 
 import pytest
-from conftest import DATA
+from testdata import KINETO_PUBLIC
 
 from dagprof.cli.main import main
 
-NCCL = os.path.join(DATA, "kineto-public", "nccl_parser_config", "nccl_data.json.gz")
+NCCL = str(KINETO_PUBLIC / "nccl_parser_config" / "nccl_data.json.gz")
 
 
 def run_cli(capsys, *argv):

@@ -6,6 +6,7 @@ import pytest
 
 from dagprof.cli.main import main
 from dagprof.collect.demo_train import DemoConfig, run_demo_training
+from testdata import DATA as TESTDATA
 
 
 @pytest.fixture(scope="module")
@@ -51,9 +52,7 @@ def test_impossible_requests(tiny_run, capsys, argv):
 
 
 def test_calibrate_tables_then_whatif(tiny_run, capsys, tmp_path):
-    lut = "/work/shared/data/nccl-tests-lut/v100"
-    if not os.path.isdir(lut):
-        pytest.skip("nccl-tests tables not present")
+    lut = str(TESTDATA / "nccl-tests-lut" / "v100")
     model = str(tmp_path / "v100.json")
     assert main(["calibrate", "--nccl-tests", lut, "-o", model]) == 0
     capsys.readouterr()

@@ -10,8 +10,9 @@ from dagprof.costmodel.calibrate_lut import fit_lut_folder, read_lut
 from dagprof.costmodel.topology import (CollectiveSpec, Scheme, Topology, allreduce_us, fit_sweep, load_link_model, load_topology,
                                         parse_topology, save_link_model)
 from dagprof.errors import DagprofError
+from testdata import DATA as TESTDATA
 
-LUT = "/work/shared/data/nccl-tests-lut"
+LUT = str(TESTDATA / "nccl-tests-lut")
 
 
 def test_topology_files_json_and_toml(tmp_path):
@@ -88,7 +89,6 @@ def test_closed_forms_agree_where_they_should():
     assert ps == pytest.approx(2 * 8 * (10.0 + m / 8 * 1e-3))
 
 
-@pytest.mark.skipif(not os.path.isdir(LUT), reason="nccl-tests tables not present")
 @pytest.mark.parametrize("gpu", ["a100", "v100"])
 def test_nccl_tests_tables_fit_within_a_few_percent(gpu):
     fits = fit_lut_folder(os.path.join(LUT, gpu))
