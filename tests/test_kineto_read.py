@@ -188,3 +188,72 @@ def test_cuda_sync_records_become_cross_stream_and_host_waits():
     assert ("GPU 0 stream 20", "GPU 0 stream 24", "Memset (Device)") in pairs  # Stream Wait Event
     assert any(dst == "cudaDeviceSynchronize" for _, _, dst in pairs)  # host blocked on the device
     assert not any(dst == "cudaEventQuery" for _, _, dst in pairs)  # a poll is not a wait
+
+
+def _same_table(a, b) -> None:
+    for c in a.events.COLUMNS:
+        assert np.array_equal(getattr(a.events, c), getattr(b.events, c)), c
+    assert a.events.names == b.events.names and np.array_equal(a.flows, b.flows)
+
+
+def test_numbers_written_as_strings_read_as_numbers(tmp_path):
+    """TraceLens/ROCm, vLLM and SGLang traces write some numeric args as strings ("bytes": "1")."""
+    src = TESTDATA / "kineto-corpus" / "tracelens" / "mi300" / "gaunernst_bert-small-uncased__1016001.json.gz"
+    doc = json.load(gzip.open(src))
+    for e in doc["traceEvents"]:
+        for k, v in (e.get("args") or {}).items():
+            if k in ("bytes", "correlation") and isinstance(v, str):
+                e["args"][k] = int(v)
+    fixed = tmp_path / "rank-0.json"
+    fixed.write_text(json.dumps(doc))
+    _same_table(read_kineto(src), read_kineto(fixed))
+    for rel in ("inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz", "inference/graph_full/graph_execution.json.gz"):
+        assert len(read_kineto(TESTDATA / "kineto-corpus" / "tracelens" / rel).events) > 0
+
+
+def test_a_foreign_value_is_dropped_not_the_trace(tmp_path):
+    """Values no type conversion explains lose only themselves; an event without a readable time is skipped and counted."""
+    path = sorted(glob.glob(f"{gloo_traces()}/*.json"))[0]
+    doc = json.load(open(path))
+    xs = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+    xs[0]["args"]["Input Dims"] = {"not": "a list"}  # a raw field: kept as it is
+    xs[1]["name"] = 12  # a number where a string belongs: its text
+    xs[2]["ts"] = "soon"  # no time: the event cannot be placed
+    xs[3]["args"]["correlation"] = [1]
+    p = tmp_path / "rank-0.json"
+    p.write_text(json.dumps(doc))
+    t = read_kineto(p)
+    assert len(t.events) == len(read_kineto(path).events) - 1
+    assert "12" in t.events.names
+    assert any("1 of" in w and "unreadable" in w for w in t.meta["warnings"])
+
+
+def test_kineto_first_json_and_its_category_names():
+    """PyTorch 1.8 wrote a bare list of events with categories Operator / Runtime / Kernel / Memcpy."""
+    t = read_kineto(TESTDATA / "kineto-corpus" / "kineto" / "tb_plugin_samples" / "resnet50_num_workers_0" / "worker0.pt.trace.json.gz")
+    ev = t.events
+    gpu = [i for i, lane in enumerate(t.lanes) if lane.kind == LaneKind.GPU_STREAM]
+    assert gpu and len(t.step_spans()) == 1
+    kernels = np.isin(ev.lane, gpu)
+    assert kernels.sum() > 500 and not np.any(ev.kind[kernels] == Kind.RUNTIME)
+    launched = set(t.flows[ev.kind[t.flows[:, 0]] == Kind.RUNTIME][:, 1].tolist())
+    assert len(launched) > 0.9 * kernels.sum()  # cudaLaunchKernel -> kernel by correlation, as in later schemas
+    assert {Kind.FORWARD, Kind.BACKWARD} <= set(ev.kind[kernels].tolist())
+
+
+def test_a_folder_of_several_runs_reads_the_latest():
+    from dagprof.traces.kineto_dir import read_trace_dir
+
+    run = read_trace_dir(TESTDATA / "kineto-corpus" / "kineto" / "tb_plugin_samples" / "resnet50_num_workers_0", use_cache=False)
+    assert len(run.ranks) == 1 and os.path.basename(run.ranks[0].source).startswith("worker0.1623143089861")
+    assert "2 runs" in run.meta["warnings"][0]
+
+
+def test_eight_nccl_ranks_match_completely():
+    from dagprof.align.matching import match_collectives
+    from dagprof.traces.kineto_dir import read_trace_dir
+
+    run = read_trace_dir(TESTDATA / "kineto-corpus" / "param" / "dlrm_kineto", use_cache=False)
+    m = match_collectives(run)
+    assert [t.rank for t in run.ranks] == list(range(8)) and not m.problems and not m.warnings
+    assert m.instances and all(len(it.ranks) == 8 for it in m.instances)

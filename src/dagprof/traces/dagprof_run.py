@@ -36,6 +36,7 @@ steps_requested, backend, kineto, record_shapes, mode, argv, created_ns.
 """
 from __future__ import annotations
 
+import contextlib
 import enum
 import gzip
 import json
@@ -117,8 +118,9 @@ def read_manifest(path: str | os.PathLike[str]) -> dict:
     manifest = _load_json(mpath)
     if manifest.get("format") != FORMAT:
         raise DagprofError(f"not a dagprof run folder ({MANIFEST} format is {manifest.get('format')!r})", mpath)
-    if manifest.get("version", 0) > VERSION:
-        raise DagprofError(f"written by a newer dagprof (format version {manifest['version']})", mpath)
+    with _corrupt(mpath):
+        if manifest.get("version", 0) > VERSION:
+            raise DagprofError(f"written by a newer dagprof (format version {manifest['version']})", mpath)
     return manifest
 
 
@@ -130,14 +132,18 @@ def read_run(path: str | os.PathLike[str], require_ddp: bool = False) -> Run:
     """
     folder = os.fspath(path)
     manifest = read_manifest(folder)
-    world = int(manifest["world_size"])
+    with _corrupt(os.path.join(folder, MANIFEST)):
+        world = int(manifest["world_size"])
+        if not 0 < world <= 1 << 20:
+            raise ValueError(f"world_size {world}")
     ranks = []
     for r in range(world):
         rpath = os.path.join(folder, rank_file(r))
         if not os.path.exists(rpath):
             raise DagprofError(f"rank {r} of {world} is missing (no {rank_file(r)}): it crashed, was killed, or is still running", folder)
         ranks.append(read_rank(rpath))
-    _check_same_job(ranks, folder)
+    with _corrupt(folder):
+        _check_same_job(ranks, folder)
     warnings = [w for t in ranks for w in t.meta["warnings"]]
     ddp = any(t.buckets for t in ranks)
     if not ddp:
@@ -161,7 +167,21 @@ def _check_same_job(ranks: list[RankTrace], folder: str) -> None:
             f"{(latest_start[0] - earliest_end[1]) / 1e9:.0f} s apart: they are from different runs", folder)
 
 
+@contextlib.contextmanager
+def _corrupt(path: str):
+    """A value of an unexpected type or range in a run file is one line naming that file (never a traceback)."""
+    try:
+        yield
+    except (LookupError, TypeError, ValueError, ArithmeticError, AttributeError) as err:
+        raise DagprofError(f"corrupt or foreign content ({type(err).__name__}: {' '.join(str(err).split())[:200]})", path) from None
+
+
 def read_rank(path: str) -> RankTrace:
+    with _corrupt(path):
+        return _read_rank(path)
+
+
+def _read_rank(path: str) -> RankTrace:
     data = _load_json(path)
     if data.get("format") != RANK_FORMAT:
         raise DagprofError(f"not a dagprof rank file (format {data.get('format')!r})", path)

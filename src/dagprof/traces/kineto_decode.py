@@ -11,6 +11,8 @@ from the fastest decode that can succeed to the slowest:
    (``"7"`` -> 7, ``7`` -> ``"7"``, ``2.0`` -> 2) and dropped otherwise; an event whose time
    cannot be read is dropped and counted (``Trace.notes``).
 
+Bytes that are not UTF-8 (a stray byte in a name) become U+FFFD, also noted.
+
 Kineto's first JSON (PyTorch 1.8), a bare list of events, is read too. Whatever cannot be
 read at all is a ``DagprofError`` naming the file: never another exception.
 """
@@ -25,6 +27,7 @@ import msgspec
 
 from ..errors import DagprofError
 from . import kineto_schema as ks
+from .kineto_schema import raw_value
 
 _EVENT_FIELDS = {f: ks.Event.__struct_encode_fields__[i] for i, f in enumerate(ks.Event.__struct_fields__)}
 _ARG_FIELDS = {f: ks.Args.__struct_encode_fields__[i] for i, f in enumerate(ks.Args.__struct_fields__)}
@@ -54,19 +57,40 @@ def decode_trace(data: bytes, path: str) -> ks.Trace:
     except msgspec.ValidationError:
         trace = _tolerant(data, path)
     except msgspec.DecodeError as e:
-        raise DagprofError(f"not valid JSON, truncated or foreign file ({e})", path) from None
+        if "UTF-8" not in str(e):
+            raise DagprofError(f"not valid JSON, truncated or foreign file ({e})", path) from None
+        return _text_replaced(data, path)
+    if not all(_is_text(getattr(trace, key)) for key in _RAW_TOP):  # kept raw by the typed decode: not yet checked
+        return _text_replaced(data, path)
     if trace.traceEvents is None:
         raise DagprofError("not a Kineto trace: no 'traceEvents' list", path)
     if not (len(trace.schemaVersion) or len(trace.distributedInfo) or len(trace.deviceProperties) or _profiler_marked(trace)):
         raise DagprofError("not a Kineto trace: no schemaVersion, distributedInfo or deviceProperties", path)
+    if not any(e.ph == "X" and e.cat not in ks.SKIP_CATS and type(e.pid) is int for e in trace.traceEvents):
+        raise DagprofError("no profiled ops in this trace (no complete events on a process)", path)  # stops at the first op
     if len(trace.distributedInfo):
         trace.distributedInfo = _distributed_info(trace.distributedInfo)
     return trace
 
 
-def raw_value(value: msgspec.Raw) -> Any:
-    """A lazily decoded field; None when the trace did not have it."""
-    return msgspec.json.decode(value) if len(value) else None
+def _is_text(raw: msgspec.Raw) -> bool:
+    if not len(raw):
+        return True
+    try:
+        msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return False
+    return True
+
+
+def _text_replaced(data: bytes, path: str) -> ks.Trace:
+    """A stray byte that is not UTF-8 (in a name, say) becomes U+FFFD, and the trace is read."""
+    fixed = data.decode("utf-8", "replace").encode()
+    if fixed == data:
+        raise DagprofError("not valid JSON text", path)
+    trace = decode_trace(fixed, path)
+    trace.notes.append("bytes that are not UTF-8 text replaced by U+FFFD")
+    return trace
 
 
 # ---------------------------------------------------------------- the tolerant path
@@ -78,8 +102,8 @@ def _tolerant(data: bytes, path: str) -> ks.Trace:
     if data.lstrip()[:1] == b"[":  # Kineto's first JSON: the events alone
         try:
             return ks.Trace(traceEvents=ks.EVENTS_DECODER.decode(data))
-        except msgspec.ValidationError:
-            pass
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            pass  # the generic decode below tells which
     try:
         doc = msgspec.json.decode(data)
     except msgspec.DecodeError as e:

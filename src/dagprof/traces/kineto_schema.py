@@ -270,7 +270,7 @@ def input_elems(e: Event) -> int:
         return -1
     if a.in_nelems >= 0:
         return a.in_nelems
-    return _dims_elems(_json(a.input_dims)) if len(a.input_dims) else -1
+    return _dims_elems(raw_value(a.input_dims)) if len(a.input_dims) else -1
 
 
 def collective_args(records: list[Event]) -> dict[str, Any]:
@@ -282,12 +282,12 @@ def collective_args(records: list[Event]) -> dict[str, Any]:
             continue
         if a.coll and "coll" not in out:
             out["coll"] = canonical_collective(a.coll)
-        if len(a.pg_name) and "group" not in out:
-            out["group"] = str(_json(a.pg_name))
+        if len(a.pg_name) and "group" not in out and raw_value(a.pg_name) is not None:
+            out["group"] = str(raw_value(a.pg_name))
         if a.seq >= 0 and "seq" not in out:
             out["seq"] = a.seq
         if len(a.pg_ranks) and "ranks" not in out:
-            r = _json(a.pg_ranks)
+            r = raw_value(a.pg_ranks)
             try:
                 out["ranks"] = [int(x) for x in (json.loads(r) if isinstance(r, str) else r)]
             except (ValueError, TypeError):
@@ -296,8 +296,8 @@ def collective_args(records: list[Event]) -> dict[str, Any]:
             dtype = a.dtype
             nelems = a.in_nelems if a.in_nelems >= 0 else -1
             if nelems < 0 and len(a.input_dims):
-                nelems = _dims_elems(_json(a.input_dims))
-                types = _json(a.input_type)
+                nelems = _dims_elems(raw_value(a.input_dims))
+                types = raw_value(a.input_type)
                 dtype = dtype or (types[0] if isinstance(types, list) and types and isinstance(types[0], str) else "")
             if nelems > 0 and dtype_bytes(dtype):
                 out["nbytes"] = nelems * dtype_bytes(dtype)
@@ -305,5 +305,10 @@ def collective_args(records: list[Event]) -> dict[str, Any]:
     return out
 
 
-def _json(value: msgspec.Raw) -> Any:
-    return msgspec.json.decode(value) if len(value) else None
+def raw_value(value: msgspec.Raw) -> Any:
+    """A lazily decoded field; None when the trace did not have it, or has bytes there that are not JSON text
+    (the typed decode skips raw fields without checking their UTF-8)."""
+    try:
+        return msgspec.json.decode(value) if len(value) else None
+    except msgspec.DecodeError:
+        return None
