@@ -102,9 +102,9 @@ def _ops(trace: RankTrace) -> dict[str, list[_Op]]:
 
 
 def _one_clock(run: Run) -> bool:
-    """All ranks recorded on one named host: their timestamps come from one clock."""
+    """All ranks recorded on one named host: their timestamps come from one clock ("localhost" names no host)."""
     hosts = {t.host for t in run.ranks}
-    return len(hosts) == 1 and "" not in hosts
+    return len(hosts) == 1 and not hosts & {"", "localhost"}
 
 
 def match_collectives(run: Run, strict: bool = True) -> Matching:
