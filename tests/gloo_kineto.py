@@ -64,6 +64,7 @@ def _train(rank: int, world: int, out: str, port: int, scenario: str) -> None:
         if it >= begin:
             prof.step()
     prof.stop()
+    dist.barrier()  # no rank tears gloo down while the other still uses it
     dist.destroy_process_group()
 
 
@@ -74,9 +75,16 @@ def _free_port() -> int:
 
 
 def record(folder: str, scenario: str) -> None:
-    """One real run of ``scenario`` into ``folder`` (rank-0...json, rank-1...json)."""
-    subprocess.run([sys.executable, __file__, folder, str(_free_port()), scenario], check=True, timeout=300,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    """One real run of ``scenario`` into ``folder`` (rank-0...json, rank-1...json). A second try on a fresh port
+    when the first fails (on a shared machine another job may take the free port first); then its output."""
+    for attempt in range(2):
+        for f in glob.glob(os.path.join(folder, "*.json")):
+            os.remove(f)
+        done = subprocess.run([sys.executable, __file__, folder, str(_free_port()), scenario], timeout=300,
+                              capture_output=True, text=True)
+        if done.returncode == 0:
+            return
+    raise RuntimeError(f"recording {scenario} failed twice; last output:\n{(done.stdout + done.stderr)[-3000:]}")
 
 
 def gloo_traces(scenario: str = "same") -> str:
