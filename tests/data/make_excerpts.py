@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import shutil
 from pathlib import Path
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import DagprofError
-from ..traces.events import EventTable, Kind, RankTrace, Run
+from ..traces.events import Kind, RankTrace, Run
 
 # Collectives whose per-rank payload legitimately differs (uneven splits).
 _UNEVEN = frozenset({"alltoall", "sendrecv", "send", "recv", "gather", "scatter"})
@@ -137,7 +137,7 @@ def match_collectives(run: Run, strict: bool = True) -> Matching:
             if p == ref:
                 continue
             r, ops = run.ranks[p].rank, per_rank_ops[p][g]
-            pairs = _pairs(ops, ref_ops, one_clock, problems, r, ref_rank, g)
+            pairs = _pairs(ops, ref_ops, problems, r, ref_rank, g)
             if not pairs:
                 problems.append(f"rank {r}: none of its {len(ops)} collectives of group {g} matches one of rank {ref_rank}")
                 continue
@@ -149,8 +149,12 @@ def match_collectives(run: Run, strict: bool = True) -> Matching:
                     problems.append(f"rank {r}: collective #{k} of group {g} ({o.coll}, {o.nbytes} B) matches nothing on rank {ref_rank}")
             matched = {a for a, _ in pairs}
             for a in range(len(ref_ops)):
-                if a not in matched:
-                    (lacking[a].append(r) if inside_mine[a] else dropped.add(a))
+                if a in matched:
+                    continue
+                if inside_mine[a]:
+                    lacking[a].append(r)
+                else:
+                    dropped.add(a)
             for a, k in pairs:
                 joined[a].append((p, ops[k]))
         for a, members_at in enumerate(joined):
@@ -179,8 +183,7 @@ def match_collectives(run: Run, strict: bool = True) -> Matching:
     return Matching(instance, instances, problems, warnings, step_offset)
 
 
-def _pairs(ops: list[_Op], ref_ops: list[_Op], one_clock: bool, problems: list[str], r: int, ref_rank: int,
-           g: str) -> list[tuple[int, int]]:
+def _pairs(ops: list[_Op], ref_ops: list[_Op], problems: list[str], r: int, ref_rank: int, g: str) -> list[tuple[int, int]]:
     """(reference position, rank position) of the same collective."""
     if ops and ref_ops and ops[0].explicit and ref_ops[0].explicit:
         by_seq = {o.seq: a for a, o in enumerate(ref_ops)}
