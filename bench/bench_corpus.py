@@ -24,6 +24,7 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from dagprof.analysis.explain import departure_line, explain
 from dagprof.errors import DagprofError
@@ -31,6 +32,9 @@ from dagprof.graph.provenance import violations
 from dagprof.pipeline import open_run
 from dagprof.traces.events import Kind
 from dagprof.traces.kineto_dir import read_cached, trace_files
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchdata import add_data_argument  # noqa: E402
 
 ROOTS = ("kineto-public", "kineto-corpus")
 HELD_OUT = ("kineto-corpus/tracelens/h100", "kineto-corpus/tracelens/mi300", "kineto-corpus/tracelens/b200", "kineto-corpus/param/dlrm_kineto")
@@ -142,9 +146,8 @@ def _ms(x: float | None) -> str:
 
 
 def main() -> None:
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", default=os.path.join(here, "..", "shared", "data"), help="folder holding kineto-public/ and kineto-corpus/")
+    add_data_argument(p)
     p.add_argument("--threshold-us", type=float, default=100.0, help="drift that counts as a departure (--explain)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()

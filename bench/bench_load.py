@@ -13,7 +13,10 @@ Peak RSS is the largest single process (the measured one by VmHWM, or any of its
 "speed" is the wall-time ratio (events/s); "cpu" the ratio of CPU seconds (the process plus its
 workers), which stays meaningful when other jobs share the cores and parallel workers starve.
 
-    /tmp/venv0/bin/python bench/bench_load.py [--reps 3] [--ranks 8]
+    python bench/bench_load.py [--reps 3] [--ranks 8] [--data DIR]
+
+in an environment with dagprof and HolisticTraceAnalysis (``pip install -e '.[bench]'``); DIR defaults to
+../shared/data beside the repository (see bench/benchdata.py).
 """
 from __future__ import annotations
 
@@ -26,11 +29,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
-DATA = "/work/shared/data/kineto-public"
-FILES = {
-    "df_index_resolver (216k events, V100)": f"{DATA}/df_index_resolver/df_index_resolver.json.gz",
-    "nccl_data (40k events, A100)": f"{DATA}/nccl_parser_config/nccl_data.json.gz",
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchdata import add_data_argument, require  # noqa: E402
+
+FILES = {  # relative to --data
+    "df_index_resolver (216k events, V100)": "kineto-public/df_index_resolver/df_index_resolver.json.gz",
+    "nccl_data (40k events, A100)": "kineto-public/nccl_parser_config/nccl_data.json.gz",
 }
 
 _CHILD = r"""
@@ -105,14 +111,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--ranks", type=int, default=8)
+    add_data_argument(ap)
     args = ap.parse_args()
+    files = {label: str(require(args.data) / rel) for label, rel in FILES.items()}
     import importlib.metadata as md
 
     print(f"HTA {md.version('HolisticTraceAnalysis')} vs dagprof {md.version('dagprof')}; median of {args.reps} runs; "
           f"{os.cpu_count()} CPUs (shared)")
     print(f"{'case':<44} {'HTA ev/s':>12} {'dagprof ev/s':>12} {'speed':>8} {'cpu':>8} {'HTA MiB':>8} {'ours MiB':>8} {'mem':>6}")
     with tempfile.TemporaryDirectory() as tmp:
-        for label, path in FILES.items():
+        for label, path in files.items():
             solo = os.path.join(tmp, label.split()[0])
             os.makedirs(solo)
             os.symlink(path, os.path.join(solo, os.path.basename(path)))
@@ -120,7 +128,7 @@ def main() -> None:
             print(row(f"1 rank cold: {label}", n, measure("hta", solo, args.reps), measure("dagprof-file", path, args.reps)), flush=True)
         folder = os.path.join(tmp, "ranks")
         os.makedirs(folder)
-        src = FILES["df_index_resolver (216k events, V100)"]
+        src = files["df_index_resolver (216k events, V100)"]
         replicate(src, args.ranks, folder)
         n = event_count(src) * args.ranks
         reps = max(1, args.reps - 1)

@@ -11,7 +11,7 @@ only, dagprof with Kineto, and torch.profiler alone (each profiler opened and it
 one-off work outside the step times). Kineto records every op of the process, so it cannot
 join part 1. Part 3, separate jobs per mode (incl. record_shapes=True), medians over jobs.
 
-    /tmp/venv0/bin/python bench/bench_overhead.py [--ab-steps 30] [--blocks 4] [--repeats 2] [--small]
+    .venv/bin/python bench/bench_overhead.py [--ab-steps 30] [--blocks 4] [--repeats 2] [--small]
 """
 from __future__ import annotations
 

@@ -13,10 +13,11 @@ closed forms against the DAG replay, and the replay's cost (median of 5 runs; th
 is shared, so timings are noisy). The logs hold no multi-node iteration times, so the
 model's own error cannot be measured here; the paper reports 4.6-9.4 % mean error.
 
-Run: /tmp/venv0/bin/python bench/bench_sgd.py
+Run: .venv/bin/python bench/bench_sgd.py [--data DIR]   (DIR defaults to ../shared/data beside the repository)
 """
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import time
@@ -29,16 +30,18 @@ from dagprof.costmodel.osu import read_osu_allreduce
 from dagprof.sgd import CommModel, Policy, Schedule, anchor, closed_form, make_schedule, replay_schedule
 from dagprof.traces.layerwise import read_bcaffe_log
 
-DATA = Path("/work/shared/data/bcaffe-k80-googlenet")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchdata import add_data_argument, require  # noqa: E402
+
 ITER_1_S = 0.3918
 PAPER_ERROR = "4.6-9.4 % mean error (Shi et al. 2018, Caffe-MPI: AlexNet, GoogleNet, ResNet-50)"
 NODES = (2, 4, 8)
 
 
 def main() -> int:
-    if not DATA.is_dir():
-        print(f"skipped: {DATA} not present")
-        return 0
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_data_argument(ap)
+    DATA = require(ap.parse_args().data / "bcaffe-k80-googlenet")
     logs = {n: anchor(read_bcaffe_log(DATA / f"tmp{n}comm.log"), ITER_1_S * 1e6) for n in NODES}
     alt = {n: anchor(read_bcaffe_log(DATA / f"tmp{n}ocomm.log"), ITER_1_S * 1e6) for n in (4, 8)}
     osu = {n: read_osu_allreduce(DATA / f"allreduce{n}.log") for n in NODES}

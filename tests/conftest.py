@@ -3,9 +3,7 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))  # tests/synthetic.py
-
-DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+sys.path.insert(0, os.path.dirname(__file__))  # tests/synthetic.py, tests/testdata.py
 
 
 @pytest.fixture(scope="session")

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import numpy as np
 import pytest
+from testdata import KINETO_PUBLIC as DATA
 
 from dagprof.align.matching import match_collectives
 from dagprof.errors import DagprofError
@@ -14,8 +14,6 @@ from dagprof.traces.kineto_dir import read_trace_dir
 
 from gloo_kineto import gloo_traces
 from synthetic import ddp_run
-
-DATA = "/work/shared/data/kineto-public"
 
 
 def test_own_gloo_run_matches_completely():
@@ -82,7 +80,6 @@ def test_explicit_seq_is_authoritative():
     assert sum(len(it.ranks) == 2 for it in m.instances) == len(comm)
 
 
-@pytest.mark.skipif(not os.path.isdir(DATA), reason="public traces not present")
 def test_sampled_job_ranks_partly_match_and_report_the_rest():
     run = read_trace_dir(f"{DATA}/trace_filter")
     with pytest.raises(DagprofError, match="mismatched collectives"):

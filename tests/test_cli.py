@@ -4,12 +4,11 @@ import json
 import os
 
 import pytest
+from testdata import KINETO_PUBLIC
 
 from dagprof.cli.main import main
 
-from conftest import DATA
-
-NCCL = os.path.join(DATA, "kineto-public", "nccl_parser_config", "nccl_data.json.gz")
+NCCL = str(KINETO_PUBLIC / "nccl_parser_config" / "nccl_data.json.gz")
 
 
 def run_cli(capsys, *argv):

@@ -117,16 +117,13 @@ def test_cli_unrelated_trainings_one_line_error(runs, capsys):
 
 def test_stock_torch_profiler_folders(tmp_path):
     """Two runs of a plain torch.profiler job (no dagprof inside): trace folders diff like run folders."""
-    import subprocess
-
     import gloo_kineto
 
     folders = []
     for i in range(2):
         out = tmp_path / f"k{i}"
         out.mkdir()
-        subprocess.run([sys.executable, gloo_kineto.__file__, str(out), str(gloo_kineto._free_port())], check=True, timeout=300,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        gloo_kineto.record(str(out), "same")
         folders.append(open_run(out))
     d = diff_profiles(*folders)
     check_books(d)

@@ -89,3 +89,14 @@ def test_missing_ranks_are_reported(folder):
 def test_empty_folder(tmp_path):
     with pytest.raises(DagprofError, match="no torch.profiler traces"):
         read_trace_dir(tmp_path)
+
+
+def test_a_damaged_cache_file_is_a_miss(folder):
+    cold = read_trace_dir(folder, jobs=1)
+    for i, c in enumerate(sorted(glob.glob(str(folder / cache.CACHE_DIR / "*.npz")))):
+        data = open(c, "rb").read()
+        open(c, "wb").write(data[: len(data) // 2] if i == 0 else b"")  # cut short; emptied
+    warm = read_trace_dir(folder, jobs=1)
+    for a, b in zip(cold.ranks, warm.ranks):
+        _same(a, b)
+    assert all(cache.load_cached(t.source) is not None for t in warm.ranks)  # rewritten

@@ -8,6 +8,7 @@ import os
 
 import numpy as np
 import pytest
+from testdata import DATA as TESTDATA, KINETO_PUBLIC as DATA
 
 from dagprof.errors import DagprofError
 from dagprof.traces.events import Dep, Kind, LaneKind
@@ -16,13 +17,12 @@ from dagprof.traces.kineto_schema import canonical_collective, comm_role, kernel
 
 from gloo_kineto import gloo_traces
 
-DATA = "/work/shared/data/kineto-public"
-needs_data = pytest.mark.skipif(not os.path.isdir(DATA), reason=f"{DATA} not present")
-
 EXPECTED_ERRORS = {
-    "execution_trace/benchmark_simple_add_et.json.gz": "not a Kineto trace",  # a Chakra ET, not Kineto
-    "rank_unavailable/rank_not_found.json.gz": "distributedInfo has no rank",
+    "kineto-public/execution_trace/benchmark_simple_add_et.json.gz": "not a Kineto trace",  # a Chakra ET, not Kineto
+    "kineto-public/rank_unavailable/rank_not_found.json.gz": "distributedInfo has no rank",
 }
+VENDORED = sorted(os.path.relpath(p, TESTDATA) for pat in ("kineto-*/**/*.json.gz", "kineto-*/**/*.json")
+                  for p in glob.glob(f"{TESTDATA}/{pat}", recursive=True))
 
 
 def _no_overlap_at_depth0(trace) -> None:
@@ -34,10 +34,9 @@ def _no_overlap_at_depth0(trace) -> None:
         assert np.all(s[o][1:] >= e[o][:-1] - 1e-6), trace.lanes[lane]
 
 
-@needs_data
-@pytest.mark.parametrize("rel", sorted(os.path.relpath(p, DATA) for p in glob.glob(f"{DATA}/**/*.json.gz", recursive=True)))
+@pytest.mark.parametrize("rel", VENDORED)
 def test_every_public_trace_reads_or_fails_in_one_line(rel):
-    path = os.path.join(DATA, rel)
+    path = os.path.join(TESTDATA, rel)
     if rel in EXPECTED_ERRORS:
         with pytest.raises(DagprofError) as err:
             read_kineto(path)
@@ -52,7 +51,6 @@ def test_every_public_trace_reads_or_fails_in_one_line(rel):
         assert t.flows.min() >= 0 and t.flows.max() < len(t.events)
 
 
-@needs_data
 def test_fallbacks_are_documented_in_meta():
     t = read_kineto(f"{DATA}/distributed_info_unavailable/distributed_info_not_found.json.gz")
     assert (t.rank, t.world_size) == (0, 1) and t.meta["rank_source"].startswith("assumed")
@@ -61,18 +59,17 @@ def test_fallbacks_are_documented_in_meta():
     assert (cpu.rank, cpu.world_size, cpu.backend) == (34, 300, "gloo") and len(cpu.group_ranks) == 11  # 10 numbered groups + one hashed name
 
 
-@needs_data
 def test_nccl_data_fields_for_replay():
     t = read_kineto(f"{DATA}/nccl_parser_config/nccl_data.json.gz")
     ev = t.events
     streams = [lane for lane in t.lanes if lane.kind == LaneKind.GPU_STREAM]
     assert sorted(lane.name for lane in streams) == ["GPU 0 stream 40", "GPU 0 stream 7"]
     assert sum(lane.main for lane in t.lanes) == 1 and "pt_main_thread" in next(lane.name for lane in t.lanes if lane.main)
-    assert t.step_spans()[:, 0].tolist() == [4, 5, 6]
+    assert t.step_spans()[:, 0].tolist() == [5]  # the excerpt: step 5 of 4-6
     comm = np.flatnonzero(ev.kind == Kind.COMM)
-    assert len(comm) == 21 and all(ev.name_of(i).startswith("ncclKernel_") for i in comm)
+    assert len(comm) == 7 and all(ev.name_of(i).startswith("ncclKernel_") for i in comm)
     assert t.groups == ["0"] and t.group_ranks == {"0": [0, 1]}
-    assert sorted(ev.seq[comm].tolist()) == list(range(21))
+    assert sorted(ev.seq[comm].tolist()) == list(range(7))
     assert np.all(ev.nbytes[comm] > 0)  # from the collective metadata (In msg nelems * dtype)
     # every kernel and memcpy is launched by a runtime call: one flow each
     gpu = np.flatnonzero(np.isin(ev.lane, [i for i, lane in enumerate(t.lanes) if lane.kind == LaneKind.GPU_STREAM]))
@@ -80,26 +77,24 @@ def test_nccl_data_fields_for_replay():
     assert set(launch[:, 1].tolist()) == set(gpu.tolist()) and np.all(ev.kind[launch[:, 0]] == Kind.RUNTIME)
     # kernels inherit forward / backward / update from the op that launched them
     kern = ev.kind[gpu]
-    assert (kern == Kind.FORWARD).sum() > 500 and (kern == Kind.BACKWARD).sum() > 1000 and (kern == Kind.UPDATE).sum() > 0
+    assert (kern == Kind.FORWARD).sum() > 200 and (kern == Kind.BACKWARD).sum() > 400 and (kern == Kind.UPDATE).sum() > 0
     # the comm stream waits for the compute stream's work issued before each collective
     into_comm = t.flows[np.isin(t.flows[:, 1], comm) & (t.rules() == Dep.COLL_READY)]
-    assert len(into_comm) == 21 and not np.isin(into_comm[:, 0], comm).any()
+    assert len(into_comm) == 7 and not np.isin(into_comm[:, 0], comm).any()  # one per collective of the step
     _no_overlap_at_depth0(t)
 
 
-@needs_data
 def test_df_index_resolver_un_bucketed_allreduces():
-    t = read_kineto(f"{DATA}/df_index_resolver/df_index_resolver.json.gz")
+    t = read_kineto(f"{DATA}/df_index_resolver/df_index_resolver.json.gz")  # the excerpt: one of its 5 steps
     ev = t.events
     comm = np.flatnonzero(ev.kind == Kind.COMM)
-    assert len(comm) == 2020 and t.step_spans().shape[0] == 5
-    assert sorted(ev.seq[comm].tolist()) == list(range(2020))
+    assert len(comm) == 404 and t.step_spans().shape[0] == 1
+    assert sorted(ev.seq[comm].tolist()) == list(range(404))
     per_step = np.bincount(ev.step[comm])
-    assert sorted(per_step[per_step > 0].tolist()) == [404] * 5
+    assert sorted(per_step[per_step > 0].tolist()) == [404]
     assert all(c == "allreduce" and d == "float" for c, d in zip(t.meta["collectives"]["coll"], t.meta["collectives"]["dtype"]))
 
 
-@needs_data
 def test_old_schema_sizes_from_input_dims():
     t = read_kineto(f"{DATA}/trace_filter/sampled_rank-0.json.gz")
     ev = t.events
@@ -185,7 +180,6 @@ def test_schema_table():
     assert kernel_dtype("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(x)") == "bf16"
 
 
-@needs_data
 def test_cuda_sync_records_become_cross_stream_and_host_waits():
     t = read_kineto(f"{DATA}/critical_path/cuda_event_sync_multi_stream/event_sync_trace.json.gz")
     ev = t.events
@@ -193,3 +187,72 @@ def test_cuda_sync_records_become_cross_stream_and_host_waits():
     assert ("GPU 0 stream 20", "GPU 0 stream 24", "Memset (Device)") in pairs  # Stream Wait Event
     assert any(dst == "cudaDeviceSynchronize" for _, _, dst in pairs)  # host blocked on the device
     assert not any(dst == "cudaEventQuery" for _, _, dst in pairs)  # a poll is not a wait
+
+
+def _same_table(a, b) -> None:
+    for c in a.events.COLUMNS:
+        assert np.array_equal(getattr(a.events, c), getattr(b.events, c)), c
+    assert a.events.names == b.events.names and np.array_equal(a.flows, b.flows)
+
+
+def test_numbers_written_as_strings_read_as_numbers(tmp_path):
+    """TraceLens/ROCm, vLLM and SGLang traces write some numeric args as strings ("bytes": "1")."""
+    src = TESTDATA / "kineto-corpus" / "tracelens" / "mi300" / "gaunernst_bert-small-uncased__1016001.json.gz"
+    doc = json.load(gzip.open(src))
+    for e in doc["traceEvents"]:
+        for k, v in (e.get("args") or {}).items():
+            if k in ("bytes", "correlation") and isinstance(v, str):
+                e["args"][k] = int(v)
+    fixed = tmp_path / "rank-0.json"
+    fixed.write_text(json.dumps(doc))
+    _same_table(read_kineto(src), read_kineto(fixed))
+    for rel in ("inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz", "inference/graph_full/graph_execution.json.gz"):
+        assert len(read_kineto(TESTDATA / "kineto-corpus" / "tracelens" / rel).events) > 0
+
+
+def test_a_foreign_value_is_dropped_not_the_trace(tmp_path):
+    """Values no type conversion explains lose only themselves; an event without a readable time is skipped and counted."""
+    path = sorted(glob.glob(f"{gloo_traces()}/*.json"))[0]
+    doc = json.load(open(path))
+    xs = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+    xs[0]["args"]["Input Dims"] = {"not": "a list"}  # a raw field: kept as it is
+    xs[1]["name"] = 12  # a number where a string belongs: its text
+    xs[2]["ts"] = "soon"  # no time: the event cannot be placed
+    xs[3]["args"]["correlation"] = [1]
+    p = tmp_path / "rank-0.json"
+    p.write_text(json.dumps(doc))
+    t = read_kineto(p)
+    assert len(t.events) == len(read_kineto(path).events) - 1
+    assert "12" in t.events.names
+    assert any("1 of" in w and "unreadable" in w for w in t.meta["warnings"])
+
+
+def test_kineto_first_json_and_its_category_names():
+    """PyTorch 1.8 wrote a bare list of events with categories Operator / Runtime / Kernel / Memcpy."""
+    t = read_kineto(TESTDATA / "kineto-corpus" / "kineto" / "tb_plugin_samples" / "resnet50_num_workers_0" / "worker0.pt.trace.json.gz")
+    ev = t.events
+    gpu = [i for i, lane in enumerate(t.lanes) if lane.kind == LaneKind.GPU_STREAM]
+    assert gpu and len(t.step_spans()) == 1
+    kernels = np.isin(ev.lane, gpu)
+    assert kernels.sum() > 500 and not np.any(ev.kind[kernels] == Kind.RUNTIME)
+    launched = set(t.flows[ev.kind[t.flows[:, 0]] == Kind.RUNTIME][:, 1].tolist())
+    assert len(launched) > 0.9 * kernels.sum()  # cudaLaunchKernel -> kernel by correlation, as in later schemas
+    assert {Kind.FORWARD, Kind.BACKWARD} <= set(ev.kind[kernels].tolist())
+
+
+def test_a_folder_of_several_runs_reads_the_latest():
+    from dagprof.traces.kineto_dir import read_trace_dir
+
+    run = read_trace_dir(TESTDATA / "kineto-corpus" / "kineto" / "tb_plugin_samples" / "resnet50_num_workers_0", use_cache=False)
+    assert len(run.ranks) == 1 and os.path.basename(run.ranks[0].source).startswith("worker0.1623143089861")
+    assert "2 runs" in run.meta["warnings"][0]
+
+
+def test_eight_nccl_ranks_match_completely():
+    from dagprof.align.matching import match_collectives
+    from dagprof.traces.kineto_dir import read_trace_dir
+
+    run = read_trace_dir(TESTDATA / "kineto-corpus" / "param" / "dlrm_kineto", use_cache=False)
+    m = match_collectives(run)
+    assert [t.rank for t in run.ranks] == list(range(8)) and not m.problems and not m.warnings
+    assert m.instances and all(len(it.ranks) == 8 for it in m.instances)

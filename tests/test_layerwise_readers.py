@@ -1,19 +1,16 @@
 """Layer-wise profile readers: B-Caffe logs, the layer CSV, dagprof runs; bad input names file and line."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from testdata import DATA as TESTDATA
 
 from dagprof.errors import DagprofError
 from dagprof.traces.events import EventTable, Kind, Lane, LaneKind, RankTrace, Run
 from dagprof.traces.layerwise import layer_profile_from_run, read_bcaffe_log, read_layer_csv, read_layer_file
 
-DATA = Path("/work/shared/data/bcaffe-k80-googlenet")
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="reference data folder /work/shared/data not present")
+DATA = TESTDATA / "bcaffe-k80-googlenet"
 
 
-@needs_data
 @pytest.mark.parametrize("name, workers", [("tmp2comm.log", 2), ("tmp4comm.log", 4), ("tmp8comm.log", 8), ("tmp4ocomm.log", 4), ("tmp8ocomm.log", 8),
                                            ("tmpcomm.log", None)])
 def test_bcaffe_googlenet_logs(name, workers):
@@ -25,7 +22,6 @@ def test_bcaffe_googlenet_logs(name, workers):
     assert prof.backward_us.sum() > 150_000 and prof.allreduce_us.sum() > 100_000
 
 
-@needs_data
 def test_bcaffe_uses_the_last_dump():
     prof = read_bcaffe_log(DATA / "tmp8comm.log")
     assert prof.meta["first_line"] == 129
@@ -33,7 +29,6 @@ def test_bcaffe_uses_the_last_dump():
     assert prof.allreduce_us[-1] == pytest.approx(24282 + 0)
 
 
-@needs_data
 def test_bcaffe_merged_groups():
     prof = read_bcaffe_log(DATA / "tmp8ocomm.log")
     groups = prof.meta["merged_groups"]

@@ -16,8 +16,9 @@ SKEW_NS = 37_000_000
 
 @pytest.fixture(scope="module")
 def skewed(tmp_path_factory) -> tuple[str, float]:
-    """A real 2-rank gloo DDP run (hooks only, one host: one true clock) with rank 1's clock then set 37 ms ahead;
-    and how much later rank 1 really started its first step than rank 0."""
+    """A real 2-rank gloo DDP run (hooks only, one host: one true clock) with rank 1's clock then set 37 ms ahead,
+    as if it ran on another host (a skew like this only exists between hosts, and on one host the matching rightly
+    trusts the shared clock over step numbers); and how much later rank 1 really started its first step than rank 0."""
     small = {k: v for k, v in vars(DemoConfig.small()).items() if k in ("width", "blocks", "image_size", "batch_size")}
     out = run_demo_training(tmp_path_factory.mktemp("skewed") / "run", world_size=2, steps=6, profile_steps=(2, 5), bucket_cap_mb=0.01,
                             kineto=False, **small)
@@ -26,6 +27,7 @@ def skewed(tmp_path_factory) -> tuple[str, float]:
     f = rs.read_file(path, rs.RankFile)
     f.records = [(c, a, b, t + SKEW_NS, x) for c, a, b, t, x in f.records]
     f.step_times_ns = [(s, t0 + SKEW_NS, t1 + SKEW_NS) for s, t0, t1 in f.step_times_ns]
+    f.host = f"{f.host}-other"
     with open(path, "wb") as fh:
         fh.write(rs.encode(f))
     return str(out), truth

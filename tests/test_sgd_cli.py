@@ -3,15 +3,14 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
+from testdata import DATA as TESTDATA
 
 from dagprof.cli.main import main
 from dagprof.report.svg import speedup_chart
 
-DATA = Path("/work/shared/data/bcaffe-k80-googlenet")
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="reference data folder /work/shared/data not present")
+DATA = TESTDATA / "bcaffe-k80-googlenet"
 
 CSV = """# io_us=1000, h2d_us=200, update_us=500
 layer,forward_us,backward_us,grad_bytes
@@ -83,7 +82,6 @@ def test_missing_cost_source_and_bad_net(tmp_path, capsys):
     assert "--net 'carrier-pigeon'" in capsys.readouterr().err
 
 
-@needs_data
 def test_bcaffe_googlenet_prediction(capsys):
     r = run_json(capsys, str(DATA / "tmp8comm.log"), "--workers", "1,2,4,8", "--iter-time-1", "0.3918",
                  "--comm-log", str(DATA / "tmp2comm.log"), "--comm-log", str(DATA / "tmp4comm.log"), "--osu", str(DATA / "allreduce8.log"))
@@ -98,7 +96,6 @@ def test_bcaffe_googlenet_prediction(capsys):
     assert rows[8]["comm_exposed_s"] > 0.05  # 0.31 s of measured 8-node comm cannot hide behind 0.21 s of backward
 
 
-@needs_data
 def test_unlabelled_log_predicts_from_the_network_and_says_so(capsys):
     r = run_json(capsys, str(DATA / "tmpcomm.log"), "--workers", "1,8", "--net", "10gbe", "--iter-time-1", "0.3918")
     assert r["rows"][1]["comm_source"] == "10gbe"

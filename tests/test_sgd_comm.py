@@ -1,21 +1,18 @@
 """All-reduce costs for the S-SGD model: OSU latency tables, their fits, and which source wins per worker count."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
+from testdata import DATA as TESTDATA
 
 from dagprof.costmodel import AlphaBeta, preset, ring_allreduce_us
 from dagprof.costmodel.osu import read_osu_allreduce
 from dagprof.errors import DagprofError
 from dagprof.sgd.comm import CommModel
 
-DATA = Path("/work/shared/data/bcaffe-k80-googlenet")
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="reference data folder /work/shared/data not present")
+DATA = TESTDATA / "bcaffe-k80-googlenet"
 
 
-@needs_data
 def test_osu_tables():
     for n in (2, 4, 8):
         table = read_osu_allreduce(DATA / f"allreduce{n}.log")

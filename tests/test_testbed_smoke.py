@@ -3,6 +3,7 @@ dagprof profiling, a link sweep, what-if predictions, and complete clean-up.
 (bench/testbed/run.py runs the full grid.)"""
 import argparse
 import os
+import re
 import subprocess
 import sys
 
@@ -17,8 +18,10 @@ pytestmark = pytest.mark.skipif(why is not None, reason=f"testbed: {why}")
 
 
 def namespaces() -> set[str]:
+    """This process's namespaces (the testbed names them dpt<pid>...): other jobs on the machine may make their own."""
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    return {line.split()[0] for line in out.splitlines() if line.strip()}
+    mine = re.compile(rf"dpt{os.getpid() % 100000}(r\d+|sw)")
+    return {line.split()[0] for line in out.splitlines() if line.strip() and mine.fullmatch(line.split()[0])}
 
 
 def test_one_tiny_round(tmp_path):

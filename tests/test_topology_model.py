@@ -4,6 +4,7 @@ import os
 
 import numpy as np
 import pytest
+from testdata import DATA as TESTDATA
 
 from dagprof.costmodel.alphabeta import AlphaBeta, ring_allreduce_us
 from dagprof.costmodel.calibrate_lut import fit_lut_folder, read_lut
@@ -21,7 +22,7 @@ from dagprof.costmodel.topology import (
 )
 from dagprof.errors import DagprofError
 
-LUT = "/work/shared/data/nccl-tests-lut"
+LUT = str(TESTDATA / "nccl-tests-lut")
 
 
 def test_topology_files_json_and_toml(tmp_path):
@@ -99,7 +100,6 @@ def test_closed_forms_agree_where_they_should():
     assert ps == pytest.approx(2 * 10.0 + 2 * m * 1e-3 + 9 * (m / 8 / ps_chunks(m / 8, 8)) * 1e-3)
 
 
-@pytest.mark.skipif(not os.path.isdir(LUT), reason="nccl-tests tables not present")
 @pytest.mark.parametrize("gpu", ["a100", "v100"])
 def test_nccl_tests_tables_fit_within_a_few_percent(gpu):
     fits = fit_lut_folder(os.path.join(LUT, gpu))

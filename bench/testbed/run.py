@@ -4,8 +4,8 @@ Measures DDP iteration time over a grid (link rate x bucket size x ranks) with r
 ranks in network namespaces, profiles ONE cell with dagprof, predicts every other cell from
 that profile with the what-if passes, and prints measured vs predicted per cell.
 
-    sudo /tmp/venv0/bin/python bench/testbed/run.py            # full grid, 3 rounds, ~6 min
-    sudo /tmp/venv0/bin/python bench/testbed/run.py --quick    # 1 round, 2 ranks, 4 cells
+    sudo .venv/bin/python bench/testbed/run.py            # full grid, 3 rounds, ~6 min
+    sudo .venv/bin/python bench/testbed/run.py --quick    # 1 round, 2 ranks, 4 cells
 
 The machine is shared and its load drifts by minutes, so each round runs, back to back in
 the same processes, the profile of the profiled cell, a link sweep and every cell (shuffled);

@@ -95,7 +95,7 @@ def default_out(path: str | os.PathLike[str]) -> str:
 def write_outputs(p: Profiled, out_dir: str, report: ReportInputs | None = None) -> dict[str, str]:
     """replay.trace.json (predicted), measured.trace.json (all ranks, aligned) and report.html in ``out_dir``."""
     trace = write_replay_trace(os.path.join(out_dir, "replay.trace.json"), p.graph, p.analysis.result, p.analysis.path.nodes)
-    measured, _ = write_merged_trace(os.path.join(out_dir, "measured.trace.json"), p.run, align=False)  # already aligned
+    measured, _ = write_merged_trace(os.path.join(out_dir, "measured.trace.json"), p.run)  # aligned once, by open_run
     inp = report or ReportInputs(p.analysis, p.findings)
     inp.warnings = p.warnings
     inp.links.setdefault("replayed timeline (Perfetto)", "replay.trace.json")

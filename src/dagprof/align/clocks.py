@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..traces.events import Run
-from .matching import Matching, match_collectives
+from .matching import Matching, match_collectives, renumber_steps
 
 
 @dataclass
@@ -131,6 +131,12 @@ def apply_offsets(run: Run, alignment: ClockAlignment) -> Run:
 
 
 def align_clocks(run: Run, matching: Matching | None = None) -> tuple[Run, ClockAlignment]:
-    """Estimate and apply in one call."""
+    """Estimate and apply in one call; the run also gets the matching's step renumbering and its warnings
+    (ragged profiler windows trimmed), so they reach the user."""
+    if matching is None:
+        matching = match_collectives(run, strict=False)
     a = estimate_offsets(run, matching)
-    return apply_offsets(run, a), a
+    aligned = renumber_steps(apply_offsets(run, a), matching.step_offset)
+    if matching.warnings:
+        aligned.meta["warnings"] = [*aligned.meta.get("warnings", []), *matching.warnings]
+    return aligned, a

@@ -2,16 +2,30 @@
 
 A transfer event (``Kind.COMM``) is identified by (process group, seq). When the trace
 carried its own sequence number (``Seq``, 2026+ schemas) that key is authoritative. When
-the reader counted ``seq`` itself, a rank that lost events (sampled traces, a profiling
-window cut mid-collective) would shift every later key, so counted sequences are aligned
-per group against a reference rank on their signature (step, collective, bytes, dtype) —
-identical sequences give exactly the positional match. Whatever does not match is reported
-with rank and position, never guessed: ``strict`` raises, otherwise ``Matching.problems``
-lists it and the event keeps instance -1.
+the reader counted ``seq`` itself, a rank that lost events (sampled traces) would shift
+every later key, so counted sequences are aligned per group against a reference rank on
+their signature (step, collective, bytes, dtype) with a longest-common-subsequence match.
+
+Real profiler windows are ragged: each rank's profiler may start and stop at a different
+iteration (its own ``schedule``, or a profiler started at a different step), so one rank
+holds collectives before or after the window another rank recorded. Those leading and
+trailing collectives are left unmatched (instance -1) and reported in ``warnings``; only a
+collective missing or different *inside* the window every rank recorded is a problem
+(``strict`` raises it in one line naming rank, group and position).
+
+Which iteration of one rank is which iteration of another: ``ProfilerStep#N`` numbers count
+from the profiler's creation, so they agree across ranks only when every rank created it at
+the same iteration. Ranks on one host share one clock, and a collective ends on every rank
+at nearly the same instant, so there the end times decide the step correspondence (a rank
+whose numbers are off is renumbered, ``Matching.step_offset``). Across hosts, whose clocks
+may disagree by more than an iteration, the step numbers are trusted when they match at all;
+windows without step numbers are placed by the end times.
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,7 +52,9 @@ class Instance:
 class Matching:
     instance: list[np.ndarray]  # per rank (position in run.ranks): event index -> instance id, -1 none
     instances: list[Instance]
-    problems: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # mismatches inside the common window
+    warnings: list[str] = field(default_factory=list)  # ragged windows trimmed, steps renumbered
+    step_offset: dict[int, int] = field(default_factory=dict)  # rank -> add to its step numbers (nonzero only)
 
     def complete(self, world: int | None = None) -> list[int]:
         """Ids of instances every participating rank of the run has."""
@@ -54,12 +70,17 @@ class _Op:
     coll: str
     dtype: str
     nbytes: int
-    step: int
+    step: int  # in the reference's numbering once the rank's offset is known
+    end_us: float  # absolute (the rank's own clock)
+
+    @property
+    def kind(self) -> tuple[str, str, int]:
+        """What must agree across ranks, whichever iteration it belongs to."""
+        return (self.coll, self.dtype, -1 if self.coll in _UNEVEN else self.nbytes)
 
     @property
     def signature(self) -> tuple[int, str, str, int]:
-        """What must agree across ranks; ProfilerStep numbers count iterations, the same on every rank."""
-        return (self.step, self.coll, self.dtype, -1 if self.coll in _UNEVEN else self.nbytes)
+        return (self.step, *self.kind)
 
 
 def _ops(trace: RankTrace) -> dict[str, list[_Op]]:
@@ -68,74 +89,274 @@ def _ops(trace: RankTrace) -> dict[str, list[_Op]]:
     info = trace.meta.get("collectives") or {}
     by_event = {int(e): (c, d) for e, c, d in zip(info.get("event", []), info.get("coll", []), info.get("dtype", []))}
     explicit = bool(trace.meta.get("explicit_seq", False))
+    base_us = trace.base_ns / 1e3
     out: dict[str, list[_Op]] = {}
     for i in np.flatnonzero((ev.kind == Kind.COMM) & (ev.group >= 0) & (ev.seq >= 0)).tolist():
         coll, dtype = by_event.get(i, (ev.name_of(i), ""))
         out.setdefault(trace.groups[int(ev.group[i])], []).append(
-            _Op(i, int(ev.seq[i]), explicit, coll, dtype.lower(), int(ev.nbytes[i]), int(ev.step[i])))
+            _Op(i, int(ev.seq[i]), explicit, coll, dtype.lower(), int(ev.nbytes[i]), int(ev.step[i]),
+                base_us + float(ev.start[i] + ev.dur[i])))
     for ops in out.values():
         ops.sort(key=lambda o: o.seq)
     return out
 
 
+def _one_clock(run: Run) -> bool:
+    """All ranks recorded on one named host: their timestamps come from one clock ("localhost" names no host)."""
+    hosts = {t.host for t in run.ranks}
+    return len(hosts) == 1 and not hosts & {"", "localhost"}
+
+
 def match_collectives(run: Run, strict: bool = True) -> Matching:
-    """Match COMM events of every rank; mismatches raise when ``strict``."""
+    """Match COMM events of every rank; mismatches inside the common window raise when ``strict``."""
     per_rank_ops = [_ops(t) for t in run.ranks]
+    one_clock = _one_clock(run)
+    step_ref, offsets = _step_offsets(run, per_rank_ops, one_clock)
+    for p, c in enumerate(offsets):
+        for ops in per_rank_ops[p].values():
+            for o in ops:
+                o.step = o.step + c if o.step >= 0 else o.step
     instance = [np.full(len(t.events), -1, dtype=np.int64) for t in run.ranks]
     instances: list[Instance] = []
     problems: list[str] = []
+    warnings: list[str] = []
     present = {t.rank for t in run.ranks}
+    recorded = [{int(x) + c for x in t.step_spans()[:, 0]} for t, c in zip(run.ranks, offsets)]  # steps in each window
     for g in sorted({g for ops in per_rank_ops for g in ops}):
         holders = [p for p, ops in enumerate(per_rank_ops) if g in ops]
         members = set(run.ranks[holders[0]].group_ranks.get(g, [])) & present or present
-        for r in sorted(members - {run.ranks[p].rank for p in holders}):
+        absent = members - {run.ranks[p].rank for p in holders}
+        for r in sorted(absent):
             problems.append(f"rank {r}: no collectives of group {g} in its trace")
         ref = max(holders, key=lambda p: len(per_rank_ops[p][g]))
-        ref_ops = per_rank_ops[ref][g]
-        ids = list(range(len(instances), len(instances) + len(ref_ops)))
-        ref_ev = run.ranks[ref].events
-        for k, op in zip(ids, ref_ops):
-            instances.append(Instance(g, op.seq, ref_ev.name_of(op.event), op.nbytes, [run.ranks[ref].rank], op.coll, op.dtype))
-            instance[ref][op.event] = k
+        ref_ops, ref_rank = per_rank_ops[ref][g], run.ranks[ref].rank
+        joined: list[list[tuple[int, _Op]]] = [[(ref, op)] for op in ref_ops]  # per reference position
+        lacking: list[list[int]] = [[] for _ in ref_ops]  # ranks without it although it lies in their window
+        dropped: set[int] = set()  # reference positions outside some rank's window
         for p in holders:
-            if p != ref:
-                _match_rank(run.ranks[p], per_rank_ops[p][g], ref_ops, ids, instances, instance[p], problems, run.ranks[ref].rank, g)
-        for k in ids:
-            missing = sorted(members - set(instances[k].ranks))
-            if missing:
-                it = instances[k]
-                problems.append(f"collective #{it.seq} ({it.collective or it.name}) of group {g} is missing on rank(s) {_short(missing)}")
+            if p == ref:
+                continue
+            r, ops = run.ranks[p].rank, per_rank_ops[p][g]
+            pairs = _pairs(ops, ref_ops, problems, r, ref_rank, g)
+            if not pairs:
+                problems.append(f"rank {r}: none of its {len(ops)} collectives of group {g} matches one of rank {ref_rank}")
+                continue
+            inside_ref = _window(ops, [k for _, k in pairs], recorded[ref])
+            inside_mine = _window(ref_ops, [a for a, _ in pairs], recorded[p])
+            matched = {k for _, k in pairs}
+            for k, o in enumerate(ops):
+                if k not in matched and inside_ref[k]:
+                    problems.append(f"rank {r}: collective #{k} of group {g} ({o.coll}, {o.nbytes} B) matches nothing on rank {ref_rank}")
+            matched = {a for a, _ in pairs}
+            for a in range(len(ref_ops)):
+                if a in matched:
+                    continue
+                if inside_mine[a]:
+                    lacking[a].append(r)
+                else:
+                    dropped.add(a)
+            for a, k in pairs:
+                joined[a].append((p, ops[k]))
+        for a, members_at in enumerate(joined):
+            op = ref_ops[a]
+            if lacking[a] or absent:
+                problems.append(f"collective #{op.seq} ({op.coll or run.ranks[ref].events.name_of(op.event)}) of group {g} "
+                                f"is missing on rank(s) {_short(sorted([*lacking[a], *absent]))}")
+            if a in dropped:  # outside a rank's window: nobody's instance (kept when lost inside: reported above)
+                continue
+            k = len(instances)
+            instances.append(Instance(g, op.seq, run.ranks[ref].events.name_of(op.event), op.nbytes,
+                                      [run.ranks[p].rank for p, _ in members_at], op.coll, op.dtype))
+            for p, o in members_at:
+                instance[p][o.event] = k
+        trimmed = _trimmed(run, per_rank_ops, holders, g, instance)
+        if trimmed:
+            warnings.append(f"profiler windows differ between ranks: collectives of group {g} outside the window every rank "
+                            f"recorded are left unmatched ({trimmed})")
+    step_offset = {run.ranks[p].rank: c for p, c in enumerate(offsets) if c}
+    if step_offset:
+        warnings.append("ProfilerStep numbers count from different iterations on different ranks; renumbered to rank "
+                        f"{run.ranks[step_ref].rank}'s by their collectives: " + ", ".join(f"rank {r} {c:+d}" for r, c in step_offset.items()))
     if problems and strict:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise DagprofError(f"mismatched collectives: {problems[0]}{more}", run.source)
-    return Matching(instance, instances, problems)
+    return Matching(instance, instances, problems, warnings, step_offset)
 
 
-def _match_rank(trace: RankTrace, ops: list[_Op], ref_ops: list[_Op], ids: list[int], instances: list[Instance],
-                inst: np.ndarray, problems: list[str], ref_rank: int, g: str) -> None:
-    r = trace.rank
+def _pairs(ops: list[_Op], ref_ops: list[_Op], problems: list[str], r: int, ref_rank: int, g: str) -> list[tuple[int, int]]:
+    """(reference position, rank position) of the same collective."""
     if ops and ref_ops and ops[0].explicit and ref_ops[0].explicit:
-        by_seq = {o.seq: k for k, o in enumerate(ref_ops)}
-        pairs = [(by_seq[o.seq], k) for k, o in enumerate(ops) if o.seq in by_seq]
-        for o in ops:
-            if o.seq not in by_seq:
-                problems.append(f"rank {r}: collective seq {o.seq} of group {g} has no counterpart on rank {ref_rank}")
-    else:
-        sm = difflib.SequenceMatcher(None, [o.signature for o in ref_ops], [o.signature for o in ops], autojunk=False)
-        pairs = [(b.a + j, b.b + j) for b in sm.get_matching_blocks() for j in range(b.size)]
-        matched = {k for _, k in pairs}
+        by_seq = {o.seq: a for a, o in enumerate(ref_ops)}
+        pairs = []
         for k, o in enumerate(ops):
-            if k not in matched:
-                problems.append(f"rank {r}: collective #{k} of group {g} ({o.coll}, {o.nbytes} B) matches nothing on rank {ref_rank}")
-    for a, k in pairs:
-        o, ref = ops[k], ref_ops[a]
-        if o.signature != ref.signature:
-            problems.append(f"rank {r}: collective seq {o.seq} of group {g} is {o.coll} {o.nbytes} B {o.dtype} in step {o.step}, "
-                            f"rank {ref_rank} has {ref.coll} {ref.nbytes} B {ref.dtype} in step {ref.step}")
+            a = by_seq.get(o.seq)
+            if a is None:
+                continue
+            ref = ref_ops[a]
+            if o.signature != ref.signature:
+                problems.append(f"rank {r}: collective seq {o.seq} of group {g} is {o.coll} {o.nbytes} B {o.dtype} in step {o.step}, "
+                                f"rank {ref_rank} has {ref.coll} {ref.nbytes} B {ref.dtype} in step {ref.step}")
+                continue
+            pairs.append((a, k))
+        return pairs
+    if any(o.step >= 0 for o in ops) and any(o.step >= 0 for o in ref_ops):
+        return _pairs_by_step(ops, ref_ops)
+    a0, k0 = _overlap_by_time(ops, ref_ops)  # unnumbered windows: only the clock tells which iteration is which
+    sm = difflib.SequenceMatcher(None, [o.signature for o in ref_ops[a0:]], [o.signature for o in ops[k0:]], autojunk=False)
+    return [(a0 + b.a + j, k0 + b.b + j) for b in sm.get_matching_blocks() for j in range(b.size)]
+
+
+def _pairs_by_step(ops: list[_Op], ref_ops: list[_Op]) -> list[tuple[int, int]]:
+    """Pairs within each (step, collective, bytes, dtype): in order where both ranks hold as many, else the
+    order-keeping choice whose ends agree best on the reference's clock (a lost one is told by its time)."""
+    mine: dict[tuple, list[int]] = {}
+    theirs: dict[tuple, list[int]] = {}
+    for k, o in enumerate(ops):
+        mine.setdefault(o.signature, []).append(k)
+    for a, o in enumerate(ref_ops):
+        theirs.setdefault(o.signature, []).append(a)
+    keys = [key for key in mine if key in theirs]
+    even = [(a, k) for key in keys if len(mine[key]) == len(theirs[key]) for a, k in zip(theirs[key], mine[key])]
+    loose = even or [(a, k) for key in keys for a, k in zip(theirs[key], mine[key])]
+    shift = float(np.median([ref_ops[a].end_us - ops[k].end_us for a, k in loose])) if loose else 0.0
+    pairs = list(even)
+    for key in keys:
+        if len(mine[key]) != len(theirs[key]):
+            t_ref = [ref_ops[a].end_us for a in theirs[key]]
+            t_mine = [ops[k].end_us + shift for k in mine[key]]
+            pairs += [(theirs[key][i], mine[key][j]) for i, j in _closest_in_order(t_ref, t_mine)]
+    return pairs
+
+
+def _closest_in_order(x: list[float], y: list[float]) -> list[tuple[int, int]]:
+    """Order-keeping pairs (i, j) that use every element of the shorter list, least total |x[i] - y[j]| (a small DP)."""
+    if len(x) < len(y):
+        return [(i, j) for j, i in _closest_in_order(y, x)]
+    n, m = len(x), len(y)
+    # f[i][j]: least cost of pairing all of y[:j] with some of x[:i] (i >= j)
+    f = [[0.0] * (m + 1) for _ in range(n + 1)]
+    for j in range(1, m + 1):
+        f[j - 1][j] = float("inf")
+        for i in range(j, n + 1):
+            take = f[i - 1][j - 1] + abs(x[i - 1] - y[j - 1])
+            f[i][j] = min(take, f[i - 1][j]) if i > j else take
+    pairs, i, j = [], n, m
+    while j:
+        if i > j and f[i][j] == f[i - 1][j]:
+            i -= 1
+        else:
+            pairs.append((i - 1, j - 1))
+            i, j = i - 1, j - 1
+    return pairs[::-1]
+
+
+def _window(ops: list[_Op], matched: list[int], other_steps: set[int]) -> list[bool]:
+    """Per op, whether it lies in the window the other rank recorded too: a step both ranks profiled, or
+    (windows without step markers) between the first and the last op matched."""
+    if other_steps and any(o.step >= 0 for o in ops):
+        return [o.step in other_steps for o in ops]
+    lo, hi = min(matched), max(matched)
+    return [lo < k < hi for k in range(len(ops))]
+
+
+def _overlap_by_time(ops: list[_Op], ref_ops: list[_Op]) -> tuple[int, int]:
+    """Where two unnumbered windows overlap: the shift whose equal collectives end closest in time."""
+    codes: dict[tuple, int] = {}
+    x = np.array([codes.setdefault(o.kind, len(codes)) for o in ref_ops])
+    y = np.array([codes.setdefault(o.kind, len(codes)) for o in ops])
+    tx = np.array([o.end_us for o in ref_ops])
+    ty = np.array([o.end_us for o in ops])
+    best, best_cost = 0, np.inf
+    for d in range(-len(ops) + 1, len(ref_ops)):  # rank position k <-> reference position k + d
+        k = np.arange(max(0, -d), min(len(ops), len(ref_ops) - d))
+        same = x[k + d] == y[k]
+        if same.any():
+            cost = float(np.median(np.abs(tx[k + d][same] - ty[k][same])))
+            if cost < best_cost:
+                best, best_cost = d, cost
+    return (best, 0) if best >= 0 else (0, -best)
+
+
+def _step_offsets(run: Run, per_rank_ops: list[dict[str, list[_Op]]], one_clock: bool) -> tuple[int, list[int]]:
+    """The reference rank (most collectives) and, per rank, what to add to its step numbers to get the reference's."""
+    out = [0] * len(run.ranks)
+    if len(run.ranks) < 2:
+        return 0, out
+    ref = max(range(len(run.ranks)), key=lambda p: sum(len(v) for v in per_rank_ops[p].values()))
+    by_key_ref = _by_step(per_rank_ops[ref])
+    ref_steps = {s for s, _ in by_key_ref}
+    for p in range(len(run.ranks)):
+        by_key = _by_step(per_rank_ops[p])
+        steps = {s for s, _ in by_key}
+        if p == ref or not steps or not ref_steps:
             continue
-        it = instances[ids[a]]
-        it.ranks.append(r)
-        inst[o.event] = ids[a]
+        if _explicit(per_rank_ops[p]) and _explicit(per_rank_ops[ref]):  # Seq pairs them; step numbers follow
+            out[p] = _offset_from_seq(per_rank_ops[p], per_rank_ops[ref])
+            continue
+        scored = []  # (offset, collectives paired, median gap between their ends)
+        for c in sorted({a - b for a in ref_steps for b in steps}, key=abs):
+            gaps = [abs(x.end_us - y.end_us) for (s, kind), mine in by_key.items()
+                    for x, y in zip(mine, by_key_ref.get((s + c, kind), ()))]
+            if gaps:
+                scored.append((c, len(gaps), float(np.median(gaps))))
+        if not scored:
+            continue
+        if one_clock:
+            out[p] = min(scored, key=lambda s: (s[2], -s[1]))[0]
+        elif not any(c == 0 for c, _, _ in scored):
+            out[p] = max(scored, key=lambda s: (s[1], -s[2]))[0]
+    return ref, out
+
+
+def _by_step(ops: dict[str, list[_Op]]) -> dict[tuple, list[_Op]]:
+    out: dict[tuple, list[_Op]] = {}
+    for g, group_ops in ops.items():
+        for o in group_ops:
+            if o.step >= 0:
+                out.setdefault((o.step, (g, *o.kind)), []).append(o)
+    return out
+
+
+def _explicit(ops: dict[str, list[_Op]]) -> bool:
+    return any(group_ops and group_ops[0].explicit for group_ops in ops.values())
+
+
+def _offset_from_seq(ops: dict[str, list[_Op]], ref_ops: dict[str, list[_Op]]) -> int:
+    diffs = Counter()
+    for g, group_ops in ops.items():
+        ref = {o.seq: o for o in ref_ops.get(g, [])}
+        diffs.update(ref[o.seq].step - o.step for o in group_ops if o.seq in ref and o.step >= 0 and ref[o.seq].step >= 0)
+    return diffs.most_common(1)[0][0] if diffs else 0
+
+
+def _trimmed(run: Run, per_rank_ops: list[dict[str, list[_Op]]], holders: list[int], g: str, instance: list[np.ndarray]) -> str:
+    """'rank 0: 4 leading; rank 1: 4 trailing' for the collectives left out before / after each rank's matched ones."""
+    parts = []
+    for p in holders:
+        matched = [instance[p][o.event] >= 0 for o in per_rank_ops[p][g]]
+        if not any(matched) or all(matched):
+            continue
+        lead = matched.index(True)
+        trail = matched[::-1].index(True)
+        if lead or trail:
+            parts.append(f"rank {run.ranks[p].rank}: " + "; ".join(
+                f"{n} {where}" for n, where in ((lead, "leading"), (trail, "trailing")) if n))
+    return ", ".join(parts)
+
+
+def renumber_steps(run: Run, step_offset: dict[int, int]) -> Run:
+    """A run whose ranks number their steps alike (``Matching.step_offset`` added to each rank's)."""
+    if not step_offset:
+        return run
+    ranks = []
+    for t in run.ranks:
+        c = step_offset.get(t.rank, 0)
+        if c:
+            ev = t.events
+            step = np.where(ev.step >= 0, ev.step + c, ev.step).astype(ev.step.dtype)
+            t = dataclasses.replace(t, events=dataclasses.replace(ev, step=step), meta={**t.meta, "step_offset": c})
+        ranks.append(t)
+    return Run(ranks, source=run.source, meta=run.meta)
 
 
 def _short(ranks: list[int]) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..errors import DagprofError
 from ..traces.events import Run
 from .clocks import ClockAlignment, align_clocks
-from .matching import Matching, match_collectives
+from .matching import Matching, match_collectives, renumber_steps
 
 _KEY = "clock_alignment"
 
@@ -27,7 +27,8 @@ def on_one_clock(run: Run, matching: Matching | None = None) -> tuple[Run, Match
     try:
         aligned, _ = align_clocks(run, matching)
     except DagprofError as err:
-        warnings = [*run.meta.get("warnings", []), f"clocks not aligned: {err.problem}"]
+        run = renumber_steps(run, matching.step_offset)
+        warnings = [*run.meta.get("warnings", []), *matching.warnings, f"clocks not aligned: {err.problem}"]
         return Run(run.ranks, run.source, {**run.meta, "warnings": warnings, _KEY: None}), matching
     return aligned, matching
 

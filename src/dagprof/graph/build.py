@@ -90,8 +90,8 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
     if not run.ranks:
         raise DagprofError("no rank traces to build a graph from", run.source)
     run = mark_steps(run, step_marker)
+    run, matching = on_one_clock(run, matching)  # may renumber a rank's steps (profilers started at other iterations)
     chosen = common_steps(run, steps)
-    run, matching = on_one_clock(run, matching)
     asm = _Assembler()
     for pos, trace in enumerate(run.ranks):
         inst = np.full(len(trace.events), -1, dtype=np.int64)

@@ -10,7 +10,8 @@ from typing import Iterator
 
 import numpy as np
 
-from ..align.clocks import ClockAlignment, align_clocks
+from ..align.clocks import ClockAlignment
+from ..align.one_clock import alignment_of, on_one_clock
 from ..traces.events import Kind, Run
 from .chrome_trace import Slice, write_chrome_trace
 
@@ -31,11 +32,10 @@ def _slices(run: Run, origin_ns: int) -> Iterator[Slice]:
                         float(ev.dur[i]), args, kinds[ev.kind[i]])
 
 
-def write_merged_trace(path: str | os.PathLike[str], run: Run, align: bool = True) -> tuple[str, ClockAlignment | None]:
-    """Write every rank's events, clocks aligned on matched collectives (unless ``align`` is False)."""
-    alignment = None
-    if align and len(run.ranks) > 1:
-        run, alignment = align_clocks(run)
+def write_merged_trace(path: str | os.PathLike[str], run: Run) -> tuple[str, ClockAlignment | None]:
+    """Write every rank's events on one clock (aligned on matched collectives, once: a run already aligned stays)."""
+    run, _ = on_one_clock(run)
+    alignment = alignment_of(run)
     origin = min(t.base_ns for t in run.ranks)
     meta = {"source": run.source, "ranks": [t.rank for t in run.ranks], "origin_unix_ns": origin}
     if alignment is not None:

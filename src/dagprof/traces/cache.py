@@ -3,7 +3,7 @@
 Stored as one uncompressed ``.npz`` (the event columns + a JSON header) in
 ``.dagprof-cache/`` next to the trace, or under ``$TMPDIR/dagprof-cache`` when that
 folder is read-only by its mode bits (shared data sets stay untouched even for root). The key is the trace's size and mtime plus a hash
-of the reader's own source, so editing the reader or the trace invalidates it.
+of the reader's own source (``reader_version``), so editing the reader or the trace invalidates it; a damaged cache file is a miss.
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import tempfile
+import zipfile
 from functools import lru_cache
 
 import numpy as np
@@ -74,9 +75,9 @@ def load_cached(trace_path: str) -> RankTrace | None:
                 cols = {name: z[name] for name in EventTable.COLUMNS}
                 flows = z["flows"]
                 rules = z["flow_rule"]
-        except (OSError, ValueError, KeyError):
-            continue
-        return _from_header(head, cols, flows, rules, trace_path)
+            return _from_header(head, cols, flows, rules, trace_path)
+        except (OSError, EOFError, ValueError, LookupError, TypeError, AttributeError, zipfile.BadZipFile):
+            continue  # a cut or damaged cache file is a miss: the trace is parsed again and the file rewritten
     return None
 
 

@@ -30,6 +30,7 @@ The file format (fields, record codes, versions) is ``run_schema``.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 
@@ -71,13 +72,16 @@ def read_run(path: str | os.PathLike[str], require_ddp: bool = False) -> Run:
     folder = os.fspath(path)
     manifest = read_manifest(folder)
     world = manifest.world_size
+    if not 0 < world <= 1 << 20:
+        raise DagprofError(f"corrupt or foreign content (world_size {world})", os.path.join(folder, MANIFEST))
     ranks = []
     for r in range(world):
         rpath = os.path.join(folder, rank_file(r))
         if not os.path.exists(rpath):
             raise DagprofError(f"rank {r} of {world} is missing (no {rank_file(r)}): it crashed, was killed, or is still running", folder)
         ranks.append(read_rank(rpath))
-    _check_same_job(ranks, folder)
+    with _corrupt(folder):
+        _check_same_job(ranks, folder)
     warnings = [w for t in ranks for w in t.meta["warnings"]]
     ddp = any(t.buckets for t in ranks)
     if not ddp:
@@ -101,7 +105,21 @@ def _check_same_job(ranks: list[RankTrace], folder: str) -> None:
             f"{(latest_start[0] - earliest_end[1]) / 1e9:.0f} s apart: they are from different runs", folder)
 
 
+@contextlib.contextmanager
+def _corrupt(path: str):
+    """A value of an unexpected type or range in a run file is one line naming that file (never a traceback)."""
+    try:
+        yield
+    except (LookupError, TypeError, ValueError, ArithmeticError, AttributeError) as err:
+        raise DagprofError(f"corrupt or foreign content ({type(err).__name__}: {' '.join(str(err).split())[:200]})", path) from None
+
+
 def read_rank(path: str) -> RankTrace:
+    with _corrupt(path):
+        return _read_rank(path)
+
+
+def _read_rank(path: str) -> RankTrace:
     f: RankFile = read_file(path, RankFile)
     records = np.asarray(f.records, dtype=np.int64).reshape(-1, len(Col))
     first, stop = f.steps_requested

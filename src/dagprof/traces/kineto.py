@@ -48,9 +48,6 @@ from .kineto_deps import Deps, dependencies, enclosing_enqueue, main_lane, strea
 _NAME, _CAT, _PID, _TID, _TS, _DUR = (operator.attrgetter(f) for f in ("name", "cat", "pid", "tid", "ts", "dur"))
 _FILE_RANK = re.compile(r"rank[-_]?(\d+)", re.I)
 _CTX_KINDS = np.array([Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE, Kind.DATA], dtype=np.int8)
-# Categories of early Kineto (2021: PyTorch 1.8/1.9, e.g. the TensorBoard plugin samples) -> today's.
-_OLD_CATS = {"Operator": "cpu_op", "Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset",
-             "Runtime": "cuda_runtime", "Driver": "cuda_driver", "User annotation": "user_annotation"}
 
 
 def _corr(e: ks.Event) -> int:
@@ -63,24 +60,14 @@ def read_kineto(path: str | os.PathLike[str], rank: int | None = None) -> RankTr
     was_enabled = gc.isenabled()
     gc.disable()  # 10^5..10^6 acyclic objects: collection passes would cost a third of the parse
     try:
-        data = read_bytes(path)
-        array = data[:256].lstrip()[:1] == b"["  # Chrome's JSON Array Format, as the first Kineto (PyTorch 1.8) wrote
-        trace = decode_trace(b'{"traceEvents":' + data + b"}" if array else data, path)
-        if trace.traceEvents is None:
-            raise DagprofError("not a Kineto trace: no 'traceEvents' list", path)
-        kineto = _kineto_events(trace) if array else len(trace.schemaVersion) or len(trace.distributedInfo) or len(trace.deviceProperties)
-        if not kineto:
-            raise DagprofError("not a Kineto trace: no schemaVersion, distributedInfo or deviceProperties", path)
-        return _build(trace, path, rank)
+        trace = decode_trace(read_bytes(path), path)  # a checked Kineto trace, or a one-line DagprofError
+        out = _build(trace, path, rank)
+        if trace.notes:
+            out.meta.setdefault("warnings", []).extend(f"{os.path.basename(path)}: {n}" for n in trace.notes)
+        return out
     finally:
         if was_enabled:
             gc.enable()
-
-
-def _kineto_events(trace: ks.Trace) -> bool:
-    """An event list without Kineto's header: does it hold PyTorch profiler events?"""
-    kinds = {"cpu_op", "kernel", "cuda_runtime", "user_annotation"}
-    return any(e.ph == "X" and _OLD_CATS.get(e.cat, e.cat) in kinds for e in (trace.traceEvents or [])[:1000])
 
 
 def _build(trace: ks.Trace, path: str, rank: int | None) -> RankTrace:
@@ -173,7 +160,7 @@ def _columns(xs: list[ks.Event]) -> Columns:
     n = len(xs)
     name_id, names = _intern(list(map(_NAME, xs)))
     cat_id, cat_ids = _intern(list(map(_CAT, xs)))
-    cats = [_OLD_CATS.get(c, c) for c in cat_ids]
+    cats = [ks.OLD_CATS.get(c, c) for c in cat_ids]
     pair_keys, pair = np.unique(name_id.astype(np.int64) * len(cats) + cat_id, return_inverse=True)
     cat_gpu = np.array([c in ks.GPU_CATS for c in cats], dtype=np.int64)
     pid, pids = _intern_ids(list(map(_PID, xs)))

@@ -74,19 +74,43 @@ def read_trace_dir(path: str | os.PathLike[str], jobs: int | None = None, use_ca
     skipped = {os.path.basename(f): r for f, r in results.items() if isinstance(r, str)}
     if not ranks:
         raise DagprofError(f"none of the {len(files)} JSON files is a Kineto trace", folder)
-    return Run(sorted(ranks, key=lambda t: t.rank), source=folder, meta=_rank_report(ranks, skipped, folder))
+    ranks, meta = _rank_report(ranks, skipped, folder)
+    return Run(sorted(ranks, key=lambda t: t.rank), source=folder, meta=meta)
 
 
-def _rank_report(ranks: list[RankTrace], skipped: dict[str, str], folder: str) -> dict:
-    seen: dict[int, str] = {}
-    for t in ranks:
-        if t.rank in seen:
-            raise DagprofError(f"rank {t.rank} appears twice: {os.path.basename(seen[t.rank])} and {os.path.basename(t.source)}", folder)
-        seen[t.rank] = t.source
+def _rank_report(ranks: list[RankTrace], skipped: dict[str, str], folder: str) -> tuple[list[RankTrace], dict]:
+    ranks, warnings = _latest_run(ranks, folder)
     world = max(t.world_size for t in ranks)
-    meta: dict = {"missing_ranks": sorted(set(range(world)) - set(seen))}
+    meta: dict = {"missing_ranks": sorted(set(range(world)) - {t.rank for t in ranks})}
     if len({t.world_size for t in ranks}) > 1:
         meta["world_size_disagreement"] = {t.rank: t.world_size for t in ranks}
     if skipped:
         meta["skipped"] = skipped
-    return meta
+    if warnings:
+        meta["warnings"] = warnings
+    return ranks, meta
+
+
+def _latest_run(ranks: list[RankTrace], folder: str) -> tuple[list[RankTrace], list[str]]:
+    """A folder may hold several runs of the same job (trace_handler names carry a timestamp): when a rank
+    repeats and the files split into runs one after the other in time, the latest run is read."""
+    if len({t.rank for t in ranks}) == len(ranks):
+        return ranks, []
+    span = {id(t): (t.base_ns, t.base_ns + int(float(t.events.end.max(initial=0.0)) * 1000)) for t in ranks}
+    runs: list[list[RankTrace]] = []
+    for t in sorted(ranks, key=lambda t: span[id(t)]):
+        if not runs or t.rank in {u.rank for u in runs[-1]}:
+            runs.append([t])
+        else:
+            runs[-1].append(t)
+    for prev, nxt in zip(runs, runs[1:]):
+        if max(span[id(t)][1] for t in prev) > min(span[id(t)][0] for t in nxt):  # overlapping in time: not runs
+            seen: dict[int, str] = {}
+            for t in sorted(ranks, key=lambda t: t.source):
+                if t.rank in seen:
+                    raise DagprofError(f"rank {t.rank} appears twice: {os.path.basename(seen[t.rank])} and {os.path.basename(t.source)}", folder)
+                seen[t.rank] = t.source
+    latest = runs[-1]
+    names = ", ".join(sorted(os.path.basename(t.source) for t in latest))
+    return latest, [f"this folder holds {len(runs)} runs of the same ranks, recorded one after the other: reading the latest "
+                    f"({names}); pass one trace file or a folder per run to read another"]

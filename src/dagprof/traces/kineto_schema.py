@@ -6,18 +6,27 @@ event. Every way a collective has been spelled across PyTorch / NCCL / RCCL / gl
 generations is a row of ``COMM_NAMES``: supporting a new schema is one row. Argument
 spellings (``Collective name``, ``In msg nelems``, ``Seq``...) are the ``rename`` map of
 ``Args``; a new spelling is one entry there.
+
+Numbers are bounded in the structs (``Meta``: checked in C while decoding), so whatever passes
+the typed decode fits the reader's int64 / float64 columns; a value out of bounds or of
+another type sends the file to ``kineto_decode``'s tolerant path, never into the reader.
 """
 from __future__ import annotations
 
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
 
 from .events import Kind
+
+# Ids and counts beyond 2**53 are garbage in any trace; the bound keeps bytes = count * dtype size in int64.
+Int = Annotated[int, msgspec.Meta(ge=-(2**53), le=2**53)]
+# Microseconds: ns = us * 1000 must fit int64 (and NaN / inf, which the lax decode admits from strings, fail it).
+Micros = Annotated[float, msgspec.Meta(ge=-9e15, le=9e15)]
 
 
 class Args(
@@ -42,22 +51,22 @@ class Args(
         "device": "device",
     },
 ):
-    correlation: int = -1
-    nbytes: int = 0
+    correlation: Int = -1
+    nbytes: Int = 0
     coll: str = ""
-    in_nelems: int = -1
-    out_nelems: int = -1
+    in_nelems: Int = -1
+    out_nelems: Int = -1
     dtype: str = ""
-    group_size: int = -1
+    group_size: Int = -1
     pg_name: msgspec.Raw = msgspec.Raw()  # a string in most traces, an int in some
     pg_ranks: msgspec.Raw = msgspec.Raw()
-    seq: int = -1
+    seq: Int = -1
     input_dims: msgspec.Raw = msgspec.Raw()  # nested lists, parsed only for collectives
     input_type: msgspec.Raw = msgspec.Raw()
-    wait_on_stream: int = -1
-    wait_on_record: int = -1
-    stream: int | str = -1
-    device: int | str = -1
+    wait_on_stream: Int = -1
+    wait_on_record: Int = -1
+    stream: Int | str = -1
+    device: Int | str = -1
     name: msgspec.Raw = msgspec.Raw()  # metadata events: thread / process name
     labels: msgspec.Raw = msgspec.Raw()  # metadata events: "CPU", "GPU 0"
 
@@ -68,21 +77,26 @@ class Event(msgspec.Struct, gc=False):
     cat: str = ""
     pid: int | str = 0
     tid: int | str = 0
-    ts: float = 0.0
-    dur: float = 0.0
+    ts: Micros = 0.0
+    dur: Micros = 0.0
     args: Args | None = None
 
 
 class Trace(msgspec.Struct, gc=False):
     traceEvents: list[Event] | None = None
     distributedInfo: msgspec.Raw = msgspec.Raw()
-    baseTimeNanoseconds: int | None = None
+    baseTimeNanoseconds: Annotated[int, msgspec.Meta(ge=-(2**62), le=2**62)] | None = None
     schemaVersion: msgspec.Raw = msgspec.Raw()
     deviceProperties: msgspec.Raw = msgspec.Raw()
     host_name: str = ""
+    notes: list[str] = msgspec.field(default_factory=list, name="dagprof:notes")  # set by the tolerant decode only
 
 
 TRACE_DECODER = msgspec.json.Decoder(Trace)
+# The same structs, numbers written as strings ("bytes": "1", as TraceLens/ROCm and vLLM traces have) accepted.
+LAX_DECODER = msgspec.json.Decoder(Trace, strict=False)
+# Kineto's first JSON (PyTorch 1.8): the Chrome trace "array form", a bare list of events.
+EVENTS_DECODER = msgspec.json.Decoder(list[Event])
 
 
 # ---------------------------------------------------------------- collectives
@@ -171,10 +185,13 @@ def kernel_dtype(name: str) -> str:
 
 
 # ---------------------------------------------------------------- other kinds
+# Kineto's first generation (2021: PyTorch 1.8/1.9, e.g. the TensorBoard plugin samples) spelled categories differently.
+OLD_CATS = {"Operator": "cpu_op", "Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset",
+            "Runtime": "cuda_runtime", "Driver": "cuda_driver", "User annotation": "user_annotation"}
 SYNC_RUNTIME = re.compile(r"^(cuda|hip)(StreamSynchronize|DeviceSynchronize|EventSynchronize|CtxSynchronize|Memcpy|MemcpyDtoH|MemcpyHtoD"
                           r"|StreamQuery_blocking)$")
-GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
-RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime"})
+GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"})
+RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime", "Runtime"})
 SKIP_CATS = frozenset({"Trace", "gpu_user_annotation", "python_function", "cuda_sync", "cpu_instant_event", "ac2g", "fwdbwd"})
 
 # Wrappers (record_function ranges) are transparent; some tell what their children do.
@@ -202,6 +219,7 @@ class NameInfo:
 
 
 def classify(cat: str, name: str) -> NameInfo:
+    cat = OLD_CATS.get(cat, cat)
     comm = comm_role(cat, name)
     role, coll = comm if comm else ("", "")
     if cat in GPU_CATS:
@@ -253,7 +271,7 @@ def input_elems(e: Event) -> int:
         return -1
     if a.in_nelems >= 0:
         return a.in_nelems
-    return _dims_elems(_json(a.input_dims)) if len(a.input_dims) else -1
+    return _dims_elems(raw_value(a.input_dims)) if len(a.input_dims) else -1
 
 
 def collective_args(records: list[Event]) -> dict[str, Any]:
@@ -265,12 +283,12 @@ def collective_args(records: list[Event]) -> dict[str, Any]:
             continue
         if a.coll and "coll" not in out:
             out["coll"] = canonical_collective(a.coll)
-        if len(a.pg_name) and "group" not in out:
-            out["group"] = str(_json(a.pg_name))
+        if len(a.pg_name) and "group" not in out and raw_value(a.pg_name) is not None:
+            out["group"] = str(raw_value(a.pg_name))
         if a.seq >= 0 and "seq" not in out:
             out["seq"] = a.seq
         if len(a.pg_ranks) and "ranks" not in out:
-            r = _json(a.pg_ranks)
+            r = raw_value(a.pg_ranks)
             try:
                 out["ranks"] = [int(x) for x in (json.loads(r) if isinstance(r, str) else r)]
             except (ValueError, TypeError):
@@ -279,8 +297,8 @@ def collective_args(records: list[Event]) -> dict[str, Any]:
             dtype = a.dtype
             nelems = a.in_nelems if a.in_nelems >= 0 else -1
             if nelems < 0 and len(a.input_dims):
-                nelems = _dims_elems(_json(a.input_dims))
-                types = _json(a.input_type)
+                nelems = _dims_elems(raw_value(a.input_dims))
+                types = raw_value(a.input_type)
                 dtype = dtype or (types[0] if isinstance(types, list) and types and isinstance(types[0], str) else "")
             if nelems > 0 and dtype_bytes(dtype):
                 out["nbytes"] = nelems * dtype_bytes(dtype)
@@ -288,5 +306,10 @@ def collective_args(records: list[Event]) -> dict[str, Any]:
     return out
 
 
-def _json(value: msgspec.Raw) -> Any:
-    return msgspec.json.decode(value) if len(value) else None
+def raw_value(value: msgspec.Raw) -> Any:
+    """A lazily decoded field; None when the trace did not have it, or has bytes there that are not JSON text
+    (the typed decode skips raw fields without checking their UTF-8)."""
+    try:
+        return msgspec.json.decode(value) if len(value) else None
+    except msgspec.DecodeError:
+        return None
