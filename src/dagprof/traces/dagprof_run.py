@@ -549,6 +549,7 @@ def _to_rank_trace(data: dict, path: str, steps: list, comm: _Comm, layers: list
         "comm_lanes": [name for name, _ in comm_lanes],
         "bucket_layouts": layouts,
         "layer_grad_bytes": data.get("layer_grad_bytes", {}),
+        "layer_saved_bytes": data.get("layer_saved_bytes", {}),  # activations each layer keeps for backward
     }
     return RankTrace(
         rank=int(data["rank"]), world_size=int(data["world_size"]), source=path, events=events, lanes=lanes,
