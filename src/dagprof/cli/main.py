@@ -42,7 +42,13 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
 
 def main(argv: list[str] | None = None) -> int:
     parser, modules = _parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    tail = argv[argv.index("--") + 1:] if "--" in argv else None  # a training command: never parsed as our options
+    args = parser.parse_args(argv[: argv.index("--")] if tail is not None else argv)
+    if tail is not None:
+        if not hasattr(args, "cmd"):
+            parser.error(f"dagprof {args.command} takes no command after --")
+        args.cmd = tail
     if not args.command:
         parser.print_help()
         return 2

@@ -86,8 +86,8 @@ def apply(ddp: Any, strategy: Strategy | str | os.PathLike[str]) -> Applied:
     if world is not None and world != s.world_size:
         warnings.warn(f"dagprof: the strategy was found for {s.world_size} ranks, this job has {world}; its prediction does not hold here",
                       RuntimeWarning, stacklevel=2)
-    if s.buckets is not None:
-        _set_buckets(ddp, s, source)
+    if s.buckets is not None or s.grad_as_bucket_view:
+        _rebuild_reducer(ddp, s, source)
     for path in s.recompute:
         _checkpoint(ddp.module, path, source)
     hook = _comm_hook(ddp, s)
@@ -108,7 +108,7 @@ def check_model(module: Any, s: Strategy, source: str | None = None) -> None:
         what = f"parameter {missing[0]!r} is not in this model" if missing else f"this model's parameter {extra[0]!r} is not in the strategy"
         raise DagprofError(f"strategy does not match the model: {what} ({len(missing)} missing, {len(extra)} unknown of {len(want)})", source)
     for n, k in want.items():
-        if here[n] != k:
+        if k >= 0 and here[n] != k:  # -1: the profile did not record this parameter's size
             raise DagprofError(f"strategy does not match the model: parameter {n!r} has {k} elements in the strategy, {here[n]} here", source)
 
 
@@ -119,8 +119,9 @@ def _world_size(ddp: Any) -> int | None:
         return None
 
 
-def _set_buckets(ddp: Any, s: Strategy, source: str | None) -> None:
-    """Per-bucket limits equal to each bucket's bytes; the reducer rebuilt as DDP's ``__setstate__`` does."""
+def _rebuild_reducer(ddp: Any, s: Strategy, source: str | None) -> None:
+    """Per-bucket limits equal to each bucket's bytes (and gradients as bucket views); the reducer
+    rebuilt as DDP's ``__setstate__`` does."""
     config = getattr(ddp, "_bucket_config", None)
     if config is None or not hasattr(ddp, "_ddp_init_helper") or not hasattr(type(config), "create"):
         import torch
@@ -128,12 +129,15 @@ def _set_buckets(ddp: Any, s: Strategy, source: str | None) -> None:
         raise DagprofError(f"custom bucket layouts need DDP's per-bucket limits (torch >= 2.13), this is torch {torch.__version__}", source)
     if ddp.find_unused_parameters:
         raise DagprofError("custom bucket layouts need find_unused_parameters=False (DDP then rebuilds buckets in gradient-ready order)", source)
-    sizes = {n: p.numel() * p.element_size() for n, p in ddp.module.named_parameters()}
-    caps_mb = [sum(sizes[p] for p in b.params) / 2**20 for b in s.buckets]
+    if s.buckets is not None:
+        sizes = {n: p.numel() * p.element_size() for n, p in ddp.module.named_parameters()}
+        caps_mb = [sum(sizes[p] for p in b.params) / 2**20 for b in s.buckets]
+        ddp._bucket_config = type(config).create(bucket_cap_mb=None, bucket_cap_mb_list=caps_mb, use_python_reducer=ddp._use_python_reducer)
+        ddp.bucket_bytes_cap = ddp._bucket_config.bucket_bytes_cap
+        ddp.bucket_bytes_cap_list = list(ddp._bucket_config.per_bucket_bytes_caps)
+    if s.grad_as_bucket_view:
+        ddp.gradient_as_bucket_view = True
     collector_hook = getattr(ddp, "_dagprof_comm_hook", None)  # a profile attached first: keep its timing hook
-    ddp._bucket_config = type(config).create(bucket_cap_mb=None, bucket_cap_mb_list=caps_mb, use_python_reducer=ddp._use_python_reducer)
-    ddp.bucket_bytes_cap = ddp._bucket_config.bucket_bytes_cap
-    ddp.bucket_bytes_cap_list = list(ddp._bucket_config.per_bucket_bytes_caps)
     params, sparse = ddp._build_params_for_reducer()
     ddp._ddp_init_helper(params, sparse, ddp._build_debug_param_to_name_mapping(params), ddp.static_graph)
     if ddp.static_graph:

@@ -34,7 +34,10 @@ ENV_KINETO = "DAGPROF_KINETO"
 
 
 class _AfterTorchImport(importlib.abc.MetaPathFinder):
-    """Runs ``_patch`` right after the top-level ``torch`` module finished executing."""
+    """Runs its callbacks right after the top-level ``torch`` module finished executing."""
+
+    def __init__(self) -> None:
+        self.callbacks: list[Any] = []
 
     def find_spec(self, name: str, path: Any = None, target: Any = None):
         if name != "torch":
@@ -47,22 +50,32 @@ class _AfterTorchImport(importlib.abc.MetaPathFinder):
 
         def exec_then_patch(module: Any) -> None:
             exec_module(module)
-            try:
-                _patch()
-            except Exception as err:  # noqa: BLE001  (never break the user's job)
-                warnings.warn(f"dagprof: zero-code profiling not installed: {type(err).__name__}: {err}", RuntimeWarning)
+            for fn in self.callbacks:
+                try:
+                    fn()
+                except Exception as err:  # noqa: BLE001  (never break the user's job)
+                    warnings.warn(f"dagprof: zero-code hooks not installed: {type(err).__name__}: {err}", RuntimeWarning)
 
         spec.loader.exec_module = exec_then_patch
         return spec
 
 
+def after_torch_import(fn: Any) -> None:
+    """Call ``fn`` once torch is imported (now, if it already is); callbacks run in the order given."""
+    if "torch" in sys.modules:
+        fn()
+        return
+    finder = next((f for f in sys.meta_path if isinstance(f, _AfterTorchImport)), None)
+    if finder is None:
+        finder = _AfterTorchImport()
+        sys.meta_path.insert(0, finder)
+    finder.callbacks.append(fn)
+
+
 def install() -> None:
     if ENV_OUT not in os.environ:
         return
-    if "torch" in sys.modules:
-        _patch()
-    else:
-        sys.meta_path.insert(0, _AfterTorchImport())
+    after_torch_import(_patch)
 
 
 def _patch() -> None:

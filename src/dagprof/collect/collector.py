@@ -58,7 +58,7 @@ class Collector:
         self._modules: list[tuple[Any, str]] = []  # (leaf module, path)
         self._params: list[tuple[Any, str]] = []  # (parameter, module path)
         self._param_names: dict[int, str] = {}
-        self._param_numel: dict[int, int] = {}
+        self._param_shapes: dict[int, list[int]] = {}
         self._grad_bytes: dict[str, int] = {}  # module path -> bytes of its parameters' gradients
         self._roots: list[Any] = []  # the instrumented modules (DDP's inner module)
         self._ddps: list[Any] = []
@@ -135,7 +135,7 @@ class Collector:
             self._modules.append((mod, path))
         for name, p in root.named_parameters():
             self._param_names[id(p)] = prefix + name
-            self._param_numel[id(p)] = p.numel()
+            self._param_shapes[id(p)] = list(p.shape)
             path = prefix + (name.rpartition(".")[0] or type(root).__name__)
             if p.requires_grad:
                 self._grad_bytes[path] = self._grad_bytes.get(path, 0) + p.numel() * p.element_size()
@@ -374,7 +374,7 @@ class Collector:
     def _bucket_layout(self) -> list[dict]:
         return [
             {"index": i, "nbytes": nb, "params": [self._param_names.get(pid, "?") for pid in pids],
-             "numel": [self._param_numel.get(pid, 0) for pid in pids]}
+             "shapes": [self._param_shapes.get(pid) for pid in pids]}
             for i, (nb, pids) in sorted(self._layout_key.items())
         ]
 

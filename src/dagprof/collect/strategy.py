@@ -67,6 +67,7 @@ class Strategy:
     partition: int = 1  # each bucket all-reduced in this many pieces
     accumulate: int = 1  # micro-batches per optimizer step (no_sync for all but the last)
     recompute: tuple[str, ...] = ()  # module paths run under torch.utils.checkpoint
+    grad_as_bucket_view: bool = False  # DDP gradient_as_bucket_view: no second copy of the gradients
     prediction: Prediction | None = None
     notes: tuple[str, ...] = ()
 
@@ -75,7 +76,8 @@ class Strategy:
         return self.compression.lossy
 
     def is_default(self) -> bool:
-        return self.buckets is None and not self.compression.lossy and self.partition == 1 and self.accumulate == 1 and not self.recompute
+        return (self.buckets is None and not self.compression.lossy and self.partition == 1 and self.accumulate == 1
+                and not self.recompute and not self.grad_as_bucket_view)
 
     def summary(self) -> str:
         """One plain line: "buckets at layers a|b|c, fp16 hook: predicted 630 -> 470 ms (-25 %)"."""
@@ -91,6 +93,8 @@ class Strategy:
             parts.append(f"{self.accumulate} micro-batches per step (no_sync)")
         if self.recompute:
             parts.append(f"recompute {', '.join(self.recompute)}")
+        if self.grad_as_bucket_view:
+            parts.append("gradients as bucket views")
         text = ", ".join(parts) or "keep DDP's defaults"
         if self.prediction is not None:
             p = self.prediction
@@ -124,7 +128,7 @@ class Strategy:
             return cls(
                 model=tuple((str(n), int(k)) for n, k in d["model"]), world_size=int(d["world_size"]), buckets=buckets,
                 compression=comp, partition=int(d.get("partition", 1)), accumulate=int(d.get("accumulate", 1)),
-                recompute=tuple(d.get("recompute", ())), prediction=None if pred is None else Prediction(**pred),
+                recompute=tuple(d.get("recompute", ())), grad_as_bucket_view=bool(d.get("grad_as_bucket_view", False)), prediction=None if pred is None else Prediction(**pred),
                 notes=tuple(d.get("notes", ())))
         except (KeyError, TypeError, ValueError) as err:
             raise DagprofError(f"malformed strategy file: {type(err).__name__}: {err}", path) from None

@@ -88,7 +88,7 @@ def set_buckets(g: Graph, cap_bytes: float | None = None, overlap: bool = True, 
             for r in ranks_present:
                 for v in sinks.get((step, r), ()):
                     b.add_edge(comm, int(remap[v]))
-    _chain_lanes(b)
+    chain_lanes(b)
     out = b.build()
     if cap_bytes is not None:
         out.meta["bucket_cap_mb"] = cap_bytes / 2**20
@@ -155,7 +155,7 @@ def _measured_buckets(g: Graph, seq: list[int], old_enq: np.ndarray, coll_of_enq
     return groups, grad
 
 
-def _chain_lanes(b: GraphBuilder) -> None:
+def chain_lanes(b: GraphBuilder) -> None:
     """Program order on every rank's lane, restored after nodes were removed or inserted."""
     dev = np.asarray(b._cols["device"])
     rank = np.asarray(b._cols["rank"])
