@@ -17,8 +17,10 @@ pytestmark = pytest.mark.skipif(why is not None, reason=f"testbed: {why}")
 
 
 def namespaces() -> set[str]:
+    """This process's namespaces (default Cluster tag): other jobs on the machine may make their own meanwhile."""
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    return {line.split()[0] for line in out.splitlines() if line.strip()}
+    mine = f"dpt{os.getpid() % 100000}"
+    return {line.split()[0] for line in out.splitlines() if line.strip() and line.startswith(mine)}
 
 
 def test_one_tiny_round(tmp_path):

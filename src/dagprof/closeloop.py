@@ -12,7 +12,7 @@ from typing import Callable
 
 from .collect.netns import Cluster
 from .collect.strategy import Strategy, save_strategy
-from .collect.verify import Verification, verify
+from .collect.verify import Verification, verify, verify_in_process
 from .pipeline import Profiled, open_run
 from .search.optimize import Options, SearchResult, predict_run, search_run
 
@@ -69,11 +69,17 @@ class Checked:
 
 
 def check_strategy(cmd: list[str], strategy: Strategy, path: str, out_dir: str, predicted: float, rounds: int = 3,
-                   ranks: int | None = None, cluster: Cluster | None = None, say: Callable[[str], None] = lambda m: None) -> Checked:
+                   ranks: int | None = None, cluster: Cluster | None = None, say: Callable[[str], None] = lambda m: None,
+                   in_process: bool = False) -> Checked:
     """Run ``cmd`` with its defaults and with the strategy in interleaved rounds, each run profiled (hooks
     only); every round's defaults profile predicts that round's speed-up too, so the model is judged
-    against the load the machine had in that round."""
-    v = verify(cmd, path, os.path.join(out_dir, "verify"), rounds, ranks, cluster, say)
+    against the load the machine had in that round. ``in_process``: ``cmd`` alternates the setups
+    itself (``demo_train --alternate``)."""
+    work = os.path.join(out_dir, "verify")
+    if in_process:
+        v = verify_in_process(cmd, path, work, rounds, ranks or 1, cluster, say)
+    else:
+        v = verify(cmd, path, work, rounds, ranks, cluster, say)
     per_round = []
     for run_dir in v.baseline_runs:
         p = open_run(run_dir)

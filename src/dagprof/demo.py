@@ -40,7 +40,7 @@ class DemoSettings:
     steps: int = 14
     profile_steps: tuple[int, int] = (5, 13)  # after DDP's bucket rebuild and warm-up
     verify: bool = True  # apply the strategy to the real job and measure it
-    verify_steps: int = 12
+    verify_steps: int = 5  # timed steps per phase (after 3 warm-up steps), phases alternate inside one job
     rounds: int = 3
     budget_s: float = 10.0
     allow_lossy: bool = False
@@ -76,7 +76,7 @@ def run_demo(s: DemoSettings, say: Callable[[str], None] = lambda m: print(m, fi
         elif s.verify:
             say(f"[5/5] applying it to the real job, measured against DDP's defaults in {s.rounds} interleaved rounds")
             checked = check_strategy(train + ["--steps", str(s.verify_steps)], found.strategy, found.path, out, found.search.speedup,
-                                     s.rounds, s.world_size, ranks_on, say=lambda m: say("  " + m.strip()))
+                                     s.rounds, s.world_size, ranks_on, say=lambda m: say("  " + m.strip()), in_process=True)
     outlook = _scaling_outlook(prof)
     notes = [] if why is None else [LOOPBACK_NOTE]
     files = write_outputs(prof, out, _report(prof, found, checked, outlook, whatifs, where, notes))

@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import DagprofError
@@ -42,6 +42,7 @@ class Applied:
     ddp: Any
     strategy: Strategy
     source: str | None = None
+    restore: list = field(default_factory=list)  # undo what outlives the DDP wrapper (checkpointed forwards)
 
     @property
     def micro_batches(self) -> int:
@@ -52,6 +53,12 @@ class Applied:
         if micro_batch < self.strategy.accumulate - 1:
             return self.ddp.no_sync()
         return contextlib.nullcontext()
+
+    def remove(self) -> None:
+        """Undo the changes to the wrapped model itself (to wrap it again another way); the DDP wrapper
+        keeps its buckets and hooks, so drop it."""
+        while self.restore:
+            self.restore.pop()()
 
     def layout_differences(self) -> str | None:
         """After the first iteration: None when DDP's rebuilt buckets have the strategy's sizes, else what differs."""
@@ -86,14 +93,14 @@ def apply(ddp: Any, strategy: Strategy | str | os.PathLike[str]) -> Applied:
     if world is not None and world != s.world_size:
         warnings.warn(f"dagprof: the strategy was found for {s.world_size} ranks, this job has {world}; its prediction does not hold here",
                       RuntimeWarning, stacklevel=2)
+    plan = Applied(ddp, s, source)
     if s.buckets is not None or s.grad_as_bucket_view:
         _rebuild_reducer(ddp, s, source)
     for path in s.recompute:
-        _checkpoint(ddp.module, path, source)
+        plan.restore.append(_checkpoint(ddp.module, path, source))
     hook = _comm_hook(ddp, s)
     if hook is not None:
         ddp.register_comm_hook(*hook)
-    plan = Applied(ddp, s, source)
     ddp._dagprof_applied = plan
     return plan
 
@@ -147,7 +154,8 @@ def _rebuild_reducer(ddp: Any, s: Strategy, source: str | None) -> None:
         type(ddp).register_comm_hook(ddp, *collector_hook)
 
 
-def _checkpoint(module: Any, path: str, source: str | None) -> None:
+def _checkpoint(module: Any, path: str, source: str | None):
+    """Wrap the module's forward in checkpoint; returns the undo."""
     from torch.utils.checkpoint import checkpoint
 
     try:
@@ -160,6 +168,7 @@ def _checkpoint(module: Any, path: str, source: str | None) -> None:
         return checkpoint(forward, *args, use_reentrant=False, **kwargs)
 
     sub.forward = recomputed
+    return lambda: sub.__dict__.pop("forward", None)
 
 
 def _comm_hook(ddp: Any, s: Strategy) -> tuple[Any, Any] | None:

@@ -142,6 +142,56 @@ def train(cfg: DemoConfig, out_dir: str | None, rank: int, cpu_times: list[float
     return times
 
 
+def alternate(cfg: DemoConfig, rank: int, rounds: int, warmup: int, steps: int, work: str) -> None:
+    """``rounds`` rounds of DDP defaults (A) and ``cfg.strategy`` (B) in this one process, A B then B A.
+
+    Each phase wraps the same model (and optimizer) in a fresh DistributedDataParallel, applies the
+    strategy for B, trains ``warmup + steps`` steps under a hooks-only profile of the last ``steps``
+    and writes ``work/round<k>-<A|B>/run`` (the profile) and ``.../times`` (step times). Phases seconds
+    apart see the same machine load, which separate jobs a minute apart do not.
+    """
+    import gc
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from .apply import apply
+    from .profile import profile
+    from .steptimes import write_times
+    from .workloads import batches as make_batches
+
+    torch.set_num_threads(1)
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    batches = make_batches(cfg, rank)
+    for k in range(rounds):
+        for which in ("A", "B") if k % 2 == 0 else ("B", "A"):
+            folder = os.path.join(work, f"round{k}-{which}")
+            ddp = DDP(model, bucket_cap_mb=cfg.bucket_cap_mb)
+            times: list[float] = []
+            with profile(os.path.join(folder, "run"), steps=range(warmup, warmup + steps), model=ddp, kineto=False) as prof:
+                plan = apply(ddp, cfg.strategy) if which == "B" else None
+                micro = plan.micro_batches if plan else 1
+                for i in range(warmup + steps):
+                    t0 = time.perf_counter()
+                    opt.zero_grad(set_to_none=True)
+                    for j in range(micro):
+                        x, y, loss = batches[(i * micro + j) % len(batches)]
+                        with plan.sync(j) if plan else contextlib.nullcontext():
+                            loss(ddp(x), y).backward()
+                    opt.step()
+                    times.append(time.perf_counter() - t0)
+                    prof.step()
+            if plan:
+                plan.remove()
+            write_times(os.path.join(folder, "times"), rank, times[warmup:], micro)
+            del ddp, prof, plan
+            gc.collect()  # the old reducer's gradient hooks must be gone before the next wrapper's
+            dist.barrier()
+
+
 def micro_batches(cfg: DemoConfig) -> int:
     if not cfg.strategy:
         return 1
@@ -214,12 +264,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--bucket-cap-mb", type=float, default=None, help="DDP bucket_cap_mb (default: DDP's own; --small: 0.01)")
     p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--depth", type=int, default=None, help="mlp: Linear layers (default 8)")
     p.add_argument("--small", action="store_true", help="tiny model (tests)")
     p.add_argument("--profile", default=None, metavar="DIR", help="profile a window of steps into this run folder")
     p.add_argument("--profile-steps", default=None, metavar="A:B", help="the profiled window (default: the middle third)")
     p.add_argument("--no-kineto", action="store_true", help="profile with dagprof's hooks only")
     p.add_argument("--strategy", default=None, help="a dagprof strategy file to apply before training")
     p.add_argument("--times", default=None, metavar="DIR", help="write this rank's step times to DIR/rank<r>.json")
+    p.add_argument("--alternate", type=int, default=0, metavar="ROUNDS",
+                   help="with --strategy: ROUNDS rounds of defaults and strategy phases in this process (into --times DIR)")
+    p.add_argument("--warmup", type=int, default=3, help="--alternate: steps per phase before the timed ones (default 3)")
     args = p.parse_args(argv)
     import torch.distributed as dist
 
@@ -227,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     from .steptimes import write_times
 
     base = DemoConfig.small(model=args.model) if args.small else DemoConfig.workload(args.model)
+    if args.depth:
+        base = DemoConfig(**{**asdict(base), "blocks": (args.depth,)})
     window = None
     if args.profile:
         r = parse_steps(args.profile_steps) if args.profile_steps else range(args.steps // 3, args.steps - args.steps // 6)
@@ -237,6 +293,12 @@ def main(argv: list[str] | None = None) -> int:
     dist.init_process_group("gloo", timeout=timedelta(seconds=300))
     try:
         rank = dist.get_rank()
+        if args.alternate:
+            if not (args.strategy and args.times):
+                raise SystemExit("demo_train: --alternate needs --strategy and --times")
+            alternate(cfg, rank, args.alternate, args.warmup, args.steps, args.times)
+            dist.barrier()
+            return 0
         times = train(cfg, args.profile, rank)
         dist.barrier()  # no rank tears the group down while a peer's last collective is in flight
     finally:

@@ -87,6 +87,29 @@ def verify(cmd: list[str], strategy: str, work_dir: str, rounds: int = 3, ranks:
     return out
 
 
+def verify_in_process(cmd: list[str], strategy: str, work_dir: str, rounds: int, ranks: int, cluster: Cluster | None = None,
+                      say: Callable[[str], None] = lambda m: None, timeout_s: float = 1800.0) -> Verification:
+    """The same rounds inside one job whose script alternates the two setups itself (``demo_train
+    --alternate``: a fresh DDP wrapper per phase): no start-up between phases, so A and B run seconds
+    apart and their ratio is steadier still. ``cmd`` is one rank's command."""
+    if rounds < 1:
+        raise DagprofError(f"--rounds must be at least 1, got {rounds}")
+    argv = cmd + ["--strategy", os.path.abspath(strategy), "--alternate", str(rounds), "--times", work_dir]
+    try:
+        run_ranks(argv, ranks, os.path.join(work_dir, "logs"), cluster=cluster, timeout_s=timeout_s)
+    except RuntimeError as err:
+        raise DagprofError(f"the job failed: {_last_line(str(err))} (logs in {work_dir})") from None
+    out = Verification()
+    for k in range(rounds):
+        for which in ("A", "B"):
+            folder = os.path.join(work_dir, f"round{k}-{which}")
+            ms = iteration_ms(read_times(os.path.join(folder, "times")))
+            (out.baseline_ms if which == "A" else out.strategy_ms).append(ms)
+            (out.baseline_runs if which == "A" else out.strategy_runs).append(os.path.join(folder, "run"))
+        say(f"  round {k + 1}/{rounds}: defaults {out.baseline_ms[-1]:.1f} ms, strategy {out.strategy_ms[-1]:.1f} ms per step")
+    return out
+
+
 def _run(cmd: list[str], env: dict[str, str], folder: str, ranks: int | None, cluster: Cluster | None, timeout_s: float) -> None:
     os.makedirs(folder, exist_ok=True)
     if ranks is not None:

@@ -9,7 +9,10 @@ there, before the all-reduce is issued) and ``channel`` time on the communicatio
 - fp16/bf16: half the bytes on the wire; the casts at their measured cost per byte;
 - PowerSGD rank r (torch's hook): three all-reduces one after another -- the uncompressed
   tensors (vectors, and matrices too small to gain 2x), the P factors, the Q factors -- with the
-  measured matrix products and orthogonalisation between them (``costmodel.codecs``).
+  measured matrix products and orthogonalisation between them (``costmodel.codecs``). Those run in
+  completion callbacks on gloo's threads, i.e. on the cores that also train (CPU jobs): they are
+  charged to the training thread too. The costs are measured on an idle core; under contention
+  they grow, and PowerSGD's prediction is the least sure of the codecs.
 """
 from __future__ import annotations
 
@@ -79,4 +82,6 @@ def _powersgd(order: GradientOrder, first: int, last: int, rank: int, price: Cal
     nbytes = float(order.nbytes[first : last + 1].sum())
     copies = costs.copy_us_per_byte * nbytes
     channel = price(unc * es) + price(p * es) + mid + price(q * es) + dec + copies
-    return BucketCost(enc + 2 * copies, channel, int((unc + p + q) * es))
+    # On a CPU-only job the callbacks' matrix work runs on the cores that train: it delays the training
+    # thread as much as the bucket's completion (it is charged to both).
+    return BucketCost(enc + 2 * copies + mid + dec + copies, channel, int((unc + p + q) * es))

@@ -44,7 +44,7 @@ from ..graph.dag import Graph
 from ..graph.symmetry import fold_ranks
 from ..passes.accumulate import accumulate_gradients
 from ..passes.bucket_plan import BucketSlots, Plan
-from ..passes.comm import graph_world_size
+from ..passes.comm import current_topology, graph_world_size, set_topology
 from ..passes.compression import Codec
 from ..passes.gradients import GradientOrder, gradient_order
 from ..passes.recompute import RecomputeSlots, Segment, segments
@@ -252,6 +252,7 @@ def search(g: Graph, order: GradientOrder, opts: Options = Options(), costs: Cod
     """The best strategy for the run behind ``g`` (see the module docstring)."""
     t0 = time.perf_counter()
     rng = random.Random(opts.seed)
+    g = set_topology(g, current_topology(g))  # one link model, fitted on every rank's collectives, before any folding
     notes = ["comm scheduling (bucket priority) not searched: DDP issues buckets in gradient-ready order and its optimizer "
              "waits for every bucket, so no order of the channel changes the iteration"]
     codecs = [Codec()]
