@@ -7,19 +7,8 @@ import pytest
 from dagprof.cli.main import main
 from dagprof.collect.strategy import load_strategy
 from dagprof.costmodel.codecs import CodecCosts, PowerSGDCost
-from dagprof.passes.gradients import gradient_order
-from dagprof.pipeline import open_run
 from dagprof.search.optimize import Options, predict_run, search, search_run
-
-
-@pytest.fixture(scope="module")
-def prof(small_ddp_run):
-    return open_run(small_ddp_run)
-
-
-@pytest.fixture(scope="module")
-def order(prof):
-    return gradient_order(prof.graph, prof.run.ranks[0].meta["bucket_layouts"][-1])
+from test_optimize_passes import order, prof  # noqa: F401  (shared fixtures: the session's profile and its gradient order)
 
 
 def run_search(prof, order, **kw):

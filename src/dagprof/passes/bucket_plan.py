@@ -14,7 +14,6 @@ nothing and changes nothing. So every candidate is the same graph with other dur
 """
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -25,8 +24,8 @@ from ..costmodel.topology import allreduce_us
 from ..errors import DagprofError
 from ..graph.dag import Graph, GraphBuilder
 from ..traces.events import Kind
-from .buckets import chain_lanes
-from .comm import current_scheme, current_topology, find_collectives, retime_collectives
+from .buckets import chain_lanes, profiled_buckets
+from .comm import current_scheme, current_topology, retime_collectives
 from .compression import BucketCost, Codec, bucket_cost
 from .gradients import GradientOrder, ready_nodes
 
@@ -46,32 +45,14 @@ class BucketSlots:
     """The slotted graph of ``g`` and the node ids of every slot."""
 
     def __init__(self, g: Graph, order: GradientOrder, costs: CodecCosts | None = None):
-        colls = [c for c in find_collectives(g) if g.bucket[c.comm] >= 0]
-        if not colls:
-            raise DagprofError("the trace has no gradient-bucket all-reduce to re-bucket")
         self.order = order
         self.costs = costs
         self.topology, self.scheme = current_topology(g), current_scheme(g)
         g = retime_collectives(g, self.topology, self.scheme)  # other collectives priced by the same model
-        drop = np.zeros(len(g), dtype=bool)
-        sinks: dict[tuple[int, int], set[int]] = defaultdict(set)
-        enq = []
-        for c in colls:
-            drop[c.comm] = True
-            if c.sync >= 0:
-                drop[c.sync] = True
-            for v in c.ready:
-                if g.kind[v] == Kind.COMM_ENQUEUE:
-                    drop[v] = True
-                    enq.append(v)
-            for v in c.consumers:
-                if g.rank[v] >= 0:
-                    sinks[(int(g.step[c.comm]), int(g.rank[v]))].add(v)
-        self.enq_dur = float(np.median(g.dur[enq])) if enq else 0.0
-        self.enq_gap = float(np.median(g.gap[enq])) if enq else 0.0
-        comm_ids = [c.comm for c in colls]
-        self.comm_gap = float(np.median(g.gap[comm_ids]))
-        channel = int(g.device[comm_ids[0]])
+        pb = profiled_buckets(g)
+        drop, sinks = pb.drop, pb.sinks
+        self.enq_dur, self.enq_gap, self.comm_gap = pb.enq_dur, pb.enq_gap, pb.comm_gap
+        channel = int(g.device[pb.comm_ids[0]])
         ready = ready_nodes(g, order)
         steps = sorted({s for s, _ in ready})
         ranks = sorted({r for _, r in ready})
