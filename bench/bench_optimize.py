@@ -11,6 +11,7 @@ budget below what the model needs.
 
     sudo .venv/bin/python bench/bench_optimize.py                  # 2 workloads x 2 and 4 ranks, lossless and lossy
     sudo .venv/bin/python bench/bench_optimize.py --quick          # cnn, 2 ranks, 1 round per mode
+    sudo .venv/bin/python bench/bench_optimize.py --workloads "cmd:python my_train.py --steps 16" --ranks 2   # a held-out job
 
 The machine is shared (2 cores, other jobs running): compare inside rounds, read the spread.
 """
@@ -25,26 +26,38 @@ import tempfile
 import time
 
 from dagprof.closeloop import check_strategy, find_strategy
+from dagprof.collect.autoprofile import ENV_KINETO, ENV_OUT, ENV_STEPS
 from dagprof.collect.netns import Cluster, available, python_module, run_ranks
+from dagprof.collect.verify import BOOTSTRAP
 from dagprof.costmodel import parse_bandwidth
 from dagprof.search.optimize import Options, search_run
 
 
 def cell(work: str, workload: str, ranks: int, link: str, args) -> list[dict]:
-    """Profile one workload on ``ranks`` emulated hosts; search and verify lossless and lossy strategies."""
-    train = python_module("dagprof.collect.demo_train", "--model", workload)
+    """Profile one workload on ``ranks`` emulated hosts; search and verify lossless and lossy strategies.
+
+    ``workload``: a demo_train model (cnn, mlp, transformer), verified inside one process; or
+    ``cmd:COMMAND`` (one rank's training command, e.g. a held-out script), profiled in zero-code mode
+    and verified in separate runs (``dagprof optimize --verify`` does the same)."""
+    own = workload.startswith("cmd:")
+    train = workload[4:].split() if own else python_module("dagprof.collect.demo_train", "--model", workload)
     rows = []
     with Cluster(ranks, tag=f"dpb{os.getpid() % 10000}") as cluster:
         cluster.set_rate(parse_bandwidth(link) * 8)
         run = os.path.join(work, "run")
         t0 = time.monotonic()
-        run_ranks(train + ["--steps", str(args.profile_steps + 5), "--profile", run, "--profile-steps", f"4:{args.profile_steps + 4}",
-                           "--no-kineto"], ranks, os.path.join(work, "logs"), cluster=cluster)
+        if own:
+            env = {ENV_OUT: run, ENV_STEPS: f"4:{args.profile_steps + 4}", ENV_KINETO: "0", "PYTHONPATH": BOOTSTRAP}
+            run_ranks(train, ranks, os.path.join(work, "logs"), env=env, cluster=cluster)
+        else:
+            run_ranks(train + ["--steps", str(args.profile_steps + 5), "--profile", run, "--profile-steps", f"4:{args.profile_steps + 4}",
+                               "--no-kineto"], ranks, os.path.join(work, "logs"), cluster=cluster)
         for mode in ("lossless", "lossy"):
             out = os.path.join(work, mode)
             found = find_strategy(run, Options(budget_s=args.budget, seed=0, allow_lossy=mode == "lossy"), out)
-            checked = check_strategy(train + ["--steps", str(args.steps)], found.strategy, found.path, out, found.search.speedup,
-                                     args.rounds, ranks, cluster, say=lambda m: print(f"    {m.strip()}", file=sys.stderr), in_process=True)
+            checked = check_strategy(train if own else train + ["--steps", str(args.steps)], found.strategy, found.path, out,
+                                     found.search.speedup, args.rounds, ranks, cluster,
+                                     say=lambda m: print(f"    {m.strip()}", file=sys.stderr), in_process=not own)
             d = checked.to_dict()
             rows.append({"workload": workload, "ranks": ranks, "link": link, "mode": mode, "strategy": found.strategy.summary(),
                          "candidates_replayed": found.search.replayed, "predicted": found.search.speedup,
@@ -92,10 +105,11 @@ def memory_check(run: str) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="cnn on 2 ranks, one round per mode")
-    ap.add_argument("--workloads", default="cnn,mlp")
+    ap.add_argument("--workloads", default="cnn,mlp",
+                    help="comma-separated: cnn, mlp, transformer, or cmd:COMMAND (one rank's training command, e.g. a held-out script)")
     ap.add_argument("--ranks", default="2,4")
     ap.add_argument("--link", default="200Mbit")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds per strategy (default 5)")
     ap.add_argument("--steps", type=int, default=5, help="timed steps per phase (after 3 warm-up steps)")
     ap.add_argument("--profile-steps", type=int, default=8)
     ap.add_argument("--budget", type=float, default=20.0, help="search budget per strategy, seconds")
@@ -112,12 +126,12 @@ def main() -> int:
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="dagprof-bench-opt-") as tmp:
         work = args.keep or tmp
-        for w in args.workloads.split(","):
+        for i, w in enumerate(args.workloads.split(",")):
             for n in (int(x) for x in args.ranks.split(",")):
                 print(f"{w}, {n} ranks, {args.link}", file=sys.stderr)
-                rows += cell(os.path.join(work, f"{w}-{n}"), w, n, args.link, args)
+                rows += cell(os.path.join(work, f"w{i}-{n}"), w, n, args.link, args)
         scaling = None if args.quick else search_scaling(work, 60.0)
-        memory = memory_check(os.path.join(work, f"{args.workloads.split(',')[0]}-{args.ranks.split(',')[0]}", "run"))
+        memory = memory_check(os.path.join(work, f"w0-{args.ranks.split(',')[0]}", "run"))
     print(f"strategies found by replay, applied to the real job, {args.rounds} interleaved round(s) per row (medians; the machine was "
           "shared with other jobs, so read the spread)")
     print(f"{'workload':<12} {'ranks':>5} {'link':>8} {'mode':>8} {'predicted':>9} {'measured':>8} {'spread':>11} {'per-round err':>13}  strategy")
