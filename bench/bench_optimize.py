@@ -55,8 +55,7 @@ def cell(work: str, workload: str, ranks: int, link: str, args) -> list[dict]:
         for mode in ("lossless", "lossy"):
             out = os.path.join(work, mode)
             found = find_strategy(run, Options(budget_s=args.budget, seed=0, allow_lossy=mode == "lossy"), out)
-            checked = check_strategy(train if own else train + ["--steps", str(args.steps)], found.strategy, found.path, out,
-                                     found.search.speedup, args.rounds, ranks, cluster,
+            checked = check_strategy(train if own else train + ["--steps", str(args.steps)], found, out, args.rounds, ranks, cluster,
                                      say=lambda m: print(f"    {m.strip()}", file=sys.stderr), in_process=not own)
             d = checked.to_dict()
             rows.append({"workload": workload, "ranks": ranks, "link": link, "mode": mode, "strategy": found.strategy.summary(),
@@ -105,6 +104,7 @@ def memory_check(run: str) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="cnn on 2 ranks, one round per mode")
+    ap.add_argument("--no-extras", action="store_true", help="only the table: no 50-layer search, no memory budgets")
     ap.add_argument("--workloads", default="cnn,mlp",
                     help="comma-separated: cnn, mlp, transformer, or cmd:COMMAND (one rank's training command, e.g. a held-out script)")
     ap.add_argument("--ranks", default="2,4")
@@ -130,8 +130,8 @@ def main() -> int:
             for n in (int(x) for x in args.ranks.split(",")):
                 print(f"{w}, {n} ranks, {args.link}", file=sys.stderr)
                 rows += cell(os.path.join(work, f"w{i}-{n}"), w, n, args.link, args)
-        scaling = None if args.quick else search_scaling(work, 60.0)
-        memory = memory_check(os.path.join(work, f"w0-{args.ranks.split(',')[0]}", "run"))
+        scaling = None if args.quick or args.no_extras else search_scaling(work, 60.0)
+        memory = {} if args.no_extras else memory_check(os.path.join(work, f"w0-{args.ranks.split(',')[0]}", "run"))
     print(f"strategies found by replay, applied to the real job, {args.rounds} interleaved round(s) per row (medians; the machine was "
           "shared with other jobs, so read the spread)")
     print(f"{'workload':<12} {'ranks':>5} {'link':>8} {'mode':>8} {'predicted':>9} {'measured':>8} {'spread':>11} {'per-round err':>13}  strategy")

@@ -162,3 +162,20 @@ def test_comm_priority_reorders_the_channel_only(prof):
     assert set_comm_priority(g, "fifo").order.tolist() == g.order.tolist()
     with pytest.raises(DagprofError):
         set_comm_priority(g, [0])
+
+
+def test_overlap_fraction_and_slowdown(prof):
+    from dagprof.passes.overlap import comm_overlap, disturbed, slowed_nodes, undisturbed
+
+    g = prof.graph
+    res = replay(g)
+    nodes = slowed_nodes(g)
+    f = comm_overlap(g, res, nodes)
+    assert ((f >= 0) & (f <= 1)).all() and f.max() > 0  # some backward overlapped an all-reduce
+    comm = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0))
+    inside = nodes[(res.start[nodes] >= res.start[comm[0]]) & (res.end[nodes] <= res.end[comm[0]]) & (res.end[nodes] > res.start[nodes])]
+    assert np.allclose(comm_overlap(g, res, inside), 1.0)
+    base = undisturbed(g, res, 0.5)
+    assert np.allclose(base[nodes], g.dur[nodes] / (1 + 0.5 * f))
+    assert np.allclose(disturbed(g, base, res, 0.5)[nodes], g.dur[nodes])  # the same timeline charges back what was taken out
+    assert np.array_equal(undisturbed(g, res, 0.0), g.dur)

@@ -68,21 +68,20 @@ class Checked:
         }
 
 
-def check_strategy(cmd: list[str], strategy: Strategy, path: str, out_dir: str, predicted: float, rounds: int = 3,
-                   ranks: int | None = None, cluster: Cluster | None = None, say: Callable[[str], None] = lambda m: None,
-                   in_process: bool = False) -> Checked:
-    """Run ``cmd`` with its defaults and with the strategy in interleaved rounds, each run profiled (hooks
-    only); every round's defaults profile predicts that round's speed-up too, so the model is judged
-    against the load the machine had in that round. ``in_process``: ``cmd`` alternates the setups
-    itself (``demo_train --alternate``)."""
+def check_strategy(cmd: list[str], found: Found, out_dir: str, rounds: int = 3, ranks: int | None = None, cluster: Cluster | None = None,
+                   say: Callable[[str], None] = lambda m: None, in_process: bool = False) -> Checked:
+    """Run ``cmd`` with its defaults and with ``found``'s strategy in interleaved rounds, each run profiled
+    (hooks only); every round's defaults profile predicts that round's speed-up too, so the model is judged
+    against the load the machine had in that round. ``in_process``: ``cmd`` alternates the setups itself
+    (``demo_train --alternate``)."""
     work = os.path.join(out_dir, "verify")
     if in_process:
-        v = verify_in_process(cmd, path, work, rounds, ranks or 1, cluster, say)
+        v = verify_in_process(cmd, found.path, work, rounds, ranks or 1, cluster, say)
     else:
-        v = verify(cmd, path, work, rounds, ranks, cluster, say)
+        v = verify(cmd, found.path, work, rounds, ranks, cluster, say)
     per_round = []
     for run_dir in v.baseline_runs:
         p = open_run(run_dir)
-        base, strat = predict_run(p.run, p.graph, strategy, os.path.join(out_dir, CODEC_COSTS_FILE))
+        base, strat = predict_run(p.run, p.graph, found.strategy, os.path.join(out_dir, CODEC_COSTS_FILE), found.search.overlap_slowdown)
         per_round.append(base / strat)
-    return Checked(v, predicted, per_round)
+    return Checked(v, found.search.speedup, per_round)

@@ -75,8 +75,8 @@ def run_demo(s: DemoSettings, say: Callable[[str], None] = lambda m: print(m, fi
             say(f"[5/5] nothing to apply: {found.search.gain_pct:.1f} % predicted is within run-to-run noise")
         elif s.verify:
             say(f"[5/5] applying it to the real job, measured against DDP's defaults in {s.rounds} interleaved rounds")
-            checked = check_strategy(train + ["--steps", str(s.verify_steps)], found.strategy, found.path, out, found.search.speedup,
-                                     s.rounds, s.world_size, ranks_on, say=lambda m: say("  " + m.strip()), in_process=True)
+            checked = check_strategy(train + ["--steps", str(s.verify_steps)], found, out, s.rounds, s.world_size, ranks_on,
+                                     say=lambda m: say("  " + m.strip()), in_process=True)
     outlook = _scaling_outlook(prof)
     notes = [] if why is None else [LOOPBACK_NOTE]
     files = write_outputs(prof, out, _report(prof, found, checked, outlook, whatifs, where, notes))

@@ -23,6 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-budget", default=None, metavar="SIZE", help="per-rank memory limit, e.g. 2GB or 512MiB (adds recomputation)")
     p.add_argument("--optimizer-state", default="momentum", choices=["sgd", "momentum", "adam"],
                    help="optimizer state per parameter, for the memory estimate (default momentum: one copy)")
+    p.add_argument("--overlap-slowdown", type=float, default=None, metavar="S",
+                   help="compute runs (1 + S x overlap) slower beside in-flight collectives (default: as measured in the run, else 0)")
     p.add_argument("--verify", action="store_true", help="run the command after -- with defaults and with the strategy, interleaved")
     p.add_argument("--rounds", type=int, default=3, help="verification rounds, each runs both (default 3)")
     p.add_argument("--ranks", type=int, default=None, help="start the command once per rank yourself (it is one rank's command)")
@@ -47,7 +49,8 @@ def run(args: argparse.Namespace) -> dict:
         raise DagprofError(f"--accumulate must be >= 1, got {args.accumulate}")
     opts = Options(budget_s=args.budget, seed=args.seed, allow_lossy=args.allow_lossy, powersgd_ranks=_ints(args.powersgd_ranks, "--powersgd-ranks"),
                    accumulate=args.accumulate, memory_budget=None if args.memory_budget is None else parse_size(args.memory_budget),
-                   optimizer_state=args.optimizer_state, progress=tty_progress() if sys.stderr.isatty() else None)
+                   optimizer_state=args.optimizer_state, overlap_slowdown=args.overlap_slowdown,
+                   progress=tty_progress() if sys.stderr.isatty() else None)
     out = os.path.abspath(args.out or (args.run if os.path.isdir(args.run) else "dagprof-out"))
     found = find_strategy(args.run, opts, out, args.steps)
     res = found.search
@@ -64,7 +67,7 @@ def verify_strategy(cmd: list[str], found, out: str, rounds: int, ranks: int | N
     from ..costmodel import parse_bandwidth
 
     say = (lambda m: print(m, file=sys.stderr)) if sys.stderr.isatty() else (lambda m: None)
-    args = (cmd, found.strategy, found.path, out, found.search.speedup, rounds, ranks)
+    args = (cmd, found, out, rounds, ranks)
     if not emulate:
         return check_strategy(*args, None, say).to_dict()
     why = available()

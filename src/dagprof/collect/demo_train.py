@@ -57,8 +57,8 @@ class DemoConfig:
     def workload(cls, model: str, **overrides: Any) -> "DemoConfig":
         """Settings of a named workload, sized so that on a 200 Mbit/s link backward takes about half
         as long as the gradient all-reduce (so both bucketing and compression matter)."""
-        presets = {"cnn": {}, "mlp": dict(width=512, blocks=(8,), batch_size=384),
-                   "transformer": dict(width=192, blocks=(1, 1, 1), image_size=32, batch_size=8)}
+        presets = {"cnn": {}, "mlp": dict(width=512, blocks=(8,), batch_size=768),
+                   "transformer": dict(width=192, blocks=(1, 1, 1), image_size=32, batch_size=24)}
         if model not in presets:
             raise ValueError(f"unknown workload {model!r}; choose one of {', '.join(presets)}")
         return cls(**{"model": model, **presets[model], **overrides})
@@ -299,6 +299,12 @@ def main(argv: list[str] | None = None) -> int:
             alternate(cfg, rank, args.alternate, args.warmup, args.steps, args.times)
             dist.barrier()
             return 0
+        if args.profile and dist.get_world_size() > 1:
+            from .overlap import measure_overlap, save_overlap
+
+            result = measure_overlap()  # every rank takes part
+            if rank == 0:
+                save_overlap(args.profile, result)
         times = train(cfg, args.profile, rank)
         dist.barrier()  # no rank tears the group down while a peer's last collective is in flight
     finally:

@@ -15,6 +15,9 @@ How it searches:
   late is split (so part of it starts earlier); one on the path behind a busy channel is merged
   (fewer per-collective costs) or compressed; the rest are random boundary moves, codec, partition
   and recomputation changes;
+- on CPU jobs, compute beside in-flight collectives runs slower (``passes.overlap``, with the slowdown
+  the profile measured on the job's ranks): each candidate is replayed once to see its overlap and
+  once charged for it;
 - each candidate only changes slot durations of one graph, so replay is incremental
   (``IncrementalReplayer``), and ranks that are structurally identical are simulated once
   (``graph.symmetry``, averaged); the baseline and the best few are then replayed on the full graph,
@@ -37,6 +40,7 @@ import numpy as np
 
 from ..analysis import job_iteration_us
 from ..analysis.critical_path import critical_path
+from ..collect.overlap import load_overlap
 from ..collect.strategy import Bucket, Compression, Prediction, Strategy
 from ..costmodel.codecs import CodecCosts, powersgd_split
 from ..errors import DagprofError
@@ -47,6 +51,7 @@ from ..passes.bucket_plan import BucketSlots, Plan
 from ..passes.comm import current_topology, graph_world_size, set_topology
 from ..passes.compression import Codec
 from ..passes.gradients import GradientOrder, gradient_order
+from ..passes.overlap import disturbed, slowed_nodes, undisturbed
 from ..passes.recompute import RecomputeSlots, Segment, segments
 from ..replay import ReplayResult, replay
 from ..replay.numba_engine import load_kernels
@@ -96,6 +101,7 @@ class Options:
     max_candidates: int = 20_000
     patience: int = 400
     symmetry: bool = True
+    overlap_slowdown: float | None = None  # compute slowdown per unit of overlap with collectives (None: as measured for the run, else 0)
     progress: Callable[[Progress], None] | None = None
 
 
@@ -118,6 +124,8 @@ class SearchResult:
     world_size: int
     seeds: list[Scored]
     notes: list[str]
+    layer_names: list[str]  # the graph's layers (module paths), to name bucket boundaries
+    overlap_slowdown: float = 0.0  # what the model charged compute per unit of overlap with collectives
     memory_reason: str | None = None  # why no strategy fits the memory budget
 
     @property
@@ -148,8 +156,6 @@ class SearchResult:
         return Strategy(model, self.world_size, buckets, comp, c.parts, c.accumulate,
                         tuple(self.segments[i].module for i in sorted(c.recompute)), c.bucket_view, pred, tuple(self.notes))
 
-    layer_names: list[str] = field(default_factory=list)
-
     def describe(self, s: Scored) -> dict:
         c = s.candidate
         return {"buckets": len(c.ends), "bucket_mb": [round(float(x) / 2**20, 3) for x in self.order.bucket_bytes(c.ends)],
@@ -174,40 +180,54 @@ def _layer_names(o: GradientOrder, a: int, z: int, names: list[str]) -> tuple[st
 
 
 class _Template:
-    """One graph structure (micro-batch count) with its slots and an incremental replayer."""
+    """One graph structure (micro-batch count) with its slots and an incremental replayer.
+
+    With an overlap slowdown, compute durations are kept undisturbed (the profiled overlap's share
+    taken out once) and each candidate is replayed twice: once to see its overlap, once charged for it.
+    """
 
     def __init__(self, g: Graph, order: GradientOrder, costs: CodecCosts | None, accumulate: int, recompute: bool,
-                 cand_segments: list[Segment]):
+                 cand_segments: list[Segment], slowdown: float = 0.0):
         self.k = accumulate
+        self.slowdown = slowdown
         g = accumulate_gradients(g, accumulate)
         self.rslots = RecomputeSlots(g, cand_segments) if recompute else None
         self.bslots = BucketSlots(self.rslots.graph if self.rslots else g, order, costs)
         self.graph = self.bslots.graph
-        self.rec_ids = [self.bslots.remap[n] for n in self.rslots.nodes] if self.rslots else []
+        self.rec_ids = np.concatenate([self.bslots.remap[n] for n in self.rslots.nodes]) if self.rslots and self.rslots.nodes else None  # ids in our graph
         self.slot_of_comm = {int(v): i for i in range(self.bslots.comm.shape[1]) for v in self.bslots.comm[:, i]}
         self.replayer: IncrementalReplayer | None = None
+        self.slowed = slowed_nodes(self.graph)
+        self.base_dur = self.graph.dur
+        if slowdown > 0:  # undisturbed durations: the profiled layout's own overlap taken out
+            profiled = self._columns(Candidate(order.profiled_ends), self.graph.dur)
+            self.base_dur = undisturbed(profiled, replay(profiled), slowdown)
 
-    def realize(self, c: Candidate) -> tuple[Graph, np.ndarray]:
-        ids, dur, gap, nb = self.bslots.columns(c.plan)
-        g = self.replayer.graph if self.replayer is not None else self.graph
-        d, gp, n = g.dur.copy(), g.gap.copy(), g.nbytes.copy()
-        d[ids], gp[ids], n[ids] = dur, gap, nb
-        if self.rslots is not None:
-            rids, rdur = self.rslots.columns(c.recompute)
-            rids = np.concatenate(self.rec_ids) if self.rec_ids else rids
-            d[rids] = rdur
-            ids = np.concatenate([ids, rids])
-        changed = ids[(d[ids] != g.dur[ids]) | (gp[ids] != g.gap[ids])]
-        return g.replace(dur=d, gap=gp, nbytes=n), changed
+    def _columns(self, c: Candidate, dur: np.ndarray) -> Graph:
+        ids, sdur, gap, nb = self.bslots.columns(c.plan)
+        d, gp, n = dur.copy(), self.graph.gap.copy(), self.graph.nbytes.copy()
+        d[ids], gp[ids], n[ids] = sdur, gap, nb
+        if self.rec_ids is not None:
+            d[self.rec_ids] = self.rslots.columns(c.recompute)[1]
+        return self.graph.replace(dur=d, gap=gp, nbytes=n)
 
-    def replay(self, c: Candidate) -> tuple[Graph, ReplayResult]:
-        new, changed = self.realize(c)
+    def _run(self, g: Graph) -> ReplayResult:
         if self.replayer is None:
             if load_kernels() is None:  # no numba: full replays
-                return new, replay(new)
-            self.replayer = IncrementalReplayer(new)
-            return new, self.replayer.result
-        return new, self.replayer.update(new, changed, copy=False)
+                return replay(g)
+            self.replayer = IncrementalReplayer(g)
+            return self.replayer.result
+        old = self.replayer.graph
+        changed = np.flatnonzero((g.dur != old.dur) | (g.gap != old.gap))
+        return self.replayer.update(g, changed, copy=False)
+
+    def replay(self, c: Candidate) -> tuple[Graph, ReplayResult]:
+        g = self._columns(c, self.base_dur)
+        res = self._run(g)
+        if self.slowdown > 0:
+            g = g.replace(dur=disturbed(g, g.dur, res, self.slowdown))
+            res = self._run(g)
+        return g, res
 
 
 class _Evaluator:
@@ -223,7 +243,7 @@ class _Evaluator:
 
     def template(self, k: int) -> _Template:
         if k not in self.templates:
-            self.templates[k] = _Template(self.g, self.order, self.costs, k, self.recompute, self.segments)
+            self.templates[k] = _Template(self.g, self.order, self.costs, k, self.recompute, self.segments, self.opts.overlap_slowdown or 0.0)
         return self.templates[k]
 
     def score(self, c: Candidate, keep: bool = False) -> tuple[Scored, tuple[Graph, ReplayResult] | None]:
@@ -265,6 +285,9 @@ def search(g: Graph, order: GradientOrder, opts: Options = Options(), costs: Cod
     if opts.memory_budget is not None:
         memory = MemoryModel.from_profile(g, order, layer_saved_bytes or {}, opts.optimizer_state)
         cand_segments = segments(g)
+    if opts.overlap_slowdown:
+        notes.append(f"compute beside in-flight collectives modelled {opts.overlap_slowdown:.2f}x slower per unit of overlap "
+                     "(measured on the job's ranks)")
     symmetric, folded_note = _fold(g, opts)
     if folded_note:
         notes.append(folded_note)
@@ -336,10 +359,8 @@ def search(g: Graph, order: GradientOrder, opts: Options = Options(), costs: Cod
     report(best_full.iter_us, base_full.iter_us)
     seeds_out = sorted({s.candidate: s for s in scored if s.candidate.codec.name == "none" and s.candidate.accumulate == 1}.values(),
                        key=lambda s: len(s.candidate.ends))
-    res = SearchResult(base_full, best_full, order, cand_segments, ev.replayed + (full.replayed if full is not ev else 0),
-                       time.perf_counter() - t0, graph_world_size(g), seeds_out, notes, reason)
-    res.layer_names = list(g.layers)
-    return res
+    return SearchResult(base_full, best_full, order, cand_segments, ev.replayed + (full.replayed if full is not ev else 0),
+                        time.perf_counter() - t0, graph_world_size(g), seeds_out, notes, list(g.layers), opts.overlap_slowdown or 0.0, reason)
 
 
 def _complexity(c: Candidate) -> tuple:
@@ -484,7 +505,14 @@ def search_run(run: Run, g: Graph, opts: Options = Options(), costs_file: str | 
     layouts = meta.get("bucket_layouts") or []
     order = gradient_order(g, layouts[-1] if layouts else [])
     costs = _codec_costs(order, opts, costs_file) if opts.allow_lossy else None
+    if opts.overlap_slowdown is None:
+        opts = replace(opts, overlap_slowdown=_slowdown_of(run))
     return search(g, order, opts, costs, meta.get("layer_saved_bytes"))
+
+
+def _slowdown_of(run: Run) -> float:
+    """The compute slowdown measured beside collectives for this run (``collect.overlap``), else 0."""
+    return (load_overlap(run.source) if run.source and os.path.isdir(run.source) else None) or 0.0
 
 
 def _codec_costs(order: GradientOrder, opts: Options, path: str | None) -> CodecCosts:
@@ -504,7 +532,7 @@ def _codec_costs(order: GradientOrder, opts: Options, path: str | None) -> Codec
     return costs
 
 
-def predict_run(run: Run, g: Graph, strategy: Strategy, costs_file: str | None = None) -> tuple[float, float]:
+def predict_run(run: Run, g: Graph, strategy: Strategy, costs_file: str | None = None, slowdown: float | None = None) -> tuple[float, float]:
     """(profiled setup, ``strategy``) predicted ms per micro-batch on this run: how a strategy found on one
     profile is priced on another (a later profile of the same job, e.g. each verification round's)."""
     meta = run.ranks[0].meta
@@ -514,7 +542,8 @@ def predict_run(run: Run, g: Graph, strategy: Strategy, costs_file: str | None =
     codec = Codec(c.codec, c.rank)
     costs = _codec_costs(order, Options(allow_lossy=True, powersgd_ranks=(c.rank,) if c.codec == "powersgd" else ()), costs_file) if c.lossy else None
     segs = segments(g) if strategy.recompute else []
-    ev = _Evaluator(g, order, costs, Options(), segs, None, recompute=bool(strategy.recompute))
+    slowdown = _slowdown_of(run) if slowdown is None else slowdown
+    ev = _Evaluator(g, order, costs, Options(overlap_slowdown=slowdown), segs, None, recompute=bool(strategy.recompute))
     index = {p: i for i, p in enumerate(order.params)}
     if strategy.buckets is None:
         ends = order.profiled_ends
