@@ -82,6 +82,6 @@ def check_strategy(cmd: list[str], found: Found, out_dir: str, rounds: int = 3, 
     per_round = []
     for run_dir in v.baseline_runs:
         p = open_run(run_dir)
-        base, strat = predict_run(p.run, p.graph, found.strategy, os.path.join(out_dir, CODEC_COSTS_FILE), found.search.overlap_slowdown)
+        base, strat = predict_run(p.run, p.graph, found.strategy, os.path.join(out_dir, CODEC_COSTS_FILE), found.profile.run)
         per_round.append(base / strat)
     return Checked(v, found.search.speedup, per_round)

@@ -46,7 +46,10 @@ def measure_codec_costs(params: list[tuple[str, tuple[int, ...]]], ranks: tuple[
             powersgd[r] = per
     finally:
         torch.set_num_threads(threads)
-    return CodecCosts(enc, dec, powersgd, copy, machine=f"{platform.node()} {platform.processor() or platform.machine()}")
+    from .overlap import reference_op_us
+
+    return CodecCosts(enc, dec, powersgd, copy, machine=f"{platform.node()} {platform.processor() or platform.machine()}",
+                      reference_op_us=reference_op_us())
 
 
 def _powersgd(shape: tuple[int, ...], rank: int, repeats: int) -> PowerSGDCost:

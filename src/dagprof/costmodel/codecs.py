@@ -33,6 +33,13 @@ class CodecCosts:
     powersgd: dict[int, dict[str, PowerSGDCost]] = field(default_factory=dict)  # rank -> parameter -> cost
     copy_us_per_byte: float = 0.0  # a plain memory copy (PowerSGD's clone, cat and error update)
     machine: str = ""
+    reference_op_us: float = 0.0  # collect.overlap's reference op timed beside these costs (0: not timed)
+
+    def scaled(self, factor: float) -> "CodecCosts":
+        """Every cost ``factor`` times as large (costs from an idle core, used inside a busier job)."""
+        return CodecCosts({k: v * factor for k, v in self.encode_us_per_byte.items()}, {k: v * factor for k, v in self.decode_us_per_byte.items()},
+                          {r: {p: PowerSGDCost(c.encode_us * factor, c.middle_us * factor, c.decode_us * factor) for p, c in per.items()}
+                           for r, per in self.powersgd.items()}, self.copy_us_per_byte * factor, self.machine, self.reference_op_us * factor)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -46,7 +53,7 @@ class CodecCosts:
         try:
             return cls(dict(d["encode_us_per_byte"]), dict(d["decode_us_per_byte"]),
                        {int(r): {p: PowerSGDCost(**c) for p, c in per.items()} for r, per in d.get("powersgd", {}).items()},
-                       float(d.get("copy_us_per_byte", 0.0)), str(d.get("machine", "")))
+                       float(d.get("copy_us_per_byte", 0.0)), str(d.get("machine", "")), float(d.get("reference_op_us", 0.0)))
         except (KeyError, TypeError, ValueError) as err:
             raise DagprofError(f"malformed codec-cost file: {err}", path) from None
 

@@ -482,18 +482,26 @@ def _fit_memory(memory: MemoryModel | None, opts: Options, cand_segments: list[S
         chosen.append(i)
         if memory.peak([cand_segments[j] for j in chosen], Codec(), True, largest).total <= budget:
             return frozenset(chosen), True, None
+    levels = [[i for i, sg in enumerate(cand_segments) if sg.module.count(".") == d] for d in sorted({sg.module.count(".") for sg in cand_segments})]
+    fitting = [lv for lv in levels if memory.peak([cand_segments[i] for i in lv], Codec(), True, largest).total <= budget]
+    if fitting:  # a whole nesting level fits where the greedy pick did not: the cheapest to recompute
+        return frozenset(min(fitting, key=lambda lv: sum(cost[i] for i in lv))), True, None
     least = _least_memory(memory, cand_segments, largest)
     fixed = memory.grad_bytes * (2 + memory.optimizer_state)
     mb = lambda x: f"{x / 2**20:.0f} MB"  # noqa: E731
     reason = (f"no strategy fits {mb(budget)} per rank: the least dagprof can reach is {mb(least)} (parameters, gradients and optimizer "
-              f"state {mb(fixed)}, activations {mb(least - fixed)} with every module recomputed and gradients as bucket views)")
+              f"state {mb(fixed)}, activations {mb(least - fixed)} with modules recomputed and gradients as bucket views)")
     return frozenset(chosen), True, reason
 
 
 def _least_memory(memory: MemoryModel, cand_segments: list[Segment], largest: float) -> float:
-    """Peak with the outermost modules recomputed (each frees what it saves beyond its input)."""
-    outer = [s for s in cand_segments if not any(o.contains(s) for o in cand_segments if o is not s)]
-    return memory.peak(outer, Codec(), True, largest).total
+    """The lowest peak over recomputing all modules of one nesting depth (they never contain each other):
+    outer modules free more but rematerialise more during their own backward, inner ones the reverse."""
+    best = memory.peak([], Codec(), True, largest).total
+    for depth in sorted({s.module.count(".") for s in cand_segments}):
+        level = [s for s in cand_segments if s.module.count(".") == depth]
+        best = min(best, memory.peak(level, Codec(), True, largest).total)
+    return best
 
 
 def search_run(run: Run, g: Graph, opts: Options = Options(), costs_file: str | None = None) -> SearchResult:
@@ -504,15 +512,28 @@ def search_run(run: Run, g: Graph, opts: Options = Options(), costs_file: str | 
     meta = run.ranks[0].meta
     layouts = meta.get("bucket_layouts") or []
     order = gradient_order(g, layouts[-1] if layouts else [])
-    costs = _codec_costs(order, opts, costs_file) if opts.allow_lossy else None
+    costs = _in_job(_codec_costs(order, opts, costs_file), run) if opts.allow_lossy else None
     if opts.overlap_slowdown is None:
         opts = replace(opts, overlap_slowdown=_slowdown_of(run))
     return search(g, order, opts, costs, meta.get("layer_saved_bytes"))
 
 
+def _measured(run: Run) -> dict:
+    return (load_overlap(run.source) if run.source and os.path.isdir(run.source) else None) or {}
+
+
 def _slowdown_of(run: Run) -> float:
     """The compute slowdown measured beside collectives for this run (``collect.overlap``), else 0."""
-    return (load_overlap(run.source) if run.source and os.path.isdir(run.source) else None) or 0.0
+    return float(_measured(run).get("slowdown", 0.0))
+
+
+def _in_job(costs: CodecCosts | None, run: Run) -> CodecCosts | None:
+    """Codec costs as they run inside the job: scaled by how much slower the job's busy cores ran the
+    reference op than the idle core that measured the codecs (never faster)."""
+    job = _measured(run).get("matmul_us")
+    if costs is None or not job or not costs.reference_op_us:
+        return costs
+    return costs.scaled(max(1.0, float(job) / costs.reference_op_us))
 
 
 def _codec_costs(order: GradientOrder, opts: Options, path: str | None) -> CodecCosts:
@@ -532,18 +553,20 @@ def _codec_costs(order: GradientOrder, opts: Options, path: str | None) -> Codec
     return costs
 
 
-def predict_run(run: Run, g: Graph, strategy: Strategy, costs_file: str | None = None, slowdown: float | None = None) -> tuple[float, float]:
+def predict_run(run: Run, g: Graph, strategy: Strategy, costs_file: str | None = None, measured_in: Run | None = None) -> tuple[float, float]:
     """(profiled setup, ``strategy``) predicted ms per micro-batch on this run: how a strategy found on one
-    profile is priced on another (a later profile of the same job, e.g. each verification round's)."""
+    profile is priced on another (a later profile of the same job, e.g. each verification round's).
+    ``measured_in``: the run whose overlap measurements (slowdown, codec yardstick) apply, default ``run``."""
+    like = measured_in or run
     meta = run.ranks[0].meta
     layouts = meta.get("bucket_layouts") or []
     order = gradient_order(g, layouts[-1] if layouts else [])
     c = strategy.compression
     codec = Codec(c.codec, c.rank)
     costs = _codec_costs(order, Options(allow_lossy=True, powersgd_ranks=(c.rank,) if c.codec == "powersgd" else ()), costs_file) if c.lossy else None
+    costs = _in_job(costs, like)
     segs = segments(g) if strategy.recompute else []
-    slowdown = _slowdown_of(run) if slowdown is None else slowdown
-    ev = _Evaluator(g, order, costs, Options(overlap_slowdown=slowdown), segs, None, recompute=bool(strategy.recompute))
+    ev = _Evaluator(g, order, costs, Options(overlap_slowdown=_slowdown_of(like)), segs, None, recompute=bool(strategy.recompute))
     index = {p: i for i, p in enumerate(order.params)}
     if strategy.buckets is None:
         ends = order.profiled_ends
