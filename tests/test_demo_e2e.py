@@ -7,7 +7,7 @@ from dagprof.cli.main import main
 
 def test_demo_end_to_end(capsys, tmp_path):
     out_dir = tmp_path / "demo"
-    code = main(["demo", "--no-verify", "--loopback", "--budget", "3", "--json", "-o", str(out_dir)])  # the real demo model, ~30 s
+    code = main(["demo", "--no-verify", "--loopback", "--lossless", "--budget", "3", "--json", "-o", str(out_dir)])  # the real demo model, ~30 s
     out = capsys.readouterr().out
     assert code == 0, out
     r = json.loads(out)

@@ -43,7 +43,7 @@ class DemoSettings:
     verify_steps: int = 5  # timed steps per phase (after 3 warm-up steps), phases alternate inside one job
     rounds: int = 3
     budget_s: float = 10.0
-    allow_lossy: bool = False
+    allow_lossy: bool = True  # the demo trains on synthetic data; a real job opts in (optimize --allow-lossy)
     small: bool = False  # a tiny model (tests)
     model: str = "cnn"
 
@@ -68,7 +68,7 @@ def run_demo(s: DemoSettings, say: Callable[[str], None] = lambda m: print(m, fi
         prof = open_run(run_dir)
         say("[3/5] what-ifs from the one profile")
         whatifs = _whatifs(prof)
-        say(f"[4/5] searching a strategy by replay ({s.budget_s:g} s budget{', lossy compression allowed' if s.allow_lossy else ''})")
+        say(f"[4/5] searching a strategy by replay ({s.budget_s:g} s budget{', gradient compression allowed (synthetic data; --lossless to forbid it)' if s.allow_lossy else ''})")
         found = find_strategy(run_dir, Options(budget_s=s.budget_s, allow_lossy=s.allow_lossy), out)
         checked = None
         if s.verify and not found.search.worth_applying:

@@ -15,7 +15,8 @@ def add_arguments(p) -> None:
     p.add_argument("--ranks", type=int, default=2, help="DDP ranks to start (default 2)")
     p.add_argument("--link", default="200Mbit", help="as root: the emulated link between the ranks (default 200Mbit)")
     p.add_argument("--loopback", action="store_true", help="no emulated cluster even as root: ranks on loopback")
-    p.add_argument("--allow-lossy", action="store_true", help="let the search compress gradients (fp16, bf16, PowerSGD)")
+    p.add_argument("--lossless", action="store_true",
+                   help="search without gradient compression (by default the demo's synthetic job allows fp16, bf16, PowerSGD)")
     p.add_argument("--budget", type=float, default=10.0, metavar="SECONDS", help="search time budget (default 10)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved verification rounds (default 3)")
     p.add_argument("--no-verify", action="store_true", help="do not apply the strategy to the real job")
@@ -31,7 +32,7 @@ def run(args) -> dict:
 
     parse_bandwidth(args.link)  # a bad --link fails now, not after the profile
     return run_demo(DemoSettings(out_dir=args.out, world_size=args.ranks, link=None if args.loopback else args.link,
-                                 verify=not args.no_verify, small=args.small, allow_lossy=args.allow_lossy, budget_s=args.budget,
+                                 verify=not args.no_verify, small=args.small, allow_lossy=not args.lossless, budget_s=args.budget,
                                  rounds=args.rounds))
 
 
