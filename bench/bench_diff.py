@@ -2,8 +2,8 @@
 
 Pairs, each a baseline and the same job with one known change, recorded in interleaved rounds
 (every round records every run once, so drifting machine load hits all of them):
-- demo: the full demo model with DDP's default 25 MB buckets against the bucket size the search
-  picks on the first round's profile (``--demo-cap`` when it keeps the profiled layout);
+- demo: the full demo model with DDP's default 25 MB buckets against the (lossless) strategy
+  ``dagprof optimize`` finds on the first round's profile, applied with ``dagprof.apply``;
 - slow layer: the tiny model, one layer's forward sleeping ``--slow-ms`` per step on every rank;
 - straggler: the same sleep on rank 1 only;
 - buckets: the tiny model with one 25 MB bucket instead of several;
@@ -26,8 +26,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from diff_workload import Variant, record  # noqa: E402
 
 from dagprof.analysis.diff import ProfileDiff, diff_profiles  # noqa: E402
+from dagprof.closeloop import find_strategy  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
-from dagprof.search import search_bucket_sizes  # noqa: E402
+from dagprof.search.optimize import Options  # noqa: E402
 
 LAYER = "layers.1.conv2"
 DEMO = dict(small=False, steps=16, profile_steps=(6, 14))
@@ -56,7 +57,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--slow-ms", type=float, default=50.0)
-    p.add_argument("--demo-cap", type=float, default=2.0, help="bucket MB for the demo pair when the search predicts no gain")
+    p.add_argument("--budget", type=float, default=10.0, help="seconds for the demo pair's strategy search (default 10)")
     p.add_argument("--keep", help="record the runs here (default: a temporary folder)")
     p.add_argument("--from", dest="recorded", help="re-analyse the runs an earlier --keep recorded there (no training)")
     p.add_argument("--no-demo", action="store_true", help="skip the full-size demo pair (about a minute per round)")
@@ -80,7 +81,7 @@ def main() -> None:
     head = (f"{'pair':<11}{'rnd':>4}{'meas ms':>9}{'repl ms':>9}{'parts ms':>9}{'inter':>8}{'struct':>8}{'resid':>8}{'unexpl%':>8}"
             "  where (top part / layer or bucket / rank)")
     rows: dict[str, list[ProfileDiff]] = {k: [] for k in pairs}
-    demo_cap = None
+    demo_strategy = None
     for rnd in range(args.rounds):
         runs = {}
         for name, v in variants.items():
@@ -88,13 +89,12 @@ def main() -> None:
             if args.recorded:
                 runs[name] = open_run(folder)
                 continue
-            if v is None:  # the searched bucket size, from the first round's 25 MB profile
-                if demo_cap is None:
-                    s = search_bucket_sizes(runs["demo 25 MB"].graph)
-                    demo_cap = s.best.cap_mb if s.best.cap_mb is not None and s.predicted_gain_pct >= 1.0 else args.demo_cap
-                    print(f"demo: search picks {s.best.cap_mb or 'the profiled layout'} "
-                          f"({s.predicted_gain_pct:.1f} % predicted); B uses bucket_cap_mb={demo_cap:g}")
-                v = Variant(bucket_cap_mb=demo_cap, **DEMO)
+            if v is None:  # the searched strategy (lossless), from the first round's 25 MB profile
+                if demo_strategy is None:
+                    found = find_strategy(runs["demo 25 MB"].run.source, Options(budget_s=args.budget), os.path.join(root, "strategy"))
+                    demo_strategy = found.path
+                    print(f"demo: the search picks {found.search.strategy().summary()}; B applies it")
+                v = Variant(strategy=demo_strategy, **DEMO)
             runs[name] = open_run(record(v, folder))
         if rnd == 0:
             print(head)

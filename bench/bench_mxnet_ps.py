@@ -29,12 +29,8 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "testbed"))
-
-from netns import Cluster, available  # noqa: E402
-
-from dagprof.collect.mxnet_ps import launch  # noqa: E402
+from dagprof.collect.mxnet_ps import launch
+from dagprof.collect.netns import Cluster, available
 
 WORKERS = 2
 # tbf's bucket, in ms of traffic. A token bucket only stands for a wire while its timer fires on time:

@@ -10,6 +10,7 @@ its hooks around the call) includes it: the change is exactly "this layer, this 
 """
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import time
@@ -29,6 +30,7 @@ class Variant:
     profile_steps: tuple[int, int] = (2, 6)
     model: dict = field(default_factory=dict)  # DemoConfig overrides (width, blocks, ...)
     mlp: bool = False  # another training altogether: a small MLP instead of the demo CNN
+    strategy: str | None = None  # a strategy file (dagprof optimize), applied with dagprof.apply
 
 
 def _config(v: Variant):
@@ -37,7 +39,7 @@ def _config(v: Variant):
     base = DemoConfig.small() if v.small else DemoConfig()
     cap = base.bucket_cap_mb if v.bucket_cap_mb is None else v.bucket_cap_mb
     return DemoConfig(**{**asdict(base), "world_size": v.world_size, "steps": v.steps, "profile_steps": v.profile_steps,
-                         "bucket_cap_mb": cap, **v.model})
+                         "bucket_cap_mb": cap, "strategy": v.strategy, **v.model})
 
 
 def _slow(forward, seconds: float):
@@ -84,6 +86,11 @@ def _worker(rank: int, v: Variant, out_dir: str, port: int) -> None:
                 F.cross_entropy(ddp(x), y).backward()
                 opt.step()
                 prof.step()
+        # Gloo aborts the process (std::terminate) when a rank tears down its pairs while the
+        # reducer's work is still alive or a peer is still sending: drop DDP, then meet, then destroy.
+        del ddp, opt
+        gc.collect()
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

@@ -15,3 +15,19 @@ def small_ddp_run(tmp_path_factory) -> str:
     opts = {k: getattr(small, k) for k in ("width", "blocks", "image_size", "batch_size")}
     out = tmp_path_factory.mktemp("small-ddp-run")
     return run_demo_training(out, world_size=2, steps=8, profile_steps=(2, 6), bucket_cap_mb=0.01, **opts)
+
+
+@pytest.fixture(scope="session")
+def prof(small_ddp_run):
+    """``small_ddp_run`` opened (loaded, aligned, built, replayed) once for every test that searches or rewrites it."""
+    from dagprof.pipeline import open_run
+
+    return open_run(small_ddp_run)
+
+
+@pytest.fixture(scope="session")
+def order(prof):
+    """The gradient order (parameters in ready order, with sizes) of ``small_ddp_run``'s last bucket layout."""
+    from dagprof.passes.gradients import gradient_order
+
+    return gradient_order(prof.graph, prof.run.ranks[0].meta["bucket_layouts"][-1])

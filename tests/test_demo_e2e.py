@@ -7,7 +7,7 @@ from dagprof.cli.main import main
 
 def test_demo_end_to_end(capsys, tmp_path):
     out_dir = tmp_path / "demo"
-    code = main(["demo", "--no-verify", "--json", "-o", str(out_dir)])  # the real demo model, ~20 s
+    code = main(["demo", "--no-verify", "--loopback", "--lossless", "--budget", "3", "--json", "-o", str(out_dir)])  # the real demo model, ~30 s
     out = capsys.readouterr().out
     assert code == 0, out
     r = json.loads(out)
@@ -15,7 +15,9 @@ def test_demo_end_to_end(capsys, tmp_path):
     assert abs(r["error_pct"]) < 5  # issue 2: the demo's replay within 5 % of the measured iteration
     assert [b["rank"] for b in r["per_rank"]] == [0, 1]
     assert all(b["comm_ms"] > 0 for b in r["per_rank"])  # DDP all-reduces were seen and replayed
-    assert r["optimisation"]["candidates"]
+    assert r["optimisation"]["candidates_replayed"] > 0 and r["optimisation"]["summary"]
+    assert os.path.exists(r["files"]["strategy"])
+    assert r["cluster"] == "loopback" and "loopback" in r["notes"][0]
     html = open(r["files"]["report"]).read()
     assert "Critical path" in html and "Optimisation" in html
     assert os.path.exists(out_dir / "run" / "manifest.json")

@@ -33,10 +33,9 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+from dagprof.collect.netns import Cluster, available
 
-from netns import Cluster, available  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 RATES = {"unlimited": None, "1Gbit": 1e9, "200Mbit": 200e6}
 CAPS_MB = (1.0, 5.0, 25.0)

@@ -1,108 +1,119 @@
 """``dagprof demo``: the whole product on an embedded job, end to end, on this machine.
 
-A real multi-process gloo DDP training of a small CNN is profiled, its global graph replayed
-and explained, the bucket size searched by replay, the best layout applied to the real job and
-the gain measured, and everything written to one report.
+A real multi-process gloo DDP training of a small CNN (DDP's default buckets) is profiled, its
+global graph replayed and explained, what-ifs answered, a strategy searched by replay, applied to
+the real job and measured against the defaults in interleaved rounds, and everything written to
+one report. As root the ranks run in an emulated 2-host cluster (network namespaces joined by a
+``tc tbf`` link, 200 Mbit/s unless told otherwise), where communication matters as it does between
+real hosts; without root they talk over loopback, where it is a few percent of the step.
 """
 from __future__ import annotations
 
 import os
-import statistics
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable
 
+from .closeloop import Checked, Found, check_strategy, find_strategy
 from .costmodel import parse_bandwidth, preset
 from .pipeline import Profiled, open_run, write_outputs
 from .report.html import ReportInputs, html_table
 from .report.svg import speedup_chart
-from .search import BucketSearch, search_bucket_sizes
+from .search.optimize import Options
 from .search.whatif import Scenario, evaluate
 from .sgd import CommModel, Policy, predict
 from .traces.layerwise import layer_profile_from_run
-from .traces.steps import iteration_us
 
 WHATIF_BANDWIDTHS = ["10Gbit", "1Gbit", "100Mbit"]
 WHATIF_WORKERS = [8, 64, 4096]
 OUTLOOK_WORKERS = [1, 2, 4, 8, 16, 32, 64]
-MIN_GAIN_PCT = 2.0  # below this a predicted gain is within run-to-run noise: nothing worth applying
-VERIFY_ROUNDS = 3  # baseline and candidate alternate (A B A B A B) so drifting machine load hits both
 OUTLOOK_NET = "10gbe"
+LOOPBACK_NOTE = ("no root here, so the ranks talk over loopback, where the gradient all-reduce is a few percent of the step: "
+                 "there is little for any strategy to gain (run as root to emulate a 2-host cluster with a slow link)")
 
 
 @dataclass
 class DemoSettings:
     out_dir: str = "dagprof-demo"
     world_size: int = 2
-    steps: int = 16
-    profile_steps: tuple[int, int] = (6, 14)  # after DDP's bucket rebuild and warm-up
-    bucket_cap_mb: float = 25.0  # DDP's default: what most jobs run
-    verify: bool = True  # apply the best bucket size to the real job and measure it
-    verify_steps: int = 20
+    link: str | None = "200Mbit"  # emulated link between the ranks (root); None: loopback
+    steps: int = 14
+    profile_steps: tuple[int, int] = (5, 13)  # after DDP's bucket rebuild and warm-up
+    verify: bool = True  # apply the strategy to the real job and measure it
+    verify_steps: int = 5  # timed steps per phase (after 3 warm-up steps), phases alternate inside one job
+    rounds: int = 3
+    budget_s: float = 10.0
+    allow_lossy: bool = True  # the demo trains on synthetic data; a real job opts in (optimize --allow-lossy)
     small: bool = False  # a tiny model (tests)
+    model: str = "cnn"
 
 
 def run_demo(s: DemoSettings, say: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> dict:
-    from .collect.demo_train import DemoConfig, run_demo_training, spawn_demo
+    from .collect.netns import Cluster, available, python_module, run_ranks
 
-    base = DemoConfig.small() if s.small else DemoConfig()
-    run_dir = os.path.join(os.path.abspath(s.out_dir), "run")
-    say(f"[1/4] profiling a real {s.world_size}-rank gloo DDP training (steps {s.profile_steps[0]}..{s.profile_steps[1] - 1} of {s.steps}) -> {run_dir}")
-    run_demo_training(run_dir, world_size=s.world_size, steps=s.steps, profile_steps=s.profile_steps, bucket_cap_mb=s.bucket_cap_mb,
-                      **_model_options(base))
-    say("[2/4] building the global graph and replaying it")
-    prof = open_run(run_dir)
-    say("[3/4] what-ifs and a bucket-size search, by replay")
-    whatifs = _whatifs(prof)
-    search = search_bucket_sizes(prof.graph)
-    best = search.best.cap_mb
-    worth = best is not None and best != s.bucket_cap_mb and search.predicted_gain_pct >= MIN_GAIN_PCT
-    applied = None
-    if s.verify and not worth:
-        say(f"[4/4] no bucket size is predicted more than {MIN_GAIN_PCT:g} % faster than the profiled one: nothing to apply")
-    elif s.verify:
-        say(f"[4/4] applying bucket_cap_mb={best:g} to the real job, measured against {s.bucket_cap_mb:g} in alternating runs")
-        applied = _apply(DemoConfig(**{**_model_options(base, full=True), "world_size": s.world_size, "steps": s.verify_steps, "profile_steps": None}),
-                         s.bucket_cap_mb, best, search.predicted_gain_pct, spawn_demo)
+    out = os.path.abspath(s.out_dir)
+    run_dir = os.path.join(out, "run")
+    why = available() if s.link else "no link asked for"
+    where = f"an emulated {s.world_size}-host cluster, {s.link} link (network namespaces, tc tbf)" if why is None else "loopback"
+    rate = parse_bandwidth(s.link) * 8 if why is None else None
+    train = python_module("dagprof.collect.demo_train", "--model", s.model, *(["--small"] if s.small else []))
+    with Cluster(s.world_size, tag=f"dpd{os.getpid() % 100000}") if why is None else _Loopback() as cluster:
+        if rate:
+            cluster.set_rate(rate)
+        ranks_on = cluster if why is None else None
+        say(f"[1/5] profiling a real {s.world_size}-rank gloo DDP training with DDP's default buckets on {where} -> {run_dir}")
+        run_ranks(train + ["--steps", str(s.steps), "--profile", run_dir, "--profile-steps", f"{s.profile_steps[0]}:{s.profile_steps[1]}"],
+                  s.world_size, os.path.join(out, "logs", "profile"), cluster=ranks_on)
+        say("[2/5] building the global graph and replaying it")
+        prof = open_run(run_dir)
+        say("[3/5] what-ifs from the one profile")
+        whatifs = _whatifs(prof)
+        lossy = ", gradient compression allowed (synthetic data; --lossless to forbid it)" if s.allow_lossy else ""
+        say(f"[4/5] searching a strategy by replay ({s.budget_s:g} s budget{lossy})")
+        found = find_strategy(run_dir, Options(budget_s=s.budget_s, allow_lossy=s.allow_lossy), out)
+        checked = None
+        if s.verify and not found.search.worth_applying:
+            say(f"[5/5] nothing to apply: {found.search.gain_pct:.1f} % predicted is within run-to-run noise")
+        elif s.verify:
+            say(f"[5/5] applying it to the real job, measured against DDP's defaults in {s.rounds} interleaved rounds")
+            checked = check_strategy(train + ["--steps", str(s.verify_steps)], found, out, s.rounds, s.world_size, ranks_on,
+                                     say=lambda m: say("  " + m.strip()), in_process=True)
     outlook = _scaling_outlook(prof)
-    files = write_outputs(prof, s.out_dir, _report(prof, search, applied, outlook, whatifs))
-    return _summary(prof, search, applied, files, run_dir) | {"whatifs": whatifs, "scaling_outlook": outlook}
+    notes = [] if why is None else [LOOPBACK_NOTE]
+    files = write_outputs(prof, out, _report(prof, found, checked, outlook, whatifs, where, notes))
+    return _summary(prof, found, checked, files, run_dir) | {"whatifs": whatifs, "scaling_outlook": outlook, "cluster": where, "notes": notes}
 
 
-def _apply(cfg, baseline_mb: float, best_mb: float, predicted_pct: float, spawn) -> dict:
-    """Unprofiled runs of the real job, baseline and candidate alternating, compared by median step time."""
-    times: dict[float, list[float]] = {baseline_mb: [], best_mb: []}
-    for _ in range(VERIFY_ROUNDS):
-        for cap in times:
-            times[cap].append(_iteration_ms(spawn(replace(cfg, bucket_cap_mb=cap))))
-    before, after = statistics.median(times[baseline_mb]), statistics.median(times[best_mb])
-    gain = 100.0 * (before - after) / before
-    return {"bucket_cap_mb": best_mb, "baseline_bucket_cap_mb": baseline_mb, "measured_before_ms": before, "measured_after_ms": after,
-            "measured_gain_pct": gain, "before_runs_ms": times[baseline_mb], "after_runs_ms": times[best_mb],
-            "confirmed": gain >= predicted_pct / 2}
+class _Loopback:
+    """Stands in for an emulated cluster: ranks on this host's loopback."""
+
+    def __enter__(self) -> "_Loopback":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
-def _model_options(cfg, full: bool = False) -> dict:
-    keys = ["batch_size", "image_size", "width", "blocks"] + (["seed"] if full else [])
-    return {k: getattr(cfg, k) for k in keys}
+def _optimisation(found: Found, checked: Checked | None) -> dict:
+    res = found.search
+    b, best = res.describe(res.baseline), res.describe(res.best)
+    rows = [["DDP defaults (profiled)", b["buckets"], b["codec"], b["predicted_iter_ms"], checked.to_dict()["measured_baseline_ms"] if checked else ""],
+            ["strategy found", best["buckets"], best["codec"], best["predicted_iter_ms"], checked.to_dict()["measured_strategy_ms"] if checked else ""]]
+    summary = f"Strategy by replay ({res.replayed} candidates): {found.strategy.summary()}."
+    if checked:
+        summary += " " + verdict(checked)
+    return {"table_columns": ["setup", "buckets", "codec", "predicted ms", "measured ms (median of rounds)"], "table": rows, "summary": summary}
 
 
-def _iteration_ms(per_rank: list[list[float]]) -> float:
-    """The slowest rank's iteration time (``traces.steps.iteration_us``) after a third of warm-up steps."""
-    steps = min(len(t) for t in per_rank)
-    return 1e3 * max(iteration_us(t[steps // 3:steps]) for t in per_rank)
-
-
-def _optimisation(search: BucketSearch, applied: dict | None) -> dict:
-    rows = [["profiled layout", search.current.buckets_per_step, search.current.predicted_iter_us / 1e3]]
-    rows += [[f"{c.cap_mb:g} MB", c.buckets_per_step, c.predicted_iter_us / 1e3] for c in search.candidates]
-    best = search.best
-    summary = (f"Best bucket size by replay: {'the profiled layout' if best.cap_mb is None else f'{best.cap_mb:g} MB'}, "
-               f"predicted {search.predicted_gain_pct:.1f} % faster than the profiled layout.")
-    if applied:
-        summary += (f" Applied to the real job: {applied['measured_before_ms']:.1f} ms -> {applied['measured_after_ms']:.1f} ms per iteration "
-                    f"({applied['measured_gain_pct']:+.1f} % measured): {verdict(applied)}")
-    return {"table_columns": ["bucket size", "buckets per step", "predicted iteration ms"], "table": rows, "summary": summary}
+def verdict(checked: Checked) -> str:
+    """The measured gain against the prediction, in words."""
+    d = checked.to_dict()
+    text = (f"Applied to the real job: {d['measured_baseline_ms']:.1f} ms -> {d['measured_strategy_ms']:.1f} ms per step, "
+            f"measured speed-up {d['measured_speedup']:.2f}x (rounds {d['spread'][0]:.2f}-{d['spread'][1]:.2f}x), predicted {d['predicted_speedup']:.2f}x: ")
+    if checked.confirmed:
+        return text + "the gain is confirmed."
+    return text + ("NOT confirmed: some round measured no gain, or less than half the predicted one (this machine's load drifts; "
+                   "profile the new setting to see which part departed from the model).")
 
 
 def _scaling_outlook(prof: Profiled) -> dict:
@@ -131,23 +142,18 @@ def _whatifs(prof: Profiled) -> list[dict]:
     return [{k: r[k] for k in keep} for r in rows]
 
 
-def verdict(applied: dict) -> str:
-    """Whether the measured gain bears out the prediction, in words."""
-    if applied["confirmed"]:
-        return "the gain is confirmed."
-    return ("NOT confirmed: on a CPU-only job gloo's transfers compete with backward for the same cores, which the replay "
-            "does not model, and run-to-run noise here is several percent; profile the new setting to check.")
-
-
-def _report(prof: Profiled, search: BucketSearch, applied: dict | None, outlook: dict, whatifs: list[dict]) -> ReportInputs:
-    inp = ReportInputs(prof.analysis, prof.findings, title="dagprof demo: 2-rank gloo DDP on this CPU", whatifs=whatifs)
-    inp.optimisation = _optimisation(search, applied)
+def _report(prof: Profiled, found: Found, checked: Checked | None, outlook: dict, whatifs: list[dict], where: str, notes: list[str]) -> ReportInputs:
+    inp = ReportInputs(prof.analysis, prof.findings, title=f"dagprof demo: {prof.graph.world_size}-rank gloo DDP on {where}", whatifs=whatifs)
+    inp.optimisation = _optimisation(found, checked)
     inp.sections.append(("Scaling outlook (S-SGD DAG model)", _outlook_html(outlook)))
     inp.links["profiled run folder"] = "run"
+    inp.links["strategy (dagprof.apply)"] = os.path.basename(found.path)
+    if notes:
+        inp.optimisation["summary"] += " " + " ".join(notes[:1]).capitalize() + "."
     return inp
 
 
-def _summary(prof: Profiled, search: BucketSearch, applied: dict | None, files: dict, run_dir: str) -> dict:
+def _summary(prof: Profiled, found: Found, checked: Checked | None, files: dict, run_dir: str) -> dict:
     a = prof.analysis.to_dict()
     return {
         "measured_iter_ms": a["measured_iter_ms"],
@@ -157,6 +163,6 @@ def _summary(prof: Profiled, search: BucketSearch, applied: dict | None, files: 
         "critical_path_per_iter": a["critical_path_per_iter"],
         "findings": [f.to_dict() for f in prof.findings],
         "warnings": prof.warnings,
-        "optimisation": search.to_dict() | {"applied": applied},
-        "files": files | {"run": run_dir},
+        "optimisation": found.search.to_dict() | {"strategy_file": found.path, "applied": checked.to_dict() if checked else None},
+        "files": files | {"run": run_dir, "strategy": found.path},
     }

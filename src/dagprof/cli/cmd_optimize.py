@@ -1,34 +1,152 @@
+"""``dagprof optimize RUN [--verify -- CMD]``: search a strategy by replay, write it, and measure it on the real job."""
 from __future__ import annotations
 
-from ..pipeline import open_run
-from ..search import search_bucket_sizes
-from ..search.buckets import DEFAULT_CAPS_MB
-from .common import add_run_arguments, comma_list, positive_number
+import argparse
+import sys
 
-HELP = "search DDP bucket sizes (tensor fusion) by replay and recommend the fastest"
+from ..errors import DagprofError
+from ..progress import bar, shown
+from .common import add_out_argument, add_run_arguments, comma_list, out_dir, positive_int
+
+HELP = "search bucket layout, compression, partition, recomputation by replay; write a strategy; --verify measures it"
 
 
-def add_arguments(p) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     add_run_arguments(p)
-    p.add_argument("--bucket-mb", type=comma_list(positive_number), default=list(DEFAULT_CAPS_MB), help="candidate bucket sizes in MB, comma separated")
+    add_out_argument(p, "strategy.json and verification logs")
+    p.add_argument("--budget", type=float, default=30.0, metavar="SECONDS", help="search time budget (default 30)")
+    p.add_argument("--seed", type=int, default=0, help="search seed: the same seed proposes the same candidates (default 0)")
+    p.add_argument("--allow-lossy", action="store_true", help="also try gradient compression (fp16, bf16, PowerSGD): changes the numerics")
+    p.add_argument("--powersgd-ranks", type=comma_list(positive_int), default=[2, 4],
+                   help="PowerSGD ranks to try with --allow-lossy (default 2,4)")
+    p.add_argument("--accumulate", type=int, default=1, metavar="K",
+                   help="also try K micro-batches per optimizer step (no_sync): changes the effective batch")
+    p.add_argument("--memory-budget", default=None, metavar="SIZE", help="per-rank memory limit, e.g. 2GB or 512MiB (adds recomputation)")
+    p.add_argument("--optimizer-state", default="momentum", choices=["sgd", "momentum", "adam"],
+                   help="optimizer state per parameter, for the memory estimate (default momentum: one copy)")
+    p.add_argument("--overlap-slowdown", type=float, default=None, metavar="S",
+                   help="compute runs (1 + S x overlap) slower beside in-flight collectives (default: as measured in the run, else 0)")
+    p.add_argument("--verify", action="store_true", help="run the command after -- with defaults and with the strategy, interleaved")
+    p.add_argument("--rounds", type=int, default=3, help="verification rounds, each runs both (default 3)")
+    p.add_argument("--ranks", type=int, default=None, help="start the command once per rank yourself (it is one rank's command)")
+    p.add_argument("--emulate", default=None, metavar="RATE",
+                   help="with --ranks, as root: run the ranks in network namespaces joined by a RATE link (e.g. 200Mbit)")
+    p.set_defaults(cmd=[])  # the training command for --verify: everything after -- (cli.main keeps it from our parser)
+    p.epilog = "verify: dagprof optimize RUN --verify [--ranks N [--emulate 200Mbit]] -- COMMAND ..."
 
 
-def run(args) -> dict:
-    caps = tuple(args.bucket_mb)
-    prof = open_run(args.run, steps=args.steps, step_marker=args.step_marker)
-    search = search_bucket_sizes(prof.graph, caps)
-    best = search.best.cap_mb
-    advice = ("keep the current buckets: no candidate is predicted faster" if best is None or search.predicted_gain_pct < 0.5
-              else f"DistributedDataParallel(model, bucket_cap_mb={best:g}), then profile again to verify")
-    return search.to_dict() | {"recommendation": advice}
+def run(args: argparse.Namespace) -> dict:
+    from ..closeloop import find_strategy
+    from ..search.optimize import Options
+
+    cmd = args.cmd
+    if cmd and not args.verify:
+        raise DagprofError("a command after -- is only run with --verify")
+    if args.verify and not cmd:
+        raise DagprofError("--verify needs the training command after --, e.g. -- torchrun --nproc-per-node 2 train.py")
+    if args.emulate and args.ranks is None:
+        raise DagprofError("--emulate starts one process per rank: give --ranks N")
+    if args.accumulate < 1:
+        raise DagprofError(f"--accumulate must be >= 1, got {args.accumulate}")
+    opts = Options(budget_s=args.budget, seed=args.seed, allow_lossy=args.allow_lossy, powersgd_ranks=tuple(args.powersgd_ranks),
+                   accumulate=args.accumulate, memory_budget=None if args.memory_budget is None else parse_size(args.memory_budget),
+                   optimizer_state=args.optimizer_state, overlap_slowdown=args.overlap_slowdown,
+                   progress=_search_bar(args.budget) if shown() else None)
+    out = out_dir(args.out, args.run)
+    found = find_strategy(args.run, opts, out, args.steps, args.step_marker)
+    res = found.search
+    result = res.to_dict() | {"strategy_file": found.path, "recommendation": recommendation(res, found.path)}
+    if args.verify:
+        result["verification"] = verify_strategy(cmd, found, out, args.rounds, args.ranks, args.emulate)
+    return result
+
+
+def verify_strategy(cmd: list[str], found, out: str, rounds: int, ranks: int | None, emulate: str | None) -> dict:
+    """Measured speed-up of the strategy (interleaved rounds) beside the prediction."""
+    from ..closeloop import check_strategy
+    from ..collect.netns import Cluster, available
+    from ..costmodel import parse_bandwidth
+
+    say = (lambda m: print(m, file=sys.stderr)) if sys.stderr.isatty() else (lambda m: None)
+    args = (cmd, found, out, rounds, ranks)
+    if not emulate:
+        return check_strategy(*args, None, say).to_dict()
+    why = available()
+    if why:
+        raise DagprofError(f"--emulate {why}")
+    rate = parse_bandwidth(emulate) * 8
+    with Cluster(ranks) as cluster:
+        cluster.set_rate(rate)
+        return check_strategy(*args, cluster, say).to_dict()
+
+
+def recommendation(res, path: str) -> str:
+    from ..search.optimize import WORTH_APPLYING_PCT
+
+    if res.memory_reason:
+        return res.memory_reason
+    if not res.worth_applying:
+        return (f"keep the current setup: the best strategy is predicted {res.gain_pct:.1f} % faster, under the "
+                f"{WORTH_APPLYING_PCT:g} % that run-to-run noise can explain")
+    return f"dagprof.apply(ddp_model, {path!r}) before training, or verify it: dagprof optimize RUN --verify -- CMD"
+
+
+def parse_size(text: str) -> float:
+    units = {"b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 2**10, "mib": 2**20, "gib": 2**30, "k": 2**10, "m": 2**20, "g": 2**30}
+    t = text.strip().lower().replace(" ", "")
+    num = t.rstrip("kmgib")
+    unit = t[len(num):] or "b"
+    try:
+        value = float(num) * units[unit]
+    except (ValueError, KeyError):
+        raise DagprofError(f"cannot read size {text!r}: use e.g. 512MB, 2GiB", "--memory-budget") from None
+    if value <= 0:
+        raise DagprofError(f"size must be positive, got {text!r}", "--memory-budget")
+    return value
+
+
+
+def _search_bar(budget_s: float):
+    """The search's progress callback: a bar over its time budget, with what it has replayed so far."""
+    total = max(1, round(budget_s))
+    b = bar(total, "searching", unit="s")
+    shown_s = 0
+
+    def show(p) -> None:
+        nonlocal shown_s
+        now = min(int(p.elapsed_s), total)
+        if now > shown_s:
+            b.update(now - shown_s)
+            shown_s = now
+        b.set_postfix_str(f"{p.replayed} replayed, best {p.best_ms:.1f} ms (profiled {p.baseline_ms:.1f} ms)", refresh=False)
+        if p.elapsed_s >= p.budget_s:
+            b.close()
+
+    return show
 
 
 def to_text(r: dict) -> str:
-    lines = [f"{'bucket size':>12} {'buckets/step':>13} {'predicted ms':>13}",
-             f"{'profiled':>12} {r['current']['buckets_per_step']:>13} {r['current']['predicted_iter_ms']:>13.2f}"]
-    for c in r["candidates"]:
-        lines.append(f"{c['bucket_cap_mb']:>9g} MB {c['buckets_per_step']:>13} {c['predicted_iter_ms']:>13.2f}")
-    lines.append(f"replay of the profiled layout with its measured transfer times: {r['measured_layout_replay_ms']:.2f} ms")
-    lines.append(f"best: {r['best']['bucket_cap_mb'] or 'the profiled layout'} (predicted {r['predicted_gain_pct']:.1f} % faster)")
+    b, best = r["baseline"], r["best"]
+    lines = [f"{'':<22} {'buckets':>8} {'codec':>16} {'pieces':>6} {'predicted ms':>13}"]
+    for label, s in [("profiled setup", b)] + [("  seed", s) for s in r["seeds"][:6]] + [("best found", best)]:
+        lines.append(f"{label:<22} {s['buckets']:>8} {s['codec']:>16} {s['parts']:>6} {s['predicted_iter_ms']:>13.1f}")
+    if best["memory"]:
+        lines.append(f"peak memory per rank (estimate): profiled {b['memory']['total_mb']:.0f} MB, strategy {best['memory']['total_mb']:.0f} MB")
+    lines.append(f"strategy: {r['summary']}")
+    lines.append(f"search: {r['candidates_replayed']} candidates replayed in {r['search_seconds']:.1f} s")
+    lines += [f"note: {n}" for n in r["notes"]] + [f"caveat: {c}" for c in r["caveats"]]
+    lines.append(f"written: {r['strategy_file']}")
     lines.append(f"recommendation: {r['recommendation']}")
+    v = r.get("verification")
+    if v:
+        lines += verification_lines(v)
     return "\n".join(lines)
+
+
+def verification_lines(v: dict) -> list[str]:
+    per = ", ".join(f"{m:.2f}x (predicted {p:.2f}x)" for m, p in zip(v["speedup_per_round"], v["predicted_speedup_per_round"]))
+    return [f"verified over {v['rounds']} interleaved rounds: defaults {v['measured_baseline_ms']:.1f} ms, strategy "
+            f"{v['measured_strategy_ms']:.1f} ms per step (medians)",
+            f"  measured speed-up {v['measured_speedup']:.2f}x (rounds {v['spread'][0]:.2f}-{v['spread'][1]:.2f}x); predicted "
+            f"{v['predicted_speedup']:.2f}x from the searched profile: {'confirmed' if v['confirmed'] else 'NOT confirmed'}",
+            f"  per round: {per}; median prediction error {v['median_prediction_error_per_round_pct']:+.1f} %"]

@@ -52,13 +52,20 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
 
 def main(argv: list[str] | None = None) -> int:
     parser, modules = _parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    tail = argv[argv.index("--") + 1:] if "--" in argv else None  # a training command: never parsed as our options
+    ours = argv[: argv.index("--")] if tail is not None else argv
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(ours)
+        if tail is not None and not hasattr(args, "cmd"):
+            parser.error(f"dagprof {args.command} takes no command after --")
     except _UsageError as err:
-        if "--json" in (sys.argv[1:] if argv is None else argv):
+        if "--json" in ours:
             print(json.dumps({"error": str(err)}))
         print(f"{err} (see --help)", file=sys.stderr)
         return 2
+    if tail is not None:
+        args.cmd = tail
     if not args.command:
         parser.print_help()
         return 2

@@ -35,10 +35,11 @@ ENV_KINETO = "DAGPROF_KINETO"
 
 
 class AfterImport(importlib.abc.MetaPathFinder):
-    """Runs ``patch(module)`` right after the module ``name`` finished executing (once)."""
+    """Runs its callbacks right after the module ``name`` finished executing (once)."""
 
-    def __init__(self, name: str, patch: Any):
-        self.name, self.patch = name, patch
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.callbacks: list[Any] = []
 
     def find_spec(self, name: str, path: Any = None, target: Any = None):
         if name != self.name:
@@ -51,13 +52,31 @@ class AfterImport(importlib.abc.MetaPathFinder):
 
         def exec_then_patch(module: Any) -> None:
             exec_module(module)
-            try:
-                self.patch(module)
-            except Exception as err:  # noqa: BLE001  (never break the user's job)
-                warnings.warn(f"dagprof: zero-code profiling not installed: {type(err).__name__}: {err}", RuntimeWarning, stacklevel=2)
+            for fn in self.callbacks:
+                try:
+                    fn(module)
+                except Exception as err:  # noqa: BLE001  (never break the user's job)
+                    warnings.warn(f"dagprof: zero-code hooks not installed: {type(err).__name__}: {err}", RuntimeWarning, stacklevel=2)
 
         spec.loader.exec_module = exec_then_patch
         return spec
+
+
+def after_import(name: str, fn: Any) -> None:
+    """Call ``fn(module)`` once the module ``name`` is imported (now, if it already is); callbacks run in the order given."""
+    if name in sys.modules:
+        fn(sys.modules[name])
+        return
+    finder = next((f for f in sys.meta_path if isinstance(f, AfterImport) and f.name == name), None)
+    if finder is None:
+        finder = AfterImport(name)
+        sys.meta_path.insert(0, finder)
+    finder.callbacks.append(fn)
+
+
+def after_torch_import(fn: Any) -> None:
+    """Call ``fn()`` once torch is imported (now, if it already is)."""
+    after_import("torch", lambda module: fn())
 
 
 def install() -> None:
@@ -66,10 +85,7 @@ def install() -> None:
     from .horovod_auto import install as install_horovod
 
     install_horovod()  # a Horovod job: its optimizer, not DDP, is what dagprof attaches to
-    if "torch" in sys.modules:
-        _patch()
-    else:
-        sys.meta_path.insert(0, AfterImport("torch", lambda module: _patch()))
+    after_torch_import(_patch)
 
 
 def _patch() -> None:

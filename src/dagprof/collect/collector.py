@@ -28,6 +28,7 @@ from ..traces.run_schema import MANIFEST, BucketEntry, Clock, Manifest, RankFile
 from ..traces.steps import parse_steps
 
 _MAX_OUTPUT_HOOKS = 4  # tensors per module output that get a gradient hook
+SAVED_OUTSIDE_LAYERS = "<outside leaf modules>"  # layer_saved_bytes key of activations saved by the loss and functional ops
 
 
 class Collector:
@@ -56,6 +57,7 @@ class Collector:
         self._modules: list[tuple[Any, str]] = []  # (leaf module, path)
         self._params: list[tuple[Any, str]] = []  # (parameter, module path)
         self._param_names: dict[int, str] = {}
+        self._param_shapes: dict[int, list[int]] = {}
         self._grad_bytes: dict[str, int] = {}  # module path -> bytes of its parameters' gradients
         self._roots: list[Any] = []  # the instrumented modules (DDP's inner module)
         self._ddps: list[Any] = []
@@ -74,6 +76,12 @@ class Collector:
         self._ranges_open: dict[tuple[int, int], Any] = {}
         self._info: dict[str, Any] = {}
         self._bar: Any = None  # rank 0's progress over the window (a terminal only)
+        self._saved: Any = None  # saved_tensors_hooks context while the window is open
+        self._layer_stack: list[int] = []  # leaf modules whose forward is running
+        self._saved_seen: set[int] = set()  # storages counted this step
+        self._step_saved: dict[int, int] = {}  # layer -> bytes it saved for backward this step
+        self._saved_bytes: dict[str, int] = {}  # layer path -> most bytes saved in one profiled step
+        self._param_ptrs: set[int] = set()
 
     # ---------------------------------------------------------------- guard
     def _fail(self, err: BaseException, where: str) -> None:
@@ -127,6 +135,7 @@ class Collector:
             self._modules.append((mod, path))
         for name, p in root.named_parameters():
             self._param_names[id(p)] = prefix + name
+            self._param_shapes[id(p)] = list(p.shape)
             path = prefix + (name.rpartition(".")[0] or type(root).__name__)
             if p.requires_grad:
                 self._grad_bytes[path] = self._grad_bytes.get(path, 0) + p.numel() * p.element_size()
@@ -160,6 +169,10 @@ class Collector:
         for rf in self._ranges_open.values():
             rf.__exit__(None, None, None)
         self._ranges_open.clear()
+        if self._saved is not None:
+            saved, self._saved = self._saved, None
+            saved.__exit__(None, None, None)
+        self._layer_stack.clear()
 
     # ---------------------------------------------------------------- module / autograd hooks
     def _fwd_pre(self, layer: int, module: Any, args: tuple) -> None:
@@ -171,6 +184,7 @@ class Collector:
             if self.ranges:
                 self._open_range(layer, call, "forward")
             self.records.append((Rec.FWD_BEGIN, layer, call, time.time_ns(), 0))
+            self._layer_stack.append(layer)
             for x in args:
                 if getattr(x, "requires_grad", False) and hasattr(x, "register_hook"):
                     self._on_grad(x, (Rec.BWD_END, layer, call))
@@ -184,6 +198,8 @@ class Collector:
             t = time.time_ns()
             call = self._calls.get(layer, 1) - 1
             self.records.append((Rec.FWD_END, layer, call, t, 0))
+            if self._layer_stack and self._layer_stack[-1] == layer:
+                self._layer_stack.pop()
             if self.ranges:
                 self._close_range(layer, call)
             n = 0
@@ -226,6 +242,28 @@ class Collector:
                     Variable._execution_engine.queue_callback(self._backward_done)
         except Exception as err:  # noqa: BLE001
             self._fail(err, "backward hook")
+
+    def _pack_saved(self, tensor: Any) -> Any:
+        """saved_tensors_hooks pack hook: count the activation memory each layer keeps for backward
+        (each storage once per step, parameters excluded); the tensor itself is kept unchanged."""
+        if self.recording:
+            try:
+                storage = tensor.untyped_storage()
+                key = storage.data_ptr()
+                if key not in self._saved_seen and key not in self._param_ptrs:
+                    self._saved_seen.add(key)
+                    layer = self._layer_stack[-1] if self._layer_stack else -1  # -1: between leaf modules (loss, functional ops)
+                    self._step_saved[layer] = self._step_saved.get(layer, 0) + storage.nbytes()
+            except Exception as err:  # noqa: BLE001
+                self._fail(err, "saved-tensor hook")
+        return tensor
+
+    def _track_saved(self) -> None:
+        import torch
+
+        self._param_ptrs = {p.untyped_storage().data_ptr() for p, _ in self._params}
+        self._saved = torch.autograd.graph.saved_tensors_hooks(self._pack_saved, _unpack_saved)
+        self._saved.__enter__()
 
     def _grad_ready(self, layer: int, param: Any) -> None:
         self._mark(Rec.GRAD_READY, layer, 0)
@@ -312,6 +350,7 @@ class Collector:
 
         ddp.register_comm_hook(None, dagprof_comm_hook)
         ddp.register_comm_hook = register_comm_hook  # the user's hook runs inside ours
+        ddp._dagprof_comm_hook = (None, dagprof_comm_hook)  # dagprof.apply re-registers it if it rebuilds the reducer
 
     def _record_bucket(self, bucket: Any, t0: int, fut: Any) -> Any:
         t1 = time.time_ns()
@@ -335,7 +374,8 @@ class Collector:
         return fut.then(done)
 
     def _bucket_layout(self) -> list[BucketEntry]:
-        return [BucketEntry(i, nb, [self._param_names.get(pid, "?") for pid in pids]) for i, (nb, pids) in sorted(self._layout_key.items())]
+        return [BucketEntry(i, nb, [self._param_names.get(pid, "?") for pid in pids], [self._param_shapes.get(pid) for pid in pids])
+                for i, (nb, pids) in sorted(self._layout_key.items())]
 
     # ---------------------------------------------------------------- optimizer
     def update_begin(self) -> None:
@@ -376,6 +416,8 @@ class Collector:
             t = self.step_begin_ns = time.time_ns()
         if self.recording:
             self._calls.clear()
+            self._saved_seen.clear()
+            self._step_saved.clear()
             self._bwd_seen = False
             self._grad_watch.clear()
             self._new_layout = False
@@ -385,6 +427,9 @@ class Collector:
         self.step_times.append((self.step, self.step_begin_ns, t))
         if self.recording:
             self.records.append((Rec.STEP_END, self.step, 0, t, 0))
+            for layer, nb in self._step_saved.items():
+                path = self.layers[layer] if layer >= 0 else SAVED_OUTSIDE_LAYERS
+                self._saved_bytes[path] = max(self._saved_bytes.get(path, 0), nb)
             self.profiled.append(self.step)
             self._bar.update()
             if self._new_layout or not self._layouts:
@@ -402,6 +447,7 @@ class Collector:
         self.in_window = True
         self._attach_leaf_hooks()
         self._time_dataloaders()
+        self._track_saved()
         if self.kineto:
             import torch
             from torch.profiler import ProfilerAction, ProfilerActivity, profile
@@ -480,7 +526,8 @@ class Collector:
             steps_requested=(self.steps.start, self.steps.stop), steps_profiled=self.profiled,
             steps_completed=len(self.step_times), final=final, kineto_file=kfile, record_shapes=self.record_shapes,
             clock=Clock(time.time_ns(), time.perf_counter_ns()), warnings=self.warnings, layers=self.layers,
-            layer_grad_bytes=self._grad_bytes, bucket_layouts=self._layouts, step_times_ns=self.step_times, records=self.records,
+            layer_grad_bytes=self._grad_bytes, layer_saved_bytes=self._saved_bytes,
+            bucket_layouts=self._layouts, step_times_ns=self.step_times, records=self.records,
         )
         with atomic_open(os.path.join(self.out_dir, rank_file(rank)), "wb") as f:
             f.write(encode(doc))
@@ -496,6 +543,10 @@ def _export_gz(prof: Any, path: str) -> None:
             shutil.copyfileobj(src, gz)
     finally:
         os.unlink(tmp)
+
+
+def _unpack_saved(tensor: Any) -> Any:
+    return tensor
 
 
 def _tensors(output: Any):

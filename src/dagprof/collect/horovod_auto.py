@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import atexit
 import os
-import sys
 from typing import Any
 
-from .autoprofile import ENV_OUT, ENV_STEPS, AfterImport
+from .autoprofile import ENV_OUT, ENV_STEPS, after_import
 
 TIMELINE_ENV = "HOROVOD_TIMELINE"
 
@@ -23,10 +22,7 @@ TIMELINE_ENV = "HOROVOD_TIMELINE"
 def install() -> None:
     """Called by ``autoprofile.install`` when a profile was asked for."""
     os.environ.setdefault(TIMELINE_ENV, "DYNAMIC")  # read by hvd.init(); inherited by horovodrun's ranks
-    if "horovod.torch" in sys.modules:
-        _patch(sys.modules["horovod.torch"])
-    else:
-        sys.meta_path.insert(0, AfterImport("horovod.torch", _patch))
+    after_import("horovod.torch", _patch)
 
 
 def _patch(hvd: Any) -> None:

@@ -13,6 +13,7 @@ waited for the step's buckets (DDP's finalize, the optimizer) waits for the new 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -25,6 +26,45 @@ from .comm import current_scheme, current_topology, find_collectives, retime_col
 _AFTER = 1e-3  # us: a new node's order just after the node it follows on its lane
 
 
+@dataclass
+class ProfiledBuckets:
+    """The gradient-bucket collectives of a graph, and what a re-bucketing pass needs of them."""
+
+    comm_ids: list[int]  # each bucket's shared transfer node
+    enqueue: np.ndarray  # bool mask: the ranks' enqueue nodes
+    coll_of_enq: dict[int, int]  # enqueue node -> its transfer node
+    sinks: dict[tuple[int, int], set[int]]  # (step, rank) -> nodes that wait for the step's buckets
+    drop: np.ndarray  # bool mask: every node of the profiled buckets (transfers, joins, enqueues)
+    enq_dur: float  # median measured enqueue cost
+    enq_gap: float
+    comm_gap: float
+
+
+def profiled_buckets(g: Graph) -> ProfiledBuckets:
+    colls = [c for c in find_collectives(g) if g.bucket[c.comm] >= 0]  # gradient buckets, not buffer broadcasts
+    if not colls:
+        raise DagprofError("the trace has no gradient-bucket all-reduce to re-bucket")
+    enq = np.zeros(len(g), dtype=bool)
+    drop = np.zeros(len(g), dtype=bool)
+    coll_of_enq: dict[int, int] = {}
+    sinks: dict[tuple[int, int], set[int]] = defaultdict(set)
+    for c in colls:
+        drop[c.comm] = True
+        if c.sync >= 0:
+            drop[c.sync] = True
+        for v in c.ready:
+            if g.kind[v] == Kind.COMM_ENQUEUE:
+                enq[v] = True
+                coll_of_enq[v] = c.comm
+        for v in c.consumers:
+            if int(g.rank[v]) >= 0:
+                sinks[(int(g.step[c.comm]), int(g.rank[v]))].add(v)
+    drop |= enq
+    comm_ids = [c.comm for c in colls]
+    med = lambda x: float(np.median(x)) if len(x) else 0.0  # noqa: E731
+    return ProfiledBuckets(comm_ids, enq, coll_of_enq, sinks, drop, med(g.dur[enq]), med(g.gap[enq]), med(g.gap[comm_ids]))
+
+
 def set_buckets(g: Graph, cap_bytes: float | None = None, overlap: bool = True, first_bucket_bytes: float | None = None) -> Graph:
     """Re-bucket gradients with ``cap_bytes`` (None: keep the measured buckets).
 
@@ -34,30 +74,10 @@ def set_buckets(g: Graph, cap_bytes: float | None = None, overlap: bool = True, 
     """
     if cap_bytes is not None and not cap_bytes > 0:
         raise DagprofError(f"bucket size must be positive, got {cap_bytes} bytes")
-    colls = [c for c in find_collectives(g) if g.bucket[c.comm] >= 0]  # gradient buckets, not buffer broadcasts
-    if not colls:
-        raise DagprofError("the trace has no gradient-bucket all-reduce to re-bucket")
+    pb = profiled_buckets(g)
     topo, spec = current_topology(g), current_scheme(g)
-    old_enq = np.zeros(len(g), dtype=bool)
-    drop = np.zeros(len(g), dtype=bool)
-    coll_of_enq: dict[int, int] = {}
-    sinks: dict[tuple[int, int], set[int]] = defaultdict(set)  # (step, rank) -> nodes that wait for the step's buckets
-    for c in colls:
-        drop[c.comm] = True
-        if c.sync >= 0:
-            drop[c.sync] = True
-        for v in c.ready:
-            if g.kind[v] == Kind.COMM_ENQUEUE:
-                old_enq[v] = True
-                coll_of_enq[v] = c.comm
-        for v in c.consumers:
-            if int(g.rank[v]) >= 0:
-                sinks[(int(g.step[c.comm]), int(g.rank[v]))].add(v)
-    drop |= old_enq
-    enq_dur = float(np.median(g.dur[old_enq])) if old_enq.any() else 0.0
-    enq_gap = float(np.median(g.gap[old_enq])) if old_enq.any() else 0.0
-    comm_ids = [c.comm for c in colls]
-    comm_gap = float(np.median(g.gap[comm_ids]))
+    old_enq, coll_of_enq, sinks, drop = pb.enqueue, pb.coll_of_enq, pb.sinks, pb.drop
+    enq_dur, enq_gap, comm_gap, comm_ids = pb.enq_dur, pb.enq_gap, pb.comm_gap, pb.comm_ids
     comm_dev = int(g.device[comm_ids[0]])
 
     b, remap = GraphBuilder.from_graph(g, ~drop)
@@ -88,7 +108,7 @@ def set_buckets(g: Graph, cap_bytes: float | None = None, overlap: bool = True, 
             for r in ranks_present:
                 for v in sinks.get((step, r), ()):
                     b.add_edge(comm, int(remap[v]))
-    _chain_lanes(b)
+    chain_lanes(b)
     out = b.build()
     if cap_bytes is not None:
         out.meta["bucket_cap_mb"] = cap_bytes / 2**20
@@ -155,7 +175,7 @@ def _measured_buckets(g: Graph, seq: list[int], old_enq: np.ndarray, coll_of_enq
     return groups, grad
 
 
-def _chain_lanes(b: GraphBuilder) -> None:
+def chain_lanes(b: GraphBuilder) -> None:
     """Program order on every rank's lane, restored after nodes were removed or inserted."""
     dev = np.asarray(b._cols["device"])
     rank = np.asarray(b._cols["rank"])

@@ -1,4 +1,4 @@
-"""Searching optimisations by replaying transformed graphs."""
-from .buckets import BucketChoice, BucketSearch, search_bucket_sizes
+"""Searching optimisations by replaying transformed graphs: what-if tables and the strategy search."""
+from .optimize import Options, SearchResult, search, search_run
 
-__all__ = ["BucketChoice", "BucketSearch", "search_bucket_sizes"]
+__all__ = ["Options", "SearchResult", "search", "search_run"]

@@ -500,6 +500,7 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
         "comm_lanes": [name for name, _ in comm_lanes],
         "bucket_layouts": msgspec.to_builtins(f.bucket_layouts),
         "layer_grad_bytes": f.layer_grad_bytes,
+        "layer_saved_bytes": f.layer_saved_bytes,  # activations each layer keeps for backward
     }
     return RankTrace(
         rank=f.rank, world_size=f.world_size, source=path, events=events, lanes=lanes,

@@ -81,6 +81,7 @@ class BucketEntry(msgspec.Struct):
     index: int
     nbytes: int
     params: list[str]
+    shapes: list[list[int] | None] = []  # per parameter (what `dagprof.apply` checks a strategy against)
 
 
 class Manifest(msgspec.Struct, kw_only=True):
@@ -123,6 +124,7 @@ class RankFile(msgspec.Struct, kw_only=True):
     warnings: list[str] = []
     layers: list[str]  # leaf module paths; records name layers by index into this
     layer_grad_bytes: dict[str, int] = {}  # module path -> bytes of its parameters' gradients
+    layer_saved_bytes: dict[str, int] = {}  # module path -> most activation bytes it saved for backward in one profiled step
     bucket_layouts: list[list[BucketEntry]] = []  # one per distinct layout seen, in order
     step_times_ns: list[tuple[int, int, int]] = []  # (step, begin, end) of every step seen, profiled or not
     records: list[tuple[int, int, int, int, int]]  # see ``Col`` and ``Rec``

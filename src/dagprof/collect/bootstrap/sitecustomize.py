@@ -6,9 +6,10 @@ import sys
 
 def _dagprof_install() -> None:
     try:
-        from dagprof.collect.autoprofile import install
+        from dagprof.collect import autoapply, autoprofile
 
-        install()
+        autoprofile.install()
+        autoapply.install()
     except Exception as err:  # noqa: BLE001  (never break the user's job)
         print(f"dagprof: zero-code profiling unavailable in this process: {err}", file=sys.stderr)
 

@@ -1,5 +1,8 @@
 """An emulated cluster on one machine: one network namespace per rank, joined by a bridge.
 
+Launcher code for the demo, ``dagprof optimize --verify --emulate`` and the testbed
+(bench/testbed); it needs root and iproute2, never torch.
+
 Rank i lives in namespace ``<tag>r<i>`` with interface ``<tag>r<i>`` (10.213.0.<i+1>/24); the
 peer end of its veth pair sits on a bridge inside a switch namespace ``<tag>sw``, so nothing
 is added to the root namespace. A link rate is a ``tc tbf`` qdisc on each rank's egress:
@@ -15,7 +18,10 @@ import atexit
 import os
 import shutil
 import signal
+import socket
 import subprocess
+import sys
+import time
 from dataclasses import dataclass, field
 
 SUBNET = "10.213.0"
@@ -120,3 +126,66 @@ class Cluster:
                 signal.signal(s, h)
             del self._old
         atexit.unregister(self.close)
+
+
+def run_ranks(argv: list[str], ranks: int, log_dir: str, env: dict[str, str] | None = None, cluster: Cluster | None = None,
+              timeout_s: float = 900.0) -> None:
+    """Run ``argv`` once per rank as a torch.distributed job (env:// rendezvous) and wait for all.
+
+    ``cluster`` None: plain processes on loopback; else one per namespace of ``cluster``
+    (gloo bound to the rank's interface). Each rank gets RANK, LOCAL_RANK, WORLD_SIZE,
+    MASTER_ADDR, MASTER_PORT and writes its output to ``<log_dir>/rank<r>.log``. A rank that
+    fails (or a job past ``timeout_s``) stops the others and raises ``RuntimeError`` with the
+    tail of its log.
+    """
+    os.makedirs(log_dir, exist_ok=True)
+    port = free_port()
+    procs: list[subprocess.Popen] = []
+    try:
+        for r in range(ranks):
+            e = {**(env or {}), "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(ranks), "MASTER_PORT": str(port),
+                 "OMP_NUM_THREADS": (env or {}).get("OMP_NUM_THREADS", "1")}
+            log = os.path.join(log_dir, f"rank{r}.log")
+            if cluster is not None:
+                procs.append(cluster.spawn(r, argv, e, log))
+            else:
+                with open(log, "w") as out:
+                    procs.append(subprocess.Popen(argv, env={**os.environ, **e, "MASTER_ADDR": "127.0.0.1"}, stdout=out,
+                                                  stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + timeout_s
+        while any(p.poll() is None for p in procs):
+            bad = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
+            if bad or time.monotonic() > deadline:
+                _fail(procs, log_dir, bad[0] if bad else None)
+            time.sleep(0.05)
+        bad = [r for r, p in enumerate(procs) if p.returncode != 0]
+        if bad:
+            _fail(procs, log_dir, bad[0])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def _fail(procs: list[subprocess.Popen], log_dir: str, rank: int | None) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    with open(os.path.join(log_dir, f"rank{rank or 0}.log")) as f:
+        tail = f.read()[-2000:]
+    what = f"rank {rank} failed (exit {procs[rank].returncode})" if rank is not None else "timed out"
+    raise RuntimeError(f"{what}; log {os.path.join(log_dir, f'rank{rank or 0}.log')}:\n{tail}")
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now; inside namespaces every port is free."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def python_module(module: str, *args: str) -> list[str]:
+    """argv that runs ``python -m module args`` with this interpreter."""
+    return [sys.executable, "-m", module, *args]

@@ -1,0 +1,159 @@
+"""The optimizer's table: strategies found by replay, applied to real DDP jobs, predicted vs measured.
+
+As root, per workload and rank count: an emulated cluster (one network namespace per rank, a
+``tc tbf`` link), a profile of the job with DDP's defaults, a strategy search (lossless, then with
+``--allow-lossy``), and the real job run with the defaults and with the strategy in interleaved
+rounds inside one process (``demo_train --alternate``: a fresh DDP wrapper per phase, both phases of
+a round seconds apart). Every phase is profiled (hooks only), so each round also predicts its own
+speed-up from its own profile of the defaults: the model is judged against the machine's load in
+that round. Then the search alone on a 50-layer model within a 60 s budget on one core, and a memory
+budget below what the model needs.
+
+    sudo .venv/bin/python bench/bench_optimize.py                  # 2 workloads x 2 and 4 ranks, lossless and lossy
+    sudo .venv/bin/python bench/bench_optimize.py --quick          # cnn, 2 ranks, 1 round per mode
+    sudo .venv/bin/python bench/bench_optimize.py --workloads "cmd:python my_train.py --steps 16" --ranks 2   # a held-out job
+
+The machine is shared (2 cores, other jobs running): compare inside rounds, read the spread.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+from dagprof.closeloop import check_strategy, find_strategy
+from dagprof.collect.autoprofile import ENV_KINETO, ENV_OUT, ENV_STEPS
+from dagprof.collect.netns import Cluster, available, python_module, run_ranks
+from dagprof.collect.verify import BOOTSTRAP
+from dagprof.costmodel import parse_bandwidth
+from dagprof.search.optimize import Options, search_run
+
+
+def cell(work: str, workload: str, ranks: int, link: str, args) -> list[dict]:
+    """Profile one workload on ``ranks`` emulated hosts; search and verify lossless and lossy strategies.
+
+    ``workload``: a demo_train model (cnn, mlp, transformer), verified inside one process; or
+    ``cmd:COMMAND`` (one rank's training command, e.g. a held-out script), profiled in zero-code mode
+    and verified in separate runs (``dagprof optimize --verify`` does the same)."""
+    own = workload.startswith("cmd:")
+    train = workload[4:].split() if own else python_module("dagprof.collect.demo_train", "--model", workload)
+    rows = []
+    with Cluster(ranks, tag=f"dpb{os.getpid() % 10000}") as cluster:
+        cluster.set_rate(parse_bandwidth(link) * 8)
+        run = os.path.join(work, "run")
+        t0 = time.monotonic()
+        if own:
+            env = {ENV_OUT: run, ENV_STEPS: f"4:{args.profile_steps + 4}", ENV_KINETO: "0", "PYTHONPATH": BOOTSTRAP}
+            run_ranks(train, ranks, os.path.join(work, "logs"), env=env, cluster=cluster)
+        else:
+            run_ranks(train + ["--steps", str(args.profile_steps + 5), "--profile", run, "--profile-steps", f"4:{args.profile_steps + 4}",
+                               "--no-kineto"], ranks, os.path.join(work, "logs"), cluster=cluster)
+        for mode in ("lossless", "lossy"):
+            out = os.path.join(work, mode)
+            found = find_strategy(run, Options(budget_s=args.budget, seed=0, allow_lossy=mode == "lossy"), out)
+            checked = check_strategy(train if own else train + ["--steps", str(args.steps)], found, out, args.rounds, ranks, cluster,
+                                     say=lambda m: print(f"    {m.strip()}", file=sys.stderr), in_process=not own)
+            d = checked.to_dict()
+            rows.append({"workload": workload, "ranks": ranks, "link": link, "mode": mode, "strategy": found.strategy.summary(),
+                         "candidates_replayed": found.search.replayed, "predicted": found.search.speedup,
+                         "predicted_per_round": d["predicted_speedup_per_round"], "measured_per_round": d["speedup_per_round"],
+                         "measured": d["measured_speedup"], "spread": d["spread"],
+                         "median_error_pct": d["median_prediction_error_per_round_pct"], "confirmed": d["confirmed"],
+                         "baseline_ms": d["measured_baseline_ms"], "strategy_ms": d["measured_strategy_ms"]})
+            print(f"  {workload} {ranks} ranks {mode}: measured {d['measured_speedup']:.2f}x (rounds {d['spread'][0]:.2f}-{d['spread'][1]:.2f}), "
+                  f"predicted {found.search.speedup:.2f}x, per-round error {d['median_prediction_error_per_round_pct']:+.1f} % "
+                  f"[{time.monotonic() - t0:.0f} s]", file=sys.stderr)
+    return rows
+
+
+def search_scaling(work: str, budget: float) -> dict:
+    """The search alone on a real profile of a 50-layer MLP (loopback), pinned to one core."""
+    run = os.path.join(work, "run50")
+    run_ranks(python_module("dagprof.collect.demo_train", "--model", "mlp", "--steps", "8", "--profile", run, "--profile-steps", "3:7",
+                            "--no-kineto", "--depth", "50", "--batch-size", "32"), 2, os.path.join(work, "logs50"))
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    from dagprof.pipeline import open_run
+
+    p = open_run(run)
+    t0 = time.perf_counter()
+    res = search_run(p.run, p.graph, Options(budget_s=budget, seed=0))
+    return {"layers": len(p.graph.layers), "parameters": len(res.order), "graph_nodes": len(p.graph), "budget_s": budget,
+            "seconds": time.perf_counter() - t0, "candidates_replayed": res.replayed, "predicted_speedup": res.speedup,
+            "run": run}
+
+
+def memory_check(run: str) -> dict:
+    from dagprof.pipeline import open_run
+
+    p = open_run(run)
+    free = search_run(p.run, p.graph, Options(budget_s=10, memory_budget=1e15))
+    need = free.baseline.memory.total
+    out = {"need_mb": need / 2**20}
+    for frac in (0.8, 0.6, 0.05):
+        r = search_run(p.run, p.graph, Options(budget_s=10, memory_budget=need * frac))
+        out[f"budget_{int(frac * 100)}pct"] = {"fits": r.best.fits, "peak_mb": r.best.memory.total / 2**20, "summary": r.strategy().summary(),
+                                               "reason": r.memory_reason}
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="cnn on 2 ranks, one round per mode")
+    ap.add_argument("--no-extras", action="store_true", help="only the table: no 50-layer search, no memory budgets")
+    ap.add_argument("--workloads", default="cnn,mlp",
+                    help="comma-separated: cnn, mlp, transformer, or cmd:COMMAND (one rank's training command, e.g. a held-out script)")
+    ap.add_argument("--ranks", default="2,4")
+    ap.add_argument("--link", default="200Mbit")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds per strategy (default 5)")
+    ap.add_argument("--steps", type=int, default=5, help="timed steps per phase (after 3 warm-up steps)")
+    ap.add_argument("--profile-steps", type=int, default=8)
+    ap.add_argument("--budget", type=float, default=20.0, help="search budget per strategy, seconds")
+    ap.add_argument("--out", default=None, help="write the table as JSON here")
+    ap.add_argument("--keep", default=None, help="keep profiles, strategies and logs in this folder")
+    args = ap.parse_args()
+    why = available()
+    if why:
+        print(f"bench_optimize: skipped: the emulated cluster {why}", file=sys.stderr)
+        return 0
+    if args.quick:
+        args.workloads, args.ranks, args.rounds = "cnn", "2", 1
+    t0 = time.monotonic()
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="dagprof-bench-opt-") as tmp:
+        work = args.keep or tmp
+        for i, w in enumerate(args.workloads.split(",")):
+            for n in (int(x) for x in args.ranks.split(",")):
+                print(f"{w}, {n} ranks, {args.link}", file=sys.stderr)
+                rows += cell(os.path.join(work, f"w{i}-{n}"), w, n, args.link, args)
+        scaling = None if args.quick or args.no_extras else search_scaling(work, 60.0)
+        memory = {} if args.no_extras else memory_check(os.path.join(work, f"w0-{args.ranks.split(',')[0]}", "run"))
+    print(f"strategies found by replay, applied to the real job, {args.rounds} interleaved round(s) per row (medians; the machine was "
+          "shared with other jobs, so read the spread)")
+    print(f"{'workload':<12} {'ranks':>5} {'link':>8} {'mode':>8} {'predicted':>9} {'measured':>8} {'spread':>11} {'per-round err':>13}  strategy")
+    for r in rows:
+        print(f"{r['workload']:<12} {r['ranks']:>5} {r['link']:>8} {r['mode']:>8} {r['predicted']:>8.2f}x {r['measured']:>7.2f}x "
+              f"{r['spread'][0]:>5.2f}-{r['spread'][1]:<5.2f} {r['median_error_pct']:>+12.1f}%  {r['strategy']}")
+    goals = {"lossless": 1.15, "lossy": 1.8}
+    met = [r for r in rows if r["measured"] >= goals[r["mode"]]]
+    print(f"goal (>= 1.15x lossless, >= 1.8x lossy) met in {len(met)} of {len(rows)} rows; per-round prediction error within 5 % in "
+          f"{sum(abs(r['median_error_pct']) <= 5 for r in rows)} of {len(rows)}")
+    if scaling:
+        print(f"search on a {scaling['layers']}-layer model ({scaling['parameters']} parameters, {scaling['graph_nodes']} graph nodes), one core: "
+              f"{scaling['seconds']:.1f} s of a {scaling['budget_s']:.0f} s budget, {scaling['candidates_replayed']} candidates replayed")
+    for k, v in memory.items():
+        if isinstance(v, dict):
+            print(f"memory budget {k.split('_')[1]} of the {memory['need_mb']:.0f} MB needed: "
+                  + (f"fits at {v['peak_mb']:.0f} MB with {v['summary']}" if v["fits"] else f"no fit: {v['reason']}"))
+    print(f"bench wall time {time.monotonic() - t0:.0f} s")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"rows": rows, "search_scaling": scaling, "memory": memory}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,250 @@
+"""``dagprof.apply(ddp_model, strategy)``: deploy a strategy on a DistributedDataParallel model.
+
+Call it after wrapping the model and before the first training step, on every rank:
+
+    ddp = DistributedDataParallel(model)
+    plan = dagprof.apply(ddp, "strategy.json")
+    for step ...:
+        for i, (x, y) in enumerate(micro_batches(plan.micro_batches)):
+            with plan.sync(i):               # no_sync() for all but the last micro-batch
+                loss_fn(ddp(x), y).backward()
+        opt.step(); opt.zero_grad()
+
+What it configures:
+- bucket layout: DDP's own per-bucket size limits (``bucket_cap_mb_list``, torch >= 2.13), one
+  limit per bucket equal to its bytes, so the buckets DDP rebuilds after the first iteration (in
+  gradient-ready order) end exactly at the strategy's layers. The reducer is rebuilt in place the
+  way DDP does when it is unpickled; no comm hook is needed, so there is no extra cost;
+- communication: a comm hook for fp16/bf16 compression and for tensor partition (each bucket
+  all-reduced in k pieces), PowerSGD through torch's own ``powerSGD_hook``;
+- recomputation: ``torch.utils.checkpoint`` (non-reentrant) around the named modules;
+- gradient accumulation: ``plan.micro_batches`` and ``plan.sync(i)``.
+
+A strategy for another model (other parameter names or sizes) is refused with one line before
+anything changes. torch is imported here only when ``apply`` runs.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import DagprofError
+from .strategy import Strategy, load_strategy
+
+
+@dataclass
+class Applied:
+    """What ``apply`` did; the training loop asks it how to run accumulation."""
+
+    ddp: Any
+    strategy: Strategy
+    source: str | None = None
+    restore: list = field(default_factory=list)  # undo what outlives the DDP wrapper (checkpointed forwards)
+
+    @property
+    def micro_batches(self) -> int:
+        return self.strategy.accumulate
+
+    def sync(self, micro_batch: int):
+        """Context for micro-batch ``micro_batch`` of a step: ``no_sync`` unless it is the last."""
+        if micro_batch < self.strategy.accumulate - 1:
+            return self.ddp.no_sync()
+        return contextlib.nullcontext()
+
+    def remove(self) -> None:
+        """Undo the changes to the wrapped model itself (to wrap it again another way); the DDP wrapper
+        keeps its buckets and hooks, so drop it."""
+        while self.restore:
+            self.restore.pop()()
+
+    def layout_differences(self) -> str | None:
+        """After the first iteration: None when DDP's rebuilt buckets have the strategy's sizes, else what differs."""
+        if self.strategy.buckets is None:
+            return None
+        try:
+            data = self.ddp._get_ddp_logging_data()
+        except Exception:  # noqa: BLE001  (private API: nothing to compare with)
+            return None
+        got = [int(x) for x in str(data.get("rebuilt_bucket_sizes", "")).replace(" ", "").split(",") if x]
+        want = [b.nbytes for b in self.strategy.buckets]
+        if not got or got == want:
+            return None
+        return f"DDP rebuilt {len(got)} buckets of {got} bytes, the strategy has {len(want)} of {want}"
+
+
+def apply(ddp: Any, strategy: Strategy | str | os.PathLike[str]) -> Applied:
+    """Configure ``ddp`` (a DistributedDataParallel) with ``strategy`` (a Strategy or a strategy file)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    source = None if isinstance(strategy, Strategy) else os.fspath(strategy)
+    s = strategy if isinstance(strategy, Strategy) else load_strategy(strategy)
+    if not isinstance(ddp, DistributedDataParallel):
+        raise DagprofError(f"dagprof.apply needs the DistributedDataParallel-wrapped model, got {type(ddp).__name__}", source)
+    done = getattr(ddp, "_dagprof_applied", None)
+    if done is not None:
+        if done.strategy == s:
+            return done
+        raise DagprofError("this model already has another dagprof strategy applied", source)
+    check_model(ddp.module, s, source)
+    world = _world_size(ddp)
+    if world is not None and world != s.world_size:
+        warnings.warn(f"dagprof: the strategy was found for {s.world_size} ranks, this job has {world}; its prediction does not hold here",
+                      RuntimeWarning, stacklevel=2)
+    plan = Applied(ddp, s, source)
+    if s.buckets is not None or s.grad_as_bucket_view:
+        _rebuild_reducer(ddp, s, source)
+    for path in s.recompute:
+        plan.restore.append(_checkpoint(ddp.module, path, source))
+    hook = _comm_hook(ddp, s)
+    if hook is not None:
+        ddp.register_comm_hook(*hook)
+    ddp._dagprof_applied = plan
+    return plan
+
+
+def check_model(module: Any, s: Strategy, source: str | None = None) -> None:
+    """Refuse, in one line, a strategy whose parameters are not this model's."""
+    here = {n: p.numel() for n, p in module.named_parameters() if p.requires_grad}
+    want = dict(s.model)
+    missing = [n for n in want if n not in here]
+    extra = [n for n in here if n not in want]
+    if missing or extra:
+        what = f"parameter {missing[0]!r} is not in this model" if missing else f"this model's parameter {extra[0]!r} is not in the strategy"
+        raise DagprofError(f"strategy does not match the model: {what} ({len(missing)} missing, {len(extra)} unknown of {len(want)})", source)
+    for n, k in want.items():
+        if k >= 0 and here[n] != k:  # -1: the profile did not record this parameter's size
+            raise DagprofError(f"strategy does not match the model: parameter {n!r} has {k} elements in the strategy, {here[n]} here", source)
+
+
+def _world_size(ddp: Any) -> int | None:
+    try:
+        return int(ddp.process_group.size())
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _rebuild_reducer(ddp: Any, s: Strategy, source: str | None) -> None:
+    """Per-bucket limits equal to each bucket's bytes (and gradients as bucket views); the reducer
+    rebuilt as DDP's ``__setstate__`` does."""
+    config = getattr(ddp, "_bucket_config", None)
+    if config is None or not hasattr(ddp, "_ddp_init_helper") or not hasattr(type(config), "create"):
+        import torch
+
+        raise DagprofError(f"custom bucket layouts need DDP's per-bucket limits (torch >= 2.13), this is torch {torch.__version__}", source)
+    if ddp.find_unused_parameters:
+        raise DagprofError("custom bucket layouts need find_unused_parameters=False (DDP then rebuilds buckets in gradient-ready order)", source)
+    if s.buckets is not None:
+        sizes = {n: p.numel() * p.element_size() for n, p in ddp.module.named_parameters()}
+        caps_mb = [sum(sizes[p] for p in b.params) / 2**20 for b in s.buckets]
+        ddp._bucket_config = type(config).create(bucket_cap_mb=None, bucket_cap_mb_list=caps_mb, use_python_reducer=ddp._use_python_reducer)
+        ddp.bucket_bytes_cap = ddp._bucket_config.bucket_bytes_cap
+        ddp.bucket_bytes_cap_list = list(ddp._bucket_config.per_bucket_bytes_caps)
+    if s.grad_as_bucket_view:
+        ddp.gradient_as_bucket_view = True
+    collector_hook = getattr(ddp, "_dagprof_comm_hook", None)  # a profile attached first: keep its timing hook
+    params, sparse = ddp._build_params_for_reducer()
+    ddp._ddp_init_helper(params, sparse, ddp._build_debug_param_to_name_mapping(params), ddp.static_graph)
+    if ddp.static_graph:
+        ddp.reducer._set_static_graph()
+        ddp.logger._set_static_graph()
+    if collector_hook is not None:
+        type(ddp).register_comm_hook(ddp, *collector_hook)
+
+
+def _checkpoint(module: Any, path: str, source: str | None):
+    """Wrap the module's forward in checkpoint; returns the undo."""
+    from torch.utils.checkpoint import checkpoint
+
+    try:
+        sub = module.get_submodule(path)
+    except AttributeError:
+        raise DagprofError(f"strategy recomputes module {path!r}, which this model does not have", source) from None
+    forward = sub.forward
+
+    def recomputed(*args: Any, **kwargs: Any) -> Any:
+        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
+    sub.forward = recomputed
+    return lambda: sub.__dict__.pop("forward", None)
+
+
+def _comm_hook(ddp: Any, s: Strategy) -> tuple[Any, Any] | None:
+    """(state, hook) for ``register_comm_hook``, or None for DDP's own all-reduce."""
+    c = s.compression
+    if c.codec == "powersgd":
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+
+        state = psgd.PowerSGDState(process_group=ddp.process_group, matrix_approximation_rank=c.rank,
+                                   start_powerSGD_iter=max(2, c.start_iter), min_compression_rate=2, use_error_feedback=True, warm_start=True)
+        return state, chained(psgd.powerSGD_hook)
+    if c.codec == "none" and s.partition == 1:
+        return None
+    return ddp.process_group, codec_hook(c.codec, s.partition)
+
+
+def codec_hook(codec: str, parts: int):
+    """A comm hook that all-reduces each bucket as ``parts`` pieces, cast to ``codec`` on the wire.
+
+    Like torch's fp16_compress_hook (divide by the world size, then cast), but for bf16 too on
+    any backend (torch's bf16 hook insists on NCCL; gloo reduces bf16 on CPU), and partitioned.
+    """
+    import torch
+    import torch.distributed as dist
+
+    dtype = {"none": None, "fp16": torch.float16, "bf16": torch.bfloat16}[codec]
+
+    def dagprof_codec_hook(process_group, bucket):  # DDP requires the name "bucket"
+        group = process_group if process_group is not None else dist.group.WORLD
+        buf = bucket.buffer()
+        wire = buf.div_(group.size()) if dtype is None else buf.to(dtype).div_(group.size())
+        futs = [dist.all_reduce(piece, group=group, async_op=True).get_future() for piece in wire.chunk(parts)]
+        fut = futs[0] if len(futs) == 1 else torch.futures.collect_all(futs)
+
+        def decode(_: Any) -> Any:
+            if wire is not buf:
+                buf.copy_(wire)
+            return buf
+
+        return fut.then(decode)
+
+    return dagprof_codec_hook
+
+
+def chained(hook):
+    """``hook`` run on one bucket at a time, in bucket order.
+
+    PowerSGD issues its second and third all-reduce from future callbacks; with two buckets in
+    flight the ranks can issue them in different orders, and gloo then pairs the wrong messages
+    ("Received data size doesn't match expected size"). Starting each bucket when the previous
+    one completed gives every rank the same order of collectives.
+    """
+    import torch
+
+    last: list[Any] = [None]
+
+    def dagprof_chained_hook(state, bucket):  # DDP requires the name "bucket"
+        out = torch.futures.Future()
+
+        def finish(f: Any) -> None:
+            try:
+                out.set_result(f.value())
+            except Exception as err:  # noqa: BLE001  (DDP sees it when it waits)
+                out.set_exception(err)
+
+        def start(_: Any = None) -> None:
+            try:
+                hook(state, bucket).then(finish)
+            except Exception as err:  # noqa: BLE001
+                out.set_exception(err)
+
+        prev, last[0] = last[0], out
+        if prev is None:
+            start()
+        else:
+            prev.then(start)  # runs at once when the previous bucket is already done
+        return out
+
+    return dagprof_chained_hook

@@ -1,0 +1,81 @@
+"""Zero-code strategy runs for ``dagprof optimize --verify``: apply a strategy and time the steps.
+
+The launcher's ``sitecustomize`` calls ``install()`` in every Python process of the job. With
+``DAGPROF_STRATEGY`` set, every DistributedDataParallel model gets ``dagprof.apply`` right after
+it is built (a strategy for another model stops the job there, with one line). With
+``DAGPROF_TIMES`` set, each rank writes its step times (a step ends when the first optimizer
+that ever stepped finishes ``step()``) and the DDP forward calls per step to
+``$DAGPROF_TIMES/rank<r>.json`` at exit. A training loop that accumulates gradients asks the
+applied plan for its micro-batches: ``dagprof.apply(ddp, path)`` returns the plan already applied.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import time
+import warnings
+from functools import wraps
+from typing import Any
+
+from .steptimes import write_times
+
+ENV_STRATEGY = "DAGPROF_STRATEGY"
+ENV_TIMES = "DAGPROF_TIMES"
+
+
+def install() -> None:
+    if ENV_STRATEGY not in os.environ and ENV_TIMES not in os.environ:
+        return
+    from .autoprofile import after_torch_import
+
+    after_torch_import(_patch)  # after autoprofile's, when both run: the profile attaches first, apply keeps its hook
+
+
+def _patch() -> None:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    from .apply import apply
+
+    strategy = os.environ.get(ENV_STRATEGY)
+    times_dir = os.environ.get(ENV_TIMES)
+    state: dict[str, Any] = {"forwards": 0, "last": None, "steps": [], "micro": [], "opt": None}
+    original_init = DDP.__init__
+
+    @wraps(original_init)
+    def ddp_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        if strategy:
+            apply(self, strategy)  # a mismatch raises here, before the first step
+
+        def count(module: Any, inputs: Any) -> None:
+            state["forwards"] += 1
+            if state["last"] is None:
+                state["last"] = time.perf_counter()
+
+        self.register_forward_pre_hook(count)
+
+    def after_step(opt: Any, args: Any, kwargs: Any) -> None:
+        if state["opt"] is None:
+            state["opt"] = id(opt)
+        if state["opt"] != id(opt) or state["last"] is None:
+            return
+        now = time.perf_counter()
+        state["steps"].append(now - state["last"])
+        state["micro"].append(max(state["forwards"], 1))
+        state["last"], state["forwards"] = now, 0
+
+    DDP.__init__ = ddp_init
+    register_optimizer_step_post_hook(after_step)
+    if times_dir:
+        atexit.register(_write, times_dir, state)
+
+
+def _write(folder: str, state: dict) -> None:
+    if not state["steps"]:
+        return  # not a training rank (the torchrun agent)
+    try:
+        rank = int(os.environ.get("RANK", "0"))
+        write_times(folder, rank, state["steps"], state["micro"])
+    except Exception as err:  # noqa: BLE001  (never break the user's job at exit)
+        warnings.warn(f"dagprof: could not write step times: {err}", RuntimeWarning, stacklevel=2)

@@ -1,0 +1,84 @@
+"""Measured costs of gradient compression on this machine (numbers only; ``collect.codec_costs`` measures them).
+
+fp16/bf16: casting a bucket to the wire type (encode, on the thread that runs backward, inside
+the comm hook) and back (decode, in the all-reduce's completion callback), per fp32 byte.
+PowerSGD rank r, per parameter: ``encode`` (error feedback and P = M Q, in the hook),
+``middle`` (orthogonalise P, Q = M^T P, between the P and Q all-reduces) and ``decode``
+(M = P Q^T and the error update, after the Q all-reduce), in microseconds.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+
+from ..errors import DagprofError
+
+FORMAT = "dagprof-codec-costs"
+MIN_COMPRESSION_RATE = 2  # PowerSGDState's default: compress a matrix only when that saves 2x
+
+
+@dataclass(frozen=True)
+class PowerSGDCost:
+    encode_us: float
+    middle_us: float
+    decode_us: float
+
+
+@dataclass
+class CodecCosts:
+    encode_us_per_byte: dict[str, float] = field(default_factory=dict)  # "fp16"/"bf16" -> us per fp32 byte
+    decode_us_per_byte: dict[str, float] = field(default_factory=dict)
+    powersgd: dict[int, dict[str, PowerSGDCost]] = field(default_factory=dict)  # rank -> parameter -> cost
+    copy_us_per_byte: float = 0.0  # a plain memory copy (PowerSGD's clone, cat and error update)
+    machine: str = ""
+    reference_op_us: float = 0.0  # collect.overlap's reference op timed beside these costs (0: not timed)
+
+    def scaled(self, factor: float) -> "CodecCosts":
+        """Every cost ``factor`` times as large (costs from an idle core, used inside a busier job)."""
+        return CodecCosts({k: v * factor for k, v in self.encode_us_per_byte.items()}, {k: v * factor for k, v in self.decode_us_per_byte.items()},
+                          {r: {p: PowerSGDCost(c.encode_us * factor, c.middle_us * factor, c.decode_us * factor) for p, c in per.items()}
+                           for r, per in self.powersgd.items()}, self.copy_us_per_byte * factor, self.machine, self.reference_op_us * factor)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["powersgd"] = {str(r): {p: asdict(c) for p, c in per.items()} for r, per in self.powersgd.items()}
+        return {"format": FORMAT, **d}
+
+    @classmethod
+    def from_dict(cls, d: dict, path: str | None = None) -> "CodecCosts":
+        if d.get("format") != FORMAT:
+            raise DagprofError("not a dagprof codec-cost file", path)
+        try:
+            return cls(dict(d["encode_us_per_byte"]), dict(d["decode_us_per_byte"]),
+                       {int(r): {p: PowerSGDCost(**c) for p, c in per.items()} for r, per in d.get("powersgd", {}).items()},
+                       float(d.get("copy_us_per_byte", 0.0)), str(d.get("machine", "")), float(d.get("reference_op_us", 0.0)))
+        except (KeyError, TypeError, ValueError) as err:
+            raise DagprofError(f"malformed codec-cost file: {err}", path) from None
+
+    def save(self, path: str) -> None:
+        from ..fsutil import atomic_open
+
+        with atomic_open(path) as f:
+            json.dump(self.to_dict(), f, indent=1)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> "CodecCosts":
+        path = os.fspath(path)
+        try:
+            with open(path) as f:
+                return cls.from_dict(json.load(f), path)
+        except (OSError, json.JSONDecodeError) as err:
+            raise DagprofError(f"cannot read codec costs: {err}", path) from None
+
+
+def powersgd_split(shape: tuple[int, ...], rank: int) -> tuple[int, int, int]:
+    """(uncompressed, P, Q) elements of one gradient under PowerSGD rank ``rank`` (torch's rule)."""
+    numel = math.prod(shape)
+    n = shape[0] if shape else 1
+    m = numel // max(n, 1)
+    r = min(n, m, rank)
+    if (n + m) * r * MIN_COMPRESSION_RATE < n * m:
+        return 0, n * r, m * r
+    return numel, 0, 0

@@ -1,0 +1,53 @@
+"""Gradient accumulation: k micro-batches per optimizer step, all but the last under ``no_sync``.
+
+Each profiled step becomes k micro-batches on every rank: k - 1 copies of the step's own
+compute (its forward, backward and framework time up to the end-of-backward wait; no
+collectives, no optimizer) run first, then the step as profiled (its backward all-reduces
+the accumulated gradients). Time per micro-batch is the step time over k: the figure to
+compare with the profiled step, since each micro-batch is one profiled batch. This changes the
+effective batch, so dagprof offers it only when asked.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import DagprofError
+from ..graph.dag import Graph, GraphBuilder
+from ..traces.events import Kind
+
+_COPIED = (Kind.FORWARD, Kind.BACKWARD, Kind.OTHER, Kind.DATA, Kind.KERNEL)
+
+
+def accumulate_gradients(g: Graph, k: int) -> Graph:
+    """Every step preceded by ``k - 1`` micro-batches without communication (``meta["micro_batches"] = k``)."""
+    if k < 1:
+        raise DagprofError(f"micro-batches per step must be >= 1, got {k}")
+    if k == 1:
+        return g
+    b, _ = GraphBuilder.from_graph(g)
+    marks = np.flatnonzero((g.kind == Kind.STEP) & (g.rank >= 0))
+    for m in marks.tolist():
+        step, rank = int(g.step[m]), int(g.rank[m])
+        mine = np.flatnonzero((g.step == step) & (g.rank == rank) & (g.device == g.device[m]) & (np.arange(len(g)) != m))
+        mine = mine[np.argsort(g.order[mine], kind="stable")]
+        waits = [int(w) for w in mine[g.kind[mine] == Kind.COMM_WAIT] if "finalize" in g.node_name(int(w))]
+        body = mine[np.isin(g.kind[mine], [int(x) for x in _COPIED])]
+        if waits:
+            body = body[g.order[body] < g.order[waits[-1]]]
+        if not len(body):
+            continue
+        first = int(mine[0])
+        base, room = float(g.order[m]), max(float(g.order[first] - g.order[m]), 0.0)
+        prev = m
+        n = len(body) * (k - 1)
+        for copy in range(k - 1):  # program order by explicit edges: marker -> copies -> the step's first op
+            for j, v in enumerate(body.tolist()):
+                c = b.add_node(f"{g.node_name(v)} (micro-batch {copy + 1})", Kind(int(g.kind[v])), rank=rank, device=int(g.device[v]),
+                               dur=float(g.dur[v]), gap=float(g.gap[v]), order=base + room * (copy * len(body) + j + 1) / (n + 1),
+                               step=step, layer=int(g.layer[v]))
+                b.add_edge(prev, c)
+                prev = c
+        b.add_edge(prev, first)
+    out = b.build()
+    out.meta["micro_batches"] = k
+    return out

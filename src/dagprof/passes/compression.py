@@ -1,0 +1,87 @@
+"""Gradient compression and tensor partition: what one bucket costs on the wire and on the CPU.
+
+A bucket's all-reduce costs ``encode`` on the thread that runs backward (the comm hook runs
+there, before the all-reduce is issued) and ``channel`` time on the communication channel
+(transfers plus what the completion callbacks compute before DDP may use the result):
+
+- plain: the link model's all-reduce of the bucket, in ``parts`` pieces one after another on
+  the one channel (tensor partition: every piece pays the per-collective overhead);
+- fp16/bf16: half the bytes on the wire; the casts at their measured cost per byte;
+- PowerSGD rank r (torch's hook): three all-reduces one after another -- the uncompressed
+  tensors (vectors, and matrices too small to gain 2x), the P factors, the Q factors -- with the
+  measured matrix products and orthogonalisation between them (``costmodel.codecs``). Those run in
+  completion callbacks on gloo's threads, i.e. on the cores that also train (CPU jobs): they are
+  charged to the training thread too. The costs are measured on an idle core; under contention
+  they grow, and PowerSGD's prediction is the least sure of the codecs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ..costmodel.codecs import CodecCosts, powersgd_split
+from ..errors import DagprofError
+from .gradients import GradientOrder
+
+LOSSY = ("fp16", "bf16", "powersgd")
+
+
+@dataclass(frozen=True)
+class Codec:
+    name: str = "none"  # none, fp16, bf16, powersgd
+    rank: int = 0  # PowerSGD matrix approximation rank
+
+    def label(self) -> str:
+        return {"none": "no compression", "fp16": "fp16", "bf16": "bf16"}.get(self.name, f"PowerSGD rank {self.rank}")
+
+
+@dataclass(frozen=True)
+class BucketCost:
+    encode_us: float  # on the compute lane, before the all-reduce is issued
+    channel_us: float  # on the communication channel
+    wire_bytes: int
+
+
+def bucket_cost(order: GradientOrder, first: int, last: int, codec: Codec, parts: int, price: Callable[[float], float],
+                costs: CodecCosts | None = None) -> BucketCost:
+    """Cost of the bucket holding parameters ``first..last``; ``price(nbytes)`` is the link model's all-reduce time."""
+    nbytes = float(order.nbytes[first : last + 1].sum())
+    if codec.name == "none":
+        return BucketCost(0.0, parts * price(nbytes / parts), int(nbytes))
+    if costs is None:
+        raise DagprofError(f"{codec.label()} needs measured encode/decode costs (collect.codec_costs)")
+    if codec.name in ("fp16", "bf16"):
+        wire = nbytes / 2
+        enc, dec = costs.encode_us_per_byte.get(codec.name), costs.decode_us_per_byte.get(codec.name)
+        if enc is None or dec is None:
+            raise DagprofError(f"no measured cost for the {codec.name} cast")
+        return BucketCost(enc * nbytes, parts * price(wire / parts) + dec * nbytes, int(wire))
+    if codec.name == "powersgd":
+        return _powersgd(order, first, last, codec.rank, price, costs)
+    raise DagprofError(f"unknown gradient codec {codec.name!r}")
+
+
+def _powersgd(order: GradientOrder, first: int, last: int, rank: int, price: Callable[[float], float], costs: CodecCosts) -> BucketCost:
+    per = costs.powersgd.get(rank)
+    if per is None:
+        raise DagprofError(f"no measured cost for PowerSGD rank {rank}")
+    unc = p = q = 0
+    enc = mid = dec = 0.0
+    for i in range(first, last + 1):
+        shape = order.shapes[i]
+        if shape is None:
+            raise DagprofError("PowerSGD needs the parameter shapes, which this profile lacks (profile again with this dagprof)")
+        u, pi, qi = powersgd_split(shape, rank)
+        unc, p, q = unc + u, p + pi, q + qi
+        c = per.get(order.params[i])
+        if pi and c is None:
+            raise DagprofError(f"no measured PowerSGD cost for parameter {order.params[i]!r}")
+        if pi:
+            enc, mid, dec = enc + c.encode_us, mid + c.middle_us, dec + c.decode_us
+    es = order.element_size
+    nbytes = float(order.nbytes[first : last + 1].sum())
+    copies = costs.copy_us_per_byte * nbytes
+    channel = price(unc * es) + price(p * es) + mid + price(q * es) + dec + copies
+    # On a CPU-only job the callbacks' matrix work runs on the cores that train: it delays the training
+    # thread as much as the bucket's completion (it is charged to both).
+    return BucketCost(enc + 2 * copies + mid + dec + copies, channel, int((unc + p + q) * es))

@@ -1,0 +1,169 @@
+"""The optimizer's passes on a real profile (the session's tiny 2-rank DDP run): bucket slots,
+compression pricing, recomputation, accumulation, scheduling, and incremental replay of candidates."""
+import numpy as np
+import pytest
+
+from dagprof.analysis import job_iteration_us
+from dagprof.costmodel.codecs import CodecCosts, PowerSGDCost, powersgd_split
+from dagprof.errors import DagprofError
+from dagprof.passes import set_buckets
+from dagprof.passes.accumulate import accumulate_gradients
+from dagprof.passes.bucket_plan import BucketSlots, Plan, set_bucket_layout
+from dagprof.passes.compression import Codec, bucket_cost
+from dagprof.passes.recompute import RecomputeSlots, recompute, segments
+from dagprof.passes.schedule import set_comm_priority
+from dagprof.replay import IncrementalReplayer, replay
+from dagprof.traces.events import Kind
+
+
+def test_gradient_order_covers_every_parameter_once(prof, order):
+    layout = prof.run.ranks[0].meta["bucket_layouts"][-1]
+    assert sorted(order.params) == sorted(p for b in layout for p in b["params"])
+    assert order.total_bytes == sum(b["nbytes"] for b in layout)
+    assert all(s is not None for s in order.shapes)
+    assert (order.layer >= 0).all()
+    assert list(order.bucket_bytes(order.profiled_ends)) == [b["nbytes"] for b in sorted(layout, key=lambda b: b["index"])]
+
+
+def test_layout_from_caps_follows_ddp_rule(order):
+    one = order.layout_from_caps(1e18)
+    assert one == (len(order) - 1,)
+    every = order.layout_from_caps(1)
+    assert every == tuple(range(len(order)))
+    first = order.layout_from_caps(1e18, first_bytes=1)
+    assert first == (0, len(order) - 1)
+    with pytest.raises(DagprofError):
+        order.check_ends((3, 1))
+
+
+def test_slots_price_the_profiled_layout_like_set_buckets(prof, order):
+    slots = BucketSlots(prof.graph, order)
+    g = slots.realize(Plan(order.profiled_ends))
+    ref = job_iteration_us(set_buckets(prof.graph, None))
+    assert job_iteration_us(g) == pytest.approx(ref, rel=0.03)
+
+
+def test_compacted_layout_replays_like_its_slot_graph(prof, order):
+    slots = BucketSlots(prof.graph, order)
+    for ends in (order.profiled_ends, order.layout_from_caps(1e18), order.layout_from_caps(2**12)):
+        plan = Plan(ends)
+        full = slots.realize(plan)
+        small = set_bucket_layout(prof.graph, order, ends)
+        assert len(small) < len(full)
+        assert job_iteration_us(small) == pytest.approx(job_iteration_us(full), rel=1e-9)
+        comm = (small.kind == Kind.COMM) & (small.bucket >= 0)
+        steps = len(prof.graph.meta["steps"])
+        assert comm.sum() == len(ends) * steps
+
+
+def test_unused_slots_cost_nothing(prof, order):
+    slots = BucketSlots(prof.graph, order)
+    g = slots.realize(Plan(order.layout_from_caps(1e18)))
+    ids, dur, gap, nb = slots.columns(Plan(order.layout_from_caps(1e18)))
+    used = nb > 0
+    assert (dur[~used & np.isin(ids, slots.comm.reshape(-1))] == 0).all() and (gap[~used] == 0).all()
+    assert g.dur[slots.comm[:, -1]].min() > 0  # the one bucket ends at the last parameter
+
+
+def test_compression_halves_the_wire_and_adds_measured_casts(order):
+    costs = CodecCosts({"fp16": 1e-3}, {"fp16": 2e-3})
+    price = lambda nb: 10.0 + nb * 0.01  # noqa: E731
+    plain = bucket_cost(order, 0, len(order) - 1, Codec(), 1, price)
+    half = bucket_cost(order, 0, len(order) - 1, Codec("fp16"), 1, price, costs)
+    nb = order.total_bytes
+    assert plain.channel_us == pytest.approx(price(nb))
+    assert half.wire_bytes == nb // 2
+    assert half.channel_us == pytest.approx(price(nb / 2) + 2e-3 * nb)
+    assert half.encode_us == pytest.approx(1e-3 * nb)
+    parted = bucket_cost(order, 0, len(order) - 1, Codec(), 4, price)
+    assert parted.channel_us == pytest.approx(4 * price(nb / 4))  # every piece pays the per-collective cost
+    with pytest.raises(DagprofError, match="measured"):
+        bucket_cost(order, 0, len(order) - 1, Codec("fp16"), 1, price)
+
+
+def test_powersgd_follows_torchs_compression_rule(order):
+    assert powersgd_split((256, 256, 3, 3), 2) == (0, 512, 4608)
+    assert powersgd_split((256,), 2) == (256, 0, 0)  # vectors travel uncompressed
+    assert powersgd_split((10, 8), 4) == (80, 0, 0)  # too small to gain 2x
+    ranked = {p: PowerSGDCost(1.0, 2.0, 3.0) for p in order.params}
+    costs = CodecCosts({}, {}, {2: ranked}, 0.0)
+    calls = []
+    c = bucket_cost(order, 0, len(order) - 1, Codec("powersgd", 2), 1, lambda nb: calls.append(nb) or 1.0, costs)
+    assert len(calls) == 3  # uncompressed tensors, P, Q: three all-reduces in sequence
+    compressed = sum(1 for s in order.shapes if powersgd_split(s, 2)[1])
+    assert c.encode_us == pytest.approx(compressed * (1.0 + 2.0 + 3.0))  # the callbacks' work also takes the training cores
+    assert c.channel_us == pytest.approx(3.0 + compressed * (2.0 + 3.0))
+
+
+def test_incremental_replay_of_candidates_equals_full_replay(prof, order):
+    slots = BucketSlots(prof.graph, order)
+    plans = [Plan(order.profiled_ends), Plan(order.layout_from_caps(1e18)), Plan(order.layout_from_caps(2**12), parts=2),
+             Plan(tuple(order.boundaries().tolist())), Plan(order.profiled_ends)]
+    inc = IncrementalReplayer(slots.realize(plans[0]))
+    for plan in plans[1:]:
+        g = slots.realize(plan, base=inc.graph)
+        ids = slots.columns(plan)[0]
+        changed = ids[(g.dur[ids] != inc.graph.dur[ids]) | (g.gap[ids] != inc.graph.gap[ids])]
+        got = inc.update(g, changed)
+        ref = replay(g)
+        np.testing.assert_allclose(got.end, ref.end)
+        np.testing.assert_array_equal(got.gate, ref.gate)
+
+
+def test_recomputation_costs_the_forward_again(prof):
+    g = prof.graph
+    segs = segments(g)
+    assert segs and all(len(s.layers) >= 2 for s in segs)
+    mod = next(s for s in segs if s.module.startswith("layers."))
+    slots = RecomputeSlots(g, segs)
+    assert job_iteration_us(slots.graph) == pytest.approx(job_iteration_us(g), rel=1e-9)  # free until chosen
+    again = recompute(g, [mod.module])
+    fw = (g.kind == Kind.FORWARD) & np.isin(g.layer, mod.layers)
+    extra = g.dur[fw].sum()
+    added = again.dur[(again.kind == Kind.FORWARD)].sum() - g.dur[(g.kind == Kind.FORWARD)].sum()
+    assert added == pytest.approx(extra)
+    assert job_iteration_us(again) > job_iteration_us(g)
+    with pytest.raises(DagprofError, match="no profiled module"):
+        recompute(g, ["no.such.module"])
+
+
+def test_accumulation_adds_communication_free_micro_batches(prof):
+    g = prof.graph
+    acc = accumulate_gradients(g, 3)
+    assert acc.meta["micro_batches"] == 3
+    assert ((acc.kind == Kind.COMM) & (acc.rank < 0)).sum() == ((g.kind == Kind.COMM) & (g.rank < 0)).sum()
+    fw = lambda x: ((x.kind == Kind.FORWARD) & (x.rank >= 0)).sum()  # noqa: E731
+    assert fw(acc) == 3 * fw(g)
+    one, three = job_iteration_us(g), job_iteration_us(acc)
+    assert one < three < 3 * one  # the all-reduce and the optimizer step are paid once per three micro-batches
+    assert accumulate_gradients(g, 1) is g
+    with pytest.raises(DagprofError):
+        accumulate_gradients(g, 0)
+
+
+def test_comm_priority_reorders_the_channel_only(prof):
+    g = prof.graph
+    lifo = set_comm_priority(g, "lifo")
+    comm = (g.kind == Kind.COMM) & (g.rank < 0) & (g.bucket >= 0)
+    assert not np.array_equal(lifo.order[comm], g.order[comm])
+    assert np.array_equal(lifo.order[~comm], g.order[~comm])
+    assert set_comm_priority(g, "fifo").order.tolist() == g.order.tolist()
+    with pytest.raises(DagprofError):
+        set_comm_priority(g, [0])
+
+
+def test_overlap_fraction_and_slowdown(prof):
+    from dagprof.passes.overlap import comm_overlap, disturbed, slowed_nodes, undisturbed
+
+    g = prof.graph
+    res = replay(g)
+    nodes = slowed_nodes(g)
+    f = comm_overlap(g, res, nodes)
+    assert ((f >= 0) & (f <= 1)).all() and f.max() > 0  # some backward overlapped an all-reduce
+    comm = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0))
+    inside = nodes[(res.start[nodes] >= res.start[comm[0]]) & (res.end[nodes] <= res.end[comm[0]]) & (res.end[nodes] > res.start[nodes])]
+    assert np.allclose(comm_overlap(g, res, inside), 1.0)
+    base = undisturbed(g, res, 0.5)
+    assert np.allclose(base[nodes], g.dur[nodes] / (1 + 0.5 * f))
+    assert np.allclose(disturbed(g, base, res, 0.5)[nodes], g.dur[nodes])  # the same timeline charges back what was taken out
+    assert np.array_equal(undisturbed(g, res, 0.0), g.dur)
