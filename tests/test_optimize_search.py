@@ -67,9 +67,10 @@ def test_lossy_codecs_only_when_allowed(prof, order):
 
 def test_strategy_predicts_again_on_its_own_profile(prof, order, tmp_path):
     r = search_run(prof.run, prof.graph, Options(budget_s=1e6, max_candidates=100, patience=10**6))
-    base, strat = predict_run(prof.run, prof.graph, r.strategy())
-    assert base == pytest.approx(r.baseline.iter_us / 1e3, rel=1e-6)
-    assert strat == pytest.approx(r.best.iter_us / 1e3, rel=0.02)
+    p = predict_run(prof.run, prof.graph, r.strategy())
+    assert p.prediction.baseline_ms == pytest.approx(r.baseline.iter_us / 1e3, rel=1e-6)
+    assert p.prediction.strategy_ms == pytest.approx(r.best.iter_us / 1e3, rel=0.02)
+    assert len(p.graph) > len(prof.graph) // 2  # the strategy's whole predicted graph, for diffing a profile of it
 
 
 def test_optimize_cli_writes_a_strategy(capsys, small_ddp_run, tmp_path):
@@ -101,3 +102,9 @@ def test_optimize_verify_runs_the_real_job(capsys, small_ddp_run, tmp_path):
     v = json.loads(out)["verification"]
     assert v["rounds"] == 1 and v["baseline_ms"][0] > 0 and v["strategy_ms"][0] > 0
     assert len(v["predicted_speedup_per_round"]) == 1 and len(v["strategy_runs"]) == 1
+    # issue 13: the strategy run's own profile, held against the graph predicted for it, category by category
+    [check] = v["categories_vs_expected_per_round"]
+    assert check is not None, v
+    assert check["expected_iter_ms"] > 0 and check["measured_iter_ms"] > 0 and check["lines"][0].startswith("measured")
+    assert isinstance(v["prediction_departs"], bool)
+    assert bool(v["where_it_departs"]) == v["prediction_departs"]

@@ -110,10 +110,10 @@ def verdict(checked: Checked) -> str:
     d = checked.to_dict()
     text = (f"Applied to the real job: {d['measured_baseline_ms']:.1f} ms -> {d['measured_strategy_ms']:.1f} ms per step, "
             f"measured speed-up {d['measured_speedup']:.2f}x (rounds {d['spread'][0]:.2f}-{d['spread'][1]:.2f}x), predicted {d['predicted_speedup']:.2f}x: ")
-    if checked.confirmed:
-        return text + "the gain is confirmed."
-    return text + ("NOT confirmed: some round measured no gain, or less than half the predicted one (this machine's load drifts; "
-                   "profile the new setting to see which part departed from the model).")
+    text += "the gain is confirmed." if checked.confirmed else "NOT confirmed: some round measured no gain, or less than half the predicted one."
+    if checked.departs:
+        text += " Where the strategy run departed from the model: " + "; ".join(ln.strip() for ln in checked.where_it_departs()) + "."
+    return text
 
 
 def _scaling_outlook(prof: Profiled) -> dict:

@@ -64,4 +64,5 @@ def verdict_text(applied: dict) -> str:
     per = ", ".join(f"{m:.2f}x" for m in applied["speedup_per_round"])
     return (f"applied to the real job: {applied['measured_baseline_ms']:.1f} ms -> {applied['measured_strategy_ms']:.1f} ms per step; "
             f"measured speed-up {applied['measured_speedup']:.2f}x (rounds: {per}), predicted {applied['predicted_speedup']:.2f}x: "
-            + ("confirmed" if applied["confirmed"] else "NOT confirmed"))
+            + ("confirmed" if applied["confirmed"] else "NOT confirmed")
+            + "".join(f"\n    {ln}" for ln in applied["where_it_departs"]))

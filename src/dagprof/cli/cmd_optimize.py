@@ -149,4 +149,6 @@ def verification_lines(v: dict) -> list[str]:
             f"{v['measured_strategy_ms']:.1f} ms per step (medians)",
             f"  measured speed-up {v['measured_speedup']:.2f}x (rounds {v['spread'][0]:.2f}-{v['spread'][1]:.2f}x); predicted "
             f"{v['predicted_speedup']:.2f}x from the searched profile: {'confirmed' if v['confirmed'] else 'NOT confirmed'}",
-            f"  per round: {per}; median prediction error {v['median_prediction_error_per_round_pct']:+.1f} %"]
+            f"  per round: {per}; median prediction error {v['median_prediction_error_per_round_pct']:+.1f} %",
+            *(["  where the strategy run departed from the model:"] + [f"    {ln}" for ln in v["where_it_departs"]]
+              if v["where_it_departs"] else [])]

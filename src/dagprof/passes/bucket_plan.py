@@ -134,7 +134,10 @@ class BucketSlots:
         drop[self.enq[:, unused, :].reshape(-1)] = True
         drop[self.comm[:, unused].reshape(-1)] = True
         drop[self.sync[:, unused].reshape(-1)] = True
-        b, _ = GraphBuilder.from_graph(g, ~drop)
+        bucket = g.bucket.copy()  # slot (parameter) index -> bucket number in ready order, as DDP numbers its buckets
+        slots = bucket >= 0
+        bucket[slots] = np.searchsorted(np.asarray(sorted(plan.ends)), bucket[slots])
+        b, _ = GraphBuilder.from_graph(g.replace(bucket=bucket), ~drop)
         chain_lanes(b)  # the lanes ran through the dropped enqueues
         return b.build()
 

@@ -261,6 +261,11 @@ class _Evaluator:
         self.cache[c] = s
         return s, (g, res)
 
+    def predicted_graph(self, c: Candidate) -> Graph:
+        """``c``'s graph as it would run: the template's columns without the slots no bucket uses."""
+        t = self.template(c.accumulate)
+        return t.bslots.compact(t.replay(c)[0], c.plan)
+
     def objective(self, s: Scored) -> float:
         if s.fits or s.memory is None:
             return s.iter_us
@@ -555,10 +560,19 @@ def _codec_costs(order: GradientOrder, opts: Options, path: str | None) -> Codec
     return costs
 
 
-def predict_run(run: Run, g: Graph, strategy: Strategy, costs_file: str | None = None, measured_in: Run | None = None) -> tuple[float, float]:
-    """(profiled setup, ``strategy``) predicted ms per micro-batch on this run: how a strategy found on one
-    profile is priced on another (a later profile of the same job, e.g. each verification round's).
-    ``measured_in``: the run whose overlap measurements (slowdown, codec yardstick) apply, default ``run``."""
+@dataclass
+class Priced:
+    """A strategy priced on one profile, with the graph predicted for it (what
+    ``analysis.diff.categories_vs_expected`` holds a profile of the strategy run against)."""
+
+    prediction: Prediction
+    graph: Graph
+
+
+def predict_run(run: Run, g: Graph, strategy: Strategy, costs_file: str | None = None, measured_in: Run | None = None) -> Priced:
+    """``strategy`` priced on this run: how a strategy found on one profile is priced on another (a later
+    profile of the same job, e.g. each verification round's). ``measured_in``: the run whose overlap
+    measurements (slowdown, codec yardstick) apply, default ``run``."""
     like = measured_in or run
     meta = run.ranks[0].meta
     layouts = meta.get("bucket_layouts") or []
@@ -580,4 +594,4 @@ def predict_run(run: Run, g: Graph, strategy: Strategy, costs_file: str | None =
     rec = frozenset(i for i, sg in enumerate(segs) if sg.module in strategy.recompute)
     cand = Candidate(ends, codec, strategy.partition, rec, strategy.accumulate, strategy.grad_as_bucket_view)
     base = ev.score(Candidate(order.profiled_ends))[0]
-    return base.iter_us / 1e3, ev.score(cand)[0].iter_us / 1e3
+    return Priced(Prediction(base.iter_us / 1e3, ev.score(cand)[0].iter_us / 1e3), ev.predicted_graph(cand))
