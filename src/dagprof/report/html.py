@@ -41,19 +41,20 @@ class ReportInputs:
 
 def render(inp: ReportInputs) -> str:
     a = inp.analysis
-    d = a.to_dict()
+    per = a.steps  # breakdowns and the critical path are summed over the profiled steps
+    ms = lambda us: us / per / 1e3  # noqa: E731
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(inp.title)}</title><style>{CSS}</style></head><body>",
              f"<h1>{escape(inp.title)}</h1>"]
     meta = a.graph.meta
     parts.append(f"<p>{len(a.predicted_iter_us)} rank(s), backend {escape(str(meta.get('backend') or '?'))}, "
-                 f"steps {escape(_steps(meta.get('steps', [])))}, graph of {d['nodes']:,} ops and {d['edges']:,} dependencies, "
+                 f"steps {escape(_steps(meta.get('steps', [])))}, graph of {len(a.graph):,} ops and {a.graph.num_edges:,} dependencies, "
                  f"source <code>{escape(str(meta.get('source', '')))}</code></p>")
     parts.append("<div>")
-    if d["measured_iter_ms"] is not None:
-        parts.append(_kpi("measured iteration", f"{d['measured_iter_ms']:.1f} ms"))
-    parts.append(_kpi("replayed iteration", f"{d['predicted_iter_ms']:.1f} ms"))
-    if d["error_pct"] is not None:
-        parts.append(_kpi("replay error", f"{d['error_pct']:+.2f} %"))
+    if a.measured_us is not None:
+        parts.append(_kpi("measured iteration", f"{a.measured_us / 1e3:.1f} ms"))
+    parts.append(_kpi("replayed iteration", f"{a.predicted_us / 1e3:.1f} ms"))
+    if a.error_pct is not None:
+        parts.append(_kpi("replay error", f"{a.error_pct:+.2f} %"))
     parts.append("</div>")
 
     for w in inp.warnings:
@@ -65,20 +66,18 @@ def render(inp: ReportInputs) -> str:
         parts.append("<div class='finding ok'>Nothing stands out: communication is hidden and ranks are balanced.</div>")
 
     parts.append("<h2>Per-rank breakdown (per iteration)</h2>")
-    rows = []
-    for r in d["per_rank"]:
-        rows.append((f"rank {r['rank']}", {"compute": r["compute_ms"] - r["overlap_ms"], "overlap": r["overlap_ms"],
-                                          "exposed communication": r["exposed_comm_ms"]}))
-    parts.append(svg.stacked_bars(rows))
+    parts.append(svg.stacked_bars([(f"rank {b.rank}", {"compute": ms(b.compute_us - b.overlap_us), "overlap": ms(b.overlap_us),
+                                                       "exposed communication": ms(b.exposed_comm_us)}) for b in a.ranks]))
+    nan = float("nan")
     parts.append(html_table(["rank", "measured ms", "replayed ms", "compute ms", "comm ms", "overlap ms", "exposed comm ms", "waits for others ms"],
-                        [[r["rank"], r["measured_iter_ms"], r["predicted_iter_ms"], r["compute_ms"], r["comm_ms"], r["overlap_ms"], r["exposed_comm_ms"],
-                          r["straggler_wait_ms"]] for r in d["per_rank"]]))
+                            [[b.rank, a.measured_iter_us.get(b.rank, nan) / 1e3, a.predicted_iter_us.get(b.rank, nan) / 1e3, ms(b.compute_us),
+                              ms(b.comm_us), ms(b.overlap_us), ms(b.exposed_comm_us), ms(b.wait_us)] for b in a.ranks]))
 
-    cp = d["critical_path_per_iter"]
+    cp = a.path
     parts.append("<h2>Critical path (across ranks, per iteration)</h2>")
-    parts.append(svg.stacked_bars([("critical path", cp["by_category_ms"])]))
-    parts.append(f"<p>The path crosses rank(s) {', '.join(map(str, cp['ranks_crossed'])) or '-'}; its largest ops:</p>")
-    parts.append(html_table(["op", "ms/iter on the path"], cp["top_ops_ms"]))
+    parts.append(svg.stacked_bars([("critical path", {k: ms(v) for k, v in cp.by_category.items()})]))
+    parts.append(f"<p>The path crosses rank(s) {', '.join(map(str, cp.ranks_crossed)) or '-'}; its largest ops:</p>")
+    parts.append(html_table(["op", "ms/iter on the path"], [[name, ms(us)] for name, us in cp.top_ops]))
 
     parts.append("<h2>Replayed timeline (one iteration)</h2>")
     parts.append(timeline_svg(a))
