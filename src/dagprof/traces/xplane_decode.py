@@ -244,6 +244,8 @@ def _scan_line(buf: np.ndarray, start: int, stop: int, md: np.ndarray, off: np.n
             s0 = 0
             s1 = 0
             p = pos
+            # This field walk and _scan_int_stat's stay inline on purpose: a shared field reader
+            # (key, value, next position) cost 3-6 % of decoding even inlined by numba (measured).
             while p < end:
                 kp = p
                 k = buf[p]
