@@ -6,7 +6,7 @@ noise, compare the ratios). Cases:
 - one rank, cold: ``read_kineto(file)`` vs ``TraceAnalysis(trace_dir=<folder with only that file>)``;
 - a folder of N ranks, cold: ``read_trace_dir(folder, use_cache=False)`` (parallel processes)
   vs ``TraceAnalysis(trace_dir=folder)`` (HTA's own multiprocessing pool);
-- the same folder again through dagprof's parse cache (``.dagprof-cache``), per rank.
+- the same folder again through dagprof's parse cache (the user cache folder), per rank.
 The N-rank folder replicates one public rank trace with ``distributedInfo.rank`` rewritten to
 0..N-1 (a textual edit of that one object; events untouched), written as .json.gz.
 Peak RSS is the largest single process (the measured one by VmHWM, or any of its workers), in MiB.

@@ -6,6 +6,14 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))  # tests/synthetic.py, tests/testdata.py
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_parse_cache(tmp_path_factory):
+    """Parse caches go to a session temp folder, never the real ``~/.cache/dagprof`` (subprocesses inherit it)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DAGPROF_CACHE_DIR", str(tmp_path_factory.mktemp("dagprof-cache")))
+        yield
+
+
 @pytest.fixture(scope="session")
 def small_ddp_run(tmp_path_factory) -> str:
     """One real, profiled 2-rank gloo DDP run of the tiny demo model, shared by every test that reads one."""

@@ -2,6 +2,7 @@
 accumulation, and the one-line refusal of a strategy for another model. Plus the strategy file."""
 import json
 import os
+import pathlib
 import sys
 
 import pytest
@@ -11,6 +12,7 @@ from dagprof.collect.strategy import Bucket, Compression, Prediction, Strategy, 
 from dagprof.errors import DagprofError
 
 WORKER = os.path.join(os.path.dirname(__file__), "apply_worker.py")
+DATA = pathlib.Path(__file__).parent / "data"
 
 
 @pytest.fixture(scope="module")
@@ -69,15 +71,40 @@ def test_summary_reads_plainly():
     assert strategy(buckets=None, compression=Compression()).summary().startswith("keep DDP's defaults")
 
 
-@pytest.mark.parametrize("doc,msg", [({"format": "x"}, "not a dagprof strategy"), ({"format": "dagprof-strategy", "version": 99}, "version 99"),
-                                     ({"format": "dagprof-strategy", "version": 1}, "malformed"),
-                                     ({"format": "dagprof-strategy", "version": 1, "model": [], "world_size": 2,
-                                       "compression": {"codec": "zip"}}, "unknown codec")])
-def test_bad_strategy_files_are_one_line_errors(tmp_path, doc, msg):
+_V1 = {"format": "dagprof-strategy", "version": 1}
+
+
+@pytest.mark.parametrize("text,msg", [
+    (json.dumps({"format": "x"}), "not a dagprof strategy file \\(format 'x'"),
+    (json.dumps({"format": "dagprof-run", "version": 1, "world_size": 2}), "not a dagprof strategy file \\(format 'dagprof-run'"),
+    (json.dumps({**_V1, "version": 99}), "newer dagprof \\(format version 99; this one reads 1\\): upgrade dagprof"),
+    (json.dumps({"format": "dagprof-strategy"}), "older dagprof \\(format version 0; .*optimize again"),
+    (json.dumps(_V1), "corrupt dagprof strategy file \\(Object missing required field `model`"),
+    (json.dumps({**_V1, "model": [], "world_size": 2, "compression": {"codec": "zip"}}), "Invalid enum value 'zip' - at `\\$.compression.codec`"),
+    (json.dumps({**_V1, "model": [["a", "six"]], "world_size": 2}), "Expected `int`, got `str` - at `\\$.model\\[0\\]\\[1\\]`"),
+    (json.dumps([_V1]), "corrupt file \\(Expected `object`, got `array`"),
+    (json.dumps({**_V1, "model": []})[:-9], "truncated"),
+    ("", "truncated"),
+])
+def test_bad_strategy_files_are_one_line_errors(tmp_path, text, msg):
     p = tmp_path / "s.json"
-    p.write_text(json.dumps(doc))
+    p.write_text(text)
     with pytest.raises(DagprofError, match=msg) as e:
         load_strategy(p)
     assert str(p) in str(e.value) and "\n" not in str(e.value)
-    with pytest.raises(DagprofError, match="cannot read"):
+
+
+def test_missing_strategy_file(tmp_path):
+    with pytest.raises(DagprofError, match="file is missing") as e:
         load_strategy(tmp_path / "missing.json")
+    assert "missing.json" in str(e.value)
+
+
+def test_a_version_1_file_reads(tmp_path):
+    """``tests/data/strategy/v1.json`` was written by the first (dataclass) implementation; every later reader must read it."""
+    s = load_strategy(DATA / "strategy" / "v1.json")
+    assert s.compression == Compression("powersgd", 2) and s.accumulate == 2 and s.recompute == ("blocks.1",)
+    assert s.buckets[1] == Bucket(("a.weight",), 24, ("a",)) and s.model == (("a.weight", 6), ("a.bias", 2))
+    assert s.prediction == Prediction(630.0, 470.0, 12) and s.notes == ("written by dagprof 0.1",)
+    assert load_strategy(save_strategy(s, tmp_path / "again.json")) == s
+    assert (tmp_path / "again.json").read_bytes() == (DATA / "strategy" / "v1.json").read_bytes()  # same bytes as v1 wrote

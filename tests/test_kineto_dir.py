@@ -5,7 +5,6 @@ import glob
 import json
 import os
 import shutil
-import stat
 
 import numpy as np
 import pytest
@@ -18,10 +17,17 @@ from gloo_kineto import gloo_traces
 
 
 @pytest.fixture
-def folder(tmp_path):
+def folder(tmp_path, monkeypatch):
+    traces = tmp_path / "traces"
+    traces.mkdir()
     for f in glob.glob(f"{gloo_traces()}/*.json"):
-        shutil.copy(f, tmp_path / os.path.basename(f))
-    return tmp_path
+        shutil.copy(f, traces / os.path.basename(f))
+    monkeypatch.setenv(cache.ENV_VAR, str(tmp_path / "cache"))  # this test's own cache folder
+    return traces
+
+
+def _cache_files(folder):
+    return sorted(glob.glob(str(folder.parent / "cache" / "*.npz")))
 
 
 def _same(a, b):
@@ -35,7 +41,7 @@ def _same(a, b):
 def test_parallel_parse_then_cache_hit_is_identical(folder):
     cold = read_trace_dir(folder, jobs=2)
     assert [t.rank for t in cold.ranks] == [0, 1] and cold.meta["missing_ranks"] == []
-    assert len(glob.glob(str(folder / cache.CACHE_DIR / "*.npz"))) == 2
+    assert len(_cache_files(folder)) == 2
     warm = read_trace_dir(folder)
     for a, b in zip(cold.ranks, warm.ranks):
         _same(a, b)
@@ -55,18 +61,34 @@ def test_cache_is_invalidated_when_the_trace_changes(folder):
     assert run.ranks[1].base_ns == fresh.ranks[1].base_ns
 
 
-def test_read_only_folder_caches_in_tmp(folder, monkeypatch, tmp_path_factory):
+def test_cache_goes_to_the_user_cache_dir_not_beside_the_traces(folder, monkeypatch, tmp_path_factory):
+    home = tmp_path_factory.mktemp("cachehome")
+    before = set(os.listdir(folder))
+    monkeypatch.delenv(cache.ENV_VAR, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "xdg"))
+    assert cache.cache_dir() == str(home / "xdg" / "dagprof")
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/ignored")  # the XDG spec: relative paths are invalid
+    monkeypatch.setenv("HOME", str(home))
+    assert cache.cache_dir() == str(home / ".cache" / "dagprof")
+    mine = home / "mine"
+    monkeypatch.setenv(cache.ENV_VAR, str(mine))
+    read_trace_dir(folder)
+    assert set(os.listdir(folder)) == before  # nothing beside the user's traces
+    assert len(glob.glob(str(mine / "*.npz"))) == 2
+    assert read_trace_dir(folder).ranks[0].source.startswith(str(folder))
+
+
+def test_unwritable_cache_dir_falls_back_to_tmp(folder, monkeypatch, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tmpdir")
     monkeypatch.setattr(cache.tempfile, "gettempdir", lambda: str(tmp))
-    mode = os.stat(folder).st_mode
-    os.chmod(folder, stat.S_IRUSR | stat.S_IXUSR)
-    try:
-        read_trace_dir(folder)
-        assert not os.path.exists(folder / cache.CACHE_DIR)  # even as root: the mode bits are respected
-        assert len(glob.glob(str(tmp / "dagprof-cache" / "*.npz"))) == 2
-        assert read_trace_dir(folder).ranks[0].rank == 0
-    finally:
-        os.chmod(folder, mode)
+    blocker = tmp_path_factory.mktemp("blocked") / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv(cache.ENV_VAR, str(blocker / "cache"))  # under a regular file: cannot be created, even as root
+    before = set(os.listdir(folder))
+    read_trace_dir(folder)
+    assert set(os.listdir(folder)) == before
+    assert len(glob.glob(str(tmp / "dagprof-cache" / "*.npz"))) == 2
+    assert cache.load_cached(sorted(glob.glob(str(folder / "rank-0*.json")))[0]) is not None
 
 
 def test_duplicate_rank_and_foreign_json(folder):
@@ -93,7 +115,7 @@ def test_empty_folder(tmp_path):
 
 def test_a_damaged_cache_file_is_a_miss(folder):
     cold = read_trace_dir(folder, jobs=1)
-    for i, c in enumerate(sorted(glob.glob(str(folder / cache.CACHE_DIR / "*.npz")))):
+    for i, c in enumerate(_cache_files(folder)):
         data = open(c, "rb").read()
         open(c, "wb").write(data[: len(data) // 2] if i == 0 else b"")  # cut short; emptied
     warm = read_trace_dir(folder, jobs=1)

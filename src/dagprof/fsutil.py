@@ -1,10 +1,17 @@
-"""Atomic file writes: readers never see a half-written file, even while ranks still write."""
+"""Our own files: written atomically (readers never see a half-written file, even while ranks still write),
+and read back as versioned, typed documents that refuse a foreign, damaged or newer file in one line."""
 from __future__ import annotations
 
 import contextlib
 import os
 import tempfile
-from typing import IO, Iterator
+from typing import IO, Iterator, TypeVar
+
+import msgspec
+
+from .errors import DagprofError
+
+T = TypeVar("T")
 
 
 @contextlib.contextmanager
@@ -25,3 +32,44 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO]:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+class _Header(msgspec.Struct):
+    format: str | None = None
+    version: int = 0
+
+
+def read_versioned(path: str | os.PathLike[str], kind: type[T], fmt: str, versions: range, what: str,
+                   too_old: str) -> T:
+    """Decode the JSON document ``path`` (``"format": fmt``, ``"version"`` in ``versions``) into ``kind``.
+
+    Every problem is a one-line ``DagprofError`` naming the file: missing, unreadable, not JSON,
+    another format, a newer version (upgrade dagprof), an older one (``too_old`` says what to do),
+    a field of the wrong type. Fields ``kind`` does not know are skipped (added with defaults, same version).
+    """
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise DagprofError("file is missing", path) from None
+    except OSError as err:
+        raise DagprofError(f"cannot read the file ({err.strerror or err})", path) from None
+    try:
+        head = msgspec.json.decode(data, type=_Header)
+    except msgspec.ValidationError as err:
+        raise DagprofError(f"corrupt file ({err})", path) from None
+    except msgspec.DecodeError:
+        raise DagprofError("corrupt or truncated file (not complete JSON)", path) from None
+    if head.format != fmt:
+        raise DagprofError(f"not a {what} (format {head.format!r}, expected {fmt!r})", path)
+    reads = str(versions[0]) if len(versions) == 1 else f"{versions[0]}..{versions[-1]}"
+    if head.version > versions[-1]:
+        raise DagprofError(f"written by a newer dagprof (format version {head.version}; this one reads {reads}): "
+                           "upgrade dagprof to read it", path)
+    if head.version < versions[0]:
+        raise DagprofError(f"written by an older dagprof (format version {head.version}; this one reads {reads}): {too_old}", path)
+    try:
+        return msgspec.json.decode(data, type=kind)
+    except msgspec.ValidationError as err:
+        raise DagprofError(f"corrupt {what} ({err})", path) from None

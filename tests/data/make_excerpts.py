@@ -3,7 +3,8 @@
 Small files are copied as they are; large Kineto traces are cut to a window of whole profiler
 steps (every CPU event that starts in it, the GPU work and flows those launched, all metadata),
 so each excerpt is still a valid trace of the same job; nccl-tests tables keep every 16th row.
-What each file is and where it comes from: README.md here. Run from the repository root:
+``kineto_excerpts/`` (one dependency rule of the Kineto reader each) holds time windows cut by
+``window_excerpt``. What each file is and where it comes from: README.md here. Run from the repository root:
 
     python tests/data/make_excerpts.py [--data DIR]
 """
@@ -51,6 +52,22 @@ STEPS = [
     ("kineto-corpus/kineto/tb_plugin_samples/resnet50_num_workers_0/worker0.pt.trace.json.gz", None, 1),
     ("kineto-corpus/kineto/tb_plugin_samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz", None, 1),
 ]
+TB_RESNET = "kineto-corpus/kineto/tb_plugin_samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+# kineto_excerpts/: (excerpt, source, window in ms from the trace's first event, or None for the whole file)
+WINDOWS = [
+    ("hta_cuda_event_sync.json.gz", "kineto-public/critical_path/cuda_event_sync/event_sync_trace.json.gz", None),
+    ("hta_cuda_event_sync_multi_stream.json.gz", "kineto-public/critical_path/cuda_event_sync_multi_stream/event_sync_trace.json.gz", None),
+    ("hta_mi250_minitoy_train.json.gz", "kineto-public/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz", None),
+    ("hta_param_simple_add.json.gz", "kineto-public/execution_trace/benchmark_simple_add_trace.json.gz", None),
+    ("hta_nccl_ddp_end_of_backward.json.gz", "kineto-public/nccl_parser_config/nccl_data.json.gz", (185.0, 213.5)),
+    ("hta_ns_resolution_step101.json.gz", "kineto-public/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz", (0.0, 35.2)),
+    ("kineto_tb_resnet50_h2d_copy.json.gz", TB_RESNET, (69.0, 72.0)),
+    ("kineto_tb_resnet50_forward_to_backward.json.gz", TB_RESNET, (118.0, 121.5)),
+    ("hta_alexnet_h2d_pageable.json.gz", "kineto-public/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz", (30429.0, 30442.0)),
+    ("kineto_tb_resnet50_array_format.json.gz", "kineto-corpus/kineto/tb_plugin_samples/resnet50_num_workers_0/worker0.pt.trace.json.gz", (68.5, 70.5)),
+    ("tracelens_graph_execution.json.gz", "kineto-corpus/tracelens/inference/graph_full/graph_execution.json.gz", (0.0, 1e9)),
+]
+WINDOW_LICENSES = ["facebookresearch+HolisticTraceAnalysis.LICENSE", "pytorch+kineto.LICENSE", "AMD-AGI+TraceLens.LICENSE"]
 LUT_EVERY = 16
 LICENSES = ["facebookresearch+HolisticTraceAnalysis.LICENSE", "pytorch+kineto.LICENSE", "facebookresearch+param.LICENSE",
             "AMD-AGI+TraceLens.LICENSE", "shyhuai+B-Caffe.LICENSE", "VIA-Research+vTrain.LICENSE"]
@@ -98,6 +115,21 @@ def step_excerpt(doc, first: int | None, count: int):
     return {**doc, "traceEvents": keep} if isinstance(doc, dict) else keep
 
 
+def window_excerpt(doc, window: tuple[float, float]):
+    """Every metadata event, every complete event wholly inside ``window`` (ms from the first event), the GPU ops and
+    ``cuda_sync`` records of the runtime calls kept; ``python_function`` events (the reader skips them) left out."""
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    xs = [e for e in events if e.get("ph") == "X" and isinstance(e.get("pid"), int) and isinstance(e.get("ts"), (int, float))]
+    base = min(e["ts"] for e in xs)
+    a, b = base + window[0] * 1e3, base + window[1] * 1e3
+    inside = [e for e in xs if e.get("cat") not in GPU_CATS | {"cuda_sync", "python_function"} and a <= e["ts"] and e["ts"] + e.get("dur", 0) <= b]
+    corr = {e.get("args", {}).get("correlation") for e in inside} - {None}
+    linked = [e for e in xs if e.get("cat") in GPU_CATS | {"cuda_sync"} and e.get("args", {}).get("correlation") in corr]
+    keep = {id(e) for e in inside + linked}
+    kept = [e for e in events if e.get("ph") == "M" or id(e) in keep]
+    return {**doc, "traceEvents": kept} if isinstance(doc, dict) else kept
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DEFAULT, help=f"reference data folder (default {DEFAULT})")
@@ -109,6 +141,13 @@ def main() -> None:
         shutil.copyfile(src / rel, HERE / rel)
     for rel, first, count in STEPS:
         _save(step_excerpt(_load(src / rel), first, count), HERE / rel)
+    for name, rel, window in WINDOWS:
+        out = HERE / "kineto_excerpts" / name
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if window is None:
+            shutil.copyfile(src / rel, out)
+        else:
+            _save(window_excerpt(_load(src / rel), window), out)
     for gpu in ("a100", "v100"):
         for table in sorted((src / "nccl-tests-lut" / gpu).iterdir()):
             lines = table.read_text().splitlines(keepends=True)
@@ -118,6 +157,9 @@ def main() -> None:
     (HERE / "LICENSES").mkdir(exist_ok=True)
     for name in LICENSES:
         shutil.copyfile(src / "LICENSES" / name, HERE / "LICENSES" / name)
+    (HERE / "kineto_excerpts" / "LICENSES").mkdir(parents=True, exist_ok=True)
+    for name in WINDOW_LICENSES:
+        shutil.copyfile(src / "LICENSES" / name, HERE / "kineto_excerpts" / "LICENSES" / name)
     total = sum(p.stat().st_size for p in HERE.rglob("*") if p.is_file())
     print(f"tests/data: {total / 1e6:.2f} MB")
 

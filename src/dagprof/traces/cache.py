@@ -1,9 +1,11 @@
-"""A parsed ``RankTrace`` kept beside its trace, so loading a folder the second time is a memory map away.
+"""A parsed ``RankTrace`` kept in the user's cache folder, so loading a folder the second time is a memory map away.
 
-Stored as one uncompressed ``.npz`` (the event columns + a JSON header) in
-``.dagprof-cache/`` next to the trace, or under ``$TMPDIR/dagprof-cache`` when that
-folder is read-only by its mode bits (shared data sets stay untouched even for root). The key is the trace's size and mtime plus a hash
-of the reader's own source (``reader_version``), so editing the reader or the trace invalidates it; a damaged cache file is a miss.
+Stored as one uncompressed ``.npz`` (the event columns + a JSON header) in ``cache_dir()``:
+``$DAGPROF_CACHE_DIR``, else ``$XDG_CACHE_HOME/dagprof``, else ``~/.cache/dagprof``; under
+``$TMPDIR/dagprof-cache`` when that is not writable. Never beside the trace: nothing lands in a folder
+the user did not ask us to write to. The file is named by a hash of the trace's absolute path; inside,
+the key is the trace's size and mtime plus a hash of the reader's own source (``reader_version``), so
+editing the reader or the trace invalidates it; a damaged cache file is a miss.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import numpy as np
 from ..fsutil import atomic_open
 from .events import Bucket, EventTable, Lane, LaneKind, RankTrace
 
-CACHE_DIR = ".dagprof-cache"
+ENV_VAR = "DAGPROF_CACHE_DIR"
 _READER_FILES = ("kineto.py", "kineto_deps.py", "kineto_decode.py", "kineto_schema.py", "events.py", "cache.py")
 
 
@@ -39,23 +41,20 @@ def _key(trace_path: str) -> dict[str, object]:
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "reader": reader_version()}
 
 
-def _writable(folder: str) -> bool:
-    """By the folder's mode bits, not ``os.access``: root may write anywhere, but a data set
-    shipped read-only (r-x) must stay untouched."""
-    try:
-        return bool(os.stat(folder).st_mode & 0o222) and os.access(folder, os.W_OK)
-    except OSError:
-        return False
+def cache_dir() -> str:
+    """Where parses are cached: ``$DAGPROF_CACHE_DIR``, else the XDG user cache folder (``~/.cache/dagprof``)."""
+    if os.environ.get(ENV_VAR):
+        return os.path.abspath(os.environ[ENV_VAR])
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")  # XDG: relative values are ignored
+    return os.path.join(base, "dagprof")
 
 
-def _candidates(trace_path: str, for_writing: bool = False) -> list[str]:
+def _candidates(trace_path: str) -> list[str]:
+    """The user cache first, then the temp dir (when the cache folder cannot be written)."""
     p = os.path.abspath(trace_path)
-    base = os.path.basename(p) + ".npz"
-    digest = hashlib.sha1(p.encode()).hexdigest()[:12]
-    out = [os.path.join(tempfile.gettempdir(), "dagprof-cache", f"{digest}-{base}")]
-    if not for_writing or _writable(os.path.dirname(p)):
-        out.insert(0, os.path.join(os.path.dirname(p), CACHE_DIR, base))
-    return out
+    name = f"{hashlib.sha1(p.encode()).hexdigest()[:12]}-{os.path.basename(p)}.npz"
+    return [os.path.join(cache_dir(), name), os.path.join(tempfile.gettempdir(), "dagprof-cache", name)]
 
 
 def load_cached(trace_path: str) -> RankTrace | None:
@@ -94,7 +93,7 @@ def store(trace_path: str, trace: RankTrace) -> str | None:
     arrays["flows"] = np.asarray(trace.flows, dtype=np.int64).reshape(-1, 2)
     arrays["flow_rule"] = trace.rules()
     arrays["header"] = np.frombuffer(json.dumps(head).encode(), dtype=np.uint8)
-    for c in _candidates(trace_path, for_writing=True):
+    for c in _candidates(trace_path):
         with contextlib.suppress(OSError):
             with atomic_open(c, "wb") as f:
                 np.savez(f, **arrays)

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import DagprofError
+from ..fsutil import read_versioned
 from .dagprof_run import read_run
 from .events import Bucket, EventTable, Kind, Lane, LaneKind, RankTrace, Run
 from .kineto_decode import read_bytes
@@ -251,18 +252,7 @@ class _Planned:
 
 
 def _read_doc(path: str) -> dict:
-    try:
-        with open(path) as f:
-            doc = json.load(f)
-    except FileNotFoundError:
-        raise DagprofError("file is missing", path) from None
-    except (OSError, ValueError) as err:
-        raise DagprofError(f"corrupt or truncated file ({type(err).__name__})", path) from None
-    if not isinstance(doc, dict) or doc.get("format") != RANK_FORMAT:
-        raise DagprofError(f"not a dagprof Horovod rank file (format {doc.get('format') if isinstance(doc, dict) else None!r})", path)
-    if doc.get("version", 0) > VERSION:
-        raise DagprofError(f"written by a newer dagprof (format version {doc['version']})", path)
-    return doc
+    return read_versioned(path, dict, RANK_FORMAT, range(1, VERSION + 1), "dagprof Horovod rank file", "profile the job again")
 
 
 def read_horovod_run(path: str | os.PathLike[str]) -> Run:

@@ -27,7 +27,7 @@ def trace_files(folder: str) -> list[str]:
 
 
 def read_cached(path: str, use_cache: bool = True) -> RankTrace:
-    """``read_kineto`` through the cache beside the file (or in the temp dir)."""
+    """``read_kineto`` through the parse cache (``cache.cache_dir()``)."""
     if use_cache:
         hit = cache.load_cached(path)
         if hit is not None:

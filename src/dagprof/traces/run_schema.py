@@ -20,7 +20,7 @@ import os
 
 import msgspec
 
-from ..errors import DagprofError
+from ..fsutil import read_versioned
 
 FORMAT = "dagprof-run"
 RANK_FORMAT = "dagprof-rank"
@@ -130,11 +130,6 @@ class RankFile(msgspec.Struct, kw_only=True):
     records: list[tuple[int, int, int, int, int]]  # see ``Col`` and ``Rec``
 
 
-class _Header(msgspec.Struct):
-    format: str | None = None
-    version: int = 0
-
-
 _ENCODER = msgspec.json.Encoder()
 
 
@@ -146,35 +141,5 @@ def encode(doc: Manifest | RankFile) -> bytes:
 
 def read_file(path: str | os.PathLike[str], kind: type[Manifest] | type[RankFile]):
     """Decode and check one run file; every problem is a one-line ``DagprofError`` naming the file."""
-    path = os.fspath(path)
-    fmt = FORMAT if kind is Manifest else RANK_FORMAT
-    what = MANIFEST if kind is Manifest else "dagprof rank file"
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        raise DagprofError("file is missing", path) from None
-    except OSError as err:
-        raise DagprofError(f"cannot read the file ({err.strerror or err})", path) from None
-    try:
-        head = msgspec.json.decode(data, type=_Header)
-    except msgspec.ValidationError as err:
-        raise DagprofError(f"corrupt file ({err})", path) from None
-    except msgspec.DecodeError:
-        raise DagprofError("corrupt or truncated file (not complete JSON)", path) from None
-    if head.format != fmt:
-        raise DagprofError(f"not a {what} (format {head.format!r}, expected {fmt!r})", path)
-    if head.version > VERSION:
-        raise DagprofError(f"written by a newer dagprof (format version {head.version}; this one reads "
-                           f"{_versions()}): upgrade dagprof to read it", path)
-    if head.version < MIN_VERSION:
-        raise DagprofError(f"written by an older dagprof (format version {head.version}; this one reads "
-                           f"{_versions()}): profile the job again", path)
-    try:
-        return msgspec.json.decode(data, type=kind)
-    except msgspec.ValidationError as err:
-        raise DagprofError(f"corrupt {what} ({err})", path) from None
-
-
-def _versions() -> str:
-    return str(VERSION) if MIN_VERSION == VERSION else f"{MIN_VERSION}..{VERSION}"
+    fmt, what = (FORMAT, MANIFEST) if kind is Manifest else (RANK_FORMAT, "dagprof rank file")
+    return read_versioned(path, kind, fmt, range(MIN_VERSION, VERSION + 1), what, "profile the job again")

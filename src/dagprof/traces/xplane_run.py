@@ -12,12 +12,12 @@ path (``worker1/...``, ``rank-1/...``), the newest session of each rank is used.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 
 import numpy as np
 
 from ..errors import DagprofError
+from ..fsutil import read_versioned
 from .events import Kind, RankTrace, Run
 from .tf_xplane import rank_from_path, read_xplane
 from .xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, VERSION, rank_file, rank_logdir
@@ -34,17 +34,8 @@ def xplane_files(folder: str) -> list[str]:
     return sorted(out)
 
 
-def _json(path: str) -> dict:
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        raise DagprofError("file is missing", path) from None
-    except (OSError, ValueError) as err:
-        raise DagprofError(f"corrupt or truncated file ({type(err).__name__})", path) from None
-    if not isinstance(data, dict):
-        raise DagprofError("corrupt file (top level is not an object)", path)
-    return data
+def _json(path: str, fmt: str, what: str) -> dict:
+    return read_versioned(path, dict, fmt, range(1, VERSION + 1), what, "profile the job again")
 
 
 def read_xplane_file(path: str) -> Run:
@@ -55,24 +46,18 @@ def read_xplane_run(path: str | os.PathLike[str]) -> Run:
     folder = os.fspath(path)
     mpath = os.path.join(folder, MANIFEST)
     if os.path.exists(mpath):
-        return _from_manifest(folder, _json(mpath))
+        return _from_manifest(folder, _json(mpath, FORMAT, f"TensorFlow/JAX run folder's {MANIFEST}"))
     return _from_logdirs(folder)
 
 
 def _from_manifest(folder: str, manifest: dict) -> Run:
-    if manifest.get("format") != FORMAT:
-        raise DagprofError(f"not a TensorFlow/JAX run folder ({MANIFEST} format is {manifest.get('format')!r})", folder)
-    if int(manifest.get("version", 0)) > VERSION:
-        raise DagprofError(f"written by a newer dagprof (format version {manifest['version']})", folder)
     world = int(manifest["world_size"])
     ranks, warnings = [], []
     for r in range(world):
         rpath = os.path.join(folder, rank_file(r))
         if not os.path.exists(rpath):
             raise DagprofError(f"rank {r} of {world} is missing (no {rank_file(r)}): it crashed, was killed, or is still running", folder)
-        info = _json(rpath)
-        if info.get("format") != RANK_FORMAT:
-            raise DagprofError(f"not a TensorFlow/JAX rank file (format {info.get('format')!r})", rpath)
+        info = _json(rpath, RANK_FORMAT, "TensorFlow/JAX rank file")
         if info.get("warnings") and not info.get("steps_profiled"):
             raise DagprofError(f"rank {r} profiled no step ({info['warnings'][0]})", rpath)
         files = xplane_files(os.path.join(folder, info.get("logdir", rank_logdir(r))))
