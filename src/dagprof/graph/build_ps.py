@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..costmodel.alphabeta import AlphaBeta
-from ..costmodel.topology import Topology
+from ..costmodel.topology import CollectiveSpec, Scheme, Topology
 from ..errors import DagprofError
 from ..traces.events import Kind, LaneKind, Run
 from ..traces.mxnet import pslite_placement
@@ -147,7 +147,7 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
         world_size=n, ranks=[t.rank for t in run.ranks], steps=chosen, backend="ps-lite", source=run.source,
         measured_iter_us={t.rank: measured_iter_us(t, chosen) for t in run.ranks},
         ps={**{k: v for k, v in ps.items() if k in ("framework", "placement", "bigarray_bound", "keys", "num_workers")}, "exchange_us": spans},
-        scheme=f"ps:{servers}", topology=Topology.flat(n, link).to_dict(), buckets=[],
+        scheme=CollectiveSpec(Scheme.PS, servers), topology=Topology.flat(n, link), buckets=[],
     )
     return rebuild_ps(g, servers, link)
 
@@ -211,7 +211,7 @@ def rebuild_ps(g: Graph, servers: int, link: AlphaBeta) -> Graph:
                                     step=step, bucket=key)
                 b.add_edges(pulls, [done[(step, w)] for w in range(n)])
     out = b.build()
-    out.meta.scheme, out.meta.topology = f"ps:{servers}", Topology.flat(n, link).to_dict()
+    out.meta.scheme, out.meta.topology = CollectiveSpec(Scheme.PS, servers), Topology.flat(n, link)
     return out
 
 

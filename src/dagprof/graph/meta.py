@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ..costmodel.topology import CollectiveSpec, Topology
     from .provenance import Provenance
 
 
@@ -32,8 +33,8 @@ class GraphMeta:
     comm_lanes: int = 1  # most collectives one rank ran at once (graph.build); > 1: durations are completion spacings
     provenance: Provenance | None = None  # each node's measured interval and each edge's rule (graph.build)
     # --- the communication model (passes.comm, graph.build_ps)
-    topology: dict[str, Any] | None = None  # Topology.to_dict() pricing the collectives; None: fitted from the profile
-    scheme: str | None = None  # the collective scheme (CollectiveSpec string: ring, tree, ps:K ...); None: ring
+    topology: Topology | None = None  # the link model pricing the collectives; None: fitted from the profile
+    scheme: CollectiveSpec | None = None  # the collective scheme (ring, tree, hier, ps:K); None: ring
     fine: bool = False  # collectives expanded into per-link messages (passes.comm.expand_collectives)
     # --- what passes changed
     folded_ranks: dict[str, list[int]] | None = None  # representative rank -> ranks it stands for (graph.symmetry)

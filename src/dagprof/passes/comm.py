@@ -85,12 +85,11 @@ def fit_link(nbytes: np.ndarray, dur_us: np.ndarray, workers: int, concurrent: b
 
 
 def current_topology(g: Graph) -> Topology:
-    t = g.meta.topology
-    return Topology.from_dict(t) if t else fit_topology(g)
+    return g.meta.topology or fit_topology(g)
 
 
 def current_scheme(g: Graph) -> CollectiveSpec:
-    return CollectiveSpec.parse(g.meta.scheme or "ring")
+    return g.meta.scheme or CollectiveSpec()
 
 
 def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveSpec | None = None) -> Graph:
@@ -109,7 +108,7 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
     priced = np.array([allreduce_us(float(m), topo, spec) for m in sizes])
     dur[idx] = priced[inverse.reshape(-1)] if len(idx) else dur[idx]
     devices = [Device(d.name, d.kind, d.rank, 1) if d.kind == DeviceKind.COMM else d for d in g.devices]
-    return g.replace(dur=dur, devices=devices, meta=g.meta.replace(topology=topo.to_dict(), scheme=str(spec)))
+    return g.replace(dur=dur, devices=devices, meta=g.meta.replace(topology=topo, scheme=spec))
 
 
 def set_link(g: Graph, bandwidth: float | None = None, latency_us: float | None = None, which: str = "inter") -> Graph:

@@ -15,7 +15,6 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..costmodel.topology import Topology
 from ..graph.build_ps import DONE, ISSUE, rebuild_ps
 from ..graph.dag import Graph
 from ..replay import replay
@@ -33,8 +32,7 @@ def exchange_us(g: Graph, start: np.ndarray) -> dict[tuple[int, int], float]:
 
 def fit_ps_link(g: Graph, iterations: int = 30) -> Graph:
     """``g`` (from ``build_ps_graph``) with the bandwidth at which its exchanges replay as measured."""
-    link = Topology.from_dict(g.meta.topology).inter
-    servers = int(str(g.meta.scheme).split(":")[1])
+    link, servers = g.meta.topology.inter, g.meta.scheme.servers
     target = float(np.mean([span for _, _, span in g.meta.ps["exchange_us"]]))
 
     def at(beta: float) -> Graph:
