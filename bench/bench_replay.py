@@ -160,7 +160,7 @@ def move_last_bucket_boundary(g: Graph) -> tuple[Graph, np.ndarray]:
     dur[comm] *= np.array([1.1, 0.9])[g.bucket[comm] - b]
     cols = {c: getattr(g, c) for c in ("name", "kind", "rank", "device", "gap", "order", "step", "layer", "bucket",
                                        "nbytes")}
-    new = csr_graph(len(g), src, dst, names=g.names, devices=g.devices, layers=g.layers, meta=g.meta, dur=dur, **cols)
+    new = csr_graph(len(g), src, dst, names=g.names, devices=g.devices, layers=g.layers, meta=g.meta.copy(), dur=dur, **cols)
     return new, np.unique(np.r_[enq, old, nxt, comm])
 
 
@@ -231,7 +231,7 @@ def section_fold(world: int, what_if: int) -> None:
     g8 = ddp_graph(8, layers=50, buckets=5, jitter=0.02)
     t0 = time.process_time()
     f8, info8 = fold_ranks(g8, average=True)
-    scaled = retime_collectives(f8.replace(meta={**f8.meta, "world_size": what_if}),
+    scaled = retime_collectives(f8.replace(meta=f8.meta.replace(world_size=what_if)),
                                 current_topology(g8).with_workers(what_if))
     r = replay(scaled)
     t1 = time.process_time()

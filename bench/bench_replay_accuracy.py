@@ -34,7 +34,7 @@ def main() -> None:
                 run_demo_training(d, world_size=args.ranks, steps=args.steps, profile_steps=(6, args.steps - 2), bucket_cap_mb=cap)
                 full = open_run(d).analysis
                 tmpl = open_run(d, template=True).analysis
-            nb = len(full.graph.meta.get("buckets", []))
+            nb = len(full.graph.meta.buckets)
             errs["replay"].append(abs(full.error_pct))
             errs["template"].append(abs(tmpl.error_pct))
             print(f"{cap:>9g} {rep:>4} {nb:>8} {full.measured_us / 1e3:>12.2f} {full.predicted_us / 1e3:>10.2f} {full.error_pct:>+8.2f} "

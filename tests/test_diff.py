@@ -124,9 +124,9 @@ def test_first_steps_keeps_measured_iteration_per_rank():
     run, _ = align_clocks(ddp_run(steps=4, slow={1: 1.5}))
     full, cut = build_graph(run), build_graph(run, steps=range(0, 2))
     g = first_steps(full, 2)
-    assert g.meta["steps"] == [0, 1] and len(g) == len(cut)
-    for r, us in cut.meta["measured_iter_us"].items():
-        assert g.meta["measured_iter_us"][r] == pytest.approx(us)
+    assert g.meta.steps == [0, 1] and len(g) == len(cut)
+    for r, us in cut.meta.measured_iter_us.items():
+        assert g.meta.measured_iter_us[r] == pytest.approx(us)
     assert analyze(g).predicted_us == pytest.approx(analyze(cut).predicted_us)
 
 

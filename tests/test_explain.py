@@ -28,8 +28,8 @@ def with_edge(g, u: int, v: int, rule: Dep):
     b, _ = GraphBuilder.from_graph(g)
     b.add_edge(u, v)
     p = provenance(g)
-    meta = {**g.meta, "provenance": dataclasses.replace(p, src=np.r_[p.src, u], dst=np.r_[p.dst, v], rule=np.r_[p.rule, int(rule)],
-                                                        seen_end=np.r_[p.seen_end, p.mend[u]])}
+    meta = g.meta.replace(provenance=dataclasses.replace(p, src=np.r_[p.src, u], dst=np.r_[p.dst, v], rule=np.r_[p.rule, int(rule)],
+                                                         seen_end=np.r_[p.seen_end, p.mend[u]]))
     return b.build().replace(gap=g.gap, meta=meta)
 
 

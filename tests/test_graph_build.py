@@ -11,7 +11,7 @@ from synthetic import ddp_run
 
 def predicted_iter(g, res, rank):
     marks = np.flatnonzero((g.kind == Kind.STEP) & (g.rank == rank))
-    return (res.start[marks].max() - res.start[marks].min()) / len(g.meta["steps"])
+    return (res.start[marks].max() - res.start[marks].min()) / len(g.meta.steps)
 
 
 @pytest.mark.parametrize("slow", [None, {1: 1.5}, {0: 2.0}])
@@ -19,7 +19,7 @@ def test_replay_of_measured_config_is_exact(slow):
     g = build_graph(ddp_run(ranks=2, slow=slow))
     res = replay(g)
     for r in (0, 1):
-        assert predicted_iter(g, res, r) == pytest.approx(g.meta["measured_iter_us"][r], rel=1e-9)
+        assert predicted_iter(g, res, r) == pytest.approx(g.meta.measured_iter_us[r], rel=1e-9)
 
 
 def test_collective_joins_all_ranks_and_waits_for_slowest():

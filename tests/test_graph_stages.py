@@ -88,7 +88,7 @@ def test_violations_count_edges_the_measurement_contradicts(trace):
     late = int(np.argmax(p.mend))  # the latest op to end ...
     early = int(np.flatnonzero(g.kind != Kind.STEP)[0])  # ... cannot precede the first one
     bad = type(p)(p.mstart, p.mend, np.r_[p.src, late], np.r_[p.dst, early], np.r_[p.rule, int(Dep.AFTER)], np.r_[p.seen_end, p.mend[late]])
-    checks = {c.rule: c for c in violations(g.replace(meta={**g.meta, "provenance": bad}))}
+    checks = {c.rule: c for c in violations(g.replace(meta=g.meta.replace(provenance=bad)))}
     assert checks["AFTER"].violated == 1 and checks["AFTER"].worst_us == pytest.approx(p.mend[late] - p.mstart[early])
 
 

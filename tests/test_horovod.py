@@ -96,21 +96,21 @@ def test_whatif_regroups_like_horovod():
     g = p.graph
     same = set_horovod(g, replay)
     none = set_horovod(g, replay, fusion_bytes=0)
-    sizes = g.meta["horovod"]["tensor_bytes"]
-    n_tensors = len(sizes) * len(g.meta["steps"])
+    sizes = g.meta.horovod["tensor_bytes"]
+    n_tensors = len(sizes) * len(g.meta.steps)
 
     def responses(h):
         return [c.comm for c in find_collectives(h) if h.devices[h.device[c.comm]].name == f"group {GROUP}"]
 
     assert len(responses(none)) == n_tensors  # no fusion: one all-reduce per gradient per step
     assert len(responses(same)) < n_tensors
-    assert int(same.nbytes[responses(same)].sum()) == int(none.nbytes[responses(none)].sum()) == sum(sizes.values()) * len(g.meta["steps"])
+    assert int(same.nbytes[responses(same)].sum()) == int(none.nbytes[responses(none)].sum()) == sum(sizes.values()) * len(g.meta.steps)
     slow = set_horovod(g, replay, cycle_ms=50)
     assert len(responses(slow)) <= len(responses(same))  # a coarser cycle grid fuses more per cycle
     res = replay(slow)
     cycles = np.sort(res.start[np.array([slow.node_name(v).startswith("horovod negotiate") for v in range(len(slow))])])
     assert len(cycles) and np.all(np.diff(cycles) >= 50e3 - 1.0)  # busy cycles start at least a cycle apart
-    assert none.meta["horovod"]["fusion_threshold_bytes"] == 0 and slow.meta["horovod"]["cycle_time_ms"] == 50
+    assert none.meta.horovod["fusion_threshold_bytes"] == 0 and slow.meta.horovod["cycle_time_ms"] == 50
 
 
 def test_fuse_follows_horovod_rules():
@@ -128,7 +128,7 @@ def test_whatif_scenarios_and_errors():
     with pytest.raises(DagprofError, match="fusion-mb"):
         evaluate(p.graph, [Scenario(bucket_mb=1)])
     ddp = build_graph(load(fixture("fused")))
-    ddp.meta.pop("horovod")
+    ddp.meta.horovod = None
     with pytest.raises(DagprofError, match="Horovod"):
         set_horovod(ddp, replay, cycle_ms=5)
 

@@ -40,8 +40,8 @@ def assert_consistent(t):
     assert [c for c in violations(g) if c.violated] == []
     res = replay(g)
     marks = np.flatnonzero(g.kind == Kind.STEP)
-    predicted = (res.start[marks].max() - res.start[marks].min()) / len(g.meta["steps"])
-    assert predicted == pytest.approx(g.meta["measured_iter_us"][t.rank], rel=1e-9)
+    predicted = (res.start[marks].max() - res.start[marks].min()) / len(g.meta.steps)
+    assert predicted == pytest.approx(g.meta.measured_iter_us[t.rank], rel=1e-9)
     return g, res
 
 

@@ -67,17 +67,17 @@ def test_graph_has_server_lanes_and_replays_within_5_percent():
     sums = np.flatnonzero(np.char.endswith(np.array([g.node_name(v) for v in range(len(g))]), "sum"))
     assert len(sums) == 3 * 9  # 3 steps x (8 keys, the 4 MiB one in two parts)
     assert all(len(g.predecessors(v)) == 2 for v in sums)
-    measured = max(g.meta["measured_iter_us"].values())
+    measured = max(g.meta.measured_iter_us.values())
     assert abs(p.analysis.predicted_us - measured) / measured < 0.05
 
 
 def test_link_rate_is_fitted_to_the_exchanges_not_the_iteration():
     g = open_run(str(FIXTURE)).graph
-    measured = np.mean([span for _, _, span in g.meta["ps"]["exchange_us"]])
-    assert len(g.meta["ps"]["exchange_us"]) == 2 * 3  # workers x profiled steps
+    measured = np.mean([span for _, _, span in g.meta.ps["exchange_us"]])
+    assert len(g.meta.ps["exchange_us"]) == 2 * 3  # workers x profiled steps
     replayed = np.mean(list(exchange_us(g, replay(g).start).values()))
     assert replayed == pytest.approx(measured, rel=0.01)
-    assert g.meta["ps_link_fit"]["bandwidth_bytes_per_s"] > 0
+    assert g.meta.ps_link_fit["bandwidth_bytes_per_s"] > 0
 
 
 def test_whatif_servers_and_bandwidth_move_the_right_way():
@@ -122,5 +122,5 @@ def test_rerecord_fixture_from_scratch(tmp_path):
     out = str(tmp_path / "mx")
     _compact(out, launch(out, python, servers=2, workers=2))
     p = open_run(out)
-    measured = max(p.graph.meta["measured_iter_us"].values())
+    measured = max(p.graph.meta.measured_iter_us.values())
     assert abs(p.analysis.predicted_us - measured) / measured < 0.05

@@ -52,7 +52,7 @@ def test_compacted_layout_replays_like_its_slot_graph(prof, order):
         assert len(small) < len(full)
         assert job_iteration_us(small) == pytest.approx(job_iteration_us(full), rel=1e-9)
         comm = (small.kind == Kind.COMM) & (small.bucket >= 0)
-        steps = len(prof.graph.meta["steps"])
+        steps = len(prof.graph.meta.steps)
         assert comm.sum() == len(ends) * steps
 
 
@@ -130,7 +130,7 @@ def test_recomputation_costs_the_forward_again(prof):
 def test_accumulation_adds_communication_free_micro_batches(prof):
     g = prof.graph
     acc = accumulate_gradients(g, 3)
-    assert acc.meta["micro_batches"] == 3
+    assert acc.meta.micro_batches == 3
     assert ((acc.kind == Kind.COMM) & (acc.rank < 0)).sum() == ((g.kind == Kind.COMM) & (g.rank < 0)).sum()
     fw = lambda x: ((x.kind == Kind.FORWARD) & (x.rank >= 0)).sum()  # noqa: E731
     assert fw(acc) == 3 * fw(g)

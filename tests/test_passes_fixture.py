@@ -10,7 +10,7 @@ import pytest
 
 from dagprof.analysis import iteration_times
 from dagprof.costmodel.alphabeta import AlphaBeta
-from dagprof.costmodel.topology import Topology, allreduce_us
+from dagprof.costmodel.topology import CollectiveSpec, Topology, allreduce_us
 from dagprof.graph.dag import DeviceKind, GraphBuilder
 from dagprof.replay import replay
 from dagprof.traces.events import Kind
@@ -88,9 +88,9 @@ def ddp_graph(ranks: int = 2, steps: int = 3, cap: float = 5e6, link: AlphaBeta 
         b.add_edges(ready, [sync] * len(ready))
         b.add_edge(sync, comm)
         b.add_edges([comm] * ranks, waits[step])
-    b.meta.update(world_size=ranks, steps=list(range(steps)), backend="gloo")
+    b.meta.world_size, b.meta.steps, b.meta.backend = ranks, list(range(steps)), "gloo"
     if known_link:  # as after ``whatif --link-model``; without it passes fit the link to the COMM nodes
-        b.meta.update(topology=topo.to_dict(), scheme="ring")
+        b.meta.topology, b.meta.scheme = topo, CollectiveSpec()
     return b.build()
 
 

@@ -60,14 +60,14 @@ def test_scale_workers_replicated_and_folded_match_ground_truth(n):
     truth = iter_us(ddp_graph(ranks=n))
     rep = scale_workers(ddp_graph(ranks=2), n, replicate=True)
     fold = scale_workers(ddp_graph(ranks=2), n, replicate=False)
-    assert rep.world_size == n and rep.meta["world_size"] == n
+    assert rep.world_size == n and rep.meta.world_size == n
     assert iter_us(rep) == pytest.approx(truth, rel=1e-9)
     assert iter_us(fold) == pytest.approx(truth, rel=1e-9)
 
 
 def test_scale_to_4096_ranks_folds():
     g = scale_workers(ddp_graph(ranks=2), 4096)
-    assert g.world_size == 2 and g.meta["world_size"] == 4096
+    assert g.world_size == 2 and g.meta.world_size == 4096
     c = find_collectives(g)[0]
     assert g.dur[c.comm] == pytest.approx(allreduce_us(float(g.nbytes[c.comm]), Topology.flat(4096, LINK)))
     assert iter_us(g) > iter_us(ddp_graph(ranks=2))

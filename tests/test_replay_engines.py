@@ -33,7 +33,7 @@ def small_graphs(draw) -> Graph:
     src = np.array([min(p) for p in pairs], np.int64)
     dst = np.array([max(p) for p in pairs], np.int64)
     devices = [Device(f"d{i}", DeviceKind.COMPUTE, capacity=c) for i, c in enumerate(caps)]
-    return csr_graph(n, src, dst, names=["x"], devices=devices, layers=[], meta={}, **cols)
+    return csr_graph(n, src, dst, names=["x"], devices=devices, layers=[], **cols)
 
 
 @settings(max_examples=150, deadline=None)

@@ -25,7 +25,7 @@ def test_fold_expand_equals_full_replay(world, layers, buckets, steps, cap, slow
     folded, info = fold_ranks(g)
     assert sorted(m for ms in info.classes.values() for m in ms) == list(range(world))
     assert len(info.classes) == len({tuple(g.dur[g.rank == r]) for r in range(world)})
-    assert folded.meta["world_size"] == world
+    assert folded.meta.world_size == world
     assert_same(expand(replay(folded), info), replay(g, "python"))
 
 
@@ -56,7 +56,7 @@ def test_directly_coupled_ranks_are_not_folded() -> None:
     src, dst = edges(g)
     a, b = np.flatnonzero(g.rank == 1)[0], np.flatnonzero(g.rank == 2)[-1]
     g = csr_graph(len(g), np.append(src, a), np.append(dst, b), names=g.names, devices=g.devices, layers=g.layers,
-                  meta=g.meta, **{c: getattr(g, c) for c in COLUMNS})
+                  meta=g.meta.copy(), **{c: getattr(g, c) for c in COLUMNS})
     folded, info = fold_ranks(g)
     assert info.classes == {0: [0, 3], 1: [1], 2: [2]}
     full, got = replay(g, "python"), expand(replay(folded), info)

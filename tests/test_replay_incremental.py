@@ -17,7 +17,7 @@ COLUMNS = ("name", "kind", "rank", "device", "dur", "gap", "order", "step", "lay
 
 
 def rewired(g: Graph, src: np.ndarray, dst: np.ndarray) -> Graph:
-    return csr_graph(len(g), src, dst, names=g.names, devices=g.devices, layers=g.layers, meta=g.meta,
+    return csr_graph(len(g), src, dst, names=g.names, devices=g.devices, layers=g.layers, meta=g.meta.copy(),
                      **{c: getattr(g, c) for c in COLUMNS})
 
 

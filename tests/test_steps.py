@@ -21,7 +21,7 @@ PATH = os.path.join(os.path.dirname(__file__), "data", "kineto_excerpts", "hta_p
 def replayed_iter(g) -> float:
     res = replay(g)
     marks = np.flatnonzero(g.kind == Kind.STEP)
-    return float(res.start[marks].max() - res.start[marks].min()) / len(g.meta["steps"])
+    return float(res.start[marks].max() - res.start[marks].min()) / len(g.meta.steps)
 
 
 def test_no_step_markers_replays_the_window_as_one_iteration():
@@ -34,7 +34,7 @@ def test_no_step_markers_replays_the_window_as_one_iteration():
     assert ev.name_of(int(np.flatnonzero(ev.kind == Kind.STEP)[0])) == WINDOW_STEP_NAME
     assert any("one iteration" in w for w in run.meta["warnings"])
     g = build_graph(Run([t], PATH))
-    assert g.meta["measured_iter_us"][0] == pytest.approx(end - start)
+    assert g.meta.measured_iter_us[0] == pytest.approx(end - start)
     assert replayed_iter(g) == pytest.approx(end - start, rel=1e-9)
     assert all(c.violated == 0 for c in violations(g))
 
@@ -42,16 +42,16 @@ def test_no_step_markers_replays_the_window_as_one_iteration():
 def test_a_user_named_marker_opens_each_iteration():
     t = read_kineto(PATH)
     g = build_graph(Run([t], PATH), step_marker="[param|clear_cache]")
-    assert g.meta["steps"] == [0, 1]
+    assert g.meta.steps == [0, 1]
     ev = t.events
     spans = sorted((ev.start[i], ev.end[i]) for i in range(len(ev)) if ev.name_of(i) == "[param|clear_cache]")
-    assert g.meta["measured_iter_us"][0] == pytest.approx((spans[-1][1] - spans[0][0]) / 2)
-    assert replayed_iter(g) == pytest.approx(g.meta["measured_iter_us"][0], rel=1e-9)
+    assert g.meta.measured_iter_us[0] == pytest.approx((spans[-1][1] - spans[0][0]) / 2)
+    assert replayed_iter(g) == pytest.approx(g.meta.measured_iter_us[0], rel=1e-9)
 
 
 def test_a_marker_opened_inside_itself_is_one_step():
     g = build_graph(Run([read_kineto(PATH)], PATH), step_marker="[param|torch.add|0|0|0|warmup|forward]")
-    assert g.meta["steps"] == [0]  # the nested range of the same name stays inside the outer one
+    assert g.meta.steps == [0]  # the nested range of the same name stays inside the outer one
 
 
 def test_unknown_marker_is_a_one_line_error():
@@ -62,7 +62,7 @@ def test_unknown_marker_is_a_one_line_error():
 
 def test_python_api_and_cli_take_the_marker(tmp_path, capsys):
     prof = open_run(PATH, step_marker="[param|clear_cache]")
-    assert prof.graph.meta["steps"] == [0, 1] and prof.analysis.error_pct == pytest.approx(0.0, abs=1e-9)
+    assert prof.graph.meta.steps == [0, 1] and prof.analysis.error_pct == pytest.approx(0.0, abs=1e-9)
     from dagprof.cli.main import main
 
     assert main(["replay", PATH, "--step-marker", "[param|clear_cache]", "-o", str(tmp_path), "--json"]) == 0

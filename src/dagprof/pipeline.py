@@ -36,7 +36,7 @@ class Profiled:
     def warnings(self) -> list[str]:
         """What the readers noticed but could work around (a short step window, no DDP buckets...)."""
         seen = list(self.run.meta.get("warnings", []))
-        seen += [w for w in self.graph.meta.get("warnings", []) if w not in seen]
+        seen += [w for w in self.graph.meta.warnings if w not in seen]
         for t in self.run.ranks:
             seen += [w for w in t.meta.get("warnings", []) if w not in seen]
         return seen

@@ -20,7 +20,7 @@ class Analysis:
 
     @property
     def steps(self) -> int:
-        return max(len(self.graph.meta.get("steps", [])), 1)
+        return max(len(self.graph.meta.steps), 1)
 
     @property
     def predicted_us(self) -> float:
@@ -50,7 +50,7 @@ class Analysis:
                 for b in self.ranks
             ],
             "critical_path_per_iter": self.path.to_dict(per=self.steps),
-            "steps": self.graph.meta.get("steps", []),
+            "steps": self.graph.meta.steps,
             "nodes": len(self.graph),
             "edges": self.graph.num_edges,
             "engine": self.result.engine,
@@ -63,7 +63,7 @@ def analyze(graph: Graph, result: ReplayResult | None = None) -> Analysis:
         graph=graph,
         result=result,
         predicted_iter_us=iteration_times(graph, result),
-        measured_iter_us={int(k): float(v) for k, v in graph.meta.get("measured_iter_us", {}).items()},
+        measured_iter_us={int(k): float(v) for k, v in graph.meta.measured_iter_us.items()},
         ranks=breakdown(graph, result),
         path=critical_path(graph, result),
     )

@@ -45,7 +45,7 @@ class RankBreakdown:
 def iteration_times(g: Graph, res: ReplayResult) -> dict[int, float]:
     """Predicted mean iteration time per rank (us) from the step boundary nodes."""
     out = {}
-    steps = max(len(g.meta.get("steps", [])), 1)
+    steps = max(len(g.meta.steps), 1)
     for r in g.ranks():
         marks = np.flatnonzero((g.kind == Kind.STEP) & (g.rank == r))
         if len(marks) >= 2:

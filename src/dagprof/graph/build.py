@@ -23,7 +23,7 @@ Rules, all derived from the normalised events (``traces.events`` conventions):
     from the later of its SYNC and the previous completion: overhead (gap) until the last rank's
     transfer start, then the exchange (duration) until its completion. So the replay of the measured
     configuration ends each collective where it completed, also where gloo's two worker threads run
-    two at once on the link or hook spans include queueing (``meta["comm_lanes"]`` says whether they
+    two at once on the link or hook spans include queueing (``meta.comm_lanes`` says whether they
     overlapped); one that completed before its predecessor (gloo's second worker overtook the
     first) costs nothing;
   - a rooted collective (broadcast, reduce, send/recv: not in ``align.clocks.SYMMETRIC``) may release
@@ -38,7 +38,7 @@ Rules, all derived from the normalised events (``traces.events`` conventions):
   starts at its measured offset from the earliest rank (clocks aligned beforehand), so the replay
   begins as skewed as the run did; the closing one also follows every lane's last op that ended before it.
 
-``meta["provenance"]`` keeps each node's measured interval and each edge's rule (``graph.provenance``).
+``meta.provenance`` keeps each node's measured interval and each edge's rule (``graph.provenance``).
 """
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         asm.add_rank(trace, chosen, inst)
     asm.add_collectives(frozenset(k for k, it in enumerate(matching.instances) if not is_symmetric(it.collective)))
     g = asm.finish()
-    g.meta.update(
+    g.meta = g.meta.replace(
         world_size=run.world_size,
         ranks=[t.rank for t in run.ranks],
         steps=chosen,
@@ -107,10 +107,9 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         measured_iter_us={t.rank: measured_iter_us(t, chosen) for t in run.ranks},
         buckets=[{"index": bk.index, "nbytes": bk.nbytes, "params": bk.params} for bk in run.ranks[0].buckets],
         source=run.source,
+        warnings=list(run.meta.get("warnings", [])),
+        **run.meta.get("graph_meta", {}),  # a reader's graph-level record (traces.horovod: horovod=...)
     )
-    if run.meta.get("warnings"):
-        g.meta["warnings"] = list(run.meta["warnings"])
-    g.meta.update(run.meta.get("graph_meta", {}))
     return g
 
 
@@ -408,7 +407,7 @@ class _Assembler:
         same_lane = cut.lane[1:] == cut.lane[:-1]
         self.edges(node_of[:-1][same_lane], node_of[1:][same_lane], GraphRule.PROGRAM_ORDER)
         if len(cut):
-            self.b.meta.setdefault("main_device", {})[r] = devices[main]
+            self.b.meta.main_device[r] = devices[main]
         return node_of
 
     def _flow_edges(self, trace: RankTrace, sel: Selection, anc: Anchors, cut: Pieces, node_of: np.ndarray, instance: np.ndarray) -> None:
@@ -564,8 +563,8 @@ class _Assembler:
         for v, t in self.first_marks.items():  # ranks start as skewed as they were measured
             gap[v] = t - first
         self.b.add_edges(src, dst)
-        self.b.meta["comm_lanes"] = self.comm_lanes
-        self.b.meta["provenance"] = Provenance(mstart, mend, src, dst, rule, seen_end)
+        self.b.meta.comm_lanes = self.comm_lanes
+        self.b.meta.provenance = Provenance(mstart, mend, src, dst, rule, seen_end)
         return self.b.build().replace(gap=gap)
 
 

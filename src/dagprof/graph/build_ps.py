@@ -16,9 +16,9 @@ workers' and servers' ports and the server CPUs are capacity-1 devices, so keys 
 other there (a message crosses both ends' ports, in pipelined chunks). The
 sub-graph is ``graph.collectives.add_ps_part``, the same one the ``ps:K`` what-if builds, so a
 measured PS job and a predicted one are the same model. Push, pull and server times come from the
-graph's link model (``meta["topology"]``, gamma = server work per byte received); ``rebuild_ps``
+graph's link model (``meta.topology``, gamma = server work per byte received); ``rebuild_ps``
 re-places keys for another server count or link, and ``search.ps_link`` fits the link's rate to
-the measured exchanges (``meta["ps"]["exchange_us"]``; mx.profiler does not say which push
+the measured exchanges (``meta.ps["exchange_us"]``; mx.profiler does not say which push
 carries which key, so single messages cannot be timed).
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..costmodel.alphabeta import AlphaBeta
-from ..costmodel.topology import Topology
+from ..costmodel.topology import CollectiveSpec, Scheme, Topology
 from ..errors import DagprofError
 from ..traces.events import Kind, LaneKind, Run
 from ..traces.mxnet import pslite_placement
@@ -97,7 +97,7 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
                 prev = e
             edges += list(zip(chain[:-1], chain[1:]))
             if lane_id == main:
-                b.meta.setdefault("main_device", {})[r] = dev
+                b.meta.main_device[r] = dev
         comm = in_steps & (ev.kind == Kind.COMM)
         calls = in_steps & (ev.kind == Kind.COMM_ENQUEUE)
         for step in chosen:
@@ -143,11 +143,11 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
     servers = int(ps["num_servers"])
     link = link or initial_link(run)
     g = g.replace(gap=gap)
-    g.meta.update(
+    g.meta = g.meta.replace(
         world_size=n, ranks=[t.rank for t in run.ranks], steps=chosen, backend="ps-lite", source=run.source,
         measured_iter_us={t.rank: measured_iter_us(t, chosen) for t in run.ranks},
         ps={**{k: v for k, v in ps.items() if k in ("framework", "placement", "bigarray_bound", "keys", "num_workers")}, "exchange_us": spans},
-        scheme=f"ps:{servers}", topology=Topology.flat(n, link).to_dict(), buckets=[],
+        scheme=CollectiveSpec(Scheme.PS, servers), topology=Topology.flat(n, link), buckets=[],
     )
     return rebuild_ps(g, servers, link)
 
@@ -182,12 +182,12 @@ def initial_link(run: Run) -> AlphaBeta:
 
 
 def is_ps_graph(g: Graph) -> bool:
-    return "ps" in g.meta
+    return g.meta.ps is not None
 
 
 def rebuild_ps(g: Graph, servers: int, link: AlphaBeta) -> Graph:
     """The graph with every key's push/sum/pull placed on ``servers`` servers and priced by ``link``."""
-    ps = g.meta["ps"]
+    ps = g.meta.ps
     ps_dev = np.array([_is_ps_device(d.name) for d in g.devices] + [False])
     keep = ~ps_dev[g.device]
     b, remap = GraphBuilder.from_graph(g, keep)
@@ -199,8 +199,8 @@ def rebuild_ps(g: Graph, servers: int, link: AlphaBeta) -> Graph:
             issue_order[(int(g.step[v]), int(g.bucket[v]))] = min(issue_order.get((int(g.step[v]), int(g.bucket[v])), np.inf), float(g.order[v]))
         elif name == DONE:
             done[(int(g.step[v]), int(g.rank[v]))] = int(remap[v])
-    n = int(g.meta["world_size"])
-    for step in g.meta["steps"]:
+    n = int(g.meta.world_size)
+    for step in g.meta.steps:
         for k in ps["keys"]:
             key = int(k["key"])
             ready = [[issue[(step, key, w)]] for w in range(n)]
@@ -211,7 +211,7 @@ def rebuild_ps(g: Graph, servers: int, link: AlphaBeta) -> Graph:
                                     step=step, bucket=key)
                 b.add_edges(pulls, [done[(step, w)] for w in range(n)])
     out = b.build()
-    out.meta.update(scheme=f"ps:{servers}", topology=Topology.flat(n, link).to_dict())
+    out.meta.scheme, out.meta.topology = CollectiveSpec(Scheme.PS, servers), Topology.flat(n, link)
     return out
 
 

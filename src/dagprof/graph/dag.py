@@ -21,6 +21,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from ..traces.events import Kind
+from .meta import GraphMeta
 
 NODE_COLUMNS: dict[str, Any] = {
     "name": np.int32,  # index into Graph.names
@@ -69,7 +70,7 @@ class Graph:
     nbytes: np.ndarray
     indptr: np.ndarray  # int64, len n+1
     succ: np.ndarray  # int32 successor ids
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: GraphMeta = field(default_factory=GraphMeta)
 
     def __len__(self) -> int:
         return len(self.dur)
@@ -99,11 +100,12 @@ class Graph:
         return self.names[int(self.name[v])]
 
     def replace(self, **columns: Any) -> "Graph":
-        """A copy with some node columns (or devices/meta) replaced; edges shared."""
+        """A copy with some node columns (or devices/meta) replaced; edges shared, meta copied unless given."""
         for col, arr in columns.items():
             if col in NODE_COLUMNS and np.shape(arr) != (len(self),):
                 raise ValueError(f"column {col!r} must have {len(self)} rows")
         cast = {c: np.asarray(a, dtype=NODE_COLUMNS[c]) if c in NODE_COLUMNS else a for c, a in columns.items()}
+        cast.setdefault("meta", self.meta.copy())
         g = _dc_replace(self, **cast)
         g.__dict__.pop("pred_csr", None)
         return g
@@ -129,7 +131,7 @@ class GraphBuilder:
         self._layer_ids: dict[str, int] = {}
         self._src: list[np.ndarray | int] = []
         self._dst: list[np.ndarray | int] = []
-        self.meta: dict[str, Any] = {}
+        self.meta = GraphMeta()
 
     def __len__(self) -> int:
         return len(self._cols["dur"])
@@ -217,7 +219,7 @@ class GraphBuilder:
         b.names, b._names = list(g.names), {s: i for i, s in enumerate(g.names)}
         b.devices, b._device_ids = list(g.devices), {d.name: i for i, d in enumerate(g.devices)}
         b.layers, b._layer_ids = list(g.layers), {s: i for i, s in enumerate(g.layers)}
-        b.meta = dict(g.meta)
+        b.meta = g.meta.copy()
         for c in NODE_COLUMNS:
             b._cols[c] = getattr(g, c)[keep].tolist()
         remap = np.full(len(g), -1, dtype=np.int64)

@@ -1,6 +1,6 @@
 """Where a graph built from a measurement came from, and the invariant that checks its edges.
 
-``build_graph`` records, in ``graph.meta["provenance"]``, each node's measured interval (on its
+``build_graph`` records, in ``graph.meta.provenance``, each node's measured interval (on its
 rank's clock) and, per edge, the rule that inferred it. That makes one invariant checkable on any
 trace: an inferred edge u -> v is false when, measured, v's dependent instant came before u ended
 (beyond clock jitter). ``violations`` counts such edges per rule; over a corpus of traces it
@@ -57,7 +57,7 @@ class Provenance:
 def provenance(g: Graph) -> Provenance | None:
     """The graph's provenance, or None when the graph was not built from a measurement (or a pass
     changed its nodes since)."""
-    p = g.meta.get("provenance")
+    p = g.meta.provenance
     return p if isinstance(p, Provenance) and len(p.mstart) == len(g) else None
 
 

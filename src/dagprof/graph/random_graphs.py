@@ -13,6 +13,7 @@ import numpy as np
 
 from ..traces.events import Kind
 from .dag import NODE_COLUMNS, Device, DeviceKind, Graph, csr_graph
+from .meta import GraphMeta
 
 
 def _columns(n: int) -> dict[str, np.ndarray]:
@@ -60,7 +61,7 @@ def random_layered_dag(
     src = dst - rng.integers(1, window + 1, len(dst))
     ok = src >= 0
     devs = [Device(f"dev{i}", DeviceKind.COMPUTE, capacity=capacity) for i in range(devices)]
-    return csr_graph(n, src[ok], dst[ok], names=["op"], devices=devs, layers=[], meta={}, **cols)
+    return csr_graph(n, src[ok], dst[ok], names=["op"], devices=devs, layers=[], **cols)
 
 
 def ddp_graph(
@@ -164,6 +165,5 @@ def ddp_graph(
                 edge(int(wait_nodes[r, b]), u)
             prev_update[r] = u
     assert nxt == n
-    meta = {"world_size": world_size}
     return csr_graph(n, np.asarray(src, np.int64), np.asarray(dst, np.int64), names=names, devices=devices,
-                     layers=[f"layer{i}" for i in range(layers)], meta=meta, **cols)
+                     layers=[f"layer{i}" for i in range(layers)], meta=GraphMeta(world_size=world_size), **cols)

@@ -9,7 +9,7 @@ such ranks whose durations agree within ``tol`` (or all of a structural class,
 durations averaged, with ``average=True``) plus every shared node. A join (SYNC)
 then waits for the representatives only -- exact, because the folded ranks would
 have arrived at the same time. Collective costs stay those of the full group:
-``meta["world_size"]`` keeps the original size, which is what prices collectives.
+``meta.world_size`` keeps the original size, which is what prices collectives.
 
 ``expand(result, info)`` maps a replay of the folded graph back to every node of
 the original graph. For symmetric ranks (``tol=0``) start/end equal a full replay
@@ -70,7 +70,7 @@ def fold_ranks(g: Graph, tol: float = 0.0, average: bool = False) -> tuple[Graph
     identical rank regardless of durations; the representative gets the members' means.
     """
     per_rank = _nodes_by_rank(g)
-    world = int(g.meta.get("world_size") or (max(per_rank) + 1 if per_rank else 0))
+    world = int(g.meta.world_size or (max(per_rank) + 1 if per_rank else 0))
     keys = _structure_keys(g, per_rank)
     structural: dict[bytes, list[int]] = {}
     for r in per_rank:
@@ -98,7 +98,7 @@ def fold_ranks(g: Graph, tol: float = 0.0, average: bool = False) -> tuple[Graph
     for rep in classes:
         keep[per_rank[rep]] = True
     folded = _subgraph(g.replace(dur=dur, gap=gap), keep)
-    folded.meta = {**g.meta, "world_size": world, "folded_ranks": {str(k): v for k, v in classes.items()}}
+    folded.meta = g.meta.replace(world_size=world, folded_ranks={str(k): v for k, v in classes.items()})
     remap = np.full(len(g), -1, dtype=np.int64)
     remap[keep] = np.arange(int(keep.sum()))
     node_map = remap.copy()
@@ -201,4 +201,4 @@ def _subgraph(g: Graph, keep: np.ndarray) -> Graph:
     dst = remap[g.succ]
     ok = (src >= 0) & (dst >= 0)
     return csr_graph(int(keep.sum()), src[ok], dst[ok], names=g.names, devices=g.devices, layers=g.layers,
-                     meta=dict(g.meta), **{c: getattr(g, c)[keep] for c in NODE_COLUMNS})
+                     meta=g.meta.copy(), **{c: getattr(g, c)[keep] for c in NODE_COLUMNS})

@@ -19,7 +19,7 @@ _COPIED = (Kind.FORWARD, Kind.BACKWARD, Kind.OTHER, Kind.DATA, Kind.KERNEL)
 
 
 def accumulate_gradients(g: Graph, k: int) -> Graph:
-    """Every step preceded by ``k - 1`` micro-batches without communication (``meta["micro_batches"] = k``)."""
+    """Every step preceded by ``k - 1`` micro-batches without communication (``meta.micro_batches = k``)."""
     if k < 1:
         raise DagprofError(f"micro-batches per step must be >= 1, got {k}")
     if k == 1:
@@ -49,5 +49,5 @@ def accumulate_gradients(g: Graph, k: int) -> Graph:
                 prev = c
         b.add_edge(prev, first)
     out = b.build()
-    out.meta["micro_batches"] = k
+    out.meta.micro_batches = k
     return out

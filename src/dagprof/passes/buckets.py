@@ -111,8 +111,8 @@ def set_buckets(g: Graph, cap_bytes: float | None = None, overlap: bool = True, 
     chain_lanes(b)
     out = b.build()
     if cap_bytes is not None:
-        out.meta["bucket_cap_mb"] = cap_bytes / 2**20
-    out.meta["overlap"] = overlap
+        out.meta.bucket_cap_mb = cap_bytes / 2**20
+    out.meta.overlap = overlap
     return retime_collectives(out, topo, spec)
 
 

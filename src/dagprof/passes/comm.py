@@ -3,7 +3,7 @@
 The builder gives one COMM node per collective instance (rank -1, on a COMM device,
 ``dur`` = measured transfer). The first pass that changes communication fits a
 ``Topology`` to those measured (nbytes, dur) pairs (``fit_topology``), stores it in
-``graph.meta["topology"]`` with the scheme in ``meta["scheme"]``, and from then on every
+``graph.meta.topology`` with the scheme in ``meta.scheme``, and from then on every
 COMM node costs ``allreduce_us(nbytes, topology, scheme)``: one consistent model for
 old and new collectives. The group channel's capacity becomes 1: concurrent
 collectives share the link, so the last finishes as late as if they ran in series.
@@ -46,7 +46,7 @@ def find_collectives(g: Graph) -> list[Collective]:
 
 
 def graph_world_size(g: Graph) -> int:
-    return int(g.meta.get("world_size") or g.world_size)
+    return int(g.meta.world_size or g.world_size)
 
 
 def fit_topology(g: Graph) -> Topology:
@@ -62,11 +62,10 @@ def fit_topology(g: Graph) -> Topology:
     if not colls:
         raise DagprofError("the trace has no collective with known size and duration to fit a link model to")
     comm = np.array([c.comm for c in colls], dtype=np.int64)
-    concurrent = int(g.meta.get("comm_lanes", 1)) > 1  # the builder's durations are completion spacings
+    concurrent = g.meta.comm_lanes > 1  # the builder's durations are completion spacings
     link = fit_link(g.nbytes[comm].astype(float), g.dur[comm].astype(float), n, concurrent)
-    per = int(g.meta.get("devices_per_host") or 1)
     wire = AlphaBeta(0.0, link.beta_us_per_byte, link.gamma_us_per_byte)
-    return Topology(max(n // per, 1), per if n % per == 0 else 1, wire, wire, 2 * (max(n, 2) - 1) * link.alpha_us)
+    return Topology(max(n, 1), 1, wire, wire, 2 * (max(n, 2) - 1) * link.alpha_us)
 
 
 def fit_link(nbytes: np.ndarray, dur_us: np.ndarray, workers: int, concurrent: bool = False) -> AlphaBeta:
@@ -86,12 +85,11 @@ def fit_link(nbytes: np.ndarray, dur_us: np.ndarray, workers: int, concurrent: b
 
 
 def current_topology(g: Graph) -> Topology:
-    t = g.meta.get("topology")
-    return Topology.from_dict(t) if t else fit_topology(g)
+    return g.meta.topology or fit_topology(g)
 
 
 def current_scheme(g: Graph) -> CollectiveSpec:
-    return CollectiveSpec.parse(g.meta.get("scheme", "ring"))
+    return g.meta.scheme or CollectiveSpec()
 
 
 def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveSpec | None = None) -> Graph:
@@ -110,7 +108,7 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
     priced = np.array([allreduce_us(float(m), topo, spec) for m in sizes])
     dur[idx] = priced[inverse.reshape(-1)] if len(idx) else dur[idx]
     devices = [Device(d.name, d.kind, d.rank, 1) if d.kind == DeviceKind.COMM else d for d in g.devices]
-    return g.replace(dur=dur, devices=devices, meta={**g.meta, "topology": topo.to_dict(), "scheme": str(spec)})
+    return g.replace(dur=dur, devices=devices, meta=g.meta.replace(topology=topo, scheme=spec))
 
 
 def set_link(g: Graph, bandwidth: float | None = None, latency_us: float | None = None, which: str = "inter") -> Graph:
@@ -155,5 +153,5 @@ def expand_collectives(g: Graph) -> Graph:
         add_allreduce(b, by_rank, done, float(g.nbytes[c.comm]), topo, spec, order=float(g.order[c.comm]),
                       step=int(g.step[c.comm]), bucket=int(g.bucket[c.comm]), tag=f"allreduce s{g.step[c.comm]} b{g.bucket[c.comm]}")
     out = b.build()
-    out.meta["fine"] = True
+    out.meta.fine = True
     return out

@@ -85,7 +85,7 @@ def set_horovod(g: Graph, replayer: Callable[[Graph], object], fusion_bytes: flo
 
     ``replayer`` is ``dagprof.replay.replay`` (passes sit below the replay layer, so the caller hands it in).
     """
-    hv = g.meta.get("horovod")
+    hv = g.meta.horovod
     if not hv:
         raise DagprofError("fusion threshold and cycle time are Horovod settings; this run was not profiled with "
                            "dagprof.collect.horovod (no Horovod requests or timeline in it)")
@@ -107,7 +107,7 @@ def set_horovod(g: Graph, replayer: Callable[[Graph], object], fusion_bytes: flo
         plan = new
         cur = _rebuild(g, lay, plan, costs, price)
     out = cur  # transfers keep the prices above (retime_collectives would re-price them by the link model alone)
-    out.meta["horovod"] = {**hv, "fusion_threshold_bytes": int(threshold), "cycle_time_ms": cycle_us / 1e3, "predicted": True}
+    out.meta.horovod = {**hv, "fusion_threshold_bytes": int(threshold), "cycle_time_ms": cycle_us / 1e3, "predicted": True}
     return out
 
 
@@ -124,7 +124,7 @@ def _layout(g: Graph) -> _Layout:
             if c.sync >= 0:
                 drop[c.sync] = True
     requests: dict[tuple[int, int, str], int] = {}
-    sizes: dict[str, int] = dict(g.meta["horovod"].get("tensor_bytes") or {})
+    sizes: dict[str, int] = dict(g.meta.horovod.get("tensor_bytes") or {})
     for v in np.flatnonzero(g.kind == Kind.COMM_ENQUEUE).tolist():
         _, _, name = g.node_name(v).partition(".")
         if name.startswith(REQUEST):
@@ -138,7 +138,7 @@ def _layout(g: Graph) -> _Layout:
         for v in g.successors(u).tolist():
             if not drop[v] and g.rank[v] >= 0 and v not in sinks[(int(g.step[v]), int(g.rank[v]))]:
                 sinks[(int(g.step[v]), int(g.rank[v]))].append(v)
-    order = {t: k for k, t in enumerate(g.meta["horovod"].get("tensor_order") or [])}
+    order = {t: k for k, t in enumerate(g.meta.horovod.get("tensor_order") or [])}
     for (_, _, t), _v in sorted(requests.items(), key=lambda kv: g.order[kv[1]]):
         order.setdefault(t, len(order))
     return _Layout(requests, dict(sinks), lanes, channel, drop, sorted(lanes), sizes, order)
@@ -146,8 +146,8 @@ def _layout(g: Graph) -> _Layout:
 
 def _measured(g: Graph) -> np.ndarray:
     """Rank 0's measured responses in the graph's steps: rows (step, position, bytes, transfer us, coordination us or -1)."""
-    steps = set(g.meta.get("steps") or [])
-    rows = [r for r in g.meta["horovod"].get("measured") or [] if r[0] in steps]
+    steps = set(g.meta.steps)
+    rows = [r for r in g.meta.horovod.get("measured") or [] if r[0] in steps]
     return np.asarray(rows, dtype=float).reshape(-1, 5)
 
 
@@ -163,8 +163,8 @@ def _transfer_price(g: Graph, lay: _Layout, topo, spec: CollectiveSpec):
     if len(m) < 2:
         return lambda nbytes: allreduce_us(nbytes, topo, spec)
     a, b = _line(m[:, 2], m[:, 3])
-    n0 = int(g.meta["horovod"].get("world_size") or graph_world_size(g))
-    profiled = fit_topology(g.replace(dur=_restore_transfers(g, lay, m), meta={**g.meta, "world_size": n0}))
+    n0 = int(g.meta.horovod.get("world_size") or graph_world_size(g))
+    profiled = fit_topology(g.replace(dur=_restore_transfers(g, lay, m), meta=g.meta.replace(world_size=n0)))
 
     def price(nbytes: float) -> float:
         ref = allreduce_us(nbytes, profiled, CollectiveSpec())

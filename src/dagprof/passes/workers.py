@@ -26,7 +26,7 @@ def scale_workers(g: Graph, workers: int, replicate: bool | None = None) -> Grap
     """What if the job ran on ``workers`` ranks (same per-rank batch: weak scaling)?"""
     if workers < 1:
         raise DagprofError(f"workers must be >= 1, got {workers}")
-    if g.meta.get("fine"):
+    if g.meta.fine:
         raise DagprofError("scale workers before expanding collectives into per-link messages")
     topo = current_topology(g).with_workers(workers)
     spec = current_scheme(g)
@@ -39,7 +39,7 @@ def scale_workers(g: Graph, workers: int, replicate: bool | None = None) -> Grap
         out = _copy_ranks(g, np.arange(workers) % n0)
     else:
         out = _copy_ranks(g, np.arange(workers)) if workers < n0 else g
-    out = out.replace(meta={**out.meta, "world_size": workers})
+    out = out.replace(meta=out.meta.replace(world_size=workers))
     return retime_collectives(out, topo, spec)
 
 
@@ -97,4 +97,4 @@ def _copy_ranks(g: Graph, source: np.ndarray) -> Graph:
     cols["rank"] = new_rank
     cols["device"] = new_device
     return csr_graph(n, np.concatenate(src_new), np.concatenate(dst_new), names=g.names, devices=devices, layers=g.layers,
-                     meta=dict(g.meta), **cols)
+                     meta=g.meta.copy(), **cols)

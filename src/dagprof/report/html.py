@@ -46,9 +46,9 @@ def render(inp: ReportInputs) -> str:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(inp.title)}</title><style>{CSS}</style></head><body>",
              f"<h1>{escape(inp.title)}</h1>"]
     meta = a.graph.meta
-    parts.append(f"<p>{len(a.predicted_iter_us)} rank(s), backend {escape(str(meta.get('backend') or '?'))}, "
-                 f"steps {escape(_steps(meta.get('steps', [])))}, graph of {len(a.graph):,} ops and {a.graph.num_edges:,} dependencies, "
-                 f"source <code>{escape(str(meta.get('source', '')))}</code></p>")
+    parts.append(f"<p>{len(a.predicted_iter_us)} rank(s), backend {escape(str(meta.backend or '?'))}, "
+                 f"steps {escape(_steps(meta.steps))}, graph of {len(a.graph):,} ops and {a.graph.num_edges:,} dependencies, "
+                 f"source <code>{escape(str(meta.source or ''))}</code></p>")
     parts.append("<div>")
     if a.measured_us is not None:
         parts.append(_kpi("measured iteration", f"{a.measured_us / 1e3:.1f} ms"))
@@ -134,7 +134,7 @@ def html_table(head: list[str], rows: list[list]) -> str:
 def timeline_svg(a: Analysis) -> str:
     """The middle profiled step of the replay as a gantt, one row per device plus the critical path."""
     g, res = a.graph, a.result
-    steps = g.meta.get("steps", [])
+    steps = g.meta.steps
     if not steps:
         return ""
     step = steps[len(steps) // 2]

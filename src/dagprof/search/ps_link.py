@@ -2,7 +2,7 @@
 
 mx.profiler does not say which push carries which key, so single messages cannot be timed. What
 is measured per worker and step is the exchange: from its first push issued to its last pull in
-(``meta["ps"]["exchange_us"]``). The rate is the one at which the replayed exchanges last as
+(``meta.ps["exchange_us"]``). The rate is the one at which the replayed exchanges last as
 long as the measured ones, on average (replayed exchanges shorten monotonically with the rate,
 so bisection finds it). Only communication is matched: compute, framework gaps and the ops that
 wait for the pulls replay as measured, so the profiled iteration's replay is a check of the
@@ -15,7 +15,6 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..costmodel.topology import Topology
 from ..graph.build_ps import DONE, ISSUE, rebuild_ps
 from ..graph.dag import Graph
 from ..replay import replay
@@ -33,9 +32,8 @@ def exchange_us(g: Graph, start: np.ndarray) -> dict[tuple[int, int], float]:
 
 def fit_ps_link(g: Graph, iterations: int = 30) -> Graph:
     """``g`` (from ``build_ps_graph``) with the bandwidth at which its exchanges replay as measured."""
-    link = Topology.from_dict(g.meta["topology"]).inter
-    servers = int(str(g.meta["scheme"]).split(":")[1])
-    target = float(np.mean([span for _, _, span in g.meta["ps"]["exchange_us"]]))
+    link, servers = g.meta.topology.inter, g.meta.scheme.servers
+    target = float(np.mean([span for _, _, span in g.meta.ps["exchange_us"]]))
 
     def at(beta: float) -> Graph:
         return rebuild_ps(g, servers, replace(link, beta_us_per_byte=beta))
@@ -53,6 +51,6 @@ def fit_ps_link(g: Graph, iterations: int = 30) -> Graph:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if mean_exchange(mid) < target else (lo, mid)
     out = at(hi)
-    out.meta["ps_link_fit"] = {"bandwidth_bytes_per_s": float(1e6 / hi) if hi > 0 else float(np.inf), "alpha_us": link.alpha_us,
+    out.meta.ps_link_fit = {"bandwidth_bytes_per_s": float(1e6 / hi) if hi > 0 else float(np.inf), "alpha_us": link.alpha_us,
                                "server_us_per_byte": link.gamma_us_per_byte, "target_exchange_us": target}
     return out

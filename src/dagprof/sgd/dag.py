@@ -61,7 +61,7 @@ def build_sgd_graph(profile: LayerProfile, schedule: Schedule, iterations: int =
                            order=it * (schedule.num_groups + 1) + g, layer=layer_ids[lo], bucket=g, nbytes=group_bytes[g])
             b.add_edges(last_b[:, lo if schedule.overlap_comm else 0], np.full(workers, c))
             b.add_edges(np.full(workers, c), updates)
-    b.meta.update(model="s-sgd dag", policy=schedule.policy.value, workers=workers, iterations=iterations)
+    b.meta.sgd = {"policy": schedule.policy.value, "workers": workers, "iterations": iterations}
     return b.build()
 
 

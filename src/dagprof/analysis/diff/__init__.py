@@ -182,7 +182,7 @@ def diff_analyses(a: Analysis, b: Analysis, labels: tuple[str, str] = ("A", "B")
     of the profile it was derived from. Raises ``DagprofError`` (one line) when fewer than
     ``min_match`` of the ops of the ranks both have match: they are not the same training.
     """
-    na, nb = len(a.graph.meta.get("steps", [])), len(b.graph.meta.get("steps", []))
+    na, nb = len(a.graph.meta.steps), len(b.graph.meta.steps)
     if not na or not nb:
         raise DagprofError(f"{labels[0] if not na else labels[1]} has no profiled steps to compare")
     notes = []
@@ -268,7 +268,7 @@ def _cut(a: Analysis, n: int) -> Analysis:
 
 
 def _check_same_training(m: OpMatch, a: Graph, b: Graph, labels: tuple[str, str], min_match: float) -> None:
-    names = [f"{lab} ({g.meta['source']})" if g.meta.get("source") else lab for lab, g in zip(labels, (a, b))]
+    names = [f"{lab} ({g.meta.source})" if g.meta.source else lab for lab, g in zip(labels, (a, b))]
     if not m.a_ops or not m.b_ops:
         ra, rb = a.ranks().tolist(), b.ranks().tolist()
         raise DagprofError(f"{names[0]} with ranks {ra} and {names[1]} with ranks {rb} share no rank with ops to compare")
@@ -281,11 +281,11 @@ def _check_same_training(m: OpMatch, a: Graph, b: Graph, labels: tuple[str, str]
 
 def _side(label: str, a: Analysis, profiled: int, measured: bool) -> RunSide:
     g = a.graph
-    steps = max(len(g.meta.get("steps", [])), 1)
+    steps = max(len(g.meta.steps), 1)
     ranks = a.ranks
     mean = lambda xs: float(np.mean(xs)) / steps if len(xs) else 0.0  # noqa: E731
     return RunSide(
-        label=label, source=str(g.meta.get("source", "")), ranks=[int(r) for r in g.ranks()], steps=list(g.meta.get("steps", [])),
+        label=label, source=str(g.meta.source or ""), ranks=[int(r) for r in g.ranks()], steps=list(g.meta.steps),
         steps_profiled=profiled, measured_us=a.measured_us if measured else None, replayed_us=a.predicted_us,
         op_time_us=op_time_per_category(g), comm_in_flight_us=mean([r.comm_us for r in ranks]),
         exposed_comm_us=mean([r.exposed_comm_us for r in ranks]), straggler_wait_us=mean([r.wait_us for r in ranks]),
@@ -296,7 +296,7 @@ def _side(label: str, a: Analysis, profiled: int, measured: bool) -> RunSide:
 
 def _weights(g: Graph) -> np.ndarray:
     """Per node: 1/steps, and 1/ranks on top for rank ops (their sums are per iteration, averaged over ranks)."""
-    steps = max(len(g.meta.get("steps", [])), 1)
+    steps = max(len(g.meta.steps), 1)
     ranks = max(len(g.ranks()), 1)
     return np.where(g.rank >= 0, 1.0 / ranks, 1.0) / steps
 
@@ -322,7 +322,7 @@ def _path_by_category(a: Analysis) -> dict[str, float]:
 
 def _bucket_bytes(g: Graph) -> list[int]:
     comm = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0) & (g.bucket >= 0))
-    steps = g.meta.get("steps", [])
+    steps = g.meta.steps
     if not len(comm) or not steps:
         return []
     first = comm[g.step[comm] == steps[0]]
@@ -338,7 +338,7 @@ def _top_ops(a: Graph, b: Graph, m: OpMatch, top: int) -> list[OpChange]:
     label = table.of(a)[pa]
     keys, first, inverse = np.unique(np.stack([a.rank[pa].astype(np.int64), label], axis=1), axis=0, return_index=True, return_inverse=True)
     inverse = inverse.reshape(-1)
-    per = 1.0 / max(len(a.meta.get("steps", [])), 1)  # both sides were cut to the same steps
+    per = 1.0 / max(len(a.meta.steps), 1)  # both sides were cut to the same steps
     sa = np.bincount(inverse, weights=a.dur[pa], minlength=len(keys)) * per
     sb = np.bincount(inverse, weights=b.dur[pb], minlength=len(keys)) * per
     best = np.argsort(-np.abs(sb - sa), kind="stable")[:top]

@@ -128,7 +128,7 @@ def attribute(a: Graph, b: Graph, m: OpMatch, base_us: float, target_us: float, 
     d_gap = b.gap[pb] - a.gap[pa]
     cats = categories(a)[pa]
     overhead = list(Category).index(Category.OVERHEAD)
-    steps = max(len(a.meta.get("steps", [])), 1)
+    steps = max(len(a.meta.steps), 1)
     ranks = max(len(a.ranks()), 1)
     weight = np.where(a.rank[pa] >= 0, 1.0 / ranks, 1.0) / steps  # per iteration, rank ops averaged over ranks
     iteration = _Iteration(a)

@@ -123,7 +123,7 @@ class LabelTable:
 
 def _keys(g: Graph, labels: LabelTable, layers: dict[str, int]) -> np.ndarray:
     """(n, 8) int64 key rows: rank, step position, kind, label, layer, bucket, bucket bytes, k-th."""
-    steps = [int(s) for s in (g.meta.get("steps") or np.unique(g.step[g.step >= 0]).tolist())]
+    steps = [int(s) for s in (g.meta.steps or np.unique(g.step[g.step >= 0]).tolist())]
     lut = np.full(max(steps + [0]) + 3, -1, dtype=np.int64)  # step -> position; the closing boundary is len(steps)
     lut[steps] = np.arange(len(steps))
     if steps:
@@ -165,7 +165,7 @@ def first_steps(g: Graph, n: int) -> Graph:
     Ops depend only on earlier ones, so the steps kept replay as they did in the whole graph;
     the measured iteration of each rank is re-read from its step markers' measured starts.
     """
-    steps = [int(s) for s in g.meta.get("steps", [])]
+    steps = [int(s) for s in g.meta.steps]
     if len(steps) <= n:
         return g
     boundary = steps[n]
@@ -173,5 +173,5 @@ def first_steps(g: Graph, n: int) -> Graph:
     b, _ = GraphBuilder.from_graph(g, keep)
     out = b.build()
     marks = {int(r): out.order[(out.kind == Kind.STEP) & (out.rank == r)] for r in out.ranks()}
-    out.meta.update(steps=steps[:n], measured_iter_us={r: float(m.max() - m.min()) / n for r, m in marks.items() if len(m) >= 2})
+    out.meta.steps, out.meta.measured_iter_us = steps[:n], {r: float(m.max() - m.min()) / n for r, m in marks.items() if len(m) >= 2}
     return out

@@ -1,0 +1,62 @@
+"""What a graph knows about itself beyond its nodes: the typed contract between builders and passes.
+
+The builders (``graph.build``, ``graph.build_ps``) fill it from the measured run; passes read it
+(world size, topology, scheme) and record what they changed. ``slots=True`` makes a misspelt
+field an ``AttributeError`` instead of a silent new key. Passes are graph -> graph functions and
+must not touch their input: ``Graph.replace`` and ``GraphBuilder.from_graph`` give the new graph
+``copy()`` of the meta, whose lists and dicts are new (their contents are shared, and read-only
+by convention: a pass replaces a sub-record, it does not edit it in place).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..costmodel.topology import CollectiveSpec, Topology
+    from .provenance import Provenance
+
+
+@dataclass(slots=True)
+class GraphMeta:
+    # --- the measurement (graph.build / graph.build_ps; analysis.diff.match re-cuts steps and measured_iter_us)
+    world_size: int | None = None  # ranks of the profiled job (or of the what-if: passes.workers); prices collectives
+    ranks: list[int] = field(default_factory=list)  # the ranks whose traces built the graph
+    steps: list[int] = field(default_factory=list)  # the profiled steps the graph holds, common to all ranks
+    backend: str | None = None  # the collective backend as the trace names it (gloo, nccl, ps-lite, ...)
+    source: str | None = None  # the trace file or run folder the graph was built from
+    measured_iter_us: dict[int, float] = field(default_factory=dict)  # rank -> measured iteration time, us
+    buckets: list[dict[str, Any]] = field(default_factory=list)  # rank 0's DDP buckets: {index, nbytes, params}
+    warnings: list[str] = field(default_factory=list)  # the run's load/alignment warnings, shown to the user
+    main_device: dict[int, int] = field(default_factory=dict)  # rank -> index of its main compute device (the builders)
+    comm_lanes: int = 1  # most collectives one rank ran at once (graph.build); > 1: durations are completion spacings
+    provenance: Provenance | None = None  # each node's measured interval and each edge's rule (graph.build)
+    # --- the communication model (passes.comm, graph.build_ps)
+    topology: Topology | None = None  # the link model pricing the collectives; None: fitted from the profile
+    scheme: CollectiveSpec | None = None  # the collective scheme (ring, tree, hier, ps:K); None: ring
+    fine: bool = False  # collectives expanded into per-link messages (passes.comm.expand_collectives)
+    # --- what passes changed
+    folded_ranks: dict[str, list[int]] | None = None  # representative rank -> ranks it stands for (graph.symmetry)
+    micro_batches: int = 1  # micro-batches per step (passes.accumulate)
+    bucket_cap_mb: float | None = None  # bucket size set by passes.buckets; None: as profiled
+    overlap: bool | None = None  # backward/communication overlap set by passes.buckets; None: as profiled
+    ps_link_fit: dict[str, float] | None = None  # the link fitted to measured PS exchanges (search.ps_link)
+    # --- framework sub-records, kept as the readers produce them
+    horovod: dict[str, Any] | None = None  # Horovod's tensors, fusion threshold, cycle time (traces.horovod; passes.horovod)
+    ps: dict[str, Any] | None = None  # MXNet parameter server: keys, placement, measured exchanges (graph.build_ps)
+    sgd: dict[str, Any] | None = None  # the S-SGD DAG model's policy, workers, iterations (sgd.dag)
+
+    def copy(self) -> GraphMeta:
+        """A copy whose top-level lists and dicts are new, so setting or appending on it leaves ``self`` alone."""
+        return GraphMeta(**{f.name: _fresh(getattr(self, f.name)) for f in dataclasses.fields(self)})
+
+    def replace(self, **changes: Any) -> GraphMeta:
+        """``copy()`` with some fields changed; an unknown field is a ``TypeError``."""
+        return dataclasses.replace(self.copy(), **changes)
+
+
+def _fresh(value: Any) -> Any:
+    if isinstance(value, list):
+        return list(value)
+    return dict(value) if isinstance(value, dict) else value
