@@ -76,7 +76,7 @@ class Collector:
         self._ranges_open: dict[tuple[int, int], Any] = {}
         self._info: dict[str, Any] = {}
         self._bar: Any = None  # rank 0's progress over the window (a terminal only)
-        self._saved: Any = None  # saved_tensors_hooks context while the window is open
+        self._saved: Any = None  # saved_tensors_hooks context while a root's forward runs in the window
         self._layer_stack: list[int] = []  # leaf modules whose forward is running
         self._saved_seen: set[int] = set()  # storages counted this step
         self._step_saved: dict[int, int] = {}  # layer -> bytes it saved for backward this step
@@ -144,6 +144,9 @@ class Collector:
     def _attach_leaf_hooks(self, roots: list[Any] | None = None) -> None:
         wanted = None if roots is None else {id(m) for r in roots for m in r.modules()}
         wanted_params = set() if roots is None else {id(p) for r in roots for p in r.parameters()}
+        for root in self._roots if roots is None else roots:
+            self._handles.append(root.register_forward_pre_hook(self._saved_on))
+            self._handles.append(root.register_forward_hook(self._saved_off))
         for mod, path in self._modules:
             if wanted is not None and id(mod) not in wanted:
                 continue
@@ -169,9 +172,7 @@ class Collector:
         for rf in self._ranges_open.values():
             rf.__exit__(None, None, None)
         self._ranges_open.clear()
-        if self._saved is not None:
-            saved, self._saved = self._saved, None
-            saved.__exit__(None, None, None)
+        self._saved_off()  # a forward that raised left them on
         self._layer_stack.clear()
 
     # ---------------------------------------------------------------- module / autograd hooks
@@ -259,11 +260,34 @@ class Collector:
         return tensor
 
     def _track_saved(self) -> None:
-        import torch
-
         self._param_ptrs = {p.untyped_storage().data_ptr() for p, _ in self._params}
-        self._saved = torch.autograd.graph.saved_tensors_hooks(self._pack_saved, _unpack_saved)
-        self._saved.__enter__()
+
+    def _saved_on(self, module: Any, args: tuple) -> None:
+        """A root's forward pre-hook: count saved activations while the forward runs, and only then.
+
+        saved_tensors_hooks live in thread-local state, which every collective launched meanwhile
+        captures (gloo's AsyncWork keeps it). A work that outlives the interpreter releases those
+        Python objects without a GIL at exit and aborts the process (seen in 1 of 20-40 runs while
+        the hooks stayed on for the whole window), so backward, where DDP launches its all-reduces,
+        runs without them. DDP syncs buffers before it calls the inner module, outside too."""
+        if not self.recording or self._saved is not None:
+            return
+        try:
+            import torch
+
+            ctx = torch.autograd.graph.saved_tensors_hooks(self._pack_saved, _unpack_saved)
+            ctx.__enter__()
+            self._saved = ctx
+        except Exception as err:  # noqa: BLE001
+            self._fail(err, "forward pre-hook (saved tensors)")
+
+    def _saved_off(self, module: Any = None, args: tuple = (), output: Any = None) -> None:
+        if self._saved is not None:
+            saved, self._saved = self._saved, None
+            try:
+                saved.__exit__(None, None, None)
+            except Exception as err:  # noqa: BLE001
+                self._fail(err, "forward hook (saved tensors)")
 
     def _grad_ready(self, layer: int, param: Any) -> None:
         self._mark(Rec.GRAD_READY, layer, 0)

@@ -215,6 +215,8 @@ def _worker(rank: int, cfg: DemoConfig, out_dir: str | None, port: int, results:
     cpu: list[float] = []
     try:
         wall = train(cfg, out_dir, rank, cpu)
+        if cfg.ddp:
+            dist.barrier()  # no rank tears gloo down while another still writes its profile (gloo then aborts it)
     finally:
         if cfg.ddp:
             dist.destroy_process_group()
