@@ -2,6 +2,7 @@
 
 Started once per rank by ``netns.run_ranks`` (env:// rendezvous); writes ``<out>/rank<r>.json``.
 """
+import gc
 import json
 import math
 import os
@@ -109,6 +110,8 @@ def main() -> None:
         except DagprofError as err:
             res[f"mismatch_{label}"] = str(err)
     res["numel_ok"] = all(math.prod(p.shape) == k for (n, k), p in zip(fp, fresh().parameters()))
+    del ddp, plan
+    gc.collect()  # DDP wrappers with Python comm hooks go while Python is alive, not in gloo's threads at exit
     dist.barrier()
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump(res, f)

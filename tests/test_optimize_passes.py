@@ -122,7 +122,7 @@ def test_recomputation_costs_the_forward_again(prof):
     extra = g.dur[fw].sum()
     added = again.dur[(again.kind == Kind.FORWARD)].sum() - g.dur[(g.kind == Kind.FORWARD)].sum()
     assert added == pytest.approx(extra)
-    assert job_iteration_us(again) > job_iteration_us(g)
+    assert job_iteration_us(again) >= job_iteration_us(g)  # never free; hidden where the iteration waits on communication anyway
     with pytest.raises(DagprofError, match="no profiled module"):
         recompute(g, ["no.such.module"])
 

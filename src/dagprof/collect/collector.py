@@ -10,6 +10,8 @@ Torch is imported lazily, only here and in the modules that create a Collector.
 """
 from __future__ import annotations
 
+import atexit
+import gc
 import gzip
 import os
 import shutil
@@ -61,6 +63,7 @@ class Collector:
         self._grad_bytes: dict[str, int] = {}  # module path -> bytes of its parameters' gradients
         self._roots: list[Any] = []  # the instrumented modules (DDP's inner module)
         self._ddps: list[Any] = []
+        self._ddp_seen = False  # a DDP model was attached (kept after the model references are dropped)
         self._kineto_written = False
         self._manifest_written = False
         self._handles: list[Any] = []  # removed at window end
@@ -114,6 +117,7 @@ class Collector:
             for ddp in ddps:
                 if not any(ddp is d for d in self._ddps):
                     self._ddps.append(ddp)
+                    self._ddp_seen = True
                     self._install_comm_hook(ddp)
                     self._bucket_cap_mb = getattr(ddp, "bucket_bytes_cap", 0) / 2**20 or None
             if self.in_window:
@@ -504,6 +508,24 @@ class Collector:
             self._write_rank(final=True)
         except Exception as err:  # noqa: BLE001
             self._fail(err, "writing the profile at exit")
+        self._release_model()
+
+    def _release_model(self) -> None:
+        """Drop every reference to the user's model once the profile is written.
+
+        DDP's reducer holds our comm hook, which holds this collector: holding the DDP, its module
+        or its parameters here would close a cycle through C++ that only interpreter exit breaks.
+        The process group would then be torn down during finalization, where gloo's threads release
+        Python-owned tensors without a GIL and abort the process."""
+        self._ddps.clear()
+        self._roots.clear()
+        self._modules.clear()
+        self._params.clear()
+        self._grad_watch.clear()
+        self._param_ptrs = set()
+        if self._ddp_seen:  # a DDP the user dropped but that sits in its own reference cycles goes before finalization
+            atexit.unregister(gc.collect)
+            atexit.register(gc.collect)
 
     # ---------------------------------------------------------------- output
     def _resolve_info(self) -> None:
@@ -546,7 +568,7 @@ class Collector:
         if self._kineto_written:
             kfile = kineto_file(rank)
         doc = RankFile(
-            **self._info, mode=self.mode, bucket_cap_mb=self._bucket_cap_mb, ddp=bool(self._ddps),
+            **self._info, mode=self.mode, bucket_cap_mb=self._bucket_cap_mb, ddp=self._ddp_seen,
             steps_requested=(self.steps.start, self.steps.stop), steps_profiled=self.profiled,
             steps_completed=len(self.step_times), final=final, kineto_file=kfile, record_shapes=self.record_shapes,
             clock=Clock(time.time_ns(), time.perf_counter_ns()), warnings=self.warnings, layers=self.layers,

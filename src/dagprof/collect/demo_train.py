@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import socket
@@ -150,7 +151,6 @@ def alternate(cfg: DemoConfig, rank: int, rounds: int, warmup: int, steps: int, 
     and writes ``work/round<k>-<A|B>/run`` (the profile) and ``.../times`` (step times). Phases seconds
     apart see the same machine load, which separate jobs a minute apart do not.
     """
-    import gc
 
     import torch
     import torch.distributed as dist
@@ -216,7 +216,8 @@ def _worker(rank: int, cfg: DemoConfig, out_dir: str | None, port: int, results:
     try:
         wall = train(cfg, out_dir, rank, cpu)
         if cfg.ddp:
-            dist.barrier()  # no rank tears gloo down while another still writes its profile (gloo then aborts it)
+            gc.collect()  # the DDP wrapper (and the gloo work it holds) goes now, while Python is fully alive
+            dist.barrier()  # no rank tears gloo down while another still writes its profile
     finally:
         if cfg.ddp:
             dist.destroy_process_group()
