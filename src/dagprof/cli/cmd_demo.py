@@ -48,9 +48,11 @@ def to_text(r: dict) -> str:
     lines.append("critical path per iteration: " + ", ".join(f"{k} {v:.1f} ms" for k, v in cp["by_category_ms"].items()))
     lines += ["findings:"] + [f"  - {f['title']}: {f['detail']}" for f in r["findings"]]
     lines.append("what if (predicted from this one profile):")
-    for w in r["whatifs"]:
-        what = ", ".join(f"{k.replace('_', ' ')} {w[k]}" for k in ("workers", "bandwidth", "compute_speed") if w[k] is not None)
-        lines.append(f"  {what:<40} {w['predicted_iter_ms']:9.1f} ms  x profiled {w['speedup_vs_profiled']:5.2f}  efficiency {w['scaling_efficiency']:.2f}")
+    labels = [", ".join(f"{k.replace('_', ' ')} {w[k]}" for k in ("workers", "bandwidth", "compute_speed") if w[k] is not None) for w in r["whatifs"]]
+    width = max(map(len, labels), default=0)
+    for what, w in zip(labels, r["whatifs"]):
+        lines.append(f"  {what:<{width}} {w['predicted_iter_ms']:9.1f} ms  x profiled {w['speedup_vs_profiled']:7.2f}  "
+                     f"efficiency {w['scaling_efficiency']:.2f}")
     o = r["optimisation"]
     lines.append(f"optimisation ({o['candidates_replayed']} candidates replayed): {o['summary']}")
     lines += [f"  caveat: {c}" for c in o["caveats"]]
