@@ -49,7 +49,9 @@ def test_zero_code_profile_of_horovodrun(tmp_path):
     import subprocess
 
     out = tmp_path / "run"
-    env = {**os.environ, "PATH": os.path.join(VENV, "bin") + os.pathsep + os.environ.get("PATH", ""), "OMP_NUM_THREADS": "1"}
+    src = os.path.join(os.path.dirname(BENCH), os.pardir, "src")  # this checkout's dagprof, not the one the venv last installed
+    env = {**os.environ, "PATH": os.path.join(VENV, "bin") + os.pathsep + os.environ.get("PATH", ""), "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([os.path.abspath(src)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
     cmd = [os.path.join(VENV, "bin", "python"), "-m", "dagprof.cli.main", "profile", "-o", str(out), "--steps", "3:6", "--",
            "horovodrun", "-np", "2", "-H", "localhost:2", "--gloo", "python", os.path.join(BENCH, "train_hvd.py"), "--steps", "8",
            "--width", "8", "--blocks", "1,1", "--image-size", "12", "--batch-size", "4"]
