@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import DagprofError
+from .exit_gc import collect_cycles_at_exit
 from .strategy import Strategy, load_strategy
 
 
@@ -102,6 +103,7 @@ def apply(ddp: Any, strategy: Strategy | str | os.PathLike[str]) -> Applied:
     if hook is not None:
         ddp.register_comm_hook(*hook)
     ddp._dagprof_applied = plan
+    collect_cycles_at_exit()  # the plan and the model hold each other; a comm hook makes a late free abort at exit
     return plan
 
 

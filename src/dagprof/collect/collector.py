@@ -10,8 +10,6 @@ Torch is imported lazily, only here and in the modules that create a Collector.
 """
 from __future__ import annotations
 
-import atexit
-import gc
 import gzip
 import os
 import shutil
@@ -28,6 +26,7 @@ from ..fsutil import atomic_open
 from ..progress import bar
 from ..traces.run_schema import MANIFEST, BucketEntry, Clock, Manifest, RankFile, Rec, encode, kineto_file, rank_file
 from ..traces.steps import parse_steps
+from .exit_gc import collect_cycles_at_exit
 
 _MAX_OUTPUT_HOOKS = 4  # tensors per module output that get a gradient hook
 SAVED_OUTSIDE_LAYERS = "<outside leaf modules>"  # layer_saved_bytes key of activations saved by the loss and functional ops
@@ -523,9 +522,8 @@ class Collector:
         self._params.clear()
         self._grad_watch.clear()
         self._param_ptrs = set()
-        if self._ddp_seen:  # a DDP the user dropped but that sits in its own reference cycles goes before finalization
-            atexit.unregister(gc.collect)
-            atexit.register(gc.collect)
+        if self._ddp_seen:
+            collect_cycles_at_exit()
 
     # ---------------------------------------------------------------- output
     def _resolve_info(self) -> None:
