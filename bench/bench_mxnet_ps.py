@@ -15,7 +15,7 @@ a few steps before its timed ones (the timed steps run with the profiler off), s
 (first push issued -> last pull in, per worker and step) can be compared alone: it shows the
 communication model's error apart from the compute's drift between jobs.
 
-    sudo .venv/bin/python bench/bench_mxnet_ps.py --python /work/venvs/mxnet/bin/python [--rounds 3]
+    sudo .venv/bin/python bench/bench_mxnet_ps.py --python /opt/mx/bin/python [--rounds 3]
     sudo .venv/bin/python bench/bench_mxnet_ps.py --link-check     # raw TCP across the shaped ports, 1 ms vs 4 ms bucket
 """
 from __future__ import annotations
@@ -165,7 +165,8 @@ def predict(run_dir: str, rate0: float, cells: list[tuple[int, float]]) -> tuple
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--python", default="/work/venvs/mxnet/bin/python", help="a Python that imports mxnet 1.x")
+    ap.add_argument("--python", default=os.environ.get("DAGPROF_MXNET_PYTHON", ""),
+                    help="a Python that imports mxnet 1.x (default: $DAGPROF_MXNET_PYTHON, as the tests use)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=8, help="timed (unprofiled) steps per job")
     ap.add_argument("--profile-steps", type=int, default=4, help="profiled steps per job, before the timed ones")
@@ -182,7 +183,7 @@ def main() -> int:
     if args.link_check:
         link_check(args.rate)
         return 0
-    if not os.path.exists(args.python):
+    if not args.python or not os.path.exists(args.python):
         print(f"bench_mxnet_ps: skipped: no MXNet Python at {args.python}", file=sys.stderr)
         return 0
     cells = [(1, args.rate), (2, args.rate), (1, args.other_rate)]

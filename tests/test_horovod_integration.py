@@ -4,8 +4,8 @@ Skipped unless ``DAGPROF_HOROVOD_VENV`` names a venv with Horovod built for PyTo
 (bench/horovod/build_horovod.sh; Horovod has no wheel for current torch, so it is a source
 build of several minutes and stays out of the default test run)::
 
-    bench/horovod/build_horovod.sh /work/venvs/hvd
-    DAGPROF_HOROVOD_VENV=/work/venvs/hvd .venv/bin/python -m pytest -m horovod tests/test_horovod_integration.py
+    bench/horovod/build_horovod.sh /opt/hvd
+    DAGPROF_HOROVOD_VENV=/opt/hvd .venv/bin/python -m pytest -m horovod tests/test_horovod_integration.py
 """
 from __future__ import annotations
 

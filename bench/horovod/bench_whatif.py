@@ -7,7 +7,7 @@
    (A B C A B C ...), each run's figure the median step time after warm-up;
 4. prints predicted against measured (median over rounds, with the spread) side by side.
 
-    HVD_VENV=/work/venvs/hvd python bench/horovod/bench_whatif.py --rounds 3 \\
+    HVD_VENV=/opt/hvd python bench/horovod/bench_whatif.py --rounds 3 \\
         --base cycle=1,fusion=128 --predict cycle=20 --predict fusion=0
 
 Settings are ``cycle=MS,fusion=MIB`` (either may be left out: Horovod's default). The machine
@@ -71,7 +71,8 @@ def measure(venv: str, setting: dict[str, float], steps: int, warmup: int, model
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Horovod fusion/cycle what-ifs: predicted vs measured")
-    p.add_argument("--venv", default=os.environ.get("HVD_VENV", "/work/venvs/hvd"), help="venv with Horovod (build_horovod.sh)")
+    p.add_argument("--venv", default=os.environ.get("HVD_VENV") or os.environ.get("DAGPROF_HOROVOD_VENV"),
+                   help="venv with Horovod (build_horovod.sh); default $HVD_VENV or $DAGPROF_HOROVOD_VENV")
     p.add_argument("--base", default="cycle=1", help="the profiled setting, e.g. cycle=1,fusion=128")
     p.add_argument("--predict", action="append", default=None, help="a setting to predict and measure (repeatable)")
     p.add_argument("--rounds", type=int, default=3)
@@ -82,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run", default=None, help="keep the profiled run folder here")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    if not args.venv:
+        p.error("no Horovod venv: pass --venv or set HVD_VENV (build one with bench/horovod/build_horovod.sh VENV)")
     base = parse_setting(args.base)
     others = [parse_setting(s) for s in (args.predict or ["cycle=20", "fusion=0"])]
     model = args.model.split()

@@ -8,7 +8,7 @@
 # Usage: bench/horovod/build_horovod.sh [VENV]     (default /work/venvs/hvd or $HVD_VENV)
 # Afterwards: VENV/bin/horovodrun --check-build    (PyTorch [X], Gloo [X])
 set -euo pipefail
-VENV=${1:-${HVD_VENV:-/work/venvs/hvd}}
+VENV=${1:-${HVD_VENV:?usage: build_horovod.sh VENV (a new venv folder, e.g. /opt/hvd)}}
 TORCH=${TORCH_VERSION:-2.13.0}
 HVD=${HOROVOD_VERSION:-0.28.1}
 HERE=$(cd "$(dirname "$0")" && pwd)

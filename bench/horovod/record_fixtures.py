@@ -1,6 +1,6 @@
 """Re-record the Horovod test fixtures (tests/data/horovod/) from real 2-rank horovodrun jobs.
 
-    HVD_VENV=/work/venvs/hvd python bench/horovod/record_fixtures.py [--out tests/data/horovod]
+    HVD_VENV=/opt/hvd python bench/horovod/record_fixtures.py [--out tests/data/horovod]
 
 Each fixture is a dagprof run folder of a tiny CNN (``train_hvd.py``) trained by two gloo
 ranks on this CPU, profiled for three steps with ``dagprof.collect.horovod.profile`` and
@@ -51,10 +51,13 @@ def record(venv: str, name: str, out: str, steps: str = "4:7") -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--venv", default=os.environ.get("HVD_VENV", "/work/venvs/hvd"))
+    p.add_argument("--venv", default=os.environ.get("HVD_VENV") or os.environ.get("DAGPROF_HOROVOD_VENV"),
+                   help="venv with Horovod (bench/horovod/build_horovod.sh VENV); default $HVD_VENV or $DAGPROF_HOROVOD_VENV")
     p.add_argument("--out", default=os.path.join(REPO, "tests", "data", "horovod"))
     p.add_argument("names", nargs="*", default=list(FIXTURES))
     args = p.parse_args(argv)
+    if not args.venv:
+        p.error("no Horovod venv: pass --venv or set HVD_VENV (build one with bench/horovod/build_horovod.sh VENV)")
     for name in args.names:
         print(record(args.venv, name, args.out), file=sys.stderr)
     return 0
