@@ -35,9 +35,9 @@ def record(venv: str, name: str, out: str, steps: str = "4:7") -> str:
     with tempfile.TemporaryDirectory(prefix=f"dagprof-hvd-{name}-") as tmp:
         stop = int(steps.partition(":")[2])
         cmd = [os.path.join(venv, "bin", "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo",
-               os.path.join(venv, "bin", "python"), os.path.join(HERE, "train_hvd.py"),
+               os.path.join(venv, "bin", "python"), os.path.relpath(os.path.join(HERE, "train_hvd.py"), REPO),  # argv as recorded: no machine path
                "--steps", str(stop + 1), "--profile", steps, "--out", tmp, *MODEL]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
         if proc.returncode != 0:
             raise RuntimeError(f"horovodrun failed ({proc.returncode}): {proc.stderr[-2000:]}")
         dest = os.path.join(out, name)
