@@ -17,7 +17,7 @@ import os
 import numpy as np
 
 from ..errors import DagprofError
-from ..fsutil import read_versioned
+from ..fsutil import inside, read_versioned
 from .events import Kind, RankTrace, Run
 from .tf_xplane import rank_from_path, read_xplane
 from .xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, VERSION, rank_file, rank_logdir
@@ -60,7 +60,7 @@ def _from_manifest(folder: str, manifest: dict) -> Run:
         info = _json(rpath, RANK_FORMAT, "TensorFlow/JAX rank file")
         if info.get("warnings") and not info.get("steps_profiled"):
             raise DagprofError(f"rank {r} profiled no step ({info['warnings'][0]})", rpath)
-        files = xplane_files(os.path.join(folder, info.get("logdir", rank_logdir(r))))
+        files = xplane_files(inside(folder, info.get("logdir", rank_logdir(r)), rpath))
         if not files:
             raise DagprofError(f"rank {r}: no *.xplane.pb in {info.get('logdir', rank_logdir(r))}/ (the profiler never stopped?)", folder)
         if len(files) > 1:
