@@ -153,13 +153,21 @@ def test_a_trace_changed_in_place_with_its_size_and_mtime_kept_is_a_miss(trace, 
 
 
 def _rewrite(entry: str, change) -> None:
-    with np.load(entry) as z:
-        arrays = {k: z[k] for k in z.files}
-    head = json.loads(arrays["header"].tobytes())
+    """Decode an entry (magic, header length, JSON header, aligned arrays), ``change`` it, write it back well-formed."""
+    raw = pathlib.Path(entry).read_bytes()
+    m = len(cache._MAGIC)
+    n = int.from_bytes(raw[m:m + 8], "little")
+    head, start = json.loads(raw[m + 8:m + 8 + n]), cache._aligned(m + 8 + n)
+    arrays = {name: np.frombuffer(raw, np.dtype(d), int(np.prod(s)), start + o).reshape(s).copy() for name, d, s, o in head["arrays"]}
     change(arrays, head)
-    arrays["header"] = np.frombuffer(json.dumps(head).encode(), dtype=np.uint8)
-    with open(entry, "wb") as f:
-        np.savez(f, **arrays)
+    layout, body = [], b""
+    for name, a in arrays.items():
+        layout.append([name, a.dtype.str, list(a.shape), len(body)])
+        body += a.tobytes() + bytes(cache._aligned(a.nbytes) - a.nbytes)
+    head["arrays"] = head.get("arrays_as", layout)
+    blob = json.dumps(head).encode()
+    lead = cache._MAGIC + len(blob).to_bytes(8, "little") + blob
+    pathlib.Path(entry).write_bytes(lead + bytes(cache._aligned(len(lead)) - len(lead)) + body)
 
 
 def _del(d, key):
@@ -182,15 +190,31 @@ DAMAGE = {
     "a header field of another type": lambda a, h: h.update(rank="zero"),
     "a lane of another shape": lambda a, h: h.update(lanes=[["x"]] + h["lanes"][1:]),
     "an unknown lane kind": lambda a, h: h.update(lanes=[[n, 9, m] for n, k, m in h["lanes"]]),
+    "an array of objects": lambda a, h: h.update(arrays_as=[["name", "|O", [1], 0]] + h["arrays"][1:]),
+    "an array past the end": lambda a, h: h.update(arrays_as=[["name", "<i4", [10**9], 0]] + h["arrays"][1:]),
+    "a negative shape": lambda a, h: h.update(arrays_as=[["name", "<i4", [-1], 0]] + h["arrays"][1:]),
+    "an array twice": lambda a, h: h.update(arrays_as=h["arrays"] + h["arrays"][:1]),
+    "an unknown array": lambda a, h: h.update(arrays_as=h["arrays"] + [["extra", "<i4", [1], 0]]),
 }
 
 
-@pytest.mark.parametrize("damage", DAMAGE)
+@pytest.mark.parametrize("damage", [*DAMAGE, "cut short", "another magic", "a header length past the end"])
 def test_a_damaged_but_well_formed_entry_is_a_miss(trace, tmp_path, monkeypatch, damage):
     monkeypatch.setenv(cache.ENV_VAR, str(tmp_path / "cache"))
     fresh = read_kineto(trace)
-    entry = cache.store(str(trace), fresh)
-    _rewrite(entry, DAMAGE[damage])
+    entry = pathlib.Path(cache.store(str(trace), fresh))
+    _rewrite(entry, lambda a, h: None)
+    assert cache.load_cached(str(trace)) is not None  # the test's own writer writes valid entries
+    raw = entry.read_bytes()
+    m = len(cache._MAGIC)
+    if damage == "cut short":
+        entry.write_bytes(raw[:-100])
+    elif damage == "another magic":
+        entry.write_bytes(b"X" + raw[1:])
+    elif damage == "a header length past the end":
+        entry.write_bytes(raw[:m] + (10**12).to_bytes(8, "little") + raw[m + 8:])
+    else:
+        _rewrite(entry, DAMAGE[damage])
     assert cache.load_cached(str(trace)) is None
     again = read_trace_dir(trace.parent)  # parsed again, the entry rewritten
     assert np.array_equal(again.ranks[0].events.dur, fresh.events.dur) and again.ranks[0].events.names == fresh.events.names
