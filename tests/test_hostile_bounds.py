@@ -344,6 +344,11 @@ def test_the_other_run_folders_name_only_their_own_files(tmp_path, capsys):
     tf = pathlib.Path(shutil.copytree(DATA / "tf-jax" / "mlp", tmp_path / "tf"))
     _edit_json(tf / "rank0.json", lambda d: d.update(logdir="/"))  # would walk the whole disk
     _refused(capsys, "replay", str(tf), says="outside its run folder", names=str(tf / "rank0.json"))
+    tf = pathlib.Path(shutil.copytree(DATA / "tf-jax" / "mlp", tmp_path / "tf2"))
+    pb = sorted((tf / "rank1").rglob("*.xplane.pb*"))[-1]
+    outside = pathlib.Path(shutil.move(pb, tmp_path / pb.name))
+    os.symlink(outside, pb)  # the profile a rank's log folder holds is a link that leads out of the run
+    _refused(capsys, "replay", str(tf), says="outside its run folder", names=str(tf / "rank1.json"))
 
 
 # ------------------------------------------------------------------ 9. the terminal

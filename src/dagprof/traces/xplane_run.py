@@ -65,7 +65,8 @@ def _from_manifest(folder: str, manifest: dict) -> Run:
             raise DagprofError(f"rank {r}: no *.xplane.pb in {info.get('logdir', rank_logdir(r))}/ (the profiler never stopped?)", folder)
         if len(files) > 1:
             warnings.append(f"rank {r}: {len(files)} profiler sessions in its log folder; the newest is read")
-        trace = read_xplane(files[-1], rank=r, world_size=world, grad_bytes=int(info.get("grad_bytes", 0)))
+        newest = inside(folder, os.path.relpath(files[-1], folder), rpath)  # a link in the log folder may not lead out
+        trace = read_xplane(newest, rank=r, world_size=world, grad_bytes=int(info.get("grad_bytes", 0)))
         trace.meta.update(step_times_us=info.get("step_times_us", {}), pid=info.get("pid"))
         warnings += info.get("warnings", [])
         ranks.append(trace)
