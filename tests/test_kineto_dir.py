@@ -27,7 +27,7 @@ def folder(tmp_path, monkeypatch):
 
 
 def _cache_files(folder):
-    return sorted(glob.glob(str(folder.parent / "cache" / "*.npz")))
+    return sorted(glob.glob(str(folder.parent / "cache" / "*.parse")))
 
 
 def _same(a, b):
@@ -74,7 +74,7 @@ def test_cache_goes_to_the_user_cache_dir_not_beside_the_traces(folder, monkeypa
     monkeypatch.setenv(cache.ENV_VAR, str(mine))
     read_trace_dir(folder)
     assert set(os.listdir(folder)) == before  # nothing beside the user's traces
-    assert len(glob.glob(str(mine / "*.npz"))) == 2
+    assert len(glob.glob(str(mine / "*.parse"))) == 2
     assert read_trace_dir(folder).ranks[0].source.startswith(str(folder))
 
 
@@ -87,7 +87,7 @@ def test_unwritable_cache_dir_falls_back_to_tmp(folder, monkeypatch, tmp_path_fa
     before = set(os.listdir(folder))
     read_trace_dir(folder)
     assert set(os.listdir(folder)) == before
-    assert len(glob.glob(str(tmp / "dagprof-cache" / "*.npz"))) == 2
+    assert len(glob.glob(str(tmp / f"dagprof-cache-{os.geteuid()}" / "*.parse"))) == 2  # a folder of this user's own
     assert cache.load_cached(sorted(glob.glob(str(folder / "rank-0*.json")))[0]) is not None
 
 

@@ -1,11 +1,19 @@
-"""Our own files: written atomically (readers never see a half-written file, even while ranks still write),
-and read back as versioned, typed documents that refuse a foreign, damaged or newer file in one line."""
+"""Files in and out. Ours are written atomically (readers never see a half-written file, even while ranks still
+write) and read back as versioned, typed documents that refuse a foreign, damaged or newer file in one line.
+
+Every file a reader takes in is opened by ``open_input`` / ``read_input``, so one rule holds for all formats:
+only regular files (a FIFO or a device would hang or never end), at most ``max_input_bytes()`` held in memory
+(a gzip member is decompressed with that cap, so a gzip bomb stops at it), and a file that a run folder names
+must lie inside that folder (``inside``).
+"""
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
-from typing import IO, Iterator, TypeVar
+import zlib
+from typing import IO, BinaryIO, Iterator, TypeVar
 
 import msgspec
 
@@ -34,6 +42,120 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO]:
         raise
 
 
+MAX_BYTES_ENV = "DAGPROF_MAX_TRACE_BYTES"
+DEFAULT_MAX_BYTES = 1 << 30  # 1 GiB of one input in memory: 20x the largest public training trace we read
+_GZIP_MAGIC = b"\x1f\x8b"
+_NOT_REGULAR = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+                stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a folder"}
+
+
+def max_input_bytes() -> int:
+    """The cap on one input's bytes in memory (decompressed): ``$DAGPROF_MAX_TRACE_BYTES``, else 1 GiB."""
+    text = os.environ.get(MAX_BYTES_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_BYTES
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise DagprofError(f"{MAX_BYTES_ENV}={text!r}: expected a whole number of bytes > 0")
+    return value
+
+
+def _refuse_special(mode: int, path: str) -> None:
+    if not stat.S_ISREG(mode):
+        what = _NOT_REGULAR.get(stat.S_IFMT(mode), "not a regular file")
+        raise DagprofError(f"{what}, not a regular file: refused (dagprof reads only regular files)", path)
+
+
+def open_input(path: str | os.PathLike[str]) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file; else one-line ``DagprofError``, before any read.
+
+    Checked before opening (a device is never opened) and again on the open descriptor (O_NONBLOCK, so
+    even a FIFO swapped in between does not block the open).
+    """
+    path = os.fspath(path)
+    try:
+        _refuse_special(os.stat(path).st_mode, path)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise DagprofError("file is missing, cannot read it", path) from None
+    except OSError as err:
+        raise DagprofError(f"cannot read the file ({err.strerror or err})", path) from None
+    try:
+        _refuse_special(os.fstat(fd).st_mode, path)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def read_input(path: str | os.PathLike[str]) -> bytes:
+    """The bytes of the regular file ``path``, gunzipped when it is gzip, at most ``max_input_bytes()``.
+
+    Larger inputs (on disk, or once decompressed) are refused in one line saying how large and how to raise
+    the cap; the decompression stops at the cap, so a gzip bomb never fills memory.
+    """
+    path = os.fspath(path)
+    cap = max_input_bytes()
+    with open_input(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > cap:
+            raise _too_large(f"{size:,} bytes", cap, path)
+        try:
+            data = f.read(cap + 1)  # a file still growing is cut at the cap, not read on and on
+        except OSError as err:
+            raise DagprofError(f"cannot read the file ({err.strerror or err})", path) from None
+    if len(data) > cap:
+        raise _too_large(f"more than {cap:,} bytes", cap, path)
+    return _gunzip(data, cap, path) if data[:2] == _GZIP_MAGIC else data
+
+
+def _gunzip(data: bytes, cap: int, path: str) -> bytes:
+    """Every gzip member of ``data``, decompressed in C with at most ``cap`` bytes out (as ``gzip.decompress``)."""
+    parts: list[bytes] = []
+    total = 0
+    while data:
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            out = d.decompress(data, cap + 1 - total)
+        except zlib.error as err:
+            raise DagprofError(f"corrupt or truncated gzip ({err})", path) from None
+        total += len(out)
+        if total > cap:
+            raise _too_large(f"more than {cap:,} bytes once decompressed ({len(data):,} compressed)", cap, path)
+        if not d.eof:
+            raise DagprofError("corrupt or truncated gzip (Compressed file ended before the end-of-stream marker was reached)", path)
+        parts.append(out)
+        data = d.unused_data.lstrip(b"\0")
+        if data and data[:2] != _GZIP_MAGIC:
+            raise DagprofError("corrupt gzip (garbage after the compressed data)", path)
+    return b"".join(parts)
+
+
+def _too_large(size: str, cap: int, path: str) -> DagprofError:
+    return DagprofError(f"too large to read: {size}, over the {cap:,}-byte limit "
+                        f"(raise it with --max-trace-bytes or {MAX_BYTES_ENV} if this input is genuine)", path)
+
+
+def inside(folder: str | os.PathLike[str], name: str, referrer: str | os.PathLike[str]) -> str:
+    """The path of the file ``name`` that ``referrer`` (a file of the run folder ``folder``) names.
+
+    Only a name that resolves (symbolic links too) inside ``folder`` is accepted; anything else,
+    ``../../etc/passwd`` or ``/dev/zero``, is refused in one line naming the referring file.
+    """
+    folder = os.fspath(folder)
+    if not isinstance(name, str) or not name or "\0" in name:
+        raise DagprofError(f"names the file {name!r}, which is not a file name: refused", referrer)
+    path = os.path.join(folder, name)
+    root = os.path.realpath(folder)
+    if os.path.commonpath([root, os.path.realpath(path)]) != root:
+        raise DagprofError(f"names the file {name!r}, which is outside its run folder: refused", referrer)
+    return path
+
+
 class _Header(msgspec.Struct):
     format: str | None = None
     version: int = 0
@@ -48,13 +170,7 @@ def read_versioned(path: str | os.PathLike[str], kind: type[T], fmt: str, versio
     a field of the wrong type. Fields ``kind`` does not know are skipped (added with defaults, same version).
     """
     path = os.fspath(path)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        raise DagprofError("file is missing", path) from None
-    except OSError as err:
-        raise DagprofError(f"cannot read the file ({err.strerror or err})", path) from None
+    data = read_input(path)
     try:
         head = msgspec.json.decode(data, type=_Header)
     except msgspec.ValidationError as err:

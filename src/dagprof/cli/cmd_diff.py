@@ -6,7 +6,7 @@ import os
 from ..analysis.diff import diff_profiles
 from ..pipeline import default_out, open_run
 from ..report.diff_html import write_diff
-from .common import parse_steps
+from .common import add_input_limit, parse_steps
 
 HELP = "compare two profiles of the same training: iteration, categories, critical paths, and which ops explain the change"
 
@@ -18,6 +18,7 @@ def add_arguments(p) -> None:
     p.add_argument("--top", type=int, default=10, help="ops listed among those that changed most (default 10)")
     p.add_argument("-o", "--out", help="folder for diff.html and diff.trace.json (default: B's folder)")
     p.add_argument("--no-report", action="store_true", help="do not write diff.html and diff.trace.json")
+    add_input_limit(p)
 
 
 def run(args) -> dict:

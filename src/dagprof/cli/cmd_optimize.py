@@ -7,6 +7,7 @@ import sys
 from ..errors import DagprofError
 from ..progress import bar, shown
 from .common import add_out_argument, add_run_arguments, comma_list, out_dir, positive_int
+from .terminal import escape
 
 HELP = "search bucket layout, compression, partition, recomputation by replay; write a strategy; --verify measures it"
 
@@ -67,7 +68,7 @@ def verify_strategy(cmd: list[str], found, out: str, rounds: int, ranks: int | N
     from ..collect.netns import Cluster, available
     from ..costmodel import parse_bandwidth
 
-    say = (lambda m: print(m, file=sys.stderr)) if sys.stderr.isatty() else (lambda m: None)
+    say = (lambda m: print(escape(m), file=sys.stderr)) if sys.stderr.isatty() else (lambda m: None)
     args = (cmd, found, out, rounds, ranks)
     if not emulate:
         return check_strategy(*args, None, say).to_dict()

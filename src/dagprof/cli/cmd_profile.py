@@ -69,11 +69,12 @@ _WARMUP_STEPS = 2
 
 def _earlier_profile(folder: str) -> list[str]:
     """dagprof's own files from an earlier run in ``folder`` (never anything else a user keeps there)."""
+    from ..fsutil import open_input
     from ..traces.run_schema import MANIFEST, RANK_FORMAT
 
     ours = glob.glob(os.path.join(folder, MANIFEST)) + glob.glob(os.path.join(folder, "rank*.kineto.json.gz"))
     for path in glob.glob(os.path.join(folder, "rank*.json")):
-        with open(path, "rb") as f:
+        with open_input(path) as f:  # a FIFO named rank0.json is refused, not waited on
             if f"\"{RANK_FORMAT}\"".encode() in f.read(64):
                 ours.append(path)
     return ours

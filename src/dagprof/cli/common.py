@@ -10,6 +10,7 @@ import os
 from typing import Callable, TypeVar
 
 from ..errors import DagprofError
+from ..fsutil import DEFAULT_MAX_BYTES, MAX_BYTES_ENV
 from ..traces.steps import parse_steps
 
 T = TypeVar("T")
@@ -21,6 +22,14 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="profiled steps to use: A:B = steps A..B-1, A = step A alone (default: all that every rank has)")
     p.add_argument("--step-marker", metavar="NAME", default=None,
                    help="annotation that opens each iteration when the trace has no ProfilerStep (default: the whole window is one)")
+    add_input_limit(p)
+
+
+def add_input_limit(p: argparse.ArgumentParser) -> None:
+    """``--max-trace-bytes``: main() hands it to every reader (and parse worker) as ``$DAGPROF_MAX_TRACE_BYTES``."""
+    p.add_argument("--max-trace-bytes", type=positive_int, default=None, metavar="N",
+                   help=f"largest input file read, in bytes once decompressed; larger ones are refused "
+                        f"(default: ${MAX_BYTES_ENV}, else {DEFAULT_MAX_BYTES >> 30} GiB)")
 
 
 def add_out_argument(p: argparse.ArgumentParser, what: str) -> None:

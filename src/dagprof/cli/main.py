@@ -13,6 +13,8 @@ import os
 import sys
 
 from ..errors import DagprofError
+from ..fsutil import MAX_BYTES_ENV
+from .terminal import escape, for_terminal
 
 COMMANDS = [
     "profile",
@@ -62,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     except _UsageError as err:
         if "--json" in ours:
             print(json.dumps({"error": str(err)}))
-        print(f"{err} (see --help)", file=sys.stderr)
+        print(escape(f"{err} (see --help)"), file=sys.stderr)
         return 2
     if tail is not None:
         args.cmd = tail
@@ -70,12 +72,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     mod = modules[args.command]
+    if getattr(args, "max_trace_bytes", None):
+        os.environ[MAX_BYTES_ENV] = str(args.max_trace_bytes)  # read by every opener, in parse workers too
     try:
         result = mod.run(args)
     except DagprofError as err:
         if getattr(args, "json", False):
             print(json.dumps({"error": str(err)}))
-        print(f"dagprof {args.command}: error: {err}", file=sys.stderr)
+        print(escape(f"dagprof {args.command}: error: {err}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"dagprof {args.command}: interrupted", file=sys.stderr)
@@ -83,10 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # a bug of ours: still one line, the traceback on request
         if os.environ.get("DAGPROF_DEBUG"):
             raise
-        print(f"dagprof {args.command}: internal error: {type(err).__name__}: {err} (set DAGPROF_DEBUG=1 for the traceback)", file=sys.stderr)
+        print(escape(f"dagprof {args.command}: internal error: {type(err).__name__}: {err} (set DAGPROF_DEBUG=1 for the traceback)"), file=sys.stderr)
         return 3
     try:
-        print(json.dumps(result, default=_jsonable) if args.json else mod.to_text(result))
+        print(json.dumps(result, default=_jsonable) if args.json else mod.to_text(for_terminal(result)))
         sys.stdout.flush()
     except BrokenPipeError:  # `dagprof ... | head`: the reader left, which is no error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

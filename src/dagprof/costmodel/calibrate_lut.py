@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import glob
+import io
 import os
 import re
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import DagprofError
+from ..fsutil import read_input
 from .alphabeta import AlphaBeta, fit_alpha_beta, ring_allreduce_us
 
 _GPUS = re.compile(r"GPU(\d+)", re.IGNORECASE)
@@ -42,7 +44,7 @@ def read_lut(path: str | os.PathLike[str]) -> tuple[int, np.ndarray, np.ndarray]
         raise DagprofError("cannot tell the GPU count from the file name (expected ..._GPU<N>_...)", p)
     sizes, times = [], []
     try:
-        with open(p, newline="") as f:
+        with io.StringIO(read_input(p).decode("utf-8", errors="replace"), newline="") as f:
             rows = csv.reader(f)
             header = next(rows, None)
             if not header or not header[0].startswith("size"):
@@ -51,8 +53,6 @@ def read_lut(path: str | os.PathLike[str]) -> tuple[int, np.ndarray, np.ndarray]
                 if len(row) >= 6:
                     sizes.append(float(row[0]))
                     times.append(float(row[5]) / 1e3)
-    except OSError as err:
-        raise DagprofError(f"cannot read ({err.strerror})", p) from None
     except ValueError as err:
         raise DagprofError(f"bad number in table ({err})", p) from None
     if len(sizes) < 2:

@@ -14,6 +14,7 @@ import os
 from dataclasses import asdict, dataclass, field
 
 from ..errors import DagprofError
+from ..fsutil import atomic_open, read_input
 
 FORMAT = "dagprof-codec-costs"
 MIN_COMPRESSION_RATE = 2  # PowerSGDState's default: compress a matrix only when that saves 2x
@@ -58,8 +59,6 @@ class CodecCosts:
             raise DagprofError(f"malformed codec-cost file: {err}", path) from None
 
     def save(self, path: str) -> None:
-        from ..fsutil import atomic_open
-
         with atomic_open(path) as f:
             json.dump(self.to_dict(), f, indent=1)
 
@@ -67,9 +66,8 @@ class CodecCosts:
     def load(cls, path: str | os.PathLike[str]) -> "CodecCosts":
         path = os.fspath(path)
         try:
-            with open(path) as f:
-                return cls.from_dict(json.load(f), path)
-        except (OSError, json.JSONDecodeError) as err:
+            return cls.from_dict(json.loads(read_input(path)), path)
+        except (ValueError, UnicodeDecodeError) as err:
             raise DagprofError(f"cannot read codec costs: {err}", path) from None
 
 

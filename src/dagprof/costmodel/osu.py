@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DagprofError
+from ..fsutil import read_input
 from .alphabeta import AlphaBeta, fit_alpha_beta
 
 _ROW = re.compile(r"(?:(\d+)\s*,\s*)?(\d+)\s+([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)")
@@ -46,9 +47,8 @@ def read_osu_allreduce(path: str | os.PathLike[str], workers: int | None = None)
     lat: list[float] = []
     prefixes: set[int] = set()
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = list(f)
-    except (OSError, UnicodeDecodeError) as err:
+        lines = read_input(path).decode("utf-8").splitlines()
+    except UnicodeDecodeError as err:
         raise DagprofError(f"cannot read: {err}", path) from None
     for lineno, line in enumerate(lines, start=1):
         text = line.strip()

@@ -24,7 +24,7 @@ import numpy as np
 import tomllib
 
 from ..errors import DagprofError
-from ..fsutil import atomic_open
+from ..fsutil import atomic_open, read_input
 from .alphabeta import AlphaBeta, parse_bandwidth
 from .presets import preset
 
@@ -206,11 +206,7 @@ def parse_topology(spec: str, workers: int) -> Topology:
 
 def _read_table(path: str | os.PathLike[str]) -> dict[str, Any]:
     p = os.fspath(path)
-    try:
-        with open(p, "rb") as f:
-            raw = f.read()
-    except OSError as err:
-        raise DagprofError(f"cannot read ({err.strerror})", p) from None
+    raw = read_input(p)
     try:
         d = tomllib.loads(raw.decode()) if p.endswith(".toml") else json.loads(raw)
     except (ValueError, UnicodeDecodeError) as err:

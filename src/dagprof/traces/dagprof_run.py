@@ -38,6 +38,7 @@ import msgspec
 import numpy as np
 
 from ..errors import DagprofError
+from ..fsutil import inside
 from .events import Bucket, EventTable, Kind, Lane, LaneKind, RankTrace, Run
 from .run_schema import MANIFEST, RANK_FORMAT, Col, Manifest, RankFile, Rec, rank_file, read_file
 
@@ -137,7 +138,7 @@ def _read_rank(path: str) -> RankTrace:
         warnings.append(f"run {run}: steps {first}-{stop - 1} requested but {ended}: steps {profiled[0]}-{profiled[-1]} profiled")
     kpath = None
     if f.kineto_file:
-        kpath = os.path.join(os.path.dirname(path), f.kineto_file)
+        kpath = inside(run, f.kineto_file, path)  # never outside the run folder
         if not os.path.exists(kpath):
             raise DagprofError("the rank file names this Kineto trace but it is missing", kpath)
     steps = _steps(records)

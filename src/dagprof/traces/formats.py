@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import DagprofError
+from ..fsutil import open_input
 
 _HEAD = 64 * 1024
 MXNET_MANIFEST = "mxnet-run.json"  # written by collect.mxnet_ps beside the workers' and servers' traces
@@ -122,12 +123,16 @@ FORMATS: list[Format] = [
 
 
 def head_of(path: str) -> bytes:
-    """The first 64 KiB of a file, decompressed when it is gzipped (b"" when unreadable)."""
-    try:
-        with open(path, "rb") as f:
+    """The first 64 KiB of a file, decompressed when it is gzipped (b"" when a read fails).
+
+    A path that is missing or not a regular file (a FIFO would block the sniff forever) is refused in one
+    line by ``open_input``, the one opener of every input.
+    """
+    with open_input(path) as f:
+        try:
             raw = f.read(_HEAD)
-    except OSError:
-        return b""
+        except OSError:
+            return b""
     if raw[:2] == b"\x1f\x8b":
         try:
             return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(raw, _HEAD)

@@ -42,10 +42,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import DagprofError
-from ..fsutil import read_versioned
+from ..fsutil import inside, read_input, read_versioned
 from .dagprof_run import read_run
 from .events import Bucket, EventTable, Kind, Lane, LaneKind, RankTrace, Run
-from .kineto_decode import read_bytes
 
 TIMELINE = "horovod_timeline.json"
 RANK_FORMAT = "dagprof-horovod-rank"
@@ -110,7 +109,7 @@ class Timeline:
 
 
 def _load_events(path: str) -> list:
-    text = read_bytes(path).decode("utf-8", errors="replace").strip()
+    text = read_input(path).decode("utf-8", errors="replace").strip()
     try:
         data = json.loads(text)
     except ValueError:  # the writer was killed mid-event: keep every complete event
@@ -266,9 +265,10 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
     requests = {r: [_Request(int(s), str(n), int(a), int(b), int(nb)) for s, n, a, b, nb in d.get("enqueues", [])] for r, d in docs.items()}
     settings = docs[min(docs)].get("settings", {})
     tl_name = docs[min(docs)].get("timeline")
+    tl_path = inside(folder, tl_name, os.path.join(folder, horovod_rank_file(min(docs)))) if tl_name else None
     timeline = None
-    if tl_name and os.path.exists(os.path.join(folder, tl_name)):
-        timeline = read_timeline(os.path.join(folder, tl_name))
+    if tl_path and os.path.exists(tl_path):
+        timeline = read_timeline(tl_path)
         warnings += [f"{tl_name}: {p}" for p in timeline.problems]
     else:
         warnings.append("no Horovod timeline in the run (start the job with HOROVOD_TIMELINE=DYNAMIC): "

@@ -40,9 +40,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import DagprofError
+from ..fsutil import read_input
 from . import kineto_schema as ks
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace
-from .kineto_decode import decode_trace, raw_value, read_bytes
+from .kineto_decode import decode_trace, raw_value
 from .kineto_deps import Deps, dependencies, enclosing_enqueue, main_lane, stream_number
 
 _NAME, _CAT, _PID, _TID, _TS, _DUR = (operator.attrgetter(f) for f in ("name", "cat", "pid", "tid", "ts", "dur"))
@@ -60,7 +61,7 @@ def read_kineto(path: str | os.PathLike[str], rank: int | None = None) -> RankTr
     was_enabled = gc.isenabled()
     gc.disable()  # 10^5..10^6 acyclic objects: collection passes would cost a third of the parse
     try:
-        trace = decode_trace(read_bytes(path), path)  # a checked Kineto trace, or a one-line DagprofError
+        trace = decode_trace(read_input(path), path)  # a checked Kineto trace, or a one-line DagprofError
         out = _build(trace, path, rank)
         if trace.notes:
             out.meta.setdefault("warnings", []).extend(f"{os.path.basename(path)}: {n}" for n in trace.notes)

@@ -18,9 +18,7 @@ read at all is a ``DagprofError`` naming the file: never another exception.
 """
 from __future__ import annotations
 
-import gzip
 import math
-import zlib
 from typing import Any
 
 import msgspec
@@ -34,20 +32,6 @@ _ARG_FIELDS = {f: ks.Args.__struct_encode_fields__[i] for i, f in enumerate(ks.A
 _RAW_TOP = ("distributedInfo", "schemaVersion", "deviceProperties")
 _MAX_RANKS = 1 << 20  # a rank or world size beyond this is not a real job (and would size arrays by it)
 _PROFILER_MARKS = ("PyTorch Profiler", "Iteration Start: PyTorch Profiler")
-
-
-def read_bytes(path: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise DagprofError(f"cannot read trace: {e.strerror or e}", path) from None
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as e:
-            raise DagprofError(f"corrupt or truncated gzip ({e})", path) from None
-    return data
 
 
 def decode_trace(data: bytes, path: str) -> ks.Trace:

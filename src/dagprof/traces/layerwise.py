@@ -32,14 +32,17 @@ Three sources give one ``LayerProfile`` (layers in FORWARD order, times in us):
 from __future__ import annotations
 
 import csv
+import io
 import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
 from ..errors import DagprofError
+from ..fsutil import read_input
 from .dagprof_run import read_run
 from .events import Kind, Run
 from .steps import iteration_us
@@ -180,12 +183,12 @@ def _number(text: str, what: str, path: str, lineno: int, integer: bool = False)
     return value
 
 
-def _lines(path: str):
+def _lines(path: str) -> Iterator[tuple[int, str]]:
     try:
-        with open(path, encoding="utf-8") as f:
-            yield from enumerate(f, start=1)
-    except (OSError, UnicodeDecodeError) as err:
+        text = read_input(path).decode("utf-8")
+    except UnicodeDecodeError as err:
         raise DagprofError(f"cannot read: {err}", path) from None
+    return enumerate(io.StringIO(text, newline=None), start=1)  # universal newlines, as a text-mode file
 
 
 # ---------------------------------------------------------------- B-Caffe

@@ -23,7 +23,6 @@ Keys go to servers as ps-lite does (``pslite_placement``); key sizes come from t
 """
 from __future__ import annotations
 
-import gzip
 import json
 import os
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import DagprofError
+from ..fsutil import inside, read_input
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace, Run
 from .formats import MXNET_MANIFEST as MANIFEST
 
@@ -63,12 +63,8 @@ class _Op:
 
 def _load(path: str) -> dict:
     try:
-        opener = gzip.open if path.endswith(".gz") else open
-        with opener(path, "rt") as f:
-            doc = json.load(f)
-    except FileNotFoundError:
-        raise DagprofError("file is missing", path) from None
-    except (OSError, EOFError, ValueError, UnicodeDecodeError) as err:
+        doc = json.loads(read_input(path))
+    except (ValueError, UnicodeDecodeError) as err:
         raise DagprofError(f"corrupt or truncated file ({type(err).__name__})", path) from None
     if not isinstance(doc, dict):
         raise DagprofError("not an mx.profiler trace (top level is not an object)", path)
@@ -134,8 +130,8 @@ class _Manifest:
             self.steps = {int(r): [(int(s), int(a), int(b)) for s, a, b in v] for r, v in m["steps"].items()}
             first, stop = m["profiled_steps"]
             self.profiled = list(range(int(first), int(stop)))
-            self.worker_files = {int(r): os.path.join(folder, f) for r, f in m["files"]["workers"].items()}
-            self.server_files = {int(s): os.path.join(folder, f) for s, f in m["files"]["servers"].items()}
+            self.worker_files = {int(r): inside(folder, f, path) for r, f in m["files"]["workers"].items()}
+            self.server_files = {int(s): inside(folder, f, path) for s, f in m["files"]["servers"].items()}
         except (KeyError, TypeError, ValueError) as err:
             raise DagprofError(f"bad manifest ({type(err).__name__}: {err})", path) from None
         self.doc = m

@@ -39,9 +39,9 @@ import re
 import numpy as np
 
 from ..errors import DagprofError
+from ..fsutil import read_input
 from . import formats
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace
-from .kineto_decode import read_bytes
 from .xplane_decode import MISSING, XPlane, XSpace, decode_xspace
 from .xplane_flows import POOL, Line, schedule
 
@@ -77,7 +77,7 @@ def read_xplane(path: str | os.PathLike[str], rank: int | None = None, world_siz
     neither); without them the rank is taken from the path (``worker1``, ``rank-1``, ``p1``...)."""
     path = os.fspath(path)
     formats.expect(path, "xplane")  # a Kineto/Horovod/MXNet file given here says what it looks like
-    buf = read_bytes(path)  # gunzips *.xplane.pb.gz
+    buf = read_input(path)  # gunzips *.xplane.pb.gz
     if not buf:
         raise DagprofError("empty file (the profiler was stopped before it wrote anything?)", path)
     space = decode_xspace(buf, path)

@@ -17,7 +17,7 @@ import os
 import numpy as np
 
 from ..errors import DagprofError
-from ..fsutil import read_versioned
+from ..fsutil import inside, read_versioned
 from .events import Kind, RankTrace, Run
 from .tf_xplane import rank_from_path, read_xplane
 from .xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, VERSION, rank_file, rank_logdir
@@ -60,12 +60,13 @@ def _from_manifest(folder: str, manifest: dict) -> Run:
         info = _json(rpath, RANK_FORMAT, "TensorFlow/JAX rank file")
         if info.get("warnings") and not info.get("steps_profiled"):
             raise DagprofError(f"rank {r} profiled no step ({info['warnings'][0]})", rpath)
-        files = xplane_files(os.path.join(folder, info.get("logdir", rank_logdir(r))))
+        files = xplane_files(inside(folder, info.get("logdir", rank_logdir(r)), rpath))
         if not files:
             raise DagprofError(f"rank {r}: no *.xplane.pb in {info.get('logdir', rank_logdir(r))}/ (the profiler never stopped?)", folder)
         if len(files) > 1:
             warnings.append(f"rank {r}: {len(files)} profiler sessions in its log folder; the newest is read")
-        trace = read_xplane(files[-1], rank=r, world_size=world, grad_bytes=int(info.get("grad_bytes", 0)))
+        newest = inside(folder, os.path.relpath(files[-1], folder), rpath)  # a link in the log folder may not lead out
+        trace = read_xplane(newest, rank=r, world_size=world, grad_bytes=int(info.get("grad_bytes", 0)))
         trace.meta.update(step_times_us=info.get("step_times_us", {}), pid=info.get("pid"))
         warnings += info.get("warnings", [])
         ranks.append(trace)
