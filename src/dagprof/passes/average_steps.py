@@ -7,8 +7,8 @@ ops of that name came before it on the lane in its step): an op one step has and
 (an extra copy, a data-loader call) then shifts nothing else. An op that has no twin in other
 steps keeps its own values.
 
-Background lanes (a watchdog's or poller's ``cudaEventQuery`` loop, a loader thread) are those
-whose ops no op of another lane depends on: only the closing step mark follows them. They are
+Background threads (a watchdog's or poller's ``cudaEventQuery`` loop, a loader thread) are host
+threads whose ops no op of another lane depends on: only the closing step mark follows them. They are
 replayed as measured, op for op, and do not define the iteration: the closing mark no longer
 waits for them. Their op counts differ from step to step, so their times have no twins to
 average, and an averaged polling chain would end wherever its summed mean gaps fall, long after
@@ -47,11 +47,12 @@ def average_steps(g: Graph) -> Graph:
 
 
 def background_lanes(g: Graph) -> np.ndarray:
-    """Devices (threads, streams) whose ops no op on another device depends on; step marks aside.
+    """Host threads whose ops no op on another device depends on; step marks aside.
 
-    A lane that holds step marks is a main lane; a collective channel is shared by ranks. Any
-    other lane whose only edges out lead to step marks (the closing mark follows every lane's
-    last op) runs free of the step: nothing the iteration computes waits for it.
+    A thread that holds step marks is a main thread. Any other thread whose only edges out lead
+    to step marks (the closing mark follows every lane's last op) runs free of the step: nothing
+    the iteration computes waits for it. GPU streams are the step's work even when nothing on the
+    host waits for them, and collective channels are shared by ranks: neither is background.
     """
     src = np.repeat(np.arange(len(g)), np.diff(g.indptr))
     dst = g.succ.astype(np.int64)
@@ -62,7 +63,7 @@ def background_lanes(g: Graph) -> np.ndarray:
     marks = np.bincount(dev[(g.kind == Kind.STEP) & (dev >= 0)], minlength=nd)[:nd]
     used = np.bincount(dev[dev >= 0], minlength=nd)[:nd]
     lanes = [d for d, device in enumerate(g.devices)
-             if device.kind != DeviceKind.COMM and used[d] and not feeds[d] and not marks[d]]
+             if device.kind == DeviceKind.HOST and used[d] and not feeds[d] and not marks[d]]
     return np.asarray(lanes, dtype=np.int64)
 
 
