@@ -129,12 +129,14 @@ def summary(rows: list[Row], group: str | None) -> dict:
     mine = [r for r in rows if group is None or r.group == group]
     errs = [abs(r.error_pct) for r in mine if r.counted]
     tmpl = [abs(r.template_pct) for r in mine if r.counted and r.template_pct is not None]
+    three = [r for r in mine if r.counted and r.template_pct is not None and r.steps >= 3]
     return {
         "group": group or "all", "rows": len(mine), "replayed": sum(r.error_pct is not None for r in mine),
         "training_complete_steps": len(errs), "median_abs_error_pct": statistics.median(errs) if errs else None,
         "max_abs_error_pct": max(errs) if errs else None, "within_3pct": sum(e <= 3.0 for e in errs),
         "template_rows": len(tmpl), "template_median_abs_error_pct": statistics.median(tmpl) if tmpl else None,
         "template_max_abs_error_pct": max(tmpl) if tmpl else None,
+        "template_3_steps_within_3pct": [sum(abs(r.template_pct) <= 3.0 for r in three), len(three)],  # issue 20's goal
         "refused": sum(bool(r.refused) for r in mine), "internal_errors": sum(bool(r.internal) for r in mine),
     }
 
@@ -198,7 +200,8 @@ def main() -> None:
               f"refused {s['refused']}, internal errors {s['internal_errors']}")
         if s["template_rows"]:
             print(f"  averaged replay (each op at its mean over the steps; {s['template_rows']} multi-step training traces): "
-                  f"median |error| {s['template_median_abs_error_pct']:.2f} %, max {s['template_max_abs_error_pct']:.2f} %")
+                  f"median |error| {s['template_median_abs_error_pct']:.2f} %, max {s['template_max_abs_error_pct']:.2f} %; "
+                  f"with >= 3 steps, {s['template_3_steps_within_3pct'][0]} of {s['template_3_steps_within_3pct'][1]} within 3 %")
 
 
 if __name__ == "__main__":

@@ -62,7 +62,10 @@ def cell(work: str, workload: str, ranks: int, link: str, args) -> list[dict]:
                          "predicted_per_round": d["predicted_speedup_per_round"], "measured_per_round": d["speedup_per_round"],
                          "measured": d["measured_speedup"], "spread": d["spread"],
                          "median_error_pct": d["median_prediction_error_per_round_pct"], "confirmed": d["confirmed"],
-                         "baseline_ms": d["measured_baseline_ms"], "strategy_ms": d["measured_strategy_ms"]})
+                         "baseline_ms": d["measured_baseline_ms"], "strategy_ms": d["measured_strategy_ms"],
+                         # each round's measured step time (median of its steps) against the 90 % interval predicted from the searched profile
+                         "inside_interval": [found.search.intervals[k].contains(ms * 1e3) for k, per in (("baseline", d["baseline_ms"]),
+                                                                                                      ("best", d["strategy_ms"])) for ms in per]})
             print(f"  {workload} {ranks} ranks {mode}: measured {d['measured_speedup']:.2f}x (rounds {d['spread'][0]:.2f}-{d['spread'][1]:.2f}), "
                   f"predicted {found.search.speedup:.2f}x, per-round error {d['median_prediction_error_per_round_pct']:+.1f} % "
                   f"[{time.monotonic() - t0:.0f} s]", file=sys.stderr)
@@ -141,6 +144,10 @@ def main() -> int:
     met = [r for r in rows if r["measured"] >= goals[r["mode"]]]
     print(f"goal (>= 1.15x lossless, >= 1.8x lossy) met in {len(met)} of {len(rows)} rows; per-round prediction error within 5 % in "
           f"{sum(abs(r['median_error_pct']) <= 5 for r in rows)} of {len(rows)}")
+    inside = [x for r in rows for x in r["inside_interval"]]
+    if inside:
+        print(f"90 % intervals of the searched profile (defaults and strategy): {sum(inside)} of {len(inside)} measured round medians inside "
+              f"({100 * sum(inside) / len(inside):.0f} %; the machine was shared, so rounds carry other jobs' load)")
     if scaling:
         print(f"search on a {scaling['layers']}-layer model ({scaling['parameters']} parameters, {scaling['graph_nodes']} graph nodes), one core: "
               f"{scaling['seconds']:.1f} s of a {scaling['budget_s']:.0f} s budget, {scaling['candidates_replayed']} candidates replayed")

@@ -1,7 +1,11 @@
 import numpy as np
+from testdata import DATA
 
+from dagprof.analysis import analyze
 from dagprof.graph.build import build_graph
-from dagprof.passes.average_steps import average_steps
+from dagprof.graph.dag import GraphBuilder
+from dagprof.passes.average_steps import average_steps, background_lanes
+from dagprof.pipeline import open_run
 from dagprof.traces.events import Kind
 
 from synthetic import ddp_run
@@ -21,3 +25,42 @@ def test_structure_is_unchanged():
     g = build_graph(ddp_run())
     avg = average_steps(g)
     assert np.array_equal(avg.succ, g.succ) and np.array_equal(avg.kind, g.kind)
+
+
+def test_an_op_one_step_lacks_shifts_no_other_op():
+    """Twins are matched by name and occurrence on their lane, not by position: a missing op leaves the rest paired."""
+    g = build_graph(ddp_run(ranks=1, steps=3))
+    bw0 = np.flatnonzero((g.kind == Kind.BACKWARD) & np.array([g.layers[x] == "layer0" for x in g.layer]))
+    g = g.replace(dur=np.where(np.isin(np.arange(len(g)), bw0), 10.0 * (1 + g.step), g.dur))  # 10, 20, 30 us
+    extra = np.flatnonzero((g.kind == Kind.FORWARD) & (g.step == g.meta.steps[0]))[1]
+    b, remap = GraphBuilder.from_graph(g, np.arange(len(g)) != extra)  # step 0 lacks one forward op
+    avg = average_steps(b.build())
+    assert np.allclose(avg.dur[remap[bw0]], 20.0)
+
+
+def _poller():
+    return open_run(DATA / "kineto_excerpts" / "hta_nccl_poller_two_steps.json.gz").graph
+
+
+def test_a_polling_thread_nothing_waits_for_is_background():
+    g = _poller()
+    lanes = background_lanes(g)
+    assert [g.devices[d].name for d in lanes] == ["rank0/thread -549452224"]
+    poll = np.isin(g.device, lanes)
+    assert {g.node_name(v) for v in np.flatnonzero(poll)} == {"rank0.cudaEventQuery"}
+    avg = average_steps(g)
+    assert np.array_equal(avg.dur[poll], g.dur[poll]) and np.array_equal(avg.gap[poll], g.gap[poll])  # replayed as measured
+    src = np.repeat(np.arange(len(avg)), np.diff(avg.indptr))
+    assert not (poll[src] & (avg.kind[avg.succ] == Kind.STEP)).any()  # and no step mark waits for it
+
+
+def test_a_background_thread_does_not_bound_the_averaged_iteration():
+    """The poller's chain stretched far past the step (its gaps x 1000) leaves the averaged iteration where it was."""
+    g = _poller()
+    a = analyze(g)
+    avg = analyze(average_steps(g)).predicted_us
+    assert abs(avg - a.measured_us) / a.measured_us < 0.01
+    poll = np.isin(g.device, background_lanes(g))
+    late = g.replace(gap=np.where(poll, g.gap * 1000.0 + 1e5, g.gap))
+    assert analyze(average_steps(late)).predicted_us == avg
+    assert analyze(late).predicted_us > avg  # the full replay keeps the measured window end, so it does wait

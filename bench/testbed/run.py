@@ -75,8 +75,8 @@ def launch(ranks: int, phases: list[tuple[str, float | None]], args, control: st
             return json.load(f)
 
 
-def one_round(args, work: str, rng: random.Random) -> tuple[dict, dict]:
-    """Profile + link sweep + every cell, back to back; returns (step ms per cell, predicted ms per cell)."""
+def one_round(args, work: str, rng: random.Random) -> tuple[dict, dict, dict]:
+    """Profile + link sweep + every cell, back to back; returns (step ms per cell, predicted ms per cell, its interval)."""
     ranks0, rate0, cap0 = args.profiled
     measured: dict[tuple[int, str, float], list[float]] = {}
     predicted: dict[tuple[int, str, float], float] = {}
@@ -91,29 +91,35 @@ def one_round(args, work: str, rng: random.Random) -> tuple[dict, dict]:
         for (rate, cap), ts in zip(cells, out[len(head):]):
             measured[(ranks, rate, cap)] = [t * 1e3 for t in ts]
         print(f"  {len(cells)} cells on {ranks} ranks in {time.monotonic() - t0:.0f} s", file=sys.stderr)
-    predicted, replay_ms = predict(run_dir, args.profiled, sweep, args.swept, sorted(measured), args.cores)
+    predicted, intervals, replay_ms = predict(run_dir, args.profiled, sweep, args.swept, sorted(measured), args.cores)
     predicted["replay"] = replay_ms
-    return measured, predicted
+    return measured, predicted, intervals
 
 
-def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[tuple[int, str, float]], cores: int) -> tuple[dict, float]:
+def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[tuple[int, str, float]], cores: int) -> tuple[dict, dict, float]:
     """Every cell from the one profile: the link of the profiled rate is fitted to the profile's
     collectives, the swept link to the sweep; another shaped rate scales the bandwidth of
-    whichever of the two is shaped (so TCP/IP framing overhead carries over)."""
+    whichever of the two is shaped (so TCP/IP framing overhead carries over). The point is the
+    averaged iteration's; its interval comes from the same cell replayed step by step."""
     from dagprof.analysis import job_iteration_us
+    from dagprof.analysis.interval import link_residuals, predict_interval
     from dagprof.collect.calibrate import fit
     from dagprof.costmodel.alphabeta import AlphaBeta
     from dagprof.costmodel.topology import Topology
     from dagprof.passes import fit_topology, scale_workers, set_buckets, set_topology
+    from dagprof.passes.average_steps import average_steps
     from dagprof.passes.compute import share_cores
     from dagprof.pipeline import open_run
+    from dagprof.replay import replay
 
-    p = open_run(run_dir, template=True)  # a model of the iteration: each op at its mean over the profiled steps
+    stepwise = open_run(run_dir).graph
+    averaged = average_steps(stepwise)  # a model of the iteration: each op at its mean over the profiled steps
     prof_ranks, prof_rate, _ = profiled
-    links = {prof_rate: fit_topology(p.graph).inter, swept: fit([tuple(x) for x in sweep], 2)}
+    links = {prof_rate: fit_topology(averaged).inter, swept: fit([tuple(x) for x in sweep], 2)}
     shaped = prof_rate if RATES[prof_rate] else swept
-    base = set_topology(p.graph, Topology.flat(prof_ranks, links[prof_rate]))
-    out = {}
+    base_topo = Topology.flat(prof_ranks, links[prof_rate])
+    residuals = link_residuals(stepwise, set_topology(stepwise, base_topo))
+    out, intervals = {}, {}
     for ranks, rate, cap in cells:
         link = links.get(rate)
         if link is None:
@@ -122,13 +128,19 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
             link = links[shaped].from_bandwidth(links[shaped].bandwidth_bytes_per_s * RATES[rate] / RATES[shaped], links[shaped].alpha_us)
         if RATES[rate] is None and ranks > cores:  # an unshaped link is CPU work: 'ranks' copiers share 'cores'
             link = AlphaBeta(link.alpha_us, link.beta_us_per_byte * ranks / cores)
-        g = scale_workers(base, ranks, replicate=True) if ranks != prof_ranks else base
-        g = set_topology(g, Topology.flat(ranks, link))
-        g = set_buckets(g, cap * 2**20)
-        if ranks > cores:
-            g = share_cores(g, cores)
-        out[(ranks, rate, cap)] = job_iteration_us(g) / 1e3
-    return out, p.analysis.predicted_us / 1e3
+
+        def cell(g0):
+            g = set_topology(g0, base_topo)
+            g = scale_workers(g, ranks, replicate=True) if ranks != prof_ranks else g
+            g = set_topology(g, Topology.flat(ranks, link))
+            g = set_buckets(g, cap * 2**20)
+            return share_cores(g, cores) if ranks > cores else g
+
+        point = job_iteration_us(cell(averaged))
+        g = cell(stepwise)
+        out[(ranks, rate, cap)] = point / 1e3
+        intervals[(ranks, rate, cap)] = predict_interval(g, replay(g), point, residuals)
+    return out, intervals, job_iteration_us(averaged) / 1e3
 
 
 def main() -> int:
@@ -163,14 +175,20 @@ def main() -> int:
     t0 = time.monotonic()
     steps: dict[tuple[int, str, float], list[float]] = {}
     preds: dict = {}
+    covered: list[tuple[bool, bool]] = []  # per (round, cell): (every timed step, the round's mean step) inside the round's 90 % interval
+    inside_steps = [0, 0]
     rng = random.Random(0)
     with tempfile.TemporaryDirectory(prefix="dagprof-testbed-") as tmp:
         work = args.keep or tmp
         for k in range(args.rounds):
             print(f"round {k + 1}/{args.rounds}", file=sys.stderr)
-            m, p = one_round(args, os.path.join(work, str(k)), rng)
+            m, p, iv = one_round(args, os.path.join(work, str(k)), rng)
             for key, v in m.items():
                 steps.setdefault(key, []).extend(v)
+                inside = [iv[key].contains(t * 1e3) for t in v]
+                inside_steps[0] += sum(inside)
+                inside_steps[1] += len(inside)
+                covered.append((all(inside), iv[key].contains(statistics.mean(v) * 1e3)))
             for key, v in p.items():
                 preds.setdefault(key, []).append(v)
     rows = []
@@ -193,6 +211,11 @@ def main() -> int:
     for name, rs in groups.items():
         if rs:
             print(f"median |error| {name}: {statistics.median(abs(r['error_pct']) for r in rs):.1f} % over {len(rs)} cells")
+    if covered:
+        print(f"90 % intervals (each round's own profile, its cells' steps replayed one by one): {inside_steps[0]} of {inside_steps[1]} "
+              f"timed steps inside ({100 * inside_steps[0] / inside_steps[1]:.0f} %); per-round cell means inside: "
+              f"{sum(c[1] for c in covered)} of {len(covered)} ({100 * sum(c[1] for c in covered) / len(covered):.0f} %); "
+              f"the machine is shared, so steps carry other jobs' load")
     print(f"replay of the profiled graph as built (measured spans, no what-if): {statistics.median(preds['replay']):.1f} ms/iter")
     print(f"testbed wall time {time.monotonic() - t0:.0f} s")
     if args.out:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .analysis.diff import ExpectationCheck, categories_vs_expected
+from .analysis.interval import PredictionInterval
 from .collect.netns import Cluster
 from .collect.strategy import Strategy, save_strategy
 from .collect.verify import Verification, verify, verify_in_process
@@ -48,6 +49,7 @@ class Checked:
     # per round: the strategy run's profile against the graph predicted for it (None where it could not be compared)
     expectations: list[ExpectationCheck | None] = field(default_factory=list)
     expectation_errors: list[str] = field(default_factory=list)  # why a round could not be compared
+    interval: PredictionInterval | None = None  # the strategy's step time predicted from the searched profile
 
     @property
     def errors_pct(self) -> list[float]:
@@ -72,6 +74,13 @@ class Checked:
         k = sorted(rounds, key=lambda i: self.errors_pct[i])[len(rounds) // 2]
         return [f"round {k + 1}, strategy run: " + self.expectations[k].lines()[0], *self.expectations[k].lines()[1:]]
 
+    def _interval(self) -> dict:
+        """The strategy's predicted step time with its interval, and whether the measured median step fell inside it."""
+        if self.interval is None:
+            return {}
+        measured_us = statistics.median(self.verification.strategy_ms) * 1e3
+        return {"predicted_strategy": self.interval.to_dict(), "strategy_inside_interval": self.interval.contains(measured_us)}
+
     def to_dict(self) -> dict:
         v = self.verification
         per = self.predicted_per_round
@@ -83,6 +92,7 @@ class Checked:
             "median_prediction_error_per_round_pct": statistics.median(self.errors_pct) if per else None,
             "confirmed": self.confirmed,
             "prediction_departs": self.departs,
+            **self._interval(),
             "categories_vs_expected_per_round": [_brief(e) for e in self.expectations],
             "where_it_departs": self.where_it_departs() if self.departs else [],
             # ``dagprof diff`` hook: each strategy run's profile beside the strategy's prediction says which categories departed
@@ -102,7 +112,7 @@ def check_strategy(cmd: list[str], found: Found, out_dir: str, rounds: int = 3, 
         v = verify_in_process(cmd, found.path, work, rounds, ranks or 1, cluster, say)
     else:
         v = verify(cmd, found.path, work, rounds, ranks, cluster, say)
-    out = Checked(v, found.search.speedup, [])
+    out = Checked(v, found.search.speedup, [], interval=(found.search.intervals or {}).get("best"))
     for base_dir, strat_dir in zip(v.baseline_runs, v.strategy_runs):
         p = open_run(base_dir)
         pred = predict_run(p.run, p.graph, found.strategy, os.path.join(out_dir, CODEC_COSTS_FILE), found.profile.run)

@@ -96,9 +96,10 @@ class _Loopback:
 
 def _optimisation(found: Found, checked: Checked | None) -> dict:
     res = found.search
-    b, best = res.describe(res.baseline), res.describe(res.best)
-    rows = [["DDP defaults (profiled)", b["buckets"], b["codec"], b["predicted_iter_ms"], checked.to_dict()["measured_baseline_ms"] if checked else ""],
-            ["strategy found", best["buckets"], best["codec"], best["predicted_iter_ms"], checked.to_dict()["measured_strategy_ms"] if checked else ""]]
+    b, best = res.to_dict()["baseline"], res.to_dict()["best"]
+    measured = checked.to_dict() if checked else {}
+    rows = [["DDP defaults (profiled)", b["buckets"], b["codec"], b.get("interval", b["predicted_iter_ms"]), measured.get("measured_baseline_ms", "")],
+            ["strategy found", best["buckets"], best["codec"], best.get("interval", best["predicted_iter_ms"]), measured.get("measured_strategy_ms", "")]]
     summary = f"Strategy by replay ({res.replayed} candidates): {found.strategy.summary()}."
     if checked:
         summary += " " + verdict(checked)
@@ -138,7 +139,7 @@ def _whatifs(prof: Profiled) -> list[dict]:
     scenarios += [Scenario(workers=n, bandwidth=parse_bandwidth("10Gbit"), bandwidth_text="10Gbit") for n in WHATIF_WORKERS]
     scenarios += [Scenario(speed=2.0), Scenario(speed=2.0, bandwidth=parse_bandwidth("1Gbit"), bandwidth_text="1Gbit")]
     rows = evaluate(prof.graph, scenarios, measured_us=prof.analysis.measured_us)["scenarios"]
-    keep = ("workers", "bandwidth", "compute_speed", "predicted_iter_ms", "speedup_vs_profiled", "scaling_efficiency")
+    keep = ("workers", "bandwidth", "compute_speed", "predicted_iter_ms", "interval", "speedup_vs_profiled", "scaling_efficiency")
     return [{k: r[k] for k in keep} for r in rows]
 
 

@@ -52,6 +52,10 @@ STEPS = [
     ("kineto-corpus/kineto/tb_plugin_samples/resnet50_num_workers_0/worker0.pt.trace.json.gz", None, 1),
     ("kineto-corpus/kineto/tb_plugin_samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz", None, 1),
 ]
+# kineto_excerpts/ cut by whole steps: (excerpt, source, first step kept, number of steps)
+STEP_WINDOWS = [
+    ("hta_nccl_poller_two_steps.json.gz", "kineto-public/nccl_parser_config/nccl_data.json.gz", 4, 2),  # a cudaEventQuery polling thread
+]
 TB_RESNET = "kineto-corpus/kineto/tb_plugin_samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
 # kineto_excerpts/: (excerpt, source, window in ms from the trace's first event, or None for the whole file)
 WINDOWS = [
@@ -148,6 +152,8 @@ def main() -> None:
             shutil.copyfile(src / rel, out)
         else:
             _save(window_excerpt(_load(src / rel), window), out)
+    for name, rel, first, count in STEP_WINDOWS:
+        _save(step_excerpt(_load(src / rel), first, count), HERE / "kineto_excerpts" / name)
     for gpu in ("a100", "v100"):
         for table in sorted((src / "nccl-tests-lut" / gpu).iterdir()):
             lines = table.read_text().splitlines(keepends=True)

@@ -134,6 +134,8 @@ def to_text(r: dict) -> str:
     if best["memory"]:
         lines.append(f"peak memory per rank (estimate): profiled {b['memory']['total_mb']:.0f} MB, strategy {best['memory']['total_mb']:.0f} MB")
     lines.append(f"strategy: {r['summary']}")
+    if "interval" in best:
+        lines.append(f"predicted {best['interval']} per step with the strategy; profiled setup {b['interval']} (each step replayed)")
     lines.append(f"search: {r['candidates_replayed']} candidates replayed in {r['search_seconds']:.1f} s")
     lines += [f"note: {n}" for n in r["notes"]] + [f"caveat: {c}" for c in r["caveats"]]
     lines.append(f"written: {r['strategy_file']}")
@@ -151,5 +153,7 @@ def verification_lines(v: dict) -> list[str]:
             f"  measured speed-up {v['measured_speedup']:.2f}x (rounds {v['spread'][0]:.2f}-{v['spread'][1]:.2f}x); predicted "
             f"{v['predicted_speedup']:.2f}x from the searched profile: {'confirmed' if v['confirmed'] else 'NOT confirmed'}",
             f"  per round: {per}; median prediction error {v['median_prediction_error_per_round_pct']:+.1f} %",
+            *([f"  strategy measured {v['measured_strategy_ms']:.1f} ms per step against predicted {v['predicted_strategy']['interval']}: "
+               f"{'inside' if v['strategy_inside_interval'] else 'OUTSIDE'} the interval"] if v.get("predicted_strategy") else []),
             *(["  where the strategy run departed from the model:"] + [f"    {ln}" for ln in v["where_it_departs"]]
               if v["where_it_departs"] else [])]

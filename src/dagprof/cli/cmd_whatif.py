@@ -10,6 +10,7 @@ import os
 
 from ..costmodel.alphabeta import parse_bandwidth
 from ..costmodel.topology import CollectiveSpec
+from ..passes.average_steps import average_steps
 from ..pipeline import open_run
 from ..report.timeline import write_replay_trace
 from ..search.whatif import Cluster, Scenario, evaluate
@@ -69,7 +70,8 @@ def _scenarios(args) -> list[Scenario]:
 
 
 def run(args) -> dict:
-    prof = open_run(args.run, steps=args.steps, template=args.template, step_marker=args.step_marker)
+    prof = open_run(args.run, steps=args.steps, step_marker=args.step_marker)
+    g0 = average_steps(prof.graph) if args.template else prof.graph  # the averaged iteration; the intervals keep each step
     cluster = Cluster(link=args.link, topology=args.topology, link_model=args.link_model, first_bucket_mb=args.first_bucket_mb,
                       overlap=not args.no_overlap, cores=args.cores, ranks_per_host=args.ranks_per_host, fine=args.fine)
     measured = prof.analysis.measured_us
@@ -80,7 +82,7 @@ def run(args) -> dict:
             return None
         return write_replay_trace(os.path.join(folder, f"whatif{i}.trace.json"), g, res)
 
-    out = evaluate(prof.graph, _scenarios(args), cluster, measured, timeline)
+    out = evaluate(g0, _scenarios(args), cluster, measured, timeline, steps_graph=prof.graph if args.template else None)
     return {"run": os.fspath(args.run), "measured_iter_ms": None if measured is None else measured / 1e3} | out
 
 
@@ -101,8 +103,10 @@ def to_text(r: dict) -> str:
         cells = "".join(f"{'-' if row[k] is None else row[k]!s:>{width[k]}}" for k in keys)
         vs = "n/a" if row["vs_measured_pct"] is None else f"{row['vs_measured_pct']:+.1f} %"
         lines.append(f"{cells}{row['predicted_iter_ms']:>12.2f}{row['iters_per_s']:>12.2f}{row['speedup_vs_profiled']:>12.2f}"
-                     f"{row['speedup_vs_one_worker']:>12.1f}{row['scaling_efficiency']:>12.2f}{vs:>12}")
+                     f"{row['speedup_vs_one_worker']:>12.1f}{row['scaling_efficiency']:>12.2f}{vs:>12}  predicted {row['interval']}")
     lines += ["where:"] + [f"  {h:<12} {r['columns'][k]}" for k, h in _SHORT.items()]
+    lines.append(f"  {'predicted':<12} the interval one step's time falls in at the level shown: the replayed steps' spread, "
+                 "widened by the link fit's residuals where communication is modelled")
     traces = [row["trace"] for row in r["scenarios"] if "trace" in row]
     if traces:
         lines.append(f"predicted timelines: {os.path.relpath(traces[0])}" + (f" .. {os.path.basename(traces[-1])}" if len(traces) > 1 else ""))

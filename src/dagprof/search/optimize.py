@@ -40,6 +40,7 @@ import numpy as np
 
 from ..analysis import job_iteration_us
 from ..analysis.critical_path import critical_path
+from ..analysis.interval import PredictionInterval, link_residuals, predict_interval
 from ..collect.overlap import load_overlap
 from ..collect.strategy import Bucket, Compression, Prediction, Strategy
 from ..costmodel.codecs import CodecCosts, powersgd_split
@@ -127,6 +128,7 @@ class SearchResult:
     layer_names: list[str]  # the graph's layers (module paths), to name bucket boundaries
     overlap_slowdown: float = 0.0  # what the model charged compute per unit of overlap with collectives
     memory_reason: str | None = None  # why no strategy fits the memory budget
+    intervals: dict[str, PredictionInterval] | None = None  # "baseline", "best": each step replayed (per micro-batch)
 
     @property
     def speedup(self) -> float:
@@ -165,7 +167,9 @@ class SearchResult:
 
     def to_dict(self) -> dict:
         st = self.strategy()
-        return {"baseline": self.describe(self.baseline), "best": self.describe(self.best), "predicted_speedup": self.speedup,
+        iv = self.intervals or {}
+        base, best = (self.describe(s) | (iv[k].to_dict() if k in iv else {}) for k, s in (("baseline", self.baseline), ("best", self.best)))
+        return {"baseline": base, "best": best, "predicted_speedup": self.speedup,
                 "predicted_gain_pct": self.gain_pct, "worth_applying": self.worth_applying, "candidates_replayed": self.replayed,
                 "search_seconds": self.seconds, "seeds": [self.describe(s) for s in self.seeds], "notes": self.notes,
                 "memory_reason": self.memory_reason, "summary": st.summary(), "caveats": st.caveats()}
@@ -278,7 +282,7 @@ def search(g: Graph, order: GradientOrder, opts: Options | None = None, costs: C
     opts = opts or Options()
     t0 = time.perf_counter()
     rng = random.Random(opts.seed)
-    g = set_topology(g, current_topology(g))  # one link model, fitted on every rank's collectives, before any folding
+    measured, g = g, set_topology(g, current_topology(g))  # one link model, fitted on every rank's collectives, before any folding
     notes = ["comm scheduling (bucket priority) not searched: DDP issues buckets in gradient-ready order and its optimizer "
              "waits for every bucket, so no order of the channel changes the iteration"]
     codecs = [Codec()]
@@ -363,10 +367,16 @@ def search(g: Graph, order: GradientOrder, opts: Options | None = None, costs: C
     if not best_full.fits:
         reason = reason or "no candidate found fits the memory budget"
     report(best_full.iter_us, base_full.iter_us)
+    residuals = link_residuals(measured, g)
+    intervals = {}
+    for name, s in (("baseline", base_full), ("best", best_full)):
+        sg, res = full.score(s.candidate, keep=True)[1]
+        intervals[name] = predict_interval(sg, res, s.iter_us * s.candidate.accumulate, residuals).scaled(1 / s.candidate.accumulate)
     seeds_out = sorted({s.candidate: s for s in scored if s.candidate.codec.name == "none" and s.candidate.accumulate == 1}.values(),
                        key=lambda s: len(s.candidate.ends))
     return SearchResult(base_full, best_full, order, cand_segments, ev.replayed + (full.replayed if full is not ev else 0),
-                        time.perf_counter() - t0, graph_world_size(g), seeds_out, notes, list(g.layers), opts.overlap_slowdown or 0.0, reason)
+                        time.perf_counter() - t0, graph_world_size(g), seeds_out, notes, list(g.layers), opts.overlap_slowdown or 0.0, reason,
+                        intervals)
 
 
 def _complexity(c: Candidate) -> tuple:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from ..analysis import job_iteration_us
+from ..analysis.interval import link_residuals, predict_interval
 from ..costmodel.topology import CollectiveSpec, Topology, load_link_model, parse_topology
 from ..errors import DagprofError
 from ..graph.dag import Graph
@@ -34,6 +35,10 @@ COLUMNS = {
     "speedup_vs_one_worker": "throughput over ONE worker's under the same conditions = workers x scaling_efficiency",
     "scaling_efficiency": "weak scaling: one worker's iteration time / this one, same conditions; 1.0 = linear, lower = overhead of scale",
     "vs_measured_pct": "predicted iteration time against the measured one of the profiled run, % (+ = slower)",
+    "lo_ms": "low end of the interval one step's time should fall in (``level``), from the replayed steps' spread and the link fit's residuals",
+    "hi_ms": "high end of that interval, ms",
+    "level": "the share of single steps the interval should hold (0.9 = 90 %)",
+    "interval": "predicted iteration time (lo_ms-hi_ms, level)",
 }
 
 
@@ -123,18 +128,22 @@ def apply(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
 
 
 def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = None, measured_us: float | None = None,
-             timeline: Callable[[int, Graph, ReplayResult], str | None] | None = None) -> dict:
+             timeline: Callable[[int, Graph, ReplayResult], str | None] | None = None, steps_graph: Graph | None = None) -> dict:
     """Replay every scenario; one row per scenario with the ``COLUMNS``.
 
     Scaling efficiency needs one worker under the same conditions: that scenario is replayed
     too (once per distinct set of conditions). ``timeline(i, graph, result)`` may save scenario
-    ``i``'s predicted timeline and return its path.
+    ``i``'s predicted timeline and return its path. Each row's interval comes from the scenario
+    replayed step by step: on ``g0``, or on ``steps_graph`` (each step with its own times) when
+    ``g0`` is the averaged iteration.
     """
     t0 = time.perf_counter()
     cluster = cluster or Cluster()
     n0 = graph_world_size(g0)
     base_topo = base_topology(g0, cluster)
     model = job_iteration_us(set_topology(g0, base_topo))
+    stepwise = g0 if steps_graph is None else steps_graph
+    residuals = link_residuals(stepwise, set_topology(stepwise, base_topo))
     one_worker: dict[str, float] = {}
     rows = []
     for i, s in enumerate(progress(scenarios, "what-if scenarios", unit="scenario")):
@@ -148,7 +157,9 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
         if key not in one_worker:
             one_worker[key] = it if n == 1 else job_iteration_us(apply(g0, single, cluster, base_topo))
         eff = one_worker[key] / it
-        row = {**s.label(), "workers": n, "predicted_iter_ms": it / 1e3, "iters_per_s": 1e6 / it,
+        gs = g if steps_graph is None else apply(steps_graph, s, cluster, base_topo)
+        interval = predict_interval(gs, res if steps_graph is None else replay(gs), it, residuals)
+        row = {**s.label(), "workers": n, **interval.to_dict(), "iters_per_s": 1e6 / it,
                "speedup_vs_profiled": (n / n0) * model / it, "speedup_vs_one_worker": n * eff, "scaling_efficiency": eff,
                "vs_measured_pct": None if not measured_us else 100.0 * (it - measured_us) / measured_us, "seconds": time.perf_counter() - t1}
         path = timeline(i, g, res) if timeline else None

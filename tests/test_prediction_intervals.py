@@ -1,0 +1,88 @@
+"""Every prediction carries an interval (issue 20): the one object, its arithmetic, and its place in whatif and optimize."""
+import json
+
+import numpy as np
+import pytest
+from testdata import DATA
+
+from dagprof.analysis.interval import PredictionInterval, _t_quantile, link_residuals, predict_interval, step_times
+from dagprof.cli.main import main
+from dagprof.passes import fit_topology, set_link, set_topology
+from dagprof.pipeline import open_run
+from dagprof.replay import replay
+
+
+def test_text_and_bounds():
+    p = PredictionInterval(1_417_000.0, 1_380_000.0, 1_452_000.0)
+    assert p.text() == "1,417 ms (1,380-1,452, 90 %)"
+    assert PredictionInterval(6_290.0, 5_100.0, 7_480.5).text() == "6.29 ms (5.10-7.48, 90 %)"
+    assert p.contains(1_380_000.0) and p.contains(1_452_000.0) and not p.contains(1_452_001.0)
+    half = p.scaled(0.5)
+    assert (half.point_us, half.lo_us, half.hi_us, half.level) == (708_500.0, 690_000.0, 726_000.0, 0.9)
+    d = p.to_dict()
+    assert (d["predicted_iter_ms"], d["lo_ms"], d["hi_ms"], d["level"]) == (1417.0, 1380.0, 1452.0, 0.9)
+
+
+@pytest.mark.parametrize("dof,t", [(1, 6.314), (2, 2.920), (3, 2.353), (4, 2.132), (7, 1.895), (30, 1.697)])
+def test_student_t_quantiles(dof, t):
+    assert _t_quantile(0.95, dof) == pytest.approx(t, rel=0.01)
+    assert _t_quantile(0.05, dof) == pytest.approx(-t, rel=0.01)
+
+
+def test_each_replayed_step_is_the_measured_one():
+    """One time per step, the slowest rank's: their mean is at least the slowest rank's mean (the iteration time)."""
+    prof = open_run(DATA / "gloo-windows" / "same")
+    d = step_times(prof.graph, prof.analysis.result)
+    assert len(d) == len(prof.graph.meta.steps) == 3
+    assert prof.analysis.predicted_us <= d.mean() <= prof.analysis.predicted_us * 1.01
+
+
+def test_interval_holds_the_point_and_widens_with_link_residuals():
+    g = open_run(DATA / "gloo-windows" / "same").graph
+    modelled = set_topology(g, fit_topology(g))
+    r = link_residuals(g, modelled)
+    assert len(r) == 3 and np.all(r > 0)
+    res = replay(modelled)
+    plain = predict_interval(modelled, res)
+    widened = predict_interval(modelled, res, residuals=r)
+    assert plain.lo_us <= plain.point_us <= plain.hi_us
+    assert widened.residual_steps == 3 and plain.residual_steps == 0
+    assert widened.lo_us <= plain.lo_us and widened.hi_us >= plain.hi_us
+    slow = set_link(modelled, bandwidth=1e6)  # communication dominates: the residuals matter more
+    wide_slow = predict_interval(slow, replay(slow), residuals=r)
+    assert (wide_slow.hi_us - wide_slow.point_us) / wide_slow.point_us > (widened.hi_us - widened.point_us) / widened.point_us
+
+
+def test_one_step_has_no_step_spread():
+    g = open_run(DATA / "gloo-windows" / "same", steps=range(2, 3)).graph
+    p = predict_interval(g, replay(g))
+    assert p.steps <= 1 and p.lo_us == p.hi_us == p.point_us
+
+
+def _json(capsys, *argv):
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_whatif_rows_carry_both_bounds(capsys):
+    run = str(DATA / "gloo-windows" / "same")
+    for template in ([], ["--template"]):
+        r = _json(capsys, "whatif", run, "--bandwidth", "1Gbit,100Mbit", "--no-trace", *template)
+        for row in r["scenarios"]:
+            assert row["lo_ms"] <= row["predicted_iter_ms"] <= row["hi_ms"] and row["level"] == 0.9
+            assert row["interval"].startswith(f"{row['predicted_iter_ms']:,.1f} ms (") and row["interval"].endswith(", 90 %)")
+            assert row["hi_ms"] > row["lo_ms"]  # three steps with their own times, and modelled communication
+        assert "lo_ms" in r["columns"] and "hi_ms" in r["columns"]
+    assert main(["whatif", run, "--bandwidth", "1Gbit", "--no-trace"]) == 0
+    text = capsys.readouterr().out
+    assert f"predicted {r['scenarios'][0]['interval'].split(' (')[0]} (" in text and ", 90 %)" in text
+
+
+def test_optimize_json_gives_the_strategy_interval(capsys, small_ddp_run, tmp_path):
+    r = _json(capsys, "optimize", small_ddp_run, "--budget", "2", "-o", str(tmp_path))
+    for key in ("baseline", "best"):
+        s = r[key]
+        assert s["lo_ms"] <= s["predicted_iter_ms"] <= s["hi_ms"] and s["level"] == 0.9
+        assert s["interval_basis"]["steps"] == 4
+    assert main(["optimize", small_ddp_run, "--budget", "1", "-o", str(tmp_path)]) == 0
+    assert "predicted " in capsys.readouterr().out
