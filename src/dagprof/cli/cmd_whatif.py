@@ -100,8 +100,10 @@ def to_text(r: dict) -> str:
     for row in r["scenarios"]:
         cells = "".join(f"{'-' if row[k] is None else row[k]!s:>{width[k]}}" for k in keys)
         vs = "n/a" if row["vs_measured_pct"] is None else f"{row['vs_measured_pct']:+.1f} %"
+        one, eff = ("n/a", "n/a") if row["scaling_efficiency"] is None else (f"{row['speedup_vs_one_worker']:.1f}", f"{row['scaling_efficiency']:.2f}")
         lines.append(f"{cells}{row['predicted_iter_ms']:>12.2f}{row['iters_per_s']:>12.2f}{row['speedup_vs_profiled']:>12.2f}"
-                     f"{row['speedup_vs_one_worker']:>12.1f}{row['scaling_efficiency']:>12.2f}{vs:>12}")
+                     f"{one:>12}{eff:>12}{vs:>12}")
+    lines += [f"note: {n}" for n in r.get("notes", [])]
     lines += ["where:"] + [f"  {h:<12} {r['columns'][k]}" for k, h in _SHORT.items()]
     traces = [row["trace"] for row in r["scenarios"] if "trace" in row]
     if traces:

@@ -35,6 +35,7 @@ NODE_COLUMNS: dict[str, Any] = {
     "layer": np.int32,  # index into Graph.layers, -1 none
     "bucket": np.int32,
     "nbytes": np.int64,
+    "dim": np.int8,  # a COMM node's mesh dimension (traces.parallelism.Dim); read only where meta.parallel is set
 }
 
 
@@ -68,6 +69,7 @@ class Graph:
     layer: np.ndarray
     bucket: np.ndarray
     nbytes: np.ndarray
+    dim: np.ndarray
     indptr: np.ndarray  # int64, len n+1
     succ: np.ndarray  # int32 successor ids
     meta: GraphMeta = field(default_factory=GraphMeta)
@@ -171,6 +173,7 @@ class GraphBuilder:
         layer: int = -1,
         bucket: int = -1,
         nbytes: int = 0,
+        dim: int = 0,
     ) -> int:
         c = self._cols
         c["name"].append(self.intern(name))
@@ -184,6 +187,7 @@ class GraphBuilder:
         c["layer"].append(layer)
         c["bucket"].append(bucket)
         c["nbytes"].append(nbytes)
+        c["dim"].append(dim)
         return len(c["dur"]) - 1
 
     def add_edge(self, u: int, v: int) -> None:
