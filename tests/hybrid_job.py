@@ -7,9 +7,13 @@ in the forward pass and their gradients in the backward pass over the TP group; 
 all-reduces the gradients. With gloo the trace holds no ``record_param_comms`` group records, so what
 tells the dimensions apart is where each collective sits and its size (``dagprof.traces.parallelism``).
 
-Re-record the fixture in tests/data/hybrid-dp-tp (3 profiled steps, one trace per rank, gzipped)::
+``--tp-only``: the same model on 2 ranks, tensor parallel only (a 1-D mesh over the default group, no DDP),
+as an old Megatron TP trace is: one group spanning the job, nothing but position and size to tell.
+
+Re-record the fixtures in tests/data (3 profiled steps, one trace per rank, gzipped)::
 
     python tests/hybrid_job.py --fixtures tests/data/hybrid-dp-tp
+    python tests/hybrid_job.py --fixtures tests/data/hybrid-tp-only --tp-only
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ WIDTH = 64
 ITERATIONS = 6  # profiler: wait 1, warmup 1, active 3
 
 
-def _train(rank: int, world: int, out: str, port: int) -> None:
+def _train(rank: int, world: int, out: str, port: int, tp_only: bool) -> None:
     import torch
     import torch.distributed as dist
     import torch.nn as nn
@@ -38,7 +42,7 @@ def _train(rank: int, world: int, out: str, port: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    mesh = init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("dp", "tp"))
+    mesh = init_device_mesh("cpu", (1 if tp_only else 2, world if tp_only else world // 2), mesh_dim_names=("dp", "tp"))
     torch.manual_seed(0)
     model = nn.Sequential(*[nn.Sequential(nn.Linear(WIDTH, 4 * WIDTH), nn.GELU(), nn.Linear(4 * WIDTH, WIDTH)) for _ in range(2)],
                           nn.Linear(WIDTH, 8))
@@ -47,7 +51,7 @@ def _train(rank: int, world: int, out: str, port: int) -> None:
         plan[f"{b}.0"] = ColwiseParallel()
         plan[f"{b}.2"] = RowwiseParallel()
     parallelize_module(model, mesh["tp"], plan)
-    ddp = DDP(model, device_mesh=mesh["dp"])
+    ddp = model if tp_only else DDP(model, device_mesh=mesh["dp"])
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     torch.manual_seed(1 + mesh["dp"].get_local_rank())  # each DP replica its own batch; the TP pair the same
     x, y = torch.randn(32, WIDTH), torch.randint(0, 8, (32,))
@@ -72,23 +76,24 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def record(folder: str) -> None:
+def record(folder: str, tp_only: bool = False) -> None:
     """One real run into ``folder`` (rank-N...json); a second try on a fresh port when the first fails."""
     for _attempt in range(2):
         for f in glob.glob(os.path.join(folder, "*.json")):
             os.remove(f)
-        done = subprocess.run([sys.executable, __file__, folder, str(_free_port())], timeout=600, capture_output=True, text=True)
+        cmd = [sys.executable, __file__, folder, str(_free_port())] + (["--tp-only"] if tp_only else [])
+        done = subprocess.run(cmd, timeout=600, capture_output=True, text=True)
         if done.returncode == 0:
             return
     raise RuntimeError(f"recording the DP x TP job failed twice; last output:\n{(done.stdout + done.stderr)[-3000:]}")
 
 
-def write_fixtures(out: str) -> None:
+def write_fixtures(out: str, tp_only: bool = False) -> None:
     """The traces, gzipped, into ``out`` (replacing what was there)."""
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
     with tempfile.TemporaryDirectory() as tmp:
-        record(tmp)
+        record(tmp, tp_only)
         for path in sorted(glob.glob(os.path.join(tmp, "*.json"))):
             rank = os.path.basename(path).split(".")[0]
             with open(path, "rb") as src, gzip.open(os.path.join(out, f"{rank}.pt.trace.json.gz"), "wb", 9) as dst:
@@ -96,9 +101,11 @@ def write_fixtures(out: str) -> None:
 
 
 if __name__ == "__main__":
+    tp_only = "--tp-only" in sys.argv
     if sys.argv[1] == "--fixtures":
-        write_fixtures(sys.argv[2])
+        write_fixtures(sys.argv[2], tp_only)
     else:
         import torch.multiprocessing as mp
 
-        mp.spawn(_train, args=(WORLD, sys.argv[1], int(sys.argv[2])), nprocs=WORLD)
+        world = 2 if tp_only else WORLD
+        mp.spawn(_train, args=(world, sys.argv[1], int(sys.argv[2]), tp_only), nprocs=world)

@@ -10,9 +10,11 @@ import os
 
 from ..costmodel.alphabeta import parse_bandwidth
 from ..costmodel.topology import CollectiveSpec
+from ..passes.workers import refuse_degree
 from ..pipeline import open_run
 from ..report.timeline import write_replay_trace
 from ..search.whatif import Cluster, Scenario, evaluate
+from ..traces.parallelism import Dim
 from .common import add_out_argument, add_run_arguments, comma_list, non_negative_number, out_dir, positive_int, positive_number
 
 HELP = "predict iteration time under other bandwidth, latency, workers, buckets, schemes, compute speed"
@@ -29,6 +31,8 @@ def add_arguments(p) -> None:
     p.add_argument("--latency", type=comma_list(non_negative_number), help="link latency in us (per message), e.g. 5,50")
     p.add_argument("--link", choices=["inter", "intra", "all"], default="inter", help="which links --bandwidth/--latency change (default inter-host)")
     p.add_argument("--workers", type=comma_list(positive_int), help="number of ranks, e.g. 4,16,4096 (weak scaling: same per-rank batch)")
+    p.add_argument("--tp-degree", type=positive_int, help="tensor-parallel degree: refused unless it is the profiled one (not modelled)")
+    p.add_argument("--pp-degree", type=positive_int, help="pipeline-parallel degree: refused unless it is the profiled one (not modelled)")
     p.add_argument("--bucket-mb", type=comma_list(positive_number), help="DDP bucket cap(s) in MB; 'inf' = one bucket per step")
     p.add_argument("--first-bucket-mb", type=float, default=None, help="cap of the first bucket only (DDP's default is 1 when bucket_cap_mb is unset)")
     p.add_argument("--no-overlap", action="store_true", help="start all-reduces only after the whole backward")
@@ -70,6 +74,9 @@ def _scenarios(args) -> list[Scenario]:
 
 def run(args) -> dict:
     prof = open_run(args.run, steps=args.steps, template=args.template, step_marker=args.step_marker)
+    for degree, dim in ((args.tp_degree, Dim.TP), (args.pp_degree, Dim.PP)):
+        if degree is not None:
+            refuse_degree(prof.graph, dim, degree)
     cluster = Cluster(link=args.link, topology=args.topology, link_model=args.link_model, first_bucket_mb=args.first_bucket_mb,
                       overlap=not args.no_overlap, cores=args.cores, ranks_per_host=args.ranks_per_host, fine=args.fine)
     measured = prof.analysis.measured_us

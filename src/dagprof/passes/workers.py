@@ -54,6 +54,17 @@ def scale_workers(g: Graph, workers: int, replicate: bool | None = None) -> Grap
     return retime_collectives(out, topo, spec)
 
 
+def refuse_degree(g: Graph, dim: Dim, degree: int) -> None:
+    """A new tensor/pipeline/expert degree is not modelled: one line saying so (the profiled degree is accepted)."""
+    par = g.meta.parallel
+    sizes = sorted({len(x.ranks) for x in par.groups if dim.text in x.dims and x.ranks}) if par is not None else []
+    if sizes == [degree] or (not sizes and degree == 1):
+        return
+    profiled = "/".join(map(str, sizes)) if sizes else "1 (no such collective in the trace)"
+    raise DagprofError(f"a {dim.text} degree of {degree} is not modelled (profiled: {profiled}): the graph keeps the profiled "
+                       f"{dim.text} groups and their measured traffic; only the data-parallel degree (--workers) is scaled")
+
+
 def replica_ranks(g: Graph) -> int:
     """Ranks of one data-parallel replica: 1 for a data-parallel job, the TP x PP (x EP) ranks of a hybrid one."""
     if not hybrid(g):
@@ -77,7 +88,7 @@ def _data_parallel_degree(g: Graph, workers: int) -> int:
     if not par.hybrid:
         return workers
     n0, dp = graph_world_size(g), par.dp_size
-    if not dp:
+    if not dp or not (comm & (g.dim == Dim.DP)).any():
         raise DagprofError(f"--workers is not modelled here: the trace has no data-parallel collective ({par.describe()}), so "
                            "more workers would add a data-parallel dimension it does not show")
     for grp in par.groups:
