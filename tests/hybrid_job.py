@@ -14,6 +14,10 @@ Re-record the fixtures in tests/data (3 profiled steps, one trace per rank, gzip
 
     python tests/hybrid_job.py --fixtures tests/data/hybrid-dp-tp
     python tests/hybrid_job.py --fixtures tests/data/hybrid-tp-only --tp-only
+
+Or profiled by dagprof (DDP hooks over the DP sub-mesh; the TP collectives stay inside the ops that issue them)::
+
+    dagprof profile -o RUN --steps 2:5 -- torchrun --standalone --nproc-per-node 4 tests/hybrid_job.py --torchrun
 """
 from __future__ import annotations
 
@@ -31,7 +35,8 @@ WIDTH = 64
 ITERATIONS = 6  # profiler: wait 1, warmup 1, active 3
 
 
-def _train(rank: int, world: int, out: str, port: int, tp_only: bool) -> None:
+def _train(rank: int, world: int, out: str | None, port: int | None, tp_only: bool) -> None:
+    """``out`` None: no torch.profiler (``dagprof profile`` profiles it); ``port`` None: started by torchrun."""
     import torch
     import torch.distributed as dist
     import torch.nn as nn
@@ -39,7 +44,8 @@ def _train(rank: int, world: int, out: str, port: int, tp_only: bool) -> None:
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    if port is not None:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     mesh = init_device_mesh("cpu", (1 if tp_only else 2, world if tp_only else world // 2), mesh_dim_names=("dp", "tp"))
@@ -55,17 +61,20 @@ def _train(rank: int, world: int, out: str, port: int, tp_only: bool) -> None:
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     torch.manual_seed(1 + mesh["dp"].get_local_rank())  # each DP replica its own batch; the TP pair the same
     x, y = torch.randn(32, WIDTH), torch.randint(0, 8, (32,))
-    prof = torch.profiler.profile(
+    prof = None if out is None else torch.profiler.profile(
         activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True,
         schedule=torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=1),
         on_trace_ready=torch.profiler.tensorboard_trace_handler(out, worker_name=f"rank-{rank}"))
-    prof.start()
+    if prof is not None:
+        prof.start()
     for _ in range(ITERATIONS):
         opt.zero_grad()
         nn.functional.cross_entropy(ddp(x), y).backward()
         opt.step()
-        prof.step()
-    prof.stop()
+        if prof is not None:
+            prof.step()
+    if prof is not None:
+        prof.stop()
     dist.barrier()
     dist.destroy_process_group()
 
@@ -102,7 +111,9 @@ def write_fixtures(out: str, tp_only: bool = False) -> None:
 
 if __name__ == "__main__":
     tp_only = "--tp-only" in sys.argv
-    if sys.argv[1] == "--fixtures":
+    if sys.argv[1] == "--torchrun":  # dagprof profile -o RUN -- torchrun --nproc-per-node 4 tests/hybrid_job.py --torchrun
+        _train(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), None, None, tp_only)
+    elif sys.argv[1] == "--fixtures":
         write_fixtures(sys.argv[2], tp_only)
     else:
         import torch.multiprocessing as mp

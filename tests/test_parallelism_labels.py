@@ -21,6 +21,7 @@ from dagprof.traces.parallelism import Dim, desc_dim, label_run
 
 DLRM = KINETO_CORPUS / "param" / "dlrm_kineto"
 DP_TP = DATA / "hybrid-dp-tp"
+DP_TP_RUN = DATA / "hybrid-dp-tp-dagprof"
 TP_ONLY = DATA / "hybrid-tp-only"
 
 
@@ -126,3 +127,15 @@ def test_whatif_and_analyze_on_a_hybrid_job(capsys, tmp_path):
     assert code == 0
     rows = {d["dim"]: d for d in json.loads(out)["communication_by_dim"]}
     assert set(rows) == {"DP", "TP"} and rows["TP"]["collectives_per_iter"] == 6 and rows["DP"]["collectives_per_iter"] == 2
+
+
+def test_dagprof_profile_of_a_hybrid_job_scales_its_data_parallel_groups(capsys, tmp_path):
+    """dagprof's hooks see DDP over the DP sub-mesh only; its rank files record that group's ranks."""
+    g = dagprof.build_graph(dagprof.load(DP_TP_RUN))
+    par = g.meta.parallel
+    assert par.hybrid and par.dp_size == 2 and sorted(grp.name for grp in par.groups) == ["ddp 0,2", "ddp 1,3"]
+    assert replica_ranks(g) == 2 and (_comm_dims(g) == Dim.DP).all()
+    code, _, err = _cli(capsys, "whatif", DP_TP_RUN, "--workers", 5, "-o", tmp_path)
+    assert code == 2 and "multiple of 2" in err
+    code, out, _ = _cli(capsys, "whatif", DP_TP_RUN, "--workers", 8, "--json", "--no-trace", "-o", tmp_path)
+    assert code == 0 and json.loads(out)["scenarios"][0]["workers"] == 8

@@ -50,7 +50,7 @@ def scale_workers(g: Graph, workers: int, replicate: bool | None = None) -> Grap
     else:
         out = _copy_ranks(g, np.arange(workers)) if workers < n0 else g
     par = out.meta.parallel
-    out = out.replace(meta=out.meta.replace(world_size=workers, parallel=par if par is None else replace(par, dp_size=dp_workers)))
+    out = out.replace(meta=out.meta.replace(world_size=workers, parallel=par if par is None else replace(par, dp_size=dp_workers, world_size=workers)))
     return retime_collectives(out, topo, spec)
 
 

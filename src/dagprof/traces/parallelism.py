@@ -112,7 +112,9 @@ class Parallelism:
 
     @property
     def hybrid(self) -> bool:
-        return bool(self.dims - {Dim.DP})
+        """Other dimensions beside data parallelism: their collectives, or DP groups smaller than the job
+        (a dagprof run sees DDP's collectives only; the others are inside the ops that issued them)."""
+        return bool(self.dims - {Dim.DP}) or 0 < self.dp_size < self.world_size
 
     def describe(self) -> str:
         """One line: the dimensions seen and their degrees."""
@@ -123,6 +125,8 @@ class Parallelism:
             else:
                 sizes = sorted({len(g.ranks) for g in self.groups if d.text in g.dims and g.ranks})
                 parts.append(d.text + (f" x{'/'.join(map(str, sizes))}" if sizes and d is not Dim.UNKNOWN else ""))
+        if self.dp_size and self.world_size > self.dp_size and self.dims <= {Dim.DP}:
+            parts.append(f"{self.world_size // self.dp_size} ranks per replica (their other collectives not recorded)")
         return ", ".join(parts) or "no collectives"
 
 
@@ -204,7 +208,7 @@ def _label_rank(trace: RankTrace) -> tuple[_Instances, np.ndarray, list[str]]:
     n = len(inst.coll)
     dims = np.zeros(n, dtype=np.int8)
     why = [""] * n
-    if trace.meta.get("format") != "kineto":  # dagprof's collectors profile data-parallel jobs only
+    if trace.meta.get("format") != "kineto":  # dagprof's collectors record data-parallel collectives only
         dims[:] = Dim.DP
         return inst, dims, ["recorded by a data-parallel collector"] * n
     desc = trace.meta.get("group_desc", {})
