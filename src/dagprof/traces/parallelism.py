@@ -69,6 +69,7 @@ _DESC_DIMS = (  # process-group descriptions and mesh dimension names, as torch,
     (re.compile(r"(^|[^a-z])(pp|pipe|pipeline)([^a-z]|$)|pipeline_model_parallel|pipeline_parallel", re.I), Dim.PP),
     (re.compile(r"(^|[^a-z])(ep|cp|expert|context)([^a-z]|$)|expert_model_parallel|context_parallel", re.I), Dim.EP_CP),
 )
+_TEXT = {int(d): d.text for d in Dim}
 _P2P = frozenset({"send", "recv", "sendrecv", "isend", "irecv", "batchisendirecv"})
 _REDUCING = frozenset({"allreduce", "reducescatter"})
 _COLL_NAME = re.compile(r"^(?:c10d::|nccl:|gloo:)?_?(\w+?)_?$")
@@ -148,8 +149,8 @@ def _instances(trace: RankTrace) -> _Instances:
     ev = trace.events
     rows = np.flatnonzero((ev.group >= 0) & ((ev.kind == Kind.COMM) | (ev.kind == Kind.COMM_ENQUEUE)))
     key = ev.group[rows].astype(np.int64) * (1 << 40) + np.maximum(ev.seq[rows], 0)
-    uniq, inv = np.unique(key, return_inverse=True)
-    members = [rows[inv == k] for k in range(len(uniq))]
+    uniq, inv, counts = np.unique(key, return_inverse=True, return_counts=True)
+    members = np.split(rows[np.argsort(inv.reshape(-1), kind="stable")], np.cumsum(counts)[:-1]) if len(rows) else []
     coll_of = dict(zip(trace.meta.get("collectives", {}).get("event", []), trace.meta.get("collectives", {}).get("coll", [])))
     colls = []
     for m in members:
@@ -217,9 +218,11 @@ def _label_rank(trace: RankTrace) -> tuple[_Instances, np.ndarray, list[str]]:
         if inst.coll[k] in _REDUCING and inst.phase[k] == Phase.FORWARD and inst.nbytes[k] >= ACTIVATION_MIN_BYTES:
             forward_sizes.setdefault(int(inst.group[k]), set()).add(int(inst.nbytes[k]))
     for k in range(n):
-        d = desc_dim(desc.get(trace.groups[int(inst.group[k])], ""))
+        name = trace.groups[int(inst.group[k])]
+        d = desc_dim(desc.get(name, ""))
         if d is not Dim.UNKNOWN:
-            dims[k], why[k] = d, f"group description {desc[trace.groups[int(inst.group[k])]]!r}"
+            moved = name in trace.meta.get("resolved_groups", ())
+            dims[k], why[k] = d, f"position, in the rank's one {desc[name]!r} group" if moved else f"group description {desc[name]!r}"
             continue
         dims[k], why[k] = _by_position(inst, k, forward_sizes)
     # an all-gather in the forward pass of a group that reduce-scatters gradients: FSDP/ZeRO
@@ -258,10 +261,12 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
         for k, rows in enumerate(inst.rows):
             out[rows] = dims[k]
             name = trace.groups[int(inst.group[k])]
-            st = stats.setdefault(name, {"desc": "", "ranks": (), "dims": Counter(), "nbytes": Counter(), "why": Counter()})
+            st = stats.get(name)
+            if st is None:
+                st = stats[name] = {"desc": "", "ranks": (), "dims": Counter(), "nbytes": Counter(), "why": Counter()}
             st["desc"] = st["desc"] or trace.meta.get("group_desc", {}).get(name, "")
             st["ranks"] = st["ranks"] or tuple(trace.group_ranks.get(name, ()))
-            text = Dim(int(dims[k])).text
+            text = _TEXT[int(dims[k])]
             st["dims"][text] += 1
             st["nbytes"][text] += int(inst.nbytes[k])
             st["why"][why[k] or "nothing tells"] += 1
@@ -321,7 +326,8 @@ def resolve_groups(run: Run) -> Run:
         seq[rest] = np.searchsorted(old, ev.seq[rest])
         table = EventTable(names=ev.names, **{c: getattr(ev, c) for c in EventTable.COLUMNS if c not in ("group", "seq")},
                            group=group, seq=seq)
-        ranks.append(RankTrace(**{**trace.__dict__, "events": table, "groups": groups}))
+        meta = {**trace.meta, "resolved_groups": groups[1:]}
+        ranks.append(RankTrace(**{**trace.__dict__, "events": table, "groups": groups, "meta": meta}))
     note = (f"{moved} collectives recorded without their process group (gloo) assigned to their mesh group by position"
             if moved else "")
     meta = dict(run.meta)
