@@ -51,7 +51,10 @@ def hybrid_graph():
 def test_descriptions_name_dimensions():
     assert [desc_dim(d) for d in ("mesh_dp", "mesh_tp", "mesh_pp", "mesh_ep", "mesh_dp_shard", "TENSOR_MODEL_PARALLEL_GROUP")] == \
         [Dim.DP, Dim.TP, Dim.PP, Dim.EP_CP, Dim.DP, Dim.TP]
+    assert [desc_dim(d) for d in ("DATA_PARALLEL_GROUP", "PIPELINE_MODEL_PARALLEL_GROUP", "EMBEDDING_GROUP", "EXPERT_MODEL_PARALLEL_GROUP",
+                                  "CONTEXT_PARALLEL_GROUP", "mesh_dp_shard_cp")] == [Dim.DP, Dim.PP, Dim.PP, Dim.EP_CP, Dim.EP_CP, Dim.DP]
     assert desc_dim("default_pg") is Dim.UNKNOWN and desc_dim("undefined") is Dim.UNKNOWN
+    assert desc_dim("TENSOR_AND_DATA_PARALLEL_GROUP") is Dim.UNKNOWN
 
 
 def test_dlrm_embedding_all_to_all_beside_dense_all_reduce():

@@ -66,7 +66,8 @@ class Phase(enum.IntEnum):
 _DESC_DIMS = (  # process-group descriptions and mesh dimension names, as torch, Megatron and torchtitan write them
     (re.compile(r"(^|[^a-z])(d?dp|dp_shard|dp_replicate|dp_cp|fsdp|hsdp|replicate|shard|data)([^a-z]|$)|data_parallel", re.I), Dim.DP),
     (re.compile(r"(^|[^a-z])(tp|sp|tensor|tensor_model)([^a-z]|$)|tensor_model_parallel|tensor_parallel", re.I), Dim.TP),
-    (re.compile(r"(^|[^a-z])(pp|pipe|pipeline)([^a-z]|$)|pipeline_model_parallel|pipeline_parallel", re.I), Dim.PP),
+    # Megatron ties the first and last pipeline stages' embeddings in its EMBEDDING_GROUP
+    (re.compile(r"(^|[^a-z])(pp|pipe|pipeline)([^a-z]|$)|pipeline_model_parallel|pipeline_parallel|embedding", re.I), Dim.PP),
     (re.compile(r"(^|[^a-z])(ep|cp|expert|context)([^a-z]|$)|expert_model_parallel|context_parallel", re.I), Dim.EP_CP),
 )
 _TEXT = {int(d): d.text for d in Dim}
@@ -77,7 +78,7 @@ _COLL_NAME = re.compile(r"^(?:c10d::|nccl:|gloo:)?_?(\w+?)_?$")
 
 def desc_dim(desc: str) -> Dim:
     """The dimension a group's description names ("mesh_tp" -> TP), UNKNOWN when it names none ("default_pg")."""
-    if not desc or desc in ("default_pg", "undefined"):
+    if not desc or desc in ("default_pg", "undefined") or "_and_" in desc.lower():  # Megatron's TENSOR_AND_DATA_...: two at once
         return Dim.UNKNOWN
     for pattern, dim in _DESC_DIMS:
         if pattern.search(desc.replace("mesh_", " ")):
