@@ -20,7 +20,7 @@ from ..costmodel.topology import CollectiveSpec, Topology, load_link_model, pars
 from ..errors import DagprofError
 from ..graph.dag import Graph
 from ..passes import expand_collectives, partition_tensors, scale_compute, scale_workers, set_buckets, set_link, set_scheme, set_topology
-from ..passes.comm import current_topology, graph_world_size, priced_world_size
+from ..passes.comm import current_topology, graph_world_size, hybrid, priced_world_size
 from ..passes.compute import share_cores
 from ..passes.horovod import set_horovod
 from ..passes.workers import replica_ranks
@@ -166,8 +166,9 @@ def _hybrid_notes(g: Graph) -> list[str]:
     par = g.meta.parallel
     if par is None or not par.hybrid:
         return []
+    unit = replica_ranks(g)
     return [f"parallelism {par.describe()}: only the data-parallel collectives are modelled; the others keep their measured "
-            f"times and group sizes ({replica_ranks(g)} ranks per data-parallel replica)"]
+            "times and group sizes" + (f" ({unit} ranks per data-parallel replica)" if unit > 1 else "")]
 
 
 def _one_replica_us(g0: Graph, single: Scenario, cluster: Cluster, base_topo: Topology) -> float | None:
@@ -176,7 +177,7 @@ def _one_replica_us(g0: Graph, single: Scenario, cluster: Cluster, base_topo: To
     try:
         return job_iteration_us(apply(g0, single, cluster, base_topo))
     except DagprofError:
-        if single.workers == graph_world_size(g0) or replica_ranks(g0) == 1 and g0.meta.parallel is None:
+        if not hybrid(g0):
             raise
         return None
 
