@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 import pytest
-from testdata import DATA, GLOO_WINDOWS, KINETO_CORPUS
+from testdata import DATA, GLOO_WINDOWS, KINETO_CORPUS, KINETO_PUBLIC
 
 import dagprof
 from dagprof.cli.main import main
@@ -20,6 +20,7 @@ from dagprof.traces.events import Kind
 from dagprof.traces.parallelism import Dim, desc_dim, label_run
 
 DLRM = KINETO_CORPUS / "param" / "dlrm_kineto"
+CPU_ONLY = KINETO_PUBLIC / "cpu_only"  # one gloo rank of 300: all-reduces outside any pass, in the default group
 DP_TP = DATA / "hybrid-dp-tp"
 DP_TP_RUN = DATA / "hybrid-dp-tp-dagprof"
 TP_ONLY = DATA / "hybrid-tp-only"
@@ -113,8 +114,9 @@ def _cli(capsys, *argv):
 def test_whatif_refuses_what_it_does_not_model_in_one_line(capsys, tmp_path):
     for argv, why in [((DP_TP, "--tp-degree", 4), "TP degree of 4 is not modelled"),
                       ((DP_TP, "--pp-degree", 2), "PP degree of 2 is not modelled"),
-                      ((TP_ONLY, "--workers", 16), "no data-parallel collective"),
-                      ((DLRM, "--workers", 16), "EP/CP collectives of group 0 span data-parallel ranks")]:
+                      ((TP_ONLY, "--workers", 16), "re-price data-parallel collectives only, and this trace has none"),
+                      ((DLRM, "--workers", 16), "EP/CP collectives of group 0 span data-parallel ranks"),
+                      ((CPU_ONLY, "--workers", 600), "nothing tells the unknown ones' dimension")]:
         code, out, err = _cli(capsys, "whatif", *argv, "-o", tmp_path)
         assert code == 2 and why in err and len(err.strip().splitlines()) == 1 and out == "", (argv, err)
 

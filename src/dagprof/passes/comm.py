@@ -80,8 +80,9 @@ def fit_topology(g: Graph) -> Topology:
     colls = [c for c in find_collectives(g) if mask[c.comm] and g.nbytes[c.comm] > 0 and g.dur[c.comm] > 0]
     if not colls:
         if hybrid(g):
-            raise DagprofError(f"not modelled: the trace has no data-parallel collective of known size and duration (its collectives: "
-                               f"{g.meta.parallel.describe()}), and what-ifs re-price data-parallel collectives only")
+            why = "; nothing tells the unknown ones' dimension: no group description, pass or DDP bucket" if Dim.UNKNOWN in g.meta.parallel.dims else ""
+            raise DagprofError(f"not modelled: what-ifs re-price data-parallel collectives only, and this trace has none of known size and "
+                               f"duration (its collectives: {g.meta.parallel.describe()}{why})")
         raise DagprofError("the trace has no collective with known size and duration to fit a link model to")
     comm = np.array([c.comm for c in colls], dtype=np.int64)
     concurrent = g.meta.comm_lanes > 1  # the builder's durations are completion spacings
