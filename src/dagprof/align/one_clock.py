@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..errors import DagprofError
 from ..traces.events import Run
+from ..traces.parallelism import resolve_groups
 from .clocks import ClockAlignment, align_clocks
 from .matching import Matching, match_collectives, renumber_steps
 
@@ -21,7 +22,9 @@ def on_one_clock(run: Run, matching: Matching | None = None) -> tuple[Run, Match
     Mismatched collectives raise (one line, naming the rank and position). Ranks that share no
     collective stay as recorded, with a warning in ``run.meta["warnings"]``.
     """
-    matching = matching if matching is not None else match_collectives(run)
+    if matching is None:
+        run = resolve_groups(run)  # gloo records no group per collective: match ranks within their mesh groups
+        matching = match_collectives(run)
     if len(run.ranks) < 2 or _KEY in run.meta:
         return run, matching
     try:

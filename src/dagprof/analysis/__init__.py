@@ -7,6 +7,7 @@ from ..graph.dag import Graph
 from ..replay import ReplayResult, replay
 from .breakdown import RankBreakdown, breakdown, iteration_times, job_iteration_us
 from .critical_path import CriticalPath, critical_path
+from .parallelism import DimComm, comm_by_dim, parallelism_dict
 
 
 @dataclass
@@ -17,6 +18,7 @@ class Analysis:
     measured_iter_us: dict[int, float]
     ranks: list[RankBreakdown]
     path: CriticalPath
+    comm_dims: list[DimComm]
 
     @property
     def steps(self) -> int:
@@ -50,6 +52,8 @@ class Analysis:
                 for b in self.ranks
             ],
             "critical_path_per_iter": self.path.to_dict(per=self.steps),
+            "communication_by_dim": [d.to_dict(per=self.steps) for d in self.comm_dims],
+            "parallelism": parallelism_dict(self.graph),
             "steps": self.graph.meta.steps,
             "nodes": len(self.graph),
             "edges": self.graph.num_edges,
@@ -66,6 +70,7 @@ def analyze(graph: Graph, result: ReplayResult | None = None) -> Analysis:
         measured_iter_us={int(k): float(v) for k, v in graph.meta.measured_iter_us.items()},
         ranks=breakdown(graph, result),
         path=critical_path(graph, result),
+        comm_dims=comm_by_dim(graph, result),
     )
 
 

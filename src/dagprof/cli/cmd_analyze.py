@@ -24,6 +24,15 @@ def to_text(r: dict) -> str:
     lines += ["", f"critical path ({cp['total_ms']:.2f} ms per iteration, crosses ranks {cp['ranks_crossed']}):"]
     lines += [f"  {k:<22} {v:8.2f} ms" for k, v in cp["by_category_ms"].items()]
     lines += ["  largest ops on it:"] + [f"    {name:<40} {v:8.2f} ms" for name, v in cp["top_ops_ms"][:5]]
+    if r.get("communication_by_dim"):
+        par = r.get("parallelism") or {}
+        lines += ["", "communication by mesh dimension" + (f" ({par['summary']})" if par else "") + ", per iteration:"]
+        lines += [f"  {d['dim']:<8} {d['collectives_per_iter']:>7.1f} collectives {d['mb_per_iter']:>10.3f} MB {d['ms_per_iter']:>9.2f} ms"
+                  f"   groups {', '.join(d['groups'][:6])}{' ...' if len(d['groups']) > 6 else ''}" for d in r["communication_by_dim"]]
+        for grp in (par.get("groups") or [])[:8]:
+            label = ", ".join(f"{k} {v}" for k, v in grp["collectives"].items())
+            lines.append(f"    group {grp['name']}{' (' + grp['desc'] + ')' if grp['desc'] else ''}: {label}; {grp['evidence'][0]}")
+        lines += [f"  note: {n}" for n in par.get("notes", [])]
     if r.get("clock_alignment"):
         c = r["clock_alignment"]
         offs = ", ".join(f"rank {k} {v:+.1f} us" for k, v in c["offset_us"].items())

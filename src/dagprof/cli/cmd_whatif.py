@@ -11,9 +11,11 @@ import os
 from ..costmodel.alphabeta import parse_bandwidth
 from ..costmodel.topology import CollectiveSpec
 from ..passes.average_steps import average_steps
+from ..passes.workers import refuse_degree
 from ..pipeline import open_run
 from ..report.timeline import write_replay_trace
 from ..search.whatif import Cluster, Scenario, evaluate
+from ..traces.parallelism import Dim
 from .common import add_out_argument, add_run_arguments, comma_list, non_negative_number, out_dir, positive_int, positive_number
 
 HELP = "predict iteration time under other bandwidth, latency, workers, buckets, schemes, compute speed"
@@ -30,6 +32,8 @@ def add_arguments(p) -> None:
     p.add_argument("--latency", type=comma_list(non_negative_number), help="link latency in us (per message), e.g. 5,50")
     p.add_argument("--link", choices=["inter", "intra", "all"], default="inter", help="which links --bandwidth/--latency change (default inter-host)")
     p.add_argument("--workers", type=comma_list(positive_int), help="number of ranks, e.g. 4,16,4096 (weak scaling: same per-rank batch)")
+    p.add_argument("--tp-degree", type=positive_int, help="tensor-parallel degree: refused unless it is the profiled one (not modelled)")
+    p.add_argument("--pp-degree", type=positive_int, help="pipeline-parallel degree: refused unless it is the profiled one (not modelled)")
     p.add_argument("--bucket-mb", type=comma_list(positive_number), help="DDP bucket cap(s) in MB; 'inf' = one bucket per step")
     p.add_argument("--first-bucket-mb", type=float, default=None, help="cap of the first bucket only (DDP's default is 1 when bucket_cap_mb is unset)")
     p.add_argument("--no-overlap", action="store_true", help="start all-reduces only after the whole backward")
@@ -71,6 +75,9 @@ def _scenarios(args) -> list[Scenario]:
 
 def run(args) -> dict:
     prof = open_run(args.run, steps=args.steps, step_marker=args.step_marker)
+    for degree, dim in ((args.tp_degree, Dim.TP), (args.pp_degree, Dim.PP)):
+        if degree is not None:
+            refuse_degree(prof.graph, dim, degree)
     g0 = average_steps(prof.graph) if args.template else prof.graph  # the averaged iteration; the intervals keep each step
     cluster = Cluster(link=args.link, topology=args.topology, link_model=args.link_model, first_bucket_mb=args.first_bucket_mb,
                       overlap=not args.no_overlap, cores=args.cores, ranks_per_host=args.ranks_per_host, fine=args.fine)
@@ -102,8 +109,10 @@ def to_text(r: dict) -> str:
     for row in r["scenarios"]:
         cells = "".join(f"{'-' if row[k] is None else row[k]!s:>{width[k]}}" for k in keys)
         vs = "n/a" if row["vs_measured_pct"] is None else f"{row['vs_measured_pct']:+.1f} %"
+        one, eff = ("n/a", "n/a") if row["scaling_efficiency"] is None else (f"{row['speedup_vs_one_worker']:.1f}", f"{row['scaling_efficiency']:.2f}")
         lines.append(f"{cells}{row['predicted_iter_ms']:>12.2f}{row['iters_per_s']:>12.2f}{row['speedup_vs_profiled']:>12.2f}"
-                     f"{row['speedup_vs_one_worker']:>12.1f}{row['scaling_efficiency']:>12.2f}{vs:>12}  predicted {row['interval']}")
+                     f"{one:>12}{eff:>12}{vs:>12}  predicted {row['interval']}")
+    lines += [f"note: {n}" for n in r.get("notes", [])]
     lines += ["where:"] + [f"  {h:<12} {r['columns'][k]}" for k, h in _SHORT.items()]
     lines.append(f"  {'predicted':<12} the interval one step's time falls in at the level shown: the replayed steps' spread, "
                  "widened by the link fit's residuals where communication is modelled")

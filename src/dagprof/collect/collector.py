@@ -63,6 +63,7 @@ class Collector:
         self._roots: list[Any] = []  # the instrumented modules (DDP's inner module)
         self._ddps: list[Any] = []
         self._ddp_seen = False  # a DDP model was attached (kept after the model references are dropped)
+        self._ddp_ranks: list[int] = []  # ranks of the first DDP model's process group (a mesh's DP group in a hybrid job)
         self._kineto_written = False
         self._manifest_written = False
         self._handles: list[Any] = []  # removed at window end
@@ -117,6 +118,7 @@ class Collector:
                 if not any(ddp is d for d in self._ddps):
                     self._ddps.append(ddp)
                     self._ddp_seen = True
+                    self._ddp_ranks = self._ddp_ranks or _group_ranks(ddp.process_group)
                     self._install_comm_hook(ddp)
                     self._bucket_cap_mb = getattr(ddp, "bucket_bytes_cap", 0) / 2**20 or None
             if self.in_window:
@@ -252,7 +254,7 @@ class Collector:
         (each storage once per step, parameters excluded); the tensor itself is kept unchanged."""
         if self.recording:
             try:
-                storage = tensor.untyped_storage()
+                storage = _local(tensor).untyped_storage()
                 key = storage.data_ptr()
                 if key not in self._saved_seen and key not in self._param_ptrs:
                     self._saved_seen.add(key)
@@ -263,7 +265,7 @@ class Collector:
         return tensor
 
     def _track_saved(self) -> None:
-        self._param_ptrs = {p.untyped_storage().data_ptr() for p, _ in self._params}
+        self._param_ptrs = {_local(p).untyped_storage().data_ptr() for p, _ in self._params}
 
     def _saved_on(self, module: Any, args: tuple) -> None:
         """A root's forward pre-hook: count saved activations while the forward runs, and only then.
@@ -571,7 +573,7 @@ class Collector:
             steps_completed=len(self.step_times), final=final, kineto_file=kfile, record_shapes=self.record_shapes,
             clock=Clock(time.time_ns(), time.perf_counter_ns()), warnings=self.warnings, layers=self.layers,
             layer_grad_bytes=self._grad_bytes, layer_saved_bytes=self._saved_bytes,
-            bucket_layouts=self._layouts, step_times_ns=self.step_times, records=self.records,
+            bucket_layouts=self._layouts, step_times_ns=self.step_times, records=self.records, ddp_group_ranks=self._ddp_ranks,
         )
         with atomic_open(os.path.join(self.out_dir, rank_file(rank)), "wb") as f:
             f.write(encode(doc))
@@ -605,3 +607,23 @@ def _tensors(output: Any):
         for y in output.values():
             if hasattr(y, "register_hook"):
                 yield y
+
+
+def _local(tensor: Any) -> Any:
+    """The tensor holding the data of a wrapper subclass (a DTensor's local shard, an async collective's result:
+    the wrapper has no storage of its own), else the tensor itself."""
+    flatten = getattr(tensor, "__tensor_flatten__", None)
+    if flatten is None:
+        return tensor
+    inner, _ = flatten()
+    return _local(getattr(tensor, inner[0])) if inner else tensor
+
+
+def _group_ranks(group: Any) -> list[int]:
+    """Global ranks of a process group ([] when torch cannot say)."""
+    try:
+        import torch.distributed as dist
+
+        return [int(r) for r in dist.get_process_group_ranks(group)]
+    except Exception:  # noqa: BLE001  (an old torch or a custom group: the reader assumes every rank)
+        return []

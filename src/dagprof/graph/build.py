@@ -51,6 +51,7 @@ from ..align.matching import Matching
 from ..align.one_clock import on_one_clock
 from ..errors import DagprofError
 from ..traces.events import CLOCK_JITTER_US, Dep, Kind, LaneKind, RankTrace, Run
+from ..traces.parallelism import label_run
 from ..traces.step_marks import mark_steps
 from ..traces.steps import iteration_us
 from .dag import DeviceKind, Graph, GraphBuilder
@@ -92,11 +93,12 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
     run = mark_steps(run, step_marker)
     run, matching = on_one_clock(run, matching)  # may renumber a rank's steps (profilers started at other iterations)
     chosen = common_steps(run, steps)
+    parallel, dims = label_run(run)
     asm = _Assembler()
     for pos, trace in enumerate(run.ranks):
         inst = np.full(len(trace.events), -1, dtype=np.int64)
         inst[: len(matching.instance[pos])] = matching.instance[pos][: len(inst)]  # a window marker adds a row
-        asm.add_rank(trace, chosen, inst)
+        asm.add_rank(trace, chosen, inst, dims[pos])
     asm.add_collectives(frozenset(k for k, it in enumerate(matching.instances) if not is_symmetric(it.collective)))
     g = asm.finish()
     g.meta = g.meta.replace(
@@ -108,6 +110,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         buckets=[{"index": bk.index, "nbytes": bk.nbytes, "params": bk.params} for bk in run.ranks[0].buckets],
         source=run.source,
         warnings=list(run.meta.get("warnings", [])),
+        parallel=parallel,
         **run.meta.get("graph_meta", {}),  # a reader's graph-level record (traces.horovod: horovod=...)
     )
     return g
@@ -328,6 +331,7 @@ class _CollectiveEnd:
     step: int = -1
     lanes: int = 1
     group: str = "0"
+    dim: int = 0  # traces.parallelism.Dim
 
 
 @dataclass(frozen=True, eq=False)
@@ -374,12 +378,12 @@ class _Assembler:
         self.seen.append(np.full(int(ok.sum()), np.nan) if seen is None else np.broadcast_to(np.asarray(seen, float), u.shape)[ok])
 
     # -- one rank: select -> anchors -> pieces -> nodes -> edges
-    def add_rank(self, trace: RankTrace, steps: list[int], instance: np.ndarray) -> None:
+    def add_rank(self, trace: RankTrace, steps: list[int], instance: np.ndarray, dims: np.ndarray) -> None:
         sel = select(trace, steps, instance)
         anc = anchors(trace, sel)
         cut = pieces(trace, sel, anc, steps)
         node_of = self._nodes(trace, cut, steps, sel.main)
-        self._flow_edges(trace, sel, anc, cut, node_of, instance)
+        self._flow_edges(trace, sel, anc, cut, node_of, instance, dims)
         self._window_start(cut, node_of, steps)
         self._window_end(trace, cut, node_of)
 
@@ -410,7 +414,8 @@ class _Assembler:
             self.b.meta.main_device[r] = devices[main]
         return node_of
 
-    def _flow_edges(self, trace: RankTrace, sel: Selection, anc: Anchors, cut: Pieces, node_of: np.ndarray, instance: np.ndarray) -> None:
+    def _flow_edges(self, trace: RankTrace, sel: Selection, anc: Anchors, cut: Pieces, node_of: np.ndarray, instance: np.ndarray,
+                    dims: np.ndarray) -> None:
         """Flows between pieces; flows into or out of a shared collective become its ready points and needs."""
         ev = trace.events
         src_local, dst_local = ~sel.shared[anc.src], ~sel.shared[anc.dst]
@@ -427,7 +432,7 @@ class _Assembler:
         v_node = np.where(v >= 0, node_of[np.maximum(v, 0)], -1)
         local = src_local & dst_local
         self.edges(u_node[local], v_node[local], anc.rule[local])
-        ends = self._collective_ends(trace, sel, instance)
+        ends = self._collective_ends(trace, sel, instance, dims)
         for k in np.flatnonzero(~local).tolist():
             s, d, rule = int(anc.src[k]), int(anc.dst[k]), int(anc.rule[k])
             if d in ends and u_node[k] >= 0:
@@ -435,7 +440,7 @@ class _Assembler:
             elif s in ends and v_node[k] >= 0:
                 ends[s].needs.append((int(v_node[k]), rule))
 
-    def _collective_ends(self, trace: RankTrace, sel: Selection, instance: np.ndarray) -> dict[int, _CollectiveEnd]:
+    def _collective_ends(self, trace: RankTrace, sel: Selection, instance: np.ndarray, dims: np.ndarray) -> dict[int, _CollectiveEnd]:
         """This rank's view of each shared collective, registered with its instance."""
         ev = trace.events
         coll = np.flatnonzero(sel.shared)
@@ -447,7 +452,7 @@ class _Assembler:
             ce = _CollectiveEnd(
                 rank=trace.rank, base_ns=int(trace.base_ns), start=float(ev.start[i]), end=float(ev.start[i] + ev.dur[i]),
                 prev_end_group=prev_group.get(group, -np.inf), name=ev.name_of(i), nbytes=int(ev.nbytes[i]),
-                bucket=int(ev.bucket[i]), step=int(ev.step[i]), lanes=comm_lanes, group=group,
+                bucket=int(ev.bucket[i]), step=int(ev.step[i]), lanes=comm_lanes, group=group, dim=int(dims[i]),
             )
             prev_group[group] = ce.end
             ends[i] = ce
@@ -508,8 +513,9 @@ class _Assembler:
                 dur, gap, done[head.group] = _shared_timing(float(view.ready.max()), done.get(head.group, -np.inf), float(view.join.max()), first)
                 seen = (first - view.shift).tolist()  # the completion on each rank's clock
                 released += [(inst, p) for p in np.flatnonzero(early).tolist()]
+            dim = head.dim if all(c.dim == head.dim for c in ends) else 0  # ranks that disagree: unknown
             comm = self.node(f"{head.name}.{inst}", Kind.COMM, *at, dur=dur, order=0.0, device=channel, step=head.step, bucket=head.bucket,
-                             nbytes=head.nbytes)
+                             nbytes=head.nbytes, dim=dim)
             self.fixed_gap[comm] = gap
             links.append((sync, comm, GraphRule.COLLECTIVE, np.nan))
             for p, (c, t) in enumerate(zip(ends, seen)):

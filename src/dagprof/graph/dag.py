@@ -21,6 +21,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from ..traces.events import Kind
+from ..traces.parallelism import Dim
 from .meta import GraphMeta
 
 NODE_COLUMNS: dict[str, Any] = {
@@ -35,6 +36,7 @@ NODE_COLUMNS: dict[str, Any] = {
     "layer": np.int32,  # index into Graph.layers, -1 none
     "bucket": np.int32,
     "nbytes": np.int64,
+    "dim": np.int8,  # a COMM node's mesh dimension (traces.parallelism.Dim); read only where meta.parallel is set
 }
 
 
@@ -70,7 +72,12 @@ class Graph:
     nbytes: np.ndarray
     indptr: np.ndarray  # int64, len n+1
     succ: np.ndarray  # int32 successor ids
+    dim: np.ndarray | None = None  # NODE_COLUMNS["dim"]; None (graphs built column by column without it): all Dim.UNKNOWN
     meta: GraphMeta = field(default_factory=GraphMeta)
+
+    def __post_init__(self) -> None:
+        if self.dim is None:
+            self.dim = np.zeros(len(self.dur), dtype=np.int8)
 
     def __len__(self) -> int:
         return len(self.dur)
@@ -171,6 +178,7 @@ class GraphBuilder:
         layer: int = -1,
         bucket: int = -1,
         nbytes: int = 0,
+        dim: int = Dim.DP,  # passes and builders of data-parallel jobs; graph.build sets each collective's label
     ) -> int:
         c = self._cols
         c["name"].append(self.intern(name))
@@ -184,6 +192,7 @@ class GraphBuilder:
         c["layer"].append(layer)
         c["bucket"].append(bucket)
         c["nbytes"].append(nbytes)
+        c["dim"].append(int(dim))
         return len(c["dur"]) - 1
 
     def add_edge(self, u: int, v: int) -> None:

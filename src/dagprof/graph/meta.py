@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..costmodel.topology import CollectiveSpec, Topology
+    from ..traces.parallelism import Parallelism
     from .provenance import Provenance
 
 
@@ -32,6 +33,8 @@ class GraphMeta:
     main_device: dict[int, int] = field(default_factory=dict)  # rank -> index of its main compute device (the builders)
     comm_lanes: int = 1  # most collectives one rank ran at once (graph.build); > 1: durations are completion spacings
     provenance: Provenance | None = None  # each node's measured interval and each edge's rule (graph.build)
+    parallel: Parallelism | None = None  # process groups and mesh dimensions (graph.build; passes.workers scales its DP size);
+    # None: a builder of data-parallel jobs only (parameter server, S-SGD model, synthetic graphs)
     # --- the communication model (passes.comm, graph.build_ps)
     topology: Topology | None = None  # the link model pricing the collectives; None: fitted from the profile
     scheme: CollectiveSpec | None = None  # the collective scheme (ring, tree, hier, ps:K); None: ring

@@ -21,6 +21,7 @@ from ..graph.build_ps import is_ps_graph, rebuild_ps
 from ..graph.collectives import add_allreduce
 from ..graph.dag import Device, DeviceKind, Graph, GraphBuilder
 from ..traces.events import Kind
+from ..traces.parallelism import Dim
 
 
 @dataclass
@@ -49,6 +50,23 @@ def graph_world_size(g: Graph) -> int:
     return int(g.meta.world_size or g.world_size)
 
 
+def hybrid(g: Graph) -> bool:
+    """True when the graph's collectives serve more than data parallelism (tensor, pipeline, expert groups)."""
+    return g.meta.parallel is not None and g.meta.parallel.hybrid
+
+
+def priced_world_size(g: Graph) -> int:
+    """Ranks the modelled collectives span: the data-parallel group of a hybrid job, else every rank."""
+    return g.meta.parallel.dp_size if hybrid(g) and g.meta.parallel.dp_size else graph_world_size(g)
+
+
+def priced_comm(g: Graph) -> np.ndarray:
+    """The shared COMM nodes the link model prices. In a hybrid job only the data-parallel ones: the others
+    (TP, PP, EP/CP, unknown) keep their measured times, since their groups and traffic are not modelled."""
+    mask = (g.kind == Kind.COMM) & (g.rank < 0)
+    return mask & (g.dim == Dim.DP) if hybrid(g) else mask
+
+
 def fit_topology(g: Graph) -> Topology:
     """A flat topology (one rank per host) whose link reproduces the profiled collectives' transfer times.
 
@@ -57,9 +75,14 @@ def fit_topology(g: Graph) -> Topology:
     hand-off, queueing) that does not grow with the ring's 2(N-1) steps; scaled to thousands of
     ranks as wire latency it would dominate everything. Give network latency with ``set_link``.
     """
-    n = graph_world_size(g)
-    colls = [c for c in find_collectives(g) if g.nbytes[c.comm] > 0 and g.dur[c.comm] > 0]
+    n = priced_world_size(g)
+    mask = priced_comm(g)
+    colls = [c for c in find_collectives(g) if mask[c.comm] and g.nbytes[c.comm] > 0 and g.dur[c.comm] > 0]
     if not colls:
+        if hybrid(g):
+            why = "; nothing tells the unknown ones' dimension: no group description, pass or DDP bucket" if Dim.UNKNOWN in g.meta.parallel.dims else ""
+            raise DagprofError(f"not modelled: what-ifs re-price data-parallel collectives only, and this trace has none of known size and "
+                               f"duration (its collectives: {g.meta.parallel.describe()}{why})")
         raise DagprofError("the trace has no collective with known size and duration to fit a link model to")
     comm = np.array([c.comm for c in colls], dtype=np.int64)
     concurrent = g.meta.comm_lanes > 1  # the builder's durations are completion spacings
@@ -100,10 +123,10 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
         if spec.scheme is not Scheme.PS:
             raise DagprofError(f"this profile is a parameter-server job; scheme {spec} (all-reduce) is not modelled for it, use ps:K")
         return rebuild_ps(g, spec.servers, topo.inter)
-    if topo.world_size != graph_world_size(g):
-        raise DagprofError(f"topology has {topo.world_size} ranks, the graph {graph_world_size(g)}")
+    if topo.world_size != priced_world_size(g):
+        raise DagprofError(f"topology has {topo.world_size} ranks, the graph's collectives {priced_world_size(g)}")
     dur = g.dur.copy()
-    idx = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0))
+    idx = np.flatnonzero(priced_comm(g))
     sizes, inverse = np.unique(g.nbytes[idx], return_inverse=True)
     priced = np.array([allreduce_us(float(m), topo, spec) for m in sizes])
     dur[idx] = priced[inverse.reshape(-1)] if len(idx) else dur[idx]
@@ -129,6 +152,9 @@ def set_scheme(g: Graph, spec: CollectiveSpec) -> Graph:
 def expand_collectives(g: Graph) -> Graph:
     """Replace each coarse COMM node by its fine-grained sub-graph (per-message nodes on link
     queues). Needs one node per rank in the graph: expand after replicating ranks, not folding."""
+    if hybrid(g):
+        raise DagprofError(f"per-message collectives of a hybrid job ({g.meta.parallel.describe()}) are not modelled: "
+                           "its tensor/pipeline/expert groups would need their own rings")
     topo, spec = current_topology(g), current_scheme(g)
     colls = find_collectives(g)
     n = graph_world_size(g)

@@ -8,16 +8,25 @@ Data-parallel ranks run the same program, so a new rank is a copy of a profiled 
   they span N ranks. In the coarse graph every copy of a rank would replay exactly
   like its original (same inputs, same join), so the prediction is identical at a
   cost independent of N (4,096 ranks answer as fast as 2).
+
+A hybrid job (``graph.meta.parallel``: tensor, pipeline or expert groups beside data parallelism) is
+DP replicas of ``replica_ranks`` ranks each: N workers mean N / replica_ranks replicas, so only the
+data-parallel collectives are re-priced for the new DP degree; the other groups keep their size and
+measured traffic. Whatever the labels cannot support (collectives of unknown dimension, no
+data-parallel collective at all, a group that spans data-parallel ranks too) is refused in one line.
 """
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 
 from ..errors import DagprofError
 from ..graph.dag import NODE_COLUMNS, Device, Graph, csr_graph
-from .comm import current_scheme, current_topology, graph_world_size, retime_collectives
+from ..traces.events import Kind
+from ..traces.parallelism import Dim
+from .comm import current_scheme, current_topology, graph_world_size, hybrid, retime_collectives
 
 REPLICATE_UP_TO = 64  # ranks; above this ``scale_workers`` folds unless told otherwise
 
@@ -28,7 +37,8 @@ def scale_workers(g: Graph, workers: int, replicate: bool | None = None) -> Grap
         raise DagprofError(f"workers must be >= 1, got {workers}")
     if g.meta.fine:
         raise DagprofError("scale workers before expanding collectives into per-link messages")
-    topo = current_topology(g).with_workers(workers)
+    dp_workers = _data_parallel_degree(g, workers)
+    topo = current_topology(g).with_workers(dp_workers)
     spec = current_scheme(g)
     n0 = graph_world_size(g)
     if g.world_size != n0:
@@ -39,8 +49,58 @@ def scale_workers(g: Graph, workers: int, replicate: bool | None = None) -> Grap
         out = _copy_ranks(g, np.arange(workers) % n0)
     else:
         out = _copy_ranks(g, np.arange(workers)) if workers < n0 else g
-    out = out.replace(meta=out.meta.replace(world_size=workers))
+    par = out.meta.parallel
+    out = out.replace(meta=out.meta.replace(world_size=workers, parallel=par if par is None else replace(par, dp_size=dp_workers, world_size=workers)))
     return retime_collectives(out, topo, spec)
+
+
+def refuse_degree(g: Graph, dim: Dim, degree: int) -> None:
+    """A new tensor/pipeline/expert degree is not modelled: one line saying so (the profiled degree is accepted)."""
+    par = g.meta.parallel
+    sizes = sorted({len(x.ranks) for x in par.groups if dim.text in x.dims and x.ranks}) if par is not None else []
+    if sizes == [degree] or (not sizes and degree == 1):
+        return
+    profiled = "/".join(map(str, sizes)) if sizes else "1 (no such collective in the trace)"
+    raise DagprofError(f"a {dim.text} degree of {degree} is not modelled (profiled: {profiled}): the graph keeps the profiled "
+                       f"{dim.text} groups and their measured traffic; only the data-parallel degree (--workers) is scaled")
+
+
+def replica_ranks(g: Graph) -> int:
+    """Ranks of one data-parallel replica: 1 for a data-parallel job, the TP x PP (x EP) ranks of a hybrid one."""
+    if not hybrid(g):
+        return 1
+    dp = g.meta.parallel.dp_size
+    return graph_world_size(g) // dp if dp else graph_world_size(g)
+
+
+def _data_parallel_degree(g: Graph, workers: int) -> int:
+    """The DP group size ``workers`` ranks give, or a one-line refusal of what is not modelled."""
+    par = g.meta.parallel
+    comm = (g.kind == Kind.COMM) & (g.rank < 0)
+    if par is None or not comm.any():
+        return workers
+    unknown = comm & (g.dim == Dim.UNKNOWN)
+    if unknown.any():
+        groups = sorted({g.devices[d].name.removeprefix("group ") for d in g.device[unknown] if d >= 0})
+        raise DagprofError(f"--workers is not modelled here: {int(unknown.sum())} of {int(comm.sum())} collectives (group "
+                           f"{', '.join(groups[:4])}) cannot be told data-parallel or not: no group description, position or "
+                           "size says (see `dagprof analyze`)")
+    if not par.hybrid:
+        return workers
+    n0, dp = graph_world_size(g), par.dp_size
+    if not dp or not (comm & (g.dim == Dim.DP)).any():
+        raise DagprofError(f"--workers is not modelled here: the trace has no data-parallel collective ({par.describe()}), so "
+                           "more workers would add a data-parallel dimension it does not show")
+    for grp in par.groups:
+        other = [d for d in grp.dims if d != Dim.DP.text]
+        if other and any(len(set(grp.ranks) & set(ranks)) > 1 for ranks in par.dp_groups):
+            raise DagprofError(f"--workers is not modelled here: the {'/'.join(other)} collectives of group {grp.name} span "
+                               f"data-parallel ranks too ({par.describe()}), so how they change with more workers is not known")
+    unit = replica_ranks(g)
+    if n0 % dp or workers % unit:
+        raise DagprofError(f"a hybrid job of {n0} ranks ({par.describe()}) is data-parallel replicas of {unit} ranks: "
+                           f"--workers must be a multiple of {unit}, got {workers}")
+    return workers // unit
 
 
 def _copy_ranks(g: Graph, source: np.ndarray) -> Graph:

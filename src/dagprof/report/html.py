@@ -73,6 +73,15 @@ def render(inp: ReportInputs) -> str:
                             [[b.rank, a.measured_iter_us.get(b.rank, nan) / 1e3, a.predicted_iter_us.get(b.rank, nan) / 1e3, ms(b.compute_us),
                               ms(b.comm_us), ms(b.overlap_us), ms(b.exposed_comm_us), ms(b.wait_us)] for b in a.ranks]))
 
+    if a.comm_dims:
+        par = a.graph.meta.parallel
+        parts.append("<h2>Communication by mesh dimension (per iteration)</h2>")
+        if par is not None:
+            parts.append(f"<p>{escape(par.describe())}. " + escape(" ".join(par.notes)) + "</p>")
+        parts.append(html_table(["dimension", "collectives", "MB", "replayed ms", "groups"],
+                                [[d.dim.text, d.collectives / per, d.nbytes / per / 1e6, ms(d.replayed_us), ", ".join(d.groups[:8])]
+                                 for d in a.comm_dims]))
+
     cp = a.path
     parts.append("<h2>Critical path (across ranks, per iteration)</h2>")
     parts.append(svg.stacked_bars([("critical path", {k: ms(v) for k, v in cp.by_category.items()})]))

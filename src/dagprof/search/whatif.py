@@ -21,9 +21,10 @@ from ..costmodel.topology import CollectiveSpec, Topology, load_link_model, pars
 from ..errors import DagprofError
 from ..graph.dag import Graph
 from ..passes import expand_collectives, partition_tensors, scale_compute, scale_workers, set_buckets, set_link, set_scheme, set_topology
-from ..passes.comm import current_topology, graph_world_size
+from ..passes.comm import current_topology, graph_world_size, hybrid, priced_world_size
 from ..passes.compute import share_cores
 from ..passes.horovod import set_horovod
+from ..passes.workers import replica_ranks
 from ..progress import progress
 from ..replay import ReplayResult, replay
 
@@ -81,7 +82,7 @@ class Cluster:
 
 def base_topology(g: Graph, c: Cluster) -> Topology:
     """The cluster the run ran on: ``c.topology``, else ``c.link_model``, else fitted to its collectives."""
-    n0 = graph_world_size(g)
+    n0 = priced_world_size(g)  # a hybrid job's link model prices its data-parallel group
     t = current_topology(g)
     if c.topology:  # the profile's per-collective software overhead stays
         return replace(parse_topology(c.topology, n0), overhead_us=t.overhead_us)
@@ -98,7 +99,7 @@ def apply(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
         if c.fine and s.workers > 64:
             raise DagprofError(f"fine-grained collectives need <= 64 ranks, got {s.workers} workers")
         g = scale_workers(g, s.workers, replicate=True if (c.fine or c.cores) else None)
-        n = s.workers
+        n = priced_world_size(g)
         if c.topology:
             g = set_topology(g, replace(parse_topology(c.topology, n), overhead_us=base_topo.overhead_us))
         elif c.link_model:  # a file fitted per worker count (nccl-tests) has a better link for n
@@ -140,6 +141,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     t0 = time.perf_counter()
     cluster = cluster or Cluster()
     n0 = graph_world_size(g0)
+    unit = replica_ranks(g0)  # ranks of one data-parallel replica: "one worker" of a hybrid job is one replica
     base_topo = base_topology(g0, cluster)
     model = job_iteration_us(set_topology(g0, base_topo))
     stepwise = g0 if steps_graph is None else steps_graph
@@ -152,22 +154,43 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
         res = replay(g)
         it = job_iteration_us(g, res)
         n = graph_world_size(g)
-        single = replace(s, workers=1)
+        single = replace(s, workers=unit)
         key = repr(single)
         if key not in one_worker:
-            one_worker[key] = it if n == 1 else job_iteration_us(apply(g0, single, cluster, base_topo))
-        eff = one_worker[key] / it
+            one_worker[key] = it if n == unit else _one_replica_us(g0, single, cluster, base_topo)
+        eff = None if one_worker[key] is None else one_worker[key] / it
         gs = g if steps_graph is None else apply(steps_graph, s, cluster, base_topo)
         interval = predict_interval(gs, res if steps_graph is None else replay(gs), it, residuals)
         row = {**s.label(), "workers": n, **interval.to_dict(), "iters_per_s": 1e6 / it,
-               "speedup_vs_profiled": (n / n0) * model / it, "speedup_vs_one_worker": n * eff, "scaling_efficiency": eff,
+               "speedup_vs_profiled": (n / n0) * model / it, "speedup_vs_one_worker": None if eff is None else n / unit * eff, "scaling_efficiency": eff,
                "vs_measured_pct": None if not measured_us else 100.0 * (it - measured_us) / measured_us, "seconds": time.perf_counter() - t1}
         path = timeline(i, g, res) if timeline else None
         if path:
             row["trace"] = path
         rows.append(row)
     return {"workers": n0, "model_iter_ms": model / 1e3, "link": link_text(base_topo), "columns": COLUMNS, "scenarios": rows,
-            "seconds": time.perf_counter() - t0}
+            "notes": _hybrid_notes(g0), "seconds": time.perf_counter() - t0}
+
+
+def _hybrid_notes(g: Graph) -> list[str]:
+    """What a hybrid job's answers leave as measured."""
+    par = g.meta.parallel
+    if par is None or not par.hybrid:
+        return []
+    unit = replica_ranks(g)
+    return [f"parallelism {par.describe()}: only the data-parallel collectives are modelled; the others keep their measured "
+            "times and group sizes" + (f" ({unit} ranks per data-parallel replica)" if unit > 1 else "")]
+
+
+def _one_replica_us(g0: Graph, single: Scenario, cluster: Cluster, base_topo: Topology) -> float | None:
+    """One data-parallel replica's iteration under the same conditions; None where fewer workers are not modelled
+    (a hybrid job whose other groups span its data-parallel ranks: the scaling columns are then n/a)."""
+    try:
+        return job_iteration_us(apply(g0, single, cluster, base_topo))
+    except DagprofError:
+        if not hybrid(g0):
+            raise
+        return None
 
 
 def link_text(t: Topology) -> str:

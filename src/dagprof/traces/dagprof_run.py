@@ -503,9 +503,11 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
         "layer_grad_bytes": f.layer_grad_bytes,
         "layer_saved_bytes": f.layer_saved_bytes,  # activations each layer keeps for backward
     }
+    ddp_ranks = list(f.ddp_group_ranks) or list(range(f.world_size))
+    group = "0" if len(ddp_ranks) == f.world_size else "ddp " + ",".join(map(str, ddp_ranks))  # a mesh's DP group: matched within it
     return RankTrace(
         rank=f.rank, world_size=f.world_size, source=path, events=events, lanes=lanes,
-        base_ns=base_ns, host=f.host, backend=f.backend, layers=layers, groups=["0"],
-        group_ranks={"0": list(range(f.world_size))},
+        base_ns=base_ns, host=f.host, backend=f.backend, layers=layers, groups=[group],
+        group_ranks={group: ddp_ranks},
         flows=np.asarray(flows, dtype=np.int64).reshape(-1, 2), buckets=buckets, meta=meta,
     )

@@ -340,6 +340,7 @@ class _Collectives:
     nbytes: np.ndarray
     groups: list[str]
     group_ranks: dict[str, list[int]]
+    group_desc: dict[str, str]  # process-group descriptions (pg_config, record_param_comms): "mesh_tp", "default_pg"
     meta: dict[str, list]
     explicit_seq: bool
 
@@ -348,9 +349,12 @@ def _collectives(cols: Columns, nest: Nesting, deps: Deps, header: _Header) -> _
     """Group, seq and bytes of every collective (transfer and its enqueue), and memcpy sizes."""
     n = cols.n
     group_ranks: dict[str, list[int]] = {}
+    group_desc: dict[str, str] = {}
     for pg in header.dist.get("pg_config") or []:
         if isinstance(pg, dict) and "pg_name" in pg:
             group_ranks[str(pg["pg_name"])] = [int(r) for r in pg.get("ranks") or []]
+            if isinstance(pg.get("pg_desc"), str):
+                group_desc[str(pg["pg_name"])] = pg["pg_desc"]
     group = np.full(n, -1, dtype=np.int32)
     seq = np.full(n, -1, dtype=np.int64)
     nbytes = np.zeros(n, dtype=np.int64)
@@ -375,6 +379,8 @@ def _collectives(cols: Columns, nest: Nesting, deps: Deps, header: _Header) -> _
         explicit.append(seq[t] >= 0)
         if info.get("ranks") and g not in group_ranks:
             group_ranks[g] = info["ranks"]
+        if info.get("desc"):
+            group_desc.setdefault(g, info["desc"])
         coll_out.append(info.get("coll") or enq_coll or cols.info[cols.pair[t]].coll)
         dtype_out.append(info.get("dtype", "") or ks.kernel_dtype(cols.event(t).name))
     # counted order per group, by issue time (the enqueue) when known
@@ -388,7 +394,7 @@ def _collectives(cols: Columns, nest: Nesting, deps: Deps, header: _Header) -> _
     group[enq[has]] = group[transfers[has]]
     seq[enq[has]] = seq[transfers[has]]
     nbytes[enq[has]] = nbytes[transfers[has]]
-    return _Collectives(group, seq, nbytes, list(gids), group_ranks,
+    return _Collectives(group, seq, nbytes, list(gids), group_ranks, group_desc,
                         {"event": transfers.tolist(), "coll": coll_out, "dtype": dtype_out}, bool(explicit) and all(explicit))
 
 
@@ -427,7 +433,7 @@ def _rank_trace(trace: ks.Trace, path: str, rank_arg: int | None, header: _Heade
     )
     base = trace.baseTimeNanoseconds or 0
     meta = {"format": "kineto", "rank_source": source, "collectives": colls.meta, "explicit_seq": colls.explicit_seq,
-            "schema": raw_value(trace.schemaVersion), "declined": deps.declined}
+            "schema": raw_value(trace.schemaVersion), "declined": deps.declined, "group_desc": colls.group_desc}
     return RankTrace(
         rank=rank, world_size=world, source=path, events=table, lanes=_lanes(cols, nest, deps, header),
         base_ns=int(base + round(cols.t0 * 1000.0)), host=trace.host_name,

@@ -42,6 +42,7 @@ class Args(
         "group_size": "Group size",
         "pg_name": "Process Group Name",
         "pg_ranks": "Process Group Ranks",
+        "pg_desc": "Process Group Description",
         "seq": "Seq",
         "input_dims": "Input Dims",
         "input_type": "Input type",
@@ -60,6 +61,7 @@ class Args(
     group_size: Int = -1
     pg_name: msgspec.Raw = msgspec.Raw()  # a string in most traces, an int in some
     pg_ranks: msgspec.Raw = msgspec.Raw()
+    pg_desc: str = ""  # "mesh_tp" (DeviceMesh), "default_pg", "undefined": can tell the group's mesh dimension
     seq: Int = -1
     input_dims: msgspec.Raw = msgspec.Raw()  # nested lists, parsed only for collectives
     input_type: msgspec.Raw = msgspec.Raw()
@@ -285,6 +287,8 @@ def collective_args(records: list[Event]) -> dict[str, Any]:
             out["coll"] = canonical_collective(a.coll)
         if len(a.pg_name) and "group" not in out and raw_value(a.pg_name) is not None:
             out["group"] = str(raw_value(a.pg_name))
+        if a.pg_desc and "desc" not in out:
+            out["desc"] = a.pg_desc
         if a.seq >= 0 and "seq" not in out:
             out["seq"] = a.seq
         if len(a.pg_ranks) and "ranks" not in out:

@@ -128,6 +128,7 @@ class RankFile(msgspec.Struct, kw_only=True):
     bucket_layouts: list[list[BucketEntry]] = []  # one per distinct layout seen, in order
     step_times_ns: list[tuple[int, int, int]] = []  # (step, begin, end) of every step seen, profiled or not
     records: list[tuple[int, int, int, int, int]]  # see ``Col`` and ``Rec``
+    ddp_group_ranks: list[int] = []  # ranks DDP all-reduces over; [] = every rank (files before it was recorded)
 
 
 _ENCODER = msgspec.json.Encoder()

@@ -1,0 +1,344 @@
+"""Which mesh dimension each collective serves: data (DP), tensor (TP), pipeline (PP), expert/context (EP/CP) parallel.
+
+Why: adding data-parallel workers changes the gradient collectives only; a tensor-parallel all-reduce
+moves activations inside one model replica and keeps its size and traffic. A what-if that cannot tell
+them apart must refuse, not answer as if the job were plain DDP.
+
+Evidence per collective, strongest first (the first that tells wins):
+
+1. the process group's description: torch's DeviceMesh names its groups ``mesh_<dim name>``, Megatron
+   ``TENSOR_MODEL_PARALLEL_GROUP`` and the like (``record_param_comms`` args, ``distributedInfo.pg_config``);
+2. a DDP gradient bucket (dagprof's hooks know each bucket's parameters): DP; a trace from one of
+   dagprof's data-parallel collectors (TensorFlow, JAX, Horovod, MXNet PS): DP;
+3. the collective itself: send/recv is PP; all-to-all is EP/CP (in the forward pass an embedding or
+   expert exchange, in the backward pass its gradient);
+4. where it sits and its size: an all-reduce or reduce-scatter inside the forward pass of at least
+   ``ACTIVATION_MIN_BYTES`` moves activations (TP); one in or after the backward pass with the size of
+   one of its group's forward ones is their gradient (TP); any other in or after the backward pass
+   reduces gradients (DP); an all-gather in the forward pass of a group that reduce-scatters gradients is
+   FSDP/ZeRO's (DP);
+5. what is left (broadcast, barrier, an all-gather) takes its group's label when its group's other
+   collectives agree on one;
+6. else "unknown".
+
+Traces that record no group per collective (gloo writes no ``record_param_comms``) put every collective
+in group "0". When the rank's ``pg_config`` names exactly one group of the label position gave, the
+collective is moved to it (``resolve_groups``), so ranks are matched within their real groups.
+"""
+from __future__ import annotations
+
+import enum
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .events import EventTable, Kind, LaneKind, RankTrace, Run
+from .kineto_schema import canonical_collective
+
+ACTIVATION_MIN_BYTES = 1024  # a forward all-reduce below this is a loss or metric reduction, not evidence of TP
+
+
+class Dim(enum.IntEnum):
+    """A collective's mesh dimension (the graph's ``dim`` node column)."""
+
+    UNKNOWN = 0
+    DP = 1
+    TP = 2
+    PP = 3
+    EP_CP = 4
+
+    @property
+    def text(self) -> str:
+        return {Dim.UNKNOWN: "unknown", Dim.EP_CP: "EP/CP"}.get(self, self.name)
+
+
+class Phase(enum.IntEnum):
+    """Where in its step a collective was issued."""
+
+    NONE = 0  # outside the profiled steps, or no backward pass recorded
+    FORWARD = 1
+    BACKWARD = 2
+    AFTER_BACKWARD = 3
+
+
+_DESC_DIMS = (  # process-group descriptions and mesh dimension names, as torch, Megatron and torchtitan write them
+    (re.compile(r"(^|[^a-z])(d?dp|dp_shard|dp_replicate|dp_cp|fsdp|hsdp|replicate|shard|data)([^a-z]|$)|data_parallel", re.I), Dim.DP),
+    (re.compile(r"(^|[^a-z])(tp|sp|tensor|tensor_model)([^a-z]|$)|tensor_model_parallel|tensor_parallel", re.I), Dim.TP),
+    # Megatron ties the first and last pipeline stages' embeddings in its EMBEDDING_GROUP
+    (re.compile(r"(^|[^a-z])(pp|pipe|pipeline)([^a-z]|$)|pipeline_model_parallel|pipeline_parallel|embedding", re.I), Dim.PP),
+    (re.compile(r"(^|[^a-z])(ep|cp|expert|context)([^a-z]|$)|expert_model_parallel|context_parallel", re.I), Dim.EP_CP),
+)
+_TEXT = {int(d): d.text for d in Dim}
+_P2P = frozenset({"send", "recv", "sendrecv", "isend", "irecv", "batchisendirecv"})
+_REDUCING = frozenset({"allreduce", "reducescatter"})
+_COLL_NAME = re.compile(r"^(?:c10d::|nccl:|gloo:)?_?(\w+?)_?$")
+
+
+def desc_dim(desc: str) -> Dim:
+    """The dimension a group's description names ("mesh_tp" -> TP), UNKNOWN when it names none ("default_pg")."""
+    if not desc or desc in ("default_pg", "undefined") or "_and_" in desc.lower():  # Megatron's TENSOR_AND_DATA_...: two at once
+        return Dim.UNKNOWN
+    for pattern, dim in _DESC_DIMS:
+        if pattern.search(desc.replace("mesh_", " ")):
+            return dim
+    return Dim.UNKNOWN
+
+
+@dataclass(frozen=True)
+class GroupLabel:
+    """One process group of the job as labelled: what its collectives are and why."""
+
+    name: str
+    desc: str
+    ranks: tuple[int, ...]  # () when the trace does not say
+    dims: dict[str, int]  # Dim.text -> collectives (instances, summed over ranks) with that label
+    nbytes: dict[str, int]  # Dim.text -> payload bytes
+    evidence: list[str]  # why, most frequent first
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """The job's process groups and mesh dimensions as the trace tells them."""
+
+    groups: list[GroupLabel]
+    world_size: int
+    dp_groups: list[tuple[int, ...]]  # rank sets of the profiled data-parallel groups (the mesh's, when described)
+    dp_size: int  # ranks in one data-parallel group (0: no data-parallel collective); passes.workers changes it
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def dims(self) -> set[Dim]:
+        return {Dim[k.replace("/", "_").upper()] if k != "unknown" else Dim.UNKNOWN for g in self.groups for k in g.dims}
+
+    @property
+    def hybrid(self) -> bool:
+        """Other dimensions beside data parallelism: their collectives, or DP groups smaller than the job
+        (a dagprof run sees DDP's collectives only; the others are inside the ops that issued them)."""
+        return bool(self.dims - {Dim.DP}) or 0 < self.dp_size < self.world_size
+
+    def describe(self) -> str:
+        """One line: the dimensions seen and their degrees."""
+        parts = []
+        for d in sorted(self.dims):
+            if d is Dim.DP and self.dp_size:
+                parts.append(f"DP x{self.dp_size}")
+            else:
+                sizes = sorted({len(g.ranks) for g in self.groups if d.text in g.dims and g.ranks})
+                parts.append(d.text + (f" x{'/'.join(map(str, sizes))}" if sizes and d is not Dim.UNKNOWN else ""))
+        if self.dp_size and self.world_size > self.dp_size and self.dims <= {Dim.DP}:
+            parts.append(f"{self.world_size // self.dp_size} ranks per replica (their other collectives not recorded)")
+        return ", ".join(parts) or "no collectives"
+
+
+# ---------------------------------------------------------------- one rank's collective instances
+@dataclass(frozen=True, eq=False)
+class _Instances:
+    """One row per (group, seq) collective instance on a rank."""
+
+    rows: list[np.ndarray]  # event rows of each instance (enqueue and transfer)
+    group: np.ndarray
+    seq: np.ndarray
+    coll: list[str]
+    nbytes: np.ndarray
+    phase: np.ndarray
+    bucket: np.ndarray
+
+
+def _instances(trace: RankTrace) -> _Instances:
+    ev = trace.events
+    rows = np.flatnonzero((ev.group >= 0) & ((ev.kind == Kind.COMM) | (ev.kind == Kind.COMM_ENQUEUE)))
+    key = ev.group[rows].astype(np.int64) * (1 << 40) + np.maximum(ev.seq[rows], 0)
+    uniq, inv, counts = np.unique(key, return_inverse=True, return_counts=True)
+    members = np.split(rows[np.argsort(inv.reshape(-1), kind="stable")], np.cumsum(counts)[:-1]) if len(rows) else []
+    coll_of = dict(zip(trace.meta.get("collectives", {}).get("event", []), trace.meta.get("collectives", {}).get("coll", [])))
+    colls = []
+    for m in members:
+        c = next((coll_of[int(i)] for i in m if int(i) in coll_of), "")
+        if not c:
+            match = _COLL_NAME.match(ev.name_of(int(m[0])).split("(")[0])
+            c = canonical_collective(match.group(1)) if match else ""
+        colls.append(c)
+    first = np.array([m[np.argmin(ev.start[m])] for m in members], dtype=np.int64)
+    return _Instances(
+        rows=members, group=ev.group[first].astype(np.int64), seq=ev.seq[first].astype(np.int64), coll=colls,
+        nbytes=np.array([int(ev.nbytes[m].max()) for m in members], dtype=np.int64), phase=_phases(trace, first),
+        bucket=np.array([int(ev.bucket[m].max()) for m in members], dtype=np.int64),
+    )
+
+
+def _phases(trace: RankTrace, rows: np.ndarray) -> np.ndarray:
+    """Phase of each row by its start against its step's backward pass (host ops of kind BACKWARD)."""
+    ev = trace.events
+    cpu = np.array([lane.kind != LaneKind.GPU_STREAM for lane in trace.lanes], dtype=bool)
+    bwd = np.flatnonzero((ev.kind == Kind.BACKWARD) & cpu[ev.lane] if len(trace.lanes) else np.zeros(len(ev), bool))
+    phase = np.full(len(rows), int(Phase.NONE), dtype=np.int8)
+    for s in np.unique(ev.step[rows]).tolist():
+        mine = np.flatnonzero(ev.step[rows] == s)
+        b = bwd[ev.step[bwd] == s]
+        if not len(b):
+            continue
+        first, last = float(ev.start[b].min()), float(ev.end[b].max())
+        t = ev.start[rows[mine]]
+        phase[mine] = np.where(t < first, Phase.FORWARD, np.where(t <= last, Phase.BACKWARD, Phase.AFTER_BACKWARD))
+    return phase
+
+
+# ---------------------------------------------------------------- labelling
+def _by_position(inst: _Instances, k: int, forward_sizes: dict[int, set[int]]) -> tuple[Dim, str]:
+    c, ph, nb, g = inst.coll[k], Phase(int(inst.phase[k])), int(inst.nbytes[k]), int(inst.group[k])
+    if inst.bucket[k] >= 0:
+        return Dim.DP, "DDP gradient bucket"
+    if c in _P2P:
+        return Dim.PP, "send/recv"
+    if c == "alltoall":
+        where = {Phase.FORWARD: " in the forward pass (embedding/expert exchange)", Phase.BACKWARD: " in the backward pass (its gradient)"}
+        return Dim.EP_CP, "all-to-all" + where.get(ph, "")
+    if c in _REDUCING:
+        if ph is Phase.FORWARD and nb >= ACTIVATION_MIN_BYTES:
+            return Dim.TP, f"{c} of activations inside the forward pass"
+        if ph in (Phase.BACKWARD, Phase.AFTER_BACKWARD):
+            if nb in forward_sizes.get(g, set()):
+                return Dim.TP, f"{c} in backward of a forward activation's size"
+            return Dim.DP, f"{c} of gradients in/after the backward pass"
+    return Dim.UNKNOWN, ""
+
+
+def _label_rank(trace: RankTrace) -> tuple[_Instances, np.ndarray, list[str]]:
+    inst = _instances(trace)
+    n = len(inst.coll)
+    dims = np.zeros(n, dtype=np.int8)
+    why = [""] * n
+    if trace.meta.get("format") != "kineto":  # dagprof's collectors record data-parallel collectives only
+        dims[:] = Dim.DP
+        return inst, dims, ["recorded by a data-parallel collector"] * n
+    desc = trace.meta.get("group_desc", {})
+    forward_sizes: dict[int, set[int]] = {}
+    for k in range(n):
+        if inst.coll[k] in _REDUCING and inst.phase[k] == Phase.FORWARD and inst.nbytes[k] >= ACTIVATION_MIN_BYTES:
+            forward_sizes.setdefault(int(inst.group[k]), set()).add(int(inst.nbytes[k]))
+    for k in range(n):
+        name = trace.groups[int(inst.group[k])]
+        d = desc_dim(desc.get(name, ""))
+        if d is not Dim.UNKNOWN:
+            moved = name in trace.meta.get("resolved_groups", ())
+            dims[k], why[k] = d, f"position, in the rank's one {desc[name]!r} group" if moved else f"group description {desc[name]!r}"
+            continue
+        dims[k], why[k] = _by_position(inst, k, forward_sizes)
+    # an all-gather in the forward pass of a group that reduce-scatters gradients: FSDP/ZeRO
+    for k in range(n):
+        g = inst.group[k]
+        if dims[k] == Dim.UNKNOWN and inst.coll[k] == "allgather":
+            same = (inst.group == g) & (dims == Dim.DP) & np.array([c == "reducescatter" for c in inst.coll])
+            if same.any():
+                dims[k], why[k] = Dim.DP, "all-gather of a group that reduce-scatters gradients (FSDP/ZeRO)"
+    return inst, dims, why
+
+
+def _fill_from_group(labels: list[tuple[RankTrace, _Instances, np.ndarray, list[str]]]) -> None:
+    """Collectives nothing told take their group's label when the group's labelled ones (all ranks) agree."""
+    per_group: dict[str, set[int]] = {}
+    for trace, inst, dims, _ in labels:
+        for k in np.flatnonzero(dims != Dim.UNKNOWN).tolist():
+            if inst.coll[k] not in _P2P and inst.coll[k] != "alltoall":
+                per_group.setdefault(trace.groups[int(inst.group[k])], set()).add(int(dims[k]))
+    for trace, inst, dims, why in labels:
+        for k in np.flatnonzero(dims == Dim.UNKNOWN).tolist():
+            seen = per_group.get(trace.groups[int(inst.group[k])], set())
+            if len(seen) == 1:
+                dims[k], why[k] = next(iter(seen)), "its group's other collectives"
+
+
+def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
+    """The job's groups and dimensions, and per rank (in ``run.ranks`` order) the ``Dim`` of every event
+    (``Dim.UNKNOWN`` for events that are no collective)."""
+    labels = [(t, *_label_rank(t)) for t in run.ranks]
+    _fill_from_group(labels)
+    per_event = []
+    stats: dict[str, dict] = {}
+    for trace, inst, dims, why in labels:
+        out = np.zeros(len(trace.events), dtype=np.int8)
+        for k, rows in enumerate(inst.rows):
+            out[rows] = dims[k]
+            name = trace.groups[int(inst.group[k])]
+            st = stats.get(name)
+            if st is None:
+                st = stats[name] = {"desc": "", "ranks": (), "dims": Counter(), "nbytes": Counter(), "why": Counter()}
+            st["desc"] = st["desc"] or trace.meta.get("group_desc", {}).get(name, "")
+            st["ranks"] = st["ranks"] or tuple(trace.group_ranks.get(name, ()))
+            text = _TEXT[int(dims[k])]
+            st["dims"][text] += 1
+            st["nbytes"][text] += int(inst.nbytes[k])
+            st["why"][why[k] or "nothing tells"] += 1
+        per_event.append(out)
+    groups = [GroupLabel(name, st["desc"], st["ranks"], dict(st["dims"]), dict(st["nbytes"]), [w for w, _ in st["why"].most_common()])
+              for name, st in stats.items()]
+    dp = _dp_groups(run, groups)
+    notes = list(run.meta.get("parallelism_notes", []))
+    return Parallelism(groups, run.world_size, dp, max((len(r) for r in dp), default=0), notes), per_event
+
+
+def _dp_groups(run: Run, groups: list[GroupLabel]) -> list[tuple[int, ...]]:
+    """Rank sets of the data-parallel groups: the mesh's described DP groups if any, else those of the DP collectives."""
+    described = {tuple(r) for t in run.ranks for name, r in t.group_ranks.items()
+                 if r and desc_dim(t.meta.get("group_desc", {}).get(name, "")) is Dim.DP}
+    if described:
+        return sorted(described)
+    world = tuple(range(run.world_size))
+    return sorted({g.ranks or world for g in groups if Dim.DP.text in g.dims})
+
+
+# ---------------------------------------------------------------- gloo: collectives without their group
+def resolve_groups(run: Run) -> Run:
+    """Move collectives recorded without a group (all in "0") to the one group of their rank that the mesh
+    describes with the dimension their position gives; renumber ``seq`` per group. Unchanged when nothing moves."""
+    if not any(_needs_groups(t) for t in run.ranks):
+        return run
+    parallelism, per_event = label_run(run)
+    ranks, moved = [], 0
+    for trace, dims in zip(run.ranks, per_event):
+        if not _needs_groups(trace):
+            ranks.append(trace)
+            continue
+        target = {}
+        for name, members in trace.group_ranks.items():
+            d = desc_dim(trace.meta.get("group_desc", {}).get(name, ""))
+            if d is not Dim.UNKNOWN and trace.rank in members:
+                target.setdefault(d, []).append(name)
+        ev = trace.events
+        groups = list(trace.groups)
+        group, seq = ev.group.copy(), ev.seq.copy()
+        zero = groups.index("0")
+        for d, names in target.items():
+            if len(names) != 1:
+                continue
+            rows = np.flatnonzero((ev.group == zero) & (dims == d))
+            if not len(rows):
+                continue
+            if names[0] not in groups:
+                groups.append(names[0])
+            group[rows] = groups.index(names[0])
+            old = np.unique(ev.seq[rows])
+            seq[rows] = np.searchsorted(old, ev.seq[rows])  # issue order kept, counted within the new group
+            moved += len(np.unique(ev.seq[rows]))
+        rest = np.flatnonzero(group == zero)
+        old = np.unique(ev.seq[rest])
+        seq[rest] = np.searchsorted(old, ev.seq[rest])
+        table = EventTable(names=ev.names, **{c: getattr(ev, c) for c in EventTable.COLUMNS if c not in ("group", "seq")},
+                           group=group, seq=seq)
+        meta = {**trace.meta, "resolved_groups": groups[1:]}
+        ranks.append(RankTrace(**{**trace.__dict__, "events": table, "groups": groups, "meta": meta}))
+    note = (f"{moved} collectives recorded without their process group (gloo) assigned to their mesh group by position"
+            if moved else "")
+    meta = dict(run.meta)
+    if note:
+        meta["parallelism_notes"] = [*meta.get("parallelism_notes", []), note]
+    return Run(ranks, run.source, meta)
+
+
+def _needs_groups(trace: RankTrace) -> bool:
+    """A Kineto trace whose collectives all sit in the fallback group "0" while its pg_config describes mesh groups."""
+    desc = trace.meta.get("group_desc", {})
+    return (trace.meta.get("format") == "kineto" and trace.groups == ["0"] and not trace.meta.get("explicit_seq")
+            and any(desc_dim(d) is not Dim.UNKNOWN for d in desc.values()))
