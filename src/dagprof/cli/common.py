@@ -65,6 +65,10 @@ MAX_WORKERS = 65_536  # rank symmetry answers this many in seconds; beyond it a 
 MAX_CONTENDED_WORKERS = 4_096  # with --cores ranks sharing cores differ, so none fold: this many replay in seconds
 
 
+class _BadNumber(ValueError, argparse.ArgumentTypeError):
+    """A flag value out of bounds: argparse prints its message (not just "invalid value"), list flags catch it as a ValueError."""
+
+
 def _at_least(convert: Callable[[str], T], text: str, low: float, strict: bool = False, high: float | None = None) -> T:
     """``convert(text)``, checked to be >= ``low`` (> with ``strict``) and, given ``high``, finite and <= ``high``;
     else a ValueError saying what was expected."""
@@ -72,9 +76,9 @@ def _at_least(convert: Callable[[str], T], text: str, low: float, strict: bool =
     try:
         v = convert(text)
     except (ValueError, OverflowError):
-        raise ValueError(f"expected {what}, got {text!r}") from None
+        raise _BadNumber(f"expected {what}, got {text!r}") from None
     if not (v > low if strict else v >= low) or (high is not None and not v <= high):  # NaN fails too
-        raise ValueError(f"expected {what}, got {text!r}")
+        raise _BadNumber(f"expected {what}, got {text!r}")
     return v
 
 

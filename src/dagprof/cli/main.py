@@ -7,6 +7,7 @@ User errors are ``DagprofError`` and print as one line, exit status 2.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import json
 import math
@@ -71,9 +72,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     mod = modules[args.command]
+    reserve = bytearray(_RESERVE_BYTES)  # given back on MemoryError, so that saying so does not run out too
     try:
         result = mod.run(args)
     except (DagprofError, RecursionError, MemoryError) as err:
+        if isinstance(err, MemoryError):
+            err.__traceback__ = reserve = None  # drop the failed work's frames and what they hold
+            gc.collect()
         problem = _user_problem(err, args)
         if problem is None:  # a recursion of ours, not a too-deep input
             return _internal_error(args, err)
@@ -91,7 +96,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
     except BrokenPipeError:  # `dagprof ... | head`: the reader left, which is no error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    del reserve
     return 0
+
+
+_RESERVE_BYTES = 8 << 20
 
 
 def _internal_error(args, err: BaseException) -> int:
@@ -115,12 +124,13 @@ def _user_problem(err: BaseException, args) -> str | None:
         return f"{where}: JSON nested too deeply to read (arrays or objects more than about {sys.getrecursionlimit()} levels deep)"
     size = sum(_disk_bytes(p) for p in inputs)
     try:
-        free = f", {os.sysconf('SC_AVPHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.1f} GiB of memory free"
+        free = f", {os.sysconf('SC_AVPHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.1f} GiB of memory free now"
     except (ValueError, OSError):
         free = ""
     helps = {"whatif": "fewer or smaller --workers, or no --fine", "sgd": "fewer or smaller --workers",
-             "calibrate": "a smaller --max-mb"}.get(args.command, "a shorter window with --steps A:B (a smaller graph to replay)")
-    return f"{where}: out of memory ({size / 2**30:.2f} GiB of input on disk{free}); try {helps}, or a machine with more memory"
+             "calibrate": "a smaller --max-mb"}.get(
+        args.command, "a trace of fewer steps (profile a shorter window; --steps A:B trims what is replayed)")
+    return f"{where}: out of memory ({size / 2**20:,.1f} MiB of input on disk{free}); try {helps}, or a machine with more memory"
 
 
 def _disk_bytes(path: str) -> int:
