@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from diff_workload import Variant, record  # noqa: E402
 
 from dagprof.analysis.diff import ProfileDiff, diff_profiles  # noqa: E402
-from dagprof.closeloop import find_strategy  # noqa: E402
+from dagprof.closeloop import defaults_stand, find_strategy  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
 from dagprof.search.optimize import Options  # noqa: E402
 
@@ -92,6 +92,8 @@ def main() -> None:
             if v is None:  # the searched strategy (lossless), from the first round's 25 MB profile
                 if demo_strategy is None:
                     found = find_strategy(runs["demo 25 MB"].run.source, Options(budget_s=args.budget), os.path.join(root, "strategy"))
+                    if found.path is None:
+                        raise SystemExit(f"demo: {defaults_stand(found.search)}: no searched layout to compare")
                     demo_strategy = found.path
                     print(f"demo: the search picks {found.search.strategy().summary()}; B applies it")
                 v = Variant(strategy=demo_strategy, **DEMO)

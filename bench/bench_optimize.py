@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 
-from dagprof.closeloop import check_strategy, find_strategy
+from dagprof.closeloop import check_strategy, defaults_stand, find_strategy
 from dagprof.collect.autoprofile import ENV_KINETO, ENV_OUT, ENV_STEPS
 from dagprof.collect.netns import Cluster, available, python_module, run_ranks
 from dagprof.collect.verify import BOOTSTRAP
@@ -54,6 +54,9 @@ def cell(work: str, workload: str, ranks: int, link: str, args) -> list[dict]:
         for mode in ("lossless", "lossy"):
             out = os.path.join(work, mode)
             found = find_strategy(run, Options(budget_s=args.budget, seed=0, allow_lossy=mode == "lossy"), out)
+            if found.path is None:  # nothing predicted to gain beyond noise: nothing to measure
+                print(f"  {workload} {ranks} ranks {mode}: {defaults_stand(found.search)}", file=sys.stderr)
+                continue
             checked = check_strategy(train if own else train + ["--steps", str(args.steps)], found, out, args.rounds, ranks, cluster,
                                      say=lambda m: print(f"    {m.strip()}", file=sys.stderr), in_process=not own)
             d = checked.to_dict()

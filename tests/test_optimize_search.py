@@ -73,8 +73,13 @@ def test_strategy_predicts_again_on_its_own_profile(prof, order, tmp_path):
     assert len(p.graph) > len(prof.graph) // 2  # the strategy's whole predicted graph, for diffing a profile of it
 
 
-def test_optimize_cli_writes_a_strategy(capsys, small_ddp_run, tmp_path):
-    code = main(["optimize", small_ddp_run, "--budget", "3", "-o", str(tmp_path), "--json"])
+def needed_memory_budget(prof, order) -> str:
+    """A --memory-budget the profiled setup misses but a strategy meets, so that one is always written."""
+    return f"{int(run_search(prof, order, memory_budget=1e12).baseline.memory.total * 0.8)}B"
+
+
+def test_optimize_cli_writes_a_strategy(capsys, small_ddp_run, prof, order, tmp_path):
+    code = main(["optimize", small_ddp_run, "--budget", "3", "-o", str(tmp_path), "--json", "--memory-budget", needed_memory_budget(prof, order)])
     out = capsys.readouterr().out
     assert code == 0, out
     r = json.loads(out)
@@ -92,11 +97,13 @@ def test_optimize_flags_fail_in_one_line(capsys, small_ddp_run, argv, msg):
     assert msg in err and err.count("\n") == 1
 
 
-def test_optimize_verify_runs_the_real_job(capsys, small_ddp_run, tmp_path):
+def test_optimize_verify_runs_the_real_job(capsys, small_ddp_run, prof, order, tmp_path):
     import sys
 
     cmd = [sys.executable, "-m", "dagprof.collect.demo_train", "--small", "--steps", "6"]
-    code = main(["optimize", small_ddp_run, "--budget", "2", "-o", str(tmp_path), "--verify", "--rounds", "1", "--ranks", "2", "--json", "--", *cmd])
+    budget = needed_memory_budget(prof, order)
+    code = main(["optimize", small_ddp_run, "--budget", "2", "-o", str(tmp_path), "--memory-budget", budget, "--verify", "--rounds", "1",
+                 "--ranks", "2", "--json", "--", *cmd])
     out = capsys.readouterr().out
     assert code == 0, out
     v = json.loads(out)["verification"]

@@ -17,7 +17,7 @@ from .collect.strategy import Strategy, save_strategy
 from .collect.verify import Verification, verify, verify_in_process
 from .errors import DagprofError
 from .pipeline import Profiled, open_run
-from .search.optimize import Options, SearchResult, predict_run, search_run
+from .search.optimize import WORTH_APPLYING_PCT, Options, SearchResult, predict_run, search_run
 
 STRATEGY_FILE = "strategy.json"
 CODEC_COSTS_FILE = "codec-costs.json"
@@ -29,16 +29,22 @@ class Found:
     profile: Profiled
     search: SearchResult
     strategy: Strategy
-    path: str
+    path: str | None  # None: nothing is predicted to gain enough to apply (``defaults_stand`` says so)
 
 
 def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = None, step_marker: str | None = None) -> Found:
-    """Search ``run`` and write ``out_dir/strategy.json``."""
-    os.makedirs(out_dir, exist_ok=True)
+    """Search ``run``; write ``out_dir/strategy.json`` only when the search says it is worth applying."""
     prof = open_run(run, steps=steps, step_marker=step_marker)
     res = search_run(prof.run, prof.graph, opts, os.path.join(out_dir, CODEC_COSTS_FILE))
     strategy = res.strategy()
-    return Found(prof, res, strategy, save_strategy(strategy, os.path.join(out_dir, STRATEGY_FILE)))
+    path = save_strategy(strategy, os.path.join(out_dir, STRATEGY_FILE)) if res.worth_applying else None
+    return Found(prof, res, strategy, path)
+
+
+def defaults_stand(res: SearchResult) -> str:
+    """The one line said instead of writing a strategy that is not predicted to gain beyond noise."""
+    return (f"DDP's defaults stand: no strategy is predicted to gain the {WORTH_APPLYING_PCT:g} % that run-to-run noise can explain "
+            f"(best found {res.best.iter_us / 1e3:.2f} ms per step against {res.baseline.iter_us / 1e3:.2f} ms profiled); no strategy file written")
 
 
 @dataclass

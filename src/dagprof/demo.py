@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from .closeloop import Checked, Found, check_strategy, find_strategy
+from .closeloop import Checked, Found, check_strategy, defaults_stand, find_strategy
 from .costmodel import parse_bandwidth, preset
 from .pipeline import Profiled, open_run, write_outputs
 from .report.html import ReportInputs, html_table
@@ -72,8 +72,8 @@ def run_demo(s: DemoSettings, say: Callable[[str], None] = lambda m: print(m, fi
         say(f"[4/5] searching a strategy by replay ({s.budget_s:g} s budget{lossy})")
         found = find_strategy(run_dir, Options(budget_s=s.budget_s, allow_lossy=s.allow_lossy), out)
         checked = None
-        if s.verify and not found.search.worth_applying:
-            say(f"[5/5] nothing to apply: {found.search.gain_pct:.1f} % predicted is within run-to-run noise")
+        if s.verify and found.path is None:
+            say(f"[5/5] nothing to apply: {defaults_stand(found.search)}")
         elif s.verify:
             say(f"[5/5] applying it to the real job, measured against DDP's defaults in {s.rounds} interleaved rounds")
             checked = check_strategy(train + ["--steps", str(s.verify_steps)], found, out, s.rounds, s.world_size, ranks_on,
@@ -96,11 +96,12 @@ class _Loopback:
 
 def _optimisation(found: Found, checked: Checked | None) -> dict:
     res = found.search
-    b, best = res.to_dict()["baseline"], res.to_dict()["best"]
+    d = res.to_dict()
+    b, best = d["baseline"], d["best"]
     measured = checked.to_dict() if checked else {}
     rows = [["DDP defaults (profiled)", b["buckets"], b["codec"], b.get("interval", b["predicted_iter_ms"]), measured.get("measured_baseline_ms", "")],
             ["strategy found", best["buckets"], best["codec"], best.get("interval", best["predicted_iter_ms"]), measured.get("measured_strategy_ms", "")]]
-    summary = f"Strategy by replay ({res.replayed} candidates): {found.strategy.summary()}."
+    summary = f"Strategy by replay ({res.replayed} candidates): {found.strategy.summary() if found.path else defaults_stand(res)}."
     if checked:
         summary += " " + verdict(checked)
     return {"table_columns": ["setup", "buckets", "codec", "predicted ms", "measured ms (median of rounds)"], "table": rows, "summary": summary}
@@ -148,7 +149,8 @@ def _report(prof: Profiled, found: Found, checked: Checked | None, outlook: dict
     inp.optimisation = _optimisation(found, checked)
     inp.sections.append(("Scaling outlook (S-SGD DAG model)", _outlook_html(outlook)))
     inp.links["profiled run folder"] = "run"
-    inp.links["strategy (dagprof.apply)"] = os.path.basename(found.path)
+    if found.path:
+        inp.links["strategy (dagprof.apply)"] = os.path.basename(found.path)
     if notes:
         inp.optimisation["summary"] += " " + " ".join(notes[:1]).capitalize() + "."
     return inp
@@ -164,6 +166,7 @@ def _summary(prof: Profiled, found: Found, checked: Checked | None, files: dict,
         "critical_path_per_iter": a["critical_path_per_iter"],
         "findings": [f.to_dict() for f in prof.findings],
         "warnings": prof.warnings,
-        "optimisation": found.search.to_dict() | {"strategy_file": found.path, "applied": checked.to_dict() if checked else None},
-        "files": files | {"run": run_dir, "strategy": found.path},
+        "optimisation": found.search.to_dict() | {"strategy_file": found.path, "applied": checked.to_dict() if checked else None}
+                        | ({} if found.path else {"summary": defaults_stand(found.search)}),
+        "files": files | {"run": run_dir} | ({"strategy": found.path} if found.path else {}),
     }

@@ -9,10 +9,13 @@ must lie inside that folder (``inside``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
 import stat
 import tempfile
 import zlib
+from dataclasses import dataclass
 from typing import IO, BinaryIO, Iterator, TypeVar
 
 import msgspec
@@ -154,6 +157,95 @@ def inside(folder: str | os.PathLike[str], name: str, referrer: str | os.PathLik
     if os.path.commonpath([root, os.path.realpath(path)]) != root:
         raise DagprofError(f"names the file {name!r}, which is outside its run folder: refused", referrer)
     return path
+MIN_FREE_BYTES = 16 << 20  # an output folder on a file system with less free space is refused before the work starts
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A command's output folder while it works: files go to ``path``; they appear in ``final`` together."""
+
+    path: str
+    final: str
+
+    def final_path(self, obj: T) -> T:
+        """``obj`` (a path, or a dict or list holding paths) with staged paths rewritten to where they end up."""
+        if isinstance(obj, str):
+            inside = obj == self.path or obj.startswith(self.path + os.sep)
+            return self.final + obj[len(self.path):] if inside else obj  # type: ignore[return-value]
+        if isinstance(obj, dict):
+            return {k: self.final_path(v) for k, v in obj.items()}  # type: ignore[return-value]
+        if isinstance(obj, list):
+            return [self.final_path(v) for v in obj]  # type: ignore[return-value]
+        return obj
+
+
+@contextlib.contextmanager
+def staged_folder(final: str | os.PathLike[str]) -> Iterator[Staged]:
+    """Write a set of outputs as one unit: into a hidden folder beside (or, when it exists, inside) ``final``,
+    moved into ``final`` only when the block succeeds. A failure leaves ``final`` as it was (no new file
+    beside the previous run's, no empty folder); a block that writes nothing creates nothing.
+
+    Checked on entry, before any work (``check_output_folder``); a full disk or quota later is a one-line
+    ``DagprofError`` too.
+    """
+    final = os.path.abspath(os.fspath(final))
+    tmp, top = _staging(final)
+    try:
+        inner = os.path.join(tmp, os.path.relpath(final, top)) if top != final else tmp
+        os.makedirs(inner, exist_ok=True)
+        yield Staged(inner, final)
+        _publish(tmp, top, final)
+    except OSError as err:
+        if err.errno in _FULL:
+            raise DagprofError(f"no space left for the outputs ({err.strerror}); nothing was written", final) from None
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def check_output_folder(final: str | os.PathLike[str]) -> None:
+    """Refuse in one line, before any work, an output folder that is a file, that this user cannot write,
+    or whose file system has less than ``MIN_FREE_BYTES`` free. Creates nothing."""
+    tmp, _ = _staging(os.path.abspath(os.fspath(final)))
+    os.rmdir(tmp)
+
+
+def _staging(final: str) -> tuple[str, str]:
+    """A new hidden folder in ``final``, or in its nearest existing ancestor (the second value), after the checks."""
+    top = final
+    while not os.path.isdir(top):
+        if os.path.lexists(top):
+            raise DagprofError("is a file, not a folder: give the outputs a folder", top)
+        top = os.path.dirname(top)
+    try:
+        tmp = tempfile.mkdtemp(dir=top, prefix=".dagprof-out-")
+    except OSError as err:
+        raise DagprofError(f"cannot write the outputs here ({err.strerror or err})", top) from None
+    fs = os.statvfs(tmp)
+    if fs.f_bavail * fs.f_frsize < MIN_FREE_BYTES:
+        os.rmdir(tmp)
+        raise DagprofError(f"no space for the outputs ({fs.f_bavail * fs.f_frsize // 1024} KiB free on its file system, "
+                           f"{MIN_FREE_BYTES >> 20} MiB needed)", top)
+    return tmp, top
+
+
+def _publish(tmp: str, top: str, final: str) -> None:
+    """Move what was staged in ``tmp`` (a folder in ``top``) to ``final``: the new folder whole when ``final``
+    did not exist, else each entry, replacing the previous run's entry of that name."""
+    if not any(files for _, _, files in os.walk(tmp)):
+        return
+    if top != final:
+        first = os.path.relpath(final, top).split(os.sep)[0]
+        os.rename(os.path.join(tmp, first), os.path.join(top, first))
+        return
+    for name in sorted(os.listdir(tmp)):
+        src, dst = os.path.join(tmp, name), os.path.join(final, name)
+        if os.path.isdir(dst) and not os.path.islink(dst):
+            shutil.rmtree(dst)
+        elif os.path.isdir(src) and os.path.lexists(dst):
+            os.unlink(dst)
+        os.replace(src, dst)
 
 
 class _Header(msgspec.Struct):

@@ -18,15 +18,17 @@ from ..costmodel.alphabeta import ring_allreduce_us
 from ..costmodel.calibrate_lut import fit_lut_folder
 from ..costmodel.topology import save_link_model
 from ..errors import DagprofError
+from ..fsutil import check_output_folder
+from .common import finite_positive, positive_int
 
 HELP = "measure all-reduce time over message sizes (live gloo group, or nccl-tests tables) and save a link model"
 
 
 def add_arguments(p) -> None:
     p.add_argument("-o", "--out", default="link-model.json", help="where to write the link model (JSON)")
-    p.add_argument("--world", type=int, default=2, help="ranks to spawn on this machine (ignored inside torchrun)")
-    p.add_argument("--max-mb", type=float, default=16.0, help="largest message (MiB); sizes go up by 4x from 4 KiB")
-    p.add_argument("--iters", type=int, default=5, help="timed repetitions per size (median)")
+    p.add_argument("--world", type=positive_int, default=2, help="ranks to spawn on this machine (ignored inside torchrun)")
+    p.add_argument("--max-mb", type=finite_positive, default=16.0, help="largest message (MiB); sizes go up by 4x from 4 KiB")
+    p.add_argument("--iters", type=positive_int, default=5, help="timed repetitions per size (median)")
     p.add_argument("--nccl-tests", metavar="PATH", help="fit nccl-tests all-reduce tables (a file or a folder) instead of measuring")
 
 
@@ -39,6 +41,9 @@ def _sizes(max_mb: float) -> tuple[int, ...]:
 
 
 def run(args) -> dict:
+    if os.path.isdir(args.out):
+        raise DagprofError("is a folder: give -o the link model's file name", args.out)
+    check_output_folder(os.path.dirname(os.path.abspath(args.out)))  # before the sweep, not after it
     if args.nccl_tests:
         fits = fit_lut_folder(args.nccl_tests)
         largest = fits[max(fits)]

@@ -4,7 +4,8 @@ import os
 
 from ..demo import DemoSettings, run_demo
 from ..errors import DagprofError
-from .common import ms, pct
+from ..fsutil import staged_folder
+from .common import ms, pct, seconds
 
 HELP = ("profile a real gloo DDP training (as root: on an emulated 2-host cluster with a slow link), replay, explain, "
         "search a strategy, apply it and measure the gain; write a report")
@@ -17,7 +18,7 @@ def add_arguments(p) -> None:
     p.add_argument("--loopback", action="store_true", help="no emulated cluster even as root: ranks on loopback")
     p.add_argument("--lossless", action="store_true",
                    help="search without gradient compression (by default the demo's synthetic job allows fp16, bf16, PowerSGD)")
-    p.add_argument("--budget", type=float, default=10.0, metavar="SECONDS", help="search time budget (default 10)")
+    p.add_argument("--budget", type=seconds, default=10.0, metavar="SECONDS", help="search time budget (default 10, at most a week)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved verification rounds (default 3)")
     p.add_argument("--no-verify", action="store_true", help="do not apply the strategy to the real job")
     p.add_argument("--small", action="store_true", help="a tiny model: seconds instead of minutes (for tests)")
@@ -31,9 +32,11 @@ def run(args) -> dict:
     from ..costmodel import parse_bandwidth
 
     parse_bandwidth(args.link)  # a bad --link fails now, not after the profile
-    return run_demo(DemoSettings(out_dir=args.out, world_size=args.ranks, link=None if args.loopback else args.link,
-                                 verify=not args.no_verify, small=args.small, allow_lossy=not args.lossless, budget_s=args.budget,
-                                 rounds=args.rounds))
+    with staged_folder(args.out) as staged:
+        result = run_demo(DemoSettings(out_dir=staged.path, world_size=args.ranks, link=None if args.loopback else args.link,
+                                       verify=not args.no_verify, small=args.small, allow_lossy=not args.lossless, budget_s=args.budget,
+                                       rounds=args.rounds))
+    return staged.final_path(result)
 
 
 def to_text(r: dict) -> str:

@@ -4,9 +4,9 @@ from __future__ import annotations
 import os
 
 from ..analysis.diff import diff_profiles
-from ..pipeline import default_out, open_run
+from ..pipeline import open_run
 from ..report.diff_html import write_diff
-from .common import add_input_limit, parse_steps
+from .common import add_input_limit, outputs, parse_steps
 
 HELP = "compare two profiles of the same training: iteration, categories, critical paths, and which ops explain the change"
 
@@ -22,12 +22,13 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> dict:
-    a = open_run(args.a, steps=args.steps)
-    b = open_run(args.b, steps=args.steps)
-    d = diff_profiles(a, b, top=max(args.top, 0))
-    out = d.to_dict() | {"warnings": [f"A: {w}" for w in a.warnings] + [f"B: {w}" for w in b.warnings]}
-    if not args.no_report:
-        out["files"] = write_diff(args.out or default_out(args.b), d)
+    with outputs(args.out, args.b, write=not args.no_report) as staged:
+        a = open_run(args.a, steps=args.steps)
+        b = open_run(args.b, steps=args.steps)
+        d = diff_profiles(a, b, top=max(args.top, 0))
+        out = d.to_dict() | {"warnings": [f"A: {w}" for w in a.warnings] + [f"B: {w}" for w in b.warnings]}
+        if staged:
+            out["files"] = staged.final_path(write_diff(staged.path, d))
     return out
 
 

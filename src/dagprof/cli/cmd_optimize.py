@@ -6,7 +6,7 @@ import sys
 
 from ..errors import DagprofError
 from ..progress import bar, shown
-from .common import add_out_argument, add_run_arguments, comma_list, out_dir, positive_int
+from .common import add_out_argument, add_run_arguments, comma_list, finite_non_negative, outputs, positive_int, seconds
 from .terminal import escape
 
 HELP = "search bucket layout, compression, partition, recomputation by replay; write a strategy; --verify measures it"
@@ -15,7 +15,7 @@ HELP = "search bucket layout, compression, partition, recomputation by replay; w
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_run_arguments(p)
     add_out_argument(p, "strategy.json and verification logs")
-    p.add_argument("--budget", type=float, default=30.0, metavar="SECONDS", help="search time budget (default 30)")
+    p.add_argument("--budget", type=seconds, default=30.0, metavar="SECONDS", help="search time budget (default 30, at most a week)")
     p.add_argument("--seed", type=int, default=0, help="search seed: the same seed proposes the same candidates (default 0)")
     p.add_argument("--allow-lossy", action="store_true", help="also try gradient compression (fp16, bf16, PowerSGD): changes the numerics")
     p.add_argument("--powersgd-ranks", type=comma_list(positive_int), default=[2, 4],
@@ -25,11 +25,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-budget", default=None, metavar="SIZE", help="per-rank memory limit, e.g. 2GB or 512MiB (adds recomputation)")
     p.add_argument("--optimizer-state", default="momentum", choices=["sgd", "momentum", "adam"],
                    help="optimizer state per parameter, for the memory estimate (default momentum: one copy)")
-    p.add_argument("--overlap-slowdown", type=float, default=None, metavar="S",
+    p.add_argument("--overlap-slowdown", type=finite_non_negative, default=None, metavar="S",
                    help="compute runs (1 + S x overlap) slower beside in-flight collectives (default: as measured in the run, else 0)")
     p.add_argument("--verify", action="store_true", help="run the command after -- with defaults and with the strategy, interleaved")
-    p.add_argument("--rounds", type=int, default=3, help="verification rounds, each runs both (default 3)")
-    p.add_argument("--ranks", type=int, default=None, help="start the command once per rank yourself (it is one rank's command)")
+    p.add_argument("--rounds", type=positive_int, default=3, help="verification rounds, each runs both (default 3)")
+    p.add_argument("--ranks", type=positive_int, default=None, help="start the command once per rank yourself (it is one rank's command)")
     p.add_argument("--emulate", default=None, metavar="RATE",
                    help="with --ranks, as root: run the ranks in network namespaces joined by a RATE link (e.g. 200Mbit)")
     p.set_defaults(cmd=[])  # the training command for --verify: everything after -- (cli.main keeps it from our parser)
@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
-    from ..closeloop import find_strategy
+    from ..closeloop import defaults_stand, find_strategy
     from ..search.optimize import Options
 
     cmd = args.cmd
@@ -53,13 +53,17 @@ def run(args: argparse.Namespace) -> dict:
                    accumulate=args.accumulate, memory_budget=None if args.memory_budget is None else parse_size(args.memory_budget),
                    optimizer_state=args.optimizer_state, overlap_slowdown=args.overlap_slowdown,
                    progress=_search_bar(args.budget) if shown() else None)
-    out = out_dir(args.out, args.run)
-    found = find_strategy(args.run, opts, out, args.steps, args.step_marker)
-    res = found.search
-    result = res.to_dict() | {"strategy_file": found.path, "recommendation": recommendation(res, found.path)}
-    if args.verify:
-        result["verification"] = verify_strategy(cmd, found, out, args.rounds, args.ranks, args.emulate)
-    return result
+    with outputs(args.out, args.run) as staged:
+        found = find_strategy(args.run, opts, staged.path, args.steps, args.step_marker)
+        res = found.search
+        if found.path is None:  # nothing to write, nothing to verify
+            line = defaults_stand(res) + ("; nothing to verify" if args.verify else "")
+            return res.to_dict() | {"strategy_file": None, "summary": line, "recommendation": line, "verification": None}
+        result = res.to_dict() | {"strategy_file": found.path}
+        if args.verify:
+            result["verification"] = verify_strategy(cmd, found, staged.path, args.rounds, args.ranks, args.emulate)
+    result = staged.final_path(result)
+    return result | {"recommendation": recommendation(res, result["strategy_file"])}
 
 
 def verify_strategy(cmd: list[str], found, out: str, rounds: int, ranks: int | None, emulate: str | None) -> dict:
@@ -82,13 +86,8 @@ def verify_strategy(cmd: list[str], found, out: str, rounds: int, ranks: int | N
 
 
 def recommendation(res, path: str) -> str:
-    from ..search.optimize import WORTH_APPLYING_PCT
-
     if res.memory_reason:
         return res.memory_reason
-    if not res.worth_applying:
-        return (f"keep the current setup: the best strategy is predicted {res.gain_pct:.1f} % faster, under the "
-                f"{WORTH_APPLYING_PCT:g} % that run-to-run noise can explain")
     return f"dagprof.apply(ddp_model, {path!r}) before training, or verify it: dagprof optimize RUN --verify -- CMD"
 
 
@@ -101,8 +100,8 @@ def parse_size(text: str) -> float:
         value = float(num) * units[unit]
     except (ValueError, KeyError):
         raise DagprofError(f"cannot read size {text!r}: use e.g. 512MB, 2GiB", "--memory-budget") from None
-    if value <= 0:
-        raise DagprofError(f"size must be positive, got {text!r}", "--memory-budget")
+    if not 0 < value < float("inf"):  # NaN fails too
+        raise DagprofError(f"size must be positive and finite, got {text!r}", "--memory-budget")
     return value
 
 
@@ -133,11 +132,14 @@ def to_text(r: dict) -> str:
         lines.append(f"{label:<22} {s['buckets']:>8} {s['codec']:>16} {s['parts']:>6} {s['predicted_iter_ms']:>13.1f}")
     if best["memory"]:
         lines.append(f"peak memory per rank (estimate): profiled {b['memory']['total_mb']:.0f} MB, strategy {best['memory']['total_mb']:.0f} MB")
-    lines.append(f"strategy: {r['summary']}")
     if "interval" in best:
         lines.append(f"predicted {best['interval']} per step with the strategy; profiled setup {b['interval']} (each step replayed)")
     lines.append(f"search: {r['candidates_replayed']} candidates replayed in {r['search_seconds']:.1f} s")
-    lines += [f"note: {n}" for n in r["notes"]] + [f"caveat: {c}" for c in r["caveats"]]
+    lines += [f"note: {n}" for n in r["notes"]]
+    if r["strategy_file"] is None:
+        return "\n".join(lines + [r["recommendation"]])
+    lines.append(f"strategy: {r['summary']}")
+    lines += [f"caveat: {c}" for c in r["caveats"]]
     lines.append(f"written: {r['strategy_file']}")
     lines.append(f"recommendation: {r['recommendation']}")
     v = r.get("verification")

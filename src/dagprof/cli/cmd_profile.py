@@ -7,6 +7,7 @@ import os
 import subprocess
 
 from ..errors import DagprofError
+from ..fsutil import check_output_folder
 from ..traces.steps import iteration_us
 from .common import steps_arg
 
@@ -31,6 +32,7 @@ def run(args: argparse.Namespace) -> dict:
         raise DagprofError("no command to profile: put it after --, e.g. dagprof profile -o RUN -- torchrun --nproc-per-node 2 train.py")
     steps = args.steps
     out = os.path.abspath(args.out)
+    check_output_folder(out)  # the ranks write into it as they go: checked, not staged
     os.makedirs(out, exist_ok=True)
     for old in _earlier_profile(out):
         os.unlink(old)

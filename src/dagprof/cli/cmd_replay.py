@@ -4,7 +4,7 @@ import os
 
 from ..analysis.explain import DEFAULT_THRESHOLD_US, explain, text_lines
 from ..pipeline import open_run, write_outputs
-from .common import add_out_argument, add_run_arguments, ms, out_dir, pct, warning_lines
+from .common import add_out_argument, add_run_arguments, finite_non_negative, ms, outputs, pct, warning_lines
 
 HELP = "replay a run's global graph and compare the predicted iteration time with the measured one"
 
@@ -16,13 +16,14 @@ def add_arguments(p) -> None:
     p.add_argument("--template", action="store_true", help="replay every step with each op's mean time over the steps (dPRO's averaged replay)")
     p.add_argument("--explain", action="store_true",
                    help="where the replay departs from the measured timeline, per lane, and the edge that held each op back")
-    p.add_argument("--explain-threshold", type=float, default=DEFAULT_THRESHOLD_US / 1e3, metavar="MS",
+    p.add_argument("--explain-threshold", type=finite_non_negative, default=DEFAULT_THRESHOLD_US / 1e3, metavar="MS",
                    help=f"drift that counts as a departure (default {DEFAULT_THRESHOLD_US / 1e3:g} ms)")
 
 
 def run(args) -> dict:
-    prof = open_run(args.run, steps=args.steps, engine=args.engine, template=args.template, step_marker=args.step_marker)
-    files = write_outputs(prof, out_dir(args.out, args.run))
+    with outputs(args.out, args.run) as staged:
+        prof = open_run(args.run, steps=args.steps, engine=args.engine, template=args.template, step_marker=args.step_marker)
+        files = staged.final_path(write_outputs(prof, staged.path))
     a = prof.to_dict()
     keep = ("measured_iter_ms", "predicted_iter_ms", "error_pct", "per_rank", "steps", "nodes", "edges", "engine", "warnings")
     out = {k: a[k] for k in keep}

@@ -3,7 +3,7 @@ from __future__ import annotations
 import os
 
 from ..pipeline import open_run, write_outputs
-from .common import add_out_argument, add_run_arguments, out_dir
+from .common import add_out_argument, add_run_arguments, outputs
 
 HELP = "write report.html (and the replayed Perfetto timeline) for a run"
 
@@ -14,8 +14,9 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> dict:
-    prof = open_run(args.run, steps=args.steps, step_marker=args.step_marker)
-    return {"files": write_outputs(prof, out_dir(args.out, args.run))}
+    with outputs(args.out, args.run) as out:
+        prof = open_run(args.run, steps=args.steps, step_marker=args.step_marker)
+        return {"files": out.final_path(write_outputs(prof, out.path))}
 
 
 def to_text(r: dict) -> str:

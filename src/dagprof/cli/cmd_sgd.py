@@ -10,14 +10,15 @@ from ..report.svg import speedup_chart
 from ..report.timeline import write_replay_trace
 from ..sgd import Policy, ScalingRow, anchor_single_worker, build_sgd_graph, comm_model, make_schedule, predict
 from ..traces.layerwise import read_layer_file
-from .common import add_out_argument, comma_list, out_dir, positive_int
+from .common import MAX_WORKERS, add_out_argument, comma_list, finite_positive, outputs, worker_count
 
 HELP = "predict iteration time, exposed communication and speed-up over worker counts from per-layer times (S-SGD DAG model)"
 
 
 def add_arguments(p) -> None:
     p.add_argument("layers", help="layer CSV (layer,forward_us,backward_us,grad_bytes[,allreduce_us]), a B-Caffe log, or a dagprof run folder")
-    p.add_argument("--workers", type=comma_list(positive_int), default=[1, 2, 4, 8, 16], help="worker counts, e.g. 1,2,4,8,16")
+    p.add_argument("--workers", type=comma_list(worker_count), default=[1, 2, 4, 8, 16],
+                   help=f"worker counts, e.g. 1,2,4,8,16 (at most {MAX_WORKERS:,})")
     p.add_argument("--net", help="interconnect for all-reduce costs: a preset (10gbe, 25gbe, 100gbe, ib56, ib-edr, ib-hdr, pcie3, pcie4, "
                                  "nvlink) or a bandwidth (10Gbit, 25GB/s)")
     p.add_argument("--osu", action="append", default=[], metavar="FILE",
@@ -25,7 +26,7 @@ def add_arguments(p) -> None:
     p.add_argument("--comm-log", action="append", default=[], metavar="FILE",
                    help="measured per-layer all-reduce times (B-Caffe log or CSV with workers=N); repeatable")
     p.add_argument("--policy", choices=[x.value for x in Policy], default=Policy.WFBP.value, help="policy of the main table (all are computed)")
-    p.add_argument("--iter-time-1", type=float, metavar="SECONDS",
+    p.add_argument("--iter-time-1", type=finite_positive, metavar="SECONDS",
                    help="measured single-worker iteration time; fills what the layer file lacks (forward for B-Caffe logs)")
     p.add_argument("--replay", action="store_true", help="also replay the DAG of every case and report its largest disagreement with the closed forms")
     p.add_argument("--svg", nargs="?", const="speedup.svg", metavar="FILE", help="write a speed-up chart (SVG) of every policy (default name speedup.svg)")
@@ -40,6 +41,12 @@ def _row(r: ScalingRow) -> dict:
 
 
 def run(args) -> dict:
+    with outputs(args.out, args.layers, write=bool(args.trace or args.svg)) as staged:
+        result = _predict(args, staged.path if staged else None)
+    return staged.final_path(result) if staged else result
+
+
+def _predict(args, folder: str | None) -> dict:
     profile = read_layer_file(args.layers)
     notes = list(profile.meta.get("warnings", []))
     profile, iter_1 = anchor_single_worker(profile, None if args.iter_time_1 is None else args.iter_time_1 * 1e6, notes)
@@ -59,7 +66,6 @@ def run(args) -> dict:
         "replay_max_rel_diff": scaling.max_replay_rel_diff,
         "notes": notes,
     }
-    folder = out_dir(args.out, args.layers) if (args.trace or args.svg) else None
     if args.trace:
         n, iterations = max(scaling.workers), 3
         g = build_sgd_graph(profile, make_schedule(profile, scaling.policy, n, comm), iterations)

@@ -10,13 +10,26 @@ import os
 
 from ..costmodel.alphabeta import parse_bandwidth
 from ..costmodel.topology import CollectiveSpec
+from ..errors import DagprofError
 from ..passes.average_steps import average_steps
 from ..passes.workers import refuse_degree
 from ..pipeline import open_run
 from ..report.timeline import write_replay_trace
 from ..search.whatif import Cluster, Scenario, evaluate
 from ..traces.parallelism import Dim
-from .common import add_out_argument, add_run_arguments, comma_list, non_negative_number, out_dir, positive_int, positive_number
+from .common import (
+    MAX_CONTENDED_WORKERS,
+    MAX_WORKERS,
+    add_out_argument,
+    add_run_arguments,
+    comma_list,
+    finite_non_negative,
+    finite_positive,
+    outputs,
+    positive_int,
+    positive_number,
+    worker_count,
+)
 
 HELP = "predict iteration time under other bandwidth, latency, workers, buckets, schemes, compute speed"
 MAX_TRACES = 8  # scenarios whose predicted timeline is written
@@ -29,24 +42,27 @@ def _bandwidth(text: str) -> tuple[float, str]:
 def add_arguments(p) -> None:
     add_run_arguments(p)
     p.add_argument("--bandwidth", type=comma_list(_bandwidth), help="link bandwidth(s), e.g. 10Gbit,200Mbit,25GB/s")
-    p.add_argument("--latency", type=comma_list(non_negative_number), help="link latency in us (per message), e.g. 5,50")
+    p.add_argument("--latency", type=comma_list(finite_non_negative), help="link latency in us (per message), e.g. 5,50")
     p.add_argument("--link", choices=["inter", "intra", "all"], default="inter", help="which links --bandwidth/--latency change (default inter-host)")
-    p.add_argument("--workers", type=comma_list(positive_int), help="number of ranks, e.g. 4,16,4096 (weak scaling: same per-rank batch)")
+    p.add_argument("--workers", type=comma_list(worker_count),
+                   help=f"number of ranks, e.g. 4,16,4096 (weak scaling: same per-rank batch); at most {MAX_WORKERS:,}, "
+                        f"{MAX_CONTENDED_WORKERS:,} with --cores")
     p.add_argument("--tp-degree", type=positive_int, help="tensor-parallel degree: refused unless it is the profiled one (not modelled)")
     p.add_argument("--pp-degree", type=positive_int, help="pipeline-parallel degree: refused unless it is the profiled one (not modelled)")
     p.add_argument("--bucket-mb", type=comma_list(positive_number), help="DDP bucket cap(s) in MB; 'inf' = one bucket per step")
-    p.add_argument("--first-bucket-mb", type=float, default=None, help="cap of the first bucket only (DDP's default is 1 when bucket_cap_mb is unset)")
+    p.add_argument("--first-bucket-mb", type=positive_number, default=None,
+                   help="cap of the first bucket only (DDP's default is 1 when bucket_cap_mb is unset)")
     p.add_argument("--no-overlap", action="store_true", help="start all-reduces only after the whole backward")
     p.add_argument("--scheme", type=comma_list(CollectiveSpec.parse), help="collective algorithm(s): ring, tree, hier, ps:K (K servers)")
     p.add_argument("--partition", type=comma_list(positive_int), help="cut each tensor into K pieces (BytePS partition)")
-    p.add_argument("--compute-speed", type=comma_list(positive_number), help="compute speed factor(s), 2 = twice as fast")
-    p.add_argument("--fusion-mb", type=comma_list(non_negative_number),
+    p.add_argument("--compute-speed", type=comma_list(finite_positive), help="compute speed factor(s), 2 = twice as fast")
+    p.add_argument("--fusion-mb", type=comma_list(finite_non_negative),
                    help="Horovod runs: HOROVOD_FUSION_THRESHOLD(s) in MiB, e.g. 0,4,64 (0 = no fusion)")
-    p.add_argument("--cycle-ms", type=comma_list(non_negative_number), help="Horovod runs: HOROVOD_CYCLE_TIME(s) in ms, e.g. 1,5,20")
+    p.add_argument("--cycle-ms", type=comma_list(finite_non_negative), help="Horovod runs: HOROVOD_CYCLE_TIME(s) in ms, e.g. 1,5,20")
     p.add_argument("--topology", help="cluster: a JSON/TOML file, or presets like 10gbe or nvlink/100gbe:8")
     p.add_argument("--link-model", help="link model from `dagprof calibrate` (instead of fitting the run's collectives)")
-    p.add_argument("--cores", type=int, default=None, help="cores per host shared by its ranks (default: ranks do not contend)")
-    p.add_argument("--ranks-per-host", type=int, default=None, help="with --cores: ranks per host (default all on one)")
+    p.add_argument("--cores", type=positive_int, default=None, help="cores per host shared by its ranks (default: ranks do not contend)")
+    p.add_argument("--ranks-per-host", type=positive_int, default=None, help="with --cores: ranks per host (default all on one)")
     p.add_argument("--fine", action="store_true", help="per-message collectives on per-link queues (needs <= 64 ranks)")
     p.add_argument("--template", action="store_true", help="start from the averaged iteration (each op at its mean over the steps)")
     add_out_argument(p, "whatif<i>.trace.json")
@@ -74,6 +90,15 @@ def _scenarios(args) -> list[Scenario]:
 
 
 def run(args) -> dict:
+    if args.cores and max(args.workers or [0]) > MAX_CONTENDED_WORKERS:
+        raise DagprofError(f"with --cores every rank is replayed (ranks sharing cores do not fold): at most {MAX_CONTENDED_WORKERS:,} "
+                           f"workers, got {max(args.workers):,}", "--workers")
+    with outputs(args.out, args.run, write=not args.no_trace) as staged:
+        result = _evaluate(args, staged.path if staged else None)
+    return staged.final_path(result) if staged else result
+
+
+def _evaluate(args, folder: str | None) -> dict:
     prof = open_run(args.run, steps=args.steps, step_marker=args.step_marker)
     for degree, dim in ((args.tp_degree, Dim.TP), (args.pp_degree, Dim.PP)):
         if degree is not None:
@@ -82,10 +107,9 @@ def run(args) -> dict:
     cluster = Cluster(link=args.link, topology=args.topology, link_model=args.link_model, first_bucket_mb=args.first_bucket_mb,
                       overlap=not args.no_overlap, cores=args.cores, ranks_per_host=args.ranks_per_host, fine=args.fine)
     measured = prof.analysis.measured_us
-    folder = out_dir(args.out, args.run)
 
     def timeline(i: int, g, res) -> str | None:
-        if args.no_trace or i >= MAX_TRACES:
+        if folder is None or i >= MAX_TRACES:
             return None
         return write_replay_trace(os.path.join(folder, f"whatif{i}.trace.json"), g, res)
 

@@ -6,11 +6,12 @@ error (exit status 2) before any work starts.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 from typing import Callable, TypeVar
 
 from ..errors import DagprofError
-from ..fsutil import DEFAULT_MAX_BYTES, MAX_BYTES_ENV
+from ..fsutil import DEFAULT_MAX_BYTES, MAX_BYTES_ENV, Staged, staged_folder
 from ..traces.steps import parse_steps
 
 T = TypeVar("T")
@@ -68,15 +69,24 @@ def comma_list(item: Callable[[str], T]) -> Callable[[str], list[T]]:
     return parse
 
 
-def _at_least(convert: Callable[[str], T], text: str, low: float, strict: bool = False) -> T:
-    """``convert(text)``, checked to be >= ``low`` (> with ``strict``), else a ValueError saying what was expected."""
-    what = f"a {'whole ' if convert is int else ''}number {'>' if strict else '>='} {low:g}"
+MAX_WORKERS = 65_536  # rank symmetry answers this many in seconds; beyond it a typo is likelier than a cluster
+MAX_CONTENDED_WORKERS = 4_096  # with --cores ranks sharing cores differ, so none fold: this many replay in seconds
+
+
+class _BadNumber(ValueError, argparse.ArgumentTypeError):
+    """A flag value out of bounds: argparse prints its message (not just "invalid value"), list flags catch it as a ValueError."""
+
+
+def _at_least(convert: Callable[[str], T], text: str, low: float, strict: bool = False, high: float | None = None) -> T:
+    """``convert(text)``, checked to be >= ``low`` (> with ``strict``) and, given ``high``, finite and <= ``high``;
+    else a ValueError saying what was expected."""
+    what = f"a {'whole ' if convert is int else ''}number {'>' if strict else '>='} {low:g}" + (f" and <= {high:g}" if high else "")
     try:
         v = convert(text)
-    except ValueError:
-        raise ValueError(f"expected {what}, got {text!r}") from None
-    if not (v > low if strict else v >= low):  # NaN fails too
-        raise ValueError(f"expected {what}, got {text!r}")
+    except (ValueError, OverflowError):
+        raise _BadNumber(f"expected {what}, got {text!r}") from None
+    if not (v > low if strict else v >= low) or (high is not None and not v <= high):  # NaN fails too
+        raise _BadNumber(f"expected {what}, got {text!r}")
     return v
 
 
@@ -92,11 +102,34 @@ def non_negative_number(text: str) -> float:
     return _at_least(float, text, 0)
 
 
+def seconds(text: str) -> float:
+    """A time budget: positive, at most a week."""
+    return _at_least(float, text, 0, strict=True, high=7 * 86400.0)
+
+
+def finite_positive(text: str) -> float:
+    return _at_least(float, text, 0, strict=True, high=1e12)
+
+
+def finite_non_negative(text: str) -> float:
+    return _at_least(float, text, 0, high=1e12)
+
+
+def worker_count(text: str) -> int:
+    return _at_least(int, text, 1, high=MAX_WORKERS)
+
+
 def out_dir(out: str | None, source: str) -> str:
     """``-o DIR`` as given, else the default for the input ``source`` (``pipeline.default_out``)."""
     from ..pipeline import default_out
 
     return os.path.abspath(out) if out else default_out(source)
+
+
+def outputs(out: str | None, source: str, write: bool = True) -> contextlib.AbstractContextManager[Staged | None]:
+    """The command's output folder (``out_dir``), staged (``fsutil.staged_folder``): checked before the work
+    starts, its files written as one unit. ``write=False`` (the options ask for no file): None, nothing checked."""
+    return staged_folder(out_dir(out, source)) if write else contextlib.nullcontext()
 
 
 def ms(x: float | None) -> str:

@@ -7,8 +7,10 @@ User errors are ``DagprofError`` and print as one line, exit status 2.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import json
+import math
 import os
 import sys
 
@@ -74,27 +76,91 @@ def main(argv: list[str] | None = None) -> int:
     mod = modules[args.command]
     if getattr(args, "max_trace_bytes", None):
         os.environ[MAX_BYTES_ENV] = str(args.max_trace_bytes)  # read by every opener, in parse workers too
+    reserve = bytearray(_RESERVE_BYTES)  # given back on MemoryError, so that saying so does not run out too
     try:
         result = mod.run(args)
-    except DagprofError as err:
+    except (DagprofError, RecursionError, MemoryError) as err:
+        if isinstance(err, MemoryError):
+            err.__traceback__ = reserve = None  # drop the failed work's frames and what they hold
+            gc.collect()
+        problem = _user_problem(err, args)
+        if problem is None:  # a recursion of ours, not a too-deep input
+            return _internal_error(args, err)
         if getattr(args, "json", False):
-            print(json.dumps({"error": str(err)}))
-        print(escape(f"dagprof {args.command}: error: {err}"), file=sys.stderr)
+            print(json.dumps({"error": problem}))
+        print(escape(f"dagprof {args.command}: error: {problem}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"dagprof {args.command}: interrupted", file=sys.stderr)
         return 130
     except Exception as err:  # a bug of ours: still one line, the traceback on request
-        if os.environ.get("DAGPROF_DEBUG"):
-            raise
-        print(escape(f"dagprof {args.command}: internal error: {type(err).__name__}: {err} (set DAGPROF_DEBUG=1 for the traceback)"), file=sys.stderr)
-        return 3
+        return _internal_error(args, err)
     try:
-        print(json.dumps(result, default=_jsonable) if args.json else mod.to_text(for_terminal(result)))
+        print(json.dumps(finite_json(result), default=_jsonable, allow_nan=False) if args.json else mod.to_text(for_terminal(result)))
         sys.stdout.flush()
     except BrokenPipeError:  # `dagprof ... | head`: the reader left, which is no error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    del reserve
     return 0
+
+
+_RESERVE_BYTES = 8 << 20
+
+
+def _internal_error(args, err: BaseException) -> int:
+    if os.environ.get("DAGPROF_DEBUG"):
+        raise err
+    print(escape(f"dagprof {args.command}: internal error: {type(err).__name__}: {err} (set DAGPROF_DEBUG=1 for the traceback)"), file=sys.stderr)
+    return 3
+
+
+def _user_problem(err: BaseException, args) -> str | None:
+    """The one line for a user error: a DagprofError, an input nested deeper than a decoder can follow, or one
+    too large for this machine's memory; None for a RecursionError of ours."""
+    if isinstance(err, DagprofError):
+        return str(err)
+    inputs = [os.fspath(getattr(args, k)) for k in ("run", "a", "b", "layers", "link_model", "topology")
+              if isinstance(getattr(args, k, None), str) and os.path.exists(getattr(args, k))]
+    where = ", ".join(inputs) or "the input"
+    if isinstance(err, RecursionError):
+        if not any(w in str(err) for w in ("decoding", "deserializing")):
+            return None
+        return f"{where}: JSON nested too deeply to read (arrays or objects more than about {sys.getrecursionlimit()} levels deep)"
+    size = sum(_disk_bytes(p) for p in inputs)
+    try:
+        free = f", {os.sysconf('SC_AVPHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.1f} GiB of memory free now"
+    except (ValueError, OSError):
+        free = ""
+    helps = {"whatif": "fewer or smaller --workers, or no --fine", "sgd": "fewer or smaller --workers",
+             "calibrate": "a smaller --max-mb"}.get(
+        args.command, "a trace of fewer steps (profile a shorter window; --steps A:B trims what is replayed)")
+    return f"{where}: out of memory ({size / 2**20:,.1f} MiB of input on disk{free}); try {helps}, or a machine with more memory"
+
+
+def _disk_bytes(path: str) -> int:
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files
+               if os.path.isfile(os.path.join(d, f)))
+
+
+def finite_json(obj, where: str = "$", bad: list[str] | None = None):
+    """``obj`` with every NaN or infinity replaced by null, which JSON has (NaN and Infinity are not JSON); the
+    top-level object gets ``non_finite``: where each was and what it was, so a null never passes silently."""
+    top = bad is None
+    bad = [] if top else bad
+    if hasattr(obj, "tolist"):  # numpy arrays and scalars
+        obj = obj.tolist()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        bad.append(f"{where} was {obj}")
+        return None
+    if isinstance(obj, dict):
+        obj = {k: finite_json(v, f"{where}.{k}", bad) for k, v in obj.items()}
+    elif isinstance(obj, (list, tuple)):
+        obj = [finite_json(v, f"{where}[{i}]", bad) for i, v in enumerate(obj)]
+    if top and bad and isinstance(obj, dict):
+        obj["non_finite"] = bad[:20] + ([f"... and {len(bad) - 20} more"] if len(bad) > 20 else [])
+    return obj
 
 
 def _jsonable(obj):

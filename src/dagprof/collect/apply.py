@@ -20,8 +20,9 @@ What it configures:
 - recomputation: ``torch.utils.checkpoint`` (non-reentrant) around the named modules;
 - gradient accumulation: ``plan.micro_batches`` and ``plan.sync(i)``.
 
-A strategy for another model (other parameter names or sizes) is refused with one line before
-anything changes. torch is imported here only when ``apply`` runs.
+A strategy for another model (other parameter names or sizes), or one no search writes (a bucket
+layout that misses or repeats a parameter, zero pieces or micro-batches), is refused in one line by
+``validate`` before anything changes. torch is imported here only when ``apply`` runs.
 """
 from __future__ import annotations
 
@@ -89,16 +90,16 @@ def apply(ddp: Any, strategy: Strategy | str | os.PathLike[str]) -> Applied:
         if done.strategy == s:
             return done
         raise DagprofError("this model already has another dagprof strategy applied", source)
-    check_model(ddp.module, s, source)
+    validate(ddp, s, source)
     world = _world_size(ddp)
     if world is not None and world != s.world_size:
         warnings.warn(f"dagprof: the strategy was found for {s.world_size} ranks, this job has {world}; its prediction does not hold here",
                       RuntimeWarning, stacklevel=2)
     plan = Applied(ddp, s, source)
     if s.buckets is not None or s.grad_as_bucket_view:
-        _rebuild_reducer(ddp, s, source)
+        _rebuild_reducer(ddp, s)
     for path in s.recompute:
-        plan.restore.append(_checkpoint(ddp.module, path, source))
+        plan.restore.append(_checkpoint(ddp.module, path))
     hook = _comm_hook(ddp, s)
     if hook is not None:
         ddp.register_comm_hook(*hook)
@@ -107,18 +108,76 @@ def apply(ddp: Any, strategy: Strategy | str | os.PathLike[str]) -> Applied:
     return plan
 
 
-def check_model(module: Any, s: Strategy, source: str | None = None) -> None:
-    """Refuse, in one line, a strategy whose parameters are not this model's."""
-    here = {n: p.numel() for n, p in module.named_parameters() if p.requires_grad}
+MAX_PIECES = 1024  # partition / accumulate beyond this: a typo or a hostile file, never a strategy the search writes
+
+
+def validate(ddp: Any, s: Strategy, source: str | None = None) -> None:
+    """Refuse, in one line, a strategy that does not fit this DDP model, before ``apply`` changes anything.
+
+    The one place every field is checked: the parameters (names and element counts; -1 = not recorded
+    by the profile), the buckets (known parameters, each exactly once, all of them), the counts
+    (world size, pieces, micro-batches, PowerSGD rank), the modules to recompute, and what a custom
+    bucket layout needs from DDP.
+    """
+    def refuse(problem: str, prefix: str = "strategy does not match the model") -> None:
+        raise DagprofError(f"{prefix}: {problem}", source)
+
+    def invalid(problem: str) -> None:
+        refuse(problem, "invalid strategy")
+
+    here = {n: p.numel() for n, p in ddp.module.named_parameters() if p.requires_grad}
+    names = [n for n, _ in s.model]
     want = dict(s.model)
+    if len(want) != len(names):
+        invalid(f"parameter {next(n for i, n in enumerate(names) if n in names[:i])!r} is listed twice")
     missing = [n for n in want if n not in here]
     extra = [n for n in here if n not in want]
     if missing or extra:
         what = f"parameter {missing[0]!r} is not in this model" if missing else f"this model's parameter {extra[0]!r} is not in the strategy"
-        raise DagprofError(f"strategy does not match the model: {what} ({len(missing)} missing, {len(extra)} unknown of {len(want)})", source)
+        refuse(f"{what} ({len(missing)} missing, {len(extra)} unknown of {len(want)})")
     for n, k in want.items():
-        if k >= 0 and here[n] != k:  # -1: the profile did not record this parameter's size
-            raise DagprofError(f"strategy does not match the model: parameter {n!r} has {k} elements in the strategy, {here[n]} here", source)
+        if k < -1:
+            invalid(f"parameter {n!r} has {k} elements (a count is >= 0, or -1 where the profile did not record it)")
+        if k >= 0 and here[n] != k:
+            refuse(f"parameter {n!r} has {k} elements in the strategy, {here[n]} here")
+    if s.buckets is not None:
+        seen: set[str] = set()
+        for i, b in enumerate(s.buckets):
+            if not b.params:
+                invalid(f"bucket {i} holds no parameter")
+            if b.nbytes < 0:
+                invalid(f"bucket {i} has {b.nbytes} bytes")
+            for n in b.params:
+                if n not in want:
+                    invalid(f"bucket {i} names parameter {n!r}, which is not in the strategy's model")
+                if n in seen:
+                    invalid(f"parameter {n!r} is in more than one bucket (again in bucket {i})")
+                seen.add(n)
+        left = [n for n in names if n not in seen]
+        if left:
+            invalid(f"the buckets leave out {len(left)} of {len(names)} parameters, e.g. {left[0]!r}")
+    for field_name, value, low, high in [("world_size", s.world_size, 1, None), ("partition", s.partition, 1, MAX_PIECES),
+                                         ("accumulate", s.accumulate, 1, MAX_PIECES),
+                                         ("compression.start_iter", s.compression.start_iter, 0, None)]:
+        if value < low or (high is not None and value > high):
+            invalid(f"{field_name} is {value}, expected {low}..{high}" if high else f"{field_name} is {value}, expected >= {low}")
+    if s.compression.codec == "powersgd" and s.compression.rank < 1:
+        invalid(f"PowerSGD rank is {s.compression.rank}, expected >= 1")
+    for i, path in enumerate(s.recompute):
+        if path in s.recompute[:i]:
+            invalid(f"module {path!r} is recomputed twice")
+        try:
+            ddp.module.get_submodule(path)
+        except AttributeError:
+            refuse(f"it recomputes module {path!r}, which this model does not have")
+    if s.buckets is not None or s.grad_as_bucket_view:
+        config = getattr(ddp, "_bucket_config", None)
+        if config is None or not hasattr(ddp, "_ddp_init_helper") or not hasattr(type(config), "create"):
+            import torch
+
+            raise DagprofError(f"custom bucket layouts need DDP's per-bucket limits (torch >= 2.13), this is torch {torch.__version__}", source)
+        if ddp.find_unused_parameters:
+            raise DagprofError("custom bucket layouts need find_unused_parameters=False (DDP then rebuilds buckets in gradient-ready order)", source)
 
 
 def _world_size(ddp: Any) -> int | None:
@@ -128,16 +187,10 @@ def _world_size(ddp: Any) -> int | None:
         return None
 
 
-def _rebuild_reducer(ddp: Any, s: Strategy, source: str | None) -> None:
+def _rebuild_reducer(ddp: Any, s: Strategy) -> None:
     """Per-bucket limits equal to each bucket's bytes (and gradients as bucket views); the reducer
     rebuilt as DDP's ``__setstate__`` does."""
-    config = getattr(ddp, "_bucket_config", None)
-    if config is None or not hasattr(ddp, "_ddp_init_helper") or not hasattr(type(config), "create"):
-        import torch
-
-        raise DagprofError(f"custom bucket layouts need DDP's per-bucket limits (torch >= 2.13), this is torch {torch.__version__}", source)
-    if ddp.find_unused_parameters:
-        raise DagprofError("custom bucket layouts need find_unused_parameters=False (DDP then rebuilds buckets in gradient-ready order)", source)
+    config = ddp._bucket_config  # validate() checked that DDP has per-bucket limits
     if s.buckets is not None:
         sizes = {n: p.numel() * p.element_size() for n, p in ddp.module.named_parameters()}
         caps_mb = [sum(sizes[p] for p in b.params) / 2**20 for b in s.buckets]
@@ -156,14 +209,11 @@ def _rebuild_reducer(ddp: Any, s: Strategy, source: str | None) -> None:
         type(ddp).register_comm_hook(ddp, *collector_hook)
 
 
-def _checkpoint(module: Any, path: str, source: str | None):
+def _checkpoint(module: Any, path: str):
     """Wrap the module's forward in checkpoint; returns the undo."""
     from torch.utils.checkpoint import checkpoint
 
-    try:
-        sub = module.get_submodule(path)
-    except AttributeError:
-        raise DagprofError(f"strategy recomputes module {path!r}, which this model does not have", source) from None
+    sub = module.get_submodule(path)  # validate() checked that it exists
     forward = sub.forward
 
     def recomputed(*args: Any, **kwargs: Any) -> Any:

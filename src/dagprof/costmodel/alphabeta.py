@@ -80,6 +80,6 @@ def parse_bandwidth(text: str) -> float:
         raise DagprofError(f"cannot read bandwidth {text!r}: use e.g. 10Gbit, 200Mbit, 25GB/s")
     value = float(m.group(1)) * _UNITS[m.group(2).lower()]
     bytes_per_s = value if m.group(3) == "B" else value / 8
-    if bytes_per_s <= 0:
-        raise DagprofError(f"bandwidth must be positive, got {text!r}")
+    if not 0 < bytes_per_s < float("inf"):
+        raise DagprofError(f"bandwidth must be positive and finite, got {text!r}")
     return bytes_per_s

@@ -178,8 +178,8 @@ def _number(text: str, what: str, path: str, lineno: int, integer: bool = False)
         raise DagprofError(f"line {lineno}: {what} {text!r} is not {'an integer' if integer else 'a number'}", path) from None
     if integer and not 0 <= value < 2**53:  # counts go into int64 columns
         raise DagprofError(f"line {lineno}: {what} must be an integer from 0 to 2**53, got {text!r}", path)
-    if not integer and not (np.isfinite(value) and value >= 0):
-        raise DagprofError(f"line {lineno}: {what} must be a finite number >= 0, got {text!r}", path)
+    if not integer and not (np.isfinite(value) and 0 <= value <= 1e12):  # 1e12 us is 11 days: more is a damaged file
+        raise DagprofError(f"line {lineno}: {what} must be a number from 0 to 1e12, got {text!r}", path)
     return value
 
 
