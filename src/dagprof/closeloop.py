@@ -31,10 +31,11 @@ class Found:
     path: str
 
 
-def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = None, step_marker: str | None = None) -> Found:
+def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = None, step_marker: str | None = None,
+                  allow_missing_ranks: bool = False) -> Found:
     """Search ``run`` and write ``out_dir/strategy.json``."""
     os.makedirs(out_dir, exist_ok=True)
-    prof = open_run(run, steps=steps, step_marker=step_marker)
+    prof = open_run(run, steps=steps, step_marker=step_marker, allow_missing_ranks=allow_missing_ranks)
     res = search_run(prof.run, prof.graph, opts, os.path.join(out_dir, CODEC_COSTS_FILE))
     strategy = res.strategy()
     return Found(prof, res, strategy, save_strategy(strategy, os.path.join(out_dir, STRATEGY_FILE)))

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> dict:
                    optimizer_state=args.optimizer_state, overlap_slowdown=args.overlap_slowdown,
                    progress=_search_bar(args.budget) if shown() else None)
     out = out_dir(args.out, args.run)
-    found = find_strategy(args.run, opts, out, args.steps, args.step_marker)
+    found = find_strategy(args.run, opts, out, args.steps, args.step_marker, args.allow_missing_ranks)
     res = found.search
     result = res.to_dict() | {"strategy_file": found.path, "recommendation": recommendation(res, found.path)}
     if args.verify:

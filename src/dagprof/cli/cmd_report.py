@@ -3,7 +3,7 @@ from __future__ import annotations
 import os
 
 from ..pipeline import open_run, write_outputs
-from .common import add_out_argument, add_run_arguments, out_dir
+from .common import add_out_argument, add_run_arguments, out_dir, warning_lines
 
 HELP = "write report.html (and the replayed Perfetto timeline) for a run"
 
@@ -14,9 +14,11 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> dict:
-    prof = open_run(args.run, steps=args.steps, step_marker=args.step_marker)
-    return {"files": write_outputs(prof, out_dir(args.out, args.run))}
+    prof = open_run(args.run, steps=args.steps, step_marker=args.step_marker,
+                    allow_missing_ranks=args.allow_missing_ranks)
+    return {"files": write_outputs(prof, out_dir(args.out, args.run)), "partial": bool(prof.run.meta.get("partial")),
+            "warnings": prof.warnings}
 
 
 def to_text(r: dict) -> str:
-    return "\n".join(f"{k.replace('_', ' ')}: {os.path.relpath(v)}" for k, v in r["files"].items())
+    return "\n".join(warning_lines(r) + [f"{k.replace('_', ' ')}: {os.path.relpath(v)}" for k, v in r["files"].items()])

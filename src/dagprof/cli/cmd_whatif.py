@@ -13,7 +13,7 @@ from ..costmodel.topology import CollectiveSpec
 from ..pipeline import open_run
 from ..report.timeline import write_replay_trace
 from ..search.whatif import Cluster, Scenario, evaluate
-from .common import add_out_argument, add_run_arguments, comma_list, non_negative_number, out_dir, positive_int, positive_number
+from .common import add_out_argument, add_run_arguments, comma_list, non_negative_number, out_dir, positive_int, positive_number, warning_lines
 
 HELP = "predict iteration time under other bandwidth, latency, workers, buckets, schemes, compute speed"
 MAX_TRACES = 8  # scenarios whose predicted timeline is written
@@ -69,7 +69,8 @@ def _scenarios(args) -> list[Scenario]:
 
 
 def run(args) -> dict:
-    prof = open_run(args.run, steps=args.steps, template=args.template, step_marker=args.step_marker)
+    prof = open_run(args.run, steps=args.steps, template=args.template, step_marker=args.step_marker,
+                    allow_missing_ranks=args.allow_missing_ranks)
     cluster = Cluster(link=args.link, topology=args.topology, link_model=args.link_model, first_bucket_mb=args.first_bucket_mb,
                       overlap=not args.no_overlap, cores=args.cores, ranks_per_host=args.ranks_per_host, fine=args.fine)
     measured = prof.analysis.measured_us
@@ -81,7 +82,8 @@ def run(args) -> dict:
         return write_replay_trace(os.path.join(folder, f"whatif{i}.trace.json"), g, res)
 
     out = evaluate(prof.graph, _scenarios(args), cluster, measured, timeline)
-    return {"run": os.fspath(args.run), "measured_iter_ms": None if measured is None else measured / 1e3} | out
+    return {"run": os.fspath(args.run), "measured_iter_ms": None if measured is None else measured / 1e3} | out | {
+        "partial": bool(prof.run.meta.get("partial")), "warnings": prof.warnings}
 
 
 _SHORT = {  # table heading of each column; ``COLUMNS`` (also in --json) defines them
@@ -92,7 +94,7 @@ _SHORT = {  # table heading of each column; ``COLUMNS`` (also in --json) defines
 
 def to_text(r: dict) -> str:
     m = "n/a" if r["measured_iter_ms"] is None else f"{r['measured_iter_ms']:.2f} ms"
-    lines = [f"profiled: {r['workers']} ranks, measured {m}/iter; model of it {r['model_iter_ms']:.2f} ms ({r['link']})"]
+    lines = warning_lines(r) + [f"profiled: {r['workers']} ranks, measured {m}/iter; model of it {r['model_iter_ms']:.2f} ms ({r['link']})"]
     keys = [k for k in ("workers", "bandwidth", "latency_us", "bucket_mb", "scheme", "partition", "compute_speed", "fusion_mb", "cycle_ms")
             if any(row[k] is not None for row in r["scenarios"])]
     width = {k: max(12, len(k) + 2) for k in keys}

@@ -21,6 +21,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="profiled steps to use: A:B = steps A..B-1, A = step A alone (default: all that every rank has)")
     p.add_argument("--step-marker", metavar="NAME", default=None,
                    help="annotation that opens each iteration when the trace has no ProfilerStep (default: the whole window is one)")
+    p.add_argument("--allow-missing-ranks", action="store_true",
+                   help="analyse a run that lacks ranks of its job, or holds some cut short (killed mid-window): "
+                        "with a warning, outputs marked partial (default: refused)")
 
 
 def add_out_argument(p: argparse.ArgumentParser, what: str) -> None:
