@@ -216,10 +216,19 @@ def test_sigkill_one_of_two_ranks(tmp_path, capsys, kineto):
     out = tmp_path / "run"
     _killed_run(out, 2, "KILL", *(["--kineto"] if kineto else []))
     assert not (out / "rank1.json").exists()
-    assert sorted(os.listdir(out / "rank1.steps")) == ["head.json", "step2.json", "step3.json", "step4.json"]
+    assert sorted(os.listdir(out / "rank1.steps")) == ["head.json", "steps.jsonl"]
+    parts, torn = rs.read_step_log(out / "rank1.steps" / "steps.jsonl")
+    assert [p.step for p in parts] == [2, 3, 4] and not torn
     run = load(out, allow_missing_ranks=True)
     assert [t.meta["steps_profiled"] for t in run.ranks] == [[2, 3, 4], [2, 3, 4]]
     _check_partial(out, capsys, 2, "killed (SIGKILL, out of memory), crashed or still running: its step files end at step 4, no rank1.json")
+    # killed while appending step 5: the line has no newline (no commit), so it is dropped with a warning
+    log = out / "rank1.steps" / "steps.jsonl"
+    whole = log.read_bytes()
+    log.write_bytes(whole + whole.splitlines(keepends=True)[-1][:100].replace(b'"step":4', b'"step":5'))
+    run = load(out, allow_missing_ranks=True)
+    assert run.rank(1).meta["steps_profiled"] == [2, 3, 4]
+    assert any("the record of the step after 4 was cut off" in w for w in run.meta["warnings"])
 
 
 def test_sigterm_one_of_three_ranks(tmp_path, capsys):

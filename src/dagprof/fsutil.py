@@ -55,6 +55,11 @@ def read_versioned(path: str | os.PathLike[str], kind: type[T], fmt: str, versio
         raise DagprofError("file is missing", path) from None
     except OSError as err:
         raise DagprofError(f"cannot read the file ({err.strerror or err})", path) from None
+    return decode_versioned(data, path, kind, fmt, versions, what, too_old)
+
+
+def decode_versioned(data: bytes, path: str, kind: type[T], fmt: str, versions: range, what: str, too_old: str) -> T:
+    """``read_versioned`` of bytes already read (one record of an append-only file); ``path`` names it in errors."""
     try:
         head = msgspec.json.decode(data, type=_Header)
     except msgspec.ValidationError as err:

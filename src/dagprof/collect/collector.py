@@ -3,7 +3,7 @@
 Hooks only append ``(code, a, b, time.time_ns(), x)`` tuples to a list (Kineto uses the
 same Unix clock, so both line up without conversion); everything else happens at step
 boundaries and when the window ends. Each completed step of the window is written at once
-(``run_schema.StepPart``, one small file, atomically), and SIGTERM/SIGINT leave a note of what
+(``run_schema.StepPart``, one line appended to the rank's step log), and SIGTERM/SIGINT leave a note of what
 stopped the process before the previous handler runs, so a rank killed mid-window keeps
 its completed steps and the reader can say which are lost. Every hook body is guarded: an exception disables profiling with one warning
 and training carries on. Outside the window the leaf-module hooks are removed; the comm
@@ -34,6 +34,7 @@ from ..traces.run_schema import (
     MANIFEST,
     STEPS_ENDED,
     STEPS_HEAD,
+    STEPS_LOG,
     BucketEntry,
     Clock,
     Ended,
@@ -42,9 +43,9 @@ from ..traces.run_schema import (
     Rec,
     StepPart,
     encode,
+    encode_line,
     kineto_file,
     rank_file,
-    step_part_file,
     steps_dir,
 )
 from ..traces.steps import parse_steps
@@ -631,7 +632,7 @@ class Collector:
                                  len(self.step_times), len(self._layouts))
 
     def _write_step_part(self) -> None:
-        """The step that just ended, and whatever else was appended since the previous one, in one small file."""
+        """The step that just ended, and whatever else was appended since the previous one: one line appended to the log."""
         done = self._flushed
         n = len(self.records)  # comm threads may append meanwhile: take what is there now
         grad = {k: v for k, v in self._grad_bytes.items() if done.grad_bytes.get(k) != v}
@@ -641,8 +642,7 @@ class Collector:
             bucket_layout=self._layouts[-1] if len(self._layouts) > done.layouts else None,
             warnings=self.warnings[done.warnings:], step_times_ns=self.step_times[done.step_times:], records=self.records[done.records:n],
         )
-        with atomic_open(os.path.join(self.out_dir, steps_dir(self._info["rank"]), step_part_file(self.step)), "wb") as f:
-            f.write(encode(part))
+        _append(os.path.join(self.out_dir, steps_dir(self._info["rank"]), STEPS_LOG), encode_line(part))
         if grad:
             done.grad_bytes.update(grad)
         done.records, done.layers, done.warnings = n, len(self.layers), len(self.warnings)
@@ -703,6 +703,17 @@ class _Flushed:
     warnings: int = 0
     step_times: int = 0
     layouts: int = 0
+
+
+def _append(path: str, line: bytes) -> None:
+    """Append one committed line (it ends with its newline; a write cut short by a kill leaves no newline)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        view = memoryview(line)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
 
 
 def _export_gz(prof: Any, path: str) -> None:

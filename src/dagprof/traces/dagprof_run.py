@@ -5,7 +5,7 @@ rank, ``rank<R>.json`` (hook records, bucket layouts, step times, clock, host in
 optionally ``rank<R>.kineto.json.gz`` (the torch.profiler trace of the same window).
 Every file is written atomically, so a folder is readable while other ranks still write.
 A rank killed inside its window left ``rank<R>.steps/`` instead (its completed steps, one
-file each); it is read from there and what it lost is named (``completeness``).
+line each); it is read from there and what it lost is named (``completeness``).
 
 Hook records are raw timestamps ``[code, a, b, t_ns, x]`` (see ``Rec``); this module turns
 them into the event-table conventions of ``events.py``. The main-thread lane of every
@@ -47,15 +47,15 @@ from .run_schema import (
     RANK_FORMAT,
     STEPS_ENDED,
     STEPS_HEAD,
+    STEPS_LOG,
     Col,
     Ended,
     Manifest,
     RankFile,
     Rec,
-    StepPart,
     rank_file,
     read_file,
-    step_part_file,
+    read_step_log,
     steps_dir,
 )
 
@@ -152,14 +152,13 @@ def _rank_doc(folder: str, r: int, world: int) -> tuple[RankFile | None, RankGap
 
 
 def _from_step_files(folder: str) -> RankFile:
-    """A rank's ``RankFile`` rebuilt from ``head.json`` and its ``step<S>.json`` files (the window's completed steps)."""
+    """A rank's ``RankFile`` rebuilt from ``head.json`` and the committed lines of ``steps.jsonl`` (its completed steps)."""
     f: RankFile = read_file(os.path.join(folder, STEPS_HEAD), RankFile)
-    steps = sorted(int(n[4:-5]) for n in os.listdir(folder) if n.startswith("step") and n.endswith(".json") and n[4:-5].isdigit())
+    parts, torn = read_step_log(os.path.join(folder, STEPS_LOG))
     layouts, saved = list(f.bucket_layouts), dict(f.layer_saved_bytes)
-    for step in steps:
-        p: StepPart = read_file(os.path.join(folder, step_part_file(step)), StepPart)
-        if p.rank != f.rank or p.step != step:
-            raise DagprofError(f"holds rank {p.rank} step {p.step}, not rank {f.rank} step {step}", os.path.join(folder, step_part_file(step)))
+    for p in parts:
+        if p.rank != f.rank:
+            raise DagprofError(f"holds a step of rank {p.rank}, not of rank {f.rank}", os.path.join(folder, STEPS_LOG))
         f.layers += p.layers
         f.layer_grad_bytes.update(p.layer_grad_bytes)
         for k, nb in p.layer_saved_bytes.items():
@@ -169,7 +168,10 @@ def _from_step_files(folder: str) -> RankFile:
         f.warnings += p.warnings
         f.step_times_ns += p.step_times_ns
         f.records += p.records
-        f.steps_profiled.append(step)
+        f.steps_profiled.append(p.step)
+    if torn:
+        f.warnings.append(f"rank {f.rank}: the record of the step after {f.steps_profiled[-1] if parts else 'none'} was cut off "
+                          "while being written (the process was killed): dropped")
     f.layer_saved_bytes, f.bucket_layouts = saved, layouts
     f.steps_completed = len(f.step_times_ns)
     ended = os.path.join(folder, STEPS_ENDED)
