@@ -24,6 +24,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--die-rank", type=int, default=1)
     ap.add_argument("--die-step", type=int, default=5)
     ap.add_argument("--die-signal", default="KILL")
+    ap.add_argument("--tiny", action="store_true", help="a Linear(8,16)-ReLU-Linear(16,2) model (small files, for fixtures)")
     args = ap.parse_args(argv)
 
     import torch
@@ -38,10 +39,15 @@ def main(argv: list[str] | None = None) -> None:
     rank = dist.get_rank()
     cfg = DemoConfig.small()
     torch.manual_seed(0)
-    model = DDP(build_model(cfg), bucket_cap_mb=cfg.bucket_cap_mb)
+    if args.tiny:
+        net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+        x, y = torch.randn(4, 8), torch.randint(0, 2, (4,))
+    else:
+        net = build_model(cfg)
+        x = torch.randn(cfg.batch_size, 3, cfg.image_size, cfg.image_size)
+        y = torch.randint(0, 10, (cfg.batch_size,))
+    model = DDP(net, bucket_cap_mb=cfg.bucket_cap_mb)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(cfg.batch_size, 3, cfg.image_size, cfg.image_size)
-    y = torch.randint(0, 10, (cfg.batch_size,))
 
     def loop(prof) -> None:
         for step in range(args.steps):

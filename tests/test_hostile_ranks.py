@@ -170,6 +170,41 @@ def test_horovod_rank_file_copy(tmp_path):
     _refused(run, "rank1.horovod.json", "holds rank 0, not rank 1")
 
 
+# ---------------------------------------------------------------- item 13: recorded runs with a killed rank (fast)
+
+KILLED = DATA / "killed-rank"
+
+
+@pytest.mark.parametrize("name, why", [
+    ("sigterm", "rank 1 of 2: stopped by SIGTERM during step 3, no rank1.json: steps 3-4 missing"),
+    ("sigkill", "rank 1 of 2: killed (SIGKILL, out of memory), crashed or still running: its step files end at step 2, "
+                "no rank1.json: steps 3-4 missing"),
+])
+def test_recorded_killed_runs(name, why, tmp_path, capsys):
+    """Real 2-rank torchrun jobs (tests/data/killed-rank): rank 1 stopped at step 3 of the window 1-4; rank 0 then
+    failed in its next all-reduce and wrote its own file, saying so."""
+    text = _refused(KILLED / name, why, "rank 0 of 2: ended by RuntimeError (", "during step 3: steps 3-4 missing", "--allow-missing-ranks")
+    assert text.startswith(f"{KILLED / name}: incomplete profile: ")
+    run = load(KILLED / name, allow_missing_ranks=True)
+    assert [t.meta["steps_profiled"] for t in run.ranks] == [[1, 2], [1, 2]] and run.meta["partial"]
+    code, out, _ = _cli(capsys, "analyze", KILLED / name, "--allow-missing-ranks", "--json")
+    r = json.loads(out)
+    assert code == 0 and r["partial"] and [p["rank"] for p in r["per_rank"]] == [0, 1]
+
+
+def test_step_log_lines_are_versioned_and_checked(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(KILLED / "sigkill", run)
+    log = run / "rank1.steps" / "steps.jsonl"
+    lines = log.read_bytes().splitlines(keepends=True)
+    log.write_bytes(lines[0] + lines[1].replace(b'"version":1', b'"version":99'))
+    _refused(run, "steps.jsonl line 2: written by a newer dagprof (format version 99")
+    log.write_bytes(lines[0] + b"{not json\n")
+    _refused(run, "steps.jsonl line 2: corrupt or truncated")
+    log.write_bytes(lines[0] + lines[1].replace(b'"rank":1', b'"rank":0'))
+    _refused(run, "holds a step of rank 0, not of rank 1")
+
+
 # ---------------------------------------------------------------- item 13: a rank killed mid-window, for real
 
 def _free_port() -> int:

@@ -533,7 +533,8 @@ class Collector:
             if self.in_window:  # training ended inside the window; the open step never finished
                 self.in_window = False
                 if error is not None and not self._ended:
-                    first = re.sub(r"^\[[^\]]*\]\s*", "", " ".join(str(error).split()))[:80]  # gloo starts with [file:line]
+                    # the innermost message: gloo wraps it ("... callback: RuntimeError: [file:line] Connection closed ...")
+                    first = re.sub(r"^\[[^\]]*\]\s*", "", re.split(r"\b\w*Error: ", " ".join(str(error).split()))[-1])[:80]
                     self._ended = f"ended by {type(error).__name__}{f' ({first})' if first else ''} during step {self.step}"
                 self._detach()
             if not self._info:
