@@ -333,3 +333,4 @@ def test_signal_chains_to_the_programs_handler(tmp_path):
     assert done.returncode == 0 and "trained to the end" in done.stdout, done.stderr[-2000:]
     run = load(out)
     assert run.ranks[0].meta["steps_profiled"] == [1, 2, 3] and not run.meta["rank_gaps"]
+    assert rs.read_file(out / "rank0.json", rs.RankFile).ended == ""  # it carried on: nothing stopped it

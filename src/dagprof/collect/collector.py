@@ -3,10 +3,10 @@
 Hooks only append ``(code, a, b, time.time_ns(), x)`` tuples to a list (Kineto uses the
 same Unix clock, so both line up without conversion); everything else happens at step
 boundaries and when the window ends. Each completed step of the window is written at once
-(``run_schema.StepPart``, one line appended to the rank's step log), and SIGTERM/SIGINT leave a note of what
-stopped the process before the previous handler runs, so a rank killed mid-window keeps
-its completed steps and the reader can say which are lost. Every hook body is guarded: an exception disables profiling with one warning
-and training carries on. Outside the window the leaf-module hooks are removed; the comm
+(``run_schema.StepPart``: one line appended to the rank's step log), and SIGTERM/SIGINT leave
+a note of what stopped the process before the previous handler runs, so a rank killed
+mid-window keeps its completed steps and the reader can say which are lost. Every hook body
+is guarded: an exception disables profiling with one warning and training carries on. Outside the window the leaf-module hooks are removed; the comm
 hook (DDP allows registering only one) stays as a pass-through.
 
 Torch is imported lazily, only here and in the modules that create a Collector.
@@ -673,25 +673,32 @@ class Collector:
             except (ValueError, OSError):
                 pass
 
-    def _on_signal(self, signum: int, frame: Any) -> Any:
-        """Note what stopped the process (completed steps are on disk already), then do what the previous handler did."""
-        try:
-            if not self._ended:
-                self._ended = f"stopped by {signal.Signals(signum).name} during step {self.step}"
-                if self.in_window and self._info:
-                    ended = Ended(rank=self._info["rank"], how=self._ended, t_ns=time.time_ns())
-                    with atomic_open(os.path.join(self.out_dir, steps_dir(self._info["rank"]), STEPS_ENDED), "wb") as f:
-                        f.write(encode(ended))
-        except Exception:  # noqa: BLE001  (the signal must still take effect)
-            pass
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        """Note what stops the process (its completed steps are on disk already), then do what the previous handler did."""
         prev = self._prev_signals.get(signum, signal.SIG_DFL)
-        if callable(prev):
-            return prev(signum, frame)  # SIGINT's default raises KeyboardInterrupt: training unwinds, close() writes
         if prev == signal.SIG_IGN:
-            return None
+            return
+        self._note_end(f"stopped by {signal.Signals(signum).name} during step {self.step}")
+        if callable(prev):
+            prev(signum, frame)  # SIGINT's default raises KeyboardInterrupt: training unwinds and close() writes
+            self._note_end("")  # the program's own handler let it carry on: nothing was stopped
+            return
         signal.signal(signum, signal.SIG_DFL)  # the default action: die of this signal, as without dagprof
         os.kill(os.getpid(), signum)
-        return None
+
+    def _note_end(self, how: str) -> None:
+        """``rank<R>.steps/ended.json`` saying ``how`` the process stops ("" removes it); never raises (a signal handler)."""
+        try:
+            self._ended = how
+            if self.in_window and self._info:
+                path = os.path.join(self.out_dir, steps_dir(self._info["rank"]), STEPS_ENDED)
+                if how:
+                    with atomic_open(path, "wb") as f:
+                        f.write(encode(Ended(rank=self._info["rank"], how=how, t_ns=time.time_ns())))
+                elif os.path.exists(path):
+                    os.unlink(path)
+        except Exception:  # noqa: BLE001  (the signal must still take effect)
+            pass
 
 
 @dataclass
