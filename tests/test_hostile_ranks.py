@@ -163,6 +163,14 @@ def test_tf_jax_rank_file_copy(tmp_path):
     _refused(run, "holds rank 0 of 2, not rank 1 of 2")
 
 
+def test_tf_jax_run_folder_missing_a_rank(tmp_path):
+    run = tmp_path / "tf"
+    shutil.copytree(DATA / "tf-jax" / "mlp", run)
+    os.remove(run / "rank1.json")
+    _refused(run, "rank 1 of 2: no rank1.json", "--allow-missing-ranks")
+    assert [t.rank for t in load(run, allow_missing_ranks=True).ranks] == [0]
+
+
 def test_horovod_rank_file_copy(tmp_path):
     run = tmp_path / "hvd"
     shutil.copytree(DATA / "horovod" / "fused", run)

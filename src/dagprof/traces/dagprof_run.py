@@ -145,7 +145,8 @@ def _rank_doc(folder: str, r: int, world: int) -> tuple[RankFile | None, RankGap
     if f.world_size != world:
         raise DagprofError(f"rank {r} of a {f.world_size}-rank job, but manifest.json says {world} ranks: not this run's file", rpath)
     first, stop = f.steps_requested
-    lost = tuple(s for s in range(first, stop) if s not in set(f.steps_profiled))
+    profiled = set(f.steps_profiled)
+    lost = tuple(s for s in range(first, stop) if s not in profiled)
     if how and lost:
         return f, RankGap(r, how, lost)
     return f, None
