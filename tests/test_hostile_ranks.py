@@ -342,3 +342,13 @@ def test_signal_chains_to_the_programs_handler(tmp_path):
     run = load(out)
     assert run.ranks[0].meta["steps_profiled"] == [1, 2, 3] and not run.meta["rank_gaps"]
     assert rs.read_file(out / "rank0.json", rs.RankFile).ended == ""  # it carried on: nothing stopped it
+
+
+def test_profile_removes_an_earlier_runs_step_logs(tmp_path, capsys):
+    """A stale rank<R>.steps/ from an earlier profile in the same folder must not pass for this run's rank."""
+    shutil.copytree(KILLED / "sigkill", tmp_path / "run")
+    mine = tmp_path / "run" / "rank7.steps"  # a user's folder that is not a step log: left alone
+    mine.mkdir()
+    code, _, err = _cli(capsys, "profile", "-o", tmp_path / "run", "--", sys.executable, "-c", "pass")
+    assert code == 2 and "no rank wrote a profile" in err
+    assert sorted(os.listdir(tmp_path / "run")) == ["rank7.steps"]
