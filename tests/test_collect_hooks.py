@@ -16,6 +16,7 @@ from dagprof.collect import parse_steps, profile  # noqa: E402
 from dagprof.errors import DagprofError  # noqa: E402
 from dagprof.traces.dagprof_run import read_run  # noqa: E402
 from dagprof.traces.events import Kind, LaneKind  # noqa: E402
+from dagprof.traces.load import load  # noqa: E402
 from dagprof.traces.run_schema import MANIFEST, rank_file  # noqa: E402
 
 LEAVES = ["0", "1", "2", "3.0", "3.1", "4"]
@@ -139,9 +140,12 @@ def test_bad_run_folders(tmp_path):
     train(tmp_path, range(1, 2), n=2)
     manifest = json.loads((tmp_path / MANIFEST).read_text())
     (tmp_path / MANIFEST).write_text(json.dumps({**manifest, "world_size": 2}))
-    with pytest.raises(DagprofError, match=r"rank 1 of 2 is missing \(no rank1.json\)"):
-        read_run(tmp_path)
+    rank0 = (tmp_path / rank_file(0)).read_text()
+    (tmp_path / rank_file(0)).write_text(json.dumps({**json.loads(rank0), "world_size": 2}))
+    with pytest.raises(DagprofError, match=r"rank 1 of 2: nothing written \(no rank1.json"):
+        load(tmp_path)
     (tmp_path / MANIFEST).write_text(json.dumps(manifest))
+    (tmp_path / rank_file(0)).write_text(rank0)
     body = (tmp_path / rank_file(0)).read_bytes()
     (tmp_path / rank_file(0)).write_bytes(body[: len(body) // 2])
     with pytest.raises(DagprofError, match=r"rank0.json: corrupt or truncated"):
@@ -160,8 +164,9 @@ def test_truncated_kineto_trace(tmp_path):
 def test_stale_rank_file_from_another_run(tmp_path):
     train(tmp_path, range(1, 2), n=2)
     doc = json.loads((tmp_path / rank_file(0)).read_text())
-    doc.update(rank=1, records=[[r[0], r[1], r[2], r[3] - 3600 * 10**9, r[4]] for r in doc["records"]])
+    doc.update(rank=1, world_size=2, pid=doc["pid"] + 1, records=[[r[0], r[1], r[2], r[3] - 3600 * 10**9, r[4]] for r in doc["records"]])
     (tmp_path / rank_file(1)).write_text(json.dumps(doc))
+    (tmp_path / rank_file(0)).write_text(json.dumps({**json.loads((tmp_path / rank_file(0)).read_text()), "world_size": 2}))
     manifest = json.loads((tmp_path / MANIFEST).read_text())
     (tmp_path / MANIFEST).write_text(json.dumps({**manifest, "world_size": 2}))
     with pytest.raises(DagprofError, match="3600 s apart: they are from different runs"):

@@ -32,9 +32,10 @@ class Found:
     path: str | None  # None: nothing is predicted to gain enough to apply (``defaults_stand`` says so)
 
 
-def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = None, step_marker: str | None = None) -> Found:
+def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = None, step_marker: str | None = None,
+                  allow_missing_ranks: bool = False) -> Found:
     """Search ``run``; write ``out_dir/strategy.json`` only when the search says it is worth applying."""
-    prof = open_run(run, steps=steps, step_marker=step_marker)
+    prof = open_run(run, steps=steps, step_marker=step_marker, allow_missing_ranks=allow_missing_ranks)
     res = search_run(prof.run, prof.graph, opts, os.path.join(out_dir, CODEC_COSTS_FILE))
     strategy = res.strategy()
     path = save_strategy(strategy, os.path.join(out_dir, STRATEGY_FILE)) if res.worth_applying else None

@@ -262,7 +262,11 @@ def read_versioned(path: str | os.PathLike[str], kind: type[T], fmt: str, versio
     a field of the wrong type. Fields ``kind`` does not know are skipped (added with defaults, same version).
     """
     path = os.fspath(path)
-    data = read_input(path)
+    return decode_versioned(read_input(path), path, kind, fmt, versions, what, too_old)
+
+
+def decode_versioned(data: bytes, path: str, kind: type[T], fmt: str, versions: range, what: str, too_old: str) -> T:
+    """``read_versioned`` of bytes already read (one record of an append-only file); ``path`` names it in errors."""
     try:
         head = msgspec.json.decode(data, type=_Header)
     except msgspec.ValidationError as err:

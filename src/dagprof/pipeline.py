@@ -44,11 +44,12 @@ class Profiled:
     def to_dict(self) -> dict:
         clocks = None if self.alignment is None else {
             "offset_us": self.alignment.offset_us, "residual_skew_us": self.alignment.residual_us, "collectives_used": self.alignment.instances_used}
-        return self.analysis.to_dict() | {"findings": [f.to_dict() for f in self.findings], "warnings": self.warnings, "clock_alignment": clocks}
+        return self.analysis.to_dict() | {"findings": [f.to_dict() for f in self.findings], "warnings": self.warnings, "clock_alignment": clocks,
+                                          "partial": bool(self.run.meta.get("partial"))}
 
 
 def open_run(path: str | os.PathLike[str], steps: range | None = None, engine: str = "auto", template: bool = False,
-             step_marker: str | None = None) -> Profiled:
+             step_marker: str | None = None, allow_missing_ranks: bool = False) -> Profiled:
     """Load, align, build and replay a run.
 
     The graph keeps every profiled step with its own measured op times, so what-ifs apply to each
@@ -56,9 +57,10 @@ def open_run(path: str | os.PathLike[str], steps: range | None = None, engine: s
     time by its mean over the steps (dPRO's averaged replay): smoother, but on a machine whose load
     swings it predicts short, since the mean of each step's slowest path exceeds the slowest path
     of mean times. ``step_marker`` names the annotation that opens each iteration in a trace without
-    ``ProfilerStep`` markers (without either, the profiled window is one iteration).
+    ``ProfilerStep`` markers (without either, the profiled window is one iteration). A run that
+    lacks ranks of its job (or holds some cut short) is refused unless ``allow_missing_ranks``.
     """
-    run = load(path)
+    run = load(path, allow_missing_ranks=allow_missing_ranks)
     if "ps" in run.meta:  # a parameter-server job: processes on one clock, no collectives to align by
         graph = fit_ps_link(build_ps_graph(run, steps=steps))
     else:

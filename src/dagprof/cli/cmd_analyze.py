@@ -11,7 +11,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> dict:
-    prof = open_run(args.run, steps=args.steps, step_marker=args.step_marker)
+    prof = open_run(args.run, steps=args.steps, step_marker=args.step_marker,
+                    allow_missing_ranks=args.allow_missing_ranks)
     return prof.to_dict()
 
 

@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> dict:
                    optimizer_state=args.optimizer_state, overlap_slowdown=args.overlap_slowdown,
                    progress=_search_bar(args.budget) if shown() else None)
     with outputs(args.out, args.run) as staged:
-        found = find_strategy(args.run, opts, staged.path, args.steps, args.step_marker)
+        found = find_strategy(args.run, opts, staged.path, args.steps, args.step_marker, args.allow_missing_ranks)
         res = found.search
         if found.path is None:  # nothing to write, nothing to verify
             line = defaults_stand(res) + ("; nothing to verify" if args.verify else "")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import shutil
 import subprocess
 
 from ..errors import DagprofError
@@ -35,7 +36,7 @@ def run(args: argparse.Namespace) -> dict:
     check_output_folder(out)  # the ranks write into it as they go: checked, not staged
     os.makedirs(out, exist_ok=True)
     for old in _earlier_profile(out):
-        os.unlink(old)
+        shutil.rmtree(old) if os.path.isdir(old) else os.unlink(old)
     bootstrap = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "collect", "bootstrap")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([bootstrap] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
@@ -51,7 +52,12 @@ def run(args: argparse.Namespace) -> dict:
             f"the command exited with status {code} and no rank wrote a profile: the zero-code mode sees only models "
             "wrapped in torch.nn.parallel.DistributedDataParallel or Horovod's DistributedOptimizer (else call dagprof.profile in the script)", out)
     if code != 0:
-        raise DagprofError(f"the profiled command exited with status {code}; what its ranks wrote is in this folder", out)
+        try:
+            load(out)
+            kept = "every rank's profile is complete"
+        except DagprofError as err:
+            kept = err.problem  # which ranks and steps are missing
+        raise DagprofError(f"the profiled command exited with status {code}; what its ranks wrote is in this folder: {kept}", out)
     run_ = load(out)  # a DDP or a Horovod run folder
     ranks = []
     for t in run_.ranks:
@@ -72,9 +78,10 @@ _WARMUP_STEPS = 2
 def _earlier_profile(folder: str) -> list[str]:
     """dagprof's own files from an earlier run in ``folder`` (never anything else a user keeps there)."""
     from ..fsutil import open_input
-    from ..traces.run_schema import MANIFEST, RANK_FORMAT
+    from ..traces.run_schema import MANIFEST, RANK_FORMAT, STEPS_HEAD
 
     ours = glob.glob(os.path.join(folder, MANIFEST)) + glob.glob(os.path.join(folder, "rank*.kineto.json.gz"))
+    ours += [d for d in glob.glob(os.path.join(folder, "rank*.steps")) if os.path.exists(os.path.join(d, STEPS_HEAD))]
     for path in glob.glob(os.path.join(folder, "rank*.json")):
         with open_input(path) as f:  # a FIFO named rank0.json is refused, not waited on
             if f"\"{RANK_FORMAT}\"".encode() in f.read(64):

@@ -22,10 +22,11 @@ def add_arguments(p) -> None:
 
 def run(args) -> dict:
     with outputs(args.out, args.run) as staged:
-        prof = open_run(args.run, steps=args.steps, engine=args.engine, template=args.template, step_marker=args.step_marker)
+        prof = open_run(args.run, steps=args.steps, engine=args.engine, template=args.template, step_marker=args.step_marker,
+                        allow_missing_ranks=args.allow_missing_ranks)
         files = staged.final_path(write_outputs(prof, staged.path))
     a = prof.to_dict()
-    keep = ("measured_iter_ms", "predicted_iter_ms", "error_pct", "per_rank", "steps", "nodes", "edges", "engine", "warnings")
+    keep = ("measured_iter_ms", "predicted_iter_ms", "error_pct", "per_rank", "steps", "nodes", "edges", "engine", "warnings", "partial")
     out = {k: a[k] for k in keep}
     if args.explain:
         out["explain"] = explain(prof.graph, prof.analysis.result, threshold_us=args.explain_threshold * 1e3).to_dict()

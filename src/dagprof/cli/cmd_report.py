@@ -3,7 +3,7 @@ from __future__ import annotations
 import os
 
 from ..pipeline import open_run, write_outputs
-from .common import add_out_argument, add_run_arguments, outputs
+from .common import add_out_argument, add_run_arguments, outputs, warning_lines
 
 HELP = "write report.html (and the replayed Perfetto timeline) for a run"
 
@@ -15,9 +15,10 @@ def add_arguments(p) -> None:
 
 def run(args) -> dict:
     with outputs(args.out, args.run) as out:
-        prof = open_run(args.run, steps=args.steps, step_marker=args.step_marker)
-        return {"files": out.final_path(write_outputs(prof, out.path))}
+        prof = open_run(args.run, steps=args.steps, step_marker=args.step_marker, allow_missing_ranks=args.allow_missing_ranks)
+        return {"files": out.final_path(write_outputs(prof, out.path)), "partial": bool(prof.run.meta.get("partial")),
+                "warnings": prof.warnings}
 
 
 def to_text(r: dict) -> str:
-    return "\n".join(f"{k.replace('_', ' ')}: {os.path.relpath(v)}" for k, v in r["files"].items())
+    return "\n".join(warning_lines(r) + [f"{k.replace('_', ' ')}: {os.path.relpath(v)}" for k, v in r["files"].items()])

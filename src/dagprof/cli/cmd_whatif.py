@@ -28,6 +28,7 @@ from .common import (
     outputs,
     positive_int,
     positive_number,
+    warning_lines,
     worker_count,
 )
 
@@ -99,7 +100,7 @@ def run(args) -> dict:
 
 
 def _evaluate(args, folder: str | None) -> dict:
-    prof = open_run(args.run, steps=args.steps, step_marker=args.step_marker)
+    prof = open_run(args.run, steps=args.steps, step_marker=args.step_marker, allow_missing_ranks=args.allow_missing_ranks)
     for degree, dim in ((args.tp_degree, Dim.TP), (args.pp_degree, Dim.PP)):
         if degree is not None:
             refuse_degree(prof.graph, dim, degree)
@@ -114,7 +115,8 @@ def _evaluate(args, folder: str | None) -> dict:
         return write_replay_trace(os.path.join(folder, f"whatif{i}.trace.json"), g, res)
 
     out = evaluate(g0, _scenarios(args), cluster, measured, timeline, steps_graph=prof.graph if args.template else None)
-    return {"run": os.fspath(args.run), "measured_iter_ms": None if measured is None else measured / 1e3} | out
+    return {"run": os.fspath(args.run), "measured_iter_ms": None if measured is None else measured / 1e3} | out | {
+        "partial": bool(prof.run.meta.get("partial")), "warnings": prof.warnings}
 
 
 _SHORT = {  # table heading of each column; ``COLUMNS`` (also in --json) defines them
@@ -125,7 +127,7 @@ _SHORT = {  # table heading of each column; ``COLUMNS`` (also in --json) defines
 
 def to_text(r: dict) -> str:
     m = "n/a" if r["measured_iter_ms"] is None else f"{r['measured_iter_ms']:.2f} ms"
-    lines = [f"profiled: {r['workers']} ranks, measured {m}/iter; model of it {r['model_iter_ms']:.2f} ms ({r['link']})"]
+    lines = warning_lines(r) + [f"profiled: {r['workers']} ranks, measured {m}/iter; model of it {r['model_iter_ms']:.2f} ms ({r['link']})"]
     keys = [k for k in ("workers", "bandwidth", "latency_us", "bucket_mb", "scheme", "partition", "compute_speed", "fusion_mb", "cycle_ms")
             if any(row[k] is not None for row in r["scenarios"])]
     width = {k: max(12, len(k) + 2) for k in keys}

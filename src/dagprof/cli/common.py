@@ -24,6 +24,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--step-marker", metavar="NAME", default=None,
                    help="annotation that opens each iteration when the trace has no ProfilerStep (default: the whole window is one)")
     add_input_limit(p)
+    p.add_argument("--allow-missing-ranks", action="store_true",
+                   help="analyse a run that lacks ranks of its job, or holds some cut short (killed mid-window): "
+                        "with a warning, outputs marked partial (default: refused)")
 
 
 def add_input_limit(p: argparse.ArgumentParser) -> None:

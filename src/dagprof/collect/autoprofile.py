@@ -5,15 +5,16 @@ in every Python process of the job. ``install`` waits for ``import torch`` (a me
 finder; processes that never import torch are untouched), then wraps
 ``DistributedDataParallel.__init__`` (attach hooks, step 0 starts at its first forward)
 and counts steps with global optimizer hooks (a step ends when the first optimizer that
-ever stepped finishes ``step()``). Files are written when the window ends, or at exit.
+ever stepped finishes ``step()``). Files are written when the window ends, or at exit; each
+completed step of the window also at once, so a rank killed mid-window keeps those.
 
 Horovod jobs (``horovodrun ...``) are handled by ``horovod_auto``. What it cannot see: models not
 wrapped in DistributedDataParallel or Horovod's DistributedOptimizer (FSDP, DeepSpeed, plain
 single-process training), data loading that is not a torch DataLoader (it
 is part of ``other:pre-forward``), steps of a second optimizer (only the first optimizer
 that steps counts steps), a comm hook the script registered on DDP before dagprof attached
-(none is possible: dagprof attaches inside ``DDP.__init__``), processes killed by a signal
-before the window ended (files are written when the window ends, else at exit).
+(none is possible: dagprof attaches inside ``DDP.__init__``), the Kineto trace of a process
+killed by a signal before the window ended (its hook records of completed steps are kept).
 """
 from __future__ import annotations
 
@@ -126,4 +127,4 @@ def _patch() -> None:
 
 def _close(collector: Collector) -> None:
     if collector.step >= 0:  # this process trained a DDP model (the torchrun agent never does)
-        collector.close()
+        collector.close(getattr(sys, "last_value", None))  # set when an uncaught exception ended the script

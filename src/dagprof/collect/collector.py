@@ -1,9 +1,12 @@
 """Per-process collector: module, autograd, comm and optimizer hooks over a window of steps.
 
 Hooks only append ``(code, a, b, time.time_ns(), x)`` tuples to a list (Kineto uses the
-same Unix clock, so both line up without conversion); everything else happens when the
-window ends. Every hook body is guarded: an exception disables profiling with one warning
-and training carries on. Outside the window the leaf-module hooks are removed; the comm
+same Unix clock, so both line up without conversion); everything else happens at step
+boundaries and when the window ends. Each completed step of the window is written at once
+(``run_schema.StepPart``: one line appended to the rank's step log), and SIGTERM/SIGINT leave
+a note of what stopped the process before the previous handler runs, so a rank killed
+mid-window keeps its completed steps and the reader can say which are lost. Every hook body
+is guarded: an exception disables profiling with one warning and training carries on. Outside the window the leaf-module hooks are removed; the comm
 hook (DDP allows registering only one) stays as a pass-through.
 
 Torch is imported lazily, only here and in the modules that create a Collector.
@@ -12,19 +15,39 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import shutil
+import signal
 import socket
 import sys
 import tempfile
 import threading
 import time
 import warnings
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 from ..fsutil import atomic_open
 from ..progress import bar
-from ..traces.run_schema import MANIFEST, BucketEntry, Clock, Manifest, RankFile, Rec, encode, kineto_file, rank_file
+from ..traces.run_schema import (
+    MANIFEST,
+    STEPS_ENDED,
+    STEPS_HEAD,
+    STEPS_LOG,
+    BucketEntry,
+    Clock,
+    Ended,
+    Manifest,
+    RankFile,
+    Rec,
+    StepPart,
+    encode,
+    encode_line,
+    kineto_file,
+    rank_file,
+    steps_dir,
+)
 from ..traces.steps import parse_steps
 from .exit_gc import collect_cycles_at_exit
 
@@ -85,6 +108,9 @@ class Collector:
         self._step_saved: dict[int, int] = {}  # layer -> bytes it saved for backward this step
         self._saved_bytes: dict[str, int] = {}  # layer path -> most bytes saved in one profiled step
         self._param_ptrs: set[int] = set()
+        self._flushed = _Flushed()  # how much of each list the step files already hold
+        self._prev_signals: dict[int, Any] = {}  # signal -> the handler ours replaced
+        self._ended = ""  # what stopped the process inside the window (a signal, an exception)
 
     # ---------------------------------------------------------------- guard
     def _fail(self, err: BaseException, where: str) -> None:
@@ -463,6 +489,7 @@ class Collector:
             self._bar.update()
             if self._new_layout or not self._layouts:
                 self._layouts.append(self._bucket_layout())
+            self._write_step_part()
             if self._kineto_prof is not None and self.step + 1 < self.steps.stop:
                 self._kineto_prof.step()
         if self.step + 1 == self.steps.stop and self.in_window:
@@ -472,6 +499,8 @@ class Collector:
         if not self._info.get("backend"):
             self._resolve_info()
         self._write_manifest()
+        self._write_steps_head()
+        self._catch_signals()
         self._bar = bar(len(self.steps), f"profiling steps {self.steps.start}..{self.steps.stop - 1}", "step", show=self._info["rank"] == 0)
         self.in_window = True
         self._attach_leaf_hooks()
@@ -495,12 +524,20 @@ class Collector:
             self._write_rank(final=False)
         except Exception as err:  # noqa: BLE001
             self._fail(err, "writing the profile")
+        self._release_signals()
 
-    def close(self) -> None:
-        """Write whatever was collected (also when training ended before or inside the window)."""
+    def close(self, error: BaseException | None = None) -> None:
+        """Write whatever was collected (also when training ended before or inside the window).
+
+        ``error``: the exception that ended training, if any; inside the window it is recorded
+        (``RankFile.ended``) so the reader knows the missing steps were lost, not never run."""
         try:
             if self.in_window:  # training ended inside the window; the open step never finished
                 self.in_window = False
+                if error is not None and not self._ended:
+                    # the innermost message: gloo wraps it ("... callback: RuntimeError: [file:line] Connection closed ...")
+                    first = re.sub(r"^\[[^\]]*\]\s*", "", re.split(r"\b\w*Error: ", " ".join(str(error).split()))[-1])[:80]
+                    self._ended = f"ended by {type(error).__name__}{f' ({first})' if first else ''} during step {self.step}"
                 self._detach()
             if not self._info:
                 self._resolve_info()
@@ -509,6 +546,7 @@ class Collector:
             self._write_rank(final=True)
         except Exception as err:  # noqa: BLE001
             self._fail(err, "writing the profile at exit")
+        self._release_signals()
         self._release_model()
 
     def _release_model(self) -> None:
@@ -570,13 +608,122 @@ class Collector:
         doc = RankFile(
             **self._info, mode=self.mode, bucket_cap_mb=self._bucket_cap_mb, ddp=self._ddp_seen,
             steps_requested=(self.steps.start, self.steps.stop), steps_profiled=self.profiled,
-            steps_completed=len(self.step_times), final=final, kineto_file=kfile, record_shapes=self.record_shapes,
+            steps_completed=len(self.step_times), final=final, ended=self._ended, kineto_file=kfile, record_shapes=self.record_shapes,
             clock=Clock(time.time_ns(), time.perf_counter_ns()), warnings=self.warnings, layers=self.layers,
             layer_grad_bytes=self._grad_bytes, layer_saved_bytes=self._saved_bytes,
             bucket_layouts=self._layouts, step_times_ns=self.step_times, records=self.records, ddp_group_ranks=self._ddp_ranks,
         )
         with atomic_open(os.path.join(self.out_dir, rank_file(rank)), "wb") as f:
             f.write(encode(doc))
+        shutil.rmtree(os.path.join(self.out_dir, steps_dir(rank)), ignore_errors=True)  # rank<R>.json holds it all now
+
+    # ---------------------------------------------------------------- step files: what survives a kill
+    def _write_steps_head(self) -> None:
+        """``rank<R>.steps/head.json``: everything known at the window's start; step files add to it."""
+        folder = os.path.join(self.out_dir, steps_dir(self._info["rank"]))
+        shutil.rmtree(folder, ignore_errors=True)  # an earlier run's
+        head = RankFile(
+            **self._info, mode=self.mode, bucket_cap_mb=self._bucket_cap_mb, ddp=self._ddp_seen,
+            steps_requested=(self.steps.start, self.steps.stop), steps_profiled=[], steps_completed=len(self.step_times),
+            record_shapes=self.record_shapes, clock=Clock(time.time_ns(), time.perf_counter_ns()), warnings=list(self.warnings),
+            layers=list(self.layers), layer_grad_bytes=dict(self._grad_bytes), bucket_layouts=list(self._layouts),
+            step_times_ns=list(self.step_times), records=[],
+        )
+        with atomic_open(os.path.join(folder, STEPS_HEAD), "wb") as f:
+            f.write(encode(head))
+        self._flushed = _Flushed(len(self.records), len(self.layers), dict(self._grad_bytes), len(self.warnings),
+                                 len(self.step_times), len(self._layouts))
+
+    def _write_step_part(self) -> None:
+        """The step that just ended, and whatever else was appended since the previous one: one line appended to the log."""
+        done = self._flushed
+        n = len(self.records)  # comm threads may append meanwhile: take what is there now
+        grad = {k: v for k, v in self._grad_bytes.items() if done.grad_bytes.get(k) != v}
+        part = StepPart(
+            rank=self._info["rank"], step=self.step, layers=self.layers[done.layers:], layer_grad_bytes=grad,
+            layer_saved_bytes={self.layers[k] if k >= 0 else SAVED_OUTSIDE_LAYERS: nb for k, nb in self._step_saved.items()},
+            bucket_layout=self._layouts[-1] if len(self._layouts) > done.layouts else None,
+            warnings=self.warnings[done.warnings:], step_times_ns=self.step_times[done.step_times:], records=self.records[done.records:n],
+        )
+        _append(os.path.join(self.out_dir, steps_dir(self._info["rank"]), STEPS_LOG), encode_line(part))
+        if grad:
+            done.grad_bytes.update(grad)
+        done.records, done.layers, done.warnings = n, len(self.layers), len(self.warnings)
+        done.step_times, done.layouts = len(self.step_times), len(self._layouts)
+
+    # ---------------------------------------------------------------- signals
+    def _catch_signals(self) -> None:
+        """SIGTERM (what torchrun sends the other ranks when one fails) and SIGINT, for the window's duration."""
+        if threading.current_thread() is not threading.main_thread():
+            return  # Python delivers signals to the main thread only
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self._prev_signals[sig] = signal.getsignal(sig)
+                signal.signal(sig, self._on_signal)
+            except (ValueError, OSError) as err:
+                self.warnings.append(f"dagprof: cannot watch {sig.name} ({err}): a rank stopped by it says less")
+
+    def _release_signals(self) -> None:
+        """Put the previous handlers back, unless the program replaced ours meanwhile (theirs stays)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        while self._prev_signals:
+            sig, prev = self._prev_signals.popitem()
+            try:
+                if signal.getsignal(sig) == self._on_signal:
+                    signal.signal(sig, prev if prev is not None else signal.SIG_DFL)
+            except (ValueError, OSError):
+                pass
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        """Note what stops the process (its completed steps are on disk already), then do what the previous handler did."""
+        prev = self._prev_signals.get(signum, signal.SIG_DFL)
+        if prev == signal.SIG_IGN:
+            return
+        self._note_end(f"stopped by {signal.Signals(signum).name} during step {self.step}")
+        if callable(prev):
+            prev(signum, frame)  # SIGINT's default raises KeyboardInterrupt: training unwinds and close() writes
+            self._note_end("")  # the program's own handler let it carry on: nothing was stopped
+            return
+        signal.signal(signum, signal.SIG_DFL)  # the default action: die of this signal, as without dagprof
+        os.kill(os.getpid(), signum)
+
+    def _note_end(self, how: str) -> None:
+        """``rank<R>.steps/ended.json`` saying ``how`` the process stops ("" removes it); never raises (a signal handler)."""
+        try:
+            self._ended = how
+            if self.in_window and self._info:
+                path = os.path.join(self.out_dir, steps_dir(self._info["rank"]), STEPS_ENDED)
+                if how:
+                    with atomic_open(path, "wb") as f:
+                        f.write(encode(Ended(rank=self._info["rank"], how=how, t_ns=time.time_ns())))
+                elif os.path.exists(path):
+                    os.unlink(path)
+        except Exception:  # noqa: BLE001  (the signal must still take effect)
+            pass
+
+
+@dataclass
+class _Flushed:
+    """Lengths (and the gradient sizes) the step files hold so far; the next part writes what came after."""
+
+    records: int = 0
+    layers: int = 0
+    grad_bytes: dict[str, int] = field(default_factory=dict)
+    warnings: int = 0
+    step_times: int = 0
+    layouts: int = 0
+
+
+def _append(path: str, line: bytes) -> None:
+    """Append one committed line (it ends with its newline; a write cut short by a kill leaves no newline)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        view = memoryview(line)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
 
 
 def _export_gz(prof: Any, path: str) -> None:

@@ -17,7 +17,8 @@ class profile:  # noqa: N801  (used like torch.profiler.profile)
     block is taken (and any DDP modules within it). ``kineto=False`` records hooks only.
     ``record_shapes`` makes Kineto record input shapes (+70..100 % time on small CPU ops).
     ``ranges`` also opens a ``record_function`` range per layer forward, visible in Kineto.
-    The files are written when the window ends (training continues) or at exit.
+    The files are written when the window ends (training continues) or at exit; each completed
+    step of the window is also written at once, so a rank killed mid-window keeps what it completed.
     """
 
     collector_class = Collector  # collect.horovod swaps in its own
@@ -62,7 +63,7 @@ class profile:  # noqa: N801  (used like torch.profiler.profile)
         for h in self._handles + ([self._discovery] if self._discovery else []):
             h.remove()
         self._handles, self._discovery = [], None
-        self._collector.close()
+        self._collector.close(exc[1] if len(exc) > 1 else None)
 
     @property
     def warnings(self) -> list[str]:

@@ -4,6 +4,8 @@ A run folder holds ``manifest.json`` (job-wide: world size, requested steps) and
 rank, ``rank<R>.json`` (hook records, bucket layouts, step times, clock, host info) and
 optionally ``rank<R>.kineto.json.gz`` (the torch.profiler trace of the same window).
 Every file is written atomically, so a folder is readable while other ranks still write.
+A rank killed inside its window left ``rank<R>.steps/`` instead (its completed steps, one
+line each); it is read from there and what it lost is named (``completeness``).
 
 Hook records are raw timestamps ``[code, a, b, t_ns, x]`` (see ``Rec``); this module turns
 them into the event-table conventions of ``events.py``. The main-thread lane of every
@@ -39,8 +41,24 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..fsutil import inside
+from .completeness import RankGap, describe
 from .events import Bucket, EventTable, Kind, Lane, LaneKind, RankTrace, Run
-from .run_schema import MANIFEST, RANK_FORMAT, Col, Manifest, RankFile, Rec, rank_file, read_file
+from .run_schema import (
+    MANIFEST,
+    RANK_FORMAT,
+    STEPS_ENDED,
+    STEPS_HEAD,
+    STEPS_LOG,
+    Col,
+    Ended,
+    Manifest,
+    RankFile,
+    Rec,
+    rank_file,
+    read_file,
+    read_step_log,
+    steps_dir,
+)
 
 _SAME_JOB_SLACK_NS = 30 * 10**9  # clocks of different hosts may disagree by seconds
 
@@ -65,8 +83,11 @@ def read_manifest(path: str | os.PathLike[str]) -> Manifest:
 
 
 def read_run(path: str | os.PathLike[str], require_ddp: bool = False) -> Run:
-    """Read every rank of a run folder; missing, corrupt or empty ranks are one-line errors.
+    """Read every rank of a run folder; corrupt, foreign or duplicated rank files are one-line errors.
 
+    A rank without ``rank<R>.json`` is rebuilt from its step files when it completed steps of the
+    window (it was killed inside it); what is lost, and ranks with nothing at all, are listed in
+    ``meta["rank_gaps"]`` (``completeness``: ``load`` refuses such a run unless asked not to).
     A job that was not DDP-wrapped reads fine (compute only) with ``meta["ddp"] = False``
     and a warning; ``require_ddp=True`` turns that into an error.
     """
@@ -75,23 +96,101 @@ def read_run(path: str | os.PathLike[str], require_ddp: bool = False) -> Run:
     world = manifest.world_size
     if not 0 < world <= 1 << 20:
         raise DagprofError(f"corrupt or foreign content (world_size {world})", os.path.join(folder, MANIFEST))
-    ranks = []
+    docs: list[tuple[str, RankFile]] = []
+    gaps: list[RankGap] = []
     for r in range(world):
         rpath = os.path.join(folder, rank_file(r))
-        if not os.path.exists(rpath):
-            raise DagprofError(f"rank {r} of {world} is missing (no {rank_file(r)}): it crashed, was killed, or is still running", folder)
-        ranks.append(read_rank(rpath))
+        f, gap = _rank_doc(folder, r, world)
+        if gap is not None:
+            gaps.append(gap)
+        if f is not None:
+            docs.append((rpath, f))
+    _check_unique(docs, folder)
+    if not docs:
+        raise DagprofError(f"no rank completed a profiled step ({describe(gaps, world)})", folder)
+    warnings: list[str] = []
+    kineto = all(f.kineto_file for _, f in docs)
+    if not kineto and any(f.kineto_file for _, f in docs):
+        warnings.append("some ranks have no Kineto trace (cut short): communication of every rank from the comm hooks")
+    ranks = [read_rank(rpath, f, kineto) for rpath, f in docs]
     with _corrupt(folder):
         _check_same_job(ranks, folder)
-    warnings = [w for t in ranks for w in t.meta["warnings"]]
+    warnings += [w for t in ranks for w in t.meta["warnings"]]
     ddp = any(t.buckets for t in ranks)
     if not ddp:
         msg = "no DDP gradient buckets were seen: not a DDP job (compute only, no communication)"
         if require_ddp:
             raise DagprofError(msg, folder)
         warnings.append(msg)
-    meta = {**msgspec.to_builtins(manifest), "ddp": ddp, "warnings": sorted(set(warnings))}
+    meta = {**msgspec.to_builtins(manifest), "ddp": ddp, "warnings": sorted(set(warnings)), "rank_gaps": gaps,
+            "missing_ranks": [g.rank for g in gaps if g.missing_whole]}
     return Run(ranks=ranks, source=folder, meta=meta)
+
+
+def _rank_doc(folder: str, r: int, world: int) -> tuple[RankFile | None, RankGap | None]:
+    """Rank ``r``'s file (checked to be rank ``r`` of this job), or its step files rebuilt; the gap, if any."""
+    rpath = os.path.join(folder, rank_file(r))
+    if os.path.exists(rpath):
+        f = read_file(rpath, RankFile)
+        how = f.ended
+    else:
+        parts = os.path.join(folder, steps_dir(r))
+        f = _from_step_files(parts) if os.path.exists(os.path.join(parts, STEPS_HEAD)) else None
+        if f is None or not f.steps_profiled:
+            return None, RankGap(r, f"nothing written (no {rank_file(r)}, no completed step): it crashed, was killed, or is still running")
+        rpath = os.path.join(parts, STEPS_HEAD)
+        how = (f.ended or f"killed (SIGKILL, out of memory), crashed or still running: its step files end at step {f.steps_profiled[-1]}"
+               ) + f", no {rank_file(r)}"
+    if f.rank != r:
+        raise DagprofError(f"holds rank {f.rank}, not rank {r} (a copy of {rank_file(f.rank)}?)", rpath)
+    if f.world_size != world:
+        raise DagprofError(f"rank {r} of a {f.world_size}-rank job, but manifest.json says {world} ranks: not this run's file", rpath)
+    first, stop = f.steps_requested
+    profiled = set(f.steps_profiled)
+    lost = tuple(s for s in range(first, stop) if s not in profiled)
+    if how and lost:
+        return f, RankGap(r, how, lost)
+    return f, None
+
+
+def _from_step_files(folder: str) -> RankFile:
+    """A rank's ``RankFile`` rebuilt from ``head.json`` and the committed lines of ``steps.jsonl`` (its completed steps)."""
+    f: RankFile = read_file(os.path.join(folder, STEPS_HEAD), RankFile)
+    parts, torn = read_step_log(os.path.join(folder, STEPS_LOG))
+    layouts, saved = list(f.bucket_layouts), dict(f.layer_saved_bytes)
+    for p in parts:
+        if p.rank != f.rank:
+            raise DagprofError(f"holds a step of rank {p.rank}, not of rank {f.rank}", os.path.join(folder, STEPS_LOG))
+        f.layers += p.layers
+        f.layer_grad_bytes.update(p.layer_grad_bytes)
+        for k, nb in p.layer_saved_bytes.items():
+            saved[k] = max(saved.get(k, 0), nb)
+        if p.bucket_layout is not None:
+            layouts.append(p.bucket_layout)
+        f.warnings += p.warnings
+        f.step_times_ns += p.step_times_ns
+        f.records += p.records
+        f.steps_profiled.append(p.step)
+    if torn:
+        f.warnings.append(f"rank {f.rank}: the record of the step after {f.steps_profiled[-1] if parts else 'none'} was cut off "
+                          "while being written (the process was killed): dropped")
+    f.layer_saved_bytes, f.bucket_layouts = saved, layouts
+    f.steps_completed = len(f.step_times_ns)
+    ended = os.path.join(folder, STEPS_ENDED)
+    if os.path.exists(ended):
+        f.ended = read_file(ended, Ended).how
+    return f
+
+
+def _check_unique(docs: list[tuple[str, RankFile]], folder: str) -> None:
+    """Two rank files written by one process (same host and pid): one is a copy, whatever rank it now claims."""
+    seen: dict[tuple[str, int], str] = {}
+    for path, f in docs:
+        if f.pid:
+            other = seen.setdefault((f.host, f.pid), path)
+            if other != path:
+                raise DagprofError(f"{os.path.relpath(other, folder)} and {os.path.relpath(path, folder)} were written by the same "
+                                   f"process ({f.host} pid {f.pid}): one is a copy, not another rank", folder)
 
 
 def _check_same_job(ranks: list[RankTrace], folder: str) -> None:
@@ -115,13 +214,13 @@ def _corrupt(path: str):
         raise DagprofError(f"corrupt or foreign content ({type(err).__name__}: {' '.join(str(err).split())[:200]})", path) from None
 
 
-def read_rank(path: str) -> RankTrace:
+def read_rank(path: str, f: RankFile | None = None, kineto: bool = True) -> RankTrace:
+    """One rank from its file at ``path`` (or ``f``, already decoded or rebuilt); ``kineto=False`` ignores its Kineto trace."""
     with _corrupt(path):
-        return _read_rank(path)
+        return _read_rank(path, read_file(path, RankFile) if f is None else f, kineto)
 
 
-def _read_rank(path: str) -> RankTrace:
-    f: RankFile = read_file(path, RankFile)
+def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
     records = np.asarray(f.records, dtype=np.int64).reshape(-1, len(Col))
     first, stop = f.steps_requested
     profiled, layers = f.steps_profiled, f.layers
@@ -137,7 +236,7 @@ def _read_rank(path: str) -> RankTrace:
     if len(profiled) < stop - first:
         warnings.append(f"run {run}: steps {first}-{stop - 1} requested but {ended}: steps {profiled[0]}-{profiled[-1]} profiled")
     kpath = None
-    if f.kineto_file:
+    if f.kineto_file and kineto:
         kpath = inside(run, f.kineto_file, path)  # never outside the run folder
         if not os.path.exists(kpath):
             raise DagprofError("the rank file names this Kineto trace but it is missing", kpath)

@@ -259,6 +259,9 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
     folder = os.fspath(path)
     run = read_run(folder)
     docs = {t.rank: _read_doc(os.path.join(folder, horovod_rank_file(t.rank))) for t in run.ranks}
+    for r, d in docs.items():
+        if d.get("rank", r) != r:
+            raise DagprofError(f"holds rank {d.get('rank')}, not rank {r} (a copy of another rank's file?)", os.path.join(folder, horovod_rank_file(r)))
     warnings = [w for w in run.meta.get("warnings", []) if _NOT_DDP not in w]
     for d in docs.values():
         warnings += [w for w in d.get("warnings", []) if w not in warnings]

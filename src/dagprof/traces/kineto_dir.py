@@ -3,7 +3,8 @@
 One process per uncached file (up to ``jobs``) because parsing is CPU-bound Python; cached
 ranks load in the calling process (a memory copy, no parse). Files that are not Kineto
 traces at all (e.g. dagprof's own replay.trace.json written beside them) are skipped and
-listed in ``run.meta["skipped"]``; every other problem is a one-line ``DagprofError``.
+listed in ``run.meta["skipped"]``; ranks of the job (``distributedInfo.world_size``) without
+a file are ``run.meta["rank_gaps"]`` (``completeness``); every other problem is a one-line ``DagprofError``.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from concurrent.futures import ProcessPoolExecutor
 from ..errors import DagprofError
 from ..progress import progress
 from . import cache
+from .completeness import RankGap
 from .events import RankTrace, Run
 from .kineto import read_kineto
 
@@ -80,10 +82,12 @@ def read_trace_dir(path: str | os.PathLike[str], jobs: int | None = None, use_ca
 
 def _rank_report(ranks: list[RankTrace], skipped: dict[str, str], folder: str) -> tuple[list[RankTrace], dict]:
     ranks, warnings = _latest_run(ranks, folder)
-    world = max(t.world_size for t in ranks)
-    meta: dict = {"missing_ranks": sorted(set(range(world)) - {t.rank for t in ranks})}
     if len({t.world_size for t in ranks}) > 1:
-        meta["world_size_disagreement"] = {t.rank: t.world_size for t in ranks}
+        sizes = ", ".join(f"{os.path.basename(t.source)}: {t.world_size}" for t in sorted(ranks, key=lambda t: t.rank))
+        raise DagprofError(f"the traces disagree on the world size ({sizes}): they are not one job", folder)
+    world = ranks[0].world_size
+    missing = sorted(set(range(world)) - {t.rank for t in ranks})
+    meta: dict = {"missing_ranks": missing, "rank_gaps": [RankGap(r, "no trace file here") for r in missing]}
     if skipped:
         meta["skipped"] = skipped
     if warnings:

@@ -43,6 +43,7 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..fsutil import read_input
+from .completeness import require_complete
 from .dagprof_run import read_run
 from .events import Kind, Run
 from .steps import iteration_us
@@ -345,7 +346,7 @@ def read_layer_file(path: str | os.PathLike[str]) -> LayerProfile:
     """A dagprof run folder, a B-Caffe log (any file with 'distributed.cpp:' lines) or a layer CSV."""
     path = os.fspath(path)
     if os.path.isdir(path):
-        return layer_profile_from_run(read_run(path))
+        return layer_profile_from_run(require_complete(read_run(path)))
     if not os.path.exists(path):
         raise DagprofError("no such file", path)
     for _, line in _lines(path):

@@ -10,13 +10,19 @@ import os
 
 from ..errors import DagprofError
 from . import formats
+from .completeness import require_complete
 from .events import Run
 from .kineto_dir import read_cached, read_trace_dir
 from .run_schema import MANIFEST
 
 
-def load(path: str | os.PathLike[str]) -> Run:
-    p = os.fspath(path)
+def load(path: str | os.PathLike[str], allow_missing_ranks: bool = False) -> Run:
+    """Any input -> ``Run``. A run that lacks ranks of its job, or holds some cut short, is refused in
+    one line naming them; ``allow_missing_ranks`` reads it as a partial run, warned (``completeness``)."""
+    return require_complete(_read(os.fspath(path)), allow_missing_ranks)
+
+
+def _read(p: str) -> Run:
     if not os.path.exists(p):
         raise DagprofError("no such file or folder", p)
     fmt = formats.sniff(p)

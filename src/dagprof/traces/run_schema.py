@@ -5,6 +5,15 @@ A run folder holds ``manifest.json`` (job-wide, a ``Manifest``), per rank ``rank
 ``rank<R>.kineto.json.gz`` (the torch.profiler trace of the same window). The collector builds
 these Structs and encodes them; the reader decodes into them, so a field exists in one place.
 
+A rank that dies inside its window loses nothing it completed: while the window runs, every
+completed step is also written to ``rank<R>.steps/`` (``steps_dir``): ``head.json`` (a ``RankFile``
+without records, written atomically at the window's start), ``steps.jsonl`` (append-only: one
+line per completed step, a ``StepPart``; the newline that ends a line commits it, so a line cut
+off by a kill is recognised and dropped) and, when a signal stops the process, ``ended.json``
+(an ``Ended``). The folder is removed once ``rank<R>.json`` is written; the reader rebuilds the
+rank from it when ``rank<R>.json`` is missing, and names what is lost. One append per step costs
+about a twentieth of an atomic file per step (``bench/bench_step_flush.py``).
+
 Versioning. Every file carries ``format`` and ``version``. A reader accepts ``MIN_VERSION`` ..
 ``VERSION`` and refuses anything else in one line (a newer file: upgrade dagprof; an older one
 it cannot read: profile again). Adding a field WITH a default keeps the version: older readers
@@ -20,10 +29,12 @@ import os
 
 import msgspec
 
-from ..fsutil import read_versioned
+from ..fsutil import decode_versioned, read_input, read_versioned
 
 FORMAT = "dagprof-run"
 RANK_FORMAT = "dagprof-rank"
+STEP_FORMAT = "dagprof-step"
+ENDED_FORMAT = "dagprof-ended"
 VERSION = 1
 MIN_VERSION = 1
 MANIFEST = "manifest.json"
@@ -35,6 +46,15 @@ def rank_file(rank: int) -> str:
 
 def kineto_file(rank: int) -> str:
     return f"rank{rank}.kineto.json.gz"
+
+
+def steps_dir(rank: int) -> str:
+    return f"rank{rank}.steps"
+
+
+STEPS_HEAD = "head.json"
+STEPS_LOG = "steps.jsonl"
+STEPS_ENDED = "ended.json"
 
 
 class Rec(enum.IntEnum):
@@ -118,6 +138,7 @@ class RankFile(msgspec.Struct, kw_only=True):
     steps_profiled: list[int]
     steps_completed: int = 0
     final: bool = False  # written at exit rather than at the window's end
+    ended: str = ""  # what stopped it inside the window: "stopped by SIGTERM during step 5", "ended by RuntimeError (...) during step 5"
     kineto_file: str | None = None  # relative to the run folder
     record_shapes: bool = False
     clock: Clock | None = None
@@ -131,16 +152,63 @@ class RankFile(msgspec.Struct, kw_only=True):
     ddp_group_ranks: list[int] = []  # ranks DDP all-reduces over; [] = every rank (files before it was recorded)
 
 
+class StepPart(msgspec.Struct, kw_only=True):
+    """One line of ``rank<R>.steps/steps.jsonl``: what one completed step of the window added to the rank's ``RankFile``."""
+
+    format: str = STEP_FORMAT
+    version: int = VERSION
+    rank: int
+    step: int
+    layers: list[str] = []  # leaf modules first seen in this step (appended to the head's ``layers``)
+    layer_grad_bytes: dict[str, int] = {}  # entries new or changed since the previous part
+    layer_saved_bytes: dict[str, int] = {}  # what each layer saved for backward in this step
+    bucket_layout: list[BucketEntry] | None = None  # a layout first seen in this step
+    warnings: list[str] = []  # new since the previous part
+    step_times_ns: list[tuple[int, int, int]] = []  # steps that ended since the previous part
+    records: list[tuple[int, int, int, int, int]]  # appended since the previous part (this step's, and late completions)
+
+
+class Ended(msgspec.Struct, kw_only=True):
+    """``rank<R>.steps/ended.json``: the signal that stopped the process, written by its handler."""
+
+    format: str = ENDED_FORMAT
+    version: int = VERSION
+    rank: int
+    how: str  # "stopped by SIGTERM during step 5"
+    t_ns: int
+
+
 _ENCODER = msgspec.json.Encoder()
 
 
-def encode(doc: Manifest | RankFile) -> bytes:
+def encode(doc: Manifest | RankFile | Ended) -> bytes:
     """JSON bytes of a run file (the manifest indented: people read it)."""
     data = _ENCODER.encode(doc)
     return msgspec.json.format(data, indent=1) if isinstance(doc, Manifest) else data
 
 
-def read_file(path: str | os.PathLike[str], kind: type[Manifest] | type[RankFile]):
+_KINDS = {Manifest: (FORMAT, MANIFEST), RankFile: (RANK_FORMAT, "dagprof rank file"),
+          StepPart: (STEP_FORMAT, "dagprof step record"), Ended: (ENDED_FORMAT, "dagprof end-of-process file")}
+
+
+def read_file(path: str | os.PathLike[str], kind: type[Manifest] | type[RankFile] | type[Ended]):
     """Decode and check one run file; every problem is a one-line ``DagprofError`` naming the file."""
-    fmt, what = (FORMAT, MANIFEST) if kind is Manifest else (RANK_FORMAT, "dagprof rank file")
+    fmt, what = _KINDS[kind]
     return read_versioned(path, kind, fmt, range(MIN_VERSION, VERSION + 1), what, "profile the job again")
+
+
+def encode_line(part: StepPart) -> bytes:
+    """One committed line of ``steps.jsonl`` (compact JSON escapes newlines, so the line holds one)."""
+    return _ENCODER.encode(part) + b"\n"
+
+
+def read_step_log(path: str | os.PathLike[str]) -> tuple[list[StepPart], bool]:
+    """The committed lines of a ``steps.jsonl``, and whether a last line was cut off (a kill while writing it)."""
+    path = os.fspath(path)
+    if not os.path.lexists(path):
+        return [], False
+    lines = read_input(path).split(b"\n")  # a regular file, capped, like every input
+    fmt, what = _KINDS[StepPart]
+    parts = [decode_versioned(line, f"{path} line {i + 1}", StepPart, fmt, range(MIN_VERSION, VERSION + 1), what, "profile the job again")
+             for i, line in enumerate(lines[:-1])]
+    return parts, bool(lines[-1])

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..fsutil import inside, read_versioned
+from .completeness import RankGap, describe
 from .events import Kind, RankTrace, Run
 from .tf_xplane import rank_from_path, read_xplane
 from .xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, VERSION, rank_file, rank_logdir
@@ -52,12 +53,16 @@ def read_xplane_run(path: str | os.PathLike[str]) -> Run:
 
 def _from_manifest(folder: str, manifest: dict) -> Run:
     world = int(manifest["world_size"])
-    ranks, warnings = [], []
+    ranks, warnings, gaps = [], [], []
     for r in range(world):
         rpath = os.path.join(folder, rank_file(r))
         if not os.path.exists(rpath):
-            raise DagprofError(f"rank {r} of {world} is missing (no {rank_file(r)}): it crashed, was killed, or is still running", folder)
+            gaps.append(RankGap(r, f"no {rank_file(r)} (it crashed, was killed, or is still running)"))
+            continue
         info = _json(rpath, RANK_FORMAT, "TensorFlow/JAX rank file")
+        if info.get("rank", r) != r or info.get("world_size", world) != world:
+            raise DagprofError(f"holds rank {info.get('rank')} of {info.get('world_size')}, not rank {r} of {world} "
+                               f"(a copy of another rank's file?)", rpath)
         if info.get("warnings") and not info.get("steps_profiled"):
             raise DagprofError(f"rank {r} profiled no step ({info['warnings'][0]})", rpath)
         files = xplane_files(inside(folder, info.get("logdir", rank_logdir(r)), rpath))
@@ -70,10 +75,12 @@ def _from_manifest(folder: str, manifest: dict) -> Run:
         trace.meta.update(step_times_us=info.get("step_times_us", {}), pid=info.get("pid"))
         warnings += info.get("warnings", [])
         ranks.append(trace)
+    if not ranks:
+        raise DagprofError(f"no rank file here ({describe(gaps, world)})", folder)
     _check_same_job(ranks, folder)
     ranks = _trim_cut_steps(ranks, warnings)
     warnings += [w for t in ranks for w in t.meta.get("warnings", [])]
-    return Run(ranks, source=folder, meta={**manifest, "warnings": sorted(set(warnings))})
+    return Run(ranks, source=folder, meta={**manifest, "warnings": sorted(set(warnings)), "rank_gaps": gaps})
 
 
 def _from_logdirs(folder: str) -> Run:
@@ -102,7 +109,8 @@ def _from_logdirs(folder: str) -> Run:
     _check_same_job(ranks, folder)
     ranks = _trim_cut_steps(ranks, warnings)
     warnings += [w for t in ranks for w in t.meta.get("warnings", [])]
-    return Run(ranks, source=folder, meta={"missing_ranks": missing, "warnings": sorted(set(warnings))})
+    return Run(ranks, source=folder, meta={"missing_ranks": missing, "rank_gaps": [RankGap(r, "no profile in its log folder") for r in missing],
+                                           "warnings": sorted(set(warnings))})
 
 
 def _check_same_job(ranks: list[RankTrace], folder: str) -> None:

@@ -1,0 +1,354 @@
+"""Never a silent wrong answer about which ranks a run holds (issue 17, items 1, 2 and 13).
+
+- a folder of Kineto traces or a dagprof run folder that lacks a rank is refused in one line naming
+  the folder and the ranks, unless ``--allow-missing-ranks`` (then warned, counted, marked partial);
+- a rank file that holds another rank (a copy), or two files of one rank, are refused in one line;
+- a real gloo DDP job in which one rank is killed inside the profiled window (SIGKILL, SIGTERM,
+  SIGINT; 2 and 3 ranks; ``dagprof.profile`` and the zero-code launcher) keeps every step the ranks
+  completed, and ``dagprof replay`` says which rank and which steps are missing.
+"""
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from dagprof.cli.main import main
+from dagprof.errors import DagprofError
+from dagprof.traces import run_schema as rs
+from dagprof.traces.load import load
+
+DATA = pathlib.Path(__file__).parent / "data"
+DLRM = DATA / "kineto-corpus" / "param" / "dlrm_kineto"
+RUN_V1 = DATA / "run_schema" / "v1"
+TESTS = pathlib.Path(__file__).parent
+SRC = TESTS.parent / "src"
+
+
+def _refused(path, *needles) -> str:
+    with pytest.raises(DagprofError) as err:
+        load(path)
+    text = str(err.value)
+    assert "\n" not in text and "Traceback" not in text
+    for n in needles:
+        assert n in text, text
+    return text
+
+
+def _cli(capsys, *argv) -> tuple[int, str, str]:
+    code = main(list(map(str, argv)))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ---------------------------------------------------------------- item 1: a rank's trace missing
+
+@pytest.fixture
+def dlrm_without_rank3(tmp_path):
+    folder = tmp_path / "dlrm"
+    shutil.copytree(DLRM, folder)
+    os.remove(next(folder.glob("worker3_*")))
+    return folder
+
+
+def test_kineto_folder_missing_one_of_eight_is_refused_then_partial_on_request(dlrm_without_rank3, capsys):
+    _refused(dlrm_without_rank3, str(dlrm_without_rank3), "rank 3 of 8: no trace file here", "--allow-missing-ranks")
+    code, out, err = _cli(capsys, "replay", dlrm_without_rank3, "-o", dlrm_without_rank3.parent / "out")
+    assert code == 2 and "rank 3 of 8" in err and not out
+    code, out, _ = _cli(capsys, "replay", dlrm_without_rank3, "-o", dlrm_without_rank3.parent / "out", "--allow-missing-ranks", "--json")
+    r = json.loads(out)
+    assert code == 0 and r["partial"] is True
+    assert any("1 of 8 ranks missing" in w and "rank 3 of 8" in w for w in r["warnings"])
+    assert sorted(row["rank"] for row in r["per_rank"]) == [0, 1, 2, 4, 5, 6, 7]
+
+
+def test_complete_kineto_folder_is_not_partial(capsys, tmp_path):
+    code, out, _ = _cli(capsys, "replay", DLRM, "-o", tmp_path, "--json")
+    r = json.loads(out)
+    assert code == 0 and r["partial"] is False and not any("partial" in w for w in r["warnings"])
+
+
+def test_kineto_folder_one_of_two(tmp_path):
+    from gloo_kineto import gloo_traces
+
+    folder = tmp_path / "two"
+    folder.mkdir()
+    for f in glob.glob(f"{gloo_traces()}/*.json"):
+        if "rank-1" not in os.path.basename(f):
+            shutil.copy(f, folder)
+    _refused(folder, "rank 1 of 2: no trace file here")
+    run = load(folder, allow_missing_ranks=True)
+    assert [t.rank for t in run.ranks] == [0] and run.meta["partial"]
+
+
+def _dlrm_doc(rank: int) -> tuple[str, dict]:
+    path = next(DLRM.glob(f"worker{rank}_*"))
+    with gzip.open(path) as f:
+        return os.path.basename(path), json.load(f)
+
+
+def test_kineto_traces_that_disagree_on_the_world_size(tmp_path):
+    folder = tmp_path / "dlrm"
+    shutil.copytree(DLRM, folder)
+    name, doc = _dlrm_doc(5)
+    doc["distributedInfo"]["world_size"] = 16
+    with gzip.open(folder / name, "wt") as f:
+        json.dump(doc, f)
+    _refused(folder, "disagree on the world size", f"{name}: 16", "not one job")
+
+
+# ---------------------------------------------------------------- item 2: a rank twice
+
+def test_two_kineto_files_claim_the_same_rank(tmp_path):
+    folder = tmp_path / "dlrm"
+    shutil.copytree(DLRM, folder)
+    name, doc = _dlrm_doc(6)
+    doc["distributedInfo"]["rank"] = 2  # rank 6's trace now says it is rank 2; rank 6 itself is gone
+    with gzip.open(folder / name, "wt") as f:
+        json.dump(doc, f)
+    _refused(folder, "rank 2 appears twice")
+
+
+def _run_copy(tmp_path, name="run") -> pathlib.Path:
+    run = tmp_path / name
+    shutil.copytree(RUN_V1, run)
+    return run
+
+
+def test_run_folder_whose_rank1_is_a_copy_of_rank0(tmp_path, capsys):
+    run = _run_copy(tmp_path)
+    shutil.copy(run / "rank0.json", run / "rank1.json")
+    _refused(run, str(run / "rank1.json"), "holds rank 0, not rank 1", "a copy of rank0.json")
+    code, _, err = _cli(capsys, "replay", run, "--allow-missing-ranks")  # no opt-in for a wrong file
+    assert code == 2 and "holds rank 0, not rank 1" in err
+
+
+def test_run_folder_copy_with_its_rank_edited(tmp_path):
+    run = _run_copy(tmp_path)
+    doc = json.loads((run / "rank0.json").read_text())
+    doc["rank"] = 1
+    (run / "rank1.json").write_text(json.dumps(doc))
+    _refused(run, "rank0.json and rank1.json were written by the same process", "one is a copy")
+
+
+def test_run_folder_rank_file_of_another_world_size(tmp_path):
+    run = _run_copy(tmp_path)
+    doc = json.loads((run / "rank1.json").read_text())
+    doc["world_size"] = 4
+    (run / "rank1.json").write_text(json.dumps(doc))
+    _refused(run, "rank 1 of a 4-rank job, but manifest.json says 2 ranks")
+
+
+def test_run_folder_missing_a_rank_file(tmp_path, capsys):
+    run = _run_copy(tmp_path)
+    os.remove(run / "rank1.json")
+    _refused(run, str(run), "rank 1 of 2: nothing written (no rank1.json, no completed step)", "--allow-missing-ranks")
+    code, out, _ = _cli(capsys, "analyze", run, "--allow-missing-ranks", "--json")
+    r = json.loads(out)
+    assert code == 0 and r["partial"] is True and any("1 of 2 ranks missing" in w for w in r["warnings"])
+
+
+def test_tf_jax_rank_file_copy(tmp_path):
+    run = tmp_path / "tf"
+    shutil.copytree(DATA / "tf-jax" / "mlp", run)
+    shutil.copy(run / "rank0.json", run / "rank1.json")
+    _refused(run, "holds rank 0 of 2, not rank 1 of 2")
+
+
+def test_tf_jax_run_folder_missing_a_rank(tmp_path):
+    run = tmp_path / "tf"
+    shutil.copytree(DATA / "tf-jax" / "mlp", run)
+    os.remove(run / "rank1.json")
+    _refused(run, "rank 1 of 2: no rank1.json", "--allow-missing-ranks")
+    assert [t.rank for t in load(run, allow_missing_ranks=True).ranks] == [0]
+
+
+def test_horovod_rank_file_copy(tmp_path):
+    run = tmp_path / "hvd"
+    shutil.copytree(DATA / "horovod" / "fused", run)
+    shutil.copy(run / "rank0.horovod.json", run / "rank1.horovod.json")
+    _refused(run, "rank1.horovod.json", "holds rank 0, not rank 1")
+
+
+# ---------------------------------------------------------------- item 13: recorded runs with a killed rank (fast)
+
+KILLED = DATA / "killed-rank"
+
+
+@pytest.mark.parametrize("name, why", [
+    ("sigterm", "rank 1 of 2: stopped by SIGTERM during step 3, no rank1.json: steps 3-4 missing"),
+    ("sigkill", "rank 1 of 2: killed (SIGKILL, out of memory), crashed or still running: its step files end at step 2, "
+                "no rank1.json: steps 3-4 missing"),
+])
+def test_recorded_killed_runs(name, why, tmp_path, capsys):
+    """Real 2-rank torchrun jobs (tests/data/killed-rank): rank 1 stopped at step 3 of the window 1-4; rank 0 then
+    failed in its next all-reduce and wrote its own file, saying so."""
+    text = _refused(KILLED / name, why, "rank 0 of 2: ended by RuntimeError (", "during step 3: steps 3-4 missing", "--allow-missing-ranks")
+    assert text.startswith(f"{KILLED / name}: incomplete profile: ")
+    run = load(KILLED / name, allow_missing_ranks=True)
+    assert [t.meta["steps_profiled"] for t in run.ranks] == [[1, 2], [1, 2]] and run.meta["partial"]
+    code, out, _ = _cli(capsys, "analyze", KILLED / name, "--allow-missing-ranks", "--json")
+    r = json.loads(out)
+    assert code == 0 and r["partial"] and [p["rank"] for p in r["per_rank"]] == [0, 1]
+
+
+def test_step_log_lines_are_versioned_and_checked(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(KILLED / "sigkill", run)
+    log = run / "rank1.steps" / "steps.jsonl"
+    lines = log.read_bytes().splitlines(keepends=True)
+    log.write_bytes(lines[0] + lines[1].replace(b'"version":1', b'"version":99'))
+    _refused(run, "steps.jsonl line 2: written by a newer dagprof (format version 99")
+    log.write_bytes(lines[0] + b"{not json\n")
+    _refused(run, "steps.jsonl line 2: corrupt or truncated")
+    log.write_bytes(lines[0] + lines[1].replace(b'"rank":1', b'"rank":0'))
+    _refused(run, "holds a step of rank 0, not of rank 1")
+
+
+# ---------------------------------------------------------------- item 13: a rank killed mid-window, for real
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _torchrun(nproc: int, *job_args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-port", str(_free_port()),
+            str(TESTS / "killed_rank_job.py"), *job_args]
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(TESTS)]), "OMP_NUM_THREADS": "1"}
+
+
+def _killed_run(out: pathlib.Path, nproc: int, sig: str, *extra: str) -> subprocess.CompletedProcess:
+    """A real torchrun job, profiled with dagprof.profile over steps 2-7, whose rank ``nproc - 1`` gets ``sig`` at step 5."""
+    cmd = _torchrun(nproc, "--profile", str(out), "--profile-steps", "2:8", "--die-rank", str(nproc - 1), "--die-step", "5",
+                    "--die-signal", sig, *extra)
+    done = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode != 0, done.stderr[-2000:]
+    return done
+
+
+def _check_partial(run_dir: pathlib.Path, capsys, world: int, killed_why: str) -> dict:
+    """Refused naming the killed rank and steps 5-7; with the opt-in every rank's steps 2-4 replay."""
+    code, out, err = _cli(capsys, "replay", run_dir, "-o", run_dir / "out")
+    assert code == 2 and not out and err.count("\n") == 1, err
+    assert f"rank {world - 1} of {world}: {killed_why}" in err and "steps 5-7 missing" in err, err
+    for r in range(world - 1):  # the survivors: torchrun stopped them, or the dead peer broke their collective
+        assert f"{r} of {world}" in err or f"{r}-" in err or f", {r}" in err or f" {r}," in err, err
+    code, out, _ = _cli(capsys, "replay", run_dir, "-o", run_dir / "out", "--allow-missing-ranks", "--json")
+    r = json.loads(out)
+    assert code == 0 and r["partial"] is True and r["steps"] == [2, 3, 4]
+    assert sorted(row["rank"] for row in r["per_rank"]) == list(range(world))
+    assert any("partial analysis" in w and f"rank {world - 1}" in w for w in r["warnings"])
+    return r
+
+
+@pytest.mark.parametrize("kineto", [False, True], ids=["hooks", "kineto"])
+def test_sigkill_one_of_two_ranks(tmp_path, capsys, kineto):
+    out = tmp_path / "run"
+    _killed_run(out, 2, "KILL", *(["--kineto"] if kineto else []))
+    assert not (out / "rank1.json").exists()
+    assert sorted(os.listdir(out / "rank1.steps")) == ["head.json", "steps.jsonl"]
+    parts, torn = rs.read_step_log(out / "rank1.steps" / "steps.jsonl")
+    assert [p.step for p in parts] == [2, 3, 4] and not torn
+    run = load(out, allow_missing_ranks=True)
+    assert [t.meta["steps_profiled"] for t in run.ranks] == [[2, 3, 4], [2, 3, 4]]
+    _check_partial(out, capsys, 2, "killed (SIGKILL, out of memory), crashed or still running: its step files end at step 4, no rank1.json")
+    # killed while appending step 5: the line has no newline (no commit), so it is dropped with a warning
+    log = out / "rank1.steps" / "steps.jsonl"
+    whole = log.read_bytes()
+    log.write_bytes(whole + whole.splitlines(keepends=True)[-1][:100].replace(b'"step":4', b'"step":5'))
+    run = load(out, allow_missing_ranks=True)
+    assert run.rank(1).meta["steps_profiled"] == [2, 3, 4]
+    assert any("the record of the step after 4 was cut off" in w for w in run.meta["warnings"])
+
+
+def test_sigterm_one_of_three_ranks(tmp_path, capsys):
+    out = tmp_path / "run"
+    _killed_run(out, 3, "TERM")
+    ended = rs.read_file(out / "rank2.steps" / "ended.json", rs.Ended)
+    assert ended.rank == 2 and ended.how == "stopped by SIGTERM during step 5"
+    _check_partial(out, capsys, 3, "stopped by SIGTERM during step 5, no rank2.json")
+
+
+def test_sigint_one_of_two_ranks_unwinds_and_writes_its_file(tmp_path, capsys):
+    """SIGINT keeps Python's behaviour (KeyboardInterrupt): the rank's own file is written, saying why it is short."""
+    out = tmp_path / "run"
+    _killed_run(out, 2, "INT")
+    doc = rs.read_file(out / "rank1.json", rs.RankFile)
+    assert doc.ended == "stopped by SIGINT during step 5" and doc.steps_profiled == [2, 3, 4]
+    assert not (out / "rank1.steps").exists()
+    _check_partial(out, capsys, 2, "stopped by SIGINT during step 5: steps 5-7 missing")
+
+
+def test_zero_code_launcher_sigkill_one_of_three(tmp_path, capsys):
+    out = tmp_path / "run"
+    cmd = _torchrun(3, "--die-rank", "1", "--die-step", "5", "--die-signal", "KILL")
+    env = _env()
+    old = os.environ.copy()
+    os.environ.update(PYTHONPATH=env["PYTHONPATH"], OMP_NUM_THREADS="1")
+    try:
+        code, _, err = _cli(capsys, "profile", "-o", out, "--steps", "2:8", "--no-kineto", "--", *cmd)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    assert code == 2 and "the profiled command exited with status 1" in err
+    assert "rank 1 of 3: killed (SIGKILL, out of memory), crashed or still running: its step files end at step 4" in err
+    assert "steps 5-7 missing" in err and "--allow-missing-ranks" in err
+    run = load(out, allow_missing_ranks=True)
+    assert [t.meta["steps_profiled"] for t in run.ranks] == [[2, 3, 4]] * 3
+
+
+def test_completed_run_leaves_no_step_files(small_ddp_run):
+    """A run that ends normally holds rank<R>.json only: the step files are gone once it is written."""
+    assert not glob.glob(os.path.join(small_ddp_run, "rank*.steps"))
+    run = load(small_ddp_run)
+    assert not run.meta["rank_gaps"] and not run.meta.get("partial")
+
+
+_HANDLER_JOB = """
+import os, signal, sys, torch, dagprof
+seen = []
+signal.signal(signal.SIGTERM, lambda s, f: seen.append(s))  # the program's own handler: it carries on
+model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+opt = torch.optim.SGD(model.parameters(), 0.1)
+with dagprof.profile(sys.argv[1], steps="1:4", model=model, kineto=False) as prof:
+    for step in range(6):
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        model(torch.ones(4, 8)).sum().backward(); opt.step(); opt.zero_grad(); prof.step()
+assert seen == [signal.SIGTERM], seen
+assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL  # the program's handler is back
+print("trained to the end")
+"""
+
+
+def test_signal_chains_to_the_programs_handler(tmp_path):
+    """dagprof notes the signal, then the program's own handler runs; training goes on and the profile is whole."""
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-c", _HANDLER_JOB, str(out)], env=_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "trained to the end" in done.stdout, done.stderr[-2000:]
+    run = load(out)
+    assert run.ranks[0].meta["steps_profiled"] == [1, 2, 3] and not run.meta["rank_gaps"]
+    assert rs.read_file(out / "rank0.json", rs.RankFile).ended == ""  # it carried on: nothing stopped it
+
+
+def test_profile_removes_an_earlier_runs_step_logs(tmp_path, capsys):
+    """A stale rank<R>.steps/ from an earlier profile in the same folder must not pass for this run's rank."""
+    shutil.copytree(KILLED / "sigkill", tmp_path / "run")
+    mine = tmp_path / "run" / "rank7.steps"  # a user's folder that is not a step log: left alone
+    mine.mkdir()
+    code, _, err = _cli(capsys, "profile", "-o", tmp_path / "run", "--", sys.executable, "-c", "pass")
+    assert code == 2 and "no rank wrote a profile" in err
+    assert sorted(os.listdir(tmp_path / "run")) == ["rank7.steps"]
