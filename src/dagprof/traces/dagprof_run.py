@@ -40,7 +40,7 @@ import msgspec
 import numpy as np
 
 from ..errors import DagprofError
-from ..fsutil import inside
+from ..fsutil import inside, open_input
 from .completeness import RankGap, describe
 from .events import Bucket, EventTable, Kind, Lane, LaneKind, RankTrace, Run
 from .run_schema import (
@@ -236,10 +236,12 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
     if len(profiled) < stop - first:
         warnings.append(f"run {run}: steps {first}-{stop - 1} requested but {ended}: steps {profiled[0]}-{profiled[-1]} profiled")
     kpath = None
-    if f.kineto_file and kineto:
-        kpath = inside(run, f.kineto_file, path)  # never outside the run folder
+    if f.kineto_file:  # checked even when the hooks give the communication: a rank file names nothing outside its run
+        kpath = inside(run, f.kineto_file, path)
         if not os.path.exists(kpath):
             raise DagprofError("the rank file names this Kineto trace but it is missing", kpath)
+        open_input(kpath).close()  # a regular file (a FIFO is refused before any read)
+        kpath = kpath if kineto else None
     steps = _steps(records)
     comm = _kineto_comm(kpath, f.rank, records, steps, warnings) if kpath else None
     if comm is None:
