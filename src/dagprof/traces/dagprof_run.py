@@ -84,12 +84,15 @@ def read_run(path: str | os.PathLike[str], require_ddp: bool = False) -> Run:
         _check_same_job(ranks, folder)
     warnings = [w for t in ranks for w in t.meta["warnings"]]
     ddp = any(t.buckets for t in ranks)
-    if not ddp:
+    fsdp = all("fsdp" in t.meta for t in ranks)
+    if not ddp and not fsdp:
         msg = "no DDP gradient buckets were seen: not a DDP job (compute only, no communication)"
         if require_ddp:
             raise DagprofError(msg, folder)
         warnings.append(msg)
     meta = {**msgspec.to_builtins(manifest), "ddp": ddp, "warnings": sorted(set(warnings))}
+    if fsdp:
+        meta["fsdp"] = True
     return Run(ranks=ranks, source=folder, meta=meta)
 
 
@@ -141,13 +144,23 @@ def _read_rank(path: str) -> RankTrace:
         if not os.path.exists(kpath):
             raise DagprofError("the rank file names this Kineto trace but it is missing", kpath)
     steps = _steps(records)
-    comm = _kineto_comm(kpath, f.rank, records, steps, warnings) if kpath else None
+    if f.fsdp is not None:
+        from .fsdp_run import fsdp_comm  # noqa: PLC0415  (imports this module)
+
+        comm = fsdp_comm(f.fsdp, kpath, f.rank, records, steps, warnings)
+    else:
+        comm = _kineto_comm(kpath, f.rank, records, steps, warnings) if kpath else None
     if comm is None:
         comm = _hook_comm(records)
     t = records[:, Col.T_NS]
     spans = [(step, b0, b1, _partition(records[(t >= b0) & (t <= b1)], b0, b1, layers, comm, grad_bytes)) for step, b0, b1 in steps]
     trace = _to_rank_trace(f, path, spans, comm, layers)
     trace.meta.update(warnings=warnings, comm_source=comm.source, kineto=kpath)
+    if f.fsdp is not None:
+        from .fsdp_run import label_groups  # noqa: PLC0415
+
+        label_groups(trace, f.fsdp)
+        trace.meta["fsdp"] = msgspec.to_builtins(f.fsdp)
     return trace
 
 
