@@ -530,6 +530,8 @@ class Collector:
         self._params.clear()
         self._grad_watch.clear()
         self._param_ptrs = set()
+        if self._fsdp is not None:
+            self._fsdp.release()
         if self._ddp_seen:
             collect_cycles_at_exit()
 

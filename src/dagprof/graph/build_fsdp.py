@@ -39,15 +39,17 @@ def fsdp_meta(run: Run) -> dict:
     """``meta.fsdp`` of an FSDP run's graph (``graph.build.build_graph`` sets it, so every path to a graph has it)."""
     if not run.meta.get("fsdp"):
         raise DagprofError("not an FSDP run (no FSDP units recorded)", run.source)
-    info = run.ranks[0].meta["fsdp"]
-    units = info["units"]
+    t0 = run.ranks[0]
+    units = t0.meta["fsdp"]["units"]
+    names = set(t0.events.names)  # FSDP's root ignores reshard_after_forward=True: what it did is what counts
     return {
-        "units": [{k: u[k] for k in ("name", "numel", "shard_bytes", "orig_dtype", "param_dtype", "reduce_dtype",
-                                     "reshard_after_forward", "mesh", "mesh_dims")} for u in units],
-        "unit_layers": [[run.ranks[0].layers[i] for i in u["layers"]] for u in units],
+        "units": [{**{k: u[k] for k in ("name", "numel", "shard_bytes", "orig_dtype", "param_dtype", "reduce_dtype",
+                                        "reshard_after_forward", "mesh", "mesh_dims")},
+                   "resharded_after_forward": f"fsdp reshard {u['name']} (forward)" in names} for u in units],
+        "unit_layers": [[t0.layers[i] for i in u["layers"]] for u in units],
         "memory": {t.rank: {k: t.meta["fsdp"][k] for k in ("param_shard_bytes", "grad_shard_bytes", "optim_state_bytes")}
                    for t in run.ranks},
-        "backend": run.ranks[0].backend,
+        "backend": t0.backend,
         "world_size": run.world_size,
     }
 
@@ -58,16 +60,18 @@ class FsdpCollectiveNode:
     kind: str  # all_gather | reduce_scatter | all_reduce
     unit: str
     prefetched: bool
+    prefetched_by: str = ""  # the unit whose hook issued it early
 
 
 def fsdp_collectives(g: Graph) -> list[FsdpCollectiveNode]:
-    """The shared collective nodes of an FSDP graph, by kind and unit (names: ``"<kind> <unit>[ (prefetched)].<seq>"``)."""
+    """The shared collective nodes of an FSDP graph, by kind and unit (names, ``traces.fsdp_run``:
+    ``"<kind> <unit>[ (prefetched by <unit>)].<seq>"``)."""
     out = []
     for v in np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0)).tolist():
         kind, _, rest = g.node_name(v).rpartition(".")[0].partition(" ")  # the builder appends ".<seq>"
         if kind in KINDS:
-            prefetched = rest.endswith(" (prefetched)")
-            out.append(FsdpCollectiveNode(v, kind, rest.removesuffix(" (prefetched)"), prefetched))
+            unit, _, by = rest.partition(" (prefetched by ")
+            out.append(FsdpCollectiveNode(v, kind, unit, bool(by), by.removesuffix(")")))
     return out
 
 
@@ -106,67 +110,91 @@ def check_fsdp_edges(g: Graph) -> dict[str, int]:
         raise DagprofError("not an FSDP graph")
     layer_of = {name: k for k, name in enumerate(g.layers)}
     unit_layers = {u["name"]: {layer_of[n] for n in names if n in layer_of} for u, names in zip(fs["units"], fs["unit_layers"])}
-    reshard = {u["name"]: u["reshard_after_forward"] for u in fs["units"]}
+    reshard = {u["name"]: u["resharded_after_forward"] for u in fs["units"]}
     counts = dict.fromkeys(("forward_waits_all_gather", "backward_all_gather_after_reshard", "reduce_scatter_after_backward",
                             "optimizer_waits_reduce_scatter", "prefetched"), 0)
-    ranks = sorted({int(r) for r in g.rank[g.rank >= 0].tolist()})
     for c in fsdp_collectives(g):
         step = int(g.step[c.node])
         reach = _reach(g, c.node)
         on = (g.step == step) & (g.rank >= 0)
         layers = unit_layers.get(c.unit, set())
-        for r in ranks:
+        for r in sorted(_issuers(g, c.node)):
             mine = on & (g.rank == r)
             if c.kind == "all_gather":
                 phase_kind = Kind.FORWARD if _is_forward(g, c.node, r) else Kind.BACKWARD
                 # the unit's ops after the issue (a hook on the unit's output may open its first layer's backward
                 # span just before FSDP's pre-backward hook gathers: that sliver stays before the all-gather)
-                issued = float(g.order[_issue(g, c.node, r)])
+                issued = float(g.order[_waiter(g, c.node, r)])
                 first = [v for v in np.flatnonzero(mine & (g.kind == phase_kind)).tolist()
                          if int(g.layer[v]) in layers and float(g.order[v]) > issued]
                 if layers and (not first or not reach[min(first, key=lambda v: g.order[v])]):
                     raise DagprofError(f"{g.node_name(c.node)} (step {step}) does not precede its unit's {phase_kind.name.lower()} on rank {r}")
                 counts["forward_waits_all_gather" if phase_kind == Kind.FORWARD else "backward_all_gather_after_reshard"] += 1
-                counts["prefetched"] += c.prefetched
-            elif c.kind == "reduce_scatter":
+                if c.prefetched:  # issued from the hook of the unit that runs before it, ahead of that unit's compute
+                    by = unit_layers.get(c.prefetched_by, set())
+                    ahead = [v for v in np.flatnonzero(mine & (g.kind == phase_kind)).tolist()
+                             if int(g.layer[v]) in by and float(g.order[v]) > float(g.order[_issue(g, c.node, r)])]
+                    if not ahead:
+                        raise DagprofError(f"{g.node_name(c.node)} (step {step}) was not issued before {c.prefetched_by}'s "
+                                           f"{phase_kind.name.lower()} on rank {r}")
+                    counts["prefetched"] += 1
+            elif c.kind in ("reduce_scatter", "all_reduce"):
                 bwd = [v for v in np.flatnonzero(mine & (g.kind == Kind.BACKWARD)).tolist() if int(g.layer[v]) in layers]
                 upd = np.flatnonzero(mine & (g.kind == Kind.UPDATE)).tolist()
-                if not all(_reach(g, v)[c.node] for v in bwd):
+                if c.kind == "reduce_scatter" and not all(_reach(g, v)[c.node] for v in bwd):
                     raise DagprofError(f"{g.node_name(c.node)} (step {step}) does not follow its unit's backward on rank {r}")
                 if not upd or not all(reach[u] for u in upd):
                     raise DagprofError(f"the optimizer step {step} on rank {r} does not wait for {g.node_name(c.node)}")
-                counts["reduce_scatter_after_backward"] += 1
-                counts["optimizer_waits_reduce_scatter"] += 1
-    regathered = {c.unit for c in fsdp_collectives(g) if c.kind == "all_gather" and not _is_forward(g, c.node, ranks[0])}
+                counts["reduce_scatter_after_backward"] += c.kind == "reduce_scatter"
+                counts["optimizer_waits_reduce_scatter"] += 1  # and HSDP's all-reduce across replicas
+    regathered = {c.unit for c in fsdp_collectives(g) if c.kind == "all_gather" and not _is_forward(g, c.node, min(_issuers(g, c.node)))}
     for unit, again in reshard.items():
         if again != (unit in regathered):
-            raise DagprofError(f"unit {unit}: reshard_after_forward={again} but it is{'' if unit in regathered else ' not'} "
+            raise DagprofError(f"unit {unit} was{'' if again else ' not'} resharded after forward but is{'' if unit in regathered else ' not'} "
                                "all-gathered again in backward")
     return counts
 
 
 def _issue(g: Graph, node: int, rank: int) -> int:
-    """``rank``'s enqueue of a shared collective (what its join waits for)."""
+    return _issuers(g, node)[rank]
+
+
+def _issuers(g: Graph, node: int) -> dict[int, int]:
+    """rank -> its enqueue of a shared collective (what its join waits for): the ranks of its group."""
+    out = {}
     for p in g.predecessors(node).tolist():
         for q in ([p] if g.kind[p] != Kind.SYNC else g.predecessors(p).tolist()):
-            if int(g.rank[q]) == rank:
-                return int(q)
-    raise DagprofError(f"{g.node_name(node)} has no enqueue on rank {rank}")
+            if int(g.rank[q]) >= 0:
+                out.setdefault(int(g.rank[q]), int(q))
+    return out
+
+
+def _waiter(g: Graph, node: int, rank: int) -> int:
+    """``rank``'s op that waited for a shared collective (where its thread blocked on it)."""
+    v = next((int(v) for v in g.successors(node).tolist() if int(g.rank[v]) == rank), None)
+    if v is None:
+        raise DagprofError(f"{g.node_name(node)}: nothing on rank {rank} waits for it (its unit's compute does not depend on it)")
+    return v
 
 
 def _is_forward(g: Graph, node: int, rank: int) -> bool:
-    """An all-gather belongs to the forward when ``rank`` issued it before the last forward op of its step."""
+    """An all-gather belongs to the forward when ``rank`` waited for it before the last forward op of its step."""
     step = int(g.step[node])
     fwd = np.flatnonzero((g.rank == rank) & (g.step == step) & (g.kind == Kind.FORWARD))
-    return not len(fwd) or float(g.order[_issue(g, node, rank)]) < float(g.order[fwd].max())
+    return not len(fwd) or float(g.order[_waiter(g, node, rank)]) < float(g.order[fwd].max())
 
 
 def max_in_flight(g: Graph, start: np.ndarray, end: np.ndarray) -> int:
-    """Most all-gathers running at once in a replay (``start``/``end`` per node)."""
-    ag = [c.node for c in fsdp_collectives(g) if c.kind == "all_gather"]
-    ev = sorted([(float(start[v]), 1) for v in ag] + [(float(end[v]), -1) for v in ag])
-    most = cur = 0
-    for _, d in ev:
-        cur += d
-        most = max(most, cur)
+    """Most all-gathers of one process group running at once in a replay (``start``/``end`` per node)."""
+    groups: dict[frozenset, list[tuple[float, int]]] = {}
+    for c in fsdp_collectives(g):
+        if c.kind == "all_gather":
+            ev = groups.setdefault(frozenset(_issuers(g, c.node)), [])
+            ev += [(float(start[c.node]), 1), (float(end[c.node]), -1)]
+    most = 0
+    for ev in groups.values():
+        cur = 0
+        for _, d in sorted(ev):
+            cur += d
+            most = max(most, cur)
     return most

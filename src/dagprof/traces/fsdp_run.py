@@ -42,7 +42,7 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, records: np.ndarray,
     for k, b0, b1 in calls:
         c = info.collectives[k]
         unit = info.units[c.unit].name
-        name = f"{c.kind} {unit}" + (" (prefetched)" if c.prefetched_by >= 0 else "")
+        name = f"{c.kind} {unit}" + (f" (prefetched by {info.units[c.prefetched_by].name})" if c.prefetched_by >= 0 else "")
         lane, s0, s1 = HOOK_LANE, b0, b1
         if gloo is not None:
             while g < len(gloo) and gloo[g][1] < b0:
@@ -51,7 +51,8 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, records: np.ndarray,
                 lane, s0, s1 = gloo[g]
                 g += 1
         transfers.append(_Transfer(k, -1, name, s0, s1, lane, c.nbytes))
-        host.append(_Span(Kind.COMM_ENQUEUE, f"fsdp {name}", b0, max(b0, min(s0, b1)), layer=-1, seq=k, nbytes=c.nbytes))
+        # at least 1 ns: a span that ends where the previous one was cut would be dropped as already covered
+        host.append(_Span(Kind.COMM_ENQUEUE, f"fsdp {name}", b0, max(b0 + 1, min(s0, b1)), layer=-1, seq=k, nbytes=c.nbytes))
     for kb, what in ((Rec.FSDP_COPY_OUT_BEGIN, "copy-out"), (Rec.FSDP_RESHARD_BEGIN, "reshard")):
         rows = np.flatnonzero((code == kb) | (code == kb + 1))
         opened: dict[tuple[int, int], int] = {}

@@ -106,7 +106,7 @@ class FsdpUnit(msgspec.Struct, kw_only=True):
     mesh_dims: list[str] = []
 
 
-class FsdpCollective(msgspec.Struct, array_like=True):
+class FsdpCollective(msgspec.Struct, kw_only=True):
     """One collective FSDP issued in the window; ``Rec.FSDP_COLL_*`` records time it."""
 
     kind: str  # all_gather | reduce_scatter | all_reduce (HSDP, across replicas)
