@@ -128,6 +128,7 @@ def test_unmodelled_whatifs_are_refused_in_one_line(capsys):
         evaluate(graph(RESHARD), [Scenario()], Cluster(overlap=False))
     with pytest.raises(DagprofError, match="HSDP job .* --workers is not modelled for HSDP"):
         evaluate(graph(HSDP), [Scenario(workers=8)])
+    assert evaluate(graph(HSDP), [Scenario(bandwidth=125e6, bandwidth_text="1Gbit")])["scenarios"][0]["scaling_efficiency"] > 0
     assert main(["optimize", str(RESHARD), "--budget", "1"]) == 2
     err = capsys.readouterr().err
     assert "FSDP job" in err and len(err.strip().splitlines()) == 1

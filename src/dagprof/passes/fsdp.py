@@ -38,11 +38,13 @@ def refuse_unmodelled(g: Graph, asked: list[str]) -> None:
 def scale_fsdp_workers(g: Graph, workers: int) -> Graph:
     """What if the FSDP job sharded over ``workers`` ranks (same per-rank batch)?"""
     mesh = (g.meta.fsdp["units"] or [{}])[0].get("mesh") or []
-    if len(mesh) > 1:
-        raise DagprofError(f"this profile is an HSDP job (mesh {'x'.join(map(str, mesh))}); --workers is not modelled for HSDP yet")
     n0 = graph_world_size(g)
+    shard0 = mesh[-1] if mesh else n0
+    if len(mesh) > 1 and workers not in (1, n0):  # one worker (the scaling-efficiency baseline) shards nothing
+        raise DagprofError(f"this profile is an HSDP job (mesh {'x'.join(map(str, mesh))}); --workers is not modelled for HSDP yet")
     out = scale_workers(g, workers)
     dur = out.dur.copy()
     upd = np.flatnonzero(out.kind == Kind.UPDATE)
-    dur[upd] *= n0 / workers  # the optimizer steps this rank's shards: 1/N of every parameter
+    shard = workers if len(mesh) <= 1 or workers == 1 else shard0
+    dur[upd] *= shard0 / shard  # the optimizer steps this rank's shards: 1/shard degree of every parameter
     return out.replace(dur=dur)
