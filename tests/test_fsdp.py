@@ -22,6 +22,7 @@ from dagprof.replay import replay
 from dagprof.search.whatif import Cluster, Scenario, evaluate
 from dagprof.traces.dagprof_run import read_run
 from dagprof.traces.events import Kind
+from dagprof.traces.run_schema import RankFile, read_file
 
 FSDP = DATA / "fsdp"
 RESHARD, KEEP, HSDP = FSDP / "reshard", FSDP / "keep-bf16-prefetch", FSDP / "hsdp"
@@ -51,6 +52,13 @@ def test_units_collectives_and_memory_are_read(path):
             full = unit["numel"] * (2 if c["dtype"] == "bfloat16" else 4)
             # an all-gather gathers, a reduce-scatter reduces, the whole unit; HSDP all-reduces the shard across replicas
             assert c["nbytes"] == (full // shard if c["kind"] == "all_reduce" else full), c
+
+
+def test_rank_files_decode_into_the_typed_schema():
+    f = read_file(RESHARD / "rank0.json", RankFile)
+    assert [u.name for u in f.fsdp.units] == UNITS and f.fsdp.units[1].reshard_after_forward
+    first = f.fsdp.collectives[0]
+    assert (first.kind, first.unit, first.phase, first.prefetched_by, first.group) == ("all_gather", 0, "forward", -1, "0,1")
 
 
 def test_mixed_precision_dtypes():

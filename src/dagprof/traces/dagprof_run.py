@@ -26,6 +26,9 @@ blocking host collective -> the main-lane event after it. On GPUs the hook spans
 layer and kind of the main-lane span that launched it (flow launch -> op, op -> the span of
 the host sync that waited for it). Not yet run on a real GPU job.
 
+An FSDP2 job's rank file (``RankFile.fsdp``) takes its collectives from ``fsdp_run`` instead: each
+all-gather, reduce-scatter and HSDP all-reduce FSDP called, named by unit, on its own process group.
+
 The file format (fields, record codes, versions) is ``run_schema``.
 """
 from __future__ import annotations
