@@ -82,7 +82,8 @@ def _kineto_transfers(kpath: str, rank: int, lo: int, hi: int) -> list[tuple[str
 
 
 def label_groups(trace: RankTrace, info: FsdpInfo) -> None:
-    """Name each FSDP collective's process group by its ranks and record its canonical kind (for matching)."""
+    """Name each FSDP collective's process group by its ranks and record its canonical kind (for matching);
+    each wait is named by the collective it waited for ("wait all_gather blocks.0")."""
     ev = trace.events
     groups = sorted({c.group for c in info.collectives})
     trace.groups = groups
@@ -98,3 +99,11 @@ def label_groups(trace: RankTrace, info: FsdpInfo) -> None:
             coll["coll"].append(COLL_NAMES[c.kind])
             coll["dtype"].append(c.dtype)
     trace.meta["collectives"] = coll
+    names = {n: k for k, n in enumerate(ev.names)}
+    for src, dst in trace.flows.tolist():  # the gap where the thread blocked: named by what it waited for
+        if ev.kind[src] == Kind.COMM and ev.seq[src] >= 0 and ev.kind[dst] == Kind.COMM_WAIT:
+            name = f"wait {ev.name_of(src)}"
+            if name not in names:
+                names[name] = len(ev.names)
+                ev.names.append(name)
+            ev.name[dst] = names[name]
