@@ -1,4 +1,4 @@
-"""Overhead of dagprof collection on a real 2-rank gloo DDP job (the demo CNN), against no profiler and torch.profiler.
+"""Overhead of dagprof collection on a real 2-rank gloo DDP job (the demo CNN) and an FSDP2 job, against no profiler and torch.profiler.
 
 This machine has 2 cores shared with other work, so wall times of separate jobs are noisy;
 parts 1 and 2 compare modes inside ONE job, under the same background load:
@@ -9,9 +9,10 @@ B/A is the hook overhead (wall and main-thread CPU time per step, medians of ran
 Part 2, alternating blocks: one model; 5-step blocks cycle through no profiler, dagprof hooks
 only, dagprof with Kineto, and torch.profiler alone (each profiler opened and its trace written per block, that
 one-off work outside the step times). Kineto records every op of the process, so it cannot
-join part 1. Part 3, separate jobs per mode (incl. record_shapes=True), medians over jobs.
+join part 1. Part 3, separate jobs per mode (incl. record_shapes=True), medians over jobs. Part 4: part 2 for a
+2-rank FSDP2 job (``bench/fsdp_train.py``'s transformer: every block and the root ``fully_shard``-ed).
 
-    .venv/bin/python bench/bench_overhead.py [--ab-steps 30] [--blocks 4] [--repeats 2] [--small]
+    .venv/bin/python bench/bench_overhead.py [--ab-steps 30] [--blocks 4] [--repeats 2] [--fsdp-blocks 4] [--small]
 """
 from __future__ import annotations
 
@@ -151,6 +152,52 @@ def alternating_blocks(cfg: DemoConfig, blocks: int, block: int) -> dict[str, tu
     return {m: (statistics.median(t[0] for t in v), statistics.median(t[1] for t in v)) for m, v in times.items()}
 
 
+FSDP_ARGS = ["--model", "transformer", "--blocks", "4", "--width", "256"]  # bench/fsdp_train.py's model, 5 FSDP units
+
+
+def _fsdp_blocks_worker(rank: int, blocks: int, block: int, port: int, out: str) -> None:
+    """Part 2 for an FSDP2 job: one ``fully_shard``-ed model, blocks of steps cycling through BLOCK_MODES."""
+    import torch
+    import torch.distributed as dist
+    from fsdp_train import build, parse_args, train
+    from torch.profiler import profile as torch_profile
+
+    from dagprof.collect import profile
+
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2")
+    dist.init_process_group("gloo", rank=rank, world_size=2, timeout=timedelta(seconds=300))
+    args = parse_args([*FSDP_ARGS, "--steps", str(block)])
+    model, opt = build(args)
+    train(args, model, opt)  # warm-up (lazy init, first all-gathers)
+    times: dict[str, list] = {m: [] for m in BLOCK_MODES}
+    with tempfile.TemporaryDirectory() as folder:
+        for b in range(blocks):
+            for mode in BLOCK_MODES:
+                if mode == "no profiler":
+                    times[mode] += train(args, model, opt)
+                elif mode.startswith("dagprof"):
+                    with profile(os.path.join(folder, f"{mode[:12]}{b}"), steps=range(0, block), model=model, kineto="Kineto" in mode) as prof:
+                        times[mode] += train(args, model, opt, prof)
+                else:
+                    with torch_profile() as tp:
+                        times[mode] += train(args, model, opt)
+                    tp.export_chrome_trace(os.path.join(folder, f"t{b}.json"))
+    dist.destroy_process_group()
+    with open(os.path.join(out, f"fsdp{rank}.json"), "w") as f:
+        json.dump(times, f)
+
+
+def fsdp_blocks(blocks: int, block: int) -> dict[str, float]:
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as out:
+        mp.spawn(_fsdp_blocks_worker, args=(blocks, block, _free_port(), out), nprocs=2, join=True)
+        with open(os.path.join(out, "fsdp0.json")) as f:
+            times = json.load(f)
+    return {m: statistics.median(v) for m, v in times.items()}
+
+
 def separate_jobs(base: DemoConfig, steps: int, repeats: int) -> None:
     window = (6, steps - 2)
     wall: dict[str, list[float]] = {m: [] for m in MODES}
@@ -177,6 +224,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=22, help="steps per job in part 3")
     p.add_argument("--ab-steps", type=int, default=30, help="interleaved step pairs in part 1 (0 skips it)")
     p.add_argument("--blocks", type=int, default=4, help="rounds of alternating blocks in part 2 (0 skips it)")
+    p.add_argument("--fsdp-blocks", type=int, default=4, help="rounds of alternating blocks of an FSDP2 job in part 4 (0 skips it)")
     p.add_argument("--small", action="store_true", help="the tiny test model (fast smoke run)")
     args = p.parse_args()
     base = DemoConfig.small() if args.small else DemoConfig()
@@ -199,6 +247,14 @@ def main() -> None:
             print(f"{mode:42s} {w * 1e3:12.1f} {w / off_w:8.3f} {c * 1e3:12.1f} {c / off_c:8.3f}")
     if args.repeats:
         separate_jobs(base, args.steps, args.repeats)
+    if args.fsdp_blocks:
+        res = fsdp_blocks(args.fsdp_blocks, 5)
+        off = res["no profiler"]
+        print(f"\nPart 4: a 2-rank FSDP2 job (bench/fsdp_train.py {' '.join(FSDP_ARGS)}), {args.fsdp_blocks} rounds of 5-step "
+              "blocks per mode, rank 0 medians")
+        print(f"{'mode':42s} {'wall ms/step':>12s} {'vs none':>8s}")
+        for mode, w in res.items():
+            print(f"{mode:42s} {w * 1e3:12.1f} {w / off:8.3f}")
     print(f"\n{time.perf_counter() - t0:.0f} s total")
 
 

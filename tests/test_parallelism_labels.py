@@ -116,7 +116,7 @@ def test_whatif_refuses_what_it_does_not_model_in_one_line(capsys, tmp_path):
                       ((DP_TP, "--pp-degree", 2), "PP degree of 2 is not modelled"),
                       ((TP_ONLY, "--workers", 16), "re-price data-parallel collectives only, and this trace has none"),
                       ((DLRM, "--workers", 16), "EP/CP collectives of group 0 span data-parallel ranks"),
-                      ((CPU_ONLY, "--workers", 600), "nothing tells the unknown ones' dimension")]:
+                      ((CPU_ONLY, "--allow-missing-ranks", "--workers", 600), "nothing tells the unknown ones' dimension")]:
         code, out, err = _cli(capsys, "whatif", *argv, "-o", tmp_path)
         assert code == 2 and why in err and len(err.strip().splitlines()) == 1 and out == "", (argv, err)
 

@@ -24,13 +24,17 @@ def findings(a: Analysis) -> list[Finding]:
         out.append(Finding("no gradient communication seen",
                            "this is not a DDP (data-parallel) job, or its collectives were not profiled: nothing to scale", 0.0))
         return out
+    fsdp = a.graph.meta.fsdp is not None
+    colls = "FSDP all-gathers and reduce-scatters" if fsdp else "all-reduce"
+    advice = ("gloo runs them synchronously on CPU, so none overlaps; a faster link or fewer, larger units helps" if fsdp
+              else "try other bucket sizes or compression (dagprof optimize)")
     worst = max(a.ranks, key=lambda b: b.exposed_comm_us)
     exposed = worst.exposed_comm_us / steps / 1e3
     if exposed > 0.05 * it_ms:
         out.append(Finding(
             "communication is exposed",
-            f"{exposed:.1f} ms of {it_ms:.1f} ms per iteration on rank {worst.rank} is all-reduce not hidden behind compute "
-            f"({worst.overlap_us / max(worst.comm_us, 1e-9):.0%} of communication overlaps); try other bucket sizes or compression (dagprof optimize)",
+            f"{exposed:.1f} ms of {it_ms:.1f} ms per iteration on rank {worst.rank} is {colls} not hidden behind compute "
+            f"({worst.overlap_us / max(worst.comm_us, 1e-9):.0%} of communication overlaps); {advice}",
             exposed,
         ))
     waits = {b.rank: b.wait_us / steps / 1e3 for b in a.ranks}
@@ -40,7 +44,7 @@ def findings(a: Analysis) -> list[Finding]:
         if lost > 0.03 * it_ms:
             out.append(Finding(
                 "ranks wait for a straggler",
-                f"rank {slow} arrives last at the all-reduces; other ranks wait up to {lost:.1f} ms per iteration for it",
+                f"rank {slow} arrives last at the {'collectives' if fsdp else 'all-reduces'}; other ranks wait up to {lost:.1f} ms per iteration for it",
                 lost,
             ))
     overhead = a.path.by_category.get("framework overhead", 0.0) / steps / 1e3

@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> dict:
     if not os.path.exists(os.path.join(out, MANIFEST)):
         raise DagprofError(
             f"the command exited with status {code} and no rank wrote a profile: the zero-code mode sees only models "
-            "wrapped in torch.nn.parallel.DistributedDataParallel or Horovod's DistributedOptimizer (else call dagprof.profile in the script)", out)
+            "wrapped in torch.nn.parallel.DistributedDataParallel, fully_shard (FSDP2) or Horovod's DistributedOptimizer "
+            "(else call dagprof.profile in the script)", out)
     if code != 0:
         try:
             load(out)
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> dict:
         except DagprofError as err:
             kept = err.problem  # which ranks and steps are missing
         raise DagprofError(f"the profiled command exited with status {code}; what its ranks wrote is in this folder: {kept}", out)
-    run_ = load(out)  # a DDP or a Horovod run folder
+    run_ = load(out)  # a DDP, FSDP or Horovod run folder
     ranks = []
     for t in run_.ranks:
         # steps outside the window, for the profiler's overhead; steps 0 and 1 warm up (DDP rebuilds its buckets after step 0)
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> dict:
             "unprofiled_iteration_ms": iteration_us(base) / 1e3 if base else None,
         })
     return {"run": out, "exit_status": code, "world_size": run_.world_size, "ddp": run_.meta["ddp"],
-            "ranks": ranks, "warnings": run_.meta["warnings"]}
+            "fsdp": bool(run_.meta.get("fsdp")), "ranks": ranks, "warnings": run_.meta["warnings"]}
 
 
 _WARMUP_STEPS = 2

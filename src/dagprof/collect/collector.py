@@ -50,6 +50,7 @@ from ..traces.run_schema import (
 )
 from ..traces.steps import parse_steps
 from .exit_gc import collect_cycles_at_exit
+from .fsdp import FsdpRecorder, fsdp_modules
 
 _MAX_OUTPUT_HOOKS = 4  # tensors per module output that get a gradient hook
 SAVED_OUTSIDE_LAYERS = "<outside leaf modules>"  # layer_saved_bytes key of activations saved by the loss and functional ops
@@ -111,6 +112,7 @@ class Collector:
         self._flushed = _Flushed()  # how much of each list the step files already hold
         self._prev_signals: dict[int, Any] = {}  # signal -> the handler ours replaced
         self._ended = ""  # what stopped the process inside the window (a signal, an exception)
+        self._fsdp: FsdpRecorder | None = None  # an FSDP2 model's units and collectives (collect.fsdp)
 
     # ---------------------------------------------------------------- guard
     def _fail(self, err: BaseException, where: str) -> None:
@@ -138,7 +140,9 @@ class Collector:
             roots = [r for r in ([d.module for d in ddps] if ddps else [model]) if not any(r is x for x in self._roots)]
             for root in roots:
                 self._add_root(root)
-            if ddps and not self._info:
+            if self._fsdp is None and (units := fsdp_modules(model)):
+                self._fsdp = FsdpRecorder(self, units)
+            if (ddps or self._fsdp) and not self._info:
                 self._resolve_info()  # the process group exists now; it may be gone by exit
             for ddp in ddps:
                 if not any(ddp is d for d in self._ddps):
@@ -291,7 +295,7 @@ class Collector:
         return tensor
 
     def _track_saved(self) -> None:
-        self._param_ptrs = {_local(p).untyped_storage().data_ptr() for p, _ in self._params}
+        self._param_ptrs = {ptr for p, _ in self._params if (ptr := _storage_ptr(p))}
 
     def _saved_on(self, module: Any, args: tuple) -> None:
         """A root's forward pre-hook: count saved activations while the forward runs, and only then.
@@ -506,6 +510,8 @@ class Collector:
         self._attach_leaf_hooks()
         self._time_dataloaders()
         self._track_saved()
+        if self._fsdp is not None:
+            self._fsdp.begin()
         if self.kineto:
             import torch
             from torch.profiler import ProfilerAction, ProfilerActivity, profile
@@ -520,6 +526,8 @@ class Collector:
     def _end_window(self) -> None:
         self.in_window = False
         try:
+            if self._fsdp is not None:
+                self._fsdp.end()
             self._detach()
             self._write_rank(final=False)
         except Exception as err:  # noqa: BLE001
@@ -562,6 +570,8 @@ class Collector:
         self._params.clear()
         self._grad_watch.clear()
         self._param_ptrs = set()
+        if self._fsdp is not None:
+            self._fsdp.release()
         if self._ddp_seen:
             collect_cycles_at_exit()
 
@@ -612,6 +622,7 @@ class Collector:
             clock=Clock(time.time_ns(), time.perf_counter_ns()), warnings=self.warnings, layers=self.layers,
             layer_grad_bytes=self._grad_bytes, layer_saved_bytes=self._saved_bytes,
             bucket_layouts=self._layouts, step_times_ns=self.step_times, records=self.records, ddp_group_ranks=self._ddp_ranks,
+            fsdp=self._fsdp.info(self.layers) if self._fsdp is not None else None,
         )
         with atomic_open(os.path.join(self.out_dir, rank_file(rank)), "wb") as f:
             f.write(encode(doc))
@@ -736,6 +747,14 @@ def _export_gz(prof: Any, path: str) -> None:
             shutil.copyfileobj(src, gz)
     finally:
         os.unlink(tmp)
+
+
+def _storage_ptr(p: Any) -> int:
+    """Where a parameter's storage lives: a DTensor's local shard's; 0 for none."""
+    try:
+        return _local(p).untyped_storage().data_ptr()
+    except RuntimeError:
+        return 0
 
 
 def _unpack_saved(tensor: Any) -> Any:

@@ -113,6 +113,10 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         parallel=parallel,
         **run.meta.get("graph_meta", {}),  # a reader's graph-level record (traces.horovod: horovod=...)
     )
+    if run.meta.get("fsdp"):
+        from .build_fsdp import fsdp_meta  # noqa: PLC0415  (it imports this module's users)
+
+        g.meta.fsdp = fsdp_meta(run)
     return g
 
 

@@ -47,6 +47,7 @@ class GraphMeta:
     ps_link_fit: dict[str, float] | None = None  # the link fitted to measured PS exchanges (search.ps_link)
     # --- framework sub-records, kept as the readers produce them
     horovod: dict[str, Any] | None = None  # Horovod's tensors, fusion threshold, cycle time (traces.horovod; passes.horovod)
+    fsdp: dict[str, Any] | None = None  # FSDP2: units, their dtypes and reshard policy, sharded memory per rank (graph.build_fsdp)
     ps: dict[str, Any] | None = None  # MXNet parameter server: keys, placement, measured exchanges (graph.build_ps)
     sgd: dict[str, Any] | None = None  # the S-SGD DAG model's policy, workers, iterations (sgd.dag)
 

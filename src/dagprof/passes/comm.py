@@ -4,7 +4,8 @@ The builder gives one COMM node per collective instance (rank -1, on a COMM devi
 ``dur`` = measured transfer). The first pass that changes communication fits a
 ``Topology`` to those measured (nbytes, dur) pairs (``fit_topology``), stores it in
 ``graph.meta.topology`` with the scheme in ``meta.scheme``, and from then on every
-COMM node costs ``allreduce_us(nbytes, topology, scheme)``: one consistent model for
+COMM node costs ``allreduce_us(nbytes, topology, scheme)`` (an FSDP all-gather or reduce-scatter: the
+all-reduce of the same cost, ``graph.build_fsdp.allreduce_equivalent_bytes``): one consistent model for
 old and new collectives. The group channel's capacity becomes 1: concurrent
 collectives share the link, so the last finishes as late as if they ran in series.
 """
@@ -17,6 +18,7 @@ import numpy as np
 from ..costmodel.alphabeta import AlphaBeta, fit_alpha_beta
 from ..costmodel.topology import CollectiveSpec, Scheme, Topology, allreduce_us
 from ..errors import DagprofError
+from ..graph.build_fsdp import allreduce_equivalent_bytes
 from ..graph.build_ps import is_ps_graph, rebuild_ps
 from ..graph.collectives import add_allreduce
 from ..graph.dag import Device, DeviceKind, Graph, GraphBuilder
@@ -86,7 +88,7 @@ def fit_topology(g: Graph) -> Topology:
         raise DagprofError("the trace has no collective with known size and duration to fit a link model to")
     comm = np.array([c.comm for c in colls], dtype=np.int64)
     concurrent = g.meta.comm_lanes > 1  # the builder's durations are completion spacings
-    link = fit_link(g.nbytes[comm].astype(float), g.dur[comm].astype(float), n, concurrent)
+    link = fit_link(allreduce_equivalent_bytes(g, comm), g.dur[comm].astype(float), n, concurrent)
     wire = AlphaBeta(0.0, link.beta_us_per_byte, link.gamma_us_per_byte)
     return Topology(max(n, 1), 1, wire, wire, 2 * (max(n, 2) - 1) * link.alpha_us)
 
@@ -127,7 +129,7 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
         raise DagprofError(f"topology has {topo.world_size} ranks, the graph's collectives {priced_world_size(g)}")
     dur = g.dur.copy()
     idx = np.flatnonzero(priced_comm(g))
-    sizes, inverse = np.unique(g.nbytes[idx], return_inverse=True)
+    sizes, inverse = np.unique(allreduce_equivalent_bytes(g, idx), return_inverse=True)
     priced = np.array([allreduce_us(float(m), topo, spec) for m in sizes])
     dur[idx] = priced[inverse.reshape(-1)] if len(idx) else dur[idx]
     devices = [Device(d.name, d.kind, d.rank, 1) if d.kind == DeviceKind.COMM else d for d in g.devices]

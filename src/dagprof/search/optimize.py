@@ -526,6 +526,9 @@ def search_run(run: Run, g: Graph, opts: Options | None = None, costs_file: str 
     """``search`` on a loaded dagprof run: its DDP bucket layout and activation sizes come from rank 0's
     profile; with ``allow_lossy`` the codec costs are measured on this machine (kept in ``costs_file``)."""
     opts = opts or Options()
+    if g.meta.fsdp is not None:
+        raise DagprofError("this profile is an FSDP job; dagprof optimize searches DDP strategies only (FSDP's reshard, "
+                           "prefetch and unit grouping are not modelled yet)", run.source)
     if not ((g.kind == Kind.COMM) & (g.bucket >= 0)).any():
         raise DagprofError("the trace has no gradient-bucket all-reduce to re-bucket (a dagprof profile of a DDP job has them)", run.source)
     meta = run.ranks[0].meta

@@ -19,10 +19,12 @@ from ..analysis import job_iteration_us
 from ..analysis.interval import link_residuals, predict_interval
 from ..costmodel.topology import CollectiveSpec, Topology, load_link_model, parse_topology
 from ..errors import DagprofError
+from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.dag import Graph
 from ..passes import expand_collectives, partition_tensors, scale_compute, scale_workers, set_buckets, set_link, set_scheme, set_topology
 from ..passes.comm import current_topology, graph_world_size, hybrid, priced_world_size
 from ..passes.compute import share_cores
+from ..passes.fsdp import refuse_unmodelled, scale_fsdp_workers
 from ..passes.horovod import set_horovod
 from ..passes.workers import replica_ranks
 from ..progress import progress
@@ -94,11 +96,17 @@ def base_topology(g: Graph, c: Cluster) -> Topology:
 
 def apply(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
     """The run's graph under scenario ``s``."""
+    fsdp = is_fsdp_graph(g)
+    if fsdp:
+        refuse_unmodelled(g, [k for k, asked in (("bucket_mb", s.bucket_mb is not None), ("no_overlap", not c.overlap),
+                                                 ("scheme", s.scheme is not None), ("partition", s.partition is not None),
+                                                 ("horovod", s.fusion_mb is not None or s.cycle_ms is not None),
+                                                 ("fine", c.fine)) if asked])
     g = set_topology(g, base_topo)
     if s.workers is not None:
         if c.fine and s.workers > 64:
             raise DagprofError(f"fine-grained collectives need <= 64 ranks, got {s.workers} workers")
-        g = scale_workers(g, s.workers, replicate=True if (c.fine or c.cores) else None)
+        g = scale_fsdp_workers(g, s.workers) if fsdp else scale_workers(g, s.workers, replicate=True if (c.fine or c.cores) else None)
         n = priced_world_size(g)
         if c.topology:
             g = set_topology(g, replace(parse_topology(c.topology, n), overhead_us=base_topo.overhead_us))

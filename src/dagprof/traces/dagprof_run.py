@@ -28,6 +28,9 @@ blocking host collective -> the main-lane event after it. On GPUs the hook spans
 layer and kind of the main-lane span that launched it (flow launch -> op, op -> the span of
 the host sync that waited for it). Not yet run on a real GPU job.
 
+An FSDP2 job's rank file (``RankFile.fsdp``) takes its collectives from ``fsdp_run`` instead: each
+all-gather, reduce-scatter and HSDP all-reduce FSDP called, named by unit, on its own process group.
+
 The file format (fields, record codes, versions) is ``run_schema``.
 """
 from __future__ import annotations
@@ -117,13 +120,16 @@ def read_run(path: str | os.PathLike[str], require_ddp: bool = False) -> Run:
         _check_same_job(ranks, folder)
     warnings += [w for t in ranks for w in t.meta["warnings"]]
     ddp = any(t.buckets for t in ranks)
-    if not ddp:
+    fsdp = all("fsdp" in t.meta for t in ranks)
+    if not ddp and not fsdp:
         msg = "no DDP gradient buckets were seen: not a DDP job (compute only, no communication)"
         if require_ddp:
             raise DagprofError(msg, folder)
         warnings.append(msg)
     meta = {**msgspec.to_builtins(manifest), "ddp": ddp, "warnings": sorted(set(warnings)), "rank_gaps": gaps,
             "missing_ranks": [g.rank for g in gaps if g.missing_whole]}
+    if fsdp:
+        meta["fsdp"] = True
     return Run(ranks=ranks, source=folder, meta=meta)
 
 
@@ -243,13 +249,23 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
         open_input(kpath).close()  # a regular file (a FIFO is refused before any read)
         kpath = kpath if kineto else None
     steps = _steps(records)
-    comm = _kineto_comm(kpath, f.rank, records, steps, warnings) if kpath else None
+    if f.fsdp is not None:
+        from .fsdp_run import fsdp_comm  # noqa: PLC0415  (imports this module)
+
+        comm = fsdp_comm(f.fsdp, kpath, f.rank, records, steps, warnings)
+    else:
+        comm = _kineto_comm(kpath, f.rank, records, steps, warnings) if kpath else None
     if comm is None:
         comm = _hook_comm(records)
     t = records[:, Col.T_NS]
     spans = [(step, b0, b1, _partition(records[(t >= b0) & (t <= b1)], b0, b1, layers, comm, grad_bytes)) for step, b0, b1 in steps]
     trace = _to_rank_trace(f, path, spans, comm, layers)
     trace.meta.update(warnings=warnings, comm_source=comm.source, kineto=kpath)
+    if f.fsdp is not None:
+        from .fsdp_run import label_groups  # noqa: PLC0415
+
+        label_groups(trace, f.fsdp)
+        trace.meta["fsdp"] = msgspec.to_builtins(f.fsdp)
     return trace
 
 

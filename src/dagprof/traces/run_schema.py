@@ -76,6 +76,12 @@ class Rec(enum.IntEnum):
     WAIT_END = 13  # DDP's finalize done
     DATA_BEGIN = 14  # a DataLoader iterator's __next__ entered
     DATA_END = 15
+    FSDP_COLL_BEGIN = 16  # a=index into RankFile.fsdp.collectives, b=unit: FSDP called the collective
+    FSDP_COLL_END = 17  # a=index, b=unit: the call returned (gloo on CPU: the transfer is done)
+    FSDP_COPY_OUT_BEGIN = 18  # a=unit, b=0 forward / 1 backward: copying the all-gather output into the parameters
+    FSDP_COPY_OUT_END = 19
+    FSDP_RESHARD_BEGIN = 20  # a=unit, b=0 after forward / 1 after backward: gathered parameters freed
+    FSDP_RESHARD_END = 21
 
 
 class Col(enum.IntEnum):
@@ -102,6 +108,45 @@ class BucketEntry(msgspec.Struct):
     nbytes: int
     params: list[str]
     shapes: list[list[int] | None] = []  # per parameter (what `dagprof.apply` checks a strategy against)
+
+
+class FsdpUnit(msgspec.Struct, kw_only=True):
+    """One FSDP2 unit (an ``FSDPParamGroup``: the parameters one ``fully_shard`` call manages)."""
+
+    name: str  # module path ("<root>" for the root module)
+    layers: list[int] = []  # leaf layers (indexes into RankFile.layers) it runs, not those of nested units
+    params: list[str] = []
+    numel: int = 0  # unsharded parameter elements
+    shard_bytes: int = 0  # this rank's parameter shard
+    orig_dtype: str = ""
+    param_dtype: str = ""  # what the all-gather moves (mixed precision)
+    reduce_dtype: str = ""  # what the reduce-scatter moves
+    reshard_after_forward: bool = True
+    mesh: list[int] = []  # device mesh shape: (shard,) or HSDP's (replicate, shard)
+    mesh_dims: list[str] = []
+
+
+class FsdpCollective(msgspec.Struct, kw_only=True):
+    """One collective FSDP issued in the window; ``Rec.FSDP_COLL_*`` records time it."""
+
+    kind: str  # all_gather | reduce_scatter | all_reduce (HSDP, across replicas)
+    unit: int  # index into FsdpInfo.units
+    phase: str  # forward | backward
+    prefetched_by: int  # the unit whose hook issued it ahead of time; -1: the unit itself, when it needed it
+    nbytes: int  # all-gather: gathered bytes; reduce-scatter / all-reduce: bytes reduced
+    dtype: str
+    group: str  # the ranks of its process group, "0,1"
+    issued_ns: int
+
+
+class FsdpInfo(msgspec.Struct, kw_only=True):
+    """What FSDP2 did on this rank in the window (``collect.fsdp``)."""
+
+    units: list[FsdpUnit] = []
+    collectives: list[FsdpCollective] = []
+    param_shard_bytes: int = 0  # sharded parameters, gradients and optimizer state on this rank at the window's end
+    grad_shard_bytes: int = 0
+    optim_state_bytes: int = 0
 
 
 class Manifest(msgspec.Struct, kw_only=True):
@@ -150,6 +195,7 @@ class RankFile(msgspec.Struct, kw_only=True):
     step_times_ns: list[tuple[int, int, int]] = []  # (step, begin, end) of every step seen, profiled or not
     records: list[tuple[int, int, int, int, int]]  # see ``Col`` and ``Rec``
     ddp_group_ranks: list[int] = []  # ranks DDP all-reduces over; [] = every rank (files before it was recorded)
+    fsdp: FsdpInfo | None = None  # an FSDP2 job's units and collectives (absent in DDP runs and older files)
 
 
 class StepPart(msgspec.Struct, kw_only=True):

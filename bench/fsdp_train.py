@@ -1,0 +1,146 @@
+"""An FSDP2 (``fully_shard``) training script as a user writes one: gloo, CPU, started by torchrun.
+
+Two models: ``mlp`` (an embedding, then a stack of MLP blocks) and ``transformer`` (a stack of
+pre-norm self-attention + MLP blocks). Each block and the root are ``fully_shard``-ed (one FSDP unit
+each). ``--hsdp R`` shards over WORLD/R ranks and replicates over R (a 2-D mesh).
+``--no-reshard`` keeps the gathered parameters after forward; ``--prefetch K`` sets explicit forward
+and backward prefetch of the next K units. ``--dagprof DIR`` profiles with the API; without it the
+script runs untouched (``dagprof profile -o DIR -- torchrun ... bench/fsdp_train.py``).
+
+    torchrun --standalone --nproc-per-node 2 bench/fsdp_train.py --model mlp --steps 12
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+
+class MLPBlock(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.up = nn.Linear(width, 2 * width)
+        self.down = nn.Linear(2 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(F.relu(self.up(x)))
+
+
+class AttnBlock(nn.Module):
+    def __init__(self, width: int, heads: int = 4) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.norm2 = nn.LayerNorm(width)
+        self.up = nn.Linear(width, 4 * width)
+        self.down = nn.Linear(4 * width, width)
+        self.heads = heads
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.down(F.gelu(self.up(self.norm2(x))))
+
+
+class Net(nn.Module):
+    def __init__(self, model: str, blocks: int, width: int, vocab: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        block = MLPBlock if model == "mlp" else AttnBlock
+        self.blocks = nn.ModuleList(block(width) for _ in range(blocks))
+        self.head = nn.Linear(width, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        for b in self.blocks:
+            x = b(x)
+        return self.head(x)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", choices=("mlp", "transformer"), default="mlp")
+    p.add_argument("--blocks", type=int, default=4)
+    p.add_argument("--width", type=int, default=256)
+    p.add_argument("--vocab", type=int, default=2048)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seq", type=int, default=32)
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--no-reshard", action="store_true", help="reshard_after_forward=False on every unit")
+    p.add_argument("--prefetch", type=int, default=0, help="explicit forward/backward prefetch of the next K units (0: FSDP's default)")
+    p.add_argument("--hsdp", type=int, default=1, help="replicate degree R of a (R, WORLD/R) mesh (1: plain FSDP)")
+    p.add_argument("--bf16", action="store_true", help="MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)")
+    p.add_argument("--dagprof", metavar="DIR", help="profile with dagprof.profile into DIR")
+    p.add_argument("--profile-steps", default="4:8")
+    p.add_argument("--kineto", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--times", metavar="FILE", help="write rank 0's step times (s) as JSON")
+    return p.parse_args(argv)
+
+
+def build(args: argparse.Namespace) -> tuple[nn.Module, torch.optim.Optimizer]:
+    world = dist.get_world_size()
+    mesh = (init_device_mesh("cpu", (args.hsdp, world // args.hsdp), mesh_dim_names=("replicate", "shard")) if args.hsdp > 1
+            else init_device_mesh("cpu", (world,)))
+    torch.manual_seed(0)
+    model = Net(args.model, args.blocks, args.width, args.vocab)
+    kw = dict(mesh=mesh, reshard_after_forward=not args.no_reshard)
+    if args.bf16:
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for b in model.blocks:
+        fully_shard(b, **kw)
+    fully_shard(model, **kw)
+    if args.prefetch > 0:
+        units = list(model.blocks)
+        for i, b in enumerate(units):
+            b.set_modules_to_forward_prefetch(units[i + 1: i + 1 + args.prefetch])
+            b.set_modules_to_backward_prefetch(units[max(0, i - args.prefetch): i][::-1])
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+
+def train(args: argparse.Namespace, model: nn.Module, opt: torch.optim.Optimizer, prof=None) -> list[float]:
+    g = torch.Generator().manual_seed(dist.get_rank())
+    times = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        tokens = torch.randint(0, args.vocab, (args.batch, args.seq), generator=g)
+        logits = model(tokens)
+        loss = F.cross_entropy(logits.flatten(0, 1), tokens.roll(-1, 1).flatten())
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        times.append(time.perf_counter() - t0)
+        if prof is not None:
+            prof.step()
+    return times
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    model, opt = build(args)
+    if args.dagprof:
+        import dagprof
+
+        with dagprof.profile(args.dagprof, steps=args.profile_steps, model=model, kineto=args.kineto) as prof:
+            times = train(args, model, opt, prof)
+    else:
+        times = train(args, model, opt)
+    if args.times and dist.get_rank() == 0:
+        with open(args.times, "w") as f:
+            json.dump(times, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,200 @@
+"""The global graph of an FSDP2 job (``traces.fsdp_run``), with what FSDP guarantees as its edges.
+
+The events already say where each rank's main thread called every collective and where it
+blocked on it, so the graph is ``graph.build``'s (each collective one shared node behind a join of
+its group's ranks; ``build_graph`` adds ``fsdp_meta`` for an FSDP run) and these orderings are its edges:
+
+- a unit's forward waits for its all-gather: transfer -> the wait ("blocked on a collective") ->
+  program order -> the unit's first layer;
+- prefetch issues the next unit's all-gather from the current unit's hook, before that unit's
+  compute (program order), and the channel of a group holds one collective at a time: gloo on CPU
+  runs FSDP's collectives synchronously, so at most one all-gather is in flight (``max_in_flight``);
+- ``reshard_after_forward`` frees the gathered parameters, so a resharded unit has a second
+  all-gather in its backward; a unit that keeps them has none;
+- a unit's reduce-scatter is issued by its post-backward hook after its layers' backward;
+- the optimizer step starts after every reduce-scatter's wait (program order after blocking calls).
+
+``meta.fsdp`` keeps the units and, per collective kind, what the what-ifs need (``passes.fsdp``).
+``fsdp_collectives`` lists the shared collective nodes with their kind, unit and pass (from the
+names ``traces.fsdp_run`` gives them); ``check_fsdp_edges`` checks every ordering above on a graph.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import DagprofError
+from ..traces.events import Kind, Run
+from .dag import Graph
+
+KINDS = ("all_gather", "reduce_scatter", "all_reduce")
+
+
+def is_fsdp_graph(g: Graph) -> bool:
+    return g.meta.fsdp is not None
+
+
+def fsdp_meta(run: Run) -> dict:
+    """``meta.fsdp`` of an FSDP run's graph (``graph.build.build_graph`` sets it, so every path to a graph has it)."""
+    if not run.meta.get("fsdp"):
+        raise DagprofError("not an FSDP run (no FSDP units recorded)", run.source)
+    t0 = run.ranks[0]
+    units = t0.meta["fsdp"]["units"]
+    names = set(t0.events.names)  # FSDP's root ignores reshard_after_forward=True: what it did is what counts
+    return {
+        "units": [{**{k: u[k] for k in ("name", "numel", "shard_bytes", "orig_dtype", "param_dtype", "reduce_dtype",
+                                        "reshard_after_forward", "mesh", "mesh_dims")},
+                   "resharded_after_forward": f"fsdp reshard {u['name']} (forward)" in names} for u in units],
+        "unit_layers": [[t0.layers[i] for i in u["layers"]] for u in units],
+        "memory": {t.rank: {k: t.meta["fsdp"][k] for k in ("param_shard_bytes", "grad_shard_bytes", "optim_state_bytes")}
+                   for t in run.ranks},
+        "backend": t0.backend,
+        "world_size": run.world_size,
+    }
+
+
+@dataclass(frozen=True)
+class FsdpCollectiveNode:
+    node: int
+    kind: str  # all_gather | reduce_scatter | all_reduce
+    unit: str
+    prefetched: bool
+    prefetched_by: str = ""  # the unit whose hook issued it early
+
+
+def fsdp_collectives(g: Graph) -> list[FsdpCollectiveNode]:
+    """The shared collective nodes of an FSDP graph, by kind and unit (names, ``traces.fsdp_run``:
+    ``"<kind> <unit>[ (prefetched by <unit>)].<seq>"``)."""
+    out = []
+    for v in np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0)).tolist():
+        kind, _, rest = g.node_name(v).rpartition(".")[0].partition(" ")  # the builder appends ".<seq>"
+        if kind in KINDS:
+            unit, _, by = rest.partition(" (prefetched by ")
+            out.append(FsdpCollectiveNode(v, kind, unit, bool(by), by.removesuffix(")")))
+    return out
+
+
+def allreduce_equivalent_bytes(g: Graph, idx: np.ndarray) -> np.ndarray:
+    """Bytes of the ring all-reduce that costs what each COMM node in ``idx`` costs.
+
+    A ring all-gather (or reduce-scatter) of S bytes sends (n-1)/n S per rank, half of an
+    all-reduce of S. Gloo has no reduce-scatter of its own: it all-reduces the whole tensor, so
+    there a reduce-scatter costs an all-reduce of S (its transfers in Kineto are ``gloo:all_reduce``).
+    """
+    nbytes = g.nbytes[idx].astype(np.float64)
+    if not is_fsdp_graph(g):
+        return nbytes
+    gloo = (g.meta.fsdp.get("backend") or "gloo") == "gloo"
+    half = {"all_gather": 0.5, "reduce_scatter": 1.0 if gloo else 0.5, "all_reduce": 1.0}
+    factor = np.array([half.get(g.node_name(int(v)).partition(" ")[0], 1.0) for v in idx], dtype=np.float64)
+    return nbytes * factor
+
+
+def _reach(g: Graph, src: int) -> np.ndarray:
+    seen = np.zeros(len(g), dtype=bool)
+    stack = [src]
+    while stack:
+        v = stack.pop()
+        for w in g.successors(v).tolist():
+            if not seen[w]:
+                seen[w] = True
+                stack.append(w)
+    return seen
+
+
+def check_fsdp_edges(g: Graph) -> dict[str, int]:
+    """How many instances of each FSDP ordering the graph holds; raises on the first one it lacks."""
+    fs = g.meta.fsdp
+    if fs is None:
+        raise DagprofError("not an FSDP graph")
+    layer_of = {name: k for k, name in enumerate(g.layers)}
+    unit_layers = {u["name"]: {layer_of[n] for n in names if n in layer_of} for u, names in zip(fs["units"], fs["unit_layers"])}
+    reshard = {u["name"]: u["resharded_after_forward"] for u in fs["units"]}
+    counts = dict.fromkeys(("forward_waits_all_gather", "backward_all_gather_after_reshard", "reduce_scatter_after_backward",
+                            "optimizer_waits_reduce_scatter", "prefetched"), 0)
+    for c in fsdp_collectives(g):
+        step = int(g.step[c.node])
+        reach = _reach(g, c.node)
+        on = (g.step == step) & (g.rank >= 0)
+        layers = unit_layers.get(c.unit, set())
+        for r in sorted(_issuers(g, c.node)):
+            mine = on & (g.rank == r)
+            if c.kind == "all_gather":
+                phase_kind = Kind.FORWARD if _is_forward(g, c.node, r) else Kind.BACKWARD
+                # the unit's ops after the issue (a hook on the unit's output may open its first layer's backward
+                # span just before FSDP's pre-backward hook gathers: that sliver stays before the all-gather)
+                issued = float(g.order[_waiter(g, c.node, r)])
+                first = [v for v in np.flatnonzero(mine & (g.kind == phase_kind)).tolist()
+                         if int(g.layer[v]) in layers and float(g.order[v]) > issued]
+                if layers and (not first or not reach[min(first, key=lambda v: g.order[v])]):
+                    raise DagprofError(f"{g.node_name(c.node)} (step {step}) does not precede its unit's {phase_kind.name.lower()} on rank {r}")
+                counts["forward_waits_all_gather" if phase_kind == Kind.FORWARD else "backward_all_gather_after_reshard"] += 1
+                if c.prefetched:  # issued from the hook of the unit that runs before it, ahead of that unit's compute
+                    by = unit_layers.get(c.prefetched_by, set())
+                    ahead = [v for v in np.flatnonzero(mine & (g.kind == phase_kind)).tolist()
+                             if int(g.layer[v]) in by and float(g.order[v]) > float(g.order[_issue(g, c.node, r)])]
+                    if not ahead:
+                        raise DagprofError(f"{g.node_name(c.node)} (step {step}) was not issued before {c.prefetched_by}'s "
+                                           f"{phase_kind.name.lower()} on rank {r}")
+                    counts["prefetched"] += 1
+            elif c.kind in ("reduce_scatter", "all_reduce"):
+                bwd = [v for v in np.flatnonzero(mine & (g.kind == Kind.BACKWARD)).tolist() if int(g.layer[v]) in layers]
+                upd = np.flatnonzero(mine & (g.kind == Kind.UPDATE)).tolist()
+                if c.kind == "reduce_scatter" and not all(_reach(g, v)[c.node] for v in bwd):
+                    raise DagprofError(f"{g.node_name(c.node)} (step {step}) does not follow its unit's backward on rank {r}")
+                if not upd or not all(reach[u] for u in upd):
+                    raise DagprofError(f"the optimizer step {step} on rank {r} does not wait for {g.node_name(c.node)}")
+                counts["reduce_scatter_after_backward"] += c.kind == "reduce_scatter"
+                counts["optimizer_waits_reduce_scatter"] += 1  # and HSDP's all-reduce across replicas
+    regathered = {c.unit for c in fsdp_collectives(g) if c.kind == "all_gather" and not _is_forward(g, c.node, min(_issuers(g, c.node)))}
+    for unit, again in reshard.items():
+        if again != (unit in regathered):
+            raise DagprofError(f"unit {unit} was{'' if again else ' not'} resharded after forward but is{'' if unit in regathered else ' not'} "
+                               "all-gathered again in backward")
+    return counts
+
+
+def _issue(g: Graph, node: int, rank: int) -> int:
+    return _issuers(g, node)[rank]
+
+
+def _issuers(g: Graph, node: int) -> dict[int, int]:
+    """rank -> its enqueue of a shared collective (what its join waits for): the ranks of its group."""
+    out = {}
+    for p in g.predecessors(node).tolist():
+        for q in ([p] if g.kind[p] != Kind.SYNC else g.predecessors(p).tolist()):
+            if int(g.rank[q]) >= 0:
+                out.setdefault(int(g.rank[q]), int(q))
+    return out
+
+
+def _waiter(g: Graph, node: int, rank: int) -> int:
+    """``rank``'s op that waited for a shared collective (where its thread blocked on it)."""
+    v = next((int(v) for v in g.successors(node).tolist() if int(g.rank[v]) == rank), None)
+    if v is None:
+        raise DagprofError(f"{g.node_name(node)}: nothing on rank {rank} waits for it (its unit's compute does not depend on it)")
+    return v
+
+
+def _is_forward(g: Graph, node: int, rank: int) -> bool:
+    """An all-gather belongs to the forward when ``rank`` waited for it before the last forward op of its step."""
+    step = int(g.step[node])
+    fwd = np.flatnonzero((g.rank == rank) & (g.step == step) & (g.kind == Kind.FORWARD))
+    return not len(fwd) or float(g.order[_waiter(g, node, rank)]) < float(g.order[fwd].max())
+
+
+def max_in_flight(g: Graph, start: np.ndarray, end: np.ndarray) -> int:
+    """Most all-gathers of one process group running at once in a replay (``start``/``end`` per node)."""
+    groups: dict[frozenset, list[tuple[float, int]]] = {}
+    for c in fsdp_collectives(g):
+        if c.kind == "all_gather":
+            ev = groups.setdefault(frozenset(_issuers(g, c.node)), [])
+            ev += [(float(start[c.node]), 1), (float(end[c.node]), -1)]
+    most = 0
+    for ev in groups.values():
+        cur = 0
+        for _, d in sorted(ev):
+            cur += d
+            most = max(most, cur)
+    return most

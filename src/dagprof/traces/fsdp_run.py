@@ -1,0 +1,109 @@
+"""FSDP2 rank files (``RankFile.fsdp``, written by ``collect.fsdp``) -> the spans and transfers of ``dagprof_run``.
+
+Each collective FSDP called (all-gather before a unit's forward or backward, reduce-scatter after
+its backward, HSDP's all-reduce across replicas) is on the main lane an enqueue span from the call
+to its transfer's start; the rest of the call, where the thread blocked, is the gap ``dagprof_run``
+turns into the wait on that transfer ("blocked on a collective"). So a unit's forward starts after
+its all-gather's wait, and the replay holds it there until the all-gather is done. The copy-out
+after an all-gather and each reshard are OTHER spans of their own (named by unit), so that wait
+ends where the call returned.
+
+Transfers: with Kineto, the gloo op (on a ``pt_gloo_runloop`` thread) that started inside the call
+(gloo runs FSDP's reduce-scatter as an all-reduce of the whole gradient: the transfer is named as
+FSDP called it); without, the call's own span. ``seq`` is the collective's index in issue order
+over the window (equal on every rank of the job: each issues the same sequence), its group is
+named by its ranks ("0,1"), so HSDP's shard and replicate groups stay apart.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .dagprof_run import _Comm, _Span, _Transfer
+from .events import Kind, RankTrace
+from .run_schema import Col, FsdpInfo, Rec
+
+COLL_NAMES = {"all_gather": "allgather", "reduce_scatter": "reducescatter", "all_reduce": "allreduce"}  # canonical (align)
+HOOK_LANE = "fsdp collective (hook span)"
+
+
+def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, records: np.ndarray, steps: list, warnings: list[str]) -> _Comm:
+    """The transfers and host spans of every FSDP collective in the profiled steps."""
+    code, a, t = records[:, Col.CODE], records[:, Col.A], records[:, Col.T_NS]
+    begin = {int(i): int(s) for i, s in zip(a[code == Rec.FSDP_COLL_BEGIN], t[code == Rec.FSDP_COLL_BEGIN])}
+    end = {int(i): int(s) for i, s in zip(a[code == Rec.FSDP_COLL_END], t[code == Rec.FSDP_COLL_END])}
+    lo, hi = steps[0][1], steps[-1][2]
+    calls = sorted((k, begin[k], end[k]) for k in begin if k in end and lo <= begin[k] <= hi)
+    gloo = _kineto_transfers(kpath, rank, lo, hi) if kpath else None
+    if gloo is not None and len(gloo) < len(calls):
+        warnings.append(f"rank {rank}: Kineto shows {len(gloo)} collectives for {len(calls)} FSDP calls; transfer spans from the hooks")
+        gloo = None
+    transfers, host = [], []
+    g = 0
+    for k, b0, b1 in calls:
+        c = info.collectives[k]
+        unit = info.units[c.unit].name
+        name = f"{c.kind} {unit}" + (f" (prefetched by {info.units[c.prefetched_by].name})" if c.prefetched_by >= 0 else "")
+        lane, s0, s1 = HOOK_LANE, b0, b1
+        if gloo is not None:
+            while g < len(gloo) and gloo[g][1] < b0:
+                g += 1
+            if g < len(gloo) and gloo[g][1] <= b1:
+                lane, s0, s1 = gloo[g]
+                g += 1
+        transfers.append(_Transfer(k, -1, name, s0, s1, lane, c.nbytes))
+        # at least 1 ns: a span that ends where the previous one was cut would be dropped as already covered
+        host.append(_Span(Kind.COMM_ENQUEUE, f"fsdp {name}", b0, max(b0 + 1, min(s0, b1)), layer=-1, seq=k, nbytes=c.nbytes))
+    for kb, what in ((Rec.FSDP_COPY_OUT_BEGIN, "copy-out"), (Rec.FSDP_RESHARD_BEGIN, "reshard")):
+        rows = np.flatnonzero((code == kb) | (code == kb + 1))
+        opened: dict[tuple[int, int], int] = {}
+        for i in rows.tolist():
+            key = (int(a[i]), int(records[i, Col.B]))
+            if code[i] == kb:
+                opened[key] = int(t[i])
+            elif key in opened and lo <= opened[key] <= hi:
+                phase = "forward" if key[1] == 0 else "backward"
+                host.append(_Span(Kind.OTHER, f"fsdp {what} {info.units[key[0]].name} ({phase})", opened.pop(key), int(t[i])))
+    source = "Kineto (gloo execution spans) + FSDP hooks" if gloo is not None else "FSDP hooks (call spans: the transfer and waiting for peers)"
+    return _Comm(source, sorted(transfers, key=lambda x: x.seq), {}, sorted(host, key=lambda s: s.start))
+
+
+def _kineto_transfers(kpath: str, rank: int, lo: int, hi: int) -> list[tuple[str, int, int]] | None:
+    """(lane, start ns, end ns) of every collective Kineto saw in [lo, hi], by start."""
+    from .kineto import read_kineto  # noqa: PLC0415  (only runs with Kineto on)
+
+    kt = read_kineto(kpath, rank=rank)
+    ev = kt.events
+    out = []
+    for i in np.flatnonzero(ev.kind == Kind.COMM).tolist():
+        s0 = kt.base_ns + int(round(ev.start[i] * 1e3))
+        if lo <= s0 <= hi:
+            out.append((kt.lanes[ev.lane[i]].name, s0, s0 + int(round(ev.dur[i] * 1e3))))
+    return sorted(out, key=lambda x: x[1])
+
+
+def label_groups(trace: RankTrace, info: FsdpInfo) -> None:
+    """Name each FSDP collective's process group by its ranks and record its canonical kind (for matching);
+    each wait is named by the collective it waited for ("wait all_gather blocks.0")."""
+    ev = trace.events
+    groups = sorted({c.group for c in info.collectives})
+    trace.groups = groups
+    trace.group_ranks = {gname: [int(r) for r in gname.split(",")] for gname in groups}
+    index = {gname: k for k, gname in enumerate(groups)}
+    rows = np.flatnonzero(ev.seq >= 0)
+    coll = {"event": [], "coll": [], "dtype": []}
+    for i in rows.tolist():
+        c = info.collectives[int(ev.seq[i])]
+        ev.group[i] = index[c.group]
+        if ev.kind[i] == Kind.COMM:
+            coll["event"].append(i)
+            coll["coll"].append(COLL_NAMES[c.kind])
+            coll["dtype"].append(c.dtype)
+    trace.meta["collectives"] = coll
+    names = {n: k for k, n in enumerate(ev.names)}
+    for src, dst in trace.flows.tolist():  # the gap where the thread blocked: named by what it waited for
+        if ev.kind[src] == Kind.COMM and ev.seq[src] >= 0 and ev.kind[dst] == Kind.COMM_WAIT:
+            name = f"wait {ev.name_of(src)}"
+            if name not in names:
+                names[name] = len(ev.names)
+                ev.names.append(name)
+            ev.name[dst] = names[name]
