@@ -12,7 +12,7 @@ from ..costmodel.alphabeta import parse_bandwidth
 from ..costmodel.topology import CollectiveSpec
 from ..pipeline import open_run
 from ..report.timeline import write_replay_trace
-from ..search.whatif import Cluster, Scenario, evaluate
+from ..search.whatif import MODEL_TOLERANCE_PCT, Cluster, Scenario, evaluate
 from .common import add_out_argument, add_run_arguments, comma_list, non_negative_number, out_dir, positive_int, positive_number
 
 HELP = "predict iteration time under other bandwidth, latency, workers, buckets, schemes, compute speed"
@@ -43,6 +43,8 @@ def add_arguments(p) -> None:
     p.add_argument("--cores", type=int, default=None, help="cores per host shared by its ranks (default: ranks do not contend)")
     p.add_argument("--ranks-per-host", type=int, default=None, help="with --cores: ranks per host (default all on one)")
     p.add_argument("--fine", action="store_true", help="per-message collectives on per-link queues (needs <= 64 ranks)")
+    p.add_argument("--allow-model-error", action="store_true",
+                   help=f"predict even when the model misses the profiled run by more than {MODEL_TOLERANCE_PCT:g} %% (refused otherwise)")
     p.add_argument("--template", action="store_true", help="start from the averaged iteration (each op at its mean over the steps)")
     add_out_argument(p, "whatif<i>.trace.json")
     p.add_argument("--no-trace", action="store_true", help="do not write predicted timelines")
@@ -80,7 +82,7 @@ def run(args) -> dict:
             return None
         return write_replay_trace(os.path.join(folder, f"whatif{i}.trace.json"), g, res)
 
-    out = evaluate(prof.graph, _scenarios(args), cluster, measured, timeline)
+    out = evaluate(prof.graph, _scenarios(args), cluster, measured, timeline, None if args.allow_model_error else MODEL_TOLERANCE_PCT)
     return {"run": os.fspath(args.run), "measured_iter_ms": None if measured is None else measured / 1e3} | out
 
 
@@ -92,7 +94,10 @@ _SHORT = {  # table heading of each column; ``COLUMNS`` (also in --json) defines
 
 def to_text(r: dict) -> str:
     m = "n/a" if r["measured_iter_ms"] is None else f"{r['measured_iter_ms']:.2f} ms"
-    lines = [f"profiled: {r['workers']} ranks, measured {m}/iter; model of it {r['model_iter_ms']:.2f} ms ({r['link']})"]
+    lines = [f"profiled: {r['workers']} ranks, measured {m}/iter; model of it {r['model_iter_ms']:.2f} ms ({r['model_error_pct']:+.1f} %; {r['link']})"]
+    fit = r["link_fit"]
+    if fit and fit["weak"]:
+        lines.append(f"caution: the link fit cannot split latency from bandwidth ({fit['weak']}); rows marked * extrapolate it")
     keys = [k for k in ("workers", "bandwidth", "latency_us", "bucket_mb", "scheme", "partition", "compute_speed", "fusion_mb", "cycle_ms")
             if any(row[k] is not None for row in r["scenarios"])]
     width = {k: max(12, len(k) + 2) for k in keys}
@@ -101,7 +106,7 @@ def to_text(r: dict) -> str:
         cells = "".join(f"{'-' if row[k] is None else row[k]!s:>{width[k]}}" for k in keys)
         vs = "n/a" if row["vs_measured_pct"] is None else f"{row['vs_measured_pct']:+.1f} %"
         lines.append(f"{cells}{row['predicted_iter_ms']:>12.2f}{row['iters_per_s']:>12.2f}{row['speedup_vs_profiled']:>12.2f}"
-                     f"{row['speedup_vs_one_worker']:>12.1f}{row['scaling_efficiency']:>12.2f}{vs:>12}")
+                     f"{row['speedup_vs_one_worker']:>12.1f}{row['scaling_efficiency']:>12.2f}{vs:>12}" + (" *" if "caveat" in row else ""))
     lines += ["where:"] + [f"  {h:<12} {r['columns'][k]}" for k, h in _SHORT.items()]
     traces = [row["trace"] for row in r["scenarios"] if "trace" in row]
     if traces:
