@@ -104,6 +104,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         ranks=[t.rank for t in run.ranks],
         steps=chosen,
         backend=run.ranks[0].backend,
+        framework=run.meta.get("framework") or run.ranks[0].meta.get("framework"),
         measured_iter_us={t.rank: measured_iter_us(t, chosen) for t in run.ranks},
         buckets=[{"index": bk.index, "nbytes": bk.nbytes, "params": bk.params} for bk in run.ranks[0].buckets],
         source=run.source,

@@ -144,7 +144,7 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
     link = link or initial_link(run)
     g = g.replace(gap=gap)
     g.meta = g.meta.replace(
-        world_size=n, ranks=[t.rank for t in run.ranks], steps=chosen, backend="ps-lite", source=run.source,
+        world_size=n, ranks=[t.rank for t in run.ranks], steps=chosen, backend="ps-lite", framework=str(ps.get("framework", "mxnet")), source=run.source,
         measured_iter_us={t.rank: measured_iter_us(t, chosen) for t in run.ranks},
         ps={**{k: v for k, v in ps.items() if k in ("framework", "placement", "bigarray_bound", "keys", "num_workers")}, "exchange_us": spans},
         scheme=CollectiveSpec(Scheme.PS, servers), topology=Topology.flat(n, link), buckets=[],
