@@ -2,7 +2,7 @@
 import pytest
 from testdata import DATA
 
-from dagprof.pipeline import open_run
+from dagprof.pipeline import default_out, open_run
 
 
 @pytest.mark.parametrize("run,framework,advice", [
@@ -23,3 +23,8 @@ def test_parameter_server_messages_are_push_pull_of_a_key():
     labels = [name for name, _ in p.analysis.path.top_ops]
     assert any(name.startswith("push/pull key ") for name in labels) and not any("all-reduce" in name for name in labels)
     assert "all-reduce" not in " ".join(f.detail for f in p.findings)
+
+
+@pytest.mark.parametrize("run", ["mxnet", "tf/loop", "tf-jax/mlp", "horovod/fused"])
+def test_outputs_of_a_framework_run_go_to_its_folder(run):
+    assert default_out(DATA / run) == str(DATA / run)
