@@ -42,7 +42,8 @@ from ..errors import DagprofError
 from . import formats
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace
 from .kineto_decode import read_bytes
-from .xplane_decode import MISSING, XPlane, XSpace, decode_xspace
+from .xla_hlo import collective_bytes
+from .xplane_decode import MISSING, WireError, XPlane, XSpace, decode_xspace
 from .xplane_flows import POOL, Line, schedule
 
 HOST_PLANE = "/host:CPU"
@@ -160,7 +161,7 @@ class _Reader:
         self.groups: list[str] = []
         self.layer_index: dict[str, int] = {}
         self.tab = _Table()
-        self.collectives: dict[str, list] = {"event": [], "coll": [], "dtype": []}
+        self.collectives: dict[str, list] = {"event": [], "coll": [], "dtype": [], "program": []}
         env = space.plane(TASK_ENV_PLANE)
         self.base_ns = int(env.stats.get("profile_start_time", 0)) if env is not None else 0
         if not self.base_ns:
@@ -169,6 +170,7 @@ class _Reader:
         jax_version = meta.stats.get("jax_version") if meta is not None else None
         self.framework = "jax" if jax_version else "tensorflow"
         self.framework_version = str(jax_version or "")
+        self.program_bytes = _program_collective_bytes(space, meta) if meta is not None else {}
         busy_devices = [p.name for p in space.planes if p.name.startswith("/device:") and any(len(x.offset_ps) for x in p.lines)]
         if busy_devices:
             self.warnings.append(f"device planes not read yet (host ops only): {', '.join(busy_devices[:4])}")
@@ -297,10 +299,12 @@ class _Reader:
                 end[comm] = np.where((m < len(marks)) & (marks[mm] < end[comm]), marks[mm], end[comm])
         out = self.tab.add_block(name=name, kind=kind, lane=np.full(len(rows), self.lane_of[k]), start=start, dur=end - start,
                                  depth=depth, step=step, layer=layer, group=group, seq=seq)
-        for j in comm.tolist():
+        program = self.space.int_stat(p, ln, rows[comm], "program_id") if len(comm) and self.program_bytes else np.full(len(comm), MISSING)
+        for j, prog in zip(comm.tolist(), program.tolist()):
             self.collectives["event"].append(int(out[j]))
             self.collectives["coll"].append(coll_u[inv[j]])
             self.collectives["dtype"].append("")
+            self.collectives["program"].append(int(prog))
         top = depth == 0
         return start[top], out[top]
 
@@ -438,7 +442,8 @@ class _Reader:
     # ------------------------------------------------------------------ result
     def _rank_trace(self) -> RankTrace:
         c = self.tab.columns()
-        self._gradient_bytes(c)
+        if not self._program_bytes(c):
+            self._gradient_bytes(c)
         self._xla_seq(c)
         rank = self.rank_arg if self.rank_arg is not None else rank_from_path(self.path)
         if rank is None:
@@ -458,6 +463,16 @@ class _Reader:
                          backend="gloo" if self.framework == "jax" else "grpc-ring",
                          layers=sorted(self.layer_index, key=self.layer_index.get), groups=self.groups,
                          group_ranks=group_ranks, flows=flows, meta=meta)
+
+    def _program_bytes(self, c: dict[str, np.ndarray]) -> bool:
+        """Each XLA collective's bytes from its own instruction in the program (JAX); False if none is known."""
+        found = False
+        for i, prog in zip(self.collectives["event"], self.collectives["program"]):
+            nbytes = self.program_bytes.get(prog, {}).get(self.tab.names[c["name"][i]])
+            if nbytes is not None:
+                c["nbytes"][i] = nbytes
+                found = True
+        return found
 
     def _gradient_bytes(self, c: dict[str, np.ndarray]) -> None:
         """Put the run folder's gradient bytes on the gradient all-reduce of each step.
@@ -486,6 +501,20 @@ class _Reader:
         for i in todo:
             k = pos[int(c["step"][i])] = pos.get(int(c["step"][i]), -1) + 1
             c["seq"][i] = int(c["step"][i]) * _XLA_SEQ_PER_STEP + k
+
+
+def _program_collective_bytes(space: XSpace, meta: XPlane) -> dict[int, dict[str, int]]:
+    """program id -> {collective instruction: bytes}, from the ``Hlo Proto`` JAX stores per compiled program."""
+    out: dict[int, dict[str, int]] = {}
+    for mid in meta.event_names:
+        st = space.metadata_stats(meta, mid)
+        hlo, prog = st.get("Hlo Proto"), st.get("program_id")
+        if isinstance(hlo, bytes) and isinstance(prog, int):
+            try:
+                out[prog] = collective_bytes(hlo)
+            except (WireError, IndexError):
+                continue  # a program we cannot read keeps its collectives' bytes unknown
+    return out
 
 
 def _collective_kind(full: str, op_type: str) -> str:
