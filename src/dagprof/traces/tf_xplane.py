@@ -159,7 +159,8 @@ class _Reader:
         self.rank_arg, self.world_arg, self.grad_bytes = rank, world, grad_bytes
         self.warnings: list[str] = []
         self.groups: list[str] = []
-        self.layer_index: dict[str, int] = {}
+        self.layer_index: dict[str, int] = {}  # op scope -> id, until ``_layers`` makes them layers
+        self.scopes: dict[str, tuple[bool, bool]] = {}  # op scope -> (has a gradient op, reads a variable)
         self.tab = _Table()
         self.collectives: dict[str, list] = {"event": [], "coll": [], "dtype": [], "program": []}
         env = space.plane(TASK_ENV_PLANE)
@@ -277,6 +278,9 @@ class _Reader:
             node = full[: -len(op_type) - 1] if op_type and full.endswith(":" + op_type) else full
             coll = _collective_kind(full, op_type)
             kind, layer = (Kind.COMM, "") if coll else _classify(node, op_type)
+            if layer:
+                seen = self.scopes.get(layer, (False, False))
+                self.scopes[layer] = (seen[0] or kind == Kind.BACKWARD, seen[1] or op_type == "ReadVariableOp")
             name_u.append(self.tab.intern(node))
             kind_u.append(int(kind))
             layer_u.append(self.layer_index.setdefault(layer, len(self.layer_index)) if layer else -1)
@@ -445,6 +449,7 @@ class _Reader:
         if not self._program_bytes(c):
             self._gradient_bytes(c)
         self._xla_seq(c)
+        layers = self._layers(c)
         rank = self.rank_arg if self.rank_arg is not None else rank_from_path(self.path)
         if rank is None:
             rank = 0
@@ -461,8 +466,27 @@ class _Reader:
         return RankTrace(rank=int(rank), world_size=int(world), source=self.path, events=ev, lanes=self.lanes,
                          base_ns=self.base_ns, host=(self.space.hostnames or [""])[0],
                          backend="gloo" if self.framework == "jax" else "grpc-ring",
-                         layers=sorted(self.layer_index, key=self.layer_index.get), groups=self.groups,
+                         layers=layers, groups=self.groups,
                          group_ranks=group_ranks, flows=flows, meta=meta)
+
+    def _layers(self, c: dict[str, np.ndarray]) -> list[str]:
+        """Op scopes -> layers (``_layer_names``), numbered in model order (their first forward compute op); ops of
+        no layer (losses, metrics, asserts) are not forward ops of the model."""
+        names = _layer_names(self.scopes)
+        scope_of = sorted(self.layer_index, key=self.layer_index.get)
+        raw = c["layer"]
+        layer_of_scope = np.array([names.get(s, "") for s in scope_of] + [""], dtype=object)
+        per_event = layer_of_scope[np.where(raw >= 0, raw, len(scope_of))]
+        reads = np.array([n.endswith("ReadVariableOp") for n in self.tab.names] + [False])[c["name"]]  # all run at the step's start
+        fwd = (c["kind"] == Kind.FORWARD) & (per_event != "") & ~reads
+        first: dict[str, float] = {}
+        for name, t in zip(per_event[fwd].tolist(), c["start"][fwd].tolist()):
+            first[name] = min(first.get(name, np.inf), t)
+        order = sorted(set(per_event.tolist()) - {""}, key=lambda n: (first.get(n, np.inf), n))
+        index = {n: i for i, n in enumerate(order)}
+        c["layer"] = np.array([index.get(n, -1) for n in per_event.tolist()], dtype=c["layer"].dtype)
+        c["kind"] = np.where((c["kind"] == Kind.FORWARD) & (c["layer"] < 0), Kind.OTHER, c["kind"]).astype(c["kind"].dtype)
+        return order
 
     def _program_bytes(self, c: dict[str, np.ndarray]) -> bool:
         """Each XLA collective's bytes from its own instruction in the program (JAX); False if none is known."""
@@ -525,7 +549,8 @@ def _collective_kind(full: str, op_type: str) -> str:
 
 
 def _classify(node: str, op_type: str) -> tuple[Kind, str]:
-    """Kind and layer from a TF node name (XLA thunk names carry no layer: KERNEL)."""
+    """Kind and op scope from a TF node name (XLA thunk names carry none: KERNEL). The scope becomes a
+    layer, or none, once every op has been seen (``_layer_names``); FORWARD is provisional until then."""
     if not op_type:
         return Kind.KERNEL, ""
     parts = node.split("/")
@@ -534,7 +559,40 @@ def _classify(node: str, op_type: str) -> tuple[Kind, str]:
         parts = parts[1:]
     if parts and _OPTIMIZER.match(parts[0]):
         return (Kind.MEMCPY if op_type in _PACKING else Kind.UPDATE), ""
-    layer = "/".join(parts[:2]) if len(parts) >= 3 else ""
+    scope = "/".join(parts[:-1])
     if backward:
-        return Kind.BACKWARD, layer
-    return (Kind.FORWARD if layer else Kind.OTHER), layer
+        return Kind.BACKWARD, scope
+    return (Kind.FORWARD if scope else Kind.OTHER), scope
+
+
+_OP_SCOPES = {"convolution", "embedding_lookup"}  # lower-case scopes Keras opens inside a layer for one op
+
+
+def _op_scope_stripped(parts: list[str]) -> list[str]:
+    """A scope less the op scopes at its end (TF names ops in CamelCase: MatMul, BiasAdd, Conv2D); model/layer stay."""
+    while len(parts) > 2 and (parts[-1][:1].isupper() or parts[-1] in _OP_SCOPES):
+        parts = parts[:-1]
+    return parts
+
+
+def _layer_names(scopes: dict[str, tuple[bool, bool]]) -> dict[str, str]:
+    """Op scope -> its layer ('' when none), from ``scopes``: scope -> (has a gradient op, reads a variable).
+
+    A model is a top-level scope with both (a loss has gradients but no variables, a metric variables
+    but no gradients, an assert neither). A layer with weights is where a variable is read, less the
+    op scopes; an op belongs to the deepest such layer above it, so nested blocks keep their layers;
+    other ops (pooling, activations) to their own scope less its op scopes.
+    """
+    tops = lambda i: {s.split("/")[0] for s, flags in scopes.items() if flags[i]}  # noqa: E731
+    models = tops(0) & tops(1)
+    weighted = {"/".join(_op_scope_stripped(s.split("/"))) for s, (_, reads) in scopes.items()
+                if reads and s.count("/") >= 1 and s.split("/")[0] in models}
+    out = {}
+    for s in scopes:
+        parts = s.split("/")
+        if parts[0] not in models or len(parts) < 2:
+            out[s] = ""
+            continue
+        out[s] = next(("/".join(parts[:k]) for k in range(len(parts), 1, -1) if "/".join(parts[:k]) in weighted),
+                      "/".join(_op_scope_stripped(parts)))
+    return out
