@@ -234,3 +234,18 @@ def test_nested_blocks_keep_their_layers():
     assert names["model/block1"] == "model/block1" and names["model/embed/embedding_lookup"] == "model/embed"
     assert names["model/pool/Max"] == "model/pool"
     assert not names["sparse_categorical_crossentropy/weighted_loss"] and not names["div_no_nan/Reshape"] and not names["assert_less/Assert"]
+
+
+def test_embedding_gradients_travel_on_their_own_gathers():
+    """A text model: the embedding's sparse gradient is all-gathered (rows, indices), the dense rest all-reduced."""
+    runs = load(str(DATA / "tf" / "text")).ranks
+    per_rank = []
+    for t in runs:
+        ev = t.events
+        comm = np.flatnonzero((ev.kind == Kind.COMM) & (ev.step == 7))
+        per_rank.append(sorted((ev.name_of(i), int(ev.nbytes[i])) for i in comm))
+        assert [x.removeprefix("sequential_1/").removesuffix("_1") for x in t.layers] == ["embed", "conv", "pool", "hidden", "out"]
+    assert per_rank[0] == per_rank[1]  # every worker books the same bytes on the same collective
+    sizes = dict(per_rank[0])
+    assert sizes["adam/CollectiveReduceV2"] == 99856  # the dense gradients: the 2,048,000 B table is not in it
+    assert sizes["adam/cond/then/_0/adam/cond/CollectiveGatherV2"] == 4096 * 64 * 4  # the looked-up rows of both workers

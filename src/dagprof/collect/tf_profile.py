@@ -69,12 +69,20 @@ def _window(out_dir: str | os.PathLike[str], steps, rank: int | None, world_size
                       start, tf.profiler.experimental.stop)
 
 
-def grad_bytes(variables: Any) -> int:
-    """Bytes of all trainable variables: what a data-parallel step all-reduces."""
+def grad_bytes(variables: Any, model: Any = None) -> int:
+    """Bytes of the trainable variables whose gradients are dense: what a data-parallel step all-reduces.
+
+    An ``Embedding``'s gradient is sparse (the looked-up rows): the strategy all-gathers it instead,
+    and the trace sizes those gathers itself, so its table is left out here."""
     import numpy as np  # noqa: PLC0415
 
+    flatten = getattr(model, "_flatten_layers", None)  # Keras 3 and tf-keras: every nested layer
+    layers = flatten(include_self=False, recursive=True) if flatten else getattr(model, "submodules", ())
+    sparse = {id(v) for layer in layers if type(layer).__name__ == "Embedding" for v in getattr(layer, "trainable_variables", ())}
     total = 0
     for v in variables or []:
+        if id(v) in sparse:
+            continue
         dtype = getattr(v.dtype, "name", v.dtype)  # tf.DType (tf-keras) or a string (Keras 3)
         total += int(np.prod([int(d or 0) for d in v.shape])) * np.dtype(str(dtype)).itemsize
     return total
@@ -97,7 +105,7 @@ class tf_profile(LoopProfile):  # noqa: N801  (used like a profiler object)
     def _open(self) -> StepWindow:
         window = _window(*self._args)
         if self._model is not None:
-            window.grad_bytes = grad_bytes(self._model.trainable_variables)
+            window.grad_bytes = grad_bytes(self._model.trainable_variables, self._model)
         return window
 
     def _mark(self, step: int) -> ContextManager[Any]:
@@ -124,7 +132,7 @@ def keras_callback(out_dir: str | os.PathLike[str], steps: range | tuple[int, in
 
         def _begin_window(self) -> None:
             if self.model is not None:
-                self.window.grad_bytes = grad_bytes(self.model.trainable_variables)
+                self.window.grad_bytes = grad_bytes(self.model.trainable_variables, self.model)
             self.window.open()
 
         def on_train_begin(self, logs: Any = None) -> None:

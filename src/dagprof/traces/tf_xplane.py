@@ -447,6 +447,7 @@ class _Reader:
     def _rank_trace(self) -> RankTrace:
         c = self.tab.columns()
         if not self._program_bytes(c):
+            self._output_bytes(c)
             self._gradient_bytes(c)
         self._xla_seq(c)
         layers = self._layers(c)
@@ -498,12 +499,32 @@ class _Reader:
                 found = True
         return found
 
-    def _gradient_bytes(self, c: dict[str, np.ndarray]) -> None:
-        """Put the run folder's gradient bytes on the gradient all-reduce of each step.
+    def _output_bytes(self, c: dict[str, np.ndarray]) -> None:
+        """TF collectives whose result the memory tracer saw allocated (an all-gather's, e.g. a sparse
+        embedding gradient's rows and indices) take its size: the op's own tensor."""
+        p = self.plane
+        mids = self.mids("MemoryAllocation")
+        sized: dict[str, int] = {}
+        for ln in self.lines:
+            rows = np.flatnonzero(np.isin(ln.metadata_id, mids))
+            if not len(rows):
+                continue
+            op, nbytes = self.space.int_stat(p, ln, rows, "tf_op"), self.space.int_stat(p, ln, rows, "requested_bytes")
+            region = self.space.int_stat(p, ln, rows, "region_type")
+            for o, b, r in zip(op.tolist(), nbytes.tolist(), region.tolist()):
+                if o != MISSING and b != MISSING and p.stat_names.get(r) == "output":
+                    name = p.stat_names.get(o, "")
+                    sized[name] = max(sized.get(name, 0), int(b))
+        for i in self.collectives["event"]:
+            c["nbytes"][i] = sized.get(self.tab.names[c["name"][i]], c["nbytes"][i])
 
-        The trace has no tensor sizes. Candidates are all-reduces outside any scope or in an
-        optimizer's (a loss or metric is reduced under its own scope, e.g. ``div_no_nan/``); of
-        those, the name with the longest median duration carries the gradients.
+    def _gradient_bytes(self, c: dict[str, np.ndarray]) -> None:
+        """Put the run folder's dense gradient bytes on the gradient all-reduce of each step.
+
+        A packed all-reduce's tensor is not traced. Candidates are all-reduces of unknown size outside
+        any scope or in an optimizer's (a loss or metric is reduced under its own scope, e.g.
+        ``div_no_nan/``); the choice follows their names alone (an optimizer's first, then the shortest
+        name: TF numbers later ones ``_1``, ``_2``), so every worker makes the same one.
         """
         if not self.grad_bytes:
             return
@@ -511,10 +532,10 @@ class _Reader:
         for i, coll in zip(self.collectives["event"], self.collectives["coll"]):
             node = self.tab.names[c["name"][i]]
             head = node.split("/", 1)[0] if "/" in node else ""
-            if coll == "allreduce" and (not head or _OPTIMIZER.match(head)):
+            if coll == "allreduce" and c["nbytes"][i] == 0 and (not head or _OPTIMIZER.match(head)):
                 by_name.setdefault(node, []).append(i)
         if by_name:
-            best = max(by_name, key=lambda n: float(np.median(c["dur"][by_name[n]])))
+            best = min(by_name, key=lambda n: (not _OPTIMIZER.match(n.split("/", 1)[0]) if "/" in n else True, len(n), n))
             c["nbytes"][by_name[best]] = int(self.grad_bytes)
 
     def _xla_seq(self, c: dict[str, np.ndarray]) -> None:
