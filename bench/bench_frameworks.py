@@ -49,11 +49,11 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
-def launch(name: str, python: str, out: str, workers: int, timeout: float) -> list[int]:
-    """Run the script on ``workers`` processes; their exit statuses (negative: killed by that signal)."""
+def launch(name: str, python: str, out: str, workers: int, timeout: float, src: str = SRC) -> list[int]:
+    """Run the script on ``workers`` processes with the collector in ``src``; their exit statuses (negative: killed by that signal)."""
     framework, _, extra = SCRIPTS[name]
     script = os.path.join(HERE, "frameworks", f"{name}.py")
-    env = dict(os.environ, PYTHONPATH=SRC, TF_CPP_MIN_LOG_LEVEL="2", **extra)
+    env = dict(os.environ, PYTHONPATH=src, TF_CPP_MIN_LOG_LEVEL="2", **extra)
     ports = free_ports(workers)
     procs = []
     for rank in range(workers):
@@ -99,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=",".join(SCRIPTS))
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--keep", help="keep the run folders here")
+    ap.add_argument("--baseline-src", help="another checkout's src/ (e.g. before a collector fix): its collector profiles every "
+                                           "other run, in interleaved rounds, and crashes are counted per collector")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     results = {}
@@ -108,19 +110,25 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: skipped, set {SCRIPTS[name][1]} to a Python with {SCRIPTS[name][0]}", file=sys.stderr)
             continue
         rows = []
-        for i in range(args.runs):
+        collectors = [SRC, args.baseline_src] if args.baseline_src else [SRC]
+        for i in range(args.runs * len(collectors)):
+            src = collectors[(i + i // len(collectors)) % len(collectors)]  # A B, B A, ...
             out = os.path.join(args.keep, f"{name}-{i}") if args.keep else tempfile.mkdtemp(prefix=f"dagprof-{name}-")
             os.makedirs(out, exist_ok=True)
             t0 = time.monotonic()
-            codes = launch(name, python, out, args.workers, args.timeout)
-            row = {"run": i, "exit": codes, "seconds": round(time.monotonic() - t0, 1)}
+            codes = launch(name, python, out, args.workers, args.timeout, src)
+            row = {"run": i, "collector": "baseline" if src != SRC else "this", "exit": codes, "seconds": round(time.monotonic() - t0, 1)}
             row |= judge(out) if all(c == 0 for c in codes) else {"crash": next(c for c in codes if c != 0)}
             rows.append(row)
             print(f"{name} run {i}: {row}", file=sys.stderr, flush=True)
             if not args.keep:
                 shutil.rmtree(out, ignore_errors=True)
-        ok = [r for r in rows if "model_pct" in r]
-        summary = {"runs": len(rows), "crashes": sum("crash" in r for r in rows), "refused": sum("refused" in r for r in rows)}
+        mine = [r for r in rows if r["collector"] == "this"]
+        ok = [r for r in mine if "model_pct" in r]
+        summary = {"runs": len(mine), "crashes": sum("crash" in r for r in mine), "refused": sum("refused" in r for r in mine)}
+        if args.baseline_src:
+            base = [r for r in rows if r["collector"] == "baseline"]
+            summary["baseline"] = {"runs": len(base), "crashes": sum("crash" in r for r in base)}
         for key in ("model_pct", "averaged_pct"):
             vals = np.abs([r[key] for r in ok]) if ok else np.zeros(0)
             summary[key] = None if not len(vals) else {"median_abs": float(np.median(vals)), "max_abs": float(vals.max()),
