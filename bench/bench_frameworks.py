@@ -118,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.monotonic()
             codes = launch(name, python, out, args.workers, args.timeout, src)
             row = {"run": i, "collector": "baseline" if src != SRC else "this", "exit": codes, "seconds": round(time.monotonic() - t0, 1)}
-            row |= judge(out) if all(c == 0 for c in codes) else {"crash": next(c for c in codes if c != 0)}
+            died = [c for c in codes if c not in (0, -signal.SIGKILL)] or [c for c in codes if c != 0]  # not the ones stopped after it
+            row |= {"crash": died[0]} if died else judge(out)
             rows.append(row)
             print(f"{name} run {i}: {row}", file=sys.stderr, flush=True)
             if not args.keep:

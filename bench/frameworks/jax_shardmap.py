@@ -7,8 +7,7 @@ import argparse
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental.shard_map import shard_map
-from jax.sharding import Mesh, PartitionSpec as P
+from jax.sharding import Mesh, PartitionSpec
 
 from dagprof.collect.jax_profile import jax_profile  # dagprof (1/3)
 
@@ -44,14 +43,15 @@ def loss_fn(p, x, y):
 
 def step(p, x, y):
     g = jax.grad(loss_fn)(p, x, y)
-    g = {k: jax.lax.pmean(v, "data") for k, v in g.items()}  # one all-reduce per gradient
+    g = {k: jax.lax.pmean(v, "data") for k, v in g.items()}  # one pmean per gradient (XLA may combine them)
     return {k: p[k] - 0.01 * g[k] for k in p}
 
 
-train = jax.jit(shard_map(step, mesh=mesh, in_specs=(P(), P("data"), P("data")), out_specs=P(), check_rep=False))
+DATA = PartitionSpec("data")
+train = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(PartitionSpec(), DATA, DATA), out_specs=PartitionSpec(), check_vma=False))
 batch = 16 * args.world
-x = jax.make_array_from_process_local_data(jax.sharding.NamedSharding(mesh, P("data")), rng.standard_normal((16, 128, 1)).astype(np.float32))
-y = jax.make_array_from_process_local_data(jax.sharding.NamedSharding(mesh, P("data")), rng.integers(0, 10, 16).astype(np.int32))
+x = jax.make_array_from_process_local_data(jax.sharding.NamedSharding(mesh, PartitionSpec("data")), rng.standard_normal((16, 128, 1)).astype(np.float32))
+y = jax.make_array_from_process_local_data(jax.sharding.NamedSharding(mesh, PartitionSpec("data")), rng.integers(0, 10, 16).astype(np.int32))
 
 with jax_profile(args.out, steps=(6, 10), params=params) as prof:  # dagprof (2/3)
     for i in range(args.steps):
