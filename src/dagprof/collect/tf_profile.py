@@ -68,8 +68,13 @@ def settle(strategy: Any) -> None:
         return
     import tensorflow as tf  # noqa: PLC0415
 
-    barrier = tf.function(lambda: strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(1.0)), axis=None))
-    barrier()
+    def one() -> Any:
+        return tf.constant(1.0)
+
+    def barrier() -> Any:
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(one), axis=None)
+
+    tf.function(barrier, autograph=False)()
     time.sleep(SETTLE_S)
 
 
