@@ -76,3 +76,40 @@ def test_parse_window():
         parse_window("5")
     with pytest.raises(ValueError):
         parse_window((3, 3))
+
+
+def test_the_profiler_stops_after_the_workers_settle_and_every_worker_joins_the_barrier(tmp_path):
+    calls = []
+    w = window(tmp_path / "a", calls)
+    w.settle = lambda: calls.append(("settle",))
+    for step in range(5):
+        w.step_begin(step)
+        w.step_end(step)
+    w.close()
+    assert calls[-2:] == [("settle",), ("stop",)] and calls.count(("settle",)) == 1
+    # a worker whose profiler never started still joins the barrier its peers wait in
+    joined = []
+
+    def broken(logdir):
+        raise RuntimeError("another profiler is running")
+
+    w = window(tmp_path / "b", [], start=broken)
+    w.settle = lambda: joined.append(1)
+    with pytest.warns(UserWarning):
+        for step in range(5):
+            w.step_begin(step)
+            w.step_end(step)
+    assert joined == [1]
+    # a barrier that fails is a warning, and the profiler still stops
+    calls = []
+    w = window(tmp_path / "c", calls)
+
+    def dead_peer():
+        raise RuntimeError("peer gone")
+
+    w.settle = dead_peer
+    for step in range(5):
+        w.step_begin(step)
+        w.step_end(step)
+    info = json.loads((tmp_path / "c" / "rank1.json").read_text())
+    assert calls[-1] == ("stop",) and "could not be waited for" in info["warnings"][0]

@@ -12,7 +12,7 @@ from dagprof.cli.main import main
 from dagprof.costmodel.topology import CollectiveSpec
 from dagprof.errors import DagprofError
 from dagprof.graph.collectives import ps_devices, worker_ports
-from dagprof.passes import set_link, set_scheme
+from dagprof.passes import scale_workers, set_link, set_scheme
 from dagprof.passes.comm import current_topology
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
@@ -96,7 +96,23 @@ def test_whatif_servers_and_bandwidth_move_the_right_way():
         set_scheme(g, CollectiveSpec.parse("ring"))
 
 
-@pytest.mark.parametrize("cmd", [["replay"], ["analyze"], ["report"], ["whatif", "--scheme", "ps:1"], ["whatif", "--bandwidth", "100Mbit"]])
+def test_more_workers_load_the_servers():
+    g = open_run(str(FIXTURE)).graph
+    same = scale_workers(g, 2)
+    assert job_iteration_us(same) == pytest.approx(job_iteration_us(g), rel=1e-9)
+    slow = set_link(g, current_topology(g).inter.bandwidth_bytes_per_s / 20)
+    two, four, eight = (job_iteration_us(scale_workers(slow, n)) for n in (2, 4, 8))
+    assert two < four < eight  # every key's pushes queue on the servers' ports in
+    eight_g = scale_workers(g, 8)
+    assert eight_g.meta.world_size == 8 and set(eight_g.rank[eight_g.rank >= 0].tolist()) == set(range(8))
+    sums = [v for v in range(len(eight_g)) if eight_g.node_name(v).endswith(" sum")]
+    assert sums and all(int(eight_g.nbytes[v]) % 8 == 0 for v in sums)  # each server sums 8 pushes
+    with pytest.raises(DagprofError, match="at most 64"):
+        scale_workers(g, 65)
+
+
+@pytest.mark.parametrize("cmd", [["replay"], ["analyze"], ["report"], ["whatif", "--scheme", "ps:1"], ["whatif", "--bandwidth", "100Mbit"],
+                                 ["whatif", "--workers", "1,4"]])
 def test_cli_commands_on_the_recorded_folder(capsys, run_dir, cmd):
     assert main([cmd[0], run_dir, *cmd[1:], "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

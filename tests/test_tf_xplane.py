@@ -18,7 +18,7 @@ from dagprof.pipeline import open_run
 from dagprof.traces import xplane_decode
 from dagprof.traces.events import Kind
 from dagprof.traces.load import load
-from dagprof.traces.tf_xplane import rank_from_path, read_xplane
+from dagprof.traces.tf_xplane import _layer_names, rank_from_path, read_xplane
 from dagprof.traces.xplane_run import xplane_files
 
 DATA = pathlib.Path(__file__).parent / "data"
@@ -213,3 +213,39 @@ def test_commands_work_on_a_tf_run(tmp_path, capsys):
     rows = w.get("rows") or w.get("predictions") or w
     text = json.dumps(rows)
     assert "100Mbit" in text and "10Gbit" in text
+
+
+def test_layers_are_the_models_in_model_order_without_losses_or_metrics():
+    for run, prefix in (("fit", "sequential/"), ("loop", "sequential_1/")):
+        for t in load(str(DATA / "tf" / run)).ranks:
+            names = [x.removeprefix(prefix).removesuffix("_1") for x in t.layers]
+            assert names == ["conv1", "conv2", "pool", "fc1", "fc2"], (run, t.rank, t.layers)
+
+
+def test_nested_blocks_keep_their_layers():
+    scopes = {  # op scope -> (has a gradient op, reads a variable), as a residual MLP's ops name them
+        "model/block1/dense_a/MatMul": (True, True), "model/block1/dense_b/BiasAdd": (True, True), "model/block1": (True, False),
+        "model/embed/embedding_lookup": (True, True), "model/pool": (True, False), "model/pool/Max": (True, False),
+        "sparse_categorical_crossentropy/weighted_loss": (True, False), "div_no_nan/Reshape": (False, True),
+        "assert_less/Assert": (False, False),
+    }
+    names = _layer_names(scopes)
+    assert names["model/block1/dense_a/MatMul"] == "model/block1/dense_a" and names["model/block1/dense_b/BiasAdd"] == "model/block1/dense_b"
+    assert names["model/block1"] == "model/block1" and names["model/embed/embedding_lookup"] == "model/embed"
+    assert names["model/pool/Max"] == "model/pool"
+    assert not names["sparse_categorical_crossentropy/weighted_loss"] and not names["div_no_nan/Reshape"] and not names["assert_less/Assert"]
+
+
+def test_embedding_gradients_travel_on_their_own_gathers():
+    """A text model: the embedding's sparse gradient is all-gathered (rows, indices), the dense rest all-reduced."""
+    runs = load(str(DATA / "tf" / "text")).ranks
+    per_rank = []
+    for t in runs:
+        ev = t.events
+        comm = np.flatnonzero((ev.kind == Kind.COMM) & (ev.step == 7))
+        per_rank.append(sorted((ev.name_of(i), int(ev.nbytes[i])) for i in comm))
+        assert [x.removeprefix("sequential_1/").removesuffix("_1") for x in t.layers] == ["embed", "conv", "pool", "hidden", "out"]
+    assert per_rank[0] == per_rank[1]  # every worker books the same bytes on the same collective
+    sizes = dict(per_rank[0])
+    assert sizes["adam/CollectiveReduceV2"] == 99856  # the dense gradients: the 2,048,000 B table is not in it
+    assert sizes["adam/cond/then/_0/adam/cond/CollectiveGatherV2"] == 4096 * 64 * 4  # the looked-up rows of both workers

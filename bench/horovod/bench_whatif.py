@@ -96,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
                {"HOROVOD_TIMELINE": "DYNAMIC"})
     prof = open_run(run, steps=range(int(first) + 1, int(stop)))  # the window's first step carries the hooks' start-up
     scenarios = [Scenario(cycle_ms=s["cycle"], fusion_mb=s["fusion"]) for s in [base] + others]
-    pred = evaluate(prof.graph, scenarios, measured_us=prof.analysis.measured_us)["scenarios"]
+    # measured against the real runs below, so predict even where the model misses the profiled run by > 2 % (dagprof whatif refuses then)
+    pred = evaluate(prof.graph, scenarios, measured_us=prof.analysis.measured_us, tolerance_pct=None)["scenarios"]
 
     settings = [base] + others
     measured: list[list[float]] = [[] for _ in settings]

@@ -16,6 +16,7 @@ from typing import Callable
 
 from .closeloop import Checked, Found, check_strategy, defaults_stand, find_strategy
 from .costmodel import parse_bandwidth, preset
+from .errors import DagprofError
 from .pipeline import Profiled, open_run, write_outputs
 from .report.html import ReportInputs, html_table
 from .report.svg import speedup_chart
@@ -67,7 +68,11 @@ def run_demo(s: DemoSettings, say: Callable[[str], None] = lambda m: print(m, fi
         say("[2/5] building the global graph and replaying it")
         prof = open_run(run_dir)
         say("[3/5] what-ifs from the one profile")
-        whatifs = _whatifs(prof)
+        try:
+            whatifs = _whatifs(prof)
+        except DagprofError as e:  # the model misses the profiled run, so it predicts nothing
+            say(f"  {e}")
+            whatifs = []
         lossy = ", gradient compression allowed (synthetic data; --lossless to forbid it)" if s.allow_lossy else ""
         say(f"[4/5] searching a strategy by replay ({s.budget_s:g} s budget{lossy})")
         found = find_strategy(run_dir, Options(budget_s=s.budget_s, allow_lossy=s.allow_lossy), out)

@@ -18,6 +18,7 @@ from .report.merged_trace import write_merged_trace
 from .report.timeline import write_replay_trace
 from .search.ps_link import fit_ps_link
 from .traces.events import Run
+from .traces.formats import MXNET_MANIFEST
 from .traces.load import load
 from .traces.run_schema import MANIFEST
 
@@ -84,7 +85,7 @@ def default_out(path: str | os.PathLike[str]) -> str:
     ``./dagprof-out/<input name>`` in the working directory, never beside the input.
     """
     p = os.path.abspath(os.fspath(path))
-    if os.path.isdir(p) and os.path.exists(os.path.join(p, MANIFEST)):
+    if os.path.isdir(p) and any(os.path.exists(os.path.join(p, m)) for m in (MANIFEST, MXNET_MANIFEST)):  # TF/JAX/Horovod use MANIFEST
         return p
     name = os.path.basename(p.rstrip(os.sep)) or "input"
     for suffix in _INPUT_SUFFIXES:

@@ -79,7 +79,7 @@ def _label(g: Graph, v: int) -> str:
     kind = category(g.kind[v])
     if g.layer[v] >= 0:
         return f"{kind} {g.layers[g.layer[v]]}"
-    if g.kind[v] == Kind.COMM and g.bucket[v] >= 0:
-        return f"all-reduce bucket {g.bucket[v]}"
+    if g.kind[v] == Kind.COMM and g.bucket[v] >= 0:  # a parameter server's key, Horovod's fused response, DDP's bucket
+        return f"push/pull key {g.bucket[v]}" if g.meta.ps else f"fused all-reduce {g.bucket[v]}" if g.meta.horovod else f"all-reduce bucket {g.bucket[v]}"
     name = g.node_name(v)
     return name.split(".", 1)[1] if name.startswith("rank") and "." in name else name.rsplit(".", 1)[0]

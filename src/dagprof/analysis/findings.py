@@ -16,25 +16,46 @@ class Finding:
         return {"title": self.title, "detail": self.detail, "ms_per_iter": self.ms_per_iter}
 
 
+# What dagprof can do about exposed communication, per framework: only what it can search or predict there.
+_REMEDY = {
+    None: "try other bucket sizes or compression (dagprof optimize)",
+    "horovod": "try other fusion thresholds and cycle times (dagprof whatif --fusion-mb, --cycle-ms)",
+    "tensorflow": ("TensorFlow packs gradients itself: set CommunicationOptions(bytes_per_pack=...) of the strategy by hand; "
+                   "dagprof whatif --bandwidth, --workers predicts other links and worker counts"),
+    "jax": "XLA lays out the all-reduces itself; dagprof whatif --bandwidth, --workers predicts other links and worker counts",
+    "mxnet": "try more servers or another link (dagprof whatif --scheme ps:K, --bandwidth, --workers)",
+}
+_OTHER = "dagprof whatif --bandwidth, --workers predicts other links and worker counts"
+
+
+def comm_word(g) -> str:
+    """What the job's gradient exchange is called: a parameter server pushes and pulls."""
+    return "push/pull" if g.meta.ps else "all-reduce"
+
+
 def findings(a: Analysis) -> list[Finding]:
     out: list[Finding] = []
     it_ms = a.predicted_us / 1e3
     steps = a.steps
+    framework = a.graph.meta.framework
+    ddp = framework is None and bool(a.graph.meta.buckets)  # optimize re-buckets DDP's recorded layout, nothing else
+    remedy = _REMEDY.get(framework, _OTHER) if framework or ddp else _OTHER
+    word = comm_word(a.graph)
     if not any(c == "communication" for c in a.path.by_category) and not any(b.comm_us for b in a.ranks):
         out.append(Finding("no gradient communication seen",
                            "this is not a DDP (data-parallel) job, or its collectives were not profiled: nothing to scale", 0.0))
         return out
-    fsdp = a.graph.meta.fsdp is not None
-    colls = "FSDP all-gathers and reduce-scatters" if fsdp else "all-reduce"
-    advice = ("gloo runs them synchronously on CPU, so none overlaps; a faster link or fewer, larger units helps" if fsdp
-              else "try other bucket sizes or compression (dagprof optimize)")
+    if a.graph.meta.fsdp is not None:  # optimize refuses FSDP runs: say what helps there
+        word = "FSDP collective"
+        remedy = ("gloo runs them synchronously on CPU, so none overlaps; a faster link or fewer, larger units helps "
+                  "(dagprof whatif --bandwidth, --workers predicts them)")
     worst = max(a.ranks, key=lambda b: b.exposed_comm_us)
     exposed = worst.exposed_comm_us / steps / 1e3
     if exposed > 0.05 * it_ms:
         out.append(Finding(
             "communication is exposed",
-            f"{exposed:.1f} ms of {it_ms:.1f} ms per iteration on rank {worst.rank} is {colls} not hidden behind compute "
-            f"({worst.overlap_us / max(worst.comm_us, 1e-9):.0%} of communication overlaps); {advice}",
+            f"{exposed:.1f} ms of {it_ms:.1f} ms per iteration on rank {worst.rank} is {word} not hidden behind compute "
+            f"({worst.overlap_us / max(worst.comm_us, 1e-9):.0%} of communication overlaps); {remedy}",
             exposed,
         ))
     waits = {b.rank: b.wait_us / steps / 1e3 for b in a.ranks}
@@ -44,7 +65,7 @@ def findings(a: Analysis) -> list[Finding]:
         if lost > 0.03 * it_ms:
             out.append(Finding(
                 "ranks wait for a straggler",
-                f"rank {slow} arrives last at the {'collectives' if fsdp else 'all-reduces'}; other ranks wait up to {lost:.1f} ms per iteration for it",
+                f"rank {slow} arrives last at the {word}s; other ranks wait up to {lost:.1f} ms per iteration for it",
                 lost,
             ))
     overhead = a.path.by_category.get("framework overhead", 0.0) / steps / 1e3

@@ -15,7 +15,7 @@ from ..passes.average_steps import average_steps
 from ..passes.workers import refuse_degree
 from ..pipeline import open_run
 from ..report.timeline import write_replay_trace
-from ..search.whatif import Cluster, Scenario, evaluate
+from ..search.whatif import MODEL_TOLERANCE_PCT, Cluster, Scenario, evaluate
 from ..traces.parallelism import Dim
 from .common import (
     MAX_CONTENDED_WORKERS,
@@ -65,6 +65,8 @@ def add_arguments(p) -> None:
     p.add_argument("--cores", type=positive_int, default=None, help="cores per host shared by its ranks (default: ranks do not contend)")
     p.add_argument("--ranks-per-host", type=positive_int, default=None, help="with --cores: ranks per host (default all on one)")
     p.add_argument("--fine", action="store_true", help="per-message collectives on per-link queues (needs <= 64 ranks)")
+    p.add_argument("--allow-model-error", action="store_true",
+                   help=f"predict even when the model misses the profiled run by more than {MODEL_TOLERANCE_PCT:g} %% (refused otherwise)")
     p.add_argument("--template", action="store_true", help="start from the averaged iteration (each op at its mean over the steps)")
     add_out_argument(p, "whatif<i>.trace.json")
     p.add_argument("--no-trace", action="store_true", help="do not write predicted timelines")
@@ -114,7 +116,8 @@ def _evaluate(args, folder: str | None) -> dict:
             return None
         return write_replay_trace(os.path.join(folder, f"whatif{i}.trace.json"), g, res)
 
-    out = evaluate(g0, _scenarios(args), cluster, measured, timeline, steps_graph=prof.graph if args.template else None)
+    out = evaluate(g0, _scenarios(args), cluster, measured, timeline, steps_graph=prof.graph if args.template else None,
+                   tolerance_pct=None if args.allow_model_error else MODEL_TOLERANCE_PCT)
     return {"run": os.fspath(args.run), "measured_iter_ms": None if measured is None else measured / 1e3} | out | {
         "partial": bool(prof.run.meta.get("partial")), "warnings": prof.warnings}
 
@@ -127,7 +130,11 @@ _SHORT = {  # table heading of each column; ``COLUMNS`` (also in --json) defines
 
 def to_text(r: dict) -> str:
     m = "n/a" if r["measured_iter_ms"] is None else f"{r['measured_iter_ms']:.2f} ms"
-    lines = warning_lines(r) + [f"profiled: {r['workers']} ranks, measured {m}/iter; model of it {r['model_iter_ms']:.2f} ms ({r['link']})"]
+    lines = warning_lines(r) + [f"profiled: {r['workers']} ranks, measured {m}/iter; model of it {r['model_iter_ms']:.2f} ms "
+                                f"({r['model_error_pct']:+.1f} %; {r['link']})"]
+    fit = r["link_fit"]
+    if fit and fit["weak"]:
+        lines.append(f"caution: the link fit cannot split latency from bandwidth ({fit['weak']}); rows marked * extrapolate it")
     keys = [k for k in ("workers", "bandwidth", "latency_us", "bucket_mb", "scheme", "partition", "compute_speed", "fusion_mb", "cycle_ms")
             if any(row[k] is not None for row in r["scenarios"])]
     width = {k: max(12, len(k) + 2) for k in keys}
@@ -137,7 +144,7 @@ def to_text(r: dict) -> str:
         vs = "n/a" if row["vs_measured_pct"] is None else f"{row['vs_measured_pct']:+.1f} %"
         one, eff = ("n/a", "n/a") if row["scaling_efficiency"] is None else (f"{row['speedup_vs_one_worker']:.1f}", f"{row['scaling_efficiency']:.2f}")
         lines.append(f"{cells}{row['predicted_iter_ms']:>12.2f}{row['iters_per_s']:>12.2f}{row['speedup_vs_profiled']:>12.2f}"
-                     f"{one:>12}{eff:>12}{vs:>12}  predicted {row['interval']}")
+                     f"{one:>12}{eff:>12}{vs:>12}  predicted {row['interval']}" + (" *" if "caveat" in row else ""))
     lines += [f"note: {n}" for n in r.get("notes", [])]
     lines += ["where:"] + [f"  {h:<12} {r['columns'][k]}" for k, h in _SHORT.items()]
     lines.append(f"  {'predicted':<12} the interval one step's time falls in at the level shown: the replayed steps' spread, "

@@ -118,15 +118,19 @@ def _role(args: argparse.Namespace) -> int:
         k += 1
     layers, keys = [], []
     names = [p.name for p in params]
-    for i, p in enumerate(params):
+    # gluon.Trainer numbers its kvstore keys in sorted parameter-name order (frozen ones too, which it never
+    # pushes), and ps-lite places a key by that number; the layers stay in model order
+    key_of = {name: i for i, name in enumerate(sorted(net.collect_params().keys()))}
+    for p in params:
         layer = p.name.rsplit("_", 1)[0]
         if not layers or layers[-1]["name"] != layer:
             layers.append({"name": layer, "op": type(_block_of(net, layer)).__name__, "keys": []})
-        layers[-1]["keys"].append(i)
+        layers[-1]["keys"].append(key_of[p.name])
         n = 1
         for d in p.shape:
             n *= d
-        keys.append({"key": i, "name": p.name, "shape": list(p.shape), "elements": n, "nbytes": 4 * n, "layer": layer})
+        keys.append({"key": key_of[p.name], "name": p.name, "shape": list(p.shape), "elements": n, "nbytes": 4 * n, "layer": layer})
+    keys.sort(key=lambda k: k["key"])  # trainer.step pushes in key order
     _write_json(os.path.join(out, f"worker{rank}.meta.json"), {
         "rank": rank, "pid": os.getpid(), "steps": steps, "profiled": profiled, "timed_s": timed, "keys": keys, "layers": layers,
         "param_names": names, "num_workers": kv.num_workers, "mxnet": mx.__version__,

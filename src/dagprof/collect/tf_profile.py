@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, ContextManager
+from typing import Any, Callable, ContextManager
 
 from .xplane_window import LoopProfile, StepWindow, parse_window
 
@@ -54,8 +54,32 @@ def _options(host_tracer_level: int, python_tracer_level: int) -> Any:
                                                     python_tracer_level=python_tracer_level, device_tracer_level=1)
 
 
+SETTLE_S = 0.2  # after the barrier: the peers' last pulls of this worker's tensors are served by then
+
+
+def settle(strategy: Any) -> None:
+    """Return once no collective is in flight: a barrier over the workers (every one has finished the
+    window's last step), then a moment for the peers' pulls of this worker's last tensors.
+
+    Stopping the profiler while a peer still pulled this worker's gradients (gRPC threads recording
+    into the tracer being torn down) killed workers inside ``tf.profiler.experimental.stop()``.
+    """
+    if strategy is None or getattr(strategy, "num_replicas_in_sync", 1) < 2:
+        return
+    import tensorflow as tf  # noqa: PLC0415
+
+    def one() -> Any:
+        return tf.constant(1.0)
+
+    def barrier() -> Any:
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(one), axis=None)
+
+    tf.function(barrier, autograph=False)()
+    time.sleep(SETTLE_S)
+
+
 def _window(out_dir: str | os.PathLike[str], steps, rank: int | None, world_size: int | None,
-            host_tracer_level: int, python_tracer_level: int) -> StepWindow:
+            host_tracer_level: int, python_tracer_level: int, strategy: Callable[[], Any] = lambda: None) -> StepWindow:
     import tensorflow as tf  # noqa: PLC0415  (fail early and clearly if TensorFlow is missing)
 
     found = tf_config_rank()
@@ -66,15 +90,23 @@ def _window(out_dir: str | os.PathLike[str], steps, rank: int | None, world_size
         tf.profiler.experimental.start(logdir, options=_options(host_tracer_level, python_tracer_level))
 
     return StepWindow(out_dir, parse_window(steps), rank, world_size, "tensorflow", tf.__version__,
-                      start, tf.profiler.experimental.stop)
+                      start, tf.profiler.experimental.stop, settle=lambda: settle(strategy()))
 
 
-def grad_bytes(variables: Any) -> int:
-    """Bytes of all trainable variables: what a data-parallel step all-reduces."""
+def grad_bytes(variables: Any, model: Any = None) -> int:
+    """Bytes of the trainable variables whose gradients are dense: what a data-parallel step all-reduces.
+
+    An ``Embedding``'s gradient is sparse (the looked-up rows): the strategy all-gathers it instead,
+    and the trace sizes those gathers itself, so its table is left out here."""
     import numpy as np  # noqa: PLC0415
 
+    flatten = getattr(model, "_flatten_layers", None)  # Keras 3 and tf-keras: every nested layer
+    layers = flatten(include_self=False, recursive=True) if flatten else getattr(model, "submodules", ())
+    sparse = {id(v) for layer in layers if type(layer).__name__ == "Embedding" for v in getattr(layer, "trainable_variables", ())}
     total = 0
     for v in variables or []:
+        if id(v) in sparse:
+            continue
         dtype = getattr(v.dtype, "name", v.dtype)  # tf.DType (tf-keras) or a string (Keras 3)
         total += int(np.prod([int(d or 0) for d in v.shape])) * np.dtype(str(dtype)).itemsize
     return total
@@ -85,19 +117,21 @@ class tf_profile(LoopProfile):  # noqa: N801  (used like a profiler object)
     window: a ``train`` range with its ``step_num``).
 
     ``model``: optional Keras model whose trainable variables give the gradient bytes of the
-    all-reduce (the trace itself records no tensor sizes).
+    all-reduce (the trace itself records no tensor sizes). ``strategy`` (default: the model's) lets
+    the profiler stop after a barrier over the workers, when no collective is in flight.
     """
 
     def __init__(self, out_dir: str | os.PathLike[str], steps: range | tuple[int, int] | str | int = range(5, 10),
                  rank: int | None = None, world_size: int | None = None, model: Any = None,
-                 host_tracer_level: int = 2, python_tracer_level: int = 0):
+                 host_tracer_level: int = 2, python_tracer_level: int = 0, strategy: Any = None):
         self._args = (out_dir, steps, rank, world_size, host_tracer_level, python_tracer_level)
         self._model = model
+        self._strategy = strategy if strategy is not None else getattr(model, "distribute_strategy", None)
 
     def _open(self) -> StepWindow:
-        window = _window(*self._args)
+        window = _window(*self._args, strategy=lambda: self._strategy)
         if self._model is not None:
-            window.grad_bytes = grad_bytes(self._model.trainable_variables)
+            window.grad_bytes = grad_bytes(self._model.trainable_variables, self._model)
         return window
 
     def _mark(self, step: int) -> ContextManager[Any]:
@@ -119,12 +153,13 @@ def keras_callback(out_dir: str | os.PathLike[str], steps: range | tuple[int, in
     class DagprofCallback(tf.keras.callbacks.Callback):
         def __init__(self) -> None:
             super().__init__()
-            self.window = _window(out_dir, steps, rank, world_size, host_tracer_level, 0)
+            self.window = _window(out_dir, steps, rank, world_size, host_tracer_level, 0,
+                                  strategy=lambda: getattr(self.model, "distribute_strategy", None))
             self.batch = -1  # global batch index
 
         def _begin_window(self) -> None:
             if self.model is not None:
-                self.window.grad_bytes = grad_bytes(self.model.trainable_variables)
+                self.window.grad_bytes = grad_bytes(self.model.trainable_variables, self.model)
             self.window.open()
 
         def on_train_begin(self, logs: Any = None) -> None:

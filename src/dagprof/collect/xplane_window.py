@@ -41,11 +41,13 @@ class StepWindow:
     """Profiles steps ``steps`` of one process into ``out_dir/rank<R>/`` and describes them in ``rank<R>.json``."""
 
     def __init__(self, out_dir: str | os.PathLike[str], steps: range, rank: int, world_size: int, framework: str,
-                 framework_version: str, start: Callable[[str], None], stop: Callable[[], None]):
+                 framework_version: str, start: Callable[[str], None], stop: Callable[[], None],
+                 settle: Callable[[], None] | None = None):
         self.out_dir = os.path.abspath(os.fspath(out_dir))
         self.steps, self.rank, self.world_size = steps, int(rank), int(world_size)
         self.framework, self.framework_version = framework, framework_version
         self._start, self._stop = start, stop
+        self.settle = settle  # waits until no collective is in flight, so the profiler stops at a safe point
         self.active = False
         self.done = False
         self.grad_bytes = 0
@@ -70,6 +72,12 @@ class StepWindow:
 
     def close(self) -> None:
         """Stop the profiler and write this rank's files (idempotent; also when training ended early)."""
+        settle, self.settle = self.settle, None
+        if settle is not None:  # every worker joins, its profiler running or not: a barrier one skipped would hang the rest
+            try:
+                settle()
+            except Exception as err:  # noqa: BLE001
+                self.warnings.append(f"the workers could not be waited for before the profiler stopped ({type(err).__name__}: {err})")
         if self.done:
             return
         self.done = True
@@ -157,6 +165,8 @@ class LoopProfile:
 
     def __exit__(self, *exc: Any) -> None:
         if self.window is not None:
+            if exc[0] is not None:  # training failed here: its peers may be gone, wait for none of them
+                self.window.settle = None
             self.window.close()
 
     def step(self, step: int) -> ContextManager[None]:

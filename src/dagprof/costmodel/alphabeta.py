@@ -64,8 +64,9 @@ def fit_alpha_beta(nbytes: np.ndarray, time_us: np.ndarray, workers: int = 2, re
     alpha, beta = float(coef[0]), float(coef[1])
     if beta <= 0:  # latency-dominated data: bandwidth from the largest message alone
         beta = max(float(t.max() / (2 * (n - 1) / n * m.max())), 1e-12)
-    if alpha < 0:
-        alpha = 0.0
+    if alpha < 0:  # no latency: the best fit through the origin, not the clipped line
+        x = a[:, 1] * w
+        alpha, beta = 0.0, max(float(x @ (t * w) / max(x @ x, 1e-300)), 1e-12)
     return AlphaBeta(alpha, beta)
 
 

@@ -106,6 +106,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         ranks=[t.rank for t in run.ranks],
         steps=chosen,
         backend=run.ranks[0].backend,
+        framework=run.meta.get("framework") or run.ranks[0].meta.get("framework"),
         measured_iter_us={t.rank: measured_iter_us(t, chosen) for t in run.ranks},
         buckets=[{"index": bk.index, "nbytes": bk.nbytes, "params": bk.params} for bk in run.ranks[0].buckets],
         source=run.source,
@@ -448,7 +449,7 @@ class _Assembler:
         """This rank's view of each shared collective, registered with its instance."""
         ev = trace.events
         coll = np.flatnonzero(sel.shared)
-        comm_lanes = len(np.unique(ev.lane[coll])) or 1  # gloo runs collectives on a pool of threads
+        comm_lanes = most_at_once(ev.start[coll], ev.start[coll] + ev.dur[coll])  # gloo runs collectives on a pool of threads
         ends: dict[int, _CollectiveEnd] = {}
         prev_group: dict[str, float] = {}
         for i in sorted(coll.tolist(), key=lambda i: ev.start[i] + ev.dur[i]):
@@ -610,3 +611,16 @@ def _owners(trace: RankTrace, top: np.ndarray) -> np.ndarray:
         ok &= ev.start[members] + ev.dur[members] <= ev.start[cand] + ev.dur[cand] + 1e-6
         owner[members[ok]] = cand[ok]
     return owner
+
+
+def most_at_once(start: np.ndarray, end: np.ndarray) -> int:
+    """The most intervals open at one time (at least 1); one that ends as another starts does not overlap it.
+
+    Collectives of one rank that overlap share the link, so their spans are not their transfer
+    times; a pool of threads taking turns (JAX, TensorFlow) is not that."""
+    if not len(start):
+        return 1
+    t = np.concatenate([start, end])
+    delta = np.concatenate([np.ones(len(start), np.int64), -np.ones(len(end), np.int64)])
+    order = np.lexsort((delta, t))  # at a tie the end comes first
+    return max(int(np.cumsum(delta[order]).max()), 1)

@@ -144,7 +144,7 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
     link = link or initial_link(run)
     g = g.replace(gap=gap)
     g.meta = g.meta.replace(
-        world_size=n, ranks=[t.rank for t in run.ranks], steps=chosen, backend="ps-lite", source=run.source,
+        world_size=n, ranks=[t.rank for t in run.ranks], steps=chosen, backend="ps-lite", framework=str(ps.get("framework", "mxnet")), source=run.source,
         measured_iter_us={t.rank: measured_iter_us(t, chosen) for t in run.ranks},
         ps={**{k: v for k, v in ps.items() if k in ("framework", "placement", "bigarray_bound", "keys", "num_workers")}, "exchange_us": spans},
         scheme=CollectiveSpec(Scheme.PS, servers), topology=Topology.flat(n, link), buckets=[],
@@ -185,11 +185,17 @@ def is_ps_graph(g: Graph) -> bool:
     return g.meta.ps is not None
 
 
+def exchange_nodes(g: Graph) -> np.ndarray:
+    """Mask of the push/sum/pull sub-graphs (``add_ps_part``): nodes on ports and server CPUs, and the
+    device-less latency of each message; the workers' own ops, issues and dones are not."""
+    ps_dev = np.array([_is_ps_device(d.name) for d in g.devices] + [False])
+    return ps_dev[g.device] | ((g.kind == Kind.COMM) & (g.device < 0))
+
+
 def rebuild_ps(g: Graph, servers: int, link: AlphaBeta) -> Graph:
     """The graph with every key's push/sum/pull placed on ``servers`` servers and priced by ``link``."""
     ps = g.meta.ps
-    ps_dev = np.array([_is_ps_device(d.name) for d in g.devices] + [False])
-    keep = ~ps_dev[g.device]
+    keep = ~exchange_nodes(g)
     b, remap = GraphBuilder.from_graph(g, keep)
     issue, issue_order, done = {}, {}, {}
     for v in np.flatnonzero(keep):
@@ -219,4 +225,4 @@ def _is_ps_device(name: str) -> bool:
     return name.startswith(("port ps", "port w")) or (name.startswith("ps") and name.endswith(" cpu"))
 
 
-__all__ = ["build_ps_graph", "rebuild_ps", "is_ps_graph", "initial_link", "ps_devices"]
+__all__ = ["build_ps_graph", "rebuild_ps", "is_ps_graph", "initial_link", "ps_devices", "exchange_nodes"]

@@ -26,6 +26,7 @@ class GraphMeta:
     ranks: list[int] = field(default_factory=list)  # the ranks whose traces built the graph
     steps: list[int] = field(default_factory=list)  # the profiled steps the graph holds, common to all ranks
     backend: str | None = None  # the collective backend as the trace names it (gloo, nccl, ps-lite, ...)
+    framework: str | None = None  # tensorflow, jax, mxnet, horovod as the reader names it; None: PyTorch
     source: str | None = None  # the trace file or run folder the graph was built from
     measured_iter_us: dict[int, float] = field(default_factory=dict)  # rank -> measured iteration time, us
     buckets: list[dict[str, Any]] = field(default_factory=list)  # rank 0's DDP buckets: {index, nbytes, params}

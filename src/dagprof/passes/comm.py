@@ -11,7 +11,7 @@ collectives share the link, so the last finishes as late as if they ran in serie
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -69,6 +69,41 @@ def priced_comm(g: Graph) -> np.ndarray:
     return mask & (g.dim == Dim.DP) if hybrid(g) else mask
 
 
+@dataclass(frozen=True)
+class LinkFit:
+    """The link fitted to a profile's collectives, and whether it can be trusted away from them."""
+
+    link: AlphaBeta  # alpha: per-message latency of a ring step
+    collectives: int  # fitted
+    sizes: int  # distinct message sizes among them
+    r2: float | None  # share of the durations' variance the fit explains; None where nothing separates the terms
+    weak: str | None  # why latency and bandwidth are not told apart (None: they are)
+
+    def describe(self) -> str:
+        r2 = "" if self.r2 is None else f", R^2 {self.r2:.2f}"
+        return f"fitted to {self.collectives} collectives of {self.sizes} size(s){r2}"
+
+
+def profiled_collectives(g: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """(all-reduce-equivalent bytes, transfer us) of every priced collective with a measured duration; 0 B ones
+    carry latency alone."""
+    mask = priced_comm(g)
+    comm = np.array([c.comm for c in find_collectives(g) if mask[c.comm]], dtype=np.int64)
+    comm = comm[g.dur[comm] > 0] if len(comm) else comm
+    if not len(comm) or not (g.nbytes[comm] > 0).any():
+        if hybrid(g):
+            why = "; nothing tells the unknown ones' dimension: no group description, pass or DDP bucket" if Dim.UNKNOWN in g.meta.parallel.dims else ""
+            raise DagprofError(f"not modelled: what-ifs re-price data-parallel collectives only, and this trace has none of known size and "
+                               f"duration (its collectives: {g.meta.parallel.describe()}{why})")
+        raise DagprofError("the trace has no collective with known size and duration to fit a link model to")
+    return allreduce_equivalent_bytes(g, comm), g.dur[comm].astype(float)
+
+
+def link_fit(g: Graph) -> LinkFit:
+    nbytes, dur = profiled_collectives(g)
+    return fit_link(nbytes, dur, priced_world_size(g), concurrent=g.meta.comm_lanes > 1)
+
+
 def fit_topology(g: Graph) -> Topology:
     """A flat topology (one rank per host) whose link reproduces the profiled collectives' transfer times.
 
@@ -78,35 +113,46 @@ def fit_topology(g: Graph) -> Topology:
     ranks as wire latency it would dominate everything. Give network latency with ``set_link``.
     """
     n = priced_world_size(g)
-    mask = priced_comm(g)
-    colls = [c for c in find_collectives(g) if mask[c.comm] and g.nbytes[c.comm] > 0 and g.dur[c.comm] > 0]
-    if not colls:
-        if hybrid(g):
-            why = "; nothing tells the unknown ones' dimension: no group description, pass or DDP bucket" if Dim.UNKNOWN in g.meta.parallel.dims else ""
-            raise DagprofError(f"not modelled: what-ifs re-price data-parallel collectives only, and this trace has none of known size and "
-                               f"duration (its collectives: {g.meta.parallel.describe()}{why})")
-        raise DagprofError("the trace has no collective with known size and duration to fit a link model to")
-    comm = np.array([c.comm for c in colls], dtype=np.int64)
-    concurrent = g.meta.comm_lanes > 1  # the builder's durations are completion spacings
-    link = fit_link(allreduce_equivalent_bytes(g, comm), g.dur[comm].astype(float), n, concurrent)
+    link = link_fit(g).link
     wire = AlphaBeta(0.0, link.beta_us_per_byte, link.gamma_us_per_byte)
     return Topology(max(n, 1), 1, wire, wire, 2 * (max(n, 2) - 1) * link.alpha_us)
 
 
-def fit_link(nbytes: np.ndarray, dur_us: np.ndarray, workers: int, concurrent: bool = False) -> AlphaBeta:
-    """Alpha-beta from profiled ring all-reduces.
+MIN_R2 = 0.5  # below it, message size explains too little of the durations to split latency from bandwidth
+
+
+def fit_link(nbytes: np.ndarray, dur_us: np.ndarray, workers: int, concurrent: bool = False) -> LinkFit:
+    """Latency and bandwidth fitted together to profiled ring all-reduces (absolute residuals, so
+    the fit reproduces their total time), with what keeps the two apart.
 
     Per-collective times are trusted only from a one-at-a-time channel. When collectives
     overlap (gloo's two workers share the link), completion spacing splits a pair's time
     between its two members almost at random, and only the total is meaningful: bandwidth is
-    then total time over total bytes (as with a single message size, where latency and
-    bandwidth cannot be told apart either).
+    then total time over total bytes, as with a single message size, where latency and
+    bandwidth cannot be told apart either; the fit says so (``weak``).
     """
     n = max(workers, 2)
     share = 2 * (n - 1) / n
-    if concurrent or nbytes.max() < 1.5 * nbytes.min() or len(nbytes) < 2:
-        return AlphaBeta(0.0, float(dur_us.sum() / (share * nbytes).sum()))
-    return fit_alpha_beta(nbytes, dur_us, n)
+    sizes = len(np.unique(nbytes))
+    total = LinkFit(AlphaBeta(0.0, float(dur_us.sum() / (share * nbytes).sum())), len(nbytes), sizes, None, None)
+    if concurrent:
+        return replace(total, weak="the collectives overlap on the link, so only their total time is known")
+    if sizes < 2 or nbytes.max() < 1.5 * nbytes.min():
+        return replace(total, weak="the collectives are all about one size")
+    slope = np.polyfit(share * nbytes, dur_us, 1)[0]
+    if slope <= 0:  # durations do not grow with size: all latency, no bandwidth seen
+        link = AlphaBeta(float(dur_us.mean()) / (2 * (n - 1)), 0.0)
+    else:
+        link = fit_alpha_beta(nbytes, dur_us, n, relative=False)
+    pred = 2 * (n - 1) * link.alpha_us + share * nbytes * link.beta_us_per_byte
+    spread = float(((dur_us - dur_us.mean()) ** 2).sum())
+    r2 = 1.0 - float(((dur_us - pred) ** 2).sum()) / spread if spread > 0 else 1.0
+    weak = None
+    if slope <= 0:
+        weak = "the collectives' durations do not grow with their size, so no bandwidth shows in them"
+    elif r2 < MIN_R2:
+        weak = f"message size explains only {max(r2, 0.0):.0%} of the collectives' durations"
+    return LinkFit(link, len(nbytes), sizes, r2, weak)
 
 
 def current_topology(g: Graph) -> Topology:

@@ -23,7 +23,8 @@ from dataclasses import replace
 import numpy as np
 
 from ..errors import DagprofError
-from ..graph.dag import NODE_COLUMNS, Device, Graph, csr_graph
+from ..graph.build_ps import exchange_nodes, is_ps_graph, rebuild_ps
+from ..graph.dag import NODE_COLUMNS, Device, Graph, GraphBuilder, csr_graph
 from ..traces.events import Kind
 from ..traces.parallelism import Dim
 from .comm import current_scheme, current_topology, graph_world_size, hybrid, retime_collectives
@@ -41,6 +42,8 @@ def scale_workers(g: Graph, workers: int, replicate: bool | None = None) -> Grap
     topo = current_topology(g).with_workers(dp_workers)
     spec = current_scheme(g)
     n0 = graph_world_size(g)
+    if is_ps_graph(g):
+        return _scale_ps_workers(g, workers)
     if g.world_size != n0:
         raise DagprofError(f"graph is already folded ({g.world_size} of {n0} ranks present); scale the unfolded graph")
     if replicate is None:
@@ -101,6 +104,18 @@ def _data_parallel_degree(g: Graph, workers: int) -> int:
         raise DagprofError(f"a hybrid job of {n0} ranks ({par.describe()}) is data-parallel replicas of {unit} ranks: "
                            f"--workers must be a multiple of {unit}, got {workers}")
     return workers // unit
+def _scale_ps_workers(g: Graph, workers: int) -> Graph:
+    """A parameter-server job on ``workers`` workers: each a copy of a profiled one, every key pushed by
+    all of them, so more workers load the servers' ports and CPUs (no folding: the servers see each one)."""
+    if workers > REPLICATE_UP_TO:
+        raise DagprofError(f"a parameter-server job is scaled by copying its workers: at most {REPLICATE_UP_TO}, got {workers}")
+    if g.world_size != graph_world_size(g):
+        raise DagprofError("scale the unfolded graph of a parameter-server job")
+    b, _ = GraphBuilder.from_graph(g, ~exchange_nodes(g))
+    workers_only = b.build()
+    out = _copy_ranks(workers_only, np.arange(workers) % g.world_size)
+    out.meta = out.meta.replace(world_size=workers, ranks=list(range(workers)), ps={**g.meta.ps, "num_workers": workers})
+    return rebuild_ps(out, current_scheme(g).servers, current_topology(g).inter)
 
 
 def _copy_ranks(g: Graph, source: np.ndarray) -> Graph:

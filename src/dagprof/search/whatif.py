@@ -22,7 +22,7 @@ from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.dag import Graph
 from ..passes import expand_collectives, partition_tensors, scale_compute, scale_workers, set_buckets, set_link, set_scheme, set_topology
-from ..passes.comm import current_topology, graph_world_size, hybrid, priced_world_size
+from ..passes.comm import current_topology, graph_world_size, hybrid, link_fit, priced_world_size
 from ..passes.compute import share_cores
 from ..passes.fsdp import refuse_unmodelled, scale_fsdp_workers
 from ..passes.horovod import set_horovod
@@ -136,15 +136,39 @@ def apply(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
     return g
 
 
+MODEL_TOLERANCE_PCT = 2.0  # a model further than this from the profiled run predicts nothing
+
+
+def check_model(g0: Graph, model_us: float, measured_us: float | None, tolerance_pct: float | None) -> float:
+    """The model's error on the profiled run itself, %; refused beyond ``tolerance_pct`` (None: never).
+
+    Every prediction inherits that error, and a link fitted to small or noisy collectives can
+    be off by far more than the effect asked about, so such a model must not predict.
+    """
+    replayed = job_iteration_us(g0)
+    ref, what = (measured_us, "measured") if measured_us else (replayed, "replayed")
+    err = 100.0 * (model_us - ref) / ref
+    if tolerance_pct is not None and abs(err) > tolerance_pct:
+        replay_err = 100.0 * (replayed - ref) / ref
+        why = (f"the replay itself is {replay_err:+.1f} % off" if abs(replay_err) > tolerance_pct
+               else "the link fitted to its collectives does not reproduce their times on the critical path")
+        raise DagprofError(f"not predicting: the model the what-ifs start from gives the profiled run {model_us / 1e3:.2f} ms/iter, {what} "
+                           f"{ref / 1e3:.2f} ms ({err:+.1f} %, more than {tolerance_pct:g} %): {why}; --allow-model-error predicts anyway")
+    return err
+
+
 def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = None, measured_us: float | None = None,
-             timeline: Callable[[int, Graph, ReplayResult], str | None] | None = None, steps_graph: Graph | None = None) -> dict:
+             timeline: Callable[[int, Graph, ReplayResult], str | None] | None = None, steps_graph: Graph | None = None,
+             tolerance_pct: float | None = MODEL_TOLERANCE_PCT) -> dict:
     """Replay every scenario; one row per scenario with the ``COLUMNS``.
 
+    Refused when the model of the profiled run misses it by more than ``tolerance_pct`` (None: never).
     Scaling efficiency needs one worker under the same conditions: that scenario is replayed
     too (once per distinct set of conditions). ``timeline(i, graph, result)`` may save scenario
     ``i``'s predicted timeline and return its path. Each row's interval comes from the scenario
     replayed step by step: on ``g0``, or on ``steps_graph`` (each step with its own times) when
-    ``g0`` is the averaged iteration.
+    ``g0`` is the averaged iteration. Rows that change the link, the workers or the scheme carry a
+    ``caveat`` when the link fitted to the profile cannot tell latency from bandwidth.
     """
     t0 = time.perf_counter()
     cluster = cluster or Cluster()
@@ -152,6 +176,9 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     unit = replica_ranks(g0)  # ranks of one data-parallel replica: "one worker" of a hybrid job is one replica
     base_topo = base_topology(g0, cluster)
     model = job_iteration_us(set_topology(g0, base_topo))
+    model_error = check_model(g0, model, measured_us, tolerance_pct)
+    fit = None if (cluster.topology or cluster.link_model or g0.meta.topology) else link_fit(g0)
+    caveat = None if fit is None or fit.weak is None else f"extrapolates a link fit too weak to split latency from bandwidth: {fit.weak}"
     stepwise = g0 if steps_graph is None else steps_graph
     residuals = link_residuals(stepwise, set_topology(stepwise, base_topo))
     one_worker: dict[str, float] = {}
@@ -172,12 +199,17 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
         row = {**s.label(), "workers": n, **interval.to_dict(), "iters_per_s": 1e6 / it,
                "speedup_vs_profiled": (n / n0) * model / it, "speedup_vs_one_worker": None if eff is None else n / unit * eff, "scaling_efficiency": eff,
                "vs_measured_pct": None if not measured_us else 100.0 * (it - measured_us) / measured_us, "seconds": time.perf_counter() - t1}
+        if caveat and (s.bandwidth is not None or s.latency_us is not None or s.workers not in (None, n0) or s.scheme is not None):
+            row["caveat"] = caveat
         path = timeline(i, g, res) if timeline else None
         if path:
             row["trace"] = path
         rows.append(row)
-    return {"workers": n0, "model_iter_ms": model / 1e3, "link": link_text(base_topo), "columns": COLUMNS, "scenarios": rows,
-            "notes": _hybrid_notes(g0), "seconds": time.perf_counter() - t0}
+    link = None if fit is None else {
+        "latency_us": fit.link.alpha_us, "bandwidth_bytes_per_s": fit.link.bandwidth_bytes_per_s if fit.link.beta_us_per_byte else None,
+        "collectives": fit.collectives, "sizes": fit.sizes, "r2": fit.r2, "weak": fit.weak}
+    return {"workers": n0, "model_iter_ms": model / 1e3, "model_error_pct": model_error, "link": link_text(base_topo), "link_fit": link,
+            "columns": COLUMNS, "scenarios": rows, "notes": _hybrid_notes(g0), "seconds": time.perf_counter() - t0}
 
 
 def _hybrid_notes(g: Graph) -> list[str]:

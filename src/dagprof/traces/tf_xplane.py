@@ -42,7 +42,8 @@ from ..errors import DagprofError
 from ..fsutil import read_input
 from . import formats
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace
-from .xplane_decode import MISSING, XPlane, XSpace, decode_xspace
+from .xla_hlo import collective_bytes
+from .xplane_decode import MISSING, WireError, XPlane, XSpace, decode_xspace
 from .xplane_flows import POOL, Line, schedule
 
 HOST_PLANE = "/host:CPU"
@@ -158,9 +159,10 @@ class _Reader:
         self.rank_arg, self.world_arg, self.grad_bytes = rank, world, grad_bytes
         self.warnings: list[str] = []
         self.groups: list[str] = []
-        self.layer_index: dict[str, int] = {}
+        self.layer_index: dict[str, int] = {}  # op scope -> id, until ``_layers`` makes them layers
+        self.scopes: dict[str, tuple[bool, bool]] = {}  # op scope -> (has a gradient op, reads a variable)
         self.tab = _Table()
-        self.collectives: dict[str, list] = {"event": [], "coll": [], "dtype": []}
+        self.collectives: dict[str, list] = {"event": [], "coll": [], "dtype": [], "program": []}
         env = space.plane(TASK_ENV_PLANE)
         self.base_ns = int(env.stats.get("profile_start_time", 0)) if env is not None else 0
         if not self.base_ns:
@@ -169,6 +171,7 @@ class _Reader:
         jax_version = meta.stats.get("jax_version") if meta is not None else None
         self.framework = "jax" if jax_version else "tensorflow"
         self.framework_version = str(jax_version or "")
+        self.program_bytes = _program_collective_bytes(space, meta) if meta is not None else {}
         busy_devices = [p.name for p in space.planes if p.name.startswith("/device:") and any(len(x.offset_ps) for x in p.lines)]
         if busy_devices:
             self.warnings.append(f"device planes not read yet (host ops only): {', '.join(busy_devices[:4])}")
@@ -275,6 +278,9 @@ class _Reader:
             node = full[: -len(op_type) - 1] if op_type and full.endswith(":" + op_type) else full
             coll = _collective_kind(full, op_type)
             kind, layer = (Kind.COMM, "") if coll else _classify(node, op_type)
+            if layer:
+                seen = self.scopes.get(layer, (False, False))
+                self.scopes[layer] = (seen[0] or kind == Kind.BACKWARD, seen[1] or op_type == "ReadVariableOp")
             name_u.append(self.tab.intern(node))
             kind_u.append(int(kind))
             layer_u.append(self.layer_index.setdefault(layer, len(self.layer_index)) if layer else -1)
@@ -297,10 +303,12 @@ class _Reader:
                 end[comm] = np.where((m < len(marks)) & (marks[mm] < end[comm]), marks[mm], end[comm])
         out = self.tab.add_block(name=name, kind=kind, lane=np.full(len(rows), self.lane_of[k]), start=start, dur=end - start,
                                  depth=depth, step=step, layer=layer, group=group, seq=seq)
-        for j in comm.tolist():
+        program = self.space.int_stat(p, ln, rows[comm], "program_id") if len(comm) and self.program_bytes else np.full(len(comm), MISSING)
+        for j, prog in zip(comm.tolist(), program.tolist()):
             self.collectives["event"].append(int(out[j]))
             self.collectives["coll"].append(coll_u[inv[j]])
             self.collectives["dtype"].append("")
+            self.collectives["program"].append(int(prog))
         top = depth == 0
         return start[top], out[top]
 
@@ -438,8 +446,11 @@ class _Reader:
     # ------------------------------------------------------------------ result
     def _rank_trace(self) -> RankTrace:
         c = self.tab.columns()
-        self._gradient_bytes(c)
+        if not self._program_bytes(c):
+            self._output_bytes(c)
+            self._gradient_bytes(c)
         self._xla_seq(c)
+        layers = self._layers(c)
         rank = self.rank_arg if self.rank_arg is not None else rank_from_path(self.path)
         if rank is None:
             rank = 0
@@ -456,15 +467,64 @@ class _Reader:
         return RankTrace(rank=int(rank), world_size=int(world), source=self.path, events=ev, lanes=self.lanes,
                          base_ns=self.base_ns, host=(self.space.hostnames or [""])[0],
                          backend="gloo" if self.framework == "jax" else "grpc-ring",
-                         layers=sorted(self.layer_index, key=self.layer_index.get), groups=self.groups,
+                         layers=layers, groups=self.groups,
                          group_ranks=group_ranks, flows=flows, meta=meta)
 
-    def _gradient_bytes(self, c: dict[str, np.ndarray]) -> None:
-        """Put the run folder's gradient bytes on the gradient all-reduce of each step.
+    def _layers(self, c: dict[str, np.ndarray]) -> list[str]:
+        """Op scopes -> layers (``_layer_names``), numbered in model order (their first forward compute op); ops of
+        no layer (losses, metrics, asserts) are not forward ops of the model."""
+        names = _layer_names(self.scopes)
+        scope_of = sorted(self.layer_index, key=self.layer_index.get)
+        raw = c["layer"]
+        layer_of_scope = np.array([names.get(s, "") for s in scope_of] + [""], dtype=object)
+        per_event = layer_of_scope[np.where(raw >= 0, raw, len(scope_of))]
+        reads = np.array([n.endswith("ReadVariableOp") for n in self.tab.names] + [False])[c["name"]]  # all run at the step's start
+        fwd = (c["kind"] == Kind.FORWARD) & (per_event != "") & ~reads
+        first: dict[str, float] = {}
+        for name, t in zip(per_event[fwd].tolist(), c["start"][fwd].tolist()):
+            first[name] = min(first.get(name, np.inf), t)
+        order = sorted(set(per_event.tolist()) - {""}, key=lambda n: (first.get(n, np.inf), n))
+        index = {n: i for i, n in enumerate(order)}
+        c["layer"] = np.array([index.get(n, -1) for n in per_event.tolist()], dtype=c["layer"].dtype)
+        c["kind"] = np.where((c["kind"] == Kind.FORWARD) & (c["layer"] < 0), Kind.OTHER, c["kind"]).astype(c["kind"].dtype)
+        return order
 
-        The trace has no tensor sizes. Candidates are all-reduces outside any scope or in an
-        optimizer's (a loss or metric is reduced under its own scope, e.g. ``div_no_nan/``); of
-        those, the name with the longest median duration carries the gradients.
+    def _program_bytes(self, c: dict[str, np.ndarray]) -> bool:
+        """Each XLA collective's bytes from its own instruction in the program (JAX); False if none is known."""
+        found = False
+        for i, prog in zip(self.collectives["event"], self.collectives["program"]):
+            nbytes = self.program_bytes.get(prog, {}).get(self.tab.names[c["name"][i]])
+            if nbytes is not None:
+                c["nbytes"][i] = nbytes
+                found = True
+        return found
+
+    def _output_bytes(self, c: dict[str, np.ndarray]) -> None:
+        """TF collectives whose result the memory tracer saw allocated (an all-gather's, e.g. a sparse
+        embedding gradient's rows and indices) take its size: the op's own tensor."""
+        p = self.plane
+        mids = self.mids("MemoryAllocation")
+        sized: dict[str, int] = {}
+        for ln in self.lines:
+            rows = np.flatnonzero(np.isin(ln.metadata_id, mids))
+            if not len(rows):
+                continue
+            op, nbytes = self.space.int_stat(p, ln, rows, "tf_op"), self.space.int_stat(p, ln, rows, "requested_bytes")
+            region = self.space.int_stat(p, ln, rows, "region_type")
+            for o, b, r in zip(op.tolist(), nbytes.tolist(), region.tolist()):
+                if o != MISSING and b != MISSING and p.stat_names.get(r) == "output":
+                    name = p.stat_names.get(o, "")
+                    sized[name] = max(sized.get(name, 0), int(b))
+        for i in self.collectives["event"]:
+            c["nbytes"][i] = sized.get(self.tab.names[c["name"][i]], c["nbytes"][i])
+
+    def _gradient_bytes(self, c: dict[str, np.ndarray]) -> None:
+        """Put the run folder's dense gradient bytes on the gradient all-reduce of each step.
+
+        A packed all-reduce's tensor is not traced. Candidates are all-reduces of unknown size outside
+        any scope or in an optimizer's (a loss or metric is reduced under its own scope, e.g.
+        ``div_no_nan/``); the choice follows their names alone (an optimizer's first, then the shortest
+        name: TF numbers later ones ``_1``, ``_2``), so every worker makes the same one.
         """
         if not self.grad_bytes:
             return
@@ -472,10 +532,10 @@ class _Reader:
         for i, coll in zip(self.collectives["event"], self.collectives["coll"]):
             node = self.tab.names[c["name"][i]]
             head = node.split("/", 1)[0] if "/" in node else ""
-            if coll == "allreduce" and (not head or _OPTIMIZER.match(head)):
+            if coll == "allreduce" and c["nbytes"][i] == 0 and (not head or _OPTIMIZER.match(head)):
                 by_name.setdefault(node, []).append(i)
         if by_name:
-            best = max(by_name, key=lambda n: float(np.median(c["dur"][by_name[n]])))
+            best = min(by_name, key=lambda n: (not _OPTIMIZER.match(n.split("/", 1)[0]) if "/" in n else True, len(n), n))
             c["nbytes"][by_name[best]] = int(self.grad_bytes)
 
     def _xla_seq(self, c: dict[str, np.ndarray]) -> None:
@@ -488,6 +548,20 @@ class _Reader:
             c["seq"][i] = int(c["step"][i]) * _XLA_SEQ_PER_STEP + k
 
 
+def _program_collective_bytes(space: XSpace, meta: XPlane) -> dict[int, dict[str, int]]:
+    """program id -> {collective instruction: bytes}, from the ``Hlo Proto`` JAX stores per compiled program."""
+    out: dict[int, dict[str, int]] = {}
+    for mid in meta.event_names:
+        st = space.metadata_stats(meta, mid)
+        hlo, prog = st.get("Hlo Proto"), st.get("program_id")
+        if isinstance(hlo, bytes) and isinstance(prog, int):
+            try:
+                out[prog] = collective_bytes(hlo)
+            except (WireError, IndexError):
+                continue  # a program we cannot read keeps its collectives' bytes unknown
+    return out
+
+
 def _collective_kind(full: str, op_type: str) -> str:
     if op_type:
         return TF_COLLECTIVES.get(op_type, "")
@@ -496,7 +570,8 @@ def _collective_kind(full: str, op_type: str) -> str:
 
 
 def _classify(node: str, op_type: str) -> tuple[Kind, str]:
-    """Kind and layer from a TF node name (XLA thunk names carry no layer: KERNEL)."""
+    """Kind and op scope from a TF node name (XLA thunk names carry none: KERNEL). The scope becomes a
+    layer, or none, once every op has been seen (``_layer_names``); FORWARD is provisional until then."""
     if not op_type:
         return Kind.KERNEL, ""
     parts = node.split("/")
@@ -505,7 +580,40 @@ def _classify(node: str, op_type: str) -> tuple[Kind, str]:
         parts = parts[1:]
     if parts and _OPTIMIZER.match(parts[0]):
         return (Kind.MEMCPY if op_type in _PACKING else Kind.UPDATE), ""
-    layer = "/".join(parts[:2]) if len(parts) >= 3 else ""
+    scope = "/".join(parts[:-1])
     if backward:
-        return Kind.BACKWARD, layer
-    return (Kind.FORWARD if layer else Kind.OTHER), layer
+        return Kind.BACKWARD, scope
+    return (Kind.FORWARD if scope else Kind.OTHER), scope
+
+
+_OP_SCOPES = {"convolution", "embedding_lookup"}  # lower-case scopes Keras opens inside a layer for one op
+
+
+def _op_scope_stripped(parts: list[str]) -> list[str]:
+    """A scope less the op scopes at its end (TF names ops in CamelCase: MatMul, BiasAdd, Conv2D); model/layer stay."""
+    while len(parts) > 2 and (parts[-1][:1].isupper() or parts[-1] in _OP_SCOPES):
+        parts = parts[:-1]
+    return parts
+
+
+def _layer_names(scopes: dict[str, tuple[bool, bool]]) -> dict[str, str]:
+    """Op scope -> its layer ('' when none), from ``scopes``: scope -> (has a gradient op, reads a variable).
+
+    A model is a top-level scope with both (a loss has gradients but no variables, a metric variables
+    but no gradients, an assert neither). A layer with weights is where a variable is read, less the
+    op scopes; an op belongs to the deepest such layer above it, so nested blocks keep their layers;
+    other ops (pooling, activations) to their own scope less its op scopes.
+    """
+    tops = lambda i: {s.split("/")[0] for s, flags in scopes.items() if flags[i]}  # noqa: E731
+    models = tops(0) & tops(1)
+    weighted = {"/".join(_op_scope_stripped(s.split("/"))) for s, (_, reads) in scopes.items()
+                if reads and s.count("/") >= 1 and s.split("/")[0] in models}
+    out = {}
+    for s in scopes:
+        parts = s.split("/")
+        if parts[0] not in models or len(parts) < 2:
+            out[s] = ""
+            continue
+        out[s] = next(("/".join(parts[:k]) for k in range(len(parts), 1, -1) if "/".join(parts[:k]) in weighted),
+                      "/".join(_op_scope_stripped(parts)))
+    return out

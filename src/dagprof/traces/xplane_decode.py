@@ -109,6 +109,7 @@ class XPlane:
     stat_names: dict[int, str]  # stat metadata id -> name
     stats: dict[str, Any]  # plane-level stats by name
     stat_ids: dict[str, list[int]] = field(default_factory=dict)  # stat name -> its metadata ids
+    event_meta_stats: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # event metadata id -> its stats' byte ranges
 
     def __post_init__(self) -> None:
         for k, v in self.stat_names.items():
@@ -130,6 +131,10 @@ class XSpace:
         """The stats of event ``i`` of ``line``, by stat name (ref values resolved to names)."""
         a, b = line.stats_span[i]
         return _stats(self.buf, int(a), int(b), plane.stat_names) if b > a else {}
+
+    def metadata_stats(self, plane: XPlane, mid: int) -> dict[str, Any]:
+        """The stats of event metadata ``mid`` (what holds for every event of it: JAX's ``Hlo Proto``), by name."""
+        return dict(_stat(self.buf, s, e, plane.stat_names) for s, e in plane.event_meta_stats.get(mid, []))
 
     def int_stat(self, plane: XPlane, line: XLine, rows: np.ndarray, name: str) -> np.ndarray:
         """The integer stat ``name`` of events ``rows`` of ``line`` (``MISSING`` where absent), in bulk."""
@@ -426,6 +431,7 @@ def _plane(buf: bytes, arr: np.ndarray, start: int, stop: int) -> XPlane:
             stat_names[key] = next((_text(buf, x) for n, _w, x in fields(buf, *val) if n == 2), "")
     event_names: dict[int, str] = {}
     event_display: dict[int, str] = {}
+    meta_stats: dict[int, list[tuple[int, int]]] = {}
     for s, e in ev_meta:
         key, val = _map_entry(buf, s, e)
         if val is None:
@@ -435,8 +441,11 @@ def _plane(buf: bytes, arr: np.ndarray, start: int, stop: int) -> XPlane:
                 event_names[key] = _text(buf, x)
             elif n == 4:
                 event_display[key] = _text(buf, x)
+            elif n == 5:
+                meta_stats.setdefault(key, []).append(x)
     stats = dict(_stat(buf, s, e, stat_names) for s, e in stat_spans)
-    return XPlane(pid, name, [_line(buf, arr, s, e) for s, e in line_spans], event_names, event_display, stat_names, stats)
+    return XPlane(pid, name, [_line(buf, arr, s, e) for s, e in line_spans], event_names, event_display, stat_names, stats,
+                  event_meta_stats=meta_stats)
 
 
 def decode_xspace(buf: bytes, path: str = "") -> XSpace:

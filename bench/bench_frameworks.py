@@ -1,0 +1,147 @@
+"""User-style TensorFlow and JAX scripts (bench/frameworks/), each profiled N times by the lines a user adds:
+crashes (a worker that died, by its exit status or signal), the model the what-ifs start from against the
+profiled run (must be within 2 %), and the averaged replay (``--template``) against the measurement.
+
+    DAGPROF_TF_PYTHON=/opt/tf/bin/python DAGPROF_JAX_PYTHON=/opt/jax/bin/python \\
+        python bench/bench_frameworks.py --runs 20 [--only tf_text,jax_shardmap] [--keep DIR]
+
+The framework's Python needs dagprof importable (this checkout's src/ is put on PYTHONPATH).
+Workers share this host's loopback; on 2 busy cores figures vary from run to run: medians and spreads are reported.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(os.path.dirname(HERE), "src")
+sys.path.insert(0, SRC)
+
+from dagprof.errors import DagprofError  # noqa: E402
+from dagprof.pipeline import open_run  # noqa: E402
+from dagprof.search.whatif import Scenario, evaluate  # noqa: E402
+
+SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra environment)
+    "tf_text": ("tensorflow", "DAGPROF_TF_PYTHON", {}),
+    "tf_mlp_fit": ("tensorflow", "DAGPROF_TF_PYTHON", {"TF_USE_LEGACY_KERAS": "1"}),
+    "jax_shardmap": ("jax", "DAGPROF_JAX_PYTHON", {}),
+}
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def launch(name: str, python: str, out: str, workers: int, timeout: float, src: str = SRC) -> list[int]:
+    """Run the script on ``workers`` processes with the collector in ``src``; their exit statuses (negative: killed by that signal)."""
+    framework, _, extra = SCRIPTS[name]
+    script = os.path.join(HERE, "frameworks", f"{name}.py")
+    env = dict(os.environ, PYTHONPATH=src, TF_CPP_MIN_LOG_LEVEL="2", **extra)
+    ports = free_ports(workers)
+    procs = []
+    for rank in range(workers):
+        if framework == "tensorflow":
+            cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+            penv = dict(env, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": rank}}))
+            cmd = [python, script, "--out", out]
+        else:
+            penv, cmd = env, [python, script, "--out", out, "--rank", str(rank), "--world", str(workers), "--port", str(ports[0])]
+        procs.append(subprocess.Popen(cmd, env=penv, stdout=subprocess.DEVNULL, stderr=open(os.path.join(out, f"log{rank}.txt"), "w")))
+    deadline = time.monotonic() + timeout
+    codes: list[int | None] = [None] * workers
+    while any(c is None for c in codes):
+        codes = [p.poll() for p in procs]
+        if time.monotonic() > deadline or any(c not in (None, 0) for c in codes):
+            time.sleep(2.0 if time.monotonic() <= deadline else 0.0)  # let the others fail on their own first
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGKILL)
+            codes = [p.wait() for p in procs]
+            break
+        time.sleep(0.2)
+    return [int(c) for c in codes]
+
+
+def judge(out: str) -> dict:
+    """The model's error on the profiled run (what-ifs start from it) and the averaged replay's, %; or the refusal."""
+    try:
+        p = open_run(out)
+        measured = p.analysis.measured_us
+        r = evaluate(p.graph, [Scenario()], measured_us=measured, tolerance_pct=None)
+        avg = open_run(out, template=True).analysis.error_pct
+        fit = r["link_fit"] or {}
+        return {"model_pct": r["model_error_pct"], "replay_pct": p.analysis.error_pct, "averaged_pct": avg, "weak_fit": fit.get("weak")}
+    except DagprofError as e:
+        return {"refused": str(e)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--only", default=",".join(SCRIPTS))
+    ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--keep", help="keep the run folders here")
+    ap.add_argument("--baseline-src", help="another checkout's src/ (e.g. before a collector fix): its collector profiles every "
+                                           "other run, in interleaved rounds, and crashes are counted per collector")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    results = {}
+    for name in args.only.split(","):
+        python = os.environ.get(SCRIPTS[name][1])
+        if not python:
+            print(f"{name}: skipped, set {SCRIPTS[name][1]} to a Python with {SCRIPTS[name][0]}", file=sys.stderr)
+            continue
+        rows = []
+        collectors = [SRC, args.baseline_src] if args.baseline_src else [SRC]
+        for i in range(args.runs * len(collectors)):
+            src = collectors[(i + i // len(collectors)) % len(collectors)]  # A B, B A, ...
+            out = os.path.join(args.keep, f"{name}-{i}") if args.keep else tempfile.mkdtemp(prefix=f"dagprof-{name}-")
+            os.makedirs(out, exist_ok=True)
+            t0 = time.monotonic()
+            codes = launch(name, python, out, args.workers, args.timeout, src)
+            row = {"run": i, "collector": "baseline" if src != SRC else "this", "exit": codes, "seconds": round(time.monotonic() - t0, 1)}
+            died = [c for c in codes if c not in (0, -signal.SIGKILL)] or [c for c in codes if c != 0]  # not the ones stopped after it
+            row |= {"crash": died[0]} if died else judge(out)
+            rows.append(row)
+            print(f"{name} run {i}: {row}", file=sys.stderr, flush=True)
+            if not args.keep:
+                shutil.rmtree(out, ignore_errors=True)
+        mine = [r for r in rows if r["collector"] == "this"]
+        ok = [r for r in mine if "model_pct" in r]
+        summary = {"runs": len(mine), "crashes": sum("crash" in r for r in mine), "refused": sum("refused" in r for r in mine)}
+        if args.baseline_src:
+            base = [r for r in rows if r["collector"] == "baseline"]
+            summary["baseline"] = {"runs": len(base), "crashes": sum("crash" in r for r in base)}
+        for key in ("model_pct", "averaged_pct"):
+            vals = np.abs([r[key] for r in ok]) if ok else np.zeros(0)
+            summary[key] = None if not len(vals) else {"median_abs": float(np.median(vals)), "max_abs": float(vals.max()),
+                                                       "within_2": int((vals <= 2).sum()), "within_3": int((vals <= 3).sum())}
+        results[name] = {"summary": summary, "rows": rows}
+    if args.json:
+        print(json.dumps(results, indent=1))
+    else:
+        for name, r in results.items():
+            print(f"{name}: {json.dumps(r['summary'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

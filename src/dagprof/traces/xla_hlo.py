@@ -1,0 +1,67 @@
+"""Bytes of each collective of an XLA program, from the ``HloProto`` JAX's profiler stores per program.
+
+A process's trace says when each ``all-reduce.N`` ran, not how much it moved; the program says, in the
+instruction's result shape (a tuple for a combined all-reduce). Decoded with the XPlane wire reader;
+fields of ``xla/service/hlo.proto`` and ``xla/xla_data.proto``:
+HloProto.hlo_module = 1; HloModuleProto.computations = 3; HloComputationProto.instructions = 2;
+HloInstructionProto.name = 1, opcode = 2, shape = 3; ShapeProto.element_type = 2, dimensions = 3, tuple_shapes = 4.
+"""
+from __future__ import annotations
+
+from .xplane_decode import _varint, fields
+
+# xla.PrimitiveType -> bytes per element (PRED, S8..S64, U8..U64, F16, F32, F64, C64, BF16, C128, S4/U4 rounded up, F8 kinds)
+_ELEMENT_BYTES = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 1, 7: 2, 8: 4, 9: 8, 10: 2, 11: 4, 12: 8, 15: 8, 16: 2, 18: 16,
+                  19: 1, 20: 1, 21: 1, 22: 1, 23: 1, 24: 1, 25: 1, 26: 1, 27: 1, 28: 1, 29: 1}
+COLLECTIVE_OPCODES = ("all-reduce", "all-reduce-start", "all-gather", "all-gather-start", "reduce-scatter", "all-to-all",
+                      "collective-permute", "collective-permute-start", "collective-broadcast")
+
+
+def _shape_bytes(buf: bytes, start: int, stop: int) -> int:
+    elem, dims, tuple_bytes, has_tuple = 0, [], 0, False
+    for num, wt, v in fields(buf, start, stop):
+        if num == 2 and wt == 0:
+            elem = v
+        elif num == 3 and wt == 0:
+            dims.append(v)
+        elif num == 3 and wt == 2:  # packed
+            pos = v[0]
+            while pos < v[1]:
+                d, pos = _varint(buf, pos)
+                dims.append(d)
+        elif num == 4 and wt == 2:
+            has_tuple = True
+            tuple_bytes += _shape_bytes(buf, *v)
+    if has_tuple:
+        return tuple_bytes
+    n = 1
+    for d in dims:
+        n *= d
+    return n * _ELEMENT_BYTES.get(elem, 0)
+
+
+def collective_bytes(hlo_proto: bytes) -> dict[str, int]:
+    """Instruction name -> result bytes of every collective instruction of the program."""
+    out: dict[str, int] = {}
+    buf = hlo_proto
+    for num, wt, module in fields(buf, 0, len(buf)):
+        if num != 1 or wt != 2:
+            continue
+        for n2, w2, comp in fields(buf, *module):
+            if n2 != 3 or w2 != 2:
+                continue
+            for n3, w3, inst in fields(buf, *comp):
+                if n3 != 2 or w3 != 2:
+                    continue
+                name = opcode = ""
+                shape = None
+                for n4, w4, v in fields(buf, *inst):
+                    if n4 == 1 and w4 == 2:
+                        name = buf[v[0]:v[1]].decode("utf-8", "replace")
+                    elif n4 == 2 and w4 == 2:
+                        opcode = buf[v[0]:v[1]].decode("utf-8", "replace")
+                    elif n4 == 3 and w4 == 2:
+                        shape = v
+                if opcode in COLLECTIVE_OPCODES and shape is not None:
+                    out[name] = _shape_bytes(buf, *shape)
+    return out

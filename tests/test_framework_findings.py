@@ -1,0 +1,30 @@
+"""Findings and labels speak each framework's language and suggest only what dagprof can do for it."""
+import pytest
+from testdata import DATA
+
+from dagprof.pipeline import default_out, open_run
+
+
+@pytest.mark.parametrize("run,framework,advice", [
+    ("tf/fit", "tensorflow", "bytes_per_pack"), ("tf-jax/mlp", "jax", "whatif"), ("mxnet", "mxnet", "ps:K"),
+    ("horovod/fused", "horovod", "--fusion-mb"), ("run_schema/v1", None, "dagprof optimize"),
+])
+def test_findings_suggest_only_what_dagprof_does_for_the_framework(run, framework, advice):
+    p = open_run(str(DATA / run))
+    assert p.graph.meta.framework == framework
+    text = " ".join(f.detail for f in p.findings)
+    assert advice in text
+    if framework is not None:  # dagprof optimize re-buckets PyTorch DDP only
+        assert "optimize" not in text and "bucket" not in text
+
+
+def test_parameter_server_messages_are_push_pull_of_a_key():
+    p = open_run(str(DATA / "mxnet"))
+    labels = [name for name, _ in p.analysis.path.top_ops]
+    assert any(name.startswith("push/pull key ") for name in labels) and not any("all-reduce" in name for name in labels)
+    assert "all-reduce" not in " ".join(f.detail for f in p.findings)
+
+
+@pytest.mark.parametrize("run", ["mxnet", "tf/loop", "tf-jax/mlp", "horovod/fused"])
+def test_outputs_of_a_framework_run_go_to_its_folder(run):
+    assert default_out(DATA / run) == str(DATA / run)

@@ -1,0 +1,59 @@
+"""The link fitted to a profile's collectives, and the rule that a model which misses the profiled run predicts nothing."""
+import json
+
+import numpy as np
+import pytest
+from testdata import DATA
+
+from dagprof.cli.main import main
+from dagprof.passes.comm import fit_link
+from dagprof.traces.events import Kind
+
+
+def test_latency_and_bandwidth_are_fitted_together():
+    sizes = np.repeat([4.0, 4096.0, 65536.0, 1 << 20], 5)
+    dur = 300.0 + sizes * 0.01  # 2 ranks: 2 ring steps of 150 us, 2(N-1)/N = 1
+    fit = fit_link(sizes, dur * (1 + 0.01 * np.sin(np.arange(len(sizes)))), 2)
+    assert fit.weak is None and fit.r2 > 0.99 and fit.sizes == 4
+    assert fit.link.alpha_us == pytest.approx(150.0, rel=0.05) and fit.link.beta_us_per_byte == pytest.approx(0.01, rel=0.02)
+
+
+def test_a_fit_that_cannot_split_latency_from_bandwidth_says_so():
+    one = fit_link(np.full(6, 1e5), np.full(6, 4e3), 2)
+    assert "one size" in one.weak and one.link.alpha_us == 0  # the total is kept: all of it as bandwidth
+    assert "overlap" in fit_link(np.array([4.0, 1e6]), np.array([100.0, 900.0]), 2, concurrent=True).weak
+    flat = fit_link(np.array([4.0, 1e3, 1e5, 1e6]), np.array([5e3, 4e3, 5e3, 4e3]), 2)
+    assert "do not grow" in flat.weak and flat.link.beta_us_per_byte == 0 and flat.link.alpha_us == pytest.approx(2250.0)
+    noisy = fit_link(np.array([4.0, 4.0, 1e5, 1e5, 1e6, 1e6]), np.array([100.0, 5e3, 5e3, 100.0, 600.0, 5e3]), 2)
+    assert "explains only" in noisy.weak
+
+
+def whatif(capsys, *argv) -> tuple[int, dict | str]:
+    rc = main(["whatif", *argv, "--no-trace", "--json"])
+    out = capsys.readouterr()
+    return rc, json.loads(out.out) if rc == 0 else out.err
+
+
+def test_a_model_that_misses_the_profiled_run_predicts_nothing(capsys):
+    # 2 steps of a tiny model whose gloo collectives overlap: its link fit puts the run 5x too slow
+    rc, err = whatif(capsys, str(DATA / "run_schema" / "v1"), "--bandwidth", "1Gbit")
+    assert rc == 2 and err.count("\n") == 1 and "not predicting" in err and "--allow-model-error" in err
+    rc, r = whatif(capsys, str(DATA / "run_schema" / "v1"), "--bandwidth", "1Gbit", "--allow-model-error")
+    assert rc == 0 and r["model_error_pct"] > 100 and r["scenarios"][0]["caveat"]
+
+
+def test_zero_byte_collectives_carry_latency_into_the_model(capsys):
+    # Keras fit: 4 all-reduces a step, 3 of them scalar (loss, metrics) recorded as 0 B
+    rc, r = whatif(capsys, str(DATA / "tf" / "fit"), "--bandwidth", "1Gbit")
+    assert rc == 0 and abs(r["model_error_pct"]) < 2
+    fit = r["link_fit"]  # the four collectives of a step take turns on TF's threads: their times are theirs
+    assert fit["collectives"] == 16 and fit["weak"] is None and fit["sizes"] == 2 and fit["latency_us"] > 100
+
+
+def test_jax_collectives_take_their_bytes_from_the_program():
+    from dagprof.traces.load import load
+
+    run = load(str(DATA / "tf-jax" / "mlp"))
+    for t in run.ranks:  # the HLO of jit_train_step: all-reduce.6 carries the MLP's 340,008 gradient bytes
+        comm = t.events.kind == Kind.COMM
+        assert set(t.events.nbytes[comm].tolist()) == {340008}
