@@ -155,7 +155,8 @@ def read_mxnet_run(folder: str) -> Run:
     busy = _server_busy(man, per_worker)
     ps = {
         "framework": "mxnet", "num_servers": man.servers, "num_workers": man.workers, "bigarray_bound": man.bound,
-        "placement": "ps-lite", "keys": [{"key": k, "nbytes": int(v["nbytes"]), "elements": int(v["elements"]), "name": v.get("name", "")}
+        "placement": "ps-lite", "keys": [{"key": k, "nbytes": int(v["nbytes"]), "elements": int(v["elements"]), "name": v.get("name", ""),
+                                           "layer": v.get("layer", "")}
                                            for k, v in sorted(man.keys.items())],
         "server_busy": busy, "servers_profiled": sorted(man.server_files), "base_us": base_ns / 1e3,
     }
