@@ -354,9 +354,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _compact(out: str, m: dict) -> None:
-    """Gzipped traces, no logs: a small folder to keep as a test fixture."""
+    """Gzipped traces, no logs, no machine paths in the command: a small folder to keep as a test fixture."""
     import gzip
     import shutil
+
+    if m.get("command"):
+        m["command"] = [os.path.basename(m["command"][0])] + [os.path.relpath(a) if os.path.isabs(a) else a for a in m["command"][1:]]
 
     for role in ("workers", "servers"):
         for k, name in list(m["files"][role].items()):
