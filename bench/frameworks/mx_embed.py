@@ -43,7 +43,7 @@ tokens = nd.random.randint(0, VOCAB, shape=(args.batch, LEN)).astype("float32")
 labels = nd.array([i % 4 for i in range(args.batch)])
 
 with mxnet_ps.profile(trainer, net) as prof:  # dagprof (2/3)
-    for step in range(args.steps):
+    for _ in range(args.steps):
         with autograd.record():
             loss = loss_fn(net(tokens), labels)
         loss.backward()

@@ -32,7 +32,7 @@ x = nd.random.normal(shape=(args.batch, 784))
 y = nd.array([i % 10 for i in range(args.batch)])
 
 with mxnet_ps.profile(trainer, net) as prof:  # dagprof (2/3)
-    for step in range(args.steps):
+    for _ in range(args.steps):
         with autograd.record():
             loss = loss_fn(net(x), y)
         loss.backward()
