@@ -187,6 +187,15 @@ def test_collector_imports_with_the_standard_library_only(tmp_path):
     assert out.stdout.strip() == "profile"
 
 
+@pytest.mark.parametrize("flags, message", [(["--mxnet-ps", "servers=1"], "servers=S,workers=W"),
+                                            (["--mxnet-ps", "servers=1,workers=0"], "both >= 1"),
+                                            (["--mxnet-ps", "servers=1,workers=2", "--steps", "2:4"], "from step 3 on")])
+def test_profile_mxnet_ps_flags_are_checked_in_one_line(capsys, tmp_path, flags, message):
+    assert main(["profile", *flags, "-o", str(tmp_path / "run"), "--", "python", "train.py"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+
+
 def _mxnet_python() -> str:
     python = os.environ.get("DAGPROF_MXNET_PYTHON")
     if not python:
@@ -196,11 +205,9 @@ def _mxnet_python() -> str:
 
 @pytest.mark.mxnet
 def test_rerecord_user_script_from_scratch(tmp_path):
-    from dagprof.collect.mxnet_ps import _compact, launch_command
-
     out = str(tmp_path / "user_mlp")
     script = str(pathlib.Path(__file__).parents[1] / "bench" / "frameworks" / "mx_mlp.py")
-    _compact(out, launch_command(out, [_mxnet_python(), script], servers=1, workers=2, port=9417))
+    assert main(["profile", "--mxnet-ps", "servers=1,workers=2", "-o", out, "--steps", "4:7", "--", _mxnet_python(), script]) == 0
     p = open_run(out)
     assert abs(p.analysis.error_pct) < 5.0  # a fresh run on a busy machine; the vendored one is held to 2 %
 

@@ -3,10 +3,10 @@
 Per worker, each engine thread's depth-0 ops form a chain (program order) with step boundaries
 on the main one, as in ``graph.build``. Per worker and step, the push/pull exchange is:
 
-    last op before the first push call -> issue(key k)   (``trainer.step`` calls push for every key)
-    backward op of key k's layer       -> issue(key k)   (the engine pushes a gradient once it is ready:
-                                                          without ``waitall`` before ``trainer.step`` the
-                                                          pushes overlap the rest of the backward pass)
+    last op before the first push -> issue(key k)   (no push starts before the exchange's first)
+    backward op of key k's layer  -> issue(key k)   (the engine pushes a gradient once it is ready:
+                                                     without ``waitall`` before ``trainer.step`` the
+                                                     pushes overlap the rest of the backward pass)
     issue(key k) -> push (worker's port out, then port psS in) -> psS sum+update
                  -> pull (port psS out, then the worker's port in) -> done(worker, step)
     done(worker, step) -> the first op that started after both the first push and the last backward
@@ -84,8 +84,6 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
                 main_chain = mine_lane
             for s, _, i in items:
                 s = max(s, prev)
-                if i >= 0:
-                    node_of[int(i)] = len(mstart)
                 if i < 0:
                     step = max(chosen) + 1 if i == -1 else -2 - i
                     v = node(f"rank{r}.step{step}", Kind.STEP, base + s, base + s, rank=r, device=dev, step=step)
@@ -97,6 +95,7 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
                     layer = int(ev.layer[i])
                     v = node(f"rank{r}.{ev.name_of(i)}", Kind(int(ev.kind[i])), base + s, base + e, rank=r, device=dev, step=int(ev.step[i]),
                              layer=b.layer(t.layers[layer]) if layer >= 0 else -1)
+                    node_of[int(i)] = v
                 chain.append(v)
                 mine_lane.append((base + s, base + e, v))
                 prev = e
