@@ -1,9 +1,12 @@
-"""User-style TensorFlow and JAX scripts (bench/frameworks/), each profiled N times by the lines a user adds:
+"""User-style TensorFlow, JAX and MXNet scripts (bench/frameworks/), each profiled N times by the lines a user adds:
 crashes (a worker that died, by its exit status or signal), the model the what-ifs start from against the
 profiled run (must be within 2 %), and the averaged replay (``--template``) against the measurement.
 
-    DAGPROF_TF_PYTHON=/opt/tf/bin/python DAGPROF_JAX_PYTHON=/opt/jax/bin/python \\
-        python bench/bench_frameworks.py --runs 20 [--only tf_text,jax_shardmap] [--keep DIR]
+    DAGPROF_TF_PYTHON=/opt/tf/bin/python DAGPROF_JAX_PYTHON=/opt/jax/bin/python DAGPROF_MXNET_PYTHON=/opt/mx/bin/python \\
+        python bench/bench_frameworks.py --runs 20 [--only tf_text,jax_shardmap,mx_mlp,mx_embed] [--keep DIR]
+
+MXNet scripts run as ``dist_sync`` jobs under ``python -m dagprof.collect.mxnet_ps run`` (scheduler, 1 server,
+the workers), its exit status standing for the job's (a process that died fails the launcher).
 
 The framework's Python needs dagprof importable (this checkout's src/ is put on PYTHONPATH).
 Workers share this host's loopback; on 2 busy cores figures vary from run to run: medians and spreads are reported.
@@ -35,6 +38,8 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "tf_text": ("tensorflow", "DAGPROF_TF_PYTHON", {}),
     "tf_mlp_fit": ("tensorflow", "DAGPROF_TF_PYTHON", {"TF_USE_LEGACY_KERAS": "1"}),
     "jax_shardmap": ("jax", "DAGPROF_JAX_PYTHON", {}),
+    "mx_mlp": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
+    "mx_embed": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
 }
 
 
@@ -55,6 +60,11 @@ def launch(name: str, python: str, out: str, workers: int, timeout: float, src: 
     script = os.path.join(HERE, "frameworks", f"{name}.py")
     env = dict(os.environ, PYTHONPATH=src, TF_CPP_MIN_LOG_LEVEL="2", **extra)
     ports = free_ports(workers)
+    if framework == "mxnet":
+        cmd = [sys.executable, "-m", "dagprof.collect.mxnet_ps", "run", "--out", out, "--servers", "1", "--workers", str(workers),
+               "--port", str(ports[0]), "--profile-steps", "5", "--timeout", str(int(timeout)), "--", python, script, "--steps", "16"]
+        with open(os.path.join(out, "launcher.txt"), "w") as log:
+            return [subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log, timeout=timeout + 60).returncode]
     procs = []
     for rank in range(workers):
         if framework == "tensorflow":

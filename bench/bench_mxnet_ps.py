@@ -8,6 +8,9 @@ profiled (1 server, the profiled rate); from that profile dagprof predicts 2 ser
 rate, and each configuration is measured. Rounds interleave the configurations (the machine is
 shared and drifts); each round predicts from its own profile; the table gives medians over rounds.
 
+``--script`` runs a user-style script (``python -m dagprof.collect.mxnet_ps run`` does the same on localhost)
+instead of the built-in one: pushes that overlap the backward pass, whatever the script's optimizer.
+
 Both sides are the same quantity: the median over a job's unprofiled steps of the slower worker's
 step time, against the median over the profile's replayed steps (a load spike on the shared
 machine makes single steps seconds long; a median keeps one from moving a round's figure). Every job also profiles
@@ -15,7 +18,7 @@ a few steps before its timed ones (the timed steps run with the profiler off), s
 (first push issued -> last pull in, per worker and step) can be compared alone: it shows the
 communication model's error apart from the compute's drift between jobs.
 
-    sudo .venv/bin/python bench/bench_mxnet_ps.py --python /opt/mx/bin/python [--rounds 3]
+    sudo .venv/bin/python bench/bench_mxnet_ps.py --python /opt/mx/bin/python [--rounds 3] [--script bench/frameworks/mx_mlp.py]
     sudo .venv/bin/python bench/bench_mxnet_ps.py --link-check     # raw TCP across the shaped ports, 1 ms vs 4 ms bucket
 """
 from __future__ import annotations
@@ -29,7 +32,7 @@ import sys
 import tempfile
 import time
 
-from dagprof.collect.mxnet_ps import launch
+from dagprof.collect.mxnet_ps import launch, launch_command
 from dagprof.collect.netns import Cluster, available
 
 WORKERS = 2
@@ -94,8 +97,8 @@ def link_check(rate_bit: float, nbytes: int = 4_200_000) -> None:
               f"median {statistics.median(times):.0f} ms ({min(times):.0f}..{max(times):.0f}), ideal {8e3 * nbytes / rate_bit:.0f} ms")
 
 
-def run_job(python: str, out: str, servers: int, rate_bit: float, profile_steps: int, steps: int, port: int) -> dict:
-    """One job in namespaces; returns its manifest (step times, timed steps)."""
+def run_job(python: str, out: str, servers: int, rate_bit: float, profile_steps: int, steps: int, port: int, script: str | None = None) -> dict:
+    """One job in namespaces (the built-in script, or ``script``); returns its manifest (step times, timed steps)."""
     with Cluster(servers + WORKERS, tag="mx") as c:
         shape(c, rate_bit)
 
@@ -106,9 +109,11 @@ def run_job(python: str, out: str, servers: int, rate_bit: float, profile_steps:
             c.procs.append(p)
             return p
 
-        return launch(out, python, servers=servers, workers=WORKERS, warmup=2, profile_steps=profile_steps, steps=steps, port=port,
-                      addr=c.addr, ifname=c.ifname, spawn=spawn, timeout_s=240,
-                      extra={"testbed": {"rate_bit": rate_bit, "shaped": "both directions", "burst_ms": BURST_MS}})
+        kw = dict(servers=servers, workers=WORKERS, warmup=2, profile_steps=profile_steps, port=port, addr=c.addr, ifname=c.ifname, spawn=spawn,
+                  timeout_s=240, extra={"testbed": {"rate_bit": rate_bit, "shaped": "both directions", "burst_ms": BURST_MS}})
+        if script:
+            return launch_command(out, [python, os.path.abspath(script), "--steps", str(2 + 1 + profile_steps + steps)], python=python, **kw)
+        return launch(out, python, steps=steps, **kw)
 
 
 def step_ms(m: dict, profiled: bool) -> float:
@@ -172,6 +177,7 @@ def main() -> int:
     ap.add_argument("--profile-steps", type=int, default=4, help="profiled steps per job, before the timed ones")
     ap.add_argument("--rate", type=float, default=500e6, help="profiled link rate, bit/s")
     ap.add_argument("--other-rate", type=float, default=200e6, help="the rate to predict, bit/s")
+    ap.add_argument("--script", default=None, help="a user-style worker script (e.g. bench/frameworks/mx_mlp.py) instead of the built-in one")
     ap.add_argument("--keep", default=None, help="keep the run folders here")
     ap.add_argument("--json", default=None, help="also write every round's figures here")
     ap.add_argument("--link-check", action="store_true", help="only time raw TCP exchanges across the shaped ports (no MXNet)")
@@ -196,7 +202,7 @@ def main() -> int:
             got: dict = {}
             for servers, rate in (cells if k % 2 == 0 else cells[::-1]):
                 out = os.path.join(work, f"round{k}", f"s{servers}_{int(rate / 1e6)}M")
-                m = run_job(args.python, out, servers, rate, args.profile_steps, args.steps, 9300 + k * 10 + servers)
+                m = run_job(args.python, out, servers, rate, args.profile_steps, args.steps, 9300 + k * 10 + servers, args.script)
                 got[(servers, rate)] = {"iter_ms": step_ms(m, False), "profiled_iter_ms": step_ms(m, True), "exchange_ms": measured_exchange_ms(out)}
                 if (servers, rate) == cells[0]:
                     pred, bw = predict(out, rate, cells)
@@ -218,7 +224,8 @@ def report(rows: list[dict], cells: list[tuple[int, float]], args) -> None:
         v = [r[key] for r in rows if (r["servers"], r["rate_bit"]) == c]
         return statistics.median(v), min(v), max(v)
 
-    print(f"MXNet 1.9 dist_sync, {WORKERS} workers, profiled: 1 server at {args.rate / 1e6:g} Mbit/s; {args.rounds} interleaved rounds "
+    script = os.path.basename(args.script) if args.script else "built-in CNN"
+    print(f"MXNet 1.9 dist_sync, {script}, {WORKERS} workers, profiled: 1 server at {args.rate / 1e6:g} Mbit/s; {args.rounds} interleaved rounds "
           f"on a shared 2-core machine (other jobs running); medians over rounds (min..max); tbf both directions, {BURST_MS:g} ms bucket")
     print("step = median over a job's unprofiled steps of the slower worker's; predicted = the round's profile replayed under the what-if;")
     print("exchange = mean over workers and profiled steps of first push issued -> last pull in (predicted: replayed)")

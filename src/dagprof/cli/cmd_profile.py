@@ -1,4 +1,7 @@
-"""``dagprof profile -o RUN [--steps 5:10] -- torchrun ... train.py``: profile an unmodified DDP job."""
+"""``dagprof profile -o RUN [--steps 5:10] -- torchrun ... train.py``: profile an unmodified DDP job.
+
+``dagprof profile --mxnet-ps servers=1,workers=2 -o RUN -- python train.py``: an MXNet ``dist_sync`` job
+whose script calls ``dagprof.collect.mxnet_ps.profile`` (scheduler, servers and workers started here)."""
 from __future__ import annotations
 
 import argparse
@@ -20,6 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=steps_arg, default=range(5, 10), metavar="A:B",
                    help="optimizer steps to profile: A:B = steps A..B-1, A = step A alone (default 5:10)")
     p.add_argument("--no-kineto", action="store_true", help="hooks only: no torch.profiler trace (lowest overhead)")
+    p.add_argument("--mxnet-ps", type=_mxnet_ps_arg, metavar="servers=S,workers=W", default=None,
+                   help="an MXNet dist_sync job: start the scheduler, S servers and W workers (each runs the command) on this host")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND ...: the training command, e.g. torchrun ... train.py")
 
 
@@ -32,6 +37,8 @@ def run(args: argparse.Namespace) -> dict:
     if not cmd:
         raise DagprofError("no command to profile: put it after --, e.g. dagprof profile -o RUN -- torchrun --nproc-per-node 2 train.py")
     steps = args.steps
+    if args.mxnet_ps is not None:
+        return _run_mxnet_ps(args, cmd)
     out = os.path.abspath(args.out)
     check_output_folder(out)  # the ranks write into it as they go: checked, not staged
     os.makedirs(out, exist_ok=True)
@@ -76,6 +83,37 @@ def run(args: argparse.Namespace) -> dict:
 _WARMUP_STEPS = 2
 
 
+def _mxnet_ps_arg(text: str) -> dict[str, int]:
+    try:
+        got = {k.strip(): int(v) for k, v in (part.split("=") for part in text.split(","))}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected servers=S,workers=W, got {text!r}") from None
+    if set(got) != {"servers", "workers"} or min(got.values()) < 1:
+        raise argparse.ArgumentTypeError(f"expected servers=S,workers=W (both >= 1), got {text!r}")
+    return got
+
+
+def _run_mxnet_ps(args: argparse.Namespace, cmd: list[str]) -> dict:
+    """Steps A:B are profiled as in a DDP run: the profiler starts before step A-1 (its start-up step)."""
+    from ..collect.mxnet_ps import launch_command
+
+    steps, job = args.steps, args.mxnet_ps
+    if steps.start < 3:
+        raise DagprofError(f"--steps {steps.start}:{steps.stop}: an MXNet job profiles from step 3 on (step 1 starts the kvstore, "
+                           "the step before the window pays the profiler's start-up)")
+    try:
+        m = launch_command(args.out, cmd, servers=job["servers"], workers=job["workers"], warmup=steps.start - 2, profile_steps=len(steps))
+    except (RuntimeError, subprocess.TimeoutExpired) as err:
+        raise DagprofError(str(err), args.out) from None
+    except OSError as err:
+        raise DagprofError(f"cannot start the command: {err.strerror or err}", cmd[0]) from None
+    ranks = [{"rank": int(r), "steps": [a for a, _, _ in v if steps.start <= a < steps.stop],
+              "iteration_ms": sorted((b - a) / 1e6 for s, a, b in v if steps.start <= s < steps.stop)[len(steps) // 2]}
+             for r, v in m["steps"].items()]
+    return {"run": os.path.abspath(args.out), "framework": "mxnet", "servers": m["num_servers"], "world_size": m["num_workers"],
+            "keys": len(m["keys"]), "ranks": ranks}
+
+
 def _earlier_profile(folder: str) -> list[str]:
     """dagprof's own files from an earlier run in ``folder`` (never anything else a user keeps there)."""
     from ..fsutil import open_input
@@ -91,6 +129,10 @@ def _earlier_profile(folder: str) -> list[str]:
 
 
 def to_text(result: dict) -> str:
+    if result.get("framework") == "mxnet":
+        return "\n".join([f"profiled MXNet dist_sync run: {result['run']} ({result['servers']} server(s), {result['world_size']} workers, "
+                          f"{result['keys']} keys)"] + [f"  worker {r['rank']}: steps {r['steps'][0]}-{r['steps'][-1]}, median step "
+                                                        f"{r['iteration_ms']:.1f} ms" for r in result["ranks"]])
     lines = [f"profiled run: {result['run']} (world size {result['world_size']}, command exit status {result['exit_status']})"]
     for r in result["ranks"]:
         base = f"{r['unprofiled_iteration_ms']:.1f} ms" if r["unprofiled_iteration_ms"] is not None else "-"

@@ -2,7 +2,10 @@
 
 The only layer that imports torch, and only when a profile starts (never at import).
 """
-from ..traces.steps import parse_steps
-from .profile import profile
+try:
+    from ..traces.steps import parse_steps
+    from .profile import profile
+except ImportError:  # a framework's own environment without dagprof's dependencies (MXNet pins numpy<1.24): its
+    pass  # standard-library-only collectors (``mxnet_ps``) still import
 
 __all__ = ["profile", "parse_steps"]

@@ -1,27 +1,40 @@
 """Record an MXNet ``dist_sync`` parameter-server job (ps-lite: scheduler, servers, workers) with mx.profiler.
 
-Two halves in one standard-library-only file, because the role half runs under the Python that has
-MXNet 1.x (a separate environment: it imports only beside numpy<1.24), not under dagprof's:
+Standard library only: it runs under the Python that has MXNet 1.x, which pins numpy<1.24 and so cannot
+hold dagprof's dependencies. Two halves:
 
-- ``python mxnet_ps.py role --out DIR ...`` is the program every process runs; ``DMLC_ROLE`` says
-  which. Importing mxnet turns a scheduler or server into its ps-lite loop (it never returns);
-  workers train a small Gluon CNN with ``gluon.Trainer(kvstore=dist_sync)`` (the optimizer runs on the
-  servers, ``update_on_kvstore``), one ``nd.waitall()`` per step, and profile a window of steps:
-  their own operators and C-API calls, and (worker 0 sends the commands) every server's handling.
-- ``launch(...)`` starts scheduler, servers and workers (each wrapped in ``timeout``: a worker
-  whose scheduler died hangs) through a ``spawn`` callable, so the same code runs on localhost or
-  in the namespace testbed, and leaves a run folder that ``dagprof.traces.mxnet`` reads:
+- ``profile(trainer)``, the lines a user adds to a ``dist_sync`` training script::
 
-  ``mxnet-run.json`` (the manifest: roles, keys with sizes and layers, step times, profiled
-  window, timed step times), ``worker<R>.json`` and ``server<K>.json`` (mx.profiler Chrome traces,
-  absolute epoch microseconds). Backward ops are visible one by one only with
-  ``MXNET_EXEC_BULK_EXEC_TRAIN=0``, which the launcher sets.
+      from dagprof.collect import mxnet_ps
+      with mxnet_ps.profile(trainer) as prof:
+          for x, y in batches:
+              with autograd.record():
+                  loss = loss_fn(net(x), y)
+              loss.backward()
+              trainer.step(batch_size)
+              prof.step()  # marks the end of a step (waits for it: nd.waitall)
+
+  After ``warmup`` steps it turns mx.profiler on in every worker and (worker 0 sends the commands)
+  every server, for one start-up step and ``profile_steps`` steps, then off; the steps after are
+  timed without the profiler. On exit it writes ``worker<R>.meta.json`` (steps, keys, layers) into
+  the run folder, which the launcher turns into the manifest.
+- ``launch_command(out, command, ...)`` (``python -m dagprof.collect.mxnet_ps run --out DIR -- CMD``)
+  starts the scheduler and servers (this file's ``role`` program) and the workers (the user's
+  command) with the ``DMLC_*`` variables, each wrapped in ``timeout`` (a worker whose scheduler died
+  hangs), through a ``spawn`` callable (the same code runs on localhost or in the namespace
+  testbed), puts this package on the workers' ``PYTHONPATH`` and writes the manifest.
+  ``launch(...)`` runs the built-in script (a small Gluon CNN, ``nd.waitall()`` before the pushes).
+
+The run folder: ``mxnet-run.json`` (the manifest, ``traces.mxnet.MxManifest``), ``worker<R>.json`` and
+``server<K>.json`` (mx.profiler Chrome traces, absolute epoch microseconds). Backward ops are
+visible one by one only with ``MXNET_EXEC_BULK_EXEC_TRAIN=0``, which the launcher sets.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -31,6 +44,10 @@ FORMAT = "dagprof-mxnet-run"
 VERSION = 1
 MANIFEST = "mxnet-run.json"
 BIGARRAY_BOUND = 1_000_000  # ps-lite splits arrays of at least this many elements over all servers (MXNET_KVSTORE_BIGARRAY_BOUND)
+ENV_OUT, ENV_WARMUP, ENV_PROFILE = "DAGPROF_MXNET_OUT", "DAGPROF_MXNET_WARMUP", "DAGPROF_MXNET_PROFILE_STEPS"
+# Gluon block prefixes -> block class (the reader maps classes to operator names)
+_BLOCK = {"dense": "Dense", "conv": "Conv2D", "batchnorm": "BatchNorm", "embedding": "Embedding", "layernorm": "LayerNorm",
+          "instancenorm": "InstanceNorm", "groupnorm": "GroupNorm", "conv2dtranspose": "Conv2DTranspose"}
 
 
 def _write_json(path: str, doc: dict) -> None:
@@ -40,113 +57,158 @@ def _write_json(path: str, doc: dict) -> None:
     os.replace(tmp, path)
 
 
-# -- the role program (runs under MXNet's Python) -------------------------------------------------
-def _model(mx, width: int):
-    from mxnet import gluon
+# -- the worker side (runs under MXNet's Python) --------------------------------------------------
+class profile:
+    """Profile a window of a ``dist_sync`` worker's steps (see the module docstring for the lines to add).
 
-    net = gluon.nn.Sequential()
-    net.add(gluon.nn.Conv2D(16, 3, padding=1, activation="relu"), gluon.nn.Conv2D(32, 3, padding=1, activation="relu"),
-            gluon.nn.MaxPool2D(2), gluon.nn.Flatten(), gluon.nn.Dense(width, activation="relu"), gluon.nn.Dense(10))
-    net.initialize(mx.init.Xavier())
-    return net
+    ``out`` (default ``$DAGPROF_MXNET_OUT``, which the launcher sets) is the run folder; ``net``
+    (optional) gives the layers' model order and classes, otherwise they come from the parameter
+    names (Gluon numbers blocks of a class in creation order: ``dense0``, ``dense1``...).
+    """
 
+    def __init__(self, trainer, net=None, *, out: str | None = None, warmup: int | None = None, profile_steps: int | None = None):
+        self.out = os.path.abspath(out or os.environ.get(ENV_OUT, ""))
+        if not (out or os.environ.get(ENV_OUT)):
+            raise RuntimeError("dagprof.collect.mxnet_ps.profile: no run folder (pass out= or launch with python -m dagprof.collect.mxnet_ps run)")
+        self.trainer, self.net = trainer, net
+        self.warmup = int(os.environ.get(ENV_WARMUP, 2)) if warmup is None else warmup
+        self.profile_steps = int(os.environ.get(ENV_PROFILE, 3)) if profile_steps is None else profile_steps
+        self.steps: list[list[int]] = []
+        self.profiled = [0, 0]
+        self.running = False
+        self.t0 = time.time_ns()
 
-def _role(args: argparse.Namespace) -> int:
-    out = os.path.abspath(args.out)
-    import mxnet as mx  # a scheduler or server serves here and exits
-    from mxnet import autograd, gluon, nd
+    def __enter__(self) -> profile:
+        self.t0 = time.time_ns()
+        return self
 
-    kv = mx.kv.create("dist_sync")
-    rank = kv.rank
-    mx.random.seed(rank)
-    net = _model(mx, args.width)
-    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01}, kvstore=kv)
-    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    x = nd.random.uniform(shape=(args.batch, 3, 32, 32))
-    y = nd.array([i % 10 for i in range(args.batch)])
+    def __exit__(self, *exc) -> None:
+        if exc[0] is None:
+            self.close()
 
-    def step() -> None:
-        with autograd.record():
-            loss = loss_fn(net(x), y)
-        loss.backward()
-        nd.waitall()  # pushes start after the backward pass, in key order: the trace does not name keys
-        trainer.step(args.batch)
-        nd.waitall()
+    def step(self) -> None:
+        """End of a training step: wait for its work, time it, turn the profiler on or off at the window's edges."""
+        import mxnet as mx
 
-    step()  # shapes are inferred on the first forward; keys are initialised on the servers
-    params = [p for p in net.collect_params().values() if p.grad_req != "null"]
-    steps: list[list[int]] = []
-    k = 1
-    for _ in range(args.warmup):
-        t0 = time.time_ns()
-        step()
-        steps.append([k, t0, time.time_ns()])
-        k += 1
-    profiled = [k, k + args.profile_steps]
-    if args.profile_steps:
+        mx.nd.waitall()
+        k = len(self.steps) + 1
+        self.steps.append([k, self.t0, time.time_ns()])
+        if k == self.warmup and self.profile_steps:
+            self._start(mx)  # the next step pays the profiler's start-up: traced, outside the window
+            self.profiled = [k + 2, k + 2 + self.profile_steps]
+        elif self.running and k == self.profiled[1] - 1:
+            self._stop(mx)
+        self.t0 = time.time_ns()
+
+    def _kv(self):
+        kv = self.trainer._kvstore
+        if kv is None or "dist" not in kv.type:
+            raise RuntimeError("dagprof.collect.mxnet_ps.profile: the trainer has no dist kvstore (gluon.Trainer(..., kvstore='dist_sync'))")
+        return kv
+
+    def _start(self, mx) -> None:
+        kv = self._kv()
         opts = dict(profile_symbolic=True, profile_imperative=True, profile_memory=False, profile_api=True, aggregate_stats=False)
-        mx.profiler.set_config(filename=os.path.join(out, f"worker{rank}.json"), **opts)
-        if rank == 0:  # servers write rank<K>_<filename> in their working directory (the run folder)
+        mx.profiler.set_config(filename=os.path.join(self.out, f"worker{kv.rank}.json"), **opts)
+        if kv.rank == 0:  # servers write rank<K>_<filename> in their working directory (the run folder)
             mx.profiler.set_config(filename="server.json", profile_process="server", **opts)
             mx.profiler.set_state("run", profile_process="server")
         kv._barrier()
         mx.profiler.set_state("run")
-        t0 = time.time_ns()  # the first step under the profiler pays its start-up: traced, but outside the window
-        step()
-        steps.append([k, t0, time.time_ns()])
-        k += 1
-        profiled = [k, k + args.profile_steps]
-        for _ in range(args.profile_steps):
-            t0 = time.time_ns()
-            step()
-            steps.append([k, t0, time.time_ns()])
-            k += 1
+        self.running = True
+
+    def _stop(self, mx) -> None:
+        kv = self._kv()
         mx.profiler.set_state("stop")
         kv._barrier()
-        if rank == 0:
+        if kv.rank == 0:
             mx.profiler.set_state("stop", profile_process="server")
             mx.profiler.dump(profile_process="server")
         mx.profiler.dump()
-    timed = []
-    kv._barrier()
-    for _ in range(args.steps):
-        t0 = time.time_ns()
-        step()
-        t1 = time.time_ns()
-        steps.append([k, t0, t1])
-        timed.append((t1 - t0) / 1e9)
-        k += 1
-    layers, keys = [], []
-    names = [p.name for p in params]
-    # gluon.Trainer numbers its kvstore keys in sorted parameter-name order (frozen ones too, which it never
-    # pushes), and ps-lite places a key by that number; the layers stay in model order
-    key_of = {name: i for i, name in enumerate(sorted(net.collect_params().keys()))}
-    for p in params:
-        layer = p.name.rsplit("_", 1)[0]
+        kv._barrier()  # the timed steps start together
+        self.running = False
+
+    def close(self) -> None:
+        """Write ``worker<R>.meta.json`` (the launcher merges the workers' into the manifest)."""
+        import mxnet as mx
+
+        if self.running:  # the loop ended inside the window
+            self.profiled[1] = len(self.steps) + 1
+            self._stop(mx)
+        kv = self._kv()
+        keys, layers = _keys_and_layers(self.trainer, self.net)
+        stop = self.profiled[1]
+        timed = [(b - a) / 1e9 for k, a, b in self.steps if stop and k >= stop]
+        _write_json(os.path.join(self.out, f"worker{kv.rank}.meta.json"), {
+            "rank": kv.rank, "pid": os.getpid(), "steps": self.steps, "profiled": self.profiled, "timed_s": timed, "keys": keys,
+            "layers": layers, "num_workers": kv.num_workers, "mxnet": mx.__version__,
+        })
+
+
+def _keys_and_layers(trainer, net) -> tuple[list[dict], list[dict]]:
+    """Keys as gluon.Trainer numbers them (its parameters sorted by name; frozen ones keep a number but are
+    never pushed; ps-lite places a key by that number), and the layers in model order."""
+    key_of = {p.name: i for i, p in enumerate(trainer._params)}
+    order = [p.name for p in net.collect_params().values()] if net is not None else sorted(key_of, key=_natural)
+    params = {p.name: p for p in trainer._params}
+    classes = {b.prefix.rstrip("_"): type(b).__name__ for b in _blocks(net)} if net is not None else {}
+    keys, layers = [], []
+    for name in order:
+        p = params.get(name)
+        if p is None or p.grad_req == "null":
+            continue
+        layer = name.rsplit("_", 1)[0]
         if not layers or layers[-1]["name"] != layer:
-            layers.append({"name": layer, "op": type(_block_of(net, layer)).__name__, "keys": []})
-        layers[-1]["keys"].append(key_of[p.name])
+            base = re.sub(r"\d+$", "", layer.rsplit("_", 1)[-1])
+            layers.append({"name": layer, "op": classes.get(layer, _BLOCK.get(base, base)), "keys": []})
+        layers[-1]["keys"].append(key_of[name])
         n = 1
         for d in p.shape:
             n *= d
-        keys.append({"key": key_of[p.name], "name": p.name, "shape": list(p.shape), "elements": n, "nbytes": 4 * n, "layer": layer})
+        keys.append({"key": key_of[name], "name": name, "shape": list(p.shape), "elements": n, "nbytes": 4 * n, "layer": layer})
     keys.sort(key=lambda k: k["key"])  # trainer.step pushes in key order
-    _write_json(os.path.join(out, f"worker{rank}.meta.json"), {
-        "rank": rank, "pid": os.getpid(), "steps": steps, "profiled": profiled, "timed_s": timed, "keys": keys, "layers": layers,
-        "param_names": names, "num_workers": kv.num_workers, "mxnet": mx.__version__,
-    })
+    return keys, layers
+
+
+def _natural(name: str) -> list:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def _blocks(block):
+    for child in block._children.values():
+        yield child
+        yield from _blocks(child)
+
+
+# -- the built-in script and the server/scheduler program (runs under MXNet's Python) --------------
+def _role(args: argparse.Namespace) -> int:
+    import mxnet as mx  # a scheduler or server serves here and exits
+    from mxnet import autograd, gluon, nd
+
+    kv = mx.kv.create("dist_sync")
+    mx.random.seed(kv.rank)
+    net = gluon.nn.Sequential()
+    net.add(gluon.nn.Conv2D(16, 3, padding=1, activation="relu"), gluon.nn.Conv2D(32, 3, padding=1, activation="relu"),
+            gluon.nn.MaxPool2D(2), gluon.nn.Flatten(), gluon.nn.Dense(args.width, activation="relu"), gluon.nn.Dense(10))
+    net.initialize(mx.init.Xavier())
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01}, kvstore=kv)
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    x = nd.random.uniform(shape=(args.batch, 3, 32, 32))
+    y = nd.array([i % 10 for i in range(args.batch)])
+    with profile(trainer, net) as prof:
+        for _ in range(prof.warmup + (1 + prof.profile_steps if prof.profile_steps else 0) + args.steps):
+            with autograd.record():
+                loss = loss_fn(net(x), y)
+            loss.backward()
+            nd.waitall()  # pushes start after the backward pass
+            trainer.step(args.batch)
+            prof.step()
     return 0
 
 
-def _block_of(net, prefix: str):
-    for block in net._children.values():
-        if block.prefix.rstrip("_") == prefix:
-            return block
-    return net
-
-
-# -- the launcher (runs under dagprof's Python) ---------------------------------------------------
-Spawn = Callable[[int, list, dict, str], subprocess.Popen]
+# -- the launcher (any Python: dagprof's, or MXNet's) ----------------------------------------------
+Spawn = Callable[..., subprocess.Popen]
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # holds dagprof/
 
 
 def local_spawn(node: int, argv: list, env: dict, log: str, cwd: str | None = None) -> subprocess.Popen:
@@ -155,19 +217,25 @@ def local_spawn(node: int, argv: list, env: dict, log: str, cwd: str | None = No
         return subprocess.Popen(argv, env={**os.environ, **env}, stdout=f, stderr=subprocess.STDOUT, cwd=cwd)
 
 
-def launch(out: str, python: str, *, servers: int = 2, workers: int = 2, warmup: int = 2, profile_steps: int = 3, steps: int = 5,
-           batch: int = 32, width: int = 128, port: int = 9391, addr: Callable[[int], str] = lambda node: "127.0.0.1",
-           ifname: Callable[[int], str] | None = None, spawn: Callable[..., subprocess.Popen] = local_spawn, timeout_s: float = 300,
-           extra: dict | None = None) -> dict:
-    """Run one job; nodes 0..servers-1 are servers (the scheduler beside server 0), then the workers.
-    Returns the manifest written to ``out/mxnet-run.json``."""
+def launch_command(out: str, command: list[str], *, python: str | None = None, servers: int = 1, workers: int = 2, warmup: int = 2,
+                   profile_steps: int = 3, port: int = 9391, addr: Callable[[int], str] = lambda node: "127.0.0.1",
+                   ifname: Callable[[int], str] | None = None, spawn: Spawn = local_spawn, timeout_s: float = 300, cwd: str | None = None,
+                   extra: dict | None = None) -> dict:
+    """Run one job: the scheduler (beside server 0) and ``servers`` servers run this file's ``role`` program under
+    ``python`` (default: the command's own Python when it starts with one), nodes ``servers..`` run ``command``
+    as workers. Returns the manifest written to ``out/mxnet-run.json``."""
+    if warmup < 1:
+        raise ValueError("warmup must be >= 1 step (the first one initialises the kvstore)")
     out = os.path.abspath(out)
     os.makedirs(out, exist_ok=True)
-    me = os.path.abspath(__file__)
+    if python is None:
+        python = command[0] if os.path.basename(command[0]).startswith("python") else sys.executable
+    path = os.pathsep.join(p for p in (_PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")) if p)
     base = {"DMLC_PS_ROOT_URI": addr(0), "DMLC_PS_ROOT_PORT": str(port), "DMLC_NUM_SERVER": str(servers), "DMLC_NUM_WORKER": str(workers),
-            "OMP_NUM_THREADS": "1", "MXNET_EXEC_BULK_EXEC_TRAIN": "0", "MXNET_KVSTORE_BIGARRAY_BOUND": str(BIGARRAY_BOUND), "PS_VERBOSE": "0"}
-    argv = ["timeout", "-k", "5", str(int(timeout_s)), python, me, "role", "--out", out, "--warmup", str(warmup),
-            "--profile-steps", str(profile_steps), "--steps", str(steps), "--batch", str(batch), "--width", str(width)]
+            "OMP_NUM_THREADS": "1", "MXNET_EXEC_BULK_EXEC_TRAIN": "0", "MXNET_KVSTORE_BIGARRAY_BOUND": str(BIGARRAY_BOUND), "PS_VERBOSE": "0",
+            "PYTHONPATH": path, ENV_OUT: out, ENV_WARMUP: str(warmup), ENV_PROFILE: str(profile_steps)}
+    wrap = ["timeout", "-k", "5", str(int(timeout_s))]
+    serve = wrap + [python, "-m", "dagprof.collect.mxnet_ps", "role"]
     plan = [("scheduler", 0)] + [("server", s) for s in range(servers)] + [("worker", servers + w) for w in range(workers)]
     procs = []
     try:
@@ -176,7 +244,8 @@ def launch(out: str, python: str, *, servers: int = 2, workers: int = 2, warmup:
             if ifname is not None:
                 env["DMLC_INTERFACE"] = ifname(node)
             log = os.path.join(out, {"scheduler": "scheduler", "server": f"server{node}", "worker": f"worker{node - servers}"}[role] + ".log")
-            procs.append((role, spawn(node, argv, env, log, cwd=out)))
+            argv, where = (wrap + list(command), cwd) if role == "worker" else (serve, out)
+            procs.append((role, spawn(node, argv, env, log, cwd=where)))
         deadline = time.monotonic() + timeout_s + 10
         for role, p in procs:
             rc = p.wait(timeout=max(deadline - time.monotonic(), 1))
@@ -187,12 +256,25 @@ def launch(out: str, python: str, *, servers: int = 2, workers: int = 2, warmup:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    metas = [json.load(open(os.path.join(out, f"worker{w}.meta.json"))) for w in range(workers)]
-    files = {"workers": {}, "servers": {}}
+    return write_manifest(out, servers, workers, {"command": list(command), **(extra or {})})
+
+
+def write_manifest(out: str, servers: int, workers: int, extra: dict | None = None) -> dict:
+    """Merge the workers' ``worker<R>.meta.json`` (``profile`` writes them) and the servers' traces into the manifest
+    (a job started by another launcher, with the run folder shared: ``python -m dagprof.collect.mxnet_ps manifest``)."""
+    metas = []
     for w in range(workers):
-        os.remove(os.path.join(out, f"worker{w}.meta.json"))
-        if profile_steps:
-            files["workers"][str(w)] = f"worker{w}.json"
+        path = os.path.join(out, f"worker{w}.meta.json")
+        if not os.path.exists(path):
+            raise RuntimeError(f"{path} is missing: did the script use dagprof.collect.mxnet_ps.profile and end its with-block?")
+        with open(path) as f:
+            metas.append(json.load(f))
+        os.remove(path)
+    first, stop = metas[0]["profiled"]
+    done = min(len(m["steps"]) for m in metas)
+    if not stop or done < stop - 1:
+        raise RuntimeError(f"the script ran {done} steps; profiling needs warmup + 1 + profiled steps ({max(stop - 1, 0)} or more)")
+    files: dict[str, dict[str, str]] = {"workers": {str(w): f"worker{w}.json" for w in range(workers)}, "servers": {}}
     for s in range(servers):
         src = os.path.join(out, f"rank{s}_server.json")
         if os.path.exists(src):
@@ -200,45 +282,84 @@ def launch(out: str, python: str, *, servers: int = 2, workers: int = 2, warmup:
             files["servers"][str(s)] = f"server{s}.json"
     manifest = {
         "format": FORMAT, "version": VERSION, "kvstore": "dist_sync", "num_workers": workers, "num_servers": servers,
-        "bigarray_bound": BIGARRAY_BOUND, "update_on_kvstore": True, "mxnet": metas[0]["mxnet"], "batch": batch, "width": width,
-        "keys": metas[0]["keys"], "layers": metas[0]["layers"], "profiled_steps": metas[0]["profiled"], "files": files,
-        "steps": {str(m["rank"]): m["steps"] for m in metas}, "timed_s": {str(m["rank"]): m["timed_s"] for m in metas},
-        **(extra or {}),
+        "bigarray_bound": BIGARRAY_BOUND, "update_on_kvstore": True, "mxnet": metas[0]["mxnet"], "keys": metas[0]["keys"],
+        "layers": metas[0]["layers"], "profiled_steps": [first, stop], "files": files,
+        "steps": {str(m["rank"]): m["steps"] for m in metas}, "timed_s": {str(m["rank"]): m["timed_s"] for m in metas}, **(extra or {}),
     }
     _write_json(os.path.join(out, MANIFEST), manifest)
     return manifest
 
 
+def launch(out: str, python: str, *, batch: int = 32, width: int = 128, steps: int = 5, **kw) -> dict:
+    """The built-in script (a small Gluon CNN) as the workers' command; ``kw`` as ``launch_command``'s (2 servers by default)."""
+    kw.setdefault("servers", 2)
+    extra = {"batch": batch, "width": width, **kw.pop("extra", {})}
+    command = [python, "-m", "dagprof.collect.mxnet_ps", "builtin", "--steps", str(steps), "--batch", str(batch), "--width", str(width)]
+    return launch_command(out, command, python=python, extra=extra, **kw)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("role", help="the program every ps-lite process runs (DMLC_ROLE says which)")
-    r.add_argument("--out", required=True)
-    r.add_argument("--warmup", type=int, default=2)
-    r.add_argument("--profile-steps", type=int, default=3)
-    r.add_argument("--steps", type=int, default=5)
-    r.add_argument("--batch", type=int, default=32)
-    r.add_argument("--width", type=int, default=128)
-    loc = sub.add_parser("local", help="run a whole job on this host (127.0.0.1)")
-    loc.add_argument("--out", required=True)
+    sub.add_parser("role", help="a scheduler's or server's program (DMLC_ROLE says which)")
+    b = sub.add_parser("builtin", help="the built-in worker script")
+    b.add_argument("--steps", type=int, default=5, help="timed steps after the profiled window")
+    b.add_argument("--batch", type=int, default=32)
+    b.add_argument("--width", type=int, default=128)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--out", required=True, help="the run folder")
+    common.add_argument("--servers", type=int, default=1)
+    common.add_argument("--workers", type=int, default=2)
+    common.add_argument("--warmup", type=int, default=2, help="steps before the profiler starts (>= 1)")
+    common.add_argument("--profile-steps", type=int, default=3)
+    common.add_argument("--port", type=int, default=9391, help="the scheduler's port")
+    common.add_argument("--timeout", type=float, default=600, help="seconds before every process is killed")
+    common.add_argument("--fixture", action="store_true", help="gzip the traces and drop the logs (how tests/data/mxnet* is recorded)")
+    r = sub.add_parser("run", parents=[common], help="profile a user's dist_sync job on this host: run --out DIR [options] -- python train.py ...")
+    r.add_argument("--python", default=None, help="the Python that imports mxnet, for the scheduler and servers (default: the command's)")
+    r.add_argument("command", nargs=argparse.REMAINDER)
+    loc = sub.add_parser("local", parents=[common], help="profile the built-in script on this host")
     loc.add_argument("--python", required=True, help="the Python that imports mxnet")
-    loc.add_argument("--servers", type=int, default=2)
-    loc.add_argument("--workers", type=int, default=2)
-    loc.add_argument("--fixture", action="store_true", help="gzip the traces and drop the logs (how tests/data/mxnet is recorded)")
+    m = sub.add_parser("manifest", help="write the manifest of a job started by another launcher (run folder shared by every worker)")
+    m.add_argument("--out", required=True)
+    m.add_argument("--servers", type=int, required=True)
+    m.add_argument("--workers", type=int, required=True)
     args = ap.parse_args(argv)
     if args.cmd == "role":
+        import mxnet  # noqa: F401  (a scheduler or server serves inside the import and exits)
+
+        return 0
+    if args.cmd == "builtin":
         return _role(args)
-    m = launch(args.out, args.python, servers=args.servers, workers=args.workers)
+    if args.cmd == "manifest":
+        write_manifest(os.path.abspath(args.out), args.servers, args.workers)
+        print(args.out)
+        return 0
+    kw = dict(servers=args.servers, workers=args.workers, warmup=args.warmup, profile_steps=args.profile_steps, port=args.port, timeout_s=args.timeout)
+    try:
+        if args.cmd == "run":
+            command = args.command[1:] if args.command[:1] == ["--"] else args.command
+            if not command:
+                ap.error("run needs the workers' command after --")
+            man = launch_command(args.out, command, python=args.python, **kw)
+        else:
+            man = launch(args.out, args.python, **kw)
+    except (RuntimeError, ValueError, subprocess.TimeoutExpired) as err:
+        print(f"dagprof.collect.mxnet_ps: {err}", file=sys.stderr)
+        return 2
     if args.fixture:
-        _compact(args.out, m)
+        _compact(args.out, man)
     print(args.out)
     return 0
 
 
 def _compact(out: str, m: dict) -> None:
-    """Gzipped traces, no logs: a small folder to keep as a test fixture."""
+    """Gzipped traces, no logs, no machine paths in the command: a small folder to keep as a test fixture."""
     import gzip
     import shutil
+
+    if m.get("command"):
+        m["command"] = [os.path.basename(m["command"][0])] + [os.path.relpath(a) if os.path.isabs(a) else a for a in m["command"][1:]]
 
     for role in ("workers", "servers"):
         for k, name in list(m["files"][role].items()):

@@ -3,12 +3,14 @@
 Per worker, each engine thread's depth-0 ops form a chain (program order) with step boundaries
 on the main one, as in ``graph.build``. Per worker and step, the push/pull exchange is:
 
-    last op before the first push -> issue(key 0) -> issue(key 1) -> ...   (the Python thread's calls,
-                                                                              paced as measured)
+    last op before the first push -> issue(key k)   (no push starts before the exchange's first)
+    backward op of key k's layer  -> issue(key k)   (the engine pushes a gradient once it is ready:
+                                                     without ``waitall`` before ``trainer.step`` the
+                                                     pushes overlap the rest of the backward pass)
     issue(key k) -> push (worker's port out, then port psS in) -> psS sum+update
                  -> pull (port psS out, then the worker's port in) -> done(worker, step)
-    done(worker, step) -> the first op that started after the first push (the pulled weights'
-                          copies, then the next step)
+    done(worker, step) -> the first op that started after both the first push and the last backward
+                          op (the pulled weights' copies, then the next step)
 
 for every part of every key, keys placed on servers as ps-lite does (``traces.mxnet.pslite_placement``).
 The server's sum waits for every worker's push, so a late worker delays everyone's pull, and the
@@ -63,6 +65,7 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
         spans = t.step_spans()
         spans = spans[np.isin(spans[:, 0].astype(int), chosen)]
         main = next(i for i, lane in enumerate(t.lanes) if lane.main)
+        node_of: dict[int, int] = {}  # event -> node
         main_chain: list[tuple[float, float, int]] = []
         lane_chains: list[list[tuple[float, float, int]]] = []
         for lane_id, lane in enumerate(t.lanes):
@@ -92,6 +95,7 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
                     layer = int(ev.layer[i])
                     v = node(f"rank{r}.{ev.name_of(i)}", Kind(int(ev.kind[i])), base + s, base + e, rank=r, device=dev, step=int(ev.step[i]),
                              layer=b.layer(t.layers[layer]) if layer >= 0 else -1)
+                    node_of[int(i)] = v
                 chain.append(v)
                 mine_lane.append((base + s, base + e, v))
                 prev = e
@@ -106,37 +110,40 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
                 raise DagprofError(f"worker {r} step {step} has no push/pull", t.source)
             first = base + float(ev.start[mine].min())
             last = base + float((ev.start[mine] + ev.dur[mine]).max())
+            issued = np.sort(base + ev.start[np.flatnonzero(calls & (ev.step == step))]) if calls.any() else np.sort(base + ev.start[mine])
             ready = max((v for s, e, v in main_chain if e <= first + 1.0), key=lambda v: mend[v], default=None)
-            heads = [min((v for s, e, v in lane if s >= first - 1.0), key=lambda v: mstart[v], default=None) for lane in lane_chains]
+            # each layer's gradient is ready when its (last) backward op ends; the ops that wait for the pulls come after all of them
+            grads: dict[str, int] = {}
+            backward = [int(i) for i in np.flatnonzero(in_steps & (ev.step == step) & (ev.kind == Kind.BACKWARD)) if int(i) in node_of]
+            for i in sorted(backward, key=lambda i: mend[node_of[i]]):
+                if ev.layer[i] >= 0:
+                    grads[t.layers[int(ev.layer[i])]] = node_of[i]
+            after = max([first] + [mend[node_of[i]] for i in backward])
+            heads = [min((v for s, e, v in lane if s >= after - 1.0), key=lambda v: mstart[v], default=None) for lane in lane_chains]
             head = heads[lane_chains.index(main_chain)]
             if ready is None or head is None:
                 raise DagprofError(f"worker {r} step {step}: the exchange is not inside the profiled step", t.source)
             # on every engine thread, what ran during the exchange (the pulled weights' copies) and the op after it wait for the pulls
             head = [h for h in heads if h is not None]
-            head += [v for lane in lane_chains for s, e, v in lane if first - 1.0 <= s <= last + 1.0]
+            head += [v for lane in lane_chains for s, e, v in lane if after - 1.0 <= s <= last + 1.0]
             head += [v for v in (min((v for s, e, v in lane if s > last + 1.0), key=lambda v: mstart[v], default=None) for lane in lane_chains)
                      if v is not None]
-            issued = np.sort(base + ev.start[np.flatnonzero(calls & (ev.step == step))]) if calls.any() else np.sort(base + ev.start[mine])
-            exchanges.append((step, r, ready, head, issued, first, last))
+            exchanges.append((step, r, ready, grads, head, issued, first, last))
     keys = ps["keys"]
-    by_sw = {}
     spans = []  # measured exchange per worker and step: its first push issued -> its last pull in
-    for step, r, ready, head, issued, first, last in exchanges:
+    for step, r, ready, grads, head, issued, first, last in exchanges:
         t0 = mend[ready]
-        offsets = np.maximum(np.concatenate([[first], issued])[: len(keys)] - t0, 0.0)
-        spans.append([int(step), int(r), float(last - t0 - offsets[0])])
-        if len(offsets) < len(keys):
-            offsets = np.concatenate([offsets, np.full(len(keys) - len(offsets), offsets[-1] if len(offsets) else 0.0)])
-        prev = ready
-        issues = []
-        for k, off in zip(keys, np.maximum.accumulate(offsets)):
-            v = node(ISSUE, Kind.COMM_ENQUEUE, t0 + off, t0 + off, rank=r, step=step, bucket=int(k["key"]))
-            edges.append((prev, v))
-            issues.append(v)
-            prev = v
+        spans.append([int(step), int(r), float(last - first)])
+        calls = np.maximum(issued[: len(keys)] - t0, 0.0)
+        if len(calls) < len(keys):
+            calls = np.concatenate([calls, np.full(len(keys) - len(calls), calls[-1] if len(calls) else 0.0)])
+        for k, off in zip(keys, np.maximum.accumulate(calls)):
+            grad = grads.get(k.get("layer", ""))
+            at = max(t0 + off, mend[grad] if grad is not None else -np.inf)
+            v = node(ISSUE, Kind.COMM_ENQUEUE, at, at, rank=r, step=step, bucket=int(k["key"]))
+            edges += [(ready, v)] + ([(grad, v)] if grad is not None else [])
         done = node(DONE, Kind.SYNC, last, last, rank=r, step=step)
         edges += [(done, h) for h in set(head)]
-        by_sw[(step, r)] = (issues, done)
     b.add_edges([u for u, _ in edges], [v for _, v in edges])
     g = b.build()
     gap = _gaps(g, np.asarray(mstart), np.asarray(mend), first_marks)

@@ -27,17 +27,20 @@ import json
 import os
 from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from ..errors import DagprofError
-from ..fsutil import inside, read_input
+from ..fsutil import inside, read_input, read_versioned
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace, Run
 from .formats import MXNET_MANIFEST as MANIFEST
 
 FORMAT = "dagprof-mxnet-run"
+VERSION = 1
 PUSHPULL = ("KVStoreDistDefaultStoragePushPull", "KVStoreDistDefaultPush", "KVStoreDistDefaultStoragePull", "KVStoreDistCompressedPush")
 _LAYER_OP = {"Conv2D": "Convolution", "Conv1D": "Convolution", "Conv3D": "Convolution", "Dense": "FullyConnected",
-             "BatchNorm": "BatchNorm", "Embedding": "Embedding", "Conv2DTranspose": "Deconvolution"}
+             "BatchNorm": "BatchNorm", "Embedding": "Embedding", "Conv2DTranspose": "Deconvolution", "LayerNorm": "LayerNorm",
+             "InstanceNorm": "InstanceNorm", "GroupNorm": "GroupNorm"}
 
 
 def pslite_placement(key: int, elements: int, servers: int, bound: int) -> list[tuple[int, int]]:
@@ -115,26 +118,70 @@ def _kind(name: str) -> Kind:
     return Kind.FORWARD
 
 
+class MxKey(msgspec.Struct):
+    """One kvstore key: a parameter, numbered as ``gluon.Trainer`` does (its parameters sorted by name)."""
+
+    key: int
+    nbytes: int
+    elements: int
+    name: str = ""
+    shape: list[int] = []
+    layer: str = ""  # the layer whose backward op produces the gradient (``MxLayer.name``)
+
+
+class MxLayer(msgspec.Struct):
+    """A Gluon block with parameters, in model order; ``op`` is its class (``Dense``, ``BatchNorm``...)."""
+
+    name: str
+    op: str = ""
+    keys: list[int] = []
+
+
+class MxFiles(msgspec.Struct):
+    """Trace file names (relative to the run folder) per worker rank and per server, as strings of the number."""
+
+    workers: dict[str, str]
+    servers: dict[str, str] = {}
+
+
+class MxManifest(msgspec.Struct):
+    """``mxnet-run.json``: what ``collect.mxnet_ps`` writes beside the traces (format ``dagprof-mxnet-run``).
+
+    Versioned like the other run files (``run_schema``): a field added with a default keeps ``VERSION``;
+    removing, renaming or changing one bumps it. Step times are epoch ns, ``[step, start, end]`` per step
+    as the worker's Python saw them (``profile.step()`` waits for the step's work)."""
+
+    format: str
+    version: int
+    num_workers: int
+    num_servers: int
+    keys: list[MxKey]
+    profiled_steps: tuple[int, int]  # [first, stop): the steps replayed (the one before pays the profiler's start-up)
+    files: MxFiles
+    steps: dict[str, list[tuple[int, int, int]]]  # worker rank -> [step, start_ns, end_ns]
+    layers: list[MxLayer] = []
+    kvstore: str = "dist_sync"
+    bigarray_bound: int = 1_000_000  # MXNET_KVSTORE_BIGARRAY_BOUND: keys this big are split over every server
+    update_on_kvstore: bool = True  # the optimizer runs on the servers
+    mxnet: str = ""
+    timed_s: dict[str, list[float]] = {}  # worker rank -> the steps after the window, timed with the profiler off
+    command: list[str] = []  # the workers' command
+
+
 class _Manifest:
     def __init__(self, folder: str):
         path = os.path.join(folder, MANIFEST)
-        m = _load(path)
-        if m.get("format") != FORMAT:
-            raise DagprofError(f"not a dagprof MXNet run ({MANIFEST} format is {m.get('format')!r})", path)
+        m = read_versioned(path, MxManifest, FORMAT, range(1, VERSION + 1), "dagprof MXNet run manifest", "profile the job again")
+        self.workers, self.servers, self.bound = m.num_workers, m.num_servers, m.bigarray_bound
+        self.keys = {k.key: k for k in m.keys}
+        self.layers = m.layers
+        self.steps = {int(r): v for r, v in m.steps.items()}
+        self.profiled = list(range(*m.profiled_steps))
         try:
-            self.workers = int(m["num_workers"])
-            self.servers = int(m["num_servers"])
-            self.bound = int(m.get("bigarray_bound", 1_000_000))
-            self.keys = {int(k["key"]): k for k in m["keys"]}
-            self.layers = m.get("layers", [])
-            self.steps = {int(r): [(int(s), int(a), int(b)) for s, a, b in v] for r, v in m["steps"].items()}
-            first, stop = m["profiled_steps"]
-            self.profiled = list(range(int(first), int(stop)))
-            self.worker_files = {int(r): inside(folder, f, path) for r, f in m["files"]["workers"].items()}
-            self.server_files = {int(s): inside(folder, f, path) for s, f in m["files"]["servers"].items()}
-        except (KeyError, TypeError, ValueError) as err:
-            raise DagprofError(f"bad manifest ({type(err).__name__}: {err})", path) from None
-        self.doc = m
+            self.worker_files = {int(r): inside(folder, f, path) for r, f in m.files.workers.items()}
+            self.server_files = {int(s): inside(folder, f, path) for s, f in m.files.servers.items()}
+        except ValueError as err:
+            raise DagprofError(f"bad manifest (file keys are not numbers: {err})", path) from None
         self.path = path
         if not self.worker_files:
             raise DagprofError("the run profiled no worker (no worker traces listed)", path)
@@ -151,7 +198,7 @@ def read_mxnet_run(folder: str) -> Run:
     busy = _server_busy(man, per_worker)
     ps = {
         "framework": "mxnet", "num_servers": man.servers, "num_workers": man.workers, "bigarray_bound": man.bound,
-        "placement": "ps-lite", "keys": [{"key": k, "nbytes": int(v["nbytes"]), "elements": int(v["elements"]), "name": v.get("name", "")}
+        "placement": "ps-lite", "keys": [{"key": k, "nbytes": v.nbytes, "elements": v.elements, "name": v.name, "layer": v.layer}
                                            for k, v in sorted(man.keys.items())],
         "server_busy": busy, "servers_profiled": sorted(man.server_files), "base_us": base_ns / 1e3,
     }
@@ -202,10 +249,10 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
     main_tid = max(compute_tids, key=lambda pt: sum(1 for o in ops if (o.pid, o.tid) == pt)) if compute_tids else None
     for step, a, b in steps:  # STEP markers on the main engine thread, like Kineto's ProfilerStep#N
         add(f"step#{step}", Kind.STEP, lane("engine cpu/0", LaneKind.CPU_THREAD, main=True), a / 1e3, b / 1e3, step, depth=-1)
-    layers = [lay["name"] for lay in man.layers]
+    layers = [lay.name for lay in man.layers]
     by_type: dict[str, list[int]] = {}
     for i, lay in enumerate(man.layers):
-        by_type.setdefault(_LAYER_OP.get(lay.get("op", ""), lay.get("op", "")), []).append(i)
+        by_type.setdefault(_LAYER_OP.get(lay.op, lay.op), []).append(i)
     fwd_seen: dict[tuple[int, str], int] = {}
     pushes = []
     kv_free: list[float] = []
