@@ -122,7 +122,8 @@ def test_whatif_refuses_what_it_does_not_model_in_one_line(capsys, tmp_path):
 
 
 def test_whatif_and_analyze_on_a_hybrid_job(capsys, tmp_path):
-    code, out, _ = _cli(capsys, "whatif", DP_TP, "--workers", "4,8", "--tp-degree", 2, "--json", "--no-trace", "-o", tmp_path)
+    # the stock trace's model of itself is +4.3 % (gloo's collectives on busy cores): past the 2 % gate, so asked for explicitly
+    code, out, _ = _cli(capsys, "whatif", DP_TP, "--workers", "4,8", "--tp-degree", 2, "--allow-model-error", "--json", "--no-trace", "-o", tmp_path)
     assert code == 0
     r = json.loads(out)
     assert [row["workers"] for row in r["scenarios"]] == [4, 8]
