@@ -81,15 +81,26 @@ def decode_trace(data: bytes, path: str) -> ks.Trace:
                     notes=stream.notes)
 
 
+_TOO_DEEP = "JSON nested deeper than any trace (a damaged or hostile file)"
+
+
 def open_trace(data: bytes, path: str) -> TraceStream:
     """A Kineto trace's top level, checked; its events come from ``chunks()``. ``DagprofError`` for anything else."""
+    try:
+        return _open(data, path)
+    except RecursionError:
+        raise DagprofError(_TOO_DEEP, path) from None
+
+
+def _open(data: bytes, path: str) -> TraceStream:
     if data.lstrip(_WS)[:1] == b"[":  # Kineto's first JSON: the events alone
         head = ks.Head(traceEvents=msgspec.Raw(data.strip(_WS)))
     else:
         try:
-            head = ks.HEAD_DECODER.decode(data)
-        except msgspec.ValidationError:
-            head = _lax_head(data, path)
+            try:
+                head = ks.HEAD_DECODER.decode(data)
+            except msgspec.ValidationError:  # (checked before the rest was parsed: the lax decode may find it broken)
+                head = _lax_head(data, path)
         except msgspec.DecodeError as e:
             if "UTF-8" not in str(e):
                 raise DagprofError(f"not valid JSON, truncated or foreign file ({e})", path) from None
@@ -129,6 +140,8 @@ class TraceStream:
                 try:
                     events = self._decode(b"".join((b"[", buf[pos:stop], b"]")))
                     break
+                except RecursionError:
+                    raise DagprofError(_TOO_DEEP, self.path) from None
                 except msgspec.DecodeError as e:
                     if stop == end:  # the last piece of a list that parsed whole: cannot be a bad cut
                         raise DagprofError(f"not valid JSON, truncated or foreign file ({e})", self.path) from None
@@ -207,7 +220,7 @@ def _is_text(raw: msgspec.Raw) -> bool:
         return True
     try:
         msgspec.json.decode(raw)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return False
     return True
 

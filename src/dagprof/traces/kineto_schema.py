@@ -326,5 +326,5 @@ def raw_value(value: msgspec.Raw) -> Any:
     (the typed decode skips raw fields without checking their UTF-8)."""
     try:
         return msgspec.json.decode(value) if len(value) else None
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # RecursionError: nested deeper than any trace
         return None
