@@ -186,6 +186,21 @@ class GraphBuilder:
         c["nbytes"].append(nbytes)
         return len(c["dur"]) - 1
 
+    def add_nodes(self, **columns: np.ndarray) -> np.ndarray:
+        """Many nodes at once (what ``add_node`` does per node, on arrays: durations and gaps clamped at 0);
+        ``name`` holds interned ids. Returns their ids."""
+        n = len(columns["name"])
+        first = len(self)
+        for col, values in self._cols.items():
+            given = columns.get(col)
+            if given is None:
+                values.extend([0.0 if col in ("dur", "gap", "order") else 0 if col == "nbytes" else -1] * n)
+            elif col in ("dur", "gap"):
+                values.extend(np.maximum(np.asarray(given, np.float64), 0.0).tolist())
+            else:
+                values.extend(np.asarray(given).tolist())
+        return np.arange(first, first + n, dtype=np.int64)
+
     def add_edge(self, u: int, v: int) -> None:
         self._src.append(u)
         self._dst.append(v)
