@@ -42,7 +42,7 @@ import numpy as np
 from ..errors import DagprofError
 from . import kineto_schema as ks
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace
-from .kineto_decode import TraceStream, open_trace, raw_value, read_bytes
+from .kineto_decode import MAX_OP_US, TraceStream, open_trace, raw_value, read_bytes
 from .kineto_deps import Deps, dependencies, enclosing_enqueue, main_lane, stream_number
 
 _NAME, _CAT, _PID, _TID, _TS, _DUR = (operator.attrgetter(f) for f in ("name", "cat", "pid", "tid", "ts", "dur"))
@@ -129,12 +129,22 @@ def _scan(stream: TraceStream) -> _Scan:
     kept: dict[int, ks.Event] = {}
     need: dict[tuple[int, int], bool] = {}
     metas, syncs = [], []
-    offset = 0
+    offset = untimed = too_long = 0
     for events in stream.chunks():
         metas += [e for e in events if e.ph == "M"]
-        syncs += [e for e in events if e.ph == "X" and e.cat == "cuda_sync"]
-        xs = [e for e in events if e.ph == "X" and e.cat not in ks.SKIP_CATS and type(e.pid) is int]
+        xall = [e for e in events if e.ph == "X"]
         del events
+        syncs += [e for e in xall if e.cat == "cuda_sync"]
+        xs = [e for e in xall if e.cat not in ks.SKIP_CATS and type(e.pid) is int]
+        del xall
+        ts, dur = np.fromiter(map(_TS, xs), np.float64, len(xs)), np.fromiter(map(_DUR, xs), np.float64, len(xs))
+        ok = (ts >= 0.0) & (dur >= 0.0) & (dur <= MAX_OP_US)  # NaN (missing) fails every comparison
+        if not ok.all():
+            long = int(((ts >= 0.0) & (dur > MAX_OP_US)).sum())
+            too_long += long
+            untimed += len(xs) - int(ok.sum()) - long
+            xs = [e for e, keep in zip(xs, ok.tolist()) if keep]
+            ts, dur = ts[ok], dur[ok]
         n = len(xs)
         nid, cid = names(list(map(_NAME, xs))), cats(list(map(_CAT, xs)))
         codes, inv = np.unique(nid.astype(np.int64) << 32 | cid, return_inverse=True)
@@ -147,11 +157,10 @@ def _scan(stream: TraceStream) -> _Scan:
             flags.append(need[key])
         for i in np.flatnonzero(np.array(flags, dtype=bool)[inv.reshape(-1)]).tolist():
             kept[offset + i] = xs[i]
-        parts.append((nid, cid, pids(list(map(_PID, xs))), tids(list(map(_TID, xs))), np.fromiter(map(_TS, xs), np.float64, n),
-                      np.fromiter(map(_DUR, xs), np.float64, n), np.fromiter(map(_corr, xs), np.int64, n)))
+        parts.append((nid, cid, pids(list(map(_PID, xs))), tids(list(map(_TID, xs))), ts, dur, np.fromiter(map(_corr, xs), np.int64, n)))
         offset += n
         del xs
-    stream.finish()
+    stream.finish(offset, untimed, too_long)
     cols = [np.concatenate(c) if parts else np.zeros(0, t) for c, t in
             zip(zip(*parts) if parts else [()] * 7, (np.int32, np.int32, np.int32, np.int32, np.float64, np.float64, np.int64))]
     return _Scan(names.ids, cats.ids, pids.ids, tids.ids, *cols, kept=kept, metas=metas, syncs=syncs)

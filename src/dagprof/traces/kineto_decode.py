@@ -20,8 +20,8 @@ to the slowest:
    other event, keeps all it has (argument lists, process groups, thread names). Counted in
    ``notes``.
 
-Complete events without a usable ``ts`` or ``dur`` (missing, negative, not a number) or longer
-than ``MAX_OP_US`` are dropped and counted, never read as 0 or clamped. Bytes that are not UTF-8
+A missing ``ts`` or ``dur`` decodes as NaN (``ks.NO_TIME``): the reader drops complete events without
+a usable time, or longer than ``MAX_OP_US``, and ``finish()`` counts them: never read as 0 or clamped. Bytes that are not UTF-8
 (a stray byte in a name) become U+FFFD, also noted.
 
 Kineto's first JSON (PyTorch 1.8), a bare list of events, is read too. Whatever cannot be
@@ -65,20 +65,10 @@ CHUNK_BYTES = 8 << 20
 MAX_OP_US = 86_400e6  # one op longer than a day is a corrupt record, not a profile
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _WS = b" \t\r\n"
+_LEADING_WS = re.compile(rb"[ \t\r\n]*")
 _RAWS_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
 _TOP_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _RAW_ARGS = frozenset(k for f, k in _ARG_FIELDS.items() if "Raw" in str(ks.Args.__annotations__[f]))
-
-
-def decode_trace(data: bytes, path: str) -> ks.Trace:
-    """The whole trace as structs (every event in one list): for tests and small files; the reader streams."""
-    stream = open_trace(data, path)
-    events = [e for chunk in stream.chunks() for e in chunk]
-    stream.finish()
-    head = stream.head
-    return ks.Trace(traceEvents=events, distributedInfo=head.distributedInfo, baseTimeNanoseconds=head.baseTimeNanoseconds,
-                    schemaVersion=head.schemaVersion, deviceProperties=head.deviceProperties, host_name=head.host_name,
-                    notes=stream.notes)
 
 
 _TOO_DEEP = "JSON nested deeper than any trace (a damaged or hostile file)"
@@ -93,8 +83,12 @@ def open_trace(data: bytes, path: str) -> TraceStream:
 
 
 def _open(data: bytes, path: str) -> TraceStream:
-    if data.lstrip(_WS)[:1] == b"[":  # Kineto's first JSON: the events alone
-        head = ks.Head(traceEvents=msgspec.Raw(data.strip(_WS)))
+    at = _LEADING_WS.match(data).end()
+    if data[at:at + 1] == b"[":  # Kineto's first JSON: the events alone
+        end = len(data)
+        while end > at and data[end - 1] in _WS:
+            end -= 1
+        head = ks.Head(traceEvents=msgspec.Raw(memoryview(data)[at:end]))
     else:
         try:
             try:
@@ -115,14 +109,15 @@ def _open(data: bytes, path: str) -> TraceStream:
 
 
 class TraceStream:
-    """The events of one trace, decoded a chunk at a time; ``finish()`` after the last chunk checks the whole."""
+    """The events of one trace, decoded a chunk at a time; ``finish()`` after the last chunk checks the whole
+    with what the reader found (its complete events, and those it dropped for their times)."""
 
     def __init__(self, head: ks.Head, path: str):
         self.head, self.path = head, path
         self.notes: list[str] = []
-        self._seen = self._repaired = self._unreadable = self._untimed = self._too_long = 0
-        self._has_op = self._marked = self._profiler_cats = False
-        self._not_utf8 = False
+        self._seen = self._repaired = self._unreadable = 0
+        self._known = bool(len(head.schemaVersion) or len(head.distributedInfo) or len(head.deviceProperties))
+        self._marked = self._profiler_cats = self._not_utf8 = False
 
     def chunks(self) -> Iterator[list[ks.Event]]:
         buf = memoryview(self.head.traceEvents)
@@ -149,12 +144,12 @@ class TraceStream:
             pos = m.end() - 1 if stop < end else end
             yield self._checked(events)
 
-    def finish(self) -> None:
-        head, path = self.head, self.path
-        if not (len(head.schemaVersion) or len(head.distributedInfo) or len(head.deviceProperties) or self._marked
-                or self._profiler_cats):
+    def finish(self, ops: int, untimed: int = 0, too_long: int = 0) -> None:
+        """``ops``: complete events on a process with a usable time; ``untimed`` / ``too_long``: those dropped for it."""
+        path = self.path
+        if not (self._known or self._marked or self._profiler_cats):
             raise DagprofError("not a Kineto trace: no schemaVersion, distributedInfo or deviceProperties", path)
-        if not self._has_op:
+        if not ops:
             raise DagprofError("no profiled ops in this trace (no complete events on a process)", path)
         if self._not_utf8:
             self.notes.append("bytes that are not UTF-8 text replaced by U+FFFD")
@@ -162,11 +157,11 @@ class TraceStream:
             self.notes.append(f"{self._repaired} of {self._seen} events had fields of a foreign type: converted, or that field dropped")
         if self._unreadable:
             self.notes.append(f"{self._unreadable} of {self._seen} events unreadable (not an event object): skipped")
-        if self._untimed:
-            self.notes.append(f"{self._untimed} of {self._seen} complete events unreadable (no valid ts or dur: missing, negative "
+        if untimed:
+            self.notes.append(f"{untimed} of {self._seen} complete events unreadable (no valid ts or dur: missing, negative "
                               "or not a number): skipped")
-        if self._too_long:
-            self.notes.append(f"{self._too_long} of {self._seen} events longer than {MAX_OP_US / 3.6e9:g} hours: skipped as corrupt")
+        if too_long:
+            self.notes.append(f"{too_long} of {self._seen} events longer than {MAX_OP_US / 3.6e9:g} hours: skipped as corrupt")
 
     def _decode(self, piece: bytes) -> list[ks.Event]:
         try:
@@ -198,21 +193,13 @@ class TraceStream:
         return out
 
     def _checked(self, events: list[ks.Event]) -> list[ks.Event]:
-        """The chunk's events with the complete ones that have no usable time taken out (counted); the trace-wide checks updated."""
-        n = len(events)
+        """The trace-wide checks, updated with one chunk."""
         if not self._seen:
             self._profiler_cats = _profiler_events(events[:1000])
-        self._seen += n
-        if not self._marked:
+        self._seen += len(events)
+        if not (self._known or self._marked):
             self._marked = _profiler_marked(events)
-        ok = [e for e in events if e.ph != "X" or (e.ts >= 0.0 and 0.0 <= e.dur <= MAX_OP_US)]
-        if len(ok) < n:
-            long = sum(1 for e in events if e.ph == "X" and e.ts >= 0.0 and e.dur > MAX_OP_US)
-            self._too_long += long
-            self._untimed += n - len(ok) - long
-        if not self._has_op:
-            self._has_op = any(e.ph == "X" and e.cat not in ks.SKIP_CATS and type(e.pid) is int for e in ok)
-        return ok
+        return events
 
 
 def _is_text(raw: msgspec.Raw) -> bool:

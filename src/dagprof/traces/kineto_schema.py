@@ -85,16 +85,6 @@ class Event(msgspec.Struct, gc=False):
     args: Args | None = None
 
 
-class Trace(msgspec.Struct, gc=False):
-    traceEvents: list[Event] | None = None
-    distributedInfo: msgspec.Raw = msgspec.Raw()
-    baseTimeNanoseconds: Annotated[int, msgspec.Meta(ge=-(2**62), le=2**62)] | None = None
-    schemaVersion: msgspec.Raw = msgspec.Raw()
-    deviceProperties: msgspec.Raw = msgspec.Raw()
-    host_name: str = ""
-    notes: list[str] = msgspec.field(default_factory=list, name="dagprof:notes")  # set by the tolerant decode only
-
-
 class Head(msgspec.Struct, gc=False):
     """The top level of a trace, its events left undecoded (``kineto_decode`` reads them a chunk at a time)."""
 
