@@ -120,11 +120,11 @@ print(json.dumps({"wall": time.perf_counter() - t}))
 """
 
 
-def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
+def timed(cmd: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> tuple[float, float, str]:
     """(wall s, peak RSS MiB of the largest process, stdout) of a fresh process."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=cwd)
         _, status, ru = os.wait4(proc.pid, 0)  # this process tree's own peak (its waited-for workers included)
         wall = time.perf_counter() - t
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -135,8 +135,9 @@ def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, flo
         return wall, ru.ru_maxrss / 1024, out.read().decode()
 
 
-def _dagprof_env() -> dict[str, str]:
-    env = dict(os.environ, DAGPROF_PROGRESS="0")
+def _dagprof_env(tmp: str) -> dict[str, str]:
+    """This checkout's dagprof, no progress bars, and its parse cache in ``tmp`` (cold, and gone afterwards)."""
+    env = dict(os.environ, DAGPROF_PROGRESS="0", DAGPROF_CACHE_DIR=os.path.join(tmp, "cache"))
     src = str(Path(__file__).resolve().parent.parent / "src")
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     return env
@@ -152,10 +153,10 @@ def big(args: argparse.Namespace, tmp: str) -> None:
         path = os.path.join(tmp, f"big-{n}.json")
         n = write_big(path, n)
         size = os.path.getsize(path) / 1e6
-        _, _, out = timed([sys.executable, "-c", _LOAD_CHILD, path], _dagprof_env())
+        _, _, out = timed([sys.executable, "-c", _LOAD_CHILD, path], _dagprof_env(tmp))
         load = json.loads(out.strip().splitlines()[-1])
         flags = ["--write-traces"] if args.write_traces else []
-        wall, peak, _ = timed(cli(["replay", path, "-o", os.path.join(tmp, f"out-{n}"), "--json", *flags]), _dagprof_env())
+        wall, peak, _ = timed(cli(["replay", path, "-o", os.path.join(tmp, f"out-{n}"), "--json", *flags]), _dagprof_env(tmp))
         print(f"{n:>10,} {size:>7.0f} {load['wall']:>8.1f} {load['peak_mib']:>9.0f} {load['resident_b_per_event']:>8.0f}"
               f" {wall:>9.1f} {peak:>11.0f}", flush=True)
         os.remove(path)
@@ -168,7 +169,7 @@ def cluster(args: argparse.Namespace, tmp: str) -> None:
     for ranks in [int(x) for x in args.ranks.split(",")]:
         folder = os.path.join(tmp, f"dlrm-{ranks}")
         n = write_cluster(src, ranks, folder)
-        wall, peak, _ = timed(cli(["analyze", folder, "-o", os.path.join(tmp, f"out-{ranks}"), "--json"]), _dagprof_env())
+        wall, peak, _ = timed(cli(["analyze", folder, "--json"]), _dagprof_env(tmp), cwd=tmp)  # anything it writes stays in tmp
         hta = "-", "-"
         if ranks in hta_sizes:
             hwall, hpeak, _ = timed([args.hta_python, "-c", _HTA_CHILD, folder])
