@@ -4,8 +4,9 @@ Two modes, each measured in fresh processes (time, and peak RSS of the largest p
 
 - ``big --events 500000,1000000,5000000``: one synthetic Kineto trace of tiny CPU ops (100 per
   ``ProfilerStep#N``, 20 distinct names, shapes recorded) through ``dagprof replay`` (its Perfetto
-  traces included when asked, ``--write-traces``), and ``dagprof.load`` alone with the resident
-  bytes per event after parsing.
+  traces included when asked, ``--write-traces``), and ``dagprof.load`` alone: its peak, the RSS it
+  keeps per event after parsing (allocator slack included) and the bytes per event of the table's
+  numpy columns and flows.
 - ``cluster --ranks 64,256,1024``: the real 8-rank DLRM set (``kineto-corpus/param/dlrm_kineto`` under
   ``--data``) replicated to N ranks: rank r is worker r mod 8 with ``distributedInfo`` rewritten, a
   per-rank clock offset (up to +-50 ms) and a per-rank speed jitter (every duration and gap scaled by
@@ -106,7 +107,8 @@ run = dagprof.load(sys.argv[1])
 wall = time.perf_counter() - t
 gc.collect()
 n = sum(len(r.events.start) for r in run.ranks)
-print(json.dumps({"wall": wall, "events": n, "resident_b_per_event": (rss("VmRSS") - base) / max(n, 1),
+table = sum(getattr(r.events, c).nbytes for r in run.ranks for c in r.events.COLUMNS) + sum(r.flows.nbytes + r.flow_rule.nbytes for r in run.ranks)
+print(json.dumps({"wall": wall, "events": n, "resident_b_per_event": (rss("VmRSS") - base) / max(n, 1), "table_b_per_event": table / max(n, 1),
                   "peak_mib": rss("VmHWM") / 2**20}))
 """
 
@@ -148,7 +150,7 @@ def cli(args: list[str]) -> list[str]:
 
 
 def big(args: argparse.Namespace, tmp: str) -> None:
-    print(f"{'events':>10} {'MB':>7} {'load s':>8} {'load MiB':>9} {'B/event':>8} {'replay s':>9} {'replay MiB':>11}")
+    print(f"{'events':>10} {'MB':>7} {'load s':>8} {'load MiB':>9} {'B/event':>8} {'table B/ev':>10} {'replay s':>9} {'replay MiB':>11}")
     for n in [int(x) for x in args.events.split(",")]:
         path = os.path.join(tmp, f"big-{n}.json")
         n = write_big(path, n)
@@ -157,7 +159,7 @@ def big(args: argparse.Namespace, tmp: str) -> None:
         load = json.loads(out.strip().splitlines()[-1])
         flags = ["--write-traces"] if args.write_traces else []
         wall, peak, _ = timed(cli(["replay", path, "-o", os.path.join(tmp, f"out-{n}"), "--json", *flags]), _dagprof_env(tmp))
-        print(f"{n:>10,} {size:>7.0f} {load['wall']:>8.1f} {load['peak_mib']:>9.0f} {load['resident_b_per_event']:>8.0f}"
+        print(f"{n:>10,} {size:>7.0f} {load['wall']:>8.1f} {load['peak_mib']:>9.0f} {load['resident_b_per_event']:>8.0f} {load['table_b_per_event']:>10.0f}"
               f" {wall:>9.1f} {peak:>11.0f}", flush=True)
         os.remove(path)
 
