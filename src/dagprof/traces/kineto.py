@@ -131,10 +131,10 @@ def _scan(stream: TraceStream) -> _Scan:
     metas, syncs = [], []
     offset = untimed = too_long = 0
     for events in stream.chunks():
-        metas += [e for e in events if e.ph == "M"]
+        metas += stream.detach([e for e in events if e.ph == "M"])
         xall = [e for e in events if e.ph == "X"]
         del events
-        syncs += [e for e in xall if e.cat == "cuda_sync"]
+        syncs += stream.detach([e for e in xall if e.cat == "cuda_sync"])
         xs = [e for e in xall if e.cat not in ks.SKIP_CATS and type(e.pid) is int]
         del xall
         ts, dur = np.fromiter(map(_TS, xs), np.float64, len(xs)), np.fromiter(map(_DUR, xs), np.float64, len(xs))
@@ -155,12 +155,13 @@ def _scan(stream: TraceStream) -> _Scan:
             if key not in need:
                 need[key] = _needs_args(ks.classify(cat_of[key[1]], name_of[key[0]]))
             flags.append(need[key])
-        for i in np.flatnonzero(np.array(flags, dtype=bool)[inv.reshape(-1)]).tolist():
-            kept[offset + i] = xs[i]
+        rows = np.flatnonzero(np.array(flags, dtype=bool)[inv.reshape(-1)]).tolist()
+        kept.update(zip((offset + i for i in rows), stream.detach([xs[i] for i in rows])))
         parts.append((nid, cid, pids(list(map(_PID, xs))), tids(list(map(_TID, xs))), ts, dur, np.fromiter(map(_corr, xs), np.int64, n)))
         offset += n
         del xs
     stream.finish(offset, untimed, too_long)
+    stream.release()
     cols = [np.concatenate(c) if parts else np.zeros(0, t) for c, t in
             zip(zip(*parts) if parts else [()] * 7, (np.int32, np.int32, np.int32, np.int32, np.float64, np.float64, np.int64))]
     return _Scan(names.ids, cats.ids, pids.ids, tids.ids, *cols, kept=kept, metas=metas, syncs=syncs)

@@ -68,6 +68,7 @@ _WS = b" \t\r\n"
 _LEADING_WS = re.compile(rb"[ \t\r\n]*")
 _RAWS_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
 _TOP_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_RAW_ARG_FIELDS = tuple(f for f in ks.Args.__struct_fields__ if "Raw" in str(ks.Args.__annotations__[f]))
 _RAW_ARGS = frozenset(k for f, k in _ARG_FIELDS.items() if "Raw" in str(ks.Args.__annotations__[f]))
 
 
@@ -162,6 +163,26 @@ class TraceStream:
                               "or not a number): skipped")
         if too_long:
             self.notes.append(f"{too_long} of {self._seen} events longer than {MAX_OP_US / 3.6e9:g} hours: skipped as corrupt")
+
+    @staticmethod
+    def detach(events: list[ks.Event]) -> list[ks.Event]:
+        """The events with their raw argument values copied out of the chunk: a decoded raw value is a view that
+        would keep the chunk's whole buffer alive for as long as the reader keeps the event."""
+        for e in events:
+            a = e.args
+            if a is not None:
+                for f in _RAW_ARG_FIELDS:
+                    raw = getattr(a, f)
+                    if len(raw):
+                        setattr(a, f, msgspec.Raw(bytes(raw)))
+        return events
+
+    def release(self) -> None:
+        """Let the file's bytes go once the events are read: the header's raw values are views into them."""
+        h = self.head
+        self.head = ks.Head(distributedInfo=msgspec.Raw(bytes(h.distributedInfo)), baseTimeNanoseconds=h.baseTimeNanoseconds,
+                            schemaVersion=msgspec.Raw(bytes(h.schemaVersion)), deviceProperties=msgspec.Raw(bytes(h.deviceProperties)),
+                            host_name=h.host_name)
 
     def _decode(self, piece: bytes) -> list[ks.Event]:
         try:
