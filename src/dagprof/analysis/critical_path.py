@@ -69,9 +69,10 @@ def critical_path(g: Graph, res: ReplayResult, top: int = 10) -> CriticalPath:
     sums = np.bincount(code, weights=g.dur[nodes].astype(np.float64), minlength=len(cat_ids))
     sums[1] = np.bincount(np.zeros(len(nodes), np.int64), weights=g.gap[nodes].astype(np.float64))[0]
     by_cat = {c: float(sums[i]) for c, i in cat_ids.items()}
-    keys = np.stack([g.kind[nodes].astype(np.int64), g.layer[nodes].astype(np.int64), g.bucket[nodes].astype(np.int64),
-                     g.name[nodes].astype(np.int64)], axis=1)
-    _, first, inv = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    layer, bucket = g.layer[nodes].astype(np.int64) + 1, g.bucket[nodes].astype(np.int64) + 1
+    where = np.unique(layer * (int(bucket.max()) + 1) + bucket, return_inverse=True)[1].reshape(-1)  # (layer, bucket) -> one id
+    key = (where * 256 + g.kind[nodes].astype(np.int64)) * (len(g.names) + 1) + g.name[nodes]  # < 2**63 for any real graph
+    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
     label_ids: dict[str, int] = {}
     key_label = np.empty(len(first), dtype=np.int64)
     for k in np.argsort(first, kind="stable").tolist():
