@@ -42,6 +42,7 @@ Rules, all derived from the normalised events (``traces.events`` conventions):
 """
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -345,8 +346,8 @@ class _SharedView:
 class _Assembler:
     def __init__(self) -> None:
         self.b = GraphBuilder()
-        self.mstart: list[float] = []  # measured dependent instant per node (rank-local clock); NaN: shared
-        self.mend: list[float] = []
+        self.mstart = array("d")  # measured dependent instant per node (rank-local clock); NaN: shared
+        self.mend = array("d")
         self.src: list[np.ndarray] = []
         self.dst: list[np.ndarray] = []
         self.rule: list[np.ndarray] = []
@@ -415,8 +416,8 @@ class _Assembler:
             name=ids[inv.reshape(-1)], kind=kind, rank=np.full(len(cut), r, dtype=np.int64), device=device, dur=mend - mstart,
             order=order, step=step, layer=lid[linv.reshape(-1)], bucket=np.where(mark, -1, ev.bucket[np.maximum(o, 0)]),
             nbytes=np.where(mark, 0, ev.nbytes[np.maximum(o, 0)]))
-        self.mstart.extend(mstart.tolist())
-        self.mend.extend(mend.tolist())
+        self.mstart.frombytes(mstart.astype(np.float64).tobytes())
+        self.mend.frombytes(mend.astype(np.float64).tobytes())
         for k in np.flatnonzero(mark & (cut.mark == steps[0])).tolist():
             self.first_marks[int(node_of[k])] = trace.base_ns / 1e3 + float(a[k])  # us on the shared (aligned) clock
         same_lane = cut.lane[1:] == cut.lane[:-1]
@@ -566,7 +567,7 @@ class _Assembler:
         n = len(self.mstart)
         cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.empty(0, dt)  # noqa: E731
         src, dst, rule, seen = cat(self.src, np.int64), cat(self.dst, np.int64), cat(self.rule, np.int16), cat(self.seen, np.float64)
-        mstart, mend = np.asarray(self.mstart, dtype=np.float64), np.asarray(self.mend, dtype=np.float64)
+        mstart, mend = np.array(self.mstart, dtype=np.float64), np.array(self.mend, dtype=np.float64)
         seen_end = np.where(np.isnan(seen), mend[src] if len(src) else seen, seen)
         latest = np.full(n, -np.inf)
         ok = np.isfinite(seen_end)
