@@ -13,10 +13,11 @@ Peak RSS is the largest single process (the measured one by VmHWM, or any of its
 "speed" is the wall-time ratio (events/s); "cpu" the ratio of CPU seconds (the process plus its
 workers), which stays meaningful when other jobs share the cores and parallel workers starve.
 
-    python bench/bench_load.py [--reps 3] [--ranks 8] [--data DIR]
+    python bench/bench_load.py [--reps 3] [--ranks 8] [--data DIR] [--hta-python PY]
 
-in an environment with dagprof and HolisticTraceAnalysis (``pip install -e '.[bench]'``); DIR defaults to
-../shared/data beside the repository (see bench/benchdata.py).
+in an environment with dagprof and HolisticTraceAnalysis (``pip install -e '.[bench]'``), or with HTA in
+another environment whose interpreter ``--hta-python`` (or ``DAGPROF_HTA_PYTHON``) names; DIR defaults to
+../shared/data beside the repository (see bench/benchdata.py). ``--ranks 0`` skips the folder cases.
 """
 from __future__ import annotations
 
@@ -37,6 +38,8 @@ from benchdata import add_data_argument, require  # noqa: E402
 FILES = {  # relative to --data
     "df_index_resolver (216k events, V100)": "kineto-public/df_index_resolver/df_index_resolver.json.gz",
     "nccl_data (40k events, A100)": "kineto-public/nccl_parser_config/nccl_data.json.gz",
+    "ns_resolution rank 0 (GPU)": "kineto-public/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
+    "owlv2 (TraceLens, H100)": "kineto-corpus/tracelens/h100/google_owlv2-large-patch14-ensemble__1016001.json.gz",
 }
 
 _CHILD = r"""
@@ -70,10 +73,10 @@ print(json.dumps({"wall": wall, "cpu": cpu_s, "rss_mib": max(own, kids) / 1024})
 """
 
 
-def measure(tool: str, target: str, reps: int) -> dict[str, float]:
+def measure(tool: str, target: str, reps: int, python: str = sys.executable) -> dict[str, float]:
     walls, cpus, rss = [], [], []
     for _ in range(reps):
-        out = subprocess.run([sys.executable, "-c", _CHILD, tool, target], capture_output=True, text=True, timeout=900)
+        out = subprocess.run([python, "-c", _CHILD, tool, target], capture_output=True, text=True, timeout=900)
         if out.returncode != 0:
             raise SystemExit(f"{tool} on {target} failed:\n{out.stderr[-2000:]}")
         r = json.loads(out.stdout.strip().splitlines()[-1])
@@ -111,12 +114,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--hta-python", default=os.environ.get("DAGPROF_HTA_PYTHON", sys.executable),
+                    help="an interpreter that imports hta (default: this one)")
     add_data_argument(ap)
     args = ap.parse_args()
     files = {label: str(require(args.data) / rel) for label, rel in FILES.items()}
     import importlib.metadata as md
 
-    print(f"HTA {md.version('HolisticTraceAnalysis')} vs dagprof {md.version('dagprof')}; median of {args.reps} runs; "
+    hta_version = subprocess.run([args.hta_python, "-c", "import importlib.metadata as m; print(m.version('HolisticTraceAnalysis'))"],
+                                 capture_output=True, text=True).stdout.strip() or "?"
+    hta = lambda target, reps: measure("hta", target, reps, args.hta_python)  # noqa: E731
+    print(f"HTA {hta_version} vs dagprof {md.version('dagprof')}; median of {args.reps} runs; "
           f"{os.cpu_count()} CPUs (shared)")
     print(f"{'case':<44} {'HTA ev/s':>12} {'dagprof ev/s':>12} {'speed':>8} {'cpu':>8} {'HTA MiB':>8} {'ours MiB':>8} {'mem':>6}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -125,17 +133,19 @@ def main() -> None:
             os.makedirs(solo)
             os.symlink(path, os.path.join(solo, os.path.basename(path)))
             n = event_count(path)
-            print(row(f"1 rank cold: {label}", n, measure("hta", solo, args.reps), measure("dagprof-file", path, args.reps)), flush=True)
+            print(row(f"1 rank cold: {label}", n, hta(solo, args.reps), measure("dagprof-file", path, args.reps)), flush=True)
+        if args.ranks <= 0:
+            return
         folder = os.path.join(tmp, "ranks")
         os.makedirs(folder)
         src = files["df_index_resolver (216k events, V100)"]
         replicate(src, args.ranks, folder)
         n = event_count(src) * args.ranks
         reps = max(1, args.reps - 1)
-        hta = measure("hta", folder, reps)
-        print(row(f"{args.ranks} ranks cold (df_index_resolver x{args.ranks})", n, hta, measure("dagprof-dir", folder, reps)), flush=True)
+        theirs = hta(folder, reps)
+        print(row(f"{args.ranks} ranks cold (df_index_resolver x{args.ranks})", n, theirs, measure("dagprof-dir", folder, reps)), flush=True)
         cached = measure("dagprof-cached", folder, reps)
-        print(row(f"{args.ranks} ranks cached", n, hta, cached))
+        print(row(f"{args.ranks} ranks cached", n, theirs, cached))
         print(f"cached re-load: {cached['wall'] / args.ranks * 1000:.1f} ms per rank")
 
 

@@ -11,6 +11,7 @@ import copy
 import gzip
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -73,8 +74,9 @@ def mutated_doc(draw, name: str):
     doc = _doc(name)
     events = doc["traceEvents"] if isinstance(doc, dict) else doc
     for _ in range(draw(st.integers(1, 6))):
-        how = draw(st.sampled_from(["event", "arg", "top", "dist", "pg", "drop", "dup", "shuffle", "replace"]))
-        if how in ("event", "arg", "drop", "dup", "replace") and events:
+        how = draw(st.sampled_from(["event", "arg", "top", "dist", "pg", "drop", "dup", "shuffle", "replace", "retype", "deep",
+                                    "big"]))
+        if how in ("event", "arg", "drop", "dup", "replace", "retype", "deep", "big") and events:
             i = draw(st.integers(0, len(events) - 1))
             e = events[i]
             if how == "event" and isinstance(e, dict):
@@ -87,6 +89,21 @@ def mutated_doc(draw, name: str):
                 args = e.setdefault("args", {})
                 if isinstance(args, dict):
                     args[draw(st.sampled_from(ARG_KEYS))] = draw(VALUES)
+            elif how == "retype" and isinstance(e, dict) and e:  # a present field, given another type
+                key = draw(st.sampled_from(sorted(e)))
+                e[key] = _retyped(e[key], draw)
+            elif how == "deep" and isinstance(e, dict):  # nesting from a few levels to far past any decoder's limit
+                depth = draw(st.sampled_from([3, 60, 600, 100_000]))
+                e.setdefault("args", {})[draw(st.sampled_from(["Input Dims", "name", "Collective name"]))] = f"{_DEEP}{depth}"
+            elif how == "big" and isinstance(e, dict):  # sizes: a long name, a long shape list, many events
+                what = draw(st.sampled_from(["name", "dims", "copies"]))
+                n = draw(st.sampled_from([10, 1000, 100_000]))
+                if what == "name":
+                    e["name"] = "x" * n
+                elif what == "dims":
+                    e.setdefault("args", {})["Input Dims"] = [[2] * 4] * n
+                else:
+                    events[i:i] = [copy.deepcopy(e) for _ in range(min(n, 20_000))]
             elif how == "drop":
                 del events[i]
             elif how == "dup":
@@ -114,11 +131,30 @@ def mutated_doc(draw, name: str):
     return doc
 
 
+def _retyped(value, draw):
+    """The same content as another JSON type: text, number, list, object or null."""
+    kind = draw(st.sampled_from(["str", "num", "list", "dict", "null", "bool"]))
+    if kind == "str":
+        return json.dumps(value)
+    if kind == "num":
+        return len(value) if isinstance(value, (str, list, dict)) else 1e300
+    if kind == "list":
+        return [value]
+    if kind == "dict":
+        return {"value": value}
+    return None if kind == "null" else True
+
+
+_DEEP = "@deep@"  # a placeholder _encode writes as nested lists (Python's json cannot nest that deep)
+_DEEP_AT = re.compile(rf'"{_DEEP}(\d+)"')
+
+
 def _encode(doc) -> bytes:
     try:
-        return json.dumps(doc).encode()  # Python writes NaN / Infinity, as some writers do
+        text = json.dumps(doc)  # Python writes NaN / Infinity, as some writers do
     except (ValueError, OverflowError):
         return b"{}"
+    return _DEEP_AT.sub(lambda m: "[" * int(m.group(1)) + "0" + "]" * int(m.group(1)), text).encode()
 
 
 def _bytes_mutation(data: bytes, draw) -> bytes:

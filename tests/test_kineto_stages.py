@@ -10,22 +10,23 @@ import numpy as np
 import pytest
 
 from dagprof.fsutil import read_input
-from dagprof.traces import kineto as K, kineto_deps as D, kineto_schema as ks
+from dagprof.traces import kineto as K, kineto_deps as D
 from dagprof.traces.events import Dep, Kind
-from dagprof.traces.kineto_decode import decode_trace
+from dagprof.traces.kineto_decode import open_trace
 
 PATH = os.path.join(os.path.dirname(__file__), "data", "kineto_excerpts", "hta_nccl_ddp_end_of_backward.json.gz")
 
 
 @pytest.fixture(scope="module")
 def stages():
-    trace = decode_trace(read_input(PATH), PATH)
-    evs = trace.traceEvents
-    header = K._header(trace, evs)
-    cols = K._columns([e for e in evs if e.ph == "X" and e.cat not in ks.SKIP_CATS and type(e.pid) is int])
+    stream = open_trace(read_input(PATH), PATH)
+    scan = K._scan(stream)
+    trace = stream.head
+    header = K._header(trace, scan)
+    cols = K._columns(scan, PATH)
     nest = K._nest(cols)
     kinds = K._kinds(cols, nest)
-    deps = D.dependencies(cols, nest, kinds, [e for e in evs if e.ph == "X" and e.cat == "cuda_sync"])
+    deps = D.dependencies(cols, nest, kinds, scan.syncs)
     colls = K._collectives(cols, nest, deps, header)
     return trace, header, cols, nest, kinds, deps, colls
 

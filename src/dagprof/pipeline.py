@@ -13,6 +13,7 @@ from .graph.build_ps import build_ps_graph
 from .graph.dag import Graph
 from .passes.average_steps import average_steps
 from .replay import replay
+from .report.chrome_trace import LARGE_TRACE_EVENTS
 from .report.html import ReportInputs, write_report
 from .report.merged_trace import write_merged_trace
 from .report.timeline import write_replay_trace
@@ -95,13 +96,25 @@ def default_out(path: str | os.PathLike[str]) -> str:
     return os.path.join(os.getcwd(), OUT_FOLDER, name)
 
 
-def write_outputs(p: Profiled, out_dir: str, report: ReportInputs | None = None) -> dict[str, str]:
-    """replay.trace.json (predicted), measured.trace.json (all ranks, aligned) and report.html in ``out_dir``."""
-    trace = write_replay_trace(os.path.join(out_dir, "replay.trace.json"), p.graph, p.analysis.result, p.analysis.path.nodes)
-    measured, _ = write_merged_trace(os.path.join(out_dir, "measured.trace.json"), p.run)  # aligned once, by open_run
+def traces_skipped(p: Profiled, asked: bool) -> str | None:
+    """The one line saying why the Perfetto traces are not written (None: they are): above
+    ``LARGE_TRACE_EVENTS`` measured events they cost more than the rest of the command, so only when asked."""
+    n = sum(len(t.events.start) for t in p.run.ranks)
+    if asked or n <= LARGE_TRACE_EVENTS:
+        return None
+    return f"Perfetto traces not written: {n:,} events (over {LARGE_TRACE_EVENTS:,}); --write-traces writes them"
+
+
+def write_outputs(p: Profiled, out_dir: str, report: ReportInputs | None = None, traces: bool = True) -> dict[str, str]:
+    """replay.trace.json (predicted) and measured.trace.json (all ranks, aligned) when ``traces``, and report.html, in ``out_dir``."""
+    files = {}
     inp = report or ReportInputs(p.analysis, p.findings)
     inp.warnings = p.warnings
-    inp.links.setdefault("replayed timeline (Perfetto)", "replay.trace.json")
-    inp.links.setdefault("measured timeline, all ranks on one clock (Perfetto)", "measured.trace.json")
-    html = write_report(os.path.join(out_dir, "report.html"), inp)
-    return {"replay_trace": trace, "measured_trace": measured, "report": html}
+    if traces:
+        files["replay_trace"] = write_replay_trace(os.path.join(out_dir, "replay.trace.json"), p.graph, p.analysis.result,
+                                                   p.analysis.path.nodes)
+        files["measured_trace"], _ = write_merged_trace(os.path.join(out_dir, "measured.trace.json"), p.run)  # aligned once, by open_run
+        inp.links.setdefault("replayed timeline (Perfetto)", "replay.trace.json")
+        inp.links.setdefault("measured timeline, all ranks on one clock (Perfetto)", "measured.trace.json")
+    files["report"] = write_report(os.path.join(out_dir, "report.html"), inp)
+    return files

@@ -26,8 +26,11 @@ CATEGORY = {
 }
 
 
+_CATEGORY_OF = {int(k): v for k, v in CATEGORY.items()}
+
+
 def category(kind: int) -> str:
-    return CATEGORY.get(Kind(int(kind)), "other")
+    return _CATEGORY_OF.get(int(kind), "other")
 
 
 @dataclass
@@ -57,21 +60,30 @@ def critical_path(g: Graph, res: ReplayResult, top: int = 10) -> CriticalPath:
         path.append(v)
         v = int(res.gate[v])
     nodes = np.array(path[::-1], dtype=np.int64)
-    by_cat: dict[str, float] = {}
-    per_op: dict[str, float] = {}
-    for v in nodes:
-        cat = category(g.kind[v])
-        by_cat[cat] = by_cat.get(cat, 0.0) + float(g.dur[v])
-        by_cat["framework overhead"] = by_cat.get("framework overhead", 0.0) + float(g.gap[v])
-        label = _label(g, int(v))
-        per_op[label] = per_op.get(label, 0.0) + float(g.dur[v])
+    # per category and per label, summed in path order (np.bincount adds in input order, as a loop would)
+    cat_names = [category(k) for k in range(int(g.kind[nodes].max()) + 1)]
+    cat_ids: dict[str, int] = {cat_names[int(g.kind[nodes[0]])]: 0, "framework overhead": 1}
+    for k in g.kind[nodes][np.sort(np.unique(g.kind[nodes], return_index=True)[1])].tolist():
+        cat_ids.setdefault(cat_names[k], len(cat_ids))
+    code = np.array([cat_ids.get(c, -1) for c in cat_names], dtype=np.int64)[g.kind[nodes]]
+    sums = np.bincount(code, weights=g.dur[nodes].astype(np.float64), minlength=len(cat_ids))
+    sums[1] = np.bincount(np.zeros(len(nodes), np.int64), weights=g.gap[nodes].astype(np.float64))[0]
+    by_cat = {c: float(sums[i]) for c, i in cat_ids.items()}
+    layer, bucket = g.layer[nodes].astype(np.int64) + 1, g.bucket[nodes].astype(np.int64) + 1
+    where = np.unique(layer * (int(bucket.max()) + 1) + bucket, return_inverse=True)[1].reshape(-1)  # (layer, bucket) -> one id
+    key = (where * 256 + g.kind[nodes].astype(np.int64)) * (len(g.names) + 1) + g.name[nodes]  # < 2**63 for any real graph
+    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    label_ids: dict[str, int] = {}
+    key_label = np.empty(len(first), dtype=np.int64)
+    for k in np.argsort(first, kind="stable").tolist():
+        key_label[k] = label_ids.setdefault(_label(g, int(nodes[first[k]])), len(label_ids))
+    op_sums = np.bincount(key_label[inv.reshape(-1)], weights=g.dur[nodes].astype(np.float64), minlength=len(label_ids))
+    per_op = {label: float(op_sums[i]) for label, i in label_ids.items()}
     by_cat = {k: v for k, v in sorted(by_cat.items(), key=lambda kv: -kv[1]) if v > 0}
     ops = sorted(((k, v) for k, v in per_op.items() if v > 0), key=lambda kv: -kv[1])[:top]
-    seen: list[int] = []
-    for r in g.rank[nodes]:
-        if r >= 0 and int(r) not in seen:
-            seen.append(int(r))
-    return CriticalPath(nodes, float(res.end[nodes[-1]]), by_cat, ops, seen)
+    ranks = g.rank[nodes][g.rank[nodes] >= 0]
+    crossed, at = np.unique(ranks, return_index=True)
+    return CriticalPath(nodes, float(res.end[nodes[-1]]), by_cat, ops, crossed[np.argsort(at)].tolist())
 
 
 def _label(g: Graph, v: int) -> str:

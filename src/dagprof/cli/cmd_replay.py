@@ -3,7 +3,7 @@ from __future__ import annotations
 import os
 
 from ..analysis.explain import DEFAULT_THRESHOLD_US, explain, text_lines
-from ..pipeline import open_run, write_outputs
+from ..pipeline import open_run, traces_skipped, write_outputs
 from .common import add_out_argument, add_run_arguments, finite_non_negative, ms, outputs, pct, warning_lines
 
 HELP = "replay a run's global graph and compare the predicted iteration time with the measured one"
@@ -12,6 +12,8 @@ HELP = "replay a run's global graph and compare the predicted iteration time wit
 def add_arguments(p) -> None:
     add_run_arguments(p)
     add_out_argument(p, "replay.trace.json, measured.trace.json and report.html")
+    p.add_argument("--write-traces", action="store_true", help="write the Perfetto traces however large (by default skipped above "
+                   "1,000,000 events, with a note)")
     p.add_argument("--engine", choices=["auto", "numba", "python"], default="auto")
     p.add_argument("--template", action="store_true", help="replay every step with each op's mean time over the steps (dPRO's averaged replay)")
     p.add_argument("--explain", action="store_true",
@@ -24,10 +26,13 @@ def run(args) -> dict:
     with outputs(args.out, args.run) as staged:
         prof = open_run(args.run, steps=args.steps, engine=args.engine, template=args.template, step_marker=args.step_marker,
                         allow_missing_ranks=args.allow_missing_ranks)
-        files = staged.final_path(write_outputs(prof, staged.path))
+        skipped = traces_skipped(prof, args.write_traces)
+        files = staged.final_path(write_outputs(prof, staged.path, traces=skipped is None))
     a = prof.to_dict()
     keep = ("measured_iter_ms", "predicted_iter_ms", "error_pct", "per_rank", "steps", "nodes", "edges", "engine", "warnings", "partial")
     out = {k: a[k] for k in keep}
+    if skipped:
+        out["warnings"] = [*out["warnings"], skipped]
     if args.explain:
         out["explain"] = explain(prof.graph, prof.analysis.result, threshold_us=args.explain_threshold * 1e3).to_dict()
     return out | {"files": files}

@@ -42,6 +42,7 @@ Rules, all derived from the normalised events (``traces.events`` conventions):
 """
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -354,8 +355,8 @@ class _SharedView:
 class _Assembler:
     def __init__(self) -> None:
         self.b = GraphBuilder()
-        self.mstart: list[float] = []  # measured dependent instant per node (rank-local clock); NaN: shared
-        self.mend: list[float] = []
+        self.mstart = array("d")  # measured dependent instant per node (rank-local clock); NaN: shared
+        self.mend = array("d")
         self.src: list[np.ndarray] = []
         self.dst: list[np.ndarray] = []
         self.rule: list[np.ndarray] = []
@@ -396,23 +397,38 @@ class _Assembler:
         """One node per piece, chained along each lane; returns the node id of every piece."""
         ev, r = trace.events, trace.rank
         devices = [self.b.device(f"rank{r}/{lane.name}", _LANE_DEVICE[lane.kind], rank=r) for lane in trace.lanes]
-        node_of = np.empty(len(cut), dtype=np.int64)
-        for k in range(len(cut)):
-            lane, a, z, o, w = int(cut.lane[k]), float(cut.start[k]), float(cut.end[k]), int(cut.owner[k]), int(cut.wait[k])
-            if o < 0:
-                step = int(cut.mark[k])
-                v = self.node(f"rank{r}.step{step}", Kind.STEP, a, a, rank=r, device=devices[lane], step=step)
-                if step == steps[0]:
-                    self.first_marks[v] = trace.base_ns / 1e3 + a  # us on the shared (aligned) clock
-            else:
-                kind = Kind.COMM_WAIT if w >= 0 else Kind(int(ev.kind[o]))
-                layer = int(ev.layer[o])
-                v = self.node(
-                    f"rank{r}.{ev.name_of(w if w >= 0 else o)}", kind, z if kind == Kind.COMM_WAIT else a, z, order=a, rank=r,
-                    device=devices[lane], step=int(ev.step[o]), layer=self.b.layer(trace.layers[layer]) if layer >= 0 else -1,
-                    bucket=int(ev.bucket[o]), nbytes=int(ev.nbytes[o]),
-                )
-            node_of[k] = v
+        o, w = cut.owner.astype(np.int64), cut.wait.astype(np.int64)
+        mark = o < 0
+        src = np.where(w >= 0, w, np.maximum(o, 0))
+        a, z = cut.start.astype(np.float64), cut.end.astype(np.float64)
+        # names, steps and layers interned in the order the pieces first use them (as one add_node per piece would)
+        key = np.where(mark, -2 - cut.mark.astype(np.int64), ev.name[src].astype(np.int64))
+        uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        ids = np.empty(len(uniq), dtype=np.int64)
+        for j in np.argsort(first, kind="stable").tolist():
+            k = int(uniq[j])
+            ids[j] = self.b.intern(f"rank{r}.step{-2 - k}" if k < 0 else f"rank{r}.{ev.names[k]}")
+        step = np.where(mark, cut.mark, ev.step[np.maximum(o, 0)]).astype(np.int64)
+        layer = np.where(mark, -1, ev.layer[np.maximum(o, 0)]).astype(np.int64)
+        lu, lfirst, linv = np.unique(layer, return_index=True, return_inverse=True)
+        lid = np.full(len(lu), -1, dtype=np.int64)
+        for j in np.argsort(lfirst, kind="stable").tolist():
+            if lu[j] >= 0:
+                lid[j] = self.b.layer(trace.layers[int(lu[j])])
+        kind = np.where(w >= 0, int(Kind.COMM_WAIT), ev.kind[np.maximum(o, 0)]).astype(np.int64)
+        kind[mark] = int(Kind.STEP)
+        mstart = np.where(~mark & (kind == int(Kind.COMM_WAIT)), z, a)  # a wait depends on its end
+        mend = np.where(mark, a, z)
+        order = np.where(mark & ~np.isfinite(a), 0.0, a)
+        device = np.array(devices, dtype=np.int64)[cut.lane] if len(devices) else np.zeros(len(cut), np.int64)
+        node_of = self.b.add_nodes(
+            name=ids[inv.reshape(-1)], kind=kind, rank=np.full(len(cut), r, dtype=np.int64), device=device, dur=mend - mstart,
+            order=order, step=step, layer=lid[linv.reshape(-1)], bucket=np.where(mark, -1, ev.bucket[np.maximum(o, 0)]),
+            nbytes=np.where(mark, 0, ev.nbytes[np.maximum(o, 0)]))
+        self.mstart.frombytes(mstart.astype(np.float64).tobytes())
+        self.mend.frombytes(mend.astype(np.float64).tobytes())
+        for k in np.flatnonzero(mark & (cut.mark == steps[0])).tolist():
+            self.first_marks[int(node_of[k])] = trace.base_ns / 1e3 + float(a[k])  # us on the shared (aligned) clock
         same_lane = cut.lane[1:] == cut.lane[:-1]
         self.edges(node_of[:-1][same_lane], node_of[1:][same_lane], GraphRule.PROGRAM_ORDER)
         if len(cut):
@@ -562,7 +578,7 @@ class _Assembler:
         n = len(self.mstart)
         cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.empty(0, dt)  # noqa: E731
         src, dst, rule, seen = cat(self.src, np.int64), cat(self.dst, np.int64), cat(self.rule, np.int16), cat(self.seen, np.float64)
-        mstart, mend = np.asarray(self.mstart, dtype=np.float64), np.asarray(self.mend, dtype=np.float64)
+        mstart, mend = np.array(self.mstart, dtype=np.float64), np.array(self.mend, dtype=np.float64)
         seen_end = np.where(np.isnan(seen), mend[src] if len(src) else seen, seen)
         latest = np.full(n, -np.inf)
         ok = np.isfinite(seen_end)

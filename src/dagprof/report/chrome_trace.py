@@ -1,18 +1,28 @@
 """Chrome / Perfetto trace JSON (opens in ui.perfetto.dev and chrome://tracing).
 
-One writer for every timeline dagprof emits: measured merged traces and replays.
+One writer for every timeline dagprof emits: measured merged traces and replays. Events are
+encoded by ``msgspec`` in C, a chunk at a time, so a trace of millions of events costs one
+small struct per event while its chunk is written, never a dict per event nor the whole
+document in memory.
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, Iterable
+
+import msgspec
 
 from ..fsutil import atomic_open
 
+# Above this many events, commands that write Perfetto traces as a by-product skip them unless asked
+# (a trace this size is hundreds of MB, and ui.perfetto.dev struggles to open it anyway).
+LARGE_TRACE_EVENTS = 1_000_000
+_CHUNK = 65536
 
-@dataclass
+
+@dataclass(slots=True)
 class Slice:
     process: str  # a Perfetto process row group, e.g. "rank 0"
     track: str  # a thread row inside it, e.g. "main", "comm"
@@ -23,26 +33,48 @@ class Slice:
     cat: str = ""
 
 
+class _Event(msgspec.Struct, omit_defaults=True):
+    ph: str
+    pid: int
+    name: str
+    tid: int | None = None
+    ts: float | None = None
+    dur: float | None = None
+    cat: str = ""
+    args: dict[str, Any] | None = None
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars (in metadata or args) as the Python numbers they hold."""
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"cannot write {type(value).__name__} into a Chrome trace")
+
+
 def write_chrome_trace(path: str | os.PathLike[str], slices: Iterable[Slice], metadata: dict[str, Any] | None = None) -> str:
     """Write atomically; processes and tracks are numbered in first-seen order."""
     pids: dict[str, int] = {}
     tids: dict[tuple[str, str], int] = {}
-    events: list[dict[str, Any]] = []
-    for s in slices:
-        pid = pids.setdefault(s.process, len(pids))
-        tid = tids.setdefault((s.process, s.track), len(tids))
-        ev = {"ph": "X", "pid": pid, "tid": tid, "name": s.name, "ts": round(s.start_us, 3), "dur": round(s.dur_us, 3)}
-        if s.cat:
-            ev["cat"] = s.cat
-        if s.args:
-            ev["args"] = s.args
-        events.append(ev)
-    for name, pid in pids.items():
-        events.append({"ph": "M", "pid": pid, "name": "process_name", "args": {"name": name}})
-        events.append({"ph": "M", "pid": pid, "name": "process_sort_index", "args": {"sort_index": pid}})
-    for (proc, track), tid in tids.items():
-        events.append({"ph": "M", "pid": pids[proc], "tid": tid, "name": "thread_name", "args": {"name": track}})
-    doc = {"traceEvents": events, "displayTimeUnit": "ms", "metadata": metadata or {}}
-    with atomic_open(path) as f:
-        json.dump(doc, f)
+    enc = msgspec.json.Encoder(enc_hook=_plain)
+    it = iter(slices)
+    with atomic_open(path, "wb") as f:
+        f.write(b'{"displayTimeUnit":"ms","metadata":' + enc.encode(metadata or {}) + b',"traceEvents":[')
+        sep = b""
+        while chunk := list(islice(it, _CHUNK)):
+            events = []
+            for s in chunk:
+                pid = pids.setdefault(s.process, len(pids))
+                tid = tids.setdefault((s.process, s.track), len(tids))
+                events.append(_Event("X", pid, s.name, tid, round(s.start_us, 3), round(s.dur_us, 3), s.cat, s.args or None))
+            f.write(sep + enc.encode(events)[1:-1])
+            sep = b","
+        meta = []
+        for name, pid in pids.items():
+            meta.append(_Event("M", pid, "process_name", args={"name": name}))
+            meta.append(_Event("M", pid, "process_sort_index", args={"sort_index": pid}))
+        for (proc, track), tid in tids.items():
+            meta.append(_Event("M", pids[proc], "thread_name", tid, args={"name": track}))
+        if meta:
+            f.write(sep + enc.encode(meta)[1:-1])
+        f.write(b"]}")
     return os.fspath(path)

@@ -17,19 +17,21 @@ from .chrome_trace import Slice, write_chrome_trace
 
 
 def _slices(run: Run, origin_ns: int) -> Iterator[Slice]:
+    kinds = [k.name for k in Kind]
     for t in run.ranks:
         ev = t.events
         shift = (t.base_ns - origin_ns) / 1000.0
         process = f"rank {t.rank}"
-        kinds = [k.name for k in Kind]
-        for i in np.argsort(ev.start, kind="stable").tolist():
-            args: dict = {"kind": kinds[ev.kind[i]]}
-            if ev.group[i] >= 0:
-                args.update(group=t.groups[ev.group[i]], seq=int(ev.seq[i]), nbytes=int(ev.nbytes[i]))
-            if ev.step[i] >= 0:
-                args["step"] = int(ev.step[i])
-            yield Slice(process, t.lanes[ev.lane[i]].name, ev.names[ev.name[i]], float(ev.start[i]) + shift,
-                        float(ev.dur[i]), args, kinds[ev.kind[i]])
+        lanes = [lane.name for lane in t.lanes]
+        o = np.argsort(ev.start, kind="stable")
+        cols = (ev.start[o] + shift, ev.dur[o], ev.kind[o], ev.group[o], ev.seq[o], ev.nbytes[o], ev.step[o], ev.lane[o], ev.name[o])
+        for start, dur, kind, group, seq, nbytes, step, lane, name in zip(*(c.tolist() for c in cols)):
+            args: dict = {"kind": kinds[kind]}
+            if group >= 0:
+                args.update(group=t.groups[group], seq=seq, nbytes=nbytes)
+            if step >= 0:
+                args["step"] = step
+            yield Slice(process, lanes[lane], ev.names[name], start, dur, args, kinds[kind])
 
 
 def write_merged_trace(path: str | os.PathLike[str], run: Run) -> tuple[str, ClockAlignment | None]:

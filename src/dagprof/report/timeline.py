@@ -16,19 +16,19 @@ def replay_slices(g: Graph, res: ReplayResult, critical: np.ndarray | None = Non
     on_path = np.zeros(len(g), dtype=bool)
     if critical is not None:
         on_path[critical] = True
+    tracks = [(dev.name.split("/", 1)[1] if "/" in dev.name else dev.name) for dev in g.devices]
+    cats = [category(k) for k in range(int(g.kind.max()) + 1)] if len(g) else []
     out = []
-    for v in np.flatnonzero((g.device >= 0) & ((g.dur > 0) | (g.kind == Kind.STEP))):
-        dev = g.devices[g.device[v]]
-        rank = int(g.rank[v])
+    v = np.flatnonzero((g.device >= 0) & ((g.dur > 0) | (g.kind == Kind.STEP)))
+    cols = (g.device[v], g.rank[v], g.kind[v], g.step[v], g.gap[v], g.nbytes[v], on_path[v], g.name[v], res.start[v], res.end[v] - res.start[v])
+    for device, rank, kind, step, gap, nbytes, critical_, name, start, dur in zip(*(c.tolist() for c in cols)):
         process = f"rank {rank}" if rank >= 0 else "collectives"
-        track = dev.name.split("/", 1)[1] if "/" in dev.name else dev.name
-        args = {"kind": category(g.kind[v]), "step": int(g.step[v]), "gap_us": round(float(g.gap[v]), 3)}
-        if g.nbytes[v]:
-            args["bytes"] = int(g.nbytes[v])
-        if on_path[v]:
+        args = {"kind": cats[kind], "step": step, "gap_us": round(gap, 3)}
+        if nbytes:
+            args["bytes"] = nbytes
+        if critical_:
             args["critical_path"] = True
-        out.append(Slice(process, track, g.node_name(v), float(res.start[v]), float(res.end[v] - res.start[v]), args,
-                         cat="critical" if on_path[v] else args["kind"]))
+        out.append(Slice(process, tracks[device], g.names[name], start, dur, args, cat="critical" if critical_ else args["kind"]))
     return out
 
 

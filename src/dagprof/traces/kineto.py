@@ -43,7 +43,7 @@ from ..errors import DagprofError
 from ..fsutil import read_input
 from . import kineto_schema as ks
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace
-from .kineto_decode import decode_trace, raw_value
+from .kineto_decode import MAX_OP_US, TraceStream, open_trace, raw_value
 from .kineto_deps import Deps, dependencies, enclosing_enqueue, main_lane, stream_number
 
 _NAME, _CAT, _PID, _TID, _TS, _DUR = (operator.attrgetter(f) for f in ("name", "cat", "pid", "tid", "ts", "dur"))
@@ -59,30 +59,116 @@ def read_kineto(path: str | os.PathLike[str], rank: int | None = None) -> RankTr
     """Parse one rank's Kineto trace (.json or .json.gz). ``rank`` overrides what the file says."""
     path = os.fspath(path)
     was_enabled = gc.isenabled()
-    gc.disable()  # 10^5..10^6 acyclic objects: collection passes would cost a third of the parse
+    gc.disable()  # 10^5 acyclic objects per chunk: collection passes would cost a third of the parse
     try:
-        trace = decode_trace(read_input(path), path)  # a checked Kineto trace, or a one-line DagprofError
-        out = _build(trace, path, rank)
-        if trace.notes:
-            out.meta.setdefault("warnings", []).extend(f"{os.path.basename(path)}: {n}" for n in trace.notes)
+        stream = open_trace(read_input(path), path)  # a checked Kineto trace, or a one-line DagprofError
+        out = _build(stream, path, rank)
+        if stream.notes:
+            out.meta.setdefault("warnings", []).extend(f"{os.path.basename(path)}: {n}" for n in stream.notes)
         return out
     finally:
         if was_enabled:
             gc.enable()
 
 
-def _build(trace: ks.Trace, path: str, rank: int | None) -> RankTrace:
-    evs = trace.traceEvents or []
-    header = _header(trace, evs)
-    cols = _columns([e for e in evs if e.ph == "X" and e.cat not in ks.SKIP_CATS and type(e.pid) is int])
+def _build(stream: TraceStream, path: str, rank: int | None) -> RankTrace:
+    scan = _scan(stream)
+    header = _header(stream.head, scan)
+    cols = _columns(scan, path)
     nest = _nest(cols)
     kinds = _kinds(cols, nest)
-    deps = dependencies(cols, nest, kinds, [e for e in evs if e.ph == "X" and e.cat == "cuda_sync"])
+    deps = dependencies(cols, nest, kinds, scan.syncs)
     colls = _collectives(cols, nest, deps, header)
-    return _rank_trace(trace, path, rank, header, cols, nest, kinds, deps, colls)
+    return _rank_trace(stream.head, path, rank, header, cols, nest, kinds, deps, colls)
 
 
-# ------------------------------------------------------------------ stage 1: metadata
+# ------------------------------------------------------------------ stage 1: the events, a chunk at a time
+class _Interned:
+    """Values -> ids in first-seen order across chunks (hashing a str is cached: one dict probe per value)."""
+
+    def __init__(self) -> None:
+        self.ids: dict[Any, int] = {}
+
+    def __call__(self, values: list[Any]) -> np.ndarray:
+        ids = self.ids
+        for v in dict.fromkeys(values):
+            if v not in ids:
+                ids[v] = len(ids)
+        return np.fromiter(map(ids.__getitem__, values), np.int32, len(values))
+
+
+@dataclass(frozen=True, eq=False)
+class _Scan:
+    """What one pass over the chunks keeps: per complete event (file order) its interned name, category,
+    pid, tid, times and correlation; the few events whose arguments a later stage reads (``kept``, by
+    file-order position); the metadata and CUDA sync events."""
+
+    names: dict[str, int]
+    cats: dict[str, int]
+    pids: dict[Any, int]
+    tids: dict[Any, int]
+    name_id: np.ndarray
+    cat_id: np.ndarray
+    pid_id: np.ndarray
+    tid_id: np.ndarray
+    ts: np.ndarray
+    dur: np.ndarray
+    corr: np.ndarray
+    kept: dict[int, ks.Event]
+    metas: list[ks.Event]
+    syncs: list[ks.Event]
+
+
+def _needs_args(info: ks.NameInfo) -> bool:
+    """Rows whose arguments a later stage reads: collectives' records (group, seq, sizes) and copies (bytes)."""
+    return bool(info.role) or info.kind == Kind.MEMCPY
+
+
+def _scan(stream: TraceStream) -> _Scan:
+    names, cats, pids, tids = _Interned(), _Interned(), _Interned(), _Interned()
+    parts: list[tuple[np.ndarray, ...]] = []
+    kept: dict[int, ks.Event] = {}
+    need: dict[tuple[int, int], bool] = {}
+    metas, syncs = [], []
+    offset = untimed = too_long = 0
+    for events in stream.chunks():
+        metas += stream.detach([e for e in events if e.ph == "M"])
+        xall = [e for e in events if e.ph == "X"]
+        del events
+        syncs += stream.detach([e for e in xall if e.cat == "cuda_sync"])
+        xs = [e for e in xall if e.cat not in ks.SKIP_CATS and type(e.pid) is int]
+        del xall
+        ts, dur = np.fromiter(map(_TS, xs), np.float64, len(xs)), np.fromiter(map(_DUR, xs), np.float64, len(xs))
+        ok = (ts >= 0.0) & (dur >= 0.0) & (dur <= MAX_OP_US)  # NaN (missing) fails every comparison
+        if not ok.all():
+            long = int(((ts >= 0.0) & (dur > MAX_OP_US)).sum())
+            too_long += long
+            untimed += len(xs) - int(ok.sum()) - long
+            xs = [e for e, keep in zip(xs, ok.tolist()) if keep]
+            ts, dur = ts[ok], dur[ok]
+        n = len(xs)
+        nid, cid = names(list(map(_NAME, xs))), cats(list(map(_CAT, xs)))
+        codes, inv = np.unique(nid.astype(np.int64) << 32 | cid, return_inverse=True)
+        name_of, cat_of = list(names.ids), list(cats.ids)
+        flags = []
+        for c in codes.tolist():
+            key = (c >> 32, c & 0xFFFFFFFF)
+            if key not in need:
+                need[key] = _needs_args(ks.classify(cat_of[key[1]], name_of[key[0]]))
+            flags.append(need[key])
+        rows = np.flatnonzero(np.array(flags, dtype=bool)[inv.reshape(-1)]).tolist()
+        kept.update(zip((offset + i for i in rows), stream.detach([xs[i] for i in rows])))
+        parts.append((nid, cid, pids(list(map(_PID, xs))), tids(list(map(_TID, xs))), ts, dur, np.fromiter(map(_corr, xs), np.int64, n)))
+        offset += n
+        del xs
+    stream.finish(offset, untimed, too_long)
+    stream.release()
+    cols = [np.concatenate(c) if parts else np.zeros(0, t) for c, t in
+            zip(zip(*parts) if parts else [()] * 7, (np.int32, np.int32, np.int32, np.int32, np.float64, np.float64, np.int64))]
+    return _Scan(names.ids, cats.ids, pids.ids, tids.ids, *cols, kept=kept, metas=metas, syncs=syncs)
+
+
+# ------------------------------------------------------------------ stage 1b: metadata
 @dataclass(frozen=True)
 class _Header:
     """What the trace says about its process: thread names and ``distributedInfo``."""
@@ -91,17 +177,20 @@ class _Header:
     dist: dict[str, Any]
 
 
-def _header(trace: ks.Trace, evs: list[ks.Event]) -> _Header:
+def _header(head: ks.Head, scan: _Scan) -> _Header:
     """Thread names from the metadata events, and ``distributedInfo`` ({} when absent or not an object)."""
     names = {}
-    for e in evs:
-        if e.ph == "M" and e.name == "thread_name" and e.args is not None and len(e.args.name):
+    for e in scan.metas:
+        if e.name == "thread_name" and e.args is not None and len(e.args.name):
             names[(e.pid, e.tid)] = str(raw_value(e.args.name))
-    info = raw_value(trace.distributedInfo)
+    info = raw_value(head.distributedInfo)
     return _Header(names, info if isinstance(info, dict) else {})
 
 
 # ------------------------------------------------------------------ stage 2: columns
+MAX_SPAN_US = 7 * 86_400e6  # a trace whose events spread over more than a week holds a corrupt timestamp
+
+
 @dataclass(frozen=True, eq=False)
 class Columns:
     """One row per complete event, in (lane, start, longest-first) order.
@@ -110,18 +199,20 @@ class Columns:
     A lane is one CPU thread or one GPU stream; ``lane_keys[l]`` is (is_gpu, pid, tid).
     """
 
-    xs: list[ks.Event]  # the events in file order; ``orig[i]`` is row i's position there
+    kept: dict[int, ks.Event]  # by file-order position (``orig[i]`` is row i's): the events whose arguments are read
     orig: np.ndarray
     names: list[str]
     info: list[ks.NameInfo]  # per pair
     pair: np.ndarray
     pair_name: np.ndarray  # per pair: index into ``names``
+    pair_cat: list[str]  # per pair: the category as the trace spells it
     lane: np.ndarray
     lane_keys: list[tuple[bool, Any, Any]]
     start: np.ndarray  # us since ``t0``
     dur: np.ndarray
     t0: float
     is_gpu: np.ndarray
+    corr: np.ndarray  # correlation id per row (-1 none): joins a runtime call and the GPU ops it launched
 
     @property
     def n(self) -> int:
@@ -132,7 +223,17 @@ class Columns:
         return self.start + self.dur
 
     def event(self, i: int) -> ks.Event:
-        return self.xs[self.orig[i]]
+        """Row ``i`` as an event: as decoded when its arguments were kept, else rebuilt from the columns (no arguments)."""
+        e = self.kept.get(int(self.orig[i]))
+        if e is not None:
+            return e
+        _, pid, tid = self.lane_keys[self.lane[i]]
+        return ks.Event("X", self.name(i), self.pair_cat[self.pair[i]], pid, tid, self.t0 + float(self.start[i]), float(self.dur[i]))
+
+    @cached_property
+    def xs(self) -> _FileOrder:
+        """The complete events in file order (``xs[orig[i]]`` is row i's)."""
+        return _FileOrder(self)
 
     def name(self, i: int) -> str:
         return self.names[self.pair_name[self.pair[i]]]
@@ -140,11 +241,6 @@ class Columns:
     def per_event(self, attr: str, dtype: Any = None) -> np.ndarray:
         """A ``NameInfo`` field for every row (computed per pair, then gathered)."""
         return np.array([getattr(i, attr) for i in self.info], dtype=dtype)[self.pair]
-
-    @cached_property
-    def corr(self) -> np.ndarray:
-        """Correlation id per row (-1 none): joins a runtime call and the GPU ops it launched."""
-        return np.fromiter(map(_corr, self.xs), np.int64, self.n)[self.orig]
 
     @cached_property
     def own_kind(self) -> np.ndarray:
@@ -156,33 +252,50 @@ class Columns:
         return np.array([i.role == role for i in self.info], dtype=bool)[self.pair]
 
 
-def _columns(xs: list[ks.Event]) -> Columns:
+class _FileOrder:
+    def __init__(self, cols: Columns):
+        self.cols = cols
+        self.row = np.empty_like(cols.orig)
+        self.row[cols.orig] = np.arange(len(cols.orig))
+
+    def __len__(self) -> int:
+        return len(self.row)
+
+    def __getitem__(self, k: int) -> ks.Event:
+        return self.cols.event(int(self.row[k]))
+
+
+def _columns(scan: _Scan, path: str) -> Columns:
     """Flat numpy columns of the complete events; early-Kineto category names read as today's."""
-    n = len(xs)
-    name_id, names = _intern(list(map(_NAME, xs)))
-    cat_id, cat_ids = _intern(list(map(_CAT, xs)))
+    n = len(scan.ts)
+    name_id, cat_id = scan.name_id, scan.cat_id
+    cat_ids = list(scan.cats)
     cats = [ks.OLD_CATS.get(c, c) for c in cat_ids]
     pair_keys, pair = np.unique(name_id.astype(np.int64) * len(cats) + cat_id, return_inverse=True)
+    pair = pair.reshape(-1)
     cat_gpu = np.array([c in ks.GPU_CATS for c in cats], dtype=np.int64)
-    pid, pids = _intern_ids(list(map(_PID, xs)))
-    tid, tids = _intern_ids(list(map(_TID, xs)))  # usually ints, but the format allows strings
+    pid, pids = _ordered_ids(scan.pid_id, list(scan.pids))
+    tid, tids = _ordered_ids(scan.tid_id, list(scan.tids))  # usually ints, but the format allows strings
     lane_codes, lane = np.unique((cat_gpu[cat_id] * len(pids) + pid) * len(tids) + tid, return_inverse=True)
-    ts = np.fromiter(map(_TS, xs), np.float64, n)
-    dur = np.fromiter(map(_DUR, xs), np.float64, n)
-    np.maximum(dur, 0.0, out=dur)
+    lane = lane.reshape(-1)
+    ts, dur = scan.ts, scan.dur
     order = np.lexsort((-dur, ts, lane))
     ts = ts[order]
     t0 = float(ts.min()) if n else 0.0
+    span = float((ts + dur[order]).max()) - t0 if n else 0.0
+    if span > MAX_SPAN_US:
+        raise DagprofError(f"events span {span / 86_400e6:,.0f} days: a timestamp is corrupt (one profile spans seconds to hours)", path)
     lane_keys = [(bool(c // len(tids) // len(pids)), pids[c // len(tids) % len(pids)], tids[c % len(tids)]) for c in lane_codes.tolist()]
     lane_gpu = np.array([k[0] for k in lane_keys], dtype=bool)
-    name_list = list(names)
+    name_list = list(scan.names)
     lane_sorted = lane[order].astype(np.int32)
     return Columns(
-        xs=xs, orig=order, names=name_list,
+        kept=scan.kept, orig=order, names=name_list,
         info=[ks.classify(cats[int(k) % len(cats)], name_list[int(k) // len(cats)]) for k in pair_keys.tolist()],
         pair=pair[order].astype(np.int32), pair_name=(pair_keys // len(cats)).astype(np.int32),
+        pair_cat=[cat_ids[int(k) % len(cats)] for k in pair_keys.tolist()],
         lane=lane_sorted, lane_keys=lane_keys, start=ts - t0, dur=dur[order], t0=t0,
-        is_gpu=lane_gpu[lane_sorted] if n else np.zeros(0, bool),
+        is_gpu=lane_gpu[lane_sorted] if n else np.zeros(0, bool), corr=scan.corr[order],
     )
 
 
@@ -421,7 +534,7 @@ def _identity(header: _Header, path: str, rank_arg: int | None) -> tuple[int, in
     return rank, max(int(world), rank + 1), source
 
 
-def _rank_trace(trace: ks.Trace, path: str, rank_arg: int | None, header: _Header, cols: Columns, nest: Nesting,
+def _rank_trace(trace: ks.Head, path: str, rank_arg: int | None, header: _Header, cols: Columns, nest: Nesting,
                 kinds: Kinds, deps: Deps, colls: _Collectives) -> RankTrace:
     rank, world, source = _identity(header, path, rank_arg)
     group_ranks = dict(colls.group_ranks)
@@ -459,18 +572,11 @@ def _lanes(cols: Columns, nest: Nesting, deps: Deps, header: _Header) -> list[La
     return lanes
 
 
-def _intern_ids(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
-    """Like ``_intern`` for pids / tids: one numpy sort when they are all ints (the usual case)."""
+def _ordered_ids(ids: np.ndarray, table: list[Any]) -> tuple[np.ndarray, list[Any]]:
+    """pid / tid ids in sorted order when they are all ints (the usual case), else in first-seen order."""
     try:
-        arr = np.array(values, dtype=np.int64)
+        arr = np.array(table, dtype=np.int64)
     except (TypeError, ValueError, OverflowError):
-        ids, table = _intern(values)
-        return ids, list(table)
+        return ids, table
     uniq, inv = np.unique(arr, return_inverse=True)
-    return inv.astype(np.int32).reshape(-1), uniq.tolist()
-
-
-def _intern(values: list[Any]) -> tuple[np.ndarray, dict[Any, int]]:
-    """Ids in first-seen order; hashing str objects is cached, so this is one dict probe per value."""
-    ids = {v: i for i, v in enumerate(dict.fromkeys(values))}
-    return np.fromiter(map(ids.__getitem__, values), np.int32, len(values)), ids
+    return inv.reshape(-1).astype(np.int32)[ids], uniq.tolist()

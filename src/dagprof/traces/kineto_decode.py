@@ -1,17 +1,28 @@
-"""Bytes -> typed Kineto structs: fast when the file is regular, tolerant when it is not.
+"""Bytes -> typed Kineto structs, a chunk of events at a time: fast when the file is regular,
+tolerant per event when it is not.
 
-The typed ``msgspec`` decode skips every field dagprof does not read, in C, and checks the
-bounds of every number it keeps (``kineto_schema``). A file that fails it is decoded again,
-from the fastest decode that can succeed to the slowest:
+The top level is decoded first with the events left as raw bytes (``kineto_schema.Head``). The
+event list is then cut into chunks of about ``CHUNK_BYTES`` at event boundaries and each chunk is
+decoded by ``msgspec`` into structs that list only the fields dagprof reads (unknown keys skipped
+in C, every kept number bounds-checked). So no Python object per event outlives its chunk unless
+the reader keeps it, and the file's bytes are the only copy of the document. A cut that lands
+inside a string or a nested value cannot decode (the piece would end inside it): the chunk then
+grows to the next boundary.
+
+A chunk that fails the typed decode is decoded again, from the fastest decode that can succeed
+to the slowest:
 
 1. the same structs with numbers written as strings accepted (TraceLens/ROCm, vLLM and
    SGLang traces write ``"bytes": "1"``), still one pass in C;
-2. generic JSON, converted to the structs in one C call;
-3. event by event: a value of a foreign type is converted when it means the same thing
-   (``"7"`` -> 7, ``7`` -> ``"7"``, ``2.0`` -> 2) and dropped otherwise; an event whose time
-   cannot be read is dropped and counted (``Trace.notes``).
+2. event by event, each through 1., and an event that still fails field by field: a value of a
+   foreign type is converted when it means the same thing (``"7"`` -> 7, ``7`` -> ``"7"``,
+   ``2.0`` -> 2) and that field dropped otherwise; every other field of that event, and every
+   other event, keeps all it has (argument lists, process groups, thread names). Counted in
+   ``notes``.
 
-Bytes that are not UTF-8 (a stray byte in a name) become U+FFFD, also noted.
+A missing ``ts`` or ``dur`` decodes as NaN (``ks.NO_TIME``): the reader drops complete events without
+a usable time, or longer than ``MAX_OP_US``, and ``finish()`` counts them: never read as 0 or clamped. Bytes that are not UTF-8
+(a stray byte in a name) become U+FFFD, also noted.
 
 Kineto's first JSON (PyTorch 1.8), a bare list of events, is read too. Whatever cannot be
 read at all is a ``DagprofError`` naming the file: never another exception.
@@ -19,7 +30,8 @@ read at all is a ``DagprofError`` naming the file: never another exception.
 from __future__ import annotations
 
 import math
-from typing import Any
+import re
+from typing import Any, Iterator
 
 import msgspec
 
@@ -27,35 +39,172 @@ from ..errors import DagprofError
 from . import kineto_schema as ks
 from .kineto_schema import raw_value
 
-_EVENT_FIELDS = {f: ks.Event.__struct_encode_fields__[i] for i, f in enumerate(ks.Event.__struct_fields__)}
 _ARG_FIELDS = {f: ks.Args.__struct_encode_fields__[i] for i, f in enumerate(ks.Args.__struct_fields__)}
 _RAW_TOP = ("distributedInfo", "schemaVersion", "deviceProperties")
 _MAX_RANKS = 1 << 20  # a rank or world size beyond this is not a real job (and would size arrays by it)
 _PROFILER_MARKS = ("PyTorch Profiler", "Iteration Start: PyTorch Profiler")
 
 
-def decode_trace(data: bytes, path: str) -> ks.Trace:
-    """A Kineto trace, checked to be one; ``DagprofError`` for anything else."""
+CHUNK_BYTES = 8 << 20
+MAX_OP_US = 86_400e6  # one op longer than a day is a corrupt record, not a profile
+_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+_WS = b" \t\r\n"
+_LEADING_WS = re.compile(rb"[ \t\r\n]*")
+_RAWS_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
+_TOP_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_RAW_ARG_FIELDS = tuple(f for f in ks.Args.__struct_fields__ if "Raw" in str(ks.Args.__annotations__[f]))
+_RAW_ARGS = frozenset(k for f, k in _ARG_FIELDS.items() if "Raw" in str(ks.Args.__annotations__[f]))
+
+
+_TOO_DEEP = "JSON nested deeper than any trace (a damaged or hostile file)"
+
+
+def open_trace(data: bytes, path: str) -> TraceStream:
+    """A Kineto trace's top level, checked; its events come from ``chunks()``. ``DagprofError`` for anything else."""
     try:
-        trace = ks.TRACE_DECODER.decode(data)
-    except msgspec.ValidationError:
-        trace = _tolerant(data, path)
-    except msgspec.DecodeError as e:
-        if "UTF-8" not in str(e):
-            raise DagprofError(f"not valid JSON, truncated or foreign file ({e})", path) from None
+        return _open(data, path)
+    except RecursionError:
+        raise DagprofError(_TOO_DEEP, path) from None
+
+
+def _open(data: bytes, path: str) -> TraceStream:
+    at = _LEADING_WS.match(data).end()
+    if data[at:at + 1] == b"[":  # Kineto's first JSON: the events alone
+        end = len(data)
+        while end > at and data[end - 1] in _WS:
+            end -= 1
+        head = ks.Head(traceEvents=msgspec.Raw(memoryview(data)[at:end]))
+    else:
+        try:
+            try:
+                head = ks.HEAD_DECODER.decode(data)
+            except msgspec.ValidationError:  # (checked before the rest was parsed: the lax decode may find it broken)
+                head = _lax_head(data, path)
+        except msgspec.DecodeError as e:
+            if "UTF-8" not in str(e):
+                raise DagprofError(f"not valid JSON, truncated or foreign file ({e})", path) from None
+            return _text_replaced(data, path)
+    if not all(_is_text(getattr(head, key)) for key in _RAW_TOP):  # kept raw by the typed decode: not yet checked
         return _text_replaced(data, path)
-    if not all(_is_text(getattr(trace, key)) for key in _RAW_TOP):  # kept raw by the typed decode: not yet checked
-        return _text_replaced(data, path)
-    if trace.traceEvents is None:
+    if bytes(memoryview(head.traceEvents)[:1]) != b"[":
         raise DagprofError("not a Kineto trace: no 'traceEvents' list", path)
-    if not (len(trace.schemaVersion) or len(trace.distributedInfo) or len(trace.deviceProperties) or _profiler_marked(trace)
-            or _profiler_events(trace)):
-        raise DagprofError("not a Kineto trace: no schemaVersion, distributedInfo or deviceProperties", path)
-    if not any(e.ph == "X" and e.cat not in ks.SKIP_CATS and type(e.pid) is int for e in trace.traceEvents):
-        raise DagprofError("no profiled ops in this trace (no complete events on a process)", path)  # stops at the first op
-    if len(trace.distributedInfo):
-        trace.distributedInfo = _distributed_info(trace.distributedInfo)
-    return trace
+    if len(head.distributedInfo):
+        head.distributedInfo = _distributed_info(head.distributedInfo)
+    return TraceStream(head, path)
+
+
+class TraceStream:
+    """The events of one trace, decoded a chunk at a time; ``finish()`` after the last chunk checks the whole
+    with what the reader found (its complete events, and those it dropped for their times)."""
+
+    def __init__(self, head: ks.Head, path: str):
+        self.head, self.path = head, path
+        self.notes: list[str] = []
+        self._seen = self._repaired = self._unreadable = 0
+        self._known = bool(len(head.schemaVersion) or len(head.distributedInfo) or len(head.deviceProperties))
+        self._marked = self._profiler_cats = self._not_utf8 = False
+
+    def chunks(self) -> Iterator[list[ks.Event]]:
+        buf = memoryview(self.head.traceEvents)
+        end = len(buf) - 1  # the closing ]
+        while end > 0 and buf[end - 1] in _WS:
+            end -= 1
+        pos = 1
+        while pos < end and buf[pos] in _WS:
+            pos += 1
+        while pos < end:
+            cut = pos + CHUNK_BYTES
+            while True:
+                m = _BOUNDARY.search(buf, cut, end) if cut < end else None
+                stop = m.start() + 1 if m else end
+                try:
+                    events = self._decode(b"".join((b"[", buf[pos:stop], b"]")))
+                    break
+                except RecursionError:
+                    raise DagprofError(_TOO_DEEP, self.path) from None
+                except msgspec.DecodeError as e:
+                    if stop == end:  # the last piece of a list that parsed whole: cannot be a bad cut
+                        raise DagprofError(f"not valid JSON, truncated or foreign file ({e})", self.path) from None
+                    cut = stop + 1  # the cut fell inside a string or a nested value: grow to the next boundary
+            pos = m.end() - 1 if stop < end else end
+            yield self._checked(events)
+
+    def finish(self, ops: int, untimed: int = 0, too_long: int = 0) -> None:
+        """``ops``: complete events on a process with a usable time; ``untimed`` / ``too_long``: those dropped for it."""
+        path = self.path
+        if not (self._known or self._marked or self._profiler_cats):
+            raise DagprofError("not a Kineto trace: no schemaVersion, distributedInfo or deviceProperties", path)
+        if not ops:
+            raise DagprofError("no profiled ops in this trace (no complete events on a process)", path)
+        if self._not_utf8:
+            self.notes.append("bytes that are not UTF-8 text replaced by U+FFFD")
+        if self._repaired:
+            self.notes.append(f"{self._repaired} of {self._seen} events had fields of a foreign type: converted, or that field dropped")
+        if self._unreadable:
+            self.notes.append(f"{self._unreadable} of {self._seen} events unreadable (not an event object): skipped")
+        if untimed:
+            self.notes.append(f"{untimed} of {self._seen} complete events unreadable (no valid ts or dur: missing, negative "
+                              "or not a number): skipped")
+        if too_long:
+            self.notes.append(f"{too_long} of {self._seen} events longer than {MAX_OP_US / 3.6e9:g} hours: skipped as corrupt")
+
+    @staticmethod
+    def detach(events: list[ks.Event]) -> list[ks.Event]:
+        """The events with their raw argument values copied out of the chunk: a decoded raw value is a view that
+        would keep the chunk's whole buffer alive for as long as the reader keeps the event."""
+        for e in events:
+            a = e.args
+            if a is not None:
+                for f in _RAW_ARG_FIELDS:
+                    raw = getattr(a, f)
+                    if len(raw):
+                        setattr(a, f, msgspec.Raw(bytes(raw)))
+        return events
+
+    def release(self) -> None:
+        """Let the file's bytes go once the events are read: the header's raw values are views into them."""
+        h = self.head
+        self.head = ks.Head(distributedInfo=msgspec.Raw(bytes(h.distributedInfo)), baseTimeNanoseconds=h.baseTimeNanoseconds,
+                            schemaVersion=msgspec.Raw(bytes(h.schemaVersion)), deviceProperties=msgspec.Raw(bytes(h.deviceProperties)),
+                            host_name=h.host_name)
+
+    def _decode(self, piece: bytes) -> list[ks.Event]:
+        try:
+            return ks.EVENTS_DECODER.decode(piece)
+        except msgspec.ValidationError:
+            pass
+        except msgspec.DecodeError as e:
+            if "UTF-8" not in str(e):
+                raise
+            self._not_utf8 = True
+            return self._decode(piece.decode("utf-8", "replace").encode())
+        try:
+            return ks.LAX_EVENTS_DECODER.decode(piece)
+        except msgspec.ValidationError:
+            pass
+        out = []
+        for raw in _RAWS_DECODER.decode(piece):
+            try:
+                out.append(ks.LAX_EVENT_DECODER.decode(raw))
+                continue
+            except msgspec.ValidationError:
+                pass
+            e = msgspec.json.decode(raw)
+            try:
+                out.append(ks.LAX_EVENT_DECODER.decode(msgspec.json.encode(_event(e))))
+                self._repaired += 1
+            except (msgspec.ValidationError, TypeError):  # not an event object at all
+                self._unreadable += 1
+        return out
+
+    def _checked(self, events: list[ks.Event]) -> list[ks.Event]:
+        """The trace-wide checks, updated with one chunk."""
+        if not self._seen:
+            self._profiler_cats = _profiler_events(events[:1000])
+        self._seen += len(events)
+        if not (self._known or self._marked):
+            self._marked = _profiler_marked(events)
+        return events
 
 
 def _is_text(raw: msgspec.Raw) -> bool:
@@ -63,101 +212,71 @@ def _is_text(raw: msgspec.Raw) -> bool:
         return True
     try:
         msgspec.json.decode(raw)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return False
     return True
 
 
-def _text_replaced(data: bytes, path: str) -> ks.Trace:
+def _text_replaced(data: bytes, path: str) -> TraceStream:
     """A stray byte that is not UTF-8 (in a name, say) becomes U+FFFD, and the trace is read."""
     fixed = data.decode("utf-8", "replace").encode()
     if fixed == data:
         raise DagprofError("not valid JSON text", path)
-    trace = decode_trace(fixed, path)
-    trace.notes.append("bytes that are not UTF-8 text replaced by U+FFFD")
-    return trace
+    stream = open_trace(fixed, path)
+    stream._not_utf8 = True
+    return stream
 
 
 # ---------------------------------------------------------------- the tolerant path
-def _tolerant(data: bytes, path: str) -> ks.Trace:
+def _lax_head(data: bytes, path: str) -> ks.Head:
+    """The top level when a key the reader uses has a foreign type: each converted when it means the same, else dropped."""
     try:
-        return ks.LAX_DECODER.decode(data)
+        doc = _TOP_DECODER.decode(data)
     except msgspec.ValidationError:
-        pass
-    if data.lstrip()[:1] == b"[":  # Kineto's first JSON: the events alone
-        try:
-            return ks.Trace(traceEvents=ks.EVENTS_DECODER.decode(data))
-        except (msgspec.ValidationError, msgspec.DecodeError):
-            pass  # the generic decode below tells which
-    try:
-        doc = msgspec.json.decode(data)
-    except msgspec.DecodeError as e:
-        raise DagprofError(f"not valid JSON, truncated or foreign file ({e})", path) from None
-    if isinstance(doc, list):
-        doc = {"traceEvents": doc}
-    if not isinstance(doc, dict):
-        raise DagprofError(f"not a Kineto trace: the top level is a {type(doc).__name__}, not an object", path)
-    events = doc.get("traceEvents")
-    if not isinstance(events, list):
-        raise DagprofError("not a Kineto trace: no 'traceEvents' list", path)
-    top = {k: msgspec.Raw(msgspec.json.encode(doc[k])) for k in _RAW_TOP if k in doc and doc[k] is not None}
-    base = _int(doc.get("baseTimeNanoseconds"), 2**62)
-    host = doc.get("host_name")
-    try:
-        out = msgspec.convert(events, list[ks.Event], strict=False)
-        notes = []
-    except msgspec.ValidationError:
-        out, notes = _events(events)
-    return ks.Trace(traceEvents=out, baseTimeNanoseconds=base, host_name=_str(host) or "", notes=notes, **top)
+        kind = type(msgspec.json.decode(data)).__name__
+        raise DagprofError(f"not a Kineto trace: the top level is a {kind}, not an object", path) from None
+    top = {k: doc[k] for k in _RAW_TOP if k in doc and bytes(doc[k]) != b"null"}
+    events = doc.get("traceEvents", msgspec.Raw())
+    base = _int(raw_value(doc["baseTimeNanoseconds"]), 2**62) if "baseTimeNanoseconds" in doc else None
+    host = _str(raw_value(doc["host_name"])) if "host_name" in doc else None
+    return ks.Head(traceEvents=events, baseTimeNanoseconds=base, host_name=host or "", **top)
 
 
-def _events(events: list[Any]) -> tuple[list[ks.Event], list[str]]:
-    out = []
-    bad = 0
-    for e in events:
-        try:
-            out.append(msgspec.convert(e, ks.Event, strict=False))
-            continue
-        except msgspec.ValidationError:
-            pass
-        ev = _event(e) if isinstance(e, dict) else None
-        if ev is None:
-            bad += 1
-        else:
-            out.append(ev)
-    notes = [f"{bad} of {len(events)} events unreadable (no valid ph, ts or dur): skipped"] if bad else []
-    return out, notes
+def _event(e: Any) -> dict[str, Any]:
+    """One event, field by field: what is meant is kept, a foreign value dropped (a missing time drops the event later)."""
+    if not isinstance(e, dict):
+        raise TypeError("not an event object")
+    out: dict[str, Any] = {}
+    for key in ("ph", "name", "cat"):
+        if _str(e.get(key)) is not None:
+            out[key] = _str(e[key])
+    for key in ("pid", "tid"):
+        if key in e:
+            out[key] = _id(e[key])
+    for key in ("ts", "dur"):
+        x = _float(e.get(key))
+        if x is not None:
+            out[key] = x
+    if isinstance(e.get("args"), dict):
+        out["args"] = _args(e["args"])
+    return out
 
 
-def _event(e: dict[str, Any]) -> ks.Event | None:
-    """One event, field by field: what is meant is kept, what is foreign dropped; None without a usable time."""
-    ts, dur = _float(e.get("ts", 0.0)), _float(e.get("dur", 0.0))
-    ph = _str(e.get("ph", ""))
-    if ts is None or dur is None or ph is None:
-        return None
-    args = e.get("args")
-    return ks.Event(ph=ph, name=_str(e.get("name")) or "", cat=_str(e.get("cat")) or "",
-                    pid=_id(e.get("pid")), tid=_id(e.get("tid")), ts=ts, dur=dur,
-                    args=_args(args) if isinstance(args, dict) else None)
-
-
-def _args(args: dict[str, Any]) -> ks.Args:
+def _args(args: dict[str, Any]) -> dict[str, Any]:
     clean = {}
     for field, key in _ARG_FIELDS.items():
         if key not in args:
             continue
         value = args[key]
-        try:
-            msgspec.convert({key: value}, ks.Args, strict=False)
-        except msgspec.ValidationError:
-            value = _coerce(value, ks.Args.__annotations__[field])
-            if value is None:
-                continue
+        if key not in _RAW_ARGS:
+            try:
+                ks.LAX_ARGS_DECODER.decode(msgspec.json.encode({key: value}))
+            except (msgspec.ValidationError, msgspec.EncodeError, TypeError):
+                value = _coerce(value, ks.Args.__annotations__[field])
+                if value is None:
+                    continue
         clean[key] = value
-    try:
-        return msgspec.convert(clean, ks.Args, strict=False)
-    except msgspec.ValidationError:  # a combination no single field showed: keep nothing rather than guess
-        return ks.Args()
+    return clean
 
 
 def _coerce(value: Any, annotation: Any) -> Any:
@@ -204,15 +323,15 @@ def _id(value: Any) -> int | str:
 
 
 # ---------------------------------------------------------------- checks the reader relies on
-def _profiler_marked(trace: ks.Trace) -> bool:
+def _profiler_marked(events: list[ks.Event]) -> bool:
     """A file without Kineto's top-level keys (its first JSON had none) is still one if torch.profiler marked it."""
-    return any(e.name.startswith(_PROFILER_MARKS) for e in trace.traceEvents or () if e.cat == "Trace" or e.ph == "i")
+    return any(e.name.startswith(_PROFILER_MARKS) for e in events if e.cat == "Trace" or e.ph == "i")
 
 
-def _profiler_events(trace: ks.Trace) -> bool:
+def _profiler_events(events: list[ks.Event]) -> bool:
     """An event list without Kineto's header (its first JSON): does it hold PyTorch profiler events?"""
     kinds = {"cpu_op", "kernel", "cuda_runtime", "user_annotation"}
-    return any(e.ph == "X" and ks.OLD_CATS.get(e.cat, e.cat) in kinds for e in (trace.traceEvents or [])[:1000])
+    return any(e.ph == "X" and ks.OLD_CATS.get(e.cat, e.cat) in kinds for e in events)
 
 
 def _distributed_info(raw: msgspec.Raw) -> msgspec.Raw:

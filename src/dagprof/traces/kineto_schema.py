@@ -73,32 +73,37 @@ class Args(
     labels: msgspec.Raw = msgspec.Raw()  # metadata events: "CPU", "GPU 0"
 
 
+NO_TIME = float("nan")  # a missing ts or dur: the decode drops such complete events (counted), never reads them as 0
+
+
 class Event(msgspec.Struct, gc=False):
     ph: str = ""
     name: str = ""
     cat: str = ""
     pid: int | str = 0
     tid: int | str = 0
-    ts: Micros = 0.0
-    dur: Micros = 0.0
+    ts: Micros = NO_TIME
+    dur: Micros = NO_TIME
     args: Args | None = None
 
 
-class Trace(msgspec.Struct, gc=False):
-    traceEvents: list[Event] | None = None
+class Head(msgspec.Struct, gc=False):
+    """The top level of a trace, its events left undecoded (``kineto_decode`` reads them a chunk at a time)."""
+
+    traceEvents: msgspec.Raw = msgspec.Raw()
     distributedInfo: msgspec.Raw = msgspec.Raw()
     baseTimeNanoseconds: Annotated[int, msgspec.Meta(ge=-(2**62), le=2**62)] | None = None
     schemaVersion: msgspec.Raw = msgspec.Raw()
     deviceProperties: msgspec.Raw = msgspec.Raw()
     host_name: str = ""
-    notes: list[str] = msgspec.field(default_factory=list, name="dagprof:notes")  # set by the tolerant decode only
 
 
-TRACE_DECODER = msgspec.json.Decoder(Trace)
-# The same structs, numbers written as strings ("bytes": "1", as TraceLens/ROCm and vLLM traces have) accepted.
-LAX_DECODER = msgspec.json.Decoder(Trace, strict=False)
-# Kineto's first JSON (PyTorch 1.8): the Chrome trace "array form", a bare list of events.
+HEAD_DECODER = msgspec.json.Decoder(Head)
 EVENTS_DECODER = msgspec.json.Decoder(list[Event])
+# The same structs, numbers written as strings ("bytes": "1", as TraceLens/ROCm and vLLM traces have) accepted.
+LAX_EVENTS_DECODER = msgspec.json.Decoder(list[Event], strict=False)
+LAX_EVENT_DECODER = msgspec.json.Decoder(Event, strict=False)
+LAX_ARGS_DECODER = msgspec.json.Decoder(Args, strict=False)
 
 
 # ---------------------------------------------------------------- collectives
@@ -315,5 +320,5 @@ def raw_value(value: msgspec.Raw) -> Any:
     (the typed decode skips raw fields without checking their UTF-8)."""
     try:
         return msgspec.json.decode(value) if len(value) else None
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # RecursionError: nested deeper than any trace
         return None

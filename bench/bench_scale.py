@@ -1,0 +1,202 @@
+"""dagprof at scale: one huge trace, and cluster-sized trace sets built from real ones.
+
+Two modes, each measured in fresh processes (time, and peak RSS of the largest process):
+
+- ``big --events 500000,1000000,5000000``: one synthetic Kineto trace of tiny CPU ops (100 per
+  ``ProfilerStep#N``, 20 distinct names, shapes recorded) through ``dagprof replay`` (its Perfetto
+  traces included when asked, ``--write-traces``), and ``dagprof.load`` alone: its peak, the RSS it
+  keeps per event after parsing (allocator slack included) and the bytes per event of the table's
+  numpy columns and flows.
+- ``cluster --ranks 64,256,1024``: the real 8-rank DLRM set (``kineto-corpus/param/dlrm_kineto`` under
+  ``--data``) replicated to N ranks: rank r is worker r mod 8 with ``distributedInfo`` rewritten, a
+  per-rank clock offset (up to +-50 ms) and a per-rank speed jitter (every duration and gap scaled by
+  1 +- 3 %, which keeps nesting and the order of collectives). ``dagprof analyze`` on each size, and
+  HolisticTraceAnalysis's ``TraceAnalysis`` at the sizes given by ``--hta-ranks`` (``--hta-python``:
+  an interpreter that imports ``hta``).
+
+The traces are written to a temporary folder (``--tmp``), never into the repository.
+
+    python bench/bench_scale.py big [--events 500000,1000000] [--write-traces]
+    python bench/bench_scale.py cluster [--ranks 64,256,1024] [--hta-ranks 64] [--hta-python PY] [--data DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import msgspec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchdata import add_data_argument, require  # noqa: E402
+
+DLRM = "kineto-corpus/param/dlrm_kineto"
+OPS_PER_STEP = 100
+
+
+# ---------------------------------------------------------------- generators
+def write_big(path: str, events: int) -> int:
+    """A Kineto trace of ``events`` tiny CPU ops on one thread, written as it is generated (bounded memory)."""
+    steps = max(1, events // OPS_PER_STEP)
+    with open(path, "w") as f:
+        f.write('{"schemaVersion": 1, "traceEvents": [\n')
+        ts = 1_000_000.0
+        first = True
+        for s in range(steps):
+            step_dur = OPS_PER_STEP * 3.0
+            rows = [f'{{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#{s}", "pid": 1, "tid": 1, '
+                    f'"ts": {ts:.3f}, "dur": {step_dur:.3f}}}']
+            for j in range(OPS_PER_STEP - 1):
+                rows.append(f'{{"ph": "X", "cat": "cpu_op", "name": "aten::op{j % 20}", "pid": 1, "tid": 1, '
+                            f'"ts": {ts + 1 + 3 * j:.3f}, "dur": 2.0, "args": {{"External id": {s * OPS_PER_STEP + j}, '
+                            f'"Input Dims": [[64, 64], [64]], "Input type": ["float", "float"]}}}}')
+            f.write(("" if first else ",\n") + ",\n".join(rows))
+            first = False
+            ts += step_dur + 1
+        f.write('\n]}\n')
+    return steps * OPS_PER_STEP
+
+
+def write_cluster(src_dir: str, ranks: int, out: str, seed: int = 0) -> int:
+    """``ranks`` rank files from the real DLRM set: distributedInfo rewritten, per-rank clock offset and speed jitter."""
+    srcs = sorted(Path(src_dir).glob("*.json*"))
+    docs = []
+    for p in srcs:
+        with (gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb")) as f:
+            docs.append(msgspec.json.decode(f.read()))
+    rng = random.Random(seed)
+    total = 0
+    os.makedirs(out, exist_ok=True)
+    for r in range(ranks):
+        doc = dict(docs[r % len(docs)])
+        offset, speed = rng.uniform(-50_000, 50_000), 1 + rng.uniform(-0.03, 0.03)
+        t0 = min(e["ts"] for e in doc["traceEvents"] if isinstance(e.get("ts"), (int, float)))
+        evs = []
+        for e in doc["traceEvents"]:
+            e = dict(e)
+            if isinstance(e.get("ts"), (int, float)):
+                e["ts"] = round(t0 + (e["ts"] - t0) * speed + offset, 3)
+            if isinstance(e.get("dur"), (int, float)):
+                e["dur"] = round(e["dur"] * speed, 3)
+            evs.append(e)
+        doc["traceEvents"] = evs
+        doc["distributedInfo"] = dict(doc.get("distributedInfo") or {}, rank=r, world_size=ranks)
+        total += len(evs)
+        with open(os.path.join(out, f"rank-{r}.json"), "wb") as f:
+            f.write(msgspec.json.encode(doc))
+    return total
+
+
+# ---------------------------------------------------------------- measuring
+_LOAD_CHILD = r"""
+import json, sys, time, gc
+def rss(key):
+    return int(next(l for l in open("/proc/self/status") if l.startswith(key)).split()[1]) * 1024
+import dagprof
+base = rss("VmRSS")
+t = time.perf_counter()
+run = dagprof.load(sys.argv[1])
+wall = time.perf_counter() - t
+gc.collect()
+n = sum(len(r.events.start) for r in run.ranks)
+table = sum(getattr(r.events, c).nbytes for r in run.ranks for c in r.events.COLUMNS) + sum(r.flows.nbytes + r.flow_rule.nbytes for r in run.ranks)
+print(json.dumps({"wall": wall, "events": n, "resident_b_per_event": (rss("VmRSS") - base) / max(n, 1), "table_b_per_event": table / max(n, 1),
+                  "peak_mib": rss("VmHWM") / 2**20}))
+"""
+
+_HTA_CHILD = r"""
+import json, sys, time, logging, warnings
+warnings.filterwarnings("ignore"); logging.disable(logging.CRITICAL)
+from hta.trace_analysis import TraceAnalysis
+t = time.perf_counter()
+TraceAnalysis(trace_dir=sys.argv[1])
+print(json.dumps({"wall": time.perf_counter() - t}))
+"""
+
+
+def timed(cmd: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> tuple[float, float, str]:
+    """(wall s, peak RSS MiB of the largest process, stdout) of a fresh process."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=cwd)
+        _, status, ru = os.wait4(proc.pid, 0)  # this process tree's own peak (its waited-for workers included)
+        wall = time.perf_counter() - t
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(cmd[-6:])} failed ({proc.returncode}):\n{err.read().decode()[-2000:]}")
+        return wall, ru.ru_maxrss / 1024, out.read().decode()
+
+
+def _dagprof_env(tmp: str) -> dict[str, str]:
+    """This checkout's dagprof, no progress bars, and its parse cache in ``tmp`` (cold, and gone afterwards)."""
+    env = dict(os.environ, DAGPROF_PROGRESS="0", DAGPROF_CACHE_DIR=os.path.join(tmp, "cache"))
+    src = str(Path(__file__).resolve().parent.parent / "src")
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def cli(args: list[str]) -> list[str]:
+    return [sys.executable, "-c", "import sys; from dagprof.cli.main import main; sys.exit(main())", *args]
+
+
+def big(args: argparse.Namespace, tmp: str) -> None:
+    print(f"{'events':>10} {'MB':>7} {'load s':>8} {'load MiB':>9} {'B/event':>8} {'table B/ev':>10} {'replay s':>9} {'replay MiB':>11}")
+    for n in [int(x) for x in args.events.split(",")]:
+        path = os.path.join(tmp, f"big-{n}.json")
+        n = write_big(path, n)
+        size = os.path.getsize(path) / 1e6
+        _, _, out = timed([sys.executable, "-c", _LOAD_CHILD, path], _dagprof_env(tmp))
+        load = json.loads(out.strip().splitlines()[-1])
+        flags = ["--write-traces"] if args.write_traces else []
+        wall, peak, _ = timed(cli(["replay", path, "-o", os.path.join(tmp, f"out-{n}"), "--json", *flags]), _dagprof_env(tmp))
+        print(f"{n:>10,} {size:>7.0f} {load['wall']:>8.1f} {load['peak_mib']:>9.0f} {load['resident_b_per_event']:>8.0f} {load['table_b_per_event']:>10.0f}"
+              f" {wall:>9.1f} {peak:>11.0f}", flush=True)
+        os.remove(path)
+
+
+def cluster(args: argparse.Namespace, tmp: str) -> None:
+    src = str(require(args.data) / DLRM)
+    hta_sizes = {int(x) for x in args.hta_ranks.split(",") if x}
+    print(f"{'ranks':>6} {'events':>10} {'analyze s':>10} {'analyze MiB':>12} {'HTA s':>8} {'HTA MiB':>8}")
+    for ranks in [int(x) for x in args.ranks.split(",")]:
+        folder = os.path.join(tmp, f"dlrm-{ranks}")
+        n = write_cluster(src, ranks, folder)
+        wall, peak, _ = timed(cli(["analyze", folder, "--json"]), _dagprof_env(tmp), cwd=tmp)  # anything it writes stays in tmp
+        hta = "-", "-"
+        if ranks in hta_sizes:
+            hwall, hpeak, _ = timed([args.hta_python, "-c", _HTA_CHILD, folder])
+            hta = f"{hwall:.1f}", f"{hpeak:.0f}"
+        print(f"{ranks:>6} {n:>10,} {wall:>10.1f} {peak:>12.0f} {hta[0]:>8} {hta[1]:>8}", flush=True)
+        shutil.rmtree(folder)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="mode", required=True)
+    b = sub.add_parser("big")
+    b.add_argument("--events", default="500000,1000000")
+    b.add_argument("--write-traces", action="store_true", help="replay writes its Perfetto traces too (however large)")
+    c = sub.add_parser("cluster")
+    c.add_argument("--ranks", default="64,256,1024")
+    c.add_argument("--hta-ranks", default="64", help="sizes at which HTA runs too (comma-separated; empty: none)")
+    c.add_argument("--hta-python", default=os.environ.get("DAGPROF_HTA_PYTHON", sys.executable))
+    add_data_argument(c)
+    for p in (b, c):
+        p.add_argument("--tmp", help="folder for the generated traces (default: a new temporary folder)")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+        (big if args.mode == "big" else cluster)(args, tmp)
+
+
+if __name__ == "__main__":
+    main()
