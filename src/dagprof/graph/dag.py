@@ -207,7 +207,7 @@ class GraphBuilder:
         for col, values in self._cols.items():
             given = columns.get(col)
             if given is None:
-                given = np.full(n, 0 if col in ("dur", "gap", "order", "nbytes") else -1)
+                given = np.full(n, 0 if col in ("dur", "gap", "order", "nbytes") else int(Dim.DP) if col == "dim" else -1)  # add_node's defaults
             elif col in ("dur", "gap"):
                 given = np.maximum(np.asarray(given, np.float64), 0.0)
             values.frombytes(np.asarray(given).astype(NODE_COLUMNS[col]).tobytes())
