@@ -10,6 +10,7 @@ import os
 from typing import Callable, TypeVar
 
 from ..errors import DagprofError
+from ..traces.ray_parse import ENV_VAR as RAY_ENV_VAR
 from ..traces.steps import parse_steps
 
 T = TypeVar("T")
@@ -21,6 +22,17 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="profiled steps to use: A:B = steps A..B-1, A = step A alone (default: all that every rank has)")
     p.add_argument("--step-marker", metavar="NAME", default=None,
                    help="annotation that opens each iteration when the trace has no ProfilerStep (default: the whole window is one)")
+    p.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS", action=_RayAddress,
+                   help="parse the rank traces as Ray tasks on a cluster (files on a shared filesystem); ADDRESS as for ray.init "
+                        f"(default: auto, the cluster `ray start` runs here; or ${RAY_ENV_VAR})")
+
+
+class _RayAddress(argparse.Action):
+    """``--ray`` sets ``$DAGPROF_RAY_ADDRESS`` for this process: where rank traces are parsed (traces/ray_parse.py)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        os.environ[RAY_ENV_VAR] = values
+        setattr(namespace, self.dest, values)
 
 
 def add_out_argument(p: argparse.ArgumentParser, what: str) -> None:
