@@ -208,17 +208,20 @@ def _ray_procs(temp_dir: str) -> dict[int, str]:
 
 
 class NodeMemory(threading.Thread):
-    """Peak proportional set size (shared object-store pages split between their users) of each node's processes, sampled."""
+    """Peak proportional set size (shared object-store pages split between their users) of each node's processes, sampled;
+    and per node, how many samples saw a parse task running there (Ray titles a busy worker ``ray::<task>``)."""
 
     def __init__(self, temp_dir: str):
         super().__init__(daemon=True)
-        self.temp_dir, self.peak, self.stop = temp_dir, {}, threading.Event()
+        self.temp_dir, self.peak, self.parsing, self.stop = temp_dir, {}, {}, threading.Event()
 
     def run(self) -> None:
         while not self.stop.wait(0.2):
             now: dict[str, int] = {}
             for pid, ns in _ray_procs(self.temp_dir).items():
                 try:
+                    if open(f"/proc/{pid}/cmdline", "rb").read().startswith(b"ray::_parse_task"):
+                        self.parsing[ns] = self.parsing.get(ns, 0) + 1
                     pss = next(line for line in open(f"/proc/{pid}/smaps_rollup") if line.startswith("Pss:"))
                     now[ns] = now.get(ns, 0) + int(pss.split()[1])
                 except (OSError, StopIteration):
@@ -267,7 +270,7 @@ def cluster(args: argparse.Namespace, tmp: str) -> None:
             head, temp_dir = stack.enter_context(ray_cluster(tmp, ray_env))
             print(f"Ray: head {head} (root namespace), worker {RAY_NET}.2 (namespace {RAY_NS}), one CPU each")
         print(f"{'ranks':>6} {'events':>10} {'analyze s':>10} {'analyze MiB':>12} {'HTA s':>8} {'HTA MiB':>8}"
-              + (f" {'Ray s':>7} {'driver MiB':>10} {'head MiB':>9} {'worker MiB':>10} {'same':>5}" if args.ray else ""))
+              + (f" {'Ray s':>7} {'driver MiB':>10} {'head MiB':>9} {'worker MiB':>10} {'parsing h/w':>11} {'same':>5}" if args.ray else ""))
         for ranks in [int(x) for x in args.ranks.split(",")]:
             folder = os.path.join(tmp, f"dlrm-{ranks}")
             n = write_cluster(src, ranks, folder)
@@ -285,6 +288,7 @@ def cluster(args: argparse.Namespace, tmp: str) -> None:
                 mem.join()
                 root, ns = os.readlink("/proc/self/ns/net"), os.readlink(f"/proc/{_worker_pid(temp_dir)}/ns/net")
                 line += (f" {rwall:>7.1f} {rpeak:>10.0f} {mem.peak.get(root, 0) / 1024:>9.0f} {mem.peak.get(ns, 0) / 1024:>10.0f}"
+                         f" {mem.parsing.get(root, 0):>5}/{mem.parsing.get(ns, 0):<5}"
                          f" {'yes' if json.loads(on_ray) == json.loads(local) else 'NO':>5}")
             print(line, flush=True)
             shutil.rmtree(folder)
