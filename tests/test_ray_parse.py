@@ -51,3 +51,33 @@ def test_ray_parse_matches_local(tmp_path):
         local = _cli(python, cmd, tmp_path / f"cache-local-{cmd[0]}", None)
         on_ray = _cli(python, cmd, tmp_path / f"cache-ray-{cmd[0]}", "local")  # "local": a fresh single-node Ray for this process
         assert on_ray == local
+
+
+_DIRECT = r"""
+import sys, numpy as np
+from dagprof.traces.kineto import read_kineto
+from dagprof.traces.kineto_dir import trace_files
+from dagprof.traces.ray_parse import parse_on_ray
+files = trace_files(sys.argv[1])
+got = parse_on_ray(files, "local", use_cache=False)
+assert sorted(got) == files, sorted(got)
+for f in files:
+    a, b = got[f], read_kineto(f)
+    assert (a.rank, a.world_size, a.base_ns, a.events.names, a.lanes, a.groups) == (b.rank, b.world_size, b.base_ns, b.events.names, b.lanes, b.groups), f
+    for c in a.events.COLUMNS:
+        x = getattr(a.events, c)
+        assert x.flags.writeable and np.array_equal(x, getattr(b.events, c)), (f, c)
+    assert np.array_equal(a.flows, b.flows) and np.array_equal(a.flow_rule, b.flow_rule), f
+print("ok", len(files))
+"""
+
+
+@pytest.mark.ray
+def test_parse_on_ray_gives_the_readers_tables(tmp_path):
+    """Each rank's table from a Ray task equals the reader's own, as ordinary (writable) arrays out of the object store."""
+    python = os.environ.get("DAGPROF_RAY_PYTHON")
+    if not python:
+        pytest.skip("set DAGPROF_RAY_PYTHON to a Python with ray (pip install 'dagprof[ray]') to check --ray")
+    env = dict(os.environ, PYTHONPATH=SRC, DAGPROF_CACHE_DIR=str(tmp_path))
+    done = subprocess.run([python, "-c", _DIRECT, str(DLRM)], env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0 and done.stdout.startswith("ok 8"), done.stderr[-2000:]

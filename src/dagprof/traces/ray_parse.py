@@ -9,7 +9,10 @@ here and only when asked for.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import NamedTuple
+
+import numpy as np
 
 from ..errors import DagprofError
 from ..progress import progress
@@ -46,6 +49,14 @@ def _parse_task(path: str, use_cache: bool) -> RankTrace | str | _Failed:
         return _Failed(err.problem)
 
 
+def _owned(trace: RankTrace) -> RankTrace:
+    """The trace with its arrays copied out of the object store: ``ray.get`` gives read-only views that pin the
+    object in the store (unspillable) for as long as they live, and the rest of dagprof expects ordinary arrays."""
+    ev = trace.events
+    events = replace(ev, **{c: np.array(getattr(ev, c)) for c in ev.COLUMNS})
+    return replace(trace, events=events, flows=np.array(trace.flows), flow_rule=np.array(trace.flow_rule))
+
+
 def parse_on_ray(files: list[str], address: str, use_cache: bool = True) -> dict[str, RankTrace | str]:
     """``kineto_dir._parse`` of every file as one Ray task (one CPU) each, keyed by file; at most two tasks per
     cluster CPU in flight, so the driver holds a bounded number of finished, unfetched results."""
@@ -76,6 +87,6 @@ def parse_on_ray(files: list[str], address: str, use_cache: bool = True) -> dict
                 raise DagprofError(f"a Ray worker failed: {str(err).strip().splitlines()[-1]}", f) from None
             if isinstance(r, _Failed):
                 raise DagprofError(r.problem, f)
-            yield f, r
+            yield f, _owned(r) if isinstance(r, RankTrace) else r
 
     return dict(progress(finished(), "parsing rank traces on Ray", len(files), "rank"))
