@@ -81,3 +81,14 @@ def test_parse_on_ray_gives_the_readers_tables(tmp_path):
     env = dict(os.environ, PYTHONPATH=SRC, DAGPROF_CACHE_DIR=str(tmp_path))
     done = subprocess.run([python, "-c", _DIRECT, str(DLRM)], env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0 and done.stdout.startswith("ok 8"), done.stderr[-2000:]
+
+
+@pytest.mark.ray
+def test_nobody_at_the_address_is_one_line(tmp_path):
+    python = os.environ.get("DAGPROF_RAY_PYTHON")
+    if not python:
+        pytest.skip("set DAGPROF_RAY_PYTHON to a Python with ray (pip install 'dagprof[ray]') to check --ray")
+    env = dict(os.environ, PYTHONPATH=SRC, DAGPROF_CACHE_DIR=str(tmp_path))
+    done = subprocess.run([python, "-m", "dagprof.cli.main", "analyze", str(DLRM), "--ray", "127.0.0.1:1"], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and done.stderr.strip().endswith("127.0.0.1:1: no Ray cluster answers there (Connection refused)"), done.stderr

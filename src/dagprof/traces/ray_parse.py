@@ -9,6 +9,7 @@ here and only when asked for.
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -32,6 +33,16 @@ def _ray():
     except ImportError:
         raise DagprofError("Ray is not installed: pip install 'dagprof[ray]'", f"--ray / ${ENV_VAR}") from None
     return ray
+
+
+def _reachable(address: str) -> None:
+    """A HOST:PORT nobody answers at is one line now (Ray itself retries for minutes, logging every second)."""
+    host, _, port = address.rpartition(":")
+    if host and port.isdigit() and "://" not in address:
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
+        except OSError as err:
+            raise DagprofError(f"no Ray cluster answers there ({err.strerror or err})", address) from None
 
 
 class _Failed(NamedTuple):
@@ -62,6 +73,7 @@ def parse_on_ray(files: list[str], address: str, use_cache: bool = True) -> dict
     cluster CPU in flight, so the driver holds a bounded number of finished, unfetched results."""
     ray = _ray()
     if not ray.is_initialized():
+        _reachable(address)
         try:
             ray.init(address=address, logging_level="ERROR", log_to_driver=False, include_dashboard=False)
         except (ConnectionError, RuntimeError, ValueError) as err:
