@@ -17,11 +17,17 @@ Two modes, each measured in fresh processes (time, and peak RSS of the largest p
 The traces are written to a temporary folder (``--tmp``), never into the repository.
 
     python bench/bench_scale.py big [--events 500000,1000000] [--write-traces]
-    python bench/bench_scale.py cluster [--ranks 64,256,1024] [--hta-ranks 64] [--hta-python PY] [--data DIR]
+    python bench/bench_scale.py cluster [--ranks 64,256,1024] [--hta-ranks 64] [--hta-python PY] [--data DIR] [--ray]
+
+``cluster --ray`` (root, and a Python with ray: ``pip install 'dagprof[ray]'``) also starts a 2-node Ray cluster on this
+machine: the head in the root network namespace, a worker node in its own namespace over a veth pair, one CPU each. Each
+size is analysed again with ``--ray`` (cold parse cache): its time, the driver's peak RSS, each node's peak memory (PSS of
+its Ray processes, sampled), and whether its JSON equals the local one. The namespace and the processes go afterwards.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -30,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -164,20 +171,133 @@ def big(args: argparse.Namespace, tmp: str) -> None:
         os.remove(path)
 
 
+# ---------------------------------------------------------------- a 2-node Ray cluster on this machine
+RAY_NET, RAY_NS, RAY_PORT = "10.77.0", "dagprof-rayw", 6391  # the worker node's namespace and the link's addresses
+
+
+def _sh(*cmd: str, env: dict[str, str] | None = None) -> None:
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd[:6])} ... failed ({done.returncode}):\n{(done.stdout + done.stderr)[-2000:]}")
+
+
+def _procs() -> dict[int, tuple[int, str, str]]:
+    """pid -> (parent pid, network namespace, command line) of every process."""
+    out = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = open(f"/proc/{d}/stat").read()
+                cmd = open(f"/proc/{d}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+                out[int(d)] = (int(stat.rsplit(")", 1)[1].split()[1]), os.readlink(f"/proc/{d}/ns/net"), cmd)
+            except OSError:
+                pass
+    return out
+
+
+def _ray_procs(temp_dir: str) -> dict[int, str]:
+    """pid -> network namespace of the cluster's own processes: those naming its temp dir, and their descendants."""
+    procs = _procs()
+    ours = {pid for pid, (_, _, cmd) in procs.items() if temp_dir in cmd}
+    grew = True
+    while grew:
+        kids = {pid for pid, (ppid, _, _) in procs.items() if ppid in ours} - ours
+        ours |= kids
+        grew = bool(kids)
+    return {pid: procs[pid][1] for pid in ours}
+
+
+class NodeMemory(threading.Thread):
+    """Peak proportional set size (shared object-store pages split between their users) of each node's processes, sampled;
+    and per node, how many samples saw a parse task running there (Ray titles a busy worker ``ray::<task>``)."""
+
+    def __init__(self, temp_dir: str):
+        super().__init__(daemon=True)
+        self.temp_dir, self.peak, self.parsing, self.stop = temp_dir, {}, {}, threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(0.2):
+            now: dict[str, int] = {}
+            for pid, ns in _ray_procs(self.temp_dir).items():
+                try:
+                    if open(f"/proc/{pid}/cmdline", "rb").read().startswith(b"ray::_parse_task"):
+                        self.parsing[ns] = self.parsing.get(ns, 0) + 1
+                    pss = next(line for line in open(f"/proc/{pid}/smaps_rollup") if line.startswith("Pss:"))
+                    now[ns] = now.get(ns, 0) + int(pss.split()[1])
+                except (OSError, StopIteration):
+                    pass
+            for ns, kib in now.items():
+                self.peak[ns] = max(self.peak.get(ns, 0), kib)
+
+
+@contextlib.contextmanager
+def ray_cluster(tmp: str, env: dict[str, str]):
+    """A head node (root namespace, one CPU) and a worker node (one CPU) in its own network namespace over a veth
+    pair; yields the head's address. Everything is removed afterwards, processes by pid."""
+    ray = os.path.join(os.path.dirname(sys.executable), "ray")
+    temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # Ray's socket paths must stay short
+    common = ["--num-cpus", "1", "--object-store-memory", str(300 << 20), "--disable-usage-stats", "--temp-dir", temp_dir]
+    try:
+        _sh("ip", "netns", "add", RAY_NS)
+        _sh("ip", "link", "add", "dgp-rayh", "type", "veth", "peer", "name", "dgp-rayw", "netns", RAY_NS)
+        _sh("ip", "addr", "add", f"{RAY_NET}.1/24", "dev", "dgp-rayh")
+        _sh("ip", "link", "set", "dgp-rayh", "up")
+        for cmd in (["addr", "add", f"{RAY_NET}.2/24", "dev", "dgp-rayw"], ["link", "set", "dgp-rayw", "up"], ["link", "set", "lo", "up"]):
+            _sh("ip", "netns", "exec", RAY_NS, "ip", *cmd)
+        head = f"{RAY_NET}.1:{RAY_PORT}"
+        _sh(ray, "start", "--head", "--node-ip-address", f"{RAY_NET}.1", "--port", str(RAY_PORT), "--include-dashboard", "false", *common, env=env)
+        _sh("ip", "netns", "exec", RAY_NS, ray, "start", "--address", head, "--node-ip-address", f"{RAY_NET}.2", *common, env=env)
+        yield head, temp_dir
+    finally:
+        for sig in (15, 9):
+            for pid in _ray_procs(temp_dir):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, sig)
+            time.sleep(2)
+        subprocess.run(["ip", "link", "del", "dgp-rayh"], capture_output=True)
+        subprocess.run(["ip", "netns", "del", RAY_NS], capture_output=True)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
 def cluster(args: argparse.Namespace, tmp: str) -> None:
     src = str(require(args.data) / DLRM)
     hta_sizes = {int(x) for x in args.hta_ranks.split(",") if x}
-    print(f"{'ranks':>6} {'events':>10} {'analyze s':>10} {'analyze MiB':>12} {'HTA s':>8} {'HTA MiB':>8}")
-    for ranks in [int(x) for x in args.ranks.split(",")]:
-        folder = os.path.join(tmp, f"dlrm-{ranks}")
-        n = write_cluster(src, ranks, folder)
-        wall, peak, _ = timed(cli(["analyze", folder, "--json"]), _dagprof_env(tmp), cwd=tmp)  # anything it writes stays in tmp
-        hta = "-", "-"
-        if ranks in hta_sizes:
-            hwall, hpeak, _ = timed([args.hta_python, "-c", _HTA_CHILD, folder])
-            hta = f"{hwall:.1f}", f"{hpeak:.0f}"
-        print(f"{ranks:>6} {n:>10,} {wall:>10.1f} {peak:>12.0f} {hta[0]:>8} {hta[1]:>8}", flush=True)
-        shutil.rmtree(folder)
+    with contextlib.ExitStack() as stack:
+        if args.ray:
+            # the workers' parse cache cold too; token auth (the token in ~/.ray, the same on both nodes here), which Ray asks for
+            # as soon as a node joins from another address
+            ray_env = dict(_dagprof_env(tmp), DAGPROF_CACHE_DIR=os.path.join(tmp, "cache-ray"), RAY_AUTH_MODE="token")
+            head, temp_dir = stack.enter_context(ray_cluster(tmp, ray_env))
+            print(f"Ray: head {head} (root namespace), worker {RAY_NET}.2 (namespace {RAY_NS}), one CPU each")
+        print(f"{'ranks':>6} {'events':>10} {'analyze s':>10} {'analyze MiB':>12} {'HTA s':>8} {'HTA MiB':>8}"
+              + (f" {'Ray s':>7} {'driver MiB':>10} {'head MiB':>9} {'worker MiB':>10} {'parsing h/w':>11} {'same':>5}" if args.ray else ""))
+        for ranks in [int(x) for x in args.ranks.split(",")]:
+            folder = os.path.join(tmp, f"dlrm-{ranks}")
+            n = write_cluster(src, ranks, folder)
+            wall, peak, local = timed(cli(["analyze", folder, "--json"]), _dagprof_env(tmp), cwd=tmp)  # anything it writes stays in tmp
+            hta = "-", "-"
+            if ranks in hta_sizes:
+                hwall, hpeak, _ = timed([args.hta_python, "-c", _HTA_CHILD, folder])
+                hta = f"{hwall:.1f}", f"{hpeak:.0f}"
+            line = f"{ranks:>6} {n:>10,} {wall:>10.1f} {peak:>12.0f} {hta[0]:>8} {hta[1]:>8}"
+            if args.ray:
+                mem = NodeMemory(temp_dir)
+                mem.start()
+                rwall, rpeak, on_ray = timed(cli(["analyze", folder, "--json", "--ray", head]), ray_env, cwd=tmp)
+                mem.stop.set()
+                mem.join()
+                root, ns = os.readlink("/proc/self/ns/net"), os.readlink(f"/proc/{_worker_pid(temp_dir)}/ns/net")
+                line += (f" {rwall:>7.1f} {rpeak:>10.0f} {mem.peak.get(root, 0) / 1024:>9.0f} {mem.peak.get(ns, 0) / 1024:>10.0f}"
+                         f" {mem.parsing.get(root, 0):>5}/{mem.parsing.get(ns, 0):<5}"
+                         f" {'yes' if json.loads(on_ray) == json.loads(local) else 'NO':>5}")
+            print(line, flush=True)
+            shutil.rmtree(folder)
+
+
+def _worker_pid(temp_dir: str) -> int:
+    """A process of the worker node (outside this namespace)."""
+    root = os.readlink("/proc/self/ns/net")
+    return next(pid for pid, ns in _ray_procs(temp_dir).items() if ns != root)
 
 
 def main() -> None:
@@ -190,6 +310,8 @@ def main() -> None:
     c.add_argument("--ranks", default="64,256,1024")
     c.add_argument("--hta-ranks", default="64", help="sizes at which HTA runs too (comma-separated; empty: none)")
     c.add_argument("--hta-python", default=os.environ.get("DAGPROF_HTA_PYTHON", sys.executable))
+    c.add_argument("--ray", action="store_true", help="also analyze each size on a 2-node Ray cluster started here (root; the worker node "
+                   "in its own network namespace): time, peak memory per node, and whether the results equal the local ones")
     add_data_argument(c)
     for p in (b, c):
         p.add_argument("--tmp", help="folder for the generated traces (default: a new temporary folder)")

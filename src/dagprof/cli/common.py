@@ -12,6 +12,7 @@ from typing import Callable, TypeVar
 
 from ..errors import DagprofError
 from ..fsutil import DEFAULT_MAX_BYTES, MAX_BYTES_ENV, Staged, staged_folder
+from ..traces.ray_parse import ENV_VAR as RAY_ENV_VAR
 from ..traces.steps import parse_steps
 
 T = TypeVar("T")
@@ -27,6 +28,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-missing-ranks", action="store_true",
                    help="analyse a run that lacks ranks of its job, or holds some cut short (killed mid-window): "
                         "with a warning, outputs marked partial (default: refused)")
+    p.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS", action=_RayAddress,
+                   help="parse the rank traces as Ray tasks on a cluster (files on a shared filesystem); ADDRESS as for ray.init "
+                        f"(default: auto, the cluster `ray start` runs here; or ${RAY_ENV_VAR})")
 
 
 def add_input_limit(p: argparse.ArgumentParser) -> None:
@@ -34,6 +38,14 @@ def add_input_limit(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-trace-bytes", type=positive_int, default=None, metavar="N",
                    help=f"largest input file read, in bytes once decompressed; larger ones are refused "
                         f"(default: ${MAX_BYTES_ENV}, else {DEFAULT_MAX_BYTES >> 30} GiB)")
+
+
+class _RayAddress(argparse.Action):
+    """``--ray`` sets ``$DAGPROF_RAY_ADDRESS`` for this process: where rank traces are parsed (traces/ray_parse.py)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        os.environ[RAY_ENV_VAR] = values
+        setattr(namespace, self.dest, values)
 
 
 def add_out_argument(p: argparse.ArgumentParser, what: str) -> None:

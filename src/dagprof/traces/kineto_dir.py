@@ -19,6 +19,7 @@ from . import cache
 from .completeness import RankGap
 from .events import RankTrace, Run
 from .kineto import read_kineto
+from .ray_parse import parse_on_ray, ray_address
 
 TRACE_PATTERNS = ("*.json", "*.json.gz")
 _FOREIGN = "not a Kineto trace"
@@ -64,7 +65,9 @@ def read_trace_dir(path: str | os.PathLike[str], jobs: int | None = None, use_ca
         else:
             todo.append(f)
     workers = min(len(todo), jobs or os.cpu_count() or 1)
-    if workers > 1:
+    if todo and ray_address():  # a cluster's workers parse (ray_parse.py)
+        results.update(parse_on_ray(todo, ray_address(), use_cache))
+    elif workers > 1:
         ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
             for f, r in zip(todo, progress(pool.map(_parse, todo, [use_cache] * len(todo)), "parsing rank traces", len(todo), "rank")):
