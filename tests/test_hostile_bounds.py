@@ -254,6 +254,7 @@ def test_a_gzip_bomb_stops_at_the_cap(tmp_path, monkeypatch, capsys):
 
 def test_the_cap_is_raised_by_the_flag_or_the_environment(tmp_path, monkeypatch, capsys):
     size = len(gzip.decompress(TRACE.read_bytes()))
+    monkeypatch.setenv("DAGPROF_CACHE_DIR", str(tmp_path / "cache"))  # a parse cached by an earlier test reads no file
     monkeypatch.setenv(MAX_BYTES_ENV, str(size - 1))
     _refused(capsys, "replay", str(TRACE), "-o", str(tmp_path / "a"), says=f"over the {size - 1:,}-byte limit", names=str(TRACE))
     code, out, err = _cli(capsys, "replay", str(TRACE), "-o", str(tmp_path / "b"), "--max-trace-bytes", str(size))
