@@ -56,7 +56,7 @@ _RAW_ARG_FIELDS = tuple(f for f in ks.Args.__struct_fields__ if "Raw" in str(ks.
 _RAW_ARGS = frozenset(k for f, k in _ARG_FIELDS.items() if "Raw" in str(ks.Args.__annotations__[f]))
 
 
-_TOO_DEEP = "JSON nested deeper than any trace (a damaged or hostile file)"
+_TOO_DEEP = "JSON nested too deeply to read (a damaged or hostile file)"  # as cli.main says of every other decoder
 
 
 def open_trace(data: bytes, path: str) -> TraceStream:
