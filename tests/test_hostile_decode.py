@@ -119,7 +119,7 @@ def test_json_nested_too_deep_is_one_line(tmp_path):
                                    + "]" * 100_000 + "}}, ", 1)
     path = tmp_path / "rank-0.json"
     path.write_text(text)
-    with pytest.raises(DagprofError, match="nested deeper") as err:
+    with pytest.raises(DagprofError, match="nested too deeply") as err:
         read_kineto(path)
     assert "\n" not in str(err.value)
 
