@@ -12,6 +12,7 @@ script runs untouched (``dagprof profile -o DIR -- torchrun ... bench/fsdp_train
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import time
 
@@ -84,6 +85,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--profile-steps", default="4:8")
     p.add_argument("--kineto", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--times", metavar="FILE", help="write rank 0's step times (s) as JSON")
+    p.add_argument("--memory", metavar="FILE", help="measure each step's peak of allocated bytes per rank (torch.profiler's memory "
+                   "events, profiling from before the model is built) and write them as JSON to FILE.<rank>")
     return p.parse_args(argv)
 
 
@@ -107,20 +110,55 @@ def build(args: argparse.Namespace) -> tuple[nn.Module, torch.optim.Optimizer]:
     return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
 
 
-def train(args: argparse.Namespace, model: nn.Module, opt: torch.optim.Optimizer, prof=None) -> list[float]:
+def train(args: argparse.Namespace, model: nn.Module, opt: torch.optim.Optimizer, prof=None, span=None) -> list[float]:
+    """``span(i)``: a context manager around step ``i`` (``measure_memory``'s step marks)."""
     g = torch.Generator().manual_seed(dist.get_rank())
     times = []
-    for _ in range(args.steps):
+    for i in range(args.steps):
         t0 = time.perf_counter()
-        tokens = torch.randint(0, args.vocab, (args.batch, args.seq), generator=g)
-        logits = model(tokens)
-        loss = F.cross_entropy(logits.flatten(0, 1), tokens.roll(-1, 1).flatten())
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
+        with span(i) if span else contextlib.nullcontext():
+            one_step(args, model, opt, g)
         times.append(time.perf_counter() - t0)
         if prof is not None:
             prof.step()
+    return times
+
+
+def one_step(args: argparse.Namespace, model: nn.Module, opt: torch.optim.Optimizer, g: torch.Generator) -> None:
+    tokens = torch.randint(0, args.vocab, (args.batch, args.seq), generator=g)
+    logits = model(tokens)
+    loss = F.cross_entropy(logits.flatten(0, 1), tokens.roll(-1, 1).flatten())
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+
+
+def measure_memory(args: argparse.Namespace) -> list[float]:
+    """Every step's peak of bytes the CPU allocator holds, as torch.profiler's memory events count them.
+
+    Its counter holds what was allocated since profiling began and is still alive, so profiling starts
+    before the model is built: parameters, shards, gradients, optimizer state and activations all count."""
+    import os
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        times = train(args, *build(args), span=lambda i: record_function(f"train_step#{i}"))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+    steps = sorted((e["ts"], e["ts"] + e["dur"], int(e["name"].rpartition("#")[2])) for e in events
+                   if e.get("name", "").startswith("train_step#") and e.get("ph") == "X")
+    mem = sorted((e["ts"], e["args"]["Total Allocated"]) for e in events if e.get("name") == "[memory]")
+    peaks = [max((b for t, b in mem if t0 <= t <= t1), default=0) for t0, t1, _ in steps]
+    lows = [min((b for t, b in mem if t0 <= t <= t1), default=0) for t0, t1, _ in steps]
+    with open(f"{args.memory}.{dist.get_rank()}", "w") as f:
+        json.dump({"step_peak_bytes": peaks, "step_low_bytes": lows, "steps": [k for _, _, k in steps]}, f)
+    if os.environ.get("MEM_DUMP"):
+        json.dump(mem, open(f"{os.environ['MEM_DUMP']}.{dist.get_rank()}", "w"))
     return times
 
 
@@ -128,14 +166,16 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
-    model, opt = build(args)
-    if args.dagprof:
+    if args.memory:
+        times = measure_memory(args)
+    elif args.dagprof:
         import dagprof
 
+        model, opt = build(args)
         with dagprof.profile(args.dagprof, steps=args.profile_steps, model=model, kineto=args.kineto) as prof:
             times = train(args, model, opt, prof)
     else:
-        times = train(args, model, opt)
+        times = train(args, *build(args))
     if args.times and dist.get_rank() == 0:
         with open(args.times, "w") as f:
             json.dump(times, f)
