@@ -134,31 +134,60 @@ def one_step(args: argparse.Namespace, model: nn.Module, opt: torch.optim.Optimi
 
 
 def measure_memory(args: argparse.Namespace) -> list[float]:
-    """Every step's peak of bytes the CPU allocator holds, as torch.profiler's memory events count them.
+    """Every step's peak of tensor memory: the bytes of the tensors alive as the step starts (parameter shards,
+    gradients, optimizer state: read from the tensors) plus the most the heap grew above its level then.
 
-    Its counter holds what was allocated since profiling began and is still alive, so profiling starts
-    before the model is built: parameters, shards, gradients, optimizer state and activations all count."""
-    import os
-    import tempfile
+    The heap in use is glibc's ``mallinfo2`` (all arenas and mmapped blocks: where the CPU allocator takes
+    its memory), sampled after every aten op (a dispatch mode). Its level itself is not the tensors': the
+    math libraries keep their own buffers (about 19 MB above the tensors here after a few steps), so only
+    its rise within a step counts. torch.profiler's memory events are not used: they miss frees made on
+    threads it does not profile (its counter grows by about one logits tensor per step here)."""
+    import ctypes
 
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.utils._python_dispatch import TorchDispatchMode
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        times = train(args, *build(args), span=lambda i: record_function(f"train_step#{i}"))
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "trace.json")
-        prof.export_chrome_trace(path)
-        with open(path) as f:
-            events = json.load(f)["traceEvents"]
-    steps = sorted((e["ts"], e["ts"] + e["dur"], int(e["name"].rpartition("#")[2])) for e in events
-                   if e.get("name", "").startswith("train_step#") and e.get("ph") == "X")
-    mem = sorted((e["ts"], e["args"]["Total Allocated"]) for e in events if e.get("name") == "[memory]")
-    peaks = [max((b for t, b in mem if t0 <= t <= t1), default=0) for t0, t1, _ in steps]
-    lows = [min((b for t, b in mem if t0 <= t <= t1), default=0) for t0, t1, _ in steps]
+    class Mallinfo2(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                                                    "uordblks", "fordblks", "keepcost")]
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = Mallinfo2
+
+    def in_use() -> int:
+        m = libc.mallinfo2()
+        return m.uordblks + m.hblkhd
+
+    peak = [0]
+
+    class Sample(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            peak[0] = max(peak[0], in_use())
+            return out
+
+    model, opt = build(args)
+    peaks = []
+
+    def local(t) -> int:
+        t = t.to_local() if hasattr(t, "to_local") else t
+        return t.numel() * t.element_size()
+
+    def tensors() -> int:
+        params = [p for p in model.parameters()]
+        state = [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
+        return sum(local(p) + (local(p.grad) if p.grad is not None else 0) for p in params) + sum(local(v) for v in state)
+
+    @contextlib.contextmanager
+    def span(i: int):
+        start = peak[0] = in_use()
+        alive = tensors()
+        with Sample():
+            yield
+        peaks.append(alive + max(peak[0], in_use()) - start)
+
+    times = train(args, model, opt, span=span)
     with open(f"{args.memory}.{dist.get_rank()}", "w") as f:
-        json.dump({"step_peak_bytes": peaks, "step_low_bytes": lows, "steps": [k for _, _, k in steps]}, f)
-    if os.environ.get("MEM_DUMP"):
-        json.dump(mem, open(f"{os.environ['MEM_DUMP']}.{dist.get_rank()}", "w"))
+        json.dump({"step_peak_bytes": peaks}, f)
     return times
 
 

@@ -114,11 +114,14 @@ def fsdp_peak(g: Graph, reshard: bool | None = None, workers: int | None = None)
     (``layer_grad_bytes`` in the parameter dtype) counts only the rest.
 
     The peak is the largest of these moments (the forward end is never above the first one):
-    - the backward of each unit: every activation not yet freed (this unit's and those before it in the
+    - the backward of each inner unit: every activation not yet freed (this unit's and those before it in the
       forward order, the root's throughout), the model's output and its gradient (taken as what the loss saved:
-      cross-entropy saves its log-softmax, the output's size), the root's and this unit's full parameters and
-      full gradients, the next unit's prefetched parameters, units kept gathered after forward, and the
-      gradient shards of the units already done;
+      cross-entropy saves its log-softmax, the output's size), the root's and this unit's full parameters,
+      this unit's full gradients and those of the root's layers after the inner units (their backward ran),
+      the next unit's prefetched parameters, units kept gathered after forward, and the gradient shards of
+      the units already done;
+    - the backward of the root's layers before the inner units: the root's activations, full parameters and
+      full gradients, every inner unit's gradient shards;
     - the optimizer step: every shard, its gradients and its state.
     """
     fs = g.meta.fsdp
@@ -155,6 +158,9 @@ def fsdp_peak(g: Graph, reshard: bool | None = None, workers: int | None = None)
     outside = float(saved_bytes.get(SAVED_OUTSIDE_LAYERS, 0))
     root = [i for i, u in enumerate(units) if u["name"] == "<root>"]
     others = [i for i in range(len(units)) if i not in root]  # forward order of the inner units (as recorded)
+    inner_layers = {n for i in others for n in unit_layers[i]}
+    last_inner = max((k for k, n in enumerate(g.layers) if n in inner_layers), default=-1)
+    after_inner = set(g.layers[last_inner + 1:])
     kept = [i for i in others if not (units[i]["resharded_after_forward"] if reshard is None else reshard)]
     out = {}
     for rank, mem in fs["memory"].items():
@@ -164,13 +170,16 @@ def fsdp_peak(g: Graph, reshard: bool | None = None, workers: int | None = None)
         shard_of = [float(u["shard_bytes"]) * scale * _DTYPE_BYTES.get(u["reduce_dtype"] or u["orig_dtype"], 4)
                     / _DTYPE_BYTES.get(u["orig_dtype"], 4) for u in units]
         root_acts = sum(acts(unit_layers[i], units[i]) for i in root)
-        root_full = sum(full(units[i]) + full_grad(units[i]) for i in root)
+        root_full = sum(full(units[i]) for i in root)
+        root_grad = sum(full_grad(units[i]) for i in root)
+        tail_grad = sum(float(grad_bytes.get(n, 0)) * _DTYPE_BYTES.get(units[i]["reduce_dtype"] or units[i]["orig_dtype"], 4)
+                        / _DTYPE_BYTES.get(units[i]["orig_dtype"], 4) for i in root for n in unit_layers[i] if n in after_inner)
         best = FsdpMemory(params, opt, grads, 0.0, 0.0, "optimizer step")
         for k in range(len(others), -1, -1):  # backward: the root's first layer (k = all inner units alive), then inner units in reverse
             alive = others[:k]
             cur = others[k - 1] if k else None
             prefetch = others[k - 2] if k >= 2 and others[k - 2] not in kept else None
-            gathered = root_full + sum(full(units[i]) for i in kept if i in alive)
+            gathered = root_full + (tail_grad if k else root_grad) + sum(full(units[i]) for i in kept if i in alive)
             if cur is not None:
                 gathered += full_grad(units[cur]) + (0.0 if cur in kept else full(units[cur]))
             if prefetch is not None:
