@@ -122,6 +122,11 @@ def fsdp_peak(g: Graph, reshard: bool | None = None, workers: int | None = None)
       the units already done;
     - the backward of the root's layers before the inner units: the root's activations, full parameters and
       full gradients, every inner unit's gradient shards;
+    - each unit's reduce-scatter (its post-backward hook, its activations freed): its unsharded gradients in
+      the parameter dtype, the reduce-scatter input in the reduce dtype (and, where the two dtypes differ,
+      the gradients cast to the reduce dtype before the copy-in), its new gradient shard, the model's output, and what the moments
+      above hold that is still alive (for an inner unit: the root's parameters and tail gradients, the
+      activations before it).
     - the optimizer step: every shard, its gradients and its state.
     """
     fs = g.meta.fsdp
@@ -187,7 +192,20 @@ def fsdp_peak(g: Graph, reshard: bool | None = None, workers: int | None = None)
             a = root_acts + outside * 2 + sum(acts(unit_layers[i], units[i]) for i in alive)
             done = sum(shard_of[i] for i in others[k:])
             m = FsdpMemory(params, opt, done, a, gathered, f"backward of {units[cur]['name'] if cur is not None else '<root>'}")
-            if m.total > best.total:
-                best = m
+            # its reduce-scatter, once its activations are freed (the root's: the last, everything else freed)
+            u = cur if cur is not None else (root[0] if root else None)
+            rs = None
+            if u is not None:
+                cast = units[u]["param_dtype"] != (units[u]["reduce_dtype"] or units[u]["orig_dtype"])
+                buffers = float(units[u]["numel"] * param_size(units[u])) + (2.0 if cast else 1.0) * full_grad(units[u])
+                if cur is not None:
+                    rs = FsdpMemory(params, opt, done + shard_of[u], outside + root_acts + sum(acts(unit_layers[i], units[i]) for i in others[:k - 1]),
+                                    root_full + tail_grad + sum(full(units[i]) for i in kept if i in others[:k - 1]) + buffers,
+                                    f"reduce-scatter of {units[u]['name']}")
+                else:
+                    rs = FsdpMemory(params, opt, done + shard_of[u], outside, buffers, f"reduce-scatter of {units[u]['name']}")
+            for cand in (m, rs):
+                if cand is not None and cand.total > best.total:
+                    best = cand
         out[int(rank)] = best
     return out
