@@ -13,8 +13,22 @@ again and predicts from its own profile; the order of the measured cells is shuf
   (``passes.fsdp.scale_fsdp_workers``), and the 4 ranks' compute sharing this machine's cores (``share_cores``).
 Goal: median |error| <= 3 %, each <= 8 %.
 
+Part 3 (any user): peak memory per rank. Each held-out model is profiled once with reshard_after_forward
+on (hooks only); ``search.memory.fsdp_peak`` predicts the peak with it on (as profiled) and off (the what-if);
+both are run with ``bench/fsdp_train.py --memory`` (the tensors alive as a step starts plus the heap's rise in
+it, the most of every rank over the steps after warm-up). Memory is deterministic here: one run each.
+Goal: within 10 %.
+
     .venv/bin/python bench/bench_fsdp.py --part 1 [--repeats 3]
     sudo .venv/bin/python bench/bench_fsdp.py --part 2 [--rounds 3]
+    .venv/bin/python bench/bench_fsdp.py --part 3
+
+Part 4 (any user): ``whatif --reshard-after-forward`` on loopback, both ways, in interleaved rounds: each round
+profiles the MLP model with reshard_after_forward on and with it off (hooks only, the order alternating), and
+predicts each from the other (off from on: the backward all-gathers gone; on from off: each kept unit's
+forward all-gather repeated before its backward). The measured time is the profiled run's own.
+
+    .venv/bin/python bench/bench_fsdp.py --part 4 [--rounds 3]
 """
 from __future__ import annotations
 
@@ -129,9 +143,76 @@ def part2(rounds: int, steps: int) -> list[float]:
     return errors
 
 
+def measured_peak(ranks: int, model: list[str], steps: int, log_dir: str) -> float:
+    """The most bytes of any rank in the steps after warm-up (``fsdp_train.py --memory``)."""
+    from dagprof.collect.netns import run_ranks
+
+    out = os.path.join(log_dir, "memory")
+    run_ranks([sys.executable, TRAIN, *model, "--steps", str(steps), "--memory", out], ranks, log_dir,
+              env={"PYTHONPATH": os.path.join(os.path.dirname(HERE), "src")})
+    peaks = []
+    for r in range(ranks):
+        with open(f"{out}.{r}") as f:
+            peaks += json.load(f)["step_peak_bytes"][WARMUP:]
+    return max(peaks)
+
+
+def part3(steps: int) -> list[float]:
+    from dagprof.pipeline import open_run
+    from dagprof.search.memory import fsdp_peak
+
+    print("Part 3: peak memory per rank, predicted from one profile (reshard on) against measured, 2 gloo ranks")
+    print(f"{'model':16s} {'reshard':>8s} {'measured MiB':>13s} {'predicted MiB':>14s} {'error':>8s}  predicted peak at")
+    errors = []
+    for name, model in HELD_OUT.items():
+        with tempfile.TemporaryDirectory(prefix="dagprof-fsdp-") as tmp:
+            run = os.path.join(tmp, "run")
+            job(2, model, steps, os.path.join(tmp, "p"), profile=run, kineto=False)
+            g = open_run(run).graph
+            for reshard, flags in ((True, []), (False, ["--no-reshard"])):
+                peaks = fsdp_peak(g, reshard=reshard)
+                worst = max(peaks.values(), key=lambda m: m.total)
+                measured = measured_peak(2, model + flags, steps, os.path.join(tmp, f"m{int(reshard)}"))
+                errors.append(100 * (worst.total - measured) / measured)
+                print(f"{name:16s} {'on' if reshard else 'off':>8s} {measured / 2**20:13.2f} {worst.total / 2**20:14.2f} "
+                      f"{errors[-1]:+7.2f} %  {worst.at}", flush=True)
+    return errors
+
+
+def part4(rounds: int, steps: int) -> list[float]:
+    from dagprof.analysis import job_iteration_us
+    from dagprof.passes.fsdp import set_reshard
+    from dagprof.pipeline import open_run
+
+    model = HELD_OUT["mlp+embedding"]
+    measured: dict[bool, list[float]] = {True: [], False: []}
+    predicted: dict[bool, list[float]] = {True: [], False: []}  # predicted FOR that setting, from the other's profile
+    print("Part 4: whatif --reshard-after-forward, each setting predicted from the other's profile, 2 gloo ranks on loopback")
+    with tempfile.TemporaryDirectory(prefix="dagprof-fsdp-") as tmp:
+        for k in range(rounds):
+            graphs = {}
+            for on in ((True, False) if k % 2 == 0 else (False, True)):
+                run = os.path.join(tmp, f"r{k}-{int(on)}")
+                job(2, model + ([] if on else ["--no-reshard"]), steps, run + "-log", profile=run, kineto=False)
+                p = open_run(run, template=True)
+                measured[on].append(max(p.analysis.measured_iter_us.values()) / 1e3)
+                graphs[on] = p.graph
+            for on in (True, False):
+                predicted[on].append(job_iteration_us(set_reshard(graphs[not on], on)) / 1e3)
+            print(f"  round {k + 1}: measured on {measured[True][-1]:.1f} ms, off {measured[False][-1]:.1f} ms; predicted on "
+                  f"{predicted[True][-1]:.1f}, off {predicted[False][-1]:.1f}", flush=True)
+    errors = []
+    print(f"{'reshard':>8s} {'measured ms':>12s} {'spread':>15s} {'predicted ms':>13s} {'error':>8s}")
+    for on in (True, False):
+        m, p = statistics.median(measured[on]), statistics.median(predicted[on])
+        errors.append(100 * (p - m) / m)
+        print(f"{'on' if on else 'off':>8s} {m:12.1f} {min(measured[on]):7.1f}-{max(measured[on]):<7.1f} {p:13.1f} {errors[-1]:+7.2f} %")
+    return errors
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", type=int, choices=(0, 1, 2), default=0, help="0: both")
+    ap.add_argument("--part", type=int, choices=(0, 1, 2, 3, 4), default=0, help="0: all")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=16, help="steps per job (the first 3 warm up)")
     ap.add_argument("--repeats", type=int, default=3, help="jobs per held-out model in part 1")
@@ -144,6 +225,12 @@ def main() -> None:
         if e:
             a = sorted(map(abs, e))
             print(f"what-ifs: median |error| {statistics.median(a):.2f} %, max {a[-1]:.2f} % (goal <= 3 % median, <= 8 % each)")
+    if args.part in (0, 3):
+        e = part3(min(args.steps, 8))
+        print(f"peak memory: max |error| {max(map(abs, e)):.2f} % (goal <= 10 %)")
+    if args.part in (0, 4):
+        e = part4(args.rounds, args.steps)
+        print(f"reshard what-if: max |error| {max(map(abs, e)):.2f} % (goal <= 8 %)")
 
 
 if __name__ == "__main__":

@@ -51,6 +51,8 @@ def fsdp_meta(run: Run) -> dict:
                    for t in run.ranks},
         "backend": t0.backend,
         "world_size": run.world_size,
+        "layer_saved_bytes": dict(t0.meta.get("layer_saved_bytes") or {}),  # rank 0's: activations for the memory model
+        "layer_grad_bytes": dict(t0.meta.get("layer_grad_bytes") or {}),
     }
 
 

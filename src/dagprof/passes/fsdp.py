@@ -6,13 +6,19 @@ its unit's whole parameters or gradients, priced for N ranks, and the optimizer 
 updates this rank's shards only, takes N0/N of its time. DDP's knobs (buckets, overlap off,
 tensor partition, parameter-server or tree schemes, Horovod's fusion) have no FSDP meaning, and
 HSDP's two dimensions are not scaled yet: those are refused in one line, never answered as DDP.
+
+``reshard_after_forward`` (``set_reshard``): off removes the backward all-gather of every unit that was
+resharded (its transfer, its copy-out and the forward reshard cost nothing); on adds one to every unit
+that kept its parameters: each rank's first backward op of the unit waits as long as that unit's
+forward all-gather and copy-out took (gloo blocks the thread for the transfer), an approximation
+that keeps the ranks' own skew rather than joining them again.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import DagprofError
-from ..graph.build_fsdp import is_fsdp_graph
+from ..graph.build_fsdp import _is_forward, _issuers, fsdp_collectives, is_fsdp_graph
 from ..graph.dag import Graph
 from ..traces.events import Kind
 from .comm import graph_world_size
@@ -25,6 +31,9 @@ UNMODELLED = {
     "partition": "--partition",
     "horovod": "--fusion-mb / --cycle-ms",
     "fine": "--fine",
+    "prefetch": "--prefetch (gloo runs FSDP's collectives synchronously on CPU: one all-gather in flight whatever the depth)",
+    "reduce_dtype": "--reduce-dtype",
+    "units": "--units (unit granularity: which modules are units)",
 }
 
 
@@ -32,7 +41,7 @@ def refuse_unmodelled(g: Graph, asked: list[str]) -> None:
     """One line naming the first what-if an FSDP graph cannot answer (``asked``: keys of ``UNMODELLED``)."""
     if is_fsdp_graph(g) and asked:
         raise DagprofError(f"this profile is an FSDP job; {UNMODELLED[asked[0]]} is not modelled for FSDP yet "
-                           "(modelled: --bandwidth, --latency, --workers, --compute-speed)")
+                           "(modelled: --bandwidth, --latency, --workers, --compute-speed, --reshard-after-forward)")
 
 
 def scale_fsdp_workers(g: Graph, workers: int) -> Graph:
@@ -48,3 +57,37 @@ def scale_fsdp_workers(g: Graph, workers: int) -> Graph:
     shard = workers if len(mesh) <= 1 or workers == 1 else shard0
     dur[upd] *= shard0 / shard  # the optimizer steps this rank's shards: 1/shard degree of every parameter
     return out.replace(dur=dur)
+
+
+def set_reshard(g: Graph, on: bool) -> Graph:
+    """What if every unit's ``reshard_after_forward`` were ``on`` (FSDP keeps the root's if it was kept)?"""
+    fs = g.meta.fsdp
+    resharded = {u["name"]: u["resharded_after_forward"] for u in fs["units"]}
+    dur = g.dur.copy()
+    names = [g.node_name(v) for v in range(len(g))]
+    ranks = np.flatnonzero(g.rank >= 0)
+    for c in fsdp_collectives(g):
+        if c.kind != "all_gather" or resharded.get(c.unit) == on:
+            continue
+        forward = _is_forward(g, c.node, min(_issuers(g, c.node)))
+        step = g.step[c.node]
+        if not on and not forward:  # the backward all-gather of a resharded unit: gone
+            dur[c.node] = 0.0
+            for v in ranks[(g.step[ranks] == step)].tolist():
+                if names[v].endswith((f"fsdp copy-out {c.unit} (backward)", f"fsdp reshard {c.unit} (forward)")):
+                    dur[v] = 0.0
+        elif on and forward:  # a kept unit gathered again: its backward starts that much later on every rank
+            layers = {k for k, name in enumerate(g.layers) if name in set(_unit_layers(g, c.unit))}
+            on_step = ranks[(g.step[ranks] == step) & (g.kind[ranks] == Kind.BACKWARD) & np.isin(g.layer[ranks], list(layers))]
+            for r in np.unique(g.rank[on_step]).tolist():
+                mine = on_step[g.rank[on_step] == r]
+                first = int(mine[np.argmin(g.order[mine])])
+                copy = [v for v in ranks[(g.step[ranks] == step) & (g.rank[ranks] == r)].tolist()
+                        if names[v].endswith(f"fsdp copy-out {c.unit} (forward)")]
+                dur[first] += float(g.dur[c.node]) + sum(float(g.dur[v]) for v in copy)
+    return g.replace(dur=dur)
+
+
+def _unit_layers(g: Graph, unit: str) -> list[str]:
+    fs = g.meta.fsdp
+    return next((names for u, names in zip(fs["units"], fs["unit_layers"]) if u["name"] == unit), [])

@@ -24,11 +24,12 @@ from ..graph.dag import Graph
 from ..passes import expand_collectives, partition_tensors, scale_compute, scale_workers, set_buckets, set_link, set_scheme, set_topology
 from ..passes.comm import current_topology, graph_world_size, hybrid, link_fit, priced_world_size
 from ..passes.compute import share_cores
-from ..passes.fsdp import refuse_unmodelled, scale_fsdp_workers
+from ..passes.fsdp import refuse_unmodelled, scale_fsdp_workers, set_reshard
 from ..passes.horovod import set_horovod
 from ..passes.workers import replica_ranks
 from ..progress import progress
 from ..replay import ReplayResult, replay
+from .memory import fsdp_peak
 
 COLUMNS = {
     "workers": "ranks (data-parallel workers) in the scenario",
@@ -42,6 +43,7 @@ COLUMNS = {
     "hi_ms": "high end of that interval, ms",
     "level": "the share of single steps the interval should hold (0.9 = 90 %)",
     "interval": "predicted iteration time (lo_ms-hi_ms, level)",
+    "peak_memory_mb": "FSDP jobs: predicted peak memory of the fullest rank, MiB (memory_per_rank: each rank's breakdown at its peak)",
 }
 
 
@@ -59,12 +61,14 @@ class Scenario:
     speed: float | None = None  # compute speed factor
     fusion_mb: float | None = None  # HOROVOD_FUSION_THRESHOLD in MiB (Horovod runs)
     cycle_ms: float | None = None  # HOROVOD_CYCLE_TIME (Horovod runs)
+    reshard: bool | None = None  # FSDP's reshard_after_forward on every unit
 
     def label(self) -> dict:
         return {
             "workers": self.workers, "bandwidth": self.bandwidth_text, "latency_us": self.latency_us, "bucket_mb": self.bucket_mb,
             "scheme": None if self.scheme is None else str(self.scheme), "partition": self.partition, "compute_speed": self.speed,
             "fusion_mb": self.fusion_mb, "cycle_ms": self.cycle_ms,
+            "reshard_after_forward": None if self.reshard is None else ("on" if self.reshard else "off"),
         }
 
 
@@ -133,6 +137,10 @@ def apply(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
         g = set_horovod(g, replay, None if s.fusion_mb is None else s.fusion_mb * 2**20, s.cycle_ms)
     if c.fine:
         g = expand_collectives(g)
+    if s.reshard is not None:
+        if not fsdp:
+            raise DagprofError("--reshard-after-forward is an FSDP what-if; this profile is not an FSDP job")
+        g = set_reshard(g, s.reshard)  # last: the passes above reprice the all-gathers it zeroes
     return g
 
 
@@ -201,6 +209,10 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
                "vs_measured_pct": None if not measured_us else 100.0 * (it - measured_us) / measured_us, "seconds": time.perf_counter() - t1}
         if caveat and (s.bandwidth is not None or s.latency_us is not None or s.workers not in (None, n0) or s.scheme is not None):
             row["caveat"] = caveat
+        if is_fsdp_graph(g0):
+            peaks = fsdp_peak(g0, reshard=s.reshard, workers=s.workers)
+            row["peak_memory_mb"] = max(m.total for m in peaks.values()) / 2**20
+            row["memory_per_rank"] = {r: m.to_dict() for r, m in peaks.items()}
         path = timeline(i, g, res) if timeline else None
         if path:
             row["trace"] = path
