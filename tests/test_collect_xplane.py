@@ -1,11 +1,14 @@
 """The TF/JAX collectors' window and run folder, without TensorFlow or JAX (they are imported only when profiling starts)."""
+import faulthandler
 import json
 import os
+import signal
+import time
 
 import pytest
 
 from dagprof.collect.tf_profile import tf_config_rank
-from dagprof.collect.xplane_window import StepWindow, parse_window
+from dagprof.collect.xplane_window import StepWindow, parse_window, run_forked
 from dagprof.traces.xplane_layout import FORMAT, RANK_FORMAT
 
 
@@ -113,3 +116,22 @@ def test_the_profiler_stops_after_the_workers_settle_and_every_worker_joins_the_
         w.step_end(step)
     info = json.loads((tmp_path / "c" / "rank1.json").read_text())
     assert calls[-1] == ("stop",) and "could not be waited for" in info["warnings"][0]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_stop_run_forked_that_crashes_or_hangs_leaves_this_process_running(tmp_path):
+    """TensorFlow's collection can abort natively (a double free in its host tracer): stopped in a
+    forked child, the crash ends the child and this process learns how it ended."""
+    out = tmp_path / "written"
+    seen = []
+    assert run_forked(lambda: out.write_text("xplane"), 60, in_parent=lambda: seen.append(os.getpid())) == 0
+    assert out.read_text() == "xplane" and seen == [os.getpid()]  # the child wrote; in_parent ran here
+    for sig in (signal.SIGSEGV, signal.SIGABRT):  # faulthandler (on under pytest) off: no dump of the child's stack
+        assert run_forked(lambda: (faulthandler.disable(), os.kill(os.getpid(), sig)), 60) == -sig
+
+    def fail():
+        raise RuntimeError("collection failed")
+    assert run_forked(fail, 60) == 1
+    t0 = time.monotonic()
+    assert run_forked(lambda: time.sleep(60), 0.5) is None  # killed at the timeout
+    assert time.monotonic() - t0 < 30

@@ -24,7 +24,7 @@ import os
 import time
 from typing import Any, Callable, ContextManager
 
-from .xplane_window import LoopProfile, StepWindow, parse_window
+from .xplane_window import LoopProfile, StepWindow, parse_window, run_forked
 
 
 def tf_config_rank() -> tuple[int, int] | None:
@@ -90,7 +90,56 @@ def _window(out_dir: str | os.PathLike[str], steps, rank: int | None, world_size
         tf.profiler.experimental.start(logdir, options=_options(host_tracer_level, python_tracer_level))
 
     return StepWindow(out_dir, parse_window(steps), rank, world_size, "tensorflow", tf.__version__,
-                      start, tf.profiler.experimental.stop, settle=lambda: settle(strategy()))
+                      start, stop_in_child, settle=lambda: settle(strategy()))
+
+
+TRACE_LEVEL_SYMBOL = "_ZN3tsl8profiler8internal13g_trace_levelE"  # tsl::profiler::internal::g_trace_level
+TRACING_DISABLED = -1  # TraceMeRecorder::kTracingDisabled
+COLLECT_TIMEOUT_S = 600.0
+
+
+def _trace_level() -> Any:
+    """TensorFlow's host-tracer switch (``std::atomic<int>``, lock-free: a plain int) as a ctypes int; None if not found."""
+    import ctypes  # noqa: PLC0415
+
+    import tensorflow as tf  # noqa: PLC0415
+
+    lib = os.path.join(os.path.dirname(tf.__file__), "libtensorflow_framework.so.2")
+    try:
+        return ctypes.c_int.in_dll(ctypes.CDLL(lib, mode=os.RTLD_NOLOAD | os.RTLD_GLOBAL), TRACE_LEVEL_SYMBOL)
+    except (OSError, ValueError):
+        return None
+
+
+def stop_in_child(timeout_s: float = COLLECT_TIMEOUT_S) -> None:
+    """Stop the profiler and write its xplane from a forked child, so a crash while collecting cannot end the training.
+
+    TensorFlow's host tracer (``tsl::profiler::TraceMeRecorder::Consume``, TF 2.21) keeps pointers to the
+    end events of ops that start on one thread and end on another (collectives, dataset ``GetNext``)
+    while the vector of per-thread event deques grows; growing copies the deques (their move is not
+    noexcept), so a later merge writes into freed memory: ``double free``, ``munmap_chunk(): invalid
+    pointer`` or a segfault, depending on the threads' hash order (1-4 in 12 runs of Keras ``fit``).
+    The child (a copy of this process, its one thread) collects and exports; the parent switches its
+    host tracer off by TensorFlow's own flag, so its session ends without consuming the events (they
+    are dropped when a profiler next starts). Where the flag is not found, the stop runs here as before.
+    """
+    import tensorflow as tf  # noqa: PLC0415
+    from tensorflow.python.profiler import profiler_v2  # noqa: PLC0415
+
+    level = _trace_level()
+    if level is None or not hasattr(os, "fork"):
+        tf.profiler.experimental.stop()
+        return
+    status = run_forked(tf.profiler.experimental.stop, timeout_s,
+                        in_parent=lambda: setattr(level, "value", TRACING_DISABLED))
+    with profiler_v2._profiler_lock:  # end the parent's session: its host tracer finds tracing off and consumes nothing
+        profiler_v2._profiler = None
+    if status is None:
+        raise RuntimeError(f"collecting the profile took over {timeout_s:.0f} s and was stopped; this rank has no trace")
+    if status != 0:
+        why = f"signal {-status}" if status < 0 else f"exit status {status}"
+        raise RuntimeError(f"TensorFlow's profiler failed while collecting ({why}, in a child process: training is unaffected); "
+                           "this rank has no trace")
 
 
 def grad_bytes(variables: Any, model: Any = None) -> int:

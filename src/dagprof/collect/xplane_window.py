@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import time
 import warnings
@@ -35,6 +36,35 @@ def parse_window(steps: range | tuple[int, int] | str | int) -> range:
     if r.step != 1 or r.start < 0 or not len(r):
         raise ValueError(f"steps must be a non-empty range of consecutive steps >= 0, got {steps!r}")
     return r
+
+
+def run_forked(fn: Callable[[], None], timeout_s: float, in_parent: Callable[[], None] = lambda: None) -> int | None:
+    """Run ``fn`` in a forked child of this process and wait for it: its exit status (0 when ``fn`` returned,
+    1 when it raised, negative: the signal that killed it), or None when it ran past ``timeout_s`` and was killed.
+
+    A profiler whose collection can crash the process (a native bug) is stopped this way: the crash
+    ends the child, never the training. ``in_parent`` runs in the parent as soon as the child exists.
+    The child leaves by ``os._exit``: none of the parent's exit handlers or destructors run twice.
+    """
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            fn()
+            code = 0
+        finally:
+            os._exit(code)
+    in_parent()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return None
+        time.sleep(0.05)
 
 
 class StepWindow:
