@@ -63,6 +63,7 @@ from .run_schema import (
     steps_dir,
 )
 
+_LISTED_STEPS = 1 << 16  # a window longer than this is open-ended: its missing steps are not listed one by one
 _SAME_JOB_SLACK_NS = 30 * 10**9  # clocks of different hosts may disagree by seconds
 
 
@@ -151,12 +152,14 @@ def _rank_doc(folder: str, r: int, world: int) -> tuple[RankFile | None, RankGap
         raise DagprofError(f"holds rank {f.rank}, not rank {r} (a copy of {rank_file(f.rank)}?)", rpath)
     if f.world_size != world:
         raise DagprofError(f"rank {r} of a {f.world_size}-rank job, but manifest.json says {world} ranks: not this run's file", rpath)
+    if not how:
+        return f, None
     first, stop = f.steps_requested
     profiled = set(f.steps_profiled)
+    if stop - first > _LISTED_STEPS:  # an open-ended window (``steps=range(k, sys.maxsize)``): up to the step it died in
+        stop = max(profiled, default=first - 1) + 2
     lost = tuple(s for s in range(first, stop) if s not in profiled)
-    if how and lost:
-        return f, RankGap(r, how, lost)
-    return f, None
+    return (f, RankGap(r, how, lost)) if lost else (f, None)
 
 
 def _from_step_files(folder: str) -> RankFile:
