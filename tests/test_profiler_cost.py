@@ -33,7 +33,7 @@ def opened(run_with_margins):
     return open_run(run_with_margins)
 
 
-def test_measured_on_a_real_run(opened, run_with_margins, capsys):
+def test_measured_on_a_real_run(opened, run_with_margins, capsys, tmp_path):
     """Both kinds of steps are counted; whatever the load did, the result is a correction or a stated reason."""
     g = opened.graph
     assert g.meta.loop_steps is not None and sorted(g.meta.loop_steps.profiled) == [0, 1]
@@ -47,6 +47,8 @@ def test_measured_on_a_real_run(opened, run_with_margins, capsys):
     assert out["profiler_cost"]["text"] == text and out["profiler_cost"]["corrected"] == cost.usable
     assert main(["whatif", run_with_margins, "--bandwidth", "1Gbit", "--no-trace", "--allow-model-error", "--raw"]) == 0
     assert "op times as profiled (--raw)" in capsys.readouterr().out
+    assert main(["optimize", run_with_margins, "--budget", "1", "-o", str(tmp_path / "opt"), "--json"]) == 0
+    assert text in json.loads(capsys.readouterr().out)["notes"]
 
 
 def _with_cost(g, share: float, jitter: float = 0.01):
