@@ -4,7 +4,10 @@ Recording every op (Kineto, dagprof's hooks) makes the profiled steps slower tha
 steps: 0-11 % on the namespace testbed. Every prediction started from those op times inherits it.
 dagprof's collector times every step of the training loop, profiled or not, so the cost is
 measured per run: the profiled steps against the unprofiled ones (from step ``WARMUP_STEPS`` on)
-of the same job, each step timed as the slowest rank's. The recording lands on the host: it
+of the same job, each step timed as the slowest rank's, compared by their medians: the recording costs
+every profiled step, while another job's load stalls a few steps of either kind at random (on the
+loaded testbed single steps took twice the others), so the median step shows the cost, the mean
+mostly the stalls. The recording lands on the host: it
 lengthens the compute ops and the framework gaps between them, not the wire time of a collective;
 so those are what the correction shortens, by one factor found by replay, so that the model's
 iteration drops by the measured share. Nothing is corrected when the measurement is missing (a
@@ -32,13 +35,13 @@ _CORRECTED = COMPUTE_KINDS + (Kind.DATA,)  # host work the recording slows; comm
 
 @dataclass(frozen=True)
 class ProfilerCost:
-    """The profiler's cost on one run: mean step (slowest rank) profiled against unprofiled, in us."""
+    """The profiler's cost on one run: median step (slowest rank) profiled against unprofiled, in us."""
 
     profiled_us: float | None
     unprofiled_us: float | None
     profiled_steps: int
     unprofiled_steps: int
-    stderr_us: float | None  # standard error of profiled_us - unprofiled_us
+    stderr_us: float | None  # standard error of profiled_us - unprofiled_us (robust: from each kind's median absolute deviation)
     verdict: str | None  # None: usable; else why nothing is corrected
 
     @property
@@ -72,11 +75,11 @@ def measure_profiler_cost(g: Graph) -> ProfilerCost:
     prof = _job_steps(loop.profiled, set(g.meta.steps))
     base = _job_steps(loop.unprofiled, None, WARMUP_STEPS)
     if len(prof) < 2 or len(base) < MIN_STEPS:
-        return ProfilerCost(_mean(prof), _mean(base), len(prof), len(base), None,
+        return ProfilerCost(_median(prof), _median(base), len(prof), len(base), None,
                             f"not measured ({len(prof)} profiled and {len(base)} unprofiled steps from step {WARMUP_STEPS} on; "
                             f"needs 2 and {MIN_STEPS})")
-    p, u = statistics.fmean(prof), statistics.fmean(base)
-    se = math.sqrt(statistics.variance(prof) / len(prof) + statistics.variance(base) / len(base))
+    p, u = statistics.median(prof), statistics.median(base)
+    se = math.hypot(_median_stderr(prof), _median_stderr(base))
     seen = f"profiled {p / 1e3:.1f} ms/step vs {u / 1e3:.1f} ms unprofiled, {100 * (u - p) / p:+.1f} % +- {100 * se / p:.1f} %"
     verdict = None
     if u - p > NOISE_SIGMAS * se:
@@ -93,8 +96,14 @@ def _job_steps(per_rank: dict[int, dict[int, float]], only: set[int] | None, fir
     return [max(d[s] for d in per_rank.values()) for s in keep]
 
 
-def _mean(xs: list[float]) -> float | None:
-    return statistics.fmean(xs) if xs else None
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def _median_stderr(xs: list[float]) -> float:
+    """Standard error of the median of ``xs``: 1.2533 sd / sqrt(n), the sd estimated as 1.4826 x the median absolute deviation."""
+    med = statistics.median(xs)
+    return 1.2533 * 1.4826 * statistics.median(abs(x - med) for x in xs) / math.sqrt(len(xs))
 
 
 def scale_host_work(g: Graph, factor: float) -> Graph:
