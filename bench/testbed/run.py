@@ -91,16 +91,24 @@ def one_round(args, work: str, rng: random.Random) -> tuple[dict, dict, dict]:
         for (rate, cap), ts in zip(cells, out[len(head):]):
             measured[(ranks, rate, cap)] = [t * 1e3 for t in ts]
         print(f"  {len(cells)} cells on {ranks} ranks in {time.monotonic() - t0:.0f} s", file=sys.stderr)
-    predicted, intervals, replay_ms = predict(run_dir, args.profiled, sweep, args.swept, sorted(measured), args.cores)
+    predicted, intervals, replay_ms = predict(run_dir, args.profiled, sweep, args.swept, sorted(measured), args.cores, raw=True)
     predicted["replay"] = replay_ms
+    corrected, _, cost = predict(run_dir, args.profiled, sweep, args.swept, sorted(measured), args.cores)
+    predicted |= {("corrected", *key): v for key, v in corrected.items()}
+    print(f"  {cost}", file=sys.stderr)
+    predicted["cost"] = cost
     return measured, predicted, intervals
 
 
-def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[tuple[int, str, float]], cores: int) -> tuple[dict, dict, float]:
+def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[tuple[int, str, float]], cores: int,
+            raw: bool = False) -> tuple[dict, dict, float | str]:
     """Every cell from the one profile: the link of the profiled rate is fitted to the profile's
     collectives, the swept link to the sweep; another shaped rate scales the bandwidth of
     whichever of the two is shaped (so TCP/IP framing overhead carries over). The point is the
-    averaged iteration's; its interval comes from the same cell replayed step by step."""
+    averaged iteration's; its interval comes from the same cell replayed step by step. Unless
+    ``raw``, the profiler's cost measured on the profile (its window against the unprofiled steps
+    after it) is removed from the op times first, as ``dagprof whatif`` does, and the third value
+    is the line saying so instead of the replayed iteration."""
     from dagprof.analysis import job_iteration_us
     from dagprof.analysis.interval import link_residuals, predict_interval
     from dagprof.collect.calibrate import fit
@@ -109,6 +117,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     from dagprof.passes import fit_topology, scale_workers, set_buckets, set_topology
     from dagprof.passes.average_steps import average_steps
     from dagprof.passes.compute import share_cores
+    from dagprof.passes.profiler_cost import measure_profiler_cost, remove_profiler_cost, scale_host_work
     from dagprof.pipeline import open_run
     from dagprof.replay import replay
 
@@ -118,6 +127,10 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     links = {prof_rate: fit_topology(averaged).inter, swept: fit([tuple(x) for x in sweep], 2)}
     shaped = prof_rate if RATES[prof_rate] else swept
     base_topo = Topology.flat(prof_ranks, links[prof_rate])
+    cost = measure_profiler_cost(stepwise)
+    if not raw:
+        averaged, factor = remove_profiler_cost(averaged, cost, job_iteration_us, model=set_topology(averaged, base_topo))
+        stepwise = scale_host_work(stepwise, factor)
     residuals = link_residuals(stepwise, set_topology(stepwise, base_topo))
     out, intervals = {}, {}
     for ranks, rate, cap in cells:
@@ -140,13 +153,13 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
         g = cell(stepwise)
         out[(ranks, rate, cap)] = point / 1e3
         intervals[(ranks, rate, cap)] = predict_interval(g, replay(g), point, residuals)
-    return out, intervals, job_iteration_us(averaged) / 1e3
+    return out, intervals, job_iteration_us(averaged) / 1e3 if raw else cost.describe()
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one round, 2 ranks, 1Gbit + 200Mbit, 1 and 25 MB")
-    ap.add_argument("--rounds", type=int, default=3, help="rounds of profile + sweep + all cells (cells shuffled in each)")
+    ap.add_argument("--rounds", type=int, default=None, help="rounds of profile + sweep + all cells (cells shuffled in each; default 3, --quick 1)")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5, help="timed steps per cell and round")
     ap.add_argument("--profile-steps", type=int, default=8)
@@ -167,14 +180,14 @@ def main() -> int:
     if why:
         print(f"testbed: skipped: {why}", file=sys.stderr)
         return 0
-    if args.quick:
-        args.rounds = 1
+    args.rounds = args.rounds or (1 if args.quick else 3)
     args.ranks = [2] if args.quick else [2, 4]
     args.rates = ["1Gbit", "200Mbit"] if args.quick else list(RATES)
     args.caps = (1.0, 25.0) if args.quick else CAPS_MB
     t0 = time.monotonic()
     steps: dict[tuple[int, str, float], list[float]] = {}
     preds: dict = {}
+    round_means: dict[tuple[int, str, float], list[float]] = {}  # per round: the cell's mean timed step, ms
     covered: list[tuple[bool, bool]] = []  # per (round, cell): (every timed step, the round's mean step) inside the round's 90 % interval
     inside_steps = [0, 0]
     rng = random.Random(0)
@@ -185,6 +198,7 @@ def main() -> int:
             m, p, iv = one_round(args, os.path.join(work, str(k)), rng)
             for key, v in m.items():
                 steps.setdefault(key, []).extend(v)
+                round_means.setdefault(key, []).append(statistics.mean(v))
                 inside = [iv[key].contains(t * 1e3) for t in v]
                 inside_steps[0] += sum(inside)
                 inside_steps[1] += len(inside)
@@ -194,14 +208,34 @@ def main() -> int:
     rows = []
     print(f"profiled cell: {args.profiled[0]} ranks, {args.profiled[1]}, {args.profiled[2]:g} MB buckets, once per round; "
           f"{args.rounds} round(s), medians over rounds (predicted) and over all timed steps (measured)")
-    print(f"{'ranks':>5} {'link':>9} {'bucket MB':>9} {'measured ms':>12} {'predicted ms':>13} {'error %':>8}")
+    for k, line in enumerate(preds["cost"]):
+        print(f"round {k + 1}: {line}")
+    print("raw: from the op times as profiled (--raw); corrected: the profiler's cost removed first (dagprof's default); "
+          "spread: per-round error, lowest to highest (each round's prediction against that round's mean step)")
+    print(f"{'ranks':>5} {'link':>9} {'bucket MB':>9} {'measured ms':>12} {'raw ms':>8} {'error %':>8} {'spread':>13} "
+          f"{'corrected ms':>13} {'error %':>8} {'spread':>13}")
     for key in sorted(steps):
-        m, pr = statistics.median(steps[key]), statistics.median(preds[key])
-        err = 100.0 * (pr - m) / m
-        rows.append({"ranks": key[0], "link": key[1], "bucket_mb": key[2], "measured_ms": m, "predicted_ms": pr, "error_pct": err,
-                     "per_round_predicted_ms": preds[key]})
+        m, pr, pc = statistics.median(steps[key]), statistics.median(preds[key]), statistics.median(preds[("corrected", *key)])
+        err, errc = 100.0 * (pr - m) / m, 100.0 * (pc - m) / m
+        spreads = [sorted(100.0 * (p - rm) / rm for p, rm in zip(preds[k], round_means[key])) for k in (key, ("corrected", *key))]
+        rows.append({"ranks": key[0], "link": key[1], "bucket_mb": key[2], "measured_ms": m, "predicted_ms": pc, "error_pct": errc,
+                     "raw_predicted_ms": pr, "raw_error_pct": err, "per_round_predicted_ms": preds[("corrected", *key)],
+                     "per_round_raw_predicted_ms": preds[key], "per_round_measured_ms": round_means[key]})
         mark = "  (profiled)" if key == args.profiled else ""
-        print(f"{key[0]:>5} {key[1]:>9} {key[2]:>9g} {m:>12.1f} {pr:>13.1f} {err:>+8.1f}{mark}")
+        sp = [f"{s[0]:+.1f}..{s[-1]:+.1f}" for s in spreads]
+        print(f"{key[0]:>5} {key[1]:>9} {key[2]:>9g} {m:>12.1f} {pr:>8.1f} {err:>+8.1f} {sp[0]:>13} {pc:>13.1f} {errc:>+8.1f} {sp[1]:>13}{mark}")
+    fixed = [k for k, line in enumerate(preds["cost"]) if line.startswith("op times corrected")]
+    if fixed:  # paired: the same round's prediction with and without the correction, against that round's measurement
+        pairs = [(100.0 * (preds[key][k] - round_means[key][k]) / round_means[key][k],
+                  100.0 * (preds[("corrected", *key)][k] - round_means[key][k]) / round_means[key][k], key) for k in fixed for key in sorted(steps)]
+        for link in args.rates:
+            got = [(a, b) for a, b, key in pairs if key[1] == link]
+            if got:
+                print(f"rounds the correction applied to ({len(fixed)} of {args.rounds}), {link} cells: mean |error| raw "
+                      f"{statistics.mean(abs(a) for a, _ in got):.1f} %, corrected {statistics.mean(abs(b) for _, b in got):.1f} %; "
+                      f"moved toward the measurement in {sum(abs(b) < abs(a) for a, b in got)} of {len(got)} (round, cell) pairs")
+    else:
+        print("the correction applied to no round (each says why above): raw and corrected agree")
     groups = {
         "bandwidth what-ifs (2 ranks, other link rate)": [r for r in rows if r["ranks"] == args.profiled[0] and r["link"] != args.profiled[1]],
         f"bucket-size what-ifs (2 ranks, {args.profiled[1]}, other bucket)": [
@@ -210,7 +244,8 @@ def main() -> int:
     }
     for name, rs in groups.items():
         if rs:
-            print(f"median |error| {name}: {statistics.median(abs(r['error_pct']) for r in rs):.1f} % over {len(rs)} cells")
+            print(f"median |error| {name}: raw {statistics.median(abs(r['raw_error_pct']) for r in rs):.1f} %, corrected "
+                  f"{statistics.median(abs(r['error_pct']) for r in rs):.1f} % over {len(rs)} cells")
     if covered:
         print(f"90 % intervals (each round's own profile, its cells' steps replayed one by one): {inside_steps[0]} of {inside_steps[1]} "
               f"timed steps inside ({100 * inside_steps[0] / inside_steps[1]:.0f} %); per-round cell means inside: "

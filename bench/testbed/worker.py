@@ -94,9 +94,9 @@ def main() -> None:
         if mode == "profile":
             from dagprof.collect.profile import profile
 
-            n = a.warmup + a.profile_steps
+            n = a.warmup + a.profile_steps  # then a.steps without the profiler: they measure its cost (passes.profiler_cost)
             with profile(os.path.join(a.control, "run"), steps=range(a.warmup, n), model=ddp, kineto=False) as prof:
-                for _ in range(n):
+                for _ in range(n + a.steps):
                     t0 = time.perf_counter()
                     step()
                     prof.step()

@@ -10,12 +10,15 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .analysis import job_iteration_us
 from .analysis.diff import ExpectationCheck, categories_vs_expected
 from .analysis.interval import PredictionInterval
 from .collect.netns import Cluster
 from .collect.strategy import Strategy, save_strategy
 from .collect.verify import Verification, verify, verify_in_process
 from .errors import DagprofError
+from .passes.comm import current_topology, set_topology
+from .passes.profiler_cost import measure_profiler_cost, remove_profiler_cost
 from .pipeline import Profiled, open_run
 from .search.optimize import WORTH_APPLYING_PCT, Options, SearchResult, predict_run, search_run
 
@@ -33,10 +36,18 @@ class Found:
 
 
 def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = None, step_marker: str | None = None,
-                  allow_missing_ranks: bool = False) -> Found:
-    """Search ``run``; write ``out_dir/strategy.json`` only when the search says it is worth applying."""
+                  allow_missing_ranks: bool = False, raw: bool = False) -> Found:
+    """Search ``run``; write ``out_dir/strategy.json`` only when the search says it is worth applying.
+
+    Unless ``raw``, the search starts from op times with the profiler's own cost removed (``passes.profiler_cost``),
+    as the strategy will run unprofiled; a note says what was done, or why nothing was.
+    """
     prof = open_run(run, steps=steps, step_marker=step_marker, allow_missing_ranks=allow_missing_ranks)
-    res = search_run(prof.run, prof.graph, opts, os.path.join(out_dir, CODEC_COSTS_FILE))
+    g, cost = prof.graph, measure_profiler_cost(prof.graph)
+    if not raw:
+        g, _ = remove_profiler_cost(g, cost, job_iteration_us, model=set_topology(g, current_topology(g)))
+    res = search_run(prof.run, g, opts, os.path.join(out_dir, CODEC_COSTS_FILE))
+    res.notes.append("op times as profiled (--raw)" if raw else cost.describe())
     strategy = res.strategy()
     path = save_strategy(strategy, os.path.join(out_dir, STRATEGY_FILE)) if res.worth_applying else None
     return Found(prof, res, strategy, path)

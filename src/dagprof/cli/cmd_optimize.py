@@ -27,6 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="optimizer state per parameter, for the memory estimate (default momentum: one copy)")
     p.add_argument("--overlap-slowdown", type=finite_non_negative, default=None, metavar="S",
                    help="compute runs (1 + S x overlap) slower beside in-flight collectives (default: as measured in the run, else 0)")
+    p.add_argument("--raw", action="store_true",
+                   help="search from the op times as profiled (default: the profiler's own cost, measured on the run, removed first)")
     p.add_argument("--verify", action="store_true", help="run the command after -- with defaults and with the strategy, interleaved")
     p.add_argument("--rounds", type=positive_int, default=3, help="verification rounds, each runs both (default 3)")
     p.add_argument("--ranks", type=positive_int, default=None, help="start the command once per rank yourself (it is one rank's command)")
@@ -54,7 +56,7 @@ def run(args: argparse.Namespace) -> dict:
                    optimizer_state=args.optimizer_state, overlap_slowdown=args.overlap_slowdown,
                    progress=_search_bar(args.budget) if shown() else None)
     with outputs(args.out, args.run) as staged:
-        found = find_strategy(args.run, opts, staged.path, args.steps, args.step_marker, args.allow_missing_ranks)
+        found = find_strategy(args.run, opts, staged.path, args.steps, args.step_marker, args.allow_missing_ranks, raw=args.raw)
         res = found.search
         if found.path is None:  # nothing to write, nothing to verify
             line = defaults_stand(res) + ("; nothing to verify" if args.verify else "")

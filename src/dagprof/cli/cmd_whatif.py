@@ -71,6 +71,8 @@ def add_arguments(p) -> None:
     p.add_argument("--fine", action="store_true", help="per-message collectives on per-link queues (needs <= 64 ranks)")
     p.add_argument("--allow-model-error", action="store_true",
                    help=f"predict even when the model misses the profiled run by more than {MODEL_TOLERANCE_PCT:g} %% (refused otherwise)")
+    p.add_argument("--raw", action="store_true",
+                   help="predict from the op times as profiled (default: the profiler's own cost, measured on the run, removed first)")
     p.add_argument("--template", action="store_true", help="start from the averaged iteration (each op at its mean over the steps)")
     add_out_argument(p, "whatif<i>.trace.json")
     p.add_argument("--no-trace", action="store_true", help="do not write predicted timelines")
@@ -132,7 +134,7 @@ def _evaluate(args, folder: str | None) -> dict:
         return write_replay_trace(os.path.join(folder, f"whatif{i}.trace.json"), g, res)
 
     out = evaluate(g0, _scenarios(args), cluster, measured, timeline, steps_graph=prof.graph if args.template else None,
-                   tolerance_pct=None if args.allow_model_error else MODEL_TOLERANCE_PCT)
+                   tolerance_pct=None if args.allow_model_error else MODEL_TOLERANCE_PCT, raw=args.raw)
     return {"run": os.fspath(args.run), "measured_iter_ms": None if measured is None else measured / 1e3} | out | {
         "partial": bool(prof.run.meta.get("partial")), "warnings": prof.warnings}
 
@@ -145,8 +147,10 @@ _SHORT = {  # table heading of each column; ``COLUMNS`` (also in --json) defines
 
 def to_text(r: dict) -> str:
     m = "n/a" if r["measured_iter_ms"] is None else f"{r['measured_iter_ms']:.2f} ms"
+    corrected = r["profiler_cost"]["corrected"] and r["reference_iter_ms"] is not None
+    against = f" against {r['reference_iter_ms']:.2f} ms without the profiler" if corrected else ""
     lines = warning_lines(r) + [f"profiled: {r['workers']} ranks, measured {m}/iter; model of it {r['model_iter_ms']:.2f} ms "
-                                f"({r['model_error_pct']:+.1f} %; {r['link']})"]
+                                f"({r['model_error_pct']:+.1f} %{against}; {r['link']})", r["profiler_cost"]["text"]]
     fit = r["link_fit"]
     if fit and fit["weak"]:
         lines.append(f"caution: the link fit cannot split latency from bandwidth ({fit['weak']}); rows marked * extrapolate it")

@@ -56,6 +56,7 @@ from ..traces.parallelism import label_run
 from ..traces.step_marks import mark_steps
 from ..traces.steps import iteration_us
 from .dag import DeviceKind, Graph, GraphBuilder
+from .meta import LoopSteps
 from .provenance import GraphRule, Provenance
 
 _LANE_DEVICE = {LaneKind.CPU_THREAD: DeviceKind.HOST, LaneKind.GPU_STREAM: DeviceKind.COMPUTE, LaneKind.COMM_THREAD: DeviceKind.COMM}
@@ -81,6 +82,14 @@ def measured_iter_us(trace: RankTrace, steps: list[int]) -> float:
     """Measured iteration time of ``trace`` over ``steps`` (``traces.steps.iteration_us``)."""
     spans = trace.step_spans()
     return iteration_us(spans[np.isin(spans[:, 0].astype(int), steps)])
+
+
+def loop_steps(run: Run) -> LoopSteps | None:
+    """The collector's step times of every rank (``traces.dagprof_run``); None for traces without them."""
+    if not all("unprofiled_step_times_us" in t.meta for t in run.ranks):
+        return None
+    return LoopSteps({t.rank: {int(s): float(d) for s, d in t.meta["step_times_us"].items()} for t in run.ranks},
+                     {t.rank: {int(s): float(d) for s, d in t.meta["unprofiled_step_times_us"].items()} for t in run.ranks})
 
 
 def build_graph(run: Run, steps: range | None = None, matching: Matching | None = None, step_marker: str | None = None) -> Graph:
@@ -109,6 +118,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         backend=run.ranks[0].backend,
         framework=run.meta.get("framework") or run.ranks[0].meta.get("framework"),
         measured_iter_us={t.rank: measured_iter_us(t, chosen) for t in run.ranks},
+        loop_steps=loop_steps(run),
         buckets=[{"index": bk.index, "nbytes": bk.nbytes, "params": bk.params} for bk in run.ranks[0].buckets],
         source=run.source,
         warnings=list(run.meta.get("warnings", [])),

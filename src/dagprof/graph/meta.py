@@ -19,6 +19,15 @@ if TYPE_CHECKING:
     from .provenance import Provenance
 
 
+@dataclass(frozen=True)
+class LoopSteps:
+    """Step durations (us) timed by dagprof's collector in the training loop, rank -> step -> us: the steps the
+    profiler recorded and the others of the same job (warm-up included), which measure the profiler's own cost."""
+
+    profiled: dict[int, dict[int, float]]
+    unprofiled: dict[int, dict[int, float]]
+
+
 @dataclass(slots=True)
 class GraphMeta:
     # --- the measurement (graph.build / graph.build_ps; analysis.diff.match re-cuts steps and measured_iter_us)
@@ -29,6 +38,7 @@ class GraphMeta:
     framework: str | None = None  # tensorflow, jax, mxnet, horovod as the reader names it; None: PyTorch
     source: str | None = None  # the trace file or run folder the graph was built from
     measured_iter_us: dict[int, float] = field(default_factory=dict)  # rank -> measured iteration time, us
+    loop_steps: LoopSteps | None = None  # the training loop's own step times, profiled or not (dagprof runs; passes.profiler_cost)
     buckets: list[dict[str, Any]] = field(default_factory=list)  # rank 0's DDP buckets: {index, nbytes, params}
     warnings: list[str] = field(default_factory=list)  # the run's load/alignment warnings, shown to the user
     main_device: dict[int, int] = field(default_factory=dict)  # rank -> index of its main compute device (the builders)

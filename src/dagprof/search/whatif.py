@@ -26,6 +26,7 @@ from ..passes.comm import current_topology, graph_world_size, hybrid, link_fit, 
 from ..passes.compute import share_cores
 from ..passes.fsdp import refuse_unmodelled, scale_fsdp_workers, set_reshard
 from ..passes.horovod import set_horovod
+from ..passes.profiler_cost import measure_profiler_cost, remove_profiler_cost, scale_host_work
 from ..passes.workers import replica_ranks
 from ..progress import progress
 from ..replay import ReplayResult, replay
@@ -38,7 +39,7 @@ COLUMNS = {
     "speedup_vs_profiled": "throughput (workers / iteration time) over the profiled run's, both replayed; > 1 = more samples/s than now",
     "speedup_vs_one_worker": "throughput over ONE worker's under the same conditions = workers x scaling_efficiency",
     "scaling_efficiency": "weak scaling: one worker's iteration time / this one, same conditions; 1.0 = linear, lower = overhead of scale",
-    "vs_measured_pct": "predicted iteration time against the measured one of the profiled run, % (+ = slower)",
+    "vs_measured_pct": "predicted iteration time against the measured one of the profiled run (less the profiler's cost unless --raw), % (+ = slower)",
     "lo_ms": "low end of the interval one step's time should fall in (``level``), from the replayed steps' spread and the link fit's residuals",
     "hi_ms": "high end of that interval, ms",
     "level": "the share of single steps the interval should hold (0.9 = 90 %)",
@@ -147,14 +148,19 @@ def apply(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
 MODEL_TOLERANCE_PCT = 2.0  # a model further than this from the profiled run predicts nothing
 
 
-def check_model(g0: Graph, model_us: float, measured_us: float | None, tolerance_pct: float | None) -> float:
+def check_model(g0: Graph, model_us: float, measured_us: float | None, tolerance_pct: float | None, what: str = "measured") -> float:
     """The model's error on the profiled run itself, %; refused beyond ``tolerance_pct`` (None: never).
 
     Every prediction inherits that error, and a link fitted to small or noisy collectives can
-    be off by far more than the effect asked about, so such a model must not predict.
+    be off by far more than the effect asked about, so such a model must not predict. Compare like
+    with like: a model of the raw op times (``--raw``) against the profiled steps as measured; a model
+    whose op times had the profiler's cost removed against the job without the profiler, that is
+    the measured iteration less the measured share (``evaluate`` passes it, ``what`` names it).
+    Since the correction makes the model drop by that same share, the gate passes or refuses the
+    same model either way: the correction moves the predictions, not the check.
     """
     replayed = job_iteration_us(g0)
-    ref, what = (measured_us, "measured") if measured_us else (replayed, "replayed")
+    ref, what = (measured_us, what) if measured_us else (replayed, "replayed")
     err = 100.0 * (model_us - ref) / ref
     if tolerance_pct is not None and abs(err) > tolerance_pct:
         replay_err = 100.0 * (replayed - ref) / ref
@@ -167,7 +173,7 @@ def check_model(g0: Graph, model_us: float, measured_us: float | None, tolerance
 
 def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = None, measured_us: float | None = None,
              timeline: Callable[[int, Graph, ReplayResult], str | None] | None = None, steps_graph: Graph | None = None,
-             tolerance_pct: float | None = MODEL_TOLERANCE_PCT) -> dict:
+             tolerance_pct: float | None = MODEL_TOLERANCE_PCT, raw: bool = False) -> dict:
     """Replay every scenario; one row per scenario with the ``COLUMNS``.
 
     Refused when the model of the profiled run misses it by more than ``tolerance_pct`` (None: never).
@@ -177,14 +183,24 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     replayed step by step: on ``g0``, or on ``steps_graph`` (each step with its own times) when
     ``g0`` is the averaged iteration. Rows that change the link, the workers or the scheme carry a
     ``caveat`` when the link fitted to the profile cannot tell latency from bandwidth.
+    Unless ``raw``, the profiler's own cost measured on the run is removed from the op times first
+    (``passes.profiler_cost``), and ``measured_us`` and ``vs_measured_pct`` then mean the job without
+    the profiler (``check_model``); ``profiler_cost`` in the result says what was done, or why not.
     """
     t0 = time.perf_counter()
     cluster = cluster or Cluster()
     n0 = graph_world_size(g0)
     unit = replica_ranks(g0)  # ranks of one data-parallel replica: "one worker" of a hybrid job is one replica
     base_topo = base_topology(g0, cluster)
+    cost = measure_profiler_cost(g0 if steps_graph is None else steps_graph)
+    what = "measured"
+    if not raw and cost.usable:
+        g0, factor = remove_profiler_cost(g0, cost, job_iteration_us, model=set_topology(g0, base_topo))
+        steps_graph = None if steps_graph is None else scale_host_work(steps_graph, factor)
+        measured_us = None if not measured_us else measured_us * (1.0 - cost.share)
+        what = "measured less the profiler's cost"
     model = job_iteration_us(set_topology(g0, base_topo))
-    model_error = check_model(g0, model, measured_us, tolerance_pct)
+    model_error = check_model(g0, model, measured_us, tolerance_pct, what)
     fit = None if (cluster.topology or cluster.link_model or g0.meta.topology) else link_fit(g0)
     caveat = None if fit is None or fit.weak is None else f"extrapolates a link fit too weak to split latency from bandwidth: {fit.weak}"
     stepwise = g0 if steps_graph is None else steps_graph
@@ -220,7 +236,9 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     link = None if fit is None else {
         "latency_us": fit.link.alpha_us, "bandwidth_bytes_per_s": fit.link.bandwidth_bytes_per_s if fit.link.beta_us_per_byte else None,
         "collectives": fit.collectives, "sizes": fit.sizes, "r2": fit.r2, "weak": fit.weak}
-    return {"workers": n0, "model_iter_ms": model / 1e3, "model_error_pct": model_error, "link": link_text(base_topo), "link_fit": link,
+    profiler = cost.to_dict() | ({"corrected": False, "verdict": "--raw", "text": "op times as profiled (--raw)"} if raw else {})
+    return {"workers": n0, "model_iter_ms": model / 1e3, "model_error_pct": model_error, "profiler_cost": profiler,
+            "reference_iter_ms": None if not measured_us else measured_us / 1e3, "link": link_text(base_topo), "link_fit": link,
             "columns": COLUMNS, "scenarios": rows, "notes": _hybrid_notes(g0), "seconds": time.perf_counter() - t0}
 
 

@@ -1,0 +1,137 @@
+"""The profiler's own cost, measured on the job and removed from its op times before predicting.
+
+Recording every op (Kineto, dagprof's hooks) makes the profiled steps slower than the job's other
+steps: 0-11 % on the namespace testbed. Every prediction started from those op times inherits it.
+dagprof's collector times every step of the training loop, profiled or not, so the cost is
+measured per run: the profiled steps against the unprofiled ones (from step ``WARMUP_STEPS`` on)
+of the same job, each step timed as the slowest rank's, compared by their medians: the recording costs
+every profiled step, while another job's load stalls a few steps of either kind at random (on the
+loaded testbed single steps took twice the others), so the median step shows the cost, the mean
+mostly the stalls. The recording lands on the host: it
+lengthens the compute ops and the framework gaps between them, not the wire time of a collective;
+so those are what the correction shortens, by one factor found by replay, so that the model's
+iteration drops by the measured share. Nothing is corrected when the measurement is missing (a
+stock torch.profiler trace has no unprofiled steps), too noisy to tell the cost from zero, or
+says the profiled steps were faster; ``ProfilerCost.verdict`` then says why.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..graph.dag import Graph
+from ..traces.events import Kind
+from .compute import COMPUTE_KINDS
+
+WARMUP_STEPS = 2  # step 0 builds DDP's buckets and step 1 uses them first: not the job's steady state
+MIN_STEPS = 3  # unprofiled steps needed to measure the cost
+NOISE_SIGMAS = 2.0  # the cost must exceed this many standard errors of the difference of the two means
+_CORRECTED = COMPUTE_KINDS + (Kind.DATA,)  # host work the recording slows; communication keeps its measured times
+
+
+@dataclass(frozen=True)
+class ProfilerCost:
+    """The profiler's cost on one run: median step (slowest rank) profiled against unprofiled, in us."""
+
+    profiled_us: float | None
+    unprofiled_us: float | None
+    profiled_steps: int
+    unprofiled_steps: int
+    stderr_us: float | None  # standard error of profiled_us - unprofiled_us (robust: from each kind's median absolute deviation)
+    verdict: str | None  # None: usable; else why nothing is corrected
+
+    @property
+    def usable(self) -> bool:
+        return self.verdict is None
+
+    @property
+    def share(self) -> float:
+        """The share of a profiled step that is the profiler's: 0.06 = 6 % (0 when not usable)."""
+        return (self.profiled_us - self.unprofiled_us) / self.profiled_us if self.usable else 0.0
+
+    def describe(self) -> str:
+        if not self.usable:
+            return f"op times not corrected for the profiler's cost: {self.verdict}"
+        return (f"op times corrected for the profiler's cost: {-100 * self.share:+.1f} % (profiled {self.profiled_us / 1e3:.1f} ms/step "
+                f"vs {self.unprofiled_us / 1e3:.1f} ms unprofiled, {self.profiled_steps} and {self.unprofiled_steps} steps)")
+
+    def to_dict(self) -> dict:
+        return {"profiled_step_ms": None if self.profiled_us is None else self.profiled_us / 1e3,
+                "unprofiled_step_ms": None if self.unprofiled_us is None else self.unprofiled_us / 1e3,
+                "profiled_steps": self.profiled_steps, "unprofiled_steps": self.unprofiled_steps,
+                "stderr_ms": None if self.stderr_us is None else self.stderr_us / 1e3,
+                "share_pct": 100 * self.share, "corrected": self.usable, "verdict": self.verdict, "text": self.describe()}
+
+
+def measure_profiler_cost(g: Graph) -> ProfilerCost:
+    """The profiled steps the graph holds against the job's unprofiled steps (``GraphMeta.loop_steps``)."""
+    loop = g.meta.loop_steps
+    if loop is None:
+        return ProfilerCost(None, None, 0, 0, None, "not measured (no unprofiled steps: only dagprof's collector times them)")
+    prof = _job_steps(loop.profiled, set(g.meta.steps))
+    base = _job_steps(loop.unprofiled, None, WARMUP_STEPS)
+    if len(prof) < 2 or len(base) < MIN_STEPS:
+        return ProfilerCost(_median(prof), _median(base), len(prof), len(base), None,
+                            f"not measured ({len(prof)} profiled and {len(base)} unprofiled steps from step {WARMUP_STEPS} on; "
+                            f"needs 2 and {MIN_STEPS})")
+    p, u = statistics.median(prof), statistics.median(base)
+    se = math.hypot(_median_stderr(prof), _median_stderr(base))
+    seen = f"profiled {p / 1e3:.1f} ms/step vs {u / 1e3:.1f} ms unprofiled, {100 * (u - p) / p:+.1f} % +- {100 * se / p:.1f} %"
+    verdict = None
+    if u - p > NOISE_SIGMAS * se:
+        verdict = f"the profiled steps ran faster than the others ({seen}): the machine's load changed, not a cost to remove"
+    elif p - u < NOISE_SIGMAS * se:
+        verdict = f"too noisy to say ({seen})"
+    return ProfilerCost(p, u, len(prof), len(base), se, verdict)
+
+
+def _job_steps(per_rank: dict[int, dict[int, float]], only: set[int] | None, first: int = 0) -> list[float]:
+    """Each step that every rank timed, as its slowest rank's duration."""
+    common = set.intersection(*(set(d) for d in per_rank.values())) if per_rank else set()
+    keep = sorted(s for s in common if s >= first and (only is None or s in only))
+    return [max(d[s] for d in per_rank.values()) for s in keep]
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def _median_stderr(xs: list[float]) -> float:
+    """Standard error of the median of ``xs``: 1.2533 sd / sqrt(n), the sd estimated as 1.4826 x the median absolute deviation."""
+    med = statistics.median(xs)
+    return 1.2533 * 1.4826 * statistics.median(abs(x - med) for x in xs) / math.sqrt(len(xs))
+
+
+def scale_host_work(g: Graph, factor: float) -> Graph:
+    """Host compute ops (and data loading) and every rank's framework gaps times ``factor``; communication as measured."""
+    host = g.rank >= 0
+    dur, gap = g.dur.copy(), g.gap.copy()
+    mask = host & np.isin(g.kind, [int(k) for k in _CORRECTED])
+    dur[mask] *= factor
+    gap[host] *= factor
+    return g.replace(dur=dur, gap=gap)
+
+
+def remove_profiler_cost(g: Graph, cost: ProfilerCost, iteration_us: Callable[[Graph], float], model: Graph | None = None,
+                         rounds: int = 4, tolerance: float = 0.002) -> tuple[Graph, float]:
+    """``g`` with its host work shortened so that ``model`` (default ``g``; e.g. ``g`` under the fitted link) replays
+    ``1 - cost.share`` of its iteration; returns the graph and the factor. ``iteration_us`` replays a graph (passes
+    do not import the replay). A few secant steps: the iteration is monotone in the factor but not proportional
+    to it, since communication that the host work hid may surface."""
+    if not cost.usable:
+        return g, 1.0
+    model = g if model is None else model
+    raw = iteration_us(model)
+    target = raw * (1.0 - cost.share)
+    f0, t0 = 1.0, raw
+    f1 = 1.0 - cost.share
+    for _ in range(rounds):
+        t1 = iteration_us(scale_host_work(model, f1))
+        if abs(t1 - target) <= tolerance * target or t1 == t0:
+            break
+        f0, t0, f1 = f1, t1, min(1.0, max(0.05, f1 + (target - t1) * (f1 - f0) / (t1 - t0)))
+    return scale_host_work(g, f1), f1

@@ -1,0 +1,103 @@
+"""The profiler's own cost: measured per run from the steps outside the window, removed before predicting (issue 20 item 2)."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from dagprof.analysis import job_iteration_us
+from dagprof.cli.main import main
+from dagprof.graph.meta import LoopSteps
+from dagprof.passes.profiler_cost import measure_profiler_cost, remove_profiler_cost
+from dagprof.pipeline import open_run
+from dagprof.search.whatif import Scenario, evaluate
+from dagprof.traces.events import Kind
+
+DATA = os.path.join(os.path.dirname(__file__), "data")
+
+
+@pytest.fixture(scope="module")
+def run_with_margins(tmp_path_factory) -> str:
+    """A real 2-rank gloo DDP run profiled over steps 4-7 of 14: steps 2-3 and 8-13 run without the profiler."""
+    from dagprof.collect.demo_train import DemoConfig, run_demo_training
+
+    small = DemoConfig.small()
+    opts = {k: getattr(small, k) for k in ("width", "blocks", "image_size", "batch_size")}
+    return run_demo_training(tmp_path_factory.mktemp("margins"), world_size=2, steps=14, profile_steps=(4, 8), bucket_cap_mb=0.01, **opts)
+
+
+@pytest.fixture(scope="module")
+def opened(run_with_margins):
+    return open_run(run_with_margins)
+
+
+def test_measured_on_a_real_run(opened, run_with_margins, capsys, tmp_path):
+    """Both kinds of steps are counted; whatever the load did, the result is a correction or a stated reason."""
+    g = opened.graph
+    assert g.meta.loop_steps is not None and sorted(g.meta.loop_steps.profiled) == [0, 1]
+    cost = measure_profiler_cost(g)
+    assert (cost.profiled_steps, cost.unprofiled_steps) == (4, 8)
+    assert cost.profiled_us > 0 and cost.unprofiled_us > 0 and cost.stderr_us >= 0
+    text = cost.describe()
+    assert "\n" not in text and text.startswith("op times corrected" if cost.usable else "op times not corrected")
+    assert main(["whatif", run_with_margins, "--bandwidth", "1Gbit", "--no-trace", "--allow-model-error", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["profiler_cost"]["text"] == text and out["profiler_cost"]["corrected"] == cost.usable
+    assert main(["whatif", run_with_margins, "--bandwidth", "1Gbit", "--no-trace", "--allow-model-error", "--raw"]) == 0
+    assert "op times as profiled (--raw)" in capsys.readouterr().out
+    assert main(["optimize", run_with_margins, "--budget", "1", "-o", str(tmp_path / "opt"), "--json"]) == 0
+    assert text in json.loads(capsys.readouterr().out)["notes"]
+
+
+def _with_cost(g, share: float, jitter: float = 0.01):
+    """``g`` whose loop timed its profiled steps at the measured iteration and 8 others ``share`` faster,
+    each ``jitter`` (relative sd) apart: a stated cost on a real graph."""
+    rng = np.random.default_rng(0)
+    m = g.meta.measured_iter_us
+
+    def times(steps, scale):
+        return {r: {s: m[r] * scale * (1 + jitter * rng.standard_normal()) for s in steps} for r in m}
+
+    loop = LoopSteps(times(g.meta.steps, 1.0), times(range(100, 108), 1 - share))
+    return g.replace(meta=g.meta.replace(loop_steps=loop))
+
+
+def test_a_measured_cost_is_removed_and_the_gate_compares_like_with_like(opened):
+    """A 10 % cost on the real graph: the model drops by 10 %, communication keeps its times, and the 2 % gate
+    gives the corrected model the error the raw one had against the profiled run."""
+    g = _with_cost(opened.graph, 0.10)
+    cost = measure_profiler_cost(g)
+    assert cost.usable and cost.share == pytest.approx(0.10, abs=0.01)
+    fixed, factor = remove_profiler_cost(g, cost, job_iteration_us)
+    assert 0 < factor < 1
+    assert job_iteration_us(fixed) == pytest.approx(job_iteration_us(g) * (1 - cost.share), rel=0.005)
+    comm = np.isin(g.kind, [int(Kind.COMM), int(Kind.COMM_WAIT)])
+    assert np.array_equal(fixed.dur[comm], g.dur[comm])
+    measured = opened.analysis.measured_us
+    raw = evaluate(g, [Scenario()], measured_us=measured, tolerance_pct=None, raw=True)
+    out = evaluate(g, [Scenario()], measured_us=measured, tolerance_pct=None)
+    assert out["profiler_cost"]["corrected"] and not raw["profiler_cost"]["corrected"]
+    assert out["reference_iter_ms"] == pytest.approx(measured * (1 - cost.share) / 1e3)
+    assert out["model_error_pct"] == pytest.approx(raw["model_error_pct"], abs=0.6)
+    assert out["scenarios"][0]["predicted_iter_ms"] == pytest.approx(raw["scenarios"][0]["predicted_iter_ms"] * (1 - cost.share), rel=0.01)
+
+
+def test_never_corrected_when_noisy_or_faster(opened):
+    noisy = measure_profiler_cost(_with_cost(opened.graph, 0.02, jitter=0.5))
+    assert not noisy.usable and noisy.verdict.startswith("too noisy to say") and noisy.share == 0
+    faster = measure_profiler_cost(_with_cost(opened.graph, -0.5))
+    assert not faster.usable and "ran faster" in faster.verdict
+    g = _with_cost(opened.graph, 0.02, jitter=0.5)
+    assert remove_profiler_cost(g, noisy, job_iteration_us)[0] is g
+
+
+def test_vendored_runs_say_why_not(tmp_path):
+    """A stock Kineto trace has no unprofiled steps; a dagprof run with one step past its window has too few."""
+    kineto = open_run(os.path.join(DATA, "gloo-windows", "same")).graph
+    cost = measure_profiler_cost(kineto)
+    assert not cost.usable and cost.verdict.startswith("not measured (no unprofiled steps")
+    run = open_run(os.path.join(DATA, "hybrid-dp-tp-dagprof")).graph
+    cost = measure_profiler_cost(run)
+    assert not cost.usable and cost.unprofiled_steps == 1 and "needs 2 and 3" in cost.verdict
