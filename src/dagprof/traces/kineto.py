@@ -317,53 +317,60 @@ def _nest(cols: Columns) -> Nesting:
     """One walk per CPU thread with a stack of open events (wrappers transparent)."""
     n = cols.n
     depth = [0] * n
-    top = list(range(n))
+    top = [-2] * n  # -2: itself (filled in below; n distinct ints would cost 36 B per event at the parse's peak)
     ctx = [-1] * n
     parent = [-1] * n
     st = cols.start.tolist()
     en = cols.end.tolist()
     wrap = cols.per_event("wrapper", bool).tolist()
     own_ctx = cols.per_event("ctx", np.int8).tolist()
-    lane = cols.lane.tolist()
     nd = [0] * n  # non-wrapper events on the chain, including the event itself
     eff_end = en[:]
     stack: list[int] = []
-    cur = -1
-    for i in np.flatnonzero(~cols.is_gpu).tolist():
-        if lane[i] != cur:
-            stack.clear()
-            cur = lane[i]
-        s = st[i]
-        while stack and eff_end[stack[-1]] <= s:
-            stack.pop()
-        w = wrap[i]
-        if stack:
-            p = stack[-1]
-            parent[i] = p
-            if eff_end[i] > eff_end[p]:
-                eff_end[i] = eff_end[p]
-            c = own_ctx[i]
-            ctx[i] = c if c >= 0 else ctx[p]
-            k = nd[p]
-            if w:
-                nd[i] = k
-                depth[i] = -1
-                top[i] = top[p] if k else -1
+    bounds = np.searchsorted(cols.lane, np.arange(len(cols.lane_keys) + 1)).tolist()  # rows are in lane order
+    for lane_id, (gpu, _, _) in enumerate(cols.lane_keys):
+        if gpu:
+            continue
+        stack.clear()
+        for i in range(bounds[lane_id], bounds[lane_id + 1]):
+            s = st[i]
+            while stack and eff_end[stack[-1]] <= s:
+                stack.pop()
+            w = wrap[i]
+            if stack:
+                p = stack[-1]
+                parent[i] = p
+                if eff_end[i] > eff_end[p]:
+                    eff_end[i] = eff_end[p]
+                c = own_ctx[i]
+                ctx[i] = c if c >= 0 else ctx[p]
+                k = nd[p]
+                t = top[p]
+                if t == -2:
+                    t = p
+                if w:
+                    nd[i] = k
+                    depth[i] = -1
+                    top[i] = t if k else -1
+                else:
+                    nd[i] = k + 1
+                    depth[i] = k
+                    if k:
+                        top[i] = t
             else:
-                nd[i] = k + 1
-                depth[i] = k
-                if k:
-                    top[i] = top[p]
-        else:
-            ctx[i] = own_ctx[i]
-            if w:
-                depth[i] = -1
-                top[i] = -1
-            else:
-                nd[i] = 1
-        stack.append(i)
-    arrays = (np.array(parent, dtype=np.int64), np.array(depth, dtype=np.int16), np.array(top, dtype=np.int64), np.array(ctx, dtype=np.int8))
-    del parent, depth, top, ctx, st, en, wrap, own_ctx, lane, nd, eff_end  # the walk's lists go before the next pass: peak memory
+                ctx[i] = own_ctx[i]
+                if w:
+                    depth[i] = -1
+                    top[i] = -1
+                else:
+                    nd[i] = 1
+            stack.append(i)
+    top_arr = np.array(top, dtype=np.int64)
+    del top
+    self_top = top_arr == -2
+    top_arr[self_top] = np.flatnonzero(self_top)
+    arrays = (np.array(parent, dtype=np.int64), np.array(depth, dtype=np.int16), top_arr, np.array(ctx, dtype=np.int8))
+    del parent, depth, ctx, st, en, wrap, own_ctx, nd, eff_end  # the walk's lists go before the next pass: peak memory
     return Nesting(*arrays, _innermost(arrays[0], cols.has_role(ks.Role.ENQUEUE)))
 
 
