@@ -32,7 +32,7 @@ def test_one_tiny_round(tmp_path):
                               ranks=[2], rates=["1Gbit", "200Mbit"], caps=(1.0,), profiled=(2, "1Gbit", 1.0), swept="unlimited")
     import random
 
-    measured, predicted = run.one_round(args, str(tmp_path), random.Random(0))
+    measured, predicted, _ = run.one_round(args, str(tmp_path), random.Random(0))  # (cells, predictions, their intervals)
     assert sorted(measured) == [(2, "1Gbit", 1.0), (2, "200Mbit", 1.0)]
     assert all(len(v) == 2 and min(v) > 0 for v in measured.values())
     assert all(predicted[k] > 0 for k in measured) and predicted["replay"] > 0
