@@ -68,11 +68,12 @@ def run_demo(s: DemoSettings, say: Callable[[str], None] = lambda m: print(m, fi
         say("[2/5] building the global graph and replaying it")
         prof = open_run(run_dir)
         say("[3/5] what-ifs from the one profile")
+        refused = None
         try:
             whatifs = _whatifs(prof)
-        except DagprofError as e:  # the model misses the profiled run, so it predicts nothing
+        except DagprofError as e:  # the model misses the profiled run, so it predicts nothing: the report says why
             say(f"  {e}")
-            whatifs = []
+            whatifs, refused = [], str(e)
         lossy = ", gradient compression allowed (synthetic data; --lossless to forbid it)" if s.allow_lossy else ""
         say(f"[4/5] searching a strategy by replay ({s.budget_s:g} s budget{lossy})")
         found = find_strategy(run_dir, Options(budget_s=s.budget_s, allow_lossy=s.allow_lossy), out, raw=True)
@@ -85,7 +86,7 @@ def run_demo(s: DemoSettings, say: Callable[[str], None] = lambda m: print(m, fi
                                      say=lambda m: say("  " + m.strip()), in_process=True)
     outlook = _scaling_outlook(prof)
     notes = [] if why is None else [LOOPBACK_NOTE]
-    files = write_outputs(prof, out, _report(prof, found, checked, outlook, whatifs, where, notes))
+    files = write_outputs(prof, out, _report(prof, found, checked, outlook, whatifs, where, notes, refused))
     return _summary(prof, found, checked, files, run_dir) | {"whatifs": whatifs, "scaling_outlook": outlook, "cluster": where, "notes": notes}
 
 
@@ -150,8 +151,10 @@ def _whatifs(prof: Profiled) -> list[dict]:
     return [{k: r[k] for k in keep} for r in rows]
 
 
-def _report(prof: Profiled, found: Found, checked: Checked | None, outlook: dict, whatifs: list[dict], where: str, notes: list[str]) -> ReportInputs:
-    inp = ReportInputs(prof.analysis, prof.findings, title=f"dagprof demo: {prof.graph.world_size}-rank gloo DDP on {where}", whatifs=whatifs)
+def _report(prof: Profiled, found: Found, checked: Checked | None, outlook: dict, whatifs: list[dict], where: str, notes: list[str],
+            whatif_refused: str | None) -> ReportInputs:
+    inp = ReportInputs(prof.analysis, prof.findings, title=f"dagprof demo: {prof.graph.world_size}-rank gloo DDP on {where}", whatifs=whatifs,
+                       whatif_refused=whatif_refused)
     inp.optimisation = _optimisation(found, checked)
     inp.sections.append(("Scaling outlook (S-SGD DAG model)", _outlook_html(outlook)))
     inp.links["profiled run folder"] = "run"

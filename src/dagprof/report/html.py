@@ -33,6 +33,7 @@ class ReportInputs:
     findings: list[Finding]
     title: str = "dagprof report"
     whatifs: list[dict] = field(default_factory=list)  # rows: label, predicted_iter_ms, speedup, ...
+    whatif_refused: str | None = None  # why no what-if was predicted (the model misses the profiled run), shown in its place
     optimisation: dict | None = None
     sections: list[tuple[str, str]] = field(default_factory=list)  # extra (title, html) blocks
     links: dict[str, str] = field(default_factory=dict)  # label -> relative path
@@ -91,6 +92,9 @@ def render(inp: ReportInputs) -> str:
     parts.append("<h2>Replayed timeline (one iteration)</h2>")
     parts.append(timeline_svg(a))
 
+    if inp.whatif_refused and not inp.whatifs:
+        parts.append("<h2>What if</h2>")
+        parts.append(f"<div class='finding'>{escape(inp.whatif_refused)}</div>")
     if inp.whatifs:
         parts.append("<h2>What if</h2>")
         cols = [k for k in inp.whatifs[0] if not isinstance(inp.whatifs[0][k], (dict, list))]
