@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(HERE), "src")
 sys.path.insert(0, SRC)
 
+from dagprof.collect.tf_train import free_ports  # noqa: E402  (stdlib only: TF is imported by the job, not here)
 from dagprof.errors import DagprofError  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
 from dagprof.search.whatif import Scenario, evaluate  # noqa: E402
@@ -41,17 +41,6 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "mx_mlp": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
     "mx_embed": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
 }
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def launch(name: str, python: str, out: str, workers: int, timeout: float, src: str = SRC) -> list[int]:

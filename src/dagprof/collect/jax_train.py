@@ -17,11 +17,11 @@ import os
 import subprocess
 import sys
 
-from .tf_train import _free_ports, wait_all
+from .tf_train import free_ports, wait_all
 
 
 def launch(args: argparse.Namespace) -> int:
-    port = _free_ports(1)[0]
+    port = free_ports(1)[0]
     procs = []
     for rank in range(args.workers):
         cmd = [sys.executable, "-m", "dagprof.collect.jax_train", "--rank", str(rank), "--port", str(port), *args.passthrough]

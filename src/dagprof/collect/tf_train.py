@@ -22,7 +22,7 @@ import sys
 import time
 
 
-def _free_ports(n: int) -> list[int]:
+def free_ports(n: int) -> list[int]:
     socks = [socket.socket() for _ in range(n)]
     try:
         for s in socks:
@@ -35,7 +35,7 @@ def _free_ports(n: int) -> list[int]:
 
 def launch(args: argparse.Namespace) -> int:
     """Start ``--workers`` worker processes; 0 when all finished, else the first failure's code."""
-    ports = _free_ports(args.workers)
+    ports = free_ports(args.workers)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     procs = []
     for rank in range(args.workers):
