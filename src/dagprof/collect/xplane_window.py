@@ -19,24 +19,6 @@ from ..fsutil import atomic_open
 from ..traces.xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, VERSION, rank_file, rank_logdir
 
 
-def parse_window(steps: range | tuple[int, int] | str | int) -> range:
-    """``range(5, 10)``, ``(5, 10)``, ``"5:10"`` or ``N`` (the first N steps)."""
-    if isinstance(steps, range):
-        r = steps
-    elif isinstance(steps, int):
-        r = range(steps)
-    elif isinstance(steps, str):
-        first, sep, stop = steps.partition(":")
-        if not sep:
-            raise ValueError(f"steps must look like FIRST:STOP (e.g. 5:10), got {steps!r}")
-        r = range(int(first), int(stop))
-    else:
-        r = range(int(steps[0]), int(steps[1]))
-    if r.step != 1 or r.start < 0 or not len(r):
-        raise ValueError(f"steps must be a non-empty range of consecutive steps >= 0, got {steps!r}")
-    return r
-
-
 class StepWindow:
     """Profiles steps ``steps`` of one process into ``out_dir/rank<R>/`` and describes them in ``rank<R>.json``."""
 
