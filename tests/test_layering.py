@@ -6,7 +6,7 @@ import sys
 
 SRC = pathlib.Path(__file__).resolve().parent.parent / "src" / "dagprof"
 # Each layer may import only layers before it. pipeline, demo and cli sit on top and may use all.
-ORDER = ["errors", "fsutil", "progress", "traces", "costmodel", "collect", "align", "graph", "passes", "replay", "analysis", "search", "sgd", "report"]
+ORDER = ["errors", "units", "fsutil", "progress", "traces", "costmodel", "collect", "align", "graph", "passes", "replay", "analysis", "search", "sgd", "report"]
 
 
 def imports_of(path: pathlib.Path) -> set[str]:

@@ -29,6 +29,7 @@ from ..passes.horovod import set_horovod
 from ..passes.workers import replica_ranks
 from ..progress import progress
 from ..replay import ReplayResult, replay
+from ..units import MB
 
 COLUMNS = {
     "workers": "ranks (data-parallel workers) in the scenario",
@@ -120,8 +121,8 @@ def apply(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
     if s.bucket_mb is not None and g.meta.horovod:
         raise DagprofError("a Horovod run fuses tensors by its fusion threshold and cycle time: use --fusion-mb and --cycle-ms")
     if s.bucket_mb is not None or not c.overlap:
-        cap = None if s.bucket_mb is None else (1e18 if s.bucket_mb == float("inf") else s.bucket_mb * 2**20)
-        first = None if c.first_bucket_mb is None else c.first_bucket_mb * 2**20
+        cap = None if s.bucket_mb is None else (1e18 if s.bucket_mb == float("inf") else s.bucket_mb * MB)
+        first = None if c.first_bucket_mb is None else c.first_bucket_mb * MB
         g = set_buckets(g, cap, overlap=c.overlap, first_bucket_bytes=first)
     if s.partition is not None:
         g = partition_tensors(g, s.partition)
@@ -130,7 +131,7 @@ def apply(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
     if c.cores:
         g = share_cores(g, c.cores, c.ranks_per_host)
     if s.fusion_mb is not None or s.cycle_ms is not None:
-        g = set_horovod(g, replay, None if s.fusion_mb is None else s.fusion_mb * 2**20, s.cycle_ms)
+        g = set_horovod(g, replay, None if s.fusion_mb is None else s.fusion_mb * MB, s.cycle_ms)
     if c.fine:
         g = expand_collectives(g)
     return g
