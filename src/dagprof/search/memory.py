@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..collect.collector import SAVED_OUTSIDE_LAYERS
+from ..costmodel.codecs import Codec
 from ..errors import DagprofError
 from ..graph.dag import Graph
-from ..passes.compression import Codec
 from ..passes.gradients import GradientOrder
 from ..passes.recompute import Segment
 from ..units import MB

@@ -43,14 +43,13 @@ from ..analysis.critical_path import critical_path
 from ..analysis.interval import PredictionInterval, link_residuals, predict_interval
 from ..collect.overlap import load_overlap
 from ..collect.strategy import Bucket, Compression, Prediction, Strategy
-from ..costmodel.codecs import CodecCosts, powersgd_split
+from ..costmodel.codecs import Codec, CodecCosts, powersgd_split
 from ..errors import DagprofError
 from ..graph.dag import Graph
 from ..graph.symmetry import fold_ranks
 from ..passes.accumulate import accumulate_gradients
 from ..passes.bucket_plan import BucketSlots, Plan
 from ..passes.comm import current_topology, graph_world_size, set_topology
-from ..passes.compression import Codec
 from ..passes.gradients import GradientOrder, gradient_order
 from ..passes.overlap import disturbed, slowed_nodes, undisturbed
 from ..passes.recompute import RecomputeSlots, Segment, segments
@@ -594,7 +593,7 @@ def predict_run(run: Run, g: Graph, strategy: Strategy, costs_file: str | None =
     layouts = meta.get("bucket_layouts") or []
     order = gradient_order(g, layouts[-1] if layouts else [])
     c = strategy.compression
-    codec = Codec(c.codec, c.rank)
+    codec = c.as_codec
     costs = _codec_costs(order, Options(allow_lossy=True, powersgd_ranks=(c.rank,) if c.codec == "powersgd" else ()), costs_file) if c.lossy else None
     costs = _in_job(costs, like)
     segs = segments(g) if strategy.recompute else []
