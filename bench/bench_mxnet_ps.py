@@ -152,9 +152,9 @@ def predict(run_dir: str, rate0: float, cells: list[tuple[int, float]]) -> tuple
 
     from dagprof.costmodel.topology import CollectiveSpec
     from dagprof.passes import set_link, set_scheme
+    from dagprof.passes.comm import exchange_us
     from dagprof.pipeline import open_run
     from dagprof.replay import replay
-    from dagprof.search.ps_link import exchange_us
 
     p = open_run(run_dir)
     bw0 = p.graph.meta.ps_link_fit["bandwidth_bytes_per_s"]

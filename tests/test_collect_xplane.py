@@ -8,7 +8,7 @@ import time
 import pytest
 
 from dagprof.collect.tf_profile import tf_config_rank
-from dagprof.collect.xplane_window import StepWindow, parse_window, run_forked
+from dagprof.collect.xplane_window import StepWindow, run_forked
 from dagprof.traces.xplane_layout import FORMAT, RANK_FORMAT
 
 
@@ -71,14 +71,6 @@ def test_tf_config_rank(monkeypatch):
     assert tf_config_rank() is None
     monkeypatch.delenv("TF_CONFIG")
     assert tf_config_rank() is None
-
-
-def test_parse_window():
-    assert parse_window("5:10") == range(5, 10) and parse_window((1, 3)) == range(1, 3) and parse_window(4) == range(4)
-    with pytest.raises(ValueError):
-        parse_window("5")
-    with pytest.raises(ValueError):
-        parse_window((3, 3))
 
 
 def test_the_profiler_stops_after_the_workers_settle_and_every_worker_joins_the_barrier(tmp_path):

@@ -14,10 +14,9 @@ from dagprof.errors import DagprofError
 from dagprof.graph.build_ps import ISSUE
 from dagprof.graph.collectives import ps_devices, worker_ports
 from dagprof.passes import scale_workers, set_link, set_scheme
-from dagprof.passes.comm import current_topology
+from dagprof.passes.comm import current_topology, exchange_us
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
-from dagprof.search.ps_link import exchange_us
 from dagprof.search.whatif import Scenario, evaluate
 from dagprof.traces.events import Kind
 from dagprof.traces.load import load

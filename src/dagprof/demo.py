@@ -24,6 +24,7 @@ from .search.optimize import Options
 from .search.whatif import Scenario, evaluate
 from .sgd import CommModel, Policy, predict
 from .traces.layerwise import layer_profile_from_run
+from .units import MB
 
 WHATIF_BANDWIDTHS = ["10Gbit", "1Gbit", "100Mbit"]
 WHATIF_WORKERS = [8, 64, 4096]
@@ -129,7 +130,7 @@ def _scaling_outlook(prof: Profiled) -> dict:
     layers = layer_profile_from_run(prof.run)
     scaling = predict(layers, OUTLOOK_WORKERS, CommModel(default=preset(OUTLOOK_NET), default_name="10GbE"), Policy.WFBP)
     policies = {p.value: [{"workers": r.workers, "iter_ms": r.iter_us / 1e3, "speedup": r.speedup} for r in rows] for p, rows in scaling.table.items()}
-    return {"net": "10GbE", "layers": layers.num_layers, "grad_mb": layers.params_bytes / 2**20, "workers": scaling.workers, "policies": policies}
+    return {"net": "10GbE", "layers": layers.num_layers, "grad_mb": layers.params_bytes / MB, "workers": scaling.workers, "policies": policies}
 
 
 def _outlook_html(o: dict) -> str:

@@ -5,19 +5,17 @@ import os
 from dataclasses import dataclass
 
 from .align.clocks import ClockAlignment
-from .align.one_clock import alignment_of, on_one_clock
+from .align.one_clock import alignment_of
 from .analysis import Analysis, analyze
 from .analysis.findings import Finding, findings
-from .graph.build import build_graph
-from .graph.build_ps import build_ps_graph
 from .graph.dag import Graph
 from .passes.average_steps import average_steps
+from .passes.run_kinds import build_run_graph
 from .replay import replay
 from .report.chrome_trace import LARGE_TRACE_EVENTS
 from .report.html import ReportInputs, write_report
 from .report.merged_trace import write_merged_trace
 from .report.timeline import write_replay_trace
-from .search.ps_link import fit_ps_link
 from .traces.events import Run
 from .traces.formats import MXNET_MANIFEST
 from .traces.load import load
@@ -63,11 +61,7 @@ def open_run(path: str | os.PathLike[str], steps: range | None = None, engine: s
     lacks ranks of its job (or holds some cut short) is refused unless ``allow_missing_ranks``.
     """
     run = load(path, allow_missing_ranks=allow_missing_ranks)
-    if "ps" in run.meta:  # a parameter-server job: processes on one clock, no collectives to align by
-        graph = fit_ps_link(build_ps_graph(run, steps=steps))
-    else:
-        run, matching = on_one_clock(run)  # kept: the measured timeline is written on this clock
-        graph = build_graph(run, steps=steps, matching=matching, step_marker=step_marker)
+    run, graph = build_run_graph(run, replay, steps=steps, step_marker=step_marker)
     if template:
         graph = average_steps(graph)
     a = analyze(graph, replay(graph, engine=engine))

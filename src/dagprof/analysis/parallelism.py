@@ -13,6 +13,7 @@ from ..graph.dag import Graph
 from ..replay import ReplayResult
 from ..traces.events import Kind
 from ..traces.parallelism import Dim
+from ..units import MB
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class DimComm:
 
     def to_dict(self, per: int = 1) -> dict:
         return {"dim": self.dim.text, "groups": self.groups, "collectives_per_iter": self.collectives / per,
-                "mb_per_iter": self.nbytes / per / 1e6, "ms_per_iter": self.replayed_us / per / 1e3}
+                "mb_per_iter": self.nbytes / per / MB, "ms_per_iter": self.replayed_us / per / 1e3}
 
 
 def comm_by_dim(g: Graph, result: ReplayResult) -> list[DimComm]:

@@ -19,6 +19,7 @@ from ..costmodel.calibrate_lut import fit_lut_folder
 from ..costmodel.topology import save_link_model
 from ..errors import DagprofError
 from ..fsutil import check_output_folder
+from ..units import MB
 from .common import finite_positive, positive_int
 
 HELP = "measure all-reduce time over message sizes (live gloo group, or nccl-tests tables) and save a link model"
@@ -35,7 +36,7 @@ def add_arguments(p) -> None:
 def _sizes(max_mb: float) -> tuple[int, ...]:
     if not max_mb > 0:
         raise DagprofError(f"--max-mb must be positive, got {max_mb}")
-    top = int(max_mb * 2**20)
+    top = int(max_mb * MB)
     sizes = [s for s in live.DEFAULT_SIZES if s <= top] or [4096]
     return tuple(sizes) + ((top,) if top > sizes[-1] else ())
 

@@ -6,7 +6,7 @@ import os
 from ..analysis.diff import diff_profiles
 from ..pipeline import open_run
 from ..report.diff_html import write_diff
-from .common import add_input_limit, outputs, parse_steps
+from .common import add_input_limit, outputs, steps_arg
 
 HELP = "compare two profiles of the same training: iteration, categories, critical paths, and which ops explain the change"
 
@@ -14,7 +14,7 @@ HELP = "compare two profiles of the same training: iteration, categories, critic
 def add_arguments(p) -> None:
     p.add_argument("a", help="the baseline: a dagprof run folder, or a folder (or file) of torch.profiler traces")
     p.add_argument("b", help="the profile to compare with it (same training, after a change)")
-    p.add_argument("--steps", type=parse_steps, default=None, metavar="A:B", help="profiled steps to use, in both (default: all)")
+    p.add_argument("--steps", type=steps_arg, default=None, metavar="A:B", help="profiled steps to use, in both (default: all)")
     p.add_argument("--top", type=int, default=10, help="ops listed among those that changed most (default 10)")
     p.add_argument("-o", "--out", help="folder for diff.html and diff.trace.json (default: B's folder)")
     p.add_argument("--no-report", action="store_true", help="do not write diff.html and diff.trace.json")

@@ -6,6 +6,7 @@ import sys
 
 from ..errors import DagprofError
 from ..progress import bar, shown
+from ..units import parse_size
 from .common import add_out_argument, add_run_arguments, comma_list, finite_non_negative, outputs, positive_int, seconds
 from .terminal import escape
 
@@ -22,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="PowerSGD ranks to try with --allow-lossy (default 2,4)")
     p.add_argument("--accumulate", type=int, default=1, metavar="K",
                    help="also try K micro-batches per optimizer step (no_sync): changes the effective batch")
-    p.add_argument("--memory-budget", default=None, metavar="SIZE", help="per-rank memory limit, e.g. 2GB or 512MiB (adds recomputation)")
+    p.add_argument("--memory-budget", default=None, metavar="SIZE", help="per-rank memory limit, e.g. 2GB or 512MB (MB = MiB = 2^20 bytes; adds recomputation)")
     p.add_argument("--optimizer-state", default="momentum", choices=["sgd", "momentum", "adam"],
                    help="optimizer state per parameter, for the memory estimate (default momentum: one copy)")
     p.add_argument("--overlap-slowdown", type=finite_non_negative, default=None, metavar="S",
@@ -52,7 +53,7 @@ def run(args: argparse.Namespace) -> dict:
     if args.accumulate < 1:
         raise DagprofError(f"--accumulate must be >= 1, got {args.accumulate}")
     opts = Options(budget_s=args.budget, seed=args.seed, allow_lossy=args.allow_lossy, powersgd_ranks=tuple(args.powersgd_ranks),
-                   accumulate=args.accumulate, memory_budget=None if args.memory_budget is None else parse_size(args.memory_budget),
+                   accumulate=args.accumulate, memory_budget=None if args.memory_budget is None else parse_size(args.memory_budget, "--memory-budget"),
                    optimizer_state=args.optimizer_state, overlap_slowdown=args.overlap_slowdown,
                    progress=_search_bar(args.budget) if shown() else None)
     with outputs(args.out, args.run) as staged:
@@ -91,21 +92,6 @@ def recommendation(res, path: str) -> str:
     if res.memory_reason:
         return res.memory_reason
     return f"dagprof.apply(ddp_model, {path!r}) before training, or verify it: dagprof optimize RUN --verify -- CMD"
-
-
-def parse_size(text: str) -> float:
-    units = {"b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 2**10, "mib": 2**20, "gib": 2**30, "k": 2**10, "m": 2**20, "g": 2**30}
-    t = text.strip().lower().replace(" ", "")
-    num = t.rstrip("kmgib")
-    unit = t[len(num):] or "b"
-    try:
-        value = float(num) * units[unit]
-    except (ValueError, KeyError):
-        raise DagprofError(f"cannot read size {text!r}: use e.g. 512MB, 2GiB", "--memory-budget") from None
-    if not 0 < value < float("inf"):  # NaN fails too
-        raise DagprofError(f"size must be positive and finite, got {text!r}", "--memory-budget")
-    return value
-
 
 
 def _search_bar(budget_s: float):

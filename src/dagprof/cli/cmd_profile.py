@@ -12,7 +12,7 @@ import subprocess
 
 from ..errors import DagprofError
 from ..fsutil import check_output_folder
-from ..traces.steps import iteration_us
+from ..traces.steps import DEFAULT_STEPS, iteration_us
 from .common import steps_arg
 
 HELP = "profile an unmodified PyTorch DDP job (torchrun or hand-started ranks) into a dagprof run folder"
@@ -20,8 +20,9 @@ HELP = "profile an unmodified PyTorch DDP job (torchrun or hand-started ranks) i
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--out", required=True, metavar="DIR", help="run folder to write (earlier dagprof files in it are replaced)")
-    p.add_argument("--steps", type=steps_arg, default=range(5, 10), metavar="A:B",
-                   help="optimizer steps to profile: A:B = steps A..B-1, A = step A alone (default 5:10)")
+    p.add_argument("--steps", type=steps_arg, default=DEFAULT_STEPS, metavar="A:B",
+                   help="optimizer steps to profile: A:B = steps A..B-1, A = step A alone "
+                        f"(default {DEFAULT_STEPS.start}:{DEFAULT_STEPS.stop})")
     p.add_argument("--no-kineto", action="store_true", help="hooks only: no torch.profiler trace (lowest overhead)")
     p.add_argument("--mxnet-ps", type=_mxnet_ps_arg, metavar="servers=S,workers=W", default=None,
                    help="an MXNet dist_sync job: start the scheduler, S servers and W workers (each runs the command) on this host")

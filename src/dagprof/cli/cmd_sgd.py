@@ -10,6 +10,7 @@ from ..report.svg import speedup_chart
 from ..report.timeline import write_replay_trace
 from ..sgd import Policy, ScalingRow, anchor_single_worker, build_sgd_graph, comm_model, make_schedule, predict
 from ..traces.layerwise import read_layer_file
+from ..units import MB
 from .common import MAX_WORKERS, add_out_argument, comma_list, finite_positive, outputs, worker_count
 
 HELP = "predict iteration time, exposed communication and speed-up over worker counts from per-layer times (S-SGD DAG model)"
@@ -81,7 +82,7 @@ def _predict(args, folder: str | None) -> dict:
 
 
 def to_text(r: dict) -> str:
-    lines = [f"{os.path.basename(r['source'])}: {r['layers']} layers, {r['grad_bytes'] / 1e6:.1f} MB of gradients; policy {r['policy']}"]
+    lines = [f"{os.path.basename(r['source'])}: {r['layers']} layers, {r['grad_bytes'] / MB:.1f} MB of gradients; policy {r['policy']}"]
     lines.append(f"{'workers':>7} {'iter (s)':>9} {'exposed comm (s)':>16} {'speed-up':>9} {'efficiency':>10}  all-reduce cost")
     for row in r["rows"]:
         lines.append(f"{row['workers']:>7} {row['iter_time_s']:>9.4f} {row['comm_exposed_s']:>16.4f} {row['speedup']:>9.2f} "

@@ -51,7 +51,7 @@ def add_arguments(p) -> None:
                         f"{MAX_CONTENDED_WORKERS:,} with --cores")
     p.add_argument("--tp-degree", type=positive_int, help="tensor-parallel degree: refused unless it is the profiled one (not modelled)")
     p.add_argument("--pp-degree", type=positive_int, help="pipeline-parallel degree: refused unless it is the profiled one (not modelled)")
-    p.add_argument("--bucket-mb", type=comma_list(positive_number), help="DDP bucket cap(s) in MB; 'inf' = one bucket per step")
+    p.add_argument("--bucket-mb", type=comma_list(positive_number), help="DDP bucket cap(s) in MB (MiB, as DDP's bucket_cap_mb); 'inf' = one bucket per step")
     p.add_argument("--first-bucket-mb", type=positive_number, default=None,
                    help="cap of the first bucket only (DDP's default is 1 when bucket_cap_mb is unset)")
     p.add_argument("--no-overlap", action="store_true", help="start all-reduces only after the whole backward")

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import DagprofError
+from ..units import MB
 from .exit_gc import collect_cycles_at_exit
 from .strategy import Strategy, load_strategy
 
@@ -193,7 +194,7 @@ def _rebuild_reducer(ddp: Any, s: Strategy) -> None:
     config = ddp._bucket_config  # validate() checked that DDP has per-bucket limits
     if s.buckets is not None:
         sizes = {n: p.numel() * p.element_size() for n, p in ddp.module.named_parameters()}
-        caps_mb = [sum(sizes[p] for p in b.params) / 2**20 for b in s.buckets]
+        caps_mb = [sum(sizes[p] for p in b.params) / MB for b in s.buckets]
         ddp._bucket_config = type(config).create(bucket_cap_mb=None, bucket_cap_mb_list=caps_mb, use_python_reducer=ddp._use_python_reducer)
         ddp.bucket_bytes_cap = ddp._bucket_config.bucket_bytes_cap
         ddp.bucket_bytes_cap_list = list(ddp._bucket_config.per_bucket_bytes_caps)

@@ -28,7 +28,7 @@ import warnings
 from functools import wraps
 from typing import Any
 
-from ..traces.steps import parse_steps
+from ..traces.steps import DEFAULT_STEPS, parse_steps
 from .collector import Collector
 from .fsdp import install_launcher as install_fsdp_launcher
 
@@ -96,7 +96,7 @@ def _patch() -> None:
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
     collector = Collector(
-        os.environ[ENV_OUT], parse_steps(os.environ.get(ENV_STEPS, "5:10")),
+        os.environ[ENV_OUT], parse_steps(os.environ.get(ENV_STEPS) or DEFAULT_STEPS),
         kineto=os.environ.get(ENV_KINETO, "1") == "1", mode="launcher",
     )
     original_init = DDP.__init__

@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     import torch.distributed as dist
 
-    from .profile import parse_steps
+    from ..traces.steps import parse_steps
     from .steptimes import write_times
 
     base = DemoConfig.small(model=args.model) if args.small else DemoConfig.workload(args.model)

@@ -40,6 +40,7 @@ from typing import Any
 from ..fsutil import atomic_open
 from ..traces.dagprof_run import Rec
 from ..traces.horovod import RANK_FORMAT, TIMELINE, VERSION, horovod_rank_file
+from ..traces.steps import DEFAULT_STEPS
 from .collector import Collector
 from .profile import profile as _profile
 
@@ -279,7 +280,7 @@ class profile(_profile):  # noqa: N801  (used like dagprof.profile)
 
     collector_class = HorovodCollector
 
-    def __init__(self, out_dir: str | os.PathLike[str], steps: Any = range(5, 10), model: Any = None, optimizer: Any = None,
+    def __init__(self, out_dir: str | os.PathLike[str], steps: str | range | tuple[int, int] | int = DEFAULT_STEPS, model: Any = None, optimizer: Any = None,
                  kineto: bool = False, record_shapes: bool = False, ranges: bool = False, mark_cycles: bool = True):
         super().__init__(out_dir, steps, model=model, kineto=kineto, record_shapes=record_shapes, ranges=ranges)
         self._optimizer = optimizer

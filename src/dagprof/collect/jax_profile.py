@@ -19,7 +19,8 @@ from __future__ import annotations
 import os
 from typing import Any, ContextManager
 
-from .xplane_window import LoopProfile, StepWindow, parse_window
+from ..traces.steps import DEFAULT_STEPS, parse_steps
+from .xplane_window import LoopProfile, StepWindow
 
 
 class jax_profile(LoopProfile):  # noqa: N801
@@ -29,9 +30,9 @@ class jax_profile(LoopProfile):  # noqa: N801
     ``params``: optional pytree of the gradients' shapes (the parameters) for the all-reduce bytes.
     """
 
-    def __init__(self, out_dir: str | os.PathLike[str], steps: range | tuple[int, int] | str | int = range(5, 10),
+    def __init__(self, out_dir: str | os.PathLike[str], steps: range | tuple[int, int] | str | int = DEFAULT_STEPS,
                  rank: int | None = None, world_size: int | None = None, params: Any = None):
-        self._args = (out_dir, parse_window(steps), rank, world_size)
+        self._args = (out_dir, parse_steps(steps), rank, world_size)
         self._params = params
 
     def _open(self) -> StepWindow:

@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 
+from ..traces.steps import parse_steps
 from .tf_train import free_ports, wait_all
 
 
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="run folder to write")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--steps", type=int, default=12, help="training steps in all")
-    ap.add_argument("--profile", default="6:10", help="steps to profile, FIRST:STOP")
+    ap.add_argument("--profile", type=parse_steps, default="6:10", help="steps to profile: A:B = steps A..B-1")
     ap.add_argument("--batch", type=int, default=64, help="per-process batch")
     ap.add_argument("--timeout", type=float, default=600, help="seconds before the launcher stops the workers")
     ap.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rank is not None:
         return worker(args)
     args.passthrough = ["--out", os.path.abspath(args.out), "--workers", str(args.workers), "--steps", str(args.steps),
-                        "--profile", args.profile, "--batch", str(args.batch)]
+                        "--profile", f"{args.profile.start}:{args.profile.stop}", "--batch", str(args.batch)]
     return launch(args)
 
 

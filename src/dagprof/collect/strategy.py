@@ -15,17 +15,15 @@ rebuild), so a strategy for another model (other names or sizes) is recognised a
 from __future__ import annotations
 
 import os
-from typing import Literal, get_args
 
 import msgspec
 
+from ..costmodel.codecs import Codec, CodecName
 from ..fsutil import atomic_open, read_versioned
 
 FORMAT = "dagprof-strategy"
 VERSION = 1
 MIN_VERSION = 1
-Codec = Literal["none", "fp16", "bf16", "powersgd"]
-CODECS = get_args(Codec)
 LOSSY_CAVEAT = ("lossy gradient compression changes what the optimizer sees (fp16/bf16 round gradients, PowerSGD "
                 "approximates them at low rank with error feedback): check accuracy and convergence on your job before adopting it")
 ACCUMULATION_CAVEAT = "gradient accumulation multiplies the effective batch: retune the learning rate, and compare time per sample"
@@ -40,16 +38,22 @@ class Bucket(msgspec.Struct, frozen=True):
 
 
 class Compression(msgspec.Struct, frozen=True):
-    codec: Codec = "none"
+    """The codec (``costmodel.codecs.Codec``: its ``name`` and ``rank``) and when PowerSGD starts."""
+
+    codec: CodecName = "none"
     rank: int = 0  # PowerSGD's matrix approximation rank
     start_iter: int = 2  # PowerSGD: plain all-reduce before this iteration (DDP rebuilds buckets after iteration 0)
 
     @property
+    def as_codec(self) -> Codec:
+        return Codec(self.codec, self.rank)
+
+    @property
     def lossy(self) -> bool:
-        return self.codec != "none"
+        return self.as_codec.lossy
 
     def label(self) -> str:
-        return {"none": "no compression", "fp16": "fp16 hook", "bf16": "bf16 hook"}.get(self.codec, f"PowerSGD rank {self.rank}")
+        return self.as_codec.label()
 
 
 class Prediction(msgspec.Struct, frozen=True):

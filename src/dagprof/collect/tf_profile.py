@@ -24,7 +24,8 @@ import os
 import time
 from typing import Any, Callable, ContextManager
 
-from .xplane_window import LoopProfile, StepWindow, parse_window, run_forked
+from ..traces.steps import DEFAULT_STEPS, parse_steps
+from .xplane_window import LoopProfile, StepWindow, run_forked
 
 
 def tf_config_rank() -> tuple[int, int] | None:
@@ -89,7 +90,7 @@ def _window(out_dir: str | os.PathLike[str], steps, rank: int | None, world_size
     def start(logdir: str) -> None:
         tf.profiler.experimental.start(logdir, options=_options(host_tracer_level, python_tracer_level))
 
-    return StepWindow(out_dir, parse_window(steps), rank, world_size, "tensorflow", tf.__version__,
+    return StepWindow(out_dir, parse_steps(steps), rank, world_size, "tensorflow", tf.__version__,
                       start, stop_in_child, settle=lambda: settle(strategy()))
 
 
@@ -170,7 +171,7 @@ class tf_profile(LoopProfile):  # noqa: N801  (used like a profiler object)
     the profiler stop after a barrier over the workers, when no collective is in flight.
     """
 
-    def __init__(self, out_dir: str | os.PathLike[str], steps: range | tuple[int, int] | str | int = range(5, 10),
+    def __init__(self, out_dir: str | os.PathLike[str], steps: range | tuple[int, int] | str | int = DEFAULT_STEPS,
                  rank: int | None = None, world_size: int | None = None, model: Any = None,
                  host_tracer_level: int = 2, python_tracer_level: int = 0, strategy: Any = None):
         self._args = (out_dir, steps, rank, world_size, host_tracer_level, python_tracer_level)
@@ -189,7 +190,7 @@ class tf_profile(LoopProfile):  # noqa: N801  (used like a profiler object)
         return tf.profiler.experimental.Trace("train", step_num=step, _r=1)
 
 
-def keras_callback(out_dir: str | os.PathLike[str], steps: range | tuple[int, int] | str | int = range(5, 10),
+def keras_callback(out_dir: str | os.PathLike[str], steps: range | tuple[int, int] | str | int = DEFAULT_STEPS,
                    rank: int | None = None, world_size: int | None = None, host_tracer_level: int = 2) -> Any:
     """A ``tf.keras.callbacks.Callback`` profiling global batches ``steps`` (counted over epochs) of ``fit``.
 

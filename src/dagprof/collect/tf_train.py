@@ -21,6 +21,8 @@ import subprocess
 import sys
 import time
 
+from ..traces.steps import parse_steps
+
 
 def free_ports(n: int) -> list[int]:
     socks = [socket.socket() for _ in range(n)]
@@ -95,7 +97,7 @@ def worker(args: argparse.Namespace) -> int:
     n = args.batch * args.workers
     x = rng.standard_normal((n, 24, 24, 3), dtype=np.float32)
     y = rng.integers(0, 10, n).astype(np.int32)
-    window = (args.profile[0], args.profile[1])
+    window = args.profile
     if args.mode == "fit":
         with strategy.scope():
             model.compile(optimizer=keras.optimizers.SGD(0.01), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -133,17 +135,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--mode", choices=("loop", "fit"), default="loop")
     ap.add_argument("--steps", type=int, default=12, help="training steps in all")
-    ap.add_argument("--profile", default="6:10", help="steps to profile, FIRST:STOP")
+    ap.add_argument("--profile", type=parse_steps, default="6:10", help="steps to profile: A:B = steps A..B-1")
     ap.add_argument("--batch", type=int, default=16, help="per-worker batch")
     ap.add_argument("--timeout", type=float, default=600, help="seconds before the launcher kills the workers")
     ap.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    first, _, stop = args.profile.partition(":")
-    args.profile = (int(first), int(stop))
     if args.rank is not None:
         return worker(args)
     args.passthrough = ["--out", os.path.abspath(args.out), "--workers", str(args.workers), "--mode", args.mode,
-                        "--steps", str(args.steps), "--profile", f"{first}:{stop}", "--batch", str(args.batch)]
+                        "--steps", str(args.steps), "--profile", f"{args.profile.start}:{args.profile.stop}", "--batch", str(args.batch)]
     return launch(args)
 
 

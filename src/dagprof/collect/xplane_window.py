@@ -20,24 +20,6 @@ from ..fsutil import atomic_open
 from ..traces.xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, VERSION, rank_file, rank_logdir
 
 
-def parse_window(steps: range | tuple[int, int] | str | int) -> range:
-    """``range(5, 10)``, ``(5, 10)``, ``"5:10"`` or ``N`` (the first N steps)."""
-    if isinstance(steps, range):
-        r = steps
-    elif isinstance(steps, int):
-        r = range(steps)
-    elif isinstance(steps, str):
-        first, sep, stop = steps.partition(":")
-        if not sep:
-            raise ValueError(f"steps must look like FIRST:STOP (e.g. 5:10), got {steps!r}")
-        r = range(int(first), int(stop))
-    else:
-        r = range(int(steps[0]), int(steps[1]))
-    if r.step != 1 or r.start < 0 or not len(r):
-        raise ValueError(f"steps must be a non-empty range of consecutive steps >= 0, got {steps!r}")
-    return r
-
-
 def run_forked(fn: Callable[[], None], timeout_s: float, in_parent: Callable[[], None] = lambda: None) -> int | None:
     """Run ``fn`` in a forked child of this process and wait for it: its exit status (0 when ``fn`` returned,
     1 when it raised, negative: the signal that killed it), or None when it ran past ``timeout_s`` and was killed.

@@ -12,12 +12,34 @@ import json
 import math
 import os
 from dataclasses import asdict, dataclass, field
+from typing import Literal, get_args
 
 from ..errors import DagprofError
 from ..fsutil import atomic_open, read_input
 
 FORMAT = "dagprof-codec-costs"
 MIN_COMPRESSION_RATE = 2  # PowerSGDState's default: compress a matrix only when that saves 2x
+CodecName = Literal["none", "fp16", "bf16", "powersgd"]  # as the strategy file stores it (``compression.codec``)
+CODECS: tuple[str, ...] = get_args(CodecName)
+
+
+@dataclass(frozen=True)
+class Codec:
+    """A gradient codec: what the optimizer chooses, ``passes.compression`` prices and ``dagprof.apply`` deploys.
+
+    Defined here, below both the passes and the strategy schema (``collect.strategy.Compression``
+    stores ``name`` and ``rank`` as its ``codec`` and ``rank`` fields), so there is one set of names and labels.
+    """
+
+    name: CodecName = "none"
+    rank: int = 0  # PowerSGD's matrix approximation rank
+
+    @property
+    def lossy(self) -> bool:
+        return self.name != "none"
+
+    def label(self) -> str:
+        return {"none": "no compression", "fp16": "fp16 hook", "bf16": "bf16 hook"}.get(self.name, f"PowerSGD rank {self.rank}")
 
 
 @dataclass(frozen=True)

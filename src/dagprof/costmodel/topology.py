@@ -25,6 +25,7 @@ import tomllib
 
 from ..errors import DagprofError
 from ..fsutil import atomic_open, read_input
+from ..units import MB
 from .alphabeta import AlphaBeta, parse_bandwidth
 from .presets import preset
 
@@ -256,7 +257,7 @@ def fit_sweep(nbytes: np.ndarray, time_us: np.ndarray, workers: int) -> AlphaBet
     order = np.argsort(m)
     m, t = m[order], t[order]
     share = 2 * (workers - 1) / workers  # bytes each link carries per byte reduced
-    big = m >= 2**20
+    big = m >= MB
     if big.sum() < 2:
         big = np.arange(len(m)) >= len(m) - 2
     slope = np.polyfit(share * m[big], t[big], 1)[0]

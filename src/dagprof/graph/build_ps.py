@@ -19,7 +19,7 @@ other there (a message crosses both ends' ports, in pipelined chunks). The
 sub-graph is ``graph.collectives.add_ps_part``, the same one the ``ps:K`` what-if builds, so a
 measured PS job and a predicted one are the same model. Push, pull and server times come from the
 graph's link model (``meta.topology``, gamma = server work per byte received); ``rebuild_ps``
-re-places keys for another server count or link, and ``search.ps_link`` fits the link's rate to
+re-places keys for another server count or link, and ``passes.comm.fit_ps_link`` fits the link's rate to
 the measured exchanges (``meta.ps["exchange_us"]``; mx.profiler does not say which push
 carries which key, so single messages cannot be timed).
 """
@@ -174,7 +174,7 @@ def _gaps(g: Graph, mstart: np.ndarray, mend: np.ndarray, first_marks: dict[int,
 
 
 def initial_link(run: Run) -> AlphaBeta:
-    """A first link model before fitting (``search.ps_link``): the shortest push/pull is one small
+    """A first link model before fitting (``passes.comm.fit_ps_link``): the shortest push/pull is one small
     round trip (alpha per message); the mean exchange moves every byte in and out of one server port;
     gamma is the servers' measured busy time per byte received."""
     ps = run.meta["ps"]

@@ -21,6 +21,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from ..errors import DagprofError
 from ..traces.events import Kind
 from ..traces.parallelism import Dim
 from .meta import GraphMeta
@@ -82,6 +83,45 @@ class Graph:
     def __post_init__(self) -> None:
         if self.dim is None:
             self.dim = np.zeros(len(self.dur), dtype=np.int8)
+
+    def lint(self) -> None:
+        """Raise DagprofError unless every column and index a replay reads is in range and finite.
+
+        The replay kernels do no bounds checking (numba), so every replay calls this first; a pass can too.
+        """
+        self.lint_edges()
+        self.lint_nodes()
+
+    def lint_edges(self) -> None:
+        """Column lengths, the edge index and device capacities."""
+        n = len(self)
+        for col in ("kind", "rank", "device", "dur", "gap", "order"):
+            if len(getattr(self, col)) != n:
+                raise DagprofError(f"graph column {col!r} has {len(getattr(self, col))} rows, expected {n}")
+        ip = self.indptr
+        if len(ip) != n + 1 or ip[0] != 0 or ip[-1] != len(self.succ) or np.any(np.diff(ip) < 0):
+            raise DagprofError("graph edge index (indptr) is malformed")
+        if len(self.succ) and (int(self.succ.min()) < 0 or int(self.succ.max()) >= n):
+            raise DagprofError("graph has an edge to a node that does not exist")
+        bad = [d.name for d in self.devices if int(d.capacity) < 1]
+        if bad:
+            raise DagprofError(f"device {bad[0]!r} has capacity < 1")
+
+    def lint_nodes(self, rows: np.ndarray | None = None) -> None:
+        """Node columns in range and finite (only ``rows`` when given: what an incremental update changed)."""
+        def col(name: str) -> np.ndarray:
+            a = getattr(self, name)
+            return a if rows is None else a[rows]
+
+        device = col("device")
+        if len(device) and (int(device.min()) < -1 or int(device.max()) >= len(self.devices)):
+            raise DagprofError(f"graph node refers to a device outside 0..{len(self.devices) - 1}")
+        for name in ("dur", "gap"):
+            a = col(name)
+            if not np.all(np.isfinite(a)) or (len(a) and float(a.min()) < 0):
+                raise DagprofError(f"graph column {name!r} must be finite and >= 0")
+        if np.any(np.isnan(col("order"))):
+            raise DagprofError("graph column 'order' contains NaN")
 
     def __len__(self) -> int:
         return len(self.dur)

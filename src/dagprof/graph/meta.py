@@ -55,7 +55,7 @@ class GraphMeta:
     micro_batches: int = 1  # micro-batches per step (passes.accumulate)
     bucket_cap_mb: float | None = None  # bucket size set by passes.buckets; None: as profiled
     overlap: bool | None = None  # backward/communication overlap set by passes.buckets; None: as profiled
-    ps_link_fit: dict[str, float] | None = None  # the link fitted to measured PS exchanges (search.ps_link)
+    ps_link_fit: dict[str, float] | None = None  # the link fitted to measured PS exchanges (passes.comm.fit_ps_link)
     # --- framework sub-records, kept as the readers produce them
     horovod: dict[str, Any] | None = None  # Horovod's tensors, fusion threshold, cycle time (traces.horovod; passes.horovod)
     fsdp: dict[str, Any] | None = None  # FSDP2: units, their dtypes and reshard policy, sharded memory per rank (graph.build_fsdp)

@@ -19,14 +19,14 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..costmodel.codecs import CodecCosts
+from ..costmodel.codecs import Codec, CodecCosts
 from ..costmodel.topology import allreduce_us
 from ..errors import DagprofError
 from ..graph.dag import Graph, GraphBuilder
 from ..traces.events import Kind
 from .buckets import chain_lanes, profiled_buckets
 from .comm import current_scheme, current_topology, retime_collectives
-from .compression import BucketCost, Codec, bucket_cost
+from .compression import BucketCost, bucket_cost
 from .gradients import GradientOrder, ready_nodes
 
 _AFTER = 1e-6  # us: slot i's enqueue is ordered (i+1) * _AFTER after the backward it follows

@@ -21,6 +21,7 @@ from ..costmodel.topology import allreduce_us
 from ..errors import DagprofError
 from ..graph.dag import Graph, GraphBuilder
 from ..traces.events import Kind
+from ..units import MB
 from .comm import current_scheme, current_topology, find_collectives, retime_collectives
 
 _AFTER = 1e-3  # us: a new node's order just after the node it follows on its lane
@@ -111,7 +112,7 @@ def set_buckets(g: Graph, cap_bytes: float | None = None, overlap: bool = True, 
     chain_lanes(b)
     out = b.build()
     if cap_bytes is not None:
-        out.meta.bucket_cap_mb = cap_bytes / 2**20
+        out.meta.bucket_cap_mb = cap_bytes / MB
     out.meta.overlap = overlap
     return retime_collectives(out, topo, spec)
 

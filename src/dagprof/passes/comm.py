@@ -12,6 +12,7 @@ collectives share the link, so the last finishes as late as if they ran in serie
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Callable
 
 import numpy as np
 
@@ -19,9 +20,10 @@ from ..costmodel.alphabeta import AlphaBeta, fit_alpha_beta
 from ..costmodel.topology import CollectiveSpec, Scheme, Topology, allreduce_us
 from ..errors import DagprofError
 from ..graph.build_fsdp import allreduce_equivalent_bytes
-from ..graph.build_ps import is_ps_graph, rebuild_ps
+from ..graph.build_ps import DONE, ISSUE, is_ps_graph, rebuild_ps
 from ..graph.collectives import add_allreduce
 from ..graph.dag import Device, DeviceKind, Graph, GraphBuilder
+from ..graph.replay_result import ReplayResult
 from ..traces.events import Kind
 from ..traces.parallelism import Dim
 
@@ -228,4 +230,54 @@ def expand_collectives(g: Graph) -> Graph:
                       step=int(g.step[c.comm]), bucket=int(g.bucket[c.comm]), tag=f"allreduce s{g.step[c.comm]} b{g.bucket[c.comm]}")
     out = b.build()
     out.meta.fine = True
+    return out
+
+
+# ------------------------------------------------------------------ the parameter server's link, fitted by replay
+
+def exchange_us(g: Graph, start: np.ndarray) -> dict[tuple[int, int], float]:
+    """Per (step, worker): replayed first issue -> exchange done, given replayed ``start`` times."""
+    names = np.array(g.names)[g.name]
+    first: dict[tuple[int, int], float] = {}
+    for v in np.flatnonzero(names == ISSUE):
+        key = (int(g.step[v]), int(g.rank[v]))
+        first[key] = min(first.get(key, np.inf), float(start[v]))
+    return {key: float(start[v]) - first[key] for v in np.flatnonzero(names == DONE) if (key := (int(g.step[v]), int(g.rank[v]))) in first}
+
+
+def fit_ps_link(g: Graph, replayer: Callable[[Graph], ReplayResult], iterations: int = 30) -> Graph:
+    """``g`` (from ``build_ps_graph``) with the bandwidth at which its push/pull exchanges replay as measured.
+
+    mx.profiler does not say which push carries which key, so single messages cannot be timed. What
+    is measured per worker and step is the exchange: from its first push issued to its last pull in
+    (``meta.ps["exchange_us"]``). The rate is the one at which the replayed exchanges last as
+    long as the measured ones, on average (replayed exchanges shorten monotonically with the rate,
+    so bisection finds it). Only communication is matched: compute, framework gaps and the ops that
+    wait for the pulls replay as measured, so the profiled iteration's replay is a check of the
+    model, not a fit. The per-message latency (the shortest push/pull round trip) and the server
+    work per byte come from the builder's first guess (``graph.build_ps.initial_link``).
+
+    ``replayer`` is ``dagprof.replay.replay`` (passes sit below the replay layer).
+    """
+    link, servers = g.meta.topology.inter, g.meta.scheme.servers
+    target = float(np.mean([span for _, _, span in g.meta.ps["exchange_us"]]))
+
+    def at(beta: float) -> Graph:
+        return rebuild_ps(g, servers, replace(link, beta_us_per_byte=beta))
+
+    def mean_exchange(beta: float) -> float:
+        h = at(beta)
+        return float(np.mean(list(exchange_us(h, replayer(h).start).values())))
+
+    lo, hi = 0.0, max(link.beta_us_per_byte, 1e-6)
+    while mean_exchange(hi) < target and hi < 1e3:
+        hi *= 4
+    if mean_exchange(lo) >= target:  # even an infinitely fast link exchanges too slowly
+        hi = lo
+    for _ in range(iterations if hi > lo else 0):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if mean_exchange(mid) < target else (lo, mid)
+    out = at(hi)
+    out.meta.ps_link_fit = {"bandwidth_bytes_per_s": float(1e6 / hi) if hi > 0 else float(np.inf), "alpha_us": link.alpha_us,
+                            "server_us_per_byte": link.gamma_us_per_byte, "target_exchange_us": target}
     return out

@@ -19,20 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ..costmodel.codecs import CodecCosts, powersgd_split
+from ..costmodel.codecs import Codec, CodecCosts, powersgd_split
 from ..errors import DagprofError
 from .gradients import GradientOrder
-
-LOSSY = ("fp16", "bf16", "powersgd")
-
-
-@dataclass(frozen=True)
-class Codec:
-    name: str = "none"  # none, fp16, bf16, powersgd
-    rank: int = 0  # PowerSGD matrix approximation rank
-
-    def label(self) -> str:
-        return {"none": "no compression", "fp16": "fp16", "bf16": "bf16"}.get(self.name, f"PowerSGD rank {self.rank}")
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ import numpy as np
 from ..costmodel.topology import CollectiveSpec, allreduce_us
 from ..errors import DagprofError
 from ..graph.dag import DeviceKind, Graph, GraphBuilder
+from ..graph.replay_result import ReplayResult
 from ..traces.events import Kind
 from ..traces.horovod import GROUP, LANE, REQUEST
 from .comm import current_scheme, current_topology, find_collectives, fit_topology, graph_world_size
@@ -79,7 +80,7 @@ class _Cycle:
     step: int = -1
 
 
-def set_horovod(g: Graph, replayer: Callable[[Graph], object], fusion_bytes: float | None = None,
+def set_horovod(g: Graph, replayer: Callable[[Graph], ReplayResult], fusion_bytes: float | None = None,
                 cycle_ms: float | None = None) -> Graph:
     """The run's graph as Horovod would execute it with this fusion threshold (bytes) and cycle time (ms).
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph.dag import Graph
+from ..graph.replay_result import ReplayResult
 from ..traces.events import Kind
 
 SLOWED = (Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE, Kind.OTHER, Kind.KERNEL)
@@ -21,9 +22,8 @@ def slowed_nodes(g: Graph) -> np.ndarray:
     return np.flatnonzero((g.rank >= 0) & np.isin(g.kind, [int(k) for k in SLOWED]))
 
 
-def comm_overlap(g: Graph, res, nodes: np.ndarray) -> np.ndarray:
-    """Per node: the fraction of its [start, end] during which some collective was in flight (``res``: a replay
-    of ``g``, anything with ``start`` and ``end`` arrays; passes come before the replay layer)."""
+def comm_overlap(g: Graph, res: ReplayResult, nodes: np.ndarray) -> np.ndarray:
+    """Per node: the fraction of its [start, end] during which some collective was in flight (``res``: a replay of ``g``)."""
     comm = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0) & (g.dur > 0))
     if not len(comm) or not len(nodes):
         return np.zeros(len(nodes))
@@ -40,7 +40,7 @@ def comm_overlap(g: Graph, res, nodes: np.ndarray) -> np.ndarray:
     return np.clip((busy_until(b) - busy_until(a)) / span, 0.0, 1.0)
 
 
-def undisturbed(g: Graph, res, slowdown: float) -> np.ndarray:
+def undisturbed(g: Graph, res: ReplayResult, slowdown: float) -> np.ndarray:
     """Durations of ``g`` with the slowdown of its own replayed overlap removed."""
     dur = g.dur.copy()
     if slowdown > 0:
@@ -49,7 +49,7 @@ def undisturbed(g: Graph, res, slowdown: float) -> np.ndarray:
     return dur
 
 
-def disturbed(g: Graph, base_dur: np.ndarray, res, slowdown: float) -> np.ndarray:
+def disturbed(g: Graph, base_dur: np.ndarray, res: ReplayResult, slowdown: float) -> np.ndarray:
     """``base_dur`` (undisturbed) slowed by the overlap of ``res``, a replay of ``g``."""
     dur = g.dur.copy()
     nodes = slowed_nodes(g)

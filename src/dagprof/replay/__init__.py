@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from ..errors import DagprofError
 from ..graph.dag import Graph
+from ..graph.replay_result import ReplayResult
 from .incremental import IncrementalReplayer
-from .numba_engine import load_kernels, replay_numba, validate
+from .numba_engine import load_kernels, replay_numba
 from .python_engine import replay_python
-from .result import ReplayResult
 
 ENGINES = ("auto", "numba", "python")
 
@@ -27,7 +27,7 @@ def replay(graph: Graph, engine: str = "auto") -> ReplayResult:
         raise DagprofError(f"unknown replay engine {engine!r}; choose one of {', '.join(ENGINES)}")
     if engine == "numba" or (engine == "auto" and load_kernels() is not None):
         return replay_numba(graph)
-    validate(graph)
+    graph.lint()
     return replay_python(graph)
 
 

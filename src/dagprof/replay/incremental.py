@@ -20,8 +20,8 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..graph.dag import Graph
-from .numba_engine import Arrays, check_done, load_kernels, queue_offsets, simulate, validate, validate_edges, validate_nodes
-from .result import ReplayResult
+from ..graph.replay_result import ReplayResult
+from .numba_engine import Arrays, check_done, load_kernels, queue_offsets, simulate
 
 
 class IncrementalReplayer:
@@ -50,7 +50,7 @@ class IncrementalReplayer:
         self.last_t0 = 0.0  # the time the last update resumed from
 
     def _reset(self, graph: Graph) -> None:
-        validate(graph)
+        graph.lint()
         n = len(graph)
         self.graph = graph
         self._a = Arrays.of(graph)
@@ -80,7 +80,7 @@ class IncrementalReplayer:
             return self._full(new)
         same_edges = new.indptr is old.indptr and new.succ is old.succ
         if not same_edges:
-            validate_edges(new)
+            new.lint_edges()
         a = Arrays.of(new)
         if changed is None:
             same_edges = same_edges or (np.array_equal(a.indptr, a_old.indptr) and np.array_equal(a.succ, a_old.succ))
@@ -102,7 +102,7 @@ class IncrementalReplayer:
         c = np.unique(np.asarray(changed, dtype=np.int64))
         if len(c) and (c[0] < 0 or c[-1] >= len(new)):
             raise DagprofError(f"changed node ids must be in 0..{len(new) - 1}")
-        validate_nodes(new, c)
+        new.lint_nodes(c)
         return c
 
     def _diff(self, new: Graph, a_old: Arrays, a: Arrays, same_edges: bool) -> np.ndarray:
@@ -110,7 +110,7 @@ class IncrementalReplayer:
         if not same_edges:
             self._k.rows_differ(len(a.dur), a_old.indptr, a_old.succ, a.indptr, a.succ, mask)
         c = np.flatnonzero(mask)
-        validate_nodes(new, c)
+        new.lint_nodes(c)
         return c
 
     def _resimulate(self, new: Graph, a: Arrays, changed: np.ndarray, same_edges: bool, copy: bool) -> ReplayResult:

@@ -8,7 +8,7 @@ node, so any correct heap pops in exactly the reference order.
 The whole simulator state is kept in arrays so that ``incremental`` can rebuild
 the state at a time t0 from a previous run and continue the same loop.
 Kernels trust their inputs: numba does no bounds checking, so callers validate
-(``numba_engine.validate``) before calling.
+(``Graph.lint``) before calling.
 """
 from __future__ import annotations
 

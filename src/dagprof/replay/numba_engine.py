@@ -4,7 +4,7 @@ Kernels compile once and are cached on disk (``njit(cache=True)``: next to the
 sources, else numba's user cache dir, or ``NUMBA_CACHE_DIR``). The first use in a
 process warms them up on a tiny graph built here and checks the answer against
 the reference, so a broken numba falls back instead of returning wrong numbers.
-Numba does no bounds checking: ``validate`` checks every index before a kernel runs.
+Numba does no bounds checking: ``Graph.lint`` checks every index before a kernel runs.
 """
 from __future__ import annotations
 
@@ -17,47 +17,9 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..graph.dag import DeviceKind, Graph, GraphBuilder
+from ..graph.replay_result import ReplayResult
 from ..traces.events import Kind
 from .python_engine import replay_python
-from .result import ReplayResult
-
-
-def validate(g: Graph) -> None:
-    """Raise DagprofError unless every array a kernel reads is in range and finite."""
-    validate_edges(g)
-    validate_nodes(g)
-
-
-def validate_edges(g: Graph) -> None:
-    n = len(g)
-    for col in ("kind", "rank", "device", "dur", "gap", "order"):
-        if len(getattr(g, col)) != n:
-            raise DagprofError(f"graph column {col!r} has {len(getattr(g, col))} rows, expected {n}")
-    ip = g.indptr
-    if len(ip) != n + 1 or ip[0] != 0 or ip[-1] != len(g.succ) or np.any(np.diff(ip) < 0):
-        raise DagprofError("graph edge index (indptr) is malformed")
-    if len(g.succ) and (int(g.succ.min()) < 0 or int(g.succ.max()) >= n):
-        raise DagprofError("graph has an edge to a node that does not exist")
-    bad = [d.name for d in g.devices if int(d.capacity) < 1]
-    if bad:
-        raise DagprofError(f"device {bad[0]!r} has capacity < 1")
-
-
-def validate_nodes(g: Graph, rows: np.ndarray | None = None) -> None:
-    """Check node columns (only ``rows`` when given: what an incremental update changed)."""
-    def col(name: str) -> np.ndarray:
-        a = getattr(g, name)
-        return a if rows is None else a[rows]
-
-    device = col("device")
-    if len(device) and (int(device.min()) < -1 or int(device.max()) >= len(g.devices)):
-        raise DagprofError(f"graph node refers to a device outside 0..{len(g.devices) - 1}")
-    for name in ("dur", "gap"):
-        a = col(name)
-        if not np.all(np.isfinite(a)) or (len(a) and float(a.min()) < 0):
-            raise DagprofError(f"graph column {name!r} must be finite and >= 0")
-    if np.any(np.isnan(col("order"))):
-        raise DagprofError("graph column 'order' contains NaN")
 
 
 @dataclass
@@ -190,6 +152,6 @@ def replay_numba(g: Graph) -> ReplayResult:
     k = load_kernels()
     if k is None:
         raise DagprofError("the numba replay engine is not available here (is numba installed?); use engine='python'")
-    validate(g)
+    g.lint()
     s = simulate(k, Arrays.of(g))
     return ReplayResult(s.start, s.end, s.gate, "numba")

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..graph.dag import Graph
-from .result import ReplayResult
+from ..graph.replay_result import ReplayResult
 
 
 def replay_python(g: Graph) -> ReplayResult:

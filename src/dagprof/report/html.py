@@ -13,6 +13,7 @@ from ..analysis.findings import Finding
 from ..fsutil import atomic_open
 from ..search.whatif import COLUMNS as WHATIF_COLUMNS
 from ..traces.events import Kind
+from ..units import MB
 from . import svg
 
 CSS = """
@@ -80,7 +81,7 @@ def render(inp: ReportInputs) -> str:
         if par is not None:
             parts.append(f"<p>{escape(par.describe())}. " + escape(" ".join(par.notes)) + "</p>")
         parts.append(html_table(["dimension", "collectives", "MB", "replayed ms", "groups"],
-                                [[d.dim.text, d.collectives / per, d.nbytes / per / 1e6, ms(d.replayed_us), ", ".join(d.groups[:8])]
+                                [[d.dim.text, d.collectives / per, d.nbytes / per / MB, ms(d.replayed_us), ", ".join(d.groups[:8])]
                                  for d in a.comm_dims]))
 
     cp = a.path

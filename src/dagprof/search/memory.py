@@ -20,11 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..collect.collector import SAVED_OUTSIDE_LAYERS
+from ..costmodel.codecs import Codec
 from ..errors import DagprofError
 from ..graph.dag import Graph
-from ..passes.compression import Codec
 from ..passes.gradients import GradientOrder
 from ..passes.recompute import Segment
+from ..units import MB
 
 OPTIMIZER_STATE = {"sgd": 0.0, "momentum": 1.0, "adam": 2.0}
 
@@ -43,7 +44,7 @@ class MemoryBreakdown:
         return self.params + self.optimizer + self.grads + self.buckets + self.activations + self.codec
 
     def to_dict(self) -> dict:
-        mb = lambda x: x / 2**20  # noqa: E731
+        mb = lambda x: x / MB  # noqa: E731
         return {"total_mb": mb(self.total), "params_mb": mb(self.params), "optimizer_mb": mb(self.optimizer), "grads_mb": mb(self.grads),
                 "ddp_buckets_mb": mb(self.buckets), "activations_mb": mb(self.activations), "codec_mb": mb(self.codec)}
 

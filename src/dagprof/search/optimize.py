@@ -43,14 +43,13 @@ from ..analysis.critical_path import critical_path
 from ..analysis.interval import PredictionInterval, link_residuals, predict_interval
 from ..collect.overlap import load_overlap
 from ..collect.strategy import Bucket, Compression, Prediction, Strategy
-from ..costmodel.codecs import CodecCosts, powersgd_split
+from ..costmodel.codecs import Codec, CodecCosts, powersgd_split
 from ..errors import DagprofError
 from ..graph.dag import Graph
 from ..graph.symmetry import fold_ranks
 from ..passes.accumulate import accumulate_gradients
 from ..passes.bucket_plan import BucketSlots, Plan
 from ..passes.comm import current_topology, graph_world_size, set_topology
-from ..passes.compression import Codec
 from ..passes.gradients import GradientOrder, gradient_order
 from ..passes.overlap import disturbed, slowed_nodes, undisturbed
 from ..passes.recompute import RecomputeSlots, Segment, segments
@@ -58,6 +57,7 @@ from ..replay import ReplayResult, replay
 from ..replay.incremental import IncrementalReplayer
 from ..replay.numba_engine import load_kernels
 from ..traces.events import Kind, Run
+from ..units import MB
 from .memory import MemoryBreakdown, MemoryModel
 
 WORTH_APPLYING_PCT = 2.0  # a predicted gain below this is within run-to-run noise here: keep the current setup
@@ -160,7 +160,7 @@ class SearchResult:
 
     def describe(self, s: Scored) -> dict:
         c = s.candidate
-        return {"buckets": len(c.ends), "bucket_mb": [round(float(x) / 2**20, 3) for x in self.order.bucket_bytes(c.ends)],
+        return {"buckets": len(c.ends), "bucket_mb": [round(float(x) / MB, 3) for x in self.order.bucket_bytes(c.ends)],
                 "codec": c.codec.label(), "parts": c.parts, "accumulate": c.accumulate,
                 "recompute": [self.segments[i].module for i in sorted(c.recompute)], "predicted_iter_ms": s.iter_us / 1e3,
                 "memory": None if s.memory is None else s.memory.to_dict(), "fits_memory": s.fits}
@@ -316,8 +316,8 @@ def search(g: Graph, order: GradientOrder, opts: Options | None = None, costs: C
     # seeds
     layouts = {order.profiled_ends, tuple(allowed.tolist()), (len(order) - 1,)}
     for cap in SEED_CAPS_MB:
-        for first in (None, 2**20):
-            layouts.add(_snap(order.layout_from_caps(cap * 2**20, first), allowed))
+        for first in (None, MB):
+            layouts.add(_snap(order.layout_from_caps(cap * MB, first), allowed))
     seeds = []
     for k in accs:
         for codec in codecs:
@@ -506,7 +506,7 @@ def _fit_memory(memory: MemoryModel | None, opts: Options, cand_segments: list[S
         return frozenset(min(fitting, key=lambda lv: sum(cost[i] for i in lv))), True, None
     least = _least_memory(memory, cand_segments, largest)
     fixed = memory.grad_bytes * (2 + memory.optimizer_state)
-    mb = lambda x: f"{x / 2**20:.0f} MB"  # noqa: E731
+    mb = lambda x: f"{x / MB:.0f} MB"  # noqa: E731
     reason = (f"no strategy fits {mb(budget)} per rank: the least dagprof can reach is {mb(least)} (parameters, gradients and optimizer "
               f"state {mb(fixed)}, activations {mb(least - fixed)} with modules recomputed and gradients as bucket views)")
     return frozenset(chosen), True, reason
@@ -593,7 +593,7 @@ def predict_run(run: Run, g: Graph, strategy: Strategy, costs_file: str | None =
     layouts = meta.get("bucket_layouts") or []
     order = gradient_order(g, layouts[-1] if layouts else [])
     c = strategy.compression
-    codec = Codec(c.codec, c.rank)
+    codec = c.as_codec
     costs = _codec_costs(order, Options(allow_lossy=True, powersgd_ranks=(c.rank,) if c.codec == "powersgd" else ()), costs_file) if c.lossy else None
     costs = _in_job(costs, like)
     segs = segments(g) if strategy.recompute else []

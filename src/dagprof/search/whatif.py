@@ -30,6 +30,7 @@ from ..passes.profiler_cost import measure_profiler_cost, remove_profiler_cost, 
 from ..passes.workers import replica_ranks
 from ..progress import progress
 from ..replay import ReplayResult, replay
+from ..units import MB
 from .memory import fsdp_peak
 
 COLUMNS = {
@@ -125,8 +126,8 @@ def apply(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
     if s.bucket_mb is not None and g.meta.horovod:
         raise DagprofError("a Horovod run fuses tensors by its fusion threshold and cycle time: use --fusion-mb and --cycle-ms")
     if s.bucket_mb is not None or not c.overlap:
-        cap = None if s.bucket_mb is None else (1e18 if s.bucket_mb == float("inf") else s.bucket_mb * 2**20)
-        first = None if c.first_bucket_mb is None else c.first_bucket_mb * 2**20
+        cap = None if s.bucket_mb is None else (1e18 if s.bucket_mb == float("inf") else s.bucket_mb * MB)
+        first = None if c.first_bucket_mb is None else c.first_bucket_mb * MB
         g = set_buckets(g, cap, overlap=c.overlap, first_bucket_bytes=first)
     if s.partition is not None:
         g = partition_tensors(g, s.partition)
@@ -135,7 +136,7 @@ def apply(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
     if c.cores:
         g = share_cores(g, c.cores, c.ranks_per_host)
     if s.fusion_mb is not None or s.cycle_ms is not None:
-        g = set_horovod(g, replay, None if s.fusion_mb is None else s.fusion_mb * 2**20, s.cycle_ms)
+        g = set_horovod(g, replay, None if s.fusion_mb is None else s.fusion_mb * MB, s.cycle_ms)
     if c.fine:
         g = expand_collectives(g)
     if s.reshard is not None:
@@ -227,7 +228,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
             row["caveat"] = caveat
         if is_fsdp_graph(g0):
             peaks = fsdp_peak(g0, reshard=s.reshard, workers=s.workers)
-            row["peak_memory_mb"] = max(m.total for m in peaks.values()) / 2**20
+            row["peak_memory_mb"] = max(m.total for m in peaks.values()) / MB
             row["memory_per_rank"] = {r: m.to_dict() for r, m in peaks.items()}
         path = timeline(i, g, res) if timeline else None
         if path:

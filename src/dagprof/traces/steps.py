@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
+DEFAULT_STEPS = range(5, 10)
+"""The window profiled when none is named: after DDP rebuilds its buckets (step 1) and the first steps warm up."""
+
 
 def parse_steps(spec: str | int | range | tuple[int, int]) -> range:
     """A window of steps: ``"A:B"`` or ``(A, B)`` = steps A..B-1; ``"A"`` or ``A`` = step A alone; a ``range`` as is.

@@ -18,6 +18,7 @@ import numpy as np
 from ...errors import DagprofError
 from ...graph.dag import Graph
 from ...traces.events import Kind
+from ...units import KB, MB
 from .. import Analysis, analyze
 from ..critical_path import CriticalPath
 from .attribution import Attribution, Category, Part, attribute, categories, category_of
@@ -387,7 +388,7 @@ def _structure_notes(a: RunSide, b: RunSide, m: OpMatch, unmatched: list[Unmatch
 def _sizes(nbytes: list[int]) -> str:
     if not nbytes:
         return "none"
-    shown = ", ".join(f"{x / 2**20:.2f} MB" if x >= 2**20 else f"{x / 2**10:.1f} KB" for x in nbytes[:6])
+    shown = ", ".join(f"{x / MB:.2f} MB" if x >= MB else f"{x / KB:.1f} KB" for x in nbytes[:6])
     return shown + (f", ... {len(nbytes) - 6} more" if len(nbytes) > 6 else "")
 
 

@@ -1,4 +1,7 @@
-"""What a replay returns: per-node times and the predecessor that gated each start."""
+"""What a replay returns: per-node times and the predecessor that gated each start.
+
+Here in ``graph`` (not ``replay``) so that the passes, which sit below the replay layer, can take a
+replay of a graph as a typed argument; ``dagprof.replay.ReplayResult`` is the same class."""
 from __future__ import annotations
 
 from dataclasses import dataclass
