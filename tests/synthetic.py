@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from dagprof.traces.events import Bucket, EventTable, Kind, Lane, LaneKind, RankTrace, Run
+from dagprof.traces.buckets import Bucket
+from dagprof.traces.events import EventTable, Kind, Lane, LaneKind, RankTrace, Run
 
 
 def ddp_run(
@@ -86,6 +87,6 @@ def ddp_run(
             rank=r, world_size=ranks, source=f"synthetic/rank{r}", events=table,
             lanes=[Lane("main", LaneKind.CPU_THREAD, main=True), Lane("gloo", LaneKind.COMM_THREAD)],
             layers=[f"layer{i}" for i in range(layers)], groups=["0"], flows=np.array(flows[r], dtype=np.int64),
-            buckets=[Bucket(b, 4096, [f"layer{i}.weight" for i in m]) for b, m in enumerate(buckets)], backend="gloo",
+            buckets=tuple(Bucket(b, 4096, tuple(f"layer{i}.weight" for i in m)) for b, m in enumerate(buckets)), backend="gloo",
         ))
     return Run(traces, source="synthetic")

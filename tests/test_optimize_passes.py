@@ -17,12 +17,12 @@ from dagprof.traces.events import Kind
 
 
 def test_gradient_order_covers_every_parameter_once(prof, order):
-    layout = prof.run.ranks[0].meta["bucket_layouts"][-1]
-    assert sorted(order.params) == sorted(p for b in layout for p in b["params"])
-    assert order.total_bytes == sum(b["nbytes"] for b in layout)
+    layout = prof.run.ranks[0].buckets
+    assert sorted(order.params) == sorted(p for b in layout for p in b.params)
+    assert order.total_bytes == sum(b.nbytes for b in layout)
     assert all(s is not None for s in order.shapes)
     assert (order.layer >= 0).all()
-    assert list(order.bucket_bytes(order.profiled_ends)) == [b["nbytes"] for b in sorted(layout, key=lambda b: b["index"])]
+    assert list(order.bucket_bytes(order.profiled_ends)) == [b.nbytes for b in sorted(layout, key=lambda b: b.index)]
 
 
 def test_layout_from_caps_follows_ddp_rule(order):

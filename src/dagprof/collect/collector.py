@@ -30,12 +30,12 @@ from typing import Any
 
 from ..fsutil import atomic_open
 from ..progress import bar
+from ..traces.buckets import Bucket, BucketLayout
 from ..traces.run_schema import (
     MANIFEST,
     STEPS_ENDED,
     STEPS_HEAD,
     STEPS_LOG,
-    BucketEntry,
     Clock,
     Ended,
     Manifest,
@@ -82,7 +82,7 @@ class Collector:
         self._modules: list[tuple[Any, str]] = []  # (leaf module, path)
         self._params: list[tuple[Any, str]] = []  # (parameter, module path)
         self._param_names: dict[int, str] = {}
-        self._param_shapes: dict[int, list[int]] = {}
+        self._param_shapes: dict[int, tuple[int, ...]] = {}
         self._grad_bytes: dict[str, int] = {}  # module path -> bytes of its parameters' gradients
         self._roots: list[Any] = []  # the instrumented modules (DDP's inner module)
         self._ddps: list[Any] = []
@@ -96,7 +96,7 @@ class Collector:
         self._seq = 0
         self._bwd_seen = False
         self._grad_watch: dict[tuple[int, int], tuple[Any, list]] = {}  # (id, version) -> (tensor, what to record)
-        self._layouts: list[list[BucketEntry]] = []
+        self._layouts: list[BucketLayout] = []
         self._layout_key: dict[int, tuple] = {}
         self._bucket_cap_mb: float | None = None
         self._kineto_prof = None
@@ -170,7 +170,7 @@ class Collector:
             self._modules.append((mod, path))
         for name, p in root.named_parameters():
             self._param_names[id(p)] = prefix + name
-            self._param_shapes[id(p)] = list(p.shape)
+            self._param_shapes[id(p)] = tuple(p.shape)
             path = prefix + (name.rpartition(".")[0] or type(root).__name__)
             if p.requires_grad:
                 self._grad_bytes[path] = self._grad_bytes.get(path, 0) + p.numel() * p.element_size()
@@ -432,9 +432,9 @@ class Collector:
 
         return fut.then(done)
 
-    def _bucket_layout(self) -> list[BucketEntry]:
-        return [BucketEntry(i, nb, [self._param_names.get(pid, "?") for pid in pids], [self._param_shapes.get(pid) for pid in pids])
-                for i, (nb, pids) in sorted(self._layout_key.items())]
+    def _bucket_layout(self) -> BucketLayout:
+        return tuple(Bucket(i, nb, tuple(self._param_names.get(pid, "?") for pid in pids), tuple(self._param_shapes.get(pid) for pid in pids))
+                     for i, (nb, pids) in sorted(self._layout_key.items()))
 
     # ---------------------------------------------------------------- optimizer
     def update_begin(self) -> None:

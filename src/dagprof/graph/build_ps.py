@@ -154,7 +154,7 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
         world_size=n, ranks=[t.rank for t in run.ranks], steps=chosen, backend="ps-lite", framework=str(ps.get("framework", "mxnet")), source=run.source,
         measured_iter_us={t.rank: measured_iter_us(t, chosen) for t in run.ranks},
         ps={**{k: v for k, v in ps.items() if k in ("framework", "placement", "bigarray_bound", "keys", "num_workers")}, "exchange_us": spans},
-        scheme=CollectiveSpec(Scheme.PS, servers), topology=Topology.flat(n, link), buckets=[],
+        scheme=CollectiveSpec(Scheme.PS, servers), topology=Topology.flat(n, link), buckets=(),
     )
     return rebuild_ps(g, servers, link)
 

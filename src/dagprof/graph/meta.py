@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..costmodel.topology import CollectiveSpec, Topology
+    from ..traces.buckets import BucketLayout
     from ..traces.parallelism import Parallelism
     from .provenance import Provenance
 
@@ -39,7 +40,7 @@ class GraphMeta:
     source: str | None = None  # the trace file or run folder the graph was built from
     measured_iter_us: dict[int, float] = field(default_factory=dict)  # rank -> measured iteration time, us
     loop_steps: LoopSteps | None = None  # the training loop's own step times, profiled or not (dagprof runs; passes.profiler_cost)
-    buckets: list[dict[str, Any]] = field(default_factory=list)  # rank 0's DDP buckets: {index, nbytes, params}
+    buckets: BucketLayout = ()  # rank 0's DDP buckets (RankTrace.buckets)
     warnings: list[str] = field(default_factory=list)  # the run's load/alignment warnings, shown to the user
     main_device: dict[int, int] = field(default_factory=dict)  # rank -> index of its main compute device (the builders)
     comm_lanes: int = 1  # most collectives one rank ran at once (graph.build); > 1: durations are completion spacings

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..graph.dag import Graph
+from ..traces.buckets import BucketLayout
 from ..traces.events import Kind
 
 
@@ -76,17 +77,15 @@ class GradientOrder:
         return np.flatnonzero(last)
 
 
-def gradient_order(g: Graph, layout: list[dict]) -> GradientOrder:
-    """From a profiled DDP bucket layout (the collector's ``bucket_layouts[-1]``: index, nbytes,
-    params, shapes) and the graph's layers."""
+def gradient_order(g: Graph, layout: BucketLayout) -> GradientOrder:
+    """From a profiled DDP bucket layout (``RankTrace.buckets``: the collector's last) and the graph's layers."""
     if not layout:
         raise DagprofError("the profile has no DDP bucket layout (was the model wrapped in DistributedDataParallel?)")
-    layout = sorted(layout, key=lambda b: b["index"])
-    params = [p for b in layout for p in b["params"]]
-    shapes_in = [s for b in layout for s in (b.get("shapes") or [None] * len(b["params"]))]
-    shapes = tuple(tuple(int(x) for x in s) if s is not None else None for s in shapes_in)
+    layout = sorted(layout, key=lambda b: b.index)
+    params = [p for b in layout for p in b.params]
+    shapes = tuple(s for b in layout for s in (b.shapes or (None,) * len(b.params)))
     total_numel = sum(math.prod(s) for s in shapes if s is not None)
-    total_bytes = sum(int(b["nbytes"]) for b in layout)
+    total_bytes = sum(b.nbytes for b in layout)
     known = all(s is not None for s in shapes) and total_numel > 0
     element = max(1, round(total_bytes / total_numel)) if known else 4
     layer_id = {name: i for i, name in enumerate(g.layers)}
@@ -99,8 +98,8 @@ def gradient_order(g: Graph, layout: list[dict]) -> GradientOrder:
     if known:
         nbytes = np.array([math.prod(s) * element for s in shapes], dtype=np.int64)
     else:  # an older profile: each bucket's bytes over its parameters, by layer gradient bytes when known
-        nbytes = np.concatenate([_spread(int(b["nbytes"]), len(b["params"])) for b in layout])
-    ends = tuple(int(x) - 1 for x in np.cumsum([len(b["params"]) for b in layout]))
+        nbytes = np.concatenate([_spread(b.nbytes, len(b.params)) for b in layout])
+    ends = tuple(int(x) - 1 for x in np.cumsum([len(b.params) for b in layout]))
     return GradientOrder(tuple(params), shapes, nbytes, layer, element, ends)
 
 

@@ -33,7 +33,8 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..fsutil import atomic_open, open_input
-from .events import Bucket, Dep, EventTable, Kind, Lane, LaneKind, RankTrace
+from .buckets import BucketLayout
+from .events import Dep, EventTable, Kind, Lane, LaneKind, RankTrace
 
 ENV_VAR = "DAGPROF_CACHE_DIR"
 _READER_FILES = ("kineto.py", "kineto_deps.py", "kineto_decode.py", "kineto_schema.py", "events.py", "cache.py")
@@ -114,7 +115,7 @@ class _Header(msgspec.Struct):
     meta: dict[str, Any]
     names: list[str]
     lanes: list[tuple[str, int, bool]]
-    buckets: list[tuple[int, int, list[str]]]
+    buckets: BucketLayout
     arrays: list[tuple[str, str, list[int], int]]  # name, numpy dtype, shape, offset after the header
 
 
@@ -162,7 +163,7 @@ def store(trace_path: str, trace: RankTrace) -> str | None:
         "host": trace.host, "backend": trace.backend, "layers": trace.layers, "groups": trace.groups,
         "group_ranks": trace.group_ranks, "meta": trace.meta, "names": trace.events.names,
         "lanes": [[lane.name, int(lane.kind), bool(lane.main)] for lane in trace.lanes],
-        "buckets": [[b.index, b.nbytes, b.params] for b in trace.buckets], "arrays": layout,
+        "buckets": msgspec.to_builtins(trace.buckets), "arrays": layout,
     }
     blob = json.dumps(head).encode()
     lead = _MAGIC + len(blob).to_bytes(8, "little") + blob
@@ -219,5 +220,5 @@ def _from_entry(head: _Header, buf: bytearray, start: int, source: str) -> RankT
         lanes=[Lane(name, LaneKind(kind), main) for name, kind, main in head.lanes],
         base_ns=head.base_ns, host=head.host, backend=head.backend, layers=head.layers,
         groups=head.groups, group_ranks=head.group_ranks,
-        flows=flows, flow_rule=rules, buckets=[Bucket(i, nb, p) for i, nb, p in head.buckets], meta=head.meta,
+        flows=flows, flow_rule=rules, buckets=head.buckets, meta=head.meta,
     )

@@ -45,7 +45,7 @@ import numpy as np
 from ..errors import DagprofError
 from ..fsutil import inside, open_input
 from .completeness import RankGap, describe
-from .events import Bucket, EventTable, Kind, Lane, LaneKind, RankTrace, Run
+from .events import EventTable, Kind, Lane, LaneKind, RankTrace, Run
 from .run_schema import (
     MANIFEST,
     RANK_FORMAT,
@@ -604,7 +604,6 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
         if t.seq in after_ev:
             flows.append((i, after_ev[t.seq]))
     events = EventTable.from_columns(names, **cols)
-    buckets = [Bucket(b.index, b.nbytes, list(b.params)) for b in (f.bucket_layouts[-1] if f.bucket_layouts else [])]
     profiled = set(f.steps_profiled)
     step_times = {s: (t1 - t0) / 1e3 for s, t0, t1 in f.step_times_ns}
     meta = {
@@ -629,5 +628,5 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
         rank=f.rank, world_size=f.world_size, source=path, events=events, lanes=lanes,
         base_ns=base_ns, host=f.host, backend=f.backend, layers=layers, groups=[group],
         group_ranks={group: ddp_ranks},
-        flows=np.asarray(flows, dtype=np.int64).reshape(-1, 2), buckets=buckets, meta=meta,
+        flows=np.asarray(flows, dtype=np.int64).reshape(-1, 2), buckets=f.bucket_layouts[-1] if f.bucket_layouts else (), meta=meta,
     )

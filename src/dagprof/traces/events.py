@@ -24,6 +24,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .buckets import BucketLayout
+
 
 class Kind(enum.IntEnum):
     """What an event does, as far as scaling analysis cares."""
@@ -180,15 +182,6 @@ class EventTable:
 
 
 @dataclass
-class Bucket:
-    """A DDP gradient bucket as the collector saw it."""
-
-    index: int
-    nbytes: int
-    params: list[str]
-
-
-@dataclass
 class RankTrace:
     """Everything known about one rank's profiled window."""
 
@@ -205,7 +198,7 @@ class RankTrace:
     group_ranks: dict[str, list[int]] = field(default_factory=dict)
     flows: np.ndarray = field(default_factory=lambda: np.empty((0, 2), dtype=np.int64))
     flow_rule: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int8))  # Dep per flow; empty: all AFTER
-    buckets: list[Bucket] = field(default_factory=list)
+    buckets: BucketLayout = ()  # the DDP bucket layout last seen (dagprof runs; Horovod's fused responses)
     meta: dict[str, Any] = field(default_factory=dict)
 
     def rules(self) -> np.ndarray:

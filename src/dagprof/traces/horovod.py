@@ -43,8 +43,9 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..fsutil import inside, read_input, read_versioned
+from .buckets import Bucket, BucketLayout
 from .dagprof_run import read_run
-from .events import Bucket, EventTable, Kind, Lane, LaneKind, RankTrace, Run
+from .events import EventTable, Kind, Lane, LaneKind, RankTrace, Run
 
 TIMELINE = "horovod_timeline.json"
 RANK_FORMAT = "dagprof-horovod-rank"
@@ -454,7 +455,7 @@ def _merge(trace: RankTrace, reqs: list[_Request], plan: list[_Planned], shift_n
         flows += [(prep, comm), (comm, post)]
         if p.step in sinks:
             flows.append((post, sinks[p.step]))
-    buckets = [Bucket(p.position, p.nbytes, list(p.resp.tensors)) for p in plan if p.step == plan[0].step]
+    buckets = tuple(Bucket(p.position, p.nbytes, tuple(p.resp.tensors)) for p in plan if p.step == plan[0].step)
     extra = {"collectives": {"event": coll_events, "coll": ["allreduce"] * len(coll_events), "dtype": coll_dtypes},
              "horovod_clock_shift_ns": shift_ns, "timeline": tl.path if tl else None}
     out = _rebuild(trace, c, flows, buckets, extra)
@@ -515,6 +516,6 @@ def _cut_requests(c: _Columns, trace: RankTrace, main: int, reqs: list[_Request]
     return out
 
 
-def _rebuild(trace: RankTrace, c: _Columns, flows: list[tuple[int, int]], buckets: list[Bucket], extra: dict) -> RankTrace:
+def _rebuild(trace: RankTrace, c: _Columns, flows: list[tuple[int, int]], buckets: BucketLayout, extra: dict) -> RankTrace:
     return dataclasses.replace(trace, events=c.table(), flows=np.asarray(flows, dtype=np.int64).reshape(-1, 2),
                                buckets=buckets or trace.buckets, backend=trace.backend or "horovod", meta={**trace.meta, **extra})

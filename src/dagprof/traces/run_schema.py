@@ -30,6 +30,7 @@ import os
 import msgspec
 
 from ..fsutil import decode_versioned, read_input, read_versioned
+from .buckets import BucketLayout
 
 FORMAT = "dagprof-run"
 RANK_FORMAT = "dagprof-rank"
@@ -99,15 +100,6 @@ class Clock(msgspec.Struct):
 
     unix_ns: int
     perf_ns: int
-
-
-class BucketEntry(msgspec.Struct):
-    """One DDP gradient bucket of a layout."""
-
-    index: int
-    nbytes: int
-    params: list[str]
-    shapes: list[list[int] | None] = []  # per parameter (what `dagprof.apply` checks a strategy against)
 
 
 class FsdpUnit(msgspec.Struct, kw_only=True):
@@ -191,7 +183,7 @@ class RankFile(msgspec.Struct, kw_only=True):
     layers: list[str]  # leaf module paths; records name layers by index into this
     layer_grad_bytes: dict[str, int] = {}  # module path -> bytes of its parameters' gradients
     layer_saved_bytes: dict[str, int] = {}  # module path -> most activation bytes it saved for backward in one profiled step
-    bucket_layouts: list[list[BucketEntry]] = []  # one per distinct layout seen, in order
+    bucket_layouts: list[BucketLayout] = []  # one per distinct layout seen, in order
     step_times_ns: list[tuple[int, int, int]] = []  # (step, begin, end) of every step seen, profiled or not
     records: list[tuple[int, int, int, int, int]]  # see ``Col`` and ``Rec``
     ddp_group_ranks: list[int] = []  # ranks DDP all-reduces over; [] = every rank (files before it was recorded)
@@ -208,7 +200,7 @@ class StepPart(msgspec.Struct, kw_only=True):
     layers: list[str] = []  # leaf modules first seen in this step (appended to the head's ``layers``)
     layer_grad_bytes: dict[str, int] = {}  # entries new or changed since the previous part
     layer_saved_bytes: dict[str, int] = {}  # what each layer saved for backward in this step
-    bucket_layout: list[BucketEntry] | None = None  # a layout first seen in this step
+    bucket_layout: BucketLayout | None = None  # a layout first seen in this step
     warnings: list[str] = []  # new since the previous part
     step_times_ns: list[tuple[int, int, int]] = []  # steps that ended since the previous part
     records: list[tuple[int, int, int, int, int]]  # appended since the previous part (this step's, and late completions)
