@@ -30,7 +30,13 @@ ACCUMULATION_CAVEAT = "gradient accumulation multiplies the effective batch: ret
 
 
 class Bucket(msgspec.Struct, frozen=True):
-    """One all-reduce: parameters in gradient-ready order, their gradient bytes, the layers they belong to."""
+    """One all-reduce: parameters in gradient-ready order, their gradient bytes, the layers they belong to.
+
+    The strategy file's own record, not the profiled ``traces.buckets.Bucket``: a planned bucket's
+    index is its place in ``Strategy.buckets`` and its parameters' sizes are in ``Strategy.model``,
+    while ``layers`` is for the person reading the file. One record for both would change one of two
+    versioned formats: run files need ``index`` and ``shapes``; strategy files have neither (and
+    version 1 files are read and written back byte for byte)."""
 
     params: tuple[str, ...]
     nbytes: int

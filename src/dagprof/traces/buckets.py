@@ -1,6 +1,7 @@
 """A DDP gradient bucket, the one shape every layer uses: the collector writes it into run files
-(``run_schema.RankFile.bucket_layouts``), readers put the last layout on ``RankTrace.buckets``, the
-graph carries rank 0's on ``GraphMeta.buckets``, and passes/search read it back from there.
+(``run_schema.RankFile.bucket_layouts``), readers put the last layout on ``RankTrace.buckets``
+(the parse cache stores it as is), the graph carries rank 0's on ``GraphMeta.buckets``, and the
+optimizer orders the gradients by it (``passes.gradients.gradient_order``).
 
 A msgspec Struct so the run file is encoded and decoded with it directly (its JSON form is the
 run-file format's: keep the fields' names and order). The strategy file names planned buckets in

@@ -618,7 +618,6 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
         "step_times_us": {s: d for s, d in step_times.items() if s in profiled},
         "unprofiled_step_times_us": {s: d for s, d in step_times.items() if s not in profiled},
         "comm_lanes": [name for name, _ in comm_lanes],
-        "bucket_layouts": msgspec.to_builtins(f.bucket_layouts),
         "layer_grad_bytes": f.layer_grad_bytes,
         "layer_saved_bytes": f.layer_saved_bytes,  # activations each layer keeps for backward
     }
