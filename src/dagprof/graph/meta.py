@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..costmodel.topology import CollectiveSpec, Topology
     from ..traces.parallelism import Parallelism
-    from .provenance import Provenance
+    from .measured import Provenance
 
 
 @dataclass(frozen=True)
