@@ -129,4 +129,4 @@ def test_every_scheme_replays_its_steps_to_its_closed_form(scheme, hosts, per, i
     else:
         assert res.makespan == pytest.approx(closed, rel=1e-9, abs=1e-9)
     steps = algorithm(spec).steps(nbytes, topo)
-    assert len(steps.results) == topo.world_size and all(j < i for i, m in enumerate(steps.messages) for j in m.wait.after)
+    assert len(steps.results) == topo.world_size and all(j < i for i, m in enumerate(steps.messages) for j in m.after)

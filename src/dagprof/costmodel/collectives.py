@@ -20,7 +20,7 @@ from .topology import CollectiveSpec, Scheme, Topology
 
 
 class Wait(NamedTuple):
-    """What a message (or a rank's result) waits for: the rank's own contribution and/or earlier messages."""
+    """What a rank's result waits for: its own contribution and/or earlier messages (a ``Message`` carries the same two fields)."""
     inputs: bool  # the sending rank's own contribution (the graph's ``ready`` nodes of that rank)
     after: tuple[int, ...] = ()  # indices of earlier messages of the same ``Steps``
 
@@ -29,7 +29,8 @@ class Message(NamedTuple):
     src: int  # a rank, or ``world_size + k`` for parameter server k
     dst: int
     nbytes: float
-    wait: Wait
+    inputs: bool  # waits for the sender's own contribution (as ``Wait``)
+    after: tuple[int, ...]  # and for these earlier messages
     reduce: bool  # the receiver sums it into its own (pays the link's gamma per byte)
     phase: int  # its place in the collective's order on a shared link (a round of the ring, up or down a tree)
 
@@ -90,10 +91,10 @@ class Tree(Algorithm):
         up = [-1] * n
         for i in range(n - 1, 0, -1):  # children before parents
             kids = tuple(up[c] for c in (2 * i + 1, 2 * i + 2) if c < n)
-            up[i] = _send(msgs, Message(i, (i - 1) // 2, nbytes, Wait(True, kids), reduce=True, phase=0))
+            up[i] = _send(msgs, Message(i, (i - 1) // 2, nbytes, True, kids, True, 0))
         have = [Wait(True, tuple(up[c] for c in (1, 2) if c < n))]
         for i in range(1, n):  # parents before children
-            have.append(Wait(False, (_send(msgs, Message((i - 1) // 2, i, nbytes, have[(i - 1) // 2], reduce=False, phase=1)),)))
+            have.append(Wait(False, (_send(msgs, Message((i - 1) // 2, i, nbytes, *have[(i - 1) // 2], False, 1)),)))
         return Steps(msgs, have)
 
 
@@ -110,13 +111,13 @@ class Hierarchical(Algorithm):
         g = topo.devices_per_host
         leaders = [h * g for h in range(topo.hosts)]
         msgs: list[Message] = []
-        lead = [Wait(True, tuple(_send(msgs, Message(d, leader, nbytes, Wait(True), reduce=True, phase=0)) for d in range(leader + 1, leader + g)))
+        lead = [Wait(True, tuple(_send(msgs, Message(d, leader, nbytes, True, (), True, 0)) for d in range(leader + 1, leader + g)))
                 for leader in leaders]
         results = [Wait(False)] * topo.world_size
         for leader, have in zip(leaders, _ring(msgs, leaders, lead, nbytes)):
             results[leader] = have
             for d in range(leader + 1, leader + g):
-                results[d] = Wait(False, (_send(msgs, Message(leader, d, nbytes, have, reduce=False, phase=2 * len(leaders))),))
+                results[d] = Wait(False, (_send(msgs, Message(leader, d, nbytes, *have, False, 2 * len(leaders))),))
         return Steps(msgs, results)
 
 
@@ -138,9 +139,9 @@ class ParameterServer(Algorithm):
         msgs: list[Message] = []
         pulls: list[list[int]] = [[] for _ in range(n)]
         for k in range(self.servers):
-            pushed = tuple(_send(msgs, Message(w, n + k, part, Wait(True), reduce=True, phase=0)) for w in range(n))
+            pushed = tuple(_send(msgs, Message(w, n + k, part, True, (), True, 0)) for w in range(n))
             for w in range(n):
-                pulls[w].append(_send(msgs, Message(n + k, w, part, Wait(False, pushed), reduce=False, phase=1)))
+                pulls[w].append(_send(msgs, Message(n + k, w, part, False, pushed, False, 1)))
         return Steps(msgs, [Wait(False, tuple(p)) for p in pulls], ports=True)
 
 
@@ -169,11 +170,11 @@ def _ring(msgs: list[Message], ranks: list[int], first: list[Wait], nbytes: floa
     if n == 1:
         return [first[0]]
     chunk = nbytes / n
-    prev: list[int] = []
-    for c in range(2 * (n - 1)):
-        prev = [_send(msgs, Message(r, ranks[(i + 1) % n], chunk, first[i] if c == 0 else Wait(False, (prev[(i - 1) % n],)), reduce=c < n - 1, phase=c))
-                for i, r in enumerate(ranks)]
-    return [Wait(False, (prev[(i - 1) % n],)) for i in range(n)]
+    msgs += [Message(r, ranks[(i + 1) % n], chunk, *first[i], True, 0) for i, r in enumerate(ranks)]
+    for c in range(1, 2 * (n - 1)):  # round c at rank i waits for round c-1 sent to it, n messages back
+        base = len(msgs) - n
+        msgs += [Message(r, ranks[(i + 1) % n], chunk, False, (base + (i - 1) % n,), c < n - 1, c) for i, r in enumerate(ranks)]
+    return [Wait(False, (len(msgs) - n + (i - 1) % n,)) for i in range(n)]
 
 
 def _slowest_hop(topo: Topology, nbytes: float) -> AlphaBeta:

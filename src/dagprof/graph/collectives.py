@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from ..costmodel.alphabeta import AlphaBeta
-from ..costmodel.collectives import Steps, Wait, algorithm, message_us, ps_chunks
+from ..costmodel.collectives import Steps, algorithm, message_us, ps_chunks
 from ..costmodel.topology import CollectiveSpec, Scheme, Topology
 from ..errors import DagprofError
 from ..traces.events import Kind
@@ -47,22 +47,24 @@ def add_allreduce(
         ready = [[_delay(b, f"{tag} overhead {r}", r, topo.overhead_us, preds, step, bucket)] for r, preds in enumerate(ready)]
     steps = algorithm(spec).steps(nbytes, topo)
     node = [-1] * len(steps.messages)
-
-    def preds(w: Wait, rank: int) -> list[int]:
-        return (list(ready[rank]) if w.inputs else []) + [node[j] for j in w.after]
-
     if steps.ports:
         _ports(b, steps, ready, node, topo.inter, tag=tag, order=order, step=step, bucket=bucket)
     else:
         for i, m in enumerate(steps.messages):
             dev = b.device(f"link {m.src}->{m.dst}", DeviceKind.COMM)
-            node[i] = b.add_node(f"{tag} {m.phase} {m.src}->{m.dst}", Kind.COMM, rank=m.src, device=dev, dur=message_us(topo, m),
-                                 order=order + m.phase * _STEP_EPS, step=step, bucket=bucket, nbytes=int(m.nbytes))
-            for p in preds(m.wait, m.src):
-                b.add_edge(p, node[i])
+            v = node[i] = b.add_node(f"{tag} {m.phase} {m.src}->{m.dst}", Kind.COMM, rank=m.src, device=dev, dur=message_us(topo, m),
+                                     order=order + m.phase * _STEP_EPS, step=step, bucket=bucket, nbytes=int(m.nbytes))
+            _wait(b, v, ready[m.src] if m.inputs else (), m.after, node)
     for r, w in enumerate(steps.results):
-        for p in preds(w, r):
-            b.add_edge(p, done[r])
+        _wait(b, done[r], ready[r] if w.inputs else (), w.after, node)
+
+
+def _wait(b: GraphBuilder, v: int, inputs: Sequence[int], after: Sequence[int], node: list[int]) -> None:
+    """Edges into ``v``: from the rank's inputs, then from the messages ``after`` names (by index into ``node``)."""
+    for p in inputs:
+        b.add_edge(p, v)
+    for j in after:
+        b.add_edge(node[j], v)
 
 
 def _delay(b: GraphBuilder, name: str, rank: int, us: float, preds: Sequence[int], step: int, bucket: int) -> int:
