@@ -21,16 +21,16 @@ from .topology import CollectiveSpec, Scheme, Topology
 
 class Wait(NamedTuple):
     """What a rank's result waits for: its own contribution and/or earlier messages (a ``Message`` carries the same two fields)."""
-    inputs: bool  # the sending rank's own contribution (the graph's ``ready`` nodes of that rank)
-    after: tuple[int, ...] = ()  # indices of earlier messages of the same ``Steps``
+    inputs: bool  # the rank's own contribution (the graph's ``ready`` nodes of that rank)
+    after: tuple[int, ...] = ()  # indices of messages of the same ``Steps``
 
 
 class Message(NamedTuple):
     src: int  # a rank, or ``world_size + k`` for parameter server k
     dst: int
     nbytes: float
-    inputs: bool  # waits for the sender's own contribution (as ``Wait``)
-    after: tuple[int, ...]  # and for these earlier messages
+    inputs: bool  # waits for the sender's own contribution (the two fields of a ``Wait``)
+    after: tuple[int, ...]  # and for these earlier messages (indices)
     reduce: bool  # the receiver sums it into its own (pays the link's gamma per byte)
     phase: int  # its place in the collective's order on a shared link (a round of the ring, up or down a tree)
 
@@ -46,7 +46,7 @@ class Steps:
 
 
 def message_us(topo: Topology, m: Message) -> float:
-    """One message on its link alone: latency, bytes, and the receiver's sum when it reduces."""
+    """One message on its link alone: latency, bytes, and the receiver's sum when it reduces (link steps, not ``ports``)."""
     ab = topo.link(m.src, m.dst)
     return ab.message_us(m.nbytes) + (m.nbytes * ab.gamma_us_per_byte if m.reduce else 0.0)
 
