@@ -36,7 +36,7 @@ from ..fsutil import atomic_open, open_input
 from .events import Bucket, Dep, EventTable, Kind, Lane, LaneKind, RankTrace
 
 ENV_VAR = "DAGPROF_CACHE_DIR"
-_READER_FILES = ("kineto.py", "kineto_deps.py", "kineto_decode.py", "kineto_schema.py", "events.py", "cache.py")
+_READER_FILES = ("kineto.py", "kineto_deps.py", "kineto_tables.py", "kineto_decode.py", "kineto_schema.py", "events.py", "cache.py")
 _EDGE = 1 << 20  # the content key hashes this many bytes at each end of the trace
 
 
