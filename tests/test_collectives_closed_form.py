@@ -1,8 +1,12 @@
-"""Fine-grained collective sub-graphs replay to the closed forms of costmodel.topology."""
+"""Fine-grained collective sub-graphs replay to the closed forms of costmodel.collectives: one algorithm object, both views."""
+from dataclasses import replace
+
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from dagprof.costmodel.alphabeta import AlphaBeta
-from dagprof.costmodel.topology import CollectiveSpec, Topology, allreduce_us
+from dagprof.costmodel.collectives import algorithm, allreduce_us
+from dagprof.costmodel.topology import CollectiveSpec, Topology
 from dagprof.graph.collectives import add_allreduce
 from dagprof.graph.dag import DeviceKind, GraphBuilder
 from dagprof.replay import replay
@@ -98,3 +102,31 @@ def test_per_collective_overhead_is_paid_once(scheme):
 def test_single_rank_costs_nothing():
     _, res = one_collective(Topology.flat(1, LINK), CollectiveSpec(), 1e6)
     assert res.makespan == 0.0
+
+
+LINKS = st.builds(AlphaBeta, st.floats(0.0, 50.0), st.floats(0.0, 1e-2), st.sampled_from([0.0, 1e-4]))
+
+
+@settings(max_examples=120, deadline=None, derandomize=True)
+@given(scheme=st.sampled_from(["ring", "tree", "hier", "ps:1", "ps:3", "ps:8"]), hosts=st.integers(1, 5), per=st.integers(1, 4),
+       intra=LINKS, inter=LINKS, nbytes=st.floats(1.0, 1e8), overhead=st.sampled_from([0.0, 25.0]))
+def test_every_scheme_replays_its_steps_to_its_closed_form(scheme, hosts, per, intra, inter, nbytes, overhead):
+    """The expansion of an algorithm's steps, replayed alone on idle links, takes its closed form.
+
+    Two closed forms approximate on hosts of several devices whose two links differ: they price every
+    hop at the slowest one, chosen by latency and bandwidth alone. So the links share their gamma there
+    (else a ring's reduce rounds may be slower on the other link), and a tree, whose deepest path mixes
+    fast and slow hops, only bounds its replay from above.
+    """
+    mixed = hosts > 1 and per > 1
+    if mixed:
+        intra = replace(intra, gamma_us_per_byte=inter.gamma_us_per_byte)
+    topo, spec = Topology(hosts, per, intra, inter, overhead_us=overhead), CollectiveSpec.parse(scheme)
+    _, res = one_collective(topo, spec, nbytes)
+    closed = allreduce_us(nbytes, topo, spec)
+    if mixed and scheme == "tree":
+        assert res.makespan <= closed * (1 + 1e-9)
+    else:
+        assert res.makespan == pytest.approx(closed, rel=1e-9, abs=1e-9)
+    steps = algorithm(spec).steps(nbytes, topo)
+    assert len(steps.results) == topo.world_size and all(j < i for i, m in enumerate(steps.messages) for j in m.after)

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from dagprof.graph import build
-from dagprof.graph.provenance import GraphRule, provenance, rule_name, violations
+from dagprof.graph.measured import GraphRule, rule_name
+from dagprof.graph.provenance import provenance, violations
 from dagprof.replay import replay
 from dagprof.traces.events import Dep, Kind, Run
 from dagprof.traces.kineto import read_kineto

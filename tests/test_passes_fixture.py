@@ -10,7 +10,8 @@ import pytest
 
 from dagprof.analysis import iteration_times
 from dagprof.costmodel.alphabeta import AlphaBeta
-from dagprof.costmodel.topology import CollectiveSpec, Topology, allreduce_us
+from dagprof.costmodel.collectives import allreduce_us
+from dagprof.costmodel.topology import CollectiveSpec, Topology
 from dagprof.graph.dag import DeviceKind, GraphBuilder
 from dagprof.replay import replay
 from dagprof.traces.events import Kind

@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 from dagprof.costmodel.alphabeta import AlphaBeta
-from dagprof.costmodel.topology import CollectiveSpec, Topology, allreduce_us
+from dagprof.costmodel.collectives import allreduce_us
+from dagprof.costmodel.topology import CollectiveSpec, Topology
 from dagprof.errors import DagprofError
 from dagprof.passes import expand_collectives, fit_topology, partition_tensors, scale_compute, scale_workers, set_buckets, set_link, set_scheme
 from dagprof.passes.comm import find_collectives

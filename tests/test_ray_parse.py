@@ -56,10 +56,10 @@ def test_ray_parse_matches_local(tmp_path):
 _DIRECT = r"""
 import sys, numpy as np
 from dagprof.traces.kineto import read_kineto
-from dagprof.traces.kineto_dir import trace_files
+from dagprof.traces.kineto_dir import parse_file, trace_files
 from dagprof.traces.ray_parse import parse_on_ray
 files = trace_files(sys.argv[1])
-got = parse_on_ray(files, "local", use_cache=False)
+got = parse_on_ray(files, "local", parse_file, use_cache=False)
 assert sorted(got) == files, sorted(got)
 for f in files:
     a, b = got[f], read_kineto(f)

@@ -8,16 +8,15 @@ from testdata import DATA as TESTDATA
 
 from dagprof.costmodel.alphabeta import AlphaBeta, ring_allreduce_us
 from dagprof.costmodel.calibrate_lut import fit_lut_folder, read_lut
+from dagprof.costmodel.collectives import allreduce_us, ps_chunks
 from dagprof.costmodel.topology import (
     CollectiveSpec,
     Scheme,
     Topology,
-    allreduce_us,
     fit_sweep,
     load_link_model,
     load_topology,
     parse_topology,
-    ps_chunks,
     save_link_model,
 )
 from dagprof.errors import DagprofError

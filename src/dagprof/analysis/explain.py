@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..graph.dag import Graph
-from ..graph.provenance import Provenance, RuleCheck, provenance, rule_name, violations
+from ..graph.measured import Provenance, rule_name
+from ..graph.provenance import RuleCheck, provenance, violations
 from ..replay import ReplayResult
 from ..traces.events import CLOCK_JITTER_US, Kind
 

@@ -87,7 +87,8 @@ def install() -> None:
         return
     from .horovod_auto import install as install_horovod
 
-    install_horovod()  # a Horovod job: its optimizer, not DDP, is what dagprof attaches to
+    # a Horovod job: its optimizer, not DDP, is what dagprof attaches to
+    install_horovod(after_import, os.environ[ENV_OUT], os.environ.get(ENV_STEPS) or DEFAULT_STEPS)
     after_torch_import(_patch)
 
 

@@ -1,7 +1,8 @@
 """Zero-code mode for Horovod: ``dagprof profile -o RUN [--steps A:B] -- horovodrun ... python train.py``.
 
 ``autoprofile.install`` (run in every Python process of the job through ``sitecustomize``) calls
-``install`` here. It sets ``HOROVOD_TIMELINE=DYNAMIC`` unless the job sets its own (so
+``install`` here, handing in its import hook, the run folder and the step window (so this module
+needs nothing of the launcher's). It sets ``HOROVOD_TIMELINE=DYNAMIC`` unless the job sets its own (so
 ``horovodrun`` passes it to every rank and rank 0 can record its timeline during the window), then
 waits for ``import horovod.torch`` and wraps ``hvd.DistributedOptimizer``: the optimizer it returns
 is attached to a ``HorovodCollector``, the first module called afterwards is taken as the model,
@@ -14,25 +15,24 @@ import atexit
 import os
 from typing import Any
 
-from .autoprofile import ENV_OUT, ENV_STEPS, after_import
-
 TIMELINE_ENV = "HOROVOD_TIMELINE"
 
 
-def install() -> None:
-    """Called by ``autoprofile.install`` when a profile was asked for."""
+def install(after_import: Any, out: str, steps: str) -> None:
+    """Called by ``autoprofile.install`` when a profile was asked for: ``after_import`` is its import hook,
+    ``out`` the run folder, ``steps`` the window (``traces.steps`` grammar)."""
     os.environ.setdefault(TIMELINE_ENV, "DYNAMIC")  # read by hvd.init(); inherited by horovodrun's ranks
-    after_import("horovod.torch", _patch)
+    after_import("horovod.torch", lambda hvd: _patch(hvd, out, steps))
 
 
-def _patch(hvd: Any) -> None:
+def _patch(hvd: Any, out: str, steps: str) -> None:
     from torch.nn.modules.module import register_module_forward_pre_hook
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-    from ..traces.steps import DEFAULT_STEPS, parse_steps
+    from ..traces.steps import parse_steps
     from .horovod import HorovodCollector
 
-    collector = HorovodCollector(os.environ[ENV_OUT], parse_steps(os.environ.get(ENV_STEPS) or DEFAULT_STEPS), kineto=False, mode="launcher")
+    collector = HorovodCollector(out, parse_steps(steps), kineto=False, mode="launcher")
     original = hvd.DistributedOptimizer
 
     def DistributedOptimizer(*args: Any, **kwargs: Any) -> Any:  # noqa: N802  (replaces Horovod's factory)

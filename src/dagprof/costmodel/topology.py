@@ -1,10 +1,8 @@
-"""Cluster shape and per-link alpha-beta models, plus closed-form collective times.
+"""Cluster shape and per-link alpha-beta models, and the collective scheme a what-if names.
 
 A ``Topology`` is ``hosts x devices_per_host`` ranks (rank r on host r // devices_per_host),
-one link model between devices of a host and one for a host's network port. Closed forms
-(``allreduce_us``) price a whole collective so a coarse graph (one COMM node per
-collective) can be retimed without expanding it; ``dagprof.graph.collectives`` builds
-the fine-grained version of the same algorithms, and its replay must agree with these.
+one link model between devices of a host and one for a host's network port. The collective
+algorithms that run on it, each with its closed form and its messages, are ``costmodel.collectives``.
 
 Files: a topology is JSON or TOML ``{hosts, devices_per_host, intra: LINK, inter: LINK}``
 with ``LINK = {alpha_us, beta_us_per_byte[, gamma_us_per_byte]}`` or
@@ -15,7 +13,6 @@ from __future__ import annotations
 
 import enum
 import json
-import math
 import os
 from dataclasses import dataclass, replace
 from typing import Any
@@ -217,31 +214,6 @@ def _read_table(path: str | os.PathLike[str]) -> dict[str, Any]:
     return d
 
 
-def allreduce_us(nbytes: float, topo: Topology, spec: CollectiveSpec = CollectiveSpec()) -> float:
-    """Closed-form all-reduce time of ``nbytes`` over all ranks of ``topo`` (what the fine graph replays to)."""
-    n = topo.world_size
-    if n == 1 and spec.scheme is not Scheme.PS:
-        return 0.0
-    return topo.overhead_us + _algorithm_us(float(nbytes), topo, spec)
-
-
-def _algorithm_us(m: float, topo: Topology, spec: CollectiveSpec) -> float:
-    n = topo.world_size
-    if spec.scheme is Scheme.RING:
-        link = _slowest_hop(topo, m / n)  # a ring is as slow as its slowest hop
-        return 2 * (n - 1) * (link.alpha_us + m / n * link.beta_us_per_byte) + (n - 1) * m / n * link.gamma_us_per_byte
-    if spec.scheme is Scheme.TREE:
-        link = _slowest_hop(topo, m)
-        depth = math.floor(math.log2(n))  # levels below the root of a heap-ordered binary tree
-        return depth * (2 * link.message_us(m) + m * link.gamma_us_per_byte)
-    if spec.scheme is Scheme.HIERARCHICAL:
-        g, h = topo.devices_per_host, topo.hosts
-        local = 0.0 if g == 1 else 2 * topo.intra.message_us(m) + m * topo.intra.gamma_us_per_byte
-        cross = 0.0 if h == 1 else 2 * (h - 1) * (topo.inter.alpha_us + m / h * topo.inter.beta_us_per_byte) + (h - 1) * m / h * topo.inter.gamma_us_per_byte
-        return local + cross
-    return ps_allreduce_us(m, n, spec.servers, topo.inter)
-
-
 def fit_sweep(nbytes: np.ndarray, time_us: np.ndarray, workers: int) -> AlphaBeta:
     """Ring alpha-beta from an all-reduce size sweep, trusting each size where it is informative.
 
@@ -267,37 +239,3 @@ def fit_sweep(nbytes: np.ndarray, time_us: np.ndarray, workers: int) -> AlphaBet
         raise DagprofError("all-reduce times in this sweep are not positive; cannot fit a bandwidth")
     rest = np.maximum(t[~big] - share * m[~big] * slope, 0.0) if (~big).any() else np.zeros(1)
     return AlphaBeta(float(np.median(rest)) / (2 * (workers - 1)), float(slope))
-
-
-def _slowest_hop(topo: Topology, nbytes: float) -> AlphaBeta:
-    hops = ([topo.inter] if topo.hosts > 1 else []) + ([topo.intra] if topo.devices_per_host > 1 else [])
-    return max(hops, key=lambda ab: ab.message_us(nbytes))
-
-
-PS_CHUNK_BYTES = 64 * 1024  # a PS message crosses the sender's and the receiver's port in chunks of at least this size,
-PS_PORT_CHUNKS = 128  # and a server port's N messages of an exchange in about this many chunks (fill error ~(K+1)/128)
-
-
-def ps_chunks(nbytes: float, workers: int) -> int:
-    """How many pipelined chunks a parameter-server message of ``nbytes`` among ``workers`` is modelled as:
-    enough that the pipeline's fill is a few % of a port's time, few enough that 64 workers stay cheap."""
-    return int(max(1, min(math.ceil(nbytes / PS_CHUNK_BYTES), max(4, math.ceil(PS_PORT_CHUNKS / max(workers, 1))))))
-
-
-def ps_allreduce_us(nbytes: float, workers: int, servers: int, link: AlphaBeta) -> float:
-    """Push M/K to each of K servers, sum, pull (``graph.collectives.add_ps_part``'s closed form).
-
-    Every message crosses the sender's port and the receiver's port. A server's port carries N
-    parts of M/K each way, a worker's port its K parts (M); the busier one sets the pace, twice
-    (push, pull). The latency is paid once each way (messages pipeline, only bytes queue on a
-    port); on top comes the pipeline's fill, a few chunks of M/K/c bytes (c = ``ps_chunks``): with N >= K,
-    the K servers' first chunks leave a worker one after another and the last pull chunk crosses
-    the worker's port after the server's."""
-    if servers < 1:
-        raise DagprofError(f"parameter server needs >= 1 server, got {servers}")
-    n, k = workers, servers
-    part = nbytes / k
-    chunk = part / ps_chunks(part, n)
-    busiest = max(n * part, nbytes)
-    fill = (2 * min(n, k) - k + 1) * chunk  # more servers than workers: less (pulls overlap the pushes' tail)
-    return 2 * link.alpha_us + 2 * busiest * link.beta_us_per_byte + fill * link.beta_us_per_byte + n * part * link.gamma_us_per_byte

@@ -56,8 +56,8 @@ from ..traces.parallelism import label_run
 from ..traces.step_marks import mark_steps
 from ..traces.steps import iteration_us
 from .dag import DeviceKind, Graph, GraphBuilder
+from .measured import GraphRule, Provenance
 from .meta import LoopSteps
-from .provenance import GraphRule, Provenance
 
 _LANE_DEVICE = {LaneKind.CPU_THREAD: DeviceKind.HOST, LaneKind.GPU_STREAM: DeviceKind.COMPUTE, LaneKind.COMM_THREAD: DeviceKind.COMM}
 _WAIT_RULES = np.array([Dep.SYNC, Dep.COPY, Dep.STAGE, Dep.COMM_WAIT])

@@ -3,48 +3,27 @@
 A coarse graph prices a whole all-reduce as one COMM node; here every message of the
 algorithm is a node on the device of the link it crosses ("link a->b", capacity 1),
 so collectives that share a link queue behind each other and a slow hop delays just
-the steps that cross it (dPRO's SEND/RECV sub-ops). Message costs come from the
-``Topology`` link models; replaying one collective alone gives exactly
-``costmodel.topology.allreduce_us`` (the unit tests check this).
+the steps that cross it (dPRO's SEND/RECV sub-ops). The messages, what each waits for and
+their costs are the algorithm's (``costmodel.collectives``); this module only makes them nodes,
+so replaying one collective alone gives exactly its closed form ``allreduce_us``.
 
 Every builder takes, per participating rank, the nodes that must finish before the
 rank contributes (``ready``) and the node that consumes the result (``done``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from ..costmodel.alphabeta import AlphaBeta
-from ..costmodel.topology import CollectiveSpec, Scheme, Topology, ps_chunks
+from ..costmodel.collectives import Steps, algorithm, message_us, ps_chunks
+from ..costmodel.topology import CollectiveSpec, Scheme, Topology
 from ..errors import DagprofError
 from ..traces.events import Kind
 from .dag import DeviceKind, GraphBuilder
 
 _STEP_EPS = 1e-6  # keeps a collective's own steps in order on a link without overtaking the next collective
-
-
-@dataclass
-class _Ctx:
-    b: GraphBuilder
-    topo: Topology
-    tag: str
-    order: float
-    step: int
-    bucket: int
-
-    def send(self, src: int, dst: int, nbytes: float, preds: Sequence[int], *, reduce: bool, k: int, link: AlphaBeta | None = None,
-             device: str | None = None, rank: int | None = None) -> int:
-        ab = link or self.topo.link(src, dst)
-        dur = ab.message_us(nbytes) + (nbytes * ab.gamma_us_per_byte if reduce else 0.0)
-        dev = self.b.device(device or f"link {src}->{dst}", DeviceKind.COMM)
-        v = self.b.add_node(f"{self.tag} {k} {src}->{dst}", Kind.COMM, rank=src if rank is None else rank, device=dev, dur=dur,
-                            order=self.order + k * _STEP_EPS, step=self.step, bucket=self.bucket, nbytes=int(nbytes))
-        for p in preds:
-            self.b.add_edge(p, v)
-        return v
 
 
 def add_allreduce(
@@ -60,29 +39,32 @@ def add_allreduce(
     bucket: int = -1,
     tag: str = "allreduce",
 ) -> None:
-    """Add an all-reduce of ``nbytes`` over ranks 0..len(ready)-1 with the given scheme."""
+    """Add an all-reduce of ``nbytes`` over ranks 0..len(ready)-1: one node per message of the scheme's ``steps``."""
     n = len(ready)
     if n != topo.world_size or len(done) != n:
         raise DagprofError(f"collective over {n} ranks does not fit a topology of {topo.world_size} ranks")
-    ctx = _Ctx(b, topo, tag, order, step, bucket)
     if topo.overhead_us > 0 and (n > 1 or spec.scheme is Scheme.PS):
         ready = [[_delay(b, f"{tag} overhead {r}", r, topo.overhead_us, preds, step, bucket)] for r, preds in enumerate(ready)]
-    if spec.scheme is Scheme.PS:
-        _ps(ctx, ready, done, nbytes, spec.servers)
-        return
-    if n == 1:
-        for p in ready[0]:
-            b.add_edge(p, done[0])
-        return
-    if spec.scheme is Scheme.RING:
-        ends = _ring(ctx, list(range(n)), ready, nbytes)
-    elif spec.scheme is Scheme.TREE:
-        ends = _tree(ctx, ready, nbytes)
+    steps = algorithm(spec).steps(nbytes, topo)
+    node = [-1] * len(steps.messages)
+    if steps.ports:
+        _ports(b, steps, ready, node, topo.inter, tag=tag, order=order, step=step, bucket=bucket)
     else:
-        ends = _hierarchical(ctx, ready, nbytes)
-    for r in range(n):
-        for p in ends[r]:
-            b.add_edge(p, done[r])
+        for i, m in enumerate(steps.messages):
+            dev = b.device(f"link {m.src}->{m.dst}", DeviceKind.COMM)
+            v = node[i] = b.add_node(f"{tag} {m.phase} {m.src}->{m.dst}", Kind.COMM, rank=m.src, device=dev, dur=message_us(topo, m),
+                                     order=order + m.phase * _STEP_EPS, step=step, bucket=bucket, nbytes=int(m.nbytes))
+            _wait(b, v, ready[m.src] if m.inputs else (), m.after, node)
+    for r, w in enumerate(steps.results):
+        _wait(b, done[r], ready[r] if w.inputs else (), w.after, node)
+
+
+def _wait(b: GraphBuilder, v: int, inputs: Sequence[int], after: Sequence[int], node: list[int]) -> None:
+    """Edges into ``v``: from the rank's inputs, then from the messages ``after`` names (by index into ``node``)."""
+    for p in inputs:
+        b.add_edge(p, v)
+    for j in after:
+        b.add_edge(node[j], v)
 
 
 def _delay(b: GraphBuilder, name: str, rank: int, us: float, preds: Sequence[int], step: int, bucket: int) -> int:
@@ -93,68 +75,19 @@ def _delay(b: GraphBuilder, name: str, rank: int, us: float, preds: Sequence[int
     return v
 
 
-def _ring(ctx: _Ctx, ranks: list[int], ready: Sequence[Sequence[int]], nbytes: float) -> list[list[int]]:
-    """Reduce-scatter then all-gather: 2(N-1) steps of M/N per link; step c at rank i needs step c-1 from i-1."""
-    n = len(ranks)
-    if n == 1:
-        return [list(ready[0])]
-    chunk = nbytes / n
-    prev: list[int] = []
-    for c in range(2 * (n - 1)):
-        cur = []
-        for i, r in enumerate(ranks):
-            preds = list(ready[i]) if c == 0 else [prev[(i - 1) % n]]
-            cur.append(ctx.send(r, ranks[(i + 1) % n], chunk, preds, reduce=c < n - 1, k=c))
-        prev = cur
-    return [[prev[(i - 1) % n]] for i in range(n)]
-
-
-def _tree(ctx: _Ctx, ready: Sequence[Sequence[int]], nbytes: float) -> list[list[int]]:
-    """Heap-ordered binary tree: children reduce into parents up to rank 0, then broadcast down."""
+def _ports(b: GraphBuilder, steps: Steps, ready: Sequence[Sequence[int]], node: list[int], link: AlphaBeta, **kw) -> None:
+    """Messages through parameter servers: each server's pushes (every worker's, issued at once) and its pulls
+    become ``add_ps_part``'s port sub-graph; the pull nodes land in ``node``."""
     n = len(ready)
-    up: list[int] = [-1] * n
-    for i in range(n - 1, 0, -1):  # children before parents
-        kids = [up[c] for c in (2 * i + 1, 2 * i + 2) if c < n]
-        up[i] = ctx.send(i, (i - 1) // 2, nbytes, list(ready[i]) + kids, reduce=True, k=0)
-    root = list(ready[0]) + [up[c] for c in (1, 2) if c < n]
-    have: list[list[int]] = [root] + [[] for _ in range(1, n)]
-    for i in range(1, n):  # parents before children
-        have[i] = [ctx.send((i - 1) // 2, i, nbytes, have[(i - 1) // 2], reduce=False, k=1)]
-    return have
-
-
-def _hierarchical(ctx: _Ctx, ready: Sequence[Sequence[int]], nbytes: float) -> list[list[int]]:
-    """Reduce to each host's first device, ring all-reduce among those leaders, broadcast back."""
-    topo = ctx.topo
-    g = topo.devices_per_host
-    leaders = [h * g for h in range(topo.hosts)]
-    lead_ready = []
-    for leader in leaders:
-        local = [ctx.send(d, leader, nbytes, ready[d], reduce=True, k=0) for d in range(leader + 1, leader + g)]
-        lead_ready.append(list(ready[leader]) + local)
-    ring_ends = _ring(ctx, leaders, lead_ready, nbytes)
-    ends: list[list[int]] = [[] for _ in range(topo.world_size)]
-    for leader, have in zip(leaders, ring_ends):
-        ends[leader] = have
-        for d in range(leader + 1, leader + g):
-            ends[d] = [ctx.send(leader, d, nbytes, have, reduce=False, k=2 * len(leaders))]
-    return ends
-
-
-def _ps(ctx: _Ctx, ready: Sequence[Sequence[int]], done: Sequence[int], nbytes: float, servers: int) -> None:
-    """BytePS: the tensor is cut into K parts; part k is pushed to server k by every worker,
-    summed there, and pulled back (``add_ps_part``)."""
-    n = len(ready)
-    part = nbytes / servers
-    link = ctx.topo.inter
-    pulls: list[list[int]] = [[] for _ in range(n)]
-    for k in range(servers):
-        ends = add_ps_part(ctx.b, ready, k, part, link, part * n * link.gamma_us_per_byte, tag=ctx.tag, order=ctx.order, step=ctx.step,
-                           bucket=ctx.bucket)
-        for w in range(n):
-            pulls[w].append(ends[w])
-    for w in range(n):
-        ctx.b.add_edges(pulls[w], [done[w]] * len(pulls[w]))
+    pushes: dict[int, list[int]] = {}
+    pulls: dict[int, list[int]] = {}
+    for i, m in enumerate(steps.messages):
+        (pushes.setdefault(m.dst, []) if m.dst >= n else pulls.setdefault(m.src, [])).append(i)
+    for server, into in pushes.items():
+        part = steps.messages[into[0]].nbytes
+        ends = add_ps_part(b, [ready[steps.messages[i].src] for i in into], server - n, part, link, part * len(into) * link.gamma_us_per_byte, **kw)
+        for i, v in zip(pulls[server], ends):
+            node[i] = v
 
 
 def ps_devices(server: int) -> tuple[str, str, str]:
@@ -180,7 +113,7 @@ def add_ps_part(b: GraphBuilder, ready: Sequence[Sequence[int]], server: int, nb
     i is on the receiver's port while chunk i+1 leaves the sender), and chunks of messages issued
     together interleave on a port as concurrent TCP streams share it. The latency alpha is paid
     once per message (no device: messages pipeline); the server sums and updates once every push
-    is in (``server_us`` on its CPU). ``costmodel.topology.ps_allreduce_us`` is this sub-graph's
+    is in (``server_us`` on its CPU). ``costmodel.collectives.ps_allreduce_us`` is this sub-graph's
     closed form.
     """
     port_in, cpu, port_out = ps_devices(server)

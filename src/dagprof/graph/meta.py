@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from ..costmodel.topology import CollectiveSpec, Topology
     from ..traces.buckets import BucketLayout
     from ..traces.parallelism import Parallelism
-    from .provenance import Provenance
+    from .measured import Provenance
 
 
 @dataclass(frozen=True)

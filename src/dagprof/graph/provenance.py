@@ -1,7 +1,8 @@
 """Where a graph built from a measurement came from, and the invariant that checks its edges.
 
 ``build_graph`` records, in ``graph.meta.provenance``, each node's measured interval (on its
-rank's clock) and, per edge, the rule that inferred it. That makes one invariant checkable on any
+rank's clock) and, per edge, the rule that inferred it (the record is ``measured.Provenance``, below
+``GraphMeta``, which carries it). That makes one invariant checkable on any
 trace: an inferred edge u -> v is false when, measured, v's dependent instant came before u ended
 (beyond clock jitter). ``violations`` counts such edges per rule; over a corpus of traces it
 points at wrong rules fast, and ``analysis.explain`` uses the same facts to say why a replay
@@ -9,49 +10,13 @@ departs from the measurement.
 """
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..traces.events import CLOCK_JITTER_US, Dep
+from ..traces.events import CLOCK_JITTER_US
 from .dag import Graph
-
-
-class GraphRule(enum.IntEnum):
-    """Edges the graph builder adds itself (codes above every ``Dep``)."""
-
-    PROGRAM_ORDER = 32  # consecutive ops of one thread or stream
-    WINDOW_START = 33  # the first step mark -> every other lane's first op
-    WINDOW_END = 34  # every lane's last op -> the closing step mark
-    COLLECTIVE = 35  # a collective's join -> its transfer
-
-
-def rule_name(code: int) -> str:
-    """The name of a rule code: "LAUNCH", "PROGRAM_ORDER", ..."""
-    return GraphRule(code).name if code >= 32 else Dep(code).name
-
-
-@dataclass(frozen=True, eq=False)
-class Provenance:
-    """Measured facts behind a built graph (arrays indexed by node, or by recorded edge).
-
-    ``mstart`` is when a node's dependent part began (a wait's is its end: what it waited for had
-    to end by then); NaN for nodes no single clock measured (a collective shared by ranks).
-    ``seen_end`` is u's end as v's rank saw it (a shared collective ends at different instants on
-    different clocks).
-    """
-
-    mstart: np.ndarray
-    mend: np.ndarray
-    src: np.ndarray
-    dst: np.ndarray
-    rule: np.ndarray
-    seen_end: np.ndarray
-
-    def lateness(self) -> np.ndarray:
-        """Per recorded edge: how long before u ended v began, measured (positive: the edge is contradicted)."""
-        return self.seen_end - self.mstart[self.dst]
+from .measured import Provenance, rule_name
 
 
 def provenance(g: Graph) -> Provenance | None:

@@ -20,7 +20,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..costmodel.codecs import Codec, CodecCosts
-from ..costmodel.topology import allreduce_us
+from ..costmodel.collectives import allreduce_us
 from ..errors import DagprofError
 from ..graph.dag import Graph, GraphBuilder
 from ..traces.events import Kind

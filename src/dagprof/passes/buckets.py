@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..costmodel.topology import allreduce_us
+from ..costmodel.collectives import allreduce_us
 from ..errors import DagprofError
 from ..graph.dag import Graph, GraphBuilder
 from ..traces.events import Kind

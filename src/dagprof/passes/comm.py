@@ -17,7 +17,8 @@ from typing import Callable
 import numpy as np
 
 from ..costmodel.alphabeta import AlphaBeta, fit_alpha_beta
-from ..costmodel.topology import CollectiveSpec, Scheme, Topology, allreduce_us
+from ..costmodel.collectives import allreduce_us
+from ..costmodel.topology import CollectiveSpec, Scheme, Topology
 from ..errors import DagprofError
 from ..graph.build_fsdp import allreduce_equivalent_bytes
 from ..graph.build_ps import DONE, ISSUE, is_ps_graph, rebuild_ps

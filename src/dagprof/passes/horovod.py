@@ -35,7 +35,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..costmodel.topology import CollectiveSpec, allreduce_us
+from ..costmodel.collectives import allreduce_us
+from ..costmodel.topology import CollectiveSpec
 from ..errors import DagprofError
 from ..graph.dag import DeviceKind, Graph, GraphBuilder
 from ..graph.replay_result import ReplayResult

@@ -37,7 +37,8 @@ from .buckets import BucketLayout
 from .events import Dep, EventTable, Kind, Lane, LaneKind, RankTrace
 
 ENV_VAR = "DAGPROF_CACHE_DIR"
-_READER_FILES = ("kineto.py", "kineto_deps.py", "kineto_decode.py", "kineto_schema.py", "events.py", "buckets.py", "cache.py")
+_READER_FILES = ("kineto.py", "kineto_deps.py", "kineto_tables.py", "kineto_decode.py", "kineto_schema.py", "events.py", "buckets.py",
+                 "cache.py")
 _EDGE = 1 << 20  # the content key hashes this many bytes at each end of the trace
 
 

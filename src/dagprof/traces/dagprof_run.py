@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass, field
 
 import msgspec
 import numpy as np
@@ -46,6 +45,7 @@ from ..errors import DagprofError
 from ..fsutil import inside, open_input
 from .completeness import RankGap, describe
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace, Run
+from .fsdp_run import fsdp_comm, label_groups
 from .run_schema import (
     MANIFEST,
     RANK_FORMAT,
@@ -62,21 +62,10 @@ from .run_schema import (
     read_step_log,
     steps_dir,
 )
+from .run_spans import _Comm, _DeviceOp, _Span, _Transfer
 
 _LISTED_STEPS = 1 << 16  # a window longer than this is open-ended: its missing steps are not listed one by one
 _SAME_JOB_SLACK_NS = 30 * 10**9  # clocks of different hosts may disagree by seconds
-
-
-@dataclass(frozen=True)
-class _Span:
-    kind: Kind
-    name: str
-    start: int  # ns
-    end: int
-    layer: int = -1
-    bucket: int = -1
-    seq: int = -1
-    nbytes: int = 0
 
 
 def read_manifest(path: str | os.PathLike[str]) -> Manifest:
@@ -253,8 +242,6 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
         kpath = kpath if kineto else None
     steps = _steps(records)
     if f.fsdp is not None:
-        from .fsdp_run import fsdp_comm  # noqa: PLC0415  (imports this module)
-
         comm = fsdp_comm(f.fsdp, kpath, f.rank, records, steps, warnings)
     else:
         comm = _kineto_comm(kpath, f.rank, records, steps, warnings) if kpath else None
@@ -265,47 +252,9 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
     trace = _to_rank_trace(f, path, spans, comm, layers)
     trace.meta.update(warnings=warnings, comm_source=comm.source, kineto=kpath)
     if f.fsdp is not None:
-        from .fsdp_run import label_groups  # noqa: PLC0415
-
         label_groups(trace, f.fsdp)
         trace.meta["fsdp"] = msgspec.to_builtins(f.fsdp)
     return trace
-
-
-@dataclass
-class _Comm:
-    """Collective transfers of one rank, and how the hook records map onto them."""
-
-    source: str
-    transfers: list[_Transfer]
-    seq_of: dict[int, int]  # comm-hook seq -> the seq used in the event table
-    host: list[_Span]  # host enqueues seen only in Kineto (DDP's buffer broadcast), depth 0 on the main lane
-    device: list[_DeviceOp] = field(default_factory=list)  # GPU kernels and copies (Kineto), not collectives
-
-
-@dataclass(frozen=True)
-class _DeviceOp:
-    """A GPU op from Kineto; ``launch``/``sync`` (ns, -1 none) place its host-side ends on our main lane."""
-
-    name: str
-    kind: Kind
-    start: int
-    end: int
-    lane: str
-    launch: int  # when the host launched it (cudaLaunchKernel)
-    sync: int  # when a host synchronisation that waited for it ended
-
-
-@dataclass(frozen=True)
-class _Transfer:
-    seq: int
-    bucket: int
-    name: str
-    start: int  # ns
-    end: int
-    lane: str
-    nbytes: int
-    lane_kind: LaneKind = LaneKind.COMM_THREAD  # GPU_STREAM for NCCL kernels
 
 
 def _blocked_in(spans: list[_Span], k: int, end_ns: int | None) -> int | None:

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .dagprof_run import _Comm, _Span, _Transfer
 from .events import Kind, RankTrace
 from .run_schema import Col, FsdpInfo, Rec
+from .run_spans import _Comm, _Span, _Transfer
 
 COLL_NAMES = {"all_gather": "allgather", "reduce_scatter": "reducescatter", "all_reduce": "allreduce"}  # canonical (align)
 HOOK_LANE = "fsdp collective (hook span)"

@@ -8,7 +8,7 @@ inherited context), which is what lets kernels inherit FORWARD/BACKWARD from
 the op that launched them and lets wrappers stay transparent.
 
 The reader runs as named stages, each a function that returns a small frozen value
-object the next stages read (``_header`` -> ``_columns`` -> ``_nest`` -> ``_kinds`` ->
+object the next stages read (``_header`` -> ``_columns`` -> ``_nest`` -> ``_kinds`` (their tables: ``kineto_tables``) ->
 ``kineto_deps.dependencies`` -> ``_collectives`` -> ``_rank_trace``); nothing is set
 on the side, so the order of the calls in ``_build`` is visible in their arguments.
 
@@ -34,7 +34,6 @@ import operator
 import os
 import re
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -45,6 +44,7 @@ from . import kineto_schema as ks
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace
 from .kineto_decode import MAX_OP_US, TraceStream, open_trace, raw_value
 from .kineto_deps import Deps, dependencies, enclosing_enqueue, main_lane, stream_number
+from .kineto_tables import Columns, Kinds, Nesting
 
 _NAME, _CAT, _PID, _TID, _TS, _DUR = (operator.attrgetter(f) for f in ("name", "cat", "pid", "tid", "ts", "dur"))
 _FILE_RANK = re.compile(r"rank[-_]?(\d+)", re.I)
@@ -191,80 +191,6 @@ def _header(head: ks.Head, scan: _Scan) -> _Header:
 MAX_SPAN_US = 7 * 86_400e6  # a trace whose events spread over more than a week holds a corrupt timestamp
 
 
-@dataclass(frozen=True, eq=False)
-class Columns:
-    """One row per complete event, in (lane, start, longest-first) order.
-
-    Per-name facts live once per distinct (name, category) ``pair``: ``info[pair[i]]``.
-    A lane is one CPU thread or one GPU stream; ``lane_keys[l]`` is (is_gpu, pid, tid).
-    """
-
-    kept: dict[int, ks.Event]  # by file-order position (``orig[i]`` is row i's): the events whose arguments are read
-    orig: np.ndarray
-    names: list[str]
-    info: list[ks.NameInfo]  # per pair
-    pair: np.ndarray
-    pair_name: np.ndarray  # per pair: index into ``names``
-    pair_cat: list[str]  # per pair: the category as the trace spells it
-    lane: np.ndarray
-    lane_keys: list[tuple[bool, Any, Any]]
-    start: np.ndarray  # us since ``t0``
-    dur: np.ndarray
-    t0: float
-    is_gpu: np.ndarray
-    corr: np.ndarray  # correlation id per row (-1 none): joins a runtime call and the GPU ops it launched
-
-    @property
-    def n(self) -> int:
-        return len(self.start)
-
-    @property
-    def end(self) -> np.ndarray:
-        return self.start + self.dur
-
-    def event(self, i: int) -> ks.Event:
-        """Row ``i`` as an event: as decoded when its arguments were kept, else rebuilt from the columns (no arguments)."""
-        e = self.kept.get(int(self.orig[i]))
-        if e is not None:
-            return e
-        _, pid, tid = self.lane_keys[self.lane[i]]
-        return ks.Event("X", self.name(i), self.pair_cat[self.pair[i]], pid, tid, self.t0 + float(self.start[i]), float(self.dur[i]))
-
-    @cached_property
-    def xs(self) -> _FileOrder:
-        """The complete events in file order (``xs[orig[i]]`` is row i's)."""
-        return _FileOrder(self)
-
-    def name(self, i: int) -> str:
-        return self.names[self.pair_name[self.pair[i]]]
-
-    def per_event(self, attr: str, dtype: Any = None) -> np.ndarray:
-        """A ``NameInfo`` field for every row (computed per pair, then gathered)."""
-        return np.array([getattr(i, attr) for i in self.info], dtype=dtype)[self.pair]
-
-    @cached_property
-    def own_kind(self) -> np.ndarray:
-        """The kind each row's name gives it, before context and rules refine it."""
-        return self.per_event("kind", np.int8)
-
-    def has_role(self, role: str) -> np.ndarray:
-        """Rows whose name plays ``role`` in a collective (``kineto_schema.Role``; "" for none)."""
-        return np.array([i.role == role for i in self.info], dtype=bool)[self.pair]
-
-
-class _FileOrder:
-    def __init__(self, cols: Columns):
-        self.cols = cols
-        self.row = np.empty_like(cols.orig)
-        self.row[cols.orig] = np.arange(len(cols.orig))
-
-    def __len__(self) -> int:
-        return len(self.row)
-
-    def __getitem__(self, k: int) -> ks.Event:
-        return self.cols.event(int(self.row[k]))
-
-
 def _columns(scan: _Scan, path: str) -> Columns:
     """Flat numpy columns of the complete events; early-Kineto category names read as today's."""
     n = len(scan.ts)
@@ -300,19 +226,6 @@ def _columns(scan: _Scan, path: str) -> Columns:
 
 
 # ------------------------------------------------------------------ stage 3: nesting
-@dataclass(frozen=True, eq=False)
-class Nesting:
-    """Per row: enclosing event (``parent``), ``depth`` (-1 wrapper, 0 node), depth-0 ancestor (``top``,
-    -1 when only wrappers enclose it), the context a wrapper or op above it set (``ctx``, a Kind or -1)
-    and the host collective call (c10d::*) it sits in (``enqueue``, itself when it is one, -1 none)."""
-
-    parent: np.ndarray
-    depth: np.ndarray
-    top: np.ndarray
-    ctx: np.ndarray
-    enqueue: np.ndarray
-
-
 def _nest(cols: Columns) -> Nesting:
     """One walk per CPU thread with a stack of open events (wrappers transparent)."""
     n = cols.n
@@ -390,18 +303,6 @@ def _innermost(parent: np.ndarray, mark: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ stage 4: kinds and steps
-@dataclass(frozen=True, eq=False)
-class Kinds:
-    """Per row: ``kind`` (forward inferred from the step phase, kernels inheriting their launcher's),
-    ``step`` (-1 outside the profiled steps), ``launcher`` (the runtime call with the same correlation
-    id, -1 none) and ``ctx`` (context after forward inference)."""
-
-    kind: np.ndarray
-    step: np.ndarray
-    launcher: np.ndarray
-    ctx: np.ndarray
-
-
 def _kinds(cols: Columns, nest: Nesting) -> Kinds:
     """Kinds and step numbers from the ``ProfilerStep#N`` windows and the launch correlations."""
     kind = cols.own_kind.copy()

@@ -28,15 +28,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from . import kineto_schema as ks
 from .events import CLOCK_JITTER_US, Dep, Kind
-
-if TYPE_CHECKING:
-    from .kineto import Columns, Kinds, Nesting
+from .kineto_tables import Columns, Kinds, Nesting
 
 _EMPTY = np.empty(0, dtype=np.int64)
 _CTX_KINDS = np.array([Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE, Kind.DATA], dtype=np.int8)

@@ -41,7 +41,8 @@ def read_cached(path: str, use_cache: bool = True) -> RankTrace:
     return trace
 
 
-def _parse(path: str, use_cache: bool) -> RankTrace | str:
+def parse_file(path: str, use_cache: bool) -> RankTrace | str:
+    """One rank trace, or why the file is not one (a JSON file of something else is skipped, not an error)."""
     try:
         return read_cached(path, use_cache)
     except DagprofError as e:
@@ -66,15 +67,15 @@ def read_trace_dir(path: str | os.PathLike[str], jobs: int | None = None, use_ca
             todo.append(f)
     workers = min(len(todo), jobs or os.cpu_count() or 1)
     if todo and ray_address():  # a cluster's workers parse (ray_parse.py)
-        results.update(parse_on_ray(todo, ray_address(), use_cache))
+        results.update(parse_on_ray(todo, ray_address(), parse_file, use_cache))
     elif workers > 1:
         ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            for f, r in zip(todo, progress(pool.map(_parse, todo, [use_cache] * len(todo)), "parsing rank traces", len(todo), "rank")):
+            for f, r in zip(todo, progress(pool.map(parse_file, todo, [use_cache] * len(todo)), "parsing rank traces", len(todo), "rank")):
                 results[f] = r
     else:
         for f in progress(todo, "parsing rank traces", unit="rank"):
-            results[f] = _parse(f, use_cache)
+            results[f] = parse_file(f, use_cache)
     ranks = [r for r in results.values() if isinstance(r, RankTrace)]
     skipped = {os.path.basename(f): r for f, r in results.items() if isinstance(r, str)}
     if not ranks:

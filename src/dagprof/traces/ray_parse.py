@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import replace
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -51,11 +51,9 @@ class _Failed(NamedTuple):
     problem: str
 
 
-def _parse_task(path: str, use_cache: bool) -> RankTrace | str | _Failed:
-    from .kineto_dir import _parse
-
+def _parse_task(parse: Callable[[str, bool], RankTrace | str], path: str, use_cache: bool) -> RankTrace | str | _Failed:
     try:
-        return _parse(path, use_cache)
+        return parse(path, use_cache)
     except DagprofError as err:
         return _Failed(err.problem)
 
@@ -68,9 +66,10 @@ def _owned(trace: RankTrace) -> RankTrace:
     return replace(trace, events=events, flows=np.array(trace.flows), flow_rule=np.array(trace.flow_rule))
 
 
-def parse_on_ray(files: list[str], address: str, use_cache: bool = True) -> dict[str, RankTrace | str]:
-    """``kineto_dir._parse`` of every file as one Ray task (one CPU) each, keyed by file; at most two tasks per
-    cluster CPU in flight, so the driver holds a bounded number of finished, unfetched results."""
+def parse_on_ray(files: list[str], address: str, parse: Callable[[str, bool], RankTrace | str], use_cache: bool = True) -> dict[str, RankTrace | str]:
+    """``parse(file, use_cache)`` (``kineto_dir.parse_file``: handed in, so that this module knows no reader) of every
+    file as one Ray task (one CPU) each, keyed by file; at most two tasks per cluster CPU in flight, so the driver
+    holds a bounded number of finished, unfetched results."""
     ray = _ray()
     if not ray.is_initialized():
         _reachable(address)
@@ -86,7 +85,7 @@ def parse_on_ray(files: list[str], address: str, use_cache: bool = True) -> dict
         todo = iter(files)
         while True:
             for f in todo:
-                pending[task.remote(os.path.abspath(f), use_cache)] = f
+                pending[task.remote(parse, os.path.abspath(f), use_cache)] = f
                 if len(pending) >= window:
                     break
             if not pending:
