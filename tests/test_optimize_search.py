@@ -1,12 +1,15 @@
 """The strategy search on a real profile: determinism, what it reports, memory budgets, lossy codecs,
 and the optimize command end to end (a real job verified in interleaved rounds)."""
 import json
+from dataclasses import fields
 
 import pytest
 
 from dagprof.cli.main import main
-from dagprof.collect.strategy import load_strategy
-from dagprof.costmodel.codecs import CodecCosts, PowerSGDCost
+from dagprof.collect.strategy import Strategy, load_strategy
+from dagprof.costmodel.codecs import Codec, CodecCosts, PowerSGDCost
+from dagprof.passes.recompute import segments
+from dagprof.search.candidate import KNOBS, Candidate, Space, candidate_of, strategy_fields
 from dagprof.search.optimize import Options, predict_run, search, search_run
 
 
@@ -71,6 +74,18 @@ def test_strategy_predicts_again_on_its_own_profile(prof, order, tmp_path):
     assert p.prediction.baseline_ms == pytest.approx(r.baseline.iter_us / 1e3, rel=1e-6)
     assert p.prediction.strategy_ms == pytest.approx(r.best.iter_us / 1e3, rel=0.02)
     assert len(p.graph) > len(prof.graph) // 2  # the strategy's whole predicted graph, for diffing a profile of it
+
+
+def test_every_knob_maps_to_the_strategy_file_and_back(prof, order):
+    """The knobs table covers every candidate field, and a candidate written as a strategy reads back the same."""
+    sp = Space(order, segments(prof.graph), tuple(prof.graph.layers))
+    assert {k.field for k in KNOBS} == {f.name for f in fields(Candidate)}
+    assert {k.strategy_field for k in KNOBS} <= set(Strategy.__struct_fields__)
+    ends = tuple(int(e) for e in sp.allowed[::2]) + ((len(order) - 1,) if int(sp.allowed[::2][-1]) != len(order) - 1 else ())
+    c = Candidate(ends, Codec("powersgd", 2), 2, frozenset({len(sp.segments) - 1}), 2, True)
+    written = Strategy((), 2, **strategy_fields(sp, c))
+    assert candidate_of(sp, written) == c
+    assert candidate_of(sp, Strategy((), 2)) == Candidate(order.profiled_ends)
 
 
 def needed_memory_budget(prof, order) -> str:

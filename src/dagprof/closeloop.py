@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import os
 import statistics
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 from .analysis import job_iteration_us
 from .analysis.diff import ExpectationCheck, categories_vs_expected
 from .analysis.interval import PredictionInterval
-from .collect.netns import Cluster
+from .collect.netns import Cluster, available
 from .collect.strategy import Strategy, save_strategy
 from .collect.verify import Verification, verify, verify_in_process
+from .costmodel import parse_bandwidth
 from .errors import DagprofError
 from .passes.comm import current_topology, set_topology
 from .passes.profiler_cost import measure_profiler_cost, remove_profiler_cost
@@ -57,6 +59,30 @@ def defaults_stand(res: SearchResult) -> str:
     """The one line said instead of writing a strategy that is not predicted to gain beyond noise."""
     return (f"DDP's defaults stand: no strategy is predicted to gain the {WORTH_APPLYING_PCT:g} % that run-to-run noise can explain "
             f"(best found {res.best.iter_us / 1e3:.2f} ms per step against {res.baseline.iter_us / 1e3:.2f} ms profiled); no strategy file written")
+
+
+@dataclass
+class Hosts:
+    """Where a job's ranks run: an emulated cluster, or this host's loopback (``refused`` says why)."""
+
+    cluster: Cluster | None
+    refused: str | None  # why the ranks are not on an emulated cluster (None: they are)
+    where: str  # in words, for reports
+
+
+@contextmanager
+def hosts(ranks: int, link: str | None, tag: str | None = None) -> Iterator[Hosts]:
+    """As root, ``ranks`` hosts in network namespaces joined by a ``link`` (e.g. "200Mbit": each rank's egress
+    shaped by ``tc tbf``), removed on exit; without a link, or where namespaces cannot be made, the ranks on
+    this host's loopback, with the reason. ``tag`` names the namespaces."""
+    why = available() if link else "no link asked for"
+    if why is not None:
+        yield Hosts(None, why, "loopback")
+        return
+    rate = parse_bandwidth(link) * 8
+    with Cluster(ranks) if tag is None else Cluster(ranks, tag=tag) as cluster:
+        cluster.set_rate(rate)
+        yield Hosts(cluster, None, f"an emulated {ranks}-host cluster, {link} link (network namespaces, tc tbf)")
 
 
 @dataclass

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from .closeloop import Checked, Found, check_strategy, defaults_stand, find_strategy
+from .closeloop import Checked, Found, check_strategy, defaults_stand, find_strategy, hosts
 from .costmodel import parse_bandwidth, preset
 from .errors import DagprofError
 from .pipeline import Profiled, open_run, write_outputs
@@ -51,18 +51,13 @@ class DemoSettings:
 
 
 def run_demo(s: DemoSettings, say: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> dict:
-    from .collect.netns import Cluster, available, python_module, run_ranks
+    from .collect.netns import python_module, run_ranks
 
     out = os.path.abspath(s.out_dir)
     run_dir = os.path.join(out, "run")
-    why = available() if s.link else "no link asked for"
-    where = f"an emulated {s.world_size}-host cluster, {s.link} link (network namespaces, tc tbf)" if why is None else "loopback"
-    rate = parse_bandwidth(s.link) * 8 if why is None else None
     train = python_module("dagprof.collect.demo_train", "--model", s.model, *(["--small"] if s.small else []))
-    with Cluster(s.world_size, tag=f"dpd{os.getpid() % 100000}") if why is None else _Loopback() as cluster:
-        if rate:
-            cluster.set_rate(rate)
-        ranks_on = cluster if why is None else None
+    with hosts(s.world_size, s.link, tag=f"dpd{os.getpid() % 100000}") as on:
+        ranks_on, where = on.cluster, on.where
         say(f"[1/5] profiling a real {s.world_size}-rank gloo DDP training with DDP's default buckets on {where} -> {run_dir}")
         run_ranks(train + ["--steps", str(s.steps), "--profile", run_dir, "--profile-steps", f"{s.profile_steps[0]}:{s.profile_steps[1]}"],
                   s.world_size, os.path.join(out, "logs", "profile"), cluster=ranks_on)
@@ -86,19 +81,9 @@ def run_demo(s: DemoSettings, say: Callable[[str], None] = lambda m: print(m, fi
             checked = check_strategy(train + ["--steps", str(s.verify_steps)], found, out, s.rounds, s.world_size, ranks_on,
                                      say=lambda m: say("  " + m.strip()), in_process=True)
     outlook = _scaling_outlook(prof)
-    notes = [] if why is None else [LOOPBACK_NOTE]
+    notes = [] if on.refused is None else [LOOPBACK_NOTE]
     files = write_outputs(prof, out, _report(prof, found, checked, outlook, whatifs, where, notes, refused))
     return _summary(prof, found, checked, files, run_dir) | {"whatifs": whatifs, "scaling_outlook": outlook, "cluster": where, "notes": notes}
-
-
-class _Loopback:
-    """Stands in for an emulated cluster: ranks on this host's loopback."""
-
-    def __enter__(self) -> "_Loopback":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def _optimisation(found: Found, checked: Checked | None) -> dict:

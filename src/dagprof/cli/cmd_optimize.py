@@ -71,21 +71,13 @@ def run(args: argparse.Namespace) -> dict:
 
 def verify_strategy(cmd: list[str], found, out: str, rounds: int, ranks: int | None, emulate: str | None) -> dict:
     """Measured speed-up of the strategy (interleaved rounds) beside the prediction."""
-    from ..closeloop import check_strategy
-    from ..collect.netns import Cluster, available
-    from ..costmodel import parse_bandwidth
+    from ..closeloop import check_strategy, hosts
 
     say = (lambda m: print(escape(m), file=sys.stderr)) if sys.stderr.isatty() else (lambda m: None)
-    args = (cmd, found, out, rounds, ranks)
-    if not emulate:
-        return check_strategy(*args, None, say).to_dict()
-    why = available()
-    if why:
-        raise DagprofError(f"--emulate {why}")
-    rate = parse_bandwidth(emulate) * 8
-    with Cluster(ranks) as cluster:
-        cluster.set_rate(rate)
-        return check_strategy(*args, cluster, say).to_dict()
+    with hosts(ranks, emulate) as on:
+        if emulate and on.refused:
+            raise DagprofError(f"--emulate {on.refused}")
+        return check_strategy(cmd, found, out, rounds, ranks, on.cluster, say).to_dict()
 
 
 def recommendation(res, path: str) -> str:

@@ -1,0 +1,131 @@
+"""Pricing candidates by replay: each candidate only changes slot durations of one graph per micro-batch count.
+
+The passes that price a candidate's knobs (``search.candidate.KNOBS``) insert their slots once per
+template: gradient accumulation (a graph per micro-batch count), recomputation slots, bucket slots
+(layout, codec and partition); a candidate then fills the slots' columns and is replayed
+incrementally (``IncrementalReplayer``). Its memory is estimated by ``search.memory``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..analysis import job_iteration_us
+from ..costmodel.codecs import CodecCosts
+from ..graph.dag import Graph
+from ..passes.accumulate import accumulate_gradients
+from ..passes.bucket_plan import BucketSlots
+from ..passes.gradients import GradientOrder
+from ..passes.overlap import disturbed, slowed_nodes, undisturbed
+from ..passes.recompute import RecomputeSlots, Segment
+from ..replay import ReplayResult, replay
+from ..replay.incremental import IncrementalReplayer
+from ..replay.numba_engine import load_kernels
+from .candidate import Candidate
+from .memory import MemoryBreakdown, MemoryModel
+
+
+@dataclass
+class Scored:
+    candidate: Candidate
+    iter_us: float  # per micro-batch
+    memory: MemoryBreakdown | None = None
+    fits: bool = True
+
+
+class Template:
+    """One graph structure (micro-batch count) with its slots and an incremental replayer.
+
+    With an overlap slowdown, compute durations are kept undisturbed (the profiled overlap's share
+    taken out once) and each candidate is replayed twice: once to see its overlap, once charged for it.
+    """
+
+    def __init__(self, g: Graph, order: GradientOrder, costs: CodecCosts | None, accumulate: int, recompute: bool,
+                 cand_segments: list[Segment], slowdown: float = 0.0):
+        self.k = accumulate
+        self.slowdown = slowdown
+        g = accumulate_gradients(g, accumulate)
+        self.rslots = RecomputeSlots(g, cand_segments) if recompute else None
+        self.bslots = BucketSlots(self.rslots.graph if self.rslots else g, order, costs)
+        self.graph = self.bslots.graph
+        self.rec_ids = np.concatenate([self.bslots.remap[n] for n in self.rslots.nodes]) if self.rslots and self.rslots.nodes else None  # ids in our graph
+        self.slot_of_comm = {int(v): i for i in range(self.bslots.comm.shape[1]) for v in self.bslots.comm[:, i]}
+        self.replayer: IncrementalReplayer | None = None
+        self.slowed = slowed_nodes(self.graph)
+        self.base_dur = self.graph.dur
+        if slowdown > 0:  # undisturbed durations: the profiled layout's own overlap taken out
+            profiled = self._columns(Candidate(order.profiled_ends), self.graph.dur)
+            self.base_dur = undisturbed(profiled, replay(profiled), slowdown)
+
+    def _columns(self, c: Candidate, dur: np.ndarray) -> Graph:
+        ids, sdur, gap, nb = self.bslots.columns(c.plan)
+        d, gp, n = dur.copy(), self.graph.gap.copy(), self.graph.nbytes.copy()
+        d[ids], gp[ids], n[ids] = sdur, gap, nb
+        if self.rec_ids is not None:
+            d[self.rec_ids] = self.rslots.columns(c.recompute)[1]
+        return self.graph.replace(dur=d, gap=gp, nbytes=n)
+
+    def _run(self, g: Graph) -> ReplayResult:
+        if self.replayer is None:
+            if load_kernels() is None:  # no numba: full replays
+                return replay(g)
+            self.replayer = IncrementalReplayer(g)
+            return self.replayer.result
+        old = self.replayer.graph
+        changed = np.flatnonzero((g.dur != old.dur) | (g.gap != old.gap))
+        return self.replayer.update(g, changed, copy=False)
+
+    def replay(self, c: Candidate) -> tuple[Graph, ReplayResult]:
+        g = self._columns(c, self.base_dur)
+        res = self._run(g)
+        if self.slowdown > 0:
+            g = g.replace(dur=disturbed(g, g.dur, res, self.slowdown))
+            res = self._run(g)
+        return g, res
+
+
+class Evaluator:
+    """Candidates scored on one graph (cached), with their memory when a memory model is given;
+    ``memory_budget`` (bytes per rank) makes a candidate that does not fit score worse."""
+
+    def __init__(self, g: Graph, order: GradientOrder, costs: CodecCosts | None, cand_segments: list[Segment],
+                 memory: MemoryModel | None, slowdown: float = 0.0, memory_budget: float | None = None, recompute: bool = False):
+        self.g, self.order, self.costs = g, order, costs
+        self.slowdown, self.memory_budget = slowdown, memory_budget
+        self.recompute = recompute or memory is not None
+        self.segments = cand_segments
+        self.memory = memory
+        self.templates: dict[int, Template] = {}
+        self.cache: dict[Candidate, Scored] = {}
+        self.replayed = 0
+
+    def template(self, k: int) -> Template:
+        if k not in self.templates:
+            self.templates[k] = Template(self.g, self.order, self.costs, k, self.recompute, self.segments, self.slowdown)
+        return self.templates[k]
+
+    def score(self, c: Candidate, keep: bool = False) -> tuple[Scored, tuple[Graph, ReplayResult] | None]:
+        hit = self.cache.get(c)
+        if hit is not None and not keep:
+            return hit, None
+        t = self.template(c.accumulate)
+        g, res = t.replay(c)
+        self.replayed += 1
+        s = Scored(c, job_iteration_us(g, res) / c.accumulate)
+        if self.memory is not None:
+            largest = float(self.order.bucket_bytes(c.ends).max())
+            s.memory = self.memory.peak([self.segments[i] for i in c.recompute], c.codec, c.bucket_view, largest)
+            s.fits = self.memory_budget is None or s.memory.total <= self.memory_budget
+        self.cache[c] = s
+        return s, (g, res)
+
+    def predicted_graph(self, c: Candidate) -> Graph:
+        """``c``'s graph as it would run: the template's columns without the slots no bucket uses."""
+        t = self.template(c.accumulate)
+        return t.bslots.compact(t.replay(c)[0], c.plan)
+
+    def objective(self, s: Scored) -> float:
+        if s.fits or s.memory is None:
+            return s.iter_us
+        return s.iter_us * (1.0 + 10.0 * (s.memory.total / self.memory_budget - 1.0))

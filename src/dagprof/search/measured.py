@@ -1,0 +1,45 @@
+"""What the job measured on its own machine that the search prices with: the compute slowdown beside
+collectives (``collect.overlap``) and the codecs' costs (``collect.codec_costs``), scaled to the job's load."""
+from __future__ import annotations
+
+import os
+
+from ..collect.overlap import load_overlap
+from ..costmodel.codecs import CodecCosts, powersgd_split
+from ..passes.gradients import GradientOrder
+from ..traces.events import Run
+
+
+def _measured(run: Run) -> dict:
+    return (load_overlap(run.source) if run.source and os.path.isdir(run.source) else None) or {}
+
+
+def slowdown_of(run: Run) -> float:
+    """The compute slowdown measured beside collectives for this run (``collect.overlap``), else 0."""
+    return float(_measured(run).get("slowdown", 0.0))
+
+
+def in_job(costs: CodecCosts | None, run: Run) -> CodecCosts | None:
+    """Codec costs as they run inside the job: scaled by how much slower the job's busy cores ran the
+    reference op than the idle core that measured the codecs (never faster)."""
+    job = _measured(run).get("matmul_us")
+    if costs is None or not job or not costs.reference_op_us:
+        return costs
+    return costs.scaled(max(1.0, float(job) / costs.reference_op_us))
+
+
+def codec_costs(order: GradientOrder, powersgd_ranks: tuple[int, ...], path: str | None) -> CodecCosts:
+    """Measured once per machine and model (``path`` keeps them), re-measured when something is missing."""
+    shaped = [(p, s) for p, s in zip(order.params, order.shapes) if s is not None]
+    if path and os.path.exists(path):
+        costs = CodecCosts.load(path)
+        have = all(r in costs.powersgd and all(p in costs.powersgd[r] or not powersgd_split(s, r)[1] for p, s in shaped)
+                   for r in powersgd_ranks)
+        if have and {"fp16", "bf16"} <= set(costs.encode_us_per_byte):
+            return costs
+    from ..collect.codec_costs import measure_codec_costs
+
+    costs = measure_codec_costs(shaped, tuple(powersgd_ranks))
+    if path:
+        costs.save(path)
+    return costs
