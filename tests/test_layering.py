@@ -93,7 +93,7 @@ KNOWN_CYCLES = {
     frozenset({"dagprof.traces.kineto", "dagprof.traces.kineto_deps"}),  # type-only: kineto_deps names kineto's column types
     frozenset({"dagprof.graph.dag", "dagprof.graph.meta", "dagprof.graph.provenance"}),  # type-only: meta names Provenance
     frozenset({"dagprof.traces.dagprof_run", "dagprof.traces.fsdp_run"}),  # lazy: dagprof_run calls fsdp_run's readers
-    frozenset({"dagprof.collect.autoprofile", "dagprof.collect.horovod_auto"}),  # lazy: the launcher hook installs Horovod's
+    frozenset({"dagprof.collect.hooks.autoprofile", "dagprof.collect.hooks.horovod_auto"}),  # lazy: the launcher hook installs Horovod's
 }
 
 

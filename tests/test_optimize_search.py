@@ -5,7 +5,7 @@ import json
 import pytest
 
 from dagprof.cli.main import main
-from dagprof.collect.strategy import load_strategy
+from dagprof.collect.deploy.strategy import load_strategy
 from dagprof.costmodel.codecs import CodecCosts, PowerSGDCost
 from dagprof.search.optimize import Options, predict_run, search, search_run
 
@@ -100,7 +100,7 @@ def test_optimize_flags_fail_in_one_line(capsys, small_ddp_run, argv, msg):
 def test_optimize_verify_runs_the_real_job(capsys, small_ddp_run, prof, order, tmp_path):
     import sys
 
-    cmd = [sys.executable, "-m", "dagprof.collect.demo_train", "--small", "--steps", "6"]
+    cmd = [sys.executable, "-m", "dagprof.collect.jobs.demo_train", "--small", "--steps", "6"]
     budget = needed_memory_budget(prof, order)
     code = main(["optimize", small_ddp_run, "--budget", "2", "-o", str(tmp_path), "--memory-budget", budget, "--verify", "--rounds", "1",
                  "--ranks", "2", "--json", "--", *cmd])

@@ -51,14 +51,14 @@ class DemoSettings:
 
 
 def run_demo(s: DemoSettings, say: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> dict:
-    from .collect.netns import Cluster, available, python_module, run_ranks
+    from .collect.jobs.netns import Cluster, available, python_module, run_ranks
 
     out = os.path.abspath(s.out_dir)
     run_dir = os.path.join(out, "run")
     why = available() if s.link else "no link asked for"
     where = f"an emulated {s.world_size}-host cluster, {s.link} link (network namespaces, tc tbf)" if why is None else "loopback"
     rate = parse_bandwidth(s.link) * 8 if why is None else None
-    train = python_module("dagprof.collect.demo_train", "--model", s.model, *(["--small"] if s.small else []))
+    train = python_module("dagprof.collect.jobs.demo_train", "--model", s.model, *(["--small"] if s.small else []))
     with Cluster(s.world_size, tag=f"dpd{os.getpid() % 100000}") if why is None else _Loopback() as cluster:
         if rate:
             cluster.set_rate(rate)

@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from ..collect import calibrate as live
+from ..collect.measure import calibrate as live
 from ..costmodel.alphabeta import ring_allreduce_us
 from ..costmodel.calibrate_lut import fit_lut_folder
 from ..costmodel.topology import save_link_model

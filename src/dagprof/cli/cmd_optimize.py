@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> dict:
 def verify_strategy(cmd: list[str], found, out: str, rounds: int, ranks: int | None, emulate: str | None) -> dict:
     """Measured speed-up of the strategy (interleaved rounds) beside the prediction."""
     from ..closeloop import check_strategy
-    from ..collect.netns import Cluster, available
+    from ..collect.jobs.netns import Cluster, available
     from ..costmodel import parse_bandwidth
 
     say = (lambda m: print(escape(m), file=sys.stderr)) if sys.stderr.isatty() else (lambda m: None)

@@ -41,8 +41,8 @@ import numpy as np
 from ..analysis import job_iteration_us
 from ..analysis.critical_path import critical_path
 from ..analysis.interval import PredictionInterval, link_residuals, predict_interval
-from ..collect.overlap import load_overlap
-from ..collect.strategy import Bucket, Compression, Prediction, Strategy
+from ..collect.deploy.strategy import Bucket, Compression, Prediction, Strategy
+from ..collect.measure.overlap import load_overlap
 from ..costmodel.codecs import Codec, CodecCosts, powersgd_split
 from ..errors import DagprofError
 from ..graph.dag import Graph
@@ -567,7 +567,7 @@ def _codec_costs(order: GradientOrder, opts: Options, path: str | None) -> Codec
                    for r in opts.powersgd_ranks)
         if have and {"fp16", "bf16"} <= set(costs.encode_us_per_byte):
             return costs
-    from ..collect.codec_costs import measure_codec_costs
+    from ..collect.measure.codec_costs import measure_codec_costs
 
     costs = measure_codec_costs(shaped, tuple(opts.powersgd_ranks))
     if path:

@@ -17,9 +17,9 @@ from datetime import timedelta
 
 import numpy as np
 
-from ..costmodel.alphabeta import AlphaBeta
-from ..costmodel.topology import fit_sweep
-from ..errors import DagprofError
+from ...costmodel.alphabeta import AlphaBeta
+from ...costmodel.topology import fit_sweep
+from ...errors import DagprofError
 
 DEFAULT_SIZES = tuple(2**k for k in range(12, 25, 2))  # 4 KiB .. 16 MiB
 

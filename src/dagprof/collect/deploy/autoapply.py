@@ -17,7 +17,7 @@ import warnings
 from functools import wraps
 from typing import Any
 
-from .steptimes import write_times
+from ..hooks.steptimes import write_times
 
 ENV_STRATEGY = "DAGPROF_STRATEGY"
 ENV_TIMES = "DAGPROF_TIMES"
@@ -26,7 +26,7 @@ ENV_TIMES = "DAGPROF_TIMES"
 def install() -> None:
     if ENV_STRATEGY not in os.environ and ENV_TIMES not in os.environ:
         return
-    from .autoprofile import after_torch_import
+    from ..hooks.autoprofile import after_torch_import
 
     after_torch_import(_patch)  # after autoprofile's, when both run: the profile attaches first, apply keeps its hook
 

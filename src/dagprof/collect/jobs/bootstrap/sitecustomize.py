@@ -6,7 +6,8 @@ import sys
 
 def _dagprof_install() -> None:
     try:
-        from dagprof.collect import autoapply, autoprofile
+        from dagprof.collect.deploy import autoapply
+        from dagprof.collect.hooks import autoprofile
 
         autoprofile.install()
         autoapply.install()

@@ -29,7 +29,7 @@ def _patch(hvd: Any) -> None:
     from torch.nn.modules.module import register_module_forward_pre_hook
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-    from ..traces.steps import DEFAULT_STEPS, parse_steps
+    from ...traces.steps import DEFAULT_STEPS, parse_steps
     from .horovod import HorovodCollector
 
     collector = HorovodCollector(os.environ[ENV_OUT], parse_steps(os.environ.get(ENV_STEPS) or DEFAULT_STEPS), kineto=False, mode="launcher")

@@ -18,11 +18,11 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..errors import DagprofError
-from .autoapply import ENV_STRATEGY, ENV_TIMES
-from .autoprofile import ENV_KINETO, ENV_OUT, ENV_STEPS
+from ...errors import DagprofError
+from ..deploy.autoapply import ENV_STRATEGY, ENV_TIMES
+from ..hooks.autoprofile import ENV_KINETO, ENV_OUT, ENV_STEPS
+from ..hooks.steptimes import iteration_ms, read_times
 from .netns import Cluster, run_ranks
-from .steptimes import iteration_ms, read_times
 
 BOOTSTRAP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
 
