@@ -25,9 +25,8 @@ import tempfile
 import time
 
 from dagprof.closeloop import check_strategy, defaults_stand, find_strategy
-from dagprof.collect.hooks.autoprofile import ENV_KINETO, ENV_OUT, ENV_STEPS
+from dagprof.collect.jobs.launch import Bootstrap, launch
 from dagprof.collect.jobs.netns import Cluster, available, python_module, run_ranks
-from dagprof.collect.jobs.verify import BOOTSTRAP
 from dagprof.costmodel import parse_bandwidth
 from dagprof.search.optimize import Options, search_run
 
@@ -46,8 +45,8 @@ def cell(work: str, workload: str, ranks: int, link: str, args) -> list[dict]:
         run = os.path.join(work, "run")
         t0 = time.monotonic()
         if own:
-            env = {ENV_OUT: run, ENV_STEPS: f"4:{args.profile_steps + 4}", ENV_KINETO: "0", "PYTHONPATH": BOOTSTRAP}
-            run_ranks(train, ranks, os.path.join(work, "logs"), env=env, cluster=cluster)
+            launch(train, Bootstrap(profile=run, steps=range(4, args.profile_steps + 4), kineto=False), ranks=ranks, cluster=cluster,
+                   log_dir=os.path.join(work, "logs"), timeout_s=900)
         else:
             run_ranks(train + ["--steps", str(args.profile_steps + 5), "--profile", run, "--profile-steps", f"4:{args.profile_steps + 4}",
                                "--no-kineto"], ranks, os.path.join(work, "logs"), cluster=cluster)

@@ -1,6 +1,6 @@
 """Zero-code strategy runs for ``dagprof optimize --verify``: apply a strategy and time the steps.
 
-The launcher's ``sitecustomize`` calls ``install()`` in every Python process of the job. With
+The launcher's (``jobs.launch``) ``sitecustomize`` calls ``install()`` in every Python process of the job. With
 ``DAGPROF_STRATEGY`` set, every DistributedDataParallel model gets ``dagprof.apply`` right after
 it is built (a strategy for another model stops the job there, with one line). With
 ``DAGPROF_TIMES`` set, each rank writes its step times (a step ends when the first optimizer

@@ -1,6 +1,6 @@
 """Zero-code-change mode: ``dagprof profile -o RUN -- torchrun ... train.py``.
 
-The launcher puts ``bootstrap/`` on PYTHONPATH; its ``sitecustomize`` calls ``install()``
+The launcher (``jobs.launch``) puts ``jobs/bootstrap/`` on PYTHONPATH; its ``sitecustomize`` calls ``install()``
 in every Python process of the job. ``install`` waits for ``import torch`` (a meta-path
 finder; processes that never import torch are untouched), then wraps
 ``DistributedDataParallel.__init__`` (attach hooks, step 0 starts at its first forward) and

@@ -1,4 +1,4 @@
-"""Loaded by every Python process that ``dagprof profile`` starts (PYTHONPATH)."""
+"""Loaded by every Python process of a job that ``collect.jobs.launch`` starts (this folder is first on PYTHONPATH)."""
 import importlib
 import os
 import sys
