@@ -10,6 +10,9 @@ SRC = pathlib.Path(__file__).resolve().parent.parent / "src" / "dagprof"
 ORDER = ["errors", "units", "fsutil", "progress", "traces", "costmodel", "collect", "align", "graph", "passes", "replay", "analysis",
          ("search", "sgd"), "report", "pipeline", "closeloop", "demo", "cli"]
 RANK = {layer: i for i, tier in enumerate(ORDER) for layer in (tier if isinstance(tier, tuple) else (tier,))}
+# Inside a layer with rooms, the rooms are ranked the same way: collection's profilers and measurements are peers,
+# deploying a strategy uses the hooks, and the jobs (launch, cluster, demo) use all three.
+ROOMS = {"collect": [("hooks", "measure"), "deploy", "jobs"]}
 
 
 def imports_of(path: pathlib.Path) -> set[str]:
@@ -37,6 +40,27 @@ def test_layers_only_import_earlier_layers():
             for dep in imports_of(f):
                 if dep in RANK and dep != layer and RANK[dep] >= RANK[layer]:
                     bad.append(f"{f.relative_to(SRC)} imports {dep}" + (" (a peer)" if RANK[dep] == RANK[layer] else ""))
+    assert not bad, bad
+
+
+def test_rooms_only_import_earlier_rooms():
+    bad = []
+    imports = _module_imports()
+    for layer, order in ROOMS.items():
+        rank = {room: i for i, tier in enumerate(order) for room in (tier if isinstance(tier, tuple) else (tier,))}
+        for m, deps in imports.items():
+            parts = m.split(".")
+            if len(parts) < 3 or parts[1] != layer:  # another layer, or the layer's own facade (its __init__)
+                continue
+            if parts[2] not in rank:
+                bad.append(f"{m} is in no room of {layer}/")
+                continue
+            for d in deps:
+                dp = d.split(".")
+                if dp[1:2] != [layer] or dp[2:3] == [parts[2]]:
+                    continue
+                if len(dp) == 2 or dp[2] not in rank or rank[dp[2]] >= rank[parts[2]]:
+                    bad.append(f"{m} imports {d}" + (" (a peer)" if len(dp) > 2 and rank.get(dp[2]) == rank[parts[2]] else ""))
     assert not bad, bad
 
 
