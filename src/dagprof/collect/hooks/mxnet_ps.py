@@ -5,7 +5,7 @@ hold dagprof's dependencies. Two halves:
 
 - ``profile(trainer)``, the lines a user adds to a ``dist_sync`` training script::
 
-      from dagprof.collect.hooks import mxnet_ps
+      from dagprof.collect import mxnet_ps
       with mxnet_ps.profile(trainer) as prof:
           for x, y in batches:
               with autograd.record():
@@ -69,7 +69,7 @@ class profile:
     def __init__(self, trainer, net=None, *, out: str | None = None, warmup: int | None = None, profile_steps: int | None = None):
         self.out = os.path.abspath(out or os.environ.get(ENV_OUT, ""))
         if not (out or os.environ.get(ENV_OUT)):
-            raise RuntimeError("dagprof.collect.hooks.mxnet_ps.profile: no run folder (pass out= or launch with python -m dagprof.collect.hooks.mxnet_ps run)")
+            raise RuntimeError("dagprof.collect.mxnet_ps.profile: no run folder (pass out= or launch with python -m dagprof.collect.hooks.mxnet_ps run)")
         self.trainer, self.net = trainer, net
         self.warmup = int(os.environ.get(ENV_WARMUP, 2)) if warmup is None else warmup
         self.profile_steps = int(os.environ.get(ENV_PROFILE, 3)) if profile_steps is None else profile_steps
