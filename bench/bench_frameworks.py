@@ -5,7 +5,7 @@ profiled run (must be within 2 %), and the averaged replay (``--template``) agai
     DAGPROF_TF_PYTHON=/opt/tf/bin/python DAGPROF_JAX_PYTHON=/opt/jax/bin/python DAGPROF_MXNET_PYTHON=/opt/mx/bin/python \\
         python bench/bench_frameworks.py --runs 20 [--only tf_text,jax_shardmap,mx_mlp,mx_embed] [--keep DIR]
 
-MXNet scripts run as ``dist_sync`` jobs under ``python -m dagprof.collect.mxnet_ps run`` (scheduler, 1 server,
+MXNet scripts run as ``dist_sync`` jobs under ``python -m dagprof.collect.hooks.mxnet_ps run`` (scheduler, 1 server,
 the workers), its exit status standing for the job's (a process that died fails the launcher).
 
 The framework's Python needs dagprof importable (this checkout's src/ is put on PYTHONPATH).
@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(HERE), "src")
 sys.path.insert(0, SRC)
 
-from dagprof.collect.tf_train import free_ports  # noqa: E402  (stdlib only: TF is imported by the job, not here)
+from dagprof.collect.jobs.tf_train import free_ports  # noqa: E402  (stdlib only: TF is imported by the job, not here)
 from dagprof.errors import DagprofError  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
 from dagprof.search.whatif import Scenario, evaluate  # noqa: E402
@@ -50,7 +50,7 @@ def launch(name: str, python: str, out: str, workers: int, timeout: float, src: 
     env = dict(os.environ, PYTHONPATH=src, TF_CPP_MIN_LOG_LEVEL="2", **extra)
     ports = free_ports(workers)
     if framework == "mxnet":
-        cmd = [sys.executable, "-m", "dagprof.collect.mxnet_ps", "run", "--out", out, "--servers", "1", "--workers", str(workers),
+        cmd = [sys.executable, "-m", "dagprof.collect.hooks.mxnet_ps", "run", "--out", out, "--servers", "1", "--workers", str(workers),
                "--port", str(ports[0]), "--profile-steps", "5", "--timeout", str(int(timeout)), "--", python, script, "--steps", "16"]
         with open(os.path.join(out, "launcher.txt"), "w") as log:
             return [subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log, timeout=timeout + 60).returncode]

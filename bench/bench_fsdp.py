@@ -4,7 +4,7 @@ Part 1 (any user): two held-out models of ``bench/fsdp_train.py`` (a transformer
 with an embedding), 2 gloo ranks on loopback, profiled with Kineto; ``dagprof replay --template`` (each op at
 its mean over the profiled steps) against the measured iteration. Goal: within 2 %.
 
-Part 2 (root: the namespace testbed, ``collect/netns.py``): ONE configuration is profiled (2 ranks, 1 Gbit/s)
+Part 2 (root: the namespace testbed, ``collect/jobs/netns.py``): ONE configuration is profiled (2 ranks, 1 Gbit/s)
 and the others are predicted from that profile, then measured, in interleaved rounds (each round profiles
 again and predicts from its own profile; the order of the measured cells is shuffled per round):
 - link rate 200 Mbit/s: the link fitted to the profile's collectives (all-gathers priced as half an
@@ -54,7 +54,7 @@ WARMUP = 3
 
 def job(ranks: int, model: list[str], steps: int, log_dir: str, cluster=None, profile: str | None = None, kineto: bool = True) -> float:
     """Run the training on ``ranks`` ranks; the median step time of rank 0 after warm-up, ms."""
-    from dagprof.collect.netns import run_ranks
+    from dagprof.collect.jobs.netns import run_ranks
 
     times = os.path.join(log_dir, "times.json")
     argv = [sys.executable, TRAIN, *model, "--steps", str(steps), "--times", times]
@@ -110,7 +110,7 @@ def predict(run: str, cells: list[tuple[int, str]], cores: int) -> dict[tuple[in
 
 
 def part2(rounds: int, steps: int) -> list[float]:
-    from dagprof.collect.netns import Cluster, available
+    from dagprof.collect.jobs.netns import Cluster, available
 
     why = available()
     if why:
@@ -145,7 +145,7 @@ def part2(rounds: int, steps: int) -> list[float]:
 
 def measured_peak(ranks: int, model: list[str], steps: int, log_dir: str) -> float:
     """The most bytes of any rank in the steps after warm-up (``fsdp_train.py --memory``)."""
-    from dagprof.collect.netns import run_ranks
+    from dagprof.collect.jobs.netns import run_ranks
 
     out = os.path.join(log_dir, "memory")
     run_ranks([sys.executable, TRAIN, *model, "--steps", str(steps), "--memory", out], ranks, log_dir,

@@ -1,6 +1,6 @@
 """MXNet parameter server on the namespace testbed: what-if (servers, bandwidth) vs measured (run as root).
 
-A real ``dist_sync`` job (scheduler, servers, 2 workers; ``collect/mxnet_ps.py``) runs with every
+A real ``dist_sync`` job (scheduler, servers, 2 workers; ``collect/hooks/mxnet_ps.py``) runs with every
 process in its own network namespace behind a bridge; each port is shaped with ``tc tbf`` in both
 directions (the rank's egress, and the bridge's egress towards the rank: a switch port's downlink),
 so a server receiving N pushes takes N times as long, as on a real switch. One configuration is
@@ -8,7 +8,7 @@ profiled (1 server, the profiled rate); from that profile dagprof predicts 2 ser
 rate, and each configuration is measured. Rounds interleave the configurations (the machine is
 shared and drifts); each round predicts from its own profile; the table gives medians over rounds.
 
-``--script`` runs a user-style script (``python -m dagprof.collect.mxnet_ps run`` does the same on localhost)
+``--script`` runs a user-style script (``python -m dagprof.collect.hooks.mxnet_ps run`` does the same on localhost)
 instead of the built-in one: pushes that overlap the backward pass, whatever the script's optimizer.
 
 Both sides are the same quantity: the median over a job's unprofiled steps of the slower worker's
@@ -32,8 +32,8 @@ import sys
 import tempfile
 import time
 
-from dagprof.collect.mxnet_ps import launch, launch_command
-from dagprof.collect.netns import Cluster, available
+from dagprof.collect.hooks.mxnet_ps import launch, launch_command
+from dagprof.collect.jobs.netns import Cluster, available
 
 WORKERS = 2
 # tbf's bucket, in ms of traffic. A token bucket only stands for a wire while its timer fires on time:

@@ -25,9 +25,8 @@ import tempfile
 import time
 
 from dagprof.closeloop import check_strategy, defaults_stand, find_strategy
-from dagprof.collect.autoprofile import ENV_KINETO, ENV_OUT, ENV_STEPS
-from dagprof.collect.netns import Cluster, available, python_module, run_ranks
-from dagprof.collect.verify import BOOTSTRAP
+from dagprof.collect.jobs.launch import Bootstrap, launch
+from dagprof.collect.jobs.netns import Cluster, available, python_module, run_ranks
 from dagprof.costmodel import parse_bandwidth
 from dagprof.search.optimize import Options, search_run
 
@@ -39,15 +38,15 @@ def cell(work: str, workload: str, ranks: int, link: str, args) -> list[dict]:
     ``cmd:COMMAND`` (one rank's training command, e.g. a held-out script), profiled in zero-code mode
     and verified in separate runs (``dagprof optimize --verify`` does the same)."""
     own = workload.startswith("cmd:")
-    train = workload[4:].split() if own else python_module("dagprof.collect.demo_train", "--model", workload)
+    train = workload[4:].split() if own else python_module("dagprof.collect.jobs.demo_train", "--model", workload)
     rows = []
     with Cluster(ranks, tag=f"dpb{os.getpid() % 10000}") as cluster:
         cluster.set_rate(parse_bandwidth(link) * 8)
         run = os.path.join(work, "run")
         t0 = time.monotonic()
         if own:
-            env = {ENV_OUT: run, ENV_STEPS: f"4:{args.profile_steps + 4}", ENV_KINETO: "0", "PYTHONPATH": BOOTSTRAP}
-            run_ranks(train, ranks, os.path.join(work, "logs"), env=env, cluster=cluster)
+            launch(train, Bootstrap(profile=run, steps=range(4, args.profile_steps + 4), kineto=False), ranks=ranks, cluster=cluster,
+                   log_dir=os.path.join(work, "logs"), timeout_s=900)
         else:
             run_ranks(train + ["--steps", str(args.profile_steps + 5), "--profile", run, "--profile-steps", f"4:{args.profile_steps + 4}",
                                "--no-kineto"], ranks, os.path.join(work, "logs"), cluster=cluster)
@@ -78,7 +77,7 @@ def cell(work: str, workload: str, ranks: int, link: str, args) -> list[dict]:
 def search_scaling(work: str, budget: float) -> dict:
     """The search alone on a real profile of a 50-layer MLP (loopback), pinned to one core."""
     run = os.path.join(work, "run50")
-    run_ranks(python_module("dagprof.collect.demo_train", "--model", "mlp", "--steps", "8", "--profile", run, "--profile-steps", "3:7",
+    run_ranks(python_module("dagprof.collect.jobs.demo_train", "--model", "mlp", "--steps", "8", "--profile", run, "--profile-steps", "3:7",
                             "--no-kineto", "--depth", "50", "--batch-size", "32"), 2, os.path.join(work, "logs50"))
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})

@@ -24,7 +24,7 @@ import tempfile
 import time
 from datetime import timedelta
 
-from dagprof.collect.demo_train import DemoConfig, _free_port, build_model, spawn_demo_clocks
+from dagprof.collect.jobs.demo_train import DemoConfig, _free_port, build_model, spawn_demo_clocks
 
 MODES = {  # name -> DemoConfig overrides
     "no profiler": dict(profile_steps=None),

@@ -13,7 +13,7 @@ import argparse
 import statistics
 import tempfile
 
-from dagprof.collect.demo_train import run_demo_training
+from dagprof.collect.jobs.demo_train import run_demo_training
 from dagprof.pipeline import open_run
 
 

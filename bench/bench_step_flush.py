@@ -18,7 +18,7 @@ import tempfile
 import time
 from datetime import timedelta
 
-from dagprof.collect.demo_train import DemoConfig, _free_port, build_model
+from dagprof.collect.jobs.demo_train import DemoConfig, _free_port, build_model
 
 VARIANTS = ("each step written (now)", "window end only (before)")
 
@@ -30,7 +30,7 @@ def _worker(rank: int, cfg: DemoConfig, rounds: int, block: int, port: int, out:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from dagprof.collect import profile
-    from dagprof.collect.collector import Collector
+    from dagprof.collect.hooks.collector import Collector
 
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))

@@ -1,6 +1,6 @@
 """The demo job with one known change, profiled: the recorded pairs ``dagprof diff`` is judged on.
 
-A ``Variant`` is the embedded demo model (``collect.demo_train``) trained with real gloo DDP
+A ``Variant`` is the embedded demo model (``collect.jobs.demo_train``) trained with real gloo DDP
 and profiled by ``dagprof.profile``, with at most a few known differences: a layer whose forward
 sleeps ``slow_ms`` (on every rank, or on ``slow_rank`` only: a straggler), another bucket size,
 another model width, or an unrelated model (``mlp``). ``record(variant, out_dir)`` writes a dagprof run folder.
@@ -34,7 +34,7 @@ class Variant:
 
 
 def _config(v: Variant):
-    from dagprof.collect.demo_train import DemoConfig
+    from dagprof.collect.jobs.demo_train import DemoConfig
 
     base = DemoConfig.small() if v.small else DemoConfig()
     cap = base.bucket_cap_mb if v.bucket_cap_mb is None else v.bucket_cap_mb
@@ -63,7 +63,7 @@ def _worker(rank: int, v: Variant, out_dir: str, port: int) -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     import dagprof
-    from dagprof.collect.demo_train import build_model
+    from dagprof.collect.jobs.demo_train import build_model
 
     cfg = _config(v)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))

@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from dagprof import apply
-from dagprof.collect.demo_train import DemoConfig, build_model
-from dagprof.collect.strategy import Bucket, Compression, Strategy
+from dagprof.collect.deploy.strategy import Bucket, Compression, Strategy
+from dagprof.collect.jobs.demo_train import DemoConfig, build_model
 from dagprof.errors import DagprofError
 
 CFG = DemoConfig.small()

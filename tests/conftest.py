@@ -17,7 +17,7 @@ def _private_parse_cache(tmp_path_factory):
 @pytest.fixture(scope="session")
 def small_ddp_run(tmp_path_factory) -> str:
     """One real, profiled 2-rank gloo DDP run of the tiny demo model, shared by every test that reads one."""
-    from dagprof.collect.demo_train import DemoConfig, run_demo_training
+    from dagprof.collect.jobs.demo_train import DemoConfig, run_demo_training
 
     small = DemoConfig.small()
     opts = {k: getattr(small, k) for k in ("width", "blocks", "image_size", "batch_size")}

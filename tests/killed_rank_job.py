@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from dagprof.collect.demo_train import DemoConfig, build_model
+    from dagprof.collect.jobs.demo_train import DemoConfig, build_model
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=timedelta(seconds=60))

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from dagprof.collect.netns import run_ranks
-from dagprof.collect.strategy import Bucket, Compression, Prediction, Strategy, load_strategy, save_strategy
+from dagprof.collect.deploy.strategy import Bucket, Compression, Prediction, Strategy, load_strategy, save_strategy
+from dagprof.collect.jobs.netns import run_ranks
 from dagprof.errors import DagprofError
 
 WORKER = os.path.join(os.path.dirname(__file__), "apply_worker.py")

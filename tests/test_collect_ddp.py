@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("torch")
 
 from dagprof.cli.main import main  # noqa: E402
-from dagprof.collect.demo_train import DemoConfig, build_model  # noqa: E402
+from dagprof.collect.jobs.demo_train import DemoConfig, build_model  # noqa: E402
 from dagprof.traces.dagprof_run import read_run  # noqa: E402
 from dagprof.traces.events import Kind, LaneKind  # noqa: E402
 
@@ -34,7 +34,7 @@ def api_run(small_ddp_run):
 @pytest.fixture(scope="module")
 def launcher_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("ddp-launcher")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "dagprof.collect.demo_train",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "dagprof.collect.jobs.demo_train",
            "--small", "--steps", "6"]
     assert main(["profile", "-o", str(out), "--steps", "2:4", "--no-kineto", "--"] + cmd) == 0
     return read_run(out)

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from dagprof.collect.tf_profile import tf_config_rank
-from dagprof.collect.xplane_window import StepWindow, run_forked
+from dagprof.collect.hooks.tf_profile import tf_config_rank
+from dagprof.collect.hooks.xplane_window import StepWindow, run_forked
 from dagprof.traces.xplane_layout import FORMAT, RANK_FORMAT
 
 

@@ -71,7 +71,7 @@ def test_a_straggler_rank_is_named_and_the_other_waits(runs, base):
 @pytest.fixture(scope="module")
 def demo_pair(tmp_path_factory) -> tuple[str, str]:
     """The demo model as ``dagprof demo`` profiles it (DDP's default 25 MB buckets) and with 2 MB buckets."""
-    from dagprof.collect.demo_train import run_demo_training
+    from dagprof.collect.jobs.demo_train import run_demo_training
 
     return tuple(run_demo_training(tmp_path_factory.mktemp(f"demo{cap:g}"), steps=6, profile_steps=(2, 5), bucket_cap_mb=cap)
                  for cap in (25.0, 2.0))

@@ -7,7 +7,7 @@ at Pythons that have them, then select the marker::
     python3 -m venv /opt/jax && /opt/jax/bin/pip install jax numpy msgspec numba
     DAGPROF_TF_PYTHON=/opt/tf/bin/python DAGPROF_JAX_PYTHON=/opt/jax/bin/python .venv/bin/python -m pytest -m frameworks
 
-Each job runs ``dagprof.collect.tf_train`` / ``jax_train`` from this checkout (``PYTHONPATH=src``, so
+Each job runs ``dagprof.collect.jobs.tf_train`` / ``jax_train`` from this checkout (``PYTHONPATH=src``, so
 those Pythons need dagprof's own dependencies too, as a training environment with dagprof installed has),
 about 30-60 s on 2 cores. ``DAGPROF_UPDATE_FIXTURES=1`` also replaces tests/data/tf*/ with the new
 recordings (``*.xplane.pb`` gzipped), as they were made.
@@ -27,9 +27,9 @@ from dagprof.traces.xplane_run import xplane_files
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 JOBS = {
-    "tf-loop": ("DAGPROF_TF_PYTHON", ["-m", "dagprof.collect.tf_train", "--mode", "loop"], ROOT / "tests/data/tf/loop"),
-    "tf-fit": ("DAGPROF_TF_PYTHON", ["-m", "dagprof.collect.tf_train", "--mode", "fit"], ROOT / "tests/data/tf/fit"),
-    "jax": ("DAGPROF_JAX_PYTHON", ["-m", "dagprof.collect.jax_train"], ROOT / "tests/data/tf-jax/mlp"),
+    "tf-loop": ("DAGPROF_TF_PYTHON", ["-m", "dagprof.collect.jobs.tf_train", "--mode", "loop"], ROOT / "tests/data/tf/loop"),
+    "tf-fit": ("DAGPROF_TF_PYTHON", ["-m", "dagprof.collect.jobs.tf_train", "--mode", "fit"], ROOT / "tests/data/tf/fit"),
+    "jax": ("DAGPROF_JAX_PYTHON", ["-m", "dagprof.collect.jobs.jax_train"], ROOT / "tests/data/tf-jax/mlp"),
 }
 
 pytestmark = pytest.mark.frameworks

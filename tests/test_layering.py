@@ -13,6 +13,9 @@ RANK = {layer: i for i, tier in enumerate(ORDER) for layer in (tier if isinstanc
 # Layers that may import only the named ones, whatever sits below them: the report draws what the analysis and
 # the searches computed, from the traces and graph they came from; it prices, transforms and collects nothing.
 ALLOWED = {"report": {"errors", "units", "fsutil", "progress", "traces", "align", "graph", "replay", "analysis", "search"}}
+# Inside a layer with rooms, the rooms are ranked the same way: collection's profilers and measurements are peers,
+# deploying a strategy uses the hooks, and the jobs (launch, cluster, demo) use all three.
+ROOMS = {"collect": [("hooks", "measure"), "deploy", "jobs"]}
 
 
 def imports_of(path: pathlib.Path) -> set[str]:
@@ -46,6 +49,27 @@ def test_layers_only_import_earlier_layers():
 def test_restricted_layers_import_only_what_they_name():
     bad = [f"{f.relative_to(SRC)} imports {dep}" for layer, allowed in ALLOWED.items() for f in sorted((SRC / layer).rglob("*.py"))
            for dep in imports_of(f) if dep in RANK and dep != layer and dep not in allowed]
+    assert not bad, bad
+
+
+def test_rooms_only_import_earlier_rooms():
+    bad = []
+    imports = _module_imports()
+    for layer, order in ROOMS.items():
+        rank = {room: i for i, tier in enumerate(order) for room in (tier if isinstance(tier, tuple) else (tier,))}
+        for m, deps in imports.items():
+            parts = m.split(".")
+            if len(parts) < 3 or parts[1] != layer:  # another layer, or the layer's own facade (its __init__)
+                continue
+            if parts[2] not in rank:
+                bad.append(f"{m} is in no room of {layer}/")
+                continue
+            for d in deps:
+                dp = d.split(".")
+                if dp[1:2] != [layer] or dp[2:3] == [parts[2]]:
+                    continue
+                if len(dp) == 2 or dp[2] not in rank or rank[dp[2]] >= rank[parts[2]]:
+                    bad.append(f"{m} imports {d}" + (" (a peer)" if len(dp) > 2 and rank.get(dp[2]) == rank[parts[2]] else ""))
     assert not bad, bad
 
 
@@ -125,11 +149,6 @@ def test_collection_imports_frameworks_only_when_profiling_starts():
     assert _imported_frameworks(_modules(include_collect=True)) == []
 
 
-# Modules outside collect/ that still name a framework, each until the issue that moves its code into collect/ lands;
-# the test fails when one no longer does, so the entry goes with the fix.
-PENDING_FRAMEWORK_IMPORTS = {"cli/cmd_calibrate.py": "issue 19 item 5: calibrate's torch.distributed set-up moves to collect/"}
-
-
 def test_only_collection_names_a_framework_in_its_imports():
     """Anywhere outside collect/, the commands on top included: they call collect/, which imports lazily."""
     bad = set()
@@ -141,5 +160,4 @@ def test_only_collection_names_a_framework_in_its_imports():
                 [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
             if any(n.split(".")[0] in FRAMEWORKS for n in names):
                 bad.add(f.relative_to(SRC).as_posix())
-    assert sorted(bad - PENDING_FRAMEWORK_IMPORTS.keys()) == [], "import a framework outside collect/"
-    assert sorted(PENDING_FRAMEWORK_IMPORTS.keys() - bad) == [], "no longer import a framework: drop them from PENDING_FRAMEWORK_IMPORTS"
+    assert sorted(bad) == [], "import a framework outside collect/"

@@ -7,7 +7,7 @@ import pytest
 import dagprof
 from dagprof.align import one_clock
 from dagprof.analysis import job_iteration_us
-from dagprof.collect.demo_train import DemoConfig, run_demo_training
+from dagprof.collect.jobs.demo_train import DemoConfig, run_demo_training
 from dagprof.traces import run_schema as rs
 from dagprof.traces.events import Kind, Run
 

@@ -214,7 +214,7 @@ def test_rerecord_user_script_from_scratch(tmp_path):
 @pytest.mark.mxnet
 def test_rerecord_fixture_from_scratch(tmp_path):
     python = _mxnet_python()
-    from dagprof.collect.mxnet_ps import _compact, launch
+    from dagprof.collect.hooks.mxnet_ps import _compact, launch
 
     out = str(tmp_path / "mx")
     _compact(out, launch(out, python, servers=2, workers=2))

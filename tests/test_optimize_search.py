@@ -6,7 +6,7 @@ from dataclasses import fields
 import pytest
 
 from dagprof.cli.main import main
-from dagprof.collect.strategy import Strategy, load_strategy
+from dagprof.collect.deploy.strategy import Strategy, load_strategy
 from dagprof.costmodel.codecs import Codec, CodecCosts, PowerSGDCost
 from dagprof.passes.recompute import segments
 from dagprof.search.candidate import KNOBS, Candidate, Space, candidate_of, strategy_fields
@@ -115,7 +115,7 @@ def test_optimize_flags_fail_in_one_line(capsys, small_ddp_run, argv, msg):
 def test_optimize_verify_runs_the_real_job(capsys, small_ddp_run, prof, order, tmp_path):
     import sys
 
-    cmd = [sys.executable, "-m", "dagprof.collect.demo_train", "--small", "--steps", "6"]
+    cmd = [sys.executable, "-m", "dagprof.collect.jobs.demo_train", "--small", "--steps", "6"]
     budget = needed_memory_budget(prof, order)
     code = main(["optimize", small_ddp_run, "--budget", "2", "-o", str(tmp_path), "--memory-budget", budget, "--verify", "--rounds", "1",
                  "--ranks", "2", "--json", "--", *cmd])

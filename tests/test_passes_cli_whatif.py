@@ -6,7 +6,7 @@ import pytest
 from testdata import DATA as TESTDATA
 
 from dagprof.cli.main import main
-from dagprof.collect.demo_train import DemoConfig, run_demo_training
+from dagprof.collect.jobs.demo_train import DemoConfig, run_demo_training
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ DATA = os.path.join(os.path.dirname(__file__), "data")
 @pytest.fixture(scope="module")
 def run_with_margins(tmp_path_factory) -> str:
     """A real 2-rank gloo DDP run profiled over steps 4-7 of 14: steps 2-3 and 8-13 run without the profiler."""
-    from dagprof.collect.demo_train import DemoConfig, run_demo_training
+    from dagprof.collect.jobs.demo_train import DemoConfig, run_demo_training
 
     small = DemoConfig.small()
     opts = {k: getattr(small, k) for k in ("width", "blocks", "image_size", "batch_size")}

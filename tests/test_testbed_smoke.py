@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench", "testbed"))
 
-from dagprof.collect import netns  # noqa: E402
+from dagprof.collect.jobs import netns  # noqa: E402
 
 why = netns.available()
 pytestmark = pytest.mark.skipif(why is not None, reason=f"testbed: {why}")

@@ -1,7 +1,7 @@
 """TensorFlow / JAX profiles (XPlane): the decoder, the reader's semantics, and the replay of real 2-worker recordings.
 
-The fixtures in tests/data/tf*/ are real recordings of ``dagprof.collect.tf_train`` (custom loop and
-Keras fit under MultiWorkerMirroredStrategy) and ``dagprof.collect.jax_train`` on 2 CPU processes
+The fixtures in tests/data/tf*/ are real recordings of ``dagprof.collect.jobs.tf_train`` (custom loop and
+Keras fit under MultiWorkerMirroredStrategy) and ``dagprof.collect.jobs.jax_train`` on 2 CPU processes
 (see tests/data/README.md); tests/test_frameworks_integration.py re-records them.
 """
 import gzip

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
-from dagprof.collect.jax_profile import jax_profile  # dagprof (1/3)
+from dagprof.collect.hooks.jax_profile import jax_profile  # dagprof (1/3)
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--out", required=True)

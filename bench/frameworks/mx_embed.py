@@ -4,7 +4,7 @@ momentum on the servers, ``dist_sync``.
 As a new user writes it (``loss.backward(); trainer.step()``, no ``waitall``), with the lines dagprof
 needs (marked). The embedding's gradient is dense (``sparse_grad`` off, Gluon's default), 2 MB per step.
 
-    python -m dagprof.collect.mxnet_ps run --out RUN --servers 1 --workers 2 -- python mx_embed.py
+    python -m dagprof.collect.hooks.mxnet_ps run --out RUN --servers 1 --workers 2 -- python mx_embed.py
 """
 import argparse
 

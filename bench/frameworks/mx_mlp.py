@@ -4,7 +4,7 @@ Written as a new user would (``loss.backward(); trainer.step()``, no ``waitall``
 engine pushes each gradient as soon as it is ready), with the lines dagprof needs (marked). Run it under
 the launcher, which starts the scheduler, servers and workers (DMLC_*)::
 
-    python -m dagprof.collect.mxnet_ps run --out RUN --servers 1 --workers 2 -- python mx_mlp.py
+    python -m dagprof.collect.hooks.mxnet_ps run --out RUN --servers 1 --workers 2 -- python mx_mlp.py
 """
 import argparse
 

@@ -10,7 +10,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from dagprof.collect.tf_profile import keras_callback  # noqa: E402  (dagprof)
+from dagprof.collect.hooks.tf_profile import keras_callback  # noqa: E402  (dagprof)
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--out", required=True)

@@ -8,7 +8,7 @@ import argparse
 import numpy as np
 import tensorflow as tf
 
-from dagprof.collect.tf_profile import tf_profile  # dagprof (1/3)
+from dagprof.collect.hooks.tf_profile import tf_profile  # dagprof (1/3)
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--out", required=True)

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.nn.functional as F
 
-    from dagprof.collect.demo_train import DemoConfig, build_model
+    from dagprof.collect.jobs.demo_train import DemoConfig, build_model
 
     hvd.init()
     torch.set_num_threads(1)
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         times.append(time.perf_counter() - t0)
 
     if args.profile:
-        from dagprof.collect.horovod import profile
+        from dagprof.collect.hooks.horovod import profile
 
         if not args.out:
             p.error("--profile needs --out")

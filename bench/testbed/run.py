@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 
-from dagprof.collect.netns import Cluster, available
+from dagprof.collect.jobs.netns import Cluster, available
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -111,7 +111,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     is the line saying so instead of the replayed iteration."""
     from dagprof.analysis import job_iteration_us
     from dagprof.analysis.interval import link_residuals, predict_interval
-    from dagprof.collect.calibrate import fit
+    from dagprof.collect.measure.calibrate import fit
     from dagprof.costmodel.alphabeta import AlphaBeta
     from dagprof.costmodel.topology import Topology
     from dagprof.passes import fit_topology, scale_workers, set_buckets, set_topology

@@ -78,7 +78,7 @@ def main() -> None:
         wait_for(os.path.join(a.control, f"go{k}"))
         dist.barrier()
         if mode == "sweep":
-            from dagprof.collect.calibrate import sweep
+            from dagprof.collect.measure.calibrate import sweep
 
             results.append(sweep(iters=5))
             continue
@@ -92,7 +92,7 @@ def main() -> None:
 
         times = []
         if mode == "profile":
-            from dagprof.collect.profile import profile
+            from dagprof.collect.hooks.profile import profile
 
             n = a.warmup + a.profile_steps  # then a.steps without the profiler: they measure its cost (passes.profiler_cost)
             with profile(os.path.join(a.control, "run"), steps=range(a.warmup, n), model=ddp, kineto=False) as prof:

@@ -11,8 +11,8 @@ from typing import Any
 __version__ = "0.1.0"
 
 _API = {
-    "profile": "dagprof.collect.profile",  # context manager for a training loop
-    "apply": "dagprof.collect.apply",  # deploy a strategy file on a DDP model
+    "profile": "dagprof.collect.hooks.profile",  # context manager for a training loop
+    "apply": "dagprof.collect.deploy.apply",  # deploy a strategy file on a DDP model
     "load": "dagprof.traces.load",  # any input -> Run
     "build_graph": "dagprof.graph.build",  # Run -> Graph
     "replay": "dagprof.replay",  # Graph -> ReplayResult

@@ -14,9 +14,9 @@ from typing import Callable, Iterator
 from .analysis import job_iteration_us
 from .analysis.diff import ExpectationCheck, categories_vs_expected
 from .analysis.interval import PredictionInterval
-from .collect.netns import Cluster, available
-from .collect.strategy import Strategy, save_strategy
-from .collect.verify import Verification, verify, verify_in_process
+from .collect.deploy.strategy import Strategy, save_strategy
+from .collect.jobs.netns import Cluster, available
+from .collect.jobs.verify import Verification, verify, verify_in_process
 from .costmodel import parse_bandwidth
 from .errors import DagprofError
 from .passes.comm import current_topology, set_topology

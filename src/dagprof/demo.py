@@ -51,11 +51,11 @@ class DemoSettings:
 
 
 def run_demo(s: DemoSettings, say: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> dict:
-    from .collect.netns import python_module, run_ranks
+    from .collect.jobs.netns import python_module, run_ranks
 
     out = os.path.abspath(s.out_dir)
     run_dir = os.path.join(out, "run")
-    train = python_module("dagprof.collect.demo_train", "--model", s.model, *(["--small"] if s.small else []))
+    train = python_module("dagprof.collect.jobs.demo_train", "--model", s.model, *(["--small"] if s.small else []))
     with hosts(s.world_size, s.link, tag=f"dpd{os.getpid() % 100000}") as on:
         ranks_on, where = on.cluster, on.where
         say(f"[1/5] profiling a real {s.world_size}-rank gloo DDP training with DDP's default buckets on {where} -> {run_dir}")

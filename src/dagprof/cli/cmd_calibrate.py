@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from ..collect import calibrate as live
+from ..collect.measure import calibrate as live
 from ..costmodel.alphabeta import ring_allreduce_us
 from ..costmodel.calibrate_lut import fit_lut_folder
 from ..costmodel.topology import save_link_model
@@ -57,22 +57,11 @@ def run(args) -> dict:
     if args.iters < 1:
         raise DagprofError(f"--iters must be >= 1, got {args.iters}")
     sizes = _sizes(args.max_mb)
-    in_job = "RANK" in os.environ and "WORLD_SIZE" in os.environ
-    if in_job:
-        import torch.distributed as dist
-
-        dist.init_process_group("gloo")
-        world, rank = dist.get_world_size(), dist.get_rank()
-        try:
-            points = live.sweep(sizes, args.iters)
-        finally:
-            dist.destroy_process_group()
-    else:
-        world, rank = args.world, 0
-        points = live.spawn_sweep(world, sizes, args.iters)
+    measured = live.live_sweep(args.world, sizes, args.iters)
+    world, points = measured.world, measured.points
     link = live.fit(points, world)
     path = None
-    if rank == 0:
+    if measured.rank == 0:
         path = save_link_model(args.out, link, backend="gloo", workers=world, points=points, method="live all-reduce sweep, ring alpha-beta fit")
     rows = [{"nbytes": m, "measured_us": t, "model_us": float(ring_allreduce_us(m, world, link))} for m, t in points]
     return {"out": path, "source": "live", "workers": world, "alpha_us": link.alpha_us,

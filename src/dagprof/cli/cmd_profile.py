@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
-    from ..collect.autoprofile import ENV_KINETO, ENV_OUT, ENV_STEPS
+    from ..collect.jobs.launch import Bootstrap, launch
     from ..traces.load import load
     from ..traces.run_schema import MANIFEST
 
@@ -45,16 +45,7 @@ def run(args: argparse.Namespace) -> dict:
     os.makedirs(out, exist_ok=True)
     for old in _earlier_profile(out):
         shutil.rmtree(old) if os.path.isdir(old) else os.unlink(old)
-    bootstrap = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "collect", "bootstrap")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([bootstrap] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    env[ENV_OUT] = out
-    env[ENV_STEPS] = f"{steps.start}:{steps.stop}"
-    env[ENV_KINETO] = "0" if args.no_kineto else "1"
-    try:
-        code = subprocess.call(cmd, env=env)
-    except OSError as err:
-        raise DagprofError(f"cannot start the command: {err.strerror or err}", cmd[0]) from None
+    code = launch(cmd, Bootstrap(profile=out, steps=steps, kineto=not args.no_kineto))
     if not os.path.exists(os.path.join(out, MANIFEST)):
         raise DagprofError(
             f"the command exited with status {code} and no rank wrote a profile: the zero-code mode sees only models "
@@ -96,7 +87,7 @@ def _mxnet_ps_arg(text: str) -> dict[str, int]:
 
 def _run_mxnet_ps(args: argparse.Namespace, cmd: list[str]) -> dict:
     """Steps A:B are profiled as in a DDP run: the profiler starts before step A-1 (its start-up step)."""
-    from ..collect.mxnet_ps import launch_command
+    from ..collect.hooks.mxnet_ps import launch_command
 
     steps, job = args.steps, args.mxnet_ps
     if steps.start < 3:

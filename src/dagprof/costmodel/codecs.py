@@ -1,4 +1,4 @@
-"""Measured costs of gradient compression on this machine (numbers only; ``collect.codec_costs`` measures them).
+"""Measured costs of gradient compression on this machine (numbers only; ``collect.measure.codec_costs`` measures them).
 
 fp16/bf16: casting a bucket to the wire type (encode, on the thread that runs backward, inside
 the comm hook) and back (decode, in the all-reduce's completion callback), per fp32 byte.
@@ -27,7 +27,7 @@ CODECS: tuple[str, ...] = get_args(CodecName)
 class Codec:
     """A gradient codec: what the optimizer chooses, ``passes.compression`` prices and ``dagprof.apply`` deploys.
 
-    Defined here, below both the passes and the strategy schema (``collect.strategy.Compression``
+    Defined here, below both the passes and the strategy schema (``collect.deploy.strategy.Compression``
     stores ``name`` and ``rank`` as its ``codec`` and ``rank`` fields), so there is one set of names and labels.
     """
 
@@ -56,7 +56,7 @@ class CodecCosts:
     powersgd: dict[int, dict[str, PowerSGDCost]] = field(default_factory=dict)  # rank -> parameter -> cost
     copy_us_per_byte: float = 0.0  # a plain memory copy (PowerSGD's clone, cat and error update)
     machine: str = ""
-    reference_op_us: float = 0.0  # collect.overlap's reference op timed beside these costs (0: not timed)
+    reference_op_us: float = 0.0  # collect.measure.overlap's reference op timed beside these costs (0: not timed)
 
     def scaled(self, factor: float) -> "CodecCosts":
         """Every cost ``factor`` times as large (costs from an idle core, used inside a busier job)."""

@@ -38,7 +38,7 @@ def bucket_cost(order: GradientOrder, first: int, last: int, codec: Codec, parts
     if codec.name == "none":
         return BucketCost(0.0, parts * price(nbytes / parts), int(nbytes))
     if costs is None:
-        raise DagprofError(f"{codec.label()} needs measured encode/decode costs (collect.codec_costs)")
+        raise DagprofError(f"{codec.label()} needs measured encode/decode costs (collect.measure.codec_costs)")
     if codec.name in ("fp16", "bf16"):
         wire = nbytes / 2
         enc, dec = costs.encode_us_per_byte.get(codec.name), costs.decode_us_per_byte.get(codec.name)

@@ -2,7 +2,7 @@
 
 On CPU-only jobs the network stack and the collectives' threads use the cores that compute: an
 op that overlaps in-flight collectives for a fraction f of its time takes (1 + s * f) times its
-undisturbed duration, with s measured on the job's own ranks (``collect.overlap``). A profile's
+undisturbed duration, with s measured on the job's own ranks (``collect.measure.overlap``). A profile's
 durations already include the slowdown of the overlap it had, so a what-if first removes that
 (``undisturbed``: durations over 1 + s * f of the profiled timeline), then charges the overlap of the
 new timeline (``disturbed``); one replay in between gives f. Two replays per candidate instead of one.

@@ -1,7 +1,7 @@
 """What the optimizer searches: a candidate strategy, and the table of its knobs.
 
 Each knob is one search-able pass: the ``Candidate`` field it sets, the moves that change it during
-the annealing, and how it reads and writes its field of the strategy file (``collect.strategy``)
+the annealing, and how it reads and writes its field of the strategy file (``collect.deploy.strategy``)
 that ``dagprof.apply`` deploys. A new search-able pass is the pass, its field and ``KNOBS`` entry
 here, and its step in ``collect/apply.py``; the evaluator prices a candidate by the passes named
 in each entry's comment (``search.evaluate``).
@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..collect.strategy import Bucket, Compression, Strategy
+from ..collect.deploy.strategy import Bucket, Compression, Strategy
 from ..costmodel.codecs import Codec
 from ..errors import DagprofError
 from ..passes.bucket_plan import Plan

@@ -1,10 +1,10 @@
 """What the job measured on its own machine that the search prices with: the compute slowdown beside
-collectives (``collect.overlap``) and the codecs' costs (``collect.codec_costs``), scaled to the job's load."""
+collectives (``collect.measure.overlap``) and the codecs' costs (``collect.measure.codec_costs``), scaled to the job's load."""
 from __future__ import annotations
 
 import os
 
-from ..collect.overlap import load_overlap
+from ..collect.measure.overlap import load_overlap
 from ..costmodel.codecs import CodecCosts, powersgd_split
 from ..passes.gradients import GradientOrder
 from ..traces.events import Run
@@ -15,7 +15,7 @@ def _measured(run: Run) -> dict:
 
 
 def slowdown_of(run: Run) -> float:
-    """The compute slowdown measured beside collectives for this run (``collect.overlap``), else 0."""
+    """The compute slowdown measured beside collectives for this run (``collect.measure.overlap``), else 0."""
     return float(_measured(run).get("slowdown", 0.0))
 
 
@@ -37,7 +37,7 @@ def codec_costs(order: GradientOrder, powersgd_ranks: tuple[int, ...], path: str
                    for r in powersgd_ranks)
         if have and {"fp16", "bf16"} <= set(costs.encode_us_per_byte):
             return costs
-    from ..collect.codec_costs import measure_codec_costs
+    from ..collect.measure.codec_costs import measure_codec_costs
 
     costs = measure_codec_costs(shaped, tuple(powersgd_ranks))
     if path:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..collect.collector import SAVED_OUTSIDE_LAYERS
+from ..collect.hooks.collector import SAVED_OUTSIDE_LAYERS
 from ..costmodel.codecs import Codec
 from ..errors import DagprofError
 from ..graph.dag import Graph

@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from ..analysis.interval import PredictionInterval, link_residuals, predict_interval
-from ..collect.strategy import Prediction, Strategy
+from ..collect.deploy.strategy import Prediction, Strategy
 from ..costmodel.codecs import Codec, CodecCosts
 from ..errors import DagprofError
 from ..graph.dag import Graph

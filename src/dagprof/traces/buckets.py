@@ -5,7 +5,7 @@ optimizer orders the gradients by it (``passes.gradients.gradient_order``).
 
 A msgspec Struct so the run file is encoded and decoded with it directly (its JSON form is the
 run-file format's: keep the fields' names and order). The strategy file names planned buckets in
-its own record (``collect.strategy.Bucket``), for the reason given there.
+its own record (``collect.deploy.strategy.Bucket``), for the reason given there.
 """
 from __future__ import annotations
 

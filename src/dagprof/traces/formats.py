@@ -24,7 +24,7 @@ from ..errors import DagprofError
 from ..fsutil import open_input
 
 _HEAD = 64 * 1024
-MXNET_MANIFEST = "mxnet-run.json"  # written by collect.mxnet_ps beside the workers' and servers' traces
+MXNET_MANIFEST = "mxnet-run.json"  # written by collect.hooks.mxnet_ps beside the workers' and servers' traces
 
 
 @dataclass(frozen=True)

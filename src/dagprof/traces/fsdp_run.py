@@ -1,4 +1,4 @@
-"""FSDP2 rank files (``RankFile.fsdp``, written by ``collect.fsdp``) -> the spans and transfers of ``dagprof_run``.
+"""FSDP2 rank files (``RankFile.fsdp``, written by ``collect.hooks.fsdp``) -> the spans and transfers of ``dagprof_run``.
 
 Each collective FSDP called (all-gather before a unit's forward or backward, reduce-scatter after
 its backward, HSDP's all-reduce across replicas) is on the main lane an enqueue span from the call

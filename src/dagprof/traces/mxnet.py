@@ -1,6 +1,6 @@
 """Reader of MXNet ``dist_sync`` parameter-server runs: mx.profiler Chrome traces of workers and servers.
 
-A run folder (``collect/mxnet_ps.py`` writes one) holds ``mxnet-run.json`` (roles, keys with sizes and
+A run folder (``collect/hooks/mxnet_ps.py`` writes one) holds ``mxnet-run.json`` (roles, keys with sizes and
 layers, step times in epoch ns), ``worker<R>.json`` and ``server<K>.json``. mx.profiler writes absolute
 epoch microseconds, so processes on one host share a clock (hosts with other clocks need aligning).
 
@@ -145,7 +145,7 @@ class MxFiles(msgspec.Struct):
 
 
 class MxManifest(msgspec.Struct):
-    """``mxnet-run.json``: what ``collect.mxnet_ps`` writes beside the traces (format ``dagprof-mxnet-run``).
+    """``mxnet-run.json``: what ``collect.hooks.mxnet_ps`` writes beside the traces (format ``dagprof-mxnet-run``).
 
     Versioned like the other run files (``run_schema``): a field added with a default keeps ``VERSION``;
     removing, renaming or changing one bumps it. Step times are epoch ns, ``[step, start, end]`` per step

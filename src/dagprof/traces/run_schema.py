@@ -132,7 +132,7 @@ class FsdpCollective(msgspec.Struct, kw_only=True):
 
 
 class FsdpInfo(msgspec.Struct, kw_only=True):
-    """What FSDP2 did on this rank in the window (``collect.fsdp``)."""
+    """What FSDP2 did on this rank in the window (``collect.hooks.fsdp``)."""
 
     units: list[FsdpUnit] = []
     collectives: list[FsdpCollective] = []

@@ -4,9 +4,9 @@
 profiles a window of steps with ``dagprof.profile``. The same file is a plain training
 script for the zero-code mode and for launchers (``netns.run_ranks``)::
 
-    dagprof profile -o RUN -- torchrun --nproc-per-node 2 -m dagprof.collect.demo_train --steps 12
-    python -m dagprof.collect.demo_train --model mlp --profile RUN --profile-steps 4:10 --times T.json
-    python -m dagprof.collect.demo_train --strategy strategy.json --times T.json   # dagprof.apply'd
+    dagprof profile -o RUN -- torchrun --nproc-per-node 2 -m dagprof.collect.jobs.demo_train --steps 12
+    python -m dagprof.collect.jobs.demo_train --model mlp --profile RUN --profile-steps 4:10 --times T.json
+    python -m dagprof.collect.jobs.demo_train --strategy strategy.json --times T.json   # dagprof.apply'd
 
 Default model: 2.8 M parameters (11 MB of fp32 gradients), 60 leaf modules, so
 ``bucket_cap_mb=1`` gives about 11 DDP buckets; about 0.2-0.3 s per iteration at batch 16
@@ -110,7 +110,7 @@ def train(cfg: DemoConfig, out_dir: str | None, rank: int, cpu_times: list[float
 
     def apply_strategy() -> None:  # after a profile attached, so its timing hook wraps the strategy's
         if cfg.strategy:
-            from .apply import apply
+            from ..deploy.apply import apply
 
             plan.append(apply(model, cfg.strategy))
 
@@ -133,7 +133,7 @@ def train(cfg: DemoConfig, out_dir: str | None, rank: int, cpu_times: list[float
                 one_step(i)
                 tp.step()
     else:
-        from .profile import profile
+        from ..hooks.profile import profile
 
         with profile(out_dir, steps=window, model=model, kineto=cfg.kineto, record_shapes=cfg.record_shapes, **cfg.extra) as prof:
             apply_strategy()
@@ -156,9 +156,9 @@ def alternate(cfg: DemoConfig, rank: int, rounds: int, warmup: int, steps: int, 
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from .apply import apply
-    from .profile import profile
-    from .steptimes import write_times
+    from ..deploy.apply import apply
+    from ..hooks.profile import profile
+    from ..hooks.steptimes import write_times
     from .workloads import batches as make_batches
 
     torch.set_num_threads(1)
@@ -195,7 +195,7 @@ def alternate(cfg: DemoConfig, rank: int, rounds: int, warmup: int, steps: int, 
 def micro_batches(cfg: DemoConfig) -> int:
     if not cfg.strategy:
         return 1
-    from .strategy import load_strategy
+    from ..deploy.strategy import load_strategy
 
     return load_strategy(cfg.strategy).accumulate
 
@@ -280,8 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     import torch.distributed as dist
 
-    from ..traces.steps import parse_steps
-    from .steptimes import write_times
+    from ...traces.steps import parse_steps
+    from ..hooks.steptimes import write_times
 
     base = DemoConfig.small(model=args.model) if args.small else DemoConfig.workload(args.model)
     if args.depth:
@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             dist.barrier()
             return 0
         if args.profile and dist.get_world_size() > 1:
-            from .overlap import measure_overlap, save_overlap
+            from ..measure.overlap import measure_overlap, save_overlap
 
             result = measure_overlap()  # every rank takes part
             if rank == 0:

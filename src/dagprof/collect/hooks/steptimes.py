@@ -10,8 +10,8 @@ import json
 import os
 import statistics
 
-from ..errors import DagprofError
-from ..fsutil import atomic_open
+from ...errors import DagprofError
+from ...fsutil import atomic_open
 
 WARMUP_FRACTION = 1 / 3  # steps skipped at the start: DDP's bucket rebuild, PowerSGD's start, allocator warm-up
 

@@ -1,4 +1,4 @@
-"""Loaded by every Python process that ``dagprof profile`` starts (PYTHONPATH)."""
+"""Loaded by every Python process of a job that ``collect.jobs.launch`` starts (this folder is first on PYTHONPATH)."""
 import importlib
 import os
 import sys
@@ -6,7 +6,8 @@ import sys
 
 def _dagprof_install() -> None:
     try:
-        from dagprof.collect import autoapply, autoprofile
+        from dagprof.collect.deploy import autoapply
+        from dagprof.collect.hooks import autoprofile
 
         autoprofile.install()
         autoapply.install()

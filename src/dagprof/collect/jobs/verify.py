@@ -5,26 +5,22 @@ always goes first), and compares them inside the round only: the machine's load 
 minutes, so a ratio of two runs seconds apart is far steadier than either time. The speed-up is
 the median of the per-round ratios; the spread is their range.
 
-The job runs under dagprof's bootstrap (``autoapply``): ``DAGPROF_STRATEGY`` applies the strategy
-to every DDP model it builds, ``DAGPROF_TIMES`` collects per-rank step times. ``cmd`` is either a
-launcher command (``torchrun ...``) run as it is, or, with ``ranks``, one rank's command that is
-started once per rank (on loopback or in an emulated cluster).
+The job runs under dagprof's bootstrap (``launch``; ``deploy.autoapply``): the strategy is applied to
+every DDP model it builds, and each rank writes its step times. ``cmd`` is either a launcher command
+(``torchrun ...``) run as it is, or, with ``ranks``, one rank's command that is started once per rank
+(on loopback or in an emulated cluster).
 """
 from __future__ import annotations
 
 import os
 import statistics
-import subprocess
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..errors import DagprofError
-from .autoapply import ENV_STRATEGY, ENV_TIMES
-from .autoprofile import ENV_KINETO, ENV_OUT, ENV_STEPS
-from .netns import Cluster, run_ranks
-from .steptimes import iteration_ms, read_times
-
-BOOTSTRAP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
+from ...errors import DagprofError
+from ..hooks.steptimes import iteration_ms, read_times
+from .launch import Bootstrap, last_error_line, launch
+from .netns import Cluster
 
 
 @dataclass
@@ -72,17 +68,14 @@ def verify(cmd: list[str], strategy: str, work_dir: str, rounds: int = 3, ranks:
     for k in range(rounds):
         for which in (("A", "B") if k % 2 == 0 else ("B", "A")):
             folder = os.path.join(work_dir, f"round{k}-{which}")
-            env = {ENV_TIMES: os.path.join(folder, "times"), "PYTHONPATH": os.pathsep.join(
-                [BOOTSTRAP] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
-            if which == "B":
-                env[ENV_STRATEGY] = os.path.abspath(strategy)
-            if profile_from is not None:
-                env.update({ENV_OUT: os.path.join(folder, "run"), ENV_STEPS: f"{profile_from}:{10**9}", ENV_KINETO: "0"})
-            _run(cmd, env, folder, ranks, cluster, timeout_s)
-            ms = iteration_ms(read_times(env[ENV_TIMES]))
+            run = os.path.join(folder, "run") if profile_from is not None else None
+            boot = Bootstrap(profile=run, steps=range(profile_from, 10**9) if run else None, kineto=False, times=os.path.join(folder, "times"),
+                             strategy=strategy if which == "B" else None)
+            _run(cmd, boot, folder, ranks, cluster, timeout_s)
+            ms = iteration_ms(read_times(boot.times))
             (out.baseline_ms if which == "A" else out.strategy_ms).append(ms)
-            if profile_from is not None:
-                (out.baseline_runs if which == "A" else out.strategy_runs).append(env[ENV_OUT])
+            if run is not None:
+                (out.baseline_runs if which == "A" else out.strategy_runs).append(run)
             say(f"  round {k + 1}/{rounds} {'defaults' if which == 'A' else 'strategy'}: {ms:.1f} ms per step")
     return out
 
@@ -95,10 +88,7 @@ def verify_in_process(cmd: list[str], strategy: str, work_dir: str, rounds: int,
     if rounds < 1:
         raise DagprofError(f"--rounds must be at least 1, got {rounds}")
     argv = cmd + ["--strategy", os.path.abspath(strategy), "--alternate", str(rounds), "--times", work_dir]
-    try:
-        run_ranks(argv, ranks, os.path.join(work_dir, "logs"), cluster=cluster, timeout_s=timeout_s)
-    except RuntimeError as err:
-        raise DagprofError(f"the job failed: {_last_line(str(err))} (logs in {work_dir})") from None
+    launch(argv, None, ranks=ranks, cluster=cluster, log_dir=os.path.join(work_dir, "logs"), timeout_s=timeout_s)
     out = Verification()
     for k in range(rounds):
         for which in ("A", "B"):
@@ -110,28 +100,9 @@ def verify_in_process(cmd: list[str], strategy: str, work_dir: str, rounds: int,
     return out
 
 
-def _run(cmd: list[str], env: dict[str, str], folder: str, ranks: int | None, cluster: Cluster | None, timeout_s: float) -> None:
-    os.makedirs(folder, exist_ok=True)
-    if ranks is not None:
-        try:
-            run_ranks(cmd, ranks, folder, env=env, cluster=cluster, timeout_s=timeout_s)
-        except RuntimeError as err:
-            raise DagprofError(f"the job failed: {_last_line(str(err))} (logs in {folder})") from None
-        return
-    log = os.path.join(folder, "job.log")
-    with open(log, "w") as f:
-        try:
-            code = subprocess.run(cmd, env={**os.environ, **env}, stdout=f, stderr=subprocess.STDOUT, timeout=timeout_s).returncode
-        except FileNotFoundError:
-            raise DagprofError(f"cannot run {cmd[0]!r}: no such program") from None
-        except subprocess.TimeoutExpired:
-            raise DagprofError(f"the job ran past {timeout_s:.0f} s (log {log})") from None
+def _run(cmd: list[str], boot: Bootstrap, folder: str, ranks: int | None, cluster: Cluster | None, timeout_s: float) -> None:
+    code = launch(cmd, boot, ranks=ranks, cluster=cluster, log_dir=folder, timeout_s=timeout_s)
     if code != 0:
+        log = os.path.join(folder, "job.log")
         with open(log) as f:
-            raise DagprofError(f"the job exited with status {code}: {_last_line(f.read())} (log {log})")
-
-
-def _last_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and "Warning" not in ln and not ln.startswith("[W")]
-    errs = [ln for ln in lines if "Error" in ln or "error" in ln]
-    return (errs or lines or ["(no output)"])[-1][:300]
+            raise DagprofError(f"the job exited with status {code}: {last_error_line(f.read())} (log {log})")

@@ -29,7 +29,7 @@ def _patch(hvd: Any, out: str, steps: str) -> None:
     from torch.nn.modules.module import register_module_forward_pre_hook
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-    from ..traces.steps import parse_steps
+    from ...traces.steps import parse_steps
     from .horovod import HorovodCollector
 
     collector = HorovodCollector(out, parse_steps(steps), kineto=False, mode="launcher")

@@ -1,8 +1,9 @@
 """Measure all-reduce time over message sizes on a live torch.distributed group (like nccl-tests).
 
 ``sweep`` runs inside an initialised process group (torchrun, or the testbed's ranks);
-``spawn_sweep`` starts ``world`` gloo ranks on this machine itself. ``fit`` turns the
-points into the ring alpha-beta model that ``dagprof whatif --link-model`` reads.
+``spawn_sweep`` starts ``world`` gloo ranks on this machine itself; ``live_sweep`` (``dagprof calibrate``)
+picks one of the two. ``fit`` turns the points into the ring alpha-beta model that ``dagprof whatif
+--link-model`` reads.
 torch is imported lazily: this module is importable without it.
 """
 from __future__ import annotations
@@ -13,13 +14,14 @@ import socket
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 
 import numpy as np
 
-from ..costmodel.alphabeta import AlphaBeta
-from ..costmodel.topology import fit_sweep
-from ..errors import DagprofError
+from ...costmodel.alphabeta import AlphaBeta
+from ...costmodel.topology import fit_sweep
+from ...errors import DagprofError
 
 DEFAULT_SIZES = tuple(2**k for k in range(12, 25, 2))  # 4 KiB .. 16 MiB
 
@@ -91,3 +93,24 @@ def spawn_sweep(world: int = 2, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: i
         mp.spawn(_worker, args=(world, _free_port(), tuple(sizes), iters, out), nprocs=world, join=True)
         with open(out) as f:
             return [(int(m), float(t)) for m, t in json.load(f)]
+
+
+@dataclass(frozen=True)
+class LiveSweep:
+    world: int
+    rank: int  # this process's rank in the group that measured (rank 0 writes the result)
+    points: list[tuple[int, float]]  # (nbytes, us)
+
+
+def live_sweep(world: int, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5) -> LiveSweep:
+    """Inside a torch.distributed job (RANK and WORLD_SIZE set, as torchrun does): join its group (gloo) and
+    sweep there; else start ``world`` gloo ranks on this machine (``spawn_sweep``)."""
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        try:
+            return LiveSweep(dist.get_world_size(), dist.get_rank(), sweep(sizes, iters))
+        finally:
+            dist.destroy_process_group()
+    return LiveSweep(world, 0, spawn_sweep(world, sizes, iters))

@@ -2,7 +2,7 @@
 
 Records the JAX test fixture and runs in the opt-in integration test::
 
-    python -m dagprof.collect.jax_train --out RUN --workers 2
+    python -m dagprof.collect.jobs.jax_train --out RUN --workers 2
 
 The launcher starts one process per worker (``jax.distributed.initialize`` on 127.0.0.1), waits at
 most ``--timeout`` seconds and stops every worker if one fails or hangs. Model: a 3-layer MLP
@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 
-from ..traces.steps import parse_steps
+from ...traces.steps import parse_steps
 from .tf_train import free_ports, wait_all
 
 
@@ -25,7 +25,7 @@ def launch(args: argparse.Namespace) -> int:
     port = free_ports(1)[0]
     procs = []
     for rank in range(args.workers):
-        cmd = [sys.executable, "-m", "dagprof.collect.jax_train", "--rank", str(rank), "--port", str(port), *args.passthrough]
+        cmd = [sys.executable, "-m", "dagprof.collect.jobs.jax_train", "--rank", str(rank), "--port", str(port), *args.passthrough]
         procs.append(subprocess.Popen(cmd, env=dict(os.environ)))
     return wait_all(procs, args.timeout, "jax_train")
 
@@ -41,7 +41,7 @@ def worker(args: argparse.Namespace) -> int:
         PartitionSpec as P,  # noqa: PLC0415
     )
 
-    from .jax_profile import jax_profile  # noqa: PLC0415
+    from ..hooks.jax_profile import jax_profile  # noqa: PLC0415
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator_address=f"127.0.0.1:{args.port}", num_processes=args.workers, process_id=args.rank)
@@ -80,7 +80,7 @@ def worker(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m dagprof.collect.jax_train", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m dagprof.collect.jobs.jax_train", description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="run folder to write")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--steps", type=int, default=12, help="training steps in all")

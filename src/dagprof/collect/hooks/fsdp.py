@@ -20,7 +20,7 @@ import time
 from functools import wraps
 from typing import Any
 
-from ..traces.run_schema import FsdpCollective, FsdpInfo, FsdpUnit, Rec
+from ...traces.run_schema import FsdpCollective, FsdpInfo, FsdpUnit, Rec
 
 ROOT_UNIT = "<root>"  # the unit of the root module (FSDP names it "")
 

@@ -16,7 +16,7 @@ import os
 import statistics
 import time
 
-from ..fsutil import atomic_open
+from ...fsutil import atomic_open
 
 FILE = "overlap.json"
 FORMAT = "dagprof-overlap"

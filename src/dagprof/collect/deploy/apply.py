@@ -32,9 +32,9 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import DagprofError
-from ..units import MB
-from .exit_gc import collect_cycles_at_exit
+from ...errors import DagprofError
+from ...units import MB
+from ..hooks.exit_gc import collect_cycles_at_exit
 from .strategy import Strategy, load_strategy
 
 

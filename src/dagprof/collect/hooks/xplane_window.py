@@ -16,8 +16,8 @@ import time
 import warnings
 from typing import Any, Callable, ContextManager, Iterator
 
-from ..fsutil import atomic_open
-from ..traces.xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, VERSION, rank_file, rank_logdir
+from ...fsutil import atomic_open
+from ...traces.xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, VERSION, rank_file, rank_logdir
 
 
 def run_forked(fn: Callable[[], None], timeout_s: float, in_parent: Callable[[], None] = lambda: None) -> int | None:

@@ -12,7 +12,7 @@ import statistics
 import time
 from typing import Callable
 
-from ..costmodel.codecs import CodecCosts, PowerSGDCost, powersgd_split
+from ...costmodel.codecs import CodecCosts, PowerSGDCost, powersgd_split
 
 _BYTES = 4 * 2**20
 

@@ -1,6 +1,6 @@
 """Zero-code strategy runs for ``dagprof optimize --verify``: apply a strategy and time the steps.
 
-The launcher's ``sitecustomize`` calls ``install()`` in every Python process of the job. With
+The launcher's (``jobs.launch``) ``sitecustomize`` calls ``install()`` in every Python process of the job. With
 ``DAGPROF_STRATEGY`` set, every DistributedDataParallel model gets ``dagprof.apply`` right after
 it is built (a strategy for another model stops the job there, with one line). With
 ``DAGPROF_TIMES`` set, each rank writes its step times (a step ends when the first optimizer
@@ -17,7 +17,7 @@ import warnings
 from functools import wraps
 from typing import Any
 
-from .steptimes import write_times
+from ..hooks.steptimes import write_times
 
 ENV_STRATEGY = "DAGPROF_STRATEGY"
 ENV_TIMES = "DAGPROF_TIMES"
@@ -26,7 +26,7 @@ ENV_TIMES = "DAGPROF_TIMES"
 def install() -> None:
     if ENV_STRATEGY not in os.environ and ENV_TIMES not in os.environ:
         return
-    from .autoprofile import after_torch_import
+    from ..hooks.autoprofile import after_torch_import
 
     after_torch_import(_patch)  # after autoprofile's, when both run: the profile attaches first, apply keeps its hook
 

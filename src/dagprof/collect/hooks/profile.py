@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..traces.steps import DEFAULT_STEPS, parse_steps
+from ...traces.steps import DEFAULT_STEPS, parse_steps
 from .collector import Collector
 
 
@@ -21,7 +21,7 @@ class profile:  # noqa: N801  (used like torch.profiler.profile)
     step of the window is also written at once, so a rank killed mid-window keeps what it completed.
     """
 
-    collector_class = Collector  # collect.horovod swaps in its own
+    collector_class = Collector  # collect.hooks.horovod swaps in its own
 
     def __init__(self, out_dir: str | os.PathLike[str], steps: str | range | tuple[int, int] | int = DEFAULT_STEPS,
                  model: Any = None, kineto: bool = True, record_shapes: bool = False, ranges: bool = False):

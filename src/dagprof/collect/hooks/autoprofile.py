@@ -1,10 +1,10 @@
 """Zero-code-change mode: ``dagprof profile -o RUN -- torchrun ... train.py``.
 
-The launcher puts ``bootstrap/`` on PYTHONPATH; its ``sitecustomize`` calls ``install()``
+The launcher (``jobs.launch``) puts ``jobs/bootstrap/`` on PYTHONPATH; its ``sitecustomize`` calls ``install()``
 in every Python process of the job. ``install`` waits for ``import torch`` (a meta-path
 finder; processes that never import torch are untouched), then wraps
 ``DistributedDataParallel.__init__`` (attach hooks, step 0 starts at its first forward) and
-``fully_shard`` (``collect.fsdp.install_launcher``: the same at the root FSDP module's first forward)
+``fully_shard`` (``collect.hooks.fsdp.install_launcher``: the same at the root FSDP module's first forward)
 and counts steps with global optimizer hooks (a step ends when the first optimizer that
 ever stepped finishes ``step()``). Files are written when the window ends, or at exit; each
 completed step of the window also at once, so a rank killed mid-window keeps those.
@@ -28,7 +28,7 @@ import warnings
 from functools import wraps
 from typing import Any
 
-from ..traces.steps import DEFAULT_STEPS, parse_steps
+from ...traces.steps import DEFAULT_STEPS, parse_steps
 from .collector import Collector
 from .fsdp import install_launcher as install_fsdp_launcher
 

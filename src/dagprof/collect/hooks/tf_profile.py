@@ -24,7 +24,7 @@ import os
 import time
 from typing import Any, Callable, ContextManager
 
-from ..traces.steps import DEFAULT_STEPS, parse_steps
+from ...traces.steps import DEFAULT_STEPS, parse_steps
 from .xplane_window import LoopProfile, StepWindow, run_forked
 
 

@@ -18,8 +18,8 @@ import os
 
 import msgspec
 
-from ..costmodel.codecs import Codec, CodecName
-from ..fsutil import atomic_open, read_versioned
+from ...costmodel.codecs import Codec, CodecName
+from ...fsutil import atomic_open, read_versioned
 
 FORMAT = "dagprof-strategy"
 VERSION = 1

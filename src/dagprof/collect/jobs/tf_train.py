@@ -2,8 +2,8 @@
 
 Records the TensorFlow test fixtures and runs in the opt-in integration test::
 
-    python -m dagprof.collect.tf_train --out RUN --workers 2 --mode loop   # custom strategy.run loop (Keras 3)
-    python -m dagprof.collect.tf_train --out RUN --workers 2 --mode fit    # Keras fit (tf-keras, TF_USE_LEGACY_KERAS=1)
+    python -m dagprof.collect.jobs.tf_train --out RUN --workers 2 --mode loop   # custom strategy.run loop (Keras 3)
+    python -m dagprof.collect.jobs.tf_train --out RUN --workers 2 --mode fit    # Keras fit (tf-keras, TF_USE_LEGACY_KERAS=1)
 
 The launcher starts one process per worker with ``TF_CONFIG`` on 127.0.0.1 (free ports), waits
 at most ``--timeout`` seconds and kills every worker if one hangs. Needs ``tensorflow-cpu`` (and
@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from ..traces.steps import parse_steps
+from ...traces.steps import parse_steps
 
 
 def free_ports(n: int) -> list[int]:
@@ -45,7 +45,7 @@ def launch(args: argparse.Namespace) -> int:
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         if args.mode == "fit":
             env["TF_USE_LEGACY_KERAS"] = "1"  # Keras 3 fit does not run under MultiWorkerMirroredStrategy
-        cmd = [sys.executable, "-m", "dagprof.collect.tf_train", "--rank", str(rank), *args.passthrough]
+        cmd = [sys.executable, "-m", "dagprof.collect.jobs.tf_train", "--rank", str(rank), *args.passthrough]
         procs.append(subprocess.Popen(cmd, env=env))
     return wait_all(procs, args.timeout, "tf_train")
 
@@ -77,7 +77,7 @@ def worker(args: argparse.Namespace) -> int:
     import numpy as np  # noqa: PLC0415
     import tensorflow as tf  # noqa: PLC0415
 
-    from .tf_profile import keras_callback, tf_profile  # noqa: PLC0415
+    from ..hooks.tf_profile import keras_callback, tf_profile  # noqa: PLC0415
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(2)
@@ -130,7 +130,7 @@ def worker(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m dagprof.collect.tf_train", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m dagprof.collect.jobs.tf_train", description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="run folder to write")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--mode", choices=("loop", "fit"), default="loop")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from typing import Any, ContextManager
 
-from ..traces.steps import DEFAULT_STEPS, parse_steps
+from ...traces.steps import DEFAULT_STEPS, parse_steps
 from .xplane_window import LoopProfile, StepWindow
 
 

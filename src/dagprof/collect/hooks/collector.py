@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from ..fsutil import atomic_open
-from ..progress import bar
-from ..traces.buckets import Bucket, BucketLayout
-from ..traces.run_schema import (
+from ...fsutil import atomic_open
+from ...progress import bar
+from ...traces.buckets import Bucket, BucketLayout
+from ...traces.run_schema import (
     MANIFEST,
     STEPS_ENDED,
     STEPS_HEAD,
@@ -48,7 +48,7 @@ from ..traces.run_schema import (
     rank_file,
     steps_dir,
 )
-from ..traces.steps import parse_steps
+from ...traces.steps import parse_steps
 from .exit_gc import collect_cycles_at_exit
 from .fsdp import FsdpRecorder, fsdp_modules
 
@@ -112,7 +112,7 @@ class Collector:
         self._flushed = _Flushed()  # how much of each list the step files already hold
         self._prev_signals: dict[int, Any] = {}  # signal -> the handler ours replaced
         self._ended = ""  # what stopped the process inside the window (a signal, an exception)
-        self._fsdp: FsdpRecorder | None = None  # an FSDP2 model's units and collectives (collect.fsdp)
+        self._fsdp: FsdpRecorder | None = None  # an FSDP2 model's units and collectives (collect.hooks.fsdp)
 
     # ---------------------------------------------------------------- guard
     def _fail(self, err: BaseException, where: str) -> None:

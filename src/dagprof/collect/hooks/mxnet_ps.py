@@ -18,7 +18,7 @@ hold dagprof's dependencies. Two halves:
   every server, for one start-up step and ``profile_steps`` steps, then off; the steps after are
   timed without the profiler. On exit it writes ``worker<R>.meta.json`` (steps, keys, layers) into
   the run folder, which the launcher turns into the manifest.
-- ``launch_command(out, command, ...)`` (``python -m dagprof.collect.mxnet_ps run --out DIR -- CMD``)
+- ``launch_command(out, command, ...)`` (``python -m dagprof.collect.hooks.mxnet_ps run --out DIR -- CMD``)
   starts the scheduler and servers (this file's ``role`` program) and the workers (the user's
   command) with the ``DMLC_*`` variables, each wrapped in ``timeout`` (a worker whose scheduler died
   hangs), through a ``spawn`` callable (the same code runs on localhost or in the namespace
@@ -69,7 +69,7 @@ class profile:
     def __init__(self, trainer, net=None, *, out: str | None = None, warmup: int | None = None, profile_steps: int | None = None):
         self.out = os.path.abspath(out or os.environ.get(ENV_OUT, ""))
         if not (out or os.environ.get(ENV_OUT)):
-            raise RuntimeError("dagprof.collect.mxnet_ps.profile: no run folder (pass out= or launch with python -m dagprof.collect.mxnet_ps run)")
+            raise RuntimeError("dagprof.collect.mxnet_ps.profile: no run folder (pass out= or launch with python -m dagprof.collect.hooks.mxnet_ps run)")
         self.trainer, self.net = trainer, net
         self.warmup = int(os.environ.get(ENV_WARMUP, 2)) if warmup is None else warmup
         self.profile_steps = int(os.environ.get(ENV_PROFILE, 3)) if profile_steps is None else profile_steps
@@ -208,7 +208,7 @@ def _role(args: argparse.Namespace) -> int:
 
 # -- the launcher (any Python: dagprof's, or MXNet's) ----------------------------------------------
 Spawn = Callable[..., subprocess.Popen]
-_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # holds dagprof/
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # holds dagprof/
 
 
 def local_spawn(node: int, argv: list, env: dict, log: str, cwd: str | None = None) -> subprocess.Popen:
@@ -235,7 +235,7 @@ def launch_command(out: str, command: list[str], *, python: str | None = None, s
             "OMP_NUM_THREADS": "1", "MXNET_EXEC_BULK_EXEC_TRAIN": "0", "MXNET_KVSTORE_BIGARRAY_BOUND": str(BIGARRAY_BOUND), "PS_VERBOSE": "0",
             "PYTHONPATH": path, ENV_OUT: out, ENV_WARMUP: str(warmup), ENV_PROFILE: str(profile_steps)}
     wrap = ["timeout", "-k", "5", str(int(timeout_s))]
-    serve = wrap + [python, "-m", "dagprof.collect.mxnet_ps", "role"]
+    serve = wrap + [python, "-m", "dagprof.collect.hooks.mxnet_ps", "role"]
     plan = [("scheduler", 0)] + [("server", s) for s in range(servers)] + [("worker", servers + w) for w in range(workers)]
     procs = []
     try:
@@ -261,7 +261,7 @@ def launch_command(out: str, command: list[str], *, python: str | None = None, s
 
 def write_manifest(out: str, servers: int, workers: int, extra: dict | None = None) -> dict:
     """Merge the workers' ``worker<R>.meta.json`` (``profile`` writes them) and the servers' traces into the manifest
-    (a job started by another launcher, with the run folder shared: ``python -m dagprof.collect.mxnet_ps manifest``)."""
+    (a job started by another launcher, with the run folder shared: ``python -m dagprof.collect.hooks.mxnet_ps manifest``)."""
     metas = []
     for w in range(workers):
         path = os.path.join(out, f"worker{w}.meta.json")
@@ -294,7 +294,7 @@ def launch(out: str, python: str, *, batch: int = 32, width: int = 128, steps: i
     """The built-in script (a small Gluon CNN) as the workers' command; ``kw`` as ``launch_command``'s (2 servers by default)."""
     kw.setdefault("servers", 2)
     extra = {"batch": batch, "width": width, **kw.pop("extra", {})}
-    command = [python, "-m", "dagprof.collect.mxnet_ps", "builtin", "--steps", str(steps), "--batch", str(batch), "--width", str(width)]
+    command = [python, "-m", "dagprof.collect.hooks.mxnet_ps", "builtin", "--steps", str(steps), "--batch", str(batch), "--width", str(width)]
     return launch_command(out, command, python=python, extra=extra, **kw)
 
 
@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             man = launch(args.out, args.python, **kw)
     except (RuntimeError, ValueError, subprocess.TimeoutExpired) as err:
-        print(f"dagprof.collect.mxnet_ps: {err}", file=sys.stderr)
+        print(f"dagprof.collect.hooks.mxnet_ps: {err}", file=sys.stderr)
         return 2
     if args.fixture:
         _compact(args.out, man)

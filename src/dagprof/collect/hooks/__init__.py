@@ -1,0 +1,1 @@
+"""The profilers, one per framework: what runs inside the user's training process (hooks, the profiler window, step times)."""
