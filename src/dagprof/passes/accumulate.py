@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import DagprofError
 from ..graph.dag import Graph, GraphBuilder
 from ..traces.events import Kind
+from .comm import priced_comm
 
 _COPIED = (Kind.FORWARD, Kind.BACKWARD, Kind.OTHER, Kind.DATA, Kind.KERNEL)
 
@@ -24,6 +25,10 @@ def accumulate_gradients(g: Graph, k: int) -> Graph:
         raise DagprofError(f"micro-batches per step must be >= 1, got {k}")
     if k == 1:
         return g
+    other = (g.kind == Kind.COMM) & (g.rank < 0) & ~priced_comm(g)  # a hybrid job's TP/PP/EP/unknown collectives
+    if other.any():  # they run in every micro-batch, but the copies hold compute only (TP inside the ops that issue it is copied)
+        raise DagprofError(f"not modelled: gradient accumulation on a hybrid job whose {int(other.sum())} tensor/pipeline/expert-parallel "
+                           f"collectives have their own nodes (its collectives: {g.meta.parallel.describe()}); the micro-batch copies would drop them")
     b, _ = GraphBuilder.from_graph(g)
     moved: dict[int, float] = {}  # step markers given an earlier order
     marks = np.flatnonzero((g.kind == Kind.STEP) & (g.rank >= 0))
