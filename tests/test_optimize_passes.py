@@ -2,6 +2,7 @@
 compression pricing, recomputation, accumulation, scheduling, and incremental replay of candidates."""
 import numpy as np
 import pytest
+from testdata import DATA
 
 from dagprof.analysis import job_iteration_us
 from dagprof.costmodel.codecs import CodecCosts, PowerSGDCost, powersgd_split
@@ -12,6 +13,7 @@ from dagprof.passes.bucket_plan import BucketSlots, Plan, set_bucket_layout
 from dagprof.passes.compression import Codec, bucket_cost
 from dagprof.passes.recompute import RecomputeSlots, recompute, segments
 from dagprof.passes.schedule import set_comm_priority
+from dagprof.pipeline import open_run
 from dagprof.replay import IncrementalReplayer, replay
 from dagprof.traces.events import Kind
 
@@ -139,6 +141,13 @@ def test_accumulation_adds_communication_free_micro_batches(prof):
     assert accumulate_gradients(g, 1) is g
     with pytest.raises(DagprofError):
         accumulate_gradients(g, 0)
+
+
+def test_accumulation_refuses_collectives_it_would_drop():
+    """A hybrid trace whose TP collectives have their own nodes: the copies (compute only) would drop them."""
+    g = open_run(str(DATA / "hybrid-dp-tp")).graph
+    with pytest.raises(DagprofError, match=r"not modelled: gradient accumulation on a hybrid job whose \d+ tensor"):
+        accumulate_gradients(g, 2)
 
 
 def test_comm_priority_reorders_the_channel_only(prof):

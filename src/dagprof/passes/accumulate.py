@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import DagprofError
 from ..graph.dag import Graph, GraphBuilder
 from ..traces.events import Kind
+from .comm import priced_comm
 
 _COPIED = (Kind.FORWARD, Kind.BACKWARD, Kind.OTHER, Kind.DATA, Kind.KERNEL)
 
@@ -24,7 +25,12 @@ def accumulate_gradients(g: Graph, k: int) -> Graph:
         raise DagprofError(f"micro-batches per step must be >= 1, got {k}")
     if k == 1:
         return g
+    other = (g.kind == Kind.COMM) & (g.rank < 0) & ~priced_comm(g)  # a hybrid job's TP/PP/EP/unknown collectives
+    if other.any():  # they run in every micro-batch, but the copies hold compute only (TP inside the ops that issue it is copied)
+        raise DagprofError(f"not modelled: gradient accumulation on a hybrid job whose {int(other.sum())} tensor/pipeline/expert-parallel "
+                           f"collectives have their own nodes (its collectives: {g.meta.parallel.describe()}); the micro-batch copies would drop them")
     b, _ = GraphBuilder.from_graph(g)
+    moved: dict[int, float] = {}  # step markers given an earlier order
     marks = np.flatnonzero((g.kind == Kind.STEP) & (g.rank >= 0))
     for m in marks.tolist():
         step, rank = int(g.step[m]), int(g.rank[m])
@@ -37,17 +43,29 @@ def accumulate_gradients(g: Graph, k: int) -> Graph:
         if not len(body):
             continue
         first = int(mine[0])
-        base, room = float(g.order[m]), max(float(g.order[first] - g.order[m]), 0.0)
-        prev = m
         n = len(body) * (k - 1)
+        base, top = float(g.order[m]), float(g.order[first])
+        if base >= top:  # the marker starts with the step's first op: both moved into the gap before it on the lane
+            below = g.order[(g.device == g.device[m]) & (g.order < top)]
+            lo = float(below.max()) if len(below) else top - 1.0
+            base = max(lo + (top - lo) / (n + 2), float(np.nextafter(lo, np.inf)))
+            moved[m] = base
+        # strictly below the first op: lanes are re-chained by (order, node id) (passes.buckets.chain_lanes), and the
+        # first op's id is lower than its copies'; ties among the copies and with the marker keep creation order
+        orders = np.minimum(base + (top - base) * np.arange(1, n + 1) / (n + 1), np.nextafter(top, -np.inf)).tolist()
+        prev = m
         for copy in range(k - 1):  # program order by explicit edges: marker -> copies -> the step's first op
             for j, v in enumerate(body.tolist()):
                 c = b.add_node(f"{g.node_name(v)} (micro-batch {copy + 1})", Kind(int(g.kind[v])), rank=rank, device=int(g.device[v]),
-                               dur=float(g.dur[v]), gap=float(g.gap[v]), order=base + room * (copy * len(body) + j + 1) / (n + 1),
+                               dur=float(g.dur[v]), gap=float(g.gap[v]), order=orders[copy * len(body) + j],
                                step=step, layer=int(g.layer[v]))
                 b.add_edge(prev, c)
                 prev = c
         b.add_edge(prev, first)
     out = b.build()
+    if moved:
+        order = out.order.copy()
+        order[list(moved)] = list(moved.values())
+        out = out.replace(order=order)
     out.meta.micro_batches = k
     return out
