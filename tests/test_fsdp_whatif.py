@@ -61,7 +61,7 @@ def test_more_workers_shrink_the_shards_only():
 
 def test_reshard_off_removes_the_backward_all_gathers():
     g = graph(RESHARD)
-    out = evaluate(g, [Scenario(), Scenario(reshard=False)])
+    out = evaluate(g, [Scenario(), Scenario(reshard_after_forward=False)])
     same, off = out["scenarios"]
     assert off["predicted_iter_ms"] < same["predicted_iter_ms"]
     # what disappears is at most the backward all-gathers (and their copy-out/reshard spans) of the slowest step
@@ -73,7 +73,7 @@ def test_reshard_off_removes_the_backward_all_gathers():
 
 def test_reshard_on_adds_a_backward_all_gather_per_kept_unit():
     g = graph(KEEP)
-    same, on, off = evaluate(g, [Scenario(), Scenario(reshard=True), Scenario(reshard=False)])["scenarios"]
+    same, on, off = evaluate(g, [Scenario(), Scenario(reshard_after_forward=True), Scenario(reshard_after_forward=False)])["scenarios"]
     assert on["predicted_iter_ms"] > same["predicted_iter_ms"]
     assert off["predicted_iter_ms"] == pytest.approx(same["predicted_iter_ms"])  # already kept: nothing changes
     assert on["peak_memory_mb"] <= same["peak_memory_mb"]
@@ -97,4 +97,4 @@ def test_unmodelled_fsdp_knobs_are_refused_in_one_line(capsys, flag, name):
 
 def test_reshard_is_refused_on_a_ddp_profile():
     with pytest.raises(DagprofError, match="not an FSDP job"):
-        evaluate(build_graph(read_run(DATA / "run_schema" / "v1")), [Scenario(reshard=False)], tolerance_pct=None)
+        evaluate(build_graph(read_run(DATA / "run_schema" / "v1")), [Scenario(reshard_after_forward=False)], tolerance_pct=None)
