@@ -33,7 +33,7 @@ MAX_TRACES = 8  # scenarios whose predicted timeline is written
 def add_arguments(p) -> None:
     add_run_arguments(p)
     for a in AXES:
-        p.add_argument(a.flag, dest=a.name, type=comma_list(a.parse), help=a.help)
+        p.add_argument(a.flag, dest=a.name, metavar=a.flag[2:].upper().replace("-", "_"), type=comma_list(a.parse), help=a.help)
     p.add_argument("--link", choices=["inter", "intra", "all"], default="inter", help="which links --bandwidth/--latency change (default inter-host)")
     p.add_argument("--tp-degree", type=positive_int, help="tensor-parallel degree: refused unless it is the profiled one (not modelled)")
     p.add_argument("--pp-degree", type=positive_int, help="pipeline-parallel degree: refused unless it is the profiled one (not modelled)")
