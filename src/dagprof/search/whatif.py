@@ -2,8 +2,8 @@
 
 Each axis of a scenario (workers, bandwidth, ...) is declared once, in ``AXES``: its ``Scenario`` field, which is
 also its column, its ``dagprof whatif`` flag and parser, and its pass; ``PASSES`` is the order the passes run in
-(workers, scheme, link, buckets, partition, compute, cores, Horovod fusion/cycle, fine-grained collectives,
-FSDP reshard). Two different ratios answer two questions, and ``COLUMNS`` defines every other column of a row:
+(workers, scheme, link, FSDP reduce dtype, buckets, partition, compute, cores, Horovod fusion/cycle,
+fine-grained collectives, FSDP reshard). Two different ratios answer two questions, and ``COLUMNS`` defines every other column of a row:
 - is it faster than what I have? ``speedup_vs_profiled``: the scenario's throughput over the
   profiled run's (both as replayed, so the model's own error cancels out of the ratio);
 - does it scale? ``scaling_efficiency``: the throughput of N workers over N times that of ONE
@@ -27,7 +27,7 @@ from ..graph.dag import Graph
 from ..passes import expand_collectives, partition_tensors, scale_compute, scale_workers, set_buckets, set_link, set_scheme, set_topology
 from ..passes.comm import current_topology, graph_world_size, hybrid, link_fit, priced_world_size
 from ..passes.compute import share_cores
-from ..passes.fsdp import refuse_unmodelled, scale_fsdp_workers, set_reshard
+from ..passes.fsdp import refuse_unmodelled, scale_fsdp_workers, set_reduce_dtype, set_reshard
 from ..passes.horovod import set_horovod
 from ..passes.profiler_cost import measure_profiler_cost, remove_profiler_cost, scale_host_work
 from ..passes.workers import replica_ranks
@@ -66,6 +66,7 @@ class Scenario:
     fusion_mb: float | None = None  # HOROVOD_FUSION_THRESHOLD in MiB (Horovod runs)
     cycle_ms: float | None = None  # HOROVOD_CYCLE_TIME (Horovod runs)
     reshard_after_forward: bool | None = None  # FSDP's, on every unit
+    reduce_dtype: str | None = None  # FSDP's MixedPrecisionPolicy(reduce_dtype=...), a torch dtype name: bfloat16
 
     def label(self) -> dict:
         """The row's axis columns, by ``AXES``."""
@@ -114,6 +115,14 @@ def _link(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
     return set_link(g, None if s.bandwidth is None else parse_bandwidth(s.bandwidth), s.latency_us, c.link)
 
 
+def _reduce_dtype(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
+    if s.reduce_dtype is None:
+        return g
+    if not is_fsdp_graph(g):
+        raise DagprofError("--reduce-dtype is an FSDP what-if; this profile is not an FSDP job")
+    return set_reduce_dtype(g, s.reduce_dtype)
+
+
 def _buckets(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
     if s.bucket_mb is not None and g.meta.horovod:
         raise DagprofError("a Horovod run fuses tensors by its fusion threshold and cycle time: use --fusion-mb and --cycle-ms")
@@ -155,13 +164,22 @@ def _reshard(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
 
 
 # The order ``apply`` runs the passes in, each a no-op unless its axis is set (or, for cores and fine, its ``Cluster`` setting).
-PASSES: tuple[Pass, ...] = (_workers, _scheme, _link, _buckets, _partition, _compute, _cores, _horovod, _fine, _reshard)
+PASSES: tuple[Pass, ...] = (_workers, _scheme, _link, _reduce_dtype, _buckets, _partition, _compute, _cores, _horovod, _fine, _reshard)
 
 
 def _on_off(text: str) -> bool:
     if text not in ("on", "off"):
         raise ValueError(f"expected on or off, got {text!r}")
     return text == "on"
+
+
+_DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16"}
+
+
+def _dtype(text: str) -> str:
+    if text.lower() not in _DTYPES:
+        raise ValueError(f"expected float32, bfloat16 or float16 (or fp32, bf16, fp16), got {text!r}")
+    return _DTYPES[text.lower()]
 
 
 def _bandwidth(text: str) -> str:
@@ -202,6 +220,7 @@ AXES: tuple[Axis, ...] = (
          unmodelled_on_fsdp="horovod"),
     Axis("reshard_after_forward", "--reshard-after-forward", _on_off,
          "FSDP jobs: reshard_after_forward of every unit, on or off (or both: on,off)", _reshard, lambda on: "on" if on else "off"),
+    Axis("reduce_dtype", "--reduce-dtype", _dtype, "FSDP jobs: the dtype gradients are reduced in, e.g. float32,bfloat16", _reduce_dtype),
 )
 
 
@@ -312,10 +331,12 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
         row = {**s.label(), "workers": n, **interval.to_dict(), "iters_per_s": 1e6 / it,
                "speedup_vs_profiled": (n / n0) * model / it, "speedup_vs_one_worker": None if eff is None else n / unit * eff, "scaling_efficiency": eff,
                "vs_measured_pct": None if not measured_us else 100.0 * (it - measured_us) / measured_us, "seconds": time.perf_counter() - t1}
-        if caveat and (s.bandwidth is not None or s.latency_us is not None or s.workers not in (None, n0) or s.scheme is not None):
+        if caveat and (s.bandwidth is not None or s.latency_us is not None or s.workers not in (None, n0) or s.scheme is not None
+                       or s.reduce_dtype is not None):
             row["caveat"] = caveat
         if is_fsdp_graph(g0):
-            peaks = fsdp_peak(g0, reshard=s.reshard_after_forward, workers=s.workers)
+            dtyped = g0 if s.reduce_dtype is None else set_reduce_dtype(g0, s.reduce_dtype)  # the memory model reads the dtypes from meta
+            peaks = fsdp_peak(dtyped, reshard=s.reshard_after_forward, workers=s.workers)
             row["peak_memory_mb"] = max(m.total for m in peaks.values()) / MB
             row["memory_per_rank"] = {r: m.to_dict() for r, m in peaks.items()}
         path = timeline(i, g, res) if timeline else None
