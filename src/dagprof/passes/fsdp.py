@@ -96,8 +96,9 @@ def set_reduce_dtype(g: Graph, dtype: str) -> Graph:
     Each reduce-scatter (and HSDP's all-reduce across replicas) moves its unit's gradients in the reduce
     dtype, so its bytes scale by the ratio of element sizes to the profiled reduce dtype and the link prices
     it again. The casts around it (into the reduce dtype before, the shard back to the parameters' dtype
-    after) keep their measured times. On the namespace testbed (``bench/bench_fsdp.py --part 5``) the
-    reduce-scatters of a bf16 run took 0.47-0.52 of the fp32 run's in the same round (one loaded round: 0.68).
+    after) keep their measured times: from an fp32 profile of fp32 parameters there are none, so their cost
+    and gloo's summing in bf16 are not predicted. On the namespace testbed (``bench/bench_fsdp.py --part 5``,
+    a loaded 2-core machine) a bf16 run's reduce-scatters took 0.47-0.68 of the fp32 run's in the same round.
     """
     size = dtype_bytes(dtype)
     was = {u["name"]: dtype_bytes(u["reduce_dtype"] or u["orig_dtype"]) for u in g.meta.fsdp["units"]}
