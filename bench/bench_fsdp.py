@@ -29,6 +29,13 @@ predicts each from the other (off from on: the backward all-gathers gone; on fro
 forward all-gather repeated before its backward). The measured time is the profiled run's own.
 
     .venv/bin/python bench/bench_fsdp.py --part 4 [--rounds 3]
+
+Part 5 (root: the namespace testbed): ``whatif --reduce-dtype`` both ways, as part 4. Per link rate and round, the job
+is profiled with gradients reduced in fp32 and in bf16 (hooks only, the order alternating), and each is predicted from
+the other's profile (``search.whatif.apply``: each reduce-scatter moves half, or twice, the bytes). The measured time
+is the profiled run's own; the reduce-scatters' time per step is shown too (measured in the profile, and predicted).
+
+    sudo .venv/bin/python bench/bench_fsdp.py --part 5 [--rounds 3]
 """
 from __future__ import annotations
 
@@ -210,9 +217,62 @@ def part4(rounds: int, steps: int) -> list[float]:
     return errors
 
 
+def part5(rounds: int, steps: int) -> list[float]:
+    from dagprof.analysis import job_iteration_us
+    from dagprof.collect.jobs.netns import Cluster, available
+    from dagprof.graph.build_fsdp import fsdp_collectives
+    from dagprof.pipeline import open_run
+    from dagprof.search import whatif
+
+    why = available()
+    if why:
+        print(f"Part 5 skipped: {why}")
+        return []
+
+    def reduce_ms(g) -> float:  # the reduce-scatters' time per step
+        return sum(float(g.dur[c.node]) for c in fsdp_collectives(g) if c.kind == "reduce_scatter") / len(g.meta.steps) / 1e3
+
+    dtypes = ("float32", "bfloat16")
+    cells = [(rate, d) for rate in RATES for d in dtypes]
+    measured: dict[tuple[str, str], list[tuple[float, float]]] = {c: [] for c in cells}
+    predicted: dict[tuple[str, str], list[tuple[float, float]]] = {c: [] for c in cells}
+    t0 = time.perf_counter()
+    with Cluster(2) as cluster, tempfile.TemporaryDirectory(prefix="dagprof-fsdp-") as tmp:
+        for k in range(rounds):
+            for rate in RATES:
+                cluster.set_rate(RATES[rate])
+                graphs = {}
+                for d in (dtypes if k % 2 == 0 else dtypes[::-1]):
+                    run = os.path.join(tmp, f"run{k}-{rate}-{d}")
+                    job(2, TESTBED_MODEL + ["--reduce-dtype", d], steps, run + "-log", cluster, profile=run, kineto=False)
+                    p = open_run(run, template=True)
+                    graphs[d] = p.graph
+                    measured[(rate, d)].append((max(p.analysis.measured_iter_us.values()) / 1e3, reduce_ms(p.graph)))
+                c = whatif.Cluster()
+                for d, other in zip(dtypes, dtypes[::-1]):
+                    base = graphs[other]
+                    g = whatif.apply(base, whatif.Scenario(reduce_dtype=d), c, whatif.base_topology(base, c))
+                    predicted[(rate, d)].append((job_iteration_us(g) / 1e3, reduce_ms(g)))
+                    print(f"  round {k + 1}/{rounds}: {rate} reduce {d}: measured {measured[(rate, d)][-1][0]:.1f} ms "
+                          f"(reduce-scatters {measured[(rate, d)][-1][1]:.1f}), predicted from {other} {predicted[(rate, d)][-1][0]:.1f} ms "
+                          f"({predicted[(rate, d)][-1][1]:.1f}) ({time.perf_counter() - t0:.0f} s)", flush=True)
+    print(f"\nPart 5: whatif --reduce-dtype on the namespace testbed, 2 ranks, each dtype predicted from the other's profile, {rounds} "
+          f"interleaved rounds, medians (bench/fsdp_train.py {' '.join(TESTBED_MODEL)})")
+    print(f"{'link':>8s} {'reduce':>9s} {'measured ms':>12s} {'spread':>15s} {'predicted ms':>13s} {'error':>8s} "
+          f"{'reduce-scatters ms/step: measured':>34s} {'predicted':>10s}")
+    errors = []
+    for cell in cells:
+        m, p = (statistics.median(x[0] for x in v[cell]) for v in (measured, predicted))
+        mr, pr = (statistics.median(x[1] for x in v[cell]) for v in (measured, predicted))
+        errors.append(100 * (p - m) / m)
+        spread = [x[0] for x in measured[cell]]
+        print(f"{cell[0]:>8s} {cell[1]:>9s} {m:12.1f} {min(spread):7.1f}-{max(spread):<7.1f} {p:13.1f} {errors[-1]:+7.2f} % {mr:34.1f} {pr:10.1f}")
+    return errors
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", type=int, choices=(0, 1, 2, 3, 4), default=0, help="0: all")
+    ap.add_argument("--part", type=int, choices=(0, 1, 2, 3, 4, 5), default=0, help="0: all")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=16, help="steps per job (the first 3 warm up)")
     ap.add_argument("--repeats", type=int, default=3, help="jobs per held-out model in part 1")
@@ -231,6 +291,10 @@ def main() -> None:
     if args.part in (0, 4):
         e = part4(args.rounds, args.steps)
         print(f"reshard what-if: max |error| {max(map(abs, e)):.2f} % (goal <= 8 %)")
+    if args.part in (0, 5):
+        e = part5(args.rounds, args.steps)
+        if e:
+            print(f"reduce-dtype what-if: max |error| {max(map(abs, e)):.2f} % (goal <= 8 %)")
 
 
 if __name__ == "__main__":

@@ -81,6 +81,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prefetch", type=int, default=0, help="explicit forward/backward prefetch of the next K units (0: FSDP's default)")
     p.add_argument("--hsdp", type=int, default=1, help="replicate degree R of a (R, WORLD/R) mesh (1: plain FSDP)")
     p.add_argument("--bf16", action="store_true", help="MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)")
+    p.add_argument("--reduce-dtype", choices=("float32", "bfloat16", "float16"), help="MixedPrecisionPolicy(reduce_dtype=...); "
+                   "with --bf16 instead of its fp32")
     p.add_argument("--dagprof", metavar="DIR", help="profile with dagprof.profile into DIR")
     p.add_argument("--profile-steps", default="4:8")
     p.add_argument("--kineto", action=argparse.BooleanOptionalAction, default=True)
@@ -97,8 +99,8 @@ def build(args: argparse.Namespace) -> tuple[nn.Module, torch.optim.Optimizer]:
     torch.manual_seed(0)
     model = Net(args.model, args.blocks, args.width, args.vocab)
     kw = dict(mesh=mesh, reshard_after_forward=not args.no_reshard)
-    if args.bf16:
-        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    if args.bf16 or args.reduce_dtype:
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if args.bf16 else None, reduce_dtype=getattr(torch, args.reduce_dtype or "float32"))
     for b in model.blocks:
         fully_shard(b, **kw)
     fully_shard(model, **kw)

@@ -116,7 +116,7 @@ def test_replay_of_the_measured_configuration(path, rel):
 
 def test_bandwidth_whatif_prices_gathers_as_half_an_all_reduce():
     g = graph(RESHARD)
-    out = evaluate(g, [Scenario(bandwidth=25e6, bandwidth_text="200Mbit"), Scenario(bandwidth=125e6, bandwidth_text="1Gbit"),
+    out = evaluate(g, [Scenario(bandwidth="200Mbit"), Scenario(bandwidth="1Gbit"),
                        Scenario(workers=4)])
     slow, fast, four = (r["predicted_iter_ms"] for r in out["scenarios"])
     moved = 0.0
@@ -136,7 +136,7 @@ def test_unmodelled_whatifs_are_refused_in_one_line(capsys):
         evaluate(graph(RESHARD), [Scenario()], Cluster(overlap=False))
     with pytest.raises(DagprofError, match="HSDP job .* --workers is not modelled for HSDP"):
         evaluate(graph(HSDP), [Scenario(workers=8)])
-    row = evaluate(graph(HSDP), [Scenario(bandwidth=125e6, bandwidth_text="1Gbit")])["scenarios"][0]
+    row = evaluate(graph(HSDP), [Scenario(bandwidth="1Gbit")])["scenarios"][0]
     assert row["predicted_iter_ms"] > 0 and row["scaling_efficiency"] is None  # one worker of an HSDP job is not modelled: n/a
     assert main(["optimize", str(RESHARD), "--budget", "1"]) == 2
     err = capsys.readouterr().err

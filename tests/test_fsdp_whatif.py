@@ -11,7 +11,7 @@ from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import _is_forward, _issuers, fsdp_collectives
 from dagprof.search.memory import fsdp_peak
-from dagprof.search.whatif import Scenario, evaluate
+from dagprof.search.whatif import Cluster, Scenario, apply, base_topology, evaluate
 from dagprof.traces.dagprof_run import read_run
 
 FSDP = DATA / "fsdp"
@@ -61,7 +61,7 @@ def test_more_workers_shrink_the_shards_only():
 
 def test_reshard_off_removes_the_backward_all_gathers():
     g = graph(RESHARD)
-    out = evaluate(g, [Scenario(), Scenario(reshard=False)])
+    out = evaluate(g, [Scenario(), Scenario(reshard_after_forward=False)])
     same, off = out["scenarios"]
     assert off["predicted_iter_ms"] < same["predicted_iter_ms"]
     # what disappears is at most the backward all-gathers (and their copy-out/reshard spans) of the slowest step
@@ -73,7 +73,7 @@ def test_reshard_off_removes_the_backward_all_gathers():
 
 def test_reshard_on_adds_a_backward_all_gather_per_kept_unit():
     g = graph(KEEP)
-    same, on, off = evaluate(g, [Scenario(), Scenario(reshard=True), Scenario(reshard=False)])["scenarios"]
+    same, on, off = evaluate(g, [Scenario(), Scenario(reshard_after_forward=True), Scenario(reshard_after_forward=False)])["scenarios"]
     assert on["predicted_iter_ms"] > same["predicted_iter_ms"]
     assert off["predicted_iter_ms"] == pytest.approx(same["predicted_iter_ms"])  # already kept: nothing changes
     assert on["peak_memory_mb"] <= same["peak_memory_mb"]
@@ -88,7 +88,7 @@ def test_whatif_json_and_text_give_time_and_memory(capsys):
     assert "MiB/rank" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("flag, name", [("--prefetch", "--prefetch"), ("--reduce-dtype", "--reduce-dtype"), ("--units", "--units")])
+@pytest.mark.parametrize("flag, name", [("--prefetch", "--prefetch"), ("--units", "--units")])
 def test_unmodelled_fsdp_knobs_are_refused_in_one_line(capsys, flag, name):
     assert main(["whatif", str(RESHARD), flag, "2", "--no-trace"]) == 2
     err = capsys.readouterr().err.strip()
@@ -97,4 +97,30 @@ def test_unmodelled_fsdp_knobs_are_refused_in_one_line(capsys, flag, name):
 
 def test_reshard_is_refused_on_a_ddp_profile():
     with pytest.raises(DagprofError, match="not an FSDP job"):
-        evaluate(build_graph(read_run(DATA / "run_schema" / "v1")), [Scenario(reshard=False)], tolerance_pct=None)
+        evaluate(build_graph(read_run(DATA / "run_schema" / "v1")), [Scenario(reshard_after_forward=False)], tolerance_pct=None)
+
+
+def test_reduce_dtype_halves_what_each_reduce_scatter_moves():
+    g = graph(KEEP)  # bf16 parameters, gradients reduced in fp32
+    c = Cluster()
+    same, bf16 = (apply(g, Scenario(bandwidth="200Mbit", reduce_dtype=d), c, base_topology(g, c)) for d in ("float32", "bfloat16"))
+    for coll in fsdp_collectives(g):
+        assert bf16.nbytes[coll.node] == same.nbytes[coll.node] // (2 if coll.kind == "reduce_scatter" else 1)
+    assert {u["reduce_dtype"] for u in bf16.meta.fsdp["units"]} == {"bfloat16"}
+    rows = evaluate(g, [Scenario(bandwidth="200Mbit"), Scenario(bandwidth="200Mbit", reduce_dtype="float32"),
+                        Scenario(bandwidth="200Mbit", reduce_dtype="bfloat16")], tolerance_pct=None)["scenarios"]
+    profiled, fp32, half = (r["predicted_iter_ms"] for r in rows)
+    assert fp32 == profiled and [r["reduce_dtype"] for r in rows] == [None, "float32", "bfloat16"]
+    saved = sum(int(g.nbytes[x.node]) // 2 for x in fsdp_collectives(g) if x.kind == "reduce_scatter" and g.step[x.node] == g.meta.steps[0])
+    # the collectives block the thread on CPU: one step is shorter by the bytes no longer on the wire (gloo's reduce-scatter is an
+    # all-reduce of S, 2 ranks: S on the wire), at 200 Mbit/s
+    assert profiled - half == pytest.approx(saved / 25e6 * 1e3, rel=0.05)
+    assert rows[2]["peak_memory_mb"] < rows[1]["peak_memory_mb"]  # the reduce-scatter's input is half the size
+
+
+def test_reduce_dtype_on_the_cli_and_refused_on_a_ddp_profile(capsys):
+    assert main(["whatif", str(RESHARD), "--reduce-dtype", "fp32,bf16", "--json", "--no-trace", "--allow-model-error"]) == 0
+    rows = json.loads(capsys.readouterr().out)["scenarios"]
+    assert [r["reduce_dtype"] for r in rows] == ["float32", "bfloat16"] and rows[1]["predicted_iter_ms"] <= rows[0]["predicted_iter_ms"]
+    with pytest.raises(DagprofError, match="--reduce-dtype is an FSDP what-if"):
+        evaluate(build_graph(read_run(DATA / "run_schema" / "v1")), [Scenario(reduce_dtype="bfloat16")], tolerance_pct=None)

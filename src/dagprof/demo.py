@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .closeloop import Checked, Found, check_strategy, defaults_stand, find_strategy, hosts
-from .costmodel import parse_bandwidth, preset
+from .costmodel import preset
 from .errors import DagprofError
 from .pipeline import Profiled, open_run, write_outputs
 from .report.html import ReportInputs, html_table
@@ -128,9 +128,9 @@ def _outlook_html(o: dict) -> str:
 
 def _whatifs(prof: Profiled) -> list[dict]:
     """Other links, more workers, no overlap and a faster device, from this one profile."""
-    scenarios = [Scenario(bandwidth=parse_bandwidth(b), bandwidth_text=b) for b in WHATIF_BANDWIDTHS]
-    scenarios += [Scenario(workers=n, bandwidth=parse_bandwidth("10Gbit"), bandwidth_text="10Gbit") for n in WHATIF_WORKERS]
-    scenarios += [Scenario(speed=2.0), Scenario(speed=2.0, bandwidth=parse_bandwidth("1Gbit"), bandwidth_text="1Gbit")]
+    scenarios = [Scenario(bandwidth=b) for b in WHATIF_BANDWIDTHS]
+    scenarios += [Scenario(workers=n, bandwidth="10Gbit") for n in WHATIF_WORKERS]
+    scenarios += [Scenario(compute_speed=2.0), Scenario(compute_speed=2.0, bandwidth="1Gbit")]
     # raw here and in find_strategy: the demo's steps on a shared machine swing more than the profiler costs
     rows = evaluate(prof.graph, scenarios, measured_us=prof.analysis.measured_us, raw=True)["scenarios"]
     keep = ("workers", "bandwidth", "compute_speed", "predicted_iter_ms", "interval", "speedup_vs_profiled", "scaling_efficiency")

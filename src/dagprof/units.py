@@ -4,10 +4,18 @@ That is what DDP's ``bucket_cap_mb`` and torch's memory figures mean, so ``--buc
 ``--memory-budget 512MB`` and every "MB" dagprof prints are the same unit. ``KiB``/``MiB``/``GiB``
 are accepted as exact synonyms. Bandwidths are rates on a wire and stay decimal (``10Gbit`` =
 10^10 bit/s, ``costmodel.alphabeta.parse_bandwidth``).
+
+The bounded numbers flags take (``positive_int`` ...) live here too, below every layer, so a table
+that declares its own flags (``search.whatif.AXES``) parses them as the CLI does.
 """
 from __future__ import annotations
 
+import argparse
+from typing import Callable, TypeVar
+
 from .errors import DagprofError
+
+T = TypeVar("T")
 
 KB, MB, GB = 1 << 10, 1 << 20, 1 << 30
 _UNITS = {"": 1, "b": 1, "k": KB, "kb": KB, "kib": KB, "m": MB, "mb": MB, "mib": MB, "g": GB, "gb": GB, "gib": GB}
@@ -24,3 +32,53 @@ def parse_size(text: str, flag: str) -> float:
     if not 0 < value < float("inf"):  # NaN fails too
         raise DagprofError(f"size must be positive and finite, got {text!r}", flag)
     return value
+
+
+MAX_WORKERS = 65_536  # rank symmetry answers this many in seconds; beyond it a typo is likelier than a cluster
+MAX_CONTENDED_WORKERS = 4_096  # with --cores ranks sharing cores differ, so none fold: this many replay in seconds
+
+
+class _BadNumber(ValueError, argparse.ArgumentTypeError):
+    """A flag value out of bounds: argparse prints its message (not just "invalid value"), list flags catch it as a ValueError."""
+
+
+def _at_least(convert: Callable[[str], T], text: str, low: float, strict: bool = False, high: float | None = None) -> T:
+    """``convert(text)``, checked to be >= ``low`` (> with ``strict``) and, given ``high``, finite and <= ``high``;
+    else a ValueError saying what was expected."""
+    what = f"a {'whole ' if convert is int else ''}number {'>' if strict else '>='} {low:g}" + (f" and <= {high:g}" if high else "")
+    try:
+        v = convert(text)
+    except (ValueError, OverflowError):
+        raise _BadNumber(f"expected {what}, got {text!r}") from None
+    if not (v > low if strict else v >= low) or (high is not None and not v <= high):  # NaN fails too
+        raise _BadNumber(f"expected {what}, got {text!r}")
+    return v
+
+
+def positive_int(text: str) -> int:
+    return _at_least(int, text, 1)
+
+
+def positive_number(text: str) -> float:
+    return _at_least(float, text, 0, strict=True)
+
+
+def non_negative_number(text: str) -> float:
+    return _at_least(float, text, 0)
+
+
+def seconds(text: str) -> float:
+    """A time budget: positive, at most a week."""
+    return _at_least(float, text, 0, strict=True, high=7 * 86400.0)
+
+
+def finite_positive(text: str) -> float:
+    return _at_least(float, text, 0, strict=True, high=1e12)
+
+
+def finite_non_negative(text: str) -> float:
+    return _at_least(float, text, 0, high=1e12)
+
+
+def worker_count(text: str) -> int:
+    return _at_least(int, text, 1, high=MAX_WORKERS)

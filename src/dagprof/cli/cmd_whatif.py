@@ -1,68 +1,46 @@
 """``dagprof whatif RUN --bandwidth 10Gbit --workers 16 --bucket-mb 5 --scheme ps:4``.
 
-Every flag takes a comma-separated list; the scenarios are all combinations, one table row
-each, evaluated by ``search.whatif`` (which documents the pass order and the columns).
+Every axis flag (``search.whatif.AXES``) takes a comma-separated list; the scenarios are all combinations
+(``sweep``), one table row each, evaluated by ``search.whatif`` (which documents the pass order and the columns).
 """
 from __future__ import annotations
 
-import itertools
 import os
 
-from ..costmodel.alphabeta import parse_bandwidth
-from ..costmodel.topology import CollectiveSpec
 from ..errors import DagprofError
 from ..passes.average_steps import average_steps
 from ..passes.fsdp import refuse_unmodelled
 from ..passes.workers import refuse_degree
 from ..pipeline import open_run
 from ..report.timeline import write_replay_trace
-from ..search.whatif import MODEL_TOLERANCE_PCT, Cluster, Scenario, evaluate
+from ..search.whatif import AXES, MODEL_TOLERANCE_PCT, Cluster, evaluate, sweep
 from ..traces.parallelism import Dim
 from .common import (
     MAX_CONTENDED_WORKERS,
-    MAX_WORKERS,
     add_out_argument,
     add_run_arguments,
     comma_list,
-    finite_non_negative,
-    finite_positive,
     outputs,
     positive_int,
     positive_number,
     warning_lines,
-    worker_count,
 )
 
 HELP = "predict iteration time under other bandwidth, latency, workers, buckets, schemes, compute speed"
 MAX_TRACES = 8  # scenarios whose predicted timeline is written
 
 
-def _bandwidth(text: str) -> tuple[float, str]:
-    return parse_bandwidth(text), text
-
-
 def add_arguments(p) -> None:
     add_run_arguments(p)
-    p.add_argument("--bandwidth", type=comma_list(_bandwidth), help="link bandwidth(s), e.g. 10Gbit,200Mbit,25GB/s")
-    p.add_argument("--latency", type=comma_list(finite_non_negative), help="link latency in us (per message), e.g. 5,50")
+    for a in AXES:
+        p.add_argument(a.flag, dest=a.name, metavar=a.flag[2:].upper().replace("-", "_"), type=comma_list(a.parse), help=a.help)
     p.add_argument("--link", choices=["inter", "intra", "all"], default="inter", help="which links --bandwidth/--latency change (default inter-host)")
-    p.add_argument("--workers", type=comma_list(worker_count),
-                   help=f"number of ranks, e.g. 4,16,4096 (weak scaling: same per-rank batch); at most {MAX_WORKERS:,}, "
-                        f"{MAX_CONTENDED_WORKERS:,} with --cores")
     p.add_argument("--tp-degree", type=positive_int, help="tensor-parallel degree: refused unless it is the profiled one (not modelled)")
     p.add_argument("--pp-degree", type=positive_int, help="pipeline-parallel degree: refused unless it is the profiled one (not modelled)")
-    p.add_argument("--bucket-mb", type=comma_list(positive_number), help="DDP bucket cap(s) in MB (MiB, as DDP's bucket_cap_mb); 'inf' = one bucket per step")
     p.add_argument("--first-bucket-mb", type=positive_number, default=None,
                    help="cap of the first bucket only (DDP's default is 1 when bucket_cap_mb is unset)")
     p.add_argument("--no-overlap", action="store_true", help="start all-reduces only after the whole backward")
-    p.add_argument("--scheme", type=comma_list(CollectiveSpec.parse), help="collective algorithm(s): ring, tree, hier, ps:K (K servers)")
-    p.add_argument("--partition", type=comma_list(positive_int), help="cut each tensor into K pieces (BytePS partition)")
-    p.add_argument("--compute-speed", type=comma_list(finite_positive), help="compute speed factor(s), 2 = twice as fast")
-    p.add_argument("--fusion-mb", type=comma_list(finite_non_negative),
-                   help="Horovod runs: HOROVOD_FUSION_THRESHOLD(s) in MiB, e.g. 0,4,64 (0 = no fusion)")
-    p.add_argument("--cycle-ms", type=comma_list(finite_non_negative), help="Horovod runs: HOROVOD_CYCLE_TIME(s) in ms, e.g. 1,5,20")
-    p.add_argument("--reshard-after-forward", type=comma_list(_on_off), help="FSDP jobs: reshard_after_forward of every unit, on or off (or both: on,off)")
-    for flag, what in (("--prefetch", "FSDP all-gathers in flight"), ("--reduce-dtype", "FSDP reduce dtype"), ("--units", "FSDP unit granularity")):
+    for flag, what in (("--prefetch", "FSDP all-gathers in flight"), ("--units", "FSDP unit granularity")):
         p.add_argument(flag, metavar="X", help=f"{what}: not modelled yet, refused in one line")
     p.add_argument("--topology", help="cluster: a JSON/TOML file, or presets like 10gbe or nvlink/100gbe:8")
     p.add_argument("--link-model", help="link model from `dagprof calibrate` (instead of fitting the run's collectives)")
@@ -76,33 +54,6 @@ def add_arguments(p) -> None:
     p.add_argument("--template", action="store_true", help="start from the averaged iteration (each op at its mean over the steps)")
     add_out_argument(p, "whatif<i>.trace.json")
     p.add_argument("--no-trace", action="store_true", help="do not write predicted timelines")
-
-
-def _on_off(text: str) -> bool:
-    if text not in ("on", "off"):
-        raise ValueError(f"expected on or off, got {text!r}")
-    return text == "on"
-
-
-def _scenarios(args) -> list[Scenario]:
-    axes = {
-        "workers": args.workers or [None],
-        "bandwidth": args.bandwidth or [(None, None)],
-        "latency_us": args.latency or [None],
-        "bucket_mb": args.bucket_mb or [None],
-        "scheme": args.scheme or [None],
-        "partition": args.partition or [None],
-        "speed": args.compute_speed or [None],
-        "fusion_mb": args.fusion_mb or [None],
-        "cycle_ms": args.cycle_ms or [None],
-        "reshard": args.reshard_after_forward or [None],
-    }
-    out = []
-    for combo in itertools.product(*axes.values()):
-        kw = dict(zip(axes, combo))
-        bw, text = kw.pop("bandwidth")
-        out.append(Scenario(bandwidth=bw, bandwidth_text=text, **kw))
-    return out
 
 
 def run(args) -> dict:
@@ -119,7 +70,7 @@ def _evaluate(args, folder: str | None) -> dict:
     for degree, dim in ((args.tp_degree, Dim.TP), (args.pp_degree, Dim.PP)):
         if degree is not None:
             refuse_degree(prof.graph, dim, degree)
-    asked = [k for k in ("prefetch", "reduce_dtype", "units") if getattr(args, k) is not None]
+    asked = [k for k in ("prefetch", "units") if getattr(args, k) is not None]
     if asked:
         refuse_unmodelled(prof.graph, asked)
         raise DagprofError(f"--{asked[0].replace('_', '-')} is an FSDP what-if; this profile is not an FSDP job")
@@ -133,7 +84,7 @@ def _evaluate(args, folder: str | None) -> dict:
             return None
         return write_replay_trace(os.path.join(folder, f"whatif{i}.trace.json"), g, res)
 
-    out = evaluate(g0, _scenarios(args), cluster, measured, timeline, steps_graph=prof.graph if args.template else None,
+    out = evaluate(g0, sweep({a.name: getattr(args, a.name) for a in AXES}), cluster, measured, timeline, steps_graph=prof.graph if args.template else None,
                    tolerance_pct=None if args.allow_model_error else MODEL_TOLERANCE_PCT, raw=args.raw)
     return {"run": os.fspath(args.run), "measured_iter_ms": None if measured is None else measured / 1e3} | out | {
         "partial": bool(prof.run.meta.get("partial")), "warnings": prof.warnings}
@@ -154,9 +105,7 @@ def to_text(r: dict) -> str:
     fit = r["link_fit"]
     if fit and fit["weak"]:
         lines.append(f"caution: the link fit cannot split latency from bandwidth ({fit['weak']}); rows marked * extrapolate it")
-    keys = [k for k in ("workers", "bandwidth", "latency_us", "bucket_mb", "scheme", "partition", "compute_speed", "fusion_mb", "cycle_ms",
-                        "reshard_after_forward")
-            if any(row[k] is not None for row in r["scenarios"])]
+    keys = [a.name for a in AXES if any(row[a.name] is not None for row in r["scenarios"])]
     width = {k: max(12, len(k) + 2) for k in keys}
     lines.append("".join(f"{k.replace('_', ' '):>{width[k]}}" for k in keys) + "".join(f"{h:>12}" for h in _SHORT.values()))
     for row in r["scenarios"]:

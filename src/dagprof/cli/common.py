@@ -14,6 +14,17 @@ from ..errors import DagprofError
 from ..fsutil import DEFAULT_MAX_BYTES, MAX_BYTES_ENV, Staged, staged_folder
 from ..traces.ray_parse import ENV_VAR as RAY_ENV_VAR
 from ..traces.steps import parse_steps
+from ..units import (  # the bounded numbers flags take (``search.whatif``'s axes parse with them too); commands import them from here
+    MAX_CONTENDED_WORKERS as MAX_CONTENDED_WORKERS,
+    MAX_WORKERS as MAX_WORKERS,
+    finite_non_negative as finite_non_negative,
+    finite_positive as finite_positive,
+    non_negative_number as non_negative_number,
+    positive_int as positive_int,
+    positive_number as positive_number,
+    seconds as seconds,
+    worker_count as worker_count,
+)
 
 T = TypeVar("T")
 
@@ -82,56 +93,6 @@ def comma_list(item: Callable[[str], T]) -> Callable[[str], list[T]]:
 
     parse.__name__ = f"list of {getattr(item, '__name__', 'values')}"
     return parse
-
-
-MAX_WORKERS = 65_536  # rank symmetry answers this many in seconds; beyond it a typo is likelier than a cluster
-MAX_CONTENDED_WORKERS = 4_096  # with --cores ranks sharing cores differ, so none fold: this many replay in seconds
-
-
-class _BadNumber(ValueError, argparse.ArgumentTypeError):
-    """A flag value out of bounds: argparse prints its message (not just "invalid value"), list flags catch it as a ValueError."""
-
-
-def _at_least(convert: Callable[[str], T], text: str, low: float, strict: bool = False, high: float | None = None) -> T:
-    """``convert(text)``, checked to be >= ``low`` (> with ``strict``) and, given ``high``, finite and <= ``high``;
-    else a ValueError saying what was expected."""
-    what = f"a {'whole ' if convert is int else ''}number {'>' if strict else '>='} {low:g}" + (f" and <= {high:g}" if high else "")
-    try:
-        v = convert(text)
-    except (ValueError, OverflowError):
-        raise _BadNumber(f"expected {what}, got {text!r}") from None
-    if not (v > low if strict else v >= low) or (high is not None and not v <= high):  # NaN fails too
-        raise _BadNumber(f"expected {what}, got {text!r}")
-    return v
-
-
-def positive_int(text: str) -> int:
-    return _at_least(int, text, 1)
-
-
-def positive_number(text: str) -> float:
-    return _at_least(float, text, 0, strict=True)
-
-
-def non_negative_number(text: str) -> float:
-    return _at_least(float, text, 0)
-
-
-def seconds(text: str) -> float:
-    """A time budget: positive, at most a week."""
-    return _at_least(float, text, 0, strict=True, high=7 * 86400.0)
-
-
-def finite_positive(text: str) -> float:
-    return _at_least(float, text, 0, strict=True, high=1e12)
-
-
-def finite_non_negative(text: str) -> float:
-    return _at_least(float, text, 0, high=1e12)
-
-
-def worker_count(text: str) -> int:
-    return _at_least(int, text, 1, high=MAX_WORKERS)
 
 
 def out_dir(out: str | None, source: str) -> str:

@@ -1,8 +1,9 @@
 """What-if scenarios: the run's graph under other conditions, replayed.
 
-Passes are applied in a fixed order (workers, cluster, scheme, link, buckets, partition,
-compute, cores, Horovod fusion/cycle, fine-grained collectives). Two different ratios answer two questions, and
-``COLUMNS`` defines every column of a row:
+Each axis of a scenario (workers, bandwidth, ...) is declared once, in ``AXES``: its ``Scenario`` field, which is
+also its column, its ``dagprof whatif`` flag and parser, and its pass; ``PASSES`` is the order the passes run in
+(workers, scheme, link, FSDP reduce dtype, buckets, partition, compute, cores, Horovod fusion/cycle,
+fine-grained collectives, FSDP reshard). Two different ratios answer two questions, and ``COLUMNS`` defines every other column of a row:
 - is it faster than what I have? ``speedup_vs_profiled``: the scenario's throughput over the
   profiled run's (both as replayed, so the model's own error cancels out of the ratio);
 - does it scale? ``scaling_efficiency``: the throughput of N workers over N times that of ONE
@@ -11,12 +12,14 @@ compute, cores, Horovod fusion/cycle, fine-grained collectives). Two different r
 """
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Any, Callable
 
 from ..analysis import job_iteration_us
 from ..analysis.interval import link_residuals, predict_interval
+from ..costmodel.alphabeta import parse_bandwidth
 from ..costmodel.topology import CollectiveSpec, Topology, load_link_model, parse_topology
 from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
@@ -24,13 +27,13 @@ from ..graph.dag import Graph
 from ..passes import expand_collectives, partition_tensors, scale_compute, scale_workers, set_buckets, set_link, set_scheme, set_topology
 from ..passes.comm import current_topology, graph_world_size, hybrid, link_fit, priced_world_size
 from ..passes.compute import share_cores
-from ..passes.fsdp import refuse_unmodelled, scale_fsdp_workers, set_reshard
+from ..passes.fsdp import refuse_unmodelled, scale_fsdp_workers, set_reduce_dtype, set_reshard
 from ..passes.horovod import set_horovod
 from ..passes.profiler_cost import measure_profiler_cost, remove_profiler_cost, scale_host_work
 from ..passes.workers import replica_ranks
 from ..progress import progress
 from ..replay import ReplayResult, replay
-from ..units import MB
+from ..units import MAX_CONTENDED_WORKERS, MAX_WORKERS, MB, finite_non_negative, finite_positive, positive_int, positive_number, worker_count
 from .memory import fsdp_peak
 
 COLUMNS = {
@@ -51,27 +54,23 @@ COLUMNS = {
 
 @dataclass
 class Scenario:
-    """One row of a what-if table; None leaves that aspect as profiled."""
+    """One row of a what-if table; None leaves that aspect as profiled. Each field is an axis of ``AXES``."""
 
     workers: int | None = None
-    bandwidth: float | None = None  # bytes/s
-    bandwidth_text: str | None = None  # as the user wrote it, for the table
+    bandwidth: str | None = None  # as the user wrote it, e.g. 10Gbit (``costmodel.alphabeta.parse_bandwidth`` reads it)
     latency_us: float | None = None
     bucket_mb: float | None = None  # inf: one bucket per step
     scheme: CollectiveSpec | None = None
     partition: int | None = None
-    speed: float | None = None  # compute speed factor
+    compute_speed: float | None = None  # 2 = twice as fast
     fusion_mb: float | None = None  # HOROVOD_FUSION_THRESHOLD in MiB (Horovod runs)
     cycle_ms: float | None = None  # HOROVOD_CYCLE_TIME (Horovod runs)
-    reshard: bool | None = None  # FSDP's reshard_after_forward on every unit
+    reshard_after_forward: bool | None = None  # FSDP's, on every unit
+    reduce_dtype: str | None = None  # FSDP's MixedPrecisionPolicy(reduce_dtype=...), a torch dtype name: bfloat16
 
     def label(self) -> dict:
-        return {
-            "workers": self.workers, "bandwidth": self.bandwidth_text, "latency_us": self.latency_us, "bucket_mb": self.bucket_mb,
-            "scheme": None if self.scheme is None else str(self.scheme), "partition": self.partition, "compute_speed": self.speed,
-            "fusion_mb": self.fusion_mb, "cycle_ms": self.cycle_ms,
-            "reshard_after_forward": None if self.reshard is None else ("on" if self.reshard else "off"),
-        }
+        """The row's axis columns, by ``AXES``."""
+        return {a.name: None if (v := getattr(self, a.name)) is None else a.cell(v) for a in AXES}
 
 
 @dataclass
@@ -88,6 +87,149 @@ class Cluster:
     fine: bool = False  # per-message collectives on per-link queues
 
 
+Pass = Callable[[Graph, Scenario, Cluster, Topology], Graph]
+
+
+def _workers(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
+    if s.workers is None:
+        return g
+    if c.fine and s.workers > 64:
+        raise DagprofError(f"fine-grained collectives need <= 64 ranks, got {s.workers} workers")
+    g = scale_fsdp_workers(g, s.workers) if is_fsdp_graph(g) else scale_workers(g, s.workers, replicate=True if (c.fine or c.cores) else None)
+    n = priced_world_size(g)
+    if c.topology:
+        return set_topology(g, replace(parse_topology(c.topology, n), overhead_us=base_topo.overhead_us))
+    if c.link_model:  # a file fitted per worker count (nccl-tests) has a better link for n
+        t, link = current_topology(g), load_link_model(c.link_model, n)
+        return set_topology(g, Topology(t.hosts, t.devices_per_host, link, link, t.overhead_us))
+    return g
+
+
+def _scheme(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
+    return g if s.scheme is None else set_scheme(g, s.scheme)
+
+
+def _link(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
+    if s.bandwidth is None and s.latency_us is None:
+        return g
+    return set_link(g, None if s.bandwidth is None else parse_bandwidth(s.bandwidth), s.latency_us, c.link)
+
+
+def _reduce_dtype(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
+    if s.reduce_dtype is None:
+        return g
+    if not is_fsdp_graph(g):
+        raise DagprofError("--reduce-dtype is an FSDP what-if; this profile is not an FSDP job")
+    return set_reduce_dtype(g, s.reduce_dtype)
+
+
+def _buckets(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
+    if s.bucket_mb is not None and g.meta.horovod:
+        raise DagprofError("a Horovod run fuses tensors by its fusion threshold and cycle time: use --fusion-mb and --cycle-ms")
+    if s.bucket_mb is None and c.overlap:
+        return g
+    cap = None if s.bucket_mb is None else (1e18 if s.bucket_mb == float("inf") else s.bucket_mb * MB)
+    first = None if c.first_bucket_mb is None else c.first_bucket_mb * MB
+    return set_buckets(g, cap, overlap=c.overlap, first_bucket_bytes=first)
+
+
+def _partition(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
+    return g if s.partition is None else partition_tensors(g, s.partition)
+
+
+def _compute(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
+    return g if s.compute_speed is None else scale_compute(g, s.compute_speed)
+
+
+def _cores(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
+    return share_cores(g, c.cores, c.ranks_per_host) if c.cores else g
+
+
+def _horovod(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
+    if s.fusion_mb is None and s.cycle_ms is None:
+        return g
+    return set_horovod(g, replay, None if s.fusion_mb is None else s.fusion_mb * MB, s.cycle_ms)
+
+
+def _fine(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
+    return expand_collectives(g) if c.fine else g
+
+
+def _reshard(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
+    if s.reshard_after_forward is None:
+        return g
+    if not is_fsdp_graph(g):
+        raise DagprofError("--reshard-after-forward is an FSDP what-if; this profile is not an FSDP job")
+    return set_reshard(g, s.reshard_after_forward)  # last: the passes above reprice the all-gathers it zeroes
+
+
+# The order ``apply`` runs the passes in, each a no-op unless its axis is set (or, for cores and fine, its ``Cluster`` setting).
+PASSES: tuple[Pass, ...] = (_workers, _scheme, _link, _reduce_dtype, _buckets, _partition, _compute, _cores, _horovod, _fine, _reshard)
+
+
+def _on_off(text: str) -> bool:
+    if text not in ("on", "off"):
+        raise ValueError(f"expected on or off, got {text!r}")
+    return text == "on"
+
+
+_DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16"}
+
+
+def _dtype(text: str) -> str:
+    if text.lower() not in _DTYPES:
+        raise ValueError(f"expected float32, bfloat16 or float16 (or fp32, bf16, fp16), got {text!r}")
+    return _DTYPES[text.lower()]
+
+
+def _bandwidth(text: str) -> str:
+    parse_bandwidth(text)  # checked here, read by the pass: the table shows it as written
+    return text
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One what-if axis, declared once: a ``Scenario`` field (its name is the row's column, in the table and in --json),
+    the ``dagprof whatif`` flag that sweeps it (a comma-separated list of ``parse``-d values), and the pass answering it."""
+
+    name: str
+    flag: str
+    parse: Callable[[str], Any]
+    help: str
+    apply: Pass  # runs at its place in ``PASSES``
+    cell: Callable[[Any], Any] = lambda v: v  # the value as its column shows it
+    unmodelled_on_fsdp: str = ""  # refused on FSDP jobs under this ``passes.fsdp.UNMODELLED`` key; "": answered
+
+
+# The axes in the order of the table's columns and of the sweep (the first varies slowest).
+AXES: tuple[Axis, ...] = (
+    Axis("workers", "--workers", worker_count, f"number of ranks, e.g. 4,16,4096 (weak scaling: same per-rank batch); at most "
+         f"{MAX_WORKERS:,}, {MAX_CONTENDED_WORKERS:,} with --cores", _workers),
+    Axis("bandwidth", "--bandwidth", _bandwidth, "link bandwidth(s), e.g. 10Gbit,200Mbit,25GB/s", _link),
+    Axis("latency_us", "--latency", finite_non_negative, "link latency in us (per message), e.g. 5,50", _link),
+    Axis("bucket_mb", "--bucket-mb", positive_number, "DDP bucket cap(s) in MB (MiB, as DDP's bucket_cap_mb); 'inf' = one bucket per step",
+         _buckets, unmodelled_on_fsdp="bucket_mb"),
+    Axis("scheme", "--scheme", CollectiveSpec.parse, "collective algorithm(s): ring, tree, hier, ps:K (K servers)", _scheme, str,
+         unmodelled_on_fsdp="scheme"),
+    Axis("partition", "--partition", positive_int, "cut each tensor into K pieces (BytePS partition)", _partition,
+         unmodelled_on_fsdp="partition"),
+    Axis("compute_speed", "--compute-speed", finite_positive, "compute speed factor(s), 2 = twice as fast", _compute),
+    Axis("fusion_mb", "--fusion-mb", finite_non_negative, "Horovod runs: HOROVOD_FUSION_THRESHOLD(s) in MiB, e.g. 0,4,64 (0 = no fusion)",
+         _horovod, unmodelled_on_fsdp="horovod"),
+    Axis("cycle_ms", "--cycle-ms", finite_non_negative, "Horovod runs: HOROVOD_CYCLE_TIME(s) in ms, e.g. 1,5,20", _horovod,
+         unmodelled_on_fsdp="horovod"),
+    Axis("reshard_after_forward", "--reshard-after-forward", _on_off,
+         "FSDP jobs: reshard_after_forward of every unit, on or off (or both: on,off)", _reshard, lambda on: "on" if on else "off"),
+    Axis("reduce_dtype", "--reduce-dtype", _dtype, "FSDP jobs: the dtype gradients are reduced in, e.g. float32,bfloat16", _reduce_dtype),
+)
+
+
+def sweep(values: dict[str, list | None]) -> list[Scenario]:
+    """Every combination of the axes' values (``values[name]``; None or missing: as profiled), one scenario each."""
+    lists = [values.get(a.name) or [None] for a in AXES]
+    return [Scenario(**{a.name: v for a, v in zip(AXES, combo)}) for combo in itertools.product(*lists)]
+
+
 def base_topology(g: Graph, c: Cluster) -> Topology:
     """The cluster the run ran on: ``c.topology``, else ``c.link_model``, else fitted to its collectives."""
     n0 = priced_world_size(g)  # a hybrid job's link model prices its data-parallel group
@@ -101,48 +243,13 @@ def base_topology(g: Graph, c: Cluster) -> Topology:
 
 
 def apply(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
-    """The run's graph under scenario ``s``."""
-    fsdp = is_fsdp_graph(g)
-    if fsdp:
-        refuse_unmodelled(g, [k for k, asked in (("bucket_mb", s.bucket_mb is not None), ("no_overlap", not c.overlap),
-                                                 ("scheme", s.scheme is not None), ("partition", s.partition is not None),
-                                                 ("horovod", s.fusion_mb is not None or s.cycle_ms is not None),
-                                                 ("fine", c.fine)) if asked])
+    """The run's graph under scenario ``s``: on the cluster ``base_topo``, then ``PASSES`` in order."""
+    if is_fsdp_graph(g):
+        refuse_unmodelled(g, [a.unmodelled_on_fsdp for a in AXES if a.unmodelled_on_fsdp and getattr(s, a.name) is not None]
+                          + [k for k, asked in (("no_overlap", not c.overlap), ("fine", c.fine)) if asked])
     g = set_topology(g, base_topo)
-    if s.workers is not None:
-        if c.fine and s.workers > 64:
-            raise DagprofError(f"fine-grained collectives need <= 64 ranks, got {s.workers} workers")
-        g = scale_fsdp_workers(g, s.workers) if fsdp else scale_workers(g, s.workers, replicate=True if (c.fine or c.cores) else None)
-        n = priced_world_size(g)
-        if c.topology:
-            g = set_topology(g, replace(parse_topology(c.topology, n), overhead_us=base_topo.overhead_us))
-        elif c.link_model:  # a file fitted per worker count (nccl-tests) has a better link for n
-            t, link = current_topology(g), load_link_model(c.link_model, n)
-            g = set_topology(g, Topology(t.hosts, t.devices_per_host, link, link, t.overhead_us))
-    if s.scheme is not None:
-        g = set_scheme(g, s.scheme)
-    if s.bandwidth is not None or s.latency_us is not None:
-        g = set_link(g, s.bandwidth, s.latency_us, c.link)
-    if s.bucket_mb is not None and g.meta.horovod:
-        raise DagprofError("a Horovod run fuses tensors by its fusion threshold and cycle time: use --fusion-mb and --cycle-ms")
-    if s.bucket_mb is not None or not c.overlap:
-        cap = None if s.bucket_mb is None else (1e18 if s.bucket_mb == float("inf") else s.bucket_mb * MB)
-        first = None if c.first_bucket_mb is None else c.first_bucket_mb * MB
-        g = set_buckets(g, cap, overlap=c.overlap, first_bucket_bytes=first)
-    if s.partition is not None:
-        g = partition_tensors(g, s.partition)
-    if s.speed is not None:
-        g = scale_compute(g, s.speed)
-    if c.cores:
-        g = share_cores(g, c.cores, c.ranks_per_host)
-    if s.fusion_mb is not None or s.cycle_ms is not None:
-        g = set_horovod(g, replay, None if s.fusion_mb is None else s.fusion_mb * MB, s.cycle_ms)
-    if c.fine:
-        g = expand_collectives(g)
-    if s.reshard is not None:
-        if not fsdp:
-            raise DagprofError("--reshard-after-forward is an FSDP what-if; this profile is not an FSDP job")
-        g = set_reshard(g, s.reshard)  # last: the passes above reprice the all-gathers it zeroes
+    for p in PASSES:
+        g = p(g, s, c, base_topo)
     return g
 
 
@@ -224,10 +331,12 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
         row = {**s.label(), "workers": n, **interval.to_dict(), "iters_per_s": 1e6 / it,
                "speedup_vs_profiled": (n / n0) * model / it, "speedup_vs_one_worker": None if eff is None else n / unit * eff, "scaling_efficiency": eff,
                "vs_measured_pct": None if not measured_us else 100.0 * (it - measured_us) / measured_us, "seconds": time.perf_counter() - t1}
-        if caveat and (s.bandwidth is not None or s.latency_us is not None or s.workers not in (None, n0) or s.scheme is not None):
+        if caveat and (s.bandwidth is not None or s.latency_us is not None or s.workers not in (None, n0) or s.scheme is not None
+                       or s.reduce_dtype is not None):
             row["caveat"] = caveat
         if is_fsdp_graph(g0):
-            peaks = fsdp_peak(g0, reshard=s.reshard, workers=s.workers)
+            dtyped = g0 if s.reduce_dtype is None else set_reduce_dtype(g0, s.reduce_dtype)  # the memory model reads the dtypes from meta
+            peaks = fsdp_peak(dtyped, reshard=s.reshard_after_forward, workers=s.workers)
             row["peak_memory_mb"] = max(m.total for m in peaks.values()) / MB
             row["memory_per_rank"] = {r: m.to_dict() for r, m in peaks.items()}
         path = timeline(i, g, res) if timeline else None
