@@ -38,4 +38,4 @@ def order(prof):
     """The gradient order (parameters in ready order, with sizes) of ``small_ddp_run``'s last bucket layout."""
     from dagprof.passes.gradients import gradient_order
 
-    return gradient_order(prof.graph, prof.run.ranks[0].meta["bucket_layouts"][-1])
+    return gradient_order(prof.graph, prof.run.ranks[0].meta.bucket_layouts[-1])

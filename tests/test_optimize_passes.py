@@ -17,7 +17,7 @@ from dagprof.traces.events import Kind
 
 
 def test_gradient_order_covers_every_parameter_once(prof, order):
-    layout = prof.run.ranks[0].meta["bucket_layouts"][-1]
+    layout = prof.run.ranks[0].meta.bucket_layouts[-1]
     assert sorted(order.params) == sorted(p for b in layout for p in b["params"])
     assert order.total_bytes == sum(b["nbytes"] for b in layout)
     assert all(s is not None for s in order.shapes)

@@ -532,12 +532,12 @@ def search_run(run: Run, g: Graph, opts: Options | None = None, costs_file: str 
     if not ((g.kind == Kind.COMM) & (g.bucket >= 0)).any():
         raise DagprofError("the trace has no gradient-bucket all-reduce to re-bucket (a dagprof profile of a DDP job has them)", run.source)
     meta = run.ranks[0].meta
-    layouts = meta.get("bucket_layouts") or []
+    layouts = meta.bucket_layouts
     order = gradient_order(g, layouts[-1] if layouts else [])
     costs = _in_job(_codec_costs(order, opts, costs_file), run) if opts.allow_lossy else None
     if opts.overlap_slowdown is None:
         opts = replace(opts, overlap_slowdown=_slowdown_of(run))
-    return search(g, order, opts, costs, meta.get("layer_saved_bytes"))
+    return search(g, order, opts, costs, meta.layer_saved_bytes)
 
 
 def _measured(run: Run) -> dict:
@@ -589,8 +589,7 @@ def predict_run(run: Run, g: Graph, strategy: Strategy, costs_file: str | None =
     profile of the same job, e.g. each verification round's). ``measured_in``: the run whose overlap
     measurements (slowdown, codec yardstick) apply, default ``run``."""
     like = measured_in or run
-    meta = run.ranks[0].meta
-    layouts = meta.get("bucket_layouts") or []
+    layouts = run.ranks[0].meta.bucket_layouts
     order = gradient_order(g, layouts[-1] if layouts else [])
     c = strategy.compression
     codec = c.as_codec

@@ -123,7 +123,7 @@ def apply(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
         g = set_scheme(g, s.scheme)
     if s.bandwidth is not None or s.latency_us is not None:
         g = set_link(g, s.bandwidth, s.latency_us, c.link)
-    if s.bucket_mb is not None and g.meta.horovod:
+    if s.bucket_mb is not None and g.meta.horovod is not None:
         raise DagprofError("a Horovod run fuses tensors by its fusion threshold and cycle time: use --fusion-mb and --cycle-ms")
     if s.bucket_mb is not None or not c.overlap:
         cap = None if s.bucket_mb is None else (1e18 if s.bucket_mb == float("inf") else s.bucket_mb * MB)

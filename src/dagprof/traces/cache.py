@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import math
 import os
 import stat
@@ -34,9 +33,11 @@ import numpy as np
 from ..errors import DagprofError
 from ..fsutil import atomic_open, open_input
 from .events import Bucket, Dep, EventTable, Kind, Lane, LaneKind, RankTrace
+from .meta import RankMeta
 
 ENV_VAR = "DAGPROF_CACHE_DIR"
-_READER_FILES = ("kineto.py", "kineto_deps.py", "kineto_decode.py", "kineto_schema.py", "events.py", "cache.py")
+_READER_FILES = ("kineto.py", "kineto_deps.py", "kineto_decode.py", "kineto_schema.py", "events.py", "meta.py", "run_schema.py",
+                 "cache.py")
 _EDGE = 1 << 20  # the content key hashes this many bytes at each end of the trace
 
 
@@ -111,7 +112,7 @@ class _Header(msgspec.Struct):
     layers: list[str]
     groups: list[str]
     group_ranks: dict[str, list[int]]
-    meta: dict[str, Any]
+    meta: RankMeta
     names: list[str]
     lanes: list[tuple[str, int, bool]]
     buckets: list[tuple[int, int, list[str]]]
@@ -164,7 +165,7 @@ def store(trace_path: str, trace: RankTrace) -> str | None:
         "lanes": [[lane.name, int(lane.kind), bool(lane.main)] for lane in trace.lanes],
         "buckets": [[b.index, b.nbytes, b.params] for b in trace.buckets], "arrays": layout,
     }
-    blob = json.dumps(head).encode()
+    blob = msgspec.json.encode(head)
     lead = _MAGIC + len(blob).to_bytes(8, "little") + blob
     for folder in _folders():
         if not _own(folder, create=True):
