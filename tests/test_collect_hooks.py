@@ -70,7 +70,7 @@ def test_plain_model_layers_steps_update(tmp_path):
     run = read_run(tmp_path)
     (t,) = run.ranks
     assert run.world_size == 1 and not run.meta.ddp
-    assert any("not a DDP job" in w for w in run.meta.warnings)
+    assert any("not a DDP job" in str(w) for w in run.meta.warnings)
     assert t.layers == LEAVES
     assert t.meta.steps_profiled == [1, 2]
     assert sorted(t.meta.unprofiled_step_times_us) == [0, 3, 4]
@@ -118,7 +118,7 @@ def test_hook_failure_disables_profiling_not_training(tmp_path):
     assert prof._collector.step == 6  # training went on to the end
     run = read_run(tmp_path)  # step 1 was complete before the failure
     assert run.ranks[0].meta.steps_profiled == [1]
-    assert any("boom" in w for w in run.meta.warnings)
+    assert any("boom" in str(w) for w in run.meta.warnings)
 
 
 def test_window_past_the_end(tmp_path):
@@ -131,7 +131,7 @@ def test_window_cut_short_keeps_what_ran(tmp_path):
     train(tmp_path, range(2, 10), n=5)
     run = read_run(tmp_path)
     assert run.ranks[0].meta.steps_profiled == [2, 3, 4]
-    assert any("steps 2-9 requested but training ended after 5 steps" in w for w in run.meta.warnings)
+    assert any("steps 2-9 requested but training ended after 5 steps" in str(w) for w in run.meta.warnings)
 
 
 def test_bad_run_folders(tmp_path):

@@ -271,7 +271,7 @@ def test_sigkill_one_of_two_ranks(tmp_path, capsys, kineto):
     log.write_bytes(whole + whole.splitlines(keepends=True)[-1][:100].replace(b'"step":4', b'"step":5'))
     run = load(out, allow_missing_ranks=True)
     assert run.rank(1).meta.steps_profiled == [2, 3, 4]
-    assert any("the record of the step after 4 was cut off" in w for w in run.meta.warnings)
+    assert any("the record of the step after 4 was cut off" in str(w) for w in run.meta.warnings)
 
 
 def test_sigterm_one_of_three_ranks(tmp_path, capsys):

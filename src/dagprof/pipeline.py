@@ -35,10 +35,10 @@ class Profiled:
     @property
     def warnings(self) -> list[str]:
         """What the readers noticed but could work around (a short step window, no DDP buckets...)."""
-        seen = list(self.run.meta.warnings)
+        seen = self.run.meta.warning_texts()
         seen += [w for w in self.graph.meta.warnings if w not in seen]
         for t in self.run.ranks:
-            seen += [w for w in t.meta.warnings if w not in seen]
+            seen += [str(w) for w in t.meta.warnings if str(w) not in seen]
         return seen
 
     def to_dict(self) -> dict:

@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> dict:
             "unprofiled_iteration_ms": iteration_us(base) / 1e3 if base else None,
         })
     return {"run": out, "exit_status": code, "world_size": run_.world_size, "ddp": run_.meta.ddp,
-            "fsdp": run_.meta.fsdp, "ranks": ranks, "warnings": run_.meta.warnings}
+            "fsdp": run_.meta.fsdp, "ranks": ranks, "warnings": run_.meta.warning_texts()}
 
 
 _WARMUP_STEPS = 2

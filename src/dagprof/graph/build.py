@@ -121,7 +121,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         loop_steps=loop_steps(run),
         buckets=[{"index": bk.index, "nbytes": bk.nbytes, "params": bk.params} for bk in run.ranks[0].buckets],
         source=run.source,
-        warnings=list(run.meta.warnings),
+        warnings=run.meta.warning_texts(),
         parallel=parallel,
         horovod=run.meta.horovod,
     )

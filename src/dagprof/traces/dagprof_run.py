@@ -46,7 +46,7 @@ from ..errors import DagprofError
 from ..fsutil import inside, open_input
 from .completeness import describe
 from .events import Bucket, EventTable, Kind, Lane, LaneKind, RankTrace, Run
-from .meta import RankGap, RankMeta, RunMeta
+from .meta import RankGap, RankMeta, RunMeta, RunWarning, warnings_of
 from .run_schema import (
     MANIFEST,
     RANK_FORMAT,
@@ -113,7 +113,7 @@ def read_run(path: str | os.PathLike[str], require_ddp: bool = False) -> Run:
     _check_unique(docs, folder)
     if not docs:
         raise DagprofError(f"no rank completed a profiled step ({describe(gaps, world)})", folder)
-    warnings: list[str] = []
+    warnings: list[str | RunWarning] = []
     kineto = all(f.kineto_file for _, f in docs)
     if not kineto and any(f.kineto_file for _, f in docs):
         warnings.append("some ranks have no Kineto trace (cut short): communication of every rank from the comm hooks")
@@ -128,7 +128,7 @@ def read_run(path: str | os.PathLike[str], require_ddp: bool = False) -> Run:
         if require_ddp:
             raise DagprofError(msg, folder)
         warnings.append(msg)
-    meta = RunMeta(manifest=manifest, ddp=ddp, fsdp=fsdp, warnings=sorted(set(warnings)), rank_gaps=gaps,
+    meta = RunMeta(manifest=manifest, ddp=ddp, fsdp=fsdp, warnings=warnings_of(warnings), rank_gaps=gaps,
                    missing_ranks=[g.rank for g in gaps if g.missing_whole])
     return Run(ranks=ranks, source=folder, meta=meta)
 
@@ -262,7 +262,7 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
     t = records[:, Col.T_NS]
     spans = [(step, b0, b1, _partition(records[(t >= b0) & (t <= b1)], b0, b1, layers, comm, grad_bytes)) for step, b0, b1 in steps]
     trace = _to_rank_trace(f, path, spans, comm, layers)
-    trace.meta.warnings, trace.meta.comm_source, trace.meta.kineto = warnings, comm.source, kpath
+    trace.meta.warnings, trace.meta.comm_source, trace.meta.kineto = [RunWarning(w) for w in warnings], comm.source, kpath
     if f.fsdp is not None:
         from .fsdp_run import label_groups  # noqa: PLC0415
 

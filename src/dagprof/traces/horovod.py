@@ -46,7 +46,7 @@ from ..errors import DagprofError
 from ..fsutil import inside, read_input, read_versioned
 from .dagprof_run import read_run
 from .events import Bucket, EventTable, Kind, Lane, LaneKind, RankTrace, Run
-from .meta import Collectives, HorovodRecord, RankMeta
+from .meta import Collectives, HorovodRecord, RankMeta, RunWarning, warnings_of
 
 TIMELINE = "horovod_timeline.json"
 RANK_FORMAT = "dagprof-horovod-rank"
@@ -264,7 +264,7 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
     for r, d in docs.items():
         if d.get("rank", r) != r:
             raise DagprofError(f"holds rank {d.get('rank')}, not rank {r} (a copy of another rank's file?)", os.path.join(folder, horovod_rank_file(r)))
-    warnings = [w for w in run.meta.warnings if _NOT_DDP not in w]
+    warnings: list[str | RunWarning] = [w for w in run.meta.warnings if _NOT_DDP not in w.what]
     for d in docs.values():
         warnings += [w for w in d.get("warnings", []) if w not in warnings]
     requests = {r: [_Request(int(s), str(n), int(a), int(b), int(nb)) for s, n, a, b, nb in d.get("enqueues", [])] for r, d in docs.items()}
@@ -274,7 +274,7 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
     timeline = None
     if tl_path and os.path.exists(tl_path):
         timeline = read_timeline(tl_path)
-        warnings += [f"{tl_name}: {p}" for p in timeline.problems]
+        warnings += [RunWarning(p, file=tl_name) for p in timeline.problems]
     else:
         warnings.append("no Horovod timeline in the run (start the job with HOROVOD_TIMELINE=DYNAMIC): "
                         "requests and waits only, no fusion or transfers")
@@ -298,10 +298,10 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
     )
     if settings.get("autotune"):
         warnings.append("HOROVOD_AUTOTUNE was on: fusion threshold and cycle time changed during the run")
-    return Run(ranks, source=folder, meta=msgspec.structs.replace(run.meta, warnings=sorted(set(warnings)), framework="horovod", horovod=hv))
+    return Run(ranks, source=folder, meta=msgspec.structs.replace(run.meta, warnings=warnings_of(warnings), framework="horovod", horovod=hv))
 
 
-def _plan(tl: Timeline, requests: dict[int, list[_Request]], warnings: list[str]) -> list[_Planned]:
+def _plan(tl: Timeline, requests: dict[int, list[_Request]], warnings: list[str | RunWarning]) -> list[_Planned]:
     """Place each response in the step whose requests it served, on every rank."""
     ref = min(requests)
     by_key: dict[int, dict[tuple[int, str], list[_Request]]] = {}

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from ..errors import DagprofError
@@ -65,7 +66,7 @@ def read_kineto(path: str | os.PathLike[str], rank: int | None = None) -> RankTr
         stream = open_trace(read_input(path), path)  # a checked Kineto trace, or a one-line DagprofError
         out = _build(stream, path, rank)
         if stream.notes:
-            out.meta.warnings.extend(f"{os.path.basename(path)}: {n}" for n in stream.notes)
+            out.meta.warnings.extend(msgspec.structs.replace(n, file=os.path.basename(path)) for n in stream.notes)
         return out
     finally:
         if was_enabled:

@@ -18,7 +18,7 @@ from ..progress import progress
 from . import cache
 from .events import RankTrace, Run
 from .kineto import read_kineto
-from .meta import RankGap, RunMeta
+from .meta import RankGap, RunMeta, RunWarning
 from .ray_parse import parse_on_ray, ray_address
 
 TRACE_PATTERNS = ("*.json", "*.json.gz")
@@ -91,7 +91,7 @@ def _rank_report(ranks: list[RankTrace], skipped: dict[str, str], folder: str) -
     world = ranks[0].world_size
     missing = sorted(set(range(world)) - {t.rank for t in ranks})
     return ranks, RunMeta(missing_ranks=missing, rank_gaps=[RankGap(r, "no trace file here") for r in missing],
-                          skipped=skipped, warnings=warnings)
+                          skipped=skipped, warnings=[RunWarning(w) for w in warnings])
 
 
 def _latest_run(ranks: list[RankTrace], folder: str) -> tuple[list[RankTrace], list[str]]:

@@ -9,6 +9,7 @@ They are msgspec Structs so the parse cache (``traces.cache``) stores ``RankMeta
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterable
 
 import msgspec
 
@@ -45,6 +46,26 @@ class ClockAlignment:
         return (f"{len(self.offset_us)} ranks aligned on {self.instances_used} collectives "
                 f"({self.outliers} outliers dropped); residual skew median {r['median']:.1f} us, "
                 f"p90 {r['p90']:.1f} us, max {r['max']:.1f} us")
+
+
+class RunWarning(msgspec.Struct, frozen=True):
+    """Something a reader noticed and worked around, shown to the user as ``str(w)``: ``what`` happened
+    (``count`` of ``total`` events when counted), in ``file`` when it concerns one file."""
+
+    what: str
+    count: int = 0
+    total: int = 0  # 0: not counted
+    file: str = ""
+
+    def __str__(self) -> str:
+        text = f"{self.count} of {self.total} {self.what}" if self.total else self.what
+        return f"{self.file}: {text}" if self.file else text
+
+
+def warnings_of(texts: Iterable[str | RunWarning]) -> list[RunWarning]:
+    """Entries for ``texts`` (plain strings: the collectors' files, align's notes), each once, in text order."""
+    entries = (w if isinstance(w, RunWarning) else RunWarning(w) for w in texts)
+    return [w for _, w in sorted({str(w): w for w in entries}.items())]
 
 
 class Collectives(msgspec.Struct, kw_only=True):
@@ -122,7 +143,7 @@ class RankMeta(msgspec.Struct, kw_only=True):
     format: str = ""  # kineto | xplane | dagprof-rank (the reader's name for what it read)
     framework: str = ""  # tensorflow, jax, mxnet as the reader names it; "": PyTorch
     framework_version: str = ""
-    warnings: list[str] = []
+    warnings: list[RunWarning] = []
     # --- collectives: naming, matching and grouping (kineto, xplane, dagprof runs, horovod)
     rank_source: str = ""  # where the rank number came from (kineto: distributedInfo, the file name, assumed)
     schema: int | str | None = None  # the Kineto trace's schemaVersion
@@ -157,7 +178,7 @@ class RankMeta(msgspec.Struct, kw_only=True):
 class RunMeta(msgspec.Struct, kw_only=True):
     """The job's facts beyond its ranks: what is missing, what was warned, the framework's record."""
 
-    warnings: list[str] = []
+    warnings: list[RunWarning] = []
     framework: str = ""  # as RankMeta.framework: "" is PyTorch
     rank_gaps: list[RankGap] = []  # what readers know is missing (traces.completeness)
     missing_ranks: list[int] = []
@@ -172,7 +193,11 @@ class RunMeta(msgspec.Struct, kw_only=True):
     clock_alignment: ClockAlignment | None = None
     parallelism_notes: list[str] = []
 
-    def warned(self, *notes: str) -> RunMeta:
+    def warned(self, *notes: str | RunWarning) -> RunMeta:
         """A copy with ``notes`` appended to the warnings (runs are not edited in place)."""
-        return msgspec.structs.replace(self, warnings=[*self.warnings, *notes])
+        return msgspec.structs.replace(self, warnings=[*self.warnings, *(n if isinstance(n, RunWarning) else RunWarning(n) for n in notes)])
+
+    def warning_texts(self) -> list[str]:
+        """The warnings as the user reads them."""
+        return [str(w) for w in self.warnings]
 

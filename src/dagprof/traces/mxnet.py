@@ -34,7 +34,7 @@ from ..errors import DagprofError
 from ..fsutil import inside, read_input, read_versioned
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace, Run
 from .formats import MXNET_MANIFEST as MANIFEST
-from .meta import PsKey, PsRecord, RankMeta, RunMeta, ServerBusy
+from .meta import PsKey, PsRecord, RankMeta, RunMeta, RunWarning, ServerBusy
 
 FORMAT = "dagprof-mxnet-run"
 VERSION = 1
@@ -204,7 +204,7 @@ def read_mxnet_run(folder: str) -> Run:
     )
     meta = RunMeta(ps=ps, framework="mxnet")
     if sorted(man.server_files) != list(range(man.servers)):
-        meta.warnings.append(f"server traces present for {sorted(man.server_files)} of {man.servers} servers")
+        meta.warnings.append(RunWarning(f"server traces present for {sorted(man.server_files)} of {man.servers} servers"))
     return Run(ranks, source=folder, meta=meta)
 
 

@@ -42,7 +42,7 @@ from ..errors import DagprofError
 from ..fsutil import read_input
 from . import formats
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace
-from .meta import Collectives, RankMeta
+from .meta import Collectives, RankMeta, RunWarning
 from .xla_hlo import collective_bytes
 from .xplane_decode import MISSING, WireError, XPlane, XSpace, decode_xspace
 from .xplane_flows import POOL, Line, schedule
@@ -461,7 +461,7 @@ class _Reader:
         ev = EventTable.from_columns(self.tab.names, **c)
         flows = np.unique(np.asarray(self.sched.flows, dtype=np.int64).reshape(-1, 2), axis=0)
         meta = RankMeta(format="xplane", framework=self.framework, framework_version=self.framework_version,
-                        collectives=self.collectives, explicit_seq=True, warnings=self.warnings,
+                        collectives=self.collectives, explicit_seq=True, warnings=[RunWarning(w) for w in self.warnings],
                         steps_profiled=[int(s) for s in self.step_num])
         return RankTrace(rank=int(rank), world_size=int(world), source=self.path, events=ev, lanes=self.lanes,
                          base_ns=self.base_ns, host=(self.space.hostnames or [""])[0],

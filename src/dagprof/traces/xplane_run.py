@@ -21,7 +21,7 @@ from ..errors import DagprofError
 from ..fsutil import inside, read_versioned
 from .completeness import describe
 from .events import Kind, RankTrace, Run
-from .meta import Collectives, RankGap, RunMeta
+from .meta import Collectives, RankGap, RunMeta, RunWarning, warnings_of
 from .tf_xplane import rank_from_path, read_xplane
 from .xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, VERSION, rank_file, rank_logdir
 
@@ -55,7 +55,8 @@ def read_xplane_run(path: str | os.PathLike[str]) -> Run:
 
 def _from_manifest(folder: str, manifest: dict) -> Run:
     world = int(manifest["world_size"])
-    ranks, warnings, gaps = [], [], []
+    ranks, gaps = [], []
+    warnings: list[str | RunWarning] = []
     for r in range(world):
         rpath = os.path.join(folder, rank_file(r))
         if not os.path.exists(rpath):
@@ -83,7 +84,7 @@ def _from_manifest(folder: str, manifest: dict) -> Run:
     _check_same_job(ranks, folder)
     ranks = _trim_cut_steps(ranks, warnings)
     warnings += [w for t in ranks for w in t.meta.warnings]
-    return Run(ranks, source=folder, meta=RunMeta(framework=str(manifest.get("framework") or ""), warnings=sorted(set(warnings)),
+    return Run(ranks, source=folder, meta=RunMeta(framework=str(manifest.get("framework") or ""), warnings=warnings_of(warnings),
                                                   rank_gaps=gaps))
 
 
@@ -96,7 +97,7 @@ def _from_logdirs(folder: str) -> Run:
     for f in files:
         r = rank_from_path(os.path.relpath(os.path.dirname(f), folder))
         (by_rank.setdefault(r, []) if r is not None else unranked).append(f)
-    warnings = []
+    warnings: list[str | RunWarning] = []
     if unranked:
         if by_rank or len(unranked) > 1 and len({os.path.dirname(os.path.dirname(f)) for f in unranked}) == 1:
             raise DagprofError(f"cannot tell the rank of {os.path.relpath(unranked[0], folder)}: put each worker's log folder "
@@ -114,7 +115,7 @@ def _from_logdirs(folder: str) -> Run:
     ranks = _trim_cut_steps(ranks, warnings)
     warnings += [w for t in ranks for w in t.meta.warnings]
     return Run(ranks, source=folder, meta=RunMeta(missing_ranks=missing, rank_gaps=[RankGap(r, "no profile in its log folder") for r in missing],
-                                                  warnings=sorted(set(warnings))))
+                                                  warnings=warnings_of(warnings)))
 
 
 def _check_same_job(ranks: list[RankTrace], folder: str) -> None:
@@ -134,7 +135,7 @@ def _check_same_job(ranks: list[RankTrace], folder: str) -> None:
             f"{(latest_start[0] - earliest_end[1]) / 1e9:.0f} s apart: they are from different runs", folder)
 
 
-def _trim_cut_steps(ranks: list[RankTrace], warnings: list[str]) -> list[RankTrace]:
+def _trim_cut_steps(ranks: list[RankTrace], warnings: list[str | RunWarning]) -> list[RankTrace]:
     """Drop the first or last common step where a collective is missing on some rank.
 
     A profiler stopped right after the last step may lose that step's collective range on one
