@@ -1,8 +1,8 @@
 """Every rank on one clock, once: the step between reading traces and building a graph.
 
 ``build_graph`` calls ``on_one_clock`` so the public path ``load -> build_graph -> replay``
-aligns as ``pipeline.open_run`` does. A run remembers that it was aligned (or why it could not
-be) in ``run.meta.clock_alignment``, so a second call does nothing, and the collective
+aligns as ``pipeline.open_run`` does. A run remembers that it was aligned (``run.meta.clocks_done``,
+the offsets in ``run.meta.clock_alignment``, None when they could not be fitted), so a second call does nothing, and the collective
 matching computed for the alignment is handed on to the graph builder instead of redone.
 """
 from __future__ import annotations
@@ -11,8 +11,9 @@ import msgspec
 
 from ..errors import DagprofError
 from ..traces.events import Run
+from ..traces.meta import ClockAlignment
 from ..traces.parallelism import resolve_groups
-from .clocks import ClockAlignment, align_clocks
+from .clocks import align_clocks
 from .matching import Matching, match_collectives, renumber_steps
 
 
