@@ -141,7 +141,7 @@ def measured_exchange_ms(run_dir: str) -> float:
     from dagprof.graph.build_ps import build_ps_graph
     from dagprof.traces.load import load
 
-    return statistics.mean(span for _, _, span in build_ps_graph(load(run_dir)).meta.ps["exchange_us"]) / 1e3
+    return statistics.mean(span for _, _, span in build_ps_graph(load(run_dir)).meta.ps.exchange_us) / 1e3
 
 
 def predict(run_dir: str, rate0: float, cells: list[tuple[int, float]]) -> tuple[dict, float, float]:
@@ -157,7 +157,7 @@ def predict(run_dir: str, rate0: float, cells: list[tuple[int, float]]) -> tuple
     from dagprof.replay import replay
 
     p = open_run(run_dir)
-    bw0 = p.graph.meta.ps_link_fit["bandwidth_bytes_per_s"]
+    bw0 = p.graph.meta.ps_link_fit.bandwidth_bytes_per_s
     out = {}
     for servers, rate in cells:
         g = set_scheme(p.graph, CollectiveSpec.parse(f"ps:{servers}"))

@@ -69,7 +69,7 @@ def test_size_mismatch_names_rank_and_position():
 def test_explicit_seq_is_authoritative():
     run = ddp_run(ranks=2, steps=2)
     for t in run.ranks:
-        t.meta["explicit_seq"] = True
+        t.meta.explicit_seq = True
     run = _drop_comm(run, 1, 0)
     t = run.ranks[1]  # explicit Seq values do not shift when an event is lost
     seq = t.events.seq.copy()

@@ -43,7 +43,7 @@ def launcher_run(tmp_path_factory):
 def check_rank(t, leaves):
     ev = t.events
     assert t.layers == leaves
-    steps = t.meta["steps_profiled"]
+    steps = t.meta.steps_profiled
     assert steps[0] == 2 and len(steps) >= 2
     assert len(t.buckets) > 2 and sum(b.nbytes for b in t.buckets) == param_bytes()
     assert sorted(p for b in t.buckets for p in b.params) == sorted(p for p, _ in build_model(SMALL).named_parameters())
@@ -62,7 +62,7 @@ def check_rank(t, leaves):
         assert np.allclose(ev.end[main[:-1]], ev.start[main[1:]], atol=1e-3)
     comm = np.flatnonzero(ev.kind == Kind.COMM)
     assert all(t.lanes[ev.lane[i]].kind == LaneKind.COMM_THREAD for i in comm)
-    assert set(t.meta["comm_lanes"]) == {t.lanes[ev.lane[i]].name for i in comm}
+    assert set(t.meta.comm_lanes) == {t.lanes[ev.lane[i]].name for i in comm}
     # every transfer has its enqueue before it and a successor (the wait) after it
     flows = {tuple(f) for f in t.flows.tolist()}
     for i in comm:
@@ -74,22 +74,22 @@ def check_rank(t, leaves):
 
 
 def test_api_run_two_ranks(api_run):
-    assert api_run.world_size == 2 and api_run.meta["ddp"] and not api_run.meta["warnings"]
+    assert api_run.world_size == 2 and api_run.meta.ddp and not api_run.meta.warnings
     leaves = leaf_paths()
     by_rank = [check_rank(t, leaves) for t in api_run.ranks]
     assert by_rank[0] == by_rank[1]  # the same collective at the same (group, seq) on both ranks
     t = api_run.ranks[0]
-    assert t.meta["comm_source"].startswith("Kineto") and t.backend == "gloo"
+    assert t.meta.comm_source.startswith("Kineto") and t.backend == "gloo"
     assert any(b < 0 for b, _ in by_rank[0].values())  # DDP's buffer broadcast, visible through Kineto
 
 
 def test_launcher_zero_code(launcher_run):
-    assert launcher_run.meta["mode"] == "launcher" and launcher_run.world_size == 2
+    assert launcher_run.meta.manifest.mode == "launcher" and launcher_run.world_size == 2
     leaves = leaf_paths()
     by_rank = [check_rank(t, leaves) for t in launcher_run.ranks]
     assert by_rank[0] == by_rank[1]
-    assert launcher_run.ranks[1].meta["comm_source"].startswith("comm hook")
-    assert launcher_run.ranks[0].meta["kineto"] is None
+    assert launcher_run.ranks[1].meta.comm_source.startswith("comm hook")
+    assert launcher_run.ranks[0].meta.kineto is None
 
 
 def test_launcher_without_ddp_says_so(tmp_path, capsys):

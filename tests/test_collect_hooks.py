@@ -69,11 +69,11 @@ def test_plain_model_layers_steps_update(tmp_path):
     assert not prof.warnings
     run = read_run(tmp_path)
     (t,) = run.ranks
-    assert run.world_size == 1 and not run.meta["ddp"]
-    assert any("not a DDP job" in w for w in run.meta["warnings"])
+    assert run.world_size == 1 and not run.meta.ddp
+    assert any("not a DDP job" in str(w) for w in run.meta.warnings)
     assert t.layers == LEAVES
-    assert t.meta["steps_profiled"] == [1, 2]
-    assert sorted(t.meta["unprofiled_step_times_us"]) == [0, 3, 4]
+    assert t.meta.steps_profiled == [1, 2]
+    assert sorted(t.meta.unprofiled_step_times_us) == [0, 3, 4]
     ev = t.events
     for step in (1, 2):
         in_step = ev.step == step
@@ -88,7 +88,7 @@ def test_plain_model_layers_steps_update(tmp_path):
         assert [t.layers[ev.layer[i]] for i in bwd[np.argsort(ev.start[bwd])]] == LEAVES[::-1]
         assert ev.start[fwd].max() < ev.start[bwd].min() < ev.start[in_step & (ev.kind == Kind.UPDATE)][0]
     check_partition(t)
-    assert t.meta["layer_grad_bytes"]["0"] == (8 * 16 + 16) * 4
+    assert t.meta.layer_grad_bytes["0"] == (8 * 16 + 16) * 4
     with pytest.raises(DagprofError, match="not a DDP job"):
         read_run(tmp_path, require_ddp=True)
 
@@ -117,8 +117,8 @@ def test_hook_failure_disables_profiling_not_training(tmp_path):
         prof = train(tmp_path, range(1, 4), n=6, before_step=sabotage)
     assert prof._collector.step == 6  # training went on to the end
     run = read_run(tmp_path)  # step 1 was complete before the failure
-    assert run.ranks[0].meta["steps_profiled"] == [1]
-    assert any("boom" in w for w in run.meta["warnings"])
+    assert run.ranks[0].meta.steps_profiled == [1]
+    assert any("boom" in str(w) for w in run.meta.warnings)
 
 
 def test_window_past_the_end(tmp_path):
@@ -130,8 +130,8 @@ def test_window_past_the_end(tmp_path):
 def test_window_cut_short_keeps_what_ran(tmp_path):
     train(tmp_path, range(2, 10), n=5)
     run = read_run(tmp_path)
-    assert run.ranks[0].meta["steps_profiled"] == [2, 3, 4]
-    assert any("steps 2-9 requested but training ended after 5 steps" in w for w in run.meta["warnings"])
+    assert run.ranks[0].meta.steps_profiled == [2, 3, 4]
+    assert any("steps 2-9 requested but training ended after 5 steps" in str(w) for w in run.meta.warnings)
 
 
 def test_bad_run_folders(tmp_path):
@@ -252,7 +252,7 @@ def test_ddp_attached_after_training_started(tmp_path, one_rank_group):
             one_step()
             prof.step()
     (t,) = read_run(tmp_path / "run", require_ddp=True).ranks
-    assert t.meta["bucket_cap_mb"] == pytest.approx(0.0005, rel=1e-3)
+    assert t.meta.bucket_cap_mb == pytest.approx(0.0005, rel=1e-3)
     assert ((t.events.kind == Kind.COMM) & (t.events.step == 1)).sum() == len(t.buckets) > 1
 
 

@@ -36,22 +36,22 @@ def graph(path):
 @pytest.mark.parametrize("path", [RESHARD, KEEP, HSDP])
 def test_units_collectives_and_memory_are_read(path):
     run = read_run(path)
-    assert run.meta["fsdp"] and not run.meta["ddp"] and not run.meta["warnings"]
+    assert run.meta.fsdp and not run.meta.ddp and not run.meta.warnings
     for t in run.ranks:
-        info = t.meta["fsdp"]
-        assert [u["name"] for u in info["units"]] == UNITS
-        assert [t.layers[i] for i in info["units"][1]["layers"]] == ["blocks.0.up", "blocks.0.down"]
-        assert [t.layers[i] for i in info["units"][0]["layers"]] == ["embed", "head"]  # not the blocks' layers
-        shard = len(info["units"][0]["mesh"]) and info["units"][0]["mesh"][-1]
-        numel = sum(u["numel"] for u in info["units"])
-        assert info["param_shard_bytes"] == sum(u["shard_bytes"] for u in info["units"]) == numel * 4 // shard
-        assert info["grad_shard_bytes"] == info["param_shard_bytes"]  # fp32 gradient shards
-        assert info["optim_state_bytes"] == 2 * info["param_shard_bytes"]  # AdamW: two moments per element
-        for c in info["collectives"]:
-            unit = info["units"][c["unit"]]
-            full = unit["numel"] * (2 if c["dtype"] == "bfloat16" else 4)
+        info = t.meta.fsdp
+        assert [u.name for u in info.units] == UNITS
+        assert [t.layers[i] for i in info.units[1].layers] == ["blocks.0.up", "blocks.0.down"]
+        assert [t.layers[i] for i in info.units[0].layers] == ["embed", "head"]  # not the blocks' layers
+        shard = len(info.units[0].mesh) and info.units[0].mesh[-1]
+        numel = sum(u.numel for u in info.units)
+        assert info.param_shard_bytes == sum(u.shard_bytes for u in info.units) == numel * 4 // shard
+        assert info.grad_shard_bytes == info.param_shard_bytes  # fp32 gradient shards
+        assert info.optim_state_bytes == 2 * info.param_shard_bytes  # AdamW: two moments per element
+        for c in info.collectives:
+            unit = info.units[c.unit]
+            full = unit.numel * (2 if c.dtype == "bfloat16" else 4)
             # an all-gather gathers, a reduce-scatter reduces, the whole unit; HSDP all-reduces the shard across replicas
-            assert c["nbytes"] == (full // shard if c["kind"] == "all_reduce" else full), c
+            assert c.nbytes == (full // shard if c.kind == "all_reduce" else full), c
 
 
 def test_rank_files_decode_into_the_typed_schema():
@@ -62,16 +62,16 @@ def test_rank_files_decode_into_the_typed_schema():
 
 
 def test_mixed_precision_dtypes():
-    info = read_run(KEEP).ranks[0].meta["fsdp"]
-    assert {(u["param_dtype"], u["reduce_dtype"]) for u in info["units"]} == {("bfloat16", "float32")}
-    assert {(c["kind"], c["dtype"]) for c in info["collectives"]} == {("all_gather", "bfloat16"), ("reduce_scatter", "float32")}
+    info = read_run(KEEP).ranks[0].meta.fsdp
+    assert {(u.param_dtype, u.reduce_dtype) for u in info.units} == {("bfloat16", "float32")}
+    assert {(c.kind, c.dtype) for c in info.collectives} == {("all_gather", "bfloat16"), ("reduce_scatter", "float32")}
 
 
 def test_hsdp_groups_split_shard_and_replicate():
     run = read_run(HSDP)
-    assert run.ranks[0].meta["fsdp"]["units"][0]["mesh"] == [2, 2]
+    assert run.ranks[0].meta.fsdp.units[0].mesh == [2, 2]
     assert [t.groups for t in run.ranks] == [["0,1", "0,2"], ["0,1", "1,3"], ["0,2", "2,3"], ["1,3", "2,3"]]
-    kinds = {(c["kind"], c["group"]) for c in run.ranks[0].meta["fsdp"]["collectives"]}
+    kinds = {(c.kind, c.group) for c in run.ranks[0].meta.fsdp.collectives}
     assert kinds == {("all_gather", "0,1"), ("reduce_scatter", "0,1"), ("all_reduce", "0,2")}
 
 
@@ -86,7 +86,7 @@ def test_fsdp_orderings_are_edges(path, backward_gathers, prefetched):
     assert counts["backward_all_gather_after_reshard"] == (len(UNITS) * steps * n if backward_gathers else 0)
     assert counts["reduce_scatter_after_backward"] == len(UNITS) * steps * n
     assert counts["prefetched"] == prefetched  # default backward prefetch (resharded) or explicit forward prefetch (KEEP)
-    assert all(u["resharded_after_forward"] == backward_gathers for u in g.meta.fsdp["units"])
+    assert all(u.resharded_after_forward == backward_gathers for u in g.meta.fsdp.units)
     res = replay(g)
     assert max_in_flight(g, res.start, res.end) == 1  # gloo on CPU: FSDP's collectives block, one per group at a time
 
@@ -156,8 +156,8 @@ def test_zero_code_profile_of_an_fsdp_job(tmp_path):
            "--blocks", "2", "--width", "64", "--vocab", "256", "--batch", "4", "--seq", "16", "--steps", "5"]
     assert main(["profile", "-o", str(tmp_path), "--steps", "2:4", "--no-kineto", "--"] + cmd) == 0
     run = read_run(tmp_path)
-    assert run.meta["mode"] == "launcher" and run.meta["fsdp"]
-    assert run.ranks[0].meta["steps_profiled"] == [2, 3]
+    assert run.meta.manifest.mode == "launcher" and run.meta.fsdp
+    assert run.ranks[0].meta.steps_profiled == [2, 3]
     assert check_fsdp_edges(build_graph(run))["forward_waits_all_gather"] == 2 * 3 * 2
     ev = run.ranks[0].events
     assert (ev.kind == Kind.UPDATE).sum() == 2

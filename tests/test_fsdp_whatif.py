@@ -29,14 +29,14 @@ def graph(path):
 def test_peak_memory_holds_the_measured_shards(path):
     g = graph(path)
     peaks = fsdp_peak(g)
-    assert set(peaks) == set(range(g.meta.fsdp["world_size"]))
+    assert set(peaks) == set(range(g.meta.fsdp.world_size))
     for r, m in peaks.items():
-        mem = g.meta.fsdp["memory"][r]
-        assert m.params == mem["param_shard_bytes"] and m.optimizer == mem["optim_state_bytes"]
+        mem = g.meta.fsdp.memory[r]
+        assert m.params == mem.param_shard_bytes and m.optimizer == mem.optim_state_bytes
         assert m.activations > 0 and m.at.startswith(("backward of", "reduce-scatter of"))
         # the root's full parameters (or, at its reduce-scatter, its full gradients) are alive at every such moment
-        root = next(u for u in g.meta.fsdp["units"] if u["name"] == "<root>")
-        assert m.gathered >= root["numel"] * (2 if root["param_dtype"] == "bfloat16" else 4)
+        root = next(u for u in g.meta.fsdp.units if u.name == "<root>")
+        assert m.gathered >= root.numel * (2 if root.param_dtype == "bfloat16" else 4)
 
 
 def test_peak_memory_against_a_measured_run():

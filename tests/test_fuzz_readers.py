@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 
+import msgspec
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
@@ -186,7 +187,7 @@ def _check_trace(path: str) -> None:
     assert np.all(np.isfinite(ev.start)) and np.all(ev.dur >= 0)
     assert not len(t.flows) or (t.flows.min() >= 0 and t.flows.max() < n)
     assert 0 <= t.rank < t.world_size
-    json.dumps(t.meta, default=str)
+    msgspec.json.encode(t.meta)
 
 
 # ------------------------------------------------------------------ Kineto traces

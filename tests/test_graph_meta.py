@@ -8,6 +8,7 @@ from dagprof.graph.meta import GraphMeta
 from dagprof.graph.symmetry import fold_ranks
 from dagprof.passes import expand_collectives, scale_compute, scale_workers, set_buckets, set_link
 from dagprof.passes.accumulate import accumulate_gradients
+from dagprof.traces.meta import HorovodRecord
 
 from test_passes_fixture import ddp_graph
 
@@ -26,7 +27,7 @@ def _input():
     g = ddp_graph()
     g.meta.warnings.append("from the reader")
     g.meta.measured_iter_us.update({0: 1.0, 1: 2.0})
-    g.meta.horovod = {"tensor_bytes": {"a": 4}}
+    g.meta.horovod = HorovodRecord(tensor_bytes={"a": 4})
     return g
 
 

@@ -59,8 +59,8 @@ def test_fusion_is_what_the_threshold_allows():
 @pytest.mark.parametrize("name", FIXTURES)
 def test_run_carries_requests_and_responses_on_every_rank(name):
     run = load(fixture(name))
-    assert run.meta["framework"] == "horovod"
-    assert not any("DDP" in w for w in run.meta["warnings"])
+    assert run.meta.framework == "horovod"
+    assert not any("DDP" in str(w) for w in run.meta.warnings)
     per_rank = []
     for t in run.ranks:
         ev = t.events
@@ -96,7 +96,7 @@ def test_whatif_regroups_like_horovod():
     g = p.graph
     same = set_horovod(g, replay)
     none = set_horovod(g, replay, fusion_bytes=0)
-    sizes = g.meta.horovod["tensor_bytes"]
+    sizes = g.meta.horovod.tensor_bytes
     n_tensors = len(sizes) * len(g.meta.steps)
 
     def responses(h):
@@ -110,7 +110,7 @@ def test_whatif_regroups_like_horovod():
     res = replay(slow)
     cycles = np.sort(res.start[np.array([slow.node_name(v).startswith("horovod negotiate") for v in range(len(slow))])])
     assert len(cycles) and np.all(np.diff(cycles) >= 50e3 - 1.0)  # busy cycles start at least a cycle apart
-    assert none.meta.horovod["fusion_threshold_bytes"] == 0 and slow.meta.horovod["cycle_time_ms"] == 50
+    assert none.meta.horovod.fusion_threshold_bytes == 0 and slow.meta.horovod.cycle_time_ms == 50
 
 
 def test_fuse_follows_horovod_rules():
@@ -160,7 +160,7 @@ def test_without_timeline_reads_compute_and_requests(tmp_path):
     shutil.copytree(fixture("fused"), run)
     os.unlink(run / TIMELINE)
     r = load(run)
-    assert any("no Horovod timeline" in w for w in r.meta["warnings"])
+    assert any("no Horovod timeline" in str(w) for w in r.meta.warnings)
     assert all((t.events.kind == Kind.COMM_ENQUEUE).any() for t in r.ranks)
     p = open_run(run)
     assert abs(p.analysis.error_pct) < 5.0

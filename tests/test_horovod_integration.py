@@ -39,7 +39,7 @@ def test_rerecorded_fixture_reads_and_replays(name, tmp_path):
     assert tl.responses
     assert all(len(r.tensors) == 1 for r in tl.responses) == (name == "unfused")
     p = open_run(folder)
-    assert p.run.meta["framework"] == "horovod" and len(p.run.ranks) == 2
+    assert p.run.meta.framework == "horovod" and len(p.run.ranks) == 2
     assert abs(p.analysis.error_pct) < 5.0
 
 
@@ -60,5 +60,5 @@ def test_zero_code_profile_of_horovodrun(tmp_path):
     docs = [json.load(open(out / f"rank{r}.horovod.json")) for r in (0, 1)]
     assert docs[0]["timeline"] == TIMELINE and docs[0]["calmed_threads"] == 1 and docs[1]["calmed_threads"] == 0
     p = open_run(out)
-    assert p.run.meta["framework"] == "horovod" and not p.warnings
+    assert p.run.meta.framework == "horovod" and not p.warnings
     assert abs(p.analysis.error_pct) < 5.0

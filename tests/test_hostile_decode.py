@@ -67,7 +67,7 @@ def test_one_odd_event_keeps_every_other_field(tmp_path, clean, damage):
     assert _collectives(t) == _collectives(clean)  # sizes from input shapes, groups and order all kept
     assert [lane.name for lane in t.lanes] == [lane.name for lane in clean.lanes]  # thread names kept
     assert t.group_ranks == clean.group_ranks
-    warnings = " | ".join(t.meta["warnings"])
+    warnings = " | ".join(map(str, t.meta.warnings))
     if damage == "dur":
         assert len(t.events) == len(clean.events) - 1 and "1 of" in warnings and "unreadable" in warnings
     else:
@@ -98,7 +98,7 @@ def test_missing_negative_and_absurd_times_are_dropped_and_counted(tmp_path, cle
     assert len(t.events) == len(clean.events) - 3
     span = (t.events.start + t.events.dur).max() - t.events.start.min()
     assert span <= (clean.events.start + clean.events.dur).max() - clean.events.start.min()
-    warnings = " | ".join(t.meta["warnings"])
+    warnings = " | ".join(map(str, t.meta.warnings))
     assert "2 of" in warnings and "no valid ts or dur" in warnings
     assert "1 of" in warnings and "longer than 24 hours" in warnings
     assert _collectives(t) == _collectives(clean)

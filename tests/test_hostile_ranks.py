@@ -86,7 +86,7 @@ def test_kineto_folder_one_of_two(tmp_path):
             shutil.copy(f, folder)
     _refused(folder, "rank 1 of 2: no trace file here")
     run = load(folder, allow_missing_ranks=True)
-    assert [t.rank for t in run.ranks] == [0] and run.meta["partial"]
+    assert [t.rank for t in run.ranks] == [0] and run.meta.partial
 
 
 def _dlrm_doc(rank: int) -> tuple[str, dict]:
@@ -194,7 +194,7 @@ def test_recorded_killed_runs(name, why, tmp_path, capsys):
     text = _refused(KILLED / name, why, "rank 0 of 2: ended by RuntimeError (", "during step 3: steps 3-4 missing", "--allow-missing-ranks")
     assert text.startswith(f"{KILLED / name}: incomplete profile: ")
     run = load(KILLED / name, allow_missing_ranks=True)
-    assert [t.meta["steps_profiled"] for t in run.ranks] == [[1, 2], [1, 2]] and run.meta["partial"]
+    assert [t.meta.steps_profiled for t in run.ranks] == [[1, 2], [1, 2]] and run.meta.partial
     code, out, _ = _cli(capsys, "analyze", KILLED / name, "--allow-missing-ranks", "--json")
     r = json.loads(out)
     assert code == 0 and r["partial"] and [p["rank"] for p in r["per_rank"]] == [0, 1]
@@ -263,15 +263,15 @@ def test_sigkill_one_of_two_ranks(tmp_path, capsys, kineto):
     parts, torn = rs.read_step_log(out / "rank1.steps" / "steps.jsonl")
     assert [p.step for p in parts] == [2, 3, 4] and not torn
     run = load(out, allow_missing_ranks=True)
-    assert [t.meta["steps_profiled"] for t in run.ranks] == [[2, 3, 4], [2, 3, 4]]
+    assert [t.meta.steps_profiled for t in run.ranks] == [[2, 3, 4], [2, 3, 4]]
     _check_partial(out, capsys, 2, "killed (SIGKILL, out of memory), crashed or still running: its step files end at step 4, no rank1.json")
     # killed while appending step 5: the line has no newline (no commit), so it is dropped with a warning
     log = out / "rank1.steps" / "steps.jsonl"
     whole = log.read_bytes()
     log.write_bytes(whole + whole.splitlines(keepends=True)[-1][:100].replace(b'"step":4', b'"step":5'))
     run = load(out, allow_missing_ranks=True)
-    assert run.rank(1).meta["steps_profiled"] == [2, 3, 4]
-    assert any("the record of the step after 4 was cut off" in w for w in run.meta["warnings"])
+    assert run.rank(1).meta.steps_profiled == [2, 3, 4]
+    assert any("the record of the step after 4 was cut off" in str(w) for w in run.meta.warnings)
 
 
 def test_sigterm_one_of_three_ranks(tmp_path, capsys):
@@ -307,14 +307,14 @@ def test_zero_code_launcher_sigkill_one_of_three(tmp_path, capsys):
     assert "rank 1 of 3: killed (SIGKILL, out of memory), crashed or still running: its step files end at step 4" in err
     assert "steps 5-7 missing" in err and "--allow-missing-ranks" in err
     run = load(out, allow_missing_ranks=True)
-    assert [t.meta["steps_profiled"] for t in run.ranks] == [[2, 3, 4]] * 3
+    assert [t.meta.steps_profiled for t in run.ranks] == [[2, 3, 4]] * 3
 
 
 def test_completed_run_leaves_no_step_files(small_ddp_run):
     """A run that ends normally holds rank<R>.json only: the step files are gone once it is written."""
     assert not glob.glob(os.path.join(small_ddp_run, "rank*.steps"))
     run = load(small_ddp_run)
-    assert not run.meta["rank_gaps"] and not run.meta.get("partial")
+    assert not run.meta.rank_gaps and not run.meta.partial
 
 
 _HANDLER_JOB = """
@@ -340,7 +340,7 @@ def test_signal_chains_to_the_programs_handler(tmp_path):
     done = subprocess.run([sys.executable, "-c", _HANDLER_JOB, str(out)], env=_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "trained to the end" in done.stdout, done.stderr[-2000:]
     run = load(out)
-    assert run.ranks[0].meta["steps_profiled"] == [1, 2, 3] and not run.meta["rank_gaps"]
+    assert run.ranks[0].meta.steps_profiled == [1, 2, 3] and not run.meta.rank_gaps
     assert rs.read_file(out / "rank0.json", rs.RankFile).ended == ""  # it carried on: nothing stopped it
 
 

@@ -40,7 +40,7 @@ def _same(a, b):
 
 def test_parallel_parse_then_cache_hit_is_identical(folder):
     cold = read_trace_dir(folder, jobs=2)
-    assert [t.rank for t in cold.ranks] == [0, 1] and cold.meta["missing_ranks"] == []
+    assert [t.rank for t in cold.ranks] == [0, 1] and cold.meta.missing_ranks == []
     assert len(_cache_files(folder)) == 2
     warm = read_trace_dir(folder)
     for a, b in zip(cold.ranks, warm.ranks):
@@ -94,7 +94,7 @@ def test_unwritable_cache_dir_falls_back_to_tmp(folder, monkeypatch, tmp_path_fa
 def test_duplicate_rank_and_foreign_json(folder):
     (folder / "replay.trace.json").write_text(json.dumps({"traceEvents": [], "displayTimeUnit": "ms", "metadata": {}}))
     run = read_trace_dir(folder, use_cache=False)
-    assert list(run.meta["skipped"]) == ["replay.trace.json"] and len(run.ranks) == 2
+    assert list(run.meta.skipped) == ["replay.trace.json"] and len(run.ranks) == 2
     src = sorted(glob.glob(str(folder / "rank-0*.json")))[0]
     shutil.copy(src, folder / "rank-0.copy.json")
     with pytest.raises(DagprofError, match="rank 0 appears twice") as err:
@@ -105,7 +105,7 @@ def test_duplicate_rank_and_foreign_json(folder):
 def test_missing_ranks_are_reported(folder):
     os.remove(sorted(glob.glob(str(folder / "rank-1*.json")))[0])
     run = read_trace_dir(folder, use_cache=False)
-    assert run.meta["missing_ranks"] == [1] and [t.rank for t in run.ranks] == [0]
+    assert run.meta.missing_ranks == [1] and [t.rank for t in run.ranks] == [0]
 
 
 def test_empty_folder(tmp_path):

@@ -106,7 +106,7 @@ def test_nccl_stream_joins_the_callers_stream_and_plain_waits_are_declined_when_
     plain = t.flows[t.rules() == Dep.STREAM_WAIT_PLAIN]
     assert len(plain) and np.all(ev.start[plain[:, 1]] >= ev.end[plain[:, 0]])  # kept only where the trace agrees
     # the gradient copy that runs while the latest all-reduce is still in flight does not wait for it
-    assert t.meta["declined"].get("STREAM_WAIT_PLAIN", 0) >= 1
+    assert t.meta.declined.get("STREAM_WAIT_PLAIN", 0) >= 1
     assert_consistent(t)
 
 

@@ -43,10 +43,10 @@ def test_explicit_seq_group_and_bf16_bytes(tmp_path):
     t = read_kineto(p)
     ev = t.events
     comm = np.flatnonzero(ev.kind == Kind.COMM)
-    assert ev.seq[comm].tolist() == [40, 41, 42] and t.meta["explicit_seq"]
+    assert ev.seq[comm].tolist() == [40, 41, 42] and t.meta.explicit_seq
     assert t.groups == ["5"] and t.group_ranks["5"] == [0, 1]
     assert np.all(ev.nbytes[comm] == 2000)  # 1000 bf16 elements
-    assert t.meta["collectives"]["coll"] == ["allreduce"] * 3
+    assert t.meta.collectives.coll == ["allreduce"] * 3
     enq = np.flatnonzero((ev.kind == Kind.COMM_ENQUEUE) & (ev.group >= 0))
     assert [ev.name_of(i) for i in enq] == ["c10d::allreduce_"] * 3 and ev.seq[enq].tolist() == [40, 41, 42]
 
@@ -70,8 +70,8 @@ def test_rccl_generic_kernel_takes_the_name_of_its_host_call(tmp_path):
     p.write_text(json.dumps(doc))
     t = read_kineto(p)
     comm = np.flatnonzero(t.events.kind == Kind.COMM)
-    assert len(comm) == 1 and t.meta["collectives"]["coll"] == ["allreduce"] and t.groups == ["0"]
-    assert t.events.seq[comm].tolist() == [0] and not t.meta["explicit_seq"]
+    assert len(comm) == 1 and t.meta.collectives.coll == ["allreduce"] and t.groups == ["0"]
+    assert t.events.seq[comm].tolist() == [0] and not t.meta.explicit_seq
 
 
 def test_kinds_from_wrappers_names_and_step_phase(tmp_path):
@@ -110,4 +110,4 @@ def test_kinds_from_wrappers_names_and_step_phase(tmp_path):
     assert depth["MmBackward0"] == 1 and np.all(e.step[e.kind != Kind.STEP] == 3)
     idx = {e.name_of(i): i for i in range(len(e)) if e.name_of(i) != "cudaLaunchKernel"}
     assert [idx["upd_kernel"], idx["cudaStreamSynchronize"]] in t.flows.tolist()
-    assert t.meta["rank_source"].startswith("assumed") and t.lanes[e.lane[idx["aten::mm"]]].main
+    assert t.meta.rank_source.startswith("assumed") and t.lanes[e.lane[idx["aten::mm"]]].main

@@ -102,4 +102,4 @@ def test_rank_trace_assembly(stages):
     t = K._rank_trace(trace, PATH, None, header, cols, nest, kinds, deps, colls)
     assert (t.rank, t.world_size, t.backend) == (0, 2, "nccl")
     assert [lane.name for lane in t.lanes if lane.main] == ["thread 2910249 (pt_main_thread)"]
-    assert len(t.flows) == len(t.flow_rule) and t.meta["declined"] == deps.declined
+    assert len(t.flows) == len(t.flow_rule) and t.meta.declined == deps.declined

@@ -41,9 +41,9 @@ def test_pslite_placement_splits_only_big_arrays():
 def test_reader_normalises_workers_and_servers():
     run = load(str(FIXTURE))
     assert [t.rank for t in run.ranks] == [0, 1]
-    ps = run.meta["ps"]
-    assert ps["num_servers"] == 2 and len(ps["keys"]) == 8
-    assert {b["file"] for b in ps["server_busy"]} == {0, 1}
+    ps = run.meta.ps
+    assert ps.num_servers == 2 and len(ps.keys) == 8
+    assert {b.file for b in ps.server_busy} == {0, 1}
     for t in run.ranks:
         ev = t.events
         assert (ev.kind == Kind.STEP).sum() == 3
@@ -75,11 +75,11 @@ def test_graph_has_server_lanes_and_replays_within_5_percent():
 
 def test_link_rate_is_fitted_to_the_exchanges_not_the_iteration():
     g = open_run(str(FIXTURE)).graph
-    measured = np.mean([span for _, _, span in g.meta.ps["exchange_us"]])
-    assert len(g.meta.ps["exchange_us"]) == 2 * 3  # workers x profiled steps
+    measured = np.mean([span for _, _, span in g.meta.ps.exchange_us])
+    assert len(g.meta.ps.exchange_us) == 2 * 3  # workers x profiled steps
     replayed = np.mean(list(exchange_us(g, replay(g).start).values()))
     assert replayed == pytest.approx(measured, rel=0.01)
-    assert g.meta.ps_link_fit["bandwidth_bytes_per_s"] > 0
+    assert g.meta.ps_link_fit.bandwidth_bytes_per_s > 0
 
 
 def test_whatif_servers_and_bandwidth_move_the_right_way():
@@ -133,7 +133,7 @@ def test_truncated_trace_is_a_one_line_error(capsys, run_dir):
 def test_user_script_pushes_wait_for_their_own_gradient_not_the_end_of_backward():
     g = open_run(str(USER)).graph
     res = replay(g)
-    layer_of = {k["key"]: k["layer"] for k in g.meta.ps["keys"]}
+    layer_of = {k.key: k.layer for k in g.meta.ps.keys}
     issues = [v for v in range(len(g)) if g.node_name(v) == ISSUE]
     assert len(issues) == 3 * 2 * len(layer_of)  # steps x workers x keys
     backward_end: dict[tuple[int, int, str], float] = {}

@@ -19,7 +19,7 @@ from dagprof.search.optimize import Options, predict_run, search, search_run
 
 def run_search(prof, order, **kw):
     opts = Options(**{"budget_s": 1e6, "max_candidates": 150, "patience": 10**6, **kw})
-    return search(prof.graph, order, opts, None, prof.run.ranks[0].meta.get("layer_saved_bytes"))
+    return search(prof.graph, order, opts, None, prof.run.ranks[0].meta.layer_saved_bytes)
 
 
 def test_same_seed_same_strategy(prof, order):
@@ -70,7 +70,7 @@ def test_progress_reports_reach_the_callback(prof, order):
 
 
 def test_memory_budget_below_need_fits_or_says_why(prof, order):
-    saved = prof.run.ranks[0].meta["layer_saved_bytes"]
+    saved = prof.run.ranks[0].meta.layer_saved_bytes
     assert saved  # the collector measured activations
     free = run_search(prof, order, memory_budget=1e12)
     need = free.baseline.memory.total

@@ -32,7 +32,7 @@ def _labels(run) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for trace, dims in zip(run.ranks, per_event):
         ev = trace.events
-        coll = dict(zip(trace.meta["collectives"]["event"], trace.meta["collectives"]["coll"]))
+        coll = trace.meta.collectives.by_event()
         for i in np.flatnonzero(ev.kind == Kind.COMM).tolist():
             d = out.setdefault(coll[i], {})
             d[Dim(int(dims[i])).text] = d.get(Dim(int(dims[i])).text, 0) + 1
@@ -78,7 +78,7 @@ def test_dp_x_tp_job_labelled_and_matched_within_its_mesh_groups(hybrid_graph):
 def test_tp_without_group_records_labelled_from_position_and_size():
     run = dagprof.load(DP_TP)
     for t in run.ranks:  # as an old trace: no description tells the groups apart
-        t.meta["group_desc"] = {}
+        t.meta.group_desc = {}
     assert _labels(run) == {"allreduce": {"TP": 9 * 4, "DP": 3 * 4}}
     tp_only = dagprof.load(TP_ONLY)  # one group spanning the job, as an old Megatron TP trace
     assert _labels(tp_only) == {"allreduce": {"TP": 9 * 2}}

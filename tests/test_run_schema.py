@@ -31,14 +31,14 @@ def test_every_recorded_version_is_read_or_refused_in_one_line(folder):
         return
     assert rs.MIN_VERSION <= version <= rs.VERSION
     assert run.world_size == 2 and [t.rank for t in run.ranks] == [0, 1]
-    assert run.meta["ddp"] and run.meta["backend"] == "gloo"
+    assert run.meta.ddp and run.meta.manifest.backend == "gloo"
 
 
 def test_v1_content():
     run = read_run(FIXTURES / "v1")
     t = run.ranks[0]
-    assert t.meta["steps_profiled"] == [1, 2] and t.layers == ["0", "1", "2"]
-    assert t.meta["layer_grad_bytes"] == {"0": (8 * 16 + 16) * 4, "2": (16 * 2 + 2) * 4}
+    assert t.meta.steps_profiled == [1, 2] and t.layers == ["0", "1", "2"]
+    assert t.meta.layer_grad_bytes == {"0": (8 * 16 + 16) * 4, "2": (16 * 2 + 2) * 4}
     assert sum(b.nbytes for b in t.buckets) == ((8 * 16 + 16) + (16 * 2 + 2)) * 4
 
 

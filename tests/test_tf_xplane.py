@@ -111,7 +111,7 @@ def test_tf_loop_reads_layers_phases_and_collectives(loop):
     assert [t.rank for t in loop.ranks] == [0, 1] and loop.world_size == 2
     for t in loop.ranks:
         ev = t.events
-        assert t.meta["framework"] == "tensorflow"
+        assert t.meta.framework == "tensorflow"
         assert {"sequential/conv1", "sequential/conv2", "sequential/fc1", "sequential/fc2"} <= {
             "/".join(x.split("/")[-2:]) if x.count("/") else x for x in (lay.replace("_1", "") for lay in t.layers)}
         kinds = set(np.unique(ev.kind).tolist())
@@ -159,7 +159,7 @@ def test_keras_fit_has_loss_and_metric_collectives_in_order():
 
 def test_jax_collectives_match_by_step():
     run = load(RUNS["jax"])
-    assert {t.meta["framework"] for t in run.ranks} == {"jax"}
+    assert {t.meta.framework for t in run.ranks} == {"jax"}
     m = match_collectives(run)
     assert m.instances and not m.problems and all(it.collective == "allreduce" for it in m.instances)
     ev = run.ranks[0].events

@@ -35,17 +35,17 @@ class Profiled:
     @property
     def warnings(self) -> list[str]:
         """What the readers noticed but could work around (a short step window, no DDP buckets...)."""
-        seen = list(self.run.meta.get("warnings", []))
+        seen = self.run.meta.warning_texts()
         seen += [w for w in self.graph.meta.warnings if w not in seen]
         for t in self.run.ranks:
-            seen += [w for w in t.meta.get("warnings", []) if w not in seen]
+            seen += [str(w) for w in t.meta.warnings if str(w) not in seen]
         return seen
 
     def to_dict(self) -> dict:
         clocks = None if self.alignment is None else {
             "offset_us": self.alignment.offset_us, "residual_skew_us": self.alignment.residual_us, "collectives_used": self.alignment.instances_used}
         return self.analysis.to_dict() | {"findings": [f.to_dict() for f in self.findings], "warnings": self.warnings, "clock_alignment": clocks,
-                                          "partial": bool(self.run.meta.get("partial"))}
+                                          "partial": self.run.meta.partial}
 
 
 def open_run(path: str | os.PathLike[str], steps: range | None = None, engine: str = "auto", template: bool = False,

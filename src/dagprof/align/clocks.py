@@ -11,31 +11,14 @@ residual is far beyond the typical one are dropped as outliers before the final 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from ..errors import DagprofError
 from ..traces.events import Run
+from ..traces.meta import ClockAlignment
 from .matching import Matching, match_collectives, renumber_steps
-
-
-@dataclass
-class ClockAlignment:
-    offset_us: dict[int, float]  # rank -> add to that rank's absolute times
-    residual_us: dict[str, float]  # spread of aligned collective ends: median, p90, max
-    per_rank_residual_us: dict[int, float]  # median |aligned end - instance end| per rank
-    instances_used: int
-    outliers: int = 0
-    reference_rank: int = 0
-    notes: list[str] = field(default_factory=list)
-
-    def summary(self) -> str:
-        r = self.residual_us
-        return (f"{len(self.offset_us)} ranks aligned on {self.instances_used} collectives "
-                f"({self.outliers} outliers dropped); residual skew median {r['median']:.1f} us, "
-                f"p90 {r['p90']:.1f} us, max {r['max']:.1f} us")
-
 
 # Every rank leaves these only once all ranks contributed; broadcast, reduce, send/recv release
 # the root or the sender early, so their ends are not simultaneous.
@@ -125,9 +108,9 @@ def estimate_offsets(run: Run, matching: Matching | None = None, reference_rank:
 def apply_offsets(run: Run, alignment: ClockAlignment) -> Run:
     """A run whose ranks share one clock: each ``base_ns`` shifted by its offset (events untouched)."""
     ranks = [dataclasses.replace(t, base_ns=t.base_ns + int(round(alignment.offset_us.get(t.rank, 0.0) * 1000.0)),
-                                 meta={**t.meta, "clock_offset_us": alignment.offset_us.get(t.rank, 0.0)})
+                                 meta=msgspec.structs.replace(t.meta, clock_offset_us=alignment.offset_us.get(t.rank, 0.0)))
              for t in run.ranks]
-    return Run(ranks, source=run.source, meta={**run.meta, "clock_alignment": dataclasses.asdict(alignment)})
+    return Run(ranks, source=run.source, meta=msgspec.structs.replace(run.meta, clocks_done=True, clock_alignment=alignment))
 
 
 def align_clocks(run: Run, matching: Matching | None = None) -> tuple[Run, ClockAlignment]:
@@ -138,5 +121,5 @@ def align_clocks(run: Run, matching: Matching | None = None) -> tuple[Run, Clock
     a = estimate_offsets(run, matching)
     aligned = renumber_steps(apply_offsets(run, a), matching.step_offset)
     if matching.warnings:
-        aligned.meta["warnings"] = [*aligned.meta.get("warnings", []), *matching.warnings]
+        aligned.meta = aligned.meta.warned(*matching.warnings)
     return aligned, a

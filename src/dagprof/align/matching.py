@@ -28,6 +28,7 @@ import difflib
 from collections import Counter
 from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from ..errors import DagprofError
@@ -86,9 +87,9 @@ class _Op:
 def _ops(trace: RankTrace) -> dict[str, list[_Op]]:
     """Transfers per group in seq order, with the canonical name and dtype the reader recorded."""
     ev = trace.events
-    info = trace.meta.get("collectives") or {}
-    by_event = {int(e): (c, d) for e, c, d in zip(info.get("event", []), info.get("coll", []), info.get("dtype", []))}
-    explicit = bool(trace.meta.get("explicit_seq", False))
+    info = trace.meta.collectives
+    by_event = {int(e): (c, d) for e, c, d in zip(info.event, info.coll, info.dtype)} if info is not None else {}
+    explicit = trace.meta.explicit_seq
     base_us = trace.base_ns / 1e3
     out: dict[str, list[_Op]] = {}
     for i in np.flatnonzero((ev.kind == Kind.COMM) & (ev.group >= 0) & (ev.seq >= 0)).tolist():
@@ -354,7 +355,7 @@ def renumber_steps(run: Run, step_offset: dict[int, int]) -> Run:
         if c:
             ev = t.events
             step = np.where(ev.step >= 0, ev.step + c, ev.step).astype(ev.step.dtype)
-            t = dataclasses.replace(t, events=dataclasses.replace(ev, step=step), meta={**t.meta, "step_offset": c})
+            t = dataclasses.replace(t, events=dataclasses.replace(ev, step=step), meta=msgspec.structs.replace(t.meta, step_offset=c))
         ranks.append(t)
     return Run(ranks, source=run.source, meta=run.meta)
 

@@ -62,14 +62,14 @@ def run(args: argparse.Namespace) -> dict:
     ranks = []
     for t in run_.ranks:
         # steps outside the window, for the profiler's overhead; steps 0 and 1 warm up (DDP rebuilds its buckets after step 0)
-        base = [d for s, d in t.meta["unprofiled_step_times_us"].items() if s >= _WARMUP_STEPS]
+        base = [d for s, d in (t.meta.unprofiled_step_times_us or {}).items() if s >= _WARMUP_STEPS]
         ranks.append({
-            "rank": t.rank, "host": t.host, "steps": t.meta["steps_profiled"], "layers": len(t.layers),
+            "rank": t.rank, "host": t.host, "steps": t.meta.steps_profiled, "layers": len(t.layers),
             "buckets": len(t.buckets), "iteration_ms": iteration_us(t.step_spans()) / 1e3,
             "unprofiled_iteration_ms": iteration_us(base) / 1e3 if base else None,
         })
-    return {"run": out, "exit_status": code, "world_size": run_.world_size, "ddp": run_.meta["ddp"],
-            "fsdp": bool(run_.meta.get("fsdp")), "ranks": ranks, "warnings": run_.meta["warnings"]}
+    return {"run": out, "exit_status": code, "world_size": run_.world_size, "ddp": run_.meta.ddp,
+            "fsdp": run_.meta.fsdp, "ranks": ranks, "warnings": run_.meta.warning_texts()}
 
 
 _WARMUP_STEPS = 2

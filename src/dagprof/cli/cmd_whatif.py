@@ -87,7 +87,7 @@ def _evaluate(args, folder: str | None) -> dict:
     out = evaluate(g0, sweep({a.name: getattr(args, a.name) for a in AXES}), cluster, measured, timeline, steps_graph=prof.graph if args.template else None,
                    tolerance_pct=None if args.allow_model_error else MODEL_TOLERANCE_PCT, raw=args.raw)
     return {"run": os.fspath(args.run), "measured_iter_ms": None if measured is None else measured / 1e3} | out | {
-        "partial": bool(prof.run.meta.get("partial")), "warnings": prof.warnings}
+        "partial": prof.run.meta.partial, "warnings": prof.warnings}
 
 
 _SHORT = {  # table heading of each column; ``COLUMNS`` (also in --json) defines them

@@ -86,10 +86,10 @@ def measured_iter_us(trace: RankTrace, steps: list[int]) -> float:
 
 def loop_steps(run: Run) -> LoopSteps | None:
     """The collector's step times of every rank (``traces.dagprof_run``); None for traces without them."""
-    if not all("unprofiled_step_times_us" in t.meta for t in run.ranks):
+    if not all(t.meta.unprofiled_step_times_us is not None for t in run.ranks):
         return None
-    return LoopSteps({t.rank: {int(s): float(d) for s, d in t.meta["step_times_us"].items()} for t in run.ranks},
-                     {t.rank: {int(s): float(d) for s, d in t.meta["unprofiled_step_times_us"].items()} for t in run.ranks})
+    return LoopSteps({t.rank: {int(s): float(d) for s, d in t.meta.step_times_us.items()} for t in run.ranks},
+                     {t.rank: {int(s): float(d) for s, d in (t.meta.unprofiled_step_times_us or {}).items()} for t in run.ranks})
 
 
 def build_graph(run: Run, steps: range | None = None, matching: Matching | None = None, step_marker: str | None = None) -> Graph:
@@ -116,16 +116,16 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         ranks=[t.rank for t in run.ranks],
         steps=chosen,
         backend=run.ranks[0].backend,
-        framework=run.meta.get("framework") or run.ranks[0].meta.get("framework"),
+        framework=run.meta.framework or run.ranks[0].meta.framework or None,
         measured_iter_us={t.rank: measured_iter_us(t, chosen) for t in run.ranks},
         loop_steps=loop_steps(run),
         buckets=run.ranks[0].buckets,
         source=run.source,
-        warnings=list(run.meta.get("warnings", [])),
+        warnings=run.meta.warning_texts(),
         parallel=parallel,
-        **run.meta.get("graph_meta", {}),  # a reader's graph-level record (traces.horovod: horovod=...)
+        horovod=run.meta.horovod,
     )
-    if run.meta.get("fsdp"):
+    if run.meta.fsdp:
         from .build_fsdp import fsdp_meta  # noqa: PLC0415  (it imports this module's users)
 
         g.meta.fsdp = fsdp_meta(run)

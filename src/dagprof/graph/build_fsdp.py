@@ -27,6 +27,7 @@ import numpy as np
 from ..errors import DagprofError
 from ..traces.events import Kind, Run
 from .dag import Graph
+from .meta import FsdpGraphUnit, FsdpRecord, FsdpShards
 
 KINDS = ("all_gather", "reduce_scatter", "all_reduce")
 
@@ -35,25 +36,24 @@ def is_fsdp_graph(g: Graph) -> bool:
     return g.meta.fsdp is not None
 
 
-def fsdp_meta(run: Run) -> dict:
+def fsdp_meta(run: Run) -> FsdpRecord:
     """``meta.fsdp`` of an FSDP run's graph (``graph.build.build_graph`` sets it, so every path to a graph has it)."""
-    if not run.meta.get("fsdp"):
+    if not run.meta.fsdp:
         raise DagprofError("not an FSDP run (no FSDP units recorded)", run.source)
     t0 = run.ranks[0]
-    units = t0.meta["fsdp"]["units"]
     names = set(t0.events.names)  # FSDP's root ignores reshard_after_forward=True: what it did is what counts
-    return {
-        "units": [{**{k: u[k] for k in ("name", "numel", "shard_bytes", "orig_dtype", "param_dtype", "reduce_dtype",
-                                        "reshard_after_forward", "mesh", "mesh_dims")},
-                   "resharded_after_forward": f"fsdp reshard {u['name']} (forward)" in names} for u in units],
-        "unit_layers": [[t0.layers[i] for i in u["layers"]] for u in units],
-        "memory": {t.rank: {k: t.meta["fsdp"][k] for k in ("param_shard_bytes", "grad_shard_bytes", "optim_state_bytes")}
-                   for t in run.ranks},
-        "backend": t0.backend,
-        "world_size": run.world_size,
-        "layer_saved_bytes": dict(t0.meta.get("layer_saved_bytes") or {}),  # rank 0's: activations for the memory model
-        "layer_grad_bytes": dict(t0.meta.get("layer_grad_bytes") or {}),
-    }
+    units = [FsdpGraphUnit(u.name, u.numel, u.shard_bytes, u.orig_dtype, u.param_dtype, u.reduce_dtype, u.reshard_after_forward,
+                           f"fsdp reshard {u.name} (forward)" in names, list(u.mesh), list(u.mesh_dims), [t0.layers[i] for i in u.layers])
+             for u in t0.meta.fsdp.units]
+    return FsdpRecord(
+        units=units,
+        memory={t.rank: FsdpShards(t.meta.fsdp.param_shard_bytes, t.meta.fsdp.grad_shard_bytes, t.meta.fsdp.optim_state_bytes)
+                for t in run.ranks},
+        backend=t0.backend,
+        world_size=run.world_size,
+        layer_saved_bytes=dict(t0.meta.layer_saved_bytes),  # rank 0's: activations for the memory model
+        layer_grad_bytes=dict(t0.meta.layer_grad_bytes),
+    )
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def allreduce_equivalent_bytes(g: Graph, idx: np.ndarray) -> np.ndarray:
     nbytes = g.nbytes[idx].astype(np.float64)
     if not is_fsdp_graph(g):
         return nbytes
-    gloo = (g.meta.fsdp.get("backend") or "gloo") == "gloo"
+    gloo = (g.meta.fsdp.backend or "gloo") == "gloo"
     half = {"all_gather": 0.5, "reduce_scatter": 1.0 if gloo else 0.5, "all_reduce": 1.0}
     factor = np.array([half.get(g.node_name(int(v)).partition(" ")[0], 1.0) for v in idx], dtype=np.float64)
     return nbytes * factor
@@ -111,8 +111,8 @@ def check_fsdp_edges(g: Graph) -> dict[str, int]:
     if fs is None:
         raise DagprofError("not an FSDP graph")
     layer_of = {name: k for k, name in enumerate(g.layers)}
-    unit_layers = {u["name"]: {layer_of[n] for n in names if n in layer_of} for u, names in zip(fs["units"], fs["unit_layers"])}
-    reshard = {u["name"]: u["resharded_after_forward"] for u in fs["units"]}
+    unit_layers = {u.name: {layer_of[n] for n in u.layers if n in layer_of} for u in fs.units}
+    reshard = {u.name: u.resharded_after_forward for u in fs.units}
     counts = dict.fromkeys(("forward_waits_all_gather", "backward_all_gather_after_reshard", "reduce_scatter_after_backward",
                             "optimizer_waits_reduce_scatter", "prefetched"), 0)
     for c in fsdp_collectives(g):

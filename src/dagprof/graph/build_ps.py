@@ -20,11 +20,12 @@ sub-graph is ``graph.collectives.add_ps_part``, the same one the ``ps:K`` what-i
 measured PS job and a predicted one are the same model. Push, pull and server times come from the
 graph's link model (``meta.topology``, gamma = server work per byte received); ``rebuild_ps``
 re-places keys for another server count or link, and ``passes.comm.fit_ps_link`` fits the link's rate to
-the measured exchanges (``meta.ps["exchange_us"]``; mx.profiler does not say which push
+the measured exchanges (``meta.ps.exchange_us``; mx.profiler does not say which push
 carries which key, so single messages cannot be timed).
 """
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 
 from ..costmodel.alphabeta import AlphaBeta
@@ -41,8 +42,8 @@ DONE = "ps done"
 
 
 def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None = None) -> Graph:
-    ps = run.meta.get("ps")
-    if not ps:
+    ps = run.meta.ps
+    if ps is None:
         raise DagprofError("not a parameter-server run (no server information)", run.source)
     chosen = common_steps(run, steps)
     n = run.world_size
@@ -129,31 +130,31 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
             head += [v for v in (min((v for s, e, v in lane if s > last + 1.0), key=lambda v: mstart[v], default=None) for lane in lane_chains)
                      if v is not None]
             exchanges.append((step, r, ready, grads, head, issued, first, last))
-    keys = ps["keys"]
+    keys = ps.keys
     spans = []  # measured exchange per worker and step: its first push issued -> its last pull in
     for step, r, ready, grads, head, issued, first, last in exchanges:
         t0 = mend[ready]
-        spans.append([int(step), int(r), float(last - first)])
+        spans.append((int(step), int(r), float(last - first)))
         calls = np.maximum(issued[: len(keys)] - t0, 0.0)
         if len(calls) < len(keys):
             calls = np.concatenate([calls, np.full(len(keys) - len(calls), calls[-1] if len(calls) else 0.0)])
         for k, off in zip(keys, np.maximum.accumulate(calls)):
-            grad = grads.get(k.get("layer", ""))
+            grad = grads.get(k.layer)
             at = max(t0 + off, mend[grad] if grad is not None else -np.inf)
-            v = node(ISSUE, Kind.COMM_ENQUEUE, at, at, rank=r, step=step, bucket=int(k["key"]))
+            v = node(ISSUE, Kind.COMM_ENQUEUE, at, at, rank=r, step=step, bucket=k.key)
             edges += [(ready, v)] + ([(grad, v)] if grad is not None else [])
         done = node(DONE, Kind.SYNC, last, last, rank=r, step=step)
         edges += [(done, h) for h in set(head)]
     b.add_edges([u for u, _ in edges], [v for _, v in edges])
     g = b.build()
     gap = _gaps(g, np.asarray(mstart), np.asarray(mend), first_marks)
-    servers = int(ps["num_servers"])
+    servers = ps.num_servers
     link = link or initial_link(run)
     g = g.replace(gap=gap)
     g.meta = g.meta.replace(
-        world_size=n, ranks=[t.rank for t in run.ranks], steps=chosen, backend="ps-lite", framework=str(ps.get("framework", "mxnet")), source=run.source,
+        world_size=n, ranks=[t.rank for t in run.ranks], steps=chosen, backend="ps-lite", framework=ps.framework, source=run.source,
         measured_iter_us={t.rank: measured_iter_us(t, chosen) for t in run.ranks},
-        ps={**{k: v for k, v in ps.items() if k in ("framework", "placement", "bigarray_bound", "keys", "num_workers")}, "exchange_us": spans},
+        ps=msgspec.structs.replace(ps, exchange_us=spans),
         scheme=CollectiveSpec(Scheme.PS, servers), topology=Topology.flat(n, link), buckets=(),
     )
     return rebuild_ps(g, servers, link)
@@ -177,14 +178,14 @@ def initial_link(run: Run) -> AlphaBeta:
     """A first link model before fitting (``passes.comm.fit_ps_link``): the shortest push/pull is one small
     round trip (alpha per message); the mean exchange moves every byte in and out of one server port;
     gamma is the servers' measured busy time per byte received."""
-    ps = run.meta["ps"]
+    ps = run.meta.ps
     durs = np.concatenate([t.events.dur[t.events.kind == Kind.COMM] for t in run.ranks])
     alpha = float(durs.min()) / 2 if len(durs) else 0.0
-    total = sum(k["nbytes"] for k in ps["keys"]) * run.world_size * 2 / max(int(ps["num_servers"]), 1)
+    total = sum(k.nbytes for k in ps.keys) * run.world_size * 2 / max(ps.num_servers, 1)
     beta = max(float(np.median(durs)) - 2 * alpha, 1.0) / max(total, 1.0) if len(durs) else 1e-3
-    busy = ps.get("server_busy", [])
-    handled = sum(k["nbytes"] for k in ps["keys"]) * run.world_size * len({s["step"] for s in busy})
-    gamma = sum(s["busy_us"] for s in busy) / handled if busy and handled else 0.0
+    busy = ps.server_busy
+    handled = sum(k.nbytes for k in ps.keys) * run.world_size * len({s.step for s in busy})
+    gamma = sum(s.busy_us for s in busy) / handled if busy and handled else 0.0
     return AlphaBeta(alpha, beta, gamma)
 
 
@@ -214,11 +215,11 @@ def rebuild_ps(g: Graph, servers: int, link: AlphaBeta) -> Graph:
             done[(int(g.step[v]), int(g.rank[v]))] = int(remap[v])
     n = int(g.meta.world_size)
     for step in g.meta.steps:
-        for k in ps["keys"]:
-            key = int(k["key"])
+        for k in ps.keys:
+            key = k.key
             ready = [[issue[(step, key, w)]] for w in range(n)]
             order = issue_order[(step, key)]
-            for server, elems in pslite_placement(key, int(k["elements"]), servers, int(ps["bigarray_bound"])):
+            for server, elems in pslite_placement(key, k.elements, servers, ps.bigarray_bound):
                 part = 4.0 * elems
                 pulls = add_ps_part(b, ready, server, part, link, part * n * link.gamma_us_per_byte, tag=f"key{key} s{step}", order=order,
                                     step=step, bucket=key)

@@ -4,8 +4,8 @@ The builders (``graph.build``, ``graph.build_ps``) fill it from the measured run
 (world size, topology, scheme) and record what they changed. ``slots=True`` makes a misspelt
 field an ``AttributeError`` instead of a silent new key. Passes are graph -> graph functions and
 must not touch their input: ``Graph.replace`` and ``GraphBuilder.from_graph`` give the new graph
-``copy()`` of the meta, whose lists and dicts are new (their contents are shared, and read-only
-by convention: a pass replaces a sub-record, it does not edit it in place).
+``copy()`` of the meta, whose lists and dicts are new (their contents are shared, and read-only:
+the framework sub-records are frozen, a pass replaces one, it does not edit it in place).
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..costmodel.topology import CollectiveSpec, Topology
     from ..traces.buckets import BucketLayout
+    from ..traces.meta import HorovodRecord, PsRecord
     from ..traces.parallelism import Parallelism
     from .measured import Provenance
 
@@ -27,6 +28,64 @@ class LoopSteps:
 
     profiled: dict[int, dict[int, float]]
     unprofiled: dict[int, dict[int, float]]
+
+
+@dataclass(frozen=True, slots=True)
+class FsdpGraphUnit:
+    """One FSDP2 unit as the graph knows it (``graph.build_fsdp``): the recorded unit (``run_schema.FsdpUnit``)
+    with its layers by name and what it did after forward."""
+
+    name: str
+    numel: int  # unsharded parameter elements
+    shard_bytes: int
+    orig_dtype: str
+    param_dtype: str  # what the all-gather moves
+    reduce_dtype: str  # what the reduce-scatter moves
+    reshard_after_forward: bool  # as configured
+    resharded_after_forward: bool  # as it ran (FSDP's root ignores reshard_after_forward=True)
+    mesh: list[int]  # (shard,) or HSDP's (replicate, shard)
+    mesh_dims: list[str]
+    layers: list[str]  # the leaf layers it runs (not those of nested units)
+
+
+@dataclass(frozen=True, slots=True)
+class FsdpShards:
+    """One rank's sharded parameters, gradients and optimizer state at the window's end, bytes."""
+
+    param_shard_bytes: int
+    grad_shard_bytes: int
+    optim_state_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class FsdpRecord:
+    """An FSDP2 job's units, shards per rank and activation sizes, for the what-ifs and the memory model."""
+
+    units: list[FsdpGraphUnit]
+    memory: dict[int, FsdpShards]  # rank -> its shards
+    backend: str
+    world_size: int
+    layer_saved_bytes: dict[str, int]  # rank 0's activations per layer
+    layer_grad_bytes: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class SgdRecord:
+    """The S-SGD DAG model's parameters (``sgd.dag``)."""
+
+    policy: str
+    workers: int
+    iterations: int
+
+
+@dataclass(frozen=True, slots=True)
+class PsLinkFit:
+    """The link fitted to measured parameter-server exchanges (``passes.comm.fit_ps_link``)."""
+
+    bandwidth_bytes_per_s: float
+    alpha_us: float
+    server_us_per_byte: float
+    target_exchange_us: float
 
 
 @dataclass(slots=True)
@@ -56,12 +115,12 @@ class GraphMeta:
     micro_batches: int = 1  # micro-batches per step (passes.accumulate)
     bucket_cap_mb: float | None = None  # bucket size set by passes.buckets; None: as profiled
     overlap: bool | None = None  # backward/communication overlap set by passes.buckets; None: as profiled
-    ps_link_fit: dict[str, float] | None = None  # the link fitted to measured PS exchanges (passes.comm.fit_ps_link)
-    # --- framework sub-records, kept as the readers produce them
-    horovod: dict[str, Any] | None = None  # Horovod's tensors, fusion threshold, cycle time (traces.horovod; passes.horovod)
-    fsdp: dict[str, Any] | None = None  # FSDP2: units, their dtypes and reshard policy, sharded memory per rank (graph.build_fsdp)
-    ps: dict[str, Any] | None = None  # MXNet parameter server: keys, placement, measured exchanges (graph.build_ps)
-    sgd: dict[str, Any] | None = None  # the S-SGD DAG model's policy, workers, iterations (sgd.dag)
+    ps_link_fit: PsLinkFit | None = None  # the link fitted to measured PS exchanges (passes.comm.fit_ps_link)
+    # --- framework sub-records (frozen: a pass sets a new one)
+    horovod: HorovodRecord | None = None  # Horovod's tensors, fusion threshold, cycle time (traces.horovod; passes.horovod)
+    fsdp: FsdpRecord | None = None  # FSDP2: units, their dtypes and reshard policy, sharded memory per rank (graph.build_fsdp)
+    ps: PsRecord | None = None  # MXNet parameter server: keys, placement, measured exchanges (graph.build_ps)
+    sgd: SgdRecord | None = None  # the S-SGD DAG model's policy, workers, iterations (sgd.dag)
 
     def copy(self) -> GraphMeta:
         """A copy whose top-level lists and dicts are new, so setting or appending on it leaves ``self`` alone."""

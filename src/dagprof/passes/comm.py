@@ -24,6 +24,7 @@ from ..graph.build_fsdp import allreduce_equivalent_bytes
 from ..graph.build_ps import DONE, ISSUE, is_ps_graph, rebuild_ps
 from ..graph.collectives import add_allreduce
 from ..graph.dag import Device, DeviceKind, Graph, GraphBuilder
+from ..graph.meta import PsLinkFit
 from ..graph.replay_result import ReplayResult
 from ..traces.events import Kind
 from ..traces.parallelism import Dim
@@ -251,7 +252,7 @@ def fit_ps_link(g: Graph, replayer: Callable[[Graph], ReplayResult], iterations:
 
     mx.profiler does not say which push carries which key, so single messages cannot be timed. What
     is measured per worker and step is the exchange: from its first push issued to its last pull in
-    (``meta.ps["exchange_us"]``). The rate is the one at which the replayed exchanges last as
+    (``meta.ps.exchange_us``). The rate is the one at which the replayed exchanges last as
     long as the measured ones, on average (replayed exchanges shorten monotonically with the rate,
     so bisection finds it). Only communication is matched: compute, framework gaps and the ops that
     wait for the pulls replay as measured, so the profiled iteration's replay is a check of the
@@ -261,7 +262,7 @@ def fit_ps_link(g: Graph, replayer: Callable[[Graph], ReplayResult], iterations:
     ``replayer`` is ``dagprof.replay.replay`` (passes sit below the replay layer).
     """
     link, servers = g.meta.topology.inter, g.meta.scheme.servers
-    target = float(np.mean([span for _, _, span in g.meta.ps["exchange_us"]]))
+    target = float(np.mean([span for _, _, span in g.meta.ps.exchange_us]))
 
     def at(beta: float) -> Graph:
         return rebuild_ps(g, servers, replace(link, beta_us_per_byte=beta))
@@ -279,6 +280,5 @@ def fit_ps_link(g: Graph, replayer: Callable[[Graph], ReplayResult], iterations:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if mean_exchange(mid) < target else (lo, mid)
     out = at(hi)
-    out.meta.ps_link_fit = {"bandwidth_bytes_per_s": float(1e6 / hi) if hi > 0 else float(np.inf), "alpha_us": link.alpha_us,
-                            "server_us_per_byte": link.gamma_us_per_byte, "target_exchange_us": target}
+    out.meta.ps_link_fit = PsLinkFit(float(1e6 / hi) if hi > 0 else float(np.inf), link.alpha_us, link.gamma_us_per_byte, target)
     return out

@@ -48,7 +48,7 @@ def refuse_unmodelled(g: Graph, asked: list[str]) -> None:
 
 def scale_fsdp_workers(g: Graph, workers: int) -> Graph:
     """What if the FSDP job sharded over ``workers`` ranks (same per-rank batch)?"""
-    mesh = (g.meta.fsdp["units"] or [{}])[0].get("mesh") or []
+    mesh = g.meta.fsdp.units[0].mesh if g.meta.fsdp.units else []
     n0 = graph_world_size(g)
     shard0 = mesh[-1] if mesh else n0
     if len(mesh) > 1 and workers not in (1, n0):  # one worker (the scaling-efficiency baseline) shards nothing
@@ -64,7 +64,7 @@ def scale_fsdp_workers(g: Graph, workers: int) -> Graph:
 def set_reshard(g: Graph, on: bool) -> Graph:
     """What if every unit's ``reshard_after_forward`` were ``on`` (FSDP keeps the root's if it was kept)?"""
     fs = g.meta.fsdp
-    resharded = {u["name"]: u["resharded_after_forward"] for u in fs["units"]}
+    resharded = {u.name: u.resharded_after_forward for u in fs.units}
     dur = g.dur.copy()
     names = [g.node_name(v) for v in range(len(g))]
     ranks = np.flatnonzero(g.rank >= 0)
@@ -112,5 +112,4 @@ def set_reduce_dtype(g: Graph, dtype: str) -> Graph:
 
 
 def _unit_layers(g: Graph, unit: str) -> list[str]:
-    fs = g.meta.fsdp
-    return next((names for u, names in zip(fs["units"], fs["unit_layers"]) if u["name"] == unit), [])
+    return next((u.layers for u in g.meta.fsdp.units if u.name == unit), [])

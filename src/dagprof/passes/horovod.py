@@ -33,6 +33,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable
 
+import msgspec
 import numpy as np
 
 from ..costmodel.collectives import allreduce_us
@@ -88,11 +89,11 @@ def set_horovod(g: Graph, replayer: Callable[[Graph], ReplayResult], fusion_byte
     ``replayer`` is ``dagprof.replay.replay`` (passes sit below the replay layer, so the caller hands it in).
     """
     hv = g.meta.horovod
-    if not hv:
+    if hv is None:
         raise DagprofError("fusion threshold and cycle time are Horovod settings; this run was not profiled with "
                            "dagprof.collect.horovod (no Horovod requests or timeline in it)")
-    threshold = float(hv.get("fusion_threshold_bytes") or 0) if fusion_bytes is None else float(fusion_bytes)
-    cycle_us = 1e3 * float(hv.get("cycle_time_ms") or 0) if cycle_ms is None else 1e3 * float(cycle_ms)
+    threshold = float(hv.fusion_threshold_bytes or 0) if fusion_bytes is None else float(fusion_bytes)
+    cycle_us = 1e3 * float(hv.cycle_time_ms or 0) if cycle_ms is None else 1e3 * float(cycle_ms)
     if threshold < 0 or cycle_us < 0:
         raise DagprofError(f"fusion threshold and cycle time must be >= 0, got {threshold} B and {cycle_us / 1e3} ms")
     lay = _layout(g)
@@ -109,7 +110,7 @@ def set_horovod(g: Graph, replayer: Callable[[Graph], ReplayResult], fusion_byte
         plan = new
         cur = _rebuild(g, lay, plan, costs, price)
     out = cur  # transfers keep the prices above (retime_collectives would re-price them by the link model alone)
-    out.meta.horovod = {**hv, "fusion_threshold_bytes": int(threshold), "cycle_time_ms": cycle_us / 1e3, "predicted": True}
+    out.meta.horovod = msgspec.structs.replace(hv, fusion_threshold_bytes=int(threshold), cycle_time_ms=cycle_us / 1e3, predicted=True)
     return out
 
 
@@ -126,7 +127,7 @@ def _layout(g: Graph) -> _Layout:
             if c.sync >= 0:
                 drop[c.sync] = True
     requests: dict[tuple[int, int, str], int] = {}
-    sizes: dict[str, int] = dict(g.meta.horovod.get("tensor_bytes") or {})
+    sizes: dict[str, int] = dict(g.meta.horovod.tensor_bytes)
     for v in np.flatnonzero(g.kind == Kind.COMM_ENQUEUE).tolist():
         _, _, name = g.node_name(v).partition(".")
         if name.startswith(REQUEST):
@@ -140,7 +141,7 @@ def _layout(g: Graph) -> _Layout:
         for v in g.successors(u).tolist():
             if not drop[v] and g.rank[v] >= 0 and v not in sinks[(int(g.step[v]), int(g.rank[v]))]:
                 sinks[(int(g.step[v]), int(g.rank[v]))].append(v)
-    order = {t: k for k, t in enumerate(g.meta.horovod.get("tensor_order") or [])}
+    order = {t: k for k, t in enumerate(g.meta.horovod.tensor_order)}
     for (_, _, t), _v in sorted(requests.items(), key=lambda kv: g.order[kv[1]]):
         order.setdefault(t, len(order))
     return _Layout(requests, dict(sinks), lanes, channel, drop, sorted(lanes), sizes, order)
@@ -149,7 +150,7 @@ def _layout(g: Graph) -> _Layout:
 def _measured(g: Graph) -> np.ndarray:
     """Rank 0's measured responses in the graph's steps: rows (step, position, bytes, transfer us, coordination us or -1)."""
     steps = set(g.meta.steps)
-    rows = [r for r in g.meta.horovod.get("measured") or [] if r[0] in steps]
+    rows = [r for r in g.meta.horovod.measured if r[0] in steps]
     return np.asarray(rows, dtype=float).reshape(-1, 5)
 
 
@@ -165,7 +166,7 @@ def _transfer_price(g: Graph, lay: _Layout, topo, spec: CollectiveSpec):
     if len(m) < 2:
         return lambda nbytes: allreduce_us(nbytes, topo, spec)
     a, b = _line(m[:, 2], m[:, 3])
-    n0 = int(g.meta.horovod.get("world_size") or graph_world_size(g))
+    n0 = int(g.meta.horovod.world_size or graph_world_size(g))
     profiled = fit_topology(g.replace(dur=_restore_transfers(g, lay, m), meta=g.meta.replace(world_size=n0)))
 
     def price(nbytes: float) -> float:

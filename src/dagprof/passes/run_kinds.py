@@ -39,7 +39,7 @@ def _collective(run: Run, steps: range | None, step_marker: str | None, replayer
 
 
 KINDS = (
-    RunKind("parameter server", lambda run: "ps" in run.meta, _parameter_server),
+    RunKind("parameter server", lambda run: run.meta.ps is not None, _parameter_server),
     RunKind("collective", lambda run: True, _collective),  # the rest: last
 )
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+import msgspec
 import numpy as np
 
 from ..errors import DagprofError
@@ -114,7 +115,7 @@ def _scale_ps_workers(g: Graph, workers: int) -> Graph:
     b, _ = GraphBuilder.from_graph(g, ~exchange_nodes(g))
     workers_only = b.build()
     out = _copy_ranks(workers_only, np.arange(workers) % g.world_size)
-    out.meta = out.meta.replace(world_size=workers, ranks=list(range(workers)), ps={**g.meta.ps, "num_workers": workers})
+    out.meta = out.meta.replace(world_size=workers, ranks=list(range(workers)), ps=msgspec.structs.replace(g.meta.ps, num_workers=workers))
     return rebuild_ps(out, current_scheme(g).servers, current_topology(g).inter)
 
 

@@ -23,6 +23,7 @@ from ..collect.hooks.collector import SAVED_OUTSIDE_LAYERS
 from ..costmodel.codecs import Codec
 from ..errors import DagprofError
 from ..graph.dag import Graph
+from ..graph.meta import FsdpGraphUnit
 from ..passes.gradients import GradientOrder
 from ..passes.recompute import Segment
 from ..units import MB
@@ -139,28 +140,29 @@ def fsdp_peak(g: Graph, reshard: bool | None = None, workers: int | None = None)
     fs = g.meta.fsdp
     if fs is None:
         raise DagprofError("not an FSDP graph")
-    saved_bytes = fs.get("layer_saved_bytes") or {}
+    saved_bytes = fs.layer_saved_bytes
     if not saved_bytes:
         raise DagprofError("the profile has no activation sizes (layer_saved_bytes); profile again with this dagprof to estimate memory")
-    units, unit_layers = fs["units"], fs["unit_layers"]
-    mesh = (units[0].get("mesh") or [fs["world_size"]]) if units else [fs["world_size"]]
+    units = fs.units
+    unit_layers = [u.layers for u in units]
+    mesh = (units[0].mesh or [fs.world_size]) if units else [fs.world_size]
     shard0 = mesh[-1]
     shard = shard0 if workers is None or len(mesh) > 1 else workers
     scale = shard0 / shard
 
-    def param_size(u: dict) -> int:
-        return _DTYPE_BYTES.get(u["param_dtype"], 4)
+    def param_size(u: FsdpGraphUnit) -> int:
+        return _DTYPE_BYTES.get(u.param_dtype, 4)
 
-    def full(u: dict) -> float:
-        return float(u["numel"] * param_size(u))
+    def full(u: FsdpGraphUnit) -> float:
+        return float(u.numel * param_size(u))
 
-    def full_grad(u: dict) -> float:
-        return float(u["numel"] * _DTYPE_BYTES.get(u["reduce_dtype"] or u["orig_dtype"], 4))
+    def full_grad(u: FsdpGraphUnit) -> float:
+        return float(u.numel * _DTYPE_BYTES.get(u.reduce_dtype or u.orig_dtype, 4))
 
-    grad_bytes = fs.get("layer_grad_bytes") or {}
+    grad_bytes = fs.layer_grad_bytes
 
-    def acts(names: list[str], u: dict) -> float:
-        ratio = param_size(u) / _DTYPE_BYTES.get(u["orig_dtype"], 4)
+    def acts(names: list[str], u: FsdpGraphUnit) -> float:
+        ratio = param_size(u) / _DTYPE_BYTES.get(u.orig_dtype, 4)
         out = 0.0
         for n in names:
             s, w = float(saved_bytes.get(n, 0)), float(grad_bytes.get(n, 0)) * ratio
@@ -168,24 +170,24 @@ def fsdp_peak(g: Graph, reshard: bool | None = None, workers: int | None = None)
         return out
 
     outside = float(saved_bytes.get(SAVED_OUTSIDE_LAYERS, 0))
-    root = [i for i, u in enumerate(units) if u["name"] == "<root>"]
+    root = [i for i, u in enumerate(units) if u.name == "<root>"]
     others = [i for i in range(len(units)) if i not in root]  # forward order of the inner units (as recorded)
     inner_layers = {n for i in others for n in unit_layers[i]}
     last_inner = max((k for k, n in enumerate(g.layers) if n in inner_layers), default=-1)
     after_inner = set(g.layers[last_inner + 1:])
-    kept = [i for i in others if not (units[i]["resharded_after_forward"] if reshard is None else reshard)]
+    kept = [i for i in others if not (units[i].resharded_after_forward if reshard is None else reshard)]
     out = {}
-    for rank, mem in fs["memory"].items():
-        params = mem["param_shard_bytes"] * scale
-        opt = mem["optim_state_bytes"] * scale
-        grads = mem["grad_shard_bytes"] * scale
-        shard_of = [float(u["shard_bytes"]) * scale * _DTYPE_BYTES.get(u["reduce_dtype"] or u["orig_dtype"], 4)
-                    / _DTYPE_BYTES.get(u["orig_dtype"], 4) for u in units]
+    for rank, mem in fs.memory.items():
+        params = mem.param_shard_bytes * scale
+        opt = mem.optim_state_bytes * scale
+        grads = mem.grad_shard_bytes * scale
+        shard_of = [float(u.shard_bytes) * scale * _DTYPE_BYTES.get(u.reduce_dtype or u.orig_dtype, 4)
+                    / _DTYPE_BYTES.get(u.orig_dtype, 4) for u in units]
         root_acts = sum(acts(unit_layers[i], units[i]) for i in root)
         root_full = sum(full(units[i]) for i in root)
         root_grad = sum(full_grad(units[i]) for i in root)
-        tail_grad = sum(float(grad_bytes.get(n, 0)) * _DTYPE_BYTES.get(units[i]["reduce_dtype"] or units[i]["orig_dtype"], 4)
-                        / _DTYPE_BYTES.get(units[i]["orig_dtype"], 4) for i in root for n in unit_layers[i] if n in after_inner)
+        tail_grad = sum(float(grad_bytes.get(n, 0)) * _DTYPE_BYTES.get(units[i].reduce_dtype or units[i].orig_dtype, 4)
+                        / _DTYPE_BYTES.get(units[i].orig_dtype, 4) for i in root for n in unit_layers[i] if n in after_inner)
         best = FsdpMemory(params, opt, grads, 0.0, 0.0, "optimizer step")
         for k in range(len(others), -1, -1):  # backward: the root's first layer (k = all inner units alive), then inner units in reverse
             alive = others[:k]
@@ -198,19 +200,19 @@ def fsdp_peak(g: Graph, reshard: bool | None = None, workers: int | None = None)
                 gathered += full(units[prefetch])
             a = root_acts + outside * 2 + sum(acts(unit_layers[i], units[i]) for i in alive)
             done = sum(shard_of[i] for i in others[k:])
-            m = FsdpMemory(params, opt, done, a, gathered, f"backward of {units[cur]['name'] if cur is not None else '<root>'}")
+            m = FsdpMemory(params, opt, done, a, gathered, f"backward of {units[cur].name if cur is not None else '<root>'}")
             # its reduce-scatter, once its activations are freed (the root's: the last, everything else freed)
             u = cur if cur is not None else (root[0] if root else None)
             rs = None
             if u is not None:
-                cast = units[u]["param_dtype"] != (units[u]["reduce_dtype"] or units[u]["orig_dtype"])
-                buffers = float(units[u]["numel"] * param_size(units[u])) + (2.0 if cast else 1.0) * full_grad(units[u])
+                cast = units[u].param_dtype != (units[u].reduce_dtype or units[u].orig_dtype)
+                buffers = float(units[u].numel * param_size(units[u])) + (2.0 if cast else 1.0) * full_grad(units[u])
                 if cur is not None:
                     rs = FsdpMemory(params, opt, done + shard_of[u], outside + root_acts + sum(acts(unit_layers[i], units[i]) for i in others[:k - 1]),
                                     root_full + tail_grad + sum(full(units[i]) for i in kept if i in others[:k - 1]) + buffers,
-                                    f"reduce-scatter of {units[u]['name']}")
+                                    f"reduce-scatter of {units[u].name}")
                 else:
-                    rs = FsdpMemory(params, opt, done + shard_of[u], outside, buffers, f"reduce-scatter of {units[u]['name']}")
+                    rs = FsdpMemory(params, opt, done + shard_of[u], outside, buffers, f"reduce-scatter of {units[u].name}")
             for cand in (m, rs):
                 if cand is not None and cand.total > best.total:
                     best = cand

@@ -239,7 +239,7 @@ def search_run(run: Run, g: Graph, opts: Options | None = None, costs_file: str 
     costs = in_job(codec_costs(order, opts.powersgd_ranks, costs_file), run) if opts.allow_lossy else None
     if opts.overlap_slowdown is None:
         opts = replace(opts, overlap_slowdown=slowdown_of(run))
-    return search(g, order, opts, costs, meta.get("layer_saved_bytes"))
+    return search(g, order, opts, costs, meta.layer_saved_bytes)
 
 
 @dataclass

@@ -124,7 +124,7 @@ def _reduce_dtype(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Gra
 
 
 def _buckets(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
-    if s.bucket_mb is not None and g.meta.horovod:
+    if s.bucket_mb is not None and g.meta.horovod is not None:
         raise DagprofError("a Horovod run fuses tensors by its fusion threshold and cycle time: use --fusion-mb and --cycle-ms")
     if s.bucket_mb is None and c.overlap:
         return g

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph.dag import DeviceKind, Graph, GraphBuilder
+from ..graph.meta import SgdRecord
 from ..replay import replay
 from ..traces.events import Kind
 from ..traces.layerwise import LayerProfile
@@ -61,7 +62,7 @@ def build_sgd_graph(profile: LayerProfile, schedule: Schedule, iterations: int =
                            order=it * (schedule.num_groups + 1) + g, layer=layer_ids[lo], bucket=g, nbytes=group_bytes[g])
             b.add_edges(last_b[:, lo if schedule.overlap_comm else 0], np.full(workers, c))
             b.add_edges(np.full(workers, c), updates)
-    b.meta.sgd = {"policy": schedule.policy.value, "workers": workers, "iterations": iterations}
+    b.meta.sgd = SgdRecord(schedule.policy.value, workers, iterations)
     return b.build()
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import math
 import os
 import stat
@@ -35,9 +34,11 @@ from ..errors import DagprofError
 from ..fsutil import atomic_open, open_input
 from .buckets import BucketLayout
 from .events import Dep, EventTable, Kind, Lane, LaneKind, RankTrace
+from .meta import RankMeta
 
 ENV_VAR = "DAGPROF_CACHE_DIR"
 _READER_FILES = ("kineto.py", "kineto_deps.py", "kineto_tables.py", "kineto_decode.py", "kineto_schema.py", "events.py", "buckets.py",
+                 "meta.py", "run_schema.py",
                  "cache.py")
 _EDGE = 1 << 20  # the content key hashes this many bytes at each end of the trace
 
@@ -113,7 +114,7 @@ class _Header(msgspec.Struct):
     layers: list[str]
     groups: list[str]
     group_ranks: dict[str, list[int]]
-    meta: dict[str, Any]
+    meta: RankMeta
     names: list[str]
     lanes: list[tuple[str, int, bool]]
     buckets: BucketLayout
@@ -166,7 +167,7 @@ def store(trace_path: str, trace: RankTrace) -> str | None:
         "lanes": [[lane.name, int(lane.kind), bool(lane.main)] for lane in trace.lanes],
         "buckets": msgspec.to_builtins(trace.buckets), "arrays": layout,
     }
-    blob = json.dumps(head).encode()
+    blob = msgspec.json.encode(head)
     lead = _MAGIC + len(blob).to_bytes(8, "little") + blob
     for folder in _folders():
         if not _own(folder, create=True):

@@ -1,33 +1,22 @@
 """Which ranks of the job a run lacks, or holds cut short, and the one rule for such a run.
 
-Readers list what they know is missing in ``run.meta["rank_gaps"]`` (a ``RankGap`` per rank:
+Readers list what they know is missing in ``run.meta.rank_gaps`` (a ``RankGap`` per rank:
 a rank without a file, a rank killed inside its profiled window). ``require_complete`` then
 refuses the run in one line that names every gap, or, when the caller opts in
-(``--allow-missing-ranks``), keeps it with a warning that counts them and ``meta["partial"]``,
+(``--allow-missing-ranks``), keeps it with a warning that counts them and ``meta.partial``,
 which every output carries. A run that lacks a rank is never analysed as if it were the job.
 """
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+
+import msgspec
 
 from ..errors import DagprofError
 from .events import Run
+from .meta import RankGap
 
 OPT_IN = "--allow-missing-ranks"
-
-
-@dataclass(frozen=True)
-class RankGap:
-    """One rank of the job that the run lacks (``steps`` empty) or holds only in part."""
-
-    rank: int
-    why: str  # "no trace file", "stopped by SIGTERM during step 5 (no rank1.json)"
-    steps_missing: tuple[int, ...] = ()  # of the requested window; empty: the whole rank is missing
-
-    @property
-    def missing_whole(self) -> bool:
-        return not self.steps_missing
 
 
 def spans(values: list[int] | tuple[int, ...]) -> str:
@@ -53,7 +42,7 @@ def describe(gaps: list[RankGap], world_size: int) -> str:
 
 def require_complete(run: Run, allow_missing_ranks: bool = False) -> Run:
     """``run`` when no rank is missing or cut; else a one-line refusal, or (opted in) a warned, partial run."""
-    gaps: list[RankGap] = run.meta.get("rank_gaps", [])
+    gaps = run.meta.rank_gaps
     if not gaps:
         return run
     world = max(run.world_size, max(g.rank for g in gaps) + 1)
@@ -63,4 +52,4 @@ def require_complete(run: Run, allow_missing_ranks: bool = False) -> Run:
         raise DagprofError(f"incomplete profile: {text}; pass {OPT_IN} to analyse the ranks and steps that are here", run.source)
     counts = [f"{n} of {world} ranks {what}" for n, what in ((whole, "missing"), (len(gaps) - whole, "cut short")) if n]
     note = f"partial analysis ({OPT_IN}): {' and '.join(counts)}, only the steps every rank has are used ({text})"
-    return dataclasses.replace(run, meta={**run.meta, "partial": True, "warnings": [*run.meta.get("warnings", []), note]})
+    return dataclasses.replace(run, meta=msgspec.structs.replace(run.meta.warned(note), partial=True))

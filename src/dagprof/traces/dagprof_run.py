@@ -38,14 +38,14 @@ from __future__ import annotations
 import contextlib
 import os
 
-import msgspec
 import numpy as np
 
 from ..errors import DagprofError
 from ..fsutil import inside, open_input
-from .completeness import RankGap, describe
+from .completeness import describe
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace, Run
 from .fsdp_run import fsdp_comm, label_groups
+from .meta import RankGap, RankMeta, RunMeta, RunWarning, warnings_of
 from .run_schema import (
     MANIFEST,
     RANK_FORMAT,
@@ -80,8 +80,8 @@ def read_run(path: str | os.PathLike[str], require_ddp: bool = False) -> Run:
 
     A rank without ``rank<R>.json`` is rebuilt from its step files when it completed steps of the
     window (it was killed inside it); what is lost, and ranks with nothing at all, are listed in
-    ``meta["rank_gaps"]`` (``completeness``: ``load`` refuses such a run unless asked not to).
-    A job that was not DDP-wrapped reads fine (compute only) with ``meta["ddp"] = False``
+    ``meta.rank_gaps`` (``completeness``: ``load`` refuses such a run unless asked not to).
+    A job that was not DDP-wrapped reads fine (compute only) with ``meta.ddp = False``
     and a warning; ``require_ddp=True`` turns that into an error.
     """
     folder = os.fspath(path)
@@ -101,25 +101,23 @@ def read_run(path: str | os.PathLike[str], require_ddp: bool = False) -> Run:
     _check_unique(docs, folder)
     if not docs:
         raise DagprofError(f"no rank completed a profiled step ({describe(gaps, world)})", folder)
-    warnings: list[str] = []
+    warnings: list[str | RunWarning] = []
     kineto = all(f.kineto_file for _, f in docs)
     if not kineto and any(f.kineto_file for _, f in docs):
         warnings.append("some ranks have no Kineto trace (cut short): communication of every rank from the comm hooks")
     ranks = [read_rank(rpath, f, kineto) for rpath, f in docs]
     with _corrupt(folder):
         _check_same_job(ranks, folder)
-    warnings += [w for t in ranks for w in t.meta["warnings"]]
+    warnings += [w for t in ranks for w in t.meta.warnings]
     ddp = any(t.buckets for t in ranks)
-    fsdp = all("fsdp" in t.meta for t in ranks)
+    fsdp = all(t.meta.fsdp is not None for t in ranks)
     if not ddp and not fsdp:
         msg = "no DDP gradient buckets were seen: not a DDP job (compute only, no communication)"
         if require_ddp:
             raise DagprofError(msg, folder)
         warnings.append(msg)
-    meta = {**msgspec.to_builtins(manifest), "ddp": ddp, "warnings": sorted(set(warnings)), "rank_gaps": gaps,
-            "missing_ranks": [g.rank for g in gaps if g.missing_whole]}
-    if fsdp:
-        meta["fsdp"] = True
+    meta = RunMeta(manifest=manifest, ddp=ddp, fsdp=fsdp, warnings=warnings_of(warnings), rank_gaps=gaps,
+                   missing_ranks=[g.rank for g in gaps if g.missing_whole])
     return Run(ranks=ranks, source=folder, meta=meta)
 
 
@@ -250,10 +248,10 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
     t = records[:, Col.T_NS]
     spans = [(step, b0, b1, _partition(records[(t >= b0) & (t <= b1)], b0, b1, layers, comm, grad_bytes)) for step, b0, b1 in steps]
     trace = _to_rank_trace(f, path, spans, comm, layers)
-    trace.meta.update(warnings=warnings, comm_source=comm.source, kineto=kpath)
+    trace.meta.warnings, trace.meta.comm_source, trace.meta.kineto = [RunWarning(w) for w in warnings], comm.source, kpath
     if f.fsdp is not None:
         label_groups(trace, f.fsdp)
-        trace.meta["fsdp"] = msgspec.to_builtins(f.fsdp)
+        trace.meta.fsdp = f.fsdp
     return trace
 
 
@@ -289,7 +287,7 @@ def _kineto_comm(kpath: str, rank: int, records: np.ndarray, steps: list, warnin
     ev = kt.events
     lo, hi = steps[0][1], steps[-1][2]
     at = lambda us: kt.base_ns + int(round(us * 1e3))  # noqa: E731
-    colls = dict(zip(kt.meta.get("collectives", {}).get("event", []), kt.meta.get("collectives", {}).get("coll", [])))
+    colls = kt.meta.collectives.by_event() if kt.meta.collectives is not None else {}
     idx = [i for i in np.flatnonzero(ev.kind == Kind.COMM).tolist() if lo <= at(ev.start[i]) <= hi]
     idx.sort(key=lambda i: ev.start[i])
     code = records[:, Col.CODE]
@@ -555,21 +553,21 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
     events = EventTable.from_columns(names, **cols)
     profiled = set(f.steps_profiled)
     step_times = {s: (t1 - t0) / 1e3 for s, t0, t1 in f.step_times_ns}
-    meta = {
-        "format": RANK_FORMAT,
-        "pid": f.pid,
-        "torch": f.torch,
-        "mode": f.mode,
-        "bucket_cap_mb": f.bucket_cap_mb,
-        "steps_requested": list(f.steps_requested),
-        "steps_profiled": f.steps_profiled,
-        "steps_completed": f.steps_completed,
-        "step_times_us": {s: d for s, d in step_times.items() if s in profiled},
-        "unprofiled_step_times_us": {s: d for s, d in step_times.items() if s not in profiled},
-        "comm_lanes": [name for name, _ in comm_lanes],
-        "layer_grad_bytes": f.layer_grad_bytes,
-        "layer_saved_bytes": f.layer_saved_bytes,  # activations each layer keeps for backward
-    }
+    meta = RankMeta(
+        format=RANK_FORMAT,
+        pid=f.pid,
+        torch=f.torch,
+        mode=f.mode,
+        bucket_cap_mb=f.bucket_cap_mb,
+        steps_requested=list(f.steps_requested),
+        steps_profiled=f.steps_profiled,
+        steps_completed=f.steps_completed,
+        step_times_us={s: d for s, d in step_times.items() if s in profiled},
+        unprofiled_step_times_us={s: d for s, d in step_times.items() if s not in profiled},
+        comm_lanes=[name for name, _ in comm_lanes],
+        layer_grad_bytes=f.layer_grad_bytes,
+        layer_saved_bytes=f.layer_saved_bytes,  # activations each layer keeps for backward
+    )
     ddp_ranks = list(f.ddp_group_ranks) or list(range(f.world_size))
     group = "0" if len(ddp_ranks) == f.world_size else "ddp " + ",".join(map(str, ddp_ranks))  # a mesh's DP group: matched within it
     return RankTrace(

@@ -25,6 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .buckets import BucketLayout
+from .meta import RankMeta, RunMeta
 
 
 class Kind(enum.IntEnum):
@@ -199,7 +200,7 @@ class RankTrace:
     flows: np.ndarray = field(default_factory=lambda: np.empty((0, 2), dtype=np.int64))
     flow_rule: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int8))  # Dep per flow; empty: all AFTER
     buckets: BucketLayout = ()  # the DDP bucket layout last seen (dagprof runs; Horovod's fused responses)
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: RankMeta = field(default_factory=RankMeta)
 
     def rules(self) -> np.ndarray:
         """``flow_rule``, or ``Dep.AFTER`` for every flow when the reader gave none."""
@@ -221,7 +222,7 @@ class Run:
 
     ranks: list[RankTrace]
     source: str
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: RunMeta = field(default_factory=RunMeta)
 
     @property
     def world_size(self) -> int:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .events import Kind, RankTrace
+from .meta import Collectives
 from .run_schema import Col, FsdpInfo, Rec
 from .run_spans import _Comm, _Span, _Transfer
 
@@ -90,15 +91,15 @@ def label_groups(trace: RankTrace, info: FsdpInfo) -> None:
     trace.group_ranks = {gname: [int(r) for r in gname.split(",")] for gname in groups}
     index = {gname: k for k, gname in enumerate(groups)}
     rows = np.flatnonzero(ev.seq >= 0)
-    coll = {"event": [], "coll": [], "dtype": []}
+    coll = Collectives()
     for i in rows.tolist():
         c = info.collectives[int(ev.seq[i])]
         ev.group[i] = index[c.group]
         if ev.kind[i] == Kind.COMM:
-            coll["event"].append(i)
-            coll["coll"].append(COLL_NAMES[c.kind])
-            coll["dtype"].append(c.dtype)
-    trace.meta["collectives"] = coll
+            coll.event.append(i)
+            coll.coll.append(COLL_NAMES[c.kind])
+            coll.dtype.append(c.dtype)
+    trace.meta.collectives = coll
     names = {n: k for k, n in enumerate(ev.names)}
     for src, dst in trace.flows.tolist():  # the gap where the thread blocked: named by what it waited for
         if ev.kind[src] == Kind.COMM and ev.seq[src] >= 0 and ev.kind[dst] == Kind.COMM_WAIT:

@@ -39,6 +39,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from ..errors import DagprofError
@@ -46,6 +47,7 @@ from ..fsutil import inside, read_input, read_versioned
 from .buckets import Bucket, BucketLayout
 from .dagprof_run import read_run
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace, Run
+from .meta import Collectives, HorovodRecord, RankMeta, RunWarning, warnings_of
 
 TIMELINE = "horovod_timeline.json"
 RANK_FORMAT = "dagprof-horovod-rank"
@@ -263,7 +265,7 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
     for r, d in docs.items():
         if d.get("rank", r) != r:
             raise DagprofError(f"holds rank {d.get('rank')}, not rank {r} (a copy of another rank's file?)", os.path.join(folder, horovod_rank_file(r)))
-    warnings = [w for w in run.meta.get("warnings", []) if _NOT_DDP not in w]
+    warnings: list[str | RunWarning] = [w for w in run.meta.warnings if _NOT_DDP not in w.what]
     for d in docs.values():
         warnings += [w for w in d.get("warnings", []) if w not in warnings]
     requests = {r: [_Request(int(s), str(n), int(a), int(b), int(nb)) for s, n, a, b, nb in d.get("enqueues", [])] for r, d in docs.items()}
@@ -273,7 +275,7 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
     timeline = None
     if tl_path and os.path.exists(tl_path):
         timeline = read_timeline(tl_path)
-        warnings += [f"{tl_name}: {p}" for p in timeline.problems]
+        warnings += [RunWarning(p, file=tl_name) for p in timeline.problems]
     else:
         warnings.append("no Horovod timeline in the run (start the job with HOROVOD_TIMELINE=DYNAMIC): "
                         "requests and waits only, no fusion or transfers")
@@ -287,24 +289,20 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
     for p in plan:
         for rq in p.requests[min(p.requests)]:
             sizes[rq.tensor] = rq.nbytes
-    hv = {
-        **{k: settings.get(k) for k in ("fusion_threshold_bytes", "cycle_time_ms", "cache_capacity", "autotune")},
-        "tensor_order": order, "tensor_bytes": sizes, "cycles_marked": bool(timeline is not None and len(timeline.cycles)),
-        "responses": len(plan), "timeline": tl_name, "world_size": run.world_size,
-        # rank 0's measurements per response, kept for the what-ifs (passes re-price the graph's transfers):
-        # [step, position in step, fused bytes, transfer us, coordination us (cycle start -> response start; -1: not
-        # its cycle's first)]
-        "measured": [[p.step, p.position, p.nbytes, p.resp.transfer[1] - p.resp.transfer[0],
-                      p.resp.t0 - p.resp.cycle if p.first_in_cycle and p.resp.cycle is not None else -1.0] for p in plan],
-    }
+    hv = HorovodRecord(
+        fusion_threshold_bytes=settings.get("fusion_threshold_bytes"), cycle_time_ms=settings.get("cycle_time_ms"),
+        cache_capacity=settings.get("cache_capacity"), autotune=settings.get("autotune"),
+        tensor_order=order, tensor_bytes=sizes, cycles_marked=bool(timeline is not None and len(timeline.cycles)),
+        responses=len(plan), timeline=tl_name, world_size=run.world_size,
+        measured=[(p.step, p.position, p.nbytes, p.resp.transfer[1] - p.resp.transfer[0],
+                   p.resp.t0 - p.resp.cycle if p.first_in_cycle and p.resp.cycle is not None else -1.0) for p in plan],
+    )
     if settings.get("autotune"):
         warnings.append("HOROVOD_AUTOTUNE was on: fusion threshold and cycle time changed during the run")
-    meta = {**run.meta, "warnings": sorted(set(warnings)), "framework": "horovod", "horovod": hv,
-            "graph_meta": {**run.meta.get("graph_meta", {}), "horovod": hv}}
-    return Run(ranks, source=folder, meta=meta)
+    return Run(ranks, source=folder, meta=msgspec.structs.replace(run.meta, warnings=warnings_of(warnings), framework="horovod", horovod=hv))
 
 
-def _plan(tl: Timeline, requests: dict[int, list[_Request]], warnings: list[str]) -> list[_Planned]:
+def _plan(tl: Timeline, requests: dict[int, list[_Request]], warnings: list[str | RunWarning]) -> list[_Planned]:
     """Place each response in the step whose requests it served, on every rank."""
     ref = min(requests)
     by_key: dict[int, dict[tuple[int, str], list[_Request]]] = {}
@@ -420,7 +418,7 @@ def _merge(trace: RankTrace, reqs: list[_Request], plan: list[_Planned], shift_n
     flows = [tuple(f) for f in trace.flows.tolist()]
     request_ev = _cut_requests(c, trace, main, reqs, us, flows)
     if not plan:
-        return _rebuild(trace, c, flows, [], {})
+        return _rebuild(trace, c, flows, [], trace.meta)
     lanes = list(trace.lanes) + [Lane(LANE, LaneKind.COMM_THREAD)]
     lane = len(lanes) - 1
     groups = list(trace.groups) + ([GROUP] if GROUP not in trace.groups else [])
@@ -456,9 +454,9 @@ def _merge(trace: RankTrace, reqs: list[_Request], plan: list[_Planned], shift_n
         if p.step in sinks:
             flows.append((post, sinks[p.step]))
     buckets = tuple(Bucket(p.position, p.nbytes, tuple(p.resp.tensors)) for p in plan if p.step == plan[0].step)
-    extra = {"collectives": {"event": coll_events, "coll": ["allreduce"] * len(coll_events), "dtype": coll_dtypes},
-             "horovod_clock_shift_ns": shift_ns, "timeline": tl.path if tl else None}
-    out = _rebuild(trace, c, flows, buckets, extra)
+    meta = msgspec.structs.replace(trace.meta, collectives=Collectives(event=coll_events, coll=["allreduce"] * len(coll_events), dtype=coll_dtypes),
+                                   horovod_clock_shift_ns=shift_ns)
+    out = _rebuild(trace, c, flows, buckets, meta)
     return dataclasses.replace(out, lanes=lanes, groups=groups,
                                group_ranks={**trace.group_ranks, GROUP: list(range(trace.world_size))})
 
@@ -516,6 +514,6 @@ def _cut_requests(c: _Columns, trace: RankTrace, main: int, reqs: list[_Request]
     return out
 
 
-def _rebuild(trace: RankTrace, c: _Columns, flows: list[tuple[int, int]], buckets: BucketLayout, extra: dict) -> RankTrace:
+def _rebuild(trace: RankTrace, c: _Columns, flows: list[tuple[int, int]], buckets: BucketLayout, meta: RankMeta) -> RankTrace:
     return dataclasses.replace(trace, events=c.table(), flows=np.asarray(flows, dtype=np.int64).reshape(-1, 2),
-                               buckets=buckets or trace.buckets, backend=trace.backend or "horovod", meta={**trace.meta, **extra})
+                               buckets=buckets or trace.buckets, backend=trace.backend or "horovod", meta=meta)

@@ -22,9 +22,9 @@ Conventions on top of ``events.py``:
   carried by both the transfer (kernel / gloo op) and its host enqueue;
 - rank: ``distributedInfo.rank``, else the file name (``rank-3.json``,
   ``sampled_rank-1.json.gz``), else rank 0 when there is no ``distributedInfo`` at all
-  (a single-process profile); ``meta["rank_source"]`` says which;
-- ``meta["collectives"]`` holds, per transfer event, the canonical collective
-  name and dtype (for cross-rank checks in ``dagprof.align``); ``meta["declined"]``
+  (a single-process profile); ``meta.rank_source`` says which;
+- ``meta.collectives`` holds, per transfer event, the canonical collective
+  name and dtype (for cross-rank checks in ``dagprof.align``); ``meta.declined``
   counts, per rule, the inferred dependencies the measured timeline contradicted.
 """
 from __future__ import annotations
@@ -36,6 +36,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from ..errors import DagprofError
@@ -45,6 +46,7 @@ from .events import EventTable, Kind, Lane, LaneKind, RankTrace
 from .kineto_decode import MAX_OP_US, TraceStream, open_trace, raw_value
 from .kineto_deps import Deps, dependencies, enclosing_enqueue, main_lane, stream_number
 from .kineto_tables import Columns, Kinds, Nesting
+from .meta import Collectives, RankMeta
 
 _NAME, _CAT, _PID, _TID, _TS, _DUR = (operator.attrgetter(f) for f in ("name", "cat", "pid", "tid", "ts", "dur"))
 _FILE_RANK = re.compile(r"rank[-_]?(\d+)", re.I)
@@ -64,7 +66,7 @@ def read_kineto(path: str | os.PathLike[str], rank: int | None = None) -> RankTr
         stream = open_trace(read_input(path), path)  # a checked Kineto trace, or a one-line DagprofError
         out = _build(stream, path, rank)
         if stream.notes:
-            out.meta.setdefault("warnings", []).extend(f"{os.path.basename(path)}: {n}" for n in stream.notes)
+            out.meta.warnings.extend(msgspec.structs.replace(n, file=os.path.basename(path)) for n in stream.notes)
         return out
     finally:
         if was_enabled:
@@ -362,7 +364,7 @@ class _Collectives:
     groups: list[str]
     group_ranks: dict[str, list[int]]
     group_desc: dict[str, str]  # process-group descriptions (pg_config, record_param_comms): "mesh_tp", "default_pg"
-    meta: dict[str, list]
+    meta: Collectives
     explicit_seq: bool
 
 
@@ -416,7 +418,7 @@ def _collectives(cols: Columns, nest: Nesting, deps: Deps, header: _Header) -> _
     seq[enq[has]] = seq[transfers[has]]
     nbytes[enq[has]] = nbytes[transfers[has]]
     return _Collectives(group, seq, nbytes, list(gids), group_ranks, group_desc,
-                        {"event": transfers.tolist(), "coll": coll_out, "dtype": dtype_out}, bool(explicit) and all(explicit))
+                        Collectives(event=transfers.tolist(), coll=coll_out, dtype=dtype_out), bool(explicit) and all(explicit))
 
 
 # ------------------------------------------------------------------ stage 7: assembly
@@ -453,8 +455,10 @@ def _rank_trace(trace: ks.Head, path: str, rank_arg: int | None, header: _Header
         dur=cols.dur, depth=nest.depth, step=kinds.step, nbytes=colls.nbytes, group=colls.group, seq=colls.seq,
     )
     base = trace.baseTimeNanoseconds or 0
-    meta = {"format": "kineto", "rank_source": source, "collectives": colls.meta, "explicit_seq": colls.explicit_seq,
-            "schema": raw_value(trace.schemaVersion), "declined": deps.declined, "group_desc": colls.group_desc}
+    schema = raw_value(trace.schemaVersion)
+    meta = RankMeta(format="kineto", rank_source=source, collectives=colls.meta, explicit_seq=colls.explicit_seq,
+                    schema=schema if isinstance(schema, (int, str)) and not isinstance(schema, bool) else None,
+                    declined=deps.declined, group_desc=colls.group_desc)
     return RankTrace(
         rank=rank, world_size=world, source=path, events=table, lanes=_lanes(cols, nest, deps, header),
         base_ns=int(base + round(cols.t0 * 1000.0)), host=trace.host_name,

@@ -38,6 +38,7 @@ import msgspec
 from ..errors import DagprofError
 from . import kineto_schema as ks
 from .kineto_schema import raw_value
+from .meta import RunWarning
 
 _ARG_FIELDS = {f: ks.Args.__struct_encode_fields__[i] for i, f in enumerate(ks.Args.__struct_fields__)}
 _RAW_TOP = ("distributedInfo", "schemaVersion", "deviceProperties")
@@ -99,7 +100,7 @@ class TraceStream:
 
     def __init__(self, head: ks.Head, path: str):
         self.head, self.path = head, path
-        self.notes: list[str] = []
+        self.notes: list[RunWarning] = []
         self._seen = self._repaired = self._unreadable = 0
         self._known = bool(len(head.schemaVersion) or len(head.distributedInfo) or len(head.deviceProperties))
         self._marked = self._profiler_cats = self._not_utf8 = False
@@ -137,16 +138,12 @@ class TraceStream:
         if not ops:
             raise DagprofError("no profiled ops in this trace (no complete events on a process)", path)
         if self._not_utf8:
-            self.notes.append("bytes that are not UTF-8 text replaced by U+FFFD")
-        if self._repaired:
-            self.notes.append(f"{self._repaired} of {self._seen} events had fields of a foreign type: converted, or that field dropped")
-        if self._unreadable:
-            self.notes.append(f"{self._unreadable} of {self._seen} events unreadable (not an event object): skipped")
-        if untimed:
-            self.notes.append(f"{untimed} of {self._seen} complete events unreadable (no valid ts or dur: missing, negative "
-                              "or not a number): skipped")
-        if too_long:
-            self.notes.append(f"{too_long} of {self._seen} events longer than {MAX_OP_US / 3.6e9:g} hours: skipped as corrupt")
+            self.notes.append(RunWarning("bytes that are not UTF-8 text replaced by U+FFFD"))
+        counted = [(self._repaired, "events had fields of a foreign type: converted, or that field dropped"),
+                   (self._unreadable, "events unreadable (not an event object): skipped"),
+                   (untimed, "complete events unreadable (no valid ts or dur: missing, negative or not a number): skipped"),
+                   (too_long, f"events longer than {MAX_OP_US / 3.6e9:g} hours: skipped as corrupt")]
+        self.notes += [RunWarning(what, n, self._seen) for n, what in counted if n]
 
     @staticmethod
     def detach(events: list[ks.Event]) -> list[ks.Event]:

@@ -3,8 +3,8 @@
 One process per uncached file (up to ``jobs``) because parsing is CPU-bound Python; cached
 ranks load in the calling process (a memory copy, no parse). Files that are not Kineto
 traces at all (e.g. dagprof's own replay.trace.json written beside them) are skipped and
-listed in ``run.meta["skipped"]``; ranks of the job (``distributedInfo.world_size``) without
-a file are ``run.meta["rank_gaps"]`` (``completeness``); every other problem is a one-line ``DagprofError``.
+listed in ``run.meta.skipped``; ranks of the job (``distributedInfo.world_size``) without
+a file are ``run.meta.rank_gaps`` (``completeness``); every other problem is a one-line ``DagprofError``.
 """
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from concurrent.futures import ProcessPoolExecutor
 from ..errors import DagprofError
 from ..progress import progress
 from . import cache
-from .completeness import RankGap
 from .events import RankTrace, Run
 from .kineto import read_kineto
+from .meta import RankGap, RunMeta, RunWarning
 from .ray_parse import parse_on_ray, ray_address
 
 TRACE_PATTERNS = ("*.json", "*.json.gz")
@@ -84,19 +84,15 @@ def read_trace_dir(path: str | os.PathLike[str], jobs: int | None = None, use_ca
     return Run(sorted(ranks, key=lambda t: t.rank), source=folder, meta=meta)
 
 
-def _rank_report(ranks: list[RankTrace], skipped: dict[str, str], folder: str) -> tuple[list[RankTrace], dict]:
+def _rank_report(ranks: list[RankTrace], skipped: dict[str, str], folder: str) -> tuple[list[RankTrace], RunMeta]:
     ranks, warnings = _latest_run(ranks, folder)
     if len({t.world_size for t in ranks}) > 1:
         sizes = ", ".join(f"{os.path.basename(t.source)}: {t.world_size}" for t in sorted(ranks, key=lambda t: t.rank))
         raise DagprofError(f"the traces disagree on the world size ({sizes}): they are not one job", folder)
     world = ranks[0].world_size
     missing = sorted(set(range(world)) - {t.rank for t in ranks})
-    meta: dict = {"missing_ranks": missing, "rank_gaps": [RankGap(r, "no trace file here") for r in missing]}
-    if skipped:
-        meta["skipped"] = skipped
-    if warnings:
-        meta["warnings"] = warnings
-    return ranks, meta
+    return ranks, RunMeta(missing_ranks=missing, rank_gaps=[RankGap(r, "no trace file here") for r in missing],
+                          skipped=skipped, warnings=[RunWarning(w) for w in warnings])
 
 
 def _latest_run(ranks: list[RankTrace], folder: str) -> tuple[list[RankTrace], list[str]]:

@@ -18,7 +18,7 @@ What the traces hold and how it is read (MXNet 1.9, CPU, ``MXNET_EXEC_BULK_EXEC_
   key, in key order) go on the ``python`` lane;
 - servers log ``CopyCPU2CPU`` when a key's first push arrives, ``BinaryOpKernel`` when another is
   summed in, then the optimizer (``*_update``), interleaved over keys: the reader keeps each
-  server's busy time per step (``Run.meta["ps"]["server_busy"]``), which prices the servers' work.
+  server's busy time per step (``Run.meta.ps.server_busy``), which prices the servers' work.
 Keys go to servers as ps-lite does (``pslite_placement``); key sizes come from the manifest.
 """
 from __future__ import annotations
@@ -34,6 +34,7 @@ from ..errors import DagprofError
 from ..fsutil import inside, read_input, read_versioned
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace, Run
 from .formats import MXNET_MANIFEST as MANIFEST
+from .meta import PsKey, PsRecord, RankMeta, RunMeta, RunWarning, ServerBusy
 
 FORMAT = "dagprof-mxnet-run"
 VERSION = 1
@@ -196,15 +197,14 @@ def read_mxnet_run(folder: str) -> Run:
         per_worker[w] = pushes
     base_ns = min(t.base_ns for t in ranks)
     busy = _server_busy(man, per_worker)
-    ps = {
-        "framework": "mxnet", "num_servers": man.servers, "num_workers": man.workers, "bigarray_bound": man.bound,
-        "placement": "ps-lite", "keys": [{"key": k, "nbytes": v.nbytes, "elements": v.elements, "name": v.name, "layer": v.layer}
-                                           for k, v in sorted(man.keys.items())],
-        "server_busy": busy, "servers_profiled": sorted(man.server_files), "base_us": base_ns / 1e3,
-    }
-    meta = {"ps": ps, "framework": "mxnet", "warnings": []}
+    ps = PsRecord(
+        framework="mxnet", num_servers=man.servers, num_workers=man.workers, bigarray_bound=man.bound, placement="ps-lite",
+        keys=[PsKey(k, v.nbytes, v.elements, v.name, v.layer) for k, v in sorted(man.keys.items())],
+        server_busy=busy, servers_profiled=sorted(man.server_files), base_us=base_ns / 1e3,
+    )
+    meta = RunMeta(ps=ps, framework="mxnet")
     if sorted(man.server_files) != list(range(man.servers)):
-        meta["warnings"].append(f"server traces present for {sorted(man.server_files)} of {man.servers} servers")
+        meta.warnings.append(RunWarning(f"server traces present for {sorted(man.server_files)} of {man.servers} servers"))
     return Run(ranks, source=folder, meta=meta)
 
 
@@ -291,11 +291,11 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
     table = EventTable.from_columns(names, **{c: np.asarray(v) for c, v in cols.items()})
     trace = RankTrace(rank=w, world_size=man.workers, source=path, events=table, lanes=lanes, base_ns=base_ns, backend="ps-lite",
                       layers=layers, groups=["ps"], group_ranks={"ps": list(range(man.workers))},
-                      meta={"framework": "mxnet", "warnings": []})
+                      meta=RankMeta(framework="mxnet"))
     return trace, pushes
 
 
-def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> list[dict]:
+def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> list[ServerBusy]:
     """Per server and step, the time its engine spent summing pushes and running the optimizer."""
     out = []
     steps = sorted({p["step"] for pushes in per_worker.values() for p in pushes})
@@ -305,6 +305,5 @@ def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> list[dict
             every = [p for pushes in per_worker.values() for p in pushes if p["step"] == step]
             lo, hi = min(p["start"] for p in every), max(p["end"] for p in every)
             mine = [o for o in ops if lo - 1.0 <= o.start <= hi]
-            out.append({"file": s, "step": step, "busy_us": sum(o.end - o.start for o in mine),
-                        "updates": sum(1 for o in mine if o.name.endswith("_update"))})
+            out.append(ServerBusy(s, step, sum(o.end - o.start for o in mine), sum(1 for o in mine if o.name.endswith("_update"))))
     return out

@@ -32,6 +32,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from .events import EventTable, Kind, LaneKind, RankTrace, Run
@@ -152,7 +153,7 @@ def _instances(trace: RankTrace) -> _Instances:
     key = ev.group[rows].astype(np.int64) * (1 << 40) + np.maximum(ev.seq[rows], 0)
     uniq, inv, counts = np.unique(key, return_inverse=True, return_counts=True)
     members = np.split(rows[np.argsort(inv.reshape(-1), kind="stable")], np.cumsum(counts)[:-1]) if len(rows) else []
-    coll_of = dict(zip(trace.meta.get("collectives", {}).get("event", []), trace.meta.get("collectives", {}).get("coll", [])))
+    coll_of = trace.meta.collectives.by_event() if trace.meta.collectives is not None else {}
     colls = []
     for m in members:
         c = next((coll_of[int(i)] for i in m if int(i) in coll_of), "")
@@ -210,10 +211,10 @@ def _label_rank(trace: RankTrace) -> tuple[_Instances, np.ndarray, list[str]]:
     n = len(inst.coll)
     dims = np.zeros(n, dtype=np.int8)
     why = [""] * n
-    if trace.meta.get("format") != "kineto":  # dagprof's collectors record data-parallel collectives only
+    if trace.meta.format != "kineto":  # dagprof's collectors record data-parallel collectives only
         dims[:] = Dim.DP
         return inst, dims, ["recorded by a data-parallel collector"] * n
-    desc = trace.meta.get("group_desc", {})
+    desc = trace.meta.group_desc
     forward_sizes: dict[int, set[int]] = {}
     for k in range(n):
         if inst.coll[k] in _REDUCING and inst.phase[k] == Phase.FORWARD and inst.nbytes[k] >= ACTIVATION_MIN_BYTES:
@@ -222,7 +223,7 @@ def _label_rank(trace: RankTrace) -> tuple[_Instances, np.ndarray, list[str]]:
         name = trace.groups[int(inst.group[k])]
         d = desc_dim(desc.get(name, ""))
         if d is not Dim.UNKNOWN:
-            moved = name in trace.meta.get("resolved_groups", ())
+            moved = name in trace.meta.resolved_groups
             dims[k], why[k] = d, f"position, in the rank's one {desc[name]!r} group" if moved else f"group description {desc[name]!r}"
             continue
         dims[k], why[k] = _by_position(inst, k, forward_sizes)
@@ -265,7 +266,7 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
             st = stats.get(name)
             if st is None:
                 st = stats[name] = {"desc": "", "ranks": (), "dims": Counter(), "nbytes": Counter(), "why": Counter()}
-            st["desc"] = st["desc"] or trace.meta.get("group_desc", {}).get(name, "")
+            st["desc"] = st["desc"] or trace.meta.group_desc.get(name, "")
             st["ranks"] = st["ranks"] or tuple(trace.group_ranks.get(name, ()))
             text = _TEXT[int(dims[k])]
             st["dims"][text] += 1
@@ -275,14 +276,14 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
     groups = [GroupLabel(name, st["desc"], st["ranks"], dict(st["dims"]), dict(st["nbytes"]), [w for w, _ in st["why"].most_common()])
               for name, st in stats.items()]
     dp = _dp_groups(run, groups)
-    notes = list(run.meta.get("parallelism_notes", []))
+    notes = list(run.meta.parallelism_notes)
     return Parallelism(groups, run.world_size, dp, max((len(r) for r in dp), default=0), notes), per_event
 
 
 def _dp_groups(run: Run, groups: list[GroupLabel]) -> list[tuple[int, ...]]:
     """Rank sets of the data-parallel groups: the mesh's described DP groups if any, else those of the DP collectives."""
     described = {tuple(r) for t in run.ranks for name, r in t.group_ranks.items()
-                 if r and desc_dim(t.meta.get("group_desc", {}).get(name, "")) is Dim.DP}
+                 if r and desc_dim(t.meta.group_desc.get(name, "")) is Dim.DP}
     if described:
         return sorted(described)
     world = tuple(range(run.world_size))
@@ -303,7 +304,7 @@ def resolve_groups(run: Run) -> Run:
             continue
         target = {}
         for name, members in trace.group_ranks.items():
-            d = desc_dim(trace.meta.get("group_desc", {}).get(name, ""))
+            d = desc_dim(trace.meta.group_desc.get(name, ""))
             if d is not Dim.UNKNOWN and trace.rank in members:
                 target.setdefault(d, []).append(name)
         ev = trace.events
@@ -327,18 +328,16 @@ def resolve_groups(run: Run) -> Run:
         seq[rest] = np.searchsorted(old, ev.seq[rest])
         table = EventTable(names=ev.names, **{c: getattr(ev, c) for c in EventTable.COLUMNS if c not in ("group", "seq")},
                            group=group, seq=seq)
-        meta = {**trace.meta, "resolved_groups": groups[1:]}
+        meta = msgspec.structs.replace(trace.meta, resolved_groups=groups[1:])
         ranks.append(RankTrace(**{**trace.__dict__, "events": table, "groups": groups, "meta": meta}))
     note = (f"{moved} collectives recorded without their process group (gloo) assigned to their mesh group by position"
             if moved else "")
-    meta = dict(run.meta)
-    if note:
-        meta["parallelism_notes"] = [*meta.get("parallelism_notes", []), note]
+    meta = msgspec.structs.replace(run.meta, parallelism_notes=[*run.meta.parallelism_notes, note]) if note else run.meta
     return Run(ranks, run.source, meta)
 
 
 def _needs_groups(trace: RankTrace) -> bool:
     """A Kineto trace whose collectives all sit in the fallback group "0" while its pg_config describes mesh groups."""
-    desc = trace.meta.get("group_desc", {})
-    return (trace.meta.get("format") == "kineto" and trace.groups == ["0"] and not trace.meta.get("explicit_seq")
+    desc = trace.meta.group_desc
+    return (trace.meta.format == "kineto" and trace.groups == ["0"] and not trace.meta.explicit_seq
             and any(desc_dim(d) is not Dim.UNKNOWN for d in desc.values()))

@@ -32,7 +32,7 @@ def mark_steps(run: Run, marker: str | None = None) -> Run:
         return run
     ranks = [t if (t.events.kind == Kind.STEP).any() else as_one_window(t) for t in run.ranks]
     note = "no ProfilerStep markers: the whole profiled window replays as one iteration (--step-marker NAME to use your own)"
-    return dataclasses.replace(run, ranks=ranks, meta={**run.meta, "warnings": [*run.meta.get("warnings", []), note]})
+    return dataclasses.replace(run, ranks=ranks, meta=run.meta.warned(note))
 
 
 def with_marker(trace: RankTrace, marker: str) -> RankTrace:

@@ -42,6 +42,7 @@ from ..errors import DagprofError
 from ..fsutil import read_input
 from . import formats
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace
+from .meta import Collectives, RankMeta, RunWarning
 from .xla_hlo import collective_bytes
 from .xplane_decode import MISSING, WireError, XPlane, XSpace, decode_xspace
 from .xplane_flows import POOL, Line, schedule
@@ -162,7 +163,7 @@ class _Reader:
         self.layer_index: dict[str, int] = {}  # op scope -> id, until ``_layers`` makes them layers
         self.scopes: dict[str, tuple[bool, bool]] = {}  # op scope -> (has a gradient op, reads a variable)
         self.tab = _Table()
-        self.collectives: dict[str, list] = {"event": [], "coll": [], "dtype": [], "program": []}
+        self.collectives = Collectives()
         env = space.plane(TASK_ENV_PLANE)
         self.base_ns = int(env.stats.get("profile_start_time", 0)) if env is not None else 0
         if not self.base_ns:
@@ -305,10 +306,10 @@ class _Reader:
                                  depth=depth, step=step, layer=layer, group=group, seq=seq)
         program = self.space.int_stat(p, ln, rows[comm], "program_id") if len(comm) and self.program_bytes else np.full(len(comm), MISSING)
         for j, prog in zip(comm.tolist(), program.tolist()):
-            self.collectives["event"].append(int(out[j]))
-            self.collectives["coll"].append(coll_u[inv[j]])
-            self.collectives["dtype"].append("")
-            self.collectives["program"].append(int(prog))
+            self.collectives.event.append(int(out[j]))
+            self.collectives.coll.append(coll_u[inv[j]])
+            self.collectives.dtype.append("")
+            self.collectives.program.append(int(prog))
         top = depth == 0
         return start[top], out[top]
 
@@ -459,11 +460,9 @@ class _Reader:
         group_ranks = {g: list(range(self.group_sizes.get(g, world))) for g in self.groups}
         ev = EventTable.from_columns(self.tab.names, **c)
         flows = np.unique(np.asarray(self.sched.flows, dtype=np.int64).reshape(-1, 2), axis=0)
-        meta = {
-            "format": "xplane", "framework": self.framework, "framework_version": self.framework_version,
-            "collectives": self.collectives, "explicit_seq": True, "warnings": self.warnings,
-            "steps_profiled": [int(s) for s in self.step_num],
-        }
+        meta = RankMeta(format="xplane", framework=self.framework, framework_version=self.framework_version,
+                        collectives=self.collectives, explicit_seq=True, warnings=[RunWarning(w) for w in self.warnings],
+                        steps_profiled=[int(s) for s in self.step_num])
         return RankTrace(rank=int(rank), world_size=int(world), source=self.path, events=ev, lanes=self.lanes,
                          base_ns=self.base_ns, host=(self.space.hostnames or [""])[0],
                          backend="gloo" if self.framework == "jax" else "grpc-ring",
@@ -492,7 +491,7 @@ class _Reader:
     def _program_bytes(self, c: dict[str, np.ndarray]) -> bool:
         """Each XLA collective's bytes from its own instruction in the program (JAX); False if none is known."""
         found = False
-        for i, prog in zip(self.collectives["event"], self.collectives["program"]):
+        for i, prog in zip(self.collectives.event, self.collectives.program):
             nbytes = self.program_bytes.get(prog, {}).get(self.tab.names[c["name"][i]])
             if nbytes is not None:
                 c["nbytes"][i] = nbytes
@@ -515,7 +514,7 @@ class _Reader:
                 if o != MISSING and b != MISSING and p.stat_names.get(r) == "output":
                     name = p.stat_names.get(o, "")
                     sized[name] = max(sized.get(name, 0), int(b))
-        for i in self.collectives["event"]:
+        for i in self.collectives.event:
             c["nbytes"][i] = sized.get(self.tab.names[c["name"][i]], c["nbytes"][i])
 
     def _gradient_bytes(self, c: dict[str, np.ndarray]) -> None:
@@ -529,7 +528,7 @@ class _Reader:
         if not self.grad_bytes:
             return
         by_name: dict[str, list[int]] = {}
-        for i, coll in zip(self.collectives["event"], self.collectives["coll"]):
+        for i, coll in zip(self.collectives.event, self.collectives.coll):
             node = self.tab.names[c["name"][i]]
             head = node.split("/", 1)[0] if "/" in node else ""
             if coll == "allreduce" and c["nbytes"][i] == 0 and (not head or _OPTIMIZER.match(head)):
@@ -540,7 +539,7 @@ class _Reader:
 
     def _xla_seq(self, c: dict[str, np.ndarray]) -> None:
         """Collectives without keys (XLA): numbered by step and position in the step, the same on every process."""
-        todo = [i for i in self.collectives["event"] if c["seq"][i] < 0 and c["step"][i] >= 0]
+        todo = [i for i in self.collectives.event if c["seq"][i] < 0 and c["step"][i] >= 0]
         todo.sort(key=lambda i: (c["step"][i], c["start"][i]))
         pos: dict[int, int] = {}
         for i in todo:

@@ -14,12 +14,14 @@ from __future__ import annotations
 import dataclasses
 import os
 
+import msgspec
 import numpy as np
 
 from ..errors import DagprofError
 from ..fsutil import inside, read_versioned
-from .completeness import RankGap, describe
+from .completeness import describe
 from .events import Kind, RankTrace, Run
+from .meta import Collectives, RankGap, RunMeta, RunWarning, warnings_of
 from .tf_xplane import rank_from_path, read_xplane
 from .xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, VERSION, rank_file, rank_logdir
 
@@ -53,7 +55,8 @@ def read_xplane_run(path: str | os.PathLike[str]) -> Run:
 
 def _from_manifest(folder: str, manifest: dict) -> Run:
     world = int(manifest["world_size"])
-    ranks, warnings, gaps = [], [], []
+    ranks, gaps = [], []
+    warnings: list[str | RunWarning] = []
     for r in range(world):
         rpath = os.path.join(folder, rank_file(r))
         if not os.path.exists(rpath):
@@ -72,15 +75,17 @@ def _from_manifest(folder: str, manifest: dict) -> Run:
             warnings.append(f"rank {r}: {len(files)} profiler sessions in its log folder; the newest is read")
         newest = inside(folder, os.path.relpath(files[-1], folder), rpath)  # a link in the log folder may not lead out
         trace = read_xplane(newest, rank=r, world_size=world, grad_bytes=int(info.get("grad_bytes", 0)))
-        trace.meta.update(step_times_us=info.get("step_times_us", {}), pid=info.get("pid"))
+        trace.meta.step_times_us = {int(s): float(d) for s, d in info.get("step_times_us", {}).items()}
+        trace.meta.pid = info.get("pid")
         warnings += info.get("warnings", [])
         ranks.append(trace)
     if not ranks:
         raise DagprofError(f"no rank file here ({describe(gaps, world)})", folder)
     _check_same_job(ranks, folder)
     ranks = _trim_cut_steps(ranks, warnings)
-    warnings += [w for t in ranks for w in t.meta.get("warnings", [])]
-    return Run(ranks, source=folder, meta={**manifest, "warnings": sorted(set(warnings)), "rank_gaps": gaps})
+    warnings += [w for t in ranks for w in t.meta.warnings]
+    return Run(ranks, source=folder, meta=RunMeta(framework=str(manifest.get("framework") or ""), warnings=warnings_of(warnings),
+                                                  rank_gaps=gaps))
 
 
 def _from_logdirs(folder: str) -> Run:
@@ -92,7 +97,7 @@ def _from_logdirs(folder: str) -> Run:
     for f in files:
         r = rank_from_path(os.path.relpath(os.path.dirname(f), folder))
         (by_rank.setdefault(r, []) if r is not None else unranked).append(f)
-    warnings = []
+    warnings: list[str | RunWarning] = []
     if unranked:
         if by_rank or len(unranked) > 1 and len({os.path.dirname(os.path.dirname(f)) for f in unranked}) == 1:
             raise DagprofError(f"cannot tell the rank of {os.path.relpath(unranked[0], folder)}: put each worker's log folder "
@@ -108,9 +113,9 @@ def _from_logdirs(folder: str) -> Run:
     missing = sorted(set(range(world)) - set(by_rank))
     _check_same_job(ranks, folder)
     ranks = _trim_cut_steps(ranks, warnings)
-    warnings += [w for t in ranks for w in t.meta.get("warnings", [])]
-    return Run(ranks, source=folder, meta={"missing_ranks": missing, "rank_gaps": [RankGap(r, "no profile in its log folder") for r in missing],
-                                           "warnings": sorted(set(warnings))})
+    warnings += [w for t in ranks for w in t.meta.warnings]
+    return Run(ranks, source=folder, meta=RunMeta(missing_ranks=missing, rank_gaps=[RankGap(r, "no profile in its log folder") for r in missing],
+                                                  warnings=warnings_of(warnings)))
 
 
 def _check_same_job(ranks: list[RankTrace], folder: str) -> None:
@@ -130,7 +135,7 @@ def _check_same_job(ranks: list[RankTrace], folder: str) -> None:
             f"{(latest_start[0] - earliest_end[1]) / 1e9:.0f} s apart: they are from different runs", folder)
 
 
-def _trim_cut_steps(ranks: list[RankTrace], warnings: list[str]) -> list[RankTrace]:
+def _trim_cut_steps(ranks: list[RankTrace], warnings: list[str | RunWarning]) -> list[RankTrace]:
     """Drop the first or last common step where a collective is missing on some rank.
 
     A profiler stopped right after the last step may lose that step's collective range on one
@@ -165,12 +170,12 @@ def _without_steps(t: RankTrace, steps: set[int]) -> RankTrace:
     ok = keep[f[:, 0]] & keep[f[:, 1]] if len(f) else np.zeros(0, bool)
     flows = new_index[f[ok]] if len(f) else f
     return dataclasses.replace(t, events=t.events.take(keep), flows=flows.astype(np.int64).reshape(-1, 2),
-                               meta={**t.meta, "collectives": _remap_collectives(t.meta.get("collectives"), keep, new_index)})
+                               meta=msgspec.structs.replace(t.meta, collectives=_remap_collectives(t.meta.collectives, keep, new_index)))
 
 
-def _remap_collectives(info: dict | None, keep: np.ndarray, new_index: np.ndarray) -> dict | None:
-    if not info:
+def _remap_collectives(info: Collectives | None, keep: np.ndarray, new_index: np.ndarray) -> Collectives | None:
+    if info is None:
         return info
-    rows = [k for k, e in enumerate(info["event"]) if keep[e]]
-    return {"event": [int(new_index[info["event"][k]]) for k in rows], "coll": [info["coll"][k] for k in rows],
-            "dtype": [info["dtype"][k] for k in rows]}
+    rows = [k for k, e in enumerate(info.event) if keep[e]]
+    return Collectives(event=[int(new_index[info.event[k]]) for k in rows], coll=[info.coll[k] for k in rows],
+                       dtype=[info.dtype[k] for k in rows], program=[info.program[k] for k in rows if k < len(info.program)])

@@ -1,0 +1,202 @@
+"""What a run and each of its ranks know beyond their events, typed: ``RunMeta`` and ``RankMeta``.
+
+Readers fill them, ``align`` and ``graph`` read them; a field exists here once, so a misspelt
+one is an error instead of a silent new key. Every field has a default (a reader sets what its
+format knows); a framework's facts are one record each (``HorovodRecord``, ``PsRecord``,
+``run_schema.FsdpInfo``, ``ClockAlignment``), absent (None) for runs of other frameworks.
+They are msgspec Structs so the parse cache (``traces.cache``) stores ``RankMeta`` as it is.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import msgspec
+
+from .run_schema import FsdpInfo, Manifest
+
+
+@dataclass(frozen=True)
+class RankGap:
+    """One rank of the job that the run lacks (``steps`` empty) or holds only in part (``traces.completeness``)."""
+
+    rank: int
+    why: str  # "no trace file", "stopped by SIGTERM during step 5 (no rank1.json)"
+    steps_missing: tuple[int, ...] = ()  # of the requested window; empty: the whole rank is missing
+
+    @property
+    def missing_whole(self) -> bool:
+        return not self.steps_missing
+
+
+@dataclass
+class ClockAlignment:
+    """The clock offsets ``align.clocks`` fitted on matched collective ends, and how well they agree."""
+
+    offset_us: dict[int, float]  # rank -> add to that rank's absolute times
+    residual_us: dict[str, float]  # spread of aligned collective ends: median, p90, max
+    per_rank_residual_us: dict[int, float]  # median |aligned end - instance end| per rank
+    instances_used: int
+    outliers: int = 0
+    reference_rank: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        r = self.residual_us
+        return (f"{len(self.offset_us)} ranks aligned on {self.instances_used} collectives "
+                f"({self.outliers} outliers dropped); residual skew median {r['median']:.1f} us, "
+                f"p90 {r['p90']:.1f} us, max {r['max']:.1f} us")
+
+
+class RunWarning(msgspec.Struct, frozen=True):
+    """Something a reader noticed and worked around, shown to the user as ``str(w)``: ``what`` happened
+    (``count`` of ``total`` events when counted), in ``file`` when it concerns one file."""
+
+    what: str
+    count: int = 0
+    total: int = 0  # 0: not counted
+    file: str = ""
+
+    def __str__(self) -> str:
+        text = f"{self.count} of {self.total} {self.what}" if self.total else self.what
+        return f"{self.file}: {text}" if self.file else text
+
+
+def warnings_of(texts: Iterable[str | RunWarning]) -> list[RunWarning]:
+    """Entries for ``texts`` (plain strings: the collectors' files, align's notes), each once, in text order."""
+    entries = (w if isinstance(w, RunWarning) else RunWarning(w) for w in texts)
+    return [w for _, w in sorted({str(w): w for w in entries}.items())]
+
+
+class Collectives(msgspec.Struct, kw_only=True):
+    """Per transfer event (index into the rank's events): its canonical collective name and dtype, which
+    ``align`` checks across ranks; ``program``: the XLA program that ran it (xplane only)."""
+
+    event: list[int] = []
+    coll: list[str] = []
+    dtype: list[str] = []
+    program: list[int] = []
+
+    def by_event(self) -> dict[int, str]:
+        """Event -> canonical collective name."""
+        return dict(zip(self.event, self.coll))
+
+
+class HorovodRecord(msgspec.Struct, kw_only=True, frozen=True):
+    """Horovod's settings and what its timeline showed (``traces.horovod``), kept for the what-ifs
+    (``passes.horovod`` re-prices the graph's transfers from ``measured``)."""
+
+    fusion_threshold_bytes: int | None = None
+    cycle_time_ms: float | None = None
+    cache_capacity: int | None = None
+    autotune: bool | None = None
+    tensor_order: list[str] = []  # tensors in the order their requests were first fused
+    tensor_bytes: dict[str, int] = {}
+    cycles_marked: bool = False  # the timeline marks Horovod's cycles
+    responses: int = 0
+    timeline: str | None = None  # the timeline's file name in the run folder
+    world_size: int = 0
+    # rank 0's measurements per response: [step, position in step, fused bytes, transfer us, coordination us
+    # (cycle start -> response start; -1: not its cycle's first)]
+    measured: list[tuple[int, int, int, float, float]] = []
+    predicted: bool = False  # set by a what-if: fusion threshold and cycle time are the scenario's, not measured
+
+
+class PsKey(msgspec.Struct, frozen=True):
+    """One key a parameter-server job pushes and pulls."""
+
+    key: int
+    nbytes: int
+    elements: int
+    name: str
+    layer: str
+
+
+class ServerBusy(msgspec.Struct, frozen=True):
+    """A server's engine time in one step: summing pushes and running the optimizer."""
+
+    file: int  # the server
+    step: int
+    busy_us: float
+    updates: int
+
+
+class PsRecord(msgspec.Struct, kw_only=True, frozen=True):
+    """A parameter-server job (``traces.mxnet``): servers, keys and their placement, the servers' busy time;
+    a graph's record (``graph.build_ps``) adds the measured exchanges."""
+
+    framework: str = "mxnet"
+    num_servers: int = 1
+    num_workers: int = 1
+    bigarray_bound: int = 1_000_000  # keys this big are split over every server
+    placement: str = "ps-lite"
+    keys: list[PsKey] = []
+    server_busy: list[ServerBusy] = []
+    servers_profiled: list[int] = []
+    base_us: float = 0.0
+    exchange_us: list[tuple[int, int, float]] = []  # (step, worker, first push issued -> last pull in), graphs only
+
+
+class RankMeta(msgspec.Struct, kw_only=True):
+    """One rank's facts beyond its events; which fields a reader fills depends on its format."""
+
+    format: str = ""  # kineto | xplane | dagprof-rank (the reader's name for what it read)
+    framework: str = ""  # tensorflow, jax, mxnet as the reader names it; "": PyTorch
+    framework_version: str = ""
+    warnings: list[RunWarning] = []
+    # --- collectives: naming, matching and grouping (kineto, xplane, dagprof runs, horovod)
+    rank_source: str = ""  # where the rank number came from (kineto: distributedInfo, the file name, assumed)
+    schema: int | str | None = None  # the Kineto trace's schemaVersion
+    collectives: Collectives | None = None
+    explicit_seq: bool = False  # the trace numbers each collective within its group (else: by order)
+    declined: dict[str, int] = {}  # per Dep rule, the inferred dependencies the measured timeline contradicted
+    group_desc: dict[str, str] = {}  # process-group descriptions (pg_config): "mesh_tp", "default_pg"
+    resolved_groups: list[str] = []  # groups ``traces.parallelism.resolve_groups`` moved collectives to
+    # --- set by align
+    step_offset: int = 0  # added to this rank's step numbers to match the others' (align.matching)
+    clock_offset_us: float = 0.0  # added to this rank's clock (align.clocks)
+    # --- the training loop (dagprof's collectors; steps_profiled and step_times_us from xplane runs too)
+    steps_profiled: list[int] = []
+    step_times_us: dict[int, float] = {}  # profiled step -> us
+    unprofiled_step_times_us: dict[int, float] | None = None  # None: the reader has no loop timing (not a dagprof run)
+    pid: int | None = None
+    torch: str = ""
+    mode: str = ""  # api (dagprof.profile) | launcher (dagprof profile -- ...)
+    bucket_cap_mb: float | None = None
+    steps_requested: list[int] = []  # [first, stop)
+    steps_completed: int = 0
+    comm_lanes: list[str] = []
+    layer_grad_bytes: dict[str, int] = {}  # module path -> bytes of its parameters' gradients
+    layer_saved_bytes: dict[str, int] = {}  # module path -> activation bytes it saved for backward
+    comm_source: str = ""  # where the collectives' timing came from (Kineto, the comm hooks)
+    kineto: str | None = None  # the rank's Kineto trace, when it gave the communication
+    fsdp: FsdpInfo | None = None  # an FSDP2 job's units and collectives
+    horovod_clock_shift_ns: int = 0  # traces.horovod: shift of the timeline's clock onto this rank's
+
+
+class RunMeta(msgspec.Struct, kw_only=True):
+    """The job's facts beyond its ranks: what is missing, what was warned, the framework's record."""
+
+    warnings: list[RunWarning] = []
+    framework: str = ""  # as RankMeta.framework: "" is PyTorch
+    rank_gaps: list[RankGap] = []  # what readers know is missing (traces.completeness)
+    missing_ranks: list[int] = []
+    skipped: dict[str, str] = {}  # file -> why it is not a rank of the run (kineto_dir)
+    partial: bool = False  # the user chose to analyse a run with ranks or steps missing
+    manifest: Manifest | None = None  # a dagprof run folder's manifest
+    ddp: bool = False  # dagprof runs: DDP gradient buckets were seen
+    fsdp: bool = False  # dagprof runs: every rank recorded FSDP2 units
+    horovod: HorovodRecord | None = None
+    ps: PsRecord | None = None  # a parameter-server job (the "parameter server" RunKind)
+    clocks_done: bool = False  # align.one_clock tried (clock_alignment None: it could not)
+    clock_alignment: ClockAlignment | None = None
+    parallelism_notes: list[str] = []
+
+    def warned(self, *notes: str | RunWarning) -> RunMeta:
+        """A copy with ``notes`` appended to the warnings (runs are not edited in place)."""
+        return msgspec.structs.replace(self, warnings=[*self.warnings, *(n if isinstance(n, RunWarning) else RunWarning(n) for n in notes)])
+
+    def warning_texts(self) -> list[str]:
+        """The warnings as the user reads them."""
+        return [str(w) for w in self.warnings]
+
