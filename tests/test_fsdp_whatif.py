@@ -106,7 +106,7 @@ def test_reduce_dtype_halves_what_each_reduce_scatter_moves():
     same, bf16 = (apply(g, Scenario(bandwidth="200Mbit", reduce_dtype=d), c, base_topology(g, c)) for d in ("float32", "bfloat16"))
     for coll in fsdp_collectives(g):
         assert bf16.nbytes[coll.node] == same.nbytes[coll.node] // (2 if coll.kind == "reduce_scatter" else 1)
-    assert {u["reduce_dtype"] for u in bf16.meta.fsdp["units"]} == {"bfloat16"}
+    assert {u.reduce_dtype for u in bf16.meta.fsdp.units} == {"bfloat16"}
     rows = evaluate(g, [Scenario(bandwidth="200Mbit"), Scenario(bandwidth="200Mbit", reduce_dtype="float32"),
                         Scenario(bandwidth="200Mbit", reduce_dtype="bfloat16")], tolerance_pct=None)["scenarios"]
     profiled, fp32, half = (r["predicted_iter_ms"] for r in rows)
