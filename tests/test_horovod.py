@@ -182,3 +182,36 @@ def test_cli_commands_work_on_a_horovod_run(tmp_path):
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "not predicting" in refused.stderr
     bad = subprocess.run(cli + ["whatif", str(run), "--cycle-ms", "-1"], capture_output=True, text=True)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and ">= 0" in bad.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "setpriority") or os.geteuid() != 0, reason="raising a thread's priority back needs root")
+def test_timeline_writer_returns_to_the_jobs_priority_not_above(tmp_path):
+    """A writer calmed outside the window records at the nice value it had (the job's), never at 0 above a niced job."""
+    import threading
+
+    from dagprof.collect.horovod import HorovodCollector
+
+    ready, stop = threading.Event(), threading.Event()
+    tids = []
+
+    def writer():  # stands in for Horovod's timeline writer (calm_spinning_threads finds the real one by its busy-waiting)
+        tids.append(threading.get_native_id())
+        ready.set()
+        stop.wait()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        ready.wait()
+        tid = tids[0]
+        job_nice = os.getpriority(os.PRIO_PROCESS, tid) + 5  # the job's own priority, below the default
+        os.setpriority(os.PRIO_PROCESS, tid, job_nice)
+        c = HorovodCollector(str(tmp_path), "1:2", kineto=False)
+        c._calmed = {tid: job_nice}  # as calm_spinning_threads returns it
+        c._renice(restore=False)
+        assert os.getpriority(os.PRIO_PROCESS, tid) == 19
+        c._renice(restore=True)
+        assert os.getpriority(os.PRIO_PROCESS, tid) == job_nice
+    finally:
+        stop.set()
+        t.join()
