@@ -19,7 +19,7 @@ parser.add_argument("--batch-size", type=int, default=16)
 parser.add_argument("--vocab", type=int, default=8000)
 parser.add_argument("--seq-len", type=int, default=48)
 parser.add_argument("--lr", type=float, default=1e-3)
-parser.add_argument("--log-interval", type=int, default=5)
+parser.add_argument("--log-interval", type=int, default=4)
 args = parser.parse_args()
 
 hvd.init()
