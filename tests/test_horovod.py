@@ -215,3 +215,17 @@ def test_timeline_writer_returns_to_the_jobs_priority_not_above(tmp_path):
     finally:
         stop.set()
         t.join()
+
+
+def test_user_script_with_embedding_and_its_own_metric_allreduce():
+    """A user's text classifier (bench/frameworks/hvd_text.py, zero-code profile): the embedding's dense gradient is one
+    optimizer request among the others; the script's own ``hvd.allreduce`` of its loss is named as not modelled."""
+    run = load(fixture("text"))
+    assert any("calls itself" in w and "allreduce.avg_loss" in w for w in run.meta["warnings"])
+    assert not any("without matching requests" in w for w in run.meta["warnings"])
+    p = open_run(fixture("text"))
+    sizes = p.graph.meta.horovod["tensor_bytes"]
+    assert sizes["allreduce.embed.weight"] == 8000 * 64 * 4 and "allreduce.avg_loss" not in sizes
+    colls = [c for c in find_collectives(p.graph) if p.graph.devices[p.graph.device[c.comm]].name == f"group {GROUP}"]
+    assert int(p.graph.nbytes[[c.comm for c in colls]].sum()) == sum(sizes.values()) * len(p.graph.meta.steps)
+    assert abs(p.analysis.error_pct) < 5.0

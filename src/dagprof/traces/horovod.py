@@ -315,11 +315,16 @@ def _plan(tl: Timeline, requests: dict[int, list[_Request]], warnings: list[str]
     for rq in sorted(requests[ref], key=lambda x: x.t0):
         ref_by_tensor.setdefault(rq.tensor, []).append(rq)
     used: dict[int, set[int]] = {r: set() for r in requests}
+    requested = set(ref_by_tensor)
     out: list[_Planned] = []
     dropped = 0
+    own: set[str] = set()  # tensors of collectives the script called itself (hvd.allreduce of a metric...)
     seen_cycle: set[float] = set()
     position: dict[int, int] = {}
     for resp in tl.responses:
+        if not requested.intersection(resp.tensors):
+            own.update(resp.tensors)
+            continue
         if resp.op != "allreduce":
             dropped += 1
             continue
@@ -355,6 +360,9 @@ def _plan(tl: Timeline, requests: dict[int, list[_Request]], warnings: list[str]
         position[step] = position.get(step, 0) + 1
     if dropped:
         warnings.append(f"{dropped} Horovod response(s) outside the profiled steps or without matching requests were left out")
+    if own:
+        warnings.append(f"Horovod collectives the script calls itself are not modelled ({', '.join(sorted(own))}): "
+                        "their time is on the main thread as time between ops")
     return out
 
 
