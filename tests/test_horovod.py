@@ -229,3 +229,21 @@ def test_user_script_with_embedding_and_its_own_metric_allreduce():
     colls = [c for c in find_collectives(p.graph) if p.graph.devices[p.graph.device[c.comm]].name == f"group {GROUP}"]
     assert int(p.graph.nbytes[[c.comm for c in colls]].sum()) == sum(sizes.values()) * len(p.graph.meta.steps)
     assert abs(p.analysis.error_pct) < 5.0
+
+
+def test_fp16_compressed_gradients_are_sized_as_sent():
+    """``hvd.Compression.fp16`` (bench/frameworks/hvd_resnet.py --fp16-allreduce): Horovod fuses and sends half the
+    gradient bytes, so the what-ifs must regroup and price the tensors at their fp16 size, not the fp32 gradient's."""
+    p = open_run(fixture("resnet-fp16"))
+    g = p.graph
+    sizes = g.meta.horovod["tensor_bytes"]
+
+    def per_step(h):
+        colls = [c.comm for c in find_collectives(h) if h.devices[h.device[c.comm]].name == f"group {GROUP}"]
+        return {int(s): int(h.nbytes[[c for c in colls if h.step[c] == s]].sum()) for s in h.meta.steps}
+
+    measured = per_step(g)
+    assert set(measured.values()) == {sum(sizes.values())}  # every step sends each tensor once, at its fp16 size
+    assert per_step(set_horovod(g, replay)) == measured
+    fp32 = sum(nb for _, _, _, _, nb in json.load(open(os.path.join(fixture("resnet-fp16"), "rank0.horovod.json")))["enqueues"]) // 4
+    assert sum(sizes.values()) * 2 == fp32  # the requests record the fp32 gradients (4 profiled steps)

@@ -282,10 +282,10 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
         shift_ns = _clock_shift(t, run.ranks[0], plan)
         ranks.append(_merge(t, requests.get(t.rank, []), plan, shift_ns, timeline))
     order = _tensor_order(plan)
-    sizes: dict[str, int] = {}
+    sizes: dict[str, int] = {}  # as Horovod fuses and sends them: compressed (hvd.Compression.fp16) ones at their wire size
     for p in plan:
         for rq in p.requests[min(p.requests)]:
-            sizes[rq.tensor] = rq.nbytes
+            sizes[rq.tensor] = p.resp.nbytes.get(rq.tensor) or rq.nbytes
     hv = {
         **{k: settings.get(k) for k in ("fusion_threshold_bytes", "cycle_time_ms", "cache_capacity", "autotune")},
         "tensor_order": order, "tensor_bytes": sizes, "cycles_marked": bool(timeline is not None and len(timeline.cycles)),
