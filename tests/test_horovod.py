@@ -258,3 +258,21 @@ def test_other_ranks_wait_for_the_slower_rank_at_the_join_not_in_a_negotiation()
         assert ("horovod negotiate" in names) == (t.rank == 0)
     assert abs(open_run(fixture("fused")).analysis.error_pct) < 0.5
     assert abs(open_run(fixture("fused"), template=True).analysis.error_pct) < 3.0
+
+
+def test_api_profile_exit_passes_the_error_through(tmp_path):
+    """``dagprof.collect.horovod.profile``'s exit hands the collector the exception that ended training (as
+    ``dagprof.profile`` does): the Horovod collector must take it, or every job using the API died at its end."""
+    import torch
+
+    from dagprof.collect.horovod import profile
+
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(ValueError, match="the training's own error"):
+        with profile(str(tmp_path / "run"), steps="1:2", model=model):
+            model(torch.zeros(1, 2))
+            raise ValueError("the training's own error")
+    with profile(str(tmp_path / "run2"), steps="1:2", model=model) as prof:
+        for _ in range(3):
+            model(torch.zeros(1, 2)).sum().backward()
+            prof.step()

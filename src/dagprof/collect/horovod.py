@@ -182,9 +182,9 @@ class HorovodCollector(Collector):
         self._stop_timeline()
         super()._end_window()
 
-    def close(self) -> None:
+    def close(self, error: BaseException | None = None) -> None:
         self._stop_timeline()
-        super().close()
+        super().close(error)
 
     def _stop_timeline(self) -> None:
         if not self._timeline_open:
