@@ -1,12 +1,15 @@
-"""User-style TensorFlow, JAX and MXNet scripts (bench/frameworks/), each profiled N times by the lines a user adds:
+"""User-style TensorFlow, JAX, MXNet and Horovod scripts (bench/frameworks/), each profiled N times as a user would:
 crashes (a worker that died, by its exit status or signal), the model the what-ifs start from against the
 profiled run (must be within 2 %), and the averaged replay (``--template``) against the measurement.
 
     DAGPROF_TF_PYTHON=/opt/tf/bin/python DAGPROF_JAX_PYTHON=/opt/jax/bin/python DAGPROF_MXNET_PYTHON=/opt/mx/bin/python \\
-        python bench/bench_frameworks.py --runs 20 [--only tf_text,jax_shardmap,mx_mlp,mx_embed] [--keep DIR]
+    DAGPROF_HOROVOD_VENV=/opt/hvd python bench/bench_frameworks.py --runs 20 [--only tf_text,jax_shardmap,mx_mlp,hvd_text] [--keep DIR]
 
 MXNet scripts run as ``dist_sync`` jobs under ``python -m dagprof.collect.hooks.mxnet_ps run`` (scheduler, 1 server,
-the workers), its exit status standing for the job's (a process that died fails the launcher).
+the workers), its exit status standing for the job's (a process that died fails the launcher). Horovod scripts carry
+no dagprof line: ``dagprof profile -o RUN --steps 6:10 -- horovodrun -np N -H localhost:N --gloo python SCRIPT`` (the
+venv of ``bench/horovod/build_horovod.sh``), whose exit status is the job's (dagprof's own refusal, 2, is told apart
+by its message).
 
 The framework's Python needs dagprof importable (this checkout's src/ is put on PYTHONPATH).
 Workers share this host's loopback; on 2 busy cores figures vary from run to run: medians and spreads are reported.
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -40,6 +44,8 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "jax_shardmap": ("jax", "DAGPROF_JAX_PYTHON", {}),
     "mx_mlp": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
     "mx_embed": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
+    "hvd_text": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
+    "hvd_resnet": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
 }
 
 
@@ -54,6 +60,17 @@ def launch(name: str, python: str, out: str, workers: int, timeout: float, src: 
                "--port", str(ports[0]), "--profile-steps", "5", "--timeout", str(int(timeout)), "--", python, script, "--steps", "16"]
         with open(os.path.join(out, "launcher.txt"), "w") as log:
             return [subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log, timeout=timeout + 60).returncode]
+    if framework == "horovod":  # python names the venv's interpreter; horovodrun and the ranks' python come from its bin/
+        bindir = os.path.dirname(python)
+        env |= {"PATH": bindir + os.pathsep + env.get("PATH", ""), "OMP_NUM_THREADS": "1"}
+        cmd = [sys.executable, "-m", "dagprof.cli.main", "profile", "-o", out, "--steps", "6:10", "--json", "--",
+               os.path.join(bindir, "horovodrun"), "-np", str(workers), "-H", f"localhost:{workers}", "--gloo", "python", script]
+        log_path = os.path.join(out, "launcher.txt")
+        with open(log_path, "w") as log:
+            code = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log, timeout=timeout + 60).returncode
+        with open(log_path) as log:
+            said = re.search(r"the (?:profiled )?command exited with status (-?\d+)", log.read())
+        return [int(said.group(1)) if said else 0 if code == 2 else code]  # 2 alone: dagprof refused a finished job (judge says why)
     procs = []
     for rank in range(workers):
         if framework == "tensorflow":
@@ -105,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for name in args.only.split(","):
         python = os.environ.get(SCRIPTS[name][1])
+        if python and SCRIPTS[name][0] == "horovod":
+            python = os.path.join(python, "bin", "python")
         if not python:
             print(f"{name}: skipped, set {SCRIPTS[name][1]} to a Python with {SCRIPTS[name][0]}", file=sys.stderr)
             continue

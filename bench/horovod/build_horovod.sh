@@ -5,7 +5,7 @@
 # So: download the registry's sdist, switch CMAKE_CXX_STANDARD 14 -> 17 in the two CMakeLists.txt,
 # and build it against the torch already in the venv (--no-build-isolation).
 #
-# Usage: bench/horovod/build_horovod.sh [VENV]     (default /work/venvs/hvd or $HVD_VENV)
+# Usage: bench/horovod/build_horovod.sh [VENV]     (default $HVD_VENV); HOROVOD_SDIST=path skips the download
 # Afterwards: VENV/bin/horovodrun --check-build    (PyTorch [X], Gloo [X])
 set -euo pipefail
 VENV=${1:-${HVD_VENV:?usage: build_horovod.sh VENV (a new venv folder, e.g. /opt/hvd)}}
@@ -19,7 +19,8 @@ python3 -m venv "$VENV"
 "$VENV/bin/pip" install --quiet "torch==$TORCH" numpy cmake packaging psutil pyyaml cloudpickle wheel setuptools
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-"$VENV/bin/pip" download --quiet --no-deps --no-binary :all: "horovod==$HVD" -d "$WORK"
+if [ -n "${HOROVOD_SDIST:-}" ]; then cp "$HOROVOD_SDIST" "$WORK/"   # an sdist already at hand
+else "$VENV/bin/pip" download --quiet --no-deps --no-binary :all: "horovod==$HVD" -d "$WORK"; fi
 tar -xzf "$WORK"/horovod-"$HVD".tar.gz -C "$WORK"
 SRC="$WORK/horovod-$HVD"
 sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/; s/-std=c++14/-std=c++17/g' \

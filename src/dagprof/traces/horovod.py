@@ -17,8 +17,8 @@ the log before any of their activities, so consecutive starts form a response.
 Events this reader adds to each rank (``events.py`` conventions):
 - main lane: a ``COMM_ENQUEUE`` per request (``horovod request allreduce.<param>``), cut out of the
   backward span it happened in;
-- a ``horovod background thread`` lane per rank, per response: ``horovod negotiate`` (the cycle
-  that picked it up: from the later of the cycle start and the rank's last request to the
+- a ``horovod background thread`` lane per rank, per response: ``horovod negotiate`` (rank 0 only: the
+  cycle that picked it up: from the later of the cycle start and the rank's last request to the
   response start; first response of a cycle only), ``horovod memcpy in`` (into the fusion buffer,
   or the copy to the output for a single tensor), the transfer (``COMM``, group ``horovod``,
   ``seq`` = response number, ``bucket`` = its position in the step, ``nbytes`` = fused bytes),
@@ -27,8 +27,10 @@ Events this reader adds to each rank (``events.py`` conventions):
   ``synchronize()`` wait (COMM_WAIT) on the main lane.
 Horovod writes the timeline on rank 0 only. Every rank executes the same responses in the
 same order (the coordinator decides them), and a synchronous all-reduce ends on all ranks
-together, so the other ranks' background-thread spans are rank 0's, shifted onto their clock;
-their requests and waits are their own.
+together, so the other ranks' copies and transfers are rank 0's, shifted onto their clock; their
+requests and waits are their own. They get no negotiation span: rank 0's cycle is not theirs, and
+what they spent between their last request and the response was mostly waiting for the slower
+rank, which the transfer's join models (their copy-in starts when their own tensors are ready).
 """
 from __future__ import annotations
 
@@ -285,10 +287,10 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
         shift_ns = _clock_shift(t, run.ranks[0], plan)
         ranks.append(_merge(t, requests.get(t.rank, []), plan, shift_ns, timeline))
     order = _tensor_order(plan)
-    sizes: dict[str, int] = {}
+    sizes: dict[str, int] = {}  # as Horovod fuses and sends them: compressed (hvd.Compression.fp16) ones at their wire size
     for p in plan:
         for rq in p.requests[min(p.requests)]:
-            sizes[rq.tensor] = rq.nbytes
+            sizes[rq.tensor] = p.resp.nbytes.get(rq.tensor) or rq.nbytes
     hv = HorovodRecord(
         fusion_threshold_bytes=settings.get("fusion_threshold_bytes"), cycle_time_ms=settings.get("cycle_time_ms"),
         cache_capacity=settings.get("cache_capacity"), autotune=settings.get("autotune"),
@@ -314,11 +316,16 @@ def _plan(tl: Timeline, requests: dict[int, list[_Request]], warnings: list[str 
     for rq in sorted(requests[ref], key=lambda x: x.t0):
         ref_by_tensor.setdefault(rq.tensor, []).append(rq)
     used: dict[int, set[int]] = {r: set() for r in requests}
+    requested = set(ref_by_tensor)
     out: list[_Planned] = []
     dropped = 0
+    own: set[str] = set()  # tensors of collectives the script called itself (hvd.allreduce of a metric...)
     seen_cycle: set[float] = set()
     position: dict[int, int] = {}
     for resp in tl.responses:
+        if not requested.intersection(resp.tensors):
+            own.update(resp.tensors)
+            continue
         if resp.op != "allreduce":
             dropped += 1
             continue
@@ -354,6 +361,9 @@ def _plan(tl: Timeline, requests: dict[int, list[_Request]], warnings: list[str 
         position[step] = position.get(step, 0) + 1
     if dropped:
         warnings.append(f"{dropped} Horovod response(s) outside the profiled steps or without matching requests were left out")
+    if own:
+        warnings.append(f"Horovod collectives the script calls itself are not modelled ({', '.join(sorted(own))}): "
+                        "their time is on the main thread as time between ops")
     return out
 
 
@@ -427,12 +437,21 @@ def _merge(trace: RankTrace, reqs: list[_Request], plan: list[_Planned], shift_n
     at = lambda epoch_us: us(int(round(epoch_us * 1e3)) - shift_ns)  # noqa: E731
     coll_events, coll_dtypes = [], []
     negotiate = -1
+    writer = trace.rank == 0  # the coordinator, whose timeline this is
+    lane_free = -np.inf
     for seq, p in enumerate(plan):
         mine = p.requests.get(trace.rank, [])
         r = p.resp
         t0, (x0, x1), t1 = at(r.t0), (at(v) for v in r.transfer), at(r.t1)
         fused = len(r.tensors) > 1
-        if p.first_in_cycle and r.cycle is not None:
+        if not writer:
+            # rank 0's cycle and negotiation are not this rank's: from its last request to the response it mostly waited
+            # for the slower rank, which the transfer's join models (as a span or an idle gap on this lane, an averaged
+            # replay would charge that wait as a fixed delay); its copy-in starts when its tensors and its lane are ready
+            own = max((c.cols["start"][request_ev[id(q)]] + c.cols["dur"][request_ev[id(q)]] for q in mine if id(q) in request_ev), default=t0)
+            t0 = min(t0, max(own, lane_free))
+            negotiate = -1
+        elif p.first_in_cycle and r.cycle is not None:
             cycle_reqs = [request_ev[id(q)] for q2 in plan if q2.resp.cycle == r.cycle for q in q2.requests.get(trace.rank, [])
                           if id(q) in request_ev]
             ready = max((c.cols["start"][i] + c.cols["dur"][i] for i in cycle_reqs), default=-np.inf)
@@ -441,11 +460,12 @@ def _merge(trace: RankTrace, reqs: list[_Request], plan: list[_Planned], shift_n
         elif r.cycle is None:
             negotiate = -1
         prep = c.add(name="horovod memcpy in" if fused else "horovod copy in", kind=int(Kind.MEMCPY), lane=lane, start=t0,
-                     dur=max(x0 - t0, 0.0), step=p.step, nbytes=p.nbytes, bucket=p.position)
+                     dur=max(x0 - at(r.t0), 0.0), step=p.step, nbytes=p.nbytes, bucket=p.position)
         comm = c.add(name=f"horovod allreduce {_short(r.tensors)}", kind=int(Kind.COMM), lane=lane, start=x0, dur=x1 - x0,
                      step=p.step, nbytes=p.nbytes, group=gid, seq=seq, bucket=p.position)
         post = c.add(name="horovod memcpy out" if fused else "horovod copy out", kind=int(Kind.MEMCPY), lane=lane, start=x1,
                      dur=max(t1 - x1, 0.0), step=p.step, nbytes=p.nbytes, bucket=p.position)
+        lane_free = max(t1, x1)
         coll_events.append(comm)
         coll_dtypes.append(r.dtype.lower().removeprefix("horovod_"))
         head = negotiate if negotiate >= 0 else prep

@@ -18,9 +18,11 @@ Horovod's timeline writer thread (rank 0) busy-waits (``sched_yield`` in a loop)
 on whenever ``HOROVOD_TIMELINE`` is set, recording or not: on a small CPU-only host it takes a core
 from training (+50 % step time measured on 2 shared cores). The collector finds that thread (the
 one of this process that is always runnable and never blocks) and lowers it to nice 19 outside
-the window. While the timeline records it must run at normal priority again (Horovod's background
-thread takes a lock the writer holds; a starved writer stalls every cycle), which needs
-CAP_SYS_NICE (root); without it the writer stays low. Either way the window itself costs time:
+the window. While the timeline records it must run at the job's own priority again (Horovod's
+background thread takes a lock the writer holds; a starved writer stalls every cycle), which needs
+CAP_SYS_NICE (root); without it the writer stays low. Never above the job's: in a job started
+with ``nice -n 10`` a writer raised to 0 took a core from rank 0's training (its optimizer steps
+ran 10x longer, the profiled steps 3-4x the unprofiled ones). Either way the window itself costs time:
 measured here, the profiled steps ran 0-45 % slower than unprofiled ones (machine shared and noisy).
 
 Why a subclass of the DDP ``Collector``: Horovod's optimizer is a dynamic subclass of the user's,
@@ -76,7 +78,7 @@ class HorovodCollector(Collector):
         self._optimizers: list[Any] = []
         self._timeline: str | None = None  # the file rank 0 records Horovod's timeline into
         self._timeline_open = False
-        self._calmed: list[int] = []
+        self._calmed: dict[int, int] = {}  # busy-waiting thread -> its nice value before it was lowered
 
     # ------------------------------------------------------------ optimizer.step (nested hooks)
     def update_begin(self) -> None:
@@ -165,7 +167,7 @@ class HorovodCollector(Collector):
         import horovod.torch as hvd
 
         path = os.path.join(self.out_dir, TIMELINE)
-        self._renice(0)  # while it records, a starved writer would stall Horovod on the lock they share
+        self._renice(restore=True)  # while it records, a starved writer would stall Horovod on the lock they share
         try:
             if os.path.exists(path):
                 os.unlink(path)
@@ -180,9 +182,9 @@ class HorovodCollector(Collector):
         self._stop_timeline()
         super()._end_window()
 
-    def close(self) -> None:
+    def close(self, error: BaseException | None = None) -> None:
         self._stop_timeline()
-        super().close()
+        super().close(error)
 
     def _stop_timeline(self) -> None:
         if not self._timeline_open:
@@ -194,12 +196,13 @@ class HorovodCollector(Collector):
             hvd.stop_timeline()  # returns once the writer closed the file
         except Exception as err:  # noqa: BLE001
             self.warnings.append(f"stopping the Horovod timeline failed: {type(err).__name__}: {err}")
-        self._renice(19)
+        self._renice(restore=False)
 
-    def _renice(self, nice: int) -> None:
-        for tid in self._calmed:
+    def _renice(self, restore: bool) -> None:
+        """The writer back to the nice value it had (the job's own: a writer above a niced job would take its cores), or low."""
+        for tid, before in self._calmed.items():
             try:
-                os.setpriority(os.PRIO_PROCESS, tid, nice)
+                os.setpriority(os.PRIO_PROCESS, tid, before if restore else max(before, _CALM_NICE))
             except OSError:  # raising priority back needs CAP_SYS_NICE: the writer stays low
                 pass
 
@@ -222,8 +225,11 @@ class HorovodCollector(Collector):
             json.dump(doc, f, separators=(",", ":"))
 
 
-def calm_spinning_threads(samples: int = 25, interval_s: float = 0.002, nice: int = 19) -> list[int]:
-    """Busy-waiting threads of this process get ``nice``; returns their ids.
+_CALM_NICE = 19
+
+
+def calm_spinning_threads(samples: int = 25, interval_s: float = 0.002, nice: int = _CALM_NICE) -> dict[int, int]:
+    """Busy-waiting threads of this process get ``nice``; returns their ids with the nice value each had before.
 
     Busy-waiting: runnable in (nearly) every sample and never blocked in between (no voluntary
     context switch). Threads that sleep between bursts (Horovod's background loop, gloo) block
@@ -232,7 +238,7 @@ def calm_spinning_threads(samples: int = 25, interval_s: float = 0.002, nice: in
     """
     base = f"/proc/{os.getpid()}/task"
     if not os.path.isdir(base):
-        return []
+        return {}
     me = threading.get_native_id()
 
     def voluntary() -> dict[int, int]:
@@ -258,9 +264,10 @@ def calm_spinning_threads(samples: int = 25, interval_s: float = 0.002, nice: in
                 runnable[tid] = runnable.get(tid, 0) + 1
         time.sleep(interval_s)
     after = voluntary()
-    spinners = [tid for tid, n in runnable.items() if n >= 0.9 * samples and tid in after and after[tid] - before[tid] <= 1]
-    for tid in spinners:
-        os.setpriority(os.PRIO_PROCESS, tid, max(os.getpriority(os.PRIO_PROCESS, tid), nice))
+    spinners = {tid: os.getpriority(os.PRIO_PROCESS, tid) for tid, n in runnable.items()
+                if n >= 0.9 * samples and tid in after and after[tid] - before[tid] <= 1}
+    for tid, was in spinners.items():
+        os.setpriority(os.PRIO_PROCESS, tid, max(was, nice))
     return spinners
 
 
