@@ -19,6 +19,7 @@ from dagprof.graph.build import build_graph
 from dagprof.graph.provenance import violations
 from dagprof.pipeline import open_run
 from dagprof.traces.events import EventTable, Kind, Lane, LaneKind, RankTrace, Run
+from dagprof.traces.meta import Collectives, RankMeta
 
 DATA = pathlib.Path(__file__).parent / "data"
 MS = 1000.0  # us
@@ -60,7 +61,7 @@ def rank_trace(rank: int, colls: list[tuple[float, float, float, float, int]], w
     names = list(kinds) or ["allreduce"] * len(colls)
     return RankTrace(rank=rank, world_size=world, source=f"synthetic/rank{rank}", events=table, lanes=lanes, base_ns=base_ns,
                      groups=["0"], flows=np.array(flows, dtype=np.int64), backend="gloo",
-                     meta={"collectives": {"event": transfers, "coll": names, "dtype": ["float32"] * len(colls)}})
+                     meta=RankMeta(collectives=Collectives(event=transfers, coll=names, dtype=["float32"] * len(colls))))
 
 
 def per_rank_error(run: Run):
