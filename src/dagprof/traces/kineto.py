@@ -314,64 +314,76 @@ class Nesting:
 
 
 def _nest(cols: Columns) -> Nesting:
-    """One walk per CPU thread with a stack of open events (wrappers transparent)."""
+    """Parents per CPU thread (``_parents``), then what each row inherits along its chain of parents, one
+    vectorised step per nesting level (wrappers transparent)."""
     n = cols.n
-    depth = [0] * n
-    top = [-2] * n  # -2: itself (filled in below; n distinct ints would cost 36 B per event at the parse's peak)
-    ctx = [-1] * n
-    parent = [-1] * n
-    st = cols.start.tolist()
-    en = cols.end.tolist()
-    wrap = cols.per_event("wrapper", bool).tolist()
-    own_ctx = cols.per_event("ctx", np.int8).tolist()
-    nd = [0] * n  # non-wrapper events on the chain, including the event itself
-    eff_end = en[:]
-    stack: list[int] = []
+    parent = np.full(n, -1, dtype=np.int64)
+    level = np.zeros(n, dtype=np.int64)  # events open around the row on its thread: its depth counting wrappers
     bounds = np.searchsorted(cols.lane, np.arange(len(cols.lane_keys) + 1)).tolist()  # rows are in lane order
+    start, end = cols.start, cols.end
     for lane_id, (gpu, _, _) in enumerate(cols.lane_keys):
-        if gpu:
-            continue
-        stack.clear()
-        for i in range(bounds[lane_id], bounds[lane_id + 1]):
-            s = st[i]
-            while stack and eff_end[stack[-1]] <= s:
-                stack.pop()
-            w = wrap[i]
-            if stack:
-                p = stack[-1]
-                parent[i] = p
-                if eff_end[i] > eff_end[p]:
-                    eff_end[i] = eff_end[p]
-                c = own_ctx[i]
-                ctx[i] = c if c >= 0 else ctx[p]
-                k = nd[p]
-                t = top[p]
-                if t == -2:
-                    t = p
-                if w:
-                    nd[i] = k
-                    depth[i] = -1
-                    top[i] = t if k else -1
-                else:
-                    nd[i] = k + 1
-                    depth[i] = k
-                    if k:
-                        top[i] = t
-            else:
-                ctx[i] = own_ctx[i]
-                if w:
-                    depth[i] = -1
-                    top[i] = -1
-                else:
-                    nd[i] = 1
-            stack.append(i)
-    top_arr = np.array(top, dtype=np.int64)
-    del top
-    self_top = top_arr == -2
-    top_arr[self_top] = np.flatnonzero(self_top)
-    arrays = (np.array(parent, dtype=np.int64), np.array(depth, dtype=np.int16), top_arr, np.array(ctx, dtype=np.int8))
-    del parent, depth, ctx, st, en, wrap, own_ctx, nd, eff_end  # the walk's lists go before the next pass: peak memory
-    return Nesting(*arrays, _innermost(arrays[0], cols.has_role(ks.Role.ENQUEUE)))
+        a, b = bounds[lane_id], bounds[lane_id + 1]
+        if not gpu and b > a:
+            _parents(start[a:b], end[a:b], parent[a:b], level[a:b], a)
+    wrap = cols.per_event("wrapper", bool)
+    own_ctx = cols.per_event("ctx", np.int8)
+    nd = np.zeros(n, dtype=np.int64)  # non-wrapper events on the chain, the row included
+    depth = np.zeros(n, dtype=np.int16)
+    top = np.arange(n, dtype=np.int64)
+    ctx = own_ctx.copy()
+    order = np.argsort(level.astype(np.int32), kind="stable")
+    cuts = np.cumsum(np.bincount(level)).tolist()
+    roots = order[:cuts[0]]
+    nd[roots] = ~wrap[roots]
+    depth[roots] = np.where(wrap[roots], -1, 0)
+    top[roots] = np.where(wrap[roots], -1, roots)
+    for lo, hi in zip(cuts, cuts[1:]):
+        rows = order[lo:hi]
+        p, w = parent[rows], wrap[rows]
+        k = nd[p]
+        nd[rows] = k + ~w
+        depth[rows] = np.where(w, -1, k)
+        top[rows] = np.where(k > 0, top[p], np.where(w, -1, rows))
+        ctx[rows] = np.where(ctx[rows] >= 0, ctx[rows], ctx[p])
+    gpu = cols.is_gpu
+    ctx[gpu], depth[gpu], top[gpu] = -1, 0, np.flatnonzero(gpu)
+    del nd, order, level
+    return Nesting(parent, depth, top, ctx, _innermost(parent, cols.has_role(ks.Role.ENQUEUE)))
+
+
+def _parents(st: np.ndarray, en: np.ndarray, parent: np.ndarray, level: np.ndarray, base: int) -> None:
+    """One thread's rows (by start, longest first): fills ``parent`` (a row index, -1 none) and ``level``.
+
+    An event's parent is the latest earlier one still open at its start. When every event ends within its
+    parent, that is the latest earlier row one level up (``level``: the earlier rows not yet ended), found
+    in numpy. Otherwise (a child outliving its parent by a rounding: it is cut at the parent's end, which
+    changes what is open later) a walk with a stack of open events does it."""
+    m = len(st)
+    idx = np.arange(m)
+    zero = np.concatenate(([0], np.cumsum(en == st)))  # rows ending where they start, last among equal starts
+    ended = np.searchsorted(np.sort(en), st, side="right") - (zero[np.searchsorted(st, st, side="right")] - zero[idx])
+    lv = idx - ended
+    o = np.argsort(lv.astype(np.int32), kind="stable")  # by level, then row
+    key = lv[o] * m + o
+    pos = np.searchsorted(key, (lv - 1) * m + idx) - 1
+    p = o[np.maximum(pos, 0)]
+    inner = lv > 0
+    if ((pos >= 0) & (lv[p] == lv - 1) & (en <= en[p]) | ~inner).all():
+        parent[inner] = p[inner] + base
+        level[:] = lv
+        return
+    eff_end = en.tolist()
+    stack: list[int] = []
+    for i, s in enumerate(st.tolist()):
+        while stack and eff_end[stack[-1]] <= s:
+            stack.pop()
+        if stack:
+            q = stack[-1]
+            parent[i] = q + base
+            level[i] = len(stack)
+            if eff_end[i] > eff_end[q]:
+                eff_end[i] = eff_end[q]
+        stack.append(i)
 
 
 def _innermost(parent: np.ndarray, mark: np.ndarray) -> np.ndarray:
