@@ -354,24 +354,35 @@ def _nest(cols: Columns) -> Nesting:
 def _parents(st: np.ndarray, en: np.ndarray, parent: np.ndarray, level: np.ndarray, base: int) -> None:
     """One thread's rows (by start, longest first): fills ``parent`` (a row index, -1 none) and ``level``.
 
-    An event's parent is the latest earlier one still open at its start. When every event ends within its
-    parent, that is the latest earlier row one level up (``level``: the earlier rows not yet ended), found
-    in numpy. Otherwise (a child outliving its parent by a rounding: it is cut at the parent's end, which
-    changes what is open later) a walk with a stack of open events does it."""
+    An event's parent is the latest earlier one still open at its start, an event that outlives its parent
+    (by a rounding) being cut at the parent's end. Given the ends after the cuts, the parent is the latest
+    earlier row one level up (``level``: the earlier rows not yet ended), found in numpy; the cuts are found
+    by repeating until they no longer change (once or twice), and a walk with a stack of open events does it
+    when they keep changing."""
     m = len(st)
     idx = np.arange(m)
-    zero = np.concatenate(([0], np.cumsum(en == st)))  # rows ending where they start, last among equal starts
-    ended = np.searchsorted(np.sort(en), st, side="right") - (zero[np.searchsorted(st, st, side="right")] - zero[idx])
-    lv = idx - ended
-    o = np.argsort(lv.astype(np.int32), kind="stable")  # by level, then row
-    key = lv[o] * m + o
-    pos = np.searchsorted(key, (lv - 1) * m + idx) - 1
-    p = o[np.maximum(pos, 0)]
-    inner = lv > 0
-    if ((pos >= 0) & (lv[p] == lv - 1) & (en <= en[p]) | ~inner).all():
-        parent[inner] = p[inner] + base
-        level[:] = lv
-        return
+    zero = np.concatenate(([0], np.cumsum(en == st)))
+    same = zero[np.searchsorted(st, st, side="right")] - zero[idx]  # zero-length rows from this one on, with its start
+    eff = en
+    for _ in range(8):
+        lv = idx - (np.searchsorted(np.sort(eff), st, side="right") - same)
+        o = np.argsort(lv.astype(np.int32), kind="stable")  # by level, then row
+        pos = np.searchsorted(lv[o] * m + o, (lv - 1) * m + idx) - 1
+        p = o[np.maximum(pos, 0)]
+        inner = lv > 0
+        if lv.min() < 0 or not ((pos >= 0) & (lv[p] == lv - 1) | ~inner).all():
+            break
+        # exact when the ends are the cuts these parents make, and no cut end lies at or before its start
+        # (the level count takes the rows at or after a row that end by its start to be zero-length ones)
+        if np.array_equal(eff, np.where(inner, np.minimum(en, eff[p]), en)) and ((eff > st) | (en == st)).all():
+            parent[inner] = p[inner] + base
+            level[:] = lv
+            return
+        eff = en.copy()
+        cuts = np.cumsum(np.bincount(lv)).tolist()
+        for lo, hi in zip(cuts, cuts[1:]):  # parents first: one level at a time
+            r = o[lo:hi]
+            eff[r] = np.minimum(en[r], eff[p[r]])
     eff_end = en.tolist()
     stack: list[int] = []
     for i, s in enumerate(st.tolist()):
