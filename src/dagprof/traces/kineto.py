@@ -43,7 +43,7 @@ from ..errors import DagprofError
 from ..fsutil import read_input
 from . import kineto_schema as ks
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace
-from .kineto_decode import MAX_OP_US, TraceStream, open_trace, raw_value
+from .kineto_decode import MAX_OP_US, Reopened, TraceStream, open_trace, raw_value
 from .kineto_deps import Deps, dependencies, enclosing_enqueue, main_lane, stream_number
 
 _NAME, _CAT, _PID, _TID, _TS, _DUR = (operator.attrgetter(f) for f in ("name", "cat", "pid", "tid", "ts", "dur"))
@@ -62,7 +62,11 @@ def read_kineto(path: str | os.PathLike[str], rank: int | None = None) -> RankTr
     gc.disable()  # 10^5 acyclic objects per chunk: collection passes would cost a third of the parse
     try:
         stream = open_trace(read_input(path), path)  # a checked Kineto trace, or a one-line DagprofError
-        out = _build(stream, path, rank)
+        try:
+            out = _build(stream, path, rank)
+        except Reopened as again:  # the event list ended elsewhere than guessed: read as decoded whole
+            stream = again.stream
+            out = _build(stream, path, rank)
         if stream.notes:
             out.meta.setdefault("warnings", []).extend(f"{os.path.basename(path)}: {n}" for n in stream.notes)
         return out
