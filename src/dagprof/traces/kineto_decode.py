@@ -1,7 +1,8 @@
 """Bytes -> typed Kineto structs, a chunk of events at a time: fast when the file is regular,
 tolerant per event when it is not.
 
-The top level is decoded first with the events left as raw bytes (``kineto_schema.Head``). The
+The top level is decoded first with the events left as raw bytes (``kineto_schema.Head``): around
+the event list, not through it, where it can tell where the list ends (``_head_around_events``). The
 event list is then cut into chunks of about ``CHUNK_BYTES`` at event boundaries and each chunk is
 decoded by ``msgspec`` into structs that list only the fields dagprof reads (unknown keys skipped
 in C, every kept number bounds-checked). So no Python object per event outlives its chunk unless
