@@ -30,12 +30,14 @@ Conventions on top of ``events.py``:
 from __future__ import annotations
 
 import gc
+import itertools
 import operator
 import os
 import re
+from collections import defaultdict
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -88,17 +90,13 @@ def _build(stream: TraceStream, path: str, rank: int | None) -> RankTrace:
 
 # ------------------------------------------------------------------ stage 1: the events, a chunk at a time
 class _Interned:
-    """Values -> ids in first-seen order across chunks (hashing a str is cached: one dict probe per value)."""
+    """Values -> ids in first-seen order across chunks, in one pass in C (a value not yet seen takes the next id)."""
 
     def __init__(self) -> None:
-        self.ids: dict[Any, int] = {}
+        self.ids: defaultdict[Any, int] = defaultdict(itertools.count().__next__)
 
-    def __call__(self, values: list[Any]) -> np.ndarray:
-        ids = self.ids
-        for v in dict.fromkeys(values):
-            if v not in ids:
-                ids[v] = len(ids)
-        return np.fromiter(map(ids.__getitem__, values), np.int32, len(values))
+    def __call__(self, values: Iterable[Any], n: int) -> np.ndarray:
+        return np.fromiter(map(self.ids.__getitem__, values), np.int32, n)
 
 
 @dataclass(frozen=True, eq=False)
@@ -151,7 +149,7 @@ def _scan(stream: TraceStream) -> _Scan:
             xs = [e for e, keep in zip(xs, ok.tolist()) if keep]
             ts, dur = ts[ok], dur[ok]
         n = len(xs)
-        nid, cid = names(list(map(_NAME, xs))), cats(list(map(_CAT, xs)))
+        nid, cid = names(map(_NAME, xs), n), cats(map(_CAT, xs), n)
         codes, inv = np.unique(nid.astype(np.int64) << 32 | cid, return_inverse=True)
         name_of, cat_of = list(names.ids), list(cats.ids)
         flags = []
@@ -162,14 +160,14 @@ def _scan(stream: TraceStream) -> _Scan:
             flags.append(need[key])
         rows = np.flatnonzero(np.array(flags, dtype=bool)[inv.reshape(-1)]).tolist()
         kept.update(zip((offset + i for i in rows), stream.detach([xs[i] for i in rows])))
-        parts.append((nid, cid, pids(list(map(_PID, xs))), tids(list(map(_TID, xs))), ts, dur, np.fromiter(map(_corr, xs), np.int64, n)))
+        parts.append((nid, cid, pids(map(_PID, xs), n), tids(map(_TID, xs), n), ts, dur, np.fromiter(map(_corr, xs), np.int64, n)))
         offset += n
         del xs
     stream.finish(offset, untimed, too_long)
     stream.release()
     cols = [np.concatenate(c) if parts else np.zeros(0, t) for c, t in
             zip(zip(*parts) if parts else [()] * 7, (np.int32, np.int32, np.int32, np.int32, np.float64, np.float64, np.int64))]
-    return _Scan(names.ids, cats.ids, pids.ids, tids.ids, *cols, kept=kept, metas=metas, syncs=syncs)
+    return _Scan(dict(names.ids), dict(cats.ids), dict(pids.ids), dict(tids.ids), *cols, kept=kept, metas=metas, syncs=syncs)
 
 
 # ------------------------------------------------------------------ stage 1b: metadata
