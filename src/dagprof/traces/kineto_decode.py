@@ -241,12 +241,13 @@ class TraceStream:
 
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _TAIL_BYTES = 1 << 20  # what Kineto writes after the event list (log lines, device properties) is a few KB
+_LIST_END = re.compile(rb"\}[ \t\r\n]*\]")  # a list whose last value is an object
 
 
 def _head_around_events(data: bytes) -> ks.Head | None:
     """The top level decoded without reading through the event list (a tenth of the parse): what is before the
     list and after it, with a random token in its place. The list ends at the leftmost ``]`` after an event's
-    ``}`` (or the ``[``) after which this decodes with the token as ``traceEvents``: a ``]`` inside the list
+    ``}`` after which this decodes with the token as ``traceEvents``: a ``]`` inside the list
     leaves an unbalanced rest, the ones after it close later keys' lists (TraceLens's ``deviceProperties``).
     None when none does (the whole is decoded); a wrong guess is found as the list is decoded (``Reopened``)."""
     m = _EVENTS_KEY.search(data)
@@ -254,13 +255,11 @@ def _head_around_events(data: bytes) -> ks.Head | None:
         return None
     start, view = m.end() - 1, memoryview(data)
     token = b'"dagprof:' + secrets.token_hex(16).encode() + b'"'
-    found, end = None, len(data)
-    while True:
-        end = data.rfind(b"]", start + 1, end)
-        if end < 0 or len(data) - end > _TAIL_BYTES or (found is not None and found[1] - end > _TAIL_BYTES // 16):
+    ends = [m.end() - 1 for m in _LIST_END.finditer(data, max(start, len(data) - _TAIL_BYTES))]
+    found = None
+    for end in ends[:-17:-1]:  # decodes tried: a hostile run of "}]" costs 16, not one per bracket
+        if found is not None and found[1] - end > _TAIL_BYTES // 16:
             break
-        if not data[max(start, end - 64):end].rstrip(_WS).endswith((b"}", b"[")):
-            continue
         try:
             head = ks.HEAD_DECODER.decode(b"".join((view[:start], token, view[end + 1:])))
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
