@@ -15,7 +15,8 @@ workers), which stays meaningful when other jobs share the cores and parallel wo
 
     python bench/bench_load.py [--reps 3] [--ranks 8] [--data DIR] [--hta-python PY]
 
-in an environment with dagprof and HolisticTraceAnalysis (``pip install -e '.[bench]'``), or with HTA in
+in an environment with dagprof and HolisticTraceAnalysis (``pip install -e '.[bench]'``; ``.[fast]`` adds ISA-L's
+gunzip, which the header line reports), or with HTA in
 another environment whose interpreter ``--hta-python`` (or ``DAGPROF_HTA_PYTHON``) names; DIR defaults to
 ../shared/data beside the repository (see bench/benchdata.py). ``--ranks 0`` skips the folder cases.
 """
@@ -124,8 +125,11 @@ def main() -> None:
     hta_version = subprocess.run([args.hta_python, "-c", "import importlib.metadata as m; print(m.version('HolisticTraceAnalysis'))"],
                                  capture_output=True, text=True).stdout.strip() or "?"
     hta = lambda target, reps: measure("hta", target, reps, args.hta_python)  # noqa: E731
+    import importlib.util
+
+    gunzip = "ISA-L (dagprof[fast])" if importlib.util.find_spec("isal") else "zlib (no dagprof[fast])"
     print(f"HTA {hta_version} vs dagprof {md.version('dagprof')}; median of {args.reps} runs; "
-          f"{os.cpu_count()} CPUs (shared)")
+          f"{os.cpu_count()} CPUs (shared); dagprof's gunzip: {gunzip}")
     print(f"{'case':<44} {'HTA ev/s':>12} {'dagprof ev/s':>12} {'speed':>8} {'cpu':>8} {'HTA MiB':>8} {'ours MiB':>8} {'mem':>6}")
     with tempfile.TemporaryDirectory() as tmp:
         for label, path in files.items():

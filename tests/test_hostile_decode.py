@@ -141,3 +141,30 @@ def test_events_cut_into_chunks_read_as_one(tmp_path, clean, monkeypatch):
         assert np.array_equal(getattr(whole.events, c), getattr(chunked.events, c)), c
     assert np.array_equal(whole.flows, chunked.flows) and whole.meta == chunked.meta
     assert _collectives(whole) == _collectives(clean)
+
+
+def _same_trace(a, b) -> bool:
+    ea, eb = a.events, b.events
+    return (ea.names == eb.names and all(np.array_equal(getattr(ea, c), getattr(eb, c)) for c in ("name", "kind", "lane", "start", "dur", "depth"))
+            and np.array_equal(a.flows, b.flows) and a.lanes == b.lanes)
+
+
+@pytest.mark.parametrize("case", ["a later list of objects", "two traceEvents keys", "log lines after the events"])
+def test_what_follows_the_event_list_is_read_as_a_whole_decode_reads_it(tmp_path, case):
+    """The top level is decoded around where the event list seems to end; when it ends elsewhere, the trace is
+    read as if decoded whole (the last of two traceEvents keys wins, as in any JSON decode)."""
+    doc = _doc()
+    if case == "a later list of objects":
+        doc["traceEvents"].append(1)  # the list's last value is no event object: the guess takes the later list's end
+    expected = tmp_path / "expected.json"
+    expected.write_text(json.dumps(doc))
+    if case == "two traceEvents keys":
+        text = '{"traceEvents": [{"ph": "X", "name": "gone", "pid": 1, "tid": 1, "ts": 1, "dur": 1}], ' + json.dumps(doc)[1:]
+    elif case == "a later list of objects":
+        text = json.dumps({**doc, "devices": [{"name": "A100", "totalGlobalMem": 1}]})
+    else:
+        text = json.dumps({**doc, "logs": ["INFO cpp:333] counts", "cpp:1] done"], "traceName": "t"})
+    trace = tmp_path / "rank-0.json"
+    trace.write_text(text)
+    got, want = read_kineto(trace), read_kineto(expected)
+    assert _same_trace(got, want) and "gone" not in got.events.names

@@ -103,3 +103,48 @@ def test_rank_trace_assembly(stages):
     assert (t.rank, t.world_size, t.backend) == (0, 2, "nccl")
     assert [lane.name for lane in t.lanes if lane.main] == ["thread 2910249 (pt_main_thread)"]
     assert len(t.flows) == len(t.flow_rule) and t.meta.declined == deps.declined
+
+
+def _walk(st, en):
+    """The definition: a stack of open events, a child cut at its parent's end."""
+    parent, level, eff, stack = [-1] * len(st), [0] * len(st), list(en), []
+    for i, s in enumerate(st):
+        while stack and eff[stack[-1]] <= s:
+            stack.pop()
+        if stack:
+            parent[i], level[i] = stack[-1], len(stack)
+            eff[i] = min(eff[i], eff[stack[-1]])
+        stack.append(i)
+    return parent, level
+
+
+def _events(seed: int, nested: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Rows by start, longest first: random intervals, or a random tree of them with some children
+    outliving their parent by a rounding."""
+    rng = np.random.default_rng(seed)
+    m = int(rng.integers(1, 300))
+    if nested:  # disjoint children inside each event, a tenth of the ends then late by 0.01
+        st, en, todo = [], [], [(0.0, 1000.0)]
+        while todo and len(st) < m:
+            a, b = todo.pop(int(rng.integers(len(todo))))
+            st.append(a)
+            en.append(b)
+            cuts = np.sort(rng.uniform(a, b, 2 * int(rng.integers(0, 4))))
+            todo += list(zip(cuts[::2], cuts[1::2]))
+        st = np.array(st)
+        dur = np.array(en) - st + np.where(rng.random(len(st)) < 0.1, 0.01, 0.0)
+    else:
+        st = np.round(np.sort(rng.uniform(0, 100, m)), int(rng.integers(0, 3)))
+        dur = np.where(rng.random(m) < 0.2, 0.0, np.round(rng.exponential(rng.choice([0.5, 5, 50]), m), 3))
+    o = np.lexsort((-dur, st))
+    return st[o], st[o] + dur[o]
+
+
+@pytest.mark.parametrize("nested", [True, False])
+@pytest.mark.parametrize("seed", range(20))
+def test_parents_in_numpy_are_the_stack_walks(seed, nested):
+    """Nested, outliving their parent by a rounding, overlapping, zero-length, equal starts: as the walk."""
+    st, en = _events(seed, nested)
+    parent, level = np.full(len(st), -1, np.int64), np.zeros(len(st), np.int64)
+    K._parents(st, en, parent, level, 0)
+    assert (parent.tolist(), level.tolist()) == _walk(st.tolist(), en.tolist())

@@ -16,7 +16,7 @@ import stat
 import tempfile
 import zlib
 from dataclasses import dataclass
-from typing import IO, BinaryIO, Iterator, TypeVar
+from typing import IO, Any, BinaryIO, Iterator, TypeVar
 
 import msgspec
 
@@ -118,13 +118,14 @@ def read_input(path: str | os.PathLike[str]) -> bytes:
 
 def _gunzip(data: bytes, cap: int, path: str) -> bytes:
     """Every gzip member of ``data``, decompressed in C with at most ``cap`` bytes out (as ``gzip.decompress``)."""
+    inflate, errors = _inflater()
     parts: list[bytes] = []
     total = 0
     while data:
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        d = inflate(16 + zlib.MAX_WBITS)
         try:
             out = d.decompress(data, cap + 1 - total)
-        except zlib.error as err:
+        except errors as err:
             raise DagprofError(f"corrupt or truncated gzip ({err})", path) from None
         total += len(out)
         if total > cap:
@@ -136,6 +137,16 @@ def _gunzip(data: bytes, cap: int, path: str) -> bytes:
         if data and data[:2] != _GZIP_MAGIC:
             raise DagprofError("corrupt gzip (garbage after the compressed data)", path)
     return b"".join(parts)
+
+
+def _inflater() -> tuple[Any, tuple[type[Exception], ...]]:
+    """ISA-L's inflate when installed (``dagprof[fast]``: same API, 2.4x zlib's speed, which is a fifth of a gzipped
+    trace's cold load), else zlib's; with the errors each raises on corrupt data."""
+    try:
+        from isal import isal_zlib
+    except ImportError:
+        return zlib.decompressobj, (zlib.error,)
+    return isal_zlib.decompressobj, (zlib.error, isal_zlib.error)
 
 
 def _too_large(size: str, cap: int, path: str) -> DagprofError:

@@ -30,11 +30,13 @@ Conventions on top of ``events.py``:
 from __future__ import annotations
 
 import gc
+import itertools
 import operator
 import os
 import re
+from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 import msgspec
 import numpy as np
@@ -43,7 +45,7 @@ from ..errors import DagprofError
 from ..fsutil import read_input
 from . import kineto_schema as ks
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace
-from .kineto_decode import MAX_OP_US, TraceStream, open_trace, raw_value
+from .kineto_decode import MAX_OP_US, Reopened, TraceStream, open_trace, raw_value
 from .kineto_deps import Deps, dependencies, enclosing_enqueue, main_lane, stream_number
 from .kineto_tables import Columns, Kinds, Nesting
 from .meta import Collectives, RankMeta
@@ -64,7 +66,11 @@ def read_kineto(path: str | os.PathLike[str], rank: int | None = None) -> RankTr
     gc.disable()  # 10^5 acyclic objects per chunk: collection passes would cost a third of the parse
     try:
         stream = open_trace(read_input(path), path)  # a checked Kineto trace, or a one-line DagprofError
-        out = _build(stream, path, rank)
+        try:
+            out = _build(stream, path, rank)
+        except Reopened as again:  # the event list ended elsewhere than guessed: read as decoded whole
+            stream = again.stream
+            out = _build(stream, path, rank)
         if stream.notes:
             out.meta.warnings.extend(msgspec.structs.replace(n, file=os.path.basename(path)) for n in stream.notes)
         return out
@@ -86,17 +92,13 @@ def _build(stream: TraceStream, path: str, rank: int | None) -> RankTrace:
 
 # ------------------------------------------------------------------ stage 1: the events, a chunk at a time
 class _Interned:
-    """Values -> ids in first-seen order across chunks (hashing a str is cached: one dict probe per value)."""
+    """Values -> ids in first-seen order across chunks, in one pass in C (a value not yet seen takes the next id)."""
 
     def __init__(self) -> None:
-        self.ids: dict[Any, int] = {}
+        self.ids: defaultdict[Any, int] = defaultdict(itertools.count().__next__)
 
-    def __call__(self, values: list[Any]) -> np.ndarray:
-        ids = self.ids
-        for v in dict.fromkeys(values):
-            if v not in ids:
-                ids[v] = len(ids)
-        return np.fromiter(map(ids.__getitem__, values), np.int32, len(values))
+    def __call__(self, values: Iterable[Any], n: int) -> np.ndarray:
+        return np.fromiter(map(self.ids.__getitem__, values), np.int32, n)
 
 
 @dataclass(frozen=True, eq=False)
@@ -149,7 +151,7 @@ def _scan(stream: TraceStream) -> _Scan:
             xs = [e for e, keep in zip(xs, ok.tolist()) if keep]
             ts, dur = ts[ok], dur[ok]
         n = len(xs)
-        nid, cid = names(list(map(_NAME, xs))), cats(list(map(_CAT, xs)))
+        nid, cid = names(map(_NAME, xs), n), cats(map(_CAT, xs), n)
         codes, inv = np.unique(nid.astype(np.int64) << 32 | cid, return_inverse=True)
         name_of, cat_of = list(names.ids), list(cats.ids)
         flags = []
@@ -160,14 +162,14 @@ def _scan(stream: TraceStream) -> _Scan:
             flags.append(need[key])
         rows = np.flatnonzero(np.array(flags, dtype=bool)[inv.reshape(-1)]).tolist()
         kept.update(zip((offset + i for i in rows), stream.detach([xs[i] for i in rows])))
-        parts.append((nid, cid, pids(list(map(_PID, xs))), tids(list(map(_TID, xs))), ts, dur, np.fromiter(map(_corr, xs), np.int64, n)))
+        parts.append((nid, cid, pids(map(_PID, xs), n), tids(map(_TID, xs), n), ts, dur, np.fromiter(map(_corr, xs), np.int64, n)))
         offset += n
         del xs
     stream.finish(offset, untimed, too_long)
     stream.release()
     cols = [np.concatenate(c) if parts else np.zeros(0, t) for c, t in
             zip(zip(*parts) if parts else [()] * 7, (np.int32, np.int32, np.int32, np.int32, np.float64, np.float64, np.int64))]
-    return _Scan(names.ids, cats.ids, pids.ids, tids.ids, *cols, kept=kept, metas=metas, syncs=syncs)
+    return _Scan(dict(names.ids), dict(cats.ids), dict(pids.ids), dict(tids.ids), *cols, kept=kept, metas=metas, syncs=syncs)
 
 
 # ------------------------------------------------------------------ stage 1b: metadata
@@ -229,64 +231,87 @@ def _columns(scan: _Scan, path: str) -> Columns:
 
 # ------------------------------------------------------------------ stage 3: nesting
 def _nest(cols: Columns) -> Nesting:
-    """One walk per CPU thread with a stack of open events (wrappers transparent)."""
+    """Parents per CPU thread (``_parents``), then what each row inherits along its chain of parents, one
+    vectorised step per nesting level (wrappers transparent)."""
     n = cols.n
-    depth = [0] * n
-    top = [-2] * n  # -2: itself (filled in below; n distinct ints would cost 36 B per event at the parse's peak)
-    ctx = [-1] * n
-    parent = [-1] * n
-    st = cols.start.tolist()
-    en = cols.end.tolist()
-    wrap = cols.per_event("wrapper", bool).tolist()
-    own_ctx = cols.per_event("ctx", np.int8).tolist()
-    nd = [0] * n  # non-wrapper events on the chain, including the event itself
-    eff_end = en[:]
-    stack: list[int] = []
+    parent = np.full(n, -1, dtype=np.int64)
+    level = np.zeros(n, dtype=np.int64)  # events open around the row on its thread: its depth counting wrappers
     bounds = np.searchsorted(cols.lane, np.arange(len(cols.lane_keys) + 1)).tolist()  # rows are in lane order
+    start, end = cols.start, cols.end
     for lane_id, (gpu, _, _) in enumerate(cols.lane_keys):
-        if gpu:
-            continue
-        stack.clear()
-        for i in range(bounds[lane_id], bounds[lane_id + 1]):
-            s = st[i]
-            while stack and eff_end[stack[-1]] <= s:
-                stack.pop()
-            w = wrap[i]
-            if stack:
-                p = stack[-1]
-                parent[i] = p
-                if eff_end[i] > eff_end[p]:
-                    eff_end[i] = eff_end[p]
-                c = own_ctx[i]
-                ctx[i] = c if c >= 0 else ctx[p]
-                k = nd[p]
-                t = top[p]
-                if t == -2:
-                    t = p
-                if w:
-                    nd[i] = k
-                    depth[i] = -1
-                    top[i] = t if k else -1
-                else:
-                    nd[i] = k + 1
-                    depth[i] = k
-                    if k:
-                        top[i] = t
-            else:
-                ctx[i] = own_ctx[i]
-                if w:
-                    depth[i] = -1
-                    top[i] = -1
-                else:
-                    nd[i] = 1
-            stack.append(i)
-    top_arr = np.array(top, dtype=np.int64)
-    del top
-    self_top = top_arr == -2
-    top_arr[self_top] = np.flatnonzero(self_top)
-    arrays = (np.array(parent, dtype=np.int64), np.array(depth, dtype=np.int16), top_arr, np.array(ctx, dtype=np.int8))
-    del parent, depth, ctx, st, en, wrap, own_ctx, nd, eff_end  # the walk's lists go before the next pass: peak memory
-    return Nesting(*arrays, _innermost(arrays[0], cols.has_role(ks.Role.ENQUEUE)))
+        a, b = bounds[lane_id], bounds[lane_id + 1]
+        if not gpu and b > a:
+            _parents(start[a:b], end[a:b], parent[a:b], level[a:b], a)
+    wrap = cols.per_event("wrapper", bool)
+    own_ctx = cols.per_event("ctx", np.int8)
+    nd = np.zeros(n, dtype=np.int64)  # non-wrapper events on the chain, the row included
+    depth = np.zeros(n, dtype=np.int16)
+    top = np.arange(n, dtype=np.int64)
+    ctx = own_ctx.copy()
+    order = np.argsort(level.astype(np.int32), kind="stable")
+    cuts = np.cumsum(np.bincount(level)).tolist()
+    roots = order[:cuts[0]]
+    nd[roots] = ~wrap[roots]
+    depth[roots] = np.where(wrap[roots], -1, 0)
+    top[roots] = np.where(wrap[roots], -1, roots)
+    for lo, hi in zip(cuts, cuts[1:]):
+        rows = order[lo:hi]
+        p, w = parent[rows], wrap[rows]
+        k = nd[p]
+        nd[rows] = k + ~w
+        depth[rows] = np.where(w, -1, k)
+        top[rows] = np.where(k > 0, top[p], np.where(w, -1, rows))
+        ctx[rows] = np.where(ctx[rows] >= 0, ctx[rows], ctx[p])
+    gpu = cols.is_gpu
+    ctx[gpu], depth[gpu], top[gpu] = -1, 0, np.flatnonzero(gpu)
+    del nd, order, level
+    return Nesting(parent, depth, top, ctx, _innermost(parent, cols.has_role(ks.Role.ENQUEUE)))
+
+
+def _parents(st: np.ndarray, en: np.ndarray, parent: np.ndarray, level: np.ndarray, base: int) -> None:
+    """One thread's rows (by start, longest first): fills ``parent`` (a row index, -1 none) and ``level``.
+
+    An event's parent is the latest earlier one still open at its start, an event that outlives its parent
+    (by a rounding) being cut at the parent's end. Given the ends after the cuts, the parent is the latest
+    earlier row one level up (``level``: the earlier rows not yet ended), found in numpy; the cuts are found
+    by repeating until they no longer change (once or twice), and a walk with a stack of open events does it
+    when they keep changing."""
+    m = len(st)
+    idx = np.arange(m)
+    zero = np.concatenate(([0], np.cumsum(en == st)))
+    same = zero[np.searchsorted(st, st, side="right")] - zero[idx]  # zero-length rows from this one on, with its start
+    eff = en
+    for _ in range(8):
+        lv = idx - (np.searchsorted(np.sort(eff), st, side="right") - same)
+        o = np.argsort(lv.astype(np.int32), kind="stable")  # by level, then row
+        pos = np.searchsorted(lv[o] * m + o, (lv - 1) * m + idx) - 1
+        p = o[np.maximum(pos, 0)]
+        inner = lv > 0
+        if lv.min() < 0 or not ((pos >= 0) & (lv[p] == lv - 1) | ~inner).all():
+            break
+        # exact when the ends are the cuts these parents make, and no cut end lies at or before its start
+        # (the level count takes the rows at or after a row that end by its start to be zero-length ones)
+        if np.array_equal(eff, np.where(inner, np.minimum(en, eff[p]), en)) and ((eff > st) | (en == st)).all():
+            parent[inner] = p[inner] + base
+            level[:] = lv
+            return
+        eff = en.copy()
+        cuts = np.cumsum(np.bincount(lv)).tolist()
+        for lo, hi in zip(cuts, cuts[1:]):  # parents first: one level at a time
+            r = o[lo:hi]
+            eff[r] = np.minimum(en[r], eff[p[r]])
+    eff_end = en.tolist()
+    stack: list[int] = []
+    for i, s in enumerate(st.tolist()):
+        while stack and eff_end[stack[-1]] <= s:
+            stack.pop()
+        if stack:
+            q = stack[-1]
+            parent[i] = q + base
+            level[i] = len(stack)
+            if eff_end[i] > eff_end[q]:
+                eff_end[i] = eff_end[q]
+        stack.append(i)
 
 
 def _innermost(parent: np.ndarray, mark: np.ndarray) -> np.ndarray:

@@ -1,7 +1,8 @@
 """Bytes -> typed Kineto structs, a chunk of events at a time: fast when the file is regular,
 tolerant per event when it is not.
 
-The top level is decoded first with the events left as raw bytes (``kineto_schema.Head``). The
+The top level is decoded first with the events left as raw bytes (``kineto_schema.Head``): around
+the event list, not through it, where it can tell where the list ends (``_head_around_events``). The
 event list is then cut into chunks of about ``CHUNK_BYTES`` at event boundaries and each chunk is
 decoded by ``msgspec`` into structs that list only the fields dagprof reads (unknown keys skipped
 in C, every kept number bounds-checked). So no Python object per event outlives its chunk unless
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import math
 import re
+import secrets
 from typing import Any, Iterator
 
 import msgspec
@@ -46,7 +48,7 @@ _MAX_RANKS = 1 << 20  # a rank or world size beyond this is not a real job (and 
 _PROFILER_MARKS = ("PyTorch Profiler", "Iteration Start: PyTorch Profiler")
 
 
-CHUNK_BYTES = 8 << 20
+CHUNK_BYTES = 1 << 20  # smaller than 8 MiB: less to page in (a sixth less CPU cold, a quarter less peak); no gain below
 MAX_OP_US = 86_400e6  # one op longer than a day is a corrupt record, not a profile
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _WS = b" \t\r\n"
@@ -60,21 +62,34 @@ _RAW_ARGS = frozenset(k for f, k in _ARG_FIELDS.items() if "Raw" in str(ks.Args.
 _TOO_DEEP = "JSON nested too deeply to read (a damaged or hostile file)"  # as cli.main says of every other decoder
 
 
-def open_trace(data: bytes, path: str) -> TraceStream:
-    """A Kineto trace's top level, checked; its events come from ``chunks()``. ``DagprofError`` for anything else."""
+def open_trace(data: bytes, path: str, guess: bool = True) -> TraceStream:
+    """A Kineto trace's top level, checked; its events come from ``chunks()``. ``DagprofError`` for anything else.
+
+    ``guess``: decode the top level around where the event list seems to be (``_head_around_events``), not through
+    it; ``chunks()`` raises ``Reopened`` if the list turns out to end elsewhere."""
     try:
-        return _open(data, path)
+        return _open(data, path, guess)
     except RecursionError:
         raise DagprofError(_TOO_DEEP, path) from None
 
 
-def _open(data: bytes, path: str) -> TraceStream:
+class Reopened(Exception):  # noqa: N818 (not an error: the reader starts again with .stream)
+    """The event list did not end where the guess put it: the trace opened again, its top level decoded whole."""
+
+    def __init__(self, stream: TraceStream):
+        super().__init__("reopened")
+        self.stream = stream
+
+
+def _open(data: bytes, path: str, guess: bool) -> TraceStream:
     at = _LEADING_WS.match(data).end()
     if data[at:at + 1] == b"[":  # Kineto's first JSON: the events alone
         end = len(data)
         while end > at and data[end - 1] in _WS:
             end -= 1
         head = ks.Head(traceEvents=msgspec.Raw(memoryview(data)[at:end]))
+    elif guess and (head := _head_around_events(data)) is not None:
+        return _checked_head(head, data, path, guessed=True)
     else:
         try:
             try:
@@ -85,13 +100,20 @@ def _open(data: bytes, path: str) -> TraceStream:
             if "UTF-8" not in str(e):
                 raise DagprofError(f"not valid JSON, truncated or foreign file ({e})", path) from None
             return _text_replaced(data, path)
+    return _checked_head(head, data, path)
+
+
+def _checked_head(head: ks.Head, data: bytes, path: str, guessed: bool = False) -> TraceStream:
     if not all(_is_text(getattr(head, key)) for key in _RAW_TOP):  # kept raw by the typed decode: not yet checked
         return _text_replaced(data, path)
     if bytes(memoryview(head.traceEvents)[:1]) != b"[":
         raise DagprofError("not a Kineto trace: no 'traceEvents' list", path)
     if len(head.distributedInfo):
         head.distributedInfo = _distributed_info(head.distributedInfo)
-    return TraceStream(head, path)
+    stream = TraceStream(head, path)
+    if guessed:
+        stream._whole = data
+    return stream
 
 
 class TraceStream:
@@ -104,6 +126,7 @@ class TraceStream:
         self._seen = self._repaired = self._unreadable = 0
         self._known = bool(len(head.schemaVersion) or len(head.distributedInfo) or len(head.deviceProperties))
         self._marked = self._profiler_cats = self._not_utf8 = False
+        self._whole: bytes | None = None  # the file, while the event list is where ``_head_around_events`` guessed
 
     def chunks(self) -> Iterator[list[ks.Event]]:
         buf = memoryview(self.head.traceEvents)
@@ -122,13 +145,21 @@ class TraceStream:
                     events = self._decode(b"".join((b"[", buf[pos:stop], b"]")))
                     break
                 except RecursionError:
+                    self._unguess()
                     raise DagprofError(_TOO_DEEP, self.path) from None
                 except msgspec.DecodeError as e:
                     if stop == end:  # the last piece of a list that parsed whole: cannot be a bad cut
+                        self._unguess()
                         raise DagprofError(f"not valid JSON, truncated or foreign file ({e})", self.path) from None
                     cut = stop + 1  # the cut fell inside a string or a nested value: grow to the next boundary
             pos = m.end() - 1 if stop < end else end
             yield self._checked(events)
+
+    def _unguess(self) -> None:
+        """A guessed event list that does not decode: the trace decoded whole, as without the guess, says what
+        is wrong with it (its ``DagprofError``), or that the list ends elsewhere (``Reopened``)."""
+        if self._whole is not None:
+            raise Reopened(open_trace(self._whole, self.path, guess=False))
 
     def finish(self, ops: int, untimed: int = 0, too_long: int = 0) -> None:
         """``ops``: complete events on a process with a usable time; ``untimed`` / ``too_long``: those dropped for it."""
@@ -161,6 +192,7 @@ class TraceStream:
     def release(self) -> None:
         """Let the file's bytes go once the events are read: the header's raw values are views into them."""
         h = self.head
+        self._whole = None
         self.head = ks.Head(distributedInfo=msgspec.Raw(bytes(h.distributedInfo)), baseTimeNanoseconds=h.baseTimeNanoseconds,
                             schemaVersion=msgspec.Raw(bytes(h.schemaVersion)), deviceProperties=msgspec.Raw(bytes(h.deviceProperties)),
                             host_name=h.host_name)
@@ -202,6 +234,40 @@ class TraceStream:
         if not (self._known or self._marked):
             self._marked = _profiler_marked(events)
         return events
+
+
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_TAIL_BYTES = 1 << 20  # what Kineto writes after the event list (log lines, device properties) is a few KB
+_LIST_END = re.compile(rb"\}[ \t\r\n]*\]")  # a list whose last value is an object
+
+
+def _head_around_events(data: bytes) -> ks.Head | None:
+    """The top level decoded without reading through the event list (a tenth of the parse): what is before the
+    list and after it, with a random token in its place. The list ends at the leftmost ``]`` after an event's
+    ``}`` after which this decodes with the token as ``traceEvents``: a ``]`` inside the list
+    leaves an unbalanced rest, the ones after it close later keys' lists (TraceLens's ``deviceProperties``).
+    None when none does (the whole is decoded); a wrong guess is found as the list is decoded (``Reopened``)."""
+    m = _EVENTS_KEY.search(data)
+    if m is None:
+        return None
+    start, view = m.end() - 1, memoryview(data)
+    token = b'"dagprof:' + secrets.token_hex(16).encode() + b'"'
+    ends = [m.end() - 1 for m in _LIST_END.finditer(data, max(start, len(data) - _TAIL_BYTES))]
+    found = None
+    for end in ends[:-17:-1]:  # decodes tried: a hostile run of "}]" costs 16, not one per bracket
+        if found is not None and found[1] - end > _TAIL_BYTES // 16:
+            break
+        try:
+            head = ks.HEAD_DECODER.decode(b"".join((view[:start], token, view[end + 1:])))
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            continue
+        if bytes(head.traceEvents) == token:
+            found = (head, end)
+    if found is None:
+        return None
+    head, end = found
+    head.traceEvents = msgspec.Raw(view[start:end + 1])
+    return head
 
 
 def _is_text(raw: msgspec.Raw) -> bool:

@@ -94,9 +94,15 @@ def _merge(parts: list[tuple[Dep, np.ndarray, np.ndarray]], n: int) -> tuple[np.
     dst = np.concatenate([np.asarray(p[2], dtype=np.int64) for p in parts])
     rule = np.concatenate([np.full(len(p[1]), int(p[0]), dtype=np.int64) for p in parts])
     ok = (src >= 0) & (dst >= 0) & (src != dst)
-    key = np.unique((src[ok] * n + dst[ok]) * 64 + rule[ok])  # one int key: dedup + sort (axis=0 unique is slow)
+    key = distinct((src[ok] * n + dst[ok]) * 64 + rule[ok])  # one int key: dedup + sort (axis=0 unique is slow)
     pair, rule = key // 64, key % 64
     return pair // n, pair % n, rule.astype(np.int8)
+
+
+def distinct(a: np.ndarray) -> np.ndarray:
+    """``np.unique(a)``: without its first call's import of ``numpy.ma``, a tenth of a small trace's cold load."""
+    s = np.sort(a)
+    return s[np.concatenate(([True], s[1:] != s[:-1]))] if len(s) else s
 
 
 def enclosing_enqueue(nest: Nesting, i: int) -> int:
@@ -142,7 +148,7 @@ def _search(op: np.ndarray, at: np.ndarray, key: np.ndarray, q_key: np.ndarray, 
             among: np.ndarray | None, before: bool) -> np.ndarray:
     out = np.full(len(q_t), -1, dtype=np.int64)
     q_key, q_t = np.asarray(q_key), np.asarray(q_t, dtype=np.float64)
-    for k in np.unique(q_key).tolist():
+    for k in distinct(q_key).tolist():
         sel = key == k
         if among is not None:
             sel &= among
@@ -268,7 +274,7 @@ def _host_syncs(cols: Columns, kinds: Kinds, issued: Issued, records: dict[int, 
         return _EMPTY, _EMPTY
     by_corr = _host_rows_by_corr(cols) if records else {}
     lane_of = _gpu_lane(cols)
-    streams = np.unique(issued.stream)
+    streams = distinct(issued.stream)
     # the stream each call's thread last issued to (its current stream)
     last_own = issued.last_before(issued.thread, cols.lane[calls], cols.start[calls])
     last_recorded = issued.last_before(issued.thread, cols.lane[calls], _last_record(cols, calls))
@@ -475,7 +481,7 @@ def _backward_thread(cols: Columns, nest: Nesting, kind: np.ndarray) -> tuple[tu
     if main < 0:
         return none, none, 0
     top = (nest.depth == 0) & ~cols.is_gpu
-    bwd_lanes = [lane for lane in np.unique(cols.lane[top & (kind == Kind.BACKWARD)]).tolist() if lane != main]  # it runs autograd nodes
+    bwd_lanes = [lane for lane in distinct(cols.lane[top & (kind == Kind.BACKWARD)]).tolist() if lane != main]  # it runs autograd nodes
     if not bwd_lanes:
         return none, none, 0
     on_main = np.flatnonzero((cols.lane == main) & (nest.depth >= 0))  # rows are sorted by start within a lane
