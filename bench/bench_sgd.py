@@ -46,7 +46,7 @@ def main() -> int:
     alt = {n: anchor(read_bcaffe_log(DATA / f"tmp{n}ocomm.log"), ITER_1_S * 1e6) for n in (4, 8)}
     osu = {n: read_osu_allreduce(DATA / f"allreduce{n}.log") for n in NODES}
     p8 = logs[8]
-    print(f"GoogleNet (B-Caffe, K80, 10 GbE): {p8.num_layers} layers, {p8.meta['params']:,} params ({p8.params_bytes / 1e6:.1f} MB fp32), "
+    print(f"GoogleNet (B-Caffe, K80, 10 GbE): {p8.num_layers} layers, {p8.meta.params:,} params ({p8.params_bytes / 1e6:.1f} MB fp32), "
           f"single-node iteration {ITER_1_S} s, backward sums {', '.join(f'{logs[n].backward_us.sum() / 1e3:.1f}' for n in NODES)} ms (2/4/8-node logs)")
     print("forward + other = 0.3918 s - backward (no forward times in the logs; it overlaps nothing, so the split does not matter)\n")
 
@@ -79,7 +79,7 @@ def main() -> int:
     print("\nB-Caffe's own merged all-reduces (5th column: groups and their measured times), same DAG:")
     print(f"{'log':>14} {'groups':>6} {'merged comm (ms)':>17} {'iter (s)':>9} {'WFBP same log (s)':>18} {'mg-wfbp model (s)':>18}")
     for name, prof in (("tmp4ocomm.log", alt[4]), ("tmp8ocomm.log", alt[8]), ("tmp8comm.log", logs[8])):
-        groups = prof.meta["merged_groups"]
+        groups = prof.meta.merged_groups
         lo, hi, us = (np.array(x) for x in zip(*groups))
         schedule = Schedule(Policy.MG_WFBP, prof.workers, True, True, lo, hi, us)
         merged = closed_form(prof, schedule)

@@ -15,8 +15,8 @@ DATA = TESTDATA / "bcaffe-k80-googlenet"
                                            ("tmpcomm.log", None)])
 def test_bcaffe_googlenet_logs(name, workers):
     prof = read_layer_file(DATA / name)
-    assert prof.meta["blobs"] == 128 and prof.num_layers == 64
-    assert prof.meta["params"] == 13_379_136 and prof.params_bytes == 4 * 13_379_136
+    assert prof.meta.blobs == 128 and prof.num_layers == 64
+    assert prof.meta.params == 13_379_136 and prof.params_bytes == 4 * 13_379_136
     assert prof.workers == workers and prof.forward_us is None
     assert prof.grad_bytes[0] == 4 * (9408 + 64)  # conv1 weight + bias
     assert prof.backward_us.sum() > 150_000 and prof.allreduce_us.sum() > 100_000
@@ -24,18 +24,18 @@ def test_bcaffe_googlenet_logs(name, workers):
 
 def test_bcaffe_uses_the_last_dump():
     prof = read_bcaffe_log(DATA / "tmp8comm.log")
-    assert prof.meta["first_line"] == 129
+    assert prof.meta.first_line == 129
     assert prof.backward_us[0] == pytest.approx(15143.7)
     assert prof.allreduce_us[-1] == pytest.approx(24282 + 0)
 
 
 def test_bcaffe_merged_groups():
     prof = read_bcaffe_log(DATA / "tmp8ocomm.log")
-    groups = prof.meta["merged_groups"]
+    groups = prof.meta.merged_groups
     assert len(groups) == 30 and groups[0] == (63, 64, 18092.0)  # backward order: the classifier first
     assert sum(us for *_, us in groups) == pytest.approx(277154.0)
     assert [lo for lo, *_ in groups] == sorted({lo for lo, *_ in groups}, reverse=True)
-    assert "merged_groups" not in read_bcaffe_log(DATA / "tmp2comm.log").meta  # 4-column log
+    assert read_bcaffe_log(DATA / "tmp2comm.log").meta.merged_groups is None  # 4-column log
 
 
 def test_bcaffe_warmup_only_is_refused(tmp_path):

@@ -30,7 +30,7 @@ def test_profile_of_a_real_run(run_folder):
     assert prof.grad_bytes[prof.names.index("layers.0.relu1")] == 0
     compute = prof.forward_us.sum() + prof.backward_us.sum() + prof.update_us
     assert 0 < compute <= prof.iter_us * 1.01  # the step minus communication calls and waits (mean of 2 steps)
-    assert prof.meta["warnings"] == []
+    assert prof.meta.warnings == []
     assert read_layer_file(run_folder).names == prof.names
 
 

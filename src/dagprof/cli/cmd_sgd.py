@@ -49,7 +49,7 @@ def run(args) -> dict:
 
 def _predict(args, folder: str | None) -> dict:
     profile = read_layer_file(args.layers)
-    notes = list(profile.meta.get("warnings", []))
+    notes = list(profile.meta.warnings)
     profile, iter_1 = anchor_single_worker(profile, None if args.iter_time_1 is None else args.iter_time_1 * 1e6, notes)
     comm = comm_model(profile, args.net, args.osu, args.comm_log, notes)
     scaling = predict(profile, args.workers, comm, Policy(args.policy), check_replay=args.replay)

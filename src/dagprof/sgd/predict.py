@@ -1,7 +1,7 @@
 """Scaling predictions over worker counts and policies, anchored on a measured single-worker iteration."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -30,8 +30,8 @@ def anchor(profile: LayerProfile, iter_time_1_us: float) -> LayerProfile:
     rest = max(rest, 0.0)
     if profile.forward_us is None:
         share = profile.backward_us / profile.backward_us.sum() if profile.backward_us.sum() > 0 else np.full(profile.num_layers, 1 / profile.num_layers)
-        return profile.with_(forward_us=rest * share, meta={**profile.meta, "anchored": "forward = iter_time_1 - backward - update"})
-    return profile.with_(update_us=profile.update_us + rest, meta={**profile.meta, "anchored": "update += iter_time_1 - forward - backward - update"})
+        return profile.with_(forward_us=rest * share, meta=replace(profile.meta, anchored="forward = iter_time_1 - backward - update"))
+    return profile.with_(update_us=profile.update_us + rest, meta=replace(profile.meta, anchored="update += iter_time_1 - forward - backward - update"))
 
 
 def anchor_single_worker(profile: LayerProfile, iter_time_1_us: float | None, notes: list[str]) -> tuple[LayerProfile, float | None]:
@@ -48,7 +48,7 @@ def anchor_single_worker(profile: LayerProfile, iter_time_1_us: float | None, no
     if iter_1 <= 0:
         raise DagprofError(f"the single-worker iteration time must be positive, got {iter_1 / 1e6:g} s")
     profile = anchor(profile, iter_1)
-    notes.append(profile.meta["anchored"])
+    notes.append(profile.meta.anchored)
     return profile, iter_1
 
 

@@ -50,6 +50,18 @@ from .steps import iteration_us
 
 
 @dataclass(frozen=True)
+class LayerMeta:
+    """What a layer-wise reader or the S-SGD anchoring knows beyond the per-layer arrays."""
+
+    blobs: int | None = None  # B-Caffe: blobs in the timed dump
+    params: int | None = None  # B-Caffe: parameters counted from the dump
+    first_line: int | None = None  # B-Caffe: the log line the timed dump starts at
+    merged_groups: list[tuple[int, int, float]] | None = None  # B-Caffe's merged all-reduces (lo, hi, us); None: a 4-column log
+    warnings: list[str] = field(default_factory=list)  # the reader's notes, shown to the user
+    anchored: str | None = None  # sgd.predict: which part absorbed the measured single-worker iteration
+
+
+@dataclass(frozen=True)
 class LayerProfile:
     """One worker's iteration, layer by layer in forward order (times in us)."""
 
@@ -64,7 +76,7 @@ class LayerProfile:
     update_us: float = 0.0
     iter_us: float | None = None  # a measured iteration time at ``workers``
     source: str = ""
-    meta: dict = field(default_factory=dict)
+    meta: LayerMeta = field(default_factory=LayerMeta)
 
     def __post_init__(self) -> None:
         n = len(self.names)
@@ -235,10 +247,9 @@ def read_bcaffe_log(path: str | os.PathLike[str], workers: int | None = None, bl
     if workers is None:
         m = _BCAFFE_WORKERS.search(Path(path).name)
         workers = int(m.group(1)) if m else None
-    meta = {"blobs": len(dump), "params": int(a[:, 1].sum()), "first_line": first_line}
     merged = np.array([v[4] if len(v) > 4 else 0.0 for _, v in dump])
-    if merged.any():
-        meta["merged_groups"] = _merged_groups(merged, blobs_per_layer)
+    meta = LayerMeta(blobs=len(dump), params=int(a[:, 1].sum()), first_line=first_line,
+                     merged_groups=_merged_groups(merged, blobs_per_layer) if merged.any() else None)
     return LayerProfile(
         names=[f"layer{i:02d}" for i in range(len(per_layer))],
         backward_us=compute[:, 0].copy(),
@@ -323,7 +334,7 @@ def layer_profile_from_run(run: Run, rank: int = 0) -> LayerProfile:
         update_us=per_step(Kind.UPDATE, Kind.OTHER),
         iter_us=iteration_us(spans) if len(spans) else None,
         source=trace.source,
-        meta={"warnings": warnings},
+        meta=LayerMeta(warnings=warnings),
     )
 
 
