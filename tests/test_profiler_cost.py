@@ -3,16 +3,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
 
 from dagprof.analysis import job_iteration_us
 from dagprof.cli.main import main
+from dagprof.costmodel.alphabeta import AlphaBeta
+from dagprof.costmodel.topology import save_link_model
+from dagprof.errors import DagprofError
 from dagprof.graph.meta import LoopSteps
+from dagprof.passes.comm import set_topology
 from dagprof.passes.profiler_cost import measure_profiler_cost, remove_profiler_cost
 from dagprof.pipeline import open_run
-from dagprof.search.whatif import Scenario, evaluate
+from dagprof.search.whatif import Cluster, Scenario, base_topology, evaluate
 from dagprof.traces.events import Kind
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
@@ -82,6 +87,39 @@ def test_a_measured_cost_is_removed_and_the_gate_compares_like_with_like(opened)
     assert out["reference_iter_ms"] == pytest.approx(measured * (1 - cost.share) / 1e3)
     assert out["model_error_pct"] == pytest.approx(raw["model_error_pct"], abs=0.6)
     assert out["scenarios"][0]["predicted_iter_ms"] == pytest.approx(raw["scenarios"][0]["predicted_iter_ms"] * (1 - cost.share), rel=0.01)
+
+
+def test_a_refusal_splits_the_miss_into_the_replay_as_built_the_correction_and_the_link(opened, tmp_path):
+    """A 30 % cost, a slow link and a measured iteration 3 % above the replay: the correction is fitted on the model,
+    where the slow link's collectives stand exposed, so the graph with its measured collectives does not drop by
+    exactly the cost (a few % either way on such runs). The refusal (forced: any tolerance gives the same line) names
+    each part with its own figure; the corrected replay's miss was once called "the replay itself" although the graph
+    as built replays the run to within the stated 3 %."""
+    g = _with_cost(opened.graph, 0.30)
+    measured = opened.analysis.measured_us * 1.03
+    cluster = Cluster(link_model=save_link_model(tmp_path / "slow.json", AlphaBeta.from_bandwidth(5e7, latency_us=500.0)))
+    cost = measure_profiler_cost(g)
+    topo = base_topology(g, cluster)
+    fixed, _ = remove_profiler_cost(g, cost, job_iteration_us, model=set_topology(g, topo))
+    built_us, fixed_us, model_us = job_iteration_us(g), job_iteration_us(fixed), job_iteration_us(set_topology(fixed, topo))
+    with pytest.raises(DagprofError) as refused:
+        evaluate(g, [Scenario()], cluster, measured_us=measured, tolerance_pct=1e-9)
+    msg = str(refused.value)
+    assert "\n" not in msg and "measured less the profiler's cost" in msg and msg.endswith("--allow-model-error predicts anyway")
+    figures = re.search(r"as built ([-+]\d+\.\d) % off the measured run \((\d+\.\d\d) ms\), the profiler-cost correction "
+                        r"\(([-+]\d+\.\d) %\) ([-+]\d+\.\d) % off that replay less the cost, the link model "
+                        r"([-+]\d+\.\d) % off the replay it reprices", msg)
+    assert figures, msg
+    replay, as_measured, share, correction, link = map(float, figures.groups())
+    assert as_measured == pytest.approx(measured / 1e3, abs=0.006)
+    assert replay == pytest.approx(100 * (built_us - measured) / measured, abs=0.051)
+    assert share == pytest.approx(-100 * cost.share, abs=0.051)
+    assert correction == pytest.approx(100 * (fixed_us - built_us * (1 - cost.share)) / (built_us * (1 - cost.share)), abs=0.051)
+    assert link == pytest.approx(100 * (model_us - fixed_us) / fixed_us, abs=0.051)
+    total = float(re.search(r"\(([-+]\d+\.\d) %, more than", msg).group(1))  # the parts compound to the whole miss
+    assert (1 + replay / 100) * (1 + correction / 100) * (1 + link / 100) == pytest.approx(1 + total / 100, rel=0.005)
+    with pytest.raises(DagprofError, match=r"as built [-+]\d+\.\d % off the measured run, the link model [-+]\d+\.\d % off"):
+        evaluate(g, [Scenario()], cluster, measured_us=measured, tolerance_pct=1e-9, raw=True)  # --raw: no correction, two parts
 
 
 def test_never_corrected_when_noisy_or_faster(opened):

@@ -256,27 +256,42 @@ def apply(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
 MODEL_TOLERANCE_PCT = 2.0  # a model further than this from the profiled run predicts nothing
 
 
-def check_model(g0: Graph, model_us: float, measured_us: float | None, tolerance_pct: float | None, what: str = "measured") -> float:
+def check_model(model_us: float, measured_us: float | None, tolerance_pct: float | None, built: Graph,
+                corrected: Graph | None = None, share: float = 0.0, link: str = "the link fitted to its collectives") -> float:
     """The model's error on the profiled run itself, %; refused beyond ``tolerance_pct`` (None: never).
 
     Every prediction inherits that error, and a link fitted to small or noisy collectives can
     be off by far more than the effect asked about, so such a model must not predict. Compare like
     with like: a model of the raw op times (``--raw``) against the profiled steps as measured; a model
-    whose op times had the profiler's cost removed against the job without the profiler, that is
-    the measured iteration less the measured share (``evaluate`` passes it, ``what`` names it).
-    Since the correction makes the model drop by that same share, the gate passes or refuses the
-    same model either way: the correction moves the predictions, not the check.
+    whose op times had the profiler's cost removed (``corrected``: ``built`` with its host work shortened)
+    against the job without the profiler, that is the measured iteration less the measured ``share``
+    (``measured_us`` is then that reference). Since the correction makes the model drop by that same share,
+    the gate passes or refuses the same model either way: the correction moves the predictions, not the check.
+    A refusal splits the miss along the chain that made the model, each part with its own figure: the
+    replay of the graph as built (collectives as measured) against the measured run, the correction against
+    the replay less the share (it is fitted on the model, so the measured-link replay need not drop by
+    exactly that), and ``link`` against the replay it reprices.
     """
-    replayed = job_iteration_us(g0)
-    ref, what = (measured_us, what) if measured_us else (replayed, "replayed")
+    base_us = job_iteration_us(built if corrected is None else corrected)  # the replay the model reprices
+    ref = measured_us or base_us
     err = 100.0 * (model_us - ref) / ref
-    if tolerance_pct is not None and abs(err) > tolerance_pct:
-        replay_err = 100.0 * (replayed - ref) / ref
-        why = (f"the replay itself is {replay_err:+.1f} % off" if abs(replay_err) > tolerance_pct
-               else "the link fitted to its collectives does not reproduce their times on the critical path")
-        raise DagprofError(f"not predicting: the model the what-ifs start from gives the profiled run {model_us / 1e3:.2f} ms/iter, {what} "
-                           f"{ref / 1e3:.2f} ms ({err:+.1f} %, more than {tolerance_pct:g} %): {why}; --allow-model-error predicts anyway")
-    return err
+    if tolerance_pct is None or abs(err) <= tolerance_pct:
+        return err
+    what, parts = "replayed", []
+    if measured_us:
+        what = "measured less the profiler's cost" if corrected is not None else "measured"
+        built_us, as_measured = job_iteration_us(built), ref / (1.0 - share)
+        parts.append(f"the replay of the graph as built {_pct(built_us, as_measured)} off the measured run"
+                     + (f" ({as_measured / 1e3:.2f} ms)" if corrected is not None else ""))
+        if corrected is not None:
+            parts.append(f"the profiler-cost correction ({-100 * share:+.1f} %) {_pct(base_us, built_us * (1.0 - share))} off that replay less the cost")
+    parts.append(f"{link} {_pct(model_us, base_us)} off the replay it reprices")
+    raise DagprofError(f"not predicting: the model the what-ifs start from gives the profiled run {model_us / 1e3:.2f} ms/iter, {what} "
+                       f"{ref / 1e3:.2f} ms ({err:+.1f} %, more than {tolerance_pct:g} %): {', '.join(parts)}; --allow-model-error predicts anyway")
+
+
+def _pct(x: float, ref: float) -> str:
+    return f"{100.0 * (x - ref) / ref:+.1f} %"
 
 
 def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = None, measured_us: float | None = None,
@@ -301,15 +316,17 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     unit = replica_ranks(g0)  # ranks of one data-parallel replica: "one worker" of a hybrid job is one replica
     base_topo = base_topology(g0, cluster)
     cost = measure_profiler_cost(g0 if steps_graph is None else steps_graph)
-    what = "measured"
+    built, corrected = g0, None
     if not raw and cost.usable:
         g0, factor = remove_profiler_cost(g0, cost, job_iteration_us, model=set_topology(g0, base_topo))
+        corrected = g0
         steps_graph = None if steps_graph is None else scale_host_work(steps_graph, factor)
         measured_us = None if not measured_us else measured_us * (1.0 - cost.share)
-        what = "measured less the profiler's cost"
     model = job_iteration_us(set_topology(g0, base_topo))
-    model_error = check_model(g0, model, measured_us, tolerance_pct, what)
-    fit = None if (cluster.topology or cluster.link_model or g0.meta.topology) else link_fit(g0)
+    given = cluster.topology or cluster.link_model or g0.meta.topology  # else the link is fitted to the profile's collectives
+    model_error = check_model(model, measured_us, tolerance_pct, built, corrected, cost.share if corrected is not None else 0.0,
+                              "the link model" if given else "the link fitted to its collectives")
+    fit = None if given else link_fit(g0)
     caveat = None if fit is None or fit.weak is None else f"extrapolates a link fit too weak to split latency from bandwidth: {fit.weak}"
     stepwise = g0 if steps_graph is None else steps_graph
     residuals = link_residuals(stepwise, set_topology(stepwise, base_topo))
