@@ -24,10 +24,9 @@ import sys
 import tempfile
 import time
 
-from dagprof.closeloop import check_strategy, defaults_stand, find_strategy
+from dagprof.closeloop import check_strategy, defaults_stand, find_strategy, hosts
 from dagprof.collect.jobs.launch import Bootstrap, launch
-from dagprof.collect.jobs.netns import Cluster, available, python_module, run_ranks
-from dagprof.costmodel import parse_bandwidth
+from dagprof.collect.jobs.netns import available, python_module, run_ranks
 from dagprof.search.optimize import Options, search_run
 
 
@@ -40,8 +39,10 @@ def cell(work: str, workload: str, ranks: int, link: str, args) -> list[dict]:
     own = workload.startswith("cmd:")
     train = workload[4:].split() if own else python_module("dagprof.collect.jobs.demo_train", "--model", workload)
     rows = []
-    with Cluster(ranks, tag=f"dpb{os.getpid() % 10000}") as cluster:
-        cluster.set_rate(parse_bandwidth(link) * 8)
+    with hosts(ranks, link, tag=f"dpb{os.getpid() % 10000}") as on:
+        if on.refused:  # main() checked the namespaces: only a link that asks for none lands here
+            raise SystemExit(f"bench_optimize: --link {link!r}: {on.refused}")
+        cluster = on.cluster
         run = os.path.join(work, "run")
         t0 = time.monotonic()
         if own:
