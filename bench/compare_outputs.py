@@ -1,0 +1,83 @@
+"""Do two source trees of dagprof answer the same? A refactor's check: same commands, same vendored runs, one table.
+
+Runs ``analyze``, ``whatif`` sweeps and ``replay`` with ``--json`` on the runs in ``tests/data`` (copied to a
+temporary folder, so nothing is written into the repository), once with each tree's ``src`` first on
+PYTHONPATH, and prints per command whether the two JSON answers are the same, ignoring timings and paths;
+where they differ, the keys that do and both values. Both trees run in the same interpreter (this one).
+
+    python bench/compare_outputs.py --before ../old-checkout --after .
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+
+DATA = pathlib.Path(__file__).resolve().parents[1] / "tests" / "data"
+IGNORED = {"seconds", "source", "path", "out", "report", "traces", "measured_trace", "replay_trace", "cache"}
+WHATIF = ["--bandwidth", "1Gbit,10Gbit", "--latency", "5,50", "--allow-model-error", "--no-trace"]
+RUNS = ["run_schema/v1", "hybrid-dp-tp", "hybrid-dp-tp-dagprof", "horovod/fused", "horovod/text", "fsdp/reshard",
+        "fsdp/hsdp", "mxnet", "kineto-public/nccl_parser_config", "tf/fit", "tf-jax/mlp"]
+COMMANDS = [c for r in RUNS for c in (["analyze", r], ["whatif", r, *WHATIF])] + [
+    ["whatif", "run_schema/v1", "--bucket-mb", "1,inf", "--compute-speed", "2", "--allow-model-error", "--no-trace"],
+    ["whatif", "run_schema/v1", "--workers", "4,16", "--scheme", "ring,tree", "--allow-model-error", "--no-trace"],
+    ["whatif", "run_schema/v1", "--fine", "--workers", "64", "--allow-model-error", "--no-trace"],
+    ["whatif", "horovod/fused", "--fusion-mb", "0,64", "--cycle-ms", "1,10", "--allow-model-error", "--no-trace"],
+    ["whatif", "fsdp/reshard", "--reshard-after-forward", "on,off", "--workers", "4", "--allow-model-error", "--no-trace"],
+    ["replay", "run_schema/v1"], ["replay", "hybrid-dp-tp"],
+]
+
+
+def _clean(o):
+    if isinstance(o, dict):
+        return {k: _clean(v) for k, v in o.items() if k not in IGNORED}
+    return [_clean(v) for v in o] if isinstance(o, list) else o
+
+
+def answer(tree: pathlib.Path, cmd: list[str], work: pathlib.Path) -> object:
+    env = {**os.environ, "PYTHONPATH": str(tree / "src"), "DAGPROF_CACHE_DIR": str(work / f"cache-{tree.name}")}
+    p = subprocess.run([sys.executable, "-m", "dagprof.cli.main", *cmd, "--json"], cwd=work, env=env,
+                       capture_output=True, text=True, timeout=600)
+    try:
+        return _clean(json.loads(p.stdout))
+    except json.JSONDecodeError:
+        return {"exit": p.returncode, "stderr": p.stderr.strip().splitlines()[-1:]}
+
+
+def differences(a: object, b: object, at: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(a.keys() | b.keys()) for d in differences(a.get(k), b.get(k), f"{at}.{k}")]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{at}[{i}]")]
+    return [] if a == b else [f"{at or '.'}: {json.dumps(a)[:80]} -> {json.dumps(b)[:80]}"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--before", type=pathlib.Path, required=True, help="a checkout (its src/ is used)")
+    ap.add_argument("--after", type=pathlib.Path, default=pathlib.Path("."), help="a checkout (default: here)")
+    args = ap.parse_args()
+    same = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        work = pathlib.Path(tmp)
+        for run in RUNS:
+            shutil.copytree(DATA / run, work / run)
+        for cmd in COMMANDS:
+            diff = differences(answer(args.before.resolve(), cmd, work), answer(args.after.resolve(), cmd, work))
+            same += not diff
+            print(f"{'same' if not diff else 'DIFFERS':8} dagprof {' '.join(cmd)}")
+            for d in diff[:6]:
+                print(f"           {d}")
+            if len(diff) > 6:
+                print(f"           (+{len(diff) - 6} more)")
+    print(f"{same} of {len(COMMANDS)} commands answer the same")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
