@@ -23,6 +23,7 @@ from .passes.comm import current_topology, set_topology
 from .passes.profiler_cost import measure_profiler_cost, remove_profiler_cost
 from .pipeline import Profiled, open_run
 from .search.optimize import WORTH_APPLYING_PCT, Options, SearchResult, predict_run, search_run
+from .search.whatif import MODEL_TOLERANCE_PCT
 
 STRATEGY_FILE = "strategy.json"
 CODEC_COSTS_FILE = "codec-costs.json"
@@ -50,9 +51,27 @@ def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = N
         g, _ = remove_profiler_cost(g, cost, job_iteration_us, model=set_topology(g, current_topology(g)))
     res = search_run(prof.run, g, opts, os.path.join(out_dir, CODEC_COSTS_FILE))
     res.notes.append("op times as profiled (--raw)" if raw else cost.describe())
+    check_baseline(res, prof.analysis.measured_us, 0.0 if raw else cost.share)
     strategy = res.strategy()
     path = save_strategy(strategy, os.path.join(out_dir, STRATEGY_FILE)) if res.worth_applying else None
     return Found(prof, res, strategy, path)
+
+
+def check_baseline(res: SearchResult, measured_us: float | None, share: float) -> None:
+    """Set the search model's error on the profiled setup, and warn when it is beyond what ``whatif`` accepts.
+
+    The search prices candidates on its own template of a step (``search.evaluate``), not on the graph the
+    what-ifs replay, so it can miss the profiled run where ``whatif``'s model does not. A gain is a ratio of
+    two prices from the same template and keeps part of its meaning, so this warns rather than refuses.
+    """
+    if not measured_us:
+        return
+    ref = measured_us * (1.0 - share)  # the job without the profiler, as the search's op times are (unless --raw)
+    res.model_error_pct = err = 100.0 * (res.baseline.iter_us - ref) / ref
+    if abs(err) > MODEL_TOLERANCE_PCT:
+        res.warnings.append(f"the search's model gives the profiled setup {res.baseline.iter_us / 1e3:.1f} ms/step, measured "
+                            f"{ref / 1e3:.1f} ms{' less the profiler' if share else ''} ({err:+.1f} %, more than {MODEL_TOLERANCE_PCT:g} %): "
+                            "the predicted times inherit that error; measure the strategy before trusting its gain (--verify)")
 
 
 def defaults_stand(res: SearchResult) -> str:

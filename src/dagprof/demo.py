@@ -148,6 +148,8 @@ def _report(prof: Profiled, found: Found, checked: Checked | None, outlook: dict
         inp.links["strategy (dagprof.apply)"] = os.path.basename(found.path)
     if notes:
         inp.optimisation["summary"] += " " + " ".join(notes[:1]).capitalize() + "."
+    for w in found.search.warnings:
+        inp.optimisation["summary"] += f" Warning: {w}."
     return inp
 
 

@@ -115,6 +115,7 @@ def to_text(r: dict) -> str:
     if "interval" in best:
         lines.append(f"predicted {best['interval']} per step with the strategy; profiled setup {b['interval']} (each step replayed)")
     lines.append(f"search: {r['candidates_replayed']} candidates replayed in {r['search_seconds']:.1f} s")
+    lines += [f"warning: {w}" for w in r["warnings"]]
     lines += [f"note: {n}" for n in r["notes"]]
     if r["strategy_file"] is None:
         return "\n".join(lines + [r["recommendation"]])

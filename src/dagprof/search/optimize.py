@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ..analysis.interval import PredictionInterval, link_residuals, predict_interval
@@ -105,6 +105,8 @@ class SearchResult:
     overlap_slowdown: float = 0.0  # what the model charged compute per unit of overlap with collectives
     memory_reason: str | None = None  # why no strategy fits the memory budget
     intervals: dict[str, PredictionInterval] | None = None  # "baseline", "best": each step replayed (per micro-batch)
+    model_error_pct: float | None = None  # the baseline against the measured run (closeloop.find_strategy); None: not measured
+    warnings: list[str] = field(default_factory=list)  # said above the notes: what makes the prediction less sure
 
     @property
     def speedup(self) -> float:
@@ -142,7 +144,8 @@ class SearchResult:
         return {"baseline": base, "best": best, "predicted_speedup": self.speedup,
                 "predicted_gain_pct": self.gain_pct, "worth_applying": self.worth_applying, "candidates_replayed": self.replayed,
                 "search_seconds": self.seconds, "seeds": [self.describe(s) for s in self.seeds], "notes": self.notes,
-                "memory_reason": self.memory_reason, "summary": st.summary(), "caveats": st.caveats()}
+                "memory_reason": self.memory_reason, "summary": st.summary(), "caveats": st.caveats(),
+                "model_error_pct": self.model_error_pct, "warnings": self.warnings}
 
 
 def search(g: Graph, order: GradientOrder, opts: Options | None = None, costs: CodecCosts | None = None,
