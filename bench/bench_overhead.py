@@ -87,18 +87,13 @@ def interleaved(cfg: DemoConfig, steps: int) -> dict[str, float]:
     return {"wall_a": med["A"][0], "wall_b": med["B"][0], "cpu_a": med["A"][1], "cpu_b": med["B"][1]}
 
 
-BLOCK_MODES = ("no profiler", "dagprof hooks only (kineto=False)", "dagprof (hooks + Kineto)", "torch.profiler alone (peer)")
-
-
-def _blocks_worker(rank: int, cfg: DemoConfig, blocks: int, block: int, port: int, out: str) -> None:
-    """One model; blocks of ``block`` steps cycle through BLOCK_MODES, each profiler opened per block."""
+def ddp_job(rank: int, cfg: DemoConfig, port: int):
+    """This process's rank of the demo CNN under DDP on gloo, with one fixed batch: the DDP model and a
+    function that trains one step on it (zero_grad, forward, loss, backward, optimizer step)."""
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel as DDP
-    from torch.profiler import profile as torch_profile
-
-    from dagprof.collect import profile
 
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -108,14 +103,32 @@ def _blocks_worker(rank: int, cfg: DemoConfig, blocks: int, block: int, port: in
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(cfg.batch_size, 3, cfg.image_size, cfg.image_size)
     y = torch.randint(0, 10, (cfg.batch_size,))
+
+    def train_step() -> None:
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    return model, train_step
+
+
+BLOCK_MODES = ("no profiler", "dagprof hooks only (kineto=False)", "dagprof (hooks + Kineto)", "torch.profiler alone (peer)")
+
+
+def _blocks_worker(rank: int, cfg: DemoConfig, blocks: int, block: int, port: int, out: str) -> None:
+    """One model; blocks of ``block`` steps cycle through BLOCK_MODES, each profiler opened per block."""
+    import torch.distributed as dist
+    from torch.profiler import profile as torch_profile
+
+    from dagprof.collect import profile
+
+    model, train_step = ddp_job(rank, cfg, port)
     times: dict[str, list] = {m: [] for m in BLOCK_MODES}
 
     def run_block(mode: str, tick) -> None:
         for _ in range(block):
             c0, t0 = time.thread_time(), time.perf_counter()
-            opt.zero_grad(set_to_none=True)
-            F.cross_entropy(model(x), y).backward()
-            opt.step()
+            train_step()
             times[mode].append((time.perf_counter() - t0, time.thread_time() - c0))
             tick()
 

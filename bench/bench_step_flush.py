@@ -16,30 +16,21 @@ import os
 import statistics
 import tempfile
 import time
-from datetime import timedelta
 
-from dagprof.collect.jobs.demo_train import DemoConfig, _free_port, build_model
+from bench_overhead import ddp_job  # the same DDP job, beside this script
+
+from dagprof.collect.jobs.demo_train import DemoConfig, _free_port
 
 VARIANTS = ("each step written (now)", "window end only (before)")
 
 
 def _worker(rank: int, cfg: DemoConfig, rounds: int, block: int, port: int, out: str) -> None:
-    import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
     from dagprof.collect import profile
     from dagprof.collect.hooks.collector import Collector
 
-    torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=cfg.world_size, timeout=timedelta(seconds=300))
-    torch.manual_seed(cfg.seed)
-    model = DDP(build_model(cfg), bucket_cap_mb=cfg.bucket_cap_mb)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(cfg.batch_size, 3, cfg.image_size, cfg.image_size)
-    y = torch.randint(0, 10, (cfg.batch_size,))
+    model, train_step = ddp_job(rank, cfg, port)
     write_step = Collector._write_step_part
     times: dict[str, list] = {v: [] for v in VARIANTS}
     sizes: list[int] = []
@@ -52,9 +43,7 @@ def _worker(rank: int, cfg: DemoConfig, rounds: int, block: int, port: int, out:
                 with profile(run, steps=range(1, block + 1), model=model, kineto=False) as prof:
                     for i in range(block + 2):
                         t0 = time.perf_counter()
-                        opt.zero_grad(set_to_none=True)
-                        F.cross_entropy(model(x), y).backward()
-                        opt.step()
+                        train_step()
                         t1 = time.perf_counter()
                         prof.step()
                         t2 = time.perf_counter()
