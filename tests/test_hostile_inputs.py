@@ -321,3 +321,15 @@ def test_json_output_never_holds_nan_or_infinity():
     assert r == {"a": 1.0, "rows": [{"x": None}, {"x": None}], "arr": [1.0, None],
                  "non_finite": ["$.rows[0].x was nan", "$.rows[1].x was inf", "$.arr[1] was -inf"]}
     json.dumps(r, allow_nan=False)
+
+
+@pytest.mark.parametrize("text,why", [('{"format": "dagprof-overlap", "slowdown": "fast"}', "not a dagprof overlap measurement"),
+                                      ('{"slowdown": 0.5', "damaged overlap measurement: not JSON")])
+def test_a_damaged_overlap_measurement_is_refused_not_ignored(tmp_path, text, why):
+    """Ignoring it would price the search as if compute never slowed beside collectives."""
+    from dagprof.collect.measure.overlap import FILE, load_overlap
+    from dagprof.errors import DagprofError
+
+    (tmp_path / FILE).write_text(text)
+    with pytest.raises(DagprofError, match=why):
+        load_overlap(str(tmp_path))

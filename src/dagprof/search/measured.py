@@ -4,28 +4,29 @@ from __future__ import annotations
 
 import os
 
-from ..collect.measure.overlap import load_overlap
+from ..collect.measure.overlap import Overlap, load_overlap
 from ..costmodel.codecs import CodecCosts, powersgd_split
 from ..passes.gradients import GradientOrder
 from ..traces.events import Run
 
 
-def _measured(run: Run) -> dict:
-    return (load_overlap(run.source) if run.source and os.path.isdir(run.source) else None) or {}
+def _measured(run: Run) -> Overlap | None:
+    return load_overlap(run.source) if run.source and os.path.isdir(run.source) else None
 
 
 def slowdown_of(run: Run) -> float:
     """The compute slowdown measured beside collectives for this run (``collect.measure.overlap``), else 0."""
-    return float(_measured(run).get("slowdown", 0.0))
+    m = _measured(run)
+    return 0.0 if m is None else m.slowdown
 
 
 def in_job(costs: CodecCosts | None, run: Run) -> CodecCosts | None:
     """Codec costs as they run inside the job: scaled by how much slower the job's busy cores ran the
     reference op than the idle core that measured the codecs (never faster)."""
-    job = _measured(run).get("matmul_us")
-    if costs is None or not job or not costs.reference_op_us:
+    m = _measured(run)
+    if costs is None or m is None or not m.matmul_us or not costs.reference_op_us:
         return costs
-    return costs.scaled(max(1.0, float(job) / costs.reference_op_us))
+    return costs.scaled(max(1.0, m.matmul_us / costs.reference_op_us))
 
 
 def codec_costs(order: GradientOrder, powersgd_ranks: tuple[int, ...], path: str | None) -> CodecCosts:

@@ -11,18 +11,32 @@ core (gradient codecs): in the job they run that much slower.
 """
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import time
+from typing import Literal
 
-from ...fsutil import atomic_open
+import msgspec
+
+from ...errors import DagprofError
+from ...fsutil import atomic_open, read_input
 
 FILE = "overlap.json"
 FORMAT = "dagprof-overlap"
 
 
-def measure_overlap(nbytes: int = 8 * 2**20, repeats: int = 4) -> dict:
+class Overlap(msgspec.Struct, frozen=True):
+    """What ``measure_overlap`` found on the job's ranks, as ``overlap.json`` in the run folder keeps it."""
+
+    slowdown: float  # per unit of overlap: compute overlapping a collective for a fraction f takes (1 + slowdown * f) as long
+    matmul_us: float  # the reference op (``reference_op_us``) on the job's busy cores
+    samples: list[float]  # rank 0's slowdown per repeat
+    allreduce_bytes: int
+    allreduce_s: float
+    format: Literal["dagprof-overlap"] = FORMAT
+
+
+def measure_overlap(nbytes: int = 8 * 2**20, repeats: int = 4) -> Overlap:
     """Slowdown of compute while an all-reduce of ``nbytes`` is in flight (every rank must call it)."""
     import torch
     import torch.distributed as dist
@@ -58,29 +72,28 @@ def measure_overlap(nbytes: int = 8 * 2**20, repeats: int = 4) -> dict:
     # every rank's view; the slowest governs the job
     t = torch.tensor([statistics.median(samples), statistics.median(alone_s)], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return {"format": FORMAT, "slowdown": float(t[0]), "samples": samples, "allreduce_bytes": nbytes, "allreduce_s": comm,
-            "matmul_us": float(t[1]) * 1e6}
+    return Overlap(float(t[0]), float(t[1]) * 1e6, samples, nbytes, comm)
 
 
-def save_overlap(folder: str, result: dict) -> str:
+def save_overlap(folder: str, result: Overlap) -> str:
     path = os.path.join(folder, FILE)
-    with atomic_open(path) as f:
-        json.dump(result, f, indent=1)
+    with atomic_open(path, "wb") as f:
+        f.write(msgspec.json.format(msgspec.json.encode(result), indent=1))
     return path
 
 
-def load_overlap(folder: str) -> dict | None:
-    """What was measured for the run in ``folder`` (slowdown, and ``matmul_us``: the reference op's time on
-    the job's busy cores), None when nothing was."""
+def load_overlap(folder: str) -> Overlap | None:
+    """What was measured for the run in ``folder``; None when nothing was. A damaged file is refused in one
+    line: silently ignoring it would price the search as if compute never slowed beside collectives."""
     path = os.path.join(folder, FILE)
     if not os.path.isfile(path):
         return None
     try:
-        with open(path) as f:
-            d = json.load(f)
-        return d if d.get("format") == FORMAT and isinstance(d.get("slowdown"), (int, float)) else None
-    except (OSError, ValueError):
-        return None
+        return msgspec.json.decode(read_input(path), type=Overlap)
+    except msgspec.ValidationError as e:
+        raise DagprofError(f"not a dagprof overlap measurement ({e})", path) from None
+    except msgspec.DecodeError:
+        raise DagprofError("damaged overlap measurement: not JSON", path) from None
 
 
 def reference_op_us() -> float:
