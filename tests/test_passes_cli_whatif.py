@@ -44,7 +44,10 @@ def test_speedup_and_efficiency_are_different_quantities(tiny_run, capsys):
     r = whatif(capsys, tiny_run, "--workers", "1,2", "--compute-speed", "1,2", "--no-trace")
     rows = {(s["workers"], s["compute_speed"]): s for s in r["scenarios"]}
     assert set(r["columns"]) >= {"speedup_vs_profiled", "scaling_efficiency", "speedup_vs_one_worker", "predicted_iter_ms"}
-    assert rows[(2, 2.0)]["speedup_vs_profiled"] > 1.2 and 0 < rows[(2, 2.0)]["scaling_efficiency"] <= 1.0 + 1e-9
+    # how much faster depends on the fresh recording's compute share (a loaded machine measures a slow link): only
+    # that it is faster, and no faster than the device (Amdahl), holds on every recording
+    assert 1.0 < rows[(2, 2.0)]["speedup_vs_profiled"] <= 2.0 + 1e-9
+    assert 0 < rows[(2, 2.0)]["scaling_efficiency"] <= 1.0 + 1e-9
     assert rows[(1, 1.0)]["scaling_efficiency"] == rows[(1, 2.0)]["scaling_efficiency"] == 1.0
     assert rows[(2, 1.0)]["speedup_vs_profiled"] == pytest.approx(1.0)  # the profiled configuration itself
     for s in r["scenarios"]:
