@@ -31,6 +31,7 @@ from typing import Any
 from ...traces.steps import DEFAULT_STEPS, parse_steps
 from .collector import Collector
 from .fsdp import install_launcher as install_fsdp_launcher
+from .fsdp1 import install_launcher as install_fsdp1_launcher
 
 ENV_OUT = "DAGPROF_OUT"
 ENV_STEPS = "DAGPROF_STEPS"
@@ -124,6 +125,7 @@ def _patch() -> None:
 
     DDP.__init__ = ddp_init
     install_fsdp_launcher(collector, after_import)  # FSDP2: the root module's first forward starts step 0
+    install_fsdp1_launcher(collector, after_import)  # FSDP1 (FullyShardedDataParallel): the same
     register_optimizer_step_pre_hook(lambda opt, args, kwargs: collector.update_begin())
     register_optimizer_step_post_hook(after_step)
     atexit.register(_close, collector)
