@@ -172,10 +172,16 @@ class FsdpRecorder:
             if not rec.c.recording or not rec._context:
                 return fn(*args, **kwargs)
             index = rec._record(kind, *measure(args, kwargs), dist)
+            saving = rec.c._saved is not None  # a collective keeps the thread-local hooks: none of ours must outlive the job
+            if saving:
+                rec.c._saved_off()
             rec.c._mark(Rec.FSDP_COLL_BEGIN, index, rec.collectives[index].unit)
-            out = fn(*args, **kwargs)
-            rec.c._mark(Rec.FSDP_COLL_END, index, rec.collectives[index].unit)
-            return out
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                rec.c._mark(Rec.FSDP_COLL_END, index, rec.collectives[index].unit)
+                if saving:
+                    rec.c._saved_on(None, ())
         return run
 
     def _record(self, kind: str, nbytes: int, dtype: str, group: Any, dist: Any) -> int:
