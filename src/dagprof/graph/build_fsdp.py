@@ -140,7 +140,7 @@ def check_fsdp_edges(g: Graph) -> dict[str, int]:
                     at = float(g.order[_issue(g, c.node, r)])
                     ahead = [v for v in np.flatnonzero(mine & (g.kind == phase_kind)).tolist() if int(g.layer[v]) in by and float(g.order[v]) > at]
                     ahead += [c2.node for c2 in collectives if c2.kind == "reduce_scatter" and c2.unit == c.prefetched_by
-                              and int(g.step[c2.node]) == step and float(g.order[_issue(g, c2.node, r)]) > at]
+                              and int(g.step[c2.node]) == step and r in (mine2 := _issuers(g, c2.node)) and float(g.order[mine2[r]]) > at]
                     if not ahead:
                         raise DagprofError(f"{g.node_name(c.node)} (step {step}) was not issued before {c.prefetched_by}'s "
                                            f"{phase_kind.name.lower()} on rank {r}")
