@@ -19,8 +19,7 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch.distributed.fsdp import BackwardPrefetch, MixedPrecision, ShardingStrategy
-from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.distributed.fsdp import BackwardPrefetch, FullyShardedDataParallel as FSDP, MixedPrecision, ShardingStrategy
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -41,6 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--forward-prefetch", action="store_true")
     p.add_argument("--bf16", action="store_true", help="MixedPrecision(param_dtype=bf16, reduce_dtype=fp32)")
     p.add_argument("--use-orig-params", action="store_true")
+    p.add_argument("--hybrid", type=int, default=0, metavar="R", help="HYBRID_SHARD over a (R, WORLD/R) replicate x shard device mesh")
     p.add_argument("--dagprof", metavar="DIR", help="profile with dagprof.profile into DIR")
     p.add_argument("--profile-steps", default="4:8")
     p.add_argument("--kineto", action=argparse.BooleanOptionalAction, default=True)
@@ -51,9 +51,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def build(args: argparse.Namespace) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     torch.manual_seed(0)
     net = Net(args.model, args.blocks, args.width, args.vocab)
+    mesh = None
+    if args.hybrid:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh("cpu", (args.hybrid, dist.get_world_size() // args.hybrid), mesh_dim_names=("replicate", "shard"))
     model = FSDP(
         net, auto_wrap_policy=ModuleWrapPolicy({MLPBlock if args.model == "mlp" else AttnBlock}),
-        sharding_strategy=ShardingStrategy[args.strategy], device_id=torch.device("cpu"),
+        sharding_strategy=ShardingStrategy["HYBRID_SHARD" if args.hybrid else args.strategy], device_id=torch.device("cpu"), device_mesh=mesh,
         backward_prefetch=None if args.backward_prefetch == "none" else BackwardPrefetch[args.backward_prefetch],
         forward_prefetch=args.forward_prefetch, use_orig_params=args.use_orig_params,
         mixed_precision=MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if args.bf16 else None,
