@@ -114,3 +114,13 @@ def test_zero_code_profile_of_an_fsdp1_job(tmp_path):
     assert run.ranks[0].meta.fsdp.api == "FullyShardedDataParallel" and run.ranks[0].meta.steps_profiled == [2, 3]
     counts = check_fsdp_edges(build_graph(run))  # BACKWARD_POST: issued after the unit's backward, before its reduce-scatter
     assert counts["forward_waits_all_gather"] == 3 * 2 * 2 and counts["prefetched"] > 0
+
+
+def test_a_unit_may_be_a_leaf_module():
+    """size_based_auto_wrap_policy wraps leaf modules: such a unit runs its own layer, the root the rest."""
+    from dagprof.collect.hooks.fsdp import own_layers
+
+    layers = ["embed", "bottom", "mlp.0", "mlp.2", "mlp.20", "blocks.0.up"]
+    units = ["", "embed", "mlp.2", "blocks.0"]
+    assert [[layers[i] for i in own_layers(u, units, layers)] for u in units] == [
+        ["bottom", "mlp.0", "mlp.20"], ["embed"], ["mlp.2"], ["blocks.0.up"]]

@@ -243,10 +243,11 @@ class FsdpRecorder:
 def own_layers(fqn: str, others: list[str], layers: list[str]) -> list[int]:
     """The leaf layers (indexes into ``layers``) that the unit of module ``fqn`` ("": the root) runs itself:
     those under it, less those under another unit (``others``: their module paths) nested in it."""
-    prefix = fqn + "." if fqn else ""
-    inner = [m for m in others if m and m.startswith(prefix)]
-    return [i for i, name in enumerate(layers)
-            if (not prefix or name.startswith(prefix)) and not any(name.startswith(m + ".") for m in inner)]
+    def under(name: str, path: str) -> bool:  # a unit may be a leaf module itself (size_based_auto_wrap_policy wraps those)
+        return not path or name == path or name.startswith(path + ".")
+
+    inner = [m for m in others if m and m != fqn and under(m, fqn)]
+    return [i for i, name in enumerate(layers) if under(name, fqn) and not any(under(name, m) for m in inner)]
 
 
 def _tensor_arg(name: str, pos: int) -> Any:
