@@ -40,6 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--forward-prefetch", action="store_true")
     p.add_argument("--bf16", action="store_true", help="MixedPrecision(param_dtype=bf16, reduce_dtype=fp32)")
     p.add_argument("--use-orig-params", action="store_true")
+    p.add_argument("--comm-hook", action="store_true", help="register FSDP1's reduce_scatter_hook (dagprof refuses to profile it)")
     p.add_argument("--hybrid", type=int, default=0, metavar="R", help="HYBRID_SHARD over a (R, WORLD/R) replicate x shard device mesh")
     p.add_argument("--dagprof", metavar="DIR", help="profile with dagprof.profile into DIR")
     p.add_argument("--profile-steps", default="4:8")
@@ -63,6 +64,10 @@ def build(args: argparse.Namespace) -> tuple[torch.nn.Module, torch.optim.Optimi
         forward_prefetch=args.forward_prefetch, use_orig_params=args.use_orig_params,
         mixed_precision=MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if args.bf16 else None,
     )
+    if args.comm_hook:
+        from torch.distributed.algorithms._comm_hooks import default_hooks
+
+        model.register_comm_hook(default_hooks.DefaultState(dist.group.WORLD), default_hooks.reduce_scatter_hook)
     return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
 
 

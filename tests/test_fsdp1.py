@@ -8,6 +8,7 @@ parameters and fp32 reduction), profiled with hooks only.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 
 import pytest
@@ -19,7 +20,7 @@ from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import check_fsdp_edges, fsdp_collectives, max_in_flight
 from dagprof.replay import replay
 from dagprof.traces.dagprof_run import read_run
-from dagprof.traces.run_schema import FsdpInfo
+from dagprof.traces.run_schema import FsdpInfo, RankFile, read_file
 
 FSDP1 = DATA / "fsdp" / "fsdp1"
 UNITS = ["<root>", "blocks.0", "blocks.1"]
@@ -124,3 +125,16 @@ def test_a_unit_may_be_a_leaf_module():
     units = ["", "embed", "mlp.2", "blocks.0"]
     assert [[layers[i] for i in own_layers(u, units, layers)] for u in units] == [
         ["bottom", "mlp.0", "mlp.20"], ["embed"], ["mlp.2"], ["blocks.0.up"]]
+
+
+def test_a_communication_hook_is_refused_in_one_line_and_training_goes_on(tmp_path):
+    pytest.importorskip("torch")
+    script = DATA.parent.parent / "bench" / "fsdp1_train.py"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script),
+           "--blocks", "1", "--width", "32", "--vocab", "64", "--batch", "2", "--seq", "8", "--steps", "4", "--comm-hook",
+           "--no-kineto", "--profile-steps", "1:3", "--dagprof", str(tmp_path), "--times", str(tmp_path / "times.json")]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+    assert len(json.loads((tmp_path / "times.json").read_text())) == 4  # every step trained
+    f = read_file(tmp_path / "rank0.json", RankFile)
+    assert f.fsdp is None or not f.fsdp.collectives
+    assert [w for w in f.warnings if "communication hook is not modelled" in w and "\n" not in w]

@@ -113,7 +113,7 @@ class Collector:
         self._flushed = _Flushed()  # how much of each list the step files already hold
         self._prev_signals: dict[int, Any] = {}  # signal -> the handler ours replaced
         self._ended = ""  # what stopped the process inside the window (a signal, an exception)
-        self._fsdp: FsdpRecorder | None = None  # an FSDP2 model's units and collectives (collect.hooks.fsdp)
+        self._fsdp: FsdpRecorder | None = None  # an FSDP model's units and collectives (collect.hooks.fsdp, fsdp1)
 
     # ---------------------------------------------------------------- guard
     def _fail(self, err: BaseException, where: str) -> None:
