@@ -138,3 +138,23 @@ def test_a_communication_hook_is_refused_in_one_line_and_training_goes_on(tmp_pa
     f = read_file(tmp_path / "rank0.json", RankFile)
     assert f.fsdp is None or not f.fsdp.collectives
     assert [w for w in f.warnings if "communication hook is not modelled" in w and "\n" not in w]
+
+
+def test_an_error_in_an_fsdp_hook_stops_profiling_not_the_training(tmp_path):
+    """An FSDP whose internals moved fails inside dagprof's wrapper: the wrapped FSDP method still runs and returns,
+    and profiling stops with one warning."""
+    pytest.importorskip("torch")
+    from dagprof.collect.hooks.collector import Collector
+    from dagprof.collect.hooks.fsdp1 import Fsdp1Recorder
+
+    c = Collector(tmp_path, "0:1", kineto=False)
+    rec = Fsdp1Recorder(c, [])
+    c.in_window = True
+
+    class Handle:  # what FSDP1 passes to FlatParamHandle.unshard, without the attributes dagprof reads
+        pass
+
+    unshard = rec._within(lambda handle: "gathered", lambda args: (rec._unit(args[0]), args[0]._training_state.name, -1))
+    assert unshard(Handle()) == "gathered"
+    assert not c.enabled and len(c.warnings) == 1 and "FSDP unit hook: AttributeError" in c.warnings[0]
+    assert unshard(Handle()) == "gathered" and len(c.warnings) == 1  # from then on a pass-through

@@ -81,7 +81,7 @@ class FsdpRecorder:
             @wraps(fn)
             def run(group: Any, *args: Any, **kwargs: Any) -> Any:
                 if rec.c.recording:
-                    rec._last = rec._unit(group)
+                    rec._last = rec._guarded("FSDP pre-forward/pre-backward hook", rec._unit, group)
                 return fn(group, *args, **kwargs)
             return run
 
@@ -134,9 +134,10 @@ class FsdpRecorder:
 
         @wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
-            if not rec.c.recording:
+            ctx = rec._guarded("FSDP unit hook", context, args) if rec.c.recording else None
+            if ctx is None:
                 return fn(*args, **kwargs)
-            rec._context.append(context(args))
+            rec._context.append(ctx)
             try:
                 return fn(*args, **kwargs)
             finally:
@@ -149,16 +150,28 @@ class FsdpRecorder:
 
         @wraps(fn)
         def run(group: Any, *args: Any, **kwargs: Any) -> Any:
-            if not rec.c.recording:
+            if not rec.c.recording or not rec._guarded(f"FSDP hook {begin.name}", before, group):
                 return fn(group, *args, **kwargs)
-            was, t0 = before(group), time.time_ns()
+            t0 = time.time_ns()
             out = fn(group, *args, **kwargs)
-            if was and after(group):
-                u, phase = rec._unit(group), 0 if group._training_state.name == "FORWARD" else 1
-                rec.c.records.append((int(begin), u, phase, t0, 0))
-                rec.c.records.append((int(begin) + 1, u, phase, time.time_ns(), 0))
+            rec._guarded(f"FSDP hook {begin.name}", rec._span, group, begin, t0, after)
             return out
         return run
+
+    def _span(self, group: Any, begin: Rec, t0: int, after: Any) -> None:
+        if after(group):
+            u, phase = self._unit(group), 0 if group._training_state.name == "FORWARD" else 1
+            self.c.records.append((int(begin), u, phase, t0, 0))
+            self.c.records.append((int(begin) + 1, u, phase, time.time_ns(), 0))
+
+    def _guarded(self, where: str, fn: Any, *args: Any) -> Any:
+        """``fn(*args)``, or None after an error, which stops profiling with one warning: never the training
+        (an FSDP whose internals moved fails here)."""
+        try:
+            return fn(*args)
+        except Exception as err:  # noqa: BLE001
+            self.c._fail(err, where)
+            return None
 
     def _collective(self, fn: Any, kind: str, measure: Any) -> Any:
         """A c10d collective that records each call made inside an FSDP unit's method (``_context``);
@@ -171,7 +184,9 @@ class FsdpRecorder:
         def run(*args: Any, **kwargs: Any) -> Any:
             if not rec.c.recording or not rec._context:
                 return fn(*args, **kwargs)
-            index = rec._record(kind, *measure(args, kwargs), dist)
+            index = rec._guarded(f"FSDP {kind} hook", lambda: rec._record(kind, *measure(args, kwargs), dist))
+            if index is None:
+                return fn(*args, **kwargs)
             saving = rec.c._saved is not None  # a collective keeps the thread-local hooks: none of ours must outlive the job
             if saving:
                 rec.c._saved_off()

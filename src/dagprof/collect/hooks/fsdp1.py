@@ -22,7 +22,6 @@ Tested with torch 2.13 on CPU (gloo: ``device_id=torch.device("cpu")``; ``sync_m
 """
 from __future__ import annotations
 
-import time
 from functools import partial, wraps
 from typing import Any
 
@@ -91,7 +90,8 @@ class Fsdp1Recorder(FsdpRecorder):
             def run(state: Any, current: Any, *args: Any, **kwargs: Any) -> Any:
                 if not rec.c.recording:
                     return fn(state, current, *args, **kwargs)
-                rec._prefetching.append(rec._unit(current) if current is not None else -1)
+                by = rec._guarded("FSDP1 prefetch hook", rec._unit, current) if current is not None else -1
+                rec._prefetching.append(-1 if by is None else by)
                 try:
                     return fn(state, current, *args, **kwargs)
                 finally:
@@ -161,9 +161,7 @@ class Fsdp1Recorder(FsdpRecorder):
             n = len(rec.c.records)
             out = unshard(handle, *args, **kwargs)
             if rec.c.recording and len(rec.c.records) > n and rec.c.records[-1][0] == Rec.FSDP_COLL_END:
-                u, phase = rec._unit(handle), 0 if handle._training_state.name == "FORWARD" else 1
-                rec.c.records.append((int(Rec.FSDP_COPY_OUT_BEGIN), u, phase, rec.c.records[-1][3], 0))
-                rec.c.records.append((int(Rec.FSDP_COPY_OUT_END), u, phase, time.time_ns(), 0))
+                rec._guarded("FSDP1 unshard hook", rec._span, handle, Rec.FSDP_COPY_OUT_BEGIN, rec.c.records[-1][3], lambda h: True)
             return out
         return run
 
