@@ -193,31 +193,37 @@ def _fsdp_blocks_worker(rank: int, job: str, blocks: int, block: int, port: int,
     model, opt = build(args)
     train(args, model, opt)  # warm-up (lazy init, first all-gathers)
     times: dict[str, list] = {m: [] for m in BLOCK_MODES}
+    cpu: dict[str, list] = {m: [] for m in BLOCK_MODES}  # main-thread CPU per step of each block (its window's end included)
     with tempfile.TemporaryDirectory() as folder:
         for b in range(blocks):
             for mode in BLOCK_MODES:
+                c0 = time.thread_time()
                 if mode == "no profiler":
                     times[mode] += train(args, model, opt)
                 elif mode.startswith("dagprof"):
                     with profile(os.path.join(folder, f"{mode[:12]}{b}"), steps=range(0, block), model=model, kineto="Kineto" in mode) as prof:
                         times[mode] += train(args, model, opt, prof)
+                        c1 = time.thread_time()
                 else:
                     with torch_profile() as tp:
                         times[mode] += train(args, model, opt)
+                        c1 = time.thread_time()
                     tp.export_chrome_trace(os.path.join(folder, f"t{b}.json"))
+                cpu[mode].append(((c1 if mode != "no profiler" else time.thread_time()) - c0) / block)
     dist.destroy_process_group()
     with open(os.path.join(out, f"fsdp{rank}.json"), "w") as f:
-        json.dump(times, f)
+        json.dump({"wall": times, "cpu": cpu}, f)
 
 
-def fsdp_blocks(blocks: int, block: int, job: str = "fsdp2") -> dict[str, float]:
+def fsdp_blocks(blocks: int, block: int, job: str = "fsdp2") -> dict[str, tuple[float, float]]:
+    """mode -> (median wall s/step, median main-thread CPU s/step over blocks) of rank 0."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as out:
         mp.spawn(_fsdp_blocks_worker, args=(job, blocks, block, _free_port(), out), nprocs=2, join=True)
         with open(os.path.join(out, "fsdp0.json")) as f:
             times = json.load(f)
-    return {m: statistics.median(v) for m, v in times.items()}
+    return {m: (statistics.median(v), statistics.median(times["cpu"][m])) for m, v in times["wall"].items()}
 
 
 def separate_jobs(base: DemoConfig, steps: int, repeats: int) -> None:
@@ -270,22 +276,18 @@ def main() -> None:
             print(f"{mode:42s} {w * 1e3:12.1f} {w / off_w:8.3f} {c * 1e3:12.1f} {c / off_c:8.3f}")
     if args.repeats:
         separate_jobs(base, args.steps, args.repeats)
-    if args.fsdp_blocks:
-        res = fsdp_blocks(args.fsdp_blocks, 5)
-        off = res["no profiler"]
-        print(f"\nPart 4: a 2-rank FSDP2 job (bench/fsdp_train.py {' '.join(FSDP_ARGS)}), {args.fsdp_blocks} rounds of 5-step "
-              "blocks per mode, rank 0 medians")
-        print(f"{'mode':42s} {'wall ms/step':>12s} {'vs none':>8s}")
-        for mode, w in res.items():
-            print(f"{mode:42s} {w * 1e3:12.1f} {w / off:8.3f}")
-    if args.fsdp1_blocks:
-        res = fsdp_blocks(args.fsdp1_blocks, 5, "fsdp1")
-        off = res["no profiler"]
-        print(f"\nPart 5: a 2-rank FSDP1 job (bench/fsdp1_heldout.py: FullyShardedDataParallel, size_based_auto_wrap_policy), "
-              f"{args.fsdp1_blocks} rounds of 5-step blocks per mode, rank 0 medians")
-        print(f"{'mode':42s} {'wall ms/step':>12s} {'vs none':>8s}")
-        for mode, w in res.items():
-            print(f"{mode:42s} {w * 1e3:12.1f} {w / off:8.3f}")
+    for part, job, rounds, what in ((4, "fsdp2", args.fsdp_blocks, f"FSDP2 job (bench/fsdp_train.py {' '.join(FSDP_ARGS)})"),
+                                    (5, "fsdp1", args.fsdp1_blocks, "FSDP1 job (bench/fsdp1_heldout.py: FullyShardedDataParallel, "
+                                                                    "size_based_auto_wrap_policy)")):
+        if not rounds:
+            continue
+        res = fsdp_blocks(rounds, 5, job)
+        off_w, off_c = res["no profiler"]
+        print(f"\nPart {part}: a 2-rank {what}, {rounds} rounds of 5-step blocks per mode, rank 0 medians "
+              "(cpu: the main thread's, per step of a block, the profiler's window end included)")
+        print(f"{'mode':42s} {'wall ms/step':>12s} {'vs none':>8s} {'cpu ms/step':>12s} {'vs none':>8s}")
+        for mode, (w, c) in res.items():
+            print(f"{mode:42s} {w * 1e3:12.1f} {w / off_w:8.3f} {c * 1e3:12.1f} {c / off_c:8.3f}")
     print(f"\n{time.perf_counter() - t0:.0f} s total")
 
 
