@@ -172,6 +172,10 @@ class Fsdp1Recorder(FsdpRecorder):
         super().end()  # the flat parameters may still be gathered (no reshard after the last forward): count the shards
         self._memory["param_shard_bytes"] = sum(_local_bytes(m._handle.flat_param._local_shard) for m in self.modules)
 
+    def release(self) -> None:
+        super().release()
+        self.groups, self._state = [], {}  # the handles and FSDP modules: the profile is written, keep nothing of the model
+
     def info(self, layers: list[str]) -> FsdpInfo:
         units = []
         fqns = [self._fqn[id(h)] for h in self.groups]
