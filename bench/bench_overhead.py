@@ -10,9 +10,10 @@ Part 2, alternating blocks: one model; 5-step blocks cycle through no profiler, 
 only, dagprof with Kineto, and torch.profiler alone (each profiler opened and its trace written per block, that
 one-off work outside the step times). Kineto records every op of the process, so it cannot
 join part 1. Part 3, separate jobs per mode (incl. record_shapes=True), medians over jobs. Part 4: part 2 for a
-2-rank FSDP2 job (``bench/fsdp_train.py``'s transformer: every block and the root ``fully_shard``-ed).
+2-rank FSDP2 job (``bench/fsdp_train.py``'s transformer: every block and the root ``fully_shard``-ed). Part 5: part 2
+for a 2-rank FSDP1 job (``bench/fsdp1_heldout.py``: ``FullyShardedDataParallel`` with ``size_based_auto_wrap_policy``).
 
-    .venv/bin/python bench/bench_overhead.py [--ab-steps 30] [--blocks 4] [--repeats 2] [--fsdp-blocks 4] [--small]
+    .venv/bin/python bench/bench_overhead.py [--ab-steps 30] [--blocks 4] [--repeats 2] [--fsdp-blocks 4] [--fsdp1-blocks 4] [--small]
 """
 from __future__ import annotations
 
@@ -166,13 +167,18 @@ def alternating_blocks(cfg: DemoConfig, blocks: int, block: int) -> dict[str, tu
 
 
 FSDP_ARGS = ["--model", "transformer", "--blocks", "4", "--width", "256"]  # bench/fsdp_train.py's model, 5 FSDP units
+FSDP_JOBS = {  # part -> (script in bench/, its arguments)
+    "fsdp2": ("fsdp_train", FSDP_ARGS),
+    "fsdp1": ("fsdp1_heldout", []),  # FSDP1 (FullyShardedDataParallel), size_based_auto_wrap_policy: 4 units
+}
 
 
-def _fsdp_blocks_worker(rank: int, blocks: int, block: int, port: int, out: str) -> None:
-    """Part 2 for an FSDP2 job: one ``fully_shard``-ed model, blocks of steps cycling through BLOCK_MODES."""
+def _fsdp_blocks_worker(rank: int, job: str, blocks: int, block: int, port: int, out: str) -> None:
+    """Part 2 for an FSDP job: one FSDP model, blocks of steps cycling through BLOCK_MODES."""
+    import importlib
+
     import torch
     import torch.distributed as dist
-    from fsdp_train import build, parse_args, train
     from torch.profiler import profile as torch_profile
 
     from dagprof.collect import profile
@@ -180,35 +186,44 @@ def _fsdp_blocks_worker(rank: int, blocks: int, block: int, port: int, out: str)
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2")
     dist.init_process_group("gloo", rank=rank, world_size=2, timeout=timedelta(seconds=300))
-    args = parse_args([*FSDP_ARGS, "--steps", str(block)])
+    script, argv = FSDP_JOBS[job]
+    mod = importlib.import_module(script)
+    build, train = mod.build, mod.train
+    args = mod.parse_args([*argv, "--steps", str(block)])
     model, opt = build(args)
     train(args, model, opt)  # warm-up (lazy init, first all-gathers)
     times: dict[str, list] = {m: [] for m in BLOCK_MODES}
+    cpu: dict[str, list] = {m: [] for m in BLOCK_MODES}  # main-thread CPU per step of each block (its window's end included)
     with tempfile.TemporaryDirectory() as folder:
         for b in range(blocks):
             for mode in BLOCK_MODES:
+                c0 = time.thread_time()
                 if mode == "no profiler":
                     times[mode] += train(args, model, opt)
                 elif mode.startswith("dagprof"):
                     with profile(os.path.join(folder, f"{mode[:12]}{b}"), steps=range(0, block), model=model, kineto="Kineto" in mode) as prof:
                         times[mode] += train(args, model, opt, prof)
+                        c1 = time.thread_time()
                 else:
                     with torch_profile() as tp:
                         times[mode] += train(args, model, opt)
+                        c1 = time.thread_time()
                     tp.export_chrome_trace(os.path.join(folder, f"t{b}.json"))
+                cpu[mode].append(((c1 if mode != "no profiler" else time.thread_time()) - c0) / block)
     dist.destroy_process_group()
     with open(os.path.join(out, f"fsdp{rank}.json"), "w") as f:
-        json.dump(times, f)
+        json.dump({"wall": times, "cpu": cpu}, f)
 
 
-def fsdp_blocks(blocks: int, block: int) -> dict[str, float]:
+def fsdp_blocks(blocks: int, block: int, job: str = "fsdp2") -> dict[str, tuple[float, float]]:
+    """mode -> (median wall s/step, median main-thread CPU s/step over blocks) of rank 0."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as out:
-        mp.spawn(_fsdp_blocks_worker, args=(blocks, block, _free_port(), out), nprocs=2, join=True)
+        mp.spawn(_fsdp_blocks_worker, args=(job, blocks, block, _free_port(), out), nprocs=2, join=True)
         with open(os.path.join(out, "fsdp0.json")) as f:
             times = json.load(f)
-    return {m: statistics.median(v) for m, v in times.items()}
+    return {m: (statistics.median(v), statistics.median(times["cpu"][m])) for m, v in times["wall"].items()}
 
 
 def separate_jobs(base: DemoConfig, steps: int, repeats: int) -> None:
@@ -238,6 +253,7 @@ def main() -> None:
     p.add_argument("--ab-steps", type=int, default=30, help="interleaved step pairs in part 1 (0 skips it)")
     p.add_argument("--blocks", type=int, default=4, help="rounds of alternating blocks in part 2 (0 skips it)")
     p.add_argument("--fsdp-blocks", type=int, default=4, help="rounds of alternating blocks of an FSDP2 job in part 4 (0 skips it)")
+    p.add_argument("--fsdp1-blocks", type=int, default=4, help="rounds of alternating blocks of an FSDP1 job in part 5 (0 skips it)")
     p.add_argument("--small", action="store_true", help="the tiny test model (fast smoke run)")
     args = p.parse_args()
     base = DemoConfig.small() if args.small else DemoConfig()
@@ -260,14 +276,18 @@ def main() -> None:
             print(f"{mode:42s} {w * 1e3:12.1f} {w / off_w:8.3f} {c * 1e3:12.1f} {c / off_c:8.3f}")
     if args.repeats:
         separate_jobs(base, args.steps, args.repeats)
-    if args.fsdp_blocks:
-        res = fsdp_blocks(args.fsdp_blocks, 5)
-        off = res["no profiler"]
-        print(f"\nPart 4: a 2-rank FSDP2 job (bench/fsdp_train.py {' '.join(FSDP_ARGS)}), {args.fsdp_blocks} rounds of 5-step "
-              "blocks per mode, rank 0 medians")
-        print(f"{'mode':42s} {'wall ms/step':>12s} {'vs none':>8s}")
-        for mode, w in res.items():
-            print(f"{mode:42s} {w * 1e3:12.1f} {w / off:8.3f}")
+    for part, job, rounds, what in ((4, "fsdp2", args.fsdp_blocks, f"FSDP2 job (bench/fsdp_train.py {' '.join(FSDP_ARGS)})"),
+                                    (5, "fsdp1", args.fsdp1_blocks, "FSDP1 job (bench/fsdp1_heldout.py: FullyShardedDataParallel, "
+                                                                    "size_based_auto_wrap_policy)")):
+        if not rounds:
+            continue
+        res = fsdp_blocks(rounds, 5, job)
+        off_w, off_c = res["no profiler"]
+        print(f"\nPart {part}: a 2-rank {what}, {rounds} rounds of 5-step blocks per mode, rank 0 medians "
+              "(cpu: the main thread's, per step of a block, the profiler's window end included)")
+        print(f"{'mode':42s} {'wall ms/step':>12s} {'vs none':>8s} {'cpu ms/step':>12s} {'vs none':>8s}")
+        for mode, (w, c) in res.items():
+            print(f"{mode:42s} {w * 1e3:12.1f} {w / off_w:8.3f} {c * 1e3:12.1f} {c / off_c:8.3f}")
     print(f"\n{time.perf_counter() - t0:.0f} s total")
 
 

@@ -1,4 +1,4 @@
-"""The global graph of an FSDP2 job (``traces.fsdp_run``), with what FSDP guarantees as its edges.
+"""The global graph of an FSDP job (FSDP2 or FSDP1; ``traces.fsdp_run``), with what FSDP guarantees as its edges.
 
 The events already say where each rank's main thread called every collective and where it
 blocked on it, so the graph is ``graph.build``'s (each collective one shared node behind a join of
@@ -7,8 +7,9 @@ its group's ranks; ``build_graph`` adds ``fsdp_meta`` for an FSDP run) and these
 - a unit's forward waits for its all-gather: transfer -> the wait ("blocked on a collective") ->
   program order -> the unit's first layer;
 - prefetch issues the next unit's all-gather from the current unit's hook, before that unit's
-  compute (program order), and the channel of a group holds one collective at a time: gloo on CPU
-  runs FSDP's collectives synchronously, so at most one all-gather is in flight (``max_in_flight``);
+  compute (program order; FSDP1's ``BACKWARD_POST``: after its backward, before its reduce-scatter),
+  and the channel of a group holds one collective at a time: gloo on CPU runs FSDP's collectives
+  synchronously, so at most one all-gather is in flight (``max_in_flight``);
 - ``reshard_after_forward`` frees the gathered parameters, so a resharded unit has a second
   all-gather in its backward; a unit that keeps them has none;
 - a unit's reduce-scatter is issued by its post-backward hook after its layers' backward;
@@ -115,7 +116,8 @@ def check_fsdp_edges(g: Graph) -> dict[str, int]:
     reshard = {u.name: u.resharded_after_forward for u in fs.units}
     counts = dict.fromkeys(("forward_waits_all_gather", "backward_all_gather_after_reshard", "reduce_scatter_after_backward",
                             "optimizer_waits_reduce_scatter", "prefetched"), 0)
-    for c in fsdp_collectives(g):
+    collectives = fsdp_collectives(g)
+    for c in collectives:
         step = int(g.step[c.node])
         reach = _reach(g, c.node)
         on = (g.step == step) & (g.rank >= 0)
@@ -132,10 +134,13 @@ def check_fsdp_edges(g: Graph) -> dict[str, int]:
                 if layers and (not first or not reach[min(first, key=lambda v: g.order[v])]):
                     raise DagprofError(f"{g.node_name(c.node)} (step {step}) does not precede its unit's {phase_kind.name.lower()} on rank {r}")
                 counts["forward_waits_all_gather" if phase_kind == Kind.FORWARD else "backward_all_gather_after_reshard"] += 1
-                if c.prefetched:  # issued from the hook of the unit that runs before it, ahead of that unit's compute
+                if c.prefetched:  # issued from the hook of the unit that runs before it: ahead of that unit's compute, or
+                    # (FSDP1's BackwardPrefetch.BACKWARD_POST) after its backward, ahead of its reduce-scatter
                     by = unit_layers.get(c.prefetched_by, set())
-                    ahead = [v for v in np.flatnonzero(mine & (g.kind == phase_kind)).tolist()
-                             if int(g.layer[v]) in by and float(g.order[v]) > float(g.order[_issue(g, c.node, r)])]
+                    at = float(g.order[_issue(g, c.node, r)])
+                    ahead = [v for v in np.flatnonzero(mine & (g.kind == phase_kind)).tolist() if int(g.layer[v]) in by and float(g.order[v]) > at]
+                    ahead += [c2.node for c2 in collectives if c2.kind == "reduce_scatter" and c2.unit == c.prefetched_by
+                              and int(g.step[c2.node]) == step and r in (mine2 := _issuers(g, c2.node)) and float(g.order[mine2[r]]) > at]
                     if not ahead:
                         raise DagprofError(f"{g.node_name(c.node)} (step {step}) was not issued before {c.prefetched_by}'s "
                                            f"{phase_kind.name.lower()} on rank {r}")
@@ -149,7 +154,7 @@ def check_fsdp_edges(g: Graph) -> dict[str, int]:
                     raise DagprofError(f"the optimizer step {step} on rank {r} does not wait for {g.node_name(c.node)}")
                 counts["reduce_scatter_after_backward"] += c.kind == "reduce_scatter"
                 counts["optimizer_waits_reduce_scatter"] += 1  # and HSDP's all-reduce across replicas
-    regathered = {c.unit for c in fsdp_collectives(g) if c.kind == "all_gather" and not _is_forward(g, c.node, min(_issuers(g, c.node)))}
+    regathered = {c.unit for c in collectives if c.kind == "all_gather" and not _is_forward(g, c.node, min(_issuers(g, c.node)))}
     for unit, again in reshard.items():
         if again != (unit in regathered):
             raise DagprofError(f"unit {unit} was{'' if again else ' not'} resharded after forward but is{'' if unit in regathered else ' not'} "

@@ -103,7 +103,8 @@ class Clock(msgspec.Struct):
 
 
 class FsdpUnit(msgspec.Struct, kw_only=True):
-    """One FSDP2 unit (an ``FSDPParamGroup``: the parameters one ``fully_shard`` call manages)."""
+    """One FSDP unit: FSDP2's ``FSDPParamGroup`` (the parameters one ``fully_shard`` call manages) or
+    FSDP1's ``FullyShardedDataParallel`` instance (its flat parameter)."""
 
     name: str  # module path ("<root>" for the root module)
     layers: list[int] = []  # leaf layers (indexes into RankFile.layers) it runs, not those of nested units
@@ -116,6 +117,10 @@ class FsdpUnit(msgspec.Struct, kw_only=True):
     reshard_after_forward: bool = True
     mesh: list[int] = []  # device mesh shape: (shard,) or HSDP's (replicate, shard)
     mesh_dims: list[str] = []
+    # FSDP1 only (empty for FSDP2, whose prefetch is per unit and recorded on each collective)
+    strategy: str = ""  # ShardingStrategy: FULL_SHARD | SHARD_GRAD_OP | NO_SHARD | HYBRID_SHARD | HYBRID_SHARD_ZERO2
+    backward_prefetch: str = ""  # BackwardPrefetch: BACKWARD_PRE | BACKWARD_POST ("": none)
+    forward_prefetch: bool = False
 
 
 class FsdpCollective(msgspec.Struct, kw_only=True):
@@ -132,8 +137,9 @@ class FsdpCollective(msgspec.Struct, kw_only=True):
 
 
 class FsdpInfo(msgspec.Struct, kw_only=True):
-    """What FSDP2 did on this rank in the window (``collect.hooks.fsdp``)."""
+    """What FSDP did on this rank in the window (``collect.hooks.fsdp``, FSDP1: ``collect.hooks.fsdp1``)."""
 
+    api: str = "fully_shard"  # fully_shard (FSDP2) | FullyShardedDataParallel (FSDP1)
     units: list[FsdpUnit] = []
     collectives: list[FsdpCollective] = []
     param_shard_bytes: int = 0  # sharded parameters, gradients and optimizer state on this rank at the window's end

@@ -3,14 +3,15 @@
 The launcher (``jobs.launch``) puts ``jobs/bootstrap/`` on PYTHONPATH; its ``sitecustomize`` calls ``install()``
 in every Python process of the job. ``install`` waits for ``import torch`` (a meta-path
 finder; processes that never import torch are untouched), then wraps
-``DistributedDataParallel.__init__`` (attach hooks, step 0 starts at its first forward) and
+``DistributedDataParallel.__init__`` (attach hooks, step 0 starts at its first forward),
 ``fully_shard`` (``collect.hooks.fsdp.install_launcher``: the same at the root FSDP module's first forward)
+and ``FullyShardedDataParallel.__init__`` (FSDP1, ``collect.hooks.fsdp1.install_launcher``: likewise)
 and counts steps with global optimizer hooks (a step ends when the first optimizer that
 ever stepped finishes ``step()``). Files are written when the window ends, or at exit; each
 completed step of the window also at once, so a rank killed mid-window keeps those.
 
 Horovod jobs (``horovodrun ...``) are handled by ``horovod_auto``. What it cannot see: models not
-wrapped in DistributedDataParallel, ``fully_shard`` (FSDP2) or Horovod's DistributedOptimizer (FSDP1, DeepSpeed, plain
+wrapped in DistributedDataParallel, FSDP (``fully_shard`` or ``FullyShardedDataParallel``) or Horovod's DistributedOptimizer (DeepSpeed, plain
 single-process training), data loading that is not a torch DataLoader (it
 is part of ``other:pre-forward``), steps of a second optimizer (only the first optimizer
 that steps counts steps), a comm hook the script registered on DDP before dagprof attached
@@ -31,6 +32,7 @@ from typing import Any
 from ...traces.steps import DEFAULT_STEPS, parse_steps
 from .collector import Collector
 from .fsdp import install_launcher as install_fsdp_launcher
+from .fsdp1 import install_launcher as install_fsdp1_launcher
 
 ENV_OUT = "DAGPROF_OUT"
 ENV_STEPS = "DAGPROF_STEPS"
@@ -124,6 +126,7 @@ def _patch() -> None:
 
     DDP.__init__ = ddp_init
     install_fsdp_launcher(collector, after_import)  # FSDP2: the root module's first forward starts step 0
+    install_fsdp1_launcher(collector, after_import)  # FSDP1 (FullyShardedDataParallel): the same
     register_optimizer_step_pre_hook(lambda opt, args, kwargs: collector.update_begin())
     register_optimizer_step_post_hook(after_step)
     atexit.register(_close, collector)

@@ -51,6 +51,7 @@ from ...traces.run_schema import (
 from ...traces.steps import parse_steps
 from .exit_gc import collect_cycles_at_exit
 from .fsdp import FsdpRecorder, fsdp_modules
+from .fsdp1 import Fsdp1Recorder, clean_name, fsdp1_modules
 
 _MAX_OUTPUT_HOOKS = 4  # tensors per module output that get a gradient hook
 SAVED_OUTSIDE_LAYERS = "<outside leaf modules>"  # layer_saved_bytes key of activations saved by the loss and functional ops
@@ -112,7 +113,7 @@ class Collector:
         self._flushed = _Flushed()  # how much of each list the step files already hold
         self._prev_signals: dict[int, Any] = {}  # signal -> the handler ours replaced
         self._ended = ""  # what stopped the process inside the window (a signal, an exception)
-        self._fsdp: FsdpRecorder | None = None  # an FSDP2 model's units and collectives (collect.hooks.fsdp)
+        self._fsdp: FsdpRecorder | None = None  # an FSDP model's units and collectives (collect.hooks.fsdp, fsdp1)
 
     # ---------------------------------------------------------------- guard
     def _fail(self, err: BaseException, where: str) -> None:
@@ -142,6 +143,9 @@ class Collector:
                 self._add_root(root)
             if self._fsdp is None and (units := fsdp_modules(model)):
                 self._fsdp = FsdpRecorder(self, units)
+            elif self._fsdp is None and (named := fsdp1_modules(model)):
+                self._fsdp = Fsdp1Recorder(self, named)
+                self._grad_bytes = self._fsdp.layer_grad_bytes()  # its parameters are flat: per layer from the originals
             if (ddps or self._fsdp) and not self._info:
                 self._resolve_info()  # the process group exists now; it may be gone by exit
             for ddp in ddps:
@@ -163,12 +167,13 @@ class Collector:
         for path, mod in root.named_modules():
             if next(mod.children(), None) is not None:
                 continue
-            path = prefix + (path or type(mod).__name__)
+            path = prefix + (clean_name(path) or type(mod).__name__)
             if path not in self._layer_index:
                 self._layer_index[path] = len(self.layers)
                 self.layers.append(path)
             self._modules.append((mod, path))
         for name, p in root.named_parameters():
+            name = clean_name(name)
             self._param_names[id(p)] = prefix + name
             self._param_shapes[id(p)] = tuple(p.shape)
             path = prefix + (name.rpartition(".")[0] or type(root).__name__)
@@ -255,12 +260,16 @@ class Collector:
         both (half the hooks). The version tells an in-place result (ReLU(inplace)) from its
         input; holding the tensor until backward starts keeps its id from being reused.
         """
+        self._watch(tensor).append(what)
+
+    def _watch(self, tensor: Any) -> list[tuple[Rec, int, int]]:
+        """What to record when the gradient w.r.t. ``tensor`` arrives (one hook per tensor version, registered now)."""
         key = (id(tensor), tensor._version)
         entry = self._grad_watch.get(key)
         if entry is None:
             entry = self._grad_watch[key] = (tensor, [])
             tensor.register_hook(partial(self._grad_arrived, entry[1]))
-        entry[1].append(what)
+        return entry[1]
 
     def _grad_arrived(self, whats: list[tuple[Rec, int, int]], grad: Any) -> None:
         if not self.recording:

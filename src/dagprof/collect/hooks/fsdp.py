@@ -74,20 +74,14 @@ class FsdpRecorder:
 
         self._collect_units()
         rec = self
-
-        def patch(owner: Any, name: str, make: Any) -> None:
-            original = owner.__dict__[name]
-            fn = original.__func__ if isinstance(original, staticmethod) else original
-            new = make(fn)
-            setattr(owner, name, staticmethod(new) if isinstance(original, staticmethod) else new)
-            self.c._restore.append(lambda: setattr(owner, name, original))
+        patch = self._patcher()
 
         def in_pass(fn: Any) -> Any:
             """A unit's pre-forward/pre-backward: the unit that prefetches whatever is unsharded next for another."""
             @wraps(fn)
             def run(group: Any, *args: Any, **kwargs: Any) -> Any:
                 if rec.c.recording:
-                    rec._last = rec._unit(group)
+                    rec._last = rec._guarded("FSDP pre-forward/pre-backward hook", rec._unit, group)
                 return fn(group, *args, **kwargs)
             return run
 
@@ -103,83 +97,111 @@ class FsdpRecorder:
                     rec._prefetching.pop()
             return run
 
-        def unshard(fn: Any) -> Any:
-            @wraps(fn)
-            def run(group: Any, *args: Any, **kwargs: Any) -> Any:
-                if not rec.c.recording:
-                    return fn(group, *args, **kwargs)
-                u = rec._unit(group)
-                phase = "forward" if group._training_state.name == "FORWARD" else "backward"
-                by = rec._prefetching[-1] if rec._prefetching else -1
-                rec._context.append((u, phase, by))
-                try:
-                    return fn(group, *args, **kwargs)
-                finally:
-                    rec._context.pop()
-            return run
-
-        def spanned(fn: Any, begin: Rec, before: Any, after: Any) -> Any:
-            """Records [begin, begin + 1] around ``fn`` only when it did something (``before`` and ``after`` hold)."""
-            @wraps(fn)
-            def run(group: Any, *args: Any, **kwargs: Any) -> Any:
-                if not rec.c.recording:
-                    return fn(group, *args, **kwargs)
-                was, t0 = before(group), time.time_ns()
-                out = fn(group, *args, **kwargs)
-                if was and after(group):
-                    u, phase = rec._unit(group), 0 if group._training_state.name == "FORWARD" else 1
-                    rec.c.records.append((int(begin), u, phase, t0, 0))
-                    rec.c.records.append((int(begin) + 1, u, phase, time.time_ns(), 0))
-                return out
-            return run
-
-        def post_backward(fn: Any) -> Any:
-            @wraps(fn)
-            def run(group: Any, *args: Any, **kwargs: Any) -> Any:
-                if not rec.c.recording:
-                    return fn(group, *args, **kwargs)
-                rec._context.append((rec._unit(group), "backward", -1))
-                try:
-                    return fn(group, *args, **kwargs)
-                finally:
-                    rec._context.pop()
-            return run
-
-        def collective(fn: Any, kind: str, tensor_arg: str, tensor_pos: int) -> Any:
-            @wraps(fn)
-            def run(*args: Any, **kwargs: Any) -> Any:
-                if not rec.c.recording or not rec._context:
-                    return fn(*args, **kwargs)
-                t = kwargs.get(tensor_arg, args[tensor_pos] if len(args) > tensor_pos else None)
-                index = rec._record(kind, t, kwargs.get("group"), dist)
-                rec.c._mark(Rec.FSDP_COLL_BEGIN, index, rec.collectives[index].unit)
-                out = fn(*args, **kwargs)
-                rec.c._mark(Rec.FSDP_COLL_END, index, rec.collectives[index].unit)
-                return out
-            return run
+        def unshard(group: Any) -> tuple[int, str, int]:
+            phase = "forward" if group._training_state.name == "FORWARD" else "backward"
+            return rec._unit(group), phase, rec._prefetching[-1] if rec._prefetching else -1
 
         patch(FSDPParamGroup, "pre_forward", in_pass)
         patch(FSDPParamGroup, "pre_backward", in_pass)
         patch(FSDPParamGroup, "_prefetch_unshard", prefetch)
-        patch(FSDPParamGroup, "unshard", unshard)
-        patch(FSDPParamGroup, "post_backward", post_backward)
+        patch(FSDPParamGroup, "unshard", lambda fn: self._within(fn, lambda args: unshard(args[0])))
+        patch(FSDPParamGroup, "post_backward", lambda fn: self._within(fn, lambda args: (rec._unit(args[0]), "backward", -1)))
         patch(FSDPParamGroup, "wait_for_unshard",
-              lambda fn: spanned(fn, Rec.FSDP_COPY_OUT_BEGIN, lambda g: g._all_gather_result is not None, lambda g: True))
-        patch(FSDPParamGroup, "reshard", lambda fn: spanned(fn, Rec.FSDP_RESHARD_BEGIN, lambda g: g.is_unsharded,
-                                                                  lambda g: not g.is_unsharded))
+              lambda fn: self._spanned(fn, Rec.FSDP_COPY_OUT_BEGIN, lambda g: g._all_gather_result is not None, lambda g: True))
+        patch(FSDPParamGroup, "reshard", lambda fn: self._spanned(fn, Rec.FSDP_RESHARD_BEGIN, lambda g: g.is_unsharded,
+                                                                        lambda g: not g.is_unsharded))
         # all_gather_single(output, input, group): the gathered (full) bytes; reduce_scatter_single(output,
         # input, ...) and all_reduce(tensor, ...): the bytes of the tensor reduced
-        patch(dist, "all_gather_single", lambda fn: collective(fn, "all_gather", "output_tensor", 0))
-        patch(dist, "reduce_scatter_single", lambda fn: collective(fn, "reduce_scatter", "input", 1))
-        patch(dist, "all_reduce", lambda fn: collective(fn, "all_reduce", "tensor", 0))
+        patch(dist, "all_gather_single", lambda fn: self._collective(fn, "all_gather", _tensor_arg("output_tensor", 0)))
+        patch(dist, "reduce_scatter_single", lambda fn: self._collective(fn, "reduce_scatter", _tensor_arg("input", 1)))
+        patch(dist, "all_reduce", lambda fn: self._collective(fn, "all_reduce", _tensor_arg("tensor", 0)))
         if self._opt_hook is None:  # removed by ``release``: the window may end inside these hooks' loop (launcher mode)
             self._opt_hook = register_optimizer_step_pre_hook(self._before_step)
 
-    def _record(self, kind: str, tensor: Any, group: Any, dist: Any) -> int:
+    def _patcher(self) -> Any:
+        """``patch(owner, name, make)``: replace ``owner.name`` by ``make(original)`` until the window ends."""
+        def patch(owner: Any, name: str, make: Any) -> None:
+            original = owner.__dict__[name]
+            fn = original.__func__ if isinstance(original, staticmethod) else original
+            new = make(fn)
+            setattr(owner, name, staticmethod(new) if isinstance(original, staticmethod) else new)
+            self.c._restore.append(lambda: setattr(owner, name, original))
+        return patch
+
+    def _within(self, fn: Any, context: Any) -> Any:
+        """``fn`` runs with ``context(args)`` (unit, pass, prefetched by) as the context of the collectives it calls."""
+        rec = self
+
+        @wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            ctx = rec._guarded("FSDP unit hook", context, args) if rec.c.recording else None
+            if ctx is None:
+                return fn(*args, **kwargs)
+            rec._context.append(ctx)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                rec._context.pop()
+        return run
+
+    def _spanned(self, fn: Any, begin: Rec, before: Any, after: Any) -> Any:
+        """Records [begin, begin + 1] around a unit's method ``fn`` only when it did something (``before`` and ``after`` hold)."""
+        rec = self
+
+        @wraps(fn)
+        def run(group: Any, *args: Any, **kwargs: Any) -> Any:
+            if not rec.c.recording or not rec._guarded(f"FSDP hook {begin.name}", before, group):
+                return fn(group, *args, **kwargs)
+            t0 = time.time_ns()
+            out = fn(group, *args, **kwargs)
+            rec._guarded(f"FSDP hook {begin.name}", rec._span, group, begin, t0, after)
+            return out
+        return run
+
+    def _span(self, group: Any, begin: Rec, t0: int, after: Any) -> None:
+        if after(group):
+            u, phase = self._unit(group), 0 if group._training_state.name == "FORWARD" else 1
+            self.c.records.append((int(begin), u, phase, t0, 0))
+            self.c.records.append((int(begin) + 1, u, phase, time.time_ns(), 0))
+
+    def _guarded(self, where: str, fn: Any, *args: Any) -> Any:
+        """``fn(*args)``, or None after an error, which stops profiling with one warning: never the training
+        (an FSDP whose internals moved fails here)."""
+        try:
+            return fn(*args)
+        except Exception as err:  # noqa: BLE001
+            self.c._fail(err, where)
+            return None
+
+    def _collective(self, fn: Any, kind: str, measure: Any) -> Any:
+        """A c10d collective that records each call made inside an FSDP unit's method (``_context``);
+        ``measure(args, kwargs)``: (bytes, dtype, group) of the call."""
+        import torch.distributed as dist
+
+        rec = self
+
+        @wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            if not rec.c.recording or not rec._context:
+                return fn(*args, **kwargs)
+            index = rec._guarded(f"FSDP {kind} hook", lambda: rec._record(kind, *measure(args, kwargs), dist))
+            if index is None:
+                return fn(*args, **kwargs)
+            saving = rec.c._saved is not None  # a collective keeps the thread-local hooks: none of ours must outlive the job
+            if saving:
+                rec.c._saved_off()
+            rec.c._mark(Rec.FSDP_COLL_BEGIN, index, rec.collectives[index].unit)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                rec.c._mark(Rec.FSDP_COLL_END, index, rec.collectives[index].unit)
+                if saving:
+                    rec.c._saved_on(None, ())
+        return run
+
+    def _record(self, kind: str, nbytes: int, dtype: str, group: Any, dist: Any) -> int:
         unit, phase, by = self._context[-1]
         ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
-        nbytes = tensor.numel() * tensor.element_size() if tensor is not None else 0
-        dtype = str(tensor.dtype).removeprefix("torch.") if tensor is not None else ""
         self.collectives.append(FsdpCollective(kind=kind, unit=unit, phase=phase, prefetched_by=by, nbytes=nbytes, dtype=dtype,
                                                 group=",".join(map(str, ranks)), issued_ns=time.time_ns()))
         return len(self.collectives) - 1
@@ -189,16 +211,20 @@ class FsdpRecorder:
             return
         try:
             self._optimizers.setdefault(id(opt), opt)
-            grads = sum(_local_bytes(fp.sharded_param.grad) for g in self.groups for fp in g.fsdp_params)
+            grads = sum(_local_bytes(p.grad) for p in self._param_shards())
             self._grad_bytes = max(self._grad_bytes, grads)
         except Exception as err:  # noqa: BLE001
             self.c._fail(err, "FSDP optimizer hook")
+
+    def _param_shards(self) -> list[Any]:
+        """This rank's parameter shards (their ``.grad``: the gradient shards)."""
+        return [fp.sharded_param for g in self.groups for fp in g.fsdp_params]
 
     # ------------------------------------------------------------ output
     def end(self) -> None:
         """Sharded memory per rank as the window ends (the model is still referenced)."""
         self._collect_units()
-        params = sum(_local_bytes(fp.sharded_param) for g in self.groups for fp in g.fsdp_params)
+        params = sum(_local_bytes(p) for p in self._param_shards())
         state = sum(_local_bytes(v) for opt in self._optimizers.values() for s in opt.state.values() for v in s.values()
                     if getattr(v, "dim", lambda: 0)() > 0)
         self._memory = {"param_shard_bytes": params, "grad_shard_bytes": self._grad_bytes, "optim_state_bytes": state}
@@ -215,10 +241,7 @@ class FsdpRecorder:
         units = []
         for g in self.groups:
             fqn = g._module_fqn or ROOT_UNIT
-            prefix = "" if fqn == ROOT_UNIT else fqn + "."
-            inner = [m for g2 in self.groups if g2 is not g for m in (g2._module_fqn,) if m and m.startswith(prefix)]
-            own = [i for i, name in enumerate(layers)
-                   if (not prefix or name.startswith(prefix)) and not any(name.startswith(m + ".") for m in inner)]
+            own = own_layers(g._module_fqn, [g2._module_fqn for g2 in self.groups if g2 is not g], layers)
             fps = g.fsdp_params
             mesh = g.mesh_info.mesh
             units.append(FsdpUnit(
@@ -230,6 +253,24 @@ class FsdpRecorder:
                 mesh=list(mesh.shape), mesh_dims=list(mesh.mesh_dim_names or ()),
             ))
         return FsdpInfo(units=units, collectives=self.collectives, **self._memory)
+
+
+def own_layers(fqn: str, others: list[str], layers: list[str]) -> list[int]:
+    """The leaf layers (indexes into ``layers``) that the unit of module ``fqn`` ("": the root) runs itself:
+    those under it, less those under another unit (``others``: their module paths) nested in it."""
+    def under(name: str, path: str) -> bool:  # a unit may be a leaf module itself (size_based_auto_wrap_policy wraps those)
+        return not path or name == path or name.startswith(path + ".")
+
+    inner = [m for m in others if m and m != fqn and under(m, fqn)]
+    return [i for i, name in enumerate(layers) if under(name, fqn) and not any(under(name, m) for m in inner)]
+
+
+def _tensor_arg(name: str, pos: int) -> Any:
+    """``measure`` for ``FsdpRecorder._collective``: the bytes and dtype of one tensor argument, and the ``group``."""
+    def measure(args: tuple, kwargs: dict) -> tuple[int, str, Any]:
+        t = kwargs.get(name, args[pos] if len(args) > pos else None)
+        return (t.numel() * t.element_size() if t is not None else 0), _dtype(t.dtype if t is not None else None), kwargs.get("group")
+    return measure
 
 
 def _local_bytes(t: Any) -> int:
