@@ -35,6 +35,20 @@ def test_every_candidate_is_priced_and_the_profiled_setup_replays_as_measured():
     assert any("prefetch depth not searched" in n for n in res.notes) and any("unit grouping" in n for n in res.notes)
 
 
+def test_a_space_too_large_to_replay_whole_is_walked_by_single_changes():
+    g = graph(KEEP4)
+    whole = search_fsdp(g, allow_lossy=True)
+    walked = search_fsdp(g, allow_lossy=True, exhaustive=1)
+    assert walked.replayed < whole.replayed == 2 * 2 ** 5
+    assert walked.best.candidate == whole.best.candidate and walked.best.iter_us == whole.best.iter_us
+
+
+def test_hsdp_units_are_searched_too():
+    res = search_fsdp(graph(FSDP / "hsdp"))
+    assert res.units == ["<root>", "blocks.0", "blocks.1"] and res.replayed == 2 ** 3
+    assert res.strategy().fsdp.units[1].numel == 16576
+
+
 def test_the_reduce_dtype_is_searched_only_when_lossy_is_allowed():
     g = graph(KEEP_BF16)  # bf16 parameters, gradients reduced in fp32
     plain = search_fsdp(g)

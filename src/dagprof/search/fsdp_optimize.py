@@ -171,8 +171,9 @@ class FsdpSearchResult:
 
 
 def search_fsdp(g: Graph, budget_s: float = 30.0, allow_lossy: bool = False, memory_budget: float | None = None,
-                source: str | None = None) -> FsdpSearchResult:
-    """The best FSDP strategy for the run behind ``g`` (see the module docstring)."""
+                source: str | None = None, exhaustive: int = EXHAUSTIVE) -> FsdpSearchResult:
+    """The best FSDP strategy for the run behind ``g`` (see the module docstring); every candidate is replayed when
+    there are at most ``exhaustive``."""
     t0 = time.perf_counter()
     fs = g.meta.fsdp
     if len({tuple(u.mesh) for u in fs.units}) > 1:
@@ -192,7 +193,7 @@ def search_fsdp(g: Graph, budget_s: float = 30.0, allow_lossy: bool = False, mem
         _refuse_impossible(ev, units, dtypes, memory_budget, source)
     n = len(units)
     seeds = [profiled] + [FsdpCandidate((on,) * n, d) for d in dtypes for on in (True, False)] + [FsdpCandidate(profiled.reshard, d) for d in dtypes[1:]]
-    if 2**n * len(dtypes) <= EXHAUSTIVE:
+    if 2**n * len(dtypes) <= exhaustive:
         space = seeds + [FsdpCandidate(r, d) for d in dtypes for r in itertools.product((True, False), repeat=n)]
         for c in space:
             if time.perf_counter() - t0 > budget_s and len(ev.cache) >= len(set(seeds)):
