@@ -319,7 +319,8 @@ def part6(rounds: int, steps: int, links: list[str]) -> list[float]:
                 rows.append((link, label, found.strategy.fsdp.label(), res.speedup, v, mem, res.baseline.memory.total, res.best.memory.total))
                 print(f"  {link}, budget {label}: {found.strategy.fsdp.label()}: measured {v['measured_speedup']:.3f}x "
                       f"(rounds {v['spread'][0]:.3f}-{v['spread'][1]:.3f}), predicted {res.speedup:.3f}x from the searched profile, "
-                      f"per round {', '.join(f'{x:.3f}' for x in v['predicted_speedup_per_round'])} "
+                      f"per round measured {', '.join(f'{x:.3f}' for x in v['speedup_per_round'])}, predicted "
+                      f"{', '.join(f'{x:.3f}' for x in v['predicted_speedup_per_round'])} "
                       f"({time.perf_counter() - t0:.0f} s)", flush=True)
     print(f"\nPart 6: dagprof optimize --verify on FSDP2 (bench/fsdp_train.py {' '.join(model)}), 2 gloo ranks, {rounds} interleaved "
           f"rounds, load average {os.getloadavg()[0]:.1f}")

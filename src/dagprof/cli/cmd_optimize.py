@@ -152,6 +152,8 @@ def _fsdp_text(r: dict) -> str:
               f"recommendation: {r['recommendation']}"]
     if r.get("verification"):
         lines += verification_lines(r["verification"])
+        lines.append(f"  peak memory per rank predicted {b['memory']['total_mb']:.2f} -> {best['memory']['total_mb']:.2f} MB; --verify times the "
+                     "steps only (bench/bench_fsdp.py --part 6 measures the peak on CPU)")
     return "\n".join(lines)
 
 
