@@ -36,6 +36,20 @@ the other's profile (``search.whatif.apply``: each reduce-scatter moves half, or
 is the profiled run's own; the reduce-scatters' time per step is shown too (measured in the profile, and predicted).
 
     sudo .venv/bin/python bench/bench_fsdp.py --part 5 [--rounds 3]
+
+Part 6 (any user; the 200 Mbit/s link needs root): ``dagprof optimize --verify`` on an FSDP2 job, as closeloop runs it.
+Per link (loopback, then the namespace testbed at 200 Mbit/s), the job is profiled once (hooks only); the search
+(reshard_after_forward per unit) runs without a memory budget and with one halfway between the predicted peaks of
+every unit resharded and every unit kept (so the plan has to choose units); each strategy is measured against the
+job's own setup in interleaved rounds (``closeloop.check_strategy``: A B, B A, ...; each round's prediction from its
+own profile of the defaults). Peak memory per rank, predicted by the search, is measured for both setups on
+loopback (``fsdp_train.py --memory [--strategy FILE]``: deterministic, one run each).
+
+    [sudo] .venv/bin/python bench/bench_fsdp.py --part 6 [--rounds 3] [--links loopback,200Mbit]
+
+Measured here (2 cores shared with other jobs, load average 6-9; ``--rounds 5 --steps 16``): at 200 Mbit/s every unit
+kept gathered 1.33x (rounds 1.13-1.78x) against 1.20x predicted, the budgeted plan 1.27x (0.84-1.41x) against 1.16x;
+peaks 17.1 -> 18.1-19.1 MiB measured, 19.3 -> 20.3-21.3 MiB predicted. Loopback rounds spread 0.56-3.1x at that load.
 """
 from __future__ import annotations
 
@@ -270,9 +284,66 @@ def part5(rounds: int, steps: int) -> list[float]:
     return errors
 
 
+def part6(rounds: int, steps: int, links: list[str]) -> list[float]:
+    from dagprof.closeloop import check_strategy, find_strategy, hosts
+    from dagprof.pipeline import open_run
+    from dagprof.search.fsdp_optimize import FsdpCandidate, FsdpEvaluator
+    from dagprof.search.optimize import Options
+
+    model = TESTBED_MODEL
+    cmd = [sys.executable, TRAIN, *model, "--steps", str(steps)]
+    rows, errors = [], []
+    t0 = time.perf_counter()
+    for link in links:
+        with hosts(2, None if link == "loopback" else link) as on, tempfile.TemporaryDirectory(prefix="dagprof-fsdp-") as tmp:
+            if link != "loopback" and on.refused:
+                print(f"Part 6 at {link} skipped: {on.refused}")
+                continue
+            run = os.path.join(tmp, "run")
+            job(2, model, steps, os.path.join(tmp, "p"), on.cluster, profile=run, kineto=False)
+            g = open_run(run).graph
+            ev = FsdpEvaluator(g, [u.name for u in g.meta.fsdp.units], None)
+            n = len(ev.units)
+            least, most = (ev.score(FsdpCandidate((on_,) * n)).memory.total for on_ in (True, False))
+            for label, budget in (("none", None), (f"{(least + most) / 2 / 2**20:.2f} MiB", (least + most) / 2)):
+                out = os.path.join(tmp, f"o-{len(rows)}")
+                os.makedirs(out)
+                found = find_strategy(run, Options(budget_s=10, memory_budget=budget), out)
+                res = found.search
+                if found.path is None:
+                    print(f"  {link}, budget {label}: the job's settings stand (best {res.best.iter_us / 1e3:.1f} ms, profiled "
+                          f"{res.baseline.iter_us / 1e3:.1f} ms)")
+                    continue
+                v = check_strategy(cmd, found, out, rounds, 2, on.cluster).to_dict()
+                mem = None
+                if link == "loopback":
+                    mem = [measured_peak(2, model + flags, min(steps, 8), os.path.join(out, f"mem{k}"))
+                           for k, flags in enumerate(([], ["--strategy", found.path]))]
+                errors.append(v["median_prediction_error_per_round_pct"])
+                rows.append((link, label, found.strategy.fsdp.label(), res.speedup, v, mem, res.baseline.memory.total, res.best.memory.total))
+                print(f"  {link}, budget {label}: {found.strategy.fsdp.label()}: measured {v['measured_speedup']:.3f}x "
+                      f"(rounds {v['spread'][0]:.3f}-{v['spread'][1]:.3f}), predicted {res.speedup:.3f}x from the searched profile, "
+                      f"per round measured {', '.join(f'{x:.3f}' for x in v['speedup_per_round'])}, predicted "
+                      f"{', '.join(f'{x:.3f}' for x in v['predicted_speedup_per_round'])} "
+                      f"({time.perf_counter() - t0:.0f} s)", flush=True)
+    print(f"\nPart 6: dagprof optimize --verify on FSDP2 (bench/fsdp_train.py {' '.join(model)}), 2 gloo ranks, {rounds} interleaved "
+          f"rounds, load average {os.getloadavg()[0]:.1f}")
+    print(f"{'link':>9s} {'budget':>10s} {'measured':>9s} {'spread':>13s} {'predicted':>9s} {'per-round err':>13s} "
+          f"{'peak MiB: predicted':>20s} {'measured':>15s}  plan")
+    for link, label, plan, pred, v, mem, base_mem, best_mem in rows:
+        measured_mem = f"{mem[0] / 2**20:.2f} -> {mem[1] / 2**20:.2f}" if mem else "-"
+        print(f"{link:>9s} {label:>10s} {v['measured_speedup']:8.3f}x {v['spread'][0]:6.3f}-{v['spread'][1]:<6.3f} {pred:8.3f}x "
+              f"{v['median_prediction_error_per_round_pct']:+12.2f}% {base_mem / 2**20:9.2f} -> {best_mem / 2**20:6.2f} {measured_mem:>15s}  {plan}")
+        if mem:
+            errors_mem = [100 * (p - m) / m for p, m in zip((base_mem, best_mem), mem)]
+            print(f"{'':>9s} {'':>10s} memory error: profiled setup {errors_mem[0]:+.1f} %, strategy {errors_mem[1]:+.1f} %")
+    return errors
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", type=int, choices=(0, 1, 2, 3, 4, 5), default=0, help="0: all")
+    ap.add_argument("--part", type=int, choices=(0, 1, 2, 3, 4, 5, 6), default=0, help="0: all")
+    ap.add_argument("--links", default="loopback,200Mbit", help="part 6: the links, loopback and/or a rate for the testbed")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=16, help="steps per job (the first 3 warm up)")
     ap.add_argument("--repeats", type=int, default=3, help="jobs per held-out model in part 1")
@@ -295,6 +366,10 @@ def main() -> None:
         e = part5(args.rounds, args.steps)
         if e:
             print(f"reduce-dtype what-if: max |error| {max(map(abs, e)):.2f} % (goal <= 8 %)")
+    if args.part in (0, 6):
+        e = part6(args.rounds, args.steps, args.links.split(","))
+        if e:
+            print(f"optimize --verify: median per-round speed-up error {statistics.median(e):+.2f} %, max |error| {max(map(abs, e)):.2f} %")
 
 
 if __name__ == "__main__":

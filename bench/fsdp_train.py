@@ -4,8 +4,8 @@ Two models: ``mlp`` (an embedding, then a stack of MLP blocks) and ``transformer
 pre-norm self-attention + MLP blocks). Each block and the root are ``fully_shard``-ed (one FSDP unit
 each). ``--hsdp R`` shards over WORLD/R ranks and replicates over R (a 2-D mesh).
 ``--no-reshard`` keeps the gathered parameters after forward; ``--prefetch K`` sets explicit forward
-and backward prefetch of the next K units. ``--dagprof DIR`` profiles with the API; without it the
-script runs untouched (``dagprof profile -o DIR -- torchrun ... bench/fsdp_train.py``).
+and backward prefetch of the next K units; ``--strategy FILE`` applies a ``dagprof optimize`` strategy.
+``--dagprof DIR`` profiles with the API; without it the script runs untouched (``dagprof profile -o DIR -- torchrun ... bench/fsdp_train.py``).
 
     torchrun --standalone --nproc-per-node 2 bench/fsdp_train.py --model mlp --steps 12
 """
@@ -84,6 +84,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--reduce-dtype", choices=("float32", "bfloat16", "float16"), help="MixedPrecisionPolicy(reduce_dtype=...); "
                    "with --bf16 instead of its fp32")
     p.add_argument("--dagprof", metavar="DIR", help="profile with dagprof.profile into DIR")
+    p.add_argument("--strategy", metavar="FILE", help="dagprof.apply(model, FILE) after wrapping (a dagprof optimize strategy)")
     p.add_argument("--profile-steps", default="4:8")
     p.add_argument("--kineto", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--times", metavar="FILE", help="write rank 0's step times (s) as JSON")
@@ -104,6 +105,10 @@ def build(args: argparse.Namespace) -> tuple[nn.Module, torch.optim.Optimizer]:
     for b in model.blocks:
         fully_shard(b, **kw)
     fully_shard(model, **kw)
+    if args.strategy:
+        import dagprof
+
+        dagprof.apply(model, args.strategy)
     if args.prefetch > 0:
         units = list(model.blocks)
         for i, b in enumerate(units):

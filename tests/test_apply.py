@@ -77,7 +77,7 @@ _V1 = {"format": "dagprof-strategy", "version": 1}
 @pytest.mark.parametrize("text,msg", [
     (json.dumps({"format": "x"}), "not a dagprof strategy file \\(format 'x'"),
     (json.dumps({"format": "dagprof-run", "version": 1, "world_size": 2}), "not a dagprof strategy file \\(format 'dagprof-run'"),
-    (json.dumps({**_V1, "version": 99}), "newer dagprof \\(format version 99; this one reads 1\\): upgrade dagprof"),
+    (json.dumps({**_V1, "version": 99}), "newer dagprof \\(format version 99; this one reads 1..2\\): upgrade dagprof"),
     (json.dumps({"format": "dagprof-strategy"}), "older dagprof \\(format version 0; .*optimize again"),
     (json.dumps(_V1), "corrupt dagprof strategy file \\(Object missing required field `model`"),
     (json.dumps({**_V1, "model": [], "world_size": 2, "compression": {"codec": "zip"}}), "Invalid enum value 'zip' - at `\\$.compression.codec`"),

@@ -138,7 +138,7 @@ def test_unmodelled_whatifs_are_refused_in_one_line(capsys):
         evaluate(graph(HSDP), [Scenario(workers=8)])
     row = evaluate(graph(HSDP), [Scenario(bandwidth="1Gbit")])["scenarios"][0]
     assert row["predicted_iter_ms"] > 0 and row["scaling_efficiency"] is None  # one worker of an HSDP job is not modelled: n/a
-    assert main(["optimize", str(RESHARD), "--budget", "1"]) == 2
+    assert main(["optimize", str(RESHARD), "--budget", "1", "--accumulate", "2"]) == 2  # optimize searches FSDP now (test_fsdp_optimize)
     err = capsys.readouterr().err
     assert "FSDP job" in err and len(err.strip().splitlines()) == 1
 

@@ -22,6 +22,7 @@ from .errors import DagprofError
 from .passes.comm import current_topology, set_topology
 from .passes.profiler_cost import measure_profiler_cost, remove_profiler_cost
 from .pipeline import Profiled, open_run
+from .search.fsdp_optimize import FsdpSearchResult, predict_fsdp, search_fsdp
 from .search.optimize import WORTH_APPLYING_PCT, Options, SearchResult, predict_run, search_run
 from .search.whatif import MODEL_TOLERANCE_PCT
 
@@ -33,7 +34,7 @@ DEPARTS_PCT = 5.0  # a speed-up prediction further off than this is explained ca
 @dataclass
 class Found:
     profile: Profiled
-    search: SearchResult
+    search: SearchResult | FsdpSearchResult
     strategy: Strategy
     path: str | None  # None: nothing is predicted to gain enough to apply (``defaults_stand`` says so)
 
@@ -49,7 +50,12 @@ def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = N
     g, cost = prof.graph, measure_profiler_cost(prof.graph)
     if not raw:
         g, _ = remove_profiler_cost(g, cost, job_iteration_us, model=set_topology(g, current_topology(g)))
-    res = search_run(prof.run, g, opts, os.path.join(out_dir, CODEC_COSTS_FILE))
+    if g.meta.fsdp is not None:
+        if opts.accumulate > 1:
+            raise DagprofError("this profile is an FSDP job; --accumulate is not searched for FSDP (it changes the effective batch)", run)
+        res = search_fsdp(g, opts.budget_s, opts.allow_lossy, opts.memory_budget, run)
+    else:
+        res = search_run(prof.run, g, opts, os.path.join(out_dir, CODEC_COSTS_FILE))
     res.notes.append("op times as profiled (--raw)" if raw else cost.describe())
     check_baseline(res, prof.analysis.measured_us, 0.0 if raw else cost.share)
     strategy = res.strategy()
@@ -57,7 +63,7 @@ def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = N
     return Found(prof, res, strategy, path)
 
 
-def check_baseline(res: SearchResult, measured_us: float | None, share: float) -> None:
+def check_baseline(res: SearchResult | FsdpSearchResult, measured_us: float | None, share: float) -> None:
     """Set the search model's error on the profiled setup, and warn when it is beyond what ``whatif`` accepts.
 
     The search prices candidates on its own template of a step (``search.evaluate``), not on the graph the
@@ -74,9 +80,10 @@ def check_baseline(res: SearchResult, measured_us: float | None, share: float) -
                             "the predicted times inherit that error; measure the strategy before trusting its gain (--verify)")
 
 
-def defaults_stand(res: SearchResult) -> str:
+def defaults_stand(res: SearchResult | FsdpSearchResult) -> str:
     """The one line said instead of writing a strategy that is not predicted to gain beyond noise."""
-    return (f"DDP's defaults stand: no strategy is predicted to gain the {WORTH_APPLYING_PCT:g} % that run-to-run noise can explain "
+    what = "the job's FSDP settings stand" if isinstance(res, FsdpSearchResult) else "DDP's defaults stand"
+    return (f"{what}: no strategy is predicted to gain the {WORTH_APPLYING_PCT:g} % that run-to-run noise can explain "
             f"(best found {res.best.iter_us / 1e3:.2f} ms per step against {res.baseline.iter_us / 1e3:.2f} ms profiled); no strategy file written")
 
 
@@ -178,10 +185,14 @@ def check_strategy(cmd: list[str], found: Found, out_dir: str, rounds: int = 3, 
     out = Checked(v, found.search.speedup, [], interval=(found.search.intervals or {}).get("best"))
     for base_dir, strat_dir in zip(v.baseline_runs, v.strategy_runs):
         p = open_run(base_dir)
-        pred = predict_run(p.run, p.graph, found.strategy, os.path.join(out_dir, CODEC_COSTS_FILE), found.profile.run)
-        out.predicted_per_round.append(pred.prediction.speedup)
+        if found.strategy.fsdp is not None:
+            prediction, predicted = predict_fsdp(p.graph, found.strategy)
+        else:
+            pred = predict_run(p.run, p.graph, found.strategy, os.path.join(out_dir, CODEC_COSTS_FILE), found.profile.run)
+            prediction, predicted = pred.prediction, pred.graph
+        out.predicted_per_round.append(prediction.speedup)
         try:
-            out.expectations.append(categories_vs_expected(pred.graph, open_run(strat_dir)))
+            out.expectations.append(categories_vs_expected(predicted, open_run(strat_dir)))
         except DagprofError as err:
             out.expectations.append(None)
             out.expectation_errors.append(str(err))

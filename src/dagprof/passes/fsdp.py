@@ -18,12 +18,14 @@ The reduce dtype (``set_reduce_dtype``): each reduce-scatter (and HSDP all-reduc
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 import numpy as np
 
 from ..errors import DagprofError
 from ..graph.build_fsdp import _is_forward, _issuers, fsdp_collectives, is_fsdp_graph
 from ..graph.dag import Graph
+from ..graph.meta import FsdpGraphUnit
 from ..traces.events import Kind
 from ..traces.kineto_schema import dtype_bytes
 from .comm import graph_world_size, retime_collectives
@@ -63,24 +65,37 @@ def scale_fsdp_workers(g: Graph, workers: int) -> Graph:
     return out.replace(dur=dur)
 
 
-def set_reshard(g: Graph, on: bool) -> Graph:
-    """What if every unit's ``reshard_after_forward`` were ``on`` (FSDP keeps the root's if it was kept)?"""
+Reshard = bool | Mapping[str, bool]  # every unit's reshard_after_forward, or some units' by name (the others as profiled)
+
+
+def resharded(u: FsdpGraphUnit, reshard: Reshard | None) -> bool:
+    """Whether unit ``u`` reshards after forward under ``reshard`` (None: as it ran)."""
+    if reshard is None:
+        return u.resharded_after_forward
+    return reshard if isinstance(reshard, bool) else reshard.get(u.name, u.resharded_after_forward)
+
+
+def set_reshard(g: Graph, on: Reshard) -> Graph:
+    """What if every unit's ``reshard_after_forward`` were ``on`` (FSDP keeps the root's if it was kept),
+    or, given a mapping, each unit it names (``FSDPModule.set_reshard_after_forward(.., recurse=False)``)?"""
     fs = g.meta.fsdp
-    resharded = {u.name: u.resharded_after_forward for u in fs.units}
+    units = {u.name: u for u in fs.units}
     dur = g.dur.copy()
     names = [g.node_name(v) for v in range(len(g))]
     ranks = np.flatnonzero(g.rank >= 0)
     for c in fsdp_collectives(g):
-        if c.kind != "all_gather" or resharded.get(c.unit) == on:
+        u = units.get(c.unit)
+        if c.kind != "all_gather" or u is None or u.resharded_after_forward == resharded(u, on):
             continue
+        on_here = resharded(u, on)
         forward = _is_forward(g, c.node, min(_issuers(g, c.node)))
         step = g.step[c.node]
-        if not on and not forward:  # the backward all-gather of a resharded unit: gone
+        if not on_here and not forward:  # the backward all-gather of a resharded unit: gone
             dur[c.node] = 0.0
             for v in ranks[(g.step[ranks] == step)].tolist():
                 if names[v].endswith((f"fsdp copy-out {c.unit} (backward)", f"fsdp reshard {c.unit} (forward)")):
                     dur[v] = 0.0
-        elif on and forward:  # a kept unit gathered again: its backward starts that much later on every rank
+        elif on_here and forward:  # a kept unit gathered again: its backward starts that much later on every rank
             layers = {k for k, name in enumerate(g.layers) if name in set(_unit_layers(g, c.unit))}
             on_step = ranks[(g.step[ranks] == step) & (g.kind[ranks] == Kind.BACKWARD) & np.isin(g.layer[ranks], list(layers))]
             for r in np.unique(g.rank[on_step]).tolist():

@@ -126,6 +126,11 @@ class Evaluator:
         return t.bslots.compact(t.replay(c)[0], c.plan)
 
     def objective(self, s: Scored) -> float:
-        if s.fits or s.memory is None:
-            return s.iter_us
-        return s.iter_us * (1.0 + 10.0 * (s.memory.total / self.memory_budget - 1.0))
+        return s.iter_us if s.memory is None else penalised(s.iter_us, s.memory.total, self.memory_budget)
+
+
+def penalised(iter_us: float, peak: float, budget: float | None) -> float:
+    """What the search minimises: the step time, made worse in proportion to how far the peak memory passes the budget."""
+    if budget is None or peak <= budget:
+        return iter_us
+    return iter_us * (1.0 + 10.0 * (peak / budget - 1.0))

@@ -24,6 +24,7 @@ from ..costmodel.codecs import Codec
 from ..errors import DagprofError
 from ..graph.dag import Graph
 from ..graph.meta import FsdpGraphUnit
+from ..passes.fsdp import Reshard, resharded
 from ..passes.gradients import GradientOrder
 from ..passes.recompute import Segment
 from ..units import MB
@@ -105,10 +106,10 @@ class FsdpMemory:
 _DTYPE_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
 
 
-def fsdp_peak(g: Graph, reshard: bool | None = None, workers: int | None = None) -> dict[int, FsdpMemory]:
+def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = None) -> dict[int, FsdpMemory]:
     """Peak memory per rank of an FSDP graph (``graph.build_fsdp``), as profiled or under a what-if.
 
-    ``reshard``: reshard_after_forward of every non-root unit (None: as profiled); ``workers``: the shard
+    ``reshard``: reshard_after_forward of every non-root unit, or of the units a mapping names (None: as profiled); ``workers``: the shard
     degree (None: as profiled; HSDP keeps its shard degree). From the profile: each rank's parameter,
     gradient and optimizer-state shards (measured bytes), each unit's size and dtypes, the activation bytes
     each layer saved. A layer's saved bytes count the gathered weight it saved too (FSDP frees that storage
@@ -175,7 +176,7 @@ def fsdp_peak(g: Graph, reshard: bool | None = None, workers: int | None = None)
     inner_layers = {n for i in others for n in unit_layers[i]}
     last_inner = max((k for k, n in enumerate(g.layers) if n in inner_layers), default=-1)
     after_inner = set(g.layers[last_inner + 1:])
-    kept = [i for i in others if not (units[i].resharded_after_forward if reshard is None else reshard)]
+    kept = [i for i in others if not resharded(units[i], reshard)]
     out = {}
     for rank, mem in fs.memory.items():
         params = mem.param_shard_bytes * scale

@@ -27,6 +27,8 @@ Deterministic for a seed: the same candidates are proposed in the same order; th
 decides how far down that sequence the search gets, and it stops earlier once ``patience``
 proposals in a row found nothing better.
 
+FSDP2 jobs have other knobs (reshard_after_forward per unit, the reduce dtype): ``search.fsdp_optimize``.
+
 Where each part lives: the candidate, its knobs and moves and the strategy file's fields for each
 (``candidate.KNOBS``), the pricing by replay (``evaluate``), seeds and annealing (``anneal``), the
 starting point under a memory budget (``memory_fit``), what the job measured (``measured``); this
@@ -233,8 +235,8 @@ def search_run(run: Run, g: Graph, opts: Options | None = None, costs_file: str 
     profile; with ``allow_lossy`` the codec costs are measured on this machine (kept in ``costs_file``)."""
     opts = opts or Options()
     if g.meta.fsdp is not None:
-        raise DagprofError("this profile is an FSDP job; dagprof optimize searches DDP strategies only (FSDP's reshard, "
-                           "prefetch and unit grouping are not modelled yet)", run.source)
+        raise DagprofError("this profile is an FSDP job: its strategies are searched by search.fsdp_optimize.search_fsdp "
+                           "(dagprof optimize does that)", run.source)
     if not ((g.kind == Kind.COMM) & (g.bucket >= 0)).any():
         raise DagprofError("the trace has no gradient-bucket all-reduce to re-bucket (a dagprof profile of a DDP job has them)", run.source)
     meta = run.ranks[0].meta

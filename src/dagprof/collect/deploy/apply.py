@@ -1,4 +1,5 @@
-"""``dagprof.apply(ddp_model, strategy)``: deploy a strategy on a DistributedDataParallel model.
+"""``dagprof.apply(ddp_model, strategy)``: deploy a strategy on a DistributedDataParallel model
+(an FSDP strategy on a ``fully_shard``-ed model: ``apply_fsdp``).
 
 Call it after wrapping the model and before the first training step, on every rank:
 
@@ -35,6 +36,7 @@ from typing import Any
 from ...errors import DagprofError
 from ...units import MB
 from ..hooks.exit_gc import collect_cycles_at_exit
+from .apply_fsdp import apply_fsdp
 from .strategy import Strategy, load_strategy
 
 
@@ -42,7 +44,7 @@ from .strategy import Strategy, load_strategy
 class Applied:
     """What ``apply`` did; the training loop asks it how to run accumulation."""
 
-    ddp: Any
+    ddp: Any  # the DDP wrapper, or the fully_shard-ed root module of an FSDP strategy
     strategy: Strategy
     source: str | None = None
     restore: list = field(default_factory=list)  # undo what outlives the DDP wrapper (checkpointed forwards)
@@ -79,11 +81,14 @@ class Applied:
 
 
 def apply(ddp: Any, strategy: Strategy | str | os.PathLike[str]) -> Applied:
-    """Configure ``ddp`` (a DistributedDataParallel) with ``strategy`` (a Strategy or a strategy file)."""
+    """Configure ``ddp`` (a DistributedDataParallel) with ``strategy`` (a Strategy or a strategy file); an FSDP
+    strategy configures the ``fully_shard``-ed root module given instead (``apply_fsdp``)."""
     from torch.nn.parallel import DistributedDataParallel
 
     source = None if isinstance(strategy, Strategy) else os.fspath(strategy)
     s = strategy if isinstance(strategy, Strategy) else load_strategy(strategy)
+    if s.fsdp is not None:
+        return _apply_fsdp(ddp, s, source)
     if not isinstance(ddp, DistributedDataParallel):
         raise DagprofError(f"dagprof.apply needs the DistributedDataParallel-wrapped model, got {type(ddp).__name__}", source)
     done = getattr(ddp, "_dagprof_applied", None)
@@ -106,6 +111,18 @@ def apply(ddp: Any, strategy: Strategy | str | os.PathLike[str]) -> Applied:
         ddp.register_comm_hook(*hook)
     ddp._dagprof_applied = plan
     collect_cycles_at_exit()  # the plan and the model hold each other; a comm hook makes a late free abort at exit
+    return plan
+
+
+def _apply_fsdp(model: Any, s: Strategy, source: str | None) -> Applied:
+    done = getattr(model, "_dagprof_applied", None)
+    if done is not None:
+        if done.strategy == s:
+            return done
+        raise DagprofError("this model already has another dagprof strategy applied", source)
+    apply_fsdp(model, s, source)
+    plan = Applied(model, s, source)
+    model._dagprof_applied = plan
     return plan
 
 

@@ -2,7 +2,8 @@
 
 The launcher's (``jobs.launch``) ``sitecustomize`` calls ``install()`` in every Python process of the job. With
 ``DAGPROF_STRATEGY`` set, every DistributedDataParallel model gets ``dagprof.apply`` right after
-it is built (a strategy for another model stops the job there, with one line). With
+it is built, and a ``fully_shard``-ed model at its root's first forward, before FSDP's lazy init (a
+strategy for another model stops the job there, with one line). With
 ``DAGPROF_TIMES`` set, each rank writes its step times (a step ends when the first optimizer
 that ever stepped finishes ``step()``) and the DDP forward calls per step to
 ``$DAGPROF_TIMES/rank<r>.json`` at exit. A training loop that accumulates gradients asks the
@@ -26,15 +27,16 @@ ENV_TIMES = "DAGPROF_TIMES"
 def install() -> None:
     if ENV_STRATEGY not in os.environ and ENV_TIMES not in os.environ:
         return
-    from ..hooks.autoprofile import after_torch_import
+    from ..hooks.autoprofile import after_import, after_torch_import
 
-    after_torch_import(_patch)  # after autoprofile's, when both run: the profile attaches first, apply keeps its hook
+    after_torch_import(lambda: _patch(after_import))  # after autoprofile's, when both run: the profile attaches first, apply keeps its hook
 
 
-def _patch() -> None:
+def _patch(after_import: Any) -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
+    from ..hooks.fsdp import on_root_forward
     from .apply import apply
 
     strategy = os.environ.get(ENV_STRATEGY)
@@ -42,18 +44,23 @@ def _patch() -> None:
     state: dict[str, Any] = {"forwards": 0, "last": None, "steps": [], "micro": [], "opt": None}
     original_init = DDP.__init__
 
+    def count(module: Any, inputs: Any) -> None:
+        state["forwards"] += 1
+        if state["last"] is None:
+            state["last"] = time.perf_counter()
+
     @wraps(original_init)
     def ddp_init(self: Any, *args: Any, **kwargs: Any) -> None:
         original_init(self, *args, **kwargs)
         if strategy:
             apply(self, strategy)  # a mismatch raises here, before the first step
-
-        def count(module: Any, inputs: Any) -> None:
-            state["forwards"] += 1
-            if state["last"] is None:
-                state["last"] = time.perf_counter()
-
         self.register_forward_pre_hook(count)
+
+    def fsdp_root(root: Any) -> None:
+        if strategy:
+            apply(root, strategy)  # before FSDP's own pre-forward (its lazy init): a mismatch raises here
+        count(root, ())  # this forward's module hooks were taken before this one is registered
+        root.register_forward_pre_hook(count)
 
     def after_step(opt: Any, args: Any, kwargs: Any) -> None:
         if state["opt"] is None:
@@ -66,6 +73,7 @@ def _patch() -> None:
         state["last"], state["forwards"] = now, 0
 
     DDP.__init__ = ddp_init
+    on_root_forward(after_import, fsdp_root)
     register_optimizer_step_post_hook(after_step)
     if times_dir:
         atexit.register(_write, times_dir, state)

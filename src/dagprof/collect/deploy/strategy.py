@@ -8,6 +8,9 @@ lives with the code that consumes it and imports no framework (the core imports 
 Versioning, as for run files: every file carries ``format`` and ``version``; a reader accepts
 ``MIN_VERSION`` .. ``VERSION`` and refuses anything else in one line. A field added WITH a default
 keeps the version (older readers skip it); removing, renaming or re-meaning one bumps ``VERSION``.
+Version 2 added ``fsdp`` (an FSDP2 job's plan): a version-1 reader would skip it and take the file
+for DDP's defaults, so a file is written as version 2 when it has one, and as version 1 (byte for
+byte as before) when it does not.
 
 Buckets are named by parameter, in gradient-ready order (DDP's order after its first-iteration
 rebuild), so a strategy for another model (other names or sizes) is recognised and refused.
@@ -22,10 +25,13 @@ from ...costmodel.codecs import Codec, CodecName
 from ...fsutil import atomic_open, read_versioned
 
 FORMAT = "dagprof-strategy"
-VERSION = 1
+VERSION = 2
+DDP_VERSION = 1  # what a strategy without an FSDP plan is written as
 MIN_VERSION = 1
 LOSSY_CAVEAT = ("lossy gradient compression changes what the optimizer sees (fp16/bf16 round gradients, PowerSGD "
                 "approximates them at low rank with error feedback): check accuracy and convergence on your job before adopting it")
+REDUCE_DTYPE_CAVEAT = ("gradients reduced in a lower precision (FSDP's reduce dtype) round what the optimizer sees: check accuracy and "
+                       "convergence on your job before adopting it")
 ACCUMULATION_CAVEAT = "gradient accumulation multiplies the effective batch: retune the learning rate, and compare time per sample"
 
 
@@ -62,6 +68,36 @@ class Compression(msgspec.Struct, frozen=True):
         return self.as_codec.label()
 
 
+class FsdpUnitPlan(msgspec.Struct, frozen=True):
+    """One FSDP2 unit (a ``fully_shard``-ed module) as the strategy configures it."""
+
+    name: str  # module path, "<root>" for the root module
+    numel: int  # its own parameters' elements, unsharded (not those of units inside it): refused when the model's differ
+    reshard_after_forward: bool
+
+
+class FsdpPlan(msgspec.Struct, frozen=True):
+    """What the optimizer chose for an FSDP2 job: each unit's ``reshard_after_forward`` and the reduce dtype.
+
+    Prefetch depth and unit grouping are not part of it (not modelled on gloo/CPU, not searched)."""
+
+    units: tuple[FsdpUnitPlan, ...]
+    reduce_dtype: str | None = None  # a torch dtype name ("bfloat16"); None: as the job configured it
+
+    def label(self) -> str:
+        off = [u.name for u in self.units if not u.reshard_after_forward]
+        on = [u.name for u in self.units if u.reshard_after_forward]
+        parts = [("reshard after forward: every unit" if not off else "keep gathered after forward: every unit" if not on
+                  else f"keep gathered after forward: {', '.join(off)}")]
+        if self.reduce_dtype:
+            parts.append(f"reduce in {self.reduce_dtype}")
+        return ", ".join(parts)
+
+    @property
+    def lossy(self) -> bool:
+        return self.reduce_dtype in ("bfloat16", "float16")
+
+
 class Prediction(msgspec.Struct, frozen=True):
     baseline_ms: float  # the profiled configuration, replayed with the same model
     strategy_ms: float  # per optimizer step divided by the micro-batches (time per profiled batch)
@@ -83,14 +119,15 @@ class Strategy(msgspec.Struct, frozen=True):
     grad_as_bucket_view: bool = False  # DDP gradient_as_bucket_view: no second copy of the gradients
     prediction: Prediction | None = None
     notes: tuple[str, ...] = ()
+    fsdp: FsdpPlan | None = None  # an FSDP2 job's plan (version 2); None: a DDP strategy
 
     @property
     def lossy(self) -> bool:
-        return self.compression.lossy
+        return self.compression.lossy or (self.fsdp is not None and self.fsdp.lossy)
 
     def is_default(self) -> bool:
         return (self.buckets is None and not self.compression.lossy and self.partition == 1 and self.accumulate == 1
-                and not self.recompute and not self.grad_as_bucket_view)
+                and not self.recompute and not self.grad_as_bucket_view and self.fsdp is None)
 
     def summary(self) -> str:
         """One plain line: "buckets at layers a|b|c, fp16 hook: predicted 630 -> 470 ms (-25 %)"."""
@@ -108,6 +145,8 @@ class Strategy(msgspec.Struct, frozen=True):
             parts.append(f"recompute {', '.join(self.recompute)}")
         if self.grad_as_bucket_view:
             parts.append("gradients as bucket views")
+        if self.fsdp is not None:
+            parts.append(self.fsdp.label())
         text = ", ".join(parts) or "keep DDP's defaults"
         if self.prediction is not None:
             p = self.prediction
@@ -117,7 +156,8 @@ class Strategy(msgspec.Struct, frozen=True):
         return text
 
     def caveats(self) -> list[str]:
-        out = [LOSSY_CAVEAT] if self.lossy else []
+        out = [LOSSY_CAVEAT] if self.compression.lossy else []
+        out += [REDUCE_DTYPE_CAVEAT] if self.fsdp is not None and self.fsdp.lossy else []
         return out + ([ACCUMULATION_CAVEAT] if self.accumulate > 1 else [])
 
 
@@ -132,9 +172,12 @@ class _Document(msgspec.Struct, kw_only=True):
 
 def save_strategy(s: Strategy, path: str | os.PathLike[str]) -> str:
     path = os.fspath(path)
-    head = msgspec.to_builtins(_Document(summary=s.summary(), caveats=s.caveats()))
+    head = msgspec.to_builtins(_Document(version=DDP_VERSION if s.fsdp is None else VERSION, summary=s.summary(), caveats=s.caveats()))
+    body = msgspec.to_builtins(s)
+    if s.fsdp is None:
+        body.pop("fsdp", None)
     with atomic_open(path, "wb") as f:
-        f.write(msgspec.json.format(msgspec.json.encode(head | msgspec.to_builtins(s)), indent=1))
+        f.write(msgspec.json.format(msgspec.json.encode(head | body), indent=1))
     return path
 
 

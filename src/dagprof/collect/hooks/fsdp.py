@@ -286,8 +286,18 @@ def _dtype(d: Any) -> str:
 
 
 def install_launcher(collector: Any, after_import: Any) -> None:
-    """Zero-code mode: the first ``fully_shard`` call arms a global forward pre-hook; the first FSDP module
-    called (the outermost: the root) is attached and starts step 0, then the hook is removed."""
+    """Zero-code mode: the root FSDP module's first forward attaches the collector and starts step 0."""
+
+    def attach(root: Any) -> None:
+        collector.attach(root)
+        collector.start()
+
+    on_root_forward(after_import, attach)
+
+
+def on_root_forward(after_import: Any, fn: Any) -> None:
+    """Call ``fn(root)`` at the first forward of a ``fully_shard``-ed module (the outermost: the root), once:
+    the first ``fully_shard`` call arms a global forward pre-hook, removed when it fires."""
 
     def armed(fully_shard: Any) -> Any:
         @wraps(fully_shard)
@@ -306,8 +316,7 @@ def install_launcher(collector: Any, after_import: Any) -> None:
         if fsdp_modules(module) and state[0] is not None:
             state[0].remove()
             state[0] = None
-            collector.attach(module)
-            collector.start()
+            fn(module)
 
     def patch(module: Any) -> None:
         if hasattr(module, "fully_shard"):

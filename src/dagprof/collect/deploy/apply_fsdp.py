@@ -1,0 +1,105 @@
+"""``dagprof.apply(fsdp_model, strategy)``: deploy an FSDP2 strategy on a model that ``fully_shard`` wraps.
+
+Call it on every rank after the last ``fully_shard`` (the root's) and before the first forward:
+
+    for block in model.blocks:
+        fully_shard(block)
+    fully_shard(model)
+    dagprof.apply(model, "strategy.json")
+
+What torch 2.13 lets change after wrapping, and how each choice is set:
+- ``reshard_after_forward`` per unit: ``FSDPModule.set_reshard_after_forward(flag, recurse=False)``, public
+  and documented for exactly this (the root's too: FSDP otherwise keeps the root gathered);
+- the reduce dtype: FSDP2 has no public setter after wrapping (``MixedPrecisionPolicy`` is a ``fully_shard``
+  argument). ``apply`` replaces each unit's policy in its parameter group (``FSDPParamGroup.mp_policy``)
+  and lets FSDP derive its dtypes again (``_init_mp_dtypes``, which FSDP's lazy init runs before the first
+  forward anyway): internal API, checked on torch 2.13. The documented way is at wrap time:
+  ``fully_shard(module, **fully_shard_kwargs(strategy, name))`` gives each unit its ``reshard_after_forward``
+  and ``mp_policy``;
+- prefetch depth and unit grouping are not in FSDP strategies (not modelled on gloo/CPU; grouping is
+  which modules ``fully_shard`` wraps, a wrap-time choice).
+
+A strategy for another model (a unit it names is not an FSDP unit here, one of the model's units is not
+in it, or a unit's parameter count differs) is refused in one line before anything changes.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ...errors import DagprofError
+from .strategy import FsdpPlan, Strategy
+
+ROOT = "<root>"  # the root module's unit (as collect.hooks.fsdp names it)
+REDUCE_DTYPES = ("float32", "bfloat16", "float16", "float64")
+
+
+def fsdp_units(model: Any) -> dict[str, Any]:
+    """The ``fully_shard``-ed modules under ``model`` by unit name (module path; ``<root>`` for ``model``)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return {name or ROOT: m for name, m in model.named_modules() if isinstance(m, FSDPModule)}
+
+
+def validate_fsdp(model: Any, s: Strategy, source: str | None = None) -> dict[str, Any]:
+    """Refuse, in one line, an FSDP strategy that does not fit ``model``; its units by name otherwise."""
+    from torch.distributed.fsdp import FSDPModule
+
+    plan: FsdpPlan = s.fsdp
+    if not isinstance(model, FSDPModule):
+        raise DagprofError(f"this is an FSDP strategy: dagprof.apply needs the fully_shard-ed root module, got {type(model).__name__}", source)
+    here = fsdp_units(model)
+    names = [u.name for u in plan.units]
+    if len(set(names)) != len(names):
+        raise DagprofError(f"invalid strategy: FSDP unit {next(n for i, n in enumerate(names) if n in names[:i])!r} is listed twice", source)
+    missing = [n for n in names if n not in here]
+    extra = [n for n in here if n not in names]
+    if missing or extra:
+        what = f"FSDP unit {missing[0]!r} is not a fully_shard-ed module here" if missing else f"this model's FSDP unit {extra[0]!r} is not in the strategy"
+        raise DagprofError(f"strategy does not match the model: {what} ({len(missing)} missing, {len(extra)} unknown of {len(names)})", source)
+    for u in plan.units:
+        numel = sum(fp._orig_size.numel() for g in _groups(here[u.name]) for fp in g.fsdp_params)
+        if numel != u.numel:
+            raise DagprofError(f"strategy does not match the model: FSDP unit {u.name!r} has {u.numel} parameter elements in the strategy, "
+                               f"{numel} here", source)
+    if plan.reduce_dtype is not None and plan.reduce_dtype not in REDUCE_DTYPES:
+        raise DagprofError(f"invalid strategy: reduce dtype {plan.reduce_dtype!r}, expected one of {', '.join(REDUCE_DTYPES)}", source)
+    return here
+
+
+def apply_fsdp(model: Any, s: Strategy, source: str | None = None) -> None:
+    """Set each unit's ``reshard_after_forward`` and, when the plan has one, its reduce dtype (see the module docstring)."""
+    import torch
+
+    here = validate_fsdp(model, s, source)
+    for u in s.fsdp.units:
+        here[u.name].set_reshard_after_forward(u.reshard_after_forward, recurse=False)
+    if s.fsdp.reduce_dtype is not None:
+        dtype = getattr(torch, s.fsdp.reduce_dtype)
+        for m in here.values():
+            for g in _groups(m):
+                g.mp_policy = dataclasses.replace(g.mp_policy, reduce_dtype=dtype)
+                g._init_mp_dtypes()
+
+
+def fully_shard_kwargs(strategy: Strategy, name: str) -> dict[str, Any]:
+    """The documented wrap-time form of an FSDP strategy for unit ``name`` (a module path, ``<root>`` for the root):
+    ``fully_shard(module, **fully_shard_kwargs(s, path))``. Pass your own mixed-precision ``param_dtype`` yourself."""
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    plan = strategy.fsdp
+    if plan is None:
+        raise DagprofError("this is a DDP strategy; fully_shard_kwargs needs an FSDP one")
+    unit = next((u for u in plan.units if u.name == name), None)
+    if unit is None:
+        raise DagprofError(f"the strategy has no FSDP unit {name!r} (it has {', '.join(u.name for u in plan.units)})")
+    out: dict[str, Any] = {"reshard_after_forward": unit.reshard_after_forward}
+    if plan.reduce_dtype is not None:
+        out["mp_policy"] = MixedPrecisionPolicy(reduce_dtype=getattr(torch, plan.reduce_dtype))
+    return out
+
+
+def _groups(module: Any) -> list[Any]:
+    state = module._get_fsdp_state()
+    return list(getattr(state, "_fsdp_param_groups", None) or [])

@@ -1,0 +1,261 @@
+"""Search FSDP2 strategies by replay: each unit's ``reshard_after_forward`` and the reduce dtype, under a memory budget.
+
+A candidate is, for every unit (the root's too: ``fully_shard(model)`` keeps it gathered, an explicit
+``reshard_after_forward=True`` does not), whether it reshards after forward, and the dtype gradients are reduced in
+(only with ``--allow-lossy``: bf16 rounds what the optimizer sees). Each candidate is priced on the run's
+own graph by the FSDP what-if passes (``passes.fsdp.set_reshard`` per unit, ``set_reduce_dtype``) with the
+link model fitted to the run's collectives, and its peak memory per rank by ``search.memory.fsdp_peak``;
+under ``--memory-budget`` a candidate that does not fit scores worse (``evaluate.penalised``), and a
+budget that not even the least memory candidate fits is refused in one line.
+
+How it searches: the space is 2^units x dtypes. Up to ``EXHAUSTIVE`` candidates every one is replayed
+(a small job's space: a 4-block model has 16 x 2); beyond that, from the best of the seeds (as profiled,
+every unit resharded, every unit kept, each dtype), the best single change (one unit flipped, or the
+dtype) is taken while one gains, within ``--budget`` seconds. Deterministic: no randomness is needed.
+
+Not searched, and said in the output: prefetch depth (gloo on CPU runs FSDP's collectives synchronously,
+one all-gather in flight whatever the depth, so no depth changes the step) and unit grouping (which
+modules are units: set at wrap time, not modelled by the graph yet). DDP's knobs have no FSDP meaning.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+
+from ..analysis import job_iteration_us
+from ..analysis.interval import PredictionInterval, link_residuals, predict_interval
+from ..collect.deploy.strategy import FsdpPlan, FsdpUnitPlan, Prediction, Strategy
+from ..errors import DagprofError
+from ..graph.dag import Graph
+from ..passes.comm import current_topology, graph_world_size, set_topology
+from ..passes.fsdp import resharded, set_reduce_dtype, set_reshard
+from ..replay import ReplayResult, replay
+from ..traces.kineto_schema import dtype_bytes
+from ..units import MB
+from .evaluate import penalised
+from .memory import FsdpMemory, fsdp_peak
+from .optimize import TIE_PCT, WORTH_APPLYING_PCT
+
+EXHAUSTIVE = 4096  # candidates replayed one by one; beyond this, seeds then the best single change
+LOSSY_DTYPES = ("bfloat16",)  # float16 moves the same bytes: it would price the same
+NOT_SEARCHED = ("prefetch depth not searched: gloo on CPU runs FSDP's collectives synchronously (one all-gather in flight "
+                "whatever the depth), so no depth changes the step here",
+                "unit grouping (which modules are units) not searched: it is set at wrap time and not modelled yet")
+
+
+@dataclass(frozen=True)
+class FsdpCandidate:
+    reshard: tuple[bool, ...]  # per unit, in the record's order
+    reduce_dtype: str | None = None  # None: as profiled
+
+
+@dataclass
+class FsdpScored:
+    candidate: FsdpCandidate
+    iter_us: float
+    memory: FsdpMemory  # the rank with the highest peak
+    fits: bool = True
+
+
+class FsdpEvaluator:
+    """Candidates priced on one FSDP graph (cached).
+
+    The collectives keep their measured times (a reshard removes or repeats measured all-gathers), so the
+    profiled setup replays as measured. A lower reduce dtype needs the link model (``set_reduce_dtype``
+    reprices every collective); its effect is taken as the ratio of two replays under that model, with
+    and without the dtype, applied to the candidate's replay on measured times."""
+
+    def __init__(self, g: Graph, units: list[str], memory_budget: float | None):
+        self.g, self.units, self.memory_budget = g, units, memory_budget
+        self.cache: dict[FsdpCandidate, FsdpScored] = {}
+        self.replayed = 0
+        self._modelled: Graph | None = None
+
+    @property
+    def modelled(self) -> Graph:
+        """The graph with every collective priced by the link fitted to the run's collectives."""
+        if self._modelled is None:
+            self._modelled = set_topology(self.g, current_topology(self.g))
+        return self._modelled
+
+    def mapping(self, c: FsdpCandidate) -> dict[str, bool]:
+        return dict(zip(self.units, c.reshard))
+
+    def graph(self, c: FsdpCandidate) -> Graph:
+        """The candidate's graph as it would run (a lower reduce dtype: every collective priced by the link model)."""
+        g = self.g if c.reduce_dtype is None else set_reduce_dtype(self.modelled, c.reduce_dtype)
+        return set_reshard(g, self.mapping(c))
+
+    def replay(self, c: FsdpCandidate) -> tuple[Graph, ReplayResult]:
+        g = self.graph(c)
+        return g, replay(g)
+
+    def _iter_us(self, c: FsdpCandidate) -> float:
+        g = set_reshard(self.g, self.mapping(c))
+        us = job_iteration_us(g, replay(g))
+        if c.reduce_dtype is not None:
+            same = set_reshard(self.modelled, self.mapping(c))
+            us *= job_iteration_us(*self.replay(c)) / job_iteration_us(same, replay(same))
+        return us
+
+    def score(self, c: FsdpCandidate) -> FsdpScored:
+        hit = self.cache.get(c)
+        if hit is not None:
+            return hit
+        self.replayed += 1
+        dtyped = self.g if c.reduce_dtype is None else set_reduce_dtype(self.g, c.reduce_dtype)  # the memory model reads the dtypes
+        mem = max(fsdp_peak(dtyped, reshard=self.mapping(c)).values(), key=lambda m: m.total)
+        s = FsdpScored(c, self._iter_us(c), mem, self.memory_budget is None or mem.total <= self.memory_budget)
+        self.cache[c] = s
+        return s
+
+    def objective(self, s: FsdpScored) -> float:
+        return penalised(s.iter_us, s.memory.total, self.memory_budget)
+
+
+@dataclass
+class FsdpSearchResult:
+    baseline: FsdpScored
+    best: FsdpScored
+    units: list[str]  # the units, in the record's order
+    record_units: list[FsdpUnitPlan]  # every unit as profiled (numel, reshard as it ran)
+    profiled_dtype: str
+    replayed: int
+    seconds: float
+    world_size: int
+    notes: list[str]
+    memory_budget: float | None = None
+    intervals: dict[str, PredictionInterval] | None = None
+    model_error_pct: float | None = None
+    warnings: list[str] = field(default_factory=list)
+    memory_reason: str | None = None  # always None: an impossible budget is refused before the search
+
+    @property
+    def speedup(self) -> float:
+        return self.baseline.iter_us / self.best.iter_us
+
+    @property
+    def gain_pct(self) -> float:
+        return 100.0 * (self.baseline.iter_us - self.best.iter_us) / self.baseline.iter_us
+
+    @property
+    def worth_applying(self) -> bool:
+        if self.best.candidate == self.baseline.candidate:
+            return False
+        return (not self.baseline.fits and self.best.fits) or self.gain_pct >= WORTH_APPLYING_PCT
+
+    def plan(self, c: FsdpCandidate) -> FsdpPlan:
+        chosen = dict(zip(self.units, c.reshard))
+        return FsdpPlan(tuple(FsdpUnitPlan(u.name, u.numel, chosen.get(u.name, u.reshard_after_forward)) for u in self.record_units),
+                        c.reduce_dtype)
+
+    def strategy(self) -> Strategy:
+        pred = Prediction(self.baseline.iter_us / 1e3, self.best.iter_us / 1e3, self.replayed)
+        return Strategy((), self.world_size, prediction=pred, notes=tuple(self.notes), fsdp=self.plan(self.best.candidate))
+
+    def describe(self, s: FsdpScored) -> dict:
+        c = s.candidate
+        return {"reshard_after_forward": dict(zip(self.units, c.reshard)), "reduce_dtype": c.reduce_dtype or self.profiled_dtype,
+                "plan": self.plan(FsdpCandidate(c.reshard)).label(), "predicted_iter_ms": s.iter_us / 1e3, "memory": s.memory.to_dict(), "fits_memory": s.fits}
+
+    def to_dict(self) -> dict:
+        st = self.strategy()
+        iv = self.intervals or {}
+        base, best = (self.describe(s) | (iv[k].to_dict() if k in iv else {}) for k, s in (("baseline", self.baseline), ("best", self.best)))
+        return {"fsdp": True, "baseline": base, "best": best, "predicted_speedup": self.speedup, "predicted_gain_pct": self.gain_pct,
+                "worth_applying": self.worth_applying, "candidates_replayed": self.replayed, "search_seconds": self.seconds,
+                "memory_budget_mb": None if self.memory_budget is None else self.memory_budget / MB, "notes": self.notes,
+                "memory_reason": None, "summary": st.summary(), "caveats": st.caveats(), "model_error_pct": self.model_error_pct,
+                "warnings": self.warnings}
+
+
+def search_fsdp(g: Graph, budget_s: float = 30.0, allow_lossy: bool = False, memory_budget: float | None = None,
+                source: str | None = None, exhaustive: int = EXHAUSTIVE) -> FsdpSearchResult:
+    """The best FSDP strategy for the run behind ``g`` (see the module docstring); every candidate is replayed when
+    there are at most ``exhaustive``."""
+    t0 = time.perf_counter()
+    fs = g.meta.fsdp
+    if len({tuple(u.mesh) for u in fs.units}) > 1:
+        raise DagprofError("this FSDP job's units sit on different meshes; dagprof optimize searches one mesh only", source)
+    units = [u.name for u in fs.units]
+    profiled_dtype = fs.units[0].reduce_dtype or fs.units[0].orig_dtype
+    dtypes: list[str | None] = [None]
+    notes = list(NOT_SEARCHED)
+    if allow_lossy:
+        dtypes += [d for d in LOSSY_DTYPES if dtype_bytes(d) < dtype_bytes(profiled_dtype)]
+    else:
+        notes.append(f"reduce dtype kept ({profiled_dtype}): a lower one rounds the gradients; --allow-lossy tries bfloat16")
+    ev = FsdpEvaluator(g, units, memory_budget)
+    by_name = {u.name: u for u in fs.units}
+    profiled = FsdpCandidate(tuple(resharded(by_name[n], None) for n in units))
+    if memory_budget is not None:
+        _refuse_impossible(ev, units, dtypes, memory_budget, source)
+    n = len(units)
+    seeds = [profiled] + [FsdpCandidate((on,) * n, d) for d in dtypes for on in (True, False)] + [FsdpCandidate(profiled.reshard, d) for d in dtypes[1:]]
+    if 2**n * len(dtypes) <= exhaustive:
+        space = seeds + [FsdpCandidate(r, d) for d in dtypes for r in itertools.product((True, False), repeat=n)]
+        for c in space:
+            if time.perf_counter() - t0 > budget_s and len(ev.cache) >= len(set(seeds)):
+                notes.append(f"search stopped at its budget after {len(ev.cache)} of {2**n * len(dtypes)} candidates")
+                break
+            ev.score(c)
+    else:
+        cur = min((ev.score(c) for c in seeds), key=ev.objective)
+        while time.perf_counter() - t0 < budget_s:
+            near = [FsdpCandidate(tuple(not r if i == k else r for i, r in enumerate(cur.candidate.reshard)), cur.candidate.reduce_dtype)
+                    for k in range(n)] + [FsdpCandidate(cur.candidate.reshard, d) for d in dtypes if d != cur.candidate.reduce_dtype]
+            step = min((ev.score(c) for c in near), key=ev.objective)
+            if ev.objective(step) >= ev.objective(cur) - 1e-6:
+                break
+            cur = step
+    base = ev.score(profiled)
+    scored = list(ev.cache.values())
+    top = min(ev.objective(s) for s in scored)
+    near = [s for s in scored if ev.objective(s) <= top * (1 + TIE_PCT / 100)]  # within noise: the fewest changes
+    best = min(near, key=lambda s: (_changes(s.candidate, profiled), ev.objective(s)))
+    residuals = link_residuals(g, ev.modelled)
+    intervals = {}
+    for name, s in (("baseline", base), ("best", best)):
+        sg, res = ev.replay(s.candidate)
+        intervals[name] = predict_interval(sg, res, s.iter_us, residuals)
+    record = [FsdpUnitPlan(u.name, u.numel, u.resharded_after_forward) for u in fs.units]
+    return FsdpSearchResult(base, best, units, record, profiled_dtype, ev.replayed, time.perf_counter() - t0, graph_world_size(g),
+                            notes, memory_budget, intervals)
+
+
+def _changes(c: FsdpCandidate, profiled: FsdpCandidate) -> int:
+    return sum(a != b for a, b in zip(c.reshard, profiled.reshard)) + (c.reduce_dtype is not None)
+
+
+def _refuse_impossible(ev: FsdpEvaluator, units: list[str], dtypes: list[str | None], budget: float, source: str | None) -> None:
+    """One line when not even every unit resharded (the least memory) fits the budget."""
+    least = min((ev.score(FsdpCandidate((True,) * len(units), d)) for d in dtypes), key=lambda s: s.memory.total)
+    if least.fits:
+        return
+    m = least.memory
+    mb = lambda x: f"{x / MB:.1f} MB"  # noqa: E731
+    raise DagprofError(f"no FSDP strategy fits {mb(budget)} per rank: the least dagprof can reach is {mb(m.total)} with every unit "
+                       f"resharded after forward (shards {mb(m.params)}, optimizer state {mb(m.optimizer)}, gradients {mb(m.grads)}, "
+                       f"activations {mb(m.activations)}, gathered {mb(m.gathered)}, at the {m.at})", source)
+
+
+def predict_fsdp(g: Graph, strategy: Strategy) -> tuple[Prediction, Graph]:
+    """``strategy``'s FSDP plan priced on this profile (each verification round's): the prediction and the graph predicted for it."""
+    plan = strategy.fsdp
+    fs = g.meta.fsdp
+    if fs is None:
+        raise DagprofError("an FSDP strategy is priced on an FSDP profile; this one is not")
+    by_name = {u.name: u for u in fs.units}
+    for u in plan.units:
+        if u.name not in by_name:
+            raise DagprofError(f"strategy does not match this run: FSDP unit {u.name!r} is not in it")
+        if u.numel != by_name[u.name].numel:
+            raise DagprofError(f"strategy does not match this run: FSDP unit {u.name!r} has {u.numel} parameter elements in the strategy, "
+                               f"{by_name[u.name].numel} in the run")
+    units = [u.name for u in fs.units]
+    want = {u.name: u.reshard_after_forward for u in plan.units}
+    ev = FsdpEvaluator(g, units, None)
+    base = ev.score(FsdpCandidate(tuple(resharded(by_name[n], None) for n in units)))
+    cand = FsdpCandidate(tuple(want.get(n, resharded(by_name[n], None)) for n in units), plan.reduce_dtype)
+    return Prediction(base.iter_us / 1e3, ev.score(cand).iter_us / 1e3), ev.graph(cand)
