@@ -94,21 +94,27 @@ def test_fsdp_to_ddp_buckets_every_gradient_once(fsdp):
     small = _buckets(fsdp_to_ddp(fsdp, bucket_mb=64 / 1024))
     per_step = [nb for s, _, nb in small if s == g.meta.steps[0]]
     assert sum(per_step) == params and per_step[0] == fsdp.meta.fsdp.layer_grad_bytes["head"] and len(per_step) == 4
-    # DDP's finalize waits for every bucket before the optimizer, which steps every parameter on every rank
+    # DDP's finalize waits for every bucket, then copies them into the gradients, before the optimizer, which steps
+    # every parameter on every rank
     for v in np.flatnonzero(g.kind == Kind.UPDATE).tolist():
-        fin = [p for p in g.predecessors(v).tolist() if "ddp finalize" in g.node_name(p)]
-        assert len(fin) == 1
-        assert sum(int(g.kind[p] == Kind.COMM) for p in g.predecessors(fin[0]).tolist()) == 1
+        (copy,) = [p for p in g.predecessors(v).tolist() if "ddp copy buckets to grads" in g.node_name(p)]
+        (fin,) = [p for p in g.predecessors(copy).tolist() if "ddp finalize" in g.node_name(p)]
+        assert [int(g.bucket[p]) for p in g.predecessors(fin).tolist() if g.kind[p] == Kind.COMM] == [0]
+        assert g.dur[copy] > 0
     assert np.allclose(g.dur[g.kind == Kind.UPDATE], 2 * fsdp.dur[fsdp.kind == Kind.UPDATE])
 
 
 def test_round_trip_keeps_the_ddp_job(ddp):
-    """DDP -> FSDP -> DDP: the same compute, one bucket of the same bytes per step, and about the same iteration."""
+    """DDP -> FSDP -> DDP: the same compute, one bucket of the same bytes per step, and the iteration between the
+    original and the original less what DDP's finalize measured beyond the transfer (its wait's gap, which the copy
+    back into the gradients stands in for)."""
     back = fsdp_to_ddp(ddp_to_fsdp(ddp))
     assert [nb for _, _, nb in _buckets(back)] == [nb for _, _, nb in _buckets(ddp)]
     for kind in (Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE):
         assert np.allclose(np.sort(back.dur[back.kind == kind]), np.sort(ddp.dur[ddp.kind == kind]))
-    assert job_iteration_us(back) == pytest.approx(job_iteration_us(ddp), rel=0.05)
+    gap = ddp.gap.copy()
+    gap[[v for v in range(len(ddp)) if "ddp finalize" in ddp.node_name(v)]] = 0.0
+    assert job_iteration_us(ddp.replace(gap=gap)) < job_iteration_us(back) < job_iteration_us(ddp)
 
 
 def test_as_profiled_is_unchanged(ddp, fsdp):

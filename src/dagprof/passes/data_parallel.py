@@ -12,8 +12,8 @@ on every rank's main lane, as FSDP2 runs them under gloo (``graph.build_fsdp`` n
   same all-gather and copy-out again before its first backward layer (the root's: at backward's start);
 - after its last backward layer (the root's after the backward) its reduce-scatter, blocking;
 - the optimizer updates this rank's shards only: 1/N of its profiled time.
-Each rank resumes after each blocking collective with its own median lag measured on DDP's finalize wait (the
-thread's wake-up after the transfer completed, ``graph.build``); the reverse takes the FSDP waits' median.
+What a blocking wait adds beyond the transfer (a rank's lag behind the first to see it complete, ``graph.build``)
+is not in a DDP profile either: DDP's finalize wait also copies every bucket back into the gradients.
 Collectives are priced by the link model as every FSDP collective is (all-gathers half an all-reduce of
 the gathered bytes, gloo's reduce-scatter a whole one). A copy-out is a pass over memory like DDP's bucket
 enqueue (which scales each bucket in place): it costs the profile's enqueue time per byte. Not in a DDP
@@ -22,8 +22,9 @@ profile, so not predicted: FSDP's Python hooks around each unit and DTensor's co
 FSDP -> DDP (``fsdp_to_ddp``): every FSDP collective, wait, copy-out and reshard goes; the gradients are
 bucketed by DDP's rule (``bucket_cap_mb``, 25 MiB by default) in reverse registration order (the layers'
 reversed), each bucket all-reduced once its last layer's backward ran, overlapping the rest of the
-backward, and DDP's finalize waits for them all before the optimizer, which updates N times the shards.
-A bucket's enqueue costs the FSDP profile's copy-out time per byte (the same kind of pass over memory).
+backward, and DDP's finalize waits for them all (each rank with its median lag on the FSDP waits) and copies
+the buckets back into the gradients before the optimizer, which updates N times the shards. A bucket's enqueue
+and that copy each cost the FSDP profile's copy-out time per byte (the same kind of pass over memory).
 """
 from __future__ import annotations
 
@@ -118,7 +119,6 @@ def ddp_to_fsdp(g: Graph, reshard: bool = True) -> Graph:
 
     dur, gap = g.dur.copy(), g.gap.copy()
     wait = np.fromiter(sinks, dtype=np.int64, count=len(sinks))
-    lag = _lag_per_rank(g, wait)
     dur[wait], gap[wait] = 0.0, 0.0  # DDP's finalize: nothing left to wait for
     upd = np.flatnonzero(g.kind == Kind.UPDATE)
     dur[upd] /= n  # the optimizer steps this rank's shards
@@ -152,7 +152,7 @@ def ddp_to_fsdp(g: Graph, reshard: bool = True) -> Graph:
             seq += 1
             for r, at in nodes.items():
                 enq = _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp {kind} {unit}", Kind.COMM_ENQUEUE, 0.0, nbytes=int(full))
-                w = _insert(b, g, remap, at, before, shift, f"rank{r}.wait {kind} {unit}", Kind.COMM_WAIT, 0.0, gap=lag.get(r, 0.0))
+                w = _insert(b, g, remap, at, before, shift, f"rank{r}.wait {kind} {unit}", Kind.COMM_WAIT, 0.0)
                 b.add_edge(enq, sync)
                 b.add_edge(comm, w)
                 if kind == "all_gather":
@@ -221,13 +221,13 @@ def _anchors(g: Graph, lane: np.ndarray, layer_unit: dict[str, str]) -> dict[tup
 
 
 def _insert(b: GraphBuilder, g: Graph, remap: np.ndarray, at: int, before: bool, shift: dict, name: str, kind: Kind, dur: float,
-            nbytes: int = 0, gap: float = 0.0) -> int:
+            nbytes: int = 0) -> int:
     """A node on ``at``'s lane just before or after it (``chain_lanes`` links it in by order); later insertions at the
     same place follow earlier ones."""
     key = (at, 0, before)
     k = shift[key] = shift[key] + 1
     order = float(g.order[at]) + (-_EPS * (10_000 - k) if before else _EPS * k)
-    return b.add_node(name, kind, rank=int(g.rank[at]), device=int(g.device[at]), dur=dur, gap=gap, order=order, step=int(g.step[at]), nbytes=nbytes)
+    return b.add_node(name, kind, rank=int(g.rank[at]), device=int(g.device[at]), dur=dur, order=order, step=int(g.step[at]), nbytes=nbytes)
 
 
 def _lag_per_rank(g: Graph, waits: np.ndarray) -> dict[int, float]:
@@ -268,6 +268,7 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB) -> Graph:
     upd = np.flatnonzero(g.kind == Kind.UPDATE)
     dur[upd] *= n  # every parameter updated on every rank
     buckets = _ddp_buckets(g, fs.layer_grad_bytes, bucket_mb * MB)
+    params = sum(nb for _, nb in buckets)
     b, remap = GraphBuilder.from_graph(g.replace(dur=dur), ~drop)
     ranks = sorted(int(r) for r in np.unique(g.rank[g.rank >= 0]))
     layer_id = {name: k for k, name in enumerate(g.layers)}
@@ -278,8 +279,10 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB) -> Graph:
             up = [int(v) for v in lanes[r] if g.kind[v] == Kind.UPDATE]
             if not up:
                 raise DagprofError(f"--data-parallel ddp: step {step} on rank {r} has no optimizer step to wait for the buckets")
-            finals[r] = b.add_node(f"rank{r}.ddp finalize (wait for buckets)", Kind.COMM_WAIT, rank=r, device=int(g.device[up[0]]),
-                                   gap=lag.get(r, 0.0), order=float(g.order[up[0]]) - _EPS, step=step)
+            o, dev = float(g.order[up[0]]), int(g.device[up[0]])
+            finals[r] = b.add_node(f"rank{r}.ddp finalize (wait for buckets)", Kind.COMM_WAIT, rank=r, device=dev, gap=lag.get(r, 0.0),
+                                   order=o - 2 * _EPS, step=step)
+            b.add_node(f"rank{r}.ddp copy buckets to grads", Kind.OTHER, rank=r, device=dev, dur=params * us_per_byte, order=o - _EPS, step=step)
         last = {r: -np.inf for r in ranks}
         for k, (layers, nbytes) in enumerate(buckets):
             sync = b.add_node(f"sync.allreduce bucket {k}", Kind.SYNC, step=step, bucket=k)
