@@ -171,3 +171,15 @@ def test_a_profile_without_layers_is_refused():
     g = g.replace(meta=g.meta.replace(layer_grad_bytes={}))
     with pytest.raises(DagprofError, match="does not say which layer owns which parameters"):
         ddp_to_fsdp(g)
+
+
+def test_with_more_workers(ddp, fsdp):
+    """--workers 4 beside --data-parallel: FSDP shards over the 4 ranks; DDP keeps every parameter and steps all of them."""
+    c = Cluster(optimizer_state="adam")
+    g = apply(ddp, Scenario(workers=4, data_parallel="fsdp"), c, base_topology(ddp, c))
+    params = sum(u.numel * 4 for u in fsdp.meta.fsdp.units)
+    assert g.meta.fsdp.world_size == 4 and fsdp_peak(g)[0].params == params / 4
+    assert np.allclose(g.dur[g.kind == Kind.UPDATE][:4] * 4, ddp.dur[ddp.kind == Kind.UPDATE][:4])
+    d = apply(fsdp, Scenario(workers=4, data_parallel="ddp"), c, base_topology(fsdp, c))
+    assert d.meta.world_size == 4 and d.meta.fsdp is None
+    assert np.allclose(np.unique(d.dur[d.kind == Kind.UPDATE]), np.unique(fsdp.dur[fsdp.kind == Kind.UPDATE]) * 2)
