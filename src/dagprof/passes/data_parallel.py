@@ -19,6 +19,14 @@ the gathered bytes, gloo's reduce-scatter a whole one). A copy-out is a pass ove
 enqueue (which scales each bucket in place): it costs the profile's enqueue time per byte. Not in a DDP
 profile, so not predicted: FSDP's Python hooks around each unit and DTensor's cost per optimizer op.
 
+Measured (``bench/bench_fsdp.py --part 6``, 2 gloo ranks on a 2-core machine at load 5-10): DDP -> FSDP predicts
+low, -5 to -31 %, most at 200 Mbit/s and on loopback. Read from the FSDP profiles there, what it lacks: gloo's
+all-gather releases one of the two ranks about 0.45 of its transfer after the other (median over every
+all-gather at 200 Mbit/s; its reduce-scatter releases both together), its all-gathers and reduce-scatters cost
+1-3x the all-reduce per byte when CPU-bound (loopback), and FSDP's optimizer step on DTensor shards and its hooks
+run longer than their share of DDP's. None of that is in a DDP profile; the pricing rules stay those of the FSDP
+what-ifs (which keep each FSDP profile's measured waits).
+
 FSDP -> DDP (``fsdp_to_ddp``): every FSDP collective, wait, copy-out and reshard goes; the gradients are
 bucketed by DDP's rule (``bucket_cap_mb``, 25 MiB by default) in reverse registration order (the layers'
 reversed), each bucket all-reduced once its last layer's backward ran, overlapping the rest of the
