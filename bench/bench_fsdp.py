@@ -46,6 +46,12 @@ The measured time is the other profile's own. Peak memory per rank: each model r
 ``ddp_peak_of_fsdp`` of the FSDP profile. Goals: DDP -> FSDP within 8 %, memory within 10 %.
 
     sudo .venv/bin/python bench/bench_fsdp.py --part 6 [--rounds 3] [--links loopback,200Mbit,1Gbit]
+
+Measured 2026-12-02 (two runs of 2 rounds, --steps 12, load average 5-10 on the 2 cores: other jobs ran beside): DDP -> FSDP
+-5 to -37 % at 1 Gbit/s and on loopback, -20 to -27 % at 200 Mbit/s (always low: see ``passes/data_parallel.py``);
+FSDP -> DDP -30 to +15 % (one loopback cell +108 % from an FSDP profile that ran 3x slower than its round's other);
+memory +9.2 % (transformer, FSDP), +8.4 to +8.6 % (transformer, DDP), -10.4 % (large embedding, FSDP), -19.6 %
+(large embedding, DDP: the loss's logits-sized tensors, which no profile sizes).
 """
 from __future__ import annotations
 
