@@ -37,7 +37,7 @@ is the profiled run's own; the reduce-scatters' time per step is shown too (meas
 
     sudo .venv/bin/python bench/bench_fsdp.py --part 5 [--rounds 3]
 
-Part 6 (loopback for anyone; the namespace testbed at 200 Mbit/s and 1 Gbit/s as root): ``whatif --data-parallel``
+Part 7 (loopback for anyone; the namespace testbed at 200 Mbit/s and 1 Gbit/s as root): ``whatif --data-parallel``
 both ways. Per held-out model (``DP_MODELS``: a transformer-like block stack and an MLP with a large embedding), link and
 round, the job is profiled under DDP and under ``fully_shard`` (hooks only, the order alternating per round); FSDP is
 predicted from the DDP profile and DDP from the FSDP profile (``search.whatif.apply`` on the averaged iteration).
@@ -45,7 +45,7 @@ The measured time is the other profile's own. Peak memory per rank: each model r
 ``fsdp_train.py --memory`` on loopback, against ``fsdp_peak`` of the DDP profile turned FSDP and
 ``ddp_peak_of_fsdp`` of the FSDP profile. Goals: DDP -> FSDP within 8 %, memory within 10 %.
 
-    sudo .venv/bin/python bench/bench_fsdp.py --part 6 [--rounds 3] [--links loopback,200Mbit,1Gbit]
+    sudo .venv/bin/python bench/bench_fsdp.py --part 7 [--rounds 3] [--links loopback,200Mbit,1Gbit]
 
 Measured 2026-12-02 (two runs of 2 rounds, --steps 12, load average 5-10 on the 2 cores: other jobs ran beside): DDP -> FSDP
 -5 to -37 % at 1 Gbit/s and on loopback, -20 to -27 % at 200 Mbit/s (always low: see ``passes/data_parallel.py``);
@@ -291,7 +291,7 @@ DP_MODELS = {"transformer": ["--model", "transformer", "--blocks", "4", "--width
              "mlp+embedding": ["--model", "mlp", "--blocks", "4", "--width", "256", "--vocab", "16384"]}
 
 
-def part6(rounds: int, steps: int, links: list[str]) -> tuple[list[float], list[float], list[float]]:
+def part7(rounds: int, steps: int, links: list[str]) -> tuple[list[float], list[float], list[float]]:
     """(DDP -> FSDP time errors, FSDP -> DDP time errors, memory errors), %."""
     from dagprof.analysis import job_iteration_us
     from dagprof.collect.jobs.netns import Cluster, available
@@ -302,7 +302,7 @@ def part6(rounds: int, steps: int, links: list[str]) -> tuple[list[float], list[
 
     why = available()
     if why and any(x != "loopback" for x in links):
-        print(f"Part 6: testbed links skipped: {why}")
+        print(f"Part 7: testbed links skipped: {why}")
         links = [x for x in links if x == "loopback"]
     wrappers = {"ddp": ["--ddp"], "fsdp": []}
     cells = [(m, link, w) for m in DP_MODELS for link in links for w in wrappers]
@@ -310,7 +310,7 @@ def part6(rounds: int, steps: int, links: list[str]) -> tuple[list[float], list[
     predicted: dict[tuple, list[float]] = {c: [] for c in cells}
     graphs: dict[tuple[str, str], object] = {}
     t0 = time.perf_counter()
-    print(f"Part 6: whatif --data-parallel, each wrapper predicted from the other's profile, 2 gloo ranks, load {os.getloadavg()[0]:.2f}")
+    print(f"Part 7: whatif --data-parallel, each wrapper predicted from the other's profile, 2 gloo ranks, load {os.getloadavg()[0]:.2f}")
     with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory(prefix="dagprof-dp-") as tmp:
         cluster = stack.enter_context(Cluster(2)) if any(x != "loopback" for x in links) else None
         for k in range(rounds):
@@ -336,7 +336,7 @@ def part6(rounds: int, steps: int, links: list[str]) -> tuple[list[float], list[
                           f"{measured[(name, link, 'fsdp')][-1]:.1f}; predicted ddp {predicted[(name, link, 'ddp')][-1]:.1f}, fsdp "
                           f"{predicted[(name, link, 'fsdp')][-1]:.1f} ({time.perf_counter() - t0:.0f} s, load {os.getloadavg()[0]:.2f})", flush=True)
         to_fsdp, to_ddp = [], []
-        print(f"\nPart 6: medians over {rounds} interleaved rounds (bench/fsdp_train.py; AdamW)")
+        print(f"\nPart 7: medians over {rounds} interleaved rounds (bench/fsdp_train.py; AdamW)")
         print(f"{'model':14s} {'link':>9s} {'to':>5s} {'measured ms':>12s} {'spread':>15s} {'predicted ms':>13s} {'error':>8s}")
         for cell in cells:
             m, p = statistics.median(measured[cell]), statistics.median(predicted[cell])
@@ -360,8 +360,8 @@ def part6(rounds: int, steps: int, links: list[str]) -> tuple[list[float], list[
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", type=int, choices=(0, 1, 2, 3, 4, 5, 6), default=0, help="0: all")
-    ap.add_argument("--links", default="loopback,200Mbit,1Gbit", help="part 6: loopback and/or testbed rates")
+    ap.add_argument("--part", type=int, choices=(0, 1, 2, 3, 4, 5, 7), default=0, help="0: all")
+    ap.add_argument("--links", default="loopback,200Mbit,1Gbit", help="part 7: loopback and/or testbed rates")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=16, help="steps per job (the first 3 warm up)")
     ap.add_argument("--repeats", type=int, default=3, help="jobs per held-out model in part 1")
@@ -384,8 +384,8 @@ def main() -> None:
         e = part5(args.rounds, args.steps)
         if e:
             print(f"reduce-dtype what-if: max |error| {max(map(abs, e)):.2f} % (goal <= 8 %)")
-    if args.part in (0, 6):
-        to_fsdp, to_ddp, mem = part6(args.rounds, args.steps, args.links.split(","))
+    if args.part in (0, 7):
+        to_fsdp, to_ddp, mem = part7(args.rounds, args.steps, args.links.split(","))
         print(f"DDP -> FSDP: max |error| {max(map(abs, to_fsdp)):.2f} % (goal <= 8 %); FSDP -> DDP: max |error| "
               f"{max(map(abs, to_ddp)):.2f} %; memory: max |error| {max(map(abs, mem)):.2f} % (goal <= 10 %); load {os.getloadavg()[0]:.2f}")
 

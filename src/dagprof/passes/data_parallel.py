@@ -19,7 +19,7 @@ the gathered bytes, gloo's reduce-scatter a whole one). A copy-out is a pass ove
 enqueue (which scales each bucket in place): it costs the profile's enqueue time per byte. Not in a DDP
 profile, so not predicted: FSDP's Python hooks around each unit and DTensor's cost per optimizer op.
 
-Measured (``bench/bench_fsdp.py --part 6``, 2 gloo ranks on a 2-core machine at load 5-10): DDP -> FSDP predicts
+Measured (``bench/bench_fsdp.py --part 7``, 2 gloo ranks on a 2-core machine at load 5-10): DDP -> FSDP predicts
 low, -5 to -31 %, most at 200 Mbit/s and on loopback. Read from the FSDP profiles there, what it lacks: gloo's
 all-gather releases one of the two ranks about 0.45 of its transfer after the other (median over every
 all-gather at 200 Mbit/s; its reduce-scatter releases both together), its all-gathers and reduce-scatters cost
