@@ -138,7 +138,7 @@ def ddp_to_fsdp(g: Graph, reshard: bool = True) -> Graph:
         lanes = {r: _main_lane(g, step, r) for r in ranks}
         anchors = {r: _anchors(g, lanes[r], layer_unit) for r in ranks}
         plan = _plan([name for name, _ in units], reshard)
-        shift: dict[tuple[int, int, bool], int] = defaultdict(int)  # nodes already inserted at an anchor (keeps their order)
+        shift: dict[tuple[int, bool], int] = defaultdict(int)  # nodes already inserted at an anchor (keeps their order)
         for kind, unit, phase, where, before in plan:
             nodes = {}
             for r in ranks:
@@ -232,7 +232,7 @@ def _insert(b: GraphBuilder, g: Graph, remap: np.ndarray, at: int, before: bool,
             nbytes: int = 0) -> int:
     """A node on ``at``'s lane just before or after it (``chain_lanes`` links it in by order); later insertions at the
     same place follow earlier ones."""
-    key = (at, 0, before)
+    key = (at, before)
     k = shift[key] = shift[key] + 1
     order = float(g.order[at]) + (-_EPS * (10_000 - k) if before else _EPS * k)
     return b.add_node(name, kind, rank=int(g.rank[at]), device=int(g.device[at]), dur=dur, order=order, step=int(g.step[at]), nbytes=nbytes)
