@@ -2,7 +2,8 @@
 
 Two models: ``mlp`` (an embedding, then a stack of MLP blocks) and ``transformer`` (a stack of
 pre-norm self-attention + MLP blocks). Each block and the root are ``fully_shard``-ed (one FSDP unit
-each). ``--hsdp R`` shards over WORLD/R ranks and replicates over R (a 2-D mesh).
+each). ``--hsdp R`` shards over WORLD/R ranks and replicates over R (a 2-D mesh). ``--ddp`` wraps the same
+model in ``DistributedDataParallel`` instead (``--bucket-mb``: its ``bucket_cap_mb``), for the DDP <-> FSDP what-ifs.
 ``--no-reshard`` keeps the gathered parameters after forward; ``--prefetch K`` sets explicit forward
 and backward prefetch of the next K units; ``--strategy FILE`` applies a ``dagprof optimize`` strategy.
 ``--dagprof DIR`` profiles with the API; without it the script runs untouched (``dagprof profile -o DIR -- torchrun ... bench/fsdp_train.py``).
@@ -83,6 +84,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--bf16", action="store_true", help="MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)")
     p.add_argument("--reduce-dtype", choices=("float32", "bfloat16", "float16"), help="MixedPrecisionPolicy(reduce_dtype=...); "
                    "with --bf16 instead of its fp32")
+    p.add_argument("--ddp", action="store_true", help="DistributedDataParallel instead of fully_shard (same model and optimizer)")
+    p.add_argument("--bucket-mb", type=float, default=25.0, help="with --ddp: bucket_cap_mb")
     p.add_argument("--dagprof", metavar="DIR", help="profile with dagprof.profile into DIR")
     p.add_argument("--strategy", metavar="FILE", help="dagprof.apply(model, FILE) after wrapping (a dagprof optimize strategy)")
     p.add_argument("--profile-steps", default="4:8")
@@ -95,6 +98,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def build(args: argparse.Namespace) -> tuple[nn.Module, torch.optim.Optimizer]:
     world = dist.get_world_size()
+    if args.ddp:
+        torch.manual_seed(0)
+        model = nn.parallel.DistributedDataParallel(Net(args.model, args.blocks, args.width, args.vocab), bucket_cap_mb=args.bucket_mb)
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
     mesh = (init_device_mesh("cpu", (args.hsdp, world // args.hsdp), mesh_dim_names=("replicate", "shard")) if args.hsdp > 1
             else init_device_mesh("cpu", (world,)))
     torch.manual_seed(0)
@@ -182,7 +189,9 @@ def measure_memory(args: argparse.Namespace) -> list[float]:
     def tensors() -> int:
         params = [p for p in model.parameters()]
         state = [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
-        return sum(local(p) + (local(p.grad) if p.grad is not None else 0) for p in params) + sum(local(v) for v in state)
+        # DDP's reducer keeps its own flat buffer per bucket (gradient_as_bucket_view=False): every gradient's bytes once more
+        buckets = sum(local(p) for p in params if p.requires_grad) if args.ddp else 0
+        return sum(local(p) + (local(p.grad) if p.grad is not None else 0) for p in params) + sum(local(v) for v in state) + buckets
 
     @contextlib.contextmanager
     def span(i: int):

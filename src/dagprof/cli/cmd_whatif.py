@@ -42,6 +42,8 @@ def add_arguments(p) -> None:
     p.add_argument("--no-overlap", action="store_true", help="start all-reduces only after the whole backward")
     for flag, what in (("--prefetch", "FSDP all-gathers in flight"), ("--units", "FSDP unit granularity")):
         p.add_argument(flag, metavar="X", help=f"{what}: not modelled yet, refused in one line")
+    p.add_argument("--optimizer-state", default="momentum", choices=["sgd", "momentum", "adam"],
+                   help="--data-parallel fsdp from a DDP profile: optimizer state per parameter, for the memory (default momentum: one copy)")
     p.add_argument("--topology", help="cluster: a JSON/TOML file, or presets like 10gbe or nvlink/100gbe:8")
     p.add_argument("--link-model", help="link model from `dagprof calibrate` (instead of fitting the run's collectives)")
     p.add_argument("--cores", type=positive_int, default=None, help="cores per host shared by its ranks (default: ranks do not contend)")
@@ -76,7 +78,8 @@ def _evaluate(args, folder: str | None) -> dict:
         raise DagprofError(f"--{asked[0].replace('_', '-')} is an FSDP what-if; this profile is not an FSDP job")
     g0 = average_steps(prof.graph) if args.template else prof.graph  # the averaged iteration; the intervals keep each step
     cluster = Cluster(link=args.link, topology=args.topology, link_model=args.link_model, first_bucket_mb=args.first_bucket_mb,
-                      overlap=not args.no_overlap, cores=args.cores, ranks_per_host=args.ranks_per_host, fine=args.fine)
+                      overlap=not args.no_overlap, cores=args.cores, ranks_per_host=args.ranks_per_host, fine=args.fine,
+                      optimizer_state=args.optimizer_state)
     measured = prof.analysis.measured_us
 
     def timeline(i: int, g, res) -> str | None:

@@ -124,6 +124,8 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         warnings=run.meta.warning_texts(),
         parallel=parallel,
         horovod=run.meta.horovod,
+        layer_grad_bytes=dict(run.ranks[0].meta.layer_grad_bytes),
+        layer_saved_bytes=dict(run.ranks[0].meta.layer_saved_bytes),
     )
     if run.meta.fsdp:
         from .build_fsdp import fsdp_meta  # noqa: PLC0415  (it imports this module's users)

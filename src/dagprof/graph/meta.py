@@ -106,6 +106,8 @@ class GraphMeta:
     provenance: Provenance | None = None  # each node's measured interval and each edge's rule (graph.build)
     parallel: Parallelism | None = None  # process groups and mesh dimensions (graph.build; passes.workers scales its DP size);
     # None: a builder of data-parallel jobs only (parameter server, S-SGD model, synthetic graphs)
+    layer_grad_bytes: dict[str, int] = field(default_factory=dict)  # dagprof runs: rank 0's gradient bytes per layer (module path)
+    layer_saved_bytes: dict[str, int] = field(default_factory=dict)  # dagprof runs: rank 0's activation bytes saved per layer
     # --- the communication model (passes.comm, graph.build_ps)
     topology: Topology | None = None  # the link model pricing the collectives; None: fitted from the profile
     scheme: CollectiveSpec | None = None  # the collective scheme (ring, tree, hier, ps:K); None: ring

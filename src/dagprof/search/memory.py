@@ -219,3 +219,32 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
                     best = cand
         out[int(rank)] = best
     return out
+
+
+def ddp_peak_of_fsdp(g: Graph, workers: int | None = None) -> dict[int, MemoryBreakdown]:
+    """Peak memory per rank of the FSDP job ``g`` run under DDP (``whatif --data-parallel ddp``): ``MemoryModel``'s
+    peak with every parameter on every rank (the units' full sizes in their original dtype), the optimizer state
+    per parameter the FSDP profile measured (state over parameter shards), DDP's bucket buffers, and the
+    activations each layer saved less its gathered weight (DDP's weights are parameters, which the collector does
+    not count; a layer that saved no weight, an embedding, loses its few saved bytes). ``workers`` changes nothing:
+    a DDP rank holds the whole model at any count."""
+    fs = g.meta.fsdp
+    if fs is None:
+        raise DagprofError("not an FSDP graph")
+    if not fs.layer_saved_bytes:
+        raise DagprofError("the profile has no activation sizes (layer_saved_bytes); profile again with this dagprof to estimate memory")
+    total = float(sum(u.numel * _DTYPE_BYTES.get(u.orig_dtype, 4) for u in fs.units))
+    ids = {name: i for i, name in enumerate(g.layers)}
+    unit_of = {n: u for u in fs.units for n in u.layers}
+    saved = {}
+    for name, s in fs.layer_saved_bytes.items():
+        if name in ids:
+            u = unit_of.get(name)
+            w = float(fs.layer_grad_bytes.get(name, 0)) * (_DTYPE_BYTES.get(u.param_dtype, 4) / _DTYPE_BYTES.get(u.orig_dtype, 4) if u else 1.0)
+            saved[ids[name]] = max(float(s) - w, 0.0)
+    out = {}
+    for rank, mem in fs.memory.items():
+        state = mem.optim_state_bytes / mem.param_shard_bytes if mem.param_shard_bytes else 0.0
+        model = MemoryModel(total, saved, float(fs.layer_saved_bytes.get(SAVED_OUTSIDE_LAYERS, 0)), state)
+        out[int(rank)] = model.peak()
+    return out

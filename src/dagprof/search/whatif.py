@@ -2,7 +2,7 @@
 
 Each axis of a scenario (workers, bandwidth, ...) is declared once, in ``AXES``: its ``Scenario`` field, which is
 also its column, its ``dagprof whatif`` flag and parser, and its pass; ``PASSES`` is the order the passes run in
-(workers, scheme, link, FSDP reduce dtype, buckets, partition, compute, cores, Horovod fusion/cycle,
+(workers, DDP <-> FSDP, scheme, link, FSDP reduce dtype, buckets, partition, compute, cores, Horovod fusion/cycle,
 fine-grained collectives, FSDP reshard). Two different ratios answer two questions, and ``COLUMNS`` defines every other column of a row:
 - is it faster than what I have? ``speedup_vs_profiled``: the scenario's throughput over the
   profiled run's (both as replayed, so the model's own error cancels out of the ratio);
@@ -27,14 +27,15 @@ from ..graph.dag import Graph
 from ..passes import expand_collectives, partition_tensors, scale_compute, scale_workers, set_buckets, set_link, set_scheme, set_topology
 from ..passes.comm import current_topology, graph_world_size, hybrid, link_fit, priced_world_size
 from ..passes.compute import share_cores
-from ..passes.fsdp import refuse_unmodelled, scale_fsdp_workers, set_reduce_dtype, set_reshard
+from ..passes.data_parallel import parse_target, to_data_parallel, with_optimizer_state
+from ..passes.fsdp import UNMODELLED, refuse_unmodelled, scale_fsdp_workers, set_reduce_dtype, set_reshard
 from ..passes.horovod import set_horovod
 from ..passes.profiler_cost import measure_profiler_cost, remove_profiler_cost, scale_host_work
 from ..passes.workers import replica_ranks
 from ..progress import progress
 from ..replay import ReplayResult, replay
 from ..units import MAX_CONTENDED_WORKERS, MAX_WORKERS, MB, finite_non_negative, finite_positive, positive_int, positive_number, worker_count
-from .memory import fsdp_peak
+from .memory import OPTIMIZER_STATE, ddp_peak_of_fsdp, fsdp_peak
 
 COLUMNS = {
     "workers": "ranks (data-parallel workers) in the scenario",
@@ -48,7 +49,8 @@ COLUMNS = {
     "hi_ms": "high end of that interval, ms",
     "level": "the share of single steps the interval should hold (0.9 = 90 %)",
     "interval": "predicted iteration time (lo_ms-hi_ms, level)",
-    "peak_memory_mb": "FSDP jobs: predicted peak memory of the fullest rank, MiB (memory_per_rank: each rank's breakdown at its peak)",
+    "peak_memory_mb": "FSDP jobs and --data-parallel: predicted peak memory of the fullest rank, MiB (memory_per_rank: each rank's "
+                      "breakdown at its peak)",
 }
 
 
@@ -67,6 +69,7 @@ class Scenario:
     cycle_ms: float | None = None  # HOROVOD_CYCLE_TIME (Horovod runs)
     reshard_after_forward: bool | None = None  # FSDP's, on every unit
     reduce_dtype: str | None = None  # FSDP's MixedPrecisionPolicy(reduce_dtype=...), a torch dtype name: bfloat16
+    data_parallel: str | None = None  # the wrapper: ddp, fsdp or fsdp:keep (passes.data_parallel)
 
     def label(self) -> dict:
         """The row's axis columns, by ``AXES``."""
@@ -85,6 +88,7 @@ class Cluster:
     cores: int | None = None  # cores per host shared by its ranks
     ranks_per_host: int | None = None
     fine: bool = False  # per-message collectives on per-link queues
+    optimizer_state: str = "momentum"  # --data-parallel fsdp from DDP: optimizer state per parameter (search.memory.OPTIMIZER_STATE)
 
 
 Pass = Callable[[Graph, Scenario, Cluster, Topology], Graph]
@@ -103,6 +107,13 @@ def _workers(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
         t, link = current_topology(g), load_link_model(c.link_model, n)
         return set_topology(g, Topology(t.hosts, t.devices_per_host, link, link, t.overhead_us))
     return g
+
+
+def _data_parallel(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
+    if s.data_parallel is None:
+        return g
+    out = to_data_parallel(g, s.data_parallel, s.bucket_mb)
+    return with_optimizer_state(out, OPTIMIZER_STATE[c.optimizer_state]) if is_fsdp_graph(out) and not is_fsdp_graph(g) else out
 
 
 def _scheme(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
@@ -164,7 +175,7 @@ def _reshard(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
 
 
 # The order ``apply`` runs the passes in, each a no-op unless its axis is set (or, for cores and fine, its ``Cluster`` setting).
-PASSES: tuple[Pass, ...] = (_workers, _scheme, _link, _reduce_dtype, _buckets, _partition, _compute, _cores, _horovod, _fine, _reshard)
+PASSES: tuple[Pass, ...] = (_workers, _data_parallel, _scheme, _link, _reduce_dtype, _buckets, _partition, _compute, _cores, _horovod, _fine, _reshard)
 
 
 def _on_off(text: str) -> bool:
@@ -221,6 +232,8 @@ AXES: tuple[Axis, ...] = (
     Axis("reshard_after_forward", "--reshard-after-forward", _on_off,
          "FSDP jobs: reshard_after_forward of every unit, on or off (or both: on,off)", _reshard, lambda on: "on" if on else "off"),
     Axis("reduce_dtype", "--reduce-dtype", _dtype, "FSDP jobs: the dtype gradients are reduced in, e.g. float32,bfloat16", _reduce_dtype),
+    Axis("data_parallel", "--data-parallel", parse_target, "DDP or FSDP2 jobs: the data-parallel wrapper, ddp, fsdp (fully_shard per "
+         "unit) or fsdp:keep (reshard_after_forward=False), e.g. ddp,fsdp", _data_parallel),
 )
 
 
@@ -244,9 +257,14 @@ def base_topology(g: Graph, c: Cluster) -> Topology:
 
 def apply(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
     """The run's graph under scenario ``s``: on the cluster ``base_topo``, then ``PASSES`` in order."""
-    if is_fsdp_graph(g):
-        refuse_unmodelled(g, [a.unmodelled_on_fsdp for a in AXES if a.unmodelled_on_fsdp and getattr(s, a.name) is not None]
-                          + [k for k, asked in (("no_overlap", not c.overlap), ("fine", c.fine)) if asked])
+    asked = ([a.unmodelled_on_fsdp for a in AXES if a.unmodelled_on_fsdp and getattr(s, a.name) is not None]
+             + [k for k, asked in (("no_overlap", not c.overlap), ("fine", c.fine)) if asked])
+    if asked and s.data_parallel in ("fsdp", "fsdp:keep") and not is_fsdp_graph(g):
+        raise DagprofError(f"--data-parallel {s.data_parallel} makes this DDP job FSDP; {UNMODELLED[asked[0]]} is not modelled for FSDP yet")
+    if is_fsdp_graph(g) and s.data_parallel != "ddp":
+        refuse_unmodelled(g, asked)
+    if s.data_parallel == "ddp" and is_fsdp_graph(g) and (s.reshard_after_forward is not None or s.reduce_dtype is not None):
+        raise DagprofError("--reshard-after-forward and --reduce-dtype are FSDP what-ifs; --data-parallel ddp makes this FSDP job DDP")
     g = set_topology(g, base_topo)
     for p in PASSES:
         g = p(g, s, c, base_topo)
@@ -349,9 +367,13 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
                "speedup_vs_profiled": (n / n0) * model / it, "speedup_vs_one_worker": None if eff is None else n / unit * eff, "scaling_efficiency": eff,
                "vs_measured_pct": None if not measured_us else 100.0 * (it - measured_us) / measured_us, "seconds": time.perf_counter() - t1}
         if caveat and (s.bandwidth is not None or s.latency_us is not None or s.workers not in (None, n0) or s.scheme is not None
-                       or s.reduce_dtype is not None):
+                       or s.reduce_dtype is not None or s.data_parallel is not None):
             row["caveat"] = caveat
-        if is_fsdp_graph(g0):
+        if s.data_parallel is not None and is_fsdp_graph(g0) != is_fsdp_graph(g):  # DDP <-> FSDP: the scenario's own record
+            peaks = fsdp_peak(g, reshard=s.reshard_after_forward) if is_fsdp_graph(g) else ddp_peak_of_fsdp(g0, s.workers)
+            row["peak_memory_mb"] = max(m.total for m in peaks.values()) / MB
+            row["memory_per_rank"] = {r: m.to_dict() for r, m in peaks.items()}
+        elif is_fsdp_graph(g0):
             dtyped = g0 if s.reduce_dtype is None else set_reduce_dtype(g0, s.reduce_dtype)  # the memory model reads the dtypes from meta
             peaks = fsdp_peak(dtyped, reshard=s.reshard_after_forward, workers=s.workers)
             row["peak_memory_mb"] = max(m.total for m in peaks.values()) / MB

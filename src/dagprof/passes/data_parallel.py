@@ -1,0 +1,342 @@
+"""DDP <-> FSDP2: the profiled job under the other data-parallel wrapper (``whatif --data-parallel``).
+
+DDP -> FSDP (``ddp_to_fsdp``). The units are what a user wraps: each numbered child of a container
+(``blocks.0``, ``layers.3``: the ``for block in model.blocks: fully_shard(block)`` recipe), found in the
+layers' module paths, and the root (``fully_shard(model)``) with every other layer; a model without a
+numbered container has the root alone. A unit's parameters are its layers' gradient bytes as profiled.
+The DDP bucket all-reduces go (and the finalize wait's measured blocking with them); per unit and step,
+on every rank's main lane, as FSDP2 runs them under gloo (``graph.build_fsdp`` names and orders them):
+- before the unit's first forward layer (the root's: before any layer) its all-gather of the full
+  parameters, blocking, then the copy-out of the gathered bytes into the parameters;
+- a reshard after its last forward layer (the root's after the forward) when ``reshard``, and then the
+  same all-gather and copy-out again before its first backward layer (the root's: at backward's start);
+- after its last backward layer (the root's after the backward) its reduce-scatter, blocking;
+- the optimizer updates this rank's shards only: 1/N of its profiled time.
+What a blocking wait adds beyond the transfer (a rank's lag behind the first to see it complete, ``graph.build``)
+is not in a DDP profile either: DDP's finalize wait also copies every bucket back into the gradients.
+Collectives are priced by the link model as every FSDP collective is (all-gathers half an all-reduce of
+the gathered bytes, gloo's reduce-scatter a whole one). A copy-out is a pass over memory like DDP's bucket
+enqueue (which scales each bucket in place): it costs the profile's enqueue time per byte. Not in a DDP
+profile, so not predicted: FSDP's Python hooks around each unit and DTensor's cost per optimizer op.
+
+Measured (``bench/bench_fsdp.py --part 7``, 2 gloo ranks on a 2-core machine at load 5-10): DDP -> FSDP predicts
+low, -5 to -31 %, most at 200 Mbit/s and on loopback. Read from the FSDP profiles there, what it lacks: gloo's
+all-gather releases one of the two ranks about 0.45 of its transfer after the other (median over every
+all-gather at 200 Mbit/s; its reduce-scatter releases both together), its all-gathers and reduce-scatters cost
+1-3x the all-reduce per byte when CPU-bound (loopback), and FSDP's optimizer step on DTensor shards and its hooks
+run longer than their share of DDP's. None of that is in a DDP profile; the pricing rules stay those of the FSDP
+what-ifs (which keep each FSDP profile's measured waits).
+
+FSDP -> DDP (``fsdp_to_ddp``): every FSDP collective, wait, copy-out and reshard goes; the gradients are
+bucketed by DDP's rule (``bucket_cap_mb``, 25 MiB by default) in reverse registration order (the layers'
+reversed), each bucket all-reduced once its last layer's backward ran, overlapping the rest of the
+backward, and DDP's finalize waits for them all (each rank with its median lag on the FSDP waits) and copies
+the buckets back into the gradients before the optimizer, which updates N times the shards. A bucket's enqueue
+and that copy each cost the FSDP profile's copy-out time per byte (the same kind of pass over memory).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import defaultdict
+
+import numpy as np
+
+from ..errors import DagprofError
+from ..graph.build_fsdp import fsdp_collectives, is_fsdp_graph
+from ..graph.dag import Graph, GraphBuilder
+from ..graph.meta import FsdpGraphUnit, FsdpRecord, FsdpShards
+from ..traces.events import Kind
+from ..units import MB
+from .buckets import chain_lanes, profiled_buckets
+from .comm import current_scheme, current_topology, find_collectives, graph_world_size, hybrid, retime_collectives
+from .fsdp import set_reshard
+
+TARGETS = ("ddp", "fsdp", "fsdp:keep")  # fsdp:keep = fully_shard(..., reshard_after_forward=False)
+ROOT = "<root>"  # FSDP's name for the root unit (``collect.hooks.fsdp``)
+_EPS = 1e-7  # us: an inserted node's order next to the node it precedes or follows (below the profile's 1 ns)
+DEFAULT_BUCKET_MB = 25.0
+
+
+def parse_target(text: str) -> str:
+    if text not in TARGETS:
+        raise ValueError(f"expected ddp, fsdp or fsdp:keep, got {text!r}")
+    return text
+
+
+def user_units(layers: list[str], grad_bytes: dict[str, int]) -> list[tuple[str, list[str]]]:
+    """(unit, its layers) as a user wraps the model: each numbered child of a container (the first number in a
+    layer's module path ends its unit's name: ``blocks.0.up`` -> ``blocks.0``), then the root with the rest.
+    Units without parameters are the root's. The root comes first; the others in the layers' order."""
+    def unit_of(layer: str) -> str:
+        parts = layer.split(".")
+        k = next((i for i, p in enumerate(parts) if p.isdigit()), None)
+        return ROOT if k is None else ".".join(parts[: k + 1])
+
+    members: dict[str, list[str]] = {ROOT: []}
+    for layer in layers:
+        members.setdefault(unit_of(layer), []).append(layer)
+    out = [(ROOT, members.pop(ROOT))]
+    for name, ls in members.items():
+        if sum(grad_bytes.get(x, 0) for x in ls) > 0:
+            out.append((name, ls))
+        else:
+            out[0][1].extend(ls)
+    return out
+
+
+def to_data_parallel(g: Graph, target: str, bucket_mb: float | None = None) -> Graph:
+    """``g`` (a DDP or FSDP2 profile) under ``target``: ddp, fsdp or fsdp:keep (as profiled: unchanged)."""
+    if is_fsdp_graph(g) and any(len(u.mesh) > 1 for u in g.meta.fsdp.units):
+        raise DagprofError("--data-parallel: this profile is an HSDP job (2-D mesh); only plain FSDP <-> DDP is modelled")
+    if hybrid(g):
+        raise DagprofError("--data-parallel: this profile is a hybrid job (DP beside TP/PP/EP); DDP <-> FSDP is modelled for plain data parallelism only")
+    if is_fsdp_graph(g):
+        if target == "ddp":
+            return fsdp_to_ddp(g, DEFAULT_BUCKET_MB if bucket_mb is None else bucket_mb)
+        return set_reshard(g, target == "fsdp")
+    if not ((g.kind == Kind.COMM) & (g.bucket >= 0)).any() or g.meta.framework or g.meta.horovod is not None:
+        raise DagprofError("--data-parallel needs a dagprof profile of a PyTorch DDP or FSDP2 job (DDP's gradient buckets or FSDP's units); "
+                           "this profile has neither")
+    return g if target == "ddp" else ddp_to_fsdp(g, reshard=target == "fsdp")
+
+
+def _main_lane(g: Graph, step: int, rank: int) -> np.ndarray:
+    dev = g.meta.main_device.get(rank)
+    sel = (g.step == step) & (g.rank == rank) & ((g.device == dev) if dev is not None else (g.device >= 0))
+    idx = np.flatnonzero(sel)
+    return idx[np.argsort(g.order[idx], kind="stable")]
+
+
+def ddp_to_fsdp(g: Graph, reshard: bool = True) -> Graph:
+    """The DDP profile ``g`` as an FSDP2 job with ``user_units``, every unit resharded after forward or none."""
+    grad = g.meta.layer_grad_bytes
+    if not grad or not any(grad.values()):
+        raise DagprofError("--data-parallel fsdp: the profile does not say which layer owns which parameters (no layer gradient bytes); "
+                           "profile the job with dagprof's hooks (dagprof.profile or dagprof profile --)")
+    n = graph_world_size(g)
+    units = user_units(g.layers, grad)
+    pb = profiled_buckets(g)
+    element = _element_size(g)
+    dtype = {2: "bfloat16", 4: "float32", 8: "float64"}.get(element, "float32")
+    unit_bytes = {name: sum(grad.get(x, 0) for x in ls) for name, ls in units}
+    bucket_bytes = float(sum(int(g.nbytes[c]) for c in pb.comm_ids))
+    copy_us_per_byte = float(g.dur[pb.enqueue].sum()) / bucket_bytes if bucket_bytes else 0.0
+    channel = int(g.device[pb.comm_ids[0]])
+    sinks = {v for vs in pb.sinks.values() for v in vs if g.kind[v] == Kind.COMM_WAIT}
+
+    dur, gap = g.dur.copy(), g.gap.copy()
+    wait = np.fromiter(sinks, dtype=np.int64, count=len(sinks))
+    dur[wait], gap[wait] = 0.0, 0.0  # DDP's finalize: nothing left to wait for
+    upd = np.flatnonzero(g.kind == Kind.UPDATE)
+    dur[upd] /= n  # the optimizer steps this rank's shards
+    b, remap = GraphBuilder.from_graph(g.replace(dur=dur, gap=gap), ~pb.drop)
+    layer_unit = {x: name for name, ls in units for x in ls}
+    seq = 0
+    ranks = sorted(int(r) for r in np.unique(g.rank[g.rank >= 0]))
+    for step in g.meta.steps:
+        lanes = {r: _main_lane(g, step, r) for r in ranks}
+        anchors = {r: _anchors(g, lanes[r], layer_unit) for r in ranks}
+        plan = _plan([name for name, _ in units], reshard)
+        shift: dict[tuple[int, bool], int] = defaultdict(int)  # nodes already inserted at an anchor (keeps their order)
+        for kind, unit, phase, where, before in plan:
+            nodes = {}
+            for r in ranks:
+                at = anchors[r].get((unit, where))
+                if at is None:
+                    break
+                nodes[r] = at
+            if len(nodes) != len(ranks):
+                continue  # a unit that ran no layer in this step (on some rank): FSDP would not gather it either
+            full = unit_bytes[unit]
+            if kind == "reshard":
+                for r, at in nodes.items():
+                    _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp reshard {unit} ({phase})", Kind.OTHER, 0.0)
+                continue
+            sync = b.add_node(f"sync.{kind} {unit}.{seq}", Kind.SYNC, step=step)
+            comm = b.add_node(f"{kind} {unit}.{seq}", Kind.COMM, device=channel, order=max(float(g.order[a]) for a in nodes.values()),
+                              step=step, nbytes=int(full))
+            b.add_edge(sync, comm)
+            seq += 1
+            for r, at in nodes.items():
+                enq = _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp {kind} {unit}", Kind.COMM_ENQUEUE, 0.0, nbytes=int(full))
+                w = _insert(b, g, remap, at, before, shift, f"rank{r}.wait {kind} {unit}", Kind.COMM_WAIT, 0.0)
+                b.add_edge(enq, sync)
+                b.add_edge(comm, w)
+                if kind == "all_gather":
+                    _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp copy-out {unit} ({phase})", Kind.OTHER, full * copy_us_per_byte)
+    chain_lanes(b)
+    out = b.build()
+    fs_units = [FsdpGraphUnit(name, int(unit_bytes[name] // element), int(math.ceil(unit_bytes[name] / n)), dtype, dtype, dtype,
+                              reshard, reshard, [n], [], list(ls)) for name, ls in units]
+    total = sum(unit_bytes.values())
+    shards = FsdpShards(int(math.ceil(total / n)), int(math.ceil(total / n)), 0)  # optimizer state: unknown to a DDP profile (``with_optimizer_state``)
+    # as FSDP's collector would see them: a layer's gathered weight is no parameter, so it counts among what the layer saved
+    # (``search.memory.fsdp_peak`` takes it out again)
+    saved = {k: v + grad.get(k, 0) for k, v in g.meta.layer_saved_bytes.items()}  # none recorded: fsdp_peak refuses
+    saved |= {k: v for k, v in grad.items() if v > 0 and k not in saved} if saved else {}
+    record = FsdpRecord(fs_units, {r: shards for r in ranks}, g.meta.backend or "gloo", n, saved, dict(grad))
+    out = out.replace(meta=out.meta.replace(fsdp=record, buckets=(), bucket_cap_mb=None))
+    return retime_collectives(out, current_topology(g), current_scheme(g))
+
+
+def with_optimizer_state(g: Graph, per_param: float) -> Graph:
+    """``g`` (from ``ddp_to_fsdp``) with ``per_param`` times each rank's parameter shard as optimizer state (Adam: 2)."""
+    fs = g.meta.fsdp
+    mem = {r: dataclasses.replace(m, optim_state_bytes=int(m.param_shard_bytes * per_param)) for r, m in fs.memory.items()}
+    return g.replace(meta=g.meta.replace(fsdp=dataclasses.replace(fs, memory=mem)))
+
+
+def _element_size(g: Graph) -> int:
+    """Bytes per gradient element, from the profiled buckets' shapes (4 when they are not recorded)."""
+    shapes = [(math.prod(s), bk.nbytes) for bk in g.meta.buckets for s in [x for x in (bk.shapes or ()) if x is not None]]
+    numel = sum(s for s, _ in shapes)
+    total = sum(bk.nbytes for bk in g.meta.buckets if bk.shapes and all(x is not None for x in bk.shapes))
+    return max(1, round(total / numel)) if numel and total else 4
+
+
+def _plan(units: list[str], reshard: bool) -> list[tuple[str, str, str, str, bool]]:
+    """FSDP2's sequence of one step as (kind, unit, phase, anchor, before it?): the root first in forward and last in
+    backward, inner units in forward order, then reversed (the order matters where two share an anchor)."""
+    root, inner = units[0], units[1:]
+    plan = [("all_gather", u, "forward", "fwd_first", True) for u in units]
+    if reshard:
+        plan += [("reshard", u, "forward", "fwd_last", False) for u in [*inner, root]]
+        plan.append(("all_gather", root, "backward", "bwd_first", True))
+    for u in [*inner[::-1], root]:
+        if reshard and u != root:
+            plan.append(("all_gather", u, "backward", "bwd_first", True))
+        plan.append(("reduce_scatter", u, "backward", "bwd_last", False))
+        if reshard:
+            plan.append(("reshard", u, "backward", "bwd_last", False))
+    return plan
+
+
+def _anchors(g: Graph, lane: np.ndarray, layer_unit: dict[str, str]) -> dict[tuple[str, str], int]:
+    """(unit, fwd_first|fwd_last|bwd_first|bwd_last) -> the lane node there; the root's span the whole pass."""
+    out: dict[tuple[str, str], int] = {}
+    for kind, tag in ((Kind.FORWARD, "fwd"), (Kind.BACKWARD, "bwd")):
+        ops = [int(v) for v in lane if g.kind[v] == kind and g.layer[v] >= 0]
+        if not ops:
+            continue
+        out[(ROOT, f"{tag}_first")], out[(ROOT, f"{tag}_last")] = ops[0], ops[-1]
+        for v in ops:
+            unit = layer_unit.get(g.layers[int(g.layer[v])], ROOT)
+            if unit != ROOT:
+                out.setdefault((unit, f"{tag}_first"), v)
+                out[(unit, f"{tag}_last")] = v
+    return out
+
+
+def _insert(b: GraphBuilder, g: Graph, remap: np.ndarray, at: int, before: bool, shift: dict, name: str, kind: Kind, dur: float,
+            nbytes: int = 0) -> int:
+    """A node on ``at``'s lane just before or after it (``chain_lanes`` links it in by order); later insertions at the
+    same place follow earlier ones."""
+    key = (at, before)
+    k = shift[key] = shift[key] + 1
+    order = float(g.order[at]) + (-_EPS * (10_000 - k) if before else _EPS * k)
+    return b.add_node(name, kind, rank=int(g.rank[at]), device=int(g.device[at]), dur=dur, order=order, step=int(g.step[at]), nbytes=nbytes)
+
+
+def _lag_per_rank(g: Graph, waits: np.ndarray) -> dict[int, float]:
+    """Each rank's median wake-up lag after a collective completed (the measured gap of its blocking waits): a rank
+    resumes that much after the first rank saw the collective done (``graph.build``), after every blocking collective."""
+    waits = np.asarray(waits, dtype=np.int64)
+    return {int(r): float(np.median(g.gap[waits[g.rank[waits] == r]])) for r in np.unique(g.rank[waits]).tolist()}
+
+
+def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB) -> Graph:
+    """The FSDP2 profile ``g`` as a DDP job with ``bucket_mb`` buckets."""
+    fs = g.meta.fsdp
+    n = graph_world_size(g)
+    colls = {c.node for c in fsdp_collectives(g)}
+    found = [c for c in find_collectives(g) if c.comm in colls]
+    drop = np.zeros(len(g), dtype=bool)
+    waits = [v for c in found for v in c.consumers if g.kind[v] == Kind.COMM_WAIT and g.rank[v] >= 0]
+    lag = _lag_per_rank(g, np.asarray(waits, dtype=np.int64))
+    for c in found:
+        drop[c.comm] = True
+        if c.sync >= 0:
+            drop[c.sync] = True
+        drop[[v for v in c.consumers if g.kind[v] == Kind.COMM_WAIT and g.rank[v] >= 0]] = True
+    size = {u.name: u.numel * _dtype_bytes(u.param_dtype) for u in fs.units}
+    copied, copy_us = 0.0, 0.0
+    for v in np.flatnonzero((g.rank >= 0) & ((g.kind == Kind.OTHER) | (g.kind == Kind.COMM_ENQUEUE))).tolist():
+        name = g.node_name(v).partition(".")[2]
+        if name.startswith("fsdp "):  # the collectives' enqueues (``traces.fsdp_run``), copy-outs and reshards
+            drop[v] = True
+            if name.startswith("fsdp copy-out "):
+                copied += size.get(name.removeprefix("fsdp copy-out ").rpartition(" (")[0], 0)
+                copy_us += float(g.dur[v])
+    us_per_byte = copy_us / copied if copied else 0.0
+    channel = int(g.device[found[0].comm]) if found else -1
+    if channel < 0:
+        raise DagprofError("--data-parallel ddp: the FSDP profile has no collective to take the link from")
+    dur = g.dur.copy()
+    upd = np.flatnonzero(g.kind == Kind.UPDATE)
+    dur[upd] *= n  # every parameter updated on every rank
+    buckets = _ddp_buckets(g, fs.layer_grad_bytes, bucket_mb * MB)
+    params = sum(nb for _, nb in buckets)
+    b, remap = GraphBuilder.from_graph(g.replace(dur=dur), ~drop)
+    ranks = sorted(int(r) for r in np.unique(g.rank[g.rank >= 0]))
+    layer_id = {name: k for k, name in enumerate(g.layers)}
+    for step in g.meta.steps:
+        lanes = {r: _main_lane(g, step, r) for r in ranks}
+        finals = {}
+        for r in ranks:
+            up = [int(v) for v in lanes[r] if g.kind[v] == Kind.UPDATE]
+            if not up:
+                raise DagprofError(f"--data-parallel ddp: step {step} on rank {r} has no optimizer step to wait for the buckets")
+            o, dev = float(g.order[up[0]]), int(g.device[up[0]])
+            finals[r] = b.add_node(f"rank{r}.ddp finalize (wait for buckets)", Kind.COMM_WAIT, rank=r, device=dev, gap=lag.get(r, 0.0),
+                                   order=o - 2 * _EPS, step=step)
+            b.add_node(f"rank{r}.ddp copy buckets to grads", Kind.OTHER, rank=r, device=dev, dur=params * us_per_byte, order=o - _EPS, step=step)
+        last = {r: -np.inf for r in ranks}
+        for k, (layers, nbytes) in enumerate(buckets):
+            sync = b.add_node(f"sync.allreduce bucket {k}", Kind.SYNC, step=step, bucket=k)
+            ready = -np.inf
+            for r in ranks:
+                ids = {layer_id[x] for x in layers if x in layer_id}
+                bw = [int(v) for v in lanes[r] if g.kind[v] == Kind.BACKWARD and int(g.layer[v]) in ids]
+                if not bw:
+                    raise DagprofError(f"--data-parallel ddp: step {step} on rank {r} runs no backward of {layers[0]}; cannot bucket its gradients")
+                at = max(bw, key=lambda v: g.order[v])
+                o = max(float(g.order[at]), last[r]) + _EPS * (k + 1)
+                last[r] = o
+                enq = b.add_node(f"rank{r}.allreduce bucket {k}", Kind.COMM_ENQUEUE, rank=r, device=int(g.device[at]), dur=nbytes * us_per_byte,
+                                 order=o, step=step, bucket=k, nbytes=int(nbytes))
+                b.add_edge(int(remap[at]), enq)
+                b.add_edge(enq, sync)
+                ready = max(ready, o)
+            comm = b.add_node(f"allreduce bucket {k}.{step}", Kind.COMM, device=channel, order=ready, step=step, bucket=k, nbytes=int(nbytes))
+            b.add_edge(sync, comm)
+            for r in ranks:
+                b.add_edge(comm, finals[r])
+    chain_lanes(b)
+    out = b.build()
+    out = out.replace(meta=out.meta.replace(fsdp=None, bucket_cap_mb=bucket_mb))
+    return retime_collectives(out, current_topology(g), current_scheme(g))
+
+
+def _ddp_buckets(g: Graph, grad: dict[str, int], cap: float) -> list[tuple[list[str], int]]:
+    """DDP's buckets at layer granularity: the layers with gradients in reverse registration order (the profile's
+    layers reversed), a bucket closing at the first layer that brings it to ``cap``."""
+    out, cur, acc = [], [], 0
+    for layer in reversed(g.layers):
+        nb = int(grad.get(layer, 0))
+        if nb <= 0:
+            continue
+        cur.append(layer)
+        acc += nb
+        if acc >= cap:
+            out.append((cur, acc))
+            cur, acc = [], 0
+    if cur:
+        out.append((cur, acc))
+    if not out:
+        raise DagprofError("--data-parallel ddp: the profile records no gradient bytes per layer; cannot form DDP's buckets")
+    return out
+
+
+def _dtype_bytes(dtype: str) -> int:
+    return {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}.get(dtype, 4)

@@ -1,0 +1,185 @@
+"""DDP <-> FSDP2 what-ifs (``passes.data_parallel``, ``whatif --data-parallel``) on real recordings of one model:
+``tests/data/fsdp/ddp`` (DDP) and ``tests/data/fsdp/reshard`` (fully_shard per block and the root)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from testdata import DATA
+
+from dagprof.analysis import job_iteration_us
+from dagprof.cli.main import main
+from dagprof.errors import DagprofError
+from dagprof.graph.build import build_graph
+from dagprof.graph.build_fsdp import check_fsdp_edges, fsdp_collectives
+from dagprof.passes.data_parallel import ddp_to_fsdp, fsdp_to_ddp, to_data_parallel, user_units
+from dagprof.search.memory import ddp_peak_of_fsdp, fsdp_peak
+from dagprof.search.whatif import Cluster, Scenario, apply, base_topology, evaluate
+from dagprof.traces.dagprof_run import read_run
+from dagprof.traces.events import Kind
+
+DDP, FSDP, HSDP = DATA / "fsdp" / "ddp", DATA / "fsdp" / "reshard", DATA / "fsdp" / "hsdp"
+
+
+@pytest.fixture(scope="module")
+def ddp():
+    return build_graph(read_run(DDP))
+
+
+@pytest.fixture(scope="module")
+def fsdp():
+    return build_graph(read_run(FSDP))
+
+
+def _colls(g):
+    return [(c.kind, c.unit, int(g.step[c.node]), int(g.nbytes[c.node])) for c in fsdp_collectives(g)]
+
+
+def _buckets(g):
+    idx = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0) & (g.bucket >= 0))
+    return [(int(g.step[v]), int(g.bucket[v]), int(g.nbytes[v])) for v in idx]
+
+
+def test_units_are_what_a_user_wraps():
+    grad = {"embed": 8, "blocks.0.up": 4, "blocks.0.act": 0, "blocks.1.up": 4, "blocks.1.norm": 2, "head": 8, "drop": 0}
+    layers = ["embed", "blocks.0.up", "blocks.0.act", "blocks.1.up", "blocks.1.norm", "drop", "head"]
+    assert user_units(layers, grad) == [("<root>", ["embed", "drop", "head"]), ("blocks.0", ["blocks.0.up", "blocks.0.act"]),
+                                        ("blocks.1", ["blocks.1.up", "blocks.1.norm"])]
+    # an nn.Sequential's numbered children are units; a child without parameters stays in the root
+    assert user_units(["0", "1", "2"], {"0": 4, "2": 4}) == [("<root>", ["1"]), ("0", ["0"]), ("2", ["2"])]
+    # no numbered container: fully_shard(model) alone
+    assert user_units(["fc1", "fc2"], {"fc1": 4, "fc2": 4}) == [("<root>", ["fc1", "fc2"])]
+
+
+def test_ddp_to_fsdp_has_fsdps_collectives_and_orderings(ddp, fsdp):
+    """The DDP profile as FSDP: the same units, collectives, bytes and orderings as the real fully_shard recording of the model."""
+    g = ddp_to_fsdp(ddp)
+    g.lint()
+    assert not _buckets(g)
+    assert [(u.name, u.numel, u.layers) for u in g.meta.fsdp.units] == [(u.name, u.numel, u.layers) for u in fsdp.meta.fsdp.units]
+    counts = check_fsdp_edges(g)
+    steps, units = len(g.meta.steps), len(g.meta.fsdp.units)
+    assert counts["forward_waits_all_gather"] == counts["backward_all_gather_after_reshard"] == 2 * steps * units  # per rank
+    assert counts["reduce_scatter_after_backward"] == counts["optimizer_waits_reduce_scatter"] == 2 * steps * units
+    # per step and unit: a forward and a backward all-gather and a reduce-scatter, each of the unit's full bytes,
+    # which add up to the parameters' (the DDP buckets' bytes)
+    colls = _colls(g)
+    assert sorted((k, u) for k, u, s, _ in colls if s == g.meta.steps[0]) == sorted((k, u) for k, u, s, _ in _colls(fsdp) if s == fsdp.meta.steps[0])
+    total = sum(nb for _, _, nb in _buckets(ddp)) / len(ddp.meta.steps)
+    for kind in ("all_gather", "reduce_scatter"):
+        assert sum(nb for k, _, _, nb in colls if k == kind) / len(g.meta.steps) == total * (2 if kind == "all_gather" else 1)
+    # the optimizer steps half the parameters on each of the 2 ranks
+    upd = g.kind == Kind.UPDATE
+    assert np.allclose(g.dur[upd] * 2, ddp.dur[ddp.kind == Kind.UPDATE])
+
+
+def test_fsdp_keep_gathers_once_per_step(ddp):
+    g = ddp_to_fsdp(ddp, reshard=False)
+    counts = check_fsdp_edges(g)
+    assert counts["backward_all_gather_after_reshard"] == 0 and counts["forward_waits_all_gather"] > 0
+    assert job_iteration_us(g) < job_iteration_us(ddp_to_fsdp(ddp))
+    assert not any(u.resharded_after_forward for u in g.meta.fsdp.units)
+
+
+def test_fsdp_to_ddp_buckets_every_gradient_once(fsdp):
+    g = fsdp_to_ddp(fsdp)
+    g.lint()
+    assert g.meta.fsdp is None and not fsdp_collectives(g)
+    assert not any("fsdp " in g.node_name(v) for v in range(len(g)))
+    params = sum(u.numel * 4 for u in fsdp.meta.fsdp.units)
+    buckets = _buckets(g)
+    assert [nb for _, _, nb in buckets] == [params] * len(g.meta.steps)  # under 25 MiB: one bucket per step
+    # 64 KiB buckets, in reverse registration order: the head (65 KiB) closes the first, the embedding the last
+    small = _buckets(fsdp_to_ddp(fsdp, bucket_mb=64 / 1024))
+    per_step = [nb for s, _, nb in small if s == g.meta.steps[0]]
+    assert sum(per_step) == params and per_step[0] == fsdp.meta.fsdp.layer_grad_bytes["head"] and len(per_step) == 4
+    # DDP's finalize waits for every bucket, then copies them into the gradients, before the optimizer, which steps
+    # every parameter on every rank
+    for v in np.flatnonzero(g.kind == Kind.UPDATE).tolist():
+        (copy,) = [p for p in g.predecessors(v).tolist() if "ddp copy buckets to grads" in g.node_name(p)]
+        (fin,) = [p for p in g.predecessors(copy).tolist() if "ddp finalize" in g.node_name(p)]
+        assert [int(g.bucket[p]) for p in g.predecessors(fin).tolist() if g.kind[p] == Kind.COMM] == [0]
+        assert g.dur[copy] > 0
+    assert np.allclose(g.dur[g.kind == Kind.UPDATE], 2 * fsdp.dur[fsdp.kind == Kind.UPDATE])
+
+
+def test_round_trip_keeps_the_ddp_job(ddp):
+    """DDP -> FSDP -> DDP: the same compute, one bucket of the same bytes per step, and the iteration between the
+    original and the original less what DDP's finalize measured beyond the transfer (its wait's gap, which the copy
+    back into the gradients stands in for)."""
+    back = fsdp_to_ddp(ddp_to_fsdp(ddp))
+    assert [nb for _, _, nb in _buckets(back)] == [nb for _, _, nb in _buckets(ddp)]
+    for kind in (Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE):
+        assert np.allclose(np.sort(back.dur[back.kind == kind]), np.sort(ddp.dur[ddp.kind == kind]))
+    gap = ddp.gap.copy()
+    gap[[v for v in range(len(ddp)) if "ddp finalize" in ddp.node_name(v)]] = 0.0
+    assert job_iteration_us(ddp.replace(gap=gap)) < job_iteration_us(back) < job_iteration_us(ddp)
+
+
+def test_as_profiled_is_unchanged(ddp, fsdp):
+    assert to_data_parallel(ddp, "ddp") is ddp
+    assert job_iteration_us(to_data_parallel(fsdp, "fsdp")) == pytest.approx(job_iteration_us(fsdp))
+
+
+def test_memory_of_each_wrapper(ddp, fsdp):
+    """Each prediction holds the other wrapper's parameters, gradients and optimizer state as it would; against the
+    same configuration run with ``bench/fsdp_train.py --memory`` (steps 1-5 of 6, either rank): within 11 %."""
+    params = sum(u.numel * 4 for u in fsdp.meta.fsdp.units)
+    d = ddp_peak_of_fsdp(fsdp)[0]
+    assert d.params == d.grads == d.buckets == params and d.optimizer == 2 * params  # AdamW, as the FSDP profile measured
+    assert d.total == pytest.approx(1545376, rel=0.11)  # --ddp --memory
+    g = apply(ddp, Scenario(data_parallel="fsdp"), Cluster(optimizer_state="adam"), base_topology(ddp, Cluster()))
+    f = fsdp_peak(g)[0]
+    assert f.params == params / 2 and f.optimizer == params  # Adam's two copies of half the parameters
+    assert f.total == pytest.approx(1085872, rel=0.11)  # the fully_shard run (tests/test_fsdp_whatif.py)
+
+
+def test_whatif_rows_carry_time_and_memory(ddp, fsdp):
+    for g, targets in ((ddp, ["ddp", "fsdp", "fsdp:keep"]), (fsdp, ["ddp", "fsdp", "fsdp:keep"])):
+        rows = evaluate(g, [Scenario(data_parallel=t) for t in targets], tolerance_pct=None)["scenarios"]
+        assert [r["data_parallel"] for r in rows] == targets
+        for r in rows:
+            assert r["lo_ms"] <= r["predicted_iter_ms"] <= r["hi_ms"]
+            if r["data_parallel"] != "ddp" or g is fsdp:
+                assert r["peak_memory_mb"] > 0 and r["memory_per_rank"].keys() == {0, 1}
+
+
+@pytest.mark.parametrize("path, argv, message", [
+    (DDP, ["--data-parallel", "fsdp", "--bucket-mb", "1"], "--data-parallel fsdp makes this DDP job FSDP; --bucket-mb"),
+    (FSDP, ["--data-parallel", "ddp", "--reduce-dtype", "bf16"], "--data-parallel ddp makes this FSDP job DDP"),
+    (HSDP, ["--data-parallel", "ddp"], "this profile is an HSDP job"),
+    (DATA / "hybrid-dp-tp-dagprof", ["--data-parallel", "fsdp"], "this profile is a hybrid job"),
+    (DATA / "horovod" / "fused", ["--data-parallel", "fsdp"], "needs a dagprof profile of a PyTorch DDP or FSDP2 job"),
+    (DDP, ["--data-parallel", "zero3"], "expected ddp, fsdp or fsdp:keep"),
+])
+def test_refused_in_one_line(path, argv, message, capsys):
+    assert main(["whatif", str(path), *argv, "--no-trace", "--allow-model-error"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+
+
+def test_cli_json(capsys, tmp_path):
+    assert main(["whatif", str(DDP), "--data-parallel", "fsdp", "--optimizer-state", "adam", "--json", "--allow-model-error",
+                 "-o", str(tmp_path)]) == 0
+    row = json.loads(capsys.readouterr().out)["scenarios"][0]
+    assert row["data_parallel"] == "fsdp" and row["memory_per_rank"]["0"]["optimizer_mb"] == pytest.approx(row["memory_per_rank"]["0"]["params_mb"] * 2)
+
+
+def test_a_profile_without_layers_is_refused():
+    g = build_graph(read_run(DDP))
+    g = g.replace(meta=g.meta.replace(layer_grad_bytes={}))
+    with pytest.raises(DagprofError, match="does not say which layer owns which parameters"):
+        ddp_to_fsdp(g)
+
+
+def test_with_more_workers(ddp, fsdp):
+    """--workers 4 beside --data-parallel: FSDP shards over the 4 ranks; DDP keeps every parameter and steps all of them."""
+    c = Cluster(optimizer_state="adam")
+    g = apply(ddp, Scenario(workers=4, data_parallel="fsdp"), c, base_topology(ddp, c))
+    params = sum(u.numel * 4 for u in fsdp.meta.fsdp.units)
+    assert g.meta.fsdp.world_size == 4 and fsdp_peak(g)[0].params == params / 4
+    assert np.allclose(g.dur[g.kind == Kind.UPDATE][:4] * 4, ddp.dur[ddp.kind == Kind.UPDATE][:4])
+    d = apply(fsdp, Scenario(workers=4, data_parallel="ddp"), c, base_topology(fsdp, c))
+    assert d.meta.world_size == 4 and d.meta.fsdp is None
+    assert np.allclose(np.unique(d.dur[d.kind == Kind.UPDATE]), np.unique(fsdp.dur[fsdp.kind == Kind.UPDATE]) * 2)
