@@ -162,8 +162,16 @@ def test_refused_in_one_line(path, argv, message, capsys):
 def test_cli_json(capsys, tmp_path):
     assert main(["whatif", str(DDP), "--data-parallel", "fsdp", "--optimizer-state", "adam", "--json", "--allow-model-error",
                  "-o", str(tmp_path)]) == 0
-    row = json.loads(capsys.readouterr().out)["scenarios"][0]
+    r = json.loads(capsys.readouterr().out)
+    row = r["scenarios"][0]
     assert row["data_parallel"] == "fsdp" and row["memory_per_rank"]["0"]["optimizer_mb"] == pytest.approx(row["memory_per_rank"]["0"]["params_mb"] * 2)
+    # never a silent answer: what the conversion cannot see, and its measured miss, come with it
+    assert [n for n in r["notes"] if n.startswith("--data-parallel fsdp from a DDP profile") and "slower than predicted" in n]
+
+
+def test_no_conversion_no_note(capsys):
+    assert main(["whatif", str(DDP), "--data-parallel", "ddp", "--json", "--allow-model-error", "--no-trace"]) == 0
+    assert not [n for n in json.loads(capsys.readouterr().out)["notes"] if n.startswith("--data-parallel")]
 
 
 def test_a_profile_without_layers_is_refused():

@@ -27,7 +27,7 @@ from ..graph.dag import Graph
 from ..passes import expand_collectives, partition_tensors, scale_compute, scale_workers, set_buckets, set_link, set_scheme, set_topology
 from ..passes.comm import current_topology, graph_world_size, hybrid, link_fit, priced_world_size
 from ..passes.compute import share_cores
-from ..passes.data_parallel import parse_target, to_data_parallel, with_optimizer_state
+from ..passes.data_parallel import LIMITS as DATA_PARALLEL_LIMITS, parse_target, to_data_parallel, with_optimizer_state
 from ..passes.fsdp import UNMODELLED, refuse_unmodelled, scale_fsdp_workers, set_reduce_dtype, set_reshard
 from ..passes.horovod import set_horovod
 from ..passes.profiler_cost import measure_profiler_cost, remove_profiler_cost, scale_host_work
@@ -388,7 +388,16 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     profiler = cost.to_dict() | ({"corrected": False, "verdict": "--raw", "text": "op times as profiled (--raw)"} if raw else {})
     return {"workers": n0, "model_iter_ms": model / 1e3, "model_error_pct": model_error, "profiler_cost": profiler,
             "reference_iter_ms": None if not measured_us else measured_us / 1e3, "link": link_text(base_topo), "link_fit": link,
-            "columns": COLUMNS, "scenarios": rows, "notes": _hybrid_notes(g0), "seconds": time.perf_counter() - t0}
+            "columns": COLUMNS, "scenarios": rows, "notes": _hybrid_notes(g0) + _conversion_notes(g0, scenarios),
+            "seconds": time.perf_counter() - t0}
+
+
+def _conversion_notes(g0: Graph, scenarios: list[Scenario]) -> list[str]:
+    """The known limits of a DDP <-> FSDP answer, once per target wrapper asked for."""
+    fsdp = is_fsdp_graph(g0)
+    targets = {"ddp" if s.data_parallel == "ddp" else "fsdp" for s in scenarios if s.data_parallel is not None}
+    return [f"--data-parallel {t} from a{'n FSDP' if fsdp else ' DDP'} profile: {DATA_PARALLEL_LIMITS[t]}"
+            for t in sorted(targets) if (t == "fsdp") != fsdp]
 
 
 def _hybrid_notes(g: Graph) -> list[str]:
