@@ -95,6 +95,16 @@ def test_bandwidth_whatif_answers(capsys):
     assert rows[("100Mbit", "off")]["predicted_iter_ms"] < rows[("100Mbit", "on")]["predicted_iter_ms"]
 
 
+def test_optimize_says_how_to_wrap_and_verify_is_refused(capsys, tmp_path):
+    """dagprof.apply configures fully_shard units; an FSDP1 plan is applied when wrapping, so the advice says how."""
+    assert main(["optimize", str(FSDP1), "-o", str(tmp_path / "a"), "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["fsdp"] and "SHARD_GRAD_OP" in r["recommendation"] and "dagprof.apply(" not in r["recommendation"]
+    assert main(["optimize", str(FSDP1), "-o", str(tmp_path / "b"), "--verify", "--", sys.executable, "-c", "pass"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "FSDP1" in err and "\n" not in err
+
+
 def test_old_rank_files_read_as_fsdp2():
     """The FSDP1 fields are additions with defaults: an FSDP2 record without them decodes as before."""
     import msgspec

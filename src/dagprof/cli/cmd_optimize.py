@@ -6,6 +6,7 @@ import sys
 
 from ..errors import DagprofError
 from ..progress import bar, shown
+from ..traces.run_schema import FSDP2_API
 from ..units import parse_size
 from .common import add_out_argument, add_run_arguments, comma_list, finite_non_negative, outputs, positive_int, seconds
 from .terminal import escape
@@ -63,10 +64,15 @@ def run(args: argparse.Namespace) -> dict:
             line = defaults_stand(res) + ("; nothing to verify" if args.verify else "")
             return res.to_dict() | {"strategy_file": None, "summary": line, "recommendation": line, "verification": None}
         result = res.to_dict() | {"strategy_file": found.path}
+        fsdp = found.profile.graph.meta.fsdp
+        if args.verify and fsdp is not None and fsdp.api != FSDP2_API:
+            raise DagprofError(f"--verify applies a strategy to fully_shard (FSDP2) jobs; this is a {fsdp.api} (FSDP1) job, whose "
+                               "sharding is set when it is wrapped: apply the plan by hand (see the recommendation without --verify)", args.run)
         if args.verify:
             result["verification"] = verify_strategy(cmd, found, staged.path, args.rounds, args.ranks, args.emulate)
     result = staged.final_path(result)
-    return result | {"recommendation": recommendation(res, result["strategy_file"])}
+    fsdp = found.profile.graph.meta.fsdp
+    return result | {"recommendation": recommendation(res, result["strategy_file"], None if fsdp is None else fsdp.api)}
 
 
 def verify_strategy(cmd: list[str], found, out: str, rounds: int, ranks: int | None, emulate: str | None) -> dict:
@@ -80,9 +86,13 @@ def verify_strategy(cmd: list[str], found, out: str, rounds: int, ranks: int | N
         return check_strategy(cmd, found, out, rounds, ranks, on.cluster, say).to_dict()
 
 
-def recommendation(res, path: str) -> str:
+def recommendation(res, path: str, fsdp_api: str | None = None) -> str:
     if res.memory_reason:
         return res.memory_reason
+    if fsdp_api is not None and fsdp_api != FSDP2_API:  # FSDP1 fixes a unit's sharding when it is wrapped
+        return (f"wrap the units as {path!r} says: FullyShardedDataParallel(..., sharding_strategy=ShardingStrategy.SHARD_GRAD_OP) "
+                "for a unit kept gathered after forward, FULL_SHARD for one resharded, MixedPrecision(reduce_dtype=...) for the reduce "
+                "dtype (dagprof.apply configures fully_shard models only)")
     model = "fsdp_model" if res.to_dict().get("fsdp") else "ddp_model"
     return f"dagprof.apply({model}, {path!r}) before training, or verify it: dagprof optimize RUN --verify -- CMD"
 

@@ -54,6 +54,7 @@ def fsdp_meta(run: Run) -> FsdpRecord:
         world_size=run.world_size,
         layer_saved_bytes=dict(t0.meta.layer_saved_bytes),  # rank 0's: activations for the memory model
         layer_grad_bytes=dict(t0.meta.layer_grad_bytes),
+        api=t0.meta.fsdp.api,
     )
 
 

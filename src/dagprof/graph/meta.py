@@ -13,6 +13,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..traces.run_schema import FSDP2_API
+
 if TYPE_CHECKING:
     from ..costmodel.topology import CollectiveSpec, Topology
     from ..traces.buckets import BucketLayout
@@ -59,7 +61,7 @@ class FsdpShards:
 
 @dataclass(frozen=True, slots=True)
 class FsdpRecord:
-    """An FSDP2 job's units, shards per rank and activation sizes, for the what-ifs and the memory model."""
+    """An FSDP job's units, shards per rank and activation sizes, for the what-ifs and the memory model."""
 
     units: list[FsdpGraphUnit]
     memory: dict[int, FsdpShards]  # rank -> its shards
@@ -67,6 +69,7 @@ class FsdpRecord:
     world_size: int
     layer_saved_bytes: dict[str, int]  # rank 0's activations per layer
     layer_grad_bytes: dict[str, int]
+    api: str = FSDP2_API  # FsdpInfo.api: dagprof.apply configures FSDP2 units only
 
 
 @dataclass(frozen=True, slots=True)

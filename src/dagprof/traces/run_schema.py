@@ -136,10 +136,13 @@ class FsdpCollective(msgspec.Struct, kw_only=True):
     issued_ns: int
 
 
+FSDP2_API, FSDP1_API = "fully_shard", "FullyShardedDataParallel"  # FsdpInfo.api: which FSDP wrapped the units
+
+
 class FsdpInfo(msgspec.Struct, kw_only=True):
     """What FSDP did on this rank in the window (``collect.hooks.fsdp``, FSDP1: ``collect.hooks.fsdp1``)."""
 
-    api: str = "fully_shard"  # fully_shard (FSDP2) | FullyShardedDataParallel (FSDP1)
+    api: str = FSDP2_API
     units: list[FsdpUnit] = []
     collectives: list[FsdpCollective] = []
     param_shard_bytes: int = 0  # sharded parameters, gradients and optimizer state on this rank at the window's end

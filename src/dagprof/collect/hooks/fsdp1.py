@@ -25,7 +25,7 @@ from __future__ import annotations
 from functools import partial, wraps
 from typing import Any
 
-from ...traces.run_schema import FsdpInfo, FsdpUnit, Rec
+from ...traces.run_schema import FSDP1_API, FsdpInfo, FsdpUnit, Rec
 from .fsdp import ROOT_UNIT, FsdpRecorder, _dtype, _local_bytes, _tensor_arg, own_layers
 
 WRAPPED = "_fsdp_wrapped_module"  # FSDP1's attribute for the module it wraps: not part of a layer's name
@@ -198,7 +198,7 @@ class Fsdp1Recorder(FsdpRecorder):
                 backward_prefetch=state.backward_prefetch.name if state.backward_prefetch is not None else "",
                 forward_prefetch=bool(state.forward_prefetch),
             ))
-        return FsdpInfo(api="FullyShardedDataParallel", units=units, collectives=self.collectives, **self._memory)
+        return FsdpInfo(api=FSDP1_API, units=units, collectives=self.collectives, **self._memory)
 
 
 def _tensors(outputs: Any) -> list[Any]:
