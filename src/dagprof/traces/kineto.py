@@ -42,7 +42,6 @@ import msgspec
 import numpy as np
 
 from ..errors import DagprofError
-from ..fsutil import read_input
 from . import kineto_schema as ks
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace
 from .kineto_decode import MAX_OP_US, Reopened, TraceStream, open_trace, raw_value
@@ -65,10 +64,10 @@ def read_kineto(path: str | os.PathLike[str], rank: int | None = None) -> RankTr
     was_enabled = gc.isenabled()
     gc.disable()  # 10^5 acyclic objects per chunk: collection passes would cost a third of the parse
     try:
-        stream = open_trace(read_input(path), path)  # a checked Kineto trace, or a one-line DagprofError
+        stream = open_trace(path)  # a Kineto trace read as it is decoded (its chunks raise a one-line DagprofError)
         try:
             out = _build(stream, path, rank)
-        except Reopened as again:  # the event list ended elsewhere than guessed: read as decoded whole
+        except Reopened as again:  # not readable as it streams in: read as decoded whole
             stream = again.stream
             out = _build(stream, path, rank)
         if stream.notes:

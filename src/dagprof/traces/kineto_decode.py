@@ -38,6 +38,7 @@ from typing import Any, Iterator
 import msgspec
 
 from ..errors import DagprofError
+from ..fsutil import read_input, read_input_pieces
 from . import kineto_schema as ks
 from .kineto_schema import raw_value
 from .meta import RunWarning
@@ -53,6 +54,9 @@ MAX_OP_US = 86_400e6  # one op longer than a day is a corrupt record, not a prof
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _WS = b" \t\r\n"
 _LEADING_WS = re.compile(rb"[ \t\r\n]*")
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_TAIL_BYTES = 1 << 20  # what Kineto writes after the event list (log lines, device properties) is a few KB
+_LIST_END = re.compile(rb"\}[ \t\r\n]*\]")  # a list whose last value is an object
 _RAWS_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
 _TOP_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _RAW_ARG_FIELDS = tuple(f for f in ks.Args.__struct_fields__ if "Raw" in str(ks.Args.__annotations__[f]))
@@ -62,34 +66,35 @@ _RAW_ARGS = frozenset(k for f, k in _ARG_FIELDS.items() if "Raw" in str(ks.Args.
 _TOO_DEEP = "JSON nested too deeply to read (a damaged or hostile file)"  # as cli.main says of every other decoder
 
 
-def open_trace(data: bytes, path: str, guess: bool = True) -> TraceStream:
-    """A Kineto trace's top level, checked; its events come from ``chunks()``. ``DagprofError`` for anything else.
+def open_trace(path: str) -> TraceStream:
+    """A Kineto trace, decoded as its file is read: its events a chunk at a time (``chunks()``), then its top level
+    (``head``). ``DagprofError`` from ``chunks()`` for anything else."""
+    return TraceStream(path)
 
-    ``guess``: decode the top level around where the event list seems to be (``_head_around_events``), not through
-    it; ``chunks()`` raises ``Reopened`` if the list turns out to end elsewhere."""
+
+def _whole(data: bytes, path: str) -> TraceStream:
+    """The trace decoded as one document: its top level through the event list, then the events a chunk at a time."""
     try:
-        return _open(data, path, guess)
+        return _open(data, path)
     except RecursionError:
         raise DagprofError(_TOO_DEEP, path) from None
 
 
 class Reopened(Exception):  # noqa: N818 (not an error: the reader starts again with .stream)
-    """The event list did not end where the guess put it: the trace opened again, its top level decoded whole."""
+    """The streamed trace is not one whose event list can be read as it comes: the trace opened again, decoded whole."""
 
     def __init__(self, stream: TraceStream):
         super().__init__("reopened")
         self.stream = stream
 
 
-def _open(data: bytes, path: str, guess: bool) -> TraceStream:
+def _open(data: bytes, path: str) -> TraceStream:
     at = _LEADING_WS.match(data).end()
     if data[at:at + 1] == b"[":  # Kineto's first JSON: the events alone
         end = len(data)
         while end > at and data[end - 1] in _WS:
             end -= 1
         head = ks.Head(traceEvents=msgspec.Raw(memoryview(data)[at:end]))
-    elif guess and (head := _head_around_events(data)) is not None:
-        return _checked_head(head, data, path, guessed=True)
     else:
         try:
             try:
@@ -100,66 +105,141 @@ def _open(data: bytes, path: str, guess: bool) -> TraceStream:
             if "UTF-8" not in str(e):
                 raise DagprofError(f"not valid JSON, truncated or foreign file ({e})", path) from None
             return _text_replaced(data, path)
-    return _checked_head(head, data, path)
-
-
-def _checked_head(head: ks.Head, data: bytes, path: str, guessed: bool = False) -> TraceStream:
     if not all(_is_text(getattr(head, key)) for key in _RAW_TOP):  # kept raw by the typed decode: not yet checked
         return _text_replaced(data, path)
     if bytes(memoryview(head.traceEvents)[:1]) != b"[":
         raise DagprofError("not a Kineto trace: no 'traceEvents' list", path)
+    return TraceStream(path, _typed_info(head))
+
+
+def _typed_info(head: ks.Head) -> ks.Head:
     if len(head.distributedInfo):
         head.distributedInfo = _distributed_info(head.distributedInfo)
-    stream = TraceStream(head, path)
-    if guessed:
-        stream._whole = data
-    return stream
+    return head
+
+
+def _known(head: ks.Head | None) -> bool:
+    return head is not None and bool(len(head.schemaVersion) or len(head.distributedInfo) or len(head.deviceProperties))
 
 
 class TraceStream:
     """The events of one trace, decoded a chunk at a time; ``finish()`` after the last chunk checks the whole
-    with what the reader found (its complete events, and those it dropped for their times)."""
+    with what the reader found (its complete events, and those it dropped for their times).
 
-    def __init__(self, head: ks.Head, path: str):
-        self.head, self.path = head, path
+    Streamed (no ``head`` given): the file is read and gunzipped a chunk at a time, and each chunk decoded as it
+    comes, so the decompressed file is never held nor paged in whole (a fifth of a cold load). Where the event list
+    ends is known only at the end of the file: a chunk decodes only if it lies inside the list (the list's ``]``
+    would close the chunk's own), and the top level is decoded last, around the list (``_close``). A trace that
+    cannot be read this way (no event list near its start, a damaged event, a list that ends elsewhere) is read
+    again whole (``Reopened``), which says what is wrong with it."""
+
+    def __init__(self, path: str, head: ks.Head | None = None):
+        self.head, self.path = head, path  # head: a streamed trace's, once its events are read
         self.notes: list[RunWarning] = []
         self._seen = self._repaired = self._unreadable = 0
-        self._known = bool(len(head.schemaVersion) or len(head.distributedInfo) or len(head.deviceProperties))
+        self._streamed = head is None
+        self._known = _known(head)
         self._marked = self._profiler_cats = self._not_utf8 = False
-        self._whole: bytes | None = None  # the file, while the event list is where ``_head_around_events`` guessed
 
     def chunks(self) -> Iterator[list[ks.Event]]:
+        if self._streamed:
+            yield from self._stream()
+            return
         buf = memoryview(self.head.traceEvents)
         end = len(buf) - 1  # the closing ]
         while end > 0 and buf[end - 1] in _WS:
             end -= 1
-        pos = 1
-        while pos < end and buf[pos] in _WS:
-            pos += 1
-        while pos < end:
-            cut = pos + CHUNK_BYTES
-            while True:
-                m = _BOUNDARY.search(buf, cut, end) if cut < end else None
-                stop = m.start() + 1 if m else end
-                try:
-                    events = self._decode(b"".join((b"[", buf[pos:stop], b"]")))
+        yield from self._cut(buf, _LEADING_WS.match(buf, 1).end(), end, iter(()))
+
+    def _stream(self) -> Iterator[list[ks.Event]]:
+        pieces = read_input_pieces(self.path, CHUNK_BYTES)
+        try:
+            before, m = b"", None
+            for piece in pieces:  # the top level up to its event list's [
+                before += piece
+                if before.lstrip(_WS)[:1] not in (b"", b"{") or (m := _EVENTS_KEY.search(before)) or len(before) > _TAIL_BYTES:
                     break
-                except RecursionError:
+            if m is None:
+                self._unguess()
+            start = m.end() - 1
+            buf, before = before[start + 1:], before[:start]
+            try:  # the keys before the list: a trace that has them needs no profiler marks (``_checked``)
+                self._known = _known(ks.HEAD_DECODER.decode(before + b"[]}"))
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                pass
+            yield from self._cut(buf, _LEADING_WS.match(buf).end(), None, pieces, before)
+        finally:
+            pieces.close()
+
+    def _cut(self, buf: bytes | memoryview, pos: int, end: int | None, more: Iterator[bytes],
+             before: bytes = b"") -> Iterator[list[ks.Event]]:
+        """``buf``'s events from ``pos``, decoded about ``CHUNK_BYTES`` at a time, cut at event boundaries; ``end``: where
+        the list's values end in ``buf``, None while a streamed list's end is still unread (``more`` has what follows,
+        ``before`` what preceded it)."""
+        cut = pos + CHUNK_BYTES
+        while end is None or pos < end:
+            if end is not None:
+                m = _BOUNDARY.search(buf, cut, end) if cut < end else None
+            elif (m := _BOUNDARY.search(buf, cut)) is None:
+                piece = next(more, None)
+                if piece is None:
+                    end = self._close(before, buf, pos)
+                else:
+                    buf, cut, pos = b"".join((memoryview(buf)[pos:], piece)), cut - pos, 0
+                continue
+            stop = m.start() + 1 if m else end
+            try:
+                events = self._decode(b"".join((b"[", memoryview(buf)[pos:stop], b"]")))
+            except RecursionError:
+                self._unguess()
+                raise DagprofError(_TOO_DEEP, self.path) from None
+            except msgspec.DecodeError as e:
+                if stop == end:  # the last piece of a list that parsed whole: cannot be a bad cut
                     self._unguess()
-                    raise DagprofError(_TOO_DEEP, self.path) from None
-                except msgspec.DecodeError as e:
-                    if stop == end:  # the last piece of a list that parsed whole: cannot be a bad cut
-                        self._unguess()
-                        raise DagprofError(f"not valid JSON, truncated or foreign file ({e})", self.path) from None
-                    cut = stop + 1  # the cut fell inside a string or a nested value: grow to the next boundary
-            pos = m.end() - 1 if stop < end else end
+                    raise DagprofError(f"not valid JSON, truncated or foreign file ({e})", self.path) from None
+                if end is None and "truncated" not in str(e):  # not a cut inside a value: the list ends here, or is damaged
+                    buf, cut, pos = b"".join((memoryview(buf)[pos:], *more)), cut - pos, 0
+                    end = self._close(before, buf, pos)
+                    continue
+                cut = stop + 1  # the cut fell inside a string or a nested value: grow to the next boundary
+                continue
+            pos = m.end() - 1 if m else end
+            cut = pos + CHUNK_BYTES
             yield self._checked(events)
 
+    def _close(self, before: bytes, buf: bytes, pos: int) -> int:
+        """The streamed list's end in ``buf`` (what is left of the file once read, from an event's start ``pos``)
+        and the top level, decoded around the list (a tenth of the parse). The list ends at the leftmost ``]`` after
+        an event's ``}`` after which the top level decodes with a random token as ``traceEvents``: a ``]`` inside the
+        list leaves an unbalanced rest, the ones after it close later keys' lists (TraceLens's ``deviceProperties``).
+        Read whole (``Reopened``) when none does; a wrong guess is found as the last events are decoded."""
+        token = b'"dagprof:' + secrets.token_hex(16).encode() + b'"'
+        view, found = memoryview(buf), None
+        ends = [m.end() - 1 for m in _LIST_END.finditer(buf, max(pos, len(buf) - _TAIL_BYTES))]
+        for end in ends[:-17:-1]:  # decodes tried: a hostile run of "}]" costs 16, not one per bracket
+            if found is not None and found[1] - end > _TAIL_BYTES // 16:
+                break
+            try:
+                head = ks.HEAD_DECODER.decode(b"".join((before, token, view[end + 1:])))
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                continue
+            if bytes(head.traceEvents) == token:
+                found = (head, end)
+        if found is None or not all(_is_text(getattr(found[0], key)) for key in _RAW_TOP):
+            self._unguess()
+        head, end = found
+        head.traceEvents = msgspec.Raw()
+        self.head = _typed_info(head)
+        self._known = _known(head)
+        while end > pos and buf[end - 1] in _WS:
+            end -= 1
+        return end
+
     def _unguess(self) -> None:
-        """A guessed event list that does not decode: the trace decoded whole, as without the guess, says what
-        is wrong with it (its ``DagprofError``), or that the list ends elsewhere (``Reopened``)."""
-        if self._whole is not None:
-            raise Reopened(open_trace(self._whole, self.path, guess=False))
+        """A streamed trace that cannot be read as it comes: read again, decoded whole (``Reopened``), which says what is
+        wrong with it (its ``DagprofError``, a damaged file's before any other), or reads where the list really ends."""
+        if self._streamed:
+            raise Reopened(_whole(read_input(self.path), self.path))
 
     def finish(self, ops: int, untimed: int = 0, too_long: int = 0) -> None:
         """``ops``: complete events on a process with a usable time; ``untimed`` / ``too_long``: those dropped for it."""
@@ -192,7 +272,6 @@ class TraceStream:
     def release(self) -> None:
         """Let the file's bytes go once the events are read: the header's raw values are views into them."""
         h = self.head
-        self._whole = None
         self.head = ks.Head(distributedInfo=msgspec.Raw(bytes(h.distributedInfo)), baseTimeNanoseconds=h.baseTimeNanoseconds,
                             schemaVersion=msgspec.Raw(bytes(h.schemaVersion)), deviceProperties=msgspec.Raw(bytes(h.deviceProperties)),
                             host_name=h.host_name)
@@ -236,40 +315,6 @@ class TraceStream:
         return events
 
 
-_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
-_TAIL_BYTES = 1 << 20  # what Kineto writes after the event list (log lines, device properties) is a few KB
-_LIST_END = re.compile(rb"\}[ \t\r\n]*\]")  # a list whose last value is an object
-
-
-def _head_around_events(data: bytes) -> ks.Head | None:
-    """The top level decoded without reading through the event list (a tenth of the parse): what is before the
-    list and after it, with a random token in its place. The list ends at the leftmost ``]`` after an event's
-    ``}`` after which this decodes with the token as ``traceEvents``: a ``]`` inside the list
-    leaves an unbalanced rest, the ones after it close later keys' lists (TraceLens's ``deviceProperties``).
-    None when none does (the whole is decoded); a wrong guess is found as the list is decoded (``Reopened``)."""
-    m = _EVENTS_KEY.search(data)
-    if m is None:
-        return None
-    start, view = m.end() - 1, memoryview(data)
-    token = b'"dagprof:' + secrets.token_hex(16).encode() + b'"'
-    ends = [m.end() - 1 for m in _LIST_END.finditer(data, max(start, len(data) - _TAIL_BYTES))]
-    found = None
-    for end in ends[:-17:-1]:  # decodes tried: a hostile run of "}]" costs 16, not one per bracket
-        if found is not None and found[1] - end > _TAIL_BYTES // 16:
-            break
-        try:
-            head = ks.HEAD_DECODER.decode(b"".join((view[:start], token, view[end + 1:])))
-        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-            continue
-        if bytes(head.traceEvents) == token:
-            found = (head, end)
-    if found is None:
-        return None
-    head, end = found
-    head.traceEvents = msgspec.Raw(view[start:end + 1])
-    return head
-
-
 def _is_text(raw: msgspec.Raw) -> bool:
     if not len(raw):
         return True
@@ -285,7 +330,7 @@ def _text_replaced(data: bytes, path: str) -> TraceStream:
     fixed = data.decode("utf-8", "replace").encode()
     if fixed == data:
         raise DagprofError("not valid JSON text", path)
-    stream = open_trace(fixed, path)
+    stream = _open(fixed, path)
     stream._not_utf8 = True
     return stream
 
