@@ -30,10 +30,11 @@ read at all is a ``DagprofError`` naming the file: never another exception.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import secrets
-from typing import Any, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import msgspec
 
@@ -145,11 +146,7 @@ class TraceStream:
         if self._streamed:
             yield from self._stream()
             return
-        buf = memoryview(self.head.traceEvents)
-        end = len(buf) - 1  # the closing ]
-        while end > 0 and buf[end - 1] in _WS:
-            end -= 1
-        yield from self._cut(buf, _LEADING_WS.match(buf, 1).end(), end, iter(()))
+        yield from self._cut(_slices((memoryview(self.head.traceEvents)[1:-1],)), len)  # inside the [ ]
 
     def _stream(self) -> Iterator[list[ks.Event]]:
         pieces = read_input_pieces(self.path, CHUNK_BYTES)
@@ -162,60 +159,66 @@ class TraceStream:
             if m is None:
                 self._unguess()
             start = m.end() - 1
-            buf, before = before[start + 1:], before[:start]
+            first, before = memoryview(before)[start + 1:], before[:start]
             try:  # the keys before the list: a trace that has them needs no profiler marks (``_checked``)
                 self._known = _known(ks.HEAD_DECODER.decode(before + b"[]}"))
             except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
                 pass
-            yield from self._cut(buf, _LEADING_WS.match(buf).end(), None, pieces, before)
+            yield from self._cut(_slices(itertools.chain((first,), pieces)), lambda rest: self._close(before, rest))
         finally:
             pieces.close()
 
-    def _cut(self, buf: bytes | memoryview, pos: int, end: int | None, more: Iterator[bytes],
-             before: bytes = b"") -> Iterator[list[ks.Event]]:
-        """``buf``'s events from ``pos``, decoded about ``CHUNK_BYTES`` at a time, cut at event boundaries; ``end``: where
-        the list's values end in ``buf``, None while a streamed list's end is still unread (``more`` has what follows,
-        ``before`` what preceded it)."""
-        cut = pos + CHUNK_BYTES
-        while end is None or pos < end:
-            if end is not None:
-                m = _BOUNDARY.search(buf, cut, end) if cut < end else None
-            elif (m := _BOUNDARY.search(buf, cut)) is None:
-                piece = next(more, None)
-                if piece is None:
-                    end = self._close(before, buf, pos)
-                else:
-                    buf, cut, pos = b"".join((memoryview(buf)[pos:], piece)), cut - pos, 0
+    def _cut(self, pieces: Iterator[bytes | memoryview], close: Callable[[bytes], int]) -> Iterator[list[ks.Event]]:
+        """The events of a list read in ``pieces`` (from after its ``[``), decoded about ``CHUNK_BYTES`` at a time: a
+        chunk ends at a piece's last event boundary, with no copy but its own. A cut inside a string or a nested value
+        cannot decode (the chunk would end inside it): the chunk then grows by the next piece. A chunk that holds the
+        list's end cannot decode either (that ``]`` closes the chunk's own, and more follows): what is left of the
+        pieces then holds it, and ``close`` says where in that rest the list ends."""
+        parts: list[bytes | memoryview] = []
+        size = 0
+        for piece in pieces:
+            piece = memoryview(piece)
+            parts.append(piece)
+            size += len(piece)
+            if size < CHUNK_BYTES or (m := _last_boundary(piece)) is None:
                 continue
-            stop = m.start() + 1 if m else end
             try:
-                events = self._decode(b"".join((b"[", memoryview(buf)[pos:stop], b"]")))
+                events = self._decode(b"".join((b"[", *parts[:-1], piece[:m.start() + 1], b"]")))
             except RecursionError:
                 self._unguess()
                 raise DagprofError(_TOO_DEEP, self.path) from None
             except msgspec.DecodeError as e:
-                if stop == end:  # the last piece of a list that parsed whole: cannot be a bad cut
-                    self._unguess()
-                    raise DagprofError(f"not valid JSON, truncated or foreign file ({e})", self.path) from None
-                if end is None and "truncated" not in str(e):  # not a cut inside a value: the list ends here, or is damaged
-                    buf, cut, pos = b"".join((memoryview(buf)[pos:], *more)), cut - pos, 0
-                    end = self._close(before, buf, pos)
+                if str(e).startswith("Input data was truncated"):  # the cut fell inside a value: grow
                     continue
-                cut = stop + 1  # the cut fell inside a string or a nested value: grow to the next boundary
-                continue
-            pos = m.end() - 1 if m else end
-            cut = pos + CHUNK_BYTES
+                parts += pieces  # the list ends in this chunk (or it is damaged): the rest, to find where
+                break
+            parts, size = [piece[m.end() - 1:]], len(piece) - m.end() + 1
+            yield self._checked(events)
+        rest = b"".join(parts)
+        end = close(rest)
+        pos = _LEADING_WS.match(rest).end()
+        while end > pos and rest[end - 1] in _WS:
+            end -= 1
+        if pos < end:
+            try:
+                events = self._decode(b"".join((b"[", memoryview(rest)[pos:end], b"]")))
+            except RecursionError:
+                self._unguess()
+                raise DagprofError(_TOO_DEEP, self.path) from None
+            except msgspec.DecodeError as e:
+                self._unguess()
+                raise DagprofError(f"not valid JSON, truncated or foreign file ({e})", self.path) from None
             yield self._checked(events)
 
-    def _close(self, before: bytes, buf: bytes, pos: int) -> int:
-        """The streamed list's end in ``buf`` (what is left of the file once read, from an event's start ``pos``)
+    def _close(self, before: bytes, rest: bytes) -> int:
+        """The streamed list's end in ``rest`` (what is left of the file once read, from an event's start)
         and the top level, decoded around the list (a tenth of the parse). The list ends at the leftmost ``]`` after
         an event's ``}`` after which the top level decodes with a random token as ``traceEvents``: a ``]`` inside the
         list leaves an unbalanced rest, the ones after it close later keys' lists (TraceLens's ``deviceProperties``).
         Read whole (``Reopened``) when none does; a wrong guess is found as the last events are decoded."""
         token = b'"dagprof:' + secrets.token_hex(16).encode() + b'"'
-        view, found = memoryview(buf), None
-        ends = [m.end() - 1 for m in _LIST_END.finditer(buf, max(pos, len(buf) - _TAIL_BYTES))]
+        view, found = memoryview(rest), None
+        ends = [m.end() - 1 for m in _LIST_END.finditer(rest, max(0, len(rest) - _TAIL_BYTES))]
         for end in ends[:-17:-1]:  # decodes tried: a hostile run of "}]" costs 16, not one per bracket
             if found is not None and found[1] - end > _TAIL_BYTES // 16:
                 break
@@ -231,8 +234,6 @@ class TraceStream:
         head.traceEvents = msgspec.Raw()
         self.head = _typed_info(head)
         self._known = _known(head)
-        while end > pos and buf[end - 1] in _WS:
-            end -= 1
         return end
 
     def _unguess(self) -> None:
@@ -307,12 +308,29 @@ class TraceStream:
 
     def _checked(self, events: list[ks.Event]) -> list[ks.Event]:
         """The trace-wide checks, updated with one chunk."""
-        if not self._seen:
-            self._profiler_cats = _profiler_events(events[:1000])
+        if self._seen < 1000:
+            self._profiler_cats = self._profiler_cats or _profiler_events(events[:1000 - self._seen])
         self._seen += len(events)
         if not (self._known or self._marked):
             self._marked = _profiler_marked(events)
         return events
+
+
+def _slices(pieces: Iterable[bytes | memoryview]) -> Iterator[memoryview]:
+    """The pieces cut into ``CHUNK_BYTES`` views (no copy)."""
+    for piece in pieces:
+        view = memoryview(piece)
+        for i in range(0, len(view), CHUNK_BYTES):
+            yield view[i:i + CHUNK_BYTES]
+
+
+def _last_boundary(piece: memoryview) -> re.Match[bytes] | None:
+    """The last event boundary in ``piece``, looked for near its end first."""
+    for back in (1 << 14, len(piece)):
+        found = [*_BOUNDARY.finditer(piece, max(0, len(piece) - back))]
+        if found or back >= len(piece):
+            return found[-1] if found else None
+    return None
 
 
 def _is_text(raw: msgspec.Raw) -> bool:
