@@ -1,14 +1,14 @@
 """Bytes -> typed Kineto structs, a chunk of events at a time: fast when the file is regular,
 tolerant per event when it is not.
 
-The top level is decoded first with the events left as raw bytes (``kineto_schema.Head``): around
-the event list, not through it, where it can tell where the list ends (``_head_around_events``). The
-event list is then cut into chunks of about ``CHUNK_BYTES`` at event boundaries and each chunk is
-decoded by ``msgspec`` into structs that list only the fields dagprof reads (unknown keys skipped
-in C, every kept number bounds-checked). So no Python object per event outlives its chunk unless
-the reader keeps it, and the file's bytes are the only copy of the document. A cut that lands
-inside a string or a nested value cannot decode (the piece would end inside it): the chunk then
-grows to the next boundary.
+The file is decoded as it is read and gunzipped, ``CHUNK_BYTES`` at a time (``TraceStream``): each
+chunk of the event list, cut at an event boundary, is decoded by ``msgspec`` into structs that list
+only the fields dagprof reads (unknown keys skipped in C, every kept number bounds-checked). So no
+Python object per event outlives its chunk unless the reader keeps it, and the decompressed file
+is never held whole. The top level (``kineto_schema.Head``) is decoded last, around the event list
+(``_close``). A cut that lands inside a string or a nested value cannot decode (the chunk would end
+inside it): the chunk then grows by the next piece. A trace that cannot be read this way is decoded
+whole (``Reopened``), its top level first, which says what is wrong with it.
 
 A chunk that fails the typed decode is decoded again, from the fastest decode that can succeed
 to the slowest:
