@@ -115,19 +115,20 @@ def read_input_pieces(path: str | os.PathLike[str], size: int | None = None) -> 
         if disk > cap:
             raise _too_large(f"{disk:,} bytes", cap, path)
         data = _read(f, cap + 1 if size is None else min(size, cap + 1), path)
-        if data[:2] == _GZIP_MAGIC:  # compressed: held whole (a fraction of what it holds), decompressed in pieces
+        if data[:2] == _GZIP_MAGIC:  # compressed: read whole (a fraction of what it holds), decompressed in pieces
             data += _read(f, cap + 1 - len(data), path)
-            if len(data) > cap:
-                raise _too_large(f"more than {cap:,} bytes", cap, path)
-            yield from _gunzip(data, cap, path, size)
+        else:
+            total = 0
+            while data:  # a file still growing is cut at the cap, not read on and on
+                total += len(data)
+                if total > cap:
+                    raise _too_large(f"more than {cap:,} bytes", cap, path)
+                yield data
+                data = _read(f, cap + 1 - total if size is None else min(size, cap + 1 - total), path)
             return
-        total = 0
-        while data:  # a file still growing is cut at the cap, not read on and on
-            total += len(data)
-            if total > cap:
-                raise _too_large(f"more than {cap:,} bytes", cap, path)
-            yield data
-            data = _read(f, cap + 1 - total if size is None else min(size, cap + 1 - total), path)
+    if len(data) > cap:
+        raise _too_large(f"more than {cap:,} bytes", cap, path)
+    yield from _gunzip(data, cap, path, size)
 
 
 def _read(f: BinaryIO, n: int, path: str) -> bytes:
