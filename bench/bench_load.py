@@ -2,7 +2,8 @@
 
 Each measurement runs in a fresh subprocess (imports done before the clock starts) so peak
 RSS is honest; the figure is the median of ``--reps`` runs (the machine is shared: expect
-noise, compare the ratios). Cases:
+noise, compare the ratios; the one-rank cases alternate HTA and dagprof run by run, and "cpu range" is the
+lowest and highest ratio of one round). Cases:
 - one rank, cold: ``read_kineto(file)`` vs ``TraceAnalysis(trace_dir=<folder with only that file>)``;
 - a folder of N ranks, cold: ``read_trace_dir(folder, use_cache=False)`` (parallel processes)
   vs ``TraceAnalysis(trace_dir=folder)`` (HTA's own multiprocessing pool);
@@ -41,6 +42,8 @@ FILES = {  # relative to --data
     "nccl_data (40k events, A100)": "kineto-public/nccl_parser_config/nccl_data.json.gz",
     "ns_resolution rank 0 (GPU)": "kineto-public/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
     "owlv2 (TraceLens, H100)": "kineto-corpus/tracelens/h100/google_owlv2-large-patch14-ensemble__1016001.json.gz",
+    "param resnet (112k events, RTX 2080 Ti)": "kineto-corpus/param/resnet_kineto.json.gz",
+    "tb_plugin resnet50 (76k events, V100)": "kineto-corpus/kineto/tb_plugin_samples/resnet50_num_workers_0/worker0.1623143566756.pt.trace.json.gz",
 }
 
 _CHILD = r"""
@@ -74,17 +77,29 @@ print(json.dumps({"wall": wall, "cpu": cpu_s, "rss_mib": max(own, kids) / 1024})
 """
 
 
-def measure(tool: str, target: str, reps: int, python: str = sys.executable) -> dict[str, float]:
-    walls, cpus, rss = [], [], []
+def run_child(tool: str, target: str, python: str = sys.executable) -> dict[str, float]:
+    out = subprocess.run([python, "-c", _CHILD, tool, target], capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        raise SystemExit(f"{tool} on {target} failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def median(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {k: statistics.median(r[k] for r in runs) for k in ("wall", "cpu", "rss_mib")}
+
+
+def interleaved(cases: list[tuple[str, str, str]], reps: int) -> list[list[dict[str, float]]]:
+    """Each (tool, target, python) run ``reps`` times in alternation (one round runs each once): load from other jobs
+    then falls on every tool alike."""
+    runs: list[list[dict[str, float]]] = [[] for _ in cases]
     for _ in range(reps):
-        out = subprocess.run([python, "-c", _CHILD, tool, target], capture_output=True, text=True, timeout=900)
-        if out.returncode != 0:
-            raise SystemExit(f"{tool} on {target} failed:\n{out.stderr[-2000:]}")
-        r = json.loads(out.stdout.strip().splitlines()[-1])
-        walls.append(r["wall"])
-        cpus.append(r["cpu"])
-        rss.append(r["rss_mib"])
-    return {"wall": statistics.median(walls), "cpu": statistics.median(cpus), "rss_mib": statistics.median(rss)}
+        for out, case in zip(runs, cases):
+            out.append(run_child(*case))
+    return runs
+
+
+def measure(tool: str, target: str, reps: int, python: str = sys.executable) -> dict[str, float]:
+    return median(interleaved([(tool, target, python)], reps)[0])
 
 
 def event_count(path: str) -> int:
@@ -106,9 +121,16 @@ def replicate(src: str, ranks: int, folder: str) -> None:
             f.write(body)
 
 
-def row(label: str, events: int, hta: dict[str, float], ours: dict[str, float]) -> str:
+def row(label: str, events: int, hta: dict[str, float], ours: dict[str, float], spread: str = "") -> str:
     return (f"{label:<44} {events / hta['wall']:>12,.0f} {events / ours['wall']:>12,.0f} {hta['wall'] / ours['wall']:>7.1f}x"
-            f" {hta['cpu'] / max(ours['cpu'], 1e-9):>7.1f}x {hta['rss_mib']:>8.0f} {ours['rss_mib']:>8.0f} {ours['rss_mib'] / hta['rss_mib']:>6.2f}")
+            f" {hta['cpu'] / max(ours['cpu'], 1e-9):>7.1f}x {spread:>11} {hta['rss_mib']:>8.0f} {ours['rss_mib']:>8.0f}"
+            f" {ours['rss_mib'] / hta['rss_mib']:>6.2f}")
+
+
+def cpu_spread(hta: list[dict[str, float]], ours: list[dict[str, float]]) -> str:
+    """The lowest and highest CPU ratio of a round (HTA's run over dagprof's run beside it)."""
+    ratios = [h["cpu"] / max(o["cpu"], 1e-9) for h, o in zip(hta, ours)]
+    return f"{min(ratios):.1f}-{max(ratios):.1f}x"
 
 
 def main() -> None:
@@ -128,17 +150,20 @@ def main() -> None:
     import importlib.util
 
     gunzip = "ISA-L (dagprof[fast])" if importlib.util.find_spec("isal") else "zlib (no dagprof[fast])"
-    print(f"HTA {hta_version} vs dagprof {md.version('dagprof')}; median of {args.reps} runs; "
-          f"{os.cpu_count()} CPUs (shared); dagprof's gunzip: {gunzip}")
-    print(f"{'case':<44} {'HTA ev/s':>12} {'dagprof ev/s':>12} {'speed':>8} {'cpu':>8} {'HTA MiB':>8} {'ours MiB':>8} {'mem':>6}")
+    print(f"HTA {hta_version} vs dagprof {md.version('dagprof')}; median of {args.reps} interleaved rounds; "
+          f"{os.cpu_count()} CPUs (shared, load average {os.getloadavg()[0]:.2f} at start); dagprof's gunzip: {gunzip}")
+    print(f"{'case':<44} {'HTA ev/s':>12} {'dagprof ev/s':>12} {'speed':>8} {'cpu':>8} {'cpu range':>11} {'HTA MiB':>8}"
+          f" {'ours MiB':>8} {'mem':>6}")
     with tempfile.TemporaryDirectory() as tmp:
         for label, path in files.items():
             solo = os.path.join(tmp, label.split()[0])
             os.makedirs(solo)
             os.symlink(path, os.path.join(solo, os.path.basename(path)))
             n = event_count(path)
-            print(row(f"1 rank cold: {label}", n, hta(solo, args.reps), measure("dagprof-file", path, args.reps)), flush=True)
+            theirs, ours = interleaved([("hta", solo, args.hta_python), ("dagprof-file", path, sys.executable)], args.reps)
+            print(row(f"1 rank cold: {label}", n, median(theirs), median(ours), cpu_spread(theirs, ours)), flush=True)
         if args.ranks <= 0:
+            print(f"load average at the end: {os.getloadavg()[0]:.2f}")
             return
         folder = os.path.join(tmp, "ranks")
         os.makedirs(folder)
@@ -151,6 +176,7 @@ def main() -> None:
         cached = measure("dagprof-cached", folder, reps)
         print(row(f"{args.ranks} ranks cached", n, theirs, cached))
         print(f"cached re-load: {cached['wall'] / args.ranks * 1000:.1f} ms per rank")
+        print(f"load average at the end: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 
@@ -129,8 +130,15 @@ print(json.dumps({"wall": time.perf_counter() - t}))
 """
 
 
-def timed(cmd: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> tuple[float, float, str]:
-    """(wall s, peak RSS MiB of the largest process, stdout) of a fresh process."""
+class Timed(NamedTuple):
+    wall: float  # s
+    peak: float  # MiB: peak RSS of the largest process
+    out: str  # stdout
+    cpu: float  # s: the process and its waited-for workers
+
+
+def timed(cmd: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> Timed:
+    """Wall and CPU time, peak RSS and stdout of a fresh process."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=cwd)
@@ -141,7 +149,7 @@ def timed(cmd: list[str], env: dict[str, str] | None = None, cwd: str | None = N
         err.seek(0)
         if proc.returncode != 0:
             raise SystemExit(f"{' '.join(cmd[-6:])} failed ({proc.returncode}):\n{err.read().decode()[-2000:]}")
-        return wall, ru.ru_maxrss / 1024, out.read().decode()
+        return Timed(wall, ru.ru_maxrss / 1024, out.read().decode(), ru.ru_utime + ru.ru_stime)
 
 
 def _dagprof_env(tmp: str) -> dict[str, str]:
@@ -157,17 +165,17 @@ def cli(args: list[str]) -> list[str]:
 
 
 def big(args: argparse.Namespace, tmp: str) -> None:
-    print(f"{'events':>10} {'MB':>7} {'load s':>8} {'load MiB':>9} {'B/event':>8} {'table B/ev':>10} {'replay s':>9} {'replay MiB':>11}")
+    print(f"{'events':>10} {'MB':>7} {'load s':>8} {'load MiB':>9} {'B/event':>8} {'table B/ev':>10} {'replay s':>9} {'CPU s':>7}"
+          f" {'replay MiB':>11}")
     for n in [int(x) for x in args.events.split(",")]:
         path = os.path.join(tmp, f"big-{n}.json")
         n = write_big(path, n)
         size = os.path.getsize(path) / 1e6
-        _, _, out = timed([sys.executable, "-c", _LOAD_CHILD, path], _dagprof_env(tmp))
-        load = json.loads(out.strip().splitlines()[-1])
+        load = json.loads(timed([sys.executable, "-c", _LOAD_CHILD, path], _dagprof_env(tmp)).out.strip().splitlines()[-1])
         flags = ["--write-traces"] if args.write_traces else []
-        wall, peak, _ = timed(cli(["replay", path, "-o", os.path.join(tmp, f"out-{n}"), "--json", *flags]), _dagprof_env(tmp))
+        replay = timed(cli(["replay", path, "-o", os.path.join(tmp, f"out-{n}"), "--json", *flags]), _dagprof_env(tmp))
         print(f"{n:>10,} {size:>7.0f} {load['wall']:>8.1f} {load['peak_mib']:>9.0f} {load['resident_b_per_event']:>8.0f} {load['table_b_per_event']:>10.0f}"
-              f" {wall:>9.1f} {peak:>11.0f}", flush=True)
+              f" {replay.wall:>9.1f} {replay.cpu:>7.1f} {replay.peak:>11.0f}", flush=True)
         os.remove(path)
 
 
@@ -274,16 +282,16 @@ def cluster(args: argparse.Namespace, tmp: str) -> None:
         for ranks in [int(x) for x in args.ranks.split(",")]:
             folder = os.path.join(tmp, f"dlrm-{ranks}")
             n = write_cluster(src, ranks, folder)
-            wall, peak, local = timed(cli(["analyze", folder, "--json"]), _dagprof_env(tmp), cwd=tmp)  # anything it writes stays in tmp
+            wall, peak, local, _ = timed(cli(["analyze", folder, "--json"]), _dagprof_env(tmp), cwd=tmp)  # anything it writes stays in tmp
             hta = "-", "-"
             if ranks in hta_sizes:
-                hwall, hpeak, _ = timed([args.hta_python, "-c", _HTA_CHILD, folder])
+                hwall, hpeak, *_ = timed([args.hta_python, "-c", _HTA_CHILD, folder])
                 hta = f"{hwall:.1f}", f"{hpeak:.0f}"
             line = f"{ranks:>6} {n:>10,} {wall:>10.1f} {peak:>12.0f} {hta[0]:>8} {hta[1]:>8}"
             if args.ray:
                 mem = NodeMemory(temp_dir)
                 mem.start()
-                rwall, rpeak, on_ray = timed(cli(["analyze", folder, "--json", "--ray", head]), ray_env, cwd=tmp)
+                rwall, rpeak, on_ray, _ = timed(cli(["analyze", folder, "--json", "--ray", head]), ray_env, cwd=tmp)
                 mem.stop.set()
                 mem.join()
                 root, ns = os.readlink("/proc/self/ns/net"), os.readlink(f"/proc/{_worker_pid(temp_dir)}/ns/net")

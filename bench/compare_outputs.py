@@ -6,6 +6,11 @@ PYTHONPATH, and prints per command whether the two JSON answers are the same, ig
 where they differ, the keys that do and both values. Both trees run in the same interpreter (this one).
 
     python bench/compare_outputs.py --before ../old-checkout --after .
+    python bench/compare_outputs.py --before ../old-checkout --kineto ../shared/data
+
+``--kineto DIR`` compares the Kineto reader instead: every ``*.json`` / ``*.json.gz`` under DIR read by ``read_kineto``
+with each tree, whole ``RankTrace`` against whole ``RankTrace`` (every column's bytes, flows, lanes, metadata and
+warnings, by a digest), or the same one-line refusal.
 """
 from __future__ import annotations
 
@@ -39,6 +44,67 @@ def _clean(o):
     return [_clean(v) for v in o] if isinstance(o, list) else o
 
 
+_DIGEST = r"""
+import dataclasses, enum, glob, hashlib, json, os, sys
+import msgspec, numpy as np
+from dagprof.errors import DagprofError
+from dagprof.traces.kineto import read_kineto
+
+def feed(h, x):
+    if isinstance(x, np.ndarray):
+        h.update(f"nd{x.dtype}{x.shape}".encode()); h.update(np.ascontiguousarray(x).tobytes())
+    elif dataclasses.is_dataclass(x) or isinstance(x, msgspec.Struct):
+        names = [f.name for f in dataclasses.fields(x)] if dataclasses.is_dataclass(x) else x.__struct_fields__
+        h.update(type(x).__name__.encode())
+        for f in names:
+            h.update(f.encode()); feed(h, getattr(x, f))
+    elif isinstance(x, dict):
+        h.update(b"{%d" % len(x))
+        for k, v in x.items():
+            feed(h, k); feed(h, v)
+    elif isinstance(x, (list, tuple)):
+        h.update(b"[%d" % len(x))
+        for v in x:
+            feed(h, v)
+    elif isinstance(x, enum.Enum):
+        h.update(f"E{type(x).__name__}.{x.name}".encode())
+    elif isinstance(x, (str, int, float, bool, type(None), bytes)):
+        h.update(repr((type(x).__name__, x)).encode())
+    else:
+        raise TypeError(type(x))
+
+out = {}
+root = sys.argv[1]
+for p in sorted(glob.glob(f"{root}/**/*.json", recursive=True) + glob.glob(f"{root}/**/*.json.gz", recursive=True)):
+    try:
+        h = hashlib.sha256(); feed(h, read_kineto(p)); out[os.path.relpath(p, root)] = h.hexdigest()
+    except DagprofError as e:
+        out[os.path.relpath(p, root)] = "refused: " + str(e)
+print(json.dumps(out))
+"""
+
+
+def kineto_digests(tree: pathlib.Path, folder: pathlib.Path) -> dict[str, str]:
+    """Per trace file under ``folder``: a digest of the ``RankTrace`` that ``tree``'s ``read_kineto`` makes of it, or its refusal."""
+    path = os.pathsep.join([str(tree / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])  # what else is set (ISA-L) too
+    p = subprocess.run([sys.executable, "-c", _DIGEST, str(folder)], env={**os.environ, "PYTHONPATH": path},
+                       capture_output=True, text=True, timeout=3600)
+    if p.returncode:
+        raise SystemExit(f"{tree}: {p.stderr.strip()[-2000:]}")
+    return json.loads(p.stdout)
+
+
+def compare_kineto(before: pathlib.Path, after: pathlib.Path, folder: pathlib.Path) -> int:
+    a, b = kineto_digests(before, folder), kineto_digests(after, folder)
+    for name in sorted(a.keys() | b.keys()):
+        if a.get(name) != b.get(name):
+            print(f"DIFFERS  {name}: {str(a.get(name))[:100]} -> {str(b.get(name))[:100]}")
+    read = [k for k in a if not a[k].startswith("refused")]
+    print(f"{sum(a[k] == b.get(k) for k in read)} of {len(read)} traces read identically; "
+          f"{sum(a[k] == b.get(k) for k in a if k not in read)} of {len(a) - len(read)} refused alike")
+    return 0
+
+
 def answer(tree: pathlib.Path, cmd: list[str], work: pathlib.Path) -> object:
     env = {**os.environ, "PYTHONPATH": str(tree / "src"), "DAGPROF_CACHE_DIR": str(work / f"cache-{tree.name}")}
     p = subprocess.run([sys.executable, "-m", "dagprof.cli.main", *cmd, "--json"], cwd=work, env=env,
@@ -61,7 +127,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", type=pathlib.Path, required=True, help="a checkout (its src/ is used)")
     ap.add_argument("--after", type=pathlib.Path, default=pathlib.Path("."), help="a checkout (default: here)")
+    ap.add_argument("--kineto", type=pathlib.Path, help="compare read_kineto on every trace under this folder instead")
     args = ap.parse_args()
+    if args.kineto:
+        return compare_kineto(args.before.resolve(), args.after.resolve(), args.kineto.resolve())
     same = 0
     with tempfile.TemporaryDirectory() as tmp:
         work = pathlib.Path(tmp)

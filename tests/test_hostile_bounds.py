@@ -23,8 +23,8 @@ import pytest
 
 from dagprof.cli.main import main
 from dagprof.errors import DagprofError
-from dagprof.fsutil import DEFAULT_MAX_BYTES, MAX_BYTES_ENV, read_input, read_versioned
-from dagprof.traces import cache
+from dagprof.fsutil import DEFAULT_MAX_BYTES, MAX_BYTES_ENV, read_input, read_input_pieces, read_versioned
+from dagprof.traces import cache, kineto_decode
 from dagprof.traces.kineto import read_kineto
 from dagprof.traces.kineto_dir import read_cached, read_trace_dir
 from dagprof.traces.layerwise import read_layer_file
@@ -284,6 +284,41 @@ def test_gzip_members_trailing_zeros_and_garbage_read_as_gzip_does(tmp_path):
         with pytest.raises(DagprofError, match="corrupt") as err:
             read_input(tmp_path / name)
         assert str(tmp_path / name) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_read_in_pieces_as_read_whole(tmp_path, monkeypatch):
+    """The Kineto reader decodes a file as it is read and gunzipped (``read_input_pieces``): the same bytes, the same
+    refusals, in the same words, as ``read_input``; and the same trace, or the same refusal, from ``read_kineto``."""
+    body = gzip.decompress(TRACE.read_bytes())
+    cases = {"multi.json.gz": gzip.compress(body[:1000]) + gzip.compress(body[1000:]) + b"\0" * 16, "plain.json": body,
+             "cut.json.gz": TRACE.read_bytes()[:-20], "garbage.json.gz": TRACE.read_bytes() + b"junk",
+             "cut.json": body[:len(body) // 2]}
+    monkeypatch.setenv(MAX_BYTES_ENV, str(len(body) + 10))
+    for name, data in {**cases, "bomb.json.gz": gzip.compress(body + b" " * 20), "big.json": body + b" " * 20}.items():
+        path = tmp_path / name
+        path.write_bytes(data)
+        try:
+            whole = read_input(path)
+        except DagprofError as err:
+            whole = str(err)
+        for size in (1000, 1 << 20):
+            try:
+                pieces = list(read_input_pieces(path, size))
+                assert all(len(p) <= size for p in pieces)
+                assert b"".join(pieces) == whole, name
+            except DagprofError as err:
+                assert str(err) == whole, name
+    monkeypatch.setattr(kineto_decode, "CHUNK_BYTES", 4096)  # many pieces, the list's end in the middle of one
+    expected = read_kineto(TRACE)
+    for name in cases:
+        try:
+            got = read_kineto(tmp_path / name)
+            assert np.array_equal(got.events.start, expected.events.start) and got.events.names == expected.events.names
+        except DagprofError as err:
+            assert name.startswith(("cut", "garbage")) and str(tmp_path / name) in str(err) and "\n" not in str(err)
+            with pytest.raises(DagprofError) as whole_err:
+                kineto_decode._whole(read_input(tmp_path / name), str(tmp_path / name))
+            assert str(err) == str(whole_err.value)
 
 
 # ------------------------------------------------------------------ 8. bounds: only regular files

@@ -9,7 +9,6 @@ import os
 import numpy as np
 import pytest
 
-from dagprof.fsutil import read_input
 from dagprof.traces import kineto as K, kineto_deps as D
 from dagprof.traces.events import Dep, Kind
 from dagprof.traces.kineto_decode import open_trace
@@ -19,7 +18,7 @@ PATH = os.path.join(os.path.dirname(__file__), "data", "kineto_excerpts", "hta_n
 
 @pytest.fixture(scope="module")
 def stages():
-    stream = open_trace(read_input(PATH), PATH)
+    stream = open_trace(PATH)
     scan = K._scan(stream)
     trace = stream.head
     header = K._header(trace, scan)

@@ -101,42 +101,69 @@ def read_input(path: str | os.PathLike[str]) -> bytes:
     Larger inputs (on disk, or once decompressed) are refused in one line saying how large and how to raise
     the cap; the decompression stops at the cap, so a gzip bomb never fills memory.
     """
+    return b"".join(read_input_pieces(path))
+
+
+def read_input_pieces(path: str | os.PathLike[str], size: int | None = None) -> Iterator[bytes]:
+    """``read_input(path)`` in pieces of at most ``size`` bytes as they are read or decompressed (one piece per gzip
+    member, or the whole file, when ``size`` is None): a reader that decodes as it goes never holds, nor pages in,
+    the whole decompressed file. The same checks, each raised when the piece it concerns is reached."""
     path = os.fspath(path)
     cap = max_input_bytes()
     with open_input(path) as f:
-        size = os.fstat(f.fileno()).st_size
-        if size > cap:
-            raise _too_large(f"{size:,} bytes", cap, path)
-        try:
-            data = f.read(cap + 1)  # a file still growing is cut at the cap, not read on and on
-        except OSError as err:
-            raise DagprofError(f"cannot read the file ({err.strerror or err})", path) from None
+        disk = os.fstat(f.fileno()).st_size
+        if disk > cap:
+            raise _too_large(f"{disk:,} bytes", cap, path)
+        data = _read(f, cap + 1 if size is None else min(size, cap + 1), path)
+        if data[:2] == _GZIP_MAGIC:  # compressed: read whole (a fraction of what it holds), decompressed in pieces
+            data += _read(f, cap + 1 - len(data), path)
+        else:
+            total = 0
+            while data:  # a file still growing is cut at the cap, not read on and on
+                total += len(data)
+                if total > cap:
+                    raise _too_large(f"more than {cap:,} bytes", cap, path)
+                yield data
+                data = _read(f, cap + 1 - total if size is None else min(size, cap + 1 - total), path)
+            return
     if len(data) > cap:
         raise _too_large(f"more than {cap:,} bytes", cap, path)
-    return _gunzip(data, cap, path) if data[:2] == _GZIP_MAGIC else data
+    yield from _gunzip(data, cap, path, size)
 
 
-def _gunzip(data: bytes, cap: int, path: str) -> bytes:
-    """Every gzip member of ``data``, decompressed in C with at most ``cap`` bytes out (as ``gzip.decompress``)."""
+def _read(f: BinaryIO, n: int, path: str) -> bytes:
+    try:
+        return f.read(n)
+    except OSError as err:
+        raise DagprofError(f"cannot read the file ({err.strerror or err})", path) from None
+
+
+def _gunzip(data: bytes, cap: int, path: str, size: int | None) -> Iterator[bytes]:
+    """Every gzip member of ``data``, decompressed in C in pieces of at most ``size`` bytes (a member whole when
+    None), with at most ``cap`` bytes out in all (as ``gzip.decompress``)."""
     inflate, errors = _inflater()
-    parts: list[bytes] = []
     total = 0
     while data:
-        d = inflate(16 + zlib.MAX_WBITS)
-        try:
-            out = d.decompress(data, cap + 1 - total)
-        except errors as err:
-            raise DagprofError(f"corrupt or truncated gzip ({err})", path) from None
-        total += len(out)
-        if total > cap:
-            raise _too_large(f"more than {cap:,} bytes once decompressed ({len(data):,} compressed)", cap, path)
-        if not d.eof:
-            raise DagprofError("corrupt or truncated gzip (Compressed file ended before the end-of-stream marker was reached)", path)
-        parts.append(out)
+        d, packed = inflate(16 + zlib.MAX_WBITS), len(data)
+        while True:
+            room = cap + 1 - total
+            try:
+                out = d.decompress(data, room if size is None else min(size, room))
+            except errors as err:
+                raise DagprofError(f"corrupt or truncated gzip ({err})", path) from None
+            data = d.unconsumed_tail
+            total += len(out)
+            if total > cap:
+                raise _too_large(f"more than {cap:,} bytes once decompressed ({packed:,} compressed)", cap, path)
+            if out:
+                yield out
+            if d.eof:
+                break
+            if not out and not data:
+                raise DagprofError("corrupt or truncated gzip (Compressed file ended before the end-of-stream marker was reached)", path)
         data = d.unused_data.lstrip(b"\0")
         if data and data[:2] != _GZIP_MAGIC:
             raise DagprofError("corrupt gzip (garbage after the compressed data)", path)
-    return b"".join(parts)
 
 
 def _inflater() -> tuple[Any, tuple[type[Exception], ...]]:

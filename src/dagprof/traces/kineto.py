@@ -42,7 +42,6 @@ import msgspec
 import numpy as np
 
 from ..errors import DagprofError
-from ..fsutil import read_input
 from . import kineto_schema as ks
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace
 from .kineto_decode import MAX_OP_US, Reopened, TraceStream, open_trace, raw_value
@@ -55,8 +54,19 @@ _FILE_RANK = re.compile(r"rank[-_]?(\d+)", re.I)
 _CTX_KINDS = np.array([Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE, Kind.DATA], dtype=np.int8)
 
 
+_CORR = operator.attrgetter("args.correlation")
+
+
 def _corr(e: ks.Event) -> int:
     return e.args.correlation if e.args is not None else -1
+
+
+def _corrs(xs: list[ks.Event], n: int) -> np.ndarray:
+    """The events' correlation ids (-1 without arguments): in C, unless an event has no arguments (rare)."""
+    try:
+        return np.fromiter(map(_CORR, xs), np.int64, n)
+    except AttributeError:
+        return np.fromiter(map(_corr, xs), np.int64, n)
 
 
 def read_kineto(path: str | os.PathLike[str], rank: int | None = None) -> RankTrace:
@@ -65,10 +75,10 @@ def read_kineto(path: str | os.PathLike[str], rank: int | None = None) -> RankTr
     was_enabled = gc.isenabled()
     gc.disable()  # 10^5 acyclic objects per chunk: collection passes would cost a third of the parse
     try:
-        stream = open_trace(read_input(path), path)  # a checked Kineto trace, or a one-line DagprofError
+        stream = open_trace(path)  # a Kineto trace read as it is decoded (its chunks raise a one-line DagprofError)
         try:
             out = _build(stream, path, rank)
-        except Reopened as again:  # the event list ended elsewhere than guessed: read as decoded whole
+        except Reopened as again:  # not readable as it streams in: read as decoded whole
             stream = again.stream
             out = _build(stream, path, rank)
         if stream.notes:
@@ -119,6 +129,7 @@ class _Scan:
     dur: np.ndarray
     corr: np.ndarray
     kept: dict[int, ks.Event]
+    infos: dict[tuple[int, int], ks.NameInfo]  # (name id, category id) -> its classification
     metas: list[ks.Event]
     syncs: list[ks.Event]
 
@@ -132,15 +143,16 @@ def _scan(stream: TraceStream) -> _Scan:
     names, cats, pids, tids = _Interned(), _Interned(), _Interned(), _Interned()
     parts: list[tuple[np.ndarray, ...]] = []
     kept: dict[int, ks.Event] = {}
-    need: dict[tuple[int, int], bool] = {}
+    infos: dict[tuple[int, int], ks.NameInfo] = {}
     metas, syncs = [], []
     offset = untimed = too_long = 0
+    skip = ks.SKIP_CATS
     for events in stream.chunks():
         metas += stream.detach([e for e in events if e.ph == "M"])
         xall = [e for e in events if e.ph == "X"]
         del events
         syncs += stream.detach([e for e in xall if e.cat == "cuda_sync"])
-        xs = [e for e in xall if e.cat not in ks.SKIP_CATS and type(e.pid) is int]
+        xs = [e for e in xall if e.cat not in skip and type(e.pid) is int]
         del xall
         ts, dur = np.fromiter(map(_TS, xs), np.float64, len(xs)), np.fromiter(map(_DUR, xs), np.float64, len(xs))
         ok = (ts >= 0.0) & (dur >= 0.0) & (dur <= MAX_OP_US)  # NaN (missing) fails every comparison
@@ -153,23 +165,21 @@ def _scan(stream: TraceStream) -> _Scan:
         n = len(xs)
         nid, cid = names(map(_NAME, xs), n), cats(map(_CAT, xs), n)
         codes, inv = np.unique(nid.astype(np.int64) << 32 | cid, return_inverse=True)
-        name_of, cat_of = list(names.ids), list(cats.ids)
-        flags = []
-        for c in codes.tolist():
-            key = (c >> 32, c & 0xFFFFFFFF)
-            if key not in need:
-                need[key] = _needs_args(ks.classify(cat_of[key[1]], name_of[key[0]]))
-            flags.append(need[key])
+        keys = [(c >> 32, c & 0xFFFFFFFF) for c in codes.tolist()]
+        if any(key not in infos for key in keys):
+            name_of, cat_of = list(names.ids), list(cats.ids)
+            infos.update((key, ks.classify(cat_of[key[1]], name_of[key[0]])) for key in keys if key not in infos)
+        flags = [_needs_args(infos[key]) for key in keys]
         rows = np.flatnonzero(np.array(flags, dtype=bool)[inv.reshape(-1)]).tolist()
         kept.update(zip((offset + i for i in rows), stream.detach([xs[i] for i in rows])))
-        parts.append((nid, cid, pids(map(_PID, xs), n), tids(map(_TID, xs), n), ts, dur, np.fromiter(map(_corr, xs), np.int64, n)))
+        parts.append((nid, cid, pids(map(_PID, xs), n), tids(map(_TID, xs), n), ts, dur, _corrs(xs, n)))
         offset += n
         del xs
     stream.finish(offset, untimed, too_long)
     stream.release()
     cols = [np.concatenate(c) if parts else np.zeros(0, t) for c, t in
             zip(zip(*parts) if parts else [()] * 7, (np.int32, np.int32, np.int32, np.int32, np.float64, np.float64, np.int64))]
-    return _Scan(dict(names.ids), dict(cats.ids), dict(pids.ids), dict(tids.ids), *cols, kept=kept, metas=metas, syncs=syncs)
+    return _Scan(dict(names.ids), dict(cats.ids), dict(pids.ids), dict(tids.ids), *cols, kept=kept, infos=infos, metas=metas, syncs=syncs)
 
 
 # ------------------------------------------------------------------ stage 1b: metadata
@@ -221,7 +231,7 @@ def _columns(scan: _Scan, path: str) -> Columns:
     lane_sorted = lane[order].astype(np.int32)
     return Columns(
         kept=scan.kept, orig=order, names=name_list,
-        info=[ks.classify(cats[int(k) % len(cats)], name_list[int(k) // len(cats)]) for k in pair_keys.tolist()],
+        info=[scan.infos[(k // len(cats), k % len(cats))] for k in pair_keys.tolist()],
         pair=pair[order].astype(np.int32), pair_name=(pair_keys // len(cats)).astype(np.int32),
         pair_cat=[cat_ids[int(k) % len(cats)] for k in pair_keys.tolist()],
         lane=lane_sorted, lane_keys=lane_keys, start=ts - t0, dur=dur[order], t0=t0,

@@ -1,14 +1,14 @@
 """Bytes -> typed Kineto structs, a chunk of events at a time: fast when the file is regular,
 tolerant per event when it is not.
 
-The top level is decoded first with the events left as raw bytes (``kineto_schema.Head``): around
-the event list, not through it, where it can tell where the list ends (``_head_around_events``). The
-event list is then cut into chunks of about ``CHUNK_BYTES`` at event boundaries and each chunk is
-decoded by ``msgspec`` into structs that list only the fields dagprof reads (unknown keys skipped
-in C, every kept number bounds-checked). So no Python object per event outlives its chunk unless
-the reader keeps it, and the file's bytes are the only copy of the document. A cut that lands
-inside a string or a nested value cannot decode (the piece would end inside it): the chunk then
-grows to the next boundary.
+The file is decoded as it is read and gunzipped, ``CHUNK_BYTES`` at a time (``TraceStream``): each
+chunk of the event list, cut at an event boundary, is decoded by ``msgspec`` into structs that list
+only the fields dagprof reads (unknown keys skipped in C, every kept number bounds-checked). So no
+Python object per event outlives its chunk unless the reader keeps it, and the decompressed file
+is never held whole. The top level (``kineto_schema.Head``) is decoded last, around the event list
+(``_close``). A cut that lands inside a string or a nested value cannot decode (the chunk would end
+inside it): the chunk then grows by the next piece. A trace that cannot be read this way is decoded
+whole (``Reopened``), its top level first, which says what is wrong with it.
 
 A chunk that fails the typed decode is decoded again, from the fastest decode that can succeed
 to the slowest:
@@ -30,14 +30,16 @@ read at all is a ``DagprofError`` naming the file: never another exception.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import secrets
-from typing import Any, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import msgspec
 
 from ..errors import DagprofError
+from ..fsutil import read_input, read_input_pieces
 from . import kineto_schema as ks
 from .kineto_schema import raw_value
 from .meta import RunWarning
@@ -53,6 +55,9 @@ MAX_OP_US = 86_400e6  # one op longer than a day is a corrupt record, not a prof
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _WS = b" \t\r\n"
 _LEADING_WS = re.compile(rb"[ \t\r\n]*")
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_TAIL_BYTES = 1 << 20  # what Kineto writes after the event list (log lines, device properties) is a few KB
+_LIST_END = re.compile(rb"\}[ \t\r\n]*\]")  # a list whose last value is an object
 _RAWS_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
 _TOP_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _RAW_ARG_FIELDS = tuple(f for f in ks.Args.__struct_fields__ if "Raw" in str(ks.Args.__annotations__[f]))
@@ -62,34 +67,35 @@ _RAW_ARGS = frozenset(k for f, k in _ARG_FIELDS.items() if "Raw" in str(ks.Args.
 _TOO_DEEP = "JSON nested too deeply to read (a damaged or hostile file)"  # as cli.main says of every other decoder
 
 
-def open_trace(data: bytes, path: str, guess: bool = True) -> TraceStream:
-    """A Kineto trace's top level, checked; its events come from ``chunks()``. ``DagprofError`` for anything else.
+def open_trace(path: str) -> TraceStream:
+    """A Kineto trace, decoded as its file is read: its events a chunk at a time (``chunks()``), then its top level
+    (``head``). ``DagprofError`` from ``chunks()`` for anything else."""
+    return TraceStream(path)
 
-    ``guess``: decode the top level around where the event list seems to be (``_head_around_events``), not through
-    it; ``chunks()`` raises ``Reopened`` if the list turns out to end elsewhere."""
+
+def _whole(data: bytes, path: str) -> TraceStream:
+    """The trace decoded as one document: its top level through the event list, then the events a chunk at a time."""
     try:
-        return _open(data, path, guess)
+        return _open(data, path)
     except RecursionError:
         raise DagprofError(_TOO_DEEP, path) from None
 
 
 class Reopened(Exception):  # noqa: N818 (not an error: the reader starts again with .stream)
-    """The event list did not end where the guess put it: the trace opened again, its top level decoded whole."""
+    """The streamed trace is not one whose event list can be read as it comes: the trace opened again, decoded whole."""
 
     def __init__(self, stream: TraceStream):
         super().__init__("reopened")
         self.stream = stream
 
 
-def _open(data: bytes, path: str, guess: bool) -> TraceStream:
+def _open(data: bytes, path: str) -> TraceStream:
     at = _LEADING_WS.match(data).end()
     if data[at:at + 1] == b"[":  # Kineto's first JSON: the events alone
         end = len(data)
         while end > at and data[end - 1] in _WS:
             end -= 1
         head = ks.Head(traceEvents=msgspec.Raw(memoryview(data)[at:end]))
-    elif guess and (head := _head_around_events(data)) is not None:
-        return _checked_head(head, data, path, guessed=True)
     else:
         try:
             try:
@@ -100,66 +106,141 @@ def _open(data: bytes, path: str, guess: bool) -> TraceStream:
             if "UTF-8" not in str(e):
                 raise DagprofError(f"not valid JSON, truncated or foreign file ({e})", path) from None
             return _text_replaced(data, path)
-    return _checked_head(head, data, path)
-
-
-def _checked_head(head: ks.Head, data: bytes, path: str, guessed: bool = False) -> TraceStream:
     if not all(_is_text(getattr(head, key)) for key in _RAW_TOP):  # kept raw by the typed decode: not yet checked
         return _text_replaced(data, path)
     if bytes(memoryview(head.traceEvents)[:1]) != b"[":
         raise DagprofError("not a Kineto trace: no 'traceEvents' list", path)
+    return TraceStream(path, _typed_info(head))
+
+
+def _typed_info(head: ks.Head) -> ks.Head:
     if len(head.distributedInfo):
         head.distributedInfo = _distributed_info(head.distributedInfo)
-    stream = TraceStream(head, path)
-    if guessed:
-        stream._whole = data
-    return stream
+    return head
+
+
+def _known(head: ks.Head | None) -> bool:
+    return head is not None and bool(len(head.schemaVersion) or len(head.distributedInfo) or len(head.deviceProperties))
 
 
 class TraceStream:
     """The events of one trace, decoded a chunk at a time; ``finish()`` after the last chunk checks the whole
-    with what the reader found (its complete events, and those it dropped for their times)."""
+    with what the reader found (its complete events, and those it dropped for their times).
 
-    def __init__(self, head: ks.Head, path: str):
-        self.head, self.path = head, path
+    Streamed (no ``head`` given): the file is read and gunzipped a chunk at a time, and each chunk decoded as it
+    comes, so the decompressed file is never held nor paged in whole (a fifth of a cold load). Where the event list
+    ends is known only at the end of the file: a chunk decodes only if it lies inside the list (the list's ``]``
+    would close the chunk's own), and the top level is decoded last, around the list (``_close``). A trace that
+    cannot be read this way (no event list near its start, a damaged event, a list that ends elsewhere) is read
+    again whole (``Reopened``), which says what is wrong with it."""
+
+    def __init__(self, path: str, head: ks.Head | None = None):
+        self.head, self.path = head, path  # head: a streamed trace's, once its events are read
         self.notes: list[RunWarning] = []
         self._seen = self._repaired = self._unreadable = 0
-        self._known = bool(len(head.schemaVersion) or len(head.distributedInfo) or len(head.deviceProperties))
+        self._streamed = head is None
+        self._known = _known(head)
         self._marked = self._profiler_cats = self._not_utf8 = False
-        self._whole: bytes | None = None  # the file, while the event list is where ``_head_around_events`` guessed
 
     def chunks(self) -> Iterator[list[ks.Event]]:
-        buf = memoryview(self.head.traceEvents)
-        end = len(buf) - 1  # the closing ]
-        while end > 0 and buf[end - 1] in _WS:
-            end -= 1
-        pos = 1
-        while pos < end and buf[pos] in _WS:
-            pos += 1
-        while pos < end:
-            cut = pos + CHUNK_BYTES
-            while True:
-                m = _BOUNDARY.search(buf, cut, end) if cut < end else None
-                stop = m.start() + 1 if m else end
-                try:
-                    events = self._decode(b"".join((b"[", buf[pos:stop], b"]")))
+        if self._streamed:
+            yield from self._stream()
+            return
+        yield from self._cut(_slices((memoryview(self.head.traceEvents)[1:-1],)), len)  # inside the [ ]
+
+    def _stream(self) -> Iterator[list[ks.Event]]:
+        pieces = read_input_pieces(self.path, CHUNK_BYTES)
+        try:
+            before, m = b"", None
+            for piece in pieces:  # the top level up to its event list's [
+                before += piece
+                if before.lstrip(_WS)[:1] not in (b"", b"{") or (m := _EVENTS_KEY.search(before)) or len(before) > _TAIL_BYTES:
                     break
-                except RecursionError:
-                    self._unguess()
-                    raise DagprofError(_TOO_DEEP, self.path) from None
-                except msgspec.DecodeError as e:
-                    if stop == end:  # the last piece of a list that parsed whole: cannot be a bad cut
-                        self._unguess()
-                        raise DagprofError(f"not valid JSON, truncated or foreign file ({e})", self.path) from None
-                    cut = stop + 1  # the cut fell inside a string or a nested value: grow to the next boundary
-            pos = m.end() - 1 if stop < end else end
+            if m is None:
+                self._unguess()
+            start = m.end() - 1
+            first, before = memoryview(before)[start + 1:], before[:start]
+            try:  # the keys before the list: a trace that has them needs no profiler marks (``_checked``)
+                self._known = _known(ks.HEAD_DECODER.decode(before + b"[]}"))
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                pass
+            yield from self._cut(_slices(itertools.chain((first,), pieces)), lambda rest: self._close(before, rest))
+        finally:
+            pieces.close()
+
+    def _cut(self, pieces: Iterator[bytes | memoryview], close: Callable[[bytes], int]) -> Iterator[list[ks.Event]]:
+        """The events of a list read in ``pieces`` (from after its ``[``), decoded about ``CHUNK_BYTES`` at a time: a
+        chunk ends at a piece's last event boundary, with no copy but its own. A cut inside a string or a nested value
+        cannot decode (the chunk would end inside it): the chunk then grows by the next piece. A chunk that holds the
+        list's end cannot decode either (that ``]`` closes the chunk's own, and more follows): what is left of the
+        pieces then holds it, and ``close`` says where in that rest the list ends."""
+        parts: list[bytes | memoryview] = []
+        size = 0
+        for piece in pieces:
+            piece = memoryview(piece)
+            parts.append(piece)
+            size += len(piece)
+            if size < CHUNK_BYTES or (m := _last_boundary(piece)) is None:
+                continue
+            try:
+                events = self._decode(b"".join((b"[", *parts[:-1], piece[:m.start() + 1], b"]")))
+            except RecursionError:
+                self._unguess()
+                raise DagprofError(_TOO_DEEP, self.path) from None
+            except msgspec.DecodeError as e:
+                if str(e).startswith("Input data was truncated"):  # the cut fell inside a value: grow
+                    continue
+                parts += pieces  # the list ends in this chunk (or it is damaged): the rest, to find where
+                break
+            parts, size = [piece[m.end() - 1:]], len(piece) - m.end() + 1
+            yield self._checked(events)
+        rest = b"".join(parts)
+        end = close(rest)
+        pos = _LEADING_WS.match(rest).end()
+        while end > pos and rest[end - 1] in _WS:
+            end -= 1
+        if pos < end:
+            try:
+                events = self._decode(b"".join((b"[", memoryview(rest)[pos:end], b"]")))
+            except RecursionError:
+                self._unguess()
+                raise DagprofError(_TOO_DEEP, self.path) from None
+            except msgspec.DecodeError as e:
+                self._unguess()
+                raise DagprofError(f"not valid JSON, truncated or foreign file ({e})", self.path) from None
             yield self._checked(events)
 
+    def _close(self, before: bytes, rest: bytes) -> int:
+        """The streamed list's end in ``rest`` (what is left of the file once read, from an event's start)
+        and the top level, decoded around the list (a tenth of the parse). The list ends at the leftmost ``]`` after
+        an event's ``}`` after which the top level decodes with a random token as ``traceEvents``: a ``]`` inside the
+        list leaves an unbalanced rest, the ones after it close later keys' lists (TraceLens's ``deviceProperties``).
+        Read whole (``Reopened``) when none does; a wrong guess is found as the last events are decoded."""
+        token = b'"dagprof:' + secrets.token_hex(16).encode() + b'"'
+        view, found = memoryview(rest), None
+        ends = [m.end() - 1 for m in _LIST_END.finditer(rest, max(0, len(rest) - _TAIL_BYTES))]
+        for end in ends[:-17:-1]:  # decodes tried: a hostile run of "}]" costs 16, not one per bracket
+            if found is not None and found[1] - end > _TAIL_BYTES // 16:
+                break
+            try:
+                head = ks.HEAD_DECODER.decode(b"".join((before, token, view[end + 1:])))
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                continue
+            if bytes(head.traceEvents) == token:
+                found = (head, end)
+        if found is None or not all(_is_text(getattr(found[0], key)) for key in _RAW_TOP):
+            self._unguess()
+        head, end = found
+        head.traceEvents = msgspec.Raw()
+        self.head = _typed_info(head)
+        self._known = _known(head)
+        return end
+
     def _unguess(self) -> None:
-        """A guessed event list that does not decode: the trace decoded whole, as without the guess, says what
-        is wrong with it (its ``DagprofError``), or that the list ends elsewhere (``Reopened``)."""
-        if self._whole is not None:
-            raise Reopened(open_trace(self._whole, self.path, guess=False))
+        """A streamed trace that cannot be read as it comes: read again, decoded whole (``Reopened``), which says what is
+        wrong with it (its ``DagprofError``, a damaged file's before any other), or reads where the list really ends."""
+        if self._streamed:
+            raise Reopened(_whole(read_input(self.path), self.path))
 
     def finish(self, ops: int, untimed: int = 0, too_long: int = 0) -> None:
         """``ops``: complete events on a process with a usable time; ``untimed`` / ``too_long``: those dropped for it."""
@@ -192,7 +273,6 @@ class TraceStream:
     def release(self) -> None:
         """Let the file's bytes go once the events are read: the header's raw values are views into them."""
         h = self.head
-        self._whole = None
         self.head = ks.Head(distributedInfo=msgspec.Raw(bytes(h.distributedInfo)), baseTimeNanoseconds=h.baseTimeNanoseconds,
                             schemaVersion=msgspec.Raw(bytes(h.schemaVersion)), deviceProperties=msgspec.Raw(bytes(h.deviceProperties)),
                             host_name=h.host_name)
@@ -228,46 +308,29 @@ class TraceStream:
 
     def _checked(self, events: list[ks.Event]) -> list[ks.Event]:
         """The trace-wide checks, updated with one chunk."""
-        if not self._seen:
-            self._profiler_cats = _profiler_events(events[:1000])
+        if self._seen < 1000:
+            self._profiler_cats = self._profiler_cats or _profiler_events(events[:1000 - self._seen])
         self._seen += len(events)
         if not (self._known or self._marked):
             self._marked = _profiler_marked(events)
         return events
 
 
-_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
-_TAIL_BYTES = 1 << 20  # what Kineto writes after the event list (log lines, device properties) is a few KB
-_LIST_END = re.compile(rb"\}[ \t\r\n]*\]")  # a list whose last value is an object
+def _slices(pieces: Iterable[bytes | memoryview]) -> Iterator[memoryview]:
+    """The pieces cut into ``CHUNK_BYTES`` views (no copy)."""
+    for piece in pieces:
+        view = memoryview(piece)
+        for i in range(0, len(view), CHUNK_BYTES):
+            yield view[i:i + CHUNK_BYTES]
 
 
-def _head_around_events(data: bytes) -> ks.Head | None:
-    """The top level decoded without reading through the event list (a tenth of the parse): what is before the
-    list and after it, with a random token in its place. The list ends at the leftmost ``]`` after an event's
-    ``}`` after which this decodes with the token as ``traceEvents``: a ``]`` inside the list
-    leaves an unbalanced rest, the ones after it close later keys' lists (TraceLens's ``deviceProperties``).
-    None when none does (the whole is decoded); a wrong guess is found as the list is decoded (``Reopened``)."""
-    m = _EVENTS_KEY.search(data)
-    if m is None:
-        return None
-    start, view = m.end() - 1, memoryview(data)
-    token = b'"dagprof:' + secrets.token_hex(16).encode() + b'"'
-    ends = [m.end() - 1 for m in _LIST_END.finditer(data, max(start, len(data) - _TAIL_BYTES))]
-    found = None
-    for end in ends[:-17:-1]:  # decodes tried: a hostile run of "}]" costs 16, not one per bracket
-        if found is not None and found[1] - end > _TAIL_BYTES // 16:
-            break
-        try:
-            head = ks.HEAD_DECODER.decode(b"".join((view[:start], token, view[end + 1:])))
-        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-            continue
-        if bytes(head.traceEvents) == token:
-            found = (head, end)
-    if found is None:
-        return None
-    head, end = found
-    head.traceEvents = msgspec.Raw(view[start:end + 1])
-    return head
+def _last_boundary(piece: memoryview) -> re.Match[bytes] | None:
+    """The last event boundary in ``piece``, looked for near its end first."""
+    for back in (1 << 14, len(piece)):
+        found = [*_BOUNDARY.finditer(piece, max(0, len(piece) - back))]
+        if found or back >= len(piece):
+            return found[-1] if found else None
+    return None
 
 
 def _is_text(raw: msgspec.Raw) -> bool:
@@ -285,7 +348,7 @@ def _text_replaced(data: bytes, path: str) -> TraceStream:
     fixed = data.decode("utf-8", "replace").encode()
     if fixed == data:
         raise DagprofError("not valid JSON text", path)
-    stream = open_trace(fixed, path)
+    stream = _open(fixed, path)
     stream._not_utf8 = True
     return stream
 
