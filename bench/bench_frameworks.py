@@ -95,6 +95,15 @@ def launch(name: str, python: str, out: str, workers: int, timeout: float, src: 
     return [int(c) for c in codes]
 
 
+def profiled_again(out: str) -> int:
+    """How many times the TF/JAX collector profiled its window again because a rank's profile was lost (0 elsewhere)."""
+    try:
+        with open(os.path.join(out, "rank0.json")) as f:
+            return sum("profiled again" in w for w in json.load(f).get("warnings", []))
+    except (OSError, ValueError):
+        return 0
+
+
 def judge(out: str) -> dict:
     """The model's error on the profiled run (what-ifs start from it) and the averaged replay's, %; or the refusal."""
     try:
@@ -138,13 +147,15 @@ def main(argv: list[str] | None = None) -> int:
             row = {"run": i, "collector": "baseline" if src != SRC else "this", "exit": codes, "seconds": round(time.monotonic() - t0, 1)}
             died = [c for c in codes if c not in (0, -signal.SIGKILL)] or [c for c in codes if c != 0]  # not the ones stopped after it
             row |= {"crash": died[0]} if died else judge(out)
+            row["profiled_again"] = profiled_again(out)
             rows.append(row)
             print(f"{name} run {i}: {row}", file=sys.stderr, flush=True)
             if not args.keep:
                 shutil.rmtree(out, ignore_errors=True)
         mine = [r for r in rows if r["collector"] == "this"]
         ok = [r for r in mine if "model_pct" in r]
-        summary = {"runs": len(mine), "crashes": sum("crash" in r for r in mine), "refused": sum("refused" in r for r in mine)}
+        summary = {"runs": len(mine), "crashes": sum("crash" in r for r in mine), "refused": sum("refused" in r for r in mine),
+                   "profiled_again": sum(r["profiled_again"] > 0 for r in mine)}  # runs whose window was lost on a rank and profiled again
         if args.baseline_src:
             base = [r for r in rows if r["collector"] == "baseline"]
             summary["baseline"] = {"runs": len(base), "crashes": sum("crash" in r for r in base)}
