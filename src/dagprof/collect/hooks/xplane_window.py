@@ -20,7 +20,7 @@ from typing import Any, Callable, ContextManager, Iterator
 from ...fsutil import atomic_open
 from ...traces.xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, VERSION, rank_file, rank_logdir
 
-RETRIES = 3  # windows profiled again when a rank's profile was lost (as long as training lasts)
+RETRIES = 5  # windows profiled again when a rank's profile was lost (as long as training lasts)
 
 
 def run_forked(fn: Callable[[], None], timeout_s: float, in_parent: Callable[[], None] = lambda: None) -> int | None:
