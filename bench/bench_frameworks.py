@@ -142,10 +142,20 @@ def median_step_ms(g) -> float:
     return float(np.median(step_times(g, replay(g)))) / 1e3
 
 
+def comm_per_step_ms(g) -> float:
+    """The priced collectives' transfer time per step (as measured, or as a what-if re-priced them): the link model's part
+    alone, apart from the compute's drift between jobs on the shared machine."""
+    from dagprof.passes.comm import priced_comm, profiled_collectives
+
+    comm = priced_comm(g) & (g.dur > 0)
+    return float(profiled_collectives(g)[1].sum()) / max(len(np.unique(g.step[comm])), 1) / 1e3
+
+
 def measured(out: str) -> dict:
-    """A profiled job's iteration: dagprof's measured figure (the slowest rank's, averaged over the window) and the median step."""
+    """A profiled job's iteration: dagprof's measured figure (the slowest rank's, averaged over the window), the median step
+    and the collectives' time per step."""
     p = open_run(out)
-    return {"measured_ms": p.analysis.measured_us / 1e3, "measured_median_ms": median_step_ms(p.graph)}
+    return {"measured_ms": p.analysis.measured_us / 1e3, "measured_median_ms": median_step_ms(p.graph), "comm_ms": comm_per_step_ms(p.graph)}
 
 
 def predict_rate(out: str, rate: float, other: float) -> dict:
@@ -163,7 +173,8 @@ def predict_rate(out: str, rate: float, other: float) -> dict:
                    raw=True)["scenarios"][0]
     what_if = set_link(set_topology(p.graph, base_topology(p.graph, Settings())), bw)
     return measured(out) | {"model_pct": base["model_error_pct"], "predicted_ms": row["predicted_iter_ms"],
-                            "predicted_median_ms": median_step_ms(what_if), "fit_bit_per_s": 8 * fit["bandwidth_bytes_per_s"],
+                            "predicted_median_ms": median_step_ms(what_if), "predicted_comm_ms": comm_per_step_ms(what_if),
+                            "fit_bit_per_s": 8 * fit["bandwidth_bytes_per_s"],
                             "fit_latency_us": fit["latency_us"], "weak_fit": fit.get("weak")}
 
 
@@ -204,9 +215,11 @@ def testbed(names: list[str], args) -> dict:
                 if "predicted_ms" in a and "measured_ms" in b:
                     row["error_pct"] = 100.0 * (a["predicted_ms"] - b["measured_ms"]) / b["measured_ms"]
                     row["median_error_pct"] = 100.0 * (a["predicted_median_ms"] - b["measured_median_ms"]) / b["measured_median_ms"]
+                    row["comm_error_pct"] = 100.0 * (a["predicted_comm_ms"] - b["comm_ms"]) / b["comm_ms"]
                 rounds.append(row)
             errs = [r["error_pct"] for r in rounds if "error_pct" in r]
             med_errs = [r["median_error_pct"] for r in rounds if "median_error_pct" in r]
+            comm_errs = [r["comm_error_pct"] for r in rounds if "comm_error_pct" in r]
             loads = [x["load"] for r in rounds for x in (r["profiled"], r["other"])]
             results[name] = {"rounds": rounds, "summary": {
                 "rate_bit": args.rate, "other_rate_bit": args.other_rate, "rounds": len(rounds), "judged": len(errs),
@@ -215,6 +228,8 @@ def testbed(names: list[str], args) -> dict:
                 "median_step": {"median_error_pct": float(np.median(med_errs)) if med_errs else None,
                                 "error_spread_pct": [min(med_errs), max(med_errs)] if med_errs else None,
                                 "within_8": sum(abs(e) <= 8 for e in med_errs)},
+                "collectives": {"median_error_pct": float(np.median(comm_errs)) if comm_errs else None,
+                                "error_spread_pct": [min(comm_errs), max(comm_errs)] if comm_errs else None},
                 "measured_ms": {str(int(r / 1e6)) + "Mbit": float(np.median([x[key]["measured_ms"] for x in rounds if "measured_ms" in x[key]] or [np.nan]))
                                 for r, key in ((args.rate, "profiled"), (args.other_rate, "other"))},
                 "predicted_ms": float(np.median([x["profiled"]["predicted_ms"] for x in rounds if "predicted_ms" in x["profiled"]] or [np.nan])),
