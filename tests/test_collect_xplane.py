@@ -129,6 +129,27 @@ def test_a_stop_run_forked_that_crashes_or_hangs_leaves_this_process_running(tmp
     assert time.monotonic() - t0 < 30
 
 
+@pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/stat"), reason="needs Linux /proc")
+def test_a_forked_child_stuck_on_a_lock_is_stopped_when_its_cpu_time_stands_still():
+    """A lock held by another thread at the fork is never released in the child (it has one thread): it
+    waits at 0 % CPU. It is stopped after ``stall_s`` without CPU, long before the timeout."""
+    import threading
+
+    held, release = threading.Lock(), threading.Event()
+    held.acquire()
+    holder = threading.Thread(target=release.wait)  # the lock's owner is another thread, as in TensorFlow
+    holder.start()
+    try:
+        t0 = time.monotonic()
+        assert run_forked(held.acquire, 120, stall_s=1.0) is None
+        assert time.monotonic() - t0 < 60
+        assert run_forked(lambda: sum(range(2 * 10**7)), 120, stall_s=5.0) == 0  # busy, not stalled
+    finally:
+        release.set()
+        holder.join()
+        held.release()
+
+
 def test_a_window_lost_on_one_rank_is_profiled_again_by_every_rank(tmp_path):
     """TensorFlow's collection can die on one worker (``stop_in_child``): every worker learns it from the
     agreement after the stop, drops its own profile of the window and profiles the same steps again one

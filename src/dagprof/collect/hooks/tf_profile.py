@@ -157,7 +157,7 @@ def stop_in_child(timeout_s: float = COLLECT_TIMEOUT_S) -> None:
     with profiler_v2._profiler_lock:  # end the parent's session: its host tracer finds tracing off and consumes nothing
         profiler_v2._profiler = None
     if status is None:
-        raise RuntimeError(f"collecting the profile took over {timeout_s:.0f} s and was stopped; this rank has no trace")
+        raise RuntimeError(f"collecting the profile stalled or took over {timeout_s:.0f} s and was stopped; this rank has no trace")
     if status != 0:
         why = f"signal {-status}" if status < 0 else f"exit status {status}"
         raise RuntimeError(f"TensorFlow's profiler failed while collecting ({why}, in a child process: training is unaffected); "

@@ -23,13 +23,31 @@ from ...traces.xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, VERSION, rank
 RETRIES = 5  # windows profiled again when a rank's profile was lost (as long as training lasts)
 
 
-def run_forked(fn: Callable[[], None], timeout_s: float, in_parent: Callable[[], None] = lambda: None) -> int | None:
+STALL_S = 30.0  # a forked child that used no CPU for this long waits on a lock no thread of it will release
+
+
+def cpu_ticks(pid: int) -> int | None:
+    """User + system CPU time of process ``pid`` in clock ticks (Linux ``/proc``); None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat(5)
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def run_forked(fn: Callable[[], None], timeout_s: float, in_parent: Callable[[], None] = lambda: None,
+               stall_s: float = STALL_S) -> int | None:
     """Run ``fn`` in a forked child of this process and wait for it: its exit status (0 when ``fn`` returned,
-    1 when it raised, negative: the signal that killed it), or None when it ran past ``timeout_s`` and was killed.
+    1 when it raised, negative: the signal that killed it), or None when it ran past ``timeout_s``, or used no
+    CPU for ``stall_s`` seconds, and was killed.
 
     A profiler whose collection can crash the process (a native bug) is stopped this way: the crash
     ends the child, never the training. ``in_parent`` runs in the parent as soon as the child exists.
     The child leaves by ``os._exit``: none of the parent's exit handlers or destructors run twice.
+    A child is a copy of one thread of a threaded process: a lock another thread held at the fork stays
+    held in it forever (a TF child after a heap corruption sat 150 s in a futex at 0 % CPU); it is
+    stopped when its CPU time stands still, not after the whole timeout, so training waits seconds.
     """
     pid = os.fork()
     if pid == 0:
@@ -40,12 +58,17 @@ def run_forked(fn: Callable[[], None], timeout_s: float, in_parent: Callable[[],
         finally:
             os._exit(code)
     in_parent()
-    deadline = time.monotonic() + timeout_s
+    now = time.monotonic()
+    deadline, ticks, moved = now + timeout_s, cpu_ticks(pid), now
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return os.waitstatus_to_exitcode(status)
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        latest = cpu_ticks(pid)
+        if latest != ticks:
+            ticks, moved = latest, now
+        if now > deadline or (ticks is not None and now - moved > stall_s):
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             return None
