@@ -49,8 +49,9 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
 }
 
 
-def launch(name: str, python: str, out: str, workers: int, timeout: float, src: str = SRC) -> list[int]:
-    """Run the script on ``workers`` processes with the collector in ``src``; their exit statuses (negative: killed by that signal)."""
+def launch(name: str, python: str, out: str, workers: int, timeout: float, src: str = SRC, prefix: tuple[str, ...] = ()) -> list[int]:
+    """Run the script on ``workers`` processes with the collector in ``src``; their exit statuses (negative: killed by that signal).
+    ``prefix`` goes before every command started (``ip netns exec NS``: the job in that namespace)."""
     framework, _, extra = SCRIPTS[name]
     script = os.path.join(HERE, "frameworks", f"{name}.py")
     env = dict(os.environ, PYTHONPATH=src, TF_CPP_MIN_LOG_LEVEL="2", **extra)
@@ -59,7 +60,7 @@ def launch(name: str, python: str, out: str, workers: int, timeout: float, src: 
         cmd = [sys.executable, "-m", "dagprof.collect.hooks.mxnet_ps", "run", "--out", out, "--servers", "1", "--workers", str(workers),
                "--port", str(ports[0]), "--profile-steps", "5", "--timeout", str(int(timeout)), "--", python, script, "--steps", "16"]
         with open(os.path.join(out, "launcher.txt"), "w") as log:
-            return [subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log, timeout=timeout + 60).returncode]
+            return [subprocess.run([*prefix, *cmd], env=env, stdout=subprocess.DEVNULL, stderr=log, timeout=timeout + 60).returncode]
     if framework == "horovod":  # python names the venv's interpreter; horovodrun and the ranks' python come from its bin/
         bindir = os.path.dirname(python)
         env |= {"PATH": bindir + os.pathsep + env.get("PATH", ""), "OMP_NUM_THREADS": "1"}
@@ -67,7 +68,7 @@ def launch(name: str, python: str, out: str, workers: int, timeout: float, src: 
                os.path.join(bindir, "horovodrun"), "-np", str(workers), "-H", f"localhost:{workers}", "--gloo", "python", script]
         log_path = os.path.join(out, "launcher.txt")
         with open(log_path, "w") as log:
-            code = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log, timeout=timeout + 60).returncode
+            code = subprocess.run([*prefix, *cmd], env=env, stdout=subprocess.DEVNULL, stderr=log, timeout=timeout + 60).returncode
         with open(log_path) as log:
             said = re.search(r"the (?:profiled )?command exited with status (-?\d+)", log.read())
         return [int(said.group(1)) if said else 0 if code == 2 else code]  # 2 alone: dagprof refused a finished job (judge says why)
@@ -79,7 +80,7 @@ def launch(name: str, python: str, out: str, workers: int, timeout: float, src: 
             cmd = [python, script, "--out", out]
         else:
             penv, cmd = env, [python, script, "--out", out, "--rank", str(rank), "--world", str(workers), "--port", str(ports[0])]
-        procs.append(subprocess.Popen(cmd, env=penv, stdout=subprocess.DEVNULL, stderr=open(os.path.join(out, f"log{rank}.txt"), "w")))
+        procs.append(subprocess.Popen([*prefix, *cmd], env=penv, stdout=subprocess.DEVNULL, stderr=open(os.path.join(out, f"log{rank}.txt"), "w")))
     deadline = time.monotonic() + timeout
     codes: list[int | None] = [None] * workers
     while any(c is None for c in codes):
@@ -95,6 +96,15 @@ def launch(name: str, python: str, out: str, workers: int, timeout: float, src: 
     return [int(c) for c in codes]
 
 
+def profiled_again(out: str) -> int:
+    """How many times the TF/JAX collector profiled its window again because a rank's profile was lost (0 elsewhere)."""
+    try:
+        with open(os.path.join(out, "rank0.json")) as f:
+            return sum("profiled again" in w for w in json.load(f).get("warnings", []))
+    except (OSError, ValueError):
+        return 0
+
+
 def judge(out: str) -> dict:
     """The model's error on the profiled run (what-ifs start from it) and the averaged replay's, %; or the refusal."""
     try:
@@ -108,6 +118,135 @@ def judge(out: str) -> dict:
         return {"refused": str(e)}
 
 
+# tbf's bucket, in ms of traffic at the rate (as netns.Cluster.set_rate). A full bucket passes at once: collectives of a few
+# hundred KB, a bucket refilled between steps, would see a faster link than the rate.
+BURST_MS = 1.0
+
+
+def shape_loopback(ns: str, rate_bit: float) -> None:
+    """``tc tbf`` at ``rate_bit`` on the loopback of namespace ``ns``, its MTU an Ethernet frame's (1500 B: TCP segments as on
+    a wire, and tbf's bucket must hold a whole packet). Both workers live in ``ns``, so every byte between them, either way,
+    crosses this one shaped device: the pair shares the rate, as on a half-duplex link."""
+    burst = max(int(rate_bit / 8 / 1000 * BURST_MS), 8 * 1514)
+    for cmd in (["ip", "link", "set", "lo", "mtu", "1500"], ["ip", "link", "set", "lo", "up"],
+                ["tc", "qdisc", "replace", "dev", "lo", "root", "tbf", "rate", f"{int(rate_bit)}bit", "burst", str(burst), "latency", "50ms"]):
+        subprocess.run(["ip", "netns", "exec", ns, *cmd], check=True, capture_output=True)
+
+
+def median_step_ms(g) -> float:
+    """The median over a graph's steps of the slowest rank's step, replayed (as built, the measured steps): one load
+    spike on the shared machine moves a mean over 4 steps by tens of %, a median much less."""
+    from dagprof.analysis.interval import step_times
+    from dagprof.replay import replay
+
+    return float(np.median(step_times(g, replay(g)))) / 1e3
+
+
+def comm_per_step_ms(g) -> float:
+    """The priced collectives' transfer time per step (as measured, or as a what-if re-priced them): the link model's part
+    alone, apart from the compute's drift between jobs on the shared machine."""
+    from dagprof.passes.comm import priced_comm, profiled_collectives
+
+    comm = priced_comm(g) & (g.dur > 0)
+    return float(profiled_collectives(g)[1].sum()) / max(len(np.unique(g.step[comm])), 1) / 1e3
+
+
+def measured(out: str) -> dict:
+    """A profiled job's iteration: dagprof's measured figure (the slowest rank's, averaged over the window), the median step
+    and the collectives' time per step."""
+    p = open_run(out)
+    return {"measured_ms": p.analysis.measured_us / 1e3, "measured_median_ms": median_step_ms(p.graph), "comm_ms": comm_per_step_ms(p.graph)}
+
+
+def predict_rate(out: str, rate: float, other: float) -> dict:
+    """From the profile at ``rate``, the iteration at ``other`` as ``dagprof whatif --bandwidth`` predicts it: the link fitted
+    to the profile's collectives, its bandwidth scaled by the rate ratio (TCP/IP framing carries over), op times as profiled
+    (``raw``: the measurement it is compared with is a profiled run too). Also the median replayed step of that what-if."""
+    from dagprof.passes import set_link, set_topology
+    from dagprof.search.whatif import Cluster as Settings, base_topology
+
+    p = open_run(out)
+    base = evaluate(p.graph, [Scenario()], measured_us=p.analysis.measured_us, tolerance_pct=None, raw=True)
+    fit = base["link_fit"]
+    bw = fit["bandwidth_bytes_per_s"] * other / rate
+    row = evaluate(p.graph, [Scenario(bandwidth=f"{8 * bw / 1e6:.6g}Mbit")], measured_us=p.analysis.measured_us, tolerance_pct=None,
+                   raw=True)["scenarios"][0]
+    what_if = set_link(set_topology(p.graph, base_topology(p.graph, Settings())), bw)
+    return measured(out) | {"model_pct": base["model_error_pct"], "predicted_ms": row["predicted_iter_ms"],
+                            "predicted_median_ms": median_step_ms(what_if), "predicted_comm_ms": comm_per_step_ms(what_if),
+                            "fit_bit_per_s": 8 * fit["bandwidth_bytes_per_s"],
+                            "fit_latency_us": fit["latency_us"], "weak_fit": fit.get("weak")}
+
+
+def testbed(names: list[str], args) -> dict:
+    """Bandwidth what-if on the namespace testbed: per script and round, a profiled job at ``--rate`` and one at
+    ``--other-rate`` (their order alternating by round), the second predicted from the first's profile.
+    Both figures are a profiled window's measured iteration (dagprof's: the slowest rank's step, averaged)."""
+    from dagprof.collect.jobs.netns import Cluster, available
+
+    why = available()
+    if why:
+        print(f"bench_frameworks --testbed: skipped: {why}", file=sys.stderr)
+        return {}
+    results = {}
+    with Cluster(1, tag="fwtb") as c, tempfile.TemporaryDirectory(prefix="dagprof-fwtb-") as tmp:
+        ns = c.ns(0)
+        for name in names:
+            python = python_for(name)
+            if not python:
+                continue
+            rounds = []
+            for k in range(args.rounds):
+                got: dict[float, dict] = {}
+                for rate in ((args.rate, args.other_rate) if k % 2 == 0 else (args.other_rate, args.rate)):
+                    out = os.path.join(args.keep or tmp, f"tb-{name}-{k}-{int(rate / 1e6)}M")
+                    os.makedirs(out, exist_ok=True)
+                    shape_loopback(ns, rate)
+                    load = os.getloadavg()[0]
+                    codes = launch(name, python, out, args.workers, args.timeout, prefix=("ip", "netns", "exec", ns))
+                    try:
+                        got[rate] = {"load": load, "exit": codes} | (predict_rate(out, rate, args.other_rate) if rate == args.rate
+                                                                     else measured(out))
+                    except DagprofError as e:
+                        got[rate] = {"load": load, "exit": codes, "refused": str(e)}
+                    print(f"{name} round {k + 1}, {rate / 1e6:g} Mbit/s: {got[rate]}", file=sys.stderr, flush=True)
+                a, b = got[args.rate], got[args.other_rate]
+                row = {"round": k, "profiled": a, "other": b}
+                if "predicted_ms" in a and "measured_ms" in b:
+                    row["error_pct"] = 100.0 * (a["predicted_ms"] - b["measured_ms"]) / b["measured_ms"]
+                    row["median_error_pct"] = 100.0 * (a["predicted_median_ms"] - b["measured_median_ms"]) / b["measured_median_ms"]
+                    row["comm_error_pct"] = 100.0 * (a["predicted_comm_ms"] - b["comm_ms"]) / b["comm_ms"]
+                rounds.append(row)
+            errs = [r["error_pct"] for r in rounds if "error_pct" in r]
+            med_errs = [r["median_error_pct"] for r in rounds if "median_error_pct" in r]
+            comm_errs = [r["comm_error_pct"] for r in rounds if "comm_error_pct" in r]
+            loads = [x["load"] for r in rounds for x in (r["profiled"], r["other"])]
+            results[name] = {"rounds": rounds, "summary": {
+                "rate_bit": args.rate, "other_rate_bit": args.other_rate, "rounds": len(rounds), "judged": len(errs),
+                "median_error_pct": float(np.median(errs)) if errs else None, "error_spread_pct": [min(errs), max(errs)] if errs else None,
+                "within_8": sum(abs(e) <= 8 for e in errs),
+                "median_step": {"median_error_pct": float(np.median(med_errs)) if med_errs else None,
+                                "error_spread_pct": [min(med_errs), max(med_errs)] if med_errs else None,
+                                "within_8": sum(abs(e) <= 8 for e in med_errs)},
+                "collectives": {"median_error_pct": float(np.median(comm_errs)) if comm_errs else None,
+                                "error_spread_pct": [min(comm_errs), max(comm_errs)] if comm_errs else None},
+                "measured_ms": {str(int(r / 1e6)) + "Mbit": float(np.median([x[key]["measured_ms"] for x in rounds if "measured_ms" in x[key]] or [np.nan]))
+                                for r, key in ((args.rate, "profiled"), (args.other_rate, "other"))},
+                "predicted_ms": float(np.median([x["profiled"]["predicted_ms"] for x in rounds if "predicted_ms" in x["profiled"]] or [np.nan])),
+                "load_median": float(np.median(loads)), "load_max": float(max(loads))}}
+    return results
+
+
+def python_for(name: str) -> str | None:
+    """The framework's Python for a script (a Horovod venv's bin/python), or None (said on stderr)."""
+    python = os.environ.get(SCRIPTS[name][1])
+    if python and SCRIPTS[name][0] == "horovod":
+        python = os.path.join(python, "bin", "python")
+    if not python:
+        print(f"{name}: skipped, set {SCRIPTS[name][1]} to a Python with {SCRIPTS[name][0]}", file=sys.stderr)
+    return python or None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=5)
@@ -117,15 +256,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", help="keep the run folders here")
     ap.add_argument("--baseline-src", help="another checkout's src/ (e.g. before a collector fix): its collector profiles every "
                                            "other run, in interleaved rounds, and crashes are counted per collector")
+    ap.add_argument("--testbed", action="store_true", help="(root) the bandwidth what-if on the namespace testbed instead: profile at "
+                    "--rate, predict and measure --other-rate, in --rounds interleaved rounds per script (TF, JAX, Horovod)")
+    ap.add_argument("--rate", type=float, default=500e6, help="--testbed: the profiled link rate, bit/s")
+    ap.add_argument("--other-rate", type=float, default=200e6, help="--testbed: the rate predicted and measured, bit/s")
+    ap.add_argument("--rounds", type=int, default=3, help="--testbed: rounds (each a job at either rate)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if args.testbed:
+        results = testbed([n for n in args.only.split(",") if SCRIPTS[n][0] != "mxnet"], args)  # MXNet: bench_mxnet_ps.py
+        print(json.dumps(results, indent=1) if args.json else "\n".join(f"{n}: {json.dumps(r['summary'])}" for n, r in results.items()))
+        return 0
     results = {}
     for name in args.only.split(","):
-        python = os.environ.get(SCRIPTS[name][1])
-        if python and SCRIPTS[name][0] == "horovod":
-            python = os.path.join(python, "bin", "python")
+        python = python_for(name)
         if not python:
-            print(f"{name}: skipped, set {SCRIPTS[name][1]} to a Python with {SCRIPTS[name][0]}", file=sys.stderr)
             continue
         rows = []
         collectors = [SRC, args.baseline_src] if args.baseline_src else [SRC]
@@ -138,13 +283,15 @@ def main(argv: list[str] | None = None) -> int:
             row = {"run": i, "collector": "baseline" if src != SRC else "this", "exit": codes, "seconds": round(time.monotonic() - t0, 1)}
             died = [c for c in codes if c not in (0, -signal.SIGKILL)] or [c for c in codes if c != 0]  # not the ones stopped after it
             row |= {"crash": died[0]} if died else judge(out)
+            row["profiled_again"] = profiled_again(out)
             rows.append(row)
             print(f"{name} run {i}: {row}", file=sys.stderr, flush=True)
             if not args.keep:
                 shutil.rmtree(out, ignore_errors=True)
         mine = [r for r in rows if r["collector"] == "this"]
         ok = [r for r in mine if "model_pct" in r]
-        summary = {"runs": len(mine), "crashes": sum("crash" in r for r in mine), "refused": sum("refused" in r for r in mine)}
+        summary = {"runs": len(mine), "crashes": sum("crash" in r for r in mine), "refused": sum("refused" in r for r in mine),
+                   "profiled_again": sum(r["profiled_again"] > 0 for r in mine)}  # runs whose window was lost on a rank and profiled again
         if args.baseline_src:
             base = [r for r in rows if r["collector"] == "baseline"]
             summary["baseline"] = {"runs": len(base), "crashes": sum("crash" in r for r in base)}

@@ -127,3 +127,111 @@ def test_a_stop_run_forked_that_crashes_or_hangs_leaves_this_process_running(tmp
     t0 = time.monotonic()
     assert run_forked(lambda: time.sleep(60), 0.5) is None  # killed at the timeout
     assert time.monotonic() - t0 < 30
+
+
+@pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/stat"), reason="needs Linux /proc")
+def test_a_forked_child_stuck_on_a_lock_is_stopped_when_its_cpu_time_stands_still():
+    """A lock held by another thread at the fork is never released in the child (it has one thread): it
+    waits at 0 % CPU. It is stopped after ``stall_s`` without CPU, long before the timeout."""
+    import threading
+
+    held, release = threading.Lock(), threading.Event()
+    held.acquire()
+    holder = threading.Thread(target=release.wait)  # the lock's owner is another thread, as in TensorFlow
+    holder.start()
+    try:
+        t0 = time.monotonic()
+        assert run_forked(held.acquire, 120, stall_s=1.0) is None
+        assert time.monotonic() - t0 < 60
+        assert run_forked(lambda: sum(range(2 * 10**7)), 120, stall_s=5.0) == 0  # busy, not stalled
+    finally:
+        release.set()
+        holder.join()
+        held.release()
+
+
+def test_a_window_lost_on_one_rank_is_profiled_again_by_every_rank(tmp_path):
+    """TensorFlow's collection can die on one worker (``stop_in_child``): every worker learns it from the
+    agreement after the stop, drops its own profile of the window and profiles the same steps again one
+    step later, so the run keeps the same steps on all ranks. Two ranks run in lockstep on two threads."""
+    import threading
+
+    world, calls = 2, {0: [], 1: []}
+    gate = threading.Barrier(world)
+    said: dict[int, bool] = {}
+    stops = {0: 0, 1: 0}
+
+    def agree_for(rank):
+        def agree(lost):
+            said[rank] = lost
+            gate.wait()
+            lost_ranks = [r for r in range(world) if said[r]]
+            gate.wait()
+            return lost_ranks
+        return agree
+
+    def stop_for(rank):
+        def stop():
+            stops[rank] += 1
+            if rank == 1 and stops[rank] == 1:
+                raise RuntimeError("TensorFlow's profiler failed while collecting (signal 6, in a child process)")
+            calls[rank].append("stop")
+        return stop
+
+    def start_for(rank):
+        def start(logdir):
+            calls[rank].append("start")
+            (tmp_path / f"rank{rank}" / f"session{stops[rank]}.xplane.pb").parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / f"rank{rank}" / f"session{stops[rank]}.xplane.pb").write_text("x")
+        return start
+
+    def rank_job(rank):
+        w = StepWindow(tmp_path, range(2, 4), rank, world, "tensorflow", "2.21.0", start_for(rank), stop_for(rank),
+                       settle=gate.wait, agree=agree_for(rank))
+        for step in range(10):
+            w.step_begin(step)
+            w.step_end(step)
+        w.close()
+
+    threads = [threading.Thread(target=rank_job, args=(r,)) for r in range(world)]
+    [t.start() for t in threads]
+    [t.join(60) for t in threads]
+    for r in range(world):
+        info = json.loads((tmp_path / f"rank{r}.json").read_text())
+        assert info["steps_profiled"] == [5, 6] and info["steps_requested"] == [2, 4]
+        assert "profiled again as 5-6: the profile was lost on rank(s) 1" in info["warnings"][0]
+        assert sorted(p.name for p in (tmp_path / f"rank{r}").iterdir()) == ["session1.xplane.pb"]  # the lost window's files are gone
+        assert calls[r] == (["start", "stop", "start", "stop"] if r == 0 else ["start", "start", "stop"])  # rank 1's first stop died
+    assert "signal 6" in json.loads((tmp_path / "rank1.json").read_text())["warnings"][0]
+
+
+def test_a_window_kept_everywhere_is_not_profiled_again_and_retries_end(tmp_path):
+    """A window every rank kept is written once; a window lost on every try is profiled again at most
+    ``retries`` times, then the rank file says why it holds no step."""
+    agreed = []
+    w = StepWindow(tmp_path / "a", range(2, 4), 0, 2, "tensorflow", "2.21.0", lambda d: None, lambda: None,
+                   agree=lambda lost: agreed.append(lost) or [])
+    for step in range(10):
+        w.step_begin(step)
+        w.step_end(step)
+    w.close()
+    assert agreed == [False] and json.loads((tmp_path / "a" / "rank0.json").read_text())["steps_profiled"] == [2, 3]
+
+    def crash():
+        raise RuntimeError("collection failed")
+
+    w = StepWindow(tmp_path / "b", range(2, 4), 0, 2, "tensorflow", "2.21.0", lambda d: None, crash,
+                   agree=lambda lost: [0] if lost else [], retries=2)
+    for step in range(30):
+        w.step_begin(step)
+        w.step_end(step)
+    w.close()
+    info = json.loads((tmp_path / "b" / "rank0.json").read_text())
+    assert info["steps_profiled"] == [] and len(info["warnings"]) == 3  # two retries noted, then the last failure
+    # a retry that training does not reach: the rank file says so (the reader then refuses the rank in one line)
+    w = StepWindow(tmp_path / "c", range(2, 4), 0, 2, "tensorflow", "2.21.0", lambda d: None, lambda: None, agree=lambda lost: [1])
+    for step in range(5):
+        w.step_begin(step)
+        w.step_end(step)
+    w.close()
+    assert "training ended before step 5" in json.loads((tmp_path / "c" / "rank0.json").read_text())["warnings"][-1]

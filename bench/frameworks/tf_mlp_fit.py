@@ -14,7 +14,7 @@ from dagprof.collect.hooks.tf_profile import keras_callback  # noqa: E402  (dagp
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--out", required=True)
-ap.add_argument("--steps", type=int, default=14)
+ap.add_argument("--steps", type=int, default=36)
 ap.add_argument("--batch", type=int, default=64)
 args = ap.parse_args()
 

@@ -12,7 +12,7 @@ from dagprof.collect.hooks.tf_profile import tf_profile  # dagprof (1/3)
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--out", required=True)
-ap.add_argument("--steps", type=int, default=14)
+ap.add_argument("--steps", type=int, default=36)
 ap.add_argument("--batch", type=int, default=32)
 args = ap.parse_args()
 

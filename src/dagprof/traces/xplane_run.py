@@ -67,7 +67,7 @@ def _from_manifest(folder: str, manifest: dict) -> Run:
             raise DagprofError(f"holds rank {info.get('rank')} of {info.get('world_size')}, not rank {r} of {world} "
                                f"(a copy of another rank's file?)", rpath)
         if info.get("warnings") and not info.get("steps_profiled"):
-            raise DagprofError(f"rank {r} profiled no step ({info['warnings'][0]})", rpath)
+            raise DagprofError(f"rank {r} profiled no step ({info['warnings'][-1]})", rpath)  # the latest: why it ended so
         files = xplane_files(inside(folder, info.get("logdir", rank_logdir(r)), rpath))
         if not files:
             raise DagprofError(f"rank {r}: no *.xplane.pb in {info.get('logdir', rank_logdir(r))}/ (the profiler never stopped?)", folder)

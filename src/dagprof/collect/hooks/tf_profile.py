@@ -15,6 +15,9 @@ Each worker writes its own log folder ``run/rank<R>/`` (two workers on one host 
 log folder overwrite each other's ``<host>.xplane.pb``) and ``run/rank<R>.json``; the rank and
 world size come from ``TF_CONFIG`` unless given. Steps are marked with
 ``tf.profiler.experimental.Trace("train", step_num=...)`` (Keras ``fit`` marks its own).
+TensorFlow's profiler can crash while collecting (``stop_in_child``): that rank's profile of the
+window is then lost, and every worker profiles the same number of steps again from the step after
+next (up to ``xplane_window.RETRIES`` times, while training lasts), so all keep the same steps.
 TensorFlow is imported only when profiling starts.
 """
 from __future__ import annotations
@@ -79,6 +82,24 @@ def settle(strategy: Any) -> None:
     time.sleep(SETTLE_S)
 
 
+def agree(strategy: Any, rank: int, world_size: int, lost: bool) -> list[int]:
+    """The ranks whose profile of the window was lost (``lost`` is this rank's say): a sum over the
+    workers of one flag per rank, in a tf.function as the barrier (every worker joins it)."""
+    if strategy is None or getattr(strategy, "num_replicas_in_sync", 1) < 2:
+        return [rank] if lost else []
+    import tensorflow as tf  # noqa: PLC0415
+
+    flags = [1.0 if (r == rank and lost) else 0.0 for r in range(world_size)]
+
+    def mine() -> Any:
+        return tf.constant(flags)
+
+    def total() -> Any:
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(mine), axis=None)
+
+    return [r for r, v in enumerate(tf.function(total, autograph=False)().numpy().tolist()) if v > 0]
+
+
 def _window(out_dir: str | os.PathLike[str], steps, rank: int | None, world_size: int | None,
             host_tracer_level: int, python_tracer_level: int, strategy: Callable[[], Any] = lambda: None) -> StepWindow:
     import tensorflow as tf  # noqa: PLC0415  (fail early and clearly if TensorFlow is missing)
@@ -91,7 +112,7 @@ def _window(out_dir: str | os.PathLike[str], steps, rank: int | None, world_size
         tf.profiler.experimental.start(logdir, options=_options(host_tracer_level, python_tracer_level))
 
     return StepWindow(out_dir, parse_steps(steps), rank, world_size, "tensorflow", tf.__version__,
-                      start, stop_in_child, settle=lambda: settle(strategy()))
+                      start, stop_in_child, settle=lambda: settle(strategy()), agree=lambda lost: agree(strategy(), rank, world_size, lost))
 
 
 TRACE_LEVEL_SYMBOL = "_ZN3tsl8profiler8internal13g_trace_levelE"  # tsl::profiler::internal::g_trace_level
@@ -136,7 +157,7 @@ def stop_in_child(timeout_s: float = COLLECT_TIMEOUT_S) -> None:
     with profiler_v2._profiler_lock:  # end the parent's session: its host tracer finds tracing off and consumes nothing
         profiler_v2._profiler = None
     if status is None:
-        raise RuntimeError(f"collecting the profile took over {timeout_s:.0f} s and was stopped; this rank has no trace")
+        raise RuntimeError(f"collecting the profile stalled or took over {timeout_s:.0f} s and was stopped; this rank has no trace")
     if status != 0:
         why = f"signal {-status}" if status < 0 else f"exit status {status}"
         raise RuntimeError(f"TensorFlow's profiler failed while collecting ({why}, in a child process: training is unaffected); "
@@ -220,7 +241,7 @@ def keras_callback(out_dir: str | os.PathLike[str], steps: range | tuple[int, in
             self.batch += 1
             w = self.window
             if self.batch == w.steps.stop:
-                w.close()
+                w.close(retry=True)  # a window lost on some rank is profiled again from the batch after next
             elif w.active:
                 w._t0 = time.time_ns()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import time
@@ -19,14 +20,34 @@ from typing import Any, Callable, ContextManager, Iterator
 from ...fsutil import atomic_open
 from ...traces.xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, VERSION, rank_file, rank_logdir
 
+RETRIES = 5  # windows profiled again when a rank's profile was lost (as long as training lasts)
 
-def run_forked(fn: Callable[[], None], timeout_s: float, in_parent: Callable[[], None] = lambda: None) -> int | None:
+
+STALL_S = 30.0  # a forked child that used no CPU for this long waits on a lock no thread of it will release
+
+
+def cpu_ticks(pid: int) -> int | None:
+    """User + system CPU time of process ``pid`` in clock ticks (Linux ``/proc``); None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat(5)
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def run_forked(fn: Callable[[], None], timeout_s: float, in_parent: Callable[[], None] = lambda: None,
+               stall_s: float = STALL_S) -> int | None:
     """Run ``fn`` in a forked child of this process and wait for it: its exit status (0 when ``fn`` returned,
-    1 when it raised, negative: the signal that killed it), or None when it ran past ``timeout_s`` and was killed.
+    1 when it raised, negative: the signal that killed it), or None when it ran past ``timeout_s``, or used no
+    CPU for ``stall_s`` seconds, and was killed.
 
     A profiler whose collection can crash the process (a native bug) is stopped this way: the crash
     ends the child, never the training. ``in_parent`` runs in the parent as soon as the child exists.
     The child leaves by ``os._exit``: none of the parent's exit handlers or destructors run twice.
+    A child is a copy of one thread of a threaded process: a lock another thread held at the fork stays
+    held in it forever (a TF child after a heap corruption sat 150 s in a futex at 0 % CPU); it is
+    stopped when its CPU time stands still, not after the whole timeout, so training waits seconds.
     """
     pid = os.fork()
     if pid == 0:
@@ -37,12 +58,17 @@ def run_forked(fn: Callable[[], None], timeout_s: float, in_parent: Callable[[],
         finally:
             os._exit(code)
     in_parent()
-    deadline = time.monotonic() + timeout_s
+    now = time.monotonic()
+    deadline, ticks, moved = now + timeout_s, cpu_ticks(pid), now
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return os.waitstatus_to_exitcode(status)
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        latest = cpu_ticks(pid)
+        if latest != ticks:
+            ticks, moved = latest, now
+        if now > deadline or (ticks is not None and now - moved > stall_s):
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             return None
@@ -54,14 +80,21 @@ class StepWindow:
 
     def __init__(self, out_dir: str | os.PathLike[str], steps: range, rank: int, world_size: int, framework: str,
                  framework_version: str, start: Callable[[str], None], stop: Callable[[], None],
-                 settle: Callable[[], None] | None = None):
+                 settle: Callable[[], None] | None = None, agree: Callable[[bool], list[int]] | None = None,
+                 retries: int = RETRIES):
         self.out_dir = os.path.abspath(os.fspath(out_dir))
         self.steps, self.rank, self.world_size = steps, int(rank), int(world_size)
+        self.requested = steps  # what the user asked for; ``steps`` moves on when a window is profiled again
         self.framework, self.framework_version = framework, framework_version
         self._start, self._stop = start, stop
         self.settle = settle  # waits until no collective is in flight, so the profiler stops at a safe point
+        # agree(lost) -> the ranks whose window was lost: every worker joins it after the stop (as the barrier)
+        self.agree = agree
+        self.retries = int(retries)
         self.active = False
-        self.done = False
+        self.done = False  # the profiler will not start (again) for this window
+        self.ended = False  # the window's end was handled (barrier, stop, agreement, files)
+        self.lost = False  # this rank's profile of the current window is lost (its start or stop failed)
         self.grad_bytes = 0
         self.warnings: list[str] = []
         self.step_times_ns: dict[int, tuple[int, int]] = {}
@@ -82,31 +115,65 @@ class StepWindow:
         except Exception as err:  # noqa: BLE001  (the profiler must never stop training)
             self._fail(f"the profiler did not start ({type(err).__name__}: {err})")
 
-    def close(self) -> None:
-        """Stop the profiler and write this rank's files (idempotent; also when training ended early)."""
-        settle, self.settle = self.settle, None
+    def close(self, retry: bool = False) -> None:
+        """Stop the profiler and write this rank's files (idempotent; also when training ended early).
+
+        ``retry`` (at the window's end, training going on): when the profile of the window was lost on
+        some rank, every rank drops its own and profiles the same number of steps again, one step later.
+        The ranks learn it from ``agree``, joined by every worker right after the stop; the next step's
+        collectives wait for the same workers, so it adds no wait that training would not have.
+        """
+        if self.ended:  # the same call on every rank: each joins the barrier and the agreement once per window
+            return
+        self.ended = True
+        settle = self.settle
         if settle is not None:  # every worker joins, its profiler running or not: a barrier one skipped would hang the rest
             try:
                 settle()
             except Exception as err:  # noqa: BLE001
                 self.warnings.append(f"the workers could not be waited for before the profiler stopped ({type(err).__name__}: {err})")
-        if self.done:
-            return
         self.done = True
         if self.active:
             self.active = False
             try:
                 self._stop()
             except Exception as err:  # noqa: BLE001
+                self.lost = True
+                self.step_times_ns.clear()  # none of the window's steps has a trace here
                 self.warnings.append(f"the profiler did not stop cleanly ({type(err).__name__}: {err})")
+        if retry and self.agree is not None and self.retries > 0 and self._retry():
+            return
         try:
             self._write()
         except OSError as err:
             warnings.warn(f"dagprof: could not write the run folder {self.out_dir} ({err})", stacklevel=2)
 
+    def _retry(self) -> bool:
+        """Agree with the other workers whether the window was lost on any of them; if so, start over on the
+        next steps (this rank's own profile of the window dropped too: every rank must keep the same steps)."""
+        try:
+            lost = self.agree(self.lost)  # type: ignore[misc]
+        except Exception as err:  # noqa: BLE001
+            self.warnings.append(f"the workers could not agree on the profiled window ({type(err).__name__}: {err})")
+            return False
+        if not lost:
+            return False
+        n = len(self.steps)
+        first = self.steps.stop + 1  # a step between: Keras opens its step range before the callback could start the profiler
+        note = (f"steps {self.steps.start}-{self.steps.stop - 1} profiled again as {first}-{first + n - 1}: the profile was lost "
+                f"on rank(s) {', '.join(map(str, lost))}")
+        if self.lost and self.warnings:
+            note += f" (here: {self.warnings.pop()})"
+        self.warnings.append(note)
+        shutil.rmtree(self.logdir, ignore_errors=True)
+        self.steps, self.retries = range(first, first + n), self.retries - 1
+        self.done = self.lost = self.ended = False
+        self.step_times_ns.clear()
+        return True
+
     def step_begin(self, step: int) -> None:
         if step >= self.steps.stop:
-            self.close()  # stopped here, not at the end of the last step: the collective threads' last ranges have ended by now
+            self.close(retry=True)  # stopped here, not at the end of the last step: the collective threads' last ranges have ended by now
         elif step == self.steps.start:
             self.open()
         if self.active:
@@ -130,7 +197,7 @@ class StepWindow:
 
     def _fail(self, why: str) -> None:
         self.warnings.append(why)
-        self.done = True
+        self.done = self.lost = True
         warnings.warn(f"dagprof: {why}; training continues without profiling", stacklevel=3)
         try:
             self._write()
@@ -142,17 +209,19 @@ class StepWindow:
         if profiled and len(profiled) < len(self.steps):
             self.warnings.append(f"steps {self.steps.start}-{self.steps.stop - 1} requested, "
                                  f"steps {profiled[0]}-{profiled[-1]} profiled (training ended first)")
+        elif not profiled and not self.lost and self.steps != self.requested:
+            self.warnings.append(f"training ended before step {self.steps.start}, where the window was to be profiled again")
         info = {
             "format": RANK_FORMAT, "version": VERSION, "rank": self.rank, "world_size": self.world_size,
             "framework": self.framework, "framework_version": self.framework_version,
             "host": socket.gethostname(), "pid": os.getpid(), "logdir": rank_logdir(self.rank),
-            "steps_requested": [self.steps.start, self.steps.stop], "steps_profiled": profiled,
+            "steps_requested": [self.requested.start, self.requested.stop], "steps_profiled": profiled,
             "step_times_us": {str(s): (b - a) / 1e3 for s, (a, b) in sorted(self.step_times_ns.items())},
             "grad_bytes": int(self.grad_bytes), "warnings": self.warnings,
         }
         manifest = {
             "format": FORMAT, "version": VERSION, "framework": self.framework, "world_size": self.world_size,
-            "steps_requested": [self.steps.start, self.steps.stop], "created_ns": time.time_ns(),
+            "steps_requested": [self.requested.start, self.requested.stop], "created_ns": time.time_ns(),
         }
         with atomic_open(os.path.join(self.out_dir, rank_file(self.rank))) as f:
             json.dump(info, f, indent=1)
