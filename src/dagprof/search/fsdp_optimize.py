@@ -35,7 +35,7 @@ from ..traces.kineto_schema import dtype_bytes
 from ..units import MB
 from .evaluate import penalised
 from .memory import FsdpMemory, fsdp_peak
-from .optimize import TIE_PCT, WORTH_APPLYING_PCT
+from .optimize import TIE_PCT, WORTH_APPLYING_PCT, Gain
 
 EXHAUSTIVE = 4096  # candidates replayed one by one; beyond this, seeds then the best single change
 LOSSY_DTYPES = ("bfloat16",)  # float16 moves the same bytes: it would price the same
@@ -115,7 +115,7 @@ class FsdpEvaluator:
 
 
 @dataclass
-class FsdpSearchResult:
+class FsdpSearchResult(Gain):
     baseline: FsdpScored
     best: FsdpScored
     units: list[str]  # the units, in the record's order
@@ -130,14 +130,6 @@ class FsdpSearchResult:
     model_error_pct: float | None = None
     warnings: list[str] = field(default_factory=list)
     memory_reason: str | None = None  # always None: an impossible budget is refused before the search
-
-    @property
-    def speedup(self) -> float:
-        return self.baseline.iter_us / self.best.iter_us
-
-    @property
-    def gain_pct(self) -> float:
-        return 100.0 * (self.baseline.iter_us - self.best.iter_us) / self.baseline.iter_us
 
     @property
     def worth_applying(self) -> bool:

@@ -40,7 +40,7 @@ import math
 import random
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Any, Callable
 
 from ..analysis.interval import PredictionInterval, link_residuals, predict_interval
 from ..collect.deploy.strategy import Prediction, Strategy
@@ -92,8 +92,23 @@ class Options:
     progress: Callable[[Progress], None] | None = None
 
 
+class Gain:
+    """What a search result's best candidate gains over the profiled setup (both priced by the same model)."""
+
+    baseline: Any
+    best: Any
+
+    @property
+    def speedup(self) -> float:
+        return self.baseline.iter_us / self.best.iter_us
+
+    @property
+    def gain_pct(self) -> float:
+        return 100.0 * (self.baseline.iter_us - self.best.iter_us) / self.baseline.iter_us
+
+
 @dataclass
-class SearchResult:
+class SearchResult(Gain):
     baseline: Scored
     best: Scored
     order: GradientOrder
@@ -109,14 +124,6 @@ class SearchResult:
     intervals: dict[str, PredictionInterval] | None = None  # "baseline", "best": each step replayed (per micro-batch)
     model_error_pct: float | None = None  # the baseline against the measured run (closeloop.find_strategy); None: not measured
     warnings: list[str] = field(default_factory=list)  # said above the notes: what makes the prediction less sure
-
-    @property
-    def speedup(self) -> float:
-        return self.baseline.iter_us / self.best.iter_us
-
-    @property
-    def gain_pct(self) -> float:
-        return 100.0 * (self.baseline.iter_us - self.best.iter_us) / self.baseline.iter_us
 
     @property
     def worth_applying(self) -> bool:
