@@ -91,11 +91,9 @@ def apply(ddp: Any, strategy: Strategy | str | os.PathLike[str]) -> Applied:
         return _apply_fsdp(ddp, s, source)
     if not isinstance(ddp, DistributedDataParallel):
         raise DagprofError(f"dagprof.apply needs the DistributedDataParallel-wrapped model, got {type(ddp).__name__}", source)
-    done = getattr(ddp, "_dagprof_applied", None)
+    done = _applied_before(ddp, s, source)
     if done is not None:
-        if done.strategy == s:
-            return done
-        raise DagprofError("this model already has another dagprof strategy applied", source)
+        return done
     validate(ddp, s, source)
     world = _world_size(ddp)
     if world is not None and world != s.world_size:
@@ -114,12 +112,18 @@ def apply(ddp: Any, strategy: Strategy | str | os.PathLike[str]) -> Applied:
     return plan
 
 
-def _apply_fsdp(model: Any, s: Strategy, source: str | None) -> Applied:
+def _applied_before(model: Any, s: Strategy, source: str | None) -> Applied | None:
+    """The plan already on ``model`` when it is ``s`` (applying twice is a no-op); another strategy is refused."""
     done = getattr(model, "_dagprof_applied", None)
-    if done is not None:
-        if done.strategy == s:
-            return done
+    if done is not None and done.strategy != s:
         raise DagprofError("this model already has another dagprof strategy applied", source)
+    return done
+
+
+def _apply_fsdp(model: Any, s: Strategy, source: str | None) -> Applied:
+    done = _applied_before(model, s, source)
+    if done is not None:
+        return done
     apply_fsdp(model, s, source)
     plan = Applied(model, s, source)
     model._dagprof_applied = plan
