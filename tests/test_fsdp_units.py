@@ -30,7 +30,7 @@ def by_kind(g):
     return out
 
 
-@pytest.mark.parametrize("path, spec", [(RESHARD4, "merge:2"), (RESHARD4, "merge:all"), (RESHARD4, "blocks.1+blocks.2"),
+@pytest.mark.parametrize("path, spec", [(RESHARD4, "merge:2"), (RESHARD4, "merge:all"), (RESHARD4, "blocks.1+blocks.2"), (FSDP / "pairs4", "merge:all"),
                                         (KEEP4, "merge:2"), (KEEP4, "merge:all"), (RESHARD, "merge:all"), (FSDP1, "merge:2")])
 def test_merging_conserves_bytes_drops_collectives_and_keeps_the_orderings(path, spec):
     g = graph(path)
@@ -58,7 +58,7 @@ def test_the_merged_reduce_scatter_follows_the_last_members_backward():
     """blocks.0+blocks.1: the backward runs blocks.1 then blocks.0, so the merged reduce-scatter is blocks.0's, after blocks.0's backward."""
     g = graph(RESHARD4)
     m = merge_units(g, "blocks.0+blocks.1")
-    rs = [c for c in fsdp_collectives(m) if c.kind == "reduce_scatter" and c.unit == "blocks.0+blocks.1"]
+    rs = [c for c in fsdp_collectives(m) if c.kind == "reduce_scatter" and c.unit == "blocks.0, blocks.1"]
     orig = {int(g.step[c.node]): c for c in fsdp_collectives(g) if c.kind == "reduce_scatter" and c.unit == "blocks.0"}
     assert rs and all(m.nbytes[c.node] == 2 * g.nbytes[orig[int(m.step[c.node])].node] for c in rs)
     layers = {k for k, n in enumerate(m.layers) if n.startswith(("blocks.0.", "blocks.1."))}
@@ -126,3 +126,24 @@ def test_parse_units_grammar():
     assert parse_units("blocks.0+blocks.1/blocks.2+blocks.3") == "blocks.0+blocks.1/blocks.2+blocks.3"
     with pytest.raises(ValueError):
         parse_units("")
+
+
+def test_merged_graph_has_the_collectives_of_a_job_that_shards_pairs_of_blocks():
+    """``fsdp/pairs4`` is ``fsdp/reshard4``'s job with ``fully_shard([blocks.0, blocks.1])`` and ``([blocks.2, blocks.3])``:
+    its recorded units, and per step its collectives (kind, pass, unit, prefetcher, bytes, in order), are what
+    ``merge:2`` makes of the per-block recording."""
+    m, real = merge_units(graph(RESHARD4), "merge:2"), graph(FSDP / "pairs4")
+
+    def units(g):
+        return [(u.name, u.numel, u.layers, u.resharded_after_forward) for u in g.meta.fsdp.units]
+
+    def per_step(g):
+        out: dict[int, list] = {}
+        for c in sorted(fsdp_collectives(g), key=lambda c: g.order[_issuers(g, c.node)[0]]):
+            phase = _is_forward(g, c.node, 0) if c.kind == "all_gather" else None
+            out.setdefault(int(g.step[c.node]), []).append((c.kind, phase, c.unit, c.prefetched_by, int(g.nbytes[c.node])))
+        return list(out.values())
+
+    assert units(m) == units(real)
+    assert per_step(m) == per_step(real)
+    check_fsdp_edges(real)

@@ -78,8 +78,9 @@ def unit_groups(g: Graph, spec: str) -> list[list[str]]:
 
 
 def group_name(members: list[str]) -> str:
-    """A merged unit's name: the root's when it is a member (the memory model treats the root apart), else A+B."""
-    return ROOT if ROOT in members else "+".join(members)
+    """A merged unit's name: the root's when it is a member (the memory model treats the root apart), else the members'
+    joined by ", ", as FSDP names a unit of several modules (``fully_shard([a, b])``) and the profile records it."""
+    return ROOT if ROOT in members else ", ".join(members)
 
 
 def merged_units(g: Graph, groups: list[list[str]]) -> list[FsdpGraphUnit]:
