@@ -433,6 +433,14 @@ def part7(rounds: int, steps: int, links: list[str]) -> tuple[list[float], list[
     return to_fsdp, to_ddp, mem
 
 
+def collective_ms(g) -> float:
+    """The FSDP collectives' time per step in an averaged iteration, ms (as measured, or as a pass priced them)."""
+    from dagprof.graph.build_fsdp import fsdp_collectives
+
+    cs = fsdp_collectives(g)
+    return sum(float(g.dur[c.node]) for c in cs) / 1e3 / len({int(g.step[c.node]) for c in cs})
+
+
 def part8(rounds: int, steps: int) -> list[float]:
     from dagprof.analysis import job_iteration_us
     from dagprof.pipeline import open_run
@@ -460,9 +468,12 @@ def part8(rounds: int, steps: int) -> list[float]:
             mem = max(m.total for m in fsdp_peak(merged).values()) / MB
             mem_measured = max(m.total for m in fsdp_peak(graphs[2]).values()) / MB
             rows.append(100 * (predicted - measured[2]) / measured[2])
+            coll = {name: collective_ms(g) for name, g in (("block", base), ("model", whatif.apply(base, whatif.Scenario(), c, topo)),
+                                                            ("pairs", graphs[2]), ("merged", merged))}
             print(f"  round {k + 1}: per block measured {measured[1]:.1f} ms (model {model_ms:.1f}); pairs measured {measured[2]:.1f} ms, "
-                  f"predicted {predicted:.1f} ({rows[-1]:+.1f} %); peak memory predicted {mem:.2f} MiB/rank, the pairs' own profile "
-                  f"gives {mem_measured:.2f}; load {os.getloadavg()[0]:.2f}", flush=True)
+                  f"predicted {predicted:.1f} ({rows[-1]:+.1f} %); FSDP collectives per step: per block measured {coll['block']:.1f} ms "
+                  f"(model {coll['model']:.1f}), pairs measured {coll['pairs']:.1f}, predicted {coll['merged']:.1f}; peak memory predicted "
+                  f"{mem:.2f} MiB/rank, the pairs' own profile gives {mem_measured:.2f}; load {os.getloadavg()[0]:.2f}", flush=True)
         per_block, pairs = (measured_peak(2, model + ["--group", str(gr)], 8, os.path.join(tmp, f"mem{gr}")) / MB for gr in (1, 2))
         print(f"  peak memory per rank measured (fsdp_train.py --memory): per block {per_block:.2f} MiB, pairs {pairs:.2f} MiB; predicted "
               f"{max(m.total for m in fsdp_peak(base).values()) / MB:.2f} and {mem:.2f} ({100 * (mem - pairs) / pairs:+.1f} %)", flush=True)
