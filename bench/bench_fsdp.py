@@ -68,6 +68,10 @@ time is the grouped profile's own; the peak memory per rank is predicted too.
 
     .venv/bin/python bench/bench_fsdp.py --part 8 [--rounds 3]
 
+Measured 2026-12-02 (--rounds 4 --steps 40, load average 3.6-5.1): step time +6.5, +4.2, -1.4 % and +39 % (a round whose
+per-block run was 1.5x slower than the others); the collectives per step 42.5-51.3 ms predicted, 39.9-53.8 ms measured;
+peak memory -8.6 % (+1.23 MiB predicted for the merge, +1.0 to +1.6 MiB measured).
+
 Measured 2026-12-02 (two runs of 2 rounds, --steps 12, load average 5-10 on the 2 cores: other jobs ran beside): DDP -> FSDP
 -5 to -37 % at 1 Gbit/s and on loopback, -20 to -27 % at 200 Mbit/s (always low: see ``passes/data_parallel.py``);
 FSDP -> DDP -30 to +15 % (one loopback cell +108 % from an FSDP profile that ran 3x slower than its round's other);
