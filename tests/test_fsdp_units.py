@@ -1,6 +1,7 @@
 """``whatif --units``: FSDP units merged coarser than profiled, on the recordings of tests/data/fsdp."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -107,13 +108,37 @@ def test_bad_specs_are_refused_in_one_line(capsys, spec, message):
     (RESHARD4, "blocks.0+blocks.2", "not adjacent"),
     (RESHARD4, "blocks.9+blocks.0", "no unit 'blocks.9'"),
     (RESHARD4, "blocks.0+blocks.1/blocks.1+blocks.2", "named twice"),
-    (FSDP1, "merge:all", "mixes units that reshard after forward"),
     (DATA / "run_schema" / "v1", "merge:2", "not an FSDP job"),
 ])
 def test_what_the_profile_cannot_answer_is_refused_in_one_line(capsys, path, spec, message):
     assert main(["whatif", str(path), "--units", spec, "--no-trace", "--allow-model-error"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err
+
+
+def test_blocks_merged_into_fsdp1s_kept_root_keep_their_parameters():
+    """FSDP1's root keeps its parameters after forward: with every block in it, no unit is gathered again in backward."""
+    g = graph(FSDP1)
+    m = merge_units(g, "merge:all")
+    assert [(u.name, u.resharded_after_forward) for u in m.meta.fsdp.units] == [("<root>", False)]
+    assert not [c for c in fsdp_collectives(m) if c.kind == "all_gather" and not _is_forward(m, c.node, 0)]
+    check_fsdp_edges(m)
+
+    def forward_gathers(x):
+        return sum(int(x.nbytes[c.node]) for c in fsdp_collectives(x) if c.kind == "all_gather" and _is_forward(x, c.node, 0))
+
+    assert forward_gathers(m) == forward_gathers(g) and sum(by_kind(m)["reduce_scatter"]) == sum(by_kind(g)["reduce_scatter"])
+    assert sum(by_kind(m)["all_gather"]) < sum(by_kind(g)["all_gather"])  # the blocks' backward all-gathers are gone
+    assert max(p.total for p in fsdp_peak(m).values()) > max(p.total for p in fsdp_peak(g).values())
+
+
+def test_merging_units_that_reshard_differently_is_refused():
+    g = graph(RESHARD4)
+    fs = g.meta.fsdp
+    units = [dataclasses.replace(u, resharded_after_forward=u.name != "blocks.1") for u in fs.units]  # as set_reshard({"blocks.1": False})
+    g = g.replace(meta=g.meta.replace(fsdp=dataclasses.replace(fs, units=units)))
+    with pytest.raises(DagprofError, match="blocks.0\\+blocks.1 mixes units that reshard after forward and units that keep"):
+        merge_units(g, "merge:2")
 
 
 def test_units_with_data_parallel_is_refused():

@@ -7,7 +7,9 @@ reduce-scatters all their gradients at once. On the graph, per step and per pass
   forward order), carrying every member's bytes;
 - its reduce-scatter (and HSDP's all-reduce across replicas) is the one after the member whose backward runs last
   (the first in forward order): FSDP reduces a unit's gradients after its whole backward;
-- the other members' collectives, with their enqueue and wait on every rank, are removed (program order bridges them).
+- the other members' collectives, with their enqueue and wait on every rank, are removed (program order bridges them);
+- members merged into a root that keeps its parameters after forward (FSDP1's root) keep theirs too: their backward
+  all-gathers go, and their reshards and backward copy-outs cost nothing (``passes.fsdp.set_reshard``).
 Copy-outs and reshards keep their measured times (the same bytes are copied and freed) and take the merged unit's
 name. The link model prices the merged collectives again (``passes.comm.retime_collectives``): one message's latency
 instead of several is what makes fewer, larger units cheaper. The memory model (``search.memory.fsdp_peak``) reads
@@ -89,7 +91,7 @@ def merged_units(g: Graph, groups: list[list[str]]) -> list[FsdpGraphUnit]:
     out = []
     for grp in groups:
         us = [by[n] for n in grp]
-        if len({u.resharded_after_forward for u in us}) > 1:
+        if len({u.resharded_after_forward for u in us}) > 1 and not (ROOT in grp and not by[ROOT].resharded_after_forward):
             kept = [u.name for u in us if not u.resharded_after_forward]
             raise DagprofError(f"--units: {'+'.join(grp)} mixes units that reshard after forward and units that keep their "
                                f"parameters ({', '.join(kept)}); merging those is not modelled")
@@ -116,7 +118,10 @@ def merge_units(g: Graph, spec: str) -> Graph:
     units = merged_units(g, groups)
     group_of = {n: group_name(grp) for grp in groups for n in grp}
     merged = {n for grp in groups if len(grp) > 1 for n in grp}
-    nbytes = g.nbytes.copy()
+    # members that resharded, merged into a root that kept its parameters after forward, keep them too: no backward all-gather
+    now_kept = {u.name for u in g.meta.fsdp.units if u.name in merged and u.resharded_after_forward
+                and not next(m for m in units if m.name == group_of[u.name]).resharded_after_forward}
+    nbytes, dur = g.nbytes.copy(), g.dur.copy()
     drop = np.zeros(len(g), dtype=bool)
     rename: dict[int, str] = {}
     buckets: dict[tuple, list] = {}
@@ -127,6 +132,9 @@ def merge_units(g: Graph, spec: str) -> Graph:
             continue
         issuers = _issuers(g, c.node)
         phase = _is_forward(g, c.node, min(issuers)) if c.kind == "all_gather" else None
+        if phase is False and c.unit in now_kept:
+            drop[_collective_nodes(g, c.node)] = True
+            continue
         key = (int(g.step[c.node]), c.kind, phase, frozenset(issuers), group_of[c.unit])
         buckets.setdefault(key, []).append((float(g.order[issuers[min(issuers)]]), c))
     for (_, kind, _, _, name), members in buckets.items():
@@ -144,7 +152,9 @@ def merge_units(g: Graph, spec: str) -> Graph:
         head, unit, tail = _rank_op_unit(names[v])
         if unit in merged and not drop[v]:
             rename[v] = f"{head}{group_of[unit]}{tail}"
-    out = _without(g, drop, nbytes, rename)
+            if unit in now_kept and (head.endswith("fsdp copy-out ") and tail == " (backward)" or head.endswith("fsdp reshard ") and tail == " (forward)"):
+                dur[v] = 0.0  # as passes.fsdp.set_reshard does for a unit that keeps its parameters
+    out = _without(g.replace(dur=dur), drop, nbytes, rename)
     out = out.replace(meta=out.meta.replace(fsdp=dataclasses.replace(out.meta.fsdp, units=units)))
     return retime_collectives(out)
 
