@@ -60,6 +60,18 @@ The measured time is the other profile's own. Peak memory per rank: each model r
 
     sudo .venv/bin/python bench/bench_fsdp.py --part 7 [--rounds 3] [--links loopback,200Mbit,1Gbit]
 
+Part 8 (any user): ``whatif --units merge:2`` on loopback in interleaved rounds: each round profiles the MLP model
+with a unit per block (``fsdp_train.py --group 1``) and with every two blocks one unit (``--group 2``, hooks only, the
+order alternating), and predicts the grouped job from the per-block profile (``search.whatif.apply`` on the averaged
+iteration, the link fitted to that profile: the merged all-gathers and reduce-scatters priced again). The measured
+time is the grouped profile's own; the peak memory per rank is predicted too.
+
+    .venv/bin/python bench/bench_fsdp.py --part 8 [--rounds 3]
+
+Measured 2026-12-02 (--rounds 4 --steps 40, load average 3.6-5.1): step time +6.5, +4.2, -1.4 % and +39 % (a round whose
+per-block run was 1.5x slower than the others); the collectives per step 42.5-51.3 ms predicted, 39.9-53.8 ms measured;
+peak memory -8.6 % (+1.23 MiB predicted for the merge, +1.0 to +1.6 MiB measured).
+
 Measured 2026-12-02 (two runs of 2 rounds, --steps 12, load average 5-10 on the 2 cores: other jobs ran beside): DDP -> FSDP
 -5 to -37 % at 1 Gbit/s and on loopback, -20 to -27 % at 200 Mbit/s (always low: see ``passes/data_parallel.py``);
 FSDP -> DDP -30 to +15 % (one loopback cell +108 % from an FSDP profile that ran 3x slower than its round's other);
@@ -425,9 +437,56 @@ def part7(rounds: int, steps: int, links: list[str]) -> tuple[list[float], list[
     return to_fsdp, to_ddp, mem
 
 
+def collective_ms(g) -> float:
+    """The FSDP collectives' time per step in an averaged iteration, ms (as measured, or as a pass priced them)."""
+    from dagprof.graph.build_fsdp import fsdp_collectives
+
+    cs = fsdp_collectives(g)
+    return sum(float(g.dur[c.node]) for c in cs) / 1e3 / len({int(g.step[c.node]) for c in cs})
+
+
+def part8(rounds: int, steps: int) -> list[float]:
+    from dagprof.analysis import job_iteration_us
+    from dagprof.pipeline import open_run
+    from dagprof.search import whatif
+    from dagprof.search.memory import fsdp_peak
+    from dagprof.units import MB
+
+    model = HELD_OUT["mlp+embedding"]
+    rows = []
+    print(f"Part 8: whatif --units merge:2 from a per-block profile, against a job that shards pairs of blocks, 2 gloo ranks on loopback, "
+          f"load {os.getloadavg()[0]:.2f}")
+    with tempfile.TemporaryDirectory(prefix="dagprof-fsdp-") as tmp:
+        for k in range(rounds):
+            measured, graphs = {}, {}
+            for group in ((1, 2) if k % 2 == 0 else (2, 1)):
+                run = os.path.join(tmp, f"r{k}-g{group}")
+                job(2, model + ["--group", str(group)], steps, run + "-log", profile=run, kineto=False)
+                p = open_run(run, template=True)
+                measured[group], graphs[group] = max(p.analysis.measured_iter_us.values()) / 1e3, p.graph
+            c, base = whatif.Cluster(), graphs[1]
+            topo = whatif.base_topology(base, c)
+            model_ms = job_iteration_us(whatif.apply(base, whatif.Scenario(), c, topo)) / 1e3
+            merged = whatif.apply(base, whatif.Scenario(units="merge:2"), c, topo)
+            predicted = job_iteration_us(merged) / 1e3 * measured[1] / model_ms  # the model's own error on the profiled job cancels
+            mem = max(m.total for m in fsdp_peak(merged).values()) / MB
+            mem_measured = max(m.total for m in fsdp_peak(graphs[2]).values()) / MB
+            rows.append(100 * (predicted - measured[2]) / measured[2])
+            coll = {name: collective_ms(g) for name, g in (("block", base), ("model", whatif.apply(base, whatif.Scenario(), c, topo)),
+                                                            ("pairs", graphs[2]), ("merged", merged))}
+            print(f"  round {k + 1}: per block measured {measured[1]:.1f} ms (model {model_ms:.1f}); pairs measured {measured[2]:.1f} ms, "
+                  f"predicted {predicted:.1f} ({rows[-1]:+.1f} %); FSDP collectives per step: per block measured {coll['block']:.1f} ms "
+                  f"(model {coll['model']:.1f}), pairs measured {coll['pairs']:.1f}, predicted {coll['merged']:.1f}; peak memory predicted "
+                  f"{mem:.2f} MiB/rank, the pairs' own profile gives {mem_measured:.2f}; load {os.getloadavg()[0]:.2f}", flush=True)
+        per_block, pairs = (measured_peak(2, model + ["--group", str(gr)], 8, os.path.join(tmp, f"mem{gr}")) / MB for gr in (1, 2))
+        print(f"  peak memory per rank measured (fsdp_train.py --memory): per block {per_block:.2f} MiB, pairs {pairs:.2f} MiB; predicted "
+              f"{max(m.total for m in fsdp_peak(base).values()) / MB:.2f} and {mem:.2f} ({100 * (mem - pairs) / pairs:+.1f} %)", flush=True)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", type=int, choices=(0, 1, 2, 3, 4, 5, 6, 7), default=0, help="0: all")
+    ap.add_argument("--part", type=int, choices=(0, 1, 2, 3, 4, 5, 6, 7, 8), default=0, help="0: all")
     ap.add_argument("--links", default="loopback,200Mbit", help="parts 6 and 7: the links, loopback and/or a rate for the testbed")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=16, help="steps per job (the first 3 warm up)")
@@ -459,6 +518,9 @@ def main() -> None:
         to_fsdp, to_ddp, mem = part7(args.rounds, args.steps, args.links.split(","))
         print(f"DDP -> FSDP: max |error| {max(map(abs, to_fsdp)):.2f} % (goal <= 8 %); FSDP -> DDP: max |error| "
               f"{max(map(abs, to_ddp)):.2f} %; memory: max |error| {max(map(abs, mem)):.2f} % (goal <= 10 %); load {os.getloadavg()[0]:.2f}")
+    if args.part in (0, 8):
+        e = part8(args.rounds, args.steps)
+        print(f"units what-if: median error {statistics.median(e):+.2f} %, max |error| {max(map(abs, e)):.2f} % (goal <= 8 %)")
 
 
 if __name__ == "__main__":

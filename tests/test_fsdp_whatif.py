@@ -88,7 +88,7 @@ def test_whatif_json_and_text_give_time_and_memory(capsys):
     assert "MiB/rank" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("flag, name", [("--prefetch", "--prefetch"), ("--units", "--units")])
+@pytest.mark.parametrize("flag, name", [("--prefetch", "--prefetch")])  # --units: tests/test_fsdp_units.py
 def test_unmodelled_fsdp_knobs_are_refused_in_one_line(capsys, flag, name):
     assert main(["whatif", str(RESHARD), flag, "2", "--no-trace"]) == 2
     err = capsys.readouterr().err.strip()

@@ -40,8 +40,7 @@ def add_arguments(p) -> None:
     p.add_argument("--first-bucket-mb", type=positive_number, default=None,
                    help="cap of the first bucket only (DDP's default is 1 when bucket_cap_mb is unset)")
     p.add_argument("--no-overlap", action="store_true", help="start all-reduces only after the whole backward")
-    for flag, what in (("--prefetch", "FSDP all-gathers in flight"), ("--units", "FSDP unit granularity")):
-        p.add_argument(flag, metavar="X", help=f"{what}: not modelled yet, refused in one line")
+    p.add_argument("--prefetch", metavar="X", help="FSDP all-gathers in flight: not modelled yet, refused in one line")
     p.add_argument("--optimizer-state", default="momentum", choices=["sgd", "momentum", "adam"],
                    help="--data-parallel fsdp from a DDP profile: optimizer state per parameter, for the memory (default momentum: one copy)")
     p.add_argument("--topology", help="cluster: a JSON/TOML file, or presets like 10gbe or nvlink/100gbe:8")
@@ -72,7 +71,7 @@ def _evaluate(args, folder: str | None) -> dict:
     for degree, dim in ((args.tp_degree, Dim.TP), (args.pp_degree, Dim.PP)):
         if degree is not None:
             refuse_degree(prof.graph, dim, degree)
-    asked = [k for k in ("prefetch", "units") if getattr(args, k) is not None]
+    asked = ["prefetch"] if args.prefetch is not None else []
     if asked:
         refuse_unmodelled(prof.graph, asked)
         raise DagprofError(f"--{asked[0].replace('_', '-')} is an FSDP what-if; this profile is not an FSDP job")

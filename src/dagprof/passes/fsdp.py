@@ -39,7 +39,6 @@ UNMODELLED = {
     "horovod": "--fusion-mb / --cycle-ms",
     "fine": "--fine",
     "prefetch": "--prefetch (gloo runs FSDP's collectives synchronously on CPU: one all-gather in flight whatever the depth)",
-    "units": "--units (unit granularity: which modules are units)",
 }
 
 
@@ -47,7 +46,7 @@ def refuse_unmodelled(g: Graph, asked: list[str]) -> None:
     """One line naming the first what-if an FSDP graph cannot answer (``asked``: keys of ``UNMODELLED``)."""
     if is_fsdp_graph(g) and asked:
         raise DagprofError(f"this profile is an FSDP job; {UNMODELLED[asked[0]]} is not modelled for FSDP yet "
-                           "(modelled: --bandwidth, --latency, --workers, --compute-speed, --reshard-after-forward, --reduce-dtype)")
+                           "(modelled: --bandwidth, --latency, --workers, --compute-speed, --reshard-after-forward, --reduce-dtype, --units)")
 
 
 def scale_fsdp_workers(g: Graph, workers: int) -> Graph:

@@ -2,7 +2,7 @@
 
 Each axis of a scenario (workers, bandwidth, ...) is declared once, in ``AXES``: its ``Scenario`` field, which is
 also its column, its ``dagprof whatif`` flag and parser, and its pass; ``PASSES`` is the order the passes run in
-(workers, DDP <-> FSDP, scheme, link, FSDP reduce dtype, buckets, partition, compute, cores, Horovod fusion/cycle,
+(workers, DDP <-> FSDP, FSDP unit granularity, scheme, link, FSDP reduce dtype, buckets, partition, compute, cores, Horovod fusion/cycle,
 fine-grained collectives, FSDP reshard). Two different ratios answer two questions, and ``COLUMNS`` defines every other column of a row:
 - is it faster than what I have? ``speedup_vs_profiled``: the scenario's throughput over the
   profiled run's (both as replayed, so the model's own error cancels out of the ratio);
@@ -29,6 +29,7 @@ from ..passes.comm import current_topology, graph_world_size, hybrid, link_fit, 
 from ..passes.compute import share_cores
 from ..passes.data_parallel import LIMITS as DATA_PARALLEL_LIMITS, parse_target, to_data_parallel, with_optimizer_state
 from ..passes.fsdp import UNMODELLED, refuse_unmodelled, scale_fsdp_workers, set_reduce_dtype, set_reshard
+from ..passes.fsdp_units import merge_units, parse_units, with_units
 from ..passes.horovod import set_horovod
 from ..passes.profiler_cost import measure_profiler_cost, remove_profiler_cost, scale_host_work
 from ..passes.workers import replica_ranks
@@ -70,6 +71,7 @@ class Scenario:
     reshard_after_forward: bool | None = None  # FSDP's, on every unit
     reduce_dtype: str | None = None  # FSDP's MixedPrecisionPolicy(reduce_dtype=...), a torch dtype name: bfloat16
     data_parallel: str | None = None  # the wrapper: ddp, fsdp or fsdp:keep (passes.data_parallel)
+    units: str | None = None  # FSDP unit granularity: merge:N, merge:all or A+B/C+D (passes.fsdp_units)
 
     def label(self) -> dict:
         """The row's axis columns, by ``AXES``."""
@@ -114,6 +116,14 @@ def _data_parallel(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Gr
         return g
     out = to_data_parallel(g, s.data_parallel, s.bucket_mb)
     return with_optimizer_state(out, OPTIMIZER_STATE[c.optimizer_state]) if is_fsdp_graph(out) and not is_fsdp_graph(g) else out
+
+
+def _units(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
+    if s.units is None:
+        return g
+    if s.data_parallel is not None:
+        raise DagprofError("--units with --data-parallel is not modelled (merge the units of an FSDP profile)")
+    return merge_units(g, s.units)
 
 
 def _scheme(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
@@ -175,7 +185,7 @@ def _reshard(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
 
 
 # The order ``apply`` runs the passes in, each a no-op unless its axis is set (or, for cores and fine, its ``Cluster`` setting).
-PASSES: tuple[Pass, ...] = (_workers, _data_parallel, _scheme, _link, _reduce_dtype, _buckets, _partition, _compute, _cores, _horovod, _fine, _reshard)
+PASSES: tuple[Pass, ...] = (_workers, _data_parallel, _units, _scheme, _link, _reduce_dtype, _buckets, _partition, _compute, _cores, _horovod, _fine, _reshard)
 
 
 def _on_off(text: str) -> bool:
@@ -234,6 +244,9 @@ AXES: tuple[Axis, ...] = (
     Axis("reduce_dtype", "--reduce-dtype", _dtype, "FSDP jobs: the dtype gradients are reduced in, e.g. float32,bfloat16", _reduce_dtype),
     Axis("data_parallel", "--data-parallel", parse_target, "DDP or FSDP2 jobs: the data-parallel wrapper, ddp, fsdp (fully_shard per "
          "unit) or fsdp:keep (reshard_after_forward=False), e.g. ddp,fsdp", _data_parallel),
+    Axis("units", "--units", parse_units, "FSDP jobs: unit granularity, coarser than profiled: merge:N (every N adjacent inner units one "
+         "unit), merge:all (fully_shard on the root only) or groups A+B/C+D (e.g. blocks.0+blocks.1/blocks.2+blocks.3; "
+         "units not named stay), e.g. merge:2,merge:all", _units),
 )
 
 
@@ -367,14 +380,15 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
                "speedup_vs_profiled": (n / n0) * model / it, "speedup_vs_one_worker": None if eff is None else n / unit * eff, "scaling_efficiency": eff,
                "vs_measured_pct": None if not measured_us else 100.0 * (it - measured_us) / measured_us, "seconds": time.perf_counter() - t1}
         if caveat and (s.bandwidth is not None or s.latency_us is not None or s.workers not in (None, n0) or s.scheme is not None
-                       or s.reduce_dtype is not None or s.data_parallel is not None):
+                       or s.reduce_dtype is not None or s.data_parallel is not None or s.units is not None):
             row["caveat"] = caveat
         if s.data_parallel is not None and is_fsdp_graph(g0) != is_fsdp_graph(g):  # DDP <-> FSDP: the scenario's own record
             peaks = fsdp_peak(g, reshard=s.reshard_after_forward) if is_fsdp_graph(g) else ddp_peak_of_fsdp(g0, s.workers)
             row["peak_memory_mb"] = max(m.total for m in peaks.values()) / MB
             row["memory_per_rank"] = {r: m.to_dict() for r, m in peaks.items()}
         elif is_fsdp_graph(g0):
-            dtyped = g0 if s.reduce_dtype is None else set_reduce_dtype(g0, s.reduce_dtype)  # the memory model reads the dtypes from meta
+            grouped = g0 if s.units is None else with_units(g0, s.units)  # the memory model reads the units and dtypes from meta
+            dtyped = grouped if s.reduce_dtype is None else set_reduce_dtype(grouped, s.reduce_dtype)
             peaks = fsdp_peak(dtyped, reshard=s.reshard_after_forward, workers=s.workers)
             row["peak_memory_mb"] = max(m.total for m in peaks.values()) / MB
             row["memory_per_rank"] = {r: m.to_dict() for r, m in peaks.items()}

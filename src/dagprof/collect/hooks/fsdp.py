@@ -257,12 +257,16 @@ class FsdpRecorder:
 
 def own_layers(fqn: str, others: list[str], layers: list[str]) -> list[int]:
     """The leaf layers (indexes into ``layers``) that the unit of module ``fqn`` ("": the root) runs itself:
-    those under it, less those under another unit (``others``: their module paths) nested in it."""
+    those under it, less those under another unit (``others``: their module paths) nested in it. A unit of
+    several modules (``fully_shard([blocks.0, blocks.1])``) has their paths joined by ", " as its ``fqn``."""
     def under(name: str, path: str) -> bool:  # a unit may be a leaf module itself (size_based_auto_wrap_policy wraps those)
         return not path or name == path or name.startswith(path + ".")
 
-    inner = [m for m in others if m and m != fqn and under(m, fqn)]
-    return [i for i, name in enumerate(layers) if under(name, fqn) and not any(under(name, m) for m in inner)]
+    def under_unit(name: str, unit: str) -> bool:
+        return any(under(name, path) for path in (unit.split(", ") if unit else [""]))
+
+    inner = [m for m in others if m and m != fqn and any(under_unit(path, fqn) for path in m.split(", "))]
+    return [i for i, name in enumerate(layers) if under_unit(name, fqn) and not any(under_unit(name, m) for m in inner)]
 
 
 def _tensor_arg(name: str, pos: int) -> Any:

@@ -1,0 +1,205 @@
+"""Unit granularity of an FSDP job (``whatif --units``): which modules are units, coarser than profiled.
+
+A merged unit is one ``fully_shard`` over adjacent profiled units: it gathers all their parameters at once and
+reduce-scatters all their gradients at once. On the graph, per step and per pass:
+- its forward all-gather is the first member's (where the first member's was issued), carrying every member's bytes;
+- its backward all-gather (a resharded unit's) is the one of the member whose backward runs first (the last in
+  forward order), carrying every member's bytes;
+- its reduce-scatter (and HSDP's all-reduce across replicas) is the one after the member whose backward runs last
+  (the first in forward order): FSDP reduces a unit's gradients after its whole backward;
+- the other members' collectives, with their enqueue and wait on every rank, are removed (program order bridges them);
+- members merged into a root that keeps its parameters after forward (FSDP1's root) keep theirs too: their backward
+  all-gathers go, and their reshards and backward copy-outs cost nothing (``passes.fsdp.set_reshard``).
+Copy-outs and reshards keep their measured times (the same bytes are copied and freed) and take the merged unit's
+name. The link model prices the merged collectives again (``passes.comm.retime_collectives``): one message's latency
+instead of several is what makes fewer, larger units cheaper. The memory model (``search.memory.fsdp_peak``) reads
+the merged units from ``meta.fsdp``: a merged unit gathers more at once, so the peak rises.
+
+Grammar (``parse_units``): ``merge:N`` groups every N adjacent inner units (the root's stay its own), ``merge:all``
+makes the whole model one unit (``fully_shard`` on the root only), ``A+B/C+D`` names the groups (units not named
+stay alone; each group adjacent in forward order; the root may join any group). Units finer than profiled
+(``split:...``) are refused: the profile has no collectives per layer to place.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+
+from ..errors import DagprofError
+from ..graph.build_fsdp import _is_forward, _issuers, fsdp_collectives, is_fsdp_graph
+from ..graph.dag import Graph, GraphBuilder
+from ..graph.meta import FsdpGraphUnit
+from ..traces.events import Kind
+from .comm import retime_collectives
+
+ROOT = "<root>"
+_MERGE = re.compile(r"merge:(all|[1-9][0-9]*)")
+
+
+def parse_units(text: str) -> str:
+    """Check the grammar of a ``--units`` value (the units it names are checked against the profile)."""
+    if _MERGE.fullmatch(text):
+        return text
+    if text.startswith("split"):
+        raise ValueError("units finer than profiled are not modelled (the profile has no per-layer collectives to place); "
+                         "merge:N, merge:all or A+B/C+D")
+    groups = [grp.split("+") for grp in text.split("/")]
+    if not text or text.startswith("merge:") or any(not name for grp in groups for name in grp):
+        raise ValueError(f"expected merge:N, merge:all or groups of unit names like blocks.0+blocks.1/blocks.2+blocks.3, got {text!r}")
+    return text
+
+
+def unit_groups(g: Graph, spec: str) -> list[list[str]]:
+    """The profiled units in groups (each in forward order; singletons stay), in the order of ``meta.fsdp.units``."""
+    if not is_fsdp_graph(g):
+        raise DagprofError("--units is an FSDP what-if; this profile is not an FSDP job")
+    names = [u.name for u in g.meta.fsdp.units]
+    inner = [n for n in names if n != ROOT]
+    m = _MERGE.fullmatch(spec)
+    if m and m.group(1) == "all":
+        return [names]
+    if m:
+        k = int(m.group(1))
+        groups = [[n] for n in names if n == ROOT] + [inner[i:i + k] for i in range(0, len(inner), k)]
+    else:
+        asked = [grp.split("+") for grp in spec.split("/")]
+        flat = [n for grp in asked for n in grp]
+        unknown = [n for n in flat if n not in names]
+        if unknown:
+            raise DagprofError(f"--units {spec}: no unit {unknown[0]!r} in this profile (units: {', '.join(names)})")
+        if len(set(flat)) != len(flat):
+            raise DagprofError(f"--units {spec}: a unit is named twice")
+        for grp in asked:
+            pos = sorted(inner.index(n) for n in grp if n != ROOT)
+            if pos and pos != list(range(pos[0], pos[0] + len(pos))):
+                raise DagprofError(f"--units {spec}: {'+'.join(grp)} are not adjacent in forward order ({', '.join(inner)})")
+        groups = [sorted(grp, key=names.index) for grp in asked] + [[n] for n in names if n not in flat]
+    return sorted(groups, key=lambda grp: names.index(grp[0]))
+
+
+def group_name(members: list[str]) -> str:
+    """A merged unit's name: the root's when it is a member (the memory model treats the root apart), else the members'
+    joined by ", ", as FSDP names a unit of several modules (``fully_shard([a, b])``) and the profile records it."""
+    return ROOT if ROOT in members else ", ".join(members)
+
+
+def merged_units(g: Graph, groups: list[list[str]]) -> list[FsdpGraphUnit]:
+    """``meta.fsdp.units`` after merging ``groups``; refused where members reshard after forward differently."""
+    by = {u.name: u for u in g.meta.fsdp.units}
+    out = []
+    for grp in groups:
+        us = [by[n] for n in grp]
+        if len({u.resharded_after_forward for u in us}) > 1 and not (ROOT in grp and not by[ROOT].resharded_after_forward):
+            kept = [u.name for u in us if not u.resharded_after_forward]
+            raise DagprofError(f"--units: {'+'.join(grp)} mixes units that reshard after forward and units that keep their "
+                               f"parameters ({', '.join(kept)}); merging those is not modelled")
+        if len({(u.param_dtype, u.reduce_dtype, tuple(u.mesh)) for u in us}) > 1:
+            raise DagprofError(f"--units: {'+'.join(grp)} mixes units of other dtypes or meshes; merging those is not modelled")
+        first = by[ROOT] if ROOT in grp else us[0]
+        layers = [name for u in us for name in u.layers]
+        out.append(dataclasses.replace(first, name=group_name(grp), numel=sum(u.numel for u in us),
+                                       shard_bytes=sum(u.shard_bytes for u in us), layers=layers))
+    return out
+
+
+def with_units(g: Graph, spec: str) -> Graph:
+    """``g`` with the merged units in ``meta.fsdp`` only (what the memory model reads)."""
+    fs = g.meta.fsdp
+    return g.replace(meta=g.meta.replace(fsdp=dataclasses.replace(fs, units=merged_units(g, unit_groups(g, spec)))))
+
+
+def merge_units(g: Graph, spec: str) -> Graph:
+    """What if the units of ``spec`` (``parse_units``) were merged: one all-gather per pass and one reduce-scatter each."""
+    groups = unit_groups(g, spec)
+    if all(len(grp) == 1 for grp in groups):
+        return g
+    units = merged_units(g, groups)
+    group_of = {n: group_name(grp) for grp in groups for n in grp}
+    merged = {n for grp in groups if len(grp) > 1 for n in grp}
+    # members that resharded, merged into a root that kept its parameters after forward, keep them too: no backward all-gather
+    now_kept = {u.name for u in g.meta.fsdp.units if u.name in merged and u.resharded_after_forward
+                and not next(m for m in units if m.name == group_of[u.name]).resharded_after_forward}
+    nbytes, dur = g.nbytes.copy(), g.dur.copy()
+    drop = np.zeros(len(g), dtype=bool)
+    rename: dict[int, str] = {}
+    buckets: dict[tuple, list] = {}
+    for c in fsdp_collectives(g):
+        if c.unit not in merged:
+            if c.prefetched_by in merged:  # prefetched by a member: by the merged unit's hook now
+                rename[c.node] = f"{c.kind} {c.unit} (prefetched by {group_of[c.prefetched_by]}).{g.node_name(c.node).rpartition('.')[2]}"
+            continue
+        issuers = _issuers(g, c.node)
+        phase = _is_forward(g, c.node, min(issuers)) if c.kind == "all_gather" else None
+        if phase is False and c.unit in now_kept:
+            drop[_collective_nodes(g, c.node)] = True
+            continue
+        key = (int(g.step[c.node]), c.kind, phase, frozenset(issuers), group_of[c.unit])
+        buckets.setdefault(key, []).append((float(g.order[issuers[min(issuers)]]), c))
+    for (_, kind, _, _, name), members in buckets.items():
+        members.sort(key=lambda m: m[0])
+        keep = members[0][1] if kind == "all_gather" else members[-1][1]  # gathered before the first, reduced after the last
+        nbytes[keep.node] = sum(int(g.nbytes[c.node]) for _, c in members)
+        by = group_of.get(keep.prefetched_by, keep.prefetched_by)
+        seq = g.node_name(keep.node).rpartition(".")[2]
+        rename[keep.node] = f"{kind} {name}" + (f" (prefetched by {by})" if keep.prefetched and by != name else "") + f".{seq}"
+        for _, c in members:
+            if c is not keep:
+                drop[_collective_nodes(g, c.node)] = True
+    names = [g.node_name(v) for v in range(len(g))]
+    for v in np.flatnonzero(g.rank >= 0).tolist():  # enqueues, waits, copy-outs and reshards of the members: the merged unit's
+        head, unit, tail = _rank_op_unit(names[v])
+        if unit in merged and not drop[v]:
+            rename[v] = f"{head}{group_of[unit]}{tail}"
+            if unit in now_kept and (head.endswith("fsdp copy-out ") and tail == " (backward)" or head.endswith("fsdp reshard ") and tail == " (forward)"):
+                dur[v] = 0.0  # as passes.fsdp.set_reshard does for a unit that keeps its parameters
+    out = _without(g.replace(dur=dur), drop, nbytes, rename)
+    out = out.replace(meta=out.meta.replace(fsdp=dataclasses.replace(out.meta.fsdp, units=units)))
+    return retime_collectives(out)
+
+
+_RANK_OP = re.compile(r"(rank\d+\.(?:fsdp (?:all_gather|reduce_scatter|all_reduce|copy-out|reshard)|wait (?:all_gather|reduce_scatter|all_reduce)) )"
+                      r"(.+?)((?: \(prefetched by .+\))?(?: \((?:forward|backward)\))?)")
+
+
+def _rank_op_unit(name: str) -> tuple[str, str, str]:
+    m = _RANK_OP.fullmatch(name)
+    return m.groups() if m else ("", "", "")
+
+
+def _collective_nodes(g: Graph, node: int) -> list[int]:
+    """A shared collective, its join and, on each rank, its enqueue and its wait."""
+    out = [node] + [int(p) for p in g.predecessors(node).tolist() if g.kind[p] == Kind.SYNC]
+    for w in g.successors(node).tolist():
+        if int(g.rank[w]) >= 0:
+            out.append(int(w))
+            out += [int(p) for p in g.predecessors(w).tolist() if int(g.rank[p]) == int(g.rank[w]) and g.kind[p] == Kind.COMM_ENQUEUE]
+    return out
+
+
+def _without(g: Graph, drop: np.ndarray, nbytes: np.ndarray, rename: dict[int, str]) -> Graph:
+    """``g`` less the ``drop`` nodes, each rank's program order bridged across its removed ops."""
+    src, dst = [], []
+    for v in np.flatnonzero(drop & (g.rank >= 0)).tolist():
+        r = int(g.rank[v])
+        if any(drop[p] and int(g.rank[p]) == r for p in g.predecessors(v).tolist()):
+            continue  # bridged from the first removed op of its run
+        run, frontier, after = {v}, [v], set()
+        while frontier:
+            for w in g.successors(frontier.pop()).tolist():
+                if int(g.rank[w]) != r or w in run:
+                    continue
+                if drop[w]:
+                    run.add(w)
+                    frontier.append(w)
+                else:
+                    after.add(w)
+        before = {int(p) for u in run for p in g.predecessors(u).tolist() if int(g.rank[p]) == r and not drop[p]}
+        src += [p for p in before for _ in after]
+        dst += [w for _ in before for w in after]
+    b, remap = GraphBuilder.from_graph(g.replace(nbytes=nbytes), ~drop)
+    b.add_edges(remap[np.asarray(src, dtype=np.int64)], remap[np.asarray(dst, dtype=np.int64)])
+    for v, new in rename.items():
+        b._cols["name"][int(remap[v])] = b.intern(new)
+    return b.build()
