@@ -67,7 +67,7 @@ def join_waits(g: Graph, averaged: Graph, group: np.ndarray, mine: np.ndarray, r
     A rank arrives at a join when the last of its predecessors of the join ends. Per join, the lag
     of the last arrival behind the ranks' mean arrival; per group, its mean over the measured steps
     (``g``'s provenance, on the shared clock) less its mean in a replay of ``averaged``. Only groups
-    whose joins all see the same ranks arrive, and whose last rank is not always the same one, can
+    whose joins all see as many ranks arrive, and whose last rank is not always the same one, can
     lack a wait (the replay is skipped otherwise); a graph without provenance gets none.
     """
     out = np.zeros(int(group.max()) + 1)
