@@ -37,6 +37,7 @@ from dagprof.errors import DagprofError
 from dagprof.graph.provenance import violations
 from dagprof.passes.average_steps import average_steps
 from dagprof.pipeline import open_run
+from dagprof.replay import replay
 from dagprof.traces.events import Kind
 from dagprof.traces.kineto_dir import read_cached, trace_files
 
@@ -112,7 +113,7 @@ def run_one(path: str, name: str, threshold_us: float) -> Row:
         row.replayed_ms = a.predicted_us / 1e3
         row.error_pct = a.error_pct
         if a.steps > 1 and a.measured_us:
-            row.template_pct = 100.0 * (analyze(average_steps(g)).predicted_us - a.measured_us) / a.measured_us
+            row.template_pct = 100.0 * (analyze(average_steps(g, replay)).predicted_us - a.measured_us) / a.measured_us
         ex = explain(g, a.result, threshold_us=threshold_us, per_lane=1)
         first = ex.false_edges[:1] or ex.departures[:1]
         row.departs = departure_line(first[0].to_dict()) if first else ""

@@ -376,6 +376,7 @@ def part7(rounds: int, steps: int, links: list[str]) -> tuple[list[float], list[
     from dagprof.collect.jobs.netns import Cluster, available
     from dagprof.passes.average_steps import average_steps
     from dagprof.pipeline import open_run
+    from dagprof.replay import replay
     from dagprof.search import whatif
     from dagprof.search.memory import ddp_peak_of_fsdp, fsdp_peak
 
@@ -402,7 +403,7 @@ def part7(rounds: int, steps: int, links: list[str]) -> tuple[list[float], list[
                         run = os.path.join(tmp, f"r{k}-{name}-{link}-{w}")
                         job(2, model + wrappers[w], steps, run + "-log", None if link == "loopback" else cluster, profile=run, kineto=False)
                         p = open_run(run)
-                        runs[w] = average_steps(p.graph)
+                        runs[w] = average_steps(p.graph, replay)
                         measured[(name, link, w)].append(max(p.graph.meta.measured_iter_us.values()) / 1e3)
                         if k == 0 and link == links[0]:
                             graphs[(name, w)] = p.graph

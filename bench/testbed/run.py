@@ -122,7 +122,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     from dagprof.replay import replay
 
     stepwise = open_run(run_dir).graph
-    averaged = average_steps(stepwise)  # a model of the iteration: each op at its mean over the profiled steps
+    averaged = average_steps(stepwise, replay)  # a model of the iteration: each op at its mean over the profiled steps
     prof_ranks, prof_rate, _ = profiled
     links = {prof_rate: fit_topology(averaged).inter, swept: fit([tuple(x) for x in sweep], 2)}
     shaped = prof_rate if RATES[prof_rate] else swept

@@ -63,7 +63,7 @@ def open_run(path: str | os.PathLike[str], steps: range | None = None, engine: s
     run = load(path, allow_missing_ranks=allow_missing_ranks)
     run, graph = build_run_graph(run, replay, steps=steps, step_marker=step_marker)
     if template:
-        graph = average_steps(graph)
+        graph = average_steps(graph, replay)
     a = analyze(graph, replay(graph, engine=engine))
     return Profiled(run, graph, a, findings(a), alignment_of(run))
 

@@ -12,6 +12,7 @@ from ..passes.average_steps import average_steps
 from ..passes.fsdp import refuse_unmodelled
 from ..passes.workers import refuse_degree
 from ..pipeline import open_run
+from ..replay import replay
 from ..report.timeline import write_replay_trace
 from ..search.whatif import AXES, MODEL_TOLERANCE_PCT, Cluster, evaluate, sweep
 from ..traces.parallelism import Dim
@@ -75,7 +76,7 @@ def _evaluate(args, folder: str | None) -> dict:
     if asked:
         refuse_unmodelled(prof.graph, asked)
         raise DagprofError(f"--{asked[0].replace('_', '-')} is an FSDP what-if; this profile is not an FSDP job")
-    g0 = average_steps(prof.graph) if args.template else prof.graph  # the averaged iteration; the intervals keep each step
+    g0 = average_steps(prof.graph, replay) if args.template else prof.graph  # the averaged iteration; the intervals keep each step
     cluster = Cluster(link=args.link, topology=args.topology, link_model=args.link_model, first_bucket_mb=args.first_bucket_mb,
                       overlap=not args.no_overlap, cores=args.cores, ranks_per_host=args.ranks_per_host, fine=args.fine,
                       optimizer_state=args.optimizer_state)

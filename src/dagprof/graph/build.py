@@ -379,6 +379,7 @@ class _Assembler:
         self.fixed_gap: dict[int, float] = {}  # shared nodes: gap not derivable from one clock
         self.comm_lanes = 1  # most collectives a rank ran at once (threads or streams they used)
         self.first_marks: dict[int, float] = {}  # each rank's first step boundary -> its start on the shared clock
+        self.base_ns: dict[int, int] = {}  # rank -> its clock's origin, aligned
 
     def node(self, name: str, kind: Kind, mstart: float, mend: float, dur: float | None = None, order: float | None = None, **kw) -> int:
         """A node measured on [mstart, mend] (NaN: on no single clock; give ``dur`` then)."""
@@ -399,6 +400,7 @@ class _Assembler:
 
     # -- one rank: select -> anchors -> pieces -> nodes -> edges
     def add_rank(self, trace: RankTrace, steps: list[int], instance: np.ndarray, dims: np.ndarray) -> None:
+        self.base_ns[trace.rank] = int(trace.base_ns)
         sel = select(trace, steps, instance)
         anc = anchors(trace, sel)
         cut = pieces(trace, sel, anc, steps)
@@ -613,7 +615,8 @@ class _Assembler:
             gap[v] = t - first
         self.b.add_edges(src, dst)
         self.b.meta.comm_lanes = self.comm_lanes
-        self.b.meta.provenance = Provenance(mstart, mend, src, dst, rule, seen_end)
+        origin = min(self.base_ns.values(), default=0)
+        self.b.meta.provenance = Provenance(mstart, mend, src, dst, rule, seen_end, {r: (b - origin) / 1e3 for r, b in self.base_ns.items()})
         return self.b.build().replace(gap=gap)
 
 

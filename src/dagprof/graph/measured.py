@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -33,7 +33,8 @@ class Provenance:
     ``mstart`` is when a node's dependent part began (a wait's is its end: what it waited for had
     to end by then); NaN for nodes no single clock measured (a collective shared by ranks).
     ``seen_end`` is u's end as v's rank saw it (a shared collective ends at different instants on
-    different clocks).
+    different clocks). ``clock_us``: rank -> what to add to its times to put them on the shared
+    (aligned) clock, whose origin is the earliest rank's.
     """
 
     mstart: np.ndarray
@@ -42,6 +43,7 @@ class Provenance:
     dst: np.ndarray
     rule: np.ndarray
     seen_end: np.ndarray
+    clock_us: dict[int, float] = field(default_factory=dict)
 
     def lateness(self) -> np.ndarray:
         """Per recorded edge: how long before u ended v began, measured (positive: the edge is contradicted)."""

@@ -13,16 +13,28 @@ replayed as measured, op for op, and do not define the iteration: the closing ma
 waits for them. Their op counts differ from step to step, so their times have no twins to
 average, and an averaged polling chain would end wherever its summed mean gaps fall, long after
 the step it polled in.
+
+A join of ranks (a collective's ``SYNC``) waits in every step for the rank that arrived last. Averaged,
+it waits only as long as the averaged arrivals make it, which falls short where ranks take turns
+arriving last: a mean of maxima exceeds the maximum of means. With a replayer, each join keeps the
+wait it cost on average: how far the last arrival lagged the ranks' mean arrival, averaged over the
+measured steps, less the same lag in a replay of the averaged steps, becomes the averaged join's gap.
+That lag is measured from the ranks' own mean arrival, so a delay common to all ranks (an earlier
+join's added wait) cancels; where one rank is always last, or with one rank, nothing is added.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..graph.dag import DeviceKind, Graph
+from ..graph.provenance import provenance
 from ..traces.events import Kind
+from .run_kinds import Replayer
 
 
-def average_steps(g: Graph) -> Graph:
+def average_steps(g: Graph, replayer: Replayer | None = None) -> Graph:
+    """Each op at its mean over the steps; with ``replayer`` (``dagprof.replay.replay``), each join of
+    ranks also keeps its mean wait for the last rank (module docstring)."""
     n = len(g)
     if n == 0:
         return g
@@ -42,8 +54,77 @@ def average_steps(g: Graph) -> Graph:
     counts = np.maximum(np.bincount(inverse, weights=~keep), 1)
     dur = np.bincount(inverse, weights=np.where(keep, 0.0, g.dur)) / counts
     gap = np.bincount(inverse, weights=np.where(keep, 0.0, g.gap)) / counts
-    out = g.replace(dur=np.where(keep, g.dur, dur[inverse]), gap=np.where(keep, g.gap, gap[inverse]))
-    return _release_closing_marks(out, background)
+    out = _release_closing_marks(g.replace(dur=np.where(keep, g.dur, dur[inverse]), gap=np.where(keep, g.gap, gap[inverse])), background)
+    if replayer is None:
+        return out
+    wait = join_waits(g, out, inverse, ~keep, replayer)
+    return out if not wait.any() else out.replace(gap=out.gap + np.where(keep, 0.0, wait[inverse]))
+
+
+def join_waits(g: Graph, averaged: Graph, group: np.ndarray, mine: np.ndarray, replayer: Replayer) -> np.ndarray:
+    """Per group of matched nodes: the wait its joins of ranks lack once averaged (0 for other groups).
+
+    A rank arrives at a join when the last of its predecessors of the join ends. Per join, the lag
+    of the last arrival behind the ranks' mean arrival; per group, its mean over the measured steps
+    (``g``'s provenance, on the shared clock) less its mean in a replay of ``averaged``. Only groups
+    whose joins all see as many ranks arrive, and whose last rank is not always the same one, can
+    lack a wait (the replay is skipped otherwise); a graph without provenance gets none.
+    """
+    out = np.zeros(int(group.max()) + 1)
+    p = provenance(g)
+    if p is None or not p.clock_us:
+        return out
+    clock = np.array([p.clock_us.get(r, np.nan) for r in range(int(g.rank.max()) + 1)] + [np.nan])  # index -1: no rank
+    measured = _join_lags(g, group, mine, p.mend + clock[g.rank])
+    if measured is None:
+        return out
+    groups, lag, alternate = measured
+    if not alternate.any():
+        return out
+    replayed = _join_lags(g, group, mine, replayer(averaged).end)
+    if replayed is None:
+        return out
+    lag_avg = dict(zip(replayed[0].tolist(), replayed[1].tolist()))
+    for k, x, alt in zip(groups.tolist(), lag.tolist(), alternate.tolist()):
+        if alt and k in lag_avg:
+            out[k] = max(x - lag_avg[k], 0.0)
+    return out
+
+
+def _join_lags(g: Graph, group: np.ndarray, mine: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(groups, their mean lag of the last arrival behind the mean arrival, whether the last rank alternates)
+    over the joins of ranks in ``mine``, arrivals read from ``end`` (per node); None when there are none."""
+    src = np.repeat(np.arange(len(g)), np.diff(g.indptr))
+    dst = g.succ.astype(np.int64)
+    rank = g.rank.astype(np.int64)
+    e = np.flatnonzero((g.kind[dst] == Kind.SYNC) & mine[dst] & (rank[src] >= 0) & np.isfinite(end[src]))
+    if not len(e):
+        return None
+    pairs, at = np.unique(np.stack([dst[e], rank[src[e]]], axis=1), axis=0, return_inverse=True)  # (join, rank)
+    arrive = np.full(len(pairs), -np.inf)
+    np.maximum.at(arrive, at.ravel(), end[src[e]])
+    joins, of_join = np.unique(pairs[:, 0], return_inverse=True)
+    of_join = of_join.ravel()
+    ranks = np.bincount(of_join)
+    latest = np.full(len(joins), -np.inf)
+    np.maximum.at(latest, of_join, arrive)
+    lag = latest - np.bincount(of_join, weights=arrive) / ranks
+    last = np.full(len(joins), -1)
+    np.maximum.at(last, of_join, np.where(arrive == latest[of_join], pairs[:, 1], -1))  # which rank came last
+    groups, of_group = np.unique(group[joins], return_inverse=True)
+    of_group = of_group.ravel()
+    n = np.bincount(of_group)
+    mean_lag = np.bincount(of_group, weights=lag) / n
+
+    def spread(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        lo, hi = np.full(len(groups), np.iinfo(np.int64).max), np.full(len(groups), -1)
+        np.minimum.at(lo, of_group, x)
+        np.maximum.at(hi, of_group, x)
+        return lo, hi
+
+    fewest, most = spread(ranks)
+    first_last, later_last = spread(last)
+    return groups, mean_lag, (n > 1) & (fewest == most) & (fewest > 1) & (first_last != later_last)
 
 
 def background_lanes(g: Graph) -> np.ndarray:
