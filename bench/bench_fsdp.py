@@ -58,7 +58,11 @@ The measured time is the other profile's own. Peak memory per rank: each model r
 ``fsdp_train.py --memory`` on loopback, against ``fsdp_peak`` of the DDP profile turned FSDP and
 ``ddp_peak_of_fsdp`` of the FSDP profile. Goals: DDP -> FSDP within 8 %, memory within 10 %.
 
-    sudo .venv/bin/python bench/bench_fsdp.py --part 7 [--rounds 3] [--links loopback,200Mbit,1Gbit]
+    sudo .venv/bin/python bench/bench_fsdp.py --part 7 [--rounds 3] [--links loopback,200Mbit,1Gbit] [--link-model-calibrate]
+
+``--link-model-calibrate``: per link, model and round, ``dagprof calibrate`` runs on that link just before the profiles, and
+DDP -> FSDP is predicted also with its all-reduce fit alone (``whatif --link-model`` of a version-1 file) and with its
+per-kind fits (FSDP's all-gathers and reduce-scatters each priced by their own sweep).
 
 Measured 2026-12-02 (two runs of 2 rounds, --steps 12, load average 5-10 on the 2 cores: other jobs ran beside): DDP -> FSDP
 -5 to -37 % at 1 Gbit/s and on loopback, -20 to -27 % at 200 Mbit/s (always low: see ``passes/data_parallel.py``);
@@ -358,8 +362,27 @@ DP_MODELS = {"transformer": ["--model", "transformer", "--blocks", "4", "--width
              "mlp+embedding": ["--model", "mlp", "--blocks", "4", "--width", "256", "--vocab", "16384"]}
 
 
-def part7(rounds: int, steps: int, links: list[str]) -> tuple[list[float], list[float], list[float]]:
-    """(DDP -> FSDP time errors, FSDP -> DDP time errors, memory errors), %."""
+def calibrated_models(out_dir: str, cluster=None) -> dict[str, str]:
+    """``dagprof calibrate`` in 2 ranks on the link the jobs run on (``cluster`` None: loopback): {"per-kind": the file,
+    "all-reduce": the same file without its per-kind fits (version 1)}."""
+    from dagprof.collect.jobs.netns import python_module, run_ranks
+
+    os.makedirs(out_dir, exist_ok=True)
+    per_kind = os.path.join(out_dir, "link.json")
+    run_ranks(python_module("dagprof.cli.main", "calibrate", "-o", per_kind, "--max-mb", "16"), 2, os.path.join(out_dir, "log"),
+              env={"PYTHONPATH": os.path.join(os.path.dirname(HERE), "src")}, cluster=cluster)
+    with open(per_kind) as f:
+        doc = json.load(f)
+    allreduce = os.path.join(out_dir, "link-v1.json")
+    with open(allreduce, "w") as f:
+        json.dump({k: v for k, v in doc.items() if k not in ("kinds", "version")}, f)
+    return {"all-reduce": allreduce, "per-kind": per_kind}
+
+
+def part7(rounds: int, steps: int, links: list[str], calibrate: bool = False) -> tuple[list[float], list[float], list[float]]:
+    """(DDP -> FSDP time errors, FSDP -> DDP time errors, memory errors), %. ``calibrate``: per link and round,
+    ``dagprof calibrate`` on that link first, and DDP -> FSDP predicted also on its all-reduce fit alone and on its
+    per-kind fits (``whatif --link-model``)."""
     from dagprof.analysis import job_iteration_us
     from dagprof.collect.jobs.netns import Cluster, available
     from dagprof.passes.average_steps import average_steps
@@ -375,6 +398,7 @@ def part7(rounds: int, steps: int, links: list[str]) -> tuple[list[float], list[
     cells = [(m, link, w) for m in DP_MODELS for link in links for w in wrappers]
     measured: dict[tuple, list[float]] = {c: [] for c in cells}
     predicted: dict[tuple, list[float]] = {c: [] for c in cells}
+    on_model: dict[tuple, list[float]] = {(*c, how): [] for c in cells if c[2] == "fsdp" for how in ("all-reduce", "per-kind")}
     graphs: dict[tuple[str, str], object] = {}
     t0 = time.perf_counter()
     print(f"Part 7: whatif --data-parallel, each wrapper predicted from the other's profile, 2 gloo ranks, load {os.getloadavg()[0]:.2f}")
@@ -385,6 +409,8 @@ def part7(rounds: int, steps: int, links: list[str]) -> tuple[list[float], list[
                 for link in links:
                     if link != "loopback":
                         cluster.set_rate(RATES[link])
+                    models = (calibrated_models(os.path.join(tmp, f"cal{k}-{name}-{link}"), None if link == "loopback" else cluster)
+                              if calibrate else {})
                     runs = {}
                     for w in (("ddp", "fsdp") if k % 2 == 0 else ("fsdp", "ddp")):
                         run = os.path.join(tmp, f"r{k}-{name}-{link}-{w}")
@@ -399,9 +425,15 @@ def part7(rounds: int, steps: int, links: list[str]) -> tuple[list[float], list[
                         base = runs[other]
                         g = whatif.apply(base, whatif.Scenario(data_parallel=w), c, whatif.base_topology(base, c))
                         predicted[(name, link, w)].append(job_iteration_us(g) / 1e3)
+                    for how, path in models.items():
+                        cm = whatif.Cluster(optimizer_state="adam", link_model=path)
+                        g = whatif.apply(runs["ddp"], whatif.Scenario(data_parallel="fsdp"), cm, whatif.base_topology(runs["ddp"], cm))
+                        on_model[(name, link, "fsdp", how)].append(job_iteration_us(g) / 1e3)
+                    calibrated = "".join(f", on {h} {on_model[(name, link, 'fsdp', h)][-1]:.1f}" for h in models)
                     print(f"  round {k + 1}/{rounds} {name} {link}: measured ddp {measured[(name, link, 'ddp')][-1]:.1f} ms, fsdp "
                           f"{measured[(name, link, 'fsdp')][-1]:.1f}; predicted ddp {predicted[(name, link, 'ddp')][-1]:.1f}, fsdp "
-                          f"{predicted[(name, link, 'fsdp')][-1]:.1f} ({time.perf_counter() - t0:.0f} s, load {os.getloadavg()[0]:.2f})", flush=True)
+                          f"{predicted[(name, link, 'fsdp')][-1]:.1f}{calibrated} "
+                          f"({time.perf_counter() - t0:.0f} s, load {os.getloadavg()[0]:.2f})", flush=True)
         to_fsdp, to_ddp = [], []
         print(f"\nPart 7: medians over {rounds} interleaved rounds (bench/fsdp_train.py; AdamW)")
         print(f"{'model':14s} {'link':>9s} {'to':>5s} {'measured ms':>12s} {'spread':>15s} {'predicted ms':>13s} {'error':>8s}")
@@ -410,6 +442,11 @@ def part7(rounds: int, steps: int, links: list[str]) -> tuple[list[float], list[
             err = 100 * (p - m) / m
             (to_fsdp if cell[2] == "fsdp" else to_ddp).append(err)
             print(f"{cell[0]:14s} {cell[1]:>9s} {cell[2]:>5s} {m:12.1f} {min(measured[cell]):7.1f}-{max(measured[cell]):<7.1f} {p:13.1f} {err:+7.2f} %")
+            for how in ("all-reduce", "per-kind"):
+                if on_model.get((*cell, how)):
+                    pm = statistics.median(on_model[(*cell, how)])
+                    per_round = ", ".join(f"{100 * (x - y) / y:+.1f}" for x, y in zip(on_model[(*cell, how)], measured[cell]))
+                    print(f"{'':14s} {'':>9s} {'':>5s} {'calibrated ' + how:>28s} {pm:13.1f} {100 * (pm - m) / m:+7.2f} %  (rounds {per_round} %)")
         mem = []
         print(f"\n{'model':14s} {'to':>5s} {'measured MiB':>13s} {'predicted MiB':>14s} {'error':>8s}  predicted peak at")
         for name, model in DP_MODELS.items():
@@ -432,6 +469,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=16, help="steps per job (the first 3 warm up)")
     ap.add_argument("--repeats", type=int, default=3, help="jobs per held-out model in part 1")
+    ap.add_argument("--link-model-calibrate", action="store_true",
+                    help="part 7: run dagprof calibrate on each link first and predict DDP -> FSDP on its fits too")
     args = ap.parse_args()
     if args.part in (0, 1):
         e = part1(args.steps, args.repeats)
@@ -456,7 +495,7 @@ def main() -> None:
         if e:
             print(f"optimize --verify: median per-round speed-up error {statistics.median(e):+.2f} %, max |error| {max(map(abs, e)):.2f} %")
     if args.part in (0, 7):
-        to_fsdp, to_ddp, mem = part7(args.rounds, args.steps, args.links.split(","))
+        to_fsdp, to_ddp, mem = part7(args.rounds, args.steps, args.links.split(","), args.link_model_calibrate)
         print(f"DDP -> FSDP: max |error| {max(map(abs, to_fsdp)):.2f} % (goal <= 8 %); FSDP -> DDP: max |error| "
               f"{max(map(abs, to_ddp)):.2f} %; memory: max |error| {max(map(abs, mem)):.2f} % (goal <= 10 %); load {os.getloadavg()[0]:.2f}")
 
