@@ -363,13 +363,14 @@ DP_MODELS = {"transformer": ["--model", "transformer", "--blocks", "4", "--width
 
 
 def calibrated_models(out_dir: str, cluster=None) -> dict[str, str]:
-    """``dagprof calibrate`` in 2 ranks on the link the jobs run on (``cluster`` None: loopback): {"per-kind": the file,
+    """``dagprof calibrate`` in 2 ranks on the link the jobs run on (``cluster`` None: loopback; up to 32 MiB, the
+    embedding model's root unit): {"per-kind": the file,
     "all-reduce": the same file without its per-kind fits (version 1)}."""
     from dagprof.collect.jobs.netns import python_module, run_ranks
 
     os.makedirs(out_dir, exist_ok=True)
     per_kind = os.path.join(out_dir, "link.json")
-    run_ranks(python_module("dagprof.cli.main", "calibrate", "-o", per_kind, "--max-mb", "16"), 2, os.path.join(out_dir, "log"),
+    run_ranks(python_module("dagprof.cli.main", "calibrate", "-o", per_kind, "--max-mb", "32"), 2, os.path.join(out_dir, "log"),
               env={"PYTHONPATH": os.path.join(os.path.dirname(HERE), "src")}, cluster=cluster)
     with open(per_kind) as f:
         doc = json.load(f)
