@@ -9,6 +9,7 @@ Three sources, one output format (``whatif --link-model FILE``):
 """
 from __future__ import annotations
 
+import argparse
 import os
 
 import numpy as np
@@ -40,7 +41,7 @@ def _kinds(text: str) -> tuple[str, ...]:
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
     bad = [k for k in kinds if k not in live.KINDS]
     if bad or not kinds:
-        raise ValueError(f"collective kinds are {', '.join(live.KINDS)}, got {text!r}")
+        raise argparse.ArgumentTypeError(f"collective kinds are {', '.join(live.KINDS)}, got {text!r}")
     return kinds
 
 
