@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from ...costmodel.alphabeta import AlphaBeta
+from ...costmodel.alphabeta import AlphaBeta, fit_alpha_beta
 from ...costmodel.topology import allreduce_equivalent_factor, fit_sweep
 from ...errors import DagprofError
 
@@ -111,11 +111,13 @@ def sweep(sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5, warmup: int = 
 
 
 def fit(points: list[tuple[int, float]], world: int, kind: str = "all_reduce", backend: str = "gloo") -> AlphaBeta:
-    """The link model of a sweep (``costmodel.topology.fit_sweep``): for another kind than all-reduce, the link on
-    which an all-reduce of its all-reduce-equivalent bytes costs what it measured (``Topology.kinds``)."""
+    """The link model of a sweep. The all-reduce's: ``costmodel.topology.fit_sweep`` (DDP's buckets are MBs). Another
+    kind's: the link on which an all-reduce of its all-reduce-equivalent bytes costs what it measured (``Topology.kinds``),
+    fitted to every size alike (relative residuals): FSDP units range from KBs to tens of MBs, and a new tensor's
+    first-touch cost makes the largest sizes superlinear, which a slope over them alone would spread to every size."""
     m = np.array([p[0] for p in points], dtype=float) * allreduce_equivalent_factor(kind, backend)
     t = np.array([p[1] for p in points], dtype=float)
-    return fit_sweep(m, t, world)
+    return fit_sweep(m, t, world) if kind == "all_reduce" else fit_alpha_beta(m, t, world, relative=True)
 
 
 def _free_port() -> int:
