@@ -370,7 +370,7 @@ def calibrated_models(out_dir: str, cluster=None) -> dict[str, str]:
 
     os.makedirs(out_dir, exist_ok=True)
     per_kind = os.path.join(out_dir, "link.json")
-    run_ranks(python_module("dagprof.cli.main", "calibrate", "-o", per_kind, "--max-mb", "32"), 2, os.path.join(out_dir, "log"),
+    run_ranks(python_module("dagprof.cli.main", "calibrate", "-o", per_kind, "--max-mb", "32", "--iters", "9"), 2, os.path.join(out_dir, "log"),
               env={"PYTHONPATH": os.path.join(os.path.dirname(HERE), "src")}, cluster=cluster)
     with open(per_kind) as f:
         doc = json.load(f)
