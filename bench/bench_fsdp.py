@@ -69,8 +69,8 @@ points in every cell (-43.2 and -1.7 %, -34.0 and +10.0 %), but the rounds sprea
 DTensor's optimizer, the released rank's lag) is not resolved here.
 
 Part 8 (loopback): per model, calibrate, then one FSDP profile; each kind's measured transfer time (summed) against its
-price on the all-reduce rule and on its own fit. Measured (load 3.2-3.5): all-gathers -44 / -38 % on the rule, -7 / -10 %
-per kind; reduce-scatters -48 / -32 % on the rule, -37 / -28 % per kind (transformer / embedding).
+price on the all-reduce rule and on its own fit. Measured in two runs (load 2.2-3.5): all-gathers -27 to -49 % on the rule,
+-11 to +11 % per kind; reduce-scatters -32 to -48 % on the rule, -21 to -37 % per kind.
 
     .venv/bin/python bench/bench_fsdp.py --part 8 [--steps 12]
 
