@@ -66,7 +66,9 @@ per-kind fits (FSDP's all-gathers and reduce-scatters each priced by their own s
 load 3.2-5.4, the final fit): DDP -> FSDP medians -24.9 % (transformer) and -27.2 % (embedding) on the profile's fitted link,
 -30.6 / -26.2 % on the calibrated all-reduce, -24.8 / -20.8 % per kind; per round per kind beat the all-reduce fit by 5-11
 points in every cell (-43.2 and -1.7 %, -34.0 and +10.0 %), but the rounds spread 1.1-2.3x, so what remains (hooks,
-DTensor's optimizer, the released rank's lag) is not resolved here.
+DTensor's optimizer, the released rank's lag) is not resolved here. At 200 Mbit/s (1 round, load 1.5-2.5): -18.9 / -23.8 %
+on the profile's link, -20.7 / -23.9 % calibrated all-reduce, -20.8 / -18.0 % per kind: where the wire bounds the collectives
+their kinds cost what the ring says, and the rest is elsewhere.
 
 Part 8 (loopback): per model, calibrate, then one FSDP profile; each kind's measured transfer time (summed) against its
 price on the all-reduce rule and on its own fit. Measured in two runs (load 2.2-3.5): all-gathers -27 to -49 % on the rule,
