@@ -50,6 +50,7 @@ loopback (``fsdp_train.py --memory [--strategy FILE]``: deterministic, one run e
 Measured here (2 cores shared with other jobs, load average 6-9; ``--rounds 5 --steps 16``): at 200 Mbit/s every unit
 kept gathered 1.33x (rounds 1.13-1.78x) against 1.20x predicted, the budgeted plan 1.27x (0.84-1.41x) against 1.16x;
 peaks 17.1 -> 18.1-19.1 MiB measured, 19.3 -> 20.3-21.3 MiB predicted. Loopback rounds spread 0.56-3.1x at that load.
+
 Part 7 (loopback for anyone; the namespace testbed at 200 Mbit/s and 1 Gbit/s as root): ``whatif --data-parallel``
 both ways. Per held-out model (``DP_MODELS``: a transformer-like block stack and an MLP with a large embedding), link and
 round, the job is profiled under DDP and under ``fully_shard`` (hooks only, the order alternating per round); FSDP is
@@ -58,7 +59,23 @@ The measured time is the other profile's own. Peak memory per rank: each model r
 ``fsdp_train.py --memory`` on loopback, against ``fsdp_peak`` of the DDP profile turned FSDP and
 ``ddp_peak_of_fsdp`` of the FSDP profile. Goals: DDP -> FSDP within 8 %, memory within 10 %.
 
-    sudo .venv/bin/python bench/bench_fsdp.py --part 7 [--rounds 3] [--links loopback,200Mbit,1Gbit]
+    sudo .venv/bin/python bench/bench_fsdp.py --part 7 [--rounds 3] [--links loopback,200Mbit,1Gbit] [--link-model-calibrate]
+
+Measured 2026-12-02 (two runs of 2 rounds, --steps 12, load average 5-10 on the 2 cores: other jobs ran beside): DDP -> FSDP
+-5 to -37 % at 1 Gbit/s and on loopback, -20 to -27 % at 200 Mbit/s (always low: see ``passes/data_parallel.py``);
+FSDP -> DDP -30 to +15 % (one loopback cell +108 % from an FSDP profile that ran 3x slower than its round's other);
+memory +9.2 % (transformer, FSDP), +8.4 to +8.6 % (transformer, DDP), -10.4 % (large embedding, FSDP), -19.6 %
+(large embedding, DDP: the loss's logits-sized tensors, which no profile sizes).
+
+``--link-model-calibrate``: per link, model and round, ``dagprof calibrate`` runs on that link just before the profiles, and
+DDP -> FSDP is predicted also with its all-reduce fit alone (``whatif --link-model`` of a version-1 file) and with its
+per-kind fits (FSDP's all-gathers and reduce-scatters each priced by their own sweep). Measured here (2 rounds, --steps 12,
+load 3.2-5.4, the final fit): DDP -> FSDP medians -24.9 % (transformer) and -27.2 % (embedding) on the profile's fitted link,
+-30.6 / -26.2 % on the calibrated all-reduce, -24.8 / -20.8 % per kind; per round per kind beat the all-reduce fit by 5-11
+points in every cell (-43.2 and -1.7 %, -34.0 and +10.0 %), but the rounds spread 1.1-2.3x, so what remains (hooks,
+DTensor's optimizer, the released rank's lag) is not resolved here. At 200 Mbit/s (1 round, load 1.5-2.5): -18.9 / -23.8 %
+on the profile's link, -20.7 / -23.9 % calibrated all-reduce, -20.8 / -18.0 % per kind: where the wire bounds the collectives
+their kinds cost what the ring says, and the rest is elsewhere.
 
 Part 8 (any user): ``whatif --units merge:2`` on loopback in interleaved rounds: each round profiles the MLP model
 with a unit per block (``fsdp_train.py --group 1``) and with every two blocks one unit (``--group 2``, hooks only, the
@@ -72,11 +89,11 @@ Measured 2026-12-02 (--rounds 4 --steps 40, load average 3.6-5.1): step time +6.
 per-block run was 1.5x slower than the others); the collectives per step 42.5-51.3 ms predicted, 39.9-53.8 ms measured;
 peak memory -8.6 % (+1.23 MiB predicted for the merge, +1.0 to +1.6 MiB measured).
 
-Measured 2026-12-02 (two runs of 2 rounds, --steps 12, load average 5-10 on the 2 cores: other jobs ran beside): DDP -> FSDP
--5 to -37 % at 1 Gbit/s and on loopback, -20 to -27 % at 200 Mbit/s (always low: see ``passes/data_parallel.py``);
-FSDP -> DDP -30 to +15 % (one loopback cell +108 % from an FSDP profile that ran 3x slower than its round's other);
-memory +9.2 % (transformer, FSDP), +8.4 to +8.6 % (transformer, DDP), -10.4 % (large embedding, FSDP), -19.6 %
-(large embedding, DDP: the loss's logits-sized tensors, which no profile sizes).
+Part 9 (loopback): per model, calibrate, then one FSDP profile; each kind's measured transfer time (summed) against its
+price on the all-reduce rule and on its own fit. Measured in two runs (load 2.2-3.5): all-gathers -27 to -49 % on the rule,
+-11 to +11 % per kind; reduce-scatters -32 to -48 % on the rule, -21 to -37 % per kind.
+
+    .venv/bin/python bench/bench_fsdp.py --part 9 [--steps 12]
 """
 from __future__ import annotations
 
@@ -370,8 +387,28 @@ DP_MODELS = {"transformer": ["--model", "transformer", "--blocks", "4", "--width
              "mlp+embedding": ["--model", "mlp", "--blocks", "4", "--width", "256", "--vocab", "16384"]}
 
 
-def part7(rounds: int, steps: int, links: list[str]) -> tuple[list[float], list[float], list[float]]:
-    """(DDP -> FSDP time errors, FSDP -> DDP time errors, memory errors), %."""
+def calibrated_models(out_dir: str, cluster=None) -> dict[str, str]:
+    """``dagprof calibrate`` in 2 ranks on the link the jobs run on (``cluster`` None: loopback; up to 32 MiB, the
+    embedding model's root unit): {"per-kind": the file,
+    "all-reduce": the same file without its per-kind fits (version 1)}."""
+    from dagprof.collect.jobs.netns import python_module, run_ranks
+
+    os.makedirs(out_dir, exist_ok=True)
+    per_kind = os.path.join(out_dir, "link.json")
+    run_ranks(python_module("dagprof.cli.main", "calibrate", "-o", per_kind, "--max-mb", "32", "--iters", "9"), 2, os.path.join(out_dir, "log"),
+              env={"PYTHONPATH": os.path.join(os.path.dirname(HERE), "src")}, cluster=cluster)
+    with open(per_kind) as f:
+        doc = json.load(f)
+    allreduce = os.path.join(out_dir, "link-v1.json")
+    with open(allreduce, "w") as f:
+        json.dump({k: v for k, v in doc.items() if k not in ("kinds", "version")}, f)
+    return {"all-reduce": allreduce, "per-kind": per_kind}
+
+
+def part7(rounds: int, steps: int, links: list[str], calibrate: bool = False) -> tuple[list[float], list[float], list[float]]:
+    """(DDP -> FSDP time errors, FSDP -> DDP time errors, memory errors), %. ``calibrate``: per link and round,
+    ``dagprof calibrate`` on that link first, and DDP -> FSDP predicted also on its all-reduce fit alone and on its
+    per-kind fits (``whatif --link-model``)."""
     from dagprof.analysis import job_iteration_us
     from dagprof.collect.jobs.netns import Cluster, available
     from dagprof.passes.average_steps import average_steps
@@ -388,6 +425,7 @@ def part7(rounds: int, steps: int, links: list[str]) -> tuple[list[float], list[
     cells = [(m, link, w) for m in DP_MODELS for link in links for w in wrappers]
     measured: dict[tuple, list[float]] = {c: [] for c in cells}
     predicted: dict[tuple, list[float]] = {c: [] for c in cells}
+    on_model: dict[tuple, list[float]] = {(*c, how): [] for c in cells if c[2] == "fsdp" for how in ("all-reduce", "per-kind")}
     graphs: dict[tuple[str, str], object] = {}
     t0 = time.perf_counter()
     print(f"Part 7: whatif --data-parallel, each wrapper predicted from the other's profile, 2 gloo ranks, load {os.getloadavg()[0]:.2f}")
@@ -398,6 +436,8 @@ def part7(rounds: int, steps: int, links: list[str]) -> tuple[list[float], list[
                 for link in links:
                     if link != "loopback":
                         cluster.set_rate(RATES[link])
+                    models = (calibrated_models(os.path.join(tmp, f"cal{k}-{name}-{link}"), None if link == "loopback" else cluster)
+                              if calibrate else {})
                     runs = {}
                     for w in (("ddp", "fsdp") if k % 2 == 0 else ("fsdp", "ddp")):
                         run = os.path.join(tmp, f"r{k}-{name}-{link}-{w}")
@@ -412,9 +452,15 @@ def part7(rounds: int, steps: int, links: list[str]) -> tuple[list[float], list[
                         base = runs[other]
                         g = whatif.apply(base, whatif.Scenario(data_parallel=w), c, whatif.base_topology(base, c))
                         predicted[(name, link, w)].append(job_iteration_us(g) / 1e3)
+                    for how, path in models.items():
+                        cm = whatif.Cluster(optimizer_state="adam", link_model=path)
+                        g = whatif.apply(runs["ddp"], whatif.Scenario(data_parallel="fsdp"), cm, whatif.base_topology(runs["ddp"], cm))
+                        on_model[(name, link, "fsdp", how)].append(job_iteration_us(g) / 1e3)
+                    calibrated = "".join(f", on {h} {on_model[(name, link, 'fsdp', h)][-1]:.1f}" for h in models)
                     print(f"  round {k + 1}/{rounds} {name} {link}: measured ddp {measured[(name, link, 'ddp')][-1]:.1f} ms, fsdp "
                           f"{measured[(name, link, 'fsdp')][-1]:.1f}; predicted ddp {predicted[(name, link, 'ddp')][-1]:.1f}, fsdp "
-                          f"{predicted[(name, link, 'fsdp')][-1]:.1f} ({time.perf_counter() - t0:.0f} s, load {os.getloadavg()[0]:.2f})", flush=True)
+                          f"{predicted[(name, link, 'fsdp')][-1]:.1f}{calibrated} "
+                          f"({time.perf_counter() - t0:.0f} s, load {os.getloadavg()[0]:.2f})", flush=True)
         to_fsdp, to_ddp = [], []
         print(f"\nPart 7: medians over {rounds} interleaved rounds (bench/fsdp_train.py; AdamW)")
         print(f"{'model':14s} {'link':>9s} {'to':>5s} {'measured ms':>12s} {'spread':>15s} {'predicted ms':>13s} {'error':>8s}")
@@ -423,6 +469,11 @@ def part7(rounds: int, steps: int, links: list[str]) -> tuple[list[float], list[
             err = 100 * (p - m) / m
             (to_fsdp if cell[2] == "fsdp" else to_ddp).append(err)
             print(f"{cell[0]:14s} {cell[1]:>9s} {cell[2]:>5s} {m:12.1f} {min(measured[cell]):7.1f}-{max(measured[cell]):<7.1f} {p:13.1f} {err:+7.2f} %")
+            for how in ("all-reduce", "per-kind"):
+                if on_model.get((*cell, how)):
+                    pm = statistics.median(on_model[(*cell, how)])
+                    per_round = ", ".join(f"{100 * (x - y) / y:+.1f}" for x, y in zip(on_model[(*cell, how)], measured[cell]))
+                    print(f"{'':14s} {'':>9s} {'':>5s} {'calibrated ' + how:>28s} {pm:13.1f} {100 * (pm - m) / m:+7.2f} %  (rounds {per_round} %)")
         mem = []
         print(f"\n{'model':14s} {'to':>5s} {'measured MiB':>13s} {'predicted MiB':>14s} {'error':>8s}  predicted peak at")
         for name, model in DP_MODELS.items():
@@ -485,13 +536,43 @@ def part8(rounds: int, steps: int) -> list[float]:
     return rows
 
 
+def part9(steps: int) -> None:
+    """Per held-out model on loopback: calibrate, then one FSDP profile; each collective kind's measured transfer
+    time in it (summed) against its price on the calibrated all-reduce fit (the all-reduce-equivalent rule) and on
+    its kind's own fit."""
+    from dagprof.graph.build_fsdp import fsdp_collectives
+    from dagprof.passes.comm import set_topology
+    from dagprof.pipeline import open_run
+    from dagprof.search import whatif
+
+    print(f"Part 9: FSDP collectives of a profile priced on calibrate's fits, 2 gloo ranks on loopback, load {os.getloadavg()[0]:.2f}")
+    print(f"{'model':14s} {'kind':15s} {'measured ms':>12s} {'all-reduce rule':>16s} {'error':>7s} {'per-kind fit':>13s} {'error':>7s}")
+    for name, model in DP_MODELS.items():
+        with tempfile.TemporaryDirectory(prefix="dagprof-cal-") as tmp:
+            models = calibrated_models(os.path.join(tmp, "cal"))
+            run = os.path.join(tmp, "run")
+            job(2, model, steps, run + "-log", None, profile=run, kineto=False)
+            g = open_run(run).graph
+            priced = {}
+            for how, path in models.items():
+                c = whatif.Cluster(link_model=path)
+                priced[how] = set_topology(g, whatif.base_topology(g, c)).dur
+            for kind in ("all_gather", "reduce_scatter"):
+                nodes = [c.node for c in fsdp_collectives(g) if c.kind == kind]
+                m, rule, own = (float(d[nodes].sum()) / 1e3 for d in (g.dur, priced["all-reduce"], priced["per-kind"]))
+                print(f"{name:14s} {kind:15s} {m:12.1f} {rule:16.1f} {100 * (rule - m) / m:+6.0f}% {own:13.1f} {100 * (own - m) / m:+6.0f}%"
+                      f"  load {os.getloadavg()[0]:.2f}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", type=int, choices=(0, 1, 2, 3, 4, 5, 6, 7, 8), default=0, help="0: all")
+    ap.add_argument("--part", type=int, choices=(0, 1, 2, 3, 4, 5, 6, 7, 8, 9), default=0, help="0: all")
     ap.add_argument("--links", default="loopback,200Mbit", help="parts 6 and 7: the links, loopback and/or a rate for the testbed")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=16, help="steps per job (the first 3 warm up)")
     ap.add_argument("--repeats", type=int, default=3, help="jobs per held-out model in part 1")
+    ap.add_argument("--link-model-calibrate", action="store_true",
+                    help="part 7: run dagprof calibrate on each link first and predict DDP -> FSDP on its fits too")
     args = ap.parse_args()
     if args.part in (0, 1):
         e = part1(args.steps, args.repeats)
@@ -516,12 +597,14 @@ def main() -> None:
         if e:
             print(f"optimize --verify: median per-round speed-up error {statistics.median(e):+.2f} %, max |error| {max(map(abs, e)):.2f} %")
     if args.part in (0, 7):
-        to_fsdp, to_ddp, mem = part7(args.rounds, args.steps, args.links.split(","))
+        to_fsdp, to_ddp, mem = part7(args.rounds, args.steps, args.links.split(","), args.link_model_calibrate)
         print(f"DDP -> FSDP: max |error| {max(map(abs, to_fsdp)):.2f} % (goal <= 8 %); FSDP -> DDP: max |error| "
               f"{max(map(abs, to_ddp)):.2f} %; memory: max |error| {max(map(abs, mem)):.2f} % (goal <= 10 %); load {os.getloadavg()[0]:.2f}")
     if args.part in (0, 8):
         e = part8(args.rounds, args.steps)
         print(f"units what-if: median error {statistics.median(e):+.2f} %, max |error| {max(map(abs, e)):.2f} % (goal <= 8 %)")
+    if args.part in (0, 9):
+        part9(args.steps)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ COMMANDS = [c for r in RUNS for c in (["analyze", r], ["whatif", r, *WHATIF])] +
     ["whatif", "run_schema/v1", "--fine", "--workers", "64", "--allow-model-error", "--no-trace"],
     ["whatif", "horovod/fused", "--fusion-mb", "0,64", "--cycle-ms", "1,10", "--allow-model-error", "--no-trace"],
     ["whatif", "fsdp/reshard", "--reshard-after-forward", "on,off", "--workers", "4", "--allow-model-error", "--no-trace"],
+    ["whatif", "fsdp/ddp", "--data-parallel", "fsdp,fsdp:keep", "--workers", "2,4", "--allow-model-error", "--no-trace"],
     ["replay", "run_schema/v1"], ["replay", "hybrid-dp-tp"],
 ]
 

@@ -299,6 +299,7 @@ def test_an_input_too_large_for_memory_says_how_large_and_what_helps(tmp_path):
     (["sgd", RUN, "--workers", "100000"], "got '100000'"),
     (["sgd", RUN, "--net", "1e308Gbit"], "'1e308Gbit'"),
     (["calibrate", "--max-mb", "nan"], "--max-mb"),
+    (["calibrate", "--kinds", "broadcast"], "collective kinds are all_reduce, all_gather, reduce_scatter"),
 ])
 def test_numbers_are_bounded(capsys, argv, message):
     refused(capsys, *argv, message=message)

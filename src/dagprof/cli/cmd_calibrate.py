@@ -1,4 +1,4 @@
-"""``dagprof calibrate``: measure all-reduce over message sizes and save the link model.
+"""``dagprof calibrate``: measure all-reduce (and FSDP2's all-gather and reduce-scatter) over message sizes and save the link model.
 
 Three sources, one output format (``whatif --link-model FILE``):
 - live, spawned: ``dagprof calibrate -o link.json --world 2`` starts gloo ranks on this machine;
@@ -9,6 +9,7 @@ Three sources, one output format (``whatif --link-model FILE``):
 """
 from __future__ import annotations
 
+import argparse
 import os
 
 import numpy as np
@@ -16,13 +17,13 @@ import numpy as np
 from ..collect.measure import calibrate as live
 from ..costmodel.alphabeta import ring_allreduce_us
 from ..costmodel.calibrate_lut import fit_lut_folder
-from ..costmodel.topology import save_link_model
+from ..costmodel.topology import allreduce_equivalent_factor, save_link_model
 from ..errors import DagprofError
 from ..fsutil import check_output_folder
 from ..units import MB
 from .common import finite_positive, positive_int
 
-HELP = "measure all-reduce time over message sizes (live gloo group, or nccl-tests tables) and save a link model"
+HELP = "measure collective times over message sizes (live gloo group, or nccl-tests tables) and save a link model"
 
 
 def add_arguments(p) -> None:
@@ -30,7 +31,18 @@ def add_arguments(p) -> None:
     p.add_argument("--world", type=positive_int, default=2, help="ranks to spawn on this machine (ignored inside torchrun)")
     p.add_argument("--max-mb", type=finite_positive, default=16.0, help="largest message (MiB); sizes go up by 4x from 4 KiB")
     p.add_argument("--iters", type=positive_int, default=5, help="timed repetitions per size (median)")
+    p.add_argument("--kinds", type=_kinds, default=live.KINDS, metavar="K[,K]",
+                   help="live: collectives to sweep besides the all-reduce, each fitted on its own (FSDP's collectives are priced by "
+                        "their kind's fit): all_gather, reduce_scatter (default: both); all_reduce alone writes a version-1 file")
     p.add_argument("--nccl-tests", metavar="PATH", help="fit nccl-tests all-reduce tables (a file or a folder) instead of measuring")
+
+
+def _kinds(text: str) -> tuple[str, ...]:
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    bad = [k for k in kinds if k not in live.KINDS]
+    if bad or not kinds:
+        raise argparse.ArgumentTypeError(f"collective kinds are {', '.join(live.KINDS)}, got {text!r}")
+    return kinds
 
 
 def _sizes(max_mb: float) -> tuple[int, ...]:
@@ -57,15 +69,21 @@ def run(args) -> dict:
     if args.iters < 1:
         raise DagprofError(f"--iters must be >= 1, got {args.iters}")
     sizes = _sizes(args.max_mb)
-    measured = live.live_sweep(args.world, sizes, args.iters)
+    measured = live.live_sweep(args.world, sizes, args.iters, args.kinds)
     world, points = measured.world, measured.points
     link = live.fit(points, world)
+    kinds = {s.kind: (live.fit(s.points, world, s.kind), {"points": s.points, "skew_us": s.skew_us}) for s in measured.sweeps[1:]}
     path = None
     if measured.rank == 0:
-        path = save_link_model(args.out, link, backend="gloo", workers=world, points=points, method="live all-reduce sweep, ring alpha-beta fit")
+        path = save_link_model(args.out, link, kinds=kinds, backend="gloo", workers=world, points=points, skew_us=measured.sweeps[0].skew_us,
+                               method="live sweep, ring alpha-beta fit (per kind: of its all-reduce-equivalent bytes)")
     rows = [{"nbytes": m, "measured_us": t, "model_us": float(ring_allreduce_us(m, world, link))} for m, t in points]
+    per_kind = [{"kind": s.kind, "alpha_us": ab.alpha_us, "bandwidth_GBps": ab.bandwidth_bytes_per_s / 1e9,
+                 "points": [{"nbytes": m, "measured_us": t, "model_us": float(ring_allreduce_us(m * allreduce_equivalent_factor(s.kind), world, ab)),
+                             "skew_us": k} for (m, t), k in zip(s.points, s.skew_us)]}
+                for s in measured.sweeps[1:] for ab in [kinds[s.kind][0]]]
     return {"out": path, "source": "live", "workers": world, "alpha_us": link.alpha_us,
-            "bandwidth_GBps": link.bandwidth_bytes_per_s / 1e9, "points": rows}
+            "bandwidth_GBps": link.bandwidth_bytes_per_s / 1e9, "points": rows, "kinds": per_kind}
 
 
 def to_text(r: dict) -> str:
@@ -76,6 +94,10 @@ def to_text(r: dict) -> str:
         lines = [f"{r['workers']} gloo ranks: alpha {r['alpha_us']:.1f} us, bandwidth {r['bandwidth_GBps']:.3f} GB/s",
                  f"{'bytes':>10} {'measured us':>12} {'model us':>10}"]
         lines += [f"{p['nbytes']:>10} {p['measured_us']:>12.1f} {p['model_us']:>10.1f}" for p in r["points"]]
+        for k in r["kinds"]:
+            lines += [f"{k['kind']}: alpha {k['alpha_us']:.1f} us, bandwidth {k['bandwidth_GBps']:.3f} GB/s (as an all-reduce of its "
+                      f"all-reduce-equivalent bytes)", f"{'bytes':>10} {'measured us':>12} {'model us':>10} {'rank skew us':>13}"]
+            lines += [f"{p['nbytes']:>10} {p['measured_us']:>12.1f} {p['model_us']:>10.1f} {p['skew_us']:>13.1f}" for p in k["points"]]
     if r["out"]:
         lines.append(f"link model: {os.path.relpath(r['out'])} (use with: dagprof whatif RUN --link-model {os.path.relpath(r['out'])})")
     return "\n".join(lines)

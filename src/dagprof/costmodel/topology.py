@@ -7,7 +7,11 @@ algorithms that run on it, each with its closed form and its messages, are ``cos
 Files: a topology is JSON or TOML ``{hosts, devices_per_host, intra: LINK, inter: LINK}``
 with ``LINK = {alpha_us, beta_us_per_byte[, gamma_us_per_byte]}`` or
 ``{bandwidth: "10Gbit", latency_us: 20}`` or ``{preset: "nvlink"}``. A link-model file
-(``dagprof calibrate``) is one LINK plus how it was measured.
+(``dagprof calibrate``) is one LINK plus how it was measured; version 2 adds ``kinds``: per collective kind
+(``all_gather``, ``reduce_scatter``) the LINK on which an all-reduce of that kind's all-reduce-equivalent
+bytes (``allreduce_equivalent_factor``) costs what the kind measured, so FSDP's collectives are priced
+from their own measurement (``Topology.for_kind``). A file without ``kinds`` (version 1) prices every
+kind on the one LINK.
 """
 from __future__ import annotations
 
@@ -61,6 +65,9 @@ class CollectiveSpec:
 
 @dataclass(frozen=True)
 class Topology:
+    """``kinds``: (collective kind, its link) pairs measured per kind (``dagprof calibrate``); a kind
+    not listed, and every kind when empty, is priced on ``intra``/``inter`` by its all-reduce equivalent."""
+
     hosts: int
     devices_per_host: int
     intra: AlphaBeta  # device <-> device inside a host
@@ -68,6 +75,7 @@ class Topology:
     # Fixed software cost per collective (launch, thread hand-off), independent of the number
     # of ranks: what a profile's latency mostly is, unlike the per-message wire latency alpha.
     overhead_us: float = 0.0
+    kinds: tuple[tuple[str, AlphaBeta], ...] = ()
 
     def __post_init__(self) -> None:
         if self.hosts < 1 or self.devices_per_host < 1:
@@ -93,7 +101,12 @@ class Topology:
         per = min(self.devices_per_host, workers)
         if workers % per:
             raise DagprofError(f"{workers} workers do not fill hosts of {self.devices_per_host} devices")
-        return Topology(workers // per, per, self.intra, self.inter, self.overhead_us)
+        return Topology(workers // per, per, self.intra, self.inter, self.overhead_us, self.kinds)
+
+    def for_kind(self, kind: str) -> "Topology":
+        """The topology that prices a ``kind`` collective: its own measured link where there is one."""
+        ab = dict(self.kinds).get(kind)
+        return self if ab is None else replace(self, intra=ab, inter=ab, kinds=())
 
     def with_link(self, which: str = "inter", bandwidth: float | None = None, latency_us: float | None = None) -> "Topology":
         """Change bandwidth (bytes/s) and/or latency of the 'inter', 'intra' or 'all' links."""
@@ -111,9 +124,15 @@ class Topology:
                 ab.gamma_us_per_byte,
             )
 
+        def scaled(ab: AlphaBeta) -> AlphaBeta:
+            """A kind's measured link under the change: the same latency shift and bandwidth ratio as the all-reduce link's."""
+            new = change(self.inter)
+            ratio = new.beta_us_per_byte / self.inter.beta_us_per_byte if self.inter.beta_us_per_byte > 0 else 1.0
+            return AlphaBeta(max(ab.alpha_us + new.alpha_us - self.inter.alpha_us, 0.0), ab.beta_us_per_byte * ratio, ab.gamma_us_per_byte)
+
         t = self
         if which in ("inter", "all"):
-            t = replace(t, inter=change(t.inter))
+            t = replace(t, inter=change(t.inter), kinds=tuple((k, scaled(ab)) for k, ab in t.kinds))
         if which in ("intra", "all"):
             t = replace(t, intra=change(t.intra))
         return t
@@ -164,12 +183,20 @@ def load_topology(path: str | os.PathLike[str]) -> Topology:
     return Topology.from_dict(_read_table(path), os.fspath(path))
 
 
-def save_link_model(path: str | os.PathLike[str], link: AlphaBeta, by_workers: dict[int, AlphaBeta] | None = None, **how: Any) -> str:
+LINK_MODEL_VERSION = 2  # 2: per-kind links (``kinds``); 1 (no ``version`` key): one link
+
+
+def save_link_model(path: str | os.PathLike[str], link: AlphaBeta, by_workers: dict[int, AlphaBeta] | None = None,
+                    kinds: dict[str, tuple[AlphaBeta, dict[str, Any]]] | None = None, **how: Any) -> str:
     """Write a link-model JSON: one LINK, optionally one per worker count (nccl-tests tables
-    fit each GPU count), plus ``how`` it was measured (backend, points, ...) for the record."""
+    fit each GPU count) and one per collective kind (with what was measured for it), plus ``how`` it
+    was measured (backend, points, ...) for the record."""
     doc = {**_link_dict(link), **how}
     if by_workers:
         doc["by_workers"] = {str(n): _link_dict(ab) for n, ab in sorted(by_workers.items())}
+    if kinds:
+        doc["version"] = LINK_MODEL_VERSION
+        doc["kinds"] = {k: {**_link_dict(ab), **rec} for k, (ab, rec) in sorted(kinds.items())}
     with atomic_open(path) as f:
         json.dump(doc, f, indent=1)
     return os.fspath(path)
@@ -186,6 +213,28 @@ def load_link_model(path: str | os.PathLike[str], workers: int | None = None) ->
             raise DagprofError("by_workers keys must be worker counts", os.fspath(path)) from None
         return link_from_dict(table[nearest], os.fspath(path))
     return link_from_dict(d, os.fspath(path))
+
+
+def load_kind_links(path: str | os.PathLike[str]) -> tuple[tuple[str, AlphaBeta], ...]:
+    """The file's per-kind links (``Topology.kinds``); none in a version-1 file."""
+    d = _read_table(path)
+    version = d.get("version", 1)
+    if not isinstance(version, int) or version > LINK_MODEL_VERSION:
+        raise DagprofError(f"link-model version {version!r} is newer than this dagprof reads ({LINK_MODEL_VERSION})", os.fspath(path))
+    table = d.get("kinds") or {}
+    if not isinstance(table, dict) or not set(table) <= set(KIND_FACTORS):
+        raise DagprofError(f"kinds must be a table of {', '.join(KIND_FACTORS)}", os.fspath(path))
+    return tuple((k, link_from_dict(table[k], os.fspath(path))) for k in sorted(table))
+
+
+# bytes of the ring all-reduce that costs what a collective of S bytes costs, per kind: a ring all-gather or
+# reduce-scatter of S bytes sends (n-1)/n S per rank, half an all-reduce of S; gloo has no reduce-scatter of its
+# own and all-reduces the whole tensor (``graph.build_fsdp.allreduce_equivalent_bytes``)
+KIND_FACTORS = {"all_gather": 0.5, "reduce_scatter": 0.5, "all_reduce": 1.0}
+
+
+def allreduce_equivalent_factor(kind: str, backend: str = "gloo") -> float:
+    return 1.0 if kind == "reduce_scatter" and backend == "gloo" else KIND_FACTORS.get(kind, 1.0)
 
 
 def parse_topology(spec: str, workers: int) -> Topology:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..costmodel.topology import allreduce_equivalent_factor
 from ..errors import DagprofError
 from ..traces.events import Kind, Run
 from .dag import Graph
@@ -80,19 +81,20 @@ def fsdp_collectives(g: Graph) -> list[FsdpCollectiveNode]:
 
 
 def allreduce_equivalent_bytes(g: Graph, idx: np.ndarray) -> np.ndarray:
-    """Bytes of the ring all-reduce that costs what each COMM node in ``idx`` costs.
-
-    A ring all-gather (or reduce-scatter) of S bytes sends (n-1)/n S per rank, half of an
-    all-reduce of S. Gloo has no reduce-scatter of its own: it all-reduces the whole tensor, so
-    there a reduce-scatter costs an all-reduce of S (its transfers in Kineto are ``gloo:all_reduce``).
-    """
+    """Bytes of the ring all-reduce that costs what each COMM node in ``idx`` costs
+    (``costmodel.topology.allreduce_equivalent_factor``: an all-gather half an all-reduce of its gathered bytes,
+    gloo's reduce-scatter, an all-reduce of the whole tensor, a whole one; its transfers in Kineto are ``gloo:all_reduce``)."""
     nbytes = g.nbytes[idx].astype(np.float64)
     if not is_fsdp_graph(g):
         return nbytes
-    gloo = (g.meta.fsdp.backend or "gloo") == "gloo"
-    half = {"all_gather": 0.5, "reduce_scatter": 1.0 if gloo else 0.5, "all_reduce": 1.0}
-    factor = np.array([half.get(g.node_name(int(v)).partition(" ")[0], 1.0) for v in idx], dtype=np.float64)
+    backend = g.meta.fsdp.backend or "gloo"
+    factor = np.array([allreduce_equivalent_factor(collective_kind(g, int(v)), backend) for v in idx], dtype=np.float64)
     return nbytes * factor
+
+
+def collective_kind(g: Graph, v: int) -> str:
+    """all_gather, reduce_scatter or all_reduce: an FSDP collective node's kind (its name's first word)."""
+    return g.node_name(v).partition(" ")[0]
 
 
 def _reach(g: Graph, src: int) -> np.ndarray:

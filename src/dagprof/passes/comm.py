@@ -6,7 +6,8 @@ The builder gives one COMM node per collective instance (rank -1, on a COMM devi
 ``graph.meta.topology`` with the scheme in ``meta.scheme``, and from then on every
 COMM node costs ``allreduce_us(nbytes, topology, scheme)`` (an FSDP all-gather or reduce-scatter: the
 all-reduce of the same cost, ``graph.build_fsdp.allreduce_equivalent_bytes``): one consistent model for
-old and new collectives. The group channel's capacity becomes 1: concurrent
+old and new collectives. Where the topology has a link measured for a collective's kind (``Topology.kinds``,
+``dagprof calibrate``), an FSDP collective of that kind is priced on that link instead. The group channel's capacity becomes 1: concurrent
 collectives share the link, so the last finishes as late as if they ran in series.
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ from ..costmodel.alphabeta import AlphaBeta, fit_alpha_beta
 from ..costmodel.collectives import allreduce_us
 from ..costmodel.topology import CollectiveSpec, Scheme, Topology
 from ..errors import DagprofError
-from ..graph.build_fsdp import allreduce_equivalent_bytes
+from ..graph.build_fsdp import allreduce_equivalent_bytes, collective_kind, is_fsdp_graph
 from ..graph.build_ps import DONE, ISSUE, is_ps_graph, rebuild_ps
 from ..graph.collectives import add_allreduce
 from ..graph.dag import Device, DeviceKind, Graph, GraphBuilder
@@ -179,9 +180,15 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
         raise DagprofError(f"topology has {topo.world_size} ranks, the graph's collectives {priced_world_size(g)}")
     dur = g.dur.copy()
     idx = np.flatnonzero(priced_comm(g))
-    sizes, inverse = np.unique(allreduce_equivalent_bytes(g, idx), return_inverse=True)
-    priced = np.array([allreduce_us(float(m), topo, spec) for m in sizes])
-    dur[idx] = priced[inverse.reshape(-1)] if len(idx) else dur[idx]
+    kinds = (np.array([collective_kind(g, int(v)) for v in idx], dtype=object) if topo.kinds and is_fsdp_graph(g)
+             else np.full(len(idx), "", dtype=object))
+    equiv = allreduce_equivalent_bytes(g, idx)
+    for kind in np.unique(kinds).tolist():  # a kind measured on its own (``Topology.kinds``) on its own link
+        sel = kinds == kind
+        sizes, inverse = np.unique(equiv[sel], return_inverse=True)
+        on = topo.for_kind(kind)
+        priced = np.array([allreduce_us(float(m), on, spec) for m in sizes])
+        dur[idx[sel]] = priced[inverse.reshape(-1)]
     devices = [Device(d.name, d.kind, d.rank, 1) if d.kind == DeviceKind.COMM else d for d in g.devices]
     return g.replace(dur=dur, devices=devices, meta=g.meta.replace(topology=topo, scheme=spec))
 

@@ -15,7 +15,8 @@ on every rank's main lane, as FSDP2 runs them under gloo (``graph.build_fsdp`` n
 What a blocking wait adds beyond the transfer (a rank's lag behind the first to see it complete, ``graph.build``)
 is not in a DDP profile either: DDP's finalize wait also copies every bucket back into the gradients.
 Collectives are priced by the link model as every FSDP collective is (all-gathers half an all-reduce of
-the gathered bytes, gloo's reduce-scatter a whole one). A copy-out is a pass over memory like DDP's bucket
+the gathered bytes, gloo's reduce-scatter a whole one; with a per-kind link model from ``dagprof calibrate``, each
+kind on the link its own sweep fitted: ``Topology.kinds``). A copy-out is a pass over memory like DDP's bucket
 enqueue (which scales each bucket in place): it costs the profile's enqueue time per byte. Not in a DDP
 profile, so not predicted: FSDP's Python hooks around each unit and DTensor's cost per optimizer op.
 

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from ..analysis import job_iteration_us
 from ..analysis.interval import link_residuals, predict_interval
 from ..costmodel.alphabeta import parse_bandwidth
-from ..costmodel.topology import CollectiveSpec, Topology, load_link_model, parse_topology
+from ..costmodel.topology import CollectiveSpec, Topology, load_kind_links, load_link_model, parse_topology
 from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.dag import Graph
@@ -107,7 +107,7 @@ def _workers(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
         return set_topology(g, replace(parse_topology(c.topology, n), overhead_us=base_topo.overhead_us))
     if c.link_model:  # a file fitted per worker count (nccl-tests) has a better link for n
         t, link = current_topology(g), load_link_model(c.link_model, n)
-        return set_topology(g, Topology(t.hosts, t.devices_per_host, link, link, t.overhead_us))
+        return set_topology(g, Topology(t.hosts, t.devices_per_host, link, link, t.overhead_us, load_kind_links(c.link_model)))
     return g
 
 
@@ -264,7 +264,7 @@ def base_topology(g: Graph, c: Cluster) -> Topology:
         return replace(parse_topology(c.topology, n0), overhead_us=t.overhead_us)
     if c.link_model:
         link = load_link_model(c.link_model, n0)
-        return Topology(t.hosts, t.devices_per_host, link, link, t.overhead_us)
+        return Topology(t.hosts, t.devices_per_host, link, link, t.overhead_us, load_kind_links(c.link_model))
     return t
 
 

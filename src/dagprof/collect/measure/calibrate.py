@@ -1,9 +1,11 @@
-"""Measure all-reduce time over message sizes on a live torch.distributed group (like nccl-tests).
+"""Measure collective times over message sizes on a live torch.distributed group (like nccl-tests): the
+all-reduce, and FSDP2's all-gather and reduce-scatter (the calls it makes, on the job's backend), each with
+how far apart the ranks finish.
 
 ``sweep`` runs inside an initialised process group (torchrun, or the testbed's ranks);
 ``spawn_sweep`` starts ``world`` gloo ranks on this machine itself; ``live_sweep`` (``dagprof calibrate``)
 picks one of the two. ``fit`` turns the points into the ring alpha-beta model that ``dagprof whatif
---link-model`` reads.
+--link-model`` reads (one per kind: ``Topology.kinds``).
 torch is imported lazily: this module is importable without it.
 """
 from __future__ import annotations
@@ -11,53 +13,111 @@ from __future__ import annotations
 import json
 import os
 import socket
-import statistics
 import tempfile
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Callable
 
 import numpy as np
 
-from ...costmodel.alphabeta import AlphaBeta
-from ...costmodel.topology import fit_sweep
+from ...costmodel.alphabeta import AlphaBeta, fit_alpha_beta
+from ...costmodel.topology import allreduce_equivalent_factor, fit_sweep
 from ...errors import DagprofError
 
 DEFAULT_SIZES = tuple(2**k for k in range(12, 25, 2))  # 4 KiB .. 16 MiB
 
 
-def sweep(sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5, warmup: int = 2) -> list[tuple[int, float]]:
-    """(nbytes, median us) per size: fp32 all-reduce, every rank entering together (barrier)."""
+KINDS = ("all_reduce", "all_gather", "reduce_scatter")  # what FSDP2 calls: all_gather_single, reduce_scatter_single
+
+
+@dataclass(frozen=True)
+class KindSweep:
+    """One collective kind's sweep: (bytes, us) per size and how far apart the ranks finish."""
+
+    kind: str
+    points: list[tuple[int, float]]  # nbytes: the whole tensor (an all-gather's output, a reduce-scatter's input); us: slowest rank's median
+    skew_us: list[float]  # per size: median over repetitions of the last rank's time minus the first's (barrier-aligned start)
+
+
+def _op(kind: str, nbytes: int, world: int) -> tuple[Callable[[], Callable[[], object]], int]:
+    """(a maker of the call FSDP2 makes for ``kind`` on a tensor of ``nbytes``, fp32, divisible by the ranks; the bytes).
+
+    As FSDP2 does, each all-gather writes into a new output tensor and each reduce-scatter reads a new input its
+    caller has just written (both allocated outside the timed call): on CPU the first touch of new pages costs
+    inside the collective (a 16 MiB all-gather: 15.3 -> 18.5 ms here, one run). DDP all-reduces its buckets in place: one buffer."""
+    import torch
+    import torch.distributed as dist
+
+    numel = max(int(nbytes) // 4 // world, 1) * world
+    if kind == "all_reduce":
+        full = torch.ones(numel, dtype=torch.float32)
+        return lambda: (lambda: dist.all_reduce(full)), numel * 4
+    if kind == "all_gather":  # torch 2.13 names it all_gather_single (all_gather_into_tensor before)
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        shard = torch.ones(numel // world, dtype=torch.float32)
+
+        def make_gather() -> Callable[[], object]:
+            out = torch.empty(numel, dtype=torch.float32)
+            return lambda: gather(out, shard)
+        return make_gather, numel * 4
+    if kind == "reduce_scatter":
+        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+        def make_scatter() -> Callable[[], object]:
+            out, full = torch.empty(numel // world, dtype=torch.float32), torch.ones(numel, dtype=torch.float32)
+            return lambda: scatter(out, full)
+        return make_scatter, numel * 4
+    raise DagprofError(f"calibrate: unknown collective {kind!r}; use {', '.join(KINDS)}")
+
+
+def sweep_kind(kind: str, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5, warmup: int = 2) -> KindSweep:
+    """``kind`` over ``sizes``, every rank entering together (barrier). Each rank times every repetition from the
+    barrier's release; the time is the slowest rank's median (a rank that entered late measures less than the
+    collective took) and the skew the spread of the ranks' times per repetition (how much later the last rank got
+    out than the first, the barrier's own release skew included; no clock is compared across ranks)."""
     import torch
     import torch.distributed as dist
 
     if not dist.is_initialized():
         raise DagprofError("calibrate: no torch.distributed process group is initialised")
-    out = []
+    world = dist.get_world_size()
     warm = torch.ones(1024)
     for _ in range(3):  # connections and buffers are set up lazily on first use
         dist.all_reduce(warm)
+    points, skew = [], []
     for nbytes in sizes:
-        buf = torch.ones(max(int(nbytes) // 4, 1), dtype=torch.float32)
+        make, moved = _op(kind, nbytes, world)
         times = []
         for i in range(warmup + iters):
+            call = make()
             dist.barrier()
             t0 = time.perf_counter()
-            dist.all_reduce(buf)
+            call()
             if i >= warmup:
                 times.append((time.perf_counter() - t0) * 1e6)
-        # the slowest rank's view: a rank that entered late measures less than the collective took
-        t = torch.tensor([statistics.median(times)], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        out.append((buf.numel() * 4, float(t.item())))
-    return out
+        mine = torch.tensor(times, dtype=torch.float64)
+        every = [torch.empty_like(mine) for _ in range(world)]
+        dist.all_gather(every, mine)
+        per = torch.stack(every).numpy()  # ranks x repetitions
+        points.append((moved, float(np.median(per, axis=1).max())))
+        skew.append(float(np.median(per.max(axis=0) - per.min(axis=0))))
+    return KindSweep(kind, points, skew)
 
 
-def fit(points: list[tuple[int, float]], world: int) -> AlphaBeta:
-    """The link model of a sweep (``costmodel.topology.fit_sweep``)."""
-    m = np.array([p[0] for p in points], dtype=float)
+def sweep(sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5, warmup: int = 2) -> list[tuple[int, float]]:
+    """(nbytes, median us) per size: fp32 all-reduce (``sweep_kind``)."""
+    return sweep_kind("all_reduce", sizes, iters, warmup).points
+
+
+def fit(points: list[tuple[int, float]], world: int, kind: str = "all_reduce", backend: str = "gloo") -> AlphaBeta:
+    """The link model of a sweep. The all-reduce's: ``costmodel.topology.fit_sweep`` (DDP's buckets are MBs). Another
+    kind's: the link on which an all-reduce of its all-reduce-equivalent bytes costs what it measured (``Topology.kinds``),
+    fitted to every size alike (relative residuals): FSDP units range from KBs to tens of MBs, and a new tensor's
+    first-touch cost makes the largest sizes superlinear, which a slope over them alone would spread to every size."""
+    m = np.array([p[0] for p in points], dtype=float) * allreduce_equivalent_factor(kind, backend)
     t = np.array([p[1] for p in points], dtype=float)
-    return fit_sweep(m, t, world)
+    return fit_sweep(m, t, world) if kind == "all_reduce" else fit_alpha_beta(m, t, world, relative=True)
 
 
 def _free_port() -> int:
@@ -66,23 +126,27 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, world: int, port: int, sizes: tuple[int, ...], iters: int, out: str) -> None:
+def _sweeps(sizes: tuple[int, ...], iters: int, kinds: tuple[str, ...]) -> list[KindSweep]:
+    return [sweep_kind(k, sizes, iters) for k in kinds]
+
+
+def _worker(rank: int, world: int, port: int, sizes: tuple[int, ...], iters: int, kinds: tuple[str, ...], out: str) -> None:
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=120))
     try:
-        points = sweep(sizes, iters)
+        sweeps = _sweeps(sizes, iters, kinds)
     finally:
         dist.destroy_process_group()
     if rank == 0:
         with open(out, "w") as f:
-            json.dump(points, f)
+            json.dump([{"kind": s.kind, "points": s.points, "skew_us": s.skew_us} for s in sweeps], f)
 
 
-def spawn_sweep(world: int = 2, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5) -> list[tuple[int, float]]:
-    """Start ``world`` gloo ranks on this machine (loopback) and sweep."""
+def spawn_sweep(world: int = 2, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5, kinds: tuple[str, ...] = ("all_reduce",)) -> list[KindSweep]:
+    """Start ``world`` gloo ranks on this machine (loopback) and sweep each of ``kinds``."""
     if world < 2:
         raise DagprofError(f"calibrate needs at least 2 ranks, got {world}")
     import torch.multiprocessing as mp
@@ -90,27 +154,34 @@ def spawn_sweep(world: int = 2, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: i
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     with tempfile.TemporaryDirectory(prefix="dagprof-calibrate-") as tmp:
         out = os.path.join(tmp, "points.json")
-        mp.spawn(_worker, args=(world, _free_port(), tuple(sizes), iters, out), nprocs=world, join=True)
+        mp.spawn(_worker, args=(world, _free_port(), tuple(sizes), iters, tuple(kinds), out), nprocs=world, join=True)
         with open(out) as f:
-            return [(int(m), float(t)) for m, t in json.load(f)]
+            return [KindSweep(d["kind"], [(int(m), float(t)) for m, t in d["points"]], [float(x) for x in d["skew_us"]]) for d in json.load(f)]
 
 
 @dataclass(frozen=True)
 class LiveSweep:
     world: int
     rank: int  # this process's rank in the group that measured (rank 0 writes the result)
-    points: list[tuple[int, float]]  # (nbytes, us)
+    sweeps: list[KindSweep]  # the all-reduce's first
+
+    @property
+    def points(self) -> list[tuple[int, float]]:
+        """The all-reduce sweep's (nbytes, us)."""
+        return self.sweeps[0].points
 
 
-def live_sweep(world: int, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5) -> LiveSweep:
+def live_sweep(world: int, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5, kinds: tuple[str, ...] = ("all_reduce",)) -> LiveSweep:
     """Inside a torch.distributed job (RANK and WORLD_SIZE set, as torchrun does): join its group (gloo) and
-    sweep there; else start ``world`` gloo ranks on this machine (``spawn_sweep``)."""
+    sweep there; else start ``world`` gloo ranks on this machine (``spawn_sweep``). The all-reduce is always
+    swept, first (the link model's own link)."""
+    kinds = ("all_reduce", *(k for k in kinds if k != "all_reduce"))
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         import torch.distributed as dist
 
         dist.init_process_group("gloo")
         try:
-            return LiveSweep(dist.get_world_size(), dist.get_rank(), sweep(sizes, iters))
+            return LiveSweep(dist.get_world_size(), dist.get_rank(), _sweeps(sizes, iters, kinds))
         finally:
             dist.destroy_process_group()
-    return LiveSweep(world, 0, spawn_sweep(world, sizes, iters))
+    return LiveSweep(world, 0, spawn_sweep(world, sizes, iters, kinds))
