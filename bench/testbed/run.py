@@ -189,7 +189,7 @@ def main() -> int:
     preds: dict = {}
     round_means: dict[tuple[int, str, float], list[float]] = {}  # per round: the cell's mean timed step, ms
     covered: list[tuple[bool, bool]] = []  # per (round, cell): (every timed step, the round's mean step) inside the round's 90 % interval
-    inside_steps = [0, 0]
+    inside_steps: dict[str, list[int]] = {}  # per link: [timed steps inside the interval, timed steps]
     rng = random.Random(0)
     with tempfile.TemporaryDirectory(prefix="dagprof-testbed-") as tmp:
         work = args.keep or tmp
@@ -200,8 +200,9 @@ def main() -> int:
                 steps.setdefault(key, []).extend(v)
                 round_means.setdefault(key, []).append(statistics.mean(v))
                 inside = [iv[key].contains(t * 1e3) for t in v]
-                inside_steps[0] += sum(inside)
-                inside_steps[1] += len(inside)
+                tally = inside_steps.setdefault(key[1], [0, 0])
+                tally[0] += sum(inside)
+                tally[1] += len(inside)
                 covered.append((all(inside), iv[key].contains(statistics.mean(v) * 1e3)))
             for key, v in p.items():
                 preds.setdefault(key, []).append(v)
@@ -247,8 +248,10 @@ def main() -> int:
             print(f"median |error| {name}: raw {statistics.median(abs(r['raw_error_pct']) for r in rs):.1f} %, corrected "
                   f"{statistics.median(abs(r['error_pct']) for r in rs):.1f} % over {len(rs)} cells")
     if covered:
-        print(f"90 % intervals (each round's own profile, its cells' steps replayed one by one): {inside_steps[0]} of {inside_steps[1]} "
-              f"timed steps inside ({100 * inside_steps[0] / inside_steps[1]:.0f} %); per-round cell means inside: "
+        hit, n = (sum(t[i] for t in inside_steps.values()) for i in (0, 1))
+        by_link = ", ".join(f"{link} {t[0]} of {t[1]} ({100 * t[0] / t[1]:.0f} %)" for link, t in sorted(inside_steps.items()))
+        print(f"90 % intervals (each round's own profile, its cells' steps replayed one by one): {hit} of {n} "
+              f"timed steps inside ({100 * hit / n:.0f} %; {by_link}); per-round cell means inside: "
               f"{sum(c[1] for c in covered)} of {len(covered)} ({100 * sum(c[1] for c in covered) / len(covered):.0f} %); "
               f"the machine is shared, so steps carry other jobs' load")
     print(f"replay of the profiled graph as built (measured spans, no what-if): {statistics.median(preds['replay']):.1f} ms/iter")
