@@ -100,3 +100,9 @@ def test_joins_wait_as_averaged_with_one_rank_or_one_rank_always_last():
     g = open_run(DATA / "tf" / "loop").graph
     assert len(set(_last_arrivals(g, "sync."))) == 1
     assert np.array_equal(average_steps(g, replay).gap, average_steps(g).gap)
+
+
+def test_joins_of_a_sub_group_wait_as_averaged():
+    """HSDP, 4 ranks: the per-replica collectives join 2 of the 4 ranks; only joins of every rank get the mean wait."""
+    g = open_run(DATA / "fsdp" / "hsdp").graph
+    assert np.array_equal(average_steps(g, replay).gap, average_steps(g).gap)

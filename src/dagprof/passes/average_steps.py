@@ -21,6 +21,9 @@ wait it cost on average: how far the last arrival lagged the ranks' mean arrival
 measured steps, less the same lag in a replay of the averaged steps, becomes the averaged join's gap.
 That lag is measured from the ranks' own mean arrival, so a delay common to all ranks (an earlier
 join's added wait) cancels; where one rank is always last, or with one rank, nothing is added.
+Only joins of every rank get it: a sub-group's join (HSDP's per-replica collectives) delays only its
+ranks, and other groups' lags then count as a delay common to all (on the 4-rank HSDP fixture,
+correcting them moved the averaged replay from -1.65 to +4.31 %).
 """
 from __future__ import annotations
 
@@ -67,7 +70,7 @@ def join_waits(g: Graph, averaged: Graph, group: np.ndarray, mine: np.ndarray, r
     A rank arrives at a join when the last of its predecessors of the join ends. Per join, the lag
     of the last arrival behind the ranks' mean arrival; per group, its mean over the measured steps
     (``g``'s provenance, on the shared clock) less its mean in a replay of ``averaged``. Only groups
-    whose joins all see as many ranks arrive, and whose last rank is not always the same one, can
+    whose joins all see every rank arrive, and whose last rank is not always the same one, can
     lack a wait (the replay is skipped otherwise); a graph without provenance gets none.
     """
     out = np.zeros(int(group.max()) + 1)
@@ -124,7 +127,8 @@ def _join_lags(g: Graph, group: np.ndarray, mine: np.ndarray, end: np.ndarray) -
 
     fewest, most = spread(ranks)
     first_last, later_last = spread(last)
-    return groups, mean_lag, (n > 1) & (fewest == most) & (fewest > 1) & (first_last != later_last)
+    world = len(np.unique(rank[rank >= 0]))
+    return groups, mean_lag, (n > 1) & (fewest == most) & (fewest == world) & (world > 1) & (first_last != later_last)
 
 
 def background_lanes(g: Graph) -> np.ndarray:
