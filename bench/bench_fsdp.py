@@ -160,9 +160,13 @@ def predict(run: str, cells: list[tuple[int, str]], cores: int) -> dict[tuple[in
     from dagprof.passes.comm import current_topology
     from dagprof.passes.compute import share_cores
     from dagprof.passes.fsdp import scale_fsdp_workers
+    from dagprof.passes.profiler_cost import measure_profiler_cost, remove_profiler_cost
     from dagprof.pipeline import open_run
 
     base = open_run(run, template=True).graph
+    cost = measure_profiler_cost(base)  # as whatif does by default: the job runs unprofiled
+    base, _ = remove_profiler_cost(base, cost, job_iteration_us)
+    print(f"  profiled run: {cost.describe()}", flush=True)
     bw = current_topology(base).inter.bandwidth_bytes_per_s
     out = {}
     for ranks, rate in cells:
