@@ -117,40 +117,8 @@ def _search_bar(budget_s: float):
 
 
 def to_text(r: dict) -> str:
+    lines = _fsdp_table(r) if r.get("fsdp") else _ddp_table(r)
     b, best = r["baseline"], r["best"]
-    if r.get("fsdp"):
-        return _fsdp_text(r)
-    lines = [f"{'':<22} {'buckets':>8} {'codec':>16} {'pieces':>6} {'predicted ms':>13}"]
-    for label, s in [("profiled setup", b)] + [("  seed", s) for s in r["seeds"][:6]] + [("best found", best)]:
-        lines.append(f"{label:<22} {s['buckets']:>8} {s['codec']:>16} {s['parts']:>6} {s['predicted_iter_ms']:>13.1f}")
-    if best["memory"]:
-        lines.append(f"peak memory per rank (estimate): profiled {b['memory']['total_mb']:.0f} MB, strategy {best['memory']['total_mb']:.0f} MB")
-    if "interval" in best:
-        lines.append(f"predicted {best['interval']} per step with the strategy; profiled setup {b['interval']} (each step replayed)")
-    lines.append(f"search: {r['candidates_replayed']} candidates replayed in {r['search_seconds']:.1f} s")
-    lines += [f"warning: {w}" for w in r["warnings"]]
-    lines += [f"note: {n}" for n in r["notes"]]
-    if r["strategy_file"] is None:
-        return "\n".join(lines + [r["recommendation"]])
-    lines.append(f"strategy: {r['summary']}")
-    lines += [f"caveat: {c}" for c in r["caveats"]]
-    lines.append(f"written: {r['strategy_file']}")
-    lines.append(f"recommendation: {r['recommendation']}")
-    v = r.get("verification")
-    if v:
-        lines += verification_lines(v)
-    return "\n".join(lines)
-
-
-def _fsdp_text(r: dict) -> str:
-    """An FSDP search: the profiled setup and the best plan, each with its time and peak memory per rank."""
-    b, best = r["baseline"], r["best"]
-    lines = [f"{'':<15} {'predicted ms':>13} {'peak MB/rank':>13} {'reduce in':>9}  reshard_after_forward"]
-    for label, s in (("profiled setup", b), ("best found", best)):
-        lines.append(f"{label:<15} {s['predicted_iter_ms']:>13.1f} {s['memory']['total_mb']:>13.2f} {s['reduce_dtype']:>9}  {s['plan']}")
-    if r["memory_budget_mb"] is not None:
-        lines.append(f"memory budget {r['memory_budget_mb']:.2f} MB per rank: the best plan peaks at {best['memory']['total_mb']:.2f} MB "
-                     f"({best['memory']['at']})")
     if "interval" in best:
         lines.append(f"predicted {best['interval']} per step with the strategy; profiled setup {b['interval']} (each step replayed)")
     lines.append(f"search: {r['candidates_replayed']} candidates replayed in {r['search_seconds']:.1f} s")
@@ -162,9 +130,33 @@ def _fsdp_text(r: dict) -> str:
               f"recommendation: {r['recommendation']}"]
     if r.get("verification"):
         lines += verification_lines(r["verification"])
-        lines.append(f"  peak memory per rank predicted {b['memory']['total_mb']:.2f} -> {best['memory']['total_mb']:.2f} MB; --verify times the "
-                     "steps only (bench/bench_fsdp.py --part 6 measures the peak on CPU)")
+        if r.get("fsdp"):
+            lines.append(f"  peak memory per rank predicted {b['memory']['total_mb']:.2f} -> {best['memory']['total_mb']:.2f} MB; --verify "
+                         "times the steps only (bench/bench_fsdp.py --part 6 measures the peak on CPU)")
     return "\n".join(lines)
+
+
+def _ddp_table(r: dict) -> list[str]:
+    """The profiled setup, the search's seeds and the best strategy: buckets, codec, pieces and time."""
+    b, best = r["baseline"], r["best"]
+    lines = [f"{'':<22} {'buckets':>8} {'codec':>16} {'pieces':>6} {'predicted ms':>13}"]
+    for label, s in [("profiled setup", b)] + [("  seed", s) for s in r["seeds"][:6]] + [("best found", best)]:
+        lines.append(f"{label:<22} {s['buckets']:>8} {s['codec']:>16} {s['parts']:>6} {s['predicted_iter_ms']:>13.1f}")
+    if best["memory"]:
+        lines.append(f"peak memory per rank (estimate): profiled {b['memory']['total_mb']:.0f} MB, strategy {best['memory']['total_mb']:.0f} MB")
+    return lines
+
+
+def _fsdp_table(r: dict) -> list[str]:
+    """An FSDP search: the profiled setup and the best plan, each with its time and peak memory per rank."""
+    b, best = r["baseline"], r["best"]
+    lines = [f"{'':<15} {'predicted ms':>13} {'peak MB/rank':>13} {'reduce in':>9}  reshard_after_forward"]
+    for label, s in (("profiled setup", b), ("best found", best)):
+        lines.append(f"{label:<15} {s['predicted_iter_ms']:>13.1f} {s['memory']['total_mb']:>13.2f} {s['reduce_dtype']:>9}  {s['plan']}")
+    if r["memory_budget_mb"] is not None:
+        lines.append(f"memory budget {r['memory_budget_mb']:.2f} MB per rank: the best plan peaks at {best['memory']['total_mb']:.2f} MB "
+                     f"({best['memory']['at']})")
+    return lines
 
 
 def verification_lines(v: dict) -> list[str]:
