@@ -227,6 +227,13 @@ def load_kind_links(path: str | os.PathLike[str]) -> tuple[tuple[str, AlphaBeta]
     return tuple((k, link_from_dict(table[k], os.fspath(path))) for k in sorted(table))
 
 
+def with_link_model(t: Topology, path: str | os.PathLike[str], workers: int) -> Topology:
+    """``t``'s hosts under a link-model file: its link fitted nearest ``workers`` between every pair of ranks,
+    and its per-kind links."""
+    link = load_link_model(path, workers)
+    return Topology(t.hosts, t.devices_per_host, link, link, t.overhead_us, load_kind_links(path))
+
+
 # bytes of the ring all-reduce that costs what a collective of S bytes costs, per kind: a ring all-gather or
 # reduce-scatter of S bytes sends (n-1)/n S per rank, half an all-reduce of S; gloo has no reduce-scatter of its
 # own and all-reduces the whole tensor (``graph.build_fsdp.allreduce_equivalent_bytes``)

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from ..analysis import job_iteration_us
 from ..analysis.interval import link_residuals, predict_interval
 from ..costmodel.alphabeta import parse_bandwidth
-from ..costmodel.topology import CollectiveSpec, Topology, load_kind_links, load_link_model, parse_topology
+from ..costmodel.topology import CollectiveSpec, Topology, parse_topology, with_link_model
 from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.dag import Graph
@@ -106,8 +106,7 @@ def _workers(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
     if c.topology:
         return set_topology(g, replace(parse_topology(c.topology, n), overhead_us=base_topo.overhead_us))
     if c.link_model:  # a file fitted per worker count (nccl-tests) has a better link for n
-        t, link = current_topology(g), load_link_model(c.link_model, n)
-        return set_topology(g, Topology(t.hosts, t.devices_per_host, link, link, t.overhead_us, load_kind_links(c.link_model)))
+        return set_topology(g, with_link_model(current_topology(g), c.link_model, n))
     return g
 
 
@@ -263,8 +262,7 @@ def base_topology(g: Graph, c: Cluster) -> Topology:
     if c.topology:  # the profile's per-collective software overhead stays
         return replace(parse_topology(c.topology, n0), overhead_us=t.overhead_us)
     if c.link_model:
-        link = load_link_model(c.link_model, n0)
-        return Topology(t.hosts, t.devices_per_host, link, link, t.overhead_us, load_kind_links(c.link_model))
+        return with_link_model(t, c.link_model, n0)
     return t
 
 
