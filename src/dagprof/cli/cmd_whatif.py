@@ -109,7 +109,7 @@ def to_text(r: dict) -> str:
     if fit and fit["weak"]:
         lines.append(f"caution: the link fit cannot split latency from bandwidth ({fit['weak']}); rows marked * extrapolate it")
     keys = [a.name for a in AXES if any(row[a.name] is not None for row in r["scenarios"])]
-    width = {k: max(12, len(k) + 2) for k in keys}
+    width = {k: max(12, len(k) + 2, *(len(str(row[k])) + 2 for row in r["scenarios"])) for k in keys}  # a long value (a unit grouping) stays apart
     lines.append("".join(f"{k.replace('_', ' '):>{width[k]}}" for k in keys) + "".join(f"{h:>12}" for h in _SHORT.values()))
     for row in r["scenarios"]:
         cells = "".join(f"{'-' if row[k] is None else row[k]!s:>{width[k]}}" for k in keys)
