@@ -239,12 +239,9 @@ def predict_fsdp(g: Graph, strategy: Strategy) -> tuple[Prediction, Graph]:
     if fs is None:
         raise DagprofError("an FSDP strategy is priced on an FSDP profile; this one is not")
     by_name = {u.name: u for u in fs.units}
-    for u in plan.units:
-        if u.name not in by_name:
-            raise DagprofError(f"strategy does not match this run: FSDP unit {u.name!r} is not in it")
-        if u.numel != by_name[u.name].numel:
-            raise DagprofError(f"strategy does not match this run: FSDP unit {u.name!r} has {u.numel} parameter elements in the strategy, "
-                               f"{by_name[u.name].numel} in the run")
+    why = plan.mismatch({u.name: u.numel for u in fs.units}, "in it", "in the run")
+    if why:
+        raise DagprofError(f"strategy does not match this run: {why}")
     units = [u.name for u in fs.units]
     want = {u.name: u.reshard_after_forward for u in plan.units}
     ev = FsdpEvaluator(g, units, None)

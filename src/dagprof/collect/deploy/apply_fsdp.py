@@ -49,19 +49,10 @@ def validate_fsdp(model: Any, s: Strategy, source: str | None = None) -> dict[st
     if not isinstance(model, FSDPModule):
         raise DagprofError(f"this is an FSDP strategy: dagprof.apply needs the fully_shard-ed root module, got {type(model).__name__}", source)
     here = fsdp_units(model)
-    names = [u.name for u in plan.units]
-    if len(set(names)) != len(names):
-        raise DagprofError(f"invalid strategy: FSDP unit {next(n for i, n in enumerate(names) if n in names[:i])!r} is listed twice", source)
-    missing = [n for n in names if n not in here]
-    extra = [n for n in here if n not in names]
-    if missing or extra:
-        what = f"FSDP unit {missing[0]!r} is not a fully_shard-ed module here" if missing else f"this model's FSDP unit {extra[0]!r} is not in the strategy"
-        raise DagprofError(f"strategy does not match the model: {what} ({len(missing)} missing, {len(extra)} unknown of {len(names)})", source)
-    for u in plan.units:
-        numel = sum(fp._orig_size.numel() for g in _groups(here[u.name]) for fp in g.fsdp_params)
-        if numel != u.numel:
-            raise DagprofError(f"strategy does not match the model: FSDP unit {u.name!r} has {u.numel} parameter elements in the strategy, "
-                               f"{numel} here", source)
+    numel = {name: sum(fp._orig_size.numel() for g in _groups(m) for fp in g.fsdp_params) for name, m in here.items()}
+    why = plan.mismatch(numel, "a fully_shard-ed module here", "here")
+    if why:
+        raise DagprofError(f"strategy does not match the model: {why}", source)
     if plan.reduce_dtype is not None and plan.reduce_dtype not in REDUCE_DTYPES:
         raise DagprofError(f"invalid strategy: reduce dtype {plan.reduce_dtype!r}, expected one of {', '.join(REDUCE_DTYPES)}", source)
     return here

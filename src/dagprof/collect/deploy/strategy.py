@@ -97,6 +97,23 @@ class FsdpPlan(msgspec.Struct, frozen=True):
     def lossy(self) -> bool:
         return self.reduce_dtype in ("bfloat16", "float16")
 
+    def mismatch(self, units: dict[str, int], absent: str, here: str) -> str | None:
+        """Why the plan does not fit ``units`` (name -> parameter elements: a model's, or a run's), or None;
+        ``absent`` ends "FSDP unit X is not ...", ``here`` names where the units are."""
+        names = [u.name for u in self.units]
+        twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+        if twice is not None:
+            return f"FSDP unit {twice!r} is listed twice"
+        missing = [n for n in names if n not in units]
+        extra = [n for n in units if n not in names]
+        if missing or extra:
+            what = f"FSDP unit {missing[0]!r} is not {absent}" if missing else f"FSDP unit {extra[0]!r} {here} is not in the strategy"
+            return f"{what} ({len(missing)} missing, {len(extra)} unknown of {len(names)})"
+        wrong = next((u for u in self.units if u.numel != units[u.name]), None)
+        if wrong is not None:
+            return f"FSDP unit {wrong.name!r} has {wrong.numel} parameter elements in the strategy, {units[wrong.name]} {here}"
+        return None
+
 
 class Prediction(msgspec.Struct, frozen=True):
     baseline_ms: float  # the profiled configuration, replayed with the same model
