@@ -125,10 +125,10 @@ def check_fsdp_edges(g: Graph) -> dict[str, int]:
         reach = _reach(g, c.node)
         on = (g.step == step) & (g.rank >= 0)
         layers = unit_layers.get(c.unit, set())
-        for r in sorted(_issuers(g, c.node)):
+        for r in sorted(issuers(g, c.node)):
             mine = on & (g.rank == r)
             if c.kind == "all_gather":
-                phase_kind = Kind.FORWARD if _is_forward(g, c.node, r) else Kind.BACKWARD
+                phase_kind = Kind.FORWARD if is_forward(g, c.node, r) else Kind.BACKWARD
                 # the unit's ops after the issue (a hook on the unit's output may open its first layer's backward
                 # span just before FSDP's pre-backward hook gathers: that sliver stays before the all-gather)
                 issued = float(g.order[_waiter(g, c.node, r)])
@@ -143,7 +143,7 @@ def check_fsdp_edges(g: Graph) -> dict[str, int]:
                     at = float(g.order[_issue(g, c.node, r)])
                     ahead = [v for v in np.flatnonzero(mine & (g.kind == phase_kind)).tolist() if int(g.layer[v]) in by and float(g.order[v]) > at]
                     ahead += [c2.node for c2 in collectives if c2.kind == "reduce_scatter" and c2.unit == c.prefetched_by
-                              and int(g.step[c2.node]) == step and r in (mine2 := _issuers(g, c2.node)) and float(g.order[mine2[r]]) > at]
+                              and int(g.step[c2.node]) == step and r in (mine2 := issuers(g, c2.node)) and float(g.order[mine2[r]]) > at]
                     if not ahead:
                         raise DagprofError(f"{g.node_name(c.node)} (step {step}) was not issued before {c.prefetched_by}'s "
                                            f"{phase_kind.name.lower()} on rank {r}")
@@ -157,7 +157,7 @@ def check_fsdp_edges(g: Graph) -> dict[str, int]:
                     raise DagprofError(f"the optimizer step {step} on rank {r} does not wait for {g.node_name(c.node)}")
                 counts["reduce_scatter_after_backward"] += c.kind == "reduce_scatter"
                 counts["optimizer_waits_reduce_scatter"] += 1  # and HSDP's all-reduce across replicas
-    regathered = {c.unit for c in collectives if c.kind == "all_gather" and not _is_forward(g, c.node, min(_issuers(g, c.node)))}
+    regathered = {c.unit for c in collectives if c.kind == "all_gather" and not is_forward(g, c.node, min(issuers(g, c.node)))}
     for unit, again in reshard.items():
         if again != (unit in regathered):
             raise DagprofError(f"unit {unit} was{'' if again else ' not'} resharded after forward but is{'' if unit in regathered else ' not'} "
@@ -166,10 +166,10 @@ def check_fsdp_edges(g: Graph) -> dict[str, int]:
 
 
 def _issue(g: Graph, node: int, rank: int) -> int:
-    return _issuers(g, node)[rank]
+    return issuers(g, node)[rank]
 
 
-def _issuers(g: Graph, node: int) -> dict[int, int]:
+def issuers(g: Graph, node: int) -> dict[int, int]:
     """rank -> its enqueue of a shared collective (what its join waits for): the ranks of its group."""
     out = {}
     for p in g.predecessors(node).tolist():
@@ -187,7 +187,7 @@ def _waiter(g: Graph, node: int, rank: int) -> int:
     return v
 
 
-def _is_forward(g: Graph, node: int, rank: int) -> bool:
+def is_forward(g: Graph, node: int, rank: int) -> bool:
     """An all-gather belongs to the forward when ``rank`` waited for it before the last forward op of its step."""
     step = int(g.step[node])
     fwd = np.flatnonzero((g.rank == rank) & (g.step == step) & (g.kind == Kind.FORWARD))
@@ -199,7 +199,7 @@ def max_in_flight(g: Graph, start: np.ndarray, end: np.ndarray) -> int:
     groups: dict[frozenset, list[tuple[float, int]]] = {}
     for c in fsdp_collectives(g):
         if c.kind == "all_gather":
-            ev = groups.setdefault(frozenset(_issuers(g, c.node)), [])
+            ev = groups.setdefault(frozenset(issuers(g, c.node)), [])
             ev += [(float(start[c.node]), 1), (float(end[c.node]), -1)]
     most = 0
     for ev in groups.values():

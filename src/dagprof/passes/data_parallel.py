@@ -48,13 +48,13 @@ from ..graph.build_fsdp import fsdp_collectives, is_fsdp_graph
 from ..graph.dag import Graph, GraphBuilder
 from ..graph.meta import FsdpGraphUnit, FsdpRecord, FsdpShards
 from ..traces.events import Kind
+from ..traces.run_schema import FSDP_ROOT
 from ..units import MB
 from .buckets import chain_lanes, profiled_buckets
 from .comm import current_scheme, current_topology, find_collectives, graph_world_size, hybrid, retime_collectives
 from .fsdp import set_reshard
 
 TARGETS = ("ddp", "fsdp", "fsdp:keep")  # fsdp:keep = fully_shard(..., reshard_after_forward=False)
-ROOT = "<root>"  # FSDP's name for the root unit (``collect.hooks.fsdp``)
 _EPS = 1e-7  # us: an inserted node's order next to the node it precedes or follows (below the profile's 1 ns)
 DEFAULT_BUCKET_MB = 25.0
 # said beside every converted row: what the conversion cannot see, and how far it missed on held-out jobs
@@ -78,12 +78,12 @@ def user_units(layers: list[str], grad_bytes: dict[str, int]) -> list[tuple[str,
     def unit_of(layer: str) -> str:
         parts = layer.split(".")
         k = next((i for i, p in enumerate(parts) if p.isdigit()), None)
-        return ROOT if k is None else ".".join(parts[: k + 1])
+        return FSDP_ROOT if k is None else ".".join(parts[: k + 1])
 
-    members: dict[str, list[str]] = {ROOT: []}
+    members: dict[str, list[str]] = {FSDP_ROOT: []}
     for layer in layers:
         members.setdefault(unit_of(layer), []).append(layer)
-    out = [(ROOT, members.pop(ROOT))]
+    out = [(FSDP_ROOT, members.pop(FSDP_ROOT))]
     for name, ls in members.items():
         if sum(grad_bytes.get(x, 0) for x in ls) > 0:
             out.append((name, ls))
@@ -226,10 +226,10 @@ def _anchors(g: Graph, lane: np.ndarray, layer_unit: dict[str, str]) -> dict[tup
         ops = [int(v) for v in lane if g.kind[v] == kind and g.layer[v] >= 0]
         if not ops:
             continue
-        out[(ROOT, f"{tag}_first")], out[(ROOT, f"{tag}_last")] = ops[0], ops[-1]
+        out[(FSDP_ROOT, f"{tag}_first")], out[(FSDP_ROOT, f"{tag}_last")] = ops[0], ops[-1]
         for v in ops:
-            unit = layer_unit.get(g.layers[int(g.layer[v])], ROOT)
-            if unit != ROOT:
+            unit = layer_unit.get(g.layers[int(g.layer[v])], FSDP_ROOT)
+            if unit != FSDP_ROOT:
                 out.setdefault((unit, f"{tag}_first"), v)
                 out[(unit, f"{tag}_last")] = v
     return out

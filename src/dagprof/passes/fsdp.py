@@ -23,7 +23,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..errors import DagprofError
-from ..graph.build_fsdp import _is_forward, _issuers, fsdp_collectives, is_fsdp_graph
+from ..graph.build_fsdp import fsdp_collectives, is_forward, is_fsdp_graph, issuers
 from ..graph.dag import Graph
 from ..graph.meta import FsdpGraphUnit
 from ..traces.events import Kind
@@ -87,7 +87,7 @@ def set_reshard(g: Graph, on: Reshard) -> Graph:
         if c.kind != "all_gather" or u is None or u.resharded_after_forward == resharded(u, on):
             continue
         on_here = resharded(u, on)
-        forward = _is_forward(g, c.node, min(_issuers(g, c.node)))
+        forward = is_forward(g, c.node, min(issuers(g, c.node)))
         step = g.step[c.node]
         if not on_here and not forward:  # the backward all-gather of a resharded unit: gone
             dur[c.node] = 0.0

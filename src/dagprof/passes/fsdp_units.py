@@ -28,13 +28,13 @@ import re
 import numpy as np
 
 from ..errors import DagprofError
-from ..graph.build_fsdp import _is_forward, _issuers, fsdp_collectives, is_fsdp_graph
+from ..graph.build_fsdp import fsdp_collectives, is_forward, is_fsdp_graph, issuers
 from ..graph.dag import Graph, GraphBuilder
 from ..graph.meta import FsdpGraphUnit
 from ..traces.events import Kind
+from ..traces.run_schema import FSDP_ROOT
 from .comm import retime_collectives
 
-ROOT = "<root>"
 _MERGE = re.compile(r"merge:(all|[1-9][0-9]*)")
 
 
@@ -56,13 +56,13 @@ def unit_groups(g: Graph, spec: str) -> list[list[str]]:
     if not is_fsdp_graph(g):
         raise DagprofError("--units is an FSDP what-if; this profile is not an FSDP job")
     names = [u.name for u in g.meta.fsdp.units]
-    inner = [n for n in names if n != ROOT]
+    inner = [n for n in names if n != FSDP_ROOT]
     m = _MERGE.fullmatch(spec)
     if m and m.group(1) == "all":
         return [names]
     if m:
         k = int(m.group(1))
-        groups = [[n] for n in names if n == ROOT] + [inner[i:i + k] for i in range(0, len(inner), k)]
+        groups = [[n] for n in names if n == FSDP_ROOT] + [inner[i:i + k] for i in range(0, len(inner), k)]
     else:
         asked = [grp.split("+") for grp in spec.split("/")]
         flat = [n for grp in asked for n in grp]
@@ -72,7 +72,7 @@ def unit_groups(g: Graph, spec: str) -> list[list[str]]:
         if len(set(flat)) != len(flat):
             raise DagprofError(f"--units {spec}: a unit is named twice")
         for grp in asked:
-            pos = sorted(inner.index(n) for n in grp if n != ROOT)
+            pos = sorted(inner.index(n) for n in grp if n != FSDP_ROOT)
             if pos and pos != list(range(pos[0], pos[0] + len(pos))):
                 raise DagprofError(f"--units {spec}: {'+'.join(grp)} are not adjacent in forward order ({', '.join(inner)})")
         groups = [sorted(grp, key=names.index) for grp in asked] + [[n] for n in names if n not in flat]
@@ -82,7 +82,7 @@ def unit_groups(g: Graph, spec: str) -> list[list[str]]:
 def group_name(members: list[str]) -> str:
     """A merged unit's name: the root's when it is a member (the memory model treats the root apart), else the members'
     joined by ", ", as FSDP names a unit of several modules (``fully_shard([a, b])``) and the profile records it."""
-    return ROOT if ROOT in members else ", ".join(members)
+    return FSDP_ROOT if FSDP_ROOT in members else ", ".join(members)
 
 
 def merged_units(g: Graph, groups: list[list[str]]) -> list[FsdpGraphUnit]:
@@ -91,13 +91,13 @@ def merged_units(g: Graph, groups: list[list[str]]) -> list[FsdpGraphUnit]:
     out = []
     for grp in groups:
         us = [by[n] for n in grp]
-        if len({u.resharded_after_forward for u in us}) > 1 and not (ROOT in grp and not by[ROOT].resharded_after_forward):
+        if len({u.resharded_after_forward for u in us}) > 1 and not (FSDP_ROOT in grp and not by[FSDP_ROOT].resharded_after_forward):
             kept = [u.name for u in us if not u.resharded_after_forward]
             raise DagprofError(f"--units: {'+'.join(grp)} mixes units that reshard after forward and units that keep their "
                                f"parameters ({', '.join(kept)}); merging those is not modelled")
         if len({(u.param_dtype, u.reduce_dtype, tuple(u.mesh)) for u in us}) > 1:
             raise DagprofError(f"--units: {'+'.join(grp)} mixes units of other dtypes or meshes; merging those is not modelled")
-        first = by[ROOT] if ROOT in grp else us[0]
+        first = by[FSDP_ROOT] if FSDP_ROOT in grp else us[0]
         layers = [name for u in us for name in u.layers]
         out.append(dataclasses.replace(first, name=group_name(grp), numel=sum(u.numel for u in us),
                                        shard_bytes=sum(u.shard_bytes for u in us), layers=layers))
@@ -130,13 +130,13 @@ def merge_units(g: Graph, spec: str) -> Graph:
             if c.prefetched_by in merged:  # prefetched by a member: by the merged unit's hook now
                 rename[c.node] = f"{c.kind} {c.unit} (prefetched by {group_of[c.prefetched_by]}).{g.node_name(c.node).rpartition('.')[2]}"
             continue
-        issuers = _issuers(g, c.node)
-        phase = _is_forward(g, c.node, min(issuers)) if c.kind == "all_gather" else None
+        by_rank = issuers(g, c.node)
+        phase = is_forward(g, c.node, min(by_rank)) if c.kind == "all_gather" else None
         if phase is False and c.unit in now_kept:
             drop[_collective_nodes(g, c.node)] = True
             continue
-        key = (int(g.step[c.node]), c.kind, phase, frozenset(issuers), group_of[c.unit])
-        buckets.setdefault(key, []).append((float(g.order[issuers[min(issuers)]]), c))
+        key = (int(g.step[c.node]), c.kind, phase, frozenset(by_rank), group_of[c.unit])
+        buckets.setdefault(key, []).append((float(g.order[by_rank[min(by_rank)]]), c))
     for (_, kind, _, _, name), members in buckets.items():
         members.sort(key=lambda m: m[0])
         keep = members[0][1] if kind == "all_gather" else members[-1][1]  # gathered before the first, reduced after the last

@@ -27,6 +27,7 @@ from ..graph.meta import FsdpGraphUnit
 from ..passes.fsdp import Reshard, resharded
 from ..passes.gradients import GradientOrder
 from ..passes.recompute import Segment
+from ..traces.run_schema import FSDP_ROOT
 from ..units import MB
 
 OPTIMIZER_STATE = {"sgd": 0.0, "momentum": 1.0, "adam": 2.0}
@@ -171,7 +172,7 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
         return out
 
     outside = float(saved_bytes.get(SAVED_OUTSIDE_LAYERS, 0))
-    root = [i for i, u in enumerate(units) if u.name == "<root>"]
+    root = [i for i, u in enumerate(units) if u.name == FSDP_ROOT]
     others = [i for i in range(len(units)) if i not in root]  # forward order of the inner units (as recorded)
     inner_layers = {n for i in others for n in unit_layers[i]}
     last_inner = max((k for k, n in enumerate(g.layers) if n in inner_layers), default=-1)

@@ -106,7 +106,7 @@ class FsdpUnit(msgspec.Struct, kw_only=True):
     """One FSDP unit: FSDP2's ``FSDPParamGroup`` (the parameters one ``fully_shard`` call manages) or
     FSDP1's ``FullyShardedDataParallel`` instance (its flat parameter)."""
 
-    name: str  # module path ("<root>" for the root module)
+    name: str  # module path (FSDP_ROOT for the root module)
     layers: list[int] = []  # leaf layers (indexes into RankFile.layers) it runs, not those of nested units
     params: list[str] = []
     numel: int = 0  # unsharded parameter elements
@@ -137,6 +137,7 @@ class FsdpCollective(msgspec.Struct, kw_only=True):
 
 
 FSDP2_API, FSDP1_API = "fully_shard", "FullyShardedDataParallel"  # FsdpInfo.api: which FSDP wrapped the units
+FSDP_ROOT = "<root>"  # FsdpUnit.name of the root module's unit (FSDP names it "")
 
 
 class FsdpInfo(msgspec.Struct, kw_only=True):

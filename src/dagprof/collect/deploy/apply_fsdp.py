@@ -28,9 +28,9 @@ import dataclasses
 from typing import Any
 
 from ...errors import DagprofError
+from ...traces.run_schema import FSDP_ROOT
 from .strategy import FsdpPlan, Strategy
 
-ROOT = "<root>"  # the root module's unit (as collect.hooks.fsdp names it)
 REDUCE_DTYPES = ("float32", "bfloat16", "float16", "float64")
 
 
@@ -38,7 +38,7 @@ def fsdp_units(model: Any) -> dict[str, Any]:
     """The ``fully_shard``-ed modules under ``model`` by unit name (module path; ``<root>`` for ``model``)."""
     from torch.distributed.fsdp import FSDPModule
 
-    return {name or ROOT: m for name, m in model.named_modules() if isinstance(m, FSDPModule)}
+    return {name or FSDP_ROOT: m for name, m in model.named_modules() if isinstance(m, FSDPModule)}
 
 
 def validate_fsdp(model: Any, s: Strategy, source: str | None = None) -> dict[str, Any]:

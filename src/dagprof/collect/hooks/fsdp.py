@@ -20,9 +20,7 @@ import time
 from functools import wraps
 from typing import Any
 
-from ...traces.run_schema import FsdpCollective, FsdpInfo, FsdpUnit, Rec
-
-ROOT_UNIT = "<root>"  # the unit of the root module (FSDP names it "")
+from ...traces.run_schema import FSDP_ROOT, FsdpCollective, FsdpInfo, FsdpUnit, Rec
 
 
 def fsdp_modules(model: Any) -> list[Any]:
@@ -240,7 +238,7 @@ class FsdpRecorder:
     def info(self, layers: list[str]) -> FsdpInfo:
         units = []
         for g in self.groups:
-            fqn = g._module_fqn or ROOT_UNIT
+            fqn = g._module_fqn or FSDP_ROOT
             own = own_layers(g._module_fqn, [g2._module_fqn for g2 in self.groups if g2 is not g], layers)
             fps = g.fsdp_params
             mesh = g.mesh_info.mesh

@@ -25,8 +25,8 @@ from __future__ import annotations
 from functools import partial, wraps
 from typing import Any
 
-from ...traces.run_schema import FSDP1_API, FsdpInfo, FsdpUnit, Rec
-from .fsdp import ROOT_UNIT, FsdpRecorder, _dtype, _local_bytes, _tensor_arg, own_layers
+from ...traces.run_schema import FSDP1_API, FSDP_ROOT, FsdpInfo, FsdpUnit, Rec
+from .fsdp import FsdpRecorder, _dtype, _local_bytes, _tensor_arg, own_layers
 
 WRAPPED = "_fsdp_wrapped_module"  # FSDP1's attribute for the module it wraps: not part of a layer's name
 
@@ -189,7 +189,7 @@ class Fsdp1Recorder(FsdpRecorder):
             else:
                 mesh, dims = [h.world_size], []
             units.append(FsdpUnit(
-                name=fqn or ROOT_UNIT, layers=own_layers(fqn, [f for f in fqns if f != fqn], layers),
+                name=fqn or FSDP_ROOT, layers=own_layers(fqn, [f for f in fqns if f != fqn], layers),
                 params=[clean_name(".".join(x for x in (fqn, p) if x)) for p in fp._fqns],
                 numel=fp._unpadded_unsharded_size.numel(), shard_bytes=_local_bytes(fp._local_shard),
                 orig_dtype=_dtype(h._orig_param_dtype), param_dtype=_dtype(h._fwd_bwd_param_dtype), reduce_dtype=_dtype(h._reduce_dtype),
