@@ -16,8 +16,8 @@ workers), which stays meaningful when other jobs share the cores and parallel wo
 
     python bench/bench_load.py [--reps 3] [--ranks 8] [--data DIR] [--hta-python PY]
 
-in an environment with dagprof and HolisticTraceAnalysis (``pip install -e '.[bench]'``; ``.[fast]`` adds ISA-L's
-gunzip, which the header line reports), or with HTA in
+in an environment with dagprof and HolisticTraceAnalysis (``pip install -e '.[bench]'``; the header line says
+whether ISA-L's gunzip, a dagprof dependency where it has wheels, was there), or with HTA in
 another environment whose interpreter ``--hta-python`` (or ``DAGPROF_HTA_PYTHON``) names; DIR defaults to
 ../shared/data beside the repository (see bench/benchdata.py). ``--ranks 0`` skips the folder cases.
 """
@@ -149,7 +149,7 @@ def main() -> None:
     hta = lambda target, reps: measure("hta", target, reps, args.hta_python)  # noqa: E731
     import importlib.util
 
-    gunzip = "ISA-L (dagprof[fast])" if importlib.util.find_spec("isal") else "zlib (no dagprof[fast])"
+    gunzip = "ISA-L" if importlib.util.find_spec("isal") else "zlib (no isal installed)"
     print(f"HTA {hta_version} vs dagprof {md.version('dagprof')}; median of {args.reps} interleaved rounds; "
           f"{os.cpu_count()} CPUs (shared, load average {os.getloadavg()[0]:.2f} at start); dagprof's gunzip: {gunzip}")
     print(f"{'case':<44} {'HTA ev/s':>12} {'dagprof ev/s':>12} {'speed':>8} {'cpu':>8} {'cpu range':>11} {'HTA MiB':>8}"

@@ -76,6 +76,17 @@ def test_one_odd_event_keeps_every_other_field(tmp_path, clean, damage):
         assert "12345" in t.events.names
 
 
+def test_events_of_no_phase_or_a_foreign_one_are_read_as_nothing(tmp_path, clean):
+    """Each phase decodes into its own struct; an event with no ``ph``, or one the trace format does not define,
+    is read as nothing (as any phase dagprof does not read), not counted as damage, and the rest stays whole."""
+    doc = _doc()
+    doc["traceEvents"] += [{"name": "no phase", "ts": 1, "dur": 2, "pid": 1, "tid": 1}, {"ph": "Z", "name": "foreign"},
+                           {"ph": 7, "cat": "cpu_op"}]
+    t = read_kineto(_folder(tmp_path, doc) + "/rank-0.pt.trace.json")
+    assert len(t.events) == len(clean.events) and np.array_equal(t.events.start, clean.events.start)
+    assert _collectives(t) == _collectives(clean) and not t.meta.warnings
+
+
 def test_a_damaged_rank_still_matches_its_collectives(tmp_path):
     """One integer name and one 1e300 duration on rank 0 used to drop every raw field there: 'mismatched collectives'."""
     doc = _doc()

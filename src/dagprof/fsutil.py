@@ -167,7 +167,7 @@ def _gunzip(data: bytes, cap: int, path: str, size: int | None) -> Iterator[byte
 
 
 def _inflater() -> tuple[Any, tuple[type[Exception], ...]]:
-    """ISA-L's inflate when installed (``dagprof[fast]``: same API, 2.4x zlib's speed, which is a fifth of a gzipped
+    """ISA-L's inflate (installed with dagprof where it has wheels: same API, 2.4x zlib's speed, which is a fifth of a gzipped
     trace's cold load), else zlib's; with the errors each raises on corrupt data."""
     try:
         from isal import isal_zlib

@@ -148,8 +148,8 @@ def _scan(stream: TraceStream) -> _Scan:
     offset = untimed = too_long = 0
     skip = ks.SKIP_CATS
     for events in stream.chunks():
-        metas += stream.detach([e for e in events if e.ph == "M"])
-        xall = [e for e in events if e.ph == "X"]
+        metas += stream.detach([e for e in events if type(e) is ks.MetaEvent])
+        xall = [e for e in events if type(e) is ks.Event]
         del events
         syncs += stream.detach([e for e in xall if e.cat == "cuda_sync"])
         xs = [e for e in xall if e.cat not in skip and type(e.pid) is int]

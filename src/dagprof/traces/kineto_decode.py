@@ -299,6 +299,9 @@ class TraceStream:
             except msgspec.ValidationError:
                 pass
             e = msgspec.json.decode(raw)
+            if isinstance(e, dict) and not (isinstance(ph := e.get("ph"), str) and ph in ks.PHASES):
+                out.append(ks.IGNORED)  # no phase, or one not in the format: nothing dagprof reads
+                continue
             try:
                 out.append(ks.LAX_EVENT_DECODER.decode(msgspec.json.encode(_event(e))))
                 self._repaired += 1
@@ -451,13 +454,14 @@ def _id(value: Any) -> int | str:
 # ---------------------------------------------------------------- checks the reader relies on
 def _profiler_marked(events: list[ks.Event]) -> bool:
     """A file without Kineto's top-level keys (its first JSON had none) is still one if torch.profiler marked it."""
-    return any(e.name.startswith(_PROFILER_MARKS) for e in events if e.cat == "Trace" or e.ph == "i")
+    return any(e.name.startswith(_PROFILER_MARKS) for e in events
+               if type(e) is ks.InstantEvent or (type(e) is ks.Event and e.cat == "Trace"))
 
 
 def _profiler_events(events: list[ks.Event]) -> bool:
     """An event list without Kineto's header (its first JSON): does it hold PyTorch profiler events?"""
     kinds = {"cpu_op", "kernel", "cuda_runtime", "user_annotation"}
-    return any(e.ph == "X" and ks.OLD_CATS.get(e.cat, e.cat) in kinds for e in events)
+    return any(type(e) is ks.Event and ks.OLD_CATS.get(e.cat, e.cat) in kinds for e in events)
 
 
 def _distributed_info(raw: msgspec.Raw) -> msgspec.Raw:

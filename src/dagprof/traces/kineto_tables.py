@@ -50,7 +50,7 @@ class Columns:
         if e is not None:
             return e
         _, pid, tid = self.lane_keys[self.lane[i]]
-        return ks.Event("X", self.name(i), self.pair_cat[self.pair[i]], pid, tid, self.t0 + float(self.start[i]), float(self.dur[i]))
+        return ks.Event(self.name(i), self.pair_cat[self.pair[i]], pid, tid, self.t0 + float(self.start[i]), float(self.dur[i]))
 
     @cached_property
     def xs(self) -> _FileOrder:
