@@ -5,7 +5,8 @@ pre-norm self-attention + MLP blocks). Each block and the root are ``fully_shard
 each). ``--hsdp R`` shards over WORLD/R ranks and replicates over R (a 2-D mesh). ``--ddp`` wraps the same
 model in ``DistributedDataParallel`` instead (``--bucket-mb``: its ``bucket_cap_mb``), for the DDP <-> FSDP what-ifs.
 ``--no-reshard`` keeps the gathered parameters after forward; ``--group K`` makes every K adjacent blocks one unit
-(``fully_shard([blocks.0, blocks.1], ...)``: what ``dagprof whatif --units merge:K`` predicts); ``--prefetch K`` sets explicit forward
+(``fully_shard([blocks.0, blocks.1], ...)``: what ``dagprof whatif --units merge:K`` predicts; ``--group 0``: the root is the
+only unit, ``merge:all``); ``--prefetch K`` sets explicit forward
 and backward prefetch of the next K units; ``--strategy FILE`` applies a ``dagprof optimize`` strategy.
 ``--dagprof DIR`` profiles with the API; without it the script runs untouched (``dagprof profile -o DIR -- torchrun ... bench/fsdp_train.py``).
 
@@ -80,7 +81,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seq", type=int, default=32)
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--no-reshard", action="store_true", help="reshard_after_forward=False on every unit")
-    p.add_argument("--group", type=int, default=1, help="fully_shard every K adjacent blocks as one unit (1: each block its own)")
+    p.add_argument("--group", type=int, default=1, help="fully_shard every K adjacent blocks as one unit (1: each block its own; "
+                   "0: none, the root is the only unit)")
     p.add_argument("--prefetch", type=int, default=0, help="explicit forward/backward prefetch of the next K units (0: FSDP's default)")
     p.add_argument("--hsdp", type=int, default=1, help="replicate degree R of a (R, WORLD/R) mesh (1: plain FSDP)")
     p.add_argument("--bf16", action="store_true", help="MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)")
@@ -112,7 +114,7 @@ def build(args: argparse.Namespace) -> tuple[nn.Module, torch.optim.Optimizer]:
     if args.bf16 or args.reduce_dtype:
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if args.bf16 else None, reduce_dtype=getattr(torch, args.reduce_dtype or "float32"))
     blocks = list(model.blocks)
-    for i in range(0, len(blocks), args.group):
+    for i in range(0, len(blocks) if args.group else 0, max(args.group, 1)):
         fully_shard(blocks[i] if args.group == 1 else blocks[i:i + args.group], **kw)
     fully_shard(model, **kw)
     if args.strategy:

@@ -12,7 +12,8 @@ from dagprof.collect.deploy.strategy import FsdpPlan, FsdpUnitPlan, Strategy, lo
 from dagprof.collect.jobs.netns import run_ranks
 from dagprof.errors import DagprofError
 from dagprof.pipeline import open_run
-from dagprof.search.fsdp_optimize import FsdpCandidate, FsdpEvaluator, predict_fsdp, search_fsdp
+from dagprof.search.fsdp_optimize import FsdpCandidate, FsdpEvaluator, grouping_specs, predict_fsdp, search_fsdp
+from dagprof.search.whatif import Scenario, evaluate
 
 FSDP = DATA / "fsdp"
 RESHARD4, KEEP4, KEEP_BF16 = FSDP / "reshard4", FSDP / "keep4", FSDP / "keep-bf16-prefetch"
@@ -32,7 +33,30 @@ def test_every_candidate_is_priced_and_the_profiled_setup_replays_as_measured():
     assert set(res.best.candidate.reshard) == {False} and res.best.candidate.reduce_dtype is None
     assert res.worth_applying and res.best.iter_us < res.baseline.iter_us
     assert res.best.memory.total >= res.baseline.memory.total  # ... and it costs memory
-    assert any("prefetch depth not searched" in n for n in res.notes) and any("unit grouping" in n for n in res.notes)
+    assert any("prefetch depth not searched" in n for n in res.notes)
+
+
+def test_unit_groupings_are_priced_as_the_units_whatif_prices_them():
+    """Every coarser grouping once (adjacent pairs, merge:N, merge:all), each priced as ``whatif --units`` prices it
+    relative to the profiled setup, with its memory; the fastest that gains and fits is advised, with its wrap call."""
+    g = graph(RESHARD4)
+    assert grouping_specs(g) == ["blocks.0+blocks.1", "blocks.1+blocks.2", "blocks.2+blocks.3", "merge:2", "merge:3", "merge:all"]
+    res = search_fsdp(g, budget_s=60)
+    assert [gr.spec for gr in res.groupings] == sorted(grouping_specs(g), key=lambda s: next(gr.iter_us for gr in res.groupings if gr.spec == s))
+    rows = {r["units"]: r for r in evaluate(g, [Scenario(), Scenario(units="merge:2"), Scenario(units="merge:all")],
+                                            tolerance_pct=None)["scenarios"] if r["units"]}
+    model = evaluate(g, [Scenario()], tolerance_pct=None)["scenarios"][0]["predicted_iter_ms"]
+    for gr in res.groupings:
+        if gr.spec in rows:  # the same ratio to the profiled setup, and the same peak memory
+            assert gr.iter_us / res.baseline.iter_us == pytest.approx(rows[gr.spec]["predicted_iter_ms"] / model, rel=0.01)
+            assert gr.memory.total / 2**20 == pytest.approx(rows[gr.spec]["peak_memory_mb"], rel=1e-6)
+    advised = res.grouping
+    assert advised is res.groupings[0] and advised.spec == "merge:all" and advised.iter_us < res.baseline.iter_us
+    assert advised.wrap("fully_shard") == "fully_shard(model) with blocks.0, blocks.1, blocks.2, blocks.3 not wrapped on their own"
+    assert advised.memory.total > res.baseline.memory.total  # gathering the whole model at once costs memory
+    budget = search_fsdp(g, memory_budget=res.baseline.memory.total * 1.05)  # no coarser grouping fits: none advised
+    assert all(not gr.fits for gr in budget.groupings if gr.memory.total > res.baseline.memory.total * 1.05)
+    assert budget.grouping is None or budget.grouping.memory.total <= res.baseline.memory.total * 1.05
 
 
 def test_a_space_too_large_to_replay_whole_is_walked_by_single_changes():
@@ -104,6 +128,8 @@ def test_cli_writes_a_version_2_strategy_and_says_what_is_not_searched(capsys, t
     assert main(["optimize", str(RESHARD4), "-o", str(tmp_path / "text")]) == 0
     text = capsys.readouterr().out
     assert "reshard_after_forward" in text and "note: prefetch depth not searched" in text
+    assert "unit grouping (wrap time, not in the strategy file): --units merge:all" in text and "fully_shard(model) with" in text
+    assert out["unit_grouping"]["units"] == "merge:all" and out["unit_groupings_priced"] == 6
 
 
 def test_fsdp_strategy_file_round_trips_and_ddp_files_stay_version_1(tmp_path):

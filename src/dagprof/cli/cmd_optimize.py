@@ -6,6 +6,7 @@ import sys
 
 from ..errors import DagprofError
 from ..progress import bar, shown
+from ..search.optimize import WORTH_APPLYING_PCT
 from ..traces.run_schema import FSDP2_API
 from ..units import parse_size
 from .common import add_out_argument, add_run_arguments, comma_list, finite_non_negative, outputs, positive_int, seconds
@@ -156,6 +157,13 @@ def _fsdp_table(r: dict) -> list[str]:
     if r["memory_budget_mb"] is not None:
         lines.append(f"memory budget {r['memory_budget_mb']:.2f} MB per rank: the best plan peaks at {best['memory']['total_mb']:.2f} MB "
                      f"({best['memory']['at']})")
+    gr = r["unit_grouping"]
+    if gr is not None:
+        lines.append(f"unit grouping (wrap time, not in the strategy file): --units {gr['units']} predicted {gr['predicted_iter_ms']:.1f} ms "
+                     f"({-gr['gain_pct']:+.1f} % against the profiled setup), peak {gr['memory']['total_mb']:.2f} MB/rank: {gr['wrap']}")
+    elif r["unit_groupings_priced"]:
+        lines.append(f"unit grouping: none of {r['unit_groupings_priced']} coarser groupings gains {WORTH_APPLYING_PCT:g} % "
+                     f"{'within the memory budget ' if r['memory_budget_mb'] is not None else ''}on the profiled setup")
     return lines
 
 

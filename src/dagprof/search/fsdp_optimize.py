@@ -13,9 +13,15 @@ How it searches: the space is 2^units x dtypes. Up to ``EXHAUSTIVE`` candidates 
 every unit resharded, every unit kept, each dtype), the best single change (one unit flipped, or the
 dtype) is taken while one gains, within ``--budget`` seconds. Deterministic: no randomness is needed.
 
+Unit grouping (which modules ``fully_shard`` wraps together) is searched too, but as advice: it is set at wrap time,
+so ``apply`` cannot change it on a wrapped model and the strategy file does not carry it. Each coarser grouping of the
+profiled setup (``passes.fsdp_units``: every adjacent pair, every ``merge:N``, ``merge:all``) is priced on the run's
+graph with every collective priced by the link model, as a ratio to the same graph ungrouped (so the model's own
+error on the profiled run cancels), applied to the measured profiled iteration; with its peak memory per rank.
+The best one that gains at least ``WORTH_APPLYING_PCT`` and fits the budget is advised with its ``fully_shard`` call.
+
 Not searched, and said in the output: prefetch depth (gloo on CPU runs FSDP's collectives synchronously,
-one all-gather in flight whatever the depth, so no depth changes the step) and unit grouping (which
-modules are units: set at wrap time, not modelled by the graph yet). DDP's knobs have no FSDP meaning.
+one all-gather in flight whatever the depth, so no depth changes the step). DDP's knobs have no FSDP meaning.
 """
 from __future__ import annotations
 
@@ -30,8 +36,10 @@ from ..errors import DagprofError
 from ..graph.dag import Graph
 from ..passes.comm import current_topology, graph_world_size, set_topology
 from ..passes.fsdp import resharded, set_reduce_dtype, set_reshard
+from ..passes.fsdp_units import merge_units, unit_groups, with_units
 from ..replay import ReplayResult, replay
 from ..traces.kineto_schema import dtype_bytes
+from ..traces.run_schema import FSDP2_API, FSDP_ROOT
 from ..units import MB
 from .evaluate import penalised
 from .memory import FsdpMemory, fsdp_peak
@@ -40,8 +48,7 @@ from .optimize import TIE_PCT, WORTH_APPLYING_PCT, Gain
 EXHAUSTIVE = 4096  # candidates replayed one by one; beyond this, seeds then the best single change
 LOSSY_DTYPES = ("bfloat16",)  # float16 moves the same bytes: it would price the same
 NOT_SEARCHED = ("prefetch depth not searched: gloo on CPU runs FSDP's collectives synchronously (one all-gather in flight "
-                "whatever the depth), so no depth changes the step here",
-                "unit grouping (which modules are units) not searched: it is set at wrap time and not modelled yet")
+                "whatever the depth), so no depth changes the step here",)
 
 
 @dataclass(frozen=True)
@@ -114,6 +121,34 @@ class FsdpEvaluator:
         return penalised(s.iter_us, s.memory.total, self.memory_budget)
 
 
+@dataclass(frozen=True)
+class Grouping:
+    """A coarser unit grouping of the profiled setup (``passes.fsdp_units`` spec), priced; wrap-time advice."""
+
+    spec: str  # "blocks.0+blocks.1", "merge:2", "merge:all"
+    groups: tuple[tuple[str, ...], ...]  # the merged groups (two units or more), in forward order
+    iter_us: float
+    memory: FsdpMemory
+    fits: bool
+
+    def wrap(self, api: str) -> str:
+        """How to make the groups: FSDP2's ``fully_shard`` calls (``model.`` before each module path), the root's last;
+        FSDP1 wraps one module per unit, so each group needs a module that holds just its members."""
+        if api != FSDP2_API:
+            return "; ".join(f"FullyShardedDataParallel(model) alone, with {', '.join(grp[1:])} not wrapped" if FSDP_ROOT in grp
+                             else f"one FullyShardedDataParallel unit for {' + '.join(grp)}" for grp in self.groups)
+        calls = [f"fully_shard([{', '.join(f'model.{n}' for n in grp)}])" for grp in self.groups if FSDP_ROOT not in grp]
+        into_root = [n for grp in self.groups if FSDP_ROOT in grp for n in grp if n != FSDP_ROOT]
+        if into_root:
+            calls.append(f"fully_shard(model) with {', '.join(into_root)} not wrapped on their own")
+        return "; ".join(calls)
+
+    def to_dict(self, baseline_us: float, api: str) -> dict:
+        return {"units": self.spec, "groups": [list(grp) for grp in self.groups], "wrap": self.wrap(api),
+                "predicted_iter_ms": self.iter_us / 1e3, "gain_pct": 100.0 * (baseline_us - self.iter_us) / baseline_us,
+                "memory": self.memory.to_dict(), "fits_memory": self.fits}
+
+
 @dataclass
 class FsdpSearchResult(Gain):
     baseline: FsdpScored
@@ -130,6 +165,15 @@ class FsdpSearchResult(Gain):
     model_error_pct: float | None = None
     warnings: list[str] = field(default_factory=list)
     memory_reason: str | None = None  # always None: an impossible budget is refused before the search
+    groupings: list[Grouping] = field(default_factory=list)  # every grouping priced, fastest first
+    api: str = FSDP2_API  # the job's FSDP (how a grouping is made)
+
+    @property
+    def grouping(self) -> Grouping | None:
+        """The grouping to advise: the fastest that fits the budget and gains at least ``WORTH_APPLYING_PCT``."""
+        fit = [gr for gr in self.groupings if gr.fits]
+        gain = 100.0 * (self.baseline.iter_us - fit[0].iter_us) / self.baseline.iter_us if fit else 0.0
+        return fit[0] if fit and gain >= WORTH_APPLYING_PCT else None
 
     @property
     def worth_applying(self) -> bool:
@@ -159,7 +203,8 @@ class FsdpSearchResult(Gain):
                 "worth_applying": self.worth_applying, "candidates_replayed": self.replayed, "search_seconds": self.seconds,
                 "memory_budget_mb": None if self.memory_budget is None else self.memory_budget / MB, "notes": self.notes,
                 "memory_reason": None, "summary": st.summary(), "caveats": st.caveats(), "model_error_pct": self.model_error_pct,
-                "warnings": self.warnings}
+                "warnings": self.warnings, "unit_groupings_priced": len(self.groupings),
+                "unit_grouping": None if self.grouping is None else self.grouping.to_dict(self.baseline.iter_us, self.api)}
 
 
 def search_fsdp(g: Graph, budget_s: float = 30.0, allow_lossy: bool = False, memory_budget: float | None = None,
@@ -212,8 +257,47 @@ def search_fsdp(g: Graph, budget_s: float = 30.0, allow_lossy: bool = False, mem
         sg, res = ev.replay(s.candidate)
         intervals[name] = predict_interval(sg, res, s.iter_us, residuals)
     record = [FsdpUnitPlan(u.name, u.numel, u.resharded_after_forward) for u in fs.units]
-    return FsdpSearchResult(base, best, units, record, profiled_dtype, ev.replayed, time.perf_counter() - t0, graph_world_size(g),
-                            notes, memory_budget, intervals)
+    groupings = _groupings(ev, base, memory_budget, t0 + budget_s, notes)
+    return FsdpSearchResult(base, best, units, record, profiled_dtype, ev.replayed, time.perf_counter() - t0,
+                            graph_world_size(g), notes, memory_budget, intervals, groupings=groupings, api=fs.api)
+
+
+def grouping_specs(g: Graph) -> list[str]:
+    """Every coarser grouping searched: each adjacent pair of inner units, ``merge:N`` for N = 2 .. (inner units - 1),
+    and ``merge:all``; those that make the same groups once."""
+    inner = [u.name for u in g.meta.fsdp.units if u.name != FSDP_ROOT]
+    specs = [f"{a}+{b}" for a, b in zip(inner, inner[1:])] + [f"merge:{k}" for k in range(2, len(inner))] + ["merge:all"]
+    seen, out = set(), []
+    for spec in specs:
+        key = tuple(tuple(grp) for grp in unit_groups(g, spec))
+        if key not in seen and any(len(grp) > 1 for grp in key):
+            seen.add(key)
+            out.append(spec)
+    return out
+
+
+def _groupings(ev: FsdpEvaluator, base: FsdpScored, memory_budget: float | None, deadline: float, notes: list[str]) -> list[Grouping]:
+    """Each grouping of ``grouping_specs`` priced on the profiled setup (module docstring), fastest first."""
+    g = ev.g
+    specs = grouping_specs(g)
+    flat = job_iteration_us(ev.modelled, replay(ev.modelled))
+    out, refused = [], 0
+    for k, spec in enumerate(specs):
+        if time.perf_counter() > deadline and k:
+            notes.append(f"unit grouping: search stopped at its budget after {k} of {len(specs)} groupings")
+            break
+        try:
+            merged = merge_units(ev.modelled, spec)  # priced on the profiled graph's link, as ``whatif --units``
+        except DagprofError:  # members that reshard differently: not modelled
+            refused += 1
+            continue
+        mem = max(fsdp_peak(with_units(g, spec)).values(), key=lambda m: m.total)
+        groups = tuple(tuple(grp) for grp in unit_groups(g, spec) if len(grp) > 1)
+        us = base.iter_us * job_iteration_us(merged, replay(merged)) / flat
+        out.append(Grouping(spec, groups, us, mem, memory_budget is None or mem.total <= memory_budget))
+    if refused:
+        notes.append(f"unit grouping: {refused} of {len(specs)} groupings not priced (their units reshard after forward differently)")
+    return sorted(out, key=lambda gr: gr.iter_us)
 
 
 def _changes(c: FsdpCandidate, profiled: FsdpCandidate) -> int:

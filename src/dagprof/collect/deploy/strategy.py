@@ -79,7 +79,8 @@ class FsdpUnitPlan(msgspec.Struct, frozen=True):
 class FsdpPlan(msgspec.Struct, frozen=True):
     """What the optimizer chose for an FSDP2 job: each unit's ``reshard_after_forward`` and the reduce dtype.
 
-    Prefetch depth and unit grouping are not part of it (not modelled on gloo/CPU, not searched)."""
+    Prefetch depth is not part of it (not modelled on gloo/CPU, not searched), nor unit grouping (a wrap-time choice:
+    ``optimize`` advises it beside the strategy)."""
 
     units: tuple[FsdpUnitPlan, ...]
     reduce_dtype: str | None = None  # a torch dtype name ("bfloat16"); None: as the job configured it
