@@ -72,8 +72,8 @@ def measure_profiler_cost(g: Graph) -> ProfilerCost:
     loop = g.meta.loop_steps
     if loop is None:
         return ProfilerCost(None, None, 0, 0, None, "not measured (no unprofiled steps: only dagprof's collector times them)")
-    prof = _job_steps(loop.profiled, set(g.meta.steps))
-    base = _job_steps(loop.unprofiled, None, WARMUP_STEPS)
+    prof = job_steps(loop.profiled, set(g.meta.steps))
+    base = job_steps(loop.unprofiled, None, WARMUP_STEPS)
     if len(prof) < 2 or len(base) < MIN_STEPS:
         return ProfilerCost(_median(prof), _median(base), len(prof), len(base), None,
                             f"not measured ({len(prof)} profiled and {len(base)} unprofiled steps from step {WARMUP_STEPS} on; "
@@ -89,7 +89,7 @@ def measure_profiler_cost(g: Graph) -> ProfilerCost:
     return ProfilerCost(p, u, len(prof), len(base), se, verdict)
 
 
-def _job_steps(per_rank: dict[int, dict[int, float]], only: set[int] | None, first: int = 0) -> list[float]:
+def job_steps(per_rank: dict[int, dict[int, float]], only: set[int] | None, first: int = 0) -> list[float]:
     """Each step that every rank timed, as its slowest rank's duration."""
     common = set.intersection(*(set(d) for d in per_rank.values())) if per_rank else set()
     keep = sorted(s for s in common if s >= first and (only is None or s in only))
