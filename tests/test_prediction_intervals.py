@@ -59,7 +59,7 @@ def test_the_level_widens_after_the_spreads():
     """Spreads in quadrature (the standard error at the normal quantile), a shift added to its own side only."""
     p = PredictionInterval(100.0, 90.0, 110.0, terms=("steps",))
     w = p.widened(RunLevel(shift=0.05, stderr=0.02, drift=0.03, terms=("profiler_cost", "drift")))
-    spread = np.sqrt(0.1**2 + (1.6449 * 0.02) ** 2 + 0.03**2)
+    spread = np.sqrt(0.1**2 + (1.6449 * 0.02) ** 2 + (1.6449 * 0.03) ** 2)
     assert w.point_us == 100.0 and w.lo_us == pytest.approx(100 * (1 - spread), rel=1e-4)
     assert w.hi_us == pytest.approx(100 * (1 + spread + 0.05), rel=1e-4)
     assert w.to_dict()["interval_basis"]["terms"] == ["steps", "profiler_cost", "drift"]

@@ -51,6 +51,7 @@ def launch(ranks: int, phases: list[tuple[str, float | None]], args, control: st
         port = 20000 + os.getpid() % 20000
         argv = [sys.executable, os.path.join(HERE, "worker.py"), "--world", str(ranks), "--port", str(port), "--control", control,
                 "--warmup", str(args.warmup), "--steps", str(args.steps), "--profile-steps", str(args.profile_steps),
+                "--profile-margin", str(args.profile_margin),
                 "--batch", str(args.batch), "--width", str(args.width), "--depth", str(args.depth), "--phases", *[ph for ph, _ in phases]]
         procs = [c.spawn(r, argv + ["--rank", str(r)], {"OMP_NUM_THREADS": "1"}, os.path.join(control, f"rank{r}.log")) for r in range(ranks)]
         deadline = time.monotonic() + timeout_s
@@ -168,6 +169,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5, help="timed steps per cell and round")
     ap.add_argument("--profile-steps", type=int, default=8)
+    ap.add_argument("--profile-margin", type=int, default=3, help="unprofiled steps before the profiled window (after the warm-up): "
+                    "with the timed steps after it, they measure the job's drift across the window (analysis.interval.run_level)")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--width", type=int, default=768)
     ap.add_argument("--depth", type=int, default=8)

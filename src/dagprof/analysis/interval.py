@@ -28,8 +28,11 @@ step, was off. Three measured sources of that:
   measured profiled run: a bias of the model on this run that every scenario inherits; it widens
   the side it points to.
 - ``drift``: unprofiled steps both before and after the profiled window show how far the job's
-  level moved across it (a shared machine's load drifts by more than its steps' spread); the
-  measurement is another run, later, so that change widens both sides.
+  level moved across it (a shared machine's load drifts by more than its steps' spread): the
+  change of their medians, less (in quadrature) what the medians' own noise explains, is taken as
+  the standard deviation of the level's change; the measurement is another run, later, so it
+  widens both sides (normal quantile). Only a profile with unprofiled steps past the warm-up on
+  both sides of its window measures it.
 
 A shift is not a spread: it adds to its side after the spreads' quadrature (the point itself is
 kept, so the interval still holds it). A mean over many steps varies less than one step, but a run
@@ -45,7 +48,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..graph.dag import Graph
-from ..passes.profiler_cost import WARMUP_STEPS, ProfilerCost, job_steps
+from ..passes.profiler_cost import WARMUP_STEPS, ProfilerCost, job_steps, median_stderr
 from ..replay import ReplayResult
 from ..traces.events import Kind
 from .breakdown import job_iteration_us
@@ -59,7 +62,7 @@ class RunLevel:
 
     shift: float = 0.0  # known: the job runs this share above the point (negative: below)
     stderr: float = 0.0  # standard error of the measured level (the profiler's cost)
-    drift: float = 0.0  # the job's level change across the profiled window, either way
+    drift: float = 0.0  # standard deviation of the job's level change across the profiled window, either way
     terms: tuple[str, ...] = ()  # which of profiler_cost, model, drift were measured
 
 
@@ -84,8 +87,10 @@ def run_level(g: Graph, cost: ProfilerCost, corrected: bool, model_us: float | N
         before = job_steps(loop.unprofiled, {s for s in ids if s < first}, WARMUP_STEPS)
         after = job_steps(loop.unprofiled, {s for s in ids if s > last})
         profiled = job_steps(loop.profiled, set(g.meta.steps))
-        if len(before) >= 2 and len(after) >= 2 and profiled:
-            drift = abs(statistics.median(after) - statistics.median(before)) / statistics.median(profiled)
+        if len(before) >= 2 and len(after) >= 2 and profiled:  # the change beyond what the two medians' noise explains
+            change = statistics.median(after) - statistics.median(before)
+            noise = math.hypot(median_stderr(before), median_stderr(after))
+            drift = math.sqrt(max(change**2 - noise**2, 0.0)) / statistics.median(profiled)
             terms.append("drift")
     return RunLevel(shift, stderr, drift, tuple(terms))
 
@@ -119,7 +124,7 @@ class PredictionInterval:
         if not run.terms or self.point_us <= 0:
             return self
         z = statistics.NormalDist().inv_cdf(0.5 + self.level / 2)
-        extra = (z * run.stderr) ** 2 + run.drift**2
+        extra = (z * run.stderr) ** 2 + (z * run.drift) ** 2
         lo = math.sqrt((1.0 - self.lo_us / self.point_us) ** 2 + extra) + max(-run.shift, 0.0)
         hi = math.sqrt((self.hi_us / self.point_us - 1.0) ** 2 + extra) + max(run.shift, 0.0)
         return replace(self, lo_us=self.point_us * max(1.0 - lo, 0.0), hi_us=self.point_us * (1.0 + hi), terms=self.terms + run.terms)

@@ -79,7 +79,7 @@ def measure_profiler_cost(g: Graph) -> ProfilerCost:
                             f"not measured ({len(prof)} profiled and {len(base)} unprofiled steps from step {WARMUP_STEPS} on; "
                             f"needs 2 and {MIN_STEPS})")
     p, u = statistics.median(prof), statistics.median(base)
-    se = math.hypot(_median_stderr(prof), _median_stderr(base))
+    se = math.hypot(median_stderr(prof), median_stderr(base))
     seen = f"profiled {p / 1e3:.1f} ms/step vs {u / 1e3:.1f} ms unprofiled, {100 * (u - p) / p:+.1f} % +- {100 * se / p:.1f} %"
     verdict = None
     if u - p > NOISE_SIGMAS * se:
@@ -100,7 +100,7 @@ def _median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-def _median_stderr(xs: list[float]) -> float:
+def median_stderr(xs: list[float]) -> float:
     """Standard error of the median of ``xs``: 1.2533 sd / sqrt(n), the sd estimated as 1.4826 x the median absolute deviation."""
     med = statistics.median(xs)
     return 1.2533 * 1.4826 * statistics.median(abs(x - med) for x in xs) / math.sqrt(len(xs))
