@@ -9,7 +9,11 @@ that profile with the what-if passes, and prints measured vs predicted per cell.
 
 The machine is shared and its load drifts by minutes, so each round runs, back to back in
 the same processes, the profile of the profiled cell, a link sweep and every cell (shuffled);
-each round predicts from its own profile. The table gives medians over rounds.
+each round predicts from its own profile. The table gives medians over rounds. The profile
+has unprofiled steps on both sides of its window (``--profile-margin`` before, ``--steps``
+after): they measure the profiler's cost and the job's drift, which widen the 90 % intervals
+whose coverage of the cells' single steps closes the output (``--out`` keeps, per cell and
+round, each interval and how many steps fell below and above it).
 
 How each cell is predicted from the profile (2 ranks, 1 Gbit/s, 1 MB buckets):
 - link rate: the link fitted to the profiled collectives, its bandwidth scaled by the rate
