@@ -5,9 +5,11 @@ import numpy as np
 import pytest
 from testdata import DATA
 
-from dagprof.analysis.interval import PredictionInterval, _t_quantile, link_residuals, predict_interval, step_times
+from dagprof.analysis.interval import PredictionInterval, RunLevel, _t_quantile, link_residuals, predict_interval, run_level, step_times
 from dagprof.cli.main import main
+from dagprof.graph.meta import LoopSteps
 from dagprof.passes import fit_topology, set_link, set_topology
+from dagprof.passes.profiler_cost import measure_profiler_cost
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
 
@@ -53,6 +55,48 @@ def test_interval_holds_the_point_and_widens_with_link_residuals():
     assert (wide_slow.hi_us - wide_slow.point_us) / wide_slow.point_us > (widened.hi_us - widened.point_us) / widened.point_us
 
 
+def test_the_level_widens_after_the_spreads():
+    """Spreads in quadrature (the standard error at the normal quantile), a shift added to its own side only."""
+    p = PredictionInterval(100.0, 90.0, 110.0, terms=("steps",))
+    w = p.widened(RunLevel(shift=0.05, stderr=0.02, drift=0.03, terms=("profiler_cost", "drift")))
+    spread = np.sqrt(0.1**2 + (1.6449 * 0.02) ** 2 + (1.6449 * 0.03) ** 2)
+    assert w.point_us == 100.0 and w.lo_us == pytest.approx(100 * (1 - spread), rel=1e-4)
+    assert w.hi_us == pytest.approx(100 * (1 + spread + 0.05), rel=1e-4)
+    assert w.to_dict()["interval_basis"]["terms"] == ["steps", "profiler_cost", "drift"]
+    assert w.scaled(0.5).terms == w.terms
+    down = p.widened(RunLevel(shift=-0.05, terms=("model",)))
+    assert (down.lo_us, down.hi_us) == pytest.approx((85.0, 110.0))
+    assert p.widened(RunLevel()) is p  # nothing measured: as it was
+
+
+def _loop(g, profiled: float, unprofiled: float):
+    """``g`` with its loop timing the profiled steps at ``profiled`` x the measured step and 6 later ones at ``unprofiled`` x."""
+    m = g.meta.measured_iter_us
+    jitter = [1.0, 1.01, 0.99, 1.02, 0.98, 1.0]
+    loop = LoopSteps({r: {s: m[r] * profiled * jitter[i] for i, s in enumerate(g.meta.steps)} for r in m},
+                     {r: {s: m[r] * unprofiled * jitter[i] for i, s in enumerate(range(10, 16))} for r in m})
+    return g.replace(meta=g.meta.replace(loop_steps=loop))
+
+
+def test_run_level_from_the_profile():
+    """The unprofiled steps' offset is a shift only where the profiler's cost was not removed; its standard error
+    widens both ways either way; the model's miss of the profiled run compounds with it."""
+    g = open_run(DATA / "gloo-windows" / "same").graph
+    cost = measure_profiler_cost(g)
+    assert run_level(g, cost, False) == RunLevel()  # a stock trace: no unprofiled steps
+    slower = _loop(g, 1.0, 0.9)  # the profiler cost 10 %
+    cost = measure_profiler_cost(slower)
+    assert cost.usable
+    raw = run_level(slower, cost, False)
+    fixed = run_level(slower, cost, True)
+    assert raw.terms == fixed.terms == ("profiler_cost",) and raw.drift == fixed.drift == 0.0  # nothing before the window
+    assert raw.shift == pytest.approx(cost.unprofiled_us / cost.profiled_us - 1) and fixed.shift == 0.0
+    assert raw.stderr == fixed.stderr == pytest.approx(cost.stderr_us / cost.profiled_us) and fixed.stderr > 0
+    both = run_level(slower, cost, True, model_us=100.0, reference_us=103.0)  # the model gives the profiled run 3 % too little
+    assert both.terms == ("profiler_cost", "model") and both.shift == pytest.approx(0.03)
+    assert run_level(slower, cost, False, 100.0, 103.0).shift == pytest.approx((1 + raw.shift) * 1.03 - 1)
+
+
 def test_one_step_has_no_step_spread():
     g = open_run(DATA / "gloo-windows" / "same", steps=range(2, 3)).graph
     p = predict_interval(g, replay(g))
@@ -84,5 +128,6 @@ def test_optimize_json_gives_the_strategy_interval(capsys, small_ddp_run, tmp_pa
         s = r[key]
         assert s["lo_ms"] <= s["predicted_iter_ms"] <= s["hi_ms"] and s["level"] == 0.9
         assert s["interval_basis"]["steps"] == 4
+        assert {"steps", "model"} <= set(s["interval_basis"]["terms"])  # the search's model checked on the measured run
     assert main(["optimize", small_ddp_run, "--budget", "1", "-o", str(tmp_path)]) == 0
     assert "predicted " in capsys.readouterr().out

@@ -9,7 +9,11 @@ that profile with the what-if passes, and prints measured vs predicted per cell.
 
 The machine is shared and its load drifts by minutes, so each round runs, back to back in
 the same processes, the profile of the profiled cell, a link sweep and every cell (shuffled);
-each round predicts from its own profile. The table gives medians over rounds.
+each round predicts from its own profile. The table gives medians over rounds. The profile
+has unprofiled steps on both sides of its window (``--profile-margin`` before, ``--steps``
+after): they measure the profiler's cost and the job's drift, which widen the 90 % intervals
+whose coverage of the cells' single steps closes the output (``--out`` keeps, per cell and
+round, each interval and how many steps fell below and above it).
 
 How each cell is predicted from the profile (2 ranks, 1 Gbit/s, 1 MB buckets):
 - link rate: the link fitted to the profiled collectives, its bandwidth scaled by the rate
@@ -51,6 +55,7 @@ def launch(ranks: int, phases: list[tuple[str, float | None]], args, control: st
         port = 20000 + os.getpid() % 20000
         argv = [sys.executable, os.path.join(HERE, "worker.py"), "--world", str(ranks), "--port", str(port), "--control", control,
                 "--warmup", str(args.warmup), "--steps", str(args.steps), "--profile-steps", str(args.profile_steps),
+                "--profile-margin", str(args.profile_margin),
                 "--batch", str(args.batch), "--width", str(args.width), "--depth", str(args.depth), "--phases", *[ph for ph, _ in phases]]
         procs = [c.spawn(r, argv + ["--rank", str(r)], {"OMP_NUM_THREADS": "1"}, os.path.join(control, f"rank{r}.log")) for r in range(ranks)]
         deadline = time.monotonic() + timeout_s
@@ -76,7 +81,8 @@ def launch(ranks: int, phases: list[tuple[str, float | None]], args, control: st
 
 
 def one_round(args, work: str, rng: random.Random) -> tuple[dict, dict, dict]:
-    """Profile + link sweep + every cell, back to back; returns (step ms per cell, predicted ms per cell, its interval)."""
+    """Profile + link sweep + every cell, back to back; returns (step ms per cell, predicted ms per cell, its interval
+    per cell: raw, and ("corrected", *cell) as dagprof predicts by default)."""
     ranks0, rate0, cap0 = args.profiled
     measured: dict[tuple[int, str, float], list[float]] = {}
     predicted: dict[tuple[int, str, float], float] = {}
@@ -93,8 +99,9 @@ def one_round(args, work: str, rng: random.Random) -> tuple[dict, dict, dict]:
         print(f"  {len(cells)} cells on {ranks} ranks in {time.monotonic() - t0:.0f} s", file=sys.stderr)
     predicted, intervals, replay_ms = predict(run_dir, args.profiled, sweep, args.swept, sorted(measured), args.cores, raw=True)
     predicted["replay"] = replay_ms
-    corrected, _, cost = predict(run_dir, args.profiled, sweep, args.swept, sorted(measured), args.cores)
+    corrected, corrected_intervals, cost = predict(run_dir, args.profiled, sweep, args.swept, sorted(measured), args.cores)
     predicted |= {("corrected", *key): v for key, v in corrected.items()}
+    intervals |= {("corrected", *key): v for key, v in corrected_intervals.items()}
     print(f"  {cost}", file=sys.stderr)
     predicted["cost"] = cost
     return measured, predicted, intervals
@@ -110,7 +117,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     after it) is removed from the op times first, as ``dagprof whatif`` does, and the third value
     is the line saying so instead of the replayed iteration."""
     from dagprof.analysis import job_iteration_us
-    from dagprof.analysis.interval import link_residuals, predict_interval
+    from dagprof.analysis.interval import link_residuals, predict_interval, run_level
     from dagprof.collect.measure.calibrate import fit
     from dagprof.costmodel.alphabeta import AlphaBeta
     from dagprof.costmodel.topology import Topology
@@ -128,10 +135,13 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     shaped = prof_rate if RATES[prof_rate] else swept
     base_topo = Topology.flat(prof_ranks, links[prof_rate])
     cost = measure_profiler_cost(stepwise)
+    measured_us, profiled = max(stepwise.meta.measured_iter_us.values()), stepwise
     if not raw:
         averaged, factor = remove_profiler_cost(averaged, cost, job_iteration_us, model=set_topology(averaged, base_topo))
         stepwise = scale_host_work(stepwise, factor)
+        measured_us *= 1.0 - cost.share
     residuals = link_residuals(stepwise, set_topology(stepwise, base_topo))
+    level = run_level(profiled, cost, not raw, job_iteration_us(set_topology(averaged, base_topo)), measured_us)  # as whatif's
     out, intervals = {}, {}
     for ranks, rate, cap in cells:
         link = links.get(rate)
@@ -152,7 +162,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
         point = job_iteration_us(cell(averaged))
         g = cell(stepwise)
         out[(ranks, rate, cap)] = point / 1e3
-        intervals[(ranks, rate, cap)] = predict_interval(g, replay(g), point, residuals)
+        intervals[(ranks, rate, cap)] = predict_interval(g, replay(g), point, residuals, run=level)
     return out, intervals, job_iteration_us(averaged) / 1e3 if raw else cost.describe()
 
 
@@ -163,6 +173,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5, help="timed steps per cell and round")
     ap.add_argument("--profile-steps", type=int, default=8)
+    ap.add_argument("--profile-margin", type=int, default=3, help="unprofiled steps before the profiled window (after the warm-up): "
+                    "with the timed steps after it, they measure the job's drift across the window (analysis.interval.run_level)")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--width", type=int, default=768)
     ap.add_argument("--depth", type=int, default=8)
@@ -188,8 +200,10 @@ def main() -> int:
     steps: dict[tuple[int, str, float], list[float]] = {}
     preds: dict = {}
     round_means: dict[tuple[int, str, float], list[float]] = {}  # per round: the cell's mean timed step, ms
-    covered: list[tuple[bool, bool]] = []  # per (round, cell): (every timed step, the round's mean step) inside the round's 90 % interval
-    inside_steps: dict[str, list[int]] = {}  # per link: [timed steps inside the interval, timed steps]
+    # per flavour (raw, corrected) and link: [timed steps inside the round's 90 % interval, below it, above it, timed steps]
+    inside_steps: dict[str, dict[str, list[int]]] = {"raw": {}, "corrected": {}}
+    means_inside: dict[str, list[bool]] = {"raw": [], "corrected": []}  # per (round, cell): the round's mean step inside
+    bounds: dict[tuple, list] = {}  # per flavour and cell, per round: [lo ms, hi ms, timed steps below, above]
     rng = random.Random(0)
     with tempfile.TemporaryDirectory(prefix="dagprof-testbed-") as tmp:
         work = args.keep or tmp
@@ -199,11 +213,13 @@ def main() -> int:
             for key, v in m.items():
                 steps.setdefault(key, []).extend(v)
                 round_means.setdefault(key, []).append(statistics.mean(v))
-                inside = [iv[key].contains(t * 1e3) for t in v]
-                tally = inside_steps.setdefault(key[1], [0, 0])
-                tally[0] += sum(inside)
-                tally[1] += len(inside)
-                covered.append((all(inside), iv[key].contains(statistics.mean(v) * 1e3)))
+                for flavour, ivk in (("raw", iv[key]), ("corrected", iv[("corrected", *key)])):
+                    below, above = sum(t * 1e3 < ivk.lo_us for t in v), sum(t * 1e3 > ivk.hi_us for t in v)
+                    tally = inside_steps[flavour].setdefault(key[1], [0, 0, 0, 0])
+                    for i, x in enumerate((len(v) - below - above, below, above, len(v))):
+                        tally[i] += x
+                    means_inside[flavour].append(ivk.contains(statistics.mean(v) * 1e3))
+                    bounds.setdefault((flavour, *key), []).append([ivk.lo_us / 1e3, ivk.hi_us / 1e3, below, above])
             for key, v in p.items():
                 preds.setdefault(key, []).append(v)
     rows = []
@@ -221,7 +237,9 @@ def main() -> int:
         spreads = [sorted(100.0 * (p - rm) / rm for p, rm in zip(preds[k], round_means[key])) for k in (key, ("corrected", *key))]
         rows.append({"ranks": key[0], "link": key[1], "bucket_mb": key[2], "measured_ms": m, "predicted_ms": pc, "error_pct": errc,
                      "raw_predicted_ms": pr, "raw_error_pct": err, "per_round_predicted_ms": preds[("corrected", *key)],
-                     "per_round_raw_predicted_ms": preds[key], "per_round_measured_ms": round_means[key]})
+                     "per_round_raw_predicted_ms": preds[key], "per_round_measured_ms": round_means[key],
+                     "per_round_interval_ms": bounds[("corrected", *key)], "per_round_raw_interval_ms": bounds[("raw", *key)],
+                     "steps_ms": steps[key]})
         mark = "  (profiled)" if key == args.profiled else ""
         sp = [f"{s[0]:+.1f}..{s[-1]:+.1f}" for s in spreads]
         print(f"{key[0]:>5} {key[1]:>9} {key[2]:>9g} {m:>12.1f} {pr:>8.1f} {err:>+8.1f} {sp[0]:>13} {pc:>13.1f} {errc:>+8.1f} {sp[1]:>13}{mark}")
@@ -247,13 +265,14 @@ def main() -> int:
         if rs:
             print(f"median |error| {name}: raw {statistics.median(abs(r['raw_error_pct']) for r in rs):.1f} %, corrected "
                   f"{statistics.median(abs(r['error_pct']) for r in rs):.1f} % over {len(rs)} cells")
-    if covered:
-        hit, n = (sum(t[i] for t in inside_steps.values()) for i in (0, 1))
-        by_link = ", ".join(f"{link} {t[0]} of {t[1]} ({100 * t[0] / t[1]:.0f} %)" for link, t in sorted(inside_steps.items()))
-        print(f"90 % intervals (each round's own profile, its cells' steps replayed one by one): {hit} of {n} "
-              f"timed steps inside ({100 * hit / n:.0f} %; {by_link}); per-round cell means inside: "
-              f"{sum(c[1] for c in covered)} of {len(covered)} ({100 * sum(c[1] for c in covered) / len(covered):.0f} %); "
-              f"the machine is shared, so steps carry other jobs' load")
+    for flavour, tallies in inside_steps.items():
+        if tallies:
+            hit, below, above, n = (sum(t[i] for t in tallies.values()) for i in range(4))
+            by_link = ", ".join(f"{link} {t[0]} of {t[3]} ({100 * t[0] / t[3]:.0f} %)" for link, t in sorted(tallies.items()))
+            means = means_inside[flavour]
+            print(f"90 % intervals, {flavour} (each round's own profile, its cells' steps replayed one by one, widened by "
+                  f"the run's level): {hit} of {n} timed steps inside ({100 * hit / n:.0f} %; {by_link}; {below} below, {above} above); "
+                  f"per-round cell means inside: {sum(means)} of {len(means)} ({100 * sum(means) / len(means):.0f} %)")
     print(f"replay of the profiled graph as built (measured spans, no what-if): {statistics.median(preds['replay']):.1f} ms/iter")
     print(f"testbed wall time {time.monotonic() - t0:.0f} s")
     if args.out:

@@ -8,7 +8,8 @@ sweep and the measured cells close in time (the machine's load drifts): before e
 rank 0 writes ``ready<k>`` in the control folder, the driver sets the link rate and writes
 ``go<k>``. ``train:CAP`` trains ``warmup + steps`` steps with a fresh DDP wrapper of that
 bucket cap; ``profile:CAP`` does the same under ``dagprof.profile`` (hooks only, no Kineto)
-into ``<control>/run``; ``sweep`` times all-reduces over sizes (``dagprof calibrate``'s sweep).
+into ``<control>/run``, its window ``profile_margin`` unprofiled steps after the warm-up and
+``steps`` before the end (both sides measure the profiler's cost and the job's drift); ``sweep`` times all-reduces over sizes (``dagprof calibrate``'s sweep).
 Rank 0 writes each phase's result (step seconds, or sweep points) to ``results.json``.
 """
 from __future__ import annotations
@@ -52,6 +53,7 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--profile-steps", type=int, default=10)
+    p.add_argument("--profile-margin", type=int, default=0, help="unprofiled steps between the warm-up and the profiled window")
     p.add_argument("--width", type=int, default=768)
     p.add_argument("--depth", type=int, default=8)
     p.add_argument("--batch", type=int, default=64)
@@ -94,8 +96,9 @@ def main() -> None:
         if mode == "profile":
             from dagprof.collect.hooks.profile import profile
 
-            n = a.warmup + a.profile_steps  # then a.steps without the profiler: they measure its cost (passes.profiler_cost)
-            with profile(os.path.join(a.control, "run"), steps=range(a.warmup, n), model=ddp, kineto=False) as prof:
+            first = a.warmup + a.profile_margin  # unprofiled steps on both sides: the profiler's cost and the drift (passes.profiler_cost)
+            n = first + a.profile_steps
+            with profile(os.path.join(a.control, "run"), steps=range(first, n), model=ddp, kineto=False) as prof:
                 for _ in range(n + a.steps):
                     t0 = time.perf_counter()
                     step()

@@ -13,7 +13,7 @@ from typing import Callable, Iterator
 
 from .analysis import job_iteration_us
 from .analysis.diff import ExpectationCheck, categories_vs_expected
-from .analysis.interval import PredictionInterval
+from .analysis.interval import PredictionInterval, run_level
 from .collect.deploy.strategy import Strategy, save_strategy
 from .collect.jobs.netns import Cluster, available
 from .collect.jobs.verify import Verification, verify, verify_in_process
@@ -44,7 +44,8 @@ def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = N
     """Search ``run``; write ``out_dir/strategy.json`` only when the search says it is worth applying.
 
     Unless ``raw``, the search starts from op times with the profiler's own cost removed (``passes.profiler_cost``),
-    as the strategy will run unprofiled; a note says what was done, or why nothing was.
+    as the strategy will run unprofiled; a note says what was done, or why nothing was. The intervals are widened
+    by the level the search's model stands on (``analysis.interval.run_level``).
     """
     prof = open_run(run, steps=steps, step_marker=step_marker, allow_missing_ranks=allow_missing_ranks)
     g, cost = prof.graph, measure_profiler_cost(prof.graph)
@@ -57,7 +58,10 @@ def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = N
     else:
         res = search_run(prof.run, g, opts, os.path.join(out_dir, CODEC_COSTS_FILE))
     res.notes.append("op times as profiled (--raw)" if raw else cost.describe())
-    check_baseline(res, prof.analysis.measured_us, 0.0 if raw else cost.share)
+    share, measured = 0.0 if raw else cost.share, prof.analysis.measured_us
+    check_baseline(res, measured, share)
+    level = run_level(prof.graph, cost, not raw and cost.usable, res.baseline.iter_us, measured and measured * (1.0 - share))
+    res.intervals = res.intervals and {name: iv.widened(level) for name, iv in res.intervals.items()}  # the search's own model, checked above
     strategy = res.strategy()
     path = save_strategy(strategy, os.path.join(out_dir, STRATEGY_FILE)) if res.worth_applying else None
     return Found(prof, res, strategy, path)

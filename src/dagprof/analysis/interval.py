@@ -1,32 +1,98 @@
 """How far to trust a predicted iteration time: an interval around it, from the profile's own steps.
 
-dagprof keeps every profiled step, so replaying a scenario step by step gives one iteration time
-per step: their spread is how much one step of the scenario varies on the machine that was
-profiled. Where communication is modelled (a link fitted to the profile, or given), every step's
-collectives cost the model's price, which has no spread: the link model's residuals on the
-profiled steps (measured over modelled communication, step by step) put it back, as two more
-replays with every modelled transfer scaled to the residuals' low and high ends.
+The interval is a prediction interval for ONE step of the job as it will run (unprofiled, later):
+what a single measured step should fall in ``level`` of the time. Each source of error below is
+measured on the profile itself, never tuned to a benchmark's coverage.
 
-The interval is a prediction interval for ONE step's time (Student-t from the step spread, so
-a profile of few steps gets a wider one), the two sources combined in quadrature. It is what a
-single measured step should fall in ``level`` of the time; a mean over many steps varies less,
-but a run on a shared machine drifts by more than its steps' spread, so this is the honest
-width to judge a measurement against.
+Spread of single steps (independent of each other, so combined in quadrature):
+
+- ``steps``: dagprof keeps every profiled step, so replaying a scenario step by step gives one
+  iteration time per step; their spread (Student-t, times sqrt(1 + 1/n) for the mean the point is,
+  so a profile of few steps gets a wider one) is how much one step varies on the machine profiled.
+- ``link``: where communication is modelled (a link fitted to the profile, or given), every step's
+  collectives cost the model's price, which has no spread: the link model's residuals on the
+  profiled steps (measured over modelled communication, step by step) put it back, as two more
+  replays with every modelled transfer scaled to the residuals' low and high ends.
+
+The level the point stands on (``RunLevel``, from the run's own unprofiled steps and the model's
+check on the profiled run). On the namespace testbed the measured steps missed the step-spread
+interval mostly as a whole cell at a time (every step of a cell on one side): the level, not the
+step, was off. Three measured sources of that:
+
+- ``profiler_cost``: the measurement is of unprofiled steps, the point of profiled ones (less the
+  profiler's cost, when it was corrected). That cost is a difference of two medians of few steps:
+  its standard error (normal quantile) widens both sides. Where it was not corrected (``--raw``, or
+  too noisy, or the unprofiled steps ran slower), the unprofiled steps' offset from the profiled
+  ones is a known shift of this very run, and widens the side it points to.
+- ``model``: the model the what-ifs start from (modelled communication, averaged steps) against the
+  measured profiled run: a bias of the model on this run that every scenario inherits; it widens
+  the side it points to.
+- ``drift``: unprofiled steps both before and after the profiled window show how far the job's
+  level moved across it (a shared machine's load drifts by more than its steps' spread): the
+  change of their medians, less (in quadrature) what the medians' own noise explains, is taken as
+  the standard deviation of the level's change; the measurement is another run, later, so it
+  widens both sides (normal quantile). Only a profile with unprofiled steps past the warm-up on
+  both sides of its window measures it.
+
+A shift is not a spread: it adds to its side after the spreads' quadrature (the point itself is
+kept, so the interval still holds it). A mean over many steps varies less than one step, but a run
+on a shared machine drifts by more than its steps' spread, so this is the honest width to judge a
+measurement against.
 """
 from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..graph.dag import Graph
+from ..passes.profiler_cost import WARMUP_STEPS, ProfilerCost, job_steps, median_stderr
 from ..replay import ReplayResult
 from ..traces.events import Kind
 from .breakdown import job_iteration_us
 
 LEVEL = 0.9
+
+
+@dataclass(frozen=True)
+class RunLevel:
+    """Where the job's own steps sit against the level a prediction stands on, as shares of the point (module docstring)."""
+
+    shift: float = 0.0  # known: the job runs this share above the point (negative: below)
+    stderr: float = 0.0  # standard error of the measured level (the profiler's cost)
+    drift: float = 0.0  # standard deviation of the job's level change across the profiled window, either way
+    terms: tuple[str, ...] = ()  # which of profiler_cost, model, drift were measured
+
+
+def run_level(g: Graph, cost: ProfilerCost, corrected: bool, model_us: float | None = None, reference_us: float | None = None) -> RunLevel:
+    """The ``RunLevel`` of the profiled graph ``g`` (its ``meta.loop_steps``): ``cost`` as measured on it and whether its
+    op times were ``corrected`` by it; ``model_us`` the model of the profiled run the what-ifs start from, against the
+    ``reference_us`` it should give (the measured step, less the profiler's cost when corrected)."""
+    shift, stderr, terms = 0.0, 0.0, []
+    p, u = cost.profiled_us, cost.unprofiled_us
+    if p and u and cost.stderr_us is not None:
+        stderr = cost.stderr_us / p
+        shift = 0.0 if corrected and cost.usable else (u - p) / p
+        terms.append("profiler_cost")
+    if model_us and reference_us:
+        shift = (1.0 + shift) * reference_us / model_us - 1.0
+        terms.append("model")
+    drift = 0.0
+    loop = g.meta.loop_steps
+    if loop is not None and g.meta.steps:
+        first, last = min(g.meta.steps), max(g.meta.steps)
+        ids = set().union(*loop.unprofiled.values())
+        before = job_steps(loop.unprofiled, {s for s in ids if s < first}, WARMUP_STEPS)
+        after = job_steps(loop.unprofiled, {s for s in ids if s > last})
+        profiled = job_steps(loop.profiled, set(g.meta.steps))
+        if len(before) >= 2 and len(after) >= 2 and profiled:  # the change beyond what the two medians' noise explains
+            change = statistics.median(after) - statistics.median(before)
+            noise = math.hypot(median_stderr(before), median_stderr(after))
+            drift = math.sqrt(max(change**2 - noise**2, 0.0)) / statistics.median(profiled)
+            terms.append("drift")
+    return RunLevel(shift, stderr, drift, tuple(terms))
 
 
 @dataclass(frozen=True)
@@ -39,6 +105,7 @@ class PredictionInterval:
     level: float = LEVEL
     steps: int = 0  # replayed steps the spread comes from (< 2: no step spread)
     residual_steps: int = 0  # profiled steps whose link-model residuals widened it (0: communication not modelled)
+    terms: tuple[str, ...] = ()  # the sources that widened it (module docstring)
 
     def text(self) -> str:
         """``1,417 ms (1,380-1,452, 90 %)``."""
@@ -49,11 +116,22 @@ class PredictionInterval:
 
     def scaled(self, factor: float) -> "PredictionInterval":
         """The same interval per micro-batch, per sample..., all three times multiplied by ``factor``."""
-        return PredictionInterval(self.point_us * factor, self.lo_us * factor, self.hi_us * factor, self.level, self.steps, self.residual_steps)
+        return replace(self, point_us=self.point_us * factor, lo_us=self.lo_us * factor, hi_us=self.hi_us * factor)
+
+    def widened(self, run: RunLevel) -> "PredictionInterval":
+        """Also the uncertainty of the level the point stands on: ``run``'s spreads in quadrature with this interval's,
+        its shift added to the side it points to."""
+        if not run.terms or self.point_us <= 0:
+            return self
+        z = statistics.NormalDist().inv_cdf(0.5 + self.level / 2)
+        extra = (z * run.stderr) ** 2 + (z * run.drift) ** 2
+        lo = math.sqrt((1.0 - self.lo_us / self.point_us) ** 2 + extra) + max(-run.shift, 0.0)
+        hi = math.sqrt((self.hi_us / self.point_us - 1.0) ** 2 + extra) + max(run.shift, 0.0)
+        return replace(self, lo_us=self.point_us * max(1.0 - lo, 0.0), hi_us=self.point_us * (1.0 + hi), terms=self.terms + run.terms)
 
     def to_dict(self) -> dict:
         return {"predicted_iter_ms": self.point_us / 1e3, "lo_ms": self.lo_us / 1e3, "hi_ms": self.hi_us / 1e3, "level": self.level,
-                "interval": self.text(), "interval_basis": {"steps": self.steps, "residual_steps": self.residual_steps}}
+                "interval": self.text(), "interval_basis": {"steps": self.steps, "residual_steps": self.residual_steps, "terms": list(self.terms)}}
 
 
 def _ms(us: float) -> str:
@@ -91,9 +169,10 @@ def link_residuals(profiled: Graph, modelled: Graph) -> np.ndarray:
 
 
 def predict_interval(g: Graph, res: ReplayResult, point_us: float | None = None, residuals: np.ndarray | None = None,
-                     level: float = LEVEL) -> PredictionInterval:
+                     level: float = LEVEL, run: RunLevel | None = None) -> PredictionInterval:
     """The interval around ``point_us`` (default: ``g``'s replayed iteration) from ``g``'s replayed steps and, when
-    ``g``'s communication is modelled (``meta.topology`` set), the link ``residuals`` (``link_residuals``)."""
+    ``g``'s communication is modelled (``meta.topology`` set), the link ``residuals`` (``link_residuals``); widened
+    by ``run`` (``run_level``), the uncertainty of the level the point stands on."""
     point = job_iteration_us(g, res) if point_us is None else point_us
     d = step_times(g, res)
     t = _t_quantile(0.5 + level / 2, len(d) - 1) if len(d) >= 2 else 0.0
@@ -110,7 +189,9 @@ def predict_interval(g: Graph, res: ReplayResult, point_us: float | None = None,
             lo2 += (max(base - low, 0.0) / base) ** 2
             hi2 += (max(high - base, 0.0) / base) ** 2
             used = len(residuals)
-    return PredictionInterval(point, point * max(1.0 - math.sqrt(lo2), 0.0), point * (1.0 + math.sqrt(hi2)), level, len(d), used)
+    terms = ("steps",) * (step > 0) + ("link",) * (used > 0)
+    out = PredictionInterval(point, point * max(1.0 - math.sqrt(lo2), 0.0), point * (1.0 + math.sqrt(hi2)), level, len(d), used, terms)
+    return out if run is None else out.widened(run)
 
 
 def _t_quantile(p: float, dof: int) -> float:

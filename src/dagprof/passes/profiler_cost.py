@@ -72,14 +72,14 @@ def measure_profiler_cost(g: Graph) -> ProfilerCost:
     loop = g.meta.loop_steps
     if loop is None:
         return ProfilerCost(None, None, 0, 0, None, "not measured (no unprofiled steps: only dagprof's collector times them)")
-    prof = _job_steps(loop.profiled, set(g.meta.steps))
-    base = _job_steps(loop.unprofiled, None, WARMUP_STEPS)
+    prof = job_steps(loop.profiled, set(g.meta.steps))
+    base = job_steps(loop.unprofiled, None, WARMUP_STEPS)
     if len(prof) < 2 or len(base) < MIN_STEPS:
         return ProfilerCost(_median(prof), _median(base), len(prof), len(base), None,
                             f"not measured ({len(prof)} profiled and {len(base)} unprofiled steps from step {WARMUP_STEPS} on; "
                             f"needs 2 and {MIN_STEPS})")
     p, u = statistics.median(prof), statistics.median(base)
-    se = math.hypot(_median_stderr(prof), _median_stderr(base))
+    se = math.hypot(median_stderr(prof), median_stderr(base))
     seen = f"profiled {p / 1e3:.1f} ms/step vs {u / 1e3:.1f} ms unprofiled, {100 * (u - p) / p:+.1f} % +- {100 * se / p:.1f} %"
     verdict = None
     if u - p > NOISE_SIGMAS * se:
@@ -89,7 +89,7 @@ def measure_profiler_cost(g: Graph) -> ProfilerCost:
     return ProfilerCost(p, u, len(prof), len(base), se, verdict)
 
 
-def _job_steps(per_rank: dict[int, dict[int, float]], only: set[int] | None, first: int = 0) -> list[float]:
+def job_steps(per_rank: dict[int, dict[int, float]], only: set[int] | None, first: int = 0) -> list[float]:
     """Each step that every rank timed, as its slowest rank's duration."""
     common = set.intersection(*(set(d) for d in per_rank.values())) if per_rank else set()
     keep = sorted(s for s in common if s >= first and (only is None or s in only))
@@ -100,7 +100,7 @@ def _median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-def _median_stderr(xs: list[float]) -> float:
+def median_stderr(xs: list[float]) -> float:
     """Standard error of the median of ``xs``: 1.2533 sd / sqrt(n), the sd estimated as 1.4826 x the median absolute deviation."""
     med = statistics.median(xs)
     return 1.2533 * 1.4826 * statistics.median(abs(x - med) for x in xs) / math.sqrt(len(xs))

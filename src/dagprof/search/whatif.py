@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from ..analysis import job_iteration_us
-from ..analysis.interval import link_residuals, predict_interval
+from ..analysis.interval import link_residuals, predict_interval, run_level
 from ..costmodel.alphabeta import parse_bandwidth
 from ..costmodel.topology import CollectiveSpec, Topology, parse_topology, with_link_model
 from ..errors import DagprofError
@@ -333,8 +333,9 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     too (once per distinct set of conditions). ``timeline(i, graph, result)`` may save scenario
     ``i``'s predicted timeline and return its path. Each row's interval comes from the scenario
     replayed step by step: on ``g0``, or on ``steps_graph`` (each step with its own times) when
-    ``g0`` is the averaged iteration. Rows that change the link, the workers or the scheme carry a
-    ``caveat`` when the link fitted to the profile cannot tell latency from bandwidth.
+    ``g0`` is the averaged iteration, and widened by the level it stands on (``analysis.interval.run_level``).
+    Rows that change the link, the workers or the scheme carry a ``caveat`` when the link fitted to the
+    profile cannot tell latency from bandwidth.
     Unless ``raw``, the profiler's own cost measured on the run is removed from the op times first
     (``passes.profiler_cost``), and ``measured_us`` and ``vs_measured_pct`` then mean the job without
     the profiler (``check_model``); ``profiler_cost`` in the result says what was done, or why not.
@@ -359,6 +360,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     caveat = None if fit is None or fit.weak is None else f"extrapolates a link fit too weak to split latency from bandwidth: {fit.weak}"
     stepwise = g0 if steps_graph is None else steps_graph
     residuals = link_residuals(stepwise, set_topology(stepwise, base_topo))
+    level = run_level(stepwise, cost, corrected is not None, model, measured_us)
     one_worker: dict[str, float] = {}
     rows = []
     for i, s in enumerate(progress(scenarios, "what-if scenarios", unit="scenario")):
@@ -373,7 +375,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
             one_worker[key] = it if n == unit else _one_replica_us(g0, single, cluster, base_topo)
         eff = None if one_worker[key] is None else one_worker[key] / it
         gs = g if steps_graph is None else apply(steps_graph, s, cluster, base_topo)
-        interval = predict_interval(gs, res if steps_graph is None else replay(gs), it, residuals)
+        interval = predict_interval(gs, res if steps_graph is None else replay(gs), it, residuals, run=level)
         row = {**s.label(), "workers": n, **interval.to_dict(), "iters_per_s": 1e6 / it,
                "speedup_vs_profiled": (n / n0) * model / it, "speedup_vs_one_worker": None if eff is None else n / unit * eff, "scaling_efficiency": eff,
                "vs_measured_pct": None if not measured_us else 100.0 * (it - measured_us) / measured_us, "seconds": time.perf_counter() - t1}
