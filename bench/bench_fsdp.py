@@ -8,7 +8,9 @@ Part 2 (root: the namespace testbed, ``collect/jobs/netns.py``): ONE configurati
 and the others are predicted from that profile, then measured, in interleaved rounds (each round profiles
 again and predicts from its own profile; the order of the measured cells is shuffled per round):
 - link rate 200 Mbit/s: the link fitted to the profile's collectives (all-gathers priced as half an
-  all-reduce of the gathered bytes, gloo's reduce-scatter as an all-reduce), its bandwidth scaled by the rate ratio;
+  all-reduce of the gathered bytes, gloo's reduce-scatter as an all-reduce), its bandwidth scaled by the rate ratio,
+  and with it each later rank's exit lag behind a collective (``passes.comm.exit_lags``: 1.8 ms per all-gather at
+  1 Gbit/s, 8-10 ms at 200 Mbit/s);
 - 4 ranks (the shard degree): every collective priced for 4 ranks, the optimizer on half the shards
   (``passes.fsdp.scale_fsdp_workers``), and the 4 ranks' compute sharing this machine's cores (``share_cores``).
 Goal: median |error| <= 3 %, each <= 8 %.
