@@ -8,7 +8,9 @@ Part 2 (root: the namespace testbed, ``collect/jobs/netns.py``): ONE configurati
 and the others are predicted from that profile, then measured, in interleaved rounds (each round profiles
 again and predicts from its own profile; the order of the measured cells is shuffled per round):
 - link rate 200 Mbit/s: the link fitted to the profile's collectives (all-gathers priced as half an
-  all-reduce of the gathered bytes, gloo's reduce-scatter as an all-reduce), its bandwidth scaled by the rate ratio;
+  all-reduce of the gathered bytes, gloo's reduce-scatter as an all-reduce), its bandwidth scaled by the rate ratio,
+  and with it each later rank's exit lag behind a collective (``passes.comm.exit_lags``: 1.4-2.2 ms per all-gather at
+  1 Gbit/s, 7.6-9.9 ms at 200 Mbit/s; part 11);
 - 4 ranks (the shard degree): every collective priced for 4 ranks, the optimizer on half the shards
   (``passes.fsdp.scale_fsdp_workers``), and the 4 ranks' compute sharing this machine's cores (``share_cores``).
 Goal: median |error| <= 3 %, each <= 8 %.
@@ -101,6 +103,21 @@ price on the all-reduce rule and on its own fit. Measured in two runs (load 2.2-
 -11 to +11 % per kind; reduce-scatters -32 to -48 % on the rule, -21 to -37 % per kind.
 
     .venv/bin/python bench/bench_fsdp.py --part 9 [--steps 12]
+
+Part 11 (root: the namespace testbed): why part 2's 200 Mbit/s cells came out short. Per round and rank count (2, 4),
+``dagprof calibrate`` sweeps gloo's all-reduce and FSDP2's all-gather and reduce-scatter at 1 Gbit/s and 200 Mbit/s
+(each size's time against its bytes on the wire at the rate: a ring all-reduce (n-1)/n x 2, an all-gather (n-1)/n; gloo's
+reduce-scatter costs what an all-reduce of the whole tensor does); then part 2's job is profiled on 2 ranks at both
+rates: per kind the median transfer and the later rank's median exit lag (``passes.comm.exit_lags``), and 200 Mbit/s
+predicted from the 1 Gbit/s profile (as part 2 does) against the 200 Mbit/s profile's own iteration.
+
+    sudo .venv/bin/python bench/bench_fsdp.py --part 11 [--rounds 1]
+
+Measured 2026-12-02 (1 round, load 2.7-3.4): time / wire time at the rate, 1 MiB, 2 ranks: all-reduce 1.02 and 1.08 (1 Gbit/s,
+200 Mbit/s), reduce-scatter 1.03 and 1.09 (an all-reduce's bytes), all-gather 1.22 and 1.30 (the slowest rank, its exit lag
+included); 4 ranks alike. Profiles: all-gather transfer 4.3 / 22.3 ms, exit lag 1.4 / 9.9 ms; reduce-scatter 9.0 / 45.2 ms,
+lag 0.4 / 1.9 ms. 200 Mbit/s predicted from 1 Gbit/s -11.9 % (the lag measured 7x at 1/5 the rate, and the averaged model
+keeps only the share of it that one rank has more often than the other).
 """
 from __future__ import annotations
 
@@ -609,9 +626,57 @@ def part9(steps: int) -> None:
                       f"  load {os.getloadavg()[0]:.2f}", flush=True)
 
 
+def part11(rounds: int, steps: int) -> None:
+    import numpy as np
+
+    from dagprof.collect.jobs.netns import Cluster, available, python_module, run_ranks
+    from dagprof.graph.build_fsdp import fsdp_collectives
+    from dagprof.passes.comm import exit_lags
+    from dagprof.pipeline import open_run
+
+    why = available()
+    if why:
+        print(f"Part 11 skipped: {why}")
+        return
+    print(f"Part 11: collectives on the testbed, and each all-gather's exit lag; load {os.getloadavg()[0]:.2f}")
+    with Cluster(4) as cluster, tempfile.TemporaryDirectory(prefix="dagprof-fsdp-") as tmp:
+        for k in range(rounds):
+            for ranks in (2, 4):
+                for rate in RATES:
+                    cluster.set_rate(RATES[rate])
+                    out = os.path.join(tmp, f"cal{k}-{ranks}-{rate}.json")
+                    run_ranks(python_module("dagprof.cli.main", "calibrate", "-o", out, "--max-mb", "4", "--iters", "7"), ranks,
+                              os.path.join(tmp, f"cal{k}-{ranks}-{rate}-log"), env={"PYTHONPATH": os.path.join(os.path.dirname(HERE), "src")},
+                              cluster=cluster)
+                    with open(out) as f:
+                        doc = json.load(f)
+                    wire = {"all_reduce": 2 * (ranks - 1) / ranks, "all_gather": (ranks - 1) / ranks, "reduce_scatter": 2 * (ranks - 1) / ranks}
+                    sweeps = {"all_reduce": doc["points"], **{kind: v["points"] for kind, v in doc["kinds"].items()}}
+                    for kind, pts in sweeps.items():
+                        cells = " ".join(f"{m / 2**20:.2f} MiB {t / 1e3:.2f} ms ({t / (wire[kind] * m * 8 / RATES[rate] * 1e6):.2f})"
+                                         for m, t in pts if m >= 2**18)
+                        print(f"  round {k + 1} {ranks} ranks {rate:>7s} {kind:14s} {cells}  (time / wire time at the rate)", flush=True)
+            graphs = {}
+            for rate in RATES:
+                cluster.set_rate(RATES[rate])
+                run = os.path.join(tmp, f"r{k}-{rate}")
+                job(2, TESTBED_MODEL, steps, run + "-log", cluster, profile=run, kineto=False)
+                graphs[rate] = run
+                g = open_run(run).graph
+                for kind in ("all_gather", "reduce_scatter"):
+                    idx = np.array([c.node for c in fsdp_collectives(g) if c.kind == kind])
+                    _, lag = exit_lags(g, idx)
+                    print(f"  round {k + 1} profile {rate:>7s} {kind:14s} transfer median {np.median(g.dur[idx]) / 1e3:6.2f} ms, later rank's "
+                          f"exit lag median {np.median(lag[lag > 0]) / 1e3:5.2f} ms ({len(idx)} collectives); load {os.getloadavg()[0]:.2f}", flush=True)
+            pred = predict(graphs["1Gbit"], [(2, "200Mbit")], os.cpu_count() or 1)[(2, "200Mbit")]
+            own = max(open_run(graphs["200Mbit"]).graph.meta.measured_iter_us.values()) / 1e3
+            print(f"  round {k + 1}: 200Mbit predicted from the 1Gbit profile {pred:.1f} ms, the 200Mbit profile's iteration {own:.1f} ms "
+                  f"({100 * (pred - own) / own:+.1f} %)", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", type=int, choices=(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10), default=0, help="0: all")
+    ap.add_argument("--part", type=int, choices=tuple(range(12)), default=0, help="0: all")
     ap.add_argument("--links", default="loopback,200Mbit", help="parts 6 and 7: the links, loopback and/or a rate for the testbed")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=16, help="steps per job (the first 3 warm up)")
@@ -653,6 +718,8 @@ def main() -> None:
     if args.part in (0, 10):
         e = part10(args.rounds, args.steps)
         print(f"unit grouping: median error {statistics.median(e):+.2f} %, max |error| {max(map(abs, e)):.2f} % (goal <= 8 %)")
+    if args.part in (0, 11):
+        part11(args.rounds, args.steps)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,13 @@ all-reduce of the same cost, ``graph.build_fsdp.allreduce_equivalent_bytes``): o
 old and new collectives. Where the topology has a link measured for a collective's kind (``Topology.kinds``,
 ``dagprof calibrate``), an FSDP collective of that kind is priced on that link instead. The group channel's capacity becomes 1: concurrent
 collectives share the link, so the last finishes as late as if they ran in series.
+
+A collective completes on the ranks one after another: gloo's send completes once its bytes sit in the socket
+buffer, so the first rank out is released while its peer still receives up to a buffer's worth over the link
+(the builder times the shared node to that first completion, and the later ranks keep their lag as their
+consumers' overhead). That exit lag is wire time: on the testbed an FSDP all-gather released its second rank
+1.8-2.2 ms later at 1 Gbit/s and 8.1-8.2 ms at 200 Mbit/s, about 200 KB either way. So a change of the link's
+time per byte scales each rank's lag behind the first rank out by the same ratio (``exit_lags``).
 """
 from __future__ import annotations
 
@@ -178,19 +185,79 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
         return rebuild_ps(g, spec.servers, topo.inter)
     if topo.world_size != priced_world_size(g):
         raise DagprofError(f"topology has {topo.world_size} ranks, the graph's collectives {priced_world_size(g)}")
-    dur = g.dur.copy()
+    dur, gap = g.dur.copy(), g.gap.copy()
     idx = np.flatnonzero(priced_comm(g))
-    kinds = (np.array([collective_kind(g, int(v)) for v in idx], dtype=object) if topo.kinds and is_fsdp_graph(g)
+    kinds = (np.array([collective_kind(g, int(v)) for v in idx], dtype=object) if (topo.kinds or _kinds_of(g)) and is_fsdp_graph(g)
              else np.full(len(idx), "", dtype=object))
     equiv = allreduce_equivalent_bytes(g, idx)
+    consumers, lag = exit_lags(g, idx)
+    before = _lags_measured_on(g) if (lag > 0).any() else None
     for kind in np.unique(kinds).tolist():  # a kind measured on its own (``Topology.kinds``) on its own link
         sel = kinds == kind
         sizes, inverse = np.unique(equiv[sel], return_inverse=True)
         on = topo.for_kind(kind)
         priced = np.array([allreduce_us(float(m), on, spec) for m in sizes])
         dur[idx[sel]] = priced[inverse.reshape(-1)]
+        if before is not None:  # the exit lags are wire time: they scale with the kind's time per byte
+            old_beta, new_beta = _beta(before.for_kind(kind)), _beta(on)
+            ratio = new_beta / old_beta if old_beta > 0 else 1.0
+            mine = np.isin(consumers[:, 0], idx[sel])
+            np.add.at(gap, consumers[mine, 1], _wire_lags(g, consumers[mine, 0], lag[mine]) * (ratio - 1.0))
     devices = [Device(d.name, d.kind, d.rank, 1) if d.kind == DeviceKind.COMM else d for d in g.devices]
-    return g.replace(dur=dur, devices=devices, meta=g.meta.replace(topology=topo, scheme=spec))
+    return g.replace(dur=dur, gap=np.maximum(gap, 0.0), devices=devices, meta=g.meta.replace(topology=topo, scheme=spec))
+
+
+def exit_lags(g: Graph, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """((collective, consumer) pairs, each consumer's exit lag in us) for the COMM nodes ``idx``.
+
+    A rank's lag is how much later than the first rank out it left the collective: the least overhead (gap)
+    among its consumers of that collective, less the least of any rank's (the builder measures every
+    consumer's overhead from the first completion). The first rank's own wake-up is then the common share."""
+    counts = np.diff(g.indptr)[idx]
+    comm = np.repeat(idx, counts)
+    cons = g.succ[np.repeat(g.indptr[idx] - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))].astype(np.int64)
+    ranked = g.rank[cons] >= 0
+    comm, cons = comm[ranked], cons[ranked]
+    if not len(cons):
+        return np.empty((0, 2), np.int64), np.empty(0)
+    key = comm * (int(g.rank.max()) + 1) + g.rank[cons]  # (collective, rank)
+    keys, at = np.unique(key, return_inverse=True)
+    rank_gap = np.full(len(keys), np.inf)
+    np.minimum.at(rank_gap, at, g.gap[cons])
+    colls, of = np.unique(comm, return_inverse=True)
+    first = np.full(len(colls), np.inf)
+    np.minimum.at(first, of, rank_gap[at])
+    return np.stack([comm, cons], axis=1), rank_gap[at] - first[of]
+
+
+def _wire_lags(g: Graph, comm: np.ndarray, lag: np.ndarray) -> np.ndarray:
+    """The wire time in each exit lag: at most the median lag of the collectives of its kind and size (a buffer's
+    worth of bytes), the rest a descheduled rank's (at 1 Gbit/s on a loaded machine single lags reached 30 ms, their median 1.8)."""
+    _, like = np.unique(np.stack([np.unique([collective_kind(g, int(v)) for v in comm], return_inverse=True)[1].ravel(),
+                                  g.nbytes[comm]], axis=1), axis=0, return_inverse=True)
+    like = like.ravel()
+    typical = np.zeros(int(like.max()) + 1 if len(like) else 0)
+    for k in range(len(typical)):
+        late = lag[(like == k) & (lag > 0)]
+        typical[k] = float(np.median(late)) if len(late) else 0.0
+    return np.minimum(lag, typical[like])
+
+
+def _lags_measured_on(g: Graph) -> Topology | None:
+    """The link the graph's exit lags belong to: the one its collectives are priced on now, else the fit to
+    them as measured; None where neither exists (a graph whose collectives a pass has just inserted)."""
+    try:
+        return current_topology(g)
+    except DagprofError:
+        return None
+
+
+def _kinds_of(g: Graph) -> bool:
+    return bool(g.meta.topology is not None and g.meta.topology.kinds)
+
+
+def _beta(t: Topology) -> float:
+    return t.inter.beta_us_per_byte if t.hosts > 1 or t.devices_per_host == 1 else t.intra.beta_us_per_byte
 
 
 def set_link(g: Graph, bandwidth: float | None = None, latency_us: float | None = None, which: str = "inter") -> Graph:
