@@ -127,6 +127,38 @@ def test_zero_code_profile_of_an_fsdp1_job(tmp_path):
     assert counts["forward_waits_all_gather"] == 3 * 2 * 2 and counts["prefetched"] > 0
 
 
+GLOO_THREADS_AT_EXIT = """
+import atexit, os, runpy, sys
+
+def count():  # registered before torch is imported: the last atexit handler, what finalization meets next
+    names = [open(f"/proc/self/task/{{t}}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+    with open(os.path.join({out!r}, "gloo_threads" + os.environ["RANK"]), "w") as f:
+        f.write(str(names.count("pt_gloo_runloop")))
+
+atexit.register(count)
+sys.argv = [{script!r}] + sys.argv[1:]
+runpy.run_path({script!r}, run_name="__main__")
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts threads in /proc/self/task")
+@pytest.mark.parametrize("steps", ["1:3", "2:9"], ids=["window-ended", "window-open-at-exit"])
+def test_a_profiled_fsdp1_job_frees_its_gloo_threads_before_finalization(tmp_path, steps):
+    """An FSDP1 model (and with it the gloo process group) lives in reference cycles. Freed only by finalization's
+    collection, the group's worker threads outlive the interpreter: one still releasing a backward collective (which
+    holds torch's stashed Python context) cannot take the GIL and the rank aborts, "terminate called without an active
+    exception", now and then, more often on a loaded machine. dagprof collects at exit, before finalization, so the
+    group's destructor joins those threads while Python is alive: none is left for finalization (checked, not timed)."""
+    pytest.importorskip("torch")
+    script = DATA.parent.parent / "bench" / "fsdp1_train.py"
+    wrapper = tmp_path / "train.py"
+    wrapper.write_text(GLOO_THREADS_AT_EXIT.format(out=str(tmp_path), script=str(script)))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(wrapper),
+           "--blocks", "1", "--width", "32", "--vocab", "64", "--batch", "2", "--seq", "8", "--steps", "4"]
+    assert main(["profile", "-o", str(tmp_path / "run"), "--steps", steps, "--no-kineto", "--"] + cmd) == 0
+    assert [(tmp_path / f"gloo_threads{r}").read_text() for r in (0, 1)] == ["0", "0"]
+
+
 def test_a_unit_may_be_a_leaf_module():
     """size_based_auto_wrap_policy wraps leaf modules: such a unit runs its own layer, the root the rest."""
     from dagprof.collect.hooks.fsdp import own_layers

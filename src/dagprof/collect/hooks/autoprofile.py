@@ -21,6 +21,7 @@ killed by a signal before the window ended (its hook records of completed steps 
 from __future__ import annotations
 
 import atexit
+import gc
 import importlib.abc
 import importlib.util
 import os
@@ -135,3 +136,4 @@ def _patch() -> None:
 def _close(collector: Collector) -> None:
     if collector.step >= 0:  # this process trained a DDP model (the torchrun agent never does)
         collector.close(getattr(sys, "last_value", None))  # set when an uncaught exception ended the script
+        gc.collect()  # the model it released, before finalization (exit_gc: the collect it registers now comes too late)

@@ -572,7 +572,7 @@ class Collector:
         DDP's reducer holds our comm hook, which holds this collector: holding the DDP, its module
         or its parameters here would close a cycle through C++ that only interpreter exit breaks.
         The process group would then be torn down during finalization, where gloo's threads release
-        Python-owned tensors without a GIL and abort the process."""
+        Python-owned objects without a GIL and abort the process (``exit_gc``; FSDP's own cycles too)."""
         self._ddps.clear()
         self._roots.clear()
         self._modules.clear()
@@ -581,7 +581,7 @@ class Collector:
         self._param_ptrs = set()
         if self._fsdp is not None:
             self._fsdp.release()
-        if self._ddp_seen:
+        if self._ddp_seen or self._fsdp is not None:
             collect_cycles_at_exit()
 
     # ---------------------------------------------------------------- output
