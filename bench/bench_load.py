@@ -1,6 +1,7 @@
 """Loading Kineto traces: dagprof vs Meta's HolisticTraceAnalysis (HTA), same files, one run.
 
-Each measurement runs in a fresh subprocess (imports done before the clock starts) so peak
+Each measurement runs in a fresh subprocess (imports done before the clock starts, and the CPU their threads burn
+after, such as numpy's OpenBLAS threads spinning for about 0.1 s, left to settle) so peak
 RSS is honest; the figure is the median of ``--reps`` runs (the machine is shared: expect
 noise, compare the ratios; the one-rank cases alternate HTA and dagprof run by run, and "cpu range" is the
 lowest and highest ratio of one round). Cases:
@@ -67,6 +68,15 @@ elif tool == "dagprof-cached":
 def cpu():
     a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+# The imports' aftermath is not the load's either: numpy's OpenBLAS threads spin for about 0.1 s after import on an
+# idle machine. Wait (at most 3 s) until no thread of the process burns CPU, the same for both tools.
+t0, last = time.perf_counter(), cpu()
+while time.perf_counter() - t0 < 3:
+    time.sleep(0.05)
+    now = cpu()
+    if now - last < 0.002:
+        break
+    last = now
 t, c = time.perf_counter(), cpu()
 run()
 wall, cpu_s = time.perf_counter() - t, cpu() - c
