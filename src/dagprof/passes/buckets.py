@@ -114,7 +114,7 @@ def set_buckets(g: Graph, cap_bytes: float | None = None, overlap: bool = True, 
     if cap_bytes is not None:
         out.meta.bucket_cap_mb = cap_bytes / MB
     out.meta.overlap = overlap
-    return retime_collectives(out, topo, spec)
+    return retime_collectives(out, topo, spec, lags_on=topo)
 
 
 def _groups(g: Graph, old_enq: np.ndarray, coll_of_enq: dict[int, int], cap: float | None, first: float | None) -> dict[tuple[int, int], list[tuple[int, int]]]:
@@ -206,4 +206,4 @@ def partition_tensors(g: Graph, parts: int) -> Graph:
                            step=int(g.step[c.comm]), bucket=int(g.bucket[c.comm]), nbytes=int(g.nbytes[c.comm]) // parts)
             b.add_edges([int(remap[h]) for h in head], [v] * len(head))
             b.add_edges([v] * len(c.consumers), [int(remap[u]) for u in c.consumers])
-    return retime_collectives(b.build(), topo, spec)
+    return retime_collectives(b.build(), topo, spec, lags_on=topo)

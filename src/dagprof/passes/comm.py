@@ -175,8 +175,11 @@ def current_scheme(g: Graph) -> CollectiveSpec:
     return g.meta.scheme or CollectiveSpec()
 
 
-def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveSpec | None = None) -> Graph:
-    """Every COMM node priced by the model; the topology's world size must be the graph's."""
+def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveSpec | None = None,
+                       lags_on: Topology | None = None) -> Graph:
+    """Every COMM node priced by the model; the topology's world size must be the graph's. ``lags_on``: the link the
+    exit lags at the collectives' consumers were measured on (default: the graph's own); a pass that rebuilt the
+    collectives passes its input's, since a fit to collectives it has just inserted would be no link at all."""
     topo = topo or current_topology(g)
     spec = spec or current_scheme(g)
     if is_ps_graph(g):  # a measured parameter-server job: re-place its keys, re-price its messages
@@ -191,7 +194,7 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
              else np.full(len(idx), "", dtype=object))
     equiv = allreduce_equivalent_bytes(g, idx)
     consumers, lag = exit_lags(g, idx)
-    before = _lags_measured_on(g) if (lag > 0).any() else None
+    before = (lags_on or _lags_measured_on(g)) if (lag > 0).any() else None
     for kind in np.unique(kinds).tolist():  # a kind measured on its own (``Topology.kinds``) on its own link
         sel = kinds == kind
         sizes, inverse = np.unique(equiv[sel], return_inverse=True)

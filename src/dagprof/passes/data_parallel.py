@@ -184,7 +184,7 @@ def ddp_to_fsdp(g: Graph, reshard: bool = True) -> Graph:
     saved |= {k: v for k, v in grad.items() if v > 0 and k not in saved} if saved else {}
     record = FsdpRecord(fs_units, {r: shards for r in ranks}, g.meta.backend or "gloo", n, saved, dict(grad))
     out = out.replace(meta=out.meta.replace(fsdp=record, buckets=(), bucket_cap_mb=None))
-    return retime_collectives(out, current_topology(g), current_scheme(g))
+    return retime_collectives(out, current_topology(g), current_scheme(g), lags_on=current_topology(g))
 
 
 def with_optimizer_state(g: Graph, per_param: float) -> Graph:
@@ -322,7 +322,7 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB) -> Graph:
     chain_lanes(b)
     out = b.build()
     out = out.replace(meta=out.meta.replace(fsdp=None, bucket_cap_mb=bucket_mb))
-    return retime_collectives(out, current_topology(g), current_scheme(g))
+    return retime_collectives(out, current_topology(g), current_scheme(g), lags_on=current_topology(g))
 
 
 def _ddp_buckets(g: Graph, grad: dict[str, int], cap: float) -> list[tuple[list[str], int]]:

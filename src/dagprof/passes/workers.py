@@ -55,7 +55,7 @@ def scale_workers(g: Graph, workers: int, replicate: bool | None = None) -> Grap
         out = _copy_ranks(g, np.arange(workers)) if workers < n0 else g
     par = out.meta.parallel
     out = out.replace(meta=out.meta.replace(world_size=workers, parallel=par if par is None else replace(par, dp_size=dp_workers, world_size=workers)))
-    return retime_collectives(out, topo, spec)
+    return retime_collectives(out, topo, spec, lags_on=current_topology(g))
 
 
 def refuse_degree(g: Graph, dim: Dim, degree: int) -> None:
