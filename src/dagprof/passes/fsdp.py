@@ -28,7 +28,7 @@ from ..graph.dag import Graph
 from ..graph.meta import FsdpGraphUnit
 from ..traces.events import Kind
 from ..traces.kineto_schema import dtype_bytes
-from .comm import graph_world_size, retime_collectives
+from .comm import current_topology, graph_world_size, retime_collectives
 from .workers import scale_workers
 
 UNMODELLED = {
@@ -124,7 +124,8 @@ def set_reduce_dtype(g: Graph, dtype: str) -> Graph:
             nbytes[c.node] = round(nbytes[c.node] * size / was[c.unit])
     fs = g.meta.fsdp
     meta = g.meta.replace(fsdp=dataclasses.replace(fs, units=[dataclasses.replace(u, reduce_dtype=dtype) for u in fs.units]))
-    return retime_collectives(g.replace(nbytes=nbytes, meta=meta))
+    link = current_topology(g)  # the input's: a fit to the changed bytes would be no link
+    return retime_collectives(g.replace(nbytes=nbytes, meta=meta), link, lags_on=link)
 
 
 def _unit_layers(g: Graph, unit: str) -> list[str]:

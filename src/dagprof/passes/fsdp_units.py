@@ -33,7 +33,7 @@ from ..graph.dag import Graph, GraphBuilder
 from ..graph.meta import FsdpGraphUnit
 from ..traces.events import Kind
 from ..traces.run_schema import FSDP_ROOT
-from .comm import retime_collectives
+from .comm import current_topology, retime_collectives
 
 _MERGE = re.compile(r"merge:(all|[1-9][0-9]*)")
 
@@ -156,7 +156,8 @@ def merge_units(g: Graph, spec: str) -> Graph:
                 dur[v] = 0.0  # as passes.fsdp.set_reshard does for a unit that keeps its parameters
     out = _without(g.replace(dur=dur), drop, nbytes, rename)
     out = out.replace(meta=out.meta.replace(fsdp=dataclasses.replace(out.meta.fsdp, units=units)))
-    return retime_collectives(out)
+    link = current_topology(g)  # the input's: a fit to the merged collectives would be no link
+    return retime_collectives(out, link, lags_on=link)
 
 
 _RANK_OP = re.compile(r"(rank\d+\.(?:fsdp (?:all_gather|reduce_scatter|all_reduce|copy-out|reshard)|wait (?:all_gather|reduce_scatter|all_reduce)) )"
