@@ -111,7 +111,15 @@ SKIPPED = tuple(msgspec.defstruct(f"Skipped{i}", [("ph", ClassVar[str], ph)], ta
                 for i, ph in enumerate(_SKIPPED_PHASES))
 PHASES = frozenset(("X", "M", "i", *_SKIPPED_PHASES))
 AnyEvent = Union[(Event, MetaEvent, InstantEvent, *SKIPPED)]  # noqa: UP007 (a union built from a tuple)
-IGNORED = SKIPPED[0]()  # an event of a phase not in the format (or none): read as nothing, as the format says
+
+
+class Unread(msgspec.Struct, gc=False):
+    """An event with no phase, or one the format does not define: read as nothing (never decoded into; ``IGNORED``)."""
+
+    ph: ClassVar[str] = ""
+
+
+IGNORED = Unread()
 
 
 class Head(msgspec.Struct, gc=False):
