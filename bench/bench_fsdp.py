@@ -91,10 +91,11 @@ Measured 2026-12-02 (--rounds 4 --steps 40, load average 3.6-5.1): step time +6.
 per-block run was 1.5x slower than the others); the collectives per step 42.5-51.3 ms predicted, 39.9-53.8 ms measured;
 peak memory -8.6 % (+1.23 MiB predicted for the merge, +1.0 to +1.6 MiB measured).
 
-Part 10 (any user): ``optimize``'s unit-grouping advice on loopback in interleaved rounds: each round profiles the MLP
-model with a unit per block, lets ``search_fsdp`` price every coarser grouping, and measures the ones a job can be
-written for (``merge:2``: ``fsdp_train.py --group 2``; ``merge:all``: ``--group 0``, the root the only unit; hooks only),
-the order of the three jobs rotating. Prints each grouping's predicted and measured step time and speed-up.
+Part 10 (any user): ``optimize``'s unit-grouping advice on loopback in interleaved rounds: each round profiles each
+held-out model (the transformer-like stack, the MLP with an embedding) with a unit per block, lets ``search_fsdp``
+price every coarser grouping, and measures the ones a job can be written for (``merge:2``: ``fsdp_train.py --group
+2``; ``merge:all``: ``--group 0``, the root the only unit; hooks only), the order of the three jobs rotating. Prints
+each grouping's predicted and measured step time and speed-up.
 
     .venv/bin/python bench/bench_fsdp.py --part 10 [--rounds 3] [--steps 40]
 
@@ -568,33 +569,33 @@ def part10(rounds: int, steps: int) -> list[float]:
     from dagprof.pipeline import open_run
     from dagprof.search.fsdp_optimize import search_fsdp
 
-    model = HELD_OUT["mlp+embedding"]
     groups = {"merge:2": 2, "merge:all": 0}
     errors = []
     print(f"Part 10: optimize's unit groupings from a per-block profile, measured as jobs that wrap them, 2 gloo ranks on loopback, "
           f"load {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory(prefix="dagprof-fsdp-") as tmp:
         for k in range(rounds):
-            order = [1, 2, 0][k % 3:] + [1, 2, 0][:k % 3]
-            measured, base = {}, None
-            for group in order:
-                run = os.path.join(tmp, f"r{k}-g{group}")
-                job(2, model + ["--group", str(group)], steps, run + "-log", profile=run, kineto=False)
-                p = open_run(run, template=True)
-                measured[group] = max(p.analysis.measured_iter_us.values()) / 1e3
-                if group == 1:
-                    base = p.graph
-            res = search_fsdp(base, budget_s=60)
-            priced = {gr.spec: gr for gr in res.groupings}
-            advised = res.grouping.spec if res.grouping else "none"
-            parts = []
-            for spec, group in groups.items():
-                pred = priced[spec].iter_us / 1e3 * measured[1] / (res.baseline.iter_us / 1e3)  # on the measured per-block time
-                errors.append(100 * (pred - measured[group]) / measured[group])
-                parts.append(f"{spec} predicted {pred:.1f} ms ({measured[1] / pred:.2f}x), measured {measured[group]:.1f} ms "
-                             f"({measured[1] / measured[group]:.2f}x): {errors[-1]:+.1f} %")
-            print(f"  round {k + 1}: per block measured {measured[1]:.1f} ms; " + "; ".join(parts) + f"; advised {advised}; "
-                  f"load {os.getloadavg()[0]:.2f}", flush=True)
+            for name, model in HELD_OUT.items():
+                order = [1, 2, 0][k % 3:] + [1, 2, 0][:k % 3]
+                measured, base = {}, None
+                for group in order:
+                    run = os.path.join(tmp, f"r{k}-{name}-g{group}")
+                    job(2, model + ["--group", str(group)], steps, run + "-log", profile=run, kineto=False)
+                    p = open_run(run, template=True)
+                    measured[group] = max(p.analysis.measured_iter_us.values()) / 1e3
+                    if group == 1:
+                        base = p.graph
+                res = search_fsdp(base, budget_s=60)
+                priced = {gr.spec: gr for gr in res.groupings}
+                advised = res.grouping.spec if res.grouping else "none"
+                parts = []
+                for spec, group in groups.items():
+                    pred = priced[spec].iter_us / 1e3 * measured[1] / (res.baseline.iter_us / 1e3)  # on the measured per-block time
+                    errors.append(100 * (pred - measured[group]) / measured[group])
+                    parts.append(f"{spec} predicted {pred:.1f} ms ({measured[1] / pred:.2f}x), measured {measured[group]:.1f} ms "
+                                 f"({measured[1] / measured[group]:.2f}x): {errors[-1]:+.1f} %")
+                print(f"  round {k + 1}, {name}: per block measured {measured[1]:.1f} ms; " + "; ".join(parts) + f"; advised {advised}; "
+                      f"load {os.getloadavg()[0]:.2f}", flush=True)
     return errors
 
 
