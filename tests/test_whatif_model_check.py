@@ -29,6 +29,17 @@ def test_a_fit_that_cannot_split_latency_from_bandwidth_says_so():
     assert "explains only" in noisy.weak
 
 
+def test_repeats_of_one_size_bound_the_link_by_the_fastest():
+    # JAX's one fused all-reduce a step on a shaped link: the same bytes took 67-81 ms, so the link is no slower
+    # than the fastest instance, and the others' excess is latency, which a slower link does not stretch
+    dur = np.array([80797.0, 79720.0, 66897.0, 70001.0])
+    fit = fit_link(np.full(4, 1982272.0), dur, 2)
+    assert "one size" in fit.weak and "fastest" in fit.weak
+    assert fit.link.beta_us_per_byte == pytest.approx(66897.0 / 1982272.0)
+    total = 2 * fit.link.alpha_us * 4 + fit.link.beta_us_per_byte * 1982272.0 * 4
+    assert total == pytest.approx(dur.sum())  # the profiled total is kept
+
+
 def whatif(capsys, *argv) -> tuple[int, dict | str]:
     rc = main(["whatif", *argv, "--no-trace", "--json"])
     out = capsys.readouterr()
