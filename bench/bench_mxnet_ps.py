@@ -11,14 +11,14 @@ shared and drifts); each round predicts from its own profile; the table gives me
 ``--script`` runs a user-style script (``python -m dagprof.collect.hooks.mxnet_ps run`` does the same on localhost)
 instead of the built-in one: pushes that overlap the backward pass, whatever the script's optimizer.
 
-Both sides are the same quantity: the median over a job's unprofiled steps of the slower worker's
-step time, against the median over the profile's replayed steps (a load spike on the shared
+Both sides are the same quantity: the slowest worker's median step over a job's unprofiled steps,
+against the same over the profile's replayed steps (a load spike on the shared
 machine makes single steps seconds long; a median keeps one from moving a round's figure). Every job also profiles
 a few steps before its timed ones (the timed steps run with the profiler off), so the exchange
 (first push issued -> last pull in, per worker and step) can be compared alone: it shows the
 communication model's error apart from the compute's drift between jobs.
 
-    sudo .venv/bin/python bench/bench_mxnet_ps.py --python /opt/mx/bin/python [--rounds 3] [--script bench/frameworks/mx_mlp.py]
+    sudo .venv/bin/python bench/bench_mxnet_ps.py --python /opt/mx/bin/python [--rounds 3] [--script bench/frameworks/mx_mlp.py] [--more-workers 4]
     sudo .venv/bin/python bench/bench_mxnet_ps.py --link-check     # raw TCP across the shaped ports, 1 ms vs 4 ms bucket
 """
 from __future__ import annotations
@@ -97,9 +97,10 @@ def link_check(rate_bit: float, nbytes: int = 4_200_000) -> None:
               f"median {statistics.median(times):.0f} ms ({min(times):.0f}..{max(times):.0f}), ideal {8e3 * nbytes / rate_bit:.0f} ms")
 
 
-def run_job(python: str, out: str, servers: int, rate_bit: float, profile_steps: int, steps: int, port: int, script: str | None = None) -> dict:
+def run_job(python: str, out: str, servers: int, rate_bit: float, profile_steps: int, steps: int, port: int, script: str | None = None,
+            workers: int = WORKERS) -> dict:
     """One job in namespaces (the built-in script, or ``script``); returns its manifest (step times, timed steps)."""
-    with Cluster(servers + WORKERS, tag="mx") as c:
+    with Cluster(servers + workers, tag="mx") as c:
         shape(c, rate_bit)
 
         def spawn(node: int, argv: list, env: dict, log: str, cwd: str | None = None) -> subprocess.Popen:
@@ -109,7 +110,7 @@ def run_job(python: str, out: str, servers: int, rate_bit: float, profile_steps:
             c.procs.append(p)
             return p
 
-        kw = dict(servers=servers, workers=WORKERS, warmup=2, profile_steps=profile_steps, port=port, addr=c.addr, ifname=c.ifname, spawn=spawn,
+        kw = dict(servers=servers, workers=workers, warmup=2, profile_steps=profile_steps, port=port, addr=c.addr, ifname=c.ifname, spawn=spawn,
                   timeout_s=240, extra={"testbed": {"rate_bit": rate_bit, "shaped": "both directions", "burst_ms": BURST_MS}})
         if script:
             return launch_command(out, [python, os.path.abspath(script), "--steps", str(2 + 1 + profile_steps + steps)], python=python, **kw)
@@ -117,24 +118,24 @@ def run_job(python: str, out: str, servers: int, rate_bit: float, profile_steps:
 
 
 def step_ms(m: dict, profiled: bool) -> float:
-    """Median over the job's timed (unprofiled) or profiled steps of the slower worker's step time."""
+    """The slowest worker's median step over the job's timed (unprofiled) or profiled steps.
+
+    Not the median over steps of the slowest worker in each: dist_sync couples the workers only through the
+    servers, so each step's order of service differs (4 workers at 200 Mbit/s: one worker's steps ran 461-1,031 ms),
+    and a per-step maximum of 4 such draws (1,046 ms) overstates the job's step (its workers' medians: 748-814 ms;
+    every worker runs the same steps in the same wall time)."""
     first, stop = m["profiled_steps"]
-    per = [{k: (b - a) / 1e6 for k, a, b in m["steps"][str(w)] if (first <= k < stop if profiled else k >= stop)} for w in range(WORKERS)]
-    common = set.intersection(*(set(p) for p in per))
-    return statistics.median(max(p[k] for p in per) for k in common)
+    return max(statistics.median((b - a) / 1e6 for k, a, b in steps if (first <= k < stop if profiled else k >= stop))
+               for steps in m["steps"].values())
 
 
 def replayed_step_ms(g, res) -> float:
-    """The same quantity predicted: median over the replayed steps of the slower worker's step time."""
+    """The same quantity predicted: the slowest worker's median replayed step."""
     import numpy as np
 
     from dagprof.traces.events import Kind
 
-    per = []
-    for r in g.ranks():
-        marks = np.flatnonzero((g.kind == Kind.STEP) & (g.rank == r))
-        per.append(np.diff(np.sort(res.start[marks])))
-    return float(np.median(np.max(per, axis=0))) / 1e3
+    return max(float(np.median(np.diff(np.sort(res.start[(g.kind == Kind.STEP) & (g.rank == r)])))) for r in g.ranks()) / 1e3
 
 
 def measured_exchange_ms(run_dir: str) -> float:
@@ -144,27 +145,35 @@ def measured_exchange_ms(run_dir: str) -> float:
     return statistics.mean(span for _, _, span in build_ps_graph(load(run_dir)).meta.ps.exchange_us) / 1e3
 
 
-def predict(run_dir: str, rate0: float, cells: list[tuple[int, float]]) -> tuple[dict, float, float]:
-    """Each (servers, rate) from the one profile: ``ps:K`` re-places the keys as ps-lite does; another rate
-    scales the fitted bandwidth by the rate ratio (framing overhead carries over). Per cell: (step ms,
-    mean exchange ms); also the fitted bandwidth (bit/s)."""
+def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]]) -> tuple[dict, float, float]:
+    """Each (servers, rate, workers) from the one profile: ``ps:K`` re-places the keys as ps-lite does; another rate
+    scales the fitted bandwidth by the rate ratio (framing overhead carries over); more workers are copies of the
+    profiled ones pushing to the same servers (``whatif --workers``), their compute sharing this machine's cores
+    (``--cores``: every worker of the testbed runs on them). Per cell: (step ms, mean exchange ms); also the fitted
+    bandwidth (bit/s)."""
     import numpy as np
 
     from dagprof.costmodel.topology import CollectiveSpec
     from dagprof.passes import set_link, set_scheme
     from dagprof.passes.comm import exchange_us
+    from dagprof.passes.compute import share_cores
+    from dagprof.passes.workers import scale_workers
     from dagprof.pipeline import open_run
     from dagprof.replay import replay
 
     p = open_run(run_dir)
     bw0 = p.graph.meta.ps_link_fit.bandwidth_bytes_per_s
     out = {}
-    for servers, rate in cells:
+    cores = os.cpu_count() or 1
+    for servers, rate, workers in cells:
         g = set_scheme(p.graph, CollectiveSpec.parse(f"ps:{servers}"))
         if rate != rate0:
             g = set_link(g, bw0 * rate / rate0)
+        if workers != WORKERS:
+            g = scale_workers(g, workers)
+            g = share_cores(g, cores) if workers > cores else g
         res = replay(g)
-        out[(servers, rate)] = (replayed_step_ms(g, res), float(np.mean(list(exchange_us(g, res.start).values()))) / 1e3)
+        out[(servers, rate, workers)] = (replayed_step_ms(g, res), float(np.mean(list(exchange_us(g, res.start).values()))) / 1e3)
     return out, 8 * bw0
 
 
@@ -180,6 +189,8 @@ def main() -> int:
     ap.add_argument("--script", default=None, help="a user-style worker script (e.g. bench/frameworks/mx_mlp.py) instead of the built-in one")
     ap.add_argument("--keep", default=None, help="keep the run folders here")
     ap.add_argument("--json", default=None, help="also write every round's figures here")
+    ap.add_argument("--more-workers", type=lambda t: [int(x) for x in t.split(",") if x], default=[],
+                    help="also predict and measure these worker counts (1 server, --other-rate), e.g. 4")
     ap.add_argument("--link-check", action="store_true", help="only time raw TCP exchanges across the shaped ports (no MXNet)")
     args = ap.parse_args()
     why = available()
@@ -192,7 +203,7 @@ def main() -> int:
     if not args.python or not os.path.exists(args.python):
         print(f"bench_mxnet_ps: skipped: no MXNet Python at {args.python}", file=sys.stderr)
         return 0
-    cells = [(1, args.rate), (2, args.rate), (1, args.other_rate)]
+    cells = [(1, args.rate, WORKERS), (2, args.rate, WORKERS), (1, args.other_rate, WORKERS)] + [(1, args.other_rate, w) for w in args.more_workers]
     rows: list[dict] = []
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dagprof-mxps-") as tmp:
@@ -200,17 +211,19 @@ def main() -> int:
         for k in range(args.rounds):
             pred: dict = {}
             got: dict = {}
-            for servers, rate in (cells if k % 2 == 0 else cells[::-1]):
-                out = os.path.join(work, f"round{k}", f"s{servers}_{int(rate / 1e6)}M")
-                m = run_job(args.python, out, servers, rate, args.profile_steps, args.steps, 9300 + k * 10 + servers, args.script)
-                got[(servers, rate)] = {"iter_ms": step_ms(m, False), "profiled_iter_ms": step_ms(m, True), "exchange_ms": measured_exchange_ms(out)}
-                if (servers, rate) == cells[0]:
+            for cell in (cells if k % 2 == 0 else cells[::-1]):
+                servers, rate, workers = cell
+                out = os.path.join(work, f"round{k}", f"s{servers}_{int(rate / 1e6)}M" + (f"_w{workers}" if workers != WORKERS else ""))
+                m = run_job(args.python, out, servers, rate, args.profile_steps, args.steps, 9300 + k * 10 + servers + workers, args.script,
+                            workers)
+                got[cell] = {"iter_ms": step_ms(m, False), "profiled_iter_ms": step_ms(m, True), "exchange_ms": measured_exchange_ms(out)}
+                if cell == cells[0]:
                     pred, bw = predict(out, rate, cells)
-                print(f"round {k + 1}: {servers} server(s) {rate / 1e6:g} Mbit/s: {got[(servers, rate)]['iter_ms']:.1f} ms/step "
-                      f"(exchange {got[(servers, rate)]['exchange_ms']:.1f} ms)", file=sys.stderr)
+                print(f"round {k + 1}: {servers} server(s) {rate / 1e6:g} Mbit/s {workers} workers: {got[cell]['iter_ms']:.1f} ms/step "
+                      f"(exchange {got[cell]['exchange_ms']:.1f} ms)", file=sys.stderr)
             for c in cells:
-                rows.append({"round": k, "servers": c[0], "rate_bit": c[1], **got[c], "pred_iter_ms": pred[c][0], "pred_exchange_ms": pred[c][1],
-                             "fitted_bit_per_s": bw})
+                rows.append({"round": k, "servers": c[0], "rate_bit": c[1], "workers": c[2], **got[c], "pred_iter_ms": pred[c][0],
+                             "pred_exchange_ms": pred[c][1], "fitted_bit_per_s": bw})
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
@@ -219,17 +232,18 @@ def main() -> int:
     return 0
 
 
-def report(rows: list[dict], cells: list[tuple[int, float]], args) -> None:
+def report(rows: list[dict], cells: list[tuple[int, float, int]], args) -> None:
     def med(c, key):
-        v = [r[key] for r in rows if (r["servers"], r["rate_bit"]) == c]
+        v = [r[key] for r in rows if (r["servers"], r["rate_bit"], r["workers"]) == c]
         return statistics.median(v), min(v), max(v)
 
     script = os.path.basename(args.script) if args.script else "built-in CNN"
-    print(f"MXNet 1.9 dist_sync, {script}, {WORKERS} workers, profiled: 1 server at {args.rate / 1e6:g} Mbit/s; {args.rounds} interleaved rounds "
+    print(f"MXNet 1.9 dist_sync, {script}, profiled: {WORKERS} workers, 1 server at {args.rate / 1e6:g} Mbit/s; {args.rounds} interleaved rounds "
           f"on a shared 2-core machine (other jobs running); medians over rounds (min..max); tbf both directions, {BURST_MS:g} ms bucket")
-    print("step = median over a job's unprofiled steps of the slower worker's; predicted = the round's profile replayed under the what-if;")
+    print("step = the slowest worker's median over a job's unprofiled steps; predicted = the round's profile replayed under the what-if;")
     print("exchange = mean over workers and profiled steps of first push issued -> last pull in (predicted: replayed)")
-    print(f"{'servers':>7} {'link':>9} | {'measured ms':>22} {'predicted ms':>22} {'error':>7} | {'exchange meas.':>14} {'pred.':>7} {'error':>7}")
+    print(f"{'workers':>7} {'servers':>7} {'link':>9} | {'measured ms':>22} {'predicted ms':>22} {'error':>7} | "
+          f"{'exchange meas.':>14} {'pred.':>7} {'error':>7}")
     errs = []
     for c in cells:
         m, p = med(c, "iter_ms"), med(c, "pred_iter_ms")
@@ -237,7 +251,7 @@ def report(rows: list[dict], cells: list[tuple[int, float]], args) -> None:
         err = 100 * (p[0] - m[0]) / m[0]
         errs.append(abs(err))
         tag = "  (profiled)" if c == cells[0] else ""
-        print(f"{c[0]:>7} {c[1] / 1e6:>5g}Mbit | {m[0]:>7.1f} ({m[1]:>5.1f}..{m[2]:<5.1f}) {p[0]:>7.1f} ({p[1]:>5.1f}..{p[2]:<5.1f}) {err:>+6.1f}% | "
+        print(f"{c[2]:>7} {c[0]:>7} {c[1] / 1e6:>5g}Mbit | {m[0]:>7.1f} ({m[1]:>5.1f}..{m[2]:<5.1f}) {p[0]:>7.1f} ({p[1]:>5.1f}..{p[2]:<5.1f}) {err:>+6.1f}% | "
               f"{xm:>14.1f} {xp:>7.1f} {100 * (xp - xm) / xm:>+6.1f}%{tag}")
     print(f"max |error| of the iteration: {max(errs):.1f} % (goal 8 %)")
     bw = statistics.median(r["fitted_bit_per_s"] for r in rows)
