@@ -42,6 +42,7 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "tf_text": ("tensorflow", "DAGPROF_TF_PYTHON", {}),
     "tf_mlp_fit": ("tensorflow", "DAGPROF_TF_PYTHON", {"TF_USE_LEGACY_KERAS": "1"}),
     "jax_shardmap": ("jax", "DAGPROF_JAX_PYTHON", {}),
+    "jax_jit_embed": ("jax", "DAGPROF_JAX_PYTHON", {}),
     "mx_mlp": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
     "mx_embed": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
     "hvd_text": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
