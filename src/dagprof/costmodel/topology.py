@@ -244,6 +244,16 @@ def allreduce_equivalent_factor(kind: str, backend: str = "gloo") -> float:
     return 1.0 if kind == "reduce_scatter" and backend == "gloo" else KIND_FACTORS.get(kind, 1.0)
 
 
+def kind_of_collective(name: str) -> str:
+    """all_gather, reduce_scatter or all_reduce, from a collective's name as the frameworks write it: TensorFlow's
+    ``CollectiveGatherV2``, XLA's ``all-gather.3``, c10d's ``gloo:all_gather``, NCCL's ``ncclKernel_AllGather_RING_LL``
+    (anything else, an all-reduce: its bytes are what it reduces)."""
+    key = name.lower().replace("_", "").replace("-", "").replace(" ", "")
+    if "allgather" in key or "collectivegather" in key:
+        return "all_gather"
+    return "reduce_scatter" if "reducescatter" in key else "all_reduce"
+
+
 def parse_topology(spec: str, workers: int) -> Topology:
     """A topology file (JSON/TOML), or presets: ``10gbe`` (every rank its own host) or
     ``nvlink/100gbe:8`` (8 devices per host over nvlink, hosts over 100gbe); sized to ``workers``."""
