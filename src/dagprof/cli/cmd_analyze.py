@@ -31,7 +31,7 @@ def to_text(r: dict) -> str:
         lines += [f"  {d['dim']:<8} {d['collectives_per_iter']:>7.1f} collectives {d['mb_per_iter']:>10.3f} MB {d['ms_per_iter']:>9.2f} ms"
                   f"   groups {', '.join(d['groups'][:6])}{' ...' if len(d['groups']) > 6 else ''}" for d in r["communication_by_dim"]]
         for grp in (par.get("groups") or [])[:8]:
-            label = ", ".join(f"{k} {v}" for k, v in grp["collectives"].items())
+            label = ", ".join(f"{v} {k}" for k, v in grp["collectives"].items()) + " collectives"
             lines.append(f"    group {grp['name']}{' (' + grp['desc'] + ')' if grp['desc'] else ''}: {label}; {grp['evidence'][0]}")
         lines += [f"  note: {n}" for n in par.get("notes", [])]
     if r.get("clock_alignment"):
