@@ -190,7 +190,7 @@ DAMAGE = {
     "a header field missing": lambda a, h: _del(h, "names"),
     "a header field of another type": lambda a, h: h.update(rank="zero"),
     "a lane of another shape": lambda a, h: h.update(lanes=[["x"]] + h["lanes"][1:]),
-    "an unknown lane kind": lambda a, h: h.update(lanes=[[n, 9, m] for n, k, m in h["lanes"]]),
+    "an unknown lane kind": lambda a, h: h.update(lanes=[[n, 9, m, p] for n, k, m, p in h["lanes"]]),
     "an array of objects": lambda a, h: h.update(arrays_as=[["name", "|O", [1], 0]] + h["arrays"][1:]),
     "an array past the end": lambda a, h: h.update(arrays_as=[["name", "<i4", [10**9], 0]] + h["arrays"][1:]),
     "a negative shape": lambda a, h: h.update(arrays_as=[["name", "<i4", [-1], 0]] + h["arrays"][1:]),

@@ -249,3 +249,24 @@ def test_embedding_gradients_travel_on_their_own_gathers():
     sizes = dict(per_rank[0])
     assert sizes["adam/CollectiveReduceV2"] == 99856  # the dense gradients: the 2,048,000 B table is not in it
     assert sizes["adam/cond/then/_0/adam/cond/CollectiveGatherV2"] == 4096 * 64 * 4  # the looked-up rows of both workers
+
+
+def test_a_pool_threads_first_op_of_a_step_follows_the_step_not_the_previous_step():
+    # Keras fit: the input iterator op of a step runs on whichever tf_Compute thread is free; its previous op on
+    # that thread may be the previous step's, so its overhead was that thread's idle time across the boundary
+    from dagprof.graph.measured import GraphRule
+    from dagprof.graph.provenance import provenance
+    from dagprof.pipeline import open_run
+    from dagprof.traces.load import load
+
+    lanes = load(str(DATA / "tf" / "fit")).ranks[0].lanes
+    assert all(lane.pool != lane.main for lane in lanes)  # an xplane's other threads are its executors' pools
+    g = open_run(str(DATA / "tf" / "fit")).graph
+    p = provenance(g)
+    starts = p.rule == GraphRule.STEP_START
+    assert starts.any() and (g.kind[p.src[starts]] == Kind.STEP).all()
+    assert (g.step[p.src[starts]] == g.step[p.dst[starts]]).all()
+    # every op whose previous op on its thread was in an earlier step now also waits for its own step's mark
+    order = (p.rule == GraphRule.PROGRAM_ORDER) & (g.step[p.src] < g.step[p.dst]) & (g.kind[p.src] != Kind.STEP)
+    pool = np.array([not d.name.endswith("/python") for d in g.devices])[g.device[p.dst]]
+    assert set(p.dst[order & pool].tolist()) <= set(p.dst[starts].tolist())

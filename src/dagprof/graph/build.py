@@ -407,6 +407,7 @@ class _Assembler:
         node_of = self._nodes(trace, cut, steps, sel.main)
         self._flow_edges(trace, sel, anc, cut, node_of, instance, dims)
         self._window_start(cut, node_of, steps)
+        self._pool_steps(trace, cut, node_of)
         self._window_end(trace, cut, node_of)
 
     def _nodes(self, trace: RankTrace, cut: Pieces, steps: list[int], main: int) -> np.ndarray:
@@ -514,6 +515,25 @@ class _Assembler:
         first = first[(first < cut.lane_at[1:]) & (cut.owner[np.minimum(first, len(cut) - 1)] >= 0)]
         first = first[cut.start[first] >= t]
         self.edges(np.full(len(first), node_of[opening[0]]), node_of[first], GraphRule.WINDOW_START)
+
+    def _pool_steps(self, trace: RankTrace, cut: Pieces, node_of: np.ndarray) -> None:
+        """A pool thread's first op of each step also follows that step's mark. Its previous op on the thread may be the
+        previous step's, ended long before: measured from it alone, the op's overhead held the thread's idle time, which
+        averaged over steps delayed every step (Keras ``fit``: a 25 ms gap before the input iterator in one step of four
+        put 6 ms into each averaged one)."""
+        marks = np.flatnonzero(cut.mark >= 0)
+        at = dict(zip(cut.mark[marks].tolist(), marks.tolist()))
+        for lane in np.flatnonzero([ln.pool for ln in trace.lanes]).tolist():
+            k = np.arange(cut.lane_at[lane], cut.lane_at[lane + 1])
+            k = k[cut.owner[k] >= 0]
+            if len(k) < 2:
+                continue
+            step = trace.events.step[cut.owner[k]].astype(np.int64)
+            new = k[1:][step[1:] > step[:-1]]
+            mark = np.array([at.get(int(s), -1) for s in trace.events.step[cut.owner[new]].tolist()], dtype=np.int64)
+            ok = mark >= 0
+            ok[ok] = cut.start[mark[ok]] <= cut.start[new[ok]]
+            self.edges(node_of[mark[ok]], node_of[new[ok]], GraphRule.STEP_START)
 
     def _window_end(self, trace: RankTrace, cut: Pieces, node_of: np.ndarray) -> None:
         """The closing step mark follows every lane's last op that ended before it."""

@@ -19,6 +19,7 @@ class GraphRule(enum.IntEnum):
     WINDOW_START = 33  # the first step mark -> every other lane's first op
     WINDOW_END = 34  # every lane's last op -> the closing step mark
     COLLECTIVE = 35  # a collective's join -> its transfer
+    STEP_START = 36  # a step's mark -> a pool thread's first op of that step
 
 
 def rule_name(code: int) -> str:

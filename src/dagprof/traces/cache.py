@@ -116,7 +116,7 @@ class _Header(msgspec.Struct):
     group_ranks: dict[str, list[int]]
     meta: RankMeta
     names: list[str]
-    lanes: list[tuple[str, int, bool]]
+    lanes: list[tuple[str, int, bool, bool]]
     buckets: BucketLayout
     arrays: list[tuple[str, str, list[int], int]]  # name, numpy dtype, shape, offset after the header
 
@@ -164,7 +164,7 @@ def store(trace_path: str, trace: RankTrace) -> str | None:
         "key": key, "rank": trace.rank, "world_size": trace.world_size, "base_ns": trace.base_ns,
         "host": trace.host, "backend": trace.backend, "layers": trace.layers, "groups": trace.groups,
         "group_ranks": trace.group_ranks, "meta": trace.meta, "names": trace.events.names,
-        "lanes": [[lane.name, int(lane.kind), bool(lane.main)] for lane in trace.lanes],
+        "lanes": [[lane.name, int(lane.kind), bool(lane.main), bool(lane.pool)] for lane in trace.lanes],
         "buckets": msgspec.to_builtins(trace.buckets), "arrays": layout,
     }
     blob = msgspec.json.encode(head)
@@ -219,7 +219,7 @@ def _from_entry(head: _Header, buf: bytearray, start: int, source: str) -> RankT
     return RankTrace(
         rank=head.rank, world_size=head.world_size, source=source,
         events=EventTable(names=head.names, **cols),
-        lanes=[Lane(name, LaneKind(kind), main) for name, kind, main in head.lanes],
+        lanes=[Lane(name, LaneKind(kind), main, pool) for name, kind, main, pool in head.lanes],
         base_ns=head.base_ns, host=head.host, backend=head.backend, layers=head.layers,
         groups=head.groups, group_ranks=head.group_ranks,
         flows=flows, flow_rule=rules, buckets=head.buckets, meta=head.meta,

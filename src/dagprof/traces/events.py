@@ -93,6 +93,8 @@ class Lane:
     name: str  # e.g. "thread 1234 (main)", "stream 7", "pt_gloo_runloop 3"
     kind: LaneKind
     main: bool = False  # the thread that runs the training loop
+    pool: bool = False  # one of a pool of interchangeable worker threads (TF's and XLA's executors): a step's ops take
+    # whichever is free, so its previous op may be the previous step's (``graph.build`` starts each step on it anew)
 
 
 _COLUMNS: dict[str, Any] = {

@@ -212,7 +212,7 @@ class _Reader:
             if k == self.main or len(op_rows[k]):
                 self.lane_of[k] = len(self.lanes)
                 kind = LaneKind.COMM_THREAD if "collective" in ln.name.lower() else LaneKind.CPU_THREAD
-                self.lanes.append(Lane(ln.display_name or ln.name, kind, main=k == self.main))
+                self.lanes.append(Lane(ln.display_name or ln.name, kind, main=k == self.main, pool=k != self.main))  # the rest: pools
         s0, s1 = self.step_start, self.step_end
         self.tab.add_block(name=np.array([self.tab.intern(f"train step {int(n)}") for n in self.step_num], dtype=np.int64),
                            kind=np.full(len(s0), int(Kind.STEP)), lane=np.full(len(s0), self.lane_of[self.main]),
