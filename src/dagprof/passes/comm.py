@@ -16,6 +16,15 @@ buffer, so the first rank out is released while its peer still receives up to a 
 consumers' overhead). That exit lag is wire time: on the testbed an FSDP all-gather released its second rank
 1.8-2.2 ms later at 1 Gbit/s and 8.1-8.2 ms at 200 Mbit/s, about 200 KB either way. So a change of the link's
 time per byte scales each rank's lag behind the first rank out by the same ratio (``exit_lags``).
+
+In the averaged model (``passes.average_steps``) a rank's consumer gap is its mean over the steps. Where the last rank
+out changes from step to step, the ranks' means come out alike, so no rank lags the others there: the last rank's lag L
+is kept as a share on every rank plus the averaged join's added wait for the last arrival, L in all at the next join.
+At a link ratio times slower each step's last rank lags ratio x L, so such a collective carries L itself
+(``Graph.exit_lag``: its wire time, averaged over the steps) and a link change adds (ratio - 1) x L to every rank's
+consumers of it, in place of the per-rank lags: the next join then waits ratio x L, whichever rank comes last. On the
+testbed (2 ranks, profiled at 1 Gbit/s) 200 Mbit/s came out -10.4 % with the averaged graph's per-rank lags, -3.0 %
+so (``tests/test_exit_lag.py``).
 """
 from __future__ import annotations
 
@@ -177,9 +186,10 @@ def current_scheme(g: Graph) -> CollectiveSpec:
 
 def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveSpec | None = None,
                        lags_on: Topology | None = None) -> Graph:
-    """Every COMM node priced by the model; the topology's world size must be the graph's. ``lags_on``: the link the
-    exit lags at the collectives' consumers were measured on (default: the graph's own); a pass that rebuilt the
-    collectives passes its input's, since a fit to collectives it has just inserted would be no link at all."""
+    """Every COMM node priced by the model, and the exit lags at its consumers scaled with the link's time per byte
+    (a collective's carried ``exit_lag`` on every rank, else each rank's own; module docstring); the topology's world
+    size must be the graph's. ``lags_on``: the link the exit lags were measured on (default: the graph's own); a pass
+    that rebuilt the collectives passes its input's, since a fit to collectives it has just inserted would be no link at all."""
     topo = topo or current_topology(g)
     spec = spec or current_scheme(g)
     if is_ps_graph(g):  # a measured parameter-server job: re-place its keys, re-price its messages
@@ -194,7 +204,12 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
              else np.full(len(idx), "", dtype=object))
     equiv = allreduce_equivalent_bytes(g, idx)
     consumers, lag = exit_lags(g, idx)
-    before = (lags_on or _lags_measured_on(g)) if (lag > 0).any() else None
+    shared = g.exit_lag[consumers[:, 0]]  # an averaged collective whose last rank out alternated: every rank's share
+    own = shared == 0
+    wire = shared.copy()
+    wire[own] = _wire_lags(g, consumers[own, 0], lag[own])
+    before = (lags_on or _lags_measured_on(g)) if (wire > 0).any() else None
+    exit_lag = g.exit_lag.copy()
     for kind in np.unique(kinds).tolist():  # a kind measured on its own (``Topology.kinds``) on its own link
         sel = kinds == kind
         sizes, inverse = np.unique(equiv[sel], return_inverse=True)
@@ -205,9 +220,10 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
             old_beta, new_beta = _beta(before.for_kind(kind)), _beta(on)
             ratio = new_beta / old_beta if old_beta > 0 else 1.0
             mine = np.isin(consumers[:, 0], idx[sel])
-            np.add.at(gap, consumers[mine, 1], _wire_lags(g, consumers[mine, 0], lag[mine]) * (ratio - 1.0))
+            np.add.at(gap, consumers[mine, 1], wire[mine] * (ratio - 1.0))
+            exit_lag[idx[sel]] *= ratio
     devices = [Device(d.name, d.kind, d.rank, 1) if d.kind == DeviceKind.COMM else d for d in g.devices]
-    return g.replace(dur=dur, gap=np.maximum(gap, 0.0), devices=devices, meta=g.meta.replace(topology=topo, scheme=spec))
+    return g.replace(dur=dur, gap=np.maximum(gap, 0.0), exit_lag=exit_lag, devices=devices, meta=g.meta.replace(topology=topo, scheme=spec))
 
 
 def exit_lags(g: Graph, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -231,6 +247,21 @@ def exit_lags(g: Graph, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     first = np.full(len(colls), np.inf)
     np.minimum.at(first, of, rank_gap[at])
     return np.stack([comm, cons], axis=1), rank_gap[at] - first[of]
+
+
+def last_out(g: Graph, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the COMM nodes ``idx`` sorted, the wire time in each one's largest exit lag in us, the rank that left it last
+    or -1 where none lagged): how much later than the first rank the last one was released, and who it was."""
+    idx = np.unique(idx)
+    pairs, lag = exit_lags(g, idx)
+    most, top, last = np.zeros(len(idx)), np.zeros(len(idx)), np.full(len(idx), -1)
+    if not len(lag):
+        return idx, most, last
+    of = np.searchsorted(idx, pairs[:, 0])
+    np.maximum.at(most, of, _wire_lags(g, pairs[:, 0], lag))
+    np.maximum.at(top, of, lag)
+    np.maximum.at(last, of, np.where((lag == top[of]) & (lag > 0), g.rank[pairs[:, 1]], -1))
+    return idx, most, last
 
 
 def _wire_lags(g: Graph, comm: np.ndarray, lag: np.ndarray) -> np.ndarray:
