@@ -12,6 +12,7 @@ from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import fsdp_collectives
 from dagprof.passes import set_link
 from dagprof.passes.comm import current_topology, exit_lags, priced_comm
+from dagprof.passes.fsdp import scale_fsdp_workers
 from dagprof.pipeline import open_run
 from dagprof.traces.dagprof_run import read_run
 
@@ -94,6 +95,8 @@ def test_the_averaged_model_carries_the_lag_of_a_last_rank_that_alternates():
     pairs, _ = exit_lags(g, idx)
     assert slow.gap[pairs[:, 1]] - g.gap[pairs[:, 1]] == pytest.approx(4 * g.exit_lag[pairs[:, 0]], rel=1e-9)  # every rank
     assert slow.exit_lag[idx] == pytest.approx(5 * carried, rel=1e-12)  # what the slower link's lag is, for a further change
+    one = scale_fsdp_workers(g, 1)  # one rank leaves after no other: as without the carried lags
+    assert np.array_equal(set_link(one, bandwidth=bw / 5).gap, set_link(one.replace(exit_lag=np.zeros(len(one))), bandwidth=bw / 5).gap)
 
 
 @pytest.mark.parametrize("fast, slow, error_pct", [(ALT_FAST, ALT_SLOW, 5.0), (FAST, SLOW, 16.0)])

@@ -204,12 +204,14 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
              else np.full(len(idx), "", dtype=object))
     equiv = allreduce_equivalent_bytes(g, idx)
     consumers, lag = exit_lags(g, idx)
-    shared = g.exit_lag[consumers[:, 0]]  # an averaged collective whose last rank out alternated: every rank's share
+    exit_lag = g.exit_lag.copy()
+    if topo.world_size < 2:  # a collective of one rank releases no rank after another
+        exit_lag[idx] = 0.0
+    shared = exit_lag[consumers[:, 0]]  # an averaged collective whose last rank out alternated: every rank's share
     own = shared == 0
     wire = shared.copy()
     wire[own] = _wire_lags(g, consumers[own, 0], lag[own])
     before = (lags_on or _lags_measured_on(g)) if (wire > 0).any() else None
-    exit_lag = g.exit_lag.copy()
     for kind in np.unique(kinds).tolist():  # a kind measured on its own (``Topology.kinds``) on its own link
         sel = kinds == kind
         sizes, inverse = np.unique(equiv[sel], return_inverse=True)
