@@ -95,6 +95,10 @@ def test_the_averaged_model_carries_the_lag_of_a_last_rank_that_alternates():
     pairs, _ = exit_lags(g, idx)
     assert slow.gap[pairs[:, 1]] - g.gap[pairs[:, 1]] == pytest.approx(4 * g.exit_lag[pairs[:, 0]], rel=1e-9)  # every rank
     assert slow.exit_lag[idx] == pytest.approx(5 * carried, rel=1e-12)  # what the slower link's lag is, for a further change
+    fast = set_link(g, bandwidth=bw * 1000)  # on a faster link each rank sheds at most its own share: its wake-up stays
+    shed = g.gap[pairs[:, 1]] - fast.gap[pairs[:, 1]]
+    assert np.all(shed <= g.exit_lag[pairs[:, 1]] + 1e-9) and np.all(fast.gap[pairs[:, 1]] > 0)
+    assert np.all(g.exit_lag[pairs[:, 1]] <= g.exit_lag[pairs[:, 0]])  # no rank's share exceeds the last rank's lag
     one = scale_fsdp_workers(g, 1)  # one rank leaves after no other: as without the carried lags
     assert np.array_equal(set_link(one, bandwidth=bw / 5).gap, set_link(one.replace(exit_lag=np.zeros(len(one))), bandwidth=bw / 5).gap)
 

@@ -29,8 +29,9 @@ The same alternation hides a collective's exit lag (``passes.comm``: the later r
 first): each rank's averaged consumer gap holds its share of the last rank's lag, the ranks' shares come out alike,
 and the lag per rank that a link what-if scales is about 0. So where the last rank out changes from step to step,
 the averaged collective carries its last rank's lag, averaged over the measured steps (``Graph.exit_lag``), for
-``passes.comm.retime_collectives`` to scale on every rank. The replay does not read it: the averaged iteration, and
-a what-if at the profiled link, are what they were (the join's added wait keeps its part of the lag there).
+``passes.comm.retime_collectives`` to scale on every rank, and each of its consumers its own rank's share (what a
+faster link can take off that rank). The replay does not read them: the averaged iteration, and a what-if at the
+profiled link, are what they were (the join's added wait keeps its part of the lag there).
 """
 from __future__ import annotations
 
@@ -39,13 +40,13 @@ import numpy as np
 from ..graph.dag import DeviceKind, Graph
 from ..graph.provenance import provenance
 from ..traces.events import Kind
-from .comm import last_out, priced_comm
+from .comm import exit_lags, priced_comm, wire_lags
 from .run_kinds import Replayer
 
 
 def average_steps(g: Graph, replayer: Replayer | None = None) -> Graph:
     """Each op at its mean over the steps, and each collective whose last rank out alternates with that rank's
-    mean exit lag; with ``replayer`` (``dagprof.replay.replay``), each join of ranks also keeps its mean wait for
+    mean exit lag (its consumers with their own ranks'); with ``replayer`` (``dagprof.replay.replay``), each join of ranks also keeps its mean wait for
     the last rank (module docstring)."""
     n = len(g)
     if n == 0:
@@ -66,7 +67,7 @@ def average_steps(g: Graph, replayer: Replayer | None = None) -> Graph:
     counts = np.maximum(np.bincount(inverse, weights=~keep), 1)
     dur = np.bincount(inverse, weights=np.where(keep, 0.0, g.dur)) / counts
     gap = np.bincount(inverse, weights=np.where(keep, 0.0, g.gap)) / counts
-    lag = shared_exit_lags(g, inverse, ~keep)
+    lag = carried_exit_lags(g, inverse, ~keep)
     out = _release_closing_marks(g.replace(dur=np.where(keep, g.dur, dur[inverse]), gap=np.where(keep, g.gap, gap[inverse]),
                                            exit_lag=np.where(keep, g.exit_lag, lag[inverse])), background)
     if replayer is None:
@@ -75,20 +76,30 @@ def average_steps(g: Graph, replayer: Replayer | None = None) -> Graph:
     return out if not wait.any() else out.replace(gap=out.gap + np.where(keep, 0.0, wait[inverse]))
 
 
-def shared_exit_lags(g: Graph, group: np.ndarray, mine: np.ndarray) -> np.ndarray:
-    """Per group of matched nodes: for a collective whose last rank out changes from step to step, the wire time
-    of its last rank's exit lag (``passes.comm.last_out``), averaged over the measured steps; 0 for other groups."""
+def carried_exit_lags(g: Graph, group: np.ndarray, mine: np.ndarray) -> np.ndarray:
+    """Per group of matched nodes, the exit lag the averaged model carries (0 for other groups): for a collective whose
+    last rank out changes from step to step, the wire time in its last rank's lag (``passes.comm.wire_lags``), and for
+    each of its consumers the wire time in its own rank's, each averaged over the measured steps."""
     out = np.zeros(int(group.max()) + 1)
-    colls, lag, last = last_out(g, np.flatnonzero(priced_comm(g) & mine))
+    pairs, lag = exit_lags(g, np.flatnonzero(priced_comm(g) & mine))
     if not (lag > 0).any():
         return out
-    groups, of = np.unique(group[colls], return_inverse=True)
-    of = of.ravel()
+    wire = wire_lags(g, pairs[:, 0], lag)
+    colls, of = np.unique(pairs[:, 0], return_inverse=True)
+    most, top, last = np.zeros(len(colls)), np.zeros(len(colls)), np.full(len(colls), -1)
+    np.maximum.at(most, of, wire)
+    np.maximum.at(top, of, lag)
+    np.maximum.at(last, of, np.where((lag == top[of]) & (lag > 0), g.rank[pairs[:, 1]], -1))  # the rank that left last
+    groups, by = np.unique(group[colls], return_inverse=True)
+    by = by.ravel()
     lo, hi = np.full(len(groups), np.iinfo(np.int64).max), np.full(len(groups), -1)
-    np.minimum.at(lo, of[last >= 0], last[last >= 0])
-    np.maximum.at(hi, of, last)
+    np.minimum.at(lo, by[last >= 0], last[last >= 0])
+    np.maximum.at(hi, by, last)
     alternate = (hi >= 0) & (lo < hi)
-    out[groups[alternate]] = (np.bincount(of, weights=lag) / np.bincount(of))[alternate]
+    out[groups[alternate]] = (np.bincount(by, weights=most) / np.bincount(by))[alternate]
+    on = alternate[by[of]]  # the pairs of those collectives
+    consumers, at = np.unique(group[pairs[on, 1]], return_inverse=True)
+    out[consumers] = np.bincount(at.ravel(), weights=wire[on]) / np.bincount(at.ravel())
     return out
 
 

@@ -22,9 +22,10 @@ out changes from step to step, the ranks' means come out alike, so no rank lags 
 is kept as a share on every rank plus the averaged join's added wait for the last arrival, L in all at the next join.
 At a link ratio times slower each step's last rank lags ratio x L, so such a collective carries L itself
 (``Graph.exit_lag``: its wire time, averaged over the steps) and a link change adds (ratio - 1) x L to every rank's
-consumers of it, in place of the per-rank lags: the next join then waits ratio x L, whichever rank comes last. On the
-testbed (2 ranks, profiled at 1 Gbit/s) 200 Mbit/s came out -10.4 % with the averaged graph's per-rank lags, -3.0 %
-so (``tests/test_exit_lag.py``).
+consumers of it, in place of the per-rank lags: the next join then waits ratio x L, whichever rank comes last. On a
+faster link a rank's gap shrinks by no more than its own share of the lag (each consumer carries it too), so the
+first rank's own wake-up stays. On the testbed (2 ranks, profiled at 1 Gbit/s) 200 Mbit/s came out -10.4 % with the
+averaged graph's per-rank lags, -3.0 % so (``tests/test_exit_lag.py``).
 """
 from __future__ import annotations
 
@@ -207,10 +208,10 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
     exit_lag = g.exit_lag.copy()
     if topo.world_size < 2:  # a collective of one rank releases no rank after another
         exit_lag[idx] = 0.0
-    shared = exit_lag[consumers[:, 0]]  # an averaged collective whose last rank out alternated: every rank's share
-    own = shared == 0
-    wire = shared.copy()
-    wire[own] = _wire_lags(g, consumers[own, 0], lag[own])
+    last = exit_lag[consumers[:, 0]]  # an averaged collective whose last rank out alternated: its last rank's lag
+    own = last == 0
+    wire = last.copy()
+    wire[own] = wire_lags(g, consumers[own, 0], lag[own])
     before = (lags_on or _lags_measured_on(g)) if (wire > 0).any() else None
     for kind in np.unique(kinds).tolist():  # a kind measured on its own (``Topology.kinds``) on its own link
         sel = kinds == kind
@@ -222,8 +223,10 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
             old_beta, new_beta = _beta(before.for_kind(kind)), _beta(on)
             ratio = new_beta / old_beta if old_beta > 0 else 1.0
             mine = np.isin(consumers[:, 0], idx[sel])
-            np.add.at(gap, consumers[mine, 1], wire[mine] * (ratio - 1.0))
+            grow = wire[mine] * (ratio - 1.0)  # a carried lag shrinks on a rank by no more than that rank's own share
+            np.add.at(gap, consumers[mine, 1], np.where(own[mine], grow, np.maximum(grow, -exit_lag[consumers[mine, 1]])))
             exit_lag[idx[sel]] *= ratio
+            exit_lag[consumers[mine & ~own, 1]] *= ratio
     devices = [Device(d.name, d.kind, d.rank, 1) if d.kind == DeviceKind.COMM else d for d in g.devices]
     return g.replace(dur=dur, gap=np.maximum(gap, 0.0), exit_lag=exit_lag, devices=devices, meta=g.meta.replace(topology=topo, scheme=spec))
 
@@ -251,22 +254,7 @@ def exit_lags(g: Graph, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.stack([comm, cons], axis=1), rank_gap[at] - first[of]
 
 
-def last_out(g: Graph, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(the COMM nodes ``idx`` sorted, the wire time in each one's largest exit lag in us, the rank that left it last
-    or -1 where none lagged): how much later than the first rank the last one was released, and who it was."""
-    idx = np.unique(idx)
-    pairs, lag = exit_lags(g, idx)
-    most, top, last = np.zeros(len(idx)), np.zeros(len(idx)), np.full(len(idx), -1)
-    if not len(lag):
-        return idx, most, last
-    of = np.searchsorted(idx, pairs[:, 0])
-    np.maximum.at(most, of, _wire_lags(g, pairs[:, 0], lag))
-    np.maximum.at(top, of, lag)
-    np.maximum.at(last, of, np.where((lag == top[of]) & (lag > 0), g.rank[pairs[:, 1]], -1))
-    return idx, most, last
-
-
-def _wire_lags(g: Graph, comm: np.ndarray, lag: np.ndarray) -> np.ndarray:
+def wire_lags(g: Graph, comm: np.ndarray, lag: np.ndarray) -> np.ndarray:
     """The wire time in each exit lag: at most the median lag of the collectives of its kind and size (a buffer's
     worth of bytes), the rest a descheduled rank's (at 1 Gbit/s on a loaded machine single lags reached 30 ms, their median 1.8)."""
     _, like = np.unique(np.stack([np.unique([collective_kind(g, int(v)) for v in comm], return_inverse=True)[1].ravel(),
