@@ -46,8 +46,8 @@ from .run_kinds import Replayer
 
 def average_steps(g: Graph, replayer: Replayer | None = None) -> Graph:
     """Each op at its mean over the steps, and each collective whose last rank out alternates with that rank's
-    mean exit lag (its consumers with their own ranks'); with ``replayer`` (``dagprof.replay.replay``), each join of ranks also keeps its mean wait for
-    the last rank (module docstring)."""
+    mean exit lag (its consumers with their own ranks'); with ``replayer`` (``dagprof.replay.replay``), each
+    join of ranks also keeps its mean wait for the last rank (module docstring)."""
     n = len(g)
     if n == 0:
         return g
