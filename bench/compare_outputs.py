@@ -27,7 +27,8 @@ DATA = pathlib.Path(__file__).resolve().parents[1] / "tests" / "data"
 IGNORED = {"seconds", "source", "path", "out", "report", "traces", "measured_trace", "replay_trace", "cache"}
 WHATIF = ["--bandwidth", "1Gbit,10Gbit", "--latency", "5,50", "--allow-model-error", "--no-trace"]
 RUNS = ["run_schema/v1", "hybrid-dp-tp", "hybrid-dp-tp-dagprof", "horovod/fused", "horovod/text", "fsdp/reshard",
-        "fsdp/hsdp", "mxnet", "kineto-public/nccl_parser_config", "tf/fit", "tf-jax/mlp"]
+        "fsdp/hsdp", "mxnet", "kineto-public/nccl_parser_config", "tf/fit", "tf-jax/mlp", "fsdp/testbed-1gbit"]
+TEMPLATE = ["run_schema/v1", "fsdp/reshard", "fsdp/hsdp", "fsdp/testbed-1gbit"]  # what-ifs from the averaged iteration too
 COMMANDS = [c for r in RUNS for c in (["analyze", r], ["whatif", r, *WHATIF])] + [
     ["whatif", "run_schema/v1", "--bucket-mb", "1,inf", "--compute-speed", "2", "--allow-model-error", "--no-trace"],
     ["whatif", "run_schema/v1", "--workers", "4,16", "--scheme", "ring,tree", "--allow-model-error", "--no-trace"],
@@ -36,6 +37,7 @@ COMMANDS = [c for r in RUNS for c in (["analyze", r], ["whatif", r, *WHATIF])] +
     ["whatif", "fsdp/reshard", "--reshard-after-forward", "on,off", "--workers", "4", "--allow-model-error", "--no-trace"],
     ["whatif", "fsdp/ddp", "--data-parallel", "fsdp,fsdp:keep", "--workers", "2,4", "--allow-model-error", "--no-trace"],
     ["replay", "run_schema/v1"], ["replay", "hybrid-dp-tp"],
+    *[["whatif", r, "--template", "--bandwidth", "200Mbit,10Gbit", "--allow-model-error", "--no-trace"] for r in TEMPLATE],
 ]
 
 

@@ -7,10 +7,13 @@ import numpy as np
 import pytest
 from testdata import DATA
 
+from dagprof.analysis import job_iteration_us
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import fsdp_collectives
 from dagprof.passes import set_link
 from dagprof.passes.comm import current_topology, exit_lags, priced_comm
+from dagprof.passes.fsdp import scale_fsdp_workers
+from dagprof.pipeline import open_run
 from dagprof.traces.dagprof_run import read_run
 
 FAST, SLOW = DATA / "fsdp" / "testbed-1gbit", DATA / "fsdp" / "testbed-200mbit"
@@ -65,3 +68,53 @@ def test_the_lags_at_200mbit_predicted_from_the_1gbit_recording():
     predicted = set_link(fast, bandwidth=current_topology(fast).inter.bandwidth_bytes_per_s / 5)
     assert late_gap(predicted, pairs, lag) == pytest.approx(measured, rel=0.25)
     assert late_gap(fast, pairs, lag) < measured / 1.8
+
+
+ALT_FAST, ALT_SLOW = DATA / "fsdp" / "testbed-alternating-1gbit", DATA / "fsdp" / "testbed-alternating-200mbit"
+
+
+def averaged(path):
+    return open_run(path, template=True).graph
+
+
+def test_the_averaged_model_carries_the_lag_of_a_last_rank_that_alternates():
+    """Each all-gather released rank 0 last in some steps and rank 1 in others: averaged, the ranks' lags cancel out,
+    so the collective carries its last rank's lag (a buffer's worth, as measured) for a link change to scale on every rank."""
+    g = averaged(ALT_FAST)
+    assert not build_graph(read_run(ALT_FAST)).exit_lag.any()  # a measured graph keeps each rank's own lag
+    idx = all_gathers(g)
+    carried = g.exit_lag[idx]
+    _, per_rank = exit_lags(g, idx)
+    measured = build_graph(read_run(ALT_FAST))
+    _, lag = exit_lags(measured, all_gathers(measured))
+    assert np.all((carried > 0.8 * np.median(lag[lag > 0])) & (carried <= np.median(lag[lag > 0])))
+    assert np.median(per_rank[per_rank > 0]) < np.median(carried) / 2  # what the per-rank lags of the averaged graph keep
+    bw = current_topology(g).inter.bandwidth_bytes_per_s
+    assert np.array_equal(set_link(g, bandwidth=bw).gap, g.gap)  # at the profiled link nothing moves
+    slow = set_link(g, bandwidth=bw / 5)
+    pairs, _ = exit_lags(g, idx)
+    assert slow.gap[pairs[:, 1]] - g.gap[pairs[:, 1]] == pytest.approx(4 * g.exit_lag[pairs[:, 0]], rel=1e-9)  # every rank
+    assert slow.exit_lag[idx] == pytest.approx(5 * carried, rel=1e-12)  # what the slower link's lag is, for a further change
+    fast = set_link(g, bandwidth=bw * 1000)  # on a faster link each rank sheds at most its own share: its wake-up stays
+    shed = g.gap[pairs[:, 1]] - fast.gap[pairs[:, 1]]
+    assert np.all(shed <= g.exit_lag[pairs[:, 1]] + 1e-9) and np.all(fast.gap[pairs[:, 1]] > 0)
+    assert np.all(g.exit_lag[pairs[:, 1]] <= g.exit_lag[pairs[:, 0]])  # no rank's share exceeds the last rank's lag
+    one = scale_fsdp_workers(g, 1)  # one rank leaves after no other: as without the carried lags
+    assert np.array_equal(set_link(one, bandwidth=bw / 5).gap, set_link(one.replace(exit_lag=np.zeros(len(one))), bandwidth=bw / 5).gap)
+
+
+@pytest.mark.parametrize("fast, slow, error_pct", [(ALT_FAST, ALT_SLOW, 5.0), (FAST, SLOW, 16.0)])
+def test_200mbit_predicted_from_the_averaged_1gbit_profile(fast, slow, error_pct):
+    """The averaged 1 Gbit/s profile at a fifth of its link's rate against the 200 Mbit/s recording's iteration: -3.0 %
+    on the pair whose last rank out alternates (-10.4 % without the carried lags); the first pair, recorded at load 4-4.7,
+    +13.5 % (+14.2 %): its link fit (841 Mbit/s) absorbed scheduling stalls, and the slower link scales them too."""
+    g = averaged(fast)
+    measured = open_run(slow).analysis.measured_us
+    bw = current_topology(g).inter.bandwidth_bytes_per_s
+
+    def error(h) -> float:
+        return 100 * (job_iteration_us(set_link(h, bandwidth=bw / 5)) - measured) / measured
+
+    carried, per_rank = error(g), error(g.replace(exit_lag=np.zeros(len(g))))
+    assert abs(carried) < error_pct and abs(carried) < abs(per_rank)
+    assert job_iteration_us(set_link(g, bandwidth=bw)) == job_iteration_us(set_link(g.replace(exit_lag=np.zeros(len(g))), bandwidth=bw))

@@ -39,6 +39,7 @@ NODE_COLUMNS: dict[str, Any] = {
     "bucket": np.int32,
     "nbytes": np.int64,
     "dim": np.int8,  # a COMM node's mesh dimension (traces.parallelism.Dim); read only where meta.parallel is set
+    "exit_lag": np.float64,  # us: exit lag an averaged collective carries (its last rank's; its consumers': theirs; passes.average_steps)
 }
 
 
@@ -78,11 +79,14 @@ class Graph:
     indptr: np.ndarray  # int64, len n+1
     succ: np.ndarray  # int32 successor ids
     dim: np.ndarray | None = None  # NODE_COLUMNS["dim"]; None (graphs built column by column without it): all Dim.UNKNOWN
+    exit_lag: np.ndarray | None = None  # NODE_COLUMNS["exit_lag"]; None: all 0
     meta: GraphMeta = field(default_factory=GraphMeta)
 
     def __post_init__(self) -> None:
         if self.dim is None:
             self.dim = np.zeros(len(self.dur), dtype=np.int8)
+        if self.exit_lag is None:
+            self.exit_lag = np.zeros(len(self.dur))
 
     def lint(self) -> None:
         """Raise DagprofError unless every column and index a replay reads is in range and finite.
@@ -173,7 +177,7 @@ class GraphBuilder:
     """Append-only construction; ``build()`` freezes into arrays."""
 
     def __init__(self) -> None:
-        self._cols: dict[str, array] = {c: array(_TYPECODE[c]) for c in NODE_COLUMNS}  # typed: 57 bytes a node, not 11 objects
+        self._cols: dict[str, array] = {c: array(_TYPECODE[c]) for c in NODE_COLUMNS}  # typed: 65 bytes a node, not 12 objects
         self._names: dict[str, int] = {}
         self.names: list[str] = []
         self.devices: list[Device] = []
@@ -237,6 +241,7 @@ class GraphBuilder:
         c["bucket"].append(int(bucket))
         c["nbytes"].append(int(nbytes))
         c["dim"].append(int(dim))
+        c["exit_lag"].append(0.0)
         return len(c["dur"]) - 1
 
     def add_nodes(self, **columns: np.ndarray) -> np.ndarray:
@@ -247,7 +252,7 @@ class GraphBuilder:
         for col, values in self._cols.items():
             given = columns.get(col)
             if given is None:
-                given = np.full(n, 0 if col in ("dur", "gap", "order", "nbytes") else int(Dim.DP) if col == "dim" else -1)  # add_node's defaults
+                given = np.full(n, 0 if col in ("dur", "gap", "order", "nbytes", "exit_lag") else int(Dim.DP) if col == "dim" else -1)  # add_node's defaults
             elif col in ("dur", "gap"):
                 given = np.maximum(np.asarray(given, np.float64), 0.0)
             values.frombytes(memoryview(np.ascontiguousarray(given, NODE_COLUMNS[col])).cast("B"))  # no bytes copy

@@ -24,6 +24,14 @@ join's added wait) cancels; where one rank is always last, or with one rank, not
 Only joins of every rank get it: a sub-group's join (HSDP's per-replica collectives) delays only its
 ranks, and other groups' lags then count as a delay common to all (on the 4-rank HSDP fixture,
 correcting them moved the averaged replay from -1.65 to +4.31 %).
+
+The same alternation hides a collective's exit lag (``passes.comm``: the later ranks leave it a wire time after the
+first): each rank's averaged consumer gap holds its share of the last rank's lag, the ranks' shares come out alike,
+and the lag per rank that a link what-if scales is about 0. So where the last rank out changes from step to step,
+the averaged collective carries its last rank's lag, averaged over the measured steps (``Graph.exit_lag``), for
+``passes.comm.retime_collectives`` to scale on every rank, and each of its consumers its own rank's share (what a
+faster link can take off that rank). The replay does not read them: the averaged iteration, and a what-if at the
+profiled link, are what they were (the join's added wait keeps its part of the lag there).
 """
 from __future__ import annotations
 
@@ -32,12 +40,14 @@ import numpy as np
 from ..graph.dag import DeviceKind, Graph
 from ..graph.provenance import provenance
 from ..traces.events import Kind
+from .comm import exit_lags, priced_comm, wire_lags
 from .run_kinds import Replayer
 
 
 def average_steps(g: Graph, replayer: Replayer | None = None) -> Graph:
-    """Each op at its mean over the steps; with ``replayer`` (``dagprof.replay.replay``), each join of
-    ranks also keeps its mean wait for the last rank (module docstring)."""
+    """Each op at its mean over the steps, and each collective whose last rank out alternates with that rank's
+    mean exit lag (its consumers with their own ranks'); with ``replayer`` (``dagprof.replay.replay``), each
+    join of ranks also keeps its mean wait for the last rank (module docstring)."""
     n = len(g)
     if n == 0:
         return g
@@ -57,11 +67,40 @@ def average_steps(g: Graph, replayer: Replayer | None = None) -> Graph:
     counts = np.maximum(np.bincount(inverse, weights=~keep), 1)
     dur = np.bincount(inverse, weights=np.where(keep, 0.0, g.dur)) / counts
     gap = np.bincount(inverse, weights=np.where(keep, 0.0, g.gap)) / counts
-    out = _release_closing_marks(g.replace(dur=np.where(keep, g.dur, dur[inverse]), gap=np.where(keep, g.gap, gap[inverse])), background)
+    lag = carried_exit_lags(g, inverse, ~keep)
+    out = _release_closing_marks(g.replace(dur=np.where(keep, g.dur, dur[inverse]), gap=np.where(keep, g.gap, gap[inverse]),
+                                           exit_lag=np.where(keep, g.exit_lag, lag[inverse])), background)
     if replayer is None:
         return out
     wait = join_waits(g, out, inverse, ~keep, replayer)
     return out if not wait.any() else out.replace(gap=out.gap + np.where(keep, 0.0, wait[inverse]))
+
+
+def carried_exit_lags(g: Graph, group: np.ndarray, mine: np.ndarray) -> np.ndarray:
+    """Per group of matched nodes, the exit lag the averaged model carries (0 for other groups): for a collective whose
+    last rank out changes from step to step, the wire time in its last rank's lag (``passes.comm.wire_lags``), and for
+    each of its consumers the wire time in its own rank's, each averaged over the measured steps."""
+    out = np.zeros(int(group.max()) + 1)
+    pairs, lag = exit_lags(g, np.flatnonzero(priced_comm(g) & mine))
+    if not (lag > 0).any():
+        return out
+    wire = wire_lags(g, pairs[:, 0], lag)
+    colls, of = np.unique(pairs[:, 0], return_inverse=True)
+    most, top, last = np.zeros(len(colls)), np.zeros(len(colls)), np.full(len(colls), -1)
+    np.maximum.at(most, of, wire)
+    np.maximum.at(top, of, lag)
+    np.maximum.at(last, of, np.where((lag == top[of]) & (lag > 0), g.rank[pairs[:, 1]], -1))  # the rank that left last
+    groups, by = np.unique(group[colls], return_inverse=True)
+    by = by.ravel()
+    lo, hi = np.full(len(groups), np.iinfo(np.int64).max), np.full(len(groups), -1)
+    np.minimum.at(lo, by[last >= 0], last[last >= 0])
+    np.maximum.at(hi, by, last)
+    alternate = (hi >= 0) & (lo < hi)
+    out[groups[alternate]] = (np.bincount(by, weights=most) / np.bincount(by))[alternate]
+    on = alternate[by[of]]  # the pairs of those collectives
+    consumers, at = np.unique(group[pairs[on, 1]], return_inverse=True)
+    out[consumers] = np.bincount(at.ravel(), weights=wire[on]) / np.bincount(at.ravel())
+    return out
 
 
 def join_waits(g: Graph, averaged: Graph, group: np.ndarray, mine: np.ndarray, replayer: Replayer) -> np.ndarray:

@@ -16,6 +16,16 @@ buffer, so the first rank out is released while its peer still receives up to a 
 consumers' overhead). That exit lag is wire time: on the testbed an FSDP all-gather released its second rank
 1.8-2.2 ms later at 1 Gbit/s and 8.1-8.2 ms at 200 Mbit/s, about 200 KB either way. So a change of the link's
 time per byte scales each rank's lag behind the first rank out by the same ratio (``exit_lags``).
+
+In the averaged model (``passes.average_steps``) a rank's consumer gap is its mean over the steps. Where the last rank
+out changes from step to step, the ranks' means come out alike, so no rank lags the others there: the last rank's lag L
+is kept as a share on every rank plus the averaged join's added wait for the last arrival, L in all at the next join.
+At a link ratio times slower each step's last rank lags ratio x L, so such a collective carries L itself
+(``Graph.exit_lag``: its wire time, averaged over the steps) and a link change adds (ratio - 1) x L to every rank's
+consumers of it, in place of the per-rank lags: the next join then waits ratio x L, whichever rank comes last. On a
+faster link a rank's gap shrinks by no more than its own share of the lag (each consumer carries it too), so the
+first rank's own wake-up stays. On the testbed (2 ranks, profiled at 1 Gbit/s) 200 Mbit/s came out -10.4 % with the
+averaged graph's per-rank lags, -3.0 % so (``tests/test_exit_lag.py``).
 """
 from __future__ import annotations
 
@@ -193,9 +203,10 @@ def current_scheme(g: Graph) -> CollectiveSpec:
 
 def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveSpec | None = None,
                        lags_on: Topology | None = None) -> Graph:
-    """Every COMM node priced by the model; the topology's world size must be the graph's. ``lags_on``: the link the
-    exit lags at the collectives' consumers were measured on (default: the graph's own); a pass that rebuilt the
-    collectives passes its input's, since a fit to collectives it has just inserted would be no link at all."""
+    """Every COMM node priced by the model, and the exit lags at its consumers scaled with the link's time per byte
+    (a collective's carried ``exit_lag`` on every rank, else each rank's own; module docstring); the topology's world
+    size must be the graph's. ``lags_on``: the link the exit lags were measured on (default: the graph's own); a pass
+    that rebuilt the collectives passes its input's, since a fit to collectives it has just inserted would be no link at all."""
     topo = topo or current_topology(g)
     spec = spec or current_scheme(g)
     if is_ps_graph(g):  # a measured parameter-server job: re-place its keys, re-price its messages
@@ -210,7 +221,14 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
              else np.full(len(idx), "", dtype=object))
     equiv = allreduce_equivalent_bytes(g, idx)
     consumers, lag = exit_lags(g, idx)
-    before = (lags_on or _lags_measured_on(g)) if (lag > 0).any() else None
+    exit_lag = g.exit_lag.copy()
+    if topo.world_size < 2:  # a collective of one rank releases no rank after another
+        exit_lag[idx] = 0.0
+    last = exit_lag[consumers[:, 0]]  # an averaged collective whose last rank out alternated: its last rank's lag
+    own = last == 0
+    wire = last.copy()
+    wire[own] = wire_lags(g, consumers[own, 0], lag[own])
+    before = (lags_on or _lags_measured_on(g)) if (wire > 0).any() else None
     for kind in np.unique(kinds).tolist():  # a kind measured on its own (``Topology.kinds``) on its own link
         sel = kinds == kind
         sizes, inverse = np.unique(equiv[sel], return_inverse=True)
@@ -221,9 +239,12 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
             old_beta, new_beta = _beta(before.for_kind(kind)), _beta(on)
             ratio = new_beta / old_beta if old_beta > 0 else 1.0
             mine = np.isin(consumers[:, 0], idx[sel])
-            np.add.at(gap, consumers[mine, 1], _wire_lags(g, consumers[mine, 0], lag[mine]) * (ratio - 1.0))
+            grow = wire[mine] * (ratio - 1.0)  # a carried lag shrinks on a rank by no more than that rank's own share
+            np.add.at(gap, consumers[mine, 1], np.where(own[mine], grow, np.maximum(grow, -exit_lag[consumers[mine, 1]])))
+            exit_lag[idx[sel]] *= ratio
+            exit_lag[consumers[mine & ~own, 1]] *= ratio
     devices = [Device(d.name, d.kind, d.rank, 1) if d.kind == DeviceKind.COMM else d for d in g.devices]
-    return g.replace(dur=dur, gap=np.maximum(gap, 0.0), devices=devices, meta=g.meta.replace(topology=topo, scheme=spec))
+    return g.replace(dur=dur, gap=np.maximum(gap, 0.0), exit_lag=exit_lag, devices=devices, meta=g.meta.replace(topology=topo, scheme=spec))
 
 
 def exit_lags(g: Graph, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -249,7 +270,7 @@ def exit_lags(g: Graph, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.stack([comm, cons], axis=1), rank_gap[at] - first[of]
 
 
-def _wire_lags(g: Graph, comm: np.ndarray, lag: np.ndarray) -> np.ndarray:
+def wire_lags(g: Graph, comm: np.ndarray, lag: np.ndarray) -> np.ndarray:
     """The wire time in each exit lag: at most the median lag of the collectives of its kind and size (a buffer's
     worth of bytes), the rest a descheduled rank's (at 1 Gbit/s on a loaded machine single lags reached 30 ms, their median 1.8)."""
     _, like = np.unique(np.stack([np.unique([collective_kind(g, int(v)) for v in comm], return_inverse=True)[1].ravel(),
