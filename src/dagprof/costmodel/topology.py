@@ -11,7 +11,8 @@ with ``LINK = {alpha_us, beta_us_per_byte[, gamma_us_per_byte]}`` or
 (``all_gather``, ``reduce_scatter``) the LINK on which an all-reduce of that kind's all-reduce-equivalent
 bytes (``allreduce_equivalent_factor``) costs what the kind measured, so FSDP's collectives are priced
 from their own measurement (``Topology.for_kind``). A file without ``kinds`` (version 1) prices every
-kind on the one LINK.
+kind on the one LINK. Version 3 adds ``fsdp``: FSDP2's optimizer step and copy-out as measured on the group
+(``costmodel.fsdp_costs``), which DDP -> FSDP reads; a file without it converts as before.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from ..errors import DagprofError
 from ..fsutil import atomic_open, read_input
 from ..units import MB
 from .alphabeta import AlphaBeta, parse_bandwidth
+from .fsdp_costs import FsdpCosts
 from .presets import preset
 
 
@@ -183,20 +185,25 @@ def load_topology(path: str | os.PathLike[str]) -> Topology:
     return Topology.from_dict(_read_table(path), os.fspath(path))
 
 
-LINK_MODEL_VERSION = 2  # 2: per-kind links (``kinds``); 1 (no ``version`` key): one link
+LINK_MODEL_VERSION = 3  # 3: FSDP2's measured costs (``fsdp``); 2: per-kind links (``kinds``); 1 (no ``version`` key): one link
 
 
 def save_link_model(path: str | os.PathLike[str], link: AlphaBeta, by_workers: dict[int, AlphaBeta] | None = None,
-                    kinds: dict[str, tuple[AlphaBeta, dict[str, Any]]] | None = None, **how: Any) -> str:
+                    kinds: dict[str, tuple[AlphaBeta, dict[str, Any]]] | None = None, fsdp: FsdpCosts | None = None,
+                    fsdp_record: dict[str, Any] | None = None, **how: Any) -> str:
     """Write a link-model JSON: one LINK, optionally one per worker count (nccl-tests tables
-    fit each GPU count) and one per collective kind (with what was measured for it), plus ``how`` it
-    was measured (backend, points, ...) for the record."""
+    fit each GPU count), one per collective kind (with what was measured for it) and FSDP2's measured costs
+    (with ``fsdp_record``, the timings they were fitted to), plus ``how`` it was measured (backend, points, ...)
+    for the record. The version is the oldest that reads what the file holds."""
     doc = {**_link_dict(link), **how}
     if by_workers:
         doc["by_workers"] = {str(n): _link_dict(ab) for n, ab in sorted(by_workers.items())}
     if kinds:
-        doc["version"] = LINK_MODEL_VERSION
+        doc["version"] = 2
         doc["kinds"] = {k: {**_link_dict(ab), **rec} for k, (ab, rec) in sorted(kinds.items())}
+    if fsdp is not None:
+        doc["version"] = 3
+        doc["fsdp"] = {**fsdp.to_dict(), **(fsdp_record or {})}
     with atomic_open(path) as f:
         json.dump(doc, f, indent=1)
     return os.fspath(path)
@@ -215,12 +222,23 @@ def load_link_model(path: str | os.PathLike[str], workers: int | None = None) ->
     return link_from_dict(d, os.fspath(path))
 
 
-def load_kind_links(path: str | os.PathLike[str]) -> tuple[tuple[str, AlphaBeta], ...]:
-    """The file's per-kind links (``Topology.kinds``); none in a version-1 file."""
+def _versioned(path: str | os.PathLike[str]) -> dict[str, Any]:
     d = _read_table(path)
     version = d.get("version", 1)
     if not isinstance(version, int) or version > LINK_MODEL_VERSION:
         raise DagprofError(f"link-model version {version!r} is newer than this dagprof reads ({LINK_MODEL_VERSION})", os.fspath(path))
+    return d
+
+
+def load_fsdp_costs(path: str | os.PathLike[str]) -> FsdpCosts | None:
+    """The file's measured FSDP2 costs; None before version 3 (or where calibrate did not measure them)."""
+    d = _versioned(path)
+    return None if d.get("fsdp") is None else FsdpCosts.from_dict(d["fsdp"], os.fspath(path))
+
+
+def load_kind_links(path: str | os.PathLike[str]) -> tuple[tuple[str, AlphaBeta], ...]:
+    """The file's per-kind links (``Topology.kinds``); none in a version-1 file."""
+    d = _versioned(path)
     table = d.get("kinds") or {}
     if not isinstance(table, dict) or not set(table) <= set(KIND_FACTORS):
         raise DagprofError(f"kinds must be a table of {', '.join(KIND_FACTORS)}", os.fspath(path))

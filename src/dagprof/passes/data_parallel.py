@@ -17,8 +17,17 @@ is not in a DDP profile either: DDP's finalize wait also copies every bucket bac
 Collectives are priced by the link model as every FSDP collective is (all-gathers half an all-reduce of
 the gathered bytes, gloo's reduce-scatter a whole one; with a per-kind link model from ``dagprof calibrate``, each
 kind on the link its own sweep fitted: ``Topology.kinds``). A copy-out is a pass over memory like DDP's bucket
-enqueue (which scales each bucket in place): it costs the profile's enqueue time per byte. Not in a DDP
-profile, so not predicted: FSDP's Python hooks around each unit and DTensor's cost per optimizer op.
+enqueue (which scales each bucket in place): it costs the profile's enqueue time per byte.
+
+With FSDP2's costs measured on the user's machine (``dagprof calibrate --fsdp``: ``costmodel.fsdp_costs``), two of
+those rules give way to what was measured, since a DDP profile holds neither: the optimizer step is the profiled one
+times the measured ratio of the same optimizer on DTensor shards to plain whole tensors at this job's tensor count
+and bytes (DTensor's fixed cost per tensor is what makes FSDP's step cost more than 1/N of DDP's on models of many
+small tensors), and a copy-out costs the measured time per byte of FSDP2's own copy-out into new storage (DDP's
+in-place bucket scaling is a different pass over memory: 0.6-2.6x it on the held-out models).
+
+Still not predicted (``conversion_note``): FSDP's Python hooks around each unit, and each rank's wake-up lag after a
+blocking collective (on a 2-core machine 1-3 ms per all-gather and reduce-scatter, on both ranks).
 
 Measured (``bench/bench_fsdp.py --part 7``, 2 gloo ranks on a 2-core machine at load 5-10): DDP -> FSDP predicts
 low, -5 to -31 %, most at 200 Mbit/s and on loopback. Read from the FSDP profiles there, what it lacks: gloo's
@@ -43,6 +52,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from ..costmodel.fsdp_costs import FsdpCosts
 from ..errors import DagprofError
 from ..graph.build_fsdp import fsdp_collectives, is_fsdp_graph
 from ..graph.dag import Graph, GraphBuilder
@@ -57,12 +67,20 @@ from .fsdp import set_reshard
 TARGETS = ("ddp", "fsdp", "fsdp:keep")  # fsdp:keep = fully_shard(..., reshard_after_forward=False)
 _EPS = 1e-7  # us: an inserted node's order next to the node it precedes or follows (below the profile's 1 ns)
 DEFAULT_BUCKET_MB = 25.0
-# said beside every converted row: what the conversion cannot see, and how far it missed on held-out jobs
-LIMITS = {"fsdp": "a DDP profile has no FSDP all-gather skew (gloo releases one rank later), no FSDP hooks and no DTensor "
-                  "optimizer: held-out gloo jobs ran FSDP 5-58 % slower than predicted (bench/bench_fsdp.py --part 7); "
-                  "take the time as a lower bound, the memory within about 10 %",
-          "ddp": "held-out gloo jobs measured DDP -30 to +15 % off this prediction, its peak memory -20 to +9 % "
-                 "(bench/bench_fsdp.py --part 7)"}
+
+
+def conversion_note(target: str, measured: bool) -> str:
+    """Said beside every converted row: what the conversion cannot see, and how far it missed on held-out jobs;
+    ``measured``: FSDP2's costs came from ``dagprof calibrate --fsdp`` (``ddp_to_fsdp``)."""
+    if target == "ddp":
+        return "held-out gloo jobs measured DDP -30 to +15 % off this prediction, its peak memory -20 to +9 % (bench/bench_fsdp.py --part 7)"
+    if measured:
+        return ("the optimizer step on DTensor shards and FSDP2's copy-out are as dagprof calibrate --fsdp measured them here; not in a DDP "
+                "profile and not predicted: FSDP's hooks per unit and each rank's wake-up lag after a blocking collective, so take the "
+                "time as a lower bound (bench/bench_fsdp.py --part 7 --link-model-calibrate), the memory within about 10 %")
+    return ("a DDP profile has no FSDP all-gather skew (gloo releases one rank later), no FSDP hooks and no DTensor optimizer "
+            "(dagprof calibrate --fsdp measures the optimizer and copy-out for --link-model): held-out gloo jobs ran FSDP 5-58 % slower "
+            "than predicted (bench/bench_fsdp.py --part 7); take the time as a lower bound, the memory within about 10 %")
 
 
 def parse_target(text: str) -> str:
@@ -92,8 +110,9 @@ def user_units(layers: list[str], grad_bytes: dict[str, int]) -> list[tuple[str,
     return out
 
 
-def to_data_parallel(g: Graph, target: str, bucket_mb: float | None = None) -> Graph:
-    """``g`` (a DDP or FSDP2 profile) under ``target``: ddp, fsdp or fsdp:keep (as profiled: unchanged)."""
+def to_data_parallel(g: Graph, target: str, bucket_mb: float | None = None, costs: FsdpCosts | None = None) -> Graph:
+    """``g`` (a DDP or FSDP2 profile) under ``target``: ddp, fsdp or fsdp:keep (as profiled: unchanged); ``costs``: FSDP2's
+    measured on this machine, for DDP -> FSDP (``ddp_to_fsdp``)."""
     if is_fsdp_graph(g) and any(len(u.mesh) > 1 for u in g.meta.fsdp.units):
         raise DagprofError("--data-parallel: this profile is an HSDP job (2-D mesh); only plain FSDP <-> DDP is modelled")
     if hybrid(g):
@@ -105,7 +124,7 @@ def to_data_parallel(g: Graph, target: str, bucket_mb: float | None = None) -> G
     if not ((g.kind == Kind.COMM) & (g.bucket >= 0)).any() or g.meta.framework or g.meta.horovod is not None:
         raise DagprofError("--data-parallel needs a dagprof profile of a PyTorch DDP or FSDP2 job (DDP's gradient buckets or FSDP's units); "
                            "this profile has neither")
-    return g if target == "ddp" else ddp_to_fsdp(g, reshard=target == "fsdp")
+    return g if target == "ddp" else ddp_to_fsdp(g, reshard=target == "fsdp", costs=costs)
 
 
 def _main_lane(g: Graph, step: int, rank: int) -> np.ndarray:
@@ -115,8 +134,9 @@ def _main_lane(g: Graph, step: int, rank: int) -> np.ndarray:
     return idx[np.argsort(g.order[idx], kind="stable")]
 
 
-def ddp_to_fsdp(g: Graph, reshard: bool = True) -> Graph:
-    """The DDP profile ``g`` as an FSDP2 job with ``user_units``, every unit resharded after forward or none."""
+def ddp_to_fsdp(g: Graph, reshard: bool = True, costs: FsdpCosts | None = None) -> Graph:
+    """The DDP profile ``g`` as an FSDP2 job with ``user_units``, every unit resharded after forward or none; with
+    ``costs``, its optimizer step and copy-outs as measured (module docstring)."""
     grad = g.meta.layer_grad_bytes
     if not grad or not any(grad.values()):
         raise DagprofError("--data-parallel fsdp: the profile does not say which layer owns which parameters (no layer gradient bytes); "
@@ -128,7 +148,11 @@ def ddp_to_fsdp(g: Graph, reshard: bool = True) -> Graph:
     dtype = {2: "bfloat16", 4: "float32", 8: "float64"}.get(element, "float32")
     unit_bytes = {name: sum(grad.get(x, 0) for x in ls) for name, ls in units}
     bucket_bytes = float(sum(int(g.nbytes[c]) for c in pb.comm_ids))
-    copy_us_per_byte = float(g.dur[pb.enqueue].sum()) / bucket_bytes if bucket_bytes else 0.0
+    tensors = sum(len(bk.params) for bk in g.meta.buckets)
+    if costs is not None and tensors:
+        copy_us_per_byte, step = costs.copy_out_us_per_byte, costs.step_ratio(tensors, sum(unit_bytes.values()), n)
+    else:  # nothing measured (or no parameter count to price DTensor's per-tensor cost on): the profile's own rules
+        copy_us_per_byte, step = float(g.dur[pb.enqueue].sum()) / bucket_bytes if bucket_bytes else 0.0, 1.0 / n
     channel = int(g.device[pb.comm_ids[0]])
     sinks = {v for vs in pb.sinks.values() for v in vs if g.kind[v] == Kind.COMM_WAIT}
 
@@ -136,7 +160,7 @@ def ddp_to_fsdp(g: Graph, reshard: bool = True) -> Graph:
     wait = np.fromiter(sinks, dtype=np.int64, count=len(sinks))
     dur[wait], gap[wait] = 0.0, 0.0  # DDP's finalize: nothing left to wait for
     upd = np.flatnonzero(g.kind == Kind.UPDATE)
-    dur[upd] /= n  # the optimizer steps this rank's shards
+    dur[upd] *= step  # the optimizer steps this rank's shards
     b, remap = GraphBuilder.from_graph(g.replace(dur=dur, gap=gap), ~pb.drop)
     layer_unit = {x: name for name, ls in units for x in ls}
     seq = 0
