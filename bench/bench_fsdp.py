@@ -417,21 +417,26 @@ DP_MODELS = {"transformer": ["--model", "transformer", "--blocks", "4", "--width
 
 
 def calibrated_models(out_dir: str, cluster=None) -> dict[str, str]:
-    """``dagprof calibrate`` in 2 ranks on the link the jobs run on (``cluster`` None: loopback; up to 32 MiB, the
-    embedding model's root unit): {"per-kind": the file,
-    "all-reduce": the same file without its per-kind fits (version 1)}."""
+    """``dagprof calibrate --fsdp`` in 2 ranks on the link the jobs run on (``cluster`` None: loopback; up to 32 MiB, the
+    embedding model's root unit): {"fsdp-measured": the file (version 3: FSDP2's optimizer, copy-out and per-unit costs too),
+    "per-kind": the same file without FSDP2's costs (version 2), "all-reduce": without its per-kind fits either (version 1)}."""
     from dagprof.collect.jobs.netns import python_module, run_ranks
 
     os.makedirs(out_dir, exist_ok=True)
-    per_kind = os.path.join(out_dir, "link.json")
-    run_ranks(python_module("dagprof.cli.main", "calibrate", "-o", per_kind, "--max-mb", "32", "--iters", "9"), 2, os.path.join(out_dir, "log"),
-              env={"PYTHONPATH": os.path.join(os.path.dirname(HERE), "src")}, cluster=cluster)
-    with open(per_kind) as f:
+    measured = os.path.join(out_dir, "link.json")
+    run_ranks(python_module("dagprof.cli.main", "calibrate", "-o", measured, "--max-mb", "32", "--iters", "9", "--fsdp"), 2,
+              os.path.join(out_dir, "log"), env={"PYTHONPATH": os.path.join(os.path.dirname(HERE), "src")}, cluster=cluster)
+    with open(measured) as f:
         doc = json.load(f)
-    allreduce = os.path.join(out_dir, "link-v1.json")
-    with open(allreduce, "w") as f:
-        json.dump({k: v for k, v in doc.items() if k not in ("kinds", "version")}, f)
-    return {"all-reduce": allreduce, "per-kind": per_kind}
+    out = {}
+    for how, drop in (("all-reduce", ("kinds", "version", "fsdp")), ("per-kind", ("fsdp",))):
+        out[how] = os.path.join(out_dir, f"link-{how}.json")
+        with open(out[how], "w") as f:
+            json.dump({k: v for k, v in doc.items() if k not in drop} | ({"version": 2} if how == "per-kind" else {}), f)
+    return out | {"fsdp-measured": measured}
+
+
+CALIBRATED = ("all-reduce", "per-kind", "fsdp-measured")  # calibrated_models' files, oldest rule first
 
 
 def part7(rounds: int, steps: int, links: list[str], calibrate: bool = False) -> tuple[list[float], list[float], list[float]]:
@@ -454,7 +459,7 @@ def part7(rounds: int, steps: int, links: list[str], calibrate: bool = False) ->
     cells = [(m, link, w) for m in DP_MODELS for link in links for w in wrappers]
     measured: dict[tuple, list[float]] = {c: [] for c in cells}
     predicted: dict[tuple, list[float]] = {c: [] for c in cells}
-    on_model: dict[tuple, list[float]] = {(*c, how): [] for c in cells if c[2] == "fsdp" for how in ("all-reduce", "per-kind")}
+    on_model: dict[tuple, list[float]] = {(*c, how): [] for c in cells if c[2] == "fsdp" for how in CALIBRATED}
     graphs: dict[tuple[str, str], object] = {}
     t0 = time.perf_counter()
     print(f"Part 7: whatif --data-parallel, each wrapper predicted from the other's profile, 2 gloo ranks, load {os.getloadavg()[0]:.2f}")
@@ -498,7 +503,7 @@ def part7(rounds: int, steps: int, links: list[str], calibrate: bool = False) ->
             err = 100 * (p - m) / m
             (to_fsdp if cell[2] == "fsdp" else to_ddp).append(err)
             print(f"{cell[0]:14s} {cell[1]:>9s} {cell[2]:>5s} {m:12.1f} {min(measured[cell]):7.1f}-{max(measured[cell]):<7.1f} {p:13.1f} {err:+7.2f} %")
-            for how in ("all-reduce", "per-kind"):
+            for how in CALIBRATED:
                 if on_model.get((*cell, how)):
                     pm = statistics.median(on_model[(*cell, how)])
                     per_round = ", ".join(f"{100 * (x - y) / y:+.1f}" for x, y in zip(on_model[(*cell, how)], measured[cell]))

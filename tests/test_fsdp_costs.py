@@ -23,7 +23,7 @@ from dagprof.traces.events import Kind
 DDP = DATA / "fsdp" / "ddp"
 LINK = AlphaBeta(50.0, 1e-3)
 # far from the profile's own rules (1/N of the step, DDP's enqueue per byte): a converted node shows which it took
-COSTS = FsdpCosts(2, StepFit(10.0, 1e-3), StepFit(500.0, 3e-3), 7e-3)
+COSTS = FsdpCosts(2, StepFit(10.0, 1e-3), StepFit(500.0, 3e-3), 7e-3, 321.0, 654.0)
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +59,13 @@ def test_conversion_inserts_the_measured_costs(ddp):
     size = {u.name: u.numel * 4 for u in measured.meta.fsdp.units}
     assert copy and all(measured.dur[v] == pytest.approx(size[measured.node_name(v).split("copy-out ")[1].rpartition(" (")[0]] * 7e-3)
                         for v in copy)
+    # every unit's hooks once per pass and step, and nowhere without a measurement
+    units, steps = len(measured.meta.fsdp.units), len(ddp.meta.steps)
+    for phase, us in (("forward", 321.0), ("backward", 654.0)):
+        hooks = [v for v in np.flatnonzero(measured.rank >= 0) if measured.node_name(v).endswith(f"({phase})")
+                 and "fsdp hooks" in measured.node_name(v)]
+        assert len(hooks) == units * steps * 2 and np.allclose(measured.dur[hooks], us)  # 2 ranks
+    assert not [v for v in range(len(plain)) if "fsdp hooks" in plain.node_name(v)]
     # the same collectives either way: only what was measured changed
     assert (measured.kind == Kind.COMM).sum() == (plain.kind == Kind.COMM).sum()
 

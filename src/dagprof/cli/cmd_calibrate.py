@@ -37,7 +37,8 @@ def add_arguments(p) -> None:
                         "their kind's fit): all_gather, reduce_scatter (default: both); all_reduce alone writes a version-1 file")
     p.add_argument("--fsdp", action="store_true",
                    help="live: also measure FSDP2's costs that a DDP profile cannot show (the optimizer on DTensor shards against plain "
-                        "tensors, the all-gather copy-out per byte) on a small fully_shard model; whatif --data-parallel fsdp uses them")
+                        "tensors, the all-gather copy-out per byte, each unit's hooks and waits beyond its collectives) on small "
+                        "fully_shard models; whatif --data-parallel fsdp uses them")
     p.add_argument("--nccl-tests", metavar="PATH", help="fit nccl-tests all-reduce tables (a file or a folder) instead of measuring")
 
 
@@ -108,7 +109,8 @@ def to_text(r: dict) -> str:
             f = r["fsdp"]
             lines += [f"FSDP2 ({f['optimizer']} on {f['world']} ranks): step on plain tensors {f['plain_step']['us_per_tensor']:.1f} us/tensor + "
                       f"{f['plain_step']['us_per_byte'] * 1e6:.1f} us/MB, on DTensor shards {f['dtensor_step']['us_per_tensor']:.1f} us/tensor + "
-                      f"{f['dtensor_step']['us_per_byte'] * 1e6:.1f} us/MB (of the shard); copy-out {f['copy_out_us_per_byte'] * 1e6:.1f} us/MB"]
+                      f"{f['dtensor_step']['us_per_byte'] * 1e6:.1f} us/MB (of the shard); copy-out {f['copy_out_us_per_byte'] * 1e6:.1f} us/MB; per unit "
+                      f"beyond its collectives: forward {f['unit_forward_us']:.0f} us, backward {f['unit_backward_us']:.0f} us"]
     if r["out"]:
         lines.append(f"link model: {os.path.relpath(r['out'])} (use with: dagprof whatif RUN --link-model {os.path.relpath(r['out'])})")
     return "\n".join(lines)

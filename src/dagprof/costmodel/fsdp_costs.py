@@ -2,12 +2,16 @@
 
 A DDP profile times DDP's optimizer on whole plain tensors and DDP's bucket copies; FSDP2 steps the optimizer on
 DTensor shards (a DTensor op dispatches through its sharding layer: a fixed cost per tensor that a plain tensor has
-not) and copies every all-gather's output into the unsharded parameters (``split_with_sizes_copy`` into freshly
-allocated storage). Neither scales from DDP's numbers, so ``collect.measure.calibrate.measure_fsdp`` runs them on the
-user's own process group: the same optimizer on the same small ``fully_shard`` model and on its plain copy at a few
-shapes, and FSDP2's copy-out at a few sizes. The DDP -> FSDP conversion (``passes.data_parallel``) scales the
-profile's measured optimizer step by the ratio of the two fits and prices each copy-out by the measured time per
-byte. Stored under ``fsdp`` in the link-model file (version 3; ``costmodel.topology``).
+not), copies every all-gather's output into the unsharded parameters (``split_with_sizes_copy`` into freshly
+allocated storage), and runs Python hooks around each unit's forward and backward (pre/post forward and backward,
+copy-in, reshard frees), each blocking collective returning to a rank that must be woken. None of that scales from
+DDP's numbers, so ``collect.measure.calibrate.measure_fsdp`` runs them on the user's own process group: the same
+optimizer on the same small ``fully_shard`` model and on its plain copy at a few shapes, FSDP2's copy-out at a few
+sizes, and one forward and backward of a stack of small units against the same plain stack, less the all-gathers
+and reduce-scatters it ran as the sweep times them. The DDP -> FSDP conversion (``passes.data_parallel``) scales the
+profile's measured optimizer step by the ratio of the two fits, prices each copy-out by the measured time per byte,
+and gives each unit the measured time per unit beyond its collectives. Stored under ``fsdp`` in the link-model
+file (version 3; ``costmodel.topology``).
 """
 from __future__ import annotations
 
@@ -53,6 +57,8 @@ class FsdpCosts:
     plain_step: StepFit  # the optimizer on whole plain tensors (DDP's)
     dtensor_step: StepFit  # the same optimizer on fully_shard's DTensor shards (bytes: the shard's)
     copy_out_us_per_byte: float  # FSDP2's copy-out of an all-gather into freshly allocated parameters
+    unit_forward_us: float  # per unit, its forward's cost beyond its all-gather (hooks, copy-in/out, the wake-up after it)
+    unit_backward_us: float  # per unit, its backward's beyond its all-gather and reduce-scatter
     optimizer: str = "AdamW"  # what was timed: the ratio is this optimizer's
 
     def step_ratio(self, tensors: int, nbytes: float, world: int) -> float:
@@ -62,16 +68,17 @@ class FsdpCosts:
 
     def to_dict(self) -> dict[str, Any]:
         return {"world": self.world, "optimizer": self.optimizer, "copy_out_us_per_byte": self.copy_out_us_per_byte,
+                "unit_forward_us": self.unit_forward_us, "unit_backward_us": self.unit_backward_us,
                 "plain_step": _fit_dict(self.plain_step), "dtensor_step": _fit_dict(self.dtensor_step)}
 
     @classmethod
     def from_dict(cls, d: Any, source: str = "link model") -> "FsdpCosts":
         try:
             return cls(int(d["world"]), StepFit(**d["plain_step"]), StepFit(**d["dtensor_step"]), float(d["copy_out_us_per_byte"]),
-                       str(d.get("optimizer", "AdamW")))
+                       float(d["unit_forward_us"]), float(d["unit_backward_us"]), str(d.get("optimizer", "AdamW")))
         except (KeyError, TypeError, ValueError) as err:
             raise DagprofError(f"bad fsdp entry ({err!r}); need world, plain_step, dtensor_step (us_per_tensor, us_per_byte), "
-                               "copy_out_us_per_byte", source) from None
+                               "copy_out_us_per_byte, unit_forward_us, unit_backward_us", source) from None
 
 
 def _fit_dict(f: StepFit) -> dict[str, float]:

@@ -23,11 +23,15 @@ With FSDP2's costs measured on the user's machine (``dagprof calibrate --fsdp``:
 those rules give way to what was measured, since a DDP profile holds neither: the optimizer step is the profiled one
 times the measured ratio of the same optimizer on DTensor shards to plain whole tensors at this job's tensor count
 and bytes (DTensor's fixed cost per tensor is what makes FSDP's step cost more than 1/N of DDP's on models of many
-small tensors), and a copy-out costs the measured time per byte of FSDP2's own copy-out into new storage (DDP's
-in-place bucket scaling is a different pass over memory: 0.6-2.6x it on the held-out models).
+small tensors), a copy-out costs the measured time per byte of FSDP2's own copy-out into new storage (DDP's
+in-place bucket scaling is a different pass over memory: 0.6-2.6x it on the held-out models), and each unit gets
+what a small unit measured beyond its collectives, as an ``fsdp hooks`` node before its forward all-gather and one
+after its reduce-scatter: FSDP's hooks, copy-in and reshard, and each rank's wake-up after a blocking collective
+(on a 2-core machine 1-3 ms per all-gather and reduce-scatter, on both ranks, where DDP's all-reduces block nothing).
 
-Still not predicted (``conversion_note``): FSDP's Python hooks around each unit, and each rank's wake-up lag after a
-blocking collective (on a 2-core machine 1-3 ms per all-gather and reduce-scatter, on both ranks).
+Still not predicted (``conversion_note``): how that wake-up and the collectives' own cost grow with the unit's bytes
+beyond the small unit's and the sweep's (the per-kind fits of ``Topology.kinds``), and the compute DDP's overlapping
+all-reduces slowed on a machine whose cores the collectives share (FSDP's block it instead).
 
 Measured (``bench/bench_fsdp.py --part 7``, 2 gloo ranks on a 2-core machine at load 5-10): DDP -> FSDP predicts
 low, -5 to -31 %, most at 200 Mbit/s and on loopback. Read from the FSDP profiles there, what it lacks: gloo's
@@ -75,11 +79,12 @@ def conversion_note(target: str, measured: bool) -> str:
     if target == "ddp":
         return "held-out gloo jobs measured DDP -30 to +15 % off this prediction, its peak memory -20 to +9 % (bench/bench_fsdp.py --part 7)"
     if measured:
-        return ("the optimizer step on DTensor shards and FSDP2's copy-out are as dagprof calibrate --fsdp measured them here; not in a DDP "
-                "profile and not predicted: FSDP's hooks per unit and each rank's wake-up lag after a blocking collective, so take the "
-                "time as a lower bound (bench/bench_fsdp.py --part 7 --link-model-calibrate), the memory within about 10 %")
+        return ("the optimizer step on DTensor shards, FSDP2's copy-out and each unit's hooks and wake-ups beyond its collectives are as "
+                "dagprof calibrate --fsdp measured them on a small fully_shard model here; not predicted: how the wake-ups grow with a "
+                "unit's bytes, and compute that DDP's overlapping all-reduces slowed (bench/bench_fsdp.py --part 7 --link-model-calibrate); "
+                "the memory within about 10 %")
     return ("a DDP profile has no FSDP all-gather skew (gloo releases one rank later), no FSDP hooks and no DTensor optimizer "
-            "(dagprof calibrate --fsdp measures the optimizer and copy-out for --link-model): held-out gloo jobs ran FSDP 5-58 % slower "
+            "(dagprof calibrate --fsdp measures them for --link-model): held-out gloo jobs ran FSDP 5-58 % slower "
             "than predicted (bench/bench_fsdp.py --part 7); take the time as a lower bound, the memory within about 10 %")
 
 
@@ -190,12 +195,16 @@ def ddp_to_fsdp(g: Graph, reshard: bool = True, costs: FsdpCosts | None = None) 
             b.add_edge(sync, comm)
             seq += 1
             for r, at in nodes.items():
+                if costs is not None and (kind, phase) == ("all_gather", "forward"):
+                    _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp hooks {unit} (forward)", Kind.OTHER, costs.unit_forward_us)
                 enq = _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp {kind} {unit}", Kind.COMM_ENQUEUE, 0.0, nbytes=int(full))
                 w = _insert(b, g, remap, at, before, shift, f"rank{r}.wait {kind} {unit}", Kind.COMM_WAIT, 0.0)
                 b.add_edge(enq, sync)
                 b.add_edge(comm, w)
                 if kind == "all_gather":
                     _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp copy-out {unit} ({phase})", Kind.OTHER, full * copy_us_per_byte)
+                elif costs is not None:
+                    _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp hooks {unit} (backward)", Kind.OTHER, costs.unit_backward_us)
     chain_lanes(b)
     out = b.build()
     fs_units = [FsdpGraphUnit(name, int(unit_bytes[name] // element), int(math.ceil(unit_bytes[name] / n)), dtype, dtype, dtype,

@@ -125,6 +125,8 @@ def fit(points: list[tuple[int, float]], world: int, kind: str = "all_reduce", b
 # to few large ones (the per-byte cost); Linear(width, width) weights, 4 KiB to 4 MiB each
 OPT_SHAPES = ((32, 32), (8, 256), (2, 1024))
 COPY_SIZES = (1 << 20, 4 << 20, 16 << 20)  # bytes of the all-gather output a copy-out splits into parameters
+UNITS = (8, 64)  # (units, width) of the stack whose forward and backward time FSDP2's cost per unit: small, so that
+# what it measures is the per-unit cost, not the transfers'
 
 
 def _slowest_median(make: Callable[[], Callable[[], object]], iters: int, warmup: int = 2) -> float:
@@ -152,7 +154,10 @@ def measure_fsdp(iters: int = 5) -> tuple[FsdpCosts, dict]:
     The optimizer: ``torch.optim.AdamW`` steps a stack of ``Linear`` weights (``OPT_SHAPES``) once as plain tensors (as DDP
     holds them) and once after ``fully_shard`` per layer and on the stack (DTensor shards, gradients from a real
     forward and backward), every rank stepping at once. The copy-out: FSDP2's ``split_with_sizes_copy`` of an
-    all-gather's output (``world`` x shard) into four parameters' new storage (``COPY_SIZES``)."""
+    all-gather's output (``world`` x shard) into four parameters' new storage (``COPY_SIZES``). Per unit: the forward
+    and the backward of a stack of ``UNITS`` ``Linear`` units, ``fully_shard`` each (resharded after forward), less the
+    same stack unsharded and less its collectives at their own measured time (an all-gather per unit in forward, an
+    all-gather and a reduce-scatter in backward), per unit; never below 0."""
     import torch
     import torch.distributed as dist
     import torch.nn as nn
@@ -188,8 +193,26 @@ def measure_fsdp(iters: int = 5) -> tuple[FsdpCosts, dict]:
     m, t = np.array(copy, dtype=float).T
     slope = float(np.polyfit(m, t, 1)[0])
     per_byte = slope if slope > 0 else float(t[-1] / m[-1])
-    costs = FsdpCosts(world, StepFit.fit(steps["plain"]), StepFit.fit(steps["dtensor"]), per_byte)
-    return costs, {"optimizer_points": steps, "copy_out_points": copy}
+    units, width = UNITS
+    passes = {}
+    for how in ("plain", "fsdp"):
+        torch.manual_seed(0)
+        model = nn.Sequential(*[nn.Linear(width, width, bias=False) for _ in range(units)])
+        if how == "fsdp":
+            for layer in model:
+                fully_shard(layer, mesh=mesh)
+            fully_shard(model, mesh=mesh)
+        x = torch.ones(8, width)
+
+        def make_backward(model: nn.Module = model, x: torch.Tensor = x) -> Callable[[], object]:
+            loss = model(x).sum()
+            return loss.backward
+        passes[how] = (_slowest_median(lambda model=model, x=x: lambda: model(x), iters), _slowest_median(make_backward, iters))
+    gather, scatter = (_slowest_median(_op(kind, width * width * 4, world)[0], iters) for kind in ("all_gather", "reduce_scatter"))
+    forward = max((passes["fsdp"][0] - passes["plain"][0]) / units - gather, 0.0)
+    backward = max((passes["fsdp"][1] - passes["plain"][1]) / units - gather - scatter, 0.0)
+    costs = FsdpCosts(world, StepFit.fit(steps["plain"]), StepFit.fit(steps["dtensor"]), per_byte, forward, backward)
+    return costs, {"optimizer_points": steps, "copy_out_points": copy, "unit_passes_us": passes, "unit_collectives_us": [gather, scatter]}
 
 
 def _free_port() -> int:
