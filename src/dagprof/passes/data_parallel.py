@@ -153,7 +153,7 @@ def ddp_to_fsdp(g: Graph, reshard: bool = True, costs: FsdpCosts | None = None) 
     dtype = {2: "bfloat16", 4: "float32", 8: "float64"}.get(element, "float32")
     unit_bytes = {name: sum(grad.get(x, 0) for x in ls) for name, ls in units}
     bucket_bytes = float(sum(int(g.nbytes[c]) for c in pb.comm_ids))
-    tensors = sum(len(bk.params) for bk in g.meta.buckets)
+    tensors = len({p for bk in g.meta.buckets for p in bk.params})  # the parameter tensors DDP steps
     if costs is not None and tensors:
         copy_us_per_byte, step = costs.copy_out_us_per_byte, costs.step_ratio(tensors, sum(unit_bytes.values()), n)
     else:  # nothing measured (or no parameter count to price DTensor's per-tensor cost on): the profile's own rules
