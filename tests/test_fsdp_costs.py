@@ -1,6 +1,7 @@
 """FSDP2's measured costs (``dagprof calibrate --fsdp``, ``costmodel.fsdp_costs``): measured on a real gloo group, kept in
 the link-model file (version 3), and inserted by DDP -> FSDP (``passes.data_parallel.ddp_to_fsdp``) into the recorded DDP
-job ``tests/data/fsdp/ddp``; older link-model files convert as before."""
+job ``tests/data/fsdp/ddp``; a version-3 file also prices each collective kind at its measured sizes; older link-model
+files convert and price as before."""
 from __future__ import annotations
 
 import json
@@ -10,11 +11,13 @@ import pytest
 from testdata import DATA
 
 from dagprof.cli.main import main
-from dagprof.costmodel.alphabeta import AlphaBeta
+from dagprof.costmodel.alphabeta import AlphaBeta, ring_allreduce_us
 from dagprof.costmodel.fsdp_costs import FsdpCosts, StepFit
 from dagprof.costmodel.topology import load_fsdp_costs, load_kind_links, save_link_model
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
+from dagprof.graph.build_fsdp import allreduce_equivalent_bytes, fsdp_collectives
+from dagprof.passes.comm import set_topology
 from dagprof.passes.data_parallel import ddp_to_fsdp
 from dagprof.search.whatif import Cluster, Scenario, apply, base_topology, evaluate
 from dagprof.traces.dagprof_run import read_run
@@ -106,3 +109,27 @@ def test_calibrate_measures_fsdp_on_a_live_gloo_group(capsys, tmp_path):
     for fit in (costs.plain_step, costs.dtensor_step):
         assert fit.us_per_tensor >= 0 and fit.us_per_byte >= 0 and fit.us(8, 1 << 20) > 0
     assert len(r["optimizer_points"]["dtensor"]) == 3 and len(r["copy_out_points"]) == 3
+
+
+def test_a_version_3_file_prices_each_kind_at_its_measured_sizes(tmp_path):
+    """Each kind's price is its link's scaled to what the sweep measured at the nearest sizes (interpolated in log
+    size, the end's beyond them); the same sweep in a version-2 file prices on the link alone, as before."""
+    g = build_graph(read_run(DATA / "fsdp" / "reshard"))
+    link = AlphaBeta(100.0, 2e-3)
+    equiv = sorted({float(m) for m in allreduce_equivalent_bytes(g, np.array([c.node for c in fsdp_collectives(g) if c.kind == "all_gather"]))})
+    lo, hi = equiv[0] / 2, equiv[-1] * 2  # whole-tensor bytes of the sweep: twice the all-reduce-equivalent
+    points = [[2 * lo, 3.0 * float(ring_allreduce_us(lo, 2, link))], [2 * hi, 1.5 * float(ring_allreduce_us(hi, 2, link))]]
+    kinds = {"all_gather": (link, {"points": points})}
+    v2 = save_link_model(tmp_path / "v2.json", LINK, kinds=kinds, workers=2, backend="gloo")
+    v3 = save_link_model(tmp_path / "v3.json", LINK, kinds=kinds, fsdp=COSTS, workers=2, backend="gloo")
+    t2, t3 = (base_topology(g, Cluster(link_model=str(p))) for p in (v2, v3))
+    assert t2.kind_scale == () and t3.kind_factor("all_gather", lo) == pytest.approx(3.0) and t3.kind_factor("all_gather", hi * 4) == pytest.approx(1.5)
+    assert t3.kind_factor("reduce_scatter", lo) == 1.0
+    mid = np.sqrt(lo * hi)  # halfway in log size
+    assert t3.kind_factor("all_gather", mid) == pytest.approx(2.25)
+    p2, p3 = set_topology(g, t2), set_topology(g, t3)
+    for c in fsdp_collectives(g):
+        m = float(allreduce_equivalent_bytes(g, np.array([c.node]))[0])
+        f = t3.kind_factor(c.kind, m)
+        assert p3.dur[c.node] == pytest.approx(t3.overhead_us + (p2.dur[c.node] - t2.overhead_us) * f)
+        assert (f > 1.5) if c.kind == "all_gather" else (f == 1.0)

@@ -11,8 +11,10 @@ with ``LINK = {alpha_us, beta_us_per_byte[, gamma_us_per_byte]}`` or
 (``all_gather``, ``reduce_scatter``) the LINK on which an all-reduce of that kind's all-reduce-equivalent
 bytes (``allreduce_equivalent_factor``) costs what the kind measured, so FSDP's collectives are priced
 from their own measurement (``Topology.for_kind``). A file without ``kinds`` (version 1) prices every
-kind on the one LINK. Version 3 adds ``fsdp``: FSDP2's optimizer step and copy-out as measured on the group
-(``costmodel.fsdp_costs``), which DDP -> FSDP reads; a file without it converts as before.
+kind on the one LINK. Version 3 adds ``fsdp``: FSDP2's optimizer step, copy-out and per-unit costs as measured on
+the group (``costmodel.fsdp_costs``), which DDP -> FSDP reads, and prices each kind at its swept sizes as measured
+(``Topology.kind_scale``: the kind's link fits its sweep with every size weighted alike, which leaves its largest sizes,
+tens of MBs as a large embedding's unit gathers, 20-40 % under what they measured on gloo); an older file prices as before.
 """
 from __future__ import annotations
 
@@ -68,7 +70,9 @@ class CollectiveSpec:
 @dataclass(frozen=True)
 class Topology:
     """``kinds``: (collective kind, its link) pairs measured per kind (``dagprof calibrate``); a kind
-    not listed, and every kind when empty, is priced on ``intra``/``inter`` by its all-reduce equivalent."""
+    not listed, and every kind when empty, is priced on ``intra``/``inter`` by its all-reduce equivalent.
+    ``kind_scale``: per kind, (all-reduce-equivalent bytes, measured time over its link's price) at each swept size:
+    a kind's transfer time is its link's times that ratio, interpolated in log size (``kind_factor``)."""
 
     hosts: int
     devices_per_host: int
@@ -78,6 +82,7 @@ class Topology:
     # of ranks: what a profile's latency mostly is, unlike the per-message wire latency alpha.
     overhead_us: float = 0.0
     kinds: tuple[tuple[str, AlphaBeta], ...] = ()
+    kind_scale: tuple[tuple[str, tuple[tuple[float, float], ...]], ...] = ()
 
     def __post_init__(self) -> None:
         if self.hosts < 1 or self.devices_per_host < 1:
@@ -103,7 +108,16 @@ class Topology:
         per = min(self.devices_per_host, workers)
         if workers % per:
             raise DagprofError(f"{workers} workers do not fill hosts of {self.devices_per_host} devices")
-        return Topology(workers // per, per, self.intra, self.inter, self.overhead_us, self.kinds)
+        return Topology(workers // per, per, self.intra, self.inter, self.overhead_us, self.kinds, self.kind_scale)
+
+    def kind_factor(self, kind: str, equiv_bytes: float) -> float:
+        """What a ``kind`` collective of ``equiv_bytes`` (all-reduce-equivalent) measured over its link's price: the
+        nearest swept sizes' ratios interpolated in log size, the end's beyond the sweep; 1 where none was measured."""
+        points = dict(self.kind_scale).get(kind)
+        if not points or equiv_bytes <= 0:
+            return 1.0
+        m, r = np.array(points, dtype=float).T
+        return float(np.interp(np.log(equiv_bytes), np.log(m), r))
 
     def for_kind(self, kind: str) -> "Topology":
         """The topology that prices a ``kind`` collective: its own measured link where there is one."""
@@ -249,7 +263,25 @@ def with_link_model(t: Topology, path: str | os.PathLike[str], workers: int) -> 
     """``t``'s hosts under a link-model file: its link fitted nearest ``workers`` between every pair of ranks,
     and its per-kind links."""
     link = load_link_model(path, workers)
-    return Topology(t.hosts, t.devices_per_host, link, link, t.overhead_us, load_kind_links(path))
+    return Topology(t.hosts, t.devices_per_host, link, link, t.overhead_us, load_kind_links(path), load_kind_scale(path))
+
+
+def load_kind_scale(path: str | os.PathLike[str]) -> tuple[tuple[str, tuple[tuple[float, float], ...]], ...]:
+    """``Topology.kind_scale`` from a version-3 file's per-kind sweeps (each point's time over its kind's link's ring
+    price at the workers that measured); none before version 3."""
+    from .alphabeta import ring_allreduce_us
+
+    d = _versioned(path)
+    if d.get("version", 1) < 3:
+        return ()
+    links, world, backend = dict(load_kind_links(path)), int(d.get("workers", 2)), str(d.get("backend", "gloo"))
+    out = []
+    for kind, link in sorted(links.items()):
+        points = sorted((float(m) * allreduce_equivalent_factor(kind, backend), float(t)) for m, t in d["kinds"][kind].get("points", ()) if m > 0)
+        scale = tuple((m, t / p) for m, t in points for p in [float(ring_allreduce_us(m, world, link))] if p > 0 and t > 0)
+        if scale:
+            out.append((kind, scale))
+    return tuple(out)
 
 
 # bytes of the ring all-reduce that costs what a collective of S bytes costs, per kind: a ring all-gather or

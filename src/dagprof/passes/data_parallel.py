@@ -29,9 +29,13 @@ what a small unit measured beyond its collectives, as an ``fsdp hooks`` node bef
 after its reduce-scatter: FSDP's hooks, copy-in and reshard, and each rank's wake-up after a blocking collective
 (on a 2-core machine 1-3 ms per all-gather and reduce-scatter, on both ranks, where DDP's all-reduces block nothing).
 
-Still not predicted (``conversion_note``): how that wake-up and the collectives' own cost grow with the unit's bytes
-beyond the small unit's and the sweep's (the per-kind fits of ``Topology.kinds``), and the compute DDP's overlapping
-all-reduces slowed on a machine whose cores the collectives share (FSDP's block it instead).
+The same file prices each collective kind at its measured sizes (``Topology.kind_factor``): a large embedding's root unit
+gathers tens of MBs, where gloo's all-gather measured 1.4-1.7x the wire time and the kind's fit, weighted to every size
+alike, priced it 20-40 % low.
+
+Still not predicted (``conversion_note``): how the wake-up after a blocking collective grows with the unit's bytes
+beyond the small unit's, and the compute DDP's overlapping all-reduces slowed on a machine whose cores the collectives
+share (FSDP's block it instead).
 
 Measured (``bench/bench_fsdp.py --part 7``, 2 gloo ranks on a 2-core machine at load 5-10): DDP -> FSDP predicts
 low, -5 to -31 %, most at 200 Mbit/s and on loopback. Read from the FSDP profiles there, what it lacks: gloo's
@@ -79,8 +83,8 @@ def conversion_note(target: str, measured: bool) -> str:
     if target == "ddp":
         return "held-out gloo jobs measured DDP -30 to +15 % off this prediction, its peak memory -20 to +9 % (bench/bench_fsdp.py --part 7)"
     if measured:
-        return ("the optimizer step on DTensor shards, FSDP2's copy-out and each unit's hooks and wake-ups beyond its collectives are as "
-                "dagprof calibrate --fsdp measured them on a small fully_shard model here; not predicted: how the wake-ups grow with a "
+        return ("the optimizer step on DTensor shards, FSDP2's copy-out, each unit's hooks and wake-ups beyond its collectives and each "
+                "collective kind at its swept sizes are as dagprof calibrate --fsdp measured them here; not predicted: how the wake-ups grow with a "
                 "unit's bytes, and compute that DDP's overlapping all-reduces slowed (bench/bench_fsdp.py --part 7 --link-model-calibrate); "
                 "the memory within about 10 %")
     return ("a DDP profile has no FSDP all-gather skew (gloo releases one rank later), no FSDP hooks and no DTensor optimizer "
