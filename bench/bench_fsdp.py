@@ -79,6 +79,15 @@ DTensor's optimizer, the released rank's lag) is not resolved here. At 200 Mbit/
 on the profile's link, -20.7 / -23.9 % calibrated all-reduce, -20.8 / -18.0 % per kind: where the wire bounds the collectives
 their kinds cost what the ring says, and the rest is elsewhere.
 
+Since ``calibrate --fsdp`` (version-3 file: FSDP2's optimizer on DTensor shards against plain tensors, its copy-out per byte,
+each unit's cost beyond its collectives, and each kind priced at its swept sizes), the same rounds also predict on it
+("fsdp-measured"; "per-kind" is the same file as version 2). Measured 2026-12-02 (2 rounds, --steps 12, load 2.2-4.2):
+DDP -> FSDP on the profile's link, per-kind, fsdp-measured: transformer loopback -54.6, -40.4, -32.5 %; 200 Mbit/s -16.4,
+-19.0, -1.5 %; 1 Gbit/s -28.4, -32.5, -12.2 %; embedding loopback -35.6, -27.1, -5.7 %; 200 Mbit/s -24.5, -27.8, -8.3 %;
+1 Gbit/s -28.9, -26.2, -7.5 %. The loopback transformer's FSDP job ran 147 ms on an idle machine (one pair at load 0.7:
++1.3 % fsdp-measured; the embedding -10.7 %) and 217-225 ms in these rounds, its DDP job 88-96 ms either way: each
+blocking collective's wake-up under load, which the calibration's small unit measured at another moment.
+
 Part 8 (any user): ``whatif --units merge:2`` on loopback in interleaved rounds: each round profiles the MLP model
 with a unit per block (``fsdp_train.py --group 1``) and with every two blocks one unit (``--group 2``, hooks only, the
 order alternating), and predicts the grouped job from the per-block profile (``search.whatif.apply`` on the averaged

@@ -43,7 +43,11 @@ all-gather releases one of the two ranks about 0.45 of its transfer after the ot
 all-gather at 200 Mbit/s; its reduce-scatter releases both together), its all-gathers and reduce-scatters cost
 1-3x the all-reduce per byte when CPU-bound (loopback), and FSDP's optimizer step on DTensor shards and its hooks
 run longer than their share of DDP's. None of that is in a DDP profile; the pricing rules stay those of the FSDP
-what-ifs (which keep each FSDP profile's measured waits).
+what-ifs (which keep each FSDP profile's measured waits). With ``dagprof calibrate --fsdp`` on the same link
+(``--link-model-calibrate``, 2 rounds, load 2.2-4.2): -1.5 and -8.3 % at 200 Mbit/s, -12.2 and -7.5 % at 1 Gbit/s,
+-32.5 and -5.7 % on loopback (transformer, embedding; the per-kind fit alone -19 to -40 %); on an idle machine
+(load 0.7, one pair on loopback) +1.3 and -10.7 %. Under load a blocking collective's wake-up costs FSDP far more
+than the small unit measured at another moment: the transformer's FSDP loopback job ran 147 ms idle, 220 ms at load 2.5.
 
 FSDP -> DDP (``fsdp_to_ddp``): every FSDP collective, wait, copy-out and reshard goes; the gradients are
 bucketed by DDP's rule (``bucket_cap_mb``, 25 MiB by default) in reverse registration order (the layers'
@@ -85,8 +89,9 @@ def conversion_note(target: str, measured: bool) -> str:
     if measured:
         return ("the optimizer step on DTensor shards, FSDP2's copy-out, each unit's hooks and wake-ups beyond its collectives and each "
                 "collective kind at its swept sizes are as dagprof calibrate --fsdp measured them here; not predicted: how the wake-ups grow with a "
-                "unit's bytes, and compute that DDP's overlapping all-reduces slowed (bench/bench_fsdp.py --part 7 --link-model-calibrate); "
-                "the memory within about 10 %")
+                "unit's bytes or the machine's load, and compute that DDP's overlapping all-reduces slowed: held-out gloo jobs ran FSDP -12 to "
+                "+1 % off this prediction on links, up to 32 % slower on a loaded machine's loopback (bench/bench_fsdp.py --part 7 "
+                "--link-model-calibrate); the memory within about 10 %")
     return ("a DDP profile has no FSDP all-gather skew (gloo releases one rank later), no FSDP hooks and no DTensor optimizer "
             "(dagprof calibrate --fsdp measures them for --link-model): held-out gloo jobs ran FSDP 5-58 % slower "
             "than predicted (bench/bench_fsdp.py --part 7); take the time as a lower bound, the memory within about 10 %")
@@ -145,7 +150,7 @@ def _main_lane(g: Graph, step: int, rank: int) -> np.ndarray:
 
 def ddp_to_fsdp(g: Graph, reshard: bool = True, costs: FsdpCosts | None = None) -> Graph:
     """The DDP profile ``g`` as an FSDP2 job with ``user_units``, every unit resharded after forward or none; with
-    ``costs``, its optimizer step and copy-outs as measured (module docstring)."""
+    ``costs``, its optimizer step, copy-outs and each unit's hooks as measured (module docstring)."""
     grad = g.meta.layer_grad_bytes
     if not grad or not any(grad.values()):
         raise DagprofError("--data-parallel fsdp: the profile does not say which layer owns which parameters (no layer gradient bytes); "
