@@ -80,6 +80,15 @@ DTensor's optimizer, the released rank's lag) is not resolved here. At 200 Mbit/
 on the profile's link, -20.7 / -23.9 % calibrated all-reduce, -20.8 / -18.0 % per kind: where the wire bounds the collectives
 their kinds cost what the ring says, and the rest is elsewhere.
 
+Since ``calibrate --fsdp`` (version-3 file: FSDP2's optimizer on DTensor shards against plain tensors, its copy-out per byte,
+each unit's cost beyond its collectives, and each kind priced at its swept sizes), the same rounds also predict on it
+("fsdp-measured"; "per-kind" is the same file as version 2). Measured 2026-12-02 (2 rounds, --steps 12, load 2.2-4.2):
+DDP -> FSDP on the profile's link, per-kind, fsdp-measured: transformer loopback -54.6, -40.4, -32.5 %; 200 Mbit/s -16.4,
+-19.0, -1.5 %; 1 Gbit/s -28.4, -32.5, -12.2 %; embedding loopback -35.6, -27.1, -5.7 %; 200 Mbit/s -24.5, -27.8, -8.3 %;
+1 Gbit/s -28.9, -26.2, -7.5 %. The loopback transformer's FSDP job ran 147 ms on an idle machine (one pair at load 0.7:
++1.3 % fsdp-measured; the embedding -10.7 %) and 217-225 ms in these rounds, its DDP job 88-96 ms either way: each
+blocking collective's wake-up under load, which the calibration's small unit measured at another moment.
+
 Part 8 (any user): ``whatif --units merge:2`` on loopback in interleaved rounds: each round profiles the MLP model
 with a unit per block (``fsdp_train.py --group 1``) and with every two blocks one unit (``--group 2``, hooks only, the
 order alternating), and predicts the grouped job from the per-block profile (``search.whatif.apply`` on the averaged
@@ -424,21 +433,26 @@ DP_MODELS = {"transformer": ["--model", "transformer", "--blocks", "4", "--width
 
 
 def calibrated_models(out_dir: str, cluster=None) -> dict[str, str]:
-    """``dagprof calibrate`` in 2 ranks on the link the jobs run on (``cluster`` None: loopback; up to 32 MiB, the
-    embedding model's root unit): {"per-kind": the file,
-    "all-reduce": the same file without its per-kind fits (version 1)}."""
+    """``dagprof calibrate --fsdp`` in 2 ranks on the link the jobs run on (``cluster`` None: loopback; up to 32 MiB, the
+    embedding model's root unit): {"fsdp-measured": the file (version 3: FSDP2's optimizer, copy-out and per-unit costs too),
+    "per-kind": the same file without FSDP2's costs (version 2), "all-reduce": without its per-kind fits either (version 1)}."""
     from dagprof.collect.jobs.netns import python_module, run_ranks
 
     os.makedirs(out_dir, exist_ok=True)
-    per_kind = os.path.join(out_dir, "link.json")
-    run_ranks(python_module("dagprof.cli.main", "calibrate", "-o", per_kind, "--max-mb", "32", "--iters", "9"), 2, os.path.join(out_dir, "log"),
-              env={"PYTHONPATH": os.path.join(os.path.dirname(HERE), "src")}, cluster=cluster)
-    with open(per_kind) as f:
+    measured = os.path.join(out_dir, "link.json")
+    run_ranks(python_module("dagprof.cli.main", "calibrate", "-o", measured, "--max-mb", "32", "--iters", "9", "--fsdp"), 2,
+              os.path.join(out_dir, "log"), env={"PYTHONPATH": os.path.join(os.path.dirname(HERE), "src")}, cluster=cluster)
+    with open(measured) as f:
         doc = json.load(f)
-    allreduce = os.path.join(out_dir, "link-v1.json")
-    with open(allreduce, "w") as f:
-        json.dump({k: v for k, v in doc.items() if k not in ("kinds", "version")}, f)
-    return {"all-reduce": allreduce, "per-kind": per_kind}
+    out = {}
+    for how, drop in (("all-reduce", ("kinds", "version", "fsdp")), ("per-kind", ("fsdp",))):
+        out[how] = os.path.join(out_dir, f"link-{how}.json")
+        with open(out[how], "w") as f:
+            json.dump({k: v for k, v in doc.items() if k not in drop} | ({"version": 2} if how == "per-kind" else {}), f)
+    return out | {"fsdp-measured": measured}
+
+
+CALIBRATED = ("all-reduce", "per-kind", "fsdp-measured")  # calibrated_models' files, oldest rule first
 
 
 def part7(rounds: int, steps: int, links: list[str], calibrate: bool = False) -> tuple[list[float], list[float], list[float]]:
@@ -461,7 +475,7 @@ def part7(rounds: int, steps: int, links: list[str], calibrate: bool = False) ->
     cells = [(m, link, w) for m in DP_MODELS for link in links for w in wrappers]
     measured: dict[tuple, list[float]] = {c: [] for c in cells}
     predicted: dict[tuple, list[float]] = {c: [] for c in cells}
-    on_model: dict[tuple, list[float]] = {(*c, how): [] for c in cells if c[2] == "fsdp" for how in ("all-reduce", "per-kind")}
+    on_model: dict[tuple, list[float]] = {(*c, how): [] for c in cells if c[2] == "fsdp" for how in CALIBRATED}
     graphs: dict[tuple[str, str], object] = {}
     t0 = time.perf_counter()
     print(f"Part 7: whatif --data-parallel, each wrapper predicted from the other's profile, 2 gloo ranks, load {os.getloadavg()[0]:.2f}")
@@ -505,7 +519,7 @@ def part7(rounds: int, steps: int, links: list[str], calibrate: bool = False) ->
             err = 100 * (p - m) / m
             (to_fsdp if cell[2] == "fsdp" else to_ddp).append(err)
             print(f"{cell[0]:14s} {cell[1]:>9s} {cell[2]:>5s} {m:12.1f} {min(measured[cell]):7.1f}-{max(measured[cell]):<7.1f} {p:13.1f} {err:+7.2f} %")
-            for how in ("all-reduce", "per-kind"):
+            for how in CALIBRATED:
                 if on_model.get((*cell, how)):
                     pm = statistics.median(on_model[(*cell, how)])
                     per_round = ", ".join(f"{100 * (x - y) / y:+.1f}" for x, y in zip(on_model[(*cell, how)], measured[cell]))

@@ -1,7 +1,8 @@
 """``dagprof calibrate``: measure all-reduce (and FSDP2's all-gather and reduce-scatter) over message sizes and save the link model.
 
 Three sources, one output format (``whatif --link-model FILE``):
-- live, spawned: ``dagprof calibrate -o link.json --world 2`` starts gloo ranks on this machine;
+- live, spawned: ``dagprof calibrate -o link.json --world 2`` starts gloo ranks on this machine
+  (``--fsdp``: also FSDP2's optimizer step and copy-out, for ``whatif --data-parallel fsdp`` of a DDP profile);
 - live, inside a job: ``torchrun --nproc-per-node 4 -m dagprof.cli.main calibrate -o link.json``
   (RANK/WORLD_SIZE set: joins that group, rank 0 writes);
 - tables: ``dagprof calibrate --nccl-tests DIR -o a100.json`` fits every nccl-tests table in
@@ -34,6 +35,10 @@ def add_arguments(p) -> None:
     p.add_argument("--kinds", type=_kinds, default=live.KINDS, metavar="K[,K]",
                    help="live: collectives to sweep besides the all-reduce, each fitted on its own (FSDP's collectives are priced by "
                         "their kind's fit): all_gather, reduce_scatter (default: both); all_reduce alone writes a version-1 file")
+    p.add_argument("--fsdp", action="store_true",
+                   help="live: also measure FSDP2's costs that a DDP profile cannot show (the optimizer on DTensor shards against plain "
+                        "tensors, the all-gather copy-out per byte, each unit's hooks and waits beyond its collectives) on small "
+                        "fully_shard models; whatif --data-parallel fsdp uses them")
     p.add_argument("--nccl-tests", metavar="PATH", help="fit nccl-tests all-reduce tables (a file or a folder) instead of measuring")
 
 
@@ -69,13 +74,14 @@ def run(args) -> dict:
     if args.iters < 1:
         raise DagprofError(f"--iters must be >= 1, got {args.iters}")
     sizes = _sizes(args.max_mb)
-    measured = live.live_sweep(args.world, sizes, args.iters, args.kinds)
+    measured = live.live_sweep(args.world, sizes, args.iters, args.kinds, args.fsdp)
     world, points = measured.world, measured.points
     link = live.fit(points, world)
     kinds = {s.kind: (live.fit(s.points, world, s.kind), {"points": s.points, "skew_us": s.skew_us}) for s in measured.sweeps[1:]}
     path = None
     if measured.rank == 0:
-        path = save_link_model(args.out, link, kinds=kinds, backend="gloo", workers=world, points=points, skew_us=measured.sweeps[0].skew_us,
+        path = save_link_model(args.out, link, kinds=kinds, fsdp=measured.fsdp and measured.fsdp[0], fsdp_record=measured.fsdp and measured.fsdp[1],
+                               backend="gloo", workers=world, points=points, skew_us=measured.sweeps[0].skew_us,
                                method="live sweep, ring alpha-beta fit (per kind: of its all-reduce-equivalent bytes)")
     rows = [{"nbytes": m, "measured_us": t, "model_us": float(ring_allreduce_us(m, world, link))} for m, t in points]
     per_kind = [{"kind": s.kind, "alpha_us": ab.alpha_us, "bandwidth_GBps": ab.bandwidth_bytes_per_s / 1e9,
@@ -83,7 +89,8 @@ def run(args) -> dict:
                              "skew_us": k} for (m, t), k in zip(s.points, s.skew_us)]}
                 for s in measured.sweeps[1:] for ab in [kinds[s.kind][0]]]
     return {"out": path, "source": "live", "workers": world, "alpha_us": link.alpha_us,
-            "bandwidth_GBps": link.bandwidth_bytes_per_s / 1e9, "points": rows, "kinds": per_kind}
+            "bandwidth_GBps": link.bandwidth_bytes_per_s / 1e9, "points": rows, "kinds": per_kind,
+            "fsdp": None if measured.fsdp is None else {**measured.fsdp[0].to_dict(), **measured.fsdp[1]}}
 
 
 def to_text(r: dict) -> str:
@@ -98,6 +105,12 @@ def to_text(r: dict) -> str:
             lines += [f"{k['kind']}: alpha {k['alpha_us']:.1f} us, bandwidth {k['bandwidth_GBps']:.3f} GB/s (as an all-reduce of its "
                       f"all-reduce-equivalent bytes)", f"{'bytes':>10} {'measured us':>12} {'model us':>10} {'rank skew us':>13}"]
             lines += [f"{p['nbytes']:>10} {p['measured_us']:>12.1f} {p['model_us']:>10.1f} {p['skew_us']:>13.1f}" for p in k["points"]]
+        if r.get("fsdp"):
+            f = r["fsdp"]
+            lines += [f"FSDP2 ({f['optimizer']} on {f['world']} ranks): step on plain tensors {f['plain_step']['us_per_tensor']:.1f} us/tensor + "
+                      f"{f['plain_step']['us_per_byte'] * 1e6:.1f} us/MB, on DTensor shards {f['dtensor_step']['us_per_tensor']:.1f} us/tensor + "
+                      f"{f['dtensor_step']['us_per_byte'] * 1e6:.1f} us/MB (of the shard); copy-out {f['copy_out_us_per_byte'] * 1e6:.1f} us/MB; per unit "
+                      f"beyond its collectives: forward {f['unit_forward_us']:.0f} us, backward {f['unit_backward_us']:.0f} us"]
     if r["out"]:
         lines.append(f"link model: {os.path.relpath(r['out'])} (use with: dagprof whatif RUN --link-model {os.path.relpath(r['out'])})")
     return "\n".join(lines)

@@ -11,7 +11,10 @@ with ``LINK = {alpha_us, beta_us_per_byte[, gamma_us_per_byte]}`` or
 (``all_gather``, ``reduce_scatter``) the LINK on which an all-reduce of that kind's all-reduce-equivalent
 bytes (``allreduce_equivalent_factor``) costs what the kind measured, so FSDP's collectives are priced
 from their own measurement (``Topology.for_kind``). A file without ``kinds`` (version 1) prices every
-kind on the one LINK.
+kind on the one LINK. Version 3 adds ``fsdp``: FSDP2's optimizer step, copy-out and per-unit costs as measured on
+the group (``costmodel.fsdp_costs``), which DDP -> FSDP reads, and prices each kind at its swept sizes as measured
+(``Topology.kind_scale``: the kind's link fits its sweep with every size weighted alike, which leaves its largest sizes,
+tens of MBs as a large embedding's unit gathers, 20-40 % under what they measured on gloo); an older file prices as before.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from ..errors import DagprofError
 from ..fsutil import atomic_open, read_input
 from ..units import MB
 from .alphabeta import AlphaBeta, parse_bandwidth
+from .fsdp_costs import FsdpCosts
 from .presets import preset
 
 
@@ -66,7 +70,9 @@ class CollectiveSpec:
 @dataclass(frozen=True)
 class Topology:
     """``kinds``: (collective kind, its link) pairs measured per kind (``dagprof calibrate``); a kind
-    not listed, and every kind when empty, is priced on ``intra``/``inter`` by its all-reduce equivalent."""
+    not listed, and every kind when empty, is priced on ``intra``/``inter`` by its all-reduce equivalent.
+    ``kind_scale``: per kind, (all-reduce-equivalent bytes, measured time over its link's price) at each swept size:
+    a kind's transfer time is its link's times that ratio, interpolated in log size (``kind_factor``)."""
 
     hosts: int
     devices_per_host: int
@@ -76,6 +82,7 @@ class Topology:
     # of ranks: what a profile's latency mostly is, unlike the per-message wire latency alpha.
     overhead_us: float = 0.0
     kinds: tuple[tuple[str, AlphaBeta], ...] = ()
+    kind_scale: tuple[tuple[str, tuple[tuple[float, float], ...]], ...] = ()
 
     def __post_init__(self) -> None:
         if self.hosts < 1 or self.devices_per_host < 1:
@@ -101,7 +108,16 @@ class Topology:
         per = min(self.devices_per_host, workers)
         if workers % per:
             raise DagprofError(f"{workers} workers do not fill hosts of {self.devices_per_host} devices")
-        return Topology(workers // per, per, self.intra, self.inter, self.overhead_us, self.kinds)
+        return Topology(workers // per, per, self.intra, self.inter, self.overhead_us, self.kinds, self.kind_scale)
+
+    def kind_factor(self, kind: str, equiv_bytes: float) -> float:
+        """What a ``kind`` collective of ``equiv_bytes`` (all-reduce-equivalent) measured over its link's price: the
+        nearest swept sizes' ratios interpolated in log size, the end's beyond the sweep; 1 where none was measured."""
+        points = dict(self.kind_scale).get(kind)
+        if not points or equiv_bytes <= 0:
+            return 1.0
+        m, r = np.array(points, dtype=float).T
+        return float(np.interp(np.log(equiv_bytes), np.log(m), r))
 
     def for_kind(self, kind: str) -> "Topology":
         """The topology that prices a ``kind`` collective: its own measured link where there is one."""
@@ -183,20 +199,25 @@ def load_topology(path: str | os.PathLike[str]) -> Topology:
     return Topology.from_dict(_read_table(path), os.fspath(path))
 
 
-LINK_MODEL_VERSION = 2  # 2: per-kind links (``kinds``); 1 (no ``version`` key): one link
+LINK_MODEL_VERSION = 3  # 3: FSDP2's measured costs (``fsdp``); 2: per-kind links (``kinds``); 1 (no ``version`` key): one link
 
 
 def save_link_model(path: str | os.PathLike[str], link: AlphaBeta, by_workers: dict[int, AlphaBeta] | None = None,
-                    kinds: dict[str, tuple[AlphaBeta, dict[str, Any]]] | None = None, **how: Any) -> str:
+                    kinds: dict[str, tuple[AlphaBeta, dict[str, Any]]] | None = None, fsdp: FsdpCosts | None = None,
+                    fsdp_record: dict[str, Any] | None = None, **how: Any) -> str:
     """Write a link-model JSON: one LINK, optionally one per worker count (nccl-tests tables
-    fit each GPU count) and one per collective kind (with what was measured for it), plus ``how`` it
-    was measured (backend, points, ...) for the record."""
+    fit each GPU count), one per collective kind (with what was measured for it) and FSDP2's measured costs
+    (with ``fsdp_record``, the timings they were fitted to), plus ``how`` it was measured (backend, points, ...)
+    for the record. The version is the oldest that reads what the file holds."""
     doc = {**_link_dict(link), **how}
     if by_workers:
         doc["by_workers"] = {str(n): _link_dict(ab) for n, ab in sorted(by_workers.items())}
     if kinds:
-        doc["version"] = LINK_MODEL_VERSION
+        doc["version"] = 2
         doc["kinds"] = {k: {**_link_dict(ab), **rec} for k, (ab, rec) in sorted(kinds.items())}
+    if fsdp is not None:
+        doc["version"] = 3
+        doc["fsdp"] = {**fsdp.to_dict(), **(fsdp_record or {})}
     with atomic_open(path) as f:
         json.dump(doc, f, indent=1)
     return os.fspath(path)
@@ -215,12 +236,23 @@ def load_link_model(path: str | os.PathLike[str], workers: int | None = None) ->
     return link_from_dict(d, os.fspath(path))
 
 
-def load_kind_links(path: str | os.PathLike[str]) -> tuple[tuple[str, AlphaBeta], ...]:
-    """The file's per-kind links (``Topology.kinds``); none in a version-1 file."""
+def _versioned(path: str | os.PathLike[str]) -> dict[str, Any]:
     d = _read_table(path)
     version = d.get("version", 1)
     if not isinstance(version, int) or version > LINK_MODEL_VERSION:
         raise DagprofError(f"link-model version {version!r} is newer than this dagprof reads ({LINK_MODEL_VERSION})", os.fspath(path))
+    return d
+
+
+def load_fsdp_costs(path: str | os.PathLike[str]) -> FsdpCosts | None:
+    """The file's measured FSDP2 costs; None before version 3 (or where calibrate did not measure them)."""
+    d = _versioned(path)
+    return None if d.get("fsdp") is None else FsdpCosts.from_dict(d["fsdp"], os.fspath(path))
+
+
+def load_kind_links(path: str | os.PathLike[str]) -> tuple[tuple[str, AlphaBeta], ...]:
+    """The file's per-kind links (``Topology.kinds``); none in a version-1 file."""
+    d = _versioned(path)
     table = d.get("kinds") or {}
     if not isinstance(table, dict) or not set(table) <= set(KIND_FACTORS):
         raise DagprofError(f"kinds must be a table of {', '.join(KIND_FACTORS)}", os.fspath(path))
@@ -231,7 +263,25 @@ def with_link_model(t: Topology, path: str | os.PathLike[str], workers: int) -> 
     """``t``'s hosts under a link-model file: its link fitted nearest ``workers`` between every pair of ranks,
     and its per-kind links."""
     link = load_link_model(path, workers)
-    return Topology(t.hosts, t.devices_per_host, link, link, t.overhead_us, load_kind_links(path))
+    return Topology(t.hosts, t.devices_per_host, link, link, t.overhead_us, load_kind_links(path), load_kind_scale(path))
+
+
+def load_kind_scale(path: str | os.PathLike[str]) -> tuple[tuple[str, tuple[tuple[float, float], ...]], ...]:
+    """``Topology.kind_scale`` from a version-3 file's per-kind sweeps (each point's time over its kind's link's ring
+    price at the workers that measured); none before version 3."""
+    from .alphabeta import ring_allreduce_us
+
+    d = _versioned(path)
+    if d.get("version", 1) < 3:
+        return ()
+    links, world, backend = dict(load_kind_links(path)), int(d.get("workers", 2)), str(d.get("backend", "gloo"))
+    out = []
+    for kind, link in sorted(links.items()):
+        points = sorted((float(m) * allreduce_equivalent_factor(kind, backend), float(t)) for m, t in d["kinds"][kind].get("points", ()) if m > 0)
+        scale = tuple((m, t / p) for m, t in points for p in [float(ring_allreduce_us(m, world, link))] if p > 0 and t > 0)
+        if scale:
+            out.append((kind, scale))
+    return tuple(out)
 
 
 # bytes of the ring all-reduce that costs what a collective of S bytes costs, per kind: a ring all-gather or

@@ -7,7 +7,8 @@ The builder gives one COMM node per collective instance (rank -1, on a COMM devi
 COMM node costs ``allreduce_us(nbytes, topology, scheme)`` (an FSDP all-gather or reduce-scatter: the
 all-reduce of the same cost, ``graph.build_fsdp.allreduce_equivalent_bytes``): one consistent model for
 old and new collectives. Where the topology has a link measured for a collective's kind (``Topology.kinds``,
-``dagprof calibrate``), an FSDP collective of that kind is priced on that link instead. The group channel's capacity becomes 1: concurrent
+``dagprof calibrate``), an FSDP collective of that kind is priced on that link instead (and, from a version-3 file,
+scaled to what its kind measured at the nearest swept sizes: ``Topology.kind_factor``). The group channel's capacity becomes 1: concurrent
 collectives share the link, so the last finishes as late as if they ran in series.
 
 A collective completes on the ranks one after another: gloo's send completes once its bytes sit in the socket
@@ -233,7 +234,7 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
         sel = kinds == kind
         sizes, inverse = np.unique(equiv[sel], return_inverse=True)
         on = topo.for_kind(kind)
-        priced = np.array([allreduce_us(float(m), on, spec) for m in sizes])
+        priced = np.array([_scaled(allreduce_us(float(m), on, spec), on.overhead_us, topo.kind_factor(kind, float(m))) for m in sizes])
         dur[idx[sel]] = priced[inverse.reshape(-1)]
         if before is not None:  # the exit lags are wire time: they scale with the kind's time per byte
             old_beta, new_beta = _beta(before.for_kind(kind)), _beta(on)
@@ -245,6 +246,11 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
             exit_lag[consumers[mine & ~own, 1]] *= ratio
     devices = [Device(d.name, d.kind, d.rank, 1) if d.kind == DeviceKind.COMM else d for d in g.devices]
     return g.replace(dur=dur, gap=np.maximum(gap, 0.0), exit_lag=exit_lag, devices=devices, meta=g.meta.replace(topology=topo, scheme=spec))
+
+
+def _scaled(us: float, overhead_us: float, factor: float) -> float:
+    """A collective's price with its transfer (not its fixed overhead) scaled by ``factor`` (``Topology.kind_factor``)."""
+    return us if factor == 1.0 or us <= overhead_us else overhead_us + (us - overhead_us) * factor
 
 
 def exit_lags(g: Graph, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -17,8 +17,25 @@ is not in a DDP profile either: DDP's finalize wait also copies every bucket bac
 Collectives are priced by the link model as every FSDP collective is (all-gathers half an all-reduce of
 the gathered bytes, gloo's reduce-scatter a whole one; with a per-kind link model from ``dagprof calibrate``, each
 kind on the link its own sweep fitted: ``Topology.kinds``). A copy-out is a pass over memory like DDP's bucket
-enqueue (which scales each bucket in place): it costs the profile's enqueue time per byte. Not in a DDP
-profile, so not predicted: FSDP's Python hooks around each unit and DTensor's cost per optimizer op.
+enqueue (which scales each bucket in place): it costs the profile's enqueue time per byte.
+
+With FSDP2's costs measured on the user's machine (``dagprof calibrate --fsdp``: ``costmodel.fsdp_costs``), two of
+those rules give way to what was measured, since a DDP profile holds neither: the optimizer step is the profiled one
+times the measured ratio of the same optimizer on DTensor shards to plain whole tensors at this job's tensor count
+and bytes (DTensor's fixed cost per tensor is what makes FSDP's step cost more than 1/N of DDP's on models of many
+small tensors), a copy-out costs the measured time per byte of FSDP2's own copy-out into new storage (DDP's
+in-place bucket scaling is a different pass over memory: 0.6-2.6x it on the held-out models), and each unit gets
+what a small unit measured beyond its collectives, as an ``fsdp hooks`` node before its forward all-gather and one
+after its reduce-scatter: FSDP's hooks, copy-in and reshard, and each rank's wake-up after a blocking collective
+(on a 2-core machine 1-3 ms per all-gather and reduce-scatter, on both ranks, where DDP's all-reduces block nothing).
+
+The same file prices each collective kind at its measured sizes (``Topology.kind_factor``): a large embedding's root unit
+gathers tens of MBs, where gloo's all-gather measured 1.4-1.7x the wire time and the kind's fit, weighted to every size
+alike, priced it 20-40 % low.
+
+Still not predicted (``conversion_note``): how the wake-up after a blocking collective grows with the unit's bytes
+beyond the small unit's, and the compute DDP's overlapping all-reduces slowed on a machine whose cores the collectives
+share (FSDP's block it instead).
 
 Measured (``bench/bench_fsdp.py --part 7``, 2 gloo ranks on a 2-core machine at load 5-10): DDP -> FSDP predicts
 low, -5 to -31 %, most at 200 Mbit/s and on loopback. Read from the FSDP profiles there, what it lacks: gloo's
@@ -26,7 +43,11 @@ all-gather releases one of the two ranks about 0.45 of its transfer after the ot
 all-gather at 200 Mbit/s; its reduce-scatter releases both together), its all-gathers and reduce-scatters cost
 1-3x the all-reduce per byte when CPU-bound (loopback), and FSDP's optimizer step on DTensor shards and its hooks
 run longer than their share of DDP's. None of that is in a DDP profile; the pricing rules stay those of the FSDP
-what-ifs (which keep each FSDP profile's measured waits).
+what-ifs (which keep each FSDP profile's measured waits). With ``dagprof calibrate --fsdp`` on the same link
+(``--link-model-calibrate``, 2 rounds, load 2.2-4.2): -1.5 and -8.3 % at 200 Mbit/s, -12.2 and -7.5 % at 1 Gbit/s,
+-32.5 and -5.7 % on loopback (transformer, embedding; the per-kind fit alone -19 to -40 %); on an idle machine
+(load 0.7, one pair on loopback) +1.3 and -10.7 %. Under load a blocking collective's wake-up costs FSDP far more
+than the small unit measured at another moment: the transformer's FSDP loopback job ran 147 ms idle, 220 ms at load 2.5.
 
 FSDP -> DDP (``fsdp_to_ddp``): every FSDP collective, wait, copy-out and reshard goes; the gradients are
 bucketed by DDP's rule (``bucket_cap_mb``, 25 MiB by default) in reverse registration order (the layers'
@@ -43,6 +64,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from ..costmodel.fsdp_costs import FsdpCosts
 from ..errors import DagprofError
 from ..graph.build_fsdp import fsdp_collectives, is_fsdp_graph
 from ..graph.dag import Graph, GraphBuilder
@@ -57,12 +79,22 @@ from .fsdp import set_reshard
 TARGETS = ("ddp", "fsdp", "fsdp:keep")  # fsdp:keep = fully_shard(..., reshard_after_forward=False)
 _EPS = 1e-7  # us: an inserted node's order next to the node it precedes or follows (below the profile's 1 ns)
 DEFAULT_BUCKET_MB = 25.0
-# said beside every converted row: what the conversion cannot see, and how far it missed on held-out jobs
-LIMITS = {"fsdp": "a DDP profile has no FSDP all-gather skew (gloo releases one rank later), no FSDP hooks and no DTensor "
-                  "optimizer: held-out gloo jobs ran FSDP 5-58 % slower than predicted (bench/bench_fsdp.py --part 7); "
-                  "take the time as a lower bound, the memory within about 10 %",
-          "ddp": "held-out gloo jobs measured DDP -30 to +15 % off this prediction, its peak memory -20 to +9 % "
-                 "(bench/bench_fsdp.py --part 7)"}
+
+
+def conversion_note(target: str, measured: bool) -> str:
+    """Said beside every converted row: what the conversion cannot see, and how far it missed on held-out jobs;
+    ``measured``: FSDP2's costs came from ``dagprof calibrate --fsdp`` (``ddp_to_fsdp``)."""
+    if target == "ddp":
+        return "held-out gloo jobs measured DDP -30 to +15 % off this prediction, its peak memory -20 to +9 % (bench/bench_fsdp.py --part 7)"
+    if measured:
+        return ("the optimizer step on DTensor shards, FSDP2's copy-out, each unit's hooks and wake-ups beyond its collectives and each "
+                "collective kind at its swept sizes are as dagprof calibrate --fsdp measured them here; not predicted: how the wake-ups grow with a "
+                "unit's bytes or the machine's load, and compute that DDP's overlapping all-reduces slowed: held-out gloo jobs ran FSDP -12 to "
+                "+1 % off this prediction on links, up to 32 % slower on a loaded machine's loopback (bench/bench_fsdp.py --part 7 "
+                "--link-model-calibrate); the memory within about 10 %")
+    return ("a DDP profile has no FSDP all-gather skew (gloo releases one rank later), no FSDP hooks and no DTensor optimizer "
+            "(dagprof calibrate --fsdp measures them for --link-model): held-out gloo jobs ran FSDP 5-58 % slower "
+            "than predicted (bench/bench_fsdp.py --part 7); take the time as a lower bound, the memory within about 10 %")
 
 
 def parse_target(text: str) -> str:
@@ -92,8 +124,9 @@ def user_units(layers: list[str], grad_bytes: dict[str, int]) -> list[tuple[str,
     return out
 
 
-def to_data_parallel(g: Graph, target: str, bucket_mb: float | None = None) -> Graph:
-    """``g`` (a DDP or FSDP2 profile) under ``target``: ddp, fsdp or fsdp:keep (as profiled: unchanged)."""
+def to_data_parallel(g: Graph, target: str, bucket_mb: float | None = None, costs: FsdpCosts | None = None) -> Graph:
+    """``g`` (a DDP or FSDP2 profile) under ``target``: ddp, fsdp or fsdp:keep (as profiled: unchanged); ``costs``: FSDP2's
+    measured on this machine, for DDP -> FSDP (``ddp_to_fsdp``)."""
     if is_fsdp_graph(g) and any(len(u.mesh) > 1 for u in g.meta.fsdp.units):
         raise DagprofError("--data-parallel: this profile is an HSDP job (2-D mesh); only plain FSDP <-> DDP is modelled")
     if hybrid(g):
@@ -105,7 +138,7 @@ def to_data_parallel(g: Graph, target: str, bucket_mb: float | None = None) -> G
     if not ((g.kind == Kind.COMM) & (g.bucket >= 0)).any() or g.meta.framework or g.meta.horovod is not None:
         raise DagprofError("--data-parallel needs a dagprof profile of a PyTorch DDP or FSDP2 job (DDP's gradient buckets or FSDP's units); "
                            "this profile has neither")
-    return g if target == "ddp" else ddp_to_fsdp(g, reshard=target == "fsdp")
+    return g if target == "ddp" else ddp_to_fsdp(g, reshard=target == "fsdp", costs=costs)
 
 
 def _main_lane(g: Graph, step: int, rank: int) -> np.ndarray:
@@ -115,8 +148,9 @@ def _main_lane(g: Graph, step: int, rank: int) -> np.ndarray:
     return idx[np.argsort(g.order[idx], kind="stable")]
 
 
-def ddp_to_fsdp(g: Graph, reshard: bool = True) -> Graph:
-    """The DDP profile ``g`` as an FSDP2 job with ``user_units``, every unit resharded after forward or none."""
+def ddp_to_fsdp(g: Graph, reshard: bool = True, costs: FsdpCosts | None = None) -> Graph:
+    """The DDP profile ``g`` as an FSDP2 job with ``user_units``, every unit resharded after forward or none; with
+    ``costs``, its optimizer step, copy-outs and each unit's hooks as measured (module docstring)."""
     grad = g.meta.layer_grad_bytes
     if not grad or not any(grad.values()):
         raise DagprofError("--data-parallel fsdp: the profile does not say which layer owns which parameters (no layer gradient bytes); "
@@ -128,7 +162,11 @@ def ddp_to_fsdp(g: Graph, reshard: bool = True) -> Graph:
     dtype = {2: "bfloat16", 4: "float32", 8: "float64"}.get(element, "float32")
     unit_bytes = {name: sum(grad.get(x, 0) for x in ls) for name, ls in units}
     bucket_bytes = float(sum(int(g.nbytes[c]) for c in pb.comm_ids))
-    copy_us_per_byte = float(g.dur[pb.enqueue].sum()) / bucket_bytes if bucket_bytes else 0.0
+    tensors = len({p for bk in g.meta.buckets for p in bk.params})  # the parameter tensors DDP steps
+    if costs is not None and tensors:
+        copy_us_per_byte, step = costs.copy_out_us_per_byte, costs.step_ratio(tensors, sum(unit_bytes.values()), n)
+    else:  # nothing measured (or no parameter count to price DTensor's per-tensor cost on): the profile's own rules
+        copy_us_per_byte, step = float(g.dur[pb.enqueue].sum()) / bucket_bytes if bucket_bytes else 0.0, 1.0 / n
     channel = int(g.device[pb.comm_ids[0]])
     sinks = {v for vs in pb.sinks.values() for v in vs if g.kind[v] == Kind.COMM_WAIT}
 
@@ -136,7 +174,7 @@ def ddp_to_fsdp(g: Graph, reshard: bool = True) -> Graph:
     wait = np.fromiter(sinks, dtype=np.int64, count=len(sinks))
     dur[wait], gap[wait] = 0.0, 0.0  # DDP's finalize: nothing left to wait for
     upd = np.flatnonzero(g.kind == Kind.UPDATE)
-    dur[upd] /= n  # the optimizer steps this rank's shards
+    dur[upd] *= step  # the optimizer steps this rank's shards
     b, remap = GraphBuilder.from_graph(g.replace(dur=dur, gap=gap), ~pb.drop)
     layer_unit = {x: name for name, ls in units for x in ls}
     seq = 0
@@ -166,12 +204,16 @@ def ddp_to_fsdp(g: Graph, reshard: bool = True) -> Graph:
             b.add_edge(sync, comm)
             seq += 1
             for r, at in nodes.items():
+                if costs is not None and (kind, phase) == ("all_gather", "forward"):
+                    _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp hooks {unit} (forward)", Kind.OTHER, costs.unit_forward_us)
                 enq = _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp {kind} {unit}", Kind.COMM_ENQUEUE, 0.0, nbytes=int(full))
                 w = _insert(b, g, remap, at, before, shift, f"rank{r}.wait {kind} {unit}", Kind.COMM_WAIT, 0.0)
                 b.add_edge(enq, sync)
                 b.add_edge(comm, w)
                 if kind == "all_gather":
                     _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp copy-out {unit} ({phase})", Kind.OTHER, full * copy_us_per_byte)
+                elif costs is not None:
+                    _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp hooks {unit} (backward)", Kind.OTHER, costs.unit_backward_us)
     chain_lanes(b)
     out = b.build()
     fs_units = [FsdpGraphUnit(name, int(unit_bytes[name] // element), int(math.ceil(unit_bytes[name] / n)), dtype, dtype, dtype,

@@ -20,14 +20,14 @@ from typing import Any, Callable
 from ..analysis import job_iteration_us
 from ..analysis.interval import link_residuals, predict_interval, run_level
 from ..costmodel.alphabeta import parse_bandwidth
-from ..costmodel.topology import CollectiveSpec, Topology, parse_topology, with_link_model
+from ..costmodel.topology import CollectiveSpec, Topology, load_fsdp_costs, parse_topology, with_link_model
 from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.dag import Graph
 from ..passes import expand_collectives, partition_tensors, scale_compute, scale_workers, set_buckets, set_link, set_scheme, set_topology
 from ..passes.comm import current_topology, graph_world_size, hybrid, link_fit, priced_world_size
 from ..passes.compute import share_cores
-from ..passes.data_parallel import LIMITS as DATA_PARALLEL_LIMITS, parse_target, to_data_parallel, with_optimizer_state
+from ..passes.data_parallel import conversion_note, parse_target, to_data_parallel, with_optimizer_state
 from ..passes.fsdp import UNMODELLED, refuse_unmodelled, scale_fsdp_workers, set_reduce_dtype, set_reshard
 from ..passes.fsdp_units import merge_units, parse_units, with_units
 from ..passes.horovod import set_horovod
@@ -113,7 +113,7 @@ def _workers(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
 def _data_parallel(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
     if s.data_parallel is None:
         return g
-    out = to_data_parallel(g, s.data_parallel, s.bucket_mb)
+    out = to_data_parallel(g, s.data_parallel, s.bucket_mb, load_fsdp_costs(c.link_model) if c.link_model else None)
     return with_optimizer_state(out, OPTIMIZER_STATE[c.optimizer_state]) if is_fsdp_graph(out) and not is_fsdp_graph(g) else out
 
 
@@ -402,15 +402,16 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     profiler = cost.to_dict() | ({"corrected": False, "verdict": "--raw", "text": "op times as profiled (--raw)"} if raw else {})
     return {"workers": n0, "model_iter_ms": model / 1e3, "model_error_pct": model_error, "profiler_cost": profiler,
             "reference_iter_ms": None if not measured_us else measured_us / 1e3, "link": link_text(base_topo), "link_fit": link,
-            "columns": COLUMNS, "scenarios": rows, "notes": _hybrid_notes(g0) + _conversion_notes(g0, scenarios),
+            "columns": COLUMNS, "scenarios": rows, "notes": _hybrid_notes(g0) + _conversion_notes(g0, scenarios, cluster),
             "seconds": time.perf_counter() - t0}
 
 
-def _conversion_notes(g0: Graph, scenarios: list[Scenario]) -> list[str]:
+def _conversion_notes(g0: Graph, scenarios: list[Scenario], c: Cluster) -> list[str]:
     """The known limits of a DDP <-> FSDP answer, once per target wrapper asked for."""
+    measured = bool(c.link_model) and load_fsdp_costs(c.link_model) is not None
     fsdp = is_fsdp_graph(g0)
     targets = {"ddp" if s.data_parallel == "ddp" else "fsdp" for s in scenarios if s.data_parallel is not None}
-    return [f"--data-parallel {t} from a{'n FSDP' if fsdp else ' DDP'} profile: {DATA_PARALLEL_LIMITS[t]}"
+    return [f"--data-parallel {t} from a{'n FSDP' if fsdp else ' DDP'} profile: {conversion_note(t, measured)}"
             for t in sorted(targets) if (t == "fsdp") != fsdp]
 
 

@@ -1,6 +1,6 @@
 """Measure collective times over message sizes on a live torch.distributed group (like nccl-tests): the
 all-reduce, and FSDP2's all-gather and reduce-scatter (the calls it makes, on the job's backend), each with
-how far apart the ranks finish.
+how far apart the ranks finish; and FSDP2's own costs that a DDP profile cannot show (``measure_fsdp``).
 
 ``sweep`` runs inside an initialised process group (torchrun, or the testbed's ranks);
 ``spawn_sweep`` starts ``world`` gloo ranks on this machine itself; ``live_sweep`` (``dagprof calibrate``)
@@ -10,6 +10,7 @@ torch is imported lazily: this module is importable without it.
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import socket
@@ -22,6 +23,7 @@ from typing import Callable
 import numpy as np
 
 from ...costmodel.alphabeta import AlphaBeta, fit_alpha_beta
+from ...costmodel.fsdp_costs import FsdpCosts, StepFit
 from ...costmodel.topology import allreduce_equivalent_factor, fit_sweep
 from ...errors import DagprofError
 
@@ -120,33 +122,132 @@ def fit(points: list[tuple[int, float]], world: int, kind: str = "all_reduce", b
     return fit_sweep(m, t, world) if kind == "all_reduce" else fit_alpha_beta(m, t, world, relative=True)
 
 
+# (parameter tensors, width) of the models whose optimizer step is timed: many small tensors (the per-tensor cost)
+# to few large ones (the per-byte cost); Linear(width, width) weights, 4 KiB to 4 MiB each
+OPT_SHAPES = ((32, 32), (8, 256), (2, 1024))
+COPY_SIZES = (1 << 20, 4 << 20, 16 << 20)  # bytes of the all-gather output a copy-out splits into parameters
+UNITS = (8, 64)  # (units, width) of the stack whose forward and backward time FSDP2's cost per unit: small, so that
+# what it measures is the per-unit cost, not the transfers'
+
+
+def _slowest_median(make: Callable[[], Callable[[], object]], iters: int, warmup: int = 2) -> float:
+    """us: every rank times ``make()``'s call after a barrier, as the ranks of a job run it side by side; the
+    slowest rank's median."""
+    import torch
+    import torch.distributed as dist
+
+    times = []
+    for i in range(warmup + iters):
+        call = make()
+        dist.barrier()
+        t0 = time.perf_counter()
+        call()
+        if i >= warmup:
+            times.append((time.perf_counter() - t0) * 1e6)
+    mine = torch.tensor([float(np.median(times))], dtype=torch.float64)
+    dist.all_reduce(mine, op=dist.ReduceOp.MAX)
+    return float(mine.item())
+
+
+def measure_fsdp(iters: int = 5) -> tuple[FsdpCosts, dict]:
+    """FSDP2's costs on this group (``costmodel.fsdp_costs``), and the timings they were fitted to.
+
+    The optimizer: ``torch.optim.AdamW`` steps a stack of ``Linear`` weights (``OPT_SHAPES``) once as plain tensors (as DDP
+    holds them) and once after ``fully_shard`` per layer and on the stack (DTensor shards, gradients from a real
+    forward and backward), every rank stepping at once. The copy-out: FSDP2's ``split_with_sizes_copy`` of an
+    all-gather's output (``world`` x shard) into four parameters' new storage (``COPY_SIZES``). Per unit: the forward
+    and the backward of a stack of ``UNITS`` ``Linear`` units, ``fully_shard`` each (resharded after forward), less the
+    same stack unsharded and less its collectives at their own measured time (an all-gather per unit in forward, an
+    all-gather and a reduce-scatter in backward), per unit; never below 0."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    if not dist.is_initialized():
+        raise DagprofError("calibrate: no torch.distributed process group is initialised")
+    world = dist.get_world_size()
+    mesh = init_device_mesh("cpu", (world,))
+    steps: dict[str, list[tuple[int, int, float]]] = {"plain": [], "dtensor": []}
+    for tensors, width in OPT_SHAPES:
+        for how in steps:
+            torch.manual_seed(0)
+            model = nn.Sequential(*[nn.Linear(width, width, bias=False) for _ in range(tensors)])
+            if how == "dtensor":
+                for layer in model:
+                    fully_shard(layer, mesh=mesh)
+                fully_shard(model, mesh=mesh)
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
+            model(torch.ones(2, width)).sum().backward()
+            nbytes = tensors * width * width * 4
+            steps[how].append((tensors, nbytes // world if how == "dtensor" else nbytes, _slowest_median(lambda step=opt.step: step, iters)))
+    copy = []
+    for nbytes in COPY_SIZES:
+        shard = max(nbytes // 4 // world // 4, 1)
+        gathered = torch.ones(world, 4 * shard)
+
+        def make_copy() -> Callable[[], object]:
+            outs = [torch.empty(world, shard) for _ in range(4)]
+            return lambda: torch.split_with_sizes_copy(gathered, [shard] * 4, dim=1, out=outs)
+        copy.append((world * 4 * shard * 4, _slowest_median(make_copy, iters)))
+    m, t = np.array(copy, dtype=float).T
+    slope = float(np.polyfit(m, t, 1)[0])
+    per_byte = slope if slope > 0 else float(t[-1] / m[-1])
+    units, width = UNITS
+    passes = {}
+    for how in ("plain", "fsdp"):
+        torch.manual_seed(0)
+        model = nn.Sequential(*[nn.Linear(width, width, bias=False) for _ in range(units)])
+        if how == "fsdp":
+            for layer in model:
+                fully_shard(layer, mesh=mesh)
+            fully_shard(model, mesh=mesh)
+        x = torch.ones(8, width)
+
+        def make_backward(model: nn.Module = model, x: torch.Tensor = x) -> Callable[[], object]:
+            loss = model(x).sum()
+            return loss.backward
+        passes[how] = (_slowest_median(lambda model=model, x=x: lambda: model(x), iters), _slowest_median(make_backward, iters))
+    gather, scatter = (_slowest_median(_op(kind, width * width * 4, world)[0], iters) for kind in ("all_gather", "reduce_scatter"))
+    del model, opt, mesh
+    gc.collect()  # the sharded modules and their mesh go while the group lives: left to its teardown, a rank aborted in 2 runs of 12 (0 of 27 so)
+    dist.barrier()
+    forward = max((passes["fsdp"][0] - passes["plain"][0]) / units - gather, 0.0)
+    backward = max((passes["fsdp"][1] - passes["plain"][1]) / units - gather - scatter, 0.0)
+    costs = FsdpCosts(world, StepFit.fit(steps["plain"]), StepFit.fit(steps["dtensor"]), per_byte, forward, backward)
+    return costs, {"optimizer_points": steps, "copy_out_points": copy, "unit_passes_us": passes, "unit_collectives_us": [gather, scatter]}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def _sweeps(sizes: tuple[int, ...], iters: int, kinds: tuple[str, ...]) -> list[KindSweep]:
-    return [sweep_kind(k, sizes, iters) for k in kinds]
+def _sweeps(sizes: tuple[int, ...], iters: int, kinds: tuple[str, ...], fsdp: bool) -> tuple[list[KindSweep], tuple[FsdpCosts, dict] | None]:
+    return [sweep_kind(k, sizes, iters) for k in kinds], measure_fsdp(iters) if fsdp else None
 
 
-def _worker(rank: int, world: int, port: int, sizes: tuple[int, ...], iters: int, kinds: tuple[str, ...], out: str) -> None:
+def _worker(rank: int, world: int, port: int, sizes: tuple[int, ...], iters: int, kinds: tuple[str, ...], fsdp: bool, out: str) -> None:
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=120))
     try:
-        sweeps = _sweeps(sizes, iters, kinds)
+        sweeps, costs = _sweeps(sizes, iters, kinds, fsdp)
     finally:
         dist.destroy_process_group()
     if rank == 0:
         with open(out, "w") as f:
-            json.dump([{"kind": s.kind, "points": s.points, "skew_us": s.skew_us} for s in sweeps], f)
+            json.dump({"sweeps": [{"kind": s.kind, "points": s.points, "skew_us": s.skew_us} for s in sweeps],
+                       "fsdp": None if costs is None else [costs[0].to_dict(), costs[1]]}, f)
 
 
-def spawn_sweep(world: int = 2, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5, kinds: tuple[str, ...] = ("all_reduce",)) -> list[KindSweep]:
-    """Start ``world`` gloo ranks on this machine (loopback) and sweep each of ``kinds``."""
+def spawn_sweep(world: int = 2, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5, kinds: tuple[str, ...] = ("all_reduce",),
+                fsdp: bool = False) -> tuple[list[KindSweep], tuple[FsdpCosts, dict] | None]:
+    """Start ``world`` gloo ranks on this machine (loopback), sweep each of ``kinds`` and, with ``fsdp``, ``measure_fsdp``."""
     if world < 2:
         raise DagprofError(f"calibrate needs at least 2 ranks, got {world}")
     import torch.multiprocessing as mp
@@ -154,9 +255,11 @@ def spawn_sweep(world: int = 2, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: i
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     with tempfile.TemporaryDirectory(prefix="dagprof-calibrate-") as tmp:
         out = os.path.join(tmp, "points.json")
-        mp.spawn(_worker, args=(world, _free_port(), tuple(sizes), iters, tuple(kinds), out), nprocs=world, join=True)
+        mp.spawn(_worker, args=(world, _free_port(), tuple(sizes), iters, tuple(kinds), fsdp, out), nprocs=world, join=True)
         with open(out) as f:
-            return [KindSweep(d["kind"], [(int(m), float(t)) for m, t in d["points"]], [float(x) for x in d["skew_us"]]) for d in json.load(f)]
+            doc = json.load(f)
+    sweeps = [KindSweep(d["kind"], [(int(m), float(t)) for m, t in d["points"]], [float(x) for x in d["skew_us"]]) for d in doc["sweeps"]]
+    return sweeps, None if doc["fsdp"] is None else (FsdpCosts.from_dict(doc["fsdp"][0]), doc["fsdp"][1])
 
 
 @dataclass(frozen=True)
@@ -164,6 +267,7 @@ class LiveSweep:
     world: int
     rank: int  # this process's rank in the group that measured (rank 0 writes the result)
     sweeps: list[KindSweep]  # the all-reduce's first
+    fsdp: tuple[FsdpCosts, dict] | None = None  # ``measure_fsdp``'s costs and timings, where asked for
 
     @property
     def points(self) -> list[tuple[int, float]]:
@@ -171,17 +275,18 @@ class LiveSweep:
         return self.sweeps[0].points
 
 
-def live_sweep(world: int, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5, kinds: tuple[str, ...] = ("all_reduce",)) -> LiveSweep:
+def live_sweep(world: int, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5, kinds: tuple[str, ...] = ("all_reduce",),
+               fsdp: bool = False) -> LiveSweep:
     """Inside a torch.distributed job (RANK and WORLD_SIZE set, as torchrun does): join its group (gloo) and
     sweep there; else start ``world`` gloo ranks on this machine (``spawn_sweep``). The all-reduce is always
-    swept, first (the link model's own link)."""
+    swept, first (the link model's own link); ``fsdp``: FSDP2's own costs measured after (``measure_fsdp``)."""
     kinds = ("all_reduce", *(k for k in kinds if k != "all_reduce"))
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         import torch.distributed as dist
 
         dist.init_process_group("gloo")
         try:
-            return LiveSweep(dist.get_world_size(), dist.get_rank(), _sweeps(sizes, iters, kinds))
+            return LiveSweep(dist.get_world_size(), dist.get_rank(), *_sweeps(sizes, iters, kinds, fsdp))
         finally:
             dist.destroy_process_group()
-    return LiveSweep(world, 0, spawn_sweep(world, sizes, iters, kinds))
+    return LiveSweep(world, 0, *spawn_sweep(world, sizes, iters, kinds, fsdp))

@@ -1,0 +1,85 @@
+"""FSDP2's own costs that a DDP profile cannot show, measured once on the user's machine (``dagprof calibrate``).
+
+A DDP profile times DDP's optimizer on whole plain tensors and DDP's bucket copies; FSDP2 steps the optimizer on
+DTensor shards (a DTensor op dispatches through its sharding layer: a fixed cost per tensor that a plain tensor has
+not), copies every all-gather's output into the unsharded parameters (``split_with_sizes_copy`` into freshly
+allocated storage), and runs Python hooks around each unit's forward and backward (pre/post forward and backward,
+copy-in, reshard frees), each blocking collective returning to a rank that must be woken. None of that scales from
+DDP's numbers, so ``collect.measure.calibrate.measure_fsdp`` runs them on the user's own process group: the same
+optimizer on the same small ``fully_shard`` model and on its plain copy at a few shapes, FSDP2's copy-out at a few
+sizes, and one forward and backward of a stack of small units against the same plain stack, less the all-gathers
+and reduce-scatters it ran as the sweep times them. The DDP -> FSDP conversion (``passes.data_parallel``) scales the
+profile's measured optimizer step by the ratio of the two fits, prices each copy-out by the measured time per byte,
+and gives each unit the measured time per unit beyond its collectives. Stored under ``fsdp`` in the link-model
+file (version 3; ``costmodel.topology``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import DagprofError
+
+
+@dataclass(frozen=True)
+class StepFit:
+    """An optimizer step's time: ``us_per_tensor`` per parameter tensor it updates plus ``us_per_byte`` per byte of them."""
+
+    us_per_tensor: float
+    us_per_byte: float
+
+    def us(self, tensors: int, nbytes: float) -> float:
+        return self.us_per_tensor * tensors + self.us_per_byte * nbytes
+
+    @classmethod
+    def fit(cls, points: list[tuple[int, int, float]]) -> "StepFit":
+        """Least squares over (tensors, bytes, us), both terms >= 0 (when the joint fit makes one negative, the
+        better of the two one-term fits: timing noise must not give a term a negative cost)."""
+        a = np.array([[t, b] for t, b, _ in points], dtype=float)
+        y = np.array([u for _, _, u in points], dtype=float)
+        if len(points) < 2 or not (y > 0).all():
+            raise DagprofError(f"need >= 2 positive optimizer timings to fit a step, got {points}")
+        coef = np.linalg.lstsq(a, y, rcond=None)[0]
+        if (coef >= 0).all():
+            return cls(float(coef[0]), float(coef[1]))
+        one = [np.array([y @ a[:, k] / (a[:, k] @ a[:, k]) if k == j else 0.0 for k in range(2)]) for j in range(2)]
+        best = min(one, key=lambda c: float(np.sum((a @ c - y) ** 2)))
+        return cls(float(best[0]), float(best[1]))
+
+
+@dataclass(frozen=True)
+class FsdpCosts:
+    """What ``dagprof calibrate`` measured of FSDP2 on the user's group (module docstring)."""
+
+    world: int  # ranks of the group that measured (the DTensor step was timed on 1/world shards)
+    plain_step: StepFit  # the optimizer on whole plain tensors (DDP's)
+    dtensor_step: StepFit  # the same optimizer on fully_shard's DTensor shards (bytes: the shard's)
+    copy_out_us_per_byte: float  # FSDP2's copy-out of an all-gather into freshly allocated parameters
+    unit_forward_us: float  # per unit, its forward's cost beyond its all-gather (hooks, copy-in/out, the wake-up after it)
+    unit_backward_us: float  # per unit, its backward's beyond its all-gather and reduce-scatter
+    optimizer: str = "AdamW"  # what was timed: the ratio is this optimizer's
+
+    def step_ratio(self, tensors: int, nbytes: float, world: int) -> float:
+        """FSDP's step on ``world`` ranks' shards over DDP's on the whole ``tensors`` of ``nbytes``."""
+        plain = self.plain_step.us(tensors, nbytes)
+        return self.dtensor_step.us(tensors, nbytes / max(world, 1)) / plain if plain > 0 else 1.0 / max(world, 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"world": self.world, "optimizer": self.optimizer, "copy_out_us_per_byte": self.copy_out_us_per_byte,
+                "unit_forward_us": self.unit_forward_us, "unit_backward_us": self.unit_backward_us,
+                "plain_step": _fit_dict(self.plain_step), "dtensor_step": _fit_dict(self.dtensor_step)}
+
+    @classmethod
+    def from_dict(cls, d: Any, source: str = "link model") -> "FsdpCosts":
+        try:
+            return cls(int(d["world"]), StepFit(**d["plain_step"]), StepFit(**d["dtensor_step"]), float(d["copy_out_us_per_byte"]),
+                       float(d["unit_forward_us"]), float(d["unit_backward_us"]), str(d.get("optimizer", "AdamW")))
+        except (KeyError, TypeError, ValueError) as err:
+            raise DagprofError(f"bad fsdp entry ({err!r}); need world, plain_step, dtensor_step (us_per_tensor, us_per_byte), "
+                               "copy_out_us_per_byte, unit_forward_us, unit_backward_us", source) from None
+
+
+def _fit_dict(f: StepFit) -> dict[str, float]:
+    return {"us_per_tensor": f.us_per_tensor, "us_per_byte": f.us_per_byte}

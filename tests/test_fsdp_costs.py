@@ -1,0 +1,135 @@
+"""FSDP2's measured costs (``dagprof calibrate --fsdp``, ``costmodel.fsdp_costs``): measured on a real gloo group, kept in
+the link-model file (version 3), and inserted by DDP -> FSDP (``passes.data_parallel.ddp_to_fsdp``) into the recorded DDP
+job ``tests/data/fsdp/ddp``; a version-3 file also prices each collective kind at its measured sizes; older link-model
+files convert and price as before."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from testdata import DATA
+
+from dagprof.cli.main import main
+from dagprof.costmodel.alphabeta import AlphaBeta, ring_allreduce_us
+from dagprof.costmodel.fsdp_costs import FsdpCosts, StepFit
+from dagprof.costmodel.topology import load_fsdp_costs, load_kind_links, save_link_model
+from dagprof.errors import DagprofError
+from dagprof.graph.build import build_graph
+from dagprof.graph.build_fsdp import allreduce_equivalent_bytes, fsdp_collectives
+from dagprof.passes.comm import set_topology
+from dagprof.passes.data_parallel import ddp_to_fsdp
+from dagprof.search.whatif import Cluster, Scenario, apply, base_topology, evaluate
+from dagprof.traces.dagprof_run import read_run
+from dagprof.traces.events import Kind
+
+DDP = DATA / "fsdp" / "ddp"
+LINK = AlphaBeta(50.0, 1e-3)
+# far from the profile's own rules (1/N of the step, DDP's enqueue per byte): a converted node shows which it took
+COSTS = FsdpCosts(2, StepFit(10.0, 1e-3), StepFit(500.0, 3e-3), 7e-3, 321.0, 654.0)
+
+
+@pytest.fixture(scope="module")
+def ddp():
+    return build_graph(read_run(DDP))
+
+
+def _per_rank0(g, what):
+    steps = len(set(g.step[g.rank == 0].tolist()))
+    return sum(float(g.dur[v]) for v in np.flatnonzero(g.rank == 0) if what(v)) / steps
+
+
+def test_step_fit_keeps_each_term_non_negative():
+    f = StepFit.fit([(10, 0, 100.0), (1, 1000, 20.0)])
+    assert (f.us_per_tensor, f.us_per_byte) == pytest.approx((10.0, 0.01))
+    # noise that would give the per-tensor term a negative cost: the better one-term fit instead
+    f = StepFit.fit([(32, 1 << 17, 130.0), (2, 1 << 23, 8300.0), (8, 1 << 21, 2000.0)])
+    assert f.us_per_tensor >= 0 and f.us_per_byte >= 0
+    with pytest.raises(DagprofError, match="optimizer timings"):
+        StepFit.fit([(1, 1, 0.0)])
+
+
+def test_conversion_inserts_the_measured_costs(ddp):
+    tensors = len({p for b in ddp.meta.buckets for p in b.params})
+    params = sum(ddp.meta.layer_grad_bytes.values())
+    assert tensors > 0
+    plain, measured = ddp_to_fsdp(ddp), ddp_to_fsdp(ddp, costs=COSTS)
+    profiled = ddp.dur[ddp.kind == Kind.UPDATE]
+    ratio = COSTS.dtensor_step.us(tensors, params / 2) / COSTS.plain_step.us(tensors, params)
+    assert np.allclose(plain.dur[plain.kind == Kind.UPDATE], profiled / 2)  # no measurement: 1/N of DDP's step
+    assert np.allclose(measured.dur[measured.kind == Kind.UPDATE], profiled * ratio)
+    copy = [v for v in np.flatnonzero(measured.rank >= 0) if "fsdp copy-out" in measured.node_name(v)]
+    size = {u.name: u.numel * 4 for u in measured.meta.fsdp.units}
+    assert copy and all(measured.dur[v] == pytest.approx(size[measured.node_name(v).split("copy-out ")[1].rpartition(" (")[0]] * 7e-3)
+                        for v in copy)
+    # every unit's hooks once per pass and step, and nowhere without a measurement
+    units, steps = len(measured.meta.fsdp.units), len(ddp.meta.steps)
+    for phase, us in (("forward", 321.0), ("backward", 654.0)):
+        hooks = [v for v in np.flatnonzero(measured.rank >= 0) if measured.node_name(v).endswith(f"({phase})")
+                 and "fsdp hooks" in measured.node_name(v)]
+        assert len(hooks) == units * steps * 2 and np.allclose(measured.dur[hooks], us)  # 2 ranks
+    assert not [v for v in range(len(plain)) if "fsdp hooks" in plain.node_name(v)]
+    # the same collectives either way: only what was measured changed
+    assert (measured.kind == Kind.COMM).sum() == (plain.kind == Kind.COMM).sum()
+
+
+def test_link_model_files_old_and_new(ddp, tmp_path):
+    v1 = save_link_model(tmp_path / "v1.json", LINK, method="test")
+    v2 = save_link_model(tmp_path / "v2.json", LINK, kinds={"all_gather": (LINK, {})}, method="test")
+    v3 = save_link_model(tmp_path / "v3.json", LINK, kinds={"all_gather": (LINK, {})}, fsdp=COSTS, fsdp_record={"copy_out_points": [[1, 2.0]]})
+    doc = json.loads(open(v3).read())
+    assert doc["version"] == 3 and doc["fsdp"]["copy_out_points"] == [[1, 2.0]]
+    assert load_fsdp_costs(v3) == COSTS and load_kind_links(v3) == load_kind_links(v2)
+    assert load_fsdp_costs(v1) is None and load_fsdp_costs(v2) is None
+    s = Scenario(data_parallel="fsdp")
+    for old in (v1, v2):  # priced as before this version: the profile's own rules, on the file's links
+        c = Cluster(link_model=str(old))
+        g = apply(ddp, s, c, base_topology(ddp, c))
+        assert np.allclose(g.dur[g.kind == Kind.UPDATE], ddp.dur[ddp.kind == Kind.UPDATE] / 2)
+    c = Cluster(link_model=str(v3))
+    g = apply(ddp, s, c, base_topology(ddp, c))
+    assert _per_rank0(g, lambda v: "fsdp copy-out" in g.node_name(v)) > 0
+    assert not np.allclose(g.dur[g.kind == Kind.UPDATE], ddp.dur[ddp.kind == Kind.UPDATE] / 2)
+    notes = {str(p): evaluate(ddp, [s], Cluster(link_model=str(p)), tolerance_pct=None)["notes"] for p in (v1, v3)}
+    assert [n for n in notes[str(v3)] if n.startswith("--data-parallel fsdp") and "as dagprof calibrate --fsdp measured" in n]
+    assert [n for n in notes[str(v1)] if n.startswith("--data-parallel fsdp") and "slower than predicted" in n]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**doc, "fsdp": {"world": 2}}))
+    with pytest.raises(DagprofError, match="bad fsdp entry"):
+        load_fsdp_costs(bad)
+
+
+def test_calibrate_measures_fsdp_on_a_live_gloo_group(capsys, tmp_path):
+    out = tmp_path / "link.json"
+    assert main(["calibrate", "--world", "2", "--max-mb", "0.0625", "--iters", "2", "--kinds", "all_gather", "--fsdp",
+                 "-o", str(out), "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)["fsdp"]
+    costs = load_fsdp_costs(out)
+    assert costs.world == 2 and costs.copy_out_us_per_byte > 0
+    for fit in (costs.plain_step, costs.dtensor_step):
+        assert fit.us_per_tensor >= 0 and fit.us_per_byte >= 0 and fit.us(8, 1 << 20) > 0
+    assert len(r["optimizer_points"]["dtensor"]) == 3 and len(r["copy_out_points"]) == 3
+
+
+def test_a_version_3_file_prices_each_kind_at_its_measured_sizes(tmp_path):
+    """Each kind's price is its link's scaled to what the sweep measured at the nearest sizes (interpolated in log
+    size, the end's beyond them); the same sweep in a version-2 file prices on the link alone, as before."""
+    g = build_graph(read_run(DATA / "fsdp" / "reshard"))
+    link = AlphaBeta(100.0, 2e-3)
+    equiv = sorted({float(m) for m in allreduce_equivalent_bytes(g, np.array([c.node for c in fsdp_collectives(g) if c.kind == "all_gather"]))})
+    lo, hi = equiv[0] / 2, equiv[-1] * 2  # whole-tensor bytes of the sweep: twice the all-reduce-equivalent
+    points = [[2 * lo, 3.0 * float(ring_allreduce_us(lo, 2, link))], [2 * hi, 1.5 * float(ring_allreduce_us(hi, 2, link))]]
+    kinds = {"all_gather": (link, {"points": points})}
+    v2 = save_link_model(tmp_path / "v2.json", LINK, kinds=kinds, workers=2, backend="gloo")
+    v3 = save_link_model(tmp_path / "v3.json", LINK, kinds=kinds, fsdp=COSTS, workers=2, backend="gloo")
+    t2, t3 = (base_topology(g, Cluster(link_model=str(p))) for p in (v2, v3))
+    assert t2.kind_scale == () and t3.kind_factor("all_gather", lo) == pytest.approx(3.0) and t3.kind_factor("all_gather", hi * 4) == pytest.approx(1.5)
+    assert t3.kind_factor("reduce_scatter", lo) == 1.0
+    mid = np.sqrt(lo * hi)  # halfway in log size
+    assert t3.kind_factor("all_gather", mid) == pytest.approx(2.25)
+    p2, p3 = set_topology(g, t2), set_topology(g, t3)
+    for c in fsdp_collectives(g):
+        m = float(allreduce_equivalent_bytes(g, np.array([c.node]))[0])
+        f = t3.kind_factor(c.kind, m)
+        assert p3.dur[c.node] == pytest.approx(t3.overhead_us + (p2.dur[c.node] - t2.overhead_us) * f)
+        assert (f > 1.5) if c.kind == "all_gather" else (f == 1.0)
