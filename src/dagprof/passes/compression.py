@@ -8,11 +8,17 @@ there, before the all-reduce is issued) and ``channel`` time on the communicatio
   the one channel (tensor partition: every piece pays the per-collective overhead);
 - fp16/bf16: half the bytes on the wire; the casts at their measured cost per byte;
 - PowerSGD rank r (torch's hook): three all-reduces one after another -- the uncompressed
-  tensors (vectors, and matrices too small to gain 2x), the P factors, the Q factors -- with the
-  measured matrix products and orthogonalisation between them (``costmodel.codecs``). Those run in
-  completion callbacks on gloo's threads, i.e. on the cores that also train (CPU jobs): they are
-  charged to the training thread too. The costs are measured on an idle core; under contention
-  they grow, and PowerSGD's prediction is the least sure of the codecs.
+  tensors (vectors, and matrices too small to gain 2x; issued even when there are none), the P
+  factors, the Q factors -- with the measured matrix products and orthogonalisation between them
+  (``costmodel.codecs``). The kernels are scaled to what torch's hook measured whole on the
+  bucket's gradients (allocations and the hook's Python: 1.5-1.9x the kernels on a 2-core VM).
+  ``dagprof.apply`` chains the hook (``collect.deploy.apply.chained``): a bucket's hook starts when
+  the previous bucket completed, so every bucket's hook but the first's is on the channel's
+  sequence. The callbacks run on gloo's threads, on the cores that also train (CPU jobs): while
+  backward still runs (every bucket but the one the last gradient closes) their CPU -- and a
+  chained hook's -- is charged to the training thread too; after it, the training thread only waits.
+  The costs are measured on an idle core; under contention they grow, and PowerSGD's prediction is
+  the least sure of the codecs.
 """
 from __future__ import annotations
 
@@ -55,7 +61,8 @@ def _powersgd(order: GradientOrder, first: int, last: int, rank: int, price: Cal
     if per is None:
         raise DagprofError(f"no measured cost for PowerSGD rank {rank}")
     unc = p = q = 0
-    enc = mid = dec = 0.0
+    enc = mid = dec = hook = 0.0
+    whole = costs.powersgd_bucket_us > 0  # torch's hook measured whole on every compressed gradient
     for i in range(first, last + 1):
         shape = order.shapes[i]
         if shape is None:
@@ -66,11 +73,21 @@ def _powersgd(order: GradientOrder, first: int, last: int, rank: int, price: Cal
         if pi and c is None:
             raise DagprofError(f"no measured PowerSGD cost for parameter {order.params[i]!r}")
         if pi:
-            enc, mid, dec = enc + c.encode_us, mid + c.middle_us, dec + c.decode_us
+            enc, mid, dec, hook = enc + c.encode_us, mid + c.middle_us, dec + c.decode_us, hook + c.hook_us
+            whole = whole and c.hook_us > 0
     es = order.element_size
     nbytes = float(order.nbytes[first : last + 1].sum())
-    copies = costs.copy_us_per_byte * nbytes
-    channel = price(unc * es) + price(p * es) + mid + price(q * es) + dec + copies
-    # On a CPU-only job the callbacks' matrix work runs on the cores that train: it delays the training
-    # thread as much as the bucket's completion (it is charged to both).
-    return BucketCost(enc + 2 * copies + mid + dec + copies, channel, int((unc + p + q) * es))
+    copies = costs.copy_us_per_byte * nbytes  # one pass over the bucket: the error feedback's add, its clone, its update
+    kernels = enc + mid + dec + 3 * copies
+    if whole and kernels > 0:
+        # What torch's hook took whole: per bucket, per compressed gradient, and the uncompressed ones' error
+        # feedback (3 passes) with their packing and unpacking (2): the kernels scaled to it, part by part.
+        k = (costs.powersgd_bucket_us + hook + 5 * costs.copy_us_per_byte * unc * es) / kernels
+        enc, mid, dec, copies = enc * k, mid * k, dec * k, copies * k
+    issue = enc + 2 * copies  # in the hook, before its first all-reduce
+    callbacks = mid + dec + copies
+    chained = first > 0  # a later bucket's hook runs when the previous bucket completed, on the channel's sequence
+    channel = (issue if chained else 0.0) + price(unc * es) + price(p * es) + mid + price(q * es) + dec + copies
+    # While backward runs, the channel's CPU work takes the training thread's core too; after the last gradient it only waits.
+    steal = (issue if chained else 0.0) + callbacks if last < len(order) - 1 else 0.0
+    return BucketCost((0.0 if chained else issue) + steal, channel, int((unc + p + q) * es))
