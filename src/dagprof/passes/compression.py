@@ -56,7 +56,23 @@ def bucket_cost(order: GradientOrder, first: int, last: int, codec: Codec, parts
     raise DagprofError(f"unknown gradient codec {codec.name!r}")
 
 
-def _powersgd(order: GradientOrder, first: int, last: int, rank: int, price: Callable[[float], float], costs: CodecCosts) -> BucketCost:
+@dataclass(frozen=True)
+class PowerSGDParts:
+    """One bucket under torch's PowerSGD hook, part by part: the elements of its three all-reduces and the CPU
+    (microseconds) before the first (``issue``: error feedback, packing, P = M Q), between the P and Q
+    all-reduces (``middle``: orthogonalise P, Q = M^T P) and after the last (``decode``: M = P Q^T, the error update)."""
+
+    uncompressed: int
+    p: int
+    q: int
+    issue_us: float
+    middle_us: float
+    decode_us: float
+
+
+def powersgd_parts(order: GradientOrder, first: int, last: int, rank: int, costs: CodecCosts) -> PowerSGDParts:
+    """The parts of the bucket holding parameters ``first..last``: the measured kernels, scaled to torch's hook
+    measured whole when ``costs`` has it."""
     per = costs.powersgd.get(rank)
     if per is None:
         raise DagprofError(f"no measured cost for PowerSGD rank {rank}")
@@ -75,19 +91,22 @@ def _powersgd(order: GradientOrder, first: int, last: int, rank: int, price: Cal
         if pi:
             enc, mid, dec, hook = enc + c.encode_us, mid + c.middle_us, dec + c.decode_us, hook + c.hook_us
             whole = whole and c.hook_us > 0
-    es = order.element_size
-    nbytes = float(order.nbytes[first : last + 1].sum())
-    copies = costs.copy_us_per_byte * nbytes  # one pass over the bucket: the error feedback's add, its clone, its update
+    copies = costs.copy_us_per_byte * float(order.nbytes[first : last + 1].sum())  # one pass: the error's add, clone, update
     kernels = enc + mid + dec + 3 * copies
     if whole and kernels > 0:
         # What torch's hook took whole: per bucket, per compressed gradient, and the uncompressed ones' error
         # feedback (3 passes) with their packing and unpacking (2): the kernels scaled to it, part by part.
-        k = (costs.powersgd_bucket_us + hook + 5 * costs.copy_us_per_byte * unc * es) / kernels
+        k = (costs.powersgd_bucket_us + hook + 5 * costs.copy_us_per_byte * unc * order.element_size) / kernels
         enc, mid, dec, copies = enc * k, mid * k, dec * k, copies * k
-    issue = enc + 2 * copies  # in the hook, before its first all-reduce
-    callbacks = mid + dec + copies
+    return PowerSGDParts(unc, p, q, enc + 2 * copies, mid, dec + copies)
+
+
+def _powersgd(order: GradientOrder, first: int, last: int, rank: int, price: Callable[[float], float], costs: CodecCosts) -> BucketCost:
+    parts = powersgd_parts(order, first, last, rank, costs)
+    es = order.element_size
     chained = first > 0  # a later bucket's hook runs when the previous bucket completed, on the channel's sequence
-    channel = (issue if chained else 0.0) + price(unc * es) + price(p * es) + mid + price(q * es) + dec + copies
+    hook = parts.issue_us if chained else 0.0
+    channel = hook + price(parts.uncompressed * es) + price(parts.p * es) + parts.middle_us + price(parts.q * es) + parts.decode_us
     # While backward runs, the channel's CPU work takes the training thread's core too; after the last gradient it only waits.
-    steal = (issue if chained else 0.0) + callbacks if last < len(order) - 1 else 0.0
-    return BucketCost((0.0 if chained else issue) + steal, channel, int((unc + p + q) * es))
+    steal = hook + parts.middle_us + parts.decode_us if last < len(order) - 1 else 0.0
+    return BucketCost(parts.issue_us - hook + steal, channel, int((parts.uncompressed + parts.p + parts.q) * es))
