@@ -7,7 +7,7 @@ registered as ``dagprof.apply`` registers it (chained), each rank timing, per bu
 step, the hook to its first all-reduce, each all-reduce (issue to completion: the link, and any wait
 for the peer), and the callbacks between and after them. The codec costs are measured here as
 ``dagprof optimize`` measures them; each bucket is priced by ``passes.compression.powersgd_parts``,
-with the kernels alone (the old pricing) and scaled to torch's hook measured whole.
+with the kernels alone (the old pricing) and with torch's hook measured whole per gradient.
 
     sudo .venv/bin/python bench/bench_powersgd_parts.py [--rank 2] [--steps 24] [--link 200Mbit] [--json]
 
@@ -150,7 +150,7 @@ def main() -> int:
             rows.append({"bucket": order.params[first] + ".." + order.params[last], "predicted": pred,
                          "measured": [m.get(idx, {}) for m in measured]})
     print(f"PowerSGD rank {args.rank}, 2 ranks, {args.link}, load average {load:.1f}: per bucket and part, us per compressed step "
-          "(predicted: kernels alone / scaled to torch's hook measured whole; measured: rank 0 / rank 1 medians)")
+          "(predicted: kernels alone / torch's hook measured whole; measured: rank 0 / rank 1 medians)")
     for r in rows:
         print(f"bucket {r['bucket']}")
         for k in ("issue", "allreduce_unc", "unpack", "allreduce_p", "middle", "allreduce_q", "decode", "total"):

@@ -10,7 +10,7 @@ from dagprof.errors import DagprofError
 from dagprof.passes import set_buckets
 from dagprof.passes.accumulate import accumulate_gradients
 from dagprof.passes.bucket_plan import BucketSlots, Plan, set_bucket_layout
-from dagprof.passes.compression import Codec, bucket_cost
+from dagprof.passes.compression import Codec, bucket_cost, powersgd_parts
 from dagprof.passes.recompute import RecomputeSlots, recompute, segments
 from dagprof.passes.schedule import set_comm_priority
 from dagprof.pipeline import open_run
@@ -119,19 +119,20 @@ def test_powersgd_buckets_follow_the_chained_hook(order):
     assert later.channel_us == pytest.approx(3.0 + c2 * (1.0 + 2.0 + 3.0))  # its hook waits for the previous bucket
 
 
-def test_powersgd_kernels_scale_to_torchs_hook_measured_whole(order):
-    """With torch's hook measured whole (collect.measure.codec_costs), the bucket's CPU is what it measured:
-    per bucket, per compressed gradient, and 5 passes over the uncompressed bytes (error feedback, packing)."""
-    per = {p: PowerSGDCost(1.0, 2.0, 3.0, hook_us=12.0) for p in order.params}
+def test_powersgd_priced_as_torchs_hook_measured_whole(order):
+    """With torch's hook measured whole (collect.measure.codec_costs), each stretch of the bucket is what it measured:
+    per bucket, per compressed gradient, and passes over the uncompressed bytes (error feedback, packing)."""
+    per = {p: PowerSGDCost(1.0, 2.0, 3.0, 10.0, 20.0, 30.0) for p in order.params}
     copy = 1e-3
     costs = CodecCosts({}, {}, {2: per}, copy, powersgd_bucket_us=50.0)
-    c = bucket_cost(order, 0, len(order) - 1, Codec("powersgd", 2), 1, lambda nb: 0.0, costs)
+    parts = powersgd_parts(order, 0, len(order) - 1, 2, costs)
     compressed = sum(1 for s in order.shapes if powersgd_split(s, 2)[1])
     unc = sum(powersgd_split(s, 2)[0] for s in order.shapes) * order.element_size
-    assert c.encode_us + c.channel_us == pytest.approx(50.0 + 12.0 * compressed + 5 * copy * unc)
-    unmeasured = bucket_cost(order, 0, len(order) - 1, Codec("powersgd", 2), 1, lambda nb: 0.0,
-                             CodecCosts({}, {}, {2: {p: PowerSGDCost(1.0, 2.0, 3.0) for p in order.params}}, copy))
-    assert unmeasured.encode_us + unmeasured.channel_us == pytest.approx(compressed * 6.0 + 3 * copy * order.total_bytes)
+    assert parts.issue_us == pytest.approx(50.0 + 10.0 * compressed + 3 * copy * unc)
+    assert parts.middle_us == pytest.approx(20.0 * compressed + copy * unc)
+    assert parts.decode_us == pytest.approx(30.0 * compressed + copy * unc)
+    kernels = powersgd_parts(order, 0, len(order) - 1, 2, CodecCosts({}, {}, {2: {p: PowerSGDCost(1.0, 2.0, 3.0) for p in order.params}}, copy))
+    assert kernels.issue_us + kernels.middle_us + kernels.decode_us == pytest.approx(compressed * 6.0 + 3 * copy * order.total_bytes)
 
 
 def test_incremental_replay_of_candidates_equals_full_replay(prof, order):

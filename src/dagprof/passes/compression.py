@@ -10,8 +10,8 @@ there, before the all-reduce is issued) and ``channel`` time on the communicatio
 - PowerSGD rank r (torch's hook): three all-reduces one after another -- the uncompressed
   tensors (vectors, and matrices too small to gain 2x; issued even when there are none), the P
   factors, the Q factors -- with the measured matrix products and orthogonalisation between them
-  (``costmodel.codecs``). The kernels are scaled to what torch's hook measured whole on the
-  bucket's gradients (allocations and the hook's Python: 1.5-1.9x the kernels on a 2-core VM).
+  (``costmodel.codecs``), each stretch as torch's hook measured it whole per gradient (its
+  allocations and Python included: 1.1-1.7x the kernels on a 2-core VM).
   ``dagprof.apply`` chains the hook (``collect.deploy.apply.chained``): a bucket's hook starts when
   the previous bucket completed, so every bucket's hook but the first's is on the channel's
   sequence. The callbacks run on gloo's threads, on the cores that also train (CPU jobs): while
@@ -71,13 +71,14 @@ class PowerSGDParts:
 
 
 def powersgd_parts(order: GradientOrder, first: int, last: int, rank: int, costs: CodecCosts) -> PowerSGDParts:
-    """The parts of the bucket holding parameters ``first..last``: the measured kernels, scaled to torch's hook
-    measured whole when ``costs`` has it."""
+    """The parts of the bucket holding parameters ``first..last``: torch's hook measured whole per gradient where
+    ``costs`` has it, else the measured kernels and copies."""
     per = costs.powersgd.get(rank)
     if per is None:
         raise DagprofError(f"no measured cost for PowerSGD rank {rank}")
     unc = p = q = 0
-    enc = mid = dec = hook = 0.0
+    enc = mid = dec = 0.0
+    hook = [0.0, 0.0, 0.0]
     whole = costs.powersgd_bucket_us > 0  # torch's hook measured whole on every compressed gradient
     for i in range(first, last + 1):
         shape = order.shapes[i]
@@ -89,15 +90,15 @@ def powersgd_parts(order: GradientOrder, first: int, last: int, rank: int, costs
         if pi and c is None:
             raise DagprofError(f"no measured PowerSGD cost for parameter {order.params[i]!r}")
         if pi:
-            enc, mid, dec, hook = enc + c.encode_us, mid + c.middle_us, dec + c.decode_us, hook + c.hook_us
-            whole = whole and c.hook_us > 0
+            enc, mid, dec = enc + c.encode_us, mid + c.middle_us, dec + c.decode_us
+            hook = [hook[0] + c.hook_issue_us, hook[1] + c.hook_middle_us, hook[2] + c.hook_decode_us]
+            whole = whole and c.whole
+    if whole:
+        # What torch's hook took whole, stretch by stretch: per bucket, per compressed gradient, and passes over the
+        # uncompressed bytes -- their error feedback (add, clone; the update after) and packing (cat; unpack between).
+        pass_us = costs.copy_us_per_byte * unc * order.element_size
+        return PowerSGDParts(unc, p, q, costs.powersgd_bucket_us + hook[0] + 3 * pass_us, hook[1] + pass_us, hook[2] + pass_us)
     copies = costs.copy_us_per_byte * float(order.nbytes[first : last + 1].sum())  # one pass: the error's add, clone, update
-    kernels = enc + mid + dec + 3 * copies
-    if whole and kernels > 0:
-        # What torch's hook took whole: per bucket, per compressed gradient, and the uncompressed ones' error
-        # feedback (3 passes) with their packing and unpacking (2): the kernels scaled to it, part by part.
-        k = (costs.powersgd_bucket_us + hook + 5 * costs.copy_us_per_byte * unc * order.element_size) / kernels
-        enc, mid, dec, copies = enc * k, mid * k, dec * k, copies * k
     return PowerSGDParts(unc, p, q, enc + 2 * copies, mid, dec + copies)
 
 

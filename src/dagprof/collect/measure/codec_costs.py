@@ -37,7 +37,7 @@ def measure_codec_costs(params: list[tuple[str, tuple[int, ...]]], ranks: tuple[
         by_shape: dict[tuple[tuple[int, ...], int], PowerSGDCost] = {}
         powersgd: dict[int, dict[str, PowerSGDCost]] = {}
         group = _one_process_group()
-        bucket_us = _hook_us(group, (1,), min(ranks, default=1), repeats)  # a bucket that compresses nothing
+        empty = _hook_parts(group, (1,), min(ranks, default=1), repeats)  # a bucket that compresses nothing
         for r in ranks:
             per: dict[str, PowerSGDCost] = {}
             for name, shape in params:
@@ -45,7 +45,8 @@ def measure_codec_costs(params: list[tuple[str, tuple[int, ...]]], ranks: tuple[
                     continue
                 key = (tuple(shape), r)
                 if key not in by_shape:
-                    by_shape[key] = _powersgd(shape, r, repeats, max(0.0, _hook_us(group, shape, r, repeats) - bucket_us))
+                    whole = _hook_parts(group, shape, r, repeats)
+                    by_shape[key] = _powersgd(shape, r, repeats, tuple(max(0.0, w - e) for w, e in zip(whole, empty)))
                 per[name] = by_shape[key]
             powersgd[r] = per
     finally:
@@ -53,7 +54,7 @@ def measure_codec_costs(params: list[tuple[str, tuple[int, ...]]], ranks: tuple[
     from .overlap import reference_op_us
 
     return CodecCosts(enc, dec, powersgd, copy, machine=f"{platform.node()} {platform.processor() or platform.machine()}",
-                      reference_op_us=reference_op_us(), powersgd_bucket_us=bucket_us)
+                      reference_op_us=reference_op_us(), powersgd_bucket_us=sum(empty))
 
 
 def _one_process_group():
@@ -63,12 +64,14 @@ def _one_process_group():
     return dist.ProcessGroupGloo(dist.HashStore(), 0, 1)
 
 
-def _hook_us(group, shape: tuple[int, ...], rank: int, repeats: int) -> float:
-    """Median microseconds of torch's ``powerSGD_hook`` (error feedback, warm start, as ``dagprof.apply`` sets it)
-    on a bucket holding one gradient of ``shape``, from the call to its result, past its warm-up iterations."""
+def _hook_parts(group, shape: tuple[int, ...], rank: int, repeats: int) -> tuple[float, float, float]:
+    """Median microseconds of torch's ``powerSGD_hook`` (error feedback, warm start, as ``dagprof.apply`` sets it) on a
+    bucket holding one gradient of ``shape``, past its warm-up iterations: to its first all-reduce, from there to its
+    last, and after it (in a one-process group each future completes at once, so the callbacks run inline)."""
     import logging
 
     import torch
+    import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
 
     class Bucket:  # the part of DDP's GradBucket the hook reads
@@ -87,21 +90,38 @@ def _hook_us(group, shape: tuple[int, ...], rank: int, repeats: int) -> float:
         def is_last(self) -> bool:
             return True
 
+    issued: list[float] = []
+    plain = dist.all_reduce
+
+    def all_reduce(*args, **kwargs):
+        issued.append(time.perf_counter())
+        return plain(*args, **kwargs)
+
+    def run() -> tuple[float, float, float]:
+        issued.clear()
+        t0 = time.perf_counter()
+        psgd.powerSGD_hook(state, bucket).wait()
+        t1 = time.perf_counter()
+        return issued[0] - t0, issued[-1] - issued[0], t1 - issued[-1]
+
     log = logging.getLogger(psgd.__name__)
     level = log.level
     log.setLevel(logging.WARNING)  # the hook logs its first compressed bucket
+    dist.all_reduce = all_reduce  # the hook calls it through the module
     try:
         state = psgd.PowerSGDState(process_group=group, matrix_approximation_rank=rank, start_powerSGD_iter=2, min_compression_rate=2,
                                    use_error_feedback=True, warm_start=True)
         state.iter = state.start_powerSGD_iter
         bucket = Bucket()
-        psgd.powerSGD_hook(state, bucket).wait()  # its first compressed iteration draws Q and allocates the error
-        return _time(lambda: psgd.powerSGD_hook(state, bucket).wait(), repeats)
+        run()  # its first compressed iteration draws Q and allocates the error
+        runs = [run() for _ in range(max(repeats, 3))]
     finally:
+        dist.all_reduce = plain
         log.setLevel(level)
+    return tuple(statistics.median(r[i] for r in runs) * 1e6 for i in range(3))
 
 
-def _powersgd(shape: tuple[int, ...], rank: int, repeats: int, hook_us: float) -> PowerSGDCost:
+def _powersgd(shape: tuple[int, ...], rank: int, repeats: int, whole: tuple[float, ...]) -> PowerSGDCost:
     import torch
     from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _orthogonalize
 
@@ -123,7 +143,7 @@ def _powersgd(shape: tuple[int, ...], rank: int, repeats: int, hook_us: float) -
     def decode() -> None:
         torch.bmm(P, Q.transpose(1, 2), out=M)
 
-    return PowerSGDCost(_time(encode, repeats), _time(middle, repeats), _time(decode, repeats), hook_us)
+    return PowerSGDCost(_time(encode, repeats), _time(middle, repeats), _time(decode, repeats), *whole)
 
 
 def _time(fn: Callable[[], object], repeats: int) -> float:
