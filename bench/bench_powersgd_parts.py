@@ -11,7 +11,12 @@ with the kernels alone (the old pricing) and with torch's hook measured whole pe
 
     sudo .venv/bin/python bench/bench_powersgd_parts.py [--rank 2] [--steps 24] [--link 200Mbit] [--json]
 
-The machine is shared: read the load average and both ranks' medians.
+The machine is shared: read the load average and both ranks' medians. On the 2-core VM (load 1.8, rank 2,
+DDP's two buckets), the embedding bucket (its biases and the 16,384 x 64 table) in us, predicted with the
+kernels alone / with the hook measured whole, against rank 0 / rank 1: hook to the first all-reduce
+1,040 / 1,563 vs 2,600 / 2,100; unpack + middle 563 / 644 vs 848 / 672; decode 515 / 1,490 vs 2,251 /
+2,205; the P all-reduce 5,840 vs 6,892 / 6,162; the two small all-reduces 99 + 77 (the link model,
+fitted on the buckets, has no latency) vs 819-3,477 + 2,282-2,371, the largest part left unpriced.
 """
 from __future__ import annotations
 
