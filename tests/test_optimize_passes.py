@@ -10,7 +10,7 @@ from dagprof.errors import DagprofError
 from dagprof.passes import set_buckets
 from dagprof.passes.accumulate import accumulate_gradients
 from dagprof.passes.bucket_plan import BucketSlots, Plan, set_bucket_layout
-from dagprof.passes.compression import Codec, bucket_cost
+from dagprof.passes.compression import Codec, bucket_cost, powersgd_parts
 from dagprof.passes.recompute import RecomputeSlots, recompute, segments
 from dagprof.passes.schedule import set_comm_priority
 from dagprof.pipeline import open_run
@@ -87,14 +87,52 @@ def test_powersgd_follows_torchs_compression_rule(order):
     assert powersgd_split((256, 256, 3, 3), 2) == (0, 512, 4608)
     assert powersgd_split((256,), 2) == (256, 0, 0)  # vectors travel uncompressed
     assert powersgd_split((10, 8), 4) == (80, 0, 0)  # too small to gain 2x
+    assert powersgd_split((16384, 64), 4) == (0, 16384 * 4, 64 * 4)  # a tall embedding: torch views it as (shape[0], -1)
     ranked = {p: PowerSGDCost(1.0, 2.0, 3.0) for p in order.params}
     costs = CodecCosts({}, {}, {2: ranked}, 0.0)
     calls = []
     c = bucket_cost(order, 0, len(order) - 1, Codec("powersgd", 2), 1, lambda nb: calls.append(nb) or 1.0, costs)
     assert len(calls) == 3  # uncompressed tensors, P, Q: three all-reduces in sequence
     compressed = sum(1 for s in order.shapes if powersgd_split(s, 2)[1])
-    assert c.encode_us == pytest.approx(compressed * (1.0 + 2.0 + 3.0))  # the callbacks' work also takes the training cores
+    # One bucket: its hook runs on the training thread; its callbacks come after the last gradient, when the
+    # training thread only waits (the old pricing charged them to it as well, before the first all-reduce).
+    assert c.encode_us == pytest.approx(compressed * 1.0)
     assert c.channel_us == pytest.approx(3.0 + compressed * (2.0 + 3.0))
+
+
+def test_powersgd_buckets_follow_the_chained_hook(order):
+    """dagprof.apply chains the hook: a later bucket's hook runs when the previous bucket completed (on the
+    channel's sequence); while backward runs the channel's CPU work also takes the training thread's core."""
+    n = len(order)
+    assert n >= 3
+    costs = CodecCosts({}, {}, {2: {p: PowerSGDCost(1.0, 2.0, 3.0) for p in order.params}}, 0.0)
+    price = lambda nb: 1.0  # noqa: E731
+    split = next(i for i in range(1, n - 1) if any(powersgd_split(order.shapes[j], 2)[1] for j in range(i)) and
+                 any(powersgd_split(order.shapes[j], 2)[1] for j in range(i, n)))
+    first = bucket_cost(order, 0, split - 1, Codec("powersgd", 2), 1, price, costs)
+    later = bucket_cost(order, split, n - 1, Codec("powersgd", 2), 1, price, costs)
+    c1 = sum(1 for s in order.shapes[:split] if powersgd_split(s, 2)[1])
+    c2 = sum(1 for s in order.shapes[split:] if powersgd_split(s, 2)[1])
+    assert first.encode_us == pytest.approx(c1 * (1.0 + 2.0 + 3.0))  # hook, then its callbacks steal from the backward still running
+    assert first.channel_us == pytest.approx(3.0 + c1 * (2.0 + 3.0))
+    assert later.encode_us == 0.0  # the last bucket: nothing left to steal from
+    assert later.channel_us == pytest.approx(3.0 + c2 * (1.0 + 2.0 + 3.0))  # its hook waits for the previous bucket
+
+
+def test_powersgd_priced_as_torchs_hook_measured_whole(order):
+    """With torch's hook measured whole (collect.measure.codec_costs), each stretch of the bucket is what it measured:
+    per bucket, per compressed gradient, and passes over the uncompressed bytes (error feedback, packing)."""
+    per = {p: PowerSGDCost(1.0, 2.0, 3.0, 10.0, 20.0, 30.0) for p in order.params}
+    copy = 1e-3
+    costs = CodecCosts({}, {}, {2: per}, copy, powersgd_bucket_us=50.0)
+    parts = powersgd_parts(order, 0, len(order) - 1, 2, costs)
+    compressed = sum(1 for s in order.shapes if powersgd_split(s, 2)[1])
+    unc = sum(powersgd_split(s, 2)[0] for s in order.shapes) * order.element_size
+    assert parts.issue_us == pytest.approx(50.0 + 10.0 * compressed + 3 * copy * unc)
+    assert parts.middle_us == pytest.approx(20.0 * compressed + copy * unc)
+    assert parts.decode_us == pytest.approx(30.0 * compressed + copy * unc)
+    kernels = powersgd_parts(order, 0, len(order) - 1, 2, CodecCosts({}, {}, {2: {p: PowerSGDCost(1.0, 2.0, 3.0) for p in order.params}}, copy))
+    assert kernels.issue_us + kernels.middle_us + kernels.decode_us == pytest.approx(compressed * 6.0 + 3 * copy * order.total_bytes)
 
 
 def test_incremental_replay_of_candidates_equals_full_replay(prof, order):

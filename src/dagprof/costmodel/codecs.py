@@ -4,14 +4,18 @@ fp16/bf16: casting a bucket to the wire type (encode, on the thread that runs ba
 the comm hook) and back (decode, in the all-reduce's completion callback), per fp32 byte.
 PowerSGD rank r, per parameter: ``encode`` (error feedback and P = M Q, in the hook),
 ``middle`` (orthogonalise P, Q = M^T P, between the P and Q all-reduces) and ``decode``
-(M = P Q^T and the error update, after the Q all-reduce), in microseconds.
+(M = P Q^T and the error update, after the Q all-reduce), in microseconds; and the same three stretches
+of torch's own ``powerSGD_hook`` run whole on a bucket of this one gradient in a one-process group (its
+all-reduces then cost next to nothing), less a bucket that compresses nothing: everything the hook does
+for the gradient, its allocations and Python included (the 16,384 x 64 embedding at rank 2 on the 2-core
+VM: 1,131 / 613 / 792 us against kernels of 988 / 536 / 477). ``passes.compression`` prices with these.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, astuple, dataclass, field
 from typing import Literal, get_args
 
 from ..errors import DagprofError
@@ -47,6 +51,14 @@ class PowerSGDCost:
     encode_us: float
     middle_us: float
     decode_us: float
+    # torch's hook whole on a bucket of this gradient, less a bucket that compresses nothing (all 0: not measured):
+    hook_issue_us: float = 0.0  # to its first all-reduce
+    hook_middle_us: float = 0.0  # between its first and last all-reduce
+    hook_decode_us: float = 0.0  # after its last all-reduce
+
+    @property
+    def whole(self) -> bool:
+        return self.hook_issue_us + self.hook_middle_us + self.hook_decode_us > 0
 
 
 @dataclass
@@ -57,12 +69,14 @@ class CodecCosts:
     copy_us_per_byte: float = 0.0  # a plain memory copy (PowerSGD's clone, cat and error update)
     machine: str = ""
     reference_op_us: float = 0.0  # collect.measure.overlap's reference op timed beside these costs (0: not timed)
+    powersgd_bucket_us: float = 0.0  # torch's PowerSGD hook whole on a bucket of one scalar: its cost per bucket (0: not measured)
 
     def scaled(self, factor: float) -> "CodecCosts":
         """Every cost ``factor`` times as large (costs from an idle core, used inside a busier job)."""
         return CodecCosts({k: v * factor for k, v in self.encode_us_per_byte.items()}, {k: v * factor for k, v in self.decode_us_per_byte.items()},
-                          {r: {p: PowerSGDCost(c.encode_us * factor, c.middle_us * factor, c.decode_us * factor) for p, c in per.items()}
-                           for r, per in self.powersgd.items()}, self.copy_us_per_byte * factor, self.machine, self.reference_op_us * factor)
+                          {r: {p: PowerSGDCost(*(v * factor for v in astuple(c)))
+                               for p, c in per.items()} for r, per in self.powersgd.items()},
+                          self.copy_us_per_byte * factor, self.machine, self.reference_op_us * factor, self.powersgd_bucket_us * factor)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -76,7 +90,8 @@ class CodecCosts:
         try:
             return cls(dict(d["encode_us_per_byte"]), dict(d["decode_us_per_byte"]),
                        {int(r): {p: PowerSGDCost(**c) for p, c in per.items()} for r, per in d.get("powersgd", {}).items()},
-                       float(d.get("copy_us_per_byte", 0.0)), str(d.get("machine", "")), float(d.get("reference_op_us", 0.0)))
+                       float(d.get("copy_us_per_byte", 0.0)), str(d.get("machine", "")), float(d.get("reference_op_us", 0.0)),
+                       float(d.get("powersgd_bucket_us", 0.0)))
         except (KeyError, TypeError, ValueError) as err:
             raise DagprofError(f"malformed codec-cost file: {err}", path) from None
 

@@ -8,11 +8,17 @@ there, before the all-reduce is issued) and ``channel`` time on the communicatio
   the one channel (tensor partition: every piece pays the per-collective overhead);
 - fp16/bf16: half the bytes on the wire; the casts at their measured cost per byte;
 - PowerSGD rank r (torch's hook): three all-reduces one after another -- the uncompressed
-  tensors (vectors, and matrices too small to gain 2x), the P factors, the Q factors -- with the
-  measured matrix products and orthogonalisation between them (``costmodel.codecs``). Those run in
-  completion callbacks on gloo's threads, i.e. on the cores that also train (CPU jobs): they are
-  charged to the training thread too. The costs are measured on an idle core; under contention
-  they grow, and PowerSGD's prediction is the least sure of the codecs.
+  tensors (vectors, and matrices too small to gain 2x; issued even when there are none), the P
+  factors, the Q factors -- with the measured matrix products and orthogonalisation between them
+  (``costmodel.codecs``), each stretch as torch's hook measured it whole per gradient (its
+  allocations and Python included: 1.1-1.7x the kernels on a 2-core VM).
+  ``dagprof.apply`` chains the hook (``collect.deploy.apply.chained``): a bucket's hook starts when
+  the previous bucket completed, so every bucket's hook but the first's is on the channel's
+  sequence. The callbacks run on gloo's threads, on the cores that also train (CPU jobs): while
+  backward still runs (every bucket but the one the last gradient closes) their CPU -- and a
+  chained hook's -- is charged to the training thread too; after it, the training thread only waits.
+  The costs are measured on an idle core; under contention they grow, and PowerSGD's prediction is
+  the least sure of the codecs.
 """
 from __future__ import annotations
 
@@ -50,12 +56,30 @@ def bucket_cost(order: GradientOrder, first: int, last: int, codec: Codec, parts
     raise DagprofError(f"unknown gradient codec {codec.name!r}")
 
 
-def _powersgd(order: GradientOrder, first: int, last: int, rank: int, price: Callable[[float], float], costs: CodecCosts) -> BucketCost:
+@dataclass(frozen=True)
+class PowerSGDParts:
+    """One bucket under torch's PowerSGD hook, part by part: the elements of its three all-reduces and the CPU
+    (microseconds) before the first (``issue``: error feedback, packing, P = M Q), between the P and Q
+    all-reduces (``middle``: orthogonalise P, Q = M^T P) and after the last (``decode``: M = P Q^T, the error update)."""
+
+    uncompressed: int
+    p: int
+    q: int
+    issue_us: float
+    middle_us: float
+    decode_us: float
+
+
+def powersgd_parts(order: GradientOrder, first: int, last: int, rank: int, costs: CodecCosts) -> PowerSGDParts:
+    """The parts of the bucket holding parameters ``first..last``: torch's hook measured whole per gradient where
+    ``costs`` has it, else the measured kernels and copies."""
     per = costs.powersgd.get(rank)
     if per is None:
         raise DagprofError(f"no measured cost for PowerSGD rank {rank}")
     unc = p = q = 0
     enc = mid = dec = 0.0
+    hook = [0.0, 0.0, 0.0]
+    whole = costs.powersgd_bucket_us > 0  # torch's hook measured whole on every compressed gradient
     for i in range(first, last + 1):
         shape = order.shapes[i]
         if shape is None:
@@ -67,10 +91,23 @@ def _powersgd(order: GradientOrder, first: int, last: int, rank: int, price: Cal
             raise DagprofError(f"no measured PowerSGD cost for parameter {order.params[i]!r}")
         if pi:
             enc, mid, dec = enc + c.encode_us, mid + c.middle_us, dec + c.decode_us
+            hook = [hook[0] + c.hook_issue_us, hook[1] + c.hook_middle_us, hook[2] + c.hook_decode_us]
+            whole = whole and c.whole
+    if whole:
+        # What torch's hook took whole, stretch by stretch: per bucket, per compressed gradient, and passes over the
+        # uncompressed bytes -- their error feedback (add, clone; the update after) and packing (cat; unpack between).
+        pass_us = costs.copy_us_per_byte * unc * order.element_size
+        return PowerSGDParts(unc, p, q, costs.powersgd_bucket_us + hook[0] + 3 * pass_us, hook[1] + pass_us, hook[2] + pass_us)
+    copies = costs.copy_us_per_byte * float(order.nbytes[first : last + 1].sum())  # one pass: the error's add, clone, update
+    return PowerSGDParts(unc, p, q, enc + 2 * copies, mid, dec + copies)
+
+
+def _powersgd(order: GradientOrder, first: int, last: int, rank: int, price: Callable[[float], float], costs: CodecCosts) -> BucketCost:
+    parts = powersgd_parts(order, first, last, rank, costs)
     es = order.element_size
-    nbytes = float(order.nbytes[first : last + 1].sum())
-    copies = costs.copy_us_per_byte * nbytes
-    channel = price(unc * es) + price(p * es) + mid + price(q * es) + dec + copies
-    # On a CPU-only job the callbacks' matrix work runs on the cores that train: it delays the training
-    # thread as much as the bucket's completion (it is charged to both).
-    return BucketCost(enc + 2 * copies + mid + dec + copies, channel, int((unc + p + q) * es))
+    chained = first > 0  # a later bucket's hook runs when the previous bucket completed, on the channel's sequence
+    hook = parts.issue_us if chained else 0.0
+    channel = hook + price(parts.uncompressed * es) + price(parts.p * es) + parts.middle_us + price(parts.q * es) + parts.decode_us
+    # While backward runs, the channel's CPU work takes the training thread's core too; after the last gradient it only waits.
+    steal = hook + parts.middle_us + parts.decode_us if last < len(order) - 1 else 0.0
+    return BucketCost(parts.issue_us - hook + steal, channel, int((parts.uncompressed + parts.p + parts.q) * es))

@@ -35,7 +35,7 @@ def codec_costs(order: GradientOrder, powersgd_ranks: tuple[int, ...], path: str
     if path and os.path.exists(path):
         costs = CodecCosts.load(path)
         have = all(r in costs.powersgd and all(p in costs.powersgd[r] or not powersgd_split(s, r)[1] for p, s in shaped)
-                   for r in powersgd_ranks)
+                   for r in powersgd_ranks) and (costs.powersgd_bucket_us > 0 or not powersgd_ranks)  # older files lack the hook measured whole
         if have and {"fp16", "bf16"} <= set(costs.encode_us_per_byte):
             return costs
     from ..collect.measure.codec_costs import measure_codec_costs

@@ -2,7 +2,9 @@
 
 The casts of the fp16/bf16 hooks are timed per byte on a few MiB; PowerSGD's matrix work is
 timed per parameter shape exactly as torch's hook does it (``bmm`` against the factors and its
-Gram-Schmidt orthogonalisation). A few seconds; torch is imported only here.
+Gram-Schmidt orthogonalisation), and torch's ``powerSGD_hook`` itself is run whole on a bucket of each
+shape in a one-process gloo group (its all-reduces then cost next to nothing): what the kernels leave out
+(allocations, the hook's Python) is in that figure. A few seconds; torch is imported only here.
 """
 from __future__ import annotations
 
@@ -34,6 +36,8 @@ def measure_codec_costs(params: list[tuple[str, tuple[int, ...]]], ranks: tuple[
         copy = _time(lambda: other.copy_(buf), repeats) / _BYTES
         by_shape: dict[tuple[tuple[int, ...], int], PowerSGDCost] = {}
         powersgd: dict[int, dict[str, PowerSGDCost]] = {}
+        group = _one_process_group()
+        empty = _hook_parts(group, (1,), min(ranks, default=1), repeats)  # a bucket that compresses nothing
         for r in ranks:
             per: dict[str, PowerSGDCost] = {}
             for name, shape in params:
@@ -41,7 +45,8 @@ def measure_codec_costs(params: list[tuple[str, tuple[int, ...]]], ranks: tuple[
                     continue
                 key = (tuple(shape), r)
                 if key not in by_shape:
-                    by_shape[key] = _powersgd(shape, r, repeats)
+                    whole = _hook_parts(group, shape, r, repeats)
+                    by_shape[key] = _powersgd(shape, r, repeats, tuple(max(0.0, w - e) for w, e in zip(whole, empty)))
                 per[name] = by_shape[key]
             powersgd[r] = per
     finally:
@@ -49,10 +54,74 @@ def measure_codec_costs(params: list[tuple[str, tuple[int, ...]]], ranks: tuple[
     from .overlap import reference_op_us
 
     return CodecCosts(enc, dec, powersgd, copy, machine=f"{platform.node()} {platform.processor() or platform.machine()}",
-                      reference_op_us=reference_op_us())
+                      reference_op_us=reference_op_us(), powersgd_bucket_us=sum(empty))
 
 
-def _powersgd(shape: tuple[int, ...], rank: int, repeats: int) -> PowerSGDCost:
+def _one_process_group():
+    """A gloo group of this process alone, outside torch.distributed's default group (none need exist)."""
+    import torch.distributed as dist
+
+    return dist.ProcessGroupGloo(dist.HashStore(), 0, 1)
+
+
+def _hook_parts(group, shape: tuple[int, ...], rank: int, repeats: int) -> tuple[float, float, float]:
+    """Median microseconds of torch's ``powerSGD_hook`` (error feedback, warm start, as ``dagprof.apply`` sets it) on a
+    bucket holding one gradient of ``shape``, past its warm-up iterations: to its first all-reduce, from there to its
+    last, and after it (in a one-process group each future completes at once, so the callbacks run inline)."""
+    import logging
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+
+    class Bucket:  # the part of DDP's GradBucket the hook reads
+        def __init__(self) -> None:
+            self.grad = torch.randn(math.prod(shape))
+
+        def buffer(self):
+            return self.grad
+
+        def index(self) -> int:
+            return 0
+
+        def gradients(self) -> list:
+            return [self.grad.view(shape)]
+
+        def is_last(self) -> bool:
+            return True
+
+    issued: list[float] = []
+    plain = dist.all_reduce
+
+    def all_reduce(*args, **kwargs):
+        issued.append(time.perf_counter())
+        return plain(*args, **kwargs)
+
+    def run() -> tuple[float, float, float]:
+        issued.clear()
+        t0 = time.perf_counter()
+        psgd.powerSGD_hook(state, bucket).wait()
+        t1 = time.perf_counter()
+        return issued[0] - t0, issued[-1] - issued[0], t1 - issued[-1]
+
+    log = logging.getLogger(psgd.__name__)
+    level = log.level
+    log.setLevel(logging.WARNING)  # the hook logs its first compressed bucket
+    dist.all_reduce = all_reduce  # the hook calls it through the module
+    try:
+        state = psgd.PowerSGDState(process_group=group, matrix_approximation_rank=rank, start_powerSGD_iter=2, min_compression_rate=2,
+                                   use_error_feedback=True, warm_start=True)
+        state.iter = state.start_powerSGD_iter
+        bucket = Bucket()
+        run()  # its first compressed iteration draws Q and allocates the error
+        runs = [run() for _ in range(max(repeats, 3))]
+    finally:
+        dist.all_reduce = plain
+        log.setLevel(level)
+    return tuple(statistics.median(r[i] for r in runs) * 1e6 for i in range(3))
+
+
+def _powersgd(shape: tuple[int, ...], rank: int, repeats: int, whole: tuple[float, ...]) -> PowerSGDCost:
     import torch
     from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _orthogonalize
 
@@ -74,7 +143,7 @@ def _powersgd(shape: tuple[int, ...], rank: int, repeats: int) -> PowerSGDCost:
     def decode() -> None:
         torch.bmm(P, Q.transpose(1, 2), out=M)
 
-    return PowerSGDCost(_time(encode, repeats), _time(middle, repeats), _time(decode, repeats))
+    return PowerSGDCost(_time(encode, repeats), _time(middle, repeats), _time(decode, repeats), *whole)
 
 
 def _time(fn: Callable[[], object], repeats: int) -> float:
