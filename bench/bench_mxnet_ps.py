@@ -98,10 +98,10 @@ def link_check(rate_bit: float, nbytes: int = 4_200_000) -> None:
 
 
 def run_job(python: str, out: str, servers: int, rate_bit: float, profile_steps: int, steps: int, port: int, script: str | None = None,
-            workers: int = WORKERS) -> dict:
+            workers: int = WORKERS, burst_ms: float = BURST_MS) -> dict:
     """One job in namespaces (the built-in script, or ``script``); returns its manifest (step times, timed steps)."""
     with Cluster(servers + workers, tag="mx") as c:
-        shape(c, rate_bit)
+        shape(c, rate_bit, burst_ms)
 
         def spawn(node: int, argv: list, env: dict, log: str, cwd: str | None = None) -> subprocess.Popen:
             with open(log, "w") as f:
@@ -111,7 +111,7 @@ def run_job(python: str, out: str, servers: int, rate_bit: float, profile_steps:
             return p
 
         kw = dict(servers=servers, workers=workers, warmup=2, profile_steps=profile_steps, port=port, addr=c.addr, ifname=c.ifname, spawn=spawn,
-                  timeout_s=240, extra={"testbed": {"rate_bit": rate_bit, "shaped": "both directions", "burst_ms": BURST_MS}})
+                  timeout_s=240, extra={"testbed": {"rate_bit": rate_bit, "shaped": "both directions", "burst_ms": burst_ms}})
         if script:
             return launch_command(out, [python, os.path.abspath(script), "--steps", str(2 + 1 + profile_steps + steps)], python=python, **kw)
         return launch(out, python, steps=steps, **kw)
@@ -191,6 +191,9 @@ def main() -> int:
     ap.add_argument("--json", default=None, help="also write every round's figures here")
     ap.add_argument("--more-workers", type=lambda t: [int(x) for x in t.split(",") if x], default=[],
                     help="also predict and measure these worker counts (1 server, --other-rate), e.g. 4")
+    ap.add_argument("--burst-ms", type=float, default=BURST_MS,
+                    help="tbf bucket in ms of traffic: every idle port passes this much at once, which a fit to the profiled rate "
+                         "takes for bandwidth (1 ms is closer to a wire; 4 ms keeps the rate on a loaded host)")
     ap.add_argument("--link-check", action="store_true", help="only time raw TCP exchanges across the shaped ports (no MXNet)")
     args = ap.parse_args()
     why = available()
@@ -215,7 +218,7 @@ def main() -> int:
                 servers, rate, workers = cell
                 out = os.path.join(work, f"round{k}", f"s{servers}_{int(rate / 1e6)}M" + (f"_w{workers}" if workers != WORKERS else ""))
                 m = run_job(args.python, out, servers, rate, args.profile_steps, args.steps, 9300 + k * 10 + servers + workers, args.script,
-                            workers)
+                            workers, args.burst_ms)
                 got[cell] = {"iter_ms": step_ms(m, False), "profiled_iter_ms": step_ms(m, True), "exchange_ms": measured_exchange_ms(out)}
                 if cell == cells[0]:
                     pred, bw = predict(out, rate, cells)
@@ -239,7 +242,7 @@ def report(rows: list[dict], cells: list[tuple[int, float, int]], args) -> None:
 
     script = os.path.basename(args.script) if args.script else "built-in CNN"
     print(f"MXNet 1.9 dist_sync, {script}, profiled: {WORKERS} workers, 1 server at {args.rate / 1e6:g} Mbit/s; {args.rounds} interleaved rounds "
-          f"on a shared 2-core machine (other jobs running); medians over rounds (min..max); tbf both directions, {BURST_MS:g} ms bucket")
+          f"on a shared 2-core machine (other jobs running); medians over rounds (min..max); tbf both directions, {args.burst_ms:g} ms bucket")
     print("step = the slowest worker's median over a job's unprofiled steps; predicted = the round's profile replayed under the what-if;")
     print("exchange = mean over workers and profiled steps of first push issued -> last pull in (predicted: replayed)")
     print(f"{'workers':>7} {'servers':>7} {'link':>9} | {'measured ms':>22} {'predicted ms':>22} {'error':>7} | "
