@@ -90,18 +90,7 @@ def sweep_kind(kind: str, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5
     points, skew = [], []
     for nbytes in sizes:
         make, moved = _op(kind, nbytes, world)
-        times = []
-        for i in range(warmup + iters):
-            call = make()
-            dist.barrier()
-            t0 = time.perf_counter()
-            call()
-            if i >= warmup:
-                times.append((time.perf_counter() - t0) * 1e6)
-        mine = torch.tensor(times, dtype=torch.float64)
-        every = [torch.empty_like(mine) for _ in range(world)]
-        dist.all_gather(every, mine)
-        per = torch.stack(every).numpy()  # ranks x repetitions
+        per = _timed_together(make, iters, warmup)
         points.append((moved, float(np.median(per, axis=1).max())))
         skew.append(float(np.median(per.max(axis=0) - per.min(axis=0))))
     return KindSweep(kind, points, skew)
@@ -130,9 +119,9 @@ UNITS = (8, 64)  # (units, width) of the stack whose forward and backward time F
 # what it measures is the per-unit cost, not the transfers'
 
 
-def _slowest_median(make: Callable[[], Callable[[], object]], iters: int, warmup: int = 2) -> float:
-    """us: every rank times ``make()``'s call after a barrier, as the ranks of a job run it side by side; the
-    slowest rank's median."""
+def _timed_together(make: Callable[[], Callable[[], object]], iters: int, warmup: int = 2) -> np.ndarray:
+    """us, ranks x repetitions: every rank times ``make()``'s call from a barrier's release, as the ranks of a job
+    run it side by side (``warmup`` repetitions first, untimed); every rank gets every rank's times."""
     import torch
     import torch.distributed as dist
 
@@ -144,9 +133,15 @@ def _slowest_median(make: Callable[[], Callable[[], object]], iters: int, warmup
         call()
         if i >= warmup:
             times.append((time.perf_counter() - t0) * 1e6)
-    mine = torch.tensor([float(np.median(times))], dtype=torch.float64)
-    dist.all_reduce(mine, op=dist.ReduceOp.MAX)
-    return float(mine.item())
+    mine = torch.tensor(times, dtype=torch.float64)
+    every = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, mine)
+    return torch.stack(every).numpy()
+
+
+def _slowest_median(make: Callable[[], Callable[[], object]], iters: int, warmup: int = 2) -> float:
+    """us: the slowest rank's median of ``_timed_together``."""
+    return float(np.median(_timed_together(make, iters, warmup), axis=1).max())
 
 
 def measure_fsdp(iters: int = 5) -> tuple[FsdpCosts, dict]:
