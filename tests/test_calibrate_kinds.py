@@ -11,7 +11,7 @@ from testdata import DATA
 from dagprof.cli.main import main
 from dagprof.costmodel.alphabeta import AlphaBeta
 from dagprof.costmodel.collectives import allreduce_us
-from dagprof.costmodel.topology import load_kind_links, load_link_model, save_link_model
+from dagprof.costmodel.topology import load_kind_links, load_kind_scale, load_link_model, save_link_model
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import fsdp_collectives
@@ -49,6 +49,12 @@ def test_link_model_file_round_trip(tmp_path):
         p.write_text(json.dumps({"alpha_us": 1.0, "beta_us_per_byte": 1e-3, **bad}))
         with pytest.raises(DagprofError, match=message):
             load_kind_links(p)
+    for points in ([["x", 500.0]], [[4096]], "abc"):  # a version-3 file's sweep points, damaged: one line, never a traceback
+        p = tmp_path / "bad3.json"
+        p.write_text(json.dumps({"alpha_us": 1.0, "beta_us_per_byte": 1e-3, "version": 3,
+                                 "kinds": {"all_gather": {"alpha_us": 1.0, "beta_us_per_byte": 1e-3, "points": points}}}))
+        with pytest.raises(DagprofError, match="points must be"):
+            load_kind_scale(p)
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ import tomllib
 from ..errors import DagprofError
 from ..fsutil import atomic_open, read_input
 from ..units import MB
-from .alphabeta import AlphaBeta, parse_bandwidth
+from .alphabeta import AlphaBeta, parse_bandwidth, ring_allreduce_us
 from .fsdp_costs import FsdpCosts
 from .presets import preset
 
@@ -269,16 +269,18 @@ def with_link_model(t: Topology, path: str | os.PathLike[str], workers: int) -> 
 def load_kind_scale(path: str | os.PathLike[str]) -> tuple[tuple[str, tuple[tuple[float, float], ...]], ...]:
     """``Topology.kind_scale`` from a version-3 file's per-kind sweeps (each point's time over its kind's link's ring
     price at the workers that measured); none before version 3."""
-    from .alphabeta import ring_allreduce_us
-
     d = _versioned(path)
     if d.get("version", 1) < 3:
         return ()
-    links, world, backend = dict(load_kind_links(path)), int(d.get("workers", 2)), str(d.get("backend", "gloo"))
+    links, backend = dict(load_kind_links(path)), str(d.get("backend", "gloo"))
     out = []
     for kind, link in sorted(links.items()):
-        points = sorted((float(m) * allreduce_equivalent_factor(kind, backend), float(t)) for m, t in d["kinds"][kind].get("points", ()) if m > 0)
-        scale = tuple((m, t / p) for m, t in points for p in [float(ring_allreduce_us(m, world, link))] if p > 0 and t > 0)
+        try:
+            world = int(d.get("workers", 2))
+            points = sorted((float(m) * allreduce_equivalent_factor(kind, backend), float(t)) for m, t in d["kinds"][kind].get("points", ()))
+        except (TypeError, ValueError) as err:
+            raise DagprofError(f"kinds.{kind}.points must be [bytes, us] pairs and workers a count ({err})", os.fspath(path)) from None
+        scale = tuple((m, t / p) for m, t in points if m > 0 for p in [float(ring_allreduce_us(m, world, link))] if p > 0 and t > 0)
         if scale:
             out.append((kind, scale))
     return tuple(out)
