@@ -46,8 +46,10 @@ run longer than their share of DDP's. None of that is in a DDP profile; the pric
 what-ifs (which keep each FSDP profile's measured waits). With ``dagprof calibrate --fsdp`` on the same link
 (``--link-model-calibrate``, 2 rounds, load 2.2-4.2): -1.5 and -8.3 % at 200 Mbit/s, -12.2 and -7.5 % at 1 Gbit/s,
 -32.5 and -5.7 % on loopback (transformer, embedding; the per-kind fit alone -19 to -40 %); on an idle machine
-(load 0.7, one pair on loopback) +1.3 and -10.7 %. Under load a blocking collective's wake-up costs FSDP far more
-than the small unit measured at another moment: the transformer's FSDP loopback job ran 147 ms idle, 220 ms at load 2.5.
+(load 0.7, one pair on loopback) +1.3 and -10.7 %. On a quiet machine after every merge (2 rounds, load 0.3-2.9):
+-17.8 and -2.3 % at 200 Mbit/s, -12.3 and -2.6 % at 1 Gbit/s, -15.5 and -16.8 % on loopback. Under load a blocking
+collective's wake-up costs FSDP far more than the small unit measured at another moment: the transformer's FSDP
+loopback job ran 147 ms idle, 220 ms at load 2.5.
 
 FSDP -> DDP (``fsdp_to_ddp``): every FSDP collective, wait, copy-out and reshard goes; the gradients are
 bucketed by DDP's rule (``bucket_cap_mb``, 25 MiB by default) in reverse registration order (the layers'
@@ -89,9 +91,9 @@ def conversion_note(target: str, measured: bool) -> str:
     if measured:
         return ("the optimizer step on DTensor shards, FSDP2's copy-out, each unit's hooks and wake-ups beyond its collectives and each "
                 "collective kind at its swept sizes are as dagprof calibrate --fsdp measured them here; not predicted: how the wake-ups grow with a "
-                "unit's bytes or the machine's load, and compute that DDP's overlapping all-reduces slowed: held-out gloo jobs ran FSDP -12 to "
-                "+1 % off this prediction on links, up to 32 % slower on a loaded machine's loopback (bench/bench_fsdp.py --part 7 "
-                "--link-model-calibrate); the memory within about 10 %")
+                "unit's bytes or the machine's load, and compute that DDP's overlapping all-reduces slowed: held-out gloo jobs ran FSDP 2-3 % "
+                "slower than this prediction for an MLP with an embedding and 12-18 % for a transformer-like stack on shaped links, "
+                "15-17 % on loopback (bench/bench_fsdp.py --part 7 --link-model-calibrate, quiet machine); the memory within about 10 %")
     return ("a DDP profile has no FSDP all-gather skew (gloo releases one rank later), no FSDP hooks and no DTensor optimizer "
             "(dagprof calibrate --fsdp measures them for --link-model): held-out gloo jobs ran FSDP 5-58 % slower "
             "than predicted (bench/bench_fsdp.py --part 7); take the time as a lower bound, the memory within about 10 %")
