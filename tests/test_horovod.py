@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -111,6 +112,24 @@ def test_whatif_regroups_like_horovod():
     cycles = np.sort(res.start[np.array([slow.node_name(v).startswith("horovod negotiate") for v in range(len(slow))])])
     assert len(cycles) and np.all(np.diff(cycles) >= 50e3 - 1.0)  # busy cycles start at least a cycle apart
     assert none.meta.horovod.fusion_threshold_bytes == 0 and slow.meta.horovod.cycle_time_ms == 50
+
+
+def test_whatif_says_when_ranks_crowd_their_cores(tmp_path):
+    # the fixtures' 2 ranks ran on one 2-core host: their main and Horovod threads outnumber the cores, and Horovod's
+    # synchronize() spins one while it waits, so a slower link slows the other rank's compute; the what-if says so
+    run = tmp_path / "run"
+    shutil.copytree(fixture("fused"), run)
+    quiet = evaluate(open_run(run).graph, [Scenario(bandwidth="200Mbit")], tolerance_pct=None)
+    assert not any("spins" in n for n in quiet["notes"])  # recorded before the cores were: nothing to say
+    for r, cpus in ((0, 2), (1, 2)):
+        doc = json.loads((run / f"rank{r}.horovod.json").read_text())
+        (run / f"rank{r}.horovod.json").write_text(json.dumps({**doc, "cpus": cpus}))
+    g = open_run(run).graph
+    assert g.meta.horovod.host_ranks == {"vm": 2} and g.meta.horovod.crowded_hosts() == ["vm"]
+    notes = evaluate(g, [Scenario(bandwidth="200Mbit")], tolerance_pct=None)["notes"]
+    assert sum("spins" in n for n in notes) == 1 and "vm: 2 ranks on 2 cores" in notes[-1]
+    roomy = msgspec.structs.replace(g.meta.horovod, host_cpus={"vm": 8})
+    assert roomy.crowded_hosts() == []
 
 
 def test_fuse_follows_horovod_rules():

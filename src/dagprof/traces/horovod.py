@@ -35,6 +35,7 @@ rank, which the transfer's join models (their copy-in starts when their own tens
 from __future__ import annotations
 
 import bisect
+import collections
 import dataclasses
 import json
 import os
@@ -296,6 +297,8 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
         cache_capacity=settings.get("cache_capacity"), autotune=settings.get("autotune"),
         tensor_order=order, tensor_bytes=sizes, cycles_marked=bool(timeline is not None and len(timeline.cycles)),
         responses=len(plan), timeline=tl_name, world_size=run.world_size,
+        host_ranks=dict(collections.Counter(t.host for t in run.ranks if t.host)),
+        host_cpus={t.host: int(docs[t.rank]["cpus"]) for t in run.ranks if t.host and isinstance(docs[t.rank].get("cpus"), int)},
         measured=[(p.step, p.position, p.nbytes, p.resp.transfer[1] - p.resp.transfer[0],
                    p.resp.t0 - p.resp.cycle if p.first_in_cycle and p.resp.cycle is not None else -1.0) for p in plan],
     )

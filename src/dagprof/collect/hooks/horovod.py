@@ -65,6 +65,14 @@ def settings_from_env(env: dict[str, str] | None = None) -> dict[str, Any]:
     }
 
 
+def usable_cpus() -> int | None:
+    """The cores this process may run on: Horovod's ``synchronize()`` spins one of them while it waits."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()
+
+
 class HorovodCollector(Collector):
     """``Collector`` plus Horovod's requests, ``synchronize`` waits and the rank-0 timeline."""
 
@@ -218,7 +226,7 @@ class HorovodCollector(Collector):
             "format": RANK_FORMAT, "version": VERSION, "rank": self._info["rank"], "world_size": self._info["world_size"],
             "host": self._info.get("host"), "horovod": version, "settings": settings_from_env(),
             "timeline": os.path.basename(self._timeline) if self._timeline else None, "warnings": self.warnings,
-            "calmed_threads": len(self._calmed),
+            "calmed_threads": len(self._calmed), "cpus": usable_cpus(),
             "enqueues": [list(e) for e in self.enqueues],
         }
         with atomic_open(os.path.join(self.out_dir, horovod_rank_file(self._info["rank"]))) as f:
