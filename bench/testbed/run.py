@@ -112,14 +112,19 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     """Every cell from the one profile: the link of the profiled rate is fitted to the profile's
     collectives, the swept link to the sweep; another shaped rate scales the bandwidth of
     whichever of the two is shaped (so TCP/IP framing overhead carries over). The point is the
-    averaged iteration's; its interval comes from the same cell replayed step by step. Unless
+    averaged iteration's; its interval comes from the same cell replayed step by step, with the
+    uncertainty of the link it is priced on: the profiled collectives' scatter about their fit, or for
+    a cell on the swept link the sweep's own about its fit at the sizes DDP's buckets have (>= 1 MB,
+    as ``fit_sweep``'s bandwidth; the profiled link's scatter says nothing about another link). Unless
     ``raw``, the profiler's cost measured on the profile (its window against the unprofiled steps
     after it) is removed from the op times first, as ``dagprof whatif`` does, and the third value
     is the line saying so instead of the replayed iteration."""
+    import numpy as np
+
     from dagprof.analysis import job_iteration_us
     from dagprof.analysis.interval import link_residuals, predict_interval, run_level
     from dagprof.collect.measure.calibrate import fit
-    from dagprof.costmodel.alphabeta import AlphaBeta
+    from dagprof.costmodel.alphabeta import AlphaBeta, ring_allreduce_us
     from dagprof.costmodel.topology import Topology
     from dagprof.passes import fit_topology, scale_workers, set_buckets, set_topology
     from dagprof.passes.average_steps import average_steps
@@ -127,6 +132,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     from dagprof.passes.profiler_cost import measure_profiler_cost, remove_profiler_cost, scale_host_work
     from dagprof.pipeline import open_run
     from dagprof.replay import replay
+    from dagprof.units import MB
 
     stepwise = open_run(run_dir).graph
     averaged = average_steps(stepwise, replay)  # a model of the iteration: each op at its mean over the profiled steps
@@ -141,6 +147,9 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
         stepwise = scale_host_work(stepwise, factor)
         measured_us *= 1.0 - cost.share
     residuals = link_residuals(stepwise, set_topology(stepwise, base_topo))
+    swept_m, swept_t = np.array(sweep, dtype=float).T
+    big = swept_m >= MB
+    swept_residuals = swept_t[big] / ring_allreduce_us(swept_m[big], 2, links[swept])
     level = run_level(profiled, cost, not raw, job_iteration_us(set_topology(averaged, base_topo)), measured_us)  # as whatif's
     out, intervals = {}, {}
     for ranks, rate, cap in cells:
@@ -162,7 +171,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
         point = job_iteration_us(cell(averaged))
         g = cell(stepwise)
         out[(ranks, rate, cap)] = point / 1e3
-        intervals[(ranks, rate, cap)] = predict_interval(g, replay(g), point, residuals, run=level)
+        intervals[(ranks, rate, cap)] = predict_interval(g, replay(g), point, swept_residuals if rate == swept else residuals, run=level)
     return out, intervals, job_iteration_us(averaged) / 1e3 if raw else cost.describe()
 
 
