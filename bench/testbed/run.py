@@ -90,8 +90,18 @@ def one_round(args, work: str, rng: random.Random) -> tuple[dict, dict, dict]:
     for ranks in args.ranks:
         rng.shuffle(cells)
         head = [(f"profile:{cap0:g}", RATES[rate0]), ("sweep", RATES[args.swept])] if ranks == ranks0 else []
-        t0 = time.monotonic()
-        out = launch(ranks, head + [(f"train:{cap:g}", RATES[rate]) for rate, cap in cells], args, os.path.join(work, f"r{ranks}"))
+        t0, folder = time.monotonic(), os.path.join(work, f"r{ranks}")
+        if args.repredict:  # a kept round: its cells in the order they ran (a folder kept before cells.json: the same shuffle)
+            if os.path.exists(os.path.join(folder, "cells.json")):
+                with open(os.path.join(folder, "cells.json")) as f:
+                    cells = [(rate, float(cap)) for rate, cap in json.load(f)]
+            with open(os.path.join(folder, "results.json")) as f:
+                out = json.load(f)
+        else:
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, "cells.json"), "w") as f:
+                json.dump(cells, f)
+            out = launch(ranks, head + [(f"train:{cap:g}", RATES[rate]) for rate, cap in cells], args, folder)
         if head:
             run_dir, sweep = os.path.join(work, f"r{ranks}", "run"), out[1]
         for (rate, cap), ts in zip(cells, out[len(head):]):
@@ -192,16 +202,19 @@ def main() -> int:
     ap.add_argument("--swept-link", choices=list(RATES), default=SWEPT, help="link rate the all-reduce sweep calibrates")
     ap.add_argument("--out", default=None, help="write the table as JSON here")
     ap.add_argument("--keep", default=None, help="keep profiles, sweeps and logs in this folder")
+    ap.add_argument("--repredict", default=None, metavar="KEPT", help="run nothing: predict the rounds a --keep folder holds again, "
+                    "with this dagprof, against the steps they measured (same grid options as the run that kept them)")
     args = ap.parse_args()
     args.profiled = (PROFILED[0], args.profiled_link, PROFILED[2])
     args.swept = args.swept_link
     if args.profiled_link == args.swept_link:
         ap.error("profile and sweep must measure different links")
-    why = available()
+    why = None if args.repredict else available()
     if why:
         print(f"testbed: skipped: {why}", file=sys.stderr)
         return 0
-    args.rounds = args.rounds or (1 if args.quick else 3)
+    kept = sum(1 for d in os.listdir(args.repredict) if d.isdigit()) if args.repredict else 0
+    args.rounds = args.rounds or kept or (1 if args.quick else 3)
     args.ranks = [2] if args.quick else [2, 4]
     args.rates = ["1Gbit", "200Mbit"] if args.quick else list(RATES)
     args.caps = (1.0, 25.0) if args.quick else CAPS_MB
@@ -215,7 +228,7 @@ def main() -> int:
     bounds: dict[tuple, list] = {}  # per flavour and cell, per round: [lo ms, hi ms, timed steps below, above]
     rng = random.Random(0)
     with tempfile.TemporaryDirectory(prefix="dagprof-testbed-") as tmp:
-        work = args.keep or tmp
+        work = args.repredict or args.keep or tmp
         for k in range(args.rounds):
             print(f"round {k + 1}/{args.rounds}", file=sys.stderr)
             m, p, iv = one_round(args, os.path.join(work, str(k)), rng)
