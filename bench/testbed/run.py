@@ -24,7 +24,12 @@ How each cell is predicted from the profile (2 ranks, 1 Gbit/s, 1 MB buckets):
   machine's cores, so their compute queues for the CPU (4 ranks on 2 cores contend); and an
   unshaped link, being memory copies by the ranks' gloo threads, gets cores/ranks of the
   swept bandwidth. Not modelled: the longer wake-up latency of each ring step when threads
-  outnumber cores (it shows as a per-bucket cost in the 4-rank cells with 1 MB buckets).
+  outnumber cores (it shows as a per-bucket cost in the 4-rank cells with 1 MB buckets); that
+  the copies do not fill a core (a 16 MB all-reduce on the unshaped link kept each of 2 ranks'
+  CPU 37-63 % busy, each of 4 ranks' 37-44 %; 4 ranks took 1.6-3.8x the 2 ranks' time where
+  this prices 3x), so the 4-rank cells with one 22 MB bucket come out 20-26 % slow; and that
+  on this link the all-reduces overlapping backward take the same cores as it (2 ranks, 1 MB
+  buckets: 7-21 % fast).
 """
 from __future__ import annotations
 
