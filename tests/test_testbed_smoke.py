@@ -29,7 +29,8 @@ def test_one_tiny_round(tmp_path):
 
     before = namespaces()
     args = argparse.Namespace(warmup=1, steps=2, profile_steps=3, profile_margin=0, batch=4, width=64, depth=2, cores=2,
-                              ranks=[2], rates=["1Gbit", "200Mbit"], caps=(1.0,), profiled=(2, "1Gbit", 1.0), swept="unlimited")
+                              ranks=[2], rates=["1Gbit", "200Mbit"], caps=(1.0,), profiled=(2, "1Gbit", 1.0), swept="unlimited",
+                              repredict=None)
     import random
 
     measured, predicted, _ = run.one_round(args, str(tmp_path), random.Random(0))  # (cells, predictions, their intervals)
@@ -37,6 +38,9 @@ def test_one_tiny_round(tmp_path):
     assert all(len(v) == 2 and min(v) > 0 for v in measured.values())
     assert all(predicted[k] > 0 for k in measured) and predicted["replay"] > 0
     assert os.path.exists(tmp_path / "r2" / "run" / "manifest.json")
+    again = argparse.Namespace(**{**vars(args), "repredict": str(tmp_path)})  # --repredict: the kept round, nothing run
+    remeasured, repredicted, _ = run.one_round(again, str(tmp_path), random.Random(1))
+    assert remeasured == measured and all(repredicted[k] == pytest.approx(predicted[k]) for k in measured)
     assert namespaces() == before
 
 

@@ -24,7 +24,12 @@ How each cell is predicted from the profile (2 ranks, 1 Gbit/s, 1 MB buckets):
   machine's cores, so their compute queues for the CPU (4 ranks on 2 cores contend); and an
   unshaped link, being memory copies by the ranks' gloo threads, gets cores/ranks of the
   swept bandwidth. Not modelled: the longer wake-up latency of each ring step when threads
-  outnumber cores (it shows as a per-bucket cost in the 4-rank cells with 1 MB buckets).
+  outnumber cores (it shows as a per-bucket cost in the 4-rank cells with 1 MB buckets); that
+  the copies do not fill a core (a 16 MB all-reduce on the unshaped link kept each of 2 ranks'
+  CPU 37-63 % busy, each of 4 ranks' 37-44 %; 4 ranks took 1.6-3.8x the 2 ranks' time where
+  this prices 3x), so the 4-rank cells with one 22 MB bucket come out 20-26 % slow; and that
+  on this link the all-reduces overlapping backward take the same cores as it (2 ranks, 1 MB
+  buckets: 7-21 % fast).
 """
 from __future__ import annotations
 
@@ -90,8 +95,18 @@ def one_round(args, work: str, rng: random.Random) -> tuple[dict, dict, dict]:
     for ranks in args.ranks:
         rng.shuffle(cells)
         head = [(f"profile:{cap0:g}", RATES[rate0]), ("sweep", RATES[args.swept])] if ranks == ranks0 else []
-        t0 = time.monotonic()
-        out = launch(ranks, head + [(f"train:{cap:g}", RATES[rate]) for rate, cap in cells], args, os.path.join(work, f"r{ranks}"))
+        t0, folder = time.monotonic(), os.path.join(work, f"r{ranks}")
+        if args.repredict:  # a kept round: its cells in the order they ran (a folder kept before cells.json: the same shuffle)
+            if os.path.exists(os.path.join(folder, "cells.json")):
+                with open(os.path.join(folder, "cells.json")) as f:
+                    cells = [(rate, float(cap)) for rate, cap in json.load(f)]
+            with open(os.path.join(folder, "results.json")) as f:
+                out = json.load(f)
+        else:
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, "cells.json"), "w") as f:
+                json.dump(cells, f)
+            out = launch(ranks, head + [(f"train:{cap:g}", RATES[rate]) for rate, cap in cells], args, folder)
         if head:
             run_dir, sweep = os.path.join(work, f"r{ranks}", "run"), out[1]
         for (rate, cap), ts in zip(cells, out[len(head):]):
@@ -112,14 +127,19 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     """Every cell from the one profile: the link of the profiled rate is fitted to the profile's
     collectives, the swept link to the sweep; another shaped rate scales the bandwidth of
     whichever of the two is shaped (so TCP/IP framing overhead carries over). The point is the
-    averaged iteration's; its interval comes from the same cell replayed step by step. Unless
+    averaged iteration's; its interval comes from the same cell replayed step by step, with the
+    uncertainty of the link it is priced on: the profiled collectives' scatter about their fit, or for
+    a cell on the swept link the sweep's own about its fit at the sizes DDP's buckets have (>= 1 MB,
+    as ``fit_sweep``'s bandwidth; the profiled link's scatter says nothing about another link). Unless
     ``raw``, the profiler's cost measured on the profile (its window against the unprofiled steps
     after it) is removed from the op times first, as ``dagprof whatif`` does, and the third value
     is the line saying so instead of the replayed iteration."""
+    import numpy as np
+
     from dagprof.analysis import job_iteration_us
     from dagprof.analysis.interval import link_residuals, predict_interval, run_level
     from dagprof.collect.measure.calibrate import fit
-    from dagprof.costmodel.alphabeta import AlphaBeta
+    from dagprof.costmodel.alphabeta import AlphaBeta, ring_allreduce_us
     from dagprof.costmodel.topology import Topology
     from dagprof.passes import fit_topology, scale_workers, set_buckets, set_topology
     from dagprof.passes.average_steps import average_steps
@@ -127,6 +147,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     from dagprof.passes.profiler_cost import measure_profiler_cost, remove_profiler_cost, scale_host_work
     from dagprof.pipeline import open_run
     from dagprof.replay import replay
+    from dagprof.units import MB
 
     stepwise = open_run(run_dir).graph
     averaged = average_steps(stepwise, replay)  # a model of the iteration: each op at its mean over the profiled steps
@@ -141,6 +162,9 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
         stepwise = scale_host_work(stepwise, factor)
         measured_us *= 1.0 - cost.share
     residuals = link_residuals(stepwise, set_topology(stepwise, base_topo))
+    swept_m, swept_t = np.array(sweep, dtype=float).T
+    big = swept_m >= MB
+    swept_residuals = swept_t[big] / ring_allreduce_us(swept_m[big], 2, links[swept])
     level = run_level(profiled, cost, not raw, job_iteration_us(set_topology(averaged, base_topo)), measured_us)  # as whatif's
     out, intervals = {}, {}
     for ranks, rate, cap in cells:
@@ -162,7 +186,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
         point = job_iteration_us(cell(averaged))
         g = cell(stepwise)
         out[(ranks, rate, cap)] = point / 1e3
-        intervals[(ranks, rate, cap)] = predict_interval(g, replay(g), point, residuals, run=level)
+        intervals[(ranks, rate, cap)] = predict_interval(g, replay(g), point, swept_residuals if rate == swept else residuals, run=level)
     return out, intervals, job_iteration_us(averaged) / 1e3 if raw else cost.describe()
 
 
@@ -183,16 +207,19 @@ def main() -> int:
     ap.add_argument("--swept-link", choices=list(RATES), default=SWEPT, help="link rate the all-reduce sweep calibrates")
     ap.add_argument("--out", default=None, help="write the table as JSON here")
     ap.add_argument("--keep", default=None, help="keep profiles, sweeps and logs in this folder")
+    ap.add_argument("--repredict", default=None, metavar="KEPT", help="run nothing: predict the rounds a --keep folder holds again, "
+                    "with this dagprof, against the steps they measured (same grid options as the run that kept them)")
     args = ap.parse_args()
     args.profiled = (PROFILED[0], args.profiled_link, PROFILED[2])
     args.swept = args.swept_link
     if args.profiled_link == args.swept_link:
         ap.error("profile and sweep must measure different links")
-    why = available()
+    why = None if args.repredict else available()
     if why:
         print(f"testbed: skipped: {why}", file=sys.stderr)
         return 0
-    args.rounds = args.rounds or (1 if args.quick else 3)
+    kept = sum(1 for d in os.listdir(args.repredict) if d.isdigit()) if args.repredict else 0
+    args.rounds = args.rounds or kept or (1 if args.quick else 3)
     args.ranks = [2] if args.quick else [2, 4]
     args.rates = ["1Gbit", "200Mbit"] if args.quick else list(RATES)
     args.caps = (1.0, 25.0) if args.quick else CAPS_MB
@@ -206,7 +233,7 @@ def main() -> int:
     bounds: dict[tuple, list] = {}  # per flavour and cell, per round: [lo ms, hi ms, timed steps below, above]
     rng = random.Random(0)
     with tempfile.TemporaryDirectory(prefix="dagprof-testbed-") as tmp:
-        work = args.keep or tmp
+        work = args.repredict or args.keep or tmp
         for k in range(args.rounds):
             print(f"round {k + 1}/{args.rounds}", file=sys.stderr)
             m, p, iv = one_round(args, os.path.join(work, str(k)), rng)
