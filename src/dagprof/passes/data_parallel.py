@@ -25,9 +25,11 @@ times the measured ratio of the same optimizer on DTensor shards to plain whole 
 and bytes (DTensor's fixed cost per tensor is what makes FSDP's step cost more than 1/N of DDP's on models of many
 small tensors), a copy-out costs the measured time per byte of FSDP2's own copy-out into new storage (DDP's
 in-place bucket scaling is a different pass over memory: 0.6-2.6x it on the held-out models), and each unit gets
-what a small unit measured beyond its collectives, as an ``fsdp hooks`` node before its forward all-gather and one
+what a unit measured beyond its collectives, as an ``fsdp hooks`` node before its forward all-gather and one
 after its reduce-scatter: FSDP's hooks, copy-in and reshard, and each rank's wake-up after a blocking collective
-(on a 2-core machine 1-3 ms per all-gather and reduce-scatter, on both ranks, where DDP's all-reduces block nothing).
+(on a 2-core machine 1-3 ms per all-gather and reduce-scatter, on both ranks, where DDP's all-reduces block nothing),
+at the unit's bytes (``FsdpCosts.unit_us``: a small unit's cost, grown by what the calibration's units of MBs cost
+more per byte beyond their copy-outs).
 
 The same file prices each collective kind at its measured sizes (``Topology.kind_factor``): a large embedding's root unit
 gathers tens of MBs, where gloo's all-gather measured 1.4-1.7x the wire time and the kind's fit, weighted to every size
@@ -207,7 +209,7 @@ def ddp_to_fsdp(g: Graph, reshard: bool = True, costs: FsdpCosts | None = None) 
             seq += 1
             for r, at in nodes.items():
                 if costs is not None and (kind, phase) == ("all_gather", "forward"):
-                    _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp hooks {unit} (forward)", Kind.OTHER, costs.unit_forward_us)
+                    _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp hooks {unit} (forward)", Kind.OTHER, costs.unit_us("forward", full))
                 enq = _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp {kind} {unit}", Kind.COMM_ENQUEUE, 0.0, nbytes=int(full))
                 w = _insert(b, g, remap, at, before, shift, f"rank{r}.wait {kind} {unit}", Kind.COMM_WAIT, 0.0)
                 b.add_edge(enq, sync)
@@ -215,7 +217,7 @@ def ddp_to_fsdp(g: Graph, reshard: bool = True, costs: FsdpCosts | None = None) 
                 if kind == "all_gather":
                     _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp copy-out {unit} ({phase})", Kind.OTHER, full * copy_us_per_byte)
                 elif costs is not None:
-                    _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp hooks {unit} (backward)", Kind.OTHER, costs.unit_backward_us)
+                    _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp hooks {unit} (backward)", Kind.OTHER, costs.unit_us("backward", full))
     chain_lanes(b)
     out = b.build()
     fs_units = [FsdpGraphUnit(name, int(unit_bytes[name] // element), int(math.ceil(unit_bytes[name] / n)), dtype, dtype, dtype,
