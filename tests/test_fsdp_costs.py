@@ -12,6 +12,7 @@ import pytest
 from testdata import DATA
 
 from dagprof.cli.main import main
+from dagprof.collect.measure.calibrate import _slowest_each
 from dagprof.costmodel.alphabeta import AlphaBeta, ring_allreduce_us
 from dagprof.costmodel.fsdp_costs import FsdpCosts, StepFit
 from dagprof.costmodel.topology import load_fsdp_costs, load_kind_links, save_link_model
@@ -128,8 +129,9 @@ def test_calibrate_measures_fsdp_on_a_live_gloo_group(capsys, tmp_path):
     for fit in (costs.plain_step, costs.dtensor_step):
         assert fit.us_per_tensor >= 0 and fit.us_per_byte >= 0 and fit.us(8, 1 << 20) > 0
     assert len(r["optimizer_points"]["dtensor"]) == 3 and len(r["copy_out_points"]) == 3
-    # a small unit and a unit of MBs, and how much more the larger cost per byte beyond its copy-out (never below 0)
+    # a small unit and a unit of MBs, and how much more the larger cost per byte beyond its copy-out (never below 0), in CPU time
     assert [p["unit_bytes"] for p in r["unit_points"]] == [64 * 64 * 4, 724 * 724 * 4]
+    assert all(len(p["cpu_us"]) == 2 for p in r["unit_points"])
     assert costs.unit_forward_us_per_byte >= 0 and costs.unit_backward_us_per_byte >= 0
     assert costs.unit_us("backward", 1 << 20) >= costs.unit_backward_us >= 0
 
@@ -156,3 +158,11 @@ def test_a_version_3_file_prices_each_kind_at_its_measured_sizes(tmp_path):
         f = t3.kind_factor(c.kind, m)
         assert p3.dur[c.node] == pytest.approx(t3.overhead_us + (p2.dur[c.node] - t2.overhead_us) * f)
         assert (f > 1.5) if c.kind == "all_gather" else (f == 1.0)
+
+
+def test_fsdp_kinds_are_priced_at_each_repetitions_slowest_rank():
+    """Where the rank that gets out of an all-gather last alternates (gloo on 2 ranks), each rank's median can miss the
+    lag that a job of back-to-back collectives waits for every time; the median of each repetition's slowest rank has it."""
+    per = np.array([[60.0, 90.0, 60.0, 90.0], [90.0, 60.0, 90.0, 60.0]])  # ranks x repetitions, us
+    assert float(np.median(per, axis=1).max()) == 75.0  # the slowest rank's median: half the lag
+    assert _slowest_each(per) == 90.0
