@@ -35,9 +35,9 @@ The same file prices each collective kind at its measured sizes (``Topology.kind
 gathers tens of MBs, where gloo's all-gather measured 1.4-1.7x the wire time and the kind's fit, weighted to every size
 alike, priced it 20-40 % low.
 
-Still not predicted (``conversion_note``): how the wake-up after a blocking collective grows with the unit's bytes
-beyond the small unit's, and the compute DDP's overlapping all-reduces slowed on a machine whose cores the collectives
-share (FSDP's block it instead).
+Still not predicted (``conversion_note``): how the wake-up after a blocking collective grows with the machine's load
+beyond what the calibration met, and the compute DDP's overlapping all-reduces slowed on a machine whose cores the
+collectives share (FSDP's block it instead).
 
 Measured (``bench/bench_fsdp.py --part 7``, 2 gloo ranks on a 2-core machine at load 5-10): DDP -> FSDP predicts
 low, -5 to -31 %, most at 200 Mbit/s and on loopback. Read from the FSDP profiles there, what it lacks: gloo's
@@ -51,7 +51,13 @@ what-ifs (which keep each FSDP profile's measured waits). With ``dagprof calibra
 (load 0.7, one pair on loopback) +1.3 and -10.7 %. On a quiet machine after every merge (2 rounds, load 0.3-2.9):
 -17.8 and -2.3 % at 200 Mbit/s, -12.3 and -2.6 % at 1 Gbit/s, -15.5 and -16.8 % on loopback. Under load a blocking
 collective's wake-up costs FSDP far more than the small unit measured at another moment: the transformer's FSDP
-loopback job ran 147 ms idle, 220 ms at load 2.5.
+loopback job ran 147 ms idle, 220 ms at load 2.5. The transformer's 200 Mbit/s miss was mostly its all-gathers' lag:
+in its FSDP profile (kept, load 2-5) each 3 MiB all-gather released the first rank after 68 ms and the other 31 ms
+later, 99.6 ms in all, which the slowest rank's median of a sweep priced at 78 ms in one calibration and 99 in
+another (the last rank out alternates); timed at each repetition's slowest rank (``collect.measure.calibrate``) two
+calibrations priced it 99.4 and 103.4 ms and the job came out +3.8 and -0.5 % (the earlier rule's two: -15.3 and -4.5 %).
+The growth of each unit's cost with its bytes (``FsdpCosts.unit_us``, in CPU time: 0.7 ms per MiB of a unit over
+forward and backward on loopback, 2.8 at 200 Mbit/s, load 3-5) added +2.3 points there.
 
 FSDP -> DDP (``fsdp_to_ddp``): every FSDP collective, wait, copy-out and reshard goes; the gradients are
 bucketed by DDP's rule (``bucket_cap_mb``, 25 MiB by default) in reverse registration order (the layers'
@@ -91,11 +97,12 @@ def conversion_note(target: str, measured: bool) -> str:
     if target == "ddp":
         return "held-out gloo jobs measured DDP -30 to +15 % off this prediction, its peak memory -20 to +9 % (bench/bench_fsdp.py --part 7)"
     if measured:
-        return ("the optimizer step on DTensor shards, FSDP2's copy-out, each unit's hooks and wake-ups beyond its collectives and each "
-                "collective kind at its swept sizes are as dagprof calibrate --fsdp measured them here; not predicted: how the wake-ups grow with a "
-                "unit's bytes or the machine's load, and compute that DDP's overlapping all-reduces slowed: held-out gloo jobs ran FSDP 2-3 % "
-                "slower than this prediction for an MLP with an embedding and 12-18 % for a transformer-like stack on shaped links, "
-                "15-17 % on loopback (bench/bench_fsdp.py --part 7 --link-model-calibrate, quiet machine); the memory within about 10 %")
+        return ("the optimizer step on DTensor shards, FSDP2's copy-out, each unit's hooks and wake-ups beyond its collectives at its bytes and "
+                "each collective kind at its swept sizes (its last rank out included) are as dagprof calibrate --fsdp measured them here; not "
+                "predicted: how the wake-ups grow with the machine's load, and compute that DDP's overlapping all-reduces slowed: before the "
+                "last rank out and the unit's bytes were measured, held-out gloo jobs ran FSDP 2-3 % slower than this prediction for an MLP "
+                "with an embedding and 12-18 % for a transformer-like stack on shaped links, 15-17 % on loopback (bench/bench_fsdp.py "
+                "--part 7 --link-model-calibrate, quiet machine); the memory within about 10 %")
     return ("a DDP profile has no FSDP all-gather skew (gloo releases one rank later), no FSDP hooks and no DTensor optimizer "
             "(dagprof calibrate --fsdp measures them for --link-model): held-out gloo jobs ran FSDP 5-58 % slower "
             "than predicted (bench/bench_fsdp.py --part 7); take the time as a lower bound, the memory within about 10 %")
