@@ -2,6 +2,7 @@
 ``tests/data/fsdp/ddp`` (DDP) and ``tests/data/fsdp/reshard`` (fully_shard per block and the root)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -133,6 +134,22 @@ def test_memory_of_each_wrapper(ddp, fsdp):
     f = fsdp_peak(g)[0]
     assert f.params == params / 2 and f.optimizer == params  # Adam's two copies of half the parameters
     assert f.total == pytest.approx(1085872, rel=0.11)  # the fully_shard run (tests/test_fsdp_whatif.py)
+
+
+def test_adams_step_can_be_the_ddp_peak(fsdp):
+    """With Adam's state (2 per parameter, as the FSDP profile measured) the DDP peak is the larger of backward's start
+    and the optimizer step, which holds every gradient and two temporaries of the largest layer's parameters (AdamW's
+    square root and division, one parameter at a time) but no activation; with another optimizer's state, backward's start."""
+    fs = fsdp.meta.fsdp
+    params = sum(u.numel * 4 for u in fs.units)
+    largest = max(fs.layer_grad_bytes.values())
+    big = fsdp.replace(meta=fsdp.meta.replace(fsdp=dataclasses.replace(fs, layer_saved_bytes={k: 1 for k in fs.layer_saved_bytes})))
+    d = ddp_peak_of_fsdp(big)[0]  # activations too small to matter: the step is the peak
+    assert (d.activations, d.step) == (0.0, 2.0 * largest) and d.total == pytest.approx(5 * params + 2 * largest)
+    assert ddp_peak_of_fsdp(fsdp)[0].total >= d.total - 2 * largest  # and never below backward's start
+    sgd = {r: dataclasses.replace(m, optim_state_bytes=m.param_shard_bytes) for r, m in fs.memory.items()}  # momentum: 1 per parameter
+    m = ddp_peak_of_fsdp(big.replace(meta=big.meta.replace(fsdp=dataclasses.replace(big.meta.fsdp, memory=sgd))))[0]
+    assert m.step == 0.0 and m.activations > 0
 
 
 def test_whatif_rows_carry_time_and_memory(ddp, fsdp):
