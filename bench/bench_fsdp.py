@@ -73,8 +73,9 @@ Measured 2026-12-02 (two runs of 2 rounds, --steps 12, load average 5-10 on the 
 FSDP -> DDP -30 to +15 % (one loopback cell +108 % from an FSDP profile that ran 3x slower than its round's other);
 memory +9.2 % (transformer, FSDP), +8.4 to +8.6 % (transformer, DDP), -10.4 % (large embedding, FSDP), -19.6 %
 (large embedding, DDP: its peak is AdamW's step, whose square root and division of the 16 MiB embedding and head
-allocate two temporaries; with them (``search.memory.ddp_peak_of_fsdp``) -7.0 %, the same profiles). The FSDP run's
-peak is the root's reduce-scatter, where gloo copies FSDP's input once more (+34 MiB in one op); not modelled yet.
+allocate two temporaries; with them (``search.memory.ddp_peak_of_fsdp``) -7.0 %, the same profiles), and the logits
+``fsdp_train.py`` keeps through its step, which the collector now records (the root's forward output): one profile
+each, load 4: DDP +0.0 %, FSDP -0.0 % (large embedding), DDP +9.5 %, FSDP -1.2 % (transformer).
 
 ``--link-model-calibrate``: per link, model and round, ``dagprof calibrate`` runs on that link just before the profiles, and
 DDP -> FSDP is predicted also with its all-reduce fit alone (``whatif --link-model`` of a version-1 file) and with its

@@ -95,7 +95,7 @@ def conversion_note(target: str, measured: bool) -> str:
     """Said beside every converted row: what the conversion cannot see, and how far it missed on held-out jobs;
     ``measured``: FSDP2's costs came from ``dagprof calibrate --fsdp`` (``ddp_to_fsdp``)."""
     if target == "ddp":
-        return "held-out gloo jobs measured DDP -30 to +15 % off this prediction, its peak memory -7 to +9 % (bench/bench_fsdp.py --part 7)"
+        return "held-out gloo jobs measured DDP -30 to +15 % off this prediction, its peak memory -0 to +10 % (bench/bench_fsdp.py --part 7)"
     if measured:
         return ("the optimizer step on DTensor shards, FSDP2's copy-out, each unit's hooks and wake-ups beyond its collectives at its bytes and "
                 "each collective kind at its swept sizes (its last rank out included) are as dagprof calibrate --fsdp measured them here; not "
