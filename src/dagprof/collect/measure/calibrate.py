@@ -175,9 +175,10 @@ def measure_fsdp(iters: int = 5) -> tuple[FsdpCosts, dict]:
     ``LARGE_UNITS``: how much more a unit costs per byte of its parameters, in CPU time on the calling thread (first
     touch of the gathered parameters and gradients, FSDP's passes over them), less the copy-out's time per byte (the
     conversion prices each copy-out on its own), never below 0. In CPU time because the wall times of units of MBs
-    hold their collectives, which on a shaped link are tens of ms and vary by more than the growth: at 200 Mbit/s the
-    wall-clock growth came out 4-20x the CPU's in two calibrations. Measured on this machine (2 gloo ranks, loopback, load
-    5): CPU 0.5 and 0.7 ms more than the unsharded stack per 16 KiB unit (forward, backward), 0.6 and 0.9 ms per 256 KiB."""
+    hold their collectives, which on a shaped link are tens of ms and vary by more than the growth: at 200 Mbit/s two
+    calibrations' wall-clock growth came out 6.2 and 24 ms per MB forward, the CPU's 0.65 (loopback 0.17; backward 2.0
+    and 0.48). Measured on this machine (2 gloo ranks, loopback, load 5): CPU 0.5 and 0.7 ms more than the unsharded
+    stack per 16 KiB unit (forward, backward), 0.6 and 0.9 ms per 256 KiB."""
     import torch
     import torch.distributed as dist
     import torch.nn as nn
