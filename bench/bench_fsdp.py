@@ -96,6 +96,14 @@ DDP -> FSDP on the profile's link, per-kind, fsdp-measured: transformer loopback
 +1.3 % fsdp-measured; the embedding -10.7 %) and 217-225 ms in these rounds, its DDP job 88-96 ms either way: each
 blocking collective's wake-up under load, which the calibration's small unit measured at another moment.
 
+Since FSDP's kinds are timed at each repetition's slowest rank (gloo's all-gather releases one rank about half its
+transfer after the other, alternating) and ``calibrate --fsdp`` measures how a unit's cost grows with its bytes (a
+stack of 2 MiB units, CPU time), one round per model and link at load 1.1-2.8, each FSDP profile against the
+prediction from its DDP profile on a calibration by this code and on one by the code before (run right after):
+transformer -3.9 / -0.8 / -4.0 % (loopback / 1 Gbit/s / 200 Mbit/s; before -11.5 / -8.2 / -8.3 %), MLP + embedding
+-5.3 / -5.3 / -3.4 % (before -16.6 / -9.6 / -4.7 %). FSDP -> DDP on the same profiles +6 to +25 % (FSDP's optimizer
+on DTensor shards times N, FSDP's hooks and slower layers kept in the DDP prediction).
+
 Part 8 (any user): ``whatif --units merge:2`` on loopback in interleaved rounds: each round profiles the MLP model
 with a unit per block (``fsdp_train.py --group 1``) and with every two blocks one unit (``--group 2``, hooks only, the
 order alternating), and predicts the grouped job from the per-block profile (``search.whatif.apply`` on the averaged

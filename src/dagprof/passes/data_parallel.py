@@ -57,7 +57,11 @@ later, 99.6 ms in all, which the slowest rank's median of a sweep priced at 78 m
 another (the last rank out alternates); timed at each repetition's slowest rank (``collect.measure.calibrate``) two
 calibrations priced it 99.4 and 103.4 ms and the job came out +3.8 and -0.5 % (the earlier rule's two: -15.3 and -4.5 %).
 The growth of each unit's cost with its bytes (``FsdpCosts.unit_us``, in CPU time: 0.7 ms per MiB of a unit over
-forward and backward on loopback, 2.8 at 200 Mbit/s, load 3-5) added +2.3 points there.
+forward and backward on loopback, 2.8 at 200 Mbit/s, load 3-5) added +2.3 points there. One round per model and link
+at load 1.1-2.8 (kept; each cell's FSDP profile against its prediction from the DDP profile on a calibration by this
+code, then on one by the code before, run right after): transformer -3.9, -0.8, -4.0 % (loopback, 1 Gbit/s,
+200 Mbit/s; before -11.5, -8.2, -8.3 %), MLP with an embedding -5.3, -5.3, -3.4 % (before -16.6, -9.6, -4.7 %); the
+growth is 3.6-6.1 points of that on loopback and 1 Gbit/s, 0.9-2.0 at 200 Mbit/s.
 
 FSDP -> DDP (``fsdp_to_ddp``): every FSDP collective, wait, copy-out and reshard goes; the gradients are
 bucketed by DDP's rule (``bucket_cap_mb``, 25 MiB by default) in reverse registration order (the layers'
@@ -99,10 +103,10 @@ def conversion_note(target: str, measured: bool) -> str:
     if measured:
         return ("the optimizer step on DTensor shards, FSDP2's copy-out, each unit's hooks and wake-ups beyond its collectives at its bytes and "
                 "each collective kind at its swept sizes (its last rank out included) are as dagprof calibrate --fsdp measured them here; not "
-                "predicted: how the wake-ups grow with the machine's load, and compute that DDP's overlapping all-reduces slowed: before the "
-                "last rank out and the unit's bytes were measured, held-out gloo jobs ran FSDP 2-3 % slower than this prediction for an MLP "
-                "with an embedding and 12-18 % for a transformer-like stack on shaped links, 15-17 % on loopback (bench/bench_fsdp.py "
-                "--part 7 --link-model-calibrate, quiet machine); the memory within about 10 %")
+                "predicted: how the wake-ups grow with the machine's load, and compute that DDP's overlapping all-reduces slowed: held-out "
+                "gloo jobs ran FSDP 1-5 % slower than this prediction (a transformer-like stack and an MLP with an embedding, loopback, "
+                "1 Gbit/s and 200 Mbit/s, one round each at load 1-3; bench/bench_fsdp.py --part 7 --link-model-calibrate); the memory "
+                "within about 10 %")
     return ("a DDP profile has no FSDP all-gather skew (gloo releases one rank later), no FSDP hooks and no DTensor optimizer "
             "(dagprof calibrate --fsdp measures them for --link-model): held-out gloo jobs ran FSDP 5-58 % slower "
             "than predicted (bench/bench_fsdp.py --part 7); take the time as a lower bound, the memory within about 10 %")
