@@ -65,13 +65,17 @@ The measured time is the other profile's own. Peak memory per rank: each model r
 ``fsdp_train.py --memory`` on loopback, against ``fsdp_peak`` of the DDP profile turned FSDP and
 ``ddp_peak_of_fsdp`` of the FSDP profile. Goals: DDP -> FSDP within 8 %, memory within 10 %.
 
-    sudo .venv/bin/python bench/bench_fsdp.py --part 7 [--rounds 3] [--links loopback,200Mbit,1Gbit] [--link-model-calibrate]
+    sudo .venv/bin/python bench/bench_fsdp.py --part 7 [--rounds 3] [--links loopback,200Mbit,1Gbit] [--link-model-calibrate] [--keep DIR]
+    .venv/bin/python bench/bench_fsdp.py --offline DIR  # DDP -> FSDP predicted again from the runs --keep kept, no job run
 
 Measured 2026-12-02 (two runs of 2 rounds, --steps 12, load average 5-10 on the 2 cores: other jobs ran beside): DDP -> FSDP
 -5 to -37 % at 1 Gbit/s and on loopback, -20 to -27 % at 200 Mbit/s (always low: see ``passes/data_parallel.py``);
 FSDP -> DDP -30 to +15 % (one loopback cell +108 % from an FSDP profile that ran 3x slower than its round's other);
 memory +9.2 % (transformer, FSDP), +8.4 to +8.6 % (transformer, DDP), -10.4 % (large embedding, FSDP), -19.6 %
-(large embedding, DDP: the loss's logits-sized tensors, which no profile sizes).
+(large embedding, DDP: its peak is AdamW's step, whose square root and division of the 16 MiB embedding and head
+allocate two temporaries; with them (``search.memory.ddp_peak_of_fsdp``) -7.0 %, the same profiles), and the logits
+``fsdp_train.py`` keeps through its step, which the collector now records (the root's forward output): one profile
+each, load 4: DDP +0.0 %, FSDP -0.0 % (large embedding), DDP +9.5 %, FSDP -1.2 % (transformer).
 
 ``--link-model-calibrate``: per link, model and round, ``dagprof calibrate`` runs on that link just before the profiles, and
 DDP -> FSDP is predicted also with its all-reduce fit alone (``whatif --link-model`` of a version-1 file) and with its
@@ -91,6 +95,14 @@ DDP -> FSDP on the profile's link, per-kind, fsdp-measured: transformer loopback
 1 Gbit/s -28.9, -26.2, -7.5 %. The loopback transformer's FSDP job ran 147 ms on an idle machine (one pair at load 0.7:
 +1.3 % fsdp-measured; the embedding -10.7 %) and 217-225 ms in these rounds, its DDP job 88-96 ms either way: each
 blocking collective's wake-up under load, which the calibration's small unit measured at another moment.
+
+Since FSDP's kinds are timed at each repetition's slowest rank (gloo's all-gather releases one rank about half its
+transfer after the other, alternating) and ``calibrate --fsdp`` measures how a unit's cost grows with its bytes (a
+stack of 2 MiB units, CPU time), one round per model and link at load 1.1-2.8, each FSDP profile against the
+prediction from its DDP profile on a calibration by this code and on one by the code before (run right after):
+transformer -3.9 / -0.8 / -4.0 % (loopback / 1 Gbit/s / 200 Mbit/s; before -11.5 / -8.2 / -8.3 %), MLP + embedding
+-5.3 / -5.3 / -3.4 % (before -16.6 / -9.6 / -4.7 %). FSDP -> DDP on the same profiles +6 to +25 % (FSDP's optimizer
+on DTensor shards times N, FSDP's hooks and slower layers kept in the DDP prediction).
 
 Part 8 (any user): ``whatif --units merge:2`` on loopback in interleaved rounds: each round profiles the MLP model
 with a unit per block (``fsdp_train.py --group 1``) and with every two blocks one unit (``--group 2``, hooks only, the
@@ -460,10 +472,11 @@ def calibrated_models(out_dir: str, cluster=None) -> dict[str, str]:
 CALIBRATED = ("all-reduce", "per-kind", "fsdp-measured")  # calibrated_models' files, oldest rule first
 
 
-def part7(rounds: int, steps: int, links: list[str], calibrate: bool = False) -> tuple[list[float], list[float], list[float]]:
+def part7(rounds: int, steps: int, links: list[str], calibrate: bool = False, keep: str | None = None) -> tuple[list[float], list[float], list[float]]:
     """(DDP -> FSDP time errors, FSDP -> DDP time errors, memory errors), %. ``calibrate``: per link and round,
     ``dagprof calibrate`` on that link first, and DDP -> FSDP predicted also on its all-reduce fit alone and on its
-    per-kind fits (``whatif --link-model``)."""
+    per-kind fits (``whatif --link-model``). ``keep``: the profiles and link-model files go there, not to a
+    temporary folder (``--offline`` predicts them again)."""
     from dagprof.analysis import job_iteration_us
     from dagprof.collect.jobs.netns import Cluster, available
     from dagprof.passes.average_steps import average_steps
@@ -484,7 +497,9 @@ def part7(rounds: int, steps: int, links: list[str], calibrate: bool = False) ->
     graphs: dict[tuple[str, str], object] = {}
     t0 = time.perf_counter()
     print(f"Part 7: whatif --data-parallel, each wrapper predicted from the other's profile, 2 gloo ranks, load {os.getloadavg()[0]:.2f}")
-    with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory(prefix="dagprof-dp-") as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = keep or stack.enter_context(tempfile.TemporaryDirectory(prefix="dagprof-dp-"))
+        os.makedirs(tmp, exist_ok=True)
         cluster = stack.enter_context(Cluster(2)) if any(x != "loopback" for x in links) else None
         for k in range(rounds):
             for name, model in DP_MODELS.items():
@@ -542,6 +557,43 @@ def part7(rounds: int, steps: int, links: list[str], calibrate: bool = False) ->
                 at = getattr(pred[w], "at", "backward starts")
                 print(f"{name:14s} {w:>5s} {got / 2**20:13.2f} {pred[w].total / 2**20:14.2f} {mem[-1]:+7.2f} %  {at}", flush=True)
     return to_fsdp, to_ddp, mem
+
+
+def offline7(keep: str) -> list[float]:
+    """DDP -> FSDP predicted again from the profiles and link-model files ``part7(keep=...)`` kept (this code, no job
+    run): per kept round, model and link, on the round's calibrated files (``calibrated_models``) and on the profile's
+    own link, against the FSDP profile's own iteration; the errors on the fsdp-measured file, %."""
+    from dagprof.analysis import job_iteration_us
+    from dagprof.passes.average_steps import average_steps
+    from dagprof.pipeline import open_run
+    from dagprof.replay import replay
+    from dagprof.search import whatif
+
+    errors = []
+    print(f"Part 7 offline: DDP -> FSDP from the runs kept in {keep}, load {os.getloadavg()[0]:.2f}")
+    print(f"{'round/model/link':40s} {'measured ms':>12s} " + " ".join(f"{h:>14s}" for h in ("profile link", *CALIBRATED)))
+    for entry in sorted(os.listdir(keep)):
+        if not (entry.startswith("r") and entry.endswith("-ddp")) or not os.path.isdir(os.path.join(keep, entry[:-4] + "-fsdp")):
+            continue
+        cell = entry[1:-4]  # "<round>-<model>-<link>"
+        fsdp = open_run(os.path.join(keep, entry[:-4] + "-fsdp")).graph
+        measured = max(fsdp.meta.measured_iter_us.values()) / 1e3
+        ddp = average_steps(open_run(os.path.join(keep, entry)).graph, replay)
+        cal = os.path.join(keep, f"cal{cell}")
+        files = {"profile link": None} | {h: os.path.join(cal, f) for h, f in
+                                          (("all-reduce", "link-all-reduce.json"), ("per-kind", "link-per-kind.json"), ("fsdp-measured", "link.json"))}
+        out = []
+        for path in files.values():
+            if path is not None and not os.path.exists(path):
+                out.append(None)
+                continue
+            c = whatif.Cluster(optimizer_state="adam", link_model=path)
+            g = whatif.apply(ddp, whatif.Scenario(data_parallel="fsdp"), c, whatif.base_topology(ddp, c))
+            out.append(100 * (job_iteration_us(g) / 1e3 - measured) / measured)
+        if out[-1] is not None:
+            errors.append(out[-1])
+        print(f"{cell:40s} {measured:12.1f} " + " ".join(f"{'-':>14s}" if e is None else f"{e:+13.1f}%" for e in out), flush=True)
+    return errors
 
 
 def collective_ms(g) -> float:
@@ -710,7 +762,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="jobs per held-out model in part 1")
     ap.add_argument("--link-model-calibrate", action="store_true",
                     help="part 7: run dagprof calibrate on each link first and predict DDP -> FSDP on its fits too")
+    ap.add_argument("--keep", metavar="DIR", help="part 7: keep its profiles and link-model files in DIR")
+    ap.add_argument("--offline", metavar="DIR", help="part 7: predict DDP -> FSDP again from the runs --keep kept in DIR; runs no job")
     args = ap.parse_args()
+    if args.offline:
+        e = offline7(args.offline)
+        if e:
+            print(f"DDP -> FSDP on the fsdp-measured files: max |error| {max(map(abs, e)):.2f} % (goal <= 8 %)")
+        return
     if args.part in (0, 1):
         e = part1(args.steps, args.repeats)
         print(f"held-out averaged replay: max |error| {max(map(abs, e)):.2f} % (goal <= 2 %)\n")
@@ -734,7 +793,7 @@ def main() -> None:
         if e:
             print(f"optimize --verify: median per-round speed-up error {statistics.median(e):+.2f} %, max |error| {max(map(abs, e)):.2f} %")
     if args.part in (0, 7):
-        to_fsdp, to_ddp, mem = part7(args.rounds, args.steps, args.links.split(","), args.link_model_calibrate)
+        to_fsdp, to_ddp, mem = part7(args.rounds, args.steps, args.links.split(","), args.link_model_calibrate, args.keep)
         print(f"DDP -> FSDP: max |error| {max(map(abs, to_fsdp)):.2f} % (goal <= 8 %); FSDP -> DDP: max |error| "
               f"{max(map(abs, to_ddp)):.2f} %; memory: max |error| {max(map(abs, mem)):.2f} % (goal <= 10 %); load {os.getloadavg()[0]:.2f}")
     if args.part in (0, 8):

@@ -2,7 +2,9 @@
 ``tests/data/fsdp/ddp`` (DDP) and ``tests/data/fsdp/reshard`` (fully_shard per block and the root)."""
 from __future__ import annotations
 
+import dataclasses
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -10,6 +12,7 @@ from testdata import DATA
 
 from dagprof.analysis import job_iteration_us
 from dagprof.cli.main import main
+from dagprof.collect.hooks.collector import MODEL_OUTPUT
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import check_fsdp_edges, fsdp_collectives
@@ -135,6 +138,22 @@ def test_memory_of_each_wrapper(ddp, fsdp):
     assert f.total == pytest.approx(1085872, rel=0.11)  # the fully_shard run (tests/test_fsdp_whatif.py)
 
 
+def test_adams_step_can_be_the_ddp_peak(fsdp):
+    """With Adam's state (2 per parameter, as the FSDP profile measured) the DDP peak is the larger of backward's start
+    and the optimizer step, which holds every gradient and two temporaries of the largest layer's parameters (AdamW's
+    square root and division, one parameter at a time) but no activation; with another optimizer's state, backward's start."""
+    fs = fsdp.meta.fsdp
+    params = sum(u.numel * 4 for u in fs.units)
+    largest = max(fs.layer_grad_bytes.values())
+    big = fsdp.replace(meta=fsdp.meta.replace(fsdp=dataclasses.replace(fs, layer_saved_bytes={k: 1 for k in fs.layer_saved_bytes})))
+    d = ddp_peak_of_fsdp(big)[0]  # activations too small to matter: the step is the peak
+    assert (d.activations, d.step) == (0.0, 2.0 * largest) and d.total == pytest.approx(5 * params + 2 * largest)
+    assert ddp_peak_of_fsdp(fsdp)[0].total >= d.total - 2 * largest  # and never below backward's start
+    sgd = {r: dataclasses.replace(m, optim_state_bytes=m.param_shard_bytes) for r, m in fs.memory.items()}  # momentum: 1 per parameter
+    m = ddp_peak_of_fsdp(big.replace(meta=big.meta.replace(fsdp=dataclasses.replace(big.meta.fsdp, memory=sgd))))[0]
+    assert m.step == 0.0 and m.activations > 0
+
+
 def test_whatif_rows_carry_time_and_memory(ddp, fsdp):
     for g, targets in ((ddp, ["ddp", "fsdp", "fsdp:keep"]), (fsdp, ["ddp", "fsdp", "fsdp:keep"])):
         rows = evaluate(g, [Scenario(data_parallel=t) for t in targets], tolerance_pct=None)["scenarios"]
@@ -191,3 +210,31 @@ def test_with_more_workers(ddp, fsdp):
     d = apply(fsdp, Scenario(workers=4, data_parallel="ddp"), c, base_topology(fsdp, c))
     assert d.meta.world_size == 4 and d.meta.fsdp is None
     assert np.allclose(np.unique(d.dur[d.kind == Kind.UPDATE]), np.unique(fsdp.dur[fsdp.kind == Kind.UPDATE]) * 2)
+
+
+@pytest.mark.parametrize("wrapper", [[], ["--ddp"]], ids=["fully_shard", "ddp"])
+def test_the_model_output_is_recorded_and_held_through_the_step(tmp_path, wrapper):
+    """A live zero-code run of ``bench/fsdp_train.py`` (which keeps the logits until its step ends, as most scripts do):
+    the collector records what the model's forward returned (the logits: batch x seq x vocab fp32), which no saved-tensor
+    hook sees, and each memory model holds it at every moment after forward (with Adam, the step's temporaries too)."""
+    pytest.importorskip("torch")
+    script = DATA.parent.parent / "bench" / "fsdp_train.py"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script), *wrapper,
+           "--blocks", "2", "--width", "64", "--vocab", "256", "--batch", "4", "--seq", "16", "--steps", "5"]
+    assert main(["profile", "-o", str(tmp_path), "--steps", "2:4", "--no-kineto", "--"] + cmd) == 0
+    run = read_run(tmp_path)
+    logits = 4 * 16 * 256 * 4
+    assert run.ranks[0].meta.layer_saved_bytes[MODEL_OUTPUT] == logits
+    g = build_graph(run)
+    if wrapper:
+        plain = g.replace(meta=g.meta.replace(layer_saved_bytes={k: v for k, v in g.meta.layer_saved_bytes.items() if k != MODEL_OUTPUT}))
+        g = apply(g, Scenario(data_parallel="fsdp"), Cluster(optimizer_state="adam"), base_topology(g, Cluster()))
+        older = apply(plain, Scenario(data_parallel="fsdp"), Cluster(optimizer_state="adam"), base_topology(plain, Cluster()))
+    else:
+        fs = g.meta.fsdp
+        older = g.replace(meta=g.meta.replace(fsdp=dataclasses.replace(fs, layer_saved_bytes={k: v for k, v in fs.layer_saved_bytes.items()
+                                                                                                if k != MODEL_OUTPUT})))
+        d, d0 = ddp_peak_of_fsdp(g)[0], ddp_peak_of_fsdp(older)[0]
+        assert d.total == pytest.approx(d0.total + logits)  # held at backward's start and through the step alike
+    f, f0 = fsdp_peak(g)[0], fsdp_peak(older)[0]
+    assert f.activations >= logits and f.total <= f0.total + logits  # at most once more than before (in place of a stand-in, in part)

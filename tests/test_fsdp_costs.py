@@ -4,6 +4,7 @@ job ``tests/data/fsdp/ddp``; a version-3 file also prices each collective kind a
 files convert and price as before."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 from testdata import DATA
 
 from dagprof.cli.main import main
+from dagprof.collect.measure.calibrate import _slowest_each
 from dagprof.costmodel.alphabeta import AlphaBeta, ring_allreduce_us
 from dagprof.costmodel.fsdp_costs import FsdpCosts, StepFit
 from dagprof.costmodel.topology import load_fsdp_costs, load_kind_links, save_link_model
@@ -73,6 +75,21 @@ def test_conversion_inserts_the_measured_costs(ddp):
     assert (measured.kind == Kind.COMM).sum() == (plain.kind == Kind.COMM).sum()
 
 
+def test_each_unit_costs_more_the_more_bytes_it_gathers(ddp):
+    """With the growth the calibration's units of MBs measured, each unit's hooks cost the small unit's plus the growth
+    times the unit's parameter bytes (the root's embedding and head make it the largest); without it (an older file), as before."""
+    grown = dataclasses.replace(COSTS, unit_forward_us_per_byte=2e-4, unit_backward_us_per_byte=5e-4)
+    g = ddp_to_fsdp(ddp, costs=grown)
+    size = {u.name: u.numel * 4 for u in g.meta.fsdp.units}
+    assert len(set(size.values())) > 1
+    hooks = [v for v in np.flatnonzero(g.rank >= 0) if "fsdp hooks" in g.node_name(v)]
+    for v in hooks:
+        unit, phase = g.node_name(v).split("fsdp hooks ")[1].rpartition(" (")[::2]
+        want = 321.0 + 2e-4 * size[unit] if phase == "forward)" else 654.0 + 5e-4 * size[unit]
+        assert g.dur[v] == pytest.approx(want)
+    assert grown.unit_us("forward", 0) == COSTS.unit_us("forward", 1 << 30) == 321.0
+
+
 def test_link_model_files_old_and_new(ddp, tmp_path):
     v1 = save_link_model(tmp_path / "v1.json", LINK, method="test")
     v2 = save_link_model(tmp_path / "v2.json", LINK, kinds={"all_gather": (LINK, {})}, method="test")
@@ -93,6 +110,9 @@ def test_link_model_files_old_and_new(ddp, tmp_path):
     notes = {str(p): evaluate(ddp, [s], Cluster(link_model=str(p)), tolerance_pct=None)["notes"] for p in (v1, v3)}
     assert [n for n in notes[str(v3)] if n.startswith("--data-parallel fsdp") and "as dagprof calibrate --fsdp measured" in n]
     assert [n for n in notes[str(v1)] if n.startswith("--data-parallel fsdp") and "slower than predicted" in n]
+    older = tmp_path / "v3-before-growth.json"  # a version-3 file written before the units of MBs were measured: no growth
+    older.write_text(json.dumps({**doc, "fsdp": {k: v for k, v in doc["fsdp"].items() if not k.endswith("_per_byte") or k.startswith("copy")}}))
+    assert load_fsdp_costs(older) == COSTS and COSTS.unit_forward_us_per_byte == COSTS.unit_backward_us_per_byte == 0.0
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({**doc, "fsdp": {"world": 2}}))
     with pytest.raises(DagprofError, match="bad fsdp entry"):
@@ -109,6 +129,11 @@ def test_calibrate_measures_fsdp_on_a_live_gloo_group(capsys, tmp_path):
     for fit in (costs.plain_step, costs.dtensor_step):
         assert fit.us_per_tensor >= 0 and fit.us_per_byte >= 0 and fit.us(8, 1 << 20) > 0
     assert len(r["optimizer_points"]["dtensor"]) == 3 and len(r["copy_out_points"]) == 3
+    # a small unit and a unit of MBs, and how much more the larger cost per byte beyond its copy-out (never below 0), in CPU time
+    assert [p["unit_bytes"] for p in r["unit_points"]] == [64 * 64 * 4, 724 * 724 * 4]
+    assert all(len(p["cpu_us"]) == 2 for p in r["unit_points"])
+    assert costs.unit_forward_us_per_byte >= 0 and costs.unit_backward_us_per_byte >= 0
+    assert costs.unit_us("backward", 1 << 20) >= costs.unit_backward_us >= 0
 
 
 def test_a_version_3_file_prices_each_kind_at_its_measured_sizes(tmp_path):
@@ -133,3 +158,11 @@ def test_a_version_3_file_prices_each_kind_at_its_measured_sizes(tmp_path):
         f = t3.kind_factor(c.kind, m)
         assert p3.dur[c.node] == pytest.approx(t3.overhead_us + (p2.dur[c.node] - t2.overhead_us) * f)
         assert (f > 1.5) if c.kind == "all_gather" else (f == 1.0)
+
+
+def test_fsdp_kinds_are_priced_at_each_repetitions_slowest_rank():
+    """Where the rank that gets out of an all-gather last alternates (gloo on 2 ranks), each rank's median can miss the
+    lag that a job of back-to-back collectives waits for every time; the median of each repetition's slowest rank has it."""
+    per = np.array([[60.0, 90.0, 60.0, 90.0], [90.0, 60.0, 90.0, 60.0]])  # ranks x repetitions, us
+    assert float(np.median(per, axis=1).max()) == 75.0  # the slowest rank's median: half the lag
+    assert _slowest_each(per) == 90.0

@@ -8,10 +8,14 @@ copy-in, reshard frees), each blocking collective returning to a rank that must 
 DDP's numbers, so ``collect.measure.calibrate.measure_fsdp`` runs them on the user's own process group: the same
 optimizer on the same small ``fully_shard`` model and on its plain copy at a few shapes, FSDP2's copy-out at a few
 sizes, and one forward and backward of a stack of small units against the same plain stack, less the all-gathers
-and reduce-scatters it ran as the sweep times them. The DDP -> FSDP conversion (``passes.data_parallel``) scales the
+and reduce-scatters it ran as the sweep times them; then the same for a stack of units of MBs, whose cost per unit
+beyond its collectives grows with the unit's bytes (first touch of the freshly allocated gathered parameters and
+gradients, FSDP's copy-in and copy-out passes over them, the wake-up after longer collectives): the slope between the
+two sizes, less the copy-out's own, is that growth. The DDP -> FSDP conversion (``passes.data_parallel``) scales the
 profile's measured optimizer step by the ratio of the two fits, prices each copy-out by the measured time per byte,
-and gives each unit the measured time per unit beyond its collectives. Stored under ``fsdp`` in the link-model
-file (version 3; ``costmodel.topology``).
+and gives each unit the measured time per unit beyond its collectives at its bytes. Stored under ``fsdp`` in the
+link-model file (version 3; ``costmodel.topology``; a file written before the large units were measured has no
+growth: 0).
 """
 from __future__ import annotations
 
@@ -60,6 +64,14 @@ class FsdpCosts:
     unit_forward_us: float  # per unit, its forward's cost beyond its all-gather (hooks, copy-in/out, the wake-up after it)
     unit_backward_us: float  # per unit, its backward's beyond its all-gather and reduce-scatter
     optimizer: str = "AdamW"  # what was timed: the ratio is this optimizer's
+    unit_forward_us_per_byte: float = 0.0  # growth of unit_forward_us per byte of the unit's parameters, beyond its copy-out's
+    unit_backward_us_per_byte: float = 0.0  # the same for unit_backward_us (beyond its backward all-gather's copy-out)
+
+    def unit_us(self, phase: str, nbytes: float) -> float:
+        """A unit of ``nbytes`` parameters: its ``phase`` pass's cost beyond its collectives and its copy-outs."""
+        if phase == "forward":
+            return self.unit_forward_us + self.unit_forward_us_per_byte * nbytes
+        return self.unit_backward_us + self.unit_backward_us_per_byte * nbytes
 
     def step_ratio(self, tensors: int, nbytes: float, world: int) -> float:
         """FSDP's step on ``world`` ranks' shards over DDP's on the whole ``tensors`` of ``nbytes``."""
@@ -69,13 +81,15 @@ class FsdpCosts:
     def to_dict(self) -> dict[str, Any]:
         return {"world": self.world, "optimizer": self.optimizer, "copy_out_us_per_byte": self.copy_out_us_per_byte,
                 "unit_forward_us": self.unit_forward_us, "unit_backward_us": self.unit_backward_us,
+                "unit_forward_us_per_byte": self.unit_forward_us_per_byte, "unit_backward_us_per_byte": self.unit_backward_us_per_byte,
                 "plain_step": _fit_dict(self.plain_step), "dtensor_step": _fit_dict(self.dtensor_step)}
 
     @classmethod
     def from_dict(cls, d: Any, source: str = "link model") -> "FsdpCosts":
         try:
             return cls(int(d["world"]), StepFit(**d["plain_step"]), StepFit(**d["dtensor_step"]), float(d["copy_out_us_per_byte"]),
-                       float(d["unit_forward_us"]), float(d["unit_backward_us"]), str(d.get("optimizer", "AdamW")))
+                       float(d["unit_forward_us"]), float(d["unit_backward_us"]), str(d.get("optimizer", "AdamW")),
+                       float(d.get("unit_forward_us_per_byte", 0.0)), float(d.get("unit_backward_us_per_byte", 0.0)))
         except (KeyError, TypeError, ValueError) as err:
             raise DagprofError(f"bad fsdp entry ({err!r}); need world, plain_step, dtensor_step (us_per_tensor, us_per_byte), "
                                "copy_out_us_per_byte, unit_forward_us, unit_backward_us", source) from None

@@ -7,9 +7,11 @@ Assumed: parameters as large as their gradients (fp32 training), optimizer state
 ``optimizer_state`` times the parameters (SGD 0, SGD with momentum 1, Adam 2).
 
 Peak = parameters + optimizer state + gradients + DDP's bucket buffers (none with
-``gradient_as_bucket_view``) + activations + what the codec keeps (PowerSGD's error feedback: a
-copy of the gradients; fp16/bf16: the largest bucket at half size). It is an upper bound of
-the moment backward starts with every activation alive and gradients allocated.
+``gradient_as_bucket_view``) + activations + the model's output (the logits a script keeps
+until its step ends, where the profile recorded them) + what the codec keeps (PowerSGD's error
+feedback: a copy of the gradients; fp16/bf16: the largest bucket at half size). It is an upper
+bound of the moment backward starts with every activation alive and gradients allocated, or of
+the optimizer step where that step allocates more than the activations took (``step_transient``).
 
 Recomputing a module keeps only its input (what its first layer saves) and rematerialises the
 rest while its backward runs, so the peak drops by what it saved beyond that, minus the largest
@@ -17,9 +19,10 @@ such amount of any one recomputed module (alive again during its own backward).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-from ..collect.hooks.collector import SAVED_OUTSIDE_LAYERS
+from ..collect.hooks.collector import MODEL_OUTPUT, SAVED_OUTSIDE_LAYERS
 from ..costmodel.codecs import Codec
 from ..errors import DagprofError
 from ..graph.dag import Graph
@@ -41,15 +44,17 @@ class MemoryBreakdown:
     buckets: float
     activations: float
     codec: float
+    step: float = 0.0  # the optimizer step's temporaries, where the peak is that step (``MemoryModel.step_transient``)
 
     @property
     def total(self) -> float:
-        return self.params + self.optimizer + self.grads + self.buckets + self.activations + self.codec
+        return self.params + self.optimizer + self.grads + self.buckets + self.activations + self.codec + self.step
 
     def to_dict(self) -> dict:
         mb = lambda x: x / MB  # noqa: E731
         return {"total_mb": mb(self.total), "params_mb": mb(self.params), "optimizer_mb": mb(self.optimizer), "grads_mb": mb(self.grads),
-                "ddp_buckets_mb": mb(self.buckets), "activations_mb": mb(self.activations), "codec_mb": mb(self.codec)}
+                "ddp_buckets_mb": mb(self.buckets), "activations_mb": mb(self.activations), "codec_mb": mb(self.codec),
+                "optimizer_step_mb": mb(self.step)}
 
 
 @dataclass
@@ -58,6 +63,10 @@ class MemoryModel:
     saved: dict[int, float]  # graph layer id -> activation bytes it saves for backward
     outside: float  # saved between leaf modules (loss, functional ops)
     optimizer_state: float = 1.0
+    # bytes the optimizer step allocates beyond its state while it runs: PyTorch's Adam and AdamW on CPU (one tensor at a
+    # time) divide by a new square root of each parameter's second moment, two temporaries of the largest parameter
+    step_transient: float = 0.0
+    output: float = 0.0  # what the model's forward returned (``MODEL_OUTPUT``: the logits), held by the script through the step
 
     @classmethod
     def from_profile(cls, g: Graph, order: GradientOrder, layer_saved_bytes: dict[str, int], optimizer: str = "momentum") -> "MemoryModel":
@@ -67,7 +76,8 @@ class MemoryModel:
             raise DagprofError("the profile has no activation sizes (layer_saved_bytes); profile again with this dagprof to estimate memory")
         ids = {name: i for i, name in enumerate(g.layers)}
         saved = {ids[k]: float(v) for k, v in layer_saved_bytes.items() if k in ids}
-        return cls(float(order.total_bytes), saved, float(layer_saved_bytes.get(SAVED_OUTSIDE_LAYERS, 0)), OPTIMIZER_STATE[optimizer])
+        return cls(float(order.total_bytes), saved, float(layer_saved_bytes.get(SAVED_OUTSIDE_LAYERS, 0)), OPTIMIZER_STATE[optimizer],
+                   output=float(layer_saved_bytes.get(MODEL_OUTPUT, 0)))
 
     def freed(self, seg: Segment) -> float:
         """Activation bytes recomputing ``seg`` frees (all it saves but its input)."""
@@ -77,10 +87,12 @@ class MemoryModel:
     def peak(self, recompute: list[Segment] = (), codec: Codec = Codec(), bucket_view: bool = False,
              largest_bucket: float = 0.0) -> MemoryBreakdown:
         freed = [self.freed(s) for s in recompute]
-        acts = sum(self.saved.values()) + self.outside - sum(freed) + max(freed, default=0.0)
+        acts = sum(self.saved.values()) + self.outside + self.output - sum(freed) + max(freed, default=0.0)
         extra = {"powersgd": self.grad_bytes, "fp16": largest_bucket / 2, "bf16": largest_bucket / 2}.get(codec.name, 0.0)
-        return MemoryBreakdown(self.grad_bytes, self.optimizer_state * self.grad_bytes, self.grad_bytes,
-                               0.0 if bucket_view else self.grad_bytes, acts, extra)
+        backward = MemoryBreakdown(self.grad_bytes, self.optimizer_state * self.grad_bytes, self.grad_bytes,
+                                   0.0 if bucket_view else self.grad_bytes, acts, extra)
+        step = dataclasses.replace(backward, activations=self.output, step=self.step_transient)  # the activations are freed by then
+        return step if step.total > backward.total else backward
 
 
 @dataclass
@@ -119,9 +131,9 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
 
     The peak is the largest of these moments (the forward end is never above the first one):
     - the backward of each inner unit: every activation not yet freed (this unit's and those before it in the
-      forward order, the root's throughout), twice what functional ops between layers saved (once as saved;
-      once more standing in for the model's output and the loss's tensors, which the profile does not size:
-      its saved-tensor hook sees the model's forward only), the root's and this unit's full parameters,
+      forward order, the root's throughout), what functional ops between layers saved, the model's output (the
+      logits a script keeps until its step ends; the collector records what the root's forward returned,
+      ``MODEL_OUTPUT``; a profile without it has what functional ops saved once more as a stand-in), the root's and this unit's full parameters,
       this unit's full gradients and those of the root's layers after the inner units (their backward ran),
       the next unit's prefetched parameters, units kept gathered after forward, and the gradient shards of
       the units already done;
@@ -129,15 +141,17 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
       full gradients, every inner unit's gradient shards;
     - each unit's reduce-scatter (its post-backward hook, its activations freed): its unsharded gradients in
       the parameter dtype, the reduce-scatter input in the reduce dtype (and, where the two dtypes differ,
-      the gradients cast to the reduce dtype before the copy-in), its new gradient shard, what functional ops saved (once), and what the moments
-      above hold that is still alive (for an inner unit: the root's parameters and tail gradients, the
-      activations before it).
-    - the optimizer step: every shard, its gradients and its state.
+      the gradients cast to the reduce dtype before the copy-in), its new gradient shard, what functional ops saved (once), the
+      model's output, and what the moments above hold that is still alive (for an inner unit: the root's parameters and tail
+      gradients, the activations before it).
+    - the optimizer step: every shard, its gradients and its state, and the model's output.
 
     Measured against ``bench/fsdp_train.py --memory`` (``bench/bench_fsdp.py --part 3``) it is within 6 % on
     the MLP models with a 256 and 2048-entry vocabulary, +8 to +10 % on the transformer (attention and GELU
     save more between layers than the output takes) and -9 to -14 % with a 4096-entry vocabulary, where the
-    peak is the loss's backward (the logits, the log-softmax and their gradients: four outputs' worth).
+    peak is the loss's backward (the logits, the log-softmax and their gradients: four outputs' worth). With the model's
+    output recorded (``bench/bench_fsdp.py --part 7``'s models, one profile each, load 4): -0.0 % with a 16384-entry
+    vocabulary (154.3 MiB, the root's reduce-scatter; the stand-in had -10.4 %), -1.2 % on the transformer (+9.2 %).
     """
     fs = g.meta.fsdp
     if fs is None:
@@ -172,6 +186,8 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
         return out
 
     outside = float(saved_bytes.get(SAVED_OUTSIDE_LAYERS, 0))
+    output = float(saved_bytes.get(MODEL_OUTPUT, 0))  # the logits the script holds through the step, where recorded
+    loss = output if MODEL_OUTPUT in saved_bytes else outside  # else: a stand-in for them and the loss's tensors
     root = [i for i, u in enumerate(units) if u.name == FSDP_ROOT]
     others = [i for i in range(len(units)) if i not in root]  # forward order of the inner units (as recorded)
     inner_layers = {n for i in others for n in unit_layers[i]}
@@ -190,7 +206,7 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
         root_grad = sum(full_grad(units[i]) for i in root)
         tail_grad = sum(float(grad_bytes.get(n, 0)) * _DTYPE_BYTES.get(units[i].reduce_dtype or units[i].orig_dtype, 4)
                         / _DTYPE_BYTES.get(units[i].orig_dtype, 4) for i in root for n in unit_layers[i] if n in after_inner)
-        best = FsdpMemory(params, opt, grads, 0.0, 0.0, "optimizer step")
+        best = FsdpMemory(params, opt, grads, output, 0.0, "optimizer step")
         for k in range(len(others), -1, -1):  # backward: the root's first layer (k = all inner units alive), then inner units in reverse
             alive = others[:k]
             cur = others[k - 1] if k else None
@@ -200,7 +216,7 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
                 gathered += full_grad(units[cur]) + (0.0 if cur in kept else full(units[cur]))
             if prefetch is not None:
                 gathered += full(units[prefetch])
-            a = root_acts + outside * 2 + sum(acts(unit_layers[i], units[i]) for i in alive)
+            a = root_acts + outside + loss + sum(acts(unit_layers[i], units[i]) for i in alive)
             done = sum(shard_of[i] for i in others[k:])
             m = FsdpMemory(params, opt, done, a, gathered, f"backward of {units[cur].name if cur is not None else '<root>'}")
             # its reduce-scatter, once its activations are freed (the root's: the last, everything else freed)
@@ -210,11 +226,11 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
                 cast = units[u].param_dtype != (units[u].reduce_dtype or units[u].orig_dtype)
                 buffers = float(units[u].numel * param_size(units[u])) + (2.0 if cast else 1.0) * full_grad(units[u])
                 if cur is not None:
-                    rs = FsdpMemory(params, opt, done + shard_of[u], outside + root_acts + sum(acts(unit_layers[i], units[i]) for i in others[:k - 1]),
+                    rs = FsdpMemory(params, opt, done + shard_of[u], outside + output + root_acts + sum(acts(unit_layers[i], units[i]) for i in others[:k - 1]),
                                     root_full + tail_grad + sum(full(units[i]) for i in kept if i in others[:k - 1]) + buffers,
                                     f"reduce-scatter of {units[u].name}")
                 else:
-                    rs = FsdpMemory(params, opt, done + shard_of[u], outside, buffers, f"reduce-scatter of {units[u].name}")
+                    rs = FsdpMemory(params, opt, done + shard_of[u], outside + output, buffers, f"reduce-scatter of {units[u].name}")
             for cand in (m, rs):
                 if cand is not None and cand.total > best.total:
                     best = cand
@@ -227,8 +243,11 @@ def ddp_peak_of_fsdp(g: Graph, workers: int | None = None) -> dict[int, MemoryBr
     peak with every parameter on every rank (the units' full sizes in their original dtype), the optimizer state
     per parameter the FSDP profile measured (state over parameter shards), DDP's bucket buffers, and the
     activations each layer saved less its gathered weight (DDP's weights are parameters, which the collector does
-    not count; a layer that saved no weight, an embedding, loses its few saved bytes). ``workers`` changes nothing:
-    a DDP rank holds the whole model at any count."""
+    not count; a layer that saved no weight, an embedding, loses its few saved bytes). With Adam's state (2 per
+    parameter), the optimizer step's two temporaries of the largest layer's parameters (``MemoryModel.step_transient``):
+    a large embedding's DDP run peaked there, in AdamW's division (228.4 MiB measured; 183.6 predicted at backward's
+    start, 212.5 with them, 228.5 with the logits the script held too). ``workers`` changes nothing: a DDP rank holds
+    the whole model at any count."""
     fs = g.meta.fsdp
     if fs is None:
         raise DagprofError("not an FSDP graph")
@@ -243,9 +262,12 @@ def ddp_peak_of_fsdp(g: Graph, workers: int | None = None) -> dict[int, MemoryBr
             u = unit_of.get(name)
             w = float(fs.layer_grad_bytes.get(name, 0)) * (_DTYPE_BYTES.get(u.param_dtype, 4) / _DTYPE_BYTES.get(u.orig_dtype, 4) if u else 1.0)
             saved[ids[name]] = max(float(s) - w, 0.0)
+    largest = max((float(v) for v in fs.layer_grad_bytes.values()), default=0.0)
     out = {}
     for rank, mem in fs.memory.items():
         state = mem.optim_state_bytes / mem.param_shard_bytes if mem.param_shard_bytes else 0.0
-        model = MemoryModel(total, saved, float(fs.layer_saved_bytes.get(SAVED_OUTSIDE_LAYERS, 0)), state)
+        adam = abs(state - OPTIMIZER_STATE["adam"]) < 0.05
+        model = MemoryModel(total, saved, float(fs.layer_saved_bytes.get(SAVED_OUTSIDE_LAYERS, 0)), state, 2.0 * largest if adam else 0.0,
+                            float(fs.layer_saved_bytes.get(MODEL_OUTPUT, 0)))
         out[int(rank)] = model.peak()
     return out

@@ -55,6 +55,8 @@ from .fsdp1 import Fsdp1Recorder, clean_name, fsdp1_modules
 
 _MAX_OUTPUT_HOOKS = 4  # tensors per module output that get a gradient hook
 SAVED_OUTSIDE_LAYERS = "<outside leaf modules>"  # layer_saved_bytes key of activations saved by the loss and functional ops
+MODEL_OUTPUT = "<model output>"  # layer_saved_bytes key of the bytes the model's forward returned (a script that keeps the logits holds them)
+_OUTPUT = -2  # its key among a step's saved bytes (-1: outside leaf modules)
 
 
 class Collector:
@@ -326,10 +328,14 @@ class Collector:
             self._fail(err, "forward pre-hook (saved tensors)")
 
     def _saved_off(self, module: Any = None, args: tuple = (), output: Any = None) -> None:
+        """A root's forward hook: stop counting saved activations, and count the bytes its forward returned (the
+        logits and loss tensors no saved-tensor hook sees: the memory model sizes them by it)."""
         if self._saved is not None:
             saved, self._saved = self._saved, None
             try:
                 saved.__exit__(None, None, None)
+                if output is not None:
+                    self._step_saved[_OUTPUT] = max(self._step_saved.get(_OUTPUT, 0), _output_bytes(output))
             except Exception as err:  # noqa: BLE001
                 self._fail(err, "forward hook (saved tensors)")
 
@@ -496,7 +502,7 @@ class Collector:
         if self.recording:
             self.records.append((Rec.STEP_END, self.step, 0, t, 0))
             for layer, nb in self._step_saved.items():
-                path = self.layers[layer] if layer >= 0 else SAVED_OUTSIDE_LAYERS
+                path = self._saved_key(layer)
                 self._saved_bytes[path] = max(self._saved_bytes.get(path, 0), nb)
             self.profiled.append(self.step)
             self._bar.update()
@@ -654,6 +660,9 @@ class Collector:
         self._flushed = _Flushed(len(self.records), len(self.layers), dict(self._grad_bytes), len(self.warnings),
                                  len(self.step_times), len(self._layouts))
 
+    def _saved_key(self, layer: int) -> str:
+        return self.layers[layer] if layer >= 0 else SAVED_OUTSIDE_LAYERS if layer == -1 else MODEL_OUTPUT
+
     def _write_step_part(self) -> None:
         """The step that just ended, and whatever else was appended since the previous one: one line appended to the log."""
         done = self._flushed
@@ -661,7 +670,7 @@ class Collector:
         grad = {k: v for k, v in self._grad_bytes.items() if done.grad_bytes.get(k) != v}
         part = StepPart(
             rank=self._info["rank"], step=self.step, layers=self.layers[done.layers:], layer_grad_bytes=grad,
-            layer_saved_bytes={self.layers[k] if k >= 0 else SAVED_OUTSIDE_LAYERS: nb for k, nb in self._step_saved.items()},
+            layer_saved_bytes={self._saved_key(k): nb for k, nb in self._step_saved.items()},
             bucket_layout=self._layouts[-1] if len(self._layouts) > done.layouts else None,
             warnings=self.warnings[done.warnings:], step_times_ns=self.step_times[done.step_times:], records=self.records[done.records:n],
         )
@@ -802,3 +811,19 @@ def _group_ranks(group: Any) -> list[int]:
         return [int(r) for r in dist.get_process_group_ranks(group)]
     except Exception:  # noqa: BLE001  (an old torch or a custom group: the reader assumes every rank)
         return []
+
+
+def _output_bytes(output: Any) -> int:
+    """Bytes of the tensors a forward returned (nested in tuples, lists and dicts), each storage once."""
+    seen: dict[int, int] = {}
+    stack = [output]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, (tuple, list)):
+            stack.extend(x)
+        elif isinstance(x, dict):
+            stack.extend(x.values())
+        elif hasattr(x, "untyped_storage"):
+            storage = _local(x).untyped_storage()
+            seen[storage.data_ptr()] = storage.nbytes()
+    return sum(seen.values())

@@ -77,7 +77,11 @@ def sweep_kind(kind: str, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5
     """``kind`` over ``sizes``, every rank entering together (barrier). Each rank times every repetition from the
     barrier's release; the time is the slowest rank's median (a rank that entered late measures less than the
     collective took) and the skew the spread of the ranks' times per repetition (how much later the last rank got
-    out than the first, the barrier's own release skew included; no clock is compared across ranks)."""
+    out than the first, the barrier's own release skew included; no clock is compared across ranks). FSDP's kinds
+    (not the all-reduce): the median of each repetition's slowest rank (``_slowest_each``), since which rank gets out last
+    alternates: gloo's all-gather releases one of 2 ranks about half its transfer after the other, and a job of
+    back-to-back collectives waits for that rank every time, where the slowest rank's median held the lag in some
+    sweeps and not in others (4 MiB at 200 Mbit/s: 133 and 97 ms, skew 42 and 40 ms, in two sweeps)."""
     import torch
     import torch.distributed as dist
 
@@ -91,7 +95,7 @@ def sweep_kind(kind: str, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5
     for nbytes in sizes:
         make, moved = _op(kind, nbytes, world)
         per = _timed_together(make, iters, warmup)
-        points.append((moved, float(np.median(per, axis=1).max())))
+        points.append((moved, float(np.median(per, axis=1).max()) if kind == "all_reduce" else _slowest_each(per)))
         skew.append(float(np.median(per.max(axis=0) - per.min(axis=0))))
     return KindSweep(kind, points, skew)
 
@@ -117,11 +121,18 @@ OPT_SHAPES = ((32, 32), (8, 256), (2, 1024))
 COPY_SIZES = (1 << 20, 4 << 20, 16 << 20)  # bytes of the all-gather output a copy-out splits into parameters
 UNITS = (8, 64)  # (units, width) of the stack whose forward and backward time FSDP2's cost per unit: small, so that
 # what it measures is the per-unit cost, not the transfers'
+LARGE_UNITS = (4, 724)  # and of units of 2 MiB (a transformer block of width 256 holds 3 MiB): how that cost grows with a unit's bytes
 
 
 def _timed_together(make: Callable[[], Callable[[], object]], iters: int, warmup: int = 2) -> np.ndarray:
     """us, ranks x repetitions: every rank times ``make()``'s call from a barrier's release, as the ranks of a job
     run it side by side (``warmup`` repetitions first, untimed); every rank gets every rank's times."""
+    return _timed_both(make, iters, warmup)[0]
+
+
+def _timed_both(make: Callable[[], Callable[[], object]], iters: int, warmup: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """``_timed_together``'s wall times and the same calls' CPU time on the calling thread (what waiting on a peer or
+    on the link does not take), us, ranks x repetitions each."""
     import torch
     import torch.distributed as dist
 
@@ -129,19 +140,26 @@ def _timed_together(make: Callable[[], Callable[[], object]], iters: int, warmup
     for i in range(warmup + iters):
         call = make()
         dist.barrier()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         call()
         if i >= warmup:
-            times.append((time.perf_counter() - t0) * 1e6)
-    mine = torch.tensor(times, dtype=torch.float64)
+            times.append(((time.perf_counter() - t0) * 1e6, (time.thread_time() - c0) * 1e6))
+    mine = torch.tensor(times, dtype=torch.float64).T.contiguous()
     every = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(every, mine)
-    return torch.stack(every).numpy()
+    both = torch.stack(every).numpy()
+    return both[:, 0], both[:, 1]
 
 
 def _slowest_median(make: Callable[[], Callable[[], object]], iters: int, warmup: int = 2) -> float:
     """us: the slowest rank's median of ``_timed_together``."""
     return float(np.median(_timed_together(make, iters, warmup), axis=1).max())
+
+
+def _slowest_each(per: np.ndarray) -> float:
+    """us: the median over repetitions of the slowest rank's time (ranks x repetitions): what a job of back-to-back
+    collectives waits for where the last rank out changes from one repetition to the next."""
+    return float(np.median(per.max(axis=0)))
 
 
 def measure_fsdp(iters: int = 5) -> tuple[FsdpCosts, dict]:
@@ -153,7 +171,14 @@ def measure_fsdp(iters: int = 5) -> tuple[FsdpCosts, dict]:
     all-gather's output (``world`` x shard) into four parameters' new storage (``COPY_SIZES``). Per unit: the forward
     and the backward of a stack of ``UNITS`` ``Linear`` units, ``fully_shard`` each (resharded after forward), less the
     same stack unsharded and less its collectives at their own measured time (an all-gather per unit in forward, an
-    all-gather and a reduce-scatter in backward), per unit; never below 0."""
+    all-gather and a reduce-scatter in backward), per unit; never below 0 (``_unit_extra``). Then the same for
+    ``LARGE_UNITS``: how much more a unit costs per byte of its parameters, in CPU time on the calling thread (first
+    touch of the gathered parameters and gradients, FSDP's passes over them), less the copy-out's time per byte (the
+    conversion prices each copy-out on its own), never below 0. In CPU time because the wall times of units of MBs
+    hold their collectives, which on a shaped link are tens of ms and vary by more than the growth: at 200 Mbit/s two
+    calibrations' wall-clock growth came out 6.2 and 24 ms per MB forward, the CPU's 0.65 (loopback 0.17; backward 2.0
+    and 0.48). Measured on this machine (2 gloo ranks, loopback, load 5): CPU 0.5 and 0.7 ms more than the unsharded
+    stack per 16 KiB unit (forward, backward), 0.6 and 0.9 ms per 256 KiB."""
     import torch
     import torch.distributed as dist
     import torch.nn as nn
@@ -189,8 +214,30 @@ def measure_fsdp(iters: int = 5) -> tuple[FsdpCosts, dict]:
     m, t = np.array(copy, dtype=float).T
     slope = float(np.polyfit(m, t, 1)[0])
     per_byte = slope if slope > 0 else float(t[-1] / m[-1])
-    units, width = UNITS
-    passes = {}
+    per_unit = [_unit_extra(units, width, world, mesh, iters) for units, width in (UNITS, LARGE_UNITS)]
+    del model, opt, mesh
+    gc.collect()  # the sharded modules and their mesh go while the group lives: left to its teardown, a rank aborted in 2 runs of 12 (0 of 27 so)
+    dist.barrier()
+    (small, f0, b0, cpu0), (large, _, _, cpu1) = per_unit
+    growth = [max((x1 - x0) / (large - small) - per_byte, 0.0) for x0, x1 in zip(cpu0["cpu_us"], cpu1["cpu_us"])]  # beyond the copy-out's own
+    costs = FsdpCosts(world, StepFit.fit(steps["plain"]), StepFit.fit(steps["dtensor"]), per_byte, f0, b0,
+                      unit_forward_us_per_byte=growth[0], unit_backward_us_per_byte=growth[1])
+    return costs, {"optimizer_points": steps, "copy_out_points": copy,
+                   "unit_points": [{"unit_bytes": nb, "forward_us": f, "backward_us": b, **rest} for nb, f, b, rest in per_unit]}
+
+
+def _unit_extra(units: int, width: int, world: int, mesh: object, iters: int) -> tuple[int, float, float, dict]:
+    """(a unit's parameter bytes, its forward's and its backward's cost per unit beyond its collectives (never below 0), the
+    timings): a stack of ``units`` ``Linear(width, width)`` units, ``fully_shard`` each, against the same stack unsharded,
+    less an all-gather per unit in forward, an all-gather and a reduce-scatter in backward at their own measured time
+    (each timed as the sweep times FSDP's kinds, ``_slowest_each``: the lag of the rank that gets out last is the collectives',
+    not the unit's). The timings also hold the same differences in CPU time on the calling thread (``cpu_us``: forward,
+    backward per unit), which no wait on the link or a peer enters."""
+    import torch
+    import torch.nn as nn
+    from torch.distributed.fsdp import fully_shard
+
+    wall, cpu = {}, {}
     for how in ("plain", "fsdp"):
         torch.manual_seed(0)
         model = nn.Sequential(*[nn.Linear(width, width, bias=False) for _ in range(units)])
@@ -203,15 +250,16 @@ def measure_fsdp(iters: int = 5) -> tuple[FsdpCosts, dict]:
         def make_backward(model: nn.Module = model, x: torch.Tensor = x) -> Callable[[], object]:
             loss = model(x).sum()
             return loss.backward
-        passes[how] = (_slowest_median(lambda model=model, x=x: lambda: model(x), iters), _slowest_median(make_backward, iters))
-    gather, scatter = (_slowest_median(_op(kind, width * width * 4, world)[0], iters) for kind in ("all_gather", "reduce_scatter"))
-    del model, opt, mesh
-    gc.collect()  # the sharded modules and their mesh go while the group lives: left to its teardown, a rank aborted in 2 runs of 12 (0 of 27 so)
-    dist.barrier()
-    forward = max((passes["fsdp"][0] - passes["plain"][0]) / units - gather, 0.0)
-    backward = max((passes["fsdp"][1] - passes["plain"][1]) / units - gather - scatter, 0.0)
-    costs = FsdpCosts(world, StepFit.fit(steps["plain"]), StepFit.fit(steps["dtensor"]), per_byte, forward, backward)
-    return costs, {"optimizer_points": steps, "copy_out_points": copy, "unit_passes_us": passes, "unit_collectives_us": [gather, scatter]}
+        timed = [_timed_both(make, iters) for make in (lambda model=model, x=x: lambda: model(x), make_backward)]
+        wall[how] = [_slowest_each(w) for w, _ in timed]
+        cpu[how] = [float(np.median(c)) for _, c in timed]
+    nbytes = width * width * 4
+    ops = [_timed_both(_op(kind, nbytes, world)[0], iters) for kind in ("all_gather", "reduce_scatter")]
+    (gather, scatter), (gather_cpu, scatter_cpu) = [_slowest_each(w) for w, _ in ops], [float(np.median(c)) for _, c in ops]
+    forward = max((wall["fsdp"][0] - wall["plain"][0]) / units - gather, 0.0)
+    backward = max((wall["fsdp"][1] - wall["plain"][1]) / units - gather - scatter, 0.0)
+    cpu_us = [(cpu["fsdp"][0] - cpu["plain"][0]) / units - gather_cpu, (cpu["fsdp"][1] - cpu["plain"][1]) / units - gather_cpu - scatter_cpu]
+    return nbytes, forward, backward, {"passes_us": wall, "collectives_us": [gather, scatter], "cpu_us": cpu_us}
 
 
 def _free_port() -> int:
