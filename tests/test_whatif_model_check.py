@@ -65,13 +65,14 @@ def whatif(capsys, *argv) -> tuple[int, dict | str]:
 
 
 def test_a_model_that_misses_the_profiled_run_predicts_nothing(capsys):
-    # 2 steps of a tiny model whose gloo collectives overlap: its link fit puts the run 5x too slow
+    # 2 steps of a tiny model whose gloo collectives overlap: its link fit puts the run 4.5 % too fast (it was 5x too
+    # slow while the collectives measured at 0 us beside the others were left out of the link's total)
     rc, err = whatif(capsys, str(DATA / "run_schema" / "v1"), "--bandwidth", "1Gbit")
     assert rc == 2 and err.count("\n") == 1 and "not predicting" in err and "--allow-model-error" in err
     # the miss is the link's, not the replay's: each part carries its own figure
-    assert re.search(r"the replay of the graph as built [-+]0\.0 % off the measured run, the link fitted to its collectives \+4\d\d\.\d %", err)
+    assert re.search(r"the replay of the graph as built [-+]0\.0 % off the measured run, the link fitted to its collectives -4\.\d %", err)
     rc, r = whatif(capsys, str(DATA / "run_schema" / "v1"), "--bandwidth", "1Gbit", "--allow-model-error")
-    assert rc == 0 and r["model_error_pct"] > 100 and r["scenarios"][0]["caveat"]
+    assert rc == 0 and -10 < r["model_error_pct"] < -2 and r["scenarios"][0]["caveat"]
 
 
 def test_zero_byte_collectives_carry_latency_into_the_model(capsys):
