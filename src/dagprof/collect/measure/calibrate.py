@@ -181,9 +181,7 @@ def measure_fsdp(iters: int = 5) -> tuple[FsdpCosts, dict]:
     stack per 16 KiB unit (forward, backward), 0.6 and 0.9 ms per 256 KiB."""
     import torch
     import torch.distributed as dist
-    import torch.nn as nn
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
 
     if not dist.is_initialized():
         raise DagprofError("calibrate: no torch.distributed process group is initialised")
@@ -192,12 +190,7 @@ def measure_fsdp(iters: int = 5) -> tuple[FsdpCosts, dict]:
     steps: dict[str, list[tuple[int, int, float]]] = {"plain": [], "dtensor": []}
     for tensors, width in OPT_SHAPES:
         for how in steps:
-            torch.manual_seed(0)
-            model = nn.Sequential(*[nn.Linear(width, width, bias=False) for _ in range(tensors)])
-            if how == "dtensor":
-                for layer in model:
-                    fully_shard(layer, mesh=mesh)
-                fully_shard(model, mesh=mesh)
+            model = _linear_stack(tensors, width, mesh if how == "dtensor" else None)
             opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
             model(torch.ones(2, width)).sum().backward()
             nbytes = tensors * width * width * 4
@@ -226,6 +219,22 @@ def measure_fsdp(iters: int = 5) -> tuple[FsdpCosts, dict]:
                    "unit_points": [{"unit_bytes": nb, "forward_us": f, "backward_us": b, **rest} for nb, f, b, rest in per_unit]}
 
 
+def _linear_stack(count: int, width: int, mesh: object | None):
+    """``count`` bias-free ``Linear(width, width)`` layers in a ``Sequential`` (seeded alike on every rank); with
+    ``mesh``, ``fully_shard`` on each layer and on the stack, as a user wraps a model of units."""
+    import torch
+    import torch.nn as nn
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(width, width, bias=False) for _ in range(count)])
+    if mesh is not None:
+        for layer in model:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+    return model
+
+
 def _unit_extra(units: int, width: int, world: int, mesh: object, iters: int) -> tuple[int, float, float, dict]:
     """(a unit's parameter bytes, its forward's and its backward's cost per unit beyond its collectives (never below 0), the
     timings): a stack of ``units`` ``Linear(width, width)`` units, ``fully_shard`` each, against the same stack unsharded,
@@ -235,16 +244,10 @@ def _unit_extra(units: int, width: int, world: int, mesh: object, iters: int) ->
     backward per unit), which no wait on the link or a peer enters."""
     import torch
     import torch.nn as nn
-    from torch.distributed.fsdp import fully_shard
 
     wall, cpu = {}, {}
     for how in ("plain", "fsdp"):
-        torch.manual_seed(0)
-        model = nn.Sequential(*[nn.Linear(width, width, bias=False) for _ in range(units)])
-        if how == "fsdp":
-            for layer in model:
-                fully_shard(layer, mesh=mesh)
-            fully_shard(model, mesh=mesh)
+        model = _linear_stack(units, width, mesh if how == "fsdp" else None)
         x = torch.ones(8, width)
 
         def make_backward(model: nn.Module = model, x: torch.Tensor = x) -> Callable[[], object]:
