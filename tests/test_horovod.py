@@ -130,6 +130,11 @@ def test_whatif_says_when_ranks_crowd_their_cores(tmp_path):
     assert sum("spins" in n for n in notes) == 1 and "vm: 2 ranks on 2 cores" in notes[-1]
     roomy = msgspec.structs.replace(g.meta.horovod, host_cpus={"vm": 8})
     assert roomy.crowded_hosts() == []
+    for bad in (0, -2, True, "2"):  # a damaged core count says nothing about crowding
+        doc = json.loads((run / "rank0.horovod.json").read_text())
+        (run / "rank0.horovod.json").write_text(json.dumps({**doc, "cpus": bad}))
+        (run / "rank1.horovod.json").write_text(json.dumps({**doc, "rank": 1, "cpus": bad}))
+        assert open_run(run).graph.meta.horovod.host_cpus == {}
 
 
 def test_fuse_follows_horovod_rules():

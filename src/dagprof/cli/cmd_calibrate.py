@@ -80,7 +80,8 @@ def run(args) -> dict:
     kinds = {s.kind: (live.fit(s.points, world, s.kind), {"points": s.points, "skew_us": s.skew_us}) for s in measured.sweeps[1:]}
     path = None
     if measured.rank == 0:
-        path = save_link_model(args.out, link, kinds=kinds, fsdp=measured.fsdp and measured.fsdp[0], fsdp_record=measured.fsdp and measured.fsdp[1],
+        fsdp, record = measured.fsdp or (None, None)
+        path = save_link_model(args.out, link, kinds=kinds, fsdp=fsdp, fsdp_record=record,
                                backend="gloo", workers=world, points=points, skew_us=measured.sweeps[0].skew_us,
                                method="live sweep, ring alpha-beta fit (per kind: of its all-reduce-equivalent bytes)")
     rows = [{"nbytes": m, "measured_us": t, "model_us": float(ring_allreduce_us(m, world, link))} for m, t in points]

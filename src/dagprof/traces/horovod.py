@@ -298,7 +298,7 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
         tensor_order=order, tensor_bytes=sizes, cycles_marked=bool(timeline is not None and len(timeline.cycles)),
         responses=len(plan), timeline=tl_name, world_size=run.world_size,
         host_ranks=dict(collections.Counter(t.host for t in run.ranks if t.host)),
-        host_cpus={t.host: int(docs[t.rank]["cpus"]) for t in run.ranks if t.host and isinstance(docs[t.rank].get("cpus"), int)},
+        host_cpus={t.host: docs[t.rank]["cpus"] for t in run.ranks if t.host and type(docs[t.rank].get("cpus")) is int and docs[t.rank]["cpus"] > 0},
         measured=[(p.step, p.position, p.nbytes, p.resp.transfer[1] - p.resp.transfer[0],
                    p.resp.t0 - p.resp.cycle if p.first_in_cycle and p.resp.cycle is not None else -1.0) for p in plan],
     )
