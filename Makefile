@@ -14,8 +14,11 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/dagprof demo
 
 # Lint first (seconds), then the tests; the report's browser test needs Chromium.
+# A native crash that kills pytest itself (a signal) is followed by the test that was running.
 test: lint browser
-	$(VENV)/bin/python -m pytest -q
+	@rm -f .pytest-trail; DAGPROF_TEST_TRAIL=.pytest-trail $(VENV)/bin/python -m pytest -q; rc=$$?; \
+	  if [ $$rc -gt 128 ]; then echo "pytest died of signal $$((rc - 128)) during $$(cat .pytest-trail 2>/dev/null)"; fi; \
+	  rm -f .pytest-trail; exit $$rc
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -39,3 +39,12 @@ def order(prof):
     from dagprof.passes.gradients import gradient_order
 
     return gradient_order(prof.graph, prof.run.ranks[0].buckets)
+
+
+def pytest_runtest_logstart(nodeid, location):
+    """Write the test that starts to ``$DAGPROF_TEST_TRAIL`` (the Makefile sets it): when a native crash kills pytest
+    itself, its stack dump is cut in CI's log, and this names the test that was running."""
+    trail = os.environ.get("DAGPROF_TEST_TRAIL")
+    if trail:
+        with open(trail, "w") as f:
+            f.write(nodeid)
