@@ -299,7 +299,10 @@ def allreduce_equivalent_factor(kind: str, backend: str = "gloo") -> float:
 def kind_of_collective(name: str) -> str:
     """all_gather, reduce_scatter or all_reduce, from a collective's name as the frameworks write it: TensorFlow's
     ``CollectiveGatherV2``, XLA's ``all-gather.3``, c10d's ``gloo:all_gather``, NCCL's ``ncclKernel_AllGather_RING_LL``
-    (anything else, an all-reduce: its bytes are what it reduces)."""
+    (anything else, an all-reduce: its bytes are what it reduces). dagprof's own FSDP nodes name their kind first."""
+    first = name.partition(" ")[0]
+    if first in KIND_FACTORS:
+        return first
     key = name.lower().replace("_", "").replace("-", "").replace(" ", "")
     if "allgather" in key or "collectivegather" in key:
         return "all_gather"

@@ -88,18 +88,9 @@ def allreduce_equivalent_bytes(g: Graph, idx: np.ndarray) -> np.ndarray:
     embedding's sparse gradient priced as an all-reduce of its result made the link fitted beside the dense all-reduce
     twice as fast as the wire (592 Mbit/s on a 500 Mbit/s testbed link)."""
     nbytes = g.nbytes[idx].astype(np.float64)
-    if is_fsdp_graph(g):
-        backend = g.meta.fsdp.backend or "gloo"
-        kinds = [collective_kind(g, int(v)) for v in idx]
-    else:
-        backend = ""
-        kinds = [kind_of_collective(g.node_name(int(v))) for v in idx]
+    backend = (g.meta.fsdp.backend or "gloo") if is_fsdp_graph(g) else ""
+    kinds = [kind_of_collective(g.node_name(int(v))) for v in idx]
     return nbytes * np.array([allreduce_equivalent_factor(k, backend) for k in kinds], dtype=np.float64)
-
-
-def collective_kind(g: Graph, v: int) -> str:
-    """all_gather, reduce_scatter or all_reduce: an FSDP collective node's kind (its name's first word)."""
-    return g.node_name(v).partition(" ")[0]
 
 
 def _reach(g: Graph, src: int) -> np.ndarray:

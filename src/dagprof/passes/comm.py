@@ -37,9 +37,9 @@ import numpy as np
 
 from ..costmodel.alphabeta import AlphaBeta, fit_alpha_beta
 from ..costmodel.collectives import allreduce_us
-from ..costmodel.topology import CollectiveSpec, Scheme, Topology
+from ..costmodel.topology import CollectiveSpec, Scheme, Topology, kind_of_collective
 from ..errors import DagprofError
-from ..graph.build_fsdp import allreduce_equivalent_bytes, collective_kind, is_fsdp_graph
+from ..graph.build_fsdp import allreduce_equivalent_bytes, is_fsdp_graph
 from ..graph.build_ps import DONE, ISSUE, is_ps_graph, rebuild_ps
 from ..graph.collectives import add_allreduce
 from ..graph.dag import Device, DeviceKind, Graph, GraphBuilder
@@ -247,7 +247,7 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
         raise DagprofError(f"topology has {topo.world_size} ranks, the graph's collectives {priced_world_size(g)}")
     dur, gap = g.dur.copy(), g.gap.copy()
     idx = np.flatnonzero(priced_comm(g))
-    kinds = (np.array([collective_kind(g, int(v)) for v in idx], dtype=object) if (topo.kinds or _kinds_of(g)) and is_fsdp_graph(g)
+    kinds = (np.array([kind_of_collective(g.node_name(int(v))) for v in idx], dtype=object) if (topo.kinds or _kinds_of(g)) and is_fsdp_graph(g)
              else np.full(len(idx), "", dtype=object))
     equiv = allreduce_equivalent_bytes(g, idx)
     consumers, lag = exit_lags(g, idx)
@@ -308,7 +308,7 @@ def exit_lags(g: Graph, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def wire_lags(g: Graph, comm: np.ndarray, lag: np.ndarray) -> np.ndarray:
     """The wire time in each exit lag: at most the median lag of the collectives of its kind and size (a buffer's
     worth of bytes), the rest a descheduled rank's (at 1 Gbit/s on a loaded machine single lags reached 30 ms, their median 1.8)."""
-    _, like = np.unique(np.stack([np.unique([collective_kind(g, int(v)) for v in comm], return_inverse=True)[1].ravel(),
+    _, like = np.unique(np.stack([np.unique([kind_of_collective(g.node_name(int(v))) for v in comm], return_inverse=True)[1].ravel(),
                                   g.nbytes[comm]], axis=1), axis=0, return_inverse=True)
     like = like.ravel()
     typical = np.zeros(int(like.max()) + 1 if len(like) else 0)
