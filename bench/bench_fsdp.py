@@ -554,7 +554,7 @@ def part7(rounds: int, steps: int, links: list[str], calibrate: bool = False, ke
             for w in ("fsdp", "ddp"):
                 got = measured_peak(2, model + wrappers[w], min(steps, 8), os.path.join(tmp, f"mem-{name}-{w}"))
                 mem.append(100 * (pred[w].total - got) / got)
-                at = getattr(pred[w], "at", "backward starts")
+                at = getattr(pred[w], "at", "the optimizer step" if getattr(pred[w], "step", 0) else "backward")
                 print(f"{name:14s} {w:>5s} {got / 2**20:13.2f} {pred[w].total / 2**20:14.2f} {mem[-1]:+7.2f} %  {at}", flush=True)
     return to_fsdp, to_ddp, mem
 
