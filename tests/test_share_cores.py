@@ -12,7 +12,7 @@ from dagprof.analysis import job_iteration_us
 from dagprof.graph.dag import DeviceKind
 from dagprof.passes import set_link
 from dagprof.passes.comm import current_topology, exit_lags
-from dagprof.passes.compute import share_cores
+from dagprof.passes.compute import share_cores, wire_in_gaps
 from dagprof.passes.fsdp import scale_fsdp_workers
 from dagprof.pipeline import open_run
 from dagprof.traces.events import Kind
@@ -27,15 +27,11 @@ def four_ranks_slow():
     return scale_fsdp_workers(set_link(g, bandwidth=bw / 5), 4)
 
 
-def wire_in_gaps(g) -> np.ndarray:
-    """Per (collective, consumer) pair, the wire time in the consumer's gap: its own lag, or its carried share."""
-    pairs, lag = exit_lags(g, np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0)))
-    return pairs, np.maximum(lag, np.minimum(g.gap[pairs[:, 1]], g.exit_lag[pairs[:, 1]]))
-
-
 def test_the_exit_lags_wait_off_the_shared_cores(four_ranks_slow):
     g = four_ranks_slow
-    pairs, wire = wire_in_gaps(g)
+    pairs, lag = exit_lags(g, np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0)))
+    wire = wire_in_gaps(g, pairs)
+    assert np.all(wire >= lag - 1e-9) and np.all(wire <= g.gap[pairs[:, 1]])  # the lag behind the first rank out, and more
     assert (wire > 1000).sum() > len(wire) / 2  # at 200 Mbit/s most consumers wait milliseconds for their last bytes
     s = share_cores(g, 2)
     n = len(g)
@@ -62,3 +58,23 @@ def test_core_sharing_costs_less_than_queueing_behind_the_wire(four_ranks_slow):
     held = s.replace(gap=np.r_[g.gap, np.zeros(len(s) - len(g))], device=np.r_[s.device[: len(g)], np.full(len(s) - len(g), -1)])
     assert own < shared < job_iteration_us(held)
     assert job_iteration_us(share_cores(g, 4)) == pytest.approx(own, rel=0.01)  # a core per rank: no queueing
+
+
+def test_what_stays_on_the_cores_does_not_depend_on_the_link():
+    """The consumers' overhead left on the shared cores (the wake-up) is the same at 1 Gbit/s and at a fifth of it:
+    all that the slower link adds to their gaps is wire, and waits off the cores."""
+    g = open_run(str(FAST), template=True).graph
+    bw = current_topology(g).inter.bandwidth_bytes_per_s
+    kept = {}
+    for ratio in (1, 5):
+        h = scale_fsdp_workers(set_link(g, bandwidth=bw / ratio), 4)
+        s = share_cores(h, 2)
+        kept[ratio] = s.gap[: len(h)].sum()
+    assert kept[5] == pytest.approx(kept[1], rel=0.02)
+
+
+def test_a_link_changed_and_changed_back_gives_the_gaps_it_started_from():
+    g = open_run(str(FAST), template=True).graph
+    bw = current_topology(g).inter.bandwidth_bytes_per_s
+    back = set_link(set_link(g, bandwidth=bw / 5), bandwidth=bw)
+    assert back.gap == pytest.approx(g.gap, abs=1e-6)

@@ -32,8 +32,9 @@ def share_cores(g: Graph, cores: int, ranks_per_host: int | None = None) -> Grap
     A rank's exit lag behind a collective is wire time (``passes.comm``: its last bytes still arrive after
     the first rank out has left), not compute, so it leaves the cores: it becomes a resource-free wait between
     the collective and its consumer, whose overhead on the cores keeps the rest (the wake-up). The lag is the
-    rank's own behind the first rank out (``comm.exit_lags``) or, in an averaged graph, its consumer's carried
-    share (``Graph.exit_lag``, scaled with the link). Left in the consumer's gap on the shared device, the
+    consumer's gap less the first rank's wake-up (``wire_in_gaps``): the rank's lag behind the first rank out
+    (``comm.exit_lags``), and in an averaged graph the wire its consumer carries (``Graph.exit_lag``: its share as
+    measured plus what link changes added). Left in the consumer's gap on the shared device, the
     4-rank FSDP what-if at 200 Mbit/s held a core through about 5 ms of wire per collective and rank while the
     other ranks queued: the core sharing added 14-17 % to the step where the testbed measured 8 %.
     """
@@ -57,10 +58,21 @@ def share_cores(g: Graph, cores: int, ranks_per_host: int | None = None) -> Grap
     return _lags_off_cores(g.replace(device=device, devices=devices), np.array(list(shared.values()), np.int64))
 
 
+def wire_in_gaps(g: Graph, pairs: np.ndarray) -> np.ndarray:
+    """Per (collective, consumer) pair (``comm.exit_lags``), the time in the consumer's gap that is not its rank's
+    wake-up: the gap less the first rank's wake-up, the least over the collective's consumers of a gap less the wire it
+    carries (``Graph.exit_lag``). Without carried lags, the rank's exit lag behind the first rank out."""
+    gap = g.gap[pairs[:, 1]]
+    colls, of = np.unique(pairs[:, 0], return_inverse=True)
+    wake = np.full(len(colls), np.inf)
+    np.minimum.at(wake, of, np.maximum(gap - g.exit_lag[pairs[:, 1]], 0.0))
+    return gap - wake[of]
+
+
 def _lags_off_cores(g: Graph, shared: np.ndarray) -> Graph:
     """Each exit lag of a consumer on a ``shared`` device moved into a resource-free wait before it."""
-    pairs, lag = exit_lags(g, np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0)))
-    lag = np.maximum(lag, np.minimum(g.gap[pairs[:, 1]], g.exit_lag[pairs[:, 1]]))  # an averaged graph's carried share
+    pairs, _ = exit_lags(g, np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0)))
+    lag = wire_in_gaps(g, pairs)
     moved = (lag > 0) & np.isin(g.device[pairs[:, 1]], shared)
     if not moved.any():
         return g
