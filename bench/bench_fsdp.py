@@ -13,7 +13,9 @@ again and predicts from its own profile; the order of the measured cells is shuf
   1 Gbit/s, 7.6-9.9 ms at 200 Mbit/s; part 11); where the last rank out alternates from step to step, the averaged
   collective carries that rank's mean lag, scaled on every rank (``passes.average_steps``);
 - 4 ranks (the shard degree): every collective priced for 4 ranks, the optimizer on half the shards
-  (``passes.fsdp.scale_fsdp_workers``), and the 4 ranks' compute sharing this machine's cores (``share_cores``).
+  (``passes.fsdp.scale_fsdp_workers``), and the 4 ranks' compute sharing this machine's cores (``share_cores``: at most
+  2 ranks compute at once; each rank's exit lag behind a collective, wire time, waits off the cores. Held on them, it
+  put the 4-rank cells 7.7 % (1 Gbit/s) and 12 % (200 Mbit/s) higher on the same profiles: ``--keep`` / ``--offline``).
 A cell's measured figure is the mean of rank 0's step times after warm-up, the quantity the model predicts (the
 averaged iteration reproduces a window's mean). It was their median: on the quiet machine a profiled job's own
 median step (137.8 ms) sat 3.6 % under its mean over the window (142.9), which counted as the model's error.
