@@ -591,7 +591,9 @@ def part7(rounds: int, steps: int, links: list[str], calibrate: bool = False, ke
 def offline7(keep: str) -> list[float]:
     """DDP -> FSDP predicted again from the profiles and link-model files ``part7(keep=...)`` kept (this code, no job
     run): per kept round, model and link, on the round's calibrated files (``calibrated_models``) and on the profile's
-    own link, against the FSDP profile's own iteration; the errors on the fsdp-measured file, %."""
+    own link, against the FSDP profile's own iteration; the errors on the fsdp-measured file, %. Beside them, FSDP -> DDP
+    (the FSDP profile averaged) on the profile's own link and on the fsdp-measured file (its optimizer step as measured),
+    against the DDP profile's own iteration."""
     from dagprof.analysis import job_iteration_us
     from dagprof.passes.average_steps import average_steps
     from dagprof.pipeline import open_run
@@ -600,7 +602,8 @@ def offline7(keep: str) -> list[float]:
 
     errors = []
     print(f"Part 7 offline: DDP -> FSDP from the runs kept in {keep}, load {os.getloadavg()[0]:.2f}")
-    print(f"{'round/model/link':40s} {'measured ms':>12s} " + " ".join(f"{h:>14s}" for h in ("profile link", *CALIBRATED)))
+    print(f"{'round/model/link':40s} {'measured ms':>12s} " + " ".join(f"{h:>14s}" for h in ("profile link", *CALIBRATED))
+          + f"  {'DDP ms':>8s} {'to DDP: link':>13s} {'fsdp-measured':>14s}")
     for entry in sorted(os.listdir(keep)):
         if not (entry.startswith("r") and entry.endswith("-ddp")) or not os.path.isdir(os.path.join(keep, entry[:-4] + "-fsdp")):
             continue
@@ -621,7 +624,15 @@ def offline7(keep: str) -> list[float]:
             out.append(100 * (job_iteration_us(g) / 1e3 - measured) / measured)
         if out[-1] is not None:
             errors.append(out[-1])
-        print(f"{cell:40s} {measured:12.1f} " + " ".join(f"{'-':>14s}" if e is None else f"{e:+13.1f}%" for e in out), flush=True)
+        fsdp_avg = average_steps(fsdp, replay)
+        ddp_ms = max(open_run(os.path.join(keep, entry)).graph.meta.measured_iter_us.values()) / 1e3
+        back = []
+        for path in (None, files["fsdp-measured"]):
+            c = whatif.Cluster(optimizer_state="adam", link_model=path if path is None or os.path.exists(path) else None)
+            g = whatif.apply(fsdp_avg, whatif.Scenario(data_parallel="ddp"), c, whatif.base_topology(fsdp_avg, c))
+            back.append(100 * (job_iteration_us(g) / 1e3 - ddp_ms) / ddp_ms)
+        print(f"{cell:40s} {measured:12.1f} " + " ".join(f"{'-':>14s}" if e is None else f"{e:+13.1f}%" for e in out)
+              + f"  {ddp_ms:8.1f} {back[0]:+12.1f}% {back[1]:+13.1f}%", flush=True)
     return errors
 
 
