@@ -20,12 +20,12 @@ from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import allreduce_equivalent_bytes, fsdp_collectives
 from dagprof.passes.comm import set_topology
-from dagprof.passes.data_parallel import ddp_to_fsdp
+from dagprof.passes.data_parallel import ddp_to_fsdp, fsdp_to_ddp
 from dagprof.search.whatif import Cluster, Scenario, apply, base_topology, evaluate
 from dagprof.traces.dagprof_run import read_run
 from dagprof.traces.events import Kind
 
-DDP = DATA / "fsdp" / "ddp"
+DDP, FSDP = DATA / "fsdp" / "ddp", DATA / "fsdp" / "reshard"
 LINK = AlphaBeta(50.0, 1e-3)
 # far from the profile's own rules (1/N of the step, DDP's enqueue per byte): a converted node shows which it took
 COSTS = FsdpCosts(2, StepFit(10.0, 1e-3), StepFit(500.0, 3e-3), 7e-3, 321.0, 654.0)
@@ -166,3 +166,22 @@ def test_fsdp_kinds_are_priced_at_each_repetitions_slowest_rank():
     per = np.array([[60.0, 90.0, 60.0, 90.0], [90.0, 60.0, 90.0, 60.0]])  # ranks x repetitions, us
     assert float(np.median(per, axis=1).max()) == 75.0  # the slowest rank's median: half the lag
     assert _slowest_each(per) == 90.0
+
+
+def test_fsdp_to_ddp_steps_the_optimizer_as_measured():
+    """FSDP -> DDP on the recorded FSDP2 job (tests/data/fsdp/reshard: 3 units of 3, 4 and 4 parameter tensors): the
+    profiled DTensor step on the shards over the measured ratio of the two steps (DTensor's fixed cost per tensor is
+    no DDP cost); without measured costs, the profiled step times the ranks."""
+    fsdp = build_graph(read_run(FSDP))
+    assert [u.tensors for u in fsdp.meta.fsdp.units] == [3, 4, 4]
+    nbytes = sum(u.numel * 4 for u in fsdp.meta.fsdp.units)
+    upd = fsdp.dur[fsdp.kind == Kind.UPDATE]
+    ratio = COSTS.step_ratio(11, nbytes, 2)
+    assert ratio == pytest.approx((500 * 11 + 3e-3 * nbytes / 2) / (10 * 11 + 1e-3 * nbytes))
+    measured = fsdp_to_ddp(fsdp, costs=COSTS)
+    assert np.allclose(measured.dur[measured.kind == Kind.UPDATE], upd / ratio)
+    plain = fsdp_to_ddp(fsdp)
+    assert np.allclose(plain.dur[plain.kind == Kind.UPDATE], 2 * upd)
+    c = Cluster(optimizer_state="adam")
+    as_ddp = apply(fsdp, Scenario(data_parallel="ddp"), c, base_topology(fsdp, c))
+    assert np.allclose(as_ddp.dur[as_ddp.kind == Kind.UPDATE], 2 * upd)  # whatif without --link-model: as before

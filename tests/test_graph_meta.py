@@ -8,6 +8,7 @@ from dagprof.graph.meta import GraphMeta
 from dagprof.graph.symmetry import fold_ranks
 from dagprof.passes import expand_collectives, scale_compute, scale_workers, set_buckets, set_link
 from dagprof.passes.accumulate import accumulate_gradients
+from dagprof.passes.compute import share_cores
 from dagprof.traces.meta import HorovodRecord
 
 from test_passes_fixture import ddp_graph
@@ -20,6 +21,7 @@ PASSES = {
     "expand_collectives": expand_collectives,
     "accumulate_gradients": lambda g: accumulate_gradients(g, 2),
     "fold_ranks": lambda g: fold_ranks(g)[0],
+    "share_cores": lambda g: share_cores(g, 1),  # GraphBuilder.from_graph where a collective's exit lags leave the cores
 }
 
 

@@ -21,7 +21,8 @@ How each cell is predicted from the profile (2 ranks, 1 Gbit/s, 1 MB buckets):
   sweep of the unshaped veth link (a link calibration, as nccl-tests is for GPUs);
 - bucket size: ``set_buckets`` in gradient-ready order;
 - 4 ranks: ``scale_workers`` (rank copies) plus ``share_cores``: the 4 ranks share this
-  machine's cores, so their compute queues for the CPU (4 ranks on 2 cores contend); and an
+  machine's cores, so their compute queues for the CPU (4 ranks on 2 cores contend), while a
+  rank's exit lag behind an all-reduce (wire time) waits off the cores; and an
   unshaped link, being memory copies by the ranks' gloo threads, gets cores/ranks of the
   swept bandwidth. Not modelled: the longer wake-up latency of each ring step when threads
   outnumber cores (it shows as a per-bucket cost in the 4-rank cells with 1 MB buckets); that

@@ -39,7 +39,7 @@ NODE_COLUMNS: dict[str, Any] = {
     "bucket": np.int32,
     "nbytes": np.int64,
     "dim": np.int8,  # a COMM node's mesh dimension (traces.parallelism.Dim); read only where meta.parallel is set
-    "exit_lag": np.float64,  # us: exit lag an averaged collective carries (its last rank's; its consumers': theirs; passes.average_steps)
+    "exit_lag": np.float64,  # us: exit lag an averaged collective carries (its last rank's; its consumers': the wire in their gap; passes.average_steps)
 }
 
 

@@ -48,6 +48,7 @@ class FsdpGraphUnit:
     mesh: list[int]  # (shard,) or HSDP's (replicate, shard)
     mesh_dims: list[str]
     layers: list[str]  # the leaf layers it runs (not those of nested units)
+    tensors: int = 0  # parameter tensors it manages (0: not recorded, as in a DDP profile turned FSDP)
 
 
 @dataclass(frozen=True, slots=True)

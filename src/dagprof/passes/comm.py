@@ -23,10 +23,12 @@ out changes from step to step, the ranks' means come out alike, so no rank lags 
 is kept as a share on every rank plus the averaged join's added wait for the last arrival, L in all at the next join.
 At a link ratio times slower each step's last rank lags ratio x L, so such a collective carries L itself
 (``Graph.exit_lag``: its wire time, averaged over the steps) and a link change adds (ratio - 1) x L to every rank's
-consumers of it, in place of the per-rank lags: the next join then waits ratio x L, whichever rank comes last. On a
-faster link a rank's gap shrinks by no more than its own share of the lag (each consumer carries it too), so the
-first rank's own wake-up stays. On the testbed (2 ranks, profiled at 1 Gbit/s) 200 Mbit/s came out -10.4 % with the
-averaged graph's per-rank lags, -3.0 % so (``tests/test_exit_lag.py``).
+consumers of it, in place of the per-rank lags: the next join then waits ratio x L, whichever rank comes last. Each
+consumer carries the wire time in its own gap (its share of the lag as measured, plus what link changes added), so on a
+faster link a rank's gap shrinks by no more than that and the first rank's own wake-up stays; a link changed and changed
+back gives the gaps it started from, and core sharing (``passes.compute.share_cores``) takes that wire off the cores.
+On the testbed (2 ranks, profiled at 1 Gbit/s) 200 Mbit/s came out -10.4 % with the averaged graph's per-rank lags,
+-3.0 % so (``tests/test_exit_lag.py``).
 """
 from __future__ import annotations
 
@@ -269,10 +271,12 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
             old_beta, new_beta = _beta(before.for_kind(kind)), _beta(on)
             ratio = new_beta / old_beta if old_beta > 0 else 1.0
             mine = np.isin(consumers[:, 0], idx[sel])
-            grow = wire[mine] * (ratio - 1.0)  # a carried lag shrinks on a rank by no more than that rank's own share
-            np.add.at(gap, consumers[mine, 1], np.where(own[mine], grow, np.maximum(grow, -exit_lag[consumers[mine, 1]])))
+            grow = wire[mine] * (ratio - 1.0)  # a carried lag shrinks on a rank by no more than the wire in its gap
+            grow = np.where(own[mine], grow, np.maximum(grow, -exit_lag[consumers[mine, 1]]))
+            np.add.at(gap, consumers[mine, 1], grow)
             exit_lag[idx[sel]] *= ratio
-            exit_lag[consumers[mine & ~own, 1]] *= ratio
+            carried = mine & ~own
+            np.add.at(exit_lag, consumers[carried, 1], grow[carried[mine]])  # the wire in its gap now
     devices = [Device(d.name, d.kind, d.rank, 1) if d.kind == DeviceKind.COMM else d for d in g.devices]
     return g.replace(dur=dur, gap=np.maximum(gap, 0.0), exit_lag=exit_lag, devices=devices, meta=g.meta.replace(topology=topo, scheme=spec))
 

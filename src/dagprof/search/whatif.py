@@ -184,7 +184,9 @@ def _reshard(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
 
 
 # The order ``apply`` runs the passes in, each a no-op unless its axis is set (or, for cores and fine, its ``Cluster`` setting).
-PASSES: tuple[Pass, ...] = (_workers, _data_parallel, _units, _scheme, _link, _reduce_dtype, _buckets, _partition, _compute, _cores, _horovod, _fine, _reshard)
+# Cores last: it places the finished graph on the host's cores and gives each collective's exit lags a wait of their own,
+# which the passes that rewire collectives (fine, reshard, Horovod's fusion) do not expect.
+PASSES: tuple[Pass, ...] = (_workers, _data_parallel, _units, _scheme, _link, _reduce_dtype, _buckets, _partition, _compute, _horovod, _fine, _reshard, _cores)
 
 
 def _on_off(text: str) -> bool:
