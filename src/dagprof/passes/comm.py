@@ -310,9 +310,11 @@ def exit_lags(g: Graph, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def wire_lags(g: Graph, comm: np.ndarray, lag: np.ndarray) -> np.ndarray:
-    """The wire time in each exit lag: at most the median lag of the collectives of its kind and size (a buffer's
-    worth of bytes), the rest a descheduled rank's (at 1 Gbit/s on a loaded machine single lags reached 30 ms, their median 1.8)."""
-    _, like = np.unique(np.stack([np.unique([kind_of_collective(g.node_name(int(v))) for v in comm], return_inverse=True)[1].ravel(),
+    """The wire time in each exit lag: at most the median lag of the collectives of its op and size (a buffer's
+    worth of bytes), the rest a descheduled rank's (at 1 Gbit/s on a loaded machine single lags reached 30 ms, their median 1.8).
+    An op is a name's first word: an FSDP node's kind; a framework's op name with its instance, each alone (pooling
+    TF's all-reduces of one size lost 1-3 points on the quiet testbed's 200 Mbit/s what-ifs)."""
+    _, like = np.unique(np.stack([np.unique([g.node_name(int(v)).partition(" ")[0] for v in comm], return_inverse=True)[1].ravel(),
                                   g.nbytes[comm]], axis=1), axis=0, return_inverse=True)
     like = like.ravel()
     typical = np.zeros(int(like.max()) + 1 if len(like) else 0)
