@@ -44,13 +44,33 @@ WORKERS = 2
 BURST_MS = 4.0
 
 
-def shape(c: Cluster, rate_bit: float, burst_ms: float = BURST_MS) -> None:
-    """tbf on every rank's egress (its port out) and on the bridge's port towards it (its port in)."""
+# tbf's queue, in bytes, the same at every rate: a switch port's buffer is memory, not time. tbf's own ``latency 10ms``
+# gives a 200 Mbit/s port 2.5x less buffer than a 500 Mbit/s one; TCP keeps as many bytes in flight at either rate,
+# so the slower port dropped packets. The raw PS exchange below (--link-check, 4 ms bucket, load 5-9) took
+# 186-424 ms at 200 Mbit/s (ideal 168) with 186-197 drops and 209-566 TCP retransmits per sender, against
+# 74-84 ms at 500 Mbit/s (ideal 67) with none; with a 2 MB queue: 0 drops, 183-233 ms at 200 and 74-102 at 500 Mbit/s.
+# dagprof models a lossless link, so a what-if to the lossy slower port under-predicted it.
+BUFFER_BYTES = 2 << 20
+
+
+def shape(c: Cluster, rate_bit: float, burst_ms: float = BURST_MS, buffer_bytes: int = BUFFER_BYTES) -> None:
+    """tbf on every rank's egress (its port out) and on the bridge's port towards it (its port in); a queue of
+    ``buffer_bytes`` (0: tbf's ``latency 10ms``, 10 ms of traffic at the rate)."""
     burst = max(int(rate_bit / 8 / 1000 * burst_ms), 8 * 1514)
+    queue = ["limit", str(buffer_bytes)] if buffer_bytes else ["latency", "10ms"]
     for r in range(c.ranks):
         for ns, dev in ((c.ns(r), c.ifname(r)), (f"{c.tag}sw", f"{c.tag}p{r}")):
             subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{int(rate_bit)}bit",
-                            "burst", str(burst), "latency", "10ms"], check=True, capture_output=True)
+                            "burst", str(burst), *queue], check=True, capture_output=True)
+
+
+def retransmits(c: Cluster) -> int:
+    """TCP segments retransmitted in all of the cluster's namespaces (each namespace counts from its creation)."""
+    total = 0
+    for r in range(c.ranks):
+        out = subprocess.run(["ip", "netns", "exec", c.ns(r), "nstat", "-az", "TcpRetransSegs"], capture_output=True, text=True).stdout
+        total += sum(int(line.split()[1]) for line in out.splitlines() if line.startswith("TcpRetransSegs"))
+    return total
 
 
 _RECEIVER = """
@@ -79,12 +99,12 @@ print(json.dumps(out))
 """
 
 
-def link_check(rate_bit: float, nbytes: int = 4_200_000) -> None:
+def link_check(rate_bit: float, buffer_bytes: int, nbytes: int = 4_200_000) -> None:
     """Raw TCP in the PS pattern, without MXNet: 2 workers each send ``nbytes`` split over 2 servers at once
     (8 times), with tbf buckets of 1 ms and BURST_MS. Ideal: every port carries ``nbytes`` at the rate."""
     for burst_ms in (1.0, BURST_MS):
         with Cluster(4, tag="mxl") as c:
-            shape(c, rate_bit, burst_ms)
+            shape(c, rate_bit, burst_ms, buffer_bytes)
             for s in (0, 1):
                 c.procs.append(subprocess.Popen(["ip", "netns", "exec", c.ns(s), sys.executable, "-c", _RECEIVER, "2"]))
             time.sleep(1.0)
@@ -93,15 +113,18 @@ def link_check(rate_bit: float, nbytes: int = 4_200_000) -> None:
                                          str(start)], stdout=subprocess.PIPE, text=True) for w in (2, 3)]
             c.procs += senders
             times = [max(ts) for ts in zip(*(json.loads(p.communicate(timeout=120)[0]) for p in senders))]
+            lost = retransmits(c)
         print(f"link check, {burst_ms:g} ms bucket: 2x2 exchange of {nbytes / 1e6:g} MB per worker at {rate_bit / 1e6:g} Mbit/s: "
-              f"median {statistics.median(times):.0f} ms ({min(times):.0f}..{max(times):.0f}), ideal {8e3 * nbytes / rate_bit:.0f} ms")
+              f"median {statistics.median(times):.0f} ms ({min(times):.0f}..{max(times):.0f}), ideal {8e3 * nbytes / rate_bit:.0f} ms; "
+              f"{lost} TCP segments retransmitted")
 
 
 def run_job(python: str, out: str, servers: int, rate_bit: float, profile_steps: int, steps: int, port: int, script: str | None = None,
-            workers: int = WORKERS, burst_ms: float = BURST_MS) -> dict:
-    """One job in namespaces (the built-in script, or ``script``); returns its manifest (step times, timed steps)."""
+            workers: int = WORKERS, burst_ms: float = BURST_MS, buffer_bytes: int = BUFFER_BYTES) -> dict:
+    """One job in namespaces (the built-in script, or ``script``); returns its manifest (step times, timed steps), whose
+    ``testbed`` also says how many TCP segments the job retransmitted (kept with the run for ``--repredict``)."""
     with Cluster(servers + workers, tag="mx") as c:
-        shape(c, rate_bit, burst_ms)
+        shape(c, rate_bit, burst_ms, buffer_bytes)
 
         def spawn(node: int, argv: list, env: dict, log: str, cwd: str | None = None) -> subprocess.Popen:
             with open(log, "w") as f:
@@ -111,10 +134,16 @@ def run_job(python: str, out: str, servers: int, rate_bit: float, profile_steps:
             return p
 
         kw = dict(servers=servers, workers=workers, warmup=2, profile_steps=profile_steps, port=port, addr=c.addr, ifname=c.ifname, spawn=spawn,
-                  timeout_s=240, extra={"testbed": {"rate_bit": rate_bit, "shaped": "both directions", "burst_ms": burst_ms}})
+                  timeout_s=240, extra={"testbed": {"rate_bit": rate_bit, "shaped": "both directions", "burst_ms": burst_ms,
+                                                     "buffer_bytes": buffer_bytes}})
         if script:
-            return launch_command(out, [python, os.path.abspath(script), "--steps", str(2 + 1 + profile_steps + steps)], python=python, **kw)
-        return launch(out, python, steps=steps, **kw)
+            m = launch_command(out, [python, os.path.abspath(script), "--steps", str(2 + 1 + profile_steps + steps)], python=python, **kw)
+        else:
+            m = launch(out, python, steps=steps, **kw)
+        m["testbed"]["tcp_retransmits"] = retransmits(c)
+        with open(os.path.join(out, "mxnet-run.json"), "w") as f:
+            json.dump(m, f)
+        return m
 
 
 def step_ms(m: dict, profiled: bool) -> float:
@@ -188,42 +217,56 @@ def main() -> int:
     ap.add_argument("--other-rate", type=float, default=200e6, help="the rate to predict, bit/s")
     ap.add_argument("--script", default=None, help="a user-style worker script (e.g. bench/frameworks/mx_mlp.py) instead of the built-in one")
     ap.add_argument("--keep", default=None, help="keep the run folders here")
+    ap.add_argument("--repredict", default=None, metavar="DIR",
+                    help="run nothing: predict again from the rounds kept in DIR (--keep) and compare with their measurements; "
+                         "give the kept run's --rate, --other-rate and --more-workers")
     ap.add_argument("--json", default=None, help="also write every round's figures here")
     ap.add_argument("--more-workers", type=lambda t: [int(x) for x in t.split(",") if x], default=[],
                     help="also predict and measure these worker counts (1 server, --other-rate), e.g. 4")
     ap.add_argument("--burst-ms", type=float, default=BURST_MS,
                     help="tbf bucket in ms of traffic: every idle port passes this much at once, which a fit to the profiled rate "
                          "takes for bandwidth (1 ms is closer to a wire; 4 ms keeps the rate on a loaded host)")
+    ap.add_argument("--buffer-kb", type=int, default=BUFFER_BYTES >> 10,
+                    help="every shaped port's queue in KiB, the same at every rate as a switch's buffer (0: tbf's 10 ms of traffic, "
+                         "which drops packets at slow rates)")
     ap.add_argument("--link-check", action="store_true", help="only time raw TCP exchanges across the shaped ports (no MXNet)")
     args = ap.parse_args()
-    why = available()
+    why = None if args.repredict else available()
     if why:
         print(f"bench_mxnet_ps: skipped: {why}", file=sys.stderr)
         return 0
     if args.link_check:
-        link_check(args.rate)
+        link_check(args.rate, args.buffer_kb << 10)
         return 0
-    if not args.python or not os.path.exists(args.python):
+    if args.repredict:
+        args.rounds = len([d for d in os.listdir(args.repredict) if d.startswith("round")])
+    elif not args.python or not os.path.exists(args.python):
         print(f"bench_mxnet_ps: skipped: no MXNet Python at {args.python}", file=sys.stderr)
         return 0
     cells = [(1, args.rate, WORKERS), (2, args.rate, WORKERS), (1, args.other_rate, WORKERS)] + [(1, args.other_rate, w) for w in args.more_workers]
     rows: list[dict] = []
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dagprof-mxps-") as tmp:
-        work = args.keep or tmp
+        work = args.repredict or args.keep or tmp
         for k in range(args.rounds):
             pred: dict = {}
             got: dict = {}
             for cell in (cells if k % 2 == 0 else cells[::-1]):
                 servers, rate, workers = cell
                 out = os.path.join(work, f"round{k}", f"s{servers}_{int(rate / 1e6)}M" + (f"_w{workers}" if workers != WORKERS else ""))
-                m = run_job(args.python, out, servers, rate, args.profile_steps, args.steps, 9300 + k * 10 + servers + workers, args.script,
-                            workers, args.burst_ms)
-                got[cell] = {"iter_ms": step_ms(m, False), "profiled_iter_ms": step_ms(m, True), "exchange_ms": measured_exchange_ms(out)}
+                if args.repredict:
+                    with open(os.path.join(out, "mxnet-run.json")) as f:
+                        m = json.load(f)
+                else:
+                    m = run_job(args.python, out, servers, rate, args.profile_steps, args.steps, 9300 + k * 10 + servers + workers, args.script,
+                                workers, args.burst_ms, args.buffer_kb << 10)
+                got[cell] = {"iter_ms": step_ms(m, False), "profiled_iter_ms": step_ms(m, True), "exchange_ms": measured_exchange_ms(out),
+                             "retransmits": m["testbed"].get("tcp_retransmits", -1)}
+                lost = got[cell]["retransmits"]
                 if cell == cells[0]:
                     pred, bw = predict(out, rate, cells)
                 print(f"round {k + 1}: {servers} server(s) {rate / 1e6:g} Mbit/s {workers} workers: {got[cell]['iter_ms']:.1f} ms/step "
-                      f"(exchange {got[cell]['exchange_ms']:.1f} ms)", file=sys.stderr)
+                      f"(exchange {got[cell]['exchange_ms']:.1f} ms, {lost} TCP segments retransmitted)", file=sys.stderr)
             for c in cells:
                 rows.append({"round": k, "servers": c[0], "rate_bit": c[1], "workers": c[2], **got[c], "pred_iter_ms": pred[c][0],
                              "pred_exchange_ms": pred[c][1], "fitted_bit_per_s": bw})
@@ -242,11 +285,12 @@ def report(rows: list[dict], cells: list[tuple[int, float, int]], args) -> None:
 
     script = os.path.basename(args.script) if args.script else "built-in CNN"
     print(f"MXNet 1.9 dist_sync, {script}, profiled: {WORKERS} workers, 1 server at {args.rate / 1e6:g} Mbit/s; {args.rounds} interleaved rounds "
-          f"on a shared 2-core machine (other jobs running); medians over rounds (min..max); tbf both directions, {args.burst_ms:g} ms bucket")
+          f"on a shared 2-core machine (other jobs running); medians over rounds (min..max); tbf both directions, {args.burst_ms:g} ms bucket, "
+          + (f"{args.buffer_kb} KiB queue" if args.buffer_kb else "10 ms queue"))
     print("step = the slowest worker's median over a job's unprofiled steps; predicted = the round's profile replayed under the what-if;")
     print("exchange = mean over workers and profiled steps of first push issued -> last pull in (predicted: replayed)")
     print(f"{'workers':>7} {'servers':>7} {'link':>9} | {'measured ms':>22} {'predicted ms':>22} {'error':>7} | "
-          f"{'exchange meas.':>14} {'pred.':>7} {'error':>7}")
+          f"{'exchange meas.':>14} {'pred.':>7} {'error':>7} | {'TCP retransmits':>15}")
     errs = []
     for c in cells:
         m, p = med(c, "iter_ms"), med(c, "pred_iter_ms")
@@ -255,7 +299,7 @@ def report(rows: list[dict], cells: list[tuple[int, float, int]], args) -> None:
         errs.append(abs(err))
         tag = "  (profiled)" if c == cells[0] else ""
         print(f"{c[2]:>7} {c[0]:>7} {c[1] / 1e6:>5g}Mbit | {m[0]:>7.1f} ({m[1]:>5.1f}..{m[2]:<5.1f}) {p[0]:>7.1f} ({p[1]:>5.1f}..{p[2]:<5.1f}) {err:>+6.1f}% | "
-              f"{xm:>14.1f} {xp:>7.1f} {100 * (xp - xm) / xm:>+6.1f}%{tag}")
+              f"{xm:>14.1f} {xp:>7.1f} {100 * (xp - xm) / xm:>+6.1f}% | {med(c, 'retransmits')[0]:>15.0f}{tag}")
     print(f"max |error| of the iteration: {max(errs):.1f} % (goal 8 %)")
     bw = statistics.median(r["fitted_bit_per_s"] for r in rows)
     print(f"link rate fitted to the profile's exchanges: {bw / 1e6:.0f} Mbit/s of a {args.rate / 1e6:g} Mbit/s tbf "
