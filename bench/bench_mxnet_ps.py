@@ -3,7 +3,9 @@
 A real ``dist_sync`` job (scheduler, servers, 2 workers; ``collect/hooks/mxnet_ps.py``) runs with every
 process in its own network namespace behind a bridge; each port is shaped with ``tc tbf`` in both
 directions (the rank's egress, and the bridge's egress towards the rank: a switch port's downlink),
-so a server receiving N pushes takes N times as long, as on a real switch. One configuration is
+so a server receiving N pushes takes N times as long, as on a real switch; every port queues the same bytes
+(``--buffer-kb``, a switch's buffer), so a slower port is not also a lossier one (each job's TCP retransmits are
+counted and shown: dagprof models a lossless link). One configuration is
 profiled (1 server, the profiled rate); from that profile dagprof predicts 2 servers and another
 rate, and each configuration is measured. Rounds interleave the configurations (the machine is
 shared and drifts); each round predicts from its own profile; the table gives medians over rounds.
@@ -20,6 +22,7 @@ communication model's error apart from the compute's drift between jobs.
 
     sudo .venv/bin/python bench/bench_mxnet_ps.py --python /opt/mx/bin/python [--rounds 3] [--script bench/frameworks/mx_mlp.py] [--more-workers 4]
     sudo .venv/bin/python bench/bench_mxnet_ps.py --link-check     # raw TCP across the shaped ports, 1 ms vs 4 ms bucket
+    .venv/bin/python bench/bench_mxnet_ps.py --script bench/frameworks/mx_mlp.py --more-workers 4 --repredict DIR   # the rounds kept in DIR
 """
 from __future__ import annotations
 
@@ -174,12 +177,23 @@ def measured_exchange_ms(run_dir: str) -> float:
     return statistics.mean(span for _, _, span in build_ps_graph(load(run_dir)).meta.ps.exchange_us) / 1e3
 
 
+# TCP payload per Ethernet frame as tbf counts it (1448 B of MSS with timestamps in a 1514 B frame): the most a
+# lossless port at the tbf rate carries.
+PAYLOAD = 1448 / 1514
+
+
 def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]]) -> tuple[dict, float, float]:
     """Each (servers, rate, workers) from the one profile: ``ps:K`` re-places the keys as ps-lite does; another rate
     scales the fitted bandwidth by the rate ratio (framing overhead carries over); more workers are copies of the
     profiled ones pushing to the same servers (``whatif --workers``), their compute sharing this machine's cores
-    (``--cores``: every worker of the testbed runs on them). Per cell: (step ms, mean exchange ms); also the fitted
-    bandwidth (bit/s)."""
+    (``--cores``: every worker of the testbed runs on them). Per cell: (step ms, mean exchange ms), and the same with
+    the tbf bucket kept apart (``bucket_ms``); also the fitted bandwidth (bit/s) and the bucket's gain (ms per exchange).
+
+    The bucket: every port idle for ``--burst-ms`` passes that much traffic at once, a gain in time that does not shrink
+    at a slower rate; the fit takes it for bandwidth (528-537 Mbit/s of payload through a 500 Mbit/s tbf, which carries
+    at most 478), and scaled by the rate ratio it makes a slower port too fast. Kept apart, the profile's exchanges are
+    replayed at the payload rate (``PAYLOAD``), the gain is that replay minus the measured exchange, and each cell is
+    replayed at its own payload rate less the same gain per step."""
     import numpy as np
 
     from dagprof.costmodel.topology import CollectiveSpec
@@ -190,20 +204,25 @@ def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]]) -> 
     from dagprof.pipeline import open_run
     from dagprof.replay import replay
 
+    def run(g) -> tuple[float, float]:
+        res = replay(g)
+        return replayed_step_ms(g, res), float(np.mean(list(exchange_us(g, res.start).values()))) / 1e3
+
     p = open_run(run_dir)
-    bw0 = p.graph.meta.ps_link_fit.bandwidth_bytes_per_s
+    fit = p.graph.meta.ps_link_fit
+    bw0 = fit.bandwidth_bytes_per_s
+    gain = run(set_link(p.graph, rate0 / 8 * PAYLOAD))[1] - fit.target_exchange_us / 1e3
     out = {}
     cores = os.cpu_count() or 1
     for servers, rate, workers in cells:
         g = set_scheme(p.graph, CollectiveSpec.parse(f"ps:{servers}"))
-        if rate != rate0:
-            g = set_link(g, bw0 * rate / rate0)
         if workers != WORKERS:
             g = scale_workers(g, workers)
             g = share_cores(g, cores) if workers > cores else g
-        res = replay(g)
-        out[(servers, rate, workers)] = (replayed_step_ms(g, res), float(np.mean(list(exchange_us(g, res.start).values()))) / 1e3)
-    return out, 8 * bw0
+        step, exch = run(set_link(g, bw0 * rate / rate0) if rate != rate0 else g)
+        wire_step, wire_exch = run(set_link(g, rate / 8 * PAYLOAD))
+        out[(servers, rate, workers)] = (step, exch, wire_step - gain, wire_exch - gain)
+    return out, 8 * bw0, gain
 
 
 def main() -> int:
@@ -264,12 +283,13 @@ def main() -> int:
                              "retransmits": m["testbed"].get("tcp_retransmits", -1)}
                 lost = got[cell]["retransmits"]
                 if cell == cells[0]:
-                    pred, bw = predict(out, rate, cells)
+                    pred, bw, gain = predict(out, rate, cells)
                 print(f"round {k + 1}: {servers} server(s) {rate / 1e6:g} Mbit/s {workers} workers: {got[cell]['iter_ms']:.1f} ms/step "
                       f"(exchange {got[cell]['exchange_ms']:.1f} ms, {lost} TCP segments retransmitted)", file=sys.stderr)
             for c in cells:
                 rows.append({"round": k, "servers": c[0], "rate_bit": c[1], "workers": c[2], **got[c], "pred_iter_ms": pred[c][0],
-                             "pred_exchange_ms": pred[c][1], "fitted_bit_per_s": bw})
+                             "pred_exchange_ms": pred[c][1], "bucket_iter_ms": pred[c][2], "bucket_exchange_ms": pred[c][3],
+                             "fitted_bit_per_s": bw, "bucket_gain_ms": gain})
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
@@ -290,20 +310,24 @@ def report(rows: list[dict], cells: list[tuple[int, float, int]], args) -> None:
     print("step = the slowest worker's median over a job's unprofiled steps; predicted = the round's profile replayed under the what-if;")
     print("exchange = mean over workers and profiled steps of first push issued -> last pull in (predicted: replayed)")
     print(f"{'workers':>7} {'servers':>7} {'link':>9} | {'measured ms':>22} {'predicted ms':>22} {'error':>7} | "
-          f"{'exchange meas.':>14} {'pred.':>7} {'error':>7} | {'TCP retransmits':>15}")
+          f"{'exchange meas.':>14} {'pred.':>7} {'error':>7} | {'TCP retransmits':>15} | {'bucket apart: step':>18} {'error':>7} {'exchange':>8} {'error':>7}")
     errs = []
     for c in cells:
         m, p = med(c, "iter_ms"), med(c, "pred_iter_ms")
         xm, xp = med(c, "exchange_ms")[0], med(c, "pred_exchange_ms")[0]
+        bs, bx = med(c, "bucket_iter_ms")[0], med(c, "bucket_exchange_ms")[0]
         err = 100 * (p[0] - m[0]) / m[0]
         errs.append(abs(err))
         tag = "  (profiled)" if c == cells[0] else ""
         print(f"{c[2]:>7} {c[0]:>7} {c[1] / 1e6:>5g}Mbit | {m[0]:>7.1f} ({m[1]:>5.1f}..{m[2]:<5.1f}) {p[0]:>7.1f} ({p[1]:>5.1f}..{p[2]:<5.1f}) {err:>+6.1f}% | "
-              f"{xm:>14.1f} {xp:>7.1f} {100 * (xp - xm) / xm:>+6.1f}% | {med(c, 'retransmits')[0]:>15.0f}{tag}")
+              f"{xm:>14.1f} {xp:>7.1f} {100 * (xp - xm) / xm:>+6.1f}% | {med(c, 'retransmits')[0]:>15.0f} | "
+              f"{bs:>18.1f} {100 * (bs - m[0]) / m[0]:>+6.1f}% {bx:>8.1f} {100 * (bx - xm) / xm:>+6.1f}%{tag}")
     print(f"max |error| of the iteration: {max(errs):.1f} % (goal 8 %)")
     bw = statistics.median(r["fitted_bit_per_s"] for r in rows)
     print(f"link rate fitted to the profile's exchanges: {bw / 1e6:.0f} Mbit/s of a {args.rate / 1e6:g} Mbit/s tbf "
           f"({100 * bw / args.rate:.0f} %; TCP/IP over Ethernet carries at most 96 % of the wire as payload)")
+    print(f"the tbf bucket's gain, kept apart: {statistics.median(r['bucket_gain_ms'] for r in rows):.1f} ms per exchange (the profile's "
+          f"exchanges replayed at the payload rate, {100 * PAYLOAD:.1f} % of the tbf, less their measured length)")
     prof = statistics.median(r["profiled_iter_ms"] / r["iter_ms"] for r in rows)
     print(f"profiler overhead: a job's profiled steps take {100 * (prof - 1):+.1f} % (median) against its unprofiled ones")
 
