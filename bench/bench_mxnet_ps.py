@@ -182,11 +182,11 @@ def measured_exchange_ms(run_dir: str) -> float:
 PAYLOAD = 1448 / 1514
 
 
-def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]]) -> tuple[dict, float, float]:
+def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]], cores: int | None = None) -> tuple[dict, float, float]:
     """Each (servers, rate, workers) from the one profile: ``ps:K`` re-places the keys as ps-lite does; another rate
     scales the fitted bandwidth by the rate ratio (framing overhead carries over); more workers are copies of the
     profiled ones pushing to the same servers (``whatif --workers``), their compute sharing this machine's cores
-    (``--cores``: every worker of the testbed runs on them). Per cell: (step ms, mean exchange ms), and the same with
+    (``--cores``: every worker of the testbed runs on them; ``cores``: this machine's). Per cell: (step ms, mean exchange ms), and the same with
     the tbf bucket kept apart (``bucket_ms``); also the fitted bandwidth (bit/s) and the bucket's gain (ms per exchange).
 
     The bucket: every port idle for ``--burst-ms`` passes that much traffic at once, a gain in time that does not shrink
@@ -213,7 +213,7 @@ def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]]) -> 
     bw0 = fit.bandwidth_bytes_per_s
     gain = run(set_link(p.graph, rate0 / 8 * PAYLOAD))[1] - fit.target_exchange_us / 1e3
     out = {}
-    cores = os.cpu_count() or 1
+    cores = cores or os.cpu_count() or 1
     for servers, rate, workers in cells:
         g = set_scheme(p.graph, CollectiveSpec.parse(f"ps:{servers}"))
         if workers != WORKERS:
