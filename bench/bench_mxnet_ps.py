@@ -13,7 +13,7 @@ shared and drifts); each round predicts from its own profile; the table gives me
 ``--script`` runs a user-style script (``python -m dagprof.collect.hooks.mxnet_ps run`` does the same on localhost)
 instead of the built-in one: pushes that overlap the backward pass, whatever the script's optimizer.
 
-Both sides are the same quantity: the slowest worker's median step over a job's unprofiled steps,
+Both sides are the same quantity: the workers' mean median step over a job's unprofiled steps,
 against the same over the profile's replayed steps (a load spike on the shared
 machine makes single steps seconds long; a median keeps one from moving a round's figure). Every job also profiles
 a few steps before its timed ones (the timed steps run with the profiler off), so the exchange
@@ -150,24 +150,25 @@ def run_job(python: str, out: str, servers: int, rate_bit: float, profile_steps:
 
 
 def step_ms(m: dict, profiled: bool) -> float:
-    """The slowest worker's median step over the job's timed (unprofiled) or profiled steps.
+    """The workers' mean median step over the job's timed (unprofiled) or profiled steps.
 
-    Not the median over steps of the slowest worker in each: dist_sync couples the workers only through the
-    servers, so each step's order of service differs (4 workers at 200 Mbit/s: one worker's steps ran 461-1,031 ms),
-    and a per-step maximum of 4 such draws (1,046 ms) overstates the job's step (its workers' medians: 748-814 ms;
-    every worker runs the same steps in the same wall time)."""
+    Neither the median over steps of the slowest worker in each nor the slowest worker's median: dist_sync couples
+    the workers only through the servers, so each step's order of service differs (4 workers at 200 Mbit/s: one
+    worker's steps ran 461-1,031 ms), and a maximum of 4 such draws overstates the job's step, which every worker runs
+    in the same wall time: per step (1,046 ms against medians of 748-814 ms), and less so over 8 steps (the slowest
+    median 1.6-4.6 % above the workers' mean in 3 rounds), while the replay's copies of one worker are served alike."""
     first, stop = m["profiled_steps"]
-    return max(statistics.median((b - a) / 1e6 for k, a, b in steps if (first <= k < stop if profiled else k >= stop))
-               for steps in m["steps"].values())
+    return statistics.mean(statistics.median((b - a) / 1e6 for k, a, b in steps if (first <= k < stop if profiled else k >= stop))
+                           for steps in m["steps"].values())
 
 
 def replayed_step_ms(g, res) -> float:
-    """The same quantity predicted: the slowest worker's median replayed step."""
+    """The same quantity predicted: the workers' mean median replayed step."""
     import numpy as np
 
     from dagprof.traces.events import Kind
 
-    return max(float(np.median(np.diff(np.sort(res.start[(g.kind == Kind.STEP) & (g.rank == r)])))) for r in g.ranks()) / 1e3
+    return float(np.mean([np.median(np.diff(np.sort(res.start[(g.kind == Kind.STEP) & (g.rank == r)]))) for r in g.ranks()])) / 1e3
 
 
 def measured_exchange_ms(run_dir: str) -> float:
@@ -309,7 +310,7 @@ def report(rows: list[dict], cells: list[tuple[int, float, int]], args) -> None:
     print(f"MXNet 1.9 dist_sync, {script}, profiled: {WORKERS} workers, 1 server at {args.rate / 1e6:g} Mbit/s; {args.rounds} interleaved rounds "
           f"on a shared 2-core machine (other jobs running); medians over rounds (min..max); tbf both directions, {args.burst_ms:g} ms bucket, "
           + (f"{args.buffer_kb} KiB queue" if args.buffer_kb else "10 ms queue"))
-    print("step = the slowest worker's median over a job's unprofiled steps; predicted = the round's profile replayed under the what-if;")
+    print("step = the workers' mean median over a job's unprofiled steps; predicted = the round's profile replayed under the what-if;")
     print("exchange = mean over workers and profiled steps of first push issued -> last pull in (predicted: replayed)")
     print(f"{'workers':>7} {'servers':>7} {'link':>9} | {'measured ms':>22} {'predicted ms':>22} {'error':>7} | "
           f"{'exchange meas.':>14} {'pred.':>7} {'error':>7} | {'TCP retransmits':>15} | {'bucket apart: step':>18} {'error':>7} {'exchange':>8} {'error':>7}")
