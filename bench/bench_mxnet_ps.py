@@ -196,8 +196,7 @@ def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]], cor
     replayed at the payload rate (``PAYLOAD``), the gain is that replay minus the measured exchange, and each cell is
     replayed at its own payload rate less the same gain per step. One gain per exchange is a simplification: how often
     a port idles depends on the schedule (mx_embed.py's 4 workers came out +6.6/+10.8 %, against -2.8/+0.3 % with the rate
-    scaled),
-    and with a 1 ms bucket on a loaded host late timers cost rate (the gain comes out negative)."""
+    scaled), and with a 1 ms bucket on a loaded host late timers cost rate (the gain comes out negative)."""
     import numpy as np
 
     from dagprof.costmodel.topology import CollectiveSpec
