@@ -3,7 +3,9 @@
 A real ``dist_sync`` job (scheduler, servers, 2 workers; ``collect/hooks/mxnet_ps.py``) runs with every
 process in its own network namespace behind a bridge; each port is shaped with ``tc tbf`` in both
 directions (the rank's egress, and the bridge's egress towards the rank: a switch port's downlink),
-so a server receiving N pushes takes N times as long, as on a real switch. One configuration is
+so a server receiving N pushes takes N times as long, as on a real switch; every port queues the same bytes
+(``--buffer-kb``, a switch's buffer), so a slower port is not also a lossier one (each job's TCP retransmits are
+counted and shown: dagprof models a lossless link). One configuration is
 profiled (1 server, the profiled rate); from that profile dagprof predicts 2 servers and another
 rate, and each configuration is measured. Rounds interleave the configurations (the machine is
 shared and drifts); each round predicts from its own profile; the table gives medians over rounds.
@@ -11,7 +13,7 @@ shared and drifts); each round predicts from its own profile; the table gives me
 ``--script`` runs a user-style script (``python -m dagprof.collect.hooks.mxnet_ps run`` does the same on localhost)
 instead of the built-in one: pushes that overlap the backward pass, whatever the script's optimizer.
 
-Both sides are the same quantity: the slowest worker's median step over a job's unprofiled steps,
+Both sides are the same quantity: the workers' mean median step over a job's unprofiled steps,
 against the same over the profile's replayed steps (a load spike on the shared
 machine makes single steps seconds long; a median keeps one from moving a round's figure). Every job also profiles
 a few steps before its timed ones (the timed steps run with the profiler off), so the exchange
@@ -20,6 +22,7 @@ communication model's error apart from the compute's drift between jobs.
 
     sudo .venv/bin/python bench/bench_mxnet_ps.py --python /opt/mx/bin/python [--rounds 3] [--script bench/frameworks/mx_mlp.py] [--more-workers 4]
     sudo .venv/bin/python bench/bench_mxnet_ps.py --link-check     # raw TCP across the shaped ports, 1 ms vs 4 ms bucket
+    .venv/bin/python bench/bench_mxnet_ps.py --script bench/frameworks/mx_mlp.py --more-workers 4 --repredict DIR   # the rounds kept in DIR
 """
 from __future__ import annotations
 
@@ -44,13 +47,33 @@ WORKERS = 2
 BURST_MS = 4.0
 
 
-def shape(c: Cluster, rate_bit: float, burst_ms: float = BURST_MS) -> None:
-    """tbf on every rank's egress (its port out) and on the bridge's port towards it (its port in)."""
+# tbf's queue, in bytes, the same at every rate: a switch port's buffer is memory, not time. tbf's own ``latency 10ms``
+# gives a 200 Mbit/s port 2.5x less buffer than a 500 Mbit/s one; TCP keeps as many bytes in flight at either rate,
+# so the slower port dropped packets. The raw PS exchange below (--link-check, 4 ms bucket, load 5-9) took
+# 186-424 ms at 200 Mbit/s (ideal 168) with 186-197 drops and 209-566 TCP retransmits per sender, against
+# 74-84 ms at 500 Mbit/s (ideal 67) with none; with a 2 MB queue: 0 drops, 183-233 ms at 200 and 74-102 at 500 Mbit/s.
+# dagprof models a lossless link, so a what-if to the lossy slower port under-predicted it.
+BUFFER_BYTES = 2 << 20
+
+
+def shape(c: Cluster, rate_bit: float, burst_ms: float = BURST_MS, buffer_bytes: int = BUFFER_BYTES) -> None:
+    """tbf on every rank's egress (its port out) and on the bridge's port towards it (its port in); a queue of
+    ``buffer_bytes`` (0: tbf's ``latency 10ms``, 10 ms of traffic at the rate)."""
     burst = max(int(rate_bit / 8 / 1000 * burst_ms), 8 * 1514)
+    queue = ["limit", str(buffer_bytes)] if buffer_bytes else ["latency", "10ms"]
     for r in range(c.ranks):
         for ns, dev in ((c.ns(r), c.ifname(r)), (f"{c.tag}sw", f"{c.tag}p{r}")):
             subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{int(rate_bit)}bit",
-                            "burst", str(burst), "latency", "10ms"], check=True, capture_output=True)
+                            "burst", str(burst), *queue], check=True, capture_output=True)
+
+
+def retransmits(c: Cluster) -> int:
+    """TCP segments retransmitted in all of the cluster's namespaces (each namespace counts from its creation)."""
+    total = 0
+    for r in range(c.ranks):
+        out = subprocess.run(["ip", "netns", "exec", c.ns(r), "nstat", "-az", "TcpRetransSegs"], capture_output=True, text=True).stdout
+        total += sum(int(line.split()[1]) for line in out.splitlines() if line.startswith("TcpRetransSegs"))
+    return total
 
 
 _RECEIVER = """
@@ -79,12 +102,12 @@ print(json.dumps(out))
 """
 
 
-def link_check(rate_bit: float, nbytes: int = 4_200_000) -> None:
+def link_check(rate_bit: float, buffer_bytes: int, nbytes: int = 4_200_000) -> None:
     """Raw TCP in the PS pattern, without MXNet: 2 workers each send ``nbytes`` split over 2 servers at once
     (8 times), with tbf buckets of 1 ms and BURST_MS. Ideal: every port carries ``nbytes`` at the rate."""
     for burst_ms in (1.0, BURST_MS):
         with Cluster(4, tag="mxl") as c:
-            shape(c, rate_bit, burst_ms)
+            shape(c, rate_bit, burst_ms, buffer_bytes)
             for s in (0, 1):
                 c.procs.append(subprocess.Popen(["ip", "netns", "exec", c.ns(s), sys.executable, "-c", _RECEIVER, "2"]))
             time.sleep(1.0)
@@ -93,15 +116,18 @@ def link_check(rate_bit: float, nbytes: int = 4_200_000) -> None:
                                          str(start)], stdout=subprocess.PIPE, text=True) for w in (2, 3)]
             c.procs += senders
             times = [max(ts) for ts in zip(*(json.loads(p.communicate(timeout=120)[0]) for p in senders))]
+            lost = retransmits(c)
         print(f"link check, {burst_ms:g} ms bucket: 2x2 exchange of {nbytes / 1e6:g} MB per worker at {rate_bit / 1e6:g} Mbit/s: "
-              f"median {statistics.median(times):.0f} ms ({min(times):.0f}..{max(times):.0f}), ideal {8e3 * nbytes / rate_bit:.0f} ms")
+              f"median {statistics.median(times):.0f} ms ({min(times):.0f}..{max(times):.0f}), ideal {8e3 * nbytes / rate_bit:.0f} ms; "
+              f"{lost} TCP segments retransmitted")
 
 
 def run_job(python: str, out: str, servers: int, rate_bit: float, profile_steps: int, steps: int, port: int, script: str | None = None,
-            workers: int = WORKERS, burst_ms: float = BURST_MS) -> dict:
-    """One job in namespaces (the built-in script, or ``script``); returns its manifest (step times, timed steps)."""
+            workers: int = WORKERS, burst_ms: float = BURST_MS, buffer_bytes: int = BUFFER_BYTES) -> dict:
+    """One job in namespaces (the built-in script, or ``script``); returns its manifest (step times, timed steps), whose
+    ``testbed`` also says how many TCP segments the job retransmitted (kept with the run for ``--repredict``)."""
     with Cluster(servers + workers, tag="mx") as c:
-        shape(c, rate_bit, burst_ms)
+        shape(c, rate_bit, burst_ms, buffer_bytes)
 
         def spawn(node: int, argv: list, env: dict, log: str, cwd: str | None = None) -> subprocess.Popen:
             with open(log, "w") as f:
@@ -111,31 +137,38 @@ def run_job(python: str, out: str, servers: int, rate_bit: float, profile_steps:
             return p
 
         kw = dict(servers=servers, workers=workers, warmup=2, profile_steps=profile_steps, port=port, addr=c.addr, ifname=c.ifname, spawn=spawn,
-                  timeout_s=240, extra={"testbed": {"rate_bit": rate_bit, "shaped": "both directions", "burst_ms": burst_ms}})
+                  timeout_s=240, extra={"testbed": {"rate_bit": rate_bit, "shaped": "both directions", "burst_ms": burst_ms,
+                                                     "buffer_bytes": buffer_bytes}})
         if script:
-            return launch_command(out, [python, os.path.abspath(script), "--steps", str(2 + 1 + profile_steps + steps)], python=python, **kw)
-        return launch(out, python, steps=steps, **kw)
+            m = launch_command(out, [python, os.path.abspath(script), "--steps", str(2 + 1 + profile_steps + steps)], python=python, **kw)
+        else:
+            m = launch(out, python, steps=steps, **kw)
+        m["testbed"]["tcp_retransmits"] = retransmits(c)
+        with open(os.path.join(out, "mxnet-run.json"), "w") as f:
+            json.dump(m, f)
+        return m
 
 
 def step_ms(m: dict, profiled: bool) -> float:
-    """The slowest worker's median step over the job's timed (unprofiled) or profiled steps.
+    """The workers' mean median step over the job's timed (unprofiled) or profiled steps.
 
-    Not the median over steps of the slowest worker in each: dist_sync couples the workers only through the
-    servers, so each step's order of service differs (4 workers at 200 Mbit/s: one worker's steps ran 461-1,031 ms),
-    and a per-step maximum of 4 such draws (1,046 ms) overstates the job's step (its workers' medians: 748-814 ms;
-    every worker runs the same steps in the same wall time)."""
+    Neither the median over steps of the slowest worker in each nor the slowest worker's median: dist_sync couples
+    the workers only through the servers, so each step's order of service differs (4 workers at 200 Mbit/s: one
+    worker's steps ran 461-1,031 ms), and a maximum of 4 such draws overstates the job's step, which every worker runs
+    in the same wall time: per step (1,046 ms against medians of 748-814 ms), and less so over 8 steps (the slowest
+    median 1.6-4.6 % above the workers' mean in 3 rounds), while the replay's copies of one worker are served alike."""
     first, stop = m["profiled_steps"]
-    return max(statistics.median((b - a) / 1e6 for k, a, b in steps if (first <= k < stop if profiled else k >= stop))
-               for steps in m["steps"].values())
+    return statistics.mean(statistics.median((b - a) / 1e6 for k, a, b in steps if (first <= k < stop if profiled else k >= stop))
+                           for steps in m["steps"].values())
 
 
 def replayed_step_ms(g, res) -> float:
-    """The same quantity predicted: the slowest worker's median replayed step."""
+    """The same quantity predicted: the workers' mean median replayed step."""
     import numpy as np
 
     from dagprof.traces.events import Kind
 
-    return max(float(np.median(np.diff(np.sort(res.start[(g.kind == Kind.STEP) & (g.rank == r)])))) for r in g.ranks()) / 1e3
+    return float(np.mean([np.median(np.diff(np.sort(res.start[(g.kind == Kind.STEP) & (g.rank == r)]))) for r in g.ranks()])) / 1e3
 
 
 def measured_exchange_ms(run_dir: str) -> float:
@@ -145,12 +178,25 @@ def measured_exchange_ms(run_dir: str) -> float:
     return statistics.mean(span for _, _, span in build_ps_graph(load(run_dir)).meta.ps.exchange_us) / 1e3
 
 
-def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]]) -> tuple[dict, float, float]:
+# TCP payload per Ethernet frame as tbf counts it (1448 B of MSS with timestamps in a 1514 B frame): the most a
+# lossless port at the tbf rate carries.
+PAYLOAD = 1448 / 1514
+
+
+def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]], cores: int | None = None) -> tuple[dict, float, float]:
     """Each (servers, rate, workers) from the one profile: ``ps:K`` re-places the keys as ps-lite does; another rate
     scales the fitted bandwidth by the rate ratio (framing overhead carries over); more workers are copies of the
     profiled ones pushing to the same servers (``whatif --workers``), their compute sharing this machine's cores
-    (``--cores``: every worker of the testbed runs on them). Per cell: (step ms, mean exchange ms); also the fitted
-    bandwidth (bit/s)."""
+    (``--cores``: every worker of the testbed runs on them; ``cores``: this machine's). Per cell: (step ms, mean exchange ms), and the same with
+    the tbf bucket kept apart (``bucket_ms``); also the fitted bandwidth (bit/s) and the bucket's gain (ms per exchange).
+
+    The bucket: every port idle for ``--burst-ms`` passes that much traffic at once, a gain in time that does not shrink
+    at a slower rate; the fit takes it for bandwidth (528-537 Mbit/s of payload through a 500 Mbit/s tbf, which carries
+    at most 478), and scaled by the rate ratio it makes a slower port too fast. Kept apart, the profile's exchanges are
+    replayed at the payload rate (``PAYLOAD``), the gain is that replay minus the measured exchange, and each cell is
+    replayed at its own payload rate less the same gain per step. One gain per exchange is a simplification: how often
+    a port idles depends on the schedule (mx_embed.py's 4 workers came out +6.6/+10.8 %, against -2.8/+0.3 % with the rate
+    scaled), and with a 1 ms bucket on a loaded host late timers cost rate (the gain comes out negative)."""
     import numpy as np
 
     from dagprof.costmodel.topology import CollectiveSpec
@@ -161,20 +207,25 @@ def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]]) -> 
     from dagprof.pipeline import open_run
     from dagprof.replay import replay
 
+    def run(g) -> tuple[float, float]:
+        res = replay(g)
+        return replayed_step_ms(g, res), float(np.mean(list(exchange_us(g, res.start).values()))) / 1e3
+
     p = open_run(run_dir)
-    bw0 = p.graph.meta.ps_link_fit.bandwidth_bytes_per_s
+    fit = p.graph.meta.ps_link_fit
+    bw0 = fit.bandwidth_bytes_per_s
+    gain = run(set_link(p.graph, rate0 / 8 * PAYLOAD))[1] - fit.target_exchange_us / 1e3
     out = {}
-    cores = os.cpu_count() or 1
+    cores = cores or os.cpu_count() or 1
     for servers, rate, workers in cells:
         g = set_scheme(p.graph, CollectiveSpec.parse(f"ps:{servers}"))
-        if rate != rate0:
-            g = set_link(g, bw0 * rate / rate0)
         if workers != WORKERS:
             g = scale_workers(g, workers)
             g = share_cores(g, cores) if workers > cores else g
-        res = replay(g)
-        out[(servers, rate, workers)] = (replayed_step_ms(g, res), float(np.mean(list(exchange_us(g, res.start).values()))) / 1e3)
-    return out, 8 * bw0
+        step, exch = run(set_link(g, bw0 * rate / rate0) if rate != rate0 else g)
+        wire_step, wire_exch = run(set_link(g, rate / 8 * PAYLOAD))
+        out[(servers, rate, workers)] = (step, exch, wire_step - gain, wire_exch - gain)
+    return out, 8 * bw0, gain
 
 
 def main() -> int:
@@ -188,45 +239,60 @@ def main() -> int:
     ap.add_argument("--other-rate", type=float, default=200e6, help="the rate to predict, bit/s")
     ap.add_argument("--script", default=None, help="a user-style worker script (e.g. bench/frameworks/mx_mlp.py) instead of the built-in one")
     ap.add_argument("--keep", default=None, help="keep the run folders here")
+    ap.add_argument("--repredict", default=None, metavar="DIR",
+                    help="run nothing: predict again from the rounds kept in DIR (--keep) and compare with their measurements; "
+                         "give the kept run's --rate, --other-rate and --more-workers")
     ap.add_argument("--json", default=None, help="also write every round's figures here")
     ap.add_argument("--more-workers", type=lambda t: [int(x) for x in t.split(",") if x], default=[],
                     help="also predict and measure these worker counts (1 server, --other-rate), e.g. 4")
     ap.add_argument("--burst-ms", type=float, default=BURST_MS,
                     help="tbf bucket in ms of traffic: every idle port passes this much at once, which a fit to the profiled rate "
                          "takes for bandwidth (1 ms is closer to a wire; 4 ms keeps the rate on a loaded host)")
+    ap.add_argument("--buffer-kb", type=int, default=BUFFER_BYTES >> 10,
+                    help="every shaped port's queue in KiB, the same at every rate as a switch's buffer (0: tbf's 10 ms of traffic, "
+                         "which drops packets at slow rates)")
     ap.add_argument("--link-check", action="store_true", help="only time raw TCP exchanges across the shaped ports (no MXNet)")
     args = ap.parse_args()
-    why = available()
+    why = None if args.repredict else available()
     if why:
         print(f"bench_mxnet_ps: skipped: {why}", file=sys.stderr)
         return 0
     if args.link_check:
-        link_check(args.rate)
+        link_check(args.rate, args.buffer_kb << 10)
         return 0
-    if not args.python or not os.path.exists(args.python):
+    if args.repredict:
+        args.rounds = len([d for d in os.listdir(args.repredict) if d.startswith("round")])
+    elif not args.python or not os.path.exists(args.python):
         print(f"bench_mxnet_ps: skipped: no MXNet Python at {args.python}", file=sys.stderr)
         return 0
     cells = [(1, args.rate, WORKERS), (2, args.rate, WORKERS), (1, args.other_rate, WORKERS)] + [(1, args.other_rate, w) for w in args.more_workers]
     rows: list[dict] = []
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dagprof-mxps-") as tmp:
-        work = args.keep or tmp
+        work = args.repredict or args.keep or tmp
         for k in range(args.rounds):
             pred: dict = {}
             got: dict = {}
             for cell in (cells if k % 2 == 0 else cells[::-1]):
                 servers, rate, workers = cell
                 out = os.path.join(work, f"round{k}", f"s{servers}_{int(rate / 1e6)}M" + (f"_w{workers}" if workers != WORKERS else ""))
-                m = run_job(args.python, out, servers, rate, args.profile_steps, args.steps, 9300 + k * 10 + servers + workers, args.script,
-                            workers, args.burst_ms)
-                got[cell] = {"iter_ms": step_ms(m, False), "profiled_iter_ms": step_ms(m, True), "exchange_ms": measured_exchange_ms(out)}
+                if args.repredict:
+                    with open(os.path.join(out, "mxnet-run.json")) as f:
+                        m = json.load(f)
+                else:
+                    m = run_job(args.python, out, servers, rate, args.profile_steps, args.steps, 9300 + k * 10 + servers + workers, args.script,
+                                workers, args.burst_ms, args.buffer_kb << 10)
+                got[cell] = {"iter_ms": step_ms(m, False), "profiled_iter_ms": step_ms(m, True), "exchange_ms": measured_exchange_ms(out),
+                             "retransmits": m["testbed"].get("tcp_retransmits", -1)}
+                lost = got[cell]["retransmits"]
                 if cell == cells[0]:
-                    pred, bw = predict(out, rate, cells)
+                    pred, bw, gain = predict(out, rate, cells)
                 print(f"round {k + 1}: {servers} server(s) {rate / 1e6:g} Mbit/s {workers} workers: {got[cell]['iter_ms']:.1f} ms/step "
-                      f"(exchange {got[cell]['exchange_ms']:.1f} ms)", file=sys.stderr)
+                      f"(exchange {got[cell]['exchange_ms']:.1f} ms, {lost} TCP segments retransmitted)", file=sys.stderr)
             for c in cells:
                 rows.append({"round": k, "servers": c[0], "rate_bit": c[1], "workers": c[2], **got[c], "pred_iter_ms": pred[c][0],
-                             "pred_exchange_ms": pred[c][1], "fitted_bit_per_s": bw})
+                             "pred_exchange_ms": pred[c][1], "bucket_iter_ms": pred[c][2], "bucket_exchange_ms": pred[c][3],
+                             "fitted_bit_per_s": bw, "bucket_gain_ms": gain})
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
@@ -242,24 +308,30 @@ def report(rows: list[dict], cells: list[tuple[int, float, int]], args) -> None:
 
     script = os.path.basename(args.script) if args.script else "built-in CNN"
     print(f"MXNet 1.9 dist_sync, {script}, profiled: {WORKERS} workers, 1 server at {args.rate / 1e6:g} Mbit/s; {args.rounds} interleaved rounds "
-          f"on a shared 2-core machine (other jobs running); medians over rounds (min..max); tbf both directions, {args.burst_ms:g} ms bucket")
-    print("step = the slowest worker's median over a job's unprofiled steps; predicted = the round's profile replayed under the what-if;")
+          f"on a shared 2-core machine (other jobs running); medians over rounds (min..max); tbf both directions, {args.burst_ms:g} ms bucket, "
+          + (f"{args.buffer_kb} KiB queue" if args.buffer_kb else "10 ms queue"))
+    print("step = the workers' mean median over a job's unprofiled steps; predicted = the round's profile replayed under the what-if;")
     print("exchange = mean over workers and profiled steps of first push issued -> last pull in (predicted: replayed)")
     print(f"{'workers':>7} {'servers':>7} {'link':>9} | {'measured ms':>22} {'predicted ms':>22} {'error':>7} | "
-          f"{'exchange meas.':>14} {'pred.':>7} {'error':>7}")
-    errs = []
+          f"{'exchange meas.':>14} {'pred.':>7} {'error':>7} | {'TCP retransmits':>15} | {'bucket apart: step':>18} {'error':>7} {'exchange':>8} {'error':>7}")
+    errs, apart = [], []
     for c in cells:
         m, p = med(c, "iter_ms"), med(c, "pred_iter_ms")
         xm, xp = med(c, "exchange_ms")[0], med(c, "pred_exchange_ms")[0]
+        bs, bx = med(c, "bucket_iter_ms")[0], med(c, "bucket_exchange_ms")[0]
         err = 100 * (p[0] - m[0]) / m[0]
         errs.append(abs(err))
+        apart.append(abs(100 * (bs - m[0]) / m[0]))
         tag = "  (profiled)" if c == cells[0] else ""
         print(f"{c[2]:>7} {c[0]:>7} {c[1] / 1e6:>5g}Mbit | {m[0]:>7.1f} ({m[1]:>5.1f}..{m[2]:<5.1f}) {p[0]:>7.1f} ({p[1]:>5.1f}..{p[2]:<5.1f}) {err:>+6.1f}% | "
-              f"{xm:>14.1f} {xp:>7.1f} {100 * (xp - xm) / xm:>+6.1f}%{tag}")
-    print(f"max |error| of the iteration: {max(errs):.1f} % (goal 8 %)")
+              f"{xm:>14.1f} {xp:>7.1f} {100 * (xp - xm) / xm:>+6.1f}% | {med(c, 'retransmits')[0]:>15.0f} | "
+              f"{bs:>18.1f} {100 * (bs - m[0]) / m[0]:>+6.1f}% {bx:>8.1f} {100 * (bx - xm) / xm:>+6.1f}%{tag}")
+    print(f"max |error| of the iteration: {max(errs):.1f} % (goal 8 %); with the tbf bucket kept apart: {max(apart):.1f} %")
     bw = statistics.median(r["fitted_bit_per_s"] for r in rows)
     print(f"link rate fitted to the profile's exchanges: {bw / 1e6:.0f} Mbit/s of a {args.rate / 1e6:g} Mbit/s tbf "
           f"({100 * bw / args.rate:.0f} %; TCP/IP over Ethernet carries at most 96 % of the wire as payload)")
+    print(f"the tbf bucket's gain, kept apart: {statistics.median(r['bucket_gain_ms'] for r in rows):.1f} ms per exchange (the profile's "
+          f"exchanges replayed at the payload rate, {100 * PAYLOAD:.1f} % of the tbf, less their measured length)")
     prof = statistics.median(r["profiled_iter_ms"] / r["iter_ms"] for r in rows)
     print(f"profiler overhead: a job's profiled steps take {100 * (prof - 1):+.1f} % (median) against its unprofiled ones")
 

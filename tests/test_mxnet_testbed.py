@@ -1,0 +1,75 @@
+"""bench/bench_mxnet_ps.py's testbed: shaped ports as a switch's (the same bytes queued at every rate), and the what-ifs
+from a real 500 Mbit/s profile against the same job measured at 200 Mbit/s and with 4 workers (tests/data/mxnet/testbed).
+
+tbf's ``latency 10ms`` queue shrinks with the rate: a 200 Mbit/s port held 2.5x fewer bytes than a 500 Mbit/s one,
+dropped the PS exchange's packets (jobs retransmitted 6-9 k TCP segments, 15-21 k with 4 workers, against 1-2 k at
+500 Mbit/s), and dagprof models a lossless link. With the queue in bytes, the tbf bucket was what remained: every idle
+port passes 4 ms of traffic at once, a gain in time that does not shrink at a slower rate, which the link fit takes for
+bandwidth and the rate what-if then scales."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+
+from bench_mxnet_ps import BUFFER_BYTES, PAYLOAD, measured_exchange_ms, predict, shape, step_ms  # noqa: E402
+
+from dagprof.collect.jobs import netns  # noqa: E402
+from dagprof.pipeline import open_run  # noqa: E402
+
+TESTBED = pathlib.Path(__file__).parent / "data" / "mxnet" / "testbed"
+why = netns.available()
+
+
+def _limits(c: netns.Cluster) -> set[int]:
+    """The queue limit of every shaped port, each rank's egress and the bridge's port towards it, in kB
+    (tc reports it as the latency it adds at the rate: limit = burst + rate x latency)."""
+    out = set()
+    for r in range(c.ranks):
+        for ns, dev in ((c.ns(r), c.ifname(r)), (f"{c.tag}sw", f"{c.tag}p{r}")):
+            text = subprocess.run(["ip", "netns", "exec", ns, "tc", "-j", "qdisc", "show", "dev", dev], capture_output=True, text=True,
+                                  check=True).stdout
+            opt = json.loads(text)[0]["options"]
+            out.add(round((opt["burst"] + opt["rate"] * opt["lat"] / 1e6) / 1e3))
+    return out
+
+
+@pytest.mark.skipif(why is not None, reason=f"testbed: {why}")
+def test_shaped_ports_queue_the_same_bytes_at_every_rate():
+    with netns.Cluster(3, tag="mxt") as c:
+        shape(c, 200e6)
+        slow = _limits(c)
+        shape(c, 500e6)
+        fast = _limits(c)
+        shape(c, 200e6, buffer_bytes=0)  # tbf's own 10 ms of traffic, as before
+        old = _limits(c)
+    assert slow == fast == {round(BUFFER_BYTES / 1e3)}
+    assert len(old) == 1 and old.pop() < BUFFER_BYTES / 1e3 / 4
+
+
+def test_recorded_jobs_lost_nothing_and_the_fit_is_faster_than_the_wire():
+    """The tbf bucket shows in the fit: more payload than a lossless port at the rate can carry."""
+    for cell in ("s1_500M", "s1_200M", "s1_200M_w4"):
+        m = json.loads((TESTBED / cell / "mxnet-run.json").read_text())
+        assert m["testbed"]["buffer_bytes"] == BUFFER_BYTES and m["testbed"]["tcp_retransmits"] < 500
+    fit = open_run(str(TESTBED / "s1_500M")).graph.meta.ps_link_fit
+    assert fit.bandwidth_bytes_per_s > 500e6 / 8 * PAYLOAD
+
+
+def test_slower_link_and_more_workers_predicted_with_the_bucket_kept_apart():
+    """200 Mbit/s and 4 workers (on the recording machine's 2 cores) from the 500 Mbit/s profile: scaling the fitted rate
+    scales the bucket's gain too (the exchange 9.5 % short); kept apart, the step within 3 %."""
+    cells = [(1, 200e6, 2), (1, 200e6, 4)]
+    pred, _, gain = predict(str(TESTBED / "s1_500M"), 500e6, cells, cores=2)
+    assert gain > 5.0  # ms per exchange
+    for cell, name in zip(cells, ("s1_200M", "s1_200M_w4")):
+        m = json.loads((TESTBED / name / "mxnet-run.json").read_text())
+        step, exchange = step_ms(m, False), measured_exchange_ms(str(TESTBED / name))
+        scaled_step, scaled_exchange, step_apart, exchange_apart = pred[cell]
+        assert abs(step_apart - step) / step < 0.03
+        assert abs(exchange_apart - exchange) / exchange < 0.05
+        assert abs(exchange_apart - exchange) < abs(scaled_exchange - exchange)
