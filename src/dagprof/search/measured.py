@@ -14,10 +14,13 @@ def _measured(run: Run) -> Overlap | None:
     return load_overlap(run.source) if run.source and os.path.isdir(run.source) else None
 
 
-def slowdown_of(run: Run) -> float:
-    """The compute slowdown measured beside collectives for this run (``collect.measure.overlap``), else 0."""
+def slowdown_of(run: Run) -> tuple[float, float | None]:
+    """The compute slowdown measured beside collectives for this run (``collect.measure.overlap``), else 0, and
+    the bytes per second of the all-reduce it was measured beside (None when not measured)."""
     m = _measured(run)
-    return 0.0 if m is None else m.slowdown
+    if m is None:
+        return 0.0, None
+    return m.slowdown, (m.allreduce_bytes / m.allreduce_s if m.allreduce_s > 0 else None)
 
 
 def in_job(costs: CodecCosts | None, run: Run) -> CodecCosts | None:

@@ -548,6 +548,37 @@ class Collector:
         except Exception as err:  # noqa: BLE001
             self._fail(err, "writing the profile")
         self._release_signals()
+        self._measure_overlap()
+
+    def _measure_overlap(self) -> None:
+        """Zero-code profiles of a multi-rank gloo DDP job: how much an in-flight all-reduce slows compute on these
+        very ranks (``collect.measure.overlap``; a few seconds), saved beside the profile for the search
+        (``search.measured``). The profile's backward carries that slowdown where it overlapped its buckets; a
+        strategy that removes or adds overlap changes it, which only a measurement on the job's own cores and link
+        can price. Every rank ends the window at the same step, so all take part; they first agree (one MIN
+        all-reduce) that each is still healthy, else none measures. With ``dagprof.profile`` the script measures
+        where it chooses (``demo_train`` does, before training)."""
+        info = self._info
+        if not (self.mode == "launcher" and self._ddp_seen and self._fsdp is None and info.get("backend") == "gloo" and info.get("world_size", 1) > 1
+                and len(self._ddp_ranks) == info["world_size"]):
+            return
+        try:
+            import torch
+            import torch.distributed as dist
+
+            from ..measure.overlap import measure_overlap, save_overlap
+
+            ok = torch.tensor([1 if self.enabled else 0], dtype=torch.int32)
+            dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+            if not int(ok[0]):
+                return
+            result = measure_overlap()
+            if info["rank"] == 0:
+                save_overlap(self.out_dir, result)
+        except Exception as err:  # noqa: BLE001  (a measurement; training must go on)
+            msg = f"dagprof: the compute slowdown beside collectives was not measured: {type(err).__name__}: {err}"
+            self.warnings.append(msg)
+            warnings.warn(msg, RuntimeWarning, stacklevel=2)
 
     def close(self, error: BaseException | None = None) -> None:
         """Write whatever was collected (also when training ended before or inside the window).
