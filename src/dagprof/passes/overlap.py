@@ -2,10 +2,15 @@
 
 On CPU-only jobs the network stack and the collectives' threads use the cores that compute: an
 op that overlaps in-flight collectives for a fraction f of its time takes (1 + s * f) times its
-undisturbed duration, with s measured on the job's own ranks (``collect.measure.overlap``). A profile's
-durations already include the slowdown of the overlap it had, so a what-if first removes that
-(``undisturbed``: durations over 1 + s * f of the profiled timeline), then charges the overlap of the
-new timeline (``disturbed``); one replay in between gives f. Two replays per candidate instead of one.
+undisturbed duration, with s measured on the job's own ranks (``collect.measure.overlap``: beside an
+all-reduce at the link's rate; the zero-code profile measures it at the window's end). What a collective
+costs the cores is what gloo copies and reduces, so each counts in f in proportion to the bytes it moves
+per second against that measured all-reduce (``comm_demand``, at most 1): a bucket at the link's rate
+counts whole, PowerSGD's small factors on a channel mostly busy with the hook's own compute (already
+charged to the backward) hardly at all. A profile's durations already include the slowdown of the overlap
+it had, so a what-if first removes that (``undisturbed``: durations over 1 + s * f of the profiled
+timeline), then charges the overlap of the new timeline (``disturbed``); one replay in between gives f.
+Two replays per candidate instead of one.
 """
 from __future__ import annotations
 
