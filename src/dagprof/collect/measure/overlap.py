@@ -75,6 +75,14 @@ def measure_overlap(nbytes: int = 8 * 2**20, repeats: int = 4) -> Overlap:
     return Overlap(float(t[0]), float(t[1]) * 1e6, samples, nbytes, comm)
 
 
+def measure_into(folder: str, rank: int) -> None:
+    """``measure_overlap`` on every rank; rank 0 saves it in the run folder (the zero-code profile does this when its
+    window ends: ``collect.hooks.autoprofile.install``)."""
+    result = measure_overlap()
+    if rank == 0:
+        save_overlap(folder, result)
+
+
 def save_overlap(folder: str, result: Overlap) -> str:
     path = os.path.join(folder, FILE)
     with atomic_open(path, "wb") as f:
