@@ -2,8 +2,8 @@
 
 On CPU-only jobs the network stack and the collectives' threads use the cores that compute: an
 op that overlaps in-flight collectives for a fraction f of its time takes (1 + s * f) times its
-undisturbed duration, with s measured on the job's own ranks (``collect.measure.overlap``: beside an
-all-reduce at the link's rate; the zero-code profile measures it at the window's end). What a collective
+undisturbed duration, with s measured on the job's cluster (``collect.measure.overlap``: beside an
+all-reduce at the link's rate; ``dagprof calibrate --overlap`` measures it on its own ranks). What a collective
 costs the cores is what gloo copies and reduces, so each counts in f in proportion to the bytes it moves
 per second against that measured all-reduce (``comm_demand``, at most 1): a bucket at the link's rate
 counts whole, PowerSGD's small factors on a channel mostly busy with the hook's own compute (already

@@ -28,7 +28,7 @@ import os
 import sys
 import warnings
 from functools import wraps
-from typing import Any, Callable
+from typing import Any
 
 from ...traces.steps import DEFAULT_STEPS, parse_steps
 from .collector import Collector
@@ -85,25 +85,23 @@ def after_torch_import(fn: Any) -> None:
     after_import("torch", lambda module: fn())
 
 
-def install(at_window_end: Callable[[str, int], None] | None = None) -> None:
-    """``at_window_end(out_dir, rank)``: a measurement every rank of a multi-rank gloo DDP job makes when the
-    profiled window ends (``Collector``; the launcher passes ``collect.measure.overlap.measure_into``)."""
+def install() -> None:
     if ENV_OUT not in os.environ:
         return
     from .horovod_auto import install as install_horovod
 
     # a Horovod job: its optimizer, not DDP, is what dagprof attaches to
     install_horovod(after_import, os.environ[ENV_OUT], os.environ.get(ENV_STEPS) or DEFAULT_STEPS)
-    after_torch_import(lambda: _patch(at_window_end))
+    after_torch_import(_patch)
 
 
-def _patch(at_window_end: Callable[[str, int], None] | None) -> None:
+def _patch() -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
     collector = Collector(
         os.environ[ENV_OUT], parse_steps(os.environ.get(ENV_STEPS) or DEFAULT_STEPS),
-        kineto=os.environ.get(ENV_KINETO, "1") == "1", mode="launcher", at_window_end=at_window_end,
+        kineto=os.environ.get(ENV_KINETO, "1") == "1", mode="launcher",
     )
     original_init = DDP.__init__
     stepping: list[int] = []  # id of the optimizer whose steps are counted

@@ -26,7 +26,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 from ...fsutil import atomic_open
 from ...progress import bar
@@ -63,8 +63,7 @@ class Collector:
     """Records one window of steps of this process into ``out_dir``."""
 
     def __init__(self, out_dir: str | os.PathLike[str], steps: range | str, kineto: bool = True,
-                 record_shapes: bool = False, ranges: bool = False, mode: str = "api",
-                 at_window_end: Callable[[str, int], None] | None = None):
+                 record_shapes: bool = False, ranges: bool = False, mode: str = "api"):
         import torch  # noqa: F401  (fail early and clearly if torch is missing)
 
         self.steps = parse_steps(steps)
@@ -73,7 +72,6 @@ class Collector:
         self.record_shapes = record_shapes
         self.ranges = ranges  # also emit record_function ranges per layer (visible in Kineto)
         self.mode = mode
-        self.at_window_end = at_window_end  # see _at_window_end
         self.records: list[tuple[int, int, int, int, int]] = []
         self.step = -1  # current step index; -1 before the first step began
         self.step_begin_ns = 0
@@ -550,30 +548,6 @@ class Collector:
         except Exception as err:  # noqa: BLE001
             self._fail(err, "writing the profile")
         self._release_signals()
-        self._at_window_end()
-
-    def _at_window_end(self) -> None:
-        """Multi-rank gloo DDP jobs: ``at_window_end(out_dir, rank)`` on every rank (the zero-code launcher measures the
-        compute slowdown beside an in-flight all-reduce there, ``collect.measure.overlap``: the profile's backward carries
-        it where it overlapped its buckets, and only a measurement on the job's own cores and link can price a strategy
-        that removes or adds overlap). Every rank ends the window at the same step, so all take part; they first agree
-        (one MIN all-reduce) that each is still healthy, else none measures."""
-        info = self._info
-        if not (self.at_window_end is not None and self._ddp_seen and self._fsdp is None and info.get("backend") == "gloo"
-                and info.get("world_size", 1) > 1 and len(self._ddp_ranks) == info["world_size"]):
-            return
-        try:
-            import torch
-            import torch.distributed as dist
-
-            ok = torch.tensor([1 if self.enabled else 0], dtype=torch.int32)
-            dist.all_reduce(ok, op=dist.ReduceOp.MIN)
-            if int(ok[0]):
-                self.at_window_end(self.out_dir, info["rank"])
-        except Exception as err:  # noqa: BLE001  (a measurement; training must go on)
-            msg = f"dagprof: the measurement at the window's end failed: {type(err).__name__}: {err}"
-            self.warnings.append(msg)
-            warnings.warn(msg, RuntimeWarning, stacklevel=2)
 
     def close(self, error: BaseException | None = None) -> None:
         """Write whatever was collected (also when training ended before or inside the window).

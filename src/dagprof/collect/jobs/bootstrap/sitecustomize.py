@@ -8,9 +8,8 @@ def _dagprof_install() -> None:
     try:
         from dagprof.collect.deploy import autoapply
         from dagprof.collect.hooks import autoprofile
-        from dagprof.collect.measure.overlap import measure_into
 
-        autoprofile.install(at_window_end=measure_into)
+        autoprofile.install()
         autoapply.install()
     except Exception as err:  # noqa: BLE001  (never break the user's job)
         print(f"dagprof: zero-code profiling unavailable in this process: {err}", file=sys.stderr)
