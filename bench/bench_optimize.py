@@ -12,6 +12,7 @@ budget below what the model needs.
     sudo .venv/bin/python bench/bench_optimize.py                  # 2 workloads x 2 and 4 ranks, lossless and lossy
     sudo .venv/bin/python bench/bench_optimize.py --quick          # cnn, 2 ranks, 1 round per mode
     sudo .venv/bin/python bench/bench_optimize.py --workloads "cmd:python my_train.py --steps 16" --ranks 2   # a held-out job
+    sudo .venv/bin/python bench/bench_optimize.py --workloads "cmd:..." --ranks 2 --link-model-calibrate   # its slowdown by calibrate
 
 The machine is shared (2 cores, other jobs running): compare inside rounds, read the spread.
 """
@@ -45,6 +46,13 @@ def cell(work: str, workload: str, ranks: int, link: str, args) -> list[dict]:
         cluster = on.cluster
         run = os.path.join(work, "run")
         t0 = time.monotonic()
+        link_model = None
+        if args.link_model_calibrate:
+            link_model = os.path.join(work, "link.json")
+            run_ranks(python_module("dagprof.cli.main", "calibrate", "-o", link_model, "--max-mb", "8", "--iters", "3", "--kinds", "all_reduce",
+                                    "--overlap"), ranks, os.path.join(work, "calibrate-logs"), cluster=cluster)
+            with open(link_model) as f:
+                print(f"  calibrate --overlap: slowdown {json.load(f)['overlap']['slowdown']:.2f} per unit of overlap", file=sys.stderr)
         if own:
             launch(train, Bootstrap(profile=run, steps=range(4, args.profile_steps + 4), kineto=False), ranks=ranks, cluster=cluster,
                    log_dir=os.path.join(work, "logs"), timeout_s=900)
@@ -53,7 +61,7 @@ def cell(work: str, workload: str, ranks: int, link: str, args) -> list[dict]:
                                "--no-kineto"], ranks, os.path.join(work, "logs"), cluster=cluster)
         for mode in ("lossless", "lossy"):
             out = os.path.join(work, mode)
-            found = find_strategy(run, Options(budget_s=args.budget, seed=0, allow_lossy=mode == "lossy"), out)
+            found = find_strategy(run, Options(budget_s=args.budget, seed=0, allow_lossy=mode == "lossy", link_model=link_model), out)
             if found.path is None:  # nothing predicted to gain beyond noise: nothing to measure
                 print(f"  {workload} {ranks} ranks {mode}: {defaults_stand(found.search)}", file=sys.stderr)
                 continue
@@ -61,7 +69,7 @@ def cell(work: str, workload: str, ranks: int, link: str, args) -> list[dict]:
                                      say=lambda m: print(f"    {m.strip()}", file=sys.stderr), in_process=not own)
             d = checked.to_dict()
             rows.append({"workload": workload, "ranks": ranks, "link": link, "mode": mode, "strategy": found.strategy.summary(),
-                         "candidates_replayed": found.search.replayed, "predicted": found.search.speedup,
+                         "candidates_replayed": found.search.replayed, "predicted": found.search.speedup, "overlap_slowdown": found.search.overlap_slowdown,
                          "predicted_per_round": d["predicted_speedup_per_round"], "measured_per_round": d["speedup_per_round"],
                          "measured": d["measured_speedup"], "spread": d["spread"],
                          "median_error_pct": d["median_prediction_error_per_round_pct"], "confirmed": d["confirmed"],
@@ -120,6 +128,10 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=20.0, help="search budget per strategy, seconds")
     ap.add_argument("--out", default=None, help="write the table as JSON here")
     ap.add_argument("--keep", default=None, help="keep profiles, strategies and logs in this folder")
+    ap.add_argument("--link-model-calibrate", action="store_true",
+                    help="per cell, dagprof calibrate --overlap on the same ranks and link just before the profile; the search and each "
+                         "round's prediction price the compute slowdown beside collectives by that file (optimize --link-model), "
+                         "where the run measured none (a cmd: job; the demo jobs measure it on their own group)")
     args = ap.parse_args()
     why = available()
     if why:

@@ -11,7 +11,7 @@ from testdata import DATA
 from dagprof.cli.main import main
 from dagprof.costmodel.alphabeta import AlphaBeta
 from dagprof.costmodel.collectives import allreduce_us
-from dagprof.costmodel.topology import load_kind_links, load_kind_scale, load_link_model, save_link_model
+from dagprof.costmodel.topology import LINK_MODEL_VERSION, load_kind_links, load_kind_scale, load_link_model, save_link_model
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import fsdp_collectives
@@ -44,7 +44,7 @@ def test_link_model_file_round_trip(tmp_path):
     assert load_link_model(v2) == LINK and load_kind_links(v2) == (("all_gather", SLOW_GATHER),)
     v1 = save_link_model(tmp_path / "v1.json", LINK, method="test")
     assert "version" not in json.loads(open(v1).read()) and load_kind_links(v1) == ()
-    for bad, message in (({"version": 4}, "newer"), ({"kinds": {"broadcast": {"alpha_us": 1, "beta_us_per_byte": 0}}}, "kinds")):
+    for bad, message in (({"version": LINK_MODEL_VERSION + 1}, "newer"), ({"kinds": {"broadcast": {"alpha_us": 1, "beta_us_per_byte": 0}}}, "kinds")):
         p = tmp_path / "bad.json"
         p.write_text(json.dumps({"alpha_us": 1.0, "beta_us_per_byte": 1e-3, **bad}))
         with pytest.raises(DagprofError, match=message):

@@ -92,6 +92,14 @@ def test_launcher_zero_code(launcher_run):
     assert launcher_run.ranks[0].meta.kineto is None
 
 
+def test_launcher_adds_no_collective_to_the_users_job(launcher_run):
+    """The zero-code profile never measures the compute slowdown beside collectives inside the user's job (it would add
+    collectives to their process group): no overlap.json; ``dagprof calibrate --overlap`` measures it on our own ranks."""
+    from dagprof.collect.measure.overlap import load_overlap
+
+    assert load_overlap(launcher_run.source) is None
+
+
 def test_launcher_without_ddp_says_so(tmp_path, capsys):
     script = "import torch; m = torch.nn.Linear(2, 2); o = torch.optim.SGD(m.parameters(), 0.1)\n" \
              "for _ in range(3): m(torch.ones(1, 2)).sum().backward(); o.step()"

@@ -214,3 +214,45 @@ def test_overlap_fraction_and_slowdown(prof):
     assert np.allclose(base[nodes], g.dur[nodes] / (1 + 0.5 * f))
     assert np.allclose(disturbed(g, base, res, 0.5)[nodes], g.dur[nodes])  # the same timeline charges back what was taken out
     assert np.array_equal(undisturbed(g, res, 0.0), g.dur)
+
+
+def test_overlap_weighted_by_what_each_collective_moves(prof):
+    """A collective slows compute in proportion to the bytes it moves per second against the all-reduce the slowdown
+    was measured beside: none moving -> no overlap; each at the measured rate -> as if unweighted."""
+    from dagprof.passes.overlap import comm_demand, comm_overlap, slowed_nodes
+
+    g = prof.graph
+    res = replay(g)
+    nodes = slowed_nodes(g)
+    whole = comm_overlap(g, res, nodes)
+    assert whole.max() > 0
+    assert np.allclose(comm_overlap(g, res, nodes, np.zeros(len(g))), 0.0)
+    assert np.allclose(comm_overlap(g, res, nodes, np.ones(len(g))), whole)
+    half = comm_overlap(g, res, nodes, np.full(len(g), 0.5))
+    assert (half <= whole + 1e-12).all() and (half >= 0.5 * whole - 1e-12).all() and half.sum() < whole.sum()
+    comm = (g.kind == Kind.COMM) & (g.rank < 0) & (g.dur > 0)
+    span = (res.end - res.start)[comm]
+    rate = float(np.max(g.nbytes[comm] / span)) * 1e6  # the fastest collective of the run: it counts whole
+    d = comm_demand(g, res, g.nbytes.astype(float), rate)
+    assert ((d >= 0) & (d <= 1)).all() and d[comm].max() == pytest.approx(1.0)
+    np.testing.assert_allclose(comm_demand(g, res, g.nbytes / 4.0, rate)[comm], d[comm] / 4)  # a codec's fewer bytes: less CPU
+
+
+def test_overlap_slowdown_prices_a_compressed_bucket_by_its_wire_bytes(prof, order):
+    """With the measured rate, the profiled layout is priced as profiled (the overlap taken out is charged back), and
+    PowerSGD's small factors slow the backward beside them less than the same channel time counted whole."""
+    from dagprof.search.candidate import Candidate
+    from dagprof.search.evaluate import Evaluator
+
+    g = prof.graph
+    per = {p: PowerSGDCost(300.0, 300.0, 300.0) for p in order.params}  # a long channel, few bytes on it
+    costs = CodecCosts({}, {}, {2: per}, 0.0)
+    comm = (g.kind == Kind.COMM) & (g.rank < 0) & (g.dur > 0)
+    rate = float(np.median(g.nbytes[comm] / g.dur[comm])) * 1e6
+    base = Candidate(order.profiled_ends)
+    plain = Evaluator(g, order, costs, [], None).score(base)[0].iter_us
+    assert Evaluator(g, order, costs, [], None, 0.5, comm_rate=rate).score(base)[0].iter_us == pytest.approx(plain, rel=0.02)
+    lossy = Candidate(order.profiled_ends, codec=Codec("powersgd", 2))
+    whole = Evaluator(g, order, costs, [], None, 0.5).score(lossy)[0].iter_us
+    weighted = Evaluator(g, order, costs, [], None, 0.5, comm_rate=rate).score(lossy)[0].iter_us
+    assert weighted < whole and whole > Evaluator(g, order, costs, [], None).score(lossy)[0].iter_us

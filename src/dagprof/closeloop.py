@@ -37,6 +37,7 @@ class Found:
     search: SearchResult | FsdpSearchResult
     strategy: Strategy
     path: str | None  # None: nothing is predicted to gain enough to apply (``defaults_stand`` says so)
+    link_model: str | None = None  # the calibrate file the search priced the compute slowdown by, where the run measured none
 
 
 def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = None, step_marker: str | None = None,
@@ -64,7 +65,7 @@ def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = N
     res.intervals = res.intervals and {name: iv.widened(level) for name, iv in res.intervals.items()}  # the search's own model, checked above
     strategy = res.strategy()
     path = save_strategy(strategy, os.path.join(out_dir, STRATEGY_FILE)) if res.worth_applying else None
-    return Found(prof, res, strategy, path)
+    return Found(prof, res, strategy, path, opts.link_model)
 
 
 def check_baseline(res: SearchResult | FsdpSearchResult, measured_us: float | None, share: float) -> None:
@@ -192,7 +193,7 @@ def check_strategy(cmd: list[str], found: Found, out_dir: str, rounds: int = 3, 
         if found.strategy.fsdp is not None:
             prediction, predicted = predict_fsdp(p.graph, found.strategy)
         else:
-            pred = predict_run(p.run, p.graph, found.strategy, os.path.join(out_dir, CODEC_COSTS_FILE), found.profile.run)
+            pred = predict_run(p.run, p.graph, found.strategy, os.path.join(out_dir, CODEC_COSTS_FILE), found.profile.run, found.link_model)
             prediction, predicted = pred.prediction, pred.graph
         out.predicted_per_round.append(prediction.speedup)
         try:

@@ -2,7 +2,8 @@
 
 Three sources, one output format (``whatif --link-model FILE``):
 - live, spawned: ``dagprof calibrate -o link.json --world 2`` starts gloo ranks on this machine
-  (``--fsdp``: also FSDP2's optimizer step and copy-out, for ``whatif --data-parallel fsdp`` of a DDP profile);
+  (``--fsdp``: also FSDP2's optimizer step and copy-out, for ``whatif --data-parallel fsdp`` of a DDP profile;
+  ``--overlap``: also how much an in-flight all-reduce slows compute, for ``optimize --link-model``);
 - live, inside a job: ``torchrun --nproc-per-node 4 -m dagprof.cli.main calibrate -o link.json``
   (RANK/WORLD_SIZE set: joins that group, rank 0 writes);
 - tables: ``dagprof calibrate --nccl-tests DIR -o a100.json`` fits every nccl-tests table in
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 
+import msgspec
 import numpy as np
 
 from ..collect.measure import calibrate as live
@@ -39,6 +41,9 @@ def add_arguments(p) -> None:
                    help="live: also measure FSDP2's costs that a DDP profile cannot show (the optimizer on DTensor shards against plain "
                         "tensors, the all-gather copy-out per byte, each unit's hooks and waits beyond its collectives) on small "
                         "fully_shard models; whatif --data-parallel fsdp uses them")
+    p.add_argument("--overlap", action="store_true",
+                   help="live: also measure how much an in-flight 8 MiB all-reduce slows compute on the ranks (a matrix-product loop "
+                        "alone and beside it); optimize --link-model prices the backward's overlap with collectives by it")
     p.add_argument("--nccl-tests", metavar="PATH", help="fit nccl-tests all-reduce tables (a file or a folder) instead of measuring")
 
 
@@ -74,7 +79,7 @@ def run(args) -> dict:
     if args.iters < 1:
         raise DagprofError(f"--iters must be >= 1, got {args.iters}")
     sizes = _sizes(args.max_mb)
-    measured = live.live_sweep(args.world, sizes, args.iters, args.kinds, args.fsdp)
+    measured = live.live_sweep(args.world, sizes, args.iters, args.kinds, args.fsdp, args.overlap)
     world, points = measured.world, measured.points
     link = live.fit(points, world)
     kinds = {s.kind: (live.fit(s.points, world, s.kind), {"points": s.points, "skew_us": s.skew_us}) for s in measured.sweeps[1:]}
@@ -82,6 +87,7 @@ def run(args) -> dict:
     if measured.rank == 0:
         fsdp, record = measured.fsdp or (None, None)
         path = save_link_model(args.out, link, kinds=kinds, fsdp=fsdp, fsdp_record=record,
+                               overlap=None if measured.overlap is None else msgspec.to_builtins(measured.overlap),
                                backend="gloo", workers=world, points=points, skew_us=measured.sweeps[0].skew_us,
                                method="live sweep, ring alpha-beta fit (per kind: of its all-reduce-equivalent bytes)")
     rows = [{"nbytes": m, "measured_us": t, "model_us": float(ring_allreduce_us(m, world, link))} for m, t in points]
@@ -91,7 +97,8 @@ def run(args) -> dict:
                 for s in measured.sweeps[1:] for ab in [kinds[s.kind][0]]]
     return {"out": path, "source": "live", "workers": world, "alpha_us": link.alpha_us,
             "bandwidth_GBps": link.bandwidth_bytes_per_s / 1e9, "points": rows, "kinds": per_kind,
-            "fsdp": None if measured.fsdp is None else {**measured.fsdp[0].to_dict(), **measured.fsdp[1]}}
+            "fsdp": None if measured.fsdp is None else {**measured.fsdp[0].to_dict(), **measured.fsdp[1]},
+            "overlap": None if measured.overlap is None else msgspec.to_builtins(measured.overlap)}
 
 
 def to_text(r: dict) -> str:
@@ -113,6 +120,11 @@ def to_text(r: dict) -> str:
                       f"{f['dtensor_step']['us_per_byte'] * 1e6:.1f} us/MB (of the shard); copy-out {f['copy_out_us_per_byte'] * 1e6:.1f} us/MB; per unit "
                       f"beyond its collectives: forward {f['unit_forward_us']:.0f} us, backward {f['unit_backward_us']:.0f} us, and per MB of the unit "
                       f"beyond its copy-outs {f['unit_forward_us_per_byte'] * 1e6:.0f} and {f['unit_backward_us_per_byte'] * 1e6:.0f} us more"]
+        if r.get("overlap"):
+            o = r["overlap"]
+            lines.append(f"compute beside an in-flight {o['allreduce_bytes'] / MB:.0f} MiB all-reduce ({o['allreduce_s'] * 1e3:.1f} ms): "
+                         f"compute overlapping it for a fraction f of its time takes (1 + {o['slowdown']:.2f} f) as long (use with: dagprof optimize RUN "
+                         f"--link-model FILE)")
     if r["out"]:
         lines.append(f"link model: {os.path.relpath(r['out'])} (use with: dagprof whatif RUN --link-model {os.path.relpath(r['out'])})")
     return "\n".join(lines)

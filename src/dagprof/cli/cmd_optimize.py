@@ -29,7 +29,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--optimizer-state", default="momentum", choices=["sgd", "momentum", "adam"],
                    help="optimizer state per parameter, for the memory estimate (default momentum: one copy)")
     p.add_argument("--overlap-slowdown", type=finite_non_negative, default=None, metavar="S",
-                   help="compute runs (1 + S x overlap) slower beside in-flight collectives (default: as measured in the run, else 0)")
+                   help="compute runs (1 + S x overlap) slower beside in-flight collectives (default: as measured in the run, else in "
+                        "--link-model, else 0)")
+    p.add_argument("--link-model", default=None, metavar="FILE",
+                   help="a dagprof calibrate --overlap file measured on the job's cluster: how much an in-flight collective slows "
+                        "compute, where the run measured none")
     p.add_argument("--raw", action="store_true",
                    help="search from the op times as profiled (default: the profiler's own cost, measured on the run, removed first)")
     p.add_argument("--verify", action="store_true", help="run the command after -- with defaults and with the strategy, interleaved")
@@ -56,7 +60,7 @@ def run(args: argparse.Namespace) -> dict:
         raise DagprofError(f"--accumulate must be >= 1, got {args.accumulate}")
     opts = Options(budget_s=args.budget, seed=args.seed, allow_lossy=args.allow_lossy, powersgd_ranks=tuple(args.powersgd_ranks),
                    accumulate=args.accumulate, memory_budget=None if args.memory_budget is None else parse_size(args.memory_budget, "--memory-budget"),
-                   optimizer_state=args.optimizer_state, overlap_slowdown=args.overlap_slowdown,
+                   optimizer_state=args.optimizer_state, overlap_slowdown=args.overlap_slowdown, link_model=args.link_model,
                    progress=_search_bar(args.budget) if shown() else None)
     with outputs(args.out, args.run) as staged:
         found = find_strategy(args.run, opts, staged.path, args.steps, args.step_marker, args.allow_missing_ranks, raw=args.raw)

@@ -15,6 +15,8 @@ kind on the one LINK. Version 3 adds ``fsdp``: FSDP2's optimizer step, copy-out 
 the group (``costmodel.fsdp_costs``), which DDP -> FSDP reads, and prices each kind at its swept sizes as measured
 (``Topology.kind_scale``: the kind's link fits its sweep with every size weighted alike, which leaves its largest sizes,
 tens of MBs as a large embedding's unit gathers, 20-40 % under what they measured on gloo); an older file prices as before.
+Version 4 adds ``overlap``: how much an in-flight all-reduce slowed compute on the group (``calibrate --overlap``,
+``collect.measure.overlap``), which ``optimize --link-model`` prices a held-out job's overlap with.
 """
 from __future__ import annotations
 
@@ -199,15 +201,17 @@ def load_topology(path: str | os.PathLike[str]) -> Topology:
     return Topology.from_dict(_read_table(path), os.fspath(path))
 
 
-LINK_MODEL_VERSION = 3  # 3: FSDP2's measured costs (``fsdp``); 2: per-kind links (``kinds``); 1 (no ``version`` key): one link
+# 4: the compute slowdown beside collectives (``overlap``); 3: FSDP2's measured costs (``fsdp``); 2: per-kind links (``kinds``); 1 (no ``version``): one link
+LINK_MODEL_VERSION = 4
 
 
 def save_link_model(path: str | os.PathLike[str], link: AlphaBeta, by_workers: dict[int, AlphaBeta] | None = None,
                     kinds: dict[str, tuple[AlphaBeta, dict[str, Any]]] | None = None, fsdp: FsdpCosts | None = None,
-                    fsdp_record: dict[str, Any] | None = None, **how: Any) -> str:
+                    fsdp_record: dict[str, Any] | None = None, overlap: dict[str, Any] | None = None, **how: Any) -> str:
     """Write a link-model JSON: one LINK, optionally one per worker count (nccl-tests tables
     fit each GPU count), one per collective kind (with what was measured for it) and FSDP2's measured costs
-    (with ``fsdp_record``, the timings they were fitted to), plus ``how`` it was measured (backend, points, ...)
+    (with ``fsdp_record``, the timings they were fitted to), the compute slowdown beside collectives (``overlap``,
+    ``collect.measure.overlap.Overlap`` as a table), plus ``how`` it was measured (backend, points, ...)
     for the record. The version is the oldest that reads what the file holds."""
     doc = {**_link_dict(link), **how}
     if by_workers:
@@ -218,6 +222,9 @@ def save_link_model(path: str | os.PathLike[str], link: AlphaBeta, by_workers: d
     if fsdp is not None:
         doc["version"] = 3
         doc["fsdp"] = {**fsdp.to_dict(), **(fsdp_record or {})}
+    if overlap is not None:
+        doc["version"] = 4
+        doc["overlap"] = overlap
     with atomic_open(path) as f:
         json.dump(doc, f, indent=1)
     return os.fspath(path)
@@ -248,6 +255,12 @@ def load_fsdp_costs(path: str | os.PathLike[str]) -> FsdpCosts | None:
     """The file's measured FSDP2 costs; None before version 3 (or where calibrate did not measure them)."""
     d = _versioned(path)
     return None if d.get("fsdp") is None else FsdpCosts.from_dict(d["fsdp"], os.fspath(path))
+
+
+def load_overlap_table(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The file's compute slowdown beside collectives as written (``search.measured`` types it); None before version 4
+    (or where calibrate did not measure it)."""
+    return _versioned(path).get("overlap")
 
 
 def load_kind_links(path: str | os.PathLike[str]) -> tuple[tuple[str, AlphaBeta], ...]:

@@ -2,10 +2,15 @@
 
 On CPU-only jobs the network stack and the collectives' threads use the cores that compute: an
 op that overlaps in-flight collectives for a fraction f of its time takes (1 + s * f) times its
-undisturbed duration, with s measured on the job's own ranks (``collect.measure.overlap``). A profile's
-durations already include the slowdown of the overlap it had, so a what-if first removes that
-(``undisturbed``: durations over 1 + s * f of the profiled timeline), then charges the overlap of the
-new timeline (``disturbed``); one replay in between gives f. Two replays per candidate instead of one.
+undisturbed duration, with s measured on the job's cluster (``collect.measure.overlap``: beside an
+all-reduce at the link's rate; ``dagprof calibrate --overlap`` measures it on its own ranks). What a collective
+costs the cores is what gloo copies and reduces, so each counts in f in proportion to the bytes it moves
+per second against that measured all-reduce (``comm_demand``, at most 1): a bucket at the link's rate
+counts whole, PowerSGD's small factors on a channel mostly busy with the hook's own compute (already
+charged to the backward) hardly at all. A profile's durations already include the slowdown of the overlap
+it had, so a what-if first removes that (``undisturbed``: durations over 1 + s * f of the profiled
+timeline), then charges the overlap of the new timeline (``disturbed``); one replay in between gives f.
+Two replays per candidate instead of one.
 """
 from __future__ import annotations
 
@@ -22,46 +27,45 @@ def slowed_nodes(g: Graph) -> np.ndarray:
     return np.flatnonzero((g.rank >= 0) & np.isin(g.kind, [int(k) for k in SLOWED]))
 
 
-def comm_overlap(g: Graph, res: ReplayResult, nodes: np.ndarray) -> np.ndarray:
-    """Per node: the fraction of its [start, end] during which some collective was in flight (``res``: a replay of ``g``)."""
+def comm_demand(g: Graph, res: ReplayResult, wire: np.ndarray, bytes_per_s: float) -> np.ndarray:
+    """Per node of ``g``: how much of the measured collective's CPU a collective takes, as the bytes it moves per
+    second of its replayed time (``wire``: bytes on the wire per node) over the rate of the all-reduce the slowdown
+    was measured beside, at most 1. gloo's threads copy and reduce what travels: a bucket sent at the link's rate
+    takes what the measurement took; a latency-bound one, or PowerSGD's small factors, far less."""
+    span = np.maximum(res.end - res.start, 1e-9)
+    return np.clip(wire / span * 1e6 / bytes_per_s, 0.0, 1.0)
+
+
+def comm_overlap(g: Graph, res: ReplayResult, nodes: np.ndarray, demand: np.ndarray | None = None) -> np.ndarray:
+    """Per node: the fraction of its [start, end] during which some collective was in flight (``res``: a replay of
+    ``g``), each collective weighted by ``demand`` (``comm_demand``; None: each whole), their sum at most 1."""
     comm = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0) & (g.dur > 0))
     if not len(comm) or not len(nodes):
         return np.zeros(len(nodes))
-    s, e = _union(res.start[comm], res.end[comm])
-    busy = np.r_[0.0, np.cumsum(e - s)]  # busy time before each interval
-
-    def busy_until(t: np.ndarray) -> np.ndarray:
-        k = np.searchsorted(s, t, side="right")  # intervals starting at or before t
-        inside = np.clip(t - s[np.maximum(k - 1, 0)], 0.0, (e - s)[np.maximum(k - 1, 0)])
-        return busy[np.maximum(k - 1, 0)] + np.where(k > 0, inside, 0.0)
+    d = np.ones(len(comm)) if demand is None else demand[comm]
+    t = np.r_[res.start[comm], res.end[comm]]
+    step = np.r_[d, -d]
+    order = np.argsort(t, kind="stable")
+    t, level = t[order], np.clip(np.cumsum(step[order]), 0.0, 1.0)  # the demand from each event time to the next
+    busy = np.r_[0.0, np.cumsum(level[:-1] * np.diff(t))]  # weighted busy time up to each event time
 
     a, b = res.start[nodes], res.end[nodes]
     span = np.maximum(b - a, 1e-9)
-    return np.clip((busy_until(b) - busy_until(a)) / span, 0.0, 1.0)
+    return np.clip((np.interp(b, t, busy) - np.interp(a, t, busy)) / span, 0.0, 1.0)
 
 
-def undisturbed(g: Graph, res: ReplayResult, slowdown: float) -> np.ndarray:
+def undisturbed(g: Graph, res: ReplayResult, slowdown: float, demand: np.ndarray | None = None) -> np.ndarray:
     """Durations of ``g`` with the slowdown of its own replayed overlap removed."""
     dur = g.dur.copy()
     if slowdown > 0:
         nodes = slowed_nodes(g)
-        dur[nodes] = g.dur[nodes] / (1.0 + slowdown * comm_overlap(g, res, nodes))
+        dur[nodes] = g.dur[nodes] / (1.0 + slowdown * comm_overlap(g, res, nodes, demand))
     return dur
 
 
-def disturbed(g: Graph, base_dur: np.ndarray, res: ReplayResult, slowdown: float) -> np.ndarray:
+def disturbed(g: Graph, base_dur: np.ndarray, res: ReplayResult, slowdown: float, demand: np.ndarray | None = None) -> np.ndarray:
     """``base_dur`` (undisturbed) slowed by the overlap of ``res``, a replay of ``g``."""
     dur = g.dur.copy()
     nodes = slowed_nodes(g)
-    dur[nodes] = base_dur[nodes] * (1.0 + slowdown * comm_overlap(g, res, nodes))
+    dur[nodes] = base_dur[nodes] * (1.0 + slowdown * comm_overlap(g, res, nodes, demand))
     return dur
-
-
-def _union(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    order = np.argsort(start, kind="stable")
-    s, e = start[order], end[order]
-    run_end = np.maximum.accumulate(e)
-    new = np.r_[True, s[1:] > run_end[:-1]]
-    first = np.flatnonzero(new)
-    last = np.r_[first[1:] - 1, len(s) - 1]
-    return s[first], run_end[last]

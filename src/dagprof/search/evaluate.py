@@ -17,7 +17,7 @@ from ..graph.dag import Graph
 from ..passes.accumulate import accumulate_gradients
 from ..passes.bucket_plan import BucketSlots
 from ..passes.gradients import GradientOrder
-from ..passes.overlap import disturbed, slowed_nodes, undisturbed
+from ..passes.overlap import comm_demand, disturbed, slowed_nodes, undisturbed
 from ..passes.recompute import RecomputeSlots, Segment
 from ..replay import ReplayResult, replay
 from ..replay.incremental import IncrementalReplayer
@@ -39,12 +39,14 @@ class Template:
 
     With an overlap slowdown, compute durations are kept undisturbed (the profiled overlap's share
     taken out once) and each candidate is replayed twice: once to see its overlap, once charged for it.
+    ``comm_rate``: bytes per second of the all-reduce the slowdown was measured beside; each collective then
+    slows compute in proportion to the bytes it moves per second (``passes.overlap.comm_demand``).
     """
 
     def __init__(self, g: Graph, order: GradientOrder, costs: CodecCosts | None, accumulate: int, recompute: bool,
-                 cand_segments: list[Segment], slowdown: float = 0.0):
+                 cand_segments: list[Segment], slowdown: float = 0.0, comm_rate: float | None = None):
         self.k = accumulate
-        self.slowdown = slowdown
+        self.slowdown, self.comm_rate = slowdown, comm_rate
         g = accumulate_gradients(g, accumulate)
         self.rslots = RecomputeSlots(g, cand_segments) if recompute else None
         self.bslots = BucketSlots(self.rslots.graph if self.rslots else g, order, costs)
@@ -55,8 +57,10 @@ class Template:
         self.slowed = slowed_nodes(self.graph)
         self.base_dur = self.graph.dur
         if slowdown > 0:  # undisturbed durations: the profiled layout's own overlap taken out
-            profiled = self._columns(Candidate(order.profiled_ends), self.graph.dur)
-            self.base_dur = undisturbed(profiled, replay(profiled), slowdown)
+            c0 = Candidate(order.profiled_ends)
+            profiled = self._columns(c0, self.graph.dur)
+            res = replay(profiled)
+            self.base_dur = undisturbed(profiled, res, slowdown, self._demand(c0, profiled, res))
 
     def _columns(self, c: Candidate, dur: np.ndarray) -> Graph:
         ids, sdur, gap, nb = self.bslots.columns(c.plan)
@@ -76,11 +80,21 @@ class Template:
         changed = np.flatnonzero((g.dur != old.dur) | (g.gap != old.gap))
         return self.replayer.update(g, changed, copy=False)
 
+    def _demand(self, c: Candidate, g: Graph, res: ReplayResult) -> np.ndarray | None:
+        """Each collective's share of the measured all-reduce's CPU (None: no rate measured, each counts whole)."""
+        if self.comm_rate is None:
+            return None
+        wire = g.nbytes.astype(np.float64)
+        if c.codec.name != "none":  # the slots carry the bucket's own bytes; a codec sends fewer
+            ends = np.asarray(c.plan.ends, dtype=np.int64)
+            wire[self.bslots.comm[:, ends]] = [b.wire_bytes for b in self.bslots.costs_of(c.plan)]
+        return comm_demand(g, res, wire, self.comm_rate)
+
     def replay(self, c: Candidate) -> tuple[Graph, ReplayResult]:
         g = self._columns(c, self.base_dur)
         res = self._run(g)
         if self.slowdown > 0:
-            g = g.replace(dur=disturbed(g, g.dur, res, self.slowdown))
+            g = g.replace(dur=disturbed(g, g.dur, res, self.slowdown, self._demand(c, g, res)))
             res = self._run(g)
         return g, res
 
@@ -90,9 +104,10 @@ class Evaluator:
     ``memory_budget`` (bytes per rank) makes a candidate that does not fit score worse."""
 
     def __init__(self, g: Graph, order: GradientOrder, costs: CodecCosts | None, cand_segments: list[Segment],
-                 memory: MemoryModel | None, slowdown: float = 0.0, memory_budget: float | None = None, recompute: bool = False):
+                 memory: MemoryModel | None, slowdown: float = 0.0, memory_budget: float | None = None, recompute: bool = False,
+                 comm_rate: float | None = None):
         self.g, self.order, self.costs = g, order, costs
-        self.slowdown, self.memory_budget = slowdown, memory_budget
+        self.slowdown, self.memory_budget, self.comm_rate = slowdown, memory_budget, comm_rate
         self.recompute = recompute or memory is not None
         self.segments = cand_segments
         self.memory = memory
@@ -102,7 +117,7 @@ class Evaluator:
 
     def template(self, k: int) -> Template:
         if k not in self.templates:
-            self.templates[k] = Template(self.g, self.order, self.costs, k, self.recompute, self.segments, self.slowdown)
+            self.templates[k] = Template(self.g, self.order, self.costs, k, self.recompute, self.segments, self.slowdown, self.comm_rate)
         return self.templates[k]
 
     def score(self, c: Candidate, keep: bool = False) -> tuple[Scored, tuple[Graph, ReplayResult] | None]:

@@ -1,11 +1,16 @@
 """What the job measured on its own machine that the search prices with: the compute slowdown beside
-collectives (``collect.measure.overlap``) and the codecs' costs (``collect.measure.codec_costs``), scaled to the job's load."""
+collectives (``collect.measure.overlap``; on the job's ranks, or by ``dagprof calibrate --overlap`` on its cluster) and the
+codecs' costs (``collect.measure.codec_costs``), scaled to the job's load."""
 from __future__ import annotations
 
 import os
 
+import msgspec
+
 from ..collect.measure.overlap import Overlap, load_overlap
 from ..costmodel.codecs import CodecCosts, powersgd_split
+from ..costmodel.topology import load_overlap_table
+from ..errors import DagprofError
 from ..passes.gradients import GradientOrder
 from ..traces.events import Run
 
@@ -14,10 +19,32 @@ def _measured(run: Run) -> Overlap | None:
     return load_overlap(run.source) if run.source and os.path.isdir(run.source) else None
 
 
-def slowdown_of(run: Run) -> float:
-    """The compute slowdown measured beside collectives for this run (``collect.measure.overlap``), else 0."""
+def overlap_of(run: Run, link_model: str | None = None) -> Overlap | None:
+    """The compute slowdown beside collectives for this run: measured on the job's own ranks (``overlap.json``, our
+    demo job writes it), else on the cluster by ``dagprof calibrate --overlap`` (``link_model``, version 4), else None."""
     m = _measured(run)
-    return 0.0 if m is None else m.slowdown
+    if m is not None or not link_model:
+        return m
+    table = load_overlap_table(link_model)
+    if table is None:
+        return None
+    try:
+        return msgspec.convert(table, Overlap)
+    except msgspec.ValidationError as e:
+        raise DagprofError(f"link model's overlap is not a dagprof overlap measurement ({e})", link_model) from None
+
+
+def slowdown_of(run: Run, link_model: str | None = None) -> tuple[float, float | None]:
+    """The compute slowdown beside collectives for this run (``overlap_of``), else 0, and the bytes per second of the
+    all-reduce it was measured beside (None when not measured)."""
+    m = overlap_of(run, link_model)
+    if m is None:
+        return 0.0, None
+    return m.slowdown, (m.allreduce_bytes / m.allreduce_s if m.allreduce_s > 0 else None)
+
+
+NOT_MEASURED = ("the backward's slowdown beside in-flight collectives is not measured for this run (priced as none): run "
+                "dagprof calibrate --overlap -o link.json on the job's cluster and pass --link-model link.json")
 
 
 def in_job(costs: CodecCosts | None, run: Run) -> CodecCosts | None:

@@ -56,7 +56,7 @@ from ..units import MB
 from .anneal import anneal, seeds
 from .candidate import Candidate, Space, candidate_of, complexity, strategy_fields
 from .evaluate import Evaluator, Scored
-from .measured import codec_costs, in_job, slowdown_of
+from .measured import NOT_MEASURED, codec_costs, in_job, overlap_of, slowdown_of
 from .memory import MemoryModel
 from .memory_fit import fit_memory
 
@@ -89,6 +89,8 @@ class Options:
     patience: int = 400
     symmetry: bool = True
     overlap_slowdown: float | None = None  # compute slowdown per unit of overlap with collectives (None: as measured for the run, else 0)
+    overlap_rate: float | None = None  # bytes/s of the all-reduce the slowdown was measured beside (None: every collective counts whole)
+    link_model: str | None = None  # a ``dagprof calibrate --overlap`` file: the slowdown where the run measured none (``measured.overlap_of``)
     progress: Callable[[Progress], None] | None = None
 
 
@@ -178,13 +180,14 @@ def search(g: Graph, order: GradientOrder, opts: Options | None = None, costs: C
         cand_segments = segments(g)
     if opts.overlap_slowdown:
         notes.append(f"compute beside in-flight collectives modelled {opts.overlap_slowdown:.2f}x slower per unit of overlap "
-                     "(measured on the job's ranks)")
+                     + ("(as measured), each collective in proportion to the bytes it moves per second against the "
+                        f"measured all-reduce's {opts.overlap_rate / MB:.1f} MB/s" if opts.overlap_rate else "(as given)"))
     symmetric, folded_note = _fold(g, opts)
     if folded_note:
         notes.append(folded_note)
     slowdown = opts.overlap_slowdown or 0.0
-    ev = Evaluator(symmetric, order, costs, cand_segments, memory, slowdown, opts.memory_budget)
-    full = ev if symmetric is g else Evaluator(g, order, costs, cand_segments, memory, slowdown, opts.memory_budget)
+    ev = Evaluator(symmetric, order, costs, cand_segments, memory, slowdown, opts.memory_budget, comm_rate=opts.overlap_rate)
+    full = ev if symmetric is g else Evaluator(g, order, costs, cand_segments, memory, slowdown, opts.memory_budget, comm_rate=opts.overlap_rate)
     space = Space(order, cand_segments, tuple(g.layers), tuple(codecs))
     baseline_c = Candidate(order.profiled_ends)
     recompute0, view0, reason = fit_memory(memory, opts.memory_budget, cand_segments, ev, order)
@@ -249,9 +252,15 @@ def search_run(run: Run, g: Graph, opts: Options | None = None, costs_file: str 
     meta = run.ranks[0].meta
     order = gradient_order(g, run.ranks[0].buckets)
     costs = in_job(codec_costs(order, opts.powersgd_ranks, costs_file), run) if opts.allow_lossy else None
+    # CPU (gloo) jobs: the network stack shares the training cores; the slowdown is measured by our own ranks, never in the user's job
+    unmeasured = opts.overlap_slowdown is None and run.ranks[0].backend == "gloo" and overlap_of(run, opts.link_model) is None
     if opts.overlap_slowdown is None:
-        opts = replace(opts, overlap_slowdown=slowdown_of(run))
-    return search(g, order, opts, costs, meta.layer_saved_bytes)
+        s, rate = slowdown_of(run, opts.link_model)
+        opts = replace(opts, overlap_slowdown=s, overlap_rate=rate)
+    res = search(g, order, opts, costs, meta.layer_saved_bytes)
+    if unmeasured:
+        res.notes.append(NOT_MEASURED)
+    return res
 
 
 @dataclass
@@ -263,16 +272,18 @@ class Priced:
     graph: Graph
 
 
-def predict_run(run: Run, g: Graph, strategy: Strategy, costs_file: str | None = None, measured_in: Run | None = None) -> Priced:
+def predict_run(run: Run, g: Graph, strategy: Strategy, costs_file: str | None = None, measured_in: Run | None = None,
+                link_model: str | None = None) -> Priced:
     """``strategy`` priced on this run: how a strategy found on one profile is priced on another (a later
     profile of the same job, e.g. each verification round's). ``measured_in``: the run whose overlap
-    measurements (slowdown, codec yardstick) apply, default ``run``."""
+    measurements (slowdown, codec yardstick) apply, default ``run``; ``link_model``: the slowdown where it measured none."""
     like = measured_in or run
     order = gradient_order(g, run.ranks[0].buckets)
     c = strategy.compression
     costs = in_job(codec_costs(order, (c.rank,) if c.codec == "powersgd" else (), costs_file) if c.lossy else None, like)
     segs = segments(g) if strategy.recompute else []
-    ev = Evaluator(g, order, costs, segs, None, slowdown_of(like), recompute=bool(strategy.recompute))
+    slowdown, rate = slowdown_of(like, link_model)
+    ev = Evaluator(g, order, costs, segs, None, slowdown, recompute=bool(strategy.recompute), comm_rate=rate)
     cand = candidate_of(Space(order, segs), strategy)
     base = ev.score(Candidate(order.profiled_ends))[0]
     return Priced(Prediction(base.iter_us / 1e3, ev.score(cand)[0].iter_us / 1e3), ev.predicted_graph(cand))

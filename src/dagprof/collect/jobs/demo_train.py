@@ -303,11 +303,9 @@ def main(argv: list[str] | None = None) -> int:
             dist.barrier()
             return 0
         if args.profile and dist.get_world_size() > 1:
-            from ..measure.overlap import measure_overlap, save_overlap
+            from ..measure.overlap import measure_into
 
-            result = measure_overlap()  # every rank takes part
-            if rank == 0:
-                save_overlap(args.profile, result)
+            measure_into(args.profile, rank)  # every rank takes part
         times = train(cfg, args.profile, rank)
         dist.barrier()  # no rank tears the group down while a peer's last collective is in flight
     finally:

@@ -1,6 +1,7 @@
 """Measure collective times over message sizes on a live torch.distributed group (like nccl-tests): the
 all-reduce, and FSDP2's all-gather and reduce-scatter (the calls it makes, on the job's backend), each with
-how far apart the ranks finish; and FSDP2's own costs that a DDP profile cannot show (``measure_fsdp``).
+how far apart the ranks finish; FSDP2's own costs that a DDP profile cannot show (``measure_fsdp``); and how much an
+in-flight all-reduce slows compute (``overlap.measure_overlap``).
 
 ``sweep`` runs inside an initialised process group (torchrun, or the testbed's ranks);
 ``spawn_sweep`` starts ``world`` gloo ranks on this machine itself; ``live_sweep`` (``dagprof calibrate``)
@@ -20,12 +21,14 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Callable
 
+import msgspec
 import numpy as np
 
 from ...costmodel.alphabeta import AlphaBeta, fit_alpha_beta
 from ...costmodel.fsdp_costs import FsdpCosts, StepFit
 from ...costmodel.topology import allreduce_equivalent_factor, fit_sweep
 from ...errors import DagprofError
+from .overlap import Overlap, measure_overlap
 
 DEFAULT_SIZES = tuple(2**k for k in range(12, 25, 2))  # 4 KiB .. 16 MiB
 
@@ -271,29 +274,33 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _sweeps(sizes: tuple[int, ...], iters: int, kinds: tuple[str, ...], fsdp: bool) -> tuple[list[KindSweep], tuple[FsdpCosts, dict] | None]:
-    return [sweep_kind(k, sizes, iters) for k in kinds], measure_fsdp(iters) if fsdp else None
+def _sweeps(sizes: tuple[int, ...], iters: int, kinds: tuple[str, ...], fsdp: bool,
+            overlap: bool) -> tuple[list[KindSweep], tuple[FsdpCosts, dict] | None, Overlap | None]:
+    return [sweep_kind(k, sizes, iters) for k in kinds], measure_fsdp(iters) if fsdp else None, measure_overlap() if overlap else None
 
 
-def _worker(rank: int, world: int, port: int, sizes: tuple[int, ...], iters: int, kinds: tuple[str, ...], fsdp: bool, out: str) -> None:
+def _worker(rank: int, world: int, port: int, sizes: tuple[int, ...], iters: int, kinds: tuple[str, ...], fsdp: bool, overlap: bool,
+            out: str) -> None:
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=120))
     try:
-        sweeps, costs = _sweeps(sizes, iters, kinds, fsdp)
+        sweeps, costs, slowed = _sweeps(sizes, iters, kinds, fsdp, overlap)
     finally:
         dist.destroy_process_group()
     if rank == 0:
         with open(out, "w") as f:
             json.dump({"sweeps": [{"kind": s.kind, "points": s.points, "skew_us": s.skew_us} for s in sweeps],
-                       "fsdp": None if costs is None else [costs[0].to_dict(), costs[1]]}, f)
+                       "fsdp": None if costs is None else [costs[0].to_dict(), costs[1]],
+                       "overlap": msgspec.to_builtins(slowed)}, f)
 
 
 def spawn_sweep(world: int = 2, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5, kinds: tuple[str, ...] = ("all_reduce",),
-                fsdp: bool = False) -> tuple[list[KindSweep], tuple[FsdpCosts, dict] | None]:
-    """Start ``world`` gloo ranks on this machine (loopback), sweep each of ``kinds`` and, with ``fsdp``, ``measure_fsdp``."""
+                fsdp: bool = False, overlap: bool = False) -> tuple[list[KindSweep], tuple[FsdpCosts, dict] | None, Overlap | None]:
+    """Start ``world`` gloo ranks on this machine (loopback), sweep each of ``kinds`` and, with ``fsdp``, ``measure_fsdp``;
+    with ``overlap``, ``measure_overlap``."""
     if world < 2:
         raise DagprofError(f"calibrate needs at least 2 ranks, got {world}")
     import torch.multiprocessing as mp
@@ -301,11 +308,12 @@ def spawn_sweep(world: int = 2, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: i
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     with tempfile.TemporaryDirectory(prefix="dagprof-calibrate-") as tmp:
         out = os.path.join(tmp, "points.json")
-        mp.spawn(_worker, args=(world, _free_port(), tuple(sizes), iters, tuple(kinds), fsdp, out), nprocs=world, join=True)
+        mp.spawn(_worker, args=(world, _free_port(), tuple(sizes), iters, tuple(kinds), fsdp, overlap, out), nprocs=world, join=True)
         with open(out) as f:
             doc = json.load(f)
     sweeps = [KindSweep(d["kind"], [(int(m), float(t)) for m, t in d["points"]], [float(x) for x in d["skew_us"]]) for d in doc["sweeps"]]
-    return sweeps, None if doc["fsdp"] is None else (FsdpCosts.from_dict(doc["fsdp"][0]), doc["fsdp"][1])
+    return (sweeps, None if doc["fsdp"] is None else (FsdpCosts.from_dict(doc["fsdp"][0]), doc["fsdp"][1]),
+            None if doc["overlap"] is None else msgspec.convert(doc["overlap"], Overlap))
 
 
 @dataclass(frozen=True)
@@ -314,6 +322,7 @@ class LiveSweep:
     rank: int  # this process's rank in the group that measured (rank 0 writes the result)
     sweeps: list[KindSweep]  # the all-reduce's first
     fsdp: tuple[FsdpCosts, dict] | None = None  # ``measure_fsdp``'s costs and timings, where asked for
+    overlap: Overlap | None = None  # ``measure_overlap`` on the group, where asked for
 
     @property
     def points(self) -> list[tuple[int, float]]:
@@ -322,17 +331,18 @@ class LiveSweep:
 
 
 def live_sweep(world: int, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5, kinds: tuple[str, ...] = ("all_reduce",),
-               fsdp: bool = False) -> LiveSweep:
+               fsdp: bool = False, overlap: bool = False) -> LiveSweep:
     """Inside a torch.distributed job (RANK and WORLD_SIZE set, as torchrun does): join its group (gloo) and
     sweep there; else start ``world`` gloo ranks on this machine (``spawn_sweep``). The all-reduce is always
-    swept, first (the link model's own link); ``fsdp``: FSDP2's own costs measured after (``measure_fsdp``)."""
+    swept, first (the link model's own link); ``fsdp``: FSDP2's own costs measured after (``measure_fsdp``); ``overlap``: the
+    compute slowdown beside an in-flight all-reduce (``measure_overlap``), last."""
     kinds = ("all_reduce", *(k for k in kinds if k != "all_reduce"))
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         import torch.distributed as dist
 
         dist.init_process_group("gloo")
         try:
-            return LiveSweep(dist.get_world_size(), dist.get_rank(), *_sweeps(sizes, iters, kinds, fsdp))
+            return LiveSweep(dist.get_world_size(), dist.get_rank(), *_sweeps(sizes, iters, kinds, fsdp, overlap))
         finally:
             dist.destroy_process_group()
-    return LiveSweep(world, 0, *spawn_sweep(world, sizes, iters, kinds, fsdp))
+    return LiveSweep(world, 0, *spawn_sweep(world, sizes, iters, kinds, fsdp, overlap))

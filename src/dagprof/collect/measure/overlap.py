@@ -1,13 +1,15 @@
-"""How much an in-flight collective slows the computation beside it, measured on the job's own ranks.
+"""How much an in-flight collective slows the computation beside it, measured on dagprof's own ranks.
 
 On a CPU-only job the network stack (and gloo's threads) run on the cores that train: while a
 bucket travels, backward runs slower. On the emulated cluster a 8 MB all-reduce at 200 Mbit/s
 slows a matrix-multiply loop beside it by about half. ``measure_overlap`` times a fixed compute
 loop alone and beside an all-reduce, on every rank at once (inside an initialised process group),
 and returns the slowdown per unit of overlap: compute that overlaps a collective for a fraction f
-of its time takes (1 + slowdown * f) times as long. ``passes.overlap`` applies it in replay. It also
-times the loop's op undisturbed in the job (``matmul_us``), the yardstick for costs measured on an idle
-core (gradient codecs): in the job they run that much slower.
+of its time takes (1 + slowdown * f) times as long. ``passes.overlap`` applies it in replay. Our demo
+job measures it on its own group (``measure_into``); for any other job ``dagprof calibrate --overlap``
+does, on ranks of its own on the job's cluster (dagprof never adds collectives to a user's process group).
+It also times the loop's op undisturbed (``matmul_us``; in the demo job, the yardstick for costs measured
+on an idle core, gradient codecs: in the job they run that much slower).
 """
 from __future__ import annotations
 
@@ -73,6 +75,14 @@ def measure_overlap(nbytes: int = 8 * 2**20, repeats: int = 4) -> Overlap:
     t = torch.tensor([statistics.median(samples), statistics.median(alone_s)], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return Overlap(float(t[0]), float(t[1]) * 1e6, samples, nbytes, comm)
+
+
+def measure_into(folder: str, rank: int) -> None:
+    """``measure_overlap`` on every rank; rank 0 saves it in the run folder (our demo job does, on its own group: dagprof
+    never adds collectives to a user's job, whose slowdown ``dagprof calibrate --overlap`` measures)."""
+    result = measure_overlap()
+    if rank == 0:
+        save_overlap(folder, result)
 
 
 def save_overlap(folder: str, result: Overlap) -> str:

@@ -1,0 +1,79 @@
+"""The compute slowdown beside collectives measured where the user asks for it: ``dagprof calibrate --overlap`` on its own
+gloo ranks (never inside the user's job) writes it into the link-model file (version 4), and ``optimize --link-model``
+prices a run that measured none by it; without either, the search says the slowdown is not measured."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from dataclasses import replace
+
+import pytest
+from testdata import DATA
+
+from dagprof.cli.main import main
+from dagprof.costmodel.alphabeta import AlphaBeta
+from dagprof.costmodel.topology import load_fsdp_costs, load_kind_links, load_link_model, save_link_model
+from dagprof.errors import DagprofError
+from dagprof.pipeline import open_run
+from dagprof.search.measured import NOT_MEASURED, overlap_of, slowdown_of
+from dagprof.search.optimize import Options, search_run
+
+RUN = DATA / "hybrid-dp-tp-dagprof"  # a gloo DDP job's dagprof profile without overlap.json
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory):
+    """A real 2-rank gloo ``dagprof calibrate --overlap`` (small sweep): its file and its --json answer."""
+    out = tmp_path_factory.mktemp("calibrate-overlap") / "link.json"
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):
+        assert main(["calibrate", "--world", "2", "--max-mb", "0.0625", "--iters", "2", "--kinds", "all_gather", "--overlap",
+                     "-o", str(out), "--json"]) == 0
+    return out, json.loads(said.getvalue())
+
+
+@pytest.fixture(scope="module")
+def prof():
+    return open_run(str(RUN))
+
+
+def test_calibrate_overlap_writes_the_slowdown_into_the_link_model(calibrated):
+    out, r = calibrated
+    doc = json.loads(out.read_text())
+    assert doc["version"] == 4 and doc["overlap"] == r["overlap"]
+    o = doc["overlap"]
+    assert o["slowdown"] >= 0 and o["allreduce_bytes"] == 8 * 2**20 and o["allreduce_s"] > 0 and o["matmul_us"] > 0
+    assert len(o["samples"]) == 4 and o["format"] == "dagprof-overlap"
+    # the rest of the file reads as before
+    assert load_link_model(out).bandwidth_bytes_per_s > 0 and [k for k, _ in load_kind_links(out)] == ["all_gather"]
+    assert load_fsdp_costs(out) is None
+
+
+def test_optimize_prices_the_overlap_by_the_calibrated_slowdown(calibrated, prof):
+    out, _ = calibrated
+    m = overlap_of(prof.run, str(out))
+    assert m is not None and slowdown_of(prof.run, str(out)) == (m.slowdown, m.allreduce_bytes / m.allreduce_s)
+    opts = Options(budget_s=1e6, max_candidates=20, patience=10**6)
+    given = search_run(prof.run, prof.graph, replace(opts, link_model=str(out)))
+    assert given.overlap_slowdown == m.slowdown and NOT_MEASURED not in given.notes
+    alone = search_run(prof.run, prof.graph, opts)
+    assert alone.overlap_slowdown == 0.0 and NOT_MEASURED in alone.notes
+
+
+def test_optimize_cli_takes_the_link_model(calibrated, capsys, tmp_path):
+    out, _ = calibrated
+    assert main(["optimize", str(RUN), "--link-model", str(out), "--budget", "1", "-o", str(tmp_path / "s"), "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert NOT_MEASURED not in r["notes"]
+    assert main(["optimize", str(RUN), "--budget", "1", "-o", str(tmp_path / "t"), "--json"]) == 0
+    assert NOT_MEASURED in json.loads(capsys.readouterr().out)["notes"]
+
+
+def test_older_and_damaged_link_models(prof, tmp_path):
+    """A file before version 4 carries no slowdown (the note says so); a damaged one is refused in one line."""
+    v1 = save_link_model(tmp_path / "v1.json", AlphaBeta(50.0, 1e-3), method="test")
+    assert overlap_of(prof.run, v1) is None and slowdown_of(prof.run, v1) == (0.0, None)
+    bad = save_link_model(tmp_path / "bad.json", AlphaBeta(50.0, 1e-3), overlap={"slowdown": "much"}, method="test")
+    with pytest.raises(DagprofError, match="overlap"):
+        overlap_of(prof.run, bad)
