@@ -255,4 +255,5 @@ def test_overlap_slowdown_prices_a_compressed_bucket_by_its_wire_bytes(prof, ord
     lossy = Candidate(order.profiled_ends, codec=Codec("powersgd", 2))
     whole = Evaluator(g, order, costs, [], None, 0.5).score(lossy)[0].iter_us
     weighted = Evaluator(g, order, costs, [], None, 0.5, comm_rate=rate).score(lossy)[0].iter_us
-    assert weighted < whole and whole > Evaluator(g, order, costs, [], None).score(lossy)[0].iter_us
+    # (not against no slowdown at all: the profiled overlap is taken out first, which can outweigh what comes back)
+    assert weighted < whole
