@@ -63,10 +63,14 @@ code, then on one by the code before, run right after): transformer -3.9, -0.8, 
 200 Mbit/s; before -11.5, -8.2, -8.3 %), MLP with an embedding -5.3, -5.3, -3.4 % (before -16.6, -9.6, -4.7 %); the
 growth is 3.6-6.1 points of that on loopback and 1 Gbit/s, 0.9-2.0 at 200 Mbit/s.
 
-FSDP -> DDP (``fsdp_to_ddp``): every FSDP collective, wait, copy-out and reshard goes; the gradients are
+FSDP -> DDP (``fsdp_to_ddp``): every FSDP collective, wait, copy-out and reshard goes, and with them the untraced
+spans of FSDP's forward hooks around them (``_hook_spans``: in the kept part-7 profiles FSDP's forward spent 8-14 ms per
+step outside its layers where DDP's spent 1.6-4.5 ms, and the spans that go leave 1.7-7.6 ms); the gradients are
 bucketed by DDP's rule (``bucket_cap_mb``, 25 MiB by default) in reverse registration order (the layers'
 reversed), each bucket all-reduced once its last layer's backward ran, overlapping the rest of the
-backward, and DDP's finalize waits for them all (each rank with its median lag on the FSDP waits) and copies
+backward, and DDP's finalize waits for them all (each rank with its median lag on the reduce-scatters' waits: gloo's
+reduce-scatter releases the ranks together as DDP's all-reduce does, its all-gather one rank about half a transfer
+later, which at 200 Mbit/s put 20 ms per step of lag into the transformer's prediction that DDP did not have) and copies
 the buckets back into the gradients before the optimizer, which updates N times the shards. A bucket's enqueue
 and that copy each cost the FSDP profile's copy-out time per byte (the same kind of pass over memory).
 """
@@ -101,7 +105,7 @@ def conversion_note(target: str, measured: bool) -> str:
     if target == "ddp":
         if measured:
             return ("the optimizer step on whole tensors over FSDP2's on DTensor shards as dagprof calibrate --fsdp measured them here; "
-                    "FSDP's per-unit hooks are kept: held-out gloo jobs ran DDP 4.4 % slower to 17.0 % faster than this prediction "
+                    "FSDP's forward hooks are dropped, its backward hooks kept: held-out gloo jobs ran DDP 9.2 % slower to 12.2 % faster than this prediction "
                     "(2 rounds on a quiet machine, bench/bench_fsdp.py --part 7 kept runs), its peak memory -0 to +10 %")
         return "held-out gloo jobs measured DDP -30 to +15 % off this prediction, its peak memory -0 to +10 % (bench/bench_fsdp.py --part 7)"
     if measured:
@@ -319,14 +323,19 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB, costs: FsdpCosts
     two (``FsdpCosts.step_ratio``: DTensor's fixed cost per tensor is no DDP cost), else the profiled step times the ranks.
     With the calibrated file (``whatif --link-model``), FSDP -> DDP on a quiet machine's kept part-7 runs (2 rounds, 2
     models, 3 links) came out -4.4 to +17.0 % (the ranks rule on the same files: -2.2 to +33.2 %; the transformer's 51 small
-    tensors gain most, the embedding MLP's 19 lose 1-3 points); the rest is FSDP's
-    per-unit hooks beside the layers' forward and backward (``other:`` nodes), which the conversion still keeps."""
+    tensors gain most, the embedding MLP's 19 lose 1-3 points). Without FSDP's forward hook spans and with the
+    reduce-scatters' lag at the finalize: -9.2 to +12.2 % (``bench/bench_fsdp.py --offline DIR --categories`` sets each
+    category beside both profiles'): FSDP's pre-backward spans stay, DDP's gradient copies into its buckets inside the
+    backward are not added (the embedding MLP's DDP backward ran 17 ms longer than FSDP's), and the bucket enqueue and
+    the copy back are priced at FSDP's copy-out per byte where DDP measured about half of it."""
     fs = g.meta.fsdp
     n = graph_world_size(g)
-    colls = {c.node for c in fsdp_collectives(g)}
+    colls = {c.node: c.kind for c in fsdp_collectives(g)}
     found = [c for c in find_collectives(g) if c.comm in colls]
     drop = np.zeros(len(g), dtype=bool)
-    waits = [v for c in found for v in c.consumers if g.kind[v] == Kind.COMM_WAIT and g.rank[v] >= 0]
+    # DDP's all-reduce, like gloo's reduce-scatter, releases every rank together; the all-gathers' lag (one rank
+    # released about half a transfer after the other) is no DDP cost: the lag of the reduce-scatters' waits
+    waits = [v for c in found if colls[c.comm] == "reduce_scatter" for v in c.consumers if g.kind[v] == Kind.COMM_WAIT and g.rank[v] >= 0]
     lag = _lag_per_rank(g, np.asarray(waits, dtype=np.int64))
     for c in found:
         drop[c.comm] = True
@@ -343,6 +352,7 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB, costs: FsdpCosts
                 copied += size.get(name.removeprefix("fsdp copy-out ").rpartition(" (")[0], 0)
                 copy_us += float(g.dur[v])
     us_per_byte = copy_us / copied if copied else 0.0
+    drop |= _hook_spans(g, drop)
     channel = int(g.device[found[0].comm]) if found else -1
     if channel < 0:
         raise DagprofError("--data-parallel ddp: the FSDP profile has no collective to take the link from")
@@ -394,6 +404,28 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB, costs: FsdpCosts
     out = b.build()
     out = out.replace(meta=out.meta.replace(fsdp=None, bucket_cap_mb=bucket_mb))
     return retime_collectives(out, current_topology(g), current_scheme(g), lags_on=current_topology(g))
+
+
+def _hook_spans(g: Graph, fsdp: np.ndarray) -> np.ndarray:
+    """The untraced spans (``other:`` nodes) of FSDP's forward hooks on each rank's main lane: one that follows a
+    forward copy-out (the pre-forward hook's rest once the unit is gathered) or a forward reshard (the post-forward
+    hook), or that precedes a forward all-gather's issue (the pre-forward hook up to it). A span before a reshard
+    (the unit's own ops after its last layer) stays, and so does every backward span: FSDP's post-backward copies the
+    gradients into the reduce-scatter's input as DDP's hooks copy them into its buckets."""
+    out = np.zeros(len(g), dtype=bool)
+    for step in g.meta.steps:
+        for r in sorted(int(x) for x in np.unique(g.rank[g.rank >= 0])):
+            lane = _main_lane(g, step, r).tolist()
+            end = next((k for k, v in enumerate(lane) if g.kind[v] == Kind.BACKWARD or g.node_name(v).endswith(".other:loss")), len(lane))
+            names = [g.node_name(v).partition(".")[2] for v in lane[:end]]
+            for k, name in enumerate(names):
+                if not name.startswith("other:"):
+                    continue
+                before = names[k - 1] if k and fsdp[lane[k - 1]] else ""
+                after = names[k + 1] if k + 1 < end and fsdp[lane[k + 1]] else ""
+                if before.startswith(("fsdp copy-out ", "fsdp reshard ")) or after.startswith("fsdp all_gather "):
+                    out[lane[k]] = True
+    return out
 
 
 def _ddp_buckets(g: Graph, grad: dict[str, int], cap: float) -> list[tuple[list[str], int]]:
