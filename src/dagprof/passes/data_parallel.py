@@ -330,7 +330,8 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB, costs: FsdpCosts
     the copy back are priced at FSDP's copy-out per byte where DDP measured about half of it."""
     fs = g.meta.fsdp
     n = graph_world_size(g)
-    colls = {c.node: c.kind for c in fsdp_collectives(g)}
+    fcs = {c.node: c for c in fsdp_collectives(g)}
+    colls = {v: c.kind for v, c in fcs.items()}
     found = [c for c in find_collectives(g) if c.comm in colls]
     drop = np.zeros(len(g), dtype=bool)
     # DDP's all-reduce, like gloo's reduce-scatter, releases every rank together; the all-gathers' lag (one rank
@@ -352,7 +353,8 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB, costs: FsdpCosts
                 copied += size.get(name.removeprefix("fsdp copy-out ").rpartition(" (")[0], 0)
                 copy_us += float(g.dur[v])
     us_per_byte = copy_us / copied if copied else 0.0
-    drop |= _hook_spans(g, drop)
+    if all(u.tensors for u in fs.units):  # FSDP ran it: a DDP profile turned FSDP records no tensors, its spans are DDP's own
+        drop |= _hook_spans(g, drop)
     channel = int(g.device[found[0].comm]) if found else -1
     if channel < 0:
         raise DagprofError("--data-parallel ddp: the FSDP profile has no collective to take the link from")
@@ -366,6 +368,7 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB, costs: FsdpCosts
     buckets = _ddp_buckets(g, fs.layer_grad_bytes, bucket_mb * MB)
     params = sum(nb for _, nb in buckets)
     b, remap = GraphBuilder.from_graph(g.replace(dur=dur), ~drop)
+    _root_beside_prefetch(b, g, [(fcs[c.comm], c) for c in found])
     ranks = sorted(int(r) for r in np.unique(g.rank[g.rank >= 0]))
     layer_id = {name: k for k, name in enumerate(g.layers)}
     for step in g.meta.steps:
@@ -407,25 +410,43 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB, costs: FsdpCosts
 
 
 def _hook_spans(g: Graph, fsdp: np.ndarray) -> np.ndarray:
-    """The untraced spans (``other:`` nodes) of FSDP's forward hooks on each rank's main lane: one that follows a
-    forward copy-out (the pre-forward hook's rest once the unit is gathered) or a forward reshard (the post-forward
-    hook), or that precedes a forward all-gather's issue (the pre-forward hook up to it). A span before a reshard
-    (the unit's own ops after its last layer) stays, and so does every backward span: FSDP's post-backward copies the
-    gradients into the reduce-scatter's input as DDP's hooks copy them into its buckets."""
+    """The untraced spans (``other:`` nodes) of FSDP's hooks on each rank's main lane: one that follows a copy-out
+    (the pre-forward or pre-backward hook's rest once the unit is gathered) or a reshard (the post-forward hook; after
+    backward, the post-backward hook copying the unit's gradients into the reduce-scatter's input, which DDP does as
+    its bucket copies: the bucket's enqueue stands for them), or that precedes a forward all-gather's issue (the
+    pre-forward hook up to it). A span before a reshard (the unit's own ops after its last layer) stays."""
     out = np.zeros(len(g), dtype=bool)
     for step in g.meta.steps:
         for r in sorted(int(x) for x in np.unique(g.rank[g.rank >= 0])):
             lane = _main_lane(g, step, r).tolist()
-            end = next((k for k, v in enumerate(lane) if g.kind[v] == Kind.BACKWARD or g.node_name(v).endswith(".other:loss")), len(lane))
-            names = [g.node_name(v).partition(".")[2] for v in lane[:end]]
+            names = [g.node_name(v).partition(".")[2] for v in lane]
             for k, name in enumerate(names):
-                if not name.startswith("other:"):
+                if name not in ("other:pre-forward", "other:forward", "other:backward"):  # the loss's own span stays
                     continue
                 before = names[k - 1] if k and fsdp[lane[k - 1]] else ""
-                after = names[k + 1] if k + 1 < end and fsdp[lane[k + 1]] else ""
-                if before.startswith(("fsdp copy-out ", "fsdp reshard ")) or after.startswith("fsdp all_gather "):
+                after = names[k + 1] if k + 1 < len(lane) and fsdp[lane[k + 1]] else ""
+                if before.startswith(("fsdp copy-out ", "fsdp reshard ")) or (after.startswith("fsdp all_gather ") and "forward" in name):
                     out[lane[k]] = True
     return out
+
+
+def _root_beside_prefetch(b: GraphBuilder, g: Graph, colls: list) -> None:
+    """The root unit's own backward, which FSDP's profile holds in the wait on the all-gather the root prefetched: a hook
+    on the model's output opens the root's layers' backward spans before FSDP's pre-backward hook gathers the root, so
+    their compute after it runs untraced while the prefetch is in flight and its wait spans it (in the kept part-7
+    profiles 5-6 ms of gap on the transformer's, 39-41 ms on the embedding MLP's, about 1 ms on every other
+    all-gather's). What that wait measured beyond the rank's median all-gather gap stays as an ``other:backward`` node
+    where the wait was (``colls``: (``FsdpCollectiveNode``, ``Collective``) of every FSDP collective)."""
+    gathers = [c for fc, c in colls if fc.kind == "all_gather"]
+    lag = _lag_per_rank(g, np.asarray([v for c in gathers for v in c.consumers if g.kind[v] == Kind.COMM_WAIT and g.rank[v] >= 0], dtype=np.int64))
+    for fc, c in colls:
+        if fc.kind != "all_gather" or fc.prefetched_by != FSDP_ROOT:
+            continue
+        for v in c.consumers:
+            if g.kind[v] == Kind.COMM_WAIT and g.rank[v] >= 0:
+                r = int(g.rank[v])
+                b.add_node(f"rank{r}.other:backward (the root's, beside its prefetch of {fc.unit})", Kind.OTHER, rank=r, device=int(g.device[v]),
+                           dur=max(0.0, float(g.gap[v]) - lag[r]), order=float(g.order[v]), step=int(g.step[v]))
 
 
 def _ddp_buckets(g: Graph, grad: dict[str, int], cap: float) -> list[tuple[list[str], int]]:
