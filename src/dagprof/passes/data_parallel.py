@@ -64,15 +64,17 @@ code, then on one by the code before, run right after): transformer -3.9, -0.8, 
 growth is 3.6-6.1 points of that on loopback and 1 Gbit/s, 0.9-2.0 at 200 Mbit/s.
 
 FSDP -> DDP (``fsdp_to_ddp``): every FSDP collective, wait, copy-out and reshard goes, and with them the untraced
-spans of FSDP's forward hooks around them (``_hook_spans``: in the kept part-7 profiles FSDP's forward spent 8-14 ms per
-step outside its layers where DDP's spent 1.6-4.5 ms, and the spans that go leave 1.7-7.6 ms); the gradients are
-bucketed by DDP's rule (``bucket_cap_mb``, 25 MiB by default) in reverse registration order (the layers'
+spans of FSDP's hooks around them (``_hook_spans``: in the kept part-7 profiles FSDP's forward spent 8-14 ms per step
+outside its layers where DDP's spent 1.6-4.5 ms; what stays of it is 1.7-7.6 ms). The root's own backward, which the
+FSDP profile holds in the wait on the all-gather the root prefetched, stays (``_root_beside_prefetch``). The gradients
+are bucketed by DDP's rule (``bucket_cap_mb``, 25 MiB by default) in reverse registration order (the layers'
 reversed), each bucket all-reduced once its last layer's backward ran, overlapping the rest of the
 backward, and DDP's finalize waits for them all (each rank with its median lag on the reduce-scatters' waits: gloo's
 reduce-scatter releases the ranks together as DDP's all-reduce does, its all-gather one rank about half a transfer
 later, which at 200 Mbit/s put 20 ms per step of lag into the transformer's prediction that DDP did not have) and copies
 the buckets back into the gradients before the optimizer, which updates N times the shards. A bucket's enqueue
-and that copy each cost the FSDP profile's copy-out time per byte (the same kind of pass over memory).
+(standing for DDP's copies of the gradients into it, as FSDP's post-backward copies them into the reduce-scatter's
+input) and that copy back each cost the FSDP profile's copy-out time per byte (the same kind of pass over memory).
 """
 from __future__ import annotations
 
@@ -105,7 +107,7 @@ def conversion_note(target: str, measured: bool) -> str:
     if target == "ddp":
         if measured:
             return ("the optimizer step on whole tensors over FSDP2's on DTensor shards as dagprof calibrate --fsdp measured them here; "
-                    "FSDP's forward hooks are dropped, its backward hooks kept: held-out gloo jobs ran DDP 9.2 % slower to 12.2 % faster than this prediction "
+                    "FSDP's hooks are dropped: held-out gloo jobs ran DDP 0.1 % slower to 11.1 % faster than this prediction "
                     "(2 rounds on a quiet machine, bench/bench_fsdp.py --part 7 kept runs), its peak memory -0 to +10 %")
         return "held-out gloo jobs measured DDP -30 to +15 % off this prediction, its peak memory -0 to +10 % (bench/bench_fsdp.py --part 7)"
     if measured:
@@ -323,11 +325,13 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB, costs: FsdpCosts
     two (``FsdpCosts.step_ratio``: DTensor's fixed cost per tensor is no DDP cost), else the profiled step times the ranks.
     With the calibrated file (``whatif --link-model``), FSDP -> DDP on a quiet machine's kept part-7 runs (2 rounds, 2
     models, 3 links) came out -4.4 to +17.0 % (the ranks rule on the same files: -2.2 to +33.2 %; the transformer's 51 small
-    tensors gain most, the embedding MLP's 19 lose 1-3 points). Without FSDP's forward hook spans and with the
-    reduce-scatters' lag at the finalize: -9.2 to +12.2 % (``bench/bench_fsdp.py --offline DIR --categories`` sets each
-    category beside both profiles'): FSDP's pre-backward spans stay, DDP's gradient copies into its buckets inside the
-    backward are not added (the embedding MLP's DDP backward ran 17 ms longer than FSDP's), and the bucket enqueue and
-    the copy back are priced at FSDP's copy-out per byte where DDP measured about half of it."""
+    tensors gain most, the embedding MLP's 19 lose 1-3 points). Set category by category beside the DDP profile of the
+    same job (``bench/bench_fsdp.py --offline DIR --categories``): without FSDP's hook spans, with the root's backward
+    that its prefetch's wait held, and the finalize lagging as the reduce-scatters: -0.1 to +11.1 %, each cell high.
+    What stays high: the bucket enqueue and the copy back are priced at FSDP's copy-out into fresh storage per byte,
+    where DDP's in-place bucket scaling and copy back measured about half of it (+4.7 ms per step on the transformer,
+    +13 on the MLP, loopback), the calibrated DTensor-to-plain ratio put the transformer's step 2-5 ms above DDP's,
+    and the transformer's FSDP layers ran their backward 3 ms slower than DDP's."""
     fs = g.meta.fsdp
     n = graph_world_size(g)
     fcs = {c.node: c for c in fsdp_collectives(g)}
