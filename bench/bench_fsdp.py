@@ -70,6 +70,7 @@ The measured time is the other profile's own. Peak memory per rank: each model r
 
     sudo .venv/bin/python bench/bench_fsdp.py --part 7 [--rounds 3] [--links loopback,200Mbit,1Gbit] [--link-model-calibrate] [--keep DIR]
     .venv/bin/python bench/bench_fsdp.py --offline DIR  # DDP -> FSDP predicted again from the runs --keep kept, no job run
+    .venv/bin/python bench/bench_fsdp.py --offline DIR --categories  # FSDP -> DDP's step per category beside both profiles'
 
 Measured 2026-12-02 (two runs of 2 rounds, --steps 12, load average 5-10 on the 2 cores: other jobs ran beside): DDP -> FSDP
 -5 to -37 % at 1 Gbit/s and on loopback, -20 to -27 % at 200 Mbit/s (always low: see ``passes/data_parallel.py``);
@@ -636,6 +637,64 @@ def offline7(keep: str) -> list[float]:
     return errors
 
 
+GROUPS = ("forward layers", "forward other", "loss", "backward layers", "backward other", "optimizer", "post-update",
+          "fsdp copy-out/reshard", "ddp enqueue/copy", "wait gaps", "idle")  # where a main lane's step goes (categories7)
+
+
+def lane_groups(g) -> dict[str, float]:
+    """Each rank's main lane in the replayed ``g``, per step, as ``GROUPS`` (ms, averaged over ranks): durations by node
+    kind and name, the waits' measured gaps, and the time the lane sat idle before a node (a wait's collective)."""
+    from dagprof.replay import replay
+    from dagprof.traces.events import Kind
+
+    res = replay(g)
+    out = dict.fromkeys(GROUPS, 0.0)
+    ranks = sorted({int(r) for r in g.rank if r >= 0})
+    for r in ranks:
+        lane = [int(v) for v in range(len(g)) if g.rank[v] == r and g.device[v] == g.meta.main_device[r]]
+        lane.sort(key=lambda v: res.start[v])
+        prev = None
+        for v in lane:
+            kind, name = Kind(int(g.kind[v])), g.node_name(v).partition(".")[2]
+            phase = "backward" if "backward" in name or "post-backward" in name else "forward"
+            group = {Kind.FORWARD: "forward layers", Kind.BACKWARD: "backward layers", Kind.UPDATE: "optimizer"}.get(kind)
+            if group is None:
+                group = ("fsdp copy-out/reshard" if name.startswith(("fsdp copy-out", "fsdp reshard")) else
+                         "ddp enqueue/copy" if name.startswith(("allreduce bucket", "ddp copy")) else
+                         "loss" if name == "other:loss" else "post-update" if name == "other:post-update" else
+                         f"{phase} other" if name.startswith("other:") else None)
+            if group is not None:
+                out[group] += float(g.dur[v])
+            out["wait gaps"] += float(g.gap[v]) if kind in (Kind.COMM_WAIT, Kind.STEP) else 0.0
+            out["idle"] += max(0.0, float(res.start[v] - g.gap[v] - res.end[prev])) if prev is not None else 0.0
+            prev = v
+    return {k: v / 1e3 / len(ranks) / len(g.meta.steps) for k, v in out.items()}
+
+
+def categories7(keep: str) -> None:
+    """Per kept round, model and link: where each main lane's step goes in the FSDP profile, in its FSDP -> DDP
+    conversion (on the round's fsdp-measured file) and in the DDP profile of the same job (``lane_groups``), ms."""
+    from dagprof.passes.average_steps import average_steps
+    from dagprof.pipeline import open_run
+    from dagprof.replay import replay
+    from dagprof.search import whatif
+
+    print(f"FSDP -> DDP, category by category (ms per step, main lanes averaged over ranks), runs kept in {keep}")
+    print(f"{'cell / profile':36s} " + " ".join(f"{k[:13]:>13s}" for k in GROUPS) + f" {'sum':>8s}")
+    for entry in sorted(os.listdir(keep)):
+        if not (entry.startswith("r") and entry.endswith("-ddp")) or not os.path.isdir(os.path.join(keep, entry[:-4] + "-fsdp")):
+            continue
+        cell = entry[1:-4]
+        fsdp = average_steps(open_run(os.path.join(keep, entry[:-4] + "-fsdp")).graph, replay)
+        path = os.path.join(keep, f"cal{cell}", "link.json")
+        c = whatif.Cluster(optimizer_state="adam", link_model=path if os.path.exists(path) else None)
+        conv = whatif.apply(fsdp, whatif.Scenario(data_parallel="ddp"), c, whatif.base_topology(fsdp, c))
+        ddp = average_steps(open_run(os.path.join(keep, entry)).graph, replay)
+        for label, g in (("fsdp", fsdp), ("to ddp", conv), ("ddp", ddp)):
+            row = lane_groups(g)
+            print(f"{cell + ' ' + label:36s} " + " ".join(f"{row[k]:13.2f}" for k in GROUPS) + f" {sum(row.values()):8.1f}", flush=True)
+
+
 def collective_ms(g) -> float:
     """The FSDP collectives' time per step in an averaged iteration, ms (as measured, or as a pass priced them)."""
     from dagprof.graph.build_fsdp import fsdp_collectives
@@ -804,7 +863,12 @@ def main() -> None:
                     help="part 7: run dagprof calibrate on each link first and predict DDP -> FSDP on its fits too")
     ap.add_argument("--keep", metavar="DIR", help="parts 2 and 7: keep their profiles (and part 7's link-model files) in DIR")
     ap.add_argument("--offline", metavar="DIR", help="parts 2 and 7: predict again from the runs --keep kept in DIR; runs no job")
+    ap.add_argument("--categories", action="store_true",
+                    help="with --offline: FSDP -> DDP's time per category beside both kept profiles' (where the conversion misses)")
     args = ap.parse_args()
+    if args.offline and args.categories:
+        categories7(args.offline)
+        return
     if args.offline and args.part == 2:
         e = offline2(args.offline)
         a = sorted(map(abs, e))

@@ -63,12 +63,18 @@ code, then on one by the code before, run right after): transformer -3.9, -0.8, 
 200 Mbit/s; before -11.5, -8.2, -8.3 %), MLP with an embedding -5.3, -5.3, -3.4 % (before -16.6, -9.6, -4.7 %); the
 growth is 3.6-6.1 points of that on loopback and 1 Gbit/s, 0.9-2.0 at 200 Mbit/s.
 
-FSDP -> DDP (``fsdp_to_ddp``): every FSDP collective, wait, copy-out and reshard goes; the gradients are
-bucketed by DDP's rule (``bucket_cap_mb``, 25 MiB by default) in reverse registration order (the layers'
+FSDP -> DDP (``fsdp_to_ddp``): every FSDP collective, wait, copy-out and reshard goes, and with them the untraced
+spans of FSDP's hooks around them (``_hook_spans``: in the kept part-7 profiles FSDP's forward spent 8-14 ms per step
+outside its layers where DDP's spent 1.6-4.5 ms; what stays of it is 1.7-7.6 ms). The root's own backward, which the
+FSDP profile holds in the wait on the all-gather the root prefetched, stays (``_root_beside_prefetch``). The gradients
+are bucketed by DDP's rule (``bucket_cap_mb``, 25 MiB by default) in reverse registration order (the layers'
 reversed), each bucket all-reduced once its last layer's backward ran, overlapping the rest of the
-backward, and DDP's finalize waits for them all (each rank with its median lag on the FSDP waits) and copies
+backward, and DDP's finalize waits for them all (each rank with its median lag on the reduce-scatters' waits: gloo's
+reduce-scatter releases the ranks together as DDP's all-reduce does, its all-gather one rank about half a transfer
+later, which at 200 Mbit/s put 20 ms per step of lag into the transformer's prediction that DDP did not have) and copies
 the buckets back into the gradients before the optimizer, which updates N times the shards. A bucket's enqueue
-and that copy each cost the FSDP profile's copy-out time per byte (the same kind of pass over memory).
+(standing for DDP's copies of the gradients into it, as FSDP's post-backward copies them into the reduce-scatter's
+input) and that copy back each cost the FSDP profile's copy-out time per byte (the same kind of pass over memory).
 """
 from __future__ import annotations
 
@@ -101,7 +107,7 @@ def conversion_note(target: str, measured: bool) -> str:
     if target == "ddp":
         if measured:
             return ("the optimizer step on whole tensors over FSDP2's on DTensor shards as dagprof calibrate --fsdp measured them here; "
-                    "FSDP's per-unit hooks are kept: held-out gloo jobs ran DDP 4.4 % slower to 17.0 % faster than this prediction "
+                    "FSDP's hooks are dropped: held-out gloo jobs ran DDP 0.1 % slower to 11.1 % faster than this prediction "
                     "(2 rounds on a quiet machine, bench/bench_fsdp.py --part 7 kept runs), its peak memory -0 to +10 %")
         return "held-out gloo jobs measured DDP -30 to +15 % off this prediction, its peak memory -0 to +10 % (bench/bench_fsdp.py --part 7)"
     if measured:
@@ -319,14 +325,22 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB, costs: FsdpCosts
     two (``FsdpCosts.step_ratio``: DTensor's fixed cost per tensor is no DDP cost), else the profiled step times the ranks.
     With the calibrated file (``whatif --link-model``), FSDP -> DDP on a quiet machine's kept part-7 runs (2 rounds, 2
     models, 3 links) came out -4.4 to +17.0 % (the ranks rule on the same files: -2.2 to +33.2 %; the transformer's 51 small
-    tensors gain most, the embedding MLP's 19 lose 1-3 points); the rest is FSDP's
-    per-unit hooks beside the layers' forward and backward (``other:`` nodes), which the conversion still keeps."""
+    tensors gain most, the embedding MLP's 19 lose 1-3 points). Set category by category beside the DDP profile of the
+    same job (``bench/bench_fsdp.py --offline DIR --categories``): without FSDP's hook spans, with the root's backward
+    that its prefetch's wait held, and the finalize lagging as the reduce-scatters: -0.1 to +11.1 %, each cell high.
+    What stays high: the bucket enqueue and the copy back are priced at FSDP's copy-out into fresh storage per byte,
+    where DDP's in-place bucket scaling and copy back measured about half of it (+4.7 ms per step on the transformer,
+    +13 on the MLP, loopback), the calibrated DTensor-to-plain ratio put the transformer's step 2-5 ms above DDP's,
+    and the transformer's FSDP layers ran their backward 3 ms slower than DDP's."""
     fs = g.meta.fsdp
     n = graph_world_size(g)
-    colls = {c.node for c in fsdp_collectives(g)}
+    fcs = {c.node: c for c in fsdp_collectives(g)}
+    colls = {v: c.kind for v, c in fcs.items()}
     found = [c for c in find_collectives(g) if c.comm in colls]
     drop = np.zeros(len(g), dtype=bool)
-    waits = [v for c in found for v in c.consumers if g.kind[v] == Kind.COMM_WAIT and g.rank[v] >= 0]
+    # DDP's all-reduce, like gloo's reduce-scatter, releases every rank together; the all-gathers' lag (one rank
+    # released about half a transfer after the other) is no DDP cost: the lag of the reduce-scatters' waits
+    waits = [v for c in found if colls[c.comm] == "reduce_scatter" for v in c.consumers if g.kind[v] == Kind.COMM_WAIT and g.rank[v] >= 0]
     lag = _lag_per_rank(g, np.asarray(waits, dtype=np.int64))
     for c in found:
         drop[c.comm] = True
@@ -343,6 +357,8 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB, costs: FsdpCosts
                 copied += size.get(name.removeprefix("fsdp copy-out ").rpartition(" (")[0], 0)
                 copy_us += float(g.dur[v])
     us_per_byte = copy_us / copied if copied else 0.0
+    if all(u.tensors for u in fs.units):  # FSDP ran it: a DDP profile turned FSDP records no tensors, its spans are DDP's own
+        drop |= _hook_spans(g, drop)
     channel = int(g.device[found[0].comm]) if found else -1
     if channel < 0:
         raise DagprofError("--data-parallel ddp: the FSDP profile has no collective to take the link from")
@@ -356,6 +372,7 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB, costs: FsdpCosts
     buckets = _ddp_buckets(g, fs.layer_grad_bytes, bucket_mb * MB)
     params = sum(nb for _, nb in buckets)
     b, remap = GraphBuilder.from_graph(g.replace(dur=dur), ~drop)
+    _root_beside_prefetch(b, g, [(fcs[c.comm], c) for c in found])
     ranks = sorted(int(r) for r in np.unique(g.rank[g.rank >= 0]))
     layer_id = {name: k for k, name in enumerate(g.layers)}
     for step in g.meta.steps:
@@ -394,6 +411,46 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB, costs: FsdpCosts
     out = b.build()
     out = out.replace(meta=out.meta.replace(fsdp=None, bucket_cap_mb=bucket_mb))
     return retime_collectives(out, current_topology(g), current_scheme(g), lags_on=current_topology(g))
+
+
+def _hook_spans(g: Graph, fsdp: np.ndarray) -> np.ndarray:
+    """The untraced spans (``other:`` nodes) of FSDP's hooks on each rank's main lane: one that follows a copy-out
+    (the pre-forward or pre-backward hook's rest once the unit is gathered) or a reshard (the post-forward hook; after
+    backward, the post-backward hook copying the unit's gradients into the reduce-scatter's input, which DDP does as
+    its bucket copies: the bucket's enqueue stands for them), or that precedes a forward all-gather's issue (the
+    pre-forward hook up to it). A span before a reshard (the unit's own ops after its last layer) stays."""
+    out = np.zeros(len(g), dtype=bool)
+    for step in g.meta.steps:
+        for r in sorted(int(x) for x in np.unique(g.rank[g.rank >= 0])):
+            lane = _main_lane(g, step, r).tolist()
+            names = [g.node_name(v).partition(".")[2] for v in lane]
+            for k, name in enumerate(names):
+                if name not in ("other:pre-forward", "other:forward", "other:backward"):  # the loss's own span stays
+                    continue
+                before = names[k - 1] if k and fsdp[lane[k - 1]] else ""
+                after = names[k + 1] if k + 1 < len(lane) and fsdp[lane[k + 1]] else ""
+                if before.startswith(("fsdp copy-out ", "fsdp reshard ")) or (after.startswith("fsdp all_gather ") and "forward" in name):
+                    out[lane[k]] = True
+    return out
+
+
+def _root_beside_prefetch(b: GraphBuilder, g: Graph, colls: list) -> None:
+    """The root unit's own backward, which FSDP's profile holds in the wait on the all-gather the root prefetched: a hook
+    on the model's output opens the root's layers' backward spans before FSDP's pre-backward hook gathers the root, so
+    their compute after it runs untraced while the prefetch is in flight and its wait spans it (in the kept part-7
+    profiles 5-6 ms of gap on the transformer's, 39-41 ms on the embedding MLP's, about 1 ms on every other
+    all-gather's). What that wait measured beyond the rank's median all-gather gap stays as an ``other:backward`` node
+    where the wait was (``colls``: (``FsdpCollectiveNode``, ``Collective``) of every FSDP collective)."""
+    gathers = [c for fc, c in colls if fc.kind == "all_gather"]
+    lag = _lag_per_rank(g, np.asarray([v for c in gathers for v in c.consumers if g.kind[v] == Kind.COMM_WAIT and g.rank[v] >= 0], dtype=np.int64))
+    for fc, c in colls:
+        if fc.kind != "all_gather" or fc.prefetched_by != FSDP_ROOT:
+            continue
+        for v in c.consumers:
+            if g.kind[v] == Kind.COMM_WAIT and g.rank[v] >= 0:
+                r = int(g.rank[v])
+                b.add_node(f"rank{r}.other:backward (the root's, beside its prefetch of {fc.unit})", Kind.OTHER, rank=r, device=int(g.device[v]),
+                           dur=max(0.0, float(g.gap[v]) - lag[r]), order=float(g.order[v]), step=int(g.step[v]))
 
 
 def _ddp_buckets(g: Graph, grad: dict[str, int], cap: float) -> list[tuple[list[str], int]]:
