@@ -113,9 +113,11 @@ def one_round(args, work: str, rng: random.Random) -> tuple[dict, dict, dict]:
         for (rate, cap), ts in zip(cells, out[len(head):]):
             measured[(ranks, rate, cap)] = [t * 1e3 for t in ts]
         print(f"  {len(cells)} cells on {ranks} ranks in {time.monotonic() - t0:.0f} s", file=sys.stderr)
-    predicted, intervals, replay_ms = predict(run_dir, args.profiled, sweep, args.swept, sorted(measured), args.cores, raw=True)
+    predicted, intervals, replay_ms = predict(run_dir, args.profiled, sweep, args.swept, sorted(measured), args.cores, raw=True,
+                                              overlap_model=args.overlap_model)
     predicted["replay"] = replay_ms
-    corrected, corrected_intervals, cost = predict(run_dir, args.profiled, sweep, args.swept, sorted(measured), args.cores)
+    corrected, corrected_intervals, cost = predict(run_dir, args.profiled, sweep, args.swept, sorted(measured), args.cores,
+                                                   overlap_model=args.overlap_model)
     predicted |= {("corrected", *key): v for key, v in corrected.items()}
     intervals |= {("corrected", *key): v for key, v in corrected_intervals.items()}
     print(f"  {cost}", file=sys.stderr)
@@ -124,7 +126,7 @@ def one_round(args, work: str, rng: random.Random) -> tuple[dict, dict, dict]:
 
 
 def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[tuple[int, str, float]], cores: int,
-            raw: bool = False) -> tuple[dict, dict, float | str]:
+            raw: bool = False, overlap_model: str | None = None) -> tuple[dict, dict, float | str]:
     """Every cell from the one profile: the link of the profiled rate is fitted to the profile's
     collectives, the swept link to the sweep; another shaped rate scales the bandwidth of
     whichever of the two is shaped (so TCP/IP framing overhead carries over). The point is the
@@ -134,7 +136,11 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     as ``fit_sweep``'s bandwidth; the profiled link's scatter says nothing about another link). Unless
     ``raw``, the profiler's cost measured on the profile (its window against the unprofiled steps
     after it) is removed from the op times first, as ``dagprof whatif`` does, and the third value
-    is the line saying so instead of the replayed iteration."""
+    is the line saying so instead of the replayed iteration. Compute slowed beside in-flight collectives (measured on the
+    run, else by ``dagprof calibrate --overlap`` in ``overlap_model``) is priced as ``dagprof whatif`` prices it: taken out
+    of the profiled op times (``undisturb``), charged again under each cell (``disturb``), each collective by its bytes
+    per second against the measured all-reduce's: at 1 Gbit/s and 200 Mbit/s the copies are a small share of that, on
+    the unshaped link the whole."""
     import numpy as np
 
     from dagprof.analysis import job_iteration_us
@@ -148,9 +154,14 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     from dagprof.passes.profiler_cost import measure_profiler_cost, remove_profiler_cost, scale_host_work
     from dagprof.pipeline import open_run
     from dagprof.replay import replay
+    from dagprof.search.measured import slowdown_of
+    from dagprof.search.whatif import Cluster, disturb, undisturb
     from dagprof.units import MB
 
-    stepwise = open_run(run_dir).graph
+    prof = open_run(run_dir)
+    stepwise = prof.graph
+    slowdown, rate = slowdown_of(prof.run, overlap_model)
+    beside = Cluster(slowdown=slowdown, comm_rate=rate)
     averaged = average_steps(stepwise, replay)  # a model of the iteration: each op at its mean over the profiled steps
     prof_ranks, prof_rate, _ = profiled
     links = {prof_rate: fit_topology(averaged).inter, swept: fit([tuple(x) for x in sweep], 2)}
@@ -162,11 +173,14 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
         averaged, factor = remove_profiler_cost(averaged, cost, job_iteration_us, model=set_topology(averaged, base_topo))
         stepwise = scale_host_work(stepwise, factor)
         measured_us *= 1.0 - cost.share
+    as_built_ms = job_iteration_us(averaged) / 1e3
+    averaged = undisturb(averaged, set_topology(averaged, base_topo), beside)
+    stepwise = undisturb(stepwise, set_topology(stepwise, base_topo), beside)
     residuals = link_residuals(stepwise, set_topology(stepwise, base_topo))
     swept_m, swept_t = np.array(sweep, dtype=float).T
     big = swept_m >= MB
     swept_residuals = swept_t[big] / ring_allreduce_us(swept_m[big], 2, links[swept])
-    level = run_level(profiled, cost, not raw, job_iteration_us(set_topology(averaged, base_topo)), measured_us)  # as whatif's
+    level = run_level(profiled, cost, not raw, job_iteration_us(*disturb(set_topology(averaged, base_topo), beside)), measured_us)  # as whatif's
     out, intervals = {}, {}
     for ranks, rate, cap in cells:
         link = links.get(rate)
@@ -184,11 +198,11 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
             g = set_buckets(g, cap * 2**20)
             return share_cores(g, cores) if ranks > cores else g
 
-        point = job_iteration_us(cell(averaged))
-        g = cell(stepwise)
+        point = job_iteration_us(*disturb(cell(averaged), beside))
+        g, res = disturb(cell(stepwise), beside)
         out[(ranks, rate, cap)] = point / 1e3
-        intervals[(ranks, rate, cap)] = predict_interval(g, replay(g), point, swept_residuals if rate == swept else residuals, run=level)
-    return out, intervals, job_iteration_us(averaged) / 1e3 if raw else cost.describe()
+        intervals[(ranks, rate, cap)] = predict_interval(g, res, point, swept_residuals if rate == swept else residuals, run=level)
+    return out, intervals, as_built_ms if raw else cost.describe()
 
 
 def main() -> int:
@@ -210,6 +224,8 @@ def main() -> int:
     ap.add_argument("--keep", default=None, help="keep profiles, sweeps and logs in this folder")
     ap.add_argument("--repredict", default=None, metavar="KEPT", help="run nothing: predict the rounds a --keep folder holds again, "
                     "with this dagprof, against the steps they measured (same grid options as the run that kept them)")
+    ap.add_argument("--overlap-model", default=None, metavar="FILE", help="a dagprof calibrate --overlap file measured on the swept "
+                    "(unshaped) link: prices compute slowed beside in-flight collectives, as whatif --link-model does")
     args = ap.parse_args()
     args.profiled = (PROFILED[0], args.profiled_link, PROFILED[2])
     args.swept = args.swept_link
