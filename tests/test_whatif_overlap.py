@@ -65,7 +65,7 @@ def test_testbed_cells_price_it_as_whatif_does():
     cells = [(2, "1Gbit", 5.0), (2, "200Mbit", 1.0), (2, "unlimited", 1.0)]
     args = (str(RUN), (2, "1Gbit", 1.0), sweep_points, "unlimited", cells, 2)
     plain, _, _ = run.predict(*args, raw=True)
-    slowed, intervals, _ = run.predict(*args, raw=True, overlap_model=str(OVERLAP))
+    slowed, intervals, _ = run.predict(*args, raw=True, calibrated={2: str(OVERLAP)})
     assert abs(slowed[cells[0]] / plain[cells[0]] - 1) < 0.01 and abs(slowed[cells[1]] / plain[cells[1]] - 1) < 0.01
     assert slowed[cells[2]] > plain[cells[2]]
     assert all(intervals[c].lo_us / 1e3 <= slowed[c] <= intervals[c].hi_us / 1e3 for c in cells)

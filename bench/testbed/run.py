@@ -28,9 +28,14 @@ How each cell is predicted from the profile (2 ranks, 1 Gbit/s, 1 MB buckets):
   outnumber cores (it shows as a per-bucket cost in the 4-rank cells with 1 MB buckets); that
   the copies do not fill a core (a 16 MB all-reduce on the unshaped link kept each of 2 ranks'
   CPU 37-63 % busy, each of 4 ranks' 37-44 %; 4 ranks took 1.6-3.8x the 2 ranks' time where
-  this prices 3x), so the 4-rank cells with one 22 MB bucket come out 20-26 % slow; and that
-  on this link the all-reduces overlapping backward take the same cores as it (2 ranks, 1 MB
-  buckets: 7-21 % fast).
+  this prices 3x), so the 4-rank cells with one 22 MB bucket come out 20-26 % slow.
+- compute beside in-flight collectives (on this link the all-reduces overlapping backward take
+  the same cores as it): priced as ``dagprof whatif`` prices it, where the run or ``--calibrated``
+  (``dagprof calibrate --overlap`` on the swept link, one file per rank count) measured it; a file
+  of a rank count the rounds did not sweep also gives that count's swept all-reduce, in place of
+  ``beta * ranks / cores``. On the kept quiet rounds it moves the 2-rank 1 MB cell by under 1
+  point: there the unshaped link's all-reduces, not the backward, bound the step, so a slower
+  backward hides behind them (the cell stays 7 % fast, as do the 25 MB cells 16 % slow).
 """
 from __future__ import annotations
 
@@ -114,10 +119,10 @@ def one_round(args, work: str, rng: random.Random) -> tuple[dict, dict, dict]:
             measured[(ranks, rate, cap)] = [t * 1e3 for t in ts]
         print(f"  {len(cells)} cells on {ranks} ranks in {time.monotonic() - t0:.0f} s", file=sys.stderr)
     predicted, intervals, replay_ms = predict(run_dir, args.profiled, sweep, args.swept, sorted(measured), args.cores, raw=True,
-                                              overlap_model=args.overlap_model)
+                                              calibrated=args.calibrated)
     predicted["replay"] = replay_ms
     corrected, corrected_intervals, cost = predict(run_dir, args.profiled, sweep, args.swept, sorted(measured), args.cores,
-                                                   overlap_model=args.overlap_model)
+                                                   calibrated=args.calibrated)
     predicted |= {("corrected", *key): v for key, v in corrected.items()}
     intervals |= {("corrected", *key): v for key, v in corrected_intervals.items()}
     print(f"  {cost}", file=sys.stderr)
@@ -126,7 +131,7 @@ def one_round(args, work: str, rng: random.Random) -> tuple[dict, dict, dict]:
 
 
 def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[tuple[int, str, float]], cores: int,
-            raw: bool = False, overlap_model: str | None = None) -> tuple[dict, dict, float | str]:
+            raw: bool = False, calibrated: dict[int, str] | None = None) -> tuple[dict, dict, float | str]:
     """Every cell from the one profile: the link of the profiled rate is fitted to the profile's
     collectives, the swept link to the sweep; another shaped rate scales the bandwidth of
     whichever of the two is shaped (so TCP/IP framing overhead carries over). The point is the
@@ -136,18 +141,20 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     as ``fit_sweep``'s bandwidth; the profiled link's scatter says nothing about another link). Unless
     ``raw``, the profiler's cost measured on the profile (its window against the unprofiled steps
     after it) is removed from the op times first, as ``dagprof whatif`` does, and the third value
-    is the line saying so instead of the replayed iteration. Compute slowed beside in-flight collectives (measured on the
-    run, else by ``dagprof calibrate --overlap`` in ``overlap_model``) is priced as ``dagprof whatif`` prices it: taken out
-    of the profiled op times (``undisturb``), charged again under each cell (``disturb``), each collective by its bytes
-    per second against the measured all-reduce's: at 1 Gbit/s and 200 Mbit/s the copies are a small share of that, on
-    the unshaped link the whole."""
+    is the line saying so instead of the replayed iteration. ``calibrated``: per rank count, a ``dagprof calibrate
+    [--overlap]`` file measured on the swept link with that many ranks. Compute slowed beside in-flight collectives
+    (measured on the run, else in the file of the cell's rank count, else of the profiled one) is priced as ``dagprof
+    whatif`` prices it: taken out of the profiled op times (``undisturb``, the profiled rank count's), charged again
+    under each cell (``disturb``), each collective by its bytes per second against the measured all-reduce's: at
+    1 Gbit/s and 200 Mbit/s the copies are a small share of that, on the unshaped link the whole. A rank count whose
+    file has the swept link's all-reduce fit prices its swept cells by it, in place of ``beta * ranks / cores``."""
     import numpy as np
 
     from dagprof.analysis import job_iteration_us
     from dagprof.analysis.interval import link_residuals, predict_interval, run_level
     from dagprof.collect.measure.calibrate import fit
     from dagprof.costmodel.alphabeta import AlphaBeta, ring_allreduce_us
-    from dagprof.costmodel.topology import Topology
+    from dagprof.costmodel.topology import Topology, load_link_model
     from dagprof.passes import fit_topology, scale_workers, set_buckets, set_topology
     from dagprof.passes.average_steps import average_steps
     from dagprof.passes.compute import share_cores
@@ -160,8 +167,14 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
 
     prof = open_run(run_dir)
     stepwise = prof.graph
-    slowdown, rate = slowdown_of(prof.run, overlap_model)
-    beside = Cluster(slowdown=slowdown, comm_rate=rate)
+    calibrated = calibrated or {}
+
+    def measured(path: str | None) -> Cluster:
+        slowdown, rate = slowdown_of(prof.run, path)
+        return Cluster(slowdown=slowdown, comm_rate=rate)
+
+    beside = {n: measured(path) for n, path in calibrated.items()}
+    beside0 = beside[profiled[0]] if profiled[0] in beside else measured(None)
     averaged = average_steps(stepwise, replay)  # a model of the iteration: each op at its mean over the profiled steps
     prof_ranks, prof_rate, _ = profiled
     links = {prof_rate: fit_topology(averaged).inter, swept: fit([tuple(x) for x in sweep], 2)}
@@ -174,13 +187,13 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
         stepwise = scale_host_work(stepwise, factor)
         measured_us *= 1.0 - cost.share
     as_built_ms = job_iteration_us(averaged) / 1e3
-    averaged = undisturb(averaged, set_topology(averaged, base_topo), beside)
-    stepwise = undisturb(stepwise, set_topology(stepwise, base_topo), beside)
+    averaged = undisturb(averaged, set_topology(averaged, base_topo), beside0)
+    stepwise = undisturb(stepwise, set_topology(stepwise, base_topo), beside0)
     residuals = link_residuals(stepwise, set_topology(stepwise, base_topo))
     swept_m, swept_t = np.array(sweep, dtype=float).T
     big = swept_m >= MB
     swept_residuals = swept_t[big] / ring_allreduce_us(swept_m[big], 2, links[swept])
-    level = run_level(profiled, cost, not raw, job_iteration_us(*disturb(set_topology(averaged, base_topo), beside)), measured_us)  # as whatif's
+    level = run_level(profiled, cost, not raw, job_iteration_us(*disturb(set_topology(averaged, base_topo), beside0)), measured_us)  # as whatif's
     out, intervals = {}, {}
     for ranks, rate, cap in cells:
         link = links.get(rate)
@@ -188,7 +201,9 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
             if RATES[shaped] is None or RATES[rate] is None:
                 raise ValueError(f"no measurement covers the link {rate}")
             link = links[shaped].from_bandwidth(links[shaped].bandwidth_bytes_per_s * RATES[rate] / RATES[shaped], links[shaped].alpha_us)
-        if RATES[rate] is None and ranks > cores:  # an unshaped link is CPU work: 'ranks' copiers share 'cores'
+        if rate == swept and ranks != prof_ranks and ranks in calibrated:  # this rank count's own sweep of the link
+            link = load_link_model(calibrated[ranks], ranks)
+        elif RATES[rate] is None and ranks > cores:  # an unshaped link is CPU work: 'ranks' copiers share 'cores'
             link = AlphaBeta(link.alpha_us, link.beta_us_per_byte * ranks / cores)
 
         def cell(g0):
@@ -198,11 +213,18 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
             g = set_buckets(g, cap * 2**20)
             return share_cores(g, cores) if ranks > cores else g
 
-        point = job_iteration_us(*disturb(cell(averaged), beside))
-        g, res = disturb(cell(stepwise), beside)
+        at = beside.get(ranks, beside0)
+        point = job_iteration_us(*disturb(cell(averaged), at))
+        g, res = disturb(cell(stepwise), at)
         out[(ranks, rate, cap)] = point / 1e3
         intervals[(ranks, rate, cap)] = predict_interval(g, res, point, swept_residuals if rate == swept else residuals, run=level)
     return out, intervals, as_built_ms if raw else cost.describe()
+
+
+def workers_of(path: str) -> int:
+    """The rank count a ``dagprof calibrate`` file was measured with."""
+    with open(path) as f:
+        return int(json.load(f)["workers"])
 
 
 def main() -> int:
@@ -224,9 +246,11 @@ def main() -> int:
     ap.add_argument("--keep", default=None, help="keep profiles, sweeps and logs in this folder")
     ap.add_argument("--repredict", default=None, metavar="KEPT", help="run nothing: predict the rounds a --keep folder holds again, "
                     "with this dagprof, against the steps they measured (same grid options as the run that kept them)")
-    ap.add_argument("--overlap-model", default=None, metavar="FILE", help="a dagprof calibrate --overlap file measured on the swept "
-                    "(unshaped) link: prices compute slowed beside in-flight collectives, as whatif --link-model does")
+    ap.add_argument("--calibrated", nargs="+", default=[], metavar="FILE", help="dagprof calibrate [--overlap] files measured on the "
+                    "swept link, one per rank count (its workers): the compute slowdown beside in-flight collectives of that rank "
+                    "count's cells (as whatif --link-model prices it), and for a rank count the rounds did not sweep, its all-reduce")
     args = ap.parse_args()
+    args.calibrated = {workers_of(path): path for path in args.calibrated}
     args.profiled = (PROFILED[0], args.profiled_link, PROFILED[2])
     args.swept = args.swept_link
     if args.profiled_link == args.swept_link:
