@@ -20,7 +20,7 @@ from dagprof.search.whatif import Cluster, evaluate, sweep
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench", "testbed"))
 
 ROUND = DATA / "ddp-testbed"
-RUN, OVERLAP = ROUND / "run", ROUND / "unshaped-overlap.json"
+RUN, OVERLAP, OVERLAP_1GBIT = ROUND / "run", ROUND / "unshaped-overlap.json", ROUND / "1gbit-overlap.json"
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,23 @@ def test_testbed_cells_price_it_as_whatif_does():
     cells = [(2, "1Gbit", 5.0), (2, "200Mbit", 1.0), (2, "unlimited", 1.0)]
     args = (str(RUN), (2, "1Gbit", 1.0), sweep_points, "unlimited", cells, 2)
     plain, _, _ = run.predict(*args, raw=True)
-    slowed, intervals, _ = run.predict(*args, raw=True, calibrated={2: str(OVERLAP)})
+    slowed, intervals, _ = run.predict(*args, raw=True, calibrated={(2, "unlimited"): str(OVERLAP)})
     assert abs(slowed[cells[0]] / plain[cells[0]] - 1) < 0.01 and abs(slowed[cells[1]] / plain[cells[1]] - 1) < 0.01
     assert slowed[cells[2]] > plain[cells[2]]
     assert all(intervals[c].lo_us / 1e3 <= slowed[c] <= intervals[c].hi_us / 1e3 for c in cells)
+
+
+def test_testbed_takes_the_profiled_links_own_slowdown_out():
+    """With the profiled link's own measurement (1 Gbit/s: 0.22 beside its all-reduce, where the unshaped link's bytes per
+    second would price the profile's overlap at an eighth of 0.59), the profiled cell stays put and the unshaped link's cell
+    whose one bucket overlaps no compute comes out faster: the profile's backward was slowed by its own all-reduces."""
+    import run
+
+    with open(ROUND / "results.json") as f:
+        sweep_points = json.load(f)[1]
+    cells = [(2, "1Gbit", 1.0), (2, "unlimited", 25.0)]
+    args = (str(RUN), (2, "1Gbit", 1.0), sweep_points, "unlimited", cells, 2)
+    alone, _, _ = run.predict(*args, raw=True, calibrated={(2, "unlimited"): str(OVERLAP)})
+    both, _, _ = run.predict(*args, raw=True, calibrated={(2, "unlimited"): str(OVERLAP), (2, "1Gbit"): str(OVERLAP_1GBIT)})
+    assert both[cells[0]] == pytest.approx(alone[cells[0]], rel=5e-3)
+    assert both[cells[1]] < alone[cells[1]] * 0.99

@@ -29,13 +29,16 @@ How each cell is predicted from the profile (2 ranks, 1 Gbit/s, 1 MB buckets):
   the copies do not fill a core (a 16 MB all-reduce on the unshaped link kept each of 2 ranks'
   CPU 37-63 % busy, each of 4 ranks' 37-44 %; 4 ranks took 1.6-3.8x the 2 ranks' time where
   this prices 3x), so the 4-rank cells with one 22 MB bucket come out 20-26 % slow.
-- compute beside in-flight collectives (on this link the all-reduces overlapping backward take
-  the same cores as it): priced as ``dagprof whatif`` prices it, where the run or ``--calibrated``
-  (``dagprof calibrate --overlap`` on the swept link, one file per rank count) measured it; a file
-  of a rank count the rounds did not sweep also gives that count's swept all-reduce, in place of
-  ``beta * ranks / cores``. On the kept quiet rounds it moves the 2-rank 1 MB cell by under 1
-  point: there the unshaped link's all-reduces, not the backward, bound the step, so a slower
-  backward hides behind them (the cell stays 7 % fast, as do the 25 MB cells 16 % slow).
+- compute beside in-flight collectives: priced as ``dagprof whatif`` prices it, where the run or
+  ``--calibrated LINK:FILE`` (``dagprof calibrate --overlap`` on that link) measured it, one file
+  per link since the slowdown here does not follow the bytes per second (``predict``); a file of
+  the swept link at a rank count the rounds did not sweep also gives that count's all-reduce, in
+  place of ``beta * ranks / cores``. On the kept quiet rounds, with files measured later on a
+  loaded machine, the profiled link's slowdown taken out brings the unshaped 25 MB cells from
+  +19 to +13 % (2 ranks) and +14 % (4 ranks); the 2-rank 1 MB cell stays 7 % fast: there the
+  unshaped link's all-reduces, not the backward, bound the step, and the model slows compute
+  beside them but not them beside compute. A 4-rank sweep taken at load 3-5 priced the 4-rank
+  unshaped cells 38-51 % slow: measure it in the same round as the cells.
 """
 from __future__ import annotations
 
@@ -131,7 +134,7 @@ def one_round(args, work: str, rng: random.Random) -> tuple[dict, dict, dict]:
 
 
 def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[tuple[int, str, float]], cores: int,
-            raw: bool = False, calibrated: dict[int, str] | None = None) -> tuple[dict, dict, float | str]:
+            raw: bool = False, calibrated: dict[tuple[int, str], str] | None = None) -> tuple[dict, dict, float | str]:
     """Every cell from the one profile: the link of the profiled rate is fitted to the profile's
     collectives, the swept link to the sweep; another shaped rate scales the bandwidth of
     whichever of the two is shaped (so TCP/IP framing overhead carries over). The point is the
@@ -141,13 +144,15 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     as ``fit_sweep``'s bandwidth; the profiled link's scatter says nothing about another link). Unless
     ``raw``, the profiler's cost measured on the profile (its window against the unprofiled steps
     after it) is removed from the op times first, as ``dagprof whatif`` does, and the third value
-    is the line saying so instead of the replayed iteration. ``calibrated``: per rank count, a ``dagprof calibrate
-    [--overlap]`` file measured on the swept link with that many ranks. Compute slowed beside in-flight collectives
-    (measured on the run, else in the file of the cell's rank count, else of the profiled one) is priced as ``dagprof
-    whatif`` prices it: taken out of the profiled op times (``undisturb``, the profiled rank count's), charged again
-    under each cell (``disturb``), each collective by its bytes per second against the measured all-reduce's: at
-    1 Gbit/s and 200 Mbit/s the copies are a small share of that, on the unshaped link the whole. A rank count whose
-    file has the swept link's all-reduce fit prices its swept cells by it, in place of ``beta * ranks / cores``."""
+    is the line saying so instead of the replayed iteration. ``calibrated``: per (ranks, link), a ``dagprof calibrate
+    [--overlap]`` file measured on that link with that many ranks. Compute slowed beside in-flight collectives
+    (measured on the run, else in the file of the cell's ranks and link, else of the profiled ranks on its link, else
+    of the profiled cell) is priced as ``dagprof whatif`` prices it: taken out of the profiled op times (``undisturb``,
+    by the profiled cell's file), charged again under each cell (``disturb``), each collective by its bytes per second
+    against the all-reduce its file measured beside. One file per link, because on this testbed the slowdown does not
+    follow the bytes per second: beside an 8 MiB all-reduce it measured about 0.22 at 1 Gbit/s, 0.47 at 200 Mbit/s
+    and 0.47 unshaped (40x the bytes per second of 200 Mbit/s). A file of the swept link at a rank count the rounds did
+    not sweep prices that count's swept cells by its all-reduce fit, in place of ``beta * ranks / cores``."""
     import numpy as np
 
     from dagprof.analysis import job_iteration_us
@@ -173,8 +178,8 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
         slowdown, rate = slowdown_of(prof.run, path)
         return Cluster(slowdown=slowdown, comm_rate=rate)
 
-    beside = {n: measured(path) for n, path in calibrated.items()}
-    beside0 = beside[profiled[0]] if profiled[0] in beside else measured(None)
+    beside = {key: measured(path) for key, path in calibrated.items()}
+    beside0 = beside[profiled[:2]] if profiled[:2] in beside else measured(None)
     averaged = average_steps(stepwise, replay)  # a model of the iteration: each op at its mean over the profiled steps
     prof_ranks, prof_rate, _ = profiled
     links = {prof_rate: fit_topology(averaged).inter, swept: fit([tuple(x) for x in sweep], 2)}
@@ -201,8 +206,8 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
             if RATES[shaped] is None or RATES[rate] is None:
                 raise ValueError(f"no measurement covers the link {rate}")
             link = links[shaped].from_bandwidth(links[shaped].bandwidth_bytes_per_s * RATES[rate] / RATES[shaped], links[shaped].alpha_us)
-        if rate == swept and ranks != prof_ranks and ranks in calibrated:  # this rank count's own sweep of the link
-            link = load_link_model(calibrated[ranks], ranks)
+        if rate == swept and ranks != prof_ranks and (ranks, rate) in calibrated:  # this rank count's own sweep of the link
+            link = load_link_model(calibrated[(ranks, rate)], ranks)
         elif RATES[rate] is None and ranks > cores:  # an unshaped link is CPU work: 'ranks' copiers share 'cores'
             link = AlphaBeta(link.alpha_us, link.beta_us_per_byte * ranks / cores)
 
@@ -213,7 +218,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
             g = set_buckets(g, cap * 2**20)
             return share_cores(g, cores) if ranks > cores else g
 
-        at = beside.get(ranks, beside0)
+        at = beside.get((ranks, rate)) or beside.get((prof_ranks, rate)) or beside0
         point = job_iteration_us(*disturb(cell(averaged), at))
         g, res = disturb(cell(stepwise), at)
         out[(ranks, rate, cap)] = point / 1e3
@@ -221,10 +226,13 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     return out, intervals, as_built_ms if raw else cost.describe()
 
 
-def workers_of(path: str) -> int:
-    """The rank count a ``dagprof calibrate`` file was measured with."""
+def calibrated(spec: str, ap: argparse.ArgumentParser) -> tuple[tuple[int, str], str]:
+    """``LINK:FILE`` as ((ranks the file was measured with, LINK), FILE)."""
+    link, _, path = spec.partition(":")
+    if link not in RATES or not path:
+        ap.error(f"--calibrated takes LINK:FILE with LINK one of {', '.join(RATES)}, got {spec!r}")
     with open(path) as f:
-        return int(json.load(f)["workers"])
+        return (int(json.load(f)["workers"]), link), path
 
 
 def main() -> int:
@@ -246,11 +254,12 @@ def main() -> int:
     ap.add_argument("--keep", default=None, help="keep profiles, sweeps and logs in this folder")
     ap.add_argument("--repredict", default=None, metavar="KEPT", help="run nothing: predict the rounds a --keep folder holds again, "
                     "with this dagprof, against the steps they measured (same grid options as the run that kept them)")
-    ap.add_argument("--calibrated", nargs="+", default=[], metavar="FILE", help="dagprof calibrate [--overlap] files measured on the "
-                    "swept link, one per rank count (its workers): the compute slowdown beside in-flight collectives of that rank "
-                    "count's cells (as whatif --link-model prices it), and for a rank count the rounds did not sweep, its all-reduce")
+    ap.add_argument("--calibrated", nargs="+", default=[], metavar="LINK:FILE", help="dagprof calibrate [--overlap] files, each "
+                    "measured on LINK (one of the rates) with its workers' ranks: the compute slowdown beside in-flight collectives "
+                    "of those cells (as whatif --link-model prices it), and on the swept link at a rank count the rounds did not "
+                    "sweep, its all-reduce")
     args = ap.parse_args()
-    args.calibrated = {workers_of(path): path for path in args.calibrated}
+    args.calibrated = dict(calibrated(spec, ap) for spec in args.calibrated)
     args.profiled = (PROFILED[0], args.profiled_link, PROFILED[2])
     args.swept = args.swept_link
     if args.profiled_link == args.swept_link:
