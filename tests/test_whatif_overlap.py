@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench", "testb
 
 ROUND = DATA / "ddp-testbed"
 RUN, OVERLAP, OVERLAP_1GBIT = ROUND / "run", ROUND / "unshaped-overlap.json", ROUND / "1gbit-overlap.json"
+UNSHAPED4 = ROUND / "unshaped4-overlap.json"  # 4 ranks on the unshaped link: its all-reduce fit and slowdown
 
 
 @pytest.fixture(scope="module")
@@ -85,3 +86,23 @@ def test_testbed_takes_the_profiled_links_own_slowdown_out():
     both, _, _ = run.predict(*args, raw=True, calibrated={(2, "unlimited"): str(OVERLAP), (2, "1Gbit"): str(OVERLAP_1GBIT)})
     assert both[cells[0]] == pytest.approx(alone[cells[0]], rel=5e-3)
     assert both[cells[1]] < alone[cells[1]] * 0.99
+
+
+def test_testbed_prices_4_ranks_on_the_swept_link_by_their_own_sweep():
+    """A calibrate file of the swept link at 4 ranks replaces ``beta * ranks / cores`` (2x the 2-rank sweep's time per
+    byte) by what 4 ranks measured (1.3x here, quiet machine): the 4-rank unshaped cell comes out faster; shaped 4-rank
+    cells keep their link."""
+    import run
+
+    from dagprof.collect.measure.calibrate import fit
+    from dagprof.costmodel.topology import load_link_model
+
+    with open(ROUND / "results.json") as f:
+        sweep_points = json.load(f)[1]
+    cells = [(4, "unlimited", 25.0), (4, "1Gbit", 25.0)]
+    args = (str(RUN), (2, "1Gbit", 1.0), sweep_points, "unlimited", cells, 2)
+    rule, _, _ = run.predict(*args, raw=True)
+    measured, _, _ = run.predict(*args, raw=True, calibrated={(4, "unlimited"): str(UNSHAPED4)})
+    assert load_link_model(UNSHAPED4, 4).beta_us_per_byte < 2 * fit([tuple(p) for p in sweep_points], 2).beta_us_per_byte
+    assert measured[cells[0]] < rule[cells[0]] * 0.95
+    assert measured[cells[1]] == pytest.approx(rule[cells[1]], rel=1e-9)  # its slowdown: none measured for 4 ranks at 1 Gbit/s
