@@ -34,7 +34,7 @@ How each cell is predicted from the profile (2 ranks, 1 Gbit/s, 1 MB buckets):
   per link since the slowdown here does not follow the bytes per second (``predict``); a file of
   the swept link at a rank count the rounds did not sweep also gives that count's all-reduce, in
   place of ``beta * ranks / cores``. On the kept quiet rounds, with files measured later (the
-  2-rank unshaped sweep then matched the rounds' own within 5 %), the profiled link's slowdown
+  2-rank unshaped sweep then matched the rounds' own within 6 %), the profiled link's slowdown
   taken out brings the 2-rank unshaped 25 MB cell from +19 to +13 %, and 4 ranks' own sweep
   (1.3x the 2-rank time per byte, not 2x) the 4-rank unshaped cells from +13/+15/+19 to
   -2/-5/-7 %; the 2-rank 1 MB cell stays 7 % fast: there the unshaped link's all-reduces, not
