@@ -28,9 +28,19 @@ How each cell is predicted from the profile (2 ranks, 1 Gbit/s, 1 MB buckets):
   outnumber cores (it shows as a per-bucket cost in the 4-rank cells with 1 MB buckets); that
   the copies do not fill a core (a 16 MB all-reduce on the unshaped link kept each of 2 ranks'
   CPU 37-63 % busy, each of 4 ranks' 37-44 %; 4 ranks took 1.6-3.8x the 2 ranks' time where
-  this prices 3x), so the 4-rank cells with one 22 MB bucket come out 20-26 % slow; and that
-  on this link the all-reduces overlapping backward take the same cores as it (2 ranks, 1 MB
-  buckets: 7-21 % fast).
+  this prices 3x), so the 4-rank cells with one 22 MB bucket come out 20-26 % slow.
+- compute beside in-flight collectives: priced as ``dagprof whatif`` prices it, where the run or
+  ``--calibrated LINK:FILE`` (``dagprof calibrate --overlap`` on that link) measured it, one file
+  per link since the slowdown here does not follow the bytes per second (``predict``); a file of
+  the swept link at a rank count the rounds did not sweep also gives that count's all-reduce, in
+  place of ``beta * ranks / cores``. On the kept quiet rounds, with files measured later (the
+  2-rank unshaped sweep then matched the rounds' own within 6 %), the profiled link's slowdown
+  taken out brings the 2-rank unshaped 25 MB cell from +19 to +13 %, and 4 ranks' own sweep
+  (1.3x the 2-rank time per byte, not 2x) the 4-rank unshaped cells from +13/+15/+19 to
+  -2/-5/-7 %; the 2-rank 1 MB cell stays 7 % fast: there the unshaped link's all-reduces, not
+  the backward, bound the step, and the model slows compute beside them but not them beside
+  compute. A 4-rank sweep taken at load 3-5 priced those cells 38-51 % slow: measure it quiet,
+  or in the same round as the cells.
 """
 from __future__ import annotations
 
@@ -113,9 +123,11 @@ def one_round(args, work: str, rng: random.Random) -> tuple[dict, dict, dict]:
         for (rate, cap), ts in zip(cells, out[len(head):]):
             measured[(ranks, rate, cap)] = [t * 1e3 for t in ts]
         print(f"  {len(cells)} cells on {ranks} ranks in {time.monotonic() - t0:.0f} s", file=sys.stderr)
-    predicted, intervals, replay_ms = predict(run_dir, args.profiled, sweep, args.swept, sorted(measured), args.cores, raw=True)
+    predicted, intervals, replay_ms = predict(run_dir, args.profiled, sweep, args.swept, sorted(measured), args.cores, raw=True,
+                                              calibrated=args.calibrated)
     predicted["replay"] = replay_ms
-    corrected, corrected_intervals, cost = predict(run_dir, args.profiled, sweep, args.swept, sorted(measured), args.cores)
+    corrected, corrected_intervals, cost = predict(run_dir, args.profiled, sweep, args.swept, sorted(measured), args.cores,
+                                                   calibrated=args.calibrated)
     predicted |= {("corrected", *key): v for key, v in corrected.items()}
     intervals |= {("corrected", *key): v for key, v in corrected_intervals.items()}
     print(f"  {cost}", file=sys.stderr)
@@ -124,7 +136,7 @@ def one_round(args, work: str, rng: random.Random) -> tuple[dict, dict, dict]:
 
 
 def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[tuple[int, str, float]], cores: int,
-            raw: bool = False) -> tuple[dict, dict, float | str]:
+            raw: bool = False, calibrated: dict[tuple[int, str], str] | None = None) -> tuple[dict, dict, float | str]:
     """Every cell from the one profile: the link of the profiled rate is fitted to the profile's
     collectives, the swept link to the sweep; another shaped rate scales the bandwidth of
     whichever of the two is shaped (so TCP/IP framing overhead carries over). The point is the
@@ -134,23 +146,42 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     as ``fit_sweep``'s bandwidth; the profiled link's scatter says nothing about another link). Unless
     ``raw``, the profiler's cost measured on the profile (its window against the unprofiled steps
     after it) is removed from the op times first, as ``dagprof whatif`` does, and the third value
-    is the line saying so instead of the replayed iteration."""
+    is the line saying so instead of the replayed iteration. ``calibrated``: per (ranks, link), a ``dagprof calibrate
+    [--overlap]`` file measured on that link with that many ranks. Compute slowed beside in-flight collectives
+    (measured on the run, else in the file of the cell's ranks and link, else of the profiled ranks on its link, else
+    of the profiled cell) is priced as ``dagprof whatif`` prices it: taken out of the profiled op times (``undisturb``,
+    by the profiled cell's file), charged again under each cell (``disturb``), each collective by its bytes per second
+    against the all-reduce its file measured beside. One file per link, because on this testbed the slowdown does not
+    follow the bytes per second: beside an 8 MiB all-reduce it measured about 0.22 at 1 Gbit/s, 0.47 at 200 Mbit/s
+    and 0.47 unshaped (40x the bytes per second of 200 Mbit/s). A file of the swept link at a rank count the rounds did
+    not sweep prices that count's swept cells by its all-reduce fit, in place of ``beta * ranks / cores``."""
     import numpy as np
 
     from dagprof.analysis import job_iteration_us
     from dagprof.analysis.interval import link_residuals, predict_interval, run_level
     from dagprof.collect.measure.calibrate import fit
     from dagprof.costmodel.alphabeta import AlphaBeta, ring_allreduce_us
-    from dagprof.costmodel.topology import Topology
+    from dagprof.costmodel.topology import Topology, load_link_model
     from dagprof.passes import fit_topology, scale_workers, set_buckets, set_topology
     from dagprof.passes.average_steps import average_steps
     from dagprof.passes.compute import share_cores
     from dagprof.passes.profiler_cost import measure_profiler_cost, remove_profiler_cost, scale_host_work
     from dagprof.pipeline import open_run
     from dagprof.replay import replay
+    from dagprof.search.measured import slowdown_of
+    from dagprof.search.whatif import Cluster, disturb, undisturb
     from dagprof.units import MB
 
-    stepwise = open_run(run_dir).graph
+    prof = open_run(run_dir)
+    stepwise = prof.graph
+    calibrated = calibrated or {}
+
+    def measured(path: str | None) -> Cluster:
+        slowdown, rate = slowdown_of(prof.run, path)
+        return Cluster(slowdown=slowdown, comm_rate=rate)
+
+    beside = {key: measured(path) for key, path in calibrated.items()}
+    beside0 = beside[profiled[:2]] if profiled[:2] in beside else measured(None)
     averaged = average_steps(stepwise, replay)  # a model of the iteration: each op at its mean over the profiled steps
     prof_ranks, prof_rate, _ = profiled
     links = {prof_rate: fit_topology(averaged).inter, swept: fit([tuple(x) for x in sweep], 2)}
@@ -162,11 +193,14 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
         averaged, factor = remove_profiler_cost(averaged, cost, job_iteration_us, model=set_topology(averaged, base_topo))
         stepwise = scale_host_work(stepwise, factor)
         measured_us *= 1.0 - cost.share
+    as_built_ms = job_iteration_us(averaged) / 1e3
+    averaged = undisturb(averaged, set_topology(averaged, base_topo), beside0)
+    stepwise = undisturb(stepwise, set_topology(stepwise, base_topo), beside0)
     residuals = link_residuals(stepwise, set_topology(stepwise, base_topo))
     swept_m, swept_t = np.array(sweep, dtype=float).T
     big = swept_m >= MB
     swept_residuals = swept_t[big] / ring_allreduce_us(swept_m[big], 2, links[swept])
-    level = run_level(profiled, cost, not raw, job_iteration_us(set_topology(averaged, base_topo)), measured_us)  # as whatif's
+    level = run_level(profiled, cost, not raw, job_iteration_us(*disturb(set_topology(averaged, base_topo), beside0)), measured_us)  # as whatif's
     out, intervals = {}, {}
     for ranks, rate, cap in cells:
         link = links.get(rate)
@@ -174,7 +208,9 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
             if RATES[shaped] is None or RATES[rate] is None:
                 raise ValueError(f"no measurement covers the link {rate}")
             link = links[shaped].from_bandwidth(links[shaped].bandwidth_bytes_per_s * RATES[rate] / RATES[shaped], links[shaped].alpha_us)
-        if RATES[rate] is None and ranks > cores:  # an unshaped link is CPU work: 'ranks' copiers share 'cores'
+        if rate == swept and ranks != prof_ranks and (ranks, rate) in calibrated:  # this rank count's own sweep of the link
+            link = load_link_model(calibrated[(ranks, rate)], ranks)
+        elif RATES[rate] is None and ranks > cores:  # an unshaped link is CPU work: 'ranks' copiers share 'cores'
             link = AlphaBeta(link.alpha_us, link.beta_us_per_byte * ranks / cores)
 
         def cell(g0):
@@ -184,11 +220,21 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
             g = set_buckets(g, cap * 2**20)
             return share_cores(g, cores) if ranks > cores else g
 
-        point = job_iteration_us(cell(averaged))
-        g = cell(stepwise)
+        at = beside.get((ranks, rate)) or beside.get((prof_ranks, rate)) or beside0
+        point = job_iteration_us(*disturb(cell(averaged), at))
+        g, res = disturb(cell(stepwise), at)
         out[(ranks, rate, cap)] = point / 1e3
-        intervals[(ranks, rate, cap)] = predict_interval(g, replay(g), point, swept_residuals if rate == swept else residuals, run=level)
-    return out, intervals, job_iteration_us(averaged) / 1e3 if raw else cost.describe()
+        intervals[(ranks, rate, cap)] = predict_interval(g, res, point, swept_residuals if rate == swept else residuals, run=level)
+    return out, intervals, as_built_ms if raw else cost.describe()
+
+
+def calibrated(spec: str, ap: argparse.ArgumentParser) -> tuple[tuple[int, str], str]:
+    """``LINK:FILE`` as ((ranks the file was measured with, LINK), FILE)."""
+    link, _, path = spec.partition(":")
+    if link not in RATES or not path:
+        ap.error(f"--calibrated takes LINK:FILE with LINK one of {', '.join(RATES)}, got {spec!r}")
+    with open(path) as f:
+        return (int(json.load(f)["workers"]), link), path
 
 
 def main() -> int:
@@ -210,7 +256,12 @@ def main() -> int:
     ap.add_argument("--keep", default=None, help="keep profiles, sweeps and logs in this folder")
     ap.add_argument("--repredict", default=None, metavar="KEPT", help="run nothing: predict the rounds a --keep folder holds again, "
                     "with this dagprof, against the steps they measured (same grid options as the run that kept them)")
+    ap.add_argument("--calibrated", nargs="+", default=[], metavar="LINK:FILE", help="dagprof calibrate [--overlap] files, each "
+                    "measured on LINK (one of the rates) with its workers' ranks: the compute slowdown beside in-flight collectives "
+                    "of those cells (as whatif --link-model prices it), and on the swept link at a rank count the rounds did not "
+                    "sweep, its all-reduce")
     args = ap.parse_args()
+    args.calibrated = dict(calibrated(spec, ap) for spec in args.calibrated)
     args.profiled = (PROFILED[0], args.profiled_link, PROFILED[2])
     args.swept = args.swept_link
     if args.profiled_link == args.swept_link:

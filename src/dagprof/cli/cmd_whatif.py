@@ -14,6 +14,7 @@ from ..passes.workers import refuse_degree
 from ..pipeline import open_run
 from ..replay import replay
 from ..report.timeline import write_replay_trace
+from ..search.measured import slowdown_of
 from ..search.whatif import AXES, MODEL_TOLERANCE_PCT, Cluster, evaluate, sweep
 from ..traces.parallelism import Dim
 from .common import (
@@ -45,7 +46,8 @@ def add_arguments(p) -> None:
     p.add_argument("--optimizer-state", default="momentum", choices=["sgd", "momentum", "adam"],
                    help="--data-parallel fsdp from a DDP profile: optimizer state per parameter, for the memory (default momentum: one copy)")
     p.add_argument("--topology", help="cluster: a JSON/TOML file, or presets like 10gbe or nvlink/100gbe:8")
-    p.add_argument("--link-model", help="link model from `dagprof calibrate` (instead of fitting the run's collectives)")
+    p.add_argument("--link-model", help="link model from `dagprof calibrate` (instead of fitting the run's collectives); a --overlap "
+                   "file also prices compute slowed beside in-flight collectives where the run measured none")
     p.add_argument("--cores", type=positive_int, default=None, help="cores per host shared by its ranks (default: ranks do not contend)")
     p.add_argument("--ranks-per-host", type=positive_int, default=None, help="with --cores: ranks per host (default all on one)")
     p.add_argument("--fine", action="store_true", help="per-message collectives on per-link queues (needs <= 64 ranks)")
@@ -77,9 +79,10 @@ def _evaluate(args, folder: str | None) -> dict:
         refuse_unmodelled(prof.graph, asked)
         raise DagprofError(f"--{asked[0].replace('_', '-')} is an FSDP what-if; this profile is not an FSDP job")
     g0 = average_steps(prof.graph, replay) if args.template else prof.graph  # the averaged iteration; the intervals keep each step
+    slowdown, rate = slowdown_of(prof.run, args.link_model)  # compute slowed beside collectives: the run's, else the file's
     cluster = Cluster(link=args.link, topology=args.topology, link_model=args.link_model, first_bucket_mb=args.first_bucket_mb,
                       overlap=not args.no_overlap, cores=args.cores, ranks_per_host=args.ranks_per_host, fine=args.fine,
-                      optimizer_state=args.optimizer_state)
+                      optimizer_state=args.optimizer_state, slowdown=slowdown, comm_rate=rate)
     measured = prof.analysis.measured_us
 
     def timeline(i: int, g, res) -> str | None:

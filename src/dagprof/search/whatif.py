@@ -31,6 +31,7 @@ from ..passes.data_parallel import conversion_note, parse_target, to_data_parall
 from ..passes.fsdp import UNMODELLED, refuse_unmodelled, scale_fsdp_workers, set_reduce_dtype, set_reshard
 from ..passes.fsdp_units import merge_units, parse_units, with_units
 from ..passes.horovod import set_horovod
+from ..passes.overlap import comm_demand, disturbed, slowed_nodes, undisturbed
 from ..passes.profiler_cost import measure_profiler_cost, remove_profiler_cost, scale_host_work
 from ..passes.workers import replica_ranks
 from ..progress import progress
@@ -91,6 +92,8 @@ class Cluster:
     ranks_per_host: int | None = None
     fine: bool = False  # per-message collectives on per-link queues
     optimizer_state: str = "momentum"  # --data-parallel fsdp from DDP: optimizer state per parameter (search.memory.OPTIMIZER_STATE)
+    slowdown: float = 0.0  # compute beside in-flight collectives takes (1 + slowdown x overlap) as long (search.measured.slowdown_of)
+    comm_rate: float | None = None  # bytes/s of the all-reduce the slowdown was measured beside (None: each collective counts whole)
 
 
 Pass = Callable[[Graph, Scenario, Cluster, Topology], Graph]
@@ -268,6 +271,32 @@ def base_topology(g: Graph, c: Cluster) -> Topology:
     return t
 
 
+def _demand(g: Graph, res: ReplayResult, c: Cluster):
+    return None if c.comm_rate is None else comm_demand(g, res, g.nbytes.astype(float), c.comm_rate)
+
+
+def undisturb(g: Graph, model: Graph, c: Cluster) -> Graph:
+    """``g`` with its compute undisturbed (``passes.overlap``): each op's slowdown beside the collectives in flight
+    in ``model`` (``g`` on the cluster it ran on, the same nodes) taken out, as the optimizer does; the scenario then
+    charges its own overlap again (``disturb``): a faster link moves more bytes per second of copies beside the same
+    backward and slows it more, a slower one less."""
+    if not c.slowdown:
+        return g
+    res = replay(model)
+    nodes, dur = slowed_nodes(model), g.dur.copy()
+    dur[nodes] = undisturbed(model, res, c.slowdown, _demand(model, res, c))[nodes]
+    return g.replace(dur=dur)
+
+
+def disturb(g: Graph, c: Cluster) -> tuple[Graph, ReplayResult]:
+    """``g`` (undisturbed compute) slowed by the overlap its own replay has, and its replay: two replays instead of one."""
+    res = replay(g)
+    if not c.slowdown:
+        return g, res
+    g = g.replace(dur=disturbed(g, g.dur, res, c.slowdown, _demand(g, res, c)))
+    return g, replay(g)
+
+
 def apply(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
     """The run's graph under scenario ``s``: on the cluster ``base_topo``, then ``PASSES`` in order."""
     asked = ([a.unmodelled_on_fsdp for a in AXES if a.unmodelled_on_fsdp and getattr(s, a.name) is not None]
@@ -354,7 +383,10 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
         corrected = g0
         steps_graph = None if steps_graph is None else scale_host_work(steps_graph, factor)
         measured_us = None if not measured_us else measured_us * (1.0 - cost.share)
-    model = job_iteration_us(set_topology(g0, base_topo))
+    g0 = undisturb(g0, set_topology(g0, base_topo), cluster)
+    if steps_graph is not None:
+        steps_graph = undisturb(steps_graph, set_topology(steps_graph, base_topo), cluster)
+    model = job_iteration_us(*disturb(set_topology(g0, base_topo), cluster))
     given = cluster.topology or cluster.link_model or g0.meta.topology  # else the link is fitted to the profile's collectives
     model_error = check_model(model, measured_us, tolerance_pct, built, corrected, cost.share if corrected is not None else 0.0,
                               "the link model" if given else "the link fitted to its collectives")
@@ -367,8 +399,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     rows = []
     for i, s in enumerate(progress(scenarios, "what-if scenarios", unit="scenario")):
         t1 = time.perf_counter()
-        g = apply(g0, s, cluster, base_topo)
-        res = replay(g)
+        g, res = disturb(apply(g0, s, cluster, base_topo), cluster)
         it = job_iteration_us(g, res)
         n = graph_world_size(g)
         single = replace(s, workers=unit)
@@ -376,8 +407,8 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
         if key not in one_worker:
             one_worker[key] = it if n == unit else _one_replica_us(g0, single, cluster, base_topo)
         eff = None if one_worker[key] is None else one_worker[key] / it
-        gs = g if steps_graph is None else apply(steps_graph, s, cluster, base_topo)
-        interval = predict_interval(gs, res if steps_graph is None else replay(gs), it, residuals, run=level)
+        gs, rs = (g, res) if steps_graph is None else disturb(apply(steps_graph, s, cluster, base_topo), cluster)
+        interval = predict_interval(gs, rs, it, residuals, run=level)
         row = {**s.label(), "workers": n, **interval.to_dict(), "iters_per_s": 1e6 / it,
                "speedup_vs_profiled": (n / n0) * model / it, "speedup_vs_one_worker": None if eff is None else n / unit * eff, "scaling_efficiency": eff,
                "vs_measured_pct": None if not measured_us else 100.0 * (it - measured_us) / measured_us, "seconds": time.perf_counter() - t1}
@@ -404,8 +435,18 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     profiler = cost.to_dict() | ({"corrected": False, "verdict": "--raw", "text": "op times as profiled (--raw)"} if raw else {})
     return {"workers": n0, "model_iter_ms": model / 1e3, "model_error_pct": model_error, "profiler_cost": profiler,
             "reference_iter_ms": None if not measured_us else measured_us / 1e3, "link": link_text(base_topo), "link_fit": link,
-            "columns": COLUMNS, "scenarios": rows, "notes": _hybrid_notes(g0) + _conversion_notes(g0, scenarios, cluster) + _crowded_notes(g0),
+            "columns": COLUMNS, "scenarios": rows, "overlap_slowdown": cluster.slowdown, "overlap_rate_bytes_per_s": cluster.comm_rate,
+            "notes": _hybrid_notes(g0) + _conversion_notes(g0, scenarios, cluster) + _crowded_notes(g0) + _overlap_notes(cluster),
             "seconds": time.perf_counter() - t0}
+
+
+def _overlap_notes(c: Cluster) -> list[str]:
+    if not c.slowdown:
+        return []
+    per = "" if c.comm_rate is None else (f", each collective weighted by its bytes per second against the measured all-reduce's "
+                                          f"{c.comm_rate / 1e9:.3g} GB/s (at most 1)")
+    return [f"compute beside in-flight collectives runs (1 + {c.slowdown:.2f} x overlap) slower (measured){per}: taken out of the "
+            "profiled op times and charged again under each scenario"]
 
 
 def _conversion_notes(g0: Graph, scenarios: list[Scenario], c: Cluster) -> list[str]:
@@ -441,7 +482,7 @@ def _one_replica_us(g0: Graph, single: Scenario, cluster: Cluster, base_topo: To
     """One data-parallel replica's iteration under the same conditions; None where fewer workers are not modelled
     (a hybrid job whose other groups span its data-parallel ranks: the scaling columns are then n/a)."""
     try:
-        return job_iteration_us(apply(g0, single, cluster, base_topo))
+        return job_iteration_us(*disturb(apply(g0, single, cluster, base_topo), cluster))
     except DagprofError:
         if not hybrid(g0):
             raise

@@ -1,0 +1,108 @@
+"""whatif prices compute slowed beside in-flight collectives (``passes.overlap``) where the run or the link-model file
+measured it: taken out of the profiled op times, charged again under each scenario, each collective by its bytes per
+second against the measured all-reduce's. On a real DDP testbed round (tests/data/ddp-testbed: 2 gloo ranks in network
+namespaces, profiled at 1 Gbit/s with 1 MiB buckets) and a real ``dagprof calibrate --overlap`` of the testbed's unshaped
+veth link (slowdown 0.59 per unit of overlap beside an 8 MiB all-reduce at 0.99 GB/s)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+from testdata import DATA
+
+from dagprof.cli.main import main
+from dagprof.pipeline import open_run
+from dagprof.search.measured import slowdown_of
+from dagprof.search.whatif import Cluster, evaluate, sweep
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench", "testbed"))
+
+ROUND = DATA / "ddp-testbed"
+RUN, OVERLAP, OVERLAP_1GBIT = ROUND / "run", ROUND / "unshaped-overlap.json", ROUND / "1gbit-overlap.json"
+UNSHAPED4 = ROUND / "unshaped4-overlap.json"  # 4 ranks on the unshaped link: its all-reduce fit and slowdown
+
+
+@pytest.fixture(scope="module")
+def prof():
+    return open_run(str(RUN))
+
+
+def test_a_faster_link_slows_the_overlapping_backward_more(prof):
+    s, rate = slowdown_of(prof.run, str(OVERLAP))
+    assert s == pytest.approx(0.591, abs=1e-3) and rate == pytest.approx(0.986e9, rel=1e-3)
+    scenarios = sweep({"bandwidth": ["200Mbit", "1Gbit", "8Gbit"], "bucket_mb": [1.0]})
+    plain = evaluate(prof.graph, scenarios, Cluster(), prof.analysis.measured_us)
+    slowed = evaluate(prof.graph, scenarios, Cluster(slowdown=s, comm_rate=rate), prof.analysis.measured_us)
+    # the profiled run: what is taken out of its op times is charged back on the same timeline
+    assert slowed["model_iter_ms"] == pytest.approx(plain["model_iter_ms"], rel=5e-3)
+    assert slowed["overlap_slowdown"] == s and plain["overlap_slowdown"] == 0.0
+    assert any("taken out of the profiled op times" in n for n in slowed["notes"]) and not any("overlap" in n for n in plain["notes"])
+    change = [b["predicted_iter_ms"] / a["predicted_iter_ms"] - 1 for a, b in zip(plain["scenarios"], slowed["scenarios"])]
+    # wire-bound links (a small share of the measured all-reduce's bytes per second): unchanged; 8 Gbit/s (the unshaped link's
+    # rate): the backward beside its all-reduces slows, and the step with it
+    assert abs(change[0]) < 0.01 and abs(change[1]) < 0.01 and change[2] > 0.05
+    for b in slowed["scenarios"]:
+        assert b["lo_ms"] <= b["predicted_iter_ms"] <= b["hi_ms"]
+
+
+def test_whatif_cli_takes_the_slowdown_from_the_link_model(capsys):
+    assert main(["whatif", str(RUN), "--bandwidth", "8Gbit", "--bucket-mb", "1", "--link-model", str(OVERLAP),
+                 "--allow-model-error", "--no-trace", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["overlap_slowdown"] == pytest.approx(0.591, abs=1e-3) and r["overlap_rate_bytes_per_s"] > 0
+    assert main(["whatif", str(RUN), "--bandwidth", "8Gbit", "--no-trace", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["overlap_slowdown"] == 0.0  # the run measured none, no file: as before
+
+
+def test_testbed_cells_price_it_as_whatif_does():
+    """bench/testbed/run.py's cells: the shaped ones (wire-bound all-reduces) do not move; the unshaped link's 1 MiB
+    buckets, whose all-reduces overlap backward at the copies' full rate, come out slower."""
+    import run
+
+    with open(ROUND / "results.json") as f:
+        sweep_points = json.load(f)[1]
+    cells = [(2, "1Gbit", 5.0), (2, "200Mbit", 1.0), (2, "unlimited", 1.0)]
+    args = (str(RUN), (2, "1Gbit", 1.0), sweep_points, "unlimited", cells, 2)
+    plain, _, _ = run.predict(*args, raw=True)
+    slowed, intervals, _ = run.predict(*args, raw=True, calibrated={(2, "unlimited"): str(OVERLAP)})
+    assert abs(slowed[cells[0]] / plain[cells[0]] - 1) < 0.01 and abs(slowed[cells[1]] / plain[cells[1]] - 1) < 0.01
+    assert slowed[cells[2]] > plain[cells[2]]
+    assert all(intervals[c].lo_us / 1e3 <= slowed[c] <= intervals[c].hi_us / 1e3 for c in cells)
+
+
+def test_testbed_takes_the_profiled_links_own_slowdown_out():
+    """With the profiled link's own measurement (1 Gbit/s: 0.22 beside its all-reduce, where the unshaped link's bytes per
+    second would price the profile's overlap at an eighth of 0.59), the profiled cell stays put and the unshaped link's cell
+    whose one bucket overlaps no compute comes out faster: the profile's backward was slowed by its own all-reduces."""
+    import run
+
+    with open(ROUND / "results.json") as f:
+        sweep_points = json.load(f)[1]
+    cells = [(2, "1Gbit", 1.0), (2, "unlimited", 25.0)]
+    args = (str(RUN), (2, "1Gbit", 1.0), sweep_points, "unlimited", cells, 2)
+    alone, _, _ = run.predict(*args, raw=True, calibrated={(2, "unlimited"): str(OVERLAP)})
+    both, _, _ = run.predict(*args, raw=True, calibrated={(2, "unlimited"): str(OVERLAP), (2, "1Gbit"): str(OVERLAP_1GBIT)})
+    assert both[cells[0]] == pytest.approx(alone[cells[0]], rel=5e-3)
+    assert both[cells[1]] < alone[cells[1]] * 0.99
+
+
+def test_testbed_prices_4_ranks_on_the_swept_link_by_their_own_sweep():
+    """A calibrate file of the swept link at 4 ranks replaces ``beta * ranks / cores`` (2x the 2-rank sweep's time per
+    byte) by what 4 ranks measured (1.3x here, quiet machine): the 4-rank unshaped cell comes out faster; shaped 4-rank
+    cells keep their link."""
+    import run
+
+    from dagprof.collect.measure.calibrate import fit
+    from dagprof.costmodel.topology import load_link_model
+
+    with open(ROUND / "results.json") as f:
+        sweep_points = json.load(f)[1]
+    cells = [(4, "unlimited", 25.0), (4, "1Gbit", 25.0)]
+    args = (str(RUN), (2, "1Gbit", 1.0), sweep_points, "unlimited", cells, 2)
+    rule, _, _ = run.predict(*args, raw=True)
+    measured, _, _ = run.predict(*args, raw=True, calibrated={(4, "unlimited"): str(UNSHAPED4)})
+    assert load_link_model(UNSHAPED4, 4).beta_us_per_byte < 2 * fit([tuple(p) for p in sweep_points], 2).beta_us_per_byte
+    assert measured[cells[0]] < rule[cells[0]] * 0.95
+    assert measured[cells[1]] == pytest.approx(rule[cells[1]], rel=1e-9)  # its slowdown: none measured for 4 ranks at 1 Gbit/s
