@@ -19,10 +19,11 @@ def _measured(run: Run) -> Overlap | None:
     return load_overlap(run.source) if run.source and os.path.isdir(run.source) else None
 
 
-def overlap_of(run: Run, link_model: str | None = None) -> Overlap | None:
+def overlap_of(run: Run | None, link_model: str | None = None) -> Overlap | None:
     """The compute slowdown beside collectives for this run: measured on the job's own ranks (``overlap.json``, our
-    demo job writes it), else on the cluster by ``dagprof calibrate --overlap`` (``link_model``, version 4), else None."""
-    m = _measured(run)
+    demo job writes it), else on the cluster by ``dagprof calibrate --overlap`` (``link_model``, version 4), else None.
+    ``run`` None: the file's alone."""
+    m = None if run is None else _measured(run)
     if m is not None or not link_model:
         return m
     table = load_overlap_table(link_model)
@@ -34,7 +35,7 @@ def overlap_of(run: Run, link_model: str | None = None) -> Overlap | None:
         raise DagprofError(f"link model's overlap is not a dagprof overlap measurement ({e})", link_model) from None
 
 
-def slowdown_of(run: Run, link_model: str | None = None) -> tuple[float, float | None]:
+def slowdown_of(run: Run | None, link_model: str | None = None) -> tuple[float, float | None]:
     """The compute slowdown beside collectives for this run (``overlap_of``), else 0, and the bytes per second of the
     all-reduce it was measured beside (None when not measured)."""
     m = overlap_of(run, link_model)

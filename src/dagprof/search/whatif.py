@@ -446,7 +446,8 @@ def _overlap_notes(c: Cluster) -> list[str]:
     per = "" if c.comm_rate is None else (f", each collective weighted by its bytes per second against the measured all-reduce's "
                                           f"{c.comm_rate / 1e9:.3g} GB/s (at most 1)")
     return [f"compute beside in-flight collectives runs (1 + {c.slowdown:.2f} x overlap) slower (measured){per}: taken out of the "
-            "profiled op times and charged again under each scenario"]
+            "profiled op times and charged again under each scenario; measured on one link, the weighting is not validated at another "
+            "rate (on the testbed 200 Mbit/s slowed compute as much as an unshaped link)"]
 
 
 def _conversion_notes(g0: Graph, scenarios: list[Scenario], c: Cluster) -> list[str]:
