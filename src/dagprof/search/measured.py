@@ -41,7 +41,7 @@ def slowdown_of(run: Run | None, link_model: str | None = None) -> tuple[float, 
     m = overlap_of(run, link_model)
     if m is None:
         return 0.0, None
-    return m.slowdown, (m.allreduce_bytes / m.allreduce_s if m.allreduce_s > 0 else None)
+    return m.model_slowdown, (m.allreduce_bytes / m.allreduce_s if m.allreduce_s > 0 else None)
 
 
 NOT_MEASURED = ("the backward's slowdown beside in-flight collectives is not measured for this run (priced as none): run "
