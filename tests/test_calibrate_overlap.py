@@ -77,3 +77,12 @@ def test_older_and_damaged_link_models(prof, tmp_path):
     bad = save_link_model(tmp_path / "bad.json", AlphaBeta(50.0, 1e-3), overlap={"slowdown": "much"}, method="test")
     with pytest.raises(DagprofError, match="overlap"):
         overlap_of(prof.run, bad)
+    # odd figures are refused too, never priced: a negative slowdown (compute sped up beside collectives), and an older
+    # file's slowdown per unit of the disturbed loop at 1 or more, which that division cannot give
+    fields = {"matmul_us": 200.0, "samples": [], "allreduce_bytes": 8 << 20, "allreduce_s": 0.4}
+    for odd in ({"slowdown": -0.3, **fields}, {"slowdown": 1.2, **fields}, {"slowdown": 0.5, **fields, "allreduce_s": -1.0}):
+        path = save_link_model(tmp_path / "odd.json", AlphaBeta(50.0, 1e-3), overlap=odd, method="test")
+        with pytest.raises(DagprofError, match="overlap"):
+            overlap_of(prof.run, path)
+    new = save_link_model(tmp_path / "new.json", AlphaBeta(50.0, 1e-3), overlap={"slowdown": 1.2, **fields, "per_undisturbed": True}, method="test")
+    assert slowdown_of(prof.run, new) == (1.2, (8 << 20) / 0.4)

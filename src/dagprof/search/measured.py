@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import os
 
-import msgspec
-
-from ..collect.measure.overlap import Overlap, load_overlap
+from ..collect.measure.overlap import Overlap, load_overlap, overlap_from_table
 from ..costmodel.codecs import CodecCosts, powersgd_split
 from ..costmodel.topology import load_overlap_table
-from ..errors import DagprofError
 from ..passes.gradients import GradientOrder
 from ..traces.events import Run
 
@@ -27,21 +24,18 @@ def overlap_of(run: Run | None, link_model: str | None = None) -> Overlap | None
     if m is not None or not link_model:
         return m
     table = load_overlap_table(link_model)
-    if table is None:
-        return None
-    try:
-        return msgspec.convert(table, Overlap)
-    except msgspec.ValidationError as e:
-        raise DagprofError(f"link model's overlap is not a dagprof overlap measurement ({e})", link_model) from None
+    return None if table is None else overlap_from_table(table, link_model)
 
 
 def slowdown_of(run: Run | None, link_model: str | None = None) -> tuple[float, float | None]:
     """The compute slowdown beside collectives for this run (``overlap_of``), else 0, and the bytes per second of the
     all-reduce it was measured beside (None when not measured)."""
-    m = overlap_of(run, link_model)
-    if m is None:
-        return 0.0, None
-    return m.model_slowdown, (m.allreduce_bytes / m.allreduce_s if m.allreduce_s > 0 else None)
+    return slowdown_in(overlap_of(run, link_model))
+
+
+def slowdown_in(m: Overlap | None) -> tuple[float, float | None]:
+    """(the slowdown in the model's units, the measured all-reduce's bytes per second) of ``m``; (0, None) for none."""
+    return (0.0, None) if m is None else (m.model_slowdown, m.rate)
 
 
 NOT_MEASURED = ("the backward's slowdown beside in-flight collectives is not measured for this run (priced as none): run "

@@ -56,7 +56,7 @@ from ..units import MB
 from .anneal import anneal, seeds
 from .candidate import Candidate, Space, candidate_of, complexity, strategy_fields
 from .evaluate import Evaluator, Scored
-from .measured import NOT_MEASURED, codec_costs, in_job, overlap_of, slowdown_of
+from .measured import NOT_MEASURED, codec_costs, in_job, overlap_of, slowdown_in, slowdown_of
 from .memory import MemoryModel
 from .memory_fit import fit_memory
 
@@ -253,9 +253,10 @@ def search_run(run: Run, g: Graph, opts: Options | None = None, costs_file: str 
     order = gradient_order(g, run.ranks[0].buckets)
     costs = in_job(codec_costs(order, opts.powersgd_ranks, costs_file), run) if opts.allow_lossy else None
     # CPU (gloo) jobs: the network stack shares the training cores; the slowdown is measured by our own ranks, never in the user's job
-    unmeasured = opts.overlap_slowdown is None and run.ranks[0].backend == "gloo" and overlap_of(run, opts.link_model) is None
+    measured = overlap_of(run, opts.link_model) if opts.overlap_slowdown is None else None
+    unmeasured = opts.overlap_slowdown is None and run.ranks[0].backend == "gloo" and measured is None
     if opts.overlap_slowdown is None:
-        s, rate = slowdown_of(run, opts.link_model)
+        s, rate = slowdown_in(measured)
         opts = replace(opts, overlap_slowdown=s, overlap_rate=rate)
     res = search(g, order, opts, costs, meta.layer_saved_bytes)
     if unmeasured:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -30,23 +30,30 @@ FORMAT = "dagprof-overlap"
 class Overlap(msgspec.Struct, frozen=True):
     """What ``measure_overlap`` found on the job's ranks, as ``overlap.json`` in the run folder keeps it."""
 
-    slowdown: float  # per unit of overlap: compute overlapping a collective for a fraction f takes (1 + slowdown * f) as long
+    slowdown: Annotated[float, msgspec.Meta(ge=0)]  # per unit of overlap: compute overlapping a collective for a fraction f takes (1 + slowdown * f) as long
     matmul_us: float  # the reference op (``reference_op_us``) on the job's busy cores
     samples: list[float]  # rank 0's slowdown per repeat
-    allreduce_bytes: int
-    allreduce_s: float
+    allreduce_bytes: Annotated[int, msgspec.Meta(ge=0)]
+    allreduce_s: Annotated[float, msgspec.Meta(ge=0)]
     format: Literal["dagprof-overlap"] = FORMAT
     # False (files written before): each sample was (beside - alone) / beside, the extra time over the disturbed loop;
     # the model's slowdown is per unit of the undisturbed time, (beside - alone) / alone over the overlapped share
     per_undisturbed: bool = False
 
+    def __post_init__(self) -> None:
+        if not self.per_undisturbed and self.slowdown >= 1.0:  # (B - A) / B is below 1
+            raise ValueError(f"slowdown {self.slowdown} per unit of the disturbed loop is not below 1")
+
     @property
     def model_slowdown(self) -> float:
         """The slowdown as ``passes.overlap`` charges it (per unit of overlap of the undisturbed duration). An older
         file's figure, s = (B - A) / B with the loop wholly overlapped, is (B - A) / A = s / (1 - s) in those units."""
-        if self.per_undisturbed:
-            return self.slowdown
-        return self.slowdown / (1.0 - self.slowdown) if self.slowdown < 1.0 else self.slowdown
+        return self.slowdown if self.per_undisturbed else self.slowdown / (1.0 - self.slowdown)
+
+    @property
+    def rate(self) -> float | None:
+        """Bytes per second of the all-reduce it was measured beside (None where its time is not known)."""
+        return self.allreduce_bytes / self.allreduce_s if self.allreduce_s > 0 else None
 
 
 def measure_overlap(nbytes: int = 8 * 2**20, repeats: int = 4) -> Overlap:
@@ -122,6 +129,14 @@ def load_overlap(folder: str) -> Overlap | None:
         raise DagprofError(f"not a dagprof overlap measurement ({e})", path) from None
     except msgspec.DecodeError:
         raise DagprofError("damaged overlap measurement: not JSON", path) from None
+
+
+def overlap_from_table(table: object, source: str) -> Overlap:
+    """An ``Overlap`` kept as a table inside another file (a link model's ``overlap``), refused in one line if damaged."""
+    try:
+        return msgspec.convert(table, Overlap)
+    except msgspec.ValidationError as e:
+        raise DagprofError(f"its overlap is not a dagprof overlap measurement ({e})", source) from None
 
 
 def reference_op_us() -> float:
