@@ -217,31 +217,62 @@ def testbed(names: list[str], args) -> dict:
                     except DagprofError as e:
                         got[rate] = {"load": load, "exit": codes, "refused": str(e)}
                     print(f"{name} round {k + 1}, {rate / 1e6:g} Mbit/s: {got[rate]}", file=sys.stderr, flush=True)
-                a, b = got[args.rate], got[args.other_rate]
-                row = {"round": k, "profiled": a, "other": b}
-                if "predicted_ms" in a and "measured_ms" in b:
-                    row["error_pct"] = 100.0 * (a["predicted_ms"] - b["measured_ms"]) / b["measured_ms"]
-                    row["median_error_pct"] = 100.0 * (a["predicted_median_ms"] - b["measured_median_ms"]) / b["measured_median_ms"]
-                    row["comm_error_pct"] = 100.0 * (a["predicted_comm_ms"] - b["comm_ms"]) / b["comm_ms"]
-                rounds.append(row)
-            errs = [r["error_pct"] for r in rounds if "error_pct" in r]
-            med_errs = [r["median_error_pct"] for r in rounds if "median_error_pct" in r]
-            comm_errs = [r["comm_error_pct"] for r in rounds if "comm_error_pct" in r]
-            loads = [x["load"] for r in rounds for x in (r["profiled"], r["other"])]
-            results[name] = {"rounds": rounds, "summary": {
-                "rate_bit": args.rate, "other_rate_bit": args.other_rate, "rounds": len(rounds), "judged": len(errs),
-                "median_error_pct": float(np.median(errs)) if errs else None, "error_spread_pct": [min(errs), max(errs)] if errs else None,
-                "within_8": sum(abs(e) <= 8 for e in errs),
-                "median_step": {"median_error_pct": float(np.median(med_errs)) if med_errs else None,
-                                "error_spread_pct": [min(med_errs), max(med_errs)] if med_errs else None,
-                                "within_8": sum(abs(e) <= 8 for e in med_errs)},
-                "collectives": {"median_error_pct": float(np.median(comm_errs)) if comm_errs else None,
-                                "error_spread_pct": [min(comm_errs), max(comm_errs)] if comm_errs else None},
-                "measured_ms": {str(int(r / 1e6)) + "Mbit": float(np.median([x[key]["measured_ms"] for x in rounds if "measured_ms" in x[key]] or [np.nan]))
-                                for r, key in ((args.rate, "profiled"), (args.other_rate, "other"))},
-                "predicted_ms": float(np.median([x["profiled"]["predicted_ms"] for x in rounds if "predicted_ms" in x["profiled"]] or [np.nan])),
-                "load_median": float(np.median(loads)), "load_max": float(max(loads))}}
+                rounds.append(_round(k, got[args.rate], got[args.other_rate]))
+            results[name] = {"rounds": rounds, "summary": _summary(rounds, args)}
     return results
+
+
+def repredict(kept: str, names: list[str], args) -> dict:
+    """``testbed``'s rounds kept by ``--keep`` (``tb-NAME-K-RATEM`` folders) predicted again with this dagprof: no job
+    runs, no root; each round's own measurement at ``--other-rate`` is the reference."""
+    results = {}
+    for name in names:
+        rounds = []
+        for k in range(args.rounds):
+            folder = {r: os.path.join(kept, f"tb-{name}-{k}-{int(r / 1e6)}M") for r in (args.rate, args.other_rate)}
+            if not all(os.path.isdir(f) for f in folder.values()):
+                continue
+            got = {}
+            for rate, out in folder.items():
+                try:
+                    got[rate] = {"load": float("nan")} | (predict_rate(out, rate, args.other_rate) if rate == args.rate else measured(out))
+                except DagprofError as e:
+                    got[rate] = {"load": float("nan"), "refused": str(e)}
+            rounds.append(_round(k, got[args.rate], got[args.other_rate]))
+            print(f"{name} round {k + 1}: {rounds[-1].get('error_pct', rounds[-1]['profiled'].get('refused'))}", file=sys.stderr, flush=True)
+        if rounds:
+            results[name] = {"rounds": rounds, "summary": _summary(rounds, args)}
+    return results
+
+
+def _round(k: int, a: dict, b: dict) -> dict:
+    """One round's row: the profiled job ``a`` (with its prediction) against the job measured at the other rate ``b``."""
+    row = {"round": k, "profiled": a, "other": b}
+    if "predicted_ms" in a and "measured_ms" in b:
+        row["error_pct"] = 100.0 * (a["predicted_ms"] - b["measured_ms"]) / b["measured_ms"]
+        row["median_error_pct"] = 100.0 * (a["predicted_median_ms"] - b["measured_median_ms"]) / b["measured_median_ms"]
+        row["comm_error_pct"] = 100.0 * (a["predicted_comm_ms"] - b["comm_ms"]) / b["comm_ms"]
+    return row
+
+
+def _summary(rounds: list[dict], args) -> dict:
+    """The rounds' errors (mean step, median step, the collectives alone), the measured and predicted steps, the load."""
+    errs = [r["error_pct"] for r in rounds if "error_pct" in r]
+    med_errs = [r["median_error_pct"] for r in rounds if "median_error_pct" in r]
+    comm_errs = [r["comm_error_pct"] for r in rounds if "comm_error_pct" in r]
+    loads = [x["load"] for r in rounds for x in (r["profiled"], r["other"])]
+    return {"rate_bit": args.rate, "other_rate_bit": args.other_rate, "rounds": len(rounds), "judged": len(errs),
+            "median_error_pct": float(np.median(errs)) if errs else None, "error_spread_pct": [min(errs), max(errs)] if errs else None,
+            "within_8": sum(abs(e) <= 8 for e in errs),
+            "median_step": {"median_error_pct": float(np.median(med_errs)) if med_errs else None,
+                            "error_spread_pct": [min(med_errs), max(med_errs)] if med_errs else None,
+                            "within_8": sum(abs(e) <= 8 for e in med_errs)},
+            "collectives": {"median_error_pct": float(np.median(comm_errs)) if comm_errs else None,
+                            "error_spread_pct": [min(comm_errs), max(comm_errs)] if comm_errs else None},
+            "measured_ms": {str(int(r / 1e6)) + "Mbit": float(np.median([x[key]["measured_ms"] for x in rounds if "measured_ms" in x[key]] or [np.nan]))
+                            for r, key in ((args.rate, "profiled"), (args.other_rate, "other"))},
+            "predicted_ms": float(np.median([x["profiled"]["predicted_ms"] for x in rounds if "predicted_ms" in x["profiled"]] or [np.nan])),
+            "load_median": float(np.median(loads)), "load_max": float(max(loads))}
 
 
 def python_for(name: str) -> str | None:
@@ -268,10 +299,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=500e6, help="--testbed: the profiled link rate, bit/s")
     ap.add_argument("--other-rate", type=float, default=200e6, help="--testbed: the rate predicted and measured, bit/s")
     ap.add_argument("--rounds", type=int, default=3, help="--testbed: rounds (each a job at either rate)")
+    ap.add_argument("--repredict", metavar="KEPT", help="--testbed: run nothing; predict the rounds a --keep folder holds again "
+                    "with this dagprof, against their measurements (give the kept run's --rate, --other-rate and --rounds)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.testbed:
-        results = testbed([n for n in args.only.split(",") if SCRIPTS[n][0] != "mxnet"], args)  # MXNet: bench_mxnet_ps.py
+        names = [n for n in args.only.split(",") if SCRIPTS[n][0] != "mxnet"]  # MXNet: bench_mxnet_ps.py
+        results = repredict(args.repredict, names, args) if args.repredict else testbed(names, args)
         print(json.dumps(results, indent=1) if args.json else "\n".join(f"{n}: {json.dumps(r['summary'])}" for n, r in results.items()))
         return 0
     results = {}
