@@ -129,6 +129,8 @@ def test_calibrate_measures_fsdp_on_a_live_gloo_group(capsys, tmp_path):
     for fit in (costs.plain_step, costs.dtensor_step):
         assert fit.us_per_tensor >= 0 and fit.us_per_byte >= 0 and fit.us(8, 1 << 20) > 0
     assert len(r["optimizer_points"]["dtensor"]) == 3 and len(r["copy_out_points"]) == 3
+    assert len(r["bucket_in_points"]) == len(r["bucket_out_points"]) == 3
+    assert costs.bucket_in_us_per_byte > 0 and costs.bucket_out_us_per_byte > 0
     # a small unit and a unit of MBs, and how much more the larger cost per byte beyond its copy-out (never below 0), in CPU time
     assert [p["unit_bytes"] for p in r["unit_points"]] == [64 * 64 * 4, 724 * 724 * 4]
     assert all(len(p["cpu_us"]) == 2 for p in r["unit_points"])
@@ -185,3 +187,21 @@ def test_fsdp_to_ddp_steps_the_optimizer_as_measured():
     c = Cluster(optimizer_state="adam")
     as_ddp = apply(fsdp, Scenario(data_parallel="ddp"), c, base_topology(fsdp, c))
     assert np.allclose(as_ddp.dur[as_ddp.kind == Kind.UPDATE], 2 * upd)  # whatif without --link-model: as before
+
+
+def test_fsdp_to_ddp_prices_ddps_bucket_passes_as_measured():
+    """DDP's scaled copy into each bucket (its enqueue) and its copy back into the gradients write storage allocated
+    long before: with rates ``calibrate --fsdp`` measured, at those; from an older file or none, at the FSDP profile's
+    copy-out per byte."""
+    fsdp = build_graph(read_run(FSDP))
+    params = sum(u.numel * 4 for u in fsdp.meta.fsdp.units)
+
+    def passes(g):
+        enq = [v for v in np.flatnonzero(g.kind == Kind.COMM_ENQUEUE).tolist() if "allreduce bucket" in g.node_name(v)]
+        back = [v for v in range(len(g)) if "ddp copy buckets to grads" in g.node_name(v)]
+        return float(g.dur[enq].sum()) / float(g.nbytes[enq].sum()), float(g.dur[back].mean()) / params
+
+    old = passes(fsdp_to_ddp(fsdp, costs=COSTS))
+    assert old[0] == pytest.approx(old[1]) and old[0] > 0
+    measured = passes(fsdp_to_ddp(fsdp, costs=dataclasses.replace(COSTS, bucket_in_us_per_byte=2e-5, bucket_out_us_per_byte=3e-5)))
+    assert measured == pytest.approx((2e-5, 3e-5))

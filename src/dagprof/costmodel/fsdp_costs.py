@@ -15,7 +15,9 @@ two sizes, less the copy-out's own, is that growth. The DDP -> FSDP conversion (
 profile's measured optimizer step by the ratio of the two fits, prices each copy-out by the measured time per byte,
 and gives each unit the measured time per unit beyond its collectives at its bytes. Stored under ``fsdp`` in the
 link-model file (version 3; ``costmodel.topology``; a file written before the large units were measured has no
-growth: 0).
+growth: 0). DDP's own passes over its buckets (each gradient scaled into its bucket, the all-reduced bucket copied
+back) write storage allocated long before, which FSDP's copy-out into new storage does not: the FSDP -> DDP conversion
+prices them by their own measured rates (a file without them: at the copy-out's).
 """
 from __future__ import annotations
 
@@ -66,6 +68,8 @@ class FsdpCosts:
     optimizer: str = "AdamW"  # what was timed: the ratio is this optimizer's
     unit_forward_us_per_byte: float = 0.0  # growth of unit_forward_us per byte of the unit's parameters, beyond its copy-out's
     unit_backward_us_per_byte: float = 0.0  # the same for unit_backward_us (beyond its backward all-gather's copy-out)
+    bucket_in_us_per_byte: float = 0.0  # DDP's scaled copy of each gradient into its bucket (0: not measured)
+    bucket_out_us_per_byte: float = 0.0  # DDP's copy of an all-reduced bucket back into the gradients (0: not measured)
 
     def unit_us(self, phase: str, nbytes: float) -> float:
         """A unit of ``nbytes`` parameters: its ``phase`` pass's cost beyond its collectives and its copy-outs."""
@@ -82,6 +86,7 @@ class FsdpCosts:
         return {"world": self.world, "optimizer": self.optimizer, "copy_out_us_per_byte": self.copy_out_us_per_byte,
                 "unit_forward_us": self.unit_forward_us, "unit_backward_us": self.unit_backward_us,
                 "unit_forward_us_per_byte": self.unit_forward_us_per_byte, "unit_backward_us_per_byte": self.unit_backward_us_per_byte,
+                "bucket_in_us_per_byte": self.bucket_in_us_per_byte, "bucket_out_us_per_byte": self.bucket_out_us_per_byte,
                 "plain_step": _fit_dict(self.plain_step), "dtensor_step": _fit_dict(self.dtensor_step)}
 
     @classmethod
@@ -89,7 +94,8 @@ class FsdpCosts:
         try:
             return cls(int(d["world"]), StepFit(**d["plain_step"]), StepFit(**d["dtensor_step"]), float(d["copy_out_us_per_byte"]),
                        float(d["unit_forward_us"]), float(d["unit_backward_us"]), str(d.get("optimizer", "AdamW")),
-                       float(d.get("unit_forward_us_per_byte", 0.0)), float(d.get("unit_backward_us_per_byte", 0.0)))
+                       float(d.get("unit_forward_us_per_byte", 0.0)), float(d.get("unit_backward_us_per_byte", 0.0)),
+                       float(d.get("bucket_in_us_per_byte", 0.0)), float(d.get("bucket_out_us_per_byte", 0.0)))
         except (KeyError, TypeError, ValueError) as err:
             raise DagprofError(f"bad fsdp entry ({err!r}); need world, plain_step, dtensor_step (us_per_tensor, us_per_byte), "
                                "copy_out_us_per_byte, unit_forward_us, unit_backward_us", source) from None

@@ -328,10 +328,11 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB, costs: FsdpCosts
     tensors gain most, the embedding MLP's 19 lose 1-3 points). Set category by category beside the DDP profile of the
     same job (``bench/bench_fsdp.py --offline DIR --categories``): without FSDP's hook spans, with the root's backward
     that its prefetch's wait held, and the finalize lagging as the reduce-scatters: -0.1 to +11.1 %, each cell high.
-    What stays high: the bucket enqueue and the copy back are priced at FSDP's copy-out into fresh storage per byte,
-    where DDP's in-place bucket scaling and copy back measured about half of it (+4.7 ms per step on the transformer,
-    +13 on the MLP, loopback), the calibrated DTensor-to-plain ratio put the transformer's step 2-5 ms above DDP's,
-    and the transformer's FSDP layers ran their backward 3 ms slower than DDP's."""
+    DDP's scaled copy into its buckets and its copy back are priced at their own rates measured by ``calibrate
+    --fsdp`` (into storage allocated before), else at FSDP's copy-out into fresh storage, 4-6x dearer per byte on the
+    kept runs (+7 ms per step on the transformer, +18 on the MLP, loopback); at their own, the kept runs came out -3.0
+    to +7.3 % (they were +11.1 % at most). What stays high: the calibrated DTensor-to-plain ratio put the transformer's
+    step 2-5 ms above DDP's, and the transformer's FSDP layers ran their backward 3 ms slower than DDP's."""
     fs = g.meta.fsdp
     n = graph_world_size(g)
     fcs = {c.node: c for c in fsdp_collectives(g)}
@@ -357,6 +358,8 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB, costs: FsdpCosts
                 copied += size.get(name.removeprefix("fsdp copy-out ").rpartition(" (")[0], 0)
                 copy_us += float(g.dur[v])
     us_per_byte = copy_us / copied if copied else 0.0
+    in_us_per_byte, out_us_per_byte = (costs.bucket_in_us_per_byte, costs.bucket_out_us_per_byte) \
+        if costs is not None and costs.bucket_in_us_per_byte > 0 else (us_per_byte, us_per_byte)
     if all(u.tensors for u in fs.units):  # FSDP ran it: a DDP profile turned FSDP records no tensors, its spans are DDP's own
         drop |= _hook_spans(g, drop)
     channel = int(g.device[found[0].comm]) if found else -1
@@ -385,7 +388,7 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB, costs: FsdpCosts
             o, dev = float(g.order[up[0]]), int(g.device[up[0]])
             finals[r] = b.add_node(f"rank{r}.ddp finalize (wait for buckets)", Kind.COMM_WAIT, rank=r, device=dev, gap=lag.get(r, 0.0),
                                    order=o - 2 * _EPS, step=step)
-            b.add_node(f"rank{r}.ddp copy buckets to grads", Kind.OTHER, rank=r, device=dev, dur=params * us_per_byte, order=o - _EPS, step=step)
+            b.add_node(f"rank{r}.ddp copy buckets to grads", Kind.OTHER, rank=r, device=dev, dur=params * out_us_per_byte, order=o - _EPS, step=step)
         last = {r: -np.inf for r in ranks}
         for k, (layers, nbytes) in enumerate(buckets):
             sync = b.add_node(f"sync.allreduce bucket {k}", Kind.SYNC, step=step, bucket=k)
@@ -398,7 +401,7 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB, costs: FsdpCosts
                 at = max(bw, key=lambda v: g.order[v])
                 o = max(float(g.order[at]), last[r]) + _EPS * (k + 1)
                 last[r] = o
-                enq = b.add_node(f"rank{r}.allreduce bucket {k}", Kind.COMM_ENQUEUE, rank=r, device=int(g.device[at]), dur=nbytes * us_per_byte,
+                enq = b.add_node(f"rank{r}.allreduce bucket {k}", Kind.COMM_ENQUEUE, rank=r, device=int(g.device[at]), dur=nbytes * in_us_per_byte,
                                  order=o, step=step, bucket=k, nbytes=int(nbytes))
                 b.add_edge(int(remap[at]), enq)
                 b.add_edge(enq, sync)

@@ -171,7 +171,9 @@ def measure_fsdp(iters: int = 5) -> tuple[FsdpCosts, dict]:
     The optimizer: ``torch.optim.AdamW`` steps a stack of ``Linear`` weights (``OPT_SHAPES``) once as plain tensors (as DDP
     holds them) and once after ``fully_shard`` per layer and on the stack (DTensor shards, gradients from a real
     forward and backward), every rank stepping at once. The copy-out: FSDP2's ``split_with_sizes_copy`` of an
-    all-gather's output (``world`` x shard) into four parameters' new storage (``COPY_SIZES``). Per unit: the forward
+    all-gather's output (``world`` x shard) into four parameters' new storage (``COPY_SIZES``); DDP's bucket passes at
+    the same sizes: four gradients scaled into one flat bucket allocated before (``mul`` with ``out=``, as DDP's
+    reducer divides while it copies), and copied back. Per unit: the forward
     and the backward of a stack of ``UNITS`` ``Linear`` units, ``fully_shard`` each (resharded after forward), less the
     same stack unsharded and less its collectives at their own measured time (an all-gather per unit in forward, an
     all-gather and a reduce-scatter in backward), per unit; never below 0 (``_unit_extra``). Then the same for
@@ -207,9 +209,14 @@ def measure_fsdp(iters: int = 5) -> tuple[FsdpCosts, dict]:
             outs = [torch.empty(world, shard) for _ in range(4)]
             return lambda: torch.split_with_sizes_copy(gathered, [shard] * 4, dim=1, out=outs)
         copy.append((world * 4 * shard * 4, _slowest_median(make_copy, iters)))
-    m, t = np.array(copy, dtype=float).T
-    slope = float(np.polyfit(m, t, 1)[0])
-    per_byte = slope if slope > 0 else float(t[-1] / m[-1])
+    per_byte = _per_byte(copy)
+    bucket_in, bucket_out = [], []
+    for nbytes in COPY_SIZES:
+        grads = [torch.ones(nbytes // 4 // 4) for _ in range(4)]
+        flat = torch.zeros(nbytes // 4)
+        views = list(flat.split([g.numel() for g in grads]))
+        bucket_in.append((nbytes, _slowest_median(lambda: lambda: [torch.mul(g, 1.0 / world, out=v) for g, v in zip(grads, views)], iters)))
+        bucket_out.append((nbytes, _slowest_median(lambda: lambda: [g.copy_(v) for g, v in zip(grads, views)], iters)))
     per_unit = [_unit_extra(units, width, world, mesh, iters) for units, width in (UNITS, LARGE_UNITS)]
     del model, opt, mesh
     gc.collect()  # the sharded modules and their mesh go while the group lives: left to its teardown, a rank aborted in 2 runs of 12 (0 of 27 so)
@@ -217,9 +224,17 @@ def measure_fsdp(iters: int = 5) -> tuple[FsdpCosts, dict]:
     (small, f0, b0, cpu0), (large, _, _, cpu1) = per_unit
     growth = [max((x1 - x0) / (large - small) - per_byte, 0.0) for x0, x1 in zip(cpu0["cpu_us"], cpu1["cpu_us"])]  # beyond the copy-out's own
     costs = FsdpCosts(world, StepFit.fit(steps["plain"]), StepFit.fit(steps["dtensor"]), per_byte, f0, b0,
-                      unit_forward_us_per_byte=growth[0], unit_backward_us_per_byte=growth[1])
-    return costs, {"optimizer_points": steps, "copy_out_points": copy,
+                      unit_forward_us_per_byte=growth[0], unit_backward_us_per_byte=growth[1],
+                      bucket_in_us_per_byte=_per_byte(bucket_in), bucket_out_us_per_byte=_per_byte(bucket_out))
+    return costs, {"optimizer_points": steps, "copy_out_points": copy, "bucket_in_points": bucket_in, "bucket_out_points": bucket_out,
                    "unit_points": [{"unit_bytes": nb, "forward_us": f, "backward_us": b, **rest} for nb, f, b, rest in per_unit]}
+
+
+def _per_byte(points: list[tuple[int, float]]) -> float:
+    """us per byte: the slope of (bytes, us), or the largest point's mean where noise makes the slope <= 0."""
+    m, t = np.array(points, dtype=float).T
+    slope = float(np.polyfit(m, t, 1)[0])
+    return slope if slope > 0 else float(t[-1] / m[-1])
 
 
 def _linear_stack(count: int, width: int, mesh: object | None):
