@@ -9,7 +9,7 @@ per second against that measured all-reduce (``comm_demand``, at most 1): a buck
 counts whole, PowerSGD's small factors on a channel mostly busy with the hook's own compute (already
 charged to the backward) hardly at all. A profile's durations already include the slowdown of the overlap
 it had, so a what-if first removes that (``undisturbed``: durations over 1 + s * f of the profiled
-timeline), then charges the overlap of the new timeline (``disturbed``); one replay in between gives f.
+timeline; the optimizer's one per op for all its steps), then charges the overlap of the new timeline (``disturbed``); one replay in between gives f.
 Two replays per candidate instead of one.
 """
 from __future__ import annotations
