@@ -13,6 +13,7 @@ budget below what the model needs.
     sudo .venv/bin/python bench/bench_optimize.py --quick          # cnn, 2 ranks, 1 round per mode
     sudo .venv/bin/python bench/bench_optimize.py --workloads "cmd:python my_train.py --steps 16" --ranks 2   # a held-out job
     sudo .venv/bin/python bench/bench_optimize.py --workloads "cmd:..." --ranks 2 --link-model-calibrate   # its slowdown by calibrate
+    .venv/bin/python bench/bench_optimize.py --repredict KEPT --workloads cnn,mlp,transformer   # a --keep folder's rounds predicted again
 
 The machine is shared (2 cores, other jobs running): compare inside rounds, read the spread.
 """
@@ -21,14 +22,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
 
-from dagprof.closeloop import check_strategy, defaults_stand, find_strategy, hosts
+from dagprof.closeloop import CODEC_COSTS_FILE, check_strategy, defaults_stand, find_strategy, hosts
+from dagprof.collect.deploy.strategy import load_strategy
+from dagprof.collect.hooks.steptimes import iteration_ms, read_times
 from dagprof.collect.jobs.launch import Bootstrap, launch
 from dagprof.collect.jobs.netns import available, python_module, run_ranks
-from dagprof.search.optimize import Options, search_run
+from dagprof.search.optimize import Options, predict_run, search_run
 
 
 def cell(work: str, workload: str, ranks: int, link: str, args) -> list[dict]:
@@ -83,6 +87,37 @@ def cell(work: str, workload: str, ranks: int, link: str, args) -> list[dict]:
     return rows
 
 
+def repredict(kept: str, workloads: list[str]) -> list[dict]:
+    """No job, no root: each kept cell's verification rounds (``--keep``) predicted again with this dagprof, each from
+    its own profile of the defaults as ``check_strategy`` does, against the step times the round measured (the same
+    medians). ``workloads`` names the cells (``w{i}-{ranks}`` is the i-th); the search is not run again."""
+    from dagprof.pipeline import open_run
+
+    rows = []
+    for name in sorted(d for d in os.listdir(kept) if d.startswith("w") and os.path.isdir(os.path.join(kept, d, "run"))):
+        work, (i, ranks) = os.path.join(kept, name), (int(x) for x in name[1:].split("-"))
+        searched = open_run(os.path.join(work, "run"))
+        link_model = os.path.join(work, "link.json") if os.path.exists(os.path.join(work, "link.json")) else None
+        for mode in ("lossless", "lossy"):
+            out = os.path.join(work, mode)
+            if not os.path.exists(os.path.join(out, "strategy.json")):
+                continue
+            strategy = load_strategy(os.path.join(out, "strategy.json"))
+            measured, predicted = [], []
+            while os.path.isdir(os.path.join(out, "verify", f"round{len(measured)}-B")):
+                folder = os.path.join(out, "verify", f"round{len(measured)}")
+                measured.append(iteration_ms(read_times(f"{folder}-A/times")) / iteration_ms(read_times(f"{folder}-B/times")))
+                p = open_run(f"{folder}-A/run")
+                predicted.append(predict_run(p.run, p.graph, strategy, os.path.join(out, CODEC_COSTS_FILE), searched.run, link_model).prediction.speedup)
+            if not measured:
+                continue
+            errors = [100.0 * (p - m) / m for p, m in zip(predicted, measured)]
+            rows.append({"workload": workloads[i] if i < len(workloads) else name, "ranks": ranks, "mode": mode, "strategy": strategy.summary(),
+                         "predicted_per_round": predicted, "measured_per_round": measured, "measured": statistics.median(measured),
+                         "spread": [min(measured), max(measured)], "error_per_round_pct": errors, "median_error_pct": statistics.median(errors)})
+    return rows
+
+
 def search_scaling(work: str, budget: float) -> dict:
     """The search alone on a real profile of a 50-layer MLP (loopback), pinned to one core."""
     run = os.path.join(work, "run50")
@@ -132,7 +167,22 @@ def main() -> int:
                     help="per cell, dagprof calibrate --overlap on the same ranks and link just before the profile; the search and each "
                          "round's prediction price the compute slowdown beside collectives by that file (optimize --link-model), "
                          "where the run measured none (a cmd: job; the demo jobs measure it on their own group)")
+    ap.add_argument("--repredict", default=None, metavar="KEPT", help="run nothing: predict the verification rounds a --keep folder "
+                    "holds again with this dagprof (no root); --workloads names its cells")
     args = ap.parse_args()
+    if args.repredict:
+        rows = repredict(args.repredict, args.workloads.split(","))
+        print("kept rounds predicted again, each from its own profile of the defaults (per-round error: predicted against measured speed-up)")
+        for r in rows:
+            print(f"{r['workload']:<12} {r['ranks']:>2} ranks {r['mode']:>8}: measured {r['measured']:.2f}x ({r['spread'][0]:.2f}-{r['spread'][1]:.2f}), "
+                  f"per round {' '.join(f'{e:+.1f}' for e in r['error_per_round_pct'])} %, median {r['median_error_pct']:+.1f} %")
+        errors = [e for r in rows for e in r["error_per_round_pct"]]
+        print(f"{sum(abs(e) <= 5 for e in errors)} of {len(errors)} rounds within 5 %; "
+              f"rows whose median is: {sum(abs(r['median_error_pct']) <= 5 for r in rows)} of {len(rows)}")
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump({"rows": rows, "repredicted": args.repredict}, f, indent=1)
+        return 0
     why = available()
     if why:
         print(f"bench_optimize: skipped: the emulated cluster {why}", file=sys.stderr)

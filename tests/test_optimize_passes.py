@@ -216,6 +216,51 @@ def test_overlap_fraction_and_slowdown(prof):
     assert np.array_equal(undisturbed(g, res, 0.0), g.dur)
 
 
+def test_same_op_pairs_each_op_across_steps(prof):
+    """Every backward op of a step has one id shared with its instances in the other steps, on its own rank only."""
+    from dagprof.passes.overlap import same_op, slowed_nodes
+
+    g = prof.graph
+    nodes = slowed_nodes(g)
+    op = same_op(g, nodes)
+    assert (op[g.step[nodes] < 0] == -1).all()
+    bwd = (g.kind[nodes] == Kind.BACKWARD) & (op >= 0)
+    steps = len(np.unique(g.step[nodes[g.step[nodes] >= 0]]))
+    ids, counts = np.unique(op[bwd], return_counts=True)
+    assert len(ids) and (counts == steps).all()  # one instance per step
+    for i in ids[:5]:
+        members = nodes[op == i]
+        assert len(set(g.name[members].tolist())) == 1 and len(set(g.rank[members].tolist())) == 1
+        assert sorted(g.step[members].tolist()) == sorted(set(g.step[members].tolist()))
+
+
+def test_undisturbed_per_op_keeps_each_ops_profiled_total(prof):
+    """``per_op``: one undisturbed duration per op for all its steps, charged back at the profiled overlap it gives the
+    op's profiled total; a step's instance made slower than its overlap explains moves every step's estimate alike."""
+    from dagprof.passes.overlap import comm_overlap, disturbed, same_op, slowed_nodes, undisturbed
+
+    g = prof.graph
+    res = replay(g)
+    nodes = slowed_nodes(g)
+    op = same_op(g, nodes)
+    base = undisturbed(g, res, 0.5, per_op=True)
+    back = disturbed(g, base, res, 0.5)
+    for i in np.unique(op[op >= 0])[:20]:
+        members = nodes[op == i]
+        assert np.allclose(base[members], base[members[0]])
+        assert back[members].sum() == pytest.approx(g.dur[members].sum(), rel=1e-9)
+    alone = nodes[op < 0]
+    f = comm_overlap(g, res, alone)
+    assert np.allclose(base[alone], g.dur[alone] / (1 + 0.5 * f))  # outside steps: as before
+    assert np.array_equal(undisturbed(g, res, 0.0, per_op=True), g.dur)
+    one = nodes[(g.kind[nodes] == Kind.BACKWARD) & (op >= 0)][0]
+    members = nodes[op == op[nodes == one][0]]
+    noisy = g.replace(dur=g.dur.copy())
+    noisy.dur[one] += 1000.0
+    raised = undisturbed(noisy, res, 0.5, per_op=True)
+    assert np.allclose(raised[members], raised[members[0]]) and raised[members[0]] > base[members[0]]
+
+
 def test_overlap_weighted_by_what_each_collective_moves(prof):
     """A collective slows compute in proportion to the bytes it moves per second against the all-reduce the slowdown
     was measured beside: none moving -> no overlap; each at the measured rate -> as if unweighted."""
@@ -239,8 +284,9 @@ def test_overlap_weighted_by_what_each_collective_moves(prof):
 
 
 def test_overlap_slowdown_prices_a_compressed_bucket_by_its_wire_bytes(prof, order):
-    """With the measured rate, the profiled layout is priced as profiled (the overlap taken out is charged back), and
-    PowerSGD's small factors slow the backward beside them less than the same channel time counted whole."""
+    """With the measured rate, the profiled layout is priced as its profile with each op at one duration for all its
+    steps (the overlap taken out is charged back; a slowdown too small to matter prices that profile), and PowerSGD's
+    small factors slow the backward beside them less than the same channel time counted whole."""
     from dagprof.search.candidate import Candidate
     from dagprof.search.evaluate import Evaluator
 
@@ -250,7 +296,7 @@ def test_overlap_slowdown_prices_a_compressed_bucket_by_its_wire_bytes(prof, ord
     comm = (g.kind == Kind.COMM) & (g.rank < 0) & (g.dur > 0)
     rate = float(np.median(g.nbytes[comm] / g.dur[comm])) * 1e6
     base = Candidate(order.profiled_ends)
-    plain = Evaluator(g, order, costs, [], None).score(base)[0].iter_us
+    plain = Evaluator(g, order, costs, [], None, 1e-9, comm_rate=rate).score(base)[0].iter_us
     assert Evaluator(g, order, costs, [], None, 0.5, comm_rate=rate).score(base)[0].iter_us == pytest.approx(plain, rel=0.02)
     lossy = Candidate(order.profiled_ends, codec=Codec("powersgd", 2))
     whole = Evaluator(g, order, costs, [], None, 0.5).score(lossy)[0].iter_us

@@ -9,7 +9,7 @@ per second against that measured all-reduce (``comm_demand``, at most 1): a buck
 counts whole, PowerSGD's small factors on a channel mostly busy with the hook's own compute (already
 charged to the backward) hardly at all. A profile's durations already include the slowdown of the overlap
 it had, so a what-if first removes that (``undisturbed``: durations over 1 + s * f of the profiled
-timeline), then charges the overlap of the new timeline (``disturbed``); one replay in between gives f.
+timeline; the optimizer's one per op for all its steps), then charges the overlap of the new timeline (``disturbed``); one replay in between gives f.
 Two replays per candidate instead of one.
 """
 from __future__ import annotations
@@ -54,12 +54,49 @@ def comm_overlap(g: Graph, res: ReplayResult, nodes: np.ndarray, demand: np.ndar
     return np.clip((np.interp(b, t, busy) - np.interp(a, t, busy)) / span, 0.0, 1.0)
 
 
-def undisturbed(g: Graph, res: ReplayResult, slowdown: float, demand: np.ndarray | None = None) -> np.ndarray:
-    """Durations of ``g`` with the slowdown of its own replayed overlap removed."""
+def same_op(g: Graph, nodes: np.ndarray) -> np.ndarray:
+    """Per node of ``nodes``: an id shared by the instances of one op across the profiled steps (the same rank and name,
+    the k-th of that name in its step by profiled order); -1 outside steps, or where the steps hold different numbers
+    of that name (the k-th would not be the same op)."""
+    out = np.full(len(nodes), -1, dtype=np.int64)
+    inside = np.flatnonzero(g.step[nodes] >= 0)
+    if not len(inside):
+        return out
+    sub = nodes[inside]
+    o = np.lexsort((g.order[sub], g.step[sub], g.name[sub], g.rank[sub]))
+    keys = np.stack([g.rank[sub][o], g.name[sub][o], g.step[sub][o]], axis=1).astype(np.int64)
+    first = np.r_[True, (keys[1:] != keys[:-1]).any(axis=1)]
+    starts = np.flatnonzero(first)
+    per_step = np.diff(np.r_[starts, len(o)])  # instances of each (rank, name) in each step
+    occ = np.arange(len(o)) - np.repeat(starts, per_step)
+    op, op_of_step = np.unique(keys[starts, :2], axis=0, return_inverse=True)
+    lo, hi = np.full(len(op), per_step.max()), np.zeros(len(op), dtype=np.int64)
+    np.minimum.at(lo, op_of_step.ravel(), per_step)
+    np.maximum.at(hi, op_of_step.ravel(), per_step)
+    op_id = np.repeat(op_of_step.ravel(), per_step)
+    ids = op_id * (int(per_step.max()) + 1) + occ
+    ok = (lo == hi)[op_id]
+    out[inside[o[ok]]] = ids[ok]
+    return out
+
+
+def undisturbed(g: Graph, res: ReplayResult, slowdown: float, demand: np.ndarray | None = None, per_op: bool = False) -> np.ndarray:
+    """Durations of ``g`` with the slowdown of its own replayed overlap removed. ``per_op``: one undisturbed duration
+    per op (``same_op``) for all its steps, the one that gives their profiled total at their replayed overlap
+    (sum of durations over sum of 1 + s * f): a step's op slower or faster than the overlap the replay gives it explains
+    is noise of that step, not the op's speed alone, and a candidate replayed with it would carry it into its own
+    timeline (on the optimizer's kept quiet runs the backward steps the replay overlapped most were the fastest)."""
     dur = g.dur.copy()
     if slowdown > 0:
         nodes = slowed_nodes(g)
-        dur[nodes] = g.dur[nodes] / (1.0 + slowdown * comm_overlap(g, res, nodes, demand))
+        factor = 1.0 + slowdown * comm_overlap(g, res, nodes, demand)
+        dur[nodes] = g.dur[nodes] / factor
+        if per_op:
+            op = same_op(g, nodes)
+            pooled = op >= 0
+            _, group = np.unique(op[pooled], return_inverse=True)
+            total = np.bincount(group, weights=g.dur[nodes[pooled]])
+            dur[nodes[pooled]] = (total / np.bincount(group, weights=factor[pooled]))[group]
     return dur
 
 
