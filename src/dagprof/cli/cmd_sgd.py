@@ -24,6 +24,9 @@ def add_arguments(p) -> None:
                                  "nvlink) or a bandwidth (10Gbit, 25GB/s)")
     p.add_argument("--osu", action="append", default=[], metavar="FILE",
                    help="OSU all-reduce latency table (allreduceN.log); fitted per worker count; repeatable")
+    p.add_argument("--link-model", action="append", default=[], metavar="FILE",
+                   help="`dagprof calibrate` link model: its all-reduce fit at the worker count(s) it was measured with "
+                        "(any count when it names none); repeatable")
     p.add_argument("--comm-log", action="append", default=[], metavar="FILE",
                    help="measured per-layer all-reduce times (B-Caffe log or CSV with workers=N); repeatable")
     p.add_argument("--policy", choices=[x.value for x in Policy], default=Policy.WFBP.value, help="policy of the main table (all are computed)")
@@ -51,7 +54,7 @@ def _predict(args, folder: str | None) -> dict:
     profile = read_layer_file(args.layers)
     notes = list(profile.meta.warnings)
     profile, iter_1 = anchor_single_worker(profile, None if args.iter_time_1 is None else args.iter_time_1 * 1e6, notes)
-    comm = comm_model(profile, args.net, args.osu, args.comm_log, notes)
+    comm = comm_model(profile, args.net, args.osu, args.comm_log, notes, args.link_model)
     scaling = predict(profile, args.workers, comm, Policy(args.policy), check_replay=args.replay)
     policies = {p.value: [_row(r) for r in rows] for p, rows in scaling.table.items()}
     result = {
