@@ -26,7 +26,7 @@ POLICIES = {"wfbp": 1e-6, "fused": 1000.0}  # DDP bucket_cap_mb: 1 byte (one buc
 RANKS = (2, 4)
 # the job: 8 bias-free Linear layers of 0.26-0.98 MB (5.5 MB of fp32 gradients), batch 256: on one core the
 # backward (~2/3 of compute) is comparable to the 1 Gbit/s all-reduce, and the 200 Mbit/s one is several times it
-JOB = argparse.Namespace(width=384, depth=8, batch=256, warmup=3, steps=6, profile_steps=8, profile_margin=3)
+JOB = argparse.Namespace(width=384, depth=8, batch=256, warmup=3, steps=8, profile_steps=8, profile_margin=3)
 EXTRA = ("--no-bias",)
 HEADLINE = ("calibrate", "+cores", "unprofiled")  # fixed before any measurement: the variant the mean |error| is quoted for
 
