@@ -133,3 +133,10 @@ def test_link_model_from_calibrate(tmp_path, capsys):
     (tmp_path / "bad.json").write_text('{"alpha_us": 1, "beta_us_per_byte": 1e-3, "by_workers": {"x": {}}}')
     assert main(["sgd", str(f), "--link-model", str(tmp_path / "bad.json")]) == 2
     assert "bad.json" in capsys.readouterr().err
+
+
+def test_jitter_needs_per_step_times(tmp_path, capsys):
+    f = tmp_path / "net.csv"
+    f.write_text(CSV)
+    assert main(["sgd", str(f), "--net", "10gbe", "--jitter", "8"]) == 2
+    assert "run folder" in capsys.readouterr().err

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 from ..analysis.critical_path import critical_path
+from ..errors import DagprofError
 from ..fsutil import atomic_open
 from ..replay import replay
 from ..report.svg import speedup_chart
@@ -32,6 +33,9 @@ def add_arguments(p) -> None:
     p.add_argument("--policy", choices=[x.value for x in Policy], default=Policy.WFBP.value, help="policy of the main table (all are computed)")
     p.add_argument("--iter-time-1", type=finite_positive, metavar="SECONDS",
                    help="measured single-worker iteration time; fills what the layer file lacks (forward for B-Caffe logs)")
+    p.add_argument("--jitter", type=int, default=0, metavar="SAMPLES",
+                   help="run folders: replay SAMPLES times with each worker running a profiled step drawn at random, so every "
+                        "all-reduce waits for the slowest worker (the closed forms use the median step); 0: off")
     p.add_argument("--replay", action="store_true", help="also replay the DAG of every case and report its largest disagreement with the closed forms")
     p.add_argument("--svg", nargs="?", const="speedup.svg", metavar="FILE", help="write a speed-up chart (SVG) of every policy (default name speedup.svg)")
     p.add_argument("--trace", nargs="?", const="sgd.trace.json", metavar="FILE",
@@ -55,7 +59,14 @@ def _predict(args, folder: str | None) -> dict:
     notes = list(profile.meta.warnings)
     profile, iter_1 = anchor_single_worker(profile, None if args.iter_time_1 is None else args.iter_time_1 * 1e6, notes)
     comm = comm_model(profile, args.net, args.osu, args.comm_log, notes, args.link_model)
-    scaling = predict(profile, args.workers, comm, Policy(args.policy), check_replay=args.replay)
+    if args.jitter < 0:
+        raise DagprofError(f"--jitter takes a sample count >= 0, got {args.jitter}")
+    if args.jitter and profile.step_backward_us is None:
+        raise DagprofError("--jitter needs per-step layer times: give a dagprof run folder", profile.source)
+    scaling = predict(profile, args.workers, comm, Policy(args.policy), check_replay=args.replay, jitter_samples=args.jitter)
+    if args.jitter:
+        notes.append(f"on more than one worker: the mean of {args.jitter} replays, each worker running profiled steps drawn at random "
+                     f"({profile.step_backward_us.shape[0]} steps)")
     policies = {p.value: [_row(r) for r in rows] for p, rows in scaling.table.items()}
     result = {
         "source": profile.source,
@@ -68,6 +79,7 @@ def _predict(args, folder: str | None) -> dict:
         "mg_wfbp_groups": {str(n): g for n, g in scaling.groups.items()},
         "iter_time_1_s": None if iter_1 is None else iter_1 / 1e6,
         "replay_max_rel_diff": scaling.max_replay_rel_diff,
+        "jitter_samples": args.jitter,
         "notes": notes,
     }
     if args.trace:
