@@ -28,6 +28,7 @@ RANKS = (2, 4)
 # backward (~2/3 of compute) is comparable to the 1 Gbit/s all-reduce, and the 200 Mbit/s one is several times it
 JOB = argparse.Namespace(width=384, depth=8, batch=256, warmup=3, steps=8, profile_steps=8, profile_margin=3)
 EXTRA = ("--no-bias",)
+JITTER = 64  # --jitter samples
 HEADLINE = ("calibrate", "+cores", "unprofiled")  # fixed before any measurement: the variant the mean |error| is quoted for
 
 
@@ -46,7 +47,8 @@ def run_round(folder: str, rng: random.Random, repredict: bool) -> dict:
     else:
         profile_steps = launch(1, [("profile:1000", None)], JOB, r1, extra=EXTRA)[0]
     unprofiled = profile_steps[:JOB.profile_margin] + profile_steps[JOB.profile_margin + JOB.profile_steps:]
-    measured: dict[tuple[int, str, str], float] = {}
+    measured: dict[tuple[int, str, str], float] = {}  # mean step, ms (dagprof's iteration time)
+    medians: dict[tuple[int, str, str], float] = {}
     links: dict[tuple[int, str], str] = {}
     for ranks in RANKS:
         control = os.path.join(folder, f"r{ranks}")
@@ -71,9 +73,10 @@ def run_round(folder: str, rng: random.Random, repredict: bool) -> dict:
                                                  method="live sweep on the testbed link (bench_sgd --testbed), ring alpha-beta fit")
         for (policy, rate), steps in zip(cells, out[len(RATES):]):
             measured[ranks, rate, policy] = 1e3 * statistics.mean(steps)
+            medians[ranks, rate, policy] = 1e3 * statistics.median(steps)
     load.append(os.getloadavg()[0])
     return {"run": os.path.join(r1, "run"), "iter_1_profiled_ms": None, "iter_1_unprofiled_ms": 1e3 * statistics.mean(unprofiled),
-            "measured": measured, "links": links, "load": load}
+            "measured": measured, "measured_median": medians, "links": links, "load": load}
 
 
 def sgd(*argv: str) -> dict:
@@ -88,44 +91,58 @@ def sgd(*argv: str) -> dict:
     return json.loads(buf.getvalue())
 
 
-def scaled_csv(run: str, factor: float, iter_1_us: float | None, path: str) -> str:
+def scaled(run: str, factor: float, iter_1_us: float | None):
     """The run folder's layer profile, anchored as ``dagprof sgd`` anchors it, with every compute time times ``factor``."""
     from dagprof.sgd import anchor_single_worker
     from dagprof.traces.layerwise import read_layer_file
 
-    profile, _ = anchor_single_worker(read_layer_file(run), iter_1_us, [])
-    rows = [f"# io_us={profile.io_us * factor}, h2d_us={profile.h2d_us * factor}, update_us={profile.update_us * factor}",
-            "layer,forward_us,backward_us,grad_bytes"]
-    rows += [f"{n},{f * factor},{b * factor},{g}" for n, f, b, g in
-             zip(profile.names, profile.forward_or_zero(), profile.backward_us, profile.grad_bytes)]
+    p, _ = anchor_single_worker(read_layer_file(run), iter_1_us, [])
+    return p.with_(forward_us=p.forward_us * factor, backward_us=p.backward_us * factor, update_us=p.update_us * factor,
+                   io_us=p.io_us * factor, h2d_us=p.h2d_us * factor, step_forward_us=p.step_forward_us * factor,
+                   step_backward_us=p.step_backward_us * factor, step_update_us=p.step_update_us * factor)
+
+
+def as_csv(profile, path: str) -> str:
+    """A layer CSV of ``profile`` (what ``dagprof sgd`` reads; per-step tables are a run folder's only)."""
+    rows = [f"# io_us={profile.io_us}, h2d_us={profile.h2d_us}, update_us={profile.update_us}", "layer,forward_us,backward_us,grad_bytes"]
+    rows += [f"{n},{f},{b},{g}" for n, f, b, g in zip(profile.names, profile.forward_us, profile.backward_us, profile.grad_bytes)]
     with open(path, "w") as f:
         f.write("\n".join(rows) + "\n")
     return path
 
 
-def predict_round(rnd: dict, cores: int, tmp: str) -> dict:
-    """Predicted ms per (comm source, cores, anchor, ranks, rate, policy)."""
+def predict_round(rnd: dict, cores: int, tmp: str, jitter: int = JITTER) -> dict:
+    """Predicted ms per (comm source, compute, anchor, ranks, rate, policy).
+
+    compute: ``plain`` is ``dagprof sgd`` on the run folder; ``+cores`` on a layer CSV of the same profile with
+    compute scaled by ranks/cores; ``+jitter`` adds ``--jitter`` (on the run folder; scaled, through the library
+    ``dagprof sgd`` calls, since a CSV has no per-step tables)."""
+    from dagprof.sgd import Policy, comm_model, predict
+
     out: dict[tuple, float] = {}
     first = sgd(rnd["run"], "--workers", "1")
     rnd["iter_1_profiled_ms"] = 1e3 * first["iter_time_1_s"]
     for anchor in ("profiled", "unprofiled"):
-        iter_1 = [] if anchor == "profiled" else ["--iter-time-1", f"{rnd['iter_1_unprofiled_ms'] / 1e3:.9f}"]
+        iter_1_us = None if anchor == "profiled" else rnd["iter_1_unprofiled_ms"] * 1e3
+        iter_1 = [] if iter_1_us is None else ["--iter-time-1", f"{iter_1_us / 1e6:.9f}"]
         for rate in RATES:
             for source in ("net", "calibrate"):
-                comm = ["--net", rate] if source == "net" else [a for n in RANKS for a in ("--link-model", rnd["links"][n, rate])]
-                plain = sgd(rnd["run"], "--workers", ",".join(map(str, RANKS)), *comm, *iter_1)
+                files = [rnd["links"][n, rate] for n in RANKS]
+                comm = ["--net", rate] if source == "net" else [a for f in files for a in ("--link-model", f)]
+                workers = ",".join(map(str, RANKS))
+                plain = {"plain": sgd(rnd["run"], "--workers", workers, *comm, *iter_1),
+                         "plain+jitter": sgd(rnd["run"], "--workers", workers, *comm, *iter_1, "--jitter", str(jitter))}
                 for ranks in RANKS:
                     factor = max(1.0, ranks / cores)
-                    if factor > 1:
-                        csv = scaled_csv(rnd["run"], factor, None if anchor == "profiled" else rnd["iter_1_unprofiled_ms"] * 1e3,
-                                         os.path.join(tmp, f"layers-{ranks}-{anchor}.csv"))
-                        shared = sgd(csv, "--workers", str(ranks), *comm)
-                    else:
-                        shared = plain
-                    for cores_flag, r in (("plain", plain), ("+cores", shared)):
-                        for policy in POLICIES:
+                    profile = scaled(rnd["run"], factor, iter_1_us)
+                    shared = sgd(as_csv(profile, os.path.join(tmp, "layers.csv")), "--workers", str(ranks), *comm) if factor > 1 else plain["plain"]
+                    model = comm_model(profile, rate if source == "net" else None, link_models=[] if source == "net" else files)
+                    table = predict(profile, [ranks], model, jitter_samples=jitter).table
+                    for policy in POLICIES:
+                        for compute, r in (*plain.items(), ("+cores", shared)):
                             row = next(x for x in r["policies"][policy] if x["workers"] == ranks)
-                            out[source, cores_flag, anchor, ranks, rate, policy] = 1e3 * row["iter_time_s"]
+                            out[source, compute, anchor, ranks, rate, policy] = 1e3 * row["iter_time_s"]
+                        out[source, "+cores+jitter", anchor, ranks, rate, policy] = table[Policy(policy)][0].iter_us / 1e3
     return out
 
 
@@ -172,10 +189,10 @@ def report(done: list[dict], args) -> None:
         p = [r["predicted"][(*HEADLINE, *cell)] for r in done]
         print(f"{cell[0]:>5} {cell[1]:>8} {cell[2]:>6} {statistics.median(m):>9.1f} {min(m):>7.1f}-{max(m):<7.1f} {statistics.median(p):>9.1f} "
               f"{statistics.median(err(HEADLINE, cell)):>+6.1f}%")
-    variants = [(s, c, a) for s in ("net", "calibrate") for c in ("plain", "+cores") for a in ("profiled", "unprofiled")]
+    variants = [(s, c, a) for s in ("net", "calibrate") for c in ("plain", "+cores", "plain+jitter", "+cores+jitter") for a in ("profiled", "unprofiled")]
     table = {}
     print("\nablation: mean |error| over cells (each cell: median of its rounds' errors), %")
-    print(f"{'comm source':>11} {'cores':>6} {'anchor':>10} {'all':>6} " + " ".join(f"{p:>6}" for p in POLICIES)
+    print(f"{'comm source':>11} {'compute':>13} {'anchor':>10} {'all':>6} " + " ".join(f"{p:>6}" for p in POLICIES)
           + " " + " ".join(f"{f'{n}r {rate}':>11}" for n in RANKS for rate in RATES))
     for v in variants:
         e = {cell: statistics.median(err(v, cell)) for cell in cells}
@@ -187,9 +204,12 @@ def report(done: list[dict], args) -> None:
         cols = [mean_abs(lambda c: True)] + [mean_abs(lambda c, p=p: c[2] == p) for p in POLICIES]
         cols += [mean_abs(lambda c, n=n, rate=rate: c[:2] == (n, rate)) for n in RANKS for rate in RATES]
         mark = "  <- headline" if v == HEADLINE else ""
-        print(f"{v[0]:>11} {v[1]:>6} {v[2]:>10} " + " ".join(f"{x:>6.1f}" for x in cols[:3]) + " " + " ".join(f"{x:>11.1f}" for x in cols[3:]) + mark)
-    print("comm source: net = --net RATE (ring, no latency); calibrate = --link-model of a sweep on that link and rank count. "
-          "cores: +cores scales compute by ranks/cores. anchor: the single-rank iteration the serial rest comes from.")
+        print(f"{v[0]:>11} {v[1]:>13} {v[2]:>10} " + " ".join(f"{x:>6.1f}" for x in cols[:3]) + " " + " ".join(f"{x:>11.1f}" for x in cols[3:]) + mark)
+    print("comm source: net = --net RATE (ring, no latency); calibrate = --link-model of a sweep on that link and rank count.\n"
+          "compute: +cores scales it by ranks/cores; +jitter: dagprof sgd --jitter (workers draw profiled steps).\n"
+          "anchor: the single-rank iteration the serial rest comes from (the profiled steps', or the unprofiled ones').")
+    med = statistics.mean(abs(statistics.median(100 * (r["predicted"][(*HEADLINE, *c)] / r["measured_median"][c] - 1) for r in done)) for c in cells)
+    print(f"headline against each cell's MEDIAN step (the sweep's statistic) instead of its mean: mean |error| {med:.1f} %")
     print("policy gain, measured vs predicted (fused / wfbp step time; headline):")
     for n in RANKS:
         for rate in RATES:
