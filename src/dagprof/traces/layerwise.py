@@ -24,7 +24,7 @@ Three sources give one ``LayerProfile`` (layers in FORWARD order, times in us):
    all-zero dump (a warm-up) is refused. ``tmp8comm.log`` means 8 workers.
 
 3. dagprof's own runs (``layer_profile_from_run``): FORWARD/BACKWARD events carrying
-   ``layer``; per step sums, median over steps.
+   ``layer``; per step sums, median over steps (the per-step tables kept for ``sgd.replay_jitter``).
 
 ``read_layer_file`` picks the reader from the path. Every malformed input raises
 ``DagprofError`` naming the file and the line.
