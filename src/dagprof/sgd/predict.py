@@ -99,15 +99,14 @@ def predict(profile: LayerProfile, workers: list[int], comm: CommModel, policy: 
     for n in counts:
         for p in Policy:
             schedule = make_schedule(profile, p, n, comm)
-            pred = closed_form(profile, schedule)
-            if jitter_samples and n > 1:
-                pred = replace(pred, iter_us=replay_jitter(profile, schedule, jitter_samples))
-            by_policy[p].append(pred)
+            closed = closed_form(profile, schedule)
+            jittered = jitter_samples and n > 1
+            by_policy[p].append(replace(closed, iter_us=replay_jitter(profile, schedule, jitter_samples)) if jittered else closed)
             if p == Policy.MG_WFBP:
                 groups[n] = schedule.num_groups
             if check_replay:
-                dag, pred = replay_schedule(profile, schedule), closed_form(profile, schedule)
-                worst = max(worst, abs(dag.iter_us - pred.iter_us) / max(pred.iter_us, 1e-12))
+                dag = replay_schedule(profile, schedule)
+                worst = max(worst, abs(dag.iter_us - closed.iter_us) / max(closed.iter_us, 1e-12))
     keep = [k for k, n in enumerate(counts) if n in workers]
     table = {p: [_row(counts[k], preds[k], preds[0].iter_us, comm) for k in keep] for p, preds in by_policy.items()}
     return Scaling(Policy(policy), [counts[k] for k in keep], table, {n: g for n, g in groups.items() if n in workers},
