@@ -36,6 +36,15 @@ job's unprofiled steps (``--iter-time-1``), which takes the profiler's cost out 
 
     sudo .venv/bin/python bench/bench_sgd.py --testbed [--rounds 3] [--keep DIR]
     .venv/bin/python bench/bench_sgd.py --testbed --repredict DIR   # no job: predict kept rounds again
+
+Measured so far only on a loaded machine (2 cores, load average 10-15 from other jobs; indicative):
+headline mean |error| 10.1 % (3 rounds; WFBP 6.7 %, fused 13.6 %), 9.6 % with ``--jitter``;
+nominal ``--net`` rates 15.1 %; without the cores scaling 19.0 %; anchored on the profiled steps 21.2 %.
+The one large miss, 2 ranks at 1 Gbit/s fused (-15 to -37 % over runs), is ranks waiting for each
+other: a profile of that cell showed the fused all-reduce's transfer at the sweep's ~50 ms on the
+later rank and up to 60 ms more on the earlier one, whose backward ran 12-108 ms from step to step
+under the load (no TCP retransmits, counted in the namespaces). ``--jitter`` draws that variation
+from the one-rank profile, which saw less of it.
 """
 from __future__ import annotations
 
