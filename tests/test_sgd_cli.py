@@ -140,3 +140,5 @@ def test_jitter_needs_per_step_times(tmp_path, capsys):
     f.write_text(CSV)
     assert main(["sgd", str(f), "--net", "10gbe", "--jitter", "8"]) == 2
     assert "run folder" in capsys.readouterr().err
+    assert main(["sgd", str(f), "--net", "10gbe", "--jitter", "1000000000"]) == 2
+    assert "--jitter takes a sample count from 0 to 10,000" in capsys.readouterr().err

@@ -14,6 +14,8 @@ from ..traces.layerwise import read_layer_file
 from ..units import MB
 from .common import MAX_WORKERS, add_out_argument, comma_list, finite_positive, outputs, worker_count
 
+MAX_JITTER = 10_000  # replays per policy and worker count: more only costs time
+
 HELP = "predict iteration time, exposed communication and speed-up over worker counts from per-layer times (S-SGD DAG model)"
 
 
@@ -59,8 +61,8 @@ def _predict(args, folder: str | None) -> dict:
     notes = list(profile.meta.warnings)
     profile, iter_1 = anchor_single_worker(profile, None if args.iter_time_1 is None else args.iter_time_1 * 1e6, notes)
     comm = comm_model(profile, args.net, args.osu, args.comm_log, notes, args.link_model)
-    if args.jitter < 0:
-        raise DagprofError(f"--jitter takes a sample count >= 0, got {args.jitter}")
+    if not 0 <= args.jitter <= MAX_JITTER:
+        raise DagprofError(f"--jitter takes a sample count from 0 to {MAX_JITTER:,}, got {args.jitter}")
     if args.jitter and profile.step_backward_us is None:
         raise DagprofError("--jitter needs per-step layer times: give a dagprof run folder", profile.source)
     scaling = predict(profile, args.workers, comm, Policy(args.policy), check_replay=args.replay, jitter_samples=args.jitter)
