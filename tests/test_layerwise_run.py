@@ -40,3 +40,14 @@ def test_sgd_cli_on_a_run_folder(run_folder, capsys):
     assert [row["workers"] for row in r["rows"]] == [1, 2, 4]
     assert np.isfinite([row["iter_time_s"] for row in r["rows"]]).all()
     assert r["rows"][0]["speedup"] == 1.0
+
+
+def test_per_step_tables_and_jitter(run_folder, capsys):
+    prof = read_layer_file(run_folder)
+    steps = prof.step_backward_us.shape[0]
+    assert steps >= 2 and prof.step_forward_us.shape == (steps, prof.num_layers) and prof.step_update_us.shape == (steps,)
+    assert np.allclose(np.median(prof.step_backward_us, axis=0), prof.backward_us)
+    assert main(["sgd", run_folder, "--workers", "1,4", "--net", "1Gbit", "--jitter", "8", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["jitter_samples"] == 8 and any("drawn at random" in n for n in r["notes"])
+    assert all(np.isfinite(row["iter_time_s"]) and row["iter_time_s"] > 0 for row in r["rows"])

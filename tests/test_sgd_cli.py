@@ -109,3 +109,36 @@ def test_speedup_chart_skips_missing_points():
     root = ET.fromstring(svg)  # well-formed, title escaped
     lines = root.findall("{http://www.w3.org/2000/svg}polyline")
     assert [len(p.get("points").split()) for p in lines] == [2, 3]  # "a" without its NaN, then linear
+
+
+def test_link_model_from_calibrate(tmp_path, capsys):
+    """A `dagprof calibrate` file prices the all-reduces at the worker count it was measured on (others ring-scaled from it)."""
+    from dagprof.costmodel import AlphaBeta, ring_allreduce_us
+    from dagprof.costmodel.topology import save_link_model
+
+    f = tmp_path / "net.csv"
+    f.write_text(CSV)
+    link = AlphaBeta.from_bandwidth(1e9, 100.0)
+    model = save_link_model(tmp_path / "link.json", link, backend="gloo", workers=2, points=[[4096, 150.0]])
+    r = run_json(capsys, str(f), "--workers", "2,4", "--link-model", model)
+    two, four = r["policies"]["sequential"]
+    assert "link.json (calibrate), measured on 2 workers" in two["comm_source"] and "ring-scaled" in four["comm_source"]
+    comm = ring_allreduce_us(__import__("numpy").array([40000.0, 4e6, 16e6]), 2, link).sum()
+    assert two["comm_total_s"] == pytest.approx(comm / 1e6)
+    # per worker count (nccl-tests tables) and over a bandwidth for the others
+    by = save_link_model(tmp_path / "by.json", link, by_workers={4: AlphaBeta.from_bandwidth(5e8, 50.0)})
+    r = run_json(capsys, str(f), "--workers", "2,4", "--link-model", by, "--net", "10Gbit")
+    two, four = r["policies"]["sequential"]
+    assert two["comm_source"].startswith("10Gbit") and "4 workers" in four["comm_source"]
+    (tmp_path / "bad.json").write_text('{"alpha_us": 1, "beta_us_per_byte": 1e-3, "by_workers": {"x": {}}}')
+    assert main(["sgd", str(f), "--link-model", str(tmp_path / "bad.json")]) == 2
+    assert "bad.json" in capsys.readouterr().err
+
+
+def test_jitter_needs_per_step_times(tmp_path, capsys):
+    f = tmp_path / "net.csv"
+    f.write_text(CSV)
+    assert main(["sgd", str(f), "--net", "10gbe", "--jitter", "8"]) == 2
+    assert "run folder" in capsys.readouterr().err
+    assert main(["sgd", str(f), "--net", "10gbe", "--jitter", "1000000000"]) == 2
+    assert "--jitter takes a sample count from 0 to 10,000" in capsys.readouterr().err

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from dagprof.costmodel import AlphaBeta
+from dagprof.errors import DagprofError
 from dagprof.sgd.closed import closed_form, wfbp_tau
 from dagprof.sgd.comm import CommModel
-from dagprof.sgd.dag import build_sgd_graph, replay_schedule
+from dagprof.sgd.dag import build_sgd_graph, replay_jitter, replay_schedule
 from dagprof.sgd.predict import anchor, predict
 from dagprof.sgd.schedule import Policy, make_schedule, merge_groups
 from dagprof.traces.events import Kind
@@ -189,3 +190,31 @@ def test_anchor_refuses_a_too_short_iteration():
 
     with pytest.raises(DagprofError, match="shorter than"):
         anchor(profile(None, [100, 100], [1, 1]), 150.0)
+
+
+def test_jitter_without_variation_is_the_closed_form():
+    rng = np.random.default_rng(3)
+    p = random_profile(rng, 6)
+    steps = 5
+    p = p.with_(forward_us=p.forward_or_zero(), step_forward_us=np.tile(p.forward_or_zero(), (steps, 1)),
+                step_backward_us=np.tile(p.backward_us, (steps, 1)), step_update_us=np.full(steps, 7.0))
+    comm = CommModel(default=AlphaBeta(20.0, 1e-3))
+    for n, policy in itertools.product((1, 2, 4), (Policy.WFBP, Policy.FUSED, Policy.SEQUENTIAL)):
+        s = make_schedule(p, policy, n, comm)
+        assert replay_jitter(p, s, samples=3) == pytest.approx(closed_form(p, s).iter_us, rel=1e-9)
+
+
+def test_jitter_is_the_expected_slowest_worker():
+    """One layer whose backward takes 1 or 3 ms (mean 2), fused: each iteration is the slowest of N draws, then the all-reduce."""
+    p = profile([0.0], [2000.0], [1_000_000]).with_(step_forward_us=np.zeros((2, 1)), step_backward_us=np.array([[1000.0], [3000.0]]),
+                                                    step_update_us=np.zeros(2))
+    comm = CommModel(default=AlphaBeta(0.0, 1e-3))
+    for n in (1, 2, 4):
+        s = make_schedule(p, Policy.FUSED, n, comm)
+        expected = 1000 + 2000 * (1 - 0.5**n) + s.comm_us.sum()  # E[max of n fair draws of {1, 3} ms]
+        assert replay_jitter(p, s, samples=1000, iterations=6) == pytest.approx(expected, rel=0.04)
+    # predict() uses it beyond one worker; one worker keeps the closed form
+    scaling = predict(p, [1, 4], comm, Policy.FUSED, jitter_samples=50)
+    assert scaling.rows[0].iter_us == pytest.approx(2000.0) and scaling.rows[1].iter_us > 2000.0 + s.comm_us.sum()
+    with pytest.raises(DagprofError, match="per-step"):
+        replay_jitter(profile([0.0], [1.0], [4]), s)

@@ -63,16 +63,17 @@ PROFILED = (2, "1Gbit", 1.0)  # ranks, link, bucket MB of the one profiled cell
 SWEPT = "unlimited"  # the link that the all-reduce sweep calibrates (the other link regime)
 
 
-def launch(ranks: int, phases: list[tuple[str, float | None]], args, control: str, timeout_s: float = 900) -> list:
+def launch(ranks: int, phases: list[tuple[str, float | None]], args, control: str, timeout_s: float = 900, extra: tuple[str, ...] = ()) -> list:
     """Run the worker on ``ranks`` namespaced ranks through ``phases`` of (worker phase, link rate
-    in bit/s or None); returns each phase's result. ``control`` keeps logs (and the profile, in run/)."""
+    in bit/s or None); returns each phase's result. ``control`` keeps logs (and the profile, in run/);
+    ``extra``: more worker options (``--no-bias``)."""
     os.makedirs(control, exist_ok=True)
     with Cluster(ranks) as c:
         port = 20000 + os.getpid() % 20000
         argv = [sys.executable, os.path.join(HERE, "worker.py"), "--world", str(ranks), "--port", str(port), "--control", control,
                 "--warmup", str(args.warmup), "--steps", str(args.steps), "--profile-steps", str(args.profile_steps),
                 "--profile-margin", str(args.profile_margin),
-                "--batch", str(args.batch), "--width", str(args.width), "--depth", str(args.depth), "--phases", *[ph for ph, _ in phases]]
+                "--batch", str(args.batch), "--width", str(args.width), "--depth", str(args.depth), *extra, "--phases", *[ph for ph, _ in phases]]
         procs = [c.spawn(r, argv + ["--rank", str(r)], {"OMP_NUM_THREADS": "1"}, os.path.join(control, f"rank{r}.log")) for r in range(ranks)]
         deadline = time.monotonic() + timeout_s
 

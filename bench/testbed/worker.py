@@ -23,15 +23,17 @@ from datetime import timedelta
 WIDTHS = (512, 1024, 768, 1280, 640, 1024, 896, 512, 768)  # 8 Linear layers of 1.6..3.9 MB: buckets of unequal size
 
 
-def build_model(width: int, depth: int):
+def build_model(width: int, depth: int, bias: bool = True):
     """``depth`` Linear+ReLU layers; widths cycle through WIDTHS scaled by ``width`` / 768, so
-    per-layer buckets differ in size and a profile alone separates latency from bandwidth."""
+    per-layer buckets differ in size and a profile alone separates latency from bandwidth.
+    Without ``bias`` each layer is one parameter, so DDP with a tiny bucket cap all-reduces
+    layer by layer (the S-SGD model's WFBP, ``bench_sgd.py --testbed``)."""
     import torch.nn as nn
 
     dims = [max(8, int(WIDTHS[i % len(WIDTHS)] * width / 768)) for i in range(depth + 1)]
     layers = []
     for a, b in zip(dims[:-1], dims[1:]):
-        layers += [nn.Linear(a, b), nn.ReLU()]
+        layers += [nn.Linear(a, b, bias=bias), nn.ReLU()]
     return nn.Sequential(*layers)
 
 
@@ -57,6 +59,7 @@ def main() -> None:
     p.add_argument("--width", type=int, default=768)
     p.add_argument("--depth", type=int, default=8)
     p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--no-bias", action="store_true", help="Linear layers without bias: one parameter per layer")
     a = p.parse_args()
 
     import torch
@@ -67,7 +70,7 @@ def main() -> None:
     dist.init_process_group("gloo", init_method=f"tcp://{os.environ['MASTER_ADDR']}:{a.port}", rank=a.rank, world_size=a.world,
                             timeout=timedelta(seconds=300))
     torch.manual_seed(0)
-    model = build_model(a.width, a.depth)
+    model = build_model(a.width, a.depth, bias=not a.no_bias)
     gen = torch.Generator().manual_seed(1 + a.rank)
     x = torch.randn(a.batch, model[0].in_features, generator=gen)
     y = torch.randn(a.batch, model[-2].out_features, generator=gen)

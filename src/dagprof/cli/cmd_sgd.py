@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 from ..analysis.critical_path import critical_path
+from ..errors import DagprofError
 from ..fsutil import atomic_open
 from ..replay import replay
 from ..report.svg import speedup_chart
@@ -12,6 +13,8 @@ from ..sgd import Policy, ScalingRow, anchor_single_worker, build_sgd_graph, com
 from ..traces.layerwise import read_layer_file
 from ..units import MB
 from .common import MAX_WORKERS, add_out_argument, comma_list, finite_positive, outputs, worker_count
+
+MAX_JITTER = 10_000  # replays per policy and worker count: more only costs time
 
 HELP = "predict iteration time, exposed communication and speed-up over worker counts from per-layer times (S-SGD DAG model)"
 
@@ -24,11 +27,17 @@ def add_arguments(p) -> None:
                                  "nvlink) or a bandwidth (10Gbit, 25GB/s)")
     p.add_argument("--osu", action="append", default=[], metavar="FILE",
                    help="OSU all-reduce latency table (allreduceN.log); fitted per worker count; repeatable")
+    p.add_argument("--link-model", action="append", default=[], metavar="FILE",
+                   help="`dagprof calibrate` link model: its all-reduce fit at the worker count(s) it was measured with "
+                        "(any count when it names none); repeatable")
     p.add_argument("--comm-log", action="append", default=[], metavar="FILE",
                    help="measured per-layer all-reduce times (B-Caffe log or CSV with workers=N); repeatable")
     p.add_argument("--policy", choices=[x.value for x in Policy], default=Policy.WFBP.value, help="policy of the main table (all are computed)")
     p.add_argument("--iter-time-1", type=finite_positive, metavar="SECONDS",
                    help="measured single-worker iteration time; fills what the layer file lacks (forward for B-Caffe logs)")
+    p.add_argument("--jitter", type=int, default=0, metavar="SAMPLES",
+                   help="run folders: replay SAMPLES times with each worker running a profiled step drawn at random, so every "
+                        "all-reduce waits for the slowest worker (the closed forms use the median step); 0: off")
     p.add_argument("--replay", action="store_true", help="also replay the DAG of every case and report its largest disagreement with the closed forms")
     p.add_argument("--svg", nargs="?", const="speedup.svg", metavar="FILE", help="write a speed-up chart (SVG) of every policy (default name speedup.svg)")
     p.add_argument("--trace", nargs="?", const="sgd.trace.json", metavar="FILE",
@@ -51,8 +60,15 @@ def _predict(args, folder: str | None) -> dict:
     profile = read_layer_file(args.layers)
     notes = list(profile.meta.warnings)
     profile, iter_1 = anchor_single_worker(profile, None if args.iter_time_1 is None else args.iter_time_1 * 1e6, notes)
-    comm = comm_model(profile, args.net, args.osu, args.comm_log, notes)
-    scaling = predict(profile, args.workers, comm, Policy(args.policy), check_replay=args.replay)
+    comm = comm_model(profile, args.net, args.osu, args.comm_log, notes, args.link_model)
+    if not 0 <= args.jitter <= MAX_JITTER:
+        raise DagprofError(f"--jitter takes a sample count from 0 to {MAX_JITTER:,}, got {args.jitter}")
+    if args.jitter and profile.step_backward_us is None:
+        raise DagprofError("--jitter needs per-step layer times: give a dagprof run folder", profile.source)
+    scaling = predict(profile, args.workers, comm, Policy(args.policy), check_replay=args.replay, jitter_samples=args.jitter)
+    if args.jitter:
+        notes.append(f"on more than one worker: the mean of {args.jitter} replays, each worker running profiled steps drawn at random "
+                     f"({profile.step_backward_us.shape[0]} steps)")
     policies = {p.value: [_row(r) for r in rows] for p, rows in scaling.table.items()}
     result = {
         "source": profile.source,
@@ -65,6 +81,7 @@ def _predict(args, folder: str | None) -> dict:
         "mg_wfbp_groups": {str(n): g for n, g in scaling.groups.items()},
         "iter_time_1_s": None if iter_1 is None else iter_1 / 1e6,
         "replay_max_rel_diff": scaling.max_replay_rel_diff,
+        "jitter_samples": args.jitter,
         "notes": notes,
     }
     if args.trace:

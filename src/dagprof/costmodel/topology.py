@@ -243,6 +243,21 @@ def load_link_model(path: str | os.PathLike[str], workers: int | None = None) ->
     return link_from_dict(d, os.fspath(path))
 
 
+def load_link_models(path: str | os.PathLike[str]) -> tuple[AlphaBeta, dict[int, AlphaBeta]]:
+    """The file's link, and its links by the worker count each was measured with: every ``by_workers`` entry, else
+    the ``workers`` a live ``dagprof calibrate`` sweep ran on (empty when the file names neither)."""
+    d, p = _read_table(path), os.fspath(path)
+    table = d.get("by_workers")
+    if not isinstance(table, dict) or not table:
+        table = {} if d.get("workers") is None else {d["workers"]: d}
+    by_workers = {}
+    for n, link in table.items():
+        if not str(n).isdigit() or int(n) < 1:
+            raise DagprofError(f"worker count {n!r} is not a positive integer", p)
+        by_workers[int(n)] = link_from_dict(link, p)
+    return link_from_dict(d, p), by_workers
+
+
 def _versioned(path: str | os.PathLike[str]) -> dict[str, Any]:
     d = _read_table(path)
     version = d.get("version", 1)

@@ -4,7 +4,8 @@ Three sources, most specific first:
 1. measured per-layer all-reduce times at exactly that worker count (a B-Caffe log, a
    CSV ``allreduce_us`` column): used as is for layer-wise communication, and fitted
    into a ring alpha-beta model (``fit_alpha_beta``) to price merged or fused messages;
-2. a link model for exactly that worker count (an OSU latency table's fit);
+2. a link model for exactly that worker count (an OSU latency table's fit, a ``dagprof
+   calibrate`` file's fit at the worker count it was measured with or its ``by_workers`` fits);
 3. a link model for any worker count (an interconnect preset or bandwidth), else the
    fit of the nearest measured worker count, scaled by the ring formula.
 
@@ -19,6 +20,7 @@ import numpy as np
 
 from ..costmodel import AlphaBeta, fit_alpha_beta, parse_bandwidth, preset, ring_allreduce_us
 from ..costmodel.osu import read_osu_allreduce
+from ..costmodel.topology import load_link_models
 from ..errors import DagprofError
 from ..traces.layerwise import LayerProfile, read_layer_file
 
@@ -94,11 +96,13 @@ def link_from_text(text: str) -> tuple[AlphaBeta, str]:
 
 
 def comm_model(profile: LayerProfile, net: str | None = None, osu: list[str] = (), comm_logs: list[str] = (),
-               notes: list[str] | None = None) -> CommModel:
+               notes: list[str] | None = None, link_models: list[str] = ()) -> CommModel:
     """All-reduce costs for ``profile`` from every source given, most specific winning (see the module doc).
 
     ``net``: a preset or bandwidth for any worker count; ``osu``: OSU latency tables (fitted per
-    worker count, over the message sizes the profile sends); ``comm_logs``: measured per-layer
+    worker count, over the message sizes the profile sends); ``link_models``: ``dagprof calibrate``
+    files (the link of the worker count each was measured with: its ``workers``, or every entry of
+    ``by_workers``; a file naming neither stands for any worker count); ``comm_logs``: measured per-layer
     all-reduce times (the profile's own ``allreduce_us`` column counts too). Sources that cannot be
     used are explained in ``notes``.
     """
@@ -107,6 +111,8 @@ def comm_model(profile: LayerProfile, net: str | None = None, osu: list[str] = (
     if net:
         link, name = link_from_text(net)
         comm = CommModel(default=link, default_name=name)
+    for path in link_models:
+        comm = _with_link_model(comm, path)
     for path in osu:
         table = read_osu_allreduce(path)
         # fit over the sizes the model will price: small messages use another MPI protocol
@@ -124,4 +130,15 @@ def comm_model(profile: LayerProfile, net: str | None = None, osu: list[str] = (
         if src.num_layers != profile.num_layers:
             raise DagprofError(f"{src.num_layers} layers, the profile has {profile.num_layers}", src.source)
         comm = comm.with_measured(src.workers, profile.grad_bytes, src.allreduce_us, os.path.basename(src.source))
+    return comm
+
+
+def _with_link_model(comm: CommModel, path: str) -> CommModel:
+    """A ``dagprof calibrate`` file's all-reduce links at the worker counts they were measured with, else for any count."""
+    link, by_workers = load_link_models(path)
+    name = f"{os.path.basename(path)} (calibrate)"
+    if not by_workers:
+        return CommModel(link, name, dict(comm.links), dict(comm.link_names), dict(comm.measured))
+    for n, ab in by_workers.items():
+        comm = comm.with_link(n, ab, f"{name}, measured on {n} workers")
     return comm

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import DagprofError
 from ..graph.dag import DeviceKind, Graph, GraphBuilder
 from ..graph.meta import SgdRecord
 from ..replay import replay
@@ -81,3 +82,45 @@ def replay_schedule(profile: LayerProfile, schedule: Schedule, iterations: int =
     comm_end = float(result.end[comm].max()) if comm.any() else backward_end
     t_f, t_b = float(profile.forward_or_zero().sum()), float(profile.backward_us.sum())
     return Prediction(iteration, max(comm_end - backward_end, 0.0), float(g.dur[comm].sum()), t_f + t_b + profile.update_us)
+
+
+def replay_jitter(profile: LayerProfile, schedule: Schedule, samples: int = 64, iterations: int = 4, seed: int = 0) -> float:
+    """Mean iteration (us) when every worker, every iteration, runs the layer times of one profiled step drawn at random.
+
+    The closed forms give every worker the same (median) times; in a real job each all-reduce waits
+    for the slowest worker's gradient, so the iteration follows the expected maximum over workers of
+    their step-to-step variation, more so with more workers. A drawn step scales each layer's time by
+    its ratio to that layer's mean over steps, and shifts the update by its difference from the mean
+    update: both are 1 (0) on average, so one worker's iteration keeps the anchored time, and an
+    anchored or scaled profile keeps its own level. Workers draw independently; the iteration is the
+    mean over ``iterations`` - 1 steady iterations of ``samples`` replays (seeded: the same inputs
+    give the same answer).
+    """
+    if profile.step_backward_us is None or profile.step_forward_us is None or profile.step_update_us is None:
+        raise DagprofError("no per-step layer times to draw from (only dagprof run folders have them)", profile.source or None)
+    if iterations < 2 or samples < 1:
+        raise ValueError("need at least two iterations and one sample")
+    g = build_sgd_graph(profile, schedule, iterations)
+
+    def ratio(table: np.ndarray) -> np.ndarray:
+        mean = table.mean(axis=0)
+        return np.divide(table, mean, out=np.ones_like(table), where=mean > 0)
+
+    scale = {Kind.FORWARD: ratio(profile.step_forward_us), Kind.BACKWARD: ratio(profile.step_backward_us)}
+    shift = profile.step_update_us - profile.step_update_us.mean()
+    nodes = {k: np.flatnonzero(g.kind == k) for k in (Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE)}
+    steps = len(shift)
+    upd = nodes[Kind.UPDATE]
+    first, last = upd[g.step[upd] == 0], upd[g.step[upd] == iterations - 1]
+    rng = np.random.default_rng(seed)
+    total = 0.0
+    for _ in range(samples):
+        draw = rng.integers(steps, size=(iterations, schedule.workers))  # the profiled step each worker runs, per iteration
+        dur = g.dur.copy()
+        for k in (Kind.FORWARD, Kind.BACKWARD):
+            idx = nodes[k]
+            dur[idx] = g.dur[idx] * scale[k][draw[g.step[idx], g.rank[idx]], g.layer[idx]]
+        dur[upd] = np.maximum(g.dur[upd] + shift[draw[g.step[upd], g.rank[upd]]], 0.0)
+        end = replay(g.replace(dur=dur)).end
+        total += (end[last].max() - end[first].max()) / (iterations - 1)
+    return total / samples

@@ -9,7 +9,7 @@ from ..errors import DagprofError
 from ..traces.layerwise import LayerProfile
 from .closed import Prediction, closed_form
 from .comm import CommModel
-from .dag import replay_schedule
+from .dag import replay_jitter, replay_schedule
 from .schedule import Policy, make_schedule
 
 
@@ -84,8 +84,12 @@ class Scaling:
         return [s.iter_us / r.iter_us for s, r in zip(self.table[Policy.SEQUENTIAL], self.table[p])]
 
 
-def predict(profile: LayerProfile, workers: list[int], comm: CommModel, policy: Policy = Policy.WFBP, check_replay: bool = False) -> Scaling:
-    """Every policy at every worker count by the closed forms; ``check_replay`` also replays the DAG and records the largest disagreement."""
+def predict(profile: LayerProfile, workers: list[int], comm: CommModel, policy: Policy = Policy.WFBP, check_replay: bool = False,
+            jitter_samples: int = 0) -> Scaling:
+    """Every policy at every worker count by the closed forms; ``check_replay`` also replays the DAG and records the largest disagreement.
+
+    ``jitter_samples`` > 0: the iteration on more than one worker is instead ``replay_jitter``'s (workers drawing
+    profiled steps at random, the all-reduces waiting for the slowest); the closed-form check stays on the medians."""
     if not workers or min(workers) < 1:
         raise DagprofError(f"worker counts must be >= 1, got {workers}")
     counts = sorted(set(workers) | {1})
@@ -95,13 +99,14 @@ def predict(profile: LayerProfile, workers: list[int], comm: CommModel, policy: 
     for n in counts:
         for p in Policy:
             schedule = make_schedule(profile, p, n, comm)
-            pred = closed_form(profile, schedule)
-            by_policy[p].append(pred)
+            closed = closed_form(profile, schedule)
+            jittered = jitter_samples and n > 1
+            by_policy[p].append(replace(closed, iter_us=replay_jitter(profile, schedule, jitter_samples)) if jittered else closed)
             if p == Policy.MG_WFBP:
                 groups[n] = schedule.num_groups
             if check_replay:
                 dag = replay_schedule(profile, schedule)
-                worst = max(worst, abs(dag.iter_us - pred.iter_us) / max(pred.iter_us, 1e-12))
+                worst = max(worst, abs(dag.iter_us - closed.iter_us) / max(closed.iter_us, 1e-12))
     keep = [k for k, n in enumerate(counts) if n in workers]
     table = {p: [_row(counts[k], preds[k], preds[0].iter_us, comm) for k in keep] for p, preds in by_policy.items()}
     return Scaling(Policy(policy), [counts[k] for k in keep], table, {n: g for n, g in groups.items() if n in workers},

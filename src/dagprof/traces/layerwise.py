@@ -24,7 +24,7 @@ Three sources give one ``LayerProfile`` (layers in FORWARD order, times in us):
    all-zero dump (a warm-up) is refused. ``tmp8comm.log`` means 8 workers.
 
 3. dagprof's own runs (``layer_profile_from_run``): FORWARD/BACKWARD events carrying
-   ``layer``; per step sums, median over steps.
+   ``layer``; per step sums, median over steps (the per-step tables kept for ``sgd.replay_jitter``).
 
 ``read_layer_file`` picks the reader from the path. Every malformed input raises
 ``DagprofError`` naming the file and the line.
@@ -75,6 +75,10 @@ class LayerProfile:
     h2d_us: float = 0.0
     update_us: float = 0.0
     iter_us: float | None = None  # a measured iteration time at ``workers``
+    # per profiled step (dagprof runs only): steps x layers forward/backward times, and the update term per step
+    step_forward_us: np.ndarray | None = None
+    step_backward_us: np.ndarray | None = None
+    step_update_us: np.ndarray | None = None
     source: str = ""
     meta: LayerMeta = field(default_factory=LayerMeta)
 
@@ -84,6 +88,10 @@ class LayerProfile:
             arr = getattr(self, name)
             if arr is not None and np.shape(arr) != (n,):
                 raise DagprofError(f"{name} has {np.shape(arr)} entries for {n} layers", self.source or None)
+        steps = [a for a in (self.step_forward_us, self.step_backward_us) if a is not None]
+        if steps and (any(a.ndim != 2 or a.shape[1] != n or a.shape != steps[0].shape for a in steps)
+                      or self.step_update_us is None or np.shape(self.step_update_us) != (steps[0].shape[0],)):
+            raise DagprofError(f"per-step times must be steps x {n} layers (forward, backward) and one update per step", self.source or None)
         if n == 0:
             raise DagprofError("no layers", self.source or None)
 
@@ -286,6 +294,7 @@ def _merged_groups(merged_us: np.ndarray, blobs_per_layer: int) -> list[tuple[in
 def layer_profile_from_run(run: Run, rank: int = 0) -> LayerProfile:
     """Median over profiled steps of each layer's summed FORWARD and BACKWARD time on ``rank``.
 
+    The per-step tables are kept too (``sgd.replay_jitter`` draws workers' steps from them).
     Gradient bytes come from BACKWARD events' ``nbytes``; I/O from DATA events; ``update_us`` is the optimizer (UPDATE) plus every other serial
     main-thread gap (OTHER: zero_grad, loss, framework overhead), so one worker's model
     iteration is the measured step minus its communication calls and waits;
@@ -312,27 +321,31 @@ def layer_profile_from_run(run: Run, rank: int = 0) -> LayerProfile:
         m = layered & (ev.kind == kind)
         table = np.zeros((len(steps), len(order)))
         np.add.at(table, (np.searchsorted(steps, ev.step[m]), position[ev.layer[m]]), ev.dur[m])
-        return np.median(table, axis=0)
+        return table
 
-    def per_step(*kinds: Kind) -> float:
+    def per_step(*kinds: Kind) -> np.ndarray:
         m = timed & np.isin(ev.kind, kinds)
         sums = np.zeros(len(steps))
         keep = np.isin(ev.step[m], steps)
         np.add.at(sums, np.searchsorted(steps, ev.step[m][keep]), ev.dur[m][keep])
-        return float(np.median(sums))
+        return sums
 
     names = [trace.layers[l] for l in order]
     grad, warnings = _layer_grad_bytes(trace, layered & (ev.kind == Kind.BACKWARD), order)
     spans = trace.step_spans()
+    forward, backward, update = per_step_layer(Kind.FORWARD), per_step_layer(Kind.BACKWARD), per_step(Kind.UPDATE, Kind.OTHER)
     return LayerProfile(
         names=names,
-        forward_us=per_step_layer(Kind.FORWARD),
-        backward_us=per_step_layer(Kind.BACKWARD),
+        forward_us=np.median(forward, axis=0),
+        backward_us=np.median(backward, axis=0),
         grad_bytes=grad,
         workers=trace.world_size,
-        io_us=per_step(Kind.DATA),
-        update_us=per_step(Kind.UPDATE, Kind.OTHER),
+        io_us=float(np.median(per_step(Kind.DATA))),
+        update_us=float(np.median(update)),
         iter_us=iteration_us(spans) if len(spans) else None,
+        step_forward_us=forward,
+        step_backward_us=backward,
+        step_update_us=update,
         source=trace.source,
         meta=LayerMeta(warnings=warnings),
     )

@@ -1,0 +1,224 @@
+"""``bench_sgd.py --testbed``: the S-SGD DAG model (``dagprof sgd``) against real DDP jobs on the namespace testbed.
+
+See bench_sgd.py's docstring for the design. Per round: the job profiled on one rank, then per rank
+count one job that sweeps the all-reduce on each link rate and runs every (policy, rate) cell,
+shuffled. Every prediction is ``dagprof sgd`` (in process, ``--json``) on the round's run folder,
+or on a layer CSV of the same profile with compute scaled for the ranks sharing this machine's cores.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "testbed"))
+
+RATES = {"200Mbit": 200e6, "1Gbit": 1e9}
+POLICIES = {"wfbp": 1e-6, "fused": 1000.0}  # DDP bucket_cap_mb: 1 byte (one bucket per parameter = per layer), one bucket
+RANKS = (2, 4)
+# the job: 8 bias-free Linear layers of 0.26-0.98 MB (5.5 MB of fp32 gradients), batch 256: on one core the
+# backward (~2/3 of compute) is comparable to the 1 Gbit/s all-reduce, and the 200 Mbit/s one is several times it
+JOB = argparse.Namespace(width=384, depth=8, batch=256, warmup=3, steps=8, profile_steps=8, profile_margin=3)
+EXTRA = ("--no-bias",)
+JITTER = 64  # --jitter samples
+HEADLINE = ("calibrate", "+cores", "unprofiled")  # fixed before any measurement: the variant the mean |error| is quoted for
+
+
+def run_round(folder: str, rng: random.Random, repredict: bool) -> dict:
+    """Profile on one rank, then per rank count the sweeps and every cell; returns what the round measured."""
+    from run import launch
+
+    from dagprof.collect.measure.calibrate import fit
+    from dagprof.costmodel.topology import save_link_model
+
+    load = [os.getloadavg()[0]]
+    r1 = os.path.join(folder, "r1")
+    if repredict:
+        with open(os.path.join(r1, "results.json")) as f:
+            profile_steps = json.load(f)[0]
+    else:
+        profile_steps = launch(1, [("profile:1000", None)], JOB, r1, extra=EXTRA)[0]
+    unprofiled = profile_steps[:JOB.profile_margin] + profile_steps[JOB.profile_margin + JOB.profile_steps:]
+    measured: dict[tuple[int, str, str], float] = {}  # mean step, ms (dagprof's iteration time)
+    medians: dict[tuple[int, str, str], float] = {}
+    links: dict[tuple[int, str], str] = {}
+    for ranks in RANKS:
+        control = os.path.join(folder, f"r{ranks}")
+        if repredict:
+            with open(os.path.join(control, "cells.json")) as f:
+                cells = [tuple(c) for c in json.load(f)]
+            with open(os.path.join(control, "results.json")) as f:
+                out = json.load(f)
+        else:
+            cells = [(p, r) for p in POLICIES for r in RATES]
+            rng.shuffle(cells)
+            os.makedirs(control, exist_ok=True)
+            with open(os.path.join(control, "cells.json"), "w") as f:
+                json.dump(cells, f)
+            t0 = time.monotonic()
+            out = launch(ranks, [("sweep", rate) for rate in RATES.values()] + [(f"train:{POLICIES[p]:g}", RATES[r]) for p, r in cells],
+                         JOB, control, extra=EXTRA)
+            print(f"  {ranks} ranks: sweeps + {len(cells)} cells in {time.monotonic() - t0:.0f} s", file=sys.stderr)
+        for rate, points in zip(RATES, out):  # in dagprof calibrate's format: what `dagprof sgd --link-model` reads
+            links[ranks, rate] = save_link_model(os.path.join(control, f"link-{rate}.json"), fit([tuple(p) for p in points], ranks),
+                                                 backend="gloo", workers=ranks, points=points,
+                                                 method="live sweep on the testbed link (bench_sgd --testbed), ring alpha-beta fit")
+        for (policy, rate), steps in zip(cells, out[len(RATES):]):
+            measured[ranks, rate, policy] = 1e3 * statistics.mean(steps)
+            medians[ranks, rate, policy] = 1e3 * statistics.median(steps)
+    load.append(os.getloadavg()[0])
+    return {"run": os.path.join(r1, "run"), "iter_1_profiled_ms": None, "iter_1_unprofiled_ms": 1e3 * statistics.mean(unprofiled),
+            "measured": measured, "measured_median": medians, "links": links, "load": load}
+
+
+def sgd(*argv: str) -> dict:
+    """``dagprof sgd ARGV --json``, in process."""
+    from dagprof.cli.main import main
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main(["sgd", *argv, "--json"])
+    if rc:
+        raise SystemExit(f"dagprof sgd {' '.join(argv)} exited {rc}")
+    return json.loads(buf.getvalue())
+
+
+def scaled(run: str, factor: float, iter_1_us: float | None):
+    """The run folder's layer profile, anchored as ``dagprof sgd`` anchors it, with every compute time times ``factor``."""
+    from dagprof.sgd import anchor_single_worker
+    from dagprof.traces.layerwise import read_layer_file
+
+    p, _ = anchor_single_worker(read_layer_file(run), iter_1_us, [])
+    return p.with_(forward_us=p.forward_us * factor, backward_us=p.backward_us * factor, update_us=p.update_us * factor,
+                   io_us=p.io_us * factor, h2d_us=p.h2d_us * factor, step_forward_us=p.step_forward_us * factor,
+                   step_backward_us=p.step_backward_us * factor, step_update_us=p.step_update_us * factor)
+
+
+def as_csv(profile, path: str) -> str:
+    """A layer CSV of ``profile`` (what ``dagprof sgd`` reads; per-step tables are a run folder's only)."""
+    rows = [f"# io_us={profile.io_us}, h2d_us={profile.h2d_us}, update_us={profile.update_us}", "layer,forward_us,backward_us,grad_bytes"]
+    rows += [f"{n},{f},{b},{g}" for n, f, b, g in zip(profile.names, profile.forward_us, profile.backward_us, profile.grad_bytes)]
+    with open(path, "w") as f:
+        f.write("\n".join(rows) + "\n")
+    return path
+
+
+def predict_round(rnd: dict, cores: int, tmp: str, jitter: int = JITTER) -> dict:
+    """Predicted ms per (comm source, compute, anchor, ranks, rate, policy).
+
+    compute: ``plain`` is ``dagprof sgd`` on the run folder; ``+cores`` on a layer CSV of the same profile with
+    compute scaled by ranks/cores; ``+jitter`` adds ``--jitter`` (on the run folder; scaled, through the library
+    ``dagprof sgd`` calls, since a CSV has no per-step tables)."""
+    from dagprof.sgd import Policy, comm_model, predict
+
+    out: dict[tuple, float] = {}
+    first = sgd(rnd["run"], "--workers", "1")
+    rnd["iter_1_profiled_ms"] = 1e3 * first["iter_time_1_s"]
+    for anchor in ("profiled", "unprofiled"):
+        iter_1_us = None if anchor == "profiled" else rnd["iter_1_unprofiled_ms"] * 1e3
+        iter_1 = [] if iter_1_us is None else ["--iter-time-1", f"{iter_1_us / 1e6:.9f}"]
+        for rate in RATES:
+            for source in ("net", "calibrate"):
+                files = [rnd["links"][n, rate] for n in RANKS]
+                comm = ["--net", rate] if source == "net" else [a for f in files for a in ("--link-model", f)]
+                workers = ",".join(map(str, RANKS))
+                plain = {"plain": sgd(rnd["run"], "--workers", workers, *comm, *iter_1),
+                         "plain+jitter": sgd(rnd["run"], "--workers", workers, *comm, *iter_1, "--jitter", str(jitter))}
+                for ranks in RANKS:
+                    factor = max(1.0, ranks / cores)
+                    profile = scaled(rnd["run"], factor, iter_1_us)
+                    shared = sgd(as_csv(profile, os.path.join(tmp, "layers.csv")), "--workers", str(ranks), *comm) if factor > 1 else plain["plain"]
+                    model = comm_model(profile, rate if source == "net" else None, link_models=[] if source == "net" else files)
+                    table = predict(profile, [ranks], model, jitter_samples=jitter).table
+                    for policy in POLICIES:
+                        for compute, r in (*plain.items(), ("+cores", shared)):
+                            row = next(x for x in r["policies"][policy] if x["workers"] == ranks)
+                            out[source, compute, anchor, ranks, rate, policy] = 1e3 * row["iter_time_s"]
+                        out[source, "+cores+jitter", anchor, ranks, rate, policy] = table[Policy(policy)][0].iter_us / 1e3
+    return out
+
+
+def testbed(args) -> int:
+    from dagprof.collect.jobs.netns import available
+
+    why = None if args.repredict else available()
+    if why:
+        print(f"bench_sgd --testbed: skipped: the emulated cluster {why}", file=sys.stderr)
+        return 0
+    rounds = sum(1 for d in os.listdir(args.repredict) if d.isdigit()) if args.repredict else args.rounds
+    rng = random.Random(0)
+    t0 = time.monotonic()
+    done = []
+    with tempfile.TemporaryDirectory(prefix="dagprof-bench-sgd-") as tmp:
+        work = args.repredict or args.keep or tmp
+        for k in range(rounds):
+            print(f"round {k + 1}/{rounds}", file=sys.stderr)
+            rnd = run_round(os.path.join(work, str(k)), rng, bool(args.repredict))
+            rnd["predicted"] = predict_round(rnd, args.cores, tmp)
+            done.append(rnd)
+    report(done, args)
+    print(f"bench wall time {time.monotonic() - t0:.0f} s")
+    return 0
+
+
+def report(done: list[dict], args) -> None:
+    cells = [(n, rate, p) for n in RANKS for rate in RATES for p in POLICIES]
+    loads = [x for r in done for x in r["load"]]
+    print(f"S-SGD DAG model (dagprof sgd) against real gloo DDP jobs on the namespace testbed: {len(done)} round(s), "
+          f"{JOB.depth} bias-free Linear layers, batch {JOB.batch}, ranks on {args.cores} cores; load average (1 min) "
+          f"{min(loads):.1f}-{max(loads):.1f} over the rounds (the machine is shared: figures under load are indicative)")
+    print("single-rank iteration (ms) per round: profiled " + ", ".join(f"{r['iter_1_profiled_ms']:.1f}" for r in done)
+          + "; unprofiled " + ", ".join(f"{r['iter_1_unprofiled_ms']:.1f}" for r in done))
+
+    def err(variant: tuple, cell: tuple) -> list[float]:
+        return [100 * (r["predicted"][(*variant, *cell)] / r["measured"][cell] - 1) for r in done]
+
+    print(f"\nheadline ({', '.join(HEADLINE)}; fixed before measuring): predicted vs measured mean step, ms (median over rounds; "
+          "error: median of the rounds' own errors)")
+    print(f"{'ranks':>5} {'link':>8} {'policy':>6} {'measured':>9} {'rounds':>15} {'predicted':>9} {'error':>7}")
+    for cell in cells:
+        m = [r["measured"][cell] for r in done]
+        p = [r["predicted"][(*HEADLINE, *cell)] for r in done]
+        print(f"{cell[0]:>5} {cell[1]:>8} {cell[2]:>6} {statistics.median(m):>9.1f} {min(m):>7.1f}-{max(m):<7.1f} {statistics.median(p):>9.1f} "
+              f"{statistics.median(err(HEADLINE, cell)):>+6.1f}%")
+    variants = [(s, c, a) for s in ("net", "calibrate") for c in ("plain", "+cores", "plain+jitter", "+cores+jitter") for a in ("profiled", "unprofiled")]
+    table = {}
+    print("\nablation: mean |error| over cells (each cell: median of its rounds' errors), %")
+    print(f"{'comm source':>11} {'compute':>13} {'anchor':>10} {'all':>6} " + " ".join(f"{p:>6}" for p in POLICIES)
+          + " " + " ".join(f"{f'{n}r {rate}':>11}" for n in RANKS for rate in RATES))
+    for v in variants:
+        e = {cell: statistics.median(err(v, cell)) for cell in cells}
+        table[v] = e
+
+        def mean_abs(keep) -> float:
+            return statistics.mean(abs(x) for c, x in e.items() if keep(c))
+
+        cols = [mean_abs(lambda c: True)] + [mean_abs(lambda c, p=p: c[2] == p) for p in POLICIES]
+        cols += [mean_abs(lambda c, n=n, rate=rate: c[:2] == (n, rate)) for n in RANKS for rate in RATES]
+        mark = "  <- headline" if v == HEADLINE else ""
+        print(f"{v[0]:>11} {v[1]:>13} {v[2]:>10} " + " ".join(f"{x:>6.1f}" for x in cols[:3]) + " " + " ".join(f"{x:>11.1f}" for x in cols[3:]) + mark)
+    print("comm source: net = --net RATE (ring, no latency); calibrate = --link-model of a sweep on that link and rank count.\n"
+          "compute: +cores scales it by ranks/cores; +jitter: dagprof sgd --jitter (workers draw profiled steps).\n"
+          "anchor: the single-rank iteration the serial rest comes from (the profiled steps', or the unprofiled ones').")
+    med = statistics.mean(abs(statistics.median(100 * (r["predicted"][(*HEADLINE, *c)] / r["measured_median"][c] - 1) for r in done)) for c in cells)
+    print(f"headline against each cell's MEDIAN step (the sweep's statistic) instead of its mean: mean |error| {med:.1f} %")
+    print("policy gain, measured vs predicted (fused / wfbp step time; headline):")
+    for n in RANKS:
+        for rate in RATES:
+            meas = statistics.median(r["measured"][n, rate, "fused"] / r["measured"][n, rate, "wfbp"] for r in done)
+            pred = statistics.median(r["predicted"][(*HEADLINE, n, rate, "fused")] / r["predicted"][(*HEADLINE, n, rate, "wfbp")] for r in done)
+            print(f"  {n} ranks {rate:>8}: measured {meas:.3f}x, predicted {pred:.3f}x")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"rounds": [{"load": r["load"], "iter_1_profiled_ms": r["iter_1_profiled_ms"], "iter_1_unprofiled_ms": r["iter_1_unprofiled_ms"],
+                                   "measured": {"/".join(map(str, k)): v for k, v in r["measured"].items()},
+                                   "predicted": {"/".join(map(str, k)): v for k, v in r["predicted"].items()}} for r in done],
+                       "ablation": {"/".join(v): {"/".join(map(str, c)): x for c, x in e.items()} for v, e in table.items()}}, f, indent=1)

@@ -1,0 +1,41 @@
+"""``bench_sgd.py --testbed`` end to end on a tiny job: a one-rank profile, sweeps written as ``dagprof calibrate``
+link models, DDP cells under both policies, and ``dagprof sgd`` predicting every cell from the run folder.
+(bench/bench_sgd.py --testbed runs the real grid.)"""
+import argparse
+import json
+import os
+import random
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+
+from dagprof.collect.jobs import netns  # noqa: E402
+
+why = netns.available()
+pytestmark = pytest.mark.skipif(why is not None, reason=f"testbed: {why}")
+
+
+def test_one_tiny_round(tmp_path, monkeypatch):
+    import sgd_testbed as tb
+
+    monkeypatch.setattr(tb, "JOB", argparse.Namespace(width=64, depth=3, batch=8, warmup=1, steps=2, profile_steps=3, profile_margin=1))
+    monkeypatch.setattr(tb, "RANKS", (2,))
+    rnd = tb.run_round(str(tmp_path / "0"), random.Random(0), repredict=False)
+    cells = {(2, rate, p) for rate in tb.RATES for p in tb.POLICIES}
+    assert set(rnd["measured"]) == cells and min(rnd["measured"].values()) > 0
+    for path in rnd["links"].values():
+        with open(path) as f:
+            assert json.load(f)["workers"] == 2
+    pred = tb.predict_round(rnd, cores=2, tmp=str(tmp_path))
+    assert {k[3:] for k in pred} == cells and min(pred.values()) > 0
+    # one rank's profile: the anchor is its own iteration (profiled) or the unprofiled steps around it
+    assert rnd["iter_1_profiled_ms"] > 0 and rnd["iter_1_unprofiled_ms"] > 0
+    # the model's layers are DDP's buckets: every Linear (one parameter, no bias) is a layer with gradient bytes
+    from dagprof.traces.layerwise import read_layer_file
+
+    profile = read_layer_file(rnd["run"])
+    assert (profile.grad_bytes > 0).sum() == tb.JOB.depth
+    again = tb.run_round(str(tmp_path / "0"), random.Random(0), repredict=True)  # a kept round, read back
+    assert again["measured"] == rnd["measured"]
