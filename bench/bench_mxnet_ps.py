@@ -195,8 +195,8 @@ def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]], cor
     the tbf bucket kept apart (``bucket_ms``); also the fitted bandwidth (bit/s) and the bucket's gain (ms per exchange).
 
     The bucket: every port idle for ``--burst-ms`` passes that much traffic at once, a gain in time that does not shrink
-    at a slower rate; the fit takes it for bandwidth (528-537 Mbit/s of payload through a 500 Mbit/s tbf, which carries
-    at most 478), and scaled by the rate ratio it makes a slower port too fast. Kept apart, the profile's exchanges are
+    at a slower rate; the fit takes it for bandwidth (with a 4 ms bucket, 528-537 Mbit/s of payload through a 500 Mbit/s
+    tbf, which carries at most 478), and scaled by the rate ratio it makes a slower port too fast. Kept apart, the profile's exchanges are
     replayed at the payload rate (``PAYLOAD``), the gain is that replay minus the measured exchange, and each cell is
     replayed at its own payload rate less the same gain per step. One gain per exchange is a simplification: how often
     a port idles depends on the schedule (mx_embed.py's 4 workers came out +6.6/+10.8 %, against -2.8/+0.3 % with the rate
