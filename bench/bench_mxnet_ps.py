@@ -283,6 +283,8 @@ def main() -> int:
                 if args.repredict:
                     with open(os.path.join(out, "mxnet-run.json")) as f:
                         m = json.load(f)
+                    args.burst_ms = m["testbed"].get("burst_ms", args.burst_ms)  # the report says how the kept runs were shaped
+                    args.buffer_kb = m["testbed"].get("buffer_bytes", args.buffer_kb << 10) >> 10
                 else:
                     m = run_job(args.python, out, servers, rate, args.profile_steps, args.steps, 9300 + k * 10 + servers + workers, args.script,
                                 workers, args.burst_ms, args.buffer_kb << 10)
