@@ -90,6 +90,9 @@ def cell(work: str, workload: str, ranks: int, link: str, args) -> list[dict]:
                          if found.search.intervals else []})
             for k, (pr, me) in enumerate(zip(d["predicted_speedup_per_round"], d["speedup_per_round"])):
                 print(f"    round {k + 1}: predicted {pr:.3f}x from its own profile, measured {me:.3f}x, error {100 * (pr - me) / me:+.1f} %", file=sys.stderr)
+                e = checked.expectations[k]  # the strategy run's profile against the graph predicted for it: load (compute) or model (communication)
+                for line in [] if e is None else e.lines()[:3]:
+                    print(f"      {line.strip()}", file=sys.stderr)
             print(f"  {workload} {ranks} ranks {mode}: measured {d['measured_speedup']:.2f}x (rounds {d['spread'][0]:.2f}-{d['spread'][1]:.2f}), "
                   f"predicted {found.search.speedup:.2f}x, per-round error {d['median_prediction_error_per_round_pct']:+.1f} % "
                   f"[{time.monotonic() - t0:.0f} s]", file=sys.stderr)
