@@ -112,6 +112,22 @@ def profiled_again(out: str) -> int:
         return 0
 
 
+def collecting_children_died(out: str) -> int:
+    """TF: the collecting children that died, over every rank file's notes (a window's collection retried in a fresh child,
+    or lost when all its children died); 0 elsewhere."""
+    died = 0
+    for name in os.listdir(out):
+        if re.fullmatch(r"rank\d+\.json", name):
+            try:
+                with open(os.path.join(out, name)) as f:
+                    notes = json.load(f).get("warnings", [])
+            except (OSError, ValueError):
+                continue
+            died += sum(int(n) for w in notes
+                        for n in re.findall(r"(?:crashed|failed) while collecting in (\d+) child", w))
+    return died
+
+
 def judge(out: str) -> dict:
     """The model's error on the profiled run (what-ifs start from it) and the averaged replay's, %; or the refusal."""
     try:
@@ -325,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
             died = [c for c in codes if c not in (0, -signal.SIGKILL)] or [c for c in codes if c != 0]  # not the ones stopped after it
             row |= {"crash": died[0]} if died else judge(out)
             row["profiled_again"] = profiled_again(out)
+            row["children_died"] = collecting_children_died(out)
             rows.append(row)
             print(f"{name} run {i}: {row}", file=sys.stderr, flush=True)
             if not args.keep:
@@ -332,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
         mine = [r for r in rows if r["collector"] == "this"]
         ok = [r for r in mine if "model_pct" in r]
         summary = {"runs": len(mine), "crashes": sum("crash" in r for r in mine), "refused": sum("refused" in r for r in mine),
-                   "profiled_again": sum(r["profiled_again"] > 0 for r in mine)}  # runs whose window was lost on a rank and profiled again
+                   "profiled_again": sum(r["profiled_again"] > 0 for r in mine),  # runs whose window was lost on a rank and profiled again
+                   "children_died": sum(r["children_died"] for r in mine)}  # TF: collecting children that died (each retried)
         if args.baseline_src:
             base = [r for r in rows if r["collector"] == "baseline"]
             summary["baseline"] = {"runs": len(base), "crashes": sum("crash" in r for r in base)}

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from dagprof.collect.hooks.tf_profile import tf_config_rank
-from dagprof.collect.hooks.xplane_window import StepWindow, run_forked
+from dagprof.collect.hooks.xplane_window import StepWindow, run_forked, run_forked_retrying
 from dagprof.traces.xplane_layout import FORMAT, RANK_FORMAT
 
 
@@ -127,6 +127,31 @@ def test_a_stop_run_forked_that_crashes_or_hangs_leaves_this_process_running(tmp
     t0 = time.monotonic()
     assert run_forked(lambda: time.sleep(60), 0.5) is None  # killed at the timeout
     assert time.monotonic() - t0 < 30
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_collection_that_crashes_from_this_process_state_is_retried_in_fresh_children_with_that_state_changed(tmp_path):
+    """TensorFlow's host tracer crashes or not by the order of its threads, the same in every copy of the process:
+    each retry's child first changes that state (``before_retry(k)``, in the child only), then collects."""
+    out, seen = tmp_path / "written", []
+
+    def collect():  # dies unless the child's state was changed twice
+        if state["changed"] < 2:
+            faulthandler.disable()
+            os.kill(os.getpid(), signal.SIGABRT)
+        out.write_text("xplane")
+
+    def change(k):
+        state["changed"] = k
+
+    state = {"changed": 0}
+    assert run_forked_retrying(collect, 60, in_parent=lambda: seen.append(1), before_retry=change, attempts=5) == [-6, -6, 0]
+    assert out.read_text() == "xplane" and state["changed"] == 0 and seen == [1]  # changed in the children; in_parent ran once
+    out.unlink()
+    assert run_forked_retrying(collect, 60, before_retry=change, attempts=2) == [-6, -6]  # no more children than asked
+    assert run_forked_retrying(collect, 60, attempts=5) == [-6]  # nothing to change: the same state would crash again
+    assert run_forked_retrying(lambda: time.sleep(60), 0.5, before_retry=change, attempts=5) == [None]  # a stall: not again
+    assert not out.exists()
 
 
 @pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/stat"), reason="needs Linux /proc")

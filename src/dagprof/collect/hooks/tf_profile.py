@@ -15,9 +15,10 @@ Each worker writes its own log folder ``run/rank<R>/`` (two workers on one host 
 log folder overwrite each other's ``<host>.xplane.pb``) and ``run/rank<R>.json``; the rank and
 world size come from ``TF_CONFIG`` unless given. Steps are marked with
 ``tf.profiler.experimental.Trace("train", step_num=...)`` (Keras ``fit`` marks its own).
-TensorFlow's profiler can crash while collecting (``stop_in_child``): that rank's profile of the
-window is then lost, and every worker profiles the same number of steps again from the step after
-next (up to ``xplane_window.RETRIES`` times, while training lasts), so all keep the same steps.
+TensorFlow's profiler can crash while collecting (``stop_in_child``): it collects in a forked child,
+and again in fresh children with its threads reordered. Where all of them die, that rank's profile of
+the window is lost, and every worker profiles the same number of steps again from the step after next
+(up to ``xplane_window.RETRIES`` times, while training lasts), so all keep the same steps.
 TensorFlow is imported only when profiling starts.
 """
 from __future__ import annotations
@@ -28,7 +29,7 @@ import time
 from typing import Any, Callable, ContextManager
 
 from ...traces.steps import DEFAULT_STEPS, parse_steps
-from .xplane_window import LoopProfile, StepWindow, run_forked
+from .xplane_window import LoopProfile, StepWindow, run_forked_retrying
 
 
 def tf_config_rank() -> tuple[int, int] | None:
@@ -116,34 +117,93 @@ def _window(out_dir: str | os.PathLike[str], steps, rank: int | None, world_size
 
 
 TRACE_LEVEL_SYMBOL = "_ZN3tsl8profiler8internal13g_trace_levelE"  # tsl::profiler::internal::g_trace_level
+RECORD_SYMBOL = "_ZN3tsl8profiler15TraceMeRecorder6RecordEONS1_5EventE"  # tsl::profiler::TraceMeRecorder::Record(Event&&)
 TRACING_DISABLED = -1  # TraceMeRecorder::kTracingDisabled
 COLLECT_TIMEOUT_S = 600.0
+COLLECT_ATTEMPTS = 5  # children collecting one window: the first as the process is, the others with its tracer reordered
+REORDER_THREADS = 256  # threads the k-th retry registers with the host tracer, times k
+_UNMATCHED_ID = 0x7FFF0000 << 32  # activity ids of those threads' starts: TensorFlow numbers its threads from 1 up
+
+
+def _framework() -> Any:
+    """``libtensorflow_framework.so.2``, already loaded by ``import tensorflow``, as a ctypes library; None if not found."""
+    import ctypes  # noqa: PLC0415
+
+    import tensorflow as tf  # noqa: PLC0415
+
+    try:
+        return ctypes.CDLL(os.path.join(os.path.dirname(tf.__file__), "libtensorflow_framework.so.2"), mode=os.RTLD_NOLOAD | os.RTLD_GLOBAL)
+    except OSError:
+        return None
 
 
 def _trace_level() -> Any:
     """TensorFlow's host-tracer switch (``std::atomic<int>``, lock-free: a plain int) as a ctypes int; None if not found."""
     import ctypes  # noqa: PLC0415
 
-    import tensorflow as tf  # noqa: PLC0415
-
-    lib = os.path.join(os.path.dirname(tf.__file__), "libtensorflow_framework.so.2")
+    lib = _framework()
     try:
-        return ctypes.c_int.in_dll(ctypes.CDLL(lib, mode=os.RTLD_NOLOAD | os.RTLD_GLOBAL), TRACE_LEVEL_SYMBOL)
-    except (OSError, ValueError):
+        return None if lib is None else ctypes.c_int.in_dll(lib, TRACE_LEVEL_SYMBOL)
+    except ValueError:
         return None
 
 
-def stop_in_child(timeout_s: float = COLLECT_TIMEOUT_S) -> None:
+def _reorderer() -> Callable[[int], None] | None:
+    """A function that changes the order in which TensorFlow's host tracer consumes its threads (for a collecting
+    child, see ``stop_in_child``); None where ``TraceMeRecorder::Record`` is not found.
+
+    ``reorder(k)`` starts ``REORDER_THREADS * k`` threads, one after the other; each records one start event of an
+    activity that never ends. Recording registers the thread in the tracer's hash map of threads: the map grows
+    and rehashes, and its order changes. A start without its end is dropped when collecting: the threads leave
+    nothing in the trace (an event: ``{std::string name; int64 start_time, end_time}``, a start has end_time < 0).
+    """
+    import ctypes  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    lib = _framework()
+    record = getattr(lib, RECORD_SYMBOL, None) if lib is not None else None
+    if record is None:
+        return None
+    record.argtypes, record.restype = [ctypes.c_void_p], None
+
+    class Event(ctypes.Structure):  # libstdc++'s std::string (pointer, length, 16-byte local buffer), then the times
+        _fields_ = [("data", ctypes.c_void_p), ("size", ctypes.c_size_t), ("local", ctypes.c_char * 16),
+                    ("start_time", ctypes.c_int64), ("end_time", ctypes.c_int64)]
+
+    def one(activity: int) -> None:
+        event = Event()
+        event.data = ctypes.addressof(event) + Event.local.offset  # an empty name, in its own buffer
+        event.start_time, event.end_time = 1, -activity
+        record(ctypes.addressof(event))
+
+    def reorder(k: int) -> None:
+        for i in range(REORDER_THREADS * k):
+            t = threading.Thread(target=one, args=(_UNMATCHED_ID | (k << 24) | i,))
+            t.start()
+            t.join()
+
+    return reorder
+
+
+def stop_in_child(timeout_s: float = COLLECT_TIMEOUT_S, attempts: int = COLLECT_ATTEMPTS) -> str | None:
     """Stop the profiler and write its xplane from a forked child, so a crash while collecting cannot end the training.
 
-    TensorFlow's host tracer (``tsl::profiler::TraceMeRecorder::Consume``, TF 2.21) keeps pointers to the
-    end events of ops that start on one thread and end on another (collectives, dataset ``GetNext``)
-    while the vector of per-thread event deques grows; growing copies the deques (their move is not
-    noexcept), so a later merge writes into freed memory: ``double free``, ``munmap_chunk(): invalid
-    pointer`` or a segfault, depending on the threads' hash order (1-4 in 12 runs of Keras ``fit``).
-    The child (a copy of this process, its one thread) collects and exports; the parent switches its
-    host tracer off by TensorFlow's own flag, so its session ends without consuming the events (they
-    are dropped when a profiler next starts). Where the flag is not found, the stop runs here as before.
+    TensorFlow's host tracer (``tsl::profiler::TraceMeRecorder::Consume``, TF 2.21) crashes while collecting
+    an activity that starts on one thread and ends on another when the ending thread is consumed first: it
+    keeps a pointer to the end event in that thread's deque, then grows its vector of per-thread deques, which
+    copies them (their move is not noexcept), and later merges the start into the freed copy (``double free``,
+    ``munmap_chunk(): invalid pointer``, a segfault). Under ``MultiWorkerMirroredStrategy`` every collective
+    of every step makes one on each worker but the group leader: the worker resolves the collective's
+    instance with the leader by RPC (its key holds the step id, so it is never cached), and the activity
+    ``CollectiveExecutor::CompleteParams`` starts on the thread running the op and ends on the RPC's thread.
+    Whether it crashes depends on the tracer's order of threads, which stays the same in a process: a
+    worker whose collection crashed once crashes at every window (rank 1 lost 17 windows in 20 runs, up to 6
+    in one run). The child (a copy of this process, its one thread) collects and exports; the parent switches
+    its host tracer off by TensorFlow's own flag, so its session ends without consuming the events (they are
+    dropped when a profiler next starts), and the events stay intact here. So when a child dies, a fresh one
+    collects the same events again, after reordering the tracer's threads (``_reorderer``), up to ``attempts``
+    children. Where the flag is not found, the stop runs here as before.
+    Returns a note when a child died and a later one collected.
     """
     import tensorflow as tf  # noqa: PLC0415
     from tensorflow.python.profiler import profiler_v2  # noqa: PLC0415
@@ -151,17 +211,28 @@ def stop_in_child(timeout_s: float = COLLECT_TIMEOUT_S) -> None:
     level = _trace_level()
     if level is None or not hasattr(os, "fork"):
         tf.profiler.experimental.stop()
-        return
-    status = run_forked(tf.profiler.experimental.stop, timeout_s,
-                        in_parent=lambda: setattr(level, "value", TRACING_DISABLED))
+        return None
+    tracing, reorder = level.value, _reorderer()
+
+    def before_retry(k: int) -> None:  # in the k-th fresh child: tracing on again (the parent switched it off), threads reordered
+        level.value = tracing
+        reorder(k)  # type: ignore[misc]
+
+    statuses = run_forked_retrying(tf.profiler.experimental.stop, timeout_s, in_parent=lambda: setattr(level, "value", TRACING_DISABLED),
+                                   before_retry=before_retry if reorder is not None else None, attempts=attempts)
     with profiler_v2._profiler_lock:  # end the parent's session: its host tracer finds tracing off and consumes nothing
         profiler_v2._profiler = None
+    status = statuses[-1]
+    died = ", ".join("a stall" if s is None else f"signal {-s}" if s < 0 else f"exit status {s}" for s in statuses if s != 0)
     if status is None:
-        raise RuntimeError(f"collecting the profile stalled or took over {timeout_s:.0f} s and was stopped; this rank has no trace")
+        raise RuntimeError(f"collecting the profile stalled or took over {timeout_s:.0f} s and was stopped ({died}); this rank has no trace")
     if status != 0:
-        why = f"signal {-status}" if status < 0 else f"exit status {status}"
-        raise RuntimeError(f"TensorFlow's profiler failed while collecting ({why}, in a child process: training is unaffected); "
-                           "this rank has no trace")
+        raise RuntimeError(f"TensorFlow's profiler failed while collecting in {len(statuses)} child process(es) ({died}; "
+                           "training is unaffected); this rank has no trace")
+    if len(statuses) > 1:
+        return (f"TensorFlow's profiler crashed while collecting in {len(statuses) - 1} child process(es) ({died}); "
+                f"child {len(statuses)} collected the window")
+    return None
 
 
 def grad_bytes(variables: Any, model: Any = None) -> int:

@@ -75,11 +75,29 @@ def run_forked(fn: Callable[[], None], timeout_s: float, in_parent: Callable[[],
         time.sleep(0.05)
 
 
+def run_forked_retrying(fn: Callable[[], None], timeout_s: float, in_parent: Callable[[], None] = lambda: None,
+                        before_retry: Callable[[int], None] | None = None, attempts: int = 1) -> list[int | None]:
+    """``run_forked(fn)`` again in a fresh child while one dies (up to ``attempts`` children): the exit statuses, the
+    last one the outcome. Each child starts from this process as it is, so a crash that follows from its state
+    would repeat: the ``k``-th retry's child runs ``before_retry(k)`` first, to change that state in the child only.
+    ``in_parent`` runs once, after the first child exists. No retry after a stall (None) or without ``before_retry``."""
+    statuses = [run_forked(fn, timeout_s, in_parent=in_parent)]
+    for k in range(1, attempts if before_retry is not None else 1):
+        if statuses[-1] in (0, None):
+            break
+
+        def again(k: int = k) -> None:
+            before_retry(k)  # type: ignore[misc]
+            fn()
+        statuses.append(run_forked(again, timeout_s))
+    return statuses
+
+
 class StepWindow:
     """Profiles steps ``steps`` of one process into ``out_dir/rank<R>/`` and describes them in ``rank<R>.json``."""
 
     def __init__(self, out_dir: str | os.PathLike[str], steps: range, rank: int, world_size: int, framework: str,
-                 framework_version: str, start: Callable[[str], None], stop: Callable[[], None],
+                 framework_version: str, start: Callable[[str], None], stop: Callable[[], str | None],
                  settle: Callable[[], None] | None = None, agree: Callable[[bool], list[int]] | None = None,
                  retries: int = RETRIES):
         self.out_dir = os.path.abspath(os.fspath(out_dir))
@@ -136,7 +154,9 @@ class StepWindow:
         if self.active:
             self.active = False
             try:
-                self._stop()
+                note = self._stop()
+                if isinstance(note, str):  # the stop went through, with something to say (e.g. a collection retried)
+                    self.warnings.append(note)
             except Exception as err:  # noqa: BLE001
                 self.lost = True
                 self.step_times_ns.clear()  # none of the window's steps has a trace here
