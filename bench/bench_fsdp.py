@@ -16,6 +16,12 @@ again and predicts from its own profile; the order of the measured cells is shuf
   (``passes.fsdp.scale_fsdp_workers``), and the 4 ranks' compute sharing this machine's cores (``share_cores``: at most
   2 ranks compute at once; each rank's exit lag behind a collective, wire time, waits off the cores. Held on them, it
   put the 4-rank cells 7.7 % (1 Gbit/s) and 12 % (200 Mbit/s) higher on the same profiles: ``--keep`` / ``--offline``).
+``--calibrate`` (or, with ``--offline``, ``--calibrated 1Gbit:FILE 200Mbit:FILE``): the other link's cells are also predicted
+as ``whatif --link-from --link-to`` predicts them, on ``dagprof calibrate`` of both links with 2 ranks (each round calibrates
+both, back to back, before its profile): each collective and exit lag as profiled times what its kind and size took at
+200 Mbit/s over 1 Gbit/s, in place of the rate ratio. The rate ratio multiplies what the 1 Gbit/s link gave for free: ``tc tbf``
+passes 1 ms of traffic at once after an idle moment (``collect.jobs.netns``), a fixed time at either rate, so a 1 MiB
+all-gather took 5.4x as long at a fifth of the rate (the fitted link's ratio prices 5x less its fixed overhead).
 A cell's measured figure is the mean of rank 0's step times after warm-up, the quantity the model predicts (the
 averaged iteration reproduces a window's mean). It was their median: on the quiet machine a profiled job's own
 median step (137.8 ms) sat 3.6 % under its mean over the window (142.9), which counted as the model's error.
@@ -30,6 +36,8 @@ Goal: within 10 %.
     .venv/bin/python bench/bench_fsdp.py --part 1 [--repeats 3]
     sudo .venv/bin/python bench/bench_fsdp.py --part 2 [--rounds 3] [--keep DIR]
     .venv/bin/python bench/bench_fsdp.py --part 2 --offline DIR  # the cells predicted again from the runs --keep kept
+    sudo .venv/bin/python bench/bench_fsdp.py --part 2 --calibrate [--keep DIR]  # and on each round's calibrations of both links
+    .venv/bin/python bench/bench_fsdp.py --part 2 --offline DIR --calibrated 1Gbit:FILE 200Mbit:FILE
     .venv/bin/python bench/bench_fsdp.py --part 3
 
 Part 4 (any user): ``whatif --reshard-after-forward`` on loopback, both ways, in interleaved rounds: each round

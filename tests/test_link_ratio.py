@@ -94,7 +94,9 @@ def test_the_ratio_stays_when_the_workers_change():
 def test_whatif_link_to(capsys):
     args = ["whatif", str(FAST), "--template", "--no-trace", "--allow-model-error", "--json"]
     assert main(args + ["--link-from", str(CAL / "1gbit.json"), "--link-to", str(CAL / "200mbit.json")]) == 0
-    row = json.loads(capsys.readouterr().out)["scenarios"][0]
+    out = json.loads(capsys.readouterr().out)
+    row = out["scenarios"][0]
+    assert any(n.startswith("--link-to:") for n in out["notes"])
     measured = open_run(SLOW).analysis.measured_us / 1e3
     assert row["link_to"] == str(CAL / "200mbit.json") and abs(row["predicted_iter_ms"] - measured) < 0.03 * measured
     assert main(args + ["--link-to", str(CAL / "200mbit.json")]) == 2

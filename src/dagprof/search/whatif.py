@@ -457,8 +457,18 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     return {"workers": n0, "model_iter_ms": model / 1e3, "model_error_pct": model_error, "profiler_cost": profiler,
             "reference_iter_ms": None if not measured_us else measured_us / 1e3, "link": link_text(base_topo), "link_fit": link,
             "columns": COLUMNS, "scenarios": rows, "overlap_slowdown": cluster.slowdown, "overlap_rate_bytes_per_s": cluster.comm_rate,
-            "notes": _hybrid_notes(g0) + _conversion_notes(g0, scenarios, cluster) + _crowded_notes(g0) + _overlap_notes(cluster),
+            "notes": _hybrid_notes(g0) + _conversion_notes(g0, scenarios, cluster) + _crowded_notes(g0) + _overlap_notes(cluster)
+            + _link_to_notes(scenarios, cluster),
             "seconds": time.perf_counter() - t0}
+
+
+def _link_to_notes(scenarios: list[Scenario], c: Cluster) -> list[str]:
+    """What a ``--link-to`` row rests on: the two calibrations' ratio, not a fit."""
+    if not any(s.link_to is not None for s in scenarios):
+        return []
+    return [f"--link-to: each collective and exit lag as profiled times what its kind and size took on the row's link over "
+            f"--link-from's ({c.link_from}), the nearest swept sizes interpolated (beyond the sweep, its end's); the two files must "
+            "be measured alike (on a loaded machine each size's time grows by about the same amount on both links, and the ratio shrinks)"]
 
 
 def _overlap_notes(c: Cluster) -> list[str]:
