@@ -259,11 +259,12 @@ def predict(run: str, cells: list[tuple[int, str]], cores: int, calibrated: dict
 
 def calibrate_links(out_dir: str, k: int, cluster) -> dict[str, str]:
     """Round ``k``'s ``dagprof calibrate`` (all-reduce, all-gather, reduce-scatter up to 4 MiB, FSDP's sizes here) on each link
-    with the profiled ranks, back to back in ``cluster``: {link: file} for ``predict``'s ``calibrated``."""
+    with the profiled ranks, back to back in ``cluster`` (the order alternating from round to round, so a drifting load
+    favours neither): {link: file} for ``predict``'s ``calibrated``."""
     from dagprof.collect.jobs.netns import python_module, run_ranks
 
     out = {}
-    for rate in RATES:
+    for rate in list(RATES)[::1 if k % 2 == 0 else -1]:
         cluster.set_rate(RATES[rate])
         out[rate] = os.path.join(out_dir, f"cal{k}-{rate}.json")
         run_ranks(python_module("dagprof.cli.main", "calibrate", "-o", out[rate], "--max-mb", "4", "--iters", "15"), PROFILED[0],
