@@ -8,7 +8,9 @@ COMM node costs ``allreduce_us(nbytes, topology, scheme)`` (an FSDP all-gather o
 all-reduce of the same cost, ``graph.build_fsdp.allreduce_equivalent_bytes``): one consistent model for
 old and new collectives. Where the topology has a link measured for a collective's kind (``Topology.kinds``,
 ``dagprof calibrate``), an FSDP collective of that kind is priced on that link instead (and, from a version-3 file,
-scaled to what its kind measured at the nearest swept sizes: ``Topology.kind_factor``). The group channel's capacity becomes 1: concurrent
+scaled to what its kind measured at the nearest swept sizes: ``Topology.kind_factor``). Another link measured against the
+profiled one (``set_link_ratio``: two calibrations' ratio per kind and size, ``Topology.link_ratio``) scales each
+collective's transfer and exit lag by that ratio. The group channel's capacity becomes 1: concurrent
 collectives share the link, so the last finishes as late as if they ran in series.
 
 A collective completes on the ranks one after another: gloo's send completes once its bytes sit in the socket
