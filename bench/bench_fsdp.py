@@ -25,7 +25,7 @@ all-gather took 5.4x as long at a fifth of the rate (the fitted link's ratio pri
 On two kept quiet runs (``--offline``, calibrations of both links taken after them at load 2.6-3.1): 2 / 4 ranks at
 200 Mbit/s -6.35 / -6.15 % -> -2.31 / -2.32 % and -1.14 / -3.79 % -> +2.97 / +0.01 %; on pairs taken at load 8-11 the first
 run's -6.4 / -6.3 and -8.8 / -8.8 % (the load adds about the same time to both links' sizes: the ratio shrinks). A live
-round at load 11-18 (other jobs beside) measured 1.7-2.5x the quiet cells and predicted nothing within 15 %.
+round at load 11-18 (other jobs beside) measured 1.1-2.5x the quiet runs' cells and predicted none within 15 %.
 A cell's measured figure is the mean of rank 0's step times after warm-up, the quantity the model predicts (the
 averaged iteration reproduces a window's mean). It was their median: on the quiet machine a profiled job's own
 median step (137.8 ms) sat 3.6 % under its mean over the window (142.9), which counted as the model's error.
