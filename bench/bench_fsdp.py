@@ -24,7 +24,9 @@ passes 1 ms of traffic at once after an idle moment (``collect.jobs.netns``), a 
 all-gather took 5.4x as long at a fifth of the rate (the fitted link's ratio prices 5x less its fixed overhead).
 On two kept quiet runs (``--offline``, calibrations of both links taken after them at load 2.6-3.1): 2 / 4 ranks at
 200 Mbit/s -6.35 / -6.15 % -> -2.31 / -2.32 % and -1.14 / -3.79 % -> +2.97 / +0.01 %; on pairs taken at load 8-11 the first
-run's -6.4 / -6.3 and -8.8 / -8.8 % (the load adds about the same time to both links' sizes: the ratio shrinks). A live
+run's -6.4 / -6.3 and -8.8 / -8.8 % (the load adds about the same time to both links' sizes: the ratio shrinks), on one at
+load 5-6.8 -0.30 / -0.46 % and +5.03 / +1.85 % (1 MiB ratios over the four pairs: all-gather 5.16-5.74, reduce-scatter
+4.10-4.96). A live
 round at load 11-18 (other jobs beside) measured 1.1-2.5x the quiet runs' cells and predicted none within 15 %.
 A cell's measured figure is the mean of rank 0's step times after warm-up, the quantity the model predicts (the
 averaged iteration reproduces a window's mean). It was their median: on the quiet machine a profiled job's own
