@@ -29,7 +29,10 @@ load 5-6.8 -0.30 / -0.46 % and +5.03 / +1.85 % (1 MiB ratios over the four pairs
 4.10-4.96). A live
 round at load 11-18 (other jobs beside) measured 1.1-2.5x the quiet runs' cells and predicted none within 15 %; two rounds
 at load 4.8-6.4 (``--rounds 2 --calibrate``) every cell 9-26 % short, the profiled one -13.7 % (the load, not the link), and
-each round's calibrations moved the 200 Mbit/s cells 3.3 and 3.1 points up (2 ranks -15.4 -> -12.1 %, 4 ranks -11.6 -> -8.5 %).
+each round's calibrations moved the 200 Mbit/s cells 3.3 and 3.1 points up (2 ranks -15.4 -> -12.1 %, 4 ranks -11.6 -> -8.5 %);
+three rounds at load 3.8-5.1: 1 Gbit/s +4.0 / +7.4 % (2 / 4 ranks), 200 Mbit/s +5.2 / -4.7 % by the rate ratio, +3.7 / -5.8 %
+calibrated (median |error| 4.9 %, max 7.4 %). The rounds' 1 MiB ratios: all-gather 5.48-5.69 every time, reduce-scatter
+4.18-5.23 (its 1 Gbit/s time grows with the load).
 A cell's measured figure is the mean of rank 0's step times after warm-up, the quantity the model predicts (the
 averaged iteration reproduces a window's mean). It was their median: on the quiet machine a profiled job's own
 median step (137.8 ms) sat 3.6 % under its mean over the window (142.9), which counted as the model's error.
