@@ -16,6 +16,23 @@ again and predicts from its own profile; the order of the measured cells is shuf
   (``passes.fsdp.scale_fsdp_workers``), and the 4 ranks' compute sharing this machine's cores (``share_cores``: at most
   2 ranks compute at once; each rank's exit lag behind a collective, wire time, waits off the cores. Held on them, it
   put the 4-rank cells 7.7 % (1 Gbit/s) and 12 % (200 Mbit/s) higher on the same profiles: ``--keep`` / ``--offline``).
+``--calibrate`` (or, with ``--offline``, ``--calibrated 1Gbit:FILE 200Mbit:FILE``): the other link's cells are also predicted
+as ``whatif --link-from --link-to`` predicts them, on ``dagprof calibrate`` of both links with 2 ranks (each round calibrates
+both, back to back, before its profile): each collective and exit lag as profiled times what its kind and size took at
+200 Mbit/s over 1 Gbit/s, in place of the rate ratio. The rate ratio multiplies what the 1 Gbit/s link gave for free: ``tc tbf``
+passes 1 ms of traffic at once after an idle moment (``collect.jobs.netns``), a fixed time at either rate, so a 1 MiB
+all-gather took 5.4x as long at a fifth of the rate (the fitted link's ratio prices 5x less its fixed overhead).
+On two kept quiet runs (``--offline``, calibrations of both links taken after them at load 2.6-3.1): 2 / 4 ranks at
+200 Mbit/s -6.35 / -6.15 % -> -2.31 / -2.32 % and -1.14 / -3.79 % -> +2.97 / +0.01 %; on pairs taken at load 8-11 the first
+run's -6.4 / -6.3 and -8.8 / -8.8 % (the load adds about the same time to both links' sizes: the ratio shrinks), on one at
+load 5-6.8 -0.30 / -0.46 % and +5.03 / +1.85 % (1 MiB ratios over the four pairs: all-gather 5.16-5.74, reduce-scatter
+4.10-4.96). A live
+round at load 11-18 (other jobs beside) measured 1.1-2.5x the quiet runs' cells and predicted none within 15 %; two rounds
+at load 4.8-6.4 (``--rounds 2 --calibrate``) every cell 9-26 % short, the profiled one -13.7 % (the load, not the link), and
+each round's calibrations moved the 200 Mbit/s cells 3.3 and 3.1 points up (2 ranks -15.4 -> -12.1 %, 4 ranks -11.6 -> -8.5 %);
+three rounds at load 3.8-5.1: 1 Gbit/s +4.0 / +7.4 % (2 / 4 ranks), 200 Mbit/s +5.2 / -4.7 % by the rate ratio, +3.7 / -5.8 %
+calibrated (median |error| 4.9 %, max 7.4 %). The rounds' 1 MiB ratios: all-gather 5.48-5.69 every time, reduce-scatter
+4.18-5.23 (its 1 Gbit/s time grows with the load).
 A cell's measured figure is the mean of rank 0's step times after warm-up, the quantity the model predicts (the
 averaged iteration reproduces a window's mean). It was their median: on the quiet machine a profiled job's own
 median step (137.8 ms) sat 3.6 % under its mean over the window (142.9), which counted as the model's error.
@@ -30,6 +47,8 @@ Goal: within 10 %.
     .venv/bin/python bench/bench_fsdp.py --part 1 [--repeats 3]
     sudo .venv/bin/python bench/bench_fsdp.py --part 2 [--rounds 3] [--keep DIR]
     .venv/bin/python bench/bench_fsdp.py --part 2 --offline DIR  # the cells predicted again from the runs --keep kept
+    sudo .venv/bin/python bench/bench_fsdp.py --part 2 --calibrate [--keep DIR]  # and on each round's calibrations of both links
+    .venv/bin/python bench/bench_fsdp.py --part 2 --offline DIR --calibrated 1Gbit:FILE 200Mbit:FILE
     .venv/bin/python bench/bench_fsdp.py --part 3
 
 Part 4 (any user): ``whatif --reshard-after-forward`` on loopback, both ways, in interleaved rounds: each round
@@ -215,10 +234,15 @@ def part1(steps: int, repeats: int) -> list[float]:
     return list(med.values())
 
 
-def predict(run: str, cells: list[tuple[int, str]], cores: int) -> dict[tuple[int, str], float]:
+def predict(run: str, cells: list[tuple[int, str]], cores: int, calibrated: dict[str, str] | None = None) -> dict[tuple[int, str], float]:
+    """Each cell from the profile ``run``. ``calibrated``: per link, a ``dagprof calibrate`` file measured on it with the
+    profiled ranks; a cell on another link than the profiled one, where both links have one, is priced as ``whatif
+    --link-from --link-to`` prices it (each collective and exit lag as profiled times the two files' ratio at its kind and
+    size), else by the fitted bandwidth scaled by the rate ratio."""
     from dagprof.analysis import job_iteration_us
+    from dagprof.costmodel.topology import load_link_ratio
     from dagprof.passes import set_link
-    from dagprof.passes.comm import current_topology
+    from dagprof.passes.comm import current_topology, set_link_ratio
     from dagprof.passes.compute import share_cores
     from dagprof.passes.fsdp import scale_fsdp_workers
     from dagprof.passes.profiler_cost import measure_profiler_cost, remove_profiler_cost
@@ -230,8 +254,12 @@ def predict(run: str, cells: list[tuple[int, str]], cores: int) -> dict[tuple[in
     print(f"  profiled run: {cost.describe()}", flush=True)
     bw = current_topology(base).inter.bandwidth_bytes_per_s
     out = {}
+    calibrated = calibrated or {}
     for ranks, rate in cells:
-        g = set_link(base, bandwidth=bw * RATES[rate] / RATES[PROFILED[1]])
+        if rate != PROFILED[1] and rate in calibrated and PROFILED[1] in calibrated:
+            g = set_link_ratio(base, load_link_ratio(calibrated[PROFILED[1]], calibrated[rate]))
+        else:
+            g = set_link(base, bandwidth=bw * RATES[rate] / RATES[PROFILED[1]])
         if ranks != PROFILED[0]:
             g = scale_fsdp_workers(g, ranks)
         if ranks > cores:
@@ -240,9 +268,25 @@ def predict(run: str, cells: list[tuple[int, str]], cores: int) -> dict[tuple[in
     return out
 
 
-def part2(rounds: int, steps: int, keep: str | None = None) -> list[float]:
+def calibrate_links(out_dir: str, k: int, cluster) -> dict[str, str]:
+    """Round ``k``'s ``dagprof calibrate`` (all-reduce, all-gather, reduce-scatter up to 4 MiB, FSDP's sizes here) on each link
+    with the profiled ranks, back to back in ``cluster`` (the order alternating from round to round, so a drifting load
+    favours neither): {link: file} for ``predict``'s ``calibrated``."""
+    from dagprof.collect.jobs.netns import python_module, run_ranks
+
+    out = {}
+    for rate in list(RATES)[::1 if k % 2 == 0 else -1]:
+        cluster.set_rate(RATES[rate])
+        out[rate] = os.path.join(out_dir, f"cal{k}-{rate}.json")
+        run_ranks(python_module("dagprof.cli.main", "calibrate", "-o", out[rate], "--max-mb", "4", "--iters", "15"), PROFILED[0],
+                  os.path.join(out_dir, f"cal{k}-{rate}-log"), env={"PYTHONPATH": os.path.join(os.path.dirname(HERE), "src")}, cluster=cluster)
+    return out
+
+
+def part2(rounds: int, steps: int, keep: str | None = None, calibrate: bool = False) -> list[float]:
     """``keep``: the profiles (``run<k>``) and the measured and predicted step times (``part2.json``) go there, not to a
-    temporary folder, for ``--offline DIR --part 2`` to predict again."""
+    temporary folder, for ``--offline DIR --part 2`` to predict again. ``calibrate``: each round calibrates both links first
+    (``calibrate_links``, kept as ``cal<k>-<link>.json``) and predicts the other link's cells on them too."""
     from dagprof.collect.jobs.netns import Cluster, available
 
     why = available()
@@ -252,41 +296,54 @@ def part2(rounds: int, steps: int, keep: str | None = None) -> list[float]:
     cores = os.cpu_count() or 1
     measured: dict[tuple[int, str], list[float]] = {c: [] for c in CELLS}
     predicted: dict[tuple[int, str], list[float]] = {c: [] for c in CELLS}
+    on_files: dict[tuple[int, str], list[float]] = {c: [] for c in CELLS}
     t0 = time.perf_counter()
     with Cluster(max(r for r, _ in CELLS)) as cluster, contextlib.ExitStack() as stack:
         tmp = keep or stack.enter_context(tempfile.TemporaryDirectory(prefix="dagprof-fsdp-"))
         os.makedirs(tmp, exist_ok=True)
         for k in range(rounds):
             run = os.path.join(tmp, f"run{k}")
+            files = calibrate_links(tmp, k, cluster) if calibrate else {}
             cluster.set_rate(RATES[PROFILED[1]])
             job(PROFILED[0], TESTBED_MODEL, steps, os.path.join(tmp, f"p{k}"), cluster, profile=run, kineto=False)
             for cell, ms in predict(run, CELLS, cores).items():
                 predicted[cell].append(ms)
+            if files:
+                for cell, ms in predict(run, CELLS, cores, files).items():
+                    on_files[cell].append(ms)
             for ranks, rate in random.Random(k).sample(CELLS, len(CELLS)):
                 cluster.set_rate(RATES[rate])
                 measured[(ranks, rate)].append(job(ranks, TESTBED_MODEL, steps, os.path.join(tmp, f"m{k}-{ranks}-{rate}"), cluster,
                                                    stat=statistics.fmean))  # what the model predicts: the mean step
+                also = f", on the round's calibrations {on_files[(ranks, rate)][-1]:.1f} ms" if files else ""
                 print(f"  round {k + 1}/{rounds}: {ranks} ranks {rate}: measured {measured[(ranks, rate)][-1]:.1f} ms, "
-                      f"predicted {predicted[(ranks, rate)][-1]:.1f} ms ({time.perf_counter() - t0:.0f} s)", flush=True)
+                      f"predicted {predicted[(ranks, rate)][-1]:.1f} ms{also} ({time.perf_counter() - t0:.0f} s, "
+                      f"load {os.getloadavg()[0]:.2f})", flush=True)
             if keep:
                 with open(os.path.join(keep, "part2.json"), "w") as f:
-                    json.dump({"cores": cores, "load": os.getloadavg()[0], "cells": [
+                    json.dump({"cores": cores, "load": os.getloadavg()[0], "calibrated": calibrate, "cells": [
                         {"ranks": r, "rate": rate, "measured_ms": measured[(r, rate)], "predicted_ms": predicted[(r, rate)]}
-                        for r, rate in CELLS]}, f, indent=1)
-    return table2(measured, predicted, f"{rounds} interleaved rounds")
+                        | ({"calibrated_ms": on_files[(r, rate)]} if calibrate else {}) for r, rate in CELLS]}, f, indent=1)
+    errors = table2(measured, predicted, f"{rounds} interleaved rounds, other links by the rate ratio")
+    return table2(measured, on_files, f"{rounds} interleaved rounds, other links on each round's calibrations of both") if calibrate else errors
 
 
-def offline2(keep: str) -> list[float]:
-    """Part 2's cells predicted again (this code) from the profiles ``part2(keep=...)`` kept, against what was measured then."""
+def offline2(keep: str, calibrated: dict[str, str] | None = None) -> list[float]:
+    """Part 2's cells predicted again (this code) from the profiles ``part2(keep=...)`` kept, against what was measured then;
+    ``calibrated`` as ``predict``'s."""
     with open(os.path.join(keep, "part2.json")) as f:
         kept = json.load(f)
     measured = {(c["ranks"], c["rate"]): c["measured_ms"] for c in kept["cells"]}
     rounds = min(map(len, measured.values()))
     predicted: dict[tuple[int, str], list[float]] = {c: [] for c in measured}
+    own = not calibrated and kept.get("calibrated", False)  # the round's own calibrations, where --calibrate kept them
     for k in range(rounds):
-        for cell, ms in predict(os.path.join(keep, f"run{k}"), list(measured), kept["cores"]).items():
+        files = {rate: os.path.join(keep, f"cal{k}-{rate}.json") for rate in RATES} if own else calibrated
+        for cell, ms in predict(os.path.join(keep, f"run{k}"), list(measured), kept["cores"], files).items():
             predicted[cell].append(ms)
-    return table2({c: m[:rounds] for c, m in measured.items()}, predicted, f"{rounds} rounds kept in {keep}, predicted again")
+    on = (", other links on each round's calibrations" if own else
+          f", other links on calibrations ({', '.join(f'{k}: {v}' for k, v in calibrated.items())})" if calibrated else "")
+    return table2({c: m[:rounds] for c, m in measured.items()}, predicted, f"{rounds} rounds kept in {keep}, predicted again{on}")
 
 
 def table2(measured: dict[tuple[int, str], list[float]], predicted: dict[tuple[int, str], list[float]], how: str) -> list[float]:
@@ -852,6 +909,17 @@ def part11(rounds: int, steps: int) -> None:
                   f"({100 * (pred - own) / own:+.1f} %)", flush=True)
 
 
+def calibrated_link(spec: str, ap: argparse.ArgumentParser) -> tuple[str, str]:
+    """``LINK:FILE`` as (LINK, FILE); the file must have been measured with the profiled ranks."""
+    link, _, path = spec.partition(":")
+    if link not in RATES or not os.path.isfile(path):
+        ap.error(f"--calibrated takes LINK:FILE with LINK one of {', '.join(RATES)} and an existing file, got {spec!r}")
+    with open(path) as f:
+        if int(json.load(f).get("workers", 0)) != PROFILED[0]:
+            ap.error(f"--calibrated {spec}: measure it with {PROFILED[0]} ranks, as the profiled cell")
+    return link, path
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--part", type=int, choices=tuple(range(12)), default=0, help="0: all")
@@ -865,12 +933,18 @@ def main() -> None:
     ap.add_argument("--offline", metavar="DIR", help="parts 2 and 7: predict again from the runs --keep kept in DIR; runs no job")
     ap.add_argument("--categories", action="store_true",
                     help="with --offline: FSDP -> DDP's time per category beside both kept profiles' (where the conversion misses)")
+    ap.add_argument("--calibrated", nargs="+", default=[], metavar="LINK:FILE",
+                    help="part 2: dagprof calibrate files, each measured on LINK (1Gbit, 200Mbit) with 2 ranks: a cell on a link other "
+                         "than the profiled one is priced by the two files' ratio (whatif --link-from --link-to), not by the rate ratio")
+    ap.add_argument("--calibrate", action="store_true", help="part 2: each round calibrates both links (2 ranks) first and predicts "
+                    "the other link's cells on them too (whatif --link-from --link-to)")
     args = ap.parse_args()
     if args.offline and args.categories:
         categories7(args.offline)
         return
+    calibrated = dict(calibrated_link(spec, ap) for spec in args.calibrated)
     if args.offline and args.part == 2:
-        e = offline2(args.offline)
+        e = offline2(args.offline, calibrated)
         a = sorted(map(abs, e))
         print(f"what-ifs: median |error| {statistics.median(a):.2f} %, max {a[-1]:.2f} % (goal <= 3 % median, <= 8 % each)")
         return
@@ -883,7 +957,7 @@ def main() -> None:
         e = part1(args.steps, args.repeats)
         print(f"held-out averaged replay: max |error| {max(map(abs, e)):.2f} % (goal <= 2 %)\n")
     if args.part in (0, 2):
-        e = part2(args.rounds, args.steps, args.keep)
+        e = part2(args.rounds, args.steps, args.keep, args.calibrate)
         if e:
             a = sorted(map(abs, e))
             print(f"what-ifs: median |error| {statistics.median(a):.2f} %, max {a[-1]:.2f} % (goal <= 3 % median, <= 8 % each)")

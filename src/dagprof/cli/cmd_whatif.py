@@ -48,6 +48,8 @@ def add_arguments(p) -> None:
     p.add_argument("--topology", help="cluster: a JSON/TOML file, or presets like 10gbe or nvlink/100gbe:8")
     p.add_argument("--link-model", help="link model from `dagprof calibrate` (instead of fitting the run's collectives); a --overlap "
                    "file also prices compute slowed beside in-flight collectives")
+    p.add_argument("--link-from", metavar="FILE", help="`dagprof calibrate` file of the link the run was profiled on, for --link-to "
+                   "(measured as its files were: same ranks, sizes and machine)")
     p.add_argument("--cores", type=positive_int, default=None, help="cores per host shared by its ranks (default: ranks do not contend)")
     p.add_argument("--ranks-per-host", type=positive_int, default=None, help="with --cores: ranks per host (default all on one)")
     p.add_argument("--fine", action="store_true", help="per-message collectives on per-link queues (needs <= 64 ranks)")
@@ -82,7 +84,7 @@ def _evaluate(args, folder: str | None) -> dict:
     # compute slowed beside collectives, where the user gives a calibrate --overlap file: one measurement on one link, and the
     # weighting by bytes per second that carries it to another rate is not validated (the demo's own overlap.json stays the optimizer's)
     slowdown, rate = slowdown_of(None, args.link_model) if args.link_model else (0.0, None)
-    cluster = Cluster(link=args.link, topology=args.topology, link_model=args.link_model, first_bucket_mb=args.first_bucket_mb,
+    cluster = Cluster(link=args.link, topology=args.topology, link_model=args.link_model, link_from=args.link_from, first_bucket_mb=args.first_bucket_mb,
                       overlap=not args.no_overlap, cores=args.cores, ranks_per_host=args.ranks_per_host, fine=args.fine,
                       optimizer_state=args.optimizer_state, slowdown=slowdown, comm_rate=rate)
     measured = prof.analysis.measured_us

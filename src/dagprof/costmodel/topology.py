@@ -74,7 +74,9 @@ class Topology:
     """``kinds``: (collective kind, its link) pairs measured per kind (``dagprof calibrate``); a kind
     not listed, and every kind when empty, is priced on ``intra``/``inter`` by its all-reduce equivalent.
     ``kind_scale``: per kind, (all-reduce-equivalent bytes, measured time over its link's price) at each swept size:
-    a kind's transfer time is its link's times that ratio, interpolated in log size (``kind_factor``)."""
+    a kind's transfer time is its link's times that ratio, interpolated in log size (``kind_factor``).
+    ``link_ratio``: per kind, (all-reduce-equivalent bytes, its time on another link over its time on this one) at each
+    size two calibrations swept (``load_link_ratio``): a collective's transfer and exit lag scale by it (``ratio_at``)."""
 
     hosts: int
     devices_per_host: int
@@ -85,6 +87,7 @@ class Topology:
     overhead_us: float = 0.0
     kinds: tuple[tuple[str, AlphaBeta], ...] = ()
     kind_scale: tuple[tuple[str, tuple[tuple[float, float], ...]], ...] = ()
+    link_ratio: tuple[tuple[str, tuple[tuple[float, float], ...]], ...] = ()
 
     def __post_init__(self) -> None:
         if self.hosts < 1 or self.devices_per_host < 1:
@@ -110,16 +113,18 @@ class Topology:
         per = min(self.devices_per_host, workers)
         if workers % per:
             raise DagprofError(f"{workers} workers do not fill hosts of {self.devices_per_host} devices")
-        return Topology(workers // per, per, self.intra, self.inter, self.overhead_us, self.kinds, self.kind_scale)
+        return Topology(workers // per, per, self.intra, self.inter, self.overhead_us, self.kinds, self.kind_scale, self.link_ratio)
 
     def kind_factor(self, kind: str, equiv_bytes: float) -> float:
         """What a ``kind`` collective of ``equiv_bytes`` (all-reduce-equivalent) measured over its link's price: the
         nearest swept sizes' ratios interpolated in log size, the end's beyond the sweep; 1 where none was measured."""
-        points = dict(self.kind_scale).get(kind)
-        if not points or equiv_bytes <= 0:
-            return 1.0
-        m, r = np.array(points, dtype=float).T
-        return float(np.interp(np.log(equiv_bytes), np.log(m), r))
+        return _interp_log(dict(self.kind_scale).get(kind), equiv_bytes)
+
+    def ratio_at(self, kind: str, equiv_bytes: float) -> float:
+        """``link_ratio`` of a ``kind`` collective (an unnamed kind: the all-reduce's) of ``equiv_bytes``, interpolated
+        as ``kind_factor``; 1 where no other link was measured."""
+        table = dict(self.link_ratio)
+        return _interp_log(table.get(kind or "all_reduce", table.get("all_reduce")), equiv_bytes)
 
     def for_kind(self, kind: str) -> "Topology":
         """The topology that prices a ``kind`` collective: its own measured link where there is one."""
@@ -174,6 +179,14 @@ class Topology:
     def flat(cls, workers: int, link: AlphaBeta) -> "Topology":
         """Every rank on its own host behind ``link`` (a plain Ethernet cluster)."""
         return cls(workers, 1, link, link)
+
+
+def _interp_log(points: tuple[tuple[float, float], ...] | None, equiv_bytes: float) -> float:
+    """(bytes, value) points interpolated in log bytes at ``equiv_bytes``, the end's beyond them; 1 without points."""
+    if not points or equiv_bytes <= 0:
+        return 1.0
+    m, r = np.array(points, dtype=float).T
+    return float(np.interp(np.log(equiv_bytes), np.log(m), r))
 
 
 def _link_dict(ab: AlphaBeta) -> dict[str, float]:
@@ -311,6 +324,38 @@ def load_kind_scale(path: str | os.PathLike[str]) -> tuple[tuple[str, tuple[tupl
         scale = tuple((m, t / p) for m, t in points if m > 0 for p in [float(ring_allreduce_us(m, world, link))] if p > 0 and t > 0)
         if scale:
             out.append((kind, scale))
+    return tuple(out)
+
+
+def load_link_ratio(profiled: str | os.PathLike[str], target: str | os.PathLike[str]) -> tuple[tuple[str, tuple[tuple[float, float], ...]], ...]:
+    """``Topology.link_ratio`` from two live ``dagprof calibrate`` files, one measured on the link a run was profiled on and
+    one on the target link, with the same ranks: per kind (the all-reduce from the main sweep, FSDP's from their own
+    sweeps, version 2 on), the target's time over the profiled link's at each size both swept, keyed by all-reduce-equivalent
+    bytes. A ratio measured at the size, not a link fit: on the namespace testbed the token bucket passes 1 ms of traffic at
+    once after an idle moment whatever the rate, so a 1 MiB all-gather took 5.4x as long at a fifth of the rate, where the
+    profile's fitted bandwidth scaled by the rate ratio prices 5x less a fixed overhead."""
+    docs = [(os.fspath(p), _versioned(p)) for p in (profiled, target)]
+    worlds = {path: d.get("workers") for path, d in docs}
+    if len(set(worlds.values())) != 1:
+        raise DagprofError(f"the two calibrations ran on {' and '.join(map(str, worlds.values()))} ranks; measure both links with the same "
+                           f"ranks (the ratio is the link's alone)", docs[1][0])
+    sweeps = []
+    for path, d in docs:
+        try:
+            kinds = d.get("kinds") or {}
+            table = {"all_reduce": d["points"], **{k: kinds[k]["points"] for k in kinds}}
+            sweeps.append({k: {int(m): float(t) for m, t in pts} for k, pts in table.items()})
+        except (KeyError, TypeError, ValueError) as err:
+            raise DagprofError(f"not a live dagprof calibrate file: points must be [bytes, us] pairs ({err})", path) from None
+    backend = str(docs[0][1].get("backend", "gloo"))
+    out = []
+    for kind in sorted(set(sweeps[0]) & set(sweeps[1])):
+        a, b = sweeps[0][kind], sweeps[1][kind]
+        points = tuple((m * allreduce_equivalent_factor(kind, backend), b[m] / a[m]) for m in sorted(set(a) & set(b)) if m > 0 and a[m] > 0 and b[m] > 0)
+        if points:
+            out.append((kind, points))
+    if "all_reduce" not in dict(out):
+        raise DagprofError("the two calibrations swept no size in common", docs[1][0])
     return tuple(out)
 
 

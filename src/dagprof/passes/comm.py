@@ -8,7 +8,9 @@ COMM node costs ``allreduce_us(nbytes, topology, scheme)`` (an FSDP all-gather o
 all-reduce of the same cost, ``graph.build_fsdp.allreduce_equivalent_bytes``): one consistent model for
 old and new collectives. Where the topology has a link measured for a collective's kind (``Topology.kinds``,
 ``dagprof calibrate``), an FSDP collective of that kind is priced on that link instead (and, from a version-3 file,
-scaled to what its kind measured at the nearest swept sizes: ``Topology.kind_factor``). The group channel's capacity becomes 1: concurrent
+scaled to what its kind measured at the nearest swept sizes: ``Topology.kind_factor``). Another link measured against the
+profiled one (``set_link_ratio``: two calibrations' ratio per kind and size, ``Topology.link_ratio``) scales each
+collective's transfer and exit lag by that ratio. The group channel's capacity becomes 1: concurrent
 collectives share the link, so the last finishes as late as if they ran in series.
 
 A collective completes on the ranks one after another: gloo's send completes once its bytes sit in the socket
@@ -249,8 +251,8 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
         raise DagprofError(f"topology has {topo.world_size} ranks, the graph's collectives {priced_world_size(g)}")
     dur, gap = g.dur.copy(), g.gap.copy()
     idx = np.flatnonzero(priced_comm(g))
-    kinds = (np.array([kind_of_collective(g.node_name(int(v))) for v in idx], dtype=object) if (topo.kinds or _kinds_of(g)) and is_fsdp_graph(g)
-             else np.full(len(idx), "", dtype=object))
+    kinds = (np.array([kind_of_collective(g.node_name(int(v))) for v in idx], dtype=object)
+             if (topo.kinds or topo.link_ratio or _kinds_of(g)) and is_fsdp_graph(g) else np.full(len(idx), "", dtype=object))
     equiv = allreduce_equivalent_bytes(g, idx)
     consumers, lag = exit_lags(g, idx)
     exit_lag = g.exit_lag.copy()
@@ -265,16 +267,20 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
         sel = kinds == kind
         sizes, inverse = np.unique(equiv[sel], return_inverse=True)
         on = topo.for_kind(kind)
-        priced = np.array([_scaled(allreduce_us(float(m), on, spec), on.overhead_us, topo.kind_factor(kind, float(m))) for m in sizes])
+        other = np.array([topo.ratio_at(kind, float(m)) for m in sizes])  # another link measured against this one (``link_ratio``)
+        priced = np.array([_scaled(allreduce_us(float(m), on, spec), on.overhead_us, topo.kind_factor(kind, float(m)) * r) for m, r in zip(sizes, other)])
         dur[idx[sel]] = priced[inverse.reshape(-1)]
-        if before is not None:  # the exit lags are wire time: they scale with the kind's time per byte
+        if before is not None:  # the exit lags are wire time: they scale with the kind's time per byte, and with its measured ratio
             old_beta, new_beta = _beta(before.for_kind(kind)), _beta(on)
-            ratio = new_beta / old_beta if old_beta > 0 else 1.0
+            was = np.array([before.ratio_at(kind, float(m)) for m in sizes])
+            per = np.zeros(len(g))
+            per[idx[sel]] = ((new_beta / old_beta if old_beta > 0 else 1.0) * other / was)[inverse.reshape(-1)]
             mine = np.isin(consumers[:, 0], idx[sel])
+            ratio = per[consumers[mine, 0]]
             grow = wire[mine] * (ratio - 1.0)  # a carried lag shrinks on a rank by no more than the wire in its gap
             grow = np.where(own[mine], grow, np.maximum(grow, -exit_lag[consumers[mine, 1]]))
             np.add.at(gap, consumers[mine, 1], grow)
-            exit_lag[idx[sel]] *= ratio
+            exit_lag[idx[sel]] *= per[idx[sel]]
             carried = mine & ~own
             np.add.at(exit_lag, consumers[carried, 1], grow[carried[mine]])  # the wire in its gap now
     devices = [Device(d.name, d.kind, d.rank, 1) if d.kind == DeviceKind.COMM else d for d in g.devices]
@@ -344,6 +350,14 @@ def _beta(t: Topology) -> float:
 def set_link(g: Graph, bandwidth: float | None = None, latency_us: float | None = None, which: str = "inter") -> Graph:
     """What if the ``which`` links ("inter", "intra", "all") had this bandwidth (B/s) / latency?"""
     return retime_collectives(g, current_topology(g).with_link(which, bandwidth, latency_us))
+
+
+def set_link_ratio(g: Graph, ratio: tuple[tuple[str, tuple[tuple[float, float], ...]], ...]) -> Graph:
+    """What if the link were the one ``ratio`` measured against the profiled one (``costmodel.topology.load_link_ratio``:
+    per kind and size, the target's time over the profiled link's)? Each collective's transfer and exit lag scale by it,
+    its fixed overhead stays; the profile's own fit stays the base, so what the job's collectives cost beyond the
+    calibration's carries over."""
+    return retime_collectives(g, replace(current_topology(g), link_ratio=ratio))
 
 
 def set_topology(g: Graph, topo: Topology) -> Graph:

@@ -13,6 +13,7 @@ fine-grained collectives, FSDP reshard). Two different ratios answer two questio
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable
@@ -20,12 +21,13 @@ from typing import Any, Callable
 from ..analysis import job_iteration_us
 from ..analysis.interval import link_residuals, predict_interval, run_level
 from ..costmodel.alphabeta import parse_bandwidth
-from ..costmodel.topology import CollectiveSpec, Topology, load_fsdp_costs, parse_topology, with_link_model
+from ..costmodel.topology import CollectiveSpec, Topology, load_fsdp_costs, load_link_ratio, parse_topology, with_link_model
 from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
+from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
 from ..passes import expand_collectives, partition_tensors, scale_compute, scale_workers, set_buckets, set_link, set_scheme, set_topology
-from ..passes.comm import current_topology, graph_world_size, hybrid, link_fit, priced_world_size
+from ..passes.comm import current_topology, graph_world_size, hybrid, link_fit, priced_world_size, set_link_ratio
 from ..passes.compute import share_cores
 from ..passes.data_parallel import conversion_note, parse_target, to_data_parallel, with_optimizer_state
 from ..passes.fsdp import UNMODELLED, refuse_unmodelled, scale_fsdp_workers, set_reduce_dtype, set_reshard
@@ -63,6 +65,7 @@ class Scenario:
     workers: int | None = None
     bandwidth: str | None = None  # as the user wrote it, e.g. 10Gbit (``costmodel.alphabeta.parse_bandwidth`` reads it)
     latency_us: float | None = None
+    link_to: str | None = None  # a `dagprof calibrate` file of the target link, against ``Cluster.link_from`` (costmodel.topology.load_link_ratio)
     bucket_mb: float | None = None  # inf: one bucket per step
     scheme: CollectiveSpec | None = None
     partition: int | None = None
@@ -86,6 +89,7 @@ class Cluster:
     link: str = "inter"  # which links bandwidth/latency change: inter, intra, all
     topology: str | None = None  # a file or presets like "nvlink/100gbe:8"
     link_model: str | None = None  # a `dagprof calibrate` file
+    link_from: str | None = None  # a `dagprof calibrate` file of the profiled link: ``Scenario.link_to`` scales prices by the two's ratio
     first_bucket_mb: float | None = None
     overlap: bool = True  # False: all-reduces start after the whole backward
     cores: int | None = None  # cores per host shared by its ranks
@@ -133,6 +137,14 @@ def _scheme(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
 
 
 def _link(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
+    if s.link_to is not None:
+        if s.bandwidth is not None or s.latency_us is not None:
+            raise DagprofError("--link-to gives the link: with --bandwidth or --latency in the same row it is not modelled")
+        if c.link_from is None:
+            raise DagprofError("--link-to needs --link-from: a dagprof calibrate file of the link the run was profiled on, measured alike")
+        if is_ps_graph(g):
+            raise DagprofError("--link-to on a parameter-server job is not modelled (its messages are priced on the link's fit)")
+        return set_link_ratio(g, load_link_ratio(c.link_from, s.link_to))
     if s.bandwidth is None and s.latency_us is None:
         return g
     return set_link(g, None if s.bandwidth is None else parse_bandwidth(s.bandwidth), s.latency_us, c.link)
@@ -207,6 +219,12 @@ def _dtype(text: str) -> str:
     return _DTYPES[text.lower()]
 
 
+def _calibration(text: str) -> str:
+    if not os.path.isfile(text):
+        raise ValueError(f"no such file: {text!r}")
+    return text
+
+
 def _bandwidth(text: str) -> str:
     parse_bandwidth(text)  # checked here, read by the pass: the table shows it as written
     return text
@@ -232,6 +250,9 @@ AXES: tuple[Axis, ...] = (
          f"{MAX_WORKERS:,}, {MAX_CONTENDED_WORKERS:,} with --cores", _workers),
     Axis("bandwidth", "--bandwidth", _bandwidth, "link bandwidth(s), e.g. 10Gbit,200Mbit,25GB/s", _link),
     Axis("latency_us", "--latency", finite_non_negative, "link latency in us (per message), e.g. 5,50", _link),
+    Axis("link_to", "--link-to", _calibration, "links measured by `dagprof calibrate` (files; with --link-from, the profiled link "
+         "measured alike): each collective and exit lag priced as profiled times what its kind and size took on FILE's link over "
+         "--link-from's, e.g. 200mbit.json", _link),
     Axis("bucket_mb", "--bucket-mb", positive_number, "DDP bucket cap(s) in MB (MiB, as DDP's bucket_cap_mb); 'inf' = one bucket per step",
          _buckets, unmodelled_on_fsdp="bucket_mb"),
     Axis("scheme", "--scheme", CollectiveSpec.parse, "collective algorithm(s): ring, tree, hier, ps:K (K servers)", _scheme, str,
@@ -412,7 +433,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
         row = {**s.label(), "workers": n, **interval.to_dict(), "iters_per_s": 1e6 / it,
                "speedup_vs_profiled": (n / n0) * model / it, "speedup_vs_one_worker": None if eff is None else n / unit * eff, "scaling_efficiency": eff,
                "vs_measured_pct": None if not measured_us else 100.0 * (it - measured_us) / measured_us, "seconds": time.perf_counter() - t1}
-        if caveat and (s.bandwidth is not None or s.latency_us is not None or s.workers not in (None, n0) or s.scheme is not None
+        if caveat and (s.bandwidth is not None or s.latency_us is not None or s.link_to is not None or s.workers not in (None, n0) or s.scheme is not None
                        or s.reduce_dtype is not None or s.data_parallel is not None or s.units is not None):
             row["caveat"] = caveat
         if s.data_parallel is not None and is_fsdp_graph(g0) != is_fsdp_graph(g):  # DDP <-> FSDP: the scenario's own record
@@ -436,8 +457,18 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     return {"workers": n0, "model_iter_ms": model / 1e3, "model_error_pct": model_error, "profiler_cost": profiler,
             "reference_iter_ms": None if not measured_us else measured_us / 1e3, "link": link_text(base_topo), "link_fit": link,
             "columns": COLUMNS, "scenarios": rows, "overlap_slowdown": cluster.slowdown, "overlap_rate_bytes_per_s": cluster.comm_rate,
-            "notes": _hybrid_notes(g0) + _conversion_notes(g0, scenarios, cluster) + _crowded_notes(g0) + _overlap_notes(cluster),
+            "notes": _hybrid_notes(g0) + _conversion_notes(g0, scenarios, cluster) + _crowded_notes(g0) + _overlap_notes(cluster)
+            + _link_to_notes(scenarios, cluster),
             "seconds": time.perf_counter() - t0}
+
+
+def _link_to_notes(scenarios: list[Scenario], c: Cluster) -> list[str]:
+    """What a ``--link-to`` row rests on: the two calibrations' ratio, not a fit."""
+    if not any(s.link_to is not None for s in scenarios):
+        return []
+    return [f"--link-to: each collective and exit lag as profiled times what its kind and size took on the row's link over "
+            f"--link-from's ({c.link_from}), the nearest swept sizes interpolated (beyond the sweep, its end's); the two files must "
+            "be measured alike (on a loaded machine each size's time grows by about the same amount on both links, and the ratio shrinks)"]
 
 
 def _overlap_notes(c: Cluster) -> list[str]:

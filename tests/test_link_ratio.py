@@ -1,0 +1,105 @@
+"""Another link measured against the profiled one (``whatif --link-from A --link-to B``): two ``dagprof calibrate`` files,
+one per link, give per kind and size the target's time over the profiled link's (``costmodel.topology.load_link_ratio``),
+and each collective's transfer and exit lag scale by it (``passes.comm.set_link_ratio``). On real recordings of the
+namespace testbed: tests/data/fsdp/testbed-calibrate (the two links calibrated with 2 ranks) and the FSDP2 job's
+profiles at 1 Gbit/s and 200 Mbit/s (tests/data/fsdp/testbed-alternating-*)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from testdata import DATA
+
+from dagprof.analysis import job_iteration_us
+from dagprof.cli.main import main
+from dagprof.costmodel.topology import load_link_ratio
+from dagprof.errors import DagprofError
+from dagprof.graph.build_fsdp import allreduce_equivalent_bytes, fsdp_collectives
+from dagprof.passes import set_link
+from dagprof.passes.comm import current_topology, exit_lags, set_link_ratio
+from dagprof.passes.fsdp import scale_fsdp_workers
+from dagprof.pipeline import open_run
+
+CAL = DATA / "fsdp" / "testbed-calibrate"
+FAST, SLOW = DATA / "fsdp" / "testbed-alternating-1gbit", DATA / "fsdp" / "testbed-alternating-200mbit"
+MiB = 2**20
+
+
+def ratio():
+    return load_link_ratio(CAL / "1gbit.json", CAL / "200mbit.json")
+
+
+def test_the_ratio_of_two_calibrations_per_kind_and_size():
+    """At a fifth of the rate a 1 MiB collective took about 5x as long, each kind measured on its own; an all-gather
+    keyed by its all-reduce-equivalent bytes (half its gathered tensor), as the graph prices it."""
+    table = dict(ratio())
+    assert set(table) == {"all_reduce", "all_gather", "reduce_scatter"}
+    at = {k: dict(points) for k, points in table.items()}
+    assert 4.5 < at["all_reduce"][MiB] < 6 and 4.5 < at["reduce_scatter"][MiB] < 6 and 4.5 < at["all_gather"][MiB / 2] < 6
+    assert all(r == 1.0 for _, r in load_link_ratio(CAL / "1gbit.json", CAL / "1gbit.json")[0][1])
+
+
+def test_calibrations_that_do_not_compare_are_refused_in_one_line(tmp_path):
+    doc = json.loads((CAL / "200mbit.json").read_text())
+    (tmp_path / "four.json").write_text(json.dumps(doc | {"workers": 4}))
+    with pytest.raises(DagprofError, match="same ranks") as err:
+        load_link_ratio(CAL / "1gbit.json", tmp_path / "four.json")
+    assert "\n" not in str(err.value)
+    (tmp_path / "fit.json").write_text(json.dumps({"alpha_us": 5.0, "beta_us_per_byte": 0.001, "workers": 2}))  # no sweep in it
+    with pytest.raises(DagprofError, match="not a live dagprof calibrate file"):
+        load_link_ratio(CAL / "1gbit.json", tmp_path / "fit.json")
+
+
+def test_each_collective_and_its_exit_lag_scale_by_its_kind_ratio_at_its_size():
+    g = open_run(FAST, template=True).graph
+    t = current_topology(g)
+    slow = set_link_ratio(g, ratio())
+    for kind in ("all_gather", "reduce_scatter"):
+        idx = np.array([c.node for c in fsdp_collectives(g) if c.kind == kind])
+        r = np.array([slow.meta.topology.ratio_at(kind, m) for m in allreduce_equivalent_bytes(g, idx)])
+        assert 4.5 < r.min() and r.max() < 6
+        base = set_link(g, bandwidth=t.inter.bandwidth_bytes_per_s)  # the profile priced on its own fit
+        assert slow.dur[idx] - t.overhead_us == pytest.approx((base.dur[idx] - t.overhead_us) * r, rel=1e-9)  # the overhead stays
+        assert slow.exit_lag[idx] == pytest.approx(g.exit_lag[idx] * r, rel=1e-9)
+        pairs, _ = exit_lags(g, idx)
+        grew = slow.gap[pairs[:, 1]] - g.gap[pairs[:, 1]]
+        assert grew == pytest.approx((np.repeat(r, np.bincount(np.searchsorted(idx, pairs[:, 0]))) - 1) * g.exit_lag[pairs[:, 0]], rel=1e-9)
+    same = load_link_ratio(CAL / "1gbit.json", CAL / "1gbit.json")
+    assert np.array_equal(set_link_ratio(g, same).gap, g.gap)  # a link measured against itself changes nothing
+    assert job_iteration_us(set_link_ratio(g, same)) == pytest.approx(job_iteration_us(set_link(g, bandwidth=t.inter.bandwidth_bytes_per_s)))
+
+
+def test_200mbit_predicted_from_the_1gbit_profile_on_the_two_calibrations():
+    """The averaged 1 Gbit/s profile against the 200 Mbit/s recording's iteration: -3.0 % with the fitted bandwidth
+    scaled by the rate ratio (the token bucket's 1 ms burst, a fixed time at either rate, scaled 5x with it), +1.0 % on
+    the two links' calibrations (load 2.6-3.1, measured after the recordings)."""
+    g = open_run(FAST, template=True).graph
+    measured = open_run(SLOW).analysis.measured_us
+    bw = current_topology(g).inter.bandwidth_bytes_per_s
+    by_rate = 100 * (job_iteration_us(set_link(g, bandwidth=bw / 5)) - measured) / measured
+    calibrated = 100 * (job_iteration_us(set_link_ratio(g, ratio())) - measured) / measured
+    assert abs(calibrated) < 2.5 and abs(calibrated) < abs(by_rate)
+
+
+def test_the_ratio_stays_when_the_workers_change():
+    g = set_link_ratio(open_run(FAST, template=True).graph, ratio())
+    four = scale_fsdp_workers(g, 4)
+    assert four.meta.topology.link_ratio == g.meta.topology.link_ratio
+    plain = scale_fsdp_workers(open_run(FAST, template=True).graph, 4)
+    idx = np.array([c.node for c in fsdp_collectives(four) if c.kind == "reduce_scatter"])
+    assert (four.dur[idx] > 4.5 * plain.dur[idx] - 4.5 * current_topology(plain).overhead_us).all()
+
+
+def test_whatif_link_to(capsys):
+    args = ["whatif", str(FAST), "--template", "--no-trace", "--allow-model-error", "--json"]
+    assert main(args + ["--link-from", str(CAL / "1gbit.json"), "--link-to", str(CAL / "200mbit.json")]) == 0
+    out = json.loads(capsys.readouterr().out)
+    row = out["scenarios"][0]
+    assert any(n.startswith("--link-to:") for n in out["notes"])
+    measured = open_run(SLOW).analysis.measured_us / 1e3
+    assert row["link_to"] == str(CAL / "200mbit.json") and abs(row["predicted_iter_ms"] - measured) < 0.03 * measured
+    assert main(args + ["--link-to", str(CAL / "200mbit.json")]) == 2
+    assert "--link-to needs --link-from" in capsys.readouterr().err
+    assert main(args + ["--link-from", str(CAL / "1gbit.json"), "--link-to", str(CAL / "200mbit.json"), "--bandwidth", "1Gbit"]) == 2
+    assert "with --bandwidth or --latency" in capsys.readouterr().err
