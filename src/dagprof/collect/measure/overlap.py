@@ -109,7 +109,7 @@ def measure_overlap(nbytes: int = 8 * 2**20, repeats: int = 4) -> Overlap:
                    chained_allreduce=[(size, float(us)) for size, us in zip(CHAINED_BYTES, t[2:])])
 
 
-CHAINED_BYTES = (4096, 65536)  # the range of PowerSGD's P and Q factors per bucket on the demo's and held-out models
+CHAINED_BYTES = (4096, 16384, 65536)  # the range of PowerSGD's P and Q factors per bucket on the demo's and held-out models
 
 
 def _chained_allreduce_us(nbytes: int, repeats: int, chain: int = 4) -> float:
