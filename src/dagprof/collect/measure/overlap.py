@@ -102,14 +102,23 @@ def measure_overlap(nbytes: int = 8 * 2**20, repeats: int = 4) -> Overlap:
         # B = A (1 + s f), f the loop's overlapped share: s per unit of overlap of the undisturbed time
         samples.append(max(beside - alone, 0.0) / max(alone, 1e-9) / max(both / max(beside, 1e-9), 1e-9))
     # every rank's view; the slowest governs the job
-    chained = [_chained_allreduce_us(size, repeats) for size in CHAINED_BYTES]
-    t = torch.tensor([statistics.median(samples), statistics.median(alone_s), *chained], dtype=torch.float64)
+    t = torch.tensor([statistics.median(samples), statistics.median(alone_s)], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return Overlap(float(t[0]), float(t[1]) * 1e6, samples, nbytes, comm, per_undisturbed=True,
-                   chained_allreduce=[(size, float(us)) for size, us in zip(CHAINED_BYTES, t[2:])])
+    return Overlap(float(t[0]), float(t[1]) * 1e6, samples, nbytes, comm, per_undisturbed=True, chained_allreduce=chained_allreduce(repeats))
 
 
 CHAINED_BYTES = (4096, 16384, 65536)  # the range of PowerSGD's P and Q factors per bucket on the demo's and held-out models
+
+
+def chained_allreduce(repeats: int = 4) -> list[tuple[int, float]]:
+    """(bytes, us per all-reduce) at each of ``CHAINED_BYTES`` when each all-reduce is issued from the previous one's
+    completion callback, the slowest rank's (every rank must call it)."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([_chained_allreduce_us(size, repeats) for size in CHAINED_BYTES], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return [(size, float(us)) for size, us in zip(CHAINED_BYTES, t)]
 
 
 def _chained_allreduce_us(nbytes: int, repeats: int, chain: int = 4) -> float:
