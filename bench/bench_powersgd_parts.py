@@ -19,10 +19,12 @@ kernels alone / with the hook measured whole, against rank 0 / rank 1: hook to t
 fitted on the buckets, has no latency) vs 819-3,477 + 2,282-2,371, the largest part left unpriced.
 The job then times small all-reduces chained by completion callbacks as ``overlap.json`` measures them for
 ``dagprof optimize`` (``collect.measure.overlap.chained_allreduce``) and a third prediction adds their median excess
-over the link model to each of the three all-reduces. At load 5.4 they took 296 / 1,674 / 3,084 us at 4 / 16 / 64 KiB:
-235 us more each, against 2-4 ms more in the hook (P 4,715 / 4,281, Q 1,945-4,447, the second bucket's uncompressed
-2,971 / 2,523): measured on ranks that start each chain together, it leaves out how far apart the two ranks reach
-each of the hook's all-reduces (each rank's CPU stretches between them differ by 0.5-1 ms under load).
+over the link model to each of the three all-reduces. On the quiet VM (load 0.0) they took 968 / 3,201 / 2,763 us at
+4 / 16 / 64 KiB, 793 us more each: the small all-reduces priced 77-351 us come out 869-1,143 us against 833-1,436
+measured (the first bucket's uncompressed one, 3,171 / 2,808, also waits for the peer's backward, which the replay's
+join models). Under load 5.4 they took 296 / 1,674 / 3,084 us (235 us more each) against 2-4 ms more in the hook:
+measured on ranks that start each chain together, it leaves out how far apart the two ranks reach each of the hook's
+all-reduces (each rank's CPU stretches between them differ by 0.5-1 ms under load).
 """
 from __future__ import annotations
 
