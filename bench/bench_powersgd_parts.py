@@ -17,6 +17,14 @@ kernels alone / with the hook measured whole, against rank 0 / rank 1: hook to t
 1,040 / 1,563 vs 2,600 / 2,100; unpack + middle 563 / 644 vs 848 / 672; decode 515 / 1,490 vs 2,251 /
 2,205; the P all-reduce 5,840 vs 6,892 / 6,162; the two small all-reduces 99 + 77 (the link model,
 fitted on the buckets, has no latency) vs 819-3,477 + 2,282-2,371, the largest part left unpriced.
+The job then times small all-reduces chained by completion callbacks as ``overlap.json`` measures them for
+``dagprof optimize`` (``collect.measure.overlap.chained_allreduce``) and a third prediction adds their median excess
+over the link model to each of the three all-reduces. On the quiet VM (load 0.0) they took 968 / 3,201 / 2,763 us at
+4 / 16 / 64 KiB, 793 us more each: the small all-reduces priced 77-351 us come out 869-1,143 us against 833-1,436
+measured (the first bucket's uncompressed one, 3,171 / 2,808, also waits for the peer's backward, which the replay's
+join models). Under load 5.4 they took 296 / 1,674 / 3,084 us (235 us more each) against 2-4 ms more in the hook:
+measured on ranks that start each chain together, it leaves out how far apart the two ranks reach each of the hook's
+all-reduces (each rank's CPU stretches between them differ by 0.5-1 ms under load).
 """
 from __future__ import annotations
 
@@ -27,6 +35,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -40,6 +49,7 @@ def job(out: str, rank: int, steps: int) -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from dagprof.collect.deploy.apply import chained
+    from dagprof.collect.measure.overlap import chained_allreduce
 
     sys.path.insert(0, HERE)
     from fsdp1_heldout import CTR
@@ -83,6 +93,7 @@ def job(out: str, rank: int, steps: int) -> None:
         loss.backward()
         opt.step()
     dist.all_reduce = plain
+    chained = chained_allreduce()  # what dagprof measures on a job's group (overlap.json), here on this one
     parts: dict[int, dict[str, list[float]]] = {}
     occ: dict[int, dict] = {}
     for b, what, t in ev:
@@ -97,7 +108,8 @@ def job(out: str, rank: int, steps: int) -> None:
                          ("middle", i[2] - d[1]), ("allreduce_q", d[2] - i[2]), ("decode", t - d[2]), ("total", t - o["t0"])):
                 p.setdefault(k, []).append(v * 1e6)
     with open(f"{out}.{dist.get_rank()}", "w") as f:
-        json.dump({str(b): {k: statistics.median(v[2:] or v) for k, v in p.items()} for b, p in parts.items()}, f)
+        json.dump({"chained_allreduce": chained,
+                   **{str(b): {k: statistics.median(v[2:] or v) for k, v in p.items()} for b, p in parts.items()}}, f)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -119,7 +131,7 @@ def main() -> int:
     from dagprof.collect.measure.codec_costs import measure_codec_costs
     from dagprof.costmodel.codecs import CodecCosts
     from dagprof.passes.bucket_plan import BucketSlots
-    from dagprof.passes.compression import powersgd_parts
+    from dagprof.passes.compression import chained_latency_us, powersgd_parts
     from dagprof.passes.gradients import gradient_order
     from dagprof.pipeline import open_run
 
@@ -143,28 +155,31 @@ def main() -> int:
                              {r: {n: type(c)(c.encode_us, c.middle_us, c.decode_us) for n, c in per.items()} for r, per in costs.powersgd.items()},
                              costs.copy_us_per_byte)  # the old pricing: the kernels alone
         price = BucketSlots(p.graph, order, costs).price
+        pairs = tuple((int(b), float(us)) for b, us in measured[0]["chained_allreduce"])  # every rank's is the slowest's
+        latency = chained_latency_us(replace(costs, chained_allreduce=pairs), price)
         rows = []
         for b, (first, last) in enumerate(order.bucket_params(order.profiled_ends)):
             pred = {}
-            for label, c in (("kernels", kernels), ("whole", costs)):
+            for label, c, lat in (("kernels", kernels, 0.0), ("whole", costs, 0.0), ("latency", costs, latency)):
                 x = powersgd_parts(order, first, last, args.rank, c)
-                pred[label] = {"issue": x.issue_us, "allreduce_unc": price(x.uncompressed * 4), "allreduce_p": price(x.p * 4),
-                               "middle": x.middle_us, "allreduce_q": price(x.q * 4), "decode": x.decode_us}
+                pred[label] = {"issue": x.issue_us, "allreduce_unc": price(x.uncompressed * 4) + lat, "allreduce_p": price(x.p * 4) + lat,
+                               "middle": x.middle_us, "allreduce_q": price(x.q * 4) + lat, "decode": x.decode_us}
                 pred[label]["total"] = sum(pred[label].values())
             idx = str(b)  # DDP numbers its rebuilt buckets in gradient-ready order, as ``order`` lists them
             rows.append({"bucket": order.params[first] + ".." + order.params[last], "predicted": pred,
                          "measured": [m.get(idx, {}) for m in measured]})
     print(f"PowerSGD rank {args.rank}, 2 ranks, {args.link}, load average {load:.1f}: per bucket and part, us per compressed step "
-          "(predicted: kernels alone / torch's hook measured whole; measured: rank 0 / rank 1 medians)")
+          "(predicted: kernels alone / torch's hook measured whole / and each all-reduce paying the chained latency the job's group "
+          f"measured, {latency:.0f} us from {', '.join(f'{b // 1024} KiB {us:.0f}' for b, us in pairs)}; measured: rank 0 / rank 1 medians)")
     for r in rows:
         print(f"bucket {r['bucket']}")
         for k in ("issue", "allreduce_unc", "unpack", "allreduce_p", "middle", "allreduce_q", "decode", "total"):
-            a, w = r["predicted"]["kernels"].get(k), r["predicted"]["whole"].get(k)
+            a, w, lt = (r["predicted"][x].get(k) for x in ("kernels", "whole", "latency"))
             m = [x.get(k) for x in r["measured"]]
             fmt = lambda v: f"{v:8.0f}" if v is not None else "       -"  # noqa: E731
-            print(f"  {k:<14} predicted {fmt(a)} / {fmt(w)}   measured {fmt(m[0])} / {fmt(m[1])}")
+            print(f"  {k:<14} predicted {fmt(a)} / {fmt(w)} / {fmt(lt)}   measured {fmt(m[0])} / {fmt(m[1])}")
     if args.json:
-        print(json.dumps({"load": load, "rows": rows}))
+        print(json.dumps({"load": load, "chained_allreduce": pairs, "latency_us": latency, "rows": rows}))
     return 0
 
 

@@ -1,5 +1,7 @@
 """The optimizer's passes on a real profile (the session's tiny 2-rank DDP run): bucket slots,
 compression pricing, recomputation, accumulation, scheduling, and incremental replay of candidates."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from testdata import DATA
@@ -10,7 +12,7 @@ from dagprof.errors import DagprofError
 from dagprof.passes import set_buckets
 from dagprof.passes.accumulate import accumulate_gradients
 from dagprof.passes.bucket_plan import BucketSlots, Plan, set_bucket_layout
-from dagprof.passes.compression import Codec, bucket_cost, powersgd_parts
+from dagprof.passes.compression import Codec, bucket_cost, chained_latency_us, powersgd_parts
 from dagprof.passes.recompute import RecomputeSlots, recompute, segments
 from dagprof.passes.schedule import set_comm_priority
 from dagprof.pipeline import open_run
@@ -117,6 +119,23 @@ def test_powersgd_buckets_follow_the_chained_hook(order):
     assert first.channel_us == pytest.approx(3.0 + c1 * (2.0 + 3.0))
     assert later.encode_us == 0.0  # the last bucket: nothing left to steal from
     assert later.channel_us == pytest.approx(3.0 + c2 * (1.0 + 2.0 + 3.0))  # its hook waits for the previous bucket
+
+
+def test_powersgd_all_reduces_pay_the_chained_latency_the_job_measured(order, tmp_path):
+    """Each of PowerSGD's three all-reduces pays what a small all-reduce chained by completion callbacks took in the
+    job's group beyond the link model's price (the median over the measured sizes); the codec-cost file (the machine's)
+    does not keep it."""
+    costs = CodecCosts({}, {}, {2: {p: PowerSGDCost(1.0, 2.0, 3.0) for p in order.params}}, 0.0)
+    measured = replace(costs, chained_allreduce=((4096, 500.0), (65536, 900.0), (1 << 20, 0.5)))
+    price = lambda nb: 1.0  # noqa: E731
+    assert chained_latency_us(costs, price) == 0.0  # not measured: priced as before
+    assert chained_latency_us(measured, price) == pytest.approx(499.0)  # median of 499, 899 and 0 (never below the link)
+    plain = bucket_cost(order, 0, len(order) - 1, Codec("powersgd", 2), 1, price, costs)
+    paid = bucket_cost(order, 0, len(order) - 1, Codec("powersgd", 2), 1, price, measured)
+    assert paid.channel_us == pytest.approx(plain.channel_us + 3 * 499.0) and paid.encode_us == plain.encode_us
+    assert measured.scaled(2.0).chained_allreduce == measured.chained_allreduce  # measured in the job already
+    measured.save(str(tmp_path / "c.json"))
+    assert CodecCosts.load(str(tmp_path / "c.json")).chained_allreduce == ()
 
 
 def test_powersgd_priced_as_torchs_hook_measured_whole(order):

@@ -18,10 +18,14 @@ there, before the all-reduce is issued) and ``channel`` time on the communicatio
   backward still runs (every bucket but the one the last gradient closes) their CPU -- and a
   chained hook's -- is charged to the training thread too; after it, the training thread only waits.
   The costs are measured on an idle core; under contention they grow, and PowerSGD's prediction is
-  the least sure of the codecs.
+  the least sure of the codecs. Each of the three all-reduces also pays what a small all-reduce issued from a
+  completion callback took in the job's group beyond the link model's price (``chained_latency_us``): the link
+  model is fitted on DDP's buckets, whose transfers hide gloo's thread hand-offs and wake-ups; PowerSGD's factors
+  are small and pay them whole (on the testbed under load 7, 1-4 ms each against 0.1-0.4 ms priced).
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import Callable
 
@@ -107,7 +111,16 @@ def _powersgd(order: GradientOrder, first: int, last: int, rank: int, price: Cal
     es = order.element_size
     chained = first > 0  # a later bucket's hook runs when the previous bucket completed, on the channel's sequence
     hook = parts.issue_us if chained else 0.0
-    channel = hook + price(parts.uncompressed * es) + price(parts.p * es) + parts.middle_us + price(parts.q * es) + parts.decode_us
+    transfers = price(parts.uncompressed * es) + price(parts.p * es) + price(parts.q * es) + 3 * chained_latency_us(costs, price)
+    channel = hook + transfers + parts.middle_us + parts.decode_us
     # While backward runs, the channel's CPU work takes the training thread's core too; after the last gradient it only waits.
     steal = hook + parts.middle_us + parts.decode_us if last < len(order) - 1 else 0.0
     return BucketCost(parts.issue_us - hook + steal, channel, int((parts.uncompressed + parts.p + parts.q) * es))
+
+
+def chained_latency_us(costs: CodecCosts, price: Callable[[float], float]) -> float:
+    """What a small all-reduce issued from a completion callback took in the job's group beyond ``price`` (the link
+    model), the median over the measured sizes; 0 where the job measured none (``CodecCosts.chained_allreduce``)."""
+    if not costs.chained_allreduce:
+        return 0.0
+    return statistics.median(max(0.0, us - price(nbytes)) for nbytes, us in costs.chained_allreduce)

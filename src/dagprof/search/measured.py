@@ -4,6 +4,7 @@ codecs' costs (``collect.measure.codec_costs``), scaled to the job's load."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 from ..collect.measure.overlap import Overlap, load_overlap, overlap_from_table
 from ..costmodel.codecs import CodecCosts, powersgd_split
@@ -44,9 +45,14 @@ NOT_MEASURED = ("the backward's slowdown beside in-flight collectives is not mea
 
 def in_job(costs: CodecCosts | None, run: Run) -> CodecCosts | None:
     """Codec costs as they run inside the job: scaled by how much slower the job's busy cores ran the
-    reference op than the idle core that measured the codecs (never faster)."""
+    reference op than the idle core that measured the codecs (never faster), with the chained small all-reduces
+    the job's group measured."""
     m = _measured(run)
-    if costs is None or m is None or not m.matmul_us or not costs.reference_op_us:
+    if costs is None or m is None:
+        return costs
+    if m.chained_allreduce:  # PowerSGD's small all-reduces as they ran in the job's group
+        costs = replace(costs, chained_allreduce=tuple((int(b), float(us)) for b, us in m.chained_allreduce))
+    if not m.matmul_us or not costs.reference_op_us:
         return costs
     return costs.scaled(max(1.0, m.matmul_us / costs.reference_op_us))
 

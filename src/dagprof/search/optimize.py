@@ -173,6 +173,10 @@ def search(g: Graph, order: GradientOrder, opts: Options | None = None, costs: C
         if costs is None:
             raise DagprofError("--allow-lossy needs the measured codec costs")
         codecs += [Codec("fp16"), Codec("bf16")] + [Codec("powersgd", r) for r in opts.powersgd_ranks]
+        if opts.powersgd_ranks and costs.chained_allreduce:
+            notes.append("PowerSGD's three all-reduces per bucket each pay the latency beyond the link model that small all-reduces "
+                         "chained by completion callbacks measured in the job's group (" +
+                         ", ".join(f"{b // 1024} KiB {us / 1e3:.1f} ms" for b, us in costs.chained_allreduce) + ")")
     memory = None
     cand_segments: list[Segment] = []
     if opts.memory_budget is not None:

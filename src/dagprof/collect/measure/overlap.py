@@ -9,7 +9,10 @@ of its time takes (1 + slowdown * f) times as long. ``passes.overlap`` applies i
 job measures it on its own group (``measure_into``); for any other job ``dagprof calibrate --overlap``
 does, on ranks of its own on the job's cluster (dagprof never adds collectives to a user's process group).
 It also times the loop's op undisturbed (``matmul_us``; in the demo job, the yardstick for costs measured
-on an idle core, gradient codecs: in the job they run that much slower).
+on an idle core, gradient codecs: in the job they run that much slower), and small all-reduces each issued from the
+previous one's completion callback (``chained_allreduce``), as PowerSGD's hook issues its P and Q all-reduces: on the
+testbed's 200 Mbit/s link under load 7 a 16 KiB one took 2.7 ms where the link model fitted on the job's buckets
+prices 0.7 ms (gloo's thread hand-offs and wake-ups, which a bucket's transfer hides and a small message pays whole).
 """
 from __future__ import annotations
 
@@ -39,6 +42,8 @@ class Overlap(msgspec.Struct, frozen=True):
     # False (files written before): each sample was (beside - alone) / beside, the extra time over the disturbed loop;
     # the model's slowdown is per unit of the undisturbed time, (beside - alone) / alone over the overlapped share
     per_undisturbed: bool = False
+    # (bytes, us per all-reduce) of small all-reduces chained by completion callbacks, the slowest rank's (empty: not measured)
+    chained_allreduce: list[tuple[int, float]] = msgspec.field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.per_undisturbed and self.slowdown >= 1.0:  # (B - A) / B is below 1
@@ -99,7 +104,50 @@ def measure_overlap(nbytes: int = 8 * 2**20, repeats: int = 4) -> Overlap:
     # every rank's view; the slowest governs the job
     t = torch.tensor([statistics.median(samples), statistics.median(alone_s)], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return Overlap(float(t[0]), float(t[1]) * 1e6, samples, nbytes, comm, per_undisturbed=True)
+    return Overlap(float(t[0]), float(t[1]) * 1e6, samples, nbytes, comm, per_undisturbed=True, chained_allreduce=chained_allreduce(repeats))
+
+
+CHAINED_BYTES = (4096, 16384, 65536)  # the range of PowerSGD's P and Q factors per bucket on the demo's and held-out models
+
+
+def chained_allreduce(repeats: int = 4) -> list[tuple[int, float]]:
+    """(bytes, us per all-reduce) at each of ``CHAINED_BYTES`` when each all-reduce is issued from the previous one's
+    completion callback, the slowest rank's (every rank must call it)."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([_chained_allreduce_us(size, repeats) for size in CHAINED_BYTES], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return [(size, float(us)) for size, us in zip(CHAINED_BYTES, t)]
+
+
+def _chained_allreduce_us(nbytes: int, repeats: int, chain: int = 4) -> float:
+    """Median microseconds per all-reduce of ``nbytes`` when each is issued from the previous one's completion
+    callback (every rank must call it)."""
+    import threading
+
+    import torch
+    import torch.distributed as dist
+
+    buf = torch.ones(nbytes // 4)
+    dist.all_reduce(buf)
+    per = []
+    for _ in range(max(repeats, 3)):
+        dist.barrier()
+        done = threading.Event()
+
+        def issue(k: int) -> None:
+            if k == chain:
+                done.set()
+            else:
+                dist.all_reduce(buf, async_op=True).get_future().then(lambda _: issue(k + 1))
+
+        t0 = time.perf_counter()
+        issue(0)
+        if not done.wait(600):
+            raise DagprofError(f"chained all-reduces of {nbytes} bytes did not complete in 10 minutes")
+        per.append((time.perf_counter() - t0) / chain)
+    return statistics.median(per) * 1e6
 
 
 def measure_into(folder: str, rank: int) -> None:
