@@ -240,7 +240,7 @@ def predict(run: str, cells: list[tuple[int, str]], cores: int, calibrated: dict
     --link-from --link-to`` prices it (each collective and exit lag as profiled times the two files' ratio at its kind and
     size), else by the fitted bandwidth scaled by the rate ratio."""
     from dagprof.analysis import job_iteration_us
-    from dagprof.costmodel.topology import load_link_ratio
+    from dagprof.costmodel.topology import read_link_model
     from dagprof.passes import set_link
     from dagprof.passes.comm import current_topology, set_link_ratio
     from dagprof.passes.compute import share_cores
@@ -257,7 +257,7 @@ def predict(run: str, cells: list[tuple[int, str]], cores: int, calibrated: dict
     calibrated = calibrated or {}
     for ranks, rate in cells:
         if rate != PROFILED[1] and rate in calibrated and PROFILED[1] in calibrated:
-            g = set_link_ratio(base, load_link_ratio(calibrated[PROFILED[1]], calibrated[rate]))
+            g = set_link_ratio(base, read_link_model(calibrated[PROFILED[1]]).ratio_to(read_link_model(calibrated[rate])))
         else:
             g = set_link(base, bandwidth=bw * RATES[rate] / RATES[PROFILED[1]])
         if ranks != PROFILED[0]:

@@ -11,7 +11,7 @@ from testdata import DATA
 from dagprof.cli.main import main
 from dagprof.costmodel.alphabeta import AlphaBeta
 from dagprof.costmodel.collectives import allreduce_us
-from dagprof.costmodel.topology import LINK_MODEL_VERSION, load_kind_links, load_kind_scale, load_link_model, save_link_model
+from dagprof.costmodel.topology import LINK_MODEL_VERSION, read_link_model, save_link_model
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import fsdp_collectives
@@ -35,26 +35,26 @@ def test_calibrate_sweeps_each_kind_on_a_live_gloo_group(capsys, tmp_path):
     doc = json.loads(out.read_text())
     assert doc["version"] == 2 and set(doc["kinds"]) == {"all_gather", "reduce_scatter"}
     assert [m for m, _ in doc["kinds"]["all_gather"]["points"]] == [4096, 16384, 65536]  # the whole tensor's bytes
-    assert dict(load_kind_links(out))["all_gather"] == AlphaBeta(r["kinds"][0]["alpha_us"], doc["kinds"]["all_gather"]["beta_us_per_byte"])
+    assert dict(read_link_model(out).kinds)["all_gather"] == AlphaBeta(r["kinds"][0]["alpha_us"], doc["kinds"]["all_gather"]["beta_us_per_byte"])
 
 
 def test_link_model_file_round_trip(tmp_path):
     v2 = save_link_model(tmp_path / "v2.json", LINK, kinds={"all_gather": (SLOW_GATHER, {"points": [[4096, 500.0]], "skew_us": [3.0]})},
                          method="test")
-    assert load_link_model(v2) == LINK and load_kind_links(v2) == (("all_gather", SLOW_GATHER),)
+    assert read_link_model(v2).link == LINK and read_link_model(v2).kinds == (("all_gather", SLOW_GATHER),)
     v1 = save_link_model(tmp_path / "v1.json", LINK, method="test")
-    assert "version" not in json.loads(open(v1).read()) and load_kind_links(v1) == ()
+    assert "version" not in json.loads(open(v1).read()) and read_link_model(v1).kinds == ()
     for bad, message in (({"version": LINK_MODEL_VERSION + 1}, "newer"), ({"kinds": {"broadcast": {"alpha_us": 1, "beta_us_per_byte": 0}}}, "kinds")):
         p = tmp_path / "bad.json"
         p.write_text(json.dumps({"alpha_us": 1.0, "beta_us_per_byte": 1e-3, **bad}))
         with pytest.raises(DagprofError, match=message):
-            load_kind_links(p)
+            read_link_model(p)
     for points in ([["x", 500.0]], [[4096]], "abc"):  # a version-3 file's sweep points, damaged: one line, never a traceback
         p = tmp_path / "bad3.json"
         p.write_text(json.dumps({"alpha_us": 1.0, "beta_us_per_byte": 1e-3, "version": 3,
                                  "kinds": {"all_gather": {"alpha_us": 1.0, "beta_us_per_byte": 1e-3, "points": points}}}))
         with pytest.raises(DagprofError, match="points must be"):
-            load_kind_scale(p)
+            read_link_model(p)
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from testdata import DATA
 
 from dagprof.cli.main import main
 from dagprof.costmodel.alphabeta import AlphaBeta
-from dagprof.costmodel.topology import load_fsdp_costs, load_kind_links, load_link_model, save_link_model
+from dagprof.costmodel.topology import read_link_model, save_link_model
 from dagprof.errors import DagprofError
 from dagprof.pipeline import open_run
 from dagprof.search.measured import NOT_MEASURED, overlap_of, slowdown_of
@@ -48,8 +48,8 @@ def test_calibrate_overlap_writes_the_slowdown_into_the_link_model(calibrated):
     # small all-reduces chained by completion callbacks, as PowerSGD's hook issues them: what each took on these ranks
     assert [b for b, _ in o["chained_allreduce"]] == [4096, 16384, 65536] and all(us > 0 for _, us in o["chained_allreduce"])
     # the rest of the file reads as before
-    assert load_link_model(out).bandwidth_bytes_per_s > 0 and [k for k, _ in load_kind_links(out)] == ["all_gather"]
-    assert load_fsdp_costs(out) is None
+    assert read_link_model(out).link.bandwidth_bytes_per_s > 0 and [k for k, _ in read_link_model(out).kinds] == ["all_gather"]
+    assert read_link_model(out).fsdp is None
 
 
 def test_optimize_prices_the_overlap_by_the_calibrated_slowdown(calibrated, prof):

@@ -15,7 +15,7 @@ from dagprof.cli.main import main
 from dagprof.collect.measure.calibrate import _slowest_each
 from dagprof.costmodel.alphabeta import AlphaBeta, ring_allreduce_us
 from dagprof.costmodel.fsdp_costs import FsdpCosts, StepFit
-from dagprof.costmodel.topology import load_fsdp_costs, load_kind_links, save_link_model
+from dagprof.costmodel.topology import read_link_model, save_link_model
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import allreduce_equivalent_bytes, fsdp_collectives
@@ -96,8 +96,8 @@ def test_link_model_files_old_and_new(ddp, tmp_path):
     v3 = save_link_model(tmp_path / "v3.json", LINK, kinds={"all_gather": (LINK, {})}, fsdp=COSTS, fsdp_record={"copy_out_points": [[1, 2.0]]})
     doc = json.loads(open(v3).read())
     assert doc["version"] == 3 and doc["fsdp"]["copy_out_points"] == [[1, 2.0]]
-    assert load_fsdp_costs(v3) == COSTS and load_kind_links(v3) == load_kind_links(v2)
-    assert load_fsdp_costs(v1) is None and load_fsdp_costs(v2) is None
+    assert read_link_model(v3).fsdp == COSTS and read_link_model(v3).kinds == read_link_model(v2).kinds
+    assert read_link_model(v1).fsdp is None and read_link_model(v2).fsdp is None
     s = Scenario(data_parallel="fsdp")
     for old in (v1, v2):  # priced as before this version: the profile's own rules, on the file's links
         c = Cluster(link_model=str(old))
@@ -112,11 +112,11 @@ def test_link_model_files_old_and_new(ddp, tmp_path):
     assert [n for n in notes[str(v1)] if n.startswith("--data-parallel fsdp") and "slower than predicted" in n]
     older = tmp_path / "v3-before-growth.json"  # a version-3 file written before the units of MBs were measured: no growth
     older.write_text(json.dumps({**doc, "fsdp": {k: v for k, v in doc["fsdp"].items() if not k.endswith("_per_byte") or k.startswith("copy")}}))
-    assert load_fsdp_costs(older) == COSTS and COSTS.unit_forward_us_per_byte == COSTS.unit_backward_us_per_byte == 0.0
+    assert read_link_model(older).fsdp == COSTS and COSTS.unit_forward_us_per_byte == COSTS.unit_backward_us_per_byte == 0.0
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({**doc, "fsdp": {"world": 2}}))
     with pytest.raises(DagprofError, match="bad fsdp entry"):
-        load_fsdp_costs(bad)
+        read_link_model(bad)
 
 
 def test_calibrate_measures_fsdp_on_a_live_gloo_group(capsys, tmp_path):
@@ -124,7 +124,7 @@ def test_calibrate_measures_fsdp_on_a_live_gloo_group(capsys, tmp_path):
     assert main(["calibrate", "--world", "2", "--max-mb", "0.0625", "--iters", "2", "--kinds", "all_gather", "--fsdp",
                  "-o", str(out), "--json"]) == 0
     r = json.loads(capsys.readouterr().out)["fsdp"]
-    costs = load_fsdp_costs(out)
+    costs = read_link_model(out).fsdp
     assert costs.world == 2 and costs.copy_out_us_per_byte > 0
     for fit in (costs.plain_step, costs.dtensor_step):
         assert fit.us_per_tensor >= 0 and fit.us_per_byte >= 0 and fit.us(8, 1 << 20) > 0

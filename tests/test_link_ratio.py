@@ -1,5 +1,5 @@
 """Another link measured against the profiled one (``whatif --link-from A --link-to B``): two ``dagprof calibrate`` files,
-one per link, give per kind and size the target's time over the profiled link's (``costmodel.topology.load_link_ratio``),
+one per link, give per kind and size the target's time over the profiled link's (``costmodel.topology.LinkModelFile.ratio_to``),
 and each collective's transfer and exit lag scale by it (``passes.comm.set_link_ratio``). On real recordings of the
 namespace testbed: tests/data/fsdp/testbed-calibrate (the two links calibrated with 2 ranks) and the FSDP2 job's
 profiles at 1 Gbit/s and 200 Mbit/s (tests/data/fsdp/testbed-alternating-*)."""
@@ -13,7 +13,7 @@ from testdata import DATA
 
 from dagprof.analysis import job_iteration_us
 from dagprof.cli.main import main
-from dagprof.costmodel.topology import load_link_ratio
+from dagprof.costmodel.topology import read_link_model
 from dagprof.errors import DagprofError
 from dagprof.graph.build_fsdp import allreduce_equivalent_bytes, fsdp_collectives
 from dagprof.passes import set_link
@@ -27,7 +27,7 @@ MiB = 2**20
 
 
 def ratio():
-    return load_link_ratio(CAL / "1gbit.json", CAL / "200mbit.json")
+    return read_link_model(CAL / "1gbit.json").ratio_to(read_link_model(CAL / "200mbit.json"))
 
 
 def test_the_ratio_of_two_calibrations_per_kind_and_size():
@@ -37,18 +37,18 @@ def test_the_ratio_of_two_calibrations_per_kind_and_size():
     assert set(table) == {"all_reduce", "all_gather", "reduce_scatter"}
     at = {k: dict(points) for k, points in table.items()}
     assert 4.5 < at["all_reduce"][MiB] < 6 and 4.5 < at["reduce_scatter"][MiB] < 6 and 4.5 < at["all_gather"][MiB / 2] < 6
-    assert all(r == 1.0 for _, r in load_link_ratio(CAL / "1gbit.json", CAL / "1gbit.json")[0][1])
+    assert all(r == 1.0 for _, r in read_link_model(CAL / "1gbit.json").ratio_to(read_link_model(CAL / "1gbit.json"))[0][1])
 
 
 def test_calibrations_that_do_not_compare_are_refused_in_one_line(tmp_path):
     doc = json.loads((CAL / "200mbit.json").read_text())
     (tmp_path / "four.json").write_text(json.dumps(doc | {"workers": 4}))
     with pytest.raises(DagprofError, match="same ranks") as err:
-        load_link_ratio(CAL / "1gbit.json", tmp_path / "four.json")
+        read_link_model(CAL / "1gbit.json").ratio_to(read_link_model(tmp_path / "four.json"))
     assert "\n" not in str(err.value)
     (tmp_path / "fit.json").write_text(json.dumps({"alpha_us": 5.0, "beta_us_per_byte": 0.001, "workers": 2}))  # no sweep in it
     with pytest.raises(DagprofError, match="not a live dagprof calibrate file"):
-        load_link_ratio(CAL / "1gbit.json", tmp_path / "fit.json")
+        read_link_model(CAL / "1gbit.json").ratio_to(read_link_model(tmp_path / "fit.json"))
 
 
 def test_each_collective_and_its_exit_lag_scale_by_its_kind_ratio_at_its_size():
@@ -65,7 +65,7 @@ def test_each_collective_and_its_exit_lag_scale_by_its_kind_ratio_at_its_size():
         pairs, _ = exit_lags(g, idx)
         grew = slow.gap[pairs[:, 1]] - g.gap[pairs[:, 1]]
         assert grew == pytest.approx((np.repeat(r, np.bincount(np.searchsorted(idx, pairs[:, 0]))) - 1) * g.exit_lag[pairs[:, 0]], rel=1e-9)
-    same = load_link_ratio(CAL / "1gbit.json", CAL / "1gbit.json")
+    same = read_link_model(CAL / "1gbit.json").ratio_to(read_link_model(CAL / "1gbit.json"))
     assert np.array_equal(set_link_ratio(g, same).gap, g.gap)  # a link measured against itself changes nothing
     assert job_iteration_us(set_link_ratio(g, same)) == pytest.approx(job_iteration_us(set_link(g, bandwidth=t.inter.bandwidth_bytes_per_s)))
 

@@ -14,9 +14,9 @@ from dagprof.costmodel.topology import (
     Scheme,
     Topology,
     fit_sweep,
-    load_link_model,
     load_topology,
     parse_topology,
+    read_link_model,
     save_link_model,
 )
 from dagprof.errors import DagprofError
@@ -63,11 +63,16 @@ def test_parse_topology_presets_and_scaling():
 def test_link_model_file_by_workers(tmp_path):
     p = tmp_path / "m.json"
     save_link_model(p, AlphaBeta(1, 1e-3), by_workers={2: AlphaBeta(2, 2e-3), 8: AlphaBeta(8, 8e-3)}, method="test")
-    assert load_link_model(p) == AlphaBeta(1, 1e-3)
-    assert load_link_model(p, 3) == AlphaBeta(2, 2e-3)
-    assert load_link_model(p, 64) == AlphaBeta(8, 8e-3)
+    assert read_link_model(p).link == AlphaBeta(1, 1e-3)
+    assert read_link_model(p).link_for(3) == AlphaBeta(2, 2e-3)
+    assert read_link_model(p).link_for(64) == AlphaBeta(8, 8e-3)
+    assert read_link_model(p).links_by_workers() == {2: AlphaBeta(2, 2e-3), 8: AlphaBeta(8, 8e-3)}
+    bad = tmp_path / "bad.json"  # every section is checked on reading, whichever a caller asks for
+    bad.write_text(json.dumps({**json.loads(p.read_text()), "by_workers": {"two": {"alpha_us": 1, "beta_us_per_byte": 1e-3}}}))
+    with pytest.raises(DagprofError, match="worker count 'two' is not a positive integer"):
+        read_link_model(bad)
     with pytest.raises(DagprofError):
-        load_link_model(tmp_path / "missing.json")
+        read_link_model(tmp_path / "missing.json")
 
 
 def test_sweep_fit_trusts_large_messages_for_bandwidth():

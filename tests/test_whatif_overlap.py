@@ -95,7 +95,7 @@ def test_testbed_prices_4_ranks_on_the_swept_link_by_their_own_sweep():
     import run
 
     from dagprof.collect.measure.calibrate import fit
-    from dagprof.costmodel.topology import load_link_model
+    from dagprof.costmodel.topology import read_link_model
 
     with open(ROUND / "results.json") as f:
         sweep_points = json.load(f)[1]
@@ -103,6 +103,6 @@ def test_testbed_prices_4_ranks_on_the_swept_link_by_their_own_sweep():
     args = (str(RUN), (2, "1Gbit", 1.0), sweep_points, "unlimited", cells, 2)
     rule, _, _ = run.predict(*args, raw=True)
     measured, _, _ = run.predict(*args, raw=True, calibrated={(4, "unlimited"): str(UNSHAPED4)})
-    assert load_link_model(UNSHAPED4, 4).beta_us_per_byte < 2 * fit([tuple(p) for p in sweep_points], 2).beta_us_per_byte
+    assert read_link_model(UNSHAPED4).link_for(4).beta_us_per_byte < 2 * fit([tuple(p) for p in sweep_points], 2).beta_us_per_byte
     assert measured[cells[0]] < rule[cells[0]] * 0.95
     assert measured[cells[1]] == pytest.approx(rule[cells[1]], rel=1e-9)  # its slowdown: none measured for 4 ranks at 1 Gbit/s

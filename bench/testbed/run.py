@@ -162,7 +162,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     from dagprof.analysis.interval import link_residuals, predict_interval, run_level
     from dagprof.collect.measure.calibrate import fit
     from dagprof.costmodel.alphabeta import AlphaBeta, ring_allreduce_us
-    from dagprof.costmodel.topology import Topology, load_link_model
+    from dagprof.costmodel.topology import Topology, read_link_model
     from dagprof.passes import fit_topology, scale_workers, set_buckets, set_topology
     from dagprof.passes.average_steps import average_steps
     from dagprof.passes.compute import share_cores
@@ -210,7 +210,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
                 raise ValueError(f"no measurement covers the link {rate}")
             link = links[shaped].from_bandwidth(links[shaped].bandwidth_bytes_per_s * RATES[rate] / RATES[shaped], links[shaped].alpha_us)
         if rate == swept and ranks != prof_ranks and (ranks, rate) in calibrated:  # this rank count's own sweep of the link
-            link = load_link_model(calibrated[(ranks, rate)], ranks)
+            link = read_link_model(calibrated[(ranks, rate)]).link_for(ranks)
         elif RATES[rate] is None and ranks > cores:  # an unshaped link is CPU work: 'ranks' copiers share 'cores'
             link = AlphaBeta(link.alpha_us, link.beta_us_per_byte * ranks / cores)
 

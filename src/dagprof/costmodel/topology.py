@@ -76,7 +76,7 @@ class Topology:
     ``kind_scale``: per kind, (all-reduce-equivalent bytes, measured time over its link's price) at each swept size:
     a kind's transfer time is its link's times that ratio, interpolated in log size (``kind_factor``).
     ``link_ratio``: per kind, (all-reduce-equivalent bytes, its time on another link over its time on this one) at each
-    size two calibrations swept (``load_link_ratio``): a collective's transfer and exit lag scale by it (``ratio_at``)."""
+    size two calibrations swept (``LinkModelFile.ratio_to``): a collective's transfer and exit lag scale by it (``ratio_at``)."""
 
     hosts: int
     devices_per_host: int
@@ -243,120 +243,103 @@ def save_link_model(path: str | os.PathLike[str], link: AlphaBeta, by_workers: d
     return os.fspath(path)
 
 
-def load_link_model(path: str | os.PathLike[str], workers: int | None = None) -> AlphaBeta:
-    """The file's link; with ``by_workers`` entries, the one fitted nearest to ``workers``."""
-    d = _read_table(path)
-    table = d.get("by_workers")
-    if workers is not None and isinstance(table, dict) and table:
-        try:
-            nearest = min(table, key=lambda k: (abs(int(k) - workers), -int(k)))
-        except ValueError:
-            raise DagprofError("by_workers keys must be worker counts", os.fspath(path)) from None
-        return link_from_dict(table[nearest], os.fspath(path))
-    return link_from_dict(d, os.fspath(path))
+@dataclass(frozen=True)
+class LinkModelFile:
+    """A ``dagprof calibrate`` link-model file (versions 1 to ``LINK_MODEL_VERSION``), read and checked once
+    (``read_link_model``): what each reader of it asks for is a field or a method here."""
+
+    path: str
+    link: AlphaBeta
+    by_workers: tuple[tuple[int, AlphaBeta], ...]  # the ``by_workers`` table (nccl-tests fits per GPU count), by count
+    workers: int | None  # the ranks a live sweep ran on
+    backend: str
+    kinds: tuple[tuple[str, AlphaBeta], ...]  # ``Topology.kinds``; none in a version-1 file
+    kind_scale: tuple[tuple[str, tuple[tuple[float, float], ...]], ...]  # ``Topology.kind_scale``; none before version 3
+    fsdp: FsdpCosts | None  # FSDP2's measured costs; None before version 3 (or where calibrate did not measure them)
+    overlap: dict[str, Any] | None  # the compute slowdown beside collectives as written (``search.measured`` types it); None before version 4
+    sweeps: dict[str, Any]  # the ``points`` and ``kinds`` as written (``ratio_to`` reads their sweeps: only a live calibrate has them)
+
+    def link_for(self, workers: int | None = None) -> AlphaBeta:
+        """The file's link; with ``by_workers`` entries, the one fitted nearest to ``workers``."""
+        if workers is None or not self.by_workers:
+            return self.link
+        return min(self.by_workers, key=lambda e: (abs(e[0] - workers), -e[0]))[1]
+
+    def links_by_workers(self) -> dict[int, AlphaBeta]:
+        """The file's links by the worker count each was measured with: every ``by_workers`` entry, else the ``workers``
+        a live ``dagprof calibrate`` sweep ran on (empty when the file names neither)."""
+        if self.by_workers:
+            return dict(self.by_workers)
+        return {} if self.workers is None else {self.workers: self.link}
+
+    def on(self, t: Topology, workers: int) -> Topology:
+        """``t``'s hosts under this file: its link fitted nearest ``workers`` between every pair of ranks, and its
+        per-kind links."""
+        link = self.link_for(workers)
+        return Topology(t.hosts, t.devices_per_host, link, link, t.overhead_us, self.kinds, self.kind_scale)
+
+    def ratio_to(self, target: LinkModelFile) -> tuple[tuple[str, tuple[tuple[float, float], ...]], ...]:
+        """``Topology.link_ratio`` from two live ``dagprof calibrate`` files, this one measured on the link a run was profiled
+        on and ``target`` on the target link, with the same ranks: per kind (the all-reduce from the main sweep, FSDP's from
+        their own sweeps, version 2 on), the target's time over the profiled link's at each size both swept, keyed by
+        all-reduce-equivalent bytes. A ratio measured at the size, not a link fit: on the namespace testbed the token bucket
+        passes 1 ms of traffic at once after an idle moment whatever the rate, so a 1 MiB all-gather took 5.4x as long at a
+        fifth of the rate, where the profile's fitted bandwidth scaled by the rate ratio prices 5x less a fixed overhead."""
+        if self.workers != target.workers:
+            raise DagprofError(f"the two calibrations ran on {self.workers} and {target.workers} ranks; measure both links with the same "
+                               f"ranks (the ratio is the link's alone)", target.path)
+        sweeps = []
+        for f in (self, target):
+            try:
+                kinds = f.sweeps["kinds"]
+                table = {"all_reduce": f.sweeps["points"], **{k: kinds[k]["points"] for k in kinds}}
+                sweeps.append({k: {int(m): float(t) for m, t in pts} for k, pts in table.items()})
+            except (KeyError, TypeError, ValueError) as err:
+                raise DagprofError(f"not a live dagprof calibrate file: points must be [bytes, us] pairs ({err})", f.path) from None
+        out, backend = [], self.backend
+        for kind in sorted(set(sweeps[0]) & set(sweeps[1])):
+            a, b = sweeps[0][kind], sweeps[1][kind]
+            points = tuple((m * allreduce_equivalent_factor(kind, backend), b[m] / a[m]) for m in sorted(set(a) & set(b)) if m > 0 and a[m] > 0 and b[m] > 0)
+            if points:
+                out.append((kind, points))
+        if "all_reduce" not in dict(out):
+            raise DagprofError("the two calibrations swept no size in common", target.path)
+        return tuple(out)
 
 
-def load_link_models(path: str | os.PathLike[str]) -> tuple[AlphaBeta, dict[int, AlphaBeta]]:
-    """The file's link, and its links by the worker count each was measured with: every ``by_workers`` entry, else
-    the ``workers`` a live ``dagprof calibrate`` sweep ran on (empty when the file names neither)."""
+def read_link_model(path: str | os.PathLike[str]) -> LinkModelFile:
+    """A link-model file (``save_link_model``), every section checked: one line naming the file for what is wrong."""
     d, p = _read_table(path), os.fspath(path)
-    table = d.get("by_workers")
-    if not isinstance(table, dict) or not table:
-        table = {} if d.get("workers") is None else {d["workers"]: d}
-    by_workers = {}
-    for n, link in table.items():
-        if not str(n).isdigit() or int(n) < 1:
-            raise DagprofError(f"worker count {n!r} is not a positive integer", p)
-        by_workers[int(n)] = link_from_dict(link, p)
-    return link_from_dict(d, p), by_workers
-
-
-def _versioned(path: str | os.PathLike[str]) -> dict[str, Any]:
-    d = _read_table(path)
     version = d.get("version", 1)
     if not isinstance(version, int) or version > LINK_MODEL_VERSION:
-        raise DagprofError(f"link-model version {version!r} is newer than this dagprof reads ({LINK_MODEL_VERSION})", os.fspath(path))
-    return d
-
-
-def load_fsdp_costs(path: str | os.PathLike[str]) -> FsdpCosts | None:
-    """The file's measured FSDP2 costs; None before version 3 (or where calibrate did not measure them)."""
-    d = _versioned(path)
-    return None if d.get("fsdp") is None else FsdpCosts.from_dict(d["fsdp"], os.fspath(path))
-
-
-def load_overlap_table(path: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The file's compute slowdown beside collectives as written (``search.measured`` types it); None before version 4
-    (or where calibrate did not measure it)."""
-    return _versioned(path).get("overlap")
-
-
-def load_kind_links(path: str | os.PathLike[str]) -> tuple[tuple[str, AlphaBeta], ...]:
-    """The file's per-kind links (``Topology.kinds``); none in a version-1 file."""
-    d = _versioned(path)
-    table = d.get("kinds") or {}
-    if not isinstance(table, dict) or not set(table) <= set(KIND_FACTORS):
-        raise DagprofError(f"kinds must be a table of {', '.join(KIND_FACTORS)}", os.fspath(path))
-    return tuple((k, link_from_dict(table[k], os.fspath(path))) for k in sorted(table))
-
-
-def with_link_model(t: Topology, path: str | os.PathLike[str], workers: int) -> Topology:
-    """``t``'s hosts under a link-model file: its link fitted nearest ``workers`` between every pair of ranks,
-    and its per-kind links."""
-    link = load_link_model(path, workers)
-    return Topology(t.hosts, t.devices_per_host, link, link, t.overhead_us, load_kind_links(path), load_kind_scale(path))
-
-
-def load_kind_scale(path: str | os.PathLike[str]) -> tuple[tuple[str, tuple[tuple[float, float], ...]], ...]:
-    """``Topology.kind_scale`` from a version-3 file's per-kind sweeps (each point's time over its kind's link's ring
-    price at the workers that measured); none before version 3."""
-    d = _versioned(path)
-    if d.get("version", 1) < 3:
-        return ()
-    links, backend = dict(load_kind_links(path)), str(d.get("backend", "gloo"))
-    out = []
-    for kind, link in sorted(links.items()):
+        raise DagprofError(f"link-model version {version!r} is newer than this dagprof reads ({LINK_MODEL_VERSION})", p)
+    table = d.get("by_workers")
+    by_workers = {_worker_count(n, p): link_from_dict(link, p) for n, link in (table.items() if isinstance(table, dict) else ())}
+    workers = None if d.get("workers") is None else _worker_count(d["workers"], p)
+    kind_table = d.get("kinds") or {}
+    if not isinstance(kind_table, dict) or not set(kind_table) <= set(KIND_FACTORS):
+        raise DagprofError(f"kinds must be a table of {', '.join(KIND_FACTORS)}", p)
+    kinds = tuple((k, link_from_dict(kind_table[k], p)) for k in sorted(kind_table))
+    backend = str(d.get("backend", "gloo"))
+    kind_scale, world = [], 2 if workers is None else workers
+    for kind, link in kinds if version >= 3 else ():
         try:
-            world = int(d.get("workers", 2))
-            points = sorted((float(m) * allreduce_equivalent_factor(kind, backend), float(t)) for m, t in d["kinds"][kind].get("points", ()))
+            points = sorted((float(m) * allreduce_equivalent_factor(kind, backend), float(t)) for m, t in kind_table[kind].get("points", ()))
         except (TypeError, ValueError) as err:
-            raise DagprofError(f"kinds.{kind}.points must be [bytes, us] pairs and workers a count ({err})", os.fspath(path)) from None
-        scale = tuple((m, t / p) for m, t in points if m > 0 for p in [float(ring_allreduce_us(m, world, link))] if p > 0 and t > 0)
+            raise DagprofError(f"kinds.{kind}.points must be [bytes, us] pairs and workers a count ({err})", p) from None
+        scale = tuple((m, t / r) for m, t in points if m > 0 for r in [float(ring_allreduce_us(m, world, link))] if r > 0 and t > 0)
         if scale:
-            out.append((kind, scale))
-    return tuple(out)
+            kind_scale.append((kind, scale))
+    fsdp = None if d.get("fsdp") is None else FsdpCosts.from_dict(d["fsdp"], p)
+    sweeps = {"kinds": kind_table, **({"points": d["points"]} if "points" in d else {})}
+    return LinkModelFile(p, link_from_dict(d, p), tuple(sorted(by_workers.items())), workers, backend, kinds, tuple(kind_scale), fsdp,
+                         d.get("overlap"), sweeps)
 
 
-def load_link_ratio(profiled: str | os.PathLike[str], target: str | os.PathLike[str]) -> tuple[tuple[str, tuple[tuple[float, float], ...]], ...]:
-    """``Topology.link_ratio`` from two live ``dagprof calibrate`` files, one measured on the link a run was profiled on and
-    one on the target link, with the same ranks: per kind (the all-reduce from the main sweep, FSDP's from their own
-    sweeps, version 2 on), the target's time over the profiled link's at each size both swept, keyed by all-reduce-equivalent
-    bytes. A ratio measured at the size, not a link fit: on the namespace testbed the token bucket passes 1 ms of traffic at
-    once after an idle moment whatever the rate, so a 1 MiB all-gather took 5.4x as long at a fifth of the rate, where the
-    profile's fitted bandwidth scaled by the rate ratio prices 5x less a fixed overhead."""
-    docs = [(os.fspath(p), _versioned(p)) for p in (profiled, target)]
-    worlds = {path: d.get("workers") for path, d in docs}
-    if len(set(worlds.values())) != 1:
-        raise DagprofError(f"the two calibrations ran on {' and '.join(map(str, worlds.values()))} ranks; measure both links with the same "
-                           f"ranks (the ratio is the link's alone)", docs[1][0])
-    sweeps = []
-    for path, d in docs:
-        try:
-            kinds = d.get("kinds") or {}
-            table = {"all_reduce": d["points"], **{k: kinds[k]["points"] for k in kinds}}
-            sweeps.append({k: {int(m): float(t) for m, t in pts} for k, pts in table.items()})
-        except (KeyError, TypeError, ValueError) as err:
-            raise DagprofError(f"not a live dagprof calibrate file: points must be [bytes, us] pairs ({err})", path) from None
-    backend = str(docs[0][1].get("backend", "gloo"))
-    out = []
-    for kind in sorted(set(sweeps[0]) & set(sweeps[1])):
-        a, b = sweeps[0][kind], sweeps[1][kind]
-        points = tuple((m * allreduce_equivalent_factor(kind, backend), b[m] / a[m]) for m in sorted(set(a) & set(b)) if m > 0 and a[m] > 0 and b[m] > 0)
-        if points:
-            out.append((kind, points))
-    if "all_reduce" not in dict(out):
-        raise DagprofError("the two calibrations swept no size in common", docs[1][0])
-    return tuple(out)
+def _worker_count(n: Any, path: str) -> int:
+    if not str(n).isdigit() or int(n) < 1:
+        raise DagprofError(f"worker count {n!r} is not a positive integer", path)
+    return int(n)
 
 
 # bytes of the ring all-reduce that costs what a collective of S bytes costs, per kind: a ring all-gather or

@@ -353,7 +353,7 @@ def set_link(g: Graph, bandwidth: float | None = None, latency_us: float | None 
 
 
 def set_link_ratio(g: Graph, ratio: tuple[tuple[str, tuple[tuple[float, float], ...]], ...]) -> Graph:
-    """What if the link were the one ``ratio`` measured against the profiled one (``costmodel.topology.load_link_ratio``:
+    """What if the link were the one ``ratio`` measured against the profiled one (``costmodel.topology.LinkModelFile.ratio_to``:
     per kind and size, the target's time over the profiled link's)? Each collective's transfer and exit lag scale by it,
     its fixed overhead stays; the profile's own fit stays the base, so what the job's collectives cost beyond the
     calibration's carries over."""

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from ..collect.measure.overlap import Overlap, load_overlap, overlap_from_table
 from ..costmodel.codecs import CodecCosts, powersgd_split
-from ..costmodel.topology import load_overlap_table
+from ..costmodel.topology import read_link_model
 from ..passes.gradients import GradientOrder
 from ..traces.events import Run
 
@@ -24,7 +24,7 @@ def overlap_of(run: Run | None, link_model: str | None = None) -> Overlap | None
     m = None if run is None else _measured(run)
     if m is not None or not link_model:
         return m
-    table = load_overlap_table(link_model)
+    table = read_link_model(link_model).overlap
     return None if table is None else overlap_from_table(table, link_model)
 
 

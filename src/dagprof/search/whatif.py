@@ -21,7 +21,7 @@ from typing import Any, Callable
 from ..analysis import job_iteration_us
 from ..analysis.interval import link_residuals, predict_interval, run_level
 from ..costmodel.alphabeta import parse_bandwidth
-from ..costmodel.topology import CollectiveSpec, Topology, load_fsdp_costs, load_link_ratio, parse_topology, with_link_model
+from ..costmodel.topology import CollectiveSpec, Topology, parse_topology, read_link_model
 from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.build_ps import is_ps_graph
@@ -65,7 +65,7 @@ class Scenario:
     workers: int | None = None
     bandwidth: str | None = None  # as the user wrote it, e.g. 10Gbit (``costmodel.alphabeta.parse_bandwidth`` reads it)
     latency_us: float | None = None
-    link_to: str | None = None  # a `dagprof calibrate` file of the target link, against ``Cluster.link_from`` (costmodel.topology.load_link_ratio)
+    link_to: str | None = None  # a `dagprof calibrate` file of the target link, against ``Cluster.link_from`` (costmodel.topology.LinkModelFile.ratio_to)
     bucket_mb: float | None = None  # inf: one bucket per step
     scheme: CollectiveSpec | None = None
     partition: int | None = None
@@ -113,14 +113,14 @@ def _workers(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
     if c.topology:
         return set_topology(g, replace(parse_topology(c.topology, n), overhead_us=base_topo.overhead_us))
     if c.link_model:  # a file fitted per worker count (nccl-tests) has a better link for n
-        return set_topology(g, with_link_model(current_topology(g), c.link_model, n))
+        return set_topology(g, read_link_model(c.link_model).on(current_topology(g), n))
     return g
 
 
 def _data_parallel(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
     if s.data_parallel is None:
         return g
-    out = to_data_parallel(g, s.data_parallel, s.bucket_mb, load_fsdp_costs(c.link_model) if c.link_model else None)
+    out = to_data_parallel(g, s.data_parallel, s.bucket_mb, read_link_model(c.link_model).fsdp if c.link_model else None)
     return with_optimizer_state(out, OPTIMIZER_STATE[c.optimizer_state]) if is_fsdp_graph(out) and not is_fsdp_graph(g) else out
 
 
@@ -144,7 +144,7 @@ def _link(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
             raise DagprofError("--link-to needs --link-from: a dagprof calibrate file of the link the run was profiled on, measured alike")
         if is_ps_graph(g):
             raise DagprofError("--link-to on a parameter-server job is not modelled (its messages are priced on the link's fit)")
-        return set_link_ratio(g, load_link_ratio(c.link_from, s.link_to))
+        return set_link_ratio(g, read_link_model(c.link_from).ratio_to(read_link_model(s.link_to)))
     if s.bandwidth is None and s.latency_us is None:
         return g
     return set_link(g, None if s.bandwidth is None else parse_bandwidth(s.bandwidth), s.latency_us, c.link)
@@ -288,7 +288,7 @@ def base_topology(g: Graph, c: Cluster) -> Topology:
     if c.topology:  # the profile's per-collective software overhead stays
         return replace(parse_topology(c.topology, n0), overhead_us=t.overhead_us)
     if c.link_model:
-        return with_link_model(t, c.link_model, n0)
+        return read_link_model(c.link_model).on(t, n0)
     return t
 
 
@@ -483,7 +483,7 @@ def _overlap_notes(c: Cluster) -> list[str]:
 
 def _conversion_notes(g0: Graph, scenarios: list[Scenario], c: Cluster) -> list[str]:
     """The known limits of a DDP <-> FSDP answer, once per target wrapper asked for."""
-    measured = bool(c.link_model) and load_fsdp_costs(c.link_model) is not None
+    measured = bool(c.link_model) and read_link_model(c.link_model).fsdp is not None
     fsdp = is_fsdp_graph(g0)
     targets = {"ddp" if s.data_parallel == "ddp" else "fsdp" for s in scenarios if s.data_parallel is not None}
     return [f"--data-parallel {t} from a{'n FSDP' if fsdp else ' DDP'} profile: {conversion_note(t, measured)}"

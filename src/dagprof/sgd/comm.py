@@ -20,7 +20,7 @@ import numpy as np
 
 from ..costmodel import AlphaBeta, fit_alpha_beta, parse_bandwidth, preset, ring_allreduce_us
 from ..costmodel.osu import read_osu_allreduce
-from ..costmodel.topology import load_link_models
+from ..costmodel.topology import read_link_model
 from ..errors import DagprofError
 from ..traces.layerwise import LayerProfile, read_layer_file
 
@@ -135,10 +135,11 @@ def comm_model(profile: LayerProfile, net: str | None = None, osu: list[str] = (
 
 def _with_link_model(comm: CommModel, path: str) -> CommModel:
     """A ``dagprof calibrate`` file's all-reduce links at the worker counts they were measured with, else for any count."""
-    link, by_workers = load_link_models(path)
+    f = read_link_model(path)
+    by_workers = f.links_by_workers()
     name = f"{os.path.basename(path)} (calibrate)"
     if not by_workers:
-        return CommModel(link, name, dict(comm.links), dict(comm.link_names), dict(comm.measured))
+        return CommModel(f.link, name, dict(comm.links), dict(comm.link_names), dict(comm.measured))
     for n, ab in by_workers.items():
         comm = comm.with_link(n, ab, f"{name}, measured on {n} workers")
     return comm
