@@ -15,13 +15,13 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from ..analysis import job_iteration_us
 from ..analysis.interval import link_residuals, predict_interval, run_level
 from ..costmodel.alphabeta import parse_bandwidth
-from ..costmodel.topology import CollectiveSpec, Topology, parse_topology, read_link_model
+from ..costmodel.topology import CollectiveSpec, LinkModelFile, Topology, parse_topology, read_link_model
 from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.build_ps import is_ps_graph
@@ -98,6 +98,10 @@ class Cluster:
     optimizer_state: str = "momentum"  # --data-parallel fsdp from DDP: optimizer state per parameter (search.memory.OPTIMIZER_STATE)
     slowdown: float = 0.0  # compute beside in-flight collectives takes (1 + slowdown x overlap) as long (search.measured.slowdown_of)
     comm_rate: float | None = None  # bytes/s of the all-reduce the slowdown was measured beside (None: each collective counts whole)
+    link_file: LinkModelFile | None = field(init=False, repr=False)  # ``link_model`` read once, for every pass and scenario
+
+    def __post_init__(self) -> None:
+        self.link_file = None if self.link_model is None else read_link_model(self.link_model)
 
 
 Pass = Callable[[Graph, Scenario, Cluster, Topology], Graph]
@@ -112,15 +116,15 @@ def _workers(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
     n = priced_world_size(g)
     if c.topology:
         return set_topology(g, replace(parse_topology(c.topology, n), overhead_us=base_topo.overhead_us))
-    if c.link_model:  # a file fitted per worker count (nccl-tests) has a better link for n
-        return set_topology(g, read_link_model(c.link_model).on(current_topology(g), n))
+    if c.link_file:  # a file fitted per worker count (nccl-tests) has a better link for n
+        return set_topology(g, c.link_file.on(current_topology(g), n))
     return g
 
 
 def _data_parallel(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
     if s.data_parallel is None:
         return g
-    out = to_data_parallel(g, s.data_parallel, s.bucket_mb, read_link_model(c.link_model).fsdp if c.link_model else None)
+    out = to_data_parallel(g, s.data_parallel, s.bucket_mb, c.link_file.fsdp if c.link_file else None)
     return with_optimizer_state(out, OPTIMIZER_STATE[c.optimizer_state]) if is_fsdp_graph(out) and not is_fsdp_graph(g) else out
 
 
@@ -287,8 +291,8 @@ def base_topology(g: Graph, c: Cluster) -> Topology:
     t = current_topology(g)
     if c.topology:  # the profile's per-collective software overhead stays
         return replace(parse_topology(c.topology, n0), overhead_us=t.overhead_us)
-    if c.link_model:
-        return read_link_model(c.link_model).on(t, n0)
+    if c.link_file:
+        return c.link_file.on(t, n0)
     return t
 
 
@@ -483,7 +487,7 @@ def _overlap_notes(c: Cluster) -> list[str]:
 
 def _conversion_notes(g0: Graph, scenarios: list[Scenario], c: Cluster) -> list[str]:
     """The known limits of a DDP <-> FSDP answer, once per target wrapper asked for."""
-    measured = bool(c.link_model) and read_link_model(c.link_model).fsdp is not None
+    measured = c.link_file is not None and c.link_file.fsdp is not None
     fsdp = is_fsdp_graph(g0)
     targets = {"ddp" if s.data_parallel == "ddp" else "fsdp" for s in scenarios if s.data_parallel is not None}
     return [f"--data-parallel {t} from a{'n FSDP' if fsdp else ' DDP'} profile: {conversion_note(t, measured)}"
