@@ -80,8 +80,8 @@ def same_op(g: Graph, nodes: np.ndarray) -> np.ndarray:
     return out
 
 
-def undisturbed(g: Graph, res: ReplayResult, slowdown: float, demand: np.ndarray | None = None, per_op: bool = False) -> np.ndarray:
-    """Durations of ``g`` with the slowdown of its own replayed overlap removed. ``per_op``: one undisturbed duration
+def undisturbed(g: Graph, res: ReplayResult, slowdown: float, demand: np.ndarray | None = None) -> np.ndarray:
+    """Durations of ``g`` with the slowdown of its own replayed overlap removed: one undisturbed duration
     per op (``same_op``) for all its steps, the one that gives their profiled total at their replayed overlap
     (sum of durations over sum of 1 + s * f): a step's op slower or faster than the overlap the replay gives it explains
     is noise of that step, not the op's speed alone, and a candidate replayed with it would carry it into its own
@@ -91,12 +91,11 @@ def undisturbed(g: Graph, res: ReplayResult, slowdown: float, demand: np.ndarray
         nodes = slowed_nodes(g)
         factor = 1.0 + slowdown * comm_overlap(g, res, nodes, demand)
         dur[nodes] = g.dur[nodes] / factor
-        if per_op:
-            op = same_op(g, nodes)
-            pooled = op >= 0
-            _, group = np.unique(op[pooled], return_inverse=True)
-            total = np.bincount(group, weights=g.dur[nodes[pooled]])
-            dur[nodes[pooled]] = (total / np.bincount(group, weights=factor[pooled]))[group]
+        op = same_op(g, nodes)
+        pooled = op >= 0
+        _, group = np.unique(op[pooled], return_inverse=True)
+        total = np.bincount(group, weights=g.dur[nodes[pooled]])
+        dur[nodes[pooled]] = (total / np.bincount(group, weights=factor[pooled]))[group]
     return dur
 
 

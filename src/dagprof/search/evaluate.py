@@ -60,7 +60,7 @@ class Template:
             c0 = Candidate(order.profiled_ends)
             profiled = self._columns(c0, self.graph.dur)
             res = replay(profiled)
-            self.base_dur = undisturbed(profiled, res, slowdown, self._demand(c0, profiled, res), per_op=True)
+            self.base_dur = undisturbed(profiled, res, slowdown, self._demand(c0, profiled, res))
 
     def _columns(self, c: Candidate, dur: np.ndarray) -> Graph:
         ids, sdur, gap, nb = self.bslots.columns(c.plan)

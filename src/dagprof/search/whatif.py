@@ -309,7 +309,7 @@ def undisturb(g: Graph, model: Graph, c: Cluster) -> Graph:
         return g
     res = replay(model)
     nodes, dur = slowed_nodes(model), g.dur.copy()
-    dur[nodes] = undisturbed(model, res, c.slowdown, _demand(model, res, c), per_op=True)[nodes]
+    dur[nodes] = undisturbed(model, res, c.slowdown, _demand(model, res, c))[nodes]
     return g.replace(dur=dur)
 
 
