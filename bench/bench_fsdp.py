@@ -13,7 +13,10 @@ again and predicts from its own profile; the order of the measured cells is shuf
   1 Gbit/s, 7.6-9.9 ms at 200 Mbit/s; part 11); where the last rank out alternates from step to step, the averaged
   collective carries that rank's mean lag, scaled on every rank (``passes.average_steps``);
 - 4 ranks (the shard degree): every collective priced for 4 ranks, the optimizer on half the shards
-  (``passes.fsdp.scale_fsdp_workers``), and the 4 ranks' compute sharing this machine's cores (``share_cores``: at most
+  (``passes.fsdp.scale_fsdp_workers``; with FSDP2's costs, ``--calibrate``'s profiled-link file or ``--fsdp-costs FILE``
+  from ``dagprof calibrate --fsdp``, as the measured DTensor step on them: 0.76-0.78 of the 2-rank step, not 0.5, in twelve
+  calibrations; on the kept quiet run of 2026-12-02, load 2.0-2.9, 4 ranks at 1 Gbit/s -7.35 -> -5.71 %, at 200 Mbit/s
+  -3.62 -> -3.17 %), and the 4 ranks' compute sharing this machine's cores (``share_cores``: at most
   2 ranks compute at once; each rank's exit lag behind a collective, wire time, waits off the cores. Held on them, it
   put the 4-rank cells 7.7 % (1 Gbit/s) and 12 % (200 Mbit/s) higher on the same profiles: ``--keep`` / ``--offline``).
 ``--calibrate`` (or, with ``--offline``, ``--calibrated 1Gbit:FILE 200Mbit:FILE``): the other link's cells are also predicted
@@ -49,6 +52,7 @@ Goal: within 10 %.
     .venv/bin/python bench/bench_fsdp.py --part 2 --offline DIR  # the cells predicted again from the runs --keep kept
     sudo .venv/bin/python bench/bench_fsdp.py --part 2 --calibrate [--keep DIR]  # and on each round's calibrations of both links
     .venv/bin/python bench/bench_fsdp.py --part 2 --offline DIR --calibrated 1Gbit:FILE 200Mbit:FILE
+    .venv/bin/python bench/bench_fsdp.py --part 2 --offline DIR --fsdp-costs FILE  # FILE: dagprof calibrate --fsdp, 2 ranks
     .venv/bin/python bench/bench_fsdp.py --part 3
 
 Part 4 (any user): ``whatif --reshard-after-forward`` on loopback, both ways, in interleaved rounds: each round
