@@ -21,6 +21,7 @@ from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import allreduce_equivalent_bytes, fsdp_collectives
 from dagprof.passes.comm import set_topology
 from dagprof.passes.data_parallel import ddp_to_fsdp, fsdp_to_ddp
+from dagprof.passes.fsdp import scale_fsdp_workers
 from dagprof.search.whatif import Cluster, Scenario, apply, base_topology, evaluate
 from dagprof.traces.dagprof_run import read_run
 from dagprof.traces.events import Kind
@@ -188,6 +189,27 @@ def test_fsdp_to_ddp_steps_the_optimizer_as_measured():
     as_ddp = apply(fsdp, Scenario(data_parallel="ddp"), c, base_topology(fsdp, c))
     assert np.allclose(as_ddp.dur[as_ddp.kind == Kind.UPDATE], 2 * upd)  # whatif without --link-model: as before
 
+
+
+def test_more_workers_step_the_shards_as_measured(tmp_path):
+    """--workers 4 on the recorded 2-rank FSDP2 job: with the measured DTensor step (a file from calibrate --fsdp), the
+    optimizer takes the step on a quarter of every parameter over the step on a half (DTensor's fixed cost per tensor
+    does not shrink with the shards); without measured costs, half its profiled time, as before."""
+    fsdp = build_graph(read_run(FSDP))
+    nbytes = sum(u.numel * 4 for u in fsdp.meta.fsdp.units)
+    upd = fsdp.dur[fsdp.kind == Kind.UPDATE]
+    ratio = (500 * 11 + 3e-3 * nbytes / 4) / (500 * 11 + 3e-3 * nbytes / 2)
+    assert 0.5 < ratio < 1
+    four = scale_fsdp_workers(fsdp, 4, COSTS)
+    assert np.allclose(four.dur[four.kind == Kind.UPDATE], np.tile(upd, 2) * ratio)
+    plain = scale_fsdp_workers(fsdp, 4)
+    assert np.allclose(plain.dur[plain.kind == Kind.UPDATE], np.tile(upd, 2) / 2)
+    assert np.allclose(scale_fsdp_workers(fsdp, 2, COSTS).dur[fsdp.kind == Kind.UPDATE], upd)  # the profiled degree: as profiled
+    v3 = save_link_model(tmp_path / "v3.json", LINK, fsdp=COSTS, workers=2, backend="gloo")
+    for path, want in ((v3, ratio), (save_link_model(tmp_path / "v1.json", LINK, method="test"), 0.5)):
+        c = Cluster(link_model=str(path))
+        g = apply(fsdp, Scenario(workers=4), c, base_topology(fsdp, c))
+        assert np.allclose(g.dur[g.kind == Kind.UPDATE], np.tile(upd, 2) * want)
 
 def test_fsdp_to_ddp_prices_ddps_bucket_passes_as_measured():
     """DDP's scaled copy into each bucket (its enqueue) and its copy back into the gradients write storage allocated

@@ -3,7 +3,13 @@
 Link bandwidth and latency reprice every collective by its kind (``graph.build_fsdp.allreduce_equivalent_bytes``,
 used by ``passes.comm``). Workers (the shard degree of plain FSDP): each collective still moves
 its unit's whole parameters or gradients, priced for N ranks, and the optimizer step, which
-updates this rank's shards only, takes N0/N of its time. DDP's knobs (buckets, overlap off,
+updates this rank's shards only, takes N0/N of its time; with FSDP2's costs measured on the machine (``dagprof
+calibrate --fsdp``: ``costmodel.fsdp_costs``) it takes what the measured step on DTensor shards takes at the new
+shards over the profiled ones instead. That step has a fixed cost per tensor that sharding does not divide (about
+125 us per tensor on the 2-core machine in twelve calibrations, against 0.75 ns per byte): the testbed job of 19
+tensors and 5 MiB (``bench/bench_fsdp.py --part 2``) steps 0.76-0.78 of its 2-rank time on 4 ranks, not 0.5, and
+in two 4-rank profiles beside two 2-rank ones (1 Gbit/s, load 3.4-5.4) its step took 10-17 ms per rank, on the
+2 shared cores, against 6.7-7.0 on 2 ranks. DDP's knobs (buckets, overlap off,
 tensor partition, parameter-server or tree schemes, Horovod's fusion) have no FSDP meaning, and
 HSDP's two dimensions are not scaled yet: those are refused in one line, never answered as DDP.
 
@@ -22,6 +28,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ..costmodel.fsdp_costs import FsdpCosts
 from ..errors import DagprofError
 from ..graph.build_fsdp import fsdp_collectives, is_forward, is_fsdp_graph, issuers
 from ..graph.dag import Graph
@@ -49,8 +56,9 @@ def refuse_unmodelled(g: Graph, asked: list[str]) -> None:
                            "(modelled: --bandwidth, --latency, --workers, --compute-speed, --reshard-after-forward, --reduce-dtype, --units)")
 
 
-def scale_fsdp_workers(g: Graph, workers: int) -> Graph:
-    """What if the FSDP job sharded over ``workers`` ranks (same per-rank batch)?"""
+def scale_fsdp_workers(g: Graph, workers: int, costs: FsdpCosts | None = None) -> Graph:
+    """What if the FSDP job sharded over ``workers`` ranks (same per-rank batch)? ``costs``: the optimizer step
+    scales by the measured DTensor step (module docstring), else by the shard degrees' ratio."""
     mesh = g.meta.fsdp.units[0].mesh if g.meta.fsdp.units else []
     n0 = graph_world_size(g)
     shard0 = mesh[-1] if mesh else n0
@@ -60,8 +68,17 @@ def scale_fsdp_workers(g: Graph, workers: int) -> Graph:
     dur = out.dur.copy()
     upd = np.flatnonzero(out.kind == Kind.UPDATE)
     shard = workers if len(mesh) <= 1 or workers == 1 else shard0
-    dur[upd] *= shard0 / shard  # the optimizer steps this rank's shards: 1/shard degree of every parameter
+    dur[upd] *= _step_scale(g, shard0, shard, costs)  # the optimizer steps this rank's shards: 1/shard degree of every parameter
     return out.replace(dur=dur)
+
+
+def _step_scale(g: Graph, shard0: int, shard: int, costs: FsdpCosts | None) -> float:
+    """The optimizer step on 1/``shard`` of every parameter over the profiled one on 1/``shard0``."""
+    units = g.meta.fsdp.units
+    tensors = sum(u.tensors for u in units)
+    nbytes = sum(u.numel * dtype_bytes(u.orig_dtype) for u in units)
+    was = costs.dtensor_step.us(tensors, nbytes / shard0) if costs is not None and shard != shard0 else 0.0
+    return costs.dtensor_step.us(tensors, nbytes / shard) / was if was > 0 else shard0 / shard
 
 
 Reshard = bool | Mapping[str, bool]  # every unit's reshard_after_forward, or some units' by name (the others as profiled)

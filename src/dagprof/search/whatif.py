@@ -112,7 +112,10 @@ def _workers(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
         return g
     if c.fine and s.workers > 64:
         raise DagprofError(f"fine-grained collectives need <= 64 ranks, got {s.workers} workers")
-    g = scale_fsdp_workers(g, s.workers) if is_fsdp_graph(g) else scale_workers(g, s.workers, replicate=True if (c.fine or c.cores) else None)
+    if is_fsdp_graph(g):
+        g = scale_fsdp_workers(g, s.workers, c.link_file.fsdp if c.link_file else None)
+    else:
+        g = scale_workers(g, s.workers, replicate=True if (c.fine or c.cores) else None)
     n = priced_world_size(g)
     if c.topology:
         return set_topology(g, replace(parse_topology(c.topology, n), overhead_us=base_topo.overhead_us))
