@@ -121,6 +121,28 @@ def test_powersgd_buckets_follow_the_chained_hook(order):
     assert later.channel_us == pytest.approx(3.0 + c2 * (1.0 + 2.0 + 3.0))  # its hook waits for the previous bucket
 
 
+def test_powersgd_callbacks_beside_backward_run_slower_by_the_measured_slowdown(order, prof):
+    """A bucket whose callbacks run while backward still runs shares the training thread's core: the backward loses their
+    CPU (as before) and they run ``beside`` (the measured overlap slowdown) slower; the last bucket's, after the backward,
+    do not. BucketSlots prices the plan so when given the slowdown."""
+    n = len(order)
+    costs = CodecCosts({}, {}, {2: {p: PowerSGDCost(1.0, 2.0, 3.0) for p in order.params}}, 0.0)
+    price = lambda nb: 1.0  # noqa: E731
+    split = next(i for i in range(1, n - 1) if any(powersgd_split(order.shapes[j], 2)[1] for j in range(i)) and
+                 any(powersgd_split(order.shapes[j], 2)[1] for j in range(i, n)))
+    c1 = sum(1 for s in order.shapes[:split] if powersgd_split(s, 2)[1])
+    codec = Codec("powersgd", 2)
+    first, later = (bucket_cost(order, a, z, codec, 1, price, costs) for a, z in ((0, split - 1), (split, n - 1)))
+    first_s, later_s = (bucket_cost(order, a, z, codec, 1, price, costs, beside=0.5) for a, z in ((0, split - 1), (split, n - 1)))
+    assert first_s.channel_us == pytest.approx(first.channel_us + 0.5 * c1 * (2.0 + 3.0))  # its middle and decode, half again
+    assert first_s.encode_us == first.encode_us  # the backward loses the same CPU
+    assert later_s == later  # after the backward: nothing beside it
+    slots = BucketSlots(prof.graph, order, costs, 0.5)
+    assert slots.costs_of(Plan((split - 1, n - 1), codec)) == [bucket_cost(order, a, z, codec, 1, slots.price, costs, beside=0.5)
+                                                               for a, z in ((0, split - 1), (split, n - 1))]
+    assert bucket_cost(order, 0, split - 1, Codec(), 1, price, costs, beside=0.5) == bucket_cost(order, 0, split - 1, Codec(), 1, price)
+
+
 def test_powersgd_all_reduces_pay_the_chained_latency_the_job_measured(order, tmp_path):
     """Each of PowerSGD's three all-reduces pays what a small all-reduce chained by completion callbacks took in the
     job's group beyond the link model's price (the median over the measured sizes); the codec-cost file (the machine's)

@@ -44,9 +44,9 @@ class Plan:
 class BucketSlots:
     """The slotted graph of ``g`` and the node ids of every slot."""
 
-    def __init__(self, g: Graph, order: GradientOrder, costs: CodecCosts | None = None):
+    def __init__(self, g: Graph, order: GradientOrder, costs: CodecCosts | None = None, beside: float = 0.0):
         self.order = order
-        self.costs = costs
+        self.costs, self.beside = costs, beside
         self.topology, self.scheme = current_topology(g), current_scheme(g)
         g = retime_collectives(g, self.topology, self.scheme)  # other collectives priced by the same model
         pb = profiled_buckets(g)
@@ -96,7 +96,7 @@ class BucketSlots:
         self.order.check_ends(plan.ends)
         if plan.parts < 1:
             raise DagprofError(f"partition count must be >= 1, got {plan.parts}")
-        return [bucket_cost(self.order, a, z, plan.codec, plan.parts, self.price, self.costs) for a, z in self.order.bucket_params(plan.ends)]
+        return [bucket_cost(self.order, a, z, plan.codec, plan.parts, self.price, self.costs, self.beside) for a, z in self.order.bucket_params(plan.ends)]
 
     def columns(self, plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(slot node ids, dur, gap, nbytes) for ``plan``: the values of every slot node."""

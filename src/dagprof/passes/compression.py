@@ -16,7 +16,10 @@ there, before the all-reduce is issued) and ``channel`` time on the communicatio
   the previous bucket completed, so every bucket's hook but the first's is on the channel's
   sequence. The callbacks run on gloo's threads, on the cores that also train (CPU jobs): while
   backward still runs (every bucket but the one the last gradient closes) their CPU -- and a
-  chained hook's -- is charged to the training thread too; after it, the training thread only waits.
+  chained hook's -- is charged to the training thread too, and they run as much slower as compute beside
+  collectives measured (``beside``: the overlap slowdown, ``collect.measure.overlap``; two threads on one core);
+  after it, the training thread only waits. In the demo's strategy rounds (their own profiles) the first bucket's
+  chain then came out 27.9 ms from ready to done against 28.5 measured (23.2 without).
   The costs are measured on an idle core; under contention they grow, and PowerSGD's prediction is
   the least sure of the codecs. Each of the three all-reduces also pays what a small all-reduce issued from a
   completion callback took in the job's group beyond the link model's price (``chained_latency_us``): the link
@@ -42,8 +45,9 @@ class BucketCost:
 
 
 def bucket_cost(order: GradientOrder, first: int, last: int, codec: Codec, parts: int, price: Callable[[float], float],
-                costs: CodecCosts | None = None) -> BucketCost:
-    """Cost of the bucket holding parameters ``first..last``; ``price(nbytes)`` is the link model's all-reduce time."""
+                costs: CodecCosts | None = None, beside: float = 0.0) -> BucketCost:
+    """Cost of the bucket holding parameters ``first..last``; ``price(nbytes)`` is the link model's all-reduce time;
+    ``beside``: how much slower CPU work runs on a core shared with a busy thread (the measured overlap slowdown)."""
     nbytes = float(order.nbytes[first : last + 1].sum())
     if codec.name == "none":
         return BucketCost(0.0, parts * price(nbytes / parts), int(nbytes))
@@ -56,7 +60,7 @@ def bucket_cost(order: GradientOrder, first: int, last: int, codec: Codec, parts
             raise DagprofError(f"no measured cost for the {codec.name} cast")
         return BucketCost(enc * nbytes, parts * price(wire / parts) + dec * nbytes, int(wire))
     if codec.name == "powersgd":
-        return _powersgd(order, first, last, codec.rank, price, costs)
+        return _powersgd(order, first, last, codec.rank, price, costs, beside)
     raise DagprofError(f"unknown gradient codec {codec.name!r}")
 
 
@@ -106,15 +110,19 @@ def powersgd_parts(order: GradientOrder, first: int, last: int, rank: int, costs
     return PowerSGDParts(unc, p, q, enc + 2 * copies, mid, dec + copies)
 
 
-def _powersgd(order: GradientOrder, first: int, last: int, rank: int, price: Callable[[float], float], costs: CodecCosts) -> BucketCost:
+def _powersgd(order: GradientOrder, first: int, last: int, rank: int, price: Callable[[float], float], costs: CodecCosts,
+              beside: float = 0.0) -> BucketCost:
     parts = powersgd_parts(order, first, last, rank, costs)
     es = order.element_size
     chained = first > 0  # a later bucket's hook runs when the previous bucket completed, on the channel's sequence
     hook = parts.issue_us if chained else 0.0
     transfers = price(parts.uncompressed * es) + price(parts.p * es) + price(parts.q * es) + 3 * chained_latency_us(costs, price)
-    channel = hook + transfers + parts.middle_us + parts.decode_us
-    # While backward runs, the channel's CPU work takes the training thread's core too; after the last gradient it only waits.
-    steal = hook + parts.middle_us + parts.decode_us if last < len(order) - 1 else 0.0
+    cpu = hook + parts.middle_us + parts.decode_us
+    during_backward = last < len(order) - 1
+    # While backward runs, the channel's CPU work shares the training thread's core: the backward loses that CPU (steal)
+    # and the callbacks run ``beside`` slower themselves; after the last gradient the training thread only waits.
+    channel = transfers + cpu * (1.0 + beside if during_backward else 1.0)
+    steal = cpu if during_backward else 0.0
     return BucketCost(parts.issue_us - hook + steal, channel, int((parts.uncompressed + parts.p + parts.q) * es))
 
 

@@ -49,7 +49,7 @@ class Template:
         self.slowdown, self.comm_rate = slowdown, comm_rate
         g = accumulate_gradients(g, accumulate)
         self.rslots = RecomputeSlots(g, cand_segments) if recompute else None
-        self.bslots = BucketSlots(self.rslots.graph if self.rslots else g, order, costs)
+        self.bslots = BucketSlots(self.rslots.graph if self.rslots else g, order, costs, slowdown)
         self.graph = self.bslots.graph
         self.rec_ids = np.concatenate([self.bslots.remap[n] for n in self.rslots.nodes]) if self.rslots and self.rslots.nodes else None  # ids in our graph
         self.slot_of_comm = {int(v): i for i in range(self.bslots.comm.shape[1]) for v in self.bslots.comm[:, i]}
