@@ -105,6 +105,29 @@ def test_kineto_traces_that_disagree_on_the_world_size(tmp_path):
     _refused(folder, "disagree on the world size", f"{name}: 16", "not one job")
 
 
+GLOO = DATA / "gloo-windows"
+
+
+@pytest.mark.parametrize("case", ["another run", "clock hours off"])
+def test_kineto_rank_from_another_run_is_refused(tmp_path, case):
+    """A folder of stock traces took rank 1 from another recording of the job (62 s later) or a rank 3 hours off: it was
+    matched by its collectives, renumbered and replayed (exit 0, another iteration time); dagprof run folders refused it."""
+    folder = tmp_path / "mixed"
+    shutil.copytree(GLOO / "same", folder)
+    if case == "another run":
+        shutil.copy(GLOO / "late-start" / "rank-1.pt.trace.json.gz", folder)
+    else:
+        with gzip.open(folder / "rank-1.pt.trace.json.gz") as f:
+            doc = json.load(f)
+        for e in doc["traceEvents"]:
+            if isinstance(e.get("ts"), (int, float)):
+                e["ts"] += 3 * 3600e6
+        with gzip.open(folder / "rank-1.pt.trace.json.gz", "wt") as f:
+            json.dump(doc, f)
+    _refused(folder, str(folder), "rank-0.pt.trace.json.gz and rank-1.pt.trace.json.gz were recorded",
+             "s apart: they are from different runs")
+
+
 # ---------------------------------------------------------------- item 2: a rank twice
 
 def test_two_kineto_files_claim_the_same_rank(tmp_path):

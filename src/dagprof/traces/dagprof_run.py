@@ -42,7 +42,7 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..fsutil import inside, open_input
-from .completeness import describe
+from .completeness import check_same_job, describe
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace, Run
 from .fsdp_run import fsdp_comm, label_groups
 from .meta import RankGap, RankMeta, RunMeta, RunWarning, warnings_of
@@ -65,7 +65,6 @@ from .run_schema import (
 from .run_spans import _Comm, _DeviceOp, _Span, _Transfer
 
 _LISTED_STEPS = 1 << 16  # a window longer than this is open-ended: its missing steps are not listed one by one
-_SAME_JOB_SLACK_NS = 30 * 10**9  # clocks of different hosts may disagree by seconds
 
 
 def read_manifest(path: str | os.PathLike[str]) -> Manifest:
@@ -107,7 +106,7 @@ def read_run(path: str | os.PathLike[str], require_ddp: bool = False) -> Run:
         warnings.append("some ranks have no Kineto trace (cut short): communication of every rank from the comm hooks")
     ranks = [read_rank(rpath, f, kineto) for rpath, f in docs]
     with _corrupt(folder):
-        _check_same_job(ranks, folder)
+        check_same_job(ranks, folder)
     warnings += [w for t in ranks for w in t.meta.warnings]
     ddp = any(t.buckets for t in ranks)
     fsdp = all(t.meta.fsdp is not None for t in ranks)
@@ -187,18 +186,6 @@ def _check_unique(docs: list[tuple[str, RankFile]], folder: str) -> None:
             if other != path:
                 raise DagprofError(f"{os.path.relpath(other, folder)} and {os.path.relpath(path, folder)} were written by the same "
                                    f"process ({f.host} pid {f.pid}): one is a copy, not another rank", folder)
-
-
-def _check_same_job(ranks: list[RankTrace], folder: str) -> None:
-    """Synchronous data parallelism runs a step on all ranks at once: windows that do not overlap are different runs."""
-    spans = [(t.base_ns, t.base_ns + int(t.step_spans()[-1, 2] * 1e3), t) for t in ranks]
-    latest_start = max(spans, key=lambda s: s[0])
-    earliest_end = min(spans, key=lambda s: s[1])
-    if latest_start[0] - earliest_end[1] > _SAME_JOB_SLACK_NS:
-        a, b = earliest_end[2], latest_start[2]
-        raise DagprofError(
-            f"{os.path.basename(a.source)} and {os.path.basename(b.source)} were recorded "
-            f"{(latest_start[0] - earliest_end[1]) / 1e9:.0f} s apart: they are from different runs", folder)
 
 
 @contextlib.contextmanager
