@@ -334,3 +334,19 @@ def test_a_damaged_overlap_measurement_is_refused_not_ignored(tmp_path, text, wh
     (tmp_path / FILE).write_text(text)
     with pytest.raises(DagprofError, match=why):
         load_overlap(str(tmp_path))
+
+
+@pytest.mark.parametrize("change,why", [
+    ({"beta_us_per_byte": float("nan")}, "link beta_us_per_byte must be a finite number >= 0, got nan"),
+    ({"alpha_us": "fast"}, "link alpha_us must be a finite number >= 0, got 'fast'"),
+    ({"beta_us_per_byte": -0.01}, "link beta_us_per_byte must be a finite number >= 0, got -0.01"),
+    ({"points": [[4096, -5.0]]}, "points must be [bytes, us] pairs of finite numbers >= 0, got [4096, -5.0]"),
+    ({"points": 7}, "points must be a list of [bytes, us] pairs"),
+])
+def test_a_damaged_link_model_names_the_file_and_field(tmp_path, capsys, change, why):
+    """NaN was read as the link (every collective then priced NaN, printed as null); a string was an internal error;
+    a negative figure named no file; a negative sweep point was dropped from the fits unseen."""
+    doc = json.loads((DATA / "fsdp" / "testbed-calibrate" / "1gbit.json").read_text())
+    bad = tmp_path / "link.json"
+    bad.write_text(json.dumps({**doc, **change}))
+    refused(capsys, "whatif", RUN, "--link-model", bad, message=f"{bad}: {why}")
