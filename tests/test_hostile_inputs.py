@@ -293,6 +293,8 @@ def test_an_input_too_large_for_memory_says_how_large_and_what_helps(tmp_path):
     (["whatif", RUN, "--compute-speed", "inf"], "--compute-speed"),
     (["whatif", RUN, "--latency", "1e308"], "--latency"),
     (["whatif", RUN, "--bandwidth", "1e308Gbit"], "bandwidth must be positive and finite"),
+    (["whatif", RUN, "--bandwidth", "10"], "bandwidth '10' has no unit"),  # was 10 bit/s, meant 10 Gbit/s
+    (["whatif", RUN, "--link-from", DATA / "fsdp" / "testbed-calibrate" / "1gbit.json"], "--link-from: is read only with --link-to"),
     (["whatif", RUN, "--first-bucket-mb", "nan"], "--first-bucket-mb"),
     (["replay", RUN, "--explain-threshold", "nan"], "--explain-threshold"),
     (["sgd", RUN, "--iter-time-1", "1e308"], "argument --iter-time-1"),
