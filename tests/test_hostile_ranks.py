@@ -179,6 +179,15 @@ def test_run_folder_missing_a_rank_file(tmp_path, capsys):
     assert code == 0 and r["partial"] is True and any("1 of 2 ranks missing" in w for w in r["warnings"])
 
 
+@pytest.mark.parametrize("target,why", [("rank1.json", "Too many levels of symbolic links"), ("gone.json", "file is missing")])
+def test_run_folder_rank_file_a_broken_link(tmp_path, capsys, target, why):
+    """A link loop or a dangling link was "nothing written (no rank1.json ...)" beside a rank1.json in ``ls``."""
+    run = _run_copy(tmp_path)
+    os.remove(run / "rank1.json")
+    os.symlink(target, run / "rank1.json")
+    _refused(run, str(run / "rank1.json"), why)
+
+
 def test_tf_jax_rank_file_copy(tmp_path):
     run = tmp_path / "tf"
     shutil.copytree(DATA / "tf-jax" / "mlp", run)

@@ -123,7 +123,7 @@ def read_run(path: str | os.PathLike[str], require_ddp: bool = False) -> Run:
 def _rank_doc(folder: str, r: int, world: int) -> tuple[RankFile | None, RankGap | None]:
     """Rank ``r``'s file (checked to be rank ``r`` of this job), or its step files rebuilt; the gap, if any."""
     rpath = os.path.join(folder, rank_file(r))
-    if os.path.exists(rpath):
+    if os.path.lexists(rpath):  # a dangling link or a link loop is read, and refused as what it is
         f = read_file(rpath, RankFile)
         how = f.ended
     else:
