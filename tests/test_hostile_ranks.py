@@ -210,6 +210,24 @@ def test_horovod_rank_file_copy(tmp_path):
     _refused(run, "rank1.horovod.json", "holds rank 0, not rank 1")
 
 
+@pytest.mark.parametrize("damage,needles", [
+    # cut inside its first response: every gradient was replayed without its all-reduce (comm 0 ms, exit 0)
+    (lambda run: (run / "horovod_timeline.json").write_bytes((DATA / "horovod" / "fused" / "horovod_timeline.json").read_bytes()[:3000]),
+     ("horovod_timeline.json", "none of the 60 gradient requests of rank 0 in the profiled steps has a response")),
+    # the unfused run's timeline, recorded 19 s later: matched by tensor name, then "graph has a dependency cycle"
+    (lambda run: shutil.copy(DATA / "horovod" / "unfused" / "horovod_timeline.json", run),
+     ("horovod_timeline.json", "its responses are 19 s after the profiled steps of rank0.json: it is another run's timeline")),
+    # the unfused run's rank 1 on the same host 19 s later: replayed as one job (ranks 55 and 36 ms, exit 0)
+    (lambda run: shutil.copy(DATA / "horovod" / "unfused" / "rank1.json", run),
+     ("rank0.json and rank1.json were recorded 19 s apart: they are from different runs",)),
+])
+def test_horovod_run_with_another_runs_or_a_cut_file(tmp_path, damage, needles):
+    run = tmp_path / "hvd"
+    shutil.copytree(DATA / "horovod" / "fused", run)
+    damage(run)
+    _refused(run, str(run), *needles)
+
+
 # ---------------------------------------------------------------- item 13: recorded runs with a killed rank (fast)
 
 KILLED = DATA / "killed-rank"
