@@ -352,3 +352,9 @@ def test_a_damaged_link_model_names_the_file_and_field(tmp_path, capsys, change,
     bad = tmp_path / "link.json"
     bad.write_text(json.dumps({**doc, **change}))
     refused(capsys, "whatif", RUN, "--link-model", bad, message=f"{bad}: {why}")
+
+
+@pytest.mark.parametrize("manifest", ["run_schema/v1/manifest.json", "mxnet/mxnet-run.json"])
+def test_a_run_folders_manifest_given_as_the_run_names_the_folder(capsys, manifest):
+    """It was read as a Kineto trace ("no 'traceEvents' list")."""
+    refused(capsys, "analyze", DATA / manifest, message="this looks like the manifest of a dagprof run folder")
