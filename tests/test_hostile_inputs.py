@@ -358,3 +358,11 @@ def test_a_damaged_link_model_names_the_file_and_field(tmp_path, capsys, change,
 def test_a_run_folders_manifest_given_as_the_run_names_the_folder(capsys, manifest):
     """It was read as a Kineto trace ("no 'traceEvents' list")."""
     refused(capsys, "analyze", DATA / manifest, message="this looks like the manifest of a dagprof run folder")
+
+
+@pytest.mark.parametrize("run,framework", [("horovod/fused", "horovod"), ("mxnet", "mxnet")])
+def test_optimize_of_another_frameworks_run_says_what_it_searches(capsys, tmp_path, run, framework):
+    """A Horovod run failed on "no parameter of the DDP buckets belongs to a profiled layer", MXNet's asked whether the
+    model was wrapped in DistributedDataParallel."""
+    refused(capsys, "optimize", DATA / run, "--budget", "5", "-o", tmp_path / "out",
+            message=f"dagprof optimize searches PyTorch DDP and FSDP jobs (what dagprof.apply changes); this is a {framework} run")
