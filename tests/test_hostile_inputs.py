@@ -366,3 +366,20 @@ def test_optimize_of_another_frameworks_run_says_what_it_searches(capsys, tmp_pa
     model was wrapped in DistributedDataParallel."""
     refused(capsys, "optimize", DATA / run, "--budget", "5", "-o", tmp_path / "out",
             message=f"dagprof optimize searches PyTorch DDP and FSDP jobs (what dagprof.apply changes); this is a {framework} run")
+
+
+def test_a_utf8_byte_order_mark_is_read_as_json_and_csv_allow(capsys, tmp_path):
+    """A BOM (a Windows editor's save, Excel's UTF-8 CSV) made a layer CSV lack its 'layer' column and a rank file
+    'corrupt or truncated'; the same file without it reads the same."""
+    bom = b"\xef\xbb\xbf"
+    csv = b"layer,forward_us,backward_us,grad_bytes\nconv1,100,200,40000\nfc,50,100,1000\n"
+    for name, body in (("plain.csv", csv), ("bom.csv", bom + csv)):
+        (tmp_path / name).write_bytes(body)
+    plain, marked = (cli(capsys, "sgd", tmp_path / n, "--net", "10gbe", "--workers", "2", "--json") for n in ("plain.csv", "bom.csv"))
+    assert plain[0] == marked[0] == 0 and json.loads(plain[1])["rows"] == json.loads(marked[1])["rows"]
+    run = tmp_path / "run"
+    run.mkdir()
+    for f in RUN.iterdir():
+        (run / f.name).write_bytes(bom + f.read_bytes())
+    code, out, _ = cli(capsys, "replay", run, "--json", "-o", tmp_path / "out")
+    assert code == 0 and json.loads(out)["measured_iter_ms"] > 0
