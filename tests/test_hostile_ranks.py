@@ -188,6 +188,19 @@ def test_run_folder_rank_file_a_broken_link(tmp_path, capsys, target, why):
     _refused(run, str(run / "rank1.json"), why)
 
 
+@pytest.mark.parametrize("t_ns", [-5, 2**62])
+def test_run_folder_hook_record_with_a_damaged_time_is_counted(tmp_path, t_ns):
+    """A record timed outside every step was left out of the replay with no word."""
+    run = _run_copy(tmp_path)
+    doc = json.loads((run / "rank1.json").read_text())
+    k = next(i for i, r in enumerate(doc["records"]) if r[0] == rs.Rec.FWD_END)
+    doc["records"][k][3] = t_ns
+    (run / "rank1.json").write_text(json.dumps(doc))
+    warned = [w.what for w in load(run).meta.warnings if "hook records" in w.what]
+    assert warned == [f"rank1.json: 1 of {len(doc['records'])} hook records are timed more than a step outside the profiled steps "
+                      "(damaged file?): left out"]
+
+
 def test_tf_jax_rank_file_copy(tmp_path):
     run = tmp_path / "tf"
     shutil.copytree(DATA / "tf-jax" / "mlp", run)

@@ -233,6 +233,12 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
     if comm is None:
         comm = _hook_comm(records)
     t = records[:, Col.T_NS]
+    if steps:  # a hook's time beyond the window by more than a step is damage; it would be left out of every step unseen
+        longest = max(b1 - b0 for _, b0, b1 in steps)
+        stray = int(np.count_nonzero((t < steps[0][1] - longest) | (t > steps[-1][2] + longest)))
+        if stray:
+            warnings.append(f"{os.path.basename(path)}: {stray} of {len(t)} hook records are timed more than a step outside the "
+                            "profiled steps (damaged file?): left out")
     spans = [(step, b0, b1, _partition(records[(t >= b0) & (t <= b1)], b0, b1, layers, comm, grad_bytes)) for step, b0, b1 in steps]
     trace = _to_rank_trace(f, path, spans, comm, layers)
     trace.meta.warnings, trace.meta.comm_source, trace.meta.kineto = [RunWarning(w) for w in warnings], comm.source, kpath
