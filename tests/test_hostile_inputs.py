@@ -383,3 +383,22 @@ def test_a_utf8_byte_order_mark_is_read_as_json_and_csv_allow(capsys, tmp_path):
         (run / f.name).write_bytes(bom + f.read_bytes())
     code, out, _ = cli(capsys, "replay", run, "--json", "-o", tmp_path / "out")
     assert code == 0 and json.loads(out)["measured_iter_ms"] > 0
+
+
+@pytest.mark.parametrize("field,value,why", [("unit_forward_us", float("nan"), "unit_forward_us must be a finite number >= 0, got nan"),
+                                             ("copy_out_us_per_byte", -1e-3, "copy_out_us_per_byte must be a finite number >= 0"),
+                                             ("world", 0, "world must be a finite number >= 1, got 0")])
+def test_a_damaged_fsdp_calibration_names_the_field(tmp_path, field, value, why):
+    """NaN priced every FSDP unit NaN (printed as null), a negative copy-out made copies gain time."""
+    from dagprof.costmodel.fsdp_costs import FsdpCosts, StepFit
+    from dagprof.costmodel.topology import read_link_model
+    from dagprof.errors import DagprofError
+
+    doc = json.loads((DATA / "fsdp" / "testbed-calibrate" / "1gbit.json").read_text())
+    fsdp = FsdpCosts(2, StepFit(10.0, 1e-4), StepFit(30.0, 2e-4), 1e-4, 50.0, 80.0).to_dict()
+    path = tmp_path / "link.json"
+    path.write_text(json.dumps(doc | {"version": 3, "fsdp": fsdp}))
+    assert read_link_model(path).fsdp is not None
+    path.write_text(json.dumps(doc | {"version": 3, "fsdp": fsdp | {field: value}}))
+    with pytest.raises(DagprofError, match=f"^{path}: bad fsdp entry: {why}"):
+        read_link_model(path)
