@@ -402,3 +402,13 @@ def test_a_damaged_fsdp_calibration_names_the_field(tmp_path, field, value, why)
     path.write_text(json.dumps(doc | {"version": 3, "fsdp": fsdp | {field: value}}))
     with pytest.raises(DagprofError, match=f"^{path}: bad fsdp entry: {why}"):
         read_link_model(path)
+
+
+def test_a_topology_file_out_of_range_names_the_file(tmp_path):
+    from dagprof.costmodel.topology import parse_topology
+    from dagprof.errors import DagprofError
+
+    path = tmp_path / "topo.json"
+    path.write_text('{"hosts": 2, "inter": {"bandwidth": "10Gbit"}, "overhead_us": -500}')
+    with pytest.raises(DagprofError, match=f"^{path}: collective overhead must be >= 0 us, got -500.0$"):
+        parse_topology(str(path), 4)

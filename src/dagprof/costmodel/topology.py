@@ -173,7 +173,10 @@ class Topology:
             overhead = float(d.get("overhead_us", 0.0))
         except (KeyError, TypeError, ValueError) as err:
             raise DagprofError(f"bad topology ({err}); need hosts, devices_per_host, inter[, intra, overhead_us]", source) from None
-        return cls(hosts, per, intra, inter, overhead)
+        try:
+            return cls(hosts, per, intra, inter, overhead)
+        except DagprofError as err:  # a value out of range: the line names the file it came from
+            raise DagprofError(err.problem, err.path or source) from None
 
     @classmethod
     def flat(cls, workers: int, link: AlphaBeta) -> "Topology":
