@@ -128,6 +128,17 @@ def test_kineto_rank_from_another_run_is_refused(tmp_path, case):
              "s apart: they are from different runs")
 
 
+def test_kineto_rank_not_below_its_world_size(tmp_path):
+    """Rank 5 of world_size 2 made the job 6 ranks, refused as "the traces disagree on the world size (...: 6)"."""
+    folder = tmp_path / "dlrm"
+    shutil.copytree(DLRM, folder)
+    name, doc = _dlrm_doc(5)
+    doc["distributedInfo"]["rank"] = 9
+    with gzip.open(folder / name, "wt") as f:
+        json.dump(doc, f)
+    _refused(folder, name, "rank 9 (from the distributedInfo) but distributedInfo says world_size 8")
+
+
 # ---------------------------------------------------------------- item 2: a rank twice
 
 def test_two_kineto_files_claim_the_same_rank(tmp_path):

@@ -473,6 +473,8 @@ def _identity(header: _Header, path: str, rank_arg: int | None) -> tuple[int, in
         else:
             raise DagprofError("distributedInfo has no rank and the file name carries none (name it rank-N...json or pass rank=)", path)
     world = dist.get("world_size")
+    if str(world).isdigit() and 0 < int(world) <= rank:  # was read as a job of rank + 1 ranks: "the traces disagree on the world size"
+        raise DagprofError(f"rank {rank} (from the {source}) but distributedInfo says world_size {world}: a damaged or foreign trace", path)
     if not (str(world).isdigit() and int(world) > 0):
         sizes = [int(pg.get("pg_size", 0)) for pg in dist.get("pg_config") or [] if isinstance(pg, dict)]
         world = max(sizes + [rank + 1])
