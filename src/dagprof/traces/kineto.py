@@ -484,6 +484,10 @@ def _identity(header: _Header, path: str, rank_arg: int | None) -> tuple[int, in
 def _rank_trace(trace: ks.Head, path: str, rank_arg: int | None, header: _Header, cols: Columns, nest: Nesting,
                 kinds: Kinds, deps: Deps, colls: _Collectives) -> RankTrace:
     rank, world, source = _identity(header, path, rank_arg)
+    numbers, count = np.unique(kinds.step[(deps.kind == Kind.STEP) & (kinds.step >= 0)], return_counts=True)
+    if (count > 1).any():  # the step's ops were split between its windows and its collectives matched nothing on the other ranks
+        raise DagprofError(f"ProfilerStep#{numbers[count > 1][0]} marks {count[count > 1][0]} windows: a damaged trace, or two "
+                           "profiler sessions in one file (give one per file)", path)
     group_ranks = dict(colls.group_ranks)
     if "0" in colls.groups and "0" not in group_ranks:
         group_ranks["0"] = list(range(world))  # the default group spans the job
