@@ -252,6 +252,26 @@ def test_horovod_run_with_another_runs_or_a_cut_file(tmp_path, damage, needles):
     _refused(run, str(run), *needles)
 
 
+def _fsdp_record_index(run):
+    doc = json.loads((run / "rank1.json").read_text())
+    next(r for r in doc["records"] if r[0] == rs.Rec.FSDP_COLL_BEGIN)[1] = 9999
+    (run / "rank1.json").write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("name,damage,needles", [
+    # the collective lost its begin unseen, then "mismatched collectives: collective #0 (allgather) ... missing on rank(s) [1]"
+    ("reshard", _fsdp_record_index, ("rank1.json: 1 FSDP record(s) name collective 9999, but the file lists 18 collectives",)),
+    # keep4's rank 1 beside reshard4's rank 0, on one host 23 s later: within the 30 s allowed across hosts
+    ("reshard4", lambda run: shutil.copy(DATA / "fsdp" / "keep4" / "rank1.json", run),
+     ("rank0.json and rank1.json were recorded 23 s apart: they are from different runs",)),
+])
+def test_fsdp_run_with_a_damaged_or_foreign_rank_file(tmp_path, name, damage, needles):
+    run = tmp_path / name
+    shutil.copytree(DATA / "fsdp" / name, run)
+    damage(run)
+    _refused(run, *needles)
+
+
 # ---------------------------------------------------------------- item 13: recorded runs with a killed rank (fast)
 
 KILLED = DATA / "killed-rank"

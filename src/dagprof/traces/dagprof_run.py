@@ -188,6 +188,19 @@ def _check_unique(docs: list[tuple[str, RankFile]], folder: str) -> None:
                                    f"process ({f.host} pid {f.pid}): one is a copy, not another rank", folder)
 
 
+def _check_fsdp_indices(info, records: np.ndarray, path: str) -> None:
+    """FSDP records name a collective or a unit of the file's lists: one beyond them lost its collective unseen (then
+    "mismatched collectives" naming neither file nor record)."""
+    code, a = records[:, Col.CODE], records[:, Col.A]
+    for codes, listed, what in (((Rec.FSDP_COLL_BEGIN, Rec.FSDP_COLL_END), len(info.collectives), "collective"),
+                                ((Rec.FSDP_COPY_OUT_BEGIN, Rec.FSDP_COPY_OUT_END, Rec.FSDP_RESHARD_BEGIN, Rec.FSDP_RESHARD_END),
+                                 len(info.units), "unit")):
+        named = a[np.isin(code, codes)]
+        bad = named[(named < 0) | (named >= listed)]
+        if len(bad):
+            raise DagprofError(f"{len(bad)} FSDP record(s) name {what} {int(bad[0])}, but the file lists {listed} {what}s: a damaged file", path)
+
+
 @contextlib.contextmanager
 def _corrupt(path: str):
     """A value of an unexpected type or range in a run file is one line naming that file (never a traceback)."""
@@ -227,6 +240,7 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
         kpath = kpath if kineto else None
     steps = _steps(records)
     if f.fsdp is not None:
+        _check_fsdp_indices(f.fsdp, records, path)
         comm = fsdp_comm(f.fsdp, kpath, f.rank, records, steps, warnings)
     else:
         comm = _kineto_comm(kpath, f.rank, records, steps, warnings) if kpath else None
