@@ -272,6 +272,14 @@ def test_fsdp_run_with_a_damaged_or_foreign_rank_file(tmp_path, name, damage, ne
     _refused(run, *needles)
 
 
+def test_mxnet_worker_trace_of_another_run(tmp_path):
+    """Another recording's worker trace failed as "worker 1 step 4 has no push/pull"."""
+    run = tmp_path / "mx"
+    shutil.copytree(DATA / "mxnet", run, ignore=shutil.ignore_patterns("testbed", "user_mlp"))
+    shutil.copy(DATA / "mxnet" / "testbed" / "s1_500M" / "worker1.json.gz", run)
+    _refused(run, str(run / "worker1.json.gz"), "s from worker 1's profiled steps in mxnet-run.json: another run's trace")
+
+
 # ---------------------------------------------------------------- item 13: recorded runs with a killed rank (fast)
 
 KILLED = DATA / "killed-rank"
