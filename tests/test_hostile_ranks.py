@@ -454,3 +454,12 @@ def test_profile_removes_an_earlier_runs_step_logs(tmp_path, capsys):
     code, _, err = _cli(capsys, "profile", "-o", tmp_path / "run", "--", sys.executable, "-c", "pass")
     assert code == 2 and "no rank wrote a profile" in err
     assert sorted(os.listdir(tmp_path / "run")) == ["rank7.steps"]
+
+
+def test_kineto_folder_says_which_json_files_it_skipped(tmp_path):
+    """Other JSON files beside the traces (a rank's trace saved as something else too) were skipped without a word."""
+    folder = tmp_path / "gloo"
+    shutil.copytree(GLOO / "same", folder)
+    shutil.copy(DATA / "fsdp" / "testbed-calibrate" / "1gbit.json", folder / "link.json")
+    assert [w.what for w in load(folder).meta.warnings] == [
+        "1 JSON file(s) here are not Kineto traces, skipped: link.json (not a Kineto trace: no 'traceEvents' list)"]
