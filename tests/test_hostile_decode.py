@@ -179,3 +179,14 @@ def test_what_follows_the_event_list_is_read_as_a_whole_decode_reads_it(tmp_path
     trace.write_text(text)
     got, want = read_kineto(trace), read_kineto(expected)
     assert _same_trace(got, want) and "gone" not in got.events.names
+
+
+def test_a_step_number_marking_two_windows_is_refused(tmp_path):
+    """Two ProfilerStep#2 windows split the step's ops and the run failed as 'mismatched collectives' naming neither."""
+    doc = _doc()
+    steps = sorted((e for e in doc["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")), key=lambda e: e["ts"])
+    steps[1]["name"] = steps[0]["name"]
+    path = tmp_path / "rank-0.pt.trace.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(DagprofError, match=f"^{path}: {steps[0]['name']} marks 2 windows: a damaged trace, or two profiler sessions"):
+        read_kineto(str(path))

@@ -293,6 +293,8 @@ def test_an_input_too_large_for_memory_says_how_large_and_what_helps(tmp_path):
     (["whatif", RUN, "--compute-speed", "inf"], "--compute-speed"),
     (["whatif", RUN, "--latency", "1e308"], "--latency"),
     (["whatif", RUN, "--bandwidth", "1e308Gbit"], "bandwidth must be positive and finite"),
+    (["whatif", RUN, "--bandwidth", "10"], "bandwidth '10' has no unit"),  # was 10 bit/s, meant 10 Gbit/s
+    (["whatif", RUN, "--link-from", DATA / "fsdp" / "testbed-calibrate" / "1gbit.json"], "--link-from: is read only with --link-to"),
     (["whatif", RUN, "--first-bucket-mb", "nan"], "--first-bucket-mb"),
     (["replay", RUN, "--explain-threshold", "nan"], "--explain-threshold"),
     (["sgd", RUN, "--iter-time-1", "1e308"], "argument --iter-time-1"),
@@ -334,3 +336,79 @@ def test_a_damaged_overlap_measurement_is_refused_not_ignored(tmp_path, text, wh
     (tmp_path / FILE).write_text(text)
     with pytest.raises(DagprofError, match=why):
         load_overlap(str(tmp_path))
+
+
+@pytest.mark.parametrize("change,why", [
+    ({"beta_us_per_byte": float("nan")}, "link beta_us_per_byte must be a finite number >= 0, got nan"),
+    ({"alpha_us": "fast"}, "link alpha_us must be a finite number >= 0, got 'fast'"),
+    ({"beta_us_per_byte": -0.01}, "link beta_us_per_byte must be a finite number >= 0, got -0.01"),
+    ({"points": [[4096, -5.0]]}, "points must be [bytes, us] pairs of finite numbers >= 0, got [4096, -5.0]"),
+    ({"points": 7}, "points must be a list of [bytes, us] pairs"),
+])
+def test_a_damaged_link_model_names_the_file_and_field(tmp_path, capsys, change, why):
+    """NaN was read as the link (every collective then priced NaN, printed as null); a string was an internal error;
+    a negative figure named no file; a negative sweep point was dropped from the fits unseen."""
+    doc = json.loads((DATA / "fsdp" / "testbed-calibrate" / "1gbit.json").read_text())
+    bad = tmp_path / "link.json"
+    bad.write_text(json.dumps({**doc, **change}))
+    refused(capsys, "whatif", RUN, "--link-model", bad, message=f"{bad}: {why}")
+
+
+@pytest.mark.parametrize("manifest", ["run_schema/v1/manifest.json", "mxnet/mxnet-run.json"])
+def test_a_run_folders_manifest_given_as_the_run_names_the_folder(capsys, manifest):
+    """It was read as a Kineto trace ("no 'traceEvents' list")."""
+    refused(capsys, "analyze", DATA / manifest, message="this looks like the manifest of a dagprof run folder")
+
+
+@pytest.mark.parametrize("run,framework", [("horovod/fused", "horovod"), ("mxnet", "mxnet")])
+def test_optimize_of_another_frameworks_run_says_what_it_searches(capsys, tmp_path, run, framework):
+    """A Horovod run failed on "no parameter of the DDP buckets belongs to a profiled layer", MXNet's asked whether the
+    model was wrapped in DistributedDataParallel."""
+    refused(capsys, "optimize", DATA / run, "--budget", "5", "-o", tmp_path / "out",
+            message=f"dagprof optimize searches PyTorch DDP and FSDP jobs (what dagprof.apply changes); this is a {framework} run")
+
+
+def test_a_utf8_byte_order_mark_is_read_as_json_and_csv_allow(capsys, tmp_path):
+    """A BOM (a Windows editor's save, Excel's UTF-8 CSV) made a layer CSV lack its 'layer' column and a rank file
+    'corrupt or truncated'; the same file without it reads the same."""
+    bom = b"\xef\xbb\xbf"
+    csv = b"layer,forward_us,backward_us,grad_bytes\nconv1,100,200,40000\nfc,50,100,1000\n"
+    for name, body in (("plain.csv", csv), ("bom.csv", bom + csv)):
+        (tmp_path / name).write_bytes(body)
+    plain, marked = (cli(capsys, "sgd", tmp_path / n, "--net", "10gbe", "--workers", "2", "--json") for n in ("plain.csv", "bom.csv"))
+    assert plain[0] == marked[0] == 0 and json.loads(plain[1])["rows"] == json.loads(marked[1])["rows"]
+    run = tmp_path / "run"
+    run.mkdir()
+    for f in RUN.iterdir():
+        (run / f.name).write_bytes(bom + f.read_bytes())
+    code, out, _ = cli(capsys, "replay", run, "--json", "-o", tmp_path / "out")
+    assert code == 0 and json.loads(out)["measured_iter_ms"] > 0
+
+
+@pytest.mark.parametrize("field,value,why", [("unit_forward_us", float("nan"), "unit_forward_us must be a finite number >= 0, got nan"),
+                                             ("copy_out_us_per_byte", -1e-3, "copy_out_us_per_byte must be a finite number >= 0"),
+                                             ("world", 0, "world must be a finite number >= 1, got 0")])
+def test_a_damaged_fsdp_calibration_names_the_field(tmp_path, field, value, why):
+    """NaN priced every FSDP unit NaN (printed as null), a negative copy-out made copies gain time."""
+    from dagprof.costmodel.fsdp_costs import FsdpCosts, StepFit
+    from dagprof.costmodel.topology import read_link_model
+    from dagprof.errors import DagprofError
+
+    doc = json.loads((DATA / "fsdp" / "testbed-calibrate" / "1gbit.json").read_text())
+    fsdp = FsdpCosts(2, StepFit(10.0, 1e-4), StepFit(30.0, 2e-4), 1e-4, 50.0, 80.0).to_dict()
+    path = tmp_path / "link.json"
+    path.write_text(json.dumps(doc | {"version": 3, "fsdp": fsdp}))
+    assert read_link_model(path).fsdp is not None
+    path.write_text(json.dumps(doc | {"version": 3, "fsdp": fsdp | {field: value}}))
+    with pytest.raises(DagprofError, match=f"^{path}: bad fsdp entry: {why}"):
+        read_link_model(path)
+
+
+def test_a_topology_file_out_of_range_names_the_file(tmp_path):
+    from dagprof.costmodel.topology import parse_topology
+    from dagprof.errors import DagprofError
+
+    path = tmp_path / "topo.json"
+    path.write_text('{"hosts": 2, "inter": {"bandwidth": "10Gbit"}, "overhead_us": -500}')
+    with pytest.raises(DagprofError, match=f"^{path}: collective overhead must be >= 0 us, got -500.0$"):
+        parse_topology(str(path), 4)

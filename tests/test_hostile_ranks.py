@@ -105,6 +105,40 @@ def test_kineto_traces_that_disagree_on_the_world_size(tmp_path):
     _refused(folder, "disagree on the world size", f"{name}: 16", "not one job")
 
 
+GLOO = DATA / "gloo-windows"
+
+
+@pytest.mark.parametrize("case", ["another run", "clock hours off"])
+def test_kineto_rank_from_another_run_is_refused(tmp_path, case):
+    """A folder of stock traces took rank 1 from another recording of the job (62 s later) or a rank 3 hours off: it was
+    matched by its collectives, renumbered and replayed (exit 0, another iteration time); dagprof run folders refused it."""
+    folder = tmp_path / "mixed"
+    shutil.copytree(GLOO / "same", folder)
+    if case == "another run":
+        shutil.copy(GLOO / "late-start" / "rank-1.pt.trace.json.gz", folder)
+    else:
+        with gzip.open(folder / "rank-1.pt.trace.json.gz") as f:
+            doc = json.load(f)
+        for e in doc["traceEvents"]:
+            if isinstance(e.get("ts"), (int, float)):
+                e["ts"] += 3 * 3600e6
+        with gzip.open(folder / "rank-1.pt.trace.json.gz", "wt") as f:
+            json.dump(doc, f)
+    _refused(folder, str(folder), "rank-0.pt.trace.json.gz and rank-1.pt.trace.json.gz were recorded",
+             "s apart: they are from different runs")
+
+
+def test_kineto_rank_not_below_its_world_size(tmp_path):
+    """Rank 5 of world_size 2 made the job 6 ranks, refused as "the traces disagree on the world size (...: 6)"."""
+    folder = tmp_path / "dlrm"
+    shutil.copytree(DLRM, folder)
+    name, doc = _dlrm_doc(5)
+    doc["distributedInfo"]["rank"] = 9
+    with gzip.open(folder / name, "wt") as f:
+        json.dump(doc, f)
+    _refused(folder, name, "rank 9 (from the distributedInfo) but distributedInfo says world_size 8")
+
+
 # ---------------------------------------------------------------- item 2: a rank twice
 
 def test_two_kineto_files_claim_the_same_rank(tmp_path):
@@ -156,6 +190,28 @@ def test_run_folder_missing_a_rank_file(tmp_path, capsys):
     assert code == 0 and r["partial"] is True and any("1 of 2 ranks missing" in w for w in r["warnings"])
 
 
+@pytest.mark.parametrize("target,why", [("rank1.json", "Too many levels of symbolic links"), ("gone.json", "file is missing")])
+def test_run_folder_rank_file_a_broken_link(tmp_path, capsys, target, why):
+    """A link loop or a dangling link was "nothing written (no rank1.json ...)" beside a rank1.json in ``ls``."""
+    run = _run_copy(tmp_path)
+    os.remove(run / "rank1.json")
+    os.symlink(target, run / "rank1.json")
+    _refused(run, str(run / "rank1.json"), why)
+
+
+@pytest.mark.parametrize("t_ns", [-5, 2**62])
+def test_run_folder_hook_record_with_a_damaged_time_is_counted(tmp_path, t_ns):
+    """A record timed outside every step was left out of the replay with no word."""
+    run = _run_copy(tmp_path)
+    doc = json.loads((run / "rank1.json").read_text())
+    k = next(i for i, r in enumerate(doc["records"]) if r[0] == rs.Rec.FWD_END)
+    doc["records"][k][3] = t_ns
+    (run / "rank1.json").write_text(json.dumps(doc))
+    warned = [w.what for w in load(run).meta.warnings if "hook records" in w.what]
+    assert warned == [f"rank1.json: 1 of {len(doc['records'])} hook records are timed more than a step outside the profiled steps "
+                      "(damaged file?): left out"]
+
+
 def test_tf_jax_rank_file_copy(tmp_path):
     run = tmp_path / "tf"
     shutil.copytree(DATA / "tf-jax" / "mlp", run)
@@ -176,6 +232,52 @@ def test_horovod_rank_file_copy(tmp_path):
     shutil.copytree(DATA / "horovod" / "fused", run)
     shutil.copy(run / "rank0.horovod.json", run / "rank1.horovod.json")
     _refused(run, "rank1.horovod.json", "holds rank 0, not rank 1")
+
+
+@pytest.mark.parametrize("damage,needles", [
+    # cut inside its first response: every gradient was replayed without its all-reduce (comm 0 ms, exit 0)
+    (lambda run: (run / "horovod_timeline.json").write_bytes((DATA / "horovod" / "fused" / "horovod_timeline.json").read_bytes()[:3000]),
+     ("horovod_timeline.json", "none of the 60 gradient requests of rank 0 in the profiled steps has a response")),
+    # the unfused run's timeline, recorded 19 s later: matched by tensor name, then "graph has a dependency cycle"
+    (lambda run: shutil.copy(DATA / "horovod" / "unfused" / "horovod_timeline.json", run),
+     ("horovod_timeline.json", "its responses are 19 s after the profiled steps of rank0.json: it is another run's timeline")),
+    # the unfused run's rank 1 on the same host 19 s later: replayed as one job (ranks 55 and 36 ms, exit 0)
+    (lambda run: shutil.copy(DATA / "horovod" / "unfused" / "rank1.json", run),
+     ("rank0.json and rank1.json were recorded 19 s apart: they are from different runs",)),
+])
+def test_horovod_run_with_another_runs_or_a_cut_file(tmp_path, damage, needles):
+    run = tmp_path / "hvd"
+    shutil.copytree(DATA / "horovod" / "fused", run)
+    damage(run)
+    _refused(run, str(run), *needles)
+
+
+def _fsdp_record_index(run):
+    doc = json.loads((run / "rank1.json").read_text())
+    next(r for r in doc["records"] if r[0] == rs.Rec.FSDP_COLL_BEGIN)[1] = 9999
+    (run / "rank1.json").write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("name,damage,needles", [
+    # the collective lost its begin unseen, then "mismatched collectives: collective #0 (allgather) ... missing on rank(s) [1]"
+    ("reshard", _fsdp_record_index, ("rank1.json: 1 FSDP record(s) name collective 9999, but the file lists 18 collectives",)),
+    # keep4's rank 1 beside reshard4's rank 0, on one host 23 s later: within the 30 s allowed across hosts
+    ("reshard4", lambda run: shutil.copy(DATA / "fsdp" / "keep4" / "rank1.json", run),
+     ("rank0.json and rank1.json were recorded 23 s apart: they are from different runs",)),
+])
+def test_fsdp_run_with_a_damaged_or_foreign_rank_file(tmp_path, name, damage, needles):
+    run = tmp_path / name
+    shutil.copytree(DATA / "fsdp" / name, run)
+    damage(run)
+    _refused(run, *needles)
+
+
+def test_mxnet_worker_trace_of_another_run(tmp_path):
+    """Another recording's worker trace failed as "worker 1 step 4 has no push/pull"."""
+    run = tmp_path / "mx"
+    shutil.copytree(DATA / "mxnet", run, ignore=shutil.ignore_patterns("testbed", "user_mlp"))
+    shutil.copy(DATA / "mxnet" / "testbed" / "s1_500M" / "worker1.json.gz", run)
+    _refused(run, str(run / "worker1.json.gz"), "s from worker 1's profiled steps in mxnet-run.json: another run's trace")
 
 
 # ---------------------------------------------------------------- item 13: recorded runs with a killed rank (fast)
@@ -352,3 +454,12 @@ def test_profile_removes_an_earlier_runs_step_logs(tmp_path, capsys):
     code, _, err = _cli(capsys, "profile", "-o", tmp_path / "run", "--", sys.executable, "-c", "pass")
     assert code == 2 and "no rank wrote a profile" in err
     assert sorted(os.listdir(tmp_path / "run")) == ["rank7.steps"]
+
+
+def test_kineto_folder_says_which_json_files_it_skipped(tmp_path):
+    """Other JSON files beside the traces (a rank's trace saved as something else too) were skipped without a word."""
+    folder = tmp_path / "gloo"
+    shutil.copytree(GLOO / "same", folder)
+    shutil.copy(DATA / "fsdp" / "testbed-calibrate" / "1gbit.json", folder / "link.json")
+    assert [w.what for w in load(folder).meta.warnings] == [
+        "1 JSON file(s) here are not Kineto traces, skipped: link.json (not a Kineto trace: no 'traceEvents' list)"]

@@ -49,6 +49,9 @@ def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = N
     by the level the search's model stands on (``analysis.interval.run_level``).
     """
     prof = open_run(run, steps=steps, step_marker=step_marker, allow_missing_ranks=allow_missing_ranks)
+    if prof.run.meta.framework:  # its buckets and layers are not DDP's: the search failed on "no parameter of the DDP buckets ..."
+        raise DagprofError(f"dagprof optimize searches PyTorch DDP and FSDP jobs (what dagprof.apply changes); this is a "
+                           f"{prof.run.meta.framework} run: `dagprof whatif` predicts its other settings", run)
     g, cost = prof.graph, measure_profiler_cost(prof.graph)
     if not raw:
         g, _ = remove_profiler_cost(g, cost, job_iteration_us, model=set_topology(g, current_topology(g)))

@@ -48,6 +48,7 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO]:
 MAX_BYTES_ENV = "DAGPROF_MAX_TRACE_BYTES"
 DEFAULT_MAX_BYTES = 1 << 30  # 1 GiB of one input in memory: 20x the largest public training trace we read
 _GZIP_MAGIC = b"\x1f\x8b"
+_UTF8_BOM = b"\xef\xbb\xbf"
 _NOT_REGULAR = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
                 stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a folder"}
 
@@ -107,8 +108,17 @@ def read_input(path: str | os.PathLike[str]) -> bytes:
 def read_input_pieces(path: str | os.PathLike[str], size: int | None = None) -> Iterator[bytes]:
     """``read_input(path)`` in pieces of at most ``size`` bytes as they are read or decompressed (one piece per gzip
     member, or the whole file, when ``size`` is None): a reader that decodes as it goes never holds, nor pages in,
-    the whole decompressed file. The same checks, each raised when the piece it concerns is reached."""
-    path = os.fspath(path)
+    the whole decompressed file. The same checks, each raised when the piece it concerns is reached. A leading UTF-8
+    byte-order mark (a Windows editor's save, Excel's CSV) is dropped, as JSON allows: the readers called such files corrupt."""
+    first = True
+    for piece in _pieces(os.fspath(path), size):
+        if first and piece:
+            first, piece = False, piece.removeprefix(_UTF8_BOM)
+        if piece:
+            yield piece
+
+
+def _pieces(path: str, size: int | None) -> Iterator[bytes]:
     cap = max_input_bytes()
     with open_input(path) as f:
         disk = os.fstat(f.fileno()).st_size

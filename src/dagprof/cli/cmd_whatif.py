@@ -66,6 +66,8 @@ def run(args) -> dict:
     if args.cores and max(args.workers or [0]) > MAX_CONTENDED_WORKERS:
         raise DagprofError(f"with --cores every rank is replayed (ranks sharing cores do not fold): at most {MAX_CONTENDED_WORKERS:,} "
                            f"workers, got {max(args.workers):,}", "--workers")
+    if args.link_from and not args.link_to:  # alone it changed nothing and the table looked like an answer about the measured link
+        raise DagprofError("is read only with --link-to (the target link's calibrate file): give both", "--link-from")
     with outputs(args.out, args.run, write=not args.no_trace) as staged:
         result = _evaluate(args, staged.path if staged else None)
     return staged.final_path(result) if staged else result

@@ -79,6 +79,8 @@ def parse_bandwidth(text: str) -> float:
     m = _BANDWIDTH.fullmatch(text.strip())
     if not m:
         raise DagprofError(f"cannot read bandwidth {text!r}: use e.g. 10Gbit, 200Mbit, 25GB/s")
+    if not m.group(2) and not m.group(3):  # `--bandwidth 10` meant 10 Gbit/s, and was read as 10 bit/s
+        raise DagprofError(f"bandwidth {text!r} has no unit: use e.g. 10Gbit, 200Mbit, 25GB/s")
     value = float(m.group(1)) * _UNITS[m.group(2).lower()]
     bytes_per_s = value if m.group(3) == "B" else value / 8
     if not 0 < bytes_per_s < float("inf"):

@@ -92,13 +92,20 @@ class FsdpCosts:
     @classmethod
     def from_dict(cls, d: Any, source: str = "link model") -> "FsdpCosts":
         try:
-            return cls(int(d["world"]), StepFit(**d["plain_step"]), StepFit(**d["dtensor_step"]), float(d["copy_out_us_per_byte"]),
+            costs = cls(int(d["world"]), StepFit(**d["plain_step"]), StepFit(**d["dtensor_step"]), float(d["copy_out_us_per_byte"]),
                        float(d["unit_forward_us"]), float(d["unit_backward_us"]), str(d.get("optimizer", "AdamW")),
                        float(d.get("unit_forward_us_per_byte", 0.0)), float(d.get("unit_backward_us_per_byte", 0.0)),
                        float(d.get("bucket_in_us_per_byte", 0.0)), float(d.get("bucket_out_us_per_byte", 0.0)))
         except (KeyError, TypeError, ValueError) as err:
             raise DagprofError(f"bad fsdp entry ({err!r}); need world, plain_step, dtensor_step (us_per_tensor, us_per_byte), "
                                "copy_out_us_per_byte, unit_forward_us, unit_backward_us", source) from None
+        # a NaN or negative cost (a damaged file) would price every FSDP unit or optimizer step NaN or below nothing
+        flat = [(f"{k}.{kk}" if isinstance(v, dict) else k, vv) for k, v in costs.to_dict().items() if k != "optimizer"
+                for kk, vv in (v.items() if isinstance(v, dict) else [("", v)])]
+        bad = next(((k, v) for k, v in flat if not 0 <= v < float("inf") or (k == "world" and v < 1)), None)
+        if bad is not None:
+            raise DagprofError(f"bad fsdp entry: {bad[0]} must be a finite number >= {1 if bad[0] == 'world' else 0}, got {bad[1]!r}", source)
+        return costs
 
 
 def _fit_dict(f: StepFit) -> dict[str, float]:

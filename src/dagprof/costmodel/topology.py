@@ -173,7 +173,10 @@ class Topology:
             overhead = float(d.get("overhead_us", 0.0))
         except (KeyError, TypeError, ValueError) as err:
             raise DagprofError(f"bad topology ({err}); need hosts, devices_per_host, inter[, intra, overhead_us]", source) from None
-        return cls(hosts, per, intra, inter, overhead)
+        try:
+            return cls(hosts, per, intra, inter, overhead)
+        except DagprofError as err:  # a value out of range: the line names the file it came from
+            raise DagprofError(err.problem, err.path or source) from None
 
     @classmethod
     def flat(cls, workers: int, link: AlphaBeta) -> "Topology":
@@ -199,15 +202,29 @@ def link_from_dict(d: Any, source: str = "link") -> AlphaBeta:
         raise DagprofError(f"a link must be a table, got {d!r}", source)
     if "preset" in d:
         return preset(str(d["preset"]))
-    gamma = float(d.get("gamma_us_per_byte", 0.0))
+    gamma = _link_number(d, "gamma_us_per_byte", 0.0, source)
     if "bandwidth" in d:
         bw = d["bandwidth"]
-        bps = parse_bandwidth(bw) if isinstance(bw, str) else float(bw)
-        return AlphaBeta.from_bandwidth(bps, float(d.get("latency_us", 0.0)), gamma)
+        bps = parse_bandwidth(bw) if isinstance(bw, str) else _link_number(d, "bandwidth", None, source)
+        if not 0 < bps < float("inf"):
+            raise DagprofError(f"link bandwidth must be positive, got {bw!r}", source)
+        return AlphaBeta.from_bandwidth(bps, _link_number(d, "latency_us", 0.0, source), gamma)
+    missing = [k for k in ("alpha_us", "beta_us_per_byte") if k not in d]
+    if missing:
+        raise DagprofError(f"link needs alpha_us and beta_us_per_byte (or bandwidth, or preset); missing {missing[0]!r}", source)
+    return AlphaBeta(_link_number(d, "alpha_us", None, source), _link_number(d, "beta_us_per_byte", None, source), gamma)
+
+
+def _link_number(d: dict, key: str, default: float | None, source: str) -> float:
+    """A LINK field as a finite non-negative number: NaN or a string would price every collective as NaN or fail later."""
+    v = d.get(key, default)
     try:
-        return AlphaBeta(float(d["alpha_us"]), float(d["beta_us_per_byte"]), gamma)
-    except KeyError as err:
-        raise DagprofError(f"link needs alpha_us and beta_us_per_byte (or bandwidth, or preset); missing {err}", source) from None
+        f = float("nan") if isinstance(v, bool) else float(v)
+    except (TypeError, ValueError):
+        f = float("nan")
+    if not 0 <= f < float("inf"):
+        raise DagprofError(f"link {key} must be a finite number >= 0, got {v!r}", source)
+    return f
 
 
 def load_topology(path: str | os.PathLike[str]) -> Topology:
@@ -331,9 +348,24 @@ def read_link_model(path: str | os.PathLike[str]) -> LinkModelFile:
         if scale:
             kind_scale.append((kind, scale))
     fsdp = None if d.get("fsdp") is None else FsdpCosts.from_dict(d["fsdp"], p)
+    for where, points in [("points", d.get("points")), *((f"kinds.{k}.points", kind_table[k].get("points")) for k in kind_table)]:
+        _check_points(points, where, p)
     sweeps = {"kinds": kind_table, **({"points": d["points"]} if "points" in d else {})}
     return LinkModelFile(p, link_from_dict(d, p), tuple(sorted(by_workers.items())), workers, backend, kinds, tuple(kind_scale), fsdp,
                          d.get("overlap"), sweeps)
+
+
+def _check_points(points: Any, where: str, path: str) -> None:
+    """A sweep's [bytes, us] pairs: a negative or non-finite one (a damaged file) would be dropped from the fits unseen."""
+    if points is not None and not isinstance(points, list):
+        raise DagprofError(f"{where} must be a list of [bytes, us] pairs, got {points!r}", path)
+    for pair in points or ():
+        try:
+            ok = len(pair) == 2 and all(0 <= float(x) < float("inf") for x in pair)
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise DagprofError(f"{where} must be [bytes, us] pairs of finite numbers >= 0, got {pair!r}", path)
 
 
 def _worker_count(n: Any, path: str) -> int:

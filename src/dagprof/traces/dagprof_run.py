@@ -42,7 +42,7 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..fsutil import inside, open_input
-from .completeness import describe
+from .completeness import check_same_job, describe
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace, Run
 from .fsdp_run import fsdp_comm, label_groups
 from .meta import RankGap, RankMeta, RunMeta, RunWarning, warnings_of
@@ -65,7 +65,6 @@ from .run_schema import (
 from .run_spans import _Comm, _DeviceOp, _Span, _Transfer
 
 _LISTED_STEPS = 1 << 16  # a window longer than this is open-ended: its missing steps are not listed one by one
-_SAME_JOB_SLACK_NS = 30 * 10**9  # clocks of different hosts may disagree by seconds
 
 
 def read_manifest(path: str | os.PathLike[str]) -> Manifest:
@@ -107,7 +106,7 @@ def read_run(path: str | os.PathLike[str], require_ddp: bool = False) -> Run:
         warnings.append("some ranks have no Kineto trace (cut short): communication of every rank from the comm hooks")
     ranks = [read_rank(rpath, f, kineto) for rpath, f in docs]
     with _corrupt(folder):
-        _check_same_job(ranks, folder)
+        check_same_job(ranks, folder)
     warnings += [w for t in ranks for w in t.meta.warnings]
     ddp = any(t.buckets for t in ranks)
     fsdp = all(t.meta.fsdp is not None for t in ranks)
@@ -124,7 +123,7 @@ def read_run(path: str | os.PathLike[str], require_ddp: bool = False) -> Run:
 def _rank_doc(folder: str, r: int, world: int) -> tuple[RankFile | None, RankGap | None]:
     """Rank ``r``'s file (checked to be rank ``r`` of this job), or its step files rebuilt; the gap, if any."""
     rpath = os.path.join(folder, rank_file(r))
-    if os.path.exists(rpath):
+    if os.path.lexists(rpath):  # a dangling link or a link loop is read, and refused as what it is
         f = read_file(rpath, RankFile)
         how = f.ended
     else:
@@ -189,16 +188,17 @@ def _check_unique(docs: list[tuple[str, RankFile]], folder: str) -> None:
                                    f"process ({f.host} pid {f.pid}): one is a copy, not another rank", folder)
 
 
-def _check_same_job(ranks: list[RankTrace], folder: str) -> None:
-    """Synchronous data parallelism runs a step on all ranks at once: windows that do not overlap are different runs."""
-    spans = [(t.base_ns, t.base_ns + int(t.step_spans()[-1, 2] * 1e3), t) for t in ranks]
-    latest_start = max(spans, key=lambda s: s[0])
-    earliest_end = min(spans, key=lambda s: s[1])
-    if latest_start[0] - earliest_end[1] > _SAME_JOB_SLACK_NS:
-        a, b = earliest_end[2], latest_start[2]
-        raise DagprofError(
-            f"{os.path.basename(a.source)} and {os.path.basename(b.source)} were recorded "
-            f"{(latest_start[0] - earliest_end[1]) / 1e9:.0f} s apart: they are from different runs", folder)
+def _check_fsdp_indices(info, records: np.ndarray, path: str) -> None:
+    """FSDP records name a collective or a unit of the file's lists: one beyond them lost its collective unseen (then
+    "mismatched collectives" naming neither file nor record)."""
+    code, a = records[:, Col.CODE], records[:, Col.A]
+    for codes, listed, what in (((Rec.FSDP_COLL_BEGIN, Rec.FSDP_COLL_END), len(info.collectives), "collective"),
+                                ((Rec.FSDP_COPY_OUT_BEGIN, Rec.FSDP_COPY_OUT_END, Rec.FSDP_RESHARD_BEGIN, Rec.FSDP_RESHARD_END),
+                                 len(info.units), "unit")):
+        named = a[np.isin(code, codes)]
+        bad = named[(named < 0) | (named >= listed)]
+        if len(bad):
+            raise DagprofError(f"{len(bad)} FSDP record(s) name {what} {int(bad[0])}, but the file lists {listed} {what}s: a damaged file", path)
 
 
 @contextlib.contextmanager
@@ -240,12 +240,19 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
         kpath = kpath if kineto else None
     steps = _steps(records)
     if f.fsdp is not None:
+        _check_fsdp_indices(f.fsdp, records, path)
         comm = fsdp_comm(f.fsdp, kpath, f.rank, records, steps, warnings)
     else:
         comm = _kineto_comm(kpath, f.rank, records, steps, warnings) if kpath else None
     if comm is None:
         comm = _hook_comm(records)
     t = records[:, Col.T_NS]
+    if steps:  # a hook's time beyond the window by more than a step is damage; it would be left out of every step unseen
+        longest = max(b1 - b0 for _, b0, b1 in steps)
+        stray = int(np.count_nonzero((t < steps[0][1] - longest) | (t > steps[-1][2] + longest)))
+        if stray:
+            warnings.append(f"{os.path.basename(path)}: {stray} of {len(t)} hook records are timed more than a step outside the "
+                            "profiled steps (damaged file?): left out")
     spans = [(step, b0, b1, _partition(records[(t >= b0) & (t <= b1)], b0, b1, layers, comm, grad_bytes)) for step, b0, b1 in steps]
     trace = _to_rank_trace(f, path, spans, comm, layers)
     trace.meta.warnings, trace.meta.comm_source, trace.meta.kineto = [RunWarning(w) for w in warnings], comm.source, kpath

@@ -282,7 +282,11 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
     else:
         warnings.append("no Horovod timeline in the run (start the job with HOROVOD_TIMELINE=DYNAMIC): "
                         "requests and waits only, no fusion or transfers")
+    if timeline:
+        _check_same_time(timeline, run.ranks[0], tl_path)
     plan = _plan(timeline, requests, warnings) if timeline else []
+    if timeline:
+        _check_served(plan, requests, tl_path, warnings)
     ranks = []
     for t in run.ranks:
         shift_ns = _clock_shift(t, run.ranks[0], plan)
@@ -305,6 +309,34 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
     if settings.get("autotune"):
         warnings.append("HOROVOD_AUTOTUNE was on: fusion threshold and cycle time changed during the run")
     return Run(ranks, source=folder, meta=msgspec.structs.replace(run.meta, warnings=warnings_of(warnings), framework="horovod", horovod=hv))
+
+
+def _check_same_time(tl: Timeline, ref: RankTrace, path: str) -> None:
+    """The timeline is written by the first rank's process, on its clock: responses that all lie outside that rank's
+    profiled window (with a second's slack) are another run's; matched by tensor name they replayed as a cycle."""
+    spans = ref.step_spans()
+    if not tl.responses or not len(spans):
+        return
+    start, end = ref.base_ns / 1e3 + spans[0, 1], ref.base_ns / 1e3 + spans[-1, 2]
+    first, last = min(r.t0 for r in tl.responses), max(r.t1 for r in tl.responses)
+    gap_us = max(first - end, start - last)
+    if gap_us > 1e6:
+        raise DagprofError(f"its responses are {gap_us / 1e6:.0f} s {'after' if first > end else 'before'} the profiled steps of "
+                           f"{os.path.basename(ref.source)}: it is another run's timeline", path)
+
+
+def _check_served(plan: list[_Planned], requests: dict[int, list[_Request]], path: str, warnings: list[str | RunWarning]) -> None:
+    """Gradients requested in the profiled steps that no response in the timeline served (a timeline cut short, or another
+    run's) would be replayed without their all-reduce: none served is refused, some counted."""
+    ref = min(requests)
+    served = {id(rq) for p in plan for rq in p.requests[ref]}
+    unserved = sum(id(rq) not in served for rq in requests[ref])
+    if unserved and not served:
+        raise DagprofError(f"none of the {unserved} gradient requests of rank {ref} in the profiled steps has a response in this "
+                           "timeline: it was cut short before them, or is another run's", path)
+    if unserved:
+        warnings.append(RunWarning(f"{unserved} of {len(requests[ref])} gradient requests of rank {ref} in the profiled steps have no "
+                                   "response in the timeline (cut short?): replayed without their all-reduce", file=os.path.basename(path)))
 
 
 def _plan(tl: Timeline, requests: dict[int, list[_Request]], warnings: list[str | RunWarning]) -> list[_Planned]:

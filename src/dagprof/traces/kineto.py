@@ -473,6 +473,8 @@ def _identity(header: _Header, path: str, rank_arg: int | None) -> tuple[int, in
         else:
             raise DagprofError("distributedInfo has no rank and the file name carries none (name it rank-N...json or pass rank=)", path)
     world = dist.get("world_size")
+    if str(world).isdigit() and 0 < int(world) <= rank:  # was read as a job of rank + 1 ranks: "the traces disagree on the world size"
+        raise DagprofError(f"rank {rank} (from the {source}) but distributedInfo says world_size {world}: a damaged or foreign trace", path)
     if not (str(world).isdigit() and int(world) > 0):
         sizes = [int(pg.get("pg_size", 0)) for pg in dist.get("pg_config") or [] if isinstance(pg, dict)]
         world = max(sizes + [rank + 1])
@@ -482,6 +484,10 @@ def _identity(header: _Header, path: str, rank_arg: int | None) -> tuple[int, in
 def _rank_trace(trace: ks.Head, path: str, rank_arg: int | None, header: _Header, cols: Columns, nest: Nesting,
                 kinds: Kinds, deps: Deps, colls: _Collectives) -> RankTrace:
     rank, world, source = _identity(header, path, rank_arg)
+    numbers, count = np.unique(kinds.step[(deps.kind == Kind.STEP) & (kinds.step >= 0)], return_counts=True)
+    if (count > 1).any():  # the step's ops were split between its windows and its collectives matched nothing on the other ranks
+        raise DagprofError(f"ProfilerStep#{numbers[count > 1][0]} marks {count[count > 1][0]} windows: a damaged trace, or two "
+                           "profiler sessions in one file (give one per file)", path)
     group_ranks = dict(colls.group_ranks)
     if "0" in colls.groups and "0" not in group_ranks:
         group_ranks["0"] = list(range(world))  # the default group spans the job

@@ -16,6 +16,7 @@ from concurrent.futures import ProcessPoolExecutor
 from ..errors import DagprofError
 from ..progress import progress
 from . import cache
+from .completeness import check_same_job
 from .events import RankTrace, Run
 from .kineto import read_kineto
 from .meta import RankGap, RunMeta, RunWarning
@@ -89,6 +90,11 @@ def _rank_report(ranks: list[RankTrace], skipped: dict[str, str], folder: str) -
     if len({t.world_size for t in ranks}) > 1:
         sizes = ", ".join(f"{os.path.basename(t.source)}: {t.world_size}" for t in sorted(ranks, key=lambda t: t.rank))
         raise DagprofError(f"the traces disagree on the world size ({sizes}): they are not one job", folder)
+    check_same_job(ranks, folder)
+    if skipped:  # said, so that a rank's trace saved as something else is not missed unseen
+        names = sorted(skipped)
+        warnings.append(f"{len(names)} JSON file(s) here are not Kineto traces, skipped: {', '.join(names[:3])}"
+                        + (f" and {len(names) - 3} more" if len(names) > 3 else "") + f" ({skipped[names[0]]})")
     world = ranks[0].world_size
     missing = sorted(set(range(world)) - {t.rank for t in ranks})
     return ranks, RunMeta(missing_ranks=missing, rank_gaps=[RankGap(r, "no trace file here") for r in missing],

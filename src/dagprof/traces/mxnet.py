@@ -214,6 +214,11 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
     steps = [s for s in man.steps.get(w, []) if s[0] in man.profiled]
     if not steps:
         raise DagprofError(f"worker {w} has no step times for the profiled steps {man.profiled}", man.path)
+    first_us, last_us = steps[0][1] / 1e3, steps[-1][2] / 1e3
+    if ops and (ops[0].start > last_us + 1e6 or max(o.end for o in ops) < first_us - 1e6):  # on one clock with the manifest's steps
+        gap = max(ops[0].start - last_us, first_us - max(o.end for o in ops))
+        raise DagprofError(f"its operators are {gap / 1e6:.0f} s from worker {w}'s profiled steps in {os.path.basename(man.path)}: "
+                           "another run's trace", path)
     base_us = steps[0][1] // 1000 - 1000  # a millisecond before the first profiled step
     base_ns = base_us * 1000
     bounds = np.array([[a / 1e3, b / 1e3] for _, a, b in steps])

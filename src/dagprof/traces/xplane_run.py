@@ -19,13 +19,11 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..fsutil import inside, read_versioned
-from .completeness import describe
+from .completeness import check_same_job, describe
 from .events import Kind, RankTrace, Run
 from .meta import Collectives, RankGap, RunMeta, RunWarning, warnings_of
 from .tf_xplane import rank_from_path, read_xplane
 from .xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, VERSION, rank_file, rank_logdir
-
-_SAME_JOB_SLACK_NS = 30 * 10**9
 
 
 def xplane_files(folder: str) -> list[str]:
@@ -81,7 +79,7 @@ def _from_manifest(folder: str, manifest: dict) -> Run:
         ranks.append(trace)
     if not ranks:
         raise DagprofError(f"no rank file here ({describe(gaps, world)})", folder)
-    _check_same_job(ranks, folder)
+    check_same_job(ranks, folder)
     ranks = _trim_cut_steps(ranks, warnings)
     warnings += [w for t in ranks for w in t.meta.warnings]
     return Run(ranks, source=folder, meta=RunMeta(framework=str(manifest.get("framework") or ""), warnings=warnings_of(warnings),
@@ -111,28 +109,11 @@ def _from_logdirs(folder: str) -> Run:
             warnings.append(f"rank {r}: {len(by_rank[r])} profiler sessions; the newest is read")
         ranks.append(read_xplane(by_rank[r][-1], rank=r, world_size=world))
     missing = sorted(set(range(world)) - set(by_rank))
-    _check_same_job(ranks, folder)
+    check_same_job(ranks, folder)
     ranks = _trim_cut_steps(ranks, warnings)
     warnings += [w for t in ranks for w in t.meta.warnings]
     return Run(ranks, source=folder, meta=RunMeta(missing_ranks=missing, rank_gaps=[RankGap(r, "no profile in its log folder") for r in missing],
                                                   warnings=warnings_of(warnings)))
-
-
-def _check_same_job(ranks: list[RankTrace], folder: str) -> None:
-    """Synchronous data parallelism runs a step on all ranks at once: windows that do not overlap are different runs."""
-    spans = []
-    for t in ranks:
-        s = t.step_spans()
-        if len(s):
-            spans.append((t.base_ns + int(s[0, 1] * 1e3), t.base_ns + int(s[-1, 2] * 1e3), t))
-    if len(spans) < 2:
-        return
-    latest_start = max(spans, key=lambda s: s[0])
-    earliest_end = min(spans, key=lambda s: s[1])
-    if latest_start[0] - earliest_end[1] > _SAME_JOB_SLACK_NS:
-        raise DagprofError(
-            f"{os.path.relpath(earliest_end[2].source, folder)} and {os.path.relpath(latest_start[2].source, folder)} were recorded "
-            f"{(latest_start[0] - earliest_end[1]) / 1e9:.0f} s apart: they are from different runs", folder)
 
 
 def _trim_cut_steps(ranks: list[RankTrace], warnings: list[str | RunWarning]) -> list[RankTrace]:
