@@ -9,6 +9,13 @@ parameter's stretches and its kernels, the load average, and then the spread (ma
     PYTHONPATH=src .venv/bin/python bench/bench_codec_costs.py [--runs 5] [--rank 2] [--param embed.weight] [--json]
 
 The shapes are the held-out embedding job's (``bench/ddp_heldout_embed.py``: ``fsdp1_heldout.CTR`` at its defaults).
+
+On the 2-core VM under load 5.5-7.5 (other jobs running), 5 runs each, the old measurement (two medians taken apart,
+the empty bucket's subtracted) then the new (fastest of 15 runs alternating with the empty bucket), back to back,
+spread max/min at rank 2: total hook CPU 2.44x (7.8-19.1 ms) -> 1.21x (3.5-4.2 ms); the embedding's three
+stretches 4.99 / 9.08 / 4.82x -> 1.36 / 1.17 / 1.54x (984-1334 / 506-594 / 693-1069 us against kernels of about
+1,000 us in all); the per-bucket cost 2.01x -> 1.03x; no stretch below its own kernels. 31 runs instead of 15 did not
+narrow it further (1.35x): what is left differs from process to process, not from run to run.
 """
 from __future__ import annotations
 
