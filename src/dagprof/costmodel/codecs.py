@@ -6,9 +6,9 @@ PowerSGD rank r, per parameter: ``encode`` (error feedback and P = M Q, in the h
 ``middle`` (orthogonalise P, Q = M^T P, between the P and Q all-reduces) and ``decode``
 (M = P Q^T and the error update, after the Q all-reduce), in microseconds; and the same three stretches
 of torch's own ``powerSGD_hook`` run whole on a bucket of this one gradient in a one-process group (its
-all-reduces then cost next to nothing), less a bucket that compresses nothing: everything the hook does
-for the gradient, its allocations and Python included (the 16,384 x 64 embedding at rank 2 on the 2-core
-VM: 1,131 / 613 / 792 us against kernels of 988 / 536 / 477). ``passes.compression`` prices with these.
+all-reduces then cost next to nothing), less a bucket that compresses nothing, each the fastest of alternating
+runs: everything the hook does for the gradient, its allocations and Python included (the 16,384 x 64 embedding at
+rank 2 on the 2-core VM: 1,039 / 506 / 862 us against kernels of 984 in all). ``passes.compression`` prices with these.
 """
 from __future__ import annotations
 
