@@ -28,6 +28,9 @@ RANKS = (2, 4)
 # backward (~2/3 of compute) is comparable to the 1 Gbit/s all-reduce, and the 200 Mbit/s one is several times it
 JOB = argparse.Namespace(width=384, depth=8, batch=256, warmup=3, steps=8, profile_steps=8, profile_margin=3)
 EXTRA = ("--no-bias",)
+# the overlap measurement (dagprof calibrate --overlap's) beside an all-reduce of the job's mean per-layer gradient (5.28 MiB over
+# 8 layers): the size of WFBP's all-reduces that overlap the backward; the slowdowns depend on it (see collect.measure.overlap)
+OVERLAP_MB = 0.66
 JITTER = 64  # --jitter samples
 COMPUTE = ("plain", "+cores", "+cores-contention", "plain+jitter", "+cores+jitter", "+cores+jitter-contention")
 HEADLINE = ("calibrate", "+cores", "unprofiled")  # fixed before any measurement: the variant the mean |error| is quoted for
@@ -65,7 +68,7 @@ def run_round(folder: str, rng: random.Random, repredict: bool) -> dict:
             with open(os.path.join(control, "cells.json"), "w") as f:
                 json.dump(cells, f)
             t0 = time.monotonic()
-            out = launch(ranks, [("sweep", rate) for rate in RATES.values()] + [("overlap", rate) for rate in RATES.values()]
+            out = launch(ranks, [("sweep", rate) for rate in RATES.values()] + [(f"overlap:{OVERLAP_MB}", rate) for rate in RATES.values()]
                          + [(f"train:{POLICIES[p]:g}", RATES[r]) for p, r in cells], JOB, control, extra=EXTRA)
             print(f"  {ranks} ranks: sweeps, overlaps + {len(cells)} cells in {time.monotonic() - t0:.0f} s", file=sys.stderr)
         # rounds kept before the overlap phases have none: their link files carry no contention

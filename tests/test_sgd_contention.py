@@ -81,3 +81,17 @@ def test_link_model_with_overlap_is_used_by_default(tmp_path, capsys):
 def test_files_before_the_comm_slowdown_read_as_zero():
     old = {k: v for k, v in overlap(0.5, 0.0).items() if k != "comm_slowdown"}
     assert overlap_from_table(old, "old.json").comm_slowdown == 0.0
+
+
+def test_calibrate_overlap_end_to_end(tmp_path, capsys):
+    """A real 2-rank gloo ``calibrate --overlap`` at the job's message size, then ``dagprof sgd`` priced by what it measured."""
+    out = tmp_path / "link.json"
+    assert main(["calibrate", "--world", "2", "--max-mb", "0.0625", "--iters", "2", "--overlap", "--overlap-mb", "0.25", "-o", str(out),
+                 "--json"]) == 0
+    o = json.loads(capsys.readouterr().out)["overlap"]
+    assert o["allreduce_bytes"] == 2**18 and o["comm_slowdown"] >= 0 and o["slowdown"] >= 0
+    f = tmp_path / "two.csv"
+    f.write_text("layer,forward_us,backward_us,grad_bytes\nl0,0,1000,0\nl1,0,1000,1000000\n")
+    assert main(["sgd", str(f), "--workers", "2", "--link-model", str(out), "--json"]) == 0
+    c = json.loads(capsys.readouterr().out)["contention"]["2"]
+    assert c["comm_slowdown"] == pytest.approx(o["comm_slowdown"]) and c["compute_slowdown"] == pytest.approx(o["slowdown"])
