@@ -36,8 +36,9 @@ COMPUTE = ("plain", "+cores", "+cores-contention", "plain+jitter", "+cores+jitte
 HEADLINE = ("calibrate", "+cores", "unprofiled")  # fixed before any measurement: the variant the mean |error| is quoted for
 
 
-def run_round(folder: str, rng: random.Random, repredict: bool) -> dict:
-    """Profile on one rank, then per rank count the sweeps and every cell; returns what the round measured."""
+def run_round(folder: str, rng: random.Random, repredict: bool, overlap_from: str | None = None) -> dict:
+    """Profile on one rank, then per rank count the sweeps, the overlap measurements and every cell; returns what the round
+    measured. ``overlap_from``: a kept round without overlap measurements takes ``measure_overlap``'s from there."""
     from run import launch
 
     from dagprof.collect.measure.calibrate import fit
@@ -73,6 +74,9 @@ def run_round(folder: str, rng: random.Random, repredict: bool) -> dict:
             print(f"  {ranks} ranks: sweeps, overlaps + {len(cells)} cells in {time.monotonic() - t0:.0f} s", file=sys.stderr)
         # rounds kept before the overlap phases have none: their link files carry no contention
         overlaps = out[len(RATES):2 * len(RATES)] if len(out) == 2 * len(RATES) + len(cells) else [None] * len(RATES)
+        if overlap_from and overlaps[0] is None:
+            with open(os.path.join(overlap_from, f"r{ranks}", "results.json")) as f:
+                overlaps = json.load(f)
         for rate, points, overlap in zip(RATES, out, overlaps):  # in dagprof calibrate's format: what `dagprof sgd --link-model` reads
             links[ranks, rate] = save_link_model(os.path.join(control, f"link-{rate}.json"), fit([tuple(p) for p in points], ranks),
                                                  backend="gloo", workers=ranks, points=points, overlap=overlap,
@@ -164,6 +168,8 @@ def testbed(args) -> int:
     if why:
         print(f"bench_sgd --testbed: skipped: the emulated cluster {why}", file=sys.stderr)
         return 0
+    if args.measure_overlap:
+        return measure_overlap(args.measure_overlap)
     rounds = sum(1 for d in os.listdir(args.repredict) if d.isdigit()) if args.repredict else args.rounds
     rng = random.Random(0)
     t0 = time.monotonic()
@@ -172,11 +178,26 @@ def testbed(args) -> int:
         work = args.repredict or args.keep or tmp
         for k in range(rounds):
             print(f"round {k + 1}/{rounds}", file=sys.stderr)
-            rnd = run_round(os.path.join(work, str(k)), rng, bool(args.repredict))
+            rnd = run_round(os.path.join(work, str(k)), rng, bool(args.repredict), args.overlap_from)
             rnd["predicted"] = predict_round(rnd, args.cores, tmp)
             done.append(rnd)
     report(done, args)
     print(f"bench wall time {time.monotonic() - t0:.0f} s")
+    return 0
+
+
+def measure_overlap(folder: str) -> int:
+    """Only the overlap measurements of a round (per rank count, on each link), kept in ``folder`` for ``--overlap-from``."""
+    from run import launch
+
+    load = [os.getloadavg()[0]]
+    for ranks in RANKS:
+        out = launch(ranks, [(f"overlap:{OVERLAP_MB}", rate) for rate in RATES.values()], JOB, os.path.join(folder, f"r{ranks}"), extra=EXTRA)
+        for rate, o in zip(RATES, out):
+            print(f"{ranks} ranks {rate:>8}: beside a {OVERLAP_MB} MiB all-reduce, compute x(1 + {o['slowdown']:.2f} f), "
+                  f"the all-reduce x(1 + {o['comm_slowdown']:.2f} f)")
+    load.append(os.getloadavg()[0])
+    print(f"load average (1 min) {min(load):.1f}-{max(load):.1f}")
     return 0
 
 
