@@ -91,7 +91,8 @@ def predict(profile: LayerProfile, workers: list[int], comm: CommModel, policy: 
     ``jitter_samples`` > 0: the iteration on more than one worker is instead ``replay_jitter``'s (workers drawing
     profiled steps at random, the all-reduces waiting for the slowest); the closed-form check stays on the medians.
     ``contention`` (where ``comm`` holds a measurement for the worker count): the iteration is the DAG's replayed with
-    compute and all-reduces slowing each other (``contended_replay``), which no closed form gives."""
+    compute and all-reduces slowing each other (``contended_replay``), which no closed form gives; mg-wfbp's groups are
+    still chosen without it (its merging can come out slower than fused under contention)."""
     if not workers or min(workers) < 1:
         raise DagprofError(f"worker counts must be >= 1, got {workers}")
     counts = sorted(set(workers) | {1})
