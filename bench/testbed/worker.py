@@ -90,9 +90,10 @@ def main() -> None:
         if mode == "overlap":  # compute and an all-reduce (of CAP MB, else calibrate's size) slowing each other: calibrate --overlap's
             import msgspec
 
-            from dagprof.collect.measure.overlap import measure_overlap
+            from dagprof.collect.measure.overlap import OVERLAP_BYTES, measure_overlap
 
-            results.append(msgspec.to_builtins(measure_overlap(int(float(cap) * 2**20)) if cap else measure_overlap()))
+            # 16 repeats: beside a small all-reduce a repeat is ms long, and 4 of them scattered 1.4-8x on the loaded machine
+            results.append(msgspec.to_builtins(measure_overlap(int(float(cap) * 2**20) if cap else OVERLAP_BYTES, repeats=16)))
             continue
         ddp = DDP(model, bucket_cap_mb=float(cap))
         opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
