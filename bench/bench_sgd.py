@@ -34,8 +34,14 @@ the plain rows do not (``dagprof sgd`` knows no cores). The anchor: the single-w
 the profiled steps' (``dagprof sgd`` on the run folder) or, in the ``unprofiled`` rows, the same
 job's unprofiled steps (``--iter-time-1``), which takes the profiler's cost out of the serial rest.
 
+Each round also measures, per rank count and link, compute and an all-reduce of the job's mean per-layer gradient slowing
+each other (``dagprof calibrate --overlap``'s measurement, kept in the link file): ``dagprof sgd`` prices it by default
+(``sgd.contention``), the ``-contention`` rows without it (``--no-contention``).
+
     sudo .venv/bin/python bench/bench_sgd.py --testbed [--rounds 3] [--keep DIR]
     .venv/bin/python bench/bench_sgd.py --testbed --repredict DIR   # no job: predict kept rounds again
+    sudo .venv/bin/python bench/bench_sgd.py --testbed --measure-overlap OV   # only the overlap measurements, into OV
+    .venv/bin/python bench/bench_sgd.py --testbed --repredict DIR --overlap-from OV   # kept rounds that lack them take OV's
 
 Measured so far only on a loaded machine (2 cores, load average 10-15 from other jobs; indicative):
 headline mean |error| 10.1 % (3 rounds; WFBP 6.7 %, fused 13.6 %), 9.6 % with ``--jitter``;
@@ -77,10 +83,14 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="--testbed: rounds of profile + sweeps + every cell (default 3)")
     ap.add_argument("--keep", default=None, help="--testbed: keep profiles, sweeps, link models and step times here")
     ap.add_argument("--repredict", default=None, metavar="KEPT", help="--testbed: run nothing, predict a --keep folder's rounds again")
+    ap.add_argument("--measure-overlap", default=None, metavar="DIR",
+                    help="--testbed: only measure the overlap (compute and all-reduces slowing each other) per rank count and link, into DIR")
+    ap.add_argument("--overlap-from", default=None, metavar="DIR",
+                    help="--repredict: kept rounds without overlap measurements take --measure-overlap DIR's (measured at another time)")
     ap.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="--testbed: cores the ranks share (default: this machine's)")
     ap.add_argument("--out", default=None, help="--testbed: write every cell, round and variant as JSON here")
     args = ap.parse_args()
-    if args.testbed or args.repredict:
+    if args.testbed or args.repredict or args.measure_overlap:
         from sgd_testbed import testbed
 
         return testbed(args)

@@ -28,12 +28,17 @@ RANKS = (2, 4)
 # backward (~2/3 of compute) is comparable to the 1 Gbit/s all-reduce, and the 200 Mbit/s one is several times it
 JOB = argparse.Namespace(width=384, depth=8, batch=256, warmup=3, steps=8, profile_steps=8, profile_margin=3)
 EXTRA = ("--no-bias",)
+# the overlap measurement (dagprof calibrate --overlap's) beside an all-reduce of the job's mean per-layer gradient (5.28 MiB over
+# 8 layers): the size of WFBP's all-reduces that overlap the backward; the slowdowns depend on it (see collect.measure.overlap)
+OVERLAP_MB = 0.66
 JITTER = 64  # --jitter samples
+COMPUTE = ("plain", "+cores", "+cores-contention", "plain+jitter", "+cores+jitter", "+cores+jitter-contention")
 HEADLINE = ("calibrate", "+cores", "unprofiled")  # fixed before any measurement: the variant the mean |error| is quoted for
 
 
-def run_round(folder: str, rng: random.Random, repredict: bool) -> dict:
-    """Profile on one rank, then per rank count the sweeps and every cell; returns what the round measured."""
+def run_round(folder: str, rng: random.Random, repredict: bool, overlap_from: str | None = None) -> dict:
+    """Profile on one rank, then per rank count the sweeps, the overlap measurements and every cell; returns what the round
+    measured. ``overlap_from``: a kept round without overlap measurements takes ``measure_overlap``'s from there."""
     from run import launch
 
     from dagprof.collect.measure.calibrate import fit
@@ -64,14 +69,20 @@ def run_round(folder: str, rng: random.Random, repredict: bool) -> dict:
             with open(os.path.join(control, "cells.json"), "w") as f:
                 json.dump(cells, f)
             t0 = time.monotonic()
-            out = launch(ranks, [("sweep", rate) for rate in RATES.values()] + [(f"train:{POLICIES[p]:g}", RATES[r]) for p, r in cells],
-                         JOB, control, extra=EXTRA)
-            print(f"  {ranks} ranks: sweeps + {len(cells)} cells in {time.monotonic() - t0:.0f} s", file=sys.stderr)
-        for rate, points in zip(RATES, out):  # in dagprof calibrate's format: what `dagprof sgd --link-model` reads
+            out = launch(ranks, [("sweep", rate) for rate in RATES.values()] + [(f"overlap:{OVERLAP_MB}", rate) for rate in RATES.values()]
+                         + [(f"train:{POLICIES[p]:g}", RATES[r]) for p, r in cells], JOB, control, extra=EXTRA)
+            print(f"  {ranks} ranks: sweeps, overlaps + {len(cells)} cells in {time.monotonic() - t0:.0f} s", file=sys.stderr)
+        # rounds kept before the overlap phases have none: their link files carry no contention
+        overlaps = out[len(RATES):2 * len(RATES)] if len(out) == 2 * len(RATES) + len(cells) else [None] * len(RATES)
+        if overlap_from and overlaps[0] is None:
+            with open(os.path.join(overlap_from, f"r{ranks}", "results.json")) as f:
+                overlaps = json.load(f)
+        for rate, points, overlap in zip(RATES, out, overlaps):  # in dagprof calibrate's format: what `dagprof sgd --link-model` reads
             links[ranks, rate] = save_link_model(os.path.join(control, f"link-{rate}.json"), fit([tuple(p) for p in points], ranks),
-                                                 backend="gloo", workers=ranks, points=points,
-                                                 method="live sweep on the testbed link (bench_sgd --testbed), ring alpha-beta fit")
-        for (policy, rate), steps in zip(cells, out[len(RATES):]):
+                                                 backend="gloo", workers=ranks, points=points, overlap=overlap,
+                                                 method="live sweep on the testbed link (bench_sgd --testbed), ring alpha-beta fit"
+                                                 + ("; overlap: dagprof calibrate --overlap's measurement on the same ranks and link" if overlap else ""))
+        for (policy, rate), steps in zip(cells, out[len(out) - len(cells):]):
             measured[ranks, rate, policy] = 1e3 * statistics.mean(steps)
             medians[ranks, rate, policy] = 1e3 * statistics.median(steps)
     load.append(os.getloadavg()[0])
@@ -135,14 +146,18 @@ def predict_round(rnd: dict, cores: int, tmp: str, jitter: int = JITTER) -> dict
                 for ranks in RANKS:
                     factor = max(1.0, ranks / cores)
                     profile = scaled(rnd["run"], factor, iter_1_us)
-                    shared = sgd(as_csv(profile, os.path.join(tmp, "layers.csv")), "--workers", str(ranks), *comm) if factor > 1 else plain["plain"]
+                    csv = as_csv(profile, os.path.join(tmp, "layers.csv"))
+                    shared = {"+cores": sgd(csv, "--workers", str(ranks), *comm),
+                              "+cores-contention": sgd(csv, "--workers", str(ranks), *comm, "--no-contention")}
                     model = comm_model(profile, rate if source == "net" else None, link_models=[] if source == "net" else files)
-                    table = predict(profile, [ranks], model, jitter_samples=jitter).table
+                    jittered = {c: predict(profile, [ranks], model, jitter_samples=jitter, contention=on).table
+                                for c, on in (("+cores+jitter", True), ("+cores+jitter-contention", False))}
                     for policy in POLICIES:
-                        for compute, r in (*plain.items(), ("+cores", shared)):
+                        for compute, r in (*plain.items(), *shared.items()):
                             row = next(x for x in r["policies"][policy] if x["workers"] == ranks)
                             out[source, compute, anchor, ranks, rate, policy] = 1e3 * row["iter_time_s"]
-                        out[source, "+cores+jitter", anchor, ranks, rate, policy] = table[Policy(policy)][0].iter_us / 1e3
+                        for compute, table in jittered.items():
+                            out[source, compute, anchor, ranks, rate, policy] = table[Policy(policy)][0].iter_us / 1e3
     return out
 
 
@@ -153,6 +168,8 @@ def testbed(args) -> int:
     if why:
         print(f"bench_sgd --testbed: skipped: the emulated cluster {why}", file=sys.stderr)
         return 0
+    if args.measure_overlap:
+        return measure_overlap(args.measure_overlap)
     rounds = sum(1 for d in os.listdir(args.repredict) if d.isdigit()) if args.repredict else args.rounds
     rng = random.Random(0)
     t0 = time.monotonic()
@@ -161,11 +178,26 @@ def testbed(args) -> int:
         work = args.repredict or args.keep or tmp
         for k in range(rounds):
             print(f"round {k + 1}/{rounds}", file=sys.stderr)
-            rnd = run_round(os.path.join(work, str(k)), rng, bool(args.repredict))
+            rnd = run_round(os.path.join(work, str(k)), rng, bool(args.repredict), args.overlap_from)
             rnd["predicted"] = predict_round(rnd, args.cores, tmp)
             done.append(rnd)
     report(done, args)
     print(f"bench wall time {time.monotonic() - t0:.0f} s")
+    return 0
+
+
+def measure_overlap(folder: str) -> int:
+    """Only the overlap measurements of a round (per rank count, on each link), kept in ``folder`` for ``--overlap-from``."""
+    from run import launch
+
+    load = [os.getloadavg()[0]]
+    for ranks in RANKS:
+        out = launch(ranks, [(f"overlap:{OVERLAP_MB}", rate) for rate in RATES.values()], JOB, os.path.join(folder, f"r{ranks}"), extra=EXTRA)
+        for rate, o in zip(RATES, out):
+            print(f"{ranks} ranks {rate:>8}: beside a {OVERLAP_MB} MiB all-reduce, compute x(1 + {o['slowdown']:.2f} f), "
+                  f"the all-reduce x(1 + {o['comm_slowdown']:.2f} f)")
+    load.append(os.getloadavg()[0])
+    print(f"load average (1 min) {min(load):.1f}-{max(load):.1f}")
     return 0
 
 
@@ -189,10 +221,10 @@ def report(done: list[dict], args) -> None:
         p = [r["predicted"][(*HEADLINE, *cell)] for r in done]
         print(f"{cell[0]:>5} {cell[1]:>8} {cell[2]:>6} {statistics.median(m):>9.1f} {min(m):>7.1f}-{max(m):<7.1f} {statistics.median(p):>9.1f} "
               f"{statistics.median(err(HEADLINE, cell)):>+6.1f}%")
-    variants = [(s, c, a) for s in ("net", "calibrate") for c in ("plain", "+cores", "plain+jitter", "+cores+jitter") for a in ("profiled", "unprofiled")]
+    variants = [(s, c, a) for s in ("net", "calibrate") for c in COMPUTE for a in ("profiled", "unprofiled") if s == "calibrate" or "contention" not in c]
     table = {}
     print("\nablation: mean |error| over cells (each cell: median of its rounds' errors), %")
-    print(f"{'comm source':>11} {'compute':>13} {'anchor':>10} {'all':>6} " + " ".join(f"{p:>6}" for p in POLICIES)
+    print(f"{'comm source':>11} {'compute':>24} {'anchor':>10} {'all':>6} " + " ".join(f"{p:>6}" for p in POLICIES)
           + " " + " ".join(f"{f'{n}r {rate}':>11}" for n in RANKS for rate in RATES))
     for v in variants:
         e = {cell: statistics.median(err(v, cell)) for cell in cells}
@@ -204,9 +236,10 @@ def report(done: list[dict], args) -> None:
         cols = [mean_abs(lambda c: True)] + [mean_abs(lambda c, p=p: c[2] == p) for p in POLICIES]
         cols += [mean_abs(lambda c, n=n, rate=rate: c[:2] == (n, rate)) for n in RANKS for rate in RATES]
         mark = "  <- headline" if v == HEADLINE else ""
-        print(f"{v[0]:>11} {v[1]:>13} {v[2]:>10} " + " ".join(f"{x:>6.1f}" for x in cols[:3]) + " " + " ".join(f"{x:>11.1f}" for x in cols[3:]) + mark)
+        print(f"{v[0]:>11} {v[1]:>24} {v[2]:>10} " + " ".join(f"{x:>6.1f}" for x in cols[:3]) + " " + " ".join(f"{x:>11.1f}" for x in cols[3:]) + mark)
     print("comm source: net = --net RATE (ring, no latency); calibrate = --link-model of a sweep on that link and rank count.\n"
-          "compute: +cores scales it by ranks/cores; +jitter: dagprof sgd --jitter (workers draw profiled steps).\n"
+          "compute: +cores scales it by ranks/cores; +jitter: dagprof sgd --jitter (workers draw profiled steps); where the link file\n"
+          "  holds the round's overlap measurement, compute and all-reduces slow each other as measured (-contention: --no-contention).\n"
           "anchor: the single-rank iteration the serial rest comes from (the profiled steps', or the unprofiled ones').")
     med = statistics.mean(abs(statistics.median(100 * (r["predicted"][(*HEADLINE, *c)] / r["measured_median"][c] - 1) for r in done)) for c in cells)
     print(f"headline against each cell's MEDIAN step (the sweep's statistic) instead of its mean: mean |error| {med:.1f} %")

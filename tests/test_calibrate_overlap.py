@@ -45,6 +45,7 @@ def test_calibrate_overlap_writes_the_slowdown_into_the_link_model(calibrated):
     o = doc["overlap"]
     assert o["slowdown"] >= 0 and o["allreduce_bytes"] == 8 * 2**20 and o["allreduce_s"] > 0 and o["matmul_us"] > 0
     assert len(o["samples"]) == 4 and o["format"] == "dagprof-overlap"
+    assert o["comm_slowdown"] >= 0  # the other way round: the all-reduce beside the loop, what dagprof sgd prices WFBP's overlap by
     # small all-reduces chained by completion callbacks, as PowerSGD's hook issues them: what each took on these ranks
     assert [b for b, _ in o["chained_allreduce"]] == [4096, 16384, 65536] and all(us > 0 for _, us in o["chained_allreduce"])
     # the rest of the file reads as before

@@ -27,9 +27,12 @@ def test_one_tiny_round(tmp_path, monkeypatch):
     assert set(rnd["measured"]) == cells and min(rnd["measured"].values()) > 0
     for path in rnd["links"].values():
         with open(path) as f:
-            assert json.load(f)["workers"] == 2
+            doc = json.load(f)
+            # with the overlap measured on the same ranks and link, beside an all-reduce of the job's per-layer size
+            assert doc["workers"] == 2 and doc["overlap"]["allreduce_bytes"] == int(tb.OVERLAP_MB * 2**20) and doc["overlap"]["comm_slowdown"] >= 0
     pred = tb.predict_round(rnd, cores=2, tmp=str(tmp_path))
     assert {k[3:] for k in pred} == cells and min(pred.values()) > 0
+    assert {k[1] for k in pred} == set(tb.COMPUTE)  # contention priced by default, and without it (--no-contention)
     # one rank's profile: the anchor is its own iteration (profiled) or the unprofiled steps around it
     assert rnd["iter_1_profiled_ms"] > 0 and rnd["iter_1_unprofiled_ms"] > 0
     # the model's layers are DDP's buckets: every Linear (one parameter, no bias) is a layer with gradient bytes

@@ -51,7 +51,7 @@ def main() -> None:
     p.add_argument("--world", type=int, required=True)
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--control", required=True)
-    p.add_argument("--phases", nargs="+", required=True, help="train:CAP_MB, profile:CAP_MB (into <control>/run) or sweep")
+    p.add_argument("--phases", nargs="+", required=True, help="train:CAP_MB, profile:CAP_MB (into <control>/run), sweep or overlap:MB")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--profile-steps", type=int, default=10)
@@ -86,6 +86,14 @@ def main() -> None:
             from dagprof.collect.measure.calibrate import sweep
 
             results.append(sweep(iters=5))
+            continue
+        if mode == "overlap":  # compute and an all-reduce (of CAP MB, else calibrate's size) slowing each other: calibrate --overlap's
+            import msgspec
+
+            from dagprof.collect.measure.overlap import OVERLAP_BYTES, measure_overlap
+
+            # 16 repeats: beside a small all-reduce a repeat is ms long, and 4 of them scattered 1.4-8x on the loaded machine
+            results.append(msgspec.to_builtins(measure_overlap(int(float(cap) * 2**20) if cap else OVERLAP_BYTES, repeats=16)))
             continue
         ddp = DDP(model, bucket_cap_mb=float(cap))
         opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)

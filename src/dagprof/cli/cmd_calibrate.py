@@ -18,6 +18,7 @@ import msgspec
 import numpy as np
 
 from ..collect.measure import calibrate as live
+from ..collect.measure.overlap import OVERLAP_BYTES
 from ..costmodel.alphabeta import ring_allreduce_us
 from ..costmodel.calibrate_lut import fit_lut_folder
 from ..costmodel.topology import allreduce_equivalent_factor, save_link_model
@@ -42,8 +43,11 @@ def add_arguments(p) -> None:
                         "tensors, the all-gather copy-out per byte, each unit's hooks and waits beyond its collectives) on small "
                         "fully_shard models; whatif --data-parallel fsdp uses them")
     p.add_argument("--overlap", action="store_true",
-                   help="live: also measure how much an in-flight 8 MiB all-reduce slows compute on the ranks (a matrix-product loop "
-                        "alone and beside it); optimize --link-model prices the backward's overlap with collectives by it")
+                   help="live: also measure how much an in-flight all-reduce (--overlap-mb) slows compute on the ranks (a matrix-product "
+                        "loop alone and beside it) and the loop the all-reduce; optimize and sgd --link-model price overlap by it")
+    p.add_argument("--overlap-mb", type=finite_positive, default=OVERLAP_BYTES / 2**20, metavar="MIB",
+                   help="--overlap: the all-reduce's size (default 8): the slowdowns depend on it, so give the size of the job's "
+                        "all-reduces that overlap compute (dagprof sgd: WFBP's per-layer gradients)")
     p.add_argument("--nccl-tests", metavar="PATH", help="fit nccl-tests all-reduce tables (a file or a folder) instead of measuring")
 
 
@@ -79,7 +83,7 @@ def run(args) -> dict:
     if args.iters < 1:
         raise DagprofError(f"--iters must be >= 1, got {args.iters}")
     sizes = _sizes(args.max_mb)
-    measured = live.live_sweep(args.world, sizes, args.iters, args.kinds, args.fsdp, args.overlap)
+    measured = live.live_sweep(args.world, sizes, args.iters, args.kinds, args.fsdp, args.overlap, int(args.overlap_mb * 2**20))
     world, points = measured.world, measured.points
     link = live.fit(points, world)
     kinds = {s.kind: (live.fit(s.points, world, s.kind), {"points": s.points, "skew_us": s.skew_us}) for s in measured.sweeps[1:]}
@@ -123,8 +127,9 @@ def to_text(r: dict) -> str:
                       f"beyond its copy-outs {f['unit_forward_us_per_byte'] * 1e6:.0f} and {f['unit_backward_us_per_byte'] * 1e6:.0f} us more"]
         if r.get("overlap"):
             o = r["overlap"]
-            lines.append(f"compute beside an in-flight {o['allreduce_bytes'] / MB:.0f} MiB all-reduce ({o['allreduce_s'] * 1e3:.1f} ms): "
-                         f"compute overlapping it for a fraction f of its time takes (1 + {o['slowdown']:.2f} f) as long (use with: dagprof optimize RUN "
+            lines.append(f"compute beside an in-flight {o['allreduce_bytes'] / MB:.3g} MiB all-reduce ({o['allreduce_s'] * 1e3:.1f} ms): "
+                         f"compute overlapping it for a fraction f of its time takes (1 + {o['slowdown']:.2f} f) as long, the all-reduce beside "
+                         f"compute (1 + {o.get('comm_slowdown', 0.0):.2f} f) (use with: dagprof optimize RUN --link-model FILE; dagprof sgd LAYERS "
                          f"--link-model FILE)")
     if r["out"]:
         lines.append(f"link model: {os.path.relpath(r['out'])} (use with: dagprof whatif RUN --link-model {os.path.relpath(r['out'])})")

@@ -38,6 +38,9 @@ def add_arguments(p) -> None:
     p.add_argument("--jitter", type=int, default=0, metavar="SAMPLES",
                    help="run folders: replay SAMPLES times with each worker running a profiled step drawn at random, so every "
                         "all-reduce waits for the slowest worker (the closed forms use the median step); 0: off")
+    p.add_argument("--no-contention", action="store_true",
+                   help="ignore a --link-model file's overlap measurement (calibrate --overlap): by default compute and all-reduces "
+                        "overlapping each other on the measured worker count are slowed as measured")
     p.add_argument("--replay", action="store_true", help="also replay the DAG of every case and report its largest disagreement with the closed forms")
     p.add_argument("--svg", nargs="?", const="speedup.svg", metavar="FILE", help="write a speed-up chart (SVG) of every policy (default name speedup.svg)")
     p.add_argument("--trace", nargs="?", const="sgd.trace.json", metavar="FILE",
@@ -65,7 +68,11 @@ def _predict(args, folder: str | None) -> dict:
         raise DagprofError(f"--jitter takes a sample count from 0 to {MAX_JITTER:,}, got {args.jitter}")
     if args.jitter and profile.step_backward_us is None:
         raise DagprofError("--jitter needs per-step layer times: give a dagprof run folder", profile.source)
-    scaling = predict(profile, args.workers, comm, Policy(args.policy), check_replay=args.replay, jitter_samples=args.jitter)
+    scaling = predict(profile, args.workers, comm, Policy(args.policy), check_replay=args.replay, jitter_samples=args.jitter,
+                      contention=not args.no_contention)
+    contention = {n: comm.contention_at(n) for n in scaling.workers if comm.contention_at(n) is not None}
+    if contention and not args.no_contention:
+        notes += [f"on {n} workers: {c.describe()}; the DAG replayed until both agree (no closed form)" for n, c in contention.items()]
     if args.jitter:
         notes.append(f"on more than one worker: the mean of {args.jitter} replays, each worker running profiled steps drawn at random "
                      f"({profile.step_backward_us.shape[0]} steps)")
@@ -82,6 +89,8 @@ def _predict(args, folder: str | None) -> dict:
         "iter_time_1_s": None if iter_1 is None else iter_1 / 1e6,
         "replay_max_rel_diff": scaling.max_replay_rel_diff,
         "jitter_samples": args.jitter,
+        "contention": {} if args.no_contention else {str(n): {"compute_slowdown": c.compute, "comm_slowdown": c.comm, "source": c.source}
+                                                     for n, c in contention.items()},
         "notes": notes,
     }
     if args.trace:

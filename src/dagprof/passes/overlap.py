@@ -40,18 +40,24 @@ def comm_overlap(g: Graph, res: ReplayResult, nodes: np.ndarray, demand: np.ndar
     """Per node: the fraction of its [start, end] during which some collective was in flight (``res``: a replay of
     ``g``), each collective weighted by ``demand`` (``comm_demand``; None: each whole), their sum at most 1."""
     comm = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0) & (g.dur > 0))
-    if not len(comm) or not len(nodes):
+    return busy_share(res, comm, nodes, None if demand is None else demand[comm])
+
+
+def busy_share(res: ReplayResult, busy: np.ndarray, nodes: np.ndarray, weight: np.ndarray | None = None) -> np.ndarray:
+    """Per node of ``nodes``: the fraction of its replayed [start, end] during which some node of ``busy`` ran, each
+    weighted by ``weight`` (None: each whole), their sum at most 1."""
+    if not len(busy) or not len(nodes):
         return np.zeros(len(nodes))
-    d = np.ones(len(comm)) if demand is None else demand[comm]
-    t = np.r_[res.start[comm], res.end[comm]]
+    d = np.ones(len(busy)) if weight is None else weight
+    t = np.r_[res.start[busy], res.end[busy]]
     step = np.r_[d, -d]
     order = np.argsort(t, kind="stable")
     t, level = t[order], np.clip(np.cumsum(step[order]), 0.0, 1.0)  # the demand from each event time to the next
-    busy = np.r_[0.0, np.cumsum(level[:-1] * np.diff(t))]  # weighted busy time up to each event time
+    acc = np.r_[0.0, np.cumsum(level[:-1] * np.diff(t))]  # weighted busy time up to each event time
 
     a, b = res.start[nodes], res.end[nodes]
     span = np.maximum(b - a, 1e-9)
-    return np.clip((np.interp(b, t, busy) - np.interp(a, t, busy)) / span, 0.0, 1.0)
+    return np.clip((np.interp(b, t, acc) - np.interp(a, t, acc)) / span, 0.0, 1.0)
 
 
 def same_op(g: Graph, nodes: np.ndarray) -> np.ndarray:

@@ -14,15 +14,17 @@ Three sources, most specific first:
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ..collect.measure.overlap import overlap_from_table
 from ..costmodel import AlphaBeta, fit_alpha_beta, parse_bandwidth, preset, ring_allreduce_us
 from ..costmodel.osu import read_osu_allreduce
 from ..costmodel.topology import read_link_model
 from ..errors import DagprofError
 from ..traces.layerwise import LayerProfile, read_layer_file
+from .contention import Contention
 
 
 @dataclass(frozen=True)
@@ -32,9 +34,15 @@ class CommModel:
     links: dict[int, AlphaBeta] = field(default_factory=dict)  # exact worker counts (OSU fits)
     link_names: dict[int, str] = field(default_factory=dict)
     measured: dict[int, np.ndarray] = field(default_factory=dict)  # per-layer measured all-reduce us
+    # compute and all-reduces slowing each other, measured with a link (``calibrate --overlap``): per worker count, and
+    # for any count (key 0) from a file naming none
+    contention: dict[int, Contention] = field(default_factory=dict)
 
     def with_link(self, workers: int, link: AlphaBeta, name: str) -> "CommModel":
-        return CommModel(self.default, self.default_name, {**self.links, workers: link}, {**self.link_names, workers: name}, self.measured)
+        return replace(self, links={**self.links, workers: link}, link_names={**self.link_names, workers: name})
+
+    def contention_at(self, workers: int) -> Contention | None:
+        return None if workers == 1 else self.contention.get(workers, self.contention.get(0))
 
     def with_measured(self, workers: int, grad_bytes: np.ndarray, allreduce_us: np.ndarray, name: str) -> "CommModel":
         """Measured layer times at ``workers``; their ring fit prices merged messages unless a link for ``workers`` exists.
@@ -44,7 +52,7 @@ class CommModel:
         its bandwidth follows the large messages that dominate a fused all-reduce.
         """
         measured = np.asarray(allreduce_us, float)
-        model = CommModel(self.default, self.default_name, dict(self.links), dict(self.link_names), {**self.measured, workers: measured})
+        model = replace(self, measured={**self.measured, workers: measured})
         timed = (measured > 0) & (np.asarray(grad_bytes) > 0)
         if workers not in self.links and workers > 1 and timed.sum() >= 2:
             fit = fit_alpha_beta(np.asarray(grad_bytes)[timed], measured[timed], workers=workers, relative=False)
@@ -134,12 +142,17 @@ def comm_model(profile: LayerProfile, net: str | None = None, osu: list[str] = (
 
 
 def _with_link_model(comm: CommModel, path: str) -> CommModel:
-    """A ``dagprof calibrate`` file's all-reduce links at the worker counts they were measured with, else for any count."""
+    """A ``dagprof calibrate`` file's all-reduce links at the worker counts they were measured with, else for any count;
+    with its ``overlap`` (``calibrate --overlap``), the contention measured on the same ranks."""
     f = read_link_model(path)
     by_workers = f.links_by_workers()
     name = f"{os.path.basename(path)} (calibrate)"
+    if f.overlap is not None:
+        o = overlap_from_table(f.overlap, path)
+        measured_on = f.workers if f.workers else 0  # the ranks it was measured on: a file naming none stands for any count
+        comm = replace(comm, contention={**comm.contention, measured_on: Contention(o.model_slowdown, o.comm_slowdown, os.path.basename(path))})
     if not by_workers:
-        return CommModel(f.link, name, dict(comm.links), dict(comm.link_names), dict(comm.measured))
+        return replace(comm, default=f.link, default_name=name)
     for n, ab in by_workers.items():
         comm = comm.with_link(n, ab, f"{name}, measured on {n} workers")
     return comm

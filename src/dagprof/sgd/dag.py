@@ -19,6 +19,7 @@ from ..replay import replay
 from ..traces.events import Kind
 from ..traces.layerwise import LayerProfile
 from .closed import Prediction
+from .contention import Contention, contended_replay
 from .schedule import Schedule
 
 
@@ -67,12 +68,13 @@ def build_sgd_graph(profile: LayerProfile, schedule: Schedule, iterations: int =
     return b.build()
 
 
-def replay_schedule(profile: LayerProfile, schedule: Schedule, iterations: int = 3) -> Prediction:
-    """Steady-state figures from replaying ``iterations`` (>= 2) iterations of the DAG."""
+def replay_schedule(profile: LayerProfile, schedule: Schedule, iterations: int = 3, contention: Contention | None = None) -> Prediction:
+    """Steady-state figures from replaying ``iterations`` (>= 2) iterations of the DAG; ``contention``: with compute and
+    all-reduces slowing each other (``contended_replay``)."""
     if iterations < 2:
         raise ValueError("need at least two iterations to measure a steady state")
     g = build_sgd_graph(profile, schedule, iterations)
-    result = replay(g)
+    result = replay(g) if contention is None else contended_replay(g, contention)
     last, prev = g.step == iterations - 1, g.step == iterations - 2
     upd = g.kind == Kind.UPDATE
     iteration = float(result.end[upd & last].max() - result.end[upd & prev].max())
@@ -81,10 +83,12 @@ def replay_schedule(profile: LayerProfile, schedule: Schedule, iterations: int =
     comm = last & (g.kind == Kind.COMM)
     comm_end = float(result.end[comm].max()) if comm.any() else backward_end
     t_f, t_b = float(profile.forward_or_zero().sum()), float(profile.backward_us.sum())
-    return Prediction(iteration, max(comm_end - backward_end, 0.0), float(g.dur[comm].sum()), t_f + t_b + profile.update_us)
+    comm_us = float((result.end[comm] - result.start[comm]).sum())
+    return Prediction(iteration, max(comm_end - backward_end, 0.0), comm_us, t_f + t_b + profile.update_us)
 
 
-def replay_jitter(profile: LayerProfile, schedule: Schedule, samples: int = 64, iterations: int = 4, seed: int = 0) -> float:
+def replay_jitter(profile: LayerProfile, schedule: Schedule, samples: int = 64, iterations: int = 4, seed: int = 0,
+                  contention: Contention | None = None) -> float:
     """Mean iteration (us) when every worker, every iteration, runs the layer times of one profiled step drawn at random.
 
     The closed forms give every worker the same (median) times; in a real job each all-reduce waits
@@ -94,7 +98,7 @@ def replay_jitter(profile: LayerProfile, schedule: Schedule, samples: int = 64, 
     update: both are 1 (0) on average, so one worker's iteration keeps the anchored time, and an
     anchored or scaled profile keeps its own level. Workers draw independently; the iteration is the
     mean over ``iterations`` - 1 steady iterations of ``samples`` replays (seeded: the same inputs
-    give the same answer).
+    give the same answer). ``contention``: each sample replayed with compute and all-reduces slowing each other.
     """
     if profile.step_backward_us is None or profile.step_forward_us is None or profile.step_update_us is None:
         raise DagprofError("no per-step layer times to draw from (only dagprof run folders have them)", profile.source or None)
@@ -121,6 +125,6 @@ def replay_jitter(profile: LayerProfile, schedule: Schedule, samples: int = 64, 
             idx = nodes[k]
             dur[idx] = g.dur[idx] * scale[k][draw[g.step[idx], g.rank[idx]], g.layer[idx]]
         dur[upd] = np.maximum(g.dur[upd] + shift[draw[g.step[upd], g.rank[upd]]], 0.0)
-        end = replay(g.replace(dur=dur)).end
+        end = (replay(g.replace(dur=dur)) if contention is None else contended_replay(g, contention, dur)).end
         total += (end[last].max() - end[first].max()) / (iterations - 1)
     return total / samples

@@ -85,11 +85,14 @@ class Scaling:
 
 
 def predict(profile: LayerProfile, workers: list[int], comm: CommModel, policy: Policy = Policy.WFBP, check_replay: bool = False,
-            jitter_samples: int = 0) -> Scaling:
+            jitter_samples: int = 0, contention: bool = True) -> Scaling:
     """Every policy at every worker count by the closed forms; ``check_replay`` also replays the DAG and records the largest disagreement.
 
     ``jitter_samples`` > 0: the iteration on more than one worker is instead ``replay_jitter``'s (workers drawing
-    profiled steps at random, the all-reduces waiting for the slowest); the closed-form check stays on the medians."""
+    profiled steps at random, the all-reduces waiting for the slowest); the closed-form check stays on the medians.
+    ``contention`` (where ``comm`` holds a measurement for the worker count): the iteration is the DAG's replayed with
+    compute and all-reduces slowing each other (``contended_replay``), which no closed form gives; mg-wfbp's groups are
+    still chosen without it (its merging can come out slower than fused under contention)."""
     if not workers or min(workers) < 1:
         raise DagprofError(f"worker counts must be >= 1, got {workers}")
     counts = sorted(set(workers) | {1})
@@ -100,8 +103,11 @@ def predict(profile: LayerProfile, workers: list[int], comm: CommModel, policy: 
         for p in Policy:
             schedule = make_schedule(profile, p, n, comm)
             closed = closed_form(profile, schedule)
-            jittered = jitter_samples and n > 1
-            by_policy[p].append(replace(closed, iter_us=replay_jitter(profile, schedule, jitter_samples)) if jittered else closed)
+            slowed = comm.contention_at(n) if contention else None
+            if jitter_samples and n > 1:
+                by_policy[p].append(replace(closed, iter_us=replay_jitter(profile, schedule, jitter_samples, contention=slowed)))
+            else:
+                by_policy[p].append(closed if slowed is None else replay_schedule(profile, schedule, contention=slowed))
             if p == Policy.MG_WFBP:
                 groups[n] = schedule.num_groups
             if check_replay:

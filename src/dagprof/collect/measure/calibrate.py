@@ -28,7 +28,7 @@ from ...costmodel.alphabeta import AlphaBeta, fit_alpha_beta
 from ...costmodel.fsdp_costs import FsdpCosts, StepFit
 from ...costmodel.topology import allreduce_equivalent_factor, fit_sweep
 from ...errors import DagprofError
-from .overlap import Overlap, measure_overlap
+from .overlap import OVERLAP_BYTES, Overlap, measure_overlap
 
 DEFAULT_SIZES = tuple(2**k for k in range(12, 25, 2))  # 4 KiB .. 16 MiB
 
@@ -290,19 +290,20 @@ def _free_port() -> int:
 
 
 def _sweeps(sizes: tuple[int, ...], iters: int, kinds: tuple[str, ...], fsdp: bool,
-            overlap: bool) -> tuple[list[KindSweep], tuple[FsdpCosts, dict] | None, Overlap | None]:
-    return [sweep_kind(k, sizes, iters) for k in kinds], measure_fsdp(iters) if fsdp else None, measure_overlap() if overlap else None
+            overlap: bool, overlap_bytes: int = OVERLAP_BYTES) -> tuple[list[KindSweep], tuple[FsdpCosts, dict] | None, Overlap | None]:
+    return ([sweep_kind(k, sizes, iters) for k in kinds], measure_fsdp(iters) if fsdp else None,
+            measure_overlap(overlap_bytes) if overlap else None)
 
 
 def _worker(rank: int, world: int, port: int, sizes: tuple[int, ...], iters: int, kinds: tuple[str, ...], fsdp: bool, overlap: bool,
-            out: str) -> None:
+            overlap_bytes: int, out: str) -> None:
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=120))
     try:
-        sweeps, costs, slowed = _sweeps(sizes, iters, kinds, fsdp, overlap)
+        sweeps, costs, slowed = _sweeps(sizes, iters, kinds, fsdp, overlap, overlap_bytes)
     finally:
         dist.destroy_process_group()
     if rank == 0:
@@ -313,9 +314,10 @@ def _worker(rank: int, world: int, port: int, sizes: tuple[int, ...], iters: int
 
 
 def spawn_sweep(world: int = 2, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5, kinds: tuple[str, ...] = ("all_reduce",),
-                fsdp: bool = False, overlap: bool = False) -> tuple[list[KindSweep], tuple[FsdpCosts, dict] | None, Overlap | None]:
+                fsdp: bool = False, overlap: bool = False,
+                overlap_bytes: int = OVERLAP_BYTES) -> tuple[list[KindSweep], tuple[FsdpCosts, dict] | None, Overlap | None]:
     """Start ``world`` gloo ranks on this machine (loopback), sweep each of ``kinds`` and, with ``fsdp``, ``measure_fsdp``;
-    with ``overlap``, ``measure_overlap``."""
+    with ``overlap``, ``measure_overlap`` beside an all-reduce of ``overlap_bytes``."""
     if world < 2:
         raise DagprofError(f"calibrate needs at least 2 ranks, got {world}")
     import torch.multiprocessing as mp
@@ -323,7 +325,7 @@ def spawn_sweep(world: int = 2, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: i
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     with tempfile.TemporaryDirectory(prefix="dagprof-calibrate-") as tmp:
         out = os.path.join(tmp, "points.json")
-        mp.spawn(_worker, args=(world, _free_port(), tuple(sizes), iters, tuple(kinds), fsdp, overlap, out), nprocs=world, join=True)
+        mp.spawn(_worker, args=(world, _free_port(), tuple(sizes), iters, tuple(kinds), fsdp, overlap, overlap_bytes, out), nprocs=world, join=True)
         with open(out) as f:
             doc = json.load(f)
     sweeps = [KindSweep(d["kind"], [(int(m), float(t)) for m, t in d["points"]], [float(x) for x in d["skew_us"]]) for d in doc["sweeps"]]
@@ -346,18 +348,18 @@ class LiveSweep:
 
 
 def live_sweep(world: int, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5, kinds: tuple[str, ...] = ("all_reduce",),
-               fsdp: bool = False, overlap: bool = False) -> LiveSweep:
+               fsdp: bool = False, overlap: bool = False, overlap_bytes: int = OVERLAP_BYTES) -> LiveSweep:
     """Inside a torch.distributed job (RANK and WORLD_SIZE set, as torchrun does): join its group (gloo) and
     sweep there; else start ``world`` gloo ranks on this machine (``spawn_sweep``). The all-reduce is always
     swept, first (the link model's own link); ``fsdp``: FSDP2's own costs measured after (``measure_fsdp``); ``overlap``: the
-    compute slowdown beside an in-flight all-reduce (``measure_overlap``), last."""
+    compute slowdown beside an in-flight all-reduce of ``overlap_bytes`` (``measure_overlap``), last."""
     kinds = ("all_reduce", *(k for k in kinds if k != "all_reduce"))
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         import torch.distributed as dist
 
         dist.init_process_group("gloo")
         try:
-            return LiveSweep(dist.get_world_size(), dist.get_rank(), *_sweeps(sizes, iters, kinds, fsdp, overlap))
+            return LiveSweep(dist.get_world_size(), dist.get_rank(), *_sweeps(sizes, iters, kinds, fsdp, overlap, overlap_bytes))
         finally:
             dist.destroy_process_group()
-    return LiveSweep(world, 0, *spawn_sweep(world, sizes, iters, kinds, fsdp, overlap))
+    return LiveSweep(world, 0, *spawn_sweep(world, sizes, iters, kinds, fsdp, overlap, overlap_bytes))

@@ -5,7 +5,9 @@ bucket travels, backward runs slower. On the emulated cluster a 8 MB all-reduce 
 slows a matrix-multiply loop beside it by about half. ``measure_overlap`` times a fixed compute
 loop alone and beside an all-reduce, on every rank at once (inside an initialised process group),
 and returns the slowdown per unit of overlap: compute that overlaps a collective for a fraction f
-of its time takes (1 + slowdown * f) times as long. ``passes.overlap`` applies it in replay. Our demo
+of its time takes (1 + slowdown * f) times as long; and, the other way round, the all-reduce beside the loop
+(``comm_slowdown``, same units: on busy cores gloo's threads wait for a core, which ``sgd.contention`` prices
+for WFBP's all-reduces beside the backward). ``passes.overlap`` applies it in replay. Our demo
 job measures it on its own group (``measure_into``); for any other job ``dagprof calibrate --overlap``
 does, on ranks of its own on the job's cluster (dagprof never adds collectives to a user's process group).
 It also times the loop's op undisturbed (``matmul_us``; in the demo job, the yardstick for costs measured
@@ -44,6 +46,9 @@ class Overlap(msgspec.Struct, frozen=True):
     per_undisturbed: bool = False
     # (bytes, us per all-reduce) of small all-reduces chained by completion callbacks, the slowest rank's (empty: not measured)
     chained_allreduce: list[tuple[int, float]] = msgspec.field(default_factory=list)
+    # the other way round, in the same units: an all-reduce overlapping compute for a fraction f of its time takes
+    # (1 + comm_slowdown * f) as long, the slowest rank's (0 in files written before it was measured)
+    comm_slowdown: Annotated[float, msgspec.Meta(ge=0)] = 0.0
 
     def __post_init__(self) -> None:
         if not self.per_undisturbed and self.slowdown >= 1.0:  # (B - A) / B is below 1
@@ -61,7 +66,11 @@ class Overlap(msgspec.Struct, frozen=True):
         return self.allreduce_bytes / self.allreduce_s if self.allreduce_s > 0 else None
 
 
-def measure_overlap(nbytes: int = 8 * 2**20, repeats: int = 4) -> Overlap:
+OVERLAP_BYTES = 8 * 2**20  # a DDP bucket's size; the all-reduce's slowdown beside compute is far larger for smaller ones: on the
+# testbed's 1 Gbit/s link, 2 (4) ranks on 2 cores, comm_slowdown 2.85 (4.48) beside 0.66 MiB against 0.10 (0.28) beside 8 MiB
+
+
+def measure_overlap(nbytes: int = OVERLAP_BYTES, repeats: int = 4) -> Overlap:
     """Slowdown of compute while an all-reduce of ``nbytes`` is in flight (every rank must call it), in the model's
     units: the loop's extra time over its undisturbed time, per unit of its share overlapped (the all-reduce's own end
     taken from its future). Per unit of the disturbed time, as files before ``per_undisturbed`` hold it, it read
@@ -86,11 +95,15 @@ def measure_overlap(nbytes: int = 8 * 2**20, repeats: int = 4) -> Overlap:
     dist.all_reduce(buf)
     comm = time.perf_counter() - t0
     n = max(int(comm / t_one), 10)  # a loop about as long as the all-reduce
-    samples, alone_s = [], []
+    samples, alone_s, comm_samples = [], [], []
     for _ in range(repeats):
         dist.barrier()
         alone = work(n)
         alone_s.append(alone / n)
+        dist.barrier()
+        t0 = time.perf_counter()
+        dist.all_reduce(buf)
+        comm_alone = time.perf_counter() - t0
         dist.barrier()
         done: list[float] = []
         t0 = time.perf_counter()
@@ -98,13 +111,16 @@ def measure_overlap(nbytes: int = 8 * 2**20, repeats: int = 4) -> Overlap:
         w.get_future().then(lambda _: done.append(time.perf_counter()))  # when the all-reduce itself completed
         beside = work(n)
         w.wait()
-        both = min((done[0] if done else time.perf_counter()) - t0, beside)  # how long the two ran together
-        # B = A (1 + s f), f the loop's overlapped share: s per unit of overlap of the undisturbed time
+        comm_beside = (done[0] if done else time.perf_counter()) - t0
+        both = min(comm_beside, beside)  # how long the two ran together
+        # B = A (1 + s f), f the loop's overlapped share: s per unit of overlap of the undisturbed time; the all-reduce alike
         samples.append(max(beside - alone, 0.0) / max(alone, 1e-9) / max(both / max(beside, 1e-9), 1e-9))
+        comm_samples.append(max(comm_beside - comm_alone, 0.0) / max(comm_alone, 1e-9) / max(both / max(comm_beside, 1e-9), 1e-9))
     # every rank's view; the slowest governs the job
-    t = torch.tensor([statistics.median(samples), statistics.median(alone_s)], dtype=torch.float64)
+    t = torch.tensor([statistics.median(samples), statistics.median(alone_s), statistics.median(comm_samples)], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return Overlap(float(t[0]), float(t[1]) * 1e6, samples, nbytes, comm, per_undisturbed=True, chained_allreduce=chained_allreduce(repeats))
+    return Overlap(float(t[0]), float(t[1]) * 1e6, samples, nbytes, comm, per_undisturbed=True, chained_allreduce=chained_allreduce(repeats),
+                   comm_slowdown=float(t[2]))
 
 
 CHAINED_BYTES = (4096, 16384, 65536)  # the range of PowerSGD's P and Q factors per bucket on the demo's and held-out models
