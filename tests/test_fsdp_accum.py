@@ -1,0 +1,57 @@
+"""FSDP2 with gradient accumulation (``set_requires_gradient_sync(False)`` on micro-batches): several forward+backward
+passes per optimizer step, on the recordings ``tests/data/fsdp/accum-nested`` and ``accum-root``."""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+from testdata import DATA
+
+from dagprof.graph.build import build_graph
+from dagprof.graph.build_fsdp import check_fsdp_edges, fsdp_collectives, fsdp_pass, issuers
+from dagprof.passes.fsdp import set_reshard
+from dagprof.passes.fsdp_units import merge_units
+from dagprof.traces.dagprof_run import read_run
+from dagprof.traces.events import Kind
+
+NESTED, ROOT = DATA / "fsdp" / "accum-nested", DATA / "fsdp" / "accum-root"
+
+
+def passes(g):
+    """(step, micro-batch, kind, forward?, unit) -> count"""
+    out = Counter()
+    for c in fsdp_collectives(g):
+        micro, fwd = fsdp_pass(g, c.node, min(issuers(g, c.node)))
+        out[(int(g.step[c.node]), micro, c.kind, fwd if c.kind == "all_gather" else None, c.unit)] += 1
+    return out
+
+
+def test_each_micro_batch_gathers_in_forward_and_again_in_backward():
+    g = build_graph(read_run(NESTED))
+    units = {u.name: u.resharded_after_forward for u in g.meta.fsdp.units}
+    assert len(units) == 8 and not units["<root>"]  # rnn, layers.i and layers.i.ffn nested, the root kept
+    check_fsdp_edges(g)
+    got = passes(g)
+    for step in (3, 4):
+        for unit, again in units.items():
+            for micro in (0, 1):
+                assert got[(step, micro, "all_gather", True, unit)] == 1
+                assert got[(step, micro, "all_gather", False, unit)] == int(again)
+            # gradients sync on the last micro-batch only
+            assert got[(step, 1, "reduce_scatter", None, unit)] == 1 and got[(step, 0, "reduce_scatter", None, unit)] == 0
+
+
+def test_merge_all_keeps_one_gather_per_micro_batch_as_the_root_only_job_does():
+    merged = passes(merge_units(build_graph(read_run(NESTED)), "merge:all"))
+    measured = passes(build_graph(read_run(ROOT)))
+    assert merged == measured
+    assert sum(n for k, n in measured.items() if k[0] == 3 and k[2] == "all_gather") == 2
+
+
+def test_regathering_the_kept_root_delays_each_micro_batchs_backward():
+    g = build_graph(read_run(NESTED))
+    out = set_reshard(g, True)
+    changed = np.flatnonzero(out.dur != g.dur)
+    assert len(changed) and (g.kind[changed] == Kind.BACKWARD).all()
+    per = Counter((int(g.step[v]), int(g.rank[v])) for v in changed.tolist())
+    assert set(per.values()) == {2}  # one op per micro-batch on each rank and step, not both gathers on the first
