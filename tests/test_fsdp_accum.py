@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
+import pytest
 from testdata import DATA
 
+from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import check_fsdp_edges, fsdp_collectives, fsdp_pass, issuers
+from dagprof.passes.data_parallel import to_data_parallel
 from dagprof.passes.fsdp import set_reshard
 from dagprof.passes.fsdp_units import merge_units
 from dagprof.traces.dagprof_run import read_run
@@ -55,3 +58,10 @@ def test_regathering_the_kept_root_delays_each_micro_batchs_backward():
     assert len(changed) and (g.kind[changed] == Kind.BACKWARD).all()
     per = Counter((int(g.step[v]), int(g.rank[v])) for v in changed.tolist())
     assert set(per.values()) == {2}  # one op per micro-batch on each rank and step, not both gathers on the first
+
+
+def test_ddp_from_a_mixed_precision_profile_is_refused_in_one_line():
+    """The forward and backward ran in bf16; DDP would run them in fp32 (on this job 1.7x as long): not predicted."""
+    with pytest.raises(DagprofError, match=r"computes in bfloat16 .* not modelled") as e:
+        to_data_parallel(build_graph(read_run(NESTED)), "ddp")
+    assert "\n" not in str(e.value)
