@@ -507,7 +507,7 @@ def _crowded_notes(g: Graph) -> list[str]:
 def _hybrid_notes(g: Graph) -> list[str]:
     """What a hybrid job's answers leave as measured."""
     par = g.meta.parallel
-    if par is None or not par.hybrid:
+    if par is None or not par.hybrid or par.dp_mesh:  # HSDP: every collective is data-parallel and modelled
         return []
     unit = replica_ranks(g)
     return [f"parallelism {par.describe()}: only the data-parallel collectives are modelled; the others keep their measured "

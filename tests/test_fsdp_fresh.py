@@ -1,5 +1,6 @@
-"""FSDP2 with gradient accumulation (``set_requires_gradient_sync(False)`` on micro-batches): several forward+backward
-passes per optimizer step, on the recordings ``tests/data/fsdp/accum-nested`` and ``accum-root``."""
+"""What fresh user-style FSDP scripts (bench/fsdp_fresh) found: gradient accumulation (``set_requires_gradient_sync(False)``
+on micro-batches: several forward+backward passes per optimizer step, ``tests/data/fsdp/accum-nested`` and ``accum-root``),
+mixed precision into DDP, and HSDP labelled as data parallelism on a 2-D mesh (``tests/data/fsdp/hsdp``)."""
 from __future__ import annotations
 
 from collections import Counter
@@ -65,3 +66,12 @@ def test_ddp_from_a_mixed_precision_profile_is_refused_in_one_line():
     with pytest.raises(DagprofError, match=r"computes in bfloat16 .* not modelled") as e:
         to_data_parallel(build_graph(read_run(NESTED)), "ddp")
     assert "\n" not in str(e.value)
+
+
+def test_hsdp_is_data_parallel_on_a_2d_mesh_and_whatif_says_nothing_is_left_as_measured():
+    from dagprof.search.whatif import Scenario, evaluate
+    g = build_graph(read_run(DATA / "fsdp" / "hsdp"))
+    par = g.meta.parallel
+    assert par.dp_mesh and par.describe() == "DP x4 on a 2-D mesh (groups of 2 ranks: HSDP's replicate x shard)"
+    out = evaluate(g, [Scenario(bandwidth="1Gbit")], tolerance_pct=None)
+    assert not [n for n in out["notes"] if "keep their measured" in n or "not recorded" in n]
