@@ -75,3 +75,15 @@ def test_hsdp_is_data_parallel_on_a_2d_mesh_and_whatif_says_nothing_is_left_as_m
     assert par.dp_mesh and par.describe() == "DP x4 on a 2-D mesh (groups of 2 ranks: HSDP's replicate x shard)"
     out = evaluate(g, [Scenario(bandwidth="1Gbit")], tolerance_pct=None)
     assert not [n for n in out["notes"] if "keep their measured" in n or "not recorded" in n]
+
+
+def test_ranks_past_the_hosts_cores_are_noted_unless_cores_models_them():
+    """``tests/data/fsdp/hsdp-conv``: 4 ranks of bench/fsdp_fresh/hsdp_convnet.py on a 2-core host (``cpus`` recorded)."""
+    from dagprof.search.whatif import Cluster, Scenario, evaluate
+    g = build_graph(read_run(DATA / "fsdp" / "hsdp-conv"))
+    assert g.meta.host_cpus == {"vm": (4, 2)} and g.meta.parallel.dp_mesh
+    said = [n for n in evaluate(g, [Scenario(units="merge:all")], tolerance_pct=None)["notes"] if "shared 2 cores" in n]
+    assert len(said) == 1 and "--cores 2" in said[0]
+    modelled = evaluate(g, [Scenario(units="merge:all")], Cluster(cores=2), tolerance_pct=None)["notes"]
+    assert not [n for n in modelled if "shared 2 cores" in n]
+    assert build_graph(read_run(DATA / "fsdp" / "hsdp")).meta.host_cpus == {}  # recorded before cpus: nothing said

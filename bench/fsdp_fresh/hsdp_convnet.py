@@ -50,6 +50,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--width", type=int, default=48)
     p.add_argument("--replicate", type=int, default=2)
+    p.add_argument("--flat", action="store_true", help="fully_shard on the root only: what whatif --units merge:all predicts")
     args = p.parse_args()
     dist.init_process_group("gloo")
     world = dist.get_world_size()
@@ -58,7 +59,7 @@ def main() -> None:
     model = Net(args.width)
     model.stem.requires_grad_(False)
     last = len(model.stages) - 1
-    for i, stage in enumerate(model.stages):
+    for i, stage in enumerate([] if args.flat else model.stages):
         for block in stage:
             fully_shard(block, mesh=mesh)
         fully_shard(stage, mesh=mesh, reshard_after_forward=i != last)

@@ -461,7 +461,8 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     return {"workers": n0, "model_iter_ms": model / 1e3, "model_error_pct": model_error, "profiler_cost": profiler,
             "reference_iter_ms": None if not measured_us else measured_us / 1e3, "link": link_text(base_topo), "link_fit": link,
             "columns": COLUMNS, "scenarios": rows, "overlap_slowdown": cluster.slowdown, "overlap_rate_bytes_per_s": cluster.comm_rate,
-            "notes": _hybrid_notes(g0) + _conversion_notes(g0, scenarios, cluster) + _crowded_notes(g0) + _overlap_notes(cluster)
+            "notes": _hybrid_notes(g0) + _conversion_notes(g0, scenarios, cluster) + _crowded_notes(g0)
+                     + _shared_cores_notes(g0, cluster) + _overlap_notes(cluster)
             + _link_to_notes(scenarios, cluster),
             "seconds": time.perf_counter() - t0}
 
@@ -492,6 +493,18 @@ def _conversion_notes(g0: Graph, scenarios: list[Scenario], c: Cluster) -> list[
     targets = {"ddp" if s.data_parallel == "ddp" else "fsdp" for s in scenarios if s.data_parallel is not None}
     return [f"--data-parallel {t} from a{'n FSDP' if fsdp else ' DDP'} profile: {conversion_note(t, measured)}"
             for t in sorted(targets) if (t == "fsdp") != fsdp]
+
+
+def _shared_cores_notes(g: Graph, c: Cluster) -> list[str]:
+    """Ranks that outnumbered their host's cores when profiled: each op's time holds the sharing as it fell then."""
+    over = {h: rc for h, rc in g.meta.host_cpus.items() if rc[0] > rc[1]}
+    if not over or c.cores:
+        return []
+    h, (ranks, cores) = next(iter(sorted(over.items())))
+    return [f"{ranks} ranks shared {cores} cores on host {h} when profiled: their ops ran slower where more than {cores} computed "
+            f"at once, and a what-if that changes when they compute (units, reshard, DDP <-> FSDP, the link) keeps the profiled "
+            f"op times unless --cores {cores} models the sharing (a 4-rank HSDP job on 2 cores: --units merge:all -26 to -40 % "
+            "off the measured job without it, -4 % with it)"]
 
 
 def _crowded_notes(g: Graph) -> list[str]:
