@@ -87,3 +87,13 @@ def test_ranks_past_the_hosts_cores_are_noted_unless_cores_models_them():
     modelled = evaluate(g, [Scenario(units="merge:all")], Cluster(cores=2), tolerance_pct=None)["notes"]
     assert not [n for n in modelled if "shared 2 cores" in n]
     assert build_graph(read_run(DATA / "fsdp" / "hsdp")).meta.host_cpus == {}  # recorded before cpus: nothing said
+
+
+def test_a_command_that_fails_before_profiling_is_not_blamed_on_the_model_wrapping(tmp_path, capsys):
+    """A mistyped flag (torchrun's own usage error, status 2) is the command's failure, not a model dagprof cannot see."""
+    import sys
+
+    from dagprof.cli.main import main
+    assert main(["profile", "-o", str(tmp_path / "run"), "--", sys.executable, "-c", "import sys; sys.exit(2)"]) == 2
+    err = capsys.readouterr().err
+    assert "exited with status 2 before any rank wrote a profile" in err and "sees only" not in err
