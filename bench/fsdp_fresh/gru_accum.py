@@ -5,6 +5,7 @@ Habits it exercises, as users write them (not dagprof's own fsdp_train.py):
 - a GRU in its own unit; tied embeddings (the output projection reuses ``embed.weight``, both in the root unit);
 - ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``; the root with ``reshard_after_forward=False``;
 - gradient accumulation: ``set_requires_gradient_sync(False)`` on all but the last micro-batch;
+- ``--reshard-to N``: ``reshard_after_forward=N`` (an int) on the layers;
 - ``clip_grad_norm_`` on the DTensor gradients, ``AdamW(foreach=True)``, a cosine LR schedule.
 
     dagprof profile -o runs/gru -- torchrun --standalone --nproc-per-node 2 bench/fsdp_fresh/gru_accum.py --steps 20
@@ -65,6 +66,8 @@ def main() -> None:
                    help="what the what-ifs predict, to measure them: pairs = layers.i.ffn not a unit (whatif --units merge:2), "
                         "root = fully_shard on the root only (--units merge:all), ddp = DistributedDataParallel, fp32 "
                         "(--data-parallel ddp)")
+    p.add_argument("--reshard-to", type=int, default=0,
+                   help="reshard_after_forward=N (an int: reshard to N ranks after forward) on each layers.i, not True")
     args = p.parse_args()
     dist.init_process_group("gloo")
     torch.manual_seed(0)
@@ -79,7 +82,7 @@ def main() -> None:
             for layer in model.layers:
                 if args.wrap == "nested":
                     fully_shard(layer.ffn, mp_policy=mp)
-                fully_shard(layer, mp_policy=mp)
+                fully_shard(layer, mp_policy=mp, reshard_after_forward=args.reshard_to or True)
         fully_shard(model, mp_policy=mp, reshard_after_forward=False)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, foreach=True)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, args.steps)
