@@ -5,6 +5,7 @@ Habits it exercises, as users write them (not dagprof's own fsdp_train.py):
 - a GRU in its own unit; tied embeddings (the output projection reuses ``embed.weight``, both in the root unit);
 - ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``; the root with ``reshard_after_forward=False``;
 - gradient accumulation: ``set_requires_gradient_sync(False)`` on all but the last micro-batch;
+- ``--checkpoint``: ``torch.utils.checkpoint`` (non-reentrant) around each layer, so backward runs forward ops again;
 - ``--reshard-to N``: ``reshard_after_forward=N`` (an int) on the layers;
 - ``clip_grad_norm_`` on the DTensor gradients, ``AdamW(foreach=True)``, a cosine LR schedule.
 
@@ -19,6 +20,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.utils.checkpoint import checkpoint
 
 
 class FFN(nn.Module):
@@ -43,8 +45,9 @@ class Layer(nn.Module):
 
 
 class GRULM(nn.Module):
-    def __init__(self, vocab: int, d: int, layers: int) -> None:
+    def __init__(self, vocab: int, d: int, layers: int, recompute: bool = False) -> None:
         super().__init__()
+        self.recompute = recompute
         self.embed = nn.Embedding(vocab, d)
         self.rnn = nn.GRU(d, d, batch_first=True)
         self.layers = nn.ModuleList(Layer(d) for _ in range(layers))
@@ -53,7 +56,7 @@ class GRULM(nn.Module):
     def forward(self, tok: torch.Tensor) -> torch.Tensor:
         x, _ = self.rnn(self.embed(tok))
         for layer in self.layers:
-            x = layer(x)
+            x = checkpoint(layer, x, use_reentrant=False) if self.recompute else layer(x)
         return F.linear(self.norm(x), self.embed.weight)   # tied output projection
 
 
@@ -66,12 +69,13 @@ def main() -> None:
                    help="what the what-ifs predict, to measure them: pairs = layers.i.ffn not a unit (whatif --units merge:2), "
                         "root = fully_shard on the root only (--units merge:all), ddp = DistributedDataParallel, fp32 "
                         "(--data-parallel ddp)")
+    p.add_argument("--checkpoint", action="store_true", help="activation checkpointing of each layers.i (non-reentrant)")
     p.add_argument("--reshard-to", type=int, default=0,
                    help="reshard_after_forward=N (an int: reshard to N ranks after forward) on each layers.i, not True")
     args = p.parse_args()
     dist.init_process_group("gloo")
     torch.manual_seed(0)
-    model = GRULM(4096, args.width, 3)
+    model = GRULM(4096, args.width, 3, recompute=args.checkpoint)
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     if args.wrap == "ddp":
         model = torch.nn.parallel.DistributedDataParallel(model)

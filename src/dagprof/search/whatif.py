@@ -503,8 +503,8 @@ def _shared_cores_notes(g: Graph, c: Cluster) -> list[str]:
     h, (ranks, cores) = next(iter(sorted(over.items())))
     return [f"{ranks} ranks shared {cores} cores on host {h} when profiled: their ops ran slower where more than {cores} computed "
             f"at once, and a what-if that changes when they compute (units, reshard, DDP <-> FSDP, the link) keeps the profiled "
-            f"op times unless --cores {cores} models the sharing (a 4-rank HSDP job on 2 cores: --units merge:all -26 to -40 % "
-            "off the measured job without it, -4 % with it)"]
+            f"op times unless --cores {cores} models the sharing (a 4-rank HSDP job on 2 cores: --units merge:all -27 and -42 % "
+            "off the measured job in two rounds without it, -4 and -26 % with it)"]
 
 
 def _crowded_notes(g: Graph) -> list[str]:
