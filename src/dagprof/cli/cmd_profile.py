@@ -46,11 +46,13 @@ def run(args: argparse.Namespace) -> dict:
     for old in _earlier_profile(out):
         shutil.rmtree(old) if os.path.isdir(old) else os.unlink(old)
     code = launch(cmd, Bootstrap(profile=out, steps=steps, kineto=not args.no_kineto))
+    if not os.path.exists(os.path.join(out, MANIFEST)) and code != 0:  # a usage error, a crash: not a model dagprof missed
+        raise DagprofError(f"the command exited with status {code} before any rank wrote a profile; its own output above says why", out)
     if not os.path.exists(os.path.join(out, MANIFEST)):
         raise DagprofError(
-            f"the command exited with status {code} and no rank wrote a profile: the zero-code mode sees only models "
-            "wrapped in torch.nn.parallel.DistributedDataParallel, fully_shard (FSDP2) or Horovod's DistributedOptimizer "
-            "(else call dagprof.profile in the script)", out)
+            "the command ran and no rank wrote a profile: the zero-code mode sees only models wrapped in "
+            "torch.nn.parallel.DistributedDataParallel, fully_shard (FSDP2), FullyShardedDataParallel (FSDP1) or Horovod's "
+            "DistributedOptimizer (else call dagprof.profile in the script)", out)
     if code != 0:
         try:
             load(out)

@@ -126,6 +126,8 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         horovod=run.meta.horovod,
         layer_grad_bytes=dict(run.ranks[0].meta.layer_grad_bytes),
         layer_saved_bytes=dict(run.ranks[0].meta.layer_saved_bytes),
+        host_cpus={h: (sum(t.host == h for t in run.ranks), min(t.meta.cpus for t in run.ranks if t.host == h))
+                   for h in {t.host for t in run.ranks if t.host and t.meta.cpus > 0}},
     )
     if run.meta.fsdp:
         from .build_fsdp import fsdp_meta  # noqa: PLC0415  (it imports this module's users)

@@ -184,11 +184,40 @@ def _waiter(g: Graph, node: int, rank: int) -> int:
     return v
 
 
+def passes(g: Graph, rank: int, step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``rank``'s forward and backward ops of ``step`` in program order, with their orders and micro-batch (0, 1, ..).
+
+    Gradient accumulation runs several forward+backward passes per optimizer step (FSDP2's
+    ``set_requires_gradient_sync(False)``, FSDP1's ``no_sync``): each forward that follows a backward starts one."""
+    comp = np.flatnonzero((g.rank == rank) & (g.step == step) & ((g.kind == Kind.FORWARD) | (g.kind == Kind.BACKWARD)))
+    comp = comp[np.argsort(g.order[comp], kind="stable")]
+    fwd = g.kind[comp] == Kind.FORWARD
+    starts = fwd & np.r_[True, ~fwd[:-1]] if len(comp) else fwd
+    return comp, g.order[comp].astype(np.float64), np.maximum(np.cumsum(starts) - 1, 0)
+
+
+def pass_at(g: Graph, rank: int, step: int, order: float, after: bool) -> tuple[int, bool]:
+    """(micro-batch, forward?) of a point of ``rank``'s program in ``step``: that of its next forward or backward op
+    (``after``; an all-gather, a copy-out: what they gather for) or its previous one (a reduce-scatter: what it reduces)."""
+    comp, orders, micro = passes(g, rank, step)
+    if not len(comp):
+        return 0, True
+    i = int(np.searchsorted(orders, order))
+    j = (i if i < len(comp) else i - 1) if after else (i - 1 if i > 0 else 0)
+    return int(micro[j]), bool(g.kind[comp[j]] == Kind.FORWARD)
+
+
+def fsdp_pass(g: Graph, node: int, rank: int) -> tuple[int, bool]:
+    """(micro-batch, forward?) of a shared FSDP collective on ``rank``: an all-gather's is that of the compute that follows
+    the wait for it, a reduce-scatter's (an all-reduce's) that of the backward before its issue."""
+    gather = g.node_name(node).startswith("all_gather ")
+    at = _waiter(g, node, rank) if gather else _issue(g, node, rank)
+    return pass_at(g, rank, int(g.step[node]), float(g.order[at]), after=gather)
+
+
 def is_forward(g: Graph, node: int, rank: int) -> bool:
-    """An all-gather belongs to the forward when ``rank`` waited for it before the last forward op of its step."""
-    step = int(g.step[node])
-    fwd = np.flatnonzero((g.rank == rank) & (g.step == step) & (g.kind == Kind.FORWARD))
-    return not len(fwd) or float(g.order[_waiter(g, node, rank)]) < float(g.order[fwd].max())
+    """An all-gather belongs to the forward when the compute ``rank`` runs after waiting for it is a forward op."""
+    return fsdp_pass(g, node, rank)[1]
 
 
 def max_in_flight(g: Graph, start: np.ndarray, end: np.ndarray) -> int:

@@ -157,6 +157,10 @@ def to_data_parallel(g: Graph, target: str, bucket_mb: float | None = None, cost
     if hybrid(g):
         raise DagprofError("--data-parallel: this profile is a hybrid job (DP beside TP/PP/EP); DDP <-> FSDP is modelled for plain data parallelism only")
     if is_fsdp_graph(g):
+        mixed = next((u for u in g.meta.fsdp.units if u.param_dtype and u.param_dtype != u.orig_dtype), None)
+        if target == "ddp" and mixed is not None:  # the forward and backward ran in param_dtype; DDP runs them in the parameters'
+            raise DagprofError(f"--data-parallel ddp: this FSDP job computes in {mixed.param_dtype} (MixedPrecisionPolicy) over "
+                               f"{mixed.orig_dtype} parameters; DDP's compute in {mixed.orig_dtype} is not modelled (profile it without param_dtype)")
         if target == "ddp":
             return fsdp_to_ddp(g, DEFAULT_BUCKET_MB if bucket_mb is None else bucket_mb, costs)
         return set_reshard(g, target == "fsdp")

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..costmodel.fsdp_costs import FsdpCosts
 from ..errors import DagprofError
-from ..graph.build_fsdp import fsdp_collectives, is_forward, is_fsdp_graph, issuers
+from ..graph.build_fsdp import fsdp_collectives, fsdp_pass, is_fsdp_graph, issuers, pass_at
 from ..graph.dag import Graph
 from ..graph.meta import FsdpGraphUnit
 from ..traces.events import Kind
@@ -104,21 +104,23 @@ def set_reshard(g: Graph, on: Reshard) -> Graph:
         if c.kind != "all_gather" or u is None or u.resharded_after_forward == resharded(u, on):
             continue
         on_here = resharded(u, on)
-        forward = is_forward(g, c.node, min(issuers(g, c.node)))
-        step = g.step[c.node]
+        micro, forward = fsdp_pass(g, c.node, min(issuers(g, c.node)))
+        step = int(g.step[c.node])
         if not on_here and not forward:  # the backward all-gather of a resharded unit: gone
             dur[c.node] = 0.0
             for v in ranks[(g.step[ranks] == step)].tolist():
                 if names[v].endswith((f"fsdp copy-out {c.unit} (backward)", f"fsdp reshard {c.unit} (forward)")):
                     dur[v] = 0.0
-        elif on_here and forward:  # a kept unit gathered again: its backward starts that much later on every rank
+        elif on_here and forward:  # a kept unit gathered again: its backward (of the same micro-batch) starts that much later on every rank
             layers = {k for k, name in enumerate(g.layers) if name in set(_unit_layers(g, c.unit))}
             on_step = ranks[(g.step[ranks] == step) & (g.kind[ranks] == Kind.BACKWARD) & np.isin(g.layer[ranks], list(layers))]
             for r in np.unique(g.rank[on_step]).tolist():
-                mine = on_step[g.rank[on_step] == r]
-                first = int(mine[np.argmin(g.order[mine])])
+                mine = [v for v in on_step[g.rank[on_step] == r].tolist() if pass_at(g, r, step, float(g.order[v]), after=True)[0] == micro]
+                if not mine:
+                    continue
+                first = min(mine, key=lambda v: float(g.order[v]))
                 copy = [v for v in ranks[(g.step[ranks] == step) & (g.rank[ranks] == r)].tolist()
-                        if names[v].endswith(f"fsdp copy-out {c.unit} (forward)")]
+                        if names[v].endswith(f"fsdp copy-out {c.unit} (forward)") and pass_at(g, r, step, float(g.order[v]), after=True)[0] == micro]
                 dur[first] += float(g.dur[c.node]) + sum(float(g.dur[v]) for v in copy)
     return g.replace(dur=dur)
 

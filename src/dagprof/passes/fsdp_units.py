@@ -1,7 +1,7 @@
 """Unit granularity of an FSDP job (``whatif --units``): which modules are units, coarser than profiled.
 
 A merged unit is one ``fully_shard`` over adjacent profiled units: it gathers all their parameters at once and
-reduce-scatters all their gradients at once. On the graph, per step and per pass:
+reduce-scatters all their gradients at once. On the graph, per step, micro-batch (gradient accumulation) and pass:
 - its forward all-gather is the first member's (where the first member's was issued), carrying every member's bytes;
 - its backward all-gather (a resharded unit's) is the one of the member whose backward runs first (the last in
   forward order), carrying every member's bytes;
@@ -28,7 +28,7 @@ import re
 import numpy as np
 
 from ..errors import DagprofError
-from ..graph.build_fsdp import fsdp_collectives, is_forward, is_fsdp_graph, issuers
+from ..graph.build_fsdp import fsdp_collectives, fsdp_pass, is_fsdp_graph, issuers
 from ..graph.dag import Graph, GraphBuilder
 from ..graph.meta import FsdpGraphUnit
 from ..traces.events import Kind
@@ -131,13 +131,14 @@ def merge_units(g: Graph, spec: str) -> Graph:
                 rename[c.node] = f"{c.kind} {c.unit} (prefetched by {group_of[c.prefetched_by]}).{g.node_name(c.node).rpartition('.')[2]}"
             continue
         by_rank = issuers(g, c.node)
-        phase = is_forward(g, c.node, min(by_rank)) if c.kind == "all_gather" else None
+        micro, forward = fsdp_pass(g, c.node, min(by_rank))  # per micro-batch under gradient accumulation
+        phase = forward if c.kind == "all_gather" else None
         if phase is False and c.unit in now_kept:
             drop[_collective_nodes(g, c.node)] = True
             continue
-        key = (int(g.step[c.node]), c.kind, phase, frozenset(by_rank), group_of[c.unit])
+        key = (int(g.step[c.node]), micro, c.kind, phase, frozenset(by_rank), group_of[c.unit])
         buckets.setdefault(key, []).append((float(g.order[by_rank[min(by_rank)]]), c))
-    for (_, kind, _, _, name), members in buckets.items():
+    for (_, _, kind, _, _, name), members in buckets.items():
         members.sort(key=lambda m: m[0])
         keep = members[0][1] if kind == "all_gather" else members[-1][1]  # gathered before the first, reduced after the last
         nbytes[keep.node] = sum(int(g.nbytes[c.node]) for _, c in members)

@@ -464,7 +464,8 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     return {"workers": n0, "model_iter_ms": model / 1e3, "model_error_pct": model_error, "profiler_cost": profiler,
             "reference_iter_ms": None if not measured_us else measured_us / 1e3, "link": link_text(base_topo), "link_fit": link,
             "columns": COLUMNS, "scenarios": rows, "overlap_slowdown": cluster.slowdown, "overlap_rate_bytes_per_s": cluster.comm_rate,
-            "notes": _hybrid_notes(g0) + _conversion_notes(g0, scenarios, cluster) + _crowded_notes(g0) + _overlap_notes(cluster)
+            "notes": _hybrid_notes(g0) + _conversion_notes(g0, scenarios, cluster) + _crowded_notes(g0)
+                     + _shared_cores_notes(g0, cluster) + _overlap_notes(cluster)
             + _link_to_notes(scenarios, cluster),
             "seconds": time.perf_counter() - t0}
 
@@ -497,6 +498,18 @@ def _conversion_notes(g0: Graph, scenarios: list[Scenario], c: Cluster) -> list[
             for t in sorted(targets) if (t == "fsdp") != fsdp]
 
 
+def _shared_cores_notes(g: Graph, c: Cluster) -> list[str]:
+    """Ranks that outnumbered their host's cores when profiled: each op's time holds the sharing as it fell then."""
+    over = {h: rc for h, rc in g.meta.host_cpus.items() if rc[0] > rc[1]}
+    if not over or c.cores:
+        return []
+    h, (ranks, cores) = next(iter(sorted(over.items())))
+    return [f"{ranks} ranks shared {cores} cores on host {h} when profiled: their ops ran slower where more than {cores} computed "
+            f"at once, and a what-if that changes when they compute (units, reshard, DDP <-> FSDP, the link) keeps the profiled "
+            f"op times unless --cores {cores} models the sharing (a 4-rank HSDP job on 2 cores: --units merge:all -27 and -42 % "
+            "off the measured job in two rounds without it, -4 and -26 % with it)"]
+
+
 def _crowded_notes(g: Graph) -> list[str]:
     """Horovod ranks sharing too few cores: what their spinning waits take from compute is kept as measured."""
     hv = g.meta.horovod
@@ -510,7 +523,7 @@ def _crowded_notes(g: Graph) -> list[str]:
 def _hybrid_notes(g: Graph) -> list[str]:
     """What a hybrid job's answers leave as measured."""
     par = g.meta.parallel
-    if par is None or not par.hybrid:
+    if par is None or not par.hybrid or par.dp_mesh:  # HSDP: every collective is data-parallel and modelled
         return []
     unit = replica_ranks(g)
     return [f"parallelism {par.describe()}: only the data-parallel collectives are modelled; the others keep their measured "

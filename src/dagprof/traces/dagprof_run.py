@@ -563,6 +563,7 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
     meta = RankMeta(
         format=RANK_FORMAT,
         pid=f.pid,
+        cpus=f.cpus,
         torch=f.torch,
         mode=f.mode,
         bucket_cap_mb=f.bucket_cap_mb,

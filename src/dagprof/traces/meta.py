@@ -168,6 +168,7 @@ class RankMeta(msgspec.Struct, kw_only=True):
     step_times_us: dict[int, float] = {}  # profiled step -> us
     unprofiled_step_times_us: dict[int, float] | None = None  # None: the reader has no loop timing (not a dagprof run)
     pid: int | None = None
+    cpus: int = 0  # dagprof runs: cores the rank could run on (0: not recorded)
     torch: str = ""
     mode: str = ""  # api (dagprof.profile) | launcher (dagprof profile -- ...)
     bucket_cap_mb: float | None = None

@@ -119,8 +119,18 @@ class Parallelism:
         (a dagprof run sees DDP's collectives only; the others are inside the ops that issued them)."""
         return bool(self.dims - {Dim.DP}) or 0 < self.dp_size < self.world_size
 
+    @property
+    def dp_mesh(self) -> bool:
+        """Data parallelism alone over a 2-D mesh (HSDP: replicate x shard): a rank meets others in two data-parallel
+        groups. Every collective is then modelled; ``hybrid`` stays true so each is priced on its group's size."""
+        return self.dims <= {Dim.DP} and len(self.dp_groups) > 1 and any(
+            len({g for g in self.dp_groups if r in g}) > 1 for r in range(self.world_size))
+
     def describe(self) -> str:
         """One line: the dimensions seen and their degrees."""
+        if self.dp_mesh:
+            sizes = sorted({len(g) for g in self.dp_groups if 0 in g})
+            return f"DP x{self.world_size} on a 2-D mesh (groups of {' and '.join(map(str, sizes))} ranks: HSDP's replicate x shard)"
         parts = []
         for d in sorted(self.dims):
             if d is Dim.DP and self.dp_size:

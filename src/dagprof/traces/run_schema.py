@@ -176,6 +176,7 @@ class RankFile(msgspec.Struct, kw_only=True):
     local_rank: int = 0
     backend: str = ""
     host: str = ""
+    cpus: int = 0  # cores this process could run on (0: not recorded); ranks past them share the host's cores
     pid: int = 0
     torch: str = ""
     mode: str = "api"

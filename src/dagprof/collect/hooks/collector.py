@@ -607,6 +607,7 @@ class Collector:
         self._info = {
             "rank": rank, "world_size": world, "backend": backend, "host": socket.gethostname(), "pid": os.getpid(),
             "local_rank": int(os.environ.get("LOCAL_RANK", rank)), "torch": str(torch.__version__),
+            "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0,
         }
 
     def _write_manifest(self) -> None:

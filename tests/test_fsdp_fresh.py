@@ -1,0 +1,99 @@
+"""What fresh user-style FSDP scripts (bench/fsdp_fresh) found: gradient accumulation (``set_requires_gradient_sync(False)``
+on micro-batches: several forward+backward passes per optimizer step, ``tests/data/fsdp/accum-nested`` and ``accum-root``),
+mixed precision into DDP, and HSDP labelled as data parallelism on a 2-D mesh (``tests/data/fsdp/hsdp``)."""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+from testdata import DATA
+
+from dagprof.errors import DagprofError
+from dagprof.graph.build import build_graph
+from dagprof.graph.build_fsdp import check_fsdp_edges, fsdp_collectives, fsdp_pass, issuers
+from dagprof.passes.data_parallel import to_data_parallel
+from dagprof.passes.fsdp import set_reshard
+from dagprof.passes.fsdp_units import merge_units
+from dagprof.traces.dagprof_run import read_run
+from dagprof.traces.events import Kind
+
+NESTED, ROOT = DATA / "fsdp" / "accum-nested", DATA / "fsdp" / "accum-root"
+
+
+def passes(g):
+    """(step, micro-batch, kind, forward?, unit) -> count"""
+    out = Counter()
+    for c in fsdp_collectives(g):
+        micro, fwd = fsdp_pass(g, c.node, min(issuers(g, c.node)))
+        out[(int(g.step[c.node]), micro, c.kind, fwd if c.kind == "all_gather" else None, c.unit)] += 1
+    return out
+
+
+def test_each_micro_batch_gathers_in_forward_and_again_in_backward():
+    g = build_graph(read_run(NESTED))
+    units = {u.name: u.resharded_after_forward for u in g.meta.fsdp.units}
+    assert len(units) == 8 and not units["<root>"]  # rnn, layers.i and layers.i.ffn nested, the root kept
+    check_fsdp_edges(g)
+    got = passes(g)
+    for step in (3, 4):
+        for unit, again in units.items():
+            for micro in (0, 1):
+                assert got[(step, micro, "all_gather", True, unit)] == 1
+                assert got[(step, micro, "all_gather", False, unit)] == int(again)
+            # gradients sync on the last micro-batch only
+            assert got[(step, 1, "reduce_scatter", None, unit)] == 1 and got[(step, 0, "reduce_scatter", None, unit)] == 0
+
+
+def test_merge_all_keeps_one_gather_per_micro_batch_as_the_root_only_job_does():
+    merged = passes(merge_units(build_graph(read_run(NESTED)), "merge:all"))
+    measured = passes(build_graph(read_run(ROOT)))
+    assert merged == measured
+    assert sum(n for k, n in measured.items() if k[0] == 3 and k[2] == "all_gather") == 2
+
+
+def test_regathering_the_kept_root_delays_each_micro_batchs_backward():
+    g = build_graph(read_run(NESTED))
+    out = set_reshard(g, True)
+    changed = np.flatnonzero(out.dur != g.dur)
+    assert len(changed) and (g.kind[changed] == Kind.BACKWARD).all()
+    per = Counter((int(g.step[v]), int(g.rank[v])) for v in changed.tolist())
+    assert set(per.values()) == {2}  # one op per micro-batch on each rank and step, not both gathers on the first
+
+
+def test_ddp_from_a_mixed_precision_profile_is_refused_in_one_line():
+    """The forward and backward ran in bf16; DDP would run them in fp32 (on this job 1.7x as long): not predicted."""
+    with pytest.raises(DagprofError, match=r"computes in bfloat16 .* not modelled") as e:
+        to_data_parallel(build_graph(read_run(NESTED)), "ddp")
+    assert "\n" not in str(e.value)
+
+
+def test_hsdp_is_data_parallel_on_a_2d_mesh_and_whatif_says_nothing_is_left_as_measured():
+    from dagprof.search.whatif import Scenario, evaluate
+    g = build_graph(read_run(DATA / "fsdp" / "hsdp"))
+    par = g.meta.parallel
+    assert par.dp_mesh and par.describe() == "DP x4 on a 2-D mesh (groups of 2 ranks: HSDP's replicate x shard)"
+    out = evaluate(g, [Scenario(bandwidth="1Gbit")], tolerance_pct=None)
+    assert not [n for n in out["notes"] if "keep their measured" in n or "not recorded" in n]
+
+
+def test_ranks_past_the_hosts_cores_are_noted_unless_cores_models_them():
+    """``tests/data/fsdp/hsdp-conv``: 4 ranks of bench/fsdp_fresh/hsdp_convnet.py on a 2-core host (``cpus`` recorded)."""
+    from dagprof.search.whatif import Cluster, Scenario, evaluate
+    g = build_graph(read_run(DATA / "fsdp" / "hsdp-conv"))
+    assert g.meta.host_cpus == {"vm": (4, 2)} and g.meta.parallel.dp_mesh
+    said = [n for n in evaluate(g, [Scenario(units="merge:all")], tolerance_pct=None)["notes"] if "shared 2 cores" in n]
+    assert len(said) == 1 and "--cores 2" in said[0]
+    modelled = evaluate(g, [Scenario(units="merge:all")], Cluster(cores=2), tolerance_pct=None)["notes"]
+    assert not [n for n in modelled if "shared 2 cores" in n]
+    assert build_graph(read_run(DATA / "fsdp" / "hsdp")).meta.host_cpus == {}  # recorded before cpus: nothing said
+
+
+def test_a_command_that_fails_before_profiling_is_not_blamed_on_the_model_wrapping(tmp_path, capsys):
+    """A mistyped flag (torchrun's own usage error, status 2) is the command's failure, not a model dagprof cannot see."""
+    import sys
+
+    from dagprof.cli.main import main
+    assert main(["profile", "-o", str(tmp_path / "run"), "--", sys.executable, "-c", "import sys; sys.exit(2)"]) == 2
+    err = capsys.readouterr().err
+    assert "exited with status 2 before any rank wrote a profile" in err and "sees only" not in err
