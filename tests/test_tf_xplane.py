@@ -278,19 +278,20 @@ def test_a_pool_threads_first_op_of_a_step_follows_the_step_not_the_previous_ste
 def test_keras_validation_batches_are_not_training_steps():
     """Keras ``fit`` with ``validation_data`` marks its validation batches ("test", numbered from 0) like its training batches
     ("train", numbered from 0 in each epoch). A window that straddles an epoch's end (``tf/fit-epochs``: steps_per_epoch 8,
-    steps 6-9) once took the first validation batch (1.5 s: its tracing) for training step 8 and replayed +77 % off; now the
-    steps are the training batches only, renumbered across the epochs, and the time between the epochs is said."""
+    steps 6-9) once took the first validation batch (1.5 s: its tracing) for training step 8 and replayed +77 % off, and
+    with the training batches alone the 1.9 s between the epochs made the iteration 538 ms. Now the steps are the training
+    batches of one epoch, and what was left out is said."""
     run = DATA / "tf" / "fit-epochs"
     trace = read_xplane(first_xplane(run), rank=0, world_size=2)
     spans = trace.step_spans()
-    assert spans[:, 0].tolist() == [6, 7, 8, 9]
+    assert spans[:, 0].tolist() == [6, 7]
     assert np.all(spans[:, 2] - spans[:, 1] < 200e3)  # every step one training batch (tens of ms), none the validation's
     notes = " ".join(map(str, trace.meta.warnings))
-    assert "'test' x2" in notes and "an epoch ends inside the window (after step 7" in notes
-    gap_ms = float(re.search(r"the (\d+) ms between the epochs", notes).group(1))
-    assert gap_ms == pytest.approx((spans[2, 1] - spans[1, 2]) / 1e3, abs=1.0)
+    assert "'test' x2" in notes and "an epoch ends inside the window (after step 7" in notes and "steps 8, 9 of another epoch" in notes
+    assert float(re.search(r"(\d+) ms between the epochs", notes).group(1)) > 1000
     p = open_run(str(run))
-    assert abs(p.analysis.error_pct) < 1.0
+    assert p.analysis.measured_us < 100e3 and abs(p.analysis.error_pct) < 1.0
+    assert abs(open_run(str(run), template=True).analysis.error_pct) < 5.0
 
 
 def test_a_jax_wait_waits_for_the_work_after_the_all_reduce():

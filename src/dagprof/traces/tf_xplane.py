@@ -255,14 +255,20 @@ class _Reader:
         rows, nums = rows[by_time], nums[by_time]
         restart = np.flatnonzero(np.diff(nums) <= 0)  # Keras numbers the batches of each epoch from 0
         if len(restart):
-            # the step before a new epoch is timed start to start (traces.steps.iteration_us), so whatever ran between the
-            # epochs (validation, epoch-end callbacks, the first validation's tracing) counts in the iteration: say how much
+            # what runs between two epochs (validation, epoch-end callbacks, the first validation's tracing) is no training
+            # step's, yet a step is timed start to start (traces.steps.iteration_us): keep the window's steps of one epoch
+            # only, the most (the first of equals: the same on every worker), numbered in time order from the window's first
+            glob = nums[0] + np.arange(len(nums))
+            bounds = np.r_[0, restart + 1, len(nums)]
+            k = int(np.argmax(np.diff(bounds)))
+            keep = slice(int(bounds[k]), int(bounds[k + 1]))
             gap_ms = float(np.sum(self.t0[best][rows[restart + 1]] - self.t1[best][rows[restart]])) / 1e3
-            after = ", ".join(str(int(nums[0]) + int(i)) for i in restart)
-            self.warnings.append(f"an epoch ends inside the window (after step {after}; the step numbers restart): steps renumbered "
-                                 f"in time order, and the {gap_ms:.0f} ms between the epochs (validation, epoch-end callbacks) "
-                                 f"counts in the iteration time; profile steps within one epoch to leave it out")
-            nums = nums[0] + np.arange(len(nums))
+            dropped = np.setdiff1d(glob, glob[keep])
+            self.warnings.append(f"an epoch ends inside the window (after step {', '.join(str(int(glob[i])) for i in restart)}: the step "
+                                 f"numbers restart), {gap_ms:.0f} ms between the epochs (validation, epoch-end callbacks): steps "
+                                 f"{', '.join(map(str, dropped.tolist()))} of another epoch left out; profile steps within one epoch "
+                                 f"to keep them all")
+            rows, nums = rows[keep], glob[keep]
         self.step_start, self.step_end = self.t0[best][rows], self.t1[best][rows]
         self.step_num = nums.astype(np.int64)
         self.step_rows = rows
