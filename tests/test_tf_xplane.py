@@ -7,6 +7,7 @@ Keras fit under MultiWorkerMirroredStrategy) and ``dagprof.collect.jobs.jax_trai
 import gzip
 import json
 import pathlib
+import re
 
 import numpy as np
 import pytest
@@ -15,6 +16,8 @@ from dagprof.align.matching import match_collectives
 from dagprof.cli.main import main
 from dagprof.errors import DagprofError
 from dagprof.pipeline import open_run
+from dagprof.replay import replay
+from dagprof.search.whatif import Scenario, evaluate
 from dagprof.traces import xplane_decode
 from dagprof.traces.events import Kind
 from dagprof.traces.load import load
@@ -270,3 +273,44 @@ def test_a_pool_threads_first_op_of_a_step_follows_the_step_not_the_previous_ste
     order = (p.rule == GraphRule.PROGRAM_ORDER) & (g.step[p.src] < g.step[p.dst]) & (g.kind[p.src] != Kind.STEP)
     pool = np.array([not d.name.endswith("/python") for d in g.devices])[g.device[p.dst]]
     assert set(p.dst[order & pool].tolist()) <= set(p.dst[starts].tolist())
+
+
+def test_keras_validation_batches_are_not_training_steps():
+    """Keras ``fit`` with ``validation_data`` marks its validation batches ("test", numbered from 0) like its training batches
+    ("train", numbered from 0 in each epoch). A window that straddles an epoch's end (``tf/fit-epochs``: steps_per_epoch 8,
+    steps 6-9) once took the first validation batch (1.5 s: its tracing) for training step 8 and replayed +77 % off, and
+    with the training batches alone the 1.9 s between the epochs made the iteration 538 ms. Now the steps are the training
+    batches of one epoch, and what was left out is said."""
+    run = DATA / "tf" / "fit-epochs"
+    trace = read_xplane(first_xplane(run), rank=0, world_size=2)
+    spans = trace.step_spans()
+    assert spans[:, 0].tolist() == [6, 7]
+    assert np.all(spans[:, 2] - spans[:, 1] < 200e3)  # every step one training batch (tens of ms), none the validation's
+    notes = " ".join(map(str, trace.meta.warnings))
+    assert "'test' x2" in notes and "an epoch ends inside the window (after step 7" in notes and "steps 8, 9 of another epoch" in notes
+    assert float(re.search(r"(\d+) ms between the epochs", notes).group(1)) > 1000
+    p = open_run(str(run))
+    assert p.analysis.measured_us < 100e3 and abs(p.analysis.error_pct) < 1.0
+    assert abs(open_run(str(run), template=True).analysis.error_pct) < 5.0
+
+
+def test_a_jax_wait_waits_for_the_work_after_the_all_reduce():
+    """``tf-jax/pmap`` (``bench/frameworks/jax_pmap_adam.py``: pmap, the gradients and two metrics pmean-ed, Adam after the
+    all-reduce): XLA's CPU client runs the thunks around the all-reduce in tasks whose scheduling the trace does not
+    resolve. The main thread's ``block_until_ready`` was tied to an op before the all-reduce and kept the rest of its wait
+    as a fixed gap, so a faster link shortened nothing on that rank (1 and 10 Gbit/s: 47.4 and 45.3 ms against 35.0 and
+    26.6 ms). Every wait now follows the last op of its step's work, after the collective."""
+    p = open_run(str(DATA / "tf-jax" / "pmap"))
+    g = p.graph
+    res = replay(g)
+    end = res.start + g.dur
+    coll = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0))
+    waits = np.flatnonzero(g.kind == Kind.COMM_WAIT)
+    assert len(waits) >= 8
+    for w in waits:
+        done = end[coll[g.step[coll] == g.step[w]]].max()
+        assert end[g.predecessors(w)].max() >= done - 1.0, (int(g.rank[w]), int(g.step[w]))
+    r = evaluate(g, [Scenario(bandwidth="1Gbit"), Scenario(bandwidth="10Gbit")], measured_us=p.analysis.measured_us, raw=True)
+    assert abs(r["model_error_pct"]) < 2.0
+    one, ten = (row["predicted_iter_ms"] for row in r["scenarios"])
+    assert ten < 0.85 * one  # the collectives shrink tenfold, and the steps that wait for them (0.96x before)

@@ -71,7 +71,8 @@ def measure_profiler_cost(g: Graph) -> ProfilerCost:
     """The profiled steps the graph holds against the job's unprofiled steps (``GraphMeta.loop_steps``)."""
     loop = g.meta.loop_steps
     if loop is None:
-        return ProfilerCost(None, None, 0, 0, None, "not measured (no unprofiled steps: only dagprof's collector times them)")
+        return ProfilerCost(None, None, 0, 0, None, "not measured (no unprofiled steps: only dagprof's PyTorch hooks time them, in "
+                            "dagprof.profile and Horovod runs; the TF, JAX and MXNet collectors and stock traces do not)")
     prof = job_steps(loop.profiled, set(g.meta.steps))
     base = job_steps(loop.unprofiled, None, WARMUP_STEPS)
     if len(prof) < 2 or len(base) < MIN_STEPS:

@@ -54,6 +54,7 @@ _RECORD, _START, _STOP = "ThreadpoolListener::Record", "ThreadpoolListener::Star
 _ASYNC_START = "ExecutorState::ProcessAsync::Start"  # an executor thread starting an async kernel (a collective)
 # an async kernel's completion callbacks, run inside the collective's range on its thread
 _DONE = ("CollectiveExecutor::ExecuteAsync::Done", "ExecutorState::ProcessAsync::Done")
+_TRAIN_MARKER = "train"  # the step marker of Keras fit, tf_profile and jax_profile (tf.profiler Trace / StepTraceAnnotation)
 
 TF_COLLECTIVES = {
     "CollectiveReduce": "allreduce", "CollectiveReduceV2": "allreduce", "CollectiveReduceV3": "allreduce",
@@ -236,6 +237,15 @@ class _Reader:
             raise DagprofError(
                 "no step markers: wrap each training step in tf.profiler.experimental.Trace('train', step_num=i, _r=1) "
                 "(Keras fit and dagprof's collectors do) or jax.profiler.StepTraceAnnotation('train', step_num=i)", self.path)
+        # training steps only: Keras marks its validation batches "test" (and predict's "predict") with step numbers of their
+        # own, which would otherwise take the place of training steps of the same number
+        marker = np.array([self.plane.event_names.get(m, "") for m in self.lines[best].metadata_id[best_rows].tolist()])
+        names, counts = np.unique(marker, return_counts=True)
+        train = _TRAIN_MARKER if _TRAIN_MARKER in names else names[np.argmax(counts)]
+        if len(names) > 1:
+            others = ", ".join(f"{n!r} x{c}" for n, c in zip(names.tolist(), counts.tolist()) if n != train)
+            self.warnings.append(f"step markers other than the training step's ({train!r}) left out of the steps: {others}")
+        best_rows, best_nums = best_rows[marker == train], best_nums[marker == train]
         # one marker per step: the longest range with that number (Keras and a user's own may nest)
         dur = self.t1[best][best_rows] - self.t0[best][best_rows]
         order = np.lexsort((-dur, best_nums))
@@ -243,9 +253,22 @@ class _Reader:
         rows, nums = best_rows[keep], best_nums[keep]
         by_time = np.argsort(self.t0[best][rows], kind="stable")
         rows, nums = rows[by_time], nums[by_time]
-        if np.any(np.diff(nums) <= 0):
-            self.warnings.append("step numbers repeat or go backwards (several epochs in the window?): steps renumbered in time order")
-            nums = nums[0] + np.arange(len(nums))
+        restart = np.flatnonzero(np.diff(nums) <= 0)  # Keras numbers the batches of each epoch from 0
+        if len(restart):
+            # what runs between two epochs (validation, epoch-end callbacks, the first validation's tracing) is no training
+            # step's, yet a step is timed start to start (traces.steps.iteration_us): keep the window's steps of one epoch
+            # only, the most (the first of equals: the same on every worker), numbered in time order from the window's first
+            glob = nums[0] + np.arange(len(nums))
+            bounds = np.r_[0, restart + 1, len(nums)]
+            k = int(np.argmax(np.diff(bounds)))
+            keep = slice(int(bounds[k]), int(bounds[k + 1]))
+            gap_ms = float(np.sum(self.t0[best][rows[restart + 1]] - self.t1[best][rows[restart]])) / 1e3
+            dropped = np.setdiff1d(glob, glob[keep])
+            self.warnings.append(f"an epoch ends inside the window (after step {', '.join(str(int(glob[i])) for i in restart)}: the step "
+                                 f"numbers restart), {gap_ms:.0f} ms between the epochs (validation, epoch-end callbacks): steps "
+                                 f"{', '.join(map(str, dropped.tolist()))} of another epoch left out; profile steps within one epoch "
+                                 f"to keep them all")
+            rows, nums = rows[keep], glob[keep]
         self.step_start, self.step_end = self.t0[best][rows], self.t1[best][rows]
         self.step_num = nums.astype(np.int64)
         self.step_rows = rows

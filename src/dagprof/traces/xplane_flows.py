@@ -98,6 +98,7 @@ def schedule(lines: dict[int, Line], nodes: dict[int, tuple[np.ndarray, np.ndarr
     dispatch = np.full(n, np.nan)
     has = task_of >= 0
     dispatch[has] = root[task_of[has]]
+    seq_flows: list[tuple[int, int]] = []
     for _st, rows in nodes.values():  # collectives outside any task whose scheduling was not recorded
         for row in rows[(task_of[rows] < 0) & (kind[rows] == Kind.COMM)].tolist():
             src = fallback(row)
@@ -110,7 +111,26 @@ def schedule(lines: dict[int, Line], nodes: dict[int, tuple[np.ndarray, np.ndarr
                 flows.append((int(rows[j - 1]), int(rows[j])))
             if j + 1 < len(rows) and kind[rows[j + 1]] != Kind.COMM:
                 flows.append((int(rows[j]), int(rows[j + 1])))
+        # an op whose task names no dispatch continues the work of the op before it on its thread in the same step (XLA's
+        # CPU client runs a program's thunks, its collectives among them, one after another on one thread)
+        orphan = np.flatnonzero(np.isnan(dispatch[rows[1:]])) + 1
+        seq_flows += [(int(rows[j - 1]), int(rows[j])) for j in orphan.tolist() if step[rows[j]] == step[rows[j - 1]]]
+    _inherit_dispatch(dispatch, flows + seq_flows, start)
     return Schedule(flows, main_sources, dispatch)
+
+
+def _inherit_dispatch(dispatch: np.ndarray, links: list[tuple[int, int]], start: np.ndarray) -> None:
+    """An op whose own task names no dispatch (it ran outside every pool task, or its task's scheduling was not resolved,
+    as the thunks around a collective on XLA's CPU client) belongs to the dispatch of the op that released it or ran before
+    it on its thread,
+    so the main thread's wait for that dispatch is a wait for it too: without this, a ``block_until_ready`` whose program
+    ends after an all-reduce waited, in the graph, on an op before the all-reduce and kept the rest as a fixed gap."""
+    if not links:
+        return
+    src, dst = np.array(links, dtype=np.int64).T
+    for k in np.argsort(start[dst], kind="stable").tolist():  # a link goes forward in time: its source is settled first
+        if np.isnan(dispatch[dst[k]]) and not np.isnan(dispatch[src[k]]):
+            dispatch[dst[k]] = dispatch[src[k]]
 
 
 class _Index:
