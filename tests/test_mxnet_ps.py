@@ -177,6 +177,14 @@ def test_hybridized_blocks_backward_segments_overlap_the_pushes_not_wait_for_the
         first_push = min((res.start[u] for u in np.flatnonzero((names == ISSUE) & (g.step == g.step[v]) & (g.rank == g.rank[v]))))
         overlapped += res.end[v] > first_push
     assert overlapped >= 3 * 2  # every profiled step and worker
+    # the engine pushes a gradient once the bulk that made it is done: the first layer's keys wait for the step's last
+    layer_of = {k.key: k.layer for k in g.meta.ps.keys}
+    first = json.loads((CONVNET / "mxnet-run.json").read_text())["layers"][0]["name"]
+    for v in np.flatnonzero(names == ISSUE):
+        bulk = [u for u in g.predecessors(v) if bulks[u]]
+        if layer_of[int(g.bucket[v])] == first:
+            last = max(np.flatnonzero(bulks & (g.kind == Kind.BACKWARD) & (g.step == g.step[v]) & (g.rank == g.rank[v])), key=lambda u: res.end[u])
+            assert bulk == [last]
     assert abs(open_run(str(CONVNET)).analysis.error_pct) < 2.0
 
 
