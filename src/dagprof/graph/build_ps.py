@@ -122,14 +122,18 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
             after = max([first] + [mend[node_of[i]] for i in backward])
             segment = _segment_of_keys(run.meta.ps.keys, grads, t.layers, [node_of[i] for i in backward if ev.layer[i] < 0],
                                        base + ev.start[mine], mend)
-            heads = [min((v for s, e, v in lane if s >= after - 1.0), key=lambda v: mstart[v], default=None) for lane in lane_chains]
+            # what the pushes wait for (and what ran before it on its thread) never waits for the pulls, even an op of no
+            # duration that began within the 1 us tolerance after the first push (else the graph has a cycle)
+            feeds = {ready, *grads.values(), *segment.values()}
+            later = [lane[max((j + 1 for j, (_, _, v) in enumerate(lane) if v in feeds), default=0):] for lane in lane_chains]
+            heads = [min((v for s, e, v in lane if s >= after - 1.0), key=lambda v: mstart[v], default=None) for lane in later]
             head = heads[lane_chains.index(main_chain)]
             if ready is None or head is None:
                 raise DagprofError(f"worker {r} step {step}: the exchange is not inside the profiled step", t.source)
             # on every engine thread, what ran during the exchange (the pulled weights' copies) and the op after it wait for the pulls
             head = [h for h in heads if h is not None]
-            head += [v for lane in lane_chains for s, e, v in lane if after - 1.0 <= s <= last + 1.0]
-            head += [v for v in (min((v for s, e, v in lane if s > last + 1.0), key=lambda v: mstart[v], default=None) for lane in lane_chains)
+            head += [v for lane in later for s, e, v in lane if after - 1.0 <= s <= last + 1.0]
+            head += [v for v in (min((v for s, e, v in lane if s > last + 1.0), key=lambda v: mstart[v], default=None) for lane in later)
                      if v is not None]
             exchanges.append((step, r, ready, grads | segment, head, issued, first, last))
     keys = ps.keys
