@@ -49,13 +49,18 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "jax_pmap_adam": ("jax", "DAGPROF_JAX_PYTHON", {}),
     "mx_mlp": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
     "mx_embed": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
+    "mx_lstm": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
+    "mx_convnet": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
     "hvd_text": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
     "hvd_resnet": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
+    "hvd_transformer": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
+    "hvd_sparse_gru": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
 }
 # Horovod: (the profiled window, the script's arguments). Its fusion depends on timing, so the collectives differ from step
 # to step and run to run: 10 steps, not 4 (one 117 ms step among 25-35 ms ones set a 4-step window's mean off by 80 %).
 # The ResNet's window lies in its second epoch, clear of the first epoch's end (its sampler and scheduler).
-HOROVOD_RUN = {"hvd_text": ("6:16", ["--steps", "20"]), "hvd_resnet": ("16:26", [])}
+HOROVOD_RUN = {"hvd_text": ("6:16", ["--steps", "20"]), "hvd_resnet": ("16:26", []), "hvd_transformer": ("6:16", ["--steps", "20"]),
+               "hvd_sparse_gru": ("6:16", ["--steps", "20"])}
 
 
 def launch(name: str, python: str, out: str, workers: int, timeout: float, src: str = SRC, prefix: tuple[str, ...] = ()) -> list[int]:

@@ -28,3 +28,20 @@ def test_parameter_server_messages_are_push_pull_of_a_key():
 @pytest.mark.parametrize("run", ["mxnet", "tf/loop", "tf-jax/mlp", "horovod/fused"])
 def test_outputs_of_a_framework_run_go_to_its_folder(run):
     assert default_out(DATA / run) == str(DATA / run)
+
+
+@pytest.mark.parametrize("run,framework,advice", [
+    ("tf/loop", "tensorflow", "bytes_per_pack"), ("tf-jax/mlp", "jax", "whatif"), ("mxnet/user_convnet", "mxnet", "ps:K"),
+    ("horovod/sparse-gru", "horovod", "--fusion-mb"),
+])
+def test_optimize_refuses_a_framework_run_in_one_line_saying_what_dagprof_does_for_it(capsys, tmp_path, run, framework, advice):
+    """It answered an MXNet run with "was the model wrapped in DistributedDataParallel?" and a Horovod one with "no
+    parameter of the DDP buckets belongs to a profiled layer"."""
+    import shutil
+
+    from dagprof.cli.main import main
+
+    folder = shutil.copytree(DATA / run, tmp_path / "run")
+    assert main(["optimize", str(folder), "--budget", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"this is a {framework} run" in err and advice in err and "DDP bucket" not in err

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -300,3 +301,49 @@ def test_api_profile_exit_passes_the_error_through(tmp_path):
         for _ in range(3):
             model(torch.zeros(1, 2)).sum().backward()
             prof.step()
+
+
+def test_sparse_embedding_gradient_is_all_gathered_as_horovod_sends_it():
+    """``nn.Embedding(sparse=True)`` (bench/frameworks/hvd_sparse_gru.py): Horovod does not all-reduce a sparse gradient
+    but all-gathers its indices (int64) and values. The requests were recorded as one all-reduce of the dense table
+    (4000x64 fp32, 1 MB) matching no response, and both all-gathers were named as the script's own, not modelled."""
+    run = load(fixture("sparse-gru"))
+    warned = " ".join(map(str, run.meta.warnings))
+    assert "allreduce.loss" in warned and "allgather" not in warned and "without matching requests" not in warned
+    g = open_run(fixture("sparse-gru")).graph
+    tokens = 16 * 24  # per rank and step: the rows its batch touched (uncoalesced), gathered from both ranks
+    sizes, dtypes = g.meta.horovod.tensor_bytes, g.meta.horovod.tensor_dtypes
+    assert "allreduce.embed.weight" not in sizes
+    assert sizes["allgather.embed.weight.indices"] == 2 * tokens * 8 and sizes["allgather.embed.weight.values"] == 2 * tokens * 64 * 4
+    assert dtypes["allgather.embed.weight.indices"] == "int64" and dtypes["allgather.embed.weight.values"] == "float32"
+    requests = [v for v in np.flatnonzero(g.kind == Kind.COMM_ENQUEUE) if "allgather.embed.weight.values" in g.node_name(v)]
+    assert len(requests) == 2 * len(g.meta.steps) and set(g.nbytes[requests].tolist()) == {tokens * 64 * 4}  # each rank's own rows
+
+    def gathers(h):
+        return sorted((int(h.step[c.comm]), re.sub(r"\.\d+$", "", h.node_name(c.comm)), int(h.nbytes[c.comm])) for c in find_collectives(h)
+                      if h.node_name(c.comm).startswith("horovod allgather"))
+
+    assert [n for _, n, _ in gathers(g)] == ["horovod allgather embed.weight.indices", "horovod allgather embed.weight.values"] * len(g.meta.steps)
+    fused = set_horovod(g, replay, fusion_bytes=64 * 2**20)  # never fused with all-reduces, nor indices with values
+    assert gathers(fused) == gathers(g)
+    assert abs(open_run(fixture("sparse-gru")).analysis.error_pct) < 1.0
+
+
+def test_collector_records_a_sparse_gradient_as_horovod_sends_it():
+    """The request hook names and sizes what Horovod sends: a sparse gradient's indices and values (this rank's rows),
+    or, under ``sparse_as_dense``, the dense table all-reduced."""
+    import torch
+
+    from dagprof.collect.hooks.horovod import _requests_sent
+
+    emb = torch.nn.Embedding(100, 8, sparse=True)
+    emb(torch.tensor([[1, 2, 2]])).sum().backward()
+
+    class Opt:
+        sparse_as_dense = False
+
+    assert _requests_sent(Opt(), "embed.weight", emb.weight.grad) == [("allgather.embed.weight.indices", 3 * 8),
+                                                                      ("allgather.embed.weight.values", 3 * 8 * 4)]
+    Opt.sparse_as_dense = True
+    assert _requests_sent(Opt(), "embed.weight", emb.weight.grad) == [("allreduce.embed.weight", 100 * 8 * 4)]
+    assert _requests_sent(Opt(), "fc.bias", torch.zeros(5)) == [("allreduce.fc.bias", 20)]

@@ -13,6 +13,7 @@ from typing import Callable, Iterator
 
 from .analysis import job_iteration_us
 from .analysis.diff import ExpectationCheck, categories_vs_expected
+from .analysis.findings import remedy_for
 from .analysis.interval import PredictionInterval, run_level
 from .collect.deploy.strategy import Strategy, save_strategy
 from .collect.jobs.netns import Cluster, available
@@ -49,9 +50,9 @@ def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = N
     by the level the search's model stands on (``analysis.interval.run_level``).
     """
     prof = open_run(run, steps=steps, step_marker=step_marker, allow_missing_ranks=allow_missing_ranks)
-    if prof.run.meta.framework:  # its buckets and layers are not DDP's: the search failed on "no parameter of the DDP buckets ..."
-        raise DagprofError(f"dagprof optimize searches PyTorch DDP and FSDP jobs (what dagprof.apply changes); this is a "
-                           f"{prof.run.meta.framework} run: `dagprof whatif` predicts its other settings", run)
+    if prof.graph.meta.framework is not None:  # its knobs are not DDP's buckets or FSDP's resharding
+        raise DagprofError(f"dagprof optimize searches PyTorch DDP and FSDP jobs; this is a {prof.graph.meta.framework} run: "
+                           f"{remedy_for(prof.graph.meta.framework)}", run)
     g, cost = prof.graph, measure_profiler_cost(prof.graph)
     if not raw:
         g, _ = remove_profiler_cost(g, cost, job_iteration_us, model=set_topology(g, current_topology(g)))

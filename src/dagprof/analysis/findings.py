@@ -28,6 +28,11 @@ _REMEDY = {
 _OTHER = "dagprof whatif --bandwidth, --workers predicts other links and worker counts"
 
 
+def remedy_for(framework: str | None) -> str:
+    """What dagprof can do about a framework's exposed communication (``RunMeta.framework``; None: PyTorch DDP)."""
+    return _REMEDY.get(framework, _OTHER)
+
+
 def comm_word(g) -> str:
     """What the job's gradient exchange is called: a parameter server pushes and pulls."""
     return "push/pull" if g.meta.ps else "all-reduce"

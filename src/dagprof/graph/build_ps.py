@@ -120,16 +120,22 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
                 if ev.layer[i] >= 0:
                     grads[t.layers[int(ev.layer[i])]] = node_of[i]
             after = max([first] + [mend[node_of[i]] for i in backward])
-            heads = [min((v for s, e, v in lane if s >= after - 1.0), key=lambda v: mstart[v], default=None) for lane in lane_chains]
+            segment = _segment_of_keys(run.meta.ps.keys, grads, t.layers, [node_of[i] for i in backward if ev.layer[i] < 0],
+                                       base + ev.start[mine], mend)
+            # what the pushes wait for (and what ran before it on its thread) never waits for the pulls, even an op of no
+            # duration that began within the 1 us tolerance after the first push (else the graph has a cycle)
+            feeds = {ready, *grads.values(), *segment.values()}
+            later = [lane[max((j + 1 for j, (_, _, v) in enumerate(lane) if v in feeds), default=0):] for lane in lane_chains]
+            heads = [min((v for s, e, v in lane if s >= after - 1.0), key=lambda v: mstart[v], default=None) for lane in later]
             head = heads[lane_chains.index(main_chain)]
             if ready is None or head is None:
                 raise DagprofError(f"worker {r} step {step}: the exchange is not inside the profiled step", t.source)
             # on every engine thread, what ran during the exchange (the pulled weights' copies) and the op after it wait for the pulls
             head = [h for h in heads if h is not None]
-            head += [v for lane in lane_chains for s, e, v in lane if after - 1.0 <= s <= last + 1.0]
-            head += [v for v in (min((v for s, e, v in lane if s > last + 1.0), key=lambda v: mstart[v], default=None) for lane in lane_chains)
+            head += [v for lane in later for s, e, v in lane if after - 1.0 <= s <= last + 1.0]
+            head += [v for v in (min((v for s, e, v in lane if s > last + 1.0), key=lambda v: mstart[v], default=None) for lane in later)
                      if v is not None]
-            exchanges.append((step, r, ready, grads, head, issued, first, last))
+            exchanges.append((step, r, ready, grads | segment, head, issued, first, last))
     keys = ps.keys
     spans = []  # measured exchange per worker and step: its first push issued -> its last pull in
     for step, r, ready, grads, head, issued, first, last in exchanges:
@@ -158,6 +164,31 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
         scheme=CollectiveSpec(Scheme.PS, servers), topology=Topology.flat(n, link), buckets=(),
     )
     return rebuild_ps(g, servers, link)
+
+
+def _segment_of_keys(keys, grads: dict, layers: list[str], segments: list[int], push_starts: np.ndarray, mend: list[float]) -> dict:
+    """key's layer -> the backward segment its gradient waits for, for keys no layer's own backward op gives.
+
+    A hybridized block's backward runs as engine bulks without layers (``traces.mxnet.BULK``), in reverse model order,
+    and the engine pushes a gradient once the bulk that made it is done: the first pushes follow the first bulk, the
+    keys of the first layers wait for the last one. mx.profiler does not name a push's key, so the measured pushes say
+    how many keys each bulk released (each push begins after the last bulk done by then); the keys, in reverse model
+    order, take them in turn.
+    """
+    pending = [k for k in keys if k.layer not in grads]
+    if not segments or not pending:
+        return {}
+    segments = sorted(segments, key=lambda v: mend[v])
+    ends = np.array([mend[v] for v in segments])
+    released = np.searchsorted(ends, np.sort(push_starts) + 1.0, side="right") - 1  # per push, in start order: its bulk (-1: none)
+    position = {name: i for i, name in enumerate(layers)}
+    pending.sort(key=lambda k: -position.get(k.layer, -1))
+    out = {}
+    for i, k in enumerate(pending):
+        j = int(released[min(i, len(released) - 1)]) if len(released) else len(segments) - 1
+        if j >= 0:
+            out.setdefault(k.layer, segments[j])
+    return out
 
 
 def _gaps(g: Graph, mstart: np.ndarray, mend: np.ndarray, first_marks: dict[int, float]) -> np.ndarray:

@@ -37,7 +37,7 @@ import msgspec
 import numpy as np
 
 from ..costmodel.collectives import allreduce_us
-from ..costmodel.topology import CollectiveSpec
+from ..costmodel.topology import CollectiveSpec, allreduce_equivalent_factor, kind_of_collective
 from ..errors import DagprofError
 from ..graph.dag import DeviceKind, Graph, GraphBuilder
 from ..graph.replay_result import ReplayResult
@@ -61,6 +61,7 @@ class _Layout:
     ranks: list[int]
     tensor_bytes: dict[str, int]
     order: dict[str, int]  # response-cache position
+    fuse_key: dict[str, tuple[str, str]]  # tensor -> (collective, dtype): Horovod fuses a response with others of the same only
 
 
 @dataclass
@@ -144,7 +145,19 @@ def _layout(g: Graph) -> _Layout:
     order = {t: k for k, t in enumerate(g.meta.horovod.tensor_order)}
     for (_, _, t), _v in sorted(requests.items(), key=lambda kv: g.order[kv[1]]):
         order.setdefault(t, len(order))
-    return _Layout(requests, dict(sinks), lanes, channel, drop, sorted(lanes), sizes, order)
+    dtypes = g.meta.horovod.tensor_dtypes
+    fuse_key = {t: (_collective(t), dtypes.get(t, "")) for t in sizes}
+    return _Layout(requests, dict(sinks), lanes, channel, drop, sorted(lanes), sizes, order, fuse_key)
+
+
+def _collective(tensor: str) -> str:
+    """A Horovod tensor's collective, from its name (``allreduce.fc.weight``, ``allgather.embed.weight.values``)."""
+    return tensor.partition(".")[0]
+
+
+def _equivalent_bytes(tensors: list[str], sizes: dict[str, int]) -> float:
+    """The bytes of the ring all-reduce that costs what this response costs (an all-gather: half its gathered bytes)."""
+    return sum(sizes.get(t, 0) for t in tensors) * allreduce_equivalent_factor(kind_of_collective(_collective(tensors[0])))
 
 
 def _measured(g: Graph) -> np.ndarray:
@@ -155,7 +168,8 @@ def _measured(g: Graph) -> np.ndarray:
 
 
 def _transfer_price(g: Graph, lay: _Layout, topo, spec: CollectiveSpec):
-    """us for a fused all-reduce of ``nbytes``: the profile's own transfers, fitted to reproduce their total.
+    """us for a fused all-reduce of ``nbytes`` (all-reduce-equivalent: ``_equivalent_bytes``): the profile's own
+    transfers, fitted to reproduce their total.
 
     A profile's transfers on a busy host have a heavy tail (a rank's thread waits to be scheduled):
     a fit that reproduces their sum, not their typical value, is what predicts the time of many
@@ -165,7 +179,9 @@ def _transfer_price(g: Graph, lay: _Layout, topo, spec: CollectiveSpec):
     m = _measured(g)
     if len(m) < 2:
         return lambda nbytes: allreduce_us(nbytes, topo, spec)
-    a, b = _line(m[:, 2], m[:, 3])
+    factor = {(int(g.step[c.comm]), int(g.bucket[c.comm])): allreduce_equivalent_factor(kind_of_collective(g.node_name(c.comm)))
+              for c in find_collectives(g) if g.device[c.comm] == lay.channel}
+    a, b = _line(m[:, 2] * np.array([factor.get((int(s), int(k)), 1.0) for s, k in m[:, :2]]), m[:, 3])
     n0 = int(g.meta.horovod.world_size or graph_world_size(g))
     profiled = fit_topology(g.replace(dur=_restore_transfers(g, lay, m), meta=g.meta.replace(world_size=n0)))
 
@@ -254,14 +270,14 @@ def _simulate(ready: dict[tuple[int, int, str], float], lay: _Layout, threshold:
             if first > t_c:
                 t_c += math.ceil((first - t_c) / period) * period  # idle cycles (coordination only)
             now = sorted((t for t, x in pending.items() if x <= t_c), key=lambda t: lay.order.get(t, 0))
-            responses = _fuse(now, lay.tensor_bytes, threshold)
+            responses = _fuse(now, lay.tensor_bytes, threshold, lay.fuse_key)
             latest = max(max(pending[t] for t in now), busy_end)
             cyc = _Cycle(t_c, max(t_c - latest, 0.0), responses, s)
             work = costs.negotiate_us
             for resp in responses:
                 nb = sum(lay.tensor_bytes.get(t, 0) for t in resp)
                 fused = len(resp) > 1
-                work += costs.copy(costs.copy_in, nb, fused) + price(nb) + costs.copy(costs.copy_out, nb, fused)
+                work += costs.copy(costs.copy_in, nb, fused) + price(_equivalent_bytes(resp, lay.tensor_bytes)) + costs.copy(costs.copy_out, nb, fused)
             cycles.append(cyc)
             busy_end = t_c + work
             for t in now:
@@ -270,18 +286,20 @@ def _simulate(ready: dict[tuple[int, int, str], float], lay: _Layout, threshold:
     return cycles
 
 
-def _fuse(tensors: list[str], sizes: dict[str, int], threshold: float) -> list[list[str]]:
-    """Horovod's FuseResponses for one dtype: consecutive tensors while the total stays <= threshold."""
+def _fuse(tensors: list[str], sizes: dict[str, int], threshold: float, key: dict[str, tuple[str, str]] | None = None) -> list[list[str]]:
+    """Horovod's FuseResponses: tensors in order, each joining the latest response of its collective and dtype (``key``;
+    none: all alike) while that response's total stays <= threshold."""
     out: list[list[str]] = []
-    total = 0.0
+    latest: dict[tuple[str, str], tuple[int, float]] = {}  # key -> (its latest response, that response's bytes)
     for t in tensors:
-        nb = sizes.get(t, 0)
-        if out and total + nb <= threshold:
-            out[-1].append(t)
-            total += nb
+        k, nb = (key or {}).get(t, ("", "")), sizes.get(t, 0)
+        at, total = latest.get(k, (-1, 0.0))
+        if at >= 0 and total + nb <= threshold:
+            out[at].append(t)
+            latest[k] = (at, total + nb)
         else:
+            latest[k] = (len(out), nb)
             out.append([t])
-            total = nb
     return out
 
 
@@ -308,12 +326,14 @@ def _rebuild(g: Graph, lay: _Layout, plan: list[_Cycle], costs: _Costs, price) -
         for k, resp in enumerate(cyc.responses):
             nb = sum(lay.tensor_bytes.get(x, 0) for x in resp)
             fused = len(resp) > 1
-            d_in, d_ar, d_out = costs.copy(costs.copy_in, nb, fused), price(nb), costs.copy(costs.copy_out, nb, fused)
+            d_in, d_out = costs.copy(costs.copy_in, nb, fused), costs.copy(costs.copy_out, nb, fused)
+            d_ar = price(_equivalent_bytes(resp, lay.tensor_bytes))
             pos = position[s]
             position[s] += 1
-            sync = b.add_node("sync.horovod allreduce", Kind.SYNC, order=t + d_in, step=s, bucket=pos)
-            label = resp[0].removeprefix("allreduce.") + (f" +{len(resp) - 1}" if fused else "")
-            comm = b.add_node(f"horovod allreduce {label}", Kind.COMM, device=lay.channel, dur=d_ar, order=t + d_in, step=s,
+            op = _collective(resp[0])
+            sync = b.add_node(f"sync.horovod {op}", Kind.SYNC, order=t + d_in, step=s, bucket=pos)
+            label = resp[0].partition(".")[2] + (f" +{len(resp) - 1}" if fused else "")
+            comm = b.add_node(f"horovod {op} {label}", Kind.COMM, device=lay.channel, dur=d_ar, order=t + d_in, step=s,
                               bucket=pos, nbytes=nb)
             b.add_edge(sync, comm)
             for r in lay.ranks:

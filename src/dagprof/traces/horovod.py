@@ -15,8 +15,8 @@ then the response: a top-level span per tensor (``ALLREDUCE``...) whose nested a
 the log before any of their activities, so consecutive starts form a response.
 
 Events this reader adds to each rank (``events.py`` conventions):
-- main lane: a ``COMM_ENQUEUE`` per request (``horovod request allreduce.<param>``), cut out of the
-  backward span it happened in;
+- main lane: a ``COMM_ENQUEUE`` per request (``horovod request allreduce.<param>``; a sparse gradient's two,
+  ``allgather.<param>.indices`` and ``.values``), cut out of the backward span it happened in;
 - a ``horovod background thread`` lane per rank, per response: ``horovod negotiate`` (rank 0 only: the
   cycle that picked it up: from the later of the cycle start and the rank's last request to the
   response start; first response of a cycle only), ``horovod memcpy in`` (into the fusion buffer,
@@ -61,6 +61,9 @@ REQUEST = "horovod request "  # + Horovod tensor name
 WAIT_NAME = "horovod synchronize (wait for all-reduces)"
 _DDP_WAIT = "ddp finalize (wait for buckets)"  # what the hook reader calls the same records
 _NOT_DDP = "no DDP gradient buckets"
+# what a DistributedOptimizer sends: dense gradients all-reduced, a sparse one's indices and values all-gathered (the
+# response's bytes are then the gathered result's, which ``kind_of_collective`` prices as half an all-reduce of them)
+COLLECTIVES = ("allreduce", "allgather")
 _TRANSFER = re.compile(r"^(GLOO|MPI|NCCL|CCL|DDL)_")
 _DTYPE_BYTES = {"uint8": 1, "int8": 1, "uint16": 2, "int16": 2, "int32": 4, "int64": 8, "float16": 2, "bfloat16": 2,
                 "float32": 4, "float64": 8, "bool": 1}
@@ -293,13 +296,15 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
         ranks.append(_merge(t, requests.get(t.rank, []), plan, shift_ns, timeline))
     order = _tensor_order(plan)
     sizes: dict[str, int] = {}  # as Horovod fuses and sends them: compressed (hvd.Compression.fp16) ones at their wire size
+    dtypes: dict[str, str] = {}
     for p in plan:
         for rq in p.requests[min(p.requests)]:
             sizes[rq.tensor] = p.resp.nbytes.get(rq.tensor) or rq.nbytes
+            dtypes[rq.tensor] = _dtype(p.resp)
     hv = HorovodRecord(
         fusion_threshold_bytes=settings.get("fusion_threshold_bytes"), cycle_time_ms=settings.get("cycle_time_ms"),
         cache_capacity=settings.get("cache_capacity"), autotune=settings.get("autotune"),
-        tensor_order=order, tensor_bytes=sizes, cycles_marked=bool(timeline is not None and len(timeline.cycles)),
+        tensor_order=order, tensor_bytes=sizes, tensor_dtypes=dtypes, cycles_marked=bool(timeline is not None and len(timeline.cycles)),
         responses=len(plan), timeline=tl_name, world_size=run.world_size,
         host_ranks=dict(collections.Counter(t.host for t in run.ranks if t.host)),
         host_cpus={t.host: docs[t.rank]["cpus"] for t in run.ranks if t.host and type(docs[t.rank].get("cpus")) is int and docs[t.rank]["cpus"] > 0},
@@ -361,7 +366,7 @@ def _plan(tl: Timeline, requests: dict[int, list[_Request]], warnings: list[str 
         if not requested.intersection(resp.tensors):
             own.update(resp.tensors)
             continue
-        if resp.op != "allreduce":
+        if resp.op not in COLLECTIVES:
             dropped += 1
             continue
         per_rank: dict[int, list[_Request]] = {r: [] for r in requests}
@@ -496,28 +501,32 @@ def _merge(trace: RankTrace, reqs: list[_Request], plan: list[_Planned], shift_n
             negotiate = -1
         prep = c.add(name="horovod memcpy in" if fused else "horovod copy in", kind=int(Kind.MEMCPY), lane=lane, start=t0,
                      dur=max(x0 - at(r.t0), 0.0), step=p.step, nbytes=p.nbytes, bucket=p.position)
-        comm = c.add(name=f"horovod allreduce {_short(r.tensors)}", kind=int(Kind.COMM), lane=lane, start=x0, dur=x1 - x0,
+        comm = c.add(name=f"horovod {r.op} {_short(r.tensors)}", kind=int(Kind.COMM), lane=lane, start=x0, dur=x1 - x0,
                      step=p.step, nbytes=p.nbytes, group=gid, seq=seq, bucket=p.position)
         post = c.add(name="horovod memcpy out" if fused else "horovod copy out", kind=int(Kind.MEMCPY), lane=lane, start=x1,
                      dur=max(t1 - x1, 0.0), step=p.step, nbytes=p.nbytes, bucket=p.position)
         lane_free = max(t1, x1)
         coll_events.append(comm)
-        coll_dtypes.append(r.dtype.lower().removeprefix("horovod_"))
+        coll_dtypes.append(_dtype(r))
         head = negotiate if negotiate >= 0 else prep
         flows += [(request_ev[id(q)], head) for q in mine if id(q) in request_ev]
         flows += [(prep, comm), (comm, post)]
         if p.step in sinks:
             flows.append((post, sinks[p.step]))
     buckets = tuple(Bucket(p.position, p.nbytes, tuple(p.resp.tensors)) for p in plan if p.step == plan[0].step)
-    meta = msgspec.structs.replace(trace.meta, collectives=Collectives(event=coll_events, coll=["allreduce"] * len(coll_events), dtype=coll_dtypes),
+    meta = msgspec.structs.replace(trace.meta, collectives=Collectives(event=coll_events, coll=[p.resp.op for p in plan], dtype=coll_dtypes),
                                    horovod_clock_shift_ns=shift_ns)
     out = _rebuild(trace, c, flows, buckets, meta)
     return dataclasses.replace(out, lanes=lanes, groups=groups,
                                group_ranks={**trace.group_ranks, GROUP: list(range(trace.world_size))})
 
 
+def _dtype(r: Response) -> str:
+    return r.dtype.lower().removeprefix("horovod_")
+
+
 def _short(tensors: list[str]) -> str:
-    head = tensors[0].removeprefix("allreduce.")
+    head = tensors[0].partition(".")[2]  # Horovod names a tensor "<collective>.<name>"
     return head if len(tensors) == 1 else f"{head} +{len(tensors) - 1}"
 
 

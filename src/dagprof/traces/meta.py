@@ -92,6 +92,7 @@ class HorovodRecord(msgspec.Struct, kw_only=True, frozen=True):
     autotune: bool | None = None
     tensor_order: list[str] = []  # tensors in the order their requests were first fused
     tensor_bytes: dict[str, int] = {}
+    tensor_dtypes: dict[str, str] = {}  # as sent (``float16`` under fp16 compression); Horovod fuses one collective and dtype only
     cycles_marked: bool = False  # the timeline marks Horovod's cycles
     responses: int = 0
     timeline: str | None = None  # the timeline's file name in the run folder

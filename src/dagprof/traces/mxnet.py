@@ -39,6 +39,10 @@ from .meta import PsKey, PsRecord, RankMeta, RunMeta, RunWarning, ServerBusy
 FORMAT = "dagprof-mxnet-run"
 VERSION = 1
 PUSHPULL = ("KVStoreDistDefaultStoragePushPull", "KVStoreDistDefaultPush", "KVStoreDistDefaultStoragePull", "KVStoreDistCompressedPush")
+# a segment of a hybridized block's graph run as one engine op (``static_alloc`` bulks even with
+# MXNET_EXEC_BULK_EXEC_TRAIN=0): no layer, but forward before the step's backward began, backward after (a
+# segment still running while the first gradients are pushed is backward, never work that waits for the pulls)
+BULK = "ImperativeBulk"
 _LAYER_OP = {"Conv2D": "Convolution", "Conv1D": "Convolution", "Conv3D": "Convolution", "Dense": "FullyConnected",
              "BatchNorm": "BatchNorm", "Embedding": "Embedding", "Conv2DTranspose": "Deconvolution", "LayerNorm": "LayerNorm",
              "InstanceNorm": "InstanceNorm", "GroupNorm": "GroupNorm"}
@@ -114,7 +118,7 @@ def _kind(name: str) -> Kind:
         return Kind.MEMCPY
     if name.endswith("_update"):
         return Kind.UPDATE
-    if name in ("DeleteVariable", "WaitForVar", "SetValueOp", "_zeros_without_dtype", "_zeros", "ImperativeBulk"):
+    if name in ("DeleteVariable", "WaitForVar", "SetValueOp", "_zeros_without_dtype", "_zeros", BULK):
         return Kind.OTHER
     return Kind.FORWARD
 
@@ -259,6 +263,7 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
     for i, lay in enumerate(man.layers):
         by_type.setdefault(_LAYER_OP.get(lay.op, lay.op), []).append(i)
     fwd_seen: dict[tuple[int, str], int] = {}
+    backward_began: set[int] = set()  # steps whose backward pass (or exchange) has begun, by the ops so far (in start order)
     pushes = []
     kv_free: list[float] = []
     for o in ops:
@@ -266,6 +271,7 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
         if step < 0:
             continue
         if o.name in PUSHPULL:
+            backward_began.add(step)
             slot = next((i for i, t in enumerate(kv_free) if t <= o.start), len(kv_free))
             if slot == len(kv_free):
                 kv_free.append(0.0)
@@ -278,6 +284,10 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
         else:
             ln = lane(f"engine {procs.get(o.pid, o.pid)} thread {compute_tids.index((o.pid, o.tid))}", LaneKind.CPU_THREAD)
         kind = _kind(o.name)
+        if kind == Kind.BACKWARD:
+            backward_began.add(step)
+        elif o.name == BULK:
+            kind = Kind.BACKWARD if step in backward_began else Kind.FORWARD
         layer = -1
         base = o.name.removeprefix("_backward_")
         if base in by_type and kind in (Kind.FORWARD, Kind.BACKWARD):

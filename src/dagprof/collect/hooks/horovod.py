@@ -129,9 +129,8 @@ class HorovodCollector(Collector):
                 t0 = time.time_ns()
                 out = request(p)
                 try:
-                    grad = p.grad
-                    collector.enqueues.append((collector.step, f"allreduce.{names.get(p)}", t0, time.time_ns(),
-                                               int(grad.numel() * grad.element_size())))
+                    t1 = time.time_ns()
+                    collector.enqueues += [(collector.step, tensor, t0, t1, nbytes) for tensor, nbytes in _requests_sent(opt, names.get(p), p.grad)]
                 except Exception as err:  # noqa: BLE001
                     collector._fail(err, "Horovod request hook")
                 return out
@@ -234,6 +233,17 @@ class HorovodCollector(Collector):
 
 
 _CALM_NICE = 19
+
+
+def _requests_sent(opt: Any, name: str, grad: Any) -> list[tuple[str, int]]:
+    """The Horovod tensors (timeline names) and this rank's bytes one gradient's request sends. A sparse gradient
+    (``nn.Embedding(sparse=True)``) is not all-reduced unless ``sparse_as_dense``: Horovod all-gathers its indices
+    and its values (``horovod.torch.mpi_ops.sparse_allreduce_async``), only the rows this rank touched."""
+    if grad.is_sparse and not getattr(opt, "sparse_as_dense", False):
+        idx, val = grad._indices(), grad._values()
+        return [(f"allgather.{name}.indices", int(idx.numel() * idx.element_size())),
+                (f"allgather.{name}.values", int(val.numel() * val.element_size()))]
+    return [(f"allreduce.{name}", int(grad.numel() * grad.element_size()))]
 
 
 def calm_spinning_threads(samples: int = 25, interval_s: float = 0.002, nice: int = _CALM_NICE) -> dict[int, int]:
