@@ -51,7 +51,8 @@ def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = N
     """
     prof = open_run(run, steps=steps, step_marker=step_marker, allow_missing_ranks=allow_missing_ranks)
     if prof.graph.meta.framework is not None:  # its knobs are not DDP's buckets or FSDP's resharding
-        raise DagprofError(f"dagprof optimize searches PyTorch DDP and FSDP jobs; this is a {prof.graph.meta.framework} run: "
+        raise DagprofError(f"dagprof optimize searches PyTorch DDP and FSDP jobs (what dagprof.apply changes); this is a "
+                           f"{prof.graph.meta.framework} run: "
                            f"{remedy_for(prof.graph.meta.framework)}", run)
     g, cost = prof.graph, measure_profiler_cost(prof.graph)
     if not raw:
