@@ -504,7 +504,8 @@ def _shared_cores_notes(g: Graph, c: Cluster) -> list[str]:
     if not over or c.cores:
         return []
     h, (ranks, cores) = next(iter(sorted(over.items())))
-    return [f"{ranks} ranks shared {cores} cores on host {h} when profiled: their ops ran slower where more than {cores} computed "
+    more = f" (and {len(over) - 1} more host(s) alike)" if len(over) > 1 else ""
+    return [f"{ranks} ranks shared {cores} cores on host {h}{more} when profiled: their ops ran slower where more than {cores} computed "
             f"at once, and a what-if that changes when they compute (units, reshard, DDP <-> FSDP, the link) keeps the profiled "
             f"op times unless --cores {cores} models the sharing (a 4-rank HSDP job on 2 cores: --units merge:all -27 and -42 % "
             "off the measured job in two rounds without it, -4 and -26 % with it)"]
