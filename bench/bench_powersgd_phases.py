@@ -70,7 +70,10 @@ def measured_marks(run_dir: str) -> list[dict[str, float]]:
         for b in ranks[0]["ready"]:
             m[f"bucket {b} ready"] = max(e["ready"][b] for e in ranks)
             m[f"bucket {b} done"] = min(e["done"][b] for e in ranks)
-        out.append({k: (v - t0) / 1e6 for k, v in m.items()})
+        row = {k: (v - t0) / 1e6 for k, v in m.items()}
+        if len(ranks[0]["ready"]) > 1:
+            row.update(_after_first_hook([e["bwd"] - e["ready"][0] for e in ranks], 1e6))
+        out.append(row)
     if not out:
         raise DagprofError("no hook records of bucket hooks in this strategy run's profile (a cmd: job's rounds have none)", run_dir)
     return out
@@ -94,8 +97,36 @@ def predicted_marks(folder: str, k: int, searched, strategy, link_model: str | N
             marks[f"bucket {b} ready"] = max(res.start[v] for v in enq if g.bucket[v] == b)
         for b, v in enumerate(comm[np.argsort(res.start[comm])]):
             marks[f"bucket {b} done"] = res.end[v]
-        out.append({key: (v - t0) / 1e3 for key, v in marks.items()})
+        row = {key: (v - t0) / 1e3 for key, v in marks.items()}
+        row.update(_channel(g, res, comm))
+        if len(comm) > 1:
+            first = min(int(g.bucket[v]) for v in enq)
+            row.update(_after_first_hook([res.end[m & (g.kind == Kind.BACKWARD) & (g.rank == r)].max()
+                                          - min(res.start[v] for v in enq if g.bucket[v] == first and g.rank[v] == r)
+                                          for r in sorted({int(g.rank[v]) for v in enq})], 1e3))
+        out.append(row)
     return out
+
+
+def measured_channel(run_dir: str) -> list[dict[str, float]]:
+    """Per profiled step of a strategy run: each bucket's all-reduce as its own profile has it (the last rank's
+    issue to the first rank's completion: transfers, callbacks, waits for the peer)."""
+    g = open_run(run_dir).graph
+    res = replay(g)
+    comm = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0) & (g.nbytes > 0))
+    return [_channel(g, res, comm[g.step[comm] == s]) for s in sorted(set(g.step[comm].tolist()))]
+
+
+def _channel(g, res, comm: np.ndarray) -> dict[str, float]:
+    """ms on the channel per bucket of one step, buckets numbered by start (a first bucket's priced callbacks taken from
+    the backward sit on its enqueue, before the all-reduce: compare the chained buckets after it)."""
+    return {f"bucket {b} all-reduce": g.dur[v] / 1e3 for b, v in enumerate(comm[np.argsort(res.start[comm])])}
+
+
+def _after_first_hook(spans: list[float], per_ms: float) -> dict[str, float]:
+    """Per rank, the backward from the first bucket's hook (entered) to its end, the slowest and the fastest rank's:
+    the backward the first bucket's callbacks ran beside, which the step waits for on its slowest rank."""
+    return {"bwd after hook 0, slowest rank": max(spans) / per_ms, "bwd after hook 0, fastest rank": min(spans) / per_ms}
 
 
 def main() -> int:
@@ -115,7 +146,8 @@ def main() -> int:
     try:
         strategy, searched = load_strategy(os.path.join(args.folder, "strategy.json")), open_run(run)
         while os.path.isdir(os.path.join(args.folder, "verify", f"round{k}-B")):
-            for into, rows in ((meas, measured_marks(os.path.join(args.folder, "verify", f"round{k}-B", "run"))),
+            b_run = os.path.join(args.folder, "verify", f"round{k}-B", "run")
+            for into, rows in ((meas, measured_marks(b_run) + measured_channel(b_run)),
                                (pred, predicted_marks(args.folder, k, searched, strategy, lm if os.path.exists(lm) else None))):
                 for row in rows:
                     for key, v in row.items():
@@ -124,7 +156,8 @@ def main() -> int:
     except DagprofError as err:
         print(f"bench_powersgd_phases: {err}", file=sys.stderr)
         return 2
-    order = sorted(meas, key=lambda key: statistics.median(meas[key]))
+    spans = ("all-reduce", "after hook")  # durations, after the marks on the step's timeline
+    order = sorted(meas, key=lambda key: (any(w in key for w in spans), statistics.median(meas[key])))
     table = [{"mark": key, "measured_ms": statistics.median(meas[key]), "predicted_ms": statistics.median(pred[key]) if key in pred else None}
              for key in order]
     if args.json:
@@ -133,7 +166,7 @@ def main() -> int:
     print(f"{strategy.summary()}: {k} rounds, medians over steps and rounds, ms from the step's start")
     for r in table:
         p = r["predicted_ms"]
-        print(f"  {r['mark']:<16} measured {r['measured_ms']:7.1f}   predicted " + ("      -" if p is None else f"{p:7.1f}   ({p - r['measured_ms']:+.1f})"))
+        print(f"  {r['mark']:<30} measured {r['measured_ms']:7.1f}   predicted " + ("      -" if p is None else f"{p:7.1f}   ({p - r['measured_ms']:+.1f})"))
     return 0
 
 
