@@ -1,0 +1,82 @@
+"""PowerSGD in two buckets under ``dagprof.apply``'s chained hook, on a real run (tests/data/powersgd-2bucket: the
+built-in cnn on the namespace testbed, 200 Mbit/s, one verification round of the strategy ``optimize --allow-lossy``
+found, its profile of DDP's defaults and the strategy run's own profile).
+
+The chained hook starts a bucket when the previous one completed: the second bucket's three all-reduces and its
+hook's CPU come after the first's, on the one channel. Measured and predicted, that order holds; the prediction puts
+the chained bucket's whole hook on the channel and the first bucket's callbacks on the backward they run beside."""
+import numpy as np
+import pytest
+from testdata import DATA
+
+from dagprof.collect.deploy.strategy import load_strategy
+from dagprof.costmodel.codecs import CodecCosts
+from dagprof.graph.dag import Graph
+from dagprof.passes.compression import powersgd_parts
+from dagprof.passes.gradients import gradient_order
+from dagprof.pipeline import open_run
+from dagprof.replay import ReplayResult, replay
+from dagprof.search.candidate import Space, candidate_of
+from dagprof.search.measured import in_job
+from dagprof.search.optimize import predict_run
+from dagprof.traces.events import Kind
+
+RUN = DATA / "powersgd-2bucket"
+
+
+@pytest.fixture(scope="module")
+def defaults():
+    return open_run(str(RUN / "defaults"))
+
+
+@pytest.fixture(scope="module")
+def strategy():
+    return load_strategy(str(RUN / "strategy.json"))
+
+
+def bucket_allreduces(g: Graph) -> tuple[dict[int, np.ndarray], ReplayResult]:
+    """Per step, the bucket all-reduces on the channel in the order they started, and the replay that says so."""
+    res = replay(g)
+    comm = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0) & (g.nbytes > 0))
+    return {s: comm[g.step[comm] == s][np.argsort(res.start[comm[g.step[comm] == s]])] for s in sorted(set(g.step[comm].tolist()))}, res
+
+
+def test_the_measured_second_bucket_completes_after_the_first_on_every_rank():
+    g = open_run(str(RUN / "strategy-run")).graph
+    per_step, res = bucket_allreduces(g)
+    assert len(per_step) == 5
+    for comm in per_step.values():
+        assert [int(g.bucket[v]) for v in comm] == [0, 1]
+        assert res.start[comm[1]] >= res.end[comm[0]] - 1e-6  # chained: one after the other on the channel
+
+
+def test_the_prediction_chains_the_second_bucket_after_the_first(defaults, strategy):
+    g = predict_run(defaults.run, defaults.graph, strategy, str(RUN / "codec-costs.json")).graph
+    per_step, res = bucket_allreduces(g)
+    assert len(per_step) == 5
+    bwd = g.kind == Kind.BACKWARD
+    for s, (first, second) in per_step.items():
+        assert res.start[second] >= res.end[first] - 1e-6
+        # the second bucket holds the first layers' gradients: it waits for every rank's backward
+        assert res.start[second] >= res.end[bwd & (g.step == s)].max() - 1e-6
+
+
+def test_the_chained_bucket_carries_its_whole_hook_on_the_channel(defaults, strategy):
+    """The second bucket's hook runs when the first completed (on gloo's thread, or on the training thread once the
+    first is done): its CPU before, between and after its all-reduces is on the channel. The first bucket's issue is
+    on the training thread, and its callbacks, which run beside the backward, are charged to it as well."""
+    g = predict_run(defaults.run, defaults.graph, strategy, str(RUN / "codec-costs.json")).graph
+    order = gradient_order(defaults.graph, defaults.run.ranks[0].buckets)
+    costs = in_job(CodecCosts.load(str(RUN / "codec-costs.json")), defaults.run)
+    ends = candidate_of(Space(order, []), strategy).plan.ends
+    (a0, z0), (a1, z1) = order.bucket_params(ends)
+    first, second = (powersgd_parts(order, a, z, 2, costs) for a, z in ((a0, z0), (a1, z1)))
+    per_step, _ = bucket_allreduces(g)
+    for s, (_, c1) in per_step.items():
+        assert g.dur[c1] > second.issue_us + second.middle_us + second.decode_us
+        enq0, enq1 = ([v for v in np.flatnonzero((g.kind == Kind.COMM_ENQUEUE) & (g.step == s) & (g.bucket == b) & (g.rank >= 0))
+                       if ".enqueue" in g.node_name(v)] for b in (0, 1))
+        assert len(enq0) == len(enq1) == 2
+        # both enqueues pay DDP's measured enqueue; the first adds its issue and the callbacks' CPU taken from the
+        # backward, the chained second nothing (its hook is on the channel)
+        assert g.dur[enq0] - g.dur[enq1] == pytest.approx([first.issue_us + first.middle_us + first.decode_us] * 2)
