@@ -19,6 +19,21 @@ CPU at 3.9 ms against 6.3 in the first, the same shapes); the first of two bucke
 backward, by 5.3 (demo) and 6.8 ms (cnn), +1.1 (transformer), and within 0.6 ms, +4.4 in the transformer, once they
 are priced as running beside it (``passes.compression``); after it the demo's last bucket took 12.6 ms against 7.0,
 and the cnn's backward ended 12.4 ms later than predicted. The cells within 5 % are these misses cancelling.
+
+With two buckets it also sets, per rank, the backward after the first bucket's hook was entered (its span, and its own
+ops summed: the rest is the hook on the training thread and waits) and each bucket's all-reduce as the strategy run's
+profile has it (the last rank's issue to the first completion). On the built-in cnn's kept two-bucket strategy
+(``/tmp/q5/optbuiltin``-style ``w0-2/lossy``, 3 rounds), predicted minus measured: the ops after the first hook
+-11.7 ms on the fastest rank (9.8 against 21.5) and -19.9 on the slowest (13.0 against 32.9); the first hook on the
+training thread priced 10.5 ms (issue and the callbacks' CPU taken from the backward) where the issue took about 6;
+the chained second bucket's all-reduce -4.8 ms (2.3 against 7.2; the LSTM's -2.8, 4.3 against 7.1). The ops after the
+hook ran 16.6-19.5 ms in the defaults' profile (rounds 2-3), where that profile's replay has DDP's large bucket in
+flight beside them: the overlap slowdown takes about a third out of them (11.3 predicted), yet the strategy run's
+fastest rank took 17.2-18.8 there, and the ops before the hook (32.5-36.4 measured, 33.9-37.9 predicted) show the
+slowdown taken out right. The rest is the first bucket's callbacks beside the backward, unevenly: per step one rank's
+ops after the hook took 13-20 ms more than the other's when the ranks issued the bucket within 2 ms of each other
+(the callbacks' CPU priced 5.3 ms per rank); the LSTM's two buckets (2.4 ms of callbacks beside one op) lose about
+what is priced on both ranks.
 """
 from __future__ import annotations
 
@@ -99,6 +114,7 @@ def predicted_marks(folder: str, k: int, searched, strategy, link_model: str | N
             marks[f"bucket {b} done"] = res.end[v]
         row = {key: (v - t0) / 1e3 for key, v in marks.items()}
         row.update(_channel(g, res, comm))
+        row.update(_ops_after_first_hook(g, res, s))
         if len(comm) > 1:
             first = min(int(g.bucket[v]) for v in enq)
             row.update(_after_first_hook([res.end[m & (g.kind == Kind.BACKWARD) & (g.rank == r)].max()
@@ -114,13 +130,25 @@ def measured_channel(run_dir: str) -> list[dict[str, float]]:
     g = open_run(run_dir).graph
     res = replay(g)
     comm = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0) & (g.nbytes > 0))
-    return [_channel(g, res, comm[g.step[comm] == s]) for s in sorted(set(g.step[comm].tolist()))]
+    return [{**_channel(g, res, comm[g.step[comm] == s]), **_ops_after_first_hook(g, res, s)} for s in sorted(set(g.step[comm].tolist()))]
 
 
 def _channel(g, res, comm: np.ndarray) -> dict[str, float]:
     """ms on the channel per bucket of one step, buckets numbered by start (a first bucket's priced callbacks taken from
     the backward sit on its enqueue, before the all-reduce: compare the chained buckets after it)."""
     return {f"bucket {b} all-reduce": g.dur[v] / 1e3 for b, v in enumerate(comm[np.argsort(res.start[comm])])}
+
+
+def _ops_after_first_hook(g, res, step: int) -> dict[str, float]:
+    """The backward's own ops after the first bucket's hook was entered, summed per rank (slowest and fastest rank):
+    what the backward after the hook spends in ops, the rest being the hook on the training thread and waits. Empty
+    with one bucket (the hook comes after the backward)."""
+    enq = np.flatnonzero((g.kind == Kind.COMM_ENQUEUE) & (g.rank >= 0) & (g.step == step) & (g.bucket == 0) & (g.dur > 1.0))
+    bwd = np.flatnonzero((g.kind == Kind.BACKWARD) & (g.step == step))
+    if len(np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0) & (g.step == step) & (g.nbytes > 0))) < 2 or not len(enq):
+        return {}
+    sums = [g.dur[bwd[(g.rank[bwd] == g.rank[v]) & (res.start[bwd] >= res.start[v])]].sum() / 1e3 for v in enq]
+    return {"bwd ops after hook 0, slowest rank": max(sums), "bwd ops after hook 0, fastest rank": min(sums)}
 
 
 def _after_first_hook(spans: list[float], per_ms: float) -> dict[str, float]:
