@@ -23,7 +23,7 @@ and the cnn's backward ended 12.4 ms later than predicted. The cells within 5 % 
 With two buckets it also sets, per rank, the backward after the first bucket's hook was entered (its span, and its own
 ops summed: the rest is the hook on the training thread and waits) and each bucket's all-reduce as the strategy run's
 profile has it (the last rank's issue to the first completion). On the built-in cnn's kept two-bucket strategy
-(``/tmp/q5/optbuiltin``-style ``w0-2/lossy``, 3 rounds), predicted minus measured: the ops after the first hook
+(``bench_optimize.py --workloads cnn,mlp,transformer --keep``'s ``w0-2/lossy``, 3 rounds), predicted minus measured: the ops after the first hook
 -11.7 ms on the fastest rank (9.8 against 21.5) and -19.9 on the slowest (13.0 against 32.9); the first hook on the
 training thread priced 10.5 ms (issue and the callbacks' CPU taken from the backward) where the issue took about 6;
 the chained second bucket's all-reduce -4.8 ms (2.3 against 7.2; the LSTM's -2.8, 4.3 against 7.1). The ops after the
