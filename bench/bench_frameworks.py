@@ -385,16 +385,19 @@ def _stats(vals: list[float], within: float | None = None) -> dict:
 
 
 def _summary(rounds: list[dict], pair: dict) -> dict:
-    """The rounds' errors: the median step's (the verdict), the model's reproduction of each profiled job, the mean step's and
-    the collectives' alone; the measured median steps and the collectives' share of them per rate, the load."""
+    """The rounds' errors: the median step's (the verdict, per round and pooled), the model's reproduction of each profiled
+    job, the mean step's and the collectives' alone; the measured median steps and the collectives' share of them per rate, the load."""
     col = lambda key, side="profiled": [r[side][key] for r in rounds if key in r[side]]  # noqa: E731
     loads = [x["load"] for r in rounds for x in (r["profiled"], r["other"])]
     share = {side: [100.0 * x["comm_ms"] / x["measured_median_ms"] for r in rounds if "comm_ms" in (x := r[side])]
              for side in ("profiled", "other")}
     fast, slow = (f"{pair[k] / 1e6:g}Mbit" for k in ("rate_bit", "other_rate_bit"))
+    pred, meas = col("predicted_median_ms"), col("measured_median_ms", "other")
     return {"rate_bit": pair["rate_bit"], "other_rate_bit": pair["other_rate_bit"], "pair": pair["why"], "rounds": len(rounds),
             "judged": sum("error_pct" in r for r in rounds),
             "error_pct": _stats([r["error_pct"] for r in rounds if "error_pct" in r], 8),
+            # the median prediction against the median measurement, over the rounds: one job's drift moves neither much
+            "pooled_error_pct": 100.0 * (np.median(pred) - np.median(meas)) / np.median(meas) if pred and meas else None,
             "model_pct": _stats(col("model_median_pct"), 2),
             "mean_step_error_pct": _stats([r["mean_error_pct"] for r in rounds if "mean_error_pct" in r], 8),
             "collectives_error_pct": _stats([r["comm_error_pct"] for r in rounds if "comm_error_pct" in r]),
