@@ -150,9 +150,12 @@ def judge(out: str) -> dict:
         return {"refused": str(e)}
 
 
-# tbf's bucket, in ms of traffic at the rate (as netns.Cluster.set_rate), at least 2 frames. A full bucket passes at once: a
-# collective smaller than the bucket, refilled between steps, sees a faster link than the rate (tf_cnn_loop's 22 KB all-reduce
-# ran as fast at 200 as at 500 Mbit/s under an 8-frame minimum), so a slow link keeps its bucket small.
+# tbf's bucket: 1 ms of traffic at the pair's slower rate, at least 2 frames, the same bytes at both rates. A full bucket
+# passes at once, refilled in the gaps between collectives; a bucket of the same bytes at both rates saves each collective
+# time in proportion to 1 / rate, as the link does, so the rate ratio still scales a fitted link. A bucket of 1 ms at each
+# rate saved up to 1 ms a collective at either rate, a latency below zero that no fit holds: tf_gru_fit's ten ~34 kB
+# all-reduces a step ran 15 ms at 312 Mbit/s, under the wire's 17.5 ms, and 125 Mbit/s was predicted 34 % short on them;
+# tf_cnn_loop's 22 kB all-reduce ran as fast at 200 as at 500 Mbit/s, inside the bucket.
 BURST_MS = 1.0
 # The rate a pilot job runs at to size the what-if pair (``--rate auto``), and the bounds of the pair's slower rate, bit/s.
 PILOT_RATE = 1e9
@@ -160,12 +163,13 @@ SLOW_RATE_BOUNDS = (5e6, 200e6)
 FAST_OVER_SLOW = 2.5  # profiled at 2.5 times the rate predicted, as 500 -> 200 Mbit/s
 
 
-def shape_loopback(ns: str, rate_bit: float) -> None:
+def shape_loopback(ns: str, rate_bit: float, bucket_rate_bit: float | None = None) -> None:
     """``tc tbf`` at ``rate_bit`` on the loopback of namespace ``ns``, its MTU an Ethernet frame's (1500 B: TCP segments as on
     a wire, and tbf's bucket must hold a whole packet). Both workers live in ``ns``, so every byte between them, either way,
-    crosses this one shaped device: the pair shares the rate, as on a half-duplex link. The rate is read back (``check_rate``):
+    crosses this one shaped device: the pair shares the rate, as on a half-duplex link. Its bucket is ``BURST_MS`` at
+    ``bucket_rate_bit`` (default: the rate). The rate is read back (``check_rate``):
     a job is never profiled on a link other than the one its figures are filed under."""
-    burst = max(int(rate_bit / 8 / 1000 * BURST_MS), 2 * 1514)
+    burst = max(int((bucket_rate_bit or rate_bit) / 8 / 1000 * BURST_MS), 2 * 1514)
     for cmd in (["ip", "link", "set", "lo", "mtu", "1500"], ["ip", "link", "set", "lo", "up"],
                 ["tc", "qdisc", "replace", "dev", "lo", "root", "tbf", "rate", f"{int(rate_bit)}bit", "burst", str(burst), "latency", "50ms"]):
         subprocess.run(["ip", "netns", "exec", ns, *cmd], check=True, capture_output=True)
@@ -262,13 +266,13 @@ def pick_pair(out: str, workers: int) -> tuple[float, float, str]:
     return fast, slow, why
 
 
-def run_job(name: str, python: str, out: str, ns: str, rate: float, args) -> dict:
+def run_job(name: str, python: str, out: str, ns: str, rate: float, args, bucket_rate: float | None = None) -> dict:
     """One job on the loopback of ``ns`` shaped at ``rate``, the rate read back before and after it: a job whose link was
     not ``rate`` throughout is refused, never filed under ``rate``. Also the bytes the shaped device carried. ``out`` starts
     empty: a job run again never reads the files of the one before."""
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
-    shape_loopback(ns, rate)
+    shape_loopback(ns, rate, bucket_rate)
     load, sent0 = os.getloadavg()[0], qdisc(ns)[1]
     codes = launch(name, python, out, args.workers, args.timeout, prefix=("ip", "netns", "exec", ns))
     after, sent1 = qdisc(ns)
@@ -318,10 +322,10 @@ def testbed(names: list[str], args) -> dict:
                 got: dict[float, dict] = {}
                 for rate in ((fast, slow) if k % 2 == 0 else (slow, fast)):
                     out = os.path.join(keep, f"tb-{name}-{k}-{int(rate / 1e6)}M")
-                    got[rate] = run_job(name, python, out, ns, rate, args)
+                    got[rate] = run_job(name, python, out, ns, rate, args, min(fast, slow))
                     if "refused" in got[rate]:  # the link changed under the job: once more, from a freshly shaped link
                         print(f"{name} round {k + 1}, {rate / 1e6:g} Mbit/s: {got[rate]['refused']}; again", file=sys.stderr, flush=True)
-                        got[rate] = run_job(name, python, out, ns, rate, args)
+                        got[rate] = run_job(name, python, out, ns, rate, args, min(fast, slow))
                     if "refused" not in got[rate]:
                         try:
                             got[rate] |= predict_rate(out, rate, slow) if rate == fast else measured(out)
