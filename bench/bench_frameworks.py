@@ -223,6 +223,7 @@ def predict_rate(out: str, rate: float, other: float) -> dict:
     (``raw``: the measurement it is compared with is a profiled run too). Also the median replayed step of that what-if, and
     of the model it starts from (the fitted link at the profiled rate) against the profile's own: its reproduction."""
     from dagprof.passes import set_link, set_topology
+    from dagprof.passes.comm import priced_world_size
     from dagprof.search.whatif import Cluster as Settings, base_topology
 
     p = open_run(out)
@@ -238,6 +239,12 @@ def predict_rate(out: str, rate: float, other: float) -> dict:
     return got | {"model_pct": base["model_error_pct"], "model_median_pct": 100.0 * (model_median - got["measured_median_ms"]) / got["measured_median_ms"],
                   "predicted_ms": row["predicted_iter_ms"], "predicted_median_ms": median_step_ms(what_if),
                   "predicted_comm_ms": comm_per_step_ms(what_if), "fit_bit_per_s": 8 * fit["bandwidth_bytes_per_s"],
+                  # the fitted bandwidth against the wire's: N workers' ring all-reduce of S bytes puts 2 (N - 1) S on the one
+                  # shaped loopback, so a wire-bound fit is rate / N. Well below 100 %: the profile's collectives spent their
+                  # time on the cores (load), which the rate ratio then stretches as if it were wire time (jax_mixer 45 %,
+                  # +81 % on its collectives, at load 8-10). Above (TF, 109-200 %): bytes that crossed outside the timed
+                  # transfer, e.g. sent before the last worker joined
+                  "fit_of_wire_pct": 100.0 * 8 * fit["bandwidth_bytes_per_s"] * priced_world_size(p.graph) / rate,
                   "fit_latency_us": fit["latency_us"], "weak_fit": fit.get("weak")}
 
 
@@ -407,6 +414,7 @@ def _summary(rounds: list[dict], pair: dict) -> dict:
             "collectives_error_pct": _stats([r["comm_error_pct"] for r in rounds if "comm_error_pct" in r]),
             "measured_median_ms": {fast: _stats(col("measured_median_ms")), slow: _stats(col("measured_median_ms", "other"))},
             "predicted_median_ms": _stats(col("predicted_median_ms")),
+            "fit_of_wire_pct": _stats(col("fit_of_wire_pct")),
             "comm_share_pct": {fast: _stats(share["profiled"]), slow: _stats(share["other"])},
             "refused": [x["refused"] for r in rounds for x in (r["profiled"], r["other"]) if "refused" in x],
             "load_median": float(np.median(loads)), "load_max": float(max(loads))}
