@@ -446,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--other-rate", type=float, default=200e6, help="--testbed: the rate predicted and measured, bit/s (with a given --rate)")
     ap.add_argument("--rounds", type=int, default=3, help="--testbed: rounds (each a job at either rate)")
     ap.add_argument("--repredict", metavar="KEPT", help="--testbed: run nothing; predict the rounds a --keep folder holds again "
-                    "with this dagprof, against their measurements (give the kept run's --rate, --other-rate and --rounds)")
+                    "with this dagprof, against their measurements (give its --rounds; the pair: its tb-NAME-pair.json, else --rate, --other-rate)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.testbed:
