@@ -11,7 +11,7 @@ from testdata import DATA
 
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
-from dagprof.graph.build_fsdp import check_fsdp_edges, fsdp_collectives, fsdp_pass, issuers
+from dagprof.graph.build_fsdp import Passes, check_fsdp_edges, fsdp_collectives, issuers
 from dagprof.passes.data_parallel import to_data_parallel
 from dagprof.passes.fsdp import set_reshard
 from dagprof.passes.fsdp_units import merge_units
@@ -23,9 +23,9 @@ NESTED, ROOT = DATA / "fsdp" / "accum-nested", DATA / "fsdp" / "accum-root"
 
 def passes(g):
     """(step, micro-batch, kind, forward?, unit) -> count"""
-    out = Counter()
+    out, in_pass = Counter(), Passes(g)
     for c in fsdp_collectives(g):
-        micro, fwd = fsdp_pass(g, c.node, min(issuers(g, c.node)))
+        micro, fwd = in_pass.of_collective(c.node, min(issuers(g, c.node)))
         out[(int(g.step[c.node]), micro, c.kind, fwd if c.kind == "all_gather" else None, c.unit)] += 1
     return out
 
