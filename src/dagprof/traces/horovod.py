@@ -49,6 +49,7 @@ from ..fsutil import inside, read_input, read_versioned
 from .buckets import Bucket, BucketLayout
 from .dagprof_run import read_run
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace, Run
+from .kineto_schema import dtype_bytes
 from .meta import Collectives, HorovodRecord, RankMeta, RunWarning, warnings_of
 
 TIMELINE = "horovod_timeline.json"
@@ -64,8 +65,6 @@ _NOT_DDP = "no DDP gradient buckets"
 # response's bytes are then the gathered result's, which ``kind_of_collective`` prices as half an all-reduce of them)
 COLLECTIVES = ("allreduce", "allgather")
 _TRANSFER = re.compile(r"^(GLOO|MPI|NCCL|CCL|DDL)_")
-_DTYPE_BYTES = {"uint8": 1, "int8": 1, "uint16": 2, "int16": 2, "int32": 4, "int64": 8, "float16": 2, "bfloat16": 2,
-                "float32": 4, "float64": 8, "bool": 1}
 
 
 def horovod_rank_file(rank: int) -> str:
@@ -231,7 +230,7 @@ def read_timeline(path: str | os.PathLike[str]) -> Timeline:
 
 
 def _shape_bytes(args: dict) -> int:
-    size = _DTYPE_BYTES.get(str(args.get("dtype", "")).lower().removeprefix("horovod_"))
+    size = dtype_bytes(str(args.get("dtype", "")).lower().removeprefix("horovod_"))
     dims = re.findall(r"\d+", str(args.get("shape", "")))
     return size * int(np.prod([int(d) for d in dims])) if size and "shape" in args else 0
 
