@@ -25,7 +25,8 @@ import tempfile
 import time
 from datetime import timedelta
 
-from dagprof.collect.jobs.demo_train import DemoConfig, _free_port, build_model, spawn_demo_clocks
+from dagprof.collect.jobs.demo_train import DemoConfig, build_model, spawn_demo_clocks
+from dagprof.collect.jobs.netns import free_port
 
 MODES = {  # name -> DemoConfig overrides
     "no profiler": dict(profile_steps=None),
@@ -81,7 +82,7 @@ def interleaved(cfg: DemoConfig, steps: int) -> dict[str, float]:
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as out:
-        mp.spawn(_ab_worker, args=(cfg, steps, _free_port(), out), nprocs=cfg.world_size, join=True)
+        mp.spawn(_ab_worker, args=(cfg, steps, free_port(), out), nprocs=cfg.world_size, join=True)
         with open(os.path.join(out, "ab0.json")) as f:
             times = json.load(f)
     med = {k: [statistics.median(t[j] for t in v) for j in (0, 1)] for k, v in times.items()}
@@ -160,7 +161,7 @@ def alternating_blocks(cfg: DemoConfig, blocks: int, block: int) -> dict[str, tu
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as out:
-        mp.spawn(_blocks_worker, args=(cfg, blocks, block, _free_port(), out), nprocs=cfg.world_size, join=True)
+        mp.spawn(_blocks_worker, args=(cfg, blocks, block, free_port(), out), nprocs=cfg.world_size, join=True)
         with open(os.path.join(out, "blocks0.json")) as f:
             times = json.load(f)
     return {m: (statistics.median(t[0] for t in v), statistics.median(t[1] for t in v)) for m, v in times.items()}
@@ -220,7 +221,7 @@ def fsdp_blocks(blocks: int, block: int, job: str = "fsdp2") -> dict[str, tuple[
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as out:
-        mp.spawn(_fsdp_blocks_worker, args=(job, blocks, block, _free_port(), out), nprocs=2, join=True)
+        mp.spawn(_fsdp_blocks_worker, args=(job, blocks, block, free_port(), out), nprocs=2, join=True)
         with open(os.path.join(out, "fsdp0.json")) as f:
             times = json.load(f)
     return {m: (statistics.median(v), statistics.median(times["cpu"][m])) for m, v in times["wall"].items()}

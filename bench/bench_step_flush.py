@@ -19,7 +19,8 @@ import time
 
 from bench_overhead import ddp_job  # the same DDP job, beside this script
 
-from dagprof.collect.jobs.demo_train import DemoConfig, _free_port
+from dagprof.collect.jobs.demo_train import DemoConfig
+from dagprof.collect.jobs.netns import free_port
 
 VARIANTS = ("each step written (now)", "window end only (before)")
 
@@ -70,7 +71,7 @@ def main() -> None:
     args = p.parse_args()
     cfg = DemoConfig.small() if args.small else DemoConfig()
     with tempfile.TemporaryDirectory() as out:
-        mp.spawn(_worker, args=(cfg, args.rounds, args.block, _free_port(), out), nprocs=cfg.world_size, join=True)
+        mp.spawn(_worker, args=(cfg, args.rounds, args.block, free_port(), out), nprocs=cfg.world_size, join=True)
         with open(os.path.join(out, "flush0.json")) as f:
             res = json.load(f)
     print(f"2-rank gloo DDP demo CNN ({'small' if args.small else 'default'} model), hooks only, {args.rounds} rounds of "

@@ -11,7 +11,7 @@ from testdata import DATA
 
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
-from dagprof.graph.build_fsdp import check_fsdp_edges, fsdp_collectives, fsdp_pass, issuers
+from dagprof.graph.build_fsdp import Passes, check_fsdp_edges, fsdp_collectives, issuers
 from dagprof.passes.data_parallel import to_data_parallel
 from dagprof.passes.fsdp import set_reshard
 from dagprof.passes.fsdp_units import merge_units
@@ -23,9 +23,9 @@ NESTED, ROOT = DATA / "fsdp" / "accum-nested", DATA / "fsdp" / "accum-root"
 
 def passes(g):
     """(step, micro-batch, kind, forward?, unit) -> count"""
-    out = Counter()
+    out, in_pass = Counter(), Passes(g)
     for c in fsdp_collectives(g):
-        micro, fwd = fsdp_pass(g, c.node, min(issuers(g, c.node)))
+        micro, fwd = in_pass.of_collective(c.node, min(issuers(g, c.node)))
         out[(int(g.step[c.node]), micro, c.kind, fwd if c.kind == "all_gather" else None, c.unit)] += 1
     return out
 
@@ -97,3 +97,21 @@ def test_a_command_that_fails_before_profiling_is_not_blamed_on_the_model_wrappi
     assert main(["profile", "-o", str(tmp_path / "run"), "--", sys.executable, "-c", "import sys; sys.exit(2)"]) == 2
     err = capsys.readouterr().err
     assert "exited with status 2 before any rank wrote a profile" in err and "sees only" not in err
+
+
+def test_passes_index_places_every_op_in_its_micro_batch():
+    # Passes sorts the graph once; each (rank, step)'s ops in program order must number their micro-batches as a scan
+    # of that rank and step alone does: each forward that follows a backward starts the next one
+    g = build_graph(read_run(NESTED))
+    in_pass = Passes(g)
+    comp = (g.kind == Kind.FORWARD) | (g.kind == Kind.BACKWARD)
+    for r, step in {(int(g.rank[v]), int(g.step[v])) for v in np.flatnonzero(comp).tolist()}:
+        mine = np.flatnonzero(comp & (g.rank == r) & (g.step == step))
+        mine = mine[np.argsort(g.order[mine], kind="stable")]
+        micro, prev_forward = -1, False
+        for v in mine.tolist():
+            forward = g.kind[v] == Kind.FORWARD
+            micro += forward and not prev_forward
+            prev_forward = forward
+            assert in_pass.at(r, step, float(g.order[v]), after=True) == (max(micro, 0), bool(forward))
+    assert in_pass.at(99, 3, 0.0, after=True) == (0, True)  # no ops there: the first forward

@@ -10,7 +10,7 @@ from testdata import DATA
 from dagprof.cli.main import main
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
-from dagprof.graph.build_fsdp import check_fsdp_edges, fsdp_collectives, is_forward, issuers
+from dagprof.graph.build_fsdp import Passes, check_fsdp_edges, fsdp_collectives, issuers
 from dagprof.passes.fsdp_units import merge_units, parse_units, unit_groups
 from dagprof.search.memory import fsdp_peak
 from dagprof.search.whatif import Scenario, evaluate
@@ -51,7 +51,7 @@ def test_merge_all_is_one_unit_one_gather_per_pass_one_reduce_scatter():
     m = merge_units(g, "merge:all")
     assert [u.name for u in m.meta.fsdp.units] == ["<root>"]
     steps = {int(g.step[c.node]) for c in fsdp_collectives(g)}
-    kinds = [(c.kind, is_forward(m, c.node, min(issuers(m, c.node))) if c.kind == "all_gather" else None) for c in fsdp_collectives(m)]
+    kinds = [(c.kind, Passes(m).is_forward(c.node, min(issuers(m, c.node))) if c.kind == "all_gather" else None) for c in fsdp_collectives(m)]
     assert sorted(kinds, key=str) == sorted([("all_gather", True), ("all_gather", False), ("reduce_scatter", None)] * len(steps), key=str)
 
 
@@ -121,11 +121,11 @@ def test_blocks_merged_into_fsdp1s_kept_root_keep_their_parameters():
     g = graph(FSDP1)
     m = merge_units(g, "merge:all")
     assert [(u.name, u.resharded_after_forward) for u in m.meta.fsdp.units] == [("<root>", False)]
-    assert not [c for c in fsdp_collectives(m) if c.kind == "all_gather" and not is_forward(m, c.node, 0)]
+    assert not [c for c in fsdp_collectives(m) if c.kind == "all_gather" and not Passes(m).is_forward(c.node, 0)]
     check_fsdp_edges(m)
 
     def forward_gathers(x):
-        return sum(int(x.nbytes[c.node]) for c in fsdp_collectives(x) if c.kind == "all_gather" and is_forward(x, c.node, 0))
+        return sum(int(x.nbytes[c.node]) for c in fsdp_collectives(x) if c.kind == "all_gather" and Passes(x).is_forward(c.node, 0))
 
     assert forward_gathers(m) == forward_gathers(g) and sum(by_kind(m)["reduce_scatter"]) == sum(by_kind(g)["reduce_scatter"])
     assert sum(by_kind(m)["all_gather"]) < sum(by_kind(g)["all_gather"])  # the blocks' backward all-gathers are gone
@@ -165,7 +165,7 @@ def test_merged_graph_has_the_collectives_of_a_job_that_shards_pairs_of_blocks()
     def per_step(g):
         out: dict[int, list] = {}
         for c in sorted(fsdp_collectives(g), key=lambda c: g.order[issuers(g, c.node)[0]]):
-            phase = is_forward(g, c.node, 0) if c.kind == "all_gather" else None
+            phase = Passes(g).is_forward(c.node, 0) if c.kind == "all_gather" else None
             out.setdefault(int(g.step[c.node]), []).append((c.kind, phase, c.unit, c.prefetched_by, int(g.nbytes[c.node])))
         return list(out.values())
 

@@ -9,7 +9,7 @@ from testdata import DATA
 from dagprof.cli.main import main
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
-from dagprof.graph.build_fsdp import fsdp_collectives, is_forward, issuers
+from dagprof.graph.build_fsdp import Passes, fsdp_collectives, issuers
 from dagprof.search.memory import fsdp_peak
 from dagprof.search.whatif import Cluster, Scenario, apply, base_topology, evaluate
 from dagprof.traces.dagprof_run import read_run
@@ -65,7 +65,7 @@ def test_reshard_off_removes_the_backward_all_gathers():
     same, off = out["scenarios"]
     assert off["predicted_iter_ms"] < same["predicted_iter_ms"]
     # what disappears is at most the backward all-gathers (and their copy-out/reshard spans) of the slowest step
-    backward = [c.node for c in fsdp_collectives(g) if c.kind == "all_gather" and not is_forward(g, c.node, min(issuers(g, c.node)))]
+    backward = [c.node for c in fsdp_collectives(g) if c.kind == "all_gather" and not Passes(g).is_forward(c.node, min(issuers(g, c.node)))]
     assert backward and same["predicted_iter_ms"] - off["predicted_iter_ms"] <= float(g.dur[backward].sum()) / 1e3
     assert off["reshard_after_forward"] == "off" and off["peak_memory_mb"] >= same["peak_memory_mb"]
     assert set(off["memory_per_rank"]) == {0, 1}

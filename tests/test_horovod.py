@@ -12,14 +12,13 @@ import shutil
 import subprocess
 import sys
 
-import msgspec
 import numpy as np
 import pytest
 
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.passes.comm import find_collectives
-from dagprof.passes.horovod import _fuse, set_horovod
+from dagprof.passes.horovod import _fuse, crowded_hosts, set_horovod
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
 from dagprof.search.whatif import Scenario, evaluate
@@ -126,16 +125,22 @@ def test_whatif_says_when_ranks_crowd_their_cores(tmp_path):
         doc = json.loads((run / f"rank{r}.horovod.json").read_text())
         (run / f"rank{r}.horovod.json").write_text(json.dumps({**doc, "cpus": cpus}))
     g = open_run(run).graph
-    assert g.meta.horovod.host_ranks == {"vm": 2} and g.meta.horovod.crowded_hosts() == ["vm"]
+    assert g.meta.host_cpus == {"vm": (2, 2)} and crowded_hosts(g) == ["vm"]  # the old recording's rank files lack cpus
     notes = evaluate(g, [Scenario(bandwidth="200Mbit")], tolerance_pct=None)["notes"]
     assert sum("spins" in n for n in notes) == 1 and "vm: 2 ranks on 2 cores" in notes[-1]
-    roomy = msgspec.structs.replace(g.meta.horovod, host_cpus={"vm": 8})
-    assert roomy.crowded_hosts() == []
+    assert crowded_hosts(g.replace(meta=g.meta.replace(host_cpus={"vm": (2, 8)}))) == []
+    for r in (0, 1):  # a newer recording's dagprof rank files say the cores: theirs are used, the Horovod files' only where they lack them
+        doc = json.loads((run / f"rank{r}.json").read_text())
+        (run / f"rank{r}.json").write_text(json.dumps({**doc, "cpus": 8}))
+    roomy = open_run(run).graph
+    assert roomy.meta.host_cpus == {"vm": (2, 8)} and crowded_hosts(roomy) == []
+    for r in (0, 1):
+        shutil.copy(os.path.join(fixture("fused"), f"rank{r}.json"), run / f"rank{r}.json")
     for bad in (0, -2, True, "2"):  # a damaged core count says nothing about crowding
         doc = json.loads((run / "rank0.horovod.json").read_text())
         (run / "rank0.horovod.json").write_text(json.dumps({**doc, "cpus": bad}))
         (run / "rank1.horovod.json").write_text(json.dumps({**doc, "rank": 1, "cpus": bad}))
-        assert open_run(run).graph.meta.horovod.host_cpus == {}
+        assert open_run(run).graph.meta.host_cpus == {}
 
 
 def test_fuse_follows_horovod_rules():

@@ -28,11 +28,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "src"))
 
+from dagprof.collect.hooks.horovod import DEFAULT_CYCLE_MS, DEFAULT_FUSION_BYTES  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
 from dagprof.search.whatif import Scenario, evaluate  # noqa: E402
 
-DEFAULT_CYCLE_MS = 1.0
-DEFAULT_FUSION_MB = 128.0
+DEFAULT_FUSION_MB = DEFAULT_FUSION_BYTES / 2**20
 
 
 def parse_setting(text: str) -> dict[str, float]:

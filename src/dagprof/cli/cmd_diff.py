@@ -6,6 +6,7 @@ import os
 from ..analysis.diff import diff_profiles
 from ..pipeline import open_run
 from ..report.diff_html import write_diff
+from ..traces.steps import step_range
 from .common import add_input_limit, outputs, steps_arg
 
 HELP = "compare two profiles of the same training: iteration, categories, critical paths, and which ops explain the change"
@@ -35,8 +36,8 @@ def run(args) -> dict:
 def to_text(r: dict) -> str:
     a, b = r["a"], r["b"]
     lines = [f"warning: {w}" for w in r["warnings"]]
-    lines += [f"A: {a['source']} ({len(a['ranks'])} rank(s), steps {_steps(a['steps'])})",
-              f"B: {b['source']} ({len(b['ranks'])} rank(s), steps {_steps(b['steps'])})"]
+    lines += [f"A: {a['source']} ({len(a['ranks'])} rank(s), steps {step_range(a['steps'])})",
+              f"B: {b['source']} ({len(b['ranks'])} rank(s), steps {step_range(b['steps'])})"]
     m = r["match"]
     lines.append(f"matched {m['matched_ops']} ops: {m['matched_pct_a']:.1f} % of A's, {m['matched_pct_b']:.1f} % of B's "
                  "(by rank, step, name, layer and bucket)")
@@ -90,7 +91,3 @@ def _short(label: str, width: int) -> str:
     """Fits a column: autograd's long prefix dropped, the rest cut with an ellipsis."""
     label = label.replace("autograd::engine::evaluate_function: ", "")
     return label if len(label) <= width else label[: width - 1] + "\u2026"
-
-
-def _steps(steps: list[int]) -> str:
-    return f"{steps[0]}..{steps[-1]}" if steps else "?"

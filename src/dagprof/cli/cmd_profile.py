@@ -12,6 +12,7 @@ import subprocess
 
 from ..errors import DagprofError
 from ..fsutil import check_output_folder
+from ..passes.profiler_cost import WARMUP_STEPS
 from ..traces.steps import DEFAULT_STEPS, iteration_us
 from .common import steps_arg
 
@@ -63,8 +64,8 @@ def run(args: argparse.Namespace) -> dict:
     run_ = load(out)  # a DDP, FSDP or Horovod run folder
     ranks = []
     for t in run_.ranks:
-        # steps outside the window, for the profiler's overhead; steps 0 and 1 warm up (DDP rebuilds its buckets after step 0)
-        base = [d for s, d in (t.meta.unprofiled_step_times_us or {}).items() if s >= _WARMUP_STEPS]
+        # steps outside the window, for the profiler's overhead, past the warm-up (as passes.profiler_cost counts them)
+        base = [d for s, d in (t.meta.unprofiled_step_times_us or {}).items() if s >= WARMUP_STEPS]
         ranks.append({
             "rank": t.rank, "host": t.host, "steps": t.meta.steps_profiled, "layers": len(t.layers),
             "buckets": len(t.buckets), "iteration_ms": iteration_us(t.step_spans()) / 1e3,
@@ -72,9 +73,6 @@ def run(args: argparse.Namespace) -> dict:
         })
     return {"run": out, "exit_status": code, "world_size": run_.world_size, "ddp": run_.meta.ddp,
             "fsdp": run_.meta.fsdp, "ranks": ranks, "warnings": run_.meta.warning_texts()}
-
-
-_WARMUP_STEPS = 2
 
 
 def _mxnet_ps_arg(text: str) -> dict[str, int]:
@@ -131,6 +129,6 @@ def to_text(result: dict) -> str:
     for r in result["ranks"]:
         base = f"{r['unprofiled_iteration_ms']:.1f} ms" if r["unprofiled_iteration_ms"] is not None else "-"
         lines.append(f"  rank {r['rank']} on {r['host']}: steps {r['steps'][0]}-{r['steps'][-1]}, {r['layers']} layers, "
-                     f"{r['buckets']} buckets, iteration {r['iteration_ms']:.1f} ms (unprofiled steps from step {_WARMUP_STEPS} on: {base})")
+                     f"{r['buckets']} buckets, iteration {r['iteration_ms']:.1f} ms (unprofiled steps from step {WARMUP_STEPS} on: {base})")
     lines += [f"  warning: {w}" for w in result["warnings"]]
     return "\n".join(lines)

@@ -117,6 +117,7 @@ def check_fsdp_edges(g: Graph) -> dict[str, int]:
     counts = dict.fromkeys(("forward_waits_all_gather", "backward_all_gather_after_reshard", "reduce_scatter_after_backward",
                             "optimizer_waits_reduce_scatter", "prefetched"), 0)
     collectives = fsdp_collectives(g)
+    in_pass = Passes(g)
     for c in collectives:
         step = int(g.step[c.node])
         reach = _reach(g, c.node)
@@ -125,7 +126,7 @@ def check_fsdp_edges(g: Graph) -> dict[str, int]:
         for r in sorted(issuers(g, c.node)):
             mine = on & (g.rank == r)
             if c.kind == "all_gather":
-                phase_kind = Kind.FORWARD if is_forward(g, c.node, r) else Kind.BACKWARD
+                phase_kind = Kind.FORWARD if in_pass.is_forward(c.node, r) else Kind.BACKWARD
                 # the unit's ops after the issue (a hook on the unit's output may open its first layer's backward
                 # span just before FSDP's pre-backward hook gathers: that sliver stays before the all-gather)
                 issued = float(g.order[_waiter(g, c.node, r)])
@@ -154,7 +155,7 @@ def check_fsdp_edges(g: Graph) -> dict[str, int]:
                     raise DagprofError(f"the optimizer step {step} on rank {r} does not wait for {g.node_name(c.node)}")
                 counts["reduce_scatter_after_backward"] += c.kind == "reduce_scatter"
                 counts["optimizer_waits_reduce_scatter"] += 1  # and HSDP's all-reduce across replicas
-    regathered = {c.unit for c in collectives if c.kind == "all_gather" and not is_forward(g, c.node, min(issuers(g, c.node)))}
+    regathered = {c.unit for c in collectives if c.kind == "all_gather" and not in_pass.is_forward(c.node, min(issuers(g, c.node)))}
     for unit, again in reshard.items():
         if again != (unit in regathered):
             raise DagprofError(f"unit {unit} was{'' if again else ' not'} resharded after forward but is{'' if unit in regathered else ' not'} "
@@ -184,40 +185,47 @@ def _waiter(g: Graph, node: int, rank: int) -> int:
     return v
 
 
-def passes(g: Graph, rank: int, step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``rank``'s forward and backward ops of ``step`` in program order, with their orders and micro-batch (0, 1, ..).
+class Passes:
+    """Every rank's forward and backward ops per step in program order, with their micro-batch (0, 1, ..), found in one
+    sort of the graph: the what-ifs ask where many points fall (per collective, per op), each a binary search then
+    instead of a scan of the whole graph.
 
     Gradient accumulation runs several forward+backward passes per optimizer step (FSDP2's
     ``set_requires_gradient_sync(False)``, FSDP1's ``no_sync``): each forward that follows a backward starts one."""
-    comp = np.flatnonzero((g.rank == rank) & (g.step == step) & ((g.kind == Kind.FORWARD) | (g.kind == Kind.BACKWARD)))
-    comp = comp[np.argsort(g.order[comp], kind="stable")]
-    fwd = g.kind[comp] == Kind.FORWARD
-    starts = fwd & np.r_[True, ~fwd[:-1]] if len(comp) else fwd
-    return comp, g.order[comp].astype(np.float64), np.maximum(np.cumsum(starts) - 1, 0)
 
+    def __init__(self, g: Graph):
+        self.g = g
+        comp = np.flatnonzero((g.kind == Kind.FORWARD) | (g.kind == Kind.BACKWARD))
+        comp = comp[np.lexsort((g.order[comp], g.step[comp], g.rank[comp]))]  # stable: ties keep the nodes' order
+        rank, step = g.rank[comp], g.step[comp]
+        cuts = np.flatnonzero((rank[1:] != rank[:-1]) | (step[1:] != step[:-1])) + 1
+        self._of: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        for part in np.split(comp, cuts) if len(comp) else []:
+            fwd = g.kind[part] == Kind.FORWARD
+            starts = fwd & np.r_[True, ~fwd[:-1]]
+            self._of[(int(g.rank[part[0]]), int(g.step[part[0]]))] = (part, g.order[part].astype(np.float64), np.maximum(np.cumsum(starts) - 1, 0))
 
-def pass_at(g: Graph, rank: int, step: int, order: float, after: bool) -> tuple[int, bool]:
-    """(micro-batch, forward?) of a point of ``rank``'s program in ``step``: that of its next forward or backward op
-    (``after``; an all-gather, a copy-out: what they gather for) or its previous one (a reduce-scatter: what it reduces)."""
-    comp, orders, micro = passes(g, rank, step)
-    if not len(comp):
-        return 0, True
-    i = int(np.searchsorted(orders, order))
-    j = (i if i < len(comp) else i - 1) if after else (i - 1 if i > 0 else 0)
-    return int(micro[j]), bool(g.kind[comp[j]] == Kind.FORWARD)
+    def at(self, rank: int, step: int, order: float, after: bool) -> tuple[int, bool]:
+        """(micro-batch, forward?) of a point of ``rank``'s program in ``step``: that of its next forward or backward op
+        (``after``; an all-gather, a copy-out: what they gather for) or its previous one (a reduce-scatter: what it reduces)."""
+        if (rank, step) not in self._of:
+            return 0, True
+        comp, orders, micro = self._of[(rank, step)]
+        i = int(np.searchsorted(orders, order))
+        j = (i if i < len(comp) else i - 1) if after else (i - 1 if i > 0 else 0)
+        return int(micro[j]), bool(self.g.kind[comp[j]] == Kind.FORWARD)
 
+    def of_collective(self, node: int, rank: int) -> tuple[int, bool]:
+        """(micro-batch, forward?) of a shared FSDP collective on ``rank``: an all-gather's is that of the compute that
+        follows the wait for it, a reduce-scatter's (an all-reduce's) that of the backward before its issue."""
+        g = self.g
+        gather = g.node_name(node).startswith("all_gather ")
+        at = _waiter(g, node, rank) if gather else _issue(g, node, rank)
+        return self.at(rank, int(g.step[node]), float(g.order[at]), after=gather)
 
-def fsdp_pass(g: Graph, node: int, rank: int) -> tuple[int, bool]:
-    """(micro-batch, forward?) of a shared FSDP collective on ``rank``: an all-gather's is that of the compute that follows
-    the wait for it, a reduce-scatter's (an all-reduce's) that of the backward before its issue."""
-    gather = g.node_name(node).startswith("all_gather ")
-    at = _waiter(g, node, rank) if gather else _issue(g, node, rank)
-    return pass_at(g, rank, int(g.step[node]), float(g.order[at]), after=gather)
-
-
-def is_forward(g: Graph, node: int, rank: int) -> bool:
-    """An all-gather belongs to the forward when the compute ``rank`` runs after waiting for it is a forward op."""
-    return fsdp_pass(g, node, rank)[1]
+    def is_forward(self, node: int, rank: int) -> bool:
+        """An all-gather belongs to the forward when the compute ``rank`` runs after waiting for it is a forward op."""
+        return self.of_collective(node, rank)[1]
 
 
 def max_in_flight(g: Graph, start: np.ndarray, end: np.ndarray) -> int:

@@ -24,13 +24,14 @@ The reduce dtype (``set_reduce_dtype``): each reduce-scatter (and HSDP all-reduc
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 
 import numpy as np
 
 from ..costmodel.fsdp_costs import FsdpCosts
 from ..errors import DagprofError
-from ..graph.build_fsdp import fsdp_collectives, fsdp_pass, is_fsdp_graph, issuers, pass_at
+from ..graph.build_fsdp import Passes, fsdp_collectives, is_fsdp_graph, issuers
 from ..graph.dag import Graph
 from ..graph.meta import FsdpGraphUnit
 from ..traces.events import Kind
@@ -91,36 +92,49 @@ def resharded(u: FsdpGraphUnit, reshard: Reshard | None) -> bool:
     return reshard if isinstance(reshard, bool) else reshard.get(u.name, u.resharded_after_forward)
 
 
+_COPY_OR_RESHARD = re.compile(r"fsdp (?:copy-out|reshard) .+ \((?:forward|backward)\)$")
+
+
 def set_reshard(g: Graph, on: Reshard) -> Graph:
     """What if every unit's ``reshard_after_forward`` were ``on`` (FSDP keeps the root's if it was kept),
     or, given a mapping, each unit it names (``FSDPModule.set_reshard_after_forward(.., recurse=False)``)?"""
-    fs = g.meta.fsdp
-    units = {u.name: u for u in fs.units}
+    units = {u.name: u for u in g.meta.fsdp.units}
     dur = g.dur.copy()
-    names = [g.node_name(v) for v in range(len(g))]
-    ranks = np.flatnonzero(g.rank >= 0)
+    in_pass = Passes(g)
+    # indexed once, so each collective looks at its own unit's nodes and not the whole graph
+    backward: dict[tuple[int, int], list[int]] = {}  # (step, layer) -> the ranks' backward ops
+    by_name: dict[tuple[int, str], list[int]] = {}  # (step, "fsdp copy-out <unit> (<phase>)" or a reshard) -> nodes
+    for v in np.flatnonzero((g.rank >= 0) & (g.kind == Kind.BACKWARD)).tolist():
+        backward.setdefault((int(g.step[v]), int(g.layer[v])), []).append(v)
+    suffix = {i: m.group(0) for i, name in enumerate(g.names) if (m := _COPY_OR_RESHARD.search(name))}
+    for v in np.flatnonzero((g.rank >= 0) & np.isin(g.name, list(suffix))).tolist():
+        by_name.setdefault((int(g.step[v]), suffix[int(g.name[v])]), []).append(v)
+
+    def micro(v: int) -> int:
+        return in_pass.at(int(g.rank[v]), int(g.step[v]), float(g.order[v]), after=True)[0]
+
     for c in fsdp_collectives(g):
         u = units.get(c.unit)
         if c.kind != "all_gather" or u is None or u.resharded_after_forward == resharded(u, on):
             continue
         on_here = resharded(u, on)
-        micro, forward = fsdp_pass(g, c.node, min(issuers(g, c.node)))
+        batch, forward = in_pass.of_collective(c.node, min(issuers(g, c.node)))
         step = int(g.step[c.node])
         if not on_here and not forward:  # the backward all-gather of a resharded unit: gone
             dur[c.node] = 0.0
-            for v in ranks[(g.step[ranks] == step)].tolist():
-                if names[v].endswith((f"fsdp copy-out {c.unit} (backward)", f"fsdp reshard {c.unit} (forward)")):
-                    dur[v] = 0.0
+            for v in by_name.get((step, f"fsdp copy-out {c.unit} (backward)"), []) + by_name.get((step, f"fsdp reshard {c.unit} (forward)"), []):
+                dur[v] = 0.0
         elif on_here and forward:  # a kept unit gathered again: its backward (of the same micro-batch) starts that much later on every rank
-            layers = {k for k, name in enumerate(g.layers) if name in set(_unit_layers(g, c.unit))}
-            on_step = ranks[(g.step[ranks] == step) & (g.kind[ranks] == Kind.BACKWARD) & np.isin(g.layer[ranks], list(layers))]
+            unit_layers = set(_unit_layers(g, c.unit))
+            layers = {k for k, name in enumerate(g.layers) if name in unit_layers}
+            on_step = np.array(sorted(v for k in layers for v in backward.get((step, k), [])), dtype=np.int64)
+            copies = by_name.get((step, f"fsdp copy-out {c.unit} (forward)"), [])
             for r in np.unique(g.rank[on_step]).tolist():
-                mine = [v for v in on_step[g.rank[on_step] == r].tolist() if pass_at(g, r, step, float(g.order[v]), after=True)[0] == micro]
+                mine = [v for v in on_step[g.rank[on_step] == r].tolist() if micro(v) == batch]
                 if not mine:
                     continue
                 first = min(mine, key=lambda v: float(g.order[v]))
-                copy = [v for v in ranks[(g.step[ranks] == step) & (g.rank[ranks] == r)].tolist()
-                        if names[v].endswith(f"fsdp copy-out {c.unit} (forward)") and pass_at(g, r, step, float(g.order[v]), after=True)[0] == micro]
+                copy = [v for v in copies if int(g.rank[v]) == r and micro(v) == batch]
                 dur[first] += float(g.dur[c.node]) + sum(float(g.dur[v]) for v in copy)
     return g.replace(dur=dur)
 

@@ -28,7 +28,7 @@ import re
 import numpy as np
 
 from ..errors import DagprofError
-from ..graph.build_fsdp import fsdp_collectives, fsdp_pass, is_fsdp_graph, issuers
+from ..graph.build_fsdp import Passes, fsdp_collectives, is_fsdp_graph, issuers
 from ..graph.dag import Graph, GraphBuilder
 from ..graph.meta import FsdpGraphUnit
 from ..traces.events import Kind
@@ -125,13 +125,14 @@ def merge_units(g: Graph, spec: str) -> Graph:
     drop = np.zeros(len(g), dtype=bool)
     rename: dict[int, str] = {}
     buckets: dict[tuple, list] = {}
+    in_pass = Passes(g)
     for c in fsdp_collectives(g):
         if c.unit not in merged:
             if c.prefetched_by in merged:  # prefetched by a member: by the merged unit's hook now
                 rename[c.node] = f"{c.kind} {c.unit} (prefetched by {group_of[c.prefetched_by]}).{g.node_name(c.node).rpartition('.')[2]}"
             continue
         by_rank = issuers(g, c.node)
-        micro, forward = fsdp_pass(g, c.node, min(by_rank))  # per micro-batch under gradient accumulation
+        micro, forward = in_pass.of_collective(c.node, min(by_rank))  # per micro-batch under gradient accumulation
         phase = forward if c.kind == "all_gather" else None
         if phase is False and c.unit in now_kept:
             drop[_collective_nodes(g, c.node)] = True

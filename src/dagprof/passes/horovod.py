@@ -83,6 +83,16 @@ class _Cycle:
     step: int = -1
 
 
+def crowded_hosts(g: Graph) -> list[str]:
+    """Hosts of a Horovod job where the ranks' main and background threads outnumber the cores (``GraphMeta.host_cpus``).
+    Horovod's ``synchronize()`` spins a core while it waits (a 2-rank gloo job's waiting rank burned 2.0 s of CPU in a
+    3 s wait), so there a rank's wait takes cores from the other ranks' compute, and a what-if that lengthens the waits
+    slows that compute too."""
+    if g.meta.horovod is None:
+        return []
+    return sorted(h for h, (ranks, cores) in g.meta.host_cpus.items() if 2 * ranks > cores)
+
+
 def set_horovod(g: Graph, replayer: Callable[[Graph], ReplayResult], fusion_bytes: float | None = None,
                 cycle_ms: float | None = None) -> Graph:
     """The run's graph as Horovod would execute it with this fusion threshold (bytes) and cycle time (ms).

@@ -10,6 +10,7 @@ from html import escape
 
 from ..analysis.diff import ProfileDiff
 from ..fsutil import atomic_open
+from ..traces.steps import step_range
 from . import svg
 from .chrome_trace import write_chrome_trace
 from .html import CSS, html_table, timeline_svg
@@ -43,8 +44,8 @@ def write_diff_trace(path: str, d: ProfileDiff) -> str:
 
 def diff_section(d: ProfileDiff) -> str:
     a, b, m, att = d.a, d.b, d.match, d.attribution
-    out = [f"<p>{escape(a.label)}: <code>{escape(a.source)}</code> ({len(a.ranks)} rank(s), steps {_steps(a.steps)})<br>"
-           f"{escape(b.label)}: <code>{escape(b.source)}</code> ({len(b.ranks)} rank(s), steps {_steps(b.steps)})</p>",
+    out = [f"<p>{escape(a.label)}: <code>{escape(a.source)}</code> ({len(a.ranks)} rank(s), steps {step_range(a.steps)})<br>"
+           f"{escape(b.label)}: <code>{escape(b.source)}</code> ({len(b.ranks)} rank(s), steps {step_range(b.steps)})</p>",
            f"<p>{m.matched_ops:,} ops matched by rank, step, name, layer and bucket: {100 * m.fraction_a:.1f} % of {escape(a.label)}'s, "
            f"{100 * m.fraction_b:.1f} % of {escape(b.label)}'s.</p>"]
     out += [f"<div class='finding warn'>{escape(n)}</div>" for n in d.notes]
@@ -136,7 +137,3 @@ def delta_bars(rows: list[tuple[str, float, int]], unit: str = "ms", width: int 
         out.append(f'<text x="{tx:.1f}" y="{y + 14}" text-anchor="{"start" if v >= 0 else "end"}">{v:+.2f}</text>')
     out.append("</svg>")
     return "".join(out)
-
-
-def _steps(steps: list[int]) -> str:
-    return f"{steps[0]}..{steps[-1]}" if steps else "?"

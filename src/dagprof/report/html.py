@@ -13,6 +13,7 @@ from ..analysis.findings import Finding
 from ..fsutil import atomic_open
 from ..search.whatif import COLUMNS as WHATIF_COLUMNS
 from ..traces.events import Kind
+from ..traces.steps import step_range
 from ..units import MB
 from . import svg
 
@@ -49,7 +50,7 @@ def render(inp: ReportInputs) -> str:
              f"<h1>{escape(inp.title)}</h1>"]
     meta = a.graph.meta
     parts.append(f"<p>{len(a.predicted_iter_us)} rank(s), backend {escape(str(meta.backend or '?'))}, "
-                 f"steps {escape(_steps(meta.steps))}, graph of {len(a.graph):,} ops and {a.graph.num_edges:,} dependencies, "
+                 f"steps {escape(step_range(meta.steps))}, graph of {len(a.graph):,} ops and {a.graph.num_edges:,} dependencies, "
                  f"source <code>{escape(str(meta.source or ''))}</code></p>")
     parts.append("<div>")
     if a.measured_us is not None:
@@ -127,10 +128,6 @@ def write_report(path: str | os.PathLike[str], inp: ReportInputs) -> str:
 
 def _kpi(label: str, value: str) -> str:
     return f"<div class='kpi'><small>{escape(label)}</small><span class='big'>{escape(value)}</span></div>"
-
-
-def _steps(steps: list[int]) -> str:
-    return f"{steps[0]}..{steps[-1]}" if steps else "?"
 
 
 def _fmt(v) -> str:

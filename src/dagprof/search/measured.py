@@ -13,19 +13,24 @@ from ..passes.gradients import GradientOrder
 from ..traces.events import Run
 
 
-def _measured(run: Run) -> Overlap | None:
-    return load_overlap(run.source) if run.source and os.path.isdir(run.source) else None
+def job_overlap(run: Run | None) -> Overlap | None:
+    """What the job measured on its own ranks (``overlap.json`` in its run folder, our demo job writes it), else None."""
+    return load_overlap(run.source) if run is not None and run.source and os.path.isdir(run.source) else None
 
 
-def overlap_of(run: Run | None, link_model: str | None = None) -> Overlap | None:
-    """The compute slowdown beside collectives for this run: measured on the job's own ranks (``overlap.json``, our
-    demo job writes it), else on the cluster by ``dagprof calibrate --overlap`` (``link_model``, version 4), else None.
-    ``run`` None: the file's alone."""
-    m = None if run is None else _measured(run)
+def or_calibrated(m: Overlap | None, link_model: str | None) -> Overlap | None:
+    """``m`` (the job's own, ``job_overlap``), else what ``dagprof calibrate --overlap`` measured on the job's cluster
+    (``link_model``, version 4), else None."""
     if m is not None or not link_model:
         return m
     table = read_link_model(link_model).overlap
     return None if table is None else overlap_from_table(table, link_model)
+
+
+def overlap_of(run: Run | None, link_model: str | None = None) -> Overlap | None:
+    """The compute slowdown beside collectives for this run: measured on the job's own ranks, else on the cluster,
+    else None. ``run`` None: the link model's alone."""
+    return or_calibrated(job_overlap(run), link_model)
 
 
 def slowdown_of(run: Run | None, link_model: str | None = None) -> tuple[float, float | None]:
@@ -43,11 +48,10 @@ NOT_MEASURED = ("the backward's slowdown beside in-flight collectives is not mea
                 "dagprof calibrate --overlap -o link.json on the job's cluster and pass --link-model link.json")
 
 
-def in_job(costs: CodecCosts | None, run: Run) -> CodecCosts | None:
-    """Codec costs as they run inside the job: scaled by how much slower the job's busy cores ran the
-    reference op than the idle core that measured the codecs (never faster), with the chained small all-reduces
-    the job's group measured."""
-    m = _measured(run)
+def in_job(costs: CodecCosts | None, m: Overlap | None) -> CodecCosts | None:
+    """Codec costs as they run inside the job whose ranks measured ``m`` (``job_overlap``): scaled by how much slower
+    the job's busy cores ran the reference op than the idle core that measured the codecs (never faster), with the
+    chained small all-reduces the job's group measured."""
     if costs is None or m is None:
         return costs
     if m.chained_allreduce:  # PowerSGD's small all-reduces as they ran in the job's group

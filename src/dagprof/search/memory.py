@@ -36,6 +36,7 @@ from ..passes.fsdp import Reshard, resharded
 from ..passes.gradients import GradientOrder
 from ..passes.recompute import Segment
 from ..traces.events import Kind
+from ..traces.kineto_schema import dtype_bytes
 from ..traces.run_schema import FSDP_ROOT
 from ..units import MB
 
@@ -158,7 +159,9 @@ class FsdpMemory:
                 "activations_mb": mb(self.activations), "gathered_mb": mb(self.gathered), "at": self.at}
 
 
-_DTYPE_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
+def _size(dtype: str | None) -> int:
+    """Bytes per element of a unit's dtype (4 where the profile does not say)."""
+    return dtype_bytes(dtype or "") or 4
 
 
 def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = None) -> dict[int, FsdpMemory]:
@@ -209,18 +212,18 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
     scale = shard0 / shard
 
     def param_size(u: FsdpGraphUnit) -> int:
-        return _DTYPE_BYTES.get(u.param_dtype, 4)
+        return _size(u.param_dtype)
 
     def full(u: FsdpGraphUnit) -> float:
         return float(u.numel * param_size(u))
 
     def full_grad(u: FsdpGraphUnit) -> float:
-        return float(u.numel * _DTYPE_BYTES.get(u.reduce_dtype or u.orig_dtype, 4))
+        return float(u.numel * _size(u.reduce_dtype or u.orig_dtype))
 
     grad_bytes = fs.layer_grad_bytes
 
     def acts(names: list[str], u: FsdpGraphUnit) -> float:
-        ratio = param_size(u) / _DTYPE_BYTES.get(u.orig_dtype, 4)
+        ratio = param_size(u) / _size(u.orig_dtype)
         out = 0.0
         for n in names:
             s, w = float(saved_bytes.get(n, 0)), float(grad_bytes.get(n, 0)) * ratio
@@ -241,13 +244,13 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
         params = mem.param_shard_bytes * scale
         opt = mem.optim_state_bytes * scale
         grads = mem.grad_shard_bytes * scale
-        shard_of = [float(u.shard_bytes) * scale * _DTYPE_BYTES.get(u.reduce_dtype or u.orig_dtype, 4)
-                    / _DTYPE_BYTES.get(u.orig_dtype, 4) for u in units]
+        shard_of = [float(u.shard_bytes) * scale * _size(u.reduce_dtype or u.orig_dtype)
+                    / _size(u.orig_dtype) for u in units]
         root_acts = sum(acts(unit_layers[i], units[i]) for i in root)
         root_full = sum(full(units[i]) for i in root)
         root_grad = sum(full_grad(units[i]) for i in root)
-        tail_grad = sum(float(grad_bytes.get(n, 0)) * _DTYPE_BYTES.get(units[i].reduce_dtype or units[i].orig_dtype, 4)
-                        / _DTYPE_BYTES.get(units[i].orig_dtype, 4) for i in root for n in unit_layers[i] if n in after_inner)
+        tail_grad = sum(float(grad_bytes.get(n, 0)) * _size(units[i].reduce_dtype or units[i].orig_dtype)
+                        / _size(units[i].orig_dtype) for i in root for n in unit_layers[i] if n in after_inner)
         best = FsdpMemory(params, opt, grads, output, 0.0, "optimizer step")
         for k in range(len(others), -1, -1):  # backward: the root's first layer (k = all inner units alive), then inner units in reverse
             alive = others[:k]
@@ -296,14 +299,14 @@ def ddp_peak_of_fsdp(g: Graph, workers: int | None = None) -> dict[int, MemoryBr
         raise DagprofError("not an FSDP graph")
     if not fs.layer_saved_bytes:
         raise DagprofError("the profile has no activation sizes (layer_saved_bytes); profile again with this dagprof to estimate memory")
-    total = float(sum(u.numel * _DTYPE_BYTES.get(u.orig_dtype, 4) for u in fs.units))
+    total = float(sum(u.numel * _size(u.orig_dtype) for u in fs.units))
     ids = {name: i for i, name in enumerate(g.layers)}
     unit_of = {n: u for u in fs.units for n in u.layers}
     saved = {}
     for name, s in fs.layer_saved_bytes.items():
         if name in ids:
             u = unit_of.get(name)
-            w = float(fs.layer_grad_bytes.get(name, 0)) * (_DTYPE_BYTES.get(u.param_dtype, 4) / _DTYPE_BYTES.get(u.orig_dtype, 4) if u else 1.0)
+            w = float(fs.layer_grad_bytes.get(name, 0)) * (_size(u.param_dtype) / _size(u.orig_dtype) if u else 1.0)
             saved[ids[name]] = max(float(s) - w, 0.0)
     largest = max((float(v) for v in fs.layer_grad_bytes.values()), default=0.0)
     backward = backward_layers(g, {ids[n]: float(v) for n, v in fs.layer_grad_bytes.items() if n in ids})

@@ -56,7 +56,7 @@ from ..units import MB
 from .anneal import anneal, seeds
 from .candidate import Candidate, Space, candidate_of, complexity, strategy_fields
 from .evaluate import Evaluator, Scored
-from .measured import NOT_MEASURED, codec_costs, in_job, overlap_of, slowdown_in, slowdown_of
+from .measured import NOT_MEASURED, codec_costs, in_job, job_overlap, or_calibrated, slowdown_in
 from .memory import MemoryModel
 from .memory_fit import fit_memory
 
@@ -255,9 +255,10 @@ def search_run(run: Run, g: Graph, opts: Options | None = None, costs_file: str 
         raise DagprofError("the trace has no gradient-bucket all-reduce to re-bucket (a dagprof profile of a DDP job has them)", run.source)
     meta = run.ranks[0].meta
     order = gradient_order(g, run.ranks[0].buckets)
-    costs = in_job(codec_costs(order, opts.powersgd_ranks, costs_file), run) if opts.allow_lossy else None
+    job = job_overlap(run)  # read once: the codecs' yardstick and the slowdown
+    costs = in_job(codec_costs(order, opts.powersgd_ranks, costs_file), job) if opts.allow_lossy else None
     # CPU (gloo) jobs: the network stack shares the training cores; the slowdown is measured by our own ranks, never in the user's job
-    measured = overlap_of(run, opts.link_model) if opts.overlap_slowdown is None else None
+    measured = or_calibrated(job, opts.link_model) if opts.overlap_slowdown is None else None
     unmeasured = opts.overlap_slowdown is None and run.ranks[0].backend == "gloo" and measured is None
     if opts.overlap_slowdown is None:
         s, rate = slowdown_in(measured)
@@ -285,9 +286,10 @@ def predict_run(run: Run, g: Graph, strategy: Strategy, costs_file: str | None =
     like = measured_in or run
     order = gradient_order(g, run.ranks[0].buckets)
     c = strategy.compression
-    costs = in_job(codec_costs(order, (c.rank,) if c.codec == "powersgd" else (), costs_file) if c.lossy else None, like)
+    job = job_overlap(like)  # read once: the codecs' yardstick and the slowdown
+    costs = in_job(codec_costs(order, (c.rank,) if c.codec == "powersgd" else (), costs_file) if c.lossy else None, job)
     segs = segments(g) if strategy.recompute else []
-    slowdown, rate = slowdown_of(like, link_model)
+    slowdown, rate = slowdown_in(or_calibrated(job, link_model))
     ev = Evaluator(g, order, costs, segs, None, slowdown, recompute=bool(strategy.recompute), comm_rate=rate)
     cand = candidate_of(Space(order, segs), strategy)
     base = ev.score(Candidate(order.profiled_ends))[0]

@@ -32,7 +32,7 @@ from ..passes.compute import share_cores
 from ..passes.data_parallel import conversion_note, parse_target, to_data_parallel, with_optimizer_state
 from ..passes.fsdp import UNMODELLED, refuse_unmodelled, scale_fsdp_workers, set_reduce_dtype, set_reshard
 from ..passes.fsdp_units import merge_units, parse_units, with_units
-from ..passes.horovod import set_horovod
+from ..passes.horovod import crowded_hosts, set_horovod
 from ..passes.overlap import comm_demand, disturbed, slowed_nodes, undisturbed
 from ..passes.profiler_cost import measure_profiler_cost, remove_profiler_cost, scale_host_work
 from ..passes.workers import replica_ranks
@@ -513,10 +513,9 @@ def _shared_cores_notes(g: Graph, c: Cluster) -> list[str]:
 
 def _crowded_notes(g: Graph) -> list[str]:
     """Horovod ranks sharing too few cores: what their spinning waits take from compute is kept as measured."""
-    hv = g.meta.horovod
-    crowded = [] if hv is None else hv.crowded_hosts()
-    return [f"{len(crowded)} host(s) ({', '.join(f'{h}: {hv.host_ranks[h]} ranks on {hv.host_cpus[h]} cores' for h in crowded)}) have "
-            "fewer cores than their ranks' main and Horovod threads, and Horovod's synchronize() spins a core while it waits: "
+    crowded = crowded_hosts(g)
+    return [f"{len(crowded)} host(s) ({', '.join(f'{h}: {g.meta.host_cpus[h][0]} ranks on {g.meta.host_cpus[h][1]} cores' for h in crowded)}) "
+            "have fewer cores than their ranks' main and Horovod threads, and Horovod's synchronize() spins a core while it waits: "
             "compute there slows as the waits grow (a slower link, more workers), which is not modelled; the predictions "
             "keep compute as profiled (one such job measured 25 % slower at 200 Mbit/s than predicted from 500)"] if crowded else []
 

@@ -35,7 +35,6 @@ rank, which the transfer's join models (their copy-in starts when their own tens
 from __future__ import annotations
 
 import bisect
-import collections
 import dataclasses
 import json
 import os
@@ -50,6 +49,7 @@ from ..fsutil import inside, read_input, read_versioned
 from .buckets import Bucket, BucketLayout
 from .dagprof_run import read_run
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace, Run
+from .kineto_schema import dtype_bytes
 from .meta import Collectives, HorovodRecord, RankMeta, RunWarning, warnings_of
 
 TIMELINE = "horovod_timeline.json"
@@ -65,8 +65,6 @@ _NOT_DDP = "no DDP gradient buckets"
 # response's bytes are then the gathered result's, which ``kind_of_collective`` prices as half an all-reduce of them)
 COLLECTIVES = ("allreduce", "allgather")
 _TRANSFER = re.compile(r"^(GLOO|MPI|NCCL|CCL|DDL)_")
-_DTYPE_BYTES = {"uint8": 1, "int8": 1, "uint16": 2, "int16": 2, "int32": 4, "int64": 8, "float16": 2, "bfloat16": 2,
-                "float32": 4, "float64": 8, "bool": 1}
 
 
 def horovod_rank_file(rank: int) -> str:
@@ -232,7 +230,7 @@ def read_timeline(path: str | os.PathLike[str]) -> Timeline:
 
 
 def _shape_bytes(args: dict) -> int:
-    size = _DTYPE_BYTES.get(str(args.get("dtype", "")).lower().removeprefix("horovod_"))
+    size = dtype_bytes(str(args.get("dtype", "")).lower().removeprefix("horovod_"))
     dims = re.findall(r"\d+", str(args.get("shape", "")))
     return size * int(np.prod([int(d) for d in dims])) if size and "shape" in args else 0
 
@@ -293,7 +291,7 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
     ranks = []
     for t in run.ranks:
         shift_ns = _clock_shift(t, run.ranks[0], plan)
-        ranks.append(_merge(t, requests.get(t.rank, []), plan, shift_ns, timeline))
+        ranks.append(_merge(_with_cpus(t, docs[t.rank]), requests.get(t.rank, []), plan, shift_ns, timeline))
     order = _tensor_order(plan)
     sizes: dict[str, int] = {}  # as Horovod fuses and sends them: compressed (hvd.Compression.fp16) ones at their wire size
     dtypes: dict[str, str] = {}
@@ -306,14 +304,21 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
         cache_capacity=settings.get("cache_capacity"), autotune=settings.get("autotune"),
         tensor_order=order, tensor_bytes=sizes, tensor_dtypes=dtypes, cycles_marked=bool(timeline is not None and len(timeline.cycles)),
         responses=len(plan), timeline=tl_name, world_size=run.world_size,
-        host_ranks=dict(collections.Counter(t.host for t in run.ranks if t.host)),
-        host_cpus={t.host: docs[t.rank]["cpus"] for t in run.ranks if t.host and type(docs[t.rank].get("cpus")) is int and docs[t.rank]["cpus"] > 0},
         measured=[(p.step, p.position, p.nbytes, p.resp.transfer[1] - p.resp.transfer[0],
                    p.resp.t0 - p.resp.cycle if p.first_in_cycle and p.resp.cycle is not None else -1.0) for p in plan],
     )
     if settings.get("autotune"):
         warnings.append("HOROVOD_AUTOTUNE was on: fusion threshold and cycle time changed during the run")
     return Run(ranks, source=folder, meta=msgspec.structs.replace(run.meta, warnings=warnings_of(warnings), framework="horovod", horovod=hv))
+
+
+def _with_cpus(t: RankTrace, doc: dict) -> RankTrace:
+    """The rank with the cores its Horovod rank file recorded where its dagprof rank file did not (recordings made
+    before the collector wrote ``cpus`` there), so ``GraphMeta.host_cpus`` says them for every Horovod run."""
+    cpus = doc.get("cpus")
+    if t.meta.cpus > 0 or type(cpus) is not int or cpus <= 0:  # a damaged count says nothing
+        return t
+    return dataclasses.replace(t, meta=msgspec.structs.replace(t.meta, cpus=cpus))
 
 
 def _check_same_time(tl: Timeline, ref: RankTrace, path: str) -> None:

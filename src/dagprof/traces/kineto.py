@@ -46,12 +46,11 @@ from . import kineto_schema as ks
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace
 from .kineto_decode import MAX_OP_US, Reopened, TraceStream, open_trace, raw_value
 from .kineto_deps import Deps, dependencies, enclosing_enqueue, main_lane, stream_number
-from .kineto_tables import Columns, Kinds, Nesting
+from .kineto_tables import CONTEXT_KINDS, Columns, Kinds, Nesting
 from .meta import Collectives, RankMeta
 
 _NAME, _CAT, _PID, _TID, _TS, _DUR = (operator.attrgetter(f) for f in ("name", "cat", "pid", "tid", "ts", "dur"))
 _FILE_RANK = re.compile(r"rank[-_]?(\d+)", re.I)
-_CTX_KINDS = np.array([Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE, Kind.DATA], dtype=np.int8)
 
 
 _CORR = operator.attrgetter("args.correlation")
@@ -366,7 +365,7 @@ def _kinds(cols: Columns, nest: Nesting) -> Kinds:
         np.minimum.at(first_bwd, slot[bwd], start[bwd])
         fwd = in_step & (ctx < 0) & (start < first_bwd[np.maximum(slot, 0)])
         ctx[fwd] = Kind.FORWARD
-    take = cpu & (kind == Kind.OTHER) & np.isin(ctx, _CTX_KINDS)
+    take = cpu & (kind == Kind.OTHER) & np.isin(ctx, CONTEXT_KINDS)
     kind[take] = ctx[take]
     # GPU work: launched by the runtime call with the same correlation id (a graph launch releases many)
     own = cols.own_kind
@@ -381,7 +380,7 @@ def _kinds(cols: Columns, nest: Nesting) -> Kinds:
         launcher[gpu[hit]] = rt[o][pos[hit]]
     launched = np.flatnonzero(launcher >= 0)
     lk = ctx[launcher[launched]]
-    inherit = (kind[launched] == Kind.KERNEL) & np.isin(lk, _CTX_KINDS[:3])
+    inherit = (kind[launched] == Kind.KERNEL) & np.isin(lk, CONTEXT_KINDS[:3])
     kind[launched[inherit]] = lk[inherit]
     step[launched] = step[launcher[launched]]  # a kernel belongs to the step that launched it, wherever it runs
     return Kinds(kind, step, launcher, ctx)

@@ -34,10 +34,9 @@ import numpy as np
 
 from . import kineto_schema as ks
 from .events import CLOCK_JITTER_US, Dep, Kind
-from .kineto_tables import Columns, Kinds, Nesting
+from .kineto_tables import CONTEXT_KINDS, Columns, Kinds, Nesting
 
 _EMPTY = np.empty(0, dtype=np.int64)
-_CTX_KINDS = np.array([Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE, Kind.DATA], dtype=np.int8)
 
 
 @dataclass(frozen=True, eq=False)
@@ -452,7 +451,7 @@ def _host_comm_waits(cols: Columns, kind: np.ndarray, ctx: np.ndarray) -> tuple[
         k = np.searchsorted(end[o], end[waits], side="right") - 1
         src, dst = o[k[k >= 0]], waits[k >= 0]
     unblocked = waits[~np.isin(waits, dst)]
-    kind[unblocked] = np.where(np.isin(ctx[unblocked], _CTX_KINDS), ctx[unblocked], Kind.OTHER)
+    kind[unblocked] = np.where(np.isin(ctx[unblocked], CONTEXT_KINDS), ctx[unblocked], Kind.OTHER)
     return src, dst
 
 

@@ -206,7 +206,7 @@ def comm_role(cat: str, name: str) -> tuple[str, str] | None:
 _DTYPE_BYTES = {
     "float": 4, "float32": 4, "int": 4, "int32": 4, "uint32": 4,
     "double": 8, "float64": 8, "long": 8, "int64": 8, "uint64": 8, "long int": 8,
-    "half": 2, "float16": 2, "c10::half": 2, "bfloat16": 2, "c10::bfloat16": 2, "bf16": 2, "f16": 2, "short": 2, "int16": 2,
+    "half": 2, "float16": 2, "c10::half": 2, "bfloat16": 2, "c10::bfloat16": 2, "bf16": 2, "f16": 2, "short": 2, "int16": 2, "uint16": 2,
     "byte": 1, "char": 1, "signed char": 1, "unsigned char": 1, "int8": 1, "int8_t": 1, "uint8": 1, "uint8_t": 1, "bool": 1,
     "float8_e4m3fn": 1, "float8_e5m2": 1, "fp8": 1, "f32": 4, "f64": 8, "u8": 1, "i8": 1, "i32": 4, "i64": 8,
 }

@@ -11,6 +11,11 @@ from typing import Any
 import numpy as np
 
 from . import kineto_schema as ks
+from .events import Kind
+
+# the phases an op of no kind of its own takes from where it runs (forward, backward, optimizer step, data loading);
+# a kernel takes the first three from the call that launched it
+CONTEXT_KINDS = np.array([Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE, Kind.DATA], dtype=np.int8)
 
 
 @dataclass(frozen=True, eq=False)

@@ -101,14 +101,6 @@ class HorovodRecord(msgspec.Struct, kw_only=True, frozen=True):
     # (cycle start -> response start; -1: not its cycle's first)]
     measured: list[tuple[int, int, int, float, float]] = []
     predicted: bool = False  # set by a what-if: fusion threshold and cycle time are the scenario's, not measured
-    host_ranks: dict[str, int] = {}  # ranks per host
-    host_cpus: dict[str, int] = {}  # cores a rank on that host could run on (recorded since dagprof 0.3)
-
-    def crowded_hosts(self) -> list[str]:
-        """Hosts where the ranks' main and background threads outnumber the cores. Horovod's ``synchronize()`` spins a
-        core while it waits (a 2-rank gloo job's waiting rank burned 2.0 s of CPU in a 3 s wait), so there a rank's wait
-        takes cores from the other ranks' compute, and a what-if that lengthens the waits slows that compute too."""
-        return sorted(h for h, n in self.host_ranks.items() if h in self.host_cpus and 2 * n > self.host_cpus[h])
 
 
 class PsKey(msgspec.Struct, frozen=True):

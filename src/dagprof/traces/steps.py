@@ -38,6 +38,11 @@ def parse_steps(spec: str | int | range | tuple[int, int]) -> range:
     return window
 
 
+def step_range(steps: list[int]) -> str:
+    """The steps a graph or profile holds as the reports print them: first..last ("?" for none)."""
+    return f"{steps[0]}..{steps[-1]}" if steps else "?"
+
+
 def iteration_us(steps: np.ndarray | list) -> float:
     """The iteration time: the MEAN time per step over a window, start of one step to start of the next.
 

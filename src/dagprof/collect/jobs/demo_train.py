@@ -19,7 +19,6 @@ import contextlib
 import gc
 import json
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -200,12 +199,6 @@ def micro_batches(cfg: DemoConfig) -> int:
     return load_strategy(cfg.strategy).accumulate
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _worker(rank: int, cfg: DemoConfig, out_dir: str | None, port: int, results: str) -> None:
     import torch.distributed as dist
 
@@ -234,10 +227,12 @@ def spawn_demo_clocks(cfg: DemoConfig, out_dir: str | None = None) -> dict[str, 
     """Like ``spawn_demo``, with both clocks: "wall" (step time) and "cpu" (main thread CPU time per step)."""
     import torch.multiprocessing as mp
 
+    from .netns import free_port
+
     world = cfg.world_size if cfg.ddp else 1
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     with tempfile.TemporaryDirectory(prefix="dagprof-demo-") as results:
-        mp.spawn(_worker, args=(cfg, out_dir, _free_port(), results), nprocs=world, join=True)
+        mp.spawn(_worker, args=(cfg, out_dir, free_port(), results), nprocs=world, join=True)
         per_rank = []
         for r in range(world):
             with open(os.path.join(results, f"times{r}.json")) as f:
