@@ -25,6 +25,9 @@ Only joins of every rank get it: a sub-group's join (HSDP's per-replica collecti
 ranks, and other groups' lags then count as a delay common to all (on the 4-rank HSDP fixture,
 correcting them moved the averaged replay from -1.65 to +4.31 %).
 
+A parameter server's sums are such joins too, but mx.profiler does not time single pushes: there each worker's exchange
+keeps the per-step replay's mean wait instead (``exchange_waits``).
+
 The same alternation hides a collective's exit lag (``passes.comm``: the later ranks leave it a wire time after the
 first): each rank's averaged consumer gap holds its share of the last rank's lag, the ranks' shares come out alike,
 and the lag per rank that a link what-if scales is about 0. So where the last rank out changes from step to step,
