@@ -25,6 +25,9 @@ Only joins of every rank get it: a sub-group's join (HSDP's per-replica collecti
 ranks, and other groups' lags then count as a delay common to all (on the 4-rank HSDP fixture,
 correcting them moved the averaged replay from -1.65 to +4.31 %).
 
+A parameter server's sums are such joins too, but mx.profiler does not time single pushes: there each worker's exchange
+keeps the per-step replay's mean wait instead (``exchange_waits``).
+
 The same alternation hides a collective's exit lag (``passes.comm``: the later ranks leave it a wire time after the
 first): each rank's averaged consumer gap holds its share of the last rank's lag, the ranks' shares come out alike,
 and the lag per rank that a link what-if scales is about 0. So where the last rank out changes from step to step,
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..graph.build_ps import DONE, ISSUE, is_ps_graph
 from ..graph.dag import DeviceKind, Graph
 from ..graph.provenance import provenance
 from ..traces.events import Kind
@@ -72,8 +76,10 @@ def average_steps(g: Graph, replayer: Replayer | None = None) -> Graph:
                                            exit_lag=np.where(keep, g.exit_lag, lag[inverse])), background)
     if replayer is None:
         return out
-    wait = join_waits(g, out, inverse, ~keep, replayer)
-    return out if not wait.any() else out.replace(gap=out.gap + np.where(keep, 0.0, wait[inverse]))
+    wait = np.where(keep, 0.0, join_waits(g, out, inverse, ~keep, replayer)[inverse])
+    if is_ps_graph(g):
+        wait += exchange_waits(g, out, ~keep, replayer)
+    return out if not wait.any() else out.replace(gap=out.gap + wait)
 
 
 def carried_exit_lags(g: Graph, group: np.ndarray, mine: np.ndarray) -> np.ndarray:
@@ -130,6 +136,43 @@ def join_waits(g: Graph, averaged: Graph, group: np.ndarray, mine: np.ndarray, r
     for k, x, alt in zip(groups.tolist(), lag.tolist(), alternate.tolist()):
         if alt and k in lag_avg:
             out[k] = max(x - lag_avg[k], 0.0)
+    return out
+
+
+def exchange_waits(g: Graph, averaged: Graph, mine: np.ndarray, replayer: Replayer) -> np.ndarray:
+    """Per node: the wait a parameter-server job's averaged exchange lacks, on each worker's ``ps done`` (0 elsewhere).
+
+    A server sums a key once every worker's push is in, so the slowest worker of the step gates everyone's pull: where the
+    workers take turns being slowest (a loaded machine), averaging each worker's backward and issue times separately
+    loses that wait, as at a collective's join (module docstring). On the user MLP fixture (1 server, 2 workers whose
+    steps swung from 94 to 178 ms) the averaged replay fell 13.5 % short. Staggered arrivals also cost the ports less than
+    simultaneous ones (the early worker's pushes are in before the late one's leave), so the lost wait is measured on
+    the whole exchange: per worker and step, from the workers' mean last issue to the worker's done. mx.profiler does not
+    say which push carries which key, so these times are the per-step replay's (each step with its own op times: the
+    model of that step, which reproduces the profiled iteration). Each worker's done keeps the mean over the steps less
+    the averaged replay's, where that is positive. It goes on the done, which what-ifs keep (they re-place and re-price
+    the pushes, sums and pulls between issue and done: ``graph.build_ps.rebuild_ps``).
+    """
+    out = np.zeros(len(g))
+    issue = mine & (g.name == g.names.index(ISSUE)) if ISSUE in g.names else np.zeros(len(g), dtype=bool)
+    done = np.flatnonzero(mine & (g.name == g.names.index(DONE))) if DONE in g.names else np.zeros(0, dtype=np.int64)
+    if not len(done) or not issue.any():
+        return out
+
+    def lag(end: np.ndarray, start: np.ndarray) -> np.ndarray:
+        """Per done: its start less the workers' mean last issue in its step."""
+        steps, of = np.unique(g.step[issue], return_inverse=True)
+        pairs, at = np.unique(np.stack([of.ravel(), g.rank[issue]], axis=1), axis=0, return_inverse=True)
+        last = np.full(len(pairs), -np.inf)
+        np.maximum.at(last, at.ravel(), end[issue])
+        ref = np.bincount(pairs[:, 0], weights=last, minlength=len(steps)) / np.bincount(pairs[:, 0], minlength=len(steps))
+        return start[done] - ref[np.searchsorted(steps, g.step[done])]
+
+    per_step, avg = replayer(g), replayer(averaged)
+    ranks, by = np.unique(g.rank[done], return_inverse=True)
+    lost = (np.bincount(by.ravel(), weights=lag(per_step.end, per_step.start)) -
+            np.bincount(by.ravel(), weights=lag(avg.end, avg.start))) / np.bincount(by.ravel())
+    out[done] = np.maximum(lost, 0.0)[by.ravel()]
     return out
 
 
