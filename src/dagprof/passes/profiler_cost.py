@@ -2,7 +2,8 @@
 
 Recording every op (Kineto, dagprof's hooks) makes the profiled steps slower than the job's other
 steps: 0-11 % on the namespace testbed. Every prediction started from those op times inherits it.
-dagprof's collector times every step of the training loop, profiled or not, so the cost is
+dagprof's collectors (PyTorch hooks, and the TF/JAX step window) time every step of the training loop,
+profiled or not, so the cost is
 measured per run: the profiled steps against the unprofiled ones (from step ``WARMUP_STEPS`` on)
 of the same job, each step timed as the slowest rank's, compared by their medians: the recording costs
 every profiled step, while another job's load stalls a few steps of either kind at random (on the
@@ -71,8 +72,9 @@ def measure_profiler_cost(g: Graph) -> ProfilerCost:
     """The profiled steps the graph holds against the job's unprofiled steps (``GraphMeta.loop_steps``)."""
     loop = g.meta.loop_steps
     if loop is None:
-        return ProfilerCost(None, None, 0, 0, None, "not measured (no unprofiled steps: only dagprof's PyTorch hooks time them, in "
-                            "dagprof.profile and Horovod runs; the TF, JAX and MXNet collectors and stock traces do not)")
+        return ProfilerCost(None, None, 0, 0, None, "not measured (no unprofiled steps: dagprof's collectors time them in PyTorch, "
+                            "Horovod, TensorFlow and JAX runs; the MXNet collector, stock traces and TF/JAX runs recorded by an "
+                            "older dagprof do not)")
     prof = job_steps(loop.profiled, set(g.meta.steps))
     base = job_steps(loop.unprofiled, None, WARMUP_STEPS)
     if len(prof) < 2 or len(base) < MIN_STEPS:
