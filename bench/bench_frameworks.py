@@ -151,7 +151,8 @@ def judge(out: str) -> dict:
         return {"model_pct": r["model_error_pct"], "model_ms": r["model_iter_ms"], "reference_ms": r["reference_iter_ms"],
                 "raw_model_pct": raw["model_error_pct"], "raw_model_ms": raw["model_iter_ms"], "measured_ms": measured / 1e3,
                 "profiled_step_ms": cost["profiled_step_ms"], "unprofiled_step_ms": cost["unprofiled_step_ms"],
-                "profiler_cost": cost["text"], "replay_pct": p.analysis.error_pct, "averaged_pct": avg, "weak_fit": fit.get("weak")}
+                "profiler_cost": cost["text"], "cost_corrected": cost["corrected"],
+                "replay_pct": p.analysis.error_pct, "averaged_pct": avg, "weak_fit": fit.get("weak")}
     except DagprofError as e:
         return {"refused": str(e)}
 
@@ -365,7 +366,8 @@ def main(argv: list[str] | None = None) -> int:
         ok = [r for r in mine if "model_pct" in r]
         summary = {"runs": len(mine), "crashes": sum("crash" in r for r in mine), "refused": sum("refused" in r for r in mine),
                    "profiled_again": sum(r["profiled_again"] > 0 for r in mine),  # runs whose window was lost on a rank and profiled again
-                   "children_died": sum(r["children_died"] for r in mine)}  # TF: collecting children that died (each retried)
+                   "children_died": sum(r["children_died"] for r in mine),  # TF: collecting children that died (each retried)
+                   "cost_corrected": sum(bool(r.get("cost_corrected")) for r in ok)}  # runs whose profiler cost stood out and was removed
         if args.baseline_src:
             base = [r for r in rows if r["collector"] == "baseline"]
             summary["baseline"] = {"runs": len(base), "crashes": sum("crash" in r for r in base)}
