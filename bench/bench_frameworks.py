@@ -1,6 +1,8 @@
 """User-style TensorFlow, JAX, MXNet and Horovod scripts (bench/frameworks/), each profiled N times as a user would:
 crashes (a worker that died, by its exit status or signal), the model the what-ifs start from against the
-profiled run (must be within 2 %), and the averaged replay (``--template``) against the measurement.
+profiled run (must be within 2 %; less the profiler's own cost, measured on the run, unless it could not be told:
+``raw_model_pct`` is the model of the op times as profiled against the run as measured), and the averaged replay
+(``--template``) against the measurement.
 
     DAGPROF_TF_PYTHON=/opt/tf/bin/python DAGPROF_JAX_PYTHON=/opt/jax/bin/python DAGPROF_MXNET_PYTHON=/opt/mx/bin/python \\
     DAGPROF_HOROVOD_VENV=/opt/hvd python bench/bench_frameworks.py --runs 20 [--only tf_text,jax_shardmap,mx_mlp,hvd_text] [--keep DIR]
@@ -143,9 +145,14 @@ def judge(out: str) -> dict:
         p = open_run(out)
         measured = p.analysis.measured_us
         r = evaluate(p.graph, [Scenario()], measured_us=measured, tolerance_pct=None)
+        raw = evaluate(p.graph, [Scenario()], measured_us=measured, tolerance_pct=None, raw=True)
         avg = open_run(out, template=True).analysis.error_pct
-        fit = r["link_fit"] or {}
-        return {"model_pct": r["model_error_pct"], "replay_pct": p.analysis.error_pct, "averaged_pct": avg, "weak_fit": fit.get("weak")}
+        fit, cost = r["link_fit"] or {}, r["profiler_cost"]
+        return {"model_pct": r["model_error_pct"], "model_ms": r["model_iter_ms"], "reference_ms": r["reference_iter_ms"],
+                "raw_model_pct": raw["model_error_pct"], "raw_model_ms": raw["model_iter_ms"], "measured_ms": measured / 1e3,
+                "profiled_step_ms": cost["profiled_step_ms"], "unprofiled_step_ms": cost["unprofiled_step_ms"],
+                "profiler_cost": cost["text"], "cost_corrected": cost["corrected"],
+                "replay_pct": p.analysis.error_pct, "averaged_pct": avg, "weak_fit": fit.get("weak")}
     except DagprofError as e:
         return {"refused": str(e)}
 
@@ -480,7 +487,8 @@ def main(argv: list[str] | None = None) -> int:
         ok = [r for r in mine if "model_pct" in r]
         summary = {"runs": len(mine), "crashes": sum("crash" in r for r in mine), "refused": sum("refused" in r for r in mine),
                    "profiled_again": sum(r["profiled_again"] > 0 for r in mine),  # runs whose window was lost on a rank and profiled again
-                   "children_died": sum(r["children_died"] for r in mine)}  # TF: collecting children that died (each retried)
+                   "children_died": sum(r["children_died"] for r in mine),  # TF: collecting children that died (each retried)
+                   "cost_corrected": sum(bool(r.get("cost_corrected")) for r in ok)}  # runs whose profiler cost stood out and was removed
         if args.baseline_src:
             base = [r for r in rows if r["collector"] == "baseline"]
             summary["baseline"] = {"runs": len(base), "crashes": sum("crash" in r for r in base)}

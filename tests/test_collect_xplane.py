@@ -216,7 +216,7 @@ def test_a_window_lost_on_one_rank_is_profiled_again_by_every_rank(tmp_path):
         for step in range(10):
             w.step_begin(step)
             w.step_end(step)
-        w.close()
+        w.finish()
 
     threads = [threading.Thread(target=rank_job, args=(r,)) for r in range(world)]
     [t.start() for t in threads]
@@ -224,6 +224,7 @@ def test_a_window_lost_on_one_rank_is_profiled_again_by_every_rank(tmp_path):
     for r in range(world):
         info = json.loads((tmp_path / f"rank{r}.json").read_text())
         assert info["steps_profiled"] == [5, 6] and info["steps_requested"] == [2, 4]
+        assert list(info["unprofiled_step_times_us"]) == ["0", "1", "4", "7", "8", "9"]  # the lost window's steps ran profiled
         assert "profiled again as 5-6: the profile was lost on rank(s) 1" in info["warnings"][0]
         assert sorted(p.name for p in (tmp_path / f"rank{r}").iterdir()) == ["session1.xplane.pb"]  # the lost window's files are gone
         assert calls[r] == (["start", "stop", "start", "stop"] if r == 0 else ["start", "start", "stop"])  # rank 1's first stop died
@@ -260,3 +261,35 @@ def test_a_window_kept_everywhere_is_not_profiled_again_and_retries_end(tmp_path
         w.step_end(step)
     w.close()
     assert "training ended before step 5" in json.loads((tmp_path / "c" / "rank0.json").read_text())["warnings"][-1]
+
+
+def test_steps_outside_the_window_are_timed_and_written_when_training_ends(tmp_path):
+    """The profiler's own cost is measured against the job's unprofiled steps: those before the window are in
+    the rank file as the window closes, those after it once training ends (``finish``)."""
+    w = window(tmp_path, [])
+    for step in range(7):
+        w.step_begin(step)
+        time.sleep(0.002)
+        w.step_end(step)
+        if step == 4:
+            info = json.loads((tmp_path / "rank1.json").read_text())
+            assert sorted(map(int, info["unprofiled_step_times_us"])) == [0, 1]
+    w.finish()
+    info = json.loads((tmp_path / "rank1.json").read_text())
+    assert sorted(map(int, info["step_times_us"])) == [2, 3]
+    unprofiled = {int(s): d for s, d in info["unprofiled_step_times_us"].items()}
+    assert sorted(unprofiled) == [0, 1, 4, 5, 6] and min(unprofiled.values()) >= 2000
+    assert not info["warnings"]
+    w.finish()  # again (Keras calls on_train_end after each fit): nothing said twice
+    assert json.loads((tmp_path / "rank1.json").read_text()) == info
+
+
+def test_a_training_that_ends_inside_the_window_warns_once_when_finished(tmp_path):
+    w = window(tmp_path, [], steps=range(1, 10))
+    for step in range(3):
+        w.step_begin(step)
+        w.step_end(step)
+    w.finish()
+    w.finish()
+    info = json.loads((tmp_path / "rank1.json").read_text())
+    assert len(info["warnings"]) == 1 and list(info["unprofiled_step_times_us"]) == ["0"]

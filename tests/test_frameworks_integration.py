@@ -47,6 +47,7 @@ def test_rerecord_and_replay(name, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = load(out)
     assert [t.rank for t in run.ranks] == [0, 1]
+    assert all(t.meta.unprofiled_step_times_us for t in run.ranks)  # the steps outside the window, for the profiler's cost
     m = match_collectives(run)
     assert m.instances and not m.problems
     prof = open_run(out)

@@ -48,7 +48,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..graph.dag import Graph
-from ..passes.profiler_cost import WARMUP_STEPS, ProfilerCost, job_steps, median_stderr
+from ..passes.profiler_cost import ProfilerCost, job_steps, median_stderr, window_sides
 from ..replay import ReplayResult
 from ..traces.events import Kind
 from .breakdown import job_iteration_us
@@ -82,10 +82,7 @@ def run_level(g: Graph, cost: ProfilerCost, corrected: bool, model_us: float | N
     drift = 0.0
     loop = g.meta.loop_steps
     if loop is not None and g.meta.steps:
-        first, last = min(g.meta.steps), max(g.meta.steps)
-        ids = set().union(*loop.unprofiled.values())
-        before = job_steps(loop.unprofiled, {s for s in ids if s < first}, WARMUP_STEPS)
-        after = job_steps(loop.unprofiled, {s for s in ids if s > last})
+        before, after = window_sides(loop, g.meta.steps)
         profiled = job_steps(loop.profiled, set(g.meta.steps))
         if len(before) >= 2 and len(after) >= 2 and profiled:  # the change beyond what the two medians' noise explains
             change = statistics.median(after) - statistics.median(before)

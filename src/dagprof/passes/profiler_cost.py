@@ -2,7 +2,8 @@
 
 Recording every op (Kineto, dagprof's hooks) makes the profiled steps slower than the job's other
 steps: 0-11 % on the namespace testbed. Every prediction started from those op times inherits it.
-dagprof's collector times every step of the training loop, profiled or not, so the cost is
+dagprof's collectors (PyTorch hooks, and the TF/JAX step window) time every step of the training loop,
+profiled or not, so the cost is
 measured per run: the profiled steps against the unprofiled ones (from step ``WARMUP_STEPS`` on)
 of the same job, each step timed as the slowest rank's, compared by their medians: the recording costs
 every profiled step, while another job's load stalls a few steps of either kind at random (on the
@@ -12,7 +13,9 @@ lengthens the compute ops and the framework gaps between them, not the wire time
 so those are what the correction shortens, by one factor found by replay, so that the model's
 iteration drops by the measured share. Nothing is corrected when the measurement is missing (a
 stock torch.profiler trace has no unprofiled steps), too noisy to tell the cost from zero, or
-says the profiled steps were faster; ``ProfilerCost.verdict`` then says why.
+says the profiled steps were faster, or when the unprofiled steps before and after the window differ (beyond their
+noise) by more than the profiled steps exceed the slower side: the job's own speed changed, a neighbour's load came
+or went, and the pooled median would book that change as the profiler's cost. ``ProfilerCost.verdict`` then says why.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from typing import Callable
 import numpy as np
 
 from ..graph.dag import Graph
+from ..graph.meta import LoopSteps
 from ..traces.events import Kind
 from .compute import COMPUTE_KINDS
 
@@ -71,8 +75,9 @@ def measure_profiler_cost(g: Graph) -> ProfilerCost:
     """The profiled steps the graph holds against the job's unprofiled steps (``GraphMeta.loop_steps``)."""
     loop = g.meta.loop_steps
     if loop is None:
-        return ProfilerCost(None, None, 0, 0, None, "not measured (no unprofiled steps: only dagprof's PyTorch hooks time them, in "
-                            "dagprof.profile and Horovod runs; the TF, JAX and MXNet collectors and stock traces do not)")
+        return ProfilerCost(None, None, 0, 0, None, "not measured (no unprofiled steps: dagprof's collectors time them in PyTorch, "
+                            "Horovod, TensorFlow and JAX runs; the MXNet collector, stock traces and TF/JAX runs recorded by an "
+                            "older dagprof do not)")
     prof = job_steps(loop.profiled, set(g.meta.steps))
     base = job_steps(loop.unprofiled, None, WARMUP_STEPS)
     if len(prof) < 2 or len(base) < MIN_STEPS:
@@ -83,11 +88,28 @@ def measure_profiler_cost(g: Graph) -> ProfilerCost:
     se = math.hypot(median_stderr(prof), median_stderr(base))
     seen = f"profiled {p / 1e3:.1f} ms/step vs {u / 1e3:.1f} ms unprofiled, {100 * (u - p) / p:+.1f} % +- {100 * se / p:.1f} %"
     verdict = None
+    before, after = window_sides(loop, g.meta.steps)
     if u - p > NOISE_SIGMAS * se:
         verdict = f"the profiled steps ran faster than the others ({seen}): the machine's load changed, not a cost to remove"
     elif p - u < NOISE_SIGMAS * se:
         verdict = f"too noisy to say ({seen})"
+    elif len(before) >= 2 and len(after) >= 2:  # as the intervals' drift term (analysis.interval.run_level)
+        b, a = statistics.median(before), statistics.median(after)
+        if abs(a - b) - NOISE_SIGMAS * math.hypot(median_stderr(before), median_stderr(after)) > p - max(a, b):
+            verdict = (f"the job's own speed changed across the window by more than the cost seen against its slower side ({seen}; "
+                       f"unprofiled {b / 1e3:.1f} ms/step before it, {a / 1e3:.1f} ms after): the machine's load changed, "
+                       "not a cost to remove")
     return ProfilerCost(p, u, len(prof), len(base), se, verdict)
+
+
+def window_sides(loop: LoopSteps, steps: list[int]) -> tuple[list[float], list[float]]:
+    """The job's unprofiled steps before the profiled ``steps`` (from step ``WARMUP_STEPS`` on) and after them (``job_steps``)."""
+    if not steps:
+        return [], []
+    first, last = min(steps), max(steps)
+    ids = set().union(*loop.unprofiled.values())
+    return (job_steps(loop.unprofiled, {s for s in ids if s < first}, WARMUP_STEPS),
+            job_steps(loop.unprofiled, {s for s in ids if s > last}))
 
 
 def job_steps(per_rank: dict[int, dict[int, float]], only: set[int] | None, first: int = 0) -> list[float]:

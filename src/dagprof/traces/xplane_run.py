@@ -2,7 +2,7 @@
 
 A run folder written by ``dagprof.collect.tf_profile`` / ``jax_profile`` holds ``manifest.json``
 (job-wide: format ``dagprof-xplane-run``, framework, world size, requested steps) and, per rank,
-``rank<R>.json`` (host, pid, steps profiled, step times, gradient bytes, its log folder) and the
+``rank<R>.json`` (host, pid, steps profiled, their times and the unprofiled steps', gradient bytes, its log folder) and the
 log folder ``rank<R>/plugins/profile/<session>/<host>.xplane.pb`` (one per worker: two workers on
 one host would overwrite each other's ``<host>.xplane.pb`` in a shared folder).
 
@@ -74,6 +74,8 @@ def _from_manifest(folder: str, manifest: dict) -> Run:
         newest = inside(folder, os.path.relpath(files[-1], folder), rpath)  # a link in the log folder may not lead out
         trace = read_xplane(newest, rank=r, world_size=world, grad_bytes=int(info.get("grad_bytes", 0)))
         trace.meta.step_times_us = {int(s): float(d) for s, d in info.get("step_times_us", {}).items()}
+        if "unprofiled_step_times_us" in info:  # rank files written before dagprof timed the steps outside the window lack it
+            trace.meta.unprofiled_step_times_us = {int(s): float(d) for s, d in info["unprofiled_step_times_us"].items()}
         trace.meta.pid = info.get("pid")
         warnings += info.get("warnings", [])
         ranks.append(trace)

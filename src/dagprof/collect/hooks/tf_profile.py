@@ -313,17 +313,15 @@ def keras_callback(out_dir: str | os.PathLike[str], steps: range | tuple[int, in
             w = self.window
             if self.batch == w.steps.stop:
                 w.close(retry=True)  # a window lost on some rank is profiled again from the batch after next
-            elif w.active:
-                w._t0 = time.time_ns()
+            w.time_begin()
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             w = self.window
-            if w.active and w._t0 is not None:
-                w.step_times_ns[self.batch] = (w._t0, time.time_ns())
+            w.step_end(self.batch)
             if self.batch + 1 == w.steps.start:
                 self._begin_window()
 
         def on_train_end(self, logs: Any = None) -> None:
-            self.window.close()
+            self.window.finish()
 
     return DagprofCallback()

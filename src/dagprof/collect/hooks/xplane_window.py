@@ -21,6 +21,7 @@ from ...fsutil import atomic_open
 from ...traces.xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, VERSION, rank_file, rank_logdir
 
 RETRIES = 5  # windows profiled again when a rank's profile was lost (as long as training lasts)
+MAX_UNPROFILED = 1000  # unprofiled steps timed (for the profiler's cost): enough for the medians, bounded in a long training
 
 
 STALL_S = 30.0  # a forked child that used no CPU for this long waits on a lock no thread of it will release
@@ -115,8 +116,12 @@ class StepWindow:
         self.lost = False  # this rank's profile of the current window is lost (its start or stop failed)
         self.grad_bytes = 0
         self.warnings: list[str] = []
-        self.step_times_ns: dict[int, tuple[int, int]] = {}
+        self.step_times_ns: dict[int, tuple[int, int]] = {}  # profiled steps
+        # steps run without the profiler (before, between and after windows): measure the profiler's own cost
+        self.unprofiled_ns: dict[int, int] = {}
         self._t0: int | None = None
+        self._t0_profiled = False
+        self._written = -1  # unprofiled steps in the rank file as last written
 
     @property
     def logdir(self) -> str:
@@ -196,13 +201,31 @@ class StepWindow:
             self.close(retry=True)  # stopped here, not at the end of the last step: the collective threads' last ranges have ended by now
         elif step == self.steps.start:
             self.open()
-        if self.active:
-            self._t0 = time.time_ns()
+        self.time_begin()
+
+    def time_begin(self) -> None:
+        """A step starts now (after the profiler's start or stop, which no step pays for)."""
+        self._t0, self._t0_profiled = time.time_ns(), self.active
 
     def step_end(self, step: int) -> None:
-        if self.active and self._t0 is not None:
-            self.step_times_ns[step] = (self._t0, time.time_ns())
+        """Step ``step`` ended: a profiled one's span, an unprofiled one's duration (up to ``MAX_UNPROFILED`` of them)."""
+        if self._t0 is not None:
+            if self._t0_profiled:
+                if self.active:  # a profiler that failed in the step leaves no trace of it
+                    self.step_times_ns[step] = (self._t0, time.time_ns())
+            elif len(self.unprofiled_ns) < MAX_UNPROFILED:
+                self.unprofiled_ns[step] = time.time_ns() - self._t0
         self._t0 = None
+
+    def finish(self) -> None:
+        """Training ended: close the window, and write the rank file again if unprofiled steps ran after it was
+        written. Never raises: the rank file is a by-product of training."""
+        try:
+            self.close()
+            if self._written != len(self.unprofiled_ns):
+                self._write()
+        except Exception as err:  # noqa: BLE001
+            warnings.warn(f"dagprof: could not write the run folder {self.out_dir} ({type(err).__name__}: {err})", stacklevel=2)
 
     @contextlib.contextmanager
     def step(self, step: int, mark: Callable[[int], ContextManager[Any]]) -> Iterator[None]:
@@ -226,18 +249,20 @@ class StepWindow:
 
     def _write(self) -> None:
         profiled = sorted(self.step_times_ns)
+        said = list(self.warnings)  # the file is written again at the end of training: these are said once
         if profiled and len(profiled) < len(self.steps):
-            self.warnings.append(f"steps {self.steps.start}-{self.steps.stop - 1} requested, "
-                                 f"steps {profiled[0]}-{profiled[-1]} profiled (training ended first)")
+            said.append(f"steps {self.steps.start}-{self.steps.stop - 1} requested, "
+                        f"steps {profiled[0]}-{profiled[-1]} profiled (training ended first)")
         elif not profiled and not self.lost and self.steps != self.requested:
-            self.warnings.append(f"training ended before step {self.steps.start}, where the window was to be profiled again")
+            said.append(f"training ended before step {self.steps.start}, where the window was to be profiled again")
         info = {
             "format": RANK_FORMAT, "version": VERSION, "rank": self.rank, "world_size": self.world_size,
             "framework": self.framework, "framework_version": self.framework_version,
             "host": socket.gethostname(), "pid": os.getpid(), "logdir": rank_logdir(self.rank),
             "steps_requested": [self.requested.start, self.requested.stop], "steps_profiled": profiled,
             "step_times_us": {str(s): (b - a) / 1e3 for s, (a, b) in sorted(self.step_times_ns.items())},
-            "grad_bytes": int(self.grad_bytes), "warnings": self.warnings,
+            "unprofiled_step_times_us": {str(s): d / 1e3 for s, d in sorted(self.unprofiled_ns.items())},
+            "grad_bytes": int(self.grad_bytes), "warnings": said,
         }
         manifest = {
             "format": FORMAT, "version": VERSION, "framework": self.framework, "world_size": self.world_size,
@@ -247,6 +272,7 @@ class StepWindow:
             json.dump(info, f, indent=1)
         with atomic_open(os.path.join(self.out_dir, MANIFEST)) as f:  # every rank writes the same job-wide facts
             json.dump(manifest, f, indent=1)
+        self._written = len(self.unprofiled_ns)
 
 
 class LoopProfile:
@@ -268,7 +294,7 @@ class LoopProfile:
         if self.window is not None:
             if exc[0] is not None:  # training failed here: its peers may be gone, wait for none of them
                 self.window.settle = None
-            self.window.close()
+            self.window.finish()
 
     def step(self, step: int) -> ContextManager[None]:
         if self.window is None:
