@@ -143,9 +143,39 @@ def fit_topology(g: Graph) -> Topology:
     ranks as wire latency it would dominate everything. Give network latency with ``set_link``.
     """
     n = priced_world_size(g)
-    link = link_fit(g).link
+    fit = link_fit(g)
+    link = fit.link
     wire = AlphaBeta(0.0, link.beta_us_per_byte, link.gamma_us_per_byte)
-    return Topology(max(n, 1), 1, wire, wire, 2 * (max(n, 2) - 1) * link.alpha_us)
+    overhead = 2 * (max(n, 2) - 1) * link.alpha_us
+    return Topology(max(n, 1), 1, wire, wire, overhead, profiled_kinds(g, overhead) if fit.weak is None else ())
+
+
+def profiled_kinds(g: Graph, overhead_us: float) -> tuple[tuple[str, AlphaBeta], ...]:
+    """Per collective kind of an FSDP profile with more than one, the link on which its collectives cost, beside the
+    fit's fixed ``overhead_us``, what they took in all (``Topology.kinds``). One fit to every kind prices gloo's
+    all-gather as half an all-reduce of the gathered bytes and its reduce-scatter as a whole one; on the 2-rank
+    testbed (1 Gbit/s) that put each all-gather 2-8 % above its measured time and each reduce-scatter 1-4 % below,
+    and a link ratio multiplied both (the vendored pair ``tests/data/fsdp/testbed-alternating-*``: 200 Mbit/s +1.0 % ->
+    -0.1 %). Only where the one fit tells bandwidth from latency (``LinkFit.weak``): else a kind's share of the
+    durations beyond the overhead is noise (the 2-step ``fsdp/reshard`` recording: +2.0 % off its own replay)."""
+    if not is_fsdp_graph(g):
+        return ()
+    mask = priced_comm(g)
+    comm = np.array([c.comm for c in find_collectives(g) if mask[c.comm] and g.dur[c.comm] > 0 and g.nbytes[c.comm] > 0], np.int64)
+    if not len(comm):
+        return ()
+    kinds = np.array([kind_of_collective(g.node_name(int(v))) for v in comm])
+    if len(np.unique(kinds)) < 2:
+        return ()
+    n = max(priced_world_size(g), 2)
+    wire = 2 * (n - 1) / n * allreduce_equivalent_bytes(g, comm)
+    out = []
+    for kind in np.unique(kinds).tolist():
+        sel = kinds == kind
+        transfer = float(g.dur[comm[sel]].sum()) - overhead_us * int(sel.sum())
+        if transfer > 0:
+            out.append((kind, AlphaBeta(0.0, transfer / float(wire[sel].sum()))))
+    return tuple(out)
 
 
 MIN_R2 = 0.5  # below it, message size explains too little of the durations to split latency from bandwidth
