@@ -126,3 +126,30 @@ def test_whatif_link_to(capsys):
     assert "--link-to needs --link-from" in capsys.readouterr().err
     assert main(args + ["--link-from", str(CAL / "1gbit.json"), "--link-to", str(CAL / "200mbit.json"), "--bandwidth", "1Gbit"]) == 2
     assert "with --bandwidth or --latency" in capsys.readouterr().err
+
+
+def test_the_calibrated_difference_is_added_to_each_transfer():
+    """``whatif --link-from --link-to`` adds to each collective's profiled price the first rank out's calibrated time on the
+    target less on the profiled link (``LinkModelFile.delta_to``), scaled to the ranks' wire share; each exit lag still
+    scales by the ratio. What a job's collective took beyond its calibration at 1 Gbit/s is no wire time: multiplied by
+    the ratio it put three kept rounds of the testbed's 200 Mbit/s cells (bench/bench_fsdp.py --part 2) +0.6 to +5.6 % over."""
+    src, dst = read_link_model(CAL / "1gbit.json"), read_link_model(CAL / "200mbit.json")
+    delta = dict(src.delta_to(dst))
+    doc = json.loads((CAL / "1gbit.json").read_text())["kinds"]["all_gather"]
+    at = dict(delta["all_gather"])[MiB / 2]  # a 1 MiB all-gather, keyed by its all-reduce-equivalent bytes
+    first = {f: next(t - s for (m, t), s in zip(d["points"], d["skew_us"]) if m == MiB)
+             for f, d in (("1g", doc), ("200m", json.loads((CAL / "200mbit.json").read_text())["kinds"]["all_gather"]))}
+    assert at == pytest.approx(first["200m"] - first["1g"]) and 15e3 < at < 25e3
+    g = open_run(FAST, template=True).graph
+    plain = set_link(g, bandwidth=current_topology(g).inter.bandwidth_bytes_per_s)  # the profile priced on its own fit
+    slow = set_link_ratio(g, ratio(), src.delta_to(dst), src.workers)
+    for kind in ("all_gather", "reduce_scatter"):
+        idx = np.array([c.node for c in fsdp_collectives(g) if c.kind == kind])
+        sizes = allreduce_equivalent_bytes(g, idx)
+        added = np.array([slow.meta.topology.delta_at(kind, m, 2) for m in sizes])
+        assert slow.dur[idx] == pytest.approx(plain.dur[idx] + added, rel=1e-9)
+        r = np.array([slow.meta.topology.ratio_at(kind, m) for m in sizes])
+        assert slow.exit_lag[idx] == pytest.approx(g.exit_lag[idx] * r, rel=1e-9)
+        assert slow.meta.topology.delta_at(kind, MiB, 4) == pytest.approx(1.5 * slow.meta.topology.delta_at(kind, MiB, 2))
+    measured = open_run(SLOW).analysis.measured_us
+    assert abs(job_iteration_us(slow) - measured) < 0.015 * measured
