@@ -380,12 +380,13 @@ def offline2(keep: str, calibrated: dict[str, str] | None = None, costs_file: st
 def table2(measured: dict[tuple[int, str], list[float]], predicted: dict[tuple[int, str], list[float]], how: str) -> list[float]:
     print(f"\nPart 2: FSDP2 what-ifs on the namespace testbed, profiled {PROFILED[0]} ranks at {PROFILED[1]}, "
           f"{how}, medians (bench/fsdp_train.py {' '.join(TESTBED_MODEL)})")
-    print(f"{'ranks':>5s} {'link':>8s} {'measured ms':>12s} {'spread':>15s} {'predicted ms':>13s} {'error':>8s}")
+    print(f"{'ranks':>5s} {'link':>8s} {'measured ms':>12s} {'spread':>15s} {'predicted ms':>13s} {'error':>8s}   each round's (its own profile)")
     errors = []
     for cell in measured:
         m, p = statistics.median(measured[cell]), statistics.median(predicted[cell])
         errors.append(100 * (p - m) / m)
-        print(f"{cell[0]:5d} {cell[1]:>8s} {m:12.1f} {min(measured[cell]):7.1f}-{max(measured[cell]):<7.1f} {p:13.1f} {errors[-1]:+7.2f} %")
+        rounds = " ".join(f"{100 * (b - a) / a:+5.1f}" for a, b in zip(measured[cell], predicted[cell]))
+        print(f"{cell[0]:5d} {cell[1]:>8s} {m:12.1f} {min(measured[cell]):7.1f}-{max(measured[cell]):<7.1f} {p:13.1f} {errors[-1]:+7.2f} %   {rounds}")
     return errors
 
 
