@@ -21,8 +21,13 @@ again and predicts from its own profile; the order of the measured cells is shuf
   put the 4-rank cells 7.7 % (1 Gbit/s) and 12 % (200 Mbit/s) higher on the same profiles: ``--keep`` / ``--offline``).
 ``--calibrate`` (or, with ``--offline``, ``--calibrated 1Gbit:FILE 200Mbit:FILE``): the other link's cells are also predicted
 as ``whatif --link-from --link-to`` predicts them, on ``dagprof calibrate`` of both links with 2 ranks (each round calibrates
-both, back to back, before its profile): each collective and exit lag as profiled times what its kind and size took at
-200 Mbit/s over 1 Gbit/s, in place of the rate ratio. The rate ratio multiplies what the 1 Gbit/s link gave for free: ``tc tbf``
+both, back to back, before its profile): each collective as profiled plus what its kind and size took more at 200 Mbit/s
+than at 1 Gbit/s (each exit lag times the ratio), in place of the rate ratio. On the quiet run kept 2026-12-02 (load 1.0-2.2,
+3 rounds, ``--offline``): 2 / 4 ranks at 200 Mbit/s +3.50 / +2.98 % with each collective times the ratio (per round +7.0 /
++3.5 / -1.2 %), +1.45 / +0.92 % with the difference (+1.1 / +1.5 / -1.8 %); the profiled cell +3.1 % (its profiled window's
+mean over the unprofiled job's, +2.3 / +4.5 / -2.2 % by round: the hooks' cost, about 2 % in ``bench_overhead.py``, which 3
+unprofiled steps cannot resolve), 4 ranks at 1 Gbit/s -6.7 % (per round -0.2 / -12.1 / -2.8 %: its measured rounds spread
+213.7-240.4 ms). The rate ratio multiplies what the 1 Gbit/s link gave for free: ``tc tbf``
 passes 1 ms of traffic at once after an idle moment (``collect.jobs.netns``), a fixed time at either rate, so a 1 MiB
 all-gather took 5.4x as long at a fifth of the rate (the fitted link's ratio prices 5x less its fixed overhead).
 On two kept quiet runs (``--offline``, calibrations of both links taken after them at load 2.6-3.1): 2 / 4 ranks at
@@ -246,8 +251,8 @@ def predict(run: str, cells: list[tuple[int, str]], cores: int, calibrated: dict
             costs: FsdpCosts | None = None) -> dict[tuple[int, str], float]:
     """Each cell from the profile ``run``. ``calibrated``: per link, a ``dagprof calibrate`` file measured on it with the
     profiled ranks; a cell on another link than the profiled one, where both links have one, is priced as ``whatif
-    --link-from --link-to`` prices it (each collective and exit lag as profiled times the two files' ratio at its kind and
-    size), else by the fitted bandwidth scaled by the rate ratio. ``costs`` (``dagprof calibrate --fsdp``): another rank
+    --link-from --link-to`` prices it (each collective as profiled plus the two files' difference at its kind and size, each
+    exit lag times their ratio), else by the fitted bandwidth scaled by the rate ratio. ``costs`` (``dagprof calibrate --fsdp``): another rank
     count's optimizer step by the measured DTensor step (``scale_fsdp_workers``), else by the shard degrees' ratio."""
     from dagprof.analysis import job_iteration_us
     from dagprof.costmodel.topology import read_link_model
@@ -267,7 +272,8 @@ def predict(run: str, cells: list[tuple[int, str]], cores: int, calibrated: dict
     calibrated = calibrated or {}
     for ranks, rate in cells:
         if rate != PROFILED[1] and rate in calibrated and PROFILED[1] in calibrated:
-            g = set_link_ratio(base, read_link_model(calibrated[PROFILED[1]]).ratio_to(read_link_model(calibrated[rate])))
+            source, target = read_link_model(calibrated[PROFILED[1]]), read_link_model(calibrated[rate])
+            g = set_link_ratio(base, source.ratio_to(target), source.delta_to(target), source.workers or 0)
         else:
             g = set_link(base, bandwidth=bw * RATES[rate] / RATES[PROFILED[1]])
         if ranks != PROFILED[0]:
@@ -374,12 +380,13 @@ def offline2(keep: str, calibrated: dict[str, str] | None = None, costs_file: st
 def table2(measured: dict[tuple[int, str], list[float]], predicted: dict[tuple[int, str], list[float]], how: str) -> list[float]:
     print(f"\nPart 2: FSDP2 what-ifs on the namespace testbed, profiled {PROFILED[0]} ranks at {PROFILED[1]}, "
           f"{how}, medians (bench/fsdp_train.py {' '.join(TESTBED_MODEL)})")
-    print(f"{'ranks':>5s} {'link':>8s} {'measured ms':>12s} {'spread':>15s} {'predicted ms':>13s} {'error':>8s}")
+    print(f"{'ranks':>5s} {'link':>8s} {'measured ms':>12s} {'spread':>15s} {'predicted ms':>13s} {'error':>8s}   each round's (its own profile)")
     errors = []
     for cell in measured:
         m, p = statistics.median(measured[cell]), statistics.median(predicted[cell])
         errors.append(100 * (p - m) / m)
-        print(f"{cell[0]:5d} {cell[1]:>8s} {m:12.1f} {min(measured[cell]):7.1f}-{max(measured[cell]):<7.1f} {p:13.1f} {errors[-1]:+7.2f} %")
+        rounds = " ".join(f"{100 * (b - a) / a:+5.1f}" for a, b in zip(measured[cell], predicted[cell]))
+        print(f"{cell[0]:5d} {cell[1]:>8s} {m:12.1f} {min(measured[cell]):7.1f}-{max(measured[cell]):<7.1f} {p:13.1f} {errors[-1]:+7.2f} %   {rounds}")
     return errors
 
 

@@ -88,6 +88,11 @@ class Topology:
     kinds: tuple[tuple[str, AlphaBeta], ...] = ()
     kind_scale: tuple[tuple[str, tuple[tuple[float, float], ...]], ...] = ()
     link_ratio: tuple[tuple[str, tuple[tuple[float, float], ...]], ...] = ()
+    # per kind, (all-reduce-equivalent bytes, the first rank out's time on the other link less on this one, us) at each size
+    # two calibrations swept on ``link_delta_workers`` ranks (``LinkModelFile.delta_to``): where given, a collective's
+    # transfer grows by it (scaled to the ranks' wire share), not by ``link_ratio``, and its exit lag still by the ratio
+    link_delta: tuple[tuple[str, tuple[tuple[float, float], ...]], ...] = ()
+    link_delta_workers: int = 0
 
     def __post_init__(self) -> None:
         if self.hosts < 1 or self.devices_per_host < 1:
@@ -113,7 +118,7 @@ class Topology:
         per = min(self.devices_per_host, workers)
         if workers % per:
             raise DagprofError(f"{workers} workers do not fill hosts of {self.devices_per_host} devices")
-        return Topology(workers // per, per, self.intra, self.inter, self.overhead_us, self.kinds, self.kind_scale, self.link_ratio)
+        return replace(self, hosts=workers // per, devices_per_host=per)
 
     def kind_factor(self, kind: str, equiv_bytes: float) -> float:
         """What a ``kind`` collective of ``equiv_bytes`` (all-reduce-equivalent) measured over its link's price: the
@@ -125,6 +130,17 @@ class Topology:
         as ``kind_factor``; 1 where no other link was measured."""
         table = dict(self.link_ratio)
         return _interp_log(table.get(kind or "all_reduce", table.get("all_reduce")), equiv_bytes)
+
+    def delta_at(self, kind: str, equiv_bytes: float, workers: int) -> float:
+        """``link_delta`` of a ``kind`` collective (an unnamed kind: the all-reduce's) of ``equiv_bytes`` on ``workers``
+        ranks, us: interpolated as ``kind_factor``, times the ring's wire share on ``workers`` over the calibrations' ranks."""
+        table = dict(self.link_delta)
+        points = table.get(kind or "all_reduce", table.get("all_reduce"))
+        if not points or equiv_bytes <= 0:
+            return 0.0
+        m, d = np.array(points, dtype=float).T
+        n, w = max(workers, 2), max(self.link_delta_workers, 2)
+        return float(np.interp(np.log(equiv_bytes), np.log(m), d)) * ((n - 1) / n) / ((w - 1) / w)
 
     def for_kind(self, kind: str) -> "Topology":
         """The topology that prices a ``kind`` collective: its own measured link where there is one."""
@@ -295,13 +311,22 @@ class LinkModelFile:
         link = self.link_for(workers)
         return Topology(t.hosts, t.devices_per_host, link, link, t.overhead_us, self.kinds, self.kind_scale)
 
-    def ratio_to(self, target: LinkModelFile) -> tuple[tuple[str, tuple[tuple[float, float], ...]], ...]:
-        """``Topology.link_ratio`` from two live ``dagprof calibrate`` files, this one measured on the link a run was profiled
-        on and ``target`` on the target link, with the same ranks: per kind (the all-reduce from the main sweep, FSDP's from
-        their own sweeps, version 2 on), the target's time over the profiled link's at each size both swept, keyed by
-        all-reduce-equivalent bytes. A ratio measured at the size, not a link fit: on the namespace testbed the token bucket
-        passes 1 ms of traffic at once after an idle moment whatever the rate, so a 1 MiB all-gather took 5.4x as long at a
-        fifth of the rate, where the profile's fitted bandwidth scaled by the rate ratio prices 5x less a fixed overhead."""
+    def delta_to(self, target: LinkModelFile) -> tuple[tuple[str, tuple[tuple[float, float], ...]], ...]:
+        """``Topology.link_delta`` from the same two files as ``ratio_to``: per kind and size, the first rank out's time
+        (each sweep's time less its skew, what the graph's collective node times) on ``target`` less on this link. What a
+        job's collective took beyond its calibrated time on the profiled link (a core busy beside it, its hooks) is no wire
+        time: a slower link adds the calibrated difference to it, where the ratio multiplied it (the testbed's FSDP2
+        reduce-scatters took 9.15 ms in a job against 8.54 ms calibrated at 1 Gbit/s, times 5.36)."""
+        out = []
+        for kind, (a, b) in self._paired(target).items():
+            points = tuple((m * allreduce_equivalent_factor(kind, self.backend), (b[m][0] - b[m][1]) - (a[m][0] - a[m][1]))
+                           for m in sorted(set(a) & set(b)) if m > 0)
+            if points:
+                out.append((kind, points))
+        return tuple(out)
+
+    def _paired(self, target: LinkModelFile) -> dict[str, tuple[dict[int, tuple[float, float]], dict[int, tuple[float, float]]]]:
+        """Per kind both files swept, each file's {bytes: (time, skew)}; refused in one line where they do not compare."""
         if self.workers != target.workers:
             raise DagprofError(f"the two calibrations ran on {self.workers} and {target.workers} ranks; measure both links with the same "
                                f"ranks (the ratio is the link's alone)", target.path)
@@ -309,14 +334,24 @@ class LinkModelFile:
         for f in (self, target):
             try:
                 kinds = f.sweeps["kinds"]
-                table = {"all_reduce": f.sweeps["points"], **{k: kinds[k]["points"] for k in kinds}}
-                sweeps.append({k: {int(m): float(t) for m, t in pts} for k, pts in table.items()})
+                table = {"all_reduce": (f.sweeps["points"], f.sweeps.get("skew_us")), **{k: (kinds[k]["points"], kinds[k].get("skew_us")) for k in kinds}}
+                sweeps.append({k: {int(m): (float(t), float(sk[i]) if sk and i < len(sk) else 0.0) for i, (m, t) in enumerate(pts)}
+                               for k, (pts, sk) in table.items()})
             except (KeyError, TypeError, ValueError) as err:
                 raise DagprofError(f"not a live dagprof calibrate file: points must be [bytes, us] pairs ({err})", f.path) from None
+        return {k: (sweeps[0][k], sweeps[1][k]) for k in sorted(set(sweeps[0]) & set(sweeps[1]))}
+
+    def ratio_to(self, target: LinkModelFile) -> tuple[tuple[str, tuple[tuple[float, float], ...]], ...]:
+        """``Topology.link_ratio`` from two live ``dagprof calibrate`` files, this one measured on the link a run was profiled
+        on and ``target`` on the target link, with the same ranks: per kind (the all-reduce from the main sweep, FSDP's from
+        their own sweeps, version 2 on), the target's time over the profiled link's at each size both swept, keyed by
+        all-reduce-equivalent bytes. A ratio measured at the size, not a link fit: on the namespace testbed the token bucket
+        passes 1 ms of traffic at once after an idle moment whatever the rate, so a 1 MiB all-gather took 5.4x as long at a
+        fifth of the rate, where the profile's fitted bandwidth scaled by the rate ratio prices 5x less a fixed overhead."""
         out, backend = [], self.backend
-        for kind in sorted(set(sweeps[0]) & set(sweeps[1])):
-            a, b = sweeps[0][kind], sweeps[1][kind]
-            points = tuple((m * allreduce_equivalent_factor(kind, backend), b[m] / a[m]) for m in sorted(set(a) & set(b)) if m > 0 and a[m] > 0 and b[m] > 0)
+        for kind, (a, b) in self._paired(target).items():
+            points = tuple((m * allreduce_equivalent_factor(kind, backend), b[m][0] / a[m][0])
+                           for m in sorted(set(a) & set(b)) if m > 0 and a[m][0] > 0 and b[m][0] > 0)
             if points:
                 out.append((kind, points))
         if "all_reduce" not in dict(out):

@@ -151,7 +151,8 @@ def _link(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
             raise DagprofError("--link-to needs --link-from: a dagprof calibrate file of the link the run was profiled on, measured alike")
         if is_ps_graph(g):
             raise DagprofError("--link-to on a parameter-server job is not modelled (its messages are priced on the link's fit)")
-        return set_link_ratio(g, read_link_model(c.link_from).ratio_to(read_link_model(s.link_to)))
+        source, target = read_link_model(c.link_from), read_link_model(s.link_to)
+        return set_link_ratio(g, source.ratio_to(target), source.delta_to(target), source.workers or 0)
     if s.bandwidth is None and s.latency_us is None:
         return g
     return set_link(g, None if s.bandwidth is None else parse_bandwidth(s.bandwidth), s.latency_us, c.link)
@@ -258,8 +259,8 @@ AXES: tuple[Axis, ...] = (
     Axis("bandwidth", "--bandwidth", _bandwidth, "link bandwidth(s), e.g. 10Gbit,200Mbit,25GB/s", _link),
     Axis("latency_us", "--latency", finite_non_negative, "link latency in us (per message), e.g. 5,50", _link),
     Axis("link_to", "--link-to", _calibration, "links measured by `dagprof calibrate` (files; with --link-from, the profiled link "
-         "measured alike): each collective and exit lag priced as profiled times what its kind and size took on FILE's link over "
-         "--link-from's, e.g. 200mbit.json", _link),
+         "measured alike): each collective priced as profiled plus what its kind and size took more on FILE's link than on "
+         "--link-from's, each exit lag times their ratio, e.g. 200mbit.json", _link),
     Axis("bucket_mb", "--bucket-mb", positive_number, "DDP bucket cap(s) in MB (MiB, as DDP's bucket_cap_mb); 'inf' = one bucket per step",
          _buckets, unmodelled_on_fsdp="bucket_mb"),
     Axis("scheme", "--scheme", CollectiveSpec.parse, "collective algorithm(s): ring, tree, hier, ps:K (K servers)", _scheme, str,
@@ -474,8 +475,9 @@ def _link_to_notes(scenarios: list[Scenario], c: Cluster) -> list[str]:
     """What a ``--link-to`` row rests on: the two calibrations' ratio, not a fit."""
     if not any(s.link_to is not None for s in scenarios):
         return []
-    return [f"--link-to: each collective and exit lag as profiled times what its kind and size took on the row's link over "
-            f"--link-from's ({c.link_from}), the nearest swept sizes interpolated (beyond the sweep, its end's); the two files must "
+    return [f"--link-to: each collective as profiled plus what its kind and size took more on the row's link than on "
+            f"--link-from's ({c.link_from}, the first rank out's time), each exit lag times their ratio, the nearest swept sizes "
+            "interpolated (beyond the sweep, its end's); the two files must "
             "be measured alike (on a loaded machine each size's time grows by about the same amount on both links, and the ratio shrinks)"]
 
 
