@@ -224,34 +224,48 @@ def measured(out: str) -> dict:
     return {"measured_ms": p.analysis.measured_us / 1e3, "measured_median_ms": median_step_ms(p.graph), "comm_ms": comm_per_step_ms(p.graph)}
 
 
+# Payload bytes per frame on the shaped loopback: a 1448 B TCP segment (timestamps on) in a 1514 B Ethernet frame. The wire's
+# time per payload byte at a rate is 8 / (rate x PAYLOAD_SHARE) s.
+PAYLOAD_SHARE = 1448 / 1514
+
+
+def wire_rate(rate: float, workers: int) -> str:
+    """The link rate a ring all-reduce of ``workers`` sees on the testbed at ``rate`` bit/s, as ``dagprof whatif`` reads a
+    bandwidth: N workers' ring all-reduce of S bytes puts 2 (N - 1) S on the one shaped loopback, and the model prices it
+    2 (N - 1) / N S per link, so the model's link is rate / N (of payload)."""
+    return f"{rate * PAYLOAD_SHARE / workers / 1e6:.6g}Mbit"
+
+
 def predict_rate(out: str, rate: float, other: float) -> dict:
-    """From the profile at ``rate``, the iteration at ``other`` as ``dagprof whatif --bandwidth`` predicts it: the link fitted
-    to the profile's collectives, its bandwidth scaled by the rate ratio (TCP/IP framing carries over), op times as profiled
+    """From the profile at ``rate``, the iteration at ``other`` as ``dagprof whatif --bandwidth OTHER --profiled-bandwidth RATE``
+    predicts it (both as the model's link, ``wire_rate``): the link fitted to the profile's collectives with its time per byte
+    beyond the wire's kept as work on the cores (on a loaded machine the fit ran at 45-71 % of the wire, and scaling the
+    whole fit by the rate ratio stretched that CPU time as wire time: +50 to +80 % on the collectives), op times as profiled
     (``raw``: the measurement it is compared with is a profiled run too). Also the median replayed step of that what-if, and
     of the model it starts from (the fitted link at the profiled rate) against the profile's own: its reproduction."""
+    from dagprof.costmodel.alphabeta import parse_bandwidth
     from dagprof.passes import set_link, set_topology
     from dagprof.passes.comm import priced_world_size
-    from dagprof.search.whatif import Cluster as Settings, base_topology
+    from dagprof.search.whatif import Cluster as Settings, base_topology, profiled_at, wire_bandwidth
 
     p = open_run(out)
-    base = evaluate(p.graph, [Scenario()], measured_us=p.analysis.measured_us, tolerance_pct=None, raw=True)
-    fit = base["link_fit"]
-    bw = fit["bandwidth_bytes_per_s"] * other / rate
-    row = evaluate(p.graph, [Scenario(bandwidth=f"{8 * bw / 1e6:.6g}Mbit")], measured_us=p.analysis.measured_us, tolerance_pct=None,
-                   raw=True)["scenarios"][0]
-    flat = set_topology(p.graph, base_topology(p.graph, Settings()))
-    what_if = set_link(flat, bw)
+    n = priced_world_size(p.graph)
+    settings = Settings(profiled_bandwidth=wire_rate(rate, n))
+    res = evaluate(p.graph, [Scenario(bandwidth=wire_rate(other, n))], settings, measured_us=p.analysis.measured_us, tolerance_pct=None, raw=True)
+    fit, row = res["link_fit"], res["scenarios"][0]
+    marked = profiled_at(p.graph, settings)
+    base = base_topology(marked, settings)
+    flat = set_topology(marked, base)
+    what_if = set_link(flat, wire_bandwidth(marked, parse_bandwidth(wire_rate(other, n)), base))
     got = measured(out)
-    model_median = median_step_ms(set_link(flat, fit["bandwidth_bytes_per_s"]))
-    return got | {"model_pct": base["model_error_pct"], "model_median_pct": 100.0 * (model_median - got["measured_median_ms"]) / got["measured_median_ms"],
+    model_median = median_step_ms(flat)
+    return got | {"model_pct": res["model_error_pct"], "model_median_pct": 100.0 * (model_median - got["measured_median_ms"]) / got["measured_median_ms"],
                   "predicted_ms": row["predicted_iter_ms"], "predicted_median_ms": median_step_ms(what_if),
                   "predicted_comm_ms": comm_per_step_ms(what_if), "fit_bit_per_s": 8 * fit["bandwidth_bytes_per_s"],
-                  # the fitted bandwidth against the wire's: N workers' ring all-reduce of S bytes puts 2 (N - 1) S on the one
-                  # shaped loopback, so a wire-bound fit is rate / N. Well below 100 %: the profile's collectives spent their
-                  # time on the cores (load), which the rate ratio then stretches as if it were wire time (jax_mixer 45 %,
-                  # +81 % on its collectives, at load 8-10). Above (TF, 109-200 %): bytes that crossed outside the timed
-                  # transfer, e.g. sent before the last worker joined
-                  "fit_of_wire_pct": 100.0 * 8 * fit["bandwidth_bytes_per_s"] * priced_world_size(p.graph) / rate,
+                  # the fitted bandwidth against the wire's (rate / N). Well below 100 %: the profile's collectives spent their
+                  # time on the cores (load), kept fixed at the other rate (jax_mixer 45 %). Above (TF, 109-200 %): bytes that
+                  # crossed outside the timed transfer, e.g. sent before the last worker joined: the whole fit scales
+                  "fit_of_wire_pct": 100.0 * 8 * fit["bandwidth_bytes_per_s"] * n / rate,
                   "fit_latency_us": fit["latency_us"], "weak_fit": fit.get("weak")}
 
 

@@ -21,6 +21,7 @@ from .common import (
     MAX_CONTENDED_WORKERS,
     add_out_argument,
     add_run_arguments,
+    bandwidth,
     comma_list,
     outputs,
     positive_int,
@@ -50,6 +51,9 @@ def add_arguments(p) -> None:
                    "file also prices compute slowed beside in-flight collectives")
     p.add_argument("--link-from", metavar="FILE", help="`dagprof calibrate` file of the link the run was profiled on, for --link-to "
                    "(measured as its files were: same ranks, sizes and machine)")
+    p.add_argument("--profiled-bandwidth", metavar="RATE", type=bandwidth,
+                   help="the wire rate the run was profiled at, e.g. 1Gbit: the fitted link's time per byte beyond it is kept as work on "
+                   "the cores at every --bandwidth (busy cores, not the link), only the wire's part scales")
     p.add_argument("--cores", type=positive_int, default=None, help="cores per host shared by its ranks (default: ranks do not contend)")
     p.add_argument("--ranks-per-host", type=positive_int, default=None, help="with --cores: ranks per host (default all on one)")
     p.add_argument("--fine", action="store_true", help="per-message collectives on per-link queues (needs <= 64 ranks)")
@@ -86,7 +90,8 @@ def _evaluate(args, folder: str | None) -> dict:
     # compute slowed beside collectives, where the user gives a calibrate --overlap file: one measurement on one link, and the
     # weighting by bytes per second that carries it to another rate is not validated (the demo's own overlap.json stays the optimizer's)
     slowdown, rate = slowdown_of(None, args.link_model) if args.link_model else (0.0, None)
-    cluster = Cluster(link=args.link, topology=args.topology, link_model=args.link_model, link_from=args.link_from, first_bucket_mb=args.first_bucket_mb,
+    cluster = Cluster(link=args.link, topology=args.topology, link_model=args.link_model, link_from=args.link_from,
+                      profiled_bandwidth=args.profiled_bandwidth, first_bucket_mb=args.first_bucket_mb,
                       overlap=not args.no_overlap, cores=args.cores, ranks_per_host=args.ranks_per_host, fine=args.fine,
                       optimizer_state=args.optimizer_state, slowdown=slowdown, comm_rate=rate)
     measured = prof.analysis.measured_us

@@ -10,6 +10,7 @@ import contextlib
 import os
 from typing import Callable, TypeVar
 
+from ..costmodel.alphabeta import parse_bandwidth
 from ..errors import DagprofError
 from ..fsutil import DEFAULT_MAX_BYTES, MAX_BYTES_ENV, Staged, staged_folder
 from ..traces.ray_parse import ENV_VAR as RAY_ENV_VAR
@@ -69,6 +70,15 @@ def steps_arg(text: str) -> range:
         return parse_steps(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def bandwidth(text: str) -> str:
+    """A link rate with its unit (``costmodel.alphabeta.parse_bandwidth``), kept as written; a bad one is a usage error."""
+    try:
+        parse_bandwidth(text)
+    except DagprofError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
 
 
 def comma_list(item: Callable[[str], T]) -> Callable[[str], list[T]]:

@@ -27,7 +27,7 @@ from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
 from ..passes import expand_collectives, partition_tensors, scale_compute, scale_workers, set_buckets, set_link, set_scheme, set_topology
-from ..passes.comm import current_topology, graph_world_size, hybrid, link_fit, priced_world_size, set_link_ratio
+from ..passes.comm import LinkFit, current_topology, graph_world_size, hybrid, link_fit, priced_world_size, profiled_collectives, set_link_ratio
 from ..passes.compute import share_cores
 from ..passes.data_parallel import conversion_note, parse_target, to_data_parallel, with_optimizer_state
 from ..passes.fsdp import UNMODELLED, refuse_unmodelled, scale_fsdp_workers, set_reduce_dtype, set_reshard
@@ -90,6 +90,7 @@ class Cluster:
     topology: str | None = None  # a file or presets like "nvlink/100gbe:8"
     link_model: str | None = None  # a `dagprof calibrate` file
     link_from: str | None = None  # a `dagprof calibrate` file of the profiled link: ``Scenario.link_to`` scales prices by the two's ratio
+    profiled_bandwidth: str | None = None  # the wire rate the run was profiled at, as written (``passes.comm.split_at_wire``)
     first_bucket_mb: float | None = None
     overlap: bool = True  # False: all-reduces start after the whole backward
     cores: int | None = None  # cores per host shared by its ranks
@@ -102,6 +103,9 @@ class Cluster:
 
     def __post_init__(self) -> None:
         self.link_file = None if self.link_model is None else read_link_model(self.link_model)
+        if self.profiled_bandwidth is not None and (self.topology or self.link_model):
+            raise DagprofError("splits the link fitted to the run's collectives; --topology and --link-model give the link instead",
+                               "--profiled-bandwidth")
 
 
 Pass = Callable[[Graph, Scenario, Cluster, Topology], Graph]
@@ -155,7 +159,17 @@ def _link(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
         return set_link_ratio(g, source.ratio_to(target), source.delta_to(target), source.workers or 0)
     if s.bandwidth is None and s.latency_us is None:
         return g
-    return set_link(g, None if s.bandwidth is None else parse_bandwidth(s.bandwidth), s.latency_us, c.link)
+    return set_link(g, None if s.bandwidth is None else wire_bandwidth(g, parse_bandwidth(s.bandwidth), base_topo), s.latency_us, c.link)
+
+
+def wire_bandwidth(g: Graph, asked: float, base_topo: Topology) -> float:
+    """The link's bandwidth (B/s) for a row's ``asked``: as asked, or, where the profiled wire rate is known
+    (``profiled_at``), the fitted link's wire part scaled by asked over that rate. That is the rate asked where the fit was
+    slower than the wire (``passes.comm.split_at_wire`` left the wire's rate as its bandwidth), and the fit scaled by the
+    rate ratio where it was faster (bytes that crossed outside the timed transfers: TF's fits ran at 109-200 % of the wire,
+    and pricing them at the wire's rate put 125 Mbit/s +105 % off instead of +33 %)."""
+    wire = g.meta.wire_bytes_per_s
+    return asked if wire is None else asked * base_topo.inter.bandwidth_bytes_per_s / wire
 
 
 def _reduce_dtype(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
@@ -290,7 +304,8 @@ def sweep(values: dict[str, list | None]) -> list[Scenario]:
 
 
 def base_topology(g: Graph, c: Cluster) -> Topology:
-    """The cluster the run ran on: ``c.topology``, else ``c.link_model``, else fitted to its collectives."""
+    """The cluster the run ran on: ``c.topology``, else ``c.link_model``, else fitted to its collectives (split at the wire
+    rate it was profiled at where ``profiled_at`` gave it)."""
     n0 = priced_world_size(g)  # a hybrid job's link model prices its data-parallel group
     t = current_topology(g)
     if c.topology:  # the profile's per-collective software overhead stays
@@ -298,6 +313,17 @@ def base_topology(g: Graph, c: Cluster) -> Topology:
     if c.link_file:
         return c.link_file.on(t, n0)
     return t
+
+
+def profiled_at(g: Graph, c: Cluster) -> Graph:
+    """``g`` with the wire rate it was profiled at (``c.profiled_bandwidth``) in its meta, where given: its fitted link is then
+    split at it (``passes.comm.split_at_wire``)."""
+    if c.profiled_bandwidth is None:
+        return g
+    if is_ps_graph(g):
+        raise DagprofError("a parameter-server job's messages are priced on their own fit (servers' work apart): not modelled for it",
+                           "--profiled-bandwidth")
+    return g.replace(meta=g.meta.replace(wire_bytes_per_s=parse_bandwidth(c.profiled_bandwidth)))
 
 
 def _demand(g: Graph, res: ReplayResult, c: Cluster):
@@ -402,6 +428,8 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     """
     t0 = time.perf_counter()
     cluster = cluster or Cluster()
+    g0 = profiled_at(g0, cluster)
+    steps_graph = None if steps_graph is None else profiled_at(steps_graph, cluster)
     n0 = graph_world_size(g0)
     unit = replica_ranks(g0)  # ranks of one data-parallel replica: "one worker" of a hybrid job is one replica
     base_topo = base_topology(g0, cluster)
@@ -421,6 +449,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
                               "the link model" if given else "the link fitted to its collectives")
     fit = None if given else link_fit(g0)
     caveat = None if fit is None or fit.weak is None else f"extrapolates a link fit too weak to split latency from bandwidth: {fit.weak}"
+    wire, wire_notes = _profiled_wire(g0, fit, cluster)
     stepwise = g0 if steps_graph is None else steps_graph
     residuals = link_residuals(stepwise, set_topology(stepwise, base_topo))
     level = run_level(stepwise, cost, corrected is not None, model, measured_us)
@@ -460,15 +489,40 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
         rows.append(row)
     link = None if fit is None else {
         "latency_us": fit.link.alpha_us, "bandwidth_bytes_per_s": fit.link.bandwidth_bytes_per_s if fit.link.beta_us_per_byte else None,
-        "collectives": fit.collectives, "sizes": fit.sizes, "r2": fit.r2, "weak": fit.weak}
+        "collectives": fit.collectives, "sizes": fit.sizes, "r2": fit.r2, "weak": fit.weak, "profiled_wire": wire}
     profiler = cost.to_dict() | ({"corrected": False, "verdict": "--raw", "text": "op times as profiled (--raw)"} if raw else {})
     return {"workers": n0, "model_iter_ms": model / 1e3, "model_error_pct": model_error, "profiler_cost": profiler,
             "reference_iter_ms": None if not measured_us else measured_us / 1e3, "link": link_text(base_topo), "link_fit": link,
             "columns": COLUMNS, "scenarios": rows, "overlap_slowdown": cluster.slowdown, "overlap_rate_bytes_per_s": cluster.comm_rate,
             "notes": _hybrid_notes(g0) + _conversion_notes(g0, scenarios, cluster) + _crowded_notes(g0)
                      + _shared_cores_notes(g0, cluster) + _overlap_notes(cluster)
-            + _link_to_notes(scenarios, cluster),
+            + _link_to_notes(scenarios, cluster) + wire_notes,
             "seconds": time.perf_counter() - t0}
+
+
+FAR_BELOW_WIRE = 0.8  # a fit slower than this share of the profiled wire: most of its collectives' time is not the link's
+
+
+def _profiled_wire(g: Graph, fit: LinkFit | None, c: Cluster) -> tuple[dict | None, list[str]]:
+    """The fitted link against the wire rate the run was profiled at (``Cluster.profiled_bandwidth``): for --json, and a note
+    saying how much of the collectives' per-byte time ``split_at_wire`` keeps fixed (the fit far below the wire: busy cores)."""
+    if c.profiled_bandwidth is None or fit is None:
+        return None, []
+    wire = parse_bandwidth(c.profiled_bandwidth)
+    share = 1e6 / wire / fit.link.beta_us_per_byte if fit.link.beta_us_per_byte > 0 else None
+    nbytes = float(profiled_collectives(g, overlapping=g.meta.comm_lanes > 1)[0].sum())
+    out = {"bandwidth_bytes_per_s": wire, "fit_share": share, "collectives": fit.collectives, "bytes": nbytes,
+           "far_below": share is not None and share < FAR_BELOW_WIRE}
+    if fit.link.beta_us_per_byte == 0:
+        return out, [f"--profiled-bandwidth {c.profiled_bandwidth}: the {fit.collectives} collectives' ({nbytes / 1e6:.3g} MB) durations "
+                     "show no time per byte, so nothing of them is wire time to keep apart"]
+    head = f"--profiled-bandwidth {c.profiled_bandwidth}: the link fitted to {fit.collectives} collectives ({nbytes / 1e6:.3g} MB) runs at {share:.0%} of it"
+    if share >= 1.0:
+        return out, [f"{head}, no slower than the wire (bytes crossed outside the timed transfers, or the rate is not the wire's): "
+                     "its whole per-byte time scales by the rate ratio, --bandwidth over it"]
+    far = "far below the wire: " if share < FAR_BELOW_WIRE else ""
+    return out, [f"{far}{head}; the other {1 - share:.0%} of its per-byte time is taken as work on the cores (busy cores, copies) "
+                 "and kept at every bandwidth, only the wire's part scales"]
 
 
 def _link_to_notes(scenarios: list[Scenario], c: Cluster) -> list[str]:

@@ -1,0 +1,104 @@
+"""``dagprof whatif --profiled-bandwidth RATE``: the wire rate the run was profiled at splits the link fitted to its
+collectives (``passes.comm.split_at_wire``). The fit's time per byte beyond the wire's is work on the cores and stays at
+every --bandwidth; only the wire's part scales. A fit faster than the wire scales whole, by the rate ratio. On vendored
+recordings of TF, JAX and Horovod jobs (tests/data/tf, tf-jax, horovod), each given a rate it might have run at."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from testdata import DATA
+
+from dagprof.cli.main import main
+from dagprof.graph.build_fsdp import allreduce_equivalent_bytes
+from dagprof.passes.comm import link_fit, priced_comm
+from dagprof.pipeline import open_run
+from dagprof.search.whatif import Cluster, Scenario, apply, base_topology, evaluate, profiled_at
+
+PMAP = DATA / "tf-jax" / "pmap"  # its collectives fit at about 35 % of 1 Gbit/s: far below such a wire
+LOOP = DATA / "tf" / "loop"  # its collectives fit at about 3.4 Gbit/s: faster than 1 Gbit/s
+
+
+def rows(run, cluster: Cluster, *bandwidths: str | None) -> dict:
+    g = open_run(run).graph
+    return evaluate(g, [Scenario(bandwidth=b) for b in bandwidths], cluster, open_run(run).analysis.measured_us, tolerance_pct=None, raw=True)
+
+
+def test_the_excess_over_the_wire_stays_and_the_wire_scales():
+    g = open_run(PMAP).graph
+    c = Cluster(profiled_bandwidth="1Gbit")
+    marked = profiled_at(g, c)
+    base = base_topology(marked, c)
+    at = {b: apply(marked, Scenario(bandwidth=b), c, base) for b in (None, "1Gbit", "100Mbit")}
+    comm = np.flatnonzero(priced_comm(at[None]))
+    assert len(comm)
+    # the profiled rate prices every collective (and the exit lags) as the plain fit does: the model it starts from is the same
+    plain = apply(g, Scenario(), Cluster(), base_topology(g, Cluster()))
+    np.testing.assert_allclose(at[None].dur, plain.dur, rtol=1e-9, atol=1e-6)
+    np.testing.assert_allclose(at[None].gap, plain.gap, rtol=1e-9, atol=1e-6)
+    np.testing.assert_allclose(at["1Gbit"].dur, plain.dur, rtol=1e-9, atol=1e-6)
+    # 100 Mbit/s adds each collective's bytes' wire time at 100 Mbit/s less at 1 Gbit/s (2 ranks: a ring moves its bytes once)
+    wire_us = allreduce_equivalent_bytes(at[None], comm) * (8e6 / 100e6 - 8e6 / 1e9)
+    np.testing.assert_allclose(at["100Mbit"].dur[comm] - at[None].dur[comm], wire_us, rtol=1e-9)
+
+
+def test_the_cpu_excess_neither_stretches_nor_vanishes():
+    fit = link_fit(open_run(PMAP).graph).link.bandwidth_bytes_per_s
+    plain = rows(PMAP, Cluster(), None, "100Mbit", f"{fit / 10:.6f}B/s")
+    split = rows(PMAP, Cluster(profiled_bandwidth="1Gbit"), None, "100Mbit")
+    assert split["model_iter_ms"] == pytest.approx(plain["model_iter_ms"], rel=1e-9)
+    # without the rate: --bandwidth 100Mbit replaces the fit's whole time per byte (the excess is gone), and the fit scaled
+    # by the rate ratio stretches the excess as wire time; with it, the excess stays
+    dropped, stretched = (row["predicted_iter_ms"] for row in plain["scenarios"][1:])
+    assert split["model_iter_ms"] < dropped < split["scenarios"][1]["predicted_iter_ms"] < stretched
+    wire = split["link_fit"]["profiled_wire"]
+    assert wire["far_below"] and 0 < wire["fit_share"] < 0.8 and wire["collectives"] == split["link_fit"]["collectives"] and wire["bytes"] > 0
+    assert sum(n.startswith("far below the wire: --profiled-bandwidth 1Gbit") for n in split["notes"]) == 1
+    assert plain["link_fit"]["profiled_wire"] is None and not any("--profiled-bandwidth" in n for n in plain["notes"])
+
+
+def test_a_fit_faster_than_the_wire_scales_by_the_rate_ratio():
+    fit = link_fit(open_run(LOOP).graph).link.bandwidth_bytes_per_s
+    assert fit > 1e9 / 8
+    split = rows(LOOP, Cluster(profiled_bandwidth="1Gbit"), "100Mbit")
+    ratio = rows(LOOP, Cluster(), f"{fit / 10:.6f}B/s")
+    assert split["scenarios"][0]["predicted_iter_ms"] == pytest.approx(ratio["scenarios"][0]["predicted_iter_ms"], rel=1e-9)
+    assert not split["link_fit"]["profiled_wire"]["far_below"]
+    assert any("no slower than the wire" in n for n in split["notes"])
+
+
+def test_collectives_without_time_per_byte_keep_their_time():
+    split = rows(DATA / "horovod" / "text", Cluster(profiled_bandwidth="1Gbit"), None, "100Mbit")
+    assert split["link_fit"]["profiled_wire"]["fit_share"] is None
+    assert split["scenarios"][1]["predicted_iter_ms"] == pytest.approx(split["scenarios"][0]["predicted_iter_ms"], rel=1e-9)
+    assert any("show no time per byte" in n for n in split["notes"])
+
+
+def test_cli_text_and_json(capsys):
+    args = ["whatif", str(PMAP), "--bandwidth", "100Mbit", "--profiled-bandwidth", "1Gbit", "--no-trace", "--allow-model-error"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert sum(line.startswith("note: far below the wire: --profiled-bandwidth 1Gbit") for line in text.splitlines()) == 1
+    assert main(args + ["--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["link_fit"]["profiled_wire"]["far_below"] and any(n.startswith("far below the wire") for n in out["notes"])
+
+
+@pytest.mark.parametrize("extra, why", [
+    (["--profiled-bandwidth", "1"], "has no unit"),
+    (["--profiled-bandwidth", "fast"], "cannot read bandwidth"),
+    (["--profiled-bandwidth", "0Gbit"], "positive"),
+    (["--profiled-bandwidth", "1Gbit", "--link-model", str(DATA / "fsdp" / "testbed-calibrate" / "1gbit.json")], "--link-model give the link"),
+    (["--profiled-bandwidth", "1Gbit", "--topology", "10gbe"], "--topology and --link-model"),
+])
+def test_bad_values_are_refused_in_one_line(capsys, extra, why):
+    assert main(["whatif", str(PMAP), "--bandwidth", "100Mbit", "--no-trace", "--allow-model-error", *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert why in err and "Traceback" not in err and len(err.splitlines()) <= 2  # argparse prints its usage line first
+
+
+def test_a_parameter_server_job_is_refused(capsys):
+    assert main(["whatif", str(DATA / "mxnet" / "user_mlp"), "--bandwidth", "100Mbit", "--profiled-bandwidth", "1Gbit",
+                 "--no-trace", "--allow-model-error"]) == 2
+    assert "parameter-server" in capsys.readouterr().err
