@@ -108,8 +108,9 @@ def review(job: str, source: str, root: str) -> None:
         strip_groups(stock, run, identity=source == "stripped")
     if source == "dagprof":
         done = chain.dagprof("profile", "-o", run, "--steps", "2:4", "--", *torchrun(job), "--steps", "6")
-        if done.returncode:
-            print(f"FAILED   profile {job}: {done.stderr[-400:]}")
+        if done.returncode:  # exit 2: refused in one line (the zero-code mode sees DDP and FSDP models only)
+            last = done.stderr.strip().splitlines()[-1:] or [""]
+            print(f"{'refused ' if done.returncode == 2 else 'FAILED  '} profile {job}: {last[0][:300]}")
             return
     got, want = labels(run), JOBS[job][3]
     verdict = "labels ok" if source != "stock" or got == want else f"labels WRONG (want {want!r})"

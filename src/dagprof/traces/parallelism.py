@@ -250,9 +250,11 @@ def _label_rank(trace: RankTrace) -> tuple[_Instances, np.ndarray, list[str]]:
     n = len(inst.coll)
     dims = np.zeros(n, dtype=np.int8)
     why = [""] * n
-    if trace.meta.format != "kineto":  # dagprof's collectors record data-parallel collectives only
-        dims[:] = Dim.DP
-        return inst, dims, ["recorded by a data-parallel collector"] * n
+    if trace.meta.format != "kineto":  # dagprof's collectors record data-parallel collectives, and what Kineto adds on the main thread
+        why = [("send/recv" if c in _P2P else "all-to-all") if c in _P2P or c == "alltoall" else "recorded by a data-parallel collector"
+               for c in inst.coll]
+        dims[:] = [Dim.PP if c in _P2P else Dim.EP_CP if c == "alltoall" else Dim.DP for c in inst.coll]
+        return inst, dims, why
     desc = trace.meta.group_desc
     forward_sizes: dict[int, set[int]] = {}
     for k in range(n):
@@ -310,6 +312,8 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
             if len(transfer) and (ev.depth[transfer] > 0).all():
                 inline[(_TEXT[int(dims[k])], inst.coll[k])] += 1
             name = trace.groups[int(inst.group[k])]
+            if trace.meta.format != "kineto" and dims[k] != Dim.DP:  # a dagprof run puts them in DDP's group: not their ranks
+                name = f"{name} ({_TEXT[int(dims[k])]})"
             st = stats.get(name)
             if st is None:
                 st = stats[name] = {"desc": "", "ranks": (), "dims": Counter(), "nbytes": Counter(), "why": Counter()}
@@ -326,7 +330,7 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
     # while it carries two of DP, TP and PP: those groups are really smaller and the trace does not say how
     lumped = {name for name, st in stats.items() if name == "0" and len(set(st["dims"]) & {"DP", "TP", "PP"}) > 1
               and not any("0" in t.meta.group_desc for t in run.ranks)}
-    groups = [x if x.name not in lumped else replace(x, ranks=()) for x in groups]
+    groups = [x if x.name not in lumped else replace(x, ranks=()) for x in groups] + _unseen(run, inline)
     dp = _dp_groups(run, groups)
     notes = list(run.meta.parallelism_notes)
     if inline:  # gloo's send/recv run in the calling thread: graph.build keeps the calling op, timed as measured
@@ -334,6 +338,20 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
         notes.append(f"{what} (summed over ranks) ran inside the ops that issued them: the graph times them as those ops, "
                      "as measured (not in the breakdown by dimension, not re-priced by what-ifs)")
     return Parallelism(groups, run.world_size, dp, max((len(r) for r in dp), default=0), notes), per_event
+
+
+def _unseen(run: Run, inline: Counter) -> list[GroupLabel]:
+    """A dagprof run's collectives that only its Kineto trace shows, issued inside other ops: all-to-alls (EP/CP) and
+    send/recv (PP) tell their dimension by kind; one group of unknown ranks per dimension, counted into ``inline``."""
+    found: dict[str, Counter] = {}
+    for t in run.ranks:
+        for coll, n in t.meta.unseen_collectives.items():
+            d = Dim.EP_CP if coll == "alltoall" else Dim.PP if coll in _P2P else None
+            if d is not None:
+                found.setdefault(d.text, Counter())[coll] += n
+                inline[(d.text, coll)] += n
+    return [GroupLabel(f"unseen {d}", "", (), {d: sum(c.values())}, {}, [f"{', '.join(c)} in the Kineto trace, no hook saw"])
+            for d, c in found.items()]
 
 
 def _dp_groups(run: Run, groups: list[GroupLabel]) -> list[tuple[int, ...]]:
