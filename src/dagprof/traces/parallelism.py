@@ -9,7 +9,9 @@ Evidence per collective, strongest first (the first that tells wins):
 1. the process group's description: torch's DeviceMesh names its groups ``mesh_<dim name>``, Megatron
    ``TENSOR_MODEL_PARALLEL_GROUP`` and the like (``record_param_comms`` args, ``distributedInfo.pg_config``);
 2. a DDP gradient bucket (dagprof's hooks know each bucket's parameters): DP; a trace from one of
-   dagprof's data-parallel collectors (TensorFlow, JAX, Horovod, MXNet PS): DP;
+   dagprof's data-parallel collectors (TensorFlow, JAX, Horovod, MXNet PS): DP, but the send/recv and all-to-all
+   that Kineto adds to a dagprof run (in DDP's group, whose ranks are not theirs) are PP and EP/CP, and those it
+   shows only inside other ops (``RankMeta.unseen_collectives``) make a group of unknown ranks;
 3. the collective itself: send/recv is PP; all-to-all is EP/CP (in the forward pass an embedding or
    expert exchange, in the backward pass its gradient);
 4. where it sits and its size: an all-reduce or reduce-scatter inside the forward pass of at least
@@ -17,11 +19,10 @@ Evidence per collective, strongest first (the first that tells wins):
    one of its group's forward ones is their gradient (TP); any other in or after the backward pass
    reduces gradients (DP); an all-gather in the forward pass of a group that reduce-scatters gradients is
    FSDP/ZeRO's (DP);
-   any collective a DTensor op issued (inside ``Redistribute``, a tensor subclass's dispatch or
-   ``from_local``'s backward) in a group that
-   reduces activations in the forward pass is tensor parallel too: sequence parallelism's all-gathers, and the
-   all-reduces of the partial gradients of parameters a TP plan replicates (the optimizer's DTensor ops issue them
-   after backward; DDP's gradient buckets are issued by its reducer, never by a DTensor op);
+   any collective a DTensor op issued (inside ``Redistribute``, a tensor subclass's dispatch or ``from_local``'s
+   backward) in a group that reduces activations in the forward pass is tensor parallel too: sequence parallelism's
+   all-gathers, and the all-reduces of the partial gradients of parameters a TP plan replicates (the optimizer's
+   DTensor ops issue them after backward; DDP's gradient buckets are issued by its reducer, never by a DTensor op);
 5. what is left (broadcast, barrier, an all-gather) takes its group's label when its group's other
    collectives agree on one;
 6. else "unknown".
