@@ -159,3 +159,10 @@ def test_dagprof_run_with_an_unseen_all_to_all_refuses_workers(capsys, tmp_path)
     assert par.describe() == "DP x2, EP/CP" and any("EP/CP alltoall" in n and "inside the ops" in n for n in par.notes)
     code, out, err = _cli(capsys, "whatif", FRESH / "ep-dp-dagprof", "--workers", 4, "--allow-model-error", "-o", tmp_path)
     assert code == 2 and "does not say which ranks the EP/CP collectives" in err and len(err.strip().splitlines()) == 1 and out == ""
+
+
+def test_pipeline_without_process_groups_refused_saying_why(capsys, tmp_path):
+    """Stage 0 and stage 1 issue different collectives; with every one in group 0 they cannot be matched."""
+    code, out, err = _cli(capsys, "analyze", _stripped(tmp_path, "pp-dp", keep_identity=True))
+    assert code == 2 and "mismatched collectives" in err and "record no process group" in err
+    assert len(err.strip().splitlines()) == 1 and out == ""
