@@ -180,7 +180,10 @@ def match_collectives(run: Run, strict: bool = True) -> Matching:
                         f"{run.ranks[step_ref].rank}'s by their collectives: " + ", ".join(f"rank {r} {c:+d}" for r, c in step_offset.items()))
     if problems and strict:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise DagprofError(f"mismatched collectives: {problems[0]}{more}", run.source)
+        why = ("; the traces record no process group (no pg_config or record_param_comms), so every collective counts in one "
+               "group and ranks that run different programs (pipeline stages) cannot be matched"
+               if all(t.groups == ["0"] and not t.meta.group_desc for t in run.ranks) and run.world_size > 2 else "")
+        raise DagprofError(f"mismatched collectives: {problems[0]}{more}{why}", run.source)
     return Matching(instance, instances, problems, warnings, step_offset)
 
 

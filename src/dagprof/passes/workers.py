@@ -62,9 +62,14 @@ def refuse_degree(g: Graph, dim: Dim, degree: int) -> None:
     """A new tensor/pipeline/expert degree is not modelled: one line saying so (the profiled degree is accepted)."""
     par = g.meta.parallel
     sizes = sorted({len(x.ranks) for x in par.groups if dim.text in x.dims and x.ranks}) if par is not None else []
-    if sizes == [degree] or (not sizes and degree == 1):
+    present = par is not None and any(dim.text in x.dims for x in par.groups)
+    # a dagprof run of a hybrid job records its data-parallel collectives only: the replica's other dimensions are unseen
+    unseen = par is not None and not present and par.dims <= {Dim.DP} and 0 < par.dp_size < par.world_size and not par.dp_mesh
+    if sizes == [degree] or (not present and not unseen and degree == 1):
         return
-    profiled = "/".join(map(str, sizes)) if sizes else "1 (no such collective in the trace)"
+    profiled = ("/".join(map(str, sizes)) if sizes else f"not recorded: the trace does not say which ranks its {dim.text} groups hold"
+                if present else f"not recorded: this profile sees the data-parallel collectives only, {par.world_size // par.dp_size} "
+                "ranks per replica" if unseen else "1 (no such collective in the trace)")
     raise DagprofError(f"a {dim.text} degree of {degree} is not modelled (profiled: {profiled}): the graph keeps the profiled "
                        f"{dim.text} groups and their measured traffic; only the data-parallel degree (--workers) is scaled")
 
@@ -97,6 +102,9 @@ def _data_parallel_degree(g: Graph, workers: int) -> int:
                            "more workers would add a data-parallel dimension it does not show")
     for grp in par.groups:
         other = [d for d in grp.dims if d != Dim.DP.text]
+        if other and not grp.ranks and dp >= n0:  # no smaller data-parallel groups say what one replica is
+            raise DagprofError(f"--workers is not modelled here: the trace does not say which ranks the {'/'.join(other)} collectives "
+                               f"of group {grp.name} span ({par.describe()}), so how they change with more workers is not known")
         if other and any(len(set(grp.ranks) & set(ranks)) > 1 for ranks in par.dp_groups):
             raise DagprofError(f"--workers is not modelled here: the {'/'.join(other)} collectives of group {grp.name} span "
                                f"data-parallel ranks too ({par.describe()}), so how they change with more workers is not known")

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections import Counter
 
 import numpy as np
 
@@ -256,6 +257,7 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
     spans = [(step, b0, b1, _partition(records[(t >= b0) & (t <= b1)], b0, b1, layers, comm, grad_bytes)) for step, b0, b1 in steps]
     trace = _to_rank_trace(f, path, spans, comm, layers)
     trace.meta.warnings, trace.meta.comm_source, trace.meta.kineto = [RunWarning(w) for w in warnings], comm.source, kpath
+    trace.meta.unseen_collectives = comm.unseen
     if f.fsdp is not None:
         label_groups(trace, f.fsdp)
         trace.meta.fsdp = f.fsdp
@@ -329,8 +331,10 @@ def _kineto_comm(kpath: str, rank: int, records: np.ndarray, steps: list, warnin
         for j in np.flatnonzero(mask).tolist():
             if int(ev.seq[j]) not in hooked and lo <= at(ev.start[j]) <= hi:
                 host.append(_Span(Kind.COMM_ENQUEUE, ev.name_of(j), at(ev.start[j]), at(ev.start[j] + ev.dur[j]), seq=int(ev.seq[j])))
+    kept = {h.seq for h in host}
+    unseen = Counter(colls.get(i, "") or ev.name_of(i) for i in idx if i not in used and int(ev.seq[i]) not in kept)
     return _Comm("Kineto (gloo/NCCL execution spans)", sorted(transfers, key=lambda t: t.seq), seq_of, host,
-                 _device_ops(kt, lo, hi, at))
+                 _device_ops(kt, lo, hi, at), dict(unseen))
 
 
 def _device_ops(kt: RankTrace, lo: int, hi: int, at) -> list[_DeviceOp]:

@@ -8,6 +8,7 @@ a file are ``run.meta.rank_gaps`` (``completeness``); every other problem is a o
 """
 from __future__ import annotations
 
+import dataclasses
 import glob
 import multiprocessing
 import os
@@ -85,8 +86,25 @@ def read_trace_dir(path: str | os.PathLike[str], jobs: int | None = None, use_ca
     return Run(sorted(ranks, key=lambda t: t.rank), source=folder, meta=meta)
 
 
+def _world_from_folder(ranks: list[RankTrace]) -> list[RankTrace]:
+    """Traces without ``distributedInfo`` (older torch) take their rank from the file name, and alone each can only
+    say the job had at least rank + 1 ranks: the folder says how many."""
+    guessed = [t.meta.rank_source == "file name" and t.world_size == t.rank + 1 for t in ranks]
+    if not any(guessed) or len({t.world_size for t, g in zip(ranks, guessed) if not g}) > 1:
+        return ranks
+    world = max(t.world_size for t in ranks)
+    out = []
+    for t, g in zip(ranks, guessed):
+        if g:  # the default group spans the job (``kineto._rank_trace`` gave it the guessed ranks)
+            default = {"0": list(range(world))} if t.group_ranks.get("0") == list(range(t.world_size)) else {}
+            t = dataclasses.replace(t, world_size=world, group_ranks={**t.group_ranks, **default})
+        out.append(t)
+    return out
+
+
 def _rank_report(ranks: list[RankTrace], skipped: dict[str, str], folder: str) -> tuple[list[RankTrace], RunMeta]:
     ranks, warnings = _latest_run(ranks, folder)
+    ranks = _world_from_folder(ranks)
     if len({t.world_size for t in ranks}) > 1:
         sizes = ", ".join(f"{os.path.basename(t.source)}: {t.world_size}" for t in sorted(ranks, key=lambda t: t.rank))
         raise DagprofError(f"the traces disagree on the world size ({sizes}): they are not one job", folder)

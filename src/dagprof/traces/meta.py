@@ -153,6 +153,9 @@ class RankMeta(msgspec.Struct, kw_only=True):
     declined: dict[str, int] = {}  # per Dep rule, the inferred dependencies the measured timeline contradicted
     group_desc: dict[str, str] = {}  # process-group descriptions (pg_config): "mesh_tp", "default_pg"
     resolved_groups: list[str] = []  # groups ``traces.parallelism.resolve_groups`` moved collectives to
+    # dagprof runs: the Kineto trace's collectives in the window that no hook saw, issued inside other ops (an expert
+    # all-to-all, a pipeline send): canonical name -> count; timed inside those ops, not as collectives
+    unseen_collectives: dict[str, int] = {}
     # --- set by align
     step_offset: int = 0  # added to this rank's step numbers to match the others' (align.matching)
     clock_offset_us: float = 0.0  # added to this rank's clock (align.clocks)

@@ -9,7 +9,9 @@ Evidence per collective, strongest first (the first that tells wins):
 1. the process group's description: torch's DeviceMesh names its groups ``mesh_<dim name>``, Megatron
    ``TENSOR_MODEL_PARALLEL_GROUP`` and the like (``record_param_comms`` args, ``distributedInfo.pg_config``);
 2. a DDP gradient bucket (dagprof's hooks know each bucket's parameters): DP; a trace from one of
-   dagprof's data-parallel collectors (TensorFlow, JAX, Horovod, MXNet PS): DP;
+   dagprof's data-parallel collectors (TensorFlow, JAX, Horovod, MXNet PS): DP, but the send/recv and all-to-all
+   that Kineto adds to a dagprof run (in DDP's group, whose ranks are not theirs) are PP and EP/CP, and those it
+   shows only inside other ops (``RankMeta.unseen_collectives``) make a group of unknown ranks;
 3. the collective itself: send/recv is PP; all-to-all is EP/CP (in the forward pass an embedding or
    expert exchange, in the backward pass its gradient);
 4. where it sits and its size: an all-reduce or reduce-scatter inside the forward pass of at least
@@ -17,6 +19,10 @@ Evidence per collective, strongest first (the first that tells wins):
    one of its group's forward ones is their gradient (TP); any other in or after the backward pass
    reduces gradients (DP); an all-gather in the forward pass of a group that reduce-scatters gradients is
    FSDP/ZeRO's (DP);
+   any collective a DTensor op issued (inside ``Redistribute``, a tensor subclass's dispatch or ``from_local``'s
+   backward) in a group that reduces activations in the forward pass is tensor parallel too: sequence parallelism's
+   all-gathers, and the all-reduces of the partial gradients of parameters a TP plan replicates (the optimizer's
+   DTensor ops issue them after backward; DDP's gradient buckets are issued by its reducer, never by a DTensor op);
 5. what is left (broadcast, barrier, an all-gather) takes its group's label when its group's other
    collectives agree on one;
 6. else "unknown".
@@ -30,7 +36,7 @@ from __future__ import annotations
 import enum
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import msgspec
 import numpy as np
@@ -75,6 +81,9 @@ _TEXT = {int(d): d.text for d in Dim}
 _P2P = frozenset({"send", "recv", "sendrecv", "isend", "irecv", "batchisendirecv"})
 _REDUCING = frozenset({"allreduce", "reducescatter"})
 _COLL_NAME = re.compile(r"^(?:c10d::|nccl:|gloo:)?_?(\w+?)_?$")
+# DTensor's redistribution, its dispatch, and from_local/to_local's backward (DDP over a TP-split model reduces the
+# partial gradients of a TP plan's replicated parameters there)
+_DTENSOR_OP = re.compile(r"^(Nested)?Redistribute(Backward)?$|^PythonSubclass$|^_(From|To)TorchTensorBackward$")
 
 
 def desc_dim(desc: str) -> Dim:
@@ -93,7 +102,7 @@ class GroupLabel:
 
     name: str
     desc: str
-    ranks: tuple[int, ...]  # () when the trace does not say
+    ranks: tuple[int, ...]  # () when the trace does not say (``label_run``: a default group that lumps DP, TP or PP ones)
     dims: dict[str, int]  # Dim.text -> collectives (instances, summed over ranks) with that label
     nbytes: dict[str, int]  # Dim.text -> payload bytes
     evidence: list[str]  # why, most frequent first
@@ -133,7 +142,7 @@ class Parallelism:
             return f"DP x{self.world_size} on a 2-D mesh (groups of {' and '.join(map(str, sizes))} ranks: HSDP's replicate x shard)"
         parts = []
         for d in sorted(self.dims):
-            if d is Dim.DP and self.dp_size:
+            if d is Dim.DP and self.dp_size and any(g.ranks for g in self.groups if Dim.DP.text in g.dims):
                 parts.append(f"DP x{self.dp_size}")
             else:
                 sizes = sorted({len(g.ranks) for g in self.groups if d.text in g.dims and g.ranks})
@@ -155,6 +164,7 @@ class _Instances:
     nbytes: np.ndarray
     phase: np.ndarray
     bucket: np.ndarray
+    dtensor: np.ndarray  # bool: issued by a DTensor op
 
 
 def _instances(trace: RankTrace) -> _Instances:
@@ -172,11 +182,31 @@ def _instances(trace: RankTrace) -> _Instances:
             c = canonical_collective(match.group(1)) if match else ""
         colls.append(c)
     first = np.array([m[np.argmin(ev.start[m])] for m in members], dtype=np.int64)
+    inside = np.zeros(len(ev), dtype=bool)
+    inside[rows] = _inside_dtensor_op(ev, rows)
     return _Instances(
         rows=members, group=ev.group[first].astype(np.int64), seq=ev.seq[first].astype(np.int64), coll=colls,
         nbytes=np.array([int(ev.nbytes[m].max()) for m in members], dtype=np.int64), phase=_phases(trace, first),
         bucket=np.array([int(ev.bucket[m].max()) for m in members], dtype=np.int64),
+        dtensor=np.array([bool(inside[m].any()) for m in members], dtype=bool) if members else np.zeros(0, bool),
     )
+
+
+def _inside_dtensor_op(ev: EventTable, rows: np.ndarray) -> np.ndarray:
+    """Per row: does a DTensor op (``_DTENSOR_OP``) on its lane enclose it? Ops on a lane nest, so one that starts
+    at or before the row and ends at or after it encloses it: the latest end among those started before."""
+    named = np.array([bool(_DTENSOR_OP.match(n)) for n in ev.names], dtype=bool)
+    marks = np.flatnonzero(named[ev.name]) if len(named) else np.zeros(0, np.int64)
+    out = np.zeros(len(rows), dtype=bool)
+    for lane in np.unique(ev.lane[marks]).tolist():
+        m = marks[ev.lane[marks] == lane]
+        m = m[np.argsort(ev.start[m], kind="stable")]
+        reach = np.maximum.accumulate(ev.start[m] + ev.dur[m])
+        mine = np.flatnonzero(ev.lane[rows] == lane)
+        at = np.searchsorted(ev.start[m], ev.start[rows[mine]], side="right") - 1
+        ok = at >= 0
+        out[mine[ok]] = reach[at[ok]] >= ev.start[rows[mine[ok]]] + ev.dur[rows[mine[ok]]]
+    return out
 
 
 def _phases(trace: RankTrace, rows: np.ndarray) -> np.ndarray:
@@ -221,9 +251,11 @@ def _label_rank(trace: RankTrace) -> tuple[_Instances, np.ndarray, list[str]]:
     n = len(inst.coll)
     dims = np.zeros(n, dtype=np.int8)
     why = [""] * n
-    if trace.meta.format != "kineto":  # dagprof's collectors record data-parallel collectives only
-        dims[:] = Dim.DP
-        return inst, dims, ["recorded by a data-parallel collector"] * n
+    if trace.meta.format != "kineto":  # dagprof's collectors record data-parallel collectives, and what Kineto adds on the main thread
+        why = [("send/recv" if c in _P2P else "all-to-all") if c in _P2P or c == "alltoall" else "recorded by a data-parallel collector"
+               for c in inst.coll]
+        dims[:] = [Dim.PP if c in _P2P else Dim.EP_CP if c == "alltoall" else Dim.DP for c in inst.coll]
+        return inst, dims, why
     desc = trace.meta.group_desc
     forward_sizes: dict[int, set[int]] = {}
     for k in range(n):
@@ -235,6 +267,9 @@ def _label_rank(trace: RankTrace) -> tuple[_Instances, np.ndarray, list[str]]:
         if d is not Dim.UNKNOWN:
             moved = name in trace.meta.resolved_groups
             dims[k], why[k] = d, f"position, in the rank's one {desc[name]!r} group" if moved else f"group description {desc[name]!r}"
+            continue
+        if inst.dtensor[k] and int(inst.group[k]) in forward_sizes and inst.bucket[k] < 0:
+            dims[k], why[k] = Dim.TP, f"{inst.coll[k]} issued by a DTensor op in a group that reduces activations"
             continue
         dims[k], why[k] = _by_position(inst, k, forward_sizes)
     # an all-gather in the forward pass of a group that reduce-scatters gradients: FSDP/ZeRO
@@ -268,11 +303,18 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
     _fill_from_group(labels)
     per_event = []
     stats: dict[str, dict] = {}
+    inline: Counter = Counter()  # (dim, collective) -> instances whose transfer ran inside the op that issued it
     for trace, inst, dims, why in labels:
         out = np.zeros(len(trace.events), dtype=np.int8)
+        ev = trace.events
         for k, rows in enumerate(inst.rows):
             out[rows] = dims[k]
+            transfer = rows[ev.kind[rows] == Kind.COMM]
+            if len(transfer) and (ev.depth[transfer] > 0).all():
+                inline[(_TEXT[int(dims[k])], inst.coll[k])] += 1
             name = trace.groups[int(inst.group[k])]
+            if trace.meta.format != "kineto" and dims[k] != Dim.DP:  # a dagprof run puts them in DDP's group: not their ranks
+                name = f"{name} ({_TEXT[int(dims[k])]})"
             st = stats.get(name)
             if st is None:
                 st = stats[name] = {"desc": "", "ranks": (), "dims": Counter(), "nbytes": Counter(), "why": Counter()}
@@ -285,9 +327,32 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
         per_event.append(out)
     groups = [GroupLabel(name, st["desc"], st["ranks"], dict(st["dims"]), dict(st["nbytes"]), [w for w, _ in st["why"].most_common()])
               for name, st in stats.items()]
+    # the default group's ranks only assumed (no pg_config entry, as gloo or an old trace writes: every collective in "0")
+    # while it carries two of DP, TP and PP: those groups are really smaller and the trace does not say how
+    lumped = {name for name, st in stats.items() if name == "0" and len(set(st["dims"]) & {"DP", "TP", "PP"}) > 1
+              and not any("0" in t.meta.group_desc for t in run.ranks)}
+    groups = [x if x.name not in lumped else replace(x, ranks=()) for x in groups] + _unseen(run, inline)
     dp = _dp_groups(run, groups)
     notes = list(run.meta.parallelism_notes)
+    if inline:  # gloo's send/recv run in the calling thread: graph.build keeps the calling op, timed as measured
+        what = ", ".join(f"{n} {d} {c}" for (d, c), n in sorted(inline.items()))
+        notes.append(f"{what} (summed over ranks) ran inside the ops that issued them: the graph times them as those ops, "
+                     "as measured (not in the breakdown by dimension, not re-priced by what-ifs)")
     return Parallelism(groups, run.world_size, dp, max((len(r) for r in dp), default=0), notes), per_event
+
+
+def _unseen(run: Run, inline: Counter) -> list[GroupLabel]:
+    """A dagprof run's collectives that only its Kineto trace shows, issued inside other ops: all-to-alls (EP/CP) and
+    send/recv (PP) tell their dimension by kind; one group of unknown ranks per dimension, counted into ``inline``."""
+    found: dict[str, Counter] = {}
+    for t in run.ranks:
+        for coll, n in t.meta.unseen_collectives.items():
+            d = Dim.EP_CP if coll == "alltoall" else Dim.PP if coll in _P2P else None
+            if d is not None:
+                found.setdefault(d.text, Counter())[coll] += n
+                inline[(d.text, coll)] += n
+    return [GroupLabel(f"unseen {d}", "", (), {d: sum(c.values())}, {}, [f"{', '.join(c)} in the Kineto trace, no hook saw"])
+            for d, c in found.items()]
 
 
 def _dp_groups(run: Run, groups: list[GroupLabel]) -> list[tuple[int, ...]]:

@@ -29,6 +29,7 @@ class _Comm:
     seq_of: dict[int, int]  # comm-hook seq -> the seq used in the event table
     host: list[_Span]  # host enqueues seen only in Kineto (DDP's buffer broadcast), depth 0 on the main lane
     device: list[_DeviceOp] = field(default_factory=list)  # GPU kernels and copies (Kineto), not collectives
+    unseen: dict[str, int] = field(default_factory=dict)  # Kineto's collectives issued inside other ops: canonical name -> count
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,168 @@
+"""Mesh labels on jobs dagprof was not built with (issue 16): stock torch.profiler traces of bench/tp_fresh's jobs.
+
+tests/data/tp-fresh (``bench/tp_fresh/review.py --fixtures`` re-records them; gloo, torch 2.13, 2 profiled steps):
+``tp-sp`` tensor + sequence parallel on 2 ranks (AdamW), ``tp-outer`` DP x TP with TP the outer mesh dimension (TP groups
+{0,2},{1,3}; DDP over DTensor, SGD), ``pp-dp`` hand-written pipeline (send/recv) x DDP, ``ep-dp`` all-to-all experts
+beside DDP. Also each with its process groups stripped, as an old Megatron-style trace, or no ``distributedInfo`` at all.
+"""
+import gzip
+import json
+
+import numpy as np
+import pytest
+from testdata import DATA
+
+import dagprof
+from dagprof.cli.main import main
+from dagprof.errors import DagprofError
+from dagprof.passes import scale_workers, set_topology
+from dagprof.passes.comm import current_topology
+from dagprof.passes.workers import refuse_degree
+from dagprof.traces.events import Kind
+from dagprof.traces.parallelism import Dim, label_run
+
+FRESH = DATA / "tp-fresh"
+
+
+def _groups(path) -> dict[str, tuple[str, tuple[int, ...], dict[str, int]]]:
+    """The labelled groups as the graph has them (gloo's collectives moved to their mesh groups first)."""
+    par = dagprof.build_graph(dagprof.load(path)).meta.parallel
+    return {g.name: (g.desc, g.ranks, g.dims) for g in par.groups}
+
+
+def _stripped(tmp_path, name: str, keep_identity: bool):
+    """The vendored traces of ``name`` without pg_config (``keep_identity``) or without distributedInfo."""
+    out = tmp_path / f"{name}-{'stripped' if keep_identity else 'nodist'}"
+    out.mkdir()
+    for path in (FRESH / name).glob("*.json.gz"):
+        with gzip.open(path) as f:
+            doc = json.load(f)
+        if keep_identity:
+            del doc["distributedInfo"]["pg_config"]
+        else:
+            del doc["distributedInfo"]
+        (out / path.name.removesuffix(".gz")).write_text(json.dumps(doc))
+    return out
+
+
+def _cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_sequence_parallel_all_gathers_and_partial_gradients_are_tp():
+    """DTensor's all-gathers (unknown before) and the optimizer's all-reduces of the norms' partial gradients (DP before)."""
+    par, _ = label_run(dagprof.load(FRESH / "tp-sp"))
+    assert par.describe() == "TP x2" and not par.dp_size
+    (grp,) = par.groups
+    assert set(grp.dims) == {"TP"} and any("issued by a DTensor op" in e for e in grp.evidence)
+
+
+def test_tp_as_the_outer_mesh_dimension():
+    """TP groups {0,2},{1,3}: DDP over a DTensor model reduces the replicated norms' partial gradients in from_local's backward."""
+    got = _groups(FRESH / "tp-outer")
+    assert {n: (d, r, set(x)) for n, (d, r, x) in got.items()} == {
+        "1": ("mesh_tp", (0, 2), {"TP"}), "2": ("mesh_tp", (1, 3), {"TP"}),
+        "3": ("mesh_dp", (0, 1), {"DP"}), "4": ("mesh_dp", (2, 3), {"DP"})}
+    assert all(x["DP"] == 2 * 2 for d, _, x in got.values() if d == "mesh_dp")  # one DDP bucket a step, 2 steps, 2 ranks
+
+
+def test_dp_whatif_on_tp_outer_leaves_tp_alone():
+    g = dagprof.build_graph(dagprof.load(FRESH / "tp-outer"))
+    g = set_topology(g, current_topology(g))
+    comm = (g.kind == Kind.COMM) & (g.rank < 0)
+    tp = comm & (g.dim == Dim.TP)
+    assert tp.any() and (comm & (g.dim == Dim.DP)).any() and not (comm & (g.dim == Dim.UNKNOWN)).any()
+    g8 = scale_workers(g, 8)
+    c8 = (g8.kind == Kind.COMM) & (g8.rank < 0)
+    assert g8.meta.parallel.dp_size == 4
+    assert np.array_equal(g8.dur[c8 & (g8.dim == Dim.TP)], g.dur[tp]) and np.array_equal(g8.nbytes[c8 & (g8.dim == Dim.TP)], g.nbytes[tp])
+    with pytest.raises(DagprofError, match="TP degree of 4 is not modelled"):
+        refuse_degree(g, Dim.TP, 4)
+    refuse_degree(g, Dim.TP, 2)
+
+
+def test_tp_only_whatifs_refused_in_one_line(capsys, tmp_path):
+    for argv, why in [(("--workers", 4), "re-price data-parallel collectives only, and this trace has none"),
+                      (("--tp-degree", 4), "TP degree of 4 is not modelled (profiled: 2)")]:
+        code, out, err = _cli(capsys, "whatif", FRESH / "tp-sp", *argv, "--allow-model-error", "-o", tmp_path)
+        assert code == 2 and why in err and len(err.strip().splitlines()) == 1 and out == "", (argv, err)
+
+
+def test_groups_stripped_claim_no_sizes_and_refuse(capsys, tmp_path):
+    """Without pg_config every gloo collective sits in the default group: the labels still tell DP from TP, but the
+    group's size is not either's degree, so a TP degree (even the profiled 2) and --workers are refused."""
+    run = _stripped(tmp_path, "tp-outer", keep_identity=True)
+    par, _ = label_run(dagprof.load(run))
+    assert par.describe() == "DP, TP" and par.groups[0].ranks == ()
+    for argv, why in [(("--tp-degree", 2), "TP degree of 2 is not modelled (profiled: not recorded"),
+                      (("--workers", 8), "does not say which ranks the TP collectives of group 0 span")]:
+        code, out, err = _cli(capsys, "whatif", run, *argv, "--allow-model-error", "-o", tmp_path)
+        assert code == 2 and why in err and len(err.strip().splitlines()) == 1 and out == "", (argv, err)
+
+
+def test_traces_without_distributed_info_take_the_folders_world_size(tmp_path):
+    """Older torch writes no distributedInfo: each file alone says only rank + 1 ranks (refused as 'not one job' before)."""
+    run = dagprof.load(_stripped(tmp_path, "ep-dp", keep_identity=False))
+    assert [t.world_size for t in run.ranks] == [2, 2] and run.ranks[0].group_ranks["0"] == [0, 1]
+    assert label_run(run)[0].describe() == "DP x2, EP/CP x2"
+
+
+def test_pipeline_send_recv_labelled_and_said_to_stay_measured(capsys, tmp_path):
+    got = _groups(FRESH / "pp-dp")
+    assert {n: (d, r, set(x)) for n, (d, r, x) in got.items()} == {
+        "1": ("mesh_pp", (0, 2), {"PP"}), "2": ("mesh_pp", (1, 3), {"PP"}),
+        "3": ("mesh_dp", (0, 1), {"DP"}), "4": ("mesh_dp", (2, 3), {"DP"})}
+    code, out, _ = _cli(capsys, "analyze", FRESH / "pp-dp", "--json")
+    r = json.loads(out)
+    assert code == 0 and [d["dim"] for d in r["communication_by_dim"]] == ["DP"]
+    assert any("PP send" in n and "ran inside the ops that issued them" in n for n in r["parallelism"]["notes"])
+    code, out, err = _cli(capsys, "whatif", FRESH / "pp-dp", "--pp-degree", 4, "-o", tmp_path)
+    assert code == 2 and "PP degree of 4 is not modelled (profiled: 2)" in err and len(err.strip().splitlines()) == 1
+
+
+def test_expert_all_to_all_beside_dp():
+    got = _groups(FRESH / "ep-dp")
+    assert {n: set(x) for n, (_, _, x) in got.items()} == {"0": {"EP/CP", "DP"}}
+
+
+def test_dagprof_run_of_a_hybrid_job_refuses_every_tp_degree(capsys, tmp_path):
+    """dagprof's hooks see DDP over the DP sub-mesh only: TP 1 was accepted as profiled before, TP 2 refused as 'profiled: 1'."""
+    for degree in (1, 2):
+        code, out, err = _cli(capsys, "whatif", DATA / "hybrid-dp-tp-dagprof", "--tp-degree", degree, "-o", tmp_path)
+        assert code == 2 and "not recorded: this profile sees the data-parallel collectives only, 2 ranks per replica" in err
+        assert len(err.strip().splitlines()) == 1 and out == ""
+
+
+def test_dagprof_run_keeps_pipeline_send_recv_out_of_the_data_parallel_dimension(capsys, tmp_path):
+    """dagprof's hooks see DDP; Kineto adds the main thread's send/recv, in DDP's group: they were labelled DP and
+    --workers re-priced them as data-parallel collectives."""
+    g = dagprof.build_graph(dagprof.load(FRESH / "pp-dp-dagprof"))
+    par = g.meta.parallel
+    assert par.describe() == "DP x2, PP" and par.dp_size == 2
+    assert {x.name: set(x.dims) for x in par.groups} == {"ddp 0,1": {"DP"}, "ddp 2,3": {"DP"}, "ddp 0,1 (PP)": {"PP"}, "ddp 2,3 (PP)": {"PP"}}
+    comm = (g.kind == Kind.COMM) & (g.rank < 0)
+    pp = comm & (g.dim == Dim.PP)
+    assert int(pp.sum()) == 2 * 2 * 2 * 2 and int((comm & (g.dim == Dim.DP)).sum()) == 2 * 2  # per pipeline pair: 2 micro-batches x fwd/bwd
+    g8 = scale_workers(set_topology(g, current_topology(g)), 8)
+    c8 = (g8.kind == Kind.COMM) & (g8.rank < 0)
+    assert np.array_equal(g8.dur[c8 & (g8.dim == Dim.PP)], g.dur[pp])
+    code, out, err = _cli(capsys, "whatif", FRESH / "pp-dp-dagprof", "--pp-degree", 2, "-o", tmp_path)
+    assert code == 2 and "PP degree of 2 is not modelled (profiled: not recorded" in err and len(err.strip().splitlines()) == 1
+
+
+def test_dagprof_run_with_an_unseen_all_to_all_refuses_workers(capsys, tmp_path):
+    """The experts' all-to-alls run inside the forward and backward ops, so only Kineto shows them: the job looked
+    like plain DDP and --workers answered as such."""
+    par = dagprof.build_graph(dagprof.load(FRESH / "ep-dp-dagprof")).meta.parallel
+    assert par.describe() == "DP x2, EP/CP" and any("EP/CP alltoall" in n and "inside the ops" in n for n in par.notes)
+    code, out, err = _cli(capsys, "whatif", FRESH / "ep-dp-dagprof", "--workers", 4, "--allow-model-error", "-o", tmp_path)
+    assert code == 2 and "does not say which ranks the EP/CP collectives" in err and len(err.strip().splitlines()) == 1 and out == ""
+
+
+def test_pipeline_without_process_groups_refused_saying_why(capsys, tmp_path):
+    """Stage 0 and stage 1 issue different collectives; with every one in group 0 they cannot be matched."""
+    code, out, err = _cli(capsys, "analyze", _stripped(tmp_path, "pp-dp", keep_identity=True))
+    assert code == 2 and "mismatched collectives" in err and "record no process group" in err
+    assert len(err.strip().splitlines()) == 1 and out == ""
