@@ -31,10 +31,10 @@ SUBNET = "10.213.0"
 
 # tbf's queue, in bytes, the same at every rate: a switch port's buffer is memory, not time. tbf's ``latency 10ms`` holds
 # 10 ms of traffic (250 kB at 200 Mbit/s), fewer bytes than TCP keeps in flight, so a slower port is also a lossier one.
-# DDP's all-reduce at 200 Mbit/s dropped ~50 packets a second with it (cnn, PowerSGD), and one step in five stalled
-# 130-160 ms (TCP's 200 ms minimum retransmit timeout); the MXNet parameter server's exchange (bench/bench_mxnet_ps.py
-# --link-check) took up to 2.5x its ideal time with 186-197 drops. With 2 MiB: no drops in either. dagprof models a
-# lossless link, so a lossy port makes every prediction of it too fast.
+# DDP at 200 Mbit/s (demo_train cnn, 15 steps with DDP's defaults then 15 with PowerSGD, 2 jobs each, interleaved, load
+# 1.5-2.5) dropped 2,451 and 1,372 packets with it, none with 2 MiB; the MXNet parameter server's exchange
+# (bench/bench_mxnet_ps.py --link-check) took up to 2.5x its ideal time with 186-197 drops, and no drops with 2 MiB.
+# A dropped packet costs TCP a retransmit, after up to its 200 ms minimum timeout: dagprof models a lossless link.
 BUFFER_BYTES = 2 << 20
 
 
