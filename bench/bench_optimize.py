@@ -95,8 +95,6 @@ def cell(work: str, workload: str, ranks: int, link: str, args) -> list[dict]:
                          "inside_interval": [found.search.intervals[k].contains(ms * 1e3) for k, per in (("baseline", d["baseline_ms"]),
                                                                                                       ("best", d["strategy_ms"])) for ms in per]
                          if found.search.intervals else []})
-            if d["dropped_summary"]:
-                print(f"    {d['dropped_summary']}", file=sys.stderr)
             for k, (pr, me) in enumerate(zip(d["predicted_speedup_per_round"], d["speedup_per_round"])):
                 print(f"    round {k + 1}: predicted {pr:.3f}x from its own profile, measured {me:.3f}x, error {100 * (pr - me) / me:+.1f} %", file=sys.stderr)
                 e = checked.expectations[k]  # the strategy run's profile against the graph predicted for it: load (compute) or model (communication)
