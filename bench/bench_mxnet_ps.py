@@ -36,7 +36,7 @@ import tempfile
 import time
 
 from dagprof.collect.hooks.mxnet_ps import launch, launch_command
-from dagprof.collect.jobs.netns import Cluster, available
+from dagprof.collect.jobs.netns import BUFFER_BYTES, Cluster, available
 
 WORKERS = 2
 # tbf's bucket, in ms of traffic. A wire has none: a port that idled passes a whole bucket at once, a gain that does not
@@ -53,15 +53,11 @@ WORKERS = 2
 BURST_MS = 2.0
 
 
-# tbf's queue, in bytes, the same at every rate: a switch port's buffer is memory, not time. tbf's own ``latency 10ms``
-# gives a 200 Mbit/s port 2.5x less buffer than a 500 Mbit/s one; TCP keeps as many bytes in flight at either rate,
-# so the slower port dropped packets. The raw PS exchange below (--link-check, 4 ms bucket, load 5-9) took
-# 186-424 ms at 200 Mbit/s (ideal 168) with 186-197 drops and 209-566 TCP retransmits per sender, against
-# 74-84 ms at 500 Mbit/s (ideal 67) with none; with a 2 MB queue: 0 drops, 183-233 ms at 200 and 74-102 at 500 Mbit/s.
-# dagprof models a lossless link, so a what-if to the lossy slower port under-predicted it.
-BUFFER_BYTES = 2 << 20
-
-
+# tbf's queue (netns.BUFFER_BYTES, the DDP testbed's too), in bytes, the same at every rate. With tbf's own ``latency 10ms``
+# the raw PS exchange below (--link-check, 4 ms bucket, load 5-9) took 186-424 ms at 200 Mbit/s (ideal 168) with 186-197 drops
+# and 209-566 TCP retransmits per sender, against 74-84 ms at 500 Mbit/s (ideal 67) with none; with a 2 MB queue: 0 drops,
+# 183-233 ms at 200 and 74-102 at 500 Mbit/s. dagprof models a lossless link, so a what-if to the lossy slower port
+# under-predicted it.
 def shape(c: Cluster, rate_bit: float, burst_ms: float = BURST_MS, buffer_bytes: int = BUFFER_BYTES) -> None:
     """tbf on every rank's egress (its port out) and on the bridge's port towards it (its port in); a queue of
     ``buffer_bytes`` (0: tbf's ``latency 10ms``, 10 ms of traffic at the rate)."""

@@ -67,6 +67,8 @@ def cell(work: str, workload: str, ranks: int, link: str, args) -> list[dict]:
         else:
             run_ranks(train + ["--steps", str(args.profile_steps + 5), "--profile", run, "--profile-steps", f"4:{args.profile_steps + 4}",
                                "--no-kineto"], ranks, os.path.join(work, "logs"), cluster=cluster)
+        profiled_drops = cluster.dropped[-1].to_dict() if cluster.dropped else None  # run_ranks warned where any
+        print(f"  profile: {profiled_drops and profiled_drops['dropped_packets']} packets dropped", file=sys.stderr)
         for mode in ("lossless", "lossy"):
             out = os.path.join(work, mode)
             found = find_strategy(run, Options(budget_s=args.budget, seed=0, allow_lossy=mode == "lossy", link_model=link_model), out)
@@ -87,6 +89,8 @@ def cell(work: str, workload: str, ranks: int, link: str, args) -> list[dict]:
                          "measured": d["measured_speedup"], "spread": d["spread"],
                          "median_error_pct": d["median_prediction_error_per_round_pct"], "confirmed": d["confirmed"],
                          "baseline_ms": d["measured_baseline_ms"], "strategy_ms": d["measured_strategy_ms"],
+                         # packets the emulated link dropped in the profile's job and in each verification job (a lossless link is modelled)
+                         "profile_dropped_packets": profiled_drops, "dropped_packets": d["dropped_packets"],
                          # each round's measured step time (median of its steps) against the 90 % interval predicted from the searched profile
                          "inside_interval": [found.search.intervals[k].contains(ms * 1e3) for k, per in (("baseline", d["baseline_ms"]),
                                                                                                       ("best", d["strategy_ms"])) for ms in per]

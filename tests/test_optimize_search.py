@@ -157,6 +157,7 @@ def test_optimize_verify_runs_the_real_job(capsys, small_ddp_run, prof, order, t
     assert check["expected_iter_ms"] > 0 and check["measured_iter_ms"] > 0 and check["lines"][0].startswith("measured")
     assert isinstance(v["prediction_departs"], bool)
     assert bool(v["where_it_departs"]) == v["prediction_departs"]
+    assert v["dropped_packets"] == [] and v["dropped_summary"] is None  # on loopback: no emulated link, no drop counters
 
 
 def test_a_search_model_that_misses_the_profiled_run_says_so(tmp_path, capsys):

@@ -2,6 +2,7 @@
 dagprof profiling, a link sweep, what-if predictions, and complete clean-up.
 (bench/testbed/run.py runs the full grid.)"""
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -38,6 +39,9 @@ def test_one_tiny_round(tmp_path):
     assert all(len(v) == 2 and min(v) > 0 for v in measured.values())
     assert all(predicted[k] > 0 for k in measured) and predicted["replay"] > 0
     assert os.path.exists(tmp_path / "r2" / "run" / "manifest.json")
+    with open(tmp_path / "r2" / "dropped.json") as f:  # every phase's lost packets, read from the shaped ports
+        dropped = json.load(f)
+    assert len(dropped) == 4 and all(d["dropped_packets"] is not None for d in dropped)
     again = argparse.Namespace(**{**vars(args), "repredict": str(tmp_path)})  # --repredict: the kept round, nothing run
     remeasured, repredicted, _ = run.one_round(again, str(tmp_path), random.Random(1))
     assert remeasured == measured and all(repredicted[k] == pytest.approx(predicted[k]) for k in measured)
@@ -51,4 +55,54 @@ def test_cluster_cleans_up_on_failure():
             assert len(namespaces() - before) == 3
             c.set_rate(1e9)
             raise RuntimeError("boom")
+    assert namespaces() == before
+
+
+# One TCP stream of 4 MB from rank 1 to rank 0 (through rank 1's shaped egress).
+_STREAM = """
+import os, socket, time
+port, n = int(os.environ["MASTER_PORT"]), 4 << 20
+if os.environ["RANK"] == "0":
+    srv = socket.create_server(("0.0.0.0", port)); c = srv.accept()[0]; got = 0
+    while got < n and (b := c.recv(1 << 20)):
+        got += len(b)
+    c.sendall(b"k")
+else:
+    for _ in range(200):
+        try:
+            s = socket.create_connection((os.environ["MASTER_ADDR"], port)); break
+        except OSError:
+            time.sleep(0.05)
+    s.sendall(bytes(n)); s.recv(1)
+"""
+
+
+def _queue_kb(c: netns.Cluster) -> set[int]:
+    """Each rank's egress queue limit in kB (tc reports it as the latency it adds: limit = burst + rate x latency)."""
+    out = set()
+    for r in range(c.ranks):
+        text = subprocess.run(["ip", "netns", "exec", c.ns(r), "tc", "-j", "qdisc", "show", "dev", c.ifname(r)], capture_output=True,
+                              text=True, check=True).stdout
+        opt = json.loads(text)[0]["options"]
+        out.add(round((opt["burst"] + opt["rate"] * opt["lat"] / 1e6) / 1e3))
+    return out
+
+
+def test_shaped_ports_queue_a_buffer_and_count_their_drops(tmp_path, capsys):
+    """Issue 20: tbf's ``latency 10ms`` queue dropped DDP's packets at 200 Mbit/s (TCP then stalls a step ~200 ms); each port now
+    queues BUFFER_BYTES at every rate, and the packets a port still drops are read per job and warned about with a count."""
+    before = namespaces()
+    argv = [sys.executable, "-c", _STREAM]
+    with netns.Cluster(2) as c:
+        for rate in (1e9, 200e6):
+            c.set_rate(rate)
+            assert _queue_kb(c) == {round(netns.BUFFER_BYTES / 1e3)}
+        shaped = netns.run_ranks(argv, 2, str(tmp_path / "shaped"), cluster=c, timeout_s=300)
+        assert shaped.per_rank is not None and len(shaped.per_rank) == 2 and c.dropped == [shaped]
+        for r in range(2):  # a port with room for 20 frames: a lossy link
+            subprocess.run(["ip", "netns", "exec", c.ns(r), "tc", "qdisc", "replace", "dev", c.ifname(r), "root", "tbf", "rate", "200mbit",
+                            "burst", "25000", "limit", "30000"], check=True)
+        lossy = netns.run_ranks(argv, 2, str(tmp_path / "lossy"), cluster=c, timeout_s=300)
+        assert lossy.per_rank[1] > 0 and c.dropped == [shaped, lossy]
+        assert f"dropped {lossy.total:,} packets" in capsys.readouterr().err
     assert namespaces() == before

@@ -53,7 +53,7 @@ import sys
 import tempfile
 import time
 
-from dagprof.collect.jobs.netns import Cluster, available
+from dagprof.collect.jobs.netns import Cluster, Dropped, available
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -83,18 +83,37 @@ def launch(ranks: int, phases: list[tuple[str, float | None]], args, control: st
                 with open(os.path.join(control, f"rank{bad[0] if bad else 0}.log")) as f:
                     raise RuntimeError(f"testbed ranks {bad or 'timed out'}:\n{f.read()[-2000:]}")
 
+        dropped, before = [], None
         for k, (_, rate) in enumerate(phases):
             while not os.path.exists(os.path.join(control, f"ready{k}")):
                 check()
                 time.sleep(0.02)
+            if k:
+                dropped.append(Dropped.between(before, c.drops(), f"phase {phases[k - 1][0]}"))
             c.set_rate(rate)
+            before = c.drops()
             open(os.path.join(control, f"go{k}"), "w").close()
         while any(p.poll() is None for p in procs):
             check()
             time.sleep(0.05)
         check()
+        dropped.append(Dropped.between(before, c.drops(), f"phase {phases[-1][0]}"))
+        report_drops(dropped, control)
         with open(os.path.join(control, "results.json")) as f:
             return json.load(f)
+
+
+def report_drops(dropped: list[Dropped], control: str) -> None:
+    """Each phase's packets lost by the shaped ports (dagprof models a lossless link): a warning per lossy phase, a total,
+    and ``dropped.json`` in ``control``."""
+    for d in dropped:
+        if (line := d.warning()) is not None:
+            print(f"  {line}", file=sys.stderr)
+    totals = [d.total for d in dropped]
+    print(f"  packets dropped: {sum(t or 0 for t in totals):,} over {len(dropped)} phases"
+          f"{f' ({totals.count(None)} unreadable)' if None in totals else ''}", file=sys.stderr)
+    with open(os.path.join(control, "dropped.json"), "w") as f:
+        json.dump([d.to_dict() for d in dropped], f)
 
 
 def one_round(args, work: str, rng: random.Random) -> tuple[dict, dict, dict]:

@@ -107,6 +107,8 @@ def verdict(checked: Checked) -> str:
     text += "the gain is confirmed." if checked.confirmed else "NOT confirmed: some round measured no gain, or less than half the predicted one."
     if checked.departs:
         text += " Where the strategy run departed from the model: " + "; ".join(ln.strip() for ln in checked.where_it_departs()) + "."
+    if (dropped := checked.verification.dropped_summary()) is not None:
+        text += f" {dropped[0].upper()}{dropped[1:]}."
     return text
 
 

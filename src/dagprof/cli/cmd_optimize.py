@@ -181,4 +181,5 @@ def verification_lines(v: dict) -> list[str]:
             *([f"  strategy measured {v['measured_strategy_ms']:.1f} ms per step against predicted {v['predicted_strategy']['interval']}: "
                f"{'inside' if v['strategy_inside_interval'] else 'OUTSIDE'} the interval"] if v.get("predicted_strategy") else []),
             *(["  where the strategy run departed from the model:"] + [f"    {ln}" for ln in v["where_it_departs"]]
-              if v["where_it_departs"] else [])]
+              if v["where_it_departs"] else []),
+            *([f"  {v['dropped_summary']}"] if v.get("dropped_summary") else [])]

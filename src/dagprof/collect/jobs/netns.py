@@ -7,7 +7,9 @@ Rank i lives in namespace ``<tag>r<i>`` with interface ``<tag>r<i>`` (10.213.0.<
 peer end of its veth pair sits on a bridge inside a switch namespace ``<tag>sw``, so nothing
 is added to the root namespace. A link rate is a ``tc tbf`` qdisc on each rank's egress:
 every byte of a ring all-reduce leaves through exactly one shaped port, so each hop runs at
-the rate (this kernel has no netem: latency cannot be emulated with tc).
+the rate (this kernel has no netem: latency cannot be emulated with tc). Each port queues
+``BUFFER_BYTES`` as a switch port would; the packets it still drops are counted per job
+(``Cluster.drops``, ``run_ranks``) and warned about, since dagprof models a lossless link.
 
 ``Cluster`` removes every namespace it made on exit, on an exception, at interpreter exit
 and on SIGINT/SIGTERM; processes it started are killed first (by their own pid).
@@ -15,6 +17,7 @@ and on SIGINT/SIGTERM; processes it started are killed first (by their own pid).
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import shutil
 import signal
@@ -25,6 +28,14 @@ import time
 from dataclasses import dataclass, field
 
 SUBNET = "10.213.0"
+
+# tbf's queue, in bytes, the same at every rate: a switch port's buffer is memory, not time. tbf's ``latency 10ms`` holds
+# 10 ms of traffic (250 kB at 200 Mbit/s), fewer bytes than TCP keeps in flight, so a slower port is also a lossier one.
+# DDP at 200 Mbit/s (demo_train cnn, 15 steps with DDP's defaults then 15 with PowerSGD, 2 jobs each, interleaved, load
+# 1.5-2.5) dropped 2,451 and 1,372 packets with it, none with 2 MiB; the MXNet parameter server's exchange
+# (bench/bench_mxnet_ps.py --link-check) took up to 2.5x its ideal time with 186-197 drops, and no drops with 2 MiB.
+# A dropped packet costs TCP a retransmit, after up to its 200 ms minimum timeout: dagprof models a lossless link.
+BUFFER_BYTES = 2 << 20
 
 
 def available() -> str | None:
@@ -51,6 +62,8 @@ class Cluster:
     tag: str = field(default_factory=lambda: f"dpt{os.getpid() % 100000}")
     made: list[str] = field(default_factory=list)
     procs: list[subprocess.Popen] = field(default_factory=list)
+    dropped: list[Dropped] = field(default_factory=list)  # per job run_ranks ran on the cluster
+    _retired: list[int] | None = field(default=None, init=False, repr=False)  # per rank, what the qdiscs set_rate replaced had dropped
 
     def ns(self, rank: int) -> str:
         return f"{self.tag}r{rank}"
@@ -97,12 +110,27 @@ class Cluster:
 
     def set_rate(self, rate_bit: float | None) -> None:
         """Shape every rank's egress to ``rate_bit`` bit/s (None: unlimited)."""
+        self._retired = list(self.drops() or ()) or None  # a new qdisc counts from 0
         for r in range(self.ranks):
             base = ["ip", "netns", "exec", self.ns(r), "tc", "qdisc"]
             subprocess.run(base + ["del", "dev", self.ifname(r), "root"], capture_output=True)
             if rate_bit:
                 burst = max(int(rate_bit / 8 / 1000), 8 * 1514)  # 1 ms of traffic, at least 8 frames
-                _sh(*base, "add", "dev", self.ifname(r), "root", "tbf", "rate", f"{int(rate_bit)}bit", "burst", str(burst), "latency", "10ms")
+                _sh(*base, "add", "dev", self.ifname(r), "root", "tbf", "rate", f"{int(rate_bit)}bit", "burst", str(burst),
+                    "limit", str(BUFFER_BYTES))
+
+    def drops(self) -> tuple[int, ...] | None:
+        """Packets each rank's egress port has dropped since the cluster was built (``tc -s qdisc``), or None where
+        the counters could not be read: reading them never fails a run."""
+        now = []
+        for r in range(self.ranks):
+            try:
+                out = subprocess.run(["ip", "netns", "exec", self.ns(r), "tc", "-s", "-j", "qdisc", "show", "dev", self.ifname(r)],
+                                     capture_output=True, text=True, timeout=10).stdout
+                now.append(sum(int(q.get("drops", 0)) for q in json.loads(out)))
+            except (OSError, subprocess.SubprocessError, ValueError, TypeError, AttributeError):
+                return None
+        return tuple(now) if self._retired is None else tuple(a + b for a, b in zip(self._retired, now))
 
     def spawn(self, rank: int, argv: list[str], env: dict[str, str], log: str) -> subprocess.Popen:
         """Start ``argv`` inside rank ``rank``'s namespace with gloo bound to its interface."""
@@ -128,19 +156,52 @@ class Cluster:
         atexit.unregister(self.close)
 
 
+@dataclass(frozen=True)
+class Dropped:
+    """Packets the shaped ports dropped during one phase (a job, or a link rate of one), per rank's egress."""
+
+    phase: str
+    per_rank: tuple[int, ...] | None  # None: the qdisc counters could not be read
+
+    @staticmethod
+    def between(before: tuple[int, ...] | None, after: tuple[int, ...] | None, phase: str) -> "Dropped":
+        """The counters' growth from ``before`` to ``after`` (``Cluster.drops``)."""
+        ok = before is not None and after is not None and len(before) == len(after) and all(a >= b for a, b in zip(after, before))
+        return Dropped(phase, tuple(a - b for a, b in zip(after, before)) if ok else None)
+
+    @property
+    def total(self) -> int | None:
+        return None if self.per_rank is None else sum(self.per_rank)
+
+    def warning(self) -> str | None:
+        """One line where the link lost packets (dagprof models a lossless one) or the counters could not be read."""
+        if self.per_rank is None:
+            return f"testbed: {self.phase}: the shaped ports' drop counters (tc -s qdisc) could not be read"
+        if not self.total:
+            return None
+        ranks = ", ".join(f"rank {r} {n:,}" for r, n in enumerate(self.per_rank) if n)
+        return (f"testbed: {self.phase}: the shaped ports dropped {self.total:,} packets ({ranks}); TCP retransmits them, "
+                "a lossy link dagprof does not model")
+
+    def to_dict(self) -> dict:
+        return {"phase": self.phase, "dropped_packets": self.total, "per_rank": None if self.per_rank is None else list(self.per_rank)}
+
+
 def run_ranks(argv: list[str], ranks: int, log_dir: str, env: dict[str, str] | None = None, cluster: Cluster | None = None,
-              timeout_s: float = 900.0) -> None:
+              timeout_s: float = 900.0) -> Dropped | None:
     """Run ``argv`` once per rank as a torch.distributed job (env:// rendezvous) and wait for all.
 
     ``cluster`` None: plain processes on loopback; else one per namespace of ``cluster``
     (gloo bound to the rank's interface). Each rank gets RANK, LOCAL_RANK, WORLD_SIZE,
     MASTER_ADDR, MASTER_PORT and writes its output to ``<log_dir>/rank<r>.log``. A rank that
     fails (or a job past ``timeout_s``) stops the others and raises ``RuntimeError`` with the
-    tail of its log.
+    tail of its log. On ``cluster``, returns the packets its ports dropped during the job (also appended to
+    ``cluster.dropped``), and says on stderr where they dropped any.
     """
     os.makedirs(log_dir, exist_ok=True)
     port = free_port()
     procs: list[subprocess.Popen] = []
+    before = cluster.drops() if cluster is not None else None
     try:
         for r in range(ranks):
             e = {**(env or {}), "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(ranks), "MASTER_PORT": str(port),
@@ -166,6 +227,13 @@ def run_ranks(argv: list[str], ranks: int, log_dir: str, env: dict[str, str] | N
             if p.poll() is None:
                 p.kill()
                 p.wait()
+    if cluster is None:
+        return None
+    dropped = Dropped.between(before, cluster.drops(), f"job {log_dir}")
+    cluster.dropped.append(dropped)
+    if (line := dropped.warning()) is not None:
+        print(line, file=sys.stderr)
+    return dropped
 
 
 def _fail(procs: list[subprocess.Popen], log_dir: str, rank: int | None) -> None:

@@ -20,7 +20,7 @@ from typing import Callable
 from ...errors import DagprofError
 from ..hooks.steptimes import iteration_ms, read_times
 from .launch import Bootstrap, last_error_line, launch
-from .netns import Cluster
+from .netns import Cluster, Dropped
 
 
 @dataclass
@@ -29,6 +29,7 @@ class Verification:
     strategy_ms: list[float] = field(default_factory=list)
     baseline_runs: list[str] = field(default_factory=list)  # per round: the profile of that run (when profiled)
     strategy_runs: list[str] = field(default_factory=list)
+    dropped: list[Dropped] = field(default_factory=list)  # per job on an emulated cluster: the packets its shaped ports dropped
 
     @property
     def speedups(self) -> list[float]:
@@ -49,7 +50,22 @@ class Verification:
     def to_dict(self) -> dict:
         return {"rounds": len(self.speedups), "baseline_ms": self.baseline_ms, "strategy_ms": self.strategy_ms,
                 "speedup_per_round": self.speedups, "measured_speedup": self.speedup, "spread": list(self.spread),
-                "measured_baseline_ms": statistics.median(self.baseline_ms), "measured_strategy_ms": statistics.median(self.strategy_ms)}
+                "measured_baseline_ms": statistics.median(self.baseline_ms), "measured_strategy_ms": statistics.median(self.strategy_ms),
+                "dropped_packets": [d.to_dict() for d in self.dropped], "dropped_summary": self.dropped_summary()}
+
+    def dropped_summary(self) -> str | None:
+        """The emulated link's lost packets over the jobs, one line (None off the emulated cluster): a warning with the
+        count where any were lost, since dagprof models a lossless link."""
+        if not self.dropped:
+            return None
+        unread = sum(d.total is None for d in self.dropped)
+        if unread:
+            return f"WARNING: the emulated link's drop counters could not be read for {unread} of {len(self.dropped)} jobs"
+        total, lossy = sum(d.total for d in self.dropped), sum(d.total > 0 for d in self.dropped)
+        if not total:
+            return f"emulated link: no packets dropped in {len(self.dropped)} job{'s' if len(self.dropped) > 1 else ''}"
+        return (f"WARNING: the emulated link dropped {total:,} packets in {lossy} of {len(self.dropped)} jobs (TCP retransmits them: "
+                "a lossy link, which dagprof does not model)")
 
 
 def verify(cmd: list[str], strategy: str, work_dir: str, rounds: int = 3, ranks: int | None = None, cluster: Cluster | None = None,
@@ -71,12 +87,13 @@ def verify(cmd: list[str], strategy: str, work_dir: str, rounds: int = 3, ranks:
             run = os.path.join(folder, "run") if profile_from is not None else None
             boot = Bootstrap(profile=run, steps=range(profile_from, 10**9) if run else None, kineto=False, times=os.path.join(folder, "times"),
                              strategy=strategy if which == "B" else None)
-            _run(cmd, boot, folder, ranks, cluster, timeout_s)
+            dropped = _run(cmd, boot, folder, ranks, cluster, timeout_s)
             ms = iteration_ms(read_times(boot.times))
             (out.baseline_ms if which == "A" else out.strategy_ms).append(ms)
             if run is not None:
                 (out.baseline_runs if which == "A" else out.strategy_runs).append(run)
-            say(f"  round {k + 1}/{rounds} {'defaults' if which == 'A' else 'strategy'}: {ms:.1f} ms per step")
+            out.dropped += [dropped] if dropped is not None else []
+            say(f"  round {k + 1}/{rounds} {'defaults' if which == 'A' else 'strategy'}: {ms:.1f} ms per step{_drops(dropped)}")
     return out
 
 
@@ -88,8 +105,9 @@ def verify_in_process(cmd: list[str], strategy: str, work_dir: str, rounds: int,
     if rounds < 1:
         raise DagprofError(f"--rounds must be at least 1, got {rounds}")
     argv = cmd + ["--strategy", os.path.abspath(strategy), "--alternate", str(rounds), "--times", work_dir]
+    seen = len(cluster.dropped) if cluster is not None else 0
     launch(argv, None, ranks=ranks, cluster=cluster, log_dir=os.path.join(work_dir, "logs"), timeout_s=timeout_s)
-    out = Verification()
+    out = Verification(dropped=cluster.dropped[seen:] if cluster is not None else [])  # the one job, all phases together
     for k in range(rounds):
         for which in ("A", "B"):
             folder = os.path.join(work_dir, f"round{k}-{which}")
@@ -97,12 +115,24 @@ def verify_in_process(cmd: list[str], strategy: str, work_dir: str, rounds: int,
             (out.baseline_ms if which == "A" else out.strategy_ms).append(ms)
             (out.baseline_runs if which == "A" else out.strategy_runs).append(os.path.join(folder, "run"))
         say(f"  round {k + 1}/{rounds}: defaults {out.baseline_ms[-1]:.1f} ms, strategy {out.strategy_ms[-1]:.1f} ms per step")
+    if out.dropped:
+        say(f"  the {rounds} rounds, one job{_drops(out.dropped[0])}")
     return out
 
 
-def _run(cmd: list[str], boot: Bootstrap, folder: str, ranks: int | None, cluster: Cluster | None, timeout_s: float) -> None:
+def _drops(d: Dropped | None) -> str:
+    """``, N packets dropped`` for a say line (nothing off the emulated cluster)."""
+    if d is None:
+        return ""
+    return ", drop counters unreadable" if d.total is None else f", {d.total:,} packets dropped{' (a lossy link)' if d.total else ''}"
+
+
+def _run(cmd: list[str], boot: Bootstrap, folder: str, ranks: int | None, cluster: Cluster | None, timeout_s: float) -> Dropped | None:
+    """The job once; on ``cluster`` (with ``ranks``), the packets its ports dropped."""
+    n = len(cluster.dropped) if cluster is not None else 0
     code = launch(cmd, boot, ranks=ranks, cluster=cluster, log_dir=folder, timeout_s=timeout_s)
     if code != 0:
         log = os.path.join(folder, "job.log")
         with open(log) as f:
             raise DagprofError(f"the job exited with status {code}: {last_error_line(f.read())} (log {log})")
+    return cluster.dropped[-1] if cluster is not None and len(cluster.dropped) > n else None
