@@ -35,6 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(HERE), "src")
 sys.path.insert(0, SRC)
 
+from dagprof.collect.jobs.netns import BUFFER_BYTES  # noqa: E402
 from dagprof.collect.jobs.tf_train import free_ports  # noqa: E402  (stdlib only: TF is imported by the job, not here)
 from dagprof.errors import DagprofError  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
@@ -174,11 +175,12 @@ def shape_loopback(ns: str, rate_bit: float, bucket_rate_bit: float | None = Non
     """``tc tbf`` at ``rate_bit`` on the loopback of namespace ``ns``, its MTU an Ethernet frame's (1500 B: TCP segments as on
     a wire, and tbf's bucket must hold a whole packet). Both workers live in ``ns``, so every byte between them, either way,
     crosses this one shaped device: the pair shares the rate, as on a half-duplex link. Its bucket is ``BURST_MS`` at
-    ``bucket_rate_bit`` (default: the rate). The rate is read back (``check_rate``):
+    ``bucket_rate_bit`` (default: the rate); its queue the DDP testbed's ``BUFFER_BYTES`` (``latency 50ms`` held 50 kB at
+    8 Mbit/s: a port that drops a collective's tail waits for TCP's retransmission timeout). The rate is read back (``check_rate``):
     a job is never profiled on a link other than the one its figures are filed under."""
     burst = max(int((bucket_rate_bit or rate_bit) / 8 / 1000 * BURST_MS), 2 * 1514)
     for cmd in (["ip", "link", "set", "lo", "mtu", "1500"], ["ip", "link", "set", "lo", "up"],
-                ["tc", "qdisc", "replace", "dev", "lo", "root", "tbf", "rate", f"{int(rate_bit)}bit", "burst", str(burst), "latency", "50ms"]):
+                ["tc", "qdisc", "replace", "dev", "lo", "root", "tbf", "rate", f"{int(rate_bit)}bit", "burst", str(burst), "limit", str(BUFFER_BYTES)]):
         subprocess.run(["ip", "netns", "exec", ns, *cmd], check=True, capture_output=True)
     check_rate(ns, rate_bit)
 
