@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import sys
 import threading
 import time
@@ -40,6 +39,7 @@ from .collector_files import (
 from .exit_gc import collect_cycles_at_exit
 from .fsdp import FsdpRecorder, fsdp_modules
 from .fsdp1 import Fsdp1Recorder, clean_name, fsdp1_modules
+from .stop_signals import StopSignals
 from .tensors import group_ranks, local_tensor, output_bytes, output_tensors, storage_ptr
 
 _MAX_OUTPUT_HOOKS = 4  # tensors per module output that get a gradient hook
@@ -102,7 +102,7 @@ class Collector:
         self._saved_bytes: dict[str, int] = {}  # layer path -> most bytes saved in one profiled step
         self._param_ptrs: set[int] = set()
         self._flushed = Flushed()  # how much of each list the step files already hold
-        self._prev_signals: dict[int, Any] = {}  # signal -> the handler ours replaced
+        self._signals = StopSignals(self._note_end, lambda: self.step)  # watched while the window records
         self._ended = ""  # what stopped the process inside the window (a signal, an exception)
         self._fsdp: FsdpRecorder | None = None  # an FSDP model's units and collectives (collect.hooks.fsdp, fsdp1)
 
@@ -508,7 +508,7 @@ class Collector:
             self._resolve_info()
         self._write_manifest()
         self._write_steps_head()
-        self._catch_signals()
+        self._signals.catch(self.warnings)
         self._bar = bar(len(self.steps), f"profiling steps {self.steps.start}..{self.steps.stop - 1}", "step", show=self._info["rank"] == 0)
         self.in_window = True
         self._attach_leaf_hooks()
@@ -536,7 +536,7 @@ class Collector:
             self._write_rank(final=False)
         except Exception as err:  # noqa: BLE001
             self._fail(err, "writing the profile")
-        self._release_signals()
+        self._signals.release()
 
     def close(self, error: BaseException | None = None) -> None:
         """Write whatever was collected (also when training ended before or inside the window).
@@ -558,7 +558,7 @@ class Collector:
             self._write_rank(final=True)
         except Exception as err:  # noqa: BLE001
             self._fail(err, "writing the profile at exit")
-        self._release_signals()
+        self._signals.release()
         self._release_model()
 
     def _release_model(self) -> None:
@@ -645,43 +645,7 @@ class Collector:
         done.records, done.layers, done.warnings = n, len(self.layers), len(self.warnings)
         done.step_times, done.layouts = len(self.step_times), len(self._layouts)
 
-    # ---------------------------------------------------------------- signals
-    def _catch_signals(self) -> None:
-        """SIGTERM (what torchrun sends the other ranks when one fails) and SIGINT, for the window's duration."""
-        if threading.current_thread() is not threading.main_thread():
-            return  # Python delivers signals to the main thread only
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
-                self._prev_signals[sig] = signal.getsignal(sig)
-                signal.signal(sig, self._on_signal)
-            except (ValueError, OSError) as err:
-                self.warnings.append(f"dagprof: cannot watch {sig.name} ({err}): a rank stopped by it says less")
-
-    def _release_signals(self) -> None:
-        """Put the previous handlers back, unless the program replaced ours meanwhile (theirs stays)."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-        while self._prev_signals:
-            sig, prev = self._prev_signals.popitem()
-            try:
-                if signal.getsignal(sig) == self._on_signal:
-                    signal.signal(sig, prev if prev is not None else signal.SIG_DFL)
-            except (ValueError, OSError):
-                pass
-
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        """Note what stops the process (its completed steps are on disk already), then do what the previous handler did."""
-        prev = self._prev_signals.get(signum, signal.SIG_DFL)
-        if prev == signal.SIG_IGN:
-            return
-        self._note_end(f"stopped by {signal.Signals(signum).name} during step {self.step}")
-        if callable(prev):
-            prev(signum, frame)  # SIGINT's default raises KeyboardInterrupt: training unwinds and close() writes
-            self._note_end("")  # the program's own handler let it carry on: nothing was stopped
-            return
-        signal.signal(signum, signal.SIG_DFL)  # the default action: die of this signal, as without dagprof
-        os.kill(os.getpid(), signum)
-
+    # ---------------------------------------------------------------- what stops the process
     def _note_end(self, how: str) -> None:
         """``rank<R>.steps/ended.json`` saying ``how`` the process stops ("" removes it); never raises (a signal handler)."""
         try:
