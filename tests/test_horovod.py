@@ -23,7 +23,8 @@ from dagprof.pipeline import open_run
 from dagprof.replay import replay
 from dagprof.search.whatif import Scenario, evaluate
 from dagprof.traces.events import Kind
-from dagprof.traces.horovod import GROUP, TIMELINE, read_horovod_run, read_timeline
+from dagprof.traces.horovod import GROUP, TIMELINE, read_horovod_run
+from dagprof.traces.horovod_timeline import read_timeline
 from dagprof.traces.load import load
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "horovod")

@@ -15,7 +15,8 @@ import sys
 import pytest
 
 from dagprof.pipeline import open_run
-from dagprof.traces.horovod import TIMELINE, read_timeline
+from dagprof.traces.horovod import TIMELINE
+from dagprof.traces.horovod_timeline import read_timeline
 
 VENV = os.environ.get("DAGPROF_HOROVOD_VENV", "")
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "horovod")

@@ -21,7 +21,8 @@ from dagprof.search.whatif import Scenario, evaluate
 from dagprof.traces import xplane_decode
 from dagprof.traces.events import Kind
 from dagprof.traces.load import load
-from dagprof.traces.tf_xplane import _layer_names, rank_from_path, read_xplane
+from dagprof.traces.tf_xplane import rank_from_path, read_xplane
+from dagprof.traces.tf_xplane_names import layer_names
 from dagprof.traces.xplane_run import xplane_files
 
 DATA = pathlib.Path(__file__).parent / "data"
@@ -232,7 +233,7 @@ def test_nested_blocks_keep_their_layers():
         "sparse_categorical_crossentropy/weighted_loss": (True, False), "div_no_nan/Reshape": (False, True),
         "assert_less/Assert": (False, False),
     }
-    names = _layer_names(scopes)
+    names = layer_names(scopes)
     assert names["model/block1/dense_a/MatMul"] == "model/block1/dense_a" and names["model/block1/dense_b/BiasAdd"] == "model/block1/dense_b"
     assert names["model/block1"] == "model/block1" and names["model/embed/embedding_lookup"] == "model/embed"
     assert names["model/pool/Max"] == "model/pool"

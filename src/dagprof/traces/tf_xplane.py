@@ -43,8 +43,8 @@ from ..fsutil import read_input
 from . import formats
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace
 from .meta import Collectives, RankMeta, RunWarning
-from .xla_hlo import collective_bytes
-from .xplane_decode import MISSING, WireError, XPlane, XSpace, decode_xspace
+from .tf_xplane_names import OPTIMIZER, TF_COLLECTIVES, classify, collective_kind, layer_names, program_collective_bytes
+from .xplane_decode import MISSING, XPlane, XSpace, decode_xspace
 from .xplane_flows import POOL, Line, schedule
 
 HOST_PLANE = "/host:CPU"
@@ -56,21 +56,6 @@ _ASYNC_START = "ExecutorState::ProcessAsync::Start"  # an executor thread starti
 _DONE = ("CollectiveExecutor::ExecuteAsync::Done", "ExecutorState::ProcessAsync::Done")
 _TRAIN_MARKER = "train"  # the step marker of Keras fit, tf_profile and jax_profile (tf.profiler Trace / StepTraceAnnotation)
 
-TF_COLLECTIVES = {
-    "CollectiveReduce": "allreduce", "CollectiveReduceV2": "allreduce", "CollectiveReduceV3": "allreduce",
-    "CollectiveGather": "allgather", "CollectiveGatherV2": "allgather",
-    "CollectiveReduceScatterV2": "reducescatter",
-    "CollectiveBcastSend": "broadcast", "CollectiveBcastRecv": "broadcast",
-    "CollectiveBcastSendV2": "broadcast", "CollectiveBcastRecvV2": "broadcast",
-    "CollectiveAllToAllV2": "alltoall", "CollectiveAllToAllV3": "alltoall",
-    "NcclAllReduce": "allreduce",
-}
-_XLA_COLLECTIVE = re.compile(r"^(all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|collective-broadcast)(-start)?\b")
-_XLA_CANON = {"all-reduce": "allreduce", "all-gather": "allgather", "reduce-scatter": "reducescatter",
-              "all-to-all": "alltoall", "collective-permute": "sendrecv", "collective-broadcast": "broadcast"}
-_OPTIMIZER = re.compile(r"^(sgd|adam|adamw|adamax|nadam|rmsprop|adagrad|adadelta|ftrl|lamb|lion|momentum|optimizer|"
-                        r"gradientdescent|loss_scale_optimizer)(_\d+)?$", re.I)
-_PACKING = {"ConcatV2", "Concat", "Pack", "SplitV", "Split", "Unpack"}
 _XLA_SEQ_PER_STEP = 1_000_000  # XLA collectives: seq = step * this + position within the step
 
 
@@ -173,7 +158,7 @@ class _Reader:
         jax_version = meta.stats.get("jax_version") if meta is not None else None
         self.framework = "jax" if jax_version else "tensorflow"
         self.framework_version = str(jax_version or "")
-        self.program_bytes = _program_collective_bytes(space, meta) if meta is not None else {}
+        self.program_bytes = program_collective_bytes(space, meta) if meta is not None else {}
         busy_devices = [p.name for p in space.planes if p.name.startswith("/device:") and any(len(x.offset_ps) for x in p.lines)]
         if busy_devices:
             self.warnings.append(f"device planes not read yet (host ops only): {', '.join(busy_devices[:4])}")
@@ -300,8 +285,8 @@ class _Reader:
         for mid in uniq.tolist():
             full, op_type = p.event_names.get(mid, ""), p.event_display.get(mid, "")
             node = full[: -len(op_type) - 1] if op_type and full.endswith(":" + op_type) else full
-            coll = _collective_kind(full, op_type)
-            kind, layer = (Kind.COMM, "") if coll else _classify(node, op_type)
+            coll = collective_kind(full, op_type)
+            kind, layer = (Kind.COMM, "") if coll else classify(node, op_type)
             if layer:
                 seen = self.scopes.get(layer, (False, False))
                 self.scopes[layer] = (seen[0] or kind == Kind.BACKWARD, seen[1] or op_type == "ReadVariableOp")
@@ -493,9 +478,9 @@ class _Reader:
                          group_ranks=group_ranks, flows=flows, meta=meta)
 
     def _layers(self, c: dict[str, np.ndarray]) -> list[str]:
-        """Op scopes -> layers (``_layer_names``), numbered in model order (their first forward compute op); ops of
+        """Op scopes -> layers (``layer_names``), numbered in model order (their first forward compute op); ops of
         no layer (losses, metrics, asserts) are not forward ops of the model."""
-        names = _layer_names(self.scopes)
+        names = layer_names(self.scopes)
         scope_of = sorted(self.layer_index, key=self.layer_index.get)
         raw = c["layer"]
         layer_of_scope = np.array([names.get(s, "") for s in scope_of] + [""], dtype=object)
@@ -554,10 +539,10 @@ class _Reader:
         for i, coll in zip(self.collectives.event, self.collectives.coll):
             node = self.tab.names[c["name"][i]]
             head = node.split("/", 1)[0] if "/" in node else ""
-            if coll == "allreduce" and c["nbytes"][i] == 0 and (not head or _OPTIMIZER.match(head)):
+            if coll == "allreduce" and c["nbytes"][i] == 0 and (not head or OPTIMIZER.match(head)):
                 by_name.setdefault(node, []).append(i)
         if by_name:
-            best = min(by_name, key=lambda n: (not _OPTIMIZER.match(n.split("/", 1)[0]) if "/" in n else True, len(n), n))
+            best = min(by_name, key=lambda n: (not OPTIMIZER.match(n.split("/", 1)[0]) if "/" in n else True, len(n), n))
             c["nbytes"][by_name[best]] = int(self.grad_bytes)
 
     def _xla_seq(self, c: dict[str, np.ndarray]) -> None:
@@ -568,74 +553,3 @@ class _Reader:
         for i in todo:
             k = pos[int(c["step"][i])] = pos.get(int(c["step"][i]), -1) + 1
             c["seq"][i] = int(c["step"][i]) * _XLA_SEQ_PER_STEP + k
-
-
-def _program_collective_bytes(space: XSpace, meta: XPlane) -> dict[int, dict[str, int]]:
-    """program id -> {collective instruction: bytes}, from the ``Hlo Proto`` JAX stores per compiled program."""
-    out: dict[int, dict[str, int]] = {}
-    for mid in meta.event_names:
-        st = space.metadata_stats(meta, mid)
-        hlo, prog = st.get("Hlo Proto"), st.get("program_id")
-        if isinstance(hlo, bytes) and isinstance(prog, int):
-            try:
-                out[prog] = collective_bytes(hlo)
-            except (WireError, IndexError):
-                continue  # a program we cannot read keeps its collectives' bytes unknown
-    return out
-
-
-def _collective_kind(full: str, op_type: str) -> str:
-    if op_type:
-        return TF_COLLECTIVES.get(op_type, "")
-    m = _XLA_COLLECTIVE.match(full)
-    return _XLA_CANON[m.group(1)] if m else ""
-
-
-def _classify(node: str, op_type: str) -> tuple[Kind, str]:
-    """Kind and op scope from a TF node name (XLA thunk names carry none: KERNEL). The scope becomes a
-    layer, or none, once every op has been seen (``_layer_names``); FORWARD is provisional until then."""
-    if not op_type:
-        return Kind.KERNEL, ""
-    parts = node.split("/")
-    backward = parts[0] in ("gradient_tape", "gradients")
-    if backward:
-        parts = parts[1:]
-    if parts and _OPTIMIZER.match(parts[0]):
-        return (Kind.MEMCPY if op_type in _PACKING else Kind.UPDATE), ""
-    scope = "/".join(parts[:-1])
-    if backward:
-        return Kind.BACKWARD, scope
-    return (Kind.FORWARD if scope else Kind.OTHER), scope
-
-
-_OP_SCOPES = {"convolution", "embedding_lookup"}  # lower-case scopes Keras opens inside a layer for one op
-
-
-def _op_scope_stripped(parts: list[str]) -> list[str]:
-    """A scope less the op scopes at its end (TF names ops in CamelCase: MatMul, BiasAdd, Conv2D); model/layer stay."""
-    while len(parts) > 2 and (parts[-1][:1].isupper() or parts[-1] in _OP_SCOPES):
-        parts = parts[:-1]
-    return parts
-
-
-def _layer_names(scopes: dict[str, tuple[bool, bool]]) -> dict[str, str]:
-    """Op scope -> its layer ('' when none), from ``scopes``: scope -> (has a gradient op, reads a variable).
-
-    A model is a top-level scope with both (a loss has gradients but no variables, a metric variables
-    but no gradients, an assert neither). A layer with weights is where a variable is read, less the
-    op scopes; an op belongs to the deepest such layer above it, so nested blocks keep their layers;
-    other ops (pooling, activations) to their own scope less its op scopes.
-    """
-    tops = lambda i: {s.split("/")[0] for s, flags in scopes.items() if flags[i]}  # noqa: E731
-    models = tops(0) & tops(1)
-    weighted = {"/".join(_op_scope_stripped(s.split("/"))) for s, (_, reads) in scopes.items()
-                if reads and s.count("/") >= 1 and s.split("/")[0] in models}
-    out = {}
-    for s in scopes:
-        parts = s.split("/")
-        if parts[0] not in models or len(parts) < 2:
-            out[s] = ""
-            continue
-        out[s] = next(("/".join(parts[:k]) for k in range(len(parts), 1, -1) if "/".join(parts[:k]) in weighted),
-                      "/".join(_op_scope_stripped(parts)))
-    return out

@@ -9,49 +9,38 @@ mid-window keeps its completed steps and the reader can say which are lost. Ever
 is guarded: an exception disables profiling with one warning and training carries on. Outside the window the leaf-module hooks are removed; the comm
 hook (DDP allows registering only one) stays as a pass-through.
 
-Torch is imported lazily, only here and in the modules that create a Collector.
+Torch is imported lazily, inside functions: here, in the modules beside it, and in those that create a Collector.
 """
 from __future__ import annotations
 
-import gzip
 import os
 import re
-import shutil
-import signal
-import socket
 import sys
-import tempfile
 import threading
 import time
 import warnings
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from ...fsutil import atomic_open
 from ...progress import bar
 from ...traces.buckets import Bucket, BucketLayout
-from ...traces.run_schema import (
-    MANIFEST,
-    STEPS_ENDED,
-    STEPS_HEAD,
-    STEPS_LOG,
-    Clock,
-    Ended,
-    Manifest,
-    RankFile,
-    Rec,
-    StepPart,
-    encode,
-    encode_line,
-    kineto_file,
-    rank_file,
-    steps_dir,
-)
+from ...traces.run_schema import Clock, Manifest, RankFile, Rec, StepPart, kineto_file
 from ...traces.steps import parse_steps
+from .collector_files import (
+    Flushed,
+    append_step_part,
+    export_kineto,
+    process_info,
+    start_step_files,
+    write_ended,
+    write_manifest,
+    write_rank_file,
+)
 from .exit_gc import collect_cycles_at_exit
 from .fsdp import FsdpRecorder, fsdp_modules
 from .fsdp1 import Fsdp1Recorder, clean_name, fsdp1_modules
+from .stop_signals import StopSignals
+from .tensors import group_ranks, local_tensor, output_bytes, output_tensors, storage_ptr
 
 _MAX_OUTPUT_HOOKS = 4  # tensors per module output that get a gradient hook
 SAVED_OUTSIDE_LAYERS = "<outside leaf modules>"  # layer_saved_bytes key of activations saved by the loss and functional ops
@@ -112,8 +101,8 @@ class Collector:
         self._step_saved: dict[int, int] = {}  # layer -> bytes it saved for backward this step
         self._saved_bytes: dict[str, int] = {}  # layer path -> most bytes saved in one profiled step
         self._param_ptrs: set[int] = set()
-        self._flushed = _Flushed()  # how much of each list the step files already hold
-        self._prev_signals: dict[int, Any] = {}  # signal -> the handler ours replaced
+        self._flushed = Flushed()  # how much of each list the step files already hold
+        self._signals = StopSignals(self._note_end, lambda: self.step)  # watched while the window records
         self._ended = ""  # what stopped the process inside the window (a signal, an exception)
         self._fsdp: FsdpRecorder | None = None  # an FSDP model's units and collectives (collect.hooks.fsdp, fsdp1)
 
@@ -154,7 +143,7 @@ class Collector:
                 if not any(ddp is d for d in self._ddps):
                     self._ddps.append(ddp)
                     self._ddp_seen = True
-                    self._ddp_ranks = self._ddp_ranks or _group_ranks(ddp.process_group)
+                    self._ddp_ranks = self._ddp_ranks or group_ranks(ddp.process_group)
                     self._install_comm_hook(ddp)
                     self._bucket_cap_mb = getattr(ddp, "bucket_bytes_cap", 0) / 2**20 or None
             if self.in_window:
@@ -246,7 +235,7 @@ class Collector:
             if self.ranges:
                 self._close_range(layer, call)
             n = 0
-            for y in _tensors(output):
+            for y in output_tensors(output):
                 if y.requires_grad:
                     self._on_grad(y, (Rec.BWD_BEGIN, layer, call))
                     n += 1
@@ -295,7 +284,7 @@ class Collector:
         (each storage once per step, parameters excluded); the tensor itself is kept unchanged."""
         if self.recording:
             try:
-                storage = _local(tensor).untyped_storage()
+                storage = local_tensor(tensor).untyped_storage()
                 key = storage.data_ptr()
                 if key not in self._saved_seen and key not in self._param_ptrs:
                     self._saved_seen.add(key)
@@ -306,7 +295,7 @@ class Collector:
         return tensor
 
     def _track_saved(self) -> None:
-        self._param_ptrs = {ptr for p, _ in self._params if (ptr := _storage_ptr(p))}
+        self._param_ptrs = {ptr for p, _ in self._params if (ptr := storage_ptr(p))}
 
     def _saved_on(self, module: Any, args: tuple) -> None:
         """A root's forward pre-hook: count saved activations while the forward runs, and only then.
@@ -335,7 +324,7 @@ class Collector:
             try:
                 saved.__exit__(None, None, None)
                 if output is not None:
-                    self._step_saved[_OUTPUT] = max(self._step_saved.get(_OUTPUT, 0), _output_bytes(output))
+                    self._step_saved[_OUTPUT] = max(self._step_saved.get(_OUTPUT, 0), output_bytes(output))
             except Exception as err:  # noqa: BLE001
                 self._fail(err, "forward hook (saved tensors)")
 
@@ -519,7 +508,7 @@ class Collector:
             self._resolve_info()
         self._write_manifest()
         self._write_steps_head()
-        self._catch_signals()
+        self._signals.catch(self.warnings)
         self._bar = bar(len(self.steps), f"profiling steps {self.steps.start}..{self.steps.stop - 1}", "step", show=self._info["rank"] == 0)
         self.in_window = True
         self._attach_leaf_hooks()
@@ -547,7 +536,7 @@ class Collector:
             self._write_rank(final=False)
         except Exception as err:  # noqa: BLE001
             self._fail(err, "writing the profile")
-        self._release_signals()
+        self._signals.release()
 
     def close(self, error: BaseException | None = None) -> None:
         """Write whatever was collected (also when training ended before or inside the window).
@@ -569,7 +558,7 @@ class Collector:
             self._write_rank(final=True)
         except Exception as err:  # noqa: BLE001
             self._fail(err, "writing the profile at exit")
-        self._release_signals()
+        self._signals.release()
         self._release_model()
 
     def _release_model(self) -> None:
@@ -592,34 +581,14 @@ class Collector:
 
     # ---------------------------------------------------------------- output
     def _resolve_info(self) -> None:
-        import torch
-
-        rank = int(os.environ.get("RANK", 0))
-        world = int(os.environ.get("WORLD_SIZE", 1))
-        backend = ""
-        try:
-            import torch.distributed as dist
-
-            if dist.is_available() and dist.is_initialized():
-                rank, world, backend = dist.get_rank(), dist.get_world_size(), str(dist.get_backend())
-        except Exception:  # noqa: BLE001  (no distributed support: a single process)
-            pass
-        self._info = {
-            "rank": rank, "world_size": world, "backend": backend, "host": socket.gethostname(), "pid": os.getpid(),
-            "local_rank": int(os.environ.get("LOCAL_RANK", rank)), "torch": str(torch.__version__),
-            "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0,
-        }
+        self._info = process_info()
 
     def _write_manifest(self) -> None:
-        path = os.path.join(self.out_dir, MANIFEST)
-        if os.path.exists(path) and self._info["rank"] != 0:
-            return  # rank 0 always writes (replacing a stale one); the others only when it is missing
         manifest = Manifest(world_size=self._info["world_size"], steps_requested=(self.steps.start, self.steps.stop),
                             backend=self._info["backend"], kineto=self.kineto, record_shapes=self.record_shapes, mode=self.mode,
                             argv=list(sys.argv), created_ns=time.time_ns())
-        with atomic_open(path, "wb") as f:
-            f.write(encode(manifest))
-        self._manifest_written = True
+        if write_manifest(self.out_dir, self._info["rank"], manifest):
+            self._manifest_written = True
 
     def _write_rank(self, final: bool) -> None:
         rank = self._info["rank"]
@@ -627,7 +596,7 @@ class Collector:
         if self._kineto_prof is not None:
             prof, self._kineto_prof = self._kineto_prof, None
             prof.stop()
-            _export_gz(prof, os.path.join(self.out_dir, kineto_file(rank)))
+            export_kineto(prof, self.out_dir, rank)
             self._kineto_written = True
         if self._kineto_written:
             kfile = kineto_file(rank)
@@ -640,15 +609,11 @@ class Collector:
             bucket_layouts=self._layouts, step_times_ns=self.step_times, records=self.records, ddp_group_ranks=self._ddp_ranks,
             fsdp=self._fsdp.info(self.layers) if self._fsdp is not None else None,
         )
-        with atomic_open(os.path.join(self.out_dir, rank_file(rank)), "wb") as f:
-            f.write(encode(doc))
-        shutil.rmtree(os.path.join(self.out_dir, steps_dir(rank)), ignore_errors=True)  # rank<R>.json holds it all now
+        write_rank_file(self.out_dir, doc)
 
     # ---------------------------------------------------------------- step files: what survives a kill
     def _write_steps_head(self) -> None:
         """``rank<R>.steps/head.json``: everything known at the window's start; step files add to it."""
-        folder = os.path.join(self.out_dir, steps_dir(self._info["rank"]))
-        shutil.rmtree(folder, ignore_errors=True)  # an earlier run's
         head = RankFile(
             **self._info, mode=self.mode, bucket_cap_mb=self._bucket_cap_mb, ddp=self._ddp_seen,
             steps_requested=(self.steps.start, self.steps.stop), steps_profiled=[], steps_completed=len(self.step_times),
@@ -656,10 +621,9 @@ class Collector:
             layers=list(self.layers), layer_grad_bytes=dict(self._grad_bytes), bucket_layouts=list(self._layouts),
             step_times_ns=list(self.step_times), records=[],
         )
-        with atomic_open(os.path.join(folder, STEPS_HEAD), "wb") as f:
-            f.write(encode(head))
-        self._flushed = _Flushed(len(self.records), len(self.layers), dict(self._grad_bytes), len(self.warnings),
-                                 len(self.step_times), len(self._layouts))
+        start_step_files(self.out_dir, head)
+        self._flushed = Flushed(len(self.records), len(self.layers), dict(self._grad_bytes), len(self.warnings),
+                                len(self.step_times), len(self._layouts))
 
     def _saved_key(self, layer: int) -> str:
         return self.layers[layer] if layer >= 0 else SAVED_OUTSIDE_LAYERS if layer == -1 else MODEL_OUTPUT
@@ -675,156 +639,22 @@ class Collector:
             bucket_layout=self._layouts[-1] if len(self._layouts) > done.layouts else None,
             warnings=self.warnings[done.warnings:], step_times_ns=self.step_times[done.step_times:], records=self.records[done.records:n],
         )
-        _append(os.path.join(self.out_dir, steps_dir(self._info["rank"]), STEPS_LOG), encode_line(part))
+        append_step_part(self.out_dir, part)
         if grad:
             done.grad_bytes.update(grad)
         done.records, done.layers, done.warnings = n, len(self.layers), len(self.warnings)
         done.step_times, done.layouts = len(self.step_times), len(self._layouts)
 
-    # ---------------------------------------------------------------- signals
-    def _catch_signals(self) -> None:
-        """SIGTERM (what torchrun sends the other ranks when one fails) and SIGINT, for the window's duration."""
-        if threading.current_thread() is not threading.main_thread():
-            return  # Python delivers signals to the main thread only
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
-                self._prev_signals[sig] = signal.getsignal(sig)
-                signal.signal(sig, self._on_signal)
-            except (ValueError, OSError) as err:
-                self.warnings.append(f"dagprof: cannot watch {sig.name} ({err}): a rank stopped by it says less")
-
-    def _release_signals(self) -> None:
-        """Put the previous handlers back, unless the program replaced ours meanwhile (theirs stays)."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-        while self._prev_signals:
-            sig, prev = self._prev_signals.popitem()
-            try:
-                if signal.getsignal(sig) == self._on_signal:
-                    signal.signal(sig, prev if prev is not None else signal.SIG_DFL)
-            except (ValueError, OSError):
-                pass
-
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        """Note what stops the process (its completed steps are on disk already), then do what the previous handler did."""
-        prev = self._prev_signals.get(signum, signal.SIG_DFL)
-        if prev == signal.SIG_IGN:
-            return
-        self._note_end(f"stopped by {signal.Signals(signum).name} during step {self.step}")
-        if callable(prev):
-            prev(signum, frame)  # SIGINT's default raises KeyboardInterrupt: training unwinds and close() writes
-            self._note_end("")  # the program's own handler let it carry on: nothing was stopped
-            return
-        signal.signal(signum, signal.SIG_DFL)  # the default action: die of this signal, as without dagprof
-        os.kill(os.getpid(), signum)
-
+    # ---------------------------------------------------------------- what stops the process
     def _note_end(self, how: str) -> None:
         """``rank<R>.steps/ended.json`` saying ``how`` the process stops ("" removes it); never raises (a signal handler)."""
         try:
             self._ended = how
             if self.in_window and self._info:
-                path = os.path.join(self.out_dir, steps_dir(self._info["rank"]), STEPS_ENDED)
-                if how:
-                    with atomic_open(path, "wb") as f:
-                        f.write(encode(Ended(rank=self._info["rank"], how=how, t_ns=time.time_ns())))
-                elif os.path.exists(path):
-                    os.unlink(path)
+                write_ended(self.out_dir, self._info["rank"], how)
         except Exception:  # noqa: BLE001  (the signal must still take effect)
             pass
 
 
-@dataclass
-class _Flushed:
-    """Lengths (and the gradient sizes) the step files hold so far; the next part writes what came after."""
-
-    records: int = 0
-    layers: int = 0
-    grad_bytes: dict[str, int] = field(default_factory=dict)
-    warnings: int = 0
-    step_times: int = 0
-    layouts: int = 0
-
-
-def _append(path: str, line: bytes) -> None:
-    """Append one committed line (it ends with its newline; a write cut short by a kill leaves no newline)."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-    try:
-        view = memoryview(line)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
-
-
-def _export_gz(prof: Any, path: str) -> None:
-    """torch writes the trace to a plain path; gzip it into place atomically."""
-    fd, tmp = tempfile.mkstemp(suffix=".json", dir=os.path.dirname(path), prefix=".tmp-kineto-")
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(tmp)
-        with open(tmp, "rb") as src, atomic_open(path, "wb") as dst, gzip.GzipFile(fileobj=dst, mode="wb", compresslevel=4) as gz:
-            shutil.copyfileobj(src, gz)
-    finally:
-        os.unlink(tmp)
-
-
-def _storage_ptr(p: Any) -> int:
-    """Where a parameter's storage lives: a DTensor's local shard's; 0 for none."""
-    try:
-        return _local(p).untyped_storage().data_ptr()
-    except RuntimeError:
-        return 0
-
-
 def _unpack_saved(tensor: Any) -> Any:
     return tensor
-
-
-def _tensors(output: Any):
-    """Tensors in a module output (tensor, tuple/list, dict), shallow."""
-    if hasattr(output, "register_hook"):
-        yield output
-    elif isinstance(output, (tuple, list)):
-        for y in output:
-            if hasattr(y, "register_hook"):
-                yield y
-    elif isinstance(output, dict):
-        for y in output.values():
-            if hasattr(y, "register_hook"):
-                yield y
-
-
-def _local(tensor: Any) -> Any:
-    """The tensor holding the data of a wrapper subclass (a DTensor's local shard, an async collective's result:
-    the wrapper has no storage of its own), else the tensor itself."""
-    flatten = getattr(tensor, "__tensor_flatten__", None)
-    if flatten is None:
-        return tensor
-    inner, _ = flatten()
-    return _local(getattr(tensor, inner[0])) if inner else tensor
-
-
-def _group_ranks(group: Any) -> list[int]:
-    """Global ranks of a process group ([] when torch cannot say)."""
-    try:
-        import torch.distributed as dist
-
-        return [int(r) for r in dist.get_process_group_ranks(group)]
-    except Exception:  # noqa: BLE001  (an old torch or a custom group: the reader assumes every rank)
-        return []
-
-
-def _output_bytes(output: Any) -> int:
-    """Bytes of the tensors a forward returned (nested in tuples, lists and dicts), each storage once."""
-    seen: dict[int, int] = {}
-    stack = [output]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, (tuple, list)):
-            stack.extend(x)
-        elif isinstance(x, dict):
-            stack.extend(x.values())
-        elif hasattr(x, "untyped_storage"):
-            storage = _local(x).untyped_storage()
-            seen[storage.data_ptr()] = storage.nbytes()
-    return sum(seen.values())

@@ -1,0 +1,100 @@
+"""How a TF or JAX profile's names say what an op is: a collective's kind, forward, backward or update, and the layer.
+
+TF node names carry the model's scopes (``sequential_1/conv1_1/Relu``, ``gradient_tape/...``, an optimizer's scope);
+XLA thunks carry HLO instruction names (``all-reduce-start.3``) and the compiled program's HLO gives their bytes.
+Kept apart from ``tf_xplane`` (which walks the planes and lines) because these rules change with TF and Keras versions.
+"""
+from __future__ import annotations
+
+import re
+
+from .events import Kind
+from .xla_hlo import collective_bytes
+from .xplane_decode import WireError, XPlane, XSpace
+
+TF_COLLECTIVES = {
+    "CollectiveReduce": "allreduce", "CollectiveReduceV2": "allreduce", "CollectiveReduceV3": "allreduce",
+    "CollectiveGather": "allgather", "CollectiveGatherV2": "allgather",
+    "CollectiveReduceScatterV2": "reducescatter",
+    "CollectiveBcastSend": "broadcast", "CollectiveBcastRecv": "broadcast",
+    "CollectiveBcastSendV2": "broadcast", "CollectiveBcastRecvV2": "broadcast",
+    "CollectiveAllToAllV2": "alltoall", "CollectiveAllToAllV3": "alltoall",
+    "NcclAllReduce": "allreduce",
+}
+_XLA_COLLECTIVE = re.compile(r"^(all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|collective-broadcast)(-start)?\b")
+_XLA_CANON = {"all-reduce": "allreduce", "all-gather": "allgather", "reduce-scatter": "reducescatter",
+              "all-to-all": "alltoall", "collective-permute": "sendrecv", "collective-broadcast": "broadcast"}
+OPTIMIZER = re.compile(r"^(sgd|adam|adamw|adamax|nadam|rmsprop|adagrad|adadelta|ftrl|lamb|lion|momentum|optimizer|"
+                       r"gradientdescent|loss_scale_optimizer)(_\d+)?$", re.I)
+_PACKING = {"ConcatV2", "Concat", "Pack", "SplitV", "Split", "Unpack"}
+
+
+def program_collective_bytes(space: XSpace, meta: XPlane) -> dict[int, dict[str, int]]:
+    """program id -> {collective instruction: bytes}, from the ``Hlo Proto`` JAX stores per compiled program."""
+    out: dict[int, dict[str, int]] = {}
+    for mid in meta.event_names:
+        st = space.metadata_stats(meta, mid)
+        hlo, prog = st.get("Hlo Proto"), st.get("program_id")
+        if isinstance(hlo, bytes) and isinstance(prog, int):
+            try:
+                out[prog] = collective_bytes(hlo)
+            except (WireError, IndexError):
+                continue  # a program we cannot read keeps its collectives' bytes unknown
+    return out
+
+
+def collective_kind(full: str, op_type: str) -> str:
+    if op_type:
+        return TF_COLLECTIVES.get(op_type, "")
+    m = _XLA_COLLECTIVE.match(full)
+    return _XLA_CANON[m.group(1)] if m else ""
+
+
+def classify(node: str, op_type: str) -> tuple[Kind, str]:
+    """Kind and op scope from a TF node name (XLA thunk names carry none: KERNEL). The scope becomes a
+    layer, or none, once every op has been seen (``layer_names``); FORWARD is provisional until then."""
+    if not op_type:
+        return Kind.KERNEL, ""
+    parts = node.split("/")
+    backward = parts[0] in ("gradient_tape", "gradients")
+    if backward:
+        parts = parts[1:]
+    if parts and OPTIMIZER.match(parts[0]):
+        return (Kind.MEMCPY if op_type in _PACKING else Kind.UPDATE), ""
+    scope = "/".join(parts[:-1])
+    if backward:
+        return Kind.BACKWARD, scope
+    return (Kind.FORWARD if scope else Kind.OTHER), scope
+
+
+_OP_SCOPES = {"convolution", "embedding_lookup"}  # lower-case scopes Keras opens inside a layer for one op
+
+
+def _op_scope_stripped(parts: list[str]) -> list[str]:
+    """A scope less the op scopes at its end (TF names ops in CamelCase: MatMul, BiasAdd, Conv2D); model/layer stay."""
+    while len(parts) > 2 and (parts[-1][:1].isupper() or parts[-1] in _OP_SCOPES):
+        parts = parts[:-1]
+    return parts
+
+
+def layer_names(scopes: dict[str, tuple[bool, bool]]) -> dict[str, str]:
+    """Op scope -> its layer ('' when none), from ``scopes``: scope -> (has a gradient op, reads a variable).
+
+    A model is a top-level scope with both (a loss has gradients but no variables, a metric variables
+    but no gradients, an assert neither). A layer with weights is where a variable is read, less the
+    op scopes; an op belongs to the deepest such layer above it, so nested blocks keep their layers;
+    other ops (pooling, activations) to their own scope less its op scopes.
+    """
+    tops = lambda i: {s.split("/")[0] for s, flags in scopes.items() if flags[i]}  # noqa: E731
+    models = tops(0) & tops(1)
+    weighted = {"/".join(_op_scope_stripped(s.split("/"))) for s, (_, reads) in scopes.items()
+                if reads and s.count("/") >= 1 and s.split("/")[0] in models}
+    out = {}
+    for s in scopes:
+        parts = s.split("/")
+        if parts[0] not in models or len(parts) < 2:
+            out[s] = ""
+            continue
+        out[s] = next(("/".join(parts[:k]) for k in range(len(parts), 1, -1) if "/".join(parts[:k]) in weighted),
+                      "/".join(_op_scope_stripped(parts)))
+    return out
