@@ -38,6 +38,20 @@ Each round also measures, per rank count and link, compute and an all-reduce of 
 each other (``dagprof calibrate --overlap``'s measurement, kept in the link file): ``dagprof sgd`` prices it by default
 (``sgd.contention``), the ``-contention`` rows without it (``--no-contention``).
 
+The "where the step goes" table splits each cell's step into compute (the anchored one-worker forward + backward +
+update, x ranks/cores) and the rest, measured and priced. On the quiet 3-round run (load 0.7-3.1; re-predicted offline):
+- fused is under-priced in its all-reduce, not around it: the measured step beyond compute exceeds the link file's price
+  of the one 5.5 MB all-reduce by +3.2 / +1.6 ms (2 ranks, 200 Mbit/s / 1 Gbit/s), +19.4 / +3.6 ms (4 ranks). The other
+  parts are in the anchor or absent: the one-rank profile ran the same single 5,537,792-byte bucket (its
+  ``bucket_layouts``), so DDP's copies into and out of the bucket and the update are in the anchored compute; DDP
+  launches a bucket when its last gradient is ready, with no fusion threshold or timeout to wait for (Horovod has
+  one, DDP does not); one message carries 2(N-1) alpha = 0-2.6 ms of latency, already priced. At 4 ranks and
+  200 Mbit/s half the excess is 3 of 24 steps stalling 38-118 ms (9.2 ms of the mean; the median step is +8.6 ms);
+  no candidate effect measured in the kept runs accounts for the rest, so none is added.
+- WFBP at 1 Gbit/s: compute and all-reduces slowing each other (the measured contention) is what over-prices it.
+  Measured, the backward hides 6.9 ms (2 ranks) and 6.8 ms (4 ranks) of the per-layer all-reduces; the model hides 3.0
+  and -1.0 ms with contention, 7.9 and 15.6 ms without (errors +6.1 / +8.0 % with it, -3.0 / -9.8 % without).
+
     sudo .venv/bin/python bench/bench_sgd.py --testbed [--rounds 3] [--keep DIR]
     .venv/bin/python bench/bench_sgd.py --testbed --repredict DIR   # no job: predict kept rounds again
     sudo .venv/bin/python bench/bench_sgd.py --testbed --measure-overlap OV   # only the overlap measurements, into OV

@@ -54,6 +54,7 @@ def run_round(folder: str, rng: random.Random, repredict: bool, overlap_from: st
     unprofiled = profile_steps[:JOB.profile_margin] + profile_steps[JOB.profile_margin + JOB.profile_steps:]
     measured: dict[tuple[int, str, str], float] = {}  # mean step, ms (dagprof's iteration time)
     medians: dict[tuple[int, str, str], float] = {}
+    fastest: dict[tuple[int, str, str], float] = {}
     links: dict[tuple[int, str], str] = {}
     for ranks in RANKS:
         control = os.path.join(folder, f"r{ranks}")
@@ -85,9 +86,10 @@ def run_round(folder: str, rng: random.Random, repredict: bool, overlap_from: st
         for (policy, rate), steps in zip(cells, out[len(out) - len(cells):]):
             measured[ranks, rate, policy] = 1e3 * statistics.mean(steps)
             medians[ranks, rate, policy] = 1e3 * statistics.median(steps)
+            fastest[ranks, rate, policy] = 1e3 * min(steps)
     load.append(os.getloadavg()[0])
     return {"run": os.path.join(r1, "run"), "iter_1_profiled_ms": None, "iter_1_unprofiled_ms": 1e3 * statistics.mean(unprofiled),
-            "measured": measured, "measured_median": medians, "links": links, "load": load}
+            "measured": measured, "measured_median": medians, "measured_fastest": fastest, "links": links, "load": load}
 
 
 def sgd(*argv: str) -> dict:
@@ -161,6 +163,23 @@ def predict_round(rnd: dict, cores: int, tmp: str, jitter: int = JITTER) -> dict
     return out
 
 
+def parts_round(rnd: dict, cores: int) -> dict:
+    """Where the headline's step goes, per cell: (compute, all-reduces) ms, the one-worker compute (forward + backward +
+    update, the anchor's serial rest included) scaled as the ``+cores`` rows scale it, and the all-reduces as the
+    round's link file prices the policy's messages (one of every gradient's bytes for fused, one per layer for WFBP)."""
+    from dagprof.sgd import Policy, comm_model, make_schedule
+
+    out = {}
+    for ranks in RANKS:
+        profile = scaled(rnd["run"], max(1.0, ranks / cores), rnd["iter_1_unprofiled_ms"] * 1e3)
+        compute = float(profile.forward_or_zero().sum() + profile.backward_us.sum() + profile.update_us) / 1e3
+        for rate in RATES:
+            model = comm_model(profile, link_models=[rnd["links"][ranks, rate]])
+            for policy in POLICIES:
+                out[ranks, rate, policy] = (compute, float(make_schedule(profile, Policy(policy), ranks, model).comm_us.sum()) / 1e3)
+    return out
+
+
 def testbed(args) -> int:
     from dagprof.collect.jobs.netns import available
 
@@ -180,6 +199,7 @@ def testbed(args) -> int:
             print(f"round {k + 1}/{rounds}", file=sys.stderr)
             rnd = run_round(os.path.join(work, str(k)), rng, bool(args.repredict), args.overlap_from)
             rnd["predicted"] = predict_round(rnd, args.cores, tmp)
+            rnd["parts"] = parts_round(rnd, args.cores)
             done.append(rnd)
     report(done, args)
     print(f"bench wall time {time.monotonic() - t0:.0f} s")
@@ -243,6 +263,24 @@ def report(done: list[dict], args) -> None:
           "anchor: the single-rank iteration the serial rest comes from (the profiled steps', or the unprofiled ones').")
     med = statistics.mean(abs(statistics.median(100 * (r["predicted"][(*HEADLINE, *c)] / r["measured_median"][c] - 1) for r in done)) for c in cells)
     print(f"headline against each cell's MEDIAN step (the sweep's statistic) instead of its mean: mean |error| {med:.1f} %")
+    print("\nwhere the step goes (headline; ms, median over rounds): the step beyond compute, measured against priced")
+    print(f"{'ranks':>5} {'link':>8} {'policy':>6} {'mean':>7} {'median':>7} {'fastest':>7} {'compute':>7} {'all-red.':>8} "
+          f"{'meas-comp':>9} {'pred-comp':>9} {'no cont.':>8} {'unpriced':>8}")
+    nocont = (HEADLINE[0], "+cores-contention", HEADLINE[2])
+    for cell in cells:
+        def med(f) -> float:
+            return statistics.median(f(r) for r in done)
+
+        comp = med(lambda r: r["parts"][cell][0])
+        print(f"{cell[0]:>5} {cell[1]:>8} {cell[2]:>6} {med(lambda r: r['measured'][cell]):>7.1f} {med(lambda r: r['measured_median'][cell]):>7.1f} "
+              f"{med(lambda r: r['measured_fastest'][cell]):>7.1f} {comp:>7.1f} {med(lambda r: r['parts'][cell][1]):>8.1f} "
+              f"{med(lambda r: r['measured'][cell] - r['parts'][cell][0]):>9.1f} "
+              f"{med(lambda r: r['predicted'][(*HEADLINE, *cell)] - r['parts'][cell][0]):>9.1f} "
+              f"{med(lambda r: r['predicted'][(*nocont, *cell)] - r['parts'][cell][0]):>8.1f} "
+              f"{med(lambda r: r['measured'][cell] - r['predicted'][(*HEADLINE, *cell)]):>+8.1f}")
+    print("compute: one worker's forward + backward + update (the unprofiled anchor's serial rest included, x ranks/cores);\n"
+          "all-red.: the policy's all-reduces as the round's link file prices them, back to back; meas-comp: the measured mean\n"
+          "step beyond compute; pred-comp: the headline's, no cont.: without contention; unpriced: measured - predicted.")
     print("policy gain, measured vs predicted (fused / wfbp step time; headline):")
     for n in RANKS:
         for rate in RATES:

@@ -35,6 +35,12 @@ def test_one_tiny_round(tmp_path, monkeypatch):
     assert {k[1] for k in pred} == set(tb.COMPUTE)  # contention priced by default, and without it (--no-contention)
     # one rank's profile: the anchor is its own iteration (profiled) or the unprofiled steps around it
     assert rnd["iter_1_profiled_ms"] > 0 and rnd["iter_1_unprofiled_ms"] > 0
+    # where the step goes: the same compute under both policies; one fused message costs no more than one per layer
+    parts = tb.parts_round(rnd, cores=2)
+    assert set(parts) == cells and min(min(v) for v in parts.values()) > 0
+    for rate in tb.RATES:
+        assert parts[2, rate, "wfbp"][0] == parts[2, rate, "fused"][0] and parts[2, rate, "fused"][1] <= parts[2, rate, "wfbp"][1] * (1 + 1e-9)
+    assert all(rnd["measured_fastest"][c] <= rnd["measured"][c] for c in cells)
     # the model's layers are DDP's buckets: every Linear (one parameter, no bias) is a layer with gradient bytes
     from dagprof.traces.layerwise import read_layer_file
 
