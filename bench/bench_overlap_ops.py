@@ -15,7 +15,7 @@ after the all-reduce did ran 0.98-1.07x (median over pairs; lstm's 2 ops 2.0x) t
 1.13-1.38x summed (a few stalled steps and ranks); those that started within its first 10 ms 1.0-2.7x, 1.1-2.8x
 summed: rank 1 of the cnn's defaults ran ``layers.7.conv1`` in 17.7 ms, 4.0 in the strategy run. The excess is single
 ops stalled, most at an all-reduce's start, not a slowdown spread over the overlap; per step, on the cnns' kept
-cells, 0-10 ms on one rank and 29-30 ms on the other (13-28 ms on both in mlp/transformer), where the model takes
+cells, 0-10 ms on one rank and 28-31 ms on the other (8-28 ms per rank in mlp/transformer), where the model takes
 s / (1 + s), about half, of every overlapped op on both. The buckets all moved at the link's rate (1.0-2.3 MiB,
 demand 1), so these runs cannot show a dependence on the message size or rate. Re-predicted offline
 (``bench_optimize.py --repredict``), charging s only over an all-reduce's first 10 ms took the built-in cnn from
