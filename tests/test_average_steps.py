@@ -7,7 +7,7 @@ from dagprof.graph.build import build_graph
 from dagprof.graph.build_ps import DONE, rebuild_ps
 from dagprof.graph.dag import GraphBuilder
 from dagprof.passes.average_steps import average_steps, background_lanes
-from dagprof.passes.fsdp import set_reduce_dtype
+from dagprof.passes.fsdp import set_reduce_dtype, set_reshard
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
 from dagprof.traces.events import Kind
@@ -109,7 +109,8 @@ def test_joins_of_sub_groups_keep_their_mean_wait_and_keep_it_through_what_ifs()
     """HSDP, 4 ranks on 2 cores (mesh 2x2): the shard groups' all-gathers and reduce-scatters join 2 ranks, the replica
     all-reduces the other 2, and the rank a join waits for changes from step to step. Without their waits the averaged
     replay is 5.5 % short; with them (settled by replaying, since a sub-group's wait delays only its ranks) within 2 %.
-    Link and dtype what-ifs re-price the collectives and keep the joins' waits; merged units keep one join each."""
+    A dtype what-if re-prices the collectives and keeps the joins' waits; without reshard_after_forward the backward
+    all-gathers are gone, and their joins' waits with them."""
     g = open_run(DATA / "fsdp" / "hsdp-conv").graph
     joins = np.flatnonzero(g.kind == Kind.SYNC)
     assert max(len(set(g.rank[g.predecessors(v)].tolist())) for v in joins) == 2  # every join is a sub-group's
@@ -122,6 +123,10 @@ def test_joins_of_sub_groups_keep_their_mean_wait_and_keep_it_through_what_ifs()
     assert np.array_equal(kept.succ, g.succ) and np.array_equal(kept.dur, average_steps(g).dur)
     bf16 = set_reduce_dtype(kept, "bf16")
     assert np.array_equal(bf16.gap[joins], kept.gap[joins])
+    kept_units = set_reshard(kept, False)  # the resharded units' backward all-gathers are gone, and their joins' waits with them
+    gone = np.isin(joins, [p for v in np.flatnonzero((kept_units.dur == 0) & (kept.dur > 0) & (g.rank < 0)) for p in g.predecessors(v)])
+    assert gone.any() and (kept_units.gap[joins[gone]] == 0).all() and (kept.gap[joins[gone]] > 0).any()
+    assert np.array_equal(kept_units.gap[joins[~gone]], kept.gap[joins[~gone]])
 
 
 def _error_pct(g) -> float:
