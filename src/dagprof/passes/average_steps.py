@@ -24,9 +24,10 @@ join's added wait) cancels; where one rank is always last, or with one rank, not
 A sub-group's join (HSDP's shard all-gathers and reduce-scatters, its replica all-reduces) delays only
 its ranks, so its added wait reaches the next join of another group as a lag the measurement holds
 too: there the waits are settled by replaying with them until each group's replayed lag is its measured
-one. On kept 4-rank HSDP runs on 2 cores (5 steps) the averaged replay moved from -3.1..-17.3 % to
--0.2..+1.6 %; on the 2-step ``hsdp`` fixture to +5.0 %, where the window's first step mark, averaged
-with the next one's, opens rank 1's window 18 ms early (its ranks entered it 39 ms apart).
+one (at most 8 replays; the slowest of the kept runs below settles in 19, 0.04 % away). On 9 kept
+4-rank HSDP runs on 2 cores (5 steps) the averaged replay moved from -0.9..-17.3 % to -0.2..+1.6 %, and on the
+2-step ``hsdp-conv`` fixture from -5.5 to -1.1 %; on the 2-step ``hsdp`` fixture from -1.65 to +5.0 %, where the
+window's first step mark, averaged with the next one's, opens rank 1's window 18 ms early (its ranks entered it 39 ms apart).
 
 A parameter server's sums are such joins too, but mx.profiler does not time single pushes: there each worker's exchange
 keeps the per-step replay's mean wait instead (``exchange_waits``).
