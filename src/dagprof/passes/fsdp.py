@@ -99,7 +99,7 @@ def set_reshard(g: Graph, on: Reshard) -> Graph:
     """What if every unit's ``reshard_after_forward`` were ``on`` (FSDP keeps the root's if it was kept),
     or, given a mapping, each unit it names (``FSDPModule.set_reshard_after_forward(.., recurse=False)``)?"""
     units = {u.name: u for u in g.meta.fsdp.units}
-    dur = g.dur.copy()
+    dur, gap = g.dur.copy(), g.gap.copy()
     in_pass = Passes(g)
     # indexed once, so each collective looks at its own unit's nodes and not the whole graph
     backward: dict[tuple[int, int], list[int]] = {}  # (step, layer) -> the ranks' backward ops
@@ -122,6 +122,7 @@ def set_reshard(g: Graph, on: Reshard) -> Graph:
         step = int(g.step[c.node])
         if not on_here and not forward:  # the backward all-gather of a resharded unit: gone
             dur[c.node] = 0.0
+            gap[[p for p in g.predecessors(c.node).tolist() if g.kind[p] == Kind.SYNC]] = 0.0  # and the averaged join's wait for its late rank
             for v in by_name.get((step, f"fsdp copy-out {c.unit} (backward)"), []) + by_name.get((step, f"fsdp reshard {c.unit} (forward)"), []):
                 dur[v] = 0.0
         elif on_here and forward:  # a kept unit gathered again: its backward (of the same micro-batch) starts that much later on every rank
@@ -136,7 +137,7 @@ def set_reshard(g: Graph, on: Reshard) -> Graph:
                 first = min(mine, key=lambda v: float(g.order[v]))
                 copy = [v for v in copies if int(g.rank[v]) == r and micro(v) == batch]
                 dur[first] += float(g.dur[c.node]) + sum(float(g.dur[v]) for v in copy)
-    return g.replace(dur=dur)
+    return g.replace(dur=dur, gap=gap)
 
 
 def set_reduce_dtype(g: Graph, dtype: str) -> Graph:
