@@ -17,7 +17,7 @@ from dagprof.passes.gradients import gradient_order
 from dagprof.pipeline import open_run
 from dagprof.replay import ReplayResult, replay
 from dagprof.search.candidate import Space, candidate_of
-from dagprof.search.measured import in_job
+from dagprof.search.measured import in_job, overlap_of
 from dagprof.search.optimize import predict_run
 from dagprof.traces.events import Kind
 
@@ -67,7 +67,7 @@ def test_the_chained_bucket_carries_its_whole_hook_on_the_channel(defaults, stra
     on the training thread, and its callbacks, which run beside the backward, are charged to it as well."""
     g = predict_run(defaults.run, defaults.graph, strategy, str(RUN / "codec-costs.json")).graph
     order = gradient_order(defaults.graph, defaults.run.ranks[0].buckets)
-    costs = in_job(CodecCosts.load(str(RUN / "codec-costs.json")), defaults.run)
+    costs = in_job(CodecCosts.load(str(RUN / "codec-costs.json")), overlap_of(defaults.run))
     ends = candidate_of(Space(order, []), strategy).plan.ends
     (a0, z0), (a1, z1) = order.bucket_params(ends)
     first, second = (powersgd_parts(order, a, z, 2, costs) for a, z in ((a0, z0), (a1, z1)))
