@@ -16,6 +16,7 @@ from ..replay import replay
 from ..report.timeline import write_replay_trace
 from ..search.measured import slowdown_of
 from ..search.whatif import AXES, MODEL_TOLERANCE_PCT, Cluster, evaluate, sweep
+from ..traces.completeness import refuse_lone_rank
 from ..traces.parallelism import Dim
 from .common import (
     MAX_CONTENDED_WORKERS,
@@ -79,6 +80,7 @@ def run(args) -> dict:
 
 def _evaluate(args, folder: str | None) -> dict:
     prof = open_run(args.run, steps=args.steps, step_marker=args.step_marker, allow_missing_ranks=args.allow_missing_ranks)
+    refuse_lone_rank(prof.run, "a what-if (collectives re-priced across the ranks)")
     for degree, dim in ((args.tp_degree, Dim.TP), (args.pp_degree, Dim.PP)):
         if degree is not None:
             refuse_degree(prof.graph, dim, degree)
