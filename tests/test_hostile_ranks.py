@@ -105,6 +105,15 @@ def test_kineto_traces_that_disagree_on_the_world_size(tmp_path):
     _refused(folder, "disagree on the world size", f"{name}: 16", "not one job")
 
 
+def test_another_jobs_trace_beside_a_rank_is_not_an_earlier_run(tmp_path):
+    """Rank 0 of a 2-rank job dropped into an 8-rank job's folder was read as the "latest run" of rank 0 and the folder
+    refused as "rank 1 of 2: no trace file here" (or, with --allow-missing-ranks, analysed as that one file)."""
+    folder = tmp_path / "dlrm"
+    shutil.copytree(DLRM, folder)
+    shutil.copy(DATA / "kineto-public" / "nccl_parser_config" / "nccl_data.json.gz", folder)
+    _refused(folder, "disagree on the world size (nccl_data.json.gz: 2, worker0_", ": 8 and 7 more)", "not one job")
+
+
 GLOO = DATA / "gloo-windows"
 
 
