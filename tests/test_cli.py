@@ -78,6 +78,15 @@ def test_one_rank_file_of_a_larger_job_is_warned_and_whatif_refuses(capsys, tmp_
     assert "nccl_data.json.gz: holds rank 0 of a 2-rank job alone" in err
 
 
+def test_whatif_without_an_axis_says_the_row_is_the_profiled_setup(capsys, tmp_path):
+    run = KINETO_PUBLIC.parent / "ddp-testbed" / "run"
+    code, out, _ = run_cli(capsys, "whatif", str(run), "--no-trace", "--json", "-o", str(tmp_path))
+    r = json.loads(out)
+    assert code == 0 and len(r["scenarios"]) == 1 and r["notes"][0].startswith("no what-if asked")
+    code, out, _ = run_cli(capsys, "whatif", str(run), "--no-trace", "--json", "--workers", "4", "-o", str(tmp_path))
+    assert code == 0 and not any("no what-if asked" in n for n in json.loads(out)["notes"])
+
+
 def test_optimize_without_buckets_is_a_clear_error(capsys):
     code, _, err = run_cli(capsys, "optimize", NCCL)
     assert code == 2 and "no gradient-bucket all-reduce" in err
