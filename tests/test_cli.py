@@ -67,6 +67,26 @@ def test_error_in_json_mode_is_a_json_object(capsys, tmp_path):
     assert "no such file" in json.loads(out)["error"]
 
 
+def test_one_rank_file_of_a_larger_job_is_warned_and_whatif_refuses(capsys, tmp_path):
+    # nccl_data.json.gz is rank 0 of a 2-rank job: read as that rank alone, said with the count; a what-if (which re-prices
+    # collectives across ranks) refused in one line instead of "graph is already folded"
+    code, out, err = run_cli(capsys, "analyze", NCCL, "--json")
+    r = json.loads(out)
+    assert code == 0 and r["partial"] is True and any("rank 0 of a 2-rank job, the other 1 rank(s) not read" in w for w in r["warnings"])
+    code, out, err = run_cli(capsys, "whatif", NCCL, "--bandwidth", "1Gbit", "-o", str(tmp_path))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "nccl_data.json.gz: holds rank 0 of a 2-rank job alone" in err
+
+
+def test_whatif_without_an_axis_says_the_row_is_the_profiled_setup(capsys, tmp_path):
+    run = KINETO_PUBLIC.parent / "ddp-testbed" / "run"
+    code, out, _ = run_cli(capsys, "whatif", str(run), "--no-trace", "--json", "-o", str(tmp_path))
+    r = json.loads(out)
+    assert code == 0 and len(r["scenarios"]) == 1 and r["notes"][0].startswith("no what-if asked")
+    code, out, _ = run_cli(capsys, "whatif", str(run), "--no-trace", "--json", "--workers", "4", "-o", str(tmp_path))
+    assert code == 0 and not any("no what-if asked" in n for n in json.loads(out)["notes"])
+
+
 def test_optimize_without_buckets_is_a_clear_error(capsys):
     code, _, err = run_cli(capsys, "optimize", NCCL)
     assert code == 2 and "no gradient-bucket all-reduce" in err

@@ -136,6 +136,14 @@ def listing(folder: pathlib.Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+def test_optimize_refuses_a_memory_budget_nothing_fits(capsys, tmp_path):
+    """A DDP search whose budget nothing fits printed "DDP's defaults stand" (exit 0), the budget unmentioned, and 64 (bytes,
+    no unit) read "fits 0 MB": one line naming the flag and the least reachable peak, exit 2, as an FSDP search refuses it."""
+    err = refused(capsys, "optimize", DATA / "ddp-testbed" / "run", "--budget", "2", "--memory-budget", "64", "-o", tmp_path / "o",
+                  message="--memory-budget: no strategy fits 64 bytes per rank: the least dagprof can reach is")
+    assert " MB (parameters, gradients and optimizer state" in err and not (tmp_path / "o").exists()
+
+
 def test_optimize_keeps_the_defaults_when_nothing_gains(capsys, tmp_path):
     """Item 5: the vendored run's best layout is predicted no faster (56.93 ms either way): one line, exit 0, no file."""
     out = tmp_path / "opt"

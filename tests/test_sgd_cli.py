@@ -142,3 +142,12 @@ def test_jitter_needs_per_step_times(tmp_path, capsys):
     assert "run folder" in capsys.readouterr().err
     assert main(["sgd", str(f), "--net", "10gbe", "--jitter", "1000000000"]) == 2
     assert "--jitter takes a sample count from 0 to 10,000" in capsys.readouterr().err
+
+
+def test_rows_priced_from_different_sources_are_said(capsys):
+    # tmp8comm.log's measured all-reduces price 8 workers, 10gbe the others: 16 workers came out faster than 8, unsaid
+    r = run_json(capsys, str(DATA / "tmp8comm.log"), "--workers", "1,4,8,16", "--net", "10gbe")
+    assert len({row["comm_source"] for row in r["rows"][1:]}) == 2
+    assert any("priced from 2 different sources" in n for n in r["notes"])
+    r = run_json(capsys, str(DATA / "tmp8comm.log"), "--workers", "1,4,16", "--net", "10gbe")
+    assert not any("different sources" in n for n in r["notes"])

@@ -51,9 +51,11 @@ def test_parse_topology_presets_and_scaling():
     assert (t.hosts, t.devices_per_host) == (8, 8)
     assert parse_topology("10gbe", 5).hosts == 5
     assert parse_topology("nvlink/100gbe:8", 4).devices_per_host == 4  # fewer ranks than a host holds
-    for bad in ("nvlink/100gbe:x", "warp-drive"):
-        with pytest.raises(DagprofError):
+    for bad in ("nvlink/100gbe:x", "warp-drive", "cluster.json"):  # the one line names what was given
+        with pytest.raises(DagprofError, match=f"^{bad}: "):
             parse_topology(bad, 8)
+    with pytest.raises(DagprofError, match="no such topology file, and unknown interconnect 'cluster.json'"):
+        parse_topology("cluster.json", 8)
     with pytest.raises(DagprofError):
         parse_topology("nvlink/100gbe:8", 12)  # 12 ranks do not fill hosts of 8
     with pytest.raises(DagprofError):

@@ -31,7 +31,10 @@ def run(args) -> dict:
         raise DagprofError(f"--rounds must be at least 1, got {args.rounds}")
     from ..costmodel import parse_bandwidth
 
-    parse_bandwidth(args.link)  # a bad --link fails now, not after the profile
+    try:  # a bad --link fails now, not after the profile
+        parse_bandwidth(args.link)
+    except DagprofError as e:
+        raise DagprofError(e.problem, "--link") from None
     with staged_folder(args.out) as staged:
         result = run_demo(DemoSettings(out_dir=staged.path, world_size=args.ranks, link=None if args.loopback else args.link,
                                        verify=not args.no_verify, small=args.small, allow_lossy=not args.lossless, budget_s=args.budget,

@@ -65,6 +65,8 @@ def run(args: argparse.Namespace) -> dict:
     with outputs(args.out, args.run) as staged:
         found = find_strategy(args.run, opts, staged.path, args.steps, args.step_marker, args.allow_missing_ranks, raw=args.raw)
         res = found.search
+        if found.path is None and res.memory_reason:  # a budget nothing fits: refused, as an FSDP search refuses it
+            raise DagprofError(res.memory_reason, "--memory-budget")
         if found.path is None:  # nothing to write, nothing to verify
             line = defaults_stand(res) + ("; nothing to verify" if args.verify else "")
             return res.to_dict() | {"strategy_file": None, "summary": line, "recommendation": line, "verification": None}

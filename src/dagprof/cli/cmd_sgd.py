@@ -77,6 +77,10 @@ def _predict(args, folder: str | None) -> dict:
         notes.append(f"on more than one worker: the mean of {args.jitter} replays, each worker running profiled steps drawn at random "
                      f"({profile.step_backward_us.shape[0]} steps)")
     policies = {p.value: [_row(r) for r in rows] for p, rows in scaling.table.items()}
+    priced = {r["comm_source"] for r in policies[scaling.policy.value] if r["workers"] > 1}
+    if len(priced) > 1:  # a measured log at 8 workers beside a preset at 16 made 16 workers look faster than 8
+        notes.append(f"the rows' all-reduces are priced from {len(priced)} different sources (the all-reduce cost column): "
+                     "compare worker counts priced alike")
     result = {
         "source": profile.source,
         "layers": profile.num_layers,

@@ -16,6 +16,7 @@ from ..replay import replay
 from ..report.timeline import write_replay_trace
 from ..search.measured import slowdown_of
 from ..search.whatif import AXES, MODEL_TOLERANCE_PCT, Cluster, evaluate, sweep
+from ..traces.completeness import refuse_lone_rank
 from ..traces.parallelism import Dim
 from .common import (
     MAX_CONTENDED_WORKERS,
@@ -79,6 +80,7 @@ def run(args) -> dict:
 
 def _evaluate(args, folder: str | None) -> dict:
     prof = open_run(args.run, steps=args.steps, step_marker=args.step_marker, allow_missing_ranks=args.allow_missing_ranks)
+    refuse_lone_rank(prof.run, "a what-if (collectives re-priced across the ranks)")
     for degree, dim in ((args.tp_degree, Dim.TP), (args.pp_degree, Dim.PP)):
         if degree is not None:
             refuse_degree(prof.graph, dim, degree)
@@ -103,6 +105,9 @@ def _evaluate(args, folder: str | None) -> dict:
 
     out = evaluate(g0, sweep({a.name: getattr(args, a.name) for a in AXES}), cluster, measured, timeline, steps_graph=prof.graph if args.template else None,
                    tolerance_pct=None if args.allow_model_error else MODEL_TOLERANCE_PCT, raw=args.raw)
+    if all(getattr(args, a.name) is None for a in AXES) and not (args.topology or args.link_model or args.cores or args.fine or args.no_overlap):
+        out["notes"] = ["no what-if asked: the one row is the profiled setup as the model replays it "
+                        "(give --bandwidth, --workers, --bucket-mb, ... for other setups; --help lists them)", *out["notes"]]
     return {"run": os.fspath(args.run), "measured_iter_ms": None if measured is None else measured / 1e3} | out | {
         "partial": prof.run.meta.partial, "warnings": prof.warnings}
 

@@ -439,10 +439,13 @@ def parse_topology(spec: str, workers: int) -> Topology:
         return load_topology(spec).with_workers(workers)
     links, _, per = spec.partition(":")
     intra_name, _, inter_name = links.rpartition("/")
-    inter = preset(inter_name)
-    intra = preset(intra_name) if intra_name else inter
+    try:
+        inter = preset(inter_name)
+        intra = preset(intra_name) if intra_name else inter
+    except DagprofError as e:  # a mistyped file name reads as a preset: say it is neither
+        raise DagprofError(f"no such topology file, and {e.problem} (INTRA/INTER:N, e.g. nvlink/100gbe:8)", spec) from None
     if per and not per.isdigit():
-        raise DagprofError(f"topology {spec!r}: devices per host must be a number (e.g. nvlink/100gbe:8)")
+        raise DagprofError("devices per host must be a number (e.g. nvlink/100gbe:8)", spec)
     return Topology(1, int(per) if per else 1, intra, inter).with_workers(workers)
 
 

@@ -573,7 +573,7 @@ class _Assembler:
             if alone:
                 c = head
                 free = max(view.ready[0] - view.shift[0], c.prev_end_group)
-                dur, gap = c.end - c.start, max(0.0, c.start - free)
+                dur, gap = c.end - max(c.start, free), max(0.0, c.start - free)  # queued behind the previous one: from its end
                 seen = [c.end]
             else:
                 first = float(view.done[~early].min())

@@ -101,8 +101,8 @@ def set_horovod(g: Graph, replayer: Callable[[Graph], ReplayResult], fusion_byte
     """
     hv = g.meta.horovod
     if hv is None:
-        raise DagprofError("fusion threshold and cycle time are Horovod settings; this run was not profiled with "
-                           "dagprof.collect.horovod (no Horovod requests or timeline in it)")
+        raise DagprofError("are Horovod settings; this run was not profiled with "
+                           "dagprof.collect.horovod (no Horovod requests or timeline in it)", "--fusion-mb/--cycle-ms")
     threshold = float(hv.fusion_threshold_bytes or 0) if fusion_bytes is None else float(fusion_bytes)
     cycle_us = 1e3 * float(hv.cycle_time_ms or 0) if cycle_ms is None else 1e3 * float(cycle_ms)
     if threshold < 0 or cycle_us < 0:

@@ -38,7 +38,7 @@ def fit_memory(memory: MemoryModel | None, budget: float | None, cand_segments: 
         return frozenset(min(fitting, key=lambda lv: sum(cost[i] for i in lv))), True, None
     least = _least_memory(memory, cand_segments, largest)
     fixed = memory.grad_bytes * (2 + memory.optimizer_state)
-    mb = lambda x: f"{x / MB:.0f} MB"  # noqa: E731
+    mb = lambda x: f"{x / MB:.0f} MB" if x >= MB else f"{x:,.0f} bytes"  # noqa: E731  (--memory-budget 64 is 64 bytes, not "0 MB")
     reason = (f"no strategy fits {mb(budget)} per rank: the least dagprof can reach is {mb(least)} (parameters, gradients and optimizer "
               f"state {mb(fixed)}, activations {mb(least - fixed)} with modules recomputed and gradients as bucket views)")
     return frozenset(chosen), True, reason

@@ -71,6 +71,26 @@ def describe(gaps: list[RankGap], world_size: int) -> str:
     return "; ".join(parts)
 
 
+def lone_rank(run: Run) -> Run:
+    """A single trace file of one rank of a larger job: the user named that file, so it is read, but the output says that
+    it is one rank of how many (a warning, ``meta.partial``), and the what-ifs, which re-price collectives across every
+    rank, refuse it (``refuse_lone_rank``)."""
+    if len(run.ranks) != 1 or run.world_size <= 1:
+        return run
+    t = run.ranks[0]
+    note = (f"one trace file: rank {t.rank} of a {t.world_size}-rank job, the other {t.world_size - 1} rank(s) not read "
+            "(its collectives keep this rank's measured times); a folder of every rank's trace analyses the job")
+    return dataclasses.replace(run, meta=msgspec.structs.replace(run.meta.warned(note), partial=True))
+
+
+def refuse_lone_rank(run: Run, what: str) -> None:
+    """One line instead of a prediction for the whole job from one rank's trace file."""
+    if len(run.ranks) == 1 and run.world_size > 1 and not os.path.isdir(run.source):
+        t = run.ranks[0]
+        raise DagprofError(f"holds rank {t.rank} of a {t.world_size}-rank job alone: {what} needs every rank's trace; "
+                           "give the folder that holds them", run.source)
+
+
 def require_complete(run: Run, allow_missing_ranks: bool = False) -> Run:
     """``run`` when no rank is missing or cut; else a one-line refusal, or (opted in) a warned, partial run."""
     gaps = run.meta.rank_gaps

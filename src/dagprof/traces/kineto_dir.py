@@ -105,9 +105,7 @@ def _world_from_folder(ranks: list[RankTrace]) -> list[RankTrace]:
 def _rank_report(ranks: list[RankTrace], skipped: dict[str, str], folder: str) -> tuple[list[RankTrace], RunMeta]:
     ranks, warnings = _latest_run(ranks, folder)
     ranks = _world_from_folder(ranks)
-    if len({t.world_size for t in ranks}) > 1:
-        sizes = ", ".join(f"{os.path.basename(t.source)}: {t.world_size}" for t in sorted(ranks, key=lambda t: t.rank))
-        raise DagprofError(f"the traces disagree on the world size ({sizes}): they are not one job", folder)
+    _refuse_other_worlds(ranks, folder)
     check_same_job(ranks, folder)
     if skipped:  # said, so that a rank's trace saved as something else is not missed unseen
         names = sorted(skipped)
@@ -119,11 +117,24 @@ def _rank_report(ranks: list[RankTrace], skipped: dict[str, str], folder: str) -
                           skipped=skipped, warnings=[RunWarning(w) for w in warnings])
 
 
+def _refuse_other_worlds(ranks: list[RankTrace], folder: str) -> None:
+    """Ranks of one job agree on its size (a size guessed from a file name, ``rank + 1``, says nothing yet)."""
+    by_size: dict[int, list[str]] = {}
+    for t in ranks:
+        if t.meta.rank_source != "file name":
+            by_size.setdefault(t.world_size, []).append(os.path.basename(t.source))
+    if len(by_size) > 1:  # the odd ones out first; one name per size keeps a folder of thousands one line
+        sizes = ", ".join(f"{min(n)}: {w}" + (f" and {len(n) - 1} more" if len(n) > 1 else "")
+                          for w, n in sorted(by_size.items(), key=lambda kv: (len(kv[1]), kv[0])))
+        raise DagprofError(f"the traces disagree on the world size ({sizes}): they are not one job", folder)
+
+
 def _latest_run(ranks: list[RankTrace], folder: str) -> tuple[list[RankTrace], list[str]]:
     """A folder may hold several runs of the same job (trace_handler names carry a timestamp): when a rank
     repeats and the files split into runs one after the other in time, the latest run is read."""
     if len({t.rank for t in ranks}) == len(ranks):
         return ranks, []
+    _refuse_other_worlds(ranks, folder)  # another job's trace beside this one's is no earlier run of it
     span = {id(t): (t.base_ns, t.base_ns + int(float(t.events.end.max(initial=0.0)) * 1000)) for t in ranks}
     runs: list[list[RankTrace]] = []
     for t in sorted(ranks, key=lambda t: span[id(t)]):

@@ -10,7 +10,7 @@ import os
 
 from ..errors import DagprofError
 from . import formats
-from .completeness import require_complete
+from .completeness import lone_rank, require_complete
 from .events import Run
 from .kineto_dir import read_cached, read_trace_dir
 from .run_schema import MANIFEST
@@ -36,5 +36,5 @@ def _read(p: str) -> Run:
 
 
 def kineto_file(path: str) -> Run:
-    """One Kineto trace, through the parse cache."""
-    return Run([read_cached(path)], source=path)
+    """One Kineto trace, through the parse cache; one rank of a larger job is that rank alone, warned (``lone_rank``)."""
+    return lone_rank(Run([read_cached(path)], source=path))
