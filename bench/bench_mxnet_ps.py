@@ -58,10 +58,15 @@ BURST_MS = 2.0
 # and 209-566 TCP retransmits per sender, against 74-84 ms at 500 Mbit/s (ideal 67) with none; with a 2 MB queue: 0 drops,
 # 183-233 ms at 200 and 74-102 at 500 Mbit/s. dagprof models a lossless link, so a what-if to the lossy slower port
 # under-predicted it.
-def shape(c: Cluster, rate_bit: float, burst_ms: float = BURST_MS, buffer_bytes: int = BUFFER_BYTES) -> None:
+def shape(c: Cluster, rate_bit: float, burst_ms: float = BURST_MS, buffer_bytes: int = BUFFER_BYTES,
+          bucket_rate_bit: float | None = None) -> None:
     """tbf on every rank's egress (its port out) and on the bridge's port towards it (its port in); a queue of
-    ``buffer_bytes`` (0: tbf's ``latency 10ms``, 10 ms of traffic at the rate)."""
-    burst = max(int(rate_bit / 8 / 1000 * burst_ms), 8 * 1514)
+    ``buffer_bytes`` (0: tbf's ``latency 10ms``, 10 ms of traffic at the rate); a bucket of ``burst_ms`` at
+    ``bucket_rate_bit`` (default: the rate). The bench gives every cell the bucket of its slowest rate: the same bytes
+    at every rate save each exchange time in proportion to 1 / rate, as a link does, so the rate ratio still scales a
+    fitted link (a bucket of 2 ms at each rate saved about as many ms at either, which the fit at 500 Mbit/s read as
+    bandwidth: the 4-worker cell at 200 Mbit/s came out -9.0 %, -2.9 % with the bucket's gain kept apart)."""
+    burst = max(int((bucket_rate_bit or rate_bit) / 8 / 1000 * burst_ms), 8 * 1514)
     queue = ["limit", str(buffer_bytes)] if buffer_bytes else ["latency", "10ms"]
     for r in range(c.ranks):
         for ns, dev in ((c.ns(r), c.ifname(r)), (f"{c.tag}sw", f"{c.tag}p{r}")):
@@ -125,11 +130,11 @@ def link_check(rate_bit: float, buffer_bytes: int, nbytes: int = 4_200_000) -> N
 
 
 def run_job(python: str, out: str, servers: int, rate_bit: float, profile_steps: int, steps: int, port: int, script: str | None = None,
-            workers: int = WORKERS, burst_ms: float = BURST_MS, buffer_bytes: int = BUFFER_BYTES) -> dict:
+            workers: int = WORKERS, burst_ms: float = BURST_MS, buffer_bytes: int = BUFFER_BYTES, bucket_rate_bit: float | None = None) -> dict:
     """One job in namespaces (the built-in script, or ``script``); returns its manifest (step times, timed steps), whose
     ``testbed`` also says how many TCP segments the job retransmitted (kept with the run for ``--repredict``)."""
     with Cluster(servers + workers, tag="mx") as c:
-        shape(c, rate_bit, burst_ms, buffer_bytes)
+        shape(c, rate_bit, burst_ms, buffer_bytes, bucket_rate_bit)
 
         def spawn(node: int, argv: list, env: dict, log: str, cwd: str | None = None) -> subprocess.Popen:
             with open(log, "w") as f:
@@ -140,7 +145,7 @@ def run_job(python: str, out: str, servers: int, rate_bit: float, profile_steps:
 
         kw = dict(servers=servers, workers=workers, warmup=2, profile_steps=profile_steps, port=port, addr=c.addr, ifname=c.ifname, spawn=spawn,
                   timeout_s=240, extra={"testbed": {"rate_bit": rate_bit, "shaped": "both directions", "burst_ms": burst_ms,
-                                                     "buffer_bytes": buffer_bytes}})
+                                                     "bucket_rate_bit": bucket_rate_bit or rate_bit, "buffer_bytes": buffer_bytes}})
         if script:
             m = launch_command(out, [python, os.path.abspath(script), "--steps", str(2 + 1 + profile_steps + steps)], python=python, **kw)
         else:
@@ -285,7 +290,7 @@ def main() -> int:
                     args.buffer_kb = m["testbed"].get("buffer_bytes", args.buffer_kb << 10) >> 10
                 else:
                     m = run_job(args.python, out, servers, rate, args.profile_steps, args.steps, 9300 + k * 10 + servers + workers, args.script,
-                                workers, args.burst_ms, args.buffer_kb << 10)
+                                workers, args.burst_ms, args.buffer_kb << 10, min(c[1] for c in cells))
                 got[cell] = {"iter_ms": step_ms(m, False), "profiled_iter_ms": step_ms(m, True), "exchange_ms": measured_exchange_ms(out),
                              "retransmits": m["testbed"].get("tcp_retransmits", -1)}
                 lost = got[cell]["retransmits"]
@@ -316,7 +321,8 @@ def report(rows: list[dict], cells: list[tuple[int, float, int]], args) -> None:
 
     script = os.path.basename(args.script) if args.script else "built-in CNN"
     print(f"MXNet 1.9 dist_sync, {script}, profiled: {WORKERS} workers, 1 server at {args.rate / 1e6:g} Mbit/s; {args.rounds} interleaved rounds "
-          f"on a shared 2-core machine (other jobs running); medians over rounds (min..max); tbf both directions, {args.burst_ms:g} ms bucket, "
+          f"on a shared 2-core machine (other jobs running); medians over rounds (min..max); tbf both directions, "
+          f"{args.burst_ms:g} ms bucket at the slowest rate, the same bytes at every rate, "
           + (f"{args.buffer_kb} KiB queue" if args.buffer_kb else "10 ms queue"))
     print("step = the workers' mean median over a job's unprofiled steps; predicted = the round's profile replayed under the what-if;")
     print("exchange = mean over workers and profiled steps of first push issued -> last pull in (predicted: replayed)")
