@@ -35,7 +35,7 @@ from dagprof.closeloop import CODEC_COSTS_FILE, STRATEGY_FILE, Found, check_stra
 from dagprof.collect.deploy.strategy import load_strategy, save_strategy
 from dagprof.collect.hooks.steptimes import iteration_ms, read_times
 from dagprof.collect.jobs.launch import Bootstrap, launch
-from dagprof.collect.jobs.netns import available, python_module, run_ranks
+from dagprof.collect.jobs.netns import BUFFER_BYTES, available, python_module, run_ranks
 from dagprof.search.optimize import Options, SearchResult, predict_run, search_run
 
 
@@ -48,7 +48,7 @@ def cell(work: str, workload: str, ranks: int, link: str, args) -> list[dict]:
     own = workload.startswith("cmd:")
     train = workload[4:].split() if own else python_module("dagprof.collect.jobs.demo_train", "--model", workload)
     rows = []
-    with hosts(ranks, link, tag=f"dpb{os.getpid() % 10000}") as on:
+    with hosts(ranks, link, tag=f"dpb{os.getpid() % 10000}", buffer_bytes=args.buffer_kb << 10) as on:
         if on.refused:  # main() checked the namespaces: only a link that asks for none lands here
             raise SystemExit(f"bench_optimize: --link {link!r}: {on.refused}")
         cluster = on.cluster
@@ -197,6 +197,8 @@ def main() -> int:
                     help="comma-separated: cnn, mlp, transformer, or cmd:COMMAND (one rank's training command, e.g. a held-out script)")
     ap.add_argument("--ranks", default="2,4")
     ap.add_argument("--link", default="200Mbit")
+    ap.add_argument("--buffer-kb", type=int, default=BUFFER_BYTES >> 10,
+                    help="each shaped port's queue, KiB (0: tbf's latency 10ms, the testbed's queue before 2026-12-03, which drops packets)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds per strategy (default 5)")
     ap.add_argument("--steps", type=int, default=5, help="timed steps per phase (after 3 warm-up steps)")
     ap.add_argument("--profile-steps", type=int, default=8)

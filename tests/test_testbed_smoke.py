@@ -88,6 +88,14 @@ def _queue_kb(c: netns.Cluster) -> set[int]:
     return out
 
 
+def test_a_cluster_can_keep_the_old_ten_ms_queue_for_comparisons():
+    """``buffer_bytes=0`` (``bench_optimize.py --buffer-kb 0``): tbf's ``latency 10ms``, the queue before BUFFER_BYTES, so an
+    interleaved A/B of the two queues runs from the repository: 10 ms at 200 Mbit/s plus the 1 ms bucket, 275 kB."""
+    with netns.Cluster(2, buffer_bytes=0) as c:
+        c.set_rate(200e6)
+        assert _queue_kb(c) == {275}
+
+
 def test_shaped_ports_queue_a_buffer_and_count_their_drops(tmp_path, capsys):
     """Issue 20: tbf's ``latency 10ms`` queue dropped DDP's packets at 200 Mbit/s (TCP then stalls a step ~200 ms); each port now
     queues BUFFER_BYTES at every rate, and the packets a port still drops are read per job and warned about with a count."""

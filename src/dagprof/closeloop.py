@@ -16,7 +16,7 @@ from .analysis.diff import ExpectationCheck, categories_vs_expected
 from .analysis.findings import remedy_for
 from .analysis.interval import PredictionInterval, run_level
 from .collect.deploy.strategy import Strategy, save_strategy
-from .collect.jobs.netns import Cluster, available
+from .collect.jobs.netns import BUFFER_BYTES, Cluster, available
 from .collect.jobs.verify import Verification, verify, verify_in_process
 from .costmodel import parse_bandwidth
 from .errors import DagprofError
@@ -107,16 +107,16 @@ class Hosts:
 
 
 @contextmanager
-def hosts(ranks: int, link: str | None, tag: str | None = None) -> Iterator[Hosts]:
+def hosts(ranks: int, link: str | None, tag: str | None = None, buffer_bytes: int = BUFFER_BYTES) -> Iterator[Hosts]:
     """As root, ``ranks`` hosts in network namespaces joined by a ``link`` (e.g. "200Mbit": each rank's egress
-    shaped by ``tc tbf``), removed on exit; without a link, or where namespaces cannot be made, the ranks on
-    this host's loopback, with the reason. ``tag`` names the namespaces."""
+    shaped by ``tc tbf``, a queue of ``buffer_bytes``: ``Cluster.buffer_bytes``), removed on exit; without a link, or where
+    namespaces cannot be made, the ranks on this host's loopback, with the reason. ``tag`` names the namespaces."""
     why = available() if link else "no link asked for"
     if why is not None:
         yield Hosts(None, why, "loopback")
         return
     rate = parse_bandwidth(link) * 8
-    with Cluster(ranks) if tag is None else Cluster(ranks, tag=tag) as cluster:
+    with Cluster(ranks, buffer_bytes=buffer_bytes) if tag is None else Cluster(ranks, tag=tag, buffer_bytes=buffer_bytes) as cluster:
         cluster.set_rate(rate)
         yield Hosts(cluster, None, f"an emulated {ranks}-host cluster, {link} link (network namespaces, tc tbf)")
 

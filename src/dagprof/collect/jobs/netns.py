@@ -63,6 +63,7 @@ class Cluster:
     made: list[str] = field(default_factory=list)
     procs: list[subprocess.Popen] = field(default_factory=list)
     dropped: list[Dropped] = field(default_factory=list)  # per job run_ranks ran on the cluster
+    buffer_bytes: int = BUFFER_BYTES  # each shaped port's queue; 0: tbf's ``latency 10ms`` (the queue before BUFFER_BYTES)
     _retired: list[int] | None = field(default=None, init=False, repr=False)  # per rank, what the qdiscs set_rate replaced had dropped
 
     def ns(self, rank: int) -> str:
@@ -117,7 +118,7 @@ class Cluster:
             if rate_bit:
                 burst = max(int(rate_bit / 8 / 1000), 8 * 1514)  # 1 ms of traffic, at least 8 frames
                 _sh(*base, "add", "dev", self.ifname(r), "root", "tbf", "rate", f"{int(rate_bit)}bit", "burst", str(burst),
-                    "limit", str(BUFFER_BYTES))
+                    *(["limit", str(self.buffer_bytes)] if self.buffer_bytes else ["latency", "10ms"]))
 
     def drops(self) -> tuple[int, ...] | None:
         """Packets each rank's egress port has dropped since the cluster was built (``tc -s qdisc``), or None where
