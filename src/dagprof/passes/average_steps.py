@@ -188,7 +188,7 @@ def exchange_waits(g: Graph, averaged: Graph, mine: np.ndarray, replayer: Replay
         return start[done] - ref[np.searchsorted(steps, g.step[done])]
 
     per_step, avg = replayer(g), replayer(averaged)
-    ranks, by = np.unique(g.rank[done], return_inverse=True)
+    _, by = np.unique(g.rank[done], return_inverse=True)
     lost = (np.bincount(by.ravel(), weights=lag(per_step.end, per_step.start)) -
             np.bincount(by.ravel(), weights=lag(avg.end, avg.start))) / np.bincount(by.ravel())
     out[done] = np.maximum(lost, 0.0)[by.ravel()]
