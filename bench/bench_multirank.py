@@ -1,4 +1,4 @@
-"""Multi-rank replay on real recordings: how collectives shared by ranks are timed (graph/build.py).
+"""Multi-rank replay on real recordings: how collectives shared by ranks are timed (graph/shared_collectives.py).
 
 Replays every run folder given (default: the repository's real 2-worker TF and JAX fixtures) and,
 with ``--record N``, N fresh rounds of real gloo DDP jobs recorded here in interleaved order: a

@@ -1,4 +1,4 @@
-"""How a collective several ranks recorded is timed in the global graph (graph/build.py).
+"""How a collective several ranks recorded is timed in the global graph (graph/shared_collectives.py).
 
 Hand-built 2-rank traces isolate each measured effect seen on real gloo, TF and JAX runs: a rank
 that sees the completion late (exit lag), an enqueue call that returns after its transfer started,

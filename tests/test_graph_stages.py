@@ -14,6 +14,7 @@ import pytest
 
 from dagprof.graph import build
 from dagprof.graph.measured import GraphRule, rule_name
+from dagprof.graph.pieces import anchors, pieces, select
 from dagprof.graph.provenance import provenance, violations
 from dagprof.replay import replay
 from dagprof.traces.events import Dep, Kind, Run
@@ -35,7 +36,7 @@ def row(t, name: str) -> int:
 
 
 def test_select_takes_depth0_ops_of_the_chosen_steps(trace):
-    sel = build.select(trace, [100], np.full(len(trace.events), -1))
+    sel = select(trace, [100], np.full(len(trace.events), -1))
     ev = trace.events
     assert np.all(ev.depth[sel.node] == 0) and not np.any(ev.kind[sel.node] == Kind.STEP)
     assert not sel.shared.any() and sel.spans.tolist() == [[100.0, 0.0, 3154.0]]
@@ -45,8 +46,8 @@ def test_select_takes_depth0_ops_of_the_chosen_steps(trace):
 
 
 def test_anchors_bind_launches_at_the_call_start_and_waits_over_the_call(trace):
-    sel = build.select(trace, [100], np.full(len(trace.events), -1))
-    anc = build.anchors(trace, sel)
+    sel = select(trace, [100], np.full(len(trace.events), -1))
+    anc = anchors(trace, sel)
     ev = trace.events
     call = row(trace, "cudaMemcpyAsync")
     launch = np.flatnonzero((anc.src == call) & (anc.rule == Dep.LAUNCH))
@@ -57,9 +58,9 @@ def test_anchors_bind_launches_at_the_call_start_and_waits_over_the_call(trace):
 
 
 def test_pieces_cut_the_host_op_at_every_instant_a_flow_joins(trace):
-    sel = build.select(trace, [100], np.full(len(trace.events), -1))
-    anc = build.anchors(trace, sel)
-    cut = build.pieces(trace, sel, anc, [100])
+    sel = select(trace, [100], np.full(len(trace.events), -1))
+    anc = anchors(trace, sel)
+    cut = pieces(trace, sel, anc, [100])
     ev = trace.events
     owner = row(trace, "aten::is_nonzero")
     mine = np.flatnonzero(cut.owner == owner)

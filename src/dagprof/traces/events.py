@@ -94,7 +94,7 @@ class Lane:
     kind: LaneKind
     main: bool = False  # the thread that runs the training loop
     pool: bool = False  # one of a pool of interchangeable worker threads (TF's and XLA's executors): a step's ops take
-    # whichever is free, so its previous op may be the previous step's (``graph.build`` starts each step on it anew)
+    # whichever is free, so its previous op may be the previous step's (``graph.rank_nodes`` starts each step on it anew)
 
 
 _COLUMNS: dict[str, Any] = {

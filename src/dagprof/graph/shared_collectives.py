@@ -1,0 +1,138 @@
+"""Collectives across ranks: each instance (matched across ranks by ``align.matching``) becomes one shared ``COMM`` node
+on its process group's channel behind a ``SYNC`` join of every rank's ready point.
+
+It starts only once every participant entered it, so waiting for a slower rank emerges in the replay. It is timed on
+the shared (aligned) clock, by what each rank measured (``CollectiveEnd``):
+- a rank has joined by its transfer's start at the latest: an enqueue call hands the work to a
+  worker thread inside the call and may return after the transfer started (or ended), so a flow
+  into a collective binds at the earlier of its source instant and the transfer's start;
+- the exchange completes once, when the first rank sees it complete: the earliest transfer end,
+  or earlier where something waiting for it on that rank was released first (a worker thread
+  closes its span after waking the waiter). Other ranks see it later (exit lag: a descheduled
+  thread, a socket wake-up; 2-4 ms under load, up to tens) and keep that lag as their own
+  overhead: their successors' gaps are measured from the first completion, not their own;
+- the channel serves one collective at a time, in the order their SYNCs release them; each runs
+  from the later of its SYNC and the previous completion: overhead (gap) until the last rank's
+  transfer start, then the exchange (duration) until its completion. So the replay of the measured
+  configuration ends each collective where it completed, also where gloo's two worker threads run
+  two at once on the link or hook spans include queueing (``meta.comm_lanes`` says whether they
+  overlapped); one that completed before its predecessor (gloo's second worker overtook the
+  first) costs nothing;
+- a rooted collective (broadcast, reduce, send/recv: not in ``align.clocks.SYMMETRIC``) may release
+  a rank before every rank joined (gloo's broadcast hands a receiver its data once the root sent it,
+  so with 3 ranks one receiver can be done before the other joined): a rank whose completion precedes
+  the last join waits instead on its own join of the ranks that had joined by then;
+- a collective that only one loaded rank took part in (a single-rank trace of a larger job) keeps
+  its measured duration: it includes waiting for peers nobody recorded;
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..traces.events import CLOCK_JITTER_US, Kind
+from .assemble import Assembler, CollectiveEnd
+from .dag import DeviceKind
+from .measured import GraphRule
+
+
+@dataclass(frozen=True, eq=False)
+class _SharedView:
+    """One collective instance on the shared clock (us), per participating rank (in ``CollectiveEnd`` order):
+    ``shift`` from the rank's clock, ``ready`` (its ready point), ``join`` (its transfer's start),
+    ``done`` (when it saw the collective complete)."""
+
+    shift: np.ndarray
+    ready: np.ndarray
+    join: np.ndarray
+    done: np.ndarray
+
+
+def add_collectives(asm: Assembler, rooted: frozenset[int] = frozenset()) -> None:
+    """One SYNC join and one COMM node per instance, timed on the shared (aligned) clock (see the
+    module docstring); ``rooted``: instances of collectives that may release a rank before every
+    rank joined (broadcast, reduce, send/recv: ``align.clocks.SYMMETRIC`` names the others)."""
+    if not asm.instances:
+        return
+    ref = min(c.base_ns for ends in asm.instances.values() for c in ends)
+    views = {k: _view(asm, ends, ref) for k, ends in asm.instances.items()}
+    done: dict[str, float] = {}  # channel -> when its previous collective completed (shared clock)
+    released: list[tuple[int, int]] = []  # (instance, rank position) released before the last join
+    links: list[tuple[int, int, int, float]] = []  # (u, v, rule, seen), added at once
+    for inst in sorted(views, key=lambda k: (views[k].ready.max(), views[k].done.min())):
+        ends, view = asm.instances[inst], views[inst]
+        head = ends[0]
+        channel = asm.b.device(f"group {head.group}", DeviceKind.COMM)
+        asm.comm_lanes = max(asm.comm_lanes, max(c.lanes for c in ends))
+        alone = len({c.rank for c in ends}) == 1  # no peer recorded: its measured span is all we know
+        at = (head.start, head.end) if alone else (np.nan, np.nan)  # measured on one clock, or on none
+        sync = asm.node(f"sync.{head.name}.{inst}", Kind.SYNC, at[0], at[0], dur=0.0, order=0.0, step=head.step, bucket=head.bucket)
+        asm.fixed_gap[sync] = 0.0
+        early = view.done < view.join.max() - CLOCK_JITTER_US if inst in rooted and not alone else np.zeros(len(ends), dtype=bool)
+        if alone:
+            c = head
+            free = max(view.ready[0] - view.shift[0], c.prev_end_group)
+            dur, gap = c.end - max(c.start, free), max(0.0, c.start - free)  # queued behind the previous one: from its end
+            seen = [c.end]
+        else:
+            first = float(view.done[~early].min())
+            dur, gap, done[head.group] = _shared_timing(float(view.ready.max()), done.get(head.group, -np.inf), float(view.join.max()), first)
+            seen = (first - view.shift).tolist()  # the completion on each rank's clock
+            released += [(inst, p) for p in np.flatnonzero(early).tolist()]
+        dim = head.dim if all(c.dim == head.dim for c in ends) else 0  # ranks that disagree: unknown
+        comm = asm.node(f"{head.name}.{inst}", Kind.COMM, *at, dur=dur, order=0.0, device=channel, step=head.step, bucket=head.bucket,
+                         nbytes=head.nbytes, dim=dim)
+        asm.fixed_gap[comm] = gap
+        links.append((sync, comm, GraphRule.COLLECTIVE, np.nan))
+        for p, (c, t) in enumerate(zip(ends, seen)):
+            links += [(u, sync, rule, np.nan) for u, rule in c.ready]
+            if not early[p]:
+                links += [(comm, v, rule, t) for v, rule in c.needs]
+    for inst, p in released:
+        links += _release_early(asm, inst, p, views[inst])
+    u, v, rule, seen = zip(*links)
+    asm.edges(np.array(u), np.array(v), np.array(rule), np.array(seen))
+
+
+def _release_early(asm: Assembler, inst: int, p: int, view: _SharedView) -> list[tuple[int, int, int, float]]:
+    """Rank ``p`` completed ``inst`` before the last rank joined (a broadcast's receiver gets its data
+    once the root sent it): it waited only for the ranks that had joined by then. Its own join of
+    those, released at its completion; the transfer's time is in the join's gap."""
+    ends = asm.instances[inst]
+    c = ends[p]
+    needed = [q for q in range(len(ends)) if view.join[q] <= view.done[p] + CLOCK_JITTER_US and ends[q].ready]
+    join = asm.node(f"rank{c.rank} sync.{c.name}.{inst}", Kind.SYNC, np.nan, np.nan, dur=0.0, order=0.0, step=c.step, bucket=c.bucket)
+    asm.fixed_gap[join] = max(0.0, float(view.done[p] - max((view.ready[q] for q in needed), default=view.done[p])))
+    seen = float(view.done[p] - view.shift[p])
+    return [(u, join, rule, np.nan) for q in needed for u, rule in ends[q].ready] + [(join, v, rule, seen) for v, rule in c.needs]
+
+
+def _view(asm: Assembler, ends: list[CollectiveEnd], ref_ns: int) -> _SharedView:
+    shift = np.array([(c.base_ns - ref_ns) / 1e3 for c in ends])
+    ready = np.array([max((asm.mend[u] for u, _ in c.ready), default=c.start) for c in ends]) + shift
+    join = np.array([c.start for c in ends]) + shift
+    return _SharedView(shift, ready, join, np.array([_completion(asm, c) for c in ends]) + shift)
+
+
+def _completion(asm: Assembler, c: CollectiveEnd) -> float:
+    """When the rank saw the collective complete: its transfer's end, or earlier where something
+    that needed the result went ahead before it (a worker thread records its span's end only after
+    it woke the waiting thread, and may be descheduled in between)."""
+    waited = min((asm.mstart[v] for v, _ in c.needs if np.isfinite(asm.mstart[v])), default=c.end)
+    return max(c.start, min(c.end, waited))
+
+
+def _shared_timing(ready: float, channel_free: float, joined: float, first_end: float) -> tuple[float, float, float]:
+    """(dur, gap, end on the shared clock) of a collective several ranks recorded.
+
+    ``ready``: when the last rank was ready (its SYNC); ``channel_free``: the previous completion on
+    its channel; ``joined``: the last rank's transfer start; ``first_end``: the first completion.
+    The exchange runs from the later of the last join and the channel's previous completion to the
+    first completion; the join's lag after the SYNC is overhead (gap). A completion before the join
+    or the SYNC (clock residual, a root that finished before a receiver's span began) costs nothing.
+    """
+    base = max(ready, channel_free)
+    gap = min(max(joined - base, 0.0), max(first_end - base, 0.0))
+    dur = max(first_end - base - gap, 0.0)
+    return dur, gap, base + gap + dur
