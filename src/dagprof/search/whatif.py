@@ -100,9 +100,11 @@ class Cluster:
     slowdown: float = 0.0  # compute beside in-flight collectives takes (1 + slowdown x overlap) as long (search.measured.slowdown_of)
     comm_rate: float | None = None  # bytes/s of the all-reduce the slowdown was measured beside (None: each collective counts whole)
     link_file: LinkModelFile | None = field(init=False, repr=False)  # ``link_model`` read once, for every pass and scenario
+    profiled_wire: float | None = field(init=False, repr=False)  # ``profiled_bandwidth`` read once, bytes/s
 
     def __post_init__(self) -> None:
         self.link_file = None if self.link_model is None else read_link_model(self.link_model)
+        self.profiled_wire = None if self.profiled_bandwidth is None else parse_bandwidth(self.profiled_bandwidth)
         if self.profiled_bandwidth is not None and (self.topology or self.link_model):
             raise DagprofError("splits the link fitted to the run's collectives; --topology and --link-model give the link instead",
                                "--profiled-bandwidth")
@@ -318,12 +320,12 @@ def base_topology(g: Graph, c: Cluster) -> Topology:
 def profiled_at(g: Graph, c: Cluster) -> Graph:
     """``g`` with the wire rate it was profiled at (``c.profiled_bandwidth``) in its meta, where given: its fitted link is then
     split at it (``passes.comm.split_at_wire``)."""
-    if c.profiled_bandwidth is None:
+    if c.profiled_wire is None:
         return g
     if is_ps_graph(g):
         raise DagprofError("a parameter-server job's messages are priced on their own fit (servers' work apart): not modelled for it",
                            "--profiled-bandwidth")
-    return g.replace(meta=g.meta.replace(wire_bytes_per_s=parse_bandwidth(c.profiled_bandwidth)))
+    return g.replace(meta=g.meta.replace(wire_bytes_per_s=c.profiled_wire))
 
 
 def _demand(g: Graph, res: ReplayResult, c: Cluster):
@@ -506,9 +508,9 @@ FAR_BELOW_WIRE = 0.8  # a fit slower than this share of the profiled wire: most 
 def _profiled_wire(g: Graph, fit: LinkFit | None, c: Cluster) -> tuple[dict | None, list[str]]:
     """The fitted link against the wire rate the run was profiled at (``Cluster.profiled_bandwidth``): for --json, and a note
     saying how much of the collectives' per-byte time ``split_at_wire`` keeps fixed (the fit far below the wire: busy cores)."""
-    if c.profiled_bandwidth is None or fit is None:
+    if c.profiled_wire is None or fit is None:
         return None, []
-    wire = parse_bandwidth(c.profiled_bandwidth)
+    wire = c.profiled_wire
     share = 1e6 / wire / fit.link.beta_us_per_byte if fit.link.beta_us_per_byte > 0 else None
     nbytes = float(profiled_collectives(g, overlapping=g.meta.comm_lanes > 1)[0].sum())
     out = {"bandwidth_bytes_per_s": wire, "fit_share": share, "collectives": fit.collectives, "bytes": nbytes,
