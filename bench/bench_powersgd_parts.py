@@ -35,7 +35,6 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import replace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -156,7 +155,7 @@ def main() -> int:
                              costs.copy_us_per_byte)  # the old pricing: the kernels alone
         price = BucketSlots(p.graph, order, costs).price
         pairs = tuple((int(b), float(us)) for b, us in measured[0]["chained_allreduce"])  # every rank's is the slowest's
-        latency = chained_latency_us(replace(costs, chained_allreduce=pairs), price)
+        latency = chained_latency_us(pairs, price)
         rows = []
         for b, (first, last) in enumerate(order.bucket_params(order.profiled_ends)):
             pred = {}

@@ -70,22 +70,17 @@ class CodecCosts:
     machine: str = ""
     reference_op_us: float = 0.0  # collect.measure.overlap's reference op timed beside these costs (0: not timed)
     powersgd_bucket_us: float = 0.0  # torch's PowerSGD hook whole on a bucket of one scalar: its cost per bucket (0: not measured)
-    # (bytes, us per all-reduce) of small all-reduces chained by completion callbacks, measured in the job's group
-    # (``collect.measure.overlap``; ``search.measured.in_job`` sets it per run, so the file does not keep it; empty: not measured)
-    chained_allreduce: tuple[tuple[int, float], ...] = ()
 
     def scaled(self, factor: float) -> "CodecCosts":
         """Every cost ``factor`` times as large (costs from an idle core, used inside a busier job)."""
         return CodecCosts({k: v * factor for k, v in self.encode_us_per_byte.items()}, {k: v * factor for k, v in self.decode_us_per_byte.items()},
                           {r: {p: PowerSGDCost(*(v * factor for v in astuple(c)))
                                for p, c in per.items()} for r, per in self.powersgd.items()},
-                          self.copy_us_per_byte * factor, self.machine, self.reference_op_us * factor, self.powersgd_bucket_us * factor,
-                          self.chained_allreduce)  # measured in the job already
+                          self.copy_us_per_byte * factor, self.machine, self.reference_op_us * factor, self.powersgd_bucket_us * factor)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["powersgd"] = {str(r): {p: asdict(c) for p, c in per.items()} for r, per in self.powersgd.items()}
-        del d["chained_allreduce"]  # the run's, not the machine's
         return {"format": FORMAT, **d}
 
     @classmethod

@@ -26,7 +26,7 @@ from ..graph.dag import Graph, GraphBuilder
 from ..traces.events import Kind
 from .buckets import chain_lanes, profiled_buckets
 from .comm import current_scheme, current_topology, retime_collectives
-from .compression import BucketCost, bucket_cost
+from .compression import BucketCost, Chained, bucket_cost
 from .gradients import GradientOrder, ready_nodes
 
 _AFTER = 1e-6  # us: slot i's enqueue is ordered (i+1) * _AFTER after the backward it follows
@@ -44,9 +44,9 @@ class Plan:
 class BucketSlots:
     """The slotted graph of ``g`` and the node ids of every slot."""
 
-    def __init__(self, g: Graph, order: GradientOrder, costs: CodecCosts | None = None, beside: float = 0.0):
+    def __init__(self, g: Graph, order: GradientOrder, costs: CodecCosts | None = None, beside: float = 0.0, chained: Chained = ()):
         self.order = order
-        self.costs, self.beside = costs, beside
+        self.costs, self.beside, self.chained = costs, beside, chained
         self.topology, self.scheme = current_topology(g), current_scheme(g)
         g = retime_collectives(g, self.topology, self.scheme)  # other collectives priced by the same model
         pb = profiled_buckets(g)
@@ -96,7 +96,8 @@ class BucketSlots:
         self.order.check_ends(plan.ends)
         if plan.parts < 1:
             raise DagprofError(f"partition count must be >= 1, got {plan.parts}")
-        return [bucket_cost(self.order, a, z, plan.codec, plan.parts, self.price, self.costs, self.beside) for a, z in self.order.bucket_params(plan.ends)]
+        return [bucket_cost(self.order, a, z, plan.codec, plan.parts, self.price, self.costs, self.beside, self.chained)
+                for a, z in self.order.bucket_params(plan.ends)]
 
     def columns(self, plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(slot node ids, dur, gap, nbytes) for ``plan``: the values of every slot node."""

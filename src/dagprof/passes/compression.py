@@ -22,7 +22,8 @@ there, before the all-reduce is issued) and ``channel`` time on the communicatio
   chain then came out 27.9 ms from ready to done against 28.5 measured (23.2 without).
   The costs are measured on an idle core; under contention they grow, and PowerSGD's prediction is
   the least sure of the codecs. Each of the three all-reduces also pays what a small all-reduce issued from a
-  completion callback took in the job's group beyond the link model's price (``chained_latency_us``): the link
+  completion callback took in the job's group beyond the link model's price (``chained_latency_us``; ``chained``, measured
+  per run like ``beside``, not one of the machine's ``CodecCosts``): the link
   model is fitted on DDP's buckets, whose transfers hide gloo's thread hand-offs and wake-ups; PowerSGD's factors
   are small and pay them whole (on the testbed under load 7, 1-4 ms each against 0.1-0.4 ms priced).
 """
@@ -36,6 +37,10 @@ from ..costmodel.codecs import Codec, CodecCosts, powersgd_split
 from ..errors import DagprofError
 from .gradients import GradientOrder
 
+# (bytes, us per all-reduce) of small all-reduces chained by completion callbacks, measured in the job's group per run
+# (``collect.measure.overlap``; ``search.measured.chained_in_job``); empty: not measured
+Chained = tuple[tuple[int, float], ...]
+
 
 @dataclass(frozen=True)
 class BucketCost:
@@ -45,7 +50,7 @@ class BucketCost:
 
 
 def bucket_cost(order: GradientOrder, first: int, last: int, codec: Codec, parts: int, price: Callable[[float], float],
-                costs: CodecCosts | None = None, beside: float = 0.0) -> BucketCost:
+                costs: CodecCosts | None = None, beside: float = 0.0, chained: Chained = ()) -> BucketCost:
     """Cost of the bucket holding parameters ``first..last``; ``price(nbytes)`` is the link model's all-reduce time;
     ``beside``: how much slower CPU work runs on a core shared with a busy thread (the measured overlap slowdown)."""
     nbytes = float(order.nbytes[first : last + 1].sum())
@@ -60,7 +65,7 @@ def bucket_cost(order: GradientOrder, first: int, last: int, codec: Codec, parts
             raise DagprofError(f"no measured cost for the {codec.name} cast")
         return BucketCost(enc * nbytes, parts * price(wire / parts) + dec * nbytes, int(wire))
     if codec.name == "powersgd":
-        return _powersgd(order, first, last, codec.rank, price, costs, beside)
+        return _powersgd(order, first, last, codec.rank, price, costs, beside, chained)
     raise DagprofError(f"unknown gradient codec {codec.name!r}")
 
 
@@ -111,12 +116,12 @@ def powersgd_parts(order: GradientOrder, first: int, last: int, rank: int, costs
 
 
 def _powersgd(order: GradientOrder, first: int, last: int, rank: int, price: Callable[[float], float], costs: CodecCosts,
-              beside: float = 0.0) -> BucketCost:
+              beside: float, chained: Chained) -> BucketCost:
     parts = powersgd_parts(order, first, last, rank, costs)
     es = order.element_size
-    chained = first > 0  # a later bucket's hook runs when the previous bucket completed, on the channel's sequence
-    hook = parts.issue_us if chained else 0.0
-    transfers = price(parts.uncompressed * es) + price(parts.p * es) + price(parts.q * es) + 3 * chained_latency_us(costs, price)
+    later = first > 0  # a later bucket's hook runs when the previous bucket completed, on the channel's sequence
+    hook = parts.issue_us if later else 0.0
+    transfers = price(parts.uncompressed * es) + price(parts.p * es) + price(parts.q * es) + 3 * chained_latency_us(chained, price)
     cpu = hook + parts.middle_us + parts.decode_us
     during_backward = last < len(order) - 1
     # While backward runs, the channel's CPU work shares the training thread's core: the backward loses that CPU (steal)
@@ -126,9 +131,9 @@ def _powersgd(order: GradientOrder, first: int, last: int, rank: int, price: Cal
     return BucketCost(parts.issue_us - hook + steal, channel, int((parts.uncompressed + parts.p + parts.q) * es))
 
 
-def chained_latency_us(costs: CodecCosts, price: Callable[[float], float]) -> float:
+def chained_latency_us(chained: Chained, price: Callable[[float], float]) -> float:
     """What a small all-reduce issued from a completion callback took in the job's group beyond ``price`` (the link
-    model), the median over the measured sizes; 0 where the job measured none (``CodecCosts.chained_allreduce``)."""
-    if not costs.chained_allreduce:
+    model), the median over the measured sizes; 0 where the job measured none."""
+    if not chained:
         return 0.0
-    return statistics.median(max(0.0, us - price(nbytes)) for nbytes, us in costs.chained_allreduce)
+    return statistics.median(max(0.0, us - price(nbytes)) for nbytes, us in chained)

@@ -16,6 +16,7 @@ from ..costmodel.codecs import CodecCosts
 from ..graph.dag import Graph
 from ..passes.accumulate import accumulate_gradients
 from ..passes.bucket_plan import BucketSlots
+from ..passes.compression import Chained
 from ..passes.gradients import GradientOrder
 from ..passes.overlap import comm_demand, disturbed, slowed_nodes, undisturbed
 from ..passes.recompute import RecomputeSlots, Segment
@@ -40,16 +41,17 @@ class Template:
     With an overlap slowdown, compute durations are kept undisturbed (the profiled overlap's share
     taken out once) and each candidate is replayed twice: once to see its overlap, once charged for it.
     ``comm_rate``: bytes per second of the all-reduce the slowdown was measured beside; each collective then
-    slows compute in proportion to the bytes it moves per second (``passes.overlap.comm_demand``).
+    slows compute in proportion to the bytes it moves per second (``passes.overlap.comm_demand``). ``chained``: the job's
+    small all-reduces chained by completion callbacks (``passes.compression.Chained``), which PowerSGD's three pay.
     """
 
     def __init__(self, g: Graph, order: GradientOrder, costs: CodecCosts | None, accumulate: int, recompute: bool,
-                 cand_segments: list[Segment], slowdown: float = 0.0, comm_rate: float | None = None):
+                 cand_segments: list[Segment], slowdown: float = 0.0, comm_rate: float | None = None, chained: Chained = ()):
         self.k = accumulate
         self.slowdown, self.comm_rate = slowdown, comm_rate
         g = accumulate_gradients(g, accumulate)
         self.rslots = RecomputeSlots(g, cand_segments) if recompute else None
-        self.bslots = BucketSlots(self.rslots.graph if self.rslots else g, order, costs, slowdown)
+        self.bslots = BucketSlots(self.rslots.graph if self.rslots else g, order, costs, slowdown, chained)
         self.graph = self.bslots.graph
         self.rec_ids = np.concatenate([self.bslots.remap[n] for n in self.rslots.nodes]) if self.rslots and self.rslots.nodes else None  # ids in our graph
         self.slot_of_comm = {int(v): i for i in range(self.bslots.comm.shape[1]) for v in self.bslots.comm[:, i]}
@@ -105,8 +107,8 @@ class Evaluator:
 
     def __init__(self, g: Graph, order: GradientOrder, costs: CodecCosts | None, cand_segments: list[Segment],
                  memory: MemoryModel | None, slowdown: float = 0.0, memory_budget: float | None = None, recompute: bool = False,
-                 comm_rate: float | None = None):
-        self.g, self.order, self.costs = g, order, costs
+                 comm_rate: float | None = None, chained: Chained = ()):
+        self.g, self.order, self.costs, self.chained = g, order, costs, chained
         self.slowdown, self.memory_budget, self.comm_rate = slowdown, memory_budget, comm_rate
         self.recompute = recompute or memory is not None
         self.segments = cand_segments
@@ -117,7 +119,8 @@ class Evaluator:
 
     def template(self, k: int) -> Template:
         if k not in self.templates:
-            self.templates[k] = Template(self.g, self.order, self.costs, k, self.recompute, self.segments, self.slowdown, self.comm_rate)
+            self.templates[k] = Template(self.g, self.order, self.costs, k, self.recompute, self.segments, self.slowdown, self.comm_rate,
+                                          self.chained)
         return self.templates[k]
 
     def score(self, c: Candidate, keep: bool = False) -> tuple[Scored, tuple[Graph, ReplayResult] | None]:

@@ -4,11 +4,11 @@ codecs' costs (``collect.measure.codec_costs``), scaled to the job's load."""
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 
 from ..collect.measure.overlap import Overlap, load_overlap, overlap_from_table
 from ..costmodel.codecs import CodecCosts, powersgd_split
 from ..costmodel.topology import read_link_model
+from ..passes.compression import Chained
 from ..passes.gradients import GradientOrder
 from ..traces.events import Run
 
@@ -50,15 +50,17 @@ NOT_MEASURED = ("the backward's slowdown beside in-flight collectives is not mea
 
 def in_job(costs: CodecCosts | None, m: Overlap | None) -> CodecCosts | None:
     """Codec costs as they run inside the job whose ranks measured ``m`` (``job_overlap``): scaled by how much slower
-    the job's busy cores ran the reference op than the idle core that measured the codecs (never faster), with the
-    chained small all-reduces the job's group measured."""
+    the job's busy cores ran the reference op than the idle core that measured the codecs (never faster)."""
     if costs is None or m is None:
         return costs
-    if m.chained_allreduce:  # PowerSGD's small all-reduces as they ran in the job's group
-        costs = replace(costs, chained_allreduce=tuple((int(b), float(us)) for b, us in m.chained_allreduce))
     if not m.matmul_us or not costs.reference_op_us:
         return costs
     return costs.scaled(max(1.0, m.matmul_us / costs.reference_op_us))
+
+
+def chained_in_job(m: Overlap | None) -> Chained:
+    """PowerSGD's small all-reduces as they ran in the job's group (``m``: ``job_overlap``); empty where it measured none."""
+    return () if m is None else tuple((int(b), float(us)) for b, us in m.chained_allreduce)
 
 
 def codec_costs(order: GradientOrder, powersgd_ranks: tuple[int, ...], path: str | None) -> CodecCosts:

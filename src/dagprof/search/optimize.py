@@ -49,6 +49,7 @@ from ..errors import DagprofError
 from ..graph.dag import Graph
 from ..graph.symmetry import fold_ranks
 from ..passes.comm import current_topology, graph_world_size, set_topology
+from ..passes.compression import Chained
 from ..passes.gradients import GradientOrder, gradient_order
 from ..passes.recompute import Segment, segments
 from ..traces.events import Kind, Run
@@ -56,7 +57,7 @@ from ..units import MB
 from .anneal import anneal, seeds
 from .candidate import Candidate, Space, candidate_of, complexity, strategy_fields
 from .evaluate import Evaluator, Scored
-from .measured import NOT_MEASURED, codec_costs, in_job, job_overlap, or_calibrated, slowdown_in
+from .measured import NOT_MEASURED, chained_in_job, codec_costs, in_job, job_overlap, or_calibrated, slowdown_in
 from .memory import MemoryModel
 from .memory_fit import fit_memory
 
@@ -91,6 +92,7 @@ class Options:
     overlap_slowdown: float | None = None  # compute slowdown per unit of overlap with collectives (None: as measured for the run, else 0)
     overlap_rate: float | None = None  # bytes/s of the all-reduce the slowdown was measured beside (None: every collective counts whole)
     link_model: str | None = None  # a ``dagprof calibrate --overlap`` file: the slowdown where the run measured none (``measured.overlap_of``)
+    chained_allreduce: Chained = ()  # the job's small all-reduces chained by completion callbacks (``measured.chained_in_job``)
     progress: Callable[[Progress], None] | None = None
 
 
@@ -173,10 +175,10 @@ def search(g: Graph, order: GradientOrder, opts: Options | None = None, costs: C
         if costs is None:
             raise DagprofError("--allow-lossy needs the measured codec costs")
         codecs += [Codec("fp16"), Codec("bf16")] + [Codec("powersgd", r) for r in opts.powersgd_ranks]
-        if opts.powersgd_ranks and costs.chained_allreduce:
+        if opts.powersgd_ranks and opts.chained_allreduce:
             notes.append("PowerSGD's three all-reduces per bucket each pay the latency beyond the link model that small all-reduces "
                          "chained by completion callbacks measured in the job's group (" +
-                         ", ".join(f"{b // 1024} KiB {us / 1e3:.1f} ms" for b, us in costs.chained_allreduce) + ")")
+                         ", ".join(f"{b // 1024} KiB {us / 1e3:.1f} ms" for b, us in opts.chained_allreduce) + ")")
     memory = None
     cand_segments: list[Segment] = []
     if opts.memory_budget is not None:
@@ -190,8 +192,10 @@ def search(g: Graph, order: GradientOrder, opts: Options | None = None, costs: C
     if folded_note:
         notes.append(folded_note)
     slowdown = opts.overlap_slowdown or 0.0
-    ev = Evaluator(symmetric, order, costs, cand_segments, memory, slowdown, opts.memory_budget, comm_rate=opts.overlap_rate)
-    full = ev if symmetric is g else Evaluator(g, order, costs, cand_segments, memory, slowdown, opts.memory_budget, comm_rate=opts.overlap_rate)
+    ev = Evaluator(symmetric, order, costs, cand_segments, memory, slowdown, opts.memory_budget, comm_rate=opts.overlap_rate,
+                   chained=opts.chained_allreduce)
+    full = ev if symmetric is g else Evaluator(g, order, costs, cand_segments, memory, slowdown, opts.memory_budget, comm_rate=opts.overlap_rate,
+                                               chained=opts.chained_allreduce)
     space = Space(order, cand_segments, tuple(g.layers), tuple(codecs))
     baseline_c = Candidate(order.profiled_ends)
     recompute0, view0, reason = fit_memory(memory, opts.memory_budget, cand_segments, ev, order)
@@ -257,6 +261,7 @@ def search_run(run: Run, g: Graph, opts: Options | None = None, costs_file: str 
     order = gradient_order(g, run.ranks[0].buckets)
     job = job_overlap(run)  # read once: the codecs' yardstick and the slowdown
     costs = in_job(codec_costs(order, opts.powersgd_ranks, costs_file), job) if opts.allow_lossy else None
+    opts = replace(opts, chained_allreduce=chained_in_job(job))
     # CPU (gloo) jobs: the network stack shares the training cores; the slowdown is measured by our own ranks, never in the user's job
     measured = or_calibrated(job, opts.link_model) if opts.overlap_slowdown is None else None
     unmeasured = opts.overlap_slowdown is None and run.ranks[0].backend == "gloo" and measured is None
@@ -290,7 +295,7 @@ def predict_run(run: Run, g: Graph, strategy: Strategy, costs_file: str | None =
     costs = in_job(codec_costs(order, (c.rank,) if c.codec == "powersgd" else (), costs_file) if c.lossy else None, job)
     segs = segments(g) if strategy.recompute else []
     slowdown, rate = slowdown_in(or_calibrated(job, link_model))
-    ev = Evaluator(g, order, costs, segs, None, slowdown, recompute=bool(strategy.recompute), comm_rate=rate)
+    ev = Evaluator(g, order, costs, segs, None, slowdown, recompute=bool(strategy.recompute), comm_rate=rate, chained=chained_in_job(job))
     cand = candidate_of(Space(order, segs), strategy)
     base = ev.score(Candidate(order.profiled_ends))[0]
     return Priced(Prediction(base.iter_us / 1e3, ev.score(cand)[0].iter_us / 1e3), ev.predicted_graph(cand))
