@@ -59,6 +59,10 @@ def positive_int(text: str) -> int:
     return _at_least(int, text, 1)
 
 
+def non_negative_int(text: str) -> int:
+    return _at_least(int, text, 0)
+
+
 def positive_number(text: str) -> float:
     return _at_least(float, text, 0, strict=True)
 

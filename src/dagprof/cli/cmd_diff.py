@@ -7,7 +7,7 @@ from ..analysis.diff import diff_profiles
 from ..pipeline import open_run
 from ..report.diff_html import write_diff
 from ..traces.steps import step_range
-from .common import add_input_limit, outputs, steps_arg
+from .common import add_input_limit, non_negative_int, outputs, steps_arg
 
 HELP = "compare two profiles of the same training: iteration, categories, critical paths, and which ops explain the change"
 
@@ -16,7 +16,7 @@ def add_arguments(p) -> None:
     p.add_argument("a", help="the baseline: a dagprof run folder, or a folder (or file) of torch.profiler traces")
     p.add_argument("b", help="the profile to compare with it (same training, after a change)")
     p.add_argument("--steps", type=steps_arg, default=None, metavar="A:B", help="profiled steps to use, in both (default: all)")
-    p.add_argument("--top", type=int, default=10, help="ops listed among those that changed most (default 10)")
+    p.add_argument("--top", type=non_negative_int, default=10, help="ops listed among those that changed most (default 10)")
     p.add_argument("-o", "--out", help="folder for diff.html and diff.trace.json (default: B's folder)")
     p.add_argument("--no-report", action="store_true", help="do not write diff.html and diff.trace.json")
     add_input_limit(p)
@@ -26,7 +26,7 @@ def run(args) -> dict:
     with outputs(args.out, args.b, write=not args.no_report) as staged:
         a = open_run(args.a, steps=args.steps)
         b = open_run(args.b, steps=args.steps)
-        d = diff_profiles(a, b, top=max(args.top, 0))
+        d = diff_profiles(a, b, top=args.top)
         out = d.to_dict() | {"warnings": [f"A: {w}" for w in a.warnings] + [f"B: {w}" for w in b.warnings]}
         if staged:
             out["files"] = staged.final_path(write_diff(staged.path, d))

@@ -9,7 +9,7 @@ from ..progress import bar, shown
 from ..search.optimize import WORTH_APPLYING_PCT
 from ..traces.run_schema import FSDP2_API
 from ..units import parse_size
-from .common import add_out_argument, add_run_arguments, comma_list, finite_non_negative, outputs, positive_int, seconds
+from .common import add_out_argument, add_run_arguments, bandwidth, comma_list, finite_non_negative, outputs, positive_int, seconds
 from .terminal import escape
 
 HELP = "search bucket layout, compression, partition, recomputation by replay; write a strategy; --verify measures it"
@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verify", action="store_true", help="run the command after -- with defaults and with the strategy, interleaved")
     p.add_argument("--rounds", type=positive_int, default=3, help="verification rounds, each runs both (default 3)")
     p.add_argument("--ranks", type=positive_int, default=None, help="start the command once per rank yourself (it is one rank's command)")
-    p.add_argument("--emulate", default=None, metavar="RATE",
+    p.add_argument("--emulate", type=bandwidth, default=None, metavar="RATE",
                    help="with --ranks, as root: run the ranks in network namespaces joined by a RATE link (e.g. 200Mbit)")
     p.set_defaults(cmd=[])  # the training command for --verify: everything after -- (cli.main keeps it from our parser)
     p.epilog = "verify: dagprof optimize RUN --verify [--ranks N [--emulate 200Mbit]] -- COMMAND ..."

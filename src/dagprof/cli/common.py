@@ -20,6 +20,7 @@ from ..units import (  # the bounded numbers flags take (``search.whatif``'s axe
     MAX_WORKERS as MAX_WORKERS,
     finite_non_negative as finite_non_negative,
     finite_positive as finite_positive,
+    non_negative_int as non_negative_int,
     non_negative_number as non_negative_number,
     positive_int as positive_int,
     positive_number as positive_number,

@@ -12,6 +12,7 @@ import importlib
 import json
 import math
 import os
+import re
 import sys
 
 from ..errors import DagprofError
@@ -37,8 +38,33 @@ class _UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # a word that starts with "-" and a digit is a value (-1Gbit, -5MB, -1e3, -2,4), so the flag's type says what is
+        # wrong with it; argparse takes only plain negative numbers so, and answered the rest "expected one argument"
+        self._negative_number_matcher = re.compile(r"^-\.?\d")
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._words = list(sys.argv[1:] if args is None else args)  # what ``error`` quotes (subcommands parse their own)
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str):  # argparse prints the whole usage first; we print one line
-        raise _UsageError(f"{self.prog}: error: {message}")
+        raise _UsageError(f"{self.prog}: error: {message}{self._got(message)}")
+
+    def _got(self, message: str) -> str:
+        """For a flag whose value starts with "-" (argparse takes it for an option): the value, and how to pass it."""
+        m = re.fullmatch(r"argument (\S+): expected one argument", message)
+        words = getattr(self, "_words", [])
+        if not m:
+            return ""
+        names = m.group(1).split("/")
+        at = [i for i, w in enumerate(words[:-1]) if w in names or (w.startswith("--") and any(n.startswith(w) for n in names))]
+        if not at:
+            return ""
+        flag, value = words[at[-1]], words[at[-1] + 1]
+        if any(o.startswith(value.split("=")[0]) for o in self._option_string_actions):  # the flag's value is missing
+            return ""
+        return f", got {value!r} (a value that starts with '-' goes as {flag}={value})"
 
 
 def _parser() -> tuple[argparse.ArgumentParser, dict]:

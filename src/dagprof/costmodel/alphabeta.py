@@ -71,7 +71,7 @@ def fit_alpha_beta(nbytes: np.ndarray, time_us: np.ndarray, workers: int = 2, re
 
 
 _UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
-_BANDWIDTH = re.compile(r"([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([kKmMgGtT]?)(bits?|b|B)?(/s|ps)?")
+_BANDWIDTH = re.compile(r"([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([kKmMgGtT]?)(bits?|b|B)?(/s|ps)?")  # signed: -1Gbit is refused as negative
 
 
 def parse_bandwidth(text: str) -> float:

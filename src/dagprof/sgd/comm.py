@@ -99,7 +99,9 @@ def link_from_text(text: str) -> tuple[AlphaBeta, str]:
     except DagprofError as unknown:
         try:
             return AlphaBeta.from_bandwidth(parse_bandwidth(text)), f"{text} (no latency)"
-        except DagprofError:
+        except DagprofError as bad:
+            if text.strip()[:1] in tuple("+-.0123456789"):  # a rate, not a preset's name: what is wrong with it
+                raise DagprofError(f"--net {text!r}: {bad.problem}") from None
             raise DagprofError(f"--net {text!r}: {unknown}; or give a bandwidth like 10Gbit, 25GB/s") from None
 
 
