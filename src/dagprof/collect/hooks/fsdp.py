@@ -83,26 +83,10 @@ class FsdpRecorder:
                 return fn(group, *args, **kwargs)
             return run
 
-        def prefetch(fn: Any) -> Any:
-            @wraps(fn)
-            def run(target: Any, *args: Any, **kwargs: Any) -> Any:
-                if not rec.c.recording:
-                    return fn(target, *args, **kwargs)
-                rec._prefetching.append(rec._last)
-                try:
-                    return fn(target, *args, **kwargs)
-                finally:
-                    rec._prefetching.pop()
-            return run
-
-        def unshard(group: Any) -> tuple[int, str, int]:
-            phase = "forward" if group._training_state.name == "FORWARD" else "backward"
-            return rec._unit(group), phase, rec._prefetching[-1] if rec._prefetching else -1
-
         patch(FSDPParamGroup, "pre_forward", in_pass)
         patch(FSDPParamGroup, "pre_backward", in_pass)
-        patch(FSDPParamGroup, "_prefetch_unshard", prefetch)
-        patch(FSDPParamGroup, "unshard", lambda fn: self._within(fn, lambda args: unshard(args[0])))
+        patch(FSDPParamGroup, "_prefetch_unshard", lambda fn: self._prefetched_by(fn, lambda *args, **kwargs: rec._last))
+        patch(FSDPParamGroup, "unshard", lambda fn: self._within(fn, lambda args: rec._unshard(args[0])))
         patch(FSDPParamGroup, "post_backward", lambda fn: self._within(fn, lambda args: (rec._unit(args[0]), "backward", -1)))
         patch(FSDPParamGroup, "wait_for_unshard",
               lambda fn: self._spanned(fn, Rec.FSDP_COPY_OUT_BEGIN, lambda g: g._all_gather_result is not None, lambda g: True))
@@ -125,6 +109,26 @@ class FsdpRecorder:
             setattr(owner, name, staticmethod(new) if isinstance(original, staticmethod) else new)
             self.c._restore.append(lambda: setattr(owner, name, original))
         return patch
+
+    def _prefetched_by(self, fn: Any, by: Any) -> Any:
+        """FSDP's prefetch ``fn``: the unit that prefetches (``by(*args, **kwargs)``) is on ``_prefetching`` while it runs."""
+        rec = self
+
+        @wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            if not rec.c.recording:
+                return fn(*args, **kwargs)
+            rec._prefetching.append(by(*args, **kwargs))
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                rec._prefetching.pop()
+        return run
+
+    def _unshard(self, unit: Any) -> tuple[int, str, int]:
+        """The context (unit, pass, prefetched by) of an all-gather that unsharding ``unit`` (a param group, a handle) issues."""
+        phase = "forward" if unit._training_state.name == "FORWARD" else "backward"
+        return self._unit(unit), phase, self._prefetching[-1] if self._prefetching else -1
 
     def _within(self, fn: Any, context: Any) -> Any:
         """``fn`` runs with ``context(args)`` (unit, pass, prefetched by) as the context of the collectives it calls."""

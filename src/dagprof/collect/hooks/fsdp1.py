@@ -85,22 +85,9 @@ class Fsdp1Recorder(FsdpRecorder):
         rec = self
         patch = self._patcher()
 
-        def prefetch(fn: Any) -> Any:
-            @wraps(fn)
-            def run(state: Any, current: Any, *args: Any, **kwargs: Any) -> Any:
-                if not rec.c.recording:
-                    return fn(state, current, *args, **kwargs)
-                by = rec._guarded("FSDP1 prefetch hook", rec._unit, current) if current is not None else -1
-                rec._prefetching.append(-1 if by is None else by)
-                try:
-                    return fn(state, current, *args, **kwargs)
-                finally:
-                    rec._prefetching.pop()
-            return run
-
-        def unshard(handle: Any) -> tuple[int, str, int]:
-            phase = "forward" if handle._training_state.name == "FORWARD" else "backward"
-            return rec._unit(handle), phase, rec._prefetching[-1] if rec._prefetching else -1
+        def prefetching(state: Any, current: Any, *args: Any, **kwargs: Any) -> int:  # _prefetch_handle(state, current, mode)
+            by = rec._guarded("FSDP1 prefetch hook", rec._unit, current) if current is not None else -1
+            return -1 if by is None else by
 
         def all_gather(args: tuple, kwargs: dict) -> tuple[int, str, Any]:  # all_gather(tensor_list, tensor, group): CPU
             out, t = kwargs.get("tensor_list", args[0] if args else []), kwargs.get("tensor", args[1] if len(args) > 1 else None)
@@ -138,11 +125,11 @@ class Fsdp1Recorder(FsdpRecorder):
                 return out
             return run
 
-        patch(runtime, "_prefetch_handle", prefetch)
+        patch(runtime, "_prefetch_handle", lambda fn: self._prefetched_by(fn, prefetching))
         patch(runtime, "_register_pre_backward_hooks", pre_backward_hooks)
         for name in ("_reduce_grad", "_reduce_grad_no_shard"):  # (state, handle)
             patch(runtime, name, lambda fn: self._within(fn, lambda args: (rec._unit(args[1]), "backward", -1)))
-        patch(FlatParamHandle, "unshard", lambda fn: self._copy_out(self._within(fn, lambda args: unshard(args[0]))))
+        patch(FlatParamHandle, "unshard", lambda fn: self._copy_out(self._within(fn, lambda args: rec._unshard(args[0]))))
         patch(FlatParamHandle, "reshard", lambda fn: self._spanned(fn, Rec.FSDP_RESHARD_BEGIN, _gathered, lambda h: not _gathered(h)))
         patch(dist, "all_gather", lambda fn: self._collective(fn, "all_gather", all_gather))
         patch(dist, "all_gather_single", lambda fn: self._collective(fn, "all_gather", gather_single))
