@@ -13,8 +13,6 @@ _WAIT_RULES = np.array([Dep.SYNC, Dep.COPY, Dep.STAGE, Dep.COMM_WAIT])
 
 
 # ------------------------------------------------------------------ stage 1: which events
-
-
 @dataclass(frozen=True, eq=False)
 class Selection:
     """Which of a rank's events become graph material.
@@ -45,8 +43,6 @@ def select(trace: RankTrace, steps: list[int], instance: np.ndarray) -> Selectio
 
 
 # ------------------------------------------------------------------ stage 2: flows as instants
-
-
 @dataclass(frozen=True, eq=False)
 class Anchors:
     """The rank's usable flows as instants on lanes, one row per flow.
@@ -89,8 +85,6 @@ def anchors(trace: RankTrace, sel: Selection) -> Anchors:
 
 
 # ------------------------------------------------------------------ stage 3: pieces
-
-
 @dataclass(frozen=True, eq=False)
 class Pieces:
     """The rank's lanes cut into pieces, sorted by (lane, start): each piece becomes one node.

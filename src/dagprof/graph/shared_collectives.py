@@ -23,7 +23,7 @@ the shared (aligned) clock, by what each rank measured (``CollectiveEnd``):
   so with 3 ranks one receiver can be done before the other joined): a rank whose completion precedes
   the last join waits instead on its own join of the ranks that had joined by then;
 - a collective that only one loaded rank took part in (a single-rank trace of a larger job) keeps
-  its measured duration: it includes waiting for peers nobody recorded;
+  its measured duration: it includes waiting for peers nobody recorded.
 """
 from __future__ import annotations
 
