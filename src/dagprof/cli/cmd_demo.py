@@ -3,9 +3,8 @@ from __future__ import annotations
 import os
 
 from ..demo import DemoSettings, run_demo
-from ..errors import DagprofError
 from ..fsutil import staged_folder
-from .common import ms, pct, seconds
+from .common import bandwidth, ms, pct, positive_int, seconds
 
 HELP = ("profile a real gloo DDP training (as root: on an emulated 2-host cluster with a slow link), replay, explain, "
         "search a strategy, apply it and measure the gain; write a report")
@@ -13,28 +12,18 @@ HELP = ("profile a real gloo DDP training (as root: on an emulated 2-host cluste
 
 def add_arguments(p) -> None:
     p.add_argument("-o", "--out", default="dagprof-demo", help="output folder (default: ./dagprof-demo)")
-    p.add_argument("--ranks", type=int, default=2, help="DDP ranks to start (default 2)")
-    p.add_argument("--link", default="200Mbit", help="as root: the emulated link between the ranks (default 200Mbit)")
+    p.add_argument("--ranks", type=positive_int, default=2, help="DDP ranks to start (default 2)")
+    p.add_argument("--link", type=bandwidth, default="200Mbit", help="as root: the emulated link between the ranks (default 200Mbit)")
     p.add_argument("--loopback", action="store_true", help="no emulated cluster even as root: ranks on loopback")
     p.add_argument("--lossless", action="store_true",
                    help="search without gradient compression (by default the demo's synthetic job allows fp16, bf16, PowerSGD)")
     p.add_argument("--budget", type=seconds, default=10.0, metavar="SECONDS", help="search time budget (default 10, at most a week)")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved verification rounds (default 3)")
+    p.add_argument("--rounds", type=positive_int, default=3, help="interleaved verification rounds (default 3)")
     p.add_argument("--no-verify", action="store_true", help="do not apply the strategy to the real job")
     p.add_argument("--small", action="store_true", help="a tiny model: seconds instead of minutes (for tests)")
 
 
 def run(args) -> dict:
-    if args.ranks < 1:
-        raise DagprofError(f"--ranks must be at least 1, got {args.ranks}")
-    if args.rounds < 1:
-        raise DagprofError(f"--rounds must be at least 1, got {args.rounds}")
-    from ..costmodel import parse_bandwidth
-
-    try:  # a bad --link fails now, not after the profile
-        parse_bandwidth(args.link)
-    except DagprofError as e:
-        raise DagprofError(e.problem, "--link") from None
     with staged_folder(args.out) as staged:
         result = run_demo(DemoSettings(out_dir=staged.path, world_size=args.ranks, link=None if args.loopback else args.link,
                                        verify=not args.no_verify, small=args.small, allow_lossy=not args.lossless, budget_s=args.budget,

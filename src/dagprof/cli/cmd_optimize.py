@@ -23,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-lossy", action="store_true", help="also try gradient compression (fp16, bf16, PowerSGD): changes the numerics")
     p.add_argument("--powersgd-ranks", type=comma_list(positive_int), default=[2, 4],
                    help="PowerSGD ranks to try with --allow-lossy (default 2,4)")
-    p.add_argument("--accumulate", type=int, default=1, metavar="K",
+    p.add_argument("--accumulate", type=positive_int, default=1, metavar="K",
                    help="also try K micro-batches per optimizer step (no_sync): changes the effective batch")
     p.add_argument("--memory-budget", default=None, metavar="SIZE", help="per-rank memory limit, e.g. 2GB or 512MB (MB = MiB = 2^20 bytes; adds recomputation)")
     p.add_argument("--optimizer-state", default="momentum", choices=["sgd", "momentum", "adam"],
@@ -56,8 +56,6 @@ def run(args: argparse.Namespace) -> dict:
         raise DagprofError("--verify needs the training command after --, e.g. -- torchrun --nproc-per-node 2 train.py")
     if args.emulate and args.ranks is None:
         raise DagprofError("--emulate starts one process per rank: give --ranks N")
-    if args.accumulate < 1:
-        raise DagprofError(f"--accumulate must be >= 1, got {args.accumulate}")
     opts = Options(budget_s=args.budget, seed=args.seed, allow_lossy=args.allow_lossy, powersgd_ranks=tuple(args.powersgd_ranks),
                    accumulate=args.accumulate, memory_budget=None if args.memory_budget is None else parse_size(args.memory_budget, "--memory-budget"),
                    optimizer_state=args.optimizer_state, overlap_slowdown=args.overlap_slowdown, link_model=args.link_model,
