@@ -12,7 +12,7 @@ from testdata import DATA
 
 from dagprof.analysis import job_iteration_us
 from dagprof.cli.main import main
-from dagprof.collect.hooks.collector import MODEL_OUTPUT
+from dagprof.collect.hooks.collector import LOSS_BACKWARD, MODEL_OUTPUT
 from dagprof.costmodel.alphabeta import AlphaBeta
 from dagprof.costmodel.topology import Topology
 from dagprof.errors import DagprofError
@@ -284,6 +284,7 @@ def test_the_model_output_is_recorded_and_held_through_the_step(tmp_path, wrappe
     run = read_run(tmp_path)
     logits = 4 * 16 * 256 * 4
     assert run.ranks[0].meta.layer_saved_bytes[MODEL_OUTPUT] == logits
+    assert run.ranks[0].meta.layer_saved_bytes[LOSS_BACKWARD] == 3 * logits  # the cross-entropy's log-softmax and two gradients
     g = build_graph(run)
     if wrapper:
         plain = g.replace(meta=g.meta.replace(layer_saved_bytes={k: v for k, v in g.meta.layer_saved_bytes.items() if k != MODEL_OUTPUT}))

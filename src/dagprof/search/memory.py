@@ -9,7 +9,9 @@ Assumed: parameters as large as their gradients (fp32 training), optimizer state
 Peak = parameters + optimizer state + DDP's bucket buffers (none with ``gradient_as_bucket_view``)
 + what the codec keeps (PowerSGD's error feedback: a copy of the gradients; fp16/bf16: the largest
 bucket at half size) + the fullest moment of backward, or the optimizer step where that step
-allocates more than the activations took (``step_transient``). Backward walks the layers in
+allocates more than the activations took (``step_transient``). Backward starts with the loss's own
+(where the profile recorded it, ``LOSS_BACKWARD``: every activation alive, and what the loss's graph
+held at its fullest: a cross-entropy's log-softmax and two gradients as large as the logits). It walks the layers in
 reverse forward order: each layer's gradients appear as its backward runs and its saved
 activations are freed after it (gradients set to None by ``zero_grad``, torch's default, so none
 are alive when backward starts); what was saved between layers and the model's output (the logits
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..collect.hooks.collector import MODEL_OUTPUT, SAVED_OUTSIDE_LAYERS
+from ..collect.hooks.collector import LOSS_BACKWARD, MODEL_OUTPUT, SAVED_OUTSIDE_LAYERS
 from ..costmodel.codecs import Codec
 from ..errors import DagprofError
 from ..graph.dag import Graph
@@ -75,6 +77,7 @@ class MemoryModel:
     step_transient: float = 0.0
     output: float = 0.0  # what the model's forward returned (``MODEL_OUTPUT``: the logits), held by the script through the step
     backward: tuple[tuple[int, float], ...] = ()  # (layer id, gradient bytes its backward makes) in backward order
+    loss: float = 0.0  # the most the loss's graph held in its backward, before any layer's (``LOSS_BACKWARD``)
 
     @classmethod
     def from_profile(cls, g: Graph, order: GradientOrder, layer_saved_bytes: dict[str, int], optimizer: str = "momentum") -> "MemoryModel":
@@ -89,7 +92,8 @@ class MemoryModel:
             grads[int(lay)] = grads.get(int(lay), 0.0) + float(nb)
         adam = optimizer == "adam"  # its step's two temporaries of the largest parameter
         return cls(float(order.total_bytes), saved, float(layer_saved_bytes.get(SAVED_OUTSIDE_LAYERS, 0)), OPTIMIZER_STATE[optimizer],
-                   2.0 * float(order.nbytes.max(initial=0)) if adam else 0.0, float(layer_saved_bytes.get(MODEL_OUTPUT, 0)), backward_layers(g, grads))
+                   2.0 * float(order.nbytes.max(initial=0)) if adam else 0.0, float(layer_saved_bytes.get(MODEL_OUTPUT, 0)), backward_layers(g, grads),
+                   float(layer_saved_bytes.get(LOSS_BACKWARD, 0)))
 
     def freed(self, seg: Segment) -> float:
         """Activation bytes recomputing ``seg`` frees (all it saves but its input)."""
@@ -120,7 +124,7 @@ class MemoryModel:
             return self.grad_bytes, sum(saved.values()) + max(freed.values(), default=0.0)
         alive = sum(saved.values())
         grads = self.grad_bytes - sum(nb for _, nb in self.backward)  # bytes no layer claims: alive from the start
-        best = (grads, alive)
+        best = (grads, alive + self.loss)  # the loss's backward, every activation still alive
         for lay, nb in self.backward:
             grads += nb
             seg = seg_of.get(lay)
@@ -175,6 +179,11 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
     (``layer_grad_bytes`` in the parameter dtype) counts only the rest.
 
     The peak is the largest of these moments (the forward end is never above the first one):
+    - the loss's backward, where the profile recorded it (``LOSS_BACKWARD``: what the graph from the model's output
+      to the loss held at its fullest, its saved tensors and the gradients in flight): every activation, the
+      model's output, the kept units' full parameters (the root's too unless it resharded after forward: FSDP2
+      reshards the root only when ``reshard_after_forward=True`` is passed to it, and gathers it again when the
+      gradient reaches its output, after the loss's backward);
     - the backward of each inner unit: every activation not yet freed (this unit's and those before it in the
       forward order, the root's throughout), what functional ops between layers saved, the model's output (the
       logits a script keeps until its step ends; the collector records what the root's forward returned,
@@ -191,12 +200,14 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
       gradients, the activations before it).
     - the optimizer step: every shard, its gradients and its state, and the model's output.
 
-    Measured against ``bench/fsdp_train.py --memory`` (``bench/bench_fsdp.py --part 3``) it is within 6 % on
-    the MLP models with a 256 and 2048-entry vocabulary, +8 to +10 % on the transformer (attention and GELU
-    save more between layers than the output takes) and -9 to -14 % with a 4096-entry vocabulary, where the
-    peak is the loss's backward (the logits, the log-softmax and their gradients: four outputs' worth). With the model's
-    output recorded (``bench/bench_fsdp.py --part 7``'s models, one profile each, load 4): -0.0 % with a 16384-entry
-    vocabulary (154.3 MiB, the root's reduce-scatter; the stand-in had -10.4 %), -1.2 % on the transformer (+9.2 %).
+    Measured against ``bench/fsdp_train.py --memory`` (``bench/bench_fsdp.py --part 3``, load 23-34): the transformer
+    +0.5 % (reshard on) and +1.2 % (off), the MLP with a 4096-entry vocabulary -0.6 % and +3.9 % (its off peak is the
+    loss's backward; the rest is the ``down`` layers' saved weights counted as activations: ``acts``' rule needs a layer
+    to have saved its bias too); ``tests/data/fsdp/loss-vocab`` +0.1 / +0.0 %. Before the loss's backward was recorded
+    its peak was missed (-9 to -14 %, that recording -36 to -42 %); before the model's output was, a stand-in counted
+    what functional ops saved twice (the transformer +8 to +10 %). With the model's output recorded (``bench/bench_fsdp.py
+    --part 7``'s models, one profile each, load 4): -0.0 % with a 16384-entry vocabulary (154.3 MiB, the root's reduce-scatter;
+    the stand-in had -10.4 %), -1.2 % on the transformer (+9.2 %).
     """
     fs = g.meta.fsdp
     if fs is None:
@@ -233,12 +244,16 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
     outside = float(saved_bytes.get(SAVED_OUTSIDE_LAYERS, 0))
     output = float(saved_bytes.get(MODEL_OUTPUT, 0))  # the logits the script holds through the step, where recorded
     loss = output if MODEL_OUTPUT in saved_bytes else outside  # else: a stand-in for them and the loss's tensors
+    loss_backward = float(saved_bytes.get(LOSS_BACKWARD, 0))  # what the loss's graph held in its backward, where recorded
     root = [i for i, u in enumerate(units) if u.name == FSDP_ROOT]
     others = [i for i in range(len(units)) if i not in root]  # forward order of the inner units (as recorded)
     inner_layers = {n for i in others for n in unit_layers[i]}
     last_inner = max((k for k, n in enumerate(g.layers) if n in inner_layers), default=-1)
     after_inner = set(g.layers[last_inner + 1:])
     kept = [i for i in others if not resharded(units[i], reshard)]
+    # FSDP keeps the root gathered after forward unless reshard_after_forward=True was passed to it (``resharded_after_forward``:
+    # as it ran); the what-if keeps it where it was kept (``passes.fsdp.set_reshard``)
+    root_kept = sum(full(units[i]) for i in root if not (resharded(units[i], reshard) and units[i].resharded_after_forward))
     out = {}
     for rank, mem in fs.memory.items():
         params = mem.param_shard_bytes * scale
@@ -252,6 +267,10 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
         tail_grad = sum(float(grad_bytes.get(n, 0)) * _size(units[i].reduce_dtype or units[i].orig_dtype)
                         / _size(units[i].orig_dtype) for i in root for n in unit_layers[i] if n in after_inner)
         best = FsdpMemory(params, opt, grads, output, 0.0, "optimizer step")
+        if loss_backward:  # before any unit's backward: every activation, the kept units' parameters (the root's, unless it resharded)
+            everything = root_acts + outside + loss + loss_backward + sum(acts(unit_layers[i], units[i]) for i in others)
+            m = FsdpMemory(params, opt, 0.0, everything, root_kept + sum(full(units[i]) for i in kept), "loss backward")
+            best = m if m.total > best.total else best
         for k in range(len(others), -1, -1):  # backward: the root's first layer (k = all inner units alive), then inner units in reverse
             alive = others[:k]
             cur = others[k - 1] if k else None
@@ -315,6 +334,6 @@ def ddp_peak_of_fsdp(g: Graph, workers: int | None = None) -> dict[int, MemoryBr
         state = mem.optim_state_bytes / mem.param_shard_bytes if mem.param_shard_bytes else 0.0
         adam = abs(state - OPTIMIZER_STATE["adam"]) < 0.05
         model = MemoryModel(total, saved, float(fs.layer_saved_bytes.get(SAVED_OUTSIDE_LAYERS, 0)), state, 2.0 * largest if adam else 0.0,
-                            float(fs.layer_saved_bytes.get(MODEL_OUTPUT, 0)), backward)
+                            float(fs.layer_saved_bytes.get(MODEL_OUTPUT, 0)), backward, float(fs.layer_saved_bytes.get(LOSS_BACKWARD, 0)))
         out[int(rank)] = model.peak()
     return out

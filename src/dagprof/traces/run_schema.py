@@ -193,7 +193,10 @@ class RankFile(msgspec.Struct, kw_only=True):
     warnings: list[str] = []
     layers: list[str]  # leaf module paths; records name layers by index into this
     layer_grad_bytes: dict[str, int] = {}  # module path -> bytes of its parameters' gradients
-    layer_saved_bytes: dict[str, int] = {}  # module path -> most activation bytes it saved for backward in one profiled step
+    # module path -> most activation bytes it saved for backward in one profiled step; beside the paths, keys in <...>
+    # (collect.hooks.collector: SAVED_OUTSIDE_LAYERS, MODEL_OUTPUT, LOSS_BACKWARD, the last new in a compatible way: an
+    # older reader skips a key naming no layer, a newer one reading an older file does without it)
+    layer_saved_bytes: dict[str, int] = {}
     bucket_layouts: list[BucketLayout] = []  # one per distinct layout seen, in order
     step_times_ns: list[tuple[int, int, int]] = []  # (step, begin, end) of every step seen, profiled or not
     records: list[tuple[int, int, int, int, int]]  # see ``Col`` and ``Rec``

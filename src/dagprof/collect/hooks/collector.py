@@ -39,13 +39,15 @@ from .collector_files import (
 from .exit_gc import collect_cycles_at_exit
 from .fsdp import FsdpRecorder, fsdp_modules
 from .fsdp1 import Fsdp1Recorder, clean_name, fsdp1_modules
+from .loss_graph import LossGraph, patch_backward
 from .stop_signals import StopSignals
 from .tensors import group_ranks, local_tensor, output_bytes, output_tensors, storage_ptr
 
 _MAX_OUTPUT_HOOKS = 4  # tensors per module output that get a gradient hook
 SAVED_OUTSIDE_LAYERS = "<outside leaf modules>"  # layer_saved_bytes key of activations saved by the loss and functional ops
 MODEL_OUTPUT = "<model output>"  # layer_saved_bytes key of the bytes the model's forward returned (a script that keeps the logits holds them)
-_OUTPUT = -2  # its key among a step's saved bytes (-1: outside leaf modules)
+LOSS_BACKWARD = "<loss backward>"  # layer_saved_bytes key of the most bytes the loss's graph held in its backward (``loss_graph``)
+_OUTPUT, _LOSS = -2, -3  # their keys among a step's saved bytes (-1: outside leaf modules)
 
 
 class Collector:
@@ -105,6 +107,7 @@ class Collector:
         self._signals = StopSignals(self._note_end, lambda: self.step)  # watched while the window records
         self._ended = ""  # what stopped the process inside the window (a signal, an exception)
         self._fsdp: FsdpRecorder | None = None  # an FSDP model's units and collectives (collect.hooks.fsdp, fsdp1)
+        self._loss = LossGraph(self._fail, self.warnings)  # what the loss computed from the model's output holds in its backward
 
     # ---------------------------------------------------------------- guard
     def _fail(self, err: BaseException, where: str) -> None:
@@ -205,6 +208,7 @@ class Collector:
         self._ranges_open.clear()
         self._saved_off()  # a forward that raised left them on
         self._layer_stack.clear()
+        self._loss.release()
 
     # ---------------------------------------------------------------- module / autograd hooks
     def _fwd_pre(self, layer: int, module: Any, args: tuple) -> None:
@@ -285,8 +289,8 @@ class Collector:
         if self.recording:
             try:
                 storage = local_tensor(tensor).untyped_storage()
-                key = storage.data_ptr()
-                if key not in self._saved_seen and key not in self._param_ptrs:
+                key = storage._cdata  # not its address: FSDP frees a gathered weight it saved (resize to 0), and the address is reused
+                if key not in self._saved_seen and storage.data_ptr() not in self._param_ptrs:
                     self._saved_seen.add(key)
                     layer = self._layer_stack[-1] if self._layer_stack else -1  # -1: between leaf modules (loss, functional ops)
                     self._step_saved[layer] = self._step_saved.get(layer, 0) + storage.nbytes()
@@ -325,8 +329,17 @@ class Collector:
                 saved.__exit__(None, None, None)
                 if output is not None:
                     self._step_saved[_OUTPUT] = max(self._step_saved.get(_OUTPUT, 0), output_bytes(output))
+                    self._loss.forward_ended(output)
             except Exception as err:  # noqa: BLE001
                 self._fail(err, "forward hook (saved tensors)")
+
+    def _backward_starting(self, tensors: Any) -> None:
+        """``torch.autograd.backward`` is called on ``tensors`` (the loss): size the graph between them and the model's output."""
+        if self.recording and self._loss.armed:
+            try:
+                self._loss.backward_starting(tensors, self._param_ptrs)
+            except Exception as err:  # noqa: BLE001
+                self._fail(err, "backward start (loss graph)")
 
     def _grad_ready(self, layer: int, param: Any) -> None:
         self._mark(Rec.GRAD_READY, layer, 0)
@@ -481,6 +494,7 @@ class Collector:
             self._calls.clear()
             self._saved_seen.clear()
             self._step_saved.clear()
+            self._loss.new_step()
             self._bwd_seen = False
             self._grad_watch.clear()
             self._new_layout = False
@@ -490,6 +504,8 @@ class Collector:
         self.step_times.append((self.step, self.step_begin_ns, t))
         if self.recording:
             self.records.append((Rec.STEP_END, self.step, 0, t, 0))
+            if self._loss.peak:
+                self._step_saved[_LOSS] = self._loss.peak
             for layer, nb in self._step_saved.items():
                 path = self._saved_key(layer)
                 self._saved_bytes[path] = max(self._saved_bytes.get(path, 0), nb)
@@ -513,6 +529,7 @@ class Collector:
         self.in_window = True
         self._attach_leaf_hooks()
         self._time_dataloaders()
+        self._restore.append(patch_backward(self._backward_starting))
         self._track_saved()
         if self._fsdp is not None:
             self._fsdp.begin()
@@ -626,7 +643,7 @@ class Collector:
                                 len(self.step_times), len(self._layouts))
 
     def _saved_key(self, layer: int) -> str:
-        return self.layers[layer] if layer >= 0 else SAVED_OUTSIDE_LAYERS if layer == -1 else MODEL_OUTPUT
+        return self.layers[layer] if layer >= 0 else {-1: SAVED_OUTSIDE_LAYERS, _OUTPUT: MODEL_OUTPUT, _LOSS: LOSS_BACKWARD}[layer]
 
     def _write_step_part(self) -> None:
         """The step that just ended, and whatever else was appended since the previous one: one line appended to the log."""

@@ -39,6 +39,11 @@ def storage_ptr(p: Any) -> int:
 
 def output_bytes(output: Any) -> int:
     """Bytes of the tensors a forward returned (nested in tuples, lists and dicts), each storage once."""
+    return sum(output_storages(output).values())
+
+
+def output_storages(output: Any) -> dict[int, int]:
+    """Storage -> bytes of the tensors a forward returned (nested in tuples, lists and dicts)."""
     seen: dict[int, int] = {}
     stack = [output]
     while stack:
@@ -50,7 +55,7 @@ def output_bytes(output: Any) -> int:
         elif hasattr(x, "untyped_storage"):
             storage = local_tensor(x).untyped_storage()
             seen[storage.data_ptr()] = storage.nbytes()
-    return sum(seen.values())
+    return seen
 
 
 def group_ranks(group: Any) -> list[int]:
