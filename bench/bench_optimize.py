@@ -37,6 +37,7 @@ from dagprof.collect.hooks.steptimes import iteration_ms, read_times
 from dagprof.collect.jobs.launch import Bootstrap, launch
 from dagprof.collect.jobs.netns import BUFFER_BYTES, available, python_module, run_ranks
 from dagprof.search.optimize import Options, SearchResult, predict_run, search_run
+from dagprof.traces.events import Kind
 
 
 def cell(work: str, workload: str, ranks: int, link: str, args) -> list[dict]:
@@ -122,19 +123,28 @@ def repredict(kept: str, workloads: list[str]) -> list[dict]:
             if not os.path.exists(os.path.join(out, "strategy.json")):
                 continue
             strategy = load_strategy(os.path.join(out, "strategy.json"))
-            measured, predicted = [], []
+            measured, predicted, load = [], [], []
             while os.path.isdir(os.path.join(out, "verify", f"round{len(measured)}-B")):
                 folder = os.path.join(out, "verify", f"round{len(measured)}")
                 measured.append(iteration_ms(read_times(f"{folder}-A/times")) / iteration_ms(read_times(f"{folder}-B/times")))
                 p = open_run(f"{folder}-A/run")
                 predicted.append(predict_run(p.run, p.graph, strategy, os.path.join(out, CODEC_COSTS_FILE), searched.run, link_model).prediction.speedup)
+                load.append(forward_ms(open_run(f"{folder}-B/run").graph) / forward_ms(p.graph))
             if not measured:
                 continue
             errors = [100.0 * (p - m) / m for p, m in zip(predicted, measured)]
             rows.append({"workload": workloads[i] if i < len(workloads) else name, "ranks": ranks, "mode": mode, "strategy": strategy.summary(),
                          "predicted_per_round": predicted, "measured_per_round": measured, "measured": statistics.median(measured),
-                         "spread": [min(measured), max(measured)], "error_per_round_pct": errors, "median_error_pct": statistics.median(errors)})
+                         "spread": [min(measured), max(measured)], "error_per_round_pct": errors, "median_error_pct": statistics.median(errors),
+                         "forward_b_over_a_per_round": load})
     return rows
+
+
+def forward_ms(g) -> float:
+    """The median step's forward (every rank's forward ops summed): compute no collective runs beside under DDP, so
+    the strategy run's over the defaults' says how the machine's load moved between the two runs of a round."""
+    fwd = (g.kind == Kind.FORWARD) & (g.step >= 0)
+    return statistics.median(g.dur[fwd & (g.step == s)].sum() for s in set(g.step[fwd].tolist())) / 1e3
 
 
 def best_layout(found: Found, out: str) -> Found | None:
@@ -220,7 +230,8 @@ def main() -> int:
         print("kept rounds predicted again, each from its own profile of the defaults (per-round error: predicted against measured speed-up)")
         for r in rows:
             print(f"{r['workload']:<12} {r['ranks']:>2} ranks {r['mode']:>8}: measured {r['measured']:.2f}x ({r['spread'][0]:.2f}-{r['spread'][1]:.2f}), "
-                  f"per round {' '.join(f'{e:+.1f}' for e in r['error_per_round_pct'])} %, median {r['median_error_pct']:+.1f} %")
+                  f"per round {' '.join(f'{e:+.1f}' for e in r['error_per_round_pct'])} %, median {r['median_error_pct']:+.1f} %; "
+                  f"forward B/A {' '.join(f'{x:.2f}' for x in r['forward_b_over_a_per_round'])}")
         errors = [e for r in rows for e in r["error_per_round_pct"]]
         print(f"{sum(abs(e) <= 5 for e in errors)} of {len(errors)} rounds within 5 %; "
               f"rows whose median is: {sum(abs(r['median_error_pct']) <= 5 for r in rows)} of {len(rows)}")

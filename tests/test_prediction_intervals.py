@@ -5,13 +5,15 @@ import numpy as np
 import pytest
 from testdata import DATA
 
-from dagprof.analysis.interval import PredictionInterval, RunLevel, _t_quantile, link_residuals, predict_interval, run_level, step_times
+from dagprof.analysis import job_iteration_us
+from dagprof.analysis.interval import PredictionInterval, RunLevel, _t_quantile, link_residuals, predict_interval, run_level, step_times, typical_iteration_us
 from dagprof.cli.main import main
 from dagprof.graph.meta import LoopSteps
 from dagprof.passes import fit_topology, set_link, set_topology
 from dagprof.passes.profiler_cost import measure_profiler_cost
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
+from dagprof.traces.events import Kind
 
 
 def test_text_and_bounds():
@@ -37,6 +39,23 @@ def test_each_replayed_step_is_the_measured_one():
     d = step_times(prof.graph, prof.analysis.result)
     assert len(d) == len(prof.graph.meta.steps) == 3
     assert prof.analysis.predicted_us <= d.mean() <= prof.analysis.predicted_us * 1.01
+
+
+def test_the_typical_step_is_the_median_step_as_measured():
+    """The optimizer prices the median of the replayed steps (the slowest rank's each), as ``iteration_ms`` measures the
+    job: one step stalled by a neighbour (a real PowerSGD round's defaults, 5 steps) moves the mean, not the median."""
+    g = open_run(DATA / "powersgd-2bucket" / "defaults").graph
+    res = replay(g)
+    d = step_times(g, res)
+    assert len(d) == 5 and typical_iteration_us(g, res) == pytest.approx(float(np.median(d)))
+    slowest = int(np.argmax(d))
+    step = sorted(set(g.step[g.step >= 0].tolist()))[slowest]
+    one = np.flatnonzero((g.step == step) & (g.rank == 0) & (g.dur > 0) & (g.kind == Kind.BACKWARD))[0]
+    stalled = g.replace(dur=g.dur.copy())
+    stalled.dur[one] += 200_000.0
+    again = replay(stalled)
+    assert job_iteration_us(stalled, again) > job_iteration_us(g, res) + 30_000.0  # the mean spreads it over every step
+    assert typical_iteration_us(stalled, again) == pytest.approx(typical_iteration_us(g, res), rel=1e-6)
 
 
 def test_interval_holds_the_point_and_widens_with_link_residuals():

@@ -149,6 +149,14 @@ def step_times(g: Graph, res: ReplayResult) -> np.ndarray:
     return np.max([p[:n] for p in per_rank], axis=0)
 
 
+def typical_iteration_us(g: Graph, res: ReplayResult) -> float:
+    """The median over steps of the slowest rank's step (``step_times``): what ``--verify`` and the benches measure
+    on the job (``collect.hooks.steptimes.iteration_ms``), so a step that a neighbour's load stalled counts as one
+    step, as there, not spread over all of them as a mean is; ``job_iteration_us`` where fewer than 3 steps were replayed."""
+    d = step_times(g, res)
+    return float(np.median(d)) if len(d) >= 3 else job_iteration_us(g, res)
+
+
 def link_residuals(profiled: Graph, modelled: Graph) -> np.ndarray:
     """Per profiled step: its measured communication over the same collectives as the link model prices them.
 

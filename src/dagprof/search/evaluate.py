@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..analysis import job_iteration_us
+from ..analysis.interval import typical_iteration_us
 from ..costmodel.codecs import CodecCosts
 from ..graph.dag import Graph
 from ..passes.accumulate import accumulate_gradients
@@ -30,7 +30,7 @@ from .memory import MemoryBreakdown, MemoryModel
 @dataclass
 class Scored:
     candidate: Candidate
-    iter_us: float  # per micro-batch
+    iter_us: float  # per micro-batch: the median step (``analysis.interval.typical_iteration_us``)
     memory: MemoryBreakdown | None = None
     fits: bool = True
 
@@ -130,7 +130,7 @@ class Evaluator:
         t = self.template(c.accumulate)
         g, res = t.replay(c)
         self.replayed += 1
-        s = Scored(c, job_iteration_us(g, res) / c.accumulate)
+        s = Scored(c, typical_iteration_us(g, res) / c.accumulate)
         if self.memory is not None:
             largest = float(self.order.bucket_bytes(c.ends).max())
             s.memory = self.memory.peak([self.segments[i] for i in c.recompute], c.codec, c.bucket_view, largest)
