@@ -55,6 +55,7 @@ class Overlap(msgspec.Struct, frozen=True):
     # (1 + comm_slowdown * f) as long, the slowest rank's (0 in files written before it was measured)
     comm_slowdown: Annotated[float, msgspec.Meta(ge=0)] = 0.0
     beside: str = MATMUL  # the compute measured beside the all-reduce (``Work.name``)
+    queued: Annotated[int, msgspec.Meta(ge=1)] = 1  # all-reduces of ``allreduce_bytes`` queued back to back beside it
 
     def __post_init__(self) -> None:
         if not self.per_undisturbed and self.slowdown >= 1.0:  # (B - A) / B is below 1
@@ -129,7 +130,16 @@ def measure_overlap(nbytes: int = OVERLAP_BYTES, repeats: int = 4, work: Work | 
     t0 = time.perf_counter()
     dist.all_reduce(buf)
     comm = time.perf_counter() - t0
-    n = max(round(comm / t_one), 10 if work is None else 1)  # a loop about as long as the all-reduce (a backward is ms, the product us)
+    # beside a backward longer than the all-reduce, as many all-reduces of the size as it outlasts, queued back to back as WFBP
+    # queues its layers' (one would overlap a small share of it, and the noise of a loaded machine swamp the slowdown)
+    agreed = torch.tensor([1 if work is None else max(round(t_one / comm), 1)])
+    dist.all_reduce(agreed, op=dist.ReduceOp.MAX)  # every rank must issue as many
+    queued = int(agreed)
+    n = max(round(queued * comm / t_one), 10 if work is None else 1)  # a loop about as long as the all-reduces (a backward is ms, the product us)
+
+    def allreduces() -> list:
+        return [dist.all_reduce(buf, async_op=True) for _ in range(queued)]
+
     samples, alone_s, comm_samples = [], [], []
     for _ in range(repeats):
         dist.barrier()
@@ -137,15 +147,17 @@ def measure_overlap(nbytes: int = OVERLAP_BYTES, repeats: int = 4, work: Work | 
         alone_s.append(alone / n)
         dist.barrier()
         t0 = time.perf_counter()
-        dist.all_reduce(buf)
+        for w in allreduces():
+            w.wait()
         comm_alone = time.perf_counter() - t0
         dist.barrier()
         done: list[float] = []
         t0 = time.perf_counter()
-        w = dist.all_reduce(buf, async_op=True)
-        w.get_future().then(lambda _: done.append(time.perf_counter()))  # when the all-reduce itself completed
+        ws = allreduces()
+        ws[-1].get_future().then(lambda _: done.append(time.perf_counter()))  # when the (last) all-reduce itself completed
         beside = timed(n)
-        w.wait()
+        for w in ws:
+            w.wait()
         comm_beside = (done[0] if done else time.perf_counter()) - t0
         both = min(comm_beside, beside)  # how long the two ran together
         # B = A (1 + s f), f the loop's overlapped share: s per unit of overlap of the undisturbed time; the all-reduce alike
@@ -156,7 +168,7 @@ def measure_overlap(nbytes: int = OVERLAP_BYTES, repeats: int = 4, work: Work | 
     t = torch.tensor([statistics.median(samples), ref, statistics.median(comm_samples)], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return Overlap(float(t[0]), float(t[1]) * 1e6, samples, nbytes, comm, per_undisturbed=True, chained_allreduce=chained_allreduce(repeats),
-                   comm_slowdown=float(t[2]), beside=work.name if work else MATMUL)
+                   comm_slowdown=float(t[2]), beside=work.name if work else MATMUL, queued=queued)
 
 
 CHAINED_BYTES = (4096, 16384, 65536)  # the range of PowerSGD's P and Q factors per bucket on the demo's and held-out models
