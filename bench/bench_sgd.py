@@ -35,8 +35,11 @@ the profiled steps' (``dagprof sgd`` on the run folder) or, in the ``unprofiled`
 job's unprofiled steps (``--iter-time-1``), which takes the profiler's cost out of the serial rest.
 
 Each round also measures, per rank count and link, compute and an all-reduce of the job's mean per-layer gradient slowing
-each other (``dagprof calibrate --overlap``'s measurement, kept in the link file): ``dagprof sgd`` prices it by default
-(``sgd.contention``), the ``-contention`` rows without it (``--no-contention``).
+each other, twice: beside ``dagprof calibrate --overlap``'s matrix loop (the ``calibrate`` rows' link file) and beside the
+job's own backward (``collect.measure.overlap.backward_work``: its forward once, its backward again and again, beside as
+many such all-reduces as it outlasts, queued as WFBP queues them; the ``calibrate-bwd`` rows' link file, the same sweep,
+the headline since 2026-12-03): ``dagprof sgd`` prices it by default (``sgd.contention``), the ``-contention`` rows
+without it (``--no-contention``).
 
 The "where the step goes" table splits each cell's step into compute (the anchored one-worker forward + backward +
 update, x ranks/cores) and the rest, measured and priced. On the quiet 3-round run (load 0.7-3.1; re-predicted offline):

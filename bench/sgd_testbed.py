@@ -33,7 +33,9 @@ EXTRA = ("--no-bias",)
 OVERLAP_MB = 0.66
 JITTER = 64  # --jitter samples
 COMPUTE = ("plain", "+cores", "+cores-contention", "plain+jitter", "+cores+jitter", "+cores+jitter-contention")
-HEADLINE = ("calibrate", "+cores", "unprofiled")  # fixed before any measurement: the variant the mean |error| is quoted for
+# fixed before any measurement: the variant the mean |error| is quoted for (rounds kept before the backward's overlap was
+# measured: its calibrate-loop variant)
+HEADLINE = ("calibrate-bwd", "+cores", "unprofiled")
 
 
 def run_round(folder: str, rng: random.Random, repredict: bool, overlap_from: str | None = None) -> dict:
@@ -55,7 +57,7 @@ def run_round(folder: str, rng: random.Random, repredict: bool, overlap_from: st
     measured: dict[tuple[int, str, str], float] = {}  # mean step, ms (dagprof's iteration time)
     medians: dict[tuple[int, str, str], float] = {}
     fastest: dict[tuple[int, str, str], float] = {}
-    links: dict[tuple[int, str], str] = {}
+    links: dict[tuple[str, int, str], str] = {}  # (comm source, ranks, rate): link file
     for ranks in RANKS:
         control = os.path.join(folder, f"r{ranks}")
         if repredict:
@@ -70,19 +72,25 @@ def run_round(folder: str, rng: random.Random, repredict: bool, overlap_from: st
             with open(os.path.join(control, "cells.json"), "w") as f:
                 json.dump(cells, f)
             t0 = time.monotonic()
-            out = launch(ranks, [("sweep", rate) for rate in RATES.values()] + [(f"overlap:{OVERLAP_MB}", rate) for rate in RATES.values()]
+            out = launch(ranks, [(f"{phase}", rate) for phase in ("sweep", f"overlap:{OVERLAP_MB}", f"overlapbwd:{OVERLAP_MB}") for rate in RATES.values()]
                          + [(f"train:{POLICIES[p]:g}", RATES[r]) for p, r in cells], JOB, control, extra=EXTRA)
             print(f"  {ranks} ranks: sweeps, overlaps + {len(cells)} cells in {time.monotonic() - t0:.0f} s", file=sys.stderr)
-        # rounds kept before the overlap phases have none: their link files carry no contention
-        overlaps = out[len(RATES):2 * len(RATES)] if len(out) == 2 * len(RATES) + len(cells) else [None] * len(RATES)
+        # per link: the sweep, then (rounds kept before them have none: their link files carry no contention) the overlap
+        # beside calibrate --overlap's matrix loop, then beside the job's own backward
+        phases = [out[k:k + len(RATES)] for k in range(0, len(out) - len(cells), len(RATES))]
+        sweeps, overlaps, backward = (phases + [[None] * len(RATES)] * 2)[:3]
         if overlap_from and overlaps[0] is None:
             with open(os.path.join(overlap_from, f"r{ranks}", "results.json")) as f:
                 overlaps = json.load(f)
-        for rate, points, overlap in zip(RATES, out, overlaps):  # in dagprof calibrate's format: what `dagprof sgd --link-model` reads
-            links[ranks, rate] = save_link_model(os.path.join(control, f"link-{rate}.json"), fit([tuple(p) for p in points], ranks),
-                                                 backend="gloo", workers=ranks, points=points, overlap=overlap,
-                                                 method="live sweep on the testbed link (bench_sgd --testbed), ring alpha-beta fit"
-                                                 + ("; overlap: dagprof calibrate --overlap's measurement on the same ranks and link" if overlap else ""))
+        for source, beside, suffix in (("calibrate", overlaps, ""), ("calibrate-bwd", backward, "-backward")):
+            if source != "calibrate" and beside[0] is None:
+                continue
+            for rate, points, overlap in zip(RATES, sweeps, beside):  # in dagprof calibrate's format: what `dagprof sgd --link-model` reads
+                links[source, ranks, rate] = save_link_model(
+                    os.path.join(control, f"link-{rate}{suffix}.json"), fit([tuple(p) for p in points], ranks), backend="gloo", workers=ranks,
+                    points=points, overlap=overlap, method="live sweep on the testbed link (bench_sgd --testbed), ring alpha-beta fit"
+                    + (f"; overlap: dagprof calibrate --overlap's measurement on the same ranks and link, beside {overlap.get('beside', 'matmul')}"
+                       if overlap else ""))
         for (policy, rate), steps in zip(cells, out[len(out) - len(cells):]):
             measured[ranks, rate, policy] = 1e3 * statistics.mean(steps)
             medians[ranks, rate, policy] = 1e3 * statistics.median(steps)
@@ -139,8 +147,8 @@ def predict_round(rnd: dict, cores: int, tmp: str, jitter: int = JITTER) -> dict
         iter_1_us = None if anchor == "profiled" else rnd["iter_1_unprofiled_ms"] * 1e3
         iter_1 = [] if iter_1_us is None else ["--iter-time-1", f"{iter_1_us / 1e6:.9f}"]
         for rate in RATES:
-            for source in ("net", "calibrate"):
-                files = [rnd["links"][n, rate] for n in RANKS]
+            for source in ("net", *sorted({k[0] for k in rnd["links"]})):
+                files = [rnd["links"][source, n, rate] for n in RANKS] if source != "net" else []
                 comm = ["--net", rate] if source == "net" else [a for f in files for a in ("--link-model", f)]
                 workers = ",".join(map(str, RANKS))
                 plain = {"plain": sgd(rnd["run"], "--workers", workers, *comm, *iter_1),
@@ -174,7 +182,7 @@ def parts_round(rnd: dict, cores: int) -> dict:
         profile = scaled(rnd["run"], max(1.0, ranks / cores), rnd["iter_1_unprofiled_ms"] * 1e3)
         compute = float(profile.forward_or_zero().sum() + profile.backward_us.sum() + profile.update_us) / 1e3
         for rate in RATES:
-            model = comm_model(profile, link_models=[rnd["links"][ranks, rate]])
+            model = comm_model(profile, link_models=[rnd["links"]["calibrate", ranks, rate]])
             for policy in POLICIES:
                 out[ranks, rate, policy] = (compute, float(make_schedule(profile, Policy(policy), ranks, model).comm_us.sum()) / 1e3)
     return out
@@ -221,7 +229,20 @@ def measure_overlap(folder: str) -> int:
     return 0
 
 
+def overlap_of(link: str):
+    """The overlap a round's link file holds (None: none measured)."""
+    from dagprof.collect.measure.overlap import overlap_from_table
+    from dagprof.costmodel.topology import read_link_model
+
+    table = read_link_model(link).overlap
+    return None if table is None else overlap_from_table(table, link)
+
+
 def report(done: list[dict], args) -> None:
+    headline = HEADLINE
+    if any(("calibrate-bwd", RANKS[0], next(iter(RATES))) not in r["links"] for r in done):
+        headline = ("calibrate", *HEADLINE[1:])
+        print("rounds without the overlap measured beside the job's backward: the headline prices contention by the matrix loop's")
     cells = [(n, rate, p) for n in RANKS for rate in RATES for p in POLICIES]
     loads = [x for r in done for x in r["load"]]
     print(f"S-SGD DAG model (dagprof sgd) against real gloo DDP jobs on the namespace testbed: {len(done)} round(s), "
@@ -233,15 +254,17 @@ def report(done: list[dict], args) -> None:
     def err(variant: tuple, cell: tuple) -> list[float]:
         return [100 * (r["predicted"][(*variant, *cell)] / r["measured"][cell] - 1) for r in done]
 
-    print(f"\nheadline ({', '.join(HEADLINE)}; fixed before measuring): predicted vs measured mean step, ms (median over rounds; "
+    print(f"\nheadline ({', '.join(headline)}; fixed before measuring): predicted vs measured mean step, ms (median over rounds; "
           "error: median of the rounds' own errors)")
     print(f"{'ranks':>5} {'link':>8} {'policy':>6} {'measured':>9} {'rounds':>15} {'predicted':>9} {'error':>7}")
     for cell in cells:
         m = [r["measured"][cell] for r in done]
-        p = [r["predicted"][(*HEADLINE, *cell)] for r in done]
+        p = [r["predicted"][(*headline, *cell)] for r in done]
         print(f"{cell[0]:>5} {cell[1]:>8} {cell[2]:>6} {statistics.median(m):>9.1f} {min(m):>7.1f}-{max(m):<7.1f} {statistics.median(p):>9.1f} "
-              f"{statistics.median(err(HEADLINE, cell)):>+6.1f}%")
-    variants = [(s, c, a) for s in ("net", "calibrate") for c in COMPUTE for a in ("profiled", "unprofiled") if s == "calibrate" or "contention" not in c]
+              f"{statistics.median(err(headline, cell)):>+6.1f}%")
+    sources = sorted({k[0] for r in done for k in r["predicted"]}, key=("net", "calibrate", "calibrate-bwd").index)
+    # without contention a link file's overlap is unused: the -contention rows are calibrate's only
+    variants = [(s, c, a) for s in sources for c in COMPUTE for a in ("profiled", "unprofiled") if s == "calibrate" or "contention" not in c]
     table = {}
     print("\nablation: mean |error| over cells (each cell: median of its rounds' errors), %")
     print(f"{'comm source':>11} {'compute':>24} {'anchor':>10} {'all':>6} " + " ".join(f"{p:>6}" for p in POLICIES)
@@ -255,18 +278,29 @@ def report(done: list[dict], args) -> None:
 
         cols = [mean_abs(lambda c: True)] + [mean_abs(lambda c, p=p: c[2] == p) for p in POLICIES]
         cols += [mean_abs(lambda c, n=n, rate=rate: c[:2] == (n, rate)) for n in RANKS for rate in RATES]
-        mark = "  <- headline" if v == HEADLINE else ""
+        mark = "  <- headline" if v == headline else ""
         print(f"{v[0]:>11} {v[1]:>24} {v[2]:>10} " + " ".join(f"{x:>6.1f}" for x in cols[:3]) + " " + " ".join(f"{x:>11.1f}" for x in cols[3:]) + mark)
-    print("comm source: net = --net RATE (ring, no latency); calibrate = --link-model of a sweep on that link and rank count.\n"
+    print("comm source: net = --net RATE (ring, no latency); calibrate = --link-model of a sweep on that link and rank count, its\n"
+          "  contention measured beside calibrate --overlap's matrix loop; calibrate-bwd = the same sweep, its contention measured\n"
+          "  beside the job's own backward.\n"
           "compute: +cores scales it by ranks/cores; +jitter: dagprof sgd --jitter (workers draw profiled steps); where the link file\n"
           "  holds the round's overlap measurement, compute and all-reduces slow each other as measured (-contention: --no-contention).\n"
           "anchor: the single-rank iteration the serial rest comes from (the profiled steps', or the unprofiled ones').")
-    med = statistics.mean(abs(statistics.median(100 * (r["predicted"][(*HEADLINE, *c)] / r["measured_median"][c] - 1) for r in done)) for c in cells)
+    med = statistics.mean(abs(statistics.median(100 * (r["predicted"][(*headline, *c)] / r["measured_median"][c] - 1) for r in done)) for c in cells)
     print(f"headline against each cell's MEDIAN step (the sweep's statistic) instead of its mean: mean |error| {med:.1f} %")
+    print("\ncontention measured (median over rounds; compute x(1 + c f) beside an all-reduce, the all-reduce x(1 + a f) beside compute)")
+    for n in RANKS:
+        for rate in RATES:
+            row = []
+            for source in sources[1:]:
+                o = [overlap_of(r["links"][source, n, rate]) for r in done]
+                if all(o):
+                    row.append(f"{o[0].beside}: c {statistics.median(x.model_slowdown for x in o):.2f} a {statistics.median(x.comm_slowdown for x in o):.2f}")
+            print(f"  {n} ranks {rate:>8}: " + "; ".join(row))
     print("\nwhere the step goes (headline; ms, median over rounds): the step beyond compute, measured against priced")
     print(f"{'ranks':>5} {'link':>8} {'policy':>6} {'mean':>7} {'median':>7} {'fastest':>7} {'compute':>7} {'all-red.':>8} "
-          f"{'meas-comp':>9} {'pred-comp':>9} {'no cont.':>8} {'unpriced':>8}")
-    nocont = (HEADLINE[0], "+cores-contention", HEADLINE[2])
+          f"{'meas-comp':>9} {'pred-comp':>9} {'loop':>6} {'no cont.':>8} {'unpriced':>8}")
+    nocont = (headline[0], "+cores-contention", headline[2])
     for cell in cells:
         def med(f) -> float:
             return statistics.median(f(r) for r in done)
@@ -275,17 +309,19 @@ def report(done: list[dict], args) -> None:
         print(f"{cell[0]:>5} {cell[1]:>8} {cell[2]:>6} {med(lambda r: r['measured'][cell]):>7.1f} {med(lambda r: r['measured_median'][cell]):>7.1f} "
               f"{med(lambda r: r['measured_fastest'][cell]):>7.1f} {comp:>7.1f} {med(lambda r: r['parts'][cell][1]):>8.1f} "
               f"{med(lambda r: r['measured'][cell] - r['parts'][cell][0]):>9.1f} "
-              f"{med(lambda r: r['predicted'][(*HEADLINE, *cell)] - r['parts'][cell][0]):>9.1f} "
+              f"{med(lambda r: r['predicted'][(*headline, *cell)] - r['parts'][cell][0]):>9.1f} "
+              f"{med(lambda r: r['predicted'][('calibrate', *headline[1:], *cell)] - r['parts'][cell][0]):>6.1f} "
               f"{med(lambda r: r['predicted'][(*nocont, *cell)] - r['parts'][cell][0]):>8.1f} "
-              f"{med(lambda r: r['measured'][cell] - r['predicted'][(*HEADLINE, *cell)]):>+8.1f}")
+              f"{med(lambda r: r['measured'][cell] - r['predicted'][(*headline, *cell)]):>+8.1f}")
     print("compute: one worker's forward + backward + update (the unprofiled anchor's serial rest included, x ranks/cores);\n"
           "all-red.: the policy's all-reduces as the round's link file prices them, back to back; meas-comp: the measured mean\n"
-          "step beyond compute; pred-comp: the headline's, no cont.: without contention; unpriced: measured - predicted.")
+          "step beyond compute; pred-comp: the headline's, loop: with the matrix loop's contention, no cont.: without contention;\n"
+          "unpriced: measured - predicted.")
     print("policy gain, measured vs predicted (fused / wfbp step time; headline):")
     for n in RANKS:
         for rate in RATES:
             meas = statistics.median(r["measured"][n, rate, "fused"] / r["measured"][n, rate, "wfbp"] for r in done)
-            pred = statistics.median(r["predicted"][(*HEADLINE, n, rate, "fused")] / r["predicted"][(*HEADLINE, n, rate, "wfbp")] for r in done)
+            pred = statistics.median(r["predicted"][(*headline, n, rate, "fused")] / r["predicted"][(*headline, n, rate, "wfbp")] for r in done)
             print(f"  {n} ranks {rate:>8}: measured {meas:.3f}x, predicted {pred:.3f}x")
     if args.out:
         with open(args.out, "w") as f:

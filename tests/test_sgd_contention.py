@@ -95,3 +95,31 @@ def test_calibrate_overlap_end_to_end(tmp_path, capsys):
     assert main(["sgd", str(f), "--workers", "2", "--link-model", str(out), "--json"]) == 0
     c = json.loads(capsys.readouterr().out)["contention"]["2"]
     assert c["comm_slowdown"] == pytest.approx(o["comm_slowdown"]) and c["compute_slowdown"] == pytest.approx(o["slowdown"])
+
+
+def test_overlap_beside_the_jobs_own_backward(tmp_path):
+    """``measure_overlap`` beside a model's backward (``backward_work``) on a real one-rank gloo group: each unit
+    back-propagates the one forward graph again, so the gradients are whole multiples of one backward's."""
+    import torch
+    import torch.distributed as dist
+
+    from dagprof.collect.measure.overlap import MATMUL, backward_work, measure_overlap
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64, bias=False), torch.nn.ReLU(), torch.nn.Linear(64, 8, bias=False))
+    x, y = torch.randn(16, 32), torch.randn(16, 8)
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    one = model[0].weight.grad.clone()
+    model.zero_grad(set_to_none=True)
+    work = backward_work(lambda: torch.nn.functional.mse_loss(model(x), y))
+    work.run(3)
+    assert torch.allclose(model[0].weight.grad, 3 * one, rtol=1e-5)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        o = measure_overlap(1 << 16, repeats=2, work=work)
+        loop = measure_overlap(1 << 16, repeats=2)
+    finally:
+        dist.destroy_process_group()
+    assert o.beside == "backward" and loop.beside == MATMUL and o.per_undisturbed
+    assert o.slowdown >= 0 and o.comm_slowdown >= 0 and o.matmul_us > 0 and o.allreduce_bytes == 1 << 16
+    assert overlap_from_table(msgspec.to_builtins(o), "o.json").beside == "backward"

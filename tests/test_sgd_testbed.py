@@ -25,14 +25,18 @@ def test_one_tiny_round(tmp_path, monkeypatch):
     rnd = tb.run_round(str(tmp_path / "0"), random.Random(0), repredict=False)
     cells = {(2, rate, p) for rate in tb.RATES for p in tb.POLICIES}
     assert set(rnd["measured"]) == cells and min(rnd["measured"].values()) > 0
-    for path in rnd["links"].values():
+    # per link, one file of the sweep with the overlap beside calibrate --overlap's matrix loop, one beside the job's own backward
+    assert set(rnd["links"]) == {(s, 2, rate) for s in ("calibrate", "calibrate-bwd") for rate in tb.RATES}
+    for (source, _, _), path in rnd["links"].items():
         with open(path) as f:
             doc = json.load(f)
             # with the overlap measured on the same ranks and link, beside an all-reduce of the job's per-layer size
             assert doc["workers"] == 2 and doc["overlap"]["allreduce_bytes"] == int(tb.OVERLAP_MB * 2**20) and doc["overlap"]["comm_slowdown"] >= 0
+            assert doc["overlap"]["beside"] == {"calibrate": "matmul", "calibrate-bwd": "backward"}[source]
     pred = tb.predict_round(rnd, cores=2, tmp=str(tmp_path))
     assert {k[3:] for k in pred} == cells and min(pred.values()) > 0
     assert {k[1] for k in pred} == set(tb.COMPUTE)  # contention priced by default, and without it (--no-contention)
+    assert {k[0] for k in pred} == {"net", "calibrate", "calibrate-bwd"}
     # one rank's profile: the anchor is its own iteration (profiled) or the unprofiled steps around it
     assert rnd["iter_1_profiled_ms"] > 0 and rnd["iter_1_unprofiled_ms"] > 0
     # where the step goes: the same compute under both policies; one fused message costs no more than one per layer

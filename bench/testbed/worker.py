@@ -9,7 +9,9 @@ rank 0 writes ``ready<k>`` in the control folder, the driver sets the link rate 
 ``go<k>``. ``train:CAP`` trains ``warmup + steps`` steps with a fresh DDP wrapper of that
 bucket cap; ``profile:CAP`` does the same under ``dagprof.profile`` (hooks only, no Kineto)
 into ``<control>/run``, its window ``profile_margin`` unprofiled steps after the warm-up and
-``steps`` before the end (both sides measure the profiler's cost and the job's drift); ``sweep`` times all-reduces over sizes (``dagprof calibrate``'s sweep).
+``steps`` before the end (both sides measure the profiler's cost and the job's drift); ``sweep`` times all-reduces over sizes (``dagprof calibrate``'s sweep);
+``overlap:MB`` measures compute and an all-reduce of MB slowing each other (``calibrate --overlap``'s matrix loop), ``overlapbwd:MB``
+the same beside this job's own backward.
 Rank 0 writes each phase's result (step seconds, or sweep points) to ``results.json``.
 """
 from __future__ import annotations
@@ -51,7 +53,7 @@ def main() -> None:
     p.add_argument("--world", type=int, required=True)
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--control", required=True)
-    p.add_argument("--phases", nargs="+", required=True, help="train:CAP_MB, profile:CAP_MB (into <control>/run), sweep or overlap:MB")
+    p.add_argument("--phases", nargs="+", required=True, help="train:CAP_MB, profile:CAP_MB (into <control>/run), sweep, overlap:MB or overlapbwd:MB")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--profile-steps", type=int, default=10)
@@ -87,13 +89,16 @@ def main() -> None:
 
             results.append(sweep(iters=5))
             continue
-        if mode == "overlap":  # compute and an all-reduce (of CAP MB, else calibrate's size) slowing each other: calibrate --overlap's
+        if mode in ("overlap", "overlapbwd"):  # compute and an all-reduce (of CAP MB, else calibrate's size) slowing each other:
+            # calibrate --overlap's beside its matrix loop, or (overlapbwd) beside this job's own backward
             import msgspec
 
-            from dagprof.collect.measure.overlap import OVERLAP_BYTES, measure_overlap
+            from dagprof.collect.measure.overlap import OVERLAP_BYTES, backward_work, measure_overlap
 
+            work = backward_work(lambda: torch.nn.functional.mse_loss(model(x), y)) if mode == "overlapbwd" else None
             # 16 repeats: beside a small all-reduce a repeat is ms long, and 4 of them scattered 1.4-8x on the loaded machine
-            results.append(msgspec.to_builtins(measure_overlap(int(float(cap) * 2**20) if cap else OVERLAP_BYTES, repeats=16)))
+            results.append(msgspec.to_builtins(measure_overlap(int(float(cap) * 2**20) if cap else OVERLAP_BYTES, repeats=16, work=work)))
+            model.zero_grad(set_to_none=True)
             continue
         ddp = DDP(model, bucket_cap_mb=float(cap))
         opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)

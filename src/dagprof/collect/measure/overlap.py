@@ -21,15 +21,20 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from typing import Annotated, Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Callable, Literal
 
 import msgspec
 
 from ...errors import DagprofError
 from ...fsutil import atomic_open, read_input
 
+if TYPE_CHECKING:
+    import torch
+
 FILE = "overlap.json"
 FORMAT = "dagprof-overlap"
+MATMUL = "matmul"  # the reference loop: 256x256 matrix products, one thread
 
 
 class Overlap(msgspec.Struct, frozen=True):
@@ -49,6 +54,8 @@ class Overlap(msgspec.Struct, frozen=True):
     # the other way round, in the same units: an all-reduce overlapping compute for a fraction f of its time takes
     # (1 + comm_slowdown * f) as long, the slowest rank's (0 in files written before it was measured)
     comm_slowdown: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    beside: str = MATMUL  # the compute measured beside the all-reduce (``Work.name``)
+    queued: Annotated[int, msgspec.Meta(ge=1)] = 1  # all-reduces of ``allreduce_bytes`` queued back to back beside it
 
     def __post_init__(self) -> None:
         if not self.per_undisturbed and self.slowdown >= 1.0:  # (B - A) / B is below 1
@@ -66,16 +73,41 @@ class Overlap(msgspec.Struct, frozen=True):
         return self.allreduce_bytes / self.allreduce_s if self.allreduce_s > 0 else None
 
 
+@dataclass(frozen=True)
+class Work:
+    """Compute to measure beside an all-reduce: ``run(n)`` does n units of it (each ms or less, the same every time)."""
+
+    name: str
+    run: Callable[[int], None]
+
+
+def backward_work(loss: Callable[[], "torch.Tensor"]) -> Work:
+    """The job's own backward as ``measure_overlap``'s compute: ``loss()`` (its forward, on its model and batch) once,
+    then each unit back-propagates that graph again (``retain_graph``), so only the backward is timed, as WFBP's
+    all-reduces overlap only the backward. Gradients accumulate into the parameters' ``.grad``, as a step's would."""
+    graph = loss()
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            graph.backward(retain_graph=True)
+
+    return Work("backward", run)
+
+
 OVERLAP_BYTES = 8 * 2**20  # a DDP bucket's size; the all-reduce's slowdown beside compute is far larger for smaller ones: on the
 # testbed's 1 Gbit/s link, 2 (4) ranks on 2 cores, comm_slowdown 2.85 (4.48) beside 0.66 MiB against 0.10 (0.28) beside 8 MiB
 
 
-def measure_overlap(nbytes: int = OVERLAP_BYTES, repeats: int = 4) -> Overlap:
+def measure_overlap(nbytes: int = OVERLAP_BYTES, repeats: int = 4, work: Work | None = None) -> Overlap:
     """Slowdown of compute while an all-reduce of ``nbytes`` is in flight (every rank must call it), in the model's
     units: the loop's extra time over its undisturbed time, per unit of its share overlapped (the all-reduce's own end
     taken from its future). Per unit of the disturbed time, as files before ``per_undisturbed`` hold it, it read
     0.39 on the testbed's 200 Mbit/s link where the model means 0.64, and the held-out conv job's PowerSGD speed-up
-    came out -11.0 % per round instead of -5.8 %."""
+    came out -11.0 % per round instead of -5.8 %.
+
+    ``work``: the compute beside the all-reduce (``backward_work``: the job's own backward; None: the reference 256x256
+    matrix product). What slows beside gloo's threads depends on it: on the testbed's 1 Gbit/s link, 4 ranks on 2 cores,
+    the matrix loop priced WFBP 13 % over the measured step where the job's backward, measured so, is slowed less."""
     import torch
     import torch.distributed as dist
 
@@ -83,44 +115,60 @@ def measure_overlap(nbytes: int = OVERLAP_BYTES, repeats: int = 4) -> Overlap:
     buf = torch.ones(nbytes // 4)
     dist.all_reduce(buf)  # connections set up
 
-    def work(n: int) -> float:
-        t0 = time.perf_counter()
+    def matmul(n: int) -> None:
         for _ in range(n):
             a @ b
+
+    def timed(n: int, run: Callable[[int], None] = work.run if work else matmul) -> float:
+        t0 = time.perf_counter()
+        run(n)
         return time.perf_counter() - t0
 
-    t_one = max(work(20) / 20, 1e-6)
+    t_ref = max(timed(20, matmul) / 20, 1e-6)
+    t_one = t_ref if work is None else max(min(timed(1) for _ in range(3)), 1e-6)
     dist.barrier()
     t0 = time.perf_counter()
     dist.all_reduce(buf)
     comm = time.perf_counter() - t0
-    n = max(int(comm / t_one), 10)  # a loop about as long as the all-reduce
+    # beside a backward longer than the all-reduce, as many all-reduces of the size as it outlasts, queued back to back as WFBP
+    # queues its layers' (one would overlap a small share of it, and the noise of a loaded machine swamp the slowdown)
+    agreed = torch.tensor([1 if work is None else max(round(t_one / comm), 1)])
+    dist.all_reduce(agreed, op=dist.ReduceOp.MAX)  # every rank must issue as many
+    queued = int(agreed)
+    n = max(round(queued * comm / t_one), 10 if work is None else 1)  # a loop about as long as the all-reduces (a backward is ms, the product us)
+
+    def allreduces() -> list:
+        return [dist.all_reduce(buf, async_op=True) for _ in range(queued)]
+
     samples, alone_s, comm_samples = [], [], []
     for _ in range(repeats):
         dist.barrier()
-        alone = work(n)
+        alone = timed(n)
         alone_s.append(alone / n)
         dist.barrier()
         t0 = time.perf_counter()
-        dist.all_reduce(buf)
+        for w in allreduces():
+            w.wait()
         comm_alone = time.perf_counter() - t0
         dist.barrier()
         done: list[float] = []
         t0 = time.perf_counter()
-        w = dist.all_reduce(buf, async_op=True)
-        w.get_future().then(lambda _: done.append(time.perf_counter()))  # when the all-reduce itself completed
-        beside = work(n)
-        w.wait()
+        ws = allreduces()
+        ws[-1].get_future().then(lambda _: done.append(time.perf_counter()))  # when the (last) all-reduce itself completed
+        beside = timed(n)
+        for w in ws:
+            w.wait()
         comm_beside = (done[0] if done else time.perf_counter()) - t0
         both = min(comm_beside, beside)  # how long the two ran together
         # B = A (1 + s f), f the loop's overlapped share: s per unit of overlap of the undisturbed time; the all-reduce alike
         samples.append(max(beside - alone, 0.0) / max(alone, 1e-9) / max(both / max(beside, 1e-9), 1e-9))
         comm_samples.append(max(comm_beside - comm_alone, 0.0) / max(comm_alone, 1e-9) / max(both / max(comm_beside, 1e-9), 1e-9))
     # every rank's view; the slowest governs the job
-    t = torch.tensor([statistics.median(samples), statistics.median(alone_s), statistics.median(comm_samples)], dtype=torch.float64)
+    ref = statistics.median(alone_s) if work is None else t_ref
+    t = torch.tensor([statistics.median(samples), ref, statistics.median(comm_samples)], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return Overlap(float(t[0]), float(t[1]) * 1e6, samples, nbytes, comm, per_undisturbed=True, chained_allreduce=chained_allreduce(repeats),
-                   comm_slowdown=float(t[2]))
+                   comm_slowdown=float(t[2]), beside=work.name if work else MATMUL, queued=queued)
 
 
 CHAINED_BYTES = (4096, 16384, 65536)  # the range of PowerSGD's P and Q factors per bucket on the demo's and held-out models
