@@ -67,7 +67,8 @@ _SETTLED_US = 1.0  # a change of wait below this ends them
 def average_steps(g: Graph, replayer: Replayer | None = None) -> Graph:
     """Each op at its mean over the steps, and each collective whose last rank out alternates with that rank's
     mean exit lag (its consumers with their own ranks'); with ``replayer`` (``dagprof.replay.replay``), each
-    join of ranks also keeps its mean wait for the last rank (module docstring)."""
+    join of ranks also keeps its mean wait for the last rank, and the first step its waits for ranks that entered the
+    window later (module docstring)."""
     n = len(g)
     if n == 0:
         return g
