@@ -83,17 +83,17 @@ def _last_arrivals(g, join_name: str) -> list[int]:
 
 def test_a_join_keeps_its_mean_wait_where_ranks_take_turns_arriving_last():
     """TF Keras fit, 2 workers: the ranks take turns arriving last at the gradient all-reduce. Averaged op by op, each
-    rank arrives at its mean, and the join waits for the later mean, less than the mean over steps of the later arrival."""
+    rank arrives at its mean, and the join waits for the later mean, less than the mean over steps of the later arrival.
+    (-1.4 %; -0.3 % while the window's opening marks were averaged with the later ones, which put a quarter of rank 0's
+    7.5 ms entry skew before each of its later steps.)"""
     g = open_run(DATA / "tf" / "fit").graph
     assert sorted(set(_last_arrivals(g, "sync.CollectiveReduceV2."))) == [0, 1]
     a = analyze(g)
     plain = analyze(average_steps(g))
     kept = average_steps(g, replay)
     assert 100 * (plain.predicted_us - a.measured_us) / a.measured_us < -1.0  # short without the joins' waits
-    assert abs(100 * (analyze(kept).predicted_us - a.measured_us) / a.measured_us) < 1.0
-    added = kept.gap - average_steps(g).gap
-    assert (added >= 0).all() and set(np.unique(g.kind[added > 0]).tolist()) == {int(Kind.SYNC)}  # only joins wait longer
-    assert np.array_equal(kept.succ, g.succ) and np.array_equal(kept.dur, average_steps(g).dur)
+    assert abs(100 * (analyze(kept).predicted_us - a.measured_us) / a.measured_us) < 2.0
+    _only_joins_wait_longer(g, kept, average_steps(g))
 
 
 def test_joins_wait_as_averaged_with_one_rank_or_one_rank_always_last():
@@ -117,16 +117,25 @@ def test_joins_of_sub_groups_keep_their_mean_wait_and_keep_it_through_what_ifs()
     assert _error_pct(average_steps(g)) < -3.0
     kept = average_steps(g, replay)
     assert abs(_error_pct(kept)) < 2.0
-    added = kept.gap - average_steps(g).gap
-    assert (added >= 0).all() and set(np.unique(g.kind[added > 0]).tolist()) == {int(Kind.SYNC)}
+    added = _only_joins_wait_longer(g, kept, average_steps(g))
     assert {g.node_name(v).split(" ")[0] for v in np.flatnonzero(added > 0)} >= {"sync.all_reduce", "sync.reduce_scatter"}
-    assert np.array_equal(kept.succ, g.succ) and np.array_equal(kept.dur, average_steps(g).dur)
     bf16 = set_reduce_dtype(kept, "bf16")
     assert np.array_equal(bf16.gap[joins], kept.gap[joins])
     kept_units = set_reshard(kept, False)  # the resharded units' backward all-gathers are gone, and their joins' waits with them
     gone = np.isin(joins, [p for v in np.flatnonzero((kept_units.dur == 0) & (kept.dur > 0) & (g.rank < 0)) for p in g.predecessors(v)])
     assert gone.any() and (kept_units.gap[joins[gone]] == 0).all() and (kept.gap[joins[gone]] > 0).any()
     assert np.array_equal(kept_units.gap[joins[~gone]], kept.gap[joins[~gone]])
+
+
+def _only_joins_wait_longer(g, kept, plain) -> np.ndarray:
+    """Asserts that ``kept`` (averaged with a replayer) adds waits to joins only, against ``plain`` (averaged without): the
+    other ops keep their time over the steps (the first step's waits for late ranks move out of their means, not away).
+    Returns the joins' added waits per node."""
+    sync = g.kind == Kind.SYNC
+    added = np.where(sync, kept.gap - plain.gap, 0.0)
+    assert (added >= 0).all() and added.any() and np.array_equal(kept.succ, g.succ)
+    assert np.isclose((kept.dur + kept.gap)[~sync].sum(), (plain.dur + plain.gap)[~sync].sum())
+    return added
 
 
 def _error_pct(g) -> float:
@@ -143,9 +152,8 @@ def test_a_parameter_server_exchange_keeps_its_mean_wait_for_the_slowest_worker(
     assert _error_pct(average_steps(g)) < -10.0
     kept = average_steps(g, replay)
     assert abs(_error_pct(kept)) < 3.0
-    added = kept.gap - average_steps(g).gap
-    assert (added >= 0).all() and {g.node_name(v) for v in np.flatnonzero(added > 0)} == {DONE}  # only the dones wait longer
-    assert np.array_equal(kept.succ, g.succ) and np.array_equal(kept.dur, average_steps(g).dur)
+    added = _only_joins_wait_longer(g, kept, average_steps(g))
+    assert {g.node_name(v) for v in np.flatnonzero(added > 0)} == {DONE}  # the dones
     two = rebuild_ps(kept, 2, kept.meta.topology.inter)
     done = np.array([two.node_name(v) == DONE for v in range(len(two))])
     assert np.allclose(np.sort(two.gap[done]), np.sort(kept.gap[added > 0]))
@@ -154,3 +162,36 @@ def test_a_parameter_server_exchange_keeps_its_mean_wait_for_the_slowest_worker(
 @pytest.mark.parametrize("run", ["", "user_mlp", "user_convnet", "user_lstm", "testbed/s1_200M", "testbed/s1_200M_w4", "testbed/s1_500M"])
 def test_every_vendored_parameter_server_run_replays_averaged_within_3_percent(run):
     assert abs(open_run(DATA / "mxnet" / run, template=True).analysis.error_pct) < 3.0
+
+
+def test_the_window_opens_at_each_ranks_entry_and_its_first_step_keeps_its_waits_for_late_ranks():
+    """Expert-parallel + DDP, 2 ranks, 2 steps; rank 1 entered the window 10.1 ms after rank 0, whose first forward (an
+    all-to-all inside it) waited for it: 11.2 ms against 0.9 in the second step. The opening marks keep the entry skew
+    (averaged with the next step's marks, they had moved half of it into the window's middle, and the averaged forward
+    half the wait into the second step: +21 % with the first alone), and the first step keeps the forward's wait: both
+    steps' forward at their mean without it, the first with it on top. 2 steps: a warning says so, with the count."""
+    g = open_run(DATA / "tp-fresh" / "ep-dp-dagprof").graph
+    kept = average_steps(g, replay)
+    opening = (g.kind == Kind.STEP) & (g.step == g.meta.steps[0])
+    assert np.array_equal(kept.gap[opening], g.gap[opening]) and g.gap[opening].max() > 10e3
+    first, second = sorted((v for v in range(len(g)) if g.node_name(v) == "rank0.other:forward"), key=lambda v: g.step[v])
+    assert g.dur[first] > 10e3 and g.dur[second] < 1e3
+    assert kept.dur[second] < 1.5e3 and kept.dur[first] > 10e3
+    assert abs(_error_pct(kept)) < 1.0
+    note = [w for w in kept.meta.warnings if w.startswith("averaged replay of 2 steps")]
+    assert len(note) == 1 and "1 first-step op took 9.9 ms more" in note[0]
+
+
+def test_a_4_rank_hsdp_window_whose_ranks_entered_39_ms_apart():
+    """HSDP, 4 ranks on 2 cores, 2 steps whose first rank 1 entered 39 ms after rank 3. With the opening marks averaged
+    with the next step's, rank 1's window opened 18 ms early and its second step 18 ms late: +5.0 %. Kept at the
+    measured skew, and the first step's waits for rank 1 kept in it, under 3 % (what remains: the last step's, whose
+    early ranks left the window 50 ms before rank 1 and waited for none of its 52 ms optimizer step)."""
+    g = open_run(DATA / "fsdp" / "hsdp").graph
+    kept = average_steps(g, replay)
+    opening = (g.kind == Kind.STEP) & (g.step == g.meta.steps[0])
+    assert np.array_equal(kept.gap[opening], g.gap[opening]) and g.gap[opening].max() > 39e3
+    assert 0.0 < _error_pct(kept) < 3.0
+    assert sum(w.startswith("averaged replay of 2 steps") for w in kept.meta.warnings) == 1
+    many = open_run(DATA / "fsdp" / "testbed-alternating-1gbit").graph  # 11 steps: no warning
+    assert not any(w.startswith("averaged replay") for w in average_steps(many, replay).meta.warnings)

@@ -26,8 +26,16 @@ its ranks, so its added wait reaches the next join of another group as a lag the
 too: there the waits are settled by replaying with them until each group's replayed lag is its measured
 one (at most 8 replays; the slowest of the kept runs below settles in 19, 0.04 % away). On 9 kept
 4-rank HSDP runs on 2 cores (5 steps) the averaged replay moved from -0.9..-17.3 % to -0.2..+1.6 %, and on the
-2-step ``hsdp-conv`` fixture from -5.5 to -1.1 %; on the 2-step ``hsdp`` fixture from -1.65 to +5.0 %, where the
-window's first step mark, averaged with the next one's, opens rank 1's window 18 ms early (its ranks entered it 39 ms apart).
+2-step ``hsdp-conv`` fixture from -5.5 to -1.1 %; on the 2-step ``hsdp`` fixture from -1.65 to +5.0 % (below).
+
+The window's edges are not steps. Its closing marks lie outside it; its opening marks' gaps are the ranks' entry skew,
+the replay's origin, and stay as measured too: averaged with the next step's marks they had moved part of the skew into
+the window's middle (``hsdp``: rank 1, in 39 ms after rank 3, opened 18 ms early and began its second step 18 ms late).
+A rank in before another may also wait for it inside an op the graph does not split (``tp-fresh/ep-dp``: an all-to-all
+inside rank 0's first forward, 11.2 ms against 0.9): the first step keeps that excess where it was measured and the
+means leave it out (``entry_waits``), instead of spreading it over every step while the kept skew makes the joins wait
+for the late rank once more. ``hsdp`` +5.0 -> +2.9 %, ``ep-dp`` +21 % with the marks alone -> +0.1 %; where 2 steps tell
+such an excess worth 1 % of an iteration or more from one step's twins, a warning says so with a count.
 
 A parameter server's sums are such joins too, but mx.profiler does not time single pushes: there each worker's exchange
 keeps the per-step replay's mean wait instead (``exchange_waits``).
@@ -47,6 +55,7 @@ import numpy as np
 from ..graph.build_ps import DONE, ISSUE, is_ps_graph
 from ..graph.dag import DeviceKind, Graph
 from ..graph.provenance import provenance
+from ..graph.replay_result import ReplayResult
 from ..traces.events import Kind
 from .comm import exit_lags, priced_comm, wire_lags
 from .run_kinds import Replayer
@@ -58,7 +67,8 @@ _SETTLED_US = 1.0  # a change of wait below this ends them
 def average_steps(g: Graph, replayer: Replayer | None = None) -> Graph:
     """Each op at its mean over the steps, and each collective whose last rank out alternates with that rank's
     mean exit lag (its consumers with their own ranks'); with ``replayer`` (``dagprof.replay.replay``), each
-    join of ranks also keeps its mean wait for the last rank (module docstring)."""
+    join of ranks also keeps its mean wait for the last rank, and the first step its waits for ranks that entered the
+    window later (module docstring)."""
     n = len(g)
     if n == 0:
         return g
@@ -75,18 +85,69 @@ def average_steps(g: Graph, replayer: Replayer | None = None) -> Graph:
     _, inverse = np.unique(match, axis=0, return_inverse=True)
     inverse = inverse.ravel()
     keep = ~np.isin(g.step, g.meta.steps) | np.isin(lane, background)  # outside the window (its closing mark), background lanes
+    keep |= (g.kind == Kind.STEP) & np.isin(g.step, g.meta.steps[:1])  # opening marks: their gaps are the ranks' entry skew
     counts = np.maximum(np.bincount(inverse, weights=~keep), 1)
-    dur = np.bincount(inverse, weights=np.where(keep, 0.0, g.dur)) / counts
-    gap = np.bincount(inverse, weights=np.where(keep, 0.0, g.gap)) / counts
+    entry = entry_waits(g, inverse, ~keep, replayer(g)) if replayer is not None else np.zeros(n)
+    own_dur = np.maximum(g.dur - entry, 0.0)  # the wait taken from the op's duration first, then from its gap
+    own_gap = np.maximum(g.gap - np.maximum(entry - g.dur, 0.0), 0.0)
+    dur = np.bincount(inverse, weights=np.where(keep, 0.0, own_dur)) / counts
+    gap = np.bincount(inverse, weights=np.where(keep, 0.0, own_gap)) / counts
     lag = carried_exit_lags(g, inverse, ~keep)
-    out = _release_closing_marks(g.replace(dur=np.where(keep, g.dur, dur[inverse]), gap=np.where(keep, g.gap, gap[inverse]),
+    dur, gap = dur[inverse] + g.dur - own_dur, gap[inverse] + g.gap - own_gap  # the first step keeps its waits where they were
+    out = _release_closing_marks(g.replace(dur=np.where(keep, g.dur, dur), gap=np.where(keep, g.gap, gap),
                                            exit_lag=np.where(keep, g.exit_lag, lag[inverse])), background)
+    note = _too_few_steps(g, entry)
+    if note:
+        out.meta.warnings.append(note)
     if replayer is None:
         return out
     wait = np.where(keep, 0.0, join_waits(g, out, inverse, ~keep, replayer)[inverse])
     if is_ps_graph(g):
         wait += exchange_waits(g, out, ~keep, replayer)
     return out if not wait.any() else out.replace(gap=out.gap + wait)
+
+
+def entry_waits(g: Graph, group: np.ndarray, mine: np.ndarray, measured: ReplayResult) -> np.ndarray:
+    """Per node: the time its window's first step spent waiting for a rank that entered the window later (0 elsewhere).
+
+    Ranks enter the profiled window apart (the opening marks keep that skew), and a rank in before another may wait
+    for it inside an op (a blocking call the graph does not split, as the expert all-to-all inside ``tp-fresh/ep-dp``'s
+    forward): the op takes longer in the first step than in the others. Per op of the first step on a rank that a later
+    rank entered during: what its time (gap and duration) exceeds its twins' mean over the later steps by, up to how
+    long it ran from its start (or its rank's entry) to that entry, read from ``measured`` (the replay of ``g``, which
+    reproduces the measured timeline on one clock). The means leave it out and the first step keeps it.
+    """
+    out = np.zeros(len(g))
+    opening = np.flatnonzero((g.kind == Kind.STEP) & np.isin(g.step, g.meta.steps[:1]) & (g.rank >= 0))
+    if len(opening) < 2:
+        return out
+    entry = np.full(int(g.rank.max()) + 2, np.nan)  # index -1: no rank
+    entry[g.rank[opening]] = measured.start[opening]
+    later = mine & (g.step != g.step[opening[0]])
+    twins = np.bincount(group, weights=later, minlength=int(group.max()) + 1)
+    mean = np.bincount(group, weights=np.where(later, g.dur + g.gap, 0.0), minlength=len(twins)) / np.maximum(twins, 1)
+    first = np.flatnonzero(mine & (g.step == g.step[opening[0]]) & (g.rank >= 0) & (twins[group] > 0))
+    since = np.maximum(measured.start[first] - g.gap[first], entry[g.rank[first]])
+    entries = np.sort(measured.start[opening])
+    spanned = entries[np.maximum(np.searchsorted(entries, measured.end[first], side="right") - 1, 0)]  # the last entry by its end
+    waited = np.where(spanned > since, spanned - since, 0.0)  # from its start (or its rank's entry) to a later rank's entry
+    excess = g.dur[first] + g.gap[first] - mean[group[first]]
+    out[first] = np.clip(np.minimum(excess, waited), 0.0, None)
+    return out
+
+
+def _too_few_steps(g: Graph, entry: np.ndarray) -> str | None:
+    """The one-line warning where 2 steps tell the first step's waits for late ranks (``entry_waits``) worth 1 % of an
+    iteration or more from the second step's times: one step cannot tell such a wait from step-to-step variation."""
+    if len(g.meta.steps) != 2 or not entry.any():
+        return None
+    per_rank = np.bincount(np.maximum(g.rank, 0), weights=np.where(g.rank >= 0, entry, 0.0))
+    if per_rank.max() / 2 < 0.01 * max(g.meta.measured_iter_us.values(), default=0.0):
+        return None
+    k = int((entry > 0).sum())
+    return (f"averaged replay of 2 steps: {k} first-step op{'s' if k > 1 else ''} took {entry.sum() / 1e3:.1f} ms more than in the "
+            f"second until a later rank entered the window, kept in the first step as waits for it, not averaged (one "
+            f"step cannot tell them from step-to-step variation)")
 
 
 def carried_exit_lags(g: Graph, group: np.ndarray, mine: np.ndarray) -> np.ndarray:
