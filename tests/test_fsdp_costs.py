@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from testdata import DATA
 
-from dagprof.cli.cmd_calibrate import to_text
 from dagprof.cli.main import main
 from dagprof.collect.measure.calibrate import _slowest_each
 from dagprof.costmodel.alphabeta import AlphaBeta, ring_allreduce_us
@@ -159,8 +158,8 @@ def test_calibrate_measures_fsdp_on_a_live_gloo_group(capsys, tmp_path):
     out = tmp_path / "link.json"
     assert main(["calibrate", "--world", "2", "--max-mb", "0.0625", "--iters", "2", "--kinds", "all_gather", "--fsdp",
                  "-o", str(out), "--json"]) == 0
-    doc = json.loads(capsys.readouterr().out)
-    r, costs = doc["fsdp"], read_link_model(out).fsdp
+    r = json.loads(capsys.readouterr().out)["fsdp"]
+    costs = read_link_model(out).fsdp
     assert costs.world == 2 and costs.copy_out_us_per_byte > 0
     for fit in (costs.plain_step, costs.dtensor_step):
         assert fit.us_per_tensor >= 0 and fit.us_per_byte >= 0 and fit.us(8, 1 << 20) > 0
@@ -171,9 +170,7 @@ def test_calibrate_measures_fsdp_on_a_live_gloo_group(capsys, tmp_path):
     assert [p["unit_bytes"] for p in r["unit_points"]] == [64 * 64 * 4, 724 * 724 * 4]
     assert all(len(p["cpu_us"]) == 2 for p in r["unit_points"])
     assert costs.unit_forward_us_per_byte >= 0 and costs.unit_backward_us_per_byte >= 0
-    assert costs.unit_cpu_us == (r["unit_forward_cpu_us"], r["unit_backward_cpu_us"]) and min(costs.unit_cpu_us) >= 0
-    assert costs.unit_us("backward", 1 << 20) >= costs.unit_cpu_us[1]
-    assert "in CPU time" in to_text(doc)
+    assert costs.unit_us("backward", 1 << 20) >= costs.unit_backward_us >= 0
 
 
 def test_a_version_3_file_prices_each_kind_at_its_measured_sizes(tmp_path):

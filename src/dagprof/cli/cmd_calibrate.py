@@ -123,10 +123,7 @@ def to_text(r: dict) -> str:
                       f"{f['plain_step']['us_per_byte'] * 1e6:.1f} us/MB, on DTensor shards {f['dtensor_step']['us_per_tensor']:.1f} us/tensor + "
                       f"{f['dtensor_step']['us_per_byte'] * 1e6:.1f} us/MB (of the shard); copy-out {f['copy_out_us_per_byte'] * 1e6:.1f} us/MB; "
                       f"DDP's bucket passes (in, back) {f['bucket_in_us_per_byte'] * 1e6:.1f} and {f['bucket_out_us_per_byte'] * 1e6:.1f} us/MB; per unit "
-                      f"beyond its collectives: forward {f['unit_forward_us']:.0f} us, backward {f['unit_backward_us']:.0f} us"
-                      + (f" (in CPU time {f['unit_forward_cpu_us']:.0f} and {f['unit_backward_cpu_us']:.0f} us, what whatif --data-parallel fsdp "
-                         "adds: the wake-ups after its collectives come from the profile)" if "unit_forward_cpu_us" in f else "")
-                      + f", and per MB of the unit "
+                      f"beyond its collectives: forward {f['unit_forward_us']:.0f} us, backward {f['unit_backward_us']:.0f} us, and per MB of the unit "
                       f"beyond its copy-outs {f['unit_forward_us_per_byte'] * 1e6:.0f} and {f['unit_backward_us_per_byte'] * 1e6:.0f} us more"]
         if r.get("overlap"):
             o = r["overlap"]
