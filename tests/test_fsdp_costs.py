@@ -91,40 +91,6 @@ def test_each_unit_costs_more_the_more_bytes_it_gathers(ddp):
     assert grown.unit_us("forward", 0) == COSTS.unit_us("forward", 1 << 30) == 321.0
 
 
-def test_each_blocking_collective_wakes_the_ranks_as_the_ddp_profile_measured(ddp):
-    """With the small unit's CPU costs in the file, a unit's hooks cost those, and each FSDP wait the wake-up the DDP
-    recording measured after its finalize (its gap per rank and step, less the buckets' copy back, averaged): the
-    recording's ranks resumed 2.5 / 1.3 ms and 0.1 / 0.1 ms after the all-reduces, the FSDP2 recording of the same model
-    (``fsdp/reshard``) 0.8 ms per wait in the median, 2.3 in the mean. Without them (an older file) the calibration's wall
-    times, with its own wake-ups, and no wait's."""
-    cpu = dataclasses.replace(COSTS, unit_cpu_us=(111.0, 222.0), bucket_out_us_per_byte=1e-3)
-    finalize = np.flatnonzero(ddp.kind == Kind.COMM_WAIT)
-    back = 1e-3 * sum(b.nbytes for b in ddp.meta.buckets)
-    want = np.mean([max(float(ddp.gap[v]) - back, 0.0) for v in finalize])
-    assert len(finalize) == 4 and want > 0  # one a rank and step
-    for costs, gap, hooks in ((cpu, want, (111.0, 222.0)), (COSTS, 0.0, (321.0, 654.0))):
-        g = ddp_to_fsdp(ddp, costs=costs)
-        waits = [v for v in np.flatnonzero(g.kind == Kind.COMM_WAIT) if ".wait " in g.node_name(v)]
-        assert len(waits) == len(fsdp_collectives(g)) * 2 and np.allclose(g.gap[waits], gap)
-        for phase, us in zip(("forward", "backward"), hooks):
-            assert np.allclose([g.dur[v] for v in range(len(g)) if "fsdp hooks" in g.node_name(v) and g.node_name(v).endswith(f"({phase})")], us)
-    fsdp = build_graph(read_run(FSDP))
-    measured = fsdp.gap[fsdp.kind == Kind.COMM_WAIT]
-    awake = float(np.mean(ddp.gap[finalize]))
-    assert np.median(measured) < awake < np.mean(measured)
-
-
-def test_unit_cpu_costs_come_from_the_timings_of_a_file_that_kept_only_those(tmp_path):
-    """A file calibrated before the CPU costs were written out kept them among its timings (``unit_points``): the smallest
-    unit's, a negative one (the collectives' CPU time subtracted exceeded the difference) as 0."""
-    v3 = save_link_model(tmp_path / "v3.json", LINK, fsdp=COSTS, fsdp_record={"unit_points": [
-        {"unit_bytes": 1 << 21, "cpu_us": [900.0, 1500.0]}, {"unit_bytes": 1 << 14, "cpu_us": [300.0, -20.0]}]})
-    assert read_link_model(v3).fsdp.unit_cpu_us == (300.0, 0.0)
-    both = dataclasses.replace(COSTS, unit_cpu_us=(5.0, 6.0))
-    v4 = save_link_model(tmp_path / "v4.json", LINK, fsdp=both)
-    assert read_link_model(v4).fsdp == both and both.unit_us("backward", 0) == 6.0
-
-
 def test_link_model_files_old_and_new(ddp, tmp_path):
     v1 = save_link_model(tmp_path / "v1.json", LINK, method="test")
     v2 = save_link_model(tmp_path / "v2.json", LINK, kinds={"all_gather": (LINK, {})}, method="test")

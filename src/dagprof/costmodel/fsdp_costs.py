@@ -70,17 +70,12 @@ class FsdpCosts:
     unit_backward_us_per_byte: float = 0.0  # the same for unit_backward_us (beyond its backward all-gather's copy-out)
     bucket_in_us_per_byte: float = 0.0  # DDP's scaled copy of each gradient into its bucket (0: not measured)
     bucket_out_us_per_byte: float = 0.0  # DDP's copy of an all-reduced bucket back into the gradients (0: not measured)
-    # the small unit's forward and backward cost in CPU time on the calling thread (None: a file written before it was kept)
-    unit_cpu_us: tuple[float, float] | None = None
 
     def unit_us(self, phase: str, nbytes: float) -> float:
-        """A unit of ``nbytes`` parameters: its ``phase`` pass's cost beyond its collectives and its copy-outs. In CPU time
-        where the file has it: the wall time beyond it is the calibration's wake-ups after its blocking collectives, which
-        the conversion takes from the profile instead (``passes.data_parallel``: measured at the job's own load)."""
-        cpu = self.unit_cpu_us
+        """A unit of ``nbytes`` parameters: its ``phase`` pass's cost beyond its collectives and its copy-outs."""
         if phase == "forward":
-            return (self.unit_forward_us if cpu is None else cpu[0]) + self.unit_forward_us_per_byte * nbytes
-        return (self.unit_backward_us if cpu is None else cpu[1]) + self.unit_backward_us_per_byte * nbytes
+            return self.unit_forward_us + self.unit_forward_us_per_byte * nbytes
+        return self.unit_backward_us + self.unit_backward_us_per_byte * nbytes
 
     def step_ratio(self, tensors: int, nbytes: float, world: int) -> float:
         """FSDP's step on ``world`` ranks' shards over DDP's on the whole ``tensors`` of ``nbytes``."""
@@ -92,8 +87,7 @@ class FsdpCosts:
                 "unit_forward_us": self.unit_forward_us, "unit_backward_us": self.unit_backward_us,
                 "unit_forward_us_per_byte": self.unit_forward_us_per_byte, "unit_backward_us_per_byte": self.unit_backward_us_per_byte,
                 "bucket_in_us_per_byte": self.bucket_in_us_per_byte, "bucket_out_us_per_byte": self.bucket_out_us_per_byte,
-                "plain_step": _fit_dict(self.plain_step), "dtensor_step": _fit_dict(self.dtensor_step)} | (
-                {} if self.unit_cpu_us is None else {"unit_forward_cpu_us": self.unit_cpu_us[0], "unit_backward_cpu_us": self.unit_cpu_us[1]})
+                "plain_step": _fit_dict(self.plain_step), "dtensor_step": _fit_dict(self.dtensor_step)}
 
     @classmethod
     def from_dict(cls, d: Any, source: str = "link model") -> "FsdpCosts":
@@ -101,7 +95,7 @@ class FsdpCosts:
             costs = cls(int(d["world"]), StepFit(**d["plain_step"]), StepFit(**d["dtensor_step"]), float(d["copy_out_us_per_byte"]),
                        float(d["unit_forward_us"]), float(d["unit_backward_us"]), str(d.get("optimizer", "AdamW")),
                        float(d.get("unit_forward_us_per_byte", 0.0)), float(d.get("unit_backward_us_per_byte", 0.0)),
-                       float(d.get("bucket_in_us_per_byte", 0.0)), float(d.get("bucket_out_us_per_byte", 0.0)), _unit_cpu(d))
+                       float(d.get("bucket_in_us_per_byte", 0.0)), float(d.get("bucket_out_us_per_byte", 0.0)))
         except (KeyError, TypeError, ValueError) as err:
             raise DagprofError(f"bad fsdp entry ({err!r}); need world, plain_step, dtensor_step (us_per_tensor, us_per_byte), "
                                "copy_out_us_per_byte, unit_forward_us, unit_backward_us", source) from None
@@ -112,18 +106,6 @@ class FsdpCosts:
         if bad is not None:
             raise DagprofError(f"bad fsdp entry: {bad[0]} must be a finite number >= {1 if bad[0] == 'world' else 0}, got {bad[1]!r}", source)
         return costs
-
-
-def _unit_cpu(d: Any) -> tuple[float, float] | None:
-    """The small unit's CPU costs: as written, or from the timings a file of the previous version kept beside them
-    (``unit_points``: the smallest unit's ``cpu_us``, which that version did not clip at 0)."""
-    if "unit_forward_cpu_us" in d:
-        return float(d["unit_forward_cpu_us"]), float(d["unit_backward_cpu_us"])
-    points = [p for p in d.get("unit_points") or () if len(p.get("cpu_us") or ()) == 2]
-    if not points:
-        return None
-    f, b = min(points, key=lambda p: p["unit_bytes"])["cpu_us"]
-    return max(float(f), 0.0), max(float(b), 0.0)
 
 
 def _fit_dict(f: StepFit) -> dict[str, float]:

@@ -26,23 +26,18 @@ and bytes (DTensor's fixed cost per tensor is what makes FSDP's step cost more t
 small tensors), a copy-out costs the measured time per byte of FSDP2's own copy-out into new storage (DDP's
 in-place bucket scaling is a different pass over memory: 0.6-2.6x it on the held-out models), and each unit gets
 what a unit measured beyond its collectives, as an ``fsdp hooks`` node before its forward all-gather and one
-after its reduce-scatter: FSDP's hooks, copy-in and reshard at the unit's bytes (``FsdpCosts.unit_us``: a small
-unit's cost, grown by what the calibration's units of MBs cost more per byte beyond their copy-outs), in CPU time.
-Each rank's wake-up after a blocking collective is not the calibration's (its wall time beyond that CPU, met at
-another moment, on short collectives) but the DDP profile's own (``_wake_up``): DDP blocks once a step, in its
-finalize wait, FSDP on every all-gather and reduce-scatter, and each time a rank resumes that much after the
-collective completed, which grows with the machine's load (at load 15-30 on 2 cores the kept part-7 profiles'
-waits took 5-45 ms each in the mean, in both wrappers; on the vendored pair ``fsdp/ddp`` and ``fsdp/reshard`` 1.0 and
-2.3 ms). Each FSDP wait on every rank gets that gap (a file without the CPU costs: the wall times, no gap).
+after its reduce-scatter: FSDP's hooks, copy-in and reshard, and each rank's wake-up after a blocking collective
+(on a 2-core machine 1-3 ms per all-gather and reduce-scatter, on both ranks, where DDP's all-reduces block nothing),
+at the unit's bytes (``FsdpCosts.unit_us``: a small unit's cost, grown by what the calibration's units of MBs cost
+more per byte beyond their copy-outs).
 
 The same file prices each collective kind at its measured sizes (``Topology.kind_factor``): a large embedding's root unit
 gathers tens of MBs, where gloo's all-gather measured 1.4-1.7x the wire time and the kind's fit, weighted to every size
 alike, priced it 20-40 % low.
 
-Still not predicted (``conversion_note``): a load that changes between the DDP profile and the FSDP job (the wake-up
-is the DDP profile's, averaged over its few finalize waits: heavy-tailed under load), FSDP's copy-outs slowed by the
-load (priced at the calibration's rate), and the compute DDP's overlapping all-reduces slowed on a machine whose
-cores the collectives share (FSDP's block it instead).
+Still not predicted (``conversion_note``): how the wake-up after a blocking collective grows with the machine's load
+beyond what the calibration met, and the compute DDP's overlapping all-reduces slowed on a machine whose cores the
+collectives share (FSDP's block it instead).
 
 Measured (``bench/bench_fsdp.py --part 7``, 2 gloo ranks on a 2-core machine at load 5-10): DDP -> FSDP predicts
 low, -5 to -31 %, most at 200 Mbit/s and on loopback. Read from the FSDP profiles there, what it lacks: gloo's
@@ -117,9 +112,8 @@ def conversion_note(target: str, measured: bool) -> str:
         return "held-out gloo jobs measured DDP -30 to +15 % off this prediction, its peak memory -0 to +10 % (bench/bench_fsdp.py --part 7)"
     if measured:
         return ("the optimizer step on DTensor shards, FSDP2's copy-out, each unit's hooks and wake-ups beyond its collectives at its bytes and "
-                "each collective kind at its swept sizes (its last rank out included) are as dagprof calibrate --fsdp measured them here, each "
-                "rank's wake-up after a collective as the profile's finalize wait measured it; not predicted: a load that changes after the "
-                "profile, and compute that DDP's overlapping all-reduces slowed: held-out "
+                "each collective kind at its swept sizes (its last rank out included) are as dagprof calibrate --fsdp measured them here; not "
+                "predicted: how the wake-ups grow with the machine's load, and compute that DDP's overlapping all-reduces slowed: held-out "
                 "gloo jobs ran FSDP 1.9 % faster to 6.6 % slower than this prediction (a transformer-like stack and an MLP with an embedding, "
                 "loopback, 1 Gbit/s and 200 Mbit/s, 2 rounds on a quiet machine; bench/bench_fsdp.py --part 7 --link-model-calibrate); the "
                 "memory within about 10 %")
@@ -207,7 +201,6 @@ def ddp_to_fsdp(g: Graph, reshard: bool = True, costs: FsdpCosts | None = None) 
 
     dur, gap = g.dur.copy(), g.gap.copy()
     wait = np.fromiter(sinks, dtype=np.int64, count=len(sinks))
-    wake = _wake_up(g, wait, costs) if costs is not None and costs.unit_cpu_us is not None else 0.0
     dur[wait], gap[wait] = 0.0, 0.0  # DDP's finalize: nothing left to wait for
     upd = np.flatnonzero(g.kind == Kind.UPDATE)
     dur[upd] *= step  # the optimizer steps this rank's shards
@@ -243,7 +236,7 @@ def ddp_to_fsdp(g: Graph, reshard: bool = True, costs: FsdpCosts | None = None) 
                 if costs is not None and (kind, phase) == ("all_gather", "forward"):
                     _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp hooks {unit} (forward)", Kind.OTHER, costs.unit_us("forward", full))
                 enq = _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp {kind} {unit}", Kind.COMM_ENQUEUE, 0.0, nbytes=int(full))
-                w = _insert(b, g, remap, at, before, shift, f"rank{r}.wait {kind} {unit}", Kind.COMM_WAIT, 0.0, gap=wake)
+                w = _insert(b, g, remap, at, before, shift, f"rank{r}.wait {kind} {unit}", Kind.COMM_WAIT, 0.0)
                 b.add_edge(enq, sync)
                 b.add_edge(comm, w)
                 if kind == "all_gather":
@@ -314,29 +307,13 @@ def _anchors(g: Graph, lane: np.ndarray, layer_unit: dict[str, str]) -> dict[tup
 
 
 def _insert(b: GraphBuilder, g: Graph, remap: np.ndarray, at: int, before: bool, shift: dict, name: str, kind: Kind, dur: float,
-            nbytes: int = 0, gap: float = 0.0) -> int:
+            nbytes: int = 0) -> int:
     """A node on ``at``'s lane just before or after it (``chain_lanes`` links it in by order); later insertions at the
     same place follow earlier ones."""
     key = (at, before)
     k = shift[key] = shift[key] + 1
     order = float(g.order[at]) + (-_EPS * (10_000 - k) if before else _EPS * k)
-    return b.add_node(name, kind, rank=int(g.rank[at]), device=int(g.device[at]), dur=dur, gap=gap, order=order, step=int(g.step[at]),
-                      nbytes=nbytes)
-
-
-def _wake_up(g: Graph, finalize: np.ndarray, costs: FsdpCosts) -> float:
-    """us: a rank's wake-up after a blocking collective as the DDP profile measured it at its own load: its finalize waits'
-    overhead (``graph.build``: the time a rank resumed after the all-reduces completed), per rank and step, less the copy
-    of the buckets back into the gradients that the wait also holds (``FsdpCosts.bucket_out_us_per_byte``), averaged.
-    FSDP blocks on each collective where DDP blocks once a step, and each time a rank has to be scheduled again (at load
-    15-30 on 2 cores 5-45 ms a wait in both wrappers' profiles, a calibration's small units 0-2 ms at another moment)."""
-    if not len(finalize):
-        return 0.0
-    per = defaultdict(float)
-    for v in finalize.tolist():
-        per[(int(g.rank[v]), int(g.step[v]))] += float(g.gap[v])
-    back = costs.bucket_out_us_per_byte * sum(bk.nbytes for bk in g.meta.buckets)
-    return float(np.mean([max(x - back, 0.0) for x in per.values()]))
+    return b.add_node(name, kind, rank=int(g.rank[at]), device=int(g.device[at]), dur=dur, order=order, step=int(g.step[at]), nbytes=nbytes)
 
 
 def _lag_per_rank(g: Graph, waits: np.ndarray) -> dict[int, float]:

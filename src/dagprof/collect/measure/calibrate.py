@@ -225,8 +225,7 @@ def measure_fsdp(iters: int = 5) -> tuple[FsdpCosts, dict]:
     growth = [max((x1 - x0) / (large - small) - per_byte, 0.0) for x0, x1 in zip(cpu0["cpu_us"], cpu1["cpu_us"])]  # beyond the copy-out's own
     costs = FsdpCosts(world, StepFit.fit(steps["plain"]), StepFit.fit(steps["dtensor"]), per_byte, f0, b0,
                       unit_forward_us_per_byte=growth[0], unit_backward_us_per_byte=growth[1],
-                      bucket_in_us_per_byte=_per_byte(bucket_in), bucket_out_us_per_byte=_per_byte(bucket_out),
-                      unit_cpu_us=(max(cpu0["cpu_us"][0], 0.0), max(cpu0["cpu_us"][1], 0.0)))
+                      bucket_in_us_per_byte=_per_byte(bucket_in), bucket_out_us_per_byte=_per_byte(bucket_out))
     return costs, {"optimizer_points": steps, "copy_out_points": copy, "bucket_in_points": bucket_in, "bucket_out_points": bucket_out,
                    "unit_points": [{"unit_bytes": nb, "forward_us": f, "backward_us": b, **rest} for nb, f, b, rest in per_unit]}
 
