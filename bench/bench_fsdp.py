@@ -98,7 +98,7 @@ The measured time is the other profile's own. Peak memory per rank: each model r
 
     sudo .venv/bin/python bench/bench_fsdp.py --part 7 [--rounds 3] [--links loopback,200Mbit,1Gbit] [--link-model-calibrate] [--keep DIR]
     .venv/bin/python bench/bench_fsdp.py --offline DIR  # DDP -> FSDP predicted again from the runs --keep kept, no job run
-    .venv/bin/python bench/bench_fsdp.py --offline DIR --categories  # FSDP -> DDP's step per category beside both profiles'
+    .venv/bin/python bench/bench_fsdp.py --offline DIR --categories  # both conversions' step per category beside both profiles'
 
 Measured 2026-12-02 (two runs of 2 rounds, --steps 12, load average 5-10 on the 2 cores: other jobs ran beside): DDP -> FSDP
 -5 to -37 % at 1 Gbit/s and on loopback, -20 to -27 % at 200 Mbit/s (always low: see ``passes/data_parallel.py``);
@@ -727,7 +727,7 @@ def offline7(keep: str) -> list[float]:
 
 
 GROUPS = ("forward layers", "forward other", "loss", "backward layers", "backward other", "optimizer", "post-update",
-          "fsdp copy-out/reshard", "ddp enqueue/copy", "wait gaps", "idle")  # where a main lane's step goes (categories7)
+          "fsdp copy-out/reshard", "fsdp hooks", "ddp enqueue/copy", "wait gaps", "idle")  # where a main lane's step goes (categories7)
 
 
 def lane_groups(g) -> dict[str, float]:
@@ -749,6 +749,7 @@ def lane_groups(g) -> dict[str, float]:
             group = {Kind.FORWARD: "forward layers", Kind.BACKWARD: "backward layers", Kind.UPDATE: "optimizer"}.get(kind)
             if group is None:
                 group = ("fsdp copy-out/reshard" if name.startswith(("fsdp copy-out", "fsdp reshard")) else
+                         "fsdp hooks" if name.startswith("fsdp hooks") else
                          "ddp enqueue/copy" if name.startswith(("allreduce bucket", "ddp copy")) else
                          "loss" if name == "other:loss" else "post-update" if name == "other:post-update" else
                          f"{phase} other" if name.startswith("other:") else None)
@@ -762,13 +763,14 @@ def lane_groups(g) -> dict[str, float]:
 
 def categories7(keep: str) -> None:
     """Per kept round, model and link: where each main lane's step goes in the FSDP profile, in its FSDP -> DDP
-    conversion (on the round's fsdp-measured file) and in the DDP profile of the same job (``lane_groups``), ms."""
+    conversion, in the DDP profile of the same job and in its DDP -> FSDP conversion (both on the round's fsdp-measured
+    file; ``lane_groups``), ms."""
     from dagprof.passes.average_steps import average_steps
     from dagprof.pipeline import open_run
     from dagprof.replay import replay
     from dagprof.search import whatif
 
-    print(f"FSDP -> DDP, category by category (ms per step, main lanes averaged over ranks), runs kept in {keep}")
+    print(f"FSDP <-> DDP, category by category (ms per step, main lanes averaged over ranks), runs kept in {keep}")
     print(f"{'cell / profile':36s} " + " ".join(f"{k[:13]:>13s}" for k in GROUPS) + f" {'sum':>8s}")
     for entry in sorted(os.listdir(keep)):
         if not (entry.startswith("r") and entry.endswith("-ddp")) or not os.path.isdir(os.path.join(keep, entry[:-4] + "-fsdp")):
@@ -779,7 +781,8 @@ def categories7(keep: str) -> None:
         c = whatif.Cluster(optimizer_state="adam", link_model=path if os.path.exists(path) else None)
         conv = whatif.apply(fsdp, whatif.Scenario(data_parallel="ddp"), c, whatif.base_topology(fsdp, c))
         ddp = average_steps(open_run(os.path.join(keep, entry)).graph, replay)
-        for label, g in (("fsdp", fsdp), ("to ddp", conv), ("ddp", ddp)):
+        back = whatif.apply(ddp, whatif.Scenario(data_parallel="fsdp"), c, whatif.base_topology(ddp, c))
+        for label, g in (("fsdp", fsdp), ("to ddp", conv), ("ddp", ddp), ("to fsdp", back)):
             row = lane_groups(g)
             print(f"{cell + ' ' + label:36s} " + " ".join(f"{row[k]:13.2f}" for k in GROUPS) + f" {sum(row.values()):8.1f}", flush=True)
 
@@ -964,7 +967,7 @@ def main() -> None:
     ap.add_argument("--keep", metavar="DIR", help="parts 2 and 7: keep their profiles (and part 7's link-model files) in DIR")
     ap.add_argument("--offline", metavar="DIR", help="parts 2 and 7: predict again from the runs --keep kept in DIR; runs no job")
     ap.add_argument("--categories", action="store_true",
-                    help="with --offline: FSDP -> DDP's time per category beside both kept profiles' (where the conversion misses)")
+                    help="with --offline: both conversions' time per category beside both kept profiles' (where each misses)")
     ap.add_argument("--calibrated", nargs="+", default=[], metavar="LINK:FILE",
                     help="part 2: dagprof calibrate files, each measured on LINK (1Gbit, 200Mbit) with 2 ranks: a cell on a link other "
                          "than the profiled one is priced by the two files' ratio (whatif --link-from --link-to), not by the rate ratio")
