@@ -244,20 +244,23 @@ def payload_share(out: str, workers: int) -> tuple[float, str]:
     the window's bytes on the loopback as the collector counted them (``window_tx_bytes``, the largest rank's), over its steps,
     times what the tbf charged per byte the loopback counted over the job (the tbf counts each TCP segment's headers, the
     counter one set per offloaded send). jax_mixer's 36 gradients a step, many of a few hundred bytes, put 1.23 B on the wire
-    per payload byte (658 kB a step, the same at 1 Gbit/s and 45 Mbit/s), not 1.05: the wire's part of each collective was
+    per payload byte (655-658 kB a step, alike at 1 Gbit/s and 45 Mbit/s), not 1.05: the wire's part of each collective was
     priced 15 % short, and what a slower link adds with it. ``PAYLOAD_SHARE`` where the profile has no count (Horovod).
     Returns (share, how it was found)."""
+    def read(name: str) -> dict:
+        with open(os.path.join(out, name)) as f:
+            return json.load(f)
+
     try:
-        with open(os.path.join(out, WIRE_FILE)) as f:
-            job = json.load(f)
-        ranks = [json.load(open(os.path.join(out, n))) for n in os.listdir(out) if re.fullmatch(r"rank\d+\.json", n)]
+        job = read(WIRE_FILE)
+        ranks = [read(n) for n in os.listdir(out) if re.fullmatch(r"rank\d+\.json", n)]
         window = max((r["window_tx_bytes"], len(r["steps_profiled"])) for r in ranks if "window_tx_bytes" in r and r["steps_profiled"])
     except (OSError, ValueError, KeyError):
         return PAYLOAD_SHARE, "full frames (no count of the window's bytes)"
-    wire = window[0] / window[1] * job["tbf_bytes"] / job["loopback_bytes"]
     payload = 2 * (workers - 1) * bytes_per_step(out)
-    if not wire > 0 or not payload > 0:
+    if not (window[0] > 0 and job["tbf_bytes"] > 0 and job["loopback_bytes"] > 0 and payload > 0):
         return PAYLOAD_SHARE, "full frames (no bytes counted)"
+    wire = window[0] / window[1] * job["tbf_bytes"] / job["loopback_bytes"]
     return min(payload / wire, PAYLOAD_SHARE), f"{wire / 1e3:.0f} kB on the wire a step for {payload / 1e3:.0f} kB of payload"
 
 
