@@ -3,6 +3,7 @@ import faulthandler
 import json
 import os
 import signal
+import socket
 import time
 
 import pytest
@@ -282,6 +283,29 @@ def test_steps_outside_the_window_are_timed_and_written_when_training_ends(tmp_p
     assert not info["warnings"]
     w.finish()  # again (Keras calls on_train_end after each fit): nothing said twice
     assert json.loads((tmp_path / "rank1.json").read_text()) == info
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/net/dev"), reason="the interfaces' counters are Linux's /proc/net/dev")
+def test_the_window_counts_the_bytes_its_steps_sent(tmp_path):
+    """The bytes the host's interfaces sent over the profiled steps (the bench prices the wire with them): at least
+    what the steps themselves sent over the loopback (other jobs on the host may add theirs)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    a = socket.create_connection(server.getsockname())
+    b, _ = server.accept()
+    w = window(tmp_path, [])
+    for step in range(5):
+        w.step_begin(step)
+        if step in (2, 3):
+            a.sendall(b"x" * 100_000)
+            got = 0
+            while got < 100_000:
+                got += len(b.recv(1 << 20))
+        w.step_end(step)
+    w.finish()
+    for s in (a, b, server):
+        s.close()
+    info = json.loads((tmp_path / "rank1.json").read_text())
+    assert info["steps_profiled"] == [2, 3] and info["window_tx_bytes"] >= 200_000
 
 
 def test_a_training_that_ends_inside_the_window_warns_once_when_finished(tmp_path):

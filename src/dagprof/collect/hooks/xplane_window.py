@@ -37,6 +37,16 @@ def cpu_ticks(pid: int) -> int | None:
         return None
 
 
+def net_tx_bytes() -> int | None:
+    """Bytes this host's network interfaces (of this network namespace) have sent, from Linux ``/proc/net/dev``; None
+    where it cannot be read."""
+    try:
+        with open("/proc/net/dev") as f:
+            return sum(int(line.split(":", 1)[1].split()[8]) for line in f.readlines()[2:])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def run_forked(fn: Callable[[], None], timeout_s: float, in_parent: Callable[[], None] = lambda: None,
                stall_s: float = STALL_S) -> int | None:
     """Run ``fn`` in a forked child of this process and wait for it: its exit status (0 when ``fn`` returned,
@@ -121,6 +131,9 @@ class StepWindow:
         self.unprofiled_ns: dict[int, int] = {}
         self._t0: int | None = None
         self._t0_profiled = False
+        # the interfaces' sent bytes at the window's first profiled step's start and its last's end: what the wire carried
+        # per step beside the collectives' payload (headers, acknowledgements, small messages), for the bench's link rate
+        self.tx_bytes: list[int | None] = [None, None]
         self._written = -1  # unprofiled steps in the rank file as last written
 
     @property
@@ -194,6 +207,7 @@ class StepWindow:
         self.steps, self.retries = range(first, first + n), self.retries - 1
         self.done = self.lost = self.ended = False
         self.step_times_ns.clear()
+        self.tx_bytes = [None, None]
         return True
 
     def step_begin(self, step: int) -> None:
@@ -206,6 +220,8 @@ class StepWindow:
     def time_begin(self) -> None:
         """A step starts now (after the profiler's start or stop, which no step pays for)."""
         self._t0, self._t0_profiled = time.time_ns(), self.active
+        if self.active and not self.step_times_ns:
+            self.tx_bytes[0] = net_tx_bytes()
 
     def step_end(self, step: int) -> None:
         """Step ``step`` ended: a profiled one's span, an unprofiled one's duration (up to ``MAX_UNPROFILED`` of them)."""
@@ -213,6 +229,7 @@ class StepWindow:
             if self._t0_profiled:
                 if self.active:  # a profiler that failed in the step leaves no trace of it
                     self.step_times_ns[step] = (self._t0, time.time_ns())
+                    self.tx_bytes[1] = net_tx_bytes()
             elif len(self.unprofiled_ns) < MAX_UNPROFILED:
                 self.unprofiled_ns[step] = time.time_ns() - self._t0
         self._t0 = None
@@ -264,6 +281,8 @@ class StepWindow:
             "unprofiled_step_times_us": {str(s): d / 1e3 for s, d in sorted(self.unprofiled_ns.items())},
             "grad_bytes": int(self.grad_bytes), "warnings": said,
         }
+        if profiled and None not in self.tx_bytes:
+            info["window_tx_bytes"] = self.tx_bytes[1] - self.tx_bytes[0]  # type: ignore[operator]
         manifest = {
             "format": FORMAT, "version": VERSION, "framework": self.framework, "world_size": self.world_size,
             "steps_requested": [self.requested.start, self.requested.stop], "created_ns": time.time_ns(),
