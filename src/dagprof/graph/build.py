@@ -105,10 +105,11 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
     chosen = common_steps(run, steps)
     parallel, dims = label_run(run)
     asm = _Assembler()
+    p2p = np.array([k for k, it in enumerate(matching.instances) if it.p2p], dtype=np.int64)
     for pos, trace in enumerate(run.ranks):
         inst = np.full(len(trace.events), -1, dtype=np.int64)
         inst[: len(matching.instance[pos])] = matching.instance[pos][: len(inst)]  # a window marker adds a row
-        asm.add_rank(trace, chosen, inst, dims[pos])
+        asm.add_rank(trace, chosen, inst, dims[pos], p2p)
     asm.add_collectives(frozenset(k for k, it in enumerate(matching.instances) if not is_symmetric(it.collective)))
     g = asm.finish()
     g.meta = g.meta.replace(
@@ -154,11 +155,12 @@ class Selection:
     main: int
 
 
-def select(trace: RankTrace, steps: list[int], instance: np.ndarray) -> Selection:
-    """The events of ``steps`` that become nodes, and the transfers that become shared collectives."""
+def select(trace: RankTrace, steps: list[int], instance: np.ndarray, p2p: np.ndarray) -> Selection:
+    """The events of ``steps`` that become nodes, and the transfers that become shared collectives: also a paired
+    send/recv's (``p2p``: ``Instance.p2p`` ids) that ran inside the call that issued it (gloo's, on the calling thread)."""
     ev = trace.events
     top = (ev.depth == 0) & (ev.kind != Kind.STEP) & np.isin(ev.step, steps)
-    shared = top & (instance >= 0)
+    shared = (top & (instance >= 0)) | ((ev.kind == Kind.COMM) & np.isin(instance, p2p) & np.isin(ev.step, steps))
     node = top & ~shared
     spans = trace.step_spans()
     spans = spans[np.isin(spans[:, 0].astype(int), steps)]
@@ -197,6 +199,7 @@ def anchors(trace: RankTrace, sel: Selection) -> Anchors:
         ok = usable[f[:, 0]] & usable[f[:, 1]] & ~(sel.shared[f[:, 0]] & sel.shared[f[:, 1]])
         f, rule = f[ok], rule[ok]
     s, d = (f[:, 0], f[:, 1]) if len(f) else (np.empty(0, np.int64), np.empty(0, np.int64))
+    s, d, rule = _released_by_inline(trace, sel, s, d, rule)
     end = ev.end
     src_at = np.where(rule == Dep.LAUNCH, ev.start[s], end[s])
     # a rank joins a shared collective when its transfer starts: what the transfer needed from the
@@ -206,6 +209,26 @@ def anchors(trace: RankTrace, sel: Selection) -> Anchors:
     # an empty wait (a call that returned at once, or a drain already done) binds where it stands
     wait = (np.isin(rule, _WAIT_RULES) | ((rule == Dep.AFTER) & (ev.kind[d] == Kind.COMM_WAIT))) & ~sel.shared[d] & (until > ev.start[d])
     return Anchors(s, d, rule.astype(np.int16), src_at, ev.start[d].astype(np.float64), np.where(wait, until, np.nan))
+
+
+def _released_by_inline(trace: RankTrace, sel: Selection, s: np.ndarray, d: np.ndarray, rule: np.ndarray):
+    """The flows plus one from each shared transfer nested in a lane's op (a paired send/recv that blocks its calling
+    thread) to the lane's first node starting at or after its end: the thread waited for it there."""
+    ev = trace.events
+    inline = np.flatnonzero(sel.shared & (ev.depth > 0))
+    if not len(inline):
+        return s, d, rule
+    src, dst = [], []
+    for lane in np.unique(ev.lane[inline]).tolist():
+        nodes = np.flatnonzero(sel.node & (ev.lane == lane))
+        nodes = nodes[np.argsort(ev.start[nodes], kind="stable")]
+        mine = inline[ev.lane[inline] == lane]
+        at = np.searchsorted(ev.start[nodes], ev.end[mine] - CLOCK_JITTER_US, side="left")
+        ok = at < len(nodes)
+        src.append(mine[ok])
+        dst.append(nodes[at[ok]])
+    u, v = np.concatenate(src), np.concatenate(dst)
+    return np.r_[s, u], np.r_[d, v], np.r_[rule, np.full(len(u), int(Dep.AFTER), dtype=rule.dtype)]
 
 
 # ------------------------------------------------------------------ stage 3: pieces
@@ -401,9 +424,9 @@ class _Assembler:
         self.seen.append(np.full(int(ok.sum()), np.nan) if seen is None else np.broadcast_to(np.asarray(seen, float), u.shape)[ok])
 
     # -- one rank: select -> anchors -> pieces -> nodes -> edges
-    def add_rank(self, trace: RankTrace, steps: list[int], instance: np.ndarray, dims: np.ndarray) -> None:
+    def add_rank(self, trace: RankTrace, steps: list[int], instance: np.ndarray, dims: np.ndarray, p2p: np.ndarray) -> None:
         self.base_ns[trace.rank] = int(trace.base_ns)
-        sel = select(trace, steps, instance)
+        sel = select(trace, steps, instance, p2p)
         anc = anchors(trace, sel)
         cut = pieces(trace, sel, anc, steps)
         node_of = self._nodes(trace, cut, steps, sel.main)
@@ -492,7 +515,8 @@ class _Assembler:
         """This rank's view of each shared collective, registered with its instance."""
         ev = trace.events
         coll = np.flatnonzero(sel.shared)
-        comm_lanes = most_at_once(ev.start[coll], ev.start[coll] + ev.dur[coll])  # gloo runs collectives on a pool of threads
+        own = coll[ev.depth[coll] == 0]  # gloo runs collectives on a pool of threads (a send/recv on the calling one)
+        comm_lanes = most_at_once(ev.start[own], ev.start[own] + ev.dur[own])
         ends: dict[int, _CollectiveEnd] = {}
         prev_group: dict[str, float] = {}
         for i in sorted(coll.tolist(), key=lambda i: ev.start[i] + ev.dur[i]):
