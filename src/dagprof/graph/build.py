@@ -110,7 +110,8 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         inst = np.full(len(trace.events), -1, dtype=np.int64)
         inst[: len(matching.instance[pos])] = matching.instance[pos][: len(inst)]  # a window marker adds a row
         asm.add_rank(trace, chosen, inst, dims[pos], p2p)
-    asm.add_collectives(frozenset(k for k, it in enumerate(matching.instances) if not is_symmetric(it.collective)))
+    asm.add_collectives(frozenset(k for k, it in enumerate(matching.instances) if not is_symmetric(it.collective)),
+                        {k: it.ranks[1] for k, it in enumerate(matching.instances) if it.p2p})
     g = asm.finish()
     g.meta = g.meta.replace(
         world_size=run.world_size,
@@ -573,10 +574,15 @@ class _Assembler:
         self.edges(node_of[last], np.full(len(last), node_of[closing[-1]]), GraphRule.WINDOW_END)
 
     # -- collectives -----------------------------------------------------
-    def add_collectives(self, rooted: frozenset[int] = frozenset()) -> None:
+    def add_collectives(self, rooted: frozenset[int] = frozenset(), receiver: dict[int, int] | None = None) -> None:
         """One SYNC join and one COMM node per instance, timed on the shared (aligned) clock (see the
         module docstring); ``rooted``: instances of collectives that may release a rank before every
-        rank joined (broadcast, reduce, send/recv: ``align.clocks.SYMMETRIC`` names the others)."""
+        rank joined (broadcast, reduce, send/recv: ``align.clocks.SYMMETRIC`` names the others); ``receiver``:
+        a send/recv pair's receiving rank, never released before its sender joined. Its recv may seem to end
+        before the send started where the clocks' fit is off (stages share no symmetric collective to align them
+        on; under load 30 on 2 cores a recv ended 2 ms before its send started): released early, the recv's
+        whole wait for the other stage was a fixed gap again, a bubble no what-if moved."""
+        receiver = receiver or {}
         if not self.instances:
             return
         ref = min(c.base_ns for ends in self.instances.values() for c in ends)
@@ -594,6 +600,7 @@ class _Assembler:
             sync = self.node(f"sync.{head.name}.{inst}", Kind.SYNC, at[0], at[0], dur=0.0, order=0.0, step=head.step, bucket=head.bucket)
             self.fixed_gap[sync] = 0.0
             early = view.done < view.join.max() - CLOCK_JITTER_US if inst in rooted and not alone else np.zeros(len(ends), dtype=bool)
+            early &= np.array([c.rank != receiver.get(inst, -1) for c in ends], dtype=bool)
             if alone:
                 c = head
                 free = max(view.ready[0] - view.shift[0], c.prev_end_group)
