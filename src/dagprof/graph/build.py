@@ -105,7 +105,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
     chosen = common_steps(run, steps)
     parallel, dims = label_run(run)
     asm = _Assembler()
-    p2p = np.array([k for k, it in enumerate(matching.instances) if it.p2p], dtype=np.int64)
+    p2p = tuple(k for k, it in enumerate(matching.instances) if it.p2p)
     for pos, trace in enumerate(run.ranks):
         inst = np.full(len(trace.events), -1, dtype=np.int64)
         inst[: len(matching.instance[pos])] = matching.instance[pos][: len(inst)]  # a window marker adds a row
@@ -156,12 +156,12 @@ class Selection:
     main: int
 
 
-def select(trace: RankTrace, steps: list[int], instance: np.ndarray, p2p: np.ndarray) -> Selection:
+def select(trace: RankTrace, steps: list[int], instance: np.ndarray, p2p: tuple[int, ...] = ()) -> Selection:
     """The events of ``steps`` that become nodes, and the transfers that become shared collectives: also a paired
     send/recv's (``p2p``: ``Instance.p2p`` ids) that ran inside the call that issued it (gloo's, on the calling thread)."""
     ev = trace.events
     top = (ev.depth == 0) & (ev.kind != Kind.STEP) & np.isin(ev.step, steps)
-    shared = (top & (instance >= 0)) | ((ev.kind == Kind.COMM) & np.isin(instance, p2p) & np.isin(ev.step, steps))
+    shared = (top & (instance >= 0)) | ((ev.kind == Kind.COMM) & np.isin(instance, np.asarray(p2p, np.int64)) & np.isin(ev.step, steps))
     node = top & ~shared
     spans = trace.step_spans()
     spans = spans[np.isin(spans[:, 0].astype(int), steps)]
@@ -425,7 +425,7 @@ class _Assembler:
         self.seen.append(np.full(int(ok.sum()), np.nan) if seen is None else np.broadcast_to(np.asarray(seen, float), u.shape)[ok])
 
     # -- one rank: select -> anchors -> pieces -> nodes -> edges
-    def add_rank(self, trace: RankTrace, steps: list[int], instance: np.ndarray, dims: np.ndarray, p2p: np.ndarray) -> None:
+    def add_rank(self, trace: RankTrace, steps: list[int], instance: np.ndarray, dims: np.ndarray, p2p: tuple[int, ...]) -> None:
         self.base_ns[trace.rank] = int(trace.base_ns)
         sel = select(trace, steps, instance, p2p)
         anc = anchors(trace, sel)
