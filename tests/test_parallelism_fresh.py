@@ -13,11 +13,14 @@ import pytest
 from testdata import DATA
 
 import dagprof
+from dagprof.analysis.breakdown import iteration_times
 from dagprof.cli.main import main
 from dagprof.errors import DagprofError
 from dagprof.passes import scale_workers, set_topology
 from dagprof.passes.comm import current_topology
+from dagprof.passes.compute import COMPUTE_KINDS
 from dagprof.passes.workers import refuse_degree
+from dagprof.replay import replay
 from dagprof.traces.events import Kind
 from dagprof.traces.parallelism import Dim, label_run
 
@@ -109,17 +112,61 @@ def test_traces_without_distributed_info_take_the_folders_world_size(tmp_path):
     assert label_run(run)[0].describe() == "DP x2, EP/CP x2"
 
 
-def test_pipeline_send_recv_labelled_and_said_to_stay_measured(capsys, tmp_path):
+def test_pipeline_send_recv_paired_across_stages(capsys, tmp_path):
+    """Each send meets its peer stage's recv (by group, peer and order): matched by position like a collective, stage 0's
+    send met stage 1's send, and the recv ran inside its op with its wait for the peer as framework overhead."""
     got = _groups(FRESH / "pp-dp")
     assert {n: (d, r, set(x)) for n, (d, r, x) in got.items()} == {
         "1": ("mesh_pp", (0, 2), {"PP"}), "2": ("mesh_pp", (1, 3), {"PP"}),
         "3": ("mesh_dp", (0, 1), {"DP"}), "4": ("mesh_dp", (2, 3), {"DP"})}
+    g = dagprof.build_graph(dagprof.load(FRESH / "pp-dp"))
+    pp = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0) & (g.dim == Dim.PP))
+    assert len(pp) == 2 * 2 * 2 * 2 and not g.meta.parallel.unpaired_p2p  # per pipeline pair: 2 steps x 2 micro-batches x fwd/bwd
+    for c in pp.tolist():
+        (sync,) = g.predecessors(c).tolist()
+        senders = {int(g.rank[u]) for u in g.predecessors(sync).tolist()}
+        receivers = {int(g.rank[v]) for v in g.successors(c).tolist()}
+        assert senders in ({0, 2}, {1, 3}) and receivers and receivers <= senders, (senders, receivers)  # a sender done early: its own join
+    got = iteration_times(g, replay(g))
+    assert max(abs(got[r] / g.meta.measured_iter_us[r] - 1) for r in range(4)) < 1e-3  # the measured run, bubbles and all
     code, out, _ = _cli(capsys, "analyze", FRESH / "pp-dp", "--json")
     r = json.loads(out)
-    assert code == 0 and [d["dim"] for d in r["communication_by_dim"]] == ["DP"]
-    assert any("PP send" in n and "ran inside the ops that issued them" in n for n in r["parallelism"]["notes"])
+    assert code == 0 and [d["dim"] for d in r["communication_by_dim"]] == ["DP", "PP"]
+    assert any("PP send" in n and "paired across ranks" in n for n in r["parallelism"]["notes"])
     code, out, err = _cli(capsys, "whatif", FRESH / "pp-dp", "--pp-degree", 4, "-o", tmp_path)
     assert code == 2 and "PP degree of 4 is not modelled (profiled: 2)" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_slower_stage_moves_the_other_through_send_recv():
+    """Stage 0 (ranks 0, 1) and stage 1 (ranks 2, 3) share no data-parallel group: only the pairs tie them."""
+    g = dagprof.build_graph(dagprof.load(FRESH / "pp-dp"))
+    base = iteration_times(g, replay(g))
+    slow = np.isin(g.rank, [0, 1]) & np.isin(g.kind, [int(k) for k in COMPUTE_KINDS])
+    dur = g.dur.copy()
+    dur[slow] *= 4
+    got = iteration_times(g, replay(g.replace(dur=dur)))
+    added = float(g.dur[slow].sum()) * 3 / len(g.meta.steps) / 2  # per iteration and stage-0 rank
+    for r in (2, 3):
+        assert got[r] - base[r] > 0.25 * added, (r, got[r] - base[r], added)
+
+
+def test_compute_speed_on_pipeline_and_tp_only_jobs(capsys, tmp_path):
+    """TP-only: refused before (no data-parallel collective to fit a link to), though every collective keeps its measured
+    time; PP: the stages' waits move with them. Faster, and by no more than the compute on any path (at most all of it) allows."""
+    for run in (FRESH / "pp-dp", FRESH / "tp-sp", FRESH / "tp-outer", DATA / "hybrid-tp-only"):
+        g = dagprof.build_graph(dagprof.load(run))
+        compute = float(g.dur[(g.rank >= 0) & np.isin(g.kind, [int(k) for k in COMPUTE_KINDS])].sum()) / len(g.meta.steps)
+        code, out, err = _cli(capsys, "whatif", run, "--compute-speed", 2, "--allow-model-error", "--json", "-o", tmp_path)
+        assert code == 0, err
+        r = json.loads(out)
+        model, (row,) = r["model_iter_ms"] * 1e3, r["scenarios"]
+        pred = row["predicted_iter_ms"] * 1e3
+        assert max(model / 2, model - compute / 2) <= pred < model, (run.name, model, pred, compute)
+
+
+def test_dagprof_run_pipeline_send_recv_unpaired_refuse_compute_speed(capsys, tmp_path):
+    code, out, err = _cli(capsys, "whatif", FRESH / "pp-dp-dagprof", "--compute-speed", 2, "--allow-model-error", "-o", tmp_path)
+    assert code == 2 and "--compute-speed on this pipeline job is not modelled: 32 send/recv" in err and len(err.strip().splitlines()) == 1
 
 
 def test_expert_all_to_all_beside_dp():
@@ -143,11 +190,12 @@ def test_dagprof_run_keeps_pipeline_send_recv_out_of_the_data_parallel_dimension
     assert par.describe() == "DP x2, PP" and par.dp_size == 2
     assert {x.name: set(x.dims) for x in par.groups} == {"ddp 0,1": {"DP"}, "ddp 2,3": {"DP"}, "ddp 0,1 (PP)": {"PP"}, "ddp 2,3 (PP)": {"PP"}}
     comm = (g.kind == Kind.COMM) & (g.rank < 0)
-    pp = comm & (g.dim == Dim.PP)
-    assert int(pp.sum()) == 2 * 2 * 2 * 2 and int((comm & (g.dim == Dim.DP)).sum()) == 2 * 2  # per pipeline pair: 2 micro-batches x fwd/bwd
+    assert int((comm & (g.dim == Dim.PP)).sum()) == 0 and int((comm & (g.dim == Dim.DP)).sum()) == 2 * 2
+    # in DDP's group, not theirs: unpaired (each rank's own node, as measured), not joined with the DDP peer's send/recv
+    lone = (g.kind == Kind.COMM) & (g.rank >= 0)
+    assert int(lone.sum()) == 2 * 2 * 2 * 2 * 2 and par.unpaired_p2p.startswith("32 send/recv")  # 4 ranks x 2 steps x 2 micro x fwd/bwd
     g8 = scale_workers(set_topology(g, current_topology(g)), 8)
-    c8 = (g8.kind == Kind.COMM) & (g8.rank < 0)
-    assert np.array_equal(g8.dur[c8 & (g8.dim == Dim.PP)], g.dur[pp])
+    assert int(((g8.kind == Kind.COMM) & (g8.rank < 0) & (g8.dim == Dim.DP)).sum()) == 2 * 2
     code, out, err = _cli(capsys, "whatif", FRESH / "pp-dp-dagprof", "--pp-degree", 2, "-o", tmp_path)
     assert code == 2 and "PP degree of 2 is not modelled (profiled: not recorded" in err and len(err.strip().splitlines()) == 1
 

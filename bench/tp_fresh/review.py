@@ -47,10 +47,10 @@ def torchrun(job: str) -> list[str]:
             os.path.join(HERE, script), *extra]
 
 
-def record_stock(job: str, out: str) -> bool:
-    """Stock traces of steps 2-3, renamed rank-N.pt.trace.json."""
+def record_stock(job: str, out: str, extra: tuple[str, ...] | list[str] = ()) -> bool:
+    """Stock traces of steps 2-3, renamed rank-N.pt.trace.json; ``extra``: the job's own arguments."""
     with tempfile.TemporaryDirectory() as tmp:
-        done = subprocess.run([*torchrun(job), "--steps", "5", "--trace", tmp], capture_output=True, text=True)
+        done = subprocess.run([*torchrun(job), *extra, "--steps", "5", "--trace", tmp], capture_output=True, text=True)
         if done.returncode:
             print(f"FAILED   record {job}: {done.stderr[-400:]}")
             return False

@@ -33,6 +33,7 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..traces.events import Kind, RankTrace, Run
+from ..traces.parallelism import P2P, P2P_PEERED, P2P_SEND, p2p_peer
 
 # Collectives whose per-rank payload legitimately differs (uneven splits).
 _UNEVEN = frozenset({"alltoall", "sendrecv", "send", "recv", "gather", "scatter"})
@@ -47,6 +48,7 @@ class Instance:
     ranks: list[int]
     collective: str = ""  # canonical: allreduce, broadcast, allgather, alltoall, ...
     dtype: str = ""
+    p2p: bool = False  # a send and its peer's recv (``ranks``: sender, receiver), paired by ``_pair_p2p``
 
 
 @dataclass
@@ -117,6 +119,8 @@ def match_collectives(run: Run, strict: bool = True) -> Matching:
         for ops in per_rank_ops[p].values():
             for o in ops:
                 o.step = o.step + c if o.step >= 0 else o.step
+    p2p = [{g: [o for o in ops if o.coll in P2P] for g, ops in mine.items()} for mine in per_rank_ops]
+    per_rank_ops = [{g: kept for g, ops in mine.items() if (kept := [o for o in ops if o.coll not in P2P])} for mine in per_rank_ops]
     instance = [np.full(len(t.events), -1, dtype=np.int64) for t in run.ranks]
     instances: list[Instance] = []
     problems: list[str] = []
@@ -174,6 +178,7 @@ def match_collectives(run: Run, strict: bool = True) -> Matching:
         if trimmed:
             warnings.append(f"profiler windows differ between ranks: collectives of group {g} outside the window every rank "
                             f"recorded are left unmatched ({trimmed})")
+    _pair_p2p(run, p2p, recorded, instance, instances, problems)
     step_offset = {run.ranks[p].rank: c for p, c in enumerate(offsets) if c}
     if step_offset:
         warnings.append("ProfilerStep numbers count from different iterations on different ranks; renumbered to rank "
@@ -185,6 +190,43 @@ def match_collectives(run: Run, strict: bool = True) -> Matching:
                if all(t.groups == ["0"] and not t.meta.group_desc for t in run.ranks) and run.world_size > 2 else "")
         raise DagprofError(f"mismatched collectives: {problems[0]}{more}{why}", run.source)
     return Matching(instance, instances, problems, warnings, step_offset)
+
+
+def _pair_p2p(run: Run, p2p: list[dict[str, list[_Op]]], recorded: list[set[int]], instance: list[np.ndarray],
+              instances: list[Instance], problems: list[str]) -> None:
+    """Pair each send with its peer's recv: the k-th send from rank A to rank B in a group and step is the k-th recv on
+    B from A there, of the same bytes. One instance of the two ranks each, so the graph builder joins them like a
+    collective: the recv waits for the send, and pipeline bubbles emerge from the replay. Matched by position like a
+    collective, a stage's send met the other stage's send, and a dagprof run's met its DDP peer's, which it never
+    exchanges with. Send/recv whose peer the trace does not tell (``traces.parallelism.p2p_peer``) stay unpaired, timed
+    in the ops that issued them (``Parallelism.unpaired_p2p``); a step both ranks recorded with more sends than recvs
+    (or other bytes) is a problem, like a missing collective."""
+    present = {t.rank for t in run.ranks}
+    sides: dict[tuple[str, int, int, int], tuple[list[tuple[int, _Op]], list[tuple[int, _Op]]]] = {}
+    for p, t in enumerate(run.ranks):
+        for g, ops in p2p[p].items():
+            peer = p2p_peer(t, g)
+            if peer is None or peer not in present:
+                continue
+            for o in ops:
+                if o.coll in P2P_PEERED:
+                    send = o.coll in P2P_SEND
+                    src, dst = (t.rank, peer) if send else (peer, t.rank)
+                    sides.setdefault((g, src, dst, o.step), ([], []))[0 if send else 1].append((p, o))
+    at = {t.rank: p for p, t in enumerate(run.ranks)}
+    for (g, src, dst, step), (sends, recvs) in sorted(sides.items()):
+        if len(sends) != len(recvs):
+            if step in recorded[at[src]] and step in recorded[at[dst]] or step < 0:
+                problems.append(f"rank {src} sends {len(sends)} time(s) to rank {dst} in group {g} in step {step}, and rank {dst} "
+                                f"receives {len(recvs)} time(s) from it: the pipeline's send/recv cannot be paired")
+            continue
+        for (ps, s), (pr, r) in zip(sends, recvs):
+            if s.nbytes != r.nbytes:
+                problems.append(f"rank {src}'s send #{s.seq} of group {g} ({s.nbytes} B) meets rank {dst}'s recv #{r.seq} of {r.nbytes} B: "
+                                "the pipeline's send/recv cannot be paired")
+                continue
+            instance[ps][s.event] = instance[pr][r.event] = len(instances)
+            instances.append(Instance(g, s.seq, run.ranks[ps].events.name_of(s.event), s.nbytes, [src, dst], "send", s.dtype, p2p=True))
 
 
 def _pairs(ops: list[_Op], ref_ops: list[_Op], problems: list[str], r: int, ref_rank: int, g: str) -> list[tuple[int, int]]:

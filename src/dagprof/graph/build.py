@@ -84,11 +84,13 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
     chosen = common_steps(run, steps)
     parallel, dims = label_run(run)
     asm = Assembler()
+    p2p = tuple(k for k, it in enumerate(matching.instances) if it.p2p)
     for pos, trace in enumerate(run.ranks):
         inst = np.full(len(trace.events), -1, dtype=np.int64)
         inst[: len(matching.instance[pos])] = matching.instance[pos][: len(inst)]  # a window marker adds a row
-        add_rank(asm, trace, chosen, inst, dims[pos])
-    add_collectives(asm, frozenset(k for k, it in enumerate(matching.instances) if not is_symmetric(it.collective)))
+        add_rank(asm, trace, chosen, inst, dims[pos], p2p)
+    add_collectives(asm, frozenset(k for k, it in enumerate(matching.instances) if not is_symmetric(it.collective)),
+                    {k: it.ranks[1] for k, it in enumerate(matching.instances) if it.p2p})
     g = asm.finish()
     g.meta = g.meta.replace(
         world_size=run.world_size,

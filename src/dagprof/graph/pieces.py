@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..traces.events import Dep, Kind, RankTrace
+from ..traces.events import CLOCK_JITTER_US, Dep, Kind, RankTrace
 
 _WAIT_RULES = np.array([Dep.SYNC, Dep.COPY, Dep.STAGE, Dep.COMM_WAIT])
 
@@ -30,11 +30,12 @@ class Selection:
     main: int
 
 
-def select(trace: RankTrace, steps: list[int], instance: np.ndarray) -> Selection:
-    """The events of ``steps`` that become nodes, and the transfers that become shared collectives."""
+def select(trace: RankTrace, steps: list[int], instance: np.ndarray, p2p: tuple[int, ...] = ()) -> Selection:
+    """The events of ``steps`` that become nodes, and the transfers that become shared collectives: also a paired
+    send/recv's (``p2p``: ``Instance.p2p`` ids) that ran inside the call that issued it (gloo's, on the calling thread)."""
     ev = trace.events
     top = (ev.depth == 0) & (ev.kind != Kind.STEP) & np.isin(ev.step, steps)
-    shared = top & (instance >= 0)
+    shared = (top & (instance >= 0)) | ((ev.kind == Kind.COMM) & np.isin(instance, np.asarray(p2p, np.int64)) & np.isin(ev.step, steps))
     node = top & ~shared
     spans = trace.step_spans()
     spans = spans[np.isin(spans[:, 0].astype(int), steps)]
@@ -73,6 +74,7 @@ def anchors(trace: RankTrace, sel: Selection) -> Anchors:
         ok = usable[f[:, 0]] & usable[f[:, 1]] & ~(sel.shared[f[:, 0]] & sel.shared[f[:, 1]])
         f, rule = f[ok], rule[ok]
     s, d = (f[:, 0], f[:, 1]) if len(f) else (np.empty(0, np.int64), np.empty(0, np.int64))
+    s, d, rule = _released_by_inline(trace, sel, s, d, rule)
     end = ev.end
     src_at = np.where(rule == Dep.LAUNCH, ev.start[s], end[s])
     # a rank joins a shared collective when its transfer starts: what the transfer needed from the
@@ -82,6 +84,26 @@ def anchors(trace: RankTrace, sel: Selection) -> Anchors:
     # an empty wait (a call that returned at once, or a drain already done) binds where it stands
     wait = (np.isin(rule, _WAIT_RULES) | ((rule == Dep.AFTER) & (ev.kind[d] == Kind.COMM_WAIT))) & ~sel.shared[d] & (until > ev.start[d])
     return Anchors(s, d, rule.astype(np.int16), src_at, ev.start[d].astype(np.float64), np.where(wait, until, np.nan))
+
+
+def _released_by_inline(trace: RankTrace, sel: Selection, s: np.ndarray, d: np.ndarray, rule: np.ndarray):
+    """The flows plus one from each shared transfer nested in a lane's op (a paired send/recv that blocks its calling
+    thread) to the lane's first node starting at or after its end: the thread waited for it there."""
+    ev = trace.events
+    inline = np.flatnonzero(sel.shared & (ev.depth > 0))
+    if not len(inline):
+        return s, d, rule
+    src, dst = [], []
+    for lane in np.unique(ev.lane[inline]).tolist():
+        nodes = np.flatnonzero(sel.node & (ev.lane == lane))
+        nodes = nodes[np.argsort(ev.start[nodes], kind="stable")]
+        mine = inline[ev.lane[inline] == lane]
+        at = np.searchsorted(ev.start[nodes], ev.end[mine] - CLOCK_JITTER_US, side="left")
+        ok = at < len(nodes)
+        src.append(mine[ok])
+        dst.append(nodes[at[ok]])
+    u, v = np.concatenate(src), np.concatenate(dst)
+    return np.r_[s, u], np.r_[d, v], np.r_[rule, np.full(len(u), int(Dep.AFTER), dtype=rule.dtype)]
 
 
 # ------------------------------------------------------------------ stage 3: pieces

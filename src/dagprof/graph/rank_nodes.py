@@ -14,10 +14,11 @@ from .pieces import Anchors, Pieces, Selection, anchors, pieces, select
 _LANE_DEVICE = {LaneKind.CPU_THREAD: DeviceKind.HOST, LaneKind.GPU_STREAM: DeviceKind.COMPUTE, LaneKind.COMM_THREAD: DeviceKind.COMM}
 
 
-def add_rank(asm: Assembler, trace: RankTrace, steps: list[int], instance: np.ndarray, dims: np.ndarray) -> None:
+def add_rank(asm: Assembler, trace: RankTrace, steps: list[int], instance: np.ndarray, dims: np.ndarray,
+             p2p: tuple[int, ...] = ()) -> None:
     """The rank's nodes and edges: select -> anchors -> pieces -> nodes -> edges."""
     asm.base_ns[trace.rank] = int(trace.base_ns)
-    sel = select(trace, steps, instance)
+    sel = select(trace, steps, instance, p2p)
     anc = anchors(trace, sel)
     cut = pieces(trace, sel, anc, steps)
     node_of = _nodes(asm, trace, cut, steps, sel.main)
@@ -109,7 +110,8 @@ def _collective_ends(asm: Assembler, trace: RankTrace, sel: Selection, instance:
     """This rank's view of each shared collective, registered with its instance."""
     ev = trace.events
     coll = np.flatnonzero(sel.shared)
-    comm_lanes = most_at_once(ev.start[coll], ev.start[coll] + ev.dur[coll])  # gloo runs collectives on a pool of threads
+    own = coll[ev.depth[coll] == 0]  # gloo runs collectives on a pool of threads (a send/recv on the calling one)
+    comm_lanes = most_at_once(ev.start[own], ev.start[own] + ev.dur[own])
     ends: dict[int, CollectiveEnd] = {}
     prev_group: dict[str, float] = {}
     for i in sorted(coll.tolist(), key=lambda i: ev.start[i] + ev.dur[i]):

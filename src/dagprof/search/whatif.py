@@ -196,8 +196,13 @@ def _partition(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
     return g if s.partition is None else partition_tensors(g, s.partition)
 
 
-def _compute(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
-    return g if s.compute_speed is None else scale_compute(g, s.compute_speed)
+def _compute(g: Graph, s: Scenario, c: Cluster, base_topo: Topology | None) -> Graph:
+    if s.compute_speed is None:
+        return g
+    if g.meta.parallel is not None and g.meta.parallel.unpaired_p2p:  # a stage's recv would keep waiting as long as measured
+        raise DagprofError(f"--compute-speed on this pipeline job is not modelled: {g.meta.parallel.unpaired_p2p}, so a stage's "
+                           "waits for its peers would stay as measured")
+    return scale_compute(g, s.compute_speed)
 
 
 def _cores(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
@@ -317,6 +322,24 @@ def base_topology(g: Graph, c: Cluster) -> Topology:
     return t
 
 
+def measured_comm(g: Graph, scenarios: list[Scenario], c: Cluster) -> Topology | None:
+    """``base_topology``, or None where no link can be fitted (a tensor-parallel-only trace: no data-parallel
+    collective) and nothing asked needs one: rows that change compute alone (``--compute-speed``) keep every
+    collective, its dependencies and its measured time, whatever its dimension, so the replay answers them as measured."""
+    try:
+        return base_topology(g, c)
+    except DagprofError:
+        asked = {a.name for s in scenarios for a in AXES if getattr(s, a.name) is not None}
+        if asked - {"compute_speed"} or c.slowdown or not c.overlap or c.fine or c.profiled_bandwidth is not None:
+            raise
+        return None
+
+
+def on_link(g: Graph, topo: Topology | None) -> Graph:
+    """``g`` with its collectives priced on ``topo``; as measured where it is None (``measured_comm``)."""
+    return g if topo is None else set_topology(g, topo)
+
+
 def profiled_at(g: Graph, c: Cluster) -> Graph:
     """``g`` with the wire rate it was profiled at (``c.profiled_bandwidth``) in its meta, where given: its fitted link is then
     split at it (``passes.comm.split_at_wire``)."""
@@ -354,8 +377,8 @@ def disturb(g: Graph, c: Cluster) -> tuple[Graph, ReplayResult]:
     return g, replay(g)
 
 
-def apply(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
-    """The run's graph under scenario ``s``: on the cluster ``base_topo``, then ``PASSES`` in order."""
+def apply(g: Graph, s: Scenario, c: Cluster, base_topo: Topology | None) -> Graph:
+    """The run's graph under scenario ``s``: on the cluster ``base_topo`` (None: collectives as measured), then ``PASSES`` in order."""
     asked = ([a.unmodelled_on_fsdp for a in AXES if a.unmodelled_on_fsdp and getattr(s, a.name) is not None]
              + [k for k, asked in (("no_overlap", not c.overlap), ("fine", c.fine)) if asked])
     if asked and s.data_parallel in ("fsdp", "fsdp:keep") and not is_fsdp_graph(g):
@@ -364,7 +387,7 @@ def apply(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
         refuse_unmodelled(g, asked)
     if s.data_parallel == "ddp" and is_fsdp_graph(g) and (s.reshard_after_forward is not None or s.reduce_dtype is not None):
         raise DagprofError("--reshard-after-forward and --reduce-dtype are FSDP what-ifs; --data-parallel ddp makes this FSDP job DDP")
-    g = set_topology(g, base_topo)
+    g = on_link(g, base_topo)
     for p in PASSES:
         g = p(g, s, c, base_topo)
     return g
@@ -434,26 +457,26 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     steps_graph = None if steps_graph is None else profiled_at(steps_graph, cluster)
     n0 = graph_world_size(g0)
     unit = replica_ranks(g0)  # ranks of one data-parallel replica: "one worker" of a hybrid job is one replica
-    base_topo = base_topology(g0, cluster)
+    base_topo = measured_comm(g0, scenarios, cluster)
     cost = measure_profiler_cost(g0 if steps_graph is None else steps_graph)
     built, corrected = g0, None
     if not raw and cost.usable:
-        g0, factor = remove_profiler_cost(g0, cost, job_iteration_us, model=set_topology(g0, base_topo))
+        g0, factor = remove_profiler_cost(g0, cost, job_iteration_us, model=on_link(g0, base_topo))
         corrected = g0
         steps_graph = None if steps_graph is None else scale_host_work(steps_graph, factor)
         measured_us = None if not measured_us else measured_us * (1.0 - cost.share)
-    g0 = undisturb(g0, set_topology(g0, base_topo), cluster)
+    g0 = undisturb(g0, on_link(g0, base_topo), cluster)
     if steps_graph is not None:
-        steps_graph = undisturb(steps_graph, set_topology(steps_graph, base_topo), cluster)
-    model = job_iteration_us(*disturb(set_topology(g0, base_topo), cluster))
-    given = cluster.topology or cluster.link_model or g0.meta.topology  # else the link is fitted to the profile's collectives
+        steps_graph = undisturb(steps_graph, on_link(steps_graph, base_topo), cluster)
+    model = job_iteration_us(*disturb(on_link(g0, base_topo), cluster))
+    given = base_topo is None or cluster.topology or cluster.link_model or g0.meta.topology  # else the link is fitted to the profile's collectives
     model_error = check_model(model, measured_us, tolerance_pct, built, corrected, cost.share if corrected is not None else 0.0,
-                              "the link model" if given else "the link fitted to its collectives")
+                              "the collectives as measured" if base_topo is None else "the link model" if given else "the link fitted to its collectives")
     fit = None if given else link_fit(g0)
     caveat = None if fit is None or fit.weak is None else f"extrapolates a link fit too weak to split latency from bandwidth: {fit.weak}"
     wire, wire_notes = _profiled_wire(g0, fit, cluster)
     stepwise = g0 if steps_graph is None else steps_graph
-    residuals = link_residuals(stepwise, set_topology(stepwise, base_topo))
+    residuals = link_residuals(stepwise, on_link(stepwise, base_topo))
     level = run_level(stepwise, cost, corrected is not None, model, measured_us)
     one_worker: dict[str, float] = {}
     rows = []
@@ -588,7 +611,7 @@ def _hybrid_notes(g: Graph) -> list[str]:
             "times and group sizes" + (f" ({unit} ranks per data-parallel replica)" if unit > 1 else "")]
 
 
-def _one_replica_us(g0: Graph, single: Scenario, cluster: Cluster, base_topo: Topology) -> float | None:
+def _one_replica_us(g0: Graph, single: Scenario, cluster: Cluster, base_topo: Topology | None) -> float | None:
     """One data-parallel replica's iteration under the same conditions; None where fewer workers are not modelled
     (a hybrid job whose other groups span its data-parallel ranks: the scaling columns are then n/a)."""
     try:
@@ -599,7 +622,9 @@ def _one_replica_us(g0: Graph, single: Scenario, cluster: Cluster, base_topo: To
         return None
 
 
-def link_text(t: Topology) -> str:
+def link_text(t: Topology | None) -> str:
+    if t is None:
+        return "collectives as measured (no data-parallel collective to fit a link to)"
     ab = t.inter
     return (f"{t.hosts} host(s) x {t.devices_per_host}, link {ab.bandwidth_bytes_per_s * 8 / 1e9:.3g} Gbit/s, latency {ab.alpha_us:.3g} us, "
             f"{t.overhead_us:.3g} us per collective")

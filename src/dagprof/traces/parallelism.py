@@ -78,12 +78,25 @@ _DESC_DIMS = (  # process-group descriptions and mesh dimension names, as torch,
     (re.compile(r"(^|[^a-z])(ep|cp|expert|context)([^a-z]|$)|expert_model_parallel|context_parallel", re.I), Dim.EP_CP),
 )
 _TEXT = {int(d): d.text for d in Dim}
-_P2P = frozenset({"send", "recv", "sendrecv", "isend", "irecv", "batchisendirecv"})
+P2P = frozenset({"send", "recv", "sendrecv", "isend", "irecv", "batchisendirecv"})
+P2P_SEND = frozenset({"send", "isend"})
+P2P_PEERED = P2P_SEND | {"recv", "irecv"}  # one peer each (a sendrecv or a batch has several)
 _REDUCING = frozenset({"allreduce", "reducescatter"})
 _COLL_NAME = re.compile(r"^(?:c10d::|nccl:|gloo:)?_?(\w+?)_?$")
 # DTensor's redistribution, its dispatch, and from_local/to_local's backward (DDP over a TP-split model reduces the
 # partial gradients of a TP plan's replicated parameters there)
 _DTENSOR_OP = re.compile(r"^(Nested)?Redistribute(Backward)?$|^PythonSubclass$|^_(From|To)TorchTensorBackward$")
+
+
+def p2p_peer(trace: RankTrace, group: str) -> int | None:
+    """The rank a send or recv of ``group`` on ``trace`` exchanges with, where the trace tells: the other member of a
+    2-rank group of a Kineto trace (torch's pipeline groups over a mesh dimension of 2). None for a larger group (Kineto
+    records the peer only as the issuing op's group-local argument, which the reader does not keep) and for a dagprof
+    run's (Kineto puts its send/recv in DDP's group, not theirs)."""
+    members = trace.group_ranks.get(group, [])
+    if trace.meta.format != "kineto" or len(members) != 2 or trace.rank not in members:
+        return None
+    return members[0] if members[1] == trace.rank else members[1]
 
 
 def desc_dim(desc: str) -> Dim:
@@ -117,6 +130,7 @@ class Parallelism:
     dp_groups: list[tuple[int, ...]]  # rank sets of the profiled data-parallel groups (the mesh's, when described)
     dp_size: int  # ranks in one data-parallel group (0: no data-parallel collective); passes.workers changes it
     notes: list[str] = field(default_factory=list)
+    unpaired_p2p: str = ""  # why pipeline send/recv were not paired across ranks (``p2p_peer``: their waits stay as measured); "": none
 
     @property
     def dims(self) -> set[Dim]:
@@ -231,7 +245,7 @@ def _by_position(inst: _Instances, k: int, forward_sizes: dict[int, set[int]]) -
     c, ph, nb, g = inst.coll[k], Phase(int(inst.phase[k])), int(inst.nbytes[k]), int(inst.group[k])
     if inst.bucket[k] >= 0:
         return Dim.DP, "DDP gradient bucket"
-    if c in _P2P:
+    if c in P2P:
         return Dim.PP, "send/recv"
     if c == "alltoall":
         where = {Phase.FORWARD: " in the forward pass (embedding/expert exchange)", Phase.BACKWARD: " in the backward pass (its gradient)"}
@@ -252,9 +266,9 @@ def _label_rank(trace: RankTrace) -> tuple[_Instances, np.ndarray, list[str]]:
     dims = np.zeros(n, dtype=np.int8)
     why = [""] * n
     if trace.meta.format != "kineto":  # dagprof's collectors record data-parallel collectives, and what Kineto adds on the main thread
-        why = [("send/recv" if c in _P2P else "all-to-all") if c in _P2P or c == "alltoall" else "recorded by a data-parallel collector"
+        why = [("send/recv" if c in P2P else "all-to-all") if c in P2P or c == "alltoall" else "recorded by a data-parallel collector"
                for c in inst.coll]
-        dims[:] = [Dim.PP if c in _P2P else Dim.EP_CP if c == "alltoall" else Dim.DP for c in inst.coll]
+        dims[:] = [Dim.PP if c in P2P else Dim.EP_CP if c == "alltoall" else Dim.DP for c in inst.coll]
         return inst, dims, why
     desc = trace.meta.group_desc
     forward_sizes: dict[int, set[int]] = {}
@@ -287,7 +301,7 @@ def _fill_from_group(labels: list[tuple[RankTrace, _Instances, np.ndarray, list[
     per_group: dict[str, set[int]] = {}
     for trace, inst, dims, _ in labels:
         for k in np.flatnonzero(dims != Dim.UNKNOWN).tolist():
-            if inst.coll[k] not in _P2P and inst.coll[k] != "alltoall":
+            if inst.coll[k] not in P2P and inst.coll[k] != "alltoall":
                 per_group.setdefault(trace.groups[int(inst.group[k])], set()).add(int(dims[k]))
     for trace, inst, dims, why in labels:
         for k in np.flatnonzero(dims == Dim.UNKNOWN).tolist():
@@ -304,15 +318,21 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
     per_event = []
     stats: dict[str, dict] = {}
     inline: Counter = Counter()  # (dim, collective) -> instances whose transfer ran inside the op that issued it
+    paired: Counter = Counter()  # (dim, collective) -> send/recv whose peer the trace tells (align.matching pairs them)
+    lone = 0  # send/recv whose peer it does not tell
     for trace, inst, dims, why in labels:
         out = np.zeros(len(trace.events), dtype=np.int8)
         ev = trace.events
         for k, rows in enumerate(inst.rows):
             out[rows] = dims[k]
-            transfer = rows[ev.kind[rows] == Kind.COMM]
-            if len(transfer) and (ev.depth[transfer] > 0).all():
-                inline[(_TEXT[int(dims[k])], inst.coll[k])] += 1
             name = trace.groups[int(inst.group[k])]
+            transfer = rows[ev.kind[rows] == Kind.COMM]
+            if inst.coll[k] in P2P_PEERED and p2p_peer(trace, name) is not None:
+                paired[(_TEXT[int(dims[k])], inst.coll[k])] += 1
+            else:
+                lone += inst.coll[k] in P2P
+                if len(transfer) and (ev.depth[transfer] > 0).all():
+                    inline[(_TEXT[int(dims[k])], inst.coll[k])] += 1
             if trace.meta.format != "kineto" and dims[k] != Dim.DP:  # a dagprof run puts them in DDP's group: not their ranks
                 name = f"{name} ({_TEXT[int(dims[k])]})"
             st = stats.get(name)
@@ -334,11 +354,18 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
     groups = [x if x.name not in lumped else replace(x, ranks=()) for x in groups] + _unseen(run, inline)
     dp = _dp_groups(run, groups)
     notes = list(run.meta.parallelism_notes)
+    if paired:
+        what = ", ".join(f"{n} {d} {c}" for (d, c), n in sorted(paired.items()))
+        notes.append(f"{what} (summed over ranks) paired across ranks by group, peer and order: each recv waits in the replay for "
+                     "its peer stage's send, so pipeline bubbles emerge from it; their transfer times stay as measured (not re-priced by what-ifs)")
     if inline:  # gloo's send/recv run in the calling thread: graph.build keeps the calling op, timed as measured
         what = ", ".join(f"{n} {d} {c}" for (d, c), n in sorted(inline.items()))
         notes.append(f"{what} (summed over ranks) ran inside the ops that issued them: the graph times them as those ops, "
                      "as measured (not in the breakdown by dimension, not re-priced by what-ifs)")
-    return Parallelism(groups, run.world_size, dp, max((len(r) for r in dp), default=0), notes), per_event
+    lone += sum(n for t in run.ranks for c, n in t.meta.unseen_collectives.items() if c in P2P)
+    why = (f"{lone} send/recv (summed over ranks) without a known peer: the trace names one only for a Kineto trace's "
+           "2-rank group (a dagprof run records them in DDP's group)") if lone else ""
+    return Parallelism(groups, run.world_size, dp, max((len(r) for r in dp), default=0), notes, why), per_event
 
 
 def _unseen(run: Run, inline: Counter) -> list[GroupLabel]:
@@ -347,7 +374,7 @@ def _unseen(run: Run, inline: Counter) -> list[GroupLabel]:
     found: dict[str, Counter] = {}
     for t in run.ranks:
         for coll, n in t.meta.unseen_collectives.items():
-            d = Dim.EP_CP if coll == "alltoall" else Dim.PP if coll in _P2P else None
+            d = Dim.EP_CP if coll == "alltoall" else Dim.PP if coll in P2P else None
             if d is not None:
                 found.setdefault(d.text, Counter())[coll] += n
                 inline[(d.text, coll)] += n
