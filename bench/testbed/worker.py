@@ -17,6 +17,7 @@ Rank 0 writes each phase's result (step seconds, or sweep points) to ``results.j
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import time
@@ -99,6 +100,7 @@ def main() -> None:
             # 16 repeats: beside a small all-reduce a repeat is ms long, and 4 of them scattered 1.4-8x on the loaded machine
             results.append(msgspec.to_builtins(measure_overlap(int(float(cap) * 2**20) if cap else OVERLAP_BYTES, repeats=16, work=work)))
             model.zero_grad(set_to_none=True)
+            work = None  # its retained backward graph, freed before the next phase
             continue
         ddp = DDP(model, bucket_cap_mb=float(cap))
         opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
@@ -132,6 +134,10 @@ def main() -> None:
         with open(os.path.join(a.control, "results.json"), "w") as f:
             json.dump(results, f)
     dist.destroy_process_group()
+    # what still holds the group (a retained backward graph, DDP's cycles) freed now, before interpreter finalization,
+    # so gloo's threads are joined while they can still take the GIL (dagprof.collect.hooks.exit_gc; a CI run aborted
+    # here once, "terminate called without an active exception", after the overlapbwd phase)
+    gc.collect()
 
 
 if __name__ == "__main__":
