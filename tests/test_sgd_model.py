@@ -192,6 +192,13 @@ def test_anchor_refuses_a_too_short_iteration():
         anchor(profile(None, [100, 100], [1, 1]), 150.0)
 
 
+def test_anchor_removes_a_small_profiler_cost_evenly():
+    """A quiet testbed's unprofiled 1-rank step ran 0.4 % under its profiled compute: scaled to it and said, not refused."""
+    prof = anchor(profile(None, [100, 100], [1, 1]), 190.0)
+    assert prof.backward_us.sum() + prof.forward_or_zero().sum() + prof.update_us == pytest.approx(190.0)
+    assert "profiler's own cost" in prof.meta.anchored
+
+
 def test_jitter_without_variation_is_the_closed_form():
     rng = np.random.default_rng(3)
     p = random_profile(rng, 6)
