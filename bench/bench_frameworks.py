@@ -247,20 +247,19 @@ def payload_share(out: str, workers: int) -> tuple[float, str]:
     per payload byte (655-658 kB a step, alike at 1 Gbit/s and 45 Mbit/s), not 1.05: the wire's part of each collective was
     priced 15 % short, and what a slower link adds with it. ``PAYLOAD_SHARE`` where the profile has no count (Horovod).
     Returns (share, how it was found)."""
-    def read(name: str) -> dict:
-        with open(os.path.join(out, name)) as f:
-            return json.load(f)
+    from dagprof.errors import DagprofError
+    from dagprof.traces.xplane_run import read_xplane_run
 
     try:
-        job = read(WIRE_FILE)
-        ranks = [read(n) for n in os.listdir(out) if re.fullmatch(r"rank\d+\.json", n)]
-        window = max((r["window_tx_bytes"], len(r["steps_profiled"])) for r in ranks if "window_tx_bytes" in r and r["steps_profiled"])
-    except (OSError, ValueError, KeyError):
+        with open(os.path.join(out, WIRE_FILE)) as f:
+            job = json.load(f)
+        window = max(c for t in read_xplane_run(out).ranks if (c := t.meta.window_tx_bytes_per_step) is not None)
+    except (OSError, ValueError, KeyError, DagprofError):
         return PAYLOAD_SHARE, "full frames (no count of the window's bytes)"
     payload = 2 * (workers - 1) * bytes_per_step(out)
-    if not (window[0] > 0 and job["tbf_bytes"] > 0 and job["loopback_bytes"] > 0 and payload > 0):
+    if not (window > 0 and job["tbf_bytes"] > 0 and job["loopback_bytes"] > 0 and payload > 0):
         return PAYLOAD_SHARE, "full frames (no bytes counted)"
-    wire = window[0] / window[1] * job["tbf_bytes"] / job["loopback_bytes"]
+    wire = window * job["tbf_bytes"] / job["loopback_bytes"]
     return min(payload / wire, PAYLOAD_SHARE), f"{wire / 1e3:.0f} kB on the wire a step for {payload / 1e3:.0f} kB of payload"
 
 

@@ -163,6 +163,7 @@ class RankMeta(msgspec.Struct, kw_only=True):
     steps_profiled: list[int] = []
     step_times_us: dict[int, float] = {}  # profiled step -> us
     unprofiled_step_times_us: dict[int, float] | None = None  # None: the reader has no loop timing (not a dagprof run)
+    window_tx_bytes_per_step: float | None = None  # bytes the host's interfaces sent per profiled step (TF/JAX windows; None: not counted)
     pid: int | None = None
     cpus: int = 0  # dagprof runs: cores the rank could run on (0: not recorded)
     torch: str = ""

@@ -76,6 +76,8 @@ def _from_manifest(folder: str, manifest: dict) -> Run:
         trace.meta.step_times_us = {int(s): float(d) for s, d in info.get("step_times_us", {}).items()}
         if "unprofiled_step_times_us" in info:  # rank files written before dagprof timed the steps outside the window lack it
             trace.meta.unprofiled_step_times_us = {int(s): float(d) for s, d in info["unprofiled_step_times_us"].items()}
+        if info.get("window_tx_bytes") is not None and info.get("steps_profiled"):  # rank files before the count lack it
+            trace.meta.window_tx_bytes_per_step = float(info["window_tx_bytes"]) / len(info["steps_profiled"])
         trace.meta.pid = info.get("pid")
         warnings += info.get("warnings", [])
         ranks.append(trace)
