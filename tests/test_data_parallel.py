@@ -12,7 +12,6 @@ from testdata import DATA
 
 from dagprof.analysis import job_iteration_us
 from dagprof.cli.main import main
-from dagprof.collect.hooks.collector import LOSS_BACKWARD, MODEL_OUTPUT
 from dagprof.costmodel.alphabeta import AlphaBeta
 from dagprof.costmodel.topology import Topology
 from dagprof.errors import DagprofError
@@ -24,6 +23,7 @@ from dagprof.search.memory import ddp_peak_of_fsdp, fsdp_peak
 from dagprof.search.whatif import Cluster, Scenario, apply, base_topology, evaluate
 from dagprof.traces.dagprof_run import read_run
 from dagprof.traces.events import Kind
+from dagprof.traces.run_schema import LOSS_BACKWARD, MODEL_OUTPUT
 
 DDP, FSDP, HSDP = DATA / "fsdp" / "ddp", DATA / "fsdp" / "reshard", DATA / "fsdp" / "hsdp"
 

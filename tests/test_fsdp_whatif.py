@@ -8,13 +8,13 @@ import pytest
 from testdata import DATA
 
 from dagprof.cli.main import main
-from dagprof.collect.hooks.collector import LOSS_BACKWARD
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import Passes, fsdp_collectives, issuers
 from dagprof.search.memory import ddp_peak_of_fsdp, fsdp_peak
 from dagprof.search.whatif import Cluster, Scenario, apply, base_topology, evaluate
 from dagprof.traces.dagprof_run import read_run
+from dagprof.traces.run_schema import LOSS_BACKWARD
 
 FSDP = DATA / "fsdp"
 RESHARD, KEEP, HSDP = FSDP / "reshard", FSDP / "keep-bf16-prefetch", FSDP / "hsdp"

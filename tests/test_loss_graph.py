@@ -7,8 +7,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from dagprof.collect import profile  # noqa: E402
-from dagprof.collect.hooks.collector import LOSS_BACKWARD, MODEL_OUTPUT  # noqa: E402
 from dagprof.traces.dagprof_run import read_run  # noqa: E402
+from dagprof.traces.run_schema import LOSS_BACKWARD, MODEL_OUTPUT  # noqa: E402
 
 BATCH, SEQ, VOCAB = 4, 16, 1000
 LOGITS = BATCH * SEQ * VOCAB * 4

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..collect.hooks.collector import LOSS_BACKWARD, MODEL_OUTPUT, SAVED_OUTSIDE_LAYERS
 from ..costmodel.codecs import Codec
 from ..errors import DagprofError
 from ..graph.dag import Graph
@@ -39,7 +38,7 @@ from ..passes.gradients import GradientOrder
 from ..passes.recompute import Segment
 from ..traces.events import Kind
 from ..traces.kineto_schema import dtype_bytes
-from ..traces.run_schema import FSDP_ROOT
+from ..traces.run_schema import FSDP_ROOT, LOSS_BACKWARD, MODEL_OUTPUT, SAVED_OUTSIDE_LAYERS
 from ..units import MB
 
 OPTIMIZER_STATE = {"sgd": 0.0, "momentum": 1.0, "adam": 2.0}

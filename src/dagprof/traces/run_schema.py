@@ -57,6 +57,11 @@ STEPS_HEAD = "head.json"
 STEPS_LOG = "steps.jsonl"
 STEPS_ENDED = "ended.json"
 
+# ``RankFile.layer_saved_bytes`` keys that name no layer (in <...>, which no module path has)
+SAVED_OUTSIDE_LAYERS = "<outside leaf modules>"  # activations saved by the loss and functional ops
+MODEL_OUTPUT = "<model output>"  # what the model's forward returned (a script that keeps the logits holds them)
+LOSS_BACKWARD = "<loss backward>"  # the most bytes the loss's graph held in its backward (``collect.hooks.loss_graph``)
+
 
 class Rec(enum.IntEnum):
     """Record codes; ``a``/``b``/``x`` meaning per code."""
@@ -193,9 +198,9 @@ class RankFile(msgspec.Struct, kw_only=True):
     warnings: list[str] = []
     layers: list[str]  # leaf module paths; records name layers by index into this
     layer_grad_bytes: dict[str, int] = {}  # module path -> bytes of its parameters' gradients
-    # module path -> most activation bytes it saved for backward in one profiled step; beside the paths, keys in <...>
-    # (collect.hooks.collector: SAVED_OUTSIDE_LAYERS, MODEL_OUTPUT, LOSS_BACKWARD, the last new in a compatible way: an
-    # older reader skips a key naming no layer, a newer one reading an older file does without it)
+    # module path -> most activation bytes it saved for backward in one profiled step; beside the paths, the keys
+    # SAVED_OUTSIDE_LAYERS, MODEL_OUTPUT and LOSS_BACKWARD (the last new in a compatible way: an older reader skips a key
+    # naming no layer, a newer one reading an older file does without it)
     layer_saved_bytes: dict[str, int] = {}
     bucket_layouts: list[BucketLayout] = []  # one per distinct layout seen, in order
     step_times_ns: list[tuple[int, int, int]] = []  # (step, begin, end) of every step seen, profiled or not

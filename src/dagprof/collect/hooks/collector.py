@@ -24,7 +24,7 @@ from typing import Any
 
 from ...progress import bar
 from ...traces.buckets import Bucket, BucketLayout
-from ...traces.run_schema import Clock, Manifest, RankFile, Rec, StepPart, kineto_file
+from ...traces.run_schema import LOSS_BACKWARD, MODEL_OUTPUT, SAVED_OUTSIDE_LAYERS, Clock, Manifest, RankFile, Rec, StepPart, kineto_file
 from ...traces.steps import parse_steps
 from .collector_files import (
     Flushed,
@@ -44,9 +44,6 @@ from .stop_signals import StopSignals
 from .tensors import group_ranks, local_tensor, output_bytes, output_tensors, storage_ptr
 
 _MAX_OUTPUT_HOOKS = 4  # tensors per module output that get a gradient hook
-SAVED_OUTSIDE_LAYERS = "<outside leaf modules>"  # layer_saved_bytes key of activations saved by the loss and functional ops
-MODEL_OUTPUT = "<model output>"  # layer_saved_bytes key of the bytes the model's forward returned (a script that keeps the logits holds them)
-LOSS_BACKWARD = "<loss backward>"  # layer_saved_bytes key of the most bytes the loss's graph held in its backward (``loss_graph``)
 _OUTPUT, _LOSS = -2, -3  # their keys among a step's saved bytes (-1: outside leaf modules)
 
 
