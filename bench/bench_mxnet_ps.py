@@ -216,8 +216,9 @@ def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]], cor
     computed mostly staggered (3 or 4 at once in 4-27 % of their compute time), while the replayed copies of 2 profiled
     workers compute in lockstep (all 4 at once in 45 %), so ``--cores 2`` queued them for 42 ms more a step (+29 %).
     At 500 Mbit/s under load 11-17 the pulls came closer together (3 or 4 at once in 48-59 %) and the ops took 1.7x
-    as long (a kept trial, /tmp/mxconv/s1 in the session's report): how much 4 workers crowd 2 cores depends on how
-    staggered the server's port leaves them and on the host's other load, which the profile does not measure.
+    as long (a kept trial, /tmp/mxconv/s1 in the session's report), and at 200 Mbit/s under load 13-16 3.5x (127 against
+    36-43 ms a step, for 23.5 against 18.6-20.7 ms of CPU): how much 4 workers crowd 2 cores depends on how staggered the
+    server's port leaves them and on the host's other load, which the profile does not measure.
 
     The bucket: every port idle for ``--burst-ms`` passes that much traffic at once, a gain in time that does not shrink
     at a slower rate; the fit takes it for bandwidth (with a 4 ms bucket, 528-537 Mbit/s of payload through a 500 Mbit/s
