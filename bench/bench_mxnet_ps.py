@@ -178,11 +178,23 @@ def replayed_step_ms(g, res) -> float:
     return float(np.mean([np.median(np.diff(np.sort(res.start[(g.kind == Kind.STEP) & (g.rank == r)]))) for r in g.ranks()])) / 1e3
 
 
-def measured_exchange_ms(run_dir: str) -> float:
+def measured_parts(run_dir: str) -> tuple[float, float, float]:
+    """Over the job's profiled steps: the mean exchange, the median of a worker's compute per step (its ops' time, which
+    grows where workers crowd the cores: a core shared is an op preempted) and of its process's CPU time per step (nan
+    where the run did not record it), in ms."""
+    import numpy as np
+
     from dagprof.graph.build_ps import build_ps_graph
+    from dagprof.passes.compute import COMPUTE_KINDS
+    from dagprof.traces.events import Kind
     from dagprof.traces.load import load
 
-    return statistics.mean(span for _, _, span in build_ps_graph(load(run_dir)).meta.ps.exchange_us) / 1e3
+    g = build_ps_graph(load(run_dir))
+    ops = (g.rank >= 0) & np.isin(g.kind, [int(k) for k in (*COMPUTE_KINDS, Kind.MEMCPY)])
+    compute = [g.dur[ops & (g.rank == r) & (g.step == s)].sum() for r in g.ranks() for s in np.unique(g.step[ops & (g.rank == r)])]
+    cpu = [c for _, _, c in g.meta.ps.cpu_us]
+    return (statistics.mean(span for _, _, span in g.meta.ps.exchange_us) / 1e3, float(np.median(compute)) / 1e3,
+            float(np.median(cpu)) / 1e3 if cpu else float("nan"))
 
 
 # TCP payload per Ethernet frame as tbf counts it (1448 B of MSS with timestamps in a 1514 B frame): the most a
@@ -190,12 +202,23 @@ def measured_exchange_ms(run_dir: str) -> float:
 PAYLOAD = 1448 / 1514
 
 
-def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]], cores: int | None = None) -> tuple[dict, float, float]:
+def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]], cores: int | None = None) -> tuple[dict, float, float, str]:
     """Each (servers, rate, workers) from the one profile: ``ps:K`` re-places the keys as ps-lite does; another rate
     scales the fitted bandwidth by the rate ratio (framing overhead carries over); more workers are copies of the
-    profiled ones pushing to the same servers (``whatif --workers``), their compute sharing this machine's cores
-    (``--cores``: every worker of the testbed runs on them; ``cores``: this machine's). Per cell: (step ms, mean exchange ms), and the same with
-    the tbf bucket kept apart (``bucket_ms``); also the fitted bandwidth (bit/s) and the bucket's gain (ms per exchange).
+    profiled ones pushing to the same servers (``whatif --workers``), each keeping its compute as profiled, as
+    ``whatif`` does (its note, returned, says so with the profile's CPU figures). Per cell: (step ms, mean exchange ms),
+    the same with the tbf bucket kept apart (``bucket_ms``), and the step with the workers' compute queued on this
+    machine's ``cores`` (``whatif --cores``; None where the workers do not outnumber them); also the fitted bandwidth
+    (bit/s) and the bucket's gain (ms per exchange).
+
+    Not queued by default: on mx_convnet.py (4 workers, 1 server, 200 Mbit/s, 2 cores, load 2-9) the 4-worker jobs' ops
+    took no longer than the 2-worker jobs' (a worker's compute 11.9 and 12.1 ms per step against 14-22 ms), their workers
+    computed mostly staggered (3 or 4 at once in 4-27 % of their compute time), while the replayed copies of 2 profiled
+    workers compute in lockstep (all 4 at once in 45 %), so ``--cores 2`` queued them for 42 ms more a step (+29 %).
+    At 500 Mbit/s under load 11-17 the pulls came closer together (3 or 4 at once in 48-59 %) and the ops took 1.7x
+    as long (a kept trial, /tmp/mxconv/s1 in the session's report), and at 200 Mbit/s under load 13-16 3.5x (127 against
+    36-43 ms a step, for 23.5 against 18.6-20.7 ms of CPU): how much 4 workers crowd 2 cores depends on how staggered the
+    server's port leaves them and on the host's other load, which the profile does not measure.
 
     The bucket: every port idle for ``--burst-ms`` passes that much traffic at once, a gain in time that does not shrink
     at a slower rate; the fit takes it for bandwidth (with a 4 ms bucket, 528-537 Mbit/s of payload through a 500 Mbit/s
@@ -209,7 +232,7 @@ def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]], cor
     from dagprof.costmodel.topology import CollectiveSpec
     from dagprof.passes import set_link, set_scheme
     from dagprof.passes.comm import exchange_us
-    from dagprof.passes.compute import share_cores
+    from dagprof.passes.compute import own_cores_note, share_cores
     from dagprof.passes.workers import scale_workers
     from dagprof.pipeline import open_run
     from dagprof.replay import replay
@@ -226,13 +249,13 @@ def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]], cor
     cores = cores or os.cpu_count() or 1
     for servers, rate, workers in cells:
         g = set_scheme(p.graph, CollectiveSpec.parse(f"ps:{servers}"))
-        if workers != WORKERS:
-            g = scale_workers(g, workers)
-            g = share_cores(g, cores) if workers > cores else g
-        step, exch = run(set_link(g, bw0 * rate / rate0) if rate != rate0 else g)
+        g = scale_workers(g, workers) if workers != WORKERS else g
+        linked = set_link(g, bw0 * rate / rate0) if rate != rate0 else g
+        step, exch = run(linked)
         wire_step, wire_exch = run(set_link(g, rate / 8 * PAYLOAD))
-        out[(servers, rate, workers)] = (step, exch, wire_step - gain, wire_exch - gain)
-    return out, 8 * bw0, gain
+        queued = run(share_cores(linked, cores))[0] if workers > cores else None
+        out[(servers, rate, workers)] = (step, exch, wire_step - gain, wire_exch - gain, queued)
+    return out, 8 * bw0, gain, own_cores_note(p.graph, max(c[2] for c in cells)) or ""
 
 
 def main() -> int:
@@ -291,17 +314,18 @@ def main() -> int:
                 else:
                     m = run_job(args.python, out, servers, rate, args.profile_steps, args.steps, 9300 + k * 10 + servers + workers, args.script,
                                 workers, args.burst_ms, args.buffer_kb << 10, min(c[1] for c in cells))
-                got[cell] = {"iter_ms": step_ms(m, False), "profiled_iter_ms": step_ms(m, True), "exchange_ms": measured_exchange_ms(out),
-                             "retransmits": m["testbed"].get("tcp_retransmits", -1)}
+                exchange, compute, cpu = measured_parts(out)
+                got[cell] = {"iter_ms": step_ms(m, False), "profiled_iter_ms": step_ms(m, True), "exchange_ms": exchange,
+                             "compute_ms": compute, "cpu_ms": cpu, "retransmits": m["testbed"].get("tcp_retransmits", -1)}
                 lost = got[cell]["retransmits"]
                 if cell == cells[0]:
-                    pred, bw, gain = predict(out, rate, cells)
+                    pred, bw, gain, note = predict(out, rate, cells)
                 print(f"round {k + 1}: {servers} server(s) {rate / 1e6:g} Mbit/s {workers} workers: {got[cell]['iter_ms']:.1f} ms/step "
                       f"(exchange {got[cell]['exchange_ms']:.1f} ms, {lost} TCP segments retransmitted)", file=sys.stderr)
             for c in cells:
                 rows.append({"round": k, "servers": c[0], "rate_bit": c[1], "workers": c[2], **got[c], "pred_iter_ms": pred[c][0],
-                             "pred_exchange_ms": pred[c][1], "bucket_iter_ms": pred[c][2], "bucket_exchange_ms": pred[c][3],
-                             "fitted_bit_per_s": bw, "bucket_gain_ms": gain})
+                             "pred_exchange_ms": pred[c][1], "bucket_iter_ms": pred[c][2], "bucket_exchange_ms": pred[c][3], "cores_iter_ms": pred[c][4],
+                             "fitted_bit_per_s": bw, "bucket_gain_ms": gain, "note": note})
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
@@ -351,6 +375,17 @@ def report(rows: list[dict], cells: list[tuple[int, float, int]], args) -> None:
           f"exchanges replayed at the payload rate, {100 * PAYLOAD:.1f} % of the tbf, less their measured length)")
     prof = statistics.median(r["profiled_iter_ms"] / r["iter_ms"] for r in rows)
     print(f"profiler overhead: a job's profiled steps take {100 * (prof - 1):+.1f} % (median) against its unprofiled ones")
+    print("a worker's compute per profiled step (its ops' time: where workers crowd the cores, ops are preempted and take longer) / its "
+          "process's CPU time per step, medians over rounds: " + "; ".join(
+              f"{c[2]} workers, {c[0]} server(s), {c[1] / 1e6:g} Mbit/s {med(c, 'compute_ms')[0]:.1f} / {med(c, 'cpu_ms')[0]:.1f} ms" for c in cells))
+    for c in cells:
+        queued = [r["cores_iter_ms"] for r in rows if (r["servers"], r["rate_bit"], r["workers"]) == c and r["cores_iter_ms"] is not None]
+        if queued:
+            m = med(c, "iter_ms")[0]
+            print(f"{c[2]} workers with their compute queued on this machine's {os.cpu_count()} cores (whatif --cores): "
+                  f"{statistics.median(queued):.1f} ms, {100 * (statistics.median(queued) - m) / m:+.1f} %")
+    for note in dict.fromkeys(r["note"] for r in rows if r["note"]):
+        print(f"note (round {next(r['round'] for r in rows if r['note'] == note) + 1}'s profile): {note}")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ import os
 import pathlib
 import shutil
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -15,6 +16,7 @@ from dagprof.graph.build_ps import DONE, ISSUE
 from dagprof.graph.collectives import ps_devices, worker_ports
 from dagprof.passes import scale_workers, set_link, set_scheme
 from dagprof.passes.comm import current_topology, exchange_us
+from dagprof.passes.compute import own_cores_note
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
 from dagprof.search.whatif import Scenario, evaluate
@@ -113,6 +115,20 @@ def test_more_workers_load_the_servers():
     assert sums and all(int(eight_g.nbytes[v]) % 8 == 0 for v in sums)  # each server sums 8 pushes
     with pytest.raises(DagprofError, match="at most 64"):
         scale_workers(g, 65)
+
+
+def test_more_workers_than_cores_say_each_keeps_its_own():
+    """--workers keeps each worker's compute as profiled; past the profiled host's cores it says so with the CPU measured."""
+    g = open_run(str(USER)).graph  # recorded before the collector said its cores
+    assert g.meta.host_cpus == {} and own_cores_note(g, 2) is None
+    assert "did not record its workers' cores" in own_cores_note(g, 4)
+    said = g.meta.replace(host_cpus={"vm": (2, 2)}, ps=msgspec.structs.replace(g.meta.ps, cpu_us=[(4, 0, 16e3), (4, 1, 18e3)]))
+    note = own_cores_note(g.replace(meta=said), 4)
+    step = np.mean(list(g.meta.measured_iter_us.values())) / 1e3
+    assert f"17 ms of CPU per {step:.0f} ms step" in note and "--cores 2" in note and "\n" not in note
+    assert own_cores_note(g.replace(meta=said.replace(host_cpus={"vm": (2, 8)})), 4) is None  # 4 workers keep cores of their own
+    out = evaluate(g.replace(meta=said), [Scenario(workers=4)])
+    assert note in out["notes"]
 
 
 @pytest.mark.parametrize("cmd", [["replay"], ["analyze"], ["report"], ["whatif", "--scheme", "ps:1"], ["whatif", "--bandwidth", "100Mbit"],
@@ -255,6 +271,10 @@ def test_rerecord_user_script_from_scratch(tmp_path):
     assert main(["profile", "--mxnet-ps", "servers=1,workers=2", "-o", out, "--steps", "4:7", "--", _mxnet_python(), script]) == 0
     p = open_run(out)
     assert abs(p.analysis.error_pct) < 5.0  # a fresh run on a busy machine; the vendored one is held to 2 %
+    cores = len(os.sched_getaffinity(0))
+    assert list(p.graph.meta.host_cpus.values()) == [(2, cores)] and len(p.graph.meta.ps.cpu_us) == 2 * 3
+    assert all(0 < c < 2 * cores * max(p.graph.meta.measured_iter_us.values()) for _, _, c in p.graph.meta.ps.cpu_us)
+    assert "ms of CPU per" in own_cores_note(p.graph, cores + 1)
 
 
 @pytest.mark.mxnet

@@ -57,6 +57,12 @@ def common_steps(run: Run, steps: range | None = None) -> list[int]:
     return sorted(common)
 
 
+def host_cpus(run: Run) -> dict[str, tuple[int, int]]:
+    """Per host whose ranks said their cores: (its ranks, the fewest cores one of them could run on)."""
+    return {h: (sum(t.host == h for t in run.ranks), min(t.meta.cpus for t in run.ranks if t.host == h))
+            for h in {t.host for t in run.ranks if t.host and t.meta.cpus > 0}}
+
+
 def measured_iter_us(trace: RankTrace, steps: list[int]) -> float:
     """Measured iteration time of ``trace`` over ``steps`` (``traces.steps.iteration_us``)."""
     spans = trace.step_spans()
@@ -107,8 +113,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         horovod=run.meta.horovod,
         layer_grad_bytes=dict(run.ranks[0].meta.layer_grad_bytes),
         layer_saved_bytes=dict(run.ranks[0].meta.layer_saved_bytes),
-        host_cpus={h: (sum(t.host == h for t in run.ranks), min(t.meta.cpus for t in run.ranks if t.host == h))
-                   for h in {t.host for t in run.ranks if t.host and t.meta.cpus > 0}},
+        host_cpus=host_cpus(run),
     )
     if run.meta.fsdp:
         from .build_fsdp import fsdp_meta  # noqa: PLC0415  (it imports this module's users)

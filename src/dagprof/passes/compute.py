@@ -86,3 +86,26 @@ def _lags_off_cores(g: Graph, shared: np.ndarray) -> Graph:
     b.add_edges(comm, wait)
     b.add_edges(wait, cons)
     return b.build()
+
+
+def own_cores_note(g: Graph, workers: int) -> str | None:
+    """A parameter-server ``--workers`` answer keeps each worker's compute as profiled: it assumes every worker keeps its
+    own cores. Said in one line with what the profile measured of the cores, so a user can judge whether more workers on
+    the profiled host would crowd them (``share_cores`` queues them FIFO when asked with ``--cores``)."""
+    ps, n0 = g.meta.ps, int(g.world_size)
+    if ps is None or workers <= n0:
+        return None
+    head = f"--workers {workers}: the prediction assumes each worker keeps its own cores (its compute as profiled)"
+    if len(g.meta.host_cpus) != 1:
+        return f"{head}; the run did not record its workers' cores (profile again to have them said)"
+    host, (ranks, cores) = next(iter(g.meta.host_cpus.items()))
+    if workers <= cores:
+        return None
+    step = float(np.mean(list(g.meta.measured_iter_us.values())))
+    busy = sum(b.busy_us for b in ps.server_busy) / max(len({b.step for b in ps.server_busy}), 1)
+    cpu = float(np.median([c for _, _, c in ps.cpu_us])) if ps.cpu_us else 0.0
+    used = (f"a worker's process used {cpu / 1e3:.0f} ms of CPU per {step / 1e3:.0f} ms step when profiled ({workers} of them: "
+            f"{workers * cpu / step / cores:.0%} of the {cores} cores at that step)" if cpu else "the run did not record its workers' CPU time")
+    return (f"{head}: {ranks} workers were profiled on {host}'s {cores} cores, where {workers} would share them; {used}, the servers' "
+            f"engines {busy / 1e3:.1f} ms per step; --cores {cores} queues their compute on the cores instead (FIFO, the copies "
+            "computing in lockstep)")

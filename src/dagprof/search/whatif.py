@@ -28,7 +28,7 @@ from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
 from ..passes import expand_collectives, partition_tensors, scale_compute, scale_workers, set_buckets, set_link, set_scheme, set_topology
 from ..passes.comm import LinkFit, current_topology, graph_world_size, hybrid, link_fit, priced_world_size, profiled_collectives, set_link_ratio
-from ..passes.compute import share_cores
+from ..passes.compute import own_cores_note, share_cores
 from ..passes.data_parallel import conversion_note, parse_target, to_data_parallel, with_optimizer_state
 from ..passes.fsdp import UNMODELLED, refuse_unmodelled, scale_fsdp_workers, set_reduce_dtype, set_reshard
 from ..passes.fsdp_units import merge_units, parse_units, with_units
@@ -520,7 +520,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
             "reference_iter_ms": None if not measured_us else measured_us / 1e3, "link": link_text(base_topo), "link_fit": link,
             "columns": COLUMNS, "scenarios": rows, "overlap_slowdown": cluster.slowdown, "overlap_rate_bytes_per_s": cluster.comm_rate,
             "notes": _hybrid_notes(g0) + _conversion_notes(g0, scenarios, cluster) + _crowded_notes(g0)
-                     + _shared_cores_notes(g0, cluster) + _overlap_notes(cluster)
+                     + _shared_cores_notes(g0, cluster) + _overlap_notes(cluster) + _own_cores_notes(g0, scenarios, cluster)
             + _link_to_notes(scenarios, cluster) + wire_notes,
             "seconds": time.perf_counter() - t0}
 
@@ -590,6 +590,12 @@ def _shared_cores_notes(g: Graph, c: Cluster) -> list[str]:
             f"at once, and a what-if that changes when they compute (units, reshard, DDP <-> FSDP, the link) keeps the profiled "
             f"op times unless --cores {cores} models the sharing (a 4-rank HSDP job on 2 cores: --units merge:all -27 and -42 % "
             "off the measured job in two rounds without it, -4 and -26 % with it)"]
+
+
+def _own_cores_notes(g: Graph, scenarios: list[Scenario], c: Cluster) -> list[str]:
+    """More parameter-server workers than the profiled host's cores, without --cores: the assumption said, with its numbers."""
+    note = None if c.cores or not is_ps_graph(g) else own_cores_note(g, max(s.workers or 0 for s in scenarios))
+    return [note] if note else []
 
 
 def _crowded_notes(g: Graph) -> list[str]:

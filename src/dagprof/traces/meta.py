@@ -136,6 +136,7 @@ class PsRecord(msgspec.Struct, kw_only=True, frozen=True):
     servers_profiled: list[int] = []
     base_us: float = 0.0
     exchange_us: list[tuple[int, int, float]] = []  # (step, worker, first push issued -> last pull in), graphs only
+    cpu_us: list[tuple[int, int, float]] = []  # (step, worker, its process's CPU time in the step, all threads); [] before it was recorded
 
 
 class RankMeta(msgspec.Struct, kw_only=True):
@@ -165,7 +166,7 @@ class RankMeta(msgspec.Struct, kw_only=True):
     unprofiled_step_times_us: dict[int, float] | None = None  # None: the reader has no loop timing (not a dagprof run)
     window_tx_bytes_per_step: float | None = None  # bytes the host's interfaces sent per profiled step (TF/JAX windows; None: not counted)
     pid: int | None = None
-    cpus: int = 0  # dagprof runs: cores the rank could run on (0: not recorded)
+    cpus: int = 0  # dagprof and MXNet runs: cores the rank could run on (0: not recorded)
     torch: str = ""
     mode: str = ""  # api (dagprof.profile) | launcher (dagprof profile -- ...)
     bucket_cap_mb: float | None = None

@@ -171,6 +171,9 @@ class MxManifest(msgspec.Struct):
     mxnet: str = ""
     timed_s: dict[str, list[float]] = {}  # worker rank -> the steps after the window, timed with the profiler off
     command: list[str] = []  # the workers' command
+    hosts: dict[str, str] = {}  # worker rank -> its host name
+    cpus: dict[str, int] = {}  # worker rank -> cores it could run on
+    cpu_s: dict[str, list[float]] = {}  # worker rank -> its process's CPU seconds per step (all threads), as ``steps``
 
 
 class _Manifest:
@@ -181,6 +184,9 @@ class _Manifest:
         self.keys = {k.key: k for k in m.keys}
         self.layers = m.layers
         self.steps = {int(r): v for r, v in m.steps.items()}
+        self.hosts = {int(r): h for r, h in m.hosts.items()}
+        self.cpus = {int(r): c for r, c in m.cpus.items()}
+        self.cpu_s = {int(r): v for r, v in m.cpu_s.items()}
         self.profiled = list(range(*m.profiled_steps))
         try:
             self.worker_files = {int(r): inside(folder, f, path) for r, f in m.files.workers.items()}
@@ -205,6 +211,7 @@ def read_mxnet_run(folder: str) -> Run:
         framework="mxnet", num_servers=man.servers, num_workers=man.workers, bigarray_bound=man.bound, placement="ps-lite",
         keys=[PsKey(k, v.nbytes, v.elements, v.name, v.layer) for k, v in sorted(man.keys.items())],
         server_busy=busy, servers_profiled=sorted(man.server_files), base_us=base_ns / 1e3,
+        cpu_us=[(k, w, 1e6 * c) for w, cs in sorted(man.cpu_s.items()) for (k, _, _), c in zip(man.steps.get(w, []), cs) if k in man.profiled],
     )
     meta = RunMeta(ps=ps, framework="mxnet")
     if sorted(man.server_files) != list(range(man.servers)):
@@ -305,8 +312,8 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
         cols["seq"][p["event"]] = seq
     table = EventTable.from_columns(names, **{c: np.asarray(v) for c, v in cols.items()})
     trace = RankTrace(rank=w, world_size=man.workers, source=path, events=table, lanes=lanes, base_ns=base_ns, backend="ps-lite",
-                      layers=layers, groups=["ps"], group_ranks={"ps": list(range(man.workers))},
-                      meta=RankMeta(framework="mxnet"))
+                      layers=layers, groups=["ps"], group_ranks={"ps": list(range(man.workers))}, host=man.hosts.get(w, ""),
+                      meta=RankMeta(framework="mxnet", cpus=man.cpus.get(w, 0)))
     return trace, pushes
 
 

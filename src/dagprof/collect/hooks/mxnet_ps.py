@@ -35,6 +35,7 @@ import argparse
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -74,12 +75,13 @@ class profile:
         self.warmup = int(os.environ.get(ENV_WARMUP, 2)) if warmup is None else warmup
         self.profile_steps = int(os.environ.get(ENV_PROFILE, 3)) if profile_steps is None else profile_steps
         self.steps: list[list[int]] = []
+        self.cpu_s: list[float] = []  # the process's CPU time per step, all its threads (engine, ps-lite): what it asks of the cores
         self.profiled = [0, 0]
         self.running = False
-        self.t0 = time.time_ns()
+        self.t0, self.c0 = time.time_ns(), time.process_time()
 
     def __enter__(self) -> profile:
-        self.t0 = time.time_ns()
+        self.t0, self.c0 = time.time_ns(), time.process_time()
         return self
 
     def __exit__(self, *exc) -> None:
@@ -93,12 +95,13 @@ class profile:
         mx.nd.waitall()
         k = len(self.steps) + 1
         self.steps.append([k, self.t0, time.time_ns()])
+        self.cpu_s.append(time.process_time() - self.c0)
         if k == self.warmup and self.profile_steps:
             self._start(mx)  # the next step pays the profiler's start-up: traced, outside the window
             self.profiled = [k + 2, k + 2 + self.profile_steps]
         elif self.running and k == self.profiled[1] - 1:
             self._stop(mx)
-        self.t0 = time.time_ns()
+        self.t0, self.c0 = time.time_ns(), time.process_time()
 
     def _kv(self):
         kv = self.trainer._kvstore
@@ -141,7 +144,8 @@ class profile:
         timed = [(b - a) / 1e9 for k, a, b in self.steps if stop and k >= stop]
         _write_json(os.path.join(self.out, f"worker{kv.rank}.meta.json"), {
             "rank": kv.rank, "pid": os.getpid(), "steps": self.steps, "profiled": self.profiled, "timed_s": timed, "keys": keys,
-            "layers": layers, "num_workers": kv.num_workers, "mxnet": mx.__version__,
+            "layers": layers, "num_workers": kv.num_workers, "mxnet": mx.__version__, "host": socket.gethostname(),
+            "cpus": len(os.sched_getaffinity(0)), "cpu_s": self.cpu_s,
         })
 
 
@@ -284,7 +288,9 @@ def write_manifest(out: str, servers: int, workers: int, extra: dict | None = No
         "format": FORMAT, "version": VERSION, "kvstore": "dist_sync", "num_workers": workers, "num_servers": servers,
         "bigarray_bound": BIGARRAY_BOUND, "update_on_kvstore": True, "mxnet": metas[0]["mxnet"], "keys": metas[0]["keys"],
         "layers": metas[0]["layers"], "profiled_steps": [first, stop], "files": files,
-        "steps": {str(m["rank"]): m["steps"] for m in metas}, "timed_s": {str(m["rank"]): m["timed_s"] for m in metas}, **(extra or {}),
+        "steps": {str(m["rank"]): m["steps"] for m in metas}, "timed_s": {str(m["rank"]): m["timed_s"] for m in metas},
+        "hosts": {str(m["rank"]): m["host"] for m in metas}, "cpus": {str(m["rank"]): m["cpus"] for m in metas},
+        "cpu_s": {str(m["rank"]): m["cpu_s"] for m in metas}, **(extra or {}),
     }
     _write_json(os.path.join(out, MANIFEST), manifest)
     return manifest
