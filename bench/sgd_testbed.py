@@ -171,6 +171,18 @@ def predict_round(rnd: dict, cores: int, tmp: str, jitter: int = JITTER) -> dict
     return out
 
 
+def refused_anchor(rnd: dict) -> str | None:
+    """Why ``dagprof sgd`` refuses the round's unprofiled anchor (``sgd.anchor``: a one-rank step no longer than the profile's
+    compute, beyond the profiler's cost), or None: such a round has no ``unprofiled`` rows, so it is skipped whole."""
+    from dagprof.errors import DagprofError
+
+    try:
+        scaled(rnd["run"], 1.0, rnd["iter_1_unprofiled_ms"] * 1e3)
+    except DagprofError as e:
+        return e.problem
+    return None
+
+
 def parts_round(rnd: dict, cores: int) -> dict:
     """Where the headline's step goes, per cell: (compute, all-reduces) ms, the one-worker compute (forward + backward +
     update, the anchor's serial rest included) scaled as the ``+cores`` rows scale it, and the all-reduces as the
@@ -200,16 +212,28 @@ def testbed(args) -> int:
     rounds = sum(1 for d in os.listdir(args.repredict) if d.isdigit()) if args.repredict else args.rounds
     rng = random.Random(0)
     t0 = time.monotonic()
-    done = []
+    done, skipped = [], []
     with tempfile.TemporaryDirectory(prefix="dagprof-bench-sgd-") as tmp:
         work = args.repredict or args.keep or tmp
         for k in range(rounds):
             print(f"round {k + 1}/{rounds}", file=sys.stderr)
             rnd = run_round(os.path.join(work, str(k)), rng, bool(args.repredict), args.overlap_from)
+            why = refused_anchor(rnd)
+            if why:
+                skipped.append(f"round {k + 1}: {why}")
+                print(f"  skipped: {why}", file=sys.stderr)
+                continue
             rnd["predicted"] = predict_round(rnd, args.cores, tmp)
             rnd["parts"] = parts_round(rnd, args.cores)
             done.append(rnd)
-    report(done, args)
+    if skipped:
+        print(f"{len(skipped)} of {rounds} round(s) skipped: dagprof sgd refuses to anchor a profile on a one-rank iteration shorter "
+              "than its compute (the unprofiled steps ran faster than the profile's ops by more than the profiler's cost)\n  "
+              + "\n  ".join(skipped))
+    if not done:
+        print("no round left to report")
+        return 1
+    report(done, args, skipped)
     print(f"bench wall time {time.monotonic() - t0:.0f} s")
     return 0
 
@@ -238,7 +262,7 @@ def overlap_of(link: str):
     return None if table is None else overlap_from_table(table, link)
 
 
-def report(done: list[dict], args) -> None:
+def report(done: list[dict], args, skipped: list[str]) -> None:
     headline = HEADLINE
     if any(("calibrate-bwd", RANKS[0], next(iter(RATES))) not in r["links"] for r in done):
         headline = ("calibrate", *HEADLINE[1:])
@@ -325,7 +349,8 @@ def report(done: list[dict], args) -> None:
             print(f"  {n} ranks {rate:>8}: measured {meas:.3f}x, predicted {pred:.3f}x")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"rounds": [{"load": r["load"], "iter_1_profiled_ms": r["iter_1_profiled_ms"], "iter_1_unprofiled_ms": r["iter_1_unprofiled_ms"],
+            json.dump({"skipped": skipped,
+                       "rounds": [{"load": r["load"], "iter_1_profiled_ms": r["iter_1_profiled_ms"], "iter_1_unprofiled_ms": r["iter_1_unprofiled_ms"],
                                    "measured": {"/".join(map(str, k)): v for k, v in r["measured"].items()},
                                    "predicted": {"/".join(map(str, k)): v for k, v in r["predicted"].items()}} for r in done],
                        "ablation": {"/".join(v): {"/".join(map(str, c)): x for c, x in e.items()} for v, e in table.items()}}, f, indent=1)

@@ -11,12 +11,29 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 
+from testdata import DATA  # noqa: E402
+
 from dagprof.collect.jobs import netns  # noqa: E402
 
 why = netns.available()
-pytestmark = pytest.mark.skipif(why is not None, reason=f"testbed: {why}")
 
 
+def test_a_round_dagprof_sgd_cannot_anchor_is_named_not_fatal():
+    """A round whose unprofiled one-rank step is shorter than the profile's compute (beyond the profiler's cost) has no
+    ``unprofiled`` rows: ``dagprof sgd`` refuses that anchor by design, so the bench skips the round with the reason."""
+    import sgd_testbed as tb
+
+    from dagprof.traces.layerwise import read_layer_file
+
+    run = str(DATA / "ddp-testbed" / "run")
+    p = read_layer_file(run)
+    compute_ms = float(p.forward_or_zero().sum() + p.backward_us.sum() + p.update_us) / 1e3
+    assert tb.refused_anchor({"run": run, "iter_1_unprofiled_ms": compute_ms}) is None
+    why = tb.refused_anchor({"run": run, "iter_1_unprofiled_ms": 0.5 * compute_ms})
+    assert why.startswith("single-worker iteration") and "shorter than the profile's own compute" in why
+
+
+@pytest.mark.skipif(why is not None, reason=f"testbed: {why}")
 def test_one_tiny_round(tmp_path, monkeypatch):
     import sgd_testbed as tb
 

@@ -48,6 +48,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..graph.dag import Graph
+from ..graph.provenance import provenance
 from ..passes.profiler_cost import ProfilerCost, job_steps, median_stderr, window_sides
 from ..replay import ReplayResult
 from ..traces.events import Kind
@@ -138,12 +139,23 @@ def _ms(us: float) -> str:
 
 def step_times(g: Graph, res: ReplayResult) -> np.ndarray:
     """Replayed time of each step (us): per rank, one step mark to the next; per step, the slowest rank."""
+    return _slowest_steps(g, res.start)
+
+
+def measured_step_times(g: Graph) -> np.ndarray:
+    """Measured time of each step (us), read as ``step_times`` reads a replay: from the step marks' measured starts
+    (``graph.provenance``); empty where the graph holds none."""
+    p = provenance(g)
+    return np.empty(0) if p is None else _slowest_steps(g, p.mstart)
+
+
+def _slowest_steps(g: Graph, start: np.ndarray) -> np.ndarray:
     per_rank = []
     for r in g.ranks():
         marks = np.flatnonzero((g.kind == Kind.STEP) & (g.rank == r))
         if len(marks) >= 2:
-            per_rank.append(np.diff(np.sort(res.start[marks])))
-    if not per_rank:
+            per_rank.append(np.diff(np.sort(start[marks])))
+    if not per_rank or not all(np.isfinite(p).all() for p in per_rank):
         return np.empty(0)
     n = min(len(p) for p in per_rank)
     return np.max([p[:n] for p in per_rank], axis=0)
@@ -155,6 +167,16 @@ def typical_iteration_us(g: Graph, res: ReplayResult) -> float:
     step, as there, not spread over all of them as a mean is; ``job_iteration_us`` where fewer than 3 steps were replayed."""
     d = step_times(g, res)
     return float(np.median(d)) if len(d) >= 3 else job_iteration_us(g, res)
+
+
+def typical_measured_us(g: Graph) -> tuple[float | None, str]:
+    """``typical_iteration_us`` of the measurement itself (``measured_step_times``), what a model priced by it must be held
+    against, and which statistic it is: the median step where 3 or more were measured, else the measured mean (None: not
+    measured)."""
+    d = measured_step_times(g)
+    if len(d) >= 3:
+        return float(np.median(d)), "median"
+    return (max(g.meta.measured_iter_us.values()) if g.meta.measured_iter_us else None), "mean"
 
 
 def link_residuals(profiled: Graph, modelled: Graph) -> np.ndarray:

@@ -122,7 +122,7 @@ def to_text(r: dict) -> str:
     m = "n/a" if r["measured_iter_ms"] is None else f"{r['measured_iter_ms']:.2f} ms"
     corrected = r["profiler_cost"]["corrected"] and r["reference_iter_ms"] is not None
     against = f" against {r['reference_iter_ms']:.2f} ms without the profiler" if corrected else ""
-    lines = warning_lines(r) + [f"profiled: {r['workers']} ranks, measured {m}/iter; model of it {r['model_iter_ms']:.2f} ms "
+    lines = warning_lines(r) + [f"profiled: {r['workers']} ranks, measured {m}/iter (mean step); model of it {r['model_iter_ms']:.2f} ms "
                                 f"({r['model_error_pct']:+.1f} %{against}; {r['link']})", r["profiler_cost"]["text"]]
     fit = r["link_fit"]
     if fit and fit["weak"]:

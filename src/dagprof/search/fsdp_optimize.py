@@ -28,6 +28,7 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from ..analysis import job_iteration_us
 from ..analysis.interval import PredictionInterval, link_residuals, predict_interval
@@ -151,6 +152,7 @@ class Grouping:
 
 @dataclass
 class FsdpSearchResult(Gain):
+    step_statistic: ClassVar[str] = "mean"  # ``job_iteration_us`` (``FsdpEvaluator``)
     baseline: FsdpScored
     best: FsdpScored
     units: list[str]  # the units, in the record's order

@@ -40,7 +40,7 @@ import math
 import random
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 from ..analysis.interval import PredictionInterval, link_residuals, predict_interval
 from ..collect.deploy.strategy import Prediction, Strategy
@@ -101,6 +101,7 @@ class Gain:
 
     baseline: Any
     best: Any
+    step_statistic: ClassVar[str]  # how ``iter_us`` sums up the replayed steps ("median" or "mean" step): the measurement is held alike
 
     @property
     def speedup(self) -> float:
@@ -113,6 +114,7 @@ class Gain:
 
 @dataclass
 class SearchResult(Gain):
+    step_statistic: ClassVar[str] = "median"  # ``search.evaluate.Scored``
     baseline: Scored
     best: Scored
     order: GradientOrder

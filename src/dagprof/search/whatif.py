@@ -426,7 +426,7 @@ def check_model(model_us: float, measured_us: float | None, tolerance_pct: float
         if corrected is not None:
             parts.append(f"the profiler-cost correction ({-100 * share:+.1f} %) {_pct(base_us, built_us * (1.0 - share))} off that replay less the cost")
     parts.append(f"{link} {_pct(model_us, base_us)} off the replay it reprices")
-    raise DagprofError(f"not predicting: the model the what-ifs start from gives the profiled run {model_us / 1e3:.2f} ms/iter, {what} "
+    raise DagprofError(f"not predicting: the model the what-ifs start from gives the profiled run {model_us / 1e3:.2f} ms/iter (mean step both), {what} "
                        f"{ref / 1e3:.2f} ms ({err:+.1f} %, more than {tolerance_pct:g} %): {', '.join(parts)}; --allow-model-error predicts anyway")
 
 
