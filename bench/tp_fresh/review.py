@@ -11,6 +11,7 @@ not one JSON object), and each recording's labels (``analyze --json``) are compa
     python bench/tp_fresh/review.py                       # every job, every source (about 15 minutes on 2 cores)
     python bench/tp_fresh/review.py --jobs tp-sp,pp-dp --sources stock,stripped
     python bench/tp_fresh/review.py --fixtures tests/data/tp-fresh   # re-record the vendored stock traces (gzipped)
+    python bench/tp_fresh/review.py --fixtures tests/data/tp-fresh --jobs pp-stages   # only one of them
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ JOBS = {
     "tp-inner": ("mesh_tp.py", 4, ["--mesh", "dp:2,tp:2"], "DP x2, TP x2"),
     "tp-outer": ("mesh_tp.py", 4, ["--mesh", "tp:2,dp:2", "--optim", "sgd"], "DP x2, TP x2"),
     "pp-dp": ("pp_dp.py", 4, [], "DP x2, PP x2"),
+    "pp-stages": ("pp_stages.py", 4, [], "PP x4"),
     "ep-dp": ("ep_dp.py", 2, [], "DP x2, EP/CP x2"),
 }
 SOURCES = ("stock", "stripped", "nodist", "dagprof")
@@ -119,9 +121,9 @@ def review(job: str, source: str, root: str) -> None:
         chain.check(f"{job} {source} {label}", [args[0], run, *args[1:]])
 
 
-def fixtures(out: str) -> None:
-    """The stock recordings of every job, gzipped, into ``out``/<job>/ (replacing what was there)."""
-    for job in JOBS:
+def fixtures(out: str, jobs: list[str]) -> None:
+    """The stock recordings of ``jobs``, gzipped, into ``out``/<job>/ (replacing what was there)."""
+    for job in jobs:
         if job == "tp-inner":  # tests/data/hybrid-dp-tp already has a TP-inner 2-D job
             continue
         dest = os.path.join(out, job)
@@ -143,7 +145,7 @@ def main() -> None:
     p.add_argument("--fixtures", help="only re-record the stock traces, gzipped, into this folder")
     args = p.parse_args()
     if args.fixtures:
-        fixtures(args.fixtures)
+        fixtures(args.fixtures, args.jobs.split(","))
         return
     root = args.keep or tempfile.mkdtemp(prefix="tp_fresh_")
     for job in args.jobs.split(","):

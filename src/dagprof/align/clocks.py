@@ -33,7 +33,7 @@ def is_symmetric(collective: str) -> bool:
 
 def _end_matrix(run: Run, matching: Matching) -> np.ndarray:
     """(instances x ranks) absolute end times in us (rank clocks), NaN where a rank lacks it;
-    only symmetric collectives when the run has any."""
+    only symmetric collectives when the run has any, never a paired send/recv (the sender leaves before its data arrived)."""
     ends = np.full((len(matching.instances), len(run.ranks)), np.nan)
     for p, t in enumerate(run.ranks):
         inst = matching.instance[p]
@@ -41,7 +41,7 @@ def _end_matrix(run: Run, matching: Matching) -> np.ndarray:
         base_us = t.base_ns / 1000.0
         ends[inst[ev], p] = (t.events.start[ev] + t.events.dur[ev]) + base_us
     symmetric = np.array([is_symmetric(it.collective) for it in matching.instances], dtype=bool)
-    shared = np.isfinite(ends).sum(axis=1) >= 2
+    shared = (np.isfinite(ends).sum(axis=1) >= 2) & ~np.array([it.p2p for it in matching.instances], dtype=bool)
     return ends[symmetric & shared] if (symmetric & shared).any() else ends[shared]
 
 

@@ -33,7 +33,8 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..traces.events import Kind, RankTrace, Run
-from ..traces.parallelism import P2P, P2P_PEERED, P2P_SEND, p2p_peer
+from ..traces.kineto_schema import P2P, P2P_PEERED, P2P_SEND
+from ..traces.parallelism import p2p_peer
 
 # Collectives whose per-rank payload legitimately differs (uneven splits).
 _UNEVEN = frozenset({"alltoall", "sendrecv", "send", "recv", "gather", "scatter"})
@@ -75,6 +76,7 @@ class _Op:
     nbytes: int
     step: int  # in the reference's numbering once the rank's offset is known
     end_us: float  # absolute (the rank's own clock)
+    peer: int = -1  # a send's or recv's peer argument, as its group numbers it (``EventTable.peer``)
 
     @property
     def kind(self) -> tuple[str, str, int]:
@@ -98,7 +100,7 @@ def _ops(trace: RankTrace) -> dict[str, list[_Op]]:
         coll, dtype = by_event.get(i, (ev.name_of(i), ""))
         out.setdefault(trace.groups[int(ev.group[i])], []).append(
             _Op(i, int(ev.seq[i]), explicit, coll, dtype.lower(), int(ev.nbytes[i]), int(ev.step[i]),
-                base_us + float(ev.start[i] + ev.dur[i])))
+                base_us + float(ev.start[i] + ev.dur[i]), int(ev.peer[i])))
     for ops in out.values():
         ops.sort(key=lambda o: o.seq)
     return out
@@ -198,25 +200,27 @@ def _pair_p2p(run: Run, p2p: list[dict[str, list[_Op]]], recorded: list[set[int]
     B from A there, of the same bytes. One instance of the two ranks each, so the graph builder joins them like a
     collective: the recv waits for the send, and pipeline bubbles emerge from the replay. Matched by position like a
     collective, a stage's send met the other stage's send, and a dagprof run's met its DDP peer's, which it never
-    exchanges with. Send/recv whose peer the trace does not tell (``traces.parallelism.p2p_peer``) stay unpaired, timed
-    in the ops that issued them (``Parallelism.unpaired_p2p``); a step both ranks recorded with more sends than recvs
-    (or other bytes) is a problem, like a missing collective."""
+    exchanges with. The peer: each op's own argument (a pipeline's group of N stages), else the other rank of a 2-rank
+    group (``traces.parallelism.p2p_peer``). Send/recv whose peer the trace does not tell stay unpaired, timed in the
+    ops that issued them (``Parallelism.unpaired_p2p``); a step both ranks recorded with more sends than recvs (or other
+    bytes) is a problem, like a missing collective, unless either rank holds send/recv of untold peers there."""
     present = {t.rank for t in run.ranks}
     sides: dict[tuple[str, int, int, int], tuple[list[tuple[int, _Op]], list[tuple[int, _Op]]]] = {}
+    unknown: set[tuple[int, str, int]] = set()  # (rank, group, step) holding a send/recv whose peer the trace does not tell
     for p, t in enumerate(run.ranks):
         for g, ops in p2p[p].items():
-            peer = p2p_peer(t, g)
-            if peer is None or peer not in present:
-                continue
             for o in ops:
-                if o.coll in P2P_PEERED:
+                peer = p2p_peer(t, g, o.peer) if o.coll in P2P_PEERED else None
+                if peer is None:
+                    unknown.add((t.rank, g, o.step))
+                elif peer in present:
                     send = o.coll in P2P_SEND
                     src, dst = (t.rank, peer) if send else (peer, t.rank)
                     sides.setdefault((g, src, dst, o.step), ([], []))[0 if send else 1].append((p, o))
     at = {t.rank: p for p, t in enumerate(run.ranks)}
     for (g, src, dst, step), (sends, recvs) in sorted(sides.items()):
-        if len(sends) != len(recvs):
-            if step in recorded[at[src]] and step in recorded[at[dst]] or step < 0:
+        if len(sends) != len(recvs):  # a problem, unless the counterpart may be among the ops whose peer is not told
+            if (step in recorded[at[src]] and step in recorded[at[dst]] or step < 0) and not {(src, g, step), (dst, g, step)} & unknown:
                 problems.append(f"rank {src} sends {len(sends)} time(s) to rank {dst} in group {g} in step {step}, and rank {dst} "
                                 f"receives {len(recvs)} time(s) from it: the pipeline's send/recv cannot be paired")
             continue

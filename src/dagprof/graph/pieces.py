@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..traces.events import CLOCK_JITTER_US, Dep, Kind, RankTrace
+from ..traces.events import CLOCK_JITTER_US, Dep, Kind, LaneKind, RankTrace
+from ..traces.kineto_schema import P2P_SEND
 
 _WAIT_RULES = np.array([Dep.SYNC, Dep.COPY, Dep.STAGE, Dep.COMM_WAIT])
 
@@ -80,10 +81,24 @@ def anchors(trace: RankTrace, sel: Selection) -> Anchors:
     # a rank joins a shared collective when its transfer starts: what the transfer needed from the
     # source (an enqueue call hands the work over inside the call) was done by then
     src_at = np.where(sel.shared[d], np.minimum(src_at, ev.start[d]), src_at)
+    # gloo posts a send inside the call that issues it (``buf->send``), before it makes the work whose "gloo:send" range
+    # the trace shows (a caller descheduled in between opened it 10 ms after its peer stage had the data): the sender
+    # joined by the call's start
+    src_at = np.where(_host_sends(trace, sel)[d] & (rule == Dep.ENQUEUE), np.minimum(src_at, ev.start[s]), src_at)
     until = np.where(rule == Dep.STAGE, np.clip(end[s], ev.start[d], end[d]), end[d])
     # an empty wait (a call that returned at once, or a drain already done) binds where it stands
     wait = (np.isin(rule, _WAIT_RULES) | ((rule == Dep.AFTER) & (ev.kind[d] == Kind.COMM_WAIT))) & ~sel.shared[d] & (until > ev.start[d])
     return Anchors(s, d, rule.astype(np.int16), src_at, ev.start[d].astype(np.float64), np.where(wait, until, np.nan))
+
+
+def _host_sends(trace: RankTrace, sel: Selection) -> np.ndarray:
+    """Per event: a shared send run on a host thread (gloo's)."""
+    out = np.zeros(len(trace.events), dtype=bool)
+    if trace.meta.collectives is not None:
+        sends = [e for e, c in zip(trace.meta.collectives.event, trace.meta.collectives.coll) if c in P2P_SEND]
+        host = np.array([lane.kind != LaneKind.GPU_STREAM for lane in trace.lanes], dtype=bool)
+        out[sends] = sel.shared[sends] & host[trace.events.lane[sends]] if sends else False
+    return out
 
 
 def _released_by_inline(trace: RankTrace, sel: Selection, s: np.ndarray, d: np.ndarray, rule: np.ndarray):

@@ -56,7 +56,9 @@ def add_collectives(asm: Assembler, rooted: frozenset[int] = frozenset(), receiv
     a send/recv pair's receiving rank, never released before its sender joined. Its recv may seem to end
     before the send started where the clocks' fit is off (stages share no symmetric collective to align them
     on; under load 30 on 2 cores a recv ended 2 ms before its send started): released early, the recv's
-    whole wait for the other stage was a fixed gap again, a bubble no what-if moved."""
+    whole wait for the other stage was a fixed gap again, a bubble no what-if moved. (gloo's sender joins at its
+    c10d::send call's start, where it posts the data: ``graph.pieces.anchors``; its "gloo:send" range may open
+    milliseconds later, after the receiver had the data, on one host's clock too.)"""
     receiver = receiver or {}
     if not asm.instances:
         return

@@ -14,7 +14,8 @@ Conventions readers must follow (the graph builder relies on them):
   (CPU launch -> GPU kernel, all-reduce enqueue -> transfer, transfer -> wait); ``flow_rule``
   (one ``Dep`` per flow, empty = all ``Dep.AFTER``) says which instants each one joins;
 - communication events carry ``group`` (index into ``groups``) and ``seq`` (the
-  collective's position in that group on this rank), so ranks can be matched.
+  collective's position in that group on this rank), so ranks can be matched; a send or recv
+  carries ``peer`` where the trace records it (the rank it exchanges with, as its group numbers it).
 """
 from __future__ import annotations
 
@@ -110,6 +111,7 @@ _COLUMNS: dict[str, Any] = {
     "group": np.int32,  # index into RankTrace.groups, -1 when not a collective
     "seq": np.int64,  # order of the collective within its group on this rank, -1 none
     "bucket": np.int32,  # DDP gradient bucket index, -1 none
+    "peer": np.int32,  # a send's or recv's peer as its group numbers it (c10d's argument), -1 none or not recorded
 }
 
 
@@ -130,20 +132,21 @@ class EventTable:
     group: np.ndarray
     seq: np.ndarray
     bucket: np.ndarray
+    peer: np.ndarray
 
     COLUMNS = tuple(_COLUMNS)
+    DEFAULTS = {"depth": 0, "step": -1, "layer": -1, "nbytes": 0, "group": -1, "seq": -1, "bucket": -1, "peer": -1}  # optional columns
 
     @classmethod
     def from_columns(cls, names: Sequence[str], **cols: Any) -> "EventTable":
         """Missing optional columns default to 0 / -1; all columns must have equal length."""
         n = len(cols["start"])
-        defaults = {"depth": 0, "step": -1, "layer": -1, "nbytes": 0, "group": -1, "seq": -1, "bucket": -1}
         arrays = {}
         for col, dtype in _COLUMNS.items():
             if col in cols:
                 arr = np.ascontiguousarray(cols[col], dtype=dtype)
-            elif col in defaults:
-                arr = np.full(n, defaults[col], dtype=dtype)
+            elif col in cls.DEFAULTS:
+                arr = np.full(n, cls.DEFAULTS[col], dtype=dtype)
             else:
                 raise ValueError(f"EventTable needs column {col!r}")
             if arr.shape != (n,):

@@ -281,7 +281,7 @@ class _Columns:
         if name not in self.index:
             self.index[name] = len(self.names)
             self.names.append(name)
-        row = {"name": self.index[name], "depth": 0, "step": -1, "layer": -1, "nbytes": 0, "group": -1, "seq": -1, "bucket": -1, **row}
+        row = {**EventTable.DEFAULTS, **row, "name": self.index[name]}
         for c in EventTable.COLUMNS:
             self.cols[c].append(row[c])
         return len(self.cols["start"]) - 1

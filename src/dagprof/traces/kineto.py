@@ -395,6 +395,7 @@ class _Collectives:
     group: np.ndarray
     seq: np.ndarray
     nbytes: np.ndarray
+    peer: np.ndarray  # a send's or recv's peer, as its group numbers it (``EventTable.peer``)
     groups: list[str]
     group_ranks: dict[str, list[int]]
     group_desc: dict[str, str]  # process-group descriptions (pg_config, record_param_comms): "mesh_tp", "default_pg"
@@ -415,6 +416,7 @@ def _collectives(cols: Columns, nest: Nesting, deps: Deps, header: _Header) -> _
     group = np.full(n, -1, dtype=np.int32)
     seq = np.full(n, -1, dtype=np.int64)
     nbytes = np.zeros(n, dtype=np.int64)
+    peer = np.full(n, -1, dtype=np.int32)
     for i in np.flatnonzero(cols.own_kind == Kind.MEMCPY).tolist():
         a = cols.event(i).args
         nbytes[i] = a.nbytes if a is not None and a.nbytes > 0 else 0
@@ -439,6 +441,8 @@ def _collectives(cols: Columns, nest: Nesting, deps: Deps, header: _Header) -> _
         if info.get("desc"):
             group_desc.setdefault(g, info["desc"])
         coll_out.append(info.get("coll") or enq_coll or cols.info[cols.pair[t]].coll)
+        if coll_out[-1] in ks.P2P_PEERED:
+            peer[t] = _peer(info, cols.event(enq) if enq_coll in ks.P2P_PEERED else None, group_ranks.get(g, []))
         dtype_out.append(info.get("dtype", "") or ks.kernel_dtype(cols.event(t).name))
     # counted order per group, by issue time (the enqueue) when known
     enq = deps.enqueue_of[transfers]
@@ -451,8 +455,19 @@ def _collectives(cols: Columns, nest: Nesting, deps: Deps, header: _Header) -> _
     group[enq[has]] = group[transfers[has]]
     seq[enq[has]] = seq[transfers[has]]
     nbytes[enq[has]] = nbytes[transfers[has]]
-    return _Collectives(group, seq, nbytes, list(gids), group_ranks, group_desc,
+    peer[enq[has]] = peer[transfers[has]]
+    return _Collectives(group, seq, nbytes, peer, list(gids), group_ranks, group_desc,
                         Collectives(event=transfers.tolist(), coll=coll_out, dtype=dtype_out), bool(explicit) and all(explicit))
+
+
+def _peer(info: dict[str, Any], call: ks.Event | None, ranks: list[int]) -> int:
+    """A send's or recv's peer as its group numbers it: its record's (recent torch writes the group rank beside the global
+    one, which must agree with the group's ranks), else the c10d::send/recv_ call's argument (gloo records no
+    record_param_comms), else -1."""
+    if "peer" in info:
+        local = int(info["peer"])
+        return local if not ranks or (local < len(ranks) and ranks[local] == info["peer_global"]) else -1
+    return ks.scalar_input(call, 2) if call is not None else -1
 
 
 # ------------------------------------------------------------------ stage 7: assembly
@@ -493,6 +508,7 @@ def _rank_trace(trace: ks.Head, path: str, rank_arg: int | None, header: _Header
     table = EventTable.from_columns(
         cols.names, name=cols.pair_name[cols.pair], kind=deps.kind, lane=cols.lane, start=cols.start,
         dur=cols.dur, depth=nest.depth, step=kinds.step, nbytes=colls.nbytes, group=colls.group, seq=colls.seq,
+        peer=colls.peer,
     )
     base = trace.baseTimeNanoseconds or 0
     schema = raw_value(trace.schemaVersion)

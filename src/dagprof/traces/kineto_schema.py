@@ -44,6 +44,10 @@ class Args(
         "pg_ranks": "Process Group Ranks",
         "pg_desc": "Process Group Description",
         "seq": "Seq",
+        "rank": "Rank",
+        "dst_rank": "Dst Rank",
+        "src_rank": "Src Rank",
+        "concrete": "Concrete Inputs",
         "input_dims": "Input Dims",
         "input_type": "Input type",
         "wait_on_stream": "wait_on_stream",
@@ -63,6 +67,10 @@ class Args(
     pg_ranks: msgspec.Raw = msgspec.Raw()
     pg_desc: str = ""  # "mesh_tp" (DeviceMesh), "default_pg", "undefined": can tell the group's mesh dimension
     seq: Int = -1
+    rank: Int = -1  # a send/recv's record: its peer's rank in the group (a collective's: the rank's own)
+    dst_rank: Int = -1  # a send's record (recent torch, NCCL): its peer's global rank
+    src_rank: Int = -1  # a recv's record: its peer's global rank
+    concrete: msgspec.Raw = msgspec.Raw()  # scalar inputs (record_shapes): c10d::send/recv_'s third is the peer's group rank
     input_dims: msgspec.Raw = msgspec.Raw()  # nested lists, parsed only for collectives
     input_type: msgspec.Raw = msgspec.Raw()
     wait_on_stream: Int = -1
@@ -178,6 +186,9 @@ COMM_NAMES: tuple[CommName, ...] = (
 )
 
 
+P2P = frozenset({"send", "recv", "sendrecv", "isend", "irecv", "batchisendirecv"})  # canonical names
+P2P_SEND = frozenset({"send", "isend"})
+P2P_PEERED = P2P_SEND | {"recv", "irecv"}  # one peer each (a sendrecv or a batch has several)
 _CANON_DROP = re.compile(r"_?(base|coalesced|tensor|into|single)$")
 
 
@@ -331,6 +342,8 @@ def collective_args(records: list[Event]) -> dict[str, Any]:
             out["desc"] = a.pg_desc
         if a.seq >= 0 and "seq" not in out:
             out["seq"] = a.seq
+        if "peer" not in out and a.rank >= 0 and max(a.dst_rank, a.src_rank) >= 0:  # a send's or recv's record
+            out["peer"], out["peer_global"] = a.rank, max(a.dst_rank, a.src_rank)
         if len(a.pg_ranks) and "ranks" not in out:
             r = raw_value(a.pg_ranks)
             try:
@@ -348,6 +361,15 @@ def collective_args(records: list[Event]) -> dict[str, Any]:
                 out["nbytes"] = nelems * dtype_bytes(dtype)
                 out["dtype"] = dtype
     return out
+
+
+def scalar_input(e: Event, k: int) -> int:
+    """An op's ``k``-th input when the trace recorded it as an integer (``Concrete Inputs``, under record_shapes), else -1:
+    c10d::send(tensors, group, dst, tag) and c10d::recv_(tensors, group, src, tag) name their peer's group rank there."""
+    values = raw_value(e.args.concrete) if e.args is not None and len(e.args.concrete) else None
+    if isinstance(values, list) and len(values) > k and isinstance(values[k], str) and values[k].isdigit():
+        return int(values[k])
+    return -1
 
 
 def raw_value(value: msgspec.Raw) -> Any:

@@ -42,7 +42,7 @@ import msgspec
 import numpy as np
 
 from .events import EventTable, Kind, LaneKind, RankTrace, Run
-from .kineto_schema import canonical_collective
+from .kineto_schema import P2P, P2P_PEERED, canonical_collective
 
 ACTIVATION_MIN_BYTES = 1024  # a forward all-reduce below this is a loss or metric reduction, not evidence of TP
 
@@ -78,9 +78,6 @@ _DESC_DIMS = (  # process-group descriptions and mesh dimension names, as torch,
     (re.compile(r"(^|[^a-z])(ep|cp|expert|context)([^a-z]|$)|expert_model_parallel|context_parallel", re.I), Dim.EP_CP),
 )
 _TEXT = {int(d): d.text for d in Dim}
-P2P = frozenset({"send", "recv", "sendrecv", "isend", "irecv", "batchisendirecv"})
-P2P_SEND = frozenset({"send", "isend"})
-P2P_PEERED = P2P_SEND | {"recv", "irecv"}  # one peer each (a sendrecv or a batch has several)
 _REDUCING = frozenset({"allreduce", "reducescatter"})
 _COLL_NAME = re.compile(r"^(?:c10d::|nccl:|gloo:)?_?(\w+?)_?$")
 # DTensor's redistribution, its dispatch, and from_local/to_local's backward (DDP over a TP-split model reduces the
@@ -88,15 +85,27 @@ _COLL_NAME = re.compile(r"^(?:c10d::|nccl:|gloo:)?_?(\w+?)_?$")
 _DTENSOR_OP = re.compile(r"^(Nested)?Redistribute(Backward)?$|^PythonSubclass$|^_(From|To)TorchTensorBackward$")
 
 
-def p2p_peer(trace: RankTrace, group: str) -> int | None:
-    """The rank a send or recv of ``group`` on ``trace`` exchanges with, where the trace tells: the other member of a
-    2-rank group of a Kineto trace (torch's pipeline groups over a mesh dimension of 2). None for a larger group (Kineto
-    records the peer only as the issuing op's group-local argument, which the reader does not keep) and for a dagprof
-    run's (Kineto puts its send/recv in DDP's group, not theirs)."""
+def p2p_peer(trace: RankTrace, group: str, local: int) -> int | None:
+    """The rank a send or recv of ``group`` on ``trace`` exchanges with, where the trace tells: its peer argument
+    (``local``, as the group numbers it: ``EventTable.peer``) in a group the trace recorded for it, else the other member
+    of a 2-rank group. None otherwise, and for a dagprof run's (Kineto puts its send/recv in DDP's group, not theirs)."""
     members = trace.group_ranks.get(group, [])
-    if trace.meta.format != "kineto" or len(members) != 2 or trace.rank not in members:
+    if trace.meta.format != "kineto" or trace.rank not in members:
         return None
-    return members[0] if members[1] == trace.rank else members[1]
+    if 0 <= local < len(members) and members[local] != trace.rank and _own_group(trace, group):
+        return members[local]
+    if len(members) == 2:
+        return members[0] if members[1] == trace.rank else members[1]
+    return None
+
+
+def _own_group(trace: RankTrace, group: str) -> bool:
+    """Was the collective issued in ``group``, so that a peer argument counts in it? A group a record named or
+    ``resolve_groups`` moved it to is; gloo records none, so its "0" is the group issued only where ``pg_config`` puts
+    the rank in no other group."""
+    if group != "0" or (len(trace.groups) > 1 and not trace.meta.resolved_groups):
+        return True
+    return "0" in trace.meta.group_desc and not any(trace.rank in r for name, r in trace.group_ranks.items() if name != "0")
 
 
 def desc_dim(desc: str) -> Dim:
@@ -327,7 +336,7 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
             out[rows] = dims[k]
             name = trace.groups[int(inst.group[k])]
             transfer = rows[ev.kind[rows] == Kind.COMM]
-            if inst.coll[k] in P2P_PEERED and p2p_peer(trace, name) is not None:
+            if inst.coll[k] in P2P_PEERED and p2p_peer(trace, name, int(ev.peer[rows].max())) is not None:
                 paired[(_TEXT[int(dims[k])], inst.coll[k])] += 1
             else:
                 lone += inst.coll[k] in P2P
@@ -363,8 +372,9 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
         notes.append(f"{what} (summed over ranks) ran inside the ops that issued them: the graph times them as those ops, "
                      "as measured (not in the breakdown by dimension, not re-priced by what-ifs)")
     lone += sum(n for t in run.ranks for c, n in t.meta.unseen_collectives.items() if c in P2P)
-    why = (f"{lone} send/recv (summed over ranks) without a known peer: the trace names one only for a Kineto trace's "
-           "2-rank group (a dagprof run records them in DDP's group)") if lone else ""
+    why = (f"{lone} send/recv (summed over ranks) without a known peer: a Kineto trace names one by the op's peer argument "
+           "(record_param_comms' Src/Dst Rank, or c10d::send/recv_'s inputs under record_shapes) or by a 2-rank group; "
+           "a dagprof run records them in DDP's group") if lone else ""
     return Parallelism(groups, run.world_size, dp, max((len(r) for r in dp), default=0), notes, why), per_event
 
 

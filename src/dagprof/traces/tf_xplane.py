@@ -88,8 +88,6 @@ def rank_from_path(path: str) -> int | None:
 class _Table:
     """Event columns built in blocks (numpy) and single rows (lists), in row order."""
 
-    _DEFAULTS = {"depth": 0, "step": -1, "layer": -1, "nbytes": 0, "group": -1, "seq": -1, "bucket": -1}
-
     def __init__(self) -> None:
         self.names: list[str] = []
         self.index: dict[str, int] = {}
@@ -109,7 +107,7 @@ class _Table:
         """Rows from equal-length arrays (``name`` as interned ids); returns their row numbers."""
         self._flush()
         m = len(cols["start"])
-        self.chunks.append({c: np.asarray(cols[c]) if c in cols else np.full(m, self._DEFAULTS[c])
+        self.chunks.append({c: np.asarray(cols[c]) if c in cols else np.full(m, EventTable.DEFAULTS[c])
                             for c in EventTable.COLUMNS})
         self.n += m
         self._cols = None
@@ -118,7 +116,7 @@ class _Table:
     def add(self, name: str, kind: Kind, lane: int, start: float, dur: float, **kw) -> int:
         if self.rows is None:
             self.rows = {c: [] for c in EventTable.COLUMNS}
-        row = {**self._DEFAULTS, **kw, "name": self.intern(name), "kind": int(kind), "lane": lane, "start": start, "dur": max(dur, 0.0)}
+        row = {**EventTable.DEFAULTS, **kw, "name": self.intern(name), "kind": int(kind), "lane": lane, "start": start, "dur": max(dur, 0.0)}
         for c in EventTable.COLUMNS:
             self.rows[c].append(row[c])
         self.n += 1
