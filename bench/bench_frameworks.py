@@ -169,6 +169,12 @@ BURST_MS = 1.0
 PILOT_RATE = 1e9
 SLOW_RATE_BOUNDS = (5e6, 200e6)
 FAST_OVER_SLOW = 2.5  # profiled at 2.5 times the rate predicted, as 500 -> 200 Mbit/s
+# Each script's what-if pair (profiled, predicted) in bit/s, fixed: a pair picked by the pilot moved with the load that
+# slowed the pilot (jax_mixer 370 -> 148 quiet, 108 -> 43 to 62 -> 25 under load), and its errors ran opposite ways with
+# the pair, so no two sessions judged the same what-if. The pairs are the quiet pilots' (2026-12-03), rounded; jax_mixer's
+# the loaded ones' (its collectives over half the step at both rates). 500 -> 200 Mbit/s elsewhere.
+PAIRS = {"tf_gru_fit": (400e6, 160e6), "tf_cnn_loop": (50e6, 20e6), "jax_mixer": (100e6, 40e6)}
+DEFAULT_PAIR = (500e6, 200e6)
 
 
 def shape_loopback(ns: str, rate_bit: float, bucket_rate_bit: float | None = None) -> None:
@@ -350,8 +356,9 @@ def run_job(name: str, python: str, out: str, ns: str, rate: float, args, bucket
 
 def testbed(names: list[str], args) -> dict:
     """Bandwidth what-if on the namespace testbed: per script and round, a profiled job at the faster rate of its pair and
-    one at the slower (their order alternating by round), the second predicted from the first's profile. With ``--rate
-    auto`` a pilot job picks the pair (``pick_pair``), written to ``tb-NAME-pair.json`` for ``--repredict``.
+    one at the slower (their order alternating by round), the second predicted from the first's profile. The pair is the
+    script's in ``PAIRS`` (``--rate fixed``, the default), a given one, or, with ``--rate auto``, a pilot job's
+    (``pick_pair``); it is written to ``tb-NAME-pair.json`` for ``--repredict``.
     Judged on the median step (the slowest rank's, replayed as measured), each round against its own measured job."""
     from dagprof.collect.jobs.netns import Cluster, available
 
@@ -367,7 +374,10 @@ def testbed(names: list[str], args) -> dict:
             python = python_for(name)
             if not python:
                 continue
-            if args.rate == "auto":
+            if args.rate == "fixed":
+                fast, slow = PAIRS.get(name, DEFAULT_PAIR)
+                said = "fixed (PAIRS)"
+            elif args.rate == "auto":
                 pilot = os.path.join(keep, f"tb-{name}-pilot")
                 got = run_job(name, python, pilot, ns, PILOT_RATE, args)
                 try:
@@ -413,7 +423,7 @@ def repredict(kept: str, names: list[str], args) -> dict:
             with open(os.path.join(kept, f"tb-{name}-pair.json")) as f:
                 pair = json.load(f)
         except OSError:
-            if args.rate == "auto":
+            if args.rate in ("auto", "fixed"):
                 continue
             pair = {"rate_bit": float(args.rate), "other_rate_bit": args.other_rate, "why": "given"}
         fast, slow = pair["rate_bit"], pair["other_rate_bit"]
@@ -500,8 +510,9 @@ def main(argv: list[str] | None = None) -> int:
                                            "other run, in interleaved rounds, and crashes are counted per collector")
     ap.add_argument("--testbed", action="store_true", help="(root) the bandwidth what-if on the namespace testbed instead: profile at "
                     "a rate, predict and measure another, in --rounds interleaved rounds per script (TF, JAX, Horovod)")
-    ap.add_argument("--rate", default="auto", help="--testbed: the profiled link rate, bit/s; auto (the default): a pilot job at "
-                    f"{PILOT_RATE / 1e6:g} Mbit/s picks a pair where the collectives are a sizeable share of the step")
+    ap.add_argument("--rate", default="fixed", help="--testbed: the profiled link rate, bit/s; fixed (the default): each script's "
+                    f"pair in PAIRS, else {DEFAULT_PAIR[0] / 1e6:g} -> {DEFAULT_PAIR[1] / 1e6:g} Mbit/s; auto: a pilot job at "
+                    f"{PILOT_RATE / 1e6:g} Mbit/s picks a pair where the collectives are a sizeable share of the step (to size a new script's pair)")
     ap.add_argument("--other-rate", type=float, default=200e6, help="--testbed: the rate predicted and measured, bit/s (with a given --rate)")
     ap.add_argument("--rounds", type=int, default=3, help="--testbed: rounds (each a job at either rate)")
     ap.add_argument("--repredict", metavar="KEPT", help="--testbed: run nothing; predict the rounds a --keep folder holds again "

@@ -253,6 +253,9 @@ def test_embedding_gradients_travel_on_their_own_gathers():
     sizes = dict(per_rank[0])
     assert sizes["adam/CollectiveReduceV2"] == 99856  # the dense gradients: the 2,048,000 B table is not in it
     assert sizes["adam/cond/then/_0/adam/cond/CollectiveGatherV2"] == 4096 * 64 * 4  # the looked-up rows of both workers
+    # their int32 indices (host memory: the tracer saw no allocation), one per row, said in a warning
+    assert sizes["adam/cond/then/_0/adam/cond/CollectiveGatherV2_1"] == 4096 * 4
+    assert any("indices" in str(w) and "int32 per row" in str(w) for w in runs[0].meta.warnings)
 
 
 def test_a_pool_threads_first_op_of_a_step_follows_the_step_not_the_previous_step():

@@ -19,7 +19,7 @@ ap.add_argument("--out", required=True)
 ap.add_argument("--rank", type=int, required=True)
 ap.add_argument("--world", type=int, default=2)
 ap.add_argument("--port", type=int, required=True)
-ap.add_argument("--steps", type=int, default=16)
+ap.add_argument("--steps", type=int, default=24)
 ap.add_argument("--vocab", type=int, default=8000)
 args = ap.parse_args()
 
@@ -64,7 +64,7 @@ def train_step(p, o, tokens, labels):
 tokens = global_array(rng.integers(0, args.vocab, (64, 48)).astype(np.int32), sharded)  # 64 documents a process
 labels = global_array(rng.integers(0, 4, 64).astype(np.int32), sharded)
 
-with jax_profile(args.out, steps=(6, 10), params=params) as prof:  # dagprof (2/3)
+with jax_profile(args.out, steps=(6, 14), params=params) as prof:  # dagprof (2/3)
     for i in range(args.steps):
         with prof.step(i):  # dagprof (3/3)
             params, opt, loss = train_step(params, opt, tokens, labels)

@@ -23,7 +23,7 @@ ap.add_argument("--out", required=True)
 ap.add_argument("--rank", type=int, required=True)
 ap.add_argument("--world", type=int, default=2)
 ap.add_argument("--port", type=int, required=True)
-ap.add_argument("--steps", type=int, default=20)
+ap.add_argument("--steps", type=int, default=24)
 ap.add_argument("--blocks", type=int, default=3)
 args = ap.parse_args()
 
@@ -81,7 +81,7 @@ mom = jax.device_put(jax.tree_util.tree_map(jnp.zeros_like, params), REPL)
 step_fn = jax.jit(train_step, in_shardings=(REPL, REPL, BATCH, BATCH), out_shardings=(REPL, REPL, REPL))
 rng = np.random.default_rng(args.rank)
 
-with jax_profile(args.out, steps=(6, 10), params=params) as prof:  # dagprof (2/3)
+with jax_profile(args.out, steps=(6, 14), params=params) as prof:  # dagprof (2/3)
     for i in range(args.steps):
         images = jax.make_array_from_process_local_data(BATCH, rng.standard_normal((32, 16, 16, 3)).astype(np.float32))
         labels = jax.make_array_from_process_local_data(BATCH, rng.integers(0, CLASSES, 32).astype(np.int32))

@@ -19,7 +19,7 @@ ap.add_argument("--out", required=True)
 ap.add_argument("--rank", type=int, required=True)
 ap.add_argument("--world", type=int, default=2)
 ap.add_argument("--port", type=int, required=True)
-ap.add_argument("--steps", type=int, default=20)
+ap.add_argument("--steps", type=int, default=24)
 ap.add_argument("--depth", type=int, default=4)
 args = ap.parse_args()
 
@@ -81,7 +81,7 @@ data = np.random.default_rng(1 + args.rank)
 x = data.standard_normal((ndev, 64, D)).astype(np.float32)
 y = data.integers(0, 5, (ndev, 64)).astype(np.int32)
 
-with jax_profile(args.out, steps=(6, 10), params=jax.tree_util.tree_map(lambda a: a[0], params)) as prof:  # dagprof (2/3)
+with jax_profile(args.out, steps=(6, 14), params=jax.tree_util.tree_map(lambda a: a[0], params)) as prof:  # dagprof (2/3)
     for i in range(args.steps):
         with prof.step(i):  # dagprof (3/3)
             params, opt_state, loss, acc = train_step(params, opt_state, x, y)

@@ -16,7 +16,7 @@ ap.add_argument("--out", required=True)
 ap.add_argument("--rank", type=int, required=True)
 ap.add_argument("--world", type=int, default=2)
 ap.add_argument("--port", type=int, required=True)
-ap.add_argument("--steps", type=int, default=14)
+ap.add_argument("--steps", type=int, default=24)
 args = ap.parse_args()
 
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -53,7 +53,7 @@ batch = 16 * args.world
 x = jax.make_array_from_process_local_data(jax.sharding.NamedSharding(mesh, PartitionSpec("data")), rng.standard_normal((16, 128, 1)).astype(np.float32))
 y = jax.make_array_from_process_local_data(jax.sharding.NamedSharding(mesh, PartitionSpec("data")), rng.integers(0, 10, 16).astype(np.int32))
 
-with jax_profile(args.out, steps=(6, 10), params=params) as prof:  # dagprof (2/3)
+with jax_profile(args.out, steps=(6, 14), params=params) as prof:  # dagprof (2/3)
     for i in range(args.steps):
         with prof.step(i):  # dagprof (3/3)
             params = train(params, x, y)

@@ -16,7 +16,7 @@ from dagprof.collect.hooks.tf_profile import tf_profile  # dagprof (1/3)
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--out", required=True)
-ap.add_argument("--steps", type=int, default=20)
+ap.add_argument("--steps", type=int, default=24)
 ap.add_argument("--batch", type=int, default=32)
 args = ap.parse_args()
 
@@ -62,7 +62,7 @@ def train_step(inputs):
     return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
 
-with tf_profile(args.out, steps=(6, 10), model=model) as prof:  # dagprof (2/3)
+with tf_profile(args.out, steps=(6, 14), model=model) as prof:  # dagprof (2/3)
     for step in range(args.steps):
         with prof.step(step):  # dagprof (3/3)
             loss = train_step(next(it))

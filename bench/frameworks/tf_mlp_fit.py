@@ -29,4 +29,4 @@ ds = tf.data.Dataset.from_tensor_slices((rng.standard_normal((n, 256), dtype=np.
 opts = tf.data.Options()
 opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
 model.fit(ds.with_options(opts), epochs=1, steps_per_epoch=args.steps, verbose=0,
-          callbacks=[keras_callback(args.out, steps=(6, 10))])  # dagprof
+          callbacks=[keras_callback(args.out, steps=(6, 14))])  # dagprof

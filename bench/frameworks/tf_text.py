@@ -46,7 +46,7 @@ def train_step(xs, ys):
     return strategy.run(replica_step, args=(xs, ys))
 
 
-with tf_profile(args.out, steps=(6, 10), model=model) as prof:  # dagprof (2/3)
+with tf_profile(args.out, steps=(6, 14), model=model) as prof:  # dagprof (2/3)
     for step in range(args.steps):
         with prof.step(step):  # dagprof (3/3)
             train_step(x, y)

@@ -506,22 +506,39 @@ class _Reader:
 
     def _output_bytes(self, c: dict[str, np.ndarray]) -> None:
         """TF collectives whose result the memory tracer saw allocated (an all-gather's, e.g. a sparse
-        embedding gradient's rows and indices) take its size: the op's own tensor."""
+        embedding gradient's rows) take its size: the op's own tensor. An IndexedSlices gradient's gather of
+        indices (``X_1`` right after the gather ``X`` of its rows, as TF's cross-device code sends them) is
+        not seen: int32 tensors live in host memory, which the tracer does not record. It takes one int32
+        per gathered row (the rows' recorded shape), said in a warning with its count."""
         p = self.plane
         mids = self.mids("MemoryAllocation")
+        names = {self.tab.names[c["name"][i]] for i in self.collectives.event}
         sized: dict[str, int] = {}
+        rows_of: dict[str, int] = {}
         for ln in self.lines:
             rows = np.flatnonzero(np.isin(ln.metadata_id, mids))
             if not len(rows):
                 continue
             op, nbytes = self.space.int_stat(p, ln, rows, "tf_op"), self.space.int_stat(p, ln, rows, "requested_bytes")
             region = self.space.int_stat(p, ln, rows, "region_type")
-            for o, b, r in zip(op.tolist(), nbytes.tolist(), region.tolist()):
+            for row, o, b, r in zip(rows.tolist(), op.tolist(), nbytes.tolist(), region.tolist()):
                 if o != MISSING and b != MISSING and p.stat_names.get(r) == "output":
                     name = p.stat_names.get(o, "")
                     sized[name] = max(sized.get(name, 0), int(b))
-        for i in self.collectives.event:
-            c["nbytes"][i] = sized.get(self.tab.names[c["name"][i]], c["nbytes"][i])
+                    if name in names and name not in rows_of:
+                        dims = re.findall(r"\d+", str(self.space.event_stats(p, ln, row).get("shape", "")))
+                        if len(dims) >= 2:
+                            rows_of[name] = int(dims[0])
+        indices = 0
+        for i, coll in zip(self.collectives.event, self.collectives.coll):
+            name = self.tab.names[c["name"][i]]
+            c["nbytes"][i] = sized.get(name, c["nbytes"][i])
+            if c["nbytes"][i] == 0 and coll == "allgather" and name.endswith("_1") and name[:-2] in rows_of:
+                c["nbytes"][i] = 4 * rows_of[name[:-2]]
+                indices += 1
+        if indices:
+            self.warnings.append(f"{indices} all-gathers of a sparse gradient's indices, which the memory tracer does not see, "
+                                 "sized as one int32 per row of the rows' gather before them")
 
     def _gradient_bytes(self, c: dict[str, np.ndarray]) -> None:
         """Put the run folder's dense gradient bytes on the gradient all-reduce of each step.
