@@ -110,10 +110,17 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
     else:
         warnings.append("no Horovod timeline in the run (start the job with HOROVOD_TIMELINE=DYNAMIC): "
                         "requests and waits only, no fusion or transfers")
+    plan: list[_Planned] = []
+    lag_us = 0.0
     if timeline:
         _check_same_time(timeline, run.ranks[0], tl_path)
-    plan = _plan(timeline, requests, warnings) if timeline else []
-    if timeline:
+        lag_us, placed = _align(timeline, requests, run.ranks[0])
+        timeline, plan = timeline.shifted(lag_us), placed.plan
+        if placed.dropped:
+            warnings.append(f"{placed.dropped} Horovod response(s) outside the profiled steps or without matching requests were left out")
+        if placed.own:
+            warnings.append(f"Horovod collectives the script calls itself are not modelled ({', '.join(sorted(placed.own))}): "
+                            "their time is on the main thread as time between ops")
         _check_served(plan, requests, tl_path, warnings)
     ranks = []
     for t in run.ranks:
@@ -130,7 +137,7 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
         fusion_threshold_bytes=settings.get("fusion_threshold_bytes"), cycle_time_ms=settings.get("cycle_time_ms"),
         cache_capacity=settings.get("cache_capacity"), autotune=settings.get("autotune"),
         tensor_order=order, tensor_bytes=sizes, tensor_dtypes=dtypes, cycles_marked=bool(timeline is not None and len(timeline.cycles)),
-        responses=len(plan), timeline=tl_name, world_size=run.world_size,
+        responses=len(plan), timeline=tl_name, timeline_lag_us=lag_us, world_size=run.world_size,
         measured=[(p.step, p.position, p.nbytes, p.resp.transfer[1] - p.resp.transfer[0],
                    p.resp.t0 - p.resp.cycle if p.first_in_cycle and p.resp.cycle is not None else -1.0) for p in plan],
     )
@@ -176,7 +183,55 @@ def _check_served(plan: list[_Planned], requests: dict[int, list[_Request]], pat
                                    "response in the timeline (cut short?): replayed without their all-reduce", file=os.path.basename(path)))
 
 
-def _plan(tl: Timeline, requests: dict[int, list[_Request]], warnings: list[str | RunWarning]) -> list[_Planned]:
+@dataclass
+class _Placement:
+    plan: list[_Planned]
+    dropped: int  # responses to requested tensors left out (no request before them, or not a collective we model)
+    own: set[str]  # tensors of collectives the script called itself (hvd.allreduce of a metric...)
+
+
+def _align(tl: Timeline, requests: dict[int, list[_Request]], ref: RankTrace) -> tuple[float, _Placement]:
+    """How late (us) the timeline must move to be on rank 0's clock, and the responses placed so.
+
+    Its epoch can only be early (``Timeline.shifted``), by a scheduler slice or more when it is. In time, every response
+    ends before rank 0's last ``synchronize()`` of its step returns. Tried: as written, then each shift that puts a
+    response's end on a synchronize return, smallest first, up to the first that serves every request of the window;
+    kept: the first serving most requests in time, moved as late as its responses stay in time (the closest return
+    then follows its response at once: on time, returns follow within tens of us)."""
+    ev = ref.events
+    waits = ev.kind == Kind.COMM_WAIT
+    ends: dict[int, float] = {}
+    for s, e in zip(ev.step[waits], ref.base_ns / 1e3 + ev.start[waits] + ev.dur[waits]):
+        ends[int(s)] = max(ends.get(int(s), -np.inf), float(e))
+    total = len(requests[min(requests)])
+
+    def placed(lag: float) -> tuple[tuple[int, int], float, float, _Placement] | None:
+        """(requests served, -responses left out), lag, the latest lag keeping it in time, the placement; None: not in time."""
+        out = _plan(tl.shifted(lag) if lag else tl, requests)
+        room = min((ends[p.step] - p.resp.t1 for p in out.plan if p.step in ends), default=0.0)
+        served = sum(len(p.requests[min(requests)]) for p in out.plan)
+        return ((served, -out.dropped), lag, lag + max(room, 0.0), out) if room >= -_SLACK_US else None
+
+    best = None
+    for lag in [0.0] + sorted({e - r.t1 for e in ends.values() for r in tl.responses if e - r.t1 > 0}):
+        got = placed(lag)
+        if got is not None and (best is None or got[0] > best[0]):
+            best = got
+        if best is not None and best[0] == (total, 0):
+            break
+    if best is None:
+        return 0.0, _plan(tl, requests)
+    score, lag, latest, out = best
+    if lag == 0.0:  # in time as written: the epoch was read unpreempted, as nearly always
+        return 0.0, out
+    widest = placed(latest)
+    return (latest, widest[3]) if widest is not None and widest[0] == score else (lag, out)
+
+
+_SLACK_US = 20.0  # a synchronize return read a little before its response's end: clock reads of two threads
+
+
+def _plan(tl: Timeline, requests: dict[int, list[_Request]]) -> _Placement:
     """Place each response in the step whose requests it served, on every rank."""
     ref = min(requests)
     by_key: dict[int, dict[tuple[int, str], list[_Request]]] = {}
@@ -191,7 +246,7 @@ def _plan(tl: Timeline, requests: dict[int, list[_Request]], warnings: list[str 
     requested = set(ref_by_tensor)
     out: list[_Planned] = []
     dropped = 0
-    own: set[str] = set()  # tensors of collectives the script called itself (hvd.allreduce of a metric...)
+    own: set[str] = set()
     seen_cycle: set[float] = set()
     position: dict[int, int] = {}
     for resp in tl.responses:
@@ -231,12 +286,7 @@ def _plan(tl: Timeline, requests: dict[int, list[_Request]], warnings: list[str 
             seen_cycle.add(resp.cycle)
         out.append(_Planned(resp, step, position.get(step, 0), nbytes, per_rank, first or resp.cycle is None))
         position[step] = position.get(step, 0) + 1
-    if dropped:
-        warnings.append(f"{dropped} Horovod response(s) outside the profiled steps or without matching requests were left out")
-    if own:
-        warnings.append(f"Horovod collectives the script calls itself are not modelled ({', '.join(sorted(own))}): "
-                        "their time is on the main thread as time between ops")
-    return out
+    return _Placement(out, dropped, own)
 
 
 def _tensor_order(plan: list[_Planned]) -> list[str]:
