@@ -121,7 +121,7 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
         if placed.own:
             warnings.append(f"Horovod collectives the script calls itself are not modelled ({', '.join(sorted(placed.own))}): "
                             "their time is on the main thread as time between ops")
-        _check_served(plan, requests, tl_path, warnings)
+        _check_served(placed, requests, tl_path, warnings)
     ranks = []
     for t in run.ranks:
         shift_ns = _clock_shift(t, run.ranks[0], plan)
@@ -169,13 +169,12 @@ def _check_same_time(tl: Timeline, ref: RankTrace, path: str) -> None:
                            f"{os.path.basename(ref.source)}: it is another run's timeline", path)
 
 
-def _check_served(plan: list[_Planned], requests: dict[int, list[_Request]], path: str, warnings: list[str | RunWarning]) -> None:
+def _check_served(placed: _Placement, requests: dict[int, list[_Request]], path: str, warnings: list[str | RunWarning]) -> None:
     """Gradients requested in the profiled steps that no response in the timeline served (a timeline cut short, or another
     run's) would be replayed without their all-reduce: none served is refused, some counted."""
     ref = min(requests)
-    served = {id(rq) for p in plan for rq in p.requests[ref]}
-    unserved = sum(id(rq) not in served for rq in requests[ref])
-    if unserved and not served:
+    unserved = len(requests[ref]) - placed.served
+    if unserved and not placed.served:
         raise DagprofError(f"none of the {unserved} gradient requests of rank {ref} in the profiled steps has a response in this "
                            "timeline: it was cut short before them, or is another run's", path)
     if unserved:
@@ -188,6 +187,23 @@ class _Placement:
     plan: list[_Planned]
     dropped: int  # responses to requested tensors left out (no request before them, or not a collective we model)
     own: set[str]  # tensors of collectives the script called itself (hvd.allreduce of a metric...)
+    served: int  # rank 0's requests with their response
+
+
+@dataclass
+class _Fit:
+    """The responses placed with the timeline ``lag`` us later; ``latest``: the largest lag keeping them in time."""
+
+    lag: float
+    latest: float
+    placement: _Placement
+
+    @property
+    def score(self) -> tuple[int, int]:
+        return self.placement.served, -self.placement.dropped
+
+
+_SLACK_US = 20.0  # a synchronize return read a little before its response's end: clock reads of two threads
 
 
 def _align(tl: Timeline, requests: dict[int, list[_Request]], ref: RankTrace) -> tuple[float, _Placement]:
@@ -203,32 +219,27 @@ def _align(tl: Timeline, requests: dict[int, list[_Request]], ref: RankTrace) ->
     ends: dict[int, float] = {}
     for s, e in zip(ev.step[waits], ref.base_ns / 1e3 + ev.start[waits] + ev.dur[waits]):
         ends[int(s)] = max(ends.get(int(s), -np.inf), float(e))
-    total = len(requests[min(requests)])
+    whole = (len(requests[min(requests)]), 0)
 
-    def placed(lag: float) -> tuple[tuple[int, int], float, float, _Placement] | None:
-        """(requests served, -responses left out), lag, the latest lag keeping it in time, the placement; None: not in time."""
+    def fit(lag: float) -> _Fit | None:
+        """None: a response ends after its step's last synchronize return."""
         out = _plan(tl.shifted(lag) if lag else tl, requests)
         room = min((ends[p.step] - p.resp.t1 for p in out.plan if p.step in ends), default=0.0)
-        served = sum(len(p.requests[min(requests)]) for p in out.plan)
-        return ((served, -out.dropped), lag, lag + max(room, 0.0), out) if room >= -_SLACK_US else None
+        return _Fit(lag, lag + max(room, 0.0), out) if room >= -_SLACK_US else None
 
-    best = None
+    best: _Fit | None = None
     for lag in [0.0] + sorted({e - r.t1 for e in ends.values() for r in tl.responses if e - r.t1 > 0}):
-        got = placed(lag)
-        if got is not None and (best is None or got[0] > best[0]):
+        got = fit(lag)
+        if got is not None and (best is None or got.score > best.score):
             best = got
-        if best is not None and best[0] == (total, 0):
+        if best is not None and best.score == whole:
             break
     if best is None:
         return 0.0, _plan(tl, requests)
-    score, lag, latest, out = best
-    if lag == 0.0:  # in time as written: the epoch was read unpreempted, as nearly always
-        return 0.0, out
-    widest = placed(latest)
-    return (latest, widest[3]) if widest is not None and widest[0] == score else (lag, out)
-
-
-_SLACK_US = 20.0  # a synchronize return read a little before its response's end: clock reads of two threads
+    if best.lag == 0.0:  # in time as written: the epoch was read unpreempted, as nearly always
+        return 0.0, best.placement
+    latest = fit(best.latest)
+    return (latest.lag, latest.placement) if latest is not None and latest.score == best.score else (best.lag, best.placement)
 
 
 def _plan(tl: Timeline, requests: dict[int, list[_Request]]) -> _Placement:
@@ -286,7 +297,7 @@ def _plan(tl: Timeline, requests: dict[int, list[_Request]]) -> _Placement:
             seen_cycle.add(resp.cycle)
         out.append(_Planned(resp, step, position.get(step, 0), nbytes, per_rank, first or resp.cycle is None))
         position[step] = position.get(step, 0) + 1
-    return _Placement(out, dropped, own)
+    return _Placement(out, dropped, own, sum(len(p.requests[ref]) for p in out))
 
 
 def _tensor_order(plan: list[_Planned]) -> list[str]:
