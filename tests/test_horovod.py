@@ -51,6 +51,36 @@ def test_timeline_responses_are_whole(name):
     assert np.all(np.diff(tl.cycles) > 0)
 
 
+def test_a_timeline_dated_early_is_moved_onto_rank_0s_clock(tmp_path):
+    """Horovod dates its timeline from two clock reads at ``hvd.init``; this recording's rank 0 was preempted between them
+    (a loaded 2-core host), so its epoch is 6.5 ms early: as written step 2's response seems inside the window and step 5's
+    missing. Moved back, every response lies between rank 0's requests of its tensors and its step's synchronize return."""
+    for name in FIXTURES:  # epochs read on time stay as written
+        assert load(fixture(name)).meta.horovod.timeline_lag_us == 0.0
+    run = load(fixture("early-epoch"))
+    hv = run.meta.horovod
+    assert 6000.0 < hv.timeline_lag_us < 7000.0 and not run.meta.warnings
+    assert len(hv.tensor_bytes) == 20 and sorted({m[0] for m in hv.measured}) == [3, 4, 5]
+    ev = run.ranks[0].events
+    for step in (3, 4, 5):
+        mine = ev.step == step
+        requested = (ev.start + ev.dur)[mine & (ev.kind == Kind.COMM_ENQUEUE)].max()
+        returned = (ev.start + ev.dur)[mine & (ev.kind == Kind.COMM_WAIT)].max()
+        comm = mine & (ev.kind == Kind.COMM)
+        assert comm.any() and requested <= ev.start[comm].min() and (ev.start + ev.dur)[comm].max() <= returned
+    p = open_run(fixture("early-epoch"))
+    assert abs(p.analysis.error_pct) < 5.0
+    # cut before its last response: no shift serves every request, the one serving most is kept and the rest counted
+    cut = tmp_path / "cut"
+    shutil.copytree(fixture("early-epoch"), cut)
+    text = (cut / TIMELINE).read_text()
+    last = [m.start() for m in re.finditer('"ph": "B", "name": "ALLREDUCE"', text)][-4]  # its last response fused 4 tensors
+    (cut / TIMELINE).write_text(text[:last])
+    run = load(cut)
+    assert 6000.0 < run.meta.horovod.timeline_lag_us < 7000.0 and run.meta.horovod.responses == 3
+    assert any("4 of 60 gradient requests of rank 0 in the profiled steps have no response" in str(w) for w in run.meta.warnings)
+
+
 def test_fusion_is_what_the_threshold_allows():
     fused = read_timeline(os.path.join(fixture("fused"), TIMELINE))
     unfused = read_timeline(os.path.join(fixture("unfused"), TIMELINE))

@@ -110,11 +110,18 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
     else:
         warnings.append("no Horovod timeline in the run (start the job with HOROVOD_TIMELINE=DYNAMIC): "
                         "requests and waits only, no fusion or transfers")
+    plan: list[_Planned] = []
+    lag_us = 0.0
     if timeline:
         _check_same_time(timeline, run.ranks[0], tl_path)
-    plan = _plan(timeline, requests, warnings) if timeline else []
-    if timeline:
-        _check_served(plan, requests, tl_path, warnings)
+        lag_us, placed = _align(timeline, requests, run.ranks[0])
+        timeline, plan = timeline.shifted(lag_us), placed.plan
+        if placed.dropped:
+            warnings.append(f"{placed.dropped} Horovod response(s) outside the profiled steps or without matching requests were left out")
+        if placed.own:
+            warnings.append(f"Horovod collectives the script calls itself are not modelled ({', '.join(sorted(placed.own))}): "
+                            "their time is on the main thread as time between ops")
+        _check_served(placed, requests, tl_path, warnings)
     ranks = []
     for t in run.ranks:
         shift_ns = _clock_shift(t, run.ranks[0], plan)
@@ -130,7 +137,7 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
         fusion_threshold_bytes=settings.get("fusion_threshold_bytes"), cycle_time_ms=settings.get("cycle_time_ms"),
         cache_capacity=settings.get("cache_capacity"), autotune=settings.get("autotune"),
         tensor_order=order, tensor_bytes=sizes, tensor_dtypes=dtypes, cycles_marked=bool(timeline is not None and len(timeline.cycles)),
-        responses=len(plan), timeline=tl_name, world_size=run.world_size,
+        responses=len(plan), timeline=tl_name, timeline_lag_us=lag_us, world_size=run.world_size,
         measured=[(p.step, p.position, p.nbytes, p.resp.transfer[1] - p.resp.transfer[0],
                    p.resp.t0 - p.resp.cycle if p.first_in_cycle and p.resp.cycle is not None else -1.0) for p in plan],
     )
@@ -162,13 +169,12 @@ def _check_same_time(tl: Timeline, ref: RankTrace, path: str) -> None:
                            f"{os.path.basename(ref.source)}: it is another run's timeline", path)
 
 
-def _check_served(plan: list[_Planned], requests: dict[int, list[_Request]], path: str, warnings: list[str | RunWarning]) -> None:
+def _check_served(placed: _Placement, requests: dict[int, list[_Request]], path: str, warnings: list[str | RunWarning]) -> None:
     """Gradients requested in the profiled steps that no response in the timeline served (a timeline cut short, or another
     run's) would be replayed without their all-reduce: none served is refused, some counted."""
     ref = min(requests)
-    served = {id(rq) for p in plan for rq in p.requests[ref]}
-    unserved = sum(id(rq) not in served for rq in requests[ref])
-    if unserved and not served:
+    unserved = len(requests[ref]) - placed.served
+    if unserved and not placed.served:
         raise DagprofError(f"none of the {unserved} gradient requests of rank {ref} in the profiled steps has a response in this "
                            "timeline: it was cut short before them, or is another run's", path)
     if unserved:
@@ -176,7 +182,67 @@ def _check_served(plan: list[_Planned], requests: dict[int, list[_Request]], pat
                                    "response in the timeline (cut short?): replayed without their all-reduce", file=os.path.basename(path)))
 
 
-def _plan(tl: Timeline, requests: dict[int, list[_Request]], warnings: list[str | RunWarning]) -> list[_Planned]:
+@dataclass
+class _Placement:
+    plan: list[_Planned]
+    dropped: int  # responses to requested tensors left out (no request before them, or not a collective we model)
+    own: set[str]  # tensors of collectives the script called itself (hvd.allreduce of a metric...)
+    served: int  # rank 0's requests with their response
+
+
+@dataclass
+class _Fit:
+    """The responses placed with the timeline ``lag`` us later; ``latest``: the largest lag keeping them in time."""
+
+    lag: float
+    latest: float
+    placement: _Placement
+
+    @property
+    def score(self) -> tuple[int, int]:
+        return self.placement.served, -self.placement.dropped
+
+
+_SLACK_US = 20.0  # a synchronize return read a little before its response's end: clock reads of two threads
+
+
+def _align(tl: Timeline, requests: dict[int, list[_Request]], ref: RankTrace) -> tuple[float, _Placement]:
+    """How late (us) the timeline must move to be on rank 0's clock, and the responses placed so.
+
+    Its epoch can only be early (``Timeline.shifted``), by a scheduler slice or more when it is. In time, every response
+    ends before rank 0's last ``synchronize()`` of its step returns. Tried: as written, then each shift that puts a
+    response's end on a synchronize return, smallest first, up to the first that serves every request of the window;
+    kept: the first serving most requests in time, moved as late as its responses stay in time (the closest return
+    then follows its response at once: on time, returns follow within tens of us)."""
+    ev = ref.events
+    waits = ev.kind == Kind.COMM_WAIT
+    ends: dict[int, float] = {}
+    for s, e in zip(ev.step[waits], ref.base_ns / 1e3 + ev.start[waits] + ev.dur[waits]):
+        ends[int(s)] = max(ends.get(int(s), -np.inf), float(e))
+    whole = (len(requests[min(requests)]), 0)
+
+    def fit(lag: float) -> _Fit | None:
+        """None: a response ends after its step's last synchronize return."""
+        out = _plan(tl.shifted(lag) if lag else tl, requests)
+        room = min((ends[p.step] - p.resp.t1 for p in out.plan if p.step in ends), default=0.0)
+        return _Fit(lag, lag + max(room, 0.0), out) if room >= -_SLACK_US else None
+
+    best: _Fit | None = None
+    for lag in [0.0] + sorted({e - r.t1 for e in ends.values() for r in tl.responses if e - r.t1 > 0}):
+        got = fit(lag)
+        if got is not None and (best is None or got.score > best.score):
+            best = got
+        if best is not None and best.score == whole:
+            break
+    if best is None:
+        return 0.0, _plan(tl, requests)
+    if best.lag == 0.0:  # in time as written: the epoch was read unpreempted, as nearly always
+        return 0.0, best.placement
+    latest = fit(best.latest)
+    return (latest.lag, latest.placement) if latest is not None and latest.score == best.score else (best.lag, best.placement)
+
+
+def _plan(tl: Timeline, requests: dict[int, list[_Request]]) -> _Placement:
     """Place each response in the step whose requests it served, on every rank."""
     ref = min(requests)
     by_key: dict[int, dict[tuple[int, str], list[_Request]]] = {}
@@ -191,7 +257,7 @@ def _plan(tl: Timeline, requests: dict[int, list[_Request]], warnings: list[str 
     requested = set(ref_by_tensor)
     out: list[_Planned] = []
     dropped = 0
-    own: set[str] = set()  # tensors of collectives the script called itself (hvd.allreduce of a metric...)
+    own: set[str] = set()
     seen_cycle: set[float] = set()
     position: dict[int, int] = {}
     for resp in tl.responses:
@@ -231,12 +297,7 @@ def _plan(tl: Timeline, requests: dict[int, list[_Request]], warnings: list[str 
             seen_cycle.add(resp.cycle)
         out.append(_Planned(resp, step, position.get(step, 0), nbytes, per_rank, first or resp.cycle is None))
         position[step] = position.get(step, 0) + 1
-    if dropped:
-        warnings.append(f"{dropped} Horovod response(s) outside the profiled steps or without matching requests were left out")
-    if own:
-        warnings.append(f"Horovod collectives the script calls itself are not modelled ({', '.join(sorted(own))}): "
-                        "their time is on the main thread as time between ops")
-    return out
+    return _Placement(out, dropped, own, sum(len(p.requests[ref]) for p in out))
 
 
 def _tensor_order(plan: list[_Planned]) -> list[str]:

@@ -13,6 +13,7 @@ A timeline cut short by a killed writer keeps its complete events; responses sti
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -68,6 +69,18 @@ class Timeline:
     negotiations: dict[str, list[tuple[float, float]]]  # tensor -> (first rank ready, all ready) spans
     ready_marks: dict[str, list[tuple[int, float]]]  # tensor -> (rank, time): uncached negotiations only
     problems: list[str] = field(default_factory=list)
+
+    def shifted(self, us: float) -> "Timeline":
+        """The same timeline ``us`` later: Horovod dates it from two clock reads at ``hvd.init`` (``TimelineWriter::
+        Initialize``: Unix time, then the monotonic clock), so a thread preempted between them writes an epoch early by
+        the preemption (6 ms seen on a loaded 2-core host); ``traces.horovod`` measures it against rank 0's steps."""
+        move = lambda x: x + us  # noqa: E731
+        responses = [dataclasses.replace(r, start={k: move(v) for k, v in r.start.items()}, end={k: move(v) for k, v in r.end.items()},
+                                         activities={k: [move(a), move(b)] for k, (a, b) in r.activities.items()},
+                                         cycle=None if r.cycle is None else move(r.cycle)) for r in self.responses]
+        return dataclasses.replace(self, epoch_us=move(self.epoch_us), responses=responses, cycles=self.cycles + us,
+                                   negotiations={k: [(move(a), move(b)) for a, b in v] for k, v in self.negotiations.items()},
+                                   ready_marks={k: [(rank, move(x)) for rank, x in v] for k, v in self.ready_marks.items()})
 
 
 def _load_events(path: str) -> list:

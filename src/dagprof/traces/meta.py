@@ -96,6 +96,7 @@ class HorovodRecord(msgspec.Struct, kw_only=True, frozen=True):
     cycles_marked: bool = False  # the timeline marks Horovod's cycles
     responses: int = 0
     timeline: str | None = None  # the timeline's file name in the run folder
+    timeline_lag_us: float = 0.0  # how far its clock ran behind rank 0's (Timeline.shifted): moved by this much
     world_size: int = 0
     # rank 0's measurements per response: [step, position in step, fused bytes, transfer us, coordination us
     # (cycle start -> response start; -1: not its cycle's first)]
