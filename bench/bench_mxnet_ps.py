@@ -204,7 +204,8 @@ PAYLOAD = 1448 / 1514
 
 def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]], cores: int | None = None) -> tuple[dict, float, float, str]:
     """Each (servers, rate, workers) from the one profile: ``ps:K`` re-places the keys as ps-lite does; another rate
-    scales the fitted bandwidth by the rate ratio (framing overhead carries over); more workers are copies of the
+    reads the fitted bandwidth against the profiled tbf rate as ``whatif --profiled-bandwidth`` does (``passes.comm.ps_bandwidth``:
+    scaled by the rate ratio where faster than the tbf, else kept as a limit the slower rate may hide); more workers are copies of the
     profiled ones pushing to the same servers (``whatif --workers``), each keeping its compute as profiled, as
     ``whatif`` does (its note, returned, says so with the profile's CPU figures). Per cell: (step ms, mean exchange ms),
     the same with the tbf bucket kept apart (``bucket_ms``), and the step with the workers' compute queued on this
@@ -231,7 +232,7 @@ def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]], cor
 
     from dagprof.costmodel.topology import CollectiveSpec
     from dagprof.passes import set_link, set_scheme
-    from dagprof.passes.comm import exchange_us
+    from dagprof.passes.comm import exchange_us, ps_bandwidth
     from dagprof.passes.compute import own_cores_note, share_cores
     from dagprof.passes.workers import scale_workers
     from dagprof.pipeline import open_run
@@ -250,7 +251,7 @@ def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]], cor
     for servers, rate, workers in cells:
         g = set_scheme(p.graph, CollectiveSpec.parse(f"ps:{servers}"))
         g = scale_workers(g, workers) if workers != WORKERS else g
-        linked = set_link(g, bw0 * rate / rate0) if rate != rate0 else g
+        linked = set_link(g, ps_bandwidth(bw0, rate0 / 8, rate / 8)) if rate != rate0 else g
         step, exch = run(linked)
         wire_step, wire_exch = run(set_link(g, rate / 8 * PAYLOAD))
         queued = run(share_cores(linked, cores))[0] if workers > cores else None
