@@ -17,6 +17,7 @@ from dagprof.graph.collectives import ps_devices, worker_ports
 from dagprof.passes import scale_workers, set_link, set_scheme
 from dagprof.passes.comm import current_topology, exchange_us
 from dagprof.passes.compute import own_cores_note
+from dagprof.passes.profiler_cost import measure_profiler_cost
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
 from dagprof.search.whatif import Scenario, evaluate
@@ -84,6 +85,21 @@ def test_link_rate_is_fitted_to_the_exchanges_not_the_iteration():
     replayed = np.mean(list(exchange_us(g, replay(g).start).values()))
     assert replayed == pytest.approx(measured, rel=0.01)
     assert g.meta.ps_link_fit.bandwidth_bytes_per_s > 0
+
+
+def test_the_steps_after_the_window_measure_the_profiler_s_cost():
+    """The collector times every step; those after the window ran with the profiler off. Not those before it: the
+    warm-up, and the step that pays the profiler's start-up."""
+    g = open_run(str(USER)).graph
+    m = json.loads((USER / "mxnet-run.json").read_text())
+    first, stop = m["profiled_steps"]
+    after = {int(w): [k for k, _, _ in steps if k >= stop] for w, steps in m["steps"].items()}
+    assert all(after.values())
+    for w, steps in after.items():
+        assert sorted(g.meta.loop_steps.profiled[w]) == list(range(first, stop))
+        assert sorted(g.meta.loop_steps.unprofiled[w]) == steps
+    cost = measure_profiler_cost(g)
+    assert (cost.profiled_steps, cost.unprofiled_steps) == (stop - first, len(after[0]))
 
 
 def test_whatif_servers_and_bandwidth_move_the_right_way():

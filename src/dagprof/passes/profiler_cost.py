@@ -76,8 +76,7 @@ def measure_profiler_cost(g: Graph) -> ProfilerCost:
     loop = g.meta.loop_steps
     if loop is None:
         return ProfilerCost(None, None, 0, 0, None, "not measured (no unprofiled steps: dagprof's collectors time them in PyTorch, "
-                            "Horovod, TensorFlow and JAX runs; the MXNet collector, stock traces and TF/JAX runs recorded by an "
-                            "older dagprof do not)")
+                            "Horovod, TensorFlow, JAX and MXNet runs; stock traces and TF/JAX runs recorded by an older dagprof do not)")
     prof = job_steps(loop.profiled, set(g.meta.steps))
     base = job_steps(loop.unprofiled, None, WARMUP_STEPS)
     if len(prof) < 2 or len(base) < MIN_STEPS:
