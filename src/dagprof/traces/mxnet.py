@@ -319,10 +319,11 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
 
 
 def _timed_us(man: _Manifest, w: int) -> dict[int, float]:
-    """Worker ``w``'s steps after the window, timed with the profiler off (the profiler's cost, ``passes.profiler_cost``);
-    not those before it: the warm-up, and the step that pays the profiler's start-up."""
-    stop = man.profiled[-1] + 1
-    return {k: (b - a) / 1e3 for k, a, b in man.steps.get(w, []) if k >= stop}
+    """Worker ``w``'s steps with the profiler off (the profiler's cost, ``passes.profiler_cost``): before the window and
+    after it, so that a job still speeding up (or a load that came or went) shows as a change across the window rather
+    than as the profiler's cost; not the step just before the window, which pays the profiler's start-up."""
+    first, stop = man.profiled[0], man.profiled[-1] + 1
+    return {k: (b - a) / 1e3 for k, a, b in man.steps.get(w, []) if k >= stop or k < first - 1}
 
 
 def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> list[ServerBusy]:
