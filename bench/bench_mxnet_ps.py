@@ -204,7 +204,8 @@ PAYLOAD = 1448 / 1514
 
 def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]], cores: int | None = None) -> tuple[dict, float, float, str]:
     """Each (servers, rate, workers) from the one profile: ``ps:K`` re-places the keys as ps-lite does; another rate
-    scales the fitted bandwidth by the rate ratio (framing overhead carries over); more workers are copies of the
+    reads the fitted bandwidth against the profiled tbf rate as ``whatif --profiled-bandwidth`` does (``passes.comm.ps_bandwidth``:
+    scaled by the rate ratio where faster than the tbf, else kept as a limit the slower rate may hide); more workers are copies of the
     profiled ones pushing to the same servers (``whatif --workers``), each keeping its compute as profiled, as
     ``whatif`` does (its note, returned, says so with the profile's CPU figures). Per cell: (step ms, mean exchange ms),
     the same with the tbf bucket kept apart (``bucket_ms``), and the step with the workers' compute queued on this
@@ -229,10 +230,12 @@ def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]], cor
     scaled), and with a 1 ms bucket on a loaded host late timers cost rate (the gain comes out negative)."""
     import numpy as np
 
+    from dagprof.analysis import job_iteration_us
     from dagprof.costmodel.topology import CollectiveSpec
     from dagprof.passes import set_link, set_scheme
-    from dagprof.passes.comm import exchange_us
+    from dagprof.passes.comm import exchange_us, ps_bandwidth
     from dagprof.passes.compute import own_cores_note, share_cores
+    from dagprof.passes.profiler_cost import measure_profiler_cost, remove_profiler_cost
     from dagprof.passes.workers import scale_workers
     from dagprof.pipeline import open_run
     from dagprof.replay import replay
@@ -242,20 +245,22 @@ def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]], cor
         return replayed_step_ms(g, res), float(np.mean(list(exchange_us(g, res.start).values()))) / 1e3
 
     p = open_run(run_dir)
-    fit = p.graph.meta.ps_link_fit
+    cost = measure_profiler_cost(p.graph)  # the cells' steps are timed with the profiler off: taken out first, as whatif does
+    profile = remove_profiler_cost(p.graph, cost, job_iteration_us)[0]
+    fit = profile.meta.ps_link_fit
     bw0 = fit.bandwidth_bytes_per_s
-    gain = run(set_link(p.graph, rate0 / 8 * PAYLOAD))[1] - fit.target_exchange_us / 1e3
+    gain = run(set_link(profile, rate0 / 8 * PAYLOAD))[1] - fit.target_exchange_us / 1e3
     out = {}
     cores = cores or os.cpu_count() or 1
     for servers, rate, workers in cells:
-        g = set_scheme(p.graph, CollectiveSpec.parse(f"ps:{servers}"))
+        g = set_scheme(profile, CollectiveSpec.parse(f"ps:{servers}"))
         g = scale_workers(g, workers) if workers != WORKERS else g
-        linked = set_link(g, bw0 * rate / rate0) if rate != rate0 else g
+        linked = set_link(g, ps_bandwidth(bw0, rate0 / 8, rate / 8)) if rate != rate0 else g
         step, exch = run(linked)
         wire_step, wire_exch = run(set_link(g, rate / 8 * PAYLOAD))
         queued = run(share_cores(linked, cores))[0] if workers > cores else None
         out[(servers, rate, workers)] = (step, exch, wire_step - gain, wire_exch - gain, queued)
-    return out, 8 * bw0, gain, own_cores_note(p.graph, max(c[2] for c in cells)) or ""
+    return out, 8 * bw0, gain, "; ".join(filter(None, (cost.describe(), own_cores_note(profile, max(c[2] for c in cells)))))
 
 
 def main() -> int:

@@ -17,6 +17,7 @@ from dagprof.graph.collectives import ps_devices, worker_ports
 from dagprof.passes import scale_workers, set_link, set_scheme
 from dagprof.passes.comm import current_topology, exchange_us
 from dagprof.passes.compute import own_cores_note
+from dagprof.passes.profiler_cost import measure_profiler_cost
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
 from dagprof.search.whatif import Scenario, evaluate
@@ -84,6 +85,24 @@ def test_link_rate_is_fitted_to_the_exchanges_not_the_iteration():
     replayed = np.mean(list(exchange_us(g, replay(g).start).values()))
     assert replayed == pytest.approx(measured, rel=0.01)
     assert g.meta.ps_link_fit.bandwidth_bytes_per_s > 0
+
+
+def test_the_steps_around_the_window_measure_the_profiler_s_cost():
+    """The collector times every step; those before and after the window ran with the profiler off, but for the one that
+    pays the profiler's start-up. The user's MLP was still speeding up (272 ms a step before the window, 99 after): a
+    change across the window, not a 43 % profiler cost. The LSTM ran at 30 ms a step on both sides and 62 ms profiled."""
+    for run, corrected in ((USER, False), (USER.parent / "user_lstm", True)):
+        g = open_run(str(run)).graph
+        m = json.loads((run / "mxnet-run.json").read_text())
+        first, stop = m["profiled_steps"]
+        off = {int(w): [k for k, _, _ in steps if k >= stop or k < first - 1] for w, steps in m["steps"].items()}
+        assert all(k >= stop for k in off[0]) is False and any(k >= stop for k in off[0])
+        for w, steps in off.items():
+            assert sorted(g.meta.loop_steps.profiled[w]) == list(range(first, stop))
+            assert sorted(g.meta.loop_steps.unprofiled[w]) == steps
+        cost = measure_profiler_cost(g)
+        assert cost.usable is corrected, cost.verdict
+        assert corrected or "speed changed across the window" in cost.verdict
 
 
 def test_whatif_servers_and_bandwidth_move_the_right_way():

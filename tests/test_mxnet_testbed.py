@@ -20,8 +20,10 @@ from bench_mxnet_ps import BUFFER_BYTES, PAYLOAD, measured_parts, predict, shape
 
 from dagprof.collect.jobs import netns  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
+from dagprof.search.whatif import Cluster, Scenario, evaluate  # noqa: E402
 
 TESTBED = pathlib.Path(__file__).parent / "data" / "mxnet" / "testbed"
+LOADED = pathlib.Path(__file__).parent / "data" / "mxnet" / "testbed_loaded"  # mx_mlp.py at 500 and 200 Mbit/s, load 13-15
 why = netns.available()
 
 
@@ -73,3 +75,25 @@ def test_slower_link_and_more_workers_predicted_with_the_bucket_kept_apart():
         assert abs(step_apart - step) / step < 0.03
         assert abs(exchange_apart - exchange) / exchange < 0.05
         assert abs(exchange_apart - exchange) < abs(scaled_exchange - exchange)
+
+
+def test_a_fit_slower_than_the_wire_is_a_limit_a_slower_wire_hides():
+    """Profiled under load at 500 Mbit/s, the exchanges fitted at about 55 % of the wire (retransmits, busy cores); the same job
+    at 200 Mbit/s ran at about its payload rate. ``whatif --profiled-bandwidth`` keeps the fit as a limit of its own, and the
+    step at 200 Mbit/s comes out within 3 %; the rate ratio would have priced the link at 109 Mbit/s (+70 %)."""
+    g = open_run(str(LOADED / "s1_500M")).graph
+    assert g.meta.ps_link_fit.bandwidth_bytes_per_s < 0.6 * 500e6 / 8
+    m = json.loads((LOADED / "s1_200M" / "mxnet-run.json").read_text())
+    measured = step_ms(m, False)
+
+    def at(cluster: Cluster, *rates: str) -> tuple[list[float], list[str]]:
+        out = evaluate(g, [Scenario(bandwidth=r) for r in rates], cluster, None, tolerance_pct=None, raw=True)
+        return [row["predicted_iter_ms"] for row in out["scenarios"]], out["notes"]
+
+    (slow, same, fast), notes = at(Cluster(profiled_bandwidth="500Mbit"), "200Mbit", "500Mbit", "1Gbit")
+    assert abs(slow - measured) / measured < 0.03
+    assert fast == pytest.approx(same)  # a faster wire does not lift the limit the profile ran into
+    assert sum("the slower of --bandwidth and the fit" in n for n in notes) == 1
+    (ratio,), notes = at(Cluster(), f"{g.meta.ps_link_fit.bandwidth_bytes_per_s * 0.4:.1f}B/s")  # the fit scaled by 200/500
+    assert not any("--profiled-bandwidth" in n for n in notes)
+    assert ratio > 1.3 * measured

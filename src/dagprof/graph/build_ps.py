@@ -33,7 +33,7 @@ from ..costmodel.topology import CollectiveSpec, Scheme, Topology
 from ..errors import DagprofError
 from ..traces.events import Kind, LaneKind, Run
 from ..traces.mxnet import pslite_placement
-from .build import common_steps, host_cpus, measured_iter_us
+from .build import common_steps, host_cpus, loop_steps, measured_iter_us
 from .collectives import add_ps_part, ps_devices
 from .dag import DeviceKind, Graph, GraphBuilder
 
@@ -161,7 +161,7 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
         world_size=n, ranks=[t.rank for t in run.ranks], steps=chosen, backend="ps-lite", framework=ps.framework, source=run.source,
         measured_iter_us={t.rank: measured_iter_us(t, chosen) for t in run.ranks},
         ps=msgspec.structs.replace(ps, exchange_us=spans),
-        scheme=CollectiveSpec(Scheme.PS, servers), topology=Topology.flat(n, link), buckets=(), host_cpus=host_cpus(run),
+        scheme=CollectiveSpec(Scheme.PS, servers), topology=Topology.flat(n, link), buckets=(), host_cpus=host_cpus(run), loop_steps=loop_steps(run),
     )
     return rebuild_ps(g, servers, link)
 

@@ -474,6 +474,18 @@ def exchange_us(g: Graph, start: np.ndarray) -> dict[tuple[int, int], float]:
     return {key: float(start[v]) - first[key] for v in np.flatnonzero(names == DONE) if (key := (int(g.step[v]), int(g.rank[v]))) in first}
 
 
+def ps_bandwidth(fitted: float, wire: float, asked: float) -> float:
+    """The bandwidth (B/s) a parameter-server job's messages get at ``asked``, from the ``fitted`` link (``fit_ps_link``)
+    of a profile run over a ``wire`` of known rate (all B/s). Fitted faster than the wire, the whole fit scales by the
+    rate ratio (a port's burst allowance, bytes crossed outside the timed exchanges). Fitted slower, what limited the
+    exchanges was not the wire (busy cores moving the bytes, segments lost and resent), and it streams beside the wire
+    rather than after it: a slower wire hides it, and the messages move at the slower of the two; a faster one does not
+    lift it. On the namespace testbed under load 13-15 (mx_mlp.py, 2 workers, 1 server) fits of 271-273 Mbit/s at a
+    500 Mbit/s tbf (170-420 segments retransmitted) fitted 180-187 at 200 Mbit/s (its payload 191), where the rate
+    ratio would have priced them at 109."""
+    return asked * fitted / wire if fitted >= wire else min(asked, fitted)
+
+
 def fit_ps_link(g: Graph, replayer: Callable[[Graph], ReplayResult], iterations: int = 30) -> Graph:
     """``g`` (from ``build_ps_graph``) with the bandwidth at which its push/pull exchanges replay as measured.
 

@@ -27,7 +27,7 @@ from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
 from ..passes import expand_collectives, partition_tensors, scale_compute, scale_workers, set_buckets, set_link, set_scheme, set_topology
-from ..passes.comm import LinkFit, current_topology, graph_world_size, hybrid, link_fit, priced_world_size, profiled_collectives, set_link_ratio
+from ..passes.comm import LinkFit, current_topology, graph_world_size, hybrid, link_fit, priced_world_size, profiled_collectives, ps_bandwidth, set_link_ratio
 from ..passes.compute import own_cores_note, share_cores
 from ..passes.data_parallel import conversion_note, parse_target, to_data_parallel, with_optimizer_state
 from ..passes.fsdp import UNMODELLED, refuse_unmodelled, scale_fsdp_workers, set_reduce_dtype, set_reshard
@@ -169,9 +169,14 @@ def wire_bandwidth(g: Graph, asked: float, base_topo: Topology) -> float:
     (``profiled_at``), the fitted link's wire part scaled by asked over that rate. That is the rate asked where the fit was
     slower than the wire (``passes.comm.split_at_wire`` left the wire's rate as its bandwidth), and the fit scaled by the
     rate ratio where it was faster (bytes that crossed outside the timed transfers: TF's fits ran at 109-200 % of the wire,
-    and pricing them at the wire's rate put 125 Mbit/s +105 % off instead of +33 %)."""
+    and pricing them at the wire's rate put 125 Mbit/s +105 % off instead of +33 %). A parameter-server job's fit reads
+    the other way where slower than the wire (``passes.comm.ps_bandwidth``)."""
     wire = g.meta.wire_bytes_per_s
-    return asked if wire is None else asked * base_topo.inter.bandwidth_bytes_per_s / wire
+    if wire is None:
+        return asked
+    if is_ps_graph(g):
+        return ps_bandwidth(base_topo.inter.bandwidth_bytes_per_s, wire, asked)
+    return asked * base_topo.inter.bandwidth_bytes_per_s / wire
 
 
 def _reduce_dtype(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
@@ -342,12 +347,10 @@ def on_link(g: Graph, topo: Topology | None) -> Graph:
 
 def profiled_at(g: Graph, c: Cluster) -> Graph:
     """``g`` with the wire rate it was profiled at (``c.profiled_bandwidth``) in its meta, where given: its fitted link is then
-    split at it (``passes.comm.split_at_wire``)."""
+    split at it (``passes.comm.split_at_wire``); a parameter-server job's fit is read against it per row instead
+    (``passes.comm.ps_bandwidth``)."""
     if c.profiled_wire is None:
         return g
-    if is_ps_graph(g):
-        raise DagprofError("a parameter-server job's messages are priced on their own fit (servers' work apart): not modelled for it",
-                           "--profiled-bandwidth")
     return g.replace(meta=g.meta.replace(wire_bytes_per_s=c.profiled_wire))
 
 
@@ -531,6 +534,8 @@ FAR_BELOW_WIRE = 0.8  # a fit slower than this share of the profiled wire: most 
 def _profiled_wire(g: Graph, fit: LinkFit | None, c: Cluster) -> tuple[dict | None, list[str]]:
     """The fitted link against the wire rate the run was profiled at (``Cluster.profiled_bandwidth``): for --json, and a note
     saying how much of the collectives' per-byte time ``split_at_wire`` keeps fixed (the fit far below the wire: busy cores)."""
+    if c.profiled_wire is not None and is_ps_graph(g):
+        return None, _ps_wire_notes(g, c)
     if c.profiled_wire is None or fit is None:
         return None, []
     wire = c.profiled_wire
@@ -548,6 +553,19 @@ def _profiled_wire(g: Graph, fit: LinkFit | None, c: Cluster) -> tuple[dict | No
     far = "far below the wire: " if share < FAR_BELOW_WIRE else ""
     return out, [f"{far}{head}; the other {1 - share:.0%} of its per-byte time is taken as work on the cores (busy cores, copies) "
                  "and kept at every bandwidth, only the wire's part scales"]
+
+
+def _ps_wire_notes(g: Graph, c: Cluster) -> list[str]:
+    """A parameter-server job's fitted link (``passes.comm.fit_ps_link``) against the wire it was profiled at: how each
+    --bandwidth row reads it (``passes.comm.ps_bandwidth``)."""
+    fit = g.meta.ps_link_fit
+    share = fit.bandwidth_bytes_per_s / c.profiled_wire
+    head = (f"--profiled-bandwidth {c.profiled_bandwidth}: the parameter-server exchanges ({fit.target_exchange_us / 1e3:.1f} ms on "
+            f"average) fitted at {share:.0%} of it")
+    how = ("no slower than the wire (a port's burst allowance): the fit scales by the rate ratio, --bandwidth over it" if share >= 1.0 else
+           "; what held them back was not the wire (busy cores, lost segments) and is kept as a limit of its own: a row's messages move at "
+           "the slower of --bandwidth and the fit")
+    return [head + ("" if share < 1.0 else ", ") + how]
 
 
 def _link_to_notes(scenarios: list[Scenario], c: Cluster) -> list[str]:

@@ -313,8 +313,17 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
     table = EventTable.from_columns(names, **{c: np.asarray(v) for c, v in cols.items()})
     trace = RankTrace(rank=w, world_size=man.workers, source=path, events=table, lanes=lanes, base_ns=base_ns, backend="ps-lite",
                       layers=layers, groups=["ps"], group_ranks={"ps": list(range(man.workers))}, host=man.hosts.get(w, ""),
-                      meta=RankMeta(framework="mxnet", cpus=man.cpus.get(w, 0)))
+                      meta=RankMeta(framework="mxnet", cpus=man.cpus.get(w, 0), steps_profiled=step_ids,
+                                    step_times_us={k: (b - a) / 1e3 for k, a, b in steps}, unprofiled_step_times_us=_timed_us(man, w)))
     return trace, pushes
+
+
+def _timed_us(man: _Manifest, w: int) -> dict[int, float]:
+    """Worker ``w``'s steps with the profiler off (the profiler's cost, ``passes.profiler_cost``): before the window and
+    after it, so that a job still speeding up (or a load that came or went) shows as a change across the window rather
+    than as the profiler's cost; not the step just before the window, which pays the profiler's start-up."""
+    first, stop = man.profiled[0], man.profiled[-1] + 1
+    return {k: (b - a) / 1e3 for k, a, b in man.steps.get(w, []) if k >= stop or k < first - 1}
 
 
 def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> list[ServerBusy]:
