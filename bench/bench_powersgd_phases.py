@@ -205,7 +205,8 @@ def main() -> int:
     for r in table:
         p = r["predicted_ms"]
         p10 = f" (p10 {r['measured_p10_ms']:5.1f})" if any(w in r["mark"] for w in spans) else " " * 12
-        print(f"  {r['mark']:<30} measured {r['measured_ms']:7.1f}{p10}   predicted " + ("      -" if p is None else f"{p:7.1f}   ({p - r['measured_ms']:+.1f})"))
+        priced = "      -" if p is None else f"{p:7.1f}   ({p - r['measured_ms']:+.1f})"
+        print(f"  {r['mark']:<30} measured {r['measured_ms']:7.1f}{p10}   predicted {priced}")
     return 0
 
 
