@@ -253,9 +253,7 @@ def overlap_from_table(table: object, source: str) -> Overlap:
 
 def reference_op_us() -> float:
     """The reference op (a 256x256 matrix product, one thread) on an idle core: with ``matmul_us`` from the
-    job it says how much slower compute measured on an idle core runs inside the job. The fastest of 15 short runs, as
-    the codecs beside it are timed (``codec_costs``): a median taken on a loaded machine carried that load into the
-    yardstick (4.2 ms at load 14, 0.32 quiet) and cancelled the slowdown it is there to measure."""
+    job it says how much slower compute measured on an idle core runs inside the job."""
     import torch
 
     a, b = torch.randn(256, 256), torch.randn(256, 256)
@@ -265,11 +263,11 @@ def reference_op_us() -> float:
         for _ in range(5):
             a @ b
         runs = []
-        for _ in range(15):
+        for _ in range(5):
             t0 = time.perf_counter()
-            for _ in range(5):
+            for _ in range(20):
                 a @ b
-            runs.append((time.perf_counter() - t0) / 5)
+            runs.append((time.perf_counter() - t0) / 20)
     finally:
         torch.set_num_threads(threads)
-    return min(runs) * 1e6
+    return statistics.median(runs) * 1e6
