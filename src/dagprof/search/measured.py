@@ -49,9 +49,10 @@ NOT_MEASURED = ("the backward's slowdown beside in-flight collectives is not mea
 
 
 def in_job(costs: CodecCosts | None, m: Overlap | None) -> CodecCosts | None:
-    """Codec costs as they run inside the job: scaled by how much slower ranks on its cores ran the reference op (``m``:
-    the job's own ranks, ``job_overlap``, else ``calibrate --overlap``'s on its cluster) than the idle core that measured
-    the codecs (never faster)."""
+    """Codec costs as they run inside the job whose ranks measured ``m`` (``job_overlap``): scaled by how much slower
+    the job's busy cores ran the reference op than the idle core that measured the codecs (never faster). Not from a
+    ``calibrate --overlap`` file: its ranks ran the op minutes before the job's profile, and where the load moved in
+    between it scaled held-out jobs' codecs for rounds that did not run them so (``optimize.predict_run``)."""
     if costs is None or m is None:
         return costs
     if not m.matmul_us or not costs.reference_op_us:

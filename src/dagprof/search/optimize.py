@@ -259,10 +259,12 @@ def search_run(run: Run, g: Graph, opts: Options | None = None, costs_file: str 
         raise DagprofError("the trace has no gradient-bucket all-reduce to re-bucket (a dagprof profile of a DDP job has them)", run.source)
     meta = run.ranks[0].meta
     order = gradient_order(g, run.ranks[0].buckets)
-    # read once: the codecs' yardstick, PowerSGD's chained all-reduces and the slowdown, measured on the job's own ranks (our
-    # demo job), else by ``calibrate --overlap`` on its cluster -- on dagprof's ranks, never inside the user's job
-    cluster = or_calibrated(job_overlap(run), opts.link_model)
-    costs = in_job(codec_costs(order, opts.powersgd_ranks, costs_file), cluster) if opts.allow_lossy else None
+    # read once: PowerSGD's chained all-reduces and the slowdown, measured on the job's own ranks (our demo job), else by
+    # ``calibrate --overlap`` on its cluster -- on dagprof's ranks, never inside the user's job; the codecs' yardstick
+    # only from the job's own (``in_job``)
+    job = job_overlap(run)
+    cluster = or_calibrated(job, opts.link_model)
+    costs = in_job(codec_costs(order, opts.powersgd_ranks, costs_file), job) if opts.allow_lossy else None
     opts = replace(opts, chained_allreduce=chained_in_job(cluster))
     measured = cluster if opts.overlap_slowdown is None else None
     unmeasured = opts.overlap_slowdown is None and run.ranks[0].backend == "gloo" and measured is None
@@ -289,12 +291,13 @@ def predict_run(run: Run, g: Graph, strategy: Strategy, costs_file: str | None =
     """``strategy`` priced on this run: how a strategy found on one profile is priced on another (a later
     profile of the same job, e.g. each verification round's). ``measured_in``: the run whose overlap
     measurements (slowdown, codec yardstick, chained all-reduces) apply, default ``run``; ``link_model``: a ``calibrate --overlap`` file,
-    used for all three where that run measured none."""
+    the slowdown and the chained all-reduces where that run measured none."""
     like = measured_in or run
     order = gradient_order(g, run.ranks[0].buckets)
     c = strategy.compression
-    cluster = or_calibrated(job_overlap(like), link_model)  # read once: the codecs' yardstick, the chained all-reduces, the slowdown
-    costs = in_job(codec_costs(order, (c.rank,) if c.codec == "powersgd" else (), costs_file) if c.lossy else None, cluster)
+    job = job_overlap(like)  # read once: the codecs' yardstick (the job's own only), the chained all-reduces, the slowdown
+    cluster = or_calibrated(job, link_model)
+    costs = in_job(codec_costs(order, (c.rank,) if c.codec == "powersgd" else (), costs_file) if c.lossy else None, job)
     segs = segments(g) if strategy.recompute else []
     slowdown, rate = slowdown_in(cluster)
     ev = Evaluator(g, order, costs, segs, None, slowdown, recompute=bool(strategy.recompute), comm_rate=rate, chained=chained_in_job(cluster))
