@@ -80,3 +80,39 @@ def test_the_chained_bucket_carries_its_whole_hook_on_the_channel(defaults, stra
         # both enqueues pay DDP's measured enqueue; the first adds its issue and the callbacks' CPU taken from the
         # backward, the chained second nothing (its hook is on the channel)
         assert g.dur[enq0] - g.dur[enq1] == pytest.approx([first.issue_us + first.middle_us + first.decode_us] * 2)
+
+
+
+def test_a_job_that_measured_nothing_prices_the_chain_by_the_clusters_calibration(strategy, tmp_path):
+    """A user's job (``cmd:``) has no ``overlap.json``: dagprof never adds collectives to its group. ``calibrate --overlap``
+    measures the same things on dagprof's ranks on the job's cluster (the link-model file's ``overlap``); the chained
+    all-reduces come from there as the slowdown does: the same measurements price the same chain, and slower chained
+    all-reduces there make each of a bucket's three all-reduces as much slower. The codecs' yardstick does not (a snapshot
+    of the load before the profile): the job's own here measures none (``matmul_us`` 0) to compare like with like."""
+    import json
+    import shutil
+
+    from dagprof.costmodel.alphabeta import AlphaBeta
+    from dagprof.costmodel.topology import save_link_model
+    from dagprof.passes.bucket_plan import BucketSlots
+    from dagprof.passes.compression import chained_latency_us
+
+    user, own_run = tmp_path / "run", tmp_path / "own"
+    shutil.copytree(RUN / "defaults", user, ignore=shutil.ignore_patterns("overlap.json"))
+    table = json.loads((RUN / "defaults" / "overlap.json").read_text())
+    shutil.copytree(RUN / "defaults", own_run, ignore=shutil.ignore_patterns("overlap.json"))
+    (own_run / "overlap.json").write_text(json.dumps({**table, "matmul_us": 0.0}))
+    slower = {**table, "chained_allreduce": [[b, us + 2000.0] for b, us in table["chained_allreduce"]]}
+    link, link_slower = (save_link_model(tmp_path / f"link{i}.json", AlphaBeta(0.0, 0.04), overlap=t) for i, t in enumerate((table, slower)))
+    run, own_run = open_run(str(user)), open_run(str(own_run))
+    costs = str(RUN / "codec-costs.json")
+    own, calibrated, chained_slower = (predict_run(r.run, r.graph, strategy, costs, link_model=lm).graph
+                                       for r, lm in ((own_run, None), (run, link), (run, link_slower)))
+    comm = [np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0) & (g.bucket >= 0)) for g in (own, calibrated, chained_slower)]
+    assert len(comm[0]) == 10  # two buckets in each of 5 steps
+    assert calibrated.dur[comm[1]] == pytest.approx(own.dur[comm[0]])
+    price = BucketSlots(run.graph, gradient_order(run.graph, run.run.ranks[0].buckets)).price
+    pairs = [tuple((b, us) for b, us in t["chained_allreduce"]) for t in (table, slower)]
+    more = chained_latency_us(pairs[1], price) - chained_latency_us(pairs[0], price)
+    assert more > 1000.0
+    assert chained_slower.dur[comm[2]] - calibrated.dur[comm[1]] == pytest.approx(3 * more)

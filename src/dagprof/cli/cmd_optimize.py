@@ -33,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "--link-model, else 0)")
     p.add_argument("--link-model", default=None, metavar="FILE",
                    help="a dagprof calibrate --overlap file measured on the job's cluster: how much an in-flight collective slows "
-                        "compute, where the run measured none")
+                        "compute and what small all-reduces chained by callbacks (PowerSGD's) take, where the run measured none")
     p.add_argument("--raw", action="store_true",
                    help="search from the op times as profiled (default: the profiler's own cost, measured on the run, removed first)")
     p.add_argument("--verify", action="store_true", help="run the command after -- with defaults and with the strategy, interleaved")

@@ -22,8 +22,8 @@ there, before the all-reduce is issued) and ``channel`` time on the communicatio
   chain then came out 27.9 ms from ready to done against 28.5 measured (23.2 without).
   The costs are measured on an idle core; under contention they grow, and PowerSGD's prediction is
   the least sure of the codecs. Each of the three all-reduces also pays what a small all-reduce issued from a
-  completion callback took in the job's group beyond the link model's price (``chained_latency_us``; ``chained``, measured
-  per run like ``beside``, not one of the machine's ``CodecCosts``): the link
+  completion callback took in the job's group (a user's job: in ``calibrate --overlap``'s on its cluster) beyond the link
+  model's price (``chained_latency_us``; ``chained``, measured per run like ``beside``, not one of the machine's ``CodecCosts``): the link
   model is fitted on DDP's buckets, whose transfers hide gloo's thread hand-offs and wake-ups; PowerSGD's factors
   are small and pay them whole (on the testbed under load 7, 1-4 ms each against 0.1-0.4 ms priced).
 """

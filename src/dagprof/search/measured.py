@@ -50,7 +50,9 @@ NOT_MEASURED = ("the backward's slowdown beside in-flight collectives is not mea
 
 def in_job(costs: CodecCosts | None, m: Overlap | None) -> CodecCosts | None:
     """Codec costs as they run inside the job whose ranks measured ``m`` (``job_overlap``): scaled by how much slower
-    the job's busy cores ran the reference op than the idle core that measured the codecs (never faster)."""
+    the job's busy cores ran the reference op than the idle core that measured the codecs (never faster). Not from a
+    ``calibrate --overlap`` file: its ranks ran the op minutes before the job's profile, and where the load moved in
+    between it scaled held-out jobs' codecs for rounds that did not run them so (``optimize.predict_run``)."""
     if costs is None or m is None:
         return costs
     if not m.matmul_us or not costs.reference_op_us:
@@ -59,7 +61,8 @@ def in_job(costs: CodecCosts | None, m: Overlap | None) -> CodecCosts | None:
 
 
 def chained_in_job(m: Overlap | None) -> Chained:
-    """PowerSGD's small all-reduces as they ran in the job's group (``m``: ``job_overlap``); empty where it measured none."""
+    """PowerSGD's small all-reduces as they ran in the job's group (``m``: ``job_overlap``), else in ``calibrate --overlap``'s
+    group on the job's cluster (``or_calibrated``); empty where neither measured them."""
     return () if m is None else tuple((int(b), float(us)) for b, us in m.chained_allreduce)
 
 

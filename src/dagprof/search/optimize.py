@@ -91,8 +91,8 @@ class Options:
     symmetry: bool = True
     overlap_slowdown: float | None = None  # compute slowdown per unit of overlap with collectives (None: as measured for the run, else 0)
     overlap_rate: float | None = None  # bytes/s of the all-reduce the slowdown was measured beside (None: every collective counts whole)
-    link_model: str | None = None  # a ``dagprof calibrate --overlap`` file: the slowdown where the run measured none (``measured.overlap_of``)
-    chained_allreduce: Chained = ()  # the job's small all-reduces chained by completion callbacks (``measured.chained_in_job``)
+    link_model: str | None = None  # a ``dagprof calibrate --overlap`` file: what the run measured none of (``measured.overlap_of``)
+    chained_allreduce: Chained = ()  # small all-reduces chained by completion callbacks in the job's group or on its cluster (``measured.chained_in_job``)
     progress: Callable[[Progress], None] | None = None
 
 
@@ -179,7 +179,7 @@ def search(g: Graph, order: GradientOrder, opts: Options | None = None, costs: C
         codecs += [Codec("fp16"), Codec("bf16")] + [Codec("powersgd", r) for r in opts.powersgd_ranks]
         if opts.powersgd_ranks and opts.chained_allreduce:
             notes.append("PowerSGD's three all-reduces per bucket each pay the latency beyond the link model that small all-reduces "
-                         "chained by completion callbacks measured in the job's group (" +
+                         "chained by completion callbacks measured in the job's group or on its cluster (" +
                          ", ".join(f"{b // 1024} KiB {us / 1e3:.1f} ms" for b, us in opts.chained_allreduce) + ")")
     memory = None
     cand_segments: list[Segment] = []
@@ -261,11 +261,14 @@ def search_run(run: Run, g: Graph, opts: Options | None = None, costs_file: str 
         raise DagprofError("the trace has no gradient-bucket all-reduce to re-bucket (a dagprof profile of a DDP job has them)", run.source)
     meta = run.ranks[0].meta
     order = gradient_order(g, run.ranks[0].buckets)
-    job = job_overlap(run)  # read once: the codecs' yardstick and the slowdown
+    # read once: PowerSGD's chained all-reduces and the slowdown, measured on the job's own ranks (our demo job), else by
+    # ``calibrate --overlap`` on its cluster -- on dagprof's ranks, never inside the user's job; the codecs' yardstick
+    # only from the job's own (``in_job``)
+    job = job_overlap(run)
+    cluster = or_calibrated(job, opts.link_model)
     costs = in_job(codec_costs(order, opts.powersgd_ranks, costs_file), job) if opts.allow_lossy else None
-    opts = replace(opts, chained_allreduce=chained_in_job(job))
-    # CPU (gloo) jobs: the network stack shares the training cores; the slowdown is measured by our own ranks, never in the user's job
-    measured = or_calibrated(job, opts.link_model) if opts.overlap_slowdown is None else None
+    opts = replace(opts, chained_allreduce=chained_in_job(cluster))
+    measured = cluster if opts.overlap_slowdown is None else None
     unmeasured = opts.overlap_slowdown is None and run.ranks[0].backend == "gloo" and measured is None
     if opts.overlap_slowdown is None:
         s, rate = slowdown_in(measured)
@@ -289,15 +292,17 @@ def predict_run(run: Run, g: Graph, strategy: Strategy, costs_file: str | None =
                 link_model: str | None = None) -> Priced:
     """``strategy`` priced on this run: how a strategy found on one profile is priced on another (a later
     profile of the same job, e.g. each verification round's). ``measured_in``: the run whose overlap
-    measurements (slowdown, codec yardstick) apply, default ``run``; ``link_model``: the slowdown where it measured none."""
+    measurements (slowdown, codec yardstick, chained all-reduces) apply, default ``run``; ``link_model``: a ``calibrate --overlap`` file,
+    the slowdown and the chained all-reduces where that run measured none."""
     like = measured_in or run
     order = gradient_order(g, run.ranks[0].buckets)
     c = strategy.compression
-    job = job_overlap(like)  # read once: the codecs' yardstick and the slowdown
+    job = job_overlap(like)  # read once: the codecs' yardstick (the job's own only), the chained all-reduces, the slowdown
+    cluster = or_calibrated(job, link_model)
     costs = in_job(codec_costs(order, (c.rank,) if c.codec == "powersgd" else (), costs_file) if c.lossy else None, job)
     segs = segments(g) if strategy.recompute else []
-    slowdown, rate = slowdown_in(or_calibrated(job, link_model))
-    ev = Evaluator(g, order, costs, segs, None, slowdown, recompute=bool(strategy.recompute), comm_rate=rate, chained=chained_in_job(job))
+    slowdown, rate = slowdown_in(cluster)
+    ev = Evaluator(g, order, costs, segs, None, slowdown, recompute=bool(strategy.recompute), comm_rate=rate, chained=chained_in_job(cluster))
     cand = candidate_of(Space(order, segs), strategy)
     base = ev.score(Candidate(order.profiled_ends))[0]
     return Priced(Prediction(base.iter_us / 1e3, ev.score(cand)[0].iter_us / 1e3), ev.predicted_graph(cand))
