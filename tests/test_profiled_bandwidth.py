@@ -1,6 +1,7 @@
 """``dagprof whatif --profiled-bandwidth RATE``: the wire rate the run was profiled at splits the link fitted to its
 collectives (``passes.comm.split_at_wire``). The fit's time per byte beyond the wire's is work on the cores and stays at
-every --bandwidth; only the wire's part scales. A fit faster than the wire scales whole, by the rate ratio. On vendored
+every --bandwidth; only the wire's part scales (a Horovod job's collectives take the longer of their profiled price and
+the wire's time). A fit faster than the wire scales whole, by the rate ratio. On vendored
 recordings of TF, JAX and Horovod jobs (tests/data/tf, tf-jax, horovod), each given a rate it might have run at."""
 from __future__ import annotations
 
@@ -56,6 +57,25 @@ def test_the_cpu_excess_neither_stretches_nor_vanishes():
     assert wire["far_below"] and 0 < wire["fit_share"] < 0.8 and wire["collectives"] == split["link_fit"]["collectives"] and wire["bytes"] > 0
     assert sum(n.startswith("far below the wire: --profiled-bandwidth 1Gbit") for n in split["notes"]) == 1
     assert plain["link_fit"]["profiled_wire"] is None and not any("--profiled-bandwidth" in n for n in plain["notes"])
+
+
+def test_a_horovod_collective_takes_the_longer_of_its_profiled_price_and_the_wire():
+    run = DATA / "horovod" / "sparse-gru"  # its collectives fit at about 840 Mbit/s: 42 % of 2 Gbit/s
+    g = open_run(run).graph
+    c = Cluster(profiled_bandwidth="2Gbit")
+    marked = profiled_at(g, c)
+    base = base_topology(marked, c)
+    at = {b: apply(marked, Scenario(bandwidth=b), c, base) for b in (None, "2Gbit", "200Mbit")}
+    plain = apply(g, Scenario(), Cluster(), base_topology(g, Cluster()))
+    comm = np.flatnonzero(priced_comm(plain))
+    np.testing.assert_allclose(at[None].dur[comm], plain.dur[comm], rtol=1e-9)
+    np.testing.assert_allclose(at["2Gbit"].dur[comm], plain.dur[comm], rtol=1e-9)
+    # 200 Mbit/s: the wire's time alone (2 ranks: a ring moves its bytes once) where longer than the profiled price, else that price
+    wire_us = allreduce_equivalent_bytes(plain, comm) * 8e6 / 200e6
+    assert (wire_us > plain.dur[comm]).any() and (wire_us < plain.dur[comm]).any()
+    np.testing.assert_allclose(at["200Mbit"].dur[comm], np.maximum(plain.dur[comm], wire_us), rtol=1e-9)
+    notes = rows(run, c, "200Mbit")["notes"]
+    assert sum("takes the longer of its profiled price and the wire's time" in n for n in notes) == 1
 
 
 def test_a_fit_faster_than_the_wire_scales_by_the_rate_ratio():

@@ -551,6 +551,9 @@ def _profiled_wire(g: Graph, fit: LinkFit | None, c: Cluster) -> tuple[dict | No
         return out, [f"{head}, no slower than the wire (bytes crossed outside the timed transfers, or the rate is not the wire's): "
                      "its whole per-byte time scales by the rate ratio, --bandwidth over it"]
     far = "far below the wire: " if share < FAR_BELOW_WIRE else ""
+    if g.meta.horovod is not None:
+        return out, [f"{far}{head}; Horovod's copies and reductions on the cores run beside the wire's transfer, so each collective "
+                     "takes the longer of its profiled price and the wire's time at --bandwidth"]
     return out, [f"{far}{head}; the other {1 - share:.0%} of its per-byte time is taken as work on the cores (busy cores, copies) "
                  "and kept at every bandwidth, only the wire's part scales"]
 
