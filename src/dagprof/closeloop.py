@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 from .analysis import job_iteration_us
 from .analysis.diff import ExpectationCheck, categories_vs_expected
 from .analysis.findings import remedy_for
-from .analysis.interval import PredictionInterval, run_level, typical_measured_us
+from .analysis.interval import PredictionInterval, StepStatistic, run_level, typical_measured_us
 from .collect.deploy.strategy import Strategy, save_strategy
 from .collect.jobs.netns import BUFFER_BYTES, Cluster, available
 from .collect.jobs.verify import Verification, verify, verify_in_process
@@ -65,7 +65,8 @@ def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = N
         res = search_run(prof.run, g, opts, os.path.join(out_dir, CODEC_COSTS_FILE))
     res.notes.append("op times as profiled (--raw)" if raw else cost.describe())
     share = 0.0 if raw else cost.share
-    measured, statistic = typical_measured_us(prof.graph) if res.step_statistic == "median" else (prof.analysis.measured_us, "mean")
+    measured, statistic = (typical_measured_us(prof.graph) if res.step_statistic is StepStatistic.MEDIAN
+                           else (prof.analysis.measured_us, StepStatistic.MEAN))
     check_baseline(res, measured, share, statistic)
     level = run_level(prof.graph, cost, not raw and cost.usable, res.baseline.iter_us, measured and measured * (1.0 - share))
     res.intervals = res.intervals and {name: iv.widened(level) for name, iv in res.intervals.items()}  # the search's own model, checked above
@@ -74,13 +75,13 @@ def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = N
     return Found(prof, res, strategy, path, opts.link_model)
 
 
-def check_baseline(res: SearchResult | FsdpSearchResult, measured_us: float | None, share: float, statistic: str) -> None:
+def check_baseline(res: SearchResult | FsdpSearchResult, measured_us: float | None, share: float, statistic: StepStatistic) -> None:
     """Set the search model's error on the profiled setup, and warn when it is beyond what ``whatif`` accepts.
 
     The search prices candidates on its own template of a step (``search.evaluate``), not on the graph the
     what-ifs replay, so it can miss the profiled run where ``whatif``'s model does not. A gain is a ratio of
     two prices from the same template and keeps part of its meaning, so this warns rather than refuses.
-    ``measured_us`` is the profiled run's ``statistic`` step ("median" or "mean"), the one the search sums its replayed
+    ``measured_us`` is the profiled run's ``statistic`` step, the one the search sums its replayed
     steps by (``res.step_statistic``; ``analysis.interval.typical_measured_us``): a median step held against the mean one
     read a neighbour's stalled steps as model error (-19.8 % on ``tests/data/hybrid-dp-tp-dagprof``, +1.2 % alike).
     """
@@ -90,7 +91,7 @@ def check_baseline(res: SearchResult | FsdpSearchResult, measured_us: float | No
     res.model_error_pct = err = 100.0 * (res.baseline.iter_us - ref) / ref
     if abs(err) > MODEL_TOLERANCE_PCT:
         res.warnings.append(f"the search's model gives the profiled setup {res.baseline.iter_us / 1e3:.1f} ms/step, measured "
-                            f"{ref / 1e3:.1f} ms{' less the profiler' if share else ''} ({statistic} step both; {err:+.1f} %, "
+                            f"{ref / 1e3:.1f} ms{' less the profiler' if share else ''} ({statistic.value} step both; {err:+.1f} %, "
                             f"more than {MODEL_TOLERANCE_PCT:g} %): the predicted times inherit that error; measure the strategy before "
                             "trusting its gain (--verify)")
 

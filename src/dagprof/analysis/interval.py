@@ -44,6 +44,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, replace
+from enum import Enum
 
 import numpy as np
 
@@ -169,14 +170,21 @@ def typical_iteration_us(g: Graph, res: ReplayResult) -> float:
     return float(np.median(d)) if len(d) >= 3 else job_iteration_us(g, res)
 
 
-def typical_measured_us(g: Graph) -> tuple[float | None, str]:
+class StepStatistic(str, Enum):
+    """How a price sums up a run's steps, and so what measurement it is held against."""
+
+    MEDIAN = "median"  # the median step of the slowest rank (``typical_iteration_us``)
+    MEAN = "mean"  # the mean step (``job_iteration_us``)
+
+
+def typical_measured_us(g: Graph) -> tuple[float | None, StepStatistic]:
     """``typical_iteration_us`` of the measurement itself (``measured_step_times``), what a model priced by it must be held
     against, and which statistic it is: the median step where 3 or more were measured, else the measured mean (None: not
     measured)."""
     d = measured_step_times(g)
     if len(d) >= 3:
-        return float(np.median(d)), "median"
-    return (max(g.meta.measured_iter_us.values()) if g.meta.measured_iter_us else None), "mean"
+        return float(np.median(d)), StepStatistic.MEDIAN
+    return (max(g.meta.measured_iter_us.values()) if g.meta.measured_iter_us else None), StepStatistic.MEAN
 
 
 def link_residuals(profiled: Graph, modelled: Graph) -> np.ndarray:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ..analysis import job_iteration_us
-from ..analysis.interval import PredictionInterval, link_residuals, predict_interval
+from ..analysis.interval import PredictionInterval, StepStatistic, link_residuals, predict_interval
 from ..collect.deploy.strategy import FsdpPlan, FsdpUnitPlan, Prediction, Strategy
 from ..errors import DagprofError
 from ..graph.dag import Graph
@@ -152,7 +152,7 @@ class Grouping:
 
 @dataclass
 class FsdpSearchResult(Gain):
-    step_statistic: ClassVar[str] = "mean"  # ``job_iteration_us`` (``FsdpEvaluator``)
+    step_statistic: ClassVar[StepStatistic] = StepStatistic.MEAN  # ``job_iteration_us`` (``FsdpEvaluator``)
     baseline: FsdpScored
     best: FsdpScored
     units: list[str]  # the units, in the record's order

@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ClassVar
 
-from ..analysis.interval import PredictionInterval, link_residuals, predict_interval
+from ..analysis.interval import PredictionInterval, StepStatistic, link_residuals, predict_interval
 from ..collect.deploy.strategy import Prediction, Strategy
 from ..costmodel.codecs import Codec, CodecCosts
 from ..errors import DagprofError
@@ -101,7 +101,7 @@ class Gain:
 
     baseline: Any
     best: Any
-    step_statistic: ClassVar[str]  # how ``iter_us`` sums up the replayed steps ("median" or "mean" step): the measurement is held alike
+    step_statistic: ClassVar[StepStatistic]  # how ``iter_us`` sums up the replayed steps: the measurement is held alike
 
     @property
     def speedup(self) -> float:
@@ -114,7 +114,7 @@ class Gain:
 
 @dataclass
 class SearchResult(Gain):
-    step_statistic: ClassVar[str] = "median"  # ``search.evaluate.Scored``
+    step_statistic: ClassVar[StepStatistic] = StepStatistic.MEDIAN  # ``search.evaluate.Scored``
     baseline: Scored
     best: Scored
     order: GradientOrder
