@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..fsutil import inside, read_input, read_versioned
-from .events import EventTable, Kind, Lane, LaneKind, RankTrace, Run
+from .events import EventTable, Kind, Lane, LaneKind, RankTrace, Run, intern
 from .formats import MXNET_MANIFEST as MANIFEST
 from .meta import PsKey, PsRecord, RankMeta, RunMeta, RunWarning, ServerBusy
 
@@ -254,10 +254,7 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
 
     def add(name: str, kind: Kind, ln: int, start: float, end: float, step: int, depth: int = 0, layer: int = -1, nbytes: int = 0,
             group: int = -1, seq: int = -1, bucket: int = -1) -> int:
-        if name not in name_ids:
-            name_ids[name] = len(names)
-            names.append(name)
-        for c, v in zip(cols, (name_ids[name], int(kind), ln, start - base_us, end - start, depth, step, layer, nbytes, group, seq, bucket)):
+        for c, v in zip(cols, (intern(name_ids, names, name), int(kind), ln, start - base_us, end - start, depth, step, layer, nbytes, group, seq, bucket)):
             cols[c].append(v)
         return len(cols["start"]) - 1
 
