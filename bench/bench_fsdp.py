@@ -237,7 +237,7 @@ def part1(steps: int, repeats: int) -> list[float]:
                 run = os.path.join(tmp, "run")
                 job(2, model, steps, tmp, profile=run)
                 p = open_run(run, template=True)
-                measured = max(p.analysis.measured_iter_us.values()) / 1e3
+                measured = p.analysis.measured_us / 1e3
                 predicted = p.analysis.predicted_us / 1e3
             errors[name].append(100 * (predicted - measured) / measured)
             print(f"{name:16s} {k + 1:4d} {measured:12.1f} {predicted:12.1f} {errors[name][-1]:+7.2f} %", flush=True)
@@ -442,7 +442,7 @@ def part4(rounds: int, steps: int) -> list[float]:
                 run = os.path.join(tmp, f"r{k}-{int(on)}")
                 job(2, model + ([] if on else ["--no-reshard"]), steps, run + "-log", profile=run, kineto=False)
                 p = open_run(run, template=True)
-                measured[on].append(max(p.analysis.measured_iter_us.values()) / 1e3)
+                measured[on].append(p.analysis.measured_us / 1e3)
                 graphs[on] = p.graph
             for on in (True, False):
                 predicted[on].append(job_iteration_us(set_reshard(graphs[not on], on)) / 1e3)
@@ -487,7 +487,7 @@ def part5(rounds: int, steps: int) -> list[float]:
                     job(2, TESTBED_MODEL + ["--reduce-dtype", d], steps, run + "-log", cluster, profile=run, kineto=False)
                     p = open_run(run, template=True)
                     graphs[d] = p.graph
-                    measured[(rate, d)].append((max(p.analysis.measured_iter_us.values()) / 1e3, reduce_ms(p.graph)))
+                    measured[(rate, d)].append((p.analysis.measured_us / 1e3, reduce_ms(p.graph)))
                 c = whatif.Cluster()
                 for d, other in zip(dtypes, dtypes[::-1]):
                     base = graphs[other]
@@ -633,7 +633,7 @@ def part7(rounds: int, steps: int, links: list[str], calibrate: bool = False, ke
                         job(2, model + wrappers[w], steps, run + "-log", None if link == "loopback" else cluster, profile=run, kineto=False)
                         p = open_run(run)
                         runs[w] = average_steps(p.graph, replay)
-                        measured[(name, link, w)].append(max(p.graph.meta.measured_iter_us.values()) / 1e3)
+                        measured[(name, link, w)].append(p.analysis.measured_us / 1e3)
                         if k == 0 and link == links[0]:
                             graphs[(name, w)] = p.graph
                     c = whatif.Cluster(optimizer_state="adam")
@@ -698,8 +698,8 @@ def offline7(keep: str) -> list[float]:
         if not (entry.startswith("r") and entry.endswith("-ddp")) or not os.path.isdir(os.path.join(keep, entry[:-4] + "-fsdp")):
             continue
         cell = entry[1:-4]  # "<round>-<model>-<link>"
-        fsdp = open_run(os.path.join(keep, entry[:-4] + "-fsdp")).graph
-        measured = max(fsdp.meta.measured_iter_us.values()) / 1e3
+        opened = open_run(os.path.join(keep, entry[:-4] + "-fsdp"))
+        fsdp, measured = opened.graph, opened.analysis.measured_us / 1e3
         ddp = average_steps(open_run(os.path.join(keep, entry)).graph, replay)
         cal = os.path.join(keep, f"cal{cell}")
         files = {"profile link": None} | {h: os.path.join(cal, f) for h, f in
@@ -715,7 +715,7 @@ def offline7(keep: str) -> list[float]:
         if out[-1] is not None:
             errors.append(out[-1])
         fsdp_avg = average_steps(fsdp, replay)
-        ddp_ms = max(open_run(os.path.join(keep, entry)).graph.meta.measured_iter_us.values()) / 1e3
+        ddp_ms = open_run(os.path.join(keep, entry)).analysis.measured_us / 1e3
         back = []
         for path in (None, files["fsdp-measured"]):
             c = whatif.Cluster(optimizer_state="adam", link_model=path if path is None or os.path.exists(path) else None)
@@ -813,7 +813,7 @@ def part8(rounds: int, steps: int) -> list[float]:
                 run = os.path.join(tmp, f"r{k}-g{group}")
                 job(2, model + ["--group", str(group)], steps, run + "-log", profile=run, kineto=False)
                 p = open_run(run, template=True)
-                measured[group], graphs[group] = max(p.analysis.measured_iter_us.values()) / 1e3, p.graph
+                measured[group], graphs[group] = p.analysis.measured_us / 1e3, p.graph
             c, base = whatif.Cluster(), graphs[1]
             topo = whatif.base_topology(base, c)
             model_ms = job_iteration_us(whatif.apply(base, whatif.Scenario(), c, topo)) / 1e3
@@ -851,7 +851,7 @@ def part10(rounds: int, steps: int) -> list[float]:
                     run = os.path.join(tmp, f"r{k}-{name}-g{group}")
                     job(2, model + ["--group", str(group)], steps, run + "-log", profile=run, kineto=False)
                     p = open_run(run, template=True)
-                    measured[group] = max(p.analysis.measured_iter_us.values()) / 1e3
+                    measured[group] = p.analysis.measured_us / 1e3
                     if group == 1:
                         base = p.graph
                 res = search_fsdp(base, budget_s=60)
@@ -939,7 +939,7 @@ def part11(rounds: int, steps: int) -> None:
                     print(f"  round {k + 1} profile {rate:>7s} {kind:14s} transfer median {np.median(g.dur[idx]) / 1e3:6.2f} ms, later rank's "
                           f"exit lag median {np.median(lag[lag > 0]) / 1e3:5.2f} ms ({len(idx)} collectives); load {os.getloadavg()[0]:.2f}", flush=True)
             pred = predict(graphs["1Gbit"], [(2, "200Mbit")], os.cpu_count() or 1)[(2, "200Mbit")]
-            own = max(open_run(graphs["200Mbit"]).graph.meta.measured_iter_us.values()) / 1e3
+            own = open_run(graphs["200Mbit"]).analysis.measured_us / 1e3
             print(f"  round {k + 1}: 200Mbit predicted from the 1Gbit profile {pred:.1f} ms, the 200Mbit profile's iteration {own:.1f} ms "
                   f"({100 * (pred - own) / own:+.1f} %)", flush=True)
 

@@ -240,7 +240,24 @@ def test_an_op_that_began_with_the_first_push_is_what_the_pushes_wait_for_not_a_
     assert all(r["predicted_iter_ms"] > 0 for r in rows["scenarios"])
 
 
-@pytest.mark.parametrize("change, message", [({"version": 99}, "newer dagprof"), ({"keys": "x"}, "corrupt dagprof MXNet run manifest"),
+def test_a_version_1_manifest_with_timed_s_reads_as_its_version_2_twin(tmp_path):
+    """Version 2 dropped ``timed_s`` (never read: the unprofiled steps are in ``steps``); the fixtures stay version 1."""
+    from dagprof.collect.hooks import mxnet_ps
+    from dagprof.traces import mxnet
+
+    assert mxnet_ps.VERSION == mxnet.VERSION == 2  # the collector writes what the reader reads
+    run = shutil.copytree(USER, tmp_path / "mx")
+    doc = json.loads((run / "mxnet-run.json").read_text())
+    assert doc["version"] == 1 and doc["timed_s"]
+    (run / "mxnet-run.json").write_text(json.dumps({**{k: v for k, v in doc.items() if k != "timed_s"}, "version": 2}))
+    old, new = load(str(USER)), load(str(run))
+    for a, b in zip(old.ranks, new.ranks):
+        assert a.meta == b.meta and np.array_equal(a.events.start, b.events.start)
+    assert old.meta.ps == new.meta.ps
+
+
+@pytest.mark.parametrize("change, message", [({"version": 3}, "newer dagprof \\(format version 3; this one reads 1..2\\)"),
+                                              ({"keys": "x"}, "corrupt dagprof MXNet run manifest"),
                                               ({"format": "other"}, "not a dagprof MXNet run manifest")])
 def test_manifest_is_typed_and_versioned(tmp_path, change, message):
     run = shutil.copytree(USER, tmp_path / "mx")

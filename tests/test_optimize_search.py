@@ -164,12 +164,13 @@ def test_a_search_model_is_held_against_the_measured_step_it_prices(tmp_path, ca
     """The search prices a setup by its median replayed step; the measurement is held alike. This hybrid run's three
     measured steps took 298.5, 133.5 and 142.1 ms (the slowest rank's, step mark to step mark): its median 142.1 ms, its
     mean 179.5 ms. Against the mean the search's model missed it by -19.8 % and warned; against the median it is +1.2 %."""
-    from dagprof.analysis.interval import measured_step_times, typical_measured_us
+    from dagprof.analysis.interval import StepStatistic, measured_step_times, measured_step_us
     from dagprof.pipeline import open_run
 
     g = open_run(DATA / "hybrid-dp-tp-dagprof").graph
     assert measured_step_times(g) / 1e3 == pytest.approx([298.475808, 133.53996, 142.147096])
-    assert typical_measured_us(g) == (pytest.approx(142147.096), "median")
+    assert measured_step_us(g, StepStatistic.MEDIAN) == (pytest.approx(142147.096), StepStatistic.MEDIAN)
+    assert measured_step_us(g, StepStatistic.MEAN) == (pytest.approx(179.5e3, abs=50), StepStatistic.MEAN)
     run = tmp_path / "run"
     shutil.copytree(DATA / "hybrid-dp-tp-dagprof", run)
     assert main(["optimize", str(run), "--budget", "1", "--json"]) == 0

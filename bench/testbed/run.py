@@ -178,7 +178,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     import numpy as np
 
     from dagprof.analysis import job_iteration_us
-    from dagprof.analysis.interval import link_residuals, predict_interval, run_level
+    from dagprof.analysis.interval import StepStatistic, link_residuals, measured_step_us, predict_interval, run_level
     from dagprof.collect.measure.calibrate import fit
     from dagprof.costmodel.alphabeta import AlphaBeta, ring_allreduce_us
     from dagprof.costmodel.topology import Topology, read_link_model
@@ -208,7 +208,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     shaped = prof_rate if RATES[prof_rate] else swept
     base_topo = Topology.flat(prof_ranks, links[prof_rate])
     cost = measure_profiler_cost(stepwise)
-    measured_us, profiled = max(stepwise.meta.measured_iter_us.values()), stepwise
+    measured_us, profiled = measured_step_us(stepwise, StepStatistic.MEAN)[0], stepwise
     if not raw:
         averaged, factor = remove_profiler_cost(averaged, cost, job_iteration_us, model=set_topology(averaged, base_topo))
         stepwise = scale_host_work(stepwise, factor)

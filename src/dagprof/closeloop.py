@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 from .analysis import job_iteration_us
 from .analysis.diff import ExpectationCheck, categories_vs_expected
 from .analysis.findings import remedy_for
-from .analysis.interval import PredictionInterval, StepStatistic, run_level, typical_measured_us
+from .analysis.interval import PredictionInterval, StepStatistic, measured_step_us, run_level
 from .collect.deploy.strategy import Strategy, save_strategy
 from .collect.jobs.netns import BUFFER_BYTES, Cluster, available
 from .collect.jobs.verify import Verification, verify, verify_in_process
@@ -65,8 +65,7 @@ def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = N
         res = search_run(prof.run, g, opts, os.path.join(out_dir, CODEC_COSTS_FILE))
     res.notes.append("op times as profiled (--raw)" if raw else cost.describe())
     share = 0.0 if raw else cost.share
-    measured, statistic = (typical_measured_us(prof.graph) if res.step_statistic is StepStatistic.MEDIAN
-                           else (prof.analysis.measured_us, StepStatistic.MEAN))
+    measured, statistic = measured_step_us(prof.graph, res.step_statistic)
     check_baseline(res, measured, share, statistic)
     level = run_level(prof.graph, cost, not raw and cost.usable, res.baseline.iter_us, measured and measured * (1.0 - share))
     res.intervals = res.intervals and {name: iv.widened(level) for name, iv in res.intervals.items()}  # the search's own model, checked above
@@ -82,7 +81,7 @@ def check_baseline(res: SearchResult | FsdpSearchResult, measured_us: float | No
     what-ifs replay, so it can miss the profiled run where ``whatif``'s model does not. A gain is a ratio of
     two prices from the same template and keeps part of its meaning, so this warns rather than refuses.
     ``measured_us`` is the profiled run's ``statistic`` step, the one the search sums its replayed
-    steps by (``res.step_statistic``; ``analysis.interval.typical_measured_us``): a median step held against the mean one
+    steps by (``res.step_statistic``; ``analysis.interval.measured_step_us``): a median step held against the mean one
     read a neighbour's stalled steps as model error (-19.8 % on ``tests/data/hybrid-dp-tp-dagprof``, +1.2 % alike).
     """
     if not measured_us:

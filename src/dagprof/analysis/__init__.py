@@ -7,6 +7,7 @@ from ..graph.dag import Graph
 from ..replay import ReplayResult, replay
 from .breakdown import RankBreakdown, breakdown, iteration_times, job_iteration_us
 from .critical_path import CriticalPath, critical_path
+from .interval import StepStatistic, measured_step_us
 from .parallelism import DimComm, comm_by_dim, parallelism_dict
 
 
@@ -31,7 +32,8 @@ class Analysis:
 
     @property
     def measured_us(self) -> float | None:
-        return max(self.measured_iter_us.values()) if self.measured_iter_us else None
+        """The measured iteration the replay's ``predicted_us`` is held against: the slowest rank's mean step."""
+        return measured_step_us(self.graph, StepStatistic.MEAN)[0]
 
     @property
     def error_pct(self) -> float | None:

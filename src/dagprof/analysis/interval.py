@@ -177,14 +177,18 @@ class StepStatistic(str, Enum):
     MEAN = "mean"  # the mean step (``job_iteration_us``)
 
 
-def typical_measured_us(g: Graph) -> tuple[float | None, StepStatistic]:
-    """``typical_iteration_us`` of the measurement itself (``measured_step_times``), what a model priced by it must be held
-    against, and which statistic it is: the median step where 3 or more were measured, else the measured mean (None: not
-    measured)."""
-    d = measured_step_times(g)
-    if len(d) >= 3:
-        return float(np.median(d)), StepStatistic.MEDIAN
-    return (max(g.meta.measured_iter_us.values()) if g.meta.measured_iter_us else None), StepStatistic.MEAN
+def measured_step_us(g: Graph, statistic: StepStatistic) -> tuple[float | None, StepStatistic]:
+    """The profiled run's typical measured step (us; None: not measured), summed up as ``statistic`` says, and the
+    statistic it is: what a model priced by that statistic must be held against. ``MEAN``: the slowest rank's mean
+    step (``graph.meta.measured_iter_us``; ``job_iteration_us`` of the measurement, ``Analysis.measured_us``).
+    ``MEDIAN``: ``typical_iteration_us`` of the measurement (``measured_step_times``) where 3 or more steps were
+    measured, else the mean (and ``MEAN`` says so)."""
+    if statistic is StepStatistic.MEDIAN:
+        d = measured_step_times(g)
+        if len(d) >= 3:
+            return float(np.median(d)), StepStatistic.MEDIAN
+    mean = max(g.meta.measured_iter_us.values(), default=None)
+    return (None if mean is None else float(mean)), StepStatistic.MEAN
 
 
 def link_residuals(profiled: Graph, modelled: Graph) -> np.ndarray:

@@ -37,16 +37,46 @@ class _UsageError(Exception):
     """A wrong flag or flag value: one line, like every other user error."""
 
 
+_NUMBER_LIKE = re.compile(r"^-\.?\d")  # -1Gbit, -5MB, -1e3, -2,4, -.5: a value, never one of our flags
+
+
 class _Parser(argparse.ArgumentParser):
+    """One line per usage error, and a value that starts with "-" and a digit reaches its flag's own check.
+
+    argparse takes only plain negative numbers (-5) for values and answered ``--bandwidth -1Gbit`` (or ``-1e3``,
+    ``-2,4``) "expected one argument": such a word after a flag that takes one value is passed as ``--flag=value``,
+    which argparse reads as that flag's value whatever it starts with."""
+
     def __init__(self, *args, **kwargs) -> None:
+        self._flags: dict[str, bool] = {}  # option string -> whether it takes one value; set before -h is added
         super().__init__(*args, **kwargs)
-        # a word that starts with "-" and a digit is a value (-1Gbit, -5MB, -1e3, -2,4), so the flag's type says what is
-        # wrong with it; argparse takes only plain negative numbers so, and answered the rest "expected one argument"
-        self._negative_number_matcher = re.compile(r"^-\.?\d")
+
+    def add_argument(self, *args, **kwargs):
+        action = super().add_argument(*args, **kwargs)
+        self._flags.update(dict.fromkeys(action.option_strings, action.nargs is None))
+        return action
 
     def parse_known_args(self, args=None, namespace=None):
         self._words = list(sys.argv[1:] if args is None else args)  # what ``error`` quotes (subcommands parse their own)
-        return super().parse_known_args(args, namespace)
+        return super().parse_known_args(self._joined(self._words), namespace)
+
+    def _joined(self, words: list[str]) -> list[str]:
+        out: list[str] = []
+        for i, w in enumerate(words):
+            if w == "--":  # the rest is positional
+                return out + words[i:]
+            if out and _NUMBER_LIKE.match(w) and self._takes_value(out[-1]):
+                out[-1] = f"{out[-1]}={w}"
+            else:
+                out.append(w)
+        return out
+
+    def _takes_value(self, word: str) -> bool:
+        """Whether ``word`` names a flag that takes one value: in full, or as argparse's unique prefix of a long one."""
+        if word in self._flags:
+            return self._flags[word]
+        hits = [takes for f, takes in self._flags.items() if word.startswith("--") and f.startswith(word)]
+        return len(hits) == 1 and hits[0]
 
     def error(self, message: str):  # argparse prints the whole usage first; we print one line
         raise _UsageError(f"{self.prog}: error: {message}{self._got(message)}")
@@ -62,7 +92,7 @@ class _Parser(argparse.ArgumentParser):
         if not at:
             return ""
         flag, value = words[at[-1]], words[at[-1] + 1]
-        if any(o.startswith(value.split("=")[0]) for o in self._option_string_actions):  # the flag's value is missing
+        if any(o.startswith(value.split("=")[0]) for o in self._flags):  # the flag's value is missing
             return ""
         return f", got {value!r} (a value that starts with '-' goes as {flag}={value})"
 

@@ -22,7 +22,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from ..errors import DagprofError
-from ..traces.events import Kind
+from ..traces.events import Kind, intern
 from ..traces.parallelism import Dim
 from .meta import GraphMeta
 
@@ -192,11 +192,7 @@ class GraphBuilder:
         return len(self._cols["dur"])
 
     def intern(self, name: str) -> int:
-        i = self._names.get(name)
-        if i is None:
-            i = self._names[name] = len(self.names)
-            self.names.append(name)
-        return i
+        return intern(self._names, self.names, name)
 
     def device(self, name: str, kind: DeviceKind, rank: int = -1, capacity: int = 1) -> int:
         i = self._device_ids.get(name)
@@ -206,11 +202,7 @@ class GraphBuilder:
         return i
 
     def layer(self, name: str) -> int:
-        i = self._layer_ids.get(name)
-        if i is None:
-            i = self._layer_ids[name] = len(self.layers)
-            self.layers.append(name)
-        return i
+        return intern(self._layer_ids, self.layers, name)
 
     def add_node(
         self,

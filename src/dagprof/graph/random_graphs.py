@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..traces.events import Kind
+from ..traces.events import Kind, intern
 from .dag import NODE_COLUMNS, Device, DeviceKind, Graph, csr_graph
 from .meta import GraphMeta
 
@@ -102,10 +102,7 @@ def ddp_graph(
         nonlocal nxt
         v = nxt
         nxt += 1
-        if name not in name_ids:
-            name_ids[name] = len(names)
-            names.append(name)
-        cols["name"][v] = name_ids[name]
+        cols["name"][v] = intern(name_ids, names, name)
         cols["kind"][v] = int(kind)
         cols["rank"][v] = rank
         cols["device"][v] = device

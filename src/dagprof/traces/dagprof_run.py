@@ -44,7 +44,7 @@ import numpy as np
 from ..errors import DagprofError
 from ..fsutil import inside, open_input
 from .completeness import check_same_job, describe
-from .events import EventTable, Kind, Lane, LaneKind, RankTrace, Run
+from .events import EventTable, Kind, Lane, LaneKind, RankTrace, Run, intern
 from .fsdp_run import fsdp_comm, label_groups
 from .meta import RankGap, RankMeta, RunMeta, RunWarning, warnings_of
 from .run_schema import (
@@ -516,10 +516,7 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
 
     def add(name: str, kind: Kind, lane: int, t0: int, t1: int, step: int, layer: int = -1, nbytes: int = 0,
             seq: int = -1, bucket: int = -1, depth: int = 0) -> int:
-        if name not in index:
-            index[name] = len(names)
-            names.append(name)
-        row = dict(name=index[name], kind=int(kind), lane=lane, start=(t0 - base_ns) / 1e3, dur=(t1 - t0) / 1e3,
+        row = dict(name=intern(index, names, name), kind=int(kind), lane=lane, start=(t0 - base_ns) / 1e3, dur=(t1 - t0) / 1e3,
                    depth=depth, step=step, layer=layer, nbytes=nbytes, group=0 if seq >= 0 else -1, seq=seq, bucket=bucket)
         for c, v in row.items():
             cols[c].append(v)

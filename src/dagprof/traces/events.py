@@ -115,6 +115,16 @@ _COLUMNS: dict[str, Any] = {
 }
 
 
+def intern(index: dict[str, int], names: list[str], name: str) -> int:
+    """``name``'s number in ``names``, appended there when new (``index``: name -> number, kept alongside): the one way
+    tables of events and graph nodes store a name once and refer to it by number."""
+    i = index.get(name)
+    if i is None:
+        i = index[name] = len(names)
+        names.append(name)
+    return i
+
+
 @dataclass
 class EventTable:
     """Columnar events. Build with ``EventTable.from_columns``; rows are events."""
@@ -178,10 +188,7 @@ class EventTable:
         names = list(self.names)
         remap = np.empty(len(other.names), dtype=np.int32)
         for j, s in enumerate(other.names):
-            if s not in index:
-                index[s] = len(names)
-                names.append(s)
-            remap[j] = index[s]
+            remap[j] = intern(index, names, s)
         cols = {c: np.concatenate([getattr(self, c), getattr(other, c)]) for c in _COLUMNS}
         cols["name"] = np.concatenate([self.name, remap[other.name]]).astype(np.int32)
         return EventTable(names=names, **cols)

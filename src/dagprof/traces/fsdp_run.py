@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .events import Kind, RankTrace
+from .events import Kind, RankTrace, intern
 from .meta import Collectives
 from .run_schema import Col, FsdpInfo, Rec
 from .run_spans import _Comm, _Span, _Transfer
@@ -104,7 +104,4 @@ def label_groups(trace: RankTrace, info: FsdpInfo) -> None:
     for src, dst in trace.flows.tolist():  # the gap where the thread blocked: named by what it waited for
         if ev.kind[src] == Kind.COMM and ev.seq[src] >= 0 and ev.kind[dst] == Kind.COMM_WAIT:
             name = f"wait {ev.name_of(src)}"
-            if name not in names:
-                names[name] = len(ev.names)
-                ev.names.append(name)
-            ev.name[dst] = names[name]
+            ev.name[dst] = intern(names, ev.names, name)

@@ -40,7 +40,7 @@ from ..errors import DagprofError
 from ..fsutil import inside, read_versioned
 from .buckets import Bucket, BucketLayout
 from .dagprof_run import read_run
-from .events import EventTable, Kind, Lane, LaneKind, RankTrace, Run
+from .events import EventTable, Kind, Lane, LaneKind, RankTrace, Run, intern
 from .horovod_timeline import Response, Timeline, read_timeline
 from .meta import Collectives, HorovodRecord, RankMeta, RunWarning, warnings_of
 
@@ -338,11 +338,7 @@ class _Columns:
         self.cols = {c: getattr(ev, c).tolist() for c in EventTable.COLUMNS}
 
     def add(self, **row) -> int:
-        name = row.pop("name")
-        if name not in self.index:
-            self.index[name] = len(self.names)
-            self.names.append(name)
-        row = {**EventTable.DEFAULTS, **row, "name": self.index[name]}
+        row = {**EventTable.DEFAULTS, **row, "name": intern(self.index, self.names, row["name"])}
         for c in EventTable.COLUMNS:
             self.cols[c].append(row[c])
         return len(self.cols["start"]) - 1

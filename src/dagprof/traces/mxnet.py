@@ -32,12 +32,12 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..fsutil import inside, read_input, read_versioned
-from .events import EventTable, Kind, Lane, LaneKind, RankTrace, Run
+from .events import EventTable, Kind, Lane, LaneKind, RankTrace, Run, intern
 from .formats import MXNET_MANIFEST as MANIFEST
 from .meta import PsKey, PsRecord, RankMeta, RunMeta, RunWarning, ServerBusy
 
 FORMAT = "dagprof-mxnet-run"
-VERSION = 1
+VERSION = 2  # what each version changed: ``MxManifest``
 PUSHPULL = ("KVStoreDistDefaultStoragePushPull", "KVStoreDistDefaultPush", "KVStoreDistDefaultStoragePull", "KVStoreDistCompressedPush")
 # a segment of a hybridized block's graph run as one engine op (``static_alloc`` bulks even with
 # MXNET_EXEC_BULK_EXEC_TRAIN=0): no layer, but forward before the step's backward began, backward after (a
@@ -153,7 +153,8 @@ class MxManifest(msgspec.Struct):
     """``mxnet-run.json``: what ``collect.hooks.mxnet_ps`` writes beside the traces (format ``dagprof-mxnet-run``).
 
     Versioned like the other run files (``run_schema``): a field added with a default keeps ``VERSION``;
-    removing, renaming or changing one bumps it. Step times are epoch ns, ``[step, start, end]`` per step
+    removing, renaming or changing one bumps it (version 2 dropped ``timed_s``, unread: a version 1 file reads the
+    same, the field skipped; a newer version is refused in one line naming the file). Step times are epoch ns, ``[step, start, end]`` per step
     as the worker's Python saw them (``profile.step()`` waits for the step's work)."""
 
     format: str
@@ -169,7 +170,6 @@ class MxManifest(msgspec.Struct):
     bigarray_bound: int = 1_000_000  # MXNET_KVSTORE_BIGARRAY_BOUND: keys this big are split over every server
     update_on_kvstore: bool = True  # the optimizer runs on the servers
     mxnet: str = ""
-    timed_s: dict[str, list[float]] = {}  # worker rank -> the steps after the window, timed with the profiler off
     command: list[str] = []  # the workers' command
     hosts: dict[str, str] = {}  # worker rank -> its host name
     cpus: dict[str, int] = {}  # worker rank -> cores it could run on
@@ -254,10 +254,7 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
 
     def add(name: str, kind: Kind, ln: int, start: float, end: float, step: int, depth: int = 0, layer: int = -1, nbytes: int = 0,
             group: int = -1, seq: int = -1, bucket: int = -1) -> int:
-        if name not in name_ids:
-            name_ids[name] = len(names)
-            names.append(name)
-        for c, v in zip(cols, (name_ids[name], int(kind), ln, start - base_us, end - start, depth, step, layer, nbytes, group, seq, bucket)):
+        for c, v in zip(cols, (intern(name_ids, names, name), int(kind), ln, start - base_us, end - start, depth, step, layer, nbytes, group, seq, bucket)):
             cols[c].append(v)
         return len(cols["start"]) - 1
 

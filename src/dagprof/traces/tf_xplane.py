@@ -41,7 +41,7 @@ import numpy as np
 from ..errors import DagprofError
 from ..fsutil import read_input
 from . import formats
-from .events import EventTable, Kind, Lane, LaneKind, RankTrace
+from .events import EventTable, Kind, Lane, LaneKind, RankTrace, intern
 from .meta import Collectives, RankMeta, RunWarning
 from .tf_xplane_names import OPTIMIZER, TF_COLLECTIVES, classify, collective_kind, layer_names, program_collective_bytes
 from .xplane_decode import MISSING, XPlane, XSpace, decode_xspace
@@ -97,11 +97,7 @@ class _Table:
         self._cols: dict[str, np.ndarray] | None = None
 
     def intern(self, name: str) -> int:
-        i = self.index.get(name)
-        if i is None:
-            i = self.index[name] = len(self.names)
-            self.names.append(name)
-        return i
+        return intern(self.index, self.names, name)
 
     def add_block(self, **cols: np.ndarray) -> np.ndarray:
         """Rows from equal-length arrays (``name`` as interned ids); returns their row numbers."""

@@ -42,7 +42,7 @@ import time
 from typing import Callable
 
 FORMAT = "dagprof-mxnet-run"
-VERSION = 1
+VERSION = 2  # traces.mxnet.VERSION: the reader's
 MANIFEST = "mxnet-run.json"
 BIGARRAY_BOUND = 1_000_000  # ps-lite splits arrays of at least this many elements over all servers (MXNET_KVSTORE_BIGARRAY_BOUND)
 ENV_OUT, ENV_WARMUP, ENV_PROFILE = "DAGPROF_MXNET_OUT", "DAGPROF_MXNET_WARMUP", "DAGPROF_MXNET_PROFILE_STEPS"
@@ -140,10 +140,8 @@ class profile:
             self._stop(mx)
         kv = self._kv()
         keys, layers = _keys_and_layers(self.trainer, self.net)
-        stop = self.profiled[1]
-        timed = [(b - a) / 1e9 for k, a, b in self.steps if stop and k >= stop]
         _write_json(os.path.join(self.out, f"worker{kv.rank}.meta.json"), {
-            "rank": kv.rank, "pid": os.getpid(), "steps": self.steps, "profiled": self.profiled, "timed_s": timed, "keys": keys,
+            "rank": kv.rank, "pid": os.getpid(), "steps": self.steps, "profiled": self.profiled, "keys": keys,
             "layers": layers, "num_workers": kv.num_workers, "mxnet": mx.__version__, "host": socket.gethostname(),
             "cpus": len(os.sched_getaffinity(0)), "cpu_s": self.cpu_s,
         })
@@ -288,7 +286,7 @@ def write_manifest(out: str, servers: int, workers: int, extra: dict | None = No
         "format": FORMAT, "version": VERSION, "kvstore": "dist_sync", "num_workers": workers, "num_servers": servers,
         "bigarray_bound": BIGARRAY_BOUND, "update_on_kvstore": True, "mxnet": metas[0]["mxnet"], "keys": metas[0]["keys"],
         "layers": metas[0]["layers"], "profiled_steps": [first, stop], "files": files,
-        "steps": {str(m["rank"]): m["steps"] for m in metas}, "timed_s": {str(m["rank"]): m["timed_s"] for m in metas},
+        "steps": {str(m["rank"]): m["steps"] for m in metas},
         "hosts": {str(m["rank"]): m["host"] for m in metas}, "cpus": {str(m["rank"]): m["cpus"] for m in metas},
         "cpu_s": {str(m["rank"]): m["cpu_s"] for m in metas}, **(extra or {}),
     }
