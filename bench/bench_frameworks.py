@@ -48,6 +48,7 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "jax_jit_embed": ("jax", "DAGPROF_JAX_PYTHON", {}),
     "tf_gru_fit": ("tensorflow", "DAGPROF_TF_PYTHON", {"TF_USE_LEGACY_KERAS": "1"}),
     "tf_cnn_loop": ("tensorflow", "DAGPROF_TF_PYTHON", {}),
+    "tf_lstm_loop": ("tensorflow", "DAGPROF_TF_PYTHON", {}),
     "jax_mixer": ("jax", "DAGPROF_JAX_PYTHON", {}),
     "jax_pmap_adam": ("jax", "DAGPROF_JAX_PYTHON", {}),
     "mx_mlp": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
