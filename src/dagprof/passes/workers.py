@@ -124,9 +124,10 @@ def shared_port_note(g: Graph, workers: int) -> str | None:
     port queues, 3 quiet rounds) mx_mlp.py's 4 workers into 1 server at 200 Mbit/s got their pulls 30-229 ms apart, so each
     step they began pushing 40-233 ms apart (median 87; the replayed copies 8, the profiled 2 workers at 500 Mbit/s 0-29),
     and the server had every push 6-153 ms (median 87) later than its port carries 4 workers' bytes: the step ran +6 % over
-    the 4-worker replay at the ports' payload rate (863 against 811 ms), where 2 workers at 200 Mbit/s came out +0 %. It is
-    TCP's, not MXNet's: raw TCP in the same pattern (``--ps-pattern-check``, load 13-19) ran 4 workers +7.0 % over lockstep at
-    the payload rate (80 ms apart, every push in 67 ms late), 2 workers +3.2 % (11 ms late). Nor the cores': a worker's
+    the 4-worker replay at the ports' payload rate (863 against 811 ms), where 2 workers at 200 Mbit/s came out +0 %. The
+    unevenness is TCP's, not MXNet's: raw TCP in the same pattern (``--ps-pattern-check``, 3 runs, load 11-19) began 4 workers
+    80-141 ms apart with every push in 64-115 ms late, 2 workers 11 ms apart and 9-30 ms late (its step, +0.3 to +7.0 %
+    over lockstep at the payload rate for 4 workers and +1.3 to +7.7 % for 2, is too noisy there to say more). Nor the cores': a worker's
     last pull to its next push took a median 6-8 ms a step with 4 workers, 5-7 with 2; nor TCP's slow start after idle
     (off in every namespace: 856 and 903 ms against 869 and 850, load 11-13). mx_convnet.py's 4 workers (380 KB each a
     step) began 14-48 ms apart and came out within 6 %."""
