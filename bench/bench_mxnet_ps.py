@@ -22,6 +22,7 @@ communication model's error apart from the compute's drift between jobs.
 
     sudo .venv/bin/python bench/bench_mxnet_ps.py --python /opt/mx/bin/python [--rounds 3] [--script bench/frameworks/mx_mlp.py] [--more-workers 4]
     sudo .venv/bin/python bench/bench_mxnet_ps.py --link-check     # raw TCP across the shaped ports, 1, 2 and 4 ms buckets
+    sudo .venv/bin/python bench/bench_mxnet_ps.py --ps-pattern-check [--buffer-kb 256]   # raw TCP, 2 and 4 workers into 1 server
     .venv/bin/python bench/bench_mxnet_ps.py --script bench/frameworks/mx_mlp.py --more-workers 4 --repredict DIR   # the rounds kept in DIR
 """
 from __future__ import annotations
@@ -129,6 +130,78 @@ def link_check(rate_bit: float, buffer_bytes: int, nbytes: int = 4_200_000) -> N
               f"{lost} TCP segments retransmitted")
 
 
+# mx_mlp.py's keys per layer (each Dense layer's weight and bias with its BatchNorm's), in the order its backward pass pushes them (bytes)
+MLP_MESSAGES = (10_280, 527_360, 1_054_720, 1_611_776)
+_PS_SERVER = """
+import json, socket, sys, threading, time
+n, sizes, steps = int(sys.argv[1]), [int(x) for x in sys.argv[2].split(",")], int(sys.argv[3])
+srv = socket.create_server(("0.0.0.0", 7100)); conns = [srv.accept()[0] for _ in range(n)]
+lock, count, full, outq = threading.Lock(), {}, {}, [[] for _ in conns]; cv = [threading.Condition() for _ in conns]
+def answer(i):
+    while True:
+        with cv[i]:
+            while not outq[i]: cv[i].wait()
+            k = outq[i].pop(0)
+        conns[i].sendall(bytes(sizes[k]))
+def take(i):
+    for s in range(steps):
+        for k, size in enumerate(sizes):
+            left = size
+            while left: left -= len(conns[i].recv(min(left, 1 << 20)))
+            with lock:
+                count[(s, k)] = count.get((s, k), 0) + 1; last = count[(s, k)] == n
+                if last: full[f"{s},{k}"] = time.time()
+            for j in range(n) if last else ():
+                with cv[j]: outq[j].append(k); cv[j].notify()
+for i in range(n): threading.Thread(target=answer, args=(i,), daemon=True).start()
+ts = [threading.Thread(target=take, args=(i,)) for i in range(n)]; [t.start() for t in ts]; [t.join() for t in ts]
+print(json.dumps(full), flush=True); time.sleep(2)
+"""
+_PS_WORKER = """
+import json, socket, sys, threading, time
+addr, sizes, steps = sys.argv[1], [int(x) for x in sys.argv[2].split(",")], int(sys.argv[3])
+s = socket.create_connection((addr, 7100)); out = []
+for _ in range(steps):
+    t0 = time.time(); t = threading.Thread(target=lambda: [s.sendall(bytes(n)) for n in sizes]); t.start()
+    for size in sizes:
+        left = size
+        while left: left -= len(s.recv(min(left, 1 << 20)))
+    t.join(); out.append((t0, time.time())); time.sleep(0.005)
+print(json.dumps(out))
+"""
+
+
+def ps_pattern_check(rate_bit: float, buffer_bytes: int, steps: int = 12) -> None:
+    """Raw TCP in mx_mlp.py's parameter-server pattern, without MXNet: N workers each push ``MLP_MESSAGES`` in turn over one
+    connection to 1 server, which answers message k to every worker once all N pushed it (dist_sync); a worker begins its next
+    step 5 ms after its last answer. Per N: the median step against the ports' payload rate in lockstep (every push into the
+    server's port, then the last message out), how far apart the workers began each step and how late the server had every push."""
+    nbytes = sum(MLP_MESSAGES)
+    for n in (2, 4):
+        with Cluster(1 + n, tag="mxp") as c:
+            shape(c, rate_bit, BURST_MS, buffer_bytes)
+            sizes = ",".join(map(str, MLP_MESSAGES))
+            srv = subprocess.Popen(["ip", "netns", "exec", c.ns(0), sys.executable, "-c", _PS_SERVER, str(n), sizes, str(steps)],
+                                   stdout=subprocess.PIPE, text=True)
+            c.procs.append(srv)
+            time.sleep(0.5)
+            ws = [subprocess.Popen(["ip", "netns", "exec", c.ns(1 + w), sys.executable, "-c", _PS_WORKER, c.addr(0), sizes, str(steps)],
+                                   stdout=subprocess.PIPE, text=True) for w in range(n)]
+            c.procs += ws
+            per = [json.loads(p.communicate(timeout=300)[0]) for p in ws]
+            full = json.loads(srv.communicate(timeout=60)[0])
+            lost = retransmits(c)
+        rate = rate_bit / 8 * PAYLOAD
+        step = statistics.mean(statistics.median(1e3 * (p[i + 1][0] - p[i][0]) for i in range(2, steps - 1)) for p in per)
+        ideal = 1e3 * n * (nbytes + MLP_MESSAGES[-1]) / rate + 5.0
+        apart = [1e3 * (max(p[i][0] for p in per) - min(p[i][0] for p in per)) for i in range(2, steps)]
+        late = [1e3 * (full[f"{i},{len(MLP_MESSAGES) - 1}"] - min(p[i][0] for p in per)) - 1e3 * n * nbytes / rate for i in range(2, steps)]
+        print(f"PS pattern, {n} workers into 1 server at {rate_bit / 1e6:g} Mbit/s: step {step:.0f} ms against {ideal:.0f} in lockstep at the "
+              f"payload rate ({100 * (step / ideal - 1):+.1f} %); workers began {statistics.median(apart):.0f} ms apart ({min(apart):.0f}..{max(apart):.0f}); "
+              f"every push in {statistics.median(late):.0f} ms ({min(late):.0f}..{max(late):.0f}) after the port could carry them; "
+              f"{lost} TCP segments retransmitted")
+
+
 def run_job(python: str, out: str, servers: int, rate_bit: float, profile_steps: int, steps: int, port: int, script: str | None = None,
             workers: int = WORKERS, burst_ms: float = BURST_MS, buffer_bytes: int = BUFFER_BYTES, bucket_rate_bit: float | None = None) -> dict:
     """One job in namespaces (the built-in script, or ``script``); returns its manifest (step times, timed steps), whose
@@ -178,13 +251,14 @@ def replayed_step_ms(g, res) -> float:
     return float(np.mean([np.median(np.diff(np.sort(res.start[(g.kind == Kind.STEP) & (g.rank == r)]))) for r in g.ranks()])) / 1e3
 
 
-def measured_parts(run_dir: str) -> tuple[float, float, float]:
+def measured_parts(run_dir: str) -> tuple[float, float, float, float]:
     """Over the job's profiled steps: the mean exchange, the median of a worker's compute per step (its ops' time, which
-    grows where workers crowd the cores: a core shared is an op preempted) and of its process's CPU time per step (nan
-    where the run did not record it), in ms."""
+    grows where workers crowd the cores: a core shared is an op preempted), of its process's CPU time per step (nan
+    where the run did not record it) and of how far apart the workers began pushing (``passes.comm.push_spread_us``), in ms."""
     import numpy as np
 
     from dagprof.graph.build_ps import build_ps_graph
+    from dagprof.passes.comm import push_spread_us
     from dagprof.passes.compute import COMPUTE_KINDS
     from dagprof.traces.events import Kind
     from dagprof.traces.load import load
@@ -194,7 +268,7 @@ def measured_parts(run_dir: str) -> tuple[float, float, float]:
     compute = [g.dur[ops & (g.rank == r) & (g.step == s)].sum() for r in g.ranks() for s in np.unique(g.step[ops & (g.rank == r)])]
     cpu = [c for _, _, c in g.meta.ps.cpu_us]
     return (statistics.mean(span for _, _, span in g.meta.ps.exchange_us) / 1e3, float(np.median(compute)) / 1e3,
-            float(np.median(cpu)) / 1e3 if cpu else float("nan"))
+            float(np.median(cpu)) / 1e3 if cpu else float("nan"), float(np.median(push_spread_us(g, g.order))) / 1e3)
 
 
 # TCP payload per Ethernet frame as tbf counts it (1448 B of MSS with timestamps in a 1514 B frame): the most a
@@ -210,7 +284,8 @@ def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]], cor
     ``whatif`` does (its note, returned, says so with the profile's CPU figures). Per cell: (step ms, mean exchange ms),
     the same with the tbf bucket kept apart (``bucket_ms``), and the step with the workers' compute queued on this
     machine's ``cores`` (``whatif --cores``; None where the workers do not outnumber them); also the fitted bandwidth
-    (bit/s) and the bucket's gain (ms per exchange).
+    (bit/s) and the bucket's gain (ms per exchange). Last per cell: how far apart the replayed workers began pushing (median
+    over steps, ms; ``passes.workers.shared_port_note`` says why 4 workers measured far more).
 
     Not queued by default: on mx_convnet.py (4 workers, 1 server, 200 Mbit/s, 2 cores, load 2-9) the 4-worker jobs' ops
     took no longer than the 2-worker jobs' (a worker's compute 11.9 and 12.1 ms per step against 14-22 ms), their workers
@@ -233,16 +308,17 @@ def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]], cor
     from dagprof.analysis import job_iteration_us
     from dagprof.costmodel.topology import CollectiveSpec
     from dagprof.passes import set_link, set_scheme
-    from dagprof.passes.comm import exchange_us, ps_bandwidth
+    from dagprof.passes.comm import exchange_us, ps_bandwidth, push_spread_us
     from dagprof.passes.compute import own_cores_note, share_cores
     from dagprof.passes.profiler_cost import measure_profiler_cost, remove_profiler_cost
-    from dagprof.passes.workers import scale_workers
+    from dagprof.passes.workers import scale_workers, shared_port_note
     from dagprof.pipeline import open_run
     from dagprof.replay import replay
 
-    def run(g) -> tuple[float, float]:
+    def run(g) -> tuple[float, float, float]:
         res = replay(g)
-        return replayed_step_ms(g, res), float(np.mean(list(exchange_us(g, res.start).values()))) / 1e3
+        return (replayed_step_ms(g, res), float(np.mean(list(exchange_us(g, res.start).values()))) / 1e3,
+                float(np.median(push_spread_us(g, res.start))) / 1e3)
 
     p = open_run(run_dir)
     cost = measure_profiler_cost(p.graph)  # the cells' steps are timed with the profiler off: taken out first, as whatif does
@@ -256,11 +332,12 @@ def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]], cor
         g = set_scheme(profile, CollectiveSpec.parse(f"ps:{servers}"))
         g = scale_workers(g, workers) if workers != WORKERS else g
         linked = set_link(g, ps_bandwidth(bw0, rate0 / 8, rate / 8)) if rate != rate0 else g
-        step, exch = run(linked)
-        wire_step, wire_exch = run(set_link(g, rate / 8 * PAYLOAD))
+        step, exch, spread = run(linked)
+        wire_step, wire_exch, _ = run(set_link(g, rate / 8 * PAYLOAD))
         queued = run(share_cores(linked, cores))[0] if workers > cores else None
-        out[(servers, rate, workers)] = (step, exch, wire_step - gain, wire_exch - gain, queued)
-    return out, 8 * bw0, gain, "; ".join(filter(None, (cost.describe(), own_cores_note(profile, max(c[2] for c in cells)))))
+        out[(servers, rate, workers)] = (step, exch, wire_step - gain, wire_exch - gain, queued, spread)
+    most = max(c[2] for c in cells)
+    return out, 8 * bw0, gain, "; ".join(filter(None, (cost.describe(), own_cores_note(profile, most), shared_port_note(profile, most))))
 
 
 def main() -> int:
@@ -287,6 +364,8 @@ def main() -> int:
                     help="every shaped port's queue in KiB, the same at every rate as a switch's buffer (0: tbf's 10 ms of traffic, "
                          "which drops packets at slow rates)")
     ap.add_argument("--link-check", action="store_true", help="only time raw TCP exchanges across the shaped ports (no MXNet)")
+    ap.add_argument("--ps-pattern-check", action="store_true",
+                    help="only time raw TCP in mx_mlp.py's parameter-server pattern, 2 and 4 workers into 1 server at --other-rate (no MXNet)")
     args = ap.parse_args()
     why = None if args.repredict else available()
     if why:
@@ -294,6 +373,9 @@ def main() -> int:
         return 0
     if args.link_check:
         link_check(args.rate, args.buffer_kb << 10)
+        return 0
+    if args.ps_pattern_check:
+        ps_pattern_check(args.other_rate, args.buffer_kb << 10)
         return 0
     if args.repredict:
         args.rounds = len([d for d in os.listdir(args.repredict) if d.startswith("round")])
@@ -319,9 +401,9 @@ def main() -> int:
                 else:
                     m = run_job(args.python, out, servers, rate, args.profile_steps, args.steps, 9300 + k * 10 + servers + workers, args.script,
                                 workers, args.burst_ms, args.buffer_kb << 10, min(c[1] for c in cells))
-                exchange, compute, cpu = measured_parts(out)
+                exchange, compute, cpu, spread = measured_parts(out)
                 got[cell] = {"iter_ms": step_ms(m, False), "profiled_iter_ms": step_ms(m, True), "exchange_ms": exchange,
-                             "compute_ms": compute, "cpu_ms": cpu, "retransmits": m["testbed"].get("tcp_retransmits", -1)}
+                             "compute_ms": compute, "cpu_ms": cpu, "push_spread_ms": spread, "retransmits": m["testbed"].get("tcp_retransmits", -1)}
                 lost = got[cell]["retransmits"]
                 if cell == cells[0]:
                     pred, bw, gain, note = predict(out, rate, cells)
@@ -330,7 +412,7 @@ def main() -> int:
             for c in cells:
                 rows.append({"round": k, "servers": c[0], "rate_bit": c[1], "workers": c[2], **got[c], "pred_iter_ms": pred[c][0],
                              "pred_exchange_ms": pred[c][1], "bucket_iter_ms": pred[c][2], "bucket_exchange_ms": pred[c][3], "cores_iter_ms": pred[c][4],
-                             "fitted_bit_per_s": bw, "bucket_gain_ms": gain, "note": note})
+                             "pred_push_spread_ms": pred[c][5], "fitted_bit_per_s": bw, "bucket_gain_ms": gain, "note": note})
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
@@ -383,6 +465,9 @@ def report(rows: list[dict], cells: list[tuple[int, float, int]], args) -> None:
     print("a worker's compute per profiled step (its ops' time: where workers crowd the cores, ops are preempted and take longer) / its "
           "process's CPU time per step, medians over rounds: " + "; ".join(
               f"{c[2]} workers, {c[0]} server(s), {c[1] / 1e6:g} Mbit/s {med(c, 'compute_ms')[0]:.1f} / {med(c, 'cpu_ms')[0]:.1f} ms" for c in cells))
+    print("the workers' first pushes apart in a step (latest less earliest; median over steps, then rounds), measured / replayed: " + "; ".join(
+        f"{c[2]} workers, {c[0]} server(s), {c[1] / 1e6:g} Mbit/s {med(c, 'push_spread_ms')[0]:.0f} / {med(c, 'pred_push_spread_ms')[0]:.0f} ms"
+        for c in cells))
     for c in cells:
         queued = [r["cores_iter_ms"] for r in rows if (r["servers"], r["rate_bit"], r["workers"]) == c and r["cores_iter_ms"] is not None]
         if queued:

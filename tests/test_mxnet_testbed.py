@@ -12,6 +12,7 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
@@ -19,8 +20,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 from bench_mxnet_ps import BUFFER_BYTES, PAYLOAD, measured_parts, predict, shape, step_ms  # noqa: E402
 
 from dagprof.collect.jobs import netns  # noqa: E402
+from dagprof.graph.build_ps import build_ps_graph  # noqa: E402
+from dagprof.passes.comm import push_spread_us  # noqa: E402
+from dagprof.passes.workers import scale_workers  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
+from dagprof.replay import replay  # noqa: E402
 from dagprof.search.whatif import Cluster, Scenario, evaluate  # noqa: E402
+from dagprof.traces.load import load  # noqa: E402
 
 TESTBED = pathlib.Path(__file__).parent / "data" / "mxnet" / "testbed"
 LOADED = pathlib.Path(__file__).parent / "data" / "mxnet" / "testbed_loaded"  # mx_mlp.py at 500 and 200 Mbit/s, load 13-15
@@ -71,7 +77,7 @@ def test_slower_link_and_more_workers_predicted_with_the_bucket_kept_apart():
     for cell, name in zip(cells, ("s1_200M", "s1_200M_w4")):
         m = json.loads((TESTBED / name / "mxnet-run.json").read_text())
         step, exchange = step_ms(m, False), measured_parts(str(TESTBED / name))[0]
-        scaled_step, scaled_exchange, step_apart, exchange_apart, _ = pred[cell]
+        scaled_step, scaled_exchange, step_apart, exchange_apart, _, _ = pred[cell]
         assert abs(step_apart - step) / step < 0.03
         assert abs(exchange_apart - exchange) / exchange < 0.05
         assert abs(exchange_apart - exchange) < abs(scaled_exchange - exchange)
@@ -97,3 +103,23 @@ def test_a_fit_slower_than_the_wire_is_a_limit_a_slower_wire_hides():
     (ratio,), notes = at(Cluster(), f"{g.meta.ps_link_fit.bandwidth_bytes_per_s * 0.4:.1f}B/s")  # the fit scaled by 200/500
     assert not any("--profiled-bandwidth" in n for n in notes)
     assert ratio > 1.3 * measured
+
+
+def test_four_workers_into_one_port_fall_out_of_step_where_the_replay_keeps_them_in_it():
+    """The 4-worker job's TCP streams through the server's port were served unevenly: its workers began their pushes much
+    further apart than the profiled 2 or the replayed copies of them (the model shares the port fairly, in lockstep: its best
+    case). ``whatif --workers 4`` says so in one line, with the profile's own spread; a what-if that keeps 2 workers does not."""
+    g = open_run(str(TESTBED / "s1_500M")).graph
+    four = build_ps_graph(load(str(TESTBED / "s1_200M_w4")))
+    measured = float(np.median(push_spread_us(four, four.order)))
+    h = scale_workers(g, 4)
+    replayed = float(np.median(push_spread_us(h, replay(h).start)))
+    profiled = float(np.median(push_spread_us(g, g.order)))
+    assert measured > 50e3 and measured > 3 * max(replayed, profiled)
+
+    def notes(scenario: Scenario) -> list[str]:
+        return [n for n in evaluate(g, [scenario], Cluster(), None, tolerance_pct=None, raw=True)["notes"] if "served unevenly" in n]
+
+    (note,) = notes(Scenario(workers=4))
+    assert f"began their pushes {profiled / 1e3:.0f} ms apart" in note
+    assert notes(Scenario(bandwidth="200Mbit")) == []

@@ -485,6 +485,17 @@ def exchange_us(g: Graph, start: np.ndarray) -> dict[tuple[int, int], float]:
     return {key: float(start[v]) - first[key] for v in np.flatnonzero(names == DONE) if (key := (int(g.step[v]), int(g.rank[v]))) in first}
 
 
+def push_spread_us(g: Graph, start: np.ndarray) -> list[float]:
+    """Per step, how far apart the workers began their exchanges (their first pushes issued: the latest less the earliest),
+    given ``start`` times (``g.order``: as measured; a replay's ``start``). A what-if's copies of a worker begin with it."""
+    names = np.array(g.names)[g.name]
+    first: dict[int, dict[int, float]] = {}
+    for v in np.flatnonzero(names == ISSUE):
+        per = first.setdefault(int(g.step[v]), {})
+        per[int(g.rank[v])] = min(per.get(int(g.rank[v]), np.inf), float(start[v]))
+    return [max(per.values()) - min(per.values()) for _, per in sorted(first.items())]
+
+
 def ps_bandwidth(fitted: float, wire: float, asked: float) -> float:
     """The bandwidth (B/s) a parameter-server job's messages get at ``asked``, from the ``fitted`` link (``fit_ps_link``)
     of a profile run over a ``wire`` of known rate (all B/s). Fitted faster than the wire, the whole fit scales by the

@@ -28,7 +28,7 @@ from ..graph.build_ps import exchange_nodes, is_ps_graph, rebuild_ps
 from ..graph.dag import NODE_COLUMNS, Device, Graph, GraphBuilder, csr_graph
 from ..traces.events import Kind
 from ..traces.parallelism import Dim
-from .comm import current_scheme, current_topology, graph_world_size, hybrid, retime_collectives
+from .comm import current_scheme, current_topology, graph_world_size, hybrid, push_spread_us, retime_collectives
 
 REPLICATE_UP_TO = 64  # ranks; above this ``scale_workers`` folds unless told otherwise
 
@@ -113,6 +113,35 @@ def _data_parallel_degree(g: Graph, workers: int) -> int:
         raise DagprofError(f"a hybrid job of {n0} ranks ({par.describe()}) is data-parallel replicas of {unit} ranks: "
                            f"--workers must be a multiple of {unit}, got {workers}")
     return workers // unit
+
+
+def shared_port_note(g: Graph, workers: int) -> str | None:
+    """A parameter-server ``--workers`` answer with more workers than profiled: each server's port is priced as a fair share of
+    its bandwidth among the workers' messages, the copies of a worker in lockstep with it, which is the port's best case. Said
+    in one line with the size it measured, since the profile cannot show it.
+
+    TCP streams through one FIFO port are not served evenly. On the namespace testbed (``bench/bench_mxnet_ps.py``, 2 MiB
+    port queues, 3 quiet rounds) mx_mlp.py's 4 workers into 1 server at 200 Mbit/s got their pulls 30-229 ms apart, so each
+    step they began pushing 40-233 ms apart (median 87; the replayed copies 8, the profiled 2 workers at 500 Mbit/s 0-29),
+    and the server had every push 6-153 ms (median 87) later than its port carries 4 workers' bytes: the step ran +6 % over
+    the 4-worker replay at the ports' payload rate (863 against 811 ms), where 2 workers at 200 Mbit/s came out +0 %. The
+    unevenness is TCP's, not MXNet's: raw TCP in the same pattern (``--ps-pattern-check``, 3 runs, load 11-19) began 4 workers
+    80-141 ms apart with every push in 64-115 ms late, 2 workers 11 ms apart and 9-30 ms late (its step, +0.3 to +7.0 %
+    over lockstep at the payload rate for 4 workers and +1.3 to +7.7 % for 2, is too noisy there to say more). Nor the cores': a worker's
+    last pull to its next push took a median 6-8 ms a step with 4 workers, 5-7 with 2; nor TCP's slow start after idle
+    (off in every namespace: 856 and 903 ms against 869 and 850, load 11-13). mx_convnet.py's 4 workers (380 KB each a
+    step) began 14-48 ms apart and came out within 6 %."""
+    n0 = int(g.world_size)
+    if g.meta.ps is None or workers <= n0:
+        return None
+    spread = push_spread_us(g, g.order)
+    return (f"--workers {workers}: each server's port is shared fairly among the {workers} workers' messages, the copies in lockstep "
+            f"with the {n0} profiled workers (which began their pushes {np.median(spread) / 1e3:.0f} ms apart, median over steps), the "
+            "port's best case: TCP streams through one port are served unevenly, so workers fall out of step and the port idles "
+            "(on the testbed 4 workers into 1 server at 200 Mbit/s began 40-233 ms apart and ran 6 % over the replay at the ports' "
+            "payload rate)")
+
+
 def _scale_ps_workers(g: Graph, workers: int) -> Graph:
     """A parameter-server job on ``workers`` workers: each a copy of a profiled one, every key pushed by
     all of them, so more workers load the servers' ports and CPUs (no folding: the servers see each one)."""

@@ -28,7 +28,7 @@ from ..passes.fsdp import set_reduce_dtype
 from ..passes.fsdp_units import with_units
 from ..passes.horovod import crowded_hosts
 from ..passes.profiler_cost import measure_profiler_cost, remove_profiler_cost, scale_host_work
-from ..passes.workers import replica_ranks
+from ..passes.workers import replica_ranks, shared_port_note
 from ..progress import progress
 from ..replay import ReplayResult
 from ..units import MB
@@ -197,6 +197,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
             "columns": COLUMNS, "scenarios": rows, "overlap_slowdown": cluster.slowdown, "overlap_rate_bytes_per_s": cluster.comm_rate,
             "notes": _hybrid_notes(g0) + _conversion_notes(g0, scenarios, cluster) + _crowded_notes(g0)
                      + _shared_cores_notes(g0, cluster) + _overlap_notes(cluster) + _own_cores_notes(g0, scenarios, cluster)
+                     + _shared_port_notes(g0, scenarios)
             + _link_to_notes(scenarios, cluster) + wire_notes,
             "seconds": time.perf_counter() - t0}
 
@@ -289,6 +290,12 @@ def _shared_cores_notes(g: Graph, c: Cluster) -> list[str]:
 def _own_cores_notes(g: Graph, scenarios: list[Scenario], c: Cluster) -> list[str]:
     """More parameter-server workers than the profiled host's cores, without --cores: the assumption said, with its numbers."""
     note = None if c.cores or not is_ps_graph(g) else own_cores_note(g, max(s.workers or 0 for s in scenarios))
+    return [note] if note else []
+
+
+def _shared_port_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
+    """More parameter-server workers than profiled: their messages share each server's port in the model's best case."""
+    note = shared_port_note(g, max(s.workers or 0 for s in scenarios)) if is_ps_graph(g) else None
     return [note] if note else []
 
 
