@@ -20,7 +20,9 @@ The t interval for one more of them (their deviations from their median, the lev
 stands on) is the job's own spread as it runs unprofiled, across the run and not the window only:
 where the window spread less than the steps around it (a neighbour's load came and went), the
 replayed steps alone miss that. It is a second estimate of one step's spread, not an independent
-source, so it bounds the two above from below rather than adding to them.
+source, so it bounds the two above from below rather than adding to them; nor is it pooled with the
+replayed steps', which carry the scenario (a slower link spreads them) and, in a calm window, would
+dilute the spread of the very kind of step a measurement holds.
 
 The level the point stands on (``RunLevel``, from the run's own unprofiled steps and the model's
 check on the profiled run). On the namespace testbed the measured steps missed the step-spread
