@@ -191,9 +191,9 @@ def test_one_step_spread_is_a_t_interval_about_the_median():
 
 @pytest.mark.parametrize("kept,inside", [("loaded-embed", 35), ("quiet-embed", 62)])
 def test_the_job_s_own_unprofiled_steps_bound_each_side(kept, inside, tmp_path):
-    """Two kept ``bench_optimize.py --keep`` runs (2 ranks, PowerSGD's embedding workload, 200 Mbit/s). Loaded (load 3-13):
-    the window's 8 replayed steps spread 5.6 %, the 6 unprofiled steps around it 300.9, 281.6 | 292.3, 282.7, 275.6, 273.9
-    ms, 8.2 % as one step's interval; the defaults' interval from the searched profile held 28 of the 44 later steps
+    """Two kept ``bench_optimize.py --keep`` runs (2 ranks, ``bench/ddp_heldout_embed.py``, 200 Mbit/s). Loaded (load 2.9-3.8):
+    the window's 8 replayed steps give one step +-5.6 % (90 %), the 6 unprofiled steps around it (300.9, 281.6 | 292.3, 282.7,
+    275.6, 273.9 ms) +-8.2 %; the defaults' interval from the searched profile held 28 of the 44 later steps
     (4 verification rounds) without that floor and holds 35 with it. Quiet (load 1.4-1.9): the unprofiled steps spread
     less than the replayed ones, so the interval is as it was (62 of 66 inside)."""
     g = open_run(KEPT / kept / "run").graph
