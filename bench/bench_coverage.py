@@ -42,14 +42,16 @@ class Tally:
     above: int = 0
     medians: list[bool] = field(default_factory=list)
     widths: list[float] = field(default_factory=list)  # (hi - lo) / point per interval
-    level_misses: int = 0  # steps outside in runs whose median step is outside too: the run's level, not one step, missed
+    level_below: int = 0  # steps below in runs whose median step is below too: the run's level, not one step, missed
+    level_above: int = 0  # the same above
 
     def add(self, iv, steps_us: list[float]) -> None:
         below, above = sum(t < iv.lo_us for t in steps_us), sum(t > iv.hi_us for t in steps_us)
         self.inside += len(steps_us) - below - above
         self.below, self.above = self.below + below, self.above + above
         self.medians.append(iv.contains(statistics.median(steps_us)))
-        self.level_misses += 0 if self.medians[-1] else below + above
+        self.level_below += 0 if self.medians[-1] else below
+        self.level_above += 0 if self.medians[-1] else above
         self.widths.append((iv.hi_us - iv.lo_us) / iv.point_us)
 
     @property
@@ -59,7 +61,7 @@ class Tally:
     def line(self) -> str:
         n = max(self.steps, 1)
         return (f"{self.name}: {self.inside} of {self.steps} steps inside ({100 * self.inside / n:.0f} %; {self.below} below, "
-                f"{self.above} above; {self.level_misses} of the misses in runs whose median step missed too); round medians "
+                f"{self.above} above; {self.level_below} and {self.level_above} of them in runs whose median step missed too); round medians "
                 f"inside {sum(self.medians)} of {len(self.medians)}; interval width median {100 * statistics.median(self.widths):.0f} % of the point")
 
 
@@ -121,12 +123,13 @@ def main() -> int:
     for t in tallies:
         pooled.inside, pooled.below, pooled.above = pooled.inside + t.inside, pooled.below + t.below, pooled.above + t.above
         pooled.medians += t.medians
-        pooled.level_misses += t.level_misses
+        pooled.level_below, pooled.level_above = pooled.level_below + t.level_below, pooled.level_above + t.level_above
         pooled.widths += t.widths
     print(pooled.line() + " (goal: 80-95 % of steps inside the 90 % intervals)")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump([{"source": t.name, "inside": t.inside, "below": t.below, "above": t.above, "level_misses": t.level_misses,
+            json.dump([{"source": t.name, "inside": t.inside, "below": t.below, "above": t.above, "level_below": t.level_below,
+                        "level_above": t.level_above,
                         "medians_inside": t.medians,
                         "widths": t.widths} for t in [*tallies, pooled]], f, indent=1)
     return 0

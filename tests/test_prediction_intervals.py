@@ -1,18 +1,32 @@
 """Every prediction carries an interval (issue 20): the one object, its arithmetic, and its place in whatif and optimize."""
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from testdata import DATA
 
 from dagprof.analysis import job_iteration_us
-from dagprof.analysis.interval import PredictionInterval, RunLevel, _t_quantile, link_residuals, predict_interval, run_level, step_times, typical_iteration_us
+from dagprof.analysis.interval import (
+    PredictionInterval,
+    RunLevel,
+    _t_quantile,
+    link_residuals,
+    one_step_spread,
+    predict_interval,
+    run_level,
+    step_times,
+    typical_iteration_us,
+)
 from dagprof.cli.main import main
+from dagprof.closeloop import find_strategy
+from dagprof.collect.hooks.steptimes import WARMUP_FRACTION, read_times
 from dagprof.graph.meta import LoopSteps
 from dagprof.passes import fit_topology, set_link, set_topology
-from dagprof.passes.profiler_cost import measure_profiler_cost
+from dagprof.passes.profiler_cost import measure_profiler_cost, window_sides
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
+from dagprof.search.optimize import Options
 from dagprof.traces.events import Kind
 
 
@@ -108,11 +122,13 @@ def test_run_level_from_the_profile():
     assert cost.usable
     raw = run_level(slower, cost, False)
     fixed = run_level(slower, cost, True)
-    assert raw.terms == fixed.terms == ("profiler_cost",) and raw.drift == fixed.drift == 0.0  # nothing before the window
+    assert raw.terms == fixed.terms == ("profiler_cost", "unprofiled_steps") and raw.drift == fixed.drift == 0.0  # nothing before the window
+    after = [m * 0.9 * j for m in [max(g.meta.measured_iter_us.values())] for j in (1.0, 1.01, 0.99, 1.02, 0.98, 1.0)]
+    assert raw.unprofiled == pytest.approx(one_step_spread(after)) and 0.02 < raw.unprofiled < 0.05
     assert raw.shift == pytest.approx(cost.unprofiled_us / cost.profiled_us - 1) and fixed.shift == 0.0
     assert raw.stderr == fixed.stderr == pytest.approx(cost.stderr_us / cost.profiled_us) and fixed.stderr > 0
     both = run_level(slower, cost, True, model_us=100.0, reference_us=103.0)  # the model gives the profiled run 3 % too little
-    assert both.terms == ("profiler_cost", "model") and both.shift == pytest.approx(0.03)
+    assert both.terms == ("profiler_cost", "model", "unprofiled_steps") and both.shift == pytest.approx(0.03)
     assert run_level(slower, cost, False, 100.0, 103.0).shift == pytest.approx((1 + raw.shift) * 1.03 - 1)
 
 
@@ -150,3 +166,48 @@ def test_optimize_json_gives_the_strategy_interval(capsys, small_ddp_run, tmp_pa
         assert {"steps", "model"} <= set(s["interval_basis"]["terms"])  # the search's model checked on the measured run
     assert main(["optimize", small_ddp_run, "--budget", "1", "-o", str(tmp_path)]) == 0
     assert "predicted " in capsys.readouterr().out
+
+
+KEPT = DATA / "kept-optimize"
+
+
+def _verified_steps(kept) -> list[float]:
+    """Each step past the warm-up of every verification round's run of the defaults, as the slowest rank's (us), as
+    ``bench/bench_coverage.py`` reads them."""
+    out = []
+    for folder in sorted((kept / "verify").iterdir()):
+        per_rank = read_times(str(folder))
+        n = min(len(r["step_s"]) for r in per_rank)
+        out += [1e6 * max(r["step_s"][i] / max(r["micro_batches"][i], 1) for r in per_rank) for i in range(min(int(n * WARMUP_FRACTION), n - 1), n)]
+    return out
+
+
+def test_one_step_spread_is_a_t_interval_about_the_median():
+    assert one_step_spread([100.0, 100.0]) == 0.0  # under 3 steps: not measured
+    steps = [100.0, 104.0, 98.0, 101.0, 120.0]  # median 101; a stalled step counts in full
+    rms = np.sqrt(sum((x - 101.0) ** 2 for x in steps) / 4)
+    assert one_step_spread(steps) == pytest.approx(_t_quantile(0.95, 4) * rms / 101.0 * np.sqrt(1.2))
+
+
+@pytest.mark.parametrize("kept,inside", [("loaded-embed", 35), ("quiet-embed", 62)])
+def test_the_job_s_own_unprofiled_steps_bound_each_side(kept, inside, tmp_path):
+    """Two kept ``bench_optimize.py --keep`` runs (2 ranks, ``bench/ddp_heldout_embed.py``, 200 Mbit/s). Loaded (load 2.9-3.8):
+    the window's 8 replayed steps give one step +-5.6 % (90 %), the 6 unprofiled steps around it (300.9, 281.6 | 292.3, 282.7,
+    275.6, 273.9 ms) +-8.2 %; the defaults' interval from the searched profile held 28 of the 44 later steps
+    (4 verification rounds) without that floor and holds 35 with it. Quiet (load 1.4-1.9): the unprofiled steps spread
+    less than the replayed ones, so the interval is as it was (62 of 66 inside)."""
+    g = open_run(KEPT / kept / "run").graph
+    plain = predict_interval(g, replay(g))
+    level = run_level(g, measure_profiler_cost(g), False)
+    before, after = window_sides(g.meta.loop_steps, g.meta.steps)
+    assert len(before) == 2 and len(after) == 4 and level.unprofiled == pytest.approx(one_step_spread(before + after))
+    floored, unfloored = plain.widened(level), plain.widened(replace(level, unprofiled=0.0))
+    if kept == "loaded-embed":
+        assert level.unprofiled > plain.hi_us / plain.point_us - 1 and floored.hi_us > unfloored.hi_us and floored.lo_us < unfloored.lo_us
+    else:
+        assert level.unprofiled < plain.hi_us / plain.point_us - 1 and (floored.lo_us, floored.hi_us) == (unfloored.lo_us, unfloored.hi_us)
+    found = find_strategy(str(KEPT / kept / "run"), Options(budget_s=1, seed=0, link_model=str(KEPT / kept / "link.json")), str(tmp_path))
+    iv = found.search.intervals["baseline"]
+    assert "unprofiled_steps" in iv.terms and min(iv.hi_us / iv.point_us - 1, 1 - iv.lo_us / iv.point_us) >= level.unprofiled
+    steps = _verified_steps(KEPT / kept)
+    assert sum(iv.contains(t) for t in steps) == inside and len(steps) == (44 if kept == "loaded-embed" else 66)

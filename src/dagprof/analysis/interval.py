@@ -14,6 +14,16 @@ Spread of single steps (independent of each other, so combined in quadrature):
   profiled steps (measured over modelled communication, step by step) put it back, as two more
   replays with every modelled transfer scaled to the residuals' low and high ends.
 
+The least either side may be, ``unprofiled_steps``: what is judged is the job's unprofiled steps,
+and the profile holds some of them, before and after its window (from step ``WARMUP_STEPS`` on).
+The t interval for one more of them (their deviations from their median, the level the point
+stands on) is the job's own spread as it runs unprofiled, across the run and not the window only:
+where the window spread less than the steps around it (a neighbour's load came and went), the
+replayed steps alone miss that. It is a second estimate of one step's spread, not an independent
+source, so it bounds the two above from below rather than adding to them; nor is it pooled with the
+replayed steps', which carry the scenario (a slower link spreads them) and, in a calm window, would
+dilute the spread of the very kind of step a measurement holds.
+
 The level the point stands on (``RunLevel``, from the run's own unprofiled steps and the model's
 check on the profiled run). On the namespace testbed the measured steps missed the step-spread
 interval mostly as a whole cell at a time (every step of a cell on one side): the level, not the
@@ -65,7 +75,8 @@ class RunLevel:
     shift: float = 0.0  # known: the job runs this share above the point (negative: below)
     stderr: float = 0.0  # standard error of the measured level (the profiler's cost)
     drift: float = 0.0  # standard deviation of the job's level change across the profiled window, either way
-    terms: tuple[str, ...] = ()  # which of profiler_cost, model, drift were measured
+    unprofiled: float = 0.0  # half-width of the interval for one step that the job's own unprofiled steps give (at LEVEL)
+    terms: tuple[str, ...] = ()  # which of profiler_cost, model, drift, unprofiled_steps were measured
 
 
 def run_level(g: Graph, cost: ProfilerCost, corrected: bool, model_us: float | None = None, reference_us: float | None = None) -> RunLevel:
@@ -81,7 +92,7 @@ def run_level(g: Graph, cost: ProfilerCost, corrected: bool, model_us: float | N
     if model_us and reference_us:
         shift = (1.0 + shift) * reference_us / model_us - 1.0
         terms.append("model")
-    drift = 0.0
+    drift = unprofiled = 0.0
     loop = g.meta.loop_steps
     if loop is not None and g.meta.steps:
         before, after = window_sides(loop, g.meta.steps)
@@ -91,7 +102,20 @@ def run_level(g: Graph, cost: ProfilerCost, corrected: bool, model_us: float | N
             noise = math.hypot(median_stderr(before), median_stderr(after))
             drift = math.sqrt(max(change**2 - noise**2, 0.0)) / statistics.median(profiled)
             terms.append("drift")
-    return RunLevel(shift, stderr, drift, tuple(terms))
+        unprofiled = one_step_spread(before + after)
+        terms += ["unprofiled_steps"] * (unprofiled > 0)
+    return RunLevel(shift, stderr, drift, unprofiled, tuple(terms))
+
+
+def one_step_spread(steps: list[float], level: float = LEVEL) -> float:
+    """Half-width, as a share of their median, of the ``level`` interval for one more step like ``steps``: Student-t
+    on their root-mean-square deviation from their median (not a robust spread: a stalled step is one a measurement
+    will hold too), times sqrt(1 + 1/n) for the median's own error; 0 under 3 steps."""
+    if len(steps) < 3:
+        return 0.0
+    med = statistics.median(steps)
+    rms = math.sqrt(sum((x - med) ** 2 for x in steps) / (len(steps) - 1))
+    return _t_quantile(0.5 + level / 2, len(steps) - 1) * rms / med * math.sqrt(1 + 1 / len(steps)) if med > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -118,14 +142,14 @@ class PredictionInterval:
         return replace(self, point_us=self.point_us * factor, lo_us=self.lo_us * factor, hi_us=self.hi_us * factor)
 
     def widened(self, run: RunLevel) -> "PredictionInterval":
-        """Also the uncertainty of the level the point stands on: ``run``'s spreads in quadrature with this interval's,
-        its shift added to the side it points to."""
+        """Also the uncertainty of the level the point stands on: each side at least ``run``'s unprofiled steps' own
+        interval, then ``run``'s spreads in quadrature with it, its shift added to the side it points to."""
         if not run.terms or self.point_us <= 0:
             return self
         z = statistics.NormalDist().inv_cdf(0.5 + self.level / 2)
         extra = (z * run.stderr) ** 2 + (z * run.drift) ** 2
-        lo = math.sqrt((1.0 - self.lo_us / self.point_us) ** 2 + extra) + max(-run.shift, 0.0)
-        hi = math.sqrt((self.hi_us / self.point_us - 1.0) ** 2 + extra) + max(run.shift, 0.0)
+        lo = math.sqrt(max(1.0 - self.lo_us / self.point_us, run.unprofiled) ** 2 + extra) + max(-run.shift, 0.0)
+        hi = math.sqrt(max(self.hi_us / self.point_us - 1.0, run.unprofiled) ** 2 + extra) + max(run.shift, 0.0)
         return replace(self, lo_us=self.point_us * max(1.0 - lo, 0.0), hi_us=self.point_us * (1.0 + hi), terms=self.terms + run.terms)
 
     def to_dict(self) -> dict:
