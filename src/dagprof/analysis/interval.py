@@ -66,6 +66,9 @@ from ..traces.events import Kind
 from .breakdown import job_iteration_us
 
 LEVEL = 0.9
+# Fewer unprofiled steps give no floor: at 3 or 4, Student-t's 2.9-4.3 times one stalled step's deviation is an interval
+# no one can plan with (a Horovod run's 3: +-2,300 %), where 5 give t = 2.1.
+MIN_UNPROFILED_STEPS = 5
 
 
 @dataclass(frozen=True)
@@ -110,8 +113,8 @@ def run_level(g: Graph, cost: ProfilerCost, corrected: bool, model_us: float | N
 def one_step_spread(steps: list[float], level: float = LEVEL) -> float:
     """Half-width, as a share of their median, of the ``level`` interval for one more step like ``steps``: Student-t
     on their root-mean-square deviation from their median (not a robust spread: a stalled step is one a measurement
-    will hold too), times sqrt(1 + 1/n) for the median's own error; 0 under 3 steps."""
-    if len(steps) < 3:
+    will hold too), times sqrt(1 + 1/n) for the median's own error; 0 under ``MIN_UNPROFILED_STEPS``."""
+    if len(steps) < MIN_UNPROFILED_STEPS:
         return 0.0
     med = statistics.median(steps)
     rms = math.sqrt(sum((x - med) ** 2 for x in steps) / (len(steps) - 1))
@@ -129,6 +132,7 @@ class PredictionInterval:
     steps: int = 0  # replayed steps the spread comes from (< 2: no step spread)
     residual_steps: int = 0  # profiled steps whose link-model residuals widened it (0: communication not modelled)
     terms: tuple[str, ...] = ()  # the sources that widened it (module docstring)
+    floor: float = 0.0  # the unprofiled steps' half-width (share of the point) where it set a side, else 0
 
     def text(self) -> str:
         """``1,417 ms (1,380-1,452, 90 %)``."""
@@ -148,13 +152,17 @@ class PredictionInterval:
             return self
         z = statistics.NormalDist().inv_cdf(0.5 + self.level / 2)
         extra = (z * run.stderr) ** 2 + (z * run.drift) ** 2
-        lo = math.sqrt(max(1.0 - self.lo_us / self.point_us, run.unprofiled) ** 2 + extra) + max(-run.shift, 0.0)
-        hi = math.sqrt(max(self.hi_us / self.point_us - 1.0, run.unprofiled) ** 2 + extra) + max(run.shift, 0.0)
-        return replace(self, lo_us=self.point_us * max(1.0 - lo, 0.0), hi_us=self.point_us * (1.0 + hi), terms=self.terms + run.terms)
+        below, above = 1.0 - self.lo_us / self.point_us, self.hi_us / self.point_us - 1.0
+        lo = math.sqrt(max(below, run.unprofiled) ** 2 + extra) + max(-run.shift, 0.0)
+        hi = math.sqrt(max(above, run.unprofiled) ** 2 + extra) + max(run.shift, 0.0)
+        floor = run.unprofiled if run.unprofiled > min(below, above) else 0.0
+        return replace(self, lo_us=self.point_us * max(1.0 - lo, 0.0), hi_us=self.point_us * (1.0 + hi), terms=self.terms + run.terms,
+                       floor=floor)
 
     def to_dict(self) -> dict:
         return {"predicted_iter_ms": self.point_us / 1e3, "lo_ms": self.lo_us / 1e3, "hi_ms": self.hi_us / 1e3, "level": self.level,
-                "interval": self.text(), "interval_basis": {"steps": self.steps, "residual_steps": self.residual_steps, "terms": list(self.terms)}}
+                "interval": self.text(), "interval_basis": {"steps": self.steps, "residual_steps": self.residual_steps, "terms": list(self.terms),
+                                                         "unprofiled_floor_pct": 100 * self.floor}}
 
 
 def _ms(us: float) -> str:

@@ -197,7 +197,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
             "columns": COLUMNS, "scenarios": rows, "overlap_slowdown": cluster.slowdown, "overlap_rate_bytes_per_s": cluster.comm_rate,
             "notes": _hybrid_notes(g0) + _conversion_notes(g0, scenarios, cluster) + _crowded_notes(g0)
                      + _shared_cores_notes(g0, cluster) + _overlap_notes(cluster) + _own_cores_notes(g0, scenarios, cluster)
-                     + _shared_port_notes(g0, scenarios)
+                     + _shared_port_notes(g0, scenarios) + _floor_notes(rows)
             + _link_to_notes(scenarios, cluster) + wire_notes,
             "seconds": time.perf_counter() - t0}
 
@@ -297,6 +297,16 @@ def _shared_port_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
     """More parameter-server workers than profiled: their messages share each server's port in the model's best case."""
     note = shared_port_note(g, max(s.workers or 0 for s in scenarios)) if is_ps_graph(g) else None
     return [note] if note else []
+
+
+def _floor_notes(rows: list[dict]) -> list[str]:
+    """Intervals the job's own unprofiled steps made wider than the replayed steps: say why they are wide."""
+    floors = [row["interval_basis"]["unprofiled_floor_pct"] for row in rows if row["interval_basis"]["unprofiled_floor_pct"] > 0]
+    if not floors:
+        return []
+    return [f"{len(floors)} of {len(rows)} intervals are at least +-{max(floors):.0f} % wide: the job's own unprofiled steps "
+            "around the profile spread that much, more than the profiled ones (the machine's load moved?); profile on a "
+            "steadier machine for a narrower interval"]
 
 
 def _crowded_notes(g: Graph) -> list[str]:
