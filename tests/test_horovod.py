@@ -15,6 +15,8 @@ import sys
 import numpy as np
 import pytest
 
+import dagprof.traces.horovod as H
+from dagprof.cli.main import main
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.passes.comm import find_collectives
@@ -22,6 +24,7 @@ from dagprof.passes.horovod import _fuse, crowded_hosts, set_horovod
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
 from dagprof.search.whatif import Scenario, evaluate
+from dagprof.traces.dagprof_run import read_run
 from dagprof.traces.events import Kind
 from dagprof.traces.horovod import GROUP, TIMELINE, read_horovod_run
 from dagprof.traces.horovod_timeline import read_timeline
@@ -51,7 +54,7 @@ def test_timeline_responses_are_whole(name):
     assert np.all(np.diff(tl.cycles) > 0)
 
 
-def test_a_timeline_dated_early_is_moved_onto_rank_0s_clock(tmp_path):
+def test_a_timeline_dated_early_is_moved_onto_rank_0s_clock(tmp_path, capsys):
     """Horovod dates its timeline from two clock reads at ``hvd.init``; this recording's rank 0 was preempted between them
     (a loaded 2-core host), so its epoch is 6.5 ms early: as written step 2's response seems inside the window and step 5's
     missing. Moved back, every response lies between rank 0's requests of its tensors and its step's synchronize return."""
@@ -59,7 +62,10 @@ def test_a_timeline_dated_early_is_moved_onto_rank_0s_clock(tmp_path):
         assert load(fixture(name)).meta.horovod.timeline_lag_us == 0.0
     run = load(fixture("early-epoch"))
     hv = run.meta.horovod
-    assert 6000.0 < hv.timeline_lag_us < 7000.0 and not run.meta.warnings
+    assert 6000.0 < hv.timeline_lag_us < 7000.0
+    said = f"{hv.timeline_lag_us / 1e3:.3f} ms"
+    assert [str(w) for w in run.meta.warnings] == [f"{TIMELINE}: Horovod's timeline is dated {said} early (its epoch read across a "
+                                                   f"preemption at hvd.init?): moved {said} later, onto rank 0's steps"]
     assert len(hv.tensor_bytes) == 20 and sorted({m[0] for m in hv.measured}) == [3, 4, 5]
     ev = run.ranks[0].events
     for step in (3, 4, 5):
@@ -70,6 +76,11 @@ def test_a_timeline_dated_early_is_moved_onto_rank_0s_clock(tmp_path):
         assert comm.any() and requested <= ev.start[comm].min() and (ev.start + ev.dur)[comm].max() <= returned
     p = open_run(fixture("early-epoch"))
     assert abs(p.analysis.error_pct) < 5.0
+    for args in ([], ["--json"]):  # the shift said in the replay's warnings (text and --json)
+        assert main(["replay", fixture("early-epoch"), "--explain", "--out", str(tmp_path / f"out{len(args)}"), *args]) == 0
+        out = capsys.readouterr().out
+        shown = json.loads(out)["warnings"] if args else [line for line in out.splitlines() if "timeline is dated" in line]
+        assert sum(f"dated {hv.timeline_lag_us / 1e3:.3f} ms early" in w for w in shown) == 1
     # cut before its last response: no shift serves every request, the one serving most is kept and the rest counted
     cut = tmp_path / "cut"
     shutil.copytree(fixture("early-epoch"), cut)
@@ -79,6 +90,24 @@ def test_a_timeline_dated_early_is_moved_onto_rank_0s_clock(tmp_path):
     run = load(cut)
     assert 6000.0 < run.meta.horovod.timeline_lag_us < 7000.0 and run.meta.horovod.responses == 3
     assert any("4 of 60 gradient requests of rank 0 in the profiled steps have no response" in str(w) for w in run.meta.warnings)
+
+
+@pytest.mark.parametrize("steps_early", [0.5, 1.5])
+def test_a_timeline_early_by_steps_is_found_without_trying_every_shift_below(monkeypatch, steps_early):
+    """The unfused recording (60 responses) with its timeline moved a step and a half early: the search starts at the
+    least shift after which every request precedes a response to its tensor, so the responses are placed three times
+    (that shift, the one past it, the latest in time) where, tried from 0, once per shift below (56 times)."""
+    run = read_run(fixture("unfused"))
+    requests = {t.rank: [H._Request(*q) for q in json.loads(open(os.path.join(fixture("unfused"), H.horovod_rank_file(t.rank))).read())["enqueues"]]
+                for t in run.ranks}
+    tl = read_timeline(os.path.join(fixture("unfused"), TIMELINE))
+    spans = run.ranks[0].step_spans()
+    early = steps_early * float(spans[-1, 2] - spans[0, 1]) / len(spans)
+    placed = []
+    plan = H._plan
+    monkeypatch.setattr(H, "_plan", lambda *a: placed.append(1) or plan(*a))
+    lag, out = H._align(tl.shifted(-early), requests, run.ranks[0])
+    assert out.served == len(requests[0]) and 0 <= lag - early < 1000.0 and len(placed) <= 3
 
 
 def test_fusion_is_what_the_threshold_allows():

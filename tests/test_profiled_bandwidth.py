@@ -1,17 +1,23 @@
 """``dagprof whatif --profiled-bandwidth RATE``: the wire rate the run was profiled at splits the link fitted to its
 collectives (``passes.comm.split_at_wire``). The fit's time per byte beyond the wire's is work on the cores and stays at
-every --bandwidth; only the wire's part scales (a Horovod job's collectives take the longer of their profiled price and
-the wire's time). A fit faster than the wire scales whole, by the rate ratio. On vendored
+every --bandwidth; only the wire's part scales (a Horovod job's collectives take the longer of the wire's time and what
+they took beyond the wire profiled). A fit faster than the wire scales whole, by the rate ratio. On vendored
 recordings of TF, JAX and Horovod jobs (tests/data/tf, tf-jax, horovod), each given a rate it might have run at."""
 from __future__ import annotations
 
 import json
+import os
+import sys
 
 import numpy as np
 import pytest
 from testdata import DATA
 
-from dagprof.cli.main import main
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+
+from bench_frameworks import PAYLOAD_SHARE, measured, predict_rate, wire_rate  # noqa: E402
+
+from dagprof.cli.main import main  # noqa: E402
 from dagprof.graph.build_fsdp import allreduce_equivalent_bytes
 from dagprof.passes.comm import link_fit, priced_comm
 from dagprof.pipeline import open_run
@@ -70,12 +76,33 @@ def test_a_horovod_collective_takes_the_longer_of_its_profiled_price_and_the_wir
     comm = np.flatnonzero(priced_comm(plain))
     np.testing.assert_allclose(at[None].dur[comm], plain.dur[comm], rtol=1e-9)
     np.testing.assert_allclose(at["2Gbit"].dur[comm], plain.dur[comm], rtol=1e-9)
-    # 200 Mbit/s: the wire's time alone (2 ranks: a ring moves its bytes once) where longer than the profiled price, else that price
-    wire_us = allreduce_equivalent_bytes(plain, comm) * 8e6 / 200e6
+    # 200 Mbit/s: the wire's time alone (2 ranks: a ring moves its bytes once) where longer than the profiled price, else that
+    # price; 4 Gbit/s: the profiled price less the wire's time it saves
+    nbytes = allreduce_equivalent_bytes(plain, comm)
+    wire_us = nbytes * 8e6 / 200e6
     assert (wire_us > plain.dur[comm]).any() and (wire_us < plain.dur[comm]).any()
     np.testing.assert_allclose(at["200Mbit"].dur[comm], np.maximum(plain.dur[comm], wire_us), rtol=1e-9)
+    faster = apply(marked, Scenario(bandwidth="4Gbit"), c, base)
+    np.testing.assert_allclose(faster.dur[comm], plain.dur[comm] - nbytes * (8e6 / 2e9 - 8e6 / 4e9), rtol=1e-9)
     notes = rows(run, c, "200Mbit")["notes"]
-    assert sum("takes the longer of its profiled price and the wire's time" in n for n in notes) == 1
+    assert sum("takes the longer of its profiled price and the wire's time at a slower --bandwidth" in n for n in notes) == 1
+    assert not any("faster than --profiled-bandwidth" in n for n in notes)
+
+
+def test_a_faster_wire_than_profiled_saves_a_horovod_collective_the_wire_time_alone():
+    """hvd_sparse_gru profiled at 200 Mbit/s on the testbed (its collectives at the wire's rate) and measured at 500 Mbit/s
+    in the same round (tests/data/horovod/testbed-sparse-gru): the profiled price as the floor gained nothing from the faster
+    wire (the median step +70.6 %); less the wire's time saved, -11.4 %. What the wire hid on the cores at
+    200 Mbit/s came out at 500 Mbit/s (its collectives 1.32 times the wire): the prediction's collectives are the least, the
+    profiled ones the most, and the note says so."""
+    pair = DATA / "horovod" / "testbed-sparse-gru"
+    got, other = predict_rate(str(pair / "200M"), 200e6, 500e6), measured(str(pair / "500M"))
+    assert got["fit_of_wire_pct"] / PAYLOAD_SHARE == pytest.approx(100, abs=3)  # of the payload the wire carries
+    assert got["predicted_comm_ms"] < other["comm_ms"] < got["comm_ms"]
+    assert got["predicted_comm_ms"] < 0.5 * got["comm_ms"]  # the wire's time: 2.5 times shorter at 500 Mbit/s
+    n, share = 2, PAYLOAD_SHARE
+    notes = rows(pair / "200M", Cluster(profiled_bandwidth=wire_rate(200e6, n, share)), wire_rate(500e6, n, share))["notes"]
+    assert sum(n.startswith("1 row(s) faster than --profiled-bandwidth") and "may take up to their profiled time" in n for n in notes) == 1
 
 
 def test_a_fit_faster_than_the_wire_scales_by_the_rate_ratio():

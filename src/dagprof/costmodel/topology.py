@@ -93,9 +93,11 @@ class Topology:
     # transfer grows by it (scaled to the ranks' wire share), not by ``link_ratio``, and its exit lag still by the ratio
     link_delta: tuple[tuple[str, tuple[tuple[float, float], ...]], ...] = ()
     link_delta_workers: int = 0
-    # a collective takes at least its price on this topology: the profiled fit of a Horovod job, whose per-byte work on
-    # the cores runs beside the wire's transfer rather than after it (``passes.comm.split_at_wire``); not written by to_dict
+    # the profiled fit of a Horovod job, whose work on the cores runs beside the wire's transfer rather than after it, and
+    # the wire alone at the profiled rate: a collective takes at least the fit's price less the profiled wire's time plus
+    # the shorter of the two wires' (``passes.comm.split_at_wire``); not written by to_dict
     floor: "Topology | None" = None
+    floor_wire: "Topology | None" = None
 
     def __post_init__(self) -> None:
         if self.hosts < 1 or self.devices_per_host < 1:
@@ -121,7 +123,8 @@ class Topology:
         per = min(self.devices_per_host, workers)
         if workers % per:
             raise DagprofError(f"{workers} workers do not fill hosts of {self.devices_per_host} devices")
-        return replace(self, hosts=workers // per, devices_per_host=per, floor=None if self.floor is None else self.floor.with_workers(workers))
+        return replace(self, hosts=workers // per, devices_per_host=per, floor=None if self.floor is None else self.floor.with_workers(workers),
+                       floor_wire=None if self.floor_wire is None else self.floor_wire.with_workers(workers))
 
     def kind_factor(self, kind: str, equiv_bytes: float) -> float:
         """What a ``kind`` collective of ``equiv_bytes`` (all-reduce-equivalent) measured over its link's price: the

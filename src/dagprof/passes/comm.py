@@ -190,14 +190,18 @@ def split_at_wire(t: Topology, wire_bytes_per_s: float, pipelined: bool = False)
     same way.
 
     ``pipelined`` (Horovod: a fused buffer's copies and reductions on the cores run beside its ring's transfer): the wire
-    alone, no latency, with the whole fit as a floor (``Topology.floor``), so a collective takes the longer of the two.
-    On the quiet testbed hvd_transformer's fused all-reduces ran at 1.08-1.31 times the wire's time at 500 Mbit/s (fit
-    90-93 % of the wire, latency 0.9-5.4 ms) and at 1.00-1.01 times it at 200 Mbit/s: the excess did not outlast the
-    slower wire, and kept as work after it the collectives came out +6 to +26 % over those measured there."""
+    alone, no latency, with the whole fit as a floor (``Topology.floor``) that a slower wire hides: on the quiet testbed
+    hvd_transformer's fused all-reduces ran at 1.08-1.31 times the wire's time at 500 Mbit/s (fit 90-93 % of the wire,
+    latency 0.9-5.4 ms) and at 1.00-1.01 times it at 200 Mbit/s: the excess did not outlast the slower wire, and kept as
+    work after it the collectives came out +6 to +26 % over those measured there. A faster wire hides no more of it: the
+    floor is then the fit less the profiled wire's time (``Topology.floor_wire``) plus the faster wire's, what the profile
+    measured beyond the wire kept. With the whole fit as the floor there too, a faster wire gained nothing: profiled at
+    200 Mbit/s (fits 98-101 % of the wire) hvd_sparse_gru's kept rounds came out +70 to +88 % on the median step at 500."""
     wire = 1e6 / wire_bytes_per_s
     if pipelined and t.inter.beta_us_per_byte > wire:
         ab = AlphaBeta(0.0, wire, 0.0)
-        return replace(t, inter=ab, intra=ab, overhead_us=0.0, kinds=tuple((k, ab) for k, _ in t.kinds), floor=t)
+        alone = replace(t, inter=ab, intra=ab, overhead_us=0.0, kinds=tuple((k, ab) for k, _ in t.kinds))
+        return replace(alone, floor=t, floor_wire=alone)
 
     def split(ab: AlphaBeta) -> AlphaBeta:
         if ab.beta_us_per_byte <= wire:
@@ -332,8 +336,9 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
                                + topo.delta_at(kind, float(m), topo.world_size) for m in sizes])
         else:
             priced = np.array([_scaled(allreduce_us(float(m), on, spec), on.overhead_us, topo.kind_factor(kind, float(m)) * r) for m, r in zip(sizes, other)])
-        if topo.floor is not None:  # the profiled fit's price as the least (``split_at_wire``'s pipelined)
-            priced = np.maximum(priced, [allreduce_us(float(m), topo.floor.for_kind(kind), spec) for m in sizes])
+        if topo.floor is not None:  # the profiled fit's price, less the wire's part a faster wire saves, as the least (``split_at_wire``)
+            fit, was = (np.array([allreduce_us(float(m), t.for_kind(kind), spec) for m in sizes]) for t in (topo.floor, topo.floor_wire))
+            priced = np.maximum(priced, fit - was + np.minimum(priced, was))
         dur[idx[sel]] = priced[inverse.reshape(-1)]
         if before is not None:  # the exit lags are wire time: they scale with the kind's time per byte, and with its measured ratio
             old_beta, new_beta = _beta(before.for_kind(kind)), _beta(on)

@@ -21,7 +21,7 @@ from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
-from ..passes.comm import LinkFit, graph_world_size, hybrid, link_fit, profiled_collectives
+from ..passes.comm import graph_world_size, hybrid, link_fit
 from ..passes.compute import own_cores_note
 from ..passes.data_parallel import conversion_note
 from ..passes.fsdp import set_reduce_dtype
@@ -48,6 +48,7 @@ from .scenario import (
     undisturb,
     wire_bandwidth,
 )
+from .wire_notes import profiled_wire_notes
 
 __all__ = ["AXES", "COLUMNS", "MODEL_TOLERANCE_PCT", "PASSES", "Cluster", "Scenario", "apply", "base_topology", "check_model",
            "disturb", "evaluate", "link_text", "measured_comm", "on_link", "profiled_at", "sweep", "undisturb", "wire_bandwidth"]
@@ -150,7 +151,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
                               "the collectives as measured" if base_topo is None else "the link model" if given else "the link fitted to its collectives")
     fit = None if given else link_fit(g0)
     caveat = None if fit is None or fit.weak is None else f"extrapolates a link fit too weak to split latency from bandwidth: {fit.weak}"
-    wire, wire_notes = _profiled_wire(g0, fit, cluster)
+    wire, wire_notes = profiled_wire_notes(g0, fit, cluster.profiled_bandwidth, [s.bandwidth for s in scenarios])
     stepwise = g0 if steps_graph is None else steps_graph
     residuals = link_residuals(stepwise, on_link(stepwise, base_topo))
     level = run_level(stepwise, cost, corrected is not None, model, measured_us)
@@ -200,49 +201,6 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
                      + _shared_port_notes(g0, scenarios) + _floor_notes(rows)
             + _link_to_notes(scenarios, cluster) + wire_notes,
             "seconds": time.perf_counter() - t0}
-
-
-FAR_BELOW_WIRE = 0.8  # a fit slower than this share of the profiled wire: most of its collectives' time is not the link's
-
-
-def _profiled_wire(g: Graph, fit: LinkFit | None, c: Cluster) -> tuple[dict | None, list[str]]:
-    """The fitted link against the wire rate the run was profiled at (``Cluster.profiled_bandwidth``): for --json, and a note
-    saying how much of the collectives' per-byte time ``split_at_wire`` keeps fixed (the fit far below the wire: busy cores)."""
-    if c.profiled_wire is not None and is_ps_graph(g):
-        return None, _ps_wire_notes(g, c)
-    if c.profiled_wire is None or fit is None:
-        return None, []
-    wire = c.profiled_wire
-    share = 1e6 / wire / fit.link.beta_us_per_byte if fit.link.beta_us_per_byte > 0 else None
-    nbytes = float(profiled_collectives(g, overlapping=g.meta.comm_lanes > 1)[0].sum())
-    out = {"bandwidth_bytes_per_s": wire, "fit_share": share, "collectives": fit.collectives, "bytes": nbytes,
-           "far_below": share is not None and share < FAR_BELOW_WIRE}
-    if fit.link.beta_us_per_byte == 0:
-        return out, [f"--profiled-bandwidth {c.profiled_bandwidth}: the {fit.collectives} collectives' ({nbytes / 1e6:.3g} MB) durations "
-                     "show no time per byte, so nothing of them is wire time to keep apart"]
-    head = f"--profiled-bandwidth {c.profiled_bandwidth}: the link fitted to {fit.collectives} collectives ({nbytes / 1e6:.3g} MB) runs at {share:.0%} of it"
-    if share >= 1.0:
-        return out, [f"{head}, no slower than the wire (bytes crossed outside the timed transfers, or the rate is not the wire's): "
-                     "its whole per-byte time scales by the rate ratio, --bandwidth over it"]
-    far = "far below the wire: " if share < FAR_BELOW_WIRE else ""
-    if g.meta.horovod is not None:
-        return out, [f"{far}{head}; Horovod's copies and reductions on the cores run beside the wire's transfer, so each collective "
-                     "takes the longer of its profiled price and the wire's time at --bandwidth"]
-    return out, [f"{far}{head}; the other {1 - share:.0%} of its per-byte time is taken as work on the cores (busy cores, copies) "
-                 "and kept at every bandwidth, only the wire's part scales"]
-
-
-def _ps_wire_notes(g: Graph, c: Cluster) -> list[str]:
-    """A parameter-server job's fitted link (``passes.comm.fit_ps_link``) against the wire it was profiled at: how each
-    --bandwidth row reads it (``passes.comm.ps_bandwidth``)."""
-    fit = g.meta.ps_link_fit
-    share = fit.bandwidth_bytes_per_s / c.profiled_wire
-    head = (f"--profiled-bandwidth {c.profiled_bandwidth}: the parameter-server exchanges ({fit.target_exchange_us / 1e3:.1f} ms on "
-            f"average) fitted at {share:.0%} of it")
-    how = ("no slower than the wire (a port's burst allowance): the fit scales by the rate ratio, --bandwidth over it" if share >= 1.0 else
-           "; what held them back was not the wire (busy cores, lost segments) and is kept as a limit of its own: a row's messages move at "
-           "the slower of --bandwidth and the fit")
-    return [head + ("" if share < 1.0 else ", ") + how]
 
 
 def _link_to_notes(scenarios: list[Scenario], c: Cluster) -> list[str]:

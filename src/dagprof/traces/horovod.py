@@ -116,6 +116,9 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
         _check_same_time(timeline, run.ranks[0], tl_path)
         lag_us, placed = _align(timeline, requests, run.ranks[0])
         timeline, plan = timeline.shifted(lag_us), placed.plan
+        if lag_us:
+            warnings.append(RunWarning(f"Horovod's timeline is dated {lag_us / 1e3:.3f} ms early (its epoch read across a preemption at "
+                                       f"hvd.init?): moved {lag_us / 1e3:.3f} ms later, onto rank {min(requests)}'s steps", file=tl_name))
         if placed.dropped:
             warnings.append(f"{placed.dropped} Horovod response(s) outside the profiled steps or without matching requests were left out")
         if placed.own:
@@ -213,7 +216,9 @@ def _align(tl: Timeline, requests: dict[int, list[_Request]], ref: RankTrace) ->
     ends before rank 0's last ``synchronize()`` of its step returns. Tried: as written, then each shift that puts a
     response's end on a synchronize return, smallest first, up to the first that serves every request of the window;
     kept: the first serving most requests in time, moved as late as its responses stay in time (the closest return
-    then follows its response at once: on time, returns follow within tens of us)."""
+    then follows its response at once: on time, returns follow within tens of us). No shift below ``_least_lag`` serves
+    every request, so the search starts there: tried from 0, a timeline early by a step or more placed every response
+    once per shift below it (quadratic in its length); all are tried only where no shift serves every request."""
     ev = ref.events
     waits = ev.kind == Kind.COMM_WAIT
     ends: dict[int, float] = {}
@@ -227,19 +232,49 @@ def _align(tl: Timeline, requests: dict[int, list[_Request]], ref: RankTrace) ->
         room = min((ends[p.step] - p.resp.t1 for p in out.plan if p.step in ends), default=0.0)
         return _Fit(lag, lag + max(room, 0.0), out) if room >= -_SLACK_US else None
 
-    best: _Fit | None = None
-    for lag in [0.0] + sorted({e - r.t1 for e in ends.values() for r in tl.responses if e - r.t1 > 0}):
-        got = fit(lag)
-        if got is not None and (best is None or got.score > best.score):
-            best = got
-        if best is not None and best.score == whole:
-            break
+    def search(lags: list[float]) -> _Fit | None:
+        best: _Fit | None = None
+        for lag in lags:
+            got = fit(lag)
+            if got is not None and (best is None or got.score > best.score):
+                best = got
+            if best is not None and best.score == whole:
+                break
+        return best
+
+    lags = [0.0] + sorted({e - r.t1 for e in ends.values() for r in tl.responses if e - r.t1 > 0})
+    least = _least_lag(tl, requests[min(requests)])
+    best = None if least is None else search(lags[max(bisect.bisect_left(lags, least) - 1, 0):])
+    if best is None or best.score != whole:
+        best = search(lags)
     if best is None:
         return 0.0, _plan(tl, requests)
     if best.lag == 0.0:  # in time as written: the epoch was read unpreempted, as nearly always
         return 0.0, best.placement
     latest = fit(best.latest)
     return (latest.lag, latest.placement) if latest is not None and latest.score == best.score else (best.lag, best.placement)
+
+
+def _least_lag(tl: Timeline, requests: list[_Request]) -> float | None:
+    """The least shift (us) after which each of a rank's ``requests`` precedes a response to its tensor: per tensor, the
+    k-th last of its n requests must precede the k-th last of its responses, which is what ``_plan`` needs of them all.
+    None where some tensor has fewer responses than requests (no shift serves them all)."""
+    asked: dict[str, list[float]] = {}
+    for rq in requests:
+        asked.setdefault(rq.tensor, []).append(rq.t0 / 1e3)
+    starts: dict[str, list[float]] = {}
+    for resp in tl.responses:
+        if resp.op in COLLECTIVES:
+            for t in resp.tensors:
+                if t in asked:
+                    starts.setdefault(t, []).append(resp.start[t])
+    least = 0.0
+    for t, q in asked.items():
+        s = sorted(starts.get(t, []))
+        if len(s) < len(q):
+            return None
+        least = max(least, float(np.max(np.sort(q) - np.array(s[len(s) - len(q):]))))
+    return least
 
 
 def _plan(tl: Timeline, requests: dict[int, list[_Request]]) -> _Placement:
