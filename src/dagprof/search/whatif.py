@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from ..analysis import job_iteration_us
 from ..analysis.interval import link_residuals, predict_interval, run_level
+from ..analysis.operand_stall import stall_bound_us, stall_note
 from ..costmodel.alphabeta import parse_bandwidth
 from ..costmodel.topology import CollectiveSpec, LinkModelFile, Topology, parse_topology, read_link_model
 from ..errors import DagprofError
@@ -482,7 +483,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     residuals = link_residuals(stepwise, on_link(stepwise, base_topo))
     level = run_level(stepwise, cost, corrected is not None, model, measured_us)
     one_worker: dict[str, float] = {}
-    rows = []
+    rows, relinked = [], False
     for i, s in enumerate(progress(scenarios, "what-if scenarios", unit="scenario")):
         t1 = time.perf_counter()
         g, res = disturb(apply(g0, s, cluster, base_topo), cluster)
@@ -494,13 +495,15 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
             one_worker[key] = it if n == unit else _one_replica_us(g0, single, cluster, base_topo)
         eff = None if one_worker[key] is None else one_worker[key] / it
         gs, rs = (g, res) if steps_graph is None else disturb(apply(steps_graph, s, cluster, base_topo), cluster)
-        interval = predict_interval(gs, rs, it, residuals, run=level)
+        relinks = (s.bandwidth is not None or s.latency_us is not None or s.link_to is not None or s.workers not in (None, n0) or s.scheme is not None
+                   or s.reduce_dtype is not None or s.data_parallel is not None or s.units is not None)
+        interval = predict_interval(gs, rs, it, residuals, run=level, stall_bound_us=stall_bound_us(g0) if relinks else 0.0)
         row = {**s.label(), "workers": n, **interval.to_dict(), "iters_per_s": 1e6 / it,
                "speedup_vs_profiled": (n / n0) * model / it, "speedup_vs_one_worker": None if eff is None else n / unit * eff, "scaling_efficiency": eff,
                "vs_measured_pct": None if not measured_us else 100.0 * (it - measured_us) / measured_us, "seconds": time.perf_counter() - t1}
-        if caveat and (s.bandwidth is not None or s.latency_us is not None or s.link_to is not None or s.workers not in (None, n0) or s.scheme is not None
-                       or s.reduce_dtype is not None or s.data_parallel is not None or s.units is not None):
+        if caveat and relinks:
             row["caveat"] = caveat
+        relinked = relinked or relinks
         if s.data_parallel is not None and is_fsdp_graph(g0) != is_fsdp_graph(g):  # DDP <-> FSDP: the scenario's own record
             peaks = fsdp_peak(g, reshard=s.reshard_after_forward) if is_fsdp_graph(g) else ddp_peak_of_fsdp(g0, s.workers)
             row["peak_memory_mb"] = max(m.total for m in peaks.values()) / MB
@@ -524,7 +527,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
             "columns": COLUMNS, "scenarios": rows, "overlap_slowdown": cluster.slowdown, "overlap_rate_bytes_per_s": cluster.comm_rate,
             "notes": _hybrid_notes(g0) + _conversion_notes(g0, scenarios, cluster) + _crowded_notes(g0)
                      + _shared_cores_notes(g0, cluster) + _overlap_notes(cluster) + _own_cores_notes(g0, scenarios, cluster)
-            + _link_to_notes(scenarios, cluster) + wire_notes,
+            + _link_to_notes(scenarios, cluster) + wire_notes + ([note] if relinked and (note := stall_note(g0)) else []),
             "seconds": time.perf_counter() - t0}
 
 
