@@ -5,9 +5,10 @@ import pathlib
 import pytest
 
 from dagprof.analysis.interval import PredictionInterval
-from dagprof.analysis.operand_stall import TICK_US, stall_bound_us, stall_halfwidth_us
+from dagprof.analysis.operand_stall import TICK_US, held_us, stall_bound_us, stall_halfwidth_us
 from dagprof.pipeline import open_run
 from dagprof.search.whatif import Scenario, evaluate
+from dagprof.traces.events import Kind
 
 DATA = pathlib.Path(__file__).parent / "data"
 
@@ -43,3 +44,20 @@ def test_the_stall_widens_both_sides_in_quadrature():
     w = base.with_stall(half)
     assert w.lo_us == pytest.approx(100e3 - (10e3**2 + half**2) ** 0.5) and w.hi_us == pytest.approx(100e3 + (10e3**2 + half**2) ** 0.5)
     assert base.with_stall(0.0) is base
+
+
+def test_below_the_point_no_more_than_the_stall_it_holds():
+    base = PredictionInterval(100e3, 90e3, 110e3)
+    w = base.with_stall(20e3, held_us=5e3)
+    assert w.lo_us == pytest.approx(100e3 - (10e3**2 + 5e3**2) ** 0.5) and w.hi_us == pytest.approx(100e3 + (10e3**2 + 20e3**2) ** 0.5)
+
+
+def test_the_held_stall_is_the_collectives_time_beyond_the_profiled_wire():
+    from dagprof.search.whatif import Cluster, profiled_at
+
+    g = open_run(str(DATA / "tf-jax" / "pmap")).graph
+    assert held_us(g) is None  # no profiled wire: nothing tells it
+    comm = (g.kind == Kind.COMM) & (g.rank < 0) & (g.step >= 0)
+    most = max(g.dur[comm & (g.step == s)].sum() for s in g.meta.steps)
+    assert 0 < held_us(profiled_at(g, Cluster(profiled_bandwidth="10Gbit"))) <= most
+    assert held_us(profiled_at(g, Cluster(profiled_bandwidth="1Mbit"))) == 0.0  # the wire alone would take longer

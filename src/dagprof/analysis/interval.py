@@ -14,7 +14,8 @@ Spread of single steps (independent of each other, so combined in quadrature):
   profiled steps (measured over modelled communication, step by step) put it back, as two more
   replays with every modelled transfer scaled to the residuals' low and high ends.
 - ``operand_stall``: a link what-if of a JAX job on gloo, whose every array a step may stall for a scheduler
-  tick at random (``analysis.operand_stall``): the difference of two steps' stalls, at ``level``, either way.
+  tick at random (``analysis.operand_stall``): the difference of two steps' stalls, at ``level``, either way (below,
+  no more than the stall the point holds, where the profiled wire tells it).
 
 The level the point stands on (``RunLevel``, from the run's own unprofiled steps and the model's
 check on the profiled run). On the namespace testbed the measured steps missed the step-spread
@@ -131,13 +132,14 @@ class PredictionInterval:
         hi = math.sqrt((self.hi_us / self.point_us - 1.0) ** 2 + extra) + max(run.shift, 0.0)
         return replace(self, lo_us=self.point_us * max(1.0 - lo, 0.0), hi_us=self.point_us * (1.0 + hi), terms=self.terms + run.terms)
 
-    def with_stall(self, halfwidth_us: float) -> "PredictionInterval":
-        """Also a stall the point cannot tell (``analysis.operand_stall``): ``halfwidth_us`` either way, in quadrature."""
+    def with_stall(self, halfwidth_us: float, held_us: float | None = None) -> "PredictionInterval":
+        """Also a stall the point cannot tell (``analysis.operand_stall``): ``halfwidth_us`` either way, in quadrature; below,
+        no more than the stall the point holds (``held_us``; None: not known)."""
         if halfwidth_us <= 0 or self.point_us <= 0:
             return self
-        extra = (halfwidth_us / self.point_us) ** 2
-        lo = math.sqrt((1.0 - self.lo_us / self.point_us) ** 2 + extra)
-        hi = math.sqrt((self.hi_us / self.point_us - 1.0) ** 2 + extra)
+        down = halfwidth_us if held_us is None else min(halfwidth_us, held_us)
+        lo = math.sqrt((1.0 - self.lo_us / self.point_us) ** 2 + (down / self.point_us) ** 2)
+        hi = math.sqrt((self.hi_us / self.point_us - 1.0) ** 2 + (halfwidth_us / self.point_us) ** 2)
         return replace(self, lo_us=self.point_us * max(1.0 - lo, 0.0), hi_us=self.point_us * (1.0 + hi), terms=self.terms + ("operand_stall",))
 
     def to_dict(self) -> dict:
@@ -216,11 +218,12 @@ def link_residuals(profiled: Graph, modelled: Graph) -> np.ndarray:
 
 
 def predict_interval(g: Graph, res: ReplayResult, point_us: float | None = None, residuals: np.ndarray | None = None,
-                     level: float = LEVEL, run: RunLevel | None = None, stall_bound_us: float = 0.0) -> PredictionInterval:
+                     level: float = LEVEL, run: RunLevel | None = None, stall_bound_us: float = 0.0,
+                     stall_held_us: float | None = None) -> PredictionInterval:
     """The interval around ``point_us`` (default: ``g``'s replayed iteration) from ``g``'s replayed steps and, when
     ``g``'s communication is modelled (``meta.topology`` set), the link ``residuals`` (``link_residuals``); the stall a
-    step's collectives may take at random up to ``stall_bound_us`` (``analysis.operand_stall``); widened by ``run``
-    (``run_level``), the uncertainty of the level the point stands on."""
+    step's collectives may take at random up to ``stall_bound_us``, of which the point holds at most ``stall_held_us``
+    (``analysis.operand_stall``); widened by ``run`` (``run_level``), the uncertainty of the level the point stands on."""
     point = job_iteration_us(g, res) if point_us is None else point_us
     d = step_times(g, res)
     t = _t_quantile(0.5 + level / 2, len(d) - 1) if len(d) >= 2 else 0.0
@@ -239,7 +242,7 @@ def predict_interval(g: Graph, res: ReplayResult, point_us: float | None = None,
             used = len(residuals)
     terms = ("steps",) * (step > 0) + ("link",) * (used > 0)
     out = PredictionInterval(point, point * max(1.0 - math.sqrt(lo2), 0.0), point * (1.0 + math.sqrt(hi2)), level, len(d), used, terms)
-    out = out.with_stall(stall_halfwidth_us(stall_bound_us, level))
+    out = out.with_stall(stall_halfwidth_us(stall_bound_us, level), stall_held_us)
     return out if run is None else out.widened(run)
 
 

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..graph.dag import Graph
+from ..passes.comm import priced_comm, priced_world_size
 
 # The scheduler tick the stalls came to (CONFIG_HZ=250 on the testbed's kernel, the common distribution default)
 TICK_US = 4000.0
@@ -26,6 +29,20 @@ def stall_bound_us(g: Graph) -> float:
     the graph is not an XLA (JAX) job on gloo or its operands were not read."""
     n = g.meta.collective_operands_per_step
     return n * TICK_US if g.meta.framework == "jax" and g.meta.backend == "gloo" and n else 0.0
+
+
+def held_us(g: Graph) -> float | None:
+    """The most stall a prediction from ``g`` holds (us a step): its collectives' time beyond the wire they were profiled
+    at (``meta.wire_bytes_per_s``; a ring of N moves 2 (N - 1) / N of each one's bytes per link), the median step's; what
+    a step could lose if none of its arrays stalled at the other rate. None where the wire is not known."""
+    wire = g.meta.wire_bytes_per_s
+    comm = priced_comm(g) & (g.dur > 0) & (g.step >= 0)
+    if not wire or not comm.any():
+        return None
+    n = priced_world_size(g)
+    beyond = g.dur[comm] - 2 * (n - 1) / n * g.nbytes[comm] / wire * 1e6
+    steps, inverse = np.unique(g.step[comm], return_inverse=True)
+    return max(float(np.median(np.bincount(inverse, weights=beyond, minlength=len(steps)))), 0.0)
 
 
 def stall_halfwidth_us(bound_us: float, level: float) -> float:

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from ..analysis import job_iteration_us
 from ..analysis.interval import link_residuals, predict_interval, run_level
-from ..analysis.operand_stall import stall_bound_us, stall_note
+from ..analysis.operand_stall import held_us, stall_bound_us, stall_note
 from ..costmodel.alphabeta import parse_bandwidth
 from ..costmodel.topology import CollectiveSpec, LinkModelFile, Topology, parse_topology, read_link_model
 from ..errors import DagprofError
@@ -483,7 +483,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     residuals = link_residuals(stepwise, on_link(stepwise, base_topo))
     level = run_level(stepwise, cost, corrected is not None, model, measured_us)
     one_worker: dict[str, float] = {}
-    rows, relinked = [], False
+    rows, relinked, held = [], False, held_us(g0)
     for i, s in enumerate(progress(scenarios, "what-if scenarios", unit="scenario")):
         t1 = time.perf_counter()
         g, res = disturb(apply(g0, s, cluster, base_topo), cluster)
@@ -497,7 +497,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
         gs, rs = (g, res) if steps_graph is None else disturb(apply(steps_graph, s, cluster, base_topo), cluster)
         relinks = (s.bandwidth is not None or s.latency_us is not None or s.link_to is not None or s.workers not in (None, n0) or s.scheme is not None
                    or s.reduce_dtype is not None or s.data_parallel is not None or s.units is not None)
-        interval = predict_interval(gs, rs, it, residuals, run=level, stall_bound_us=stall_bound_us(g0) if relinks else 0.0)
+        interval = predict_interval(gs, rs, it, residuals, run=level, stall_bound_us=stall_bound_us(g0) if relinks else 0.0, stall_held_us=held)
         row = {**s.label(), "workers": n, **interval.to_dict(), "iters_per_s": 1e6 / it,
                "speedup_vs_profiled": (n / n0) * model / it, "speedup_vs_one_worker": None if eff is None else n / unit * eff, "scaling_efficiency": eff,
                "vs_measured_pct": None if not measured_us else 100.0 * (it - measured_us) / measured_us, "seconds": time.perf_counter() - t1}
