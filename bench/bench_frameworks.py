@@ -309,7 +309,8 @@ def predict_rate(out: str, rate: float, other: float) -> dict:
                   # crossed outside the timed transfer, e.g. sent before the last worker joined: the whole fit scales
                   "fit_of_wire_pct": 100.0 * 8 * fit["bandwidth_bytes_per_s"] * n / rate,
                   "payload_share_pct": 100.0 * share, "payload_share": how,
-                  "fit_latency_us": fit["latency_us"], "weak_fit": fit.get("weak")}
+                  "fit_latency_us": fit["latency_us"], "weak_fit": fit.get("weak"),
+                  "interval_ms": [row["lo_ms"], row["hi_ms"]], "interval_terms": row["interval_basis"]["terms"]}
 
 
 def bytes_per_step(out: str) -> float:
@@ -448,12 +449,14 @@ def repredict(kept: str, names: list[str], args) -> dict:
 
 def _round(k: int, a: dict, b: dict) -> dict:
     """One round's row: the profiled job ``a`` (with its prediction) against the job measured at the other rate ``b``.
-    ``error_pct`` is the median step's; the mean's and the collectives' alone beside it."""
+    ``error_pct`` is the median step's; the mean's and the collectives' alone beside it; ``in_interval``: the measured median
+    step inside the prediction's interval."""
     row = {"round": k, "profiled": a, "other": b}
     if "predicted_ms" in a and "measured_ms" in b:
         row["error_pct"] = 100.0 * (a["predicted_median_ms"] - b["measured_median_ms"]) / b["measured_median_ms"]
         row["mean_error_pct"] = 100.0 * (a["predicted_ms"] - b["measured_ms"]) / b["measured_ms"]
         row["comm_error_pct"] = 100.0 * (a["predicted_comm_ms"] - b["comm_ms"]) / b["comm_ms"]
+        row["in_interval"] = a["interval_ms"][0] <= b["measured_median_ms"] <= a["interval_ms"][1]
     return row
 
 
@@ -477,6 +480,7 @@ def _summary(rounds: list[dict], pair: dict) -> dict:
     return {"rate_bit": pair["rate_bit"], "other_rate_bit": pair["other_rate_bit"], "pair": pair["why"], "rounds": len(rounds),
             "judged": sum("error_pct" in r for r in rounds),
             "error_pct": _stats([r["error_pct"] for r in rounds if "error_pct" in r], 8),
+            "in_interval": sum(r.get("in_interval", False) for r in rounds),  # the measured median step inside the what-if's 90 % interval
             # the median prediction against the median measurement, over the rounds: one job's drift moves neither much
             "pooled_error_pct": 100.0 * (np.median(pred) - np.median(meas)) / np.median(meas) if pred and meas else None,
             "model_pct": _stats(col("model_median_pct"), 2),

@@ -1,12 +1,15 @@
 """Does an all-reduce's operand count, not its bytes, set its time on the testbed link? A gloo ``psum`` of jax_mixer's 36
-gradient shapes (266 kB, 22 operands of a few hundred bytes) against one array and four arrays of the same bytes, in the
-same job, on the namespace testbed's shaped loopback (``bench_frameworks --testbed``'s link), no profiler. Per rate and
-variant: the median, first quartile and fastest repetition, beside the wire's time for the bytes (2 S / rate).
+gradient shapes (266 kB, 22 operands of a few hundred bytes) against one array and four arrays of the same bytes, and
+36 arrays of 256 B against one of their 9 kB, in the same job, on the namespace testbed's shaped loopback
+(``bench_frameworks --testbed``'s link; a rate of 10000 Mbit/s is as good as none), no profiler. Per rate and variant:
+the median, first quartile and fastest repetition, beside the wire's time for the bytes (2 S / rate).
 
     (root) DAGPROF_JAX_PYTHON=/opt/jax/bin/python python bench/bench_jax_operands.py --rates 108,43,26 [--reps 30]
 
 On 2026-12-03 (load 3-8) one or four arrays ran at the wire at every rate, the 36 at their own wire only at best: a stall
-spread from 0 to 60-150 ms at 26-200 Mbit/s (README, "Those two effects are one").
+spread from 0 to 60-150 ms at 26-200 Mbit/s (README, "Those two effects are one"). At load 9-15 the 36 arrays of 256 B
+took a median 125-143 ms at 40, 100, 1000 and 10000 Mbit/s (fastest 10-100 ms), one array of their bytes 0.5-6 ms: about one
+scheduler tick (4 ms) an operand, whatever the link (``analysis.operand_stall``).
 """
 from __future__ import annotations
 
@@ -42,7 +45,8 @@ def worker(rank: int, port: int, reps: int, out: str) -> None:
         return [jax.make_array_from_process_local_data(NamedSharding(mesh, P("dp")), np.ones((1, *s), np.float32), (2, *s))
                 for s in shapes]
 
-    variants = {"36 shapes": arrays(SHAPES), "four": arrays([(total // 4,)] * 4), "one": arrays([(total,)])}
+    variants = {"36 shapes": arrays(SHAPES), "four": arrays([(total // 4,)] * 4), "one": arrays([(total,)]),
+                "36 x 256 B": arrays([(64,)] * 36), "one 9 kB": arrays([(36 * 64,)])}
     f = jax.jit(jax.shard_map(lambda t: [jax.lax.psum(x, "dp") for x in t], mesh=mesh, in_specs=P("dp"), out_specs=P()))
     got: dict[str, list[float]] = {}
     for name, x in list(variants.items()) * 2:
@@ -53,7 +57,7 @@ def worker(rank: int, port: int, reps: int, out: str) -> None:
             got.setdefault(name, []).append(time.perf_counter() - t0)
     if rank == 0:
         with open(out, "w") as fh:
-            json.dump({"bytes": 4 * total, "seconds": got}, fh)
+            json.dump({"bytes": {name: sum(int(x.nbytes) for x in arrs) // 2 for name, arrs in variants.items()}, "seconds": got}, fh)
 
 
 def main() -> int:
@@ -92,10 +96,9 @@ def main() -> int:
                 continue
             with open(out) as fh:
                 got = json.load(fh)
-            wire = 8 * 2 * got["bytes"] / rate * 1e3
             for name, secs in got["seconds"].items():
-                ms = 1e3 * np.array(secs)
-                print(f"{rate / 1e6:6g} Mbit/s {name:9s} median {np.median(ms):7.1f} ms, q25 {np.percentile(ms, 25):7.1f}, fastest "
+                ms, wire = 1e3 * np.array(secs), 8 * 2 * got["bytes"][name] / rate * 1e3
+                print(f"{rate / 1e6:6g} Mbit/s {name:10s} median {np.median(ms):7.1f} ms, q25 {np.percentile(ms, 25):7.1f}, fastest "
                       f"{ms.min():7.1f}; the wire for its bytes {wire:6.1f} ms; load {os.getloadavg()[0]:.1f}", flush=True)
     return 0
 

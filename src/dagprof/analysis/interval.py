@@ -13,6 +13,9 @@ Spread of single steps (independent of each other, so combined in quadrature):
   collectives cost the model's price, which has no spread: the link model's residuals on the
   profiled steps (measured over modelled communication, step by step) put it back, as two more
   replays with every modelled transfer scaled to the residuals' low and high ends.
+- ``operand_stall``: a link what-if of a JAX job on gloo, whose every array a step may stall for a scheduler
+  tick at random (``analysis.operand_stall``): the difference of two steps' stalls, at ``level``, either way (below,
+  no more than the stall the point holds, where the profiled wire tells it).
 
 The least either side may be, ``unprofiled_steps``: what is judged is the job's unprofiled steps,
 and the profile holds some of them, before and after its window (from step ``WARMUP_STEPS`` on).
@@ -64,6 +67,7 @@ from ..passes.profiler_cost import ProfilerCost, job_steps, median_stderr, windo
 from ..replay import ReplayResult
 from ..traces.events import Kind
 from .breakdown import job_iteration_us
+from .operand_stall import stall_halfwidth_us
 
 LEVEL = 0.9
 # Fewer unprofiled steps give no floor: at 3 or 4, Student-t's 2.9-4.3 times one stalled step's deviation is an interval
@@ -159,6 +163,16 @@ class PredictionInterval:
         return replace(self, lo_us=self.point_us * max(1.0 - lo, 0.0), hi_us=self.point_us * (1.0 + hi), terms=self.terms + run.terms,
                        floor=floor)
 
+    def with_stall(self, halfwidth_us: float, held_us: float | None = None) -> "PredictionInterval":
+        """Also a stall the point cannot tell (``analysis.operand_stall``): ``halfwidth_us`` either way, in quadrature; below,
+        no more than the stall the point holds (``held_us``; None: not known)."""
+        if halfwidth_us <= 0 or self.point_us <= 0:
+            return self
+        down = halfwidth_us if held_us is None else min(halfwidth_us, held_us)
+        lo = math.sqrt((1.0 - self.lo_us / self.point_us) ** 2 + (down / self.point_us) ** 2)
+        hi = math.sqrt((self.hi_us / self.point_us - 1.0) ** 2 + (halfwidth_us / self.point_us) ** 2)
+        return replace(self, lo_us=self.point_us * max(1.0 - lo, 0.0), hi_us=self.point_us * (1.0 + hi), terms=self.terms + ("operand_stall",))
+
     def to_dict(self) -> dict:
         return {"predicted_iter_ms": self.point_us / 1e3, "lo_ms": self.lo_us / 1e3, "hi_ms": self.hi_us / 1e3, "level": self.level,
                 "interval": self.text(), "interval_basis": {"steps": self.steps, "residual_steps": self.residual_steps, "terms": list(self.terms),
@@ -240,10 +254,12 @@ def link_residuals(profiled: Graph, modelled: Graph) -> np.ndarray:
 
 
 def predict_interval(g: Graph, res: ReplayResult, point_us: float | None = None, residuals: np.ndarray | None = None,
-                     level: float = LEVEL, run: RunLevel | None = None) -> PredictionInterval:
+                     level: float = LEVEL, run: RunLevel | None = None, stall_bound_us: float = 0.0,
+                     stall_held_us: float | None = None) -> PredictionInterval:
     """The interval around ``point_us`` (default: ``g``'s replayed iteration) from ``g``'s replayed steps and, when
-    ``g``'s communication is modelled (``meta.topology`` set), the link ``residuals`` (``link_residuals``); widened
-    by ``run`` (``run_level``), the uncertainty of the level the point stands on."""
+    ``g``'s communication is modelled (``meta.topology`` set), the link ``residuals`` (``link_residuals``); the stall a
+    step's collectives may take at random up to ``stall_bound_us``, of which the point holds at most ``stall_held_us``
+    (``analysis.operand_stall``); widened by ``run`` (``run_level``), the uncertainty of the level the point stands on."""
     point = job_iteration_us(g, res) if point_us is None else point_us
     d = step_times(g, res)
     t = _t_quantile(0.5 + level / 2, len(d) - 1) if len(d) >= 2 else 0.0
@@ -262,6 +278,7 @@ def predict_interval(g: Graph, res: ReplayResult, point_us: float | None = None,
             used = len(residuals)
     terms = ("steps",) * (step > 0) + ("link",) * (used > 0)
     out = PredictionInterval(point, point * max(1.0 - math.sqrt(lo2), 0.0), point * (1.0 + math.sqrt(hi2)), level, len(d), used, terms)
+    out = out.with_stall(stall_halfwidth_us(stall_bound_us, level), stall_held_us)
     return out if run is None else out.widened(run)
 
 

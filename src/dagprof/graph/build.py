@@ -114,6 +114,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         layer_grad_bytes=dict(run.ranks[0].meta.layer_grad_bytes),
         layer_saved_bytes=dict(run.ranks[0].meta.layer_saved_bytes),
         host_cpus=host_cpus(run),
+        collective_operands_per_step=run.ranks[0].meta.collective_operands_per_step,
     )
     if run.meta.fsdp:
         from .build_fsdp import fsdp_meta  # noqa: PLC0415  (it imports this module's users)

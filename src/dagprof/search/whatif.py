@@ -16,6 +16,7 @@ from typing import Callable
 
 from ..analysis import job_iteration_us
 from ..analysis.interval import link_residuals, predict_interval, run_level
+from ..analysis.operand_stall import held_us, stall_bound_us, stall_note
 from ..costmodel.topology import Topology
 from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
@@ -156,7 +157,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     residuals = link_residuals(stepwise, on_link(stepwise, base_topo))
     level = run_level(stepwise, cost, corrected is not None, model, measured_us)
     one_worker: dict[str, float] = {}
-    rows = []
+    rows, relinked, held = [], False, held_us(g0)
     for i, s in enumerate(progress(scenarios, "what-if scenarios", unit="scenario")):
         t1 = time.perf_counter()
         g, res = disturb(apply(g0, s, cluster, base_topo), cluster)
@@ -168,13 +169,15 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
             one_worker[key] = it if n == unit else _one_replica_us(g0, single, cluster, base_topo)
         eff = None if one_worker[key] is None else one_worker[key] / it
         gs, rs = (g, res) if steps_graph is None else disturb(apply(steps_graph, s, cluster, base_topo), cluster)
-        interval = predict_interval(gs, rs, it, residuals, run=level)
+        relinks = (s.bandwidth is not None or s.latency_us is not None or s.link_to is not None or s.workers not in (None, n0) or s.scheme is not None
+                   or s.reduce_dtype is not None or s.data_parallel is not None or s.units is not None)
+        interval = predict_interval(gs, rs, it, residuals, run=level, stall_bound_us=stall_bound_us(g0) if relinks else 0.0, stall_held_us=held)
         row = {**s.label(), "workers": n, **interval.to_dict(), "iters_per_s": 1e6 / it,
                "speedup_vs_profiled": (n / n0) * model / it, "speedup_vs_one_worker": None if eff is None else n / unit * eff, "scaling_efficiency": eff,
                "vs_measured_pct": None if not measured_us else 100.0 * (it - measured_us) / measured_us, "seconds": time.perf_counter() - t1}
-        if caveat and (s.bandwidth is not None or s.latency_us is not None or s.link_to is not None or s.workers not in (None, n0) or s.scheme is not None
-                       or s.reduce_dtype is not None or s.data_parallel is not None or s.units is not None):
+        if caveat and relinks:
             row["caveat"] = caveat
+        relinked = relinked or relinks
         if s.data_parallel is not None and is_fsdp_graph(g0) != is_fsdp_graph(g):  # DDP <-> FSDP: the scenario's own record
             peaks = fsdp_peak(g, reshard=s.reshard_after_forward) if is_fsdp_graph(g) else ddp_peak_of_fsdp(g0, s.workers)
             row["peak_memory_mb"] = max(m.total for m in peaks.values()) / MB
@@ -199,7 +202,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
             "notes": _hybrid_notes(g0) + _conversion_notes(g0, scenarios, cluster) + _crowded_notes(g0)
                      + _shared_cores_notes(g0, cluster) + _overlap_notes(cluster) + _own_cores_notes(g0, scenarios, cluster)
                      + _shared_port_notes(g0, scenarios) + _floor_notes(rows)
-            + _link_to_notes(scenarios, cluster) + wire_notes,
+            + _link_to_notes(scenarios, cluster) + wire_notes + ([note] if relinked and (note := stall_note(g0)) else []),
             "seconds": time.perf_counter() - t0}
 
 

@@ -166,6 +166,7 @@ class RankMeta(msgspec.Struct, kw_only=True):
     step_times_us: dict[int, float] = {}  # profiled step -> us
     unprofiled_step_times_us: dict[int, float] | None = None  # None: the reader has no loop timing (not a dagprof run)
     window_tx_bytes_per_step: float | None = None  # bytes the host's interfaces sent per profiled step (TF/JAX windows; None: not counted)
+    collective_operands_per_step: float | None = None  # XLA (JAX): arrays its collectives carried a step, one gloo call each (None: unknown)
     pid: int | None = None
     cpus: int = 0  # dagprof and MXNet runs: cores the rank could run on (0: not recorded)
     torch: str = ""

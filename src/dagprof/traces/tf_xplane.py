@@ -43,7 +43,7 @@ from ..fsutil import read_input
 from . import formats
 from .events import EventTable, Kind, Lane, LaneKind, RankTrace, intern
 from .meta import Collectives, RankMeta, RunWarning
-from .tf_xplane_names import OPTIMIZER, TF_COLLECTIVES, classify, collective_kind, layer_names, program_collective_bytes
+from .tf_xplane_names import OPTIMIZER, TF_COLLECTIVES, classify, collective_kind, layer_names, program_collectives
 from .xplane_decode import MISSING, XPlane, XSpace, decode_xspace
 from .xplane_flows import POOL, Line, schedule
 
@@ -152,7 +152,8 @@ class _Reader:
         jax_version = meta.stats.get("jax_version") if meta is not None else None
         self.framework = "jax" if jax_version else "tensorflow"
         self.framework_version = str(jax_version or "")
-        self.program_bytes = program_collective_bytes(space, meta) if meta is not None else {}
+        self.programs = program_collectives(space, meta) if meta is not None else {}
+        self.operands_per_step: float | None = None  # ``_program_bytes``
         busy_devices = [p.name for p in space.planes if p.name.startswith("/device:") and any(len(x.offset_ps) for x in p.lines)]
         if busy_devices:
             self.warnings.append(f"device planes not read yet (host ops only): {', '.join(busy_devices[:4])}")
@@ -306,7 +307,7 @@ class _Reader:
                 end[comm] = np.where((m < len(marks)) & (marks[mm] < end[comm]), marks[mm], end[comm])
         out = self.tab.add_block(name=name, kind=kind, lane=np.full(len(rows), self.lane_of[k]), start=start, dur=end - start,
                                  depth=depth, step=step, layer=layer, group=group, seq=seq)
-        program = self.space.int_stat(p, ln, rows[comm], "program_id") if len(comm) and self.program_bytes else np.full(len(comm), MISSING)
+        program = self.space.int_stat(p, ln, rows[comm], "program_id") if len(comm) and self.programs else np.full(len(comm), MISSING)
         for j, prog in zip(comm.tolist(), program.tolist()):
             self.collectives.event.append(int(out[j]))
             self.collectives.coll.append(coll_u[inv[j]])
@@ -464,7 +465,7 @@ class _Reader:
         flows = np.unique(np.asarray(self.sched.flows, dtype=np.int64).reshape(-1, 2), axis=0)
         meta = RankMeta(format="xplane", framework=self.framework, framework_version=self.framework_version,
                         collectives=self.collectives, explicit_seq=True, warnings=[RunWarning(w) for w in self.warnings],
-                        steps_profiled=[int(s) for s in self.step_num])
+                        steps_profiled=[int(s) for s in self.step_num], collective_operands_per_step=self.operands_per_step)
         return RankTrace(rank=int(rank), world_size=int(world), source=self.path, events=ev, lanes=self.lanes,
                          base_ns=self.base_ns, host=(self.space.hostnames or [""])[0],
                          backend="gloo" if self.framework == "jax" else "grpc-ring",
@@ -491,13 +492,17 @@ class _Reader:
         return order
 
     def _program_bytes(self, c: dict[str, np.ndarray]) -> bool:
-        """Each XLA collective's bytes from its own instruction in the program (JAX); False if none is known."""
-        found = False
+        """Each XLA collective's bytes from its own instruction in the program (JAX), and the operands the collectives
+        carried per profiled step (their median over the steps: ``operands_per_step``); False if none is known."""
+        found, per_step = False, {}
         for i, prog in zip(self.collectives.event, self.collectives.program):
-            nbytes = self.program_bytes.get(prog, {}).get(self.tab.names[c["name"][i]])
-            if nbytes is not None:
-                c["nbytes"][i] = nbytes
-                found = True
+            inst = self.programs.get(prog, {}).get(self.tab.names[c["name"][i]])
+            if inst is not None:
+                c["nbytes"][i], found = inst.nbytes, True
+                if c["step"][i] >= 0:
+                    per_step[int(c["step"][i])] = per_step.get(int(c["step"][i]), 0) + inst.operands
+        if per_step:
+            self.operands_per_step = float(np.median(list(per_step.values())))
         return found
 
     def _output_bytes(self, c: dict[str, np.ndarray]) -> None:

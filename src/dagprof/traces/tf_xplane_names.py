@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from .events import Kind
-from .xla_hlo import collective_bytes
+from .xla_hlo import HloCollective, collectives
 from .xplane_decode import WireError, XPlane, XSpace
 
 TF_COLLECTIVES = {
@@ -29,15 +29,15 @@ OPTIMIZER = re.compile(r"^(sgd|adam|adamw|adamax|nadam|rmsprop|adagrad|adadelta|
 _PACKING = {"ConcatV2", "Concat", "Pack", "SplitV", "Split", "Unpack"}
 
 
-def program_collective_bytes(space: XSpace, meta: XPlane) -> dict[int, dict[str, int]]:
-    """program id -> {collective instruction: bytes}, from the ``Hlo Proto`` JAX stores per compiled program."""
-    out: dict[int, dict[str, int]] = {}
+def program_collectives(space: XSpace, meta: XPlane) -> dict[int, dict[str, HloCollective]]:
+    """program id -> {collective instruction: its bytes and operands}, from the ``Hlo Proto`` JAX stores per compiled program."""
+    out: dict[int, dict[str, HloCollective]] = {}
     for mid in meta.event_names:
         st = space.metadata_stats(meta, mid)
         hlo, prog = st.get("Hlo Proto"), st.get("program_id")
         if isinstance(hlo, bytes) and isinstance(prog, int):
             try:
-                out[prog] = collective_bytes(hlo)
+                out[prog] = collectives(hlo)
             except (WireError, IndexError):
                 continue  # a program we cannot read keeps its collectives' bytes unknown
     return out

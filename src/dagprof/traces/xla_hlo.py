@@ -1,12 +1,15 @@
-"""Bytes of each collective of an XLA program, from the ``HloProto`` JAX's profiler stores per program.
+"""Bytes and operands of each collective of an XLA program, from the ``HloProto`` JAX's profiler stores per program.
 
 A process's trace says when each ``all-reduce.N`` ran, not how much it moved; the program says, in the
-instruction's result shape (a tuple for a combined all-reduce). Decoded with the XPlane wire reader;
+instruction's result shape (a tuple for a combined all-reduce: XLA's CPU client runs one gloo collective per
+operand, ``analysis.operand_stall``). Decoded with the XPlane wire reader;
 fields of ``xla/service/hlo.proto`` and ``xla/xla_data.proto``:
 HloProto.hlo_module = 1; HloModuleProto.computations = 3; HloComputationProto.instructions = 2;
 HloInstructionProto.name = 1, opcode = 2, shape = 3; ShapeProto.element_type = 2, dimensions = 3, tuple_shapes = 4.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from .xplane_decode import _varint, fields
 
@@ -15,6 +18,18 @@ _ELEMENT_BYTES = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 1, 7: 2, 8: 4, 9: 8, 10: 2, 1
                   19: 1, 20: 1, 21: 1, 22: 1, 23: 1, 24: 1, 25: 1, 26: 1, 27: 1, 28: 1, 29: 1}
 COLLECTIVE_OPCODES = ("all-reduce", "all-reduce-start", "all-gather", "all-gather-start", "reduce-scatter", "all-to-all",
                       "collective-permute", "collective-permute-start", "collective-broadcast")
+
+
+@dataclass(frozen=True)
+class HloCollective:
+    """One collective instruction: its result's bytes and its operands (the result tuple's arrays; 1 if not a tuple)."""
+
+    nbytes: int
+    operands: int
+
+
+def _operands(buf: bytes, start: int, stop: int) -> int:
+    return max(sum(1 for num, wt, _ in fields(buf, start, stop) if num == 4 and wt == 2), 1)
 
 
 def _shape_bytes(buf: bytes, start: int, stop: int) -> int:
@@ -40,9 +55,9 @@ def _shape_bytes(buf: bytes, start: int, stop: int) -> int:
     return n * _ELEMENT_BYTES.get(elem, 0)
 
 
-def collective_bytes(hlo_proto: bytes) -> dict[str, int]:
-    """Instruction name -> result bytes of every collective instruction of the program."""
-    out: dict[str, int] = {}
+def collectives(hlo_proto: bytes) -> dict[str, HloCollective]:
+    """Instruction name -> bytes and operands of every collective instruction of the program."""
+    out: dict[str, HloCollective] = {}
     buf = hlo_proto
     for num, wt, module in fields(buf, 0, len(buf)):
         if num != 1 or wt != 2:
@@ -63,5 +78,5 @@ def collective_bytes(hlo_proto: bytes) -> dict[str, int]:
                     elif n4 == 3 and w4 == 2:
                         shape = v
                 if opcode in COLLECTIVE_OPCODES and shape is not None:
-                    out[name] = _shape_bytes(buf, *shape)
+                    out[name] = HloCollective(_shape_bytes(buf, *shape), _operands(buf, *shape))
     return out

@@ -1,0 +1,63 @@
+"""A JAX all-reduce's per-operand stall on gloo (``analysis.operand_stall``), on real 2-worker recordings (tests/data/tf-jax):
+the operands a step read from the programs' HLO, the note and the interval of a link what-if, nothing elsewhere."""
+import pathlib
+
+import pytest
+
+from dagprof.analysis.interval import PredictionInterval
+from dagprof.analysis.operand_stall import TICK_US, held_us, stall_bound_us, stall_halfwidth_us
+from dagprof.pipeline import open_run
+from dagprof.search.whatif import Scenario, evaluate
+from dagprof.traces.events import Kind
+
+DATA = pathlib.Path(__file__).parent / "data"
+
+
+@pytest.mark.parametrize(("run", "arrays"), [("tf-jax/mlp", 6), ("tf-jax/pmap", 12)])
+def test_operands_a_step_come_from_the_hlo_tuple(run, arrays):
+    # the arrays of the result tuples of the all-reduces each step ran, read from the programs' HLO
+    g = open_run(str(DATA / run)).graph
+    assert g.meta.collective_operands_per_step == arrays
+    assert stall_bound_us(g) == arrays * TICK_US
+
+
+def test_tf_runs_have_no_operand_stall():
+    g = open_run(str(DATA / "tf" / "loop")).graph
+    assert g.meta.collective_operands_per_step is None and stall_bound_us(g) == 0.0
+
+
+def test_a_link_what_if_says_so_and_widens_by_the_stall_only_there():
+    g = open_run(str(DATA / "tf-jax" / "mlp")).graph
+    res = evaluate(g, [Scenario(), Scenario(bandwidth="100Mbit")], tolerance_pct=None, raw=True)
+    same, slower = res["scenarios"]
+    assert "operand_stall" not in same["interval_basis"]["terms"]
+    assert "operand_stall" in slower["interval_basis"]["terms"]
+    assert sum("one gloo call each" in n for n in res["notes"]) == 1
+    alone = evaluate(g, [Scenario()], tolerance_pct=None, raw=True)
+    assert not any("one gloo call each" in n for n in alone["notes"])
+
+
+def test_the_stall_widens_both_sides_in_quadrature():
+    base = PredictionInterval(100e3, 90e3, 110e3)
+    half = stall_halfwidth_us(6 * TICK_US, 0.9)
+    assert half == pytest.approx(6 * TICK_US * (1 - 0.1**0.5))
+    w = base.with_stall(half)
+    assert w.lo_us == pytest.approx(100e3 - (10e3**2 + half**2) ** 0.5) and w.hi_us == pytest.approx(100e3 + (10e3**2 + half**2) ** 0.5)
+    assert base.with_stall(0.0) is base
+
+
+def test_below_the_point_no_more_than_the_stall_it_holds():
+    base = PredictionInterval(100e3, 90e3, 110e3)
+    w = base.with_stall(20e3, held_us=5e3)
+    assert w.lo_us == pytest.approx(100e3 - (10e3**2 + 5e3**2) ** 0.5) and w.hi_us == pytest.approx(100e3 + (10e3**2 + 20e3**2) ** 0.5)
+
+
+def test_the_held_stall_is_the_collectives_time_beyond_the_profiled_wire():
+    from dagprof.search.whatif import Cluster, profiled_at
+
+    g = open_run(str(DATA / "tf-jax" / "pmap")).graph
+    assert held_us(g) is None  # no profiled wire: nothing tells it
+    comm = (g.kind == Kind.COMM) & (g.rank < 0) & (g.step >= 0)
+    most = max(g.dur[comm & (g.step == s)].sum() for s in g.meta.steps)
+    assert 0 < held_us(profiled_at(g, Cluster(profiled_bandwidth="10Gbit"))) <= most
+    assert held_us(profiled_at(g, Cluster(profiled_bandwidth="1Mbit"))) == 0.0  # the wire alone would take longer
