@@ -141,7 +141,7 @@ def to_text(r: dict) -> str:
     lines += ["where:"] + [f"  {h:<12} {r['columns'][k]}" for k, h in _SHORT.items()]
     lines.append(f"  {'predicted':<12} the interval one step's time falls in at the level shown: the replayed steps' spread, "
                  "widened by the link fit's residuals where communication is modelled and by the level it stands on; "
-                 "each side at least the spread of the job's own unprofiled steps")
+                 "each side at least the spread of the job's own unprofiled steps; a JAX job's link rows hold gloo's per-array stall")
     traces = [row["trace"] for row in r["scenarios"] if "trace" in row]
     if traces:
         lines.append(f"predicted timelines: {os.path.relpath(traces[0])}" + (f" .. {os.path.basename(traces[-1])}" if len(traces) > 1 else ""))
