@@ -49,8 +49,10 @@ def base(runs):
 def test_a_slowed_layer_is_where_the_change_is(runs, base):
     d = diff_profiles(base, open_run(runs["slow"]))
     check_books(d)
-    forward = d.attribution.parts[0]
-    assert forward.label == "forward" and forward.breakdown_by == "layer"
+    # the forward part carries the sleep; on a loaded machine the waits in communication can move as much, so it need
+    # not rank first
+    forward = next(p for p in d.attribution.parts if p.label == "forward")
+    assert forward.delta_us > 0.5 * SLOW_MS * 1e3 and forward.breakdown_by == "layer"
     assert forward.breakdown[0].label == LAYER and forward.breakdown[0].delta_us > 0.5 * SLOW_MS * 1e3
     assert {(o.rank, o.label) for o in d.top_ops[:2]} == {(0, f"{LAYER} forward"), (1, f"{LAYER} forward")}
     assert d.b.op_time_us["forward"] - d.a.op_time_us["forward"] > 0.5 * SLOW_MS * 1e3
