@@ -7,6 +7,7 @@ too. A line says ok, "refused: <the one line>" (exit 2, as for what is not model
 
     python bench/fsdp_fresh/chain.py gru_accum.py --ranks 2
     python bench/fsdp_fresh/chain.py hsdp_convnet.py --ranks 4
+    python bench/fsdp_fresh/chain.py hsdp_transformer.py --ranks 4 --steps 12
     python bench/fsdp_fresh/chain.py fsdp1_encoder.py --ranks 2
 """
 from __future__ import annotations

@@ -34,9 +34,17 @@ the window's middle (``hsdp``: rank 1, in 39 ms after rank 3, opened 18 ms early
 A rank in before another may also wait for it inside an op the graph does not split (``tp-fresh/ep-dp``: an all-to-all
 inside rank 0's first forward, 11.2 ms against 0.9): the first step keeps that excess where it was measured and the
 means leave it out (``entry_waits``), instead of spreading it over every step while the kept skew makes the joins wait
-for the late rank once more. ``hsdp`` +5.0 -> +2.9 %, ``ep-dp`` +21 % with the marks alone -> +0.1 %; where 2 steps tell
-such an excess worth 1 % of an iteration or more from one step's twins, a warning says so with a count. Any first-step
+for the late rank once more. ``hsdp`` +5.0 -> +2.9 %, ``ep-dp`` +21 % with the marks alone -> +0.1 %. Any first-step
 op's time beyond its slowest twin of 2 or more later steps (a one-off cost: ``first_step_excess``) stays there likewise.
+
+A mean of 2 steps cannot tell a one-off cost from the job's steady behaviour (``hsdp``: rank 3 took its steps 189 and
+127 ms, rank 1 its optimizer step 8 and 52 ms; seven other ways of averaging tried, none nearer overall). Where a
+rank's two steps differ by 2 % or more (or the first step's waits for late ranks are worth 1 % of an iteration), a
+warning says so with the figures. On 18 fresh 4-rank HSDP jobs on 2 cores at load 10-25 (a causal transformer, a conv
+net, ``fsdp_train.py --hsdp 2``, 6 each), the 72 2-step windows within them replayed averaged at -6.2..+12.2 % (34
+outside 2 %, every one warned about), their 5-step windows (``dagprof profile``'s default) at -0.8..+6.5 % (3 outside);
+10-step windows of 18 more such jobs, half of them interleaved with those, at -1.2..+15.6 % (4 outside: no better at
+that load, so the default stays 5 steps).
 
 A parameter server's sums are such joins too, but mx.profiler does not time single pushes: there each worker's exchange
 keeps the per-step replay's mean wait instead (``exchange_waits``).
@@ -160,17 +168,46 @@ def first_step_excess(g: Graph, group: np.ndarray, mine: np.ndarray) -> np.ndarr
 
 
 def _too_few_steps(g: Graph, entry: np.ndarray) -> str | None:
-    """The one-line warning where 2 steps tell the first step's waits for late ranks (``entry_waits``) worth 1 % of an
-    iteration or more from the second step's times: one step cannot tell such a wait from step-to-step variation."""
-    if len(g.meta.steps) != 2 or not entry.any():
+    """The one-line warning for a mean of 2 steps that cannot be trusted to 1 %: where a rank's two measured steps differ by
+    2 % of their mean or more (the mean is then 1 % or more from either, and which of them is the job's one step cannot
+    tell: module docstring), or where the first step's waits for late ranks (``entry_waits``) are worth 1 % of an
+    iteration or more."""
+    if len(g.meta.steps) != 2:
         return None
+    spread = _step_spread(g)
     per_rank = np.bincount(np.maximum(g.rank, 0), weights=np.where(g.rank >= 0, entry, 0.0))
-    if per_rank.max() / 2 < 0.01 * max(g.meta.measured_iter_us.values(), default=0.0):
+    waits = entry.any() and per_rank.max() / 2 >= 0.01 * max(g.meta.measured_iter_us.values(), default=0.0)
+    apart = spread is not None and spread[0] >= 0.02
+    if not (apart or waits):
         return None
-    k = int((entry > 0).sum())
-    return (f"averaged replay of 2 steps: {k} first-step op{'s' if k > 1 else ''} took {entry.sum() / 1e3:.1f} ms more than in the "
-            f"second until a later rank entered the window, kept in the first step as waits for it, not averaged (one "
-            f"step cannot tell them from step-to-step variation)")
+    parts = []
+    if apart:
+        parts.append(f"rank {spread[1]}'s two steps took {spread[2] / 1e3:.1f} and {spread[3] / 1e3:.1f} ms "
+                     f"({100 * spread[0]:.0f} % apart)")
+    if waits:
+        k = int((entry > 0).sum())
+        parts.append(f"{k} first-step op{'s' if k > 1 else ''} took {entry.sum() / 1e3:.1f} ms more than in the second until a "
+                     f"later rank entered the window, kept in the first step as waits for it, not averaged")
+    return (f"averaged replay of 2 steps: {'; '.join(parts)}; one step cannot tell a one-off cost from step-to-step "
+            f"variation: profile 5 steps or more (dagprof profile's default --steps 5:10)")
+
+
+def _step_spread(g: Graph) -> tuple[float, int, float, float] | None:
+    """(how far apart, relative to their mean, the rank whose two measured steps differ most took them; that rank; the two
+    times, us), start to start as ``traces.steps.iteration_us`` times them, from the step marks' measured starts (each
+    rank's own clock); None without provenance."""
+    p = provenance(g)
+    if p is None:
+        return None
+    best = None
+    for r in g.ranks():
+        marks = np.flatnonzero((g.kind == Kind.STEP) & (g.rank == r))
+        times = np.diff(p.mstart[marks[np.argsort(g.step[marks])]])[:2]
+        if len(times) == 2 and np.all(np.isfinite(times)) and times.sum() > 0:
+            apart = float(abs(times[0] - times[1]) / times.mean())
+            if best is None or apart > best[0]:
+                best = (apart, int(r), float(times[0]), float(times[1]))
+    return best
 
 
 def carried_exit_lags(g: Graph, group: np.ndarray, mine: np.ndarray) -> np.ndarray:
