@@ -225,8 +225,9 @@ STRETCH_SHAPE = (1024, 1024)  # the matrix of the CPU between them: PowerSGD's p
 
 def chained_stretch(repeats: int = 4, units: int = 1, chain: int = 4) -> float:
     """How long CPU between chained all-reduces takes, as torch's PowerSGD hook runs it (each completion callback
-    computes, then issues the next all-reduce and waits for it), per unit of that CPU's fastest time alone on the rank:
-    the chain with the CPU against the chain without it, alternated, over the CPU alone (the slowest rank's; every rank
+    computes, then issues the next all-reduce and waits for it), per unit of that CPU's fastest time alone on the rank
+    (its thread's CPU time, so preemption there does not hide the stretch): ``4 * repeats`` chains with the CPU
+    alternated with as many without it, their medians' difference over the CPU alone (the slowest rank's; every rank
     must call it). ``codec_costs`` prices the hook's CPU at its fastest on an idle core; between chained all-reduces it
     also waits for a core, for the wake-up after it, and for the later rank to reach each all-reduce. The CPU is the
     hook's own kind, Gram-Schmidt on a rank-2 factor and its products with a matrix of ``STRETCH_SHAPE``."""
@@ -244,16 +245,16 @@ def chained_stretch(repeats: int = 4, units: int = 1, chain: int = 4) -> float:
             torch.bmm(m, q, out=p)
 
     def alone() -> float:
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         cpu()
-        return time.perf_counter() - t0
+        return time.thread_time() - t0
 
     buf = torch.ones(STRETCH_BYTES // 4)
     dist.all_reduce(buf)
     cpu()  # warm-up
     fastest = min(alone() for _ in range(5))
     with_cpu, without = [], []
-    for i in range(2 * max(repeats, 3)):
+    for i in range(8 * max(repeats, 3)):
         dist.barrier()
         (with_cpu if i % 2 else without).append(_chain_s(buf, chain, cpu if i % 2 else None))
         fastest = min(fastest, alone())
