@@ -130,7 +130,7 @@ def main() -> int:
     from dagprof.collect.measure.codec_costs import measure_codec_costs
     from dagprof.costmodel.codecs import CodecCosts
     from dagprof.passes.bucket_plan import BucketSlots
-    from dagprof.passes.compression import chained_latency_us, powersgd_parts
+    from dagprof.passes.compression import Chained, chained_latency_us, powersgd_parts
     from dagprof.passes.gradients import gradient_order
     from dagprof.pipeline import open_run
 
@@ -155,7 +155,7 @@ def main() -> int:
                              costs.copy_us_per_byte)  # the old pricing: the kernels alone
         price = BucketSlots(p.graph, order, costs).price
         pairs = tuple((int(b), float(us)) for b, us in measured[0]["chained_allreduce"])  # every rank's is the slowest's
-        latency = chained_latency_us(pairs, price)
+        latency = chained_latency_us(Chained(pairs), price)
         rows = []
         for b, (first, last) in enumerate(order.bucket_params(order.profiled_ends)):
             pred = {}

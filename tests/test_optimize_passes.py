@@ -11,7 +11,7 @@ from dagprof.errors import DagprofError
 from dagprof.passes import set_buckets
 from dagprof.passes.accumulate import accumulate_gradients
 from dagprof.passes.bucket_plan import BucketSlots, Plan, set_bucket_layout
-from dagprof.passes.compression import Codec, bucket_cost, chained_latency_us, powersgd_parts
+from dagprof.passes.compression import Chained, Codec, bucket_cost, chained_latency_us, powersgd_parts
 from dagprof.passes.recompute import RecomputeSlots, recompute, segments
 from dagprof.passes.schedule import set_comm_priority
 from dagprof.pipeline import open_run
@@ -147,13 +147,31 @@ def test_powersgd_all_reduces_pay_the_chained_latency_the_job_measured(order):
     job's group beyond the link model's price (the median over the measured sizes): a per-run measurement, beside the
     machine's codec costs."""
     costs = CodecCosts({}, {}, {2: {p: PowerSGDCost(1.0, 2.0, 3.0) for p in order.params}}, 0.0)
-    chained = ((4096, 500.0), (65536, 900.0), (1 << 20, 0.5))
+    chained = Chained(((4096, 500.0), (65536, 900.0), (1 << 20, 0.5)))
     price = lambda nb: 1.0  # noqa: E731
-    assert chained_latency_us((), price) == 0.0  # not measured: priced as before
+    assert chained_latency_us(Chained(), price) == 0.0  # not measured: priced as before
     assert chained_latency_us(chained, price) == pytest.approx(499.0)  # median of 499, 899 and 0 (never below the link)
     plain = bucket_cost(order, 0, len(order) - 1, Codec("powersgd", 2), 1, price, costs)
     paid = bucket_cost(order, 0, len(order) - 1, Codec("powersgd", 2), 1, price, costs, chained=chained)
     assert paid.channel_us == pytest.approx(plain.channel_us + 3 * 499.0) and paid.encode_us == plain.encode_us
+
+
+def test_powersgd_cpu_between_chained_all_reduces_takes_what_the_cluster_measured(order):
+    """After the backward, the hook's CPU between and after its all-reduces takes what CPU between chained all-reduces
+    took on the cluster per unit of its idle time (``Chained.stretch``); a bucket whose callbacks run beside the backward
+    keeps the overlap slowdown, and a stretch below 1 (noise) or not measured prices the CPU at its idle cost."""
+    n = len(order)
+    costs = CodecCosts({}, {}, {2: {p: PowerSGDCost(1.0, 2.0, 3.0) for p in order.params}}, 0.0)
+    price = lambda nb: 1.0  # noqa: E731
+    codec = Codec("powersgd", 2)
+    split = next(i for i in range(1, n - 1) if any(powersgd_split(order.shapes[j], 2)[1] for j in range(i)) and
+                 any(powersgd_split(order.shapes[j], 2)[1] for j in range(i, n)))
+    c2 = sum(1 for s in order.shapes[split:] if powersgd_split(s, 2)[1])
+    first, later = (bucket_cost(order, a, z, codec, 1, price, costs) for a, z in ((0, split - 1), (split, n - 1)))
+    first_s, later_s = (bucket_cost(order, a, z, codec, 1, price, costs, chained=Chained(stretch=1.5)) for a, z in ((0, split - 1), (split, n - 1)))
+    assert later_s.channel_us == pytest.approx(later.channel_us + 0.5 * c2 * (1.0 + 2.0 + 3.0))  # its hook, middle and decode
+    assert later_s.encode_us == later.encode_us and first_s == first  # beside the backward: the overlap slowdown's
+    assert bucket_cost(order, split, n - 1, codec, 1, price, costs, chained=Chained(stretch=0.8)) == later
 
 
 def test_powersgd_priced_as_torchs_hook_measured_whole(order):

@@ -95,7 +95,7 @@ def test_a_job_that_measured_nothing_prices_the_chain_by_the_clusters_calibratio
     from dagprof.costmodel.alphabeta import AlphaBeta
     from dagprof.costmodel.topology import save_link_model
     from dagprof.passes.bucket_plan import BucketSlots
-    from dagprof.passes.compression import chained_latency_us
+    from dagprof.passes.compression import Chained, chained_latency_us
 
     user, own_run = tmp_path / "run", tmp_path / "own"
     shutil.copytree(RUN / "defaults", user, ignore=shutil.ignore_patterns("overlap.json"))
@@ -112,7 +112,36 @@ def test_a_job_that_measured_nothing_prices_the_chain_by_the_clusters_calibratio
     assert len(comm[0]) == 10  # two buckets in each of 5 steps
     assert calibrated.dur[comm[1]] == pytest.approx(own.dur[comm[0]])
     price = BucketSlots(run.graph, gradient_order(run.graph, run.run.ranks[0].buckets)).price
-    pairs = [tuple((b, us) for b, us in t["chained_allreduce"]) for t in (table, slower)]
+    pairs = [Chained(tuple((b, us) for b, us in t["chained_allreduce"])) for t in (table, slower)]
     more = chained_latency_us(pairs[1], price) - chained_latency_us(pairs[0], price)
     assert more > 1000.0
     assert chained_slower.dur[comm[2]] - calibrated.dur[comm[1]] == pytest.approx(3 * more)
+
+
+def test_the_chained_buckets_cpu_takes_what_cpu_between_chained_all_reduces_took_on_the_cluster(strategy, tmp_path):
+    """``calibrate --overlap`` also times the hook's kind of CPU between chained all-reduces against that CPU alone
+    (``chained_stretch``): the chained second bucket, whose hook runs after the backward, takes its hook's whole CPU that
+    many times its idle price on the channel; the first bucket, whose callbacks run beside the backward, keeps the
+    overlap slowdown's price. A file written before measured none: priced as before."""
+    import json
+    import shutil
+
+    from dagprof.costmodel.alphabeta import AlphaBeta
+    from dagprof.costmodel.topology import save_link_model
+
+    user = tmp_path / "run"
+    shutil.copytree(RUN / "defaults", user, ignore=shutil.ignore_patterns("overlap.json"))
+    table = json.loads((RUN / "defaults" / "overlap.json").read_text())
+    assert "chained_stretch" not in table  # recorded before it was measured
+    before, stretched = (save_link_model(tmp_path / f"link{i}.json", AlphaBeta(0.0, 0.04), overlap={**table, **extra})
+                         for i, extra in enumerate(({}, {"chained_stretch": 1.5})))
+    run = open_run(str(user))
+    costs = str(RUN / "codec-costs.json")
+    a, b = (predict_run(run.run, run.graph, strategy, costs, link_model=str(lm)).graph for lm in (before, stretched))
+    order = gradient_order(run.graph, run.run.ranks[0].buckets)
+    ends = candidate_of(Space(order, []), strategy).plan.ends
+    second = powersgd_parts(order, *order.bucket_params(ends)[1], 2, CodecCosts.load(costs))
+    per_step, _ = bucket_allreduces(a)
+    for c0, c1 in per_step.values():
+        assert b.dur[c0] == pytest.approx(a.dur[c0])
+        assert b.dur[c1] - a.dur[c1] == pytest.approx(0.5 * (second.issue_us + second.middle_us + second.decode_us))

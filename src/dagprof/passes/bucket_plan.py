@@ -26,7 +26,7 @@ from ..graph.dag import Graph, GraphBuilder
 from ..traces.events import Kind
 from .buckets import chain_lanes, profiled_buckets
 from .comm import current_scheme, current_topology, retime_collectives
-from .compression import BucketCost, Chained, bucket_cost
+from .compression import UNMEASURED, BucketCost, Chained, bucket_cost
 from .gradients import GradientOrder, ready_nodes
 
 _AFTER = 1e-6  # us: slot i's enqueue is ordered (i+1) * _AFTER after the backward it follows
@@ -44,7 +44,7 @@ class Plan:
 class BucketSlots:
     """The slotted graph of ``g`` and the node ids of every slot."""
 
-    def __init__(self, g: Graph, order: GradientOrder, costs: CodecCosts | None = None, beside: float = 0.0, chained: Chained = ()):
+    def __init__(self, g: Graph, order: GradientOrder, costs: CodecCosts | None = None, beside: float = 0.0, chained: Chained = UNMEASURED):
         self.order = order
         self.costs, self.beside, self.chained = costs, beside, chained
         self.topology, self.scheme = current_topology(g), current_scheme(g)

@@ -25,7 +25,11 @@ there, before the all-reduce is issued) and ``channel`` time on the communicatio
   completion callback took in the job's group (a user's job: in ``calibrate --overlap``'s on its cluster) beyond the link
   model's price (``chained_latency_us``; ``chained``, measured per run like ``beside``, not one of the machine's ``CodecCosts``): the link
   model is fitted on DDP's buckets, whose transfers hide gloo's thread hand-offs and wake-ups; PowerSGD's factors
-  are small and pay them whole (on the testbed under load 7, 1-4 ms each against 0.1-0.4 ms priced).
+  are small and pay them whole (on the testbed under load 7, 1-4 ms each against 0.1-0.4 ms priced). After the
+  backward the hook's CPU between and after its all-reduces takes what the hook's kind of CPU between chained
+  all-reduces took there per unit of its idle time (``Chained.stretch``, measured beside ``chained``): the codec costs
+  are the fastest runs on an idle core, and in the chain each rank also waits for a core, the wake-up after it and the
+  later rank at each all-reduce (the held-out conv job's chain, 7.8 ms of it CPU, 20 ms at the median against 12.4 priced).
 """
 from __future__ import annotations
 
@@ -37,9 +41,22 @@ from ..costmodel.codecs import Codec, CodecCosts, powersgd_split
 from ..errors import DagprofError
 from .gradients import GradientOrder
 
-# (bytes, us per all-reduce) of small all-reduces chained by completion callbacks, measured in the job's group per run
-# (``collect.measure.overlap``; ``search.measured.chained_in_job``); empty: not measured
-Chained = tuple[tuple[int, float], ...]
+
+@dataclass(frozen=True)
+class Chained:
+    """PowerSGD's chain as measured in the job's group or on its cluster, per run (``collect.measure.overlap``;
+    ``search.measured.chained_in_job``): small all-reduces chained by completion callbacks, and CPU between them."""
+
+    allreduce: tuple[tuple[int, float], ...] = ()  # (bytes, us per all-reduce); empty: not measured
+    stretch: float = 0.0  # CPU between chained all-reduces per unit of its fastest idle time (``chained_stretch``); 0: not measured
+
+    @property
+    def cpu_factor(self) -> float:
+        """What the hook's CPU between its all-reduces takes per unit of its idle price: never below it, as before where not measured."""
+        return max(1.0, self.stretch)
+
+
+UNMEASURED = Chained()  # a run that measured neither: PowerSGD priced by the link model and the codecs' idle costs alone
 
 
 @dataclass(frozen=True)
@@ -50,7 +67,7 @@ class BucketCost:
 
 
 def bucket_cost(order: GradientOrder, first: int, last: int, codec: Codec, parts: int, price: Callable[[float], float],
-                costs: CodecCosts | None = None, beside: float = 0.0, chained: Chained = ()) -> BucketCost:
+                costs: CodecCosts | None = None, beside: float = 0.0, chained: Chained = UNMEASURED) -> BucketCost:
     """Cost of the bucket holding parameters ``first..last``; ``price(nbytes)`` is the link model's all-reduce time;
     ``beside``: how much slower CPU work runs on a core shared with a busy thread (the measured overlap slowdown)."""
     nbytes = float(order.nbytes[first : last + 1].sum())
@@ -125,8 +142,9 @@ def _powersgd(order: GradientOrder, first: int, last: int, rank: int, price: Cal
     cpu = hook + parts.middle_us + parts.decode_us
     during_backward = last < len(order) - 1
     # While backward runs, the channel's CPU work shares the training thread's core: the backward loses that CPU (steal)
-    # and the callbacks run ``beside`` slower themselves; after the last gradient the training thread only waits.
-    channel = transfers + cpu * (1.0 + beside if during_backward else 1.0)
+    # and the callbacks run ``beside`` slower themselves; after the last gradient the training thread only waits, and the
+    # callbacks take what CPU between chained all-reduces took on the cluster (``Chained.stretch``).
+    channel = transfers + cpu * (1.0 + beside if during_backward else chained.cpu_factor)
     steal = cpu if during_backward else 0.0
     return BucketCost(parts.issue_us - hook + steal, channel, int((parts.uncompressed + parts.p + parts.q) * es))
 
@@ -134,6 +152,6 @@ def _powersgd(order: GradientOrder, first: int, last: int, rank: int, price: Cal
 def chained_latency_us(chained: Chained, price: Callable[[float], float]) -> float:
     """What a small all-reduce issued from a completion callback took in the job's group beyond ``price`` (the link
     model), the median over the measured sizes; 0 where the job measured none."""
-    if not chained:
+    if not chained.allreduce:
         return 0.0
-    return statistics.median(max(0.0, us - price(nbytes)) for nbytes, us in chained)
+    return statistics.median(max(0.0, us - price(nbytes)) for nbytes, us in chained.allreduce)

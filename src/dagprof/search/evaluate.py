@@ -16,7 +16,7 @@ from ..costmodel.codecs import CodecCosts
 from ..graph.dag import Graph
 from ..passes.accumulate import accumulate_gradients
 from ..passes.bucket_plan import BucketSlots
-from ..passes.compression import Chained
+from ..passes.compression import UNMEASURED, Chained
 from ..passes.gradients import GradientOrder
 from ..passes.overlap import comm_demand, disturbed, slowed_nodes, undisturbed
 from ..passes.recompute import RecomputeSlots, Segment
@@ -46,7 +46,7 @@ class Template:
     """
 
     def __init__(self, g: Graph, order: GradientOrder, costs: CodecCosts | None, accumulate: int, recompute: bool,
-                 cand_segments: list[Segment], slowdown: float = 0.0, comm_rate: float | None = None, chained: Chained = ()):
+                 cand_segments: list[Segment], slowdown: float = 0.0, comm_rate: float | None = None, chained: Chained = UNMEASURED):
         self.k = accumulate
         self.slowdown, self.comm_rate = slowdown, comm_rate
         g = accumulate_gradients(g, accumulate)
@@ -107,7 +107,7 @@ class Evaluator:
 
     def __init__(self, g: Graph, order: GradientOrder, costs: CodecCosts | None, cand_segments: list[Segment],
                  memory: MemoryModel | None, slowdown: float = 0.0, memory_budget: float | None = None, recompute: bool = False,
-                 comm_rate: float | None = None, chained: Chained = ()):
+                 comm_rate: float | None = None, chained: Chained = UNMEASURED):
         self.g, self.order, self.costs, self.chained = g, order, costs, chained
         self.slowdown, self.memory_budget, self.comm_rate = slowdown, memory_budget, comm_rate
         self.recompute = recompute or memory is not None

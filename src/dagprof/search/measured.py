@@ -8,7 +8,7 @@ import os
 from ..collect.measure.overlap import Overlap, load_overlap, overlap_from_table
 from ..costmodel.codecs import CodecCosts, powersgd_split
 from ..costmodel.topology import read_link_model
-from ..passes.compression import Chained
+from ..passes.compression import UNMEASURED, Chained
 from ..passes.gradients import GradientOrder
 from ..traces.events import Run
 
@@ -62,8 +62,8 @@ def in_job(costs: CodecCosts | None, m: Overlap | None) -> CodecCosts | None:
 
 def chained_in_job(m: Overlap | None) -> Chained:
     """PowerSGD's small all-reduces as they ran in the job's group (``m``: ``job_overlap``), else in ``calibrate --overlap``'s
-    group on the job's cluster (``or_calibrated``); empty where neither measured them."""
-    return () if m is None else tuple((int(b), float(us)) for b, us in m.chained_allreduce)
+    group on the job's cluster (``or_calibrated``), with the CPU between them (``chained_stretch``); unmeasured where neither measured them."""
+    return UNMEASURED if m is None else Chained(tuple((int(b), float(us)) for b, us in m.chained_allreduce), m.chained_stretch)
 
 
 def codec_costs(order: GradientOrder, powersgd_ranks: tuple[int, ...], path: str | None) -> CodecCosts:

@@ -49,7 +49,7 @@ from ..errors import DagprofError
 from ..graph.dag import Graph
 from ..graph.symmetry import fold_ranks
 from ..passes.comm import current_topology, graph_world_size, set_topology
-from ..passes.compression import Chained
+from ..passes.compression import UNMEASURED, Chained
 from ..passes.gradients import GradientOrder, gradient_order
 from ..passes.recompute import Segment, segments
 from ..traces.events import Kind, Run
@@ -92,7 +92,7 @@ class Options:
     overlap_slowdown: float | None = None  # compute slowdown per unit of overlap with collectives (None: as measured for the run, else 0)
     overlap_rate: float | None = None  # bytes/s of the all-reduce the slowdown was measured beside (None: every collective counts whole)
     link_model: str | None = None  # a ``dagprof calibrate --overlap`` file: what the run measured none of (``measured.overlap_of``)
-    chained_allreduce: Chained = ()  # small all-reduces chained by completion callbacks in the job's group or on its cluster (``measured.chained_in_job``)
+    chained_allreduce: Chained = UNMEASURED  # PowerSGD's chain measured in the job's group or on its cluster (``measured.chained_in_job``)
     progress: Callable[[Progress], None] | None = None
 
 
@@ -177,10 +177,10 @@ def search(g: Graph, order: GradientOrder, opts: Options | None = None, costs: C
         if costs is None:
             raise DagprofError("--allow-lossy needs the measured codec costs")
         codecs += [Codec("fp16"), Codec("bf16")] + [Codec("powersgd", r) for r in opts.powersgd_ranks]
-        if opts.powersgd_ranks and opts.chained_allreduce:
+        if opts.powersgd_ranks and opts.chained_allreduce.allreduce:
             notes.append("PowerSGD's three all-reduces per bucket each pay the latency beyond the link model that small all-reduces "
                          "chained by completion callbacks measured in the job's group or on its cluster (" +
-                         ", ".join(f"{b // 1024} KiB {us / 1e3:.1f} ms" for b, us in opts.chained_allreduce) + ")")
+                         ", ".join(f"{b // 1024} KiB {us / 1e3:.1f} ms" for b, us in opts.chained_allreduce.allreduce) + ")")
     memory = None
     cand_segments: list[Segment] = []
     if opts.memory_budget is not None:

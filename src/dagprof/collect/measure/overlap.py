@@ -14,7 +14,9 @@ It also times the loop's op undisturbed (``matmul_us``; in the demo job, the yar
 on an idle core, gradient codecs: in the job they run that much slower), and small all-reduces each issued from the
 previous one's completion callback (``chained_allreduce``), as PowerSGD's hook issues its P and Q all-reduces: on the
 testbed's 200 Mbit/s link under load 7 a 16 KiB one took 2.7 ms where the link model fitted on the job's buckets
-prices 0.7 ms (gloo's thread hand-offs and wake-ups, which a bucket's transfer hides and a small message pays whole).
+prices 0.7 ms (gloo's thread hand-offs and wake-ups, which a bucket's transfer hides and a small message pays whole);
+and the same chain with the hook's kind of CPU in each callback (``chained_stretch``), which it takes longer there than
+alone: the ranks wait for a core, for the wake-up after it, and for the later rank at each all-reduce.
 """
 from __future__ import annotations
 
@@ -56,6 +58,9 @@ class Overlap(msgspec.Struct, frozen=True):
     comm_slowdown: Annotated[float, msgspec.Meta(ge=0)] = 0.0
     beside: str = MATMUL  # the compute measured beside the all-reduce (``Work.name``)
     queued: Annotated[int, msgspec.Meta(ge=1)] = 1  # all-reduces of ``allreduce_bytes`` queued back to back beside it
+    # CPU between chained all-reduces, as torch's PowerSGD hook runs it between its own, per unit of that CPU's fastest
+    # time alone on the rank (``chained_stretch``), the slowest rank's (0 in files written before it was measured)
+    chained_stretch: Annotated[float, msgspec.Meta(ge=0)] = 0.0
 
     def __post_init__(self) -> None:
         if not self.per_undisturbed and self.slowdown >= 1.0:  # (B - A) / B is below 1
@@ -168,7 +173,7 @@ def measure_overlap(nbytes: int = OVERLAP_BYTES, repeats: int = 4, work: Work | 
     t = torch.tensor([statistics.median(samples), ref, statistics.median(comm_samples)], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return Overlap(float(t[0]), float(t[1]) * 1e6, samples, nbytes, comm, per_undisturbed=True, chained_allreduce=chained_allreduce(repeats),
-                   comm_slowdown=float(t[2]), beside=work.name if work else MATMUL, queued=queued)
+                   comm_slowdown=float(t[2]), beside=work.name if work else MATMUL, queued=queued, chained_stretch=chained_stretch(repeats))
 
 
 CHAINED_BYTES = (4096, 16384, 65536)  # the range of PowerSGD's P and Q factors per bucket on the demo's and held-out models
@@ -212,6 +217,76 @@ def _chained_allreduce_us(nbytes: int, repeats: int, chain: int = 4) -> float:
             raise DagprofError(f"chained all-reduces of {nbytes} bytes did not complete in 10 minutes")
         per.append((time.perf_counter() - t0) / chain)
     return statistics.median(per) * 1e6
+
+
+STRETCH_BYTES = 16384  # the chained all-reduces around the CPU: the middle of ``CHAINED_BYTES``
+STRETCH_SHAPE = (1024, 1024)  # the matrix of the CPU between them: PowerSGD's products with a rank-2 factor, about 2.5 ms on an idle core
+
+
+def chained_stretch(repeats: int = 4, units: int = 1, chain: int = 4) -> float:
+    """How long CPU between chained all-reduces takes, as torch's PowerSGD hook runs it (each completion callback
+    computes, then issues the next all-reduce and waits for it), per unit of that CPU's fastest time alone on the rank
+    (its thread's CPU time, so preemption there does not hide the stretch): ``4 * repeats`` chains with the CPU
+    alternated with as many without it, their medians' difference over the CPU alone (the slowest rank's; every rank
+    must call it). ``codec_costs`` prices the hook's CPU at its fastest on an idle core; between chained all-reduces it
+    also waits for a core, for the wake-up after it, and for the later rank to reach each all-reduce. The CPU is the
+    hook's own kind, Gram-Schmidt on a rank-2 factor and its products with a matrix of ``STRETCH_SHAPE``."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _orthogonalize
+
+    m = torch.randn(1, *STRETCH_SHAPE)
+    p, q = torch.randn(1, STRETCH_SHAPE[0], 2), torch.randn(1, STRETCH_SHAPE[1], 2)
+
+    def cpu() -> None:
+        for _ in range(units):
+            _orthogonalize(p, 0)
+            torch.bmm(m.transpose(1, 2), p, out=q)
+            torch.bmm(m, q, out=p)
+
+    def alone() -> float:
+        t0 = time.thread_time()
+        cpu()
+        return time.thread_time() - t0
+
+    buf = torch.ones(STRETCH_BYTES // 4)
+    dist.all_reduce(buf)
+    cpu()  # warm-up
+    fastest = min(alone() for _ in range(5))
+    with_cpu, without = [], []
+    for i in range(8 * max(repeats, 3)):
+        dist.barrier()
+        (with_cpu if i % 2 else without).append(_chain_s(buf, chain, cpu if i % 2 else None))
+        fastest = min(fastest, alone())
+    extra = max(statistics.median(with_cpu) - statistics.median(without), 0.0) / chain
+    t = torch.tensor([extra / max(fastest, 1e-9)], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t[0])
+
+
+def _chain_s(buf: "torch.Tensor", chain: int, cpu: Callable[[], None] | None) -> float:
+    """Seconds for ``chain`` all-reduces of ``buf``, each from the previous one's completion callback as torch's PowerSGD
+    hook issues them: the callback runs ``cpu``, issues the next and waits for it."""
+    import threading
+
+    import torch.distributed as dist
+
+    done = threading.Event()
+
+    def link(k: int) -> None:
+        if cpu is not None:
+            cpu()
+        if k < chain - 1:
+            dist.all_reduce(buf, async_op=True).get_future().wait()
+            link(k + 1)
+        else:
+            done.set()
+
+    t0 = time.perf_counter()
+    dist.all_reduce(buf, async_op=True).get_future().then(lambda _: link(0))
+    if not done.wait(600):
+        raise DagprofError(f"chained all-reduces of {buf.numel() * 4} bytes did not complete in 10 minutes")
+    return time.perf_counter() - t0
 
 
 def measure_into(folder: str, rank: int) -> None:
