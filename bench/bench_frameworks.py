@@ -39,7 +39,8 @@ from dagprof.collect.jobs.netns import BUFFER_BYTES  # noqa: E402
 from dagprof.collect.jobs.tf_train import free_ports  # noqa: E402  (stdlib only: TF is imported by the job, not here)
 from dagprof.errors import DagprofError  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
-from dagprof.search.whatif import Scenario, evaluate  # noqa: E402
+from dagprof.search.scenario import Scenario  # noqa: E402
+from dagprof.search.whatif import evaluate  # noqa: E402
 
 SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra environment)
     "tf_text": ("tensorflow", "DAGPROF_TF_PYTHON", {}),
@@ -287,7 +288,7 @@ def predict_rate(out: str, rate: float, other: float) -> dict:
     from dagprof.costmodel.alphabeta import parse_bandwidth
     from dagprof.passes import set_link, set_topology
     from dagprof.passes.comm import priced_world_size
-    from dagprof.search.whatif import Cluster as Settings, base_topology, profiled_at, wire_bandwidth
+    from dagprof.search.scenario import Cluster as Settings, base_topology, profiled_at, wire_bandwidth
 
     p = open_run(out)
     n = priced_world_size(p.graph)

@@ -69,7 +69,7 @@ forward all-gather repeated before its backward). The measured time is the profi
 
 Part 5 (root: the namespace testbed): ``whatif --reduce-dtype`` both ways, as part 4. Per link rate and round, the job
 is profiled with gradients reduced in fp32 and in bf16 (hooks only, the order alternating), and each is predicted from
-the other's profile (``search.whatif.apply``: each reduce-scatter moves half, or twice, the bytes). The measured time
+the other's profile (``search.scenario.apply``: each reduce-scatter moves half, or twice, the bytes). The measured time
 is the profiled run's own; the reduce-scatters' time per step is shown too (measured in the profile, and predicted).
 
     sudo .venv/bin/python bench/bench_fsdp.py --part 5 [--rounds 3]
@@ -91,7 +91,7 @@ peaks 17.1 -> 18.1-19.1 MiB measured, 19.3 -> 20.3-21.3 MiB predicted. Loopback 
 Part 7 (loopback for anyone; the namespace testbed at 200 Mbit/s and 1 Gbit/s as root): ``whatif --data-parallel``
 both ways. Per held-out model (``DP_MODELS``: a transformer-like block stack and an MLP with a large embedding), link and
 round, the job is profiled under DDP and under ``fully_shard`` (hooks only, the order alternating per round); FSDP is
-predicted from the DDP profile and DDP from the FSDP profile (``search.whatif.apply`` on the averaged iteration).
+predicted from the DDP profile and DDP from the FSDP profile (``search.scenario.apply`` on the averaged iteration).
 The measured time is the other profile's own. Peak memory per rank: each model run once per wrapper with
 ``fsdp_train.py --memory`` on loopback, against ``fsdp_peak`` of the DDP profile turned FSDP and
 ``ddp_peak_of_fsdp`` of the FSDP profile. Goals: DDP -> FSDP within 8 %, memory within 10 %.
@@ -138,7 +138,7 @@ on DTensor shards times N, FSDP's hooks and slower layers kept in the DDP predic
 
 Part 8 (any user): ``whatif --units merge:2`` on loopback in interleaved rounds: each round profiles the MLP model
 with a unit per block (``fsdp_train.py --group 1``) and with every two blocks one unit (``--group 2``, hooks only, the
-order alternating), and predicts the grouped job from the per-block profile (``search.whatif.apply`` on the averaged
+order alternating), and predicts the grouped job from the per-block profile (``search.scenario.apply`` on the averaged
 iteration, the link fitted to that profile: the merged all-gathers and reduce-scatters priced again). The measured
 time is the grouped profile's own; the peak memory per rank is predicted too.
 
@@ -462,7 +462,7 @@ def part5(rounds: int, steps: int) -> list[float]:
     from dagprof.collect.jobs.netns import Cluster, available
     from dagprof.graph.build_fsdp import fsdp_collectives
     from dagprof.pipeline import open_run
-    from dagprof.search import whatif
+    from dagprof.search import scenario
 
     why = available()
     if why:
@@ -488,10 +488,10 @@ def part5(rounds: int, steps: int) -> list[float]:
                     p = open_run(run, template=True)
                     graphs[d] = p.graph
                     measured[(rate, d)].append((p.analysis.measured_us / 1e3, reduce_ms(p.graph)))
-                c = whatif.Cluster()
+                c = scenario.Cluster()
                 for d, other in zip(dtypes, dtypes[::-1]):
                     base = graphs[other]
-                    g = whatif.apply(base, whatif.Scenario(reduce_dtype=d), c, whatif.base_topology(base, c))
+                    g = scenario.apply(base, scenario.Scenario(reduce_dtype=d), c, scenario.base_topology(base, c))
                     predicted[(rate, d)].append((job_iteration_us(g) / 1e3, reduce_ms(g)))
                     print(f"  round {k + 1}/{rounds}: {rate} reduce {d}: measured {measured[(rate, d)][-1][0]:.1f} ms "
                           f"(reduce-scatters {measured[(rate, d)][-1][1]:.1f}), predicted from {other} {predicted[(rate, d)][-1][0]:.1f} ms "
@@ -601,7 +601,7 @@ def part7(rounds: int, steps: int, links: list[str], calibrate: bool = False, ke
     from dagprof.passes.average_steps import average_steps
     from dagprof.pipeline import open_run
     from dagprof.replay import replay
-    from dagprof.search import whatif
+    from dagprof.search import scenario
     from dagprof.search.memory import ddp_peak_of_fsdp, fsdp_peak
 
     why = available()
@@ -636,14 +636,14 @@ def part7(rounds: int, steps: int, links: list[str], calibrate: bool = False, ke
                         measured[(name, link, w)].append(p.analysis.measured_us / 1e3)
                         if k == 0 and link == links[0]:
                             graphs[(name, w)] = p.graph
-                    c = whatif.Cluster(optimizer_state="adam")
+                    c = scenario.Cluster(optimizer_state="adam")
                     for w, other in (("fsdp", "ddp"), ("ddp", "fsdp")):
                         base = runs[other]
-                        g = whatif.apply(base, whatif.Scenario(data_parallel=w), c, whatif.base_topology(base, c))
+                        g = scenario.apply(base, scenario.Scenario(data_parallel=w), c, scenario.base_topology(base, c))
                         predicted[(name, link, w)].append(job_iteration_us(g) / 1e3)
                     for how, path in models.items():
-                        cm = whatif.Cluster(optimizer_state="adam", link_model=path)
-                        g = whatif.apply(runs["ddp"], whatif.Scenario(data_parallel="fsdp"), cm, whatif.base_topology(runs["ddp"], cm))
+                        cm = scenario.Cluster(optimizer_state="adam", link_model=path)
+                        g = scenario.apply(runs["ddp"], scenario.Scenario(data_parallel="fsdp"), cm, scenario.base_topology(runs["ddp"], cm))
                         on_model[(name, link, "fsdp", how)].append(job_iteration_us(g) / 1e3)
                     calibrated = "".join(f", on {h} {on_model[(name, link, 'fsdp', h)][-1]:.1f}" for h in models)
                     print(f"  round {k + 1}/{rounds} {name} {link}: measured ddp {measured[(name, link, 'ddp')][-1]:.1f} ms, fsdp "
@@ -666,8 +666,8 @@ def part7(rounds: int, steps: int, links: list[str], calibrate: bool = False, ke
         mem = []
         print(f"\n{'model':14s} {'to':>5s} {'measured MiB':>13s} {'predicted MiB':>14s} {'error':>8s}  predicted peak at")
         for name, model in DP_MODELS.items():
-            conv = whatif.apply(graphs[(name, "ddp")], whatif.Scenario(data_parallel="fsdp"), whatif.Cluster(optimizer_state="adam"),
-                                whatif.base_topology(graphs[(name, "ddp")], whatif.Cluster()))
+            conv = scenario.apply(graphs[(name, "ddp")], scenario.Scenario(data_parallel="fsdp"), scenario.Cluster(optimizer_state="adam"),
+                                scenario.base_topology(graphs[(name, "ddp")], scenario.Cluster()))
             pred = {"fsdp": max(fsdp_peak(conv).values(), key=lambda m: m.total),
                     "ddp": max(ddp_peak_of_fsdp(graphs[(name, "fsdp")]).values(), key=lambda m: m.total)}
             for w in ("fsdp", "ddp"):
@@ -688,7 +688,7 @@ def offline7(keep: str) -> list[float]:
     from dagprof.passes.average_steps import average_steps
     from dagprof.pipeline import open_run
     from dagprof.replay import replay
-    from dagprof.search import whatif
+    from dagprof.search import scenario
 
     errors = []
     print(f"Part 7 offline: DDP -> FSDP from the runs kept in {keep}, load {os.getloadavg()[0]:.2f}")
@@ -709,8 +709,8 @@ def offline7(keep: str) -> list[float]:
             if path is not None and not os.path.exists(path):
                 out.append(None)
                 continue
-            c = whatif.Cluster(optimizer_state="adam", link_model=path)
-            g = whatif.apply(ddp, whatif.Scenario(data_parallel="fsdp"), c, whatif.base_topology(ddp, c))
+            c = scenario.Cluster(optimizer_state="adam", link_model=path)
+            g = scenario.apply(ddp, scenario.Scenario(data_parallel="fsdp"), c, scenario.base_topology(ddp, c))
             out.append(100 * (job_iteration_us(g) / 1e3 - measured) / measured)
         if out[-1] is not None:
             errors.append(out[-1])
@@ -718,8 +718,8 @@ def offline7(keep: str) -> list[float]:
         ddp_ms = open_run(os.path.join(keep, entry)).analysis.measured_us / 1e3
         back = []
         for path in (None, files["fsdp-measured"]):
-            c = whatif.Cluster(optimizer_state="adam", link_model=path if path is None or os.path.exists(path) else None)
-            g = whatif.apply(fsdp_avg, whatif.Scenario(data_parallel="ddp"), c, whatif.base_topology(fsdp_avg, c))
+            c = scenario.Cluster(optimizer_state="adam", link_model=path if path is None or os.path.exists(path) else None)
+            g = scenario.apply(fsdp_avg, scenario.Scenario(data_parallel="ddp"), c, scenario.base_topology(fsdp_avg, c))
             back.append(100 * (job_iteration_us(g) / 1e3 - ddp_ms) / ddp_ms)
         print(f"{cell:40s} {measured:12.1f} " + " ".join(f"{'-':>14s}" if e is None else f"{e:+13.1f}%" for e in out)
               + f"  {ddp_ms:8.1f} {back[0]:+12.1f}% {back[1]:+13.1f}%", flush=True)
@@ -768,7 +768,7 @@ def categories7(keep: str) -> None:
     from dagprof.passes.average_steps import average_steps
     from dagprof.pipeline import open_run
     from dagprof.replay import replay
-    from dagprof.search import whatif
+    from dagprof.search import scenario
 
     print(f"FSDP <-> DDP, category by category (ms per step, main lanes averaged over ranks), runs kept in {keep}")
     print(f"{'cell / profile':36s} " + " ".join(f"{k[:13]:>13s}" for k in GROUPS) + f" {'sum':>8s}")
@@ -778,10 +778,10 @@ def categories7(keep: str) -> None:
         cell = entry[1:-4]
         fsdp = average_steps(open_run(os.path.join(keep, entry[:-4] + "-fsdp")).graph, replay)
         path = os.path.join(keep, f"cal{cell}", "link.json")
-        c = whatif.Cluster(optimizer_state="adam", link_model=path if os.path.exists(path) else None)
-        conv = whatif.apply(fsdp, whatif.Scenario(data_parallel="ddp"), c, whatif.base_topology(fsdp, c))
+        c = scenario.Cluster(optimizer_state="adam", link_model=path if os.path.exists(path) else None)
+        conv = scenario.apply(fsdp, scenario.Scenario(data_parallel="ddp"), c, scenario.base_topology(fsdp, c))
         ddp = average_steps(open_run(os.path.join(keep, entry)).graph, replay)
-        back = whatif.apply(ddp, whatif.Scenario(data_parallel="fsdp"), c, whatif.base_topology(ddp, c))
+        back = scenario.apply(ddp, scenario.Scenario(data_parallel="fsdp"), c, scenario.base_topology(ddp, c))
         for label, g in (("fsdp", fsdp), ("to ddp", conv), ("ddp", ddp), ("to fsdp", back)):
             row = lane_groups(g)
             print(f"{cell + ' ' + label:36s} " + " ".join(f"{row[k]:13.2f}" for k in GROUPS) + f" {sum(row.values()):8.1f}", flush=True)
@@ -798,7 +798,7 @@ def collective_ms(g) -> float:
 def part8(rounds: int, steps: int) -> list[float]:
     from dagprof.analysis import job_iteration_us
     from dagprof.pipeline import open_run
-    from dagprof.search import whatif
+    from dagprof.search import scenario
     from dagprof.search.memory import fsdp_peak
     from dagprof.units import MB
 
@@ -814,15 +814,15 @@ def part8(rounds: int, steps: int) -> list[float]:
                 job(2, model + ["--group", str(group)], steps, run + "-log", profile=run, kineto=False)
                 p = open_run(run, template=True)
                 measured[group], graphs[group] = p.analysis.measured_us / 1e3, p.graph
-            c, base = whatif.Cluster(), graphs[1]
-            topo = whatif.base_topology(base, c)
-            model_ms = job_iteration_us(whatif.apply(base, whatif.Scenario(), c, topo)) / 1e3
-            merged = whatif.apply(base, whatif.Scenario(units="merge:2"), c, topo)
+            c, base = scenario.Cluster(), graphs[1]
+            topo = scenario.base_topology(base, c)
+            model_ms = job_iteration_us(scenario.apply(base, scenario.Scenario(), c, topo)) / 1e3
+            merged = scenario.apply(base, scenario.Scenario(units="merge:2"), c, topo)
             predicted = job_iteration_us(merged) / 1e3 * measured[1] / model_ms  # the model's own error on the profiled job cancels
             mem = max(m.total for m in fsdp_peak(merged).values()) / MB
             mem_measured = max(m.total for m in fsdp_peak(graphs[2]).values()) / MB
             rows.append(100 * (predicted - measured[2]) / measured[2])
-            coll = {name: collective_ms(g) for name, g in (("block", base), ("model", whatif.apply(base, whatif.Scenario(), c, topo)),
+            coll = {name: collective_ms(g) for name, g in (("block", base), ("model", scenario.apply(base, scenario.Scenario(), c, topo)),
                                                             ("pairs", graphs[2]), ("merged", merged))}
             print(f"  round {k + 1}: per block measured {measured[1]:.1f} ms (model {model_ms:.1f}); pairs measured {measured[2]:.1f} ms, "
                   f"predicted {predicted:.1f} ({rows[-1]:+.1f} %); FSDP collectives per step: per block measured {coll['block']:.1f} ms "
@@ -875,7 +875,7 @@ def part9(steps: int) -> None:
     from dagprof.graph.build_fsdp import fsdp_collectives
     from dagprof.passes.comm import set_topology
     from dagprof.pipeline import open_run
-    from dagprof.search import whatif
+    from dagprof.search import scenario
 
     print(f"Part 9: FSDP collectives of a profile priced on calibrate's fits, 2 gloo ranks on loopback, load {os.getloadavg()[0]:.2f}")
     print(f"{'model':14s} {'kind':15s} {'measured ms':>12s} {'all-reduce rule':>16s} {'error':>7s} {'per-kind fit':>13s} {'error':>7s}")
@@ -887,8 +887,8 @@ def part9(steps: int) -> None:
             g = open_run(run).graph
             priced = {}
             for how, path in models.items():
-                c = whatif.Cluster(link_model=path)
-                priced[how] = set_topology(g, whatif.base_topology(g, c)).dur
+                c = scenario.Cluster(link_model=path)
+                priced[how] = set_topology(g, scenario.base_topology(g, c)).dur
             for kind in ("all_gather", "reduce_scatter"):
                 nodes = [c.node for c in fsdp_collectives(g) if c.kind == kind]
                 m, rule, own = (float(d[nodes].sum()) / 1e3 for d in (g.dur, priced["all-reduce"], priced["per-kind"]))

@@ -15,7 +15,7 @@ from dagprof.costmodel.topology import LINK_MODEL_VERSION, read_link_model, save
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import fsdp_collectives
-from dagprof.search.whatif import Cluster, Scenario, apply, base_topology
+from dagprof.search.scenario import Cluster, Scenario, apply, base_topology
 from dagprof.traces.dagprof_run import read_run
 
 DDP, FSDP = DATA / "fsdp" / "ddp", DATA / "fsdp" / "reshard"

@@ -19,7 +19,8 @@ from dagprof.graph.build_fsdp import check_fsdp_edges, fsdp_collectives, max_in_
 from dagprof.graph.dag import NODE_COLUMNS, csr_graph
 from dagprof.passes.comm import graph_world_size
 from dagprof.replay import replay
-from dagprof.search.whatif import Cluster, Scenario, evaluate
+from dagprof.search.scenario import Cluster, Scenario
+from dagprof.search.whatif import evaluate
 from dagprof.traces.dagprof_run import read_run
 from dagprof.traces.events import Kind
 from dagprof.traces.run_schema import RankFile, read_file

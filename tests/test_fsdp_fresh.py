@@ -69,7 +69,8 @@ def test_ddp_from_a_mixed_precision_profile_is_refused_in_one_line():
 
 
 def test_hsdp_is_data_parallel_on_a_2d_mesh_and_whatif_says_nothing_is_left_as_measured():
-    from dagprof.search.whatif import Scenario, evaluate
+    from dagprof.search.scenario import Scenario
+    from dagprof.search.whatif import evaluate
     g = build_graph(read_run(DATA / "fsdp" / "hsdp"))
     par = g.meta.parallel
     assert par.dp_mesh and par.describe() == "DP x4 on a 2-D mesh (groups of 2 ranks: HSDP's replicate x shard)"
@@ -79,7 +80,8 @@ def test_hsdp_is_data_parallel_on_a_2d_mesh_and_whatif_says_nothing_is_left_as_m
 
 def test_ranks_past_the_hosts_cores_are_noted_unless_cores_models_them():
     """``tests/data/fsdp/hsdp-conv``: 4 ranks of bench/fsdp_fresh/hsdp_convnet.py on a 2-core host (``cpus`` recorded)."""
-    from dagprof.search.whatif import Cluster, Scenario, evaluate
+    from dagprof.search.scenario import Cluster, Scenario
+    from dagprof.search.whatif import evaluate
     g = build_graph(read_run(DATA / "fsdp" / "hsdp-conv"))
     assert g.meta.host_cpus == {"vm": (4, 2)} and g.meta.parallel.dp_mesh
     said = [n for n in evaluate(g, [Scenario(units="merge:all")], tolerance_pct=None)["notes"] if "shared 2 cores" in n]

@@ -13,7 +13,8 @@ from dagprof.collect.jobs.netns import run_ranks
 from dagprof.errors import DagprofError
 from dagprof.pipeline import open_run
 from dagprof.search.fsdp_optimize import FsdpCandidate, FsdpEvaluator, grouping_specs, predict_fsdp, search_fsdp
-from dagprof.search.whatif import Scenario, evaluate
+from dagprof.search.scenario import Scenario
+from dagprof.search.whatif import evaluate
 
 FSDP = DATA / "fsdp"
 RESHARD4, KEEP4, KEEP_BF16 = FSDP / "reshard4", FSDP / "keep4", FSDP / "keep-bf16-prefetch"

@@ -23,7 +23,8 @@ from dagprof.passes.comm import find_collectives
 from dagprof.passes.horovod import _fuse, crowded_hosts, set_horovod
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
-from dagprof.search.whatif import Scenario, evaluate
+from dagprof.search.scenario import Scenario
+from dagprof.search.whatif import evaluate
 from dagprof.traces.dagprof_run import read_run
 from dagprof.traces.events import Kind
 from dagprof.traces.horovod import GROUP, TIMELINE, read_horovod_run

@@ -20,7 +20,8 @@ from dagprof.passes.compute import own_cores_note
 from dagprof.passes.profiler_cost import measure_profiler_cost
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
-from dagprof.search.whatif import Scenario, evaluate
+from dagprof.search.scenario import Scenario
+from dagprof.search.whatif import evaluate
 from dagprof.traces.events import Kind
 from dagprof.traces.load import load
 from dagprof.traces.mxnet import pslite_placement

@@ -25,7 +25,8 @@ from dagprof.passes.comm import push_spread_us  # noqa: E402
 from dagprof.passes.workers import scale_workers  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
 from dagprof.replay import replay  # noqa: E402
-from dagprof.search.whatif import Cluster, Scenario, evaluate  # noqa: E402
+from dagprof.search.scenario import Cluster, Scenario  # noqa: E402
+from dagprof.search.whatif import evaluate  # noqa: E402
 from dagprof.traces.load import load  # noqa: E402
 
 TESTBED = pathlib.Path(__file__).parent / "data" / "mxnet" / "testbed"

@@ -7,7 +7,8 @@ import pytest
 from dagprof.analysis.interval import PredictionInterval
 from dagprof.analysis.operand_stall import TICK_US, held_us, stall_bound_us, stall_halfwidth_us
 from dagprof.pipeline import open_run
-from dagprof.search.whatif import Scenario, evaluate
+from dagprof.search.scenario import Scenario
+from dagprof.search.whatif import evaluate
 from dagprof.traces.events import Kind
 
 DATA = pathlib.Path(__file__).parent / "data"
@@ -53,7 +54,7 @@ def test_below_the_point_no_more_than_the_stall_it_holds():
 
 
 def test_the_held_stall_is_the_collectives_time_beyond_the_profiled_wire():
-    from dagprof.search.whatif import Cluster, profiled_at
+    from dagprof.search.scenario import Cluster, profiled_at
 
     g = open_run(str(DATA / "tf-jax" / "pmap")).graph
     assert held_us(g) is None  # no profiled wire: nothing tells it

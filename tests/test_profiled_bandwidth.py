@@ -21,7 +21,8 @@ from dagprof.cli.main import main  # noqa: E402
 from dagprof.graph.build_fsdp import allreduce_equivalent_bytes
 from dagprof.passes.comm import link_fit, priced_comm
 from dagprof.pipeline import open_run
-from dagprof.search.whatif import Cluster, Scenario, apply, base_topology, evaluate, profiled_at
+from dagprof.search.scenario import Cluster, Scenario, apply, base_topology, profiled_at
+from dagprof.search.whatif import evaluate
 
 PMAP = DATA / "tf-jax" / "pmap"  # its collectives fit at about 35 % of 1 Gbit/s: far below such a wire
 LOOP = DATA / "tf" / "loop"  # its collectives fit at about 3.4 Gbit/s: faster than 1 Gbit/s

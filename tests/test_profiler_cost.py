@@ -18,7 +18,8 @@ from dagprof.graph.meta import LoopSteps
 from dagprof.passes.comm import set_topology
 from dagprof.passes.profiler_cost import WARMUP_STEPS, job_steps, measure_profiler_cost, median_stderr, remove_profiler_cost
 from dagprof.pipeline import open_run
-from dagprof.search.whatif import Cluster, Scenario, base_topology, evaluate
+from dagprof.search.scenario import Cluster, Scenario, base_topology
+from dagprof.search.whatif import evaluate
 from dagprof.traces.events import Kind
 
 DATA = os.path.join(os.path.dirname(__file__), "data")

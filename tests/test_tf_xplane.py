@@ -17,7 +17,8 @@ from dagprof.cli.main import main
 from dagprof.errors import DagprofError
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
-from dagprof.search.whatif import Scenario, evaluate
+from dagprof.search.scenario import Scenario
+from dagprof.search.whatif import evaluate
 from dagprof.traces import xplane_decode
 from dagprof.traces.events import Kind
 from dagprof.traces.load import load

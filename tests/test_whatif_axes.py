@@ -1,9 +1,9 @@
-"""The what-if axes are one table (``search.whatif.AXES``): the Scenario, the CLI flags, the sweep and the columns follow it."""
+"""The what-if axes are one table (``search.scenario.AXES``): the Scenario, the CLI flags, the sweep and the columns follow it."""
 import argparse
 from dataclasses import fields
 
 from dagprof.cli import cmd_whatif
-from dagprof.search.whatif import AXES, PASSES, Scenario, sweep
+from dagprof.search.scenario import AXES, PASSES, Scenario, sweep
 
 
 def test_every_scenario_field_is_one_axis_with_its_pass_in_the_order():

@@ -15,7 +15,8 @@ from testdata import DATA
 from dagprof.cli.main import main
 from dagprof.pipeline import open_run
 from dagprof.search.measured import slowdown_of
-from dagprof.search.whatif import Cluster, evaluate, sweep
+from dagprof.search.scenario import Cluster, sweep
+from dagprof.search.whatif import evaluate
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench", "testbed"))
 

@@ -30,7 +30,8 @@ sys.path.insert(0, os.path.join(REPO, "src"))
 
 from dagprof.collect.hooks.horovod import DEFAULT_CYCLE_MS, DEFAULT_FUSION_BYTES  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
-from dagprof.search.whatif import Scenario, evaluate  # noqa: E402
+from dagprof.search.scenario import Scenario  # noqa: E402
+from dagprof.search.whatif import evaluate  # noqa: E402
 
 DEFAULT_FUSION_MB = DEFAULT_FUSION_BYTES / 2**20
 

@@ -189,7 +189,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     from dagprof.pipeline import open_run
     from dagprof.replay import replay
     from dagprof.search.measured import slowdown_of
-    from dagprof.search.whatif import Cluster, disturb, undisturb
+    from dagprof.search.scenario import Cluster, disturb, undisturb
     from dagprof.units import MB
 
     prof = open_run(run_dir)

@@ -21,7 +21,8 @@ from .pipeline import Profiled, open_run, write_outputs
 from .report.html import ReportInputs, html_table
 from .report.svg import speedup_chart
 from .search.optimize import Options
-from .search.whatif import Scenario, evaluate
+from .search.scenario import Scenario
+from .search.whatif import evaluate
 from .sgd import CommModel, Policy, predict
 from .traces.layerwise import layer_profile_from_run
 from .units import MB

@@ -6,7 +6,7 @@ are accepted as exact synonyms. Bandwidths are rates on a wire and stay decimal 
 10^10 bit/s, ``costmodel.alphabeta.parse_bandwidth``).
 
 The bounded numbers flags take (``positive_int`` ...) live here too, below every layer, so a table
-that declares its own flags (``search.whatif.AXES``) parses them as the CLI does.
+that declares its own flags (``search.scenario.AXES``) parses them as the CLI does.
 """
 from __future__ import annotations
 

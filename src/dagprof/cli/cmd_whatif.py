@@ -1,6 +1,6 @@
 """``dagprof whatif RUN --bandwidth 10Gbit --workers 16 --bucket-mb 5 --scheme ps:4``.
 
-Every axis flag (``search.whatif.AXES``) takes a comma-separated list; the scenarios are all combinations
+Every axis flag (``search.scenario.AXES``) takes a comma-separated list; the scenarios are all combinations
 (``sweep``), one table row each, evaluated by ``search.whatif`` (which documents the pass order and the columns).
 """
 from __future__ import annotations
@@ -15,7 +15,8 @@ from ..pipeline import open_run
 from ..replay import replay
 from ..report.timeline import write_replay_trace
 from ..search.measured import slowdown_of
-from ..search.whatif import AXES, MODEL_TOLERANCE_PCT, Cluster, evaluate, sweep
+from ..search.scenario import AXES, Cluster, sweep
+from ..search.whatif import MODEL_TOLERANCE_PCT, evaluate
 from ..traces.completeness import refuse_lone_rank
 from ..traces.parallelism import Dim
 from .common import (

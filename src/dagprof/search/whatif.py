@@ -6,7 +6,6 @@ Two different ratios answer two questions, and ``COLUMNS`` defines every other c
 - does it scale? ``scaling_efficiency``: the throughput of N workers over N times that of ONE
   worker under the same conditions (weak scaling: t(1) / t(N), 1.0 = linear). A faster device or
   link raises the first and can lower the second: less compute leaves less to hide comm behind.
-The scenario names are re-exported here, the what-if API its callers import (``__all__``).
 """
 from __future__ import annotations
 
@@ -35,24 +34,16 @@ from ..replay import ReplayResult
 from ..units import MB
 from .memory import ddp_peak_of_fsdp, fsdp_peak
 from .scenario import (
-    AXES,
-    PASSES,
     Cluster,
     Scenario,
     apply,
-    base_topology,
     disturb,
     measured_comm,
     on_link,
     profiled_at,
-    sweep,
     undisturb,
-    wire_bandwidth,
 )
 from .wire_notes import profiled_wire_notes
-
-__all__ = ["AXES", "COLUMNS", "MODEL_TOLERANCE_PCT", "PASSES", "Cluster", "Scenario", "apply", "base_topology", "check_model",
-           "disturb", "evaluate", "link_text", "measured_comm", "on_link", "profiled_at", "sweep", "undisturb", "wire_bandwidth"]
 
 COLUMNS = {
     "workers": "ranks (data-parallel workers) in the scenario",
