@@ -17,7 +17,9 @@ thread and the one that posts (its Python thread sleeps in ``block_until_ready``
 with a core each, the poster never waits behind a poller. Recordings without their cores (before 2026-12-03) are taken
 as contended. The tick is the contended hosts' own (``GraphMeta.host_tick_us``, their kernels' ``CONFIG_HZ``), else
 ``TICK_US`` assumed. Not seen by the profile: other processes keeping the cores busy (a loaded host contends too),
-and ranks pinned to disjoint cores (counted as sharing the fewest cores one of them had: wider, never narrower).
+compute XLA runs beside a collective (more threads), and ranks pinned to disjoint cores (counted as sharing the fewest
+cores one of them had: wider, never narrower). Only the contended side is measured (2 ranks on 2 cores): that a host
+with a core per thread does not stall follows from the mechanism, not from a run.
 """
 from __future__ import annotations
 
