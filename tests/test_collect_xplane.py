@@ -9,7 +9,7 @@ import time
 import pytest
 
 from dagprof.collect.hooks.tf_profile import tf_config_rank
-from dagprof.collect.hooks.xplane_window import StepWindow, run_forked, run_forked_retrying
+from dagprof.collect.hooks.xplane_window import StepWindow, kernel_hz, run_forked, run_forked_retrying
 from dagprof.traces.xplane_layout import FORMAT, RANK_FORMAT
 
 
@@ -33,6 +33,7 @@ def test_window_starts_before_its_first_step_and_stops_when_the_next_begins(tmp_
     info = json.loads((tmp_path / "rank1.json").read_text())
     assert info["format"] == RANK_FORMAT and info["rank"] == 1 and info["steps_profiled"] == [2, 3]
     assert info["logdir"] == "rank1" and not info["warnings"]
+    assert info["cpus"] == len(os.sched_getaffinity(0)) and info.get("kernel_hz") == kernel_hz()  # absent where the kernel did not say
     assert json.loads((tmp_path / "manifest.json").read_text())["format"] == FORMAT
 
 

@@ -1,11 +1,15 @@
 """A JAX all-reduce's per-operand stall on gloo (``analysis.operand_stall``), on real 2-worker recordings (tests/data/tf-jax):
-the operands a step read from the programs' HLO, the note and the interval of a link what-if, nothing elsewhere."""
+the operands a step read from the programs' HLO, the host's cores and tick, the note and the interval of a link what-if,
+nothing elsewhere."""
+import json
 import pathlib
+import shutil
 
 import pytest
 
 from dagprof.analysis.interval import PredictionInterval
-from dagprof.analysis.operand_stall import TICK_US, held_us, stall_bound_us, stall_halfwidth_us
+from dagprof.analysis.operand_stall import TICK_US, held_us, stall_bound_us, stall_halfwidth_us, stall_note, stall_risk
+from dagprof.errors import DagprofError
 from dagprof.pipeline import open_run
 from dagprof.search.scenario import Scenario
 from dagprof.search.whatif import evaluate
@@ -20,6 +24,45 @@ def test_operands_a_step_come_from_the_hlo_tuple(run, arrays):
     g = open_run(str(DATA / run)).graph
     assert g.meta.collective_operands_per_step == arrays
     assert stall_bound_us(g) == arrays * TICK_US
+
+
+@pytest.mark.parametrize("run", ["tf-jax/mlp", "tf-jax/pmap", "tf-jax/pmap-margins"])
+def test_recordings_without_their_cores_or_tick_are_taken_as_contended_at_the_assumed_tick(run):
+    g = open_run(str(DATA / run)).graph
+    assert g.meta.host_cpus == {} and g.meta.host_tick_us == {}
+    risk = stall_risk(g)
+    assert risk.hosts is None and risk.tick_us == TICK_US and not risk.tick_recorded
+    assert "4 ms assumed" in stall_note(g) and "did not record the cores" in stall_note(g)
+
+
+def test_a_recording_with_its_host_says_its_cores_and_tick():
+    # tf-jax/pmap-host: 2 ranks on this 2-core host (CONFIG_HZ=250), recorded by the collector that writes both
+    g = open_run(str(DATA / "tf-jax" / "pmap-host")).graph
+    assert g.meta.host_cpus == {"vm": (2, 2)} and g.meta.host_tick_us == {"vm": 4000.0}
+    risk = stall_risk(g)
+    assert risk.hosts == ("vm",) and risk.tick_recorded and stall_bound_us(g) == 12 * 4000.0
+    assert "(4 ms, the host kernel's) on contended cores (vm: 2 ranks x 2 threads on 2 cores)" in stall_note(g)
+
+
+def test_the_stall_takes_the_recorded_tick_and_needs_contended_cores():
+    g = open_run(str(DATA / "tf-jax" / "pmap-host")).graph
+    assert stall_bound_us(g.replace(meta=g.meta.replace(host_tick_us={"vm": 1000.0}))) == 12 * 1000.0  # a CONFIG_HZ=1000 kernel
+    unsaid = g.replace(meta=g.meta.replace(host_tick_us={}))
+    assert stall_bound_us(unsaid) == 12 * TICK_US and "4 ms assumed" in stall_note(unsaid)
+    roomy = g.replace(meta=g.meta.replace(host_cpus={"vm": (2, 4)}))  # a core for each rank's poller and poster
+    assert stall_risk(roomy) is None and stall_bound_us(roomy) == 0.0 and stall_note(roomy) is None
+    res = evaluate(roomy, [Scenario(bandwidth="100Mbit")], tolerance_pct=None, raw=True)
+    assert "operand_stall" not in res["scenarios"][0]["interval_basis"]["terms"]
+
+
+@pytest.mark.parametrize(("key", "value"), [("cpus", "2"), ("kernel_hz", -250)])
+def test_a_damaged_core_count_or_tick_is_refused_naming_the_rank_file(tmp_path, key, value):
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "tf-jax" / "pmap-host", run)
+    info = json.loads((run / "rank1.json").read_text())
+    (run / "rank1.json").write_text(json.dumps(info | {key: value}))
+    with pytest.raises(DagprofError, match=f"rank1.json.*{key} is"):
+        open_run(str(run))
 
 
 def test_tf_runs_have_no_operand_stall():

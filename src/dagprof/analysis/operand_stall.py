@@ -10,25 +10,68 @@ took 10-160 ms where one array of their bytes took 0.3-8 ms. Which operands stal
 that moved with the load and the rate (more at a faster link, fewer where an operand's own transfer is long), so
 a profile at one rate does not tell the stall at another: between two runs it differs by up to the operands a step
 times the tick, either way.
+
+Where it applies follows from the same mechanism: in a collective a rank keeps two threads runnable, the polling device
+thread and the one that posts (its Python thread sleeps in ``block_until_ready``), so a host's ranks can contend when
+2 x its ranks outnumber the cores a rank may run on (``GraphMeta.host_cpus``, the collector's ``sched_getaffinity``);
+with a core each, the poster never waits behind a poller. Recordings without their cores (before 2026-12-03) are taken
+as contended. The tick is the contended hosts' own (``GraphMeta.host_tick_us``, their kernels' ``CONFIG_HZ``), else
+``TICK_US`` assumed. Not seen by the profile: other processes keeping the cores busy (a loaded host contends too),
+compute XLA runs beside a collective (more threads), and ranks pinned to disjoint cores (counted as sharing the fewest
+cores one of them had: wider, never narrower). Only the contended side is measured (2 ranks on 2 cores): that a host
+with a core per thread does not stall follows from the mechanism, not from a run.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..graph.dag import Graph
 from ..passes.comm import priced_comm, priced_world_size
 
-# The scheduler tick the stalls came to (CONFIG_HZ=250 on the testbed's kernel, the common distribution default)
+# The scheduler tick assumed where the profiled host did not say its own (CONFIG_HZ=250: the testbed's kernel, where the
+# stalls came to it, and the common distribution default)
 TICK_US = 4000.0
+THREADS_PER_RANK = 2  # runnable in a collective: gloo's polling device thread and the thread posting the operand's receive
+
+
+@dataclass(frozen=True)
+class StallRisk:
+    """What bounds a JAX-on-gloo job's per-operand stall: its arrays a step, the tick, the hosts that can contend."""
+
+    operands: float  # arrays a step, one gloo call each
+    tick_us: float  # the longest tick of the hosts below
+    tick_recorded: bool  # their kernels said it (else TICK_US assumed for at least one)
+    hosts: tuple[str, ...] | None  # hosts whose ranks' threads outnumber their cores; None: the run did not record its cores
+
+    @property
+    def bound_us(self) -> float:
+        return self.operands * self.tick_us
+
+
+def stall_risk(g: Graph) -> StallRisk | None:
+    """The stall's terms for ``g``; None where the graph is not an XLA (JAX) job on gloo, its operands were not read, or
+    every host has a core for each of its ranks' threads."""
+    n = g.meta.collective_operands_per_step
+    if g.meta.framework != "jax" or g.meta.backend != "gloo" or not n:
+        return None
+    cpus, ticks = g.meta.host_cpus, g.meta.host_tick_us
+    if sum(ranks for ranks, _ in cpus.values()) < len(g.meta.ranks):  # some rank did not say its cores: as contended
+        said = list(ticks.values())
+        return StallRisk(n, max(said, default=TICK_US), bool(said), None)
+    hosts = tuple(g.meta.crowded_hosts(THREADS_PER_RANK))
+    if not hosts:
+        return None
+    return StallRisk(n, max(ticks.get(h, TICK_US) for h in hosts), all(h in ticks for h in hosts), hosts)
 
 
 def stall_bound_us(g: Graph) -> float:
     """Most a step's collectives can stall on gloo's per-operand calls (us): the operands a step times the tick; 0 where
-    the graph is not an XLA (JAX) job on gloo or its operands were not read."""
-    n = g.meta.collective_operands_per_step
-    return n * TICK_US if g.meta.framework == "jax" and g.meta.backend == "gloo" and n else 0.0
+    ``stall_risk`` says there is none."""
+    risk = stall_risk(g)
+    return risk.bound_us if risk else 0.0
 
 
 def held_us(g: Graph) -> float | None:
@@ -53,10 +96,12 @@ def stall_halfwidth_us(bound_us: float, level: float) -> float:
 
 def stall_note(g: Graph) -> str | None:
     """One line for a link what-if of such a job, None where it is not one."""
-    bound = stall_bound_us(g)
-    if not bound:
+    risk = stall_risk(g)
+    if risk is None:
         return None
-    n = g.meta.collective_operands_per_step
-    return (f"JAX on gloo: {n:.0f} arrays a step, one gloo call each; each can stall 0 or about one scheduler tick "
-            f"({TICK_US / 1e3:g} ms) on contended cores, 0-{bound / 1e3:.0f} ms a step, at random (a race between the processes): "
-            f"not predictable from this profile, the interval of a link what-if holds it")
+    tick = f"{risk.tick_us / 1e3:.3g} ms" + (", the host kernel's" if risk.tick_recorded else " assumed: the profile did not record the host's")
+    cores = ("the profile did not record the cores: taken as contended" if risk.hosts is None else
+             "; ".join(f"{h}: {g.meta.host_cpus[h][0]} ranks x {THREADS_PER_RANK} threads on {g.meta.host_cpus[h][1]} cores" for h in risk.hosts))
+    return (f"JAX on gloo: {risk.operands:.0f} arrays a step, one gloo call each; each can stall 0 or about one scheduler tick "
+            f"({tick}) on contended cores ({cores}), 0-{risk.bound_us / 1e3:.0f} ms a step, at random "
+            f"(a race between the processes): not predictable from this profile, the interval of a link what-if holds it")

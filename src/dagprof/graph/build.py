@@ -63,6 +63,12 @@ def host_cpus(run: Run) -> dict[str, tuple[int, int]]:
             for h in {t.host for t in run.ranks if t.host and t.meta.cpus > 0}}
 
 
+def host_tick_us(run: Run) -> dict[str, float]:
+    """Per host whose ranks said their kernel's scheduler tick: the longest one said."""
+    ticks = [(t.host, t.meta.scheduler_tick_us) for t in run.ranks if t.host and t.meta.scheduler_tick_us]
+    return {h: max(us for k, us in ticks if k == h) for h in {h for h, _ in ticks}}
+
+
 def measured_iter_us(trace: RankTrace, steps: list[int]) -> float:
     """Measured iteration time of ``trace`` over ``steps`` (``traces.steps.iteration_us``)."""
     spans = trace.step_spans()
@@ -114,6 +120,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         layer_grad_bytes=dict(run.ranks[0].meta.layer_grad_bytes),
         layer_saved_bytes=dict(run.ranks[0].meta.layer_saved_bytes),
         host_cpus=host_cpus(run),
+        host_tick_us=host_tick_us(run),
         collective_operands_per_step=run.ranks[0].meta.collective_operands_per_step,
     )
     if run.meta.fsdp:

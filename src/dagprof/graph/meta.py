@@ -112,7 +112,8 @@ class GraphMeta:
     # None: a builder of data-parallel jobs only (parameter server, S-SGD model, synthetic graphs)
     layer_grad_bytes: dict[str, int] = field(default_factory=dict)  # dagprof runs: rank 0's gradient bytes per layer (module path)
     layer_saved_bytes: dict[str, int] = field(default_factory=dict)  # dagprof runs: rank 0's activation bytes saved per layer
-    host_cpus: dict[str, tuple[int, int]] = field(default_factory=dict)  # dagprof and MXNet runs: host -> (its ranks, cores a rank could run on)
+    host_cpus: dict[str, tuple[int, int]] = field(default_factory=dict)  # dagprof, MXNet, TF/JAX runs: host -> (its ranks, cores a rank could run on)
+    host_tick_us: dict[str, float] = field(default_factory=dict)  # TF/JAX runs: host -> its kernel's scheduler tick, where it said (analysis.operand_stall)
     collective_operands_per_step: float | None = None  # XLA (JAX): arrays rank 0's collectives carried a step (analysis.operand_stall)
     # --- the communication model (passes.comm, graph.build_ps)
     topology: Topology | None = None  # the link model pricing the collectives; None: fitted from the profile
@@ -130,6 +131,10 @@ class GraphMeta:
     fsdp: FsdpRecord | None = None  # FSDP2: units, their dtypes and reshard policy, sharded memory per rank (graph.build_fsdp)
     ps: PsRecord | None = None  # MXNet parameter server: keys, placement, measured exchanges (graph.build_ps)
     sgd: SgdRecord | None = None  # the S-SGD DAG model's policy, workers, iterations (sgd.dag)
+
+    def crowded_hosts(self, threads_per_rank: int) -> list[str]:
+        """Hosts where ``threads_per_rank`` runnable threads per rank outnumber the cores a rank could run on (``host_cpus``)."""
+        return sorted(h for h, (ranks, cores) in self.host_cpus.items() if threads_per_rank * ranks > cores)
 
     def copy(self) -> GraphMeta:
         """A copy whose top-level lists and dicts are new, so setting or appending on it leaves ``self`` alone."""

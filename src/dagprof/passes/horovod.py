@@ -90,7 +90,7 @@ def crowded_hosts(g: Graph) -> list[str]:
     slows that compute too."""
     if g.meta.horovod is None:
         return []
-    return sorted(h for h, (ranks, cores) in g.meta.host_cpus.items() if 2 * ranks > cores)
+    return g.meta.crowded_hosts(2)
 
 
 def set_horovod(g: Graph, replayer: Callable[[Graph], ReplayResult], fusion_bytes: float | None = None,

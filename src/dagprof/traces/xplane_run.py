@@ -2,7 +2,8 @@
 
 A run folder written by ``dagprof.collect.tf_profile`` / ``jax_profile`` holds ``manifest.json``
 (job-wide: format ``dagprof-xplane-run``, framework, world size, requested steps) and, per rank,
-``rank<R>.json`` (host, pid, steps profiled, their times and the unprofiled steps', gradient bytes, its log folder) and the
+``rank<R>.json`` (host, pid, steps profiled, their times and the unprofiled steps', gradient bytes, its log folder; since
+2026-12-03 the cores the process could run on and the kernel's ``CONFIG_HZ`` where the host said it) and the
 log folder ``rank<R>/plugins/profile/<session>/<host>.xplane.pb`` (one per worker: two workers on
 one host would overwrite each other's ``<host>.xplane.pb`` in a shared folder).
 
@@ -79,6 +80,10 @@ def _from_manifest(folder: str, manifest: dict) -> Run:
         if info.get("window_tx_bytes") is not None and info.get("steps_profiled"):  # rank files before the count lack it
             trace.meta.window_tx_bytes_per_step = float(info["window_tx_bytes"]) / len(info["steps_profiled"])
         trace.meta.pid = info.get("pid")
+        trace.host = trace.host or str(info.get("host") or "")  # the profile's own host name, else the rank file's
+        trace.meta.cpus = _count(info, "cpus", rpath) or 0  # rank files before 2026-12-03 lack both
+        hz = _count(info, "kernel_hz", rpath)
+        trace.meta.scheduler_tick_us = 1e6 / hz if hz else None
         warnings += info.get("warnings", [])
         ranks.append(trace)
     if not ranks:
@@ -88,6 +93,14 @@ def _from_manifest(folder: str, manifest: dict) -> Run:
     warnings += [w for t in ranks for w in t.meta.warnings]
     return Run(ranks, source=folder, meta=RunMeta(framework=str(manifest.get("framework") or ""), warnings=warnings_of(warnings),
                                                   rank_gaps=gaps))
+
+
+def _count(info: dict, key: str, path: str) -> int | None:
+    """A rank file's optional count ``key`` (None where absent)."""
+    value = info.get(key)
+    if value is not None and (type(value) is not int or value < 0):
+        raise DagprofError(f"{key} is {value!r}, not a count (a damaged rank file?)", path)
+    return value
 
 
 def _from_logdirs(folder: str) -> Run:

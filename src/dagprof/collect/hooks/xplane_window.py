@@ -8,6 +8,7 @@ never sees half a rank. Layout: ``dagprof.traces.xplane_layout``; the reader, ``
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
 import shutil
@@ -45,6 +46,21 @@ def net_tx_bytes() -> int | None:
             return sum(int(line.split(":", 1)[1].split()[8]) for line in f.readlines()[2:])
     except (OSError, IndexError, ValueError):
         return None
+
+
+def kernel_hz() -> int | None:
+    """The scheduler tick rate (``CONFIG_HZ``) of the kernel running this process, as its build configuration says
+    (``/boot/config-<release>``, else ``/proc/config.gz``); None where neither says it. A thread woken on a core another
+    thread keeps busy may wait up to a tick for it (``analysis.operand_stall``)."""
+    for opener, path in ((open, f"/boot/config-{os.uname().release}"), (gzip.open, "/proc/config.gz")):
+        try:
+            with opener(path, "rt") as f:  # type: ignore[operator]
+                for line in f:
+                    if line.startswith("CONFIG_HZ="):
+                        return int(line.split("=", 1)[1])
+        except (OSError, EOFError, ValueError):
+            continue
+    return None
 
 
 def run_forked(fn: Callable[[], None], timeout_s: float, in_parent: Callable[[], None] = lambda: None,
@@ -280,7 +296,11 @@ class StepWindow:
             "step_times_us": {str(s): (b - a) / 1e3 for s, (a, b) in sorted(self.step_times_ns.items())},
             "unprofiled_step_times_us": {str(s): d / 1e3 for s, d in sorted(self.unprofiled_ns.items())},
             "grad_bytes": int(self.grad_bytes), "warnings": said,
+            "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0,
         }
+        hz = kernel_hz()
+        if hz:
+            info["kernel_hz"] = hz
         if profiled and None not in self.tx_bytes:
             info["window_tx_bytes"] = self.tx_bytes[1] - self.tx_bytes[0]  # type: ignore[operator]
         manifest = {
