@@ -13,7 +13,7 @@ prediction takes from the backward; where a rank's first all-reduce had complete
 callbacks, the whole chain ran inline on the training thread, the issue holding it and the all-reduce nothing: in a
 run at load 3, 23.5 ms of hook issue at the median against 3.2 in the quiet one):
 
-    .venv/bin/python bench/bench_powersgd_phases.py KEPT_STRATEGY_FOLDER [--run SEARCHED_RUN] [--json]
+    .venv/bin/python bench/bench_powersgd_phases.py KEPT_STRATEGY_FOLDER [--run SEARCHED_RUN] [--per-round] [--json]
 
 On the kept quiet runs (2 ranks, 200 Mbit/s, load about 1.5), predicted minus measured: the compute before the first
 bucket is predicted 0-6 ms slow in every cell (the defaults' profile keeps contention the overlap slowdown does not
@@ -169,10 +169,19 @@ def _after_first_hook(spans: list[float], per_ms: float) -> dict[str, float]:
     return {"bwd after hook 0, slowest rank": max(spans) / per_ms, "bwd after hook 0, fastest rank": min(spans) / per_ms}
 
 
+def table(meas: dict[str, list[float]], pred: dict[str, list[float]]) -> list[dict]:
+    """Marks, then spans, each by its measured median: measured median and 10th percentile, predicted median."""
+    spans = ("all-reduce", "after hook", "hook issue")  # durations, after the marks on the step's timeline
+    order = sorted(meas, key=lambda key: (any(w in key for w in spans), statistics.median(meas[key])))
+    return [{"mark": key, "measured_ms": statistics.median(meas[key]), "measured_p10_ms": float(np.percentile(meas[key], 10)),
+             "predicted_ms": statistics.median(pred[key]) if key in pred else None, "span": any(w in key for w in spans)} for key in order]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("folder", help="a kept strategy folder: strategy.json, codec-costs.json, verify/roundK-A|B/run")
     ap.add_argument("--run", default=None, help="the searched profile (default: FOLDER/run, else FOLDER/../run)")
+    ap.add_argument("--per-round", action="store_true", help="a table per round too: a round's miss beside its own runs' load")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     run = args.run or next((r for r in (os.path.join(args.folder, "run"), os.path.join(args.folder, os.pardir, "run")) if os.path.isdir(r)), None)
@@ -180,35 +189,34 @@ def main() -> int:
         print(f"bench_powersgd_phases: no searched run beside {args.folder} (--run)", file=sys.stderr)
         return 2
     lm = os.path.join(os.path.dirname(os.path.abspath(run)), "link.json")
-    meas: dict[str, list[float]] = {}
-    pred: dict[str, list[float]] = {}
-    k = 0
+    rounds: list[tuple[dict[str, list[float]], dict[str, list[float]]]] = []  # per round: (measured, predicted) per mark
     try:
         strategy, searched = load_strategy(os.path.join(args.folder, "strategy.json")), open_run(run)
-        while os.path.isdir(os.path.join(args.folder, "verify", f"round{k}-B")):
-            b_run = os.path.join(args.folder, "verify", f"round{k}-B", "run")
-            for into, rows in ((meas, measured_marks(b_run) + measured_channel(b_run)),
-                               (pred, predicted_marks(args.folder, k, searched, strategy, lm if os.path.exists(lm) else None))):
+        while os.path.isdir(os.path.join(args.folder, "verify", f"round{len(rounds)}-B")):
+            k, b_run = len(rounds), os.path.join(args.folder, "verify", f"round{len(rounds)}-B", "run")
+            rounds.append(({}, {}))
+            for into, rows in ((rounds[k][0], measured_marks(b_run) + measured_channel(b_run)),
+                               (rounds[k][1], predicted_marks(args.folder, k, searched, strategy, lm if os.path.exists(lm) else None))):
                 for row in rows:
                     for key, v in row.items():
                         into.setdefault(key, []).append(v)
-            k += 1
     except DagprofError as err:
         print(f"bench_powersgd_phases: {err}", file=sys.stderr)
         return 2
-    spans = ("all-reduce", "after hook", "hook issue")  # durations, after the marks on the step's timeline
-    order = sorted(meas, key=lambda key: (any(w in key for w in spans), statistics.median(meas[key])))
-    table = [{"mark": key, "measured_ms": statistics.median(meas[key]), "measured_p10_ms": float(np.percentile(meas[key], 10)),
-              "predicted_ms": statistics.median(pred[key]) if key in pred else None} for key in order]
+    every = [{key: [v for r in rounds for v in r[i].get(key, [])] for key in {k for r in rounds for k in r[i]}} for i in (0, 1)]
+    tables = [("all rounds", table(*every))] + ([(f"round {k + 1}", table(*r)) for k, r in enumerate(rounds)] if args.per_round else [])
     if args.json:
-        print(json.dumps({"folder": args.folder, "rounds": k, "strategy": strategy.summary(), "marks": table}))
+        print(json.dumps({"folder": args.folder, "rounds": len(rounds), "strategy": strategy.summary(), "marks": tables[0][1],
+                          "per_round": [t for _, t in tables[1:]]}))
         return 0
-    print(f"{strategy.summary()}: {k} rounds, medians over steps and rounds, ms from the step's start (spans: their 10th percentile too)")
-    for r in table:
-        p = r["predicted_ms"]
-        p10 = f" (p10 {r['measured_p10_ms']:5.1f})" if any(w in r["mark"] for w in spans) else " " * 12
-        priced = "      -" if p is None else f"{p:7.1f}   ({p - r['measured_ms']:+.1f})"
-        print(f"  {r['mark']:<30} measured {r['measured_ms']:7.1f}{p10}   predicted {priced}")
+    print(f"{strategy.summary()}: {len(rounds)} rounds, medians over steps, ms from the step's start (spans: their 10th percentile too)")
+    for name, rows in tables:
+        print(f" {name}:")
+        for r in rows:
+            p = r["predicted_ms"]
+            p10 = f" (p10 {r['measured_p10_ms']:5.1f})" if r["span"] else " " * 12
+            priced = "      -" if p is None else f"{p:7.1f}   ({p - r['measured_ms']:+.1f})"
+            print(f"  {r['mark']:<30} measured {r['measured_ms']:7.1f}{p10}   predicted {priced}")
     return 0
 
 
