@@ -8,18 +8,19 @@ from ..costmodel.alphabeta import parse_bandwidth
 from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
 from ..passes.comm import LinkFit, priced_world_size, profiled_collectives
+from .scenario import Cluster
 
 FAR_BELOW_WIRE = 0.8  # a fit slower than this share of the profiled wire: most of its collectives' time is not the link's
 
 
-def profiled_wire_notes(g: Graph, fit: LinkFit | None, written: str | None, asked: list[str | None]) -> tuple[dict | None, list[str]]:
-    """The fitted link against the wire rate the run was profiled at (``written``, ``--profiled-bandwidth`` as given; None:
-    not given): for --json, and a note saying how much of the collectives' per-byte time ``split_at_wire`` keeps fixed (the
-    fit far below the wire: busy cores); for a Horovod job, also what the rows ``asked`` (their --bandwidth) faster than
-    that wire cannot see (``_horovod_wire_note``)."""
-    if written is None:
+def profiled_wire_notes(g: Graph, fit: LinkFit | None, c: Cluster, asked: list[str | None]) -> tuple[dict | None, list[str]]:
+    """The fitted link against the wire rate the run was profiled at (``c.profiled_bandwidth``; None: not given): for
+    --json, and a note saying how much of the collectives' per-byte time ``split_at_wire`` keeps fixed (the fit far below
+    the wire: busy cores); for a Horovod job, also what the rows ``asked`` (their --bandwidth) faster than that wire cannot
+    see (``_horovod_wire_note``)."""
+    if c.profiled_wire is None or c.profiled_bandwidth is None:
         return None, []
-    wire = parse_bandwidth(written)
+    wire, written = c.profiled_wire, c.profiled_bandwidth
     if is_ps_graph(g):
         return None, _ps_wire_notes(g, wire, written)
     if fit is None:
