@@ -258,9 +258,7 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
     trace = _to_rank_trace(f, path, spans, comm, layers)
     trace.meta.warnings, trace.meta.comm_source, trace.meta.kineto = [RunWarning(w) for w in warnings], comm.source, kpath
     trace.meta.unseen_collectives = comm.unseen
-    if f.fsdp is not None:
-        label_groups(trace, f.fsdp)
-        trace.meta.fsdp = f.fsdp
+    trace.meta.fsdp = f.fsdp
     return trace
 
 
@@ -552,6 +550,9 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
         rows.flows.append((enqueue_ev[t.seq], i))
         if t.seq in after_ev:
             rows.flows.append((i, after_ev[t.seq]))
+    ddp_ranks = list(f.ddp_group_ranks) or list(range(f.world_size))
+    group = "0" if len(ddp_ranks) == f.world_size else "ddp " + ",".join(map(str, ddp_ranks))  # a mesh's DP group: matched within it
+    groups, group_ranks, collectives = ([group], {group: ddp_ranks}, None) if f.fsdp is None else label_groups(rows, f.fsdp)
     profiled = set(f.steps_profiled)
     step_times = {s: (t1 - t0) / 1e3 for s, t0, t1 in f.step_times_ns}
     meta = RankMeta(
@@ -569,12 +570,10 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
         comm_lanes=[name for name, _ in comm_lanes],
         layer_grad_bytes=f.layer_grad_bytes,
         layer_saved_bytes=f.layer_saved_bytes,  # activations each layer keeps for backward
+        collectives=collectives,
     )
-    ddp_ranks = list(f.ddp_group_ranks) or list(range(f.world_size))
-    group = "0" if len(ddp_ranks) == f.world_size else "ddp " + ",".join(map(str, ddp_ranks))  # a mesh's DP group: matched within it
     return RankTrace(
         rank=f.rank, world_size=f.world_size, source=path, events=rows.table(), lanes=lanes,
-        base_ns=base_ns, host=f.host, backend=f.backend, layers=layers, groups=[group],
-        group_ranks={group: ddp_ranks},
+        base_ns=base_ns, host=f.host, backend=f.backend, layers=layers, groups=groups, group_ranks=group_ranks,
         flows=rows.flow_array(), buckets=f.bucket_layouts[-1] if f.bucket_layouts else (), meta=meta,
     )
