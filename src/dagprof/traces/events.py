@@ -203,7 +203,8 @@ class EventRows:
     interned by ``intern``), numbered in the order they come, optional columns as ``EventTable.DEFAULTS``, every column
     in its table dtype. ``columns()`` shows the rows so far as arrays a reader may write into (a value known only once
     every row is read: a collective's bytes or seq); they stay the table's until the next row comes. ``flows`` collects
-    (u, v) row pairs. ``extending`` starts from another reader's table (Horovod's from the PyTorch run's).
+    (u, v) row pairs (a reader that infers them as arrays, each with its ``Dep``, as Kineto's does, gives them to
+    ``RankTrace`` as they are). ``extending`` starts from another reader's table (Horovod's from the PyTorch run's).
     """
 
     def __init__(self, names: Sequence[str] = ()) -> None:
