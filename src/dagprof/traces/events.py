@@ -216,11 +216,11 @@ class EventRows:
         self._n = 0
 
     @classmethod
-    def extending(cls, table: EventTable, flows: np.ndarray) -> "EventRows":
-        """``table``'s rows (copied: writing into ``columns()`` leaves it as it was) and ``flows``, to add to."""
+    def extending(cls, table: EventTable, flows: np.ndarray | None = None) -> "EventRows":
+        """``table``'s rows (copied: writing into ``columns()`` leaves it as it was) and ``flows`` (if given), to add to."""
         rows = cls(table.names)
         rows.add_block(**{c: getattr(table, c).copy() for c in _COLUMNS})
-        rows.flows = [(int(u), int(v)) for u, v in flows.tolist()]
+        rows.flows = [(u, v) for u, v in flows.tolist()] if flows is not None else []
         return rows
 
     def __len__(self) -> int:
