@@ -196,6 +196,11 @@ class EventTable:
 
 
 
+def nested(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per row of one lane, given by start (the longest first at a tie), whether it starts before an earlier row ended:
+    an op run inside another, not a node (depth 1), where a format does not record the nesting itself."""
+    return start < np.maximum.accumulate(np.r_[-np.inf, end[:-1]])
+
 class EventRows:
     """One rank's ``EventTable`` and flows being built: the one way a reader turns what it decoded into rows.
 

@@ -41,7 +41,7 @@ import numpy as np
 from ..errors import DagprofError
 from ..fsutil import read_input
 from . import formats
-from .events import EventRows, Kind, Lane, LaneKind, RankTrace
+from .events import EventRows, Kind, Lane, LaneKind, RankTrace, nested
 from .meta import Collectives, RankMeta, RunWarning
 from .tf_xplane_names import OPTIMIZER, TF_COLLECTIVES, classify, collective_kind, layer_names, program_collectives
 from .xplane_decode import MISSING, XPlane, XSpace, decode_xspace
@@ -222,8 +222,7 @@ class _Reader:
         order = np.lexsort((-(end - start), start))
         rows, start, end, issue = rows[order], start[order], end[order], issue[order]
         # nesting: an op inside another (a function call op run inline) is not a node
-        prev_end = np.maximum.accumulate(np.r_[-np.inf, end[:-1]])
-        depth = (start < prev_end).astype(np.int16)
+        depth = nested(start, end).astype(np.int16)
         step = self._step_of(start)
         # per distinct op (metadata): name, kind, layer, collective
         uniq, inv = np.unique(ln.metadata_id[rows], return_inverse=True)
