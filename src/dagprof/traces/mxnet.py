@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..fsutil import inside, read_input, read_versioned
-from .events import EventRows, Kind, Lane, LaneKind, RankTrace, Run
+from .events import EventRows, Kind, Lane, LaneKind, RankTrace, Run, nested
 from .formats import MXNET_MANIFEST as MANIFEST
 from .meta import PsKey, PsRecord, RankMeta, RunMeta, RunWarning, ServerBusy
 
@@ -262,6 +262,7 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
     fwd_seen: dict[tuple[int, str], int] = {}
     backward_began: set[int] = set()  # steps whose backward pass (or exchange) has begun, by the ops so far (in start order)
     pushes = []
+    engine: list[int] = []  # the engine threads' op rows
     kv_free: list[float] = []
     for o in ops:
         step = step_of(o.start)
@@ -293,18 +294,28 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
             cands = by_type[base] if kind == Kind.FORWARD else by_type[base][::-1]
             if q < len(cands):
                 layer = cands[q]
-        rows.add(o.name, kind, ln, o.start - base_us, o.end - o.start, step=step, layer=layer)
+        engine.append(rows.add(o.name, kind, ln, o.start - base_us, o.end - o.start, step=step, layer=layer))
     for a in api:  # the Python thread's push calls, in key order
         step = step_of(a.start)
         if step >= 0:
             rows.add("MXKVStorePushPull", Kind.COMM_ENQUEUE, lane("python", LaneKind.CPU_THREAD), a.start - base_us, a.end - a.start, step=step)
-    rows.columns()["seq"][[p["event"] for p in pushes]] = np.arange(len(pushes))
+    cols = rows.columns()
+    cols["seq"][[p["event"] for p in pushes]] = np.arange(len(pushes))
+    _nest(cols, np.array(engine, dtype=np.int64))
     table = rows.table()
     trace = RankTrace(rank=w, world_size=man.workers, source=path, events=table, lanes=lanes, base_ns=base_ns, backend="ps-lite",
                       layers=layers, groups=["ps"], group_ranks={"ps": list(range(man.workers))}, host=man.hosts.get(w, ""),
                       meta=RankMeta(framework="mxnet", cpus=man.cpus.get(w, 0), steps_profiled=step_ids,
                                     step_times_us={k: (b - a) / 1e3 for k, a, b in steps}, unprofiled_step_times_us=_timed_us(man, w)))
     return trace, pushes
+
+
+def _nest(cols: dict[str, np.ndarray], rows: np.ndarray) -> None:
+    """An engine op run inside another on its thread (a ``DeleteVariable`` within an ``ImperativeBulk``) is not a node: depth 1."""
+    start, end = cols["start"][rows], cols["start"][rows] + cols["dur"][rows]
+    order = np.lexsort((start - end, start, cols["lane"][rows]))
+    for lane_rows in np.split(order, np.flatnonzero(np.diff(cols["lane"][rows][order])) + 1):
+        cols["depth"][rows[lane_rows]] = nested(start[lane_rows], end[lane_rows])
 
 
 def _timed_us(man: _Manifest, w: int) -> dict[int, float]:
