@@ -35,3 +35,5 @@ def test_extending_copies_and_rename():
     assert base.dur.tolist() == [1.0] and base.names == ["ddp wait"]
     assert t.names == ["sync wait"] and t.name.tolist() == [0, 0] and t.dur.tolist() == [0.5, 1.0]
     assert rows.flows == [(0, 0)]
+    with pytest.raises(ValueError, match="names rows already"):
+        rows.rename("x", "sync wait")

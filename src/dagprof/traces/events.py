@@ -197,9 +197,10 @@ class EventTable:
 
 
 def nested(start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Per row of one lane, given by start (the longest first at a tie), whether it starts before an earlier row ended:
+    """Per row of one lane, in order of start (the longest first at a tie), whether it starts before an earlier row ended:
     an op run inside another, not a node (depth 1), where a format does not record the nesting itself."""
     return start < np.maximum.accumulate(np.r_[-np.inf, end[:-1]])
+
 
 class EventRows:
     """One rank's ``EventTable`` and flows being built: the one way a reader turns what it decoded into rows.
@@ -236,6 +237,8 @@ class EventRows:
 
     def rename(self, old: str, new: str) -> None:
         """Every row named ``old`` (if any) is named ``new`` instead (which must not be a name yet)."""
+        if new in self.index:
+            raise ValueError(f"cannot rename {old!r}: {new!r} names rows already")
         if old in self.index:
             i = self.index.pop(old)
             self.names[i] = new
@@ -252,7 +255,8 @@ class EventRows:
         return self._n - 1
 
     def add_block(self, **cols: Any) -> np.ndarray:
-        """Rows from equal-length arrays (``name``: interned ids); returns their numbers."""
+        """Rows from equal-length arrays (``name``: interned ids; arrays of the table's dtype are taken, not copied);
+        returns their numbers."""
         self._flush()
         m = len(cols["start"])
         self._blocks.append({c: np.asarray(cols[c], dtype=t) if c in cols else np.full(m, EventTable.DEFAULTS[c], dtype=t)
