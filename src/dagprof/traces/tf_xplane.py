@@ -41,7 +41,7 @@ import numpy as np
 from ..errors import DagprofError
 from ..fsutil import read_input
 from . import formats
-from .events import EventRows, Kind, Lane, LaneKind, RankTrace, nested
+from .events import EventRows, Kind, Lane, LaneKind, RankTrace, intern, nested
 from .meta import Collectives, RankMeta, RunWarning
 from .tf_xplane_names import OPTIMIZER, TF_COLLECTIVES, classify, collective_kind, layer_names, program_collectives
 from .xplane_decode import MISSING, XPlane, XSpace, decode_xspace
@@ -91,6 +91,7 @@ class _Reader:
         self.rank_arg, self.world_arg, self.grad_bytes = rank, world, grad_bytes
         self.warnings: list[str] = []
         self.groups: list[str] = []
+        self.group_index: dict[str, int] = {}
         self.layer_index: dict[str, int] = {}  # op scope -> id, until ``_layers`` makes them layers
         self.scopes: dict[str, tuple[bool, bool]] = {}  # op scope -> (has a gradient op, reads a variable)
         self.tab = EventRows()
@@ -247,7 +248,7 @@ class _Reader:
         if len(comm):
             gkey = self.space.int_stat(p, ln, rows[comm], "group_key")
             ikey = self.space.int_stat(p, ln, rows[comm], "instance_key")
-            group[comm] = [self._group(f"tf{g}" if g != MISSING else "0") for g in gkey.tolist()]
+            group[comm] = [intern(self.group_index, self.groups, f"tf{g}" if g != MISSING else "0") for g in gkey.tolist()]
             seq[comm] = np.where(ikey != MISSING, ikey, -1)  # XLA: numbered per step once every line is read
             # complete when its callbacks start (they release the ops after it, then may run for a while)
             marks = self.done_at[k]
@@ -265,11 +266,6 @@ class _Reader:
             self.collectives.program.append(int(prog))
         top = depth == 0
         return start[top], out[top]
-
-    def _group(self, name: str) -> int:
-        if name not in self.groups:
-            self.groups.append(name)
-        return self.groups.index(name)
 
     def _group_sizes(self) -> dict[str, int]:
         """group_key -> group_size, from the collective executor's CompleteParams ranges."""
