@@ -6,11 +6,14 @@ PYTHONPATH, and prints per command whether the two JSON answers are the same, ig
 where they differ, the keys that do and both values. Both trees run in the same interpreter (this one).
 
     python bench/compare_outputs.py --before ../old-checkout --after .
-    python bench/compare_outputs.py --before ../old-checkout --kineto ../shared/data
+    python bench/compare_outputs.py --before ../old-checkout --readers ../shared/data
 
-``--kineto DIR`` compares the Kineto reader instead: every ``*.json`` / ``*.json.gz`` under DIR read by ``read_kineto``
-with each tree, whole ``RankTrace`` against whole ``RankTrace`` (every column's bytes, flows, lanes, metadata and
-warnings, by a digest), or the same one-line refusal.
+``--readers DIR`` compares the readers instead: every file and folder under DIR that dagprof reads (``formats.sniff``:
+Kineto traces, run folders of every framework, XPlane files...) loaded by ``traces.load`` with each tree (missing ranks
+allowed, no parse cache), whole ``Run`` against whole ``Run`` (every column's bytes, flows, lanes, metadata and warnings,
+by a digest), or the same one-line refusal.
+
+    python bench/compare_outputs.py --before ../old-checkout --readers tests/data
 """
 from __future__ import annotations
 
@@ -48,10 +51,12 @@ def _clean(o):
 
 
 _DIGEST = r"""
-import dataclasses, enum, glob, hashlib, json, os, sys
+import dataclasses, enum, hashlib, json, os, sys, tempfile
+os.environ["DAGPROF_CACHE_DIR"] = tempfile.mkdtemp()  # every input parsed by this tree
 import msgspec, numpy as np
 from dagprof.errors import DagprofError
-from dagprof.traces.kineto import read_kineto
+from dagprof.traces import formats
+from dagprof.traces.load import load
 
 def feed(h, x):
     if isinstance(x, np.ndarray):
@@ -78,17 +83,22 @@ def feed(h, x):
 
 out = {}
 root = sys.argv[1]
-for p in sorted(glob.glob(f"{root}/**/*.json", recursive=True) + glob.glob(f"{root}/**/*.json.gz", recursive=True)):
-    try:
-        h = hashlib.sha256(); feed(h, read_kineto(p)); out[os.path.relpath(p, root)] = h.hexdigest()
-    except DagprofError as e:
-        out[os.path.relpath(p, root)] = "refused: " + str(e)
+for folder, dirs, files in os.walk(root):
+    dirs.sort()
+    for p in [folder] + [os.path.join(folder, f) for f in sorted(files)]:
+        fmt = formats.sniff(p)
+        if fmt is None or not fmt.reader:
+            continue
+        try:
+            h = hashlib.sha256(); feed(h, load(p, allow_missing_ranks=True)); out[os.path.relpath(p, root)] = h.hexdigest()
+        except DagprofError as e:
+            out[os.path.relpath(p, root)] = "refused: " + str(e)
 print(json.dumps(out))
 """
 
 
-def kineto_digests(tree: pathlib.Path, folder: pathlib.Path) -> dict[str, str]:
-    """Per trace file under ``folder``: a digest of the ``RankTrace`` that ``tree``'s ``read_kineto`` makes of it, or its refusal."""
+def reader_digests(tree: pathlib.Path, folder: pathlib.Path) -> dict[str, str]:
+    """Per input under ``folder``: a digest of the ``Run`` that ``tree``'s ``traces.load`` makes of it, or its refusal."""
     path = os.pathsep.join([str(tree / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])  # what else is set (ISA-L) too
     p = subprocess.run([sys.executable, "-c", _DIGEST, str(folder)], env={**os.environ, "PYTHONPATH": path},
                        capture_output=True, text=True, timeout=3600)
@@ -97,13 +107,13 @@ def kineto_digests(tree: pathlib.Path, folder: pathlib.Path) -> dict[str, str]:
     return json.loads(p.stdout)
 
 
-def compare_kineto(before: pathlib.Path, after: pathlib.Path, folder: pathlib.Path) -> int:
-    a, b = kineto_digests(before, folder), kineto_digests(after, folder)
+def compare_readers(before: pathlib.Path, after: pathlib.Path, folder: pathlib.Path) -> int:
+    a, b = reader_digests(before, folder), reader_digests(after, folder)
     for name in sorted(a.keys() | b.keys()):
         if a.get(name) != b.get(name):
             print(f"DIFFERS  {name}: {str(a.get(name))[:100]} -> {str(b.get(name))[:100]}")
     read = [k for k in a if not a[k].startswith("refused")]
-    print(f"{sum(a[k] == b.get(k) for k in read)} of {len(read)} traces read identically; "
+    print(f"{sum(a[k] == b.get(k) for k in read)} of {len(read)} inputs read identically; "
           f"{sum(a[k] == b.get(k) for k in a if k not in read)} of {len(a) - len(read)} refused alike")
     return 0
 
@@ -130,10 +140,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", type=pathlib.Path, required=True, help="a checkout (its src/ is used)")
     ap.add_argument("--after", type=pathlib.Path, default=pathlib.Path("."), help="a checkout (default: here)")
-    ap.add_argument("--kineto", type=pathlib.Path, help="compare read_kineto on every trace under this folder instead")
+    ap.add_argument("--readers", type=pathlib.Path, help="compare the readers on every input under this folder instead")
     args = ap.parse_args()
-    if args.kineto:
-        return compare_kineto(args.before.resolve(), args.after.resolve(), args.kineto.resolve())
+    if args.readers:
+        return compare_readers(args.before.resolve(), args.after.resolve(), args.readers.resolve())
     same = 0
     with tempfile.TemporaryDirectory() as tmp:
         work = pathlib.Path(tmp)

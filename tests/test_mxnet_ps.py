@@ -57,7 +57,16 @@ def test_reader_normalises_workers_and_servers():
         assert set(per_step[per_step > 0]) == {8}  # one push/pull per key and step
         assert (ev.kind == Kind.BACKWARD).any() and (ev.kind == Kind.FORWARD).any()
         assert {"conv0", "dense0"} <= {t.layers[i] for i in ev.layer[ev.layer >= 0]}
-        for lane in range(len(t.lanes)):  # depth-0 events never overlap on a lane
+
+
+
+@pytest.mark.parametrize("folder", [FIXTURE, USER, LSTM, CONVNET])
+def test_depth0_events_never_overlap_on_a_lane(folder):
+    """The conv net's engine thread ran a ``DeleteVariable`` inside an ``ImperativeBulk`` (6 times on worker 0): both were
+    nodes of one lane, overlapping, until an op inside another got depth 1."""
+    for t in load(str(folder)).ranks:
+        ev = t.events
+        for lane in range(len(t.lanes)):
             sel = np.flatnonzero((ev.lane == lane) & (ev.depth == 0))
             sel = sel[np.argsort(ev.start[sel])]
             assert (ev.start[sel][1:] >= (ev.start[sel] + ev.dur[sel])[:-1] - 1e-6).all()

@@ -44,7 +44,7 @@ import numpy as np
 from ..errors import DagprofError
 from ..fsutil import inside, open_input
 from .completeness import check_same_job, describe
-from .events import EventTable, Kind, Lane, LaneKind, RankTrace, Run, intern
+from .events import EventRows, Kind, Lane, LaneKind, RankTrace, Run
 from .fsdp_run import fsdp_comm, label_groups
 from .meta import RankGap, RankMeta, RunMeta, RunWarning, warnings_of
 from .run_schema import (
@@ -258,9 +258,7 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
     trace = _to_rank_trace(f, path, spans, comm, layers)
     trace.meta.warnings, trace.meta.comm_source, trace.meta.kineto = [RunWarning(w) for w in warnings], comm.source, kpath
     trace.meta.unseen_collectives = comm.unseen
-    if f.fsdp is not None:
-        label_groups(trace, f.fsdp)
-        trace.meta.fsdp = f.fsdp
+    trace.meta.fsdp = f.fsdp
     return trace
 
 
@@ -469,25 +467,25 @@ def _carve(priority: list[_Span], layer_spans: list[_Span], begin: int, end: int
     return [s for s in out if s.end > s.start or s.kind == Kind.COMM_ENQUEUE]
 
 
-def _add_device_ops(device: list[_DeviceOp], cols: dict[str, list], add, lanes: list[Lane], base_ns: int) -> list[tuple[int, int]]:
+def _add_device_ops(device: list[_DeviceOp], rows: EventRows, add, lanes: list[Lane], base_ns: int) -> None:
     """GPU ops on their stream lanes; the main-lane event around the launch (sync) gives the flow, step, layer and kind."""
     if not device:
-        return []
-    main = [i for i in range(len(cols["start"])) if cols["lane"][i] == 0 and cols["depth"][i] == 0]
-    main.sort(key=lambda i: cols["start"][i])
-    starts = np.array([cols["start"][i] for i in main])
+        return
+    cols = rows.columns()  # the host rows, which the device ops added after them leave as they are
+    main = np.flatnonzero((cols["lane"] == 0) & (cols["depth"] == 0))
+    main = main[np.argsort(cols["start"][main], kind="stable")]
+    starts = cols["start"][main]
 
     def around(t_ns: int) -> int | None:
-        if t_ns < 0 or not main:
+        if t_ns < 0 or not len(main):
             return None
         k = int(np.searchsorted(starts, (t_ns - base_ns) / 1e3, side="right")) - 1
         if k < 0:
             return None
-        i = main[k]
+        i = int(main[k])
         return i if (t_ns - base_ns) / 1e3 <= cols["start"][i] + cols["dur"][i] else None
 
     lane_of = {lane.name: k for k, lane in enumerate(lanes) if k}  # a stream may already carry collectives
-    flows = []
     for op in device:
         if op.lane not in lane_of:
             lane_of[op.lane] = len(lanes)
@@ -495,32 +493,26 @@ def _add_device_ops(device: list[_DeviceOp], cols: dict[str, list], add, lanes: 
         host = around(op.launch)
         kind, step, layer = op.kind, -1, -1
         if host is not None:
-            step, layer = cols["step"][host], cols["layer"][host]
+            step, layer = int(cols["step"][host]), int(cols["layer"][host])
             if cols["kind"][host] in (Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE):
-                kind = Kind(cols["kind"][host])
+                kind = Kind(int(cols["kind"][host]))
         i = add(op.name, kind, lane_of[op.lane], op.start, op.end, step, layer)
         if host is not None:
-            flows.append((host, i))
+            rows.flows.append((host, i))
         waiter = around(op.sync)
         if waiter is not None:
-            flows.append((i, waiter))
-    return flows
+            rows.flows.append((i, waiter))
 
 
 def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: list[str]) -> RankTrace:
     base_ns = min(b for _, b, _, _ in steps)
-    names: list[str] = []
-    index: dict[str, int] = {}
-    cols: dict[str, list] = {c: [] for c in ("name", "kind", "lane", "start", "dur", "depth", "step", "layer", "nbytes",
-                                             "group", "seq", "bucket")}
+    rows = EventRows()
 
     def add(name: str, kind: Kind, lane: int, t0: int, t1: int, step: int, layer: int = -1, nbytes: int = 0,
             seq: int = -1, bucket: int = -1, depth: int = 0) -> int:
-        row = dict(name=intern(index, names, name), kind=int(kind), lane=lane, start=(t0 - base_ns) / 1e3, dur=(t1 - t0) / 1e3,
-                   depth=depth, step=step, layer=layer, nbytes=nbytes, group=0 if seq >= 0 else -1, seq=seq, bucket=bucket)
-        for c, v in row.items():
-            cols[c].append(v)
-        return len(cols["start"]) - 1
+        """A span in ns of the rank's clock; a collective (``seq``) is of the run's one group."""
+        return rows.add(name, kind, lane, (t0 - base_ns) / 1e3, (t1 - t0) / 1e3, depth=depth, step=step, layer=layer,
+                        nbytes=nbytes, group=0 if seq >= 0 else -1, seq=seq, bucket=bucket)
 
     lanes = [Lane(f"thread {f.pid} (main)", LaneKind.CPU_THREAD, main=True)]
     comm_lanes = sorted({(t.lane, t.lane_kind) for t in comm.transfers})
@@ -550,15 +542,17 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
             target = sink if s.bucket >= 0 else (ids[blocked[k]] if blocked[k] is not None else None)
             if target is not None:
                 after_ev[s.seq] = target
-    flows = _add_device_ops(comm.device, cols, add, lanes, base_ns)
+    _add_device_ops(comm.device, rows, add, lanes, base_ns)
     for t in comm.transfers:
         if t.seq not in enqueue_ev:
             continue
         i = add(t.name, Kind.COMM, lane_of[t.lane], t.start, t.end, step_of[t.seq], nbytes=t.nbytes, seq=t.seq, bucket=t.bucket)
-        flows.append((enqueue_ev[t.seq], i))
+        rows.flows.append((enqueue_ev[t.seq], i))
         if t.seq in after_ev:
-            flows.append((i, after_ev[t.seq]))
-    events = EventTable.from_columns(names, **cols)
+            rows.flows.append((i, after_ev[t.seq]))
+    ddp_ranks = list(f.ddp_group_ranks) or list(range(f.world_size))
+    group = "0" if len(ddp_ranks) == f.world_size else "ddp " + ",".join(map(str, ddp_ranks))  # a mesh's DP group: matched within it
+    groups, group_ranks, collectives = ([group], {group: ddp_ranks}, None) if f.fsdp is None else label_groups(rows, f.fsdp)
     profiled = set(f.steps_profiled)
     step_times = {s: (t1 - t0) / 1e3 for s, t0, t1 in f.step_times_ns}
     meta = RankMeta(
@@ -576,12 +570,10 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
         comm_lanes=[name for name, _ in comm_lanes],
         layer_grad_bytes=f.layer_grad_bytes,
         layer_saved_bytes=f.layer_saved_bytes,  # activations each layer keeps for backward
+        collectives=collectives,
     )
-    ddp_ranks = list(f.ddp_group_ranks) or list(range(f.world_size))
-    group = "0" if len(ddp_ranks) == f.world_size else "ddp " + ",".join(map(str, ddp_ranks))  # a mesh's DP group: matched within it
     return RankTrace(
-        rank=f.rank, world_size=f.world_size, source=path, events=events, lanes=lanes,
-        base_ns=base_ns, host=f.host, backend=f.backend, layers=layers, groups=[group],
-        group_ranks={group: ddp_ranks},
-        flows=np.asarray(flows, dtype=np.int64).reshape(-1, 2), buckets=f.bucket_layouts[-1] if f.bucket_layouts else (), meta=meta,
+        rank=f.rank, world_size=f.world_size, source=path, events=rows.table(), lanes=lanes,
+        base_ns=base_ns, host=f.host, backend=f.backend, layers=layers, groups=groups, group_ranks=group_ranks,
+        flows=rows.flow_array(), buckets=f.bucket_layouts[-1] if f.bucket_layouts else (), meta=meta,
     )

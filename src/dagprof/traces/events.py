@@ -3,6 +3,7 @@
 One ``RankTrace`` per rank: a columnar ``EventTable`` (numpy arrays, one row per
 op) plus the metadata needed to join ranks. Strings are interned into small
 lists so the table stays a handful of flat arrays even at millions of events.
+Every reader builds its table and flows with ``EventRows``.
 
 Conventions readers must follow (the graph builder relies on them):
 - times are microseconds (float64) relative to ``RankTrace.base_ns`` (Unix epoch ns);
@@ -192,6 +193,96 @@ class EventTable:
         cols = {c: np.concatenate([getattr(self, c), getattr(other, c)]) for c in _COLUMNS}
         cols["name"] = np.concatenate([self.name, remap[other.name]]).astype(np.int32)
         return EventTable(names=names, **cols)
+
+
+
+def nested(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per row of one lane, in order of start (the longest first at a tie), whether it starts before an earlier row ended:
+    an op run inside another, not a node (depth 1), where a format does not record the nesting itself."""
+    return start < np.maximum.accumulate(np.r_[-np.inf, end[:-1]])
+
+
+class EventRows:
+    """One rank's ``EventTable`` and flows being built: the one way a reader turns what it decoded into rows.
+
+    Names are interned on the way in; rows come one at a time (``add``) or as numpy blocks (``add_block``, names already
+    interned by ``intern``), numbered in the order they come, optional columns as ``EventTable.DEFAULTS``, every column
+    in its table dtype. ``columns()`` shows the rows so far as arrays a reader may write into (a value known only once
+    every row is read: a collective's bytes or seq); they stay the table's until the next row comes. ``flows`` collects
+    (u, v) row pairs (a reader that infers them as arrays, each with its ``Dep``, as Kineto's does, gives them to
+    ``RankTrace`` as they are). ``extending`` starts from another reader's table (Horovod's from the PyTorch run's).
+    """
+
+    def __init__(self, names: Sequence[str] = ()) -> None:
+        self.names: list[str] = list(names)  # already interned: ``name`` columns given to ``add_block`` index them
+        self.index = {s: i for i, s in enumerate(self.names)}
+        self.flows: list[tuple[int, int]] = []
+        self._blocks: list[dict[str, np.ndarray]] = []
+        self._rows: dict[str, list[Any]] = {c: [] for c in _COLUMNS}
+        self._n = 0
+
+    @classmethod
+    def extending(cls, table: EventTable, flows: np.ndarray | None = None) -> "EventRows":
+        """``table``'s rows (copied: writing into ``columns()`` leaves it as it was) and ``flows`` (if given), to add to."""
+        rows = cls(table.names)
+        rows.add_block(**{c: getattr(table, c).copy() for c in _COLUMNS})
+        rows.flows = [(u, v) for u, v in flows.tolist()] if flows is not None else []
+        return rows
+
+    def __len__(self) -> int:
+        return self._n
+
+    def intern(self, name: str) -> int:
+        return intern(self.index, self.names, name)
+
+    def rename(self, old: str, new: str) -> None:
+        """Every row named ``old`` (if any) is named ``new`` instead (which must not be a name yet)."""
+        if new in self.index:
+            raise ValueError(f"cannot rename {old!r}: {new!r} names rows already")
+        if old in self.index:
+            i = self.index.pop(old)
+            self.names[i] = new
+            self.index[new] = i
+
+    def add(self, name: str, kind: Kind | int, lane: int, start: float, dur: float, **optional: Any) -> int:
+        """One row (``optional``: the columns of ``EventTable.DEFAULTS``); returns its number."""
+        if not optional.keys() <= EventTable.DEFAULTS.keys():
+            raise TypeError(f"not optional event columns: {sorted(optional.keys() - EventTable.DEFAULTS.keys())}")
+        row = {**EventTable.DEFAULTS, **optional, "name": self.intern(name), "kind": int(kind), "lane": lane, "start": start, "dur": dur}
+        for c, values in self._rows.items():
+            values.append(row[c])
+        self._n += 1
+        return self._n - 1
+
+    def add_block(self, **cols: Any) -> np.ndarray:
+        """Rows from equal-length arrays (``name``: interned ids; arrays of the table's dtype are taken, not copied);
+        returns their numbers."""
+        self._flush()
+        m = len(cols["start"])
+        self._blocks.append({c: np.asarray(cols[c], dtype=t) if c in cols else np.full(m, EventTable.DEFAULTS[c], dtype=t)
+                             for c, t in _COLUMNS.items()})
+        self._n += m
+        return np.arange(self._n - m, self._n)
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """Every row so far, one writable array per column."""
+        self._flush()
+        if len(self._blocks) != 1:
+            self._blocks = [{c: np.concatenate([b[c] for b in self._blocks]) if self._blocks else np.zeros(0, t)
+                             for c, t in _COLUMNS.items()}]
+        return self._blocks[0]
+
+    def table(self) -> EventTable:
+        return EventTable.from_columns(self.names, **self.columns())
+
+    def flow_array(self) -> np.ndarray:
+        """``flows`` as an (n, 2) int64 array, for ``RankTrace.flows``."""
+        return np.asarray(self.flows, dtype=np.int64).reshape(-1, 2)
+
+    def _flush(self) -> None:
+        if self._rows["start"]:
+            self._blocks.append({c: np.asarray(v, dtype=_COLUMNS[c]) for c, v in self._rows.items()})
+            self._rows = {c: [] for c in _COLUMNS}
 
 
 @dataclass

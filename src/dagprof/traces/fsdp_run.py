@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .events import Kind, RankTrace, intern
+from .events import EventRows, Kind
 from .meta import Collectives
 from .run_schema import Col, FsdpInfo, Rec
 from .run_spans import _Comm, _Span, _Transfer
@@ -82,26 +82,21 @@ def _kineto_transfers(kpath: str, rank: int, lo: int, hi: int) -> list[tuple[str
     return sorted(out, key=lambda x: x[1])
 
 
-def label_groups(trace: RankTrace, info: FsdpInfo) -> None:
-    """Name each FSDP collective's process group by its ranks and record its canonical kind (for matching);
-    each wait is named by the collective it waited for ("wait all_gather blocks.0")."""
-    ev = trace.events
+def label_groups(rows: EventRows, info: FsdpInfo) -> tuple[list[str], dict[str, list[int]], Collectives]:
+    """Name each FSDP collective's process group by its ranks (the groups, their ranks) and record its canonical kind
+    (for matching); each wait is named by the collective it waited for ("wait all_gather blocks.0")."""
+    cols = rows.columns()
     groups = sorted({c.group for c in info.collectives})
-    trace.groups = groups
-    trace.group_ranks = {gname: [int(r) for r in gname.split(",")] for gname in groups}
     index = {gname: k for k, gname in enumerate(groups)}
-    rows = np.flatnonzero(ev.seq >= 0)
     coll = Collectives()
-    for i in rows.tolist():
-        c = info.collectives[int(ev.seq[i])]
-        ev.group[i] = index[c.group]
-        if ev.kind[i] == Kind.COMM:
+    for i in np.flatnonzero(cols["seq"] >= 0).tolist():
+        c = info.collectives[int(cols["seq"][i])]
+        cols["group"][i] = index[c.group]
+        if cols["kind"][i] == Kind.COMM:
             coll.event.append(i)
             coll.coll.append(COLL_NAMES[c.kind])
             coll.dtype.append(c.dtype)
-    trace.meta.collectives = coll
-    names = {n: k for k, n in enumerate(ev.names)}
-    for src, dst in trace.flows.tolist():  # the gap where the thread blocked: named by what it waited for
-        if ev.kind[src] == Kind.COMM and ev.seq[src] >= 0 and ev.kind[dst] == Kind.COMM_WAIT:
-            name = f"wait {ev.name_of(src)}"
-            ev.name[dst] = intern(names, ev.names, name)
+    for src, dst in rows.flows:  # the gap where the thread blocked: named by what it waited for
+        if cols["kind"][src] == Kind.COMM and cols["seq"][src] >= 0 and cols["kind"][dst] == Kind.COMM_WAIT:
+            cols["name"][dst] = rows.intern(f"wait {rows.names[cols['name'][src]]}")
+    return groups, {gname: [int(r) for r in gname.split(",")] for gname in groups}, coll

@@ -40,7 +40,7 @@ from ..errors import DagprofError
 from ..fsutil import inside, read_versioned
 from .buckets import Bucket, BucketLayout
 from .dagprof_run import read_run
-from .events import EventTable, Kind, Lane, LaneKind, RankTrace, Run, intern
+from .events import EventRows, EventTable, Kind, Lane, LaneKind, RankTrace, Run
 from .horovod_timeline import Response, Timeline, read_timeline
 from .meta import Collectives, HorovodRecord, RankMeta, RunWarning, warnings_of
 
@@ -364,40 +364,21 @@ def _clock_shift(trace: RankTrace, ref: RankTrace, plan: list[_Planned]) -> int:
     return -int(np.median(diffs)) if diffs else 0
 
 
-class _Columns:
-    """Growable event columns (a RankTrace's table plus what this reader adds)."""
-
-    def __init__(self, ev: EventTable):
-        self.names = list(ev.names)
-        self.index = {s: i for i, s in enumerate(self.names)}
-        self.cols = {c: getattr(ev, c).tolist() for c in EventTable.COLUMNS}
-
-    def add(self, **row) -> int:
-        row = {**EventTable.DEFAULTS, **row, "name": intern(self.index, self.names, row["name"])}
-        for c in EventTable.COLUMNS:
-            self.cols[c].append(row[c])
-        return len(self.cols["start"]) - 1
-
-    def table(self) -> EventTable:
-        return EventTable.from_columns(self.names, **self.cols)
-
-
 def _merge(trace: RankTrace, reqs: list[_Request], plan: list[_Planned], shift_ns: int, tl: Timeline | None) -> RankTrace:
-    ev = trace.events
-    c = _Columns(ev)
-    if _DDP_WAIT in c.index:  # the same records mean Horovod's synchronize() here
-        c.names[c.index[_DDP_WAIT]] = WAIT_NAME
+    c = EventRows.extending(trace.events, trace.flows)
+    c.rename(_DDP_WAIT, WAIT_NAME)  # the same records mean Horovod's synchronize() here
     main = next((i for i, lane in enumerate(trace.lanes) if lane.main), 0)
     us = lambda ns: (ns - trace.base_ns) / 1e3  # noqa: E731
-    flows = [tuple(f) for f in trace.flows.tolist()]
-    request_ev = _cut_requests(c, trace, main, reqs, us, flows)
+    request_ev = _cut_requests(c, main, reqs, us)
     if not plan:
-        return _rebuild(trace, c, flows, [], trace.meta)
+        return _rebuild(trace, c, [], trace.meta)
+    cols = c.columns()  # the run's rows and the requests
+    ends = lambda rows: (cols["start"][i] + cols["dur"][i] for i in rows)  # noqa: E731
     lanes = list(trace.lanes) + [Lane(LANE, LaneKind.COMM_THREAD)]
     lane = len(lanes) - 1
     groups = list(trace.groups) + ([GROUP] if GROUP not in trace.groups else [])
     gid = groups.index(GROUP)
-    sinks = _sinks(c, main)
+    sinks = _sinks(cols, main)
     at = lambda epoch_us: us(int(round(epoch_us * 1e3)) - shift_ns)  # noqa: E731
     coll_events, coll_dtypes = [], []
     negotiate = -1
@@ -412,13 +393,13 @@ def _merge(trace: RankTrace, reqs: list[_Request], plan: list[_Planned], shift_n
             # rank 0's cycle and negotiation are not this rank's: from its last request to the response it mostly waited
             # for the slower rank, which the transfer's join models (as a span or an idle gap on this lane, an averaged
             # replay would charge that wait as a fixed delay); its copy-in starts when its tensors and its lane are ready
-            own = max((c.cols["start"][request_ev[id(q)]] + c.cols["dur"][request_ev[id(q)]] for q in mine if id(q) in request_ev), default=t0)
+            own = max(ends(request_ev[id(q)] for q in mine if id(q) in request_ev), default=t0)
             t0 = min(t0, max(own, lane_free))
             negotiate = -1
         elif p.first_in_cycle and r.cycle is not None:
             cycle_reqs = [request_ev[id(q)] for q2 in plan if q2.resp.cycle == r.cycle for q in q2.requests.get(trace.rank, [])
                           if id(q) in request_ev]
-            ready = max((c.cols["start"][i] + c.cols["dur"][i] for i in cycle_reqs), default=-np.inf)
+            ready = max(ends(cycle_reqs), default=-np.inf)
             a = min(max(at(r.cycle), ready), t0)
             negotiate = c.add(name="horovod negotiate", kind=int(Kind.OTHER), lane=lane, start=a, dur=t0 - a, step=p.step)
         elif r.cycle is None:
@@ -433,14 +414,14 @@ def _merge(trace: RankTrace, reqs: list[_Request], plan: list[_Planned], shift_n
         coll_events.append(comm)
         coll_dtypes.append(_dtype(r))
         head = negotiate if negotiate >= 0 else prep
-        flows += [(request_ev[id(q)], head) for q in mine if id(q) in request_ev]
-        flows += [(prep, comm), (comm, post)]
+        c.flows += [(request_ev[id(q)], head) for q in mine if id(q) in request_ev]
+        c.flows += [(prep, comm), (comm, post)]
         if p.step in sinks:
-            flows.append((post, sinks[p.step]))
+            c.flows.append((post, sinks[p.step]))
     buckets = tuple(Bucket(p.position, p.nbytes, tuple(p.resp.tensors)) for p in plan if p.step == plan[0].step)
     meta = msgspec.structs.replace(trace.meta, collectives=Collectives(event=coll_events, coll=[p.resp.op for p in plan], dtype=coll_dtypes),
                                    horovod_clock_shift_ns=shift_ns)
-    out = _rebuild(trace, c, flows, buckets, meta)
+    out = _rebuild(trace, c, buckets, meta)
     return dataclasses.replace(out, lanes=lanes, groups=groups,
                                group_ranks={**trace.group_ranks, GROUP: list(range(trace.world_size))})
 
@@ -454,26 +435,27 @@ def _short(tensors: list[str]) -> str:
     return head if len(tensors) == 1 else f"{head} +{len(tensors) - 1}"
 
 
-def _sinks(c: _Columns, main: int) -> dict[int, int]:
+def _sinks(cols: dict[str, np.ndarray], main: int) -> dict[int, int]:
     """Per step: the main-lane event that waits for the step's responses (its last synchronize, else its update)."""
-    cols = c.cols
     waits: dict[int, int] = {}
     updates: dict[int, int] = {}
-    for i in sorted(range(len(cols["start"])), key=lambda i: cols["start"][i]):
-        if cols["lane"][i] == main and cols["depth"][i] == 0 and cols["step"][i] >= 0:
-            if cols["kind"][i] == Kind.COMM_WAIT:
-                waits[cols["step"][i]] = i
-            elif cols["kind"][i] == Kind.UPDATE:
-                updates.setdefault(cols["step"][i], i)
+    order = np.argsort(cols["start"], kind="stable")
+    for i in order[(cols["lane"][order] == main) & (cols["depth"][order] == 0) & (cols["step"][order] >= 0)].tolist():
+        step = int(cols["step"][i])
+        if cols["kind"][i] == Kind.COMM_WAIT:
+            waits[step] = i
+        elif cols["kind"][i] == Kind.UPDATE:
+            updates.setdefault(step, i)
     return {**updates, **waits}
 
 
-def _cut_requests(c: _Columns, trace: RankTrace, main: int, reqs: list[_Request], us, flows: list[tuple[int, int]]) -> dict[int, int]:
-    """Insert each request as a depth-0 COMM_ENQUEUE on the main lane, splitting the span it ran inside."""
-    cols = c.cols
-    tops = [i for i in range(len(cols["start"])) if cols["lane"][i] == main and cols["depth"][i] == 0 and cols["kind"][i] != Kind.STEP]
-    tops.sort(key=lambda i: cols["start"][i])
-    starts = [cols["start"][i] for i in tops]
+def _cut_requests(c: EventRows, main: int, reqs: list[_Request], us) -> dict[int, int]:
+    """Insert each request as a depth-0 COMM_ENQUEUE on the main lane, splitting the span it ran inside (the flows from
+    that span then leave its last piece)."""
+    cols = c.columns()
+    tops = np.flatnonzero((cols["lane"] == main) & (cols["depth"] == 0) & (cols["kind"] != Kind.STEP))
+    tops = tops[np.argsort(cols["start"][tops], kind="stable")].tolist()
+    starts = cols["start"][tops].tolist()
     inside: dict[int, list[tuple[float, float, _Request]]] = {}
     for rq in reqs:
         a, b = us(rq.t0), us(rq.t1)
@@ -483,25 +465,30 @@ def _cut_requests(c: _Columns, trace: RankTrace, main: int, reqs: list[_Request]
         i = tops[k]
         if b <= cols["start"][i] + cols["dur"][i] + 1e-3:
             inside.setdefault(i, []).append((a, b, rq))
-    out: dict[int, int] = {}
-    last_piece: dict[int, int] = {}
+    cuts: dict[int, list[tuple[float, float, _Request]]] = {}  # per span, its requests from where each begins to where it ends
     for i, items in inside.items():
-        start, end = cols["start"][i], cols["start"][i] + cols["dur"][i]
-        template = {col: cols[col][i] for col in EventTable.COLUMNS}
-        name = c.names[template["name"]]
-        cursor, piece = start, i
+        cursor, cuts[i] = cols["start"][i], []
         for a, b, rq in sorted(items, key=lambda x: x[0]):
             a, b = max(a, cursor), max(b, a)
-            cols["dur"][piece] = a - cols["start"][piece]  # the span so far ends where the request begins
-            out[id(rq)] = c.add(name=REQUEST + rq.tensor, kind=int(Kind.COMM_ENQUEUE), lane=main, start=a, dur=b - a,
-                                step=template["step"], nbytes=rq.nbytes)
-            piece = c.add(**{**template, "name": name, "start": b, "dur": max(end - b, 0.0), "nbytes": 0})
+            cuts[i].append((a, b, rq))
             cursor = b
-        last_piece[i] = piece
-    flows[:] = [(last_piece.get(s, s), d) for s, d in flows]
+    end = {i: cols["start"][i] + cols["dur"][i] for i in cuts}
+    for i, pieces in cuts.items():
+        cols["dur"][i] = pieces[0][0] - cols["start"][i]  # the span now ends where its first request begins
+    out: dict[int, int] = {}
+    last_piece: dict[int, int] = {}
+    for i, pieces in cuts.items():
+        name, kind, lane = c.names[cols["name"][i]], int(cols["kind"][i]), int(cols["lane"][i])
+        same = {col: cols[col][i] for col in EventTable.DEFAULTS}  # each piece is of the span's step, layer, group...
+        for k, (a, b, rq) in enumerate(pieces):
+            out[id(rq)] = c.add(name=REQUEST + rq.tensor, kind=int(Kind.COMM_ENQUEUE), lane=main, start=a, dur=b - a,
+                                step=same["step"], nbytes=rq.nbytes)
+            upto = pieces[k + 1][0] - b if k + 1 < len(pieces) else max(end[i] - b, 0.0)
+            last_piece[i] = c.add(name, kind, lane, b, upto, **{**same, "nbytes": 0})
+    c.flows[:] = [(last_piece.get(s, s), d) for s, d in c.flows]
     return out
 
 
-def _rebuild(trace: RankTrace, c: _Columns, flows: list[tuple[int, int]], buckets: BucketLayout, meta: RankMeta) -> RankTrace:
-    return dataclasses.replace(trace, events=c.table(), flows=np.asarray(flows, dtype=np.int64).reshape(-1, 2),
+def _rebuild(trace: RankTrace, c: EventRows, buckets: BucketLayout, meta: RankMeta) -> RankTrace:
+    return dataclasses.replace(trace, events=c.table(), flows=c.flow_array(),
                                buckets=buckets or trace.buckets, backend=trace.backend or "horovod", meta=meta)

@@ -43,7 +43,7 @@ import numpy as np
 
 from ..errors import DagprofError
 from . import kineto_schema as ks
-from .events import EventTable, Kind, Lane, LaneKind, RankTrace
+from .events import EventRows, Kind, Lane, LaneKind, RankTrace
 from .kineto_decode import MAX_OP_US, Reopened, TraceStream, open_trace, raw_value
 from .kineto_deps import Deps, dependencies, enclosing_enqueue, main_lane, stream_number
 from .kineto_tables import CONTEXT_KINDS, Columns, Kinds, Nesting
@@ -505,18 +505,16 @@ def _rank_trace(trace: ks.Head, path: str, rank_arg: int | None, header: _Header
     group_ranks = dict(colls.group_ranks)
     if "0" in colls.groups and "0" not in group_ranks:
         group_ranks["0"] = list(range(world))  # the default group spans the job
-    table = EventTable.from_columns(
-        cols.names, name=cols.pair_name[cols.pair], kind=deps.kind, lane=cols.lane, start=cols.start,
-        dur=cols.dur, depth=nest.depth, step=kinds.step, nbytes=colls.nbytes, group=colls.group, seq=colls.seq,
-        peer=colls.peer,
-    )
+    rows = EventRows(cols.names)
+    rows.add_block(name=cols.pair_name[cols.pair], kind=deps.kind, lane=cols.lane, start=cols.start, dur=cols.dur, depth=nest.depth,
+                   step=kinds.step, nbytes=colls.nbytes, group=colls.group, seq=colls.seq, peer=colls.peer)
     base = trace.baseTimeNanoseconds or 0
     schema = raw_value(trace.schemaVersion)
     meta = RankMeta(format="kineto", rank_source=source, collectives=colls.meta, explicit_seq=colls.explicit_seq,
                     schema=schema if isinstance(schema, (int, str)) and not isinstance(schema, bool) else None,
                     declined=deps.declined, group_desc=colls.group_desc)
     return RankTrace(
-        rank=rank, world_size=world, source=path, events=table, lanes=_lanes(cols, nest, deps, header),
+        rank=rank, world_size=world, source=path, events=rows.table(), lanes=_lanes(cols, nest, deps, header),
         base_ns=int(base + round(cols.t0 * 1000.0)), host=trace.host_name,
         backend=str(header.dist.get("backend", "")), groups=colls.groups, group_ranks=group_ranks,
         flows=np.stack([deps.src, deps.dst], axis=1), flow_rule=deps.rule, meta=meta,

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..fsutil import inside, read_input, read_versioned
-from .events import EventTable, Kind, Lane, LaneKind, RankTrace, Run, intern
+from .events import EventRows, Kind, Lane, LaneKind, RankTrace, Run, nested
 from .formats import MXNET_MANIFEST as MANIFEST
 from .meta import PsKey, PsRecord, RankMeta, RunMeta, RunWarning, ServerBusy
 
@@ -248,20 +248,13 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
             lanes.append(Lane(name, kind, main))
         return lane_ids[name]
 
-    cols: dict[str, list] = {c: [] for c in ("name", "kind", "lane", "start", "dur", "depth", "step", "layer", "nbytes", "group", "seq", "bucket")}
-    names: list[str] = []
-    name_ids: dict[str, int] = {}
-
-    def add(name: str, kind: Kind, ln: int, start: float, end: float, step: int, depth: int = 0, layer: int = -1, nbytes: int = 0,
-            group: int = -1, seq: int = -1, bucket: int = -1) -> int:
-        for c, v in zip(cols, (intern(name_ids, names, name), int(kind), ln, start - base_us, end - start, depth, step, layer, nbytes, group, seq, bucket)):
-            cols[c].append(v)
-        return len(cols["start"]) - 1
+    rows = EventRows()
 
     compute_tids = sorted({(o.pid, o.tid) for o in ops if o.name not in PUSHPULL and not procs.get(o.pid, "").startswith("cpu pinned")})
     main_tid = max(compute_tids, key=lambda pt: sum(1 for o in ops if (o.pid, o.tid) == pt)) if compute_tids else None
     for step, a, b in steps:  # STEP markers on the main engine thread, like Kineto's ProfilerStep#N
-        add(f"step#{step}", Kind.STEP, lane("engine cpu/0", LaneKind.CPU_THREAD, main=True), a / 1e3, b / 1e3, step, depth=-1)
+        rows.add(f"step#{step}", Kind.STEP, lane("engine cpu/0", LaneKind.CPU_THREAD, main=True), a / 1e3 - base_us, b / 1e3 - a / 1e3,
+                 step=step, depth=-1)
     layers = [lay.name for lay in man.layers]
     by_type: dict[str, list[int]] = {}
     for i, lay in enumerate(man.layers):
@@ -269,6 +262,7 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
     fwd_seen: dict[tuple[int, str], int] = {}
     backward_began: set[int] = set()  # steps whose backward pass (or exchange) has begun, by the ops so far (in start order)
     pushes = []
+    engine: list[int] = []  # the engine threads' op rows
     kv_free: list[float] = []
     for o in ops:
         step = step_of(o.start)
@@ -280,7 +274,7 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
             if slot == len(kv_free):
                 kv_free.append(0.0)
             kv_free[slot] = o.end
-            ev = add(o.name, Kind.COMM, lane(f"kvstore {slot}", LaneKind.COMM_THREAD), o.start, o.end, step, group=0)
+            ev = rows.add(o.name, Kind.COMM, lane(f"kvstore {slot}", LaneKind.COMM_THREAD), o.start - base_us, o.end - o.start, step=step, group=0)
             pushes.append({"event": ev, "step": step, "start": o.start, "end": o.end})
             continue
         if (o.pid, o.tid) == main_tid:
@@ -300,19 +294,28 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
             cands = by_type[base] if kind == Kind.FORWARD else by_type[base][::-1]
             if q < len(cands):
                 layer = cands[q]
-        add(o.name, kind, ln, o.start, o.end, step, layer=layer)
+        engine.append(rows.add(o.name, kind, ln, o.start - base_us, o.end - o.start, step=step, layer=layer))
     for a in api:  # the Python thread's push calls, in key order
         step = step_of(a.start)
         if step >= 0:
-            add("MXKVStorePushPull", Kind.COMM_ENQUEUE, lane("python", LaneKind.CPU_THREAD), a.start, a.end, step)
-    for seq, p in enumerate(pushes):
-        cols["seq"][p["event"]] = seq
-    table = EventTable.from_columns(names, **{c: np.asarray(v) for c, v in cols.items()})
+            rows.add("MXKVStorePushPull", Kind.COMM_ENQUEUE, lane("python", LaneKind.CPU_THREAD), a.start - base_us, a.end - a.start, step=step)
+    cols = rows.columns()
+    cols["seq"][[p["event"] for p in pushes]] = np.arange(len(pushes))
+    _nest(cols, np.array(engine, dtype=np.int64))
+    table = rows.table()
     trace = RankTrace(rank=w, world_size=man.workers, source=path, events=table, lanes=lanes, base_ns=base_ns, backend="ps-lite",
                       layers=layers, groups=["ps"], group_ranks={"ps": list(range(man.workers))}, host=man.hosts.get(w, ""),
                       meta=RankMeta(framework="mxnet", cpus=man.cpus.get(w, 0), steps_profiled=step_ids,
                                     step_times_us={k: (b - a) / 1e3 for k, a, b in steps}, unprofiled_step_times_us=_timed_us(man, w)))
     return trace, pushes
+
+
+def _nest(cols: dict[str, np.ndarray], rows: np.ndarray) -> None:
+    """An engine op run inside another on its thread (a ``DeleteVariable`` within an ``ImperativeBulk``) is not a node: depth 1."""
+    start, end = cols["start"][rows], cols["start"][rows] + cols["dur"][rows]
+    order = np.lexsort((start - end, start, cols["lane"][rows]))
+    for lane_rows in np.split(order, np.flatnonzero(np.diff(cols["lane"][rows][order])) + 1):
+        cols["depth"][rows[lane_rows]] = nested(start[lane_rows], end[lane_rows])
 
 
 def _timed_us(man: _Manifest, w: int) -> dict[int, float]:

@@ -16,7 +16,7 @@ import re
 import numpy as np
 
 from ..errors import DagprofError
-from .events import Dep, EventTable, Kind, Lane, LaneKind, RankTrace, Run
+from .events import Dep, EventRows, Kind, Lane, LaneKind, RankTrace, Run
 
 WINDOW_STEP_NAME = "profiled window"
 
@@ -72,10 +72,10 @@ def as_one_window(trace: RankTrace) -> RankTrace:
     if lane is None:
         lane = next((i for i, x in enumerate(trace.lanes) if x.kind != LaneKind.GPU_STREAM), 0)
     t0, t1 = float(ev.start.min()), float(ev.end.max())
-    mark = EventTable.from_columns([WINDOW_STEP_NAME], name=[0], kind=[Kind.STEP], lane=[lane], start=[t0], dur=[t1 - t0],
-                                   depth=[-1], step=[0])
-    events = ev.concat(mark)
-    events.step[:] = 0
+    rows = EventRows.extending(ev)
+    rows.add(WINDOW_STEP_NAME, Kind.STEP, lane, t0, t1 - t0, depth=-1)
+    rows.columns()["step"][:] = 0
+    events = rows.table()
     return dataclasses.replace(trace, events=events, lanes=_with_main(trace.lanes, lane))
 
 

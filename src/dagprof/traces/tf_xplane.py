@@ -41,7 +41,7 @@ import numpy as np
 from ..errors import DagprofError
 from ..fsutil import read_input
 from . import formats
-from .events import EventTable, Kind, Lane, LaneKind, RankTrace, intern
+from .events import EventRows, Kind, Lane, LaneKind, RankTrace, intern, nested
 from .meta import Collectives, RankMeta, RunWarning
 from .tf_xplane_names import OPTIMIZER, TF_COLLECTIVES, classify, collective_kind, layer_names, program_collectives
 from .xplane_decode import MISSING, XPlane, XSpace, decode_xspace
@@ -85,64 +85,16 @@ def rank_from_path(path: str) -> int | None:
     return None
 
 
-class _Table:
-    """Event columns built in blocks (numpy) and single rows (lists), in row order."""
-
-    def __init__(self) -> None:
-        self.names: list[str] = []
-        self.index: dict[str, int] = {}
-        self.chunks: list[dict[str, np.ndarray]] = []
-        self.rows: dict[str, list] | None = None
-        self.n = 0
-        self._cols: dict[str, np.ndarray] | None = None
-
-    def intern(self, name: str) -> int:
-        return intern(self.index, self.names, name)
-
-    def add_block(self, **cols: np.ndarray) -> np.ndarray:
-        """Rows from equal-length arrays (``name`` as interned ids); returns their row numbers."""
-        self._flush()
-        m = len(cols["start"])
-        self.chunks.append({c: np.asarray(cols[c]) if c in cols else np.full(m, EventTable.DEFAULTS[c])
-                            for c in EventTable.COLUMNS})
-        self.n += m
-        self._cols = None
-        return np.arange(self.n - m, self.n)
-
-    def add(self, name: str, kind: Kind, lane: int, start: float, dur: float, **kw) -> int:
-        if self.rows is None:
-            self.rows = {c: [] for c in EventTable.COLUMNS}
-        row = {**EventTable.DEFAULTS, **kw, "name": self.intern(name), "kind": int(kind), "lane": lane, "start": start, "dur": max(dur, 0.0)}
-        for c in EventTable.COLUMNS:
-            self.rows[c].append(row[c])
-        self.n += 1
-        self._cols = None
-        return self.n - 1
-
-    def _flush(self) -> None:
-        if self.rows:
-            self.chunks.append({c: np.asarray(v) for c, v in self.rows.items()})
-        self.rows = None
-
-    def columns(self) -> dict[str, np.ndarray]:
-        """All rows so far, one array per column (the same arrays until the next add)."""
-        if self._cols is None:
-            self._flush()
-            self._cols = {c: np.concatenate([ch[c] for ch in self.chunks]) if self.chunks else np.zeros(0)
-                          for c in EventTable.COLUMNS}
-            self.chunks = [self._cols] if self.chunks else []
-        return self._cols
-
-
 class _Reader:
     def __init__(self, space: XSpace, plane: XPlane, path: str, rank: int | None, world: int | None, grad_bytes: int):
         self.space, self.plane, self.path = space, plane, path
         self.rank_arg, self.world_arg, self.grad_bytes = rank, world, grad_bytes
         self.warnings: list[str] = []
         self.groups: list[str] = []
+        self.group_index: dict[str, int] = {}
         self.layer_index: dict[str, int] = {}  # op scope -> id, until ``_layers`` makes them layers
         self.scopes: dict[str, tuple[bool, bool]] = {}  # op scope -> (has a gradient op, reads a variable)
-        self.tab = _Table()
+        self.tab = EventRows()
         self.collectives = Collectives()
         env = space.plane(TASK_ENV_PLANE)
         self.base_ns = int(env.stats.get("profile_start_time", 0)) if env is not None else 0
@@ -271,8 +223,7 @@ class _Reader:
         order = np.lexsort((-(end - start), start))
         rows, start, end, issue = rows[order], start[order], end[order], issue[order]
         # nesting: an op inside another (a function call op run inline) is not a node
-        prev_end = np.maximum.accumulate(np.r_[-np.inf, end[:-1]])
-        depth = (start < prev_end).astype(np.int16)
+        depth = nested(start, end).astype(np.int16)
         step = self._step_of(start)
         # per distinct op (metadata): name, kind, layer, collective
         uniq, inv = np.unique(ln.metadata_id[rows], return_inverse=True)
@@ -297,7 +248,7 @@ class _Reader:
         if len(comm):
             gkey = self.space.int_stat(p, ln, rows[comm], "group_key")
             ikey = self.space.int_stat(p, ln, rows[comm], "instance_key")
-            group[comm] = [self._group(f"tf{g}" if g != MISSING else "0") for g in gkey.tolist()]
+            group[comm] = [intern(self.group_index, self.groups, f"tf{g}" if g != MISSING else "0") for g in gkey.tolist()]
             seq[comm] = np.where(ikey != MISSING, ikey, -1)  # XLA: numbered per step once every line is read
             # complete when its callbacks start (they release the ops after it, then may run for a while)
             marks = self.done_at[k]
@@ -315,11 +266,6 @@ class _Reader:
             self.collectives.program.append(int(prog))
         top = depth == 0
         return start[top], out[top]
-
-    def _group(self, name: str) -> int:
-        if name not in self.groups:
-            self.groups.append(name)
-        return self.groups.index(name)
 
     def _group_sizes(self) -> dict[str, int]:
         """group_key -> group_size, from the collective executor's CompleteParams ranges."""
@@ -359,6 +305,7 @@ class _Reader:
                                   zip(t0[other][ok].tolist(), t1[other][ok].tolist(), ctype[ok].tolist(), cid[ok].tolist())]
         c = self.tab.columns()
         self.sched = schedule(lines, self.nodes, self.main, c["start"], c["start"] + c["dur"], c["kind"], c["step"])
+        self.tab.flows += self.sched.flows
 
     # ------------------------------------------------------------------ the main lane
     def _main_lane(self) -> None:
@@ -394,7 +341,7 @@ class _Reader:
             else:
                 merged.append(w)
         main_st, main_rows = self.nodes.get(main, (np.zeros(0), np.zeros(0, np.int64)))
-        flows = sched.flows
+        flows = tab.flows
         segs: list[tuple[float, float, int]] = []
         wait_start = np.array([w[0] for w in merged])
         for j in range(len(self.step_start)):
@@ -461,8 +408,8 @@ class _Reader:
             self.warnings.append("rank not given and not in the path (worker1/, rank-1...): taken as 0")
         world = self.world_arg or max(self.group_sizes.values(), default=1)
         group_ranks = {g: list(range(self.group_sizes.get(g, world))) for g in self.groups}
-        ev = EventTable.from_columns(self.tab.names, **c)
-        flows = np.unique(np.asarray(self.sched.flows, dtype=np.int64).reshape(-1, 2), axis=0)
+        ev = self.tab.table()
+        flows = np.unique(self.tab.flow_array(), axis=0)
         meta = RankMeta(format="xplane", framework=self.framework, framework_version=self.framework_version,
                         collectives=self.collectives, explicit_seq=True, warnings=[RunWarning(w) for w in self.warnings],
                         steps_profiled=[int(s) for s in self.step_num], collective_operands_per_step=self.operands_per_step)
@@ -487,8 +434,8 @@ class _Reader:
             first[name] = min(first.get(name, np.inf), t)
         order = sorted(set(per_event.tolist()) - {""}, key=lambda n: (first.get(n, np.inf), n))
         index = {n: i for i, n in enumerate(order)}
-        c["layer"] = np.array([index.get(n, -1) for n in per_event.tolist()], dtype=c["layer"].dtype)
-        c["kind"] = np.where((c["kind"] == Kind.FORWARD) & (c["layer"] < 0), Kind.OTHER, c["kind"]).astype(c["kind"].dtype)
+        c["layer"][:] = [index.get(n, -1) for n in per_event.tolist()]
+        c["kind"][(c["kind"] == Kind.FORWARD) & (c["layer"] < 0)] = Kind.OTHER
         return order
 
     def _program_bytes(self, c: dict[str, np.ndarray]) -> bool:
