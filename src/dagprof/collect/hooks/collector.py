@@ -485,26 +485,26 @@ class Collector:
             self._kineto_written = True
         if self._kineto_written:
             kfile = kineto_file(rank)
-        doc = RankFile(
-            **self._info, mode=self.mode, bucket_cap_mb=self._buckets.cap_mb, ddp=self._ddp_seen,
-            steps_requested=(self.steps.start, self.steps.stop), steps_profiled=self.profiled,
-            steps_completed=len(self.step_times), final=final, ended=self._ended, kineto_file=kfile, record_shapes=self.record_shapes,
-            clock=Clock(time.time_ns(), time.perf_counter_ns()), warnings=self.warnings, layers=self.layers,
-            layer_grad_bytes=self._grad_bytes, layer_saved_bytes=self.saved.most,
-            bucket_layouts=self._buckets.layouts, step_times_ns=self.step_times, records=self.records, ddp_group_ranks=self._ddp_ranks,
+        doc = self._rank_file(
+            steps_profiled=self.profiled, final=final, ended=self._ended, kineto_file=kfile, warnings=self.warnings, layers=self.layers,
+            layer_grad_bytes=self._grad_bytes, layer_saved_bytes=self.saved.most, bucket_layouts=self._buckets.layouts,
+            step_times_ns=self.step_times, records=self.records, ddp_group_ranks=self._ddp_ranks,
             fsdp=self._fsdp.info(self.layers) if self._fsdp is not None else None,
         )
         write_rank_file(self.out_dir, doc)
 
+    def _rank_file(self, **fields: Any) -> RankFile:
+        """What the step files' head and the final rank file both say of this process now; ``fields`` the rest."""
+        return RankFile(**self._info, mode=self.mode, bucket_cap_mb=self._buckets.cap_mb, ddp=self._ddp_seen,
+                        steps_requested=(self.steps.start, self.steps.stop), steps_completed=len(self.step_times),
+                        record_shapes=self.record_shapes, clock=Clock(time.time_ns(), time.perf_counter_ns()), **fields)
+
     # ---------------------------------------------------------------- step files: what survives a kill
     def _write_steps_head(self) -> None:
         """``rank<R>.steps/head.json``: everything known at the window's start; step files add to it."""
-        head = RankFile(
-            **self._info, mode=self.mode, bucket_cap_mb=self._buckets.cap_mb, ddp=self._ddp_seen,
-            steps_requested=(self.steps.start, self.steps.stop), steps_profiled=[], steps_completed=len(self.step_times),
-            record_shapes=self.record_shapes, clock=Clock(time.time_ns(), time.perf_counter_ns()), warnings=list(self.warnings),
-            layers=list(self.layers), layer_grad_bytes=dict(self._grad_bytes), bucket_layouts=list(self._buckets.layouts),
-            step_times_ns=list(self.step_times), records=[],
+        head = self._rank_file(
+            steps_profiled=[], warnings=list(self.warnings), layers=list(self.layers), layer_grad_bytes=dict(self._grad_bytes),
+            bucket_layouts=list(self._buckets.layouts), step_times_ns=list(self.step_times), records=[],
         )
         start_step_files(self.out_dir, head)
         self._flushed = Flushed(len(self.records), len(self.layers), dict(self._grad_bytes), len(self.warnings),
