@@ -35,8 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(HERE), "src")
 sys.path.insert(0, SRC)
 
-from dagprof.collect.jobs.netns import BUFFER_BYTES  # noqa: E402
-from dagprof.collect.jobs.tf_train import free_ports  # noqa: E402  (stdlib only: TF is imported by the job, not here)
+from dagprof.collect.jobs.netns import BUFFER_BYTES, free_ports  # noqa: E402  (stdlib only: TF is imported by the job, not here)
 from dagprof.errors import DagprofError  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
 from dagprof.search.scenario import Scenario  # noqa: E402

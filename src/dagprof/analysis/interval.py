@@ -156,12 +156,8 @@ class PredictionInterval:
             return self
         z = statistics.NormalDist().inv_cdf(0.5 + self.level / 2)
         extra = (z * run.stderr) ** 2 + (z * run.drift) ** 2
-        below, above = 1.0 - self.lo_us / self.point_us, self.hi_us / self.point_us - 1.0
-        lo = math.sqrt(max(below, run.unprofiled) ** 2 + extra) + max(-run.shift, 0.0)
-        hi = math.sqrt(max(above, run.unprofiled) ** 2 + extra) + max(run.shift, 0.0)
-        floor = run.unprofiled if run.unprofiled > min(below, above) else 0.0
-        return replace(self, lo_us=self.point_us * max(1.0 - lo, 0.0), hi_us=self.point_us * (1.0 + hi), terms=self.terms + run.terms,
-                       floor=floor)
+        floor = run.unprofiled if run.unprofiled > min(self._sides()) else 0.0
+        return self._plus(extra, extra, run.terms, at_least=run.unprofiled, shift=run.shift, floor=floor)
 
     def with_stall(self, halfwidth_us: float, held_us: float | None = None) -> "PredictionInterval":
         """Also a stall the point cannot tell (``analysis.operand_stall``): ``halfwidth_us`` either way, in quadrature; below,
@@ -169,9 +165,22 @@ class PredictionInterval:
         if halfwidth_us <= 0 or self.point_us <= 0:
             return self
         down = halfwidth_us if held_us is None else min(halfwidth_us, held_us)
-        lo = math.sqrt((1.0 - self.lo_us / self.point_us) ** 2 + (down / self.point_us) ** 2)
-        hi = math.sqrt((self.hi_us / self.point_us - 1.0) ** 2 + (halfwidth_us / self.point_us) ** 2)
-        return replace(self, lo_us=self.point_us * max(1.0 - lo, 0.0), hi_us=self.point_us * (1.0 + hi), terms=self.terms + ("operand_stall",))
+        return self._plus((down / self.point_us) ** 2, (halfwidth_us / self.point_us) ** 2, ("operand_stall",))
+
+    def _sides(self) -> tuple[float, float]:
+        """How far the interval reaches below and above the point, as shares of it."""
+        return 1.0 - self.lo_us / self.point_us, self.hi_us / self.point_us - 1.0
+
+    def _plus(self, below2: float, above2: float, terms: tuple[str, ...], at_least: float = 0.0, shift: float = 0.0,
+              floor: float | None = None) -> "PredictionInterval":
+        """The one way a source of error widens the interval: each side (a share of the point), at least ``at_least``, in
+        quadrature with the squared shares ``below2`` / ``above2`` (independent spreads), then a known ``shift`` added to the
+        side it points to, after the quadrature (a shift is not a spread); the point is kept. ``floor``: None keeps it."""
+        below, above = self._sides()
+        lo = math.sqrt(max(below, at_least) ** 2 + below2) + max(-shift, 0.0)
+        hi = math.sqrt(max(above, at_least) ** 2 + above2) + max(shift, 0.0)
+        return replace(self, lo_us=self.point_us * max(1.0 - lo, 0.0), hi_us=self.point_us * (1.0 + hi), terms=self.terms + terms,
+                       floor=self.floor if floor is None else floor)
 
     def to_dict(self) -> dict:
         return {"predicted_iter_ms": self.point_us / 1e3, "lo_ms": self.lo_us / 1e3, "hi_ms": self.hi_us / 1e3, "level": self.level,

@@ -56,6 +56,8 @@ profiled link, are what they were (the join's added wait keeps its part of the l
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..graph.build_ps import DONE, ISSUE, is_ps_graph
@@ -174,13 +176,13 @@ def _too_few_steps(g: Graph, entry: np.ndarray) -> str | None:
     spread = _step_spread(g)
     per_rank = np.bincount(np.maximum(g.rank, 0), weights=np.where(g.rank >= 0, entry, 0.0))
     waits = entry.any() and per_rank.max() / 2 >= 0.01 * max(g.meta.measured_iter_us.values(), default=0.0)
-    apart = spread is not None and spread[0] >= 0.02
+    apart = spread is not None and spread.apart >= 0.02
     if not (apart or waits):
         return None
     parts = []
     if apart:
-        parts.append(f"rank {spread[1]}'s two steps took {spread[2] / 1e3:.1f} and {spread[3] / 1e3:.1f} ms "
-                     f"({100 * spread[0]:.0f} % apart)")
+        parts.append(f"rank {spread.rank}'s two steps took {spread.first_us / 1e3:.1f} and {spread.second_us / 1e3:.1f} ms "
+                     f"({100 * spread.apart:.0f} % apart)")
     if waits:
         k = int((entry > 0).sum())
         parts.append(f"{k} first-step op{'s' if k > 1 else ''} took {entry.sum() / 1e3:.1f} ms more than in the second until a "
@@ -189,10 +191,19 @@ def _too_few_steps(g: Graph, entry: np.ndarray) -> str | None:
             f"variation: profile 5 steps or more (dagprof profile's default --steps 5:10)")
 
 
-def _step_spread(g: Graph) -> tuple[float, int, float, float] | None:
-    """(how far apart, relative to their mean, the rank whose two measured steps differ most took them; that rank; the two
-    times, us), start to start as ``traces.steps.iteration_us`` times them, from the step marks' measured starts (each
-    rank's own clock); None without provenance."""
+@dataclass(frozen=True)
+class _StepSpread:
+    """The rank whose two measured steps differ most: what the 2-step warning names (``_too_few_steps``)."""
+
+    apart: float  # how far apart its two steps are, relative to their mean
+    rank: int
+    first_us: float
+    second_us: float
+
+
+def _step_spread(g: Graph) -> _StepSpread | None:
+    """The rank whose two measured steps differ most, start to start as ``traces.steps.iteration_us`` times them, from
+    the step marks' measured starts (each rank's own clock); None without provenance."""
     p = provenance(g)
     if p is None:
         return None
@@ -202,8 +213,8 @@ def _step_spread(g: Graph) -> tuple[float, int, float, float] | None:
         times = np.diff(p.mstart[marks[np.argsort(g.step[marks])]])[:2]
         if len(times) == 2 and np.all(np.isfinite(times)) and times.sum() > 0:
             apart = float(abs(times[0] - times[1]) / times.mean())
-            if best is None or apart > best[0]:
-                best = (apart, int(r), float(times[0]), float(times[1]))
+            if best is None or apart > best.apart:
+                best = _StepSpread(apart, int(r), float(times[0]), float(times[1]))
     return best
 
 

@@ -22,7 +22,7 @@ from ..errors import DagprofError
 from ..graph.dag import Graph, GraphBuilder
 from ..traces.events import Kind
 from ..units import MB
-from .comm import current_scheme, current_topology, find_collectives, retime_collectives
+from .comm import current_scheme, current_topology, find_collectives, retime_collectives, without_transfers
 
 _AFTER = 1e-3  # us: a new node's order just after the node it follows on its lane
 
@@ -196,11 +196,9 @@ def partition_tensors(g: Graph, parts: int) -> Graph:
         return g
     colls = find_collectives(g)
     topo, spec = current_topology(g), current_scheme(g)
-    drop = np.zeros(len(g), dtype=bool)
-    drop[[c.comm for c in colls]] = True
-    b, remap = GraphBuilder.from_graph(g, ~drop)
+    b, remap = without_transfers(g, colls)
     for c in colls:
-        head = [c.sync] if c.sync >= 0 else c.ready
+        head = c.head
         for p in range(parts):
             v = b.add_node(f"{g.node_name(c.comm)} part {p}", Kind.COMM, device=int(g.device[c.comm]), order=float(g.order[c.comm]) + p * 1e-6,
                            step=int(g.step[c.comm]), bucket=int(g.bucket[c.comm]), nbytes=int(g.nbytes[c.comm]) // parts)

@@ -62,6 +62,11 @@ class Collective:
     ready: list[int]  # predecessors of the join: each rank's enqueue
     consumers: list[int]  # successors of the transfer: each rank's wait/update
 
+    @property
+    def head(self) -> list[int]:
+        """What the transfer starts after: the join, or each rank's ready point where the builder made none."""
+        return [self.sync] if self.sync >= 0 else self.ready
+
 
 def find_collectives(g: Graph) -> list[Collective]:
     comm = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0))
@@ -73,6 +78,14 @@ def find_collectives(g: Graph) -> list[Collective]:
         ready = g.predecessors(sync).tolist() if sync >= 0 else preds
         out.append(Collective(c, sync, ready, g.successors(c).tolist()))
     return out
+
+
+def without_transfers(g: Graph, colls: list[Collective]) -> tuple[GraphBuilder, np.ndarray]:
+    """A builder holding ``g`` less the transfer nodes of ``colls``, and where each kept node went (``GraphBuilder.from_graph``):
+    what a pass starts from that puts other transfers in their place."""
+    drop = np.zeros(len(g), dtype=bool)
+    drop[[c.comm for c in colls]] = True
+    return GraphBuilder.from_graph(g, ~drop)
 
 
 def graph_world_size(g: Graph) -> int:
@@ -455,15 +468,12 @@ def expand_collectives(g: Graph) -> Graph:
     n = graph_world_size(g)
     if n != g.world_size:
         raise DagprofError(f"cannot expand collectives of a folded graph ({g.world_size} of {n} ranks present)")
-    drop = np.zeros(len(g), dtype=bool)
-    drop[[c.comm for c in colls]] = True
-    b, remap = GraphBuilder.from_graph(g, ~drop)
+    b, remap = without_transfers(g, colls)
     for c in colls:
         by_rank: list[list[int]] = [[] for _ in range(n)]
         done: list[int] = [-1] * n
-        head = [c.sync] if c.sync >= 0 else c.ready
         for r in range(n):
-            by_rank[r] = [int(remap[v]) for v in head]
+            by_rank[r] = [int(remap[v]) for v in c.head]
         for v in c.consumers:
             r = int(g.rank[v])
             if r < 0 or done[r] >= 0:

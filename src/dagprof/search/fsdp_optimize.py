@@ -199,8 +199,7 @@ class FsdpSearchResult(Gain):
 
     def to_dict(self) -> dict:
         st = self.strategy()
-        iv = self.intervals or {}
-        base, best = (self.describe(s) | (iv[k].to_dict() if k in iv else {}) for k, s in (("baseline", self.baseline), ("best", self.best)))
+        base, best = self.ends()
         return {"fsdp": True, "baseline": base, "best": best, "predicted_speedup": self.speedup, "predicted_gain_pct": self.gain_pct,
                 "worth_applying": self.worth_applying, "candidates_replayed": self.replayed, "search_seconds": self.seconds,
                 "memory_budget_mb": None if self.memory_budget is None else self.memory_budget / MB, "notes": self.notes,

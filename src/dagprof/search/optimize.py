@@ -101,6 +101,7 @@ class Gain:
 
     baseline: Any
     best: Any
+    intervals: dict[str, PredictionInterval] | None
     step_statistic: ClassVar[StepStatistic]  # how ``iter_us`` sums up the replayed steps: the measurement is held alike
 
     @property
@@ -110,6 +111,13 @@ class Gain:
     @property
     def gain_pct(self) -> float:
         return 100.0 * (self.baseline.iter_us - self.best.iter_us) / self.baseline.iter_us
+
+    def ends(self) -> tuple[dict, dict]:
+        """The baseline and the best candidate as the result's ``describe`` says them, each with its prediction interval
+        where there is one: both kinds of search report them alike."""
+        iv = self.intervals or {}
+        base, best = (self.describe(s) | (iv[k].to_dict() if k in iv else {}) for k, s in (("baseline", self.baseline), ("best", self.best)))
+        return base, best
 
 
 @dataclass
@@ -154,8 +162,7 @@ class SearchResult(Gain):
 
     def to_dict(self) -> dict:
         st = self.strategy()
-        iv = self.intervals or {}
-        base, best = (self.describe(s) | (iv[k].to_dict() if k in iv else {}) for k, s in (("baseline", self.baseline), ("best", self.best)))
+        base, best = self.ends()
         return {"baseline": base, "best": best, "predicted_speedup": self.speedup,
                 "predicted_gain_pct": self.gain_pct, "worth_applying": self.worth_applying, "candidates_replayed": self.replayed,
                 "search_seconds": self.seconds, "seeds": [self.describe(s) for s in self.seeds], "notes": self.notes,

@@ -183,10 +183,7 @@ class TraceStream:
             if size < CHUNK_BYTES or (m := _last_boundary(piece)) is None:
                 continue
             try:
-                events = self._decode(b"".join((b"[", *parts[:-1], piece[:m.start() + 1], b"]")))
-            except RecursionError:
-                self._unguess()
-                raise DagprofError(_TOO_DEEP, self.path) from None
+                events = self._events(b"".join((b"[", *parts[:-1], piece[:m.start() + 1], b"]")))
             except msgspec.DecodeError as e:
                 if str(e).startswith("Input data was truncated"):  # the cut fell inside a value: grow
                     continue
@@ -201,10 +198,7 @@ class TraceStream:
             end -= 1
         if pos < end:
             try:
-                events = self._decode(b"".join((b"[", memoryview(rest)[pos:end], b"]")))
-            except RecursionError:
-                self._unguess()
-                raise DagprofError(_TOO_DEEP, self.path) from None
+                events = self._events(b"".join((b"[", memoryview(rest)[pos:end], b"]")))
             except msgspec.DecodeError as e:
                 self._unguess()
                 raise DagprofError(f"not valid JSON, truncated or foreign file ({e})", self.path) from None
@@ -276,6 +270,15 @@ class TraceStream:
         self.head = ks.Head(distributedInfo=msgspec.Raw(bytes(h.distributedInfo)), baseTimeNanoseconds=h.baseTimeNanoseconds,
                             schemaVersion=msgspec.Raw(bytes(h.schemaVersion)), deviceProperties=msgspec.Raw(bytes(h.deviceProperties)),
                             host_name=h.host_name)
+
+    def _events(self, chunk: bytes) -> list[ks.Event]:
+        """``_decode``; a list nested deeper than the decoder goes is refused in one line, after a streamed trace is read
+        whole (``_unguess``: a damaged file's own refusal comes first)."""
+        try:
+            return self._decode(chunk)
+        except RecursionError:
+            self._unguess()
+            raise DagprofError(_TOO_DEEP, self.path) from None
 
     def _decode(self, piece: bytes) -> list[ks.Event]:
         try:

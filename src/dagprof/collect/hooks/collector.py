@@ -9,6 +9,10 @@ mid-window keeps its completed steps and the reader can say which are lost. Ever
 is guarded: an exception disables profiling with one warning and training carries on. Outside the window the leaf-module hooks are removed; the comm
 hook (DDP allows registering only one) stays as a pass-through.
 
+The collector owns the window, the steps and the guard; the rest lives beside it: the activation memory counted for
+backward in ``saved_activations``, DDP's bucket all-reduces in ``ddp_buckets``, where and how files are written in
+``collector_files``.
+
 Torch is imported lazily, inside functions: here, in the modules beside it, and in those that create a Collector.
 """
 from __future__ import annotations
@@ -16,15 +20,13 @@ from __future__ import annotations
 import os
 import re
 import sys
-import threading
 import time
 import warnings
 from functools import partial
 from typing import Any
 
 from ...progress import bar
-from ...traces.buckets import Bucket, BucketLayout
-from ...traces.run_schema import LOSS_BACKWARD, MODEL_OUTPUT, SAVED_OUTSIDE_LAYERS, Clock, Manifest, RankFile, Rec, StepPart, kineto_file
+from ...traces.run_schema import Clock, Manifest, RankFile, Rec, StepPart, kineto_file
 from ...traces.steps import parse_steps
 from .collector_files import (
     Flushed,
@@ -36,15 +38,16 @@ from .collector_files import (
     write_manifest,
     write_rank_file,
 )
+from .ddp_buckets import DdpBuckets
 from .exit_gc import collect_cycles_at_exit
 from .fsdp import FsdpRecorder, fsdp_modules
 from .fsdp1 import Fsdp1Recorder, clean_name, fsdp1_modules
-from .loss_graph import LossGraph, patch_backward
+from .loss_graph import patch_backward
+from .saved_activations import SavedActivations
 from .stop_signals import StopSignals
-from .tensors import group_ranks, local_tensor, output_bytes, output_tensors, storage_ptr
+from .tensors import group_ranks, output_tensors
 
 _MAX_OUTPUT_HOOKS = 4  # tensors per module output that get a gradient hook
-_OUTPUT, _LOSS = -2, -3  # their keys among a step's saved bytes (-1: outside leaf modules)
 
 
 class Collector:
@@ -84,27 +87,18 @@ class Collector:
         self._handles: list[Any] = []  # removed at window end
         self._restore: list[Any] = []  # undo class patches at window end
         self._calls: dict[int, int] = {}
-        self._seq = 0
         self._bwd_seen = False
         self._grad_watch: dict[tuple[int, int], tuple[Any, list]] = {}  # (id, version) -> (tensor, what to record)
-        self._layouts: list[BucketLayout] = []
-        self._layout_key: dict[int, tuple] = {}
-        self._bucket_cap_mb: float | None = None
         self._kineto_prof = None
         self._ranges_open: dict[tuple[int, int], Any] = {}
         self._info: dict[str, Any] = {}
         self._bar: Any = None  # rank 0's progress over the window (a terminal only)
-        self._saved: Any = None  # saved_tensors_hooks context while a root's forward runs in the window
-        self._layer_stack: list[int] = []  # leaf modules whose forward is running
-        self._saved_seen: set[int] = set()  # storages counted this step
-        self._step_saved: dict[int, int] = {}  # layer -> bytes it saved for backward this step
-        self._saved_bytes: dict[str, int] = {}  # layer path -> most bytes saved in one profiled step
-        self._param_ptrs: set[int] = set()
         self._flushed = Flushed()  # how much of each list the step files already hold
         self._signals = StopSignals(self._note_end, lambda: self.step)  # watched while the window records
         self._ended = ""  # what stopped the process inside the window (a signal, an exception)
         self._fsdp: FsdpRecorder | None = None  # an FSDP model's units and collectives (collect.hooks.fsdp, fsdp1)
-        self._loss = LossGraph(self._fail, self.warnings)  # what the loss computed from the model's output holds in its backward
+        self.saved = SavedActivations(lambda: self.recording, self._fail, self.warnings)  # read by collect.hooks.fsdp too
+        self._buckets = DdpBuckets(self.records, lambda: self.recording, self._fail, self.warnings, self._param_names, self._param_shapes)
 
     # ---------------------------------------------------------------- guard
     def _fail(self, err: BaseException, where: str) -> None:
@@ -144,8 +138,7 @@ class Collector:
                     self._ddps.append(ddp)
                     self._ddp_seen = True
                     self._ddp_ranks = self._ddp_ranks or group_ranks(ddp.process_group)
-                    self._install_comm_hook(ddp)
-                    self._bucket_cap_mb = getattr(ddp, "bucket_bytes_cap", 0) / 2**20 or None
+                    self._buckets.install(ddp)
             if self.in_window:
                 self._attach_leaf_hooks(roots)
         except Exception as err:  # noqa: BLE001
@@ -176,8 +169,8 @@ class Collector:
         wanted = None if roots is None else {id(m) for r in roots for m in r.modules()}
         wanted_params = set() if roots is None else {id(p) for r in roots for p in r.parameters()}
         for root in self._roots if roots is None else roots:
-            self._handles.append(root.register_forward_pre_hook(self._saved_on))
-            self._handles.append(root.register_forward_hook(self._saved_off))
+            self._handles.append(root.register_forward_pre_hook(self.saved.forward_begins))
+            self._handles.append(root.register_forward_hook(self.saved.forward_ends))
         for mod, path in self._modules:
             if wanted is not None and id(mod) not in wanted:
                 continue
@@ -203,9 +196,7 @@ class Collector:
         for rf in self._ranges_open.values():
             rf.__exit__(None, None, None)
         self._ranges_open.clear()
-        self._saved_off()  # a forward that raised left them on
-        self._layer_stack.clear()
-        self._loss.release()
+        self.saved.stop()
 
     # ---------------------------------------------------------------- module / autograd hooks
     def _fwd_pre(self, layer: int, module: Any, args: tuple) -> None:
@@ -217,7 +208,7 @@ class Collector:
             if self.ranges:
                 self._open_range(layer, call, "forward")
             self.records.append((Rec.FWD_BEGIN, layer, call, time.time_ns(), 0))
-            self._layer_stack.append(layer)
+            self.saved.enter(layer)
             for x in args:
                 if getattr(x, "requires_grad", False) and hasattr(x, "register_hook"):
                     self._on_grad(x, (Rec.BWD_END, layer, call))
@@ -231,8 +222,7 @@ class Collector:
             t = time.time_ns()
             call = self._calls.get(layer, 1) - 1
             self.records.append((Rec.FWD_END, layer, call, t, 0))
-            if self._layer_stack and self._layer_stack[-1] == layer:
-                self._layer_stack.pop()
+            self.saved.leave(layer)
             if self.ranges:
                 self._close_range(layer, call)
             n = 0
@@ -279,64 +269,6 @@ class Collector:
                     Variable._execution_engine.queue_callback(self._backward_done)
         except Exception as err:  # noqa: BLE001
             self._fail(err, "backward hook")
-
-    def _pack_saved(self, tensor: Any) -> Any:
-        """saved_tensors_hooks pack hook: count the activation memory each layer keeps for backward
-        (each storage once per step, parameters excluded); the tensor itself is kept unchanged."""
-        if self.recording:
-            try:
-                storage = local_tensor(tensor).untyped_storage()
-                key = storage._cdata  # not its address: FSDP frees a gathered weight it saved (resize to 0), and the address is reused
-                if key not in self._saved_seen and storage.data_ptr() not in self._param_ptrs:
-                    self._saved_seen.add(key)
-                    layer = self._layer_stack[-1] if self._layer_stack else -1  # -1: between leaf modules (loss, functional ops)
-                    self._step_saved[layer] = self._step_saved.get(layer, 0) + storage.nbytes()
-            except Exception as err:  # noqa: BLE001
-                self._fail(err, "saved-tensor hook")
-        return tensor
-
-    def _track_saved(self) -> None:
-        self._param_ptrs = {ptr for p, _ in self._params if (ptr := storage_ptr(p))}
-
-    def _saved_on(self, module: Any, args: tuple) -> None:
-        """A root's forward pre-hook: count saved activations while the forward runs, and only then.
-
-        saved_tensors_hooks live in thread-local state, which every collective launched meanwhile
-        captures (gloo's AsyncWork keeps it). A work that outlives the interpreter releases those
-        Python objects without a GIL at exit and aborts the process (seen in 1 of 20-40 runs while
-        the hooks stayed on for the whole window), so backward, where DDP launches its all-reduces,
-        runs without them. DDP syncs buffers before it calls the inner module, outside too."""
-        if not self.recording or self._saved is not None:
-            return
-        try:
-            import torch
-
-            ctx = torch.autograd.graph.saved_tensors_hooks(self._pack_saved, _unpack_saved)
-            ctx.__enter__()
-            self._saved = ctx
-        except Exception as err:  # noqa: BLE001
-            self._fail(err, "forward pre-hook (saved tensors)")
-
-    def _saved_off(self, module: Any = None, args: tuple = (), output: Any = None) -> None:
-        """A root's forward hook: stop counting saved activations, and count the bytes its forward returned (the
-        logits and loss tensors no saved-tensor hook sees: the memory model sizes them by it)."""
-        if self._saved is not None:
-            saved, self._saved = self._saved, None
-            try:
-                saved.__exit__(None, None, None)
-                if output is not None:
-                    self._step_saved[_OUTPUT] = max(self._step_saved.get(_OUTPUT, 0), output_bytes(output))
-                    self._loss.forward_ended(output)
-            except Exception as err:  # noqa: BLE001
-                self._fail(err, "forward hook (saved tensors)")
-
-    def _backward_starting(self, tensors: Any) -> None:
-        """``torch.autograd.backward`` is called on ``tensors`` (the loss): size the graph between them and the model's output."""
-        if self.recording and self._loss.armed:
-            try:
-                self._loss.backward_starting(tensors, self._param_ptrs)
-            except Exception as err:  # noqa: BLE001
-                self._fail(err, "backward start (loss graph)")
 
     def _grad_ready(self, layer: int, param: Any) -> None:
         self._mark(Rec.GRAD_READY, layer, 0)
@@ -396,60 +328,6 @@ class Collector:
         cls.__next__ = __next__
         self._restore.append(lambda: setattr(cls, "__next__", original))
 
-    # ---------------------------------------------------------------- DDP comm hook
-    def _install_comm_hook(self, ddp: Any) -> None:
-        """Wrap the bucket all-reduce; a hook the user registers later is wrapped instead of refused."""
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-        if getattr(ddp, "_comm_hooks", None):
-            self.warnings.append("DDP already had a comm hook: per-bucket timings come from Kineto only")
-            return
-        inner: dict[str, Any] = {"hook": default_hooks.allreduce_hook, "state": ddp.process_group}
-        collector = self
-
-        def dagprof_comm_hook(state: object, bucket):  # parameter must be named "bucket" (DDP checks)
-            if not collector.recording:
-                return inner["hook"](inner["state"], bucket)
-            t0 = time.time_ns()
-            fut = inner["hook"](inner["state"], bucket)
-            try:
-                return collector._record_bucket(bucket, t0, fut)
-            except Exception as err:  # noqa: BLE001
-                collector._fail(err, "DDP comm hook")
-                return fut
-
-        def register_comm_hook(state: object, hook: Any) -> None:
-            inner.update(hook=hook, state=state)
-
-        ddp.register_comm_hook(None, dagprof_comm_hook)
-        ddp.register_comm_hook = register_comm_hook  # the user's hook runs inside ours
-        ddp._dagprof_comm_hook = (None, dagprof_comm_hook)  # dagprof.apply re-registers it if it rebuilds the reducer
-
-    def _record_bucket(self, bucket: Any, t0: int, fut: Any) -> Any:
-        t1 = time.time_ns()
-        index = bucket.index()
-        buf = bucket.buffer()
-        nbytes = buf.numel() * buf.element_size()
-        seq = self._seq
-        self._seq += 1
-        self.records.append((Rec.ENQ_BEGIN, index, seq, t0, 0))
-        self.records.append((Rec.ENQ_END, index, seq, t1, nbytes))
-        key = (nbytes, tuple(id(p) for p in bucket.parameters()))
-        if self._layout_key.get(index) != key:
-            self._layout_key[index] = key
-            self._new_layout = True
-        records = self.records
-
-        def done(f: Any) -> Any:
-            records.append((Rec.COMM_DONE, index, seq, time.time_ns(), threading.get_native_id()))
-            return f.value()
-
-        return fut.then(done)
-
-    def _bucket_layout(self) -> BucketLayout:
-        return tuple(Bucket(i, nb, tuple(self._param_names.get(pid, "?") for pid in pids), tuple(self._param_shapes.get(pid) for pid in pids))
-                     for i, (nb, pids) in sorted(self._layout_key.items()))
-
     # ---------------------------------------------------------------- optimizer
     def update_begin(self) -> None:
         self._mark(Rec.UPDATE_BEGIN)
@@ -489,27 +367,20 @@ class Collector:
             t = self.step_begin_ns = time.time_ns()
         if self.recording:
             self._calls.clear()
-            self._saved_seen.clear()
-            self._step_saved.clear()
-            self._loss.new_step()
+            self.saved.new_step()
             self._bwd_seen = False
             self._grad_watch.clear()
-            self._new_layout = False
+            self._buckets.new_step()
             self.records.append((Rec.STEP_BEGIN, self.step, 0, t, 0))
 
     def _end_step(self, t: int) -> None:
         self.step_times.append((self.step, self.step_begin_ns, t))
         if self.recording:
             self.records.append((Rec.STEP_END, self.step, 0, t, 0))
-            if self._loss.peak:
-                self._step_saved[_LOSS] = self._loss.peak
-            for layer, nb in self._step_saved.items():
-                path = self._saved_key(layer)
-                self._saved_bytes[path] = max(self._saved_bytes.get(path, 0), nb)
+            self.saved.end_step(self.layers)
             self.profiled.append(self.step)
             self._bar.update()
-            if self._new_layout or not self._layouts:
-                self._layouts.append(self._bucket_layout())
+            self._buckets.end_step()
             self._write_step_part()
             if self._kineto_prof is not None and self.step + 1 < self.steps.stop:
                 self._kineto_prof.step()
@@ -526,8 +397,8 @@ class Collector:
         self.in_window = True
         self._attach_leaf_hooks()
         self._time_dataloaders()
-        self._restore.append(patch_backward(self._backward_starting))
-        self._track_saved()
+        self._restore.append(patch_backward(self.saved.backward_starting))
+        self.saved.track([p for p, _ in self._params])
         if self._fsdp is not None:
             self._fsdp.begin()
         if self.kineto:
@@ -587,7 +458,7 @@ class Collector:
         self._modules.clear()
         self._params.clear()
         self._grad_watch.clear()
-        self._param_ptrs = set()
+        self.saved.track([])
         if self._fsdp is not None:
             self._fsdp.release()
         if self._ddp_seen or self._fsdp is not None:
@@ -614,33 +485,30 @@ class Collector:
             self._kineto_written = True
         if self._kineto_written:
             kfile = kineto_file(rank)
-        doc = RankFile(
-            **self._info, mode=self.mode, bucket_cap_mb=self._bucket_cap_mb, ddp=self._ddp_seen,
-            steps_requested=(self.steps.start, self.steps.stop), steps_profiled=self.profiled,
-            steps_completed=len(self.step_times), final=final, ended=self._ended, kineto_file=kfile, record_shapes=self.record_shapes,
-            clock=Clock(time.time_ns(), time.perf_counter_ns()), warnings=self.warnings, layers=self.layers,
-            layer_grad_bytes=self._grad_bytes, layer_saved_bytes=self._saved_bytes,
-            bucket_layouts=self._layouts, step_times_ns=self.step_times, records=self.records, ddp_group_ranks=self._ddp_ranks,
+        doc = self._rank_file(
+            steps_profiled=self.profiled, final=final, ended=self._ended, kineto_file=kfile, warnings=self.warnings, layers=self.layers,
+            layer_grad_bytes=self._grad_bytes, layer_saved_bytes=self.saved.most, bucket_layouts=self._buckets.layouts,
+            step_times_ns=self.step_times, records=self.records, ddp_group_ranks=self._ddp_ranks,
             fsdp=self._fsdp.info(self.layers) if self._fsdp is not None else None,
         )
         write_rank_file(self.out_dir, doc)
 
+    def _rank_file(self, **fields: Any) -> RankFile:
+        """What the step files' head and the final rank file both say of this process now; ``fields`` the rest."""
+        return RankFile(**self._info, mode=self.mode, bucket_cap_mb=self._buckets.cap_mb, ddp=self._ddp_seen,
+                        steps_requested=(self.steps.start, self.steps.stop), steps_completed=len(self.step_times),
+                        record_shapes=self.record_shapes, clock=Clock(time.time_ns(), time.perf_counter_ns()), **fields)
+
     # ---------------------------------------------------------------- step files: what survives a kill
     def _write_steps_head(self) -> None:
         """``rank<R>.steps/head.json``: everything known at the window's start; step files add to it."""
-        head = RankFile(
-            **self._info, mode=self.mode, bucket_cap_mb=self._bucket_cap_mb, ddp=self._ddp_seen,
-            steps_requested=(self.steps.start, self.steps.stop), steps_profiled=[], steps_completed=len(self.step_times),
-            record_shapes=self.record_shapes, clock=Clock(time.time_ns(), time.perf_counter_ns()), warnings=list(self.warnings),
-            layers=list(self.layers), layer_grad_bytes=dict(self._grad_bytes), bucket_layouts=list(self._layouts),
-            step_times_ns=list(self.step_times), records=[],
+        head = self._rank_file(
+            steps_profiled=[], warnings=list(self.warnings), layers=list(self.layers), layer_grad_bytes=dict(self._grad_bytes),
+            bucket_layouts=list(self._buckets.layouts), step_times_ns=list(self.step_times), records=[],
         )
         start_step_files(self.out_dir, head)
         self._flushed = Flushed(len(self.records), len(self.layers), dict(self._grad_bytes), len(self.warnings),
-                                len(self.step_times), len(self._layouts))
-
-    def _saved_key(self, layer: int) -> str:
-        return self.layers[layer] if layer >= 0 else {-1: SAVED_OUTSIDE_LAYERS, _OUTPUT: MODEL_OUTPUT, _LOSS: LOSS_BACKWARD}[layer]
+                                len(self.step_times), len(self._buckets.layouts))
 
     def _write_step_part(self) -> None:
         """The step that just ended, and whatever else was appended since the previous one: one line appended to the log."""
@@ -649,15 +517,15 @@ class Collector:
         grad = {k: v for k, v in self._grad_bytes.items() if done.grad_bytes.get(k) != v}
         part = StepPart(
             rank=self._info["rank"], step=self.step, layers=self.layers[done.layers:], layer_grad_bytes=grad,
-            layer_saved_bytes={self._saved_key(k): nb for k, nb in self._step_saved.items()},
-            bucket_layout=self._layouts[-1] if len(self._layouts) > done.layouts else None,
+            layer_saved_bytes=self.saved.step_bytes(self.layers),
+            bucket_layout=self._buckets.layouts[-1] if len(self._buckets.layouts) > done.layouts else None,
             warnings=self.warnings[done.warnings:], step_times_ns=self.step_times[done.step_times:], records=self.records[done.records:n],
         )
         append_step_part(self.out_dir, part)
         if grad:
             done.grad_bytes.update(grad)
         done.records, done.layers, done.warnings = n, len(self.layers), len(self.warnings)
-        done.step_times, done.layouts = len(self.step_times), len(self._layouts)
+        done.step_times, done.layouts = len(self.step_times), len(self._buckets.layouts)
 
     # ---------------------------------------------------------------- what stops the process
     def _note_end(self, how: str) -> None:
@@ -668,7 +536,3 @@ class Collector:
                 write_ended(self.out_dir, self._info["rank"], how)
         except Exception:  # noqa: BLE001  (the signal must still take effect)
             pass
-
-
-def _unpack_saved(tensor: Any) -> Any:
-    return tensor

@@ -189,16 +189,16 @@ class FsdpRecorder:
             index = rec._guarded(f"FSDP {kind} hook", lambda: rec._record(kind, *measure(args, kwargs), dist))
             if index is None:
                 return fn(*args, **kwargs)
-            saving = rec.c._saved is not None  # a collective keeps the thread-local hooks: none of ours must outlive the job
+            saving = rec.c.saved.counting  # a collective keeps the thread-local hooks: none of ours must outlive the job
             if saving:
-                rec.c._saved_off()
+                rec.c.saved.forward_ends()
             rec.c._mark(Rec.FSDP_COLL_BEGIN, index, rec.collectives[index].unit)
             try:
                 return fn(*args, **kwargs)
             finally:
                 rec.c._mark(Rec.FSDP_COLL_END, index, rec.collectives[index].unit)
                 if saving:
-                    rec.c._saved_on(None, ())
+                    rec.c.saved.forward_begins(None, ())
         return run
 
     def _record(self, kind: str, nbytes: int, dtype: str, group: Any, dist: Any) -> int:

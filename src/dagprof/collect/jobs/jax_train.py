@@ -18,7 +18,8 @@ import subprocess
 import sys
 
 from ...traces.steps import parse_steps
-from .tf_train import free_ports, wait_all
+from .netns import free_ports
+from .tf_train import wait_all
 
 
 def launch(args: argparse.Namespace) -> int:

@@ -142,10 +142,7 @@ class Cluster:
         return p
 
     def close(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        stop_all(self.procs)
         self.procs.clear()
         for ns in reversed(self.made):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
@@ -224,10 +221,7 @@ def run_ranks(argv: list[str], ranks: int, log_dir: str, env: dict[str, str] | N
         if bad:
             _fail(procs, log_dir, bad[0])
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        stop_all(procs)
     if cluster is None:
         return None
     dropped = Dropped.between(before, cluster.drops(), f"job {log_dir}")
@@ -238,21 +232,35 @@ def run_ranks(argv: list[str], ranks: int, log_dir: str, env: dict[str, str] | N
 
 
 def _fail(procs: list[subprocess.Popen], log_dir: str, rank: int | None) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+    stop_all(procs)
     with open(os.path.join(log_dir, f"rank{rank or 0}.log")) as f:
         tail = f.read()[-2000:]
     what = f"rank {rank} failed (exit {procs[rank].returncode})" if rank is not None else "timed out"
     raise RuntimeError(f"{what}; log {os.path.join(log_dir, f'rank{rank or 0}.log')}:\n{tail}")
 
 
+def stop_all(procs: list[subprocess.Popen]) -> None:
+    """Kill each of ``procs`` still running and reap it: a failed or finished job leaves no rank behind."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` TCP ports free on loopback now, all bound at once so that no two are alike; inside namespaces every port is free."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def free_port() -> int:
-    """A TCP port free on loopback now; inside namespaces every port is free."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def python_module(module: str, *args: str) -> list[str]:

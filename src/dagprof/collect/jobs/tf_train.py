@@ -16,23 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 
 from ...traces.steps import parse_steps
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+from .netns import free_ports, stop_all
 
 
 def launch(args: argparse.Namespace) -> int:
@@ -67,10 +56,7 @@ def wait_all(procs: list[subprocess.Popen], timeout: float, who: str) -> int:
                 return 124
             time.sleep(0.2)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        stop_all(procs)
 
 
 def worker(args: argparse.Namespace) -> int:

@@ -1,0 +1,97 @@
+"""DDP's gradient buckets: when each bucket's all-reduce was enqueued and completed, and which parameters it held.
+
+DDP allows one comm hook, so ours wraps the bucket all-reduce for the life of the model and passes through outside the
+window; a hook the user registers later runs inside ours instead of being refused. A bucket's layout (its bytes and
+parameters) is read at each call: DDP rebuilds its buckets after the first step, and each distinct layout is kept.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+from ...traces.buckets import Bucket, BucketLayout
+from ...traces.run_schema import Rec
+
+
+class DdpBuckets:
+    """Every DDP model's bucket all-reduces, as records appended to ``records``, and the layouts seen (``layouts``)."""
+
+    def __init__(self, records: list, recording: Callable[[], bool], fail: Callable[[BaseException, str], None], warnings: list[str],
+                 param_names: dict[int, str], param_shapes: dict[int, tuple[int, ...]]) -> None:
+        self._records = records
+        self._recording = recording
+        self._fail = fail
+        self._warnings = warnings
+        self._param_names = param_names  # id(parameter) -> its name, filled as models are attached
+        self._param_shapes = param_shapes
+        self._seq = 0
+        self._layout_key: dict[int, tuple] = {}  # bucket index -> (bytes, parameter ids) at its last call
+        self._new_layout = False  # a bucket's layout changed this step
+        self.layouts: list[BucketLayout] = []  # one per distinct layout seen, in order
+        self.cap_mb: float | None = None  # the last DDP model's bucket_cap_mb
+
+    def install(self, ddp: Any) -> None:
+        """Wrap ``ddp``'s bucket all-reduce (module docstring) and note its bucket cap."""
+        self._wrap(ddp)
+        self.cap_mb = getattr(ddp, "bucket_bytes_cap", 0) / 2**20 or None
+
+    def new_step(self) -> None:
+        self._new_layout = False
+
+    def end_step(self) -> None:
+        """Keep the step's layout where it is new (or the first)."""
+        if self._new_layout or not self.layouts:
+            self.layouts.append(self._layout())
+
+    def _wrap(self, ddp: Any) -> None:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        if getattr(ddp, "_comm_hooks", None):
+            self._warnings.append("DDP already had a comm hook: per-bucket timings come from Kineto only")
+            return
+        inner: dict[str, Any] = {"hook": default_hooks.allreduce_hook, "state": ddp.process_group}
+        buckets = self
+
+        def dagprof_comm_hook(state: object, bucket):  # parameter must be named "bucket" (DDP checks)
+            if not buckets._recording():
+                return inner["hook"](inner["state"], bucket)
+            t0 = time.time_ns()
+            fut = inner["hook"](inner["state"], bucket)
+            try:
+                return buckets._record(bucket, t0, fut)
+            except Exception as err:  # noqa: BLE001
+                buckets._fail(err, "DDP comm hook")
+                return fut
+
+        def register_comm_hook(state: object, hook: Any) -> None:
+            inner.update(hook=hook, state=state)
+
+        ddp.register_comm_hook(None, dagprof_comm_hook)
+        ddp.register_comm_hook = register_comm_hook  # the user's hook runs inside ours
+        ddp._dagprof_comm_hook = (None, dagprof_comm_hook)  # dagprof.apply re-registers it if it rebuilds the reducer
+
+    def _record(self, bucket: Any, t0: int, fut: Any) -> Any:
+        t1 = time.time_ns()
+        index = bucket.index()
+        buf = bucket.buffer()
+        nbytes = buf.numel() * buf.element_size()
+        seq = self._seq
+        self._seq += 1
+        self._records.append((Rec.ENQ_BEGIN, index, seq, t0, 0))
+        self._records.append((Rec.ENQ_END, index, seq, t1, nbytes))
+        key = (nbytes, tuple(id(p) for p in bucket.parameters()))
+        if self._layout_key.get(index) != key:
+            self._layout_key[index] = key
+            self._new_layout = True
+        records = self._records
+
+        def done(f: Any) -> Any:
+            records.append((Rec.COMM_DONE, index, seq, time.time_ns(), threading.get_native_id()))
+            return f.value()
+
+        return fut.then(done)
+
+    def _layout(self) -> BucketLayout:
+        return tuple(Bucket(i, nb, tuple(self._param_names.get(pid, "?") for pid in pids), tuple(self._param_shapes.get(pid) for pid in pids))
+                     for i, (nb, pids) in sorted(self._layout_key.items()))

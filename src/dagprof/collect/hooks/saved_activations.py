@@ -1,0 +1,131 @@
+"""The activation memory a step keeps for backward, per layer: what the memory model sizes a what-if's peak from.
+
+A saved-tensor hook counts what each leaf module saves (each storage once per step, parameters excluded) while a root's
+forward runs, and only then: saved_tensors_hooks live in thread-local state, which every collective launched meanwhile
+captures (gloo's AsyncWork keeps it). A work that outlives the interpreter releases those Python objects without a GIL at
+exit and aborts the process (seen in 1 of 20-40 runs while the hooks stayed on for the whole window), so backward, where
+DDP launches its all-reduces, runs without them, and FSDP's collectives pause them (``fsdp``). DDP syncs buffers before
+it calls the inner module, outside too. Besides, the bytes the root's forward returned (the logits and loss tensors no
+saved-tensor hook sees) and the loss's own backward (``loss_graph``). The collector owns the window and the guard; this
+owns the counting.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ...traces.run_schema import LOSS_BACKWARD, MODEL_OUTPUT, SAVED_OUTSIDE_LAYERS
+from .loss_graph import LossGraph
+from .tensors import local_tensor, output_bytes, storage_ptr
+
+_OUTSIDE, _OUTPUT, _LOSS = -1, -2, -3  # keys among a step's saved bytes that are no layer's index
+
+
+class SavedActivations:
+    """Bytes saved for backward per layer: this step's, and the most of any profiled step (``most``, by layer path)."""
+
+    def __init__(self, recording: Callable[[], bool], fail: Callable[[BaseException, str], None], warnings: list[str]) -> None:
+        self._recording = recording
+        self._fail = fail
+        self._loss = LossGraph(fail, warnings)  # what the loss computed from the model's output holds in its backward
+        self._hooks: Any = None  # saved_tensors_hooks context while a root's forward runs in the window
+        self._layer_stack: list[int] = []  # leaf modules whose forward is running
+        self._seen: set[int] = set()  # storages counted this step
+        self._step: dict[int, int] = {}  # layer -> bytes it saved for backward this step
+        self._param_ptrs: set[int] = set()
+        self.most: dict[str, int] = {}  # layer path -> most bytes saved in one profiled step
+
+    @property
+    def counting(self) -> bool:
+        """The hook is on: a root's forward runs in the window."""
+        return self._hooks is not None
+
+    def track(self, params: list[Any]) -> None:
+        """The parameters whose storages are not activations (none: the model is released)."""
+        self._param_ptrs = {ptr for p in params if (ptr := storage_ptr(p))}
+
+    def new_step(self) -> None:
+        self._seen.clear()
+        self._step.clear()
+        self._loss.new_step()
+
+    def enter(self, layer: int) -> None:
+        """A leaf module's forward begins: what is saved now is ``layer``'s."""
+        self._layer_stack.append(layer)
+
+    def leave(self, layer: int) -> None:
+        if self._layer_stack and self._layer_stack[-1] == layer:
+            self._layer_stack.pop()
+
+    def forward_begins(self, module: Any, args: tuple) -> None:
+        """A root's forward pre-hook: count saved activations while the forward runs (module docstring)."""
+        if not self._recording() or self._hooks is not None:
+            return
+        try:
+            import torch
+
+            ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
+            ctx.__enter__()
+            self._hooks = ctx
+        except Exception as err:  # noqa: BLE001
+            self._fail(err, "forward pre-hook (saved tensors)")
+
+    def forward_ends(self, module: Any = None, args: tuple = (), output: Any = None) -> None:
+        """A root's forward hook: stop counting saved activations, and count the bytes its forward returned (the
+        logits and loss tensors no saved-tensor hook sees: the memory model sizes them by it)."""
+        if self._hooks is not None:
+            saved, self._hooks = self._hooks, None
+            try:
+                saved.__exit__(None, None, None)
+                if output is not None:
+                    self._step[_OUTPUT] = max(self._step.get(_OUTPUT, 0), output_bytes(output))
+                    self._loss.forward_ended(output)
+            except Exception as err:  # noqa: BLE001
+                self._fail(err, "forward hook (saved tensors)")
+
+    def backward_starting(self, tensors: Any) -> None:
+        """``torch.autograd.backward`` is called on ``tensors`` (the loss): size the graph between them and the model's output."""
+        if self._recording() and self._loss.armed:
+            try:
+                self._loss.backward_starting(tensors, self._param_ptrs)
+            except Exception as err:  # noqa: BLE001
+                self._fail(err, "backward start (loss graph)")
+
+    def end_step(self, layers: list[str]) -> None:
+        """The step ended: its loss backward's peak joins its figures, and each figure the most per layer path."""
+        if self._loss.peak:
+            self._step[_LOSS] = self._loss.peak
+        for path, nb in self.step_bytes(layers).items():
+            self.most[path] = max(self.most.get(path, 0), nb)
+
+    def step_bytes(self, layers: list[str]) -> dict[str, int]:
+        """This step's bytes by layer path (``layers``: the collector's, by index)."""
+        return {_key(layers, k): nb for k, nb in self._step.items()}
+
+    def stop(self) -> None:
+        """The window ends or profiling failed: hooks off (a forward that raised left them on), nothing held."""
+        self.forward_ends()
+        self._layer_stack.clear()
+        self._loss.release()
+
+    def _pack(self, tensor: Any) -> Any:
+        """saved_tensors_hooks pack hook: count the activation memory each layer keeps for backward
+        (each storage once per step, parameters excluded); the tensor itself is kept unchanged."""
+        if self._recording():
+            try:
+                storage = local_tensor(tensor).untyped_storage()
+                key = storage._cdata  # not its address: FSDP frees a gathered weight it saved (resize to 0), and the address is reused
+                if key not in self._seen and storage.data_ptr() not in self._param_ptrs:
+                    self._seen.add(key)
+                    layer = self._layer_stack[-1] if self._layer_stack else _OUTSIDE  # between leaf modules (loss, functional ops)
+                    self._step[layer] = self._step.get(layer, 0) + storage.nbytes()
+            except Exception as err:  # noqa: BLE001
+                self._fail(err, "saved-tensor hook")
+        return tensor
+
+
+def _key(layers: list[str], layer: int) -> str:
+    return layers[layer] if layer >= 0 else {_OUTSIDE: SAVED_OUTSIDE_LAYERS, _OUTPUT: MODEL_OUTPUT, _LOSS: LOSS_BACKWARD}[layer]
+
+
+def _unpack(tensor: Any) -> Any:
+    return tensor
