@@ -10,6 +10,11 @@ repetitions inside a process (median over processes of max / min), the share of 
 fastest faulting and fault-free run:
 
     PYTHONPATH=src .venv/bin/python bench/bench_codec_drift.py [--processes 8] [--reps 3] [--json OUT]
+    PYTHONPATH=src .venv/bin/python bench/bench_codec_drift.py --in-job 40   # the hook's page faults inside the job
+
+``--in-job STEPS`` runs the held-out embedding job itself on 2 ranks over loopback (gloo) with torch's hook on one
+bucket, as the kept strategy has it, and prints per rank and compressed step the page faults of the hook's issue
+(entry to its first all-reduce, the training thread's own) and its wall time.
 
 On the 2-core VM (2026-12-03, under the other helpers' load; the medians below are of the fastest per process):
 - at load 6.7-8.0 (8 processes x 3 repetitions, 11:37) the 16,384 x 64 embedding's fastest of 15 drifted as much
@@ -24,7 +29,8 @@ So the fastest of 15 is a tail estimate that moves 1.2x from one draw to the nex
 state, which differs by process, decides how often the large gradient's stretches take about 2 ms of page faults that
 the fastest leaves out (a faulting run's own fastest was 1.2-1.8 ms slower). Inside the held-out embedding job with
 the kept strategy's one bucket (torch's hook, 2 ranks on loopback, 36 steps) the hook's clone page-faulted at the
-issue in 11-14 of 36 steps per rank (420-2,919 faults each, 464-625 per step on average; load 11 and 26).
+issue in 11-21 of 36 steps per rank (420-2,952 faults each, 464-878 per step on average; three runs at load 11-26,
+the last by ``--in-job 40``).
 """
 from __future__ import annotations
 
@@ -143,6 +149,61 @@ def summary(procs: list[dict]) -> list[str]:
     return lines
 
 
+def _rank(steps: int) -> None:
+    """One rank of the embedding job with torch's PowerSGD hook on one bucket: per step, the issue's faults and time."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    sys.path.insert(0, HERE)
+    from fsdp1_heldout import CTR
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    dist._DEFAULT_FIRST_BUCKET_BYTES = 1 << 30  # one bucket, as the kept strategy's
+    torch.manual_seed(0)
+    model = DDP(CTR(16384, 64, 32, 512), bucket_cap_mb=1000)
+    rows: list[list[float]] = []
+
+    def hook(state, bucket):
+        f0, t0 = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt, time.perf_counter()
+        fut = psgd.powerSGD_hook(state, bucket)
+        rows.append([resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - f0, (time.perf_counter() - t0) * 1e6])
+        return fut
+
+    model.register_comm_hook(psgd.PowerSGDState(process_group=None, matrix_approximation_rank=2, start_powerSGD_iter=2, min_compression_rate=2,
+                                                 use_error_feedback=True, warm_start=True), hook)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(dist.get_rank())
+    for _ in range(steps):
+        ids = torch.randint(0, 16384, (64, 20), generator=g)
+        loss = F.binary_cross_entropy_with_logits(model(ids, torch.randn(64, 32, generator=g)), (ids[:, 0] % 2).float())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    print(json.dumps(rows[4:]), flush=True)  # past PowerSGD's start (iteration 2) and two more
+    dist.destroy_process_group()
+
+
+def in_job(steps: int) -> list[str]:
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(29500 + os.getpid() % 1000), "WORLD_SIZE": "2"}
+    ranks = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank-of-job", str(steps)], env={**env, "RANK": str(r)},
+                              stdout=subprocess.PIPE, text=True) for r in range(2)]
+    lines = []
+    for r, proc in enumerate(ranks):
+        out, _ = proc.communicate()
+        if proc.returncode:
+            raise SystemExit(f"bench_codec_drift: rank {r} of the job failed")
+        rows = json.loads(out)
+        hit = [f for f, _ in rows if f >= 256]  # a megabyte or more of fresh pages
+        lines.append(f"rank {r}: the hook's issue page-faulted in {len(hit)} of {len(rows)} steps ({min(hit, default=0):.0f}-{max(hit, default=0):.0f} "
+                     f"faults, {sum(hit) / len(rows):.0f} per step); issue median {statistics.median(t for _, t in rows):.0f} us "
+                     f"(load {os.getloadavg()[0]:.1f}); faults by step: {' '.join(str(int(f)) for f, _ in rows)}")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--processes", type=int, default=8)
@@ -150,8 +211,16 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=15)
     ap.add_argument("--rank", type=int, default=2)
     ap.add_argument("--json", default=None, help="write every run here")
+    ap.add_argument("--in-job", type=int, default=0, metavar="STEPS", help="instead, the hook's page faults inside the embedding job")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a child: its runs as JSON
+    ap.add_argument("--rank-of-job", type=int, default=0, help=argparse.SUPPRESS)  # a child: one rank of --in-job
     args = ap.parse_args()
+    if args.rank_of_job:
+        _rank(args.rank_of_job)
+        return
+    if args.in_job:
+        print("\n".join(in_job(args.in_job)))
+        return
     if args.one:
         print(json.dumps(_one(args.reps, args.pairs, args.rank)), flush=True)
         os._exit(0)  # skip the teardown: the one-process gloo group's threads aborted it once in six at load 28
