@@ -12,9 +12,9 @@ fastest faulting and fault-free run:
     PYTHONPATH=src .venv/bin/python bench/bench_codec_drift.py [--processes 8] [--reps 3] [--json OUT]
     PYTHONPATH=src .venv/bin/python bench/bench_codec_drift.py --in-job 40   # the hook's page faults inside the job
 
-``--in-job STEPS`` runs the held-out embedding job itself on 2 ranks over loopback (gloo) with torch's hook on one
-bucket, as the kept strategy has it, and prints per rank and compressed step the page faults of the hook's issue
-(entry to its first all-reduce, the training thread's own) and its wall time.
+``--in-job STEPS`` runs a held-out job itself (``--script``, default the embedding's) on 2 ranks over loopback (gloo),
+its DDP given torch's hook on one bucket, as the kept embedding and LSTM strategies have it, and prints per rank and
+compressed step the page faults of the hook's issue (entry to its first all-reduce, the training thread's own).
 
 On the 2-core VM (2026-12-03, under the other helpers' load; the medians below are of the fastest per process):
 - at load 6.7-8.0 (8 processes x 3 repetitions, 11:37) the 16,384 x 64 embedding's fastest of 15 drifted as much
@@ -29,8 +29,11 @@ So the fastest of 15 is a tail estimate that moves 1.2x from one draw to the nex
 state, which differs by process, decides how often the large gradient's stretches take about 2 ms of page faults that
 the fastest leaves out (a faulting run's own fastest was 1.2-1.8 ms slower). Inside the held-out embedding job with
 the kept strategy's one bucket (torch's hook, 2 ranks on loopback, 36 steps) the hook's clone page-faulted at the
-issue in 11-21 of 36 steps per rank (420-2,952 faults each, 464-878 per step on average; three runs at load 11-26,
-the last by ``--in-job 40``).
+issue in 11-24 of 36 steps per rank (420-2,952 faults each, 464-977 per step on average; four runs at load 11-26,
+the last two by ``--in-job 40``). By workload (``--in-job 40 --script bench/ddp_heldout_X.py``, load 19-23, 12:28):
+embedding 977 / 549 faults per step (ranks 0 / 1), conv 634 / 1,464 (one bucket; its kept strategy has two), LSTM
+0 / 146: the jobs whose PowerSGD speed-up is predicted high (conv, embedding) fault at the issue, the LSTM's hardly,
+where the codec measurement's processes faulted 445-1,075 times per run on the LSTM's gradients.
 """
 from __future__ import annotations
 
@@ -149,22 +152,15 @@ def summary(procs: list[dict]) -> list[str]:
     return lines
 
 
-def _rank(steps: int) -> None:
-    """One rank of the embedding job with torch's PowerSGD hook on one bucket: per step, the issue's faults and time."""
-    import torch
+def _rank(script: str, steps: int) -> None:
+    """One rank of a held-out job (``script --steps``, untouched) whose DDP gets torch's PowerSGD hook on one bucket, as
+    the kept embedding and LSTM strategies have it: per compressed step, the issue's faults and time."""
+    import runpy
+
     import torch.distributed as dist
-    import torch.nn.functional as F
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    sys.path.insert(0, HERE)
-    from fsdp1_heldout import CTR
-
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
-    dist._DEFAULT_FIRST_BUCKET_BYTES = 1 << 30  # one bucket, as the kept strategy's
-    torch.manual_seed(0)
-    model = DDP(CTR(16384, 64, 32, 512), bucket_cap_mb=1000)
     rows: list[list[float]] = []
 
     def hook(state, bucket):
@@ -173,23 +169,23 @@ def _rank(steps: int) -> None:
         rows.append([resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - f0, (time.perf_counter() - t0) * 1e6])
         return fut
 
-    model.register_comm_hook(psgd.PowerSGDState(process_group=None, matrix_approximation_rank=2, start_powerSGD_iter=2, min_compression_rate=2,
-                                                 use_error_feedback=True, warm_start=True), hook)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    g = torch.Generator().manual_seed(dist.get_rank())
-    for _ in range(steps):
-        ids = torch.randint(0, 16384, (64, 20), generator=g)
-        loss = F.binary_cross_entropy_with_logits(model(ids, torch.randn(64, 32, generator=g)), (ids[:, 0] % 2).float())
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    plain = DDP.__init__
+
+    def init(self, module, *args, **kwargs):
+        dist._DEFAULT_FIRST_BUCKET_BYTES = 1 << 30  # one bucket
+        plain(self, module, *args, **{**kwargs, "bucket_cap_mb": 1000})
+        self.register_comm_hook(psgd.PowerSGDState(process_group=None, matrix_approximation_rank=2, start_powerSGD_iter=2, min_compression_rate=2,
+                                                   use_error_feedback=True, warm_start=True), hook)
+
+    DDP.__init__ = init
+    sys.argv = [script, "--steps", str(steps)]
+    runpy.run_path(script, run_name="__main__")
     print(json.dumps(rows[4:]), flush=True)  # past PowerSGD's start (iteration 2) and two more
-    dist.destroy_process_group()
 
 
-def in_job(steps: int) -> list[str]:
+def in_job(script: str, steps: int) -> list[str]:
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(29500 + os.getpid() % 1000), "WORLD_SIZE": "2"}
-    ranks = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank-of-job", str(steps)], env={**env, "RANK": str(r)},
+    ranks = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank-of-job", str(steps), "--script", script], env={**env, "RANK": str(r)},
                               stdout=subprocess.PIPE, text=True) for r in range(2)]
     lines = []
     for r, proc in enumerate(ranks):
@@ -211,15 +207,16 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=15)
     ap.add_argument("--rank", type=int, default=2)
     ap.add_argument("--json", default=None, help="write every run here")
-    ap.add_argument("--in-job", type=int, default=0, metavar="STEPS", help="instead, the hook's page faults inside the embedding job")
+    ap.add_argument("--in-job", type=int, default=0, metavar="STEPS", help="instead, the hook's page faults inside a held-out job (--script)")
+    ap.add_argument("--script", default=os.path.join(HERE, "ddp_heldout_embed.py"), help="the held-out job --in-job runs (default the embedding's)")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a child: its runs as JSON
     ap.add_argument("--rank-of-job", type=int, default=0, help=argparse.SUPPRESS)  # a child: one rank of --in-job
     args = ap.parse_args()
     if args.rank_of_job:
-        _rank(args.rank_of_job)
+        _rank(args.script, args.rank_of_job)
         return
     if args.in_job:
-        print("\n".join(in_job(args.in_job)))
+        print("\n".join(in_job(args.script, args.in_job)))
         return
     if args.one:
         print(json.dumps(_one(args.reps, args.pairs, args.rank)), flush=True)
