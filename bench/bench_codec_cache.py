@@ -1,5 +1,5 @@
-"""Torch's PowerSGD hook timed with warm caches (as ``measure_codec_costs`` timed it before) against cold ones (the caches
-flushed and the bucket written again before each run, as a training step leaves them), on the gradients of kept runs.
+"""Torch's PowerSGD hook timed with warm caches (as ``measure_codec_costs`` times it) against cold ones (the caches
+flushed by writing a 64 MiB scratch before each run), on the gradients of kept runs.
 
     PYTHONPATH=src .venv/bin/python bench/bench_codec_cache.py RUN [RUN ...] [--rank 2] [--pairs 15]
 
@@ -32,6 +32,7 @@ def main() -> None:
     from dagprof.pipeline import open_run
 
     torch.set_num_threads(1)
+    scratch = torch.zeros(16 << 20)  # 64 MiB of float32: larger than the last-level cache
     with _PowerSGDHooks() as hooks:
         for path in args.runs:
             p = open_run(path)
@@ -40,7 +41,13 @@ def main() -> None:
             print(f"{path} (load {os.getloadavg()[0]:.2f})")
             totals = {"warm": [0.0] * 3, "cold": [0.0] * 3}
             for name, shape in [("(empty bucket)", (1,))] + shapes:
-                runs = {"warm": hooks.bucket(shape, args.rank), "cold": hooks.bucket(shape, args.rank, cold=True)}
+                cold_run = hooks.bucket(shape, args.rank)
+
+                def cold(run=cold_run):
+                    scratch.add_(1.0)
+                    return run()
+
+                runs = {"warm": hooks.bucket(shape, args.rank), "cold": cold}
                 got: dict[str, list] = {"warm": [], "cold": []}
                 for i in range(args.pairs + 2):  # a cold run flushes the warm one's buffers too: a warm run is timed after another
                     cold, _, warm = runs["cold"](), runs["warm"](), runs["warm"]()
