@@ -319,3 +319,26 @@ def test_a_jax_wait_waits_for_the_work_after_the_all_reduce():
     assert abs(r["model_error_pct"]) < 2.0
     one, ten = (row["predicted_iter_ms"] for row in r["scenarios"])
     assert ten < 0.85 * one  # the collectives shrink tenfold, and the steps that wait for them (0.96x before)
+
+
+def test_small_sparse_gradients_without_a_size_are_said_not_priced_silently():
+    """``tf/widedeep`` (``bench/frameworks/tf_widedeep_fit.py``: two embeddings, Keras ``fit``, batch 32): each sparse
+    gradient's rows are far under what TF's memory tracer records, so its all-gathers have no size; a warning counts them."""
+    run = load(str(DATA / "tf" / "widedeep"))
+    for t in run.ranks:
+        ev = t.events
+        gathers = {ev.name_of(i): int(ev.nbytes[i]) for i in np.flatnonzero((ev.kind == Kind.COMM) & (ev.step == 7))
+                   if "CollectiveGatherV2" in ev.name_of(i)}
+        assert len(gathers) == 6 and not any(gathers.values())  # per embedding: its row count, then rows and indices in a cond
+        assert any(str(w).startswith("4 all-gathers a step of a sparse gradient") for w in t.meta.warnings)
+
+
+def test_collectives_inside_an_xla_loop_refuse_what_ifs():
+    """``tf-jax/scan-rnn`` (``bench/frameworks/jax_scan_rnn.py``: a ``lax.scan`` GRU under ``shard_map`` with check_vma on):
+    JAX all-reduces the replicated parameters' gradients in each of the scan's 20 iterations, inside the loop op; no what-if
+    can re-price them, so other setups are refused in one line, and the profiled setup alone still replays."""
+    p = open_run(str(DATA / "tf-jax" / "scan-rnn"))
+    assert p.graph.meta.parallel.looped_dp[0] == 20 * 4 * 2  # 20 a step, 4 steps, 2 ranks
+    with pytest.raises(DagprofError, match=r"^not predicting: 20 data-parallel collectives a step per rank .* inside XLA loop ops"):
+        evaluate(p.graph, [Scenario(bandwidth=1e8)], measured_us=p.analysis.measured_us, tolerance_pct=None)
+    assert evaluate(p.graph, [Scenario()], measured_us=p.analysis.measured_us, tolerance_pct=None)["model_iter_ms"] > 0

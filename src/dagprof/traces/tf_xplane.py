@@ -56,6 +56,9 @@ _ASYNC_START = "ExecutorState::ProcessAsync::Start"  # an executor thread starti
 _DONE = ("CollectiveExecutor::ExecuteAsync::Done", "ExecutorState::ProcessAsync::Done")
 _TRAIN_MARKER = "train"  # the step marker of Keras fit, tf_profile and jax_profile (tf.profiler Trace / StepTraceAnnotation)
 
+# The branch TF's ``all_reduce_indexed_slices`` all-gathers a sparse gradient's rows and indices in (``cond/then/``, or
+# ``cond/else/`` where the workers' row counts differ); the length all-gathered before it, outside the branch, is 4 bytes.
+_SPARSE_BRANCH = re.compile(r"(?:^|/)cond(?:_\d+)?/(?:then|else)/")
 _XLA_SEQ_PER_STEP = 1_000_000  # XLA collectives: seq = step * this + position within the step
 
 
@@ -540,6 +543,12 @@ class _Reader:
         if indices:
             self.warnings.append(f"{indices} all-gathers of a sparse gradient's indices, which the memory tracer does not see, "
                                  "sized as one int32 per row of the rows' gather before them")
+        unsized = sorted({name for i, coll in zip(self.collectives.event, self.collectives.coll)
+                          if coll == "allgather" and c["nbytes"][i] == 0 and _SPARSE_BRANCH.search(name := self.tab.names[c["name"][i]])})
+        if unsized:
+            self.warnings.append(f"{len(unsized)} all-gathers a step of a sparse gradient (an embedding's rows or indices) have no size: "
+                                 "the memory tracer recorded no allocation of theirs (it skips small CPU tensors), so they are priced "
+                                 "as 0 B and a bandwidth or worker-count what-if leaves their bytes out")
 
     def _gradient_bytes(self, c: dict[str, np.ndarray]) -> None:
         """Put the run folder's dense gradient bytes on the gradient all-reduce of each step.
