@@ -23,7 +23,7 @@ from dagprof.traces import xplane_decode
 from dagprof.traces.events import Kind
 from dagprof.traces.load import load
 from dagprof.traces.tf_xplane import rank_from_path, read_xplane
-from dagprof.traces.tf_xplane_names import layer_names
+from dagprof.traces.tf_xplane_names import classify, layer_names
 from dagprof.traces.xplane_run import xplane_files
 
 DATA = pathlib.Path(__file__).parent / "data"
@@ -342,3 +342,17 @@ def test_collectives_inside_an_xla_loop_refuse_what_ifs():
     with pytest.raises(DagprofError, match=r"^not predicting: 20 data-parallel collectives a step per rank .* inside XLA loop ops"):
         evaluate(p.graph, [Scenario(bandwidth=1e8)], measured_us=p.analysis.measured_us, tolerance_pct=None)
     assert evaluate(p.graph, [Scenario()], measured_us=p.analysis.measured_us, tolerance_pct=None)["model_iter_ms"] > 0
+
+
+def test_the_gradients_go_on_the_reduce_issued_first_not_on_a_metrics():
+    """``tf/transformer`` (``bench/frameworks/tf_transformer_loop.py``: Keras 3 AdamW, whose scope is ``adam_w``, and a
+    ``strategy.reduce(SUM)`` of a metric after ``strategy.run``): two unscoped all-reduces of unknown size; the dense
+    gradients' bytes go on the one issued first in the step (the lower instance key), never on the metric's scalar."""
+    run = load(str(DATA / "tf" / "transformer"))
+    for t in run.ranks:
+        ev = t.events
+        reduces = sorted((int(ev.seq[i]), ev.name_of(i), int(ev.nbytes[i])) for i in np.flatnonzero((ev.kind == Kind.COMM) & (ev.step == 7))
+                         if "CollectiveReduceV2" in ev.name_of(i))
+        assert [b for _, _, b in reduces] == [1240448, 0]  # the dense gradients (the block, the head, the norms), then the metric
+    names = {n: classify(n, "Mul") for n in ("adam_w/Sqrt", "adam_w_1/mul", "schedule_free_adam_w/add", "muon/mul")}
+    assert all(kind == Kind.UPDATE for kind, _ in names.values())

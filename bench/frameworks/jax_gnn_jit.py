@@ -22,6 +22,7 @@ ap.add_argument("--rank", type=int, required=True)
 ap.add_argument("--world", type=int, default=2)
 ap.add_argument("--port", type=int, required=True)
 ap.add_argument("--steps", type=int, default=24)
+ap.add_argument("--window", default="6:14", help="the profiled steps, A:B")
 args = ap.parse_args()
 
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -75,7 +76,7 @@ adj = jax.make_array_from_process_local_data(SPLIT, adj_local)
 x = jax.make_array_from_process_local_data(SPLIT, rng.standard_normal((LOCAL, NODES, FEAT)).astype(np.float32))
 y = jax.make_array_from_process_local_data(SPLIT, rng.integers(0, CLASSES, LOCAL).astype(np.int32))
 
-with jax_profile(args.out, steps=(6, 14), params=params) as prof:  # dagprof (2/3)
+with jax_profile(args.out, steps=tuple(map(int, args.window.split(":"))), params=params) as prof:  # dagprof (2/3)
     for i in range(args.steps):
         with prof.step(i):  # dagprof (3/3)
             params, state, loss = train(params, state, adj, x, y)

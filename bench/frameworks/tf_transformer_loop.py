@@ -16,6 +16,7 @@ from dagprof.collect.hooks.tf_profile import tf_profile  # dagprof (1/3)
 ap = argparse.ArgumentParser()
 ap.add_argument("--out", required=True)
 ap.add_argument("--steps", type=int, default=24)
+ap.add_argument("--window", default="6:14", help="the profiled steps, A:B")
 ap.add_argument("--batch", type=int, default=16)
 args = ap.parse_args()
 
@@ -74,7 +75,7 @@ def train_step(batch):
     return strategy.reduce(tf.distribute.ReduceOp.SUM, correct, axis=None)
 
 
-with tf_profile(args.out, steps=(6, 14), model=model) as prof:  # dagprof (2/3)
+with tf_profile(args.out, steps=tuple(map(int, args.window.split(":"))), model=model) as prof:  # dagprof (2/3)
     for step in range(args.steps):
         with prof.step(step):  # dagprof (3/3)
             correct = train_step(next(it))

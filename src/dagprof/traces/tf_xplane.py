@@ -555,8 +555,9 @@ class _Reader:
 
         A packed all-reduce's tensor is not traced. Candidates are all-reduces of unknown size outside
         any scope or in an optimizer's (a loss or metric is reduced under its own scope, e.g.
-        ``div_no_nan/``); the choice follows their names alone (an optimizer's first, then the shortest
-        name: TF numbers later ones ``_1``, ``_2``), so every worker makes the same one.
+        ``div_no_nan/``); an optimizer's goes first, then the one issued first in the step (the lowest
+        instance key: ``apply_gradients`` creates it before a ``strategy.reduce`` of a metric after
+        ``strategy.run``, which is unscoped too), then the shortest name, so every worker makes the same choice.
         """
         if not self.grad_bytes:
             return
@@ -567,7 +568,10 @@ class _Reader:
             if coll == "allreduce" and c["nbytes"][i] == 0 and (not head or OPTIMIZER.match(head)):
                 by_name.setdefault(node, []).append(i)
         if by_name:
-            best = min(by_name, key=lambda n: (not OPTIMIZER.match(n.split("/", 1)[0]) if "/" in n else True, len(n), n))
+            first = min(int(c["step"][i]) for rows in by_name.values() for i in rows)
+            issued = {n: min((int(c["seq"][i]) for i in rows if c["step"][i] == first), default=np.iinfo(np.int64).max)
+                      for n, rows in by_name.items()}
+            best = min(by_name, key=lambda n: (not OPTIMIZER.match(n.split("/", 1)[0]) if "/" in n else True, issued[n], len(n), n))
             c["nbytes"][by_name[best]] = int(self.grad_bytes)
 
     def _xla_seq(self, c: dict[str, np.ndarray]) -> None:

@@ -24,8 +24,9 @@ TF_COLLECTIVES = {
 _XLA_COLLECTIVE = re.compile(r"^(all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|collective-broadcast)(-start)?\b")
 _XLA_CANON = {"all-reduce": "allreduce", "all-gather": "allgather", "reduce-scatter": "reducescatter",
               "all-to-all": "alltoall", "collective-permute": "sendrecv", "collective-broadcast": "broadcast"}
-OPTIMIZER = re.compile(r"^(sgd|adam|adamw|adamax|nadam|rmsprop|adagrad|adadelta|ftrl|lamb|lion|momentum|optimizer|"
-                       r"gradientdescent|loss_scale_optimizer)(_\d+)?$", re.I)
+# an optimizer's default name scope: its class name (tf-keras), snake-cased in Keras 3 (AdamW: ``adam_w``)
+OPTIMIZER = re.compile(r"^(sgd|adam|adam_?w|adamax|nadam|rmsprop|adagrad|adadelta|adafactor|ftrl|lamb|lion|muon|momentum|optimizer|"
+                       r"multi_optimizer|schedule_free_adam_?w|gradientdescent|loss_scale_optimizer)(_\d+)?$", re.I)
 _PACKING = {"ConcatV2", "Concat", "Pack", "SplitV", "Split", "Unpack"}
 
 
