@@ -356,3 +356,18 @@ def test_the_gradients_go_on_the_reduce_issued_first_not_on_a_metrics():
         assert [b for _, _, b in reduces] == [1240448, 0]  # the dense gradients (the block, the head, the norms), then the metric
     names = {n: classify(n, "Mul") for n in ("adam_w/Sqrt", "adam_w_1/mul", "schedule_free_adam_w/add", "muon/mul")}
     assert all(kind == Kind.UPDATE for kind, _ in names.values())
+
+
+def test_layers_of_a_subclassed_mixed_precision_model_and_of_attention():
+    """``tf/widedeep`` (subclassed, ``mixed_bfloat16``: every kernel is cast at the step's start) and ``tf/transformer``
+    (``MultiHeadAttention``): layers in model order, one per Keras layer; the one-op scopes (``einsum``, a bias ``add``,
+    the model's own ``strided_slice`` and ``Cast``) belong to their layer or to none, and a dropout's ops to its layer."""
+    wide = load(str(DATA / "tf" / "widedeep")).ranks[0].layers
+    assert wide.index("wide_deep/item_embed") < wide.index("wide_deep/history_attention") < wide.index("wide_deep/deep1") \
+        < wide.index("wide_deep/deep2") < wide.index("wide_deep/head")
+    lm = load(str(DATA / "tf" / "transformer")).ranks[0].layers
+    assert not [x for x in wide + lm if re.search(r"/(einsum|add|strided_slice|Cast|embedding_lookup)(_\d+)?$", x)]
+    assert lm[0] == "model/tok_embed" and lm[-2:] == ["model/final_norm", "model/lm_head"]
+    assert "model/block/multi_head_attention/query" in lm and "model/block/dense_1" in lm
+    assert load(str(DATA / "tf" / "fit-epochs")).ranks[0].layers == ["sequential/tokens", "sequential/gru", "sequential/drop",
+                                                                      "sequential/head", "sequential/classes"]

@@ -59,6 +59,7 @@ _TRAIN_MARKER = "train"  # the step marker of Keras fit, tf_profile and jax_prof
 # The branch TF's ``all_reduce_indexed_slices`` all-gathers a sparse gradient's rows and indices in (``cond/then/``, or
 # ``cond/else/`` where the workers' row counts differ); the length all-gathered before it, outside the branch, is 4 bytes.
 _SPARSE_BRANCH = re.compile(r"(?:^|/)cond(?:_\d+)?/(?:then|else)/")
+_VARIABLE_READ = re.compile(r"(?:ReadVariableOp|/Cast(?:_\d+)?)$")
 _XLA_SEQ_PER_STEP = 1_000_000  # XLA collectives: seq = step * this + position within the step
 
 
@@ -483,7 +484,8 @@ class _Reader:
         raw = c["layer"]
         layer_of_scope = np.array([names.get(s, "") for s in scope_of] + [""], dtype=object)
         per_event = layer_of_scope[np.where(raw >= 0, raw, len(scope_of))]
-        reads = np.array([n.endswith("ReadVariableOp") for n in self.tab.names] + [False])[c["name"]]  # all run at the step's start
+        # variable reads, and their casts under a mixed-precision policy, all run at the step's start
+        reads = np.array([bool(_VARIABLE_READ.search(n)) for n in self.tab.names] + [False])[c["name"]]
         fwd = (c["kind"] == Kind.FORWARD) & (per_event != "") & ~reads
         first: dict[str, float] = {}
         for name, t in zip(per_event[fwd].tolist(), c["start"][fwd].tolist()):
