@@ -45,3 +45,11 @@ def test_optimize_refuses_a_framework_run_in_one_line_saying_what_dagprof_does_f
     assert main(["optimize", str(folder), "--budget", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"this is a {framework} run" in err and advice in err and "DDP bucket" not in err
+
+
+def test_a_run_whose_all_reduces_ran_inside_a_loop_is_not_sent_to_whatif():
+    """``tf-jax/scan-rnn``: whatif refuses it (its gradients are all-reduced inside the scan's loop op), so the finding on
+    exposed communication says why and what the script can change instead of suggesting whatif."""
+    text = " ".join(f.detail for f in open_run(str(DATA / "tf-jax" / "scan-rnn")).findings)
+    assert "20 more all-reduces a step ran inside an XLA loop op" in text and "check_vma=False" in text
+    assert "whatif" not in text

@@ -23,7 +23,7 @@ from dagprof.traces import xplane_decode
 from dagprof.traces.events import Kind
 from dagprof.traces.load import load
 from dagprof.traces.tf_xplane import rank_from_path, read_xplane
-from dagprof.traces.tf_xplane_names import layer_names
+from dagprof.traces.tf_xplane_names import classify, layer_names
 from dagprof.traces.xplane_run import xplane_files
 
 DATA = pathlib.Path(__file__).parent / "data"
@@ -319,3 +319,55 @@ def test_a_jax_wait_waits_for_the_work_after_the_all_reduce():
     assert abs(r["model_error_pct"]) < 2.0
     one, ten = (row["predicted_iter_ms"] for row in r["scenarios"])
     assert ten < 0.85 * one  # the collectives shrink tenfold, and the steps that wait for them (0.96x before)
+
+
+def test_small_sparse_gradients_without_a_size_are_said_not_priced_silently():
+    """``tf/widedeep`` (``bench/frameworks/tf_widedeep_fit.py``: two embeddings, Keras ``fit``, batch 32): each sparse
+    gradient's rows are far under what TF's memory tracer records, so its all-gathers have no size; a warning counts them."""
+    run = load(str(DATA / "tf" / "widedeep"))
+    for t in run.ranks:
+        ev = t.events
+        gathers = {ev.name_of(i): int(ev.nbytes[i]) for i in np.flatnonzero((ev.kind == Kind.COMM) & (ev.step == 7))
+                   if "CollectiveGatherV2" in ev.name_of(i)}
+        assert len(gathers) == 6 and not any(gathers.values())  # per embedding: its row count, then rows and indices in a cond
+        assert any(str(w).startswith("4 all-gathers a step of a sparse gradient") for w in t.meta.warnings)
+
+
+def test_collectives_inside_an_xla_loop_refuse_what_ifs():
+    """``tf-jax/scan-rnn`` (``bench/frameworks/jax_scan_rnn.py``: a ``lax.scan`` GRU under ``shard_map`` with check_vma on):
+    JAX all-reduces the replicated parameters' gradients in each of the scan's 20 iterations, inside the loop op; no what-if
+    can re-price them, so other setups are refused in one line, and the profiled setup alone still replays."""
+    p = open_run(str(DATA / "tf-jax" / "scan-rnn"))
+    assert p.graph.meta.parallel.looped_dp[0] == 20 * 4 * 2  # 20 a step, 4 steps, 2 ranks
+    with pytest.raises(DagprofError, match=r"^not predicting: 20 data-parallel collectives a step per rank .* inside XLA loop ops"):
+        evaluate(p.graph, [Scenario(bandwidth=1e8)], measured_us=p.analysis.measured_us, tolerance_pct=None)
+    assert evaluate(p.graph, [Scenario()], measured_us=p.analysis.measured_us, tolerance_pct=None)["model_iter_ms"] > 0
+
+
+def test_the_gradients_go_on_the_reduce_issued_first_not_on_a_metrics():
+    """``tf/transformer`` (``bench/frameworks/tf_transformer_loop.py``: Keras 3 AdamW, whose scope is ``adam_w``, and a
+    ``strategy.reduce(SUM)`` of a metric after ``strategy.run``): two unscoped all-reduces of unknown size; the dense
+    gradients' bytes go on the one issued first in the step (the lower instance key), never on the metric's scalar."""
+    run = load(str(DATA / "tf" / "transformer"))
+    for t in run.ranks:
+        ev = t.events
+        reduces = sorted((int(ev.seq[i]), ev.name_of(i), int(ev.nbytes[i])) for i in np.flatnonzero((ev.kind == Kind.COMM) & (ev.step == 7))
+                         if "CollectiveReduceV2" in ev.name_of(i))
+        assert [b for _, _, b in reduces] == [1240448, 0]  # the dense gradients (the block, the head, the norms), then the metric
+    names = {n: classify(n, "Mul") for n in ("adam_w/Sqrt", "adam_w_1/mul", "schedule_free_adam_w/add", "muon/mul")}
+    assert all(kind == Kind.UPDATE for kind, _ in names.values())
+
+
+def test_layers_of_a_subclassed_mixed_precision_model_and_of_attention():
+    """``tf/widedeep`` (subclassed, ``mixed_bfloat16``: every kernel is cast at the step's start) and ``tf/transformer``
+    (``MultiHeadAttention``): layers in model order, one per Keras layer; the one-op scopes (``einsum``, a bias ``add``,
+    the model's own ``strided_slice`` and ``Cast``) belong to their layer or to none, and a dropout's ops to its layer."""
+    wide = load(str(DATA / "tf" / "widedeep")).ranks[0].layers
+    assert wide.index("wide_deep/item_embed") < wide.index("wide_deep/history_attention") < wide.index("wide_deep/deep1") \
+        < wide.index("wide_deep/deep2") < wide.index("wide_deep/head")
+    lm = load(str(DATA / "tf" / "transformer")).ranks[0].layers
+    assert not [x for x in wide + lm if re.search(r"/(einsum|add|strided_slice|Cast|embedding_lookup)(_\d+)?$", x)]
+    assert lm[0] == "model/tok_embed" and lm[-2:] == ["model/final_norm", "model/lm_head"]
+    assert "model/block/multi_head_attention/query" in lm and "model/block/dense_1" in lm
+    assert load(str(DATA / "tf" / "fit-epochs")).ranks[0].layers == ["sequential/tokens", "sequential/gru", "sequential/drop",
+                                                                      "sequential/head", "sequential/classes"]

@@ -99,6 +99,20 @@ def check_model(model_us: float, measured_us: float | None, tolerance_pct: float
                        f"{ref / 1e3:.2f} ms ({err:+.1f} %, more than {tolerance_pct:g} %): {', '.join(parts)}; --allow-model-error predicts anyway")
 
 
+def _refuse_looped(g: Graph, scenarios: list[Scenario]) -> None:
+    """Refuse other setups when data-parallel collectives ran inside an XLA loop op: the graph has them only as part of
+    the loop's measured time, so no scenario can re-price them, and its answer would leave them as profiled."""
+    par = g.meta.parallel
+    if par is None or not par.looped_dp[0] or all(s == Scenario() for s in scenarios):
+        return
+    steps = max(len(g.meta.steps), 1) * max(graph_world_size(g), 1)
+    n, nbytes = par.looped_dp
+    raise DagprofError(f"not predicting: {n / steps:g} data-parallel collectives a step per rank ({nbytes / steps / 2**20:.2f} MiB) ran inside "
+                       "XLA loop ops (lax.scan, fori_loop, while_loop), timed as part of the loop as measured, which no what-if can "
+                       "re-price (shard_map with check_vma on all-reduces a replicated parameter's gradient in every iteration of a "
+                       "loop that uses it; check_vma=False and one psum after the loop leave one all-reduce)")
+
+
 def _pct(x: float, ref: float) -> str:
     return f"{100.0 * (x - ref) / ref:+.1f} %"
 
@@ -122,6 +136,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     """
     t0 = time.perf_counter()
     cluster = cluster or Cluster()
+    _refuse_looped(g0, scenarios)
     g0 = profiled_at(g0, cluster)
     steps_graph = None if steps_graph is None else profiled_at(steps_graph, cluster)
     n0 = graph_world_size(g0)

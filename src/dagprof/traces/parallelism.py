@@ -140,6 +140,9 @@ class Parallelism:
     dp_size: int  # ranks in one data-parallel group (0: no data-parallel collective); passes.workers changes it
     notes: list[str] = field(default_factory=list)
     unpaired_p2p: str = ""  # why pipeline send/recv were not paired across ranks (``p2p_peer``: their waits stay as measured); "": none
+    # data-parallel collectives an XLA program ran inside another of its ops (a while loop: ``lax.scan``, ``fori_loop``),
+    # summed over ranks: (instances, bytes). The graph times them as that op; ``search.whatif`` cannot re-price them
+    looped_dp: tuple[int, int] = (0, 0)
 
     @property
     def dims(self) -> set[Dim]:
@@ -327,6 +330,7 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
     per_event = []
     stats: dict[str, dict] = {}
     inline: Counter = Counter()  # (dim, collective) -> instances whose transfer ran inside the op that issued it
+    looped = [0, 0]  # ``Parallelism.looped_dp``
     paired: Counter = Counter()  # (dim, collective) -> send/recv whose peer the trace tells (align.matching pairs them)
     lone = 0  # send/recv whose peer it does not tell
     for trace, inst, dims, why in labels:
@@ -342,6 +346,9 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
                 lone += inst.coll[k] in P2P
                 if len(transfer) and (ev.depth[transfer] > 0).all():
                     inline[(_TEXT[int(dims[k])], inst.coll[k])] += 1
+                    if trace.meta.format == "xplane" and dims[k] == Dim.DP:
+                        looped[0] += 1
+                        looped[1] += int(inst.nbytes[k])
             if trace.meta.format != "kineto" and dims[k] != Dim.DP:  # a dagprof run puts them in DDP's group: not their ranks
                 name = f"{name} ({_TEXT[int(dims[k])]})"
             st = stats.get(name)
@@ -375,7 +382,7 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
     why = (f"{lone} send/recv (summed over ranks) without a known peer: a Kineto trace names one by the op's peer argument "
            "(record_param_comms' Src/Dst Rank, or c10d::send/recv_'s inputs under record_shapes) or by a 2-rank group; "
            "a dagprof run records them in DDP's group") if lone else ""
-    return Parallelism(groups, run.world_size, dp, max((len(r) for r in dp), default=0), notes, why), per_event
+    return Parallelism(groups, run.world_size, dp, max((len(r) for r in dp), default=0), notes, why, (looped[0], looped[1])), per_event
 
 
 def _unseen(run: Run, inline: Counter) -> list[GroupLabel]:

@@ -56,6 +56,10 @@ _ASYNC_START = "ExecutorState::ProcessAsync::Start"  # an executor thread starti
 _DONE = ("CollectiveExecutor::ExecuteAsync::Done", "ExecutorState::ProcessAsync::Done")
 _TRAIN_MARKER = "train"  # the step marker of Keras fit, tf_profile and jax_profile (tf.profiler Trace / StepTraceAnnotation)
 
+# The branch TF's ``all_reduce_indexed_slices`` all-gathers a sparse gradient's rows and indices in (``cond/then/``, or
+# ``cond/else/`` where the workers' row counts differ); the length all-gathered before it, outside the branch, is 4 bytes.
+_SPARSE_BRANCH = re.compile(r"(?:^|/)cond(?:_\d+)?/(?:then|else)/")
+_VARIABLE_READ = re.compile(r"(?:ReadVariableOp|/Cast(?:_\d+)?)$")
 _XLA_SEQ_PER_STEP = 1_000_000  # XLA collectives: seq = step * this + position within the step
 
 
@@ -427,7 +431,8 @@ class _Reader:
         raw = c["layer"]
         layer_of_scope = np.array([names.get(s, "") for s in scope_of] + [""], dtype=object)
         per_event = layer_of_scope[np.where(raw >= 0, raw, len(scope_of))]
-        reads = np.array([n.endswith("ReadVariableOp") for n in self.tab.names] + [False])[c["name"]]  # all run at the step's start
+        # variable reads, and their casts under a mixed-precision policy, all run at the step's start
+        reads = np.array([bool(_VARIABLE_READ.search(n)) for n in self.tab.names] + [False])[c["name"]]
         fwd = (c["kind"] == Kind.FORWARD) & (per_event != "") & ~reads
         first: dict[str, float] = {}
         for name, t in zip(per_event[fwd].tolist(), c["start"][fwd].tolist()):
@@ -487,14 +492,21 @@ class _Reader:
         if indices:
             self.warnings.append(f"{indices} all-gathers of a sparse gradient's indices, which the memory tracer does not see, "
                                  "sized as one int32 per row of the rows' gather before them")
+        unsized = sorted({name for i, coll in zip(self.collectives.event, self.collectives.coll)
+                          if coll == "allgather" and c["nbytes"][i] == 0 and _SPARSE_BRANCH.search(name := self.tab.names[c["name"][i]])})
+        if unsized:
+            self.warnings.append(f"{len(unsized)} all-gathers a step of a sparse gradient (an embedding's rows or indices) have no size: "
+                                 "the memory tracer recorded no allocation of theirs (it skips small CPU tensors), so they are priced "
+                                 "as 0 B and a bandwidth or worker-count what-if leaves their bytes out")
 
     def _gradient_bytes(self, c: dict[str, np.ndarray]) -> None:
         """Put the run folder's dense gradient bytes on the gradient all-reduce of each step.
 
         A packed all-reduce's tensor is not traced. Candidates are all-reduces of unknown size outside
         any scope or in an optimizer's (a loss or metric is reduced under its own scope, e.g.
-        ``div_no_nan/``); the choice follows their names alone (an optimizer's first, then the shortest
-        name: TF numbers later ones ``_1``, ``_2``), so every worker makes the same one.
+        ``div_no_nan/``); an optimizer's goes first, then the one issued first in the step (the lowest
+        instance key: ``apply_gradients`` creates it before a ``strategy.reduce`` of a metric after
+        ``strategy.run``, which is unscoped too), then the shortest name, so every worker makes the same choice.
         """
         if not self.grad_bytes:
             return
@@ -505,7 +517,10 @@ class _Reader:
             if coll == "allreduce" and c["nbytes"][i] == 0 and (not head or OPTIMIZER.match(head)):
                 by_name.setdefault(node, []).append(i)
         if by_name:
-            best = min(by_name, key=lambda n: (not OPTIMIZER.match(n.split("/", 1)[0]) if "/" in n else True, len(n), n))
+            first = min(int(c["step"][i]) for rows in by_name.values() for i in rows)
+            issued = {n: min((int(c["seq"][i]) for i in rows if c["step"][i] == first), default=np.iinfo(np.int64).max)
+                      for n, rows in by_name.items()}
+            best = min(by_name, key=lambda n: (not OPTIMIZER.match(n.split("/", 1)[0]) if "/" in n else True, issued[n], len(n), n))
             c["nbytes"][by_name[best]] = int(self.grad_bytes)
 
     def _xla_seq(self, c: dict[str, np.ndarray]) -> None:

@@ -24,8 +24,9 @@ TF_COLLECTIVES = {
 _XLA_COLLECTIVE = re.compile(r"^(all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|collective-broadcast)(-start)?\b")
 _XLA_CANON = {"all-reduce": "allreduce", "all-gather": "allgather", "reduce-scatter": "reducescatter",
               "all-to-all": "alltoall", "collective-permute": "sendrecv", "collective-broadcast": "broadcast"}
-OPTIMIZER = re.compile(r"^(sgd|adam|adamw|adamax|nadam|rmsprop|adagrad|adadelta|ftrl|lamb|lion|momentum|optimizer|"
-                       r"gradientdescent|loss_scale_optimizer)(_\d+)?$", re.I)
+# an optimizer's default name scope: its class name (tf-keras), snake-cased in Keras 3 (AdamW: ``adam_w``)
+OPTIMIZER = re.compile(r"^(sgd|adam|adam_?w|adamax|nadam|rmsprop|adagrad|adadelta|adafactor|ftrl|lamb|lion|muon|momentum|optimizer|"
+                       r"multi_optimizer|schedule_free_adam_?w|gradientdescent|loss_scale_optimizer)(_\d+)?$", re.I)
 _PACKING = {"ConcatV2", "Concat", "Pack", "SplitV", "Split", "Unpack"}
 
 
@@ -67,14 +68,20 @@ def classify(node: str, op_type: str) -> tuple[Kind, str]:
     return (Kind.FORWARD if scope else Kind.OTHER), scope
 
 
-_OP_SCOPES = {"convolution", "embedding_lookup"}  # lower-case scopes Keras opens inside a layer for one op
+# lower-case scopes Keras and TF open for one op (a layer's ``convolution``, ``einsum``, its bias ``add``; in a subclassed
+# model's own ``call``, a ``strided_slice``), numbered ``_1``, ``_2`` when repeated
+_OP_SCOPE = re.compile(r"^(convolution|embedding_lookup|einsum|add|mul|sub|truediv|strided_slice|concat|dropout|random_uniform)(_\d+)?$")
 
 
 def _op_scope_stripped(parts: list[str]) -> list[str]:
     """A scope less the op scopes at its end (TF names ops in CamelCase: MatMul, BiasAdd, Conv2D); model/layer stay."""
-    while len(parts) > 2 and (parts[-1][:1].isupper() or parts[-1] in _OP_SCOPES):
+    while len(parts) > 2 and _is_op_scope(parts[-1]):
         parts = parts[:-1]
     return parts
+
+
+def _is_op_scope(part: str) -> bool:
+    return part[:1].isupper() or bool(_OP_SCOPE.match(part))
 
 
 def layer_names(scopes: dict[str, tuple[bool, bool]]) -> dict[str, str]:
@@ -83,7 +90,8 @@ def layer_names(scopes: dict[str, tuple[bool, bool]]) -> dict[str, str]:
     A model is a top-level scope with both (a loss has gradients but no variables, a metric variables
     but no gradients, an assert neither). A layer with weights is where a variable is read, less the
     op scopes; an op belongs to the deepest such layer above it, so nested blocks keep their layers;
-    other ops (pooling, activations) to their own scope less its op scopes.
+    other ops (pooling, activations) to their own scope less its op scopes; an op scope right under the model
+    (a subclassed model's own ``call``: a slice, a cast) is no layer.
     """
     tops = lambda i: {s.split("/")[0] for s, flags in scopes.items() if flags[i]}  # noqa: E731
     models = tops(0) & tops(1)
@@ -95,6 +103,7 @@ def layer_names(scopes: dict[str, tuple[bool, bool]]) -> dict[str, str]:
         if parts[0] not in models or len(parts) < 2:
             out[s] = ""
             continue
+        own = _op_scope_stripped(parts)
         out[s] = next(("/".join(parts[:k]) for k in range(len(parts), 1, -1) if "/".join(parts[:k]) in weighted),
-                      "/".join(_op_scope_stripped(parts)))
+                      "" if len(own) == 2 and _is_op_scope(own[1]) else "/".join(own))
     return out
