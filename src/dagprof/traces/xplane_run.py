@@ -23,6 +23,7 @@ from ..fsutil import inside, read_versioned
 from .completeness import check_same_job, describe
 from .events import Kind, RankTrace, Run
 from .meta import Collectives, RankGap, RunMeta, RunWarning, warnings_of
+from .run_schema import refuse_ranks_beyond
 from .tf_xplane import rank_from_path, read_xplane
 from .xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, VERSION, rank_file, rank_logdir
 
@@ -54,6 +55,7 @@ def read_xplane_run(path: str | os.PathLike[str]) -> Run:
 
 def _from_manifest(folder: str, manifest: dict) -> Run:
     world = int(manifest["world_size"])
+    refuse_ranks_beyond(folder, world)
     ranks, gaps = [], []
     warnings: list[str | RunWarning] = []
     for r in range(world):
