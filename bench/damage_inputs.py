@@ -237,7 +237,7 @@ def _coll_size(obj) -> bool:
         if obj.get("enqueues"):
             obj["enqueues"][0][4] *= 2
             return True
-        if obj.get("grad_bytes"):
+        if obj.get("grad_bytes") and obj.get("framework") != "jax":  # JAX sizes its collectives from the HLO: grad_bytes unread
             obj["grad_bytes"] *= 2
             return True
     for e in _events(obj):
@@ -570,8 +570,12 @@ def main() -> int:
                 continue
             arg, damaged = made
             case = root / kind.name / damage
+            refused_first = False
             for i, argv in enumerate(commands(kind, damage, arg, root / "out" / kind.name / damage, a.all_commands)):
+                if refused_first and i > 1:
+                    continue  # every command reads through the same readers: a refused input is checked on two of them
                 rc, so, se = run_cli(argv, root / "out" / kind.name / damage / f"c{i}", a.timeout)
+                refused_first = refused_first or (i == 0 and rc == 2)
                 if damage == "clean":
                     clean[i] = headline(so)
                 cls, verdict = classify(kind, damage, rc, so, se, case, clean.get(i))

@@ -102,3 +102,33 @@ def test_a_kineto_rank_damaged_into_another_json_is_named(tmp_path):
     run = _copy(tmp_path, "gloo-windows/same")
     _edit(run / "rank-1.pt.trace.json.gz", lambda d: d.update(traceEvents={"events": d["traceEvents"][:1]}))
     _refused(run, "rank 1 of 2: no trace file here", "skipped: rank-1.pt.trace.json.gz (not a Kineto trace")
+
+
+@pytest.mark.parametrize("damage, needle", [
+    (lambda d: d.update(step_times_us={}), "4 profiled step(s) have no time in step_times_us"),
+    (lambda d: d["step_times_us"].update({"6": -1.0}), "Expected `float` > 0.0 - at `$.step_times_us[...]`"),
+    (lambda d: d.update(step_times_us=[d["step_times_us"]]), "at `$.step_times_us`"),  # was an AttributeError (exit 3)
+])
+def test_a_damaged_tf_rank_file_names_the_field(tmp_path, damage, needle):
+    run = _copy(tmp_path, "tf/text")
+    _edit(run / "rank1.json", damage)
+    _refused(run, str(run / "rank1.json"), needle)
+
+
+@pytest.mark.parametrize("damage, needle", [
+    (lambda d: d["enqueues"][0].__setitem__(4, d["enqueues"][0][4] * 2), "1 all-reduce(s) sized unlike rank 0's"),
+    (lambda d: d["enqueues"][0].__setitem__(3, d["enqueues"][0][2] - 1), "1 request(s) end before they begin"),
+    (lambda d: [q.__setitem__(i, q[i] + 3_600_000_000_000) for q in d["enqueues"] for i in (2, 3)],
+     "timed more than a second outside them"),
+    (lambda d: d.update(settings=[d["settings"]]), "at `$.settings`"),  # was a ValueError (exit 3)
+])
+def test_a_damaged_horovod_rank_file_is_refused(tmp_path, damage, needle):
+    run = _copy(tmp_path, "horovod/fused")
+    _edit(run / "rank1.horovod.json", damage)  # the first three were read with exit 0 and the number unchanged
+    _refused(run, str(run / "rank1.horovod.json"), needle)
+
+
+def test_an_mxnet_step_running_backwards_is_refused(tmp_path):
+    run = _copy(tmp_path, "mxnet/user_mlp")
+    _edit(run / "mxnet-run.json", lambda d: d["steps"]["0"][0].__setitem__(2, -1))
+    _refused(run, str(run / "mxnet-run.json"), "1 step time(s) end before they begin", "worker 0")
