@@ -315,6 +315,8 @@ def make_case(kind: Kind, damage: str, root: Path) -> tuple[Path, str] | None:
         arg = case
     t = case / kind.target
     r0 = case / kind.rank0 if kind.rank0 else None
+    if damage.startswith("steps-") and kind.src.suffix == ".log":
+        return None  # sgd takes no --steps
     if damage in ("clean", "steps-out", "steps-reversed"):
         return arg, str(t)
     if damage.startswith("trunc") and damage != "truncgz":
@@ -435,7 +437,7 @@ def commands(kind: Kind, damage: str, arg: Path, out: Path, all_commands: bool) 
     a = str(arg)
     flags = {"steps-out": ["--steps", "90:95"], "steps-reversed": ["--steps", "5:3"]}.get(damage, [])
     if kind.name in ("layerwise", "layer-csv"):
-        return [["sgd", a, "--workers", "1,4"], ["sgd", "--json", a, "--workers", "1,4"]]
+        return [["sgd", a, "--workers", "1,4", "--net", "10gbe"], ["sgd", "--json", a, "--workers", "1,4", "--net", "10gbe"]]
     base = [["analyze", "--json", *flags, a]]
     if not all_commands:
         return base
@@ -503,6 +505,9 @@ def headline(stdout: str) -> float | None:
         for k in ("predicted_iter_ms", "measured_iter_ms"):
             if isinstance(obj.get(k), (int, float)):
                 return obj[k]
+        rows = obj.get("rows")
+        if isinstance(rows, list) and rows and isinstance(rows[-1], dict):  # sgd: the largest worker count's iteration
+            return rows[-1].get("iter_time_s")
     m = re.search(r"predicted[^\d-]*(-?[\d.]+)\s*ms", stdout)
     return float(m.group(1)) if m else None
 
