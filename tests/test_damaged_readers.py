@@ -18,6 +18,7 @@ import pytest
 
 from dagprof.cli.main import main
 from dagprof.errors import DagprofError
+from dagprof.traces.layerwise import read_layer_file
 from dagprof.traces.load import load
 
 DATA = pathlib.Path(__file__).parent / "data"
@@ -132,3 +133,20 @@ def test_an_mxnet_step_running_backwards_is_refused(tmp_path):
     run = _copy(tmp_path, "mxnet/user_mlp")
     _edit(run / "mxnet-run.json", lambda d: d["steps"]["0"][0].__setitem__(2, -1))
     _refused(run, str(run / "mxnet-run.json"), "1 step time(s) end before they begin", "worker 0")
+
+
+def test_a_layer_csv_cut_inside_a_row_is_refused(tmp_path):
+    whole = "layer,forward_us,backward_us,grad_bytes\nconv1,100,200,40000\nfc,50,100,1000\n"
+    cut = tmp_path / "layers.csv"
+    cut.write_text(whole[:-4])  # "fc,50,100,1" was read as a valid, smaller model
+    with pytest.raises(DagprofError, match=r"layers\.csv: line 3, the last, has no end of line: the file was cut short"):
+        read_layer_file(cut)
+
+
+def test_a_bcaffe_log_cut_at_a_line_end_is_refused(tmp_path):
+    lines = (DATA / "bcaffe-k80-googlenet" / "tmp4comm.log").read_text().splitlines(keepends=True)
+    assert len(lines) == 256  # two dumps of 128 blobs
+    cut = tmp_path / "tmp4comm.log"
+    cut.write_text("".join(lines[:200]))  # its last dump's 72 blobs were read as a 36-layer model
+    with pytest.raises(DagprofError, match=r"tmp4comm\.log: line 129: the last dump has 72 blobs, the one before 128"):
+        read_layer_file(cut)
