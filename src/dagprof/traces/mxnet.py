@@ -73,7 +73,7 @@ def _load(path: str) -> dict:
     try:
         doc = json.loads(read_input(path))
     except (ValueError, UnicodeDecodeError) as err:
-        raise DagprofError(f"corrupt or truncated file ({type(err).__name__})", path) from None
+        raise DagprofError(f"corrupt or truncated file (not valid JSON: {' '.join(str(err).split())[:120]})", path) from None
     if not isinstance(doc, dict):
         raise DagprofError("not an mx.profiler trace (top level is not an object)", path)
     return doc
