@@ -528,8 +528,8 @@ def classify(kind: Kind, damage: str, rc, stdout: str, stderr: str, case: Path, 
         return f"exit{rc}", "bad"
     if "non_finite" in stdout or re.search(r"\bnan\b|\binf\b", stdout.lower().replace("inference", "")):
         return "nonfinite", "bad"
-    warned = any(re.search(r"warn|partial|dropped|skipped|ignored|refus", x, re.I) and re.search(r"\d", x)
-                 for x in err_lines + stdout.splitlines()[:0])
+    said = err_lines + [x for x in stdout.splitlines() if x.startswith("warning")]  # text output says its warnings first
+    warned = any(re.search(r"warn|partial|dropped|skipped|ignored|refus", x, re.I) and re.search(r"\d", x) for x in said)
     try:
         obj = json.loads(stdout.strip().splitlines()[-1])
         if isinstance(obj, dict) and (obj.get("warnings") or obj.get("partial")):
@@ -587,7 +587,7 @@ def main() -> int:
                 if damage == "clean":
                     cls, verdict = ("clean-ok", "good") if rc == 0 else (cls, "bad")
                 last = [x for x in se.splitlines() if x.strip()][-1:] or [""]
-                row = {"kind": kind.name, "damage": damage, "argv": " ".join(argv[:2]), "rc": rc, "class": cls,
+                row = {"kind": kind.name, "damage": damage, "command": i, "argv": " ".join(argv[:2]), "rc": rc, "class": cls,
                        "verdict": verdict, "number": headline(so), "stderr": last[0][:300], "file": damaged}
                 rows.append(row)
                 counts[verdict] = counts.get(verdict, 0) + 1
