@@ -545,6 +545,42 @@ def classify(kind: Kind, damage: str, rc, stdout: str, stderr: str, case: Path, 
     return "accepted", "good" if same else "good?"
 
 
+def compare(before_json: str, after_json: str) -> None:
+    """Counts of two audits' ``analyze --json``/``sgd`` rows by verdict, what changed and what is still not good.
+
+    A ``warned`` row counts as warned only when its warnings differ from the undamaged fixture's (a standing warning of
+    the fixture says nothing about the damage): otherwise it was ``accepted``."""
+    def key(r):
+        return r["kind"], r["damage"], r["argv"].split()[0], "--json" in r["argv"]
+
+    def said(r):
+        root = r["file"].split(f"/{r['kind']}/{r['damage']}")[0]
+        try:
+            return json.loads(Path(f"{root}/out/{r['kind']}/{r['damage']}/c0/stdout").read_text()).get("warnings")
+        except (OSError, ValueError):
+            return None
+
+    def read(path):
+        rows = [r for r in json.loads(Path(path).read_text()) if r["argv"].startswith(("analyze --json", "sgd"))]
+        clean = {r["kind"]: said(r) for r in rows if r["damage"] == "clean" and r["argv"].startswith("analyze")}
+        for r in rows:
+            if r["class"] == "warned" and r["argv"].startswith("analyze") and said(r) == clean.get(r["kind"]):
+                named = next(k.named_by_content for k in KINDS if k.name == r["kind"])
+                must = r["damage"] in MUST_REFUSE_OR_WARN and not (named and r["damage"] in ("swap", "swapids"))
+                r["class"], r["verdict"] = "accepted", "bad" if must else r["verdict"]
+        return {key(r): r for r in rows}
+    b, a = read(before_json), read(after_json)
+    common = sorted(set(b) & set(a))
+    for name, rows in (("before", b), ("after", a)):
+        got = [rows[k] for k in common]
+        counts = {v: sum(r["verdict"] == v for r in got) for v in ("good", "good?", "bad")}
+        classes = {c: sum(r["class"] == c for r in got if r["verdict"] != "good") for c in {r["class"] for r in got}}
+        print(f"{name}: {len(got)} runs, {counts}; not good: { {c: n for c, n in classes.items() if n} }")
+    for k in common:
+        if a[k]["verdict"] != "good":
+            print(f"  still {a[k]['verdict']}: {k[0]} {k[1]} {k[2]}{' --json' if k[3] else ''} ({a[k]['class']}, number {a[k]['number']})")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="/tmp/badinput/cases")
@@ -554,7 +590,11 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--json", dest="json_out", help="write every row here")
     ap.add_argument("--src", default=str(REPO / "src"), help="the dagprof source to audit (e.g. an older commit's)")
+    ap.add_argument("--compare", nargs=2, metavar=("BEFORE_JSON", "AFTER_JSON"), help="compare two audits' --json files")
     a = ap.parse_args()
+    if a.compare:
+        compare(*a.compare)
+        return 0
     os.environ.setdefault("DAGPROF_CACHE_DIR", str(Path(a.out).parent / "cache"))
     sys.path.insert(0, a.src)
     import dagprof.cli.main  # noqa: F401  (imported once, before forking)
