@@ -197,11 +197,15 @@ def test_whatif_says_when_ranks_crowd_their_cores(tmp_path):
     assert roomy.meta.host_cpus == {"vm": (2, 8)} and crowded_hosts(roomy) == []
     for r in (0, 1):
         shutil.copy(os.path.join(fixture("fused"), f"rank{r}.json"), run / f"rank{r}.json")
-    for bad in (0, -2, True, "2"):  # a damaged core count says nothing about crowding
+    for bad in (0, -2, True, "2"):  # 0 says nothing about crowding; a damaged core count is refused naming the file, as everywhere
         doc = json.loads((run / "rank0.horovod.json").read_text())
         (run / "rank0.horovod.json").write_text(json.dumps({**doc, "cpus": bad}))
         (run / "rank1.horovod.json").write_text(json.dumps({**doc, "rank": 1, "cpus": bad}))
-        assert open_run(run).graph.meta.host_cpus == {}
+        if bad == 0:
+            assert open_run(run).graph.meta.host_cpus == {}
+        else:
+            with pytest.raises(DagprofError, match=r"rank0\.horovod\.json.*\$\.cpus"):
+                open_run(run)
 
 
 def test_fuse_follows_horovod_rules():

@@ -319,8 +319,8 @@ def decode_versioned(data: bytes, path: str, kind: type[T], fmt: str, versions: 
         head = msgspec.json.decode(data, type=_Header)
     except msgspec.ValidationError as err:
         raise DagprofError(f"corrupt file ({err})", path) from None
-    except msgspec.DecodeError:
-        raise DagprofError("corrupt or truncated file (not complete JSON)", path) from None
+    except msgspec.DecodeError as err:  # says where: a cut file ends early, a NaN or a stray byte sits inside
+        raise DagprofError(f"corrupt or truncated file (not valid JSON: {err})", path) from None
     if head.format != fmt:
         raise DagprofError(f"not a {what} (format {head.format!r}, expected {fmt!r})", path)
     reads = str(versions[0]) if len(versions) == 1 else f"{versions[0]}..{versions[-1]}"

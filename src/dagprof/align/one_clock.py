@@ -13,6 +13,7 @@ from ..errors import DagprofError
 from ..traces.events import Run
 from ..traces.meta import ClockAlignment
 from ..traces.parallelism import resolve_groups
+from ..traces.step_marks import refuse_mixed_markers
 from .clocks import align_clocks
 from .matching import Matching, match_collectives, renumber_steps
 
@@ -24,6 +25,7 @@ def on_one_clock(run: Run, matching: Matching | None = None) -> tuple[Run, Match
     collective stay as recorded, with a warning in ``run.meta.warnings``.
     """
     if matching is None:
+        refuse_mixed_markers(run)
         run = resolve_groups(run)  # gloo records no group per collective: match ranks within their mesh groups
         matching = match_collectives(run)
     if len(run.ranks) < 2 or run.meta.clocks_done:

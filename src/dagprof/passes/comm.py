@@ -137,7 +137,7 @@ def profiled_collectives(g: Graph, overlapping: bool = False) -> tuple[np.ndarra
             why = "; nothing tells the unknown ones' dimension: no group description, pass or DDP bucket" if Dim.UNKNOWN in g.meta.parallel.dims else ""
             raise DagprofError(f"not modelled: what-ifs re-price data-parallel collectives only, and this trace has none of known size and "
                                f"duration (its collectives: {g.meta.parallel.describe()}{why})")
-        raise DagprofError("the trace has no collective with known size and duration to fit a link model to")
+        raise DagprofError("the trace has no collective with known size and duration to fit a link model to", g.meta.source)
     return allreduce_equivalent_bytes(g, comm), g.dur[comm].astype(float)
 
 

@@ -61,6 +61,7 @@ from .run_schema import (
     rank_file,
     read_file,
     read_step_log,
+    refuse_ranks_beyond,
     steps_dir,
 )
 from .run_spans import _Comm, _DeviceOp, _Span, _Transfer
@@ -89,6 +90,7 @@ def read_run(path: str | os.PathLike[str], require_ddp: bool = False) -> Run:
     world = manifest.world_size
     if not 0 < world <= 1 << 20:
         raise DagprofError(f"corrupt or foreign content (world_size {world})", os.path.join(folder, MANIFEST))
+    refuse_ranks_beyond(folder, world)
     docs: list[tuple[str, RankFile]] = []
     gaps: list[RankGap] = []
     for r in range(world):
@@ -230,6 +232,7 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
         raise DagprofError(f"no step was profiled ({warnings[0]})", path)
     if not profiled:
         raise DagprofError(f"run {run}: steps {first}-{stop - 1} requested but {ended}", path)
+    _check_step_times(f, path)
     if len(profiled) < stop - first:
         warnings.append(f"run {run}: steps {first}-{stop - 1} requested but {ended}: steps {profiled[0]}-{profiled[-1]} profiled")
     kpath = None
@@ -256,10 +259,22 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
                             "profiled steps (damaged file?): left out")
     spans = [(step, b0, b1, _partition(records[(t >= b0) & (t <= b1)], b0, b1, layers, comm, grad_bytes)) for step, b0, b1 in steps]
     trace = _to_rank_trace(f, path, spans, comm, layers)
-    trace.meta.warnings, trace.meta.comm_source, trace.meta.kineto = [RunWarning(w) for w in warnings], comm.source, kpath
+    trace.meta.warnings, trace.meta.comm_source, trace.meta.kineto = warnings_of(warnings), comm.source, kpath
     trace.meta.unseen_collectives = comm.unseen
     trace.meta.fsdp = f.fsdp
     return trace
+
+
+def _check_step_times(f: RankFile, path: str) -> None:
+    """The loop's step times (``step_times_ns``) judge the profiler's own cost (``passes.profiler_cost``): the collector
+    times every step it profiles, each ending after it begins; anything else is damage, never a cost of 0 or below."""
+    backwards = [s for s, t0, t1 in f.step_times_ns if t1 < t0 or t0 <= 0]
+    if backwards:
+        raise DagprofError(f"{len(backwards)} step time(s) in step_times_ns end before they begin or start at no time "
+                           f"(step {backwards[0]}): a damaged file", path)
+    untimed = sorted(set(f.steps_profiled) - {s for s, _, _ in f.step_times_ns})
+    if untimed:
+        raise DagprofError(f"{len(untimed)} profiled step(s) have no time in step_times_ns (step {untimed[0]}): a damaged file", path)
 
 
 def _blocked_in(spans: list[_Span], k: int, end_ns: int | None) -> int | None:
@@ -286,11 +301,12 @@ def _hook_comm(records: np.ndarray) -> _Comm:
     return _Comm("comm hook (issue to completion, includes queueing)", sorted(transfers, key=lambda t: t.seq), {}, [])
 
 
-def _kineto_comm(kpath: str, rank: int, records: np.ndarray, steps: list, warnings: list[str]) -> _Comm | None:
+def _kineto_comm(kpath: str, rank: int, records: np.ndarray, steps: list, warnings: list) -> _Comm | None:
     """Transfers as Kineto saw them on the gloo/NCCL lanes; all-reduces matched to hook buckets in issue order."""
     from .kineto import read_kineto  # noqa: PLC0415  (only runs with Kineto on)
 
     kt = read_kineto(kpath, rank=rank)
+    warnings += kt.meta.warnings  # what its reader noticed (events dropped and counted) is said with the rank's own
     ev = kt.events
     lo, hi = steps[0][1], steps[-1][2]
     at = lambda us: kt.base_ns + int(round(us * 1e3))  # noqa: E731

@@ -27,14 +27,14 @@ COLL_NAMES = {"all_gather": "allgather", "reduce_scatter": "reducescatter", "all
 HOOK_LANE = "fsdp collective (hook span)"
 
 
-def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, records: np.ndarray, steps: list, warnings: list[str]) -> _Comm:
+def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, records: np.ndarray, steps: list, warnings: list) -> _Comm:
     """The transfers and host spans of every FSDP collective in the profiled steps."""
     code, a, t = records[:, Col.CODE], records[:, Col.A], records[:, Col.T_NS]
     begin = {int(i): int(s) for i, s in zip(a[code == Rec.FSDP_COLL_BEGIN], t[code == Rec.FSDP_COLL_BEGIN])}
     end = {int(i): int(s) for i, s in zip(a[code == Rec.FSDP_COLL_END], t[code == Rec.FSDP_COLL_END])}
     lo, hi = steps[0][1], steps[-1][2]
     calls = sorted((k, begin[k], end[k]) for k in begin if k in end and lo <= begin[k] <= hi)
-    gloo = _kineto_transfers(kpath, rank, lo, hi) if kpath else None
+    gloo = _kineto_transfers(kpath, rank, lo, hi, warnings) if kpath else None
     if gloo is not None and len(gloo) < len(calls):
         warnings.append(f"rank {rank}: Kineto shows {len(gloo)} collectives for {len(calls)} FSDP calls; transfer spans from the hooks")
         gloo = None
@@ -68,11 +68,13 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, records: np.ndarray,
     return _Comm(source, sorted(transfers, key=lambda x: x.seq), {}, sorted(host, key=lambda s: s.start))
 
 
-def _kineto_transfers(kpath: str, rank: int, lo: int, hi: int) -> list[tuple[str, int, int]] | None:
-    """(lane, start ns, end ns) of every collective Kineto saw in [lo, hi], by start."""
+def _kineto_transfers(kpath: str, rank: int, lo: int, hi: int, warnings: list) -> list[tuple[str, int, int]] | None:
+    """(lane, start ns, end ns) of every collective Kineto saw in [lo, hi], by start; what the trace's reader
+    noticed (events dropped and counted) joins ``warnings``."""
     from .kineto import read_kineto  # noqa: PLC0415  (only runs with Kineto on)
 
     kt = read_kineto(kpath, rank=rank)
+    warnings += kt.meta.warnings
     ev = kt.events
     out = []
     for i in np.flatnonzero(ev.kind == Kind.COMM).tolist():

@@ -32,6 +32,7 @@ import bisect
 import dataclasses
 import os
 from dataclasses import dataclass
+from typing import Annotated
 
 import msgspec
 import numpy as np
@@ -84,8 +85,29 @@ class _Planned:
     first_in_cycle: bool
 
 
-def _read_doc(path: str) -> dict:
-    return read_versioned(path, dict, RANK_FORMAT, range(1, VERSION + 1), "dagprof Horovod rank file", "profile the job again")
+class HorovodSettings(msgspec.Struct, kw_only=True, frozen=True):
+    """Horovod's settings as its rank file recorded them (None: not recorded)."""
+
+    fusion_threshold_bytes: int | None = None
+    cycle_time_ms: float | None = None
+    cache_capacity: int | None = None
+    autotune: bool | None = None
+
+
+class HorovodRankDoc(msgspec.Struct, kw_only=True):
+    """``rank<R>.horovod.json`` (``collect.hooks.horovod`` writes it): typed, so that a value of the wrong type is one
+    line naming the file and field. ``enqueues``: (step, tensor, start ns, end ns, bytes) of each gradient request."""
+
+    rank: int
+    settings: HorovodSettings = HorovodSettings()
+    timeline: str | None = None
+    warnings: list[str] = []
+    cpus: Annotated[int, msgspec.Meta(ge=0)] | None = None  # recordings before the dagprof rank file said its cores
+    enqueues: list[tuple[int, str, int, int, int]] = []
+
+
+def _read_doc(path: str) -> HorovodRankDoc:
+    return read_versioned(path, HorovodRankDoc, RANK_FORMAT, range(1, VERSION + 1), "dagprof Horovod rank file", "profile the job again")
 
 
 def read_horovod_run(path: str | os.PathLike[str]) -> Run:
@@ -94,14 +116,15 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
     run = read_run(folder)
     docs = {t.rank: _read_doc(os.path.join(folder, horovod_rank_file(t.rank))) for t in run.ranks}
     for r, d in docs.items():
-        if d.get("rank", r) != r:
-            raise DagprofError(f"holds rank {d.get('rank')}, not rank {r} (a copy of another rank's file?)", os.path.join(folder, horovod_rank_file(r)))
+        if d.rank != r:
+            raise DagprofError(f"holds rank {d.rank}, not rank {r} (a copy of another rank's file?)", os.path.join(folder, horovod_rank_file(r)))
     warnings: list[str | RunWarning] = [w for w in run.meta.warnings if _NOT_DDP not in w.what]
     for d in docs.values():
-        warnings += [w for w in d.get("warnings", []) if w not in warnings]
-    requests = {r: [_Request(int(s), str(n), int(a), int(b), int(nb)) for s, n, a, b, nb in d.get("enqueues", [])] for r, d in docs.items()}
-    settings = docs[min(docs)].get("settings", {})
-    tl_name = docs[min(docs)].get("timeline")
+        warnings += [w for w in d.warnings if w not in warnings]
+    requests = {r: [_Request(*q) for q in d.enqueues] for r, d in docs.items()}
+    _check_requests(requests, {t.rank: t for t in run.ranks}, folder)
+    settings = docs[min(docs)].settings
+    tl_name = docs[min(docs)].timeline
     tl_path = inside(folder, tl_name, os.path.join(folder, horovod_rank_file(min(docs)))) if tl_name else None
     timeline = None
     if tl_path and os.path.exists(tl_path):
@@ -137,23 +160,50 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
             sizes[rq.tensor] = p.resp.nbytes.get(rq.tensor) or rq.nbytes
             dtypes[rq.tensor] = _dtype(p.resp)
     hv = HorovodRecord(
-        fusion_threshold_bytes=settings.get("fusion_threshold_bytes"), cycle_time_ms=settings.get("cycle_time_ms"),
-        cache_capacity=settings.get("cache_capacity"), autotune=settings.get("autotune"),
+        fusion_threshold_bytes=settings.fusion_threshold_bytes, cycle_time_ms=settings.cycle_time_ms,
+        cache_capacity=settings.cache_capacity, autotune=settings.autotune,
         tensor_order=order, tensor_bytes=sizes, tensor_dtypes=dtypes, cycles_marked=bool(timeline is not None and len(timeline.cycles)),
         responses=len(plan), timeline=tl_name, timeline_lag_us=lag_us, world_size=run.world_size,
         measured=[(p.step, p.position, p.nbytes, p.resp.transfer[1] - p.resp.transfer[0],
                    p.resp.t0 - p.resp.cycle if p.first_in_cycle and p.resp.cycle is not None else -1.0) for p in plan],
     )
-    if settings.get("autotune"):
+    if settings.autotune:
         warnings.append("HOROVOD_AUTOTUNE was on: fusion threshold and cycle time changed during the run")
     return Run(ranks, source=folder, meta=msgspec.structs.replace(run.meta, warnings=warnings_of(warnings), framework="horovod", horovod=hv))
 
 
-def _with_cpus(t: RankTrace, doc: dict) -> RankTrace:
+def _check_requests(requests: dict[int, list[_Request]], traces: dict[int, RankTrace], folder: str) -> None:
+    """Each rank's requests run forwards, lie in its own profiled steps (a second's slack) and size every all-reduced
+    tensor as the first rank does (Horovod itself refuses other shapes); anything else is a damaged or another run's file."""
+    ref = min(requests)
+    sizes = {(q.step, q.tensor): q.nbytes for q in requests[ref] if q.tensor.startswith("allreduce.")}
+    for r, qs in requests.items():
+        path = os.path.join(folder, horovod_rank_file(r))
+        backwards = [q for q in qs if q.t1 < q.t0]
+        if backwards:
+            raise DagprofError(f"{len(backwards)} request(s) end before they begin ({backwards[0].tensor} in step {backwards[0].step}): "
+                               "a damaged file", path)
+        other = [q for q in qs if sizes.get((q.step, q.tensor), q.nbytes) != q.nbytes]
+        if other:
+            q = other[0]
+            raise DagprofError(f"{len(other)} all-reduce(s) sized unlike rank {ref}'s ({q.tensor} in step {q.step}: {q.nbytes} B, rank {ref} "
+                               f"{sizes[(q.step, q.tensor)]} B): a damaged or another run's file", path)
+        spans = traces[r].step_spans()
+        if not len(spans):
+            continue
+        lo, hi = traces[r].base_ns + spans[0, 1] * 1e3 - 1e9, traces[r].base_ns + spans[-1, 2] * 1e3 + 1e9
+        profiled = set(spans[:, 0].astype(int).tolist())
+        away = [q for q in qs if q.step in profiled and not lo <= q.t0 <= hi]
+        if away:
+            raise DagprofError(f"{len(away)} request(s) of the profiled steps are timed more than a second outside them "
+                               f"({away[0].tensor} in step {away[0].step}): another run's file, or its clock moved", path)
+
+
+def _with_cpus(t: RankTrace, doc: HorovodRankDoc) -> RankTrace:
     """The rank with the cores its Horovod rank file recorded where its dagprof rank file did not (recordings made
     before the collector wrote ``cpus`` there), so ``GraphMeta.host_cpus`` says them for every Horovod run."""
-    cpus = doc.get("cpus")
-    if t.meta.cpus > 0 or type(cpus) is not int or cpus <= 0:  # a damaged count says nothing
+    cpus = doc.cpus
+    if t.meta.cpus > 0 or not cpus:
         return t
     return dataclasses.replace(t, meta=msgspec.structs.replace(t.meta, cpus=cpus))
 

@@ -474,10 +474,14 @@ def _peer(info: dict[str, Any], call: ks.Event | None, ranks: list[int]) -> int:
 def _identity(header: _Header, path: str, rank_arg: int | None) -> tuple[int, int, str]:
     """(rank, world size, where the rank came from)."""
     dist = header.dist
+    said = int(dist["rank"]) if str(dist.get("rank", "")).isdigit() else None  # an int, or "3" in some writers; -1: unknown
+    if rank_arg is not None and said is not None and said != rank_arg:  # a dagprof rank file names another rank's trace
+        raise DagprofError(f"distributedInfo says rank {said}, but it is read as rank {rank_arg}'s trace: "
+                           "another rank's file (swapped or copied)", path)
     if rank_arg is not None:
         rank, source = int(rank_arg), "argument"
-    elif str(dist.get("rank", "")).isdigit():  # an int, or "3" in some writers; -1 means unknown
-        rank, source = int(dist["rank"]), "distributedInfo"
+    elif said is not None:
+        rank, source = said, "distributedInfo"
     else:
         m = _FILE_RANK.search(os.path.basename(path))
         if m:

@@ -107,13 +107,16 @@ def _rank_report(ranks: list[RankTrace], skipped: dict[str, str], folder: str) -
     ranks = _world_from_folder(ranks)
     _refuse_other_worlds(ranks, folder)
     check_same_job(ranks, folder)
-    if skipped:  # said, so that a rank's trace saved as something else is not missed unseen
+    said = ""
+    if skipped:  # said, so that a rank's trace saved as something else (or damaged into one) is not missed unseen
         names = sorted(skipped)
-        warnings.append(f"{len(names)} JSON file(s) here are not Kineto traces, skipped: {', '.join(names[:3])}"
-                        + (f" and {len(names) - 3} more" if len(names) > 3 else "") + f" ({skipped[names[0]]})")
+        said = (f"{len(names)} JSON file(s) here are not Kineto traces, skipped: {', '.join(names[:3])}"
+                + (f" and {len(names) - 3} more" if len(names) > 3 else "") + f" ({skipped[names[0]]})")
+        warnings.append(said)
     world = ranks[0].world_size
     missing = sorted(set(range(world)) - {t.rank for t in ranks})
-    return ranks, RunMeta(missing_ranks=missing, rank_gaps=[RankGap(r, "no trace file here") for r in missing],
+    gap = "no trace file here" + (f"; {said}" if said else "")
+    return ranks, RunMeta(missing_ranks=missing, rank_gaps=[RankGap(r, gap) for r in missing],
                           skipped=skipped, warnings=[RunWarning(w) for w in warnings])
 
 

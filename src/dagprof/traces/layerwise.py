@@ -209,6 +209,9 @@ def _lines(path: str) -> Iterator[tuple[int, str]]:
         text = read_input(path).decode("utf-8")
     except UnicodeDecodeError as err:
         raise DagprofError(f"cannot read: {err}", path) from None
+    if text.strip() and not text.endswith(("\n", "\r")):  # a file cut inside a row reads as a smaller model, every number valid
+        raise DagprofError(f"line {text.count(chr(10)) + 1}, the last, has no end of line: the file was cut short "
+                           "(if it is whole, end it with a newline)", path)
     return enumerate(io.StringIO(text, newline=None), start=1)  # universal newlines, as a text-mode file
 
 
@@ -242,6 +245,8 @@ def read_bcaffe_log(path: str | os.PathLike[str], workers: int | None = None, bl
         raise DagprofError("no B-Caffe 'distributed.cpp:112]' lines", path)
     dump = dumps[-1]
     first_line = dump[0][0]
+    if len(dumps) > 1 and len(dump) < len(dumps[-2]):  # B-Caffe dumps every blob each time: a shorter last one was cut
+        raise DagprofError(f"line {first_line}: the last dump has {len(dump)} blobs, the one before {len(dumps[-2])}: the log was cut short", path)
     if len(dump) % blobs_per_layer:
         raise DagprofError(f"line {first_line}: last dump has {len(dump)} blobs, not a multiple of {blobs_per_layer} per layer", path)
     a = np.array([v[:4] for _, v in dump])

@@ -73,7 +73,7 @@ def _load(path: str) -> dict:
     try:
         doc = json.loads(read_input(path))
     except (ValueError, UnicodeDecodeError) as err:
-        raise DagprofError(f"corrupt or truncated file ({type(err).__name__})", path) from None
+        raise DagprofError(f"corrupt or truncated file (not valid JSON: {' '.join(str(err).split())[:120]})", path) from None
     if not isinstance(doc, dict):
         raise DagprofError("not an mx.profiler trace (top level is not an object)", path)
     return doc
@@ -184,6 +184,10 @@ class _Manifest:
         self.keys = {k.key: k for k in m.keys}
         self.layers = m.layers
         self.steps = {int(r): v for r, v in m.steps.items()}
+        backwards = [(r, st) for r, rows in self.steps.items() for st, a, b in rows if b < a or a <= 0]
+        if backwards:  # the step spans mark each worker's iterations (and judge the profiler's cost): never one below 0
+            raise DagprofError(f"{len(backwards)} step time(s) end before they begin or start at no time (worker {backwards[0][0]}, "
+                               f"step {backwards[0][1]}): a damaged manifest", path)
         self.hosts = {int(r): h for r, h in m.hosts.items()}
         self.cpus = {int(r): c for r, c in m.cpus.items()}
         self.cpu_s = {int(r): v for r, v in m.cpu_s.items()}

@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import enum
 import os
+import re
 
 import msgspec
 
+from ..errors import DagprofError
 from ..fsutil import decode_versioned, read_input, read_versioned
 from .buckets import BucketLayout
 
@@ -43,6 +45,18 @@ MANIFEST = "manifest.json"
 
 def rank_file(rank: int) -> str:
     return f"rank{rank}.json"
+
+
+_RANK_NAMED = re.compile(r"rank(\d+)\.(?:json|kineto\.json\.gz|horovod\.json|steps)")
+
+
+def refuse_ranks_beyond(folder: str, world: int) -> None:
+    """A file named for a rank the manifest's job lacks is a copy or another run's: the folder is not one run (its
+    rank files alone would be read and the rest ignored unseen)."""
+    extra = sorted((int(m.group(1)), n) for n in os.listdir(folder) if (m := _RANK_NAMED.fullmatch(n)) and int(m.group(1)) >= world)
+    if extra:
+        raise DagprofError(f"named for rank {extra[0][0]}, but {MANIFEST} says {world} ranks: a copy or another run's file "
+                           f"({len(extra)} such here); remove it, or give this run a folder of its own", os.path.join(folder, extra[0][1]))
 
 
 def kineto_file(rank: int) -> str:

@@ -35,6 +35,16 @@ def mark_steps(run: Run, marker: str | None = None) -> Run:
     return dataclasses.replace(run, ranks=ranks, meta=run.meta.warned(note))
 
 
+def refuse_mixed_markers(run: Run) -> None:
+    """Some ranks with step markers and some without are not one job's profile: their collectives, numbered by step,
+    would match nothing ("mismatched collectives", naming neither file)."""
+    marked = [bool((t.events.kind == Kind.STEP).any()) for t in run.ranks]
+    if any(marked) and not all(marked):
+        bare = [t.source for t, m in zip(run.ranks, marked) if not m]
+        raise DagprofError(f"no ProfilerStep markers, but {sum(marked)} other rank(s) have them ({len(bare)} rank(s) without): "
+                           "a damaged trace, or a profile of another kind", bare[0])
+
+
 def with_marker(trace: RankTrace, marker: str) -> RankTrace:
     """Events named ``marker`` (or ``marker#N``) become the step markers; ProfilerSteps stop being ones."""
     ev = trace.events

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import Annotated
 
 import msgspec
 import numpy as np
@@ -23,6 +24,7 @@ from ..fsutil import inside, read_versioned
 from .completeness import check_same_job, describe
 from .events import Kind, RankTrace, Run
 from .meta import Collectives, RankGap, RunMeta, RunWarning, warnings_of
+from .run_schema import refuse_ranks_beyond
 from .tf_xplane import rank_from_path, read_xplane
 from .xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, VERSION, rank_file, rank_logdir
 
@@ -36,8 +38,38 @@ def xplane_files(folder: str) -> list[str]:
     return sorted(out)
 
 
-def _json(path: str, fmt: str, what: str) -> dict:
-    return read_versioned(path, dict, fmt, range(1, VERSION + 1), what, "profile the job again")
+Count = Annotated[int, msgspec.Meta(ge=0)]
+Micros = Annotated[float, msgspec.Meta(gt=0)]
+
+
+class XplaneManifest(msgspec.Struct, kw_only=True):
+    """``manifest.json`` of a TensorFlow/JAX run: the job's size and framework."""
+
+    world_size: Annotated[int, msgspec.Meta(gt=0, le=1 << 20)]
+    framework: str = ""
+
+
+class XplaneRank(msgspec.Struct, kw_only=True):
+    """``rank<R>.json`` of a TensorFlow/JAX run (``collect.hooks.xplane_window`` writes it): typed, so that a value of
+    the wrong type or range is one line naming the file and field. Optional fields are absent from older files."""
+
+    rank: int
+    world_size: int
+    host: str = ""
+    pid: int | None = None
+    logdir: str | None = None
+    steps_profiled: list[int] = []
+    step_times_us: dict[int, Micros] = {}  # the loop's time of each profiled step
+    unprofiled_step_times_us: dict[int, Micros] | None = None  # rank files before dagprof timed the steps outside the window lack it
+    grad_bytes: Count = 0
+    warnings: list[str] = []
+    cpus: Count | None = None  # rank files before 2026-12-03 lack both
+    kernel_hz: Count | None = None
+    window_tx_bytes: Count | None = None  # rank files before the count lack it
+
+
+def _json(path: str, fmt: str, what: str, kind: type):
+    return read_versioned(path, kind, fmt, range(1, VERSION + 1), what, "profile the job again")
 
 
 def read_xplane_file(path: str) -> Run:
@@ -48,12 +80,13 @@ def read_xplane_run(path: str | os.PathLike[str]) -> Run:
     folder = os.fspath(path)
     mpath = os.path.join(folder, MANIFEST)
     if os.path.exists(mpath):
-        return _from_manifest(folder, _json(mpath, FORMAT, f"TensorFlow/JAX run folder's {MANIFEST}"))
+        return _from_manifest(folder, _json(mpath, FORMAT, f"TensorFlow/JAX run folder's {MANIFEST}", XplaneManifest))
     return _from_logdirs(folder)
 
 
-def _from_manifest(folder: str, manifest: dict) -> Run:
-    world = int(manifest["world_size"])
+def _from_manifest(folder: str, manifest: XplaneManifest) -> Run:
+    world = manifest.world_size
+    refuse_ranks_beyond(folder, world)
     ranks, gaps = [], []
     warnings: list[str | RunWarning] = []
     for r in range(world):
@@ -61,46 +94,40 @@ def _from_manifest(folder: str, manifest: dict) -> Run:
         if not os.path.exists(rpath):
             gaps.append(RankGap(r, f"no {rank_file(r)} (it crashed, was killed, or is still running)"))
             continue
-        info = _json(rpath, RANK_FORMAT, "TensorFlow/JAX rank file")
-        if info.get("rank", r) != r or info.get("world_size", world) != world:
-            raise DagprofError(f"holds rank {info.get('rank')} of {info.get('world_size')}, not rank {r} of {world} "
+        info: XplaneRank = _json(rpath, RANK_FORMAT, "TensorFlow/JAX rank file", XplaneRank)
+        if info.rank != r or info.world_size != world:
+            raise DagprofError(f"holds rank {info.rank} of {info.world_size}, not rank {r} of {world} "
                                f"(a copy of another rank's file?)", rpath)
-        if info.get("warnings") and not info.get("steps_profiled"):
-            raise DagprofError(f"rank {r} profiled no step ({info['warnings'][-1]})", rpath)  # the latest: why it ended so
-        files = xplane_files(inside(folder, info.get("logdir", rank_logdir(r)), rpath))
+        if info.warnings and not info.steps_profiled:
+            raise DagprofError(f"rank {r} profiled no step ({info.warnings[-1]})", rpath)  # the latest: why it ended so
+        untimed = sorted(set(info.steps_profiled) - set(info.step_times_us))
+        if untimed:  # the loop's step times judge the profiler's own cost (``passes.profiler_cost``)
+            raise DagprofError(f"{len(untimed)} profiled step(s) have no time in step_times_us (step {untimed[0]}): a damaged file", rpath)
+        logdir = info.logdir or rank_logdir(r)
+        files = xplane_files(inside(folder, logdir, rpath))
         if not files:
-            raise DagprofError(f"rank {r}: no *.xplane.pb in {info.get('logdir', rank_logdir(r))}/ (the profiler never stopped?)", folder)
+            raise DagprofError(f"rank {r}: no *.xplane.pb in {logdir}/ (the profiler never stopped?)", folder)
         if len(files) > 1:
             warnings.append(f"rank {r}: {len(files)} profiler sessions in its log folder; the newest is read")
         newest = inside(folder, os.path.relpath(files[-1], folder), rpath)  # a link in the log folder may not lead out
-        trace = read_xplane(newest, rank=r, world_size=world, grad_bytes=int(info.get("grad_bytes", 0)))
-        trace.meta.step_times_us = {int(s): float(d) for s, d in info.get("step_times_us", {}).items()}
-        if "unprofiled_step_times_us" in info:  # rank files written before dagprof timed the steps outside the window lack it
-            trace.meta.unprofiled_step_times_us = {int(s): float(d) for s, d in info["unprofiled_step_times_us"].items()}
-        if info.get("window_tx_bytes") is not None and info.get("steps_profiled"):  # rank files before the count lack it
-            trace.meta.window_tx_bytes_per_step = float(info["window_tx_bytes"]) / len(info["steps_profiled"])
-        trace.meta.pid = info.get("pid")
-        trace.host = trace.host or str(info.get("host") or "")  # the profile's own host name, else the rank file's
-        trace.meta.cpus = _count(info, "cpus", rpath) or 0  # rank files before 2026-12-03 lack both
-        hz = _count(info, "kernel_hz", rpath)
-        trace.meta.scheduler_tick_us = 1e6 / hz if hz else None
-        warnings += info.get("warnings", [])
+        trace = read_xplane(newest, rank=r, world_size=world, grad_bytes=info.grad_bytes)
+        trace.meta.step_times_us = dict(info.step_times_us)
+        trace.meta.unprofiled_step_times_us = info.unprofiled_step_times_us
+        if info.window_tx_bytes is not None and info.steps_profiled:
+            trace.meta.window_tx_bytes_per_step = info.window_tx_bytes / len(info.steps_profiled)
+        trace.meta.pid = info.pid
+        trace.host = trace.host or info.host  # the profile's own host name, else the rank file's
+        trace.meta.cpus = info.cpus or 0
+        trace.meta.scheduler_tick_us = 1e6 / info.kernel_hz if info.kernel_hz else None
+        warnings += info.warnings
         ranks.append(trace)
     if not ranks:
         raise DagprofError(f"no rank file here ({describe(gaps, world)})", folder)
     check_same_job(ranks, folder)
     ranks = _trim_cut_steps(ranks, warnings)
     warnings += [w for t in ranks for w in t.meta.warnings]
-    return Run(ranks, source=folder, meta=RunMeta(framework=str(manifest.get("framework") or ""), warnings=warnings_of(warnings),
+    return Run(ranks, source=folder, meta=RunMeta(framework=manifest.framework, warnings=warnings_of(warnings),
                                                   rank_gaps=gaps))
-
-
-def _count(info: dict, key: str, path: str) -> int | None:
-    """A rank file's optional count ``key`` (None where absent)."""
-    value = info.get(key)
-    if value is not None and (type(value) is not int or value < 0):
-        raise DagprofError(f"{key} is {value!r}, not a count (a damaged rank file?)", path)
-    return value
 
 
 def _from_logdirs(folder: str) -> Run:

@@ -1,0 +1,152 @@
+"""Damaged copies of the vendored runs, one check per reader (``bench/damage_inputs.py`` audits them all).
+
+Each case was once read with exit 0 and an unchanged or unflagged number: a rank file beyond the
+manifest's ranks (a copy), a dagprof run's Kineto trace of another rank, loop step times gone or
+running backwards, the events a run's Kineto trace dropped unsaid, one Kineto rank without step
+markers, a Kineto rank damaged into another JSON named only as "no trace file here".
+Every copy is made in the test from the fixture; nothing under tests/data changes.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import pathlib
+import re
+import shutil
+
+import pytest
+
+from dagprof.cli.main import main
+from dagprof.errors import DagprofError
+from dagprof.traces.layerwise import read_layer_file
+from dagprof.traces.load import load
+
+DATA = pathlib.Path(__file__).parent / "data"
+
+
+def _refused(path, *needles) -> str:
+    with pytest.raises(DagprofError) as err:
+        load(path)
+    text = str(err.value)
+    assert "\n" not in text
+    for n in needles:
+        assert n in text, text
+    return text
+
+
+def _copy(tmp_path, fixture: str) -> pathlib.Path:
+    run = tmp_path / pathlib.Path(fixture).name
+    shutil.copytree(DATA / fixture, run)
+    return run
+
+
+def _edit(path: pathlib.Path, edit) -> None:
+    raw = path.read_bytes()
+    gz = raw[:2] == b"\x1f\x8b"
+    doc = json.loads(gzip.decompress(raw) if gz else raw)
+    edit(doc)
+    text = json.dumps(doc).encode()
+    path.write_bytes(gzip.compress(text) if gz else text)
+
+
+@pytest.mark.parametrize("fixture, copy", [("run_schema/v1", "rank2.json"), ("tf/text", "rank2.json"),
+                                           ("horovod/fused", "rank2.horovod.json")])
+def test_a_rank_file_beyond_the_manifests_ranks_is_refused(tmp_path, fixture, copy):
+    run = _copy(tmp_path, fixture)
+    shutil.copy(run / copy.replace("2", "0"), run / copy)  # read before as the 2 ranks alone, the copy unseen
+    _refused(run, str(run / copy), "named for rank 2, but manifest.json says 2 ranks")
+
+
+@pytest.mark.parametrize("damage, needle", [
+    (lambda d: d.update(step_times_ns=[]), "profiled step(s) have no time in step_times_ns"),
+    (lambda d: d["step_times_ns"][-1].__setitem__(2, -1), "end before they begin"),
+])
+def test_loop_step_times_gone_or_backwards_are_refused(tmp_path, damage, needle):
+    run = _copy(tmp_path, "run_schema/v1")
+    _edit(run / "rank1.json", damage)  # read before: the profiler's cost judged on them
+    _refused(run, str(run / "rank1.json"), needle)
+
+
+def test_a_runs_kineto_trace_of_another_rank_is_refused(tmp_path):
+    run = _copy(tmp_path, "hybrid-dp-tp-dagprof")
+    ranks = []
+    for r in (0, 1):
+        _edit(run / f"rank{r}.kineto.json.gz", lambda d: ranks.append(d["distributedInfo"]["rank"]))
+    assert ranks == [0, 1]
+    for r in (0, 1):  # the two traces swapped: read before as rank 0's and rank 1's communication
+        _edit(run / f"rank{r}.kineto.json.gz", lambda d, r=r: d["distributedInfo"].update(rank=1 - r))
+    _refused(run, str(run / "rank0.kineto.json.gz"), "distributedInfo says rank 1, but it is read as rank 0's trace")
+
+
+def test_events_a_runs_kineto_trace_drops_are_counted(tmp_path):
+    run = _copy(tmp_path, "hybrid-dp-tp-dagprof")
+
+    def negative(doc):
+        timed = [e for e in doc["traceEvents"] if e.get("ph") == "X" and isinstance(e.get("dur"), (int, float)) and e["dur"] > 0]
+        for e in timed[-4:]:
+            e["dur"] = -e["dur"]
+    _edit(run / "rank1.kineto.json.gz", negative)
+    warnings = [str(w) for w in load(run).meta.warnings]  # read before with none said
+    assert any(re.match(r"rank1\.kineto\.json\.gz: [1-4] of \d+ complete events unreadable", w) for w in warnings), warnings
+
+
+def test_one_kineto_rank_without_step_markers_is_named(tmp_path, capsys):
+    run = _copy(tmp_path, "gloo-windows/same")
+    _edit(run / "rank-1.pt.trace.json.gz",
+          lambda d: d.update(traceEvents=[e for e in d["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep")]))
+    assert main(["analyze", str(run)]) == 2  # was "mismatched collectives", naming neither file
+    err = capsys.readouterr().err
+    assert str(run / "rank-1.pt.trace.json.gz") in err and "no ProfilerStep markers, but 1 other rank(s) have them" in err
+
+
+def test_a_kineto_rank_damaged_into_another_json_is_named(tmp_path):
+    run = _copy(tmp_path, "gloo-windows/same")
+    _edit(run / "rank-1.pt.trace.json.gz", lambda d: d.update(traceEvents={"events": d["traceEvents"][:1]}))
+    _refused(run, "rank 1 of 2: no trace file here", "skipped: rank-1.pt.trace.json.gz (not a Kineto trace")
+
+
+@pytest.mark.parametrize("damage, needle", [
+    (lambda d: d.update(step_times_us={}), "4 profiled step(s) have no time in step_times_us"),
+    (lambda d: d["step_times_us"].update({"6": -1.0}), "Expected `float` > 0.0 - at `$.step_times_us[...]`"),
+    (lambda d: d.update(step_times_us=[d["step_times_us"]]), "at `$.step_times_us`"),  # was an AttributeError (exit 3)
+])
+def test_a_damaged_tf_rank_file_names_the_field(tmp_path, damage, needle):
+    run = _copy(tmp_path, "tf/text")
+    _edit(run / "rank1.json", damage)
+    _refused(run, str(run / "rank1.json"), needle)
+
+
+@pytest.mark.parametrize("damage, needle", [
+    (lambda d: d["enqueues"][0].__setitem__(4, d["enqueues"][0][4] * 2), "1 all-reduce(s) sized unlike rank 0's"),
+    (lambda d: d["enqueues"][0].__setitem__(3, d["enqueues"][0][2] - 1), "1 request(s) end before they begin"),
+    (lambda d: [q.__setitem__(i, q[i] + 3_600_000_000_000) for q in d["enqueues"] for i in (2, 3)],
+     "timed more than a second outside them"),
+    (lambda d: d.update(settings=[d["settings"]]), "at `$.settings`"),  # was a ValueError (exit 3)
+])
+def test_a_damaged_horovod_rank_file_is_refused(tmp_path, damage, needle):
+    run = _copy(tmp_path, "horovod/fused")
+    _edit(run / "rank1.horovod.json", damage)  # the first three were read with exit 0 and the number unchanged
+    _refused(run, str(run / "rank1.horovod.json"), needle)
+
+
+def test_an_mxnet_step_running_backwards_is_refused(tmp_path):
+    run = _copy(tmp_path, "mxnet/user_mlp")
+    _edit(run / "mxnet-run.json", lambda d: d["steps"]["0"][0].__setitem__(2, -1))
+    _refused(run, str(run / "mxnet-run.json"), "1 step time(s) end before they begin", "worker 0")
+
+
+def test_a_layer_csv_cut_inside_a_row_is_refused(tmp_path):
+    whole = "layer,forward_us,backward_us,grad_bytes\nconv1,100,200,40000\nfc,50,100,1000\n"
+    cut = tmp_path / "layers.csv"
+    cut.write_text(whole[:-4])  # "fc,50,100,1" was read as a valid, smaller model
+    with pytest.raises(DagprofError, match=r"layers\.csv: line 3, the last, has no end of line: the file was cut short"):
+        read_layer_file(cut)
+
+
+def test_a_bcaffe_log_cut_at_a_line_end_is_refused(tmp_path):
+    lines = (DATA / "bcaffe-k80-googlenet" / "tmp4comm.log").read_text().splitlines(keepends=True)
+    assert len(lines) == 256  # two dumps of 128 blobs
+    cut = tmp_path / "tmp4comm.log"
+    cut.write_text("".join(lines[:200]))  # its last dump's 72 blobs were read as a 36-layer model
+    with pytest.raises(DagprofError, match=r"tmp4comm\.log: line 129: the last dump has 72 blobs, the one before 128"):
+        read_layer_file(cut)
