@@ -364,8 +364,9 @@ def test_update_on_the_workers_and_accumulated_gradients_read_and_replay():
     assert abs(p.analysis.error_pct) < 5.0
 
 
-def test_diff_names_a_servers_key_as_push_pull_not_an_all_reduce_bucket(capsys):
-    assert main(["diff", str(KV_GRU), str(KV_GRU), "--json"]) == 0
+def test_diff_names_a_servers_key_as_push_pull_not_an_all_reduce_bucket(capsys, tmp_path):
+    run = str(shutil.copytree(KV_GRU, tmp_path / "kv"))  # a copy: diff writes its report into the second run's folder
+    assert main(["diff", run, run, "--json"]) == 0
     out = capsys.readouterr().out
     assert "push/pull key" in out and "all-reduce bucket" not in out
 
