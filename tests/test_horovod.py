@@ -413,3 +413,24 @@ def test_collector_records_a_sparse_gradient_as_horovod_sends_it():
     Opt.sparse_as_dense = True
     assert _requests_sent(Opt(), "embed.weight", emb.weight.grad) == [("allreduce.embed.weight", 100 * 8 * 4)]
     assert _requests_sent(Opt(), "fc.bias", torch.zeros(5)) == [("allreduce.fc.bias", 20)]
+
+
+def test_dagprof_profile_under_horovodrun_takes_the_rank_horovodrun_gives(monkeypatch):
+    """A Horovod script that calls dagprof.profile runs without torch.distributed, so without RANK: both ranks wrote rank 0."""
+    from dagprof.collect.hooks.collector_files import process_info
+
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setenv("HOROVOD_RANK", "1")
+    monkeypatch.setenv("HOROVOD_SIZE", "2")
+    info = process_info()
+    assert (info["rank"], info["world_size"]) == (1, 2)
+    monkeypatch.setenv("RANK", "0")  # torchrun's own variables first
+    assert process_info()["rank"] == 0
+
+
+def test_diff_names_horovods_responses_as_fused_all_reduces(capsys, tmp_path):
+    run = str(shutil.copytree(os.path.join(os.path.dirname(__file__), "data", "horovod", "text"), tmp_path / "text"))
+    assert main(["diff", run, run, "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "fused all-reduce" in out and "all-reduce bucket" not in out
