@@ -446,3 +446,11 @@ def test_fusion_rows_say_when_the_cycle_simulation_misses_the_profiled_run(capsy
     assert bool(notes) == said
     if said:
         assert re.search(r"at the profiled settings \(128 MB, 1 ms\) that simulation gives 147\.\d\d ms/iter, \+7\.\d %", notes[0])
+
+
+def test_a_folder_where_nothing_was_profiled_says_why(capsys):
+    """What `dagprof profile` left after refusing a script that all-reduces by hand (tests/data/horovod/by-hand): analysing
+    it said 'none of the 2 JSON files is a Kineto trace'."""
+    assert main(["analyze", os.path.join(os.path.dirname(__file__), "data", "horovod", "by-hand")]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "nothing was profiled here" in err and "\n" not in err

@@ -11,10 +11,10 @@ import os
 import shutil
 import subprocess
 
-from ..collect.hooks.horovod_auto import OWN_CALLS
 from ..errors import DagprofError
 from ..fsutil import check_output_folder
 from ..passes.profiler_cost import WARMUP_STEPS
+from ..traces.horovod import OWN_CALLS
 from ..traces.steps import DEFAULT_STEPS, iteration_us
 from .common import steps_arg
 

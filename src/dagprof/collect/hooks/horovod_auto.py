@@ -17,7 +17,6 @@ import os
 from typing import Any
 
 TIMELINE_ENV = "HOROVOD_TIMELINE"
-OWN_CALLS = "horovod-own-collectives.rank{rank}.json"  # a rank's note: the script exchanged gradients without DistributedOptimizer
 # what a script calls to exchange gradients by hand (DistributedOptimizer calls them from horovod.torch.mpi_ops, never through these names)
 _BY_HAND = ("allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce", "grouped_allreduce_",
             "grouped_allreduce_async", "grouped_allreduce_async_", "sparse_allreduce_async", "allgather", "allgather_async",
@@ -36,6 +35,7 @@ def _patch(hvd: Any, out: str, steps: str) -> None:
     from torch.nn.modules.module import register_module_forward_pre_hook
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
+    from ...traces.horovod import OWN_CALLS
     from ...traces.steps import parse_steps
     from .horovod import HorovodCollector
 
