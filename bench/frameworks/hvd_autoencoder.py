@@ -22,6 +22,7 @@ parser.add_argument("--batch-size", type=int, default=16)
 parser.add_argument("--accum", type=int, default=2)
 parser.add_argument("--warmup-steps", type=int, default=5)
 parser.add_argument("--lr", type=float, default=0.01)
+parser.add_argument("--adasum", action="store_true", help="op=hvd.Adasum, uncompressed (Horovod built without MPI refuses it)")
 args = parser.parse_args()
 
 hvd.init()
@@ -47,8 +48,9 @@ images = [torch.rand(args.batch_size, 3, 32, 32, generator=g) for _ in range(6)]
 
 model = AutoEncoder()
 optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=0.9)
-optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(), compression=hvd.Compression.fp16,
-                                     backward_passes_per_step=args.accum)
+optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(), backward_passes_per_step=args.accum,
+                                     compression=hvd.Compression.none if args.adasum else hvd.Compression.fp16,
+                                     op=hvd.Adasum if args.adasum else hvd.Average)
 hvd.broadcast_parameters(model.state_dict(), root_rank=0)
 hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / args.warmup_steps))
