@@ -14,6 +14,8 @@ hold dagprof's dependencies. Two halves:
               trainer.step(batch_size)
               prof.step()  # marks the end of a step (waits for it: nd.waitall)
 
+  (a loop with no Trainer, pushing and pulling itself: ``profile(kv, net, params=params)``, key ``i`` = ``params[i]``).
+
   After ``warmup`` steps it turns mx.profiler on in every worker and (worker 0 sends the commands)
   every server, for one start-up step and ``profile_steps`` steps, then off; the steps after are
   timed without the profiler. On exit it writes ``worker<R>.meta.json`` (steps, keys, layers) into
