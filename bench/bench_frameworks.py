@@ -63,12 +63,18 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "hvd_resnet": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
     "hvd_transformer": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
     "hvd_sparse_gru": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
+    "mx_attn_accum": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
+    "mx_kv_manual": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
+    "hvd_autoencoder": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
+    "hvd_manual_allreduce": ("horovod", "DAGPROF_HOROVOD_VENV", {}),  # its own hvd.* calls: refused in one line, counted as such
 }
+MXNET_SERVERS = {"mx_kv_manual": 2}  # servers of an MXNet script's job (1 elsewhere)
 # Horovod: (the profiled window, the script's arguments). Its fusion depends on timing, so the collectives differ from step
 # to step and run to run: 10 steps, not 4 (one 117 ms step among 25-35 ms ones set a 4-step window's mean off by 80 %).
 # The ResNet's window lies in its second epoch, clear of the first epoch's end (its sampler and scheduler).
 HOROVOD_RUN = {"hvd_text": ("6:16", ["--steps", "20"]), "hvd_resnet": ("16:26", []), "hvd_transformer": ("6:16", ["--steps", "20"]),
-               "hvd_sparse_gru": ("6:16", ["--steps", "20"])}
+               "hvd_sparse_gru": ("6:16", ["--steps", "20"]), "hvd_autoencoder": ("6:16", ["--steps", "20"]),
+               "hvd_manual_allreduce": ("6:16", ["--steps", "20"])}
 
 
 def launch(name: str, python: str, out: str, workers: int, timeout: float, src: str = SRC, prefix: tuple[str, ...] = ()) -> list[int]:
@@ -79,7 +85,8 @@ def launch(name: str, python: str, out: str, workers: int, timeout: float, src: 
     env = dict(os.environ, PYTHONPATH=src, TF_CPP_MIN_LOG_LEVEL="2", **extra)
     ports = free_ports(workers)
     if framework == "mxnet":
-        cmd = [sys.executable, "-m", "dagprof.collect.hooks.mxnet_ps", "run", "--out", out, "--servers", "1", "--workers", str(workers),
+        servers = str(MXNET_SERVERS.get(name, 1))
+        cmd = [sys.executable, "-m", "dagprof.collect.hooks.mxnet_ps", "run", "--out", out, "--servers", servers, "--workers", str(workers),
                "--port", str(ports[0]), "--profile-steps", "5", "--timeout", str(int(timeout)), "--", python, script, "--steps", "16"]
         with open(os.path.join(out, "launcher.txt"), "w") as log:
             return [subprocess.run([*prefix, *cmd], env=env, stdout=subprocess.DEVNULL, stderr=log, timeout=timeout + 60).returncode]

@@ -333,3 +333,88 @@ def test_rerecord_fixture_from_scratch(tmp_path):
     p = open_run(out)
     measured = max(p.graph.meta.measured_iter_us.values())
     assert abs(p.analysis.predicted_us - measured) / measured < 0.05
+
+
+KV_GRU = FIXTURE / "user_kv_gru"  # a hand-written kv.push/kv.pull loop (no Trainer), a GRU, a custom optimizer on 2 servers
+ATTN = FIXTURE / "user_attn_accum"  # hybridized attention, Trainer(update_on_kvstore=False), grad_req='add' over 2 micro-batches
+
+
+def test_a_hand_written_push_pull_loop_reads_with_its_own_keys_and_one_layer_per_block():
+    """bench/frameworks/mx_kv_manual.py: ``profile(kv, net, params=...)`` numbers keys as the loop pushes them (model order,
+    not a Trainer's sorted names); the GRU's 8 parameters (``l0_i2h_weight``...) are one layer, the one whose fused ``RNN``
+    ops make them. Named by their names alone they were 4 per-gate layers, listed twice, that no op ever ran."""
+    man = json.loads((KV_GRU / "mxnet-run.json").read_text())
+    assert [(lay["name"], lay["op"]) for lay in man["layers"]] == [("sequential0_gru0", "GRU"), ("sequential0_dense0", "Dense"),
+                                                                   ("sequential0_dense1", "Dense")]
+    assert man["keys"][0]["name"] == "sequential0_gru0_l0_i2h_weight" and man["keys"][8]["name"] == "sequential0_dense0_weight"
+    assert "update_on_kvstore" not in man  # a bare kvstore's loop: where the update runs is the script's business
+    p = open_run(str(KV_GRU))
+    g = p.graph
+    names = np.array([g.node_name(v) for v in range(len(g))])
+    rnn = np.char.endswith(names, "._backward_RNN")
+    assert rnn.any() and all(g.layers[g.layer[v]] == "sequential0_gru0" for v in np.flatnonzero(rnn))
+    for v in np.flatnonzero(names == ISSUE):  # the GRU's keys wait for its backward op, as the engine pushes them
+        if int(g.bucket[v]) < 8:
+            assert any(rnn[u] for u in g.predecessors(v))
+    assert g.meta.ps.num_servers == 2
+    assert abs(p.analysis.error_pct) < 5.0  # recorded at load 25 on 2 cores: its steps ran 45-162 ms
+
+
+def test_update_on_the_workers_and_accumulated_gradients_read_and_replay():
+    """bench/frameworks/mx_attn_accum.py: the manifest says the Trainer updates on the workers (it said True for every
+    job), whose ``multi_sgd_mom_update`` is the step's update; two backward passes per step, one exchange."""
+    man = json.loads((ATTN / "mxnet-run.json").read_text())
+    assert man["update_on_kvstore"] is False
+    p = open_run(str(ATTN))
+    g = p.graph
+    names = np.array([g.node_name(v) for v in range(len(g))])
+    assert (g.kind[np.char.endswith(names, "multi_sgd_mom_update")] == Kind.UPDATE).all()
+    assert len(np.flatnonzero(names == ISSUE)) == 3 * 2 * len(man["keys"])  # steps x workers x keys: one push per key and step
+    assert abs(p.analysis.error_pct) < 5.0
+
+
+def test_diff_names_a_servers_key_as_push_pull_not_an_all_reduce_bucket(capsys, tmp_path):
+    run = str(shutil.copytree(KV_GRU, tmp_path / "kv"))  # a copy: diff writes its report into the second run's folder
+    assert main(["diff", run, run, "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "push/pull key" in out and "all-reduce bucket" not in out
+
+
+def test_profile_takes_a_trainer_or_a_kvstore_with_its_keys(tmp_path):
+    """A loop with no Trainer hands in its kvstore and the parameters by key; anything else is one line."""
+    from dagprof.collect.hooks import mxnet_ps
+
+    class KV:  # what profile looks for on a kvstore (no Trainer attribute)
+        type, num_workers = "dist_sync", 2
+
+        def push(self, *a):
+            pass
+
+    with pytest.raises(RuntimeError, match="pass params="):
+        mxnet_ps.profile(KV(), out=str(tmp_path))
+    with pytest.raises(RuntimeError, match="expected a gluon.Trainer or a dist kvstore, got object"):
+        mxnet_ps.profile(object(), out=str(tmp_path))
+    assert mxnet_ps.profile(KV(), params=["w", "b"], out=str(tmp_path)).keyed == {0: "w", 1: "b"}
+
+
+@pytest.mark.mxnet
+def test_servers_import_the_scripts_own_optimizer(tmp_path):
+    """MXNet's launcher runs the servers as the script, so they unpickle an optimizer class from a module beside it;
+    the launcher's servers (its own program, in the run folder) could not: 'No module named mx_kv_opt', which MXNet
+    prints and ignores, so the job trained without its optimizer and exited 0."""
+    out = str(tmp_path / "kv")
+    script = str(pathlib.Path(__file__).parents[1] / "bench" / "frameworks" / "mx_kv_manual.py")
+    assert main(["profile", "--mxnet-ps", "servers=2,workers=2", "-o", out, "--steps", "3:5", "--", _mxnet_python(), script,
+                 "--steps", "6", "--batch", "8"]) == 0
+    for s in (0, 1):
+        assert "Traceback" not in (tmp_path / "kv" / f"server{s}.log").read_text()
+    assert json.loads((tmp_path / "kv" / "mxnet-run.json").read_text())["layers"][0]["op"] == "GRU"
+
+
+def test_a_servers_ignored_exception_is_found_in_its_log():
+    """A real server log (the optimizer's module not on the server's path): MXNet printed the exception twice, ignored it
+    and exited 0; the launcher now fails the job with the exception's line."""
+    from dagprof.collect.hooks.mxnet_ps import _ignored_exception
+
+    assert _ignored_exception(str(FIXTURE / "logs" / "server-unpickle-failed.log")) == "ModuleNotFoundError: No module named 'mx_kv_opt'"
+    assert _ignored_exception(str(FIXTURE / "README.md")) == ""

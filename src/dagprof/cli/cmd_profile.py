@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ import subprocess
 from ..errors import DagprofError
 from ..fsutil import check_output_folder
 from ..passes.profiler_cost import WARMUP_STEPS
+from ..traces.horovod import OWN_CALLS
 from ..traces.steps import DEFAULT_STEPS, iteration_us
 from .common import steps_arg
 
@@ -49,6 +51,13 @@ def run(args: argparse.Namespace) -> dict:
     code = launch(cmd, Bootstrap(profile=out, steps=steps, kineto=not args.no_kineto))
     if not os.path.exists(os.path.join(out, MANIFEST)) and code != 0:  # a usage error, a crash: not a model dagprof missed
         raise DagprofError(f"the command exited with status {code} before any rank wrote a profile; its own output above says why", out)
+    own = sorted(glob.glob(os.path.join(out, OWN_CALLS.format(rank="*"))))
+    if not os.path.exists(os.path.join(out, MANIFEST)) and own:
+        with open(own[0]) as f:
+            calls = json.load(f)
+        named = ", ".join(f"hvd.{n} {c} times" for n, c in sorted(calls.items(), key=lambda nc: -nc[1]))
+        raise DagprofError(f"nothing was profiled: the script exchanges its gradients by its own Horovod calls ({named}, on "
+                           f"{os.path.basename(own[0]).split('.')[1]}), and dagprof models Horovod's hvd.DistributedOptimizer only", out)
     if not os.path.exists(os.path.join(out, MANIFEST)):
         raise DagprofError(
             "the command ran and no rank wrote a profile: the zero-code mode sees only models wrapped in "
@@ -112,6 +121,7 @@ def _earlier_profile(folder: str) -> list[str]:
     from ..traces.run_schema import MANIFEST, RANK_FORMAT, STEPS_HEAD
 
     ours = glob.glob(os.path.join(folder, MANIFEST)) + glob.glob(os.path.join(folder, "rank*.kineto.json.gz"))
+    ours += glob.glob(os.path.join(folder, OWN_CALLS.format(rank="*")))
     ours += [d for d in glob.glob(os.path.join(folder, "rank*.steps")) if os.path.exists(os.path.join(d, STEPS_HEAD))]
     for path in glob.glob(os.path.join(folder, "rank*.json")):
         with open_input(path) as f:  # a FIFO named rank0.json is refused, not waited on

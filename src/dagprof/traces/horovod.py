@@ -46,6 +46,7 @@ from .horovod_timeline import Response, Timeline, read_timeline
 from .meta import Collectives, HorovodRecord, RankMeta, RunWarning, warnings_of
 
 TIMELINE = "horovod_timeline.json"
+OWN_CALLS = "horovod-own-collectives.rank{rank}.json"  # a rank's note: the script exchanged gradients without DistributedOptimizer
 RANK_FORMAT = "dagprof-horovod-rank"
 VERSION = 1
 GROUP = "horovod"

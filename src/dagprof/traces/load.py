@@ -12,6 +12,7 @@ from ..errors import DagprofError
 from . import formats
 from .completeness import lone_rank, require_complete
 from .events import Run
+from .horovod import OWN_CALLS
 from .kineto_dir import read_cached, read_trace_dir
 from .run_schema import MANIFEST
 
@@ -31,6 +32,9 @@ def _read(p: str) -> Run:
     if os.path.isdir(p):
         if os.path.exists(os.path.join(p, MANIFEST)):
             raise DagprofError("not a dagprof run folder (manifest.json names no format dagprof knows)", p)
+        if os.path.exists(os.path.join(p, OWN_CALLS.format(rank=0))):
+            raise DagprofError("nothing was profiled here: the Horovod script exchanged its gradients by its own hvd.* calls, not "
+                               f"hvd.DistributedOptimizer ({OWN_CALLS.format(rank=0)} names them)", p)
         return read_trace_dir(p)  # ranks in parallel, parses cached beside the traces
     return kineto_file(p)
 

@@ -45,7 +45,7 @@ PUSHPULL = ("KVStoreDistDefaultStoragePushPull", "KVStoreDistDefaultPush", "KVSt
 BULK = "ImperativeBulk"
 _LAYER_OP = {"Conv2D": "Convolution", "Conv1D": "Convolution", "Conv3D": "Convolution", "Dense": "FullyConnected",
              "BatchNorm": "BatchNorm", "Embedding": "Embedding", "Conv2DTranspose": "Deconvolution", "LayerNorm": "LayerNorm",
-             "InstanceNorm": "InstanceNorm", "GroupNorm": "GroupNorm"}
+             "InstanceNorm": "InstanceNorm", "GroupNorm": "GroupNorm", "GRU": "RNN", "LSTM": "RNN", "RNN": "RNN"}
 
 
 def pslite_placement(key: int, elements: int, servers: int, bound: int) -> list[tuple[int, int]]:
@@ -168,7 +168,7 @@ class MxManifest(msgspec.Struct):
     layers: list[MxLayer] = []
     kvstore: str = "dist_sync"
     bigarray_bound: int = 1_000_000  # MXNET_KVSTORE_BIGARRAY_BOUND: keys this big are split over every server
-    update_on_kvstore: bool = True  # the optimizer runs on the servers
+    update_on_kvstore: bool | None = None  # the optimizer runs on the servers (a Trainer's setting; None: a loop that pushes and pulls itself)
     mxnet: str = ""
     command: list[str] = []  # the workers' command
     hosts: dict[str, str] = {}  # worker rank -> its host name

@@ -22,6 +22,8 @@ _INSTANCE = re.compile(r"\.\d+$")
 _COLLECTIVE = (Kind.COMM, Kind.SYNC, Kind.COMM_ENQUEUE)
 _GLUE = (Kind.OTHER, Kind.COMM_WAIT, Kind.RUNTIME)
 _BUCKET_WORD = {Kind.COMM: "all-reduce", Kind.SYNC: "join", Kind.COMM_ENQUEUE: "issue all-reduce"}
+_PS_WORD = {Kind.COMM: "push/pull", Kind.SYNC: "join push/pull", Kind.COMM_ENQUEUE: "issue push/pull"}
+_FUSED_WORD = {Kind.COMM: "fused all-reduce", Kind.SYNC: "join fused all-reduce", Kind.COMM_ENQUEUE: "issue fused all-reduce"}
 
 
 def op_label(g: Graph, v: int) -> str:
@@ -29,7 +31,11 @@ def op_label(g: Graph, v: int) -> str:
     kind = int(g.kind[v])
     if kind == Kind.STEP:
         return "between steps"
-    if kind in _COLLECTIVE and g.bucket[v] >= 0:
+    if kind in _COLLECTIVE and g.bucket[v] >= 0:  # worded as critical_path labels them: a server's key, Horovod's response
+        if g.meta.ps:
+            return f"{_PS_WORD[Kind(kind)]} key {int(g.bucket[v])}"
+        if g.meta.horovod:
+            return f"{_FUSED_WORD[Kind(kind)]} {int(g.bucket[v])}"
         return f"{_BUCKET_WORD[Kind(kind)]} bucket {int(g.bucket[v])}"
     name = g.node_name(v)
     r = int(g.rank[v])

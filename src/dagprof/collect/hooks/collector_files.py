@@ -36,8 +36,9 @@ def process_info() -> dict[str, Any]:
     """This process's rank, world, backend, host and torch: the fields every rank file starts with."""
     import torch
 
-    rank = int(os.environ.get("RANK", 0))
-    world = int(os.environ.get("WORLD_SIZE", 1))
+    # torchrun's variables, else horovodrun's (a Horovod job without torch.distributed: two ranks must not both write rank 0)
+    rank = int(os.environ.get("RANK", os.environ.get("HOROVOD_RANK", 0)))
+    world = int(os.environ.get("WORLD_SIZE", os.environ.get("HOROVOD_SIZE", 1)))
     backend = ""
     try:
         import torch.distributed as dist

@@ -200,7 +200,8 @@ class HorovodCollector(Collector):
         try:
             import horovod.torch as hvd
 
-            hvd.stop_timeline()  # returns once the writer closed the file
+            if hvd.is_initialized():  # else Horovod shut down (the job failed or ended) and closed its timeline itself
+                hvd.stop_timeline()  # returns once the writer closed the file
         except Exception as err:  # noqa: BLE001
             self.warnings.append(f"stopping the Horovod timeline failed: {type(err).__name__}: {err}")
         self._renice(restore=False)

@@ -12,10 +12,16 @@ the window ends, or at exit. Processes that never import ``horovod.torch`` are u
 from __future__ import annotations
 
 import atexit
+import json
 import os
 from typing import Any
 
 TIMELINE_ENV = "HOROVOD_TIMELINE"
+# what a script calls to exchange gradients by hand (DistributedOptimizer calls them from horovod.torch.mpi_ops, never through these names)
+_BY_HAND = ("allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce", "grouped_allreduce_",
+            "grouped_allreduce_async", "grouped_allreduce_async_", "sparse_allreduce_async", "allgather", "allgather_async",
+            "grouped_allgather", "grouped_allgather_async", "reducescatter", "reducescatter_async", "grouped_reducescatter",
+            "grouped_reducescatter_async", "alltoall", "alltoall_async")
 
 
 def install(after_import: Any, out: str, steps: str) -> None:
@@ -29,6 +35,7 @@ def _patch(hvd: Any, out: str, steps: str) -> None:
     from torch.nn.modules.module import register_module_forward_pre_hook
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
+    from ...traces.horovod import OWN_CALLS
     from ...traces.steps import parse_steps
     from .horovod import HorovodCollector
 
@@ -56,4 +63,32 @@ def _patch(hvd: Any, out: str, steps: str) -> None:
     hvd.DistributedOptimizer = DistributedOptimizer
     register_optimizer_step_pre_hook(lambda opt, args, kwargs: collector.update_begin())
     register_optimizer_step_post_hook(after_step)
-    atexit.register(lambda: collector.close() if collector.step >= 0 else None)
+    calls = _count_calls(hvd)
+
+    def at_exit() -> None:
+        if collector.step >= 0:
+            collector.close()
+        elif calls:  # no DistributedOptimizer: say why nothing was profiled (cli.cmd_profile reads it)
+            rank = calls.pop("")  # Horovod shuts down at exit before this runs: its rank as the first call saw it
+            with open(os.path.join(out, OWN_CALLS.format(rank=rank)), "w") as f:
+                json.dump(calls, f)
+
+    atexit.register(at_exit)
+
+
+def _count_calls(hvd: Any) -> dict[str, int]:
+    """Count the script's own calls of Horovod's collectives (by name, as it calls them; ``""``: the rank) in the dict returned."""
+    calls: dict[str, int] = {}
+
+    def counted(name: str, fn: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            calls.setdefault("", hvd.rank())
+            calls[name] = calls.get(name, 0) + 1
+            return fn(*args, **kwargs)
+
+        return call
+
+    for name in _BY_HAND:
+        if callable(getattr(hvd, name, None)):
+            setattr(hvd, name, counted(name, getattr(hvd, name)))
+    return calls

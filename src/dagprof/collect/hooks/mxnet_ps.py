@@ -14,6 +14,8 @@ hold dagprof's dependencies. Two halves:
               trainer.step(batch_size)
               prof.step()  # marks the end of a step (waits for it: nd.waitall)
 
+  (a loop with no Trainer, pushing and pulling itself: ``profile(kv, net, params=params)``, key ``i`` = ``params[i]``).
+
   After ``warmup`` steps it turns mx.profiler on in every worker and (worker 0 sends the commands)
   every server, for one start-up step and ``profile_steps`` steps, then off; the steps after are
   timed without the profiler. On exit it writes ``worker<R>.meta.json`` (steps, keys, layers) into
@@ -62,15 +64,29 @@ def _write_json(path: str, doc: dict) -> None:
 class profile:
     """Profile a window of a ``dist_sync`` worker's steps (see the module docstring for the lines to add).
 
-    ``out`` (default ``$DAGPROF_MXNET_OUT``, which the launcher sets) is the run folder; ``net``
-    (optional) gives the layers' model order and classes, otherwise they come from the parameter
-    names (Gluon numbers blocks of a class in creation order: ``dense0``, ``dense1``...).
+    ``trainer`` is the ``gluon.Trainer``, or, for a loop that calls ``kv.push``/``kv.pull`` itself, the dist
+    kvstore with ``params``: the parameters in key order (key ``i`` is ``params[i]``) or a dict key -> parameter,
+    as the loop numbers them (ps-lite places a key on a server by its number). ``out`` (default
+    ``$DAGPROF_MXNET_OUT``, which the launcher sets) is the run folder; ``net`` (optional) gives the layers'
+    model order and classes, otherwise they come from the parameter names (Gluon numbers blocks of a class in
+    creation order: ``dense0``, ``dense1``...).
     """
 
-    def __init__(self, trainer, net=None, *, out: str | None = None, warmup: int | None = None, profile_steps: int | None = None):
+    def __init__(self, trainer, net=None, *, params=None, out: str | None = None, warmup: int | None = None,
+                 profile_steps: int | None = None):
         self.out = os.path.abspath(out or os.environ.get(ENV_OUT, ""))
         if not (out or os.environ.get(ENV_OUT)):
             raise RuntimeError("dagprof.collect.mxnet_ps.profile: no run folder (pass out= or launch with python -m dagprof.collect.hooks.mxnet_ps run)")
+        if hasattr(trainer, "_kvstore"):  # a gluon.Trainer: its parameters, numbered as it pushes them
+            if params is not None:
+                raise RuntimeError("dagprof.collect.mxnet_ps.profile: params= is for a kvstore; a Trainer numbers its own keys")
+            self.keyed = dict(enumerate(trainer._params))
+        elif hasattr(trainer, "push") and hasattr(trainer, "num_workers"):
+            if params is None:
+                raise RuntimeError("dagprof.collect.mxnet_ps.profile(kv): pass params=, the parameters in key order (or a dict key -> parameter)")
+            self.keyed = dict(params.items() if isinstance(params, dict) else enumerate(params))
+        else:
+            raise RuntimeError(f"dagprof.collect.mxnet_ps.profile: expected a gluon.Trainer or a dist kvstore, got {type(trainer).__name__}")
         self.trainer, self.net = trainer, net
         self.warmup = int(os.environ.get(ENV_WARMUP, 2)) if warmup is None else warmup
         self.profile_steps = int(os.environ.get(ENV_PROFILE, 3)) if profile_steps is None else profile_steps
@@ -104,9 +120,9 @@ class profile:
         self.t0, self.c0 = time.time_ns(), time.process_time()
 
     def _kv(self):
-        kv = self.trainer._kvstore
+        kv = getattr(self.trainer, "_kvstore", self.trainer)
         if kv is None or "dist" not in kv.type:
-            raise RuntimeError("dagprof.collect.mxnet_ps.profile: the trainer has no dist kvstore (gluon.Trainer(..., kvstore='dist_sync'))")
+            raise RuntimeError("dagprof.collect.mxnet_ps.profile: no dist kvstore (gluon.Trainer(..., kvstore='dist_sync'), or mx.kv.create('dist_sync'))")
         return kv
 
     def _start(self, mx) -> None:
@@ -139,37 +155,45 @@ class profile:
             self.profiled[1] = len(self.steps) + 1
             self._stop(mx)
         kv = self._kv()
-        keys, layers = _keys_and_layers(self.trainer, self.net)
+        keys, layers = _keys_and_layers(self.keyed, self.net)
+        on_servers = getattr(self.trainer, "_update_on_kvstore", None)  # a bare kvstore: the servers update if the loop set an optimizer
         _write_json(os.path.join(self.out, f"worker{kv.rank}.meta.json"), {
             "rank": kv.rank, "pid": os.getpid(), "steps": self.steps, "profiled": self.profiled, "keys": keys,
+            "update_on_kvstore": on_servers,
             "layers": layers, "num_workers": kv.num_workers, "mxnet": mx.__version__, "host": socket.gethostname(),
             "cpus": len(os.sched_getaffinity(0)), "cpu_s": self.cpu_s,
         })
 
 
-def _keys_and_layers(trainer, net) -> tuple[list[dict], list[dict]]:
-    """Keys as gluon.Trainer numbers them (its parameters sorted by name; frozen ones keep a number but are
-    never pushed; ps-lite places a key by that number), and the layers in model order."""
-    key_of = {p.name: i for i, p in enumerate(trainer._params)}
+def _keys_and_layers(keyed: dict, net) -> tuple[list[dict], list[dict]]:
+    """Keys as the loop numbers them (``gluon.Trainer``: its parameters sorted by name; frozen ones keep a number but
+    are never pushed; ps-lite places a key by that number), and the layers in model order: the blocks that own the
+    parameters (a ``gluon.rnn.GRU`` owns its ``l0_i2h_weight``...: one layer, one fused ``RNN`` op), else the name
+    less its last part."""
+    import numpy as np  # MXNet's own dependency
+
+    key_of = {p.name: int(k) for k, p in keyed.items()}
     order = [p.name for p in net.collect_params().values()] if net is not None else sorted(key_of, key=_natural)
-    params = {p.name: p for p in trainer._params}
-    classes = {b.prefix.rstrip("_"): type(b).__name__ for b in _blocks(net)} if net is not None else {}
-    keys, layers = [], []
+    params = {p.name: p for p in keyed.values()}
+    owner = {p.name: b for b in (net, *_blocks(net)) for p in b._reg_params.values()} if net is not None else {}
+    keys, layers = [], {}
     for name in order:
         p = params.get(name)
         if p is None or p.grad_req == "null":
             continue
-        layer = name.rsplit("_", 1)[0]
-        if not layers or layers[-1]["name"] != layer:
+        block = owner.get(name)
+        layer = block.prefix.rstrip("_") if block is not None else name.rsplit("_", 1)[0]
+        if layer not in layers:
             base = re.sub(r"\d+$", "", layer.rsplit("_", 1)[-1])
-            layers.append({"name": layer, "op": classes.get(layer, _BLOCK.get(base, base)), "keys": []})
-        layers[-1]["keys"].append(key_of[name])
+            layers[layer] = {"name": layer, "op": type(block).__name__ if block is not None else _BLOCK.get(base, base), "keys": []}
+        layers[layer]["keys"].append(key_of[name])
         n = 1
         for d in p.shape:
             n *= d
-        keys.append({"key": key_of[name], "name": name, "shape": list(p.shape), "elements": n, "nbytes": 4 * n, "layer": layer})
+        keys.append({"key": key_of[name], "name": name, "shape": list(p.shape), "elements": n, "nbytes": n * np.dtype(p.dtype).itemsize,
+                     "layer": layer})
     keys.sort(key=lambda k: k["key"])  # trainer.step pushes in key order
-    return keys, layers
+    return keys, list(layers.values())
 
 
 def _natural(name: str) -> list:
@@ -233,6 +257,11 @@ def launch_command(out: str, command: list[str], *, python: str | None = None, s
     if python is None:
         python = command[0] if os.path.basename(command[0]).startswith("python") else sys.executable
     path = os.pathsep.join(p for p in (_PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")) if p)
+    # servers unpickle the optimizer the script sets (kv.set_optimizer): under MXNet's launcher they run the script
+    # itself, whose folder (``python train.py``) or working directory (``python -m``) is on their path; so here too
+    script = next((a for a in command[1:] if a.endswith(".py") and os.path.isfile(os.path.join(cwd or "", a))), None)
+    served = [os.path.dirname(os.path.abspath(os.path.join(cwd or "", script)))] if script else []
+    served_path = os.pathsep.join([*served, os.path.abspath(cwd or os.getcwd()), path])
     base = {"DMLC_PS_ROOT_URI": addr(0), "DMLC_PS_ROOT_PORT": str(port), "DMLC_NUM_SERVER": str(servers), "DMLC_NUM_WORKER": str(workers),
             "OMP_NUM_THREADS": "1", "MXNET_EXEC_BULK_EXEC_TRAIN": "0", "MXNET_KVSTORE_BIGARRAY_BOUND": str(BIGARRAY_BOUND), "PS_VERBOSE": "0",
             "PYTHONPATH": path, ENV_OUT: out, ENV_WARMUP: str(warmup), ENV_PROFILE: str(profile_steps)}
@@ -245,6 +274,8 @@ def launch_command(out: str, command: list[str], *, python: str | None = None, s
             env = {**base, "DMLC_ROLE": role, "DMLC_NODE_HOST": addr(node)}
             if ifname is not None:
                 env["DMLC_INTERFACE"] = ifname(node)
+            if role != "worker":
+                env["PYTHONPATH"] = served_path
             log = os.path.join(out, {"scheduler": "scheduler", "server": f"server{node}", "worker": f"worker{node - servers}"}[role] + ".log")
             argv, where = (wrap + list(command), cwd) if role == "worker" else (serve, out)
             procs.append((role, spawn(node, argv, env, log, cwd=where)))
@@ -253,12 +284,27 @@ def launch_command(out: str, command: list[str], *, python: str | None = None, s
             rc = p.wait(timeout=max(deadline - time.monotonic(), 1))
             if rc != 0:
                 raise RuntimeError(f"MXNet {role} exited with {rc}; see the logs in {out}")
+        for s in range(servers):  # MXNet prints and ignores a server's exception (an optimizer it cannot unpickle) and exits 0
+            failed = _ignored_exception(os.path.join(out, f"server{s}.log"))
+            if failed:
+                raise RuntimeError(f"MXNet server {s} raised {failed} and went on without it (MXNet ignores it); see server{s}.log in {out}")
     finally:
         for _, p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
     return write_manifest(out, servers, workers, {"command": list(command), **(extra or {})})
+
+
+def _ignored_exception(log: str) -> str:
+    """The last exception a server's log reports (``ModuleNotFoundError: No module named 'opt'``), or ''."""
+    if not os.path.exists(log):
+        return ""
+    with open(log, errors="replace") as f:
+        lines = f.read().splitlines()
+    if not any(line.startswith("Traceback") for line in lines):
+        return ""
+    return next((line.strip() for line in reversed(lines) if re.match(r"^\w+(\.\w+)*(Error|Exception)\b", line.strip())), "an exception")
 
 
 def write_manifest(out: str, servers: int, workers: int, extra: dict | None = None) -> dict:
@@ -284,12 +330,14 @@ def write_manifest(out: str, servers: int, workers: int, extra: dict | None = No
             files["servers"][str(s)] = f"server{s}.json"
     manifest = {
         "format": FORMAT, "version": VERSION, "kvstore": "dist_sync", "num_workers": workers, "num_servers": servers,
-        "bigarray_bound": BIGARRAY_BOUND, "update_on_kvstore": True, "mxnet": metas[0]["mxnet"], "keys": metas[0]["keys"],
+        "bigarray_bound": BIGARRAY_BOUND, "mxnet": metas[0]["mxnet"], "keys": metas[0]["keys"],
         "layers": metas[0]["layers"], "profiled_steps": [first, stop], "files": files,
         "steps": {str(m["rank"]): m["steps"] for m in metas},
         "hosts": {str(m["rank"]): m["host"] for m in metas}, "cpus": {str(m["rank"]): m["cpus"] for m in metas},
         "cpu_s": {str(m["rank"]): m["cpu_s"] for m in metas}, **(extra or {}),
     }
+    if metas[0].get("update_on_kvstore") is not None:  # a Trainer says where its optimizer runs; a bare kvstore's loop does not
+        manifest["update_on_kvstore"] = bool(metas[0]["update_on_kvstore"])
     _write_json(os.path.join(out, MANIFEST), manifest)
     return manifest
 
