@@ -78,6 +78,7 @@ class Collector:
         self._roots: list[Any] = []  # the instrumented modules (DDP's inner module)
         self._ddps: list[Any] = []
         self._ddp_seen = False  # a DDP model was attached (kept after the model references are dropped)
+        self._ddp_models = 0  # DDP models attached (a GAN's generator and discriminator: 2)
         self._ddp_ranks: list[int] = []  # ranks of the first DDP model's process group (a mesh's DP group in a hybrid job)
         self._kineto_written = False
         self._manifest_written = False
@@ -89,6 +90,8 @@ class Collector:
         self._grad_watch: dict[tuple[int, int], tuple[Any, list]] = {}  # (id, version) -> (tensor, what to record)
         self._layouts: list[BucketLayout] = []
         self._layout_key: dict[int, tuple] = {}
+        self._bucket_ids: dict[tuple[int, int], int] = {}  # (DDP model, its bucket index) -> bucket number in the records
+        self._comm_hook = ""  # the user's own DDP comm hook ("" = DDP's all-reduce)
         self._bucket_cap_mb: float | None = None
         self._kineto_prof = None
         self._ranges_open: dict[tuple[int, int], Any] = {}
@@ -143,8 +146,9 @@ class Collector:
                 if not any(ddp is d for d in self._ddps):
                     self._ddps.append(ddp)
                     self._ddp_seen = True
+                    self._ddp_models += 1
                     self._ddp_ranks = self._ddp_ranks or group_ranks(ddp.process_group)
-                    self._install_comm_hook(ddp)
+                    self._install_comm_hook(ddp, len(self._ddps) - 1)
                     self._bucket_cap_mb = getattr(ddp, "bucket_bytes_cap", 0) / 2**20 or None
             if self.in_window:
                 self._attach_leaf_hooks(roots)
@@ -397,14 +401,14 @@ class Collector:
         self._restore.append(lambda: setattr(cls, "__next__", original))
 
     # ---------------------------------------------------------------- DDP comm hook
-    def _install_comm_hook(self, ddp: Any) -> None:
-        """Wrap the bucket all-reduce; a hook the user registers later is wrapped instead of refused."""
+    def _install_comm_hook(self, ddp: Any, model: int) -> None:
+        """Wrap the bucket all-reduce of DDP model number ``model``; a hook the user registers later is wrapped instead of refused."""
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
         if getattr(ddp, "_comm_hooks", None):
             self.warnings.append("DDP already had a comm hook: per-bucket timings come from Kineto only")
             return
-        inner: dict[str, Any] = {"hook": default_hooks.allreduce_hook, "state": ddp.process_group}
+        inner: dict[str, Any] = {"hook": default_hooks.allreduce_hook, "state": ddp.process_group, "half": False}
         collector = self
 
         def dagprof_comm_hook(state: object, bucket):  # parameter must be named "bucket" (DDP checks)
@@ -413,27 +417,33 @@ class Collector:
             t0 = time.time_ns()
             fut = inner["hook"](inner["state"], bucket)
             try:
-                return collector._record_bucket(bucket, t0, fut)
+                return collector._record_bucket(bucket, t0, fut, model, inner["half"])
             except Exception as err:  # noqa: BLE001
                 collector._fail(err, "DDP comm hook")
                 return fut
 
         def register_comm_hook(state: object, hook: Any) -> None:
-            inner.update(hook=hook, state=state)
+            # torch's fp16/bf16 compression all-reduces the bucket cast to 2 bytes per element; any other hook's wire
+            # bytes are its own (PowerSGD's factors): named in the rank file, and what-ifs that price them refuse
+            half = hook in (default_hooks.fp16_compress_hook, default_hooks.bf16_compress_hook)
+            inner.update(hook=hook, state=state, half=half)
+            collector._comm_hook = collector._comm_hook or getattr(hook, "__qualname__", None) or type(hook).__name__
 
         ddp.register_comm_hook(None, dagprof_comm_hook)
         ddp.register_comm_hook = register_comm_hook  # the user's hook runs inside ours
         ddp._dagprof_comm_hook = (None, dagprof_comm_hook)  # dagprof.apply re-registers it if it rebuilds the reducer
 
-    def _record_bucket(self, bucket: Any, t0: int, fut: Any) -> Any:
+    def _record_bucket(self, bucket: Any, t0: int, fut: Any, model: int, half: bool) -> Any:
+        """Records name buckets by number: each DDP model's bucket index, numbered in the order first seen (two models'
+        bucket 0 are two buckets); the bytes are those on the wire (2 per element under a half-precision hook)."""
         t1 = time.time_ns()
-        index = bucket.index()
+        index = self._bucket_ids.setdefault((model, bucket.index()), len(self._bucket_ids))
         buf = bucket.buffer()
         nbytes = buf.numel() * buf.element_size()
         seq = self._seq
         self._seq += 1
         self.records.append((Rec.ENQ_BEGIN, index, seq, t0, 0))
-        self.records.append((Rec.ENQ_END, index, seq, t1, nbytes))
+        self.records.append((Rec.ENQ_END, index, seq, t1, buf.numel() * 2 if half else nbytes))
         key = (nbytes, tuple(id(p) for p in bucket.parameters()))
         if self._layout_key.get(index) != key:
             self._layout_key[index] = key
@@ -616,6 +626,7 @@ class Collector:
             kfile = kineto_file(rank)
         doc = RankFile(
             **self._info, mode=self.mode, bucket_cap_mb=self._bucket_cap_mb, ddp=self._ddp_seen,
+            ddp_models=self._ddp_models, comm_hook=self._comm_hook,
             steps_requested=(self.steps.start, self.steps.stop), steps_profiled=self.profiled,
             steps_completed=len(self.step_times), final=final, ended=self._ended, kineto_file=kfile, record_shapes=self.record_shapes,
             clock=Clock(time.time_ns(), time.perf_counter_ns()), warnings=self.warnings, layers=self.layers,
@@ -630,6 +641,7 @@ class Collector:
         """``rank<R>.steps/head.json``: everything known at the window's start; step files add to it."""
         head = RankFile(
             **self._info, mode=self.mode, bucket_cap_mb=self._bucket_cap_mb, ddp=self._ddp_seen,
+            ddp_models=self._ddp_models, comm_hook=self._comm_hook,
             steps_requested=(self.steps.start, self.steps.stop), steps_profiled=[], steps_completed=len(self.step_times),
             record_shapes=self.record_shapes, clock=Clock(time.time_ns(), time.perf_counter_ns()), warnings=list(self.warnings),
             layers=list(self.layers), layer_grad_bytes=dict(self._grad_bytes), bucket_layouts=list(self._layouts),
