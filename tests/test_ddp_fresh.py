@@ -13,6 +13,7 @@ from dagprof.cli.main import main
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.passes.buckets import refuse_own_ddp_setup, set_buckets
+from dagprof.passes.gradients import gradient_order, ready_nodes
 from dagprof.traces.dagprof_run import read_run
 from dagprof.traces.events import Kind
 from dagprof.units import MB
@@ -24,14 +25,19 @@ def bucket_comms(g) -> np.ndarray:
     return np.flatnonzero((g.kind == Kind.COMM) & (g.bucket >= 0))
 
 
+def last_forwards(g) -> dict[tuple[int, int], float]:
+    out: dict[tuple[int, int], float] = defaultdict(lambda: -np.inf)
+    for v in np.flatnonzero(g.kind == Kind.FORWARD).tolist():
+        key = (int(g.step[v]), int(g.rank[v]))
+        out[key] = max(out[key], float(g.order[v]))
+    return out
+
+
 def test_accumulation_rebuckets_in_the_pass_that_synchronises():
     """no_sync on the first of 2 micro-batches: DDP fills buckets in the second backward only, so every new bucket's
     enqueue follows the step's last forward on its rank (the old pass closed buckets in the first backward)."""
     g = build_graph(read_run(FRESH / "accum"))
-    last_forward: dict[tuple[int, int], float] = defaultdict(lambda: -np.inf)
-    for v in np.flatnonzero(g.kind == Kind.FORWARD).tolist():
-        key = (int(g.step[v]), int(g.rank[v]))
-        last_forward[key] = max(last_forward[key], float(g.order[v]))
+    last_forward = last_forwards(g)
     profiled = {s: int(g.nbytes[bucket_comms(g)][g.step[bucket_comms(g)] == s].sum()) for s in g.meta.steps}
     out = set_buckets(g, 0.5 * MB)
     enq = np.flatnonzero((out.kind == Kind.COMM_ENQUEUE) & (out.bucket >= 0) & (out.rank >= 0))
@@ -41,6 +47,16 @@ def test_accumulation_rebuckets_in_the_pass_that_synchronises():
     comms = bucket_comms(out)
     for s, nbytes in profiled.items():  # every gradient byte once, none lost with the first pass
         assert int(out.nbytes[comms][out.step[comms] == s].sum()) == nbytes
+
+
+def test_accumulation_makes_gradients_ready_in_the_last_micro_batch():
+    """What the optimizer's bucket layouts are priced on (``ready_nodes``): each gradient after the second forward."""
+    g = build_graph(read_run(FRESH / "accum"))
+    last_forward = last_forwards(g)
+    ready = ready_nodes(g, gradient_order(g, g.meta.buckets))
+    assert ready
+    for (step, rank), nodes in ready.items():
+        assert (g.order[nodes] > last_forward[(step, rank)]).all()
 
 
 def test_a_gans_two_ddp_models_keep_their_own_buckets():

@@ -23,6 +23,7 @@ from ..graph.dag import Graph, GraphBuilder
 from ..traces.events import Kind
 from ..units import MB
 from .comm import current_scheme, current_topology, find_collectives, retime_collectives
+from .gradients import last_pass_start
 
 _AFTER = 1e-3  # us: a new node's order just after the node it follows on its lane
 HALF_HOOKS = ("fp16_compress_hook", "bf16_compress_hook")  # torch's casts: the collector records 2 bytes per element
@@ -171,32 +172,28 @@ def _synced_pass(g: Graph, seq: list[int], old_enq: np.ndarray, key: tuple[int, 
     """The BACKWARD and enqueue nodes of the one backward pass of a step that all-reduces, in lane order, and the nodes'
     gradient bytes.
 
-    Gradient accumulation (``no_sync`` for all but the last of P micro-batches) runs every layer's backward P times a
-    step, and DDP fills buckets in the last pass only: a layer's earlier backward nodes are left out, and the gradient
-    bytes counted on its first are carried to its first node in the last pass. P is the most common count of backward
-    nodes per layer (a layer applied twice in one pass has more; one whose input needs no gradient may have fewer). A
-    bucket all-reduced twice in a step (two losses, a GAN's two DDP models) is refused: the pass re-buckets one
-    synchronising backward per step."""
+    Under gradient accumulation the passes before the last (``gradients.last_pass_start``) are left out, and the
+    gradient bytes counted on a layer's first backward of the step are carried to its first node in the last pass (to
+    the pass's end for a layer with none there). A bucket all-reduced twice in a step (two losses, a GAN's two DDP
+    models) is refused: the pass re-buckets one synchronising backward per step."""
     enq_buckets = [int(g.bucket[v]) for v in seq if old_enq[v]]
     if len(set(enq_buckets)) < len(enq_buckets):
         raise DagprofError(f"step {key[0]} all-reduces a gradient bucket more than once (two losses, or two DDP models such "
                            "as a GAN's): re-bucketing is modelled for one backward pass per step")
-    by_layer: dict[int, list[int]] = defaultdict(list)
-    for v in seq:
-        if g.kind[v] == Kind.BACKWARD and g.layer[v] >= 0:
-            by_layer[int(g.layer[v])].append(v)
-    counts = np.bincount([len(vs) for vs in by_layer.values()]) if by_layer else np.zeros(2, dtype=np.int64)
-    passes = int(np.argmax(counts))
-    if passes <= 1:
+    backward = [v for v in seq if g.kind[v] == Kind.BACKWARD and g.layer[v] >= 0]
+    start = last_pass_start(g, backward)
+    if start == -np.inf:
         return seq, g.nbytes
-    start = min(float(g.order[vs[-1]]) for vs in by_layer.values() if len(vs) == passes)
-    last = [v for v in seq if g.kind[v] == Kind.BACKWARD and g.order[v] >= start]
+    by_layer: dict[int, list[int]] = defaultdict(list)
+    for v in backward:
+        by_layer[int(g.layer[v])].append(v)
+    last = [v for v in backward if g.order[v] >= start]
     nbytes = g.nbytes.copy()
     for vs in by_layer.values():
         carried = int(g.nbytes[vs].max())
         here = [v for v in vs if g.order[v] >= start]
         nbytes[vs] = 0
-        nbytes[here[0] if here else last[-1]] += carried  # a layer with no node in the last pass: ready at its end
+        nbytes[here[0] if here else last[-1]] += carried
     return [v for v in seq if old_enq[v] or g.order[v] >= start], nbytes
 
 
