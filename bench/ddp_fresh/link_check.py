@@ -9,6 +9,7 @@ the wire of the user's ``fp16_compress_hook``).
 
     sudo .venv/bin/python bench/ddp_fresh/link_check.py --rounds 2 --old-src /path/to/main/src
     sudo .venv/bin/python bench/ddp_fresh/link_check.py --scripts fp16_hook --rounds 2 --old-src OLD --args "--steps 20 --width 4096"
+    sudo .venv/bin/python bench/ddp_fresh/link_check.py --wire-bytes fp16_hook   # bytes each rank sent per step, no prediction
 """
 from __future__ import annotations
 
@@ -46,6 +47,21 @@ def step_ms(folder: str) -> float:
     return 1e3 * statistics.median(max(t["step_s"][i] for t in per_rank) for i in range(n // 3, n))
 
 
+def wire_bytes(cluster: Cluster, script: str, root: str) -> None:
+    """Bytes each rank's interface sent per step: the difference between a 24-step and a 4-step job (start-up cancels)."""
+    def sent() -> list[int]:
+        return [json.loads(subprocess.run(["ip", "netns", "exec", cluster.ns(r), "ip", "-s", "-j", "link", "show", cluster.ifname(r)],
+                                          capture_output=True, text=True).stdout)[0]["stats64"]["tx"]["bytes"] for r in range(2)]
+    cluster.set_rate(1e9)
+    got = []
+    for steps in (4, 24):
+        before = sent()
+        launch([sys.executable, os.path.join(HERE, f"{script}.py"), "--steps", str(steps)], None, ranks=2, cluster=cluster,
+               log_dir=os.path.join(root, f"wire{steps}"))
+        got.append([a - b for a, b in zip(sent(), before)])
+    print(f"{script}: bytes sent per step by rank 0, 1: " + ", ".join(f"{(b - a) / 20 / 2**20:.3f} MiB" for a, b in zip(*got)))
+
+
 def predict(src: str, run: str) -> tuple[float, float]:
     """(predicted ms at 200 Mbit/s, the model's error on the profiled run, %)"""
     done = subprocess.run([sys.executable, "-m", "dagprof.cli.main", "whatif", run, "--bandwidth", "200Mbit", "--profiled-bandwidth",
@@ -64,8 +80,13 @@ def main() -> None:
     p.add_argument("--args", default="--steps 20", help="arguments of every script, e.g. '--steps 20 --width 4096' (fp16_hook)")
     p.add_argument("--old-src", help="another dagprof's src folder: fp16_hook is also profiled and predicted by it")
     p.add_argument("--keep", help="folder for the runs (default: a temporary one)")
+    p.add_argument("--wire-bytes", metavar="SCRIPT", help="only measure the bytes SCRIPT's ranks send per step")
     args = p.parse_args()
     root = args.keep or tempfile.mkdtemp(prefix="link_check_")
+    if args.wire_bytes:
+        with Cluster(2) as cluster:
+            wire_bytes(cluster, args.wire_bytes, root)
+        return
     scripts = args.scripts.split(",")
     rows = []
     with Cluster(2) as cluster:
