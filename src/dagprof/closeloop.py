@@ -20,6 +20,7 @@ from .collect.jobs.netns import BUFFER_BYTES, Cluster, available
 from .collect.jobs.verify import Verification, verify, verify_in_process
 from .costmodel import parse_bandwidth
 from .errors import DagprofError
+from .passes.buckets import refuse_own_ddp_setup
 from .passes.comm import current_topology, set_topology
 from .passes.profiler_cost import measure_profiler_cost, remove_profiler_cost
 from .pipeline import Profiled, open_run
@@ -62,6 +63,7 @@ def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = N
             raise DagprofError("this profile is an FSDP job; --accumulate is not searched for FSDP (it changes the effective batch)", run)
         res = search_fsdp(g, opts.budget_s, opts.allow_lossy, opts.memory_budget, run)
     else:
+        refuse_own_ddp_setup(g, "the search")
         res = search_run(prof.run, g, opts, os.path.join(out_dir, CODEC_COSTS_FILE))
     res.notes.append("op times as profiled (--raw)" if raw else cost.describe())
     share = 0.0 if raw else cost.share

@@ -104,6 +104,8 @@ class GraphMeta:
     measured_iter_us: dict[int, float] = field(default_factory=dict)  # rank -> measured iteration time, us
     loop_steps: LoopSteps | None = None  # the training loop's own step times, profiled or not (dagprof runs; passes.profiler_cost)
     buckets: BucketLayout = ()  # rank 0's DDP buckets (RankTrace.buckets)
+    ddp_models: int = 0  # dagprof runs: DDP models rank 0 wrapped (a GAN's two; 0: not recorded)
+    comm_hook: str = ""  # dagprof runs: the job's own DDP comm hook by name ("": DDP's all-reduce); passes.buckets.HALF_HOOKS
     warnings: list[str] = field(default_factory=list)  # the run's load/alignment warnings, shown to the user
     main_device: dict[int, int] = field(default_factory=dict)  # rank -> index of its main compute device (the builders)
     comm_lanes: int = 1  # most collectives one rank ran at once (graph.build); > 1: durations are completion spacings

@@ -23,8 +23,31 @@ from ..graph.dag import Graph, GraphBuilder
 from ..traces.events import Kind
 from ..units import MB
 from .comm import current_scheme, current_topology, find_collectives, retime_collectives, without_transfers
+from .gradients import last_pass_start
 
 _AFTER = 1e-3  # us: a new node's order just after the node it follows on its lane
+HALF_HOOKS = ("fp16_compress_hook", "bf16_compress_hook")  # torch's casts: the collector records 2 bytes per element
+
+
+def refuse_own_ddp_setup(g: Graph, what: str, wire: bool = False) -> None:
+    """One line where the job's own DDP setup would make ``what`` a silent wrong answer.
+
+    ``wire``: ``what`` re-prices the recorded collectives (another link, more workers): right under torch's fp16/bf16
+    compression hooks, whose bytes on the wire the collector records, refused under any other hook of the job's own
+    (PowerSGD's factors: not recorded). Otherwise ``what`` lays out new buckets from the gradients' bytes at DDP's
+    all-reduce: refused under any hook of the job's own, and for a job that wraps several DDP models (a GAN's two)."""
+    hook = g.meta.comm_hook
+    if wire:
+        if hook and hook not in HALF_HOOKS:
+            raise DagprofError(f"{what}: the job registers its own DDP comm hook ({hook}), whose bytes on the wire are not "
+                               "recorded: not modelled")
+        return
+    if hook:
+        raise DagprofError(f"{what}: the job registers its own DDP comm hook ({hook}); new buckets are priced at DDP's "
+                           "plain all-reduce, and dagprof.apply would replace the hook: not modelled")
+    if g.meta.ddp_models > 1:
+        raise DagprofError(f"{what}: the job wraps {g.meta.ddp_models} DDP models (a GAN's generator and discriminator?); "
+                           "re-bucketing and dagprof.apply handle one: not modelled")
 
 
 @dataclass
@@ -125,7 +148,7 @@ def _groups(g: Graph, old_enq: np.ndarray, coll_of_enq: dict[int, int], cap: flo
     for v in seq_nodes[np.argsort(g.order[seq_nodes], kind="stable")].tolist():
         by_key[(int(g.step[v]), int(g.rank[v]))].append(v)
     for key, seq in by_key.items():
-        measured, grad_bytes = _measured_buckets(g, seq, old_enq, coll_of_enq)
+        measured, grad_bytes = _measured_buckets(g, *_synced_pass(g, seq, old_enq, key), old_enq, coll_of_enq)
         if cap is None:
             buckets = [(grp[-1], nb) for grp, nb in measured]
         else:
@@ -145,7 +168,37 @@ def _groups(g: Graph, old_enq: np.ndarray, coll_of_enq: dict[int, int], cap: flo
     return out
 
 
-def _measured_buckets(g: Graph, seq: list[int], old_enq: np.ndarray, coll_of_enq: dict[int, int]) -> tuple[list[tuple[list[int], int]], dict[int, float]]:
+def _synced_pass(g: Graph, seq: list[int], old_enq: np.ndarray, key: tuple[int, int]) -> tuple[list[int], np.ndarray]:
+    """The BACKWARD and enqueue nodes of the one backward pass of a step that all-reduces, in lane order, and the nodes'
+    gradient bytes.
+
+    Under gradient accumulation the passes before the last (``gradients.last_pass_start``) are left out, and the
+    gradient bytes counted on a layer's first backward of the step are carried to its first node in the last pass (to
+    the pass's end for a layer with none there). A bucket all-reduced twice in a step (two losses, a GAN's two DDP
+    models) is refused: the pass re-buckets one synchronising backward per step."""
+    enq_buckets = [int(g.bucket[v]) for v in seq if old_enq[v]]
+    if len(set(enq_buckets)) < len(enq_buckets):
+        raise DagprofError(f"step {key[0]} all-reduces a gradient bucket more than once (two losses, or two DDP models such "
+                           "as a GAN's): re-bucketing is modelled for one backward pass per step")
+    backward = [v for v in seq if g.kind[v] == Kind.BACKWARD and g.layer[v] >= 0]
+    start = last_pass_start(g, backward)
+    if start == -np.inf:
+        return seq, g.nbytes
+    by_layer: dict[int, list[int]] = defaultdict(list)
+    for v in backward:
+        by_layer[int(g.layer[v])].append(v)
+    last = [v for v in backward if g.order[v] >= start]
+    nbytes = g.nbytes.copy()
+    for vs in by_layer.values():
+        carried = int(g.nbytes[vs].max())
+        here = [v for v in vs if g.order[v] >= start]
+        nbytes[vs] = 0
+        nbytes[here[0] if here else last[-1]] += carried
+    return [v for v in seq if old_enq[v] or g.order[v] >= start], nbytes
+
+
+def _measured_buckets(g: Graph, seq: list[int], nbytes: np.ndarray, old_enq: np.ndarray,
+                      coll_of_enq: dict[int, int]) -> tuple[list[tuple[list[int], int]], dict[int, float]]:
     """The profiled buckets of one rank's step as (BACKWARD nodes before each enqueue, bucket bytes),
     and each BACKWARD node's gradient bytes: its ``nbytes`` when the trace has it (counted once per
     layer), else its bucket's bytes spread over the bucket's nodes in proportion to backward time."""
@@ -161,13 +214,13 @@ def _measured_buckets(g: Graph, seq: list[int], old_enq: np.ndarray, coll_of_enq
     if cur and groups:  # backward after the last enqueue: no gradient of its own
         groups[-1][0].extend(cur)
     grad: dict[int, float] = {}
-    known = all(g.nbytes[v] > 0 or g.layer[v] >= 0 for grp, _ in groups for v in grp) and any(g.nbytes[v] > 0 for grp, _ in groups for v in grp)
+    known = all(nbytes[v] > 0 or g.layer[v] >= 0 for grp, _ in groups for v in grp) and any(nbytes[v] > 0 for grp, _ in groups for v in grp)
     seen: set[int] = set()
     for grp, nb in groups:
         if known:
             for v in grp:
                 lay = int(g.layer[v])
-                grad[v] = float(g.nbytes[v]) if lay < 0 or lay not in seen else 0.0
+                grad[v] = float(nbytes[v]) if lay < 0 or lay not in seen else 0.0
                 seen.add(lay)
         else:
             w = g.dur[grp] if g.dur[grp].sum() > 0 else np.ones(len(grp))

@@ -360,7 +360,12 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
             per[idx[sel]] = ((new_beta / old_beta if old_beta > 0 else 1.0) * other / was)[inverse.reshape(-1)]
             mine = np.isin(consumers[:, 0], idx[sel])
             ratio = per[consumers[mine, 0]]
-            grow = wire[mine] * (ratio - 1.0)  # a carried lag shrinks on a rank by no more than the wire in its gap
+            # a rank leaves at most the collective's transfer after the first (every byte still in flight): a longer
+            # lag on the profiled link was a descheduled rank, not wire time to scale (loopback under load)
+            moved = np.zeros(len(g))
+            moved[idx[sel]] = np.array([max(allreduce_us(float(m), before.for_kind(kind), spec) - before.for_kind(kind).overhead_us, 0.0)
+                                        for m in sizes])[inverse.reshape(-1)]
+            grow = np.minimum(wire[mine], moved[consumers[mine, 0]]) * (ratio - 1.0)  # a carried lag shrinks on a rank by no more than the wire in its gap
             grow = np.where(own[mine], grow, np.maximum(grow, -exit_lag[consumers[mine, 1]]))
             np.add.at(gap, consumers[mine, 1], grow)
             exit_lag[idx[sel]] *= per[idx[sel]]

@@ -13,6 +13,7 @@ of its own; it is timed with its nearest neighbour in ready order, which runs in
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
@@ -109,15 +110,39 @@ def _spread(total: int, n: int) -> np.ndarray:
     return base
 
 
+def last_pass_start(g: Graph, backward: list[int]) -> float:
+    """The order from which a step's last backward pass runs, given one rank's BACKWARD nodes of the step; -inf when
+    the step holds one pass.
+
+    Gradient accumulation (``no_sync`` on all but the last of P micro-batches) runs each layer's backward P times a step,
+    and DDP fills its buckets in the last pass only. P is the most common count of backward nodes per layer (a layer
+    applied twice in one pass has more; one whose input needs no gradient may have fewer)."""
+    by_layer: dict[int, list[int]] = defaultdict(list)
+    for v in backward:
+        by_layer[int(g.layer[v])].append(v)
+    if not by_layer:
+        return -math.inf
+    passes = int(np.argmax(np.bincount([len(vs) for vs in by_layer.values()])))
+    if passes <= 1:
+        return -math.inf
+    return min(float(g.order[max(vs, key=lambda v: g.order[v])]) for vs in by_layer.values() if len(vs) == passes)
+
+
 def ready_nodes(g: Graph, order: GradientOrder) -> dict[tuple[int, int], np.ndarray]:
     """(step, rank) -> per parameter, the BACKWARD node after which its gradient is ready.
 
     That is the layer's backward that accumulates the gradient (the one carrying gradient
     bytes; else its last), and never earlier than the parameters before it in ready order
-    (DDP fills and launches buckets in that order).
+    (DDP fills and launches buckets in that order). Under gradient accumulation only the step's
+    last backward pass counts (``last_pass_start``): the earlier ones fill no bucket.
     """
     bw = np.flatnonzero((g.kind == Kind.BACKWARD) & (g.rank >= 0) & (g.step >= 0) & (g.layer >= 0))
     bw = bw[np.argsort(g.order[bw], kind="stable")]
+    per_step: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for v in bw.tolist():
+        per_step[(int(g.step[v]), int(g.rank[v]))].append(v)
+    start = {key: last_pass_start(g, vs) for key, vs in per_step.items()}
+    bw = np.asarray([v for v in bw.tolist() if g.order[v] >= start[(int(g.step[v]), int(g.rank[v]))]], dtype=np.int64)
     last: dict[tuple[int, int, int], int] = {}
     grad: dict[tuple[int, int, int], int] = {}
     for v in bw.tolist():

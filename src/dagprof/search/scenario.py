@@ -20,6 +20,7 @@ from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
 from ..passes import expand_collectives, partition_tensors, scale_compute, scale_workers, set_buckets, set_link, set_scheme, set_topology
+from ..passes.buckets import refuse_own_ddp_setup
 from ..passes.comm import current_topology, priced_world_size, ps_bandwidth, set_link_ratio
 from ..passes.compute import share_cores
 from ..passes.data_parallel import parse_target, to_data_parallel, with_optimizer_state
@@ -90,6 +91,7 @@ Pass = Callable[[Graph, Scenario, Cluster, Topology], Graph]
 def _workers(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
     if s.workers is None:
         return g
+    refuse_own_ddp_setup(g, "--workers", wire=True)
     if c.fine and s.workers > 64:
         raise DagprofError(f"fine-grained collectives need <= 64 ranks, got {s.workers} workers")
     if is_fsdp_graph(g):
@@ -107,6 +109,8 @@ def _workers(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
 def _data_parallel(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
     if s.data_parallel is None:
         return g
+    if not is_fsdp_graph(g):
+        refuse_own_ddp_setup(g, "--data-parallel")
     out = to_data_parallel(g, s.data_parallel, s.bucket_mb, c.link_file.fsdp if c.link_file else None)
     return with_optimizer_state(out, OPTIMIZER_STATE[c.optimizer_state]) if is_fsdp_graph(out) and not is_fsdp_graph(g) else out
 
@@ -120,10 +124,15 @@ def _units(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
 
 
 def _scheme(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
-    return g if s.scheme is None else set_scheme(g, s.scheme)
+    if s.scheme is None:
+        return g
+    refuse_own_ddp_setup(g, "--scheme", wire=True)
+    return set_scheme(g, s.scheme)
 
 
 def _link(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
+    if s.link_to is not None or s.bandwidth is not None or s.latency_us is not None:
+        refuse_own_ddp_setup(g, "a link what-if", wire=True)
     if s.link_to is not None:
         if s.bandwidth is not None or s.latency_us is not None:
             raise DagprofError("--link-to gives the link: with --bandwidth or --latency in the same row it is not modelled")
@@ -166,13 +175,17 @@ def _buckets(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
         raise DagprofError("a Horovod run fuses tensors by its fusion threshold and cycle time: use --fusion-mb and --cycle-ms")
     if s.bucket_mb is None and c.overlap:
         return g
+    refuse_own_ddp_setup(g, "--bucket-mb" if s.bucket_mb is not None else "--no-overlap")
     cap = None if s.bucket_mb is None else (1e18 if s.bucket_mb == float("inf") else s.bucket_mb * MB)
     first = None if c.first_bucket_mb is None else c.first_bucket_mb * MB
     return set_buckets(g, cap, overlap=c.overlap, first_bucket_bytes=first)
 
 
 def _partition(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
-    return g if s.partition is None else partition_tensors(g, s.partition)
+    if s.partition is None:
+        return g
+    refuse_own_ddp_setup(g, "--partition")
+    return partition_tensors(g, s.partition)
 
 
 def _compute(g: Graph, s: Scenario, c: Cluster, base_topo: Topology | None) -> Graph:

@@ -201,6 +201,8 @@ class RankFile(msgspec.Struct, kw_only=True):
     mode: str = "api"
     ddp: bool = False
     bucket_cap_mb: float | None = None
+    ddp_models: int = 0  # DDP models the job wrapped (a GAN's two); 0: not recorded (older files)
+    comm_hook: str = ""  # the job's own DDP comm hook, by name ("": DDP's all-reduce, or not recorded)
     steps_requested: tuple[int, int]  # [first, stop)
     steps_profiled: list[int]
     steps_completed: int = 0

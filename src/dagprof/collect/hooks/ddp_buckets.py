@@ -26,14 +26,18 @@ class DdpBuckets:
         self._param_names = param_names  # id(parameter) -> its name, filled as models are attached
         self._param_shapes = param_shapes
         self._seq = 0
+        self._bucket_ids: dict[tuple[int, int], int] = {}  # (DDP model, its bucket index) -> bucket number in the records
         self._layout_key: dict[int, tuple] = {}  # bucket index -> (bytes, parameter ids) at its last call
         self._new_layout = False  # a bucket's layout changed this step
         self.layouts: list[BucketLayout] = []  # one per distinct layout seen, in order
         self.cap_mb: float | None = None  # the last DDP model's bucket_cap_mb
+        self.models = 0  # DDP models attached (a GAN's generator and discriminator: 2)
+        self.comm_hook = ""  # the user's own DDP comm hook ("" = DDP's all-reduce)
 
     def install(self, ddp: Any) -> None:
         """Wrap ``ddp``'s bucket all-reduce (module docstring) and note its bucket cap."""
-        self._wrap(ddp)
+        self._wrap(ddp, self.models)
+        self.models += 1
         self.cap_mb = getattr(ddp, "bucket_bytes_cap", 0) / 2**20 or None
 
     def new_step(self) -> None:
@@ -44,13 +48,13 @@ class DdpBuckets:
         if self._new_layout or not self.layouts:
             self.layouts.append(self._layout())
 
-    def _wrap(self, ddp: Any) -> None:
+    def _wrap(self, ddp: Any, model: int) -> None:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
         if getattr(ddp, "_comm_hooks", None):
             self._warnings.append("DDP already had a comm hook: per-bucket timings come from Kineto only")
             return
-        inner: dict[str, Any] = {"hook": default_hooks.allreduce_hook, "state": ddp.process_group}
+        inner: dict[str, Any] = {"hook": default_hooks.allreduce_hook, "state": ddp.process_group, "half": False}
         buckets = self
 
         def dagprof_comm_hook(state: object, bucket):  # parameter must be named "bucket" (DDP checks)
@@ -59,27 +63,33 @@ class DdpBuckets:
             t0 = time.time_ns()
             fut = inner["hook"](inner["state"], bucket)
             try:
-                return buckets._record(bucket, t0, fut)
+                return buckets._record(bucket, t0, fut, model, inner["half"])
             except Exception as err:  # noqa: BLE001
                 buckets._fail(err, "DDP comm hook")
                 return fut
 
         def register_comm_hook(state: object, hook: Any) -> None:
-            inner.update(hook=hook, state=state)
+            # torch's fp16/bf16 compression all-reduces the bucket cast to 2 bytes per element; any other hook's wire
+            # bytes are its own (PowerSGD's factors): named in the rank file, and what-ifs that price them refuse
+            half = hook in (default_hooks.fp16_compress_hook, default_hooks.bf16_compress_hook)
+            inner.update(hook=hook, state=state, half=half)
+            buckets.comm_hook = buckets.comm_hook or getattr(hook, "__qualname__", None) or type(hook).__name__
 
         ddp.register_comm_hook(None, dagprof_comm_hook)
         ddp.register_comm_hook = register_comm_hook  # the user's hook runs inside ours
         ddp._dagprof_comm_hook = (None, dagprof_comm_hook)  # dagprof.apply re-registers it if it rebuilds the reducer
 
-    def _record(self, bucket: Any, t0: int, fut: Any) -> Any:
+    def _record(self, bucket: Any, t0: int, fut: Any, model: int, half: bool) -> Any:
+        """Records name buckets by number: each DDP model's bucket index, numbered in the order first seen (two models'
+        bucket 0 are two buckets); the bytes are those on the wire (2 per element under a half-precision hook)."""
         t1 = time.time_ns()
-        index = bucket.index()
+        index = self._bucket_ids.setdefault((model, bucket.index()), len(self._bucket_ids))
         buf = bucket.buffer()
         nbytes = buf.numel() * buf.element_size()
         seq = self._seq
         self._seq += 1
         self._records.append((Rec.ENQ_BEGIN, index, seq, t0, 0))
-        self._records.append((Rec.ENQ_END, index, seq, t1, nbytes))
+        self._records.append((Rec.ENQ_END, index, seq, t1, buf.numel() * 2 if half else nbytes))
         key = (nbytes, tuple(id(p) for p in bucket.parameters()))
         if self._layout_key.get(index) != key:
             self._layout_key[index] = key
