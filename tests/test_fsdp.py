@@ -135,10 +135,10 @@ def test_unmodelled_whatifs_are_refused_in_one_line(capsys):
         evaluate(graph(RESHARD), [Scenario(bucket_mb=5)])
     with pytest.raises(DagprofError, match="FSDP job; --no-overlap"):
         evaluate(graph(RESHARD), [Scenario()], Cluster(overlap=False))
-    with pytest.raises(DagprofError, match="HSDP job .* --workers is not modelled for HSDP"):
-        evaluate(graph(HSDP), [Scenario(workers=8)])
+    with pytest.raises(DagprofError, match="HSDP job .* multiple of the shard degree 2, got 7"):
+        evaluate(graph(HSDP), [Scenario(workers=7)])
     row = evaluate(graph(HSDP), [Scenario(bandwidth="1Gbit")])["scenarios"][0]
-    assert row["predicted_iter_ms"] > 0 and row["scaling_efficiency"] is None  # one worker of an HSDP job is not modelled: n/a
+    assert row["predicted_iter_ms"] > 0 and 0 < row["scaling_efficiency"] < 1  # one worker of an HSDP job: one replica, its 2 shards (1x2)
     assert main(["optimize", str(RESHARD), "--budget", "1", "--accumulate", "2"]) == 2  # optimize searches FSDP now (test_fsdp_optimize)
     err = capsys.readouterr().err
     assert "FSDP job" in err and len(err.strip().splitlines()) == 1

@@ -91,7 +91,29 @@ def allreduce_equivalent_bytes(g: Graph, idx: np.ndarray) -> np.ndarray:
     nbytes = g.nbytes[idx].astype(np.float64)
     backend = (g.meta.fsdp.backend or "gloo") if is_fsdp_graph(g) else ""
     kinds = [kind_of_collective(g.node_name(int(v))) for v in idx]
-    return nbytes * np.array([allreduce_equivalent_factor(k, backend) for k in kinds], dtype=np.float64)
+    share = _group_share(g) if is_fsdp_graph(g) else {}
+    return nbytes * np.array([allreduce_equivalent_factor(k, backend) * share.get(k, 1.0) for k in kinds], dtype=np.float64)
+
+
+def mesh_of(g: Graph) -> tuple[int, int]:
+    """(replicate, shard) degrees of an FSDP graph: HSDP's 2-D mesh, else (1, every rank)."""
+    mesh = g.meta.fsdp.units[0].mesh if g.meta.fsdp.units else []
+    world = int(g.meta.world_size or g.world_size)
+    replicate = mesh[0] if len(mesh) == 2 else 1
+    return replicate, max(world // replicate, 1)
+
+
+def _group_share(g: Graph) -> dict[str, float]:
+    """Per FSDP collective kind, a ring on its group's ranks against one on the ranks the link model prices (the
+    data-parallel group size, ``passes.comm.priced_world_size``): (k-1)/k of the bytes cross each link on k ranks. The
+    fitted latency is a fixed overhead per collective (``passes.comm.fit_topology``), so bytes alone carry the group size:
+    HSDP's all-gathers and reduce-scatters span the shard degree, its all-reduces the replicate degree."""
+    par = g.meta.parallel
+    n = par.dp_size if par is not None and par.hybrid and par.dp_size else int(g.meta.world_size or g.world_size)
+    replicate, shard = mesh_of(g)
+    if n < 2 or (replicate == 1 and shard == n) or (replicate == shard == n):
+        return {}
+    return {kind: ((k - 1) / k) / ((n - 1) / n) for kind, k in (("all_gather", shard), ("reduce_scatter", shard), ("all_reduce", replicate))}
 
 
 def _reach(g: Graph, src: int) -> np.ndarray:

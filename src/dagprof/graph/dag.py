@@ -258,6 +258,17 @@ class GraphBuilder:
         self._src.append(np.asarray(src, dtype=np.int64))
         self._dst.append(np.asarray(dst, dtype=np.int64))
 
+    def edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every edge added so far, as (sources, destinations)."""
+        if not self._src:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        return (np.concatenate([np.atleast_1d(np.asarray(s, dtype=np.int64)) for s in self._src]),
+                np.concatenate([np.atleast_1d(np.asarray(d, dtype=np.int64)) for d in self._dst]))
+
+    def set_edges(self, src: np.ndarray, dst: np.ndarray) -> None:
+        """Replace every edge (a pass that rewires some of a copied graph's edges)."""
+        self._src, self._dst = [np.asarray(src, dtype=np.int64)], [np.asarray(dst, dtype=np.int64)]
+
     def chain(self, nodes: Iterable[int]) -> None:
         """Edges n0 -> n1 -> n2 ... (program order on a lane)."""
         arr = np.asarray(list(nodes), dtype=np.int64)
@@ -267,8 +278,7 @@ class GraphBuilder:
     def build(self) -> Graph:
         n = len(self)
         cols = {c: np.frombuffer(v, dtype=NODE_COLUMNS[c]).copy() for c, v in self._cols.items()}
-        src = np.concatenate([np.atleast_1d(np.asarray(s, dtype=np.int64)) for s in self._src]) if self._src else np.empty(0, np.int64)
-        dst = np.concatenate([np.atleast_1d(np.asarray(d, dtype=np.int64)) for d in self._dst]) if self._dst else np.empty(0, np.int64)
+        src, dst = self.edges()
         return csr_graph(n, src, dst, names=self.names, devices=self.devices, layers=self.layers, meta=self.meta, **cols)
 
     @classmethod

@@ -10,8 +10,8 @@ shards over the profiled ones instead. That step has a fixed cost per tensor tha
 tensors and 5 MiB (``bench/bench_fsdp.py --part 2``) steps 0.76-0.78 of its 2-rank time on 4 ranks, not 0.5, and
 in two 4-rank profiles beside two 2-rank ones (1 Gbit/s, load 3.4-5.4) its step took 10-17 ms per rank, on the
 2 shared cores, against 6.7-7.0 on 2 ranks. DDP's knobs (buckets, overlap off,
-tensor partition, parameter-server or tree schemes, Horovod's fusion) have no FSDP meaning, and
-HSDP's two dimensions are not scaled yet: those are refused in one line, never answered as DDP.
+tensor partition, parameter-server or tree schemes, Horovod's fusion) have no FSDP meaning: those are refused in one
+line, never answered as DDP. On an HSDP profile workers grow the replicate dimension (``passes.fsdp_mesh.set_mesh``).
 
 ``reshard_after_forward`` (``set_reshard``): off removes the backward all-gather of every unit that was
 resharded (its transfer, its copy-out and the forward reshard cost nothing); on adds one to every unit
@@ -64,7 +64,12 @@ def scale_fsdp_workers(g: Graph, workers: int, costs: FsdpCosts | None = None) -
     n0 = graph_world_size(g)
     shard0 = mesh[-1] if mesh else n0
     if len(mesh) > 1 and workers not in (1, n0):  # one worker (the scaling-efficiency baseline) shards nothing
-        raise DagprofError(f"this profile is an HSDP job (mesh {'x'.join(map(str, mesh))}); --workers is not modelled for HSDP yet")
+        if workers % shard0:
+            raise DagprofError(f"this profile is an HSDP job (mesh {'x'.join(map(str, mesh))}): --workers grows its replicate "
+                               f"dimension, so it must be a multiple of the shard degree {shard0}, got {workers} (or give --mesh RxS)")
+        from .fsdp_mesh import set_mesh  # fsdp_mesh builds on this module's optimizer scaling
+
+        return set_mesh(g, workers // shard0, shard0, costs)
     out = scale_workers(g, workers)
     dur = out.dur.copy()
     upd = np.flatnonzero(out.kind == Kind.UPDATE)

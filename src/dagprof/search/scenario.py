@@ -2,7 +2,7 @@
 
 Each axis of a scenario (workers, bandwidth, ...) is declared once, in ``AXES``: its ``Scenario`` field, which is
 also its column, its ``dagprof whatif`` flag and parser, and its pass; ``PASSES`` is the order the passes run in
-(workers, DDP <-> FSDP, FSDP unit granularity, scheme, link, FSDP reduce dtype, buckets, partition, compute, cores, Horovod fusion/cycle,
+(workers, FSDP's HSDP mesh, DDP <-> FSDP, FSDP unit granularity, scheme, link, FSDP reduce dtype, buckets, partition, compute, cores, Horovod fusion/cycle,
 fine-grained collectives, FSDP reshard). ``Cluster`` holds what every scenario of a table shares; ``apply`` runs the passes.
 ``search.whatif`` replays the scenarios.
 """
@@ -25,6 +25,7 @@ from ..passes.comm import current_topology, priced_world_size, ps_bandwidth, set
 from ..passes.compute import share_cores
 from ..passes.data_parallel import parse_target, to_data_parallel, with_optimizer_state
 from ..passes.fsdp import UNMODELLED, refuse_unmodelled, scale_fsdp_workers, set_reduce_dtype, set_reshard
+from ..passes.fsdp_mesh import parse_mesh, set_mesh
 from ..passes.fsdp_units import merge_units, parse_units
 from ..passes.horovod import set_horovod
 from ..passes.overlap import comm_demand, disturbed, slowed_nodes, undisturbed
@@ -51,6 +52,7 @@ class Scenario:
     reduce_dtype: str | None = None  # FSDP's MixedPrecisionPolicy(reduce_dtype=...), a torch dtype name: bfloat16
     data_parallel: str | None = None  # the wrapper: ddp, fsdp or fsdp:keep (passes.data_parallel)
     units: str | None = None  # FSDP unit granularity: merge:N, merge:all or A+B/C+D (passes.fsdp_units)
+    mesh: tuple[int, int] | None = None  # FSDP2's (replicate, shard) layout, HSDP (passes.fsdp_mesh)
 
     def label(self) -> dict:
         """The row's axis columns, by ``AXES``."""
@@ -104,6 +106,14 @@ def _workers(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
     if c.link_file:  # a file fitted per worker count (nccl-tests) has a better link for n
         return set_topology(g, c.link_file.on(current_topology(g), n))
     return g
+
+
+def _mesh(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
+    if s.mesh is None:
+        return g
+    if s.workers is not None or s.data_parallel is not None:
+        raise DagprofError("--mesh with --workers or --data-parallel is not modelled: the mesh gives the ranks (RxS)")
+    return set_mesh(g, *s.mesh, c.link_file.fsdp if c.link_file else None)
 
 
 def _data_parallel(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
@@ -222,7 +232,8 @@ def _reshard(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
 # The order ``apply`` runs the passes in, each a no-op unless its axis is set (or, for cores and fine, its ``Cluster`` setting).
 # Cores last: it places the finished graph on the host's cores and gives each collective's exit lags a wait of their own,
 # which the passes that rewire collectives (fine, reshard, Horovod's fusion) do not expect.
-PASSES: tuple[Pass, ...] = (_workers, _data_parallel, _units, _scheme, _link, _reduce_dtype, _buckets, _partition, _compute, _horovod, _fine, _reshard, _cores)
+PASSES: tuple[Pass, ...] = (_workers, _mesh, _data_parallel, _units, _scheme, _link, _reduce_dtype, _buckets, _partition, _compute, _horovod, _fine,
+                            _reshard, _cores)
 
 
 def _on_off(text: str) -> bool:
@@ -293,6 +304,8 @@ AXES: tuple[Axis, ...] = (
     Axis("units", "--units", parse_units, "FSDP jobs: unit granularity, coarser than profiled: merge:N (every N adjacent inner units one "
          "unit), merge:all (fully_shard on the root only) or groups A+B/C+D (e.g. blocks.0+blocks.1/blocks.2+blocks.3; "
          "units not named stay), e.g. merge:2,merge:all", _units),
+    Axis("mesh", "--mesh", parse_mesh, "FSDP2 jobs: the layout replicate x shard ranks (HSDP; 1xN: plain FSDP), e.g. 2x2,1x4", _mesh,
+         lambda m: f"{m[0]}x{m[1]}"),
 )
 
 

@@ -25,6 +25,7 @@ from ..passes.comm import graph_world_size, hybrid, link_fit
 from ..passes.compute import own_cores_note
 from ..passes.data_parallel import conversion_note
 from ..passes.fsdp import set_reduce_dtype
+from ..passes.fsdp_mesh import with_mesh
 from ..passes.fsdp_units import with_units
 from ..passes.horovod import crowded_hosts
 from ..passes.profiler_cost import measure_profiler_cost, remove_profiler_cost, scale_host_work
@@ -169,14 +170,14 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
         g, res = disturb(apply(g0, s, cluster, base_topo), cluster)
         it = job_iteration_us(g, res)
         n = graph_world_size(g)
-        single = replace(s, workers=unit)
+        single = replace(s, workers=unit, mesh=None)  # one replica: no mesh
         key = repr(single)
         if key not in one_worker:
             one_worker[key] = it if n == unit else _one_replica_us(g0, single, cluster, base_topo)
         eff = None if one_worker[key] is None else one_worker[key] / it
         gs, rs = (g, res) if steps_graph is None else disturb(apply(steps_graph, s, cluster, base_topo), cluster)
         relinks = (s.bandwidth is not None or s.latency_us is not None or s.link_to is not None or s.workers not in (None, n0) or s.scheme is not None
-                   or s.reduce_dtype is not None or s.data_parallel is not None or s.units is not None)
+                   or s.reduce_dtype is not None or s.data_parallel is not None or s.units is not None or s.mesh is not None)
         interval = predict_interval(gs, rs, it, residuals, run=level, stall_bound_us=stall_bound_us(g0) if relinks else 0.0, stall_held_us=held)
         row = {**s.label(), "workers": n, **interval.to_dict(), "iters_per_s": 1e6 / it,
                "speedup_vs_profiled": (n / n0) * model / it, "speedup_vs_one_worker": None if eff is None else n / unit * eff, "scaling_efficiency": eff,
@@ -190,6 +191,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
             row["memory_per_rank"] = {r: m.to_dict() for r, m in peaks.items()}
         elif is_fsdp_graph(g0):
             grouped = g0 if s.units is None else with_units(g0, s.units)  # the memory model reads the units and dtypes from meta
+            grouped = grouped if s.mesh is None else with_mesh(grouped, *s.mesh)
             dtyped = grouped if s.reduce_dtype is None else set_reduce_dtype(grouped, s.reduce_dtype)
             peaks = fsdp_peak(dtyped, reshard=s.reshard_after_forward, workers=s.workers)
             row["peak_memory_mb"] = max(m.total for m in peaks.values()) / MB

@@ -1,0 +1,206 @@
+"""The HSDP layout of an FSDP2 job (``whatif --mesh RxS``): R replicas of S shards, from a plain FSDP2 profile (1xN) or an
+HSDP one, as FSDP2 runs it on the 2-D mesh ``init_device_mesh(.., (R, S), ("replicate", "shard"))`` (rank r in shard group
+r // S, replicate group r % S).
+
+Per step, micro-batch and unit, each rank's collectives are those of its layout (checked against real recordings of the
+target layout, ``tests/test_fsdp_mesh.py``):
+- every all-gather and reduce-scatter runs on the rank's shard group, with the unit's gathered (unsharded) bytes, priced
+  on S ranks (``graph.build_fsdp.allreduce_equivalent_bytes``: a ring on S ranks moves (S-1)/S of them per link);
+- after each reduce-scatter, HSDP all-reduces the reduce-scattered shard (1/S of those bytes) across the rank's
+  replicate group, priced on R ranks; gloo on CPU blocks the training thread on both, so the all-reduce is an enqueue
+  and a wait in the rank's program order after the reduce-scatter's wait. A new all-reduce's wait keeps the release
+  overhead that rank's reduce-scatter wait measured, its join the reduce-scatter's wait for the late rank, and its
+  transfer the reduce-scatter's gap and exit lag (the same blocking gloo call from the same hook); each join keeps
+  what the profiled joins of its collective waited on average, whatever the new group's size (under load a join of 4
+  ranks waits for the slowest of 4: not modelled); from R > 1 to R = 1 the all-reduces go and program order bridges them;
+- the optimizer steps the rank's 1/S shards (``passes.fsdp._step_scale``), and the memory model reads the new shards
+  from ``meta.fsdp`` (``with_mesh``).
+More ranks than profiled are copies of profiled ones (rank r copies r mod N0, as ``passes.workers``). FSDP pads each
+tensor's dim 0 to a multiple of S (at most S-1 rows a tensor, shapes not recorded): the gathered bytes stay as profiled.
+FSDP1 profiles are refused (its sharding strategy is fixed at wrap time).
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+
+from ..costmodel.fsdp_costs import FsdpCosts
+from ..errors import DagprofError
+from ..graph.build_fsdp import fsdp_collectives, is_fsdp_graph, mesh_of
+from ..graph.dag import DeviceKind, Graph, GraphBuilder
+from ..graph.meta import FsdpRecord
+from ..traces.events import Kind
+from ..traces.parallelism import Dim, GroupLabel
+from ..traces.run_schema import FSDP2_API
+from .comm import current_topology, graph_world_size, retime_collectives
+from .fsdp import _step_scale
+from .fsdp_units import _collective_nodes, _without
+from .workers import _copy_ranks
+
+_MESH = re.compile(r"([1-9][0-9]*)x([1-9][0-9]*)")
+_OP = re.compile(r"(?:rank\d+\.)?fsdp (all_gather|reduce_scatter|all_reduce) (.+)")
+
+
+def parse_mesh(text: str) -> tuple[int, int]:
+    """``RxS`` (replicate x shard), e.g. 2x2 or 1x4."""
+    m = _MESH.fullmatch(text.strip())
+    if not m:
+        raise ValueError(f"expected RxS (replicate x shard ranks), e.g. 2x2 or 1x4, got {text!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+def _shard_groups(replicate: int, shard: int) -> list[list[int]]:
+    return [[q * shard + i for i in range(shard)] for q in range(replicate)]
+
+
+def _replicate_groups(replicate: int, shard: int) -> list[list[int]]:
+    return [[q * shard + i for q in range(replicate)] for i in range(shard)]
+
+
+def with_mesh(g: Graph, replicate: int, shard: int) -> Graph:
+    """``g`` with ``meta.fsdp`` of the (``replicate``, ``shard``) layout only: each unit's mesh and shard, each rank's shards
+    (a new rank's those of the rank it copies), what the memory model reads."""
+    fs = g.meta.fsdp
+    r0, s0 = mesh_of(g)
+    world, w0 = replicate * shard, r0 * s0
+    mesh, dims = ([replicate, shard], ["replicate", "shard"]) if replicate > 1 else ([shard], [])
+    units = [dataclasses.replace(u, mesh=list(mesh), mesh_dims=list(dims), shard_bytes=round(u.shard_bytes * s0 / shard)) for u in fs.units]
+    scale = s0 / shard
+    memory = {r: dataclasses.replace(m, param_shard_bytes=round(m.param_shard_bytes * scale), grad_shard_bytes=round(m.grad_shard_bytes * scale),
+                                     optim_state_bytes=round(m.optim_state_bytes * scale))
+              for r in range(world) if (m := fs.memory.get(r % w0)) is not None}
+    record: FsdpRecord = dataclasses.replace(fs, units=units, memory=memory, world_size=world)
+    return g.replace(meta=g.meta.replace(fsdp=record))
+
+
+def set_mesh(g: Graph, replicate: int, shard: int, costs: FsdpCosts | None = None) -> Graph:
+    """What if the FSDP2 job ran as ``replicate`` x ``shard`` (HSDP; 1 x N: plain FSDP), the same batch per rank?
+    ``costs`` (``dagprof calibrate --fsdp``): the optimizer step by the measured DTensor step (``passes.fsdp``)."""
+    if not is_fsdp_graph(g):
+        raise DagprofError("--mesh is an FSDP what-if; this profile is not an FSDP job")
+    if g.meta.fsdp.api != FSDP2_API:
+        raise DagprofError("--mesh is modelled for FSDP2 (fully_shard) profiles; FSDP1 fixes its sharding strategy at wrap time")
+    if len({tuple(u.mesh) for u in g.meta.fsdp.units}) > 1:
+        raise DagprofError("--mesh: this profile's units are on different meshes; not modelled")
+    if shard < 2 and replicate > 1:
+        raise DagprofError(f"--mesh {replicate}x{shard}: a shard dimension of one rank (replication only) is not modelled; "
+                           "--data-parallel ddp answers replication")
+    r0, s0 = mesh_of(g)
+    w0, world = graph_world_size(g), replicate * shard
+    if g.world_size != w0 or r0 * s0 != w0:
+        raise DagprofError(f"--mesh: the graph holds {g.world_size} of {w0} ranks (mesh {r0}x{s0}); give it the unfolded profile")
+    if (replicate, shard) == (r0, s0):
+        return g
+    src = g if world == w0 else _copy_ranks(g, np.arange(world) % w0)
+    if replicate == 1 and r0 > 1:  # no replicas: the all-reduces go, program order bridged
+        drop = np.zeros(len(src), dtype=bool)
+        for v in np.flatnonzero((src.kind == Kind.COMM) & (src.rank < 0)).tolist():
+            if src.node_name(v).startswith("all_reduce "):
+                drop[_collective_nodes(src, v)] = True
+        src = _without(src, drop, src.nbytes, {})
+    out = _regroup(src, replicate, shard, add_all_reduce=replicate > 1 and r0 == 1)
+    out = with_mesh(out, replicate, shard)
+    dur = out.dur.copy()
+    dur[out.kind == Kind.UPDATE] *= _step_scale(g, s0, shard, costs)
+    par = out.meta.parallel
+    if par is not None:  # the layout's groups, labelled data-parallel as the recorder labels FSDP's
+        groups = _shard_groups(replicate, shard) + (_replicate_groups(replicate, shard) if replicate > 1 else [])
+        comm = np.flatnonzero((out.kind == Kind.COMM) & (out.rank < 0))
+        on = {name: out.device[comm] == i for i, d in enumerate(out.devices) if (name := d.name.removeprefix("group ")) != d.name}
+        labels = [GroupLabel(name=name, desc="", ranks=tuple(grp), dims={Dim.DP.text: int(on[name].sum()) * len(grp)},
+                             nbytes={Dim.DP.text: int(out.nbytes[comm[on[name]]].sum()) * len(grp)}, evidence=["the --mesh what-if's layout"])
+                  for grp in groups if (name := ",".join(map(str, grp))) in on]
+        par = dataclasses.replace(par, groups=labels, world_size=world, dp_groups=[tuple(grp) for grp in groups], dp_size=shard if replicate > 1 else world)
+    out = out.replace(dur=dur, meta=out.meta.replace(world_size=world, ranks=list(range(world)), parallel=par))
+    link = current_topology(g)  # the input's: a fit to the regrouped collectives would be no link
+    priced = shard if replicate > 1 else world
+    return retime_collectives(out, link.with_workers(priced) if priced != link.world_size else link, lags_on=link)
+
+
+def _regroup(g: Graph, replicate: int, shard: int, add_all_reduce: bool) -> Graph:
+    """Every FSDP collective rebuilt on the layout's groups from each rank's enqueue, ready point and wait; with
+    ``add_all_reduce``, an all-reduce across replicas inserted after each reduce-scatter (module docstring)."""
+    shared = (g.kind == Kind.COMM) & (g.rank < 0)
+    comm_of_wait: dict[int, int] = {}
+    sync_of: dict[int, list[int]] = {}
+    calls: dict[tuple, dict[int, tuple[int, int, int]]] = {}  # (step, label, nth) -> rank -> (ready point, enqueue, wait)
+    seen: dict[tuple, int] = {}
+    drop = np.zeros(len(g), dtype=bool)  # every FSDP transfer and join, also those of ranks fewer ranks leave out
+    for c in fsdp_collectives(g):
+        drop[[c.node] + [int(p) for p in g.predecessors(c.node).tolist() if g.kind[p] == Kind.SYNC]] = True
+    enq = np.flatnonzero((g.kind == Kind.COMM_ENQUEUE) & (g.rank >= 0))
+    for e in enq[np.lexsort((g.order[enq], g.rank[enq]))].tolist():
+        m = _OP.fullmatch(g.node_name(e))
+        if not m:
+            continue
+        r = int(g.rank[e])
+        w = next((int(v) for v in g.successors(e).tolist() if g.kind[v] == Kind.COMM_WAIT and int(g.rank[v]) == r), -1)
+        c = next((int(p) for p in g.predecessors(w).tolist() if shared[p]), -1) if w >= 0 else -1
+        if c < 0:
+            raise DagprofError(f"--mesh: {g.node_name(e)} (rank {r}) has no collective behind its wait")
+        syncs = [int(p) for p in g.predecessors(c).tolist() if g.kind[p] == Kind.SYNC]
+        joins = [int(q) for s in syncs for q in g.predecessors(s).tolist() if int(g.rank[q]) == r] or [e]
+        comm_of_wait[w] = c
+        sync_of[c] = syncs
+        label = f"{m.group(1)} {m.group(2)}"
+        key = (int(g.step[e]), label)
+        nth = seen.get((r,) + key, 0)
+        seen[(r,) + key] = nth + 1
+        calls.setdefault(key + (nth,), {})[r] = (joins[0], e, w)
+    b, remap = GraphBuilder.from_graph(g, ~drop)
+    if add_all_reduce:  # a reduce-scatter's enqueue precedes a new wait for it, not the wait that becomes the all-reduce's
+        (src, dst), cut = b.edges(), {(int(remap[e]), int(remap[w])) for k, ms in calls.items() if k[1].startswith("reduce_scatter ")
+                                      for _, e, w in ms.values()}
+        b.set_edges(*(a[[(int(u), int(v)) not in cut for u, v in zip(src, dst)]] for a in (src, dst)))
+    exit_lag = list(g.exit_lag[~drop])
+    seq = 0
+
+    def collective(label: str, step: int, ends: dict[int, tuple[int, int]], old: list[int], nbytes: int, groups: list[list[int]]) -> None:
+        """One join and transfer per group of the ranks in ``ends`` (rank -> (ready point, wait), builder ids)."""
+        nonlocal seq
+        gap, lag = float(np.mean(g.gap[old])), float(np.mean(g.exit_lag[old]))
+        joins = [v for c in old for v in sync_of[c]]
+        join_gap = float(np.mean(g.gap[joins])) if joins else 0.0  # an averaged join's wait for its late rank
+        for grp in groups:
+            ranks = [r for r in grp if r in ends]
+            if not ranks:
+                continue
+            dev = b.device(f"group {','.join(map(str, grp))}", DeviceKind.COMM)
+            s = b.add_node(f"sync.{label}.{seq}", Kind.SYNC, gap=join_gap, step=step)
+            c = b.add_node(f"{label}.{seq}", Kind.COMM, device=dev, gap=gap, step=step, nbytes=nbytes)
+            exit_lag.extend([0.0, lag])
+            seq += 1
+            b.add_edges([ends[r][0] for r in ranks], [s] * len(ranks))
+            b.add_edge(s, c)
+            b.add_edges([c] * len(ranks), [ends[r][1] for r in ranks])
+
+    reduced = {(k[0], k[1].split(" ", 1)[1], k[2]): int(g.nbytes[comm_of_wait[next(iter(ms.values()))[2]]])
+               for k, ms in calls.items() if k[1].startswith("reduce_scatter ")}
+    for (step, label, nth), members in calls.items():
+        kind, unit = label.split(" ", 1)
+        old = sorted({comm_of_wait[w] for _, _, w in members.values()})
+        nbytes = int(g.nbytes[old[0]])
+        ends = {r: (int(remap[ready]), int(remap[w])) for r, (ready, _, w) in members.items()}
+        if kind == "all_reduce":  # the reduce-scattered shard
+            nbytes = round(reduced.get((step, unit, nth), nbytes * shard) / shard)
+            for _, e, _ in members.values():
+                b._cols["nbytes"][int(remap[e])] = nbytes
+        if kind == "reduce_scatter" and add_all_reduce:  # its wait, then the all-reduce's enqueue; the old wait waits for the all-reduce
+            after: dict[int, tuple[int, int]] = {}
+            for r, (ready, e, w) in members.items():
+                at = {"rank": r, "device": int(g.device[w]), "step": step, "layer": int(g.layer[w])}
+                o1 = np.nextafter(float(g.order[w]), np.inf)  # program order: between the reduce-scatter's enqueue and the old wait
+                rs_wait = b.add_node(f"rank{r}.wait reduce_scatter {unit}", Kind.COMM_WAIT, gap=float(g.gap[w]), order=float(g.order[w]), **at)
+                ar_enq = b.add_node(f"rank{r}.fsdp all_reduce {unit}", Kind.COMM_ENQUEUE, nbytes=round(nbytes / shard), order=float(o1), **at)
+                b._cols["order"][int(remap[w])] = float(np.nextafter(o1, np.inf))
+                exit_lag.extend([float(g.exit_lag[w]), 0.0])
+                b.add_edges([int(remap[e]), rs_wait, ar_enq], [rs_wait, ar_enq, int(remap[w])])
+                b._cols["name"][int(remap[w])] = b.intern(f"rank{r}.wait all_reduce {unit}")
+                ends[r], after[r] = (int(remap[ready]), rs_wait), (ar_enq, int(remap[w]))
+            collective(label, step, ends, old, nbytes, _shard_groups(replicate, shard))
+            collective(f"all_reduce {unit}", step, after, old, round(nbytes / shard), _replicate_groups(replicate, shard))
+            continue
+        collective(label, step, ends, old, nbytes, _replicate_groups(replicate, shard) if kind == "all_reduce" else _shard_groups(replicate, shard))
+    return b.build().replace(exit_lag=np.asarray(exit_lag, dtype=np.float64))

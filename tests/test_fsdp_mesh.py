@@ -1,0 +1,126 @@
+"""``whatif --mesh RxS``: FSDP2's HSDP layout, checked collective by collective against real recordings of both layouts
+(``fsdp/fsdp4``: 1x4, ``fsdp/hsdp``: 2x2, the same job)."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+from testdata import DATA
+
+from dagprof.cli.main import main
+from dagprof.errors import DagprofError
+from dagprof.graph.build import build_graph
+from dagprof.graph.build_fsdp import Passes, allreduce_equivalent_bytes, check_fsdp_edges, fsdp_collectives, issuers, mesh_of
+from dagprof.passes.fsdp import scale_fsdp_workers
+from dagprof.passes.fsdp_mesh import parse_mesh, set_mesh, with_mesh
+from dagprof.search.memory import fsdp_peak
+from dagprof.traces.dagprof_run import read_run
+from dagprof.traces.events import Kind
+
+FSDP = DATA / "fsdp"
+FSDP4, HSDP = FSDP / "fsdp4", FSDP / "hsdp"
+
+
+def graph(path):
+    return build_graph(read_run(path))
+
+
+def layout(g) -> Counter:
+    """One step's FSDP collectives: kind, unit, prefetcher, pass, the ranks of its group and its bytes."""
+    in_pass, first = Passes(g), min(int(g.step[c.node]) for c in fsdp_collectives(g))
+    out = Counter()
+    for c in fsdp_collectives(g):
+        if int(g.step[c.node]) == first:
+            ranks = issuers(g, c.node)
+            phase = in_pass.is_forward(c.node, min(ranks)) if c.kind == "all_gather" else None
+            out[(c.kind, c.unit, c.prefetched_by, phase, tuple(sorted(ranks)), int(g.nbytes[c.node]))] += 1
+    return out
+
+
+@pytest.mark.parametrize("source, target, mesh", [(FSDP4, HSDP, (2, 2)), (HSDP, FSDP4, (1, 4))])
+def test_the_predicted_layout_has_the_recorded_collectives_and_orderings(source, target, mesh):
+    """1x4 -> 2x2 adds an all-reduce of each reduce-scattered shard across replicas; 2x2 -> 1x4 removes them: every
+    collective's kind, unit, prefetcher, pass, group and bytes as the real recording of the target layout has them."""
+    g, real = graph(source), graph(target)
+    m = set_mesh(g, *mesh)
+    assert layout(m) == layout(real)
+    assert mesh_of(m) == mesh_of(real) == mesh
+    assert check_fsdp_edges(m) == check_fsdp_edges(real)
+    for r in range(4):  # each rank's program: its collectives' enqueues and waits in the recorded order
+        ops = [m.node_name(v).partition(".")[2] for v in np.flatnonzero((m.rank == r) & (m.step == m.meta.steps[0])
+               & np.isin(m.kind, [Kind.COMM_ENQUEUE, Kind.COMM_WAIT]))[np.argsort(m.order[(m.rank == r) & (m.step == m.meta.steps[0])
+               & np.isin(m.kind, [Kind.COMM_ENQUEUE, Kind.COMM_WAIT])], kind="stable")]]
+        rec = real.rank == r
+        sel = np.flatnonzero(rec & (real.step == real.meta.steps[0]) & np.isin(real.kind, [Kind.COMM_ENQUEUE, Kind.COMM_WAIT]))
+        assert ops == [real.node_name(v).partition(".")[2] for v in sel[np.argsort(real.order[sel], kind="stable")]]
+
+
+@pytest.mark.parametrize("source, target, mesh", [(FSDP4, HSDP, (2, 2)), (HSDP, FSDP4, (1, 4))])
+def test_the_predicted_memory_is_the_target_profiles(source, target, mesh):
+    """The shards per rank scale with the shard degree: the memory model of the prediction is that of the target's own profile."""
+    predicted, real = fsdp_peak(with_mesh(graph(source), *mesh)), fsdp_peak(graph(target))
+    assert {r: round(p.total) for r, p in predicted.items()} == {r: round(p.total) for r, p in real.items()}
+
+
+def test_groups_price_their_own_ranks():
+    """A ring on k ranks moves (k-1)/k of the bytes per link: 1x4's all-gathers 3/4 of the gathered bytes, 2x2's 1/2, each
+    HSDP all-reduce a whole shard's on 2 ranks (all-reduce-equivalent bytes at the priced world size)."""
+    g = graph(FSDP4)
+    m = set_mesh(g, 2, 2)
+    for graph_, n in ((g, 4), (m, 2)):
+        for c in fsdp_collectives(graph_):
+            k = 2 if graph_ is m else 4
+            share = ((k - 1) / k) / ((n - 1) / n)
+            factor = {"all_gather": 0.5, "reduce_scatter": 1.0, "all_reduce": 1.0}[c.kind]
+            assert allreduce_equivalent_bytes(graph_, np.array([c.node]))[0] == pytest.approx(graph_.nbytes[c.node] * factor * share)
+    assert {c.kind for c in fsdp_collectives(m)} == {"all_gather", "reduce_scatter", "all_reduce"}
+
+
+def test_the_optimizer_steps_on_the_new_shards():
+    g = graph(HSDP)
+    m = set_mesh(g, 1, 4)
+    upd = g.kind == Kind.UPDATE
+    assert m.dur[m.kind == Kind.UPDATE].sum() == pytest.approx(g.dur[upd].sum() / 2)
+
+
+def test_workers_on_hsdp_grow_the_replicate_dimension():
+    g = graph(HSDP)
+    m = scale_fsdp_workers(g, 8)
+    assert mesh_of(m) == (4, 2) and m.world_size == 8
+    groups = Counter(tuple(sorted(issuers(m, c.node))) for c in fsdp_collectives(m) if c.kind == "all_reduce")
+    assert set(groups) == {(0, 2, 4, 6), (1, 3, 5, 7)}
+    check_fsdp_edges(m)
+    assert set_mesh(g, 2, 2) is g
+    with pytest.raises(DagprofError, match="multiple of the shard degree 2"):
+        scale_fsdp_workers(g, 5)
+
+
+def test_the_cli_row_and_refusals(capsys):
+    assert main(["whatif", str(FSDP4), "--mesh", "1x4,2x2", "--no-trace", "--allow-model-error", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["scenarios"]
+    assert [r["mesh"] for r in rows] == ["1x4", "2x2"] and all(r["peak_memory_mb"] > 0 for r in rows)
+    assert rows[1]["peak_memory_mb"] > rows[0]["peak_memory_mb"]  # half the shards each
+    for argv, why in ((["--mesh", "4x1"], "shard dimension of one rank"), (["--mesh", "2x2", "--workers", "8"], "--mesh with --workers"),
+                      (["--mesh", "2x2"], "FSDP1")):
+        run = FSDP / "fsdp1" if why == "FSDP1" else FSDP4
+        assert main(["whatif", str(run), *argv, "--no-trace", "--allow-model-error"]) == 2
+        err = capsys.readouterr().err
+        assert why in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(ValueError, match="RxS"):
+        parse_mesh("2by2")
+
+
+def test_there_and_back_replays_the_profile():
+    """1x4 -> 2x2 -> 1x4 gives the 1x4 graph's replay back: every measured wait (joins, exit lags) is carried, none invented."""
+    from dagprof.analysis import job_iteration_us
+    from dagprof.passes.comm import retime_collectives
+    g = retime_collectives(graph(FSDP4))  # every collective priced by the link fitted to them, as the what-ifs price them
+    assert job_iteration_us(set_mesh(set_mesh(g, 2, 2), 1, 4)) == pytest.approx(job_iteration_us(g), rel=1e-9)
+
+
+def test_fewer_ranks_leave_no_collective_behind():
+    m = set_mesh(graph(HSDP), 1, 2)  # one replica of the 2x2 job
+    assert m.world_size == 2 and all(set(issuers(m, c.node)) == {0, 1} for c in fsdp_collectives(m))
+    check_fsdp_edges(m)
