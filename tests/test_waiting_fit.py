@@ -47,11 +47,15 @@ def test_a_slower_link_predicting_a_faster_step_is_refused():
 
 
 def test_allowed_it_is_counted_in_a_note():
-    res = whatif(FP16, between(FP16), "10Gbit", tolerance=None)
+    p = open_run(FP16)
+    rate = between(FP16)
+    res = evaluate(p.graph, [Scenario(bandwidth=rate), Scenario(bandwidth=rate, workers=4), Scenario(bandwidth="10Gbit")], None,
+                   p.analysis.measured_us, tolerance_pct=None)
     (note,) = waiting(res)
-    assert note.startswith("1 of 2 row(s) slow the link below")
-    fast = [r for r in res["scenarios"] if r["bandwidth"] != "10Gbit"]
-    assert fast[0]["speedup_vs_profiled"] > 1.0  # what the note says: the slower link predicted faster
+    assert note.startswith("1 of 3 row(s) slow the link below")
+    one, four, _ = res["scenarios"]
+    assert one["speedup_vs_profiled"] > 1.0  # what the note says: the slower link predicted a faster step
+    assert four["predicted_iter_ms"] >= res["model_iter_ms"]  # 4 workers on it move more bytes each: not counted
 
 
 def test_a_fit_far_below_what_the_largest_moved_is_said_with_its_figures():

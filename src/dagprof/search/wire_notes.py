@@ -12,7 +12,7 @@ from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
-from ..passes.comm import LinkFit, priced_world_size, profiled_collectives
+from ..passes.comm import LinkFit, graph_world_size, priced_world_size, profiled_collectives
 from .scenario import Cluster, Scenario
 
 FAR_BELOW_WIRE = 0.8  # a fit slower than this share of the profiled wire: most of its collectives' time is not the link's
@@ -115,8 +115,8 @@ def waiting_notes(g: Graph, fit: LinkFit | None, c: Cluster, rows: list[tuple[Sc
     """The link fitted to a profile's own collectives against the rate they moved (``moved_rate``), where no
     --profiled-bandwidth says the wire's: a fit far below it holds time that was not the link's (a peer's side not yet
     running: jax_gnn_jit's 140 kB all-reduces took 8-190 ms on loopback, fitted at 21-117 Mbit/s), which every row that
-    changes the link scales as wire time. A row that only slows the link below that rate and still predicts a step faster
-    than the model of the profiled run (``model_us``) is absurd: refused (``refuse``), else counted in a note. ``rows``:
+    changes the link scales as wire time. A row that only slows the link below that rate (and adds workers, if any) and still
+    predicts a step faster than the model of the profiled run (``model_us``) is absurd: refused (``refuse``), else counted in a note. ``rows``:
     each scenario with its predicted iteration, us."""
     moved = None if fit is None or fit.link.beta_us_per_byte == 0 else moved_rate(g)
     if moved is None:
@@ -124,13 +124,15 @@ def waiting_notes(g: Graph, fit: LinkFit | None, c: Cluster, rows: list[tuple[Sc
     rate = fit.link.bandwidth_bytes_per_s
     head = (f"the link fitted to {fit.collectives} collectives runs at {_mbit(rate)}, {rate / moved:.0%} of the {_mbit(moved)} "
             "the largest of them moved")
-    absurd = [(s, it) for s, it in rows if s.bandwidth is not None and replace(s, bandwidth=None) == Scenario()
-              and parse_bandwidth(s.bandwidth) < moved and it < model_us]
+    n0 = graph_world_size(g)  # more workers on a ring move more bytes each (2(N-1)/N): no shorter a step either
+    absurd = [(s, it) for s, it in rows if s.bandwidth is not None and replace(s, bandwidth=None, workers=None) == Scenario()
+              and (s.workers or n0) >= n0 and parse_bandwidth(s.bandwidth) < moved and it < model_us]
     why = f"so at least {1 - rate / moved:.0%} of their time per byte is not the link's (a peer not yet running its side, busy cores)"
     if absurd:
         s, it = absurd[0]
+        row = f"--bandwidth {s.bandwidth}" + (f" --workers {s.workers}" if s.workers else "")
         what = (f"{len(absurd)} of {len(rows)} row(s) slow the link below the {_mbit(moved)} the profile's largest collectives moved "
-                f"and predict a faster step (--bandwidth {s.bandwidth}: {100 * (1 - it / model_us):.0f} % faster than the profiled run, "
+                f"and predict a faster step ({row}: {100 * (1 - it / model_us):.0f} % faster than the profiled run, "
                 f"{model_us / 1e3:.2f} -> {it / 1e3:.2f} ms/iter): {head}, {why}; {REMEDY}")
         if refuse:
             raise DagprofError(f"not predicting: {what}; --allow-model-error predicts anyway")
