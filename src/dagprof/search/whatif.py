@@ -44,7 +44,7 @@ from .scenario import (
     profiled_at,
     undisturb,
 )
-from .wire_notes import profiled_wire_notes
+from .wire_notes import profiled_wire_notes, waiting_notes
 
 COLUMNS = {
     "workers": "ranks (data-parallel workers) in the scenario",
@@ -123,7 +123,9 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
              tolerance_pct: float | None = MODEL_TOLERANCE_PCT, raw: bool = False) -> dict:
     """Replay every scenario; one row per scenario with the ``COLUMNS``.
 
-    Refused when the model of the profiled run misses it by more than ``tolerance_pct`` (None: never).
+    Refused when the model of the profiled run misses it by more than ``tolerance_pct`` (None: never), or (unless None)
+    when a row that only slows the link below what the profile's largest collectives moved predicts a faster step
+    (``wire_notes.waiting_notes``).
     Scaling efficiency needs one worker under the same conditions: that scenario is replayed
     too (once per distinct set of conditions). ``timeline(i, graph, result)`` may save scenario
     ``i``'s predicted timeline and return its path. Each row's interval comes from the scenario
@@ -164,11 +166,12 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     residuals = link_residuals(stepwise, on_link(stepwise, base_topo))
     level = run_level(stepwise, cost, corrected is not None, model, measured_us)
     one_worker: dict[str, float] = {}
-    rows, relinked, held = [], False, held_us(g0)
+    rows, relinked, held, predicted = [], False, held_us(g0), []
     for i, s in enumerate(progress(scenarios, "what-if scenarios", unit="scenario")):
         t1 = time.perf_counter()
         g, res = disturb(apply(g0, s, cluster, base_topo), cluster)
         it = job_iteration_us(g, res)
+        predicted.append((s, it))
         n = graph_world_size(g)
         single = replace(s, workers=unit, mesh=None)  # one replica: no mesh
         key = repr(single)
@@ -200,6 +203,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
         if path:
             row["trace"] = path
         rows.append(row)
+    waiting = waiting_notes(g0, fit, cluster, predicted, model, refuse=tolerance_pct is not None)
     link = None if fit is None else {
         "latency_us": fit.link.alpha_us, "bandwidth_bytes_per_s": fit.link.bandwidth_bytes_per_s if fit.link.beta_us_per_byte else None,
         "collectives": fit.collectives, "sizes": fit.sizes, "r2": fit.r2, "weak": fit.weak, "profiled_wire": wire}
@@ -210,7 +214,8 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
             "notes": _hybrid_notes(g0) + _conversion_notes(g0, scenarios, cluster) + _crowded_notes(g0)
                      + _shared_cores_notes(g0, cluster) + _overlap_notes(cluster) + _own_cores_notes(g0, scenarios, cluster)
                      + _shared_port_notes(g0, scenarios) + _floor_notes(rows) + _refusion_notes(g0, scenarios, cluster, base_topo, model)
-            + _link_to_notes(scenarios, cluster) + wire_notes + ([note] if relinked and (note := stall_note(g0)) else []),
+            + _link_to_notes(scenarios, cluster) + wire_notes + waiting
+            + ([note] if relinked and (note := stall_note(g0)) else []),
             "seconds": time.perf_counter() - t0}
 
 

@@ -1,14 +1,19 @@
 """The notes ``dagprof whatif --profiled-bandwidth`` adds: how the link fitted to a profile's collectives reads against the
-wire rate it was profiled at (``passes.comm.split_at_wire``; a parameter-server job's ``passes.comm.ps_bandwidth``)."""
+wire rate it was profiled at (``passes.comm.split_at_wire``; a parameter-server job's ``passes.comm.ps_bandwidth``); without
+that rate, how the fit reads against the rate its own largest collectives moved (``moved_rate``)."""
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
 from ..costmodel.alphabeta import parse_bandwidth
+from ..errors import DagprofError
+from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
-from ..passes.comm import LinkFit, priced_world_size, profiled_collectives
-from .scenario import Cluster
+from ..passes.comm import LinkFit, graph_world_size, priced_world_size, profiled_collectives
+from .scenario import Cluster, Scenario
 
 FAR_BELOW_WIRE = 0.8  # a fit slower than this share of the profiled wire: most of its collectives' time is not the link's
 
@@ -76,3 +81,63 @@ def _ps_wire_notes(g: Graph, wire: float, written: str) -> list[str]:
            "; what held them back was not the wire (busy cores, lost segments) and is kept as a limit of its own: a row's messages move at "
            "the slower of --bandwidth and the fit")
     return [head + ("" if share < 1.0 else ", ") + how]
+
+
+def moved_rate(g: Graph) -> float | None:
+    """Bytes/s the profile's link sustained at least: the fastest of its largest collectives (at least half the largest's
+    bytes), their ring share (2(N-1)/N) over its time, since none crossed faster than the link. Small ones can beat the
+    sustained rate (a shaper's burst allowance: Horovod's 40 kB all-reduces at 58 MB/s on a 30 MB/s testbed link). None
+    where collectives overlap on several lanes (a pair's time is split between them at random, ``passes.comm.fit_link``),
+    for an FSDP job (each kind has its own link, ``passes.comm.profiled_kinds``, and a collective that completed behind
+    another on the channel keeps a sliver: an HSDP fixture's 'moved' 32 GB/s), or where none has bytes and a duration."""
+    if g.meta.comm_lanes > 1 or is_ps_graph(g) or is_fsdp_graph(g):
+        return None
+    nbytes, dur = profiled_collectives(g)
+    ok = (dur > 0) & (nbytes > 0)
+    if not ok.any():
+        return None
+    large = ok & (nbytes >= nbytes[ok].max() / 2)
+    n = max(priced_world_size(g), 2)
+    return float((2 * (n - 1) / n * nbytes[large] / dur[large]).max() * 1e6)
+
+
+def _mbit(rate: float) -> str:
+    bits = rate * 8
+    return f"{bits / 1e9:.3g} Gbit/s" if bits >= 1e9 else f"{bits / 1e6:.3g} Mbit/s"
+
+
+REMEDY = ("give --profiled-bandwidth RATE (the link it ran on), or measure the links with `dagprof calibrate` and pass "
+          "--link-from/--link-to")
+
+
+def waiting_notes(g: Graph, fit: LinkFit | None, c: Cluster, rows: list[tuple[Scenario, float]], model_us: float,
+                  refuse: bool) -> list[str]:
+    """The link fitted to a profile's own collectives against the rate they moved (``moved_rate``), where no
+    --profiled-bandwidth says the wire's: a fit far below it holds time that was not the link's (a peer's side not yet
+    running: jax_gnn_jit's 140 kB all-reduces took 8-190 ms on loopback, fitted at 21-117 Mbit/s), which every row that
+    changes the link scales as wire time. A row that only slows the link below that rate (and adds workers, if any) and still
+    predicts a step faster than the model of the profiled run (``model_us``) is absurd: refused (``refuse``), else counted in a note. ``rows``:
+    each scenario with its predicted iteration, us."""
+    moved = None if fit is None or fit.link.beta_us_per_byte == 0 else moved_rate(g)
+    if moved is None:
+        return []
+    rate = fit.link.bandwidth_bytes_per_s
+    head = (f"the link fitted to {fit.collectives} collectives runs at {_mbit(rate)}, {rate / moved:.0%} of the {_mbit(moved)} "
+            "the largest of them moved")
+    n0 = graph_world_size(g)  # more workers on a ring move more bytes each (2(N-1)/N): no shorter a step either
+    absurd = [(s, it) for s, it in rows if s.bandwidth is not None and replace(s, bandwidth=None, workers=None) == Scenario()
+              and (s.workers or n0) >= n0 and parse_bandwidth(s.bandwidth) < moved and it < model_us]
+    why = f"so at least {1 - rate / moved:.0%} of their time per byte is not the link's (a peer not yet running its side, busy cores)"
+    if absurd:
+        s, it = absurd[0]
+        row = f"--bandwidth {s.bandwidth}" + (f" --workers {s.workers}" if s.workers else "")
+        what = (f"{len(absurd)} of {len(rows)} row(s) slow the link below the {_mbit(moved)} the profile's largest collectives moved "
+                f"and predict a faster step ({row}: {100 * (1 - it / model_us):.0f} % faster than the profiled run, "
+                f"{model_us / 1e3:.2f} -> {it / 1e3:.2f} ms/iter): {head}, {why}; {REMEDY}")
+        if refuse:
+            raise DagprofError(f"not predicting: {what}; --allow-model-error predicts anyway")
+        return [what]
+    relinked = sum(s.bandwidth is not None or s.latency_us is not None or s.workers is not None for s, _ in rows)
+    if c.profiled_wire is not None or rate >= FAR_BELOW_WIRE * moved or not relinked:
+        return []
+    return [f"{head}, {why}, and {relinked} of {len(rows)} row(s) scale it all as wire time; {REMEDY}"]
