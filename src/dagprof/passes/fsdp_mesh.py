@@ -112,9 +112,9 @@ def set_mesh(g: Graph, replicate: int, shard: int, costs: FsdpCosts | None = Non
             if src.node_name(v).startswith("all_reduce "):
                 drop[_collective_nodes(src, v)] = True
         src = _without(src, drop, src.nbytes, {})
-    waits = _Waits.of(g)
-    out = _regroup(src, replicate, shard, add_all_reduce=replicate > 1 and r0 == 1, waits=waits)
-    if waits is None:
+    waits, add_all_reduce = _Waits.of(g), replicate > 1 and r0 == 1
+    out = _regroup(src, replicate, shard, add_all_reduce=add_all_reduce, waits=waits)
+    if waits is None and (shard != s0 or add_all_reduce):  # else copies of the profiled groups: they wait as those did
         out.meta.warnings.append(f"--mesh: no measured arrivals in this graph (a pass changed it since the profile): "
                                  f"{len(fsdp_collectives(out))} collectives keep their joins' waits and releases as profiled")
     out = with_mesh(out, replicate, shard)
