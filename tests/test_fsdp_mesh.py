@@ -142,6 +142,14 @@ def test_a_smaller_group_releases_behind_its_own_first_rank_out():
         assert abs(got[kind] - us) < abs(carried[kind] - us), kind
 
 
+def test_a_per_step_graphs_joins_get_no_wait():
+    """Only an averaged join lacks its late rank's turns (``passes.average_steps``); a per-step graph's joins wait for each
+    step's own arrivals, so regrouped they get no added wait either way."""
+    for path, mesh in ((FSDP4, (2, 2)), (HSDP, (1, 4))):
+        m = set_mesh(graph(path), *mesh)
+        assert not m.gap[m.kind == Kind.SYNC].any()
+
+
 def test_fewer_ranks_leave_no_collective_behind():
     m = set_mesh(graph(HSDP), 1, 2)  # one replica of the 2x2 job
     assert m.world_size == 2 and all(set(issuers(m, c.node)) == {0, 1} for c in fsdp_collectives(m))
