@@ -6,10 +6,11 @@ profiled on 4 ranks as plain FSDP (1x4) and as HSDP (``--hsdp 2``: 2x2), the two
 predicts the other layout (``passes.fsdp_mesh.set_mesh``, as ``dagprof whatif --mesh`` does: the profiler's cost
 removed, the averaged steps), then both layouts run unprofiled in a shuffled order and their mean step after warm-up
 (rank 0's) is the measurement. Peak memory per rank: the prediction against the target layout's own profile's model.
-4 ranks share this machine's cores: say the load average beside the figures. Two rounds at load 1.4-8 (2026-12-03):
-200 Mbit/s +4.1 / +0.2 % (1x4 -> 2x2) and -9.5 / +0.0 % (2x2 -> 1x4), 1 Gbit/s +25.8 / +43.1 % and -23.2 / -5.5 %: the 2x2
-job is faster than predicted from 1x4 (each join's wait for its late rank and each release stay as profiled, and 4-rank
-groups on 2 cores wait longer: README); three rounds at load 15-30 swung 2x between jobs of one layout (-48 to +128 %).
+4 ranks share this machine's cores: say the load average beside the figures. Two rounds at load 1.4-8 (2026-12-03),
+kept in /tmp/hsdpmesh/run2 and run3, predicted again offline (joins and releases following the group, load 3.5-8):
+200 Mbit/s -2.6 / -6.8 % (1x4 -> 2x2) and -7.7 / +2.5 % (2x2 -> 1x4), 1 Gbit/s +11.8 / +25.6 % and -19.8 / -1.9 %
+(with them carried as profiled: +4.1 / +0.2, -9.5 / +0.0, +25.8 / +43.1, -23.2 / -5.5 %; README); three rounds at load
+15-30 swung 2x between jobs of one layout (-48 to +128 %).
 
     sudo .venv/bin/python bench/bench_hsdp_mesh.py [--rounds 3] [--steps 40] [--keep DIR]
     .venv/bin/python bench/bench_hsdp_mesh.py --offline DIR  # predicted again (this code) from the profiles --keep kept

@@ -10,9 +10,19 @@ target layout, ``tests/test_fsdp_mesh.py``):
   replicate group, priced on R ranks; gloo on CPU blocks the training thread on both, so the all-reduce is an enqueue
   and a wait in the rank's program order after the reduce-scatter's wait. A new all-reduce's wait keeps the release
   overhead that rank's reduce-scatter wait measured, its join the reduce-scatter's wait for the late rank, and its
-  transfer the reduce-scatter's gap and exit lag (the same blocking gloo call from the same hook); each join keeps
-  what the profiled joins of its collective waited on average, whatever the new group's size (under load a join of 4
-  ranks waits for the slowest of 4: not modelled); from R > 1 to R = 1 the all-reduces go and program order bridges them;
+  transfer the reduce-scatter's gap and exit lag (the same blocking gloo call from the same hook); from R > 1 to R = 1
+  the all-reduces go and program order bridges them;
+- the waits follow the group, from the profile's measured times (``_Waits``). An averaged join waits for its late rank
+  what the ranks' turns at arriving last cost (``passes.average_steps``: a mean of maxima exceeds the maximum of means),
+  so a join of a new group adds what the measured steps say its ranks lose beyond what the profiled groups lost: of each
+  rank's time from its last release to its arrival, the mean of the group's per-step maxima less the maximum of its
+  means, averaged over the kind's calls (one call's few steps are noise; a per-step graph's joins, which wait for each
+  step's own arrivals, get none). A rank's release (its wait's overhead behind the first rank out, which grows with the
+  ring) is taken behind the first of its new group's ranks out of the same profiled transfer; where the new group holds
+  the rank's whole profiled group (a ring merged from several) it stays as profiled: the profile does not measure that
+  ring's spread. On the kept testbed runs (1 Gbit/s, load 1.4-8) 4-rank joins waited 2.2-2.6 ms and released 3.0-3.2 ms
+  after the first rank out, 2-rank ones 1.3-1.5 and 0.9-2.2. Without measured times (a graph a pass changed) both stay
+  as profiled, with a warning;
 - the optimizer steps the rank's 1/S shards (``passes.fsdp._step_scale``), and the memory model reads the new shards
   from ``meta.fsdp`` (``with_mesh``).
 More ranks than profiled are copies of profiled ones (rank r copies r mod N0, as ``passes.workers``). FSDP pads each
@@ -23,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -31,6 +42,7 @@ from ..errors import DagprofError
 from ..graph.build_fsdp import fsdp_collectives, is_fsdp_graph, mesh_of
 from ..graph.dag import DeviceKind, Graph, GraphBuilder
 from ..graph.meta import FsdpRecord
+from ..graph.provenance import provenance
 from ..traces.events import Kind
 from ..traces.parallelism import Dim, GroupLabel
 from ..traces.run_schema import FSDP2_API
@@ -100,7 +112,11 @@ def set_mesh(g: Graph, replicate: int, shard: int, costs: FsdpCosts | None = Non
             if src.node_name(v).startswith("all_reduce "):
                 drop[_collective_nodes(src, v)] = True
         src = _without(src, drop, src.nbytes, {})
-    out = _regroup(src, replicate, shard, add_all_reduce=replicate > 1 and r0 == 1)
+    waits, add_all_reduce = _Waits.of(g), replicate > 1 and r0 == 1
+    out = _regroup(src, replicate, shard, add_all_reduce=add_all_reduce, waits=waits)
+    if waits is None and (shard != s0 or add_all_reduce):  # else copies of the profiled groups: they wait as those did
+        out.meta.warnings.append(f"--mesh: no measured arrivals in this graph (a pass changed it since the profile): "
+                                 f"{len(fsdp_collectives(out))} collectives keep their joins' waits and releases as profiled")
     out = with_mesh(out, replicate, shard)
     dur = out.dur.copy()
     dur[out.kind == Kind.UPDATE] *= _step_scale(g, s0, shard, costs)
@@ -119,17 +135,86 @@ def set_mesh(g: Graph, replicate: int, shard: int, costs: FsdpCosts | None = Non
     return retime_collectives(out, link.with_workers(priced) if priced != link.world_size else link, lags_on=link)
 
 
-def _regroup(g: Graph, replicate: int, shard: int, add_all_reduce: bool) -> Graph:
-    """Every FSDP collective rebuilt on the layout's groups from each rank's enqueue, ready point and wait; with
-    ``add_all_reduce``, an all-reduce across replicas inserted after each reduce-scatter (module docstring)."""
+@dataclass(frozen=True)
+class _Waits:
+    """Per FSDP call and window step, each profiled rank's measured release from its wait (shared clock) and its time
+    from its last release before the call to its arrival at the join ("since") or to its release ("since_released"):
+    what the joins and releases of new groups follow (module docstring)."""
+
+    times: dict[tuple[str, int, str], np.ndarray]  # (label, nth, what) -> steps x profiled ranks
+    mesh: tuple[int, int]  # the profiled one
+
+    @staticmethod
+    def of(g: Graph) -> _Waits | None:
+        """None where the graph holds no measured times (a pass changed its nodes)."""
+        p = provenance(g)
+        if p is None or not p.clock_us:
+            return None
+        clock = np.array([p.clock_us.get(r, np.nan) for r in range(g.world_size)])
+        calls = _calls(g)[0]
+        left = {r: np.sort([p.mend[ms[r][2]] + clock[r] for ms in calls.values() if r in ms]) for r in range(g.world_size)}
+        per: dict[tuple[str, int, str], dict[int, np.ndarray]] = {}
+        steps = {int(s): i for i, s in enumerate(g.meta.steps)}
+        for (step, label, nth), members in calls.items():
+            if step not in steps or len(members) != g.world_size:
+                continue
+            arrive = np.array([p.mend[members[r][0]] + clock[r] for r in range(g.world_size)])
+            release = np.array([p.mend[members[r][2]] + clock[r] for r in range(g.world_size)])
+            before = np.array([left[r][max(np.searchsorted(left[r], arrive[r]) - 1, 0)] for r in range(g.world_size)])
+            for kind, at in (("release", release), ("since", arrive - before), ("since_released", release - before)):
+                per.setdefault((label, nth, kind), {})[steps[step]] = at
+        times: dict[tuple[str, int, str], np.ndarray] = {}
+        for label, nth in {(k[0], k[1]) for k in per}:  # the steps whose arrivals and releases are all measured
+            t = {kind: np.array(list(per[(label, nth, kind)].values())) for kind in ("release", "since", "since_released")}
+            ok = np.logical_and.reduce([np.isfinite(x).all(axis=1) for x in t.values()])
+            times.update({(label, nth, kind): x[ok] for kind, x in t.items()})
+        return _Waits(times, mesh_of(g))
+
+    def lost(self, label: str, nth: int, ranks: list[int], released: bool = False) -> float:
+        """What a join of ``ranks`` (their profiled originals) loses to its late rank once averaged, us (0 where unmeasured):
+        of each rank's time from its last release to its arrival (its release: ``released``, a new all-reduce's after the
+        reduce-scatter), the mean of the per-step maxima less the maximum of the means."""
+        t = self.times.get((label, nth, "since_released" if released else "since"))
+        if t is None or not len(t):
+            return 0.0
+        x = t[:, sorted({r % t.shape[1] for r in ranks})]
+        return float(x.max(axis=1).mean() - x.mean(axis=0).max())
+
+    def more(self, label: str, ranks: list[int], released: bool = False) -> float:
+        """How much more a join of ``ranks`` loses to its late rank than the profiled joins did, us: ``lost`` there less at
+        the profiled groups, each averaged over the kind's calls (units and repeats: one call's few steps are noise)."""
+        kind = label.split(" ", 1)[0]
+        calls = [(k[0], k[1]) for k in self.times if k[2] == "since" and k[0].split(" ", 1)[0] == kind]
+        if not calls:
+            return 0.0
+        return float(np.mean([self.lost(*c, ranks, released) - np.mean([self.lost(*c, grp) for grp in self._groups(c[0])]) for c in calls]))
+
+    def release(self, label: str, nth: int, rank: int, ranks: list[int]) -> float:
+        """How much earlier ``rank`` leaves a call of ``ranks`` than it left the profiled call, us: its lag behind the
+        first rank out of its profiled group, taken behind the first of those ranks out that are in ``ranks`` too (0 where
+        ``ranks`` hold its whole profiled group: a ring merged from several is not measured)."""
+        release = self.times.get((label, nth, "release"))
+        if release is None or not len(release):
+            return 0.0
+        n = release.shape[1]
+        own = next(grp for grp in self._groups(label) if rank % n in grp)
+        kept = sorted(set(own) & {r % n for r in ranks})
+        return float((release[:, kept].min(axis=1) - release[:, own].min(axis=1)).mean())
+
+    def _groups(self, label: str) -> list[list[int]]:
+        """The profiled groups of a call."""
+        r0, s0 = self.mesh
+        return _replicate_groups(r0, s0) if label.startswith("all_reduce ") else _shard_groups(r0, s0)
+
+
+def _calls(g: Graph) -> tuple[dict[tuple, dict[int, tuple[int, int, int]]], dict[int, int], dict[int, list[int]]]:
+    """Each FSDP call matched across ranks: (step, label, nth) -> rank -> (ready point, enqueue, wait); each wait's
+    collective; each collective's joins."""
     shared = (g.kind == Kind.COMM) & (g.rank < 0)
     comm_of_wait: dict[int, int] = {}
     sync_of: dict[int, list[int]] = {}
-    calls: dict[tuple, dict[int, tuple[int, int, int]]] = {}  # (step, label, nth) -> rank -> (ready point, enqueue, wait)
+    calls: dict[tuple, dict[int, tuple[int, int, int]]] = {}
     seen: dict[tuple, int] = {}
-    drop = np.zeros(len(g), dtype=bool)  # every FSDP transfer and join, also those of ranks fewer ranks leave out
-    for c in fsdp_collectives(g):
-        drop[[c.node] + [int(p) for p in g.predecessors(c.node).tolist() if g.kind[p] == Kind.SYNC]] = True
     enq = np.flatnonzero((g.kind == Kind.COMM_ENQUEUE) & (g.rank >= 0))
     for e in enq[np.lexsort((g.order[enq], g.rank[enq]))].tolist():
         m = _OP.fullmatch(g.node_name(e))
@@ -149,6 +234,16 @@ def _regroup(g: Graph, replicate: int, shard: int, add_all_reduce: bool) -> Grap
         nth = seen.get((r,) + key, 0)
         seen[(r,) + key] = nth + 1
         calls.setdefault(key + (nth,), {})[r] = (joins[0], e, w)
+    return calls, comm_of_wait, sync_of
+
+
+def _regroup(g: Graph, replicate: int, shard: int, add_all_reduce: bool, waits: _Waits | None) -> Graph:
+    """Every FSDP collective rebuilt on the layout's groups from each rank's enqueue, ready point and wait; with
+    ``add_all_reduce``, an all-reduce across replicas inserted after each reduce-scatter (module docstring)."""
+    calls, comm_of_wait, sync_of = _calls(g)
+    drop = np.zeros(len(g), dtype=bool)  # every FSDP transfer and join, also those of ranks fewer ranks leave out
+    for c in fsdp_collectives(g):
+        drop[[c.node] + [int(p) for p in g.predecessors(c.node).tolist() if g.kind[p] == Kind.SYNC]] = True
     b, remap = GraphBuilder.from_graph(g, ~drop)
     if add_all_reduce:  # a reduce-scatter's enqueue precedes a new wait for it, not the wait that becomes the all-reduce's
         (src, dst), cut = b.edges(), {(int(remap[e]), int(remap[w])) for k, ms in calls.items() if k[1].startswith("reduce_scatter ")
@@ -157,8 +252,10 @@ def _regroup(g: Graph, replicate: int, shard: int, add_all_reduce: bool) -> Grap
     exit_lag = list(g.exit_lag[~drop])
     seq = 0
 
-    def collective(label: str, step: int, ends: dict[int, tuple[int, int]], old: list[int], nbytes: int, groups: list[list[int]]) -> None:
-        """One join and transfer per group of the ranks in ``ends`` (rank -> (ready point, wait), builder ids)."""
+    def collective(label: str, step: int, ends: dict[int, tuple[int, int]], old: list[int], nbytes: int, groups: list[list[int]],
+                   at: tuple[str, int, bool]) -> None:
+        """One join and transfer per group of the ranks in ``ends`` (rank -> (ready point, wait), builder ids); each join's
+        wait for its late rank follows its group's measured arrivals at ``at`` (``_Waits``)."""
         nonlocal seq
         gap, lag = float(np.mean(g.gap[old])), float(np.mean(g.exit_lag[old]))
         joins = [v for c in old for v in sync_of[c]]
@@ -168,13 +265,18 @@ def _regroup(g: Graph, replicate: int, shard: int, add_all_reduce: bool) -> Grap
             if not ranks:
                 continue
             dev = b.device(f"group {','.join(map(str, grp))}", DeviceKind.COMM)
-            s = b.add_node(f"sync.{label}.{seq}", Kind.SYNC, gap=join_gap, step=step)
+            wait = join_gap if waits is None or join_gap <= 0 else max(join_gap + waits.more(at[0], ranks, at[2]), 0.0)
+            s = b.add_node(f"sync.{label}.{seq}", Kind.SYNC, gap=wait, step=step)
             c = b.add_node(f"{label}.{seq}", Kind.COMM, device=dev, gap=gap, step=step, nbytes=nbytes)
             exit_lag.extend([0.0, lag])
             seq += 1
             b.add_edges([ends[r][0] for r in ranks], [s] * len(ranks))
             b.add_edge(s, c)
             b.add_edges([c] * len(ranks), [ends[r][1] for r in ranks])
+            for r in ranks if waits is not None else ():  # each rank's release behind the group's first rank out
+                w = ends[r][1]
+                b._cols["gap"][w] = max(b._cols["gap"][w] - waits.release(*at[:2], r, ranks), 0.0)
+                exit_lag[w] = min(exit_lag[w], b._cols["gap"][w])
 
     reduced = {(k[0], k[1].split(" ", 1)[1], k[2]): int(g.nbytes[comm_of_wait[next(iter(ms.values()))[2]]])
                for k, ms in calls.items() if k[1].startswith("reduce_scatter ")}
@@ -199,8 +301,9 @@ def _regroup(g: Graph, replicate: int, shard: int, add_all_reduce: bool) -> Grap
                 b.add_edges([int(remap[e]), rs_wait, ar_enq], [rs_wait, ar_enq, int(remap[w])])
                 b._cols["name"][int(remap[w])] = b.intern(f"rank{r}.wait all_reduce {unit}")
                 ends[r], after[r] = (int(remap[ready]), rs_wait), (ar_enq, int(remap[w]))
-            collective(label, step, ends, old, nbytes, _shard_groups(replicate, shard))
-            collective(f"all_reduce {unit}", step, after, old, round(nbytes / shard), _replicate_groups(replicate, shard))
+            collective(label, step, ends, old, nbytes, _shard_groups(replicate, shard), (label, nth, False))
+            collective(f"all_reduce {unit}", step, after, old, round(nbytes / shard), _replicate_groups(replicate, shard), (label, nth, True))
             continue
-        collective(label, step, ends, old, nbytes, _replicate_groups(replicate, shard) if kind == "all_reduce" else _shard_groups(replicate, shard))
+        collective(label, step, ends, old, nbytes, _replicate_groups(replicate, shard) if kind == "all_reduce" else _shard_groups(replicate, shard),
+                   (label, nth, False))
     return b.build().replace(exit_lag=np.asarray(exit_lag, dtype=np.float64))
