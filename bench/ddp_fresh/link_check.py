@@ -10,6 +10,7 @@ the wire of the user's ``fp16_compress_hook``).
     sudo .venv/bin/python bench/ddp_fresh/link_check.py --rounds 2 --old-src /path/to/main/src
     sudo .venv/bin/python bench/ddp_fresh/link_check.py --scripts fp16_hook --rounds 2 --old-src OLD --args "--steps 20 --width 4096"
     sudo .venv/bin/python bench/ddp_fresh/link_check.py --wire-bytes fp16_hook   # bytes each rank sent per step, no prediction
+    .venv/bin/python bench/ddp_fresh/link_check.py --repredict KEPT   # the rounds a --keep folder holds, predicted again (no root)
 """
 from __future__ import annotations
 
@@ -81,7 +82,11 @@ def main() -> None:
     p.add_argument("--old-src", help="another dagprof's src folder: fp16_hook is also profiled and predicted by it")
     p.add_argument("--keep", help="folder for the runs (default: a temporary one)")
     p.add_argument("--wire-bytes", metavar="SCRIPT", help="only measure the bytes SCRIPT's ranks send per step")
+    p.add_argument("--repredict", metavar="KEPT", help="run nothing: predict the rounds a --keep folder holds again")
     args = p.parse_args()
+    if args.repredict:
+        show(repredict(args.repredict, args.scripts.split(",")), args.repredict)
+        return
     root = args.keep or tempfile.mkdtemp(prefix="link_check_")
     if args.wire_bytes:
         with Cluster(2) as cluster:
@@ -108,6 +113,21 @@ def main() -> None:
                     if os.path.isdir(os.path.join(root, f"r{k}-{script}-{cell}")):
                         pred, model = predict(src, os.path.join(root, f"r{k}-{script}-{cell}"))
                         rows.append((k, script, "new" if cell == "profile" else "old", measured, pred, model))
+    show(rows, root)
+
+
+def repredict(kept: str, scripts: list[str]) -> list[tuple]:
+    """Each kept round's profile (this tree's, ``new``) predicted again with this dagprof, against its round's measurement."""
+    rows = []
+    for k in range(sum(1 for d in os.listdir(kept) if d.endswith("-measure"))):
+        for script in scripts:
+            run, measure = (os.path.join(kept, f"r{k}-{script}-{cell}") for cell in ("profile", "measure"))
+            if os.path.isdir(run) and os.path.isdir(measure):
+                rows.append((k, script, "new", step_ms(measure), *predict(NEW_SRC, run)))
+    return rows
+
+
+def show(rows: list[tuple], root: str) -> None:
     print(f"{'round':>5} {'script':<14} {'tree':<4} {'measured':>10} {'predicted':>10} {'error':>8} {'model of profiled':>18}")
     for k, script, tree, m, pred, model in rows:
         print(f"{k:>5} {script:<14} {tree:<4} {m:>7.1f} ms {pred:>7.1f} ms {100 * (pred / m - 1):>+7.1f}% {model:>+16.1f} %")

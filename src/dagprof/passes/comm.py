@@ -303,6 +303,14 @@ def _fit_one_size(nbytes: np.ndarray, dur_us: np.ndarray, n: int, total: LinkFit
                    weak="the collectives are all about one size: bandwidth from the fastest, the slower ones' excess as latency")
 
 
+# The most bytes a peer may still receive when the first rank out leaves a collective (its send done once its bytes
+# sit in the socket): on the namespace testbed an FSDP all-gather's second rank left 1.4-2.2 ms after the first at
+# 1 Gbit/s (175-275 kB) and 7.6-9.9 ms at 200 Mbit/s (190-248 kB), whatever the transfer's size. More of a lag than
+# that on the profiled link is no wire time to scale: on loopback (a 10 Gbit/s fit on 2 shared cores) DDP's ranks
+# lagged 1.3 ms, a descheduled rank, and scaled 50x to 200 Mbit/s added a whole transfer beside the transfer.
+SOCKET_BUFFER_BYTES = 256 << 10
+
+
 def current_topology(g: Graph) -> Topology:
     return g.meta.topology or fit_topology(g)
 
@@ -360,15 +368,16 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
             per[idx[sel]] = ((new_beta / old_beta if old_beta > 0 else 1.0) * other / was)[inverse.reshape(-1)]
             mine = np.isin(consumers[:, 0], idx[sel])
             ratio = per[consumers[mine, 0]]
-            # a rank leaves at most the collective's transfer after the first (every byte still in flight): a longer
-            # lag on the profiled link was a descheduled rank, not wire time to scale (loopback under load)
+            # a rank leaves at most the collective's transfer after the first (every byte still in flight), and at most a
+            # socket buffer's worth of bytes on the profiled link (``SOCKET_BUFFER_BYTES``): a longer lag there was a
+            # descheduled rank, not wire time to scale (loopback under load), and stays as measured
             moved = np.zeros(len(g))
-            moved[idx[sel]] = np.array([max(allreduce_us(float(m), before.for_kind(kind), spec) - before.for_kind(kind).overhead_us, 0.0)
-                                        for m in sizes])[inverse.reshape(-1)]
+            moved[idx[sel]] = np.array([min(max(allreduce_us(float(m), before.for_kind(kind), spec) - before.for_kind(kind).overhead_us, 0.0),
+                                            SOCKET_BUFFER_BYTES * old_beta) for m in sizes])[inverse.reshape(-1)]
             grow = np.minimum(wire[mine], moved[consumers[mine, 0]]) * (ratio - 1.0)  # a carried lag shrinks on a rank by no more than the wire in its gap
             grow = np.where(own[mine], grow, np.maximum(grow, -exit_lag[consumers[mine, 1]]))
             np.add.at(gap, consumers[mine, 1], grow)
-            exit_lag[idx[sel]] *= per[idx[sel]]
+            exit_lag[idx[sel]] += np.minimum(exit_lag[idx[sel]], moved[idx[sel]]) * (per[idx[sel]] - 1.0)
             carried = mine & ~own
             np.add.at(exit_lag, consumers[carried, 1], grow[carried[mine]])  # the wire in its gap now
     devices = [Device(d.name, d.kind, d.rank, 1) if d.kind == DeviceKind.COMM else d for d in g.devices]
