@@ -13,7 +13,7 @@ again and predicts from its own profile; the order of the measured cells is shuf
   1 Gbit/s, 7.6-9.9 ms at 200 Mbit/s; part 11); where the last rank out alternates from step to step, the averaged
   collective carries that rank's mean lag, scaled on every rank (``passes.average_steps``);
 - 4 ranks (the shard degree): every collective priced for 4 ranks, the optimizer on half the shards
-  (``passes.fsdp.scale_fsdp_workers``; with FSDP2's costs, ``--calibrate``'s profiled-link file or ``--fsdp-costs FILE``
+  (``passes.fsdp_mesh.scale_fsdp_workers``; with FSDP2's costs, ``--calibrate``'s profiled-link file or ``--fsdp-costs FILE``
   from ``dagprof calibrate --fsdp``, as the measured DTensor step on them: 0.76-0.78 of the 2-rank step, not 0.5, in twelve
   calibrations; on the kept quiet run of 2026-12-02, load 2.0-2.9, 4 ranks at 1 Gbit/s -7.35 -> -5.71 %, at 200 Mbit/s
   -3.62 -> -3.17 %), and the 4 ranks' compute sharing this machine's cores (``share_cores``: at most
@@ -259,7 +259,7 @@ def predict(run: str, cells: list[tuple[int, str]], cores: int, calibrated: dict
     from dagprof.passes import set_link
     from dagprof.passes.comm import current_topology, set_link_ratio
     from dagprof.passes.compute import share_cores
-    from dagprof.passes.fsdp import scale_fsdp_workers
+    from dagprof.passes.fsdp_mesh import scale_fsdp_workers
     from dagprof.passes.profiler_cost import measure_profiler_cost, remove_profiler_cost
     from dagprof.pipeline import open_run
 

@@ -12,7 +12,7 @@ from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import fsdp_collectives
 from dagprof.passes import set_link
 from dagprof.passes.comm import SOCKET_BUFFER_BYTES, current_topology, exit_lags, priced_comm
-from dagprof.passes.fsdp import scale_fsdp_workers
+from dagprof.passes.fsdp_mesh import scale_fsdp_workers
 from dagprof.pipeline import open_run
 from dagprof.traces.dagprof_run import read_run
 

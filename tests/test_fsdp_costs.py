@@ -21,7 +21,7 @@ from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import allreduce_equivalent_bytes, fsdp_collectives
 from dagprof.passes.comm import set_topology
 from dagprof.passes.data_parallel import ddp_to_fsdp, fsdp_to_ddp
-from dagprof.passes.fsdp import scale_fsdp_workers
+from dagprof.passes.fsdp_mesh import scale_fsdp_workers
 from dagprof.search.scenario import Cluster, Scenario, apply, base_topology
 from dagprof.search.whatif import evaluate
 from dagprof.traces.dagprof_run import read_run

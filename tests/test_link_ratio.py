@@ -18,7 +18,7 @@ from dagprof.errors import DagprofError
 from dagprof.graph.build_fsdp import allreduce_equivalent_bytes, fsdp_collectives
 from dagprof.passes import set_link
 from dagprof.passes.comm import current_topology, exit_lags, set_link_ratio
-from dagprof.passes.fsdp import scale_fsdp_workers
+from dagprof.passes.fsdp_mesh import scale_fsdp_workers
 from dagprof.pipeline import open_run
 
 CAL = DATA / "fsdp" / "testbed-calibrate"

@@ -1,17 +1,9 @@
 """What-ifs of an FSDP2 job (``graph.build_fsdp``), and the ones its graph cannot answer yet.
 
 Link bandwidth and latency reprice every collective by its kind (``graph.build_fsdp.allreduce_equivalent_bytes``,
-used by ``passes.comm``). Workers (the shard degree of plain FSDP): each collective still moves
-its unit's whole parameters or gradients, priced for N ranks, and the optimizer step, which
-updates this rank's shards only, takes N0/N of its time; with FSDP2's costs measured on the machine (``dagprof
-calibrate --fsdp``: ``costmodel.fsdp_costs``) it takes what the measured step on DTensor shards takes at the new
-shards over the profiled ones instead. That step has a fixed cost per tensor that sharding does not divide (about
-125 us per tensor on the 2-core machine in twelve calibrations, against 0.75 ns per byte): the testbed job of 19
-tensors and 5 MiB (``bench/bench_fsdp.py --part 2``) steps 0.76-0.78 of its 2-rank time on 4 ranks, not 0.5, and
-in two 4-rank profiles beside two 2-rank ones (1 Gbit/s, load 3.4-5.4) its step took 10-17 ms per rank, on the
-2 shared cores, against 6.7-7.0 on 2 ranks. DDP's knobs (buckets, overlap off,
+used by ``passes.comm``). Workers and the HSDP layout: ``passes.fsdp_mesh``. DDP's knobs (buckets, overlap off,
 tensor partition, parameter-server or tree schemes, Horovod's fusion) have no FSDP meaning: those are refused in one
-line, never answered as DDP. On an HSDP profile workers grow the replicate dimension (``passes.fsdp_mesh.set_mesh``).
+line, never answered as DDP.
 
 ``reshard_after_forward`` (``set_reshard``): off removes the backward all-gather of every unit that was
 resharded (its transfer, its copy-out and the forward reshard cost nothing); on adds one to every unit
@@ -29,15 +21,13 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..costmodel.fsdp_costs import FsdpCosts
 from ..errors import DagprofError
 from ..graph.build_fsdp import Passes, fsdp_collectives, is_fsdp_graph, issuers
 from ..graph.dag import Graph
 from ..graph.meta import FsdpGraphUnit
 from ..traces.events import Kind
 from ..traces.kineto_schema import dtype_bytes
-from .comm import current_topology, graph_world_size, retime_collectives
-from .workers import scale_workers
+from .comm import current_topology, retime_collectives
 
 UNMODELLED = {
     "bucket_mb": "--bucket-mb (FSDP has no gradient buckets: each unit is reduce-scattered after its backward)",
@@ -55,36 +45,6 @@ def refuse_unmodelled(g: Graph, asked: list[str]) -> None:
     if is_fsdp_graph(g) and asked:
         raise DagprofError(f"this profile is an FSDP job; {UNMODELLED[asked[0]]} is not modelled for FSDP yet "
                            "(modelled: --bandwidth, --latency, --workers, --compute-speed, --reshard-after-forward, --reduce-dtype, --units)")
-
-
-def scale_fsdp_workers(g: Graph, workers: int, costs: FsdpCosts | None = None) -> Graph:
-    """What if the FSDP job sharded over ``workers`` ranks (same per-rank batch)? ``costs``: the optimizer step
-    scales by the measured DTensor step (module docstring), else by the shard degrees' ratio."""
-    mesh = g.meta.fsdp.units[0].mesh if g.meta.fsdp.units else []
-    n0 = graph_world_size(g)
-    shard0 = mesh[-1] if mesh else n0
-    if len(mesh) > 1 and workers not in (1, n0):  # one worker (the scaling-efficiency baseline) shards nothing
-        if workers % shard0:
-            raise DagprofError(f"this profile is an HSDP job (mesh {'x'.join(map(str, mesh))}): --workers grows its replicate "
-                               f"dimension, so it must be a multiple of the shard degree {shard0}, got {workers} (or give --mesh RxS)")
-        from .fsdp_mesh import set_mesh  # fsdp_mesh builds on this module's optimizer scaling
-
-        return set_mesh(g, workers // shard0, shard0, costs)
-    out = scale_workers(g, workers)
-    dur = out.dur.copy()
-    upd = np.flatnonzero(out.kind == Kind.UPDATE)
-    shard = workers if len(mesh) <= 1 or workers == 1 else shard0
-    dur[upd] *= _step_scale(g, shard0, shard, costs)  # the optimizer steps this rank's shards: 1/shard degree of every parameter
-    return out.replace(dur=dur)
-
-
-def _step_scale(g: Graph, shard0: int, shard: int, costs: FsdpCosts | None) -> float:
-    """The optimizer step on 1/``shard`` of every parameter over the profiled one on 1/``shard0``."""
-    units = g.meta.fsdp.units
-    tensors = sum(u.tensors for u in units)
-    nbytes = sum(u.numel * dtype_bytes(u.orig_dtype) for u in units)
-    was = costs.dtensor_step.us(tensors, nbytes / shard0) if costs is not None and shard != shard0 else 0.0
-    return costs.dtensor_step.us(tensors, nbytes / shard) / was if was > 0 else shard0 / shard
 
 
 Reshard = bool | Mapping[str, bool]  # every unit's reshard_after_forward, or some units' by name (the others as profiled)

@@ -23,11 +23,22 @@ target layout, ``tests/test_fsdp_mesh.py``):
   ring's spread. On the kept testbed runs (1 Gbit/s, load 1.4-8) 4-rank joins waited 2.2-2.6 ms and released 3.0-3.2 ms
   after the first rank out, 2-rank ones 1.3-1.5 and 0.9-2.2. Without measured times (a graph a pass changed) both stay
   as profiled, with a warning;
-- the optimizer steps the rank's 1/S shards (``passes.fsdp._step_scale``), and the memory model reads the new shards
+- the optimizer steps the rank's 1/S shards (``step_scale``), and the memory model reads the new shards
   from ``meta.fsdp`` (``with_mesh``).
 More ranks than profiled are copies of profiled ones (rank r copies r mod N0, as ``passes.workers``). FSDP pads each
 tensor's dim 0 to a multiple of S (at most S-1 rows a tensor, shapes not recorded): the gathered bytes stay as profiled.
 FSDP1 profiles are refused (its sharding strategy is fixed at wrap time).
+
+``--workers`` (``scale_fsdp_workers``), the shard degree of plain FSDP; on an HSDP profile the replicate degree
+(``set_mesh``): each collective still moves
+its unit's whole parameters or gradients, priced for N ranks, and the optimizer step, which
+updates this rank's shards only, takes N0/N of its time; with FSDP2's costs measured on the machine (``dagprof
+calibrate --fsdp``: ``costmodel.fsdp_costs``) it takes what the measured step on DTensor shards takes at the new
+shards over the profiled ones instead. That step has a fixed cost per tensor that sharding does not divide (about
+125 us per tensor on the 2-core machine in twelve calibrations, against 0.75 ns per byte): the testbed job of 19
+tensors and 5 MiB (``bench/bench_fsdp.py --part 2``) steps 0.76-0.78 of its 2-rank time on 4 ranks, not 0.5, and
+in two 4-rank profiles beside two 2-rank ones (1 Gbit/s, load 3.4-5.4) its step took 10-17 ms per rank, on the
+2 shared cores, against 6.7-7.0 on 2 ranks.
 """
 from __future__ import annotations
 
@@ -44,12 +55,12 @@ from ..graph.dag import DeviceKind, Graph, GraphBuilder
 from ..graph.meta import FsdpRecord
 from ..graph.provenance import provenance
 from ..traces.events import Kind
+from ..traces.kineto_schema import dtype_bytes
 from ..traces.parallelism import Dim, GroupLabel
 from ..traces.run_schema import FSDP2_API
 from .comm import current_topology, graph_world_size, retime_collectives
-from .fsdp import _step_scale
 from .fsdp_units import _collective_nodes, _without
-from .workers import _copy_ranks
+from .workers import _copy_ranks, scale_workers
 
 _MESH = re.compile(r"([1-9][0-9]*)x([1-9][0-9]*)")
 _OP = re.compile(r"(?:rank\d+\.)?fsdp (all_gather|reduce_scatter|all_reduce) (.+)")
@@ -119,7 +130,7 @@ def set_mesh(g: Graph, replicate: int, shard: int, costs: FsdpCosts | None = Non
                                  f"{len(fsdp_collectives(out))} collectives keep their joins' waits and releases as profiled")
     out = with_mesh(out, replicate, shard)
     dur = out.dur.copy()
-    dur[out.kind == Kind.UPDATE] *= _step_scale(g, s0, shard, costs)
+    dur[out.kind == Kind.UPDATE] *= step_scale(g, s0, shard, costs)
     par = out.meta.parallel
     if par is not None:  # the layout's groups, labelled data-parallel as the recorder labels FSDP's
         groups = _shard_groups(replicate, shard) + (_replicate_groups(replicate, shard) if replicate > 1 else [])
@@ -307,3 +318,31 @@ def _regroup(g: Graph, replicate: int, shard: int, add_all_reduce: bool, waits: 
         collective(label, step, ends, old, nbytes, _replicate_groups(replicate, shard) if kind == "all_reduce" else _shard_groups(replicate, shard),
                    (label, nth, False))
     return b.build().replace(exit_lag=np.asarray(exit_lag, dtype=np.float64))
+
+
+def scale_fsdp_workers(g: Graph, workers: int, costs: FsdpCosts | None = None) -> Graph:
+    """What if the FSDP job sharded over ``workers`` ranks (same per-rank batch)? ``costs``: the optimizer step
+    scales by the measured DTensor step (module docstring), else by the shard degrees' ratio."""
+    mesh = g.meta.fsdp.units[0].mesh if g.meta.fsdp.units else []
+    n0 = graph_world_size(g)
+    shard0 = mesh[-1] if mesh else n0
+    if len(mesh) > 1 and workers not in (1, n0):  # one worker (the scaling-efficiency baseline) shards nothing
+        if workers % shard0:
+            raise DagprofError(f"this profile is an HSDP job (mesh {'x'.join(map(str, mesh))}): --workers grows its replicate "
+                               f"dimension, so it must be a multiple of the shard degree {shard0}, got {workers} (or give --mesh RxS)")
+        return set_mesh(g, workers // shard0, shard0, costs)
+    out = scale_workers(g, workers)
+    dur = out.dur.copy()
+    upd = np.flatnonzero(out.kind == Kind.UPDATE)
+    shard = workers if len(mesh) <= 1 or workers == 1 else shard0
+    dur[upd] *= step_scale(g, shard0, shard, costs)  # the optimizer steps this rank's shards: 1/shard degree of every parameter
+    return out.replace(dur=dur)
+
+
+def step_scale(g: Graph, shard0: int, shard: int, costs: FsdpCosts | None) -> float:
+    """The optimizer step on 1/``shard`` of every parameter over the profiled one on 1/``shard0``."""
+    units = g.meta.fsdp.units
+    tensors = sum(u.tensors for u in units)
+    nbytes = sum(u.numel * dtype_bytes(u.orig_dtype) for u in units)
+    was = costs.dtensor_step.us(tensors, nbytes / shard0) if costs is not None and shard != shard0 else 0.0
+    return costs.dtensor_step.us(tensors, nbytes / shard) / was if was > 0 else shard0 / shard

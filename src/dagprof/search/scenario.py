@@ -24,8 +24,8 @@ from ..passes.buckets import refuse_own_ddp_setup
 from ..passes.comm import current_topology, priced_world_size, ps_bandwidth, set_link_ratio
 from ..passes.compute import share_cores
 from ..passes.data_parallel import parse_target, to_data_parallel, with_optimizer_state
-from ..passes.fsdp import UNMODELLED, refuse_unmodelled, scale_fsdp_workers, set_reduce_dtype, set_reshard
-from ..passes.fsdp_mesh import parse_mesh, set_mesh
+from ..passes.fsdp import UNMODELLED, refuse_unmodelled, set_reduce_dtype, set_reshard
+from ..passes.fsdp_mesh import parse_mesh, scale_fsdp_workers, set_mesh
 from ..passes.fsdp_units import merge_units, parse_units
 from ..passes.horovod import set_horovod
 from ..passes.overlap import comm_demand, disturbed, slowed_nodes, undisturbed
