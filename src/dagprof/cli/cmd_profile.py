@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> dict:
             "unprofiled_iteration_ms": iteration_us(base) / 1e3 if base else None,
         })
     return {"run": out, "exit_status": code, "world_size": run_.world_size, "ddp": run_.meta.ddp,
-            "fsdp": run_.meta.fsdp, "ranks": ranks, "warnings": run_.meta.warning_texts()}
+            "fsdp": run_.meta.fsdp, "horovod": run_.meta.horovod is not None, "ranks": ranks, "warnings": run_.meta.warning_texts()}
 
 
 def _mxnet_ps_arg(text: str) -> dict[str, int]:
@@ -136,9 +136,12 @@ def to_text(result: dict) -> str:
                           f"{result['keys']} keys)"] + [f"  worker {r['rank']}: steps {r['steps'][0]}-{r['steps'][-1]}, median step "
                                                         f"{r['iteration_ms']:.1f} ms" for r in result["ranks"]])
     lines = [f"profiled run: {result['run']} (world size {result['world_size']}, command exit status {result['exit_status']})"]
+    # what a rank's gradient collectives are: DDP's buckets, Horovod's fused responses; FSDP's units are counted apart
+    groups = "" if result.get("fsdp") else " fused all-reduces" if result.get("horovod") else " buckets"
     for r in result["ranks"]:
         base = f"{r['unprofiled_iteration_ms']:.1f} ms" if r["unprofiled_iteration_ms"] is not None else "-"
+        grads = f"{r['buckets']}{groups}, " if groups else ""
         lines.append(f"  rank {r['rank']} on {r['host']}: steps {r['steps'][0]}-{r['steps'][-1]}, {r['layers']} layers, "
-                     f"{r['buckets']} buckets, iteration {r['iteration_ms']:.1f} ms (unprofiled steps from step {WARMUP_STEPS} on: {base})")
+                     f"{grads}iteration {r['iteration_ms']:.1f} ms (unprofiled steps from step {WARMUP_STEPS} on: {base})")
     lines += [f"  warning: {w}" for w in result["warnings"]]
     return "\n".join(lines)
