@@ -30,7 +30,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"
-SHARED = REPO.parent / "shared" / "data" if (REPO.parent / "shared").is_dir() else Path("/work/shared/data")
 
 
 @dataclass(frozen=True)
@@ -57,7 +56,7 @@ KINDS = [
          "worker0_step_12.1694128201545.pt.trace.json.gz", "worker8_step_12.1694128201545.pt.trace.json.gz",
          only=("clean", "missing", "dup", "swap", "swapids", "nosteps", "onestep", "collsize", "skew", "neg"),
          named_by_content=True),
-    Kind("kineto-file", SHARED / "kineto-public/nccl_parser_config/nccl_data.json.gz", "nccl_data.json.gz"),
+    Kind("kineto-file", DATA / "kineto-public/nccl_parser_config/nccl_data.json.gz", "nccl_data.json.gz"),
     Kind("fsdp", DATA / "fsdp/reshard", "rank1.json", "rank0.json", "rank2.json"),
     Kind("hsdp", DATA / "fsdp/hsdp", "rank1.json", "rank0.json", "rank4.json"),
     Kind("fsdp1", DATA / "fsdp/fsdp1", "rank1.json", "rank0.json", "rank2.json"),
