@@ -458,3 +458,13 @@ def test_a_folder_where_nothing_was_profiled_says_why(capsys):
     assert main(["analyze", os.path.join(os.path.dirname(__file__), "data", "horovod", "by-hand")]) != 0
     err = capsys.readouterr().err.strip()
     assert "nothing was profiled here" in err and "\n" not in err
+
+
+def test_a_note_of_own_horovod_calls_reads_typed_and_a_damaged_one_is_one_line(tmp_path):
+    note = os.path.join(os.path.dirname(__file__), "data", "horovod", "by-hand", "horovod-own-collectives.rank0.json")
+    assert H.own_calls(note) == {"grouped_allreduce_async_": 20, "sparse_allreduce_async": 40}
+    bad = tmp_path / "horovod-own-collectives.rank0.json"
+    bad.write_text('{"grouped_allreduce_async_": "20"')
+    with pytest.raises(DagprofError, match="not a note of Horovod calls") as err:
+        H.own_calls(str(bad))
+    assert str(bad) in str(err.value) and "\n" not in str(err.value)

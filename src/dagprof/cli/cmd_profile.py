@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
 import shutil
 import subprocess
@@ -14,7 +13,7 @@ import subprocess
 from ..errors import DagprofError
 from ..fsutil import check_output_folder
 from ..passes.profiler_cost import WARMUP_STEPS
-from ..traces.horovod import OWN_CALLS
+from ..traces.horovod import OWN_CALLS, own_calls
 from ..traces.steps import DEFAULT_STEPS, iteration_us
 from .common import steps_arg
 
@@ -53,8 +52,7 @@ def run(args: argparse.Namespace) -> dict:
         raise DagprofError(f"the command exited with status {code} before any rank wrote a profile; its own output above says why", out)
     own = sorted(glob.glob(os.path.join(out, OWN_CALLS.format(rank="*"))))
     if not os.path.exists(os.path.join(out, MANIFEST)) and own:
-        with open(own[0]) as f:
-            calls = json.load(f)
+        calls = own_calls(own[0])
         named = ", ".join(f"hvd.{n} {c} times" for n, c in sorted(calls.items(), key=lambda nc: -nc[1]))
         raise DagprofError(f"nothing was profiled: the script exchanges its gradients by its own Horovod calls ({named}, on "
                            f"{os.path.basename(own[0]).split('.')[1]}), and dagprof models Horovod's hvd.DistributedOptimizer only", out)

@@ -48,6 +48,7 @@ from .meta import Collectives, HorovodRecord, RankMeta, RunWarning, warnings_of
 TIMELINE = "horovod_timeline.json"
 OWN_CALLS = "horovod-own-collectives.rank{rank}.json"  # a rank's note: the script exchanged gradients without DistributedOptimizer
 RANK_FORMAT = "dagprof-horovod-rank"
+_OWN_CALLS = msgspec.json.Decoder(dict[str, Annotated[int, msgspec.Meta(ge=0)]])  # hvd call name -> times called
 VERSION = 1
 GROUP = "horovod"
 LANE = "horovod background thread"
@@ -84,6 +85,15 @@ class _Planned:
     nbytes: int
     requests: dict[int, list[_Request]]  # rank -> requests (one per tensor)
     first_in_cycle: bool
+
+
+def own_calls(path: str) -> dict[str, int]:
+    """The note a rank leaves when its script exchanged gradients by its own ``hvd.*`` calls: each call and how often."""
+    try:
+        with open(path, "rb") as f:
+            return _OWN_CALLS.decode(f.read())
+    except (OSError, msgspec.DecodeError) as err:
+        raise DagprofError(f"not a note of Horovod calls ({err})", path) from None
 
 
 class HorovodSettings(msgspec.Struct, kw_only=True, frozen=True):
