@@ -510,9 +510,10 @@ class _Reader:
         unsized = sorted({name for i, coll in zip(self.collectives.event, self.collectives.coll)
                           if coll == "allgather" and c["nbytes"][i] == 0 and _SPARSE_BRANCH.search(name := self.tab.names[c["name"][i]])})
         if unsized:
+            why = ("their shape is not static in the traced step (the branch that pads the workers' unequal row counts)"
+                   if self.collective_bytes else "the memory tracer recorded no allocation of theirs (it skips small CPU tensors)")
             self.warnings.append(f"{len(unsized)} all-gathers a step of a sparse gradient (an embedding's rows or indices) have no size: "
-                                 "the memory tracer recorded no allocation of theirs (it skips small CPU tensors), so they are priced "
-                                 "as 0 B and a bandwidth or worker-count what-if leaves their bytes out")
+                                 f"{why}, so they are priced as 0 B and a bandwidth or worker-count what-if leaves their bytes out")
 
     def _gradient_bytes(self, c: dict[str, np.ndarray]) -> None:
         """Put the run folder's dense gradient bytes on the gradient all-reduce of each step.
