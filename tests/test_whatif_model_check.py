@@ -48,14 +48,16 @@ def test_a_slow_instance_is_latency_not_bandwidth():
     fit = fit_link(sizes, dur, 2)
     assert fit.link.beta_us_per_byte == pytest.approx(0.032, rel=0.01)  # the medians', not pulled by the slow one
     total = 2 * fit.link.alpha_us * len(sizes) + fit.link.beta_us_per_byte * sizes.sum()
-    assert total == pytest.approx(dur.sum())  # its excess is kept, as latency every collective pays
+    assert total + fit.stalls.sum() == pytest.approx(dur.sum())  # its excess is kept, on that instance alone
+    assert np.flatnonzero(fit.stalls).tolist() == [len(sizes) - 1]
     # TF's loopback collectives in a quiet run (0 B, 100 KB, 512 KB: on no one line): the median line alone priced the
     # 0 B ones at twice their time (820 us); the fit keeps them near what they took (280-479 us)
     sizes = np.array([99856, 0, 524288, 0, 99856, 0, 524288, 0, 99856, 0, 524288, 0, 99856, 0, 524288, 0], dtype=float)
     dur = np.array([1011, 370, 2252, 479, 1286, 403, 1888, 340, 811, 354, 1447, 328, 968, 394, 1611, 280], dtype=float)
     fit = fit_link(sizes, dur, 2)
     assert 2 * fit.link.alpha_us < dur[sizes == 0].max()
-    assert 2 * fit.link.alpha_us * len(sizes) + fit.link.beta_us_per_byte * sizes.sum() == pytest.approx(dur.sum())
+    stalls = 0.0 if fit.stalls is None else fit.stalls.sum()
+    assert 2 * fit.link.alpha_us * len(sizes) + fit.link.beta_us_per_byte * sizes.sum() + stalls == pytest.approx(dur.sum())
 
 
 def whatif(capsys, *argv) -> tuple[int, dict | str]:

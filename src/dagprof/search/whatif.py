@@ -21,7 +21,7 @@ from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
-from ..passes.comm import graph_world_size, hybrid, link_fit
+from ..passes.comm import LinkFit, graph_world_size, hybrid, link_fit
 from ..passes.compute import own_cores_note
 from ..passes.data_parallel import conversion_note
 from ..passes.fsdp import set_reduce_dtype
@@ -211,7 +211,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     return {"workers": n0, "model_iter_ms": model / 1e3, "model_error_pct": model_error, "profiler_cost": profiler,
             "reference_iter_ms": None if not measured_us else measured_us / 1e3, "link": link_text(base_topo), "link_fit": link,
             "columns": COLUMNS, "scenarios": rows, "overlap_slowdown": cluster.slowdown, "overlap_rate_bytes_per_s": cluster.comm_rate,
-            "notes": _hybrid_notes(g0) + _conversion_notes(g0, scenarios, cluster) + _crowded_notes(g0)
+            "notes": _hybrid_notes(g0) + _stall_notes(fit) + _conversion_notes(g0, scenarios, cluster) + _crowded_notes(g0)
                      + _shared_cores_notes(g0, cluster) + _overlap_notes(cluster) + _own_cores_notes(g0, scenarios, cluster)
                      + _shared_port_notes(g0, scenarios) + _floor_notes(rows) + _refusion_notes(g0, scenarios, cluster, base_topo, model)
             + _link_to_notes(scenarios, cluster) + wire_notes + waiting
@@ -307,6 +307,15 @@ def _crowded_notes(g: Graph) -> list[str]:
             "have fewer cores than their ranks' main and Horovod threads, and Horovod's synchronize() spins a core while it waits: "
             "compute there slows as the waits grow (a slower link, more workers), which is not modelled; the predictions "
             "keep compute as profiled (one such job measured 25 % slower at 200 Mbit/s than predicted from 500)"] if crowded else []
+
+
+def _stall_notes(fit: LinkFit | None) -> list[str]:
+    """Collectives that stalled beyond the link fitted to the others (``passes.comm.keep_stalls``): said, with their time."""
+    if fit is None or fit.stalls is None:
+        return []
+    late = fit.stalls[fit.stalls > 0]
+    return [f"{len(late)} of {fit.collectives} profiled collectives took {late.sum() / 1e3:.1f} ms beyond the link fitted to the others "
+            f"(the most {late.max() / 1e3:.1f} ms): kept in their own steps as measured, not re-priced with the link"]
 
 
 def _hybrid_notes(g: Graph) -> list[str]:

@@ -59,14 +59,16 @@ _TRAIN_MARKER = "train"  # the step marker of Keras fit, tf_profile and jax_prof
 # The branch TF's ``all_reduce_indexed_slices`` all-gathers a sparse gradient's rows and indices in (``cond/then/``, or
 # ``cond/else/`` where the workers' row counts differ); the length all-gathered before it, outside the branch, is 4 bytes.
 _SPARSE_BRANCH = re.compile(r"(?:^|/)cond(?:_\d+)?/(?:then|else)/")
+_BRANCH_CALL = re.compile(r"(/(?:then|else))/_\d+/")  # a lowered ``If`` branch's call node: ``cond_1/then/_18/``
 _VARIABLE_READ = re.compile(r"(?:ReadVariableOp|/Cast(?:_\d+)?)$")
 _XLA_SEQ_PER_STEP = 1_000_000  # XLA collectives: seq = step * this + position within the step
 
 
 def read_xplane(path: str | os.PathLike[str], rank: int | None = None, world_size: int | None = None,
-                grad_bytes: int = 0) -> RankTrace:
+                grad_bytes: int = 0, collective_bytes: dict[str, int] | None = None) -> RankTrace:
     """One worker's ``*.xplane.pb``. ``rank``/``world_size`` come from the run folder (the file has
-    neither); without them the rank is taken from the path (``worker1``, ``rank-1``, ``p1``...)."""
+    neither); without them the rank is taken from the path (``worker1``, ``rank-1``, ``p1``...).
+    ``collective_bytes``: the run folder's bytes of each collective op's own input (``tf_profile.collective_bytes``)."""
     path = os.fspath(path)
     formats.expect(path, "xplane")  # a Kineto/Horovod/MXNet file given here says what it looks like
     buf = read_input(path)  # gunzips *.xplane.pb.gz
@@ -77,7 +79,7 @@ def read_xplane(path: str | os.PathLike[str], rank: int | None = None, world_siz
     if host is None:
         names = ", ".join(p.name for p in space.planes[:5]) or "none"
         raise DagprofError(f"no {HOST_PLANE} plane in this XPlane file (planes: {names})", path)
-    return _Reader(space, host, path, rank, world_size, grad_bytes).build()
+    return _Reader(space, host, path, rank, world_size, grad_bytes, collective_bytes or {}).build()
 
 
 def rank_from_path(path: str) -> int | None:
@@ -90,9 +92,10 @@ def rank_from_path(path: str) -> int | None:
 
 
 class _Reader:
-    def __init__(self, space: XSpace, plane: XPlane, path: str, rank: int | None, world: int | None, grad_bytes: int):
+    def __init__(self, space: XSpace, plane: XPlane, path: str, rank: int | None, world: int | None, grad_bytes: int,
+                 collective_bytes: dict[str, int]):
         self.space, self.plane, self.path = space, plane, path
-        self.rank_arg, self.world_arg, self.grad_bytes = rank, world, grad_bytes
+        self.rank_arg, self.world_arg, self.grad_bytes, self.collective_bytes = rank, world, grad_bytes, collective_bytes
         self.warnings: list[str] = []
         self.groups: list[str] = []
         self.group_index: dict[str, int] = {}
@@ -402,8 +405,10 @@ class _Reader:
     def _rank_trace(self) -> RankTrace:
         c = self.tab.columns()
         if not self._program_bytes(c):
+            self._own_bytes(c)
             self._output_bytes(c)
-            self._gradient_bytes(c)
+            if not self.collective_bytes:
+                self._gradient_bytes(c)
         self._xla_seq(c)
         layers = self._layers(c)
         rank = self.rank_arg if self.rank_arg is not None else rank_from_path(self.path)
@@ -457,6 +462,16 @@ class _Reader:
             self.operands_per_step = float(np.median(list(per_step.values())))
         return found
 
+    def _own_bytes(self, c: dict[str, np.ndarray]) -> None:
+        """Each TF collective's bytes from its own input tensor, as the collector read it from the traced graph
+        (``collective_bytes``): an all-gather carries its group's inputs (its result, as the memory tracer sizes it).
+        Lowered ``If`` branches are looked up without the call's number (``cond_1/then/_18/`` -> ``cond_1/then/``)."""
+        for i, coll in zip(self.collectives.event, self.collectives.coll):
+            own = self.collective_bytes.get(_BRANCH_CALL.sub(r"\1/", self.tab.names[c["name"][i]]))
+            if own is not None:
+                group = self.groups[c["group"][i]] if c["group"][i] >= 0 else ""
+                c["nbytes"][i] = own * (self.group_sizes.get(group, self.world_arg or 1) if coll == "allgather" else 1)
+
     def _output_bytes(self, c: dict[str, np.ndarray]) -> None:
         """TF collectives whose result the memory tracer saw allocated (an all-gather's, e.g. a sparse
         embedding gradient's rows) take its size: the op's own tensor. An IndexedSlices gradient's gather of
@@ -485,7 +500,7 @@ class _Reader:
         indices = 0
         for i, coll in zip(self.collectives.event, self.collectives.coll):
             name = self.tab.names[c["name"][i]]
-            c["nbytes"][i] = sized.get(name, c["nbytes"][i])
+            c["nbytes"][i] = c["nbytes"][i] or sized.get(name, 0)
             if c["nbytes"][i] == 0 and coll == "allgather" and name.endswith("_1") and name[:-2] in rows_of:
                 c["nbytes"][i] = 4 * rows_of[name[:-2]]
                 indices += 1
@@ -495,9 +510,10 @@ class _Reader:
         unsized = sorted({name for i, coll in zip(self.collectives.event, self.collectives.coll)
                           if coll == "allgather" and c["nbytes"][i] == 0 and _SPARSE_BRANCH.search(name := self.tab.names[c["name"][i]])})
         if unsized:
+            why = ("their shape is not static in the traced step (the branch that pads the workers' unequal row counts)"
+                   if self.collective_bytes else "the memory tracer recorded no allocation of theirs (it skips small CPU tensors)")
             self.warnings.append(f"{len(unsized)} all-gathers a step of a sparse gradient (an embedding's rows or indices) have no size: "
-                                 "the memory tracer recorded no allocation of theirs (it skips small CPU tensors), so they are priced "
-                                 "as 0 B and a bandwidth or worker-count what-if leaves their bytes out")
+                                 f"{why}, so they are priced as 0 B and a bandwidth or worker-count what-if leaves their bytes out")
 
     def _gradient_bytes(self, c: dict[str, np.ndarray]) -> None:
         """Put the run folder's dense gradient bytes on the gradient all-reduce of each step.

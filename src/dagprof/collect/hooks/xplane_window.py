@@ -141,6 +141,7 @@ class StepWindow:
         self.ended = False  # the window's end was handled (barrier, stop, agreement, files)
         self.lost = False  # this rank's profile of the current window is lost (its start or stop failed)
         self.grad_bytes = 0
+        self.collective_bytes: dict[str, int] = {}  # collective op -> bytes of its own input (``tf_profile.collective_bytes``)
         self.warnings: list[str] = []
         self.step_times_ns: dict[int, tuple[int, int]] = {}  # profiled steps
         # steps run without the profiler (before, between and after windows): measure the profiler's own cost
@@ -298,6 +299,8 @@ class StepWindow:
             "grad_bytes": int(self.grad_bytes), "warnings": said,
             "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0,
         }
+        if self.collective_bytes:
+            info["collective_bytes"] = dict(self.collective_bytes)
         hz = kernel_hz()
         if hz:
             info["kernel_hz"] = hz
