@@ -17,7 +17,7 @@ from dagprof.graph.collectives import ps_devices, worker_ports
 from dagprof.passes import scale_workers, set_link, set_scheme
 from dagprof.passes.comm import current_topology, exchange_us
 from dagprof.passes.compute import own_cores_note
-from dagprof.passes.profiler_cost import measure_profiler_cost
+from dagprof.passes.profiler_cost import job_steps, measure_profiler_cost
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
 from dagprof.search.scenario import Scenario
@@ -335,6 +335,7 @@ def test_rerecord_fixture_from_scratch(tmp_path):
     assert abs(p.analysis.predicted_us - measured) / measured < 0.05
 
 
+TESTBED_ATTN = FIXTURE / "testbed_attn" / "s1_500M"  # mx_attn_accum.py on the namespace testbed, pulls answered late in 2 of 4 steps
 KV_GRU = FIXTURE / "user_kv_gru"  # a hand-written kv.push/kv.pull loop (no Trainer), a GRU, a custom optimizer on 2 servers
 ATTN = FIXTURE / "user_attn_accum"  # hybridized attention, Trainer(update_on_kvstore=False), grad_req='add' over 2 micro-batches
 
@@ -418,3 +419,25 @@ def test_a_servers_ignored_exception_is_found_in_its_log():
 
     assert _ignored_exception(str(FIXTURE / "logs" / "server-unpickle-failed.log")) == "ModuleNotFoundError: No module named 'mx_kv_opt'"
     assert _ignored_exception(str(FIXTURE / "README.md")) == ""
+
+
+def test_a_pull_answered_late_counts_once_in_the_job_s_step_and_the_profiler_s_cost():
+    """dist_sync workers meet only at the server: on the testbed the server answered one worker's pulls 8-10 ms after
+    its peer's (worker 0 in step 5, worker 1 in step 7), and the peer waited for the late worker's next push. The slowest
+    worker per step counts each stall twice (a profiler cost of 25 %, the profiled steps 24.5 ms against 18.4), and worker
+    1's window holds its step-7 stall whole (21.6 ms a step, the replay 20.4): the what-if refused the profile (-4.9 %).
+    The workers' mean (``GraphMeta.job_of``) counts each once: a cost of 12 %, and a model within 2 % of the profile and
+    of the job's own unprofiled steps."""
+    g = open_run(str(TESTBED_ATTN)).graph
+    spans = {(s, w): x / 1e3 for s, w, x in g.meta.ps.exchange_us}
+    assert spans[(5, 0)] > 7 + spans[(5, 1)] and spans[(7, 1)] > 7 + spans[(7, 0)]  # the late pulls: exchanges of 11-13 ms, not 3-4
+    loop = g.meta.loop_steps
+    slowest = [float(np.median(job_steps(loop.profiled, set(g.meta.steps)))), float(np.median(job_steps(loop.unprofiled, None, 2)))]
+    assert 1 - slowest[1] / slowest[0] == pytest.approx(0.25, abs=0.01)
+    cost = measure_profiler_cost(g)
+    assert cost.usable and cost.share == pytest.approx(0.122, abs=0.005)
+    assert max(g.meta.measured_iter_us.values()) / 1e3 == pytest.approx(21.58, abs=0.01)
+    assert open_run(str(TESTBED_ATTN)).analysis.measured_us / 1e3 == pytest.approx(20.34, abs=0.01)  # the workers' mean
+    out = evaluate(g, [Scenario()])  # refused beyond 2 %
+    assert abs(out["model_error_pct"]) < 2.0
+    assert out["model_iter_ms"] * 1e3 == pytest.approx(cost.unprofiled_us, rel=0.02)
