@@ -20,7 +20,7 @@ from dagprof.passes.compute import own_cores_note
 from dagprof.passes.profiler_cost import job_steps, measure_profiler_cost
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
-from dagprof.search.scenario import Scenario
+from dagprof.search.scenario import Cluster, Scenario
 from dagprof.search.whatif import evaluate
 from dagprof.traces.events import Kind
 from dagprof.traces.load import load
@@ -157,7 +157,24 @@ def test_more_workers_than_cores_say_each_keeps_its_own():
     assert f"17 ms of CPU per {step:.0f} ms step" in note and "--cores 2" in note and "\n" not in note
     assert own_cores_note(g.replace(meta=said.replace(host_cpus={"vm": (2, 8)})), 4) is None  # 4 workers keep cores of their own
     out = evaluate(g.replace(meta=said), [Scenario(workers=4)])
-    assert note in out["notes"]
+    assert own_cores_note(g.replace(meta=said), 4, 1e3 * out["scenarios"][0]["predicted_iter_ms"]) in out["notes"]
+
+
+def test_more_workers_whose_cpu_outgrows_the_cores_are_said_to_oversubscribe_them():
+    """mx_attn_accum.py on the testbed: 2 workers on 2 cores, each process 16 ms of CPU a step. 4 of them, predicted at
+    21.6 ms a step with cores of their own, would need 145 % of the cores: the answer says the cores bound the step there
+    (the testbed's 4 workers at 200 Mbit/s, predicted 34 ms so, ran 55 ms, and 56 ms with --cores 2)."""
+    g = open_run(str(TESTBED_ATTN)).graph
+    assert g.meta.host_cpus == {"vm": (2, 2)}
+    out = evaluate(g, [Scenario(workers=4)])
+    step = 1e3 * out["scenarios"][0]["predicted_iter_ms"]
+    note = next(n for n in out["notes"] if "keeps its own cores" in n)
+    cpu = float(np.median([c for _, _, c in g.meta.ps.cpu_us]))
+    assert 4 * cpu > 2 * step and "the cores are oversubscribed and bound the step" in note
+    assert f"at least {4 * cpu / 2 / 1e3:.0f} ms" in note and "\n" not in note
+    roomy = own_cores_note(g, 4, 4 * cpu)  # a step twice what their CPU needs of the 2 cores
+    assert "they would need 50% of the cores" in roomy and "oversubscribed" not in roomy
+    assert evaluate(g, [Scenario(workers=4)], Cluster(cores=2))["scenarios"][0]["predicted_iter_ms"] > 4 * cpu / 2 / 1e3
 
 
 @pytest.mark.parametrize("cmd", [["replay"], ["analyze"], ["report"], ["whatif", "--scheme", "ps:1"], ["whatif", "--bandwidth", "100Mbit"],
