@@ -27,8 +27,8 @@ class Analysis:
 
     @property
     def predicted_us(self) -> float:
-        """The job's iteration time: the slowest rank's."""
-        return max(self.predicted_iter_us.values())
+        """The job's iteration time: the slowest rank's (``job_iteration_us``)."""
+        return self.graph.meta.job_of(list(self.predicted_iter_us.values()))
 
     @property
     def measured_us(self) -> float | None:

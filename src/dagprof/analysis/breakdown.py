@@ -54,8 +54,9 @@ def iteration_times(g: Graph, res: ReplayResult) -> dict[int, float]:
 
 
 def job_iteration_us(g: Graph, res: ReplayResult | None = None) -> float:
-    """The job's iteration time: its slowest rank's (``g`` is replayed when no result is given)."""
-    return max(iteration_times(g, res if res is not None else replay(g)).values())
+    """The job's iteration time: its slowest rank's, a parameter server's workers' mean (``GraphMeta.job_of``; ``g`` is
+    replayed when no result is given)."""
+    return g.meta.job_of(list(iteration_times(g, res if res is not None else replay(g)).values()))
 
 
 def breakdown(g: Graph, res: ReplayResult) -> list[RankBreakdown]:

@@ -102,8 +102,8 @@ def run_level(g: Graph, cost: ProfilerCost, corrected: bool, model_us: float | N
     drift = unprofiled = 0.0
     loop = g.meta.loop_steps
     if loop is not None and g.meta.steps:
-        before, after = window_sides(loop, g.meta.steps)
-        profiled = job_steps(loop.profiled, set(g.meta.steps))
+        before, after = window_sides(loop, g.meta.steps, g.meta.job_of)
+        profiled = job_steps(loop.profiled, set(g.meta.steps), join=g.meta.job_of)
         if len(before) >= 2 and len(after) >= 2 and profiled:  # the change beyond what the two medians' noise explains
             change = statistics.median(after) - statistics.median(before)
             noise = math.hypot(median_stderr(before), median_stderr(after))
@@ -194,18 +194,19 @@ def _ms(us: float) -> str:
 
 
 def step_times(g: Graph, res: ReplayResult) -> np.ndarray:
-    """Replayed time of each step (us): per rank, one step mark to the next; per step, the slowest rank."""
-    return _slowest_steps(g, res.start)
+    """Replayed time of each step (us): per rank, one step mark to the next; per step, the job's (``GraphMeta.job_of``:
+    the slowest rank's)."""
+    return _job_steps(g, res.start)
 
 
 def measured_step_times(g: Graph) -> np.ndarray:
     """Measured time of each step (us), read as ``step_times`` reads a replay: from the step marks' measured starts
     (``graph.provenance``); empty where the graph holds none."""
     p = provenance(g)
-    return np.empty(0) if p is None else _slowest_steps(g, p.mstart)
+    return np.empty(0) if p is None else _job_steps(g, p.mstart)
 
 
-def _slowest_steps(g: Graph, start: np.ndarray) -> np.ndarray:
+def _job_steps(g: Graph, start: np.ndarray) -> np.ndarray:
     per_rank = []
     for r in g.ranks():
         marks = np.flatnonzero((g.kind == Kind.STEP) & (g.rank == r))
@@ -214,11 +215,11 @@ def _slowest_steps(g: Graph, start: np.ndarray) -> np.ndarray:
     if not per_rank or not all(np.isfinite(p).all() for p in per_rank):
         return np.empty(0)
     n = min(len(p) for p in per_rank)
-    return np.max([p[:n] for p in per_rank], axis=0)
+    return np.array([g.meta.job_of(step.tolist()) for step in np.array([p[:n] for p in per_rank]).T])
 
 
 def typical_iteration_us(g: Graph, res: ReplayResult) -> float:
-    """The median over steps of the slowest rank's step (``step_times``): what ``--verify`` and the benches measure
+    """The median over steps of the job's step (``step_times``: the slowest rank's): what ``--verify`` and the benches measure
     on the job (``collect.hooks.steptimes.iteration_ms``), so a step that a neighbour's load stalled counts as one
     step, as there, not spread over all of them as a mean is; ``job_iteration_us`` where fewer than 3 steps were replayed."""
     d = step_times(g, res)
@@ -228,22 +229,23 @@ def typical_iteration_us(g: Graph, res: ReplayResult) -> float:
 class StepStatistic(str, Enum):
     """How a price sums up a run's steps, and so what measurement it is held against."""
 
-    MEDIAN = "median"  # the median step of the slowest rank (``typical_iteration_us``)
+    MEDIAN = "median"  # the median step of the job (the slowest rank's; ``typical_iteration_us``)
     MEAN = "mean"  # the mean step (``job_iteration_us``)
 
 
 def measured_step_us(g: Graph, statistic: StepStatistic) -> tuple[float | None, StepStatistic]:
     """The profiled run's typical measured step (us; None: not measured), summed up as ``statistic`` says, and the
     statistic it is: what a model priced by that statistic must be held against. ``MEAN``: the slowest rank's mean
-    step (``graph.meta.measured_iter_us``; ``job_iteration_us`` of the measurement, ``Analysis.measured_us``).
+    step (a parameter server's workers' mean, ``GraphMeta.job_of``, of ``graph.meta.measured_iter_us``;
+    ``job_iteration_us`` of the measurement, ``Analysis.measured_us``).
     ``MEDIAN``: ``typical_iteration_us`` of the measurement (``measured_step_times``) where 3 or more steps were
     measured, else the mean (and ``MEAN`` says so)."""
     if statistic is StepStatistic.MEDIAN:
         d = measured_step_times(g)
         if len(d) >= 3:
             return float(np.median(d)), StepStatistic.MEDIAN
-    mean = max(g.meta.measured_iter_us.values(), default=None)
-    return (None if mean is None else float(mean)), StepStatistic.MEAN
+    per_rank = list(g.meta.measured_iter_us.values())
+    return (float(g.meta.job_of(per_rank)) if per_rank else None), StepStatistic.MEAN
 
 
 def link_residuals(profiled: Graph, modelled: Graph) -> np.ndarray:

@@ -134,6 +134,15 @@ class GraphMeta:
     ps: PsRecord | None = None  # MXNet parameter server: keys, placement, measured exchanges (graph.build_ps)
     sgd: SgdRecord | None = None  # the S-SGD DAG model's policy, workers, iterations (sgd.dag)
 
+    def job_of(self, per_rank: list[float]) -> float:
+        """The job's step (or iteration) from its ranks' own: the slowest rank's where every step joins all ranks (a
+        collective each step). A parameter server's workers meet only at the servers: a pull answered late lengthens its
+        own worker's step, and its peer's next one (waiting for the late push), so the slowest worker per step counts
+        that stall twice, and a window's slowest worker holds it whole where it fell in the window's last step; the
+        workers' mean counts it once (``mx_attn_accum.py`` on the testbed, ``tests/data/mxnet/testbed_attn``: pulls 8-10 ms
+        late in 2 of 4 steps; the slowest worker per step read a profiler cost of 25 %, the mean 12 %)."""
+        return max(per_rank) if self.ps is None else sum(per_rank) / len(per_rank)
+
     def crowded_hosts(self, threads_per_rank: int) -> list[str]:
         """Hosts where ``threads_per_rank`` runnable threads per rank outnumber the cores a rank could run on (``host_cpus``)."""
         return sorted(h for h, (ranks, cores) in self.host_cpus.items() if threads_per_rank * ranks > cores)

@@ -88,10 +88,13 @@ def _lags_off_cores(g: Graph, shared: np.ndarray) -> Graph:
     return b.build()
 
 
-def own_cores_note(g: Graph, workers: int) -> str | None:
+def own_cores_note(g: Graph, workers: int, step_us: float | None = None) -> str | None:
     """A parameter-server ``--workers`` answer keeps each worker's compute as profiled: it assumes every worker keeps its
     own cores. Said in one line with what the profile measured of the cores, so a user can judge whether more workers on
-    the profiled host would crowd them (``share_cores`` queues them FIFO when asked with ``--cores``)."""
+    the profiled host would crowd them (``share_cores`` queues them FIFO when asked with ``--cores``). Against the
+    answer's own step (``step_us``, the shortest predicted for ``workers``) it says how much of the cores their CPU per
+    step would need, and where more than all, that the cores are oversubscribed and the step they bound: ``mx_attn_accum.py``'s
+    4 workers on the testbed's 2 cores, predicted 34 ms a step with cores of their own, ran 55 ms (``--cores 2``: 56 ms)."""
     ps, n0 = g.meta.ps, int(g.world_size)
     if ps is None or workers <= n0:
         return None
@@ -106,6 +109,11 @@ def own_cores_note(g: Graph, workers: int) -> str | None:
     cpu = float(np.median([c for _, _, c in ps.cpu_us])) if ps.cpu_us else 0.0
     used = (f"a worker's process used {cpu / 1e3:.0f} ms of CPU per {step / 1e3:.0f} ms step when profiled ({workers} of them: "
             f"{workers * cpu / step / cores:.0%} of the {cores} cores at that step)" if cpu else "the run did not record its workers' CPU time")
+    over = ""
+    if cpu and step_us:
+        over = f"; at the {step_us / 1e3:.1f} ms step predicted for {workers} workers they would need {workers * cpu / step_us / cores:.0%} of the cores"
+        if workers * cpu > cores * step_us:
+            over += f": on {host} the cores are oversubscribed and bound the step (at least {workers * cpu / cores / 1e3:.0f} ms)"
     return (f"{head}: {ranks} workers were profiled on {host}'s {cores} cores, where {workers} would share them; {used}, the servers' "
-            f"engines {busy / 1e3:.1f} ms per step; --cores {cores} queues their compute on the cores instead (FIFO, the copies "
+            f"engines {busy / 1e3:.1f} ms per step{over}; --cores {cores} queues their compute on the cores instead (FIFO, the copies "
             "computing in lockstep)")

@@ -5,7 +5,7 @@ steps: 0-11 % on the namespace testbed. Every prediction started from those op t
 dagprof's collectors (PyTorch hooks, and the TF/JAX step window) time every step of the training loop,
 profiled or not, so the cost is
 measured per run: the profiled steps against the unprofiled ones (from step ``WARMUP_STEPS`` on)
-of the same job, each step timed as the slowest rank's, compared by their medians: the recording costs
+of the same job, each step timed as the job's (``job_steps``), compared by their medians: the recording costs
 every profiled step, while another job's load stalls a few steps of either kind at random (on the
 loaded testbed single steps took twice the others), so the median step shows the cost, the mean
 mostly the stalls. The recording lands on the host: it
@@ -39,7 +39,7 @@ _CORRECTED = COMPUTE_KINDS + (Kind.DATA,)  # host work the recording slows; comm
 
 @dataclass(frozen=True)
 class ProfilerCost:
-    """The profiler's cost on one run: median step (slowest rank) profiled against unprofiled, in us."""
+    """The profiler's cost on one run: median step (the job's, ``job_steps``) profiled against unprofiled, in us."""
 
     profiled_us: float | None
     unprofiled_us: float | None
@@ -77,8 +77,8 @@ def measure_profiler_cost(g: Graph) -> ProfilerCost:
     if loop is None:
         return ProfilerCost(None, None, 0, 0, None, "not measured (no unprofiled steps: dagprof's collectors time them in PyTorch, "
                             "Horovod, TensorFlow, JAX and MXNet runs; stock traces and TF/JAX runs recorded by an older dagprof do not)")
-    prof = job_steps(loop.profiled, set(g.meta.steps))
-    base = job_steps(loop.unprofiled, None, WARMUP_STEPS)
+    prof = job_steps(loop.profiled, set(g.meta.steps), join=g.meta.job_of)
+    base = job_steps(loop.unprofiled, None, WARMUP_STEPS, g.meta.job_of)
     if len(prof) < 2 or len(base) < MIN_STEPS:
         return ProfilerCost(_median(prof), _median(base), len(prof), len(base), None,
                             f"not measured ({len(prof)} profiled and {len(base)} unprofiled steps from step {WARMUP_STEPS} on; "
@@ -87,7 +87,7 @@ def measure_profiler_cost(g: Graph) -> ProfilerCost:
     se = pooled_median_stderr(prof, base)
     seen = f"profiled {p / 1e3:.1f} ms/step vs {u / 1e3:.1f} ms unprofiled, {100 * (u - p) / p:+.1f} % +- {100 * se / p:.1f} %"
     verdict = None
-    before, after = window_sides(loop, g.meta.steps)
+    before, after = window_sides(loop, g.meta.steps, g.meta.job_of)
     if u - p > NOISE_SIGMAS * se:
         verdict = f"the profiled steps ran faster than the others ({seen}): the machine's load changed, not a cost to remove"
     elif p - u < NOISE_SIGMAS * se:
@@ -103,21 +103,23 @@ def measure_profiler_cost(g: Graph) -> ProfilerCost:
     return ProfilerCost(p, u, len(prof), len(base), se, verdict)
 
 
-def window_sides(loop: LoopSteps, steps: list[int]) -> tuple[list[float], list[float]]:
+def window_sides(loop: LoopSteps, steps: list[int], join: Callable[[list[float]], float] = max) -> tuple[list[float], list[float]]:
     """The job's unprofiled steps before the profiled ``steps`` (from step ``WARMUP_STEPS`` on) and after them (``job_steps``)."""
     if not steps:
         return [], []
     first, last = min(steps), max(steps)
     ids = set().union(*loop.unprofiled.values())
-    return (job_steps(loop.unprofiled, {s for s in ids if s < first}, WARMUP_STEPS),
-            job_steps(loop.unprofiled, {s for s in ids if s > last}))
+    return (job_steps(loop.unprofiled, {s for s in ids if s < first}, WARMUP_STEPS, join),
+            job_steps(loop.unprofiled, {s for s in ids if s > last}, join=join))
 
 
-def job_steps(per_rank: dict[int, dict[int, float]], only: set[int] | None, first: int = 0) -> list[float]:
-    """Each step that every rank timed, as its slowest rank's duration."""
+def job_steps(per_rank: dict[int, dict[int, float]], only: set[int] | None, first: int = 0,
+              join: Callable[[list[float]], float] = max) -> list[float]:
+    """Each step that every rank timed, as the job's: its ranks' durations joined by ``join`` (``GraphMeta.job_of``:
+    the slowest rank's, a parameter server's workers' mean)."""
     common = set.intersection(*(set(d) for d in per_rank.values())) if per_rank else set()
     keep = sorted(s for s in common if s >= first and (only is None or s in only))
-    return [max(d[s] for d in per_rank.values()) for s in keep]
+    return [join([d[s] for d in per_rank.values()]) for s in keep]
 
 
 def _median(xs: list[float]) -> float | None:

@@ -212,7 +212,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
             "reference_iter_ms": None if not measured_us else measured_us / 1e3, "link": link_text(base_topo), "link_fit": link,
             "columns": COLUMNS, "scenarios": rows, "overlap_slowdown": cluster.slowdown, "overlap_rate_bytes_per_s": cluster.comm_rate,
             "notes": _hybrid_notes(g0) + _stall_notes(fit) + _conversion_notes(g0, scenarios, cluster) + _crowded_notes(g0)
-                     + _shared_cores_notes(g0, cluster) + _overlap_notes(cluster) + _own_cores_notes(g0, scenarios, cluster)
+                     + _shared_cores_notes(g0, cluster) + _overlap_notes(cluster) + _own_cores_notes(g0, predicted, cluster)
                      + _shared_port_notes(g0, scenarios) + _floor_notes(rows) + _refusion_notes(g0, scenarios, cluster, base_topo, model)
             + _link_to_notes(scenarios, cluster) + wire_notes + waiting
             + ([note] if relinked and (note := stall_note(g0)) else []),
@@ -278,9 +278,12 @@ def _shared_cores_notes(g: Graph, c: Cluster) -> list[str]:
             "off the measured job in two rounds without it, -4 and -26 % with it)"]
 
 
-def _own_cores_notes(g: Graph, scenarios: list[Scenario], c: Cluster) -> list[str]:
-    """More parameter-server workers than the profiled host's cores, without --cores: the assumption said, with its numbers."""
-    note = None if c.cores or not is_ps_graph(g) else own_cores_note(g, max(s.workers or 0 for s in scenarios))
+def _own_cores_notes(g: Graph, predicted: list[tuple[Scenario, float]], c: Cluster) -> list[str]:
+    """More parameter-server workers than the profiled host's cores, without --cores: the assumption said, with its numbers
+    against the shortest step predicted for the most workers."""
+    most = max((s.workers or 0 for s, _ in predicted), default=0)
+    step = min((it for s, it in predicted if (s.workers or 0) == most), default=None)
+    note = None if c.cores or not is_ps_graph(g) else own_cores_note(g, most, step)
     return [note] if note else []
 
 
