@@ -263,15 +263,15 @@ def payload_share(out: str, workers: int) -> tuple[float, str]:
     times what the tbf charged per byte the loopback counted over the job (the tbf counts each TCP segment's headers, the
     counter one set per offloaded send). jax_mixer's 36 gradients a step, many of a few hundred bytes, put 1.23 B on the wire
     per payload byte (655-658 kB a step, alike at 1 Gbit/s and 45 Mbit/s), not 1.05: the wire's part of each collective was
-    priced 15 % short, and what a slower link adds with it. ``PAYLOAD_SHARE`` where the profile has no count (Horovod).
-    Returns (share, how it was found)."""
+    priced 15 % short, and what a slower link adds with it. ``PAYLOAD_SHARE`` where the profile has no count (Horovod
+    recordings before the collector counted its window). Returns (share, how it was found)."""
     from dagprof.errors import DagprofError
-    from dagprof.traces.xplane_run import read_xplane_run
+    from dagprof.traces.load import load
 
     try:
         with open(os.path.join(out, WIRE_FILE)) as f:
             job = json.load(f)
-        window = max(c for t in read_xplane_run(out).ranks if (c := t.meta.window_tx_bytes_per_step) is not None)
+        window = max(c for t in load(out).ranks if (c := t.meta.window_tx_bytes_per_step) is not None)
     except (OSError, ValueError, KeyError, DagprofError):
         return PAYLOAD_SHARE, "full frames (no count of the window's bytes)"
     payload = 2 * (workers - 1) * bytes_per_step(out)
