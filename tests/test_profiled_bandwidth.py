@@ -104,7 +104,9 @@ def test_a_faster_wire_than_profiled_saves_a_horovod_collective_the_wire_time_al
     pair = DATA / "horovod" / "testbed-sparse-gru"
     got, other = predict_rate(str(pair / "200M"), 200e6, 500e6), measured(str(pair / "500M"))
     assert got["fit_of_wire_pct"] / PAYLOAD_SHARE == pytest.approx(100, abs=3)  # of the payload the wire carries
-    assert got["predicted_comm_ms"] < other["comm_ms"] < got["comm_ms"]
+    assert got["predicted_comm_ms"] < other["comm_ms"] < got["comm_ms"] == got["most_comm_ms"]
+    down = predict_rate(str(pair / "500M"), 500e6, 200e6)  # the other way: the excess over the 500 Mbit/s wire kept after the slower one
+    assert down["predicted_comm_ms"] < down["most_comm_ms"] < down["predicted_comm_ms"] + down["comm_ms"]
     assert got["predicted_comm_ms"] < 0.5 * got["comm_ms"]  # the wire's time: 2.5 times shorter at 500 Mbit/s
     n, share = 2, PAYLOAD_SHARE
     notes = rows(pair / "200M", Cluster(profiled_bandwidth=wire_rate(200e6, n, share)), wire_rate(500e6, n, share))["notes"]
