@@ -61,7 +61,7 @@ def _horovod_wire_note(g: Graph, wire: float, written: str, asked: list[str | No
     bounds them (a faster wire does not slow the cores). Slower rows take it as hidden by the longer transfer, the least
     they can take; kept after the wire it is the most. Of what 22 kept 500 Mbit/s profiles measured beyond the wire
     (each collective's time less the wire's), the same rounds' jobs at 200 Mbit/s kept 8-64 % (hvd_transformer, load
-    2-3), 32-74 % (hvd_sparse_gru, load 2-3) and 35-59 % (hvd_autoencoder, load 7-22): waits on busy cores more than
+    1.5-3.5), 32-74 % (hvd_sparse_gru, load 1.5-3.5) and 35-59 % (hvd_autoencoder, load 7-22): waits on busy cores more than
     copies (its fp16 sums take about 2 ms of a core a step), and how much of them a slower wire hides is not in the
     profile. The note says the amount per step."""
     if g.meta.horovod is None:
