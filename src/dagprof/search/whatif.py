@@ -302,11 +302,13 @@ def _floor_notes(rows: list[dict]) -> list[str]:
 
 def _crowded_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
     """Horovod ranks sharing too few cores: what their spinning waits take from compute is kept as measured, and rows with
-    more workers price the collectives' time beyond the wire per byte, as profiled (``passes.comm.split_at_wire``). On the
-    2-core testbed (2026-12-03, load 7-16, 500 Mbit/s, ``bench/bench_workers_testbed.py``) 2 -> 4 workers came out
-    hvd_text -15 / -19 % (+4 / +5 % with --cores 2), its collectives 6-11 % short; hvd_autoencoder -51 / -36 / -30 %
-    (-42 / -22 / -18 % with --cores 2), its fp16 collectives 2.2-2.4 times the wire with 2 workers and 1.8-3.6 times it
-    with 4, where predicted at 1.1-1.5: their waits on the cores grew with the ranks, which no part of the profile measures."""
+    more workers keep the per-byte price of the collectives beyond the wire and the compute as profiled (``--cores`` queues
+    it). On the 2-core testbed (2026-12-03, 500 Mbit/s, ``bench/bench_workers_testbed.py``) 2 -> 4 workers came out
+    hvd_text -15 / -19 % (+4 / +5 % with --cores 2; load 14-15), hvd_transformer -42 / -37 % (-31 / -24 %; load 3.5-4.9:
+    its collectives 8 % short, the rest of its step 1.8-2.2 times the queued prediction) and hvd_autoencoder
+    -51 / -36 / -30 % (-42 / -22 / -18 %; load 7.5-16: its collectives 1.8-3.6 times the wire where priced at 1.1-1.5).
+    The waits of Horovod's threads and of its spinning synchronize() grow with the ranks on the cores, and no part of the
+    profile measures by how much."""
     crowded = crowded_hosts(g)
     if not crowded:
         return []
@@ -316,9 +318,9 @@ def _crowded_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
             "keep compute as profiled (one such job measured 25 % slower at 200 Mbit/s than predicted from 500)")
     more = sum(s.workers is not None and s.workers > graph_world_size(g) for s in scenarios)
     if more:
-        note += (f"; {more} row(s) add workers: the collectives' time beyond the wire grows with the ranks sharing the cores, which "
-                 "is not modelled either (2 -> 4 workers on a 2-core host: -15 to -51 %; with --cores 2 +4 / +5 % for fp32 gradients, "
-                 "-18 to -42 % for fp16 ones)")
+        note += (f"; {more} row(s) add workers: those waits, and the collectives' beyond the wire, grow with the ranks sharing the "
+                 "cores, which is not modelled either (2 -> 4 workers on a 2-core host: -15 to -51 %; with --cores 2 +4 / +5 % for "
+                 "fp32 gradients, -18 to -42 % for fp16 ones)")
     return [note]
 
 
