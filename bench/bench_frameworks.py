@@ -237,6 +237,18 @@ def comm_per_step_ms(g) -> float:
     return float(profiled_collectives(g)[1].sum()) / max(len(np.unique(g.step[comm])), 1) / 1e3
 
 
+def kept_comm_ms(g, rate: float, other: float, share: float) -> float:
+    """The collectives per step at ``other`` bit/s with what each took beyond the wire at ``rate`` kept after the wire: the
+    most a Horovod what-if's collectives take, where it prices them at the least (that excess hidden by the longer transfer)."""
+    from dagprof.passes.comm import priced_comm, priced_world_size, profiled_collectives
+
+    n = max(priced_world_size(g), 2)
+    nbytes, dur = profiled_collectives(g)
+    wire = 2 * (n - 1) * nbytes * 8e6 / (rate * share)  # us: the ring's bytes on the one shaped loopback
+    comm = priced_comm(g) & (g.dur > 0)
+    return float((wire * rate / other + np.maximum(dur - wire, 0.0)).sum()) / max(len(np.unique(g.step[comm])), 1) / 1e3
+
+
 def measured(out: str) -> dict:
     """A profiled job's iteration: dagprof's measured figure (the slowest rank's, averaged over the window), the median step
     and the collectives' time per step."""
@@ -263,15 +275,15 @@ def payload_share(out: str, workers: int) -> tuple[float, str]:
     times what the tbf charged per byte the loopback counted over the job (the tbf counts each TCP segment's headers, the
     counter one set per offloaded send). jax_mixer's 36 gradients a step, many of a few hundred bytes, put 1.23 B on the wire
     per payload byte (655-658 kB a step, alike at 1 Gbit/s and 45 Mbit/s), not 1.05: the wire's part of each collective was
-    priced 15 % short, and what a slower link adds with it. ``PAYLOAD_SHARE`` where the profile has no count (Horovod).
-    Returns (share, how it was found)."""
+    priced 15 % short, and what a slower link adds with it. ``PAYLOAD_SHARE`` where the profile has no count (Horovod
+    recordings before the collector counted its window). Returns (share, how it was found)."""
     from dagprof.errors import DagprofError
-    from dagprof.traces.xplane_run import read_xplane_run
+    from dagprof.traces.load import load
 
     try:
         with open(os.path.join(out, WIRE_FILE)) as f:
             job = json.load(f)
-        window = max(c for t in read_xplane_run(out).ranks if (c := t.meta.window_tx_bytes_per_step) is not None)
+        window = max(c for t in load(out).ranks if (c := t.meta.window_tx_bytes_per_step) is not None)
     except (OSError, ValueError, KeyError, DagprofError):
         return PAYLOAD_SHARE, "full frames (no count of the window's bytes)"
     payload = 2 * (workers - 1) * bytes_per_step(out)
@@ -314,7 +326,8 @@ def predict_rate(out: str, rate: float, other: float) -> dict:
     model_median = median_step_ms(flat)
     return got | {"model_pct": res["model_error_pct"], "model_median_pct": 100.0 * (model_median - got["measured_median_ms"]) / got["measured_median_ms"],
                   "predicted_ms": row["predicted_iter_ms"], "predicted_median_ms": median_step_ms(what_if),
-                  "predicted_comm_ms": comm_per_step_ms(what_if), "fit_bit_per_s": 8 * fit["bandwidth_bytes_per_s"],
+                  "predicted_comm_ms": comm_per_step_ms(what_if), "most_comm_ms": kept_comm_ms(p.graph, rate, other, share) if other < rate else got["comm_ms"],
+                  "fit_bit_per_s": 8 * fit["bandwidth_bytes_per_s"],
                   # the fitted bandwidth against the wire's (rate / N). Well below 100 %: the profile's collectives spent their
                   # time on the cores (load), kept fixed at the other rate (jax_mixer 45 %). Above (TF, 109-200 %): bytes that
                   # crossed outside the timed transfer, e.g. sent before the last worker joined: the whole fit scales
@@ -467,6 +480,9 @@ def _round(k: int, a: dict, b: dict) -> dict:
         row["error_pct"] = 100.0 * (a["predicted_median_ms"] - b["measured_median_ms"]) / b["measured_median_ms"]
         row["mean_error_pct"] = 100.0 * (a["predicted_ms"] - b["measured_ms"]) / b["measured_ms"]
         row["comm_error_pct"] = 100.0 * (a["predicted_comm_ms"] - b["comm_ms"]) / b["comm_ms"]
+        # the measured collectives between the what-if's (the least) and the most: a slower wire's with the profile's excess over
+        # the wire kept after it, a faster one's the profiled time (Horovod's bounds, ``search.wire_notes``)
+        row["comm_in_bounds"] = a["predicted_comm_ms"] <= b["comm_ms"] <= a["most_comm_ms"]
         row["in_interval"] = a["interval_ms"][0] <= b["measured_median_ms"] <= a["interval_ms"][1]
     return row
 
@@ -497,6 +513,7 @@ def _summary(rounds: list[dict], pair: dict) -> dict:
             "model_pct": _stats(col("model_median_pct"), 2),
             "mean_step_error_pct": _stats([r["mean_error_pct"] for r in rounds if "mean_error_pct" in r], 8),
             "collectives_error_pct": _stats([r["comm_error_pct"] for r in rounds if "comm_error_pct" in r]),
+            "collectives_in_bounds": sum(r.get("comm_in_bounds", False) for r in rounds),
             "measured_median_ms": {fast: _stats(col("measured_median_ms")), slow: _stats(col("measured_median_ms", "other"))},
             "predicted_median_ms": _stats(col("predicted_median_ms")),
             "fit_of_wire_pct": _stats(col("fit_of_wire_pct")),

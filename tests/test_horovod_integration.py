@@ -61,6 +61,7 @@ def test_zero_code_profile_of_horovodrun(tmp_path):
     docs = [json.load(open(out / f"rank{r}.horovod.json")) for r in (0, 1)]
     assert docs[0]["timeline"] == TIMELINE and docs[0]["calmed_threads"] == 1 and docs[1]["calmed_threads"] == 0
     assert all(d["cpus"] == len(os.sched_getaffinity(0)) for d in docs)  # the cores the ranks could run on
+    assert all(d["window_tx_bytes"] > 0 for d in docs)  # the host's interfaces over the window: its gradients crossed loopback
     p = open_run(out)
     assert p.run.meta.framework == "horovod" and not p.warnings
     assert abs(p.analysis.error_pct) < 5.0

@@ -211,7 +211,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     return {"workers": n0, "model_iter_ms": model / 1e3, "model_error_pct": model_error, "profiler_cost": profiler,
             "reference_iter_ms": None if not measured_us else measured_us / 1e3, "link": link_text(base_topo), "link_fit": link,
             "columns": COLUMNS, "scenarios": rows, "overlap_slowdown": cluster.slowdown, "overlap_rate_bytes_per_s": cluster.comm_rate,
-            "notes": _hybrid_notes(g0) + _stall_notes(fit) + _conversion_notes(g0, scenarios, cluster) + _crowded_notes(g0)
+            "notes": _hybrid_notes(g0) + _stall_notes(fit) + _conversion_notes(g0, scenarios, cluster) + _crowded_notes(g0, scenarios)
                      + _shared_cores_notes(g0, cluster) + _overlap_notes(cluster) + _own_cores_notes(g0, predicted, cluster)
                      + _shared_port_notes(g0, scenarios) + _floor_notes(rows) + _refusion_notes(g0, scenarios, cluster, base_topo, model)
             + _link_to_notes(scenarios, cluster) + wire_notes + waiting
@@ -303,13 +303,28 @@ def _floor_notes(rows: list[dict]) -> list[str]:
             "steadier machine for a narrower interval"]
 
 
-def _crowded_notes(g: Graph) -> list[str]:
-    """Horovod ranks sharing too few cores: what their spinning waits take from compute is kept as measured."""
+def _crowded_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
+    """Horovod ranks sharing too few cores: what their spinning waits take from compute is kept as measured, and rows with
+    more workers keep the per-byte price of the collectives beyond the wire and the compute as profiled (``--cores`` queues
+    it). On the 2-core testbed (2026-12-03, 500 Mbit/s, ``bench/bench_workers_testbed.py``) 2 -> 4 workers came out
+    hvd_text -15 / -19 % (+4 / +5 % with --cores 2; load 14-15), hvd_transformer -42 / -37 % (-31 / -24 %; load 3.5-4.9:
+    its collectives 8 % short, the rest of its step 1.8-2.2 times the queued prediction) and hvd_autoencoder
+    -51 / -36 / -30 % (-42 / -22 / -18 %; load 7.5-16: its collectives 1.8-3.6 times the wire where priced at 1.1-1.5).
+    The waits of Horovod's threads and of its spinning synchronize() grow with the ranks on the cores, and no part of the
+    profile measures by how much."""
     crowded = crowded_hosts(g)
-    return [f"{len(crowded)} host(s) ({', '.join(f'{h}: {g.meta.host_cpus[h][0]} ranks on {g.meta.host_cpus[h][1]} cores' for h in crowded)}) "
+    if not crowded:
+        return []
+    note = (f"{len(crowded)} host(s) ({', '.join(f'{h}: {g.meta.host_cpus[h][0]} ranks on {g.meta.host_cpus[h][1]} cores' for h in crowded)}) "
             "have fewer cores than their ranks' main and Horovod threads, and Horovod's synchronize() spins a core while it waits: "
             "compute there slows as the waits grow (a slower link, more workers), which is not modelled; the predictions "
-            "keep compute as profiled (one such job measured 25 % slower at 200 Mbit/s than predicted from 500)"] if crowded else []
+            "keep compute as profiled (one such job measured 25 % slower at 200 Mbit/s than predicted from 500)")
+    more = sum(s.workers is not None and s.workers > graph_world_size(g) for s in scenarios)
+    if more:
+        note += (f"; {more} row(s) add workers: those waits, and the collectives' beyond the wire, grow with the ranks sharing the "
+                 "cores, which is not modelled either (2 -> 4 workers on a 2-core host: -15 to -51 %; with --cores 2 +4 / +5 % for "
+                 "fp32 gradients, -18 to -42 % for fp16 ones)")
+    return [note]
 
 
 def _stall_notes(fit: LinkFit | None) -> list[str]:

@@ -114,6 +114,7 @@ class HorovodRankDoc(msgspec.Struct, kw_only=True):
     timeline: str | None = None
     warnings: list[str] = []
     cpus: Annotated[int, msgspec.Meta(ge=0)] | None = None  # recordings before the dagprof rank file said its cores
+    window_tx_bytes: Annotated[int, msgspec.Meta(ge=0)] | None = None  # the host's interfaces over the window (None: not counted)
     enqueues: list[tuple[int, str, int, int, int]] = []
 
 
@@ -162,7 +163,7 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
     ranks = []
     for t in run.ranks:
         shift_ns = _clock_shift(t, run.ranks[0], plan)
-        ranks.append(_merge(_with_cpus(t, docs[t.rank]), requests.get(t.rank, []), plan, shift_ns, timeline))
+        ranks.append(_merge(_with_doc(t, docs[t.rank]), requests.get(t.rank, []), plan, shift_ns, timeline))
     order = _tensor_order(plan)
     sizes: dict[str, int] = {}  # as Horovod fuses and sends them: compressed (hvd.Compression.fp16) ones at their wire size
     dtypes: dict[str, str] = {}
@@ -210,13 +211,16 @@ def _check_requests(requests: dict[int, list[_Request]], traces: dict[int, RankT
                                f"({away[0].tensor} in step {away[0].step}): another run's file, or its clock moved", path)
 
 
-def _with_cpus(t: RankTrace, doc: HorovodRankDoc) -> RankTrace:
+def _with_doc(t: RankTrace, doc: HorovodRankDoc) -> RankTrace:
     """The rank with the cores its Horovod rank file recorded where its dagprof rank file did not (recordings made
-    before the collector wrote ``cpus`` there), so ``GraphMeta.host_cpus`` says them for every Horovod run."""
-    cpus = doc.cpus
-    if t.meta.cpus > 0 or not cpus:
-        return t
-    return dataclasses.replace(t, meta=msgspec.structs.replace(t.meta, cpus=cpus))
+    before the collector wrote ``cpus`` there), so ``GraphMeta.host_cpus`` says them for every Horovod run; and the
+    bytes the host sent per profiled step (``RankMeta.window_tx_bytes_per_step``) where the window's were counted."""
+    meta = t.meta
+    if meta.cpus <= 0 and doc.cpus:
+        meta = msgspec.structs.replace(meta, cpus=doc.cpus)
+    if doc.window_tx_bytes is not None and meta.steps_profiled:
+        meta = msgspec.structs.replace(meta, window_tx_bytes_per_step=doc.window_tx_bytes / len(meta.steps_profiled))
+    return t if meta is t.meta else dataclasses.replace(t, meta=meta)
 
 
 def _check_same_time(tl: Timeline, ref: RankTrace, path: str) -> None:

@@ -45,6 +45,7 @@ from ...traces.horovod import RANK_FORMAT, TIMELINE, VERSION, horovod_rank_file
 from ...traces.steps import DEFAULT_STEPS
 from .collector import Collector
 from .profile import profile as _profile
+from .xplane_window import net_tx_bytes
 
 DEFAULT_FUSION_BYTES = 128 * 1024 * 1024  # Horovod 0.28 defaults (horovod/common/operations.cc)
 DEFAULT_CYCLE_MS = 1.0
@@ -87,6 +88,9 @@ class HorovodCollector(Collector):
         self._timeline: str | None = None  # the file rank 0 records Horovod's timeline into
         self._timeline_open = False
         self._calmed: dict[int, int] = {}  # busy-waiting thread -> its nice value before it was lowered
+        # the interfaces' sent bytes at the window's start and end: what the wire carried per step beside the gradients'
+        # payload (frame headers, acknowledgements, each cycle's negotiation), for a link rate read against a known wire
+        self._tx_bytes: list[int | None] = [None, None]
 
     # ------------------------------------------------------------ optimizer.step (nested hooks)
     def update_begin(self) -> None:
@@ -169,6 +173,7 @@ class HorovodCollector(Collector):
 
     def _begin_window(self) -> None:
         super()._begin_window()
+        self._tx_bytes = [net_tx_bytes(), None]
         if self._info.get("rank") != 0:
             return  # only the coordinator writes a timeline
         import horovod.torch as hvd
@@ -186,6 +191,7 @@ class HorovodCollector(Collector):
             warnings.warn(f"dagprof: {msg}", RuntimeWarning, stacklevel=2)
 
     def _end_window(self) -> None:
+        self._tx_bytes[1] = net_tx_bytes()
         self._stop_timeline()
         super()._end_window()
 
@@ -226,7 +232,7 @@ class HorovodCollector(Collector):
             "format": RANK_FORMAT, "version": VERSION, "rank": self._info["rank"], "world_size": self._info["world_size"],
             "host": self._info.get("host"), "horovod": version, "settings": settings_from_env(),
             "timeline": os.path.basename(self._timeline) if self._timeline else None, "warnings": self.warnings,
-            "calmed_threads": len(self._calmed), "cpus": usable_cpus(),
+            "calmed_threads": len(self._calmed), "cpus": usable_cpus(), "window_tx_bytes": _window_bytes(*self._tx_bytes),
             "enqueues": [list(e) for e in self.enqueues],
         }
         with atomic_open(os.path.join(self.out_dir, horovod_rank_file(self._info["rank"]))) as f:
@@ -234,6 +240,11 @@ class HorovodCollector(Collector):
 
 
 _CALM_NICE = 19
+
+
+def _window_bytes(start: int | None, end: int | None) -> int | None:
+    """Bytes sent between the window's two counts; None where either could not be read (or a counter wrapped)."""
+    return end - start if start is not None and end is not None and end >= start else None
 
 
 def _requests_sent(opt: Any, name: str, grad: Any) -> list[tuple[str, int]]:
