@@ -45,6 +45,9 @@ def findings(a: Analysis) -> list[Finding]:
     framework = a.graph.meta.framework
     ddp = framework is None and bool(a.graph.meta.buckets)  # optimize re-buckets DDP's recorded layout, nothing else
     remedy = _REMEDY.get(framework, _OTHER) if framework or ddp else _OTHER
+    hv = a.graph.meta.horovod
+    if hv is not None and any(t.startswith("grouped_") for t in hv.tensor_bytes):  # whatif refuses --fusion-mb/--cycle-ms there
+        remedy = "its gradients go in explicit groups (DistributedOptimizer(groups=...)); " + _OTHER
     word = comm_word(a.graph)
     if not any(c == "communication" for c in a.path.by_category) and not any(b.comm_us for b in a.ranks):
         out.append(Finding("no gradient communication seen",
