@@ -167,6 +167,9 @@ def to_data_parallel(g: Graph, target: str, bucket_mb: float | None = None, cost
     if not ((g.kind == Kind.COMM) & (g.bucket >= 0)).any() or g.meta.framework or g.meta.horovod is not None:
         raise DagprofError("--data-parallel needs a dagprof profile of a PyTorch DDP or FSDP2 job (DDP's gradient buckets or FSDP's units); "
                            "this profile has neither")
+    if target != "ddp" and not np.any(np.isin(g.kind, [Kind.FORWARD, Kind.BACKWARD])):
+        raise DagprofError("--data-parallel fsdp: no layer's forward or backward is in this profile (a model under torch.compile "
+                           "runs its modules without their hooks), so there are no units to shard")
     return g if target == "ddp" else ddp_to_fsdp(g, reshard=target == "fsdp", costs=costs)
 
 
