@@ -470,7 +470,7 @@ def test_a_note_of_own_horovod_calls_reads_typed_and_a_damaged_one_is_one_line(t
     assert str(bad) in str(err.value) and "\n" not in str(err.value)
 
 
-def test_explicit_groups_are_the_optimizers_requests():
+def test_explicit_groups_are_the_optimizers_requests(tmp_path, capsys):
     """``DistributedOptimizer(groups=2, gradient_predivide_factor=2.0)`` (bench/frameworks/hvd_tcn_groups.py): Horovod sends
     each group as one grouped all-reduce (``grouped_allreduce.<first parameter>_<k>of<n>``, from
     ``_grouped_allreduce_grad_async``). The collector recorded only ``_allreduce_grad_async``, so every response was taken
@@ -491,5 +491,8 @@ def test_explicit_groups_are_the_optimizers_requests():
     assert "fusion" not in " ".join(f.detail for f in p.findings) and "explicit groups" in " ".join(f.detail for f in p.findings)
     with pytest.raises(DagprofError, match=r"not modelled: 28 gradients were all-reduced in explicit groups"):
         set_horovod(p.graph, replay, 0.0)
+    assert main(["optimize", fixture("grouped"), "-o", str(tmp_path / "opt"), "--budget", "1"]) == 2
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "explicit groups" in said and "--bandwidth, --workers" in said and "fusion" not in said
     rows = evaluate(p.graph, [Scenario(), Scenario(workers=4)], measured_us=p.analysis.measured_us, tolerance_pct=None)["scenarios"]
     assert rows[1]["predicted_iter_ms"] >= rows[0]["predicted_iter_ms"]
