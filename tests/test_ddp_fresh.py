@@ -156,3 +156,6 @@ def test_a_compiled_model_says_its_layers_were_not_seen_and_refuses_what_needs_t
     assert main(["whatif", str(FRESH / "compiled"), "-o", str(tmp_path / "out"), "--data-parallel", "fsdp", "--allow-model-error"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert "torch.compile" in err[-1] and "no units to shard" in err[-1]
+    for argv in (["whatif", "--bucket-mb", "1"], ["optimize", "--budget", "1"]):
+        assert main([argv[0], str(FRESH / "compiled"), "-o", str(tmp_path / "out"), *argv[1:]]) == 2
+        assert "a model under torch.compile runs its modules without their hooks" in capsys.readouterr().err.strip().splitlines()[-1]

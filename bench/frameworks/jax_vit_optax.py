@@ -27,6 +27,7 @@ ap.add_argument("--world", type=int, default=2)
 ap.add_argument("--port", type=int, required=True)
 ap.add_argument("--steps", type=int, default=24)
 ap.add_argument("--batch", type=int, default=32, help="per process")
+ap.add_argument("--window", default="6:14", help="the profiled steps, A:B")
 args = ap.parse_args()
 
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -91,7 +92,7 @@ with jax.sharding.set_mesh(mesh):
     opt_state = jax.device_put(tx.init(params), repl)
     step = jax.jit(train_step, donate_argnums=(0, 1))
     rng, base = np.random.default_rng(100 + args.rank), jax.random.key(1)
-    with jax_profile(args.out, steps=(6, 14), params=params) as prof:  # dagprof (2/3)
+    with jax_profile(args.out, steps=tuple(map(int, args.window.split(":"))), params=params) as prof:  # dagprof (2/3)
         for i in range(args.steps):
             images = jax.make_array_from_process_local_data(data, rng.standard_normal((args.batch, 16, 16, 3), np.float32))
             labels = jax.make_array_from_process_local_data(data, rng.integers(0, CLASSES, args.batch).astype(np.int32))
