@@ -67,6 +67,10 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "mx_kv_manual": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
     "hvd_autoencoder": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
     "hvd_manual_allreduce": ("horovod", "DAGPROF_HOROVOD_VENV", {}),  # its own hvd.* calls: refused in one line, counted as such
+    "tf_vae_fit": ("tensorflow", "DAGPROF_TF_PYTHON", {"TF_USE_LEGACY_KERAS": "1"}),
+    "jax_vit_optax": ("jax", "DAGPROF_JAX_PYTHON", {}),
+    "mx_wlm_clip": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
+    "hvd_tcn_groups": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
 }
 MXNET_SERVERS = {"mx_kv_manual": 2}  # servers of an MXNet script's job (1 elsewhere)
 # Horovod: (the profiled window, the script's arguments). Its fusion depends on timing, so the collectives differ from step
@@ -74,12 +78,14 @@ MXNET_SERVERS = {"mx_kv_manual": 2}  # servers of an MXNet script's job (1 elsew
 # The ResNet's window lies in its second epoch, clear of the first epoch's end (its sampler and scheduler).
 HOROVOD_RUN = {"hvd_text": ("6:16", ["--steps", "20"]), "hvd_resnet": ("16:26", []), "hvd_transformer": ("6:16", ["--steps", "20"]),
                "hvd_sparse_gru": ("6:16", ["--steps", "20"]), "hvd_autoencoder": ("6:16", ["--steps", "20"]),
-               "hvd_manual_allreduce": ("6:16", ["--steps", "20"])}
+               "hvd_manual_allreduce": ("6:16", ["--steps", "20"]), "hvd_tcn_groups": ("6:16", ["--steps", "20"])}
 
 
-def launch(name: str, python: str, out: str, workers: int, timeout: float, src: str = SRC, prefix: tuple[str, ...] = ()) -> list[int]:
+def launch(name: str, python: str, out: str, workers: int, timeout: float, src: str = SRC, prefix: tuple[str, ...] = (),
+           script_args: tuple[str, ...] = ()) -> list[int]:
     """Run the script on ``workers`` processes with the collector in ``src``; their exit statuses (negative: killed by that signal).
-    ``prefix`` goes before every command started (``ip netns exec NS``: the job in that namespace)."""
+    ``prefix`` goes before every command started (``ip netns exec NS``: the job in that namespace); ``script_args`` after a
+    TF or JAX script's own (``--script-args``)."""
     framework, _, extra = SCRIPTS[name]
     script = os.path.join(HERE, "frameworks", f"{name}.py")
     env = dict(os.environ, PYTHONPATH=src, TF_CPP_MIN_LOG_LEVEL="2", **extra)
@@ -93,10 +99,10 @@ def launch(name: str, python: str, out: str, workers: int, timeout: float, src: 
     if framework == "horovod":  # python names the venv's interpreter; horovodrun and the ranks' python come from its bin/
         bindir = os.path.dirname(python)
         env |= {"PATH": bindir + os.pathsep + env.get("PATH", ""), "OMP_NUM_THREADS": "1"}
-        window, script_args = HOROVOD_RUN[name]
+        window, hvd_args = HOROVOD_RUN[name]
         cmd = [sys.executable, "-m", "dagprof.cli.main", "profile", "-o", out, "--steps", window, "--json", "--",
                os.path.join(bindir, "horovodrun"), "-np", str(workers), "-H", f"localhost:{workers}", "--gloo", "python", script,
-               *script_args]
+               *hvd_args]
         log_path = os.path.join(out, "launcher.txt")
         with open(log_path, "w") as log:
             code = subprocess.run([*prefix, *cmd], env=env, stdout=subprocess.DEVNULL, stderr=log, timeout=timeout + 60).returncode
@@ -108,9 +114,9 @@ def launch(name: str, python: str, out: str, workers: int, timeout: float, src: 
         if framework == "tensorflow":
             cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
             penv = dict(env, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": rank}}))
-            cmd = [python, script, "--out", out]
+            cmd = [python, script, "--out", out, *script_args]
         else:
-            penv, cmd = env, [python, script, "--out", out, "--rank", str(rank), "--world", str(workers), "--port", str(ports[0])]
+            penv, cmd = env, [python, script, "--out", out, "--rank", str(rank), "--world", str(workers), "--port", str(ports[0]), *script_args]
         procs.append(subprocess.Popen([*prefix, *cmd], env=penv, stdout=subprocess.DEVNULL, stderr=open(os.path.join(out, f"log{rank}.txt"), "w")))
     deadline = time.monotonic() + timeout
     codes: list[int | None] = [None] * workers
@@ -550,6 +556,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3, help="--testbed: rounds (each a job at either rate)")
     ap.add_argument("--repredict", metavar="KEPT", help="--testbed: run nothing; predict the rounds a --keep folder holds again "
                     "with this dagprof, against their measurements (give its --rounds; the pair: its tb-NAME-pair.json, else --rate, --other-rate)")
+    ap.add_argument("--script-args", default="", help="more arguments for each TF/JAX script (one string: \"--steps-per-execution 1\")")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.testbed:
@@ -569,7 +576,7 @@ def main(argv: list[str] | None = None) -> int:
             out = os.path.join(args.keep, f"{name}-{i}") if args.keep else tempfile.mkdtemp(prefix=f"dagprof-{name}-")
             os.makedirs(out, exist_ok=True)
             t0 = time.monotonic()
-            codes = launch(name, python, out, args.workers, args.timeout, src)
+            codes = launch(name, python, out, args.workers, args.timeout, src, script_args=tuple(args.script_args.split()))
             row = {"run": i, "collector": "baseline" if src != SRC else "this", "exit": codes, "seconds": round(time.monotonic() - t0, 1)}
             died = [c for c in codes if c not in (0, -signal.SIGKILL)] or [c for c in codes if c != 0]  # not the ones stopped after it
             row |= {"crash": died[0]} if died else judge(out)

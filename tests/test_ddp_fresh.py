@@ -139,3 +139,23 @@ def test_a_loopback_lag_grows_by_no_more_than_a_socket_buffer_on_the_slower_link
     grow = out.gap[pairs[:, 1]] - g.gap[pairs[:, 1]]
     waits = np.bincount(pairs[:, 1])[pairs[:, 1]]  # a consumer of two collectives waits out each one's lag
     assert 0 < grow.max() and (grow <= waits * buffer * (1 - before / current_topology(out).inter.beta_us_per_byte) + 1e-6).all()
+
+
+def test_a_compiled_model_says_its_layers_were_not_seen_and_refuses_what_needs_them(tmp_path, capsys):
+    """``ddp-fresh/compiled`` (bench/ddp_fresh/compiled_lm.py: ``torch.compile(DDP(model))``): the compiled graphs run the
+    modules without their hooks, so the profile holds gradient accumulations and buckets but no layer's forward or
+    backward, and its steps were one "other:pre-forward" gap of 653 ms each (the run's largest op, with "23 layers"
+    reported). Each rank now says so in a warning with its count; --data-parallel fsdp, which gave a number, and the
+    bucket what-ifs and optimize, which refused in graph jargon, refuse with it in view."""
+    run = read_run(FRESH / "compiled")
+    notes = [str(w) for w in run.meta.warnings]
+    said = [w for w in notes if "no layer's forward or backward hook ran (a model under torch.compile" in w]
+    assert len(said) == 2 and all("gradients were accumulated in its 3 profiled steps" in w for w in said)
+    g = build_graph(run)
+    assert not np.isin(g.kind, [Kind.FORWARD, Kind.BACKWARD]).any() and len(bucket_comms(g))
+    assert main(["whatif", str(FRESH / "compiled"), "-o", str(tmp_path / "out"), "--data-parallel", "fsdp", "--allow-model-error"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "torch.compile" in err[-1] and "no units to shard" in err[-1]
+    for argv in (["whatif", "--bucket-mb", "1"], ["optimize", "--budget", "1"]):
+        assert main([argv[0], str(FRESH / "compiled"), "-o", str(tmp_path / "out"), *argv[1:]]) == 2
+        assert "a model under torch.compile runs its modules without their hooks" in capsys.readouterr().err.strip().splitlines()[-1]

@@ -471,3 +471,31 @@ def test_a_note_of_own_horovod_calls_reads_typed_and_a_damaged_one_is_one_line(t
     with pytest.raises(DagprofError, match="not a note of Horovod calls") as err:
         H.own_calls(str(bad))
     assert str(bad) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_explicit_groups_are_the_optimizers_requests(tmp_path, capsys):
+    """``DistributedOptimizer(groups=2, gradient_predivide_factor=2.0)`` (bench/frameworks/hvd_tcn_groups.py): Horovod sends
+    each group as one grouped all-reduce (``grouped_allreduce.<first parameter>_<k>of<n>``, from
+    ``_grouped_allreduce_grad_async``). The collector recorded only ``_allreduce_grad_async``, so every response was taken
+    for the script's own call: no collective, "not a DDP job", and every what-if refused (5 of 5 profiled runs). The groups'
+    tensors are now the optimizer's requests; the fusion and cycle simulation, which does not keep a group together, is
+    refused in one line, and the findings do not suggest it."""
+    run = load(fixture("grouped"))
+    notes = " ".join(map(str, run.meta.warnings))
+    assert "grouped_allreduce" not in notes and "allreduce.epoch_loss" in notes  # only the script's own metric is its own
+    p = open_run(fixture("grouped"))
+    sizes = p.graph.meta.horovod.tensor_bytes
+    assert {t.rsplit("_", 1)[1] for t in sizes} == {"1of14", "2of14", "3of14", "4of14", "5of14", "6of14", "7of14", "8of14", "9of14",
+                                                     "10of14", "11of14", "12of14", "13of14", "14of14"}
+    assert len(sizes) == 28 and all(t.startswith("grouped_allreduce.blocks.") for t in sizes)
+    colls = [c for c in find_collectives(p.graph) if p.graph.devices[p.graph.device[c.comm]].name == f"group {GROUP}"]
+    assert int(p.graph.nbytes[[c.comm for c in colls]].sum()) == sum(sizes.values()) * len(p.graph.meta.steps)
+    assert abs(p.analysis.error_pct) < 5.0
+    assert "fusion" not in " ".join(f.detail for f in p.findings) and "explicit groups" in " ".join(f.detail for f in p.findings)
+    with pytest.raises(DagprofError, match=r"not modelled: 28 gradients were all-reduced in explicit groups"):
+        set_horovod(p.graph, replay, 0.0)
+    assert main(["optimize", fixture("grouped"), "-o", str(tmp_path / "opt"), "--budget", "1"]) == 2
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "explicit groups" in said and "--bandwidth, --workers" in said and "fusion" not in said
+    rows = evaluate(p.graph, [Scenario(), Scenario(workers=4)], measured_us=p.analysis.measured_us, tolerance_pct=None)["scenarios"]
+    assert rows[1]["predicted_iter_ms"] >= rows[0]["predicted_iter_ms"]

@@ -299,6 +299,33 @@ def test_keras_validation_batches_are_not_training_steps():
     assert abs(open_run(str(run), template=True).analysis.error_pct) < 5.0
 
 
+def test_a_window_over_epochs_keeps_one_epoch_by_marker_not_by_number():
+    """``tf/vae-epochs`` (bench/frameworks/tf_vae_fit.py, Keras fit, 3 steps an epoch, window 2:6): the markers of the window
+    read 2 | 0 1 2 (Keras numbers each epoch's batches from 0). One marker was kept per number, the longer of the two 2s,
+    so epoch 0's step 2 vanished without a word (on another worker the other 2 could win: mismatched collectives), and the
+    steps were numbered 0-2 where the collector timed 3-5, so the profiler's cost could not be measured. The steps are now
+    the markers in time order, numbered as the collector counted them."""
+    run = DATA / "tf" / "vae-epochs"
+    for r in (0, 1):
+        trace = read_xplane(xplane_files(str(run / f"rank{r}"))[0], rank=r, world_size=2, window=[2, 3, 4, 5])
+        assert trace.step_spans()[:, 0].tolist() == [3, 4, 5]
+        assert "after step 2: the step numbers restart" in " ".join(map(str, trace.meta.warnings))
+    p = open_run(str(run))
+    assert sorted(p.graph.meta.steps) == [3, 4, 5] and abs(p.analysis.error_pct) < 1.0
+    cost = evaluate(p.graph, [Scenario()], measured_us=p.analysis.measured_us, tolerance_pct=None)["profiler_cost"]
+    assert cost["profiled_step_ms"] is not None  # the profiled steps' loop times are found under their numbers
+
+
+def test_collectives_in_a_keras_steps_per_execution_loop_are_refused():
+    """``tf/vae-steps-per-execution`` (tf_vae_fit.py as written: ``compile(steps_per_execution=2)``): Keras runs each call's
+    2 batches in a while loop whose collectives keep their instance keys in every iteration, so each key ran twice a step
+    and the workers' collectives were refused as "mismatched" (a key matched the wrong iteration). Refused in one line that
+    says why and what to change."""
+    with pytest.raises(DagprofError, match=r"ran 2 times in step .*steps_per_execution=1") as err:
+        load(str(DATA / "tf" / "vae-steps-per-execution"))
+    assert "\n" not in str(err.value)
+
+
 def test_a_jax_wait_waits_for_the_work_after_the_all_reduce():
     """``tf-jax/pmap`` (``bench/frameworks/jax_pmap_adam.py``: pmap, the gradients and two metrics pmean-ed, Adam after the
     all-reduce): XLA's CPU client runs the thunks around the all-reduce in tasks whose scheduling the trace does not

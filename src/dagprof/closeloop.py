@@ -54,7 +54,7 @@ def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = N
     if prof.graph.meta.framework is not None:  # its knobs are not DDP's buckets or FSDP's resharding
         raise DagprofError(f"dagprof optimize searches PyTorch DDP and FSDP jobs (what dagprof.apply changes); this is a "
                            f"{prof.graph.meta.framework} run: "
-                           f"{remedy_for(prof.graph.meta.framework)}", run)
+                           f"{remedy_for(prof.graph)}", run)
     g, cost = prof.graph, measure_profiler_cost(prof.graph)
     if not raw:
         g, _ = remove_profiler_cost(g, cost, job_iteration_us, model=set_topology(g, current_topology(g)))

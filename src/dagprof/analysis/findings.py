@@ -28,9 +28,13 @@ _REMEDY = {
 _OTHER = "dagprof whatif --bandwidth, --workers predicts other links and worker counts"
 
 
-def remedy_for(framework: str | None) -> str:
-    """What dagprof can do about a framework's exposed communication (``RunMeta.framework``; None: PyTorch DDP)."""
-    return _REMEDY.get(framework, _OTHER)
+def remedy_for(g) -> str:
+    """What dagprof can do about a run's exposed communication, by its framework (``GraphMeta.framework``; None: PyTorch
+    DDP); a Horovod run whose gradients go in explicit groups cannot be re-fused (``passes.horovod.set_horovod`` refuses)."""
+    hv = g.meta.horovod
+    if hv is not None and any(t.startswith("grouped_") for t in hv.tensor_bytes):
+        return "its gradients go in explicit groups (DistributedOptimizer(groups=...)); " + _OTHER
+    return _REMEDY.get(g.meta.framework, _OTHER)
 
 
 def comm_word(g) -> str:
@@ -44,7 +48,7 @@ def findings(a: Analysis) -> list[Finding]:
     steps = a.steps
     framework = a.graph.meta.framework
     ddp = framework is None and bool(a.graph.meta.buckets)  # optimize re-buckets DDP's recorded layout, nothing else
-    remedy = _REMEDY.get(framework, _OTHER) if framework or ddp else _OTHER
+    remedy = remedy_for(a.graph) if framework or ddp else _OTHER
     word = comm_word(a.graph)
     if not any(c == "communication" for c in a.path.by_category) and not any(b.comm_us for b in a.ranks):
         out.append(Finding("no gradient communication seen",

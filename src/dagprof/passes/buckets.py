@@ -23,7 +23,7 @@ from ..graph.dag import Graph, GraphBuilder
 from ..traces.events import Kind
 from ..units import MB
 from .comm import current_scheme, current_topology, find_collectives, retime_collectives, without_transfers
-from .gradients import last_pass_start
+from .gradients import last_pass_start, unhooked
 
 _AFTER = 1e-3  # us: a new node's order just after the node it follows on its lane
 HALF_HOOKS = ("fp16_compress_hook", "bf16_compress_hook")  # torch's casts: the collector records 2 bytes per element
@@ -164,7 +164,7 @@ def _groups(g: Graph, old_enq: np.ndarray, coll_of_enq: dict[int, int], cap: flo
         if buckets:
             out[key] = buckets
     if not out:
-        raise DagprofError("no BACKWARD node precedes a bucket all-reduce in the profiled steps; cannot re-bucket")
+        raise DagprofError("no BACKWARD node precedes a bucket all-reduce in the profiled steps; cannot re-bucket" + unhooked(g))
     return out
 
 

@@ -95,6 +95,7 @@ from ..units import MB
 from .buckets import chain_lanes, profiled_buckets
 from .comm import current_scheme, current_topology, find_collectives, graph_world_size, hybrid, retime_collectives
 from .fsdp import set_reshard
+from .gradients import unhooked
 
 TARGETS = ("ddp", "fsdp", "fsdp:keep")  # fsdp:keep = fully_shard(..., reshard_after_forward=False)
 _EPS = 1e-7  # us: an inserted node's order next to the node it precedes or follows (below the profile's 1 ns)
@@ -167,6 +168,8 @@ def to_data_parallel(g: Graph, target: str, bucket_mb: float | None = None, cost
     if not ((g.kind == Kind.COMM) & (g.bucket >= 0)).any() or g.meta.framework or g.meta.horovod is not None:
         raise DagprofError("--data-parallel needs a dagprof profile of a PyTorch DDP or FSDP2 job (DDP's gradient buckets or FSDP's units); "
                            "this profile has neither")
+    if target != "ddp" and unhooked(g):
+        raise DagprofError("--data-parallel fsdp: no units to shard" + unhooked(g))
     return g if target == "ddp" else ddp_to_fsdp(g, reshard=target == "fsdp", costs=costs)
 
 

@@ -92,7 +92,7 @@ def gradient_order(g: Graph, layout: BucketLayout) -> GradientOrder:
     layer_id = {name: i for i, name in enumerate(g.layers)}
     layer = np.array([layer_id.get(p.rpartition(".")[0], -1) for p in params], dtype=np.int64)
     if (layer < 0).all():
-        raise DagprofError("no parameter of the DDP buckets belongs to a profiled layer; cannot time the gradients")
+        raise DagprofError("no parameter of the DDP buckets belongs to a profiled layer; cannot time the gradients" + unhooked(g))
     for i in range(len(layer)):  # orphans take the layer before them in ready order (else the one after)
         if layer[i] < 0:
             layer[i] = layer[i - 1] if i > 0 and layer[i - 1] >= 0 else layer[np.flatnonzero(layer >= 0)[0]]
@@ -169,3 +169,12 @@ def ready_nodes(g: Graph, order: GradientOrder) -> dict[tuple[int, int], np.ndar
     if not out:
         raise DagprofError("the graph has no BACKWARD node of a layer with gradients; cannot re-bucket")
     return out
+
+
+def unhooked(g: Graph) -> str:
+    """Why a DDP profile holds no layer, where it holds none: a model under torch.compile runs its modules inside its
+    graphs, without their hooks (``traces.dagprof_run`` warns per rank)."""
+    if np.isin(g.kind, [Kind.FORWARD, Kind.BACKWARD]).any():
+        return ""
+    return " (no layer's forward or backward is in this profile: a model under torch.compile runs its modules without their hooks)"
+

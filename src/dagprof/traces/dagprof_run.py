@@ -257,12 +257,28 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
         if stray:
             warnings.append(f"{os.path.basename(path)}: {stray} of {len(t)} hook records are timed more than a step outside the "
                             "profiled steps (damaged file?): left out")
+    _unhooked_layers(records, steps, os.path.basename(path), warnings)
     spans = [(step, b0, b1, _partition(records[(t >= b0) & (t <= b1)], b0, b1, layers, comm, grad_bytes)) for step, b0, b1 in steps]
     trace = _to_rank_trace(f, path, spans, comm, layers)
     trace.meta.warnings, trace.meta.comm_source, trace.meta.kineto = warnings_of(warnings), comm.source, kpath
     trace.meta.unseen_collectives = comm.unseen
     trace.meta.fsdp = f.fsdp
     return trace
+
+
+def _unhooked_layers(records: np.ndarray, steps: list[tuple[int, int, int]], name: str, warnings: list[str]) -> None:
+    """Say when gradients were accumulated in the window but no layer's forward or backward hook ran: modules that run
+    inside ``torch.compile``'s graphs do not call their hooks, so the steps' compute is gaps named ``other:*`` only."""
+    if not steps:
+        return
+    code, t = records[:, Col.CODE], records[:, Col.T_NS]
+    inside = (t >= steps[0][1]) & (t <= steps[-1][2])
+    grads = int(np.count_nonzero(inside & (code == Rec.GRAD_READY)))
+    if grads and not np.any(inside & np.isin(code, [Rec.FWD_BEGIN, Rec.BWD_BEGIN])):
+        warnings.append(f"{name}: {grads} gradients were accumulated in its {len(steps)} profiled steps but no layer's forward or "
+                        "backward hook ran (a model under torch.compile: its graphs run the modules without their hooks): forward "
+                        "and backward are gaps named other:*, so re-bucketing, --no-overlap, --data-parallel and optimize "
+                        "cannot be predicted, and link and worker what-ifs keep each all-reduce where it was issued")
 
 
 def _check_step_times(f: RankFile, path: str) -> None:

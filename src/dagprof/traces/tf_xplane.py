@@ -65,10 +65,11 @@ _XLA_SEQ_PER_STEP = 1_000_000  # XLA collectives: seq = step * this + position w
 
 
 def read_xplane(path: str | os.PathLike[str], rank: int | None = None, world_size: int | None = None,
-                grad_bytes: int = 0, collective_bytes: dict[str, int] | None = None) -> RankTrace:
+                grad_bytes: int = 0, collective_bytes: dict[str, int] | None = None, window: list[int] | None = None) -> RankTrace:
     """One worker's ``*.xplane.pb``. ``rank``/``world_size`` come from the run folder (the file has
     neither); without them the rank is taken from the path (``worker1``, ``rank-1``, ``p1``...).
-    ``collective_bytes``: the run folder's bytes of each collective op's own input (``tf_profile.collective_bytes``)."""
+    ``collective_bytes``: the run folder's bytes of each collective op's own input (``tf_profile.collective_bytes``).
+    ``window``: the steps the collector profiled, as it numbered them (the rank file's ``steps_profiled``)."""
     path = os.fspath(path)
     formats.expect(path, "xplane")  # a Kineto/Horovod/MXNet file given here says what it looks like
     buf = read_input(path)  # gunzips *.xplane.pb.gz
@@ -79,7 +80,7 @@ def read_xplane(path: str | os.PathLike[str], rank: int | None = None, world_siz
     if host is None:
         names = ", ".join(p.name for p in space.planes[:5]) or "none"
         raise DagprofError(f"no {HOST_PLANE} plane in this XPlane file (planes: {names})", path)
-    return _Reader(space, host, path, rank, world_size, grad_bytes, collective_bytes or {}).build()
+    return _Reader(space, host, path, rank, world_size, grad_bytes, collective_bytes or {}, window or []).build()
 
 
 def rank_from_path(path: str) -> int | None:
@@ -93,9 +94,10 @@ def rank_from_path(path: str) -> int | None:
 
 class _Reader:
     def __init__(self, space: XSpace, plane: XPlane, path: str, rank: int | None, world: int | None, grad_bytes: int,
-                 collective_bytes: dict[str, int]):
+                 collective_bytes: dict[str, int], window: list[int]):
         self.space, self.plane, self.path = space, plane, path
-        self.rank_arg, self.world_arg, self.grad_bytes, self.collective_bytes = rank, world, grad_bytes, collective_bytes
+        self.rank_arg, self.world_arg, self.grad_bytes = rank, world, grad_bytes
+        self.collective_bytes, self.window = collective_bytes, window
         self.warnings: list[str] = []
         self.groups: list[str] = []
         self.group_index: dict[str, int] = {}
@@ -185,19 +187,24 @@ class _Reader:
             others = ", ".join(f"{n!r} x{c}" for n, c in zip(names.tolist(), counts.tolist()) if n != train)
             self.warnings.append(f"step markers other than the training step's ({train!r}) left out of the steps: {others}")
         best_rows, best_nums = best_rows[marker == train], best_nums[marker == train]
-        # one marker per step: the longest range with that number (Keras and a user's own may nest)
-        dur = self.t1[best][best_rows] - self.t0[best][best_rows]
-        order = np.lexsort((-dur, best_nums))
-        keep = order[np.r_[True, np.diff(best_nums[order]) != 0]]
-        rows, nums = best_rows[keep], best_nums[keep]
-        by_time = np.argsort(self.t0[best][rows], kind="stable")
-        rows, nums = rows[by_time], nums[by_time]
-        restart = np.flatnonzero(np.diff(nums) <= 0)  # Keras numbers the batches of each epoch from 0
+        # one marker per step: the outermost of ranges that nest (Keras and a user's own may), in time order; never one per
+        # number: two epochs in a window reuse the numbers, and each worker kept the longer of a pair, not always the same one
+        t0, t1 = self.t0[best][best_rows], self.t1[best][best_rows]
+        order = np.lexsort((t0 - t1, t0))
+        outer = np.r_[True, t0[order][1:] >= np.maximum.accumulate(t1[order])[:-1]]
+        rows, nums = best_rows[order][outer], best_nums[order][outer]
+        # Keras numbers each epoch's batches from 0, the collector (its loop timing too) the window's steps over epochs: a
+        # marker per profiled step, in order, takes the collector's number; else numbered on from the window's first marker
+        window = self.window
+        by_window = len(window) == len(nums) and bool(np.all(np.diff(window) == 1))
+        glob = np.asarray(window, dtype=np.int64) if by_window else nums[0] + np.arange(len(nums))
+        restart = np.flatnonzero(np.diff(nums) <= 0)
+        if by_window:
+            nums = glob
         if len(restart):
             # what runs between two epochs (validation, epoch-end callbacks, the first validation's tracing) is no training
             # step's, yet a step is timed start to start (traces.steps.iteration_us): keep the window's steps of one epoch
-            # only, the most (the first of equals: the same on every worker), numbered in time order from the window's first
-            glob = nums[0] + np.arange(len(nums))
+            # only, the most (the first of equals: the same on every worker)
             bounds = np.r_[0, restart + 1, len(nums)]
             k = int(np.argmax(np.diff(bounds)))
             keep = slice(int(bounds[k]), int(bounds[k + 1]))
@@ -404,6 +411,7 @@ class _Reader:
     # ------------------------------------------------------------------ result
     def _rank_trace(self) -> RankTrace:
         c = self.tab.columns()
+        self._refuse_looped(c)
         if not self._program_bytes(c):
             self._own_bytes(c)
             self._output_bytes(c)
@@ -538,6 +546,21 @@ class _Reader:
                       for n, rows in by_name.items()}
             best = min(by_name, key=lambda n: (not OPTIMIZER.match(n.split("/", 1)[0]) if "/" in n else True, issued[n], len(n), n))
             c["nbytes"][by_name[best]] = int(self.grad_bytes)
+
+    def _refuse_looped(self, c: dict[str, np.ndarray]) -> None:
+        """Refuse collectives that ran more than once a step under one instance key: a loop in the graph (Keras
+        ``steps_per_execution`` > 1, a ``tf.range`` loop over ``strategy.run``) reuses the keys of its body's collectives
+        in every iteration, so the workers' collectives cannot be matched one to one, nor their bytes told apart."""
+        keyed = [i for i in self.collectives.event if c["seq"][i] >= 0 and c["step"][i] >= 0]
+        seen = np.array([(c["group"][i], c["seq"][i], c["step"][i]) for i in keyed], dtype=np.int64).reshape(-1, 3)
+        uniq, counts = np.unique(seen, axis=0, return_counts=True)
+        if len(counts) and counts.max() > 1:
+            g, key, step = uniq[int(np.argmax(counts))].tolist()
+            node = self.tab.names[c["name"][next(i for i in keyed if c["seq"][i] == key and c["group"][i] == g)]]
+            raise DagprofError(f"collective instance {key} of group {self.groups[g]} ({node}) ran {int(counts.max())} times in "
+                               f"step {step}: collectives inside a loop of the graph (Keras "
+                               "compile(steps_per_execution=N), a tf.range loop over strategy.run) reuse their keys each iteration "
+                               "and are not modelled; profile with one training step per call (steps_per_execution=1)", self.path)
 
     def _xla_seq(self, c: dict[str, np.ndarray]) -> None:
         """Collectives without keys (XLA): numbered by step and position in the step, the same on every process."""

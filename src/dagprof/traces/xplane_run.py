@@ -111,7 +111,8 @@ def _from_manifest(folder: str, manifest: XplaneManifest) -> Run:
         if len(files) > 1:
             warnings.append(f"rank {r}: {len(files)} profiler sessions in its log folder; the newest is read")
         newest = inside(folder, os.path.relpath(files[-1], folder), rpath)  # a link in the log folder may not lead out
-        trace = read_xplane(newest, rank=r, world_size=world, grad_bytes=info.grad_bytes, collective_bytes=info.collective_bytes)
+        trace = read_xplane(newest, rank=r, world_size=world, grad_bytes=info.grad_bytes, collective_bytes=info.collective_bytes,
+                            window=info.steps_profiled)
         trace.meta.step_times_us = dict(info.step_times_us)
         trace.meta.unprofiled_step_times_us = info.unprofiled_step_times_us
         if info.window_tx_bytes is not None and info.steps_profiled:

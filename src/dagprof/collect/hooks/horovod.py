@@ -148,8 +148,30 @@ class HorovodCollector(Collector):
 
             opt._allreduce_grad_async = _allreduce_grad_async
             opt.synchronize = synchronize
+            if getattr(opt, "_groups", None) is not None and hasattr(opt, "_grouped_allreduce_grad_async"):
+                opt._grouped_allreduce_grad_async = self._record_groups(opt._grouped_allreduce_grad_async, names)
         except Exception as err:  # noqa: BLE001
             self._fail(err, "attaching to the Horovod optimizer")
+
+    def _record_groups(self, request: Any, names: dict[Any, str]) -> Any:
+        """``DistributedOptimizer(groups=...)`` sends each group, once all its gradients are ready, as one grouped
+        all-reduce: Horovod names its tensors ``grouped_allreduce.<first parameter>_<k>of<n>`` (``_grouped_allreduce_grad_async``)."""
+        collector = self
+
+        def _grouped_allreduce_grad_async(ps: Any) -> Any:
+            if not collector.recording:
+                return request(ps)
+            t0 = time.time_ns()
+            out = request(ps)
+            try:
+                t1, base, n = time.time_ns(), names.get(ps[0]), len(ps)
+                collector.enqueues += [(collector.step, f"grouped_allreduce.{base}_{k + 1}of{n}", t0, t1,
+                                        int(p.grad.numel() * p.grad.element_size())) for k, p in enumerate(ps)]
+            except Exception as err:  # noqa: BLE001
+                collector._fail(err, "Horovod grouped request hook")
+            return out
+
+        return _grouped_allreduce_grad_async
 
     # ------------------------------------------------------------ window, timeline, files
     def _resolve_info(self) -> None:
