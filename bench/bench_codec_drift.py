@@ -152,10 +152,16 @@ def summary(procs: list[dict]) -> list[str]:
     return lines
 
 
-def _rank(script: str, steps: int) -> None:
+def _rank(script: str, steps: int, keep: bool) -> None:
     """One rank of a held-out job (``script --steps``, untouched) whose DDP gets torch's PowerSGD hook on one bucket, as
-    the kept embedding and LSTM strategies have it: per compressed step, the issue's faults and time."""
+    the kept embedding and LSTM strategies have it: per compressed step, the issue's faults and time; ``keep``: with
+    glibc's thresholds fixed as ``dagprof.apply`` deploys PowerSGD (``keep_freed_memory``)."""
     import runpy
+
+    if keep:
+        from dagprof.collect.deploy.apply import keep_freed_memory
+
+        keep_freed_memory()
 
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
@@ -183,9 +189,10 @@ def _rank(script: str, steps: int) -> None:
     print(json.dumps(rows[4:]), flush=True)  # past PowerSGD's start (iteration 2) and two more
 
 
-def in_job(script: str, steps: int) -> list[str]:
+def in_job(script: str, steps: int, keep: bool = False) -> list[str]:
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(29500 + os.getpid() % 1000), "WORLD_SIZE": "2"}
-    ranks = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank-of-job", str(steps), "--script", script], env={**env, "RANK": str(r)},
+    ranks = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank-of-job", str(steps), "--script", script]
+                              + ["--keep-freed"] * keep, env={**env, "RANK": str(r)},
                               stdout=subprocess.PIPE, text=True) for r in range(2)]
     lines = []
     for r, proc in enumerate(ranks):
@@ -209,14 +216,15 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="write every run here")
     ap.add_argument("--in-job", type=int, default=0, metavar="STEPS", help="instead, the hook's page faults inside a held-out job (--script)")
     ap.add_argument("--script", default=os.path.join(HERE, "ddp_heldout_embed.py"), help="the held-out job --in-job runs (default the embedding's)")
+    ap.add_argument("--keep-freed", action="store_true", help="--in-job with glibc's thresholds as dagprof.apply deploys PowerSGD")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a child: its runs as JSON
     ap.add_argument("--rank-of-job", type=int, default=0, help=argparse.SUPPRESS)  # a child: one rank of --in-job
     args = ap.parse_args()
     if args.rank_of_job:
-        _rank(args.script, args.rank_of_job)
+        _rank(args.script, args.rank_of_job, args.keep_freed)
         return
     if args.in_job:
-        print("\n".join(in_job(args.script, args.in_job)))
+        print("\n".join(in_job(args.script, args.in_job, args.keep_freed)))
         return
     if args.one:
         print(json.dumps(_one(args.reps, args.pairs, args.rank)), flush=True)

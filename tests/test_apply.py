@@ -65,6 +65,12 @@ def test_strategy_file_round_trips(tmp_path):
     assert d["summary"] == s.summary()
 
 
+def test_powersgd_bucket_above_glibc_mmap_threshold_is_a_caveat():
+    big = (Bucket(("a.bias",), 8 << 20, ("a",)), Bucket(("a.weight",), 40 << 20, ("a",)))
+    assert any("1 bucket(s) above 32 MiB (40 MiB at most)" in c for c in strategy(buckets=big, compression=Compression("powersgd", 2)).caveats())
+    assert not any("32 MiB" in c for c in strategy(compression=Compression("powersgd", 2)).caveats() + strategy(buckets=big).caveats())
+
+
 def test_summary_reads_plainly():
     text = strategy().summary()
     assert text.startswith("2 buckets ending at layers a|a, fp16 hook: predicted 630 -> 470 ms (-25 %")

@@ -38,7 +38,7 @@ from ...errors import DagprofError
 from ...units import MB
 from ..hooks.exit_gc import collect_cycles_at_exit
 from .apply_fsdp import apply_fsdp
-from .strategy import Strategy, load_strategy
+from .strategy import MMAP_THRESHOLD_MAX, Strategy, load_strategy
 
 
 @dataclass
@@ -261,9 +261,7 @@ def _comm_hook(ddp: Any, s: Strategy) -> tuple[Any, Any] | None:
     return ddp.process_group, codec_hook(c.codec, s.partition)
 
 
-# glibc's mallopt parameters (malloc.h) and the largest mmap threshold it accepts on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX)
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-MMAP_THRESHOLD_MAX = 32 << 20
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
 
 
 def keep_freed_memory() -> None:
@@ -276,7 +274,8 @@ def keep_freed_memory() -> None:
     the LSTM's heap, which backward leaves with room for the clone, hardly faulted. This fixes glibc's thresholds where
     its own dynamic rule would take them after freeing its largest mmapped chunk (32 MiB; trimming beyond twice that),
     so a bucket up to 32 MiB is reused rather than faulted in: the hook's issue then took 0-123 faults per step in
-    those jobs. The process keeps up to 64 MiB of freed memory mapped. Not glibc: warns, once, that they may fault.
+    those jobs. The process keeps up to 64 MiB of freed memory mapped; a larger bucket is still mmapped each step (the
+    strategy's caveats say so). Not glibc: warns that they may fault.
     """
     import ctypes
 
