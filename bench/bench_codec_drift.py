@@ -34,6 +34,10 @@ the last two by ``--in-job 40``). By workload (``--in-job 40 --script bench/ddp_
 embedding 977 / 549 faults per step (ranks 0 / 1), conv 634 / 1,464 (one bucket; its kept strategy has two), LSTM
 0 / 146: the jobs whose PowerSGD speed-up is predicted high (conv, embedding) fault at the issue, the LSTM's hardly,
 where the codec measurement's processes faulted 445-1,075 times per run on the LSTM's gradients.
+``--keep-freed`` runs the job with glibc keeping freed memory mapped (2026-12-03 15:05 UTC):
+at load 2.3-2.4 the issue's faults per step and rank went 1,304 / 345 -> 13 / 13 (embedding; issue median 4.85 / 2.73 ->
+2.87 / 2.94 ms), 593 / 628 -> 14 / 39 (conv; 4.86 / 4.55 -> 4.31 / 4.17 ms), 17 / 16 -> 0 / 0 (LSTM; 2.92 / 2.84 ->
+2.97 / 2.88 ms): the faults are the embedding's issue excess on the rank that takes them.
 """
 from __future__ import annotations
 
@@ -155,13 +159,13 @@ def summary(procs: list[dict]) -> list[str]:
 def _rank(script: str, steps: int, keep: bool) -> None:
     """One rank of a held-out job (``script --steps``, untouched) whose DDP gets torch's PowerSGD hook on one bucket, as
     the kept embedding and LSTM strategies have it: per compressed step, the issue's faults and time; ``keep``: with
-    glibc's thresholds fixed as ``dagprof.apply`` deploys PowerSGD (``keep_freed_memory``)."""
+    glibc's mmap and trim thresholds fixed at 32 / 64 MiB (where its dynamic rule would take them after freeing a 32 MiB
+    chunk), so memory freed at a heap's top is kept mapped rather than given back and faulted in again."""
+    import ctypes
     import runpy
 
-    if keep:
-        from dagprof.collect.deploy.apply import keep_freed_memory
-
-        keep_freed_memory()
+    if keep and not (ctypes.CDLL(None).mallopt(-3, 32 << 20) == 1 and ctypes.CDLL(None).mallopt(-1, 64 << 20) == 1):  # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD
+        raise SystemExit("bench_codec_drift: --keep-freed: glibc's mallopt refused the thresholds")
 
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
@@ -216,7 +220,7 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="write every run here")
     ap.add_argument("--in-job", type=int, default=0, metavar="STEPS", help="instead, the hook's page faults inside a held-out job (--script)")
     ap.add_argument("--script", default=os.path.join(HERE, "ddp_heldout_embed.py"), help="the held-out job --in-job runs (default the embedding's)")
-    ap.add_argument("--keep-freed", action="store_true", help="--in-job with glibc's thresholds as dagprof.apply deploys PowerSGD")
+    ap.add_argument("--keep-freed", action="store_true", help="--in-job with glibc keeping freed memory mapped (mmap / trim thresholds 32 / 64 MiB)")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a child: its runs as JSON
     ap.add_argument("--rank-of-job", type=int, default=0, help=argparse.SUPPRESS)  # a child: one rank of --in-job
     args = ap.parse_args()

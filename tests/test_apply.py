@@ -65,12 +65,6 @@ def test_strategy_file_round_trips(tmp_path):
     assert d["summary"] == s.summary()
 
 
-def test_powersgd_bucket_above_glibc_mmap_threshold_is_a_caveat():
-    big = (Bucket(("a.bias",), 8 << 20, ("a",)), Bucket(("a.weight",), 40 << 20, ("a",)))
-    assert any("1 bucket(s) above 32 MiB (40 MiB at most)" in c for c in strategy(buckets=big, compression=Compression("powersgd", 2)).caveats())
-    assert not any("32 MiB" in c for c in strategy(compression=Compression("powersgd", 2)).caveats() + strategy(buckets=big).caveats())
-
-
 def test_summary_reads_plainly():
     text = strategy().summary()
     assert text.startswith("2 buckets ending at layers a|a, fp16 hook: predicted 630 -> 470 ms (-25 %")
@@ -114,33 +108,3 @@ def test_a_version_1_file_reads(tmp_path):
     assert s.prediction == Prediction(630.0, 470.0, 12) and s.notes == ("written by dagprof 0.1",)
     assert load_strategy(save_strategy(s, tmp_path / "again.json")) == s
     assert (tmp_path / "again.json").read_bytes() == (DATA / "strategy" / "v1.json").read_bytes()  # same bytes as v1 wrote
-
-
-KEEP = """
-import resource, sys, torch
-if sys.argv[1] == "keep":
-    from dagprof.collect.deploy.apply import keep_freed_memory
-    keep_freed_memory()
-def faults():
-    return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
-out = []
-for _ in range(6):  # PowerSGD's pattern: two bucket-sized tensors written, freed together (the clone and the error)
-    f0 = faults()
-    a = torch.ones(1 << 21)
-    b = torch.ones(1 << 21)
-    del b, a
-    out.append(faults() - f0)
-print(sum(out[2:]))
-"""
-
-
-def test_powersgd_deploy_keeps_its_buffers_mapped():
-    """Two 8 MB tensors freed together leave 16 MB free at the heap's top: glibc (its dynamic thresholds) gives them
-    back and the next pair faults about 2,048 of their 4,096 pages in again (7,169-8,193 in 4 pairs here); after
-    ``keep_freed_memory`` (what apply does for PowerSGD) it reuses them."""
-    import subprocess
-
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    plain, kept = (int(subprocess.run([sys.executable, "-c", KEEP, how], env=env, capture_output=True, text=True, check=True).stdout)
-                   for how in ("plain", "keep"))
-    assert plain >= 4 * 1024 and kept < 256

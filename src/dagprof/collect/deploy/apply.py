@@ -17,8 +17,7 @@ What it configures:
   gradient-ready order) end exactly at the strategy's layers. The reducer is rebuilt in place the
   way DDP does when it is unpickled; no comm hook is needed, so there is no extra cost;
 - communication: a comm hook for fp16/bf16 compression and for tensor partition (each bucket
-  all-reduced in k pieces), PowerSGD through torch's own ``powerSGD_hook`` (with glibc keeping the memory it
-  frees each step, ``keep_freed_memory``);
+  all-reduced in k pieces), PowerSGD through torch's own ``powerSGD_hook``;
 - recomputation: ``torch.utils.checkpoint`` (non-reentrant) around the named modules;
 - gradient accumulation: ``plan.micro_batches`` and ``plan.sync(i)``.
 
@@ -38,7 +37,7 @@ from ...errors import DagprofError
 from ...units import MB
 from ..hooks.exit_gc import collect_cycles_at_exit
 from .apply_fsdp import apply_fsdp
-from .strategy import MMAP_THRESHOLD_MAX, Strategy, load_strategy
+from .strategy import Strategy, load_strategy
 
 
 @dataclass
@@ -254,39 +253,10 @@ def _comm_hook(ddp: Any, s: Strategy) -> tuple[Any, Any] | None:
 
         state = psgd.PowerSGDState(process_group=ddp.process_group, matrix_approximation_rank=c.rank,
                                    start_powerSGD_iter=max(2, c.start_iter), min_compression_rate=2, use_error_feedback=True, warm_start=True)
-        keep_freed_memory()
         return state, chained(psgd.powerSGD_hook)
     if c.codec == "none" and s.partition == 1:
         return None
     return ddp.process_group, codec_hook(c.codec, s.partition)
-
-
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
-
-
-def keep_freed_memory() -> None:
-    """Have glibc keep the memory PowerSGD's hook frees each step, so the next step's copies reuse mapped pages.
-
-    torch's hook clones each bucket and allocates a new error of its size every step (CPU tensors come from
-    malloc). glibc returns freed memory at the top of a heap to the kernel once more than its trim threshold is free
-    there, and the next clone then page-faults its pages in again: in the held-out embedding and conv jobs 500-1,500
-    faults per step and rank at the hook's issue alone, 1-3 ms, which no codec price (the fastest of warm runs) holds;
-    the LSTM's heap, which backward leaves with room for the clone, hardly faulted. This fixes glibc's thresholds where
-    its own dynamic rule would take them after freeing its largest mmapped chunk (32 MiB; trimming beyond twice that),
-    so a bucket up to 32 MiB is reused rather than faulted in: the hook's issue then took 0-123 faults per step in
-    those jobs. The process keeps up to 64 MiB of freed memory mapped; a larger bucket is still mmapped each step (the
-    strategy's caveats say so). Not glibc: warns that they may fault.
-    """
-    import ctypes
-
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-        ok = mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX) == 1 and mallopt(M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD_MAX) == 1
-    except (AttributeError, OSError):
-        ok = False
-    if not ok:
-        warnings.warn("dagprof: could not set the C allocator's thresholds (not glibc?): PowerSGD's per-step buffers may page-fault "
-                      "each step, which its prediction does not price", RuntimeWarning, stacklevel=3)
 
 
 def codec_hook(codec: str, parts: int):

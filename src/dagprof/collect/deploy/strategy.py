@@ -32,7 +32,6 @@ LOSSY_CAVEAT = ("lossy gradient compression changes what the optimizer sees (fp1
                 "approximates them at low rank with error feedback): check accuracy and convergence on your job before adopting it")
 REDUCE_DTYPE_CAVEAT = ("gradients reduced in a lower precision (FSDP's reduce dtype) round what the optimizer sees: check accuracy and "
                        "convergence on your job before adopting it")
-MMAP_THRESHOLD_MAX = 32 << 20  # glibc's largest mmap threshold on 64-bit: a larger allocation is mmapped, faulted in afresh every time
 ACCUMULATION_CAVEAT = "gradient accumulation multiplies the effective batch: retune the learning rate, and compare time per sample"
 
 
@@ -177,10 +176,6 @@ class Strategy(msgspec.Struct, frozen=True):
     def caveats(self) -> list[str]:
         out = [LOSSY_CAVEAT] if self.compression.lossy else []
         out += [REDUCE_DTYPE_CAVEAT] if self.fsdp is not None and self.fsdp.lossy else []
-        big = [b.nbytes for b in self.buckets or () if b.nbytes > MMAP_THRESHOLD_MAX] if self.compression.codec == "powersgd" else []
-        if big:  # dagprof.apply keeps the hook's buffers mapped up to this size (apply.keep_freed_memory), the price assumes it
-            out.append(f"PowerSGD's per-step copy of {len(big)} bucket(s) above 32 MiB ({max(big) / 2**20:.0f} MiB at most) is mmapped and "
-                       "page-faulted in afresh every step, which the prediction does not price")
         return out + ([ACCUMULATION_CAVEAT] if self.accumulate > 1 else [])
 
 
