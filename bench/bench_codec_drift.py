@@ -34,6 +34,10 @@ the last two by ``--in-job 40``). By workload (``--in-job 40 --script bench/ddp_
 embedding 977 / 549 faults per step (ranks 0 / 1), conv 634 / 1,464 (one bucket; its kept strategy has two), LSTM
 0 / 146: the jobs whose PowerSGD speed-up is predicted high (conv, embedding) fault at the issue, the LSTM's hardly,
 where the codec measurement's processes faulted 445-1,075 times per run on the LSTM's gradients.
+``--keep-freed`` runs the job with glibc keeping freed memory mapped (2026-12-03 15:05 UTC):
+at load 2.3-2.4 the issue's faults per step and rank went 1,304 / 345 -> 13 / 13 (embedding; issue median 4.85 / 2.73 ->
+2.87 / 2.94 ms), 593 / 628 -> 14 / 39 (conv; 4.86 / 4.55 -> 4.31 / 4.17 ms), 17 / 16 -> 0 / 0 (LSTM; 2.92 / 2.84 ->
+2.97 / 2.88 ms): the faults are the embedding's issue excess on the rank that takes them.
 """
 from __future__ import annotations
 
@@ -152,10 +156,16 @@ def summary(procs: list[dict]) -> list[str]:
     return lines
 
 
-def _rank(script: str, steps: int) -> None:
+def _rank(script: str, steps: int, keep: bool) -> None:
     """One rank of a held-out job (``script --steps``, untouched) whose DDP gets torch's PowerSGD hook on one bucket, as
-    the kept embedding and LSTM strategies have it: per compressed step, the issue's faults and time."""
+    the kept embedding and LSTM strategies have it: per compressed step, the issue's faults and time; ``keep``: with
+    glibc's mmap and trim thresholds fixed at 32 / 64 MiB (where its dynamic rule would take them after freeing a 32 MiB
+    chunk), so memory freed at a heap's top is kept mapped rather than given back and faulted in again."""
+    import ctypes
     import runpy
+
+    if keep and not (ctypes.CDLL(None).mallopt(-3, 32 << 20) == 1 and ctypes.CDLL(None).mallopt(-1, 64 << 20) == 1):  # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD
+        raise SystemExit("bench_codec_drift: --keep-freed: glibc's mallopt refused the thresholds")
 
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
@@ -183,9 +193,10 @@ def _rank(script: str, steps: int) -> None:
     print(json.dumps(rows[4:]), flush=True)  # past PowerSGD's start (iteration 2) and two more
 
 
-def in_job(script: str, steps: int) -> list[str]:
+def in_job(script: str, steps: int, keep: bool = False) -> list[str]:
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(29500 + os.getpid() % 1000), "WORLD_SIZE": "2"}
-    ranks = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank-of-job", str(steps), "--script", script], env={**env, "RANK": str(r)},
+    ranks = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank-of-job", str(steps), "--script", script]
+                              + ["--keep-freed"] * keep, env={**env, "RANK": str(r)},
                               stdout=subprocess.PIPE, text=True) for r in range(2)]
     lines = []
     for r, proc in enumerate(ranks):
@@ -209,14 +220,15 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="write every run here")
     ap.add_argument("--in-job", type=int, default=0, metavar="STEPS", help="instead, the hook's page faults inside a held-out job (--script)")
     ap.add_argument("--script", default=os.path.join(HERE, "ddp_heldout_embed.py"), help="the held-out job --in-job runs (default the embedding's)")
+    ap.add_argument("--keep-freed", action="store_true", help="--in-job with glibc keeping freed memory mapped (mmap / trim thresholds 32 / 64 MiB)")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a child: its runs as JSON
     ap.add_argument("--rank-of-job", type=int, default=0, help=argparse.SUPPRESS)  # a child: one rank of --in-job
     args = ap.parse_args()
     if args.rank_of_job:
-        _rank(args.script, args.rank_of_job)
+        _rank(args.script, args.rank_of_job, args.keep_freed)
         return
     if args.in_job:
-        print("\n".join(in_job(args.script, args.in_job)))
+        print("\n".join(in_job(args.script, args.in_job, args.keep_freed)))
         return
     if args.one:
         print(json.dumps(_one(args.reps, args.pairs, args.rank)), flush=True)
