@@ -320,7 +320,7 @@ def predict_rate(out: str, rate: float, other: float) -> dict:
                   # crossed outside the timed transfer, e.g. sent before the last worker joined: the whole fit scales
                   "fit_of_wire_pct": 100.0 * 8 * fit["bandwidth_bytes_per_s"] * n / rate,
                   "payload_share_pct": 100.0 * share, "payload_share": how,
-                  "fit_latency_us": fit["latency_us"], "weak_fit": fit.get("weak"),
+                  "fit_latency_us": fit["latency_us"], "weak_fit": fit.get("weak"), "stall_outweighs": row.get("stall_outweighs"),
                   "interval_ms": [row["lo_ms"], row["hi_ms"]], "interval_terms": row["interval_basis"]["terms"]}
 
 
@@ -491,6 +491,10 @@ def _summary(rounds: list[dict], pair: dict) -> dict:
     return {"rate_bit": pair["rate_bit"], "other_rate_bit": pair["other_rate_bit"], "pair": pair["why"], "rounds": len(rounds),
             "judged": sum("error_pct" in r for r in rounds),
             "error_pct": _stats([r["error_pct"] for r in rounds if "error_pct" in r], 8),
+            # rounds whose what-if said its point is not told apart from the profiled run's (a JAX job's per-array stall on
+            # gloo moves a step further than the row changes it: ``analysis.operand_stall.stall_outweighs``), the others' error
+            "stall_outweighs": sum(bool(r["profiled"].get("stall_outweighs")) and "error_pct" in r for r in rounds),
+            "told_error_pct": _stats([r["error_pct"] for r in rounds if "error_pct" in r and not r["profiled"].get("stall_outweighs")], 8),
             "in_interval": sum(r.get("in_interval", False) for r in rounds),  # the measured median step inside the what-if's 90 % interval
             # the median prediction against the median measurement, over the rounds: one job's drift moves neither much
             "pooled_error_pct": 100.0 * (np.median(pred) - np.median(meas)) / np.median(meas) if pred and meas else None,
