@@ -24,9 +24,9 @@ with a core per thread does not stall follows from the mechanism, not from a run
 A link row whose change to the step is smaller than the stall moves a step at even odds (``stall_outweighs``) is a point
 the profile cannot tell from the profiled run's: jax_gnn_jit's 14 arrays a step (0-56 ms, +-16 ms at even odds) against the
 +8 ms that 500 -> 200 Mbit/s adds on the wire. Its collectives do not wait for the peer's issue (the two ranks entered
-each all-reduce 0.1-20 ms apart, median 2; the transfer, timed from the later one, took 6-155 ms where the wire's share
+each all-reduce 0.1-21 ms apart, median 2; the transfer, timed from the later one, took 6-155 ms where the wire's share
 was 4.5 ms at 500 Mbit/s), so neither the issue times nor the wire rate tell the rest; four kept jobs at 500 Mbit/s
-alone had median steps of 36-80 ms.
+alone had median steps of 37-80 ms.
 """
 from __future__ import annotations
 
