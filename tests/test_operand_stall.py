@@ -119,7 +119,7 @@ def test_a_link_row_that_changes_the_step_less_than_the_stall_moves_one_is_marke
     assert 0 < near["predicted_iter_ms"] * 1e3 - model < half and "not told apart" in near["stall_outweighs"]
     assert far["predicted_iter_ms"] * 1e3 - model > half and "stall_outweighs" not in far
     assert "stall_outweighs" not in same and "stall_outweighs" not in faster  # not link rows: their intervals hold no stall either
-    assert [n for n in res["notes"] if "even odds" in n] == [n for n in res["notes"] if n.startswith("1 of 4 row(s) (marked *)")]
+    assert [n for n in res["notes"] if "even odds" in n] == [n for n in res["notes"] if n.startswith("1 of 4 row(s) (marked ~)")]
 
 
 def test_no_stall_no_mark():
@@ -127,3 +127,11 @@ def test_no_stall_no_mark():
     roomy = g.replace(meta=g.meta.replace(host_cpus={"vm": (2, 4)}))  # a core for each rank's poller and poster
     assert stall_outweighs(roomy, 1.0) is None and stall_outweighs(g, 1.0) is not None
     assert stall_outweighs(g, -20e3) is None  # a change either way larger than the stall's even odds
+
+
+def test_the_table_marks_such_a_row(capsys):
+    from dagprof.cli.main import main
+
+    assert main(["whatif", str(DATA / "tf-jax" / "pmap-host"), "--bandwidth", "300Mbit,100Mbit", "--raw", "--no-trace", "--allow-model-error"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if "Mbit " in line and "predicted" in line]
+    assert [line.endswith(" ~") for line in rows] == [True, False]  # its link fit is weak too: both rows also carry *
