@@ -185,7 +185,10 @@ FAST_OVER_SLOW = 2.5  # profiled at 2.5 times the rate predicted, as 500 -> 200 
 # slowed the pilot (jax_mixer 370 -> 148 quiet, 108 -> 43 to 62 -> 25 under load), and its errors ran opposite ways with
 # the pair, so no two sessions judged the same what-if. The pairs are the quiet pilots' (2026-12-03), rounded; jax_mixer's
 # the loaded ones' (its collectives over half the step at both rates). 500 -> 200 Mbit/s elsewhere.
-PAIRS = {"tf_gru_fit": (400e6, 160e6), "tf_cnn_loop": (50e6, 20e6), "jax_mixer": (100e6, 40e6)}
+# jax_gnn_jit's by the pilot's rule (``pick_pair``) from its step on an unshaped loopback (52 ms; 283 kB a step on it:
+# 108 -> 43 Mbit/s), rounded as jax_mixer's: at 500 -> 200 Mbit/s the wire added 8 ms, within gloo's per-array stall
+# (+-16 ms at even odds, ``analysis.operand_stall.stall_outweighs``), and same-rate jobs' median steps spread 38-65 ms.
+PAIRS = {"tf_gru_fit": (400e6, 160e6), "tf_cnn_loop": (50e6, 20e6), "jax_mixer": (100e6, 40e6), "jax_gnn_jit": (100e6, 40e6)}
 DEFAULT_PAIR = (500e6, 200e6)
 
 
