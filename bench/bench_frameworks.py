@@ -191,7 +191,10 @@ FAST_OVER_SLOW = 2.5  # profiled at 2.5 times the rate predicted, as 500 -> 200 
 # slowed the pilot (jax_mixer 370 -> 148 quiet, 108 -> 43 to 62 -> 25 under load), and its errors ran opposite ways with
 # the pair, so no two sessions judged the same what-if. The pairs are the quiet pilots' (2026-12-03), rounded; jax_mixer's
 # the loaded ones' (its collectives over half the step at both rates). 500 -> 200 Mbit/s elsewhere.
-PAIRS = {"tf_gru_fit": (400e6, 160e6), "tf_cnn_loop": (50e6, 20e6), "jax_mixer": (100e6, 40e6)}
+# jax_gnn_jit's by the pilot's rule (``pick_pair``) from its step on an unshaped loopback (52 ms; 283 kB a step on it:
+# 108 -> 43 Mbit/s), rounded as jax_mixer's: at 500 -> 200 Mbit/s the wire added 8 ms, within gloo's per-array stall
+# (+-16 ms at even odds, ``analysis.operand_stall.stall_outweighs``), and same-rate jobs' median steps spread 38-65 ms.
+PAIRS = {"tf_gru_fit": (400e6, 160e6), "tf_cnn_loop": (50e6, 20e6), "jax_mixer": (100e6, 40e6), "jax_gnn_jit": (100e6, 40e6)}
 DEFAULT_PAIR = (500e6, 200e6)
 
 
@@ -339,7 +342,7 @@ def predict_rate(out: str, rate: float, other: float) -> dict:
                   # crossed outside the timed transfer, e.g. sent before the last worker joined: the whole fit scales
                   "fit_of_wire_pct": 100.0 * 8 * fit["bandwidth_bytes_per_s"] * n / rate,
                   "payload_share_pct": 100.0 * share, "payload_share": how,
-                  "fit_latency_us": fit["latency_us"], "weak_fit": fit.get("weak"),
+                  "fit_latency_us": fit["latency_us"], "weak_fit": fit.get("weak"), "stall_outweighs": row.get("stall_outweighs"),
                   "interval_ms": [row["lo_ms"], row["hi_ms"]], "interval_terms": row["interval_basis"]["terms"]}
 
 
@@ -513,6 +516,10 @@ def _summary(rounds: list[dict], pair: dict) -> dict:
     return {"rate_bit": pair["rate_bit"], "other_rate_bit": pair["other_rate_bit"], "pair": pair["why"], "rounds": len(rounds),
             "judged": sum("error_pct" in r for r in rounds),
             "error_pct": _stats([r["error_pct"] for r in rounds if "error_pct" in r], 8),
+            # rounds whose what-if said its point is not told apart from the profiled run's (a JAX job's per-array stall on
+            # gloo moves a step further than the row changes it: ``analysis.operand_stall.stall_outweighs``), the others' error
+            "stall_outweighs": sum(bool(r["profiled"].get("stall_outweighs")) and "error_pct" in r for r in rounds),
+            "told_error_pct": _stats([r["error_pct"] for r in rounds if "error_pct" in r and not r["profiled"].get("stall_outweighs")], 8),
             "in_interval": sum(r.get("in_interval", False) for r in rounds),  # the measured median step inside the what-if's 90 % interval
             # the median prediction against the median measurement, over the rounds: one job's drift moves neither much
             "pooled_error_pct": 100.0 * (np.median(pred) - np.median(meas)) / np.median(meas) if pred and meas else None,

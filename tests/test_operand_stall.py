@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from dagprof.analysis.interval import PredictionInterval
-from dagprof.analysis.operand_stall import TICK_US, held_us, stall_bound_us, stall_halfwidth_us, stall_note, stall_risk
+from dagprof.analysis.operand_stall import EVEN_ODDS, TICK_US, held_us, stall_bound_us, stall_halfwidth_us, stall_note, stall_outweighs, stall_risk
 from dagprof.errors import DagprofError
 from dagprof.pipeline import open_run
 from dagprof.search.scenario import Scenario
@@ -105,3 +105,33 @@ def test_the_held_stall_is_the_collectives_time_beyond_the_profiled_wire():
     most = max(g.dur[comm & (g.step == s)].sum() for s in g.meta.steps)
     assert 0 < held_us(profiled_at(g, Cluster(profiled_bandwidth="10Gbit"))) <= most
     assert held_us(profiled_at(g, Cluster(profiled_bandwidth="1Mbit"))) == 0.0  # the wire alone would take longer
+
+
+def test_a_link_row_that_changes_the_step_less_than_the_stall_moves_one_is_marked_and_counted():
+    # tf-jax/pmap-host: 12 arrays a step on 2 contended cores, 0-48 ms; at even odds two steps' stalls differ by 14 ms
+    g = open_run(str(DATA / "tf-jax" / "pmap-host")).graph
+    half = stall_halfwidth_us(stall_bound_us(g), EVEN_ODDS)
+    assert half == pytest.approx(48e3 * (1 - 0.5**0.5))
+    res = evaluate(g, [Scenario(), Scenario(bandwidth="300Mbit"), Scenario(bandwidth="100Mbit"), Scenario(compute_speed=1.1)],
+                   tolerance_pct=None, raw=True)
+    same, near, far, faster = res["scenarios"]
+    model = res["model_iter_ms"] * 1e3
+    assert 0 < near["predicted_iter_ms"] * 1e3 - model < half and "not told apart" in near["stall_outweighs"]
+    assert far["predicted_iter_ms"] * 1e3 - model > half and "stall_outweighs" not in far
+    assert "stall_outweighs" not in same and "stall_outweighs" not in faster  # not link rows: their intervals hold no stall either
+    assert [n for n in res["notes"] if "even odds" in n] == [n for n in res["notes"] if n.startswith("1 of 4 row(s) (marked ~)")]
+
+
+def test_no_stall_no_mark():
+    g = open_run(str(DATA / "tf-jax" / "pmap-host")).graph
+    roomy = g.replace(meta=g.meta.replace(host_cpus={"vm": (2, 4)}))  # a core for each rank's poller and poster
+    assert stall_outweighs(roomy, 1.0) is None and stall_outweighs(g, 1.0) is not None
+    assert stall_outweighs(g, -20e3) is None  # a change either way larger than the stall's even odds
+
+
+def test_the_table_marks_such_a_row(capsys):
+    from dagprof.cli.main import main
+
+    assert main(["whatif", str(DATA / "tf-jax" / "pmap-host"), "--bandwidth", "300Mbit,100Mbit", "--raw", "--no-trace", "--allow-model-error"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if "Mbit " in line and "predicted" in line]
+    assert [line.endswith(" ~") for line in rows] == [True, False]  # its link fit is weak too: both rows also carry *

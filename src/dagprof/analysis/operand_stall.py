@@ -20,6 +20,13 @@ as contended. The tick is the contended hosts' own (``GraphMeta.host_tick_us``, 
 compute XLA runs beside a collective (more threads), and ranks pinned to disjoint cores (counted as sharing the fewest
 cores one of them had: wider, never narrower). Only the contended side is measured (2 ranks on 2 cores): that a host
 with a core per thread does not stall follows from the mechanism, not from a run.
+
+A link row whose change to the step is smaller than the stall moves a step at even odds (``stall_outweighs``) is a point
+the profile cannot tell from the profiled run's: jax_gnn_jit's 14 arrays a step (0-56 ms, +-16 ms at even odds) against the
++8 ms that 500 -> 200 Mbit/s adds on the wire. Its collectives do not wait for the peer's issue (the two ranks entered
+each all-reduce 0.1-21 ms apart, median 2; the transfer, timed from the later one, took 6-155 ms where the wire's share
+was 4.5 ms at 500 Mbit/s), so neither the issue times nor the wire rate tell the rest; four kept jobs at 500 Mbit/s
+alone had median steps of 37-80 ms.
 """
 from __future__ import annotations
 
@@ -35,6 +42,7 @@ from ..passes.comm import priced_comm, priced_world_size
 # stalls came to it, and the common distribution default)
 TICK_US = 4000.0
 THREADS_PER_RANK = 2  # runnable in a collective: gloo's polling device thread and the thread posting the operand's receive
+EVEN_ODDS = 0.5  # a row's change is held against the stall's difference between two steps at this level: more likely than not
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,18 @@ def stall_halfwidth_us(bound_us: float, level: float) -> float:
     """The ``level`` interval's half-width of the difference between two steps' stalls, each spread evenly over
     [0, ``bound_us``] (as measured): a triangular spread over +-bound, P(|d| > x) = (1 - x / bound)^2."""
     return bound_us * (1.0 - math.sqrt(1.0 - level))
+
+
+def stall_outweighs(g: Graph, change_us: float) -> str | None:
+    """Why a link row's point cannot be told from the profiled run's: it changes the step by ``change_us``, less than
+    the stall alone moves one step at even odds (``stall_halfwidth_us`` at ``EVEN_ODDS``); None where it does not (or
+    there is no stall)."""
+    bound = stall_bound_us(g)
+    half = stall_halfwidth_us(bound, EVEN_ODDS)
+    if not bound or abs(change_us) >= half:
+        return None
+    return (f"changes the step by {change_us / 1e3:+.1f} ms, less than gloo's per-array stall (0-{bound / 1e3:.0f} ms a step) "
+            f"moves one step at even odds (+-{half / 1e3:.0f} ms): its point is not told apart from the profiled run's, read its interval")
 
 
 def stall_note(g: Graph) -> str | None:

@@ -15,7 +15,7 @@ from typing import Callable
 
 from ..analysis import job_iteration_us
 from ..analysis.interval import link_residuals, predict_interval, run_level
-from ..analysis.operand_stall import held_us, stall_bound_us, stall_note
+from ..analysis.operand_stall import held_us, stall_bound_us, stall_note, stall_outweighs
 from ..costmodel.topology import Topology
 from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
@@ -132,7 +132,8 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     replayed step by step: on ``g0``, or on ``steps_graph`` (each step with its own times) when
     ``g0`` is the averaged iteration, and widened by the level it stands on (``analysis.interval.run_level``).
     Rows that change the link, the workers or the scheme carry a ``caveat`` when the link fitted to the
-    profile cannot tell latency from bandwidth.
+    profile cannot tell latency from bandwidth, and a ``stall_outweighs`` when they change the step less than a JAX job's
+    per-array stall on gloo moves one (``analysis.operand_stall.stall_outweighs``).
     Unless ``raw``, the profiler's own cost measured on the run is removed from the op times first
     (``passes.profiler_cost``), and ``measured_us`` and ``vs_measured_pct`` then mean the job without
     the profiler (``check_model``); ``profiler_cost`` in the result says what was done, or why not.
@@ -166,7 +167,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     residuals = link_residuals(stepwise, on_link(stepwise, base_topo))
     level = run_level(stepwise, cost, corrected is not None, model, measured_us)
     one_worker: dict[str, float] = {}
-    rows, relinked, held, predicted = [], False, held_us(g0), []
+    rows, relinked, held, predicted, outweighed = [], False, held_us(g0), [], 0
     for i, s in enumerate(progress(scenarios, "what-if scenarios", unit="scenario")):
         t1 = time.perf_counter()
         g, res = disturb(apply(g0, s, cluster, base_topo), cluster)
@@ -187,6 +188,9 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
                "vs_measured_pct": None if not measured_us else 100.0 * (it - measured_us) / measured_us, "seconds": time.perf_counter() - t1}
         if caveat and relinks:
             row["caveat"] = caveat
+        if relinks and (stall := stall_outweighs(g0, it - model)):
+            row["stall_outweighs"] = stall
+            outweighed += 1
         relinked = relinked or relinks
         if s.data_parallel is not None and is_fsdp_graph(g0) != is_fsdp_graph(g):  # DDP <-> FSDP: the scenario's own record
             peaks = fsdp_peak(g, reshard=s.reshard_after_forward) if is_fsdp_graph(g) else ddp_peak_of_fsdp(g0, s.workers)
@@ -215,7 +219,9 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
                      + _shared_cores_notes(g0, cluster) + _overlap_notes(cluster) + _own_cores_notes(g0, predicted, cluster)
                      + _shared_port_notes(g0, scenarios) + _floor_notes(rows) + _refusion_notes(g0, scenarios, cluster, base_topo, model)
             + _link_to_notes(scenarios, cluster) + wire_notes + waiting
-            + ([note] if relinked and (note := stall_note(g0)) else []),
+            + ([note] if relinked and (note := stall_note(g0)) else [])
+            + ([f"{outweighed} of {len(rows)} row(s) (marked ~) change the step less than that stall moves one step at even odds: "
+                "their points are not told apart from the profiled run's, read their intervals"] if outweighed else []),
             "seconds": time.perf_counter() - t0}
 
 
