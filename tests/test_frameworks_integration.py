@@ -67,3 +67,35 @@ def _store(run: pathlib.Path, fixture: pathlib.Path) -> None:
         dst = fixture / pathlib.Path(f).relative_to(run)
         dst.parent.mkdir(parents=True, exist_ok=True)
         dst.with_name(dst.name + ".gz").write_bytes(gzip.compress(pathlib.Path(f).read_bytes(), mtime=0))
+
+
+LOOPED_FIT = """
+import os, sys
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import numpy as np
+import tensorflow as tf
+from dagprof.collect.hooks.tf_profile import keras_callback
+tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+with tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]).scope():
+    model = tf.keras.Sequential([tf.keras.layers.Dense(4, activation="relu", input_shape=(8,)), tf.keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse", steps_per_execution=int(sys.argv[2]))
+x, y = np.random.rand(64, 8).astype("float32"), np.random.rand(64, 1).astype("float32")
+model.fit(x, y, batch_size=8, verbose=0, callbacks=[keras_callback(sys.argv[1], steps=(1, 3), rank=0, world_size=1)])
+print("trained")
+"""
+
+
+@pytest.mark.parametrize("spe", [2, 1])
+def test_fit_with_several_steps_per_execution_is_told_at_profile_time(spe, tmp_path):
+    """``compile(steps_per_execution=N > 1)`` over replicas loops the collectives under one key each, which the reader
+    refuses only once training is over: the callback says so in one line on stderr when ``fit`` begins, and training goes on."""
+    python = os.environ.get("DAGPROF_TF_PYTHON")
+    if not python:
+        pytest.skip("needs DAGPROF_TF_PYTHON: a Python with tensorflow-cpu and tf-keras (see this file)")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.run([python, "-c", LOOPED_FIT, str(tmp_path / "run"), str(spe)], env=env, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0 and proc.stdout.strip() == "trained", proc.stderr[-3000:]
+    said = [line for line in proc.stderr.splitlines() if line.startswith("dagprof: compile(steps_per_execution")]
+    assert said == ([] if spe == 1 else ["dagprof: compile(steps_per_execution=2) on 2 replicas runs 2 batches per call in a loop whose "
+                                         "collectives reuse their keys: this profile will be refused when read; profile with "
+                                         "steps_per_execution=1"])

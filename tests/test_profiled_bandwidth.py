@@ -95,6 +95,21 @@ def test_a_horovod_collective_takes_the_longer_of_its_profiled_price_and_the_wir
     assert len(slower) == 1 and f"up to {beyond:.1f} ms a step more" in slower[0]
 
 
+def test_the_time_beyond_the_wire_is_said_of_the_rows_at_the_profiled_size_only():
+    """The slower rows' note gives the time the profile measured beyond the wire per step, which is the profiled 2 ranks':
+    a row that also adds workers is left out of it and counted apart, not told that figure."""
+    run = DATA / "horovod" / "sparse-gru"
+    g = open_run(run).graph
+    c, measured_us = Cluster(profiled_bandwidth="2Gbit"), open_run(run).analysis.measured_us
+    both = evaluate(g, [Scenario(bandwidth="200Mbit"), Scenario(bandwidth="200Mbit", workers=4)], c, measured_us, tolerance_pct=None, raw=True)["notes"]
+    assert sum(n.startswith("1 row(s) slower than --profiled-bandwidth 2Gbit") for n in both) == 1
+    apart = [n for n in both if n.startswith("1 row(s) away from --profiled-bandwidth 2Gbit with other --workers than the profiled 2")]
+    assert len(apart) == 1 and "measured at 2 ranks" in apart[0]
+    only = evaluate(g, [Scenario(bandwidth="200Mbit", workers=4)], c, measured_us, tolerance_pct=None, raw=True)["notes"]
+    assert not any("row(s) slower than" in n or "row(s) faster than" in n for n in only)
+    assert sum(n.startswith("1 row(s) away from --profiled-bandwidth") for n in only) == 1
+
+
 def test_a_faster_wire_than_profiled_saves_a_horovod_collective_the_wire_time_alone():
     """hvd_sparse_gru profiled at 200 Mbit/s on the testbed (its collectives at the wire's rate) and measured at 500 Mbit/s
     in the same round (tests/data/horovod/testbed-sparse-gru): the profiled price as the floor gained nothing from the faster

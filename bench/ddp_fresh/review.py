@@ -5,7 +5,7 @@ Each script is profiled twice with the zero-code command (``dagprof profile -- t
 optimize, report and a diff of its two runs, each also with ``--json``. A line per command says ok, "refused: <the one
 line>" (exit 2) or FAILED (a traceback, or ``--json`` that is not one JSON object); replay lines carry the replay error.
 
-    python bench/ddp_fresh/review.py                          # every script (about 10 minutes on 2 cores)
+    python bench/ddp_fresh/review.py                          # every script (about 11 minutes on 2 cores)
     python bench/ddp_fresh/review.py --scripts gan,fp16_hook --keep /tmp/fresh
     python bench/ddp_fresh/review.py --keep /tmp/fresh --offline   # the runs kept there, not profiled again
 """
@@ -22,7 +22,7 @@ _spec = importlib.util.spec_from_file_location("fsdp_chain", os.path.join(HERE, 
 chain = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(chain)
 
-SCRIPTS = ("accum_amp", "unused_branch", "gan", "fp16_hook", "fsdp2_ckpt")
+SCRIPTS = ("accum_amp", "unused_branch", "gan", "fp16_hook", "fsdp2_ckpt", "compiled_lm")
 COMMANDS = (("replay", []), ("replay --template", ["--template"]), ("analyze", []),
             ("whatif --bandwidth 200Mbit", ["--bandwidth", "200Mbit"]), ("whatif --workers 4", ["--workers", "4"]),
             ("optimize", ["--budget", "10"]), ("report", []))

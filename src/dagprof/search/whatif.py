@@ -162,7 +162,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
                               "the collectives as measured" if base_topo is None else "the link model" if given else "the link fitted to its collectives")
     fit = None if given else link_fit(g0)
     caveat = None if fit is None or fit.weak is None else f"extrapolates a link fit too weak to split latency from bandwidth: {fit.weak}"
-    wire, wire_notes = profiled_wire_notes(g0, fit, cluster, [s.bandwidth for s in scenarios])
+    wire, wire_notes = profiled_wire_notes(g0, fit, cluster, scenarios)
     stepwise = g0 if steps_graph is None else steps_graph
     residuals = link_residuals(stepwise, on_link(stepwise, base_topo))
     level = run_level(stepwise, cost, corrected is not None, model, measured_us)

@@ -18,11 +18,11 @@ from .scenario import Cluster, Scenario
 FAR_BELOW_WIRE = 0.8  # a fit slower than this share of the profiled wire: most of its collectives' time is not the link's
 
 
-def profiled_wire_notes(g: Graph, fit: LinkFit | None, c: Cluster, asked: list[str | None]) -> tuple[dict | None, list[str]]:
+def profiled_wire_notes(g: Graph, fit: LinkFit | None, c: Cluster, asked: list[Scenario]) -> tuple[dict | None, list[str]]:
     """The fitted link against the wire rate the run was profiled at (``c.profiled_bandwidth``; None: not given): for
     --json, and a note saying how much of the collectives' per-byte time ``split_at_wire`` keeps fixed (the fit far below
-    the wire: busy cores); for a Horovod job, also the bound at which the rows ``asked`` (their --bandwidth) away from that
-    wire price its collectives (``_horovod_wire_note``)."""
+    the wire: busy cores); for a Horovod job, also the bound at which the rows ``asked`` away from that wire price its
+    collectives (``_horovod_wire_note``)."""
     if c.profiled_wire is None or c.profiled_bandwidth is None:
         return None, []
     wire, written = c.profiled_wire, c.profiled_bandwidth
@@ -51,7 +51,7 @@ def profiled_wire_notes(g: Graph, fit: LinkFit | None, c: Cluster, asked: list[s
                  "and kept at every bandwidth, only the wire's part scales"]
 
 
-def _horovod_wire_note(g: Graph, wire: float, written: str, asked: list[str | None]) -> list[str]:
+def _horovod_wire_note(g: Graph, wire: float, written: str, asked: list[Scenario]) -> list[str]:
     """Rows away from the profiled wire of a Horovod job, and the bound the prediction's collectives sit at
     (``passes.comm.split_at_wire``): what the profile measured beyond the wire is work and waits on the cores.
 
@@ -63,13 +63,19 @@ def _horovod_wire_note(g: Graph, wire: float, written: str, asked: list[str | No
     (each collective's time less the wire's), the same rounds' jobs at 200 Mbit/s kept 8-64 % (hvd_transformer, load
     1.5-3.5), 32-74 % (hvd_sparse_gru, load 1.5-3.5) and 35-59 % (hvd_autoencoder, load 7-22): waits on busy cores more than
     copies (its fp16 sums take about 2 ms of a core a step), and how much of them a slower wire hides is not in the
-    profile. The note says the amount per step."""
+    profile. The note says the amount per step, measured at the profiled size: rows that also change --workers are
+    left out of it and counted apart (how the time beyond the wire grows with the ranks is not in the profile)."""
     if g.meta.horovod is None:
         return []
-    rates = [parse_bandwidth(b) for b in asked if b is not None]
-    faster, slower = sum(r > wire for r in rates), sum(r < wire for r in rates)
+    n0 = graph_world_size(g)
+    away = [(parse_bandwidth(s.bandwidth), s.workers in (None, n0)) for s in asked if s.bandwidth is not None]
+    away = [(r, same) for r, same in away if r != wire]
+    faster, slower = sum(r > wire for r, same in away if same), sum(r < wire for r, same in away if same)
+    resized = [f"{sum(not same for _, same in away)} row(s) away from --profiled-bandwidth {written} with other --workers than the "
+               f"profiled {n0}: left out of the time beyond the wire said here, measured at {n0} ranks (how it grows with the ranks "
+               "is not in the profile)"] if any(not same for _, same in away) else []
     if not (faster or slower):
-        return []
+        return resized
     nbytes, dur = profiled_collectives(g)
     n = max(priced_world_size(g), 2)
     beyond = np.maximum(dur - 2 * (n - 1) / n * nbytes * 1e6 / wire, 0.0)
@@ -85,7 +91,7 @@ def _horovod_wire_note(g: Graph, wire: float, written: str, asked: list[str | No
         out.append(f"{slower} row(s) slower than --profiled-bandwidth {written}: {took}, taken as hidden by the longer transfer (the "
                    f"prediction's collectives are the least); where the cores stay as busy, up to {beyond.sum() / 1e3 / steps:.1f} ms a "
                    "step more (the testbed's jobs at 200 Mbit/s, profiled at 500, kept 8-74 % of it)")
-    return out
+    return out + resized
 
 
 def _ps_wire_notes(g: Graph, wire: float, written: str) -> list[str]:

@@ -113,6 +113,8 @@ def _patch() -> None:
         handle = None
 
         def first_forward(module: Any, inputs: Any) -> None:
+            if under_compile():  # torch.compile(DDP(model)): DDP's forward is traced or runs in a frame Dynamo compiles
+                collector.mark_compiled()
             handle.remove()
             collector.start()
 
@@ -131,6 +133,18 @@ def _patch() -> None:
     register_optimizer_step_pre_hook(lambda opt, args, kwargs: collector.update_begin())
     register_optimizer_step_post_hook(after_step)
     atexit.register(_close, collector)
+
+
+def under_compile() -> bool:
+    """Whether the caller runs under torch.compile: inside Dynamo's trace, or in a frame its callback compiles (False
+    where torch cannot say: an old torch, whose hooks the collector then installs as before)."""
+    try:
+        import torch
+        from torch._C._dynamo.eval_frame import get_eval_frame_callback
+
+        return bool(torch.compiler.is_compiling() or get_eval_frame_callback() not in (None, False))
+    except Exception:  # noqa: BLE001  (called in the user's forward: never raises)
+        return False
 
 
 def _close(collector: Collector) -> None:

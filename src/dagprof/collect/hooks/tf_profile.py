@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from typing import Any, Callable, ContextManager
 
@@ -314,6 +315,22 @@ class tf_profile(LoopProfile):  # noqa: N801  (used like a profiler object)
         return tf.profiler.experimental.Trace("train", step_num=step, _r=1)
 
 
+def looped_collectives(model: Any) -> str | None:
+    """What to tell the user of a model whose ``fit`` runs several batches per call over several replicas, else None:
+    the loop's collectives reuse their keys each iteration, which the reader refuses (``traces.tf_xplane``), so the
+    profile would be seen unreadable only once training is over. Never raises (the user's training goes on)."""
+    try:
+        spe = getattr(model, "steps_per_execution", None)  # tf-keras: a tf.Variable; Keras 3: an int
+        n = int(spe.numpy() if hasattr(spe, "numpy") else spe or 1)
+        replicas = int(getattr(getattr(model, "distribute_strategy", None), "num_replicas_in_sync", 1))
+    except Exception:  # noqa: BLE001
+        return None
+    if n <= 1 or replicas <= 1:
+        return None
+    return (f"dagprof: compile(steps_per_execution={n}) on {replicas} replicas runs {n} batches per call in a loop whose "
+            "collectives reuse their keys: this profile will be refused when read; profile with steps_per_execution=1")
+
+
 def keras_callback(out_dir: str | os.PathLike[str], steps: range | tuple[int, int] | str | int = DEFAULT_STEPS,
                    rank: int | None = None, world_size: int | None = None, host_tracer_level: int = 2) -> Any:
     """A ``tf.keras.callbacks.Callback`` profiling global batches ``steps`` (counted over epochs) of ``fit``.
@@ -338,6 +355,8 @@ def keras_callback(out_dir: str | os.PathLike[str], steps: range | tuple[int, in
             self.window.open()
 
         def on_train_begin(self, logs: Any = None) -> None:
+            if (said := looped_collectives(self.model)) is not None:
+                print(said, file=sys.stderr, flush=True)
             if self.window.steps.start == 0:
                 self._begin_window()
 
