@@ -73,6 +73,7 @@ def main() -> int:
 
     sys.path.insert(0, HERE)
     import bench_frameworks as bf
+    from shaped_loopback import shape_loopback
 
     from dagprof.collect.jobs.netns import Cluster, available
 
@@ -86,7 +87,7 @@ def main() -> int:
     with Cluster(1, tag=f"jxop{os.getpid() % 10000}") as c, tempfile.TemporaryDirectory(prefix="dagprof-jxop-") as tmp:
         ns = c.ns(0)
         for rate in rates:
-            bf.shape_loopback(ns, rate, min(rates))  # the bucket of the same bytes at every rate, as the testbed's pairs
+            shape_loopback(ns, rate, min(rates))  # the bucket of the same bytes at every rate, as the testbed's pairs
             out, port = os.path.join(tmp, "times.json"), bf.free_ports(1)[0]
             procs = [subprocess.Popen(["ip", "netns", "exec", ns, python, os.path.abspath(__file__), "--reps", str(args.reps),
                                        "--worker", str(k), str(port), out], env=env, stdout=subprocess.DEVNULL) for k in range(2)]

@@ -2,7 +2,7 @@
 (``bench/frameworks/``) on the namespace testbed of ``bench_frameworks.py --testbed``: per round a 2-worker job profiled
 and an N-worker job measured, both on the one loopback shaped at the same rate (their order alternating by round), the
 N workers predicted from the 2-worker profile. The workers share that loopback: a ring all-reduce of S bytes puts
-2 (N - 1) S on it, so the model's link is rate / N for N workers, rate / 2 for the profile (``bench_frameworks.wire_rate``).
+2 (N - 1) S on it, so the model's link is rate / N for N workers, rate / 2 for the profile (``shaped_loopback.wire_rate``).
 
     DAGPROF_HOROVOD_VENV=/opt/hvd python bench/bench_workers_testbed.py --only hvd_autoencoder,hvd_text --workers 4 \\
         --rounds 2 --keep DIR [--json]
@@ -26,7 +26,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 
-from bench_frameworks import DEFAULT_PAIR, PAIRS, SCRIPTS, measured, median_step_ms, payload_share, python_for, run_job, wire_rate  # noqa: E402
+from bench_frameworks import SCRIPTS, python_for, run_job  # noqa: E402
+from shaped_loopback import DEFAULT_PAIR, PAIRS, measured, median_step_ms, payload_share, wire_rate  # noqa: E402
 
 from dagprof.errors import DagprofError  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402

@@ -10,7 +10,7 @@ from testdata import DATA
 
 from dagprof.cli.main import main
 from dagprof.errors import DagprofError
-from dagprof.passes.comm import link_fit
+from dagprof.passes.link_fit import link_fit
 from dagprof.pipeline import open_run
 from dagprof.search.scenario import Cluster, Scenario
 from dagprof.search.whatif import MODEL_TOLERANCE_PCT, evaluate
@@ -63,7 +63,7 @@ def test_a_fit_far_below_what_the_largest_moved_is_said_with_its_figures():
     assert fit < FAR_BELOW_WIRE * moved
     (note,) = waiting(whatif(FP16, "100Mbit"))
     assert f"{fit / moved:.0%} of the" in note and "1 of 1 row(s) scale it all as wire time" in note
-    # the wire's rate given: the fit is split at it (``passes.comm.split_at_wire``), and its own note says so
+    # the wire's rate given: the fit is split at it (``passes.link_fit.split_at_wire``), and its own note says so
     assert not waiting(whatif(FP16, "100Mbit", cluster=Cluster(profiled_bandwidth="1Gbit")))
 
 

@@ -1,5 +1,5 @@
 """The notes ``dagprof whatif --profiled-bandwidth`` adds: how the link fitted to a profile's collectives reads against the
-wire rate it was profiled at (``passes.comm.split_at_wire``; a parameter-server job's ``passes.comm.ps_bandwidth``); without
+wire rate it was profiled at (``passes.link_fit.split_at_wire``; a parameter-server job's ``passes.comm.ps_bandwidth``); without
 that rate, how the fit reads against the rate its own largest collectives moved (``moved_rate``)."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
-from ..passes.comm import LinkFit, graph_world_size, priced_comm, priced_world_size, profiled_collectives
+from ..passes.link_fit import LinkFit, graph_world_size, priced_comm, priced_world_size, profiled_collectives
 from .scenario import Cluster, Scenario
 
 FAR_BELOW_WIRE = 0.8  # a fit slower than this share of the profiled wire: most of its collectives' time is not the link's
@@ -53,7 +53,7 @@ def profiled_wire_notes(g: Graph, fit: LinkFit | None, c: Cluster, asked: list[S
 
 def _horovod_wire_note(g: Graph, wire: float, written: str, asked: list[Scenario]) -> list[str]:
     """Rows away from the profiled wire of a Horovod job, and the bound the prediction's collectives sit at
-    (``passes.comm.split_at_wire``): what the profile measured beyond the wire is work and waits on the cores.
+    (``passes.link_fit.split_at_wire``): what the profile measured beyond the wire is work and waits on the cores.
 
     Faster rows keep it, and work on the cores that the slower wire hid is not seen: profiled at 200 Mbit/s (the fits at
     the wire, 98-100 %), hvd_transformer's and hvd_sparse_gru's kept jobs at 500 Mbit/s took 1.27-1.41 times the wire
@@ -111,8 +111,8 @@ def moved_rate(g: Graph) -> float | None:
     """Bytes/s the profile's link sustained at least: the fastest of its largest collectives (at least half the largest's
     bytes), their ring share (2(N-1)/N) over its time, since none crossed faster than the link. Small ones can beat the
     sustained rate (a shaper's burst allowance: Horovod's 40 kB all-reduces at 58 MB/s on a 30 MB/s testbed link). None
-    where collectives overlap on several lanes (a pair's time is split between them at random, ``passes.comm.fit_link``),
-    for an FSDP job (each kind has its own link, ``passes.comm.profiled_kinds``, and a collective that completed behind
+    where collectives overlap on several lanes (a pair's time is split between them at random, ``passes.link_fit.fit_link``),
+    for an FSDP job (each kind has its own link, ``passes.link_fit.profiled_kinds``, and a collective that completed behind
     another on the channel keeps a sliver: an HSDP fixture's 'moved' 32 GB/s), or where none has bytes and a duration."""
     if g.meta.comm_lanes > 1 or is_ps_graph(g) or is_fsdp_graph(g):
         return None
