@@ -1,5 +1,5 @@
 """A link fitted to a profile's own collectives that is far below the rate its largest collectives moved (time that was not
-the link's: a peer not yet running its side, busy cores) is said with its figures, and a row that only slows the link below
+the link's: time on busy cores, such as JAX's per-array stall on gloo) is said with its figures, and a row that only slows the link below
 that rate yet predicts a faster step is refused in one line (``search.wire_notes.waiting_notes``). On vendored recordings:
 a user's fp16 DDP hook on loopback (tests/data/ddp-fresh/fp16, its fit 79 % of what its largest buckets moved), and TF and
 JAX jobs whose fit is their largest collectives' rate (tests/data/tf/loop, tf-jax/pmap)."""

@@ -159,8 +159,9 @@ def _faster_than_loopback(g: Graph, c: Cluster, rows: list[tuple[Scenario, float
 def waiting_notes(g: Graph, fit: LinkFit | None, c: Cluster, rows: list[tuple[Scenario, float]], model_us: float,
                   refuse: bool) -> list[str]:
     """The link fitted to a profile's own collectives against the rate they moved (``moved_rate``), where no
-    --profiled-bandwidth says the wire's: a fit far below it holds time that was not the link's (a peer's side not yet
-    running: jax_gnn_jit's 140 kB all-reduces took 8-190 ms on loopback, fitted at 21-117 Mbit/s), which every row that
+    --profiled-bandwidth says the wire's: a fit far below it holds time that was not the link's (jax_gnn_jit's 140 kB
+    all-reduces took 8-190 ms on loopback, fitted at 21-117 Mbit/s; its ranks entered each a median 2 ms apart and the
+    excess was gloo's per-array stall on busy cores, ``analysis.operand_stall``), which every row that
     changes the link scales as wire time. A row that only slows the link below that rate (and adds workers, if any) and still
     predicts a step faster than the model of the profiled run (``model_us``) is absurd: refused (``refuse``), else counted in a note. ``rows``:
     each scenario with its predicted iteration, us."""
@@ -173,7 +174,7 @@ def waiting_notes(g: Graph, fit: LinkFit | None, c: Cluster, rows: list[tuple[Sc
     n0 = graph_world_size(g)  # more workers on a ring move more bytes each (2(N-1)/N): no shorter a step either
     absurd = [(s, it) for s, it in rows if s.bandwidth is not None and replace(s, bandwidth=None, workers=None) == Scenario()
               and (s.workers or n0) >= n0 and parse_bandwidth(s.bandwidth) < moved and it < model_us]
-    why = f"so at least {1 - rate / moved:.0%} of their time per byte is not the link's (a peer not yet running its side, busy cores)"
+    why = f"so at least {1 - rate / moved:.0%} of their time per byte is not the link's (time on busy cores, such as JAX's per-array stall on gloo)"
     if absurd:
         s, it = absurd[0]
         row = f"--bandwidth {s.bandwidth}" + (f" --workers {s.workers}" if s.workers else "")
