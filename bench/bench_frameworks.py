@@ -42,7 +42,7 @@ from dagprof.search.scenario import Scenario  # noqa: E402
 from dagprof.search.whatif import evaluate  # noqa: E402
 
 sys.path.insert(0, HERE)
-from shaped_loopback import DEFAULT_PAIR, PAIRS, PILOT_RATE, WIRE_FILE, loopback_tx, measured, pick_pair, predict_rate, qdisc, shape_loopback  # noqa: E402
+from shaped_loopback import DEFAULT_PAIR, PAIRS, PILOT_RATE, WIRE_FILE, loopback_tx, measured, namespace, pick_pair, predict_rate, qdisc, shape_loopback  # noqa: E402
 
 SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra environment)
     "tf_text": ("tensorflow", "DAGPROF_TF_PYTHON", {}),
@@ -203,16 +203,14 @@ def testbed(names: list[str], args) -> dict:
     script's in ``PAIRS`` (``--rate fixed``, the default), a given one, or, with ``--rate auto``, a pilot job's
     (``pick_pair``); it is written to ``tb-NAME-pair.json`` for ``--repredict``.
     Judged on the median step (the slowest rank's, replayed as measured), each round against its own measured job."""
-    from dagprof.collect.jobs.netns import Cluster, available
+    from dagprof.collect.jobs.netns import available
 
     why = available()
     if why:
         print(f"bench_frameworks --testbed: skipped: {why}", file=sys.stderr)
         return {}
     results = {}
-    with Cluster(1, tag=f"fwtb{os.getpid() % 10000}") as c, tempfile.TemporaryDirectory(prefix="dagprof-fwtb-") as tmp:
-        ns, keep = c.ns(0), args.keep or tmp
-        os.makedirs(keep, exist_ok=True)
+    with namespace("fwtb", args.keep) as (ns, keep):
         for name in names:
             python = python_for(name)
             if not python:

@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 
 import numpy as np
 
@@ -27,7 +26,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 
 from bench_frameworks import SCRIPTS, python_for, run_job  # noqa: E402
-from shaped_loopback import DEFAULT_PAIR, PAIRS, measured, median_step_ms, payload_share, wire_rate  # noqa: E402
+from shaped_loopback import DEFAULT_PAIR, PAIRS, measured, median_step_ms, namespace, payload_share, wire_rate  # noqa: E402
 
 from dagprof.errors import DagprofError  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
@@ -82,16 +81,14 @@ def folders(keep: str, name: str, k: int, workers: int) -> tuple[str, str]:
 
 def live(names: list[str], args) -> dict:
     """The rounds run on a fresh namespace (root): a 2-worker job and an N-worker job per round at the script's faster rate."""
-    from dagprof.collect.jobs.netns import Cluster, available
+    from dagprof.collect.jobs.netns import available
 
     why = available()
     if why:
         print(f"bench_workers_testbed: skipped: {why}", file=sys.stderr)
         return {}
     results = {}
-    with Cluster(1, tag=f"fwtw{os.getpid() % 10000}") as c, tempfile.TemporaryDirectory(prefix="dagprof-fwtw-") as tmp:
-        ns, keep = c.ns(0), args.keep or tmp
-        os.makedirs(keep, exist_ok=True)
+    with namespace("fwtw", args.keep) as (ns, keep):
         for name in names:
             python = python_for(name)
             if not python:

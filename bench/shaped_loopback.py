@@ -5,10 +5,13 @@ back (``shape_loopback``, ``check_rate``), the bytes it carried (``payload_share
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -39,6 +42,16 @@ FAST_OVER_SLOW = 2.5  # profiled at 2.5 times the rate predicted, as 500 -> 200 
 # (+-16 ms at even odds, ``analysis.operand_stall.stall_outweighs``), and same-rate jobs' median steps spread 38-65 ms.
 PAIRS = {"tf_gru_fit": (400e6, 160e6), "tf_cnn_loop": (50e6, 20e6), "jax_mixer": (100e6, 40e6), "jax_gnn_jit": (100e6, 40e6)}
 DEFAULT_PAIR = (500e6, 200e6)
+
+
+@contextlib.contextmanager
+def namespace(tag: str, keep: str | None) -> Iterator[tuple[str, str]]:
+    """A fresh testbed namespace (root; removed on exit) and the folder its jobs' runs go to: ``keep``, else a temporary one."""
+    from dagprof.collect.jobs.netns import Cluster
+
+    with Cluster(1, tag=f"{tag}{os.getpid() % 10000}") as c, tempfile.TemporaryDirectory(prefix=f"dagprof-{tag}-") as tmp:
+        os.makedirs(keep or tmp, exist_ok=True)
+        yield c.ns(0), keep or tmp
 
 
 def shape_loopback(ns: str, rate_bit: float, bucket_rate_bit: float | None = None) -> None:
