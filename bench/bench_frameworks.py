@@ -35,11 +35,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(HERE), "src")
 sys.path.insert(0, SRC)
 
-from dagprof.collect.jobs.netns import BUFFER_BYTES, free_ports  # noqa: E402  (stdlib only: TF is imported by the job, not here)
+from dagprof.collect.jobs.netns import free_ports  # noqa: E402  (stdlib only: TF is imported by the job, not here)
 from dagprof.errors import DagprofError  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
 from dagprof.search.scenario import Scenario  # noqa: E402
 from dagprof.search.whatif import evaluate  # noqa: E402
+
+sys.path.insert(0, HERE)
+from shaped_loopback import DEFAULT_PAIR, PAIRS, PILOT_RATE, WIRE_FILE, loopback_tx, measured, namespace, pick_pair, predict_rate, qdisc, shape_loopback  # noqa: E402
 
 SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra environment)
     "tf_text": ("tensorflow", "DAGPROF_TF_PYTHON", {}),
@@ -176,201 +179,6 @@ def judge(out: str) -> dict:
         return {"refused": str(e)}
 
 
-# tbf's bucket: 1 ms of traffic at the pair's slower rate, at least 2 frames, the same bytes at both rates. A full bucket
-# passes at once, refilled in the gaps between collectives; a bucket of the same bytes at both rates saves each collective
-# time in proportion to 1 / rate, as the link does, so the rate ratio still scales a fitted link. A bucket of 1 ms at each
-# rate saved up to 1 ms a collective at either rate, a latency below zero that no fit holds: tf_gru_fit's ten ~34 kB
-# all-reduces a step ran 15 ms at 312 Mbit/s, under the wire's 17.5 ms, and 125 Mbit/s was predicted 34 % short on them;
-# tf_cnn_loop's 22 kB all-reduce ran as fast at 200 as at 500 Mbit/s, inside the bucket.
-BURST_MS = 1.0
-# The rate a pilot job runs at to size the what-if pair (``--rate auto``), and the bounds of the pair's slower rate, bit/s.
-PILOT_RATE = 1e9
-SLOW_RATE_BOUNDS = (5e6, 200e6)
-FAST_OVER_SLOW = 2.5  # profiled at 2.5 times the rate predicted, as 500 -> 200 Mbit/s
-# Each script's what-if pair (profiled, predicted) in bit/s, fixed: a pair picked by the pilot moved with the load that
-# slowed the pilot (jax_mixer 370 -> 148 quiet, 108 -> 43 to 62 -> 25 under load), and its errors ran opposite ways with
-# the pair, so no two sessions judged the same what-if. The pairs are the quiet pilots' (2026-12-03), rounded; jax_mixer's
-# the loaded ones' (its collectives over half the step at both rates). 500 -> 200 Mbit/s elsewhere.
-# jax_gnn_jit's by the pilot's rule (``pick_pair``) from its step on an unshaped loopback (52 ms; 283 kB a step on it:
-# 108 -> 43 Mbit/s), rounded as jax_mixer's: at 500 -> 200 Mbit/s the wire added 8 ms, within gloo's per-array stall
-# (+-16 ms at even odds, ``analysis.operand_stall.stall_outweighs``), and same-rate jobs' median steps spread 38-65 ms.
-PAIRS = {"tf_gru_fit": (400e6, 160e6), "tf_cnn_loop": (50e6, 20e6), "jax_mixer": (100e6, 40e6), "jax_gnn_jit": (100e6, 40e6)}
-DEFAULT_PAIR = (500e6, 200e6)
-
-
-def shape_loopback(ns: str, rate_bit: float, bucket_rate_bit: float | None = None) -> None:
-    """``tc tbf`` at ``rate_bit`` on the loopback of namespace ``ns``, its MTU an Ethernet frame's (1500 B: TCP segments as on
-    a wire, and tbf's bucket must hold a whole packet). Both workers live in ``ns``, so every byte between them, either way,
-    crosses this one shaped device: the pair shares the rate, as on a half-duplex link. Its bucket is ``BURST_MS`` at
-    ``bucket_rate_bit`` (default: the rate); its queue the DDP testbed's ``BUFFER_BYTES`` (``latency 50ms`` held 50 kB at
-    8 Mbit/s: a port that drops a collective's tail waits for TCP's retransmission timeout). The rate is read back (``check_rate``):
-    a job is never profiled on a link other than the one its figures are filed under."""
-    burst = max(int((bucket_rate_bit or rate_bit) / 8 / 1000 * BURST_MS), 2 * 1514)
-    for cmd in (["ip", "link", "set", "lo", "mtu", "1500"], ["ip", "link", "set", "lo", "up"],
-                ["tc", "qdisc", "replace", "dev", "lo", "root", "tbf", "rate", f"{int(rate_bit)}bit", "burst", str(burst), "limit", str(BUFFER_BYTES)]):
-        subprocess.run(["ip", "netns", "exec", ns, *cmd], check=True, capture_output=True)
-    check_rate(ns, rate_bit)
-
-
-def qdisc(ns: str) -> tuple[float, int]:
-    """(rate bit/s of the tbf at the root of ``ns``'s loopback, 0 if none; bytes it has sent)."""
-    r = subprocess.run(["ip", "netns", "exec", ns, "tc", "-j", "-s", "qdisc", "show", "dev", "lo"], capture_output=True, text=True, check=True)
-    root = [q for q in json.loads(r.stdout or "[]") if q.get("root")]
-    if not root or root[0].get("kind") != "tbf":
-        return 0.0, int(root[0].get("bytes", 0)) if root else 0
-    return 8.0 * root[0]["options"]["rate"], int(root[0].get("bytes", 0))
-
-
-def check_rate(ns: str, rate_bit: float) -> None:
-    """Refuse (RuntimeError) unless ``ns``'s loopback is shaped at ``rate_bit`` (tc stores bytes/s: within 0.1 %)."""
-    got = qdisc(ns)[0]
-    if abs(got - rate_bit) > 1e-3 * rate_bit:
-        raise RuntimeError(f"namespace {ns}: the loopback is shaped at {got / 1e6:g} Mbit/s, not {rate_bit / 1e6:g}")
-
-
-def median_step_ms(g) -> float:
-    """The median over a graph's steps of the slowest rank's step, replayed (as built, the measured steps): one load
-    spike on the shared machine moves a mean over 4 steps by tens of %, a median much less."""
-    from dagprof.analysis.interval import step_times
-    from dagprof.replay import replay
-
-    return float(np.median(step_times(g, replay(g)))) / 1e3
-
-
-def comm_per_step_ms(g) -> float:
-    """The priced collectives' transfer time per step (as measured, or as a what-if re-priced them): the link model's part
-    alone, apart from the compute's drift between jobs on the shared machine."""
-    from dagprof.passes.comm import priced_comm, profiled_collectives
-
-    comm = priced_comm(g) & (g.dur > 0)
-    return float(profiled_collectives(g)[1].sum()) / max(len(np.unique(g.step[comm])), 1) / 1e3
-
-
-def kept_comm_ms(g, rate: float, other: float, share: float) -> float:
-    """The collectives per step at ``other`` bit/s with what each took beyond the wire at ``rate`` kept after the wire: the
-    most a Horovod what-if's collectives take, where it prices them at the least (that excess hidden by the longer transfer)."""
-    from dagprof.passes.comm import priced_comm, priced_world_size, profiled_collectives
-
-    n = max(priced_world_size(g), 2)
-    nbytes, dur = profiled_collectives(g)
-    wire = 2 * (n - 1) * nbytes * 8e6 / (rate * share)  # us: the ring's bytes on the one shaped loopback
-    comm = priced_comm(g) & (g.dur > 0)
-    return float((wire * rate / other + np.maximum(dur - wire, 0.0)).sum()) / max(len(np.unique(g.step[comm])), 1) / 1e3
-
-
-def measured(out: str) -> dict:
-    """A profiled job's iteration: dagprof's measured figure (the slowest rank's, averaged over the window), the median step
-    and the collectives' time per step."""
-    p = open_run(out)
-    return {"measured_ms": p.analysis.measured_us / 1e3, "measured_median_ms": median_step_ms(p.graph), "comm_ms": comm_per_step_ms(p.graph)}
-
-
-# Payload bytes per frame on the shaped loopback: a 1448 B TCP segment (timestamps on) in a 1514 B Ethernet frame. The wire's
-# time per payload byte at a rate is 8 / (rate x share) s, this share the most it can be: small messages and acknowledgements
-# carry more headers per payload byte (``payload_share``).
-PAYLOAD_SHARE = 1448 / 1514
-WIRE_FILE = "tb-wire.json"  # beside a testbed job's run: the bytes the shaped device and the loopback's counter saw over the job
-
-
-def loopback_tx(ns: str) -> int:
-    """Bytes the loopback of namespace ``ns`` has sent, as its counter (``/proc/net/dev``, the collector's reading) has them."""
-    r = subprocess.run(["ip", "netns", "exec", ns, "cat", "/proc/net/dev"], capture_output=True, text=True, check=True)
-    return sum(int(line.split(":", 1)[1].split()[8]) for line in r.stdout.splitlines()[2:] if line.split(":", 1)[0].strip() == "lo")
-
-
-def payload_share(out: str, workers: int) -> tuple[float, str]:
-    """The collectives' payload over the bytes the shaped wire carried per profiled step, measured on the profiled job:
-    the window's bytes on the loopback as the collector counted them (``window_tx_bytes``, the largest rank's), over its steps,
-    times what the tbf charged per byte the loopback counted over the job (the tbf counts each TCP segment's headers, the
-    counter one set per offloaded send). jax_mixer's 36 gradients a step, many of a few hundred bytes, put 1.23 B on the wire
-    per payload byte (655-658 kB a step, alike at 1 Gbit/s and 45 Mbit/s), not 1.05: the wire's part of each collective was
-    priced 15 % short, and what a slower link adds with it. ``PAYLOAD_SHARE`` where the profile has no count (Horovod
-    recordings before the collector counted its window). Returns (share, how it was found)."""
-    from dagprof.errors import DagprofError
-    from dagprof.traces.load import load
-
-    try:
-        with open(os.path.join(out, WIRE_FILE)) as f:
-            job = json.load(f)
-        window = max(c for t in load(out).ranks if (c := t.meta.window_tx_bytes_per_step) is not None)
-    except (OSError, ValueError, KeyError, DagprofError):
-        return PAYLOAD_SHARE, "full frames (no count of the window's bytes)"
-    payload = 2 * (workers - 1) * bytes_per_step(out)
-    if not (window > 0 and job["tbf_bytes"] > 0 and job["loopback_bytes"] > 0 and payload > 0):
-        return PAYLOAD_SHARE, "full frames (no bytes counted)"
-    wire = window * job["tbf_bytes"] / job["loopback_bytes"]
-    return min(payload / wire, PAYLOAD_SHARE), f"{wire / 1e3:.0f} kB on the wire a step for {payload / 1e3:.0f} kB of payload"
-
-
-def wire_rate(rate: float, workers: int, share: float = PAYLOAD_SHARE) -> str:
-    """The link rate a ring all-reduce of ``workers`` sees on the testbed at ``rate`` bit/s, as ``dagprof whatif`` reads a
-    bandwidth: N workers' ring all-reduce of S bytes puts 2 (N - 1) S on the one shaped loopback, and the model prices it
-    2 (N - 1) / N S per link, so the model's link is rate / N (of payload: ``share`` of the wire's bytes)."""
-    return f"{rate * share / workers / 1e6:.6g}Mbit"
-
-
-def predict_rate(out: str, rate: float, other: float) -> dict:
-    """From the profile at ``rate``, the iteration at ``other`` as ``dagprof whatif --bandwidth OTHER --profiled-bandwidth RATE``
-    predicts it (both as the model's link, ``wire_rate``): the link fitted to the profile's collectives with its time per byte
-    beyond the wire's kept as work on the cores (on a loaded machine the fit ran at 45-71 % of the wire, and scaling the
-    whole fit by the rate ratio stretched that CPU time as wire time: +50 to +80 % on the collectives), op times as profiled
-    (``raw``: the measurement it is compared with is a profiled run too). Also the median replayed step of that what-if, and
-    of the model it starts from (the fitted link at the profiled rate) against the profile's own: its reproduction."""
-    from dagprof.costmodel.alphabeta import parse_bandwidth
-    from dagprof.passes import set_link, set_topology
-    from dagprof.passes.comm import priced_world_size
-    from dagprof.search.scenario import Cluster as Settings, base_topology, profiled_at, wire_bandwidth
-
-    p = open_run(out)
-    n = priced_world_size(p.graph)
-    share, how = payload_share(out, n)
-    settings = Settings(profiled_bandwidth=wire_rate(rate, n, share))
-    res = evaluate(p.graph, [Scenario(bandwidth=wire_rate(other, n, share))], settings, measured_us=p.analysis.measured_us, tolerance_pct=None, raw=True)
-    fit, row = res["link_fit"], res["scenarios"][0]
-    marked = profiled_at(p.graph, settings)
-    base = base_topology(marked, settings)
-    flat = set_topology(marked, base)
-    what_if = set_link(flat, wire_bandwidth(marked, parse_bandwidth(wire_rate(other, n, share)), base))
-    got = measured(out)
-    model_median = median_step_ms(flat)
-    return got | {"model_pct": res["model_error_pct"], "model_median_pct": 100.0 * (model_median - got["measured_median_ms"]) / got["measured_median_ms"],
-                  "predicted_ms": row["predicted_iter_ms"], "predicted_median_ms": median_step_ms(what_if),
-                  "predicted_comm_ms": comm_per_step_ms(what_if), "most_comm_ms": kept_comm_ms(p.graph, rate, other, share) if other < rate else got["comm_ms"],
-                  "fit_bit_per_s": 8 * fit["bandwidth_bytes_per_s"],
-                  # the fitted bandwidth against the wire's (rate / N). Well below 100 %: the profile's collectives spent their
-                  # time on the cores (load), kept fixed at the other rate (jax_mixer 45 %). Above (TF, 109-200 %): bytes that
-                  # crossed outside the timed transfer, e.g. sent before the last worker joined: the whole fit scales
-                  "fit_of_wire_pct": 100.0 * 8 * fit["bandwidth_bytes_per_s"] * n / rate,
-                  "payload_share_pct": 100.0 * share, "payload_share": how,
-                  "fit_latency_us": fit["latency_us"], "weak_fit": fit.get("weak"), "stall_outweighs": row.get("stall_outweighs"),
-                  "interval_ms": [row["lo_ms"], row["hi_ms"]], "interval_terms": row["interval_basis"]["terms"]}
-
-
-def bytes_per_step(out: str) -> float:
-    """The priced collectives' all-reduce-equivalent bytes per step of a profiled job."""
-    from dagprof.passes.comm import priced_comm, profiled_collectives
-
-    p = open_run(out)
-    comm = priced_comm(p.graph) & (p.graph.dur > 0)
-    return float(profiled_collectives(p.graph)[0].sum()) / max(len(np.unique(p.graph.step[comm])), 1)
-
-
-def pick_pair(out: str, workers: int) -> tuple[float, float, str]:
-    """The what-if pair for a script from a pilot job profiled at ``PILOT_RATE`` in ``out``: the slower rate is the one at
-    which the gradients' bytes alone take as long on the wire as the pilot's whole step (so collectives are about half the
-    step there, and a third at the profiled rate, ``FAST_OVER_SLOW`` times faster), within ``SLOW_RATE_BOUNDS``. The
-    workers share one shaped loopback: a ring all-reduce of S bytes puts 2 (N - 1) S on it. Chosen from the bytes and the
-    step alone, never from a prediction. Returns (profiled rate, predicted rate, why, in words)."""
-    step_ms, nbytes = measured(out)["measured_median_ms"], bytes_per_step(out)
-    wire = 2 * (workers - 1) * nbytes
-    slow = float(np.clip(8 * wire / (step_ms / 1e3), *SLOW_RATE_BOUNDS))
-    slow = float(max(round(slow / 1e6), 1) * 1e6)
-    fast = float(round(FAST_OVER_SLOW * slow / 1e6) * 1e6)
-    why = (f"{wire / 1e3:.0f} kB a step on the shaped loopback, a {step_ms:.1f} ms step at {PILOT_RATE / 1e6:g} Mbit/s: the wire "
-           f"alone takes {8 * wire / slow * 1e3:.1f} ms a step at {slow / 1e6:g} Mbit/s, {8 * wire / fast * 1e3:.1f} ms at {fast / 1e6:g}")
-    return fast, slow, why
-
-
 def run_job(name: str, python: str, out: str, ns: str, rate: float, args, bucket_rate: float | None = None) -> dict:
     """One job on the loopback of ``ns`` shaped at ``rate``, the rate read back before and after it: a job whose link was
     not ``rate`` throughout is refused, never filed under ``rate``. Also the bytes the shaped device carried. ``out`` starts
@@ -395,16 +203,14 @@ def testbed(names: list[str], args) -> dict:
     script's in ``PAIRS`` (``--rate fixed``, the default), a given one, or, with ``--rate auto``, a pilot job's
     (``pick_pair``); it is written to ``tb-NAME-pair.json`` for ``--repredict``.
     Judged on the median step (the slowest rank's, replayed as measured), each round against its own measured job."""
-    from dagprof.collect.jobs.netns import Cluster, available
+    from dagprof.collect.jobs.netns import available
 
     why = available()
     if why:
         print(f"bench_frameworks --testbed: skipped: {why}", file=sys.stderr)
         return {}
     results = {}
-    with Cluster(1, tag=f"fwtb{os.getpid() % 10000}") as c, tempfile.TemporaryDirectory(prefix="dagprof-fwtb-") as tmp:
-        ns, keep = c.ns(0), args.keep or tmp
-        os.makedirs(keep, exist_ok=True)
+    with namespace("fwtb", args.keep) as (ns, keep):
         for name in names:
             python = python_for(name)
             if not python:

@@ -18,7 +18,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # jax_mixer's parameter shapes (bench/frameworks/jax_mixer.py, 3 blocks): the stem, the head, then per block its two
@@ -73,8 +72,9 @@ def main() -> int:
 
     sys.path.insert(0, HERE)
     import bench_frameworks as bf
+    from shaped_loopback import namespace, shape_loopback
 
-    from dagprof.collect.jobs.netns import Cluster, available
+    from dagprof.collect.jobs.netns import available, free_ports
 
     python = os.environ.get("DAGPROF_JAX_PYTHON")
     why = available() or (None if python else "set DAGPROF_JAX_PYTHON to a Python with JAX")
@@ -83,11 +83,10 @@ def main() -> int:
         return 0
     rates = [float(r) * 1e6 for r in args.rates.split(",")]
     env = dict(os.environ, PYTHONPATH=bf.SRC)
-    with Cluster(1, tag=f"jxop{os.getpid() % 10000}") as c, tempfile.TemporaryDirectory(prefix="dagprof-jxop-") as tmp:
-        ns = c.ns(0)
+    with namespace("jxop", None) as (ns, tmp):
         for rate in rates:
-            bf.shape_loopback(ns, rate, min(rates))  # the bucket of the same bytes at every rate, as the testbed's pairs
-            out, port = os.path.join(tmp, "times.json"), bf.free_ports(1)[0]
+            shape_loopback(ns, rate, min(rates))  # the bucket of the same bytes at every rate, as the testbed's pairs
+            out, port = os.path.join(tmp, "times.json"), free_ports(1)[0]
             procs = [subprocess.Popen(["ip", "netns", "exec", ns, python, os.path.abspath(__file__), "--reps", str(args.reps),
                                        "--worker", str(k), str(port), out], env=env, stdout=subprocess.DEVNULL) for k in range(2)]
             codes = [p.wait() for p in procs]

@@ -2,7 +2,7 @@
 (``bench/frameworks/``) on the namespace testbed of ``bench_frameworks.py --testbed``: per round a 2-worker job profiled
 and an N-worker job measured, both on the one loopback shaped at the same rate (their order alternating by round), the
 N workers predicted from the 2-worker profile. The workers share that loopback: a ring all-reduce of S bytes puts
-2 (N - 1) S on it, so the model's link is rate / N for N workers, rate / 2 for the profile (``bench_frameworks.wire_rate``).
+2 (N - 1) S on it, so the model's link is rate / N for N workers, rate / 2 for the profile (``shaped_loopback.wire_rate``).
 
     DAGPROF_HOROVOD_VENV=/opt/hvd python bench/bench_workers_testbed.py --only hvd_autoencoder,hvd_text --workers 4 \\
         --rounds 2 --keep DIR [--json]
@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 
 import numpy as np
 
@@ -26,7 +25,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 
-from bench_frameworks import DEFAULT_PAIR, PAIRS, SCRIPTS, measured, median_step_ms, payload_share, python_for, run_job, wire_rate  # noqa: E402
+from bench_frameworks import SCRIPTS, python_for, run_job  # noqa: E402
+from shaped_loopback import DEFAULT_PAIR, PAIRS, measured, median_step_ms, namespace, payload_share, wire_rate  # noqa: E402
 
 from dagprof.errors import DagprofError  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
@@ -81,16 +81,14 @@ def folders(keep: str, name: str, k: int, workers: int) -> tuple[str, str]:
 
 def live(names: list[str], args) -> dict:
     """The rounds run on a fresh namespace (root): a 2-worker job and an N-worker job per round at the script's faster rate."""
-    from dagprof.collect.jobs.netns import Cluster, available
+    from dagprof.collect.jobs.netns import available
 
     why = available()
     if why:
         print(f"bench_workers_testbed: skipped: {why}", file=sys.stderr)
         return {}
     results = {}
-    with Cluster(1, tag=f"fwtw{os.getpid() % 10000}") as c, tempfile.TemporaryDirectory(prefix="dagprof-fwtw-") as tmp:
-        ns, keep = c.ns(0), args.keep or tmp
-        os.makedirs(keep, exist_ok=True)
+    with namespace("fwtw", args.keep) as (ns, keep):
         for name in names:
             python = python_for(name)
             if not python:

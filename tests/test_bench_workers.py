@@ -13,8 +13,8 @@ from testdata import DATA
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 
-from bench_frameworks import measured  # noqa: E402
 from bench_workers_testbed import _round, predict_workers  # noqa: E402
+from shaped_loopback import measured  # noqa: E402
 
 PROFILED, FOUR = DATA / "horovod" / "testbed-autoencoder", DATA / "horovod" / "testbed-autoencoder-w4"
 

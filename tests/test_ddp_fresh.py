@@ -106,7 +106,8 @@ def test_a_link_whatif_lags_no_rank_more_than_the_collectives_transfer(run):
     exit lags: a rank's lag behind the first out (ms of scheduling on loopback) scaled by the rates' ratio (71x). A rank
     leaves at most the collective's transfer after the first, so no consumer waits longer than that; on the testbed's
     shaped link (lags of wire time, shorter than the transfer) the scaling is as before."""
-    from dagprof.passes.comm import allreduce_equivalent_bytes, current_topology, exit_lags, priced_comm, set_link
+    from dagprof.passes.comm import allreduce_equivalent_bytes, current_topology, exit_lags, set_link
+    from dagprof.passes.link_fit import priced_comm
     from dagprof.pipeline import open_run
 
     g = open_run(DATA / "fsdp" / run).graph
@@ -127,7 +128,8 @@ def test_a_loopback_lag_grows_by_no_more_than_a_socket_buffer_on_the_slower_link
     whole transfer beside the transfer (bench/ddp_fresh/unused_branch.py 381 ms predicted against 204 measured on the
     testbed, 225 now). Only a socket buffer's worth of bytes can still be in flight when the first rank leaves: each
     consumer's gap grows by at most that many bytes on the slower link, and a lag as long as that on loopback stays."""
-    from dagprof.passes.comm import SOCKET_BUFFER_BYTES, current_topology, exit_lags, priced_comm, set_link
+    from dagprof.passes.comm import SOCKET_BUFFER_BYTES, current_topology, exit_lags, set_link
+    from dagprof.passes.link_fit import priced_comm
     from dagprof.pipeline import open_run
 
     g = open_run(FRESH / run).graph

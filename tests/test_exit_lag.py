@@ -11,8 +11,9 @@ from dagprof.analysis import job_iteration_us
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import fsdp_collectives
 from dagprof.passes import set_link
-from dagprof.passes.comm import SOCKET_BUFFER_BYTES, current_topology, exit_lags, keep_stalls, priced_comm
+from dagprof.passes.comm import SOCKET_BUFFER_BYTES, current_topology, exit_lags
 from dagprof.passes.fsdp_mesh import scale_fsdp_workers
+from dagprof.passes.link_fit import keep_stalls, priced_comm
 from dagprof.pipeline import open_run
 from dagprof.traces.dagprof_run import read_run
 

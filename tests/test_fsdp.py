@@ -17,7 +17,7 @@ from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import check_fsdp_edges, fsdp_collectives, max_in_flight
 from dagprof.graph.dag import NODE_COLUMNS, csr_graph
-from dagprof.passes.comm import graph_world_size
+from dagprof.passes.link_fit import graph_world_size
 from dagprof.replay import replay
 from dagprof.search.scenario import Cluster, Scenario
 from dagprof.search.whatif import evaluate

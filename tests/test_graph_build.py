@@ -64,7 +64,7 @@ def test_queued_collective_spans_give_transfer_times():
     assert spans.max() > 20.0  # queued behind earlier buckets
     g = build_graph(run)
     assert np.allclose(g.dur[g.kind == Kind.COMM], 15.0)
-    from dagprof.passes.comm import fit_topology
+    from dagprof.passes.link_fit import fit_topology
 
     link = fit_topology(g).inter  # one message size: all of it is bandwidth, 2(N-1)/N = 1 for two ranks
     assert link.beta_us_per_byte == pytest.approx(15.0 / 4096)

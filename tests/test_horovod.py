@@ -19,8 +19,8 @@ import dagprof.traces.horovod as H
 from dagprof.cli.main import main
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
-from dagprof.passes.comm import find_collectives
 from dagprof.passes.horovod import _fuse, crowded_hosts, set_horovod
+from dagprof.passes.link_fit import find_collectives
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
 from dagprof.search.scenario import Scenario

@@ -17,8 +17,9 @@ from dagprof.costmodel.topology import read_link_model
 from dagprof.errors import DagprofError
 from dagprof.graph.build_fsdp import allreduce_equivalent_bytes, fsdp_collectives
 from dagprof.passes import set_link
-from dagprof.passes.comm import current_topology, exit_lags, keep_stalls, set_link_ratio
+from dagprof.passes.comm import current_topology, exit_lags, set_link_ratio
 from dagprof.passes.fsdp_mesh import scale_fsdp_workers
+from dagprof.passes.link_fit import keep_stalls
 from dagprof.pipeline import open_run
 
 CAL = DATA / "fsdp" / "testbed-calibrate"
@@ -92,7 +93,7 @@ def per_kind_ms(g) -> dict[str, float]:
 def test_each_kind_is_priced_on_its_own_profiled_link():
     """One fit to both kinds priced the all-gathers 5.6 % above what they took at 1 Gbit/s and the reduce-scatters 2.6 %
     below, and the ratio multiplied that: at 200 Mbit/s the all-gathers came out 7.2 % above the recording's. Each kind
-    on its own fit (``passes.comm.profiled_kinds``) reproduces the profile per kind, and 200 Mbit/s per kind within 2 %;
+    on its own fit (``passes.link_fit.profiled_kinds``) reproduces the profile per kind, and 200 Mbit/s per kind within 2 %;
     a fit that tells no bandwidth from latency (the 2-step ``fsdp/reshard``) splits no kinds."""
     g = open_run(FAST, template=True).graph
     assert {k for k, _ in current_topology(g).kinds} == {"all_gather", "reduce_scatter"}

@@ -7,7 +7,7 @@ from dagprof.costmodel.collectives import allreduce_us
 from dagprof.costmodel.topology import CollectiveSpec, Topology
 from dagprof.errors import DagprofError
 from dagprof.passes import expand_collectives, fit_topology, partition_tensors, scale_compute, scale_workers, set_buckets, set_link, set_scheme
-from dagprof.passes.comm import find_collectives
+from dagprof.passes.link_fit import find_collectives
 from dagprof.traces.events import Kind
 
 from test_passes_fixture import LINK, ddp_graph, iter_us

@@ -1,5 +1,5 @@
 """``dagprof whatif --profiled-bandwidth RATE``: the wire rate the run was profiled at splits the link fitted to its
-collectives (``passes.comm.split_at_wire``). The fit's time per byte beyond the wire's is work on the cores and stays at
+collectives (``passes.link_fit.split_at_wire``). The fit's time per byte beyond the wire's is work on the cores and stays at
 every --bandwidth; only the wire's part scales (a Horovod job's collectives take the longer of the wire's time and what
 they took beyond the wire profiled). A fit faster than the wire scales whole, by the rate ratio. On vendored
 recordings of TF, JAX and Horovod jobs (tests/data/tf, tf-jax, horovod), each given a rate it might have run at."""
@@ -15,11 +15,11 @@ from testdata import DATA
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 
-from bench_frameworks import PAYLOAD_SHARE, measured, payload_share, predict_rate, wire_rate  # noqa: E402
+from shaped_loopback import PAYLOAD_SHARE, measured, payload_share, predict_rate, wire_rate  # noqa: E402
 
 from dagprof.cli.main import main  # noqa: E402
 from dagprof.graph.build_fsdp import allreduce_equivalent_bytes
-from dagprof.passes.comm import link_fit, priced_comm
+from dagprof.passes.link_fit import link_fit, priced_comm
 from dagprof.pipeline import open_run
 from dagprof.search.scenario import Cluster, Scenario, apply, base_topology, profiled_at
 from dagprof.search.whatif import evaluate

@@ -11,9 +11,10 @@ from testdata import DATA
 from dagprof.analysis import job_iteration_us
 from dagprof.graph.dag import DeviceKind
 from dagprof.passes import set_link
-from dagprof.passes.comm import current_topology, exit_lags, keep_stalls
+from dagprof.passes.comm import current_topology, exit_lags
 from dagprof.passes.compute import share_cores, wire_in_gaps
 from dagprof.passes.fsdp_mesh import scale_fsdp_workers
+from dagprof.passes.link_fit import keep_stalls
 from dagprof.pipeline import open_run
 from dagprof.traces.events import Kind
 

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from dagprof.analysis.interval import step_times
-from dagprof.passes.comm import current_topology, link_fit, priced_comm, set_link, set_topology
+from dagprof.passes.comm import current_topology, set_link, set_topology
+from dagprof.passes.link_fit import link_fit, priced_comm
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
 from dagprof.traces.events import Kind

@@ -1,5 +1,5 @@
 """A link fitted to a profile's own collectives that is far below the rate its largest collectives moved (time that was not
-the link's: a peer not yet running its side, busy cores) is said with its figures, and a row that only slows the link below
+the link's: time on busy cores, such as JAX's per-array stall on gloo) is said with its figures, and a row that only slows the link below
 that rate yet predicts a faster step is refused in one line (``search.wire_notes.waiting_notes``). On vendored recordings:
 a user's fp16 DDP hook on loopback (tests/data/ddp-fresh/fp16, its fit 79 % of what its largest buckets moved), and TF and
 JAX jobs whose fit is their largest collectives' rate (tests/data/tf/loop, tf-jax/pmap)."""
@@ -10,7 +10,7 @@ from testdata import DATA
 
 from dagprof.cli.main import main
 from dagprof.errors import DagprofError
-from dagprof.passes.comm import link_fit
+from dagprof.passes.link_fit import link_fit
 from dagprof.pipeline import open_run
 from dagprof.search.scenario import Cluster, Scenario
 from dagprof.search.whatif import MODEL_TOLERANCE_PCT, evaluate
@@ -63,7 +63,7 @@ def test_a_fit_far_below_what_the_largest_moved_is_said_with_its_figures():
     assert fit < FAR_BELOW_WIRE * moved
     (note,) = waiting(whatif(FP16, "100Mbit"))
     assert f"{fit / moved:.0%} of the" in note and "1 of 1 row(s) scale it all as wire time" in note
-    # the wire's rate given: the fit is split at it (``passes.comm.split_at_wire``), and its own note says so
+    # the wire's rate given: the fit is split at it (``passes.link_fit.split_at_wire``), and its own note says so
     assert not waiting(whatif(FP16, "100Mbit", cluster=Cluster(profiled_bandwidth="1Gbit")))
 
 

@@ -7,7 +7,7 @@ import pytest
 from testdata import DATA
 
 from dagprof.cli.main import main
-from dagprof.passes.comm import fit_link
+from dagprof.passes.link_fit import fit_link
 from dagprof.traces.events import Kind
 
 
@@ -97,7 +97,7 @@ def test_jax_collectives_take_their_bytes_from_the_program():
 def test_all_gathers_outside_fsdp_cost_half_an_all_reduce_of_their_result():
     from dagprof.costmodel.topology import kind_of_collective
     from dagprof.graph.build_fsdp import allreduce_equivalent_bytes
-    from dagprof.passes.comm import find_collectives
+    from dagprof.passes.link_fit import find_collectives
     from dagprof.pipeline import open_run
 
     names = {"adam/cond/then/_0/adam/cond/CollectiveGatherV2_1.3": "all_gather", "all-gather.3": "all_gather",

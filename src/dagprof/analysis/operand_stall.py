@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..graph.dag import Graph
-from ..passes.comm import priced_comm, priced_world_size
+from ..passes.link_fit import priced_comm, priced_world_size
 
 # The scheduler tick assumed where the profiled host did not say its own (CONFIG_HZ=250: the testbed's kernel, where the
 # stalls came to it, and the common distribution default)

@@ -95,7 +95,7 @@ class Topology:
     link_delta_workers: int = 0
     # the profiled fit of a Horovod job, whose work on the cores runs beside the wire's transfer rather than after it, and
     # the wire alone at the profiled rate: a collective takes at least the fit's price less the profiled wire's time plus
-    # the shorter of the two wires' (``passes.comm.split_at_wire``); not written by to_dict
+    # the shorter of the two wires' (``passes.link_fit.split_at_wire``); not written by to_dict
     floor: "Topology | None" = None
     floor_wire: "Topology | None" = None
 

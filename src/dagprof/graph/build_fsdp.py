@@ -105,8 +105,8 @@ def mesh_of(g: Graph) -> tuple[int, int]:
 
 def _group_share(g: Graph) -> dict[str, float]:
     """Per FSDP collective kind, a ring on its group's ranks against one on the ranks the link model prices (the
-    data-parallel group size, ``passes.comm.priced_world_size``): (k-1)/k of the bytes cross each link on k ranks. The
-    fitted latency is a fixed overhead per collective (``passes.comm.fit_topology``), so bytes alone carry the group size:
+    data-parallel group size, ``passes.link_fit.priced_world_size``): (k-1)/k of the bytes cross each link on k ranks. The
+    fitted latency is a fixed overhead per collective (``passes.link_fit.fit_topology``), so bytes alone carry the group size:
     HSDP's all-gathers and reduce-scatters span the shard degree, its all-reduces the replicate degree."""
     par = g.meta.parallel
     n = par.dp_size if par is not None and par.hybrid and par.dp_size else int(g.meta.world_size or g.world_size)

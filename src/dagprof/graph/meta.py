@@ -120,7 +120,7 @@ class GraphMeta:
     # --- the communication model (passes.comm, graph.build_ps)
     topology: Topology | None = None  # the link model pricing the collectives; None: fitted from the profile
     scheme: CollectiveSpec | None = None  # the collective scheme (ring, tree, hier, ps:K); None: ring
-    wire_bytes_per_s: float | None = None  # the link rate the run was profiled at, where known (passes.comm.split_at_wire)
+    wire_bytes_per_s: float | None = None  # the link rate the run was profiled at, where known (passes.link_fit.split_at_wire)
     fine: bool = False  # collectives expanded into per-link messages (passes.comm.expand_collectives)
     # --- what passes changed
     folded_ranks: dict[str, list[int]] | None = None  # representative rank -> ranks it stands for (graph.symmetry)

@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import DagprofError
 from ..graph.dag import Graph, GraphBuilder
 from ..traces.events import Kind
-from .comm import priced_comm
+from .link_fit import priced_comm
 
 _COPIED = (Kind.FORWARD, Kind.BACKWARD, Kind.OTHER, Kind.DATA, Kind.KERNEL)
 

@@ -65,7 +65,8 @@ from ..graph.dag import DeviceKind, Graph
 from ..graph.provenance import provenance
 from ..graph.replay_result import ReplayResult
 from ..traces.events import Kind
-from .comm import exit_lags, priced_comm, wire_lags
+from .comm import exit_lags, wire_lags
+from .link_fit import priced_comm
 from .run_kinds import Replayer
 
 _SUBGROUP_ROUNDS = 8  # replays at most to settle sub-group joins' waits (join_waits)

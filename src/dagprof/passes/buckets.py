@@ -22,8 +22,9 @@ from ..errors import DagprofError
 from ..graph.dag import Graph, GraphBuilder
 from ..traces.events import Kind
 from ..units import MB
-from .comm import current_scheme, current_topology, find_collectives, retime_collectives, without_transfers
+from .comm import current_scheme, current_topology, retime_collectives, without_transfers
 from .gradients import last_pass_start, unhooked
+from .link_fit import find_collectives
 
 _AFTER = 1e-3  # us: a new node's order just after the node it follows on its lane
 HALF_HOOKS = ("fp16_compress_hook", "bf16_compress_hook")  # torch's casts: the collector records 2 bytes per element

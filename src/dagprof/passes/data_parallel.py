@@ -93,9 +93,10 @@ from ..traces.events import Kind
 from ..traces.run_schema import FSDP_ROOT
 from ..units import MB
 from .buckets import chain_lanes, profiled_buckets
-from .comm import current_scheme, current_topology, find_collectives, graph_world_size, hybrid, retime_collectives
+from .comm import current_scheme, current_topology, retime_collectives
 from .fsdp import set_reshard
 from .gradients import unhooked
+from .link_fit import find_collectives, graph_world_size, hybrid
 
 TARGETS = ("ddp", "fsdp", "fsdp:keep")  # fsdp:keep = fully_shard(..., reshard_after_forward=False)
 _EPS = 1e-7  # us: an inserted node's order next to the node it precedes or follows (below the profile's 1 ns)

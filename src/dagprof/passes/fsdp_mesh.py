@@ -58,8 +58,9 @@ from ..traces.events import Kind
 from ..traces.kineto_schema import dtype_bytes
 from ..traces.parallelism import Dim, GroupLabel
 from ..traces.run_schema import FSDP2_API
-from .comm import current_topology, graph_world_size, retime_collectives
+from .comm import current_topology, retime_collectives
 from .fsdp_units import _collective_nodes, _without
+from .link_fit import graph_world_size
 from .workers import _copy_ranks, scale_workers
 
 _MESH = re.compile(r"([1-9][0-9]*)x([1-9][0-9]*)")

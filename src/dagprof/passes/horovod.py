@@ -43,7 +43,8 @@ from ..graph.dag import DeviceKind, Graph, GraphBuilder
 from ..graph.replay_result import ReplayResult
 from ..traces.events import Kind
 from ..traces.horovod import GROUP, LANE, REQUEST
-from .comm import current_scheme, current_topology, find_collectives, fit_topology, graph_world_size
+from .comm import current_scheme, current_topology
+from .link_fit import find_collectives, fit_topology, graph_world_size
 
 _MAX_ROUNDS = 6
 _CYCLE = "horovod negotiate (cycle)"

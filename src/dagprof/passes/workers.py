@@ -28,7 +28,8 @@ from ..graph.build_ps import exchange_nodes, is_ps_graph, rebuild_ps
 from ..graph.dag import NODE_COLUMNS, Device, Graph, GraphBuilder, csr_graph
 from ..traces.events import Kind
 from ..traces.parallelism import Dim
-from .comm import current_scheme, current_topology, graph_world_size, hybrid, push_spread_us, retime_collectives
+from .comm import current_scheme, current_topology, push_spread_us, retime_collectives
+from .link_fit import graph_world_size, hybrid
 
 REPLICATE_UP_TO = 64  # ranks; above this ``scale_workers`` folds unless told otherwise
 

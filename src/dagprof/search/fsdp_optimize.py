@@ -35,9 +35,10 @@ from ..analysis.interval import PredictionInterval, StepStatistic, link_residual
 from ..collect.deploy.strategy import FsdpPlan, FsdpUnitPlan, Prediction, Strategy
 from ..errors import DagprofError
 from ..graph.dag import Graph
-from ..passes.comm import current_topology, graph_world_size, set_topology
+from ..passes.comm import current_topology, set_topology
 from ..passes.fsdp import resharded, set_reduce_dtype, set_reshard
 from ..passes.fsdp_units import merge_units, unit_groups, with_units
+from ..passes.link_fit import graph_world_size
 from ..replay import ReplayResult, replay
 from ..traces.kineto_schema import dtype_bytes
 from ..traces.run_schema import FSDP2_API, FSDP_ROOT

@@ -48,9 +48,10 @@ from ..costmodel.codecs import Codec, CodecCosts
 from ..errors import DagprofError
 from ..graph.dag import Graph
 from ..graph.symmetry import fold_ranks
-from ..passes.comm import current_topology, graph_world_size, set_topology
+from ..passes.comm import current_topology, set_topology
 from ..passes.compression import UNMEASURED, Chained
 from ..passes.gradients import GradientOrder, gradient_order
+from ..passes.link_fit import graph_world_size
 from ..passes.recompute import Segment, segments
 from ..traces.events import Kind, Run
 from ..units import MB

@@ -21,13 +21,14 @@ from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
 from ..passes import expand_collectives, partition_tensors, scale_compute, scale_workers, set_buckets, set_link, set_scheme, set_topology
 from ..passes.buckets import refuse_own_ddp_setup
-from ..passes.comm import current_topology, priced_world_size, ps_bandwidth, set_link_ratio
+from ..passes.comm import current_topology, ps_bandwidth, set_link_ratio
 from ..passes.compute import share_cores
 from ..passes.data_parallel import parse_target, to_data_parallel, with_optimizer_state
 from ..passes.fsdp import UNMODELLED, refuse_unmodelled, set_reduce_dtype, set_reshard
 from ..passes.fsdp_mesh import parse_mesh, scale_fsdp_workers, set_mesh
 from ..passes.fsdp_units import merge_units, parse_units
 from ..passes.horovod import set_horovod
+from ..passes.link_fit import priced_world_size
 from ..passes.overlap import comm_demand, disturbed, slowed_nodes, undisturbed
 from ..replay import ReplayResult, replay
 from ..units import MAX_CONTENDED_WORKERS, MAX_WORKERS, MB, finite_non_negative, finite_positive, positive_int, positive_number, worker_count
@@ -67,7 +68,7 @@ class Cluster:
     topology: str | None = None  # a file or presets like "nvlink/100gbe:8"
     link_model: str | None = None  # a `dagprof calibrate` file
     link_from: str | None = None  # a `dagprof calibrate` file of the profiled link: ``Scenario.link_to`` scales prices by the two's ratio
-    profiled_bandwidth: str | None = None  # the wire rate the run was profiled at, as written (``passes.comm.split_at_wire``)
+    profiled_bandwidth: str | None = None  # the wire rate the run was profiled at, as written (``passes.link_fit.split_at_wire``)
     first_bucket_mb: float | None = None
     overlap: bool = True  # False: all-reduces start after the whole backward
     cores: int | None = None  # cores per host shared by its ranks
@@ -160,7 +161,7 @@ def _link(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
 def wire_bandwidth(g: Graph, asked: float, base_topo: Topology) -> float:
     """The link's bandwidth (B/s) for a row's ``asked``: as asked, or, where the profiled wire rate is known
     (``profiled_at``), the fitted link's wire part scaled by asked over that rate. That is the rate asked where the fit was
-    slower than the wire (``passes.comm.split_at_wire`` left the wire's rate as its bandwidth), and the fit scaled by the
+    slower than the wire (``passes.link_fit.split_at_wire`` left the wire's rate as its bandwidth), and the fit scaled by the
     rate ratio where it was faster (bytes that crossed outside the timed transfers: TF's fits ran at 109-200 % of the wire,
     and pricing them at the wire's rate put 125 Mbit/s +105 % off instead of +33 %). A parameter-server job's fit reads
     the other way where slower than the wire (``passes.comm.ps_bandwidth``)."""
@@ -347,7 +348,7 @@ def on_link(g: Graph, topo: Topology | None) -> Graph:
 
 def profiled_at(g: Graph, c: Cluster) -> Graph:
     """``g`` with the wire rate it was profiled at (``c.profiled_bandwidth``) in its meta, where given: its fitted link is then
-    split at it (``passes.comm.split_at_wire``); a parameter-server job's fit is read against it per row instead
+    split at it (``passes.link_fit.split_at_wire``); a parameter-server job's fit is read against it per row instead
     (``passes.comm.ps_bandwidth``)."""
     if c.profiled_wire is None:
         return g

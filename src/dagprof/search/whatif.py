@@ -21,13 +21,13 @@ from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
-from ..passes.comm import LinkFit, graph_world_size, hybrid, link_fit
 from ..passes.compute import own_cores_note
 from ..passes.data_parallel import conversion_note
 from ..passes.fsdp import set_reduce_dtype
 from ..passes.fsdp_mesh import with_mesh
 from ..passes.fsdp_units import with_units
 from ..passes.horovod import crowded_hosts
+from ..passes.link_fit import LinkFit, graph_world_size, hybrid, link_fit
 from ..passes.profiler_cost import measure_profiler_cost, remove_profiler_cost, scale_host_work
 from ..passes.workers import replica_ranks, shared_port_note
 from ..progress import progress
@@ -334,7 +334,7 @@ def _crowded_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
 
 
 def _stall_notes(fit: LinkFit | None) -> list[str]:
-    """Collectives that stalled beyond the link fitted to the others (``passes.comm.keep_stalls``): said, with their time."""
+    """Collectives that stalled beyond the link fitted to the others (``passes.link_fit.keep_stalls``): said, with their time."""
     if fit is None or fit.stalls is None:
         return []
     late = fit.stalls[fit.stalls > 0]

@@ -1,5 +1,5 @@
 """The notes ``dagprof whatif --profiled-bandwidth`` adds: how the link fitted to a profile's collectives reads against the
-wire rate it was profiled at (``passes.comm.split_at_wire``; a parameter-server job's ``passes.comm.ps_bandwidth``); without
+wire rate it was profiled at (``passes.link_fit.split_at_wire``; a parameter-server job's ``passes.comm.ps_bandwidth``); without
 that rate, how the fit reads against the rate its own largest collectives moved (``moved_rate``)."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
-from ..passes.comm import LinkFit, graph_world_size, priced_comm, priced_world_size, profiled_collectives
+from ..passes.link_fit import LinkFit, graph_world_size, priced_comm, priced_world_size, profiled_collectives
 from .scenario import Cluster, Scenario
 
 FAR_BELOW_WIRE = 0.8  # a fit slower than this share of the profiled wire: most of its collectives' time is not the link's
@@ -53,7 +53,7 @@ def profiled_wire_notes(g: Graph, fit: LinkFit | None, c: Cluster, asked: list[S
 
 def _horovod_wire_note(g: Graph, wire: float, written: str, asked: list[Scenario]) -> list[str]:
     """Rows away from the profiled wire of a Horovod job, and the bound the prediction's collectives sit at
-    (``passes.comm.split_at_wire``): what the profile measured beyond the wire is work and waits on the cores.
+    (``passes.link_fit.split_at_wire``): what the profile measured beyond the wire is work and waits on the cores.
 
     Faster rows keep it, and work on the cores that the slower wire hid is not seen: profiled at 200 Mbit/s (the fits at
     the wire, 98-100 %), hvd_transformer's and hvd_sparse_gru's kept jobs at 500 Mbit/s took 1.27-1.41 times the wire
@@ -111,8 +111,8 @@ def moved_rate(g: Graph) -> float | None:
     """Bytes/s the profile's link sustained at least: the fastest of its largest collectives (at least half the largest's
     bytes), their ring share (2(N-1)/N) over its time, since none crossed faster than the link. Small ones can beat the
     sustained rate (a shaper's burst allowance: Horovod's 40 kB all-reduces at 58 MB/s on a 30 MB/s testbed link). None
-    where collectives overlap on several lanes (a pair's time is split between them at random, ``passes.comm.fit_link``),
-    for an FSDP job (each kind has its own link, ``passes.comm.profiled_kinds``, and a collective that completed behind
+    where collectives overlap on several lanes (a pair's time is split between them at random, ``passes.link_fit.fit_link``),
+    for an FSDP job (each kind has its own link, ``passes.link_fit.profiled_kinds``, and a collective that completed behind
     another on the channel keeps a sliver: an HSDP fixture's 'moved' 32 GB/s), or where none has bytes and a duration."""
     if g.meta.comm_lanes > 1 or is_ps_graph(g) or is_fsdp_graph(g):
         return None
@@ -159,8 +159,9 @@ def _faster_than_loopback(g: Graph, c: Cluster, rows: list[tuple[Scenario, float
 def waiting_notes(g: Graph, fit: LinkFit | None, c: Cluster, rows: list[tuple[Scenario, float]], model_us: float,
                   refuse: bool) -> list[str]:
     """The link fitted to a profile's own collectives against the rate they moved (``moved_rate``), where no
-    --profiled-bandwidth says the wire's: a fit far below it holds time that was not the link's (a peer's side not yet
-    running: jax_gnn_jit's 140 kB all-reduces took 8-190 ms on loopback, fitted at 21-117 Mbit/s), which every row that
+    --profiled-bandwidth says the wire's: a fit far below it holds time that was not the link's (jax_gnn_jit's 140 kB
+    all-reduces took 8-190 ms on loopback, fitted at 21-117 Mbit/s; its ranks entered each a median 2 ms apart and the
+    excess was gloo's per-array stall on busy cores, ``analysis.operand_stall``), which every row that
     changes the link scales as wire time. A row that only slows the link below that rate (and adds workers, if any) and still
     predicts a step faster than the model of the profiled run (``model_us``) is absurd: refused (``refuse``), else counted in a note. ``rows``:
     each scenario with its predicted iteration, us."""
@@ -173,7 +174,7 @@ def waiting_notes(g: Graph, fit: LinkFit | None, c: Cluster, rows: list[tuple[Sc
     n0 = graph_world_size(g)  # more workers on a ring move more bytes each (2(N-1)/N): no shorter a step either
     absurd = [(s, it) for s, it in rows if s.bandwidth is not None and replace(s, bandwidth=None, workers=None) == Scenario()
               and (s.workers or n0) >= n0 and parse_bandwidth(s.bandwidth) < moved and it < model_us]
-    why = f"so at least {1 - rate / moved:.0%} of their time per byte is not the link's (a peer not yet running its side, busy cores)"
+    why = f"so at least {1 - rate / moved:.0%} of their time per byte is not the link's (time on busy cores, such as JAX's per-array stall on gloo)"
     if absurd:
         s, it = absurd[0]
         row = f"--bandwidth {s.bandwidth}" + (f" --workers {s.workers}" if s.workers else "")

@@ -79,7 +79,13 @@ def launch(cmd: list[str], bootstrap: Bootstrap | None, ranks: int | None = None
 
 
 def last_error_line(text: str) -> str:
-    """The line of a job's output that most likely says why it failed (the last error, else the last line)."""
+    """The line of a job's output that most likely says why it failed (the last error, else the last line). A C++
+    abort's ``terminate called after throwing ...`` keeps its ``what():`` line, the next one, which says what was thrown."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and "Warning" not in ln and not ln.startswith("[W")]
-    errs = [ln for ln in lines if "Error" in ln or "error" in ln]
-    return (errs or lines or ["(no output)"])[-1][:300]
+    at = max((i for i, ln in enumerate(lines) if "Error" in ln or "error" in ln), default=len(lines) - 1)
+    if at < 0:
+        return "(no output)"
+    line = lines[at]
+    if line.startswith("terminate called after throwing") and at + 1 < len(lines) and lines[at + 1].startswith("what():"):
+        line = f"{line} {lines[at + 1]}"
+    return line[:300]
