@@ -33,7 +33,7 @@ from ..passes.workers import replica_ranks, shared_port_note
 from ..progress import progress
 from ..replay import ReplayResult
 from ..units import MB
-from .memory import ddp_peak_of_fsdp, fsdp_peak
+from .memory import NO_SIZES, ddp_peak_of_fsdp, fsdp_peak
 from .scenario import (
     Cluster,
     Scenario,
@@ -213,8 +213,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
                      + _shared_cores_notes(g0, cluster) + _overlap_notes(cluster) + _own_cores_notes(g0, predicted, cluster)
                      + _shared_port_notes(g0, scenarios) + _floor_notes(rows) + _refusion_notes(g0, scenarios, cluster, base_topo, model)
             + _link_to_notes(scenarios, cluster) + wire_notes + waiting
-            + ([f"no peak memory in {len(rows)} row(s): the profile has no activation sizes (a model under torch.compile, "
-                "whose modules dagprof leaves unhooked, or an older dagprof's profile)"] if unsized else [])
+            + ([f"no peak memory in {len(rows)} row(s): {NO_SIZES}"] if unsized else [])
             + ([note] if relinked and (note := stall_note(g0)) else [])
             + ([f"{outweighed} of {len(rows)} row(s) (marked ~) change the step less than that stall moves one step at even odds: "
                 "their points are not told apart from the profiled run's, read their intervals"] if outweighed else []),
