@@ -108,6 +108,20 @@ def test_a_compiled_model_is_left_unhooked(tmp_path):
     assert "16 gradients were accumulated in its 2 profiled steps" in said
 
 
+def test_a_block_compiled_in_place_leaves_the_model_unhooked(tmp_path):
+    """``block.compile()`` (per-block compile before FSDP's ``fully_shard``: bench/fsdp_fresh/compiled_fsdp.py --compile
+    blocks) makes no OptimizedModule, and Dynamo does not guard on hooks added after it compiled: the hooks on the block's
+    leaves never ran, silently, and its forward and backward were gaps among the timed layers outside it (no warning).
+    The model is left unhooked like a compiled one, and the reader warns."""
+    model = tiny_model()
+    model[3].compile(backend="eager")
+    hooked = []
+    train(tmp_path, range(2, 4), model=model, before_step=lambda i, prof: hooked.append(any(m._forward_hooks for m in model.modules())))
+    assert hooked == [False] * 5
+    (said,) = [str(w) for w in read_run(tmp_path).meta.warnings if "no layer's forward or backward hook ran" in str(w)]
+    assert "16 gradients were accumulated in its 2 profiled steps" in said
+
+
 def test_model_discovered_and_kineto_written(tmp_path):
     train(tmp_path, range(1, 2), n=3, pass_model=False, kineto=True)
     (t,) = read_run(tmp_path).ranks

@@ -3,12 +3,14 @@ on micro-batches: several forward+backward passes per optimizer step, ``tests/da
 mixed precision into DDP, and HSDP labelled as data parallelism on a 2-D mesh (``tests/data/fsdp/hsdp``)."""
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import numpy as np
 import pytest
 from testdata import DATA
 
+from dagprof.cli.main import main
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import Passes, check_fsdp_edges, fsdp_collectives, issuers
@@ -19,6 +21,7 @@ from dagprof.traces.dagprof_run import read_run
 from dagprof.traces.events import Kind
 
 NESTED, ROOT = DATA / "fsdp" / "accum-nested", DATA / "fsdp" / "accum-root"
+COMPILED = DATA / "fsdp" / "compiled-blocks"
 
 
 def passes(g):
@@ -117,3 +120,30 @@ def test_passes_index_places_every_op_in_its_micro_batch():
             prev_forward = forward
             assert in_pass.at(r, step, float(g.order[v]), after=True) == (max(micro, 0), bool(forward))
     assert in_pass.at(99, 3, 0.0, after=True) == (0, True)  # no ops there: the first forward
+
+
+def test_blocks_compiled_before_fully_shard_are_warned_of_and_timed_without_memory(tmp_path, capsys):
+    """``fsdp/compiled-blocks`` (bench/fsdp_fresh/compiled_fsdp.py --compile blocks: ``block.compile()`` then
+    ``fully_shard``): Dynamo ran the blocks' leaves without the hooks added after it compiled, and only the embedding's
+    and the final norm's were timed, unsaid. Now no module is hooked, each rank says so, and FSDP's own records (its hooks
+    run outside Dynamo's graphs) build the usual graph; whatif prices it and says it has no peak memory (it failed,
+    telling to profile again with this dagprof, on every FSDP what-if)."""
+    run = read_run(COMPILED)
+    said = [w for w in map(str, run.meta.warnings) if "no layer's forward or backward hook ran (a model under torch.compile" in w]
+    assert len(said) == 2 and not any(t.meta.layer_saved_bytes for t in run.ranks)
+    g = build_graph(run)
+    assert not np.isin(g.kind, [Kind.FORWARD, Kind.BACKWARD]).any()
+    kinds = Counter((int(g.step[c.node]), c.kind) for c in fsdp_collectives(g))
+    assert {k: n for k, n in kinds.items() if k[0] == 3} == {(3, "all_gather"): 7, (3, "reduce_scatter"): 4}  # 3 blocks + root
+    # off gave on's time, merge:all -54.6 %; ddp and optimize refused without saying why
+    for argv in (["whatif", "--reshard-after-forward", "off"], ["whatif", "--units", "merge:all"], ["whatif", "--data-parallel", "ddp"]):
+        assert main([argv[0], str(COMPILED), "-o", str(tmp_path / "out"), *argv[1:], "--allow-model-error"]) == 2
+        assert "a model under torch.compile runs its modules without their hooks" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert main(["optimize", str(COMPILED), "-o", str(tmp_path / "out")]) == 2
+    assert "a model under torch.compile, whose modules dagprof leaves unhooked" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert main(["whatif", str(COMPILED), "-o", str(tmp_path / "out"), "--bandwidth", "200Mbit", "--json", "--allow-model-error"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (row,) = out["scenarios"]
+    assert "peak_memory_mb" not in row and row["predicted_iter_ms"] > out["model_iter_ms"]
+    assert any(n.startswith("no peak memory in 1 row(s): the profile has no activation sizes (layer_saved_bytes: a model under torch.compile")
+               for n in out["notes"])

@@ -218,6 +218,9 @@ class Passes:
     def __init__(self, g: Graph):
         self.g = g
         comp = np.flatnonzero((g.kind == Kind.FORWARD) | (g.kind == Kind.BACKWARD))
+        if not len(comp):  # every collective would be called forward: a backward re-gather kept, unsaid
+            raise DagprofError("cannot tell the FSDP collectives of forward from those of backward: no layer's forward or backward "
+                               "is in this profile (a model under torch.compile runs its modules without their hooks)")
         comp = comp[np.lexsort((g.order[comp], g.step[comp], g.rank[comp]))]  # stable: ties keep the nodes' order
         rank, step = g.rank[comp], g.step[comp]
         cuts = np.flatnonzero((rank[1:] != rank[:-1]) | (step[1:] != step[:-1])) + 1

@@ -480,7 +480,7 @@ def _ddp_buckets(g: Graph, grad: dict[str, int], cap: float) -> list[tuple[list[
     if cur:
         out.append((cur, acc))
     if not out:
-        raise DagprofError("--data-parallel ddp: the profile records no gradient bytes per layer; cannot form DDP's buckets")
+        raise DagprofError("--data-parallel ddp: the profile records no gradient bytes per layer; cannot form DDP's buckets" + unhooked(g))
     return out
 
 

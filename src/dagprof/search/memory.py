@@ -41,6 +41,9 @@ from ..traces.kineto_schema import dtype_bytes
 from ..traces.run_schema import FSDP_ROOT, LOSS_BACKWARD, MODEL_OUTPUT, SAVED_OUTSIDE_LAYERS
 from ..units import MB
 
+# what a profile without activation sizes lacks, and why it may
+NO_SIZES = ("the profile has no activation sizes (layer_saved_bytes: a model under torch.compile, whose modules dagprof "
+            "leaves unhooked, or a profile from an older dagprof)")
 OPTIMIZER_STATE = {"sgd": 0.0, "momentum": 1.0, "adam": 2.0}
 
 
@@ -83,7 +86,7 @@ class MemoryModel:
         if optimizer not in OPTIMIZER_STATE:
             raise DagprofError(f"--optimizer-state takes {', '.join(OPTIMIZER_STATE)}, got {optimizer!r}")
         if not layer_saved_bytes:
-            raise DagprofError("the profile has no activation sizes (layer_saved_bytes); profile again with this dagprof to estimate memory")
+            raise DagprofError(NO_SIZES)
         ids = {name: i for i, name in enumerate(g.layers)}
         saved = {ids[k]: float(v) for k, v in layer_saved_bytes.items() if k in ids}
         grads: dict[int, float] = {}
@@ -213,7 +216,7 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
         raise DagprofError("not an FSDP graph")
     saved_bytes = fs.layer_saved_bytes
     if not saved_bytes:
-        raise DagprofError("the profile has no activation sizes (layer_saved_bytes); profile again with this dagprof to estimate memory")
+        raise DagprofError(NO_SIZES)
     units = fs.units
     unit_layers = [u.layers for u in units]
     mesh = (units[0].mesh or [fs.world_size]) if units else [fs.world_size]
@@ -316,7 +319,7 @@ def ddp_peak_of_fsdp(g: Graph, workers: int | None = None) -> dict[int, MemoryBr
     if fs is None:
         raise DagprofError("not an FSDP graph")
     if not fs.layer_saved_bytes:
-        raise DagprofError("the profile has no activation sizes (layer_saved_bytes); profile again with this dagprof to estimate memory")
+        raise DagprofError(NO_SIZES)
     total = float(sum(u.numel * _size(u.orig_dtype) for u in fs.units))
     ids = {name: i for i, name in enumerate(g.layers)}
     unit_of = {n: u for u in fs.units for n in u.layers}

@@ -33,7 +33,7 @@ from ..passes.workers import replica_ranks, shared_port_note
 from ..progress import progress
 from ..replay import ReplayResult
 from ..units import MB
-from .memory import ddp_peak_of_fsdp, fsdp_peak
+from .memory import NO_SIZES, ddp_peak_of_fsdp, fsdp_peak
 from .scenario import (
     Cluster,
     Scenario,
@@ -168,6 +168,8 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     level = run_level(stepwise, cost, corrected is not None, model, measured_us)
     one_worker: dict[str, float] = {}
     rows, relinked, held, predicted, outweighed = [], False, held_us(g0), [], 0
+    # a compiled FSDP model's modules are left unhooked (collect.hooks.collector.compiled): its times, not its memory
+    unsized = is_fsdp_graph(g0) and not g0.meta.fsdp.layer_saved_bytes
     for i, s in enumerate(progress(scenarios, "what-if scenarios", unit="scenario")):
         t1 = time.perf_counter()
         g, res = disturb(apply(g0, s, cluster, base_topo), cluster)
@@ -192,15 +194,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
             row["stall_outweighs"] = stall
             outweighed += 1
         relinked = relinked or relinks
-        if s.data_parallel is not None and is_fsdp_graph(g0) != is_fsdp_graph(g):  # DDP <-> FSDP: the scenario's own record
-            peaks = fsdp_peak(g, reshard=s.reshard_after_forward) if is_fsdp_graph(g) else ddp_peak_of_fsdp(g0, s.workers)
-            row["peak_memory_mb"] = max(m.total for m in peaks.values()) / MB
-            row["memory_per_rank"] = {r: m.to_dict() for r, m in peaks.items()}
-        elif is_fsdp_graph(g0):
-            grouped = g0 if s.units is None else with_units(g0, s.units)  # the memory model reads the units and dtypes from meta
-            grouped = grouped if s.mesh is None else with_mesh(grouped, *s.mesh)
-            dtyped = grouped if s.reduce_dtype is None else set_reduce_dtype(grouped, s.reduce_dtype)
-            peaks = fsdp_peak(dtyped, reshard=s.reshard_after_forward, workers=s.workers)
+        if not unsized and (peaks := _peaks(g0, g, s)):
             row["peak_memory_mb"] = max(m.total for m in peaks.values()) / MB
             row["memory_per_rank"] = {r: m.to_dict() for r, m in peaks.items()}
         path = timeline(i, g, res) if timeline else None
@@ -219,10 +213,23 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
                      + _shared_cores_notes(g0, cluster) + _overlap_notes(cluster) + _own_cores_notes(g0, predicted, cluster)
                      + _shared_port_notes(g0, scenarios) + _floor_notes(rows) + _refusion_notes(g0, scenarios, cluster, base_topo, model)
             + _link_to_notes(scenarios, cluster) + wire_notes + waiting
+            + ([f"no peak memory in {len(rows)} row(s): {NO_SIZES}"] if unsized else [])
             + ([note] if relinked and (note := stall_note(g0)) else [])
             + ([f"{outweighed} of {len(rows)} row(s) (marked ~) change the step less than that stall moves one step at even odds: "
                 "their points are not told apart from the profiled run's, read their intervals"] if outweighed else []),
             "seconds": time.perf_counter() - t0}
+
+
+def _peaks(g0: Graph, g: Graph, s: Scenario) -> dict | None:
+    """The scenario's peak memory per rank: FSDP jobs and DDP <-> FSDP (None for a DDP job's own what-ifs)."""
+    if s.data_parallel is not None and is_fsdp_graph(g0) != is_fsdp_graph(g):  # DDP <-> FSDP: the scenario's own record
+        return fsdp_peak(g, reshard=s.reshard_after_forward) if is_fsdp_graph(g) else ddp_peak_of_fsdp(g0, s.workers)
+    if not is_fsdp_graph(g0):
+        return None
+    grouped = g0 if s.units is None else with_units(g0, s.units)  # the memory model reads the units and dtypes from meta
+    grouped = grouped if s.mesh is None else with_mesh(grouped, *s.mesh)
+    dtyped = grouped if s.reduce_dtype is None else set_reduce_dtype(grouped, s.reduce_dtype)
+    return fsdp_peak(dtyped, reshard=s.reshard_after_forward, workers=s.workers)
 
 
 def _refusion_notes(g0: Graph, scenarios: list[Scenario], c: Cluster, base_topo: Topology | None, model_us: float) -> list[str]:

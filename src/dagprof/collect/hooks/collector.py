@@ -50,6 +50,13 @@ from .tensors import group_ranks, output_tensors
 _MAX_OUTPUT_HOOKS = 4  # tensors per module output that get a gradient hook
 
 
+def compiled(module: Any) -> bool:
+    """Whether ``module`` runs under torch.compile: ``torch.compile(module)`` wraps it (``OptimizedModule``), or
+    ``module.compile()`` compiled its call in place (as per-block compile before FSDP's ``fully_shard`` does). Dynamo
+    does not guard on hooks added after it compiled (``skip_nnmodule_hook_guards``): those inside run never, silently."""
+    return type(module).__name__ == "OptimizedModule" or getattr(module, "_compiled_call_impl", None) is not None
+
+
 class Collector:
     """Records one window of steps of this process into ``out_dir``."""
 
@@ -124,7 +131,7 @@ class Collector:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             ddps = [m for m in model.modules() if isinstance(m, DDP)]
-            if any(type(m).__name__ == "OptimizedModule" for m in model.modules()):  # torch.compile(model) or DDP(torch.compile(model))
+            if any(compiled(m) for m in model.modules()):
                 self.mark_compiled()
             roots = [r for r in ([d.module for d in ddps] if ddps else [model]) if not any(r is x for x in self._roots)]
             for root in roots:

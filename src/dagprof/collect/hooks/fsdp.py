@@ -310,9 +310,11 @@ def on_root_forward(after_import: Any, fn: Any) -> None:
         def run(*args: Any, **kwargs: Any) -> Any:
             out = fully_shard(*args, **kwargs)
             if not state:
+                from torch.compiler import disable
                 from torch.nn.modules.module import register_module_forward_pre_hook
 
-                state.append(register_module_forward_pre_hook(first_forward))
+                # eager: under ``model.compile()`` Dynamo would trace the collector's attach, breaking at each call it cannot
+                state.append(register_module_forward_pre_hook(disable(first_forward)))
             return out
         return run
 
