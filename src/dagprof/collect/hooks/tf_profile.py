@@ -371,7 +371,11 @@ def keras_callback(out_dir: str | os.PathLike[str], steps: range | tuple[int, in
             w = self.window
             w.step_end(self.batch)
             if not self.sized and self.model is not None:  # once ``fit`` has traced its step, outside the step's time
-                w.collective_bytes, self.sized = collective_bytes(getattr(self.model, "train_function", None)), True
+                self.sized = True
+                try:  # TF's graph internals: never stop the user's training (the reader falls back to the tracer's sizes)
+                    w.collective_bytes = collective_bytes(getattr(self.model, "train_function", None))
+                except Exception as err:  # noqa: BLE001
+                    w.warnings.append(f"collectives not sized from fit's traced step ({type(err).__name__}: {err})")
             if self.batch + 1 == w.steps.start:
                 self._begin_window()
 
