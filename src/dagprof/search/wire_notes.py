@@ -134,6 +134,13 @@ REMEDY = ("give --profiled-bandwidth RATE (the link it ran on), or measure the l
           "--link-from/--link-to")
 
 
+def _link_rows_faster(rows: list[tuple[Scenario, float]], n0: int, model_us: float) -> list[tuple[Scenario, float]]:
+    """Rows that only set the link (and add workers, if any: on a ring each then moves more bytes, no shorter a step
+    either) yet predict a step faster than the model of the profiled run (``model_us``)."""
+    return [(s, it) for s, it in rows if s.bandwidth is not None and replace(s, bandwidth=None, workers=None) == Scenario()
+            and (s.workers or n0) >= n0 and it < model_us]
+
+
 def _faster_than_loopback(g: Graph, c: Cluster, rows: list[tuple[Scenario, float]], model_us: float) -> list[str]:
     """Ranks that all ran on one host exchanged over its loopback unless an emulated link stood between them (the namespace
     testbed: then --profiled-bandwidth says its rate), and no named link outruns a loopback: a row that only sets the link
@@ -145,8 +152,7 @@ def _faster_than_loopback(g: Graph, c: Cluster, rows: list[tuple[Scenario, float
     n0 = graph_world_size(g)
     if c.profiled_wire is not None or len(hosts) != 1 or next(iter(hosts.values()))[0] != n0:
         return []
-    faster = [(s, it) for s, it in rows if s.bandwidth is not None and replace(s, bandwidth=None, workers=None) == Scenario()
-              and (s.workers or n0) >= n0 and it < model_us]
+    faster = _link_rows_faster(rows, n0, model_us)
     if not faster:
         return []
     s, it = faster[0]
@@ -171,9 +177,8 @@ def waiting_notes(g: Graph, fit: LinkFit | None, c: Cluster, rows: list[tuple[Sc
     rate = fit.link.bandwidth_bytes_per_s
     head = (f"the link fitted to {fit.collectives} collectives runs at {_mbit(rate)}, {rate / moved:.0%} of the {_mbit(moved)} "
             "the largest of them moved")
-    n0 = graph_world_size(g)  # more workers on a ring move more bytes each (2(N-1)/N): no shorter a step either
-    absurd = [(s, it) for s, it in rows if s.bandwidth is not None and replace(s, bandwidth=None, workers=None) == Scenario()
-              and (s.workers or n0) >= n0 and parse_bandwidth(s.bandwidth) < moved and it < model_us]
+    n0 = graph_world_size(g)
+    absurd = [(s, it) for s, it in _link_rows_faster(rows, n0, model_us) if parse_bandwidth(s.bandwidth) < moved]
     why = f"so at least {1 - rate / moved:.0%} of their time per byte is not the link's (time on busy cores, such as JAX's per-array stall on gloo)"
     if absurd:
         s, it = absurd[0]
