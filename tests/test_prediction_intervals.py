@@ -199,7 +199,7 @@ def test_the_job_s_own_unprofiled_steps_bound_each_side(kept, inside, tmp_path):
     g = open_run(KEPT / kept / "run").graph
     plain = predict_interval(g, replay(g))
     level = run_level(g, measure_profiler_cost(g), False)
-    before, after = window_sides(g.meta.loop_steps, g.meta.steps)
+    before, after = window_sides(g.meta.loop_steps, g.meta.steps, g.meta.job_of)
     assert len(before) == 2 and len(after) == 4 and level.unprofiled == pytest.approx(one_step_spread(before + after))
     floored, unfloored = plain.widened(level), plain.widened(replace(level, unprofiled=0.0))
     if kept == "loaded-embed":

@@ -216,8 +216,8 @@ def test_a_few_unprofiled_steps_do_not_set_the_noise():
     cost = measure_profiler_cost(g)
     assert (cost.profiled_steps, cost.unprofiled_steps) == (11, 3)
     assert cost.unprofiled_us < 0.92 * cost.profiled_us
-    alone = np.hypot(median_stderr(job_steps(g.meta.loop_steps.profiled, set(g.meta.steps))),
-                     median_stderr(job_steps(g.meta.loop_steps.unprofiled, None, WARMUP_STEPS)))
+    alone = np.hypot(median_stderr(job_steps(g.meta.loop_steps.profiled, set(g.meta.steps), g.meta.job_of)),
+                     median_stderr(job_steps(g.meta.loop_steps.unprofiled, None, g.meta.job_of, WARMUP_STEPS)))
     assert cost.profiled_us - cost.unprofiled_us > 2 * alone  # what the 3 steps alone would have corrected
     assert not cost.usable and cost.verdict.startswith("too noisy to say")
     assert remove_profiler_cost(g, cost, job_iteration_us)[0] is g

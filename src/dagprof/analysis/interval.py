@@ -103,7 +103,7 @@ def run_level(g: Graph, cost: ProfilerCost, corrected: bool, model_us: float | N
     loop = g.meta.loop_steps
     if loop is not None and g.meta.steps:
         before, after = window_sides(loop, g.meta.steps, g.meta.job_of)
-        profiled = job_steps(loop.profiled, set(g.meta.steps), join=g.meta.job_of)
+        profiled = job_steps(loop.profiled, set(g.meta.steps), g.meta.job_of)
         if len(before) >= 2 and len(after) >= 2 and profiled:  # the change beyond what the two medians' noise explains
             change = statistics.median(after) - statistics.median(before)
             noise = math.hypot(median_stderr(before), median_stderr(after))

@@ -77,8 +77,8 @@ def measure_profiler_cost(g: Graph) -> ProfilerCost:
     if loop is None:
         return ProfilerCost(None, None, 0, 0, None, "not measured (no unprofiled steps: dagprof's collectors time them in PyTorch, "
                             "Horovod, TensorFlow, JAX and MXNet runs; stock traces and TF/JAX runs recorded by an older dagprof do not)")
-    prof = job_steps(loop.profiled, set(g.meta.steps), join=g.meta.job_of)
-    base = job_steps(loop.unprofiled, None, WARMUP_STEPS, g.meta.job_of)
+    prof = job_steps(loop.profiled, set(g.meta.steps), g.meta.job_of)
+    base = job_steps(loop.unprofiled, None, g.meta.job_of, WARMUP_STEPS)
     if len(prof) < 2 or len(base) < MIN_STEPS:
         return ProfilerCost(_median(prof), _median(base), len(prof), len(base), None,
                             f"not measured ({len(prof)} profiled and {len(base)} unprofiled steps from step {WARMUP_STEPS} on; "
@@ -103,18 +103,18 @@ def measure_profiler_cost(g: Graph) -> ProfilerCost:
     return ProfilerCost(p, u, len(prof), len(base), se, verdict)
 
 
-def window_sides(loop: LoopSteps, steps: list[int], join: Callable[[list[float]], float] = max) -> tuple[list[float], list[float]]:
+def window_sides(loop: LoopSteps, steps: list[int], join: Callable[[list[float]], float]) -> tuple[list[float], list[float]]:
     """The job's unprofiled steps before the profiled ``steps`` (from step ``WARMUP_STEPS`` on) and after them (``job_steps``)."""
     if not steps:
         return [], []
     first, last = min(steps), max(steps)
     ids = set().union(*loop.unprofiled.values())
-    return (job_steps(loop.unprofiled, {s for s in ids if s < first}, WARMUP_STEPS, join),
-            job_steps(loop.unprofiled, {s for s in ids if s > last}, join=join))
+    return (job_steps(loop.unprofiled, {s for s in ids if s < first}, join, WARMUP_STEPS),
+            job_steps(loop.unprofiled, {s for s in ids if s > last}, join))
 
 
-def job_steps(per_rank: dict[int, dict[int, float]], only: set[int] | None, first: int = 0,
-              join: Callable[[list[float]], float] = max) -> list[float]:
+def job_steps(per_rank: dict[int, dict[int, float]], only: set[int] | None, join: Callable[[list[float]], float],
+              first: int = 0) -> list[float]:
     """Each step that every rank timed, as the job's: its ranks' durations joined by ``join`` (``GraphMeta.job_of``:
     the slowest rank's, a parameter server's workers' mean)."""
     common = set.intersection(*(set(d) for d in per_rank.values())) if per_rank else set()
