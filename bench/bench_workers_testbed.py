@@ -49,7 +49,7 @@ def predict_workers(out: str, rate: float, workers: int) -> dict:
         res = evaluate(p.graph, [scenario], settings, measured_us=p.analysis.measured_us, tolerance_pct=None, raw=True)
         marked = profiled_at(p.graph, settings)
         what_if = apply(marked, scenario, settings, base_topology(marked, settings))
-        got[key] = {"predicted_ms": res["scenarios"][0]["predicted_iter_ms"], "predicted_median_ms": median_step_ms(what_if),
+        got[key] = {"predicted_ms": res["scenarios"][0].predicted_iter_ms, "predicted_median_ms": median_step_ms(what_if),
                     "model_pct": res["model_error_pct"]}
     return got
 

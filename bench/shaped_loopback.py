@@ -190,7 +190,7 @@ def predict_rate(out: str, rate: float, other: float) -> dict:
     got = measured(out)
     model_median = median_step_ms(flat)
     return got | {"model_pct": res["model_error_pct"], "model_median_pct": 100.0 * (model_median - got["measured_median_ms"]) / got["measured_median_ms"],
-                  "predicted_ms": row["predicted_iter_ms"], "predicted_median_ms": median_step_ms(what_if),
+                  "predicted_ms": row.predicted_iter_ms, "predicted_median_ms": median_step_ms(what_if),
                   "predicted_comm_ms": comm_per_step_ms(what_if), "most_comm_ms": kept_comm_ms(p.graph, rate, other, share) if other < rate else got["comm_ms"],
                   "fit_bit_per_s": 8 * fit["bandwidth_bytes_per_s"],
                   # the fitted bandwidth against the wire's (rate / N). Well below 100 %: the profile's collectives spent their
@@ -198,8 +198,8 @@ def predict_rate(out: str, rate: float, other: float) -> dict:
                   # crossed outside the timed transfer, e.g. sent before the last worker joined: the whole fit scales
                   "fit_of_wire_pct": 100.0 * 8 * fit["bandwidth_bytes_per_s"] * n / rate,
                   "payload_share_pct": 100.0 * share, "payload_share": how,
-                  "fit_latency_us": fit["latency_us"], "weak_fit": fit.get("weak"), "stall_outweighs": row.get("stall_outweighs"),
-                  "interval_ms": [row["lo_ms"], row["hi_ms"]], "interval_terms": row["interval_basis"]["terms"]}
+                  "fit_latency_us": fit["latency_us"], "weak_fit": fit.get("weak"), "stall_outweighs": row.stall_outweighs,
+                  "interval_ms": [row.interval.lo_us / 1e3, row.interval.hi_us / 1e3], "interval_terms": list(row.interval.terms)}
 
 
 def bytes_per_step(out: str) -> float:

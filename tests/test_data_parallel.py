@@ -217,11 +217,11 @@ def test_adams_step_can_be_the_ddp_peak(fsdp):
 def test_whatif_rows_carry_time_and_memory(ddp, fsdp):
     for g, targets in ((ddp, ["ddp", "fsdp", "fsdp:keep"]), (fsdp, ["ddp", "fsdp", "fsdp:keep"])):
         rows = evaluate(g, [Scenario(data_parallel=t) for t in targets], tolerance_pct=None)["scenarios"]
-        assert [r["data_parallel"] for r in rows] == targets
+        assert [r.scenario.data_parallel for r in rows] == targets
         for r in rows:
-            assert r["lo_ms"] <= r["predicted_iter_ms"] <= r["hi_ms"]
-            if r["data_parallel"] != "ddp" or g is fsdp:
-                assert r["peak_memory_mb"] > 0 and r["memory_per_rank"].keys() == {0, 1}
+            assert r.interval.lo_us <= r.interval.point_us <= r.interval.hi_us
+            if r.scenario.data_parallel != "ddp" or g is fsdp:
+                assert r.peak_memory_mb > 0 and r.memory_per_rank.keys() == {0, 1}
 
 
 @pytest.mark.parametrize("path, argv, message", [

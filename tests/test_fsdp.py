@@ -119,7 +119,7 @@ def test_bandwidth_whatif_prices_gathers_as_half_an_all_reduce():
     g = graph(RESHARD)
     out = evaluate(g, [Scenario(bandwidth="200Mbit"), Scenario(bandwidth="1Gbit"),
                        Scenario(workers=4)])
-    slow, fast, four = (r["predicted_iter_ms"] for r in out["scenarios"])
+    slow, fast, four = (r.predicted_iter_ms for r in out["scenarios"])
     moved = 0.0
     for c in fsdp_collectives(g):
         if g.step[c.node] == g.meta.steps[0]:
@@ -138,7 +138,7 @@ def test_unmodelled_whatifs_are_refused_in_one_line(capsys):
     with pytest.raises(DagprofError, match="HSDP job .* multiple of the shard degree 2, got 7"):
         evaluate(graph(HSDP), [Scenario(workers=7)])
     row = evaluate(graph(HSDP), [Scenario(bandwidth="1Gbit")])["scenarios"][0]
-    assert row["predicted_iter_ms"] > 0 and 0 < row["scaling_efficiency"] < 1  # one worker of an HSDP job: one replica, its 2 shards (1x2)
+    assert row.predicted_iter_ms > 0 and 0 < row.scaling_efficiency < 1  # one worker of an HSDP job: one replica, its 2 shards (1x2)
     assert main(["optimize", str(RESHARD), "--budget", "1", "--accumulate", "2"]) == 2  # optimize searches FSDP now (test_fsdp_optimize)
     err = capsys.readouterr().err
     assert "FSDP job" in err and len(err.strip().splitlines()) == 1

@@ -44,13 +44,13 @@ def test_unit_groupings_are_priced_as_the_units_whatif_prices_them():
     assert grouping_specs(g) == ["blocks.0+blocks.1", "blocks.1+blocks.2", "blocks.2+blocks.3", "merge:2", "merge:3", "merge:all"]
     res = search_fsdp(g, budget_s=60)
     assert [gr.spec for gr in res.groupings] == sorted(grouping_specs(g), key=lambda s: next(gr.iter_us for gr in res.groupings if gr.spec == s))
-    rows = {r["units"]: r for r in evaluate(g, [Scenario(), Scenario(units="merge:2"), Scenario(units="merge:all")],
-                                            tolerance_pct=None)["scenarios"] if r["units"]}
-    model = evaluate(g, [Scenario()], tolerance_pct=None)["scenarios"][0]["predicted_iter_ms"]
+    rows = {r.scenario.units: r for r in evaluate(g, [Scenario(), Scenario(units="merge:2"), Scenario(units="merge:all")],
+                                                  tolerance_pct=None)["scenarios"] if r.scenario.units}
+    model = evaluate(g, [Scenario()], tolerance_pct=None)["scenarios"][0].predicted_iter_ms
     for gr in res.groupings:
         if gr.spec in rows:  # the same ratio to the profiled setup, and the same peak memory
-            assert gr.iter_us / res.baseline.iter_us == pytest.approx(rows[gr.spec]["predicted_iter_ms"] / model, rel=0.01)
-            assert gr.memory.total / 2**20 == pytest.approx(rows[gr.spec]["peak_memory_mb"], rel=1e-6)
+            assert gr.iter_us / res.baseline.iter_us == pytest.approx(rows[gr.spec].predicted_iter_ms / model, rel=0.01)
+            assert gr.memory.total / 2**20 == pytest.approx(rows[gr.spec].peak_memory_mb, rel=1e-6)
     advised = res.grouping
     assert advised is res.groupings[0] and advised.spec == "merge:all" and advised.iter_us < res.baseline.iter_us
     assert advised.wrap("fully_shard") == "fully_shard(model) with blocks.0, blocks.1, blocks.2, blocks.3 not wrapped on their own"

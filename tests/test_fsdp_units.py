@@ -91,7 +91,7 @@ def test_whatif_rows_give_time_and_memory_and_fewer_units_are_cheaper(capsys):
 def test_merged_units_answer_reshard_after_forward_too():
     g = graph(RESHARD4)
     rows = evaluate(g, [Scenario(units="merge:2"), Scenario(units="merge:2", reshard_after_forward=False)], tolerance_pct=None)["scenarios"]
-    assert rows[1]["predicted_iter_ms"] < rows[0]["predicted_iter_ms"] and rows[1]["peak_memory_mb"] >= rows[0]["peak_memory_mb"]
+    assert rows[1].predicted_iter_ms < rows[0].predicted_iter_ms and rows[1].peak_memory_mb >= rows[0].peak_memory_mb
 
 
 @pytest.mark.parametrize("spec, message", [

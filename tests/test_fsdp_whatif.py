@@ -96,20 +96,20 @@ def test_reshard_off_removes_the_backward_all_gathers():
     g = graph(RESHARD)
     out = evaluate(g, [Scenario(), Scenario(reshard_after_forward=False)])
     same, off = out["scenarios"]
-    assert off["predicted_iter_ms"] < same["predicted_iter_ms"]
+    assert off.predicted_iter_ms < same.predicted_iter_ms
     # what disappears is at most the backward all-gathers (and their copy-out/reshard spans) of the slowest step
     backward = [c.node for c in fsdp_collectives(g) if c.kind == "all_gather" and not Passes(g).is_forward(c.node, min(issuers(g, c.node)))]
-    assert backward and same["predicted_iter_ms"] - off["predicted_iter_ms"] <= float(g.dur[backward].sum()) / 1e3
-    assert off["reshard_after_forward"] == "off" and off["peak_memory_mb"] >= same["peak_memory_mb"]
-    assert set(off["memory_per_rank"]) == {0, 1}
+    assert backward and same.predicted_iter_ms - off.predicted_iter_ms <= float(g.dur[backward].sum()) / 1e3
+    assert off.scenario.reshard_after_forward is False and off.peak_memory_mb >= same.peak_memory_mb
+    assert set(off.memory_per_rank) == {0, 1}
 
 
 def test_reshard_on_adds_a_backward_all_gather_per_kept_unit():
     g = graph(KEEP)
     same, on, off = evaluate(g, [Scenario(), Scenario(reshard_after_forward=True), Scenario(reshard_after_forward=False)])["scenarios"]
-    assert on["predicted_iter_ms"] > same["predicted_iter_ms"]
-    assert off["predicted_iter_ms"] == pytest.approx(same["predicted_iter_ms"])  # already kept: nothing changes
-    assert on["peak_memory_mb"] <= same["peak_memory_mb"]
+    assert on.predicted_iter_ms > same.predicted_iter_ms
+    assert off.predicted_iter_ms == pytest.approx(same.predicted_iter_ms)  # already kept: nothing changes
+    assert on.peak_memory_mb <= same.peak_memory_mb
 
 
 def test_whatif_json_and_text_give_time_and_memory(capsys):
@@ -142,13 +142,13 @@ def test_reduce_dtype_halves_what_each_reduce_scatter_moves():
     assert {u.reduce_dtype for u in bf16.meta.fsdp.units} == {"bfloat16"}
     rows = evaluate(g, [Scenario(bandwidth="200Mbit"), Scenario(bandwidth="200Mbit", reduce_dtype="float32"),
                         Scenario(bandwidth="200Mbit", reduce_dtype="bfloat16")], tolerance_pct=None)["scenarios"]
-    profiled, fp32, half = (r["predicted_iter_ms"] for r in rows)
-    assert fp32 == profiled and [r["reduce_dtype"] for r in rows] == [None, "float32", "bfloat16"]
+    profiled, fp32, half = (r.predicted_iter_ms for r in rows)
+    assert fp32 == profiled and [r.scenario.reduce_dtype for r in rows] == [None, "float32", "bfloat16"]
     saved = sum(int(g.nbytes[x.node]) // 2 for x in fsdp_collectives(g) if x.kind == "reduce_scatter" and g.step[x.node] == g.meta.steps[0])
     # the collectives block the thread on CPU: one step is shorter by the bytes no longer on the wire (gloo's reduce-scatter is an
     # all-reduce of S, 2 ranks: S on the wire), at 200 Mbit/s
     assert profiled - half == pytest.approx(saved / 25e6 * 1e3, rel=0.05)
-    assert rows[2]["peak_memory_mb"] < rows[1]["peak_memory_mb"]  # the reduce-scatter's input is half the size
+    assert rows[2].peak_memory_mb < rows[1].peak_memory_mb  # the reduce-scatter's input is half the size
 
 
 def test_reduce_dtype_on_the_cli_and_refused_on_a_ddp_profile(capsys):

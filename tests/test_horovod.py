@@ -221,8 +221,8 @@ def test_fuse_follows_horovod_rules():
 def test_whatif_scenarios_and_errors():
     p = open_run(fixture("fused"))
     out = evaluate(p.graph, [Scenario(fusion_mb=0), Scenario(cycle_ms=20), Scenario(fusion_mb=64, cycle_ms=1)], measured_us=p.analysis.measured_us)
-    assert [r["fusion_mb"] for r in out["scenarios"]] == [0, None, 64]
-    assert all(r["predicted_iter_ms"] > 0 for r in out["scenarios"])
+    assert [r.scenario.fusion_mb for r in out["scenarios"]] == [0, None, 64]
+    assert all(r.predicted_iter_ms > 0 for r in out["scenarios"])
     with pytest.raises(DagprofError, match="fusion-mb"):
         evaluate(p.graph, [Scenario(bucket_mb=1)])
     ddp = build_graph(load(fixture("fused")))
@@ -498,4 +498,4 @@ def test_explicit_groups_are_the_optimizers_requests(tmp_path, capsys):
     said = capsys.readouterr().err.strip().splitlines()[-1]
     assert "explicit groups" in said and "--bandwidth, --workers" in said and "fusion" not in said
     rows = evaluate(p.graph, [Scenario(), Scenario(workers=4)], measured_us=p.analysis.measured_us, tolerance_pct=None)["scenarios"]
-    assert rows[1]["predicted_iter_ms"] >= rows[0]["predicted_iter_ms"]
+    assert rows[1].predicted_iter_ms >= rows[0].predicted_iter_ms

@@ -157,7 +157,7 @@ def test_more_workers_than_cores_say_each_keeps_its_own():
     assert f"17 ms of CPU per {step:.0f} ms step" in note and "--cores 2" in note and "\n" not in note
     assert own_cores_note(g.replace(meta=said.replace(host_cpus={"vm": (2, 8)})), 4) is None  # 4 workers keep cores of their own
     out = evaluate(g.replace(meta=said), [Scenario(workers=4)])
-    assert own_cores_note(g.replace(meta=said), 4, 1e3 * out["scenarios"][0]["predicted_iter_ms"]) in out["notes"]
+    assert own_cores_note(g.replace(meta=said), 4, 1e3 * out["scenarios"][0].predicted_iter_ms) in out["notes"]
 
 
 def test_more_workers_whose_cpu_outgrows_the_cores_are_said_to_oversubscribe_them():
@@ -167,14 +167,14 @@ def test_more_workers_whose_cpu_outgrows_the_cores_are_said_to_oversubscribe_the
     g = open_run(str(TESTBED_ATTN)).graph
     assert g.meta.host_cpus == {"vm": (2, 2)}
     out = evaluate(g, [Scenario(workers=4)])
-    step = 1e3 * out["scenarios"][0]["predicted_iter_ms"]
+    step = 1e3 * out["scenarios"][0].predicted_iter_ms
     note = next(n for n in out["notes"] if "keeps its own cores" in n)
     cpu = float(np.median([c for _, _, c in g.meta.ps.cpu_us]))
     assert 4 * cpu > 2 * step and "the cores are oversubscribed and bound the step" in note
     assert f"at least {4 * cpu / 2 / 1e3:.0f} ms" in note and "\n" not in note
     roomy = own_cores_note(g, 4, 4 * cpu)  # a step twice what their CPU needs of the 2 cores
     assert "they would need 50% of the cores" in roomy and "oversubscribed" not in roomy
-    assert evaluate(g, [Scenario(workers=4)], Cluster(cores=2))["scenarios"][0]["predicted_iter_ms"] > 4 * cpu / 2 / 1e3
+    assert evaluate(g, [Scenario(workers=4)], Cluster(cores=2))["scenarios"][0].predicted_iter_ms > 4 * cpu / 2 / 1e3
 
 
 @pytest.mark.parametrize("cmd", [["replay"], ["analyze"], ["report"], ["whatif", "--scheme", "ps:1"], ["whatif", "--bandwidth", "100Mbit"],
@@ -264,7 +264,7 @@ def test_an_op_that_began_with_the_first_push_is_what_the_pushes_wait_for_not_a_
         fed = {int(u) for i in issues for u in g.predecessors(int(i))}
         assert not fed.intersection(g.successors(v).tolist())
     rows = evaluate(g, [Scenario(scheme=CollectiveSpec.parse("ps:1")), Scenario(workers=4)], measured_us=p.analysis.measured_us)
-    assert all(r["predicted_iter_ms"] > 0 for r in rows["scenarios"])
+    assert all(r.predicted_iter_ms > 0 for r in rows["scenarios"])
 
 
 def test_a_version_1_manifest_with_timed_s_reads_as_its_version_2_twin(tmp_path):

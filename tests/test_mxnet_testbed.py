@@ -95,7 +95,7 @@ def test_a_fit_slower_than_the_wire_is_a_limit_a_slower_wire_hides():
 
     def at(cluster: Cluster, *rates: str) -> tuple[list[float], list[str]]:
         out = evaluate(g, [Scenario(bandwidth=r) for r in rates], cluster, None, tolerance_pct=None, raw=True)
-        return [row["predicted_iter_ms"] for row in out["scenarios"]], out["notes"]
+        return [row.predicted_iter_ms for row in out["scenarios"]], out["notes"]
 
     (slow, same, fast), notes = at(Cluster(profiled_bandwidth="500Mbit"), "200Mbit", "500Mbit", "1Gbit")
     assert abs(slow - measured) / measured < 0.03

@@ -52,7 +52,7 @@ def test_the_stall_takes_the_recorded_tick_and_needs_contended_cores():
     roomy = g.replace(meta=g.meta.replace(host_cpus={"vm": (2, 4)}))  # a core for each rank's poller and poster
     assert stall_risk(roomy) is None and stall_bound_us(roomy) == 0.0 and stall_note(roomy) is None
     res = evaluate(roomy, [Scenario(bandwidth="100Mbit")], tolerance_pct=None, raw=True)
-    assert "operand_stall" not in res["scenarios"][0]["interval_basis"]["terms"]
+    assert "operand_stall" not in res["scenarios"][0].interval.terms
 
 
 @pytest.mark.parametrize(("key", "value"), [("cpus", "2"), ("kernel_hz", -250)])
@@ -74,8 +74,8 @@ def test_a_link_what_if_says_so_and_widens_by_the_stall_only_there():
     g = open_run(str(DATA / "tf-jax" / "mlp")).graph
     res = evaluate(g, [Scenario(), Scenario(bandwidth="100Mbit")], tolerance_pct=None, raw=True)
     same, slower = res["scenarios"]
-    assert "operand_stall" not in same["interval_basis"]["terms"]
-    assert "operand_stall" in slower["interval_basis"]["terms"]
+    assert "operand_stall" not in same.interval.terms
+    assert "operand_stall" in slower.interval.terms
     assert sum("one gloo call each" in n for n in res["notes"]) == 1
     alone = evaluate(g, [Scenario()], tolerance_pct=None, raw=True)
     assert not any("one gloo call each" in n for n in alone["notes"])
@@ -116,9 +116,9 @@ def test_a_link_row_that_changes_the_step_less_than_the_stall_moves_one_is_marke
                    tolerance_pct=None, raw=True)
     same, near, far, faster = res["scenarios"]
     model = res["model_iter_ms"] * 1e3
-    assert 0 < near["predicted_iter_ms"] * 1e3 - model < half and "not told apart" in near["stall_outweighs"]
-    assert far["predicted_iter_ms"] * 1e3 - model > half and "stall_outweighs" not in far
-    assert "stall_outweighs" not in same and "stall_outweighs" not in faster  # not link rows: their intervals hold no stall either
+    assert 0 < near.predicted_iter_ms * 1e3 - model < half and "not told apart" in near.stall_outweighs
+    assert far.predicted_iter_ms * 1e3 - model > half and far.stall_outweighs is None
+    assert same.stall_outweighs is None and faster.stall_outweighs is None  # not link rows: their intervals hold no stall either
     assert [n for n in res["notes"] if "even odds" in n] == [n for n in res["notes"] if n.startswith("1 of 4 row(s) (marked ~)")]
 
 

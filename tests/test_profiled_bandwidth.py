@@ -59,8 +59,8 @@ def test_the_cpu_excess_neither_stretches_nor_vanishes():
     assert split["model_iter_ms"] == pytest.approx(plain["model_iter_ms"], rel=1e-9)
     # without the rate: --bandwidth 100Mbit replaces the fit's whole time per byte (the excess is gone), and the fit scaled
     # by the rate ratio stretches the excess as wire time; with it, the excess stays
-    dropped, stretched = (row["predicted_iter_ms"] for row in plain["scenarios"][1:])
-    assert split["model_iter_ms"] < dropped < split["scenarios"][1]["predicted_iter_ms"] < stretched
+    dropped, stretched = (row.predicted_iter_ms for row in plain["scenarios"][1:])
+    assert split["model_iter_ms"] < dropped < split["scenarios"][1].predicted_iter_ms < stretched
     wire = split["link_fit"]["profiled_wire"]
     assert wire["far_below"] and 0 < wire["fit_share"] < 0.8 and wire["collectives"] == split["link_fit"]["collectives"] and wire["bytes"] > 0
     assert sum(n.startswith("far below the wire: --profiled-bandwidth 1Gbit") for n in split["notes"]) == 1
@@ -149,7 +149,7 @@ def test_a_fit_faster_than_the_wire_scales_by_the_rate_ratio():
     assert fit > 1e9 / 8
     split = rows(LOOP, Cluster(profiled_bandwidth="1Gbit"), "100Mbit")
     ratio = rows(LOOP, Cluster(), f"{fit / 10:.6f}B/s")
-    assert split["scenarios"][0]["predicted_iter_ms"] == pytest.approx(ratio["scenarios"][0]["predicted_iter_ms"], rel=1e-9)
+    assert split["scenarios"][0].predicted_iter_ms == pytest.approx(ratio["scenarios"][0].predicted_iter_ms, rel=1e-9)
     assert not split["link_fit"]["profiled_wire"]["far_below"]
     assert any("no slower than the wire" in n for n in split["notes"])
 
@@ -157,7 +157,7 @@ def test_a_fit_faster_than_the_wire_scales_by_the_rate_ratio():
 def test_collectives_without_time_per_byte_keep_their_time():
     split = rows(DATA / "horovod" / "text", Cluster(profiled_bandwidth="1Gbit"), None, "100Mbit")
     assert split["link_fit"]["profiled_wire"]["fit_share"] is None
-    assert split["scenarios"][1]["predicted_iter_ms"] == pytest.approx(split["scenarios"][0]["predicted_iter_ms"], rel=1e-9)
+    assert split["scenarios"][1].predicted_iter_ms == pytest.approx(split["scenarios"][0].predicted_iter_ms, rel=1e-9)
     assert any("show no time per byte" in n for n in split["notes"])
 
 

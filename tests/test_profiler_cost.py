@@ -97,7 +97,7 @@ def test_a_measured_cost_is_removed_and_the_gate_compares_like_with_like(opened)
     assert out["profiler_cost"]["corrected"] and not raw["profiler_cost"]["corrected"]
     assert out["reference_iter_ms"] == pytest.approx(measured * (1 - cost.share) / 1e3)
     assert out["model_error_pct"] == pytest.approx(raw["model_error_pct"], abs=0.6)
-    assert out["scenarios"][0]["predicted_iter_ms"] == pytest.approx(raw["scenarios"][0]["predicted_iter_ms"] * (1 - cost.share), rel=0.01)
+    assert out["scenarios"][0].predicted_iter_ms == pytest.approx(raw["scenarios"][0].predicted_iter_ms * (1 - cost.share), rel=0.01)
 
 
 def test_a_refusal_splits_the_miss_into_the_replay_as_built_the_correction_and_the_link(opened, tmp_path):

@@ -344,7 +344,7 @@ def test_a_jax_wait_waits_for_the_work_after_the_all_reduce():
         assert end[g.predecessors(w)].max() >= done - 1.0, (int(g.rank[w]), int(g.step[w]))
     r = evaluate(g, [Scenario(bandwidth="1Gbit"), Scenario(bandwidth="10Gbit")], measured_us=p.analysis.measured_us, raw=True)
     assert abs(r["model_error_pct"]) < 2.0
-    one, ten = (row["predicted_iter_ms"] for row in r["scenarios"])
+    one, ten = (row.predicted_iter_ms for row in r["scenarios"])
     assert ten < 0.85 * one  # the collectives shrink tenfold, and the steps that wait for them (0.96x before)
 
 

@@ -54,8 +54,8 @@ def test_allowed_it_is_counted_in_a_note():
     (note,) = waiting(res)
     assert note.startswith("1 of 3 row(s) slow the link below")
     one, four, _ = res["scenarios"]
-    assert one["speedup_vs_profiled"] > 1.0  # what the note says: the slower link predicted a faster step
-    assert four["predicted_iter_ms"] >= res["model_iter_ms"]  # 4 workers on it move more bytes each: not counted
+    assert one.speedup_vs_profiled > 1.0  # what the note says: the slower link predicted a faster step
+    assert four.predicted_iter_ms >= res["model_iter_ms"]  # 4 workers on it move more bytes each: not counted
 
 
 def test_a_fit_far_below_what_the_largest_moved_is_said_with_its_figures():
@@ -95,7 +95,7 @@ def test_a_link_that_beats_the_one_hosts_loopback_is_said():
     res = whatif(run, "200Mbit", "1Gbit")
     said = [n for n in res["notes"] if "shared one host (vm): over its loopback no such link is faster" in n]
     assert len(said) == 1 and said[0].startswith("2 of 2 row(s)") and "--profiled-bandwidth" in said[0]
-    assert all(r["predicted_iter_ms"] < res["model_iter_ms"] for r in res["scenarios"])
+    assert all(r.predicted_iter_ms < res["model_iter_ms"] for r in res["scenarios"])
     told = whatif(run, "200Mbit", cluster=Cluster(profiled_bandwidth="10Gbit"))
-    assert told["scenarios"][0]["predicted_iter_ms"] > told["model_iter_ms"]
+    assert told["scenarios"][0].predicted_iter_ms > told["model_iter_ms"]
     assert not any("shared one host" in n for n in told["notes"])

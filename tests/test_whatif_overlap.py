@@ -40,12 +40,12 @@ def test_a_faster_link_slows_the_overlapping_backward_more(prof):
     assert slowed["model_iter_ms"] == pytest.approx(plain["model_iter_ms"], rel=5e-3)
     assert slowed["overlap_slowdown"] == s and plain["overlap_slowdown"] == 0.0
     assert any("taken out of the profiled op times" in n for n in slowed["notes"]) and not any("overlap" in n for n in plain["notes"])
-    change = [b["predicted_iter_ms"] / a["predicted_iter_ms"] - 1 for a, b in zip(plain["scenarios"], slowed["scenarios"])]
+    change = [b.predicted_iter_ms / a.predicted_iter_ms - 1 for a, b in zip(plain["scenarios"], slowed["scenarios"])]
     # wire-bound links (a small share of the measured all-reduce's bytes per second): unchanged; 8 Gbit/s (the unshaped link's
     # rate): the backward beside its all-reduces slows, and the step with it
     assert abs(change[0]) < 0.01 and abs(change[1]) < 0.01 and change[2] > 0.05
     for b in slowed["scenarios"]:
-        assert b["lo_ms"] <= b["predicted_iter_ms"] <= b["hi_ms"]
+        assert b.interval.lo_us <= b.interval.point_us <= b.interval.hi_us
 
 
 def test_whatif_cli_takes_the_slowdown_from_the_link_model(capsys):

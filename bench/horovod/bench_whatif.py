@@ -109,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for k, s in enumerate(settings):
         m = statistics.median(measured[k])
-        rows.append({"setting": label(s), "profiled": k == 0, "predicted_ms": pred[k]["predicted_iter_ms"], "measured_ms": m,
-                     "measured_rounds_ms": measured[k], "error_pct": 100 * (pred[k]["predicted_iter_ms"] - m) / m})
+        rows.append({"setting": label(s), "profiled": k == 0, "predicted_ms": pred[k].predicted_iter_ms, "measured_ms": m,
+                     "measured_rounds_ms": measured[k], "error_pct": 100 * (pred[k].predicted_iter_ms - m) / m})
     base_m = rows[0]["measured_ms"]
     for r in rows:
         r["measured_vs_base"] = r["measured_ms"] / base_m

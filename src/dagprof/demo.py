@@ -135,7 +135,7 @@ def _whatifs(prof: Profiled) -> list[dict]:
     scenarios += [Scenario(workers=n, bandwidth="10Gbit") for n in WHATIF_WORKERS]
     scenarios += [Scenario(compute_speed=2.0), Scenario(compute_speed=2.0, bandwidth="1Gbit")]
     # raw here and in find_strategy: the demo's steps on a shared machine swing more than the profiler costs
-    rows = evaluate(prof.graph, scenarios, measured_us=prof.analysis.measured_us, raw=True)["scenarios"]
+    rows = [r.to_json() for r in evaluate(prof.graph, scenarios, measured_us=prof.analysis.measured_us, raw=True)["scenarios"]]
     keep = ("workers", "bandwidth", "compute_speed", "predicted_iter_ms", "interval", "speedup_vs_profiled", "scaling_efficiency")
     return [{k: r[k] for k in keep} for r in rows]
 

@@ -106,6 +106,7 @@ def _evaluate(args, folder: str | None) -> dict:
 
     out = evaluate(g0, sweep({a.name: getattr(args, a.name) for a in AXES}), cluster, measured, timeline, steps_graph=prof.graph if args.template else None,
                    tolerance_pct=None if args.allow_model_error else MODEL_TOLERANCE_PCT, raw=args.raw)
+    out["scenarios"] = [row.to_json() for row in out["scenarios"]]
     if all(getattr(args, a.name) is None for a in AXES) and not (args.topology or args.link_model or args.cores or args.fine or args.no_overlap):
         out["notes"] = ["no what-if asked: the one row is the profiled setup as the model replays it "
                         "(give --bandwidth, --workers, --bucket-mb, ... for other setups; --help lists them)", *out["notes"]]

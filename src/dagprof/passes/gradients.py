@@ -173,7 +173,7 @@ def ready_nodes(g: Graph, order: GradientOrder) -> dict[tuple[int, int], np.ndar
 
 def unhooked(g: Graph) -> str:
     """Why a DDP profile holds no layer, where it holds none: a model under torch.compile runs its modules inside its
-    graphs, without their hooks (``traces.dagprof_run`` warns per rank)."""
+    graphs, without their hooks (``traces.run_rank`` warns per rank)."""
     if np.isin(g.kind, [Kind.FORWARD, Kind.BACKWARD]).any():
         return ""
     return " (no layer's forward or backward is in this profile: a model under torch.compile runs its modules without their hooks)"

@@ -44,6 +44,7 @@ from .scenario import (
     profiled_at,
     undisturb,
 )
+from .whatif_row import WhatifRow
 from .wire_notes import profiled_wire_notes, waiting_notes
 
 COLUMNS = {
@@ -121,7 +122,7 @@ def _pct(x: float, ref: float) -> str:
 def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = None, measured_us: float | None = None,
              timeline: Callable[[int, Graph, ReplayResult], str | None] | None = None, steps_graph: Graph | None = None,
              tolerance_pct: float | None = MODEL_TOLERANCE_PCT, raw: bool = False) -> dict:
-    """Replay every scenario; one row per scenario with the ``COLUMNS``.
+    """Replay every scenario; one ``WhatifRow`` per scenario (its ``to_json`` has the ``COLUMNS``).
 
     Refused when the model of the profiled run misses it by more than ``tolerance_pct`` (None: never), or (unless None)
     when a row that only slows the link below what the profile's largest collectives moved predicts a faster step
@@ -185,22 +186,15 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
         relinks = (s.bandwidth is not None or s.latency_us is not None or s.link_to is not None or s.workers not in (None, n0) or s.scheme is not None
                    or s.reduce_dtype is not None or s.data_parallel is not None or s.units is not None or s.mesh is not None)
         interval = predict_interval(gs, rs, it, residuals, run=level, stall_bound_us=stall_bound_us(g0) if relinks else 0.0, stall_held_us=held)
-        row = {**s.label(), "workers": n, **interval.to_dict(), "iters_per_s": 1e6 / it,
-               "speedup_vs_profiled": (n / n0) * model / it, "speedup_vs_one_worker": None if eff is None else n / unit * eff, "scaling_efficiency": eff,
-               "vs_measured_pct": None if not measured_us else 100.0 * (it - measured_us) / measured_us, "seconds": time.perf_counter() - t1}
-        if caveat and relinks:
-            row["caveat"] = caveat
-        if relinks and (stall := stall_outweighs(g0, it - model)):
-            row["stall_outweighs"] = stall
-            outweighed += 1
+        seconds = time.perf_counter() - t1
+        stall = stall_outweighs(g0, it - model) if relinks else None
+        outweighed += bool(stall)
         relinked = relinked or relinks
-        if not unsized and (peaks := _peaks(g0, g, s)):
-            row["peak_memory_mb"] = max(m.total for m in peaks.values()) / MB
-            row["memory_per_rank"] = {r: m.to_dict() for r, m in peaks.items()}
-        path = timeline(i, g, res) if timeline else None
-        if path:
-            row["trace"] = path
-        rows.append(row)
+        peaks = None if unsized else _peaks(g0, g, s)
+        rows.append(WhatifRow(s, n, interval, (n / n0) * model / it, None if eff is None else n / unit * eff, eff,
+                              None if not measured_us else 100.0 * (it - measured_us) / measured_us, seconds,
+                              caveat=caveat if relinks else None, stall_outweighs=stall, memory_per_rank=peaks or None,
+                              trace=timeline(i, g, res) if timeline else None))
     waiting = waiting_notes(g0, fit, cluster, predicted, model, refuse=tolerance_pct is not None)
     link = None if fit is None else {
         "latency_us": fit.link.alpha_us, "bandwidth_bytes_per_s": fit.link.bandwidth_bytes_per_s if fit.link.beta_us_per_byte else None,
@@ -306,9 +300,9 @@ def _shared_port_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
     return [note] if note else []
 
 
-def _floor_notes(rows: list[dict]) -> list[str]:
+def _floor_notes(rows: list[WhatifRow]) -> list[str]:
     """Intervals the job's own unprofiled steps made wider than the replayed steps: say why they are wide."""
-    floors = [row["interval_basis"]["unprofiled_floor_pct"] for row in rows if row["interval_basis"]["unprofiled_floor_pct"] > 0]
+    floors = [100 * row.interval.floor for row in rows if row.interval.floor > 0]
     if not floors:
         return []
     return [f"{len(floors)} of {len(rows)} intervals are at least +-{max(floors):.0f} % wide: the job's own unprofiled steps "

@@ -1,8 +1,8 @@
-"""FSDP2 rank files (``RankFile.fsdp``, written by ``collect.hooks.fsdp``) -> the spans and transfers of ``dagprof_run``.
+"""FSDP2 rank files (``RankFile.fsdp``, written by ``collect.hooks.fsdp``) -> the spans and transfers of ``run_rank``.
 
 Each collective FSDP called (all-gather before a unit's forward or backward, reduce-scatter after
 its backward, HSDP's all-reduce across replicas) is on the main lane an enqueue span from the call
-to its transfer's start; the rest of the call, where the thread blocked, is the gap ``dagprof_run``
+to its transfer's start; the rest of the call, where the thread blocked, is the gap ``run_rank``
 turns into the wait on that transfer ("blocked on a collective"). So a unit's forward starts after
 its all-gather's wait, and the replay holds it there until the all-gather is done. The copy-out
 after an all-gather and each reshard are OTHER spans of their own (named by unit), so that wait

@@ -43,7 +43,7 @@ from .buckets import Bucket, BucketLayout
 from .dagprof_run import read_run
 from .events import EventRows, EventTable, Kind, Lane, LaneKind, RankTrace, Run
 from .horovod_timeline import Response, Timeline, read_timeline
-from .meta import Collectives, HorovodRecord, RankMeta, RunWarning, warnings_of
+from .meta import Collectives, HorovodRecord, RankMeta, RunWarning, tx_bytes_per_step, warnings_of
 
 TIMELINE = "horovod_timeline.json"
 OWN_CALLS = "horovod-own-collectives.rank{rank}.json"  # a rank's note: the script exchanged gradients without DistributedOptimizer
@@ -218,8 +218,8 @@ def _with_doc(t: RankTrace, doc: HorovodRankDoc) -> RankTrace:
     meta = t.meta
     if meta.cpus <= 0 and doc.cpus:
         meta = msgspec.structs.replace(meta, cpus=doc.cpus)
-    if doc.window_tx_bytes is not None and meta.steps_profiled:
-        meta = msgspec.structs.replace(meta, window_tx_bytes_per_step=doc.window_tx_bytes / len(meta.steps_profiled))
+    if (per_step := tx_bytes_per_step(doc.window_tx_bytes, meta.steps_profiled)) is not None:
+        meta = msgspec.structs.replace(meta, window_tx_bytes_per_step=per_step)
     return t if meta is t.meta else dataclasses.replace(t, meta=meta)
 
 

@@ -186,6 +186,12 @@ class RankMeta(msgspec.Struct, kw_only=True):
     horovod_clock_shift_ns: int = 0  # traces.horovod: shift of the timeline's clock onto this rank's
 
 
+def tx_bytes_per_step(window_tx_bytes: int | None, steps_profiled: list[int]) -> float | None:
+    """``RankMeta.window_tx_bytes_per_step`` from a rank file's count over its window: one rule for every reader
+    that has the count (TF/JAX, Horovod); None where it was not counted or no step was profiled."""
+    return None if window_tx_bytes is None or not steps_profiled else window_tx_bytes / len(steps_profiled)
+
+
 class RunMeta(msgspec.Struct, kw_only=True):
     """The job's facts beyond its ranks: what is missing, what was warned, the framework's record."""
 

@@ -1,5 +1,5 @@
 """What a dagprof run's rank becomes before its event table: spans on the main lane, collective transfers,
-GPU ops. ``dagprof_run`` (DDP's hooks) and ``fsdp_run`` (FSDP's) both build them, so they live below both.
+GPU ops. ``run_comm``/``run_partition`` (DDP's hooks) and ``fsdp_run`` (FSDP's) build them, ``run_rank`` reads them.
 """
 from __future__ import annotations
 

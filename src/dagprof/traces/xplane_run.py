@@ -23,7 +23,7 @@ from ..errors import DagprofError
 from ..fsutil import inside, read_versioned
 from .completeness import check_same_job, describe
 from .events import Kind, RankTrace, Run
-from .meta import Collectives, RankGap, RunMeta, RunWarning, warnings_of
+from .meta import Collectives, RankGap, RunMeta, RunWarning, tx_bytes_per_step, warnings_of
 from .run_schema import refuse_ranks_beyond
 from .tf_xplane import rank_from_path, read_xplane
 from .xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, VERSION, rank_file, rank_logdir
@@ -115,8 +115,7 @@ def _from_manifest(folder: str, manifest: XplaneManifest) -> Run:
                             window=info.steps_profiled)
         trace.meta.step_times_us = dict(info.step_times_us)
         trace.meta.unprofiled_step_times_us = info.unprofiled_step_times_us
-        if info.window_tx_bytes is not None and info.steps_profiled:
-            trace.meta.window_tx_bytes_per_step = info.window_tx_bytes / len(info.steps_profiled)
+        trace.meta.window_tx_bytes_per_step = tx_bytes_per_step(info.window_tx_bytes, info.steps_profiled)
         trace.meta.pid = info.pid
         trace.host = trace.host or info.host  # the profile's own host name, else the rank file's
         trace.meta.cpus = info.cpus or 0

@@ -40,8 +40,8 @@ import warnings
 from typing import Any
 
 from ...fsutil import atomic_open
-from ...traces.dagprof_run import Rec
 from ...traces.horovod import RANK_FORMAT, TIMELINE, VERSION, horovod_rank_file
+from ...traces.run_schema import Rec
 from ...traces.steps import DEFAULT_STEPS
 from .collector import Collector
 from .profile import profile as _profile

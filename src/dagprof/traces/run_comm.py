@@ -1,0 +1,107 @@
+"""A dagprof rank's DDP collectives as transfers (``run_spans._Comm``), and how its comm-hook records map onto them.
+
+With Kineto, the transfers are the ``gloo:*`` ops on the ``pt_gloo_runloop`` threads (or NCCL kernels), one lane
+per thread/stream, all-reduces matched to the comm hook's buckets in issue order; DDP's buffer broadcasts appear
+too (bucket -1, host side from Kineto), and the GPU's kernels and copies are kept for their stream lanes.
+Without Kineto, the comm hook's issue -> completion span on the thread that completed it.
+``seq`` numbers the collectives of group "0" in issue order over the window (equal on all ranks).
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from .events import Kind, Lane, LaneKind, RankTrace
+from .run_schema import Col, Rec
+from .run_spans import _Comm, _DeviceOp, _Span, _Transfer
+
+
+def hook_comm(records: np.ndarray) -> _Comm:
+    """Fallback without Kineto: the comm hook's issue -> completion span (includes queueing and waiting for peers)."""
+    code = records[:, Col.CODE]
+    issued = {int(r[Col.B]): (int(r[Col.A]), int(r[Col.T_NS]), int(r[Col.X])) for r in records[code == Rec.ENQ_END]}
+    transfers = []
+    for r in records[code == Rec.COMM_DONE]:
+        seq = int(r[Col.B])
+        if seq in issued:
+            bucket, t0, nbytes = issued[seq]
+            transfers.append(_Transfer(seq, bucket, f"allreduce bucket {bucket}", t0, int(r[Col.T_NS]), f"comm thread {int(r[Col.X])}", nbytes))
+    return _Comm("comm hook (issue to completion, includes queueing)", sorted(transfers, key=lambda t: t.seq), {}, [])
+
+
+def kineto_comm(kpath: str, rank: int, records: np.ndarray, steps: list, warnings: list) -> _Comm | None:
+    """Transfers as Kineto saw them on the gloo/NCCL lanes; all-reduces matched to hook buckets in issue order."""
+    from .kineto import read_kineto  # noqa: PLC0415  (only runs with Kineto on)
+
+    kt = read_kineto(kpath, rank=rank)
+    warnings += kt.meta.warnings  # what its reader noticed (events dropped and counted) is said with the rank's own
+    ev = kt.events
+    lo, hi = steps[0][1], steps[-1][2]
+    at = lambda us: kt.base_ns + int(round(us * 1e3))  # noqa: E731
+    colls = kt.meta.collectives.by_event() if kt.meta.collectives is not None else {}
+    idx = [i for i in np.flatnonzero(ev.kind == Kind.COMM).tolist() if lo <= at(ev.start[i]) <= hi]
+    idx.sort(key=lambda i: ev.start[i])
+    code = records[:, Col.CODE]
+    enq = sorted((int(r[Col.B]), int(r[Col.A]), int(r[Col.T_NS]), int(x[Col.X])) for r, x in
+                 zip(records[code == Rec.ENQ_BEGIN], records[code == Rec.ENQ_END]))
+    transfers, seq_of, used = [], {}, set()
+    k = 0
+    allreduce = [i for i in idx if colls.get(i, "").replace("_", "") == "allreduce"]
+    for seq, bucket, t0, nbytes in enq:
+        while k < len(allreduce) and at(ev.start[allreduce[k]]) < t0:
+            k += 1
+        if k == len(allreduce):
+            warnings.append(f"rank {rank}: Kineto shows fewer all-reduces than the comm hook issued; transfer spans from the hook")
+            return None
+        i = allreduce[k]
+        k += 1
+        used.add(i)
+        seq_of[seq] = int(ev.seq[i])
+        lane = kt.lanes[ev.lane[i]]
+        transfers.append(_Transfer(int(ev.seq[i]), bucket, f"allreduce bucket {bucket}", at(ev.start[i]),
+                                   at(ev.start[i] + ev.dur[i]), lane.name, nbytes, _comm_lane_kind(lane)))
+    for i in idx:
+        if i not in used:
+            name, lane = colls.get(i) or ev.name_of(i), kt.lanes[ev.lane[i]]
+            transfers.append(_Transfer(int(ev.seq[i]), -1, name, at(ev.start[i]), at(ev.start[i] + ev.dur[i]),
+                                       lane.name, int(ev.nbytes[i]), _comm_lane_kind(lane)))
+    main = [j for j, lane in enumerate(kt.lanes) if lane.main]
+    host = []
+    if main:
+        mask = (ev.kind == Kind.COMM_ENQUEUE) & (ev.depth == 0) & (ev.lane == main[0]) & (ev.seq >= 0)
+        hooked = set(seq_of.values())
+        for j in np.flatnonzero(mask).tolist():
+            if int(ev.seq[j]) not in hooked and lo <= at(ev.start[j]) <= hi:
+                host.append(_Span(Kind.COMM_ENQUEUE, ev.name_of(j), at(ev.start[j]), at(ev.start[j] + ev.dur[j]), seq=int(ev.seq[j])))
+    kept = {h.seq for h in host}
+    unseen = Counter(colls.get(i, "") or ev.name_of(i) for i in idx if i not in used and int(ev.seq[i]) not in kept)
+    return _Comm("Kineto (gloo/NCCL execution spans)", sorted(transfers, key=lambda t: t.seq), seq_of, host,
+                 _device_ops(kt, lo, hi, at), dict(unseen))
+
+
+def _device_ops(kt: RankTrace, lo: int, hi: int, at) -> list[_DeviceOp]:
+    """GPU compute and copies launched inside the window, with their launch and sync times."""
+    ev = kt.events
+    gpu = np.array([lane.kind == LaneKind.GPU_STREAM for lane in kt.lanes], dtype=bool)
+    if not gpu.any():
+        return []
+    on_gpu = gpu[ev.lane]
+    launch: dict[int, int] = {}
+    sync: dict[int, int] = {}
+    for src, dst in kt.flows.tolist():
+        if on_gpu[dst] and not on_gpu[src]:
+            launch[dst] = at(ev.start[src])
+        elif on_gpu[src] and not on_gpu[dst]:
+            sync.setdefault(src, at(ev.start[dst] + ev.dur[dst]))
+    ops = []
+    for i in np.flatnonzero(on_gpu & (ev.kind != Kind.COMM) & (ev.depth == 0)).tolist():
+        t0 = launch.get(i, at(ev.start[i]))
+        if lo <= t0 <= hi:
+            ops.append(_DeviceOp(ev.name_of(i), Kind(int(ev.kind[i])), at(ev.start[i]), at(ev.start[i] + ev.dur[i]),
+                                 kt.lanes[ev.lane[i]].name, launch.get(i, -1), sync.get(i, -1)))
+    return ops
+
+
+def _comm_lane_kind(lane: Lane) -> LaneKind:
+    return LaneKind.GPU_STREAM if lane.kind == LaneKind.GPU_STREAM else LaneKind.COMM_THREAD

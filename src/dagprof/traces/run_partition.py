@@ -1,0 +1,125 @@
+"""A dagprof rank's hook records -> the spans that partition the main lane of each profiled step.
+
+Hook records are raw timestamps ``[code, a, b, t_ns, x]`` (see ``run_schema.Rec``), turned here into the
+event-table conventions of ``events.py``. The main-thread lane of every profiled step is partitioned completely
+by depth-0 events: one FORWARD and one BACKWARD node per leaf-module call, COMM_ENQUEUE per bucket all-reduce call,
+COMM_WAIT for DDP's end-of-backward wait, UPDATE for the optimizer, DATA for a torch DataLoader's ``next()``,
+and OTHER for every remaining gap (named by phase, e.g. ``other:pre-forward`` = zero_grad,
+DDP's buffer broadcast without Kineto, data loading not done by a DataLoader).
+A STEP event (depth -1, like Kineto's ``ProfilerStep#N``) spans each step (``run_rank``). A layer span cut
+by a higher-priority span (enqueue, wait, update) keeps its first piece; the rest is OTHER.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .events import Kind
+from .run_schema import Col, Rec
+from .run_spans import _Comm, _Span
+
+
+def step_bounds(records: np.ndarray) -> list[tuple[int, int, int]]:
+    """Each profiled step as (step, begin ns, end ns), from its begin and end records (a step without both is left out)."""
+    begins = {int(r[Col.A]): int(r[Col.T_NS]) for r in records if r[Col.CODE] == Rec.STEP_BEGIN}
+    ends = {int(r[Col.A]): int(r[Col.T_NS]) for r in records if r[Col.CODE] == Rec.STEP_END}
+    return [(s, begins[s], ends[s]) for s in sorted(begins) if s in ends]
+
+
+def partition_step(rows: np.ndarray, begin: int, end: int, layers: list[str], comm: _Comm, grad_bytes: list[int]) -> list[_Span]:
+    """The main lane of one step, ``[begin, end]`` ns: enqueues, waits, the update and data loading cut the layer spans."""
+    code, a, b, t, x = (rows[:, c] for c in Col)
+    priority = [h for h in comm.host if begin <= h.start <= end]  # intervals that cut through layer spans
+    enq = {int(b[i]): int(t[i]) for i in np.flatnonzero(code == Rec.ENQ_BEGIN)}
+    for i in np.flatnonzero(code == Rec.ENQ_END):
+        s = int(b[i])
+        if s in enq:
+            priority.append(_Span(Kind.COMM_ENQUEUE, f"allreduce bucket {int(a[i])}", enq[s], int(t[i]), bucket=int(a[i]),
+                                  seq=comm.seq_of.get(s, s), nbytes=int(x[i])))
+    for kb, ke, kind, name in ((Rec.UPDATE_BEGIN, Rec.UPDATE_END, Kind.UPDATE, "optimizer.step"),
+                               (Rec.WAIT_BEGIN, Rec.WAIT_END, Kind.COMM_WAIT, "ddp finalize (wait for buckets)"),
+                               (Rec.DATA_BEGIN, Rec.DATA_END, Kind.DATA, "dataloader next")):
+        for s0, s1 in zip(t[code == kb], t[code == ke]):
+            priority.append(_Span(kind, name, int(s0), int(s1)))
+    return _carve(sorted(priority, key=lambda s: s.start), _layer_spans(code, a, b, t, layers, grad_bytes), begin, end)
+
+
+def _layer_spans(code, a, b, t, layers: list[str], grad_bytes: list[int]) -> list[_Span]:
+    """One FORWARD and one BACKWARD span per (layer, call).
+
+    Backward of a call starts when a gradient w.r.t. one of its outputs arrives and ends at
+    the last of: gradient w.r.t. an input, its parameters' gradient accumulation (the first
+    layer's input needs no gradient; only the accumulation marks its end).
+    """
+    spans = []
+    fwd0 = {(int(a[i]), int(b[i])): int(t[i]) for i in np.flatnonzero(code == Rec.FWD_BEGIN)}
+    for i in np.flatnonzero(code == Rec.FWD_END):
+        key = (int(a[i]), int(b[i]))
+        if key in fwd0:
+            spans.append(_Span(Kind.FORWARD, f"{layers[key[0]]} forward", fwd0[key], int(t[i]), layer=key[0]))
+    bwd0: dict[tuple[int, int], int] = {}
+    bwd1: dict[tuple[int, int], int] = {}
+    for i in np.flatnonzero(code == Rec.BWD_BEGIN):
+        key = (int(a[i]), int(b[i]))
+        bwd0[key] = min(bwd0.get(key, int(t[i])), int(t[i]))
+    for i in np.flatnonzero(code == Rec.BWD_END):
+        key = (int(a[i]), int(b[i]))
+        bwd1[key] = max(bwd1.get(key, int(t[i])), int(t[i]))
+    for i in np.flatnonzero(code == Rec.GRAD_READY):  # accumulation is once per step: the call whose backward ran last (call 0)
+        key = (int(a[i]), 0)
+        bwd1[key] = max(bwd1.get(key, int(t[i])), int(t[i]))
+    for key, s0 in bwd0.items():
+        nbytes = grad_bytes[key[0]] if key[1] == 0 else 0  # a layer's gradient is accumulated once per step
+        spans.append(_Span(Kind.BACKWARD, f"{layers[key[0]]} backward", s0, max(s0, bwd1.get(key, s0)), layer=key[0], nbytes=nbytes))
+    spans.sort(key=lambda s: (s.start, s.end))
+    # hooks on one tensor fire back to back, so a span may end a few us after the next begins: clip
+    return [
+        s if k + 1 == len(spans) or s.end <= spans[k + 1].start else _Span(s.kind, s.name, s.start, spans[k + 1].start, s.layer, nbytes=s.nbytes)
+        for k, s in enumerate(spans)
+    ]
+
+
+def _carve(priority: list[_Span], layer_spans: list[_Span], begin: int, end: int) -> list[_Span]:
+    """Partition [begin, end]: priority spans win; a layer span keeps its first piece; gaps become OTHER."""
+    out: list[_Span] = []
+    cursor = begin
+    pi = 0
+    phase = "pre-forward"
+
+    def gap(upto: int) -> None:
+        nonlocal cursor
+        if upto > cursor:
+            out.append(_Span(Kind.OTHER, f"other:{phase}", cursor, upto))
+            cursor = upto
+
+    def flush_priority(upto: int) -> None:
+        nonlocal pi, cursor, phase
+        while pi < len(priority) and priority[pi].start < upto:
+            p = priority[pi]
+            pi += 1
+            if p.end <= cursor:
+                continue
+            gap(p.start)
+            out.append(_Span(p.kind, p.name, max(cursor, p.start), p.end, p.layer, p.bucket, p.seq, p.nbytes))
+            cursor = p.end
+            if p.kind == Kind.COMM_WAIT:
+                phase = "post-backward"
+            elif p.kind == Kind.UPDATE:
+                phase = "post-update"
+
+    for s in layer_spans:
+        flush_priority(s.start)
+        if s.end <= cursor:
+            continue
+        if s.kind == Kind.BACKWARD and phase in ("forward", "pre-forward"):
+            phase = "loss"
+        gap(s.start)
+        piece_end = s.end
+        if pi < len(priority) and priority[pi].start < piece_end:
+            piece_end = priority[pi].start
+        out.append(_Span(s.kind, s.name, max(cursor, s.start), piece_end, s.layer, nbytes=s.nbytes))
+        cursor = piece_end
+        phase = "forward" if s.kind == Kind.FORWARD else "backward"
+        flush_priority(s.end)
+    flush_priority(end + 1)
+    gap(end)
+    return [s for s in out if s.end > s.start or s.kind == Kind.COMM_ENQUEUE]
