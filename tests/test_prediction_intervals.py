@@ -200,16 +200,17 @@ def test_median_spread_is_the_bootstrap_error_of_two_runs_medians():
 
 
 def test_the_link_term_is_the_fit_s_error_not_its_bias():
-    """The link residuals (a real gloo run's 3 steps, measured over the fitted link) widen by their spread about their
-    mean, over the fit's steps and the run's (sqrt(1/k + 1/runs)): the same residuals shifted by a constant (the model's
-    bias on the profiled run, which ``run_level``'s model term carries) widen alike."""
+    """The link residuals (a real gloo run's 3 steps, measured over the fitted link) widen by the same statistic as the
+    steps (``median_spread``, relative to their median): the same residuals scaled by a constant (the model's bias on
+    the profiled run, which ``run_level``'s model term carries) widen alike, and residuals that agree widen nothing."""
     g = open_run(DATA / "gloo-windows" / "same").graph
     modelled = set_topology(g, fit_topology(g))
     r = link_residuals(g, modelled)
     res = replay(modelled)
-    widened, shifted = predict_interval(modelled, res, residuals=r), predict_interval(modelled, res, residuals=r + 0.5)
-    assert (widened.lo_us, widened.hi_us) == pytest.approx((shifted.lo_us, shifted.hi_us))
-    assert predict_interval(modelled, res, residuals=np.full(3, 1.3)).hi_us == predict_interval(modelled, res).hi_us  # no spread
+    widened, biased = predict_interval(modelled, res, residuals=r), predict_interval(modelled, res, residuals=1.5 * r)
+    assert (widened.lo_us, widened.hi_us) == pytest.approx((biased.lo_us, biased.hi_us))
+    plain = predict_interval(modelled, res)
+    assert widened.hi_us > plain.hi_us and predict_interval(modelled, res, residuals=np.full(3, 1.3)).hi_us == plain.hi_us
 
 
 @pytest.mark.parametrize("kept,medians,steps", [("loaded-embed", 2, 30), ("quiet-embed", 6, 52)])

@@ -16,10 +16,11 @@ Spread between the point (the replayed steps' median) and a run's median (indepe
 - ``link``: where communication is modelled (a link fitted to the profile, or given), every step's
   collectives cost the model's price, which has no spread: the link model's residuals on the
   profiled steps (measured over modelled communication, step by step) put back the fit's own
-  uncertainty (their mean's standard error, 1 / k of their variance for ``k`` steps) and the run's
-  median's share of their step-to-step spread (1 / ``runs``), as two more replays with every modelled
-  transfer scaled to that interval's low and high ends. Their mean's miss of 1 is the model's bias on
-  the profiled run, which ``model`` below carries.
+  uncertainty and the run's median's share of their step-to-step spread, the same statistic as the
+  steps' (``median_spread`` of the residuals, relative to their median: one step whose collectives
+  stalled 3x moves a run's median no more than any other step), as two more replays with every
+  modelled transfer scaled to that interval's low and high ends. Their median's miss of 1 is the
+  model's bias on the profiled run, which ``model`` below carries.
 - ``operand_stall``: a link what-if of a JAX job on gloo, whose every array a step may stall for a scheduler
   tick at random (``analysis.operand_stall``): which arrays stall moved with the load and the rate, so two runs
   differ by it as two steps do, at ``level``, either way (below, no more than the stall the point holds, where the
@@ -291,15 +292,14 @@ def predict_interval(g: Graph, res: ReplayResult, point_us: float | None = None,
     used = 0
     if residuals is not None and len(residuals) >= 2 and g.meta.topology is not None:
         comm = (g.kind == Kind.COMM) & (g.rank < 0)
-        k = len(residuals)
-        spread = _t_quantile(0.5 + level / 2, k - 1) * float(np.std(residuals, ddof=1)) * math.sqrt(1 / k + 1 / runs)
+        spread = median_spread(residuals, level, runs)
         if comm.any() and spread > 0:
             base = job_iteration_us(g, res)
             low = job_iteration_us(g.replace(dur=np.where(comm, g.dur * max(1.0 - spread, 0.0), g.dur)))
             high = job_iteration_us(g.replace(dur=np.where(comm, g.dur * (1.0 + spread), g.dur)))
             lo2 += (max(base - low, 0.0) / base) ** 2
             hi2 += (max(high - base, 0.0) / base) ** 2
-            used = k
+            used = len(residuals)
     terms = ("steps",) * (step > 0) + ("link",) * (used > 0)
     out = PredictionInterval(point, point * max(1.0 - math.sqrt(lo2), 0.0), point * (1.0 + math.sqrt(hi2)), level, len(d), used, terms)
     out = out.with_stall(stall_halfwidth_us(stall_bound_us, level), stall_held_us)
