@@ -199,6 +199,23 @@ def test_median_spread_is_the_bootstrap_error_of_two_runs_medians():
     assert median_spread([100.0]) == 0.0 and median_spread([100.0, 100.0]) == 0.0  # one step, or no spread
 
 
+def test_a_measured_profiler_cost_carries_the_point_s_own_error():
+    """The replayed steps' median (a kept run's 8 profiled steps) enters the step term twice: its own error and the measured
+    run's. Where the profiler's cost is measured, the point stands on the unprofiled steps' level and the cost's
+    standard error (both medians') takes the place of the first; a level without it (the model's miss alone) keeps it."""
+    g = open_run(KEPT / "quiet-embed" / "run").graph
+    p = predict_interval(g, replay(g))
+    d = step_times(g, replay(g))
+    assert p.point_own == pytest.approx(median_spread(d) / np.sqrt(2)) and p.point_own > 0
+    z = 1.6448536
+    costed = p.widened(RunLevel(stderr=0.004, terms=("profiler_cost",)))
+    side = p.hi_us / p.point_us - 1
+    assert costed.hi_us / costed.point_us - 1 == pytest.approx(np.sqrt(side**2 - p.point_own**2 + (z * 0.004) ** 2))
+    assert costed.hi_us < p.hi_us and costed.lo_us > p.lo_us  # the cost's error is smaller than the replayed median's here
+    modelled = p.widened(RunLevel(shift=0.01, terms=("model",)))
+    assert modelled.hi_us / modelled.point_us - 1 == pytest.approx(side + 0.01)
+
+
 def test_the_link_term_is_the_fit_s_error_not_its_bias():
     """The link residuals (a real gloo run's 3 steps, measured over the fitted link) widen by the same statistic as the
     steps (``median_spread``, relative to their median): the same residuals scaled by a constant (the model's bias on

@@ -37,7 +37,10 @@ replayed steps', which carry the scenario (a slower link spreads them) and, in a
 dilute the spread of the very kind of step a measurement holds.
 
 The level the point stands on (``RunLevel``, from the run's own unprofiled steps and the model's
-check on the profiled run). On the namespace testbed the measured steps missed the step-spread
+check on the profiled run). Where the profiler's cost is measured, the point stands on the unprofiled
+steps' level (its op times corrected by their ratio to the profiled steps, or shifted to it), so the
+replayed median's own error cancels in that ratio: the cost's standard error (of both medians) takes
+its place in ``steps``, which keeps the measured run's median's share (``point_own``). On the namespace testbed the measured steps missed the step-spread
 interval mostly as a whole cell at a time (every step of a cell on one side): the level, not the
 step, was off. Three measured sources of that:
 
@@ -150,6 +153,7 @@ class PredictionInterval:
     residual_steps: int = 0  # profiled steps whose link-model residuals widened it (0: communication not modelled)
     terms: tuple[str, ...] = ()  # the sources that widened it (module docstring)
     floor: float = 0.0  # the unprofiled steps' half-width (share of the point) where it set a side, else 0
+    point_own: float = 0.0  # the replayed steps' median's own error inside ``steps`` (share of the point; ``widened``)
 
     def text(self) -> str:
         """``1,417 ms (1,380-1,452, 90 %)``."""
@@ -169,8 +173,13 @@ class PredictionInterval:
             return self
         z = statistics.NormalDist().inv_cdf(0.5 + self.level / 2)
         extra = (z * run.stderr) ** 2 + (z * run.drift) ** 2
-        floor = run.unprofiled if run.unprofiled > min(self._sides()) else 0.0
-        return self._plus(extra, extra, run.terms, at_least=run.unprofiled, shift=run.shift, floor=floor)
+        base = self
+        if run.stderr > 0 and self.point_own > 0:  # the point stands on the unprofiled steps' level (corrected or shifted to it):
+            # its error is the profiler cost's standard error (the profiled and unprofiled medians'), not the replayed median's too
+            below, above = (math.sqrt(max(side**2 - self.point_own**2, 0.0)) for side in self._sides())
+            base = replace(self, lo_us=self.point_us * (1.0 - below), hi_us=self.point_us * (1.0 + above))
+        floor = run.unprofiled if run.unprofiled > min(base._sides()) else 0.0
+        return base._plus(extra, extra, run.terms, at_least=run.unprofiled, shift=run.shift, floor=floor)
 
     def with_stall(self, halfwidth_us: float, held_us: float | None = None) -> "PredictionInterval":
         """Also a stall the point cannot tell (``analysis.operand_stall``): ``halfwidth_us`` either way, in quadrature; below,
@@ -301,7 +310,8 @@ def predict_interval(g: Graph, res: ReplayResult, point_us: float | None = None,
             hi2 += (max(high - base, 0.0) / base) ** 2
             used = len(residuals)
     terms = ("steps",) * (step > 0) + ("link",) * (used > 0)
-    out = PredictionInterval(point, point * max(1.0 - math.sqrt(lo2), 0.0), point * (1.0 + math.sqrt(hi2)), level, len(d), used, terms)
+    out = PredictionInterval(point, point * max(1.0 - math.sqrt(lo2), 0.0), point * (1.0 + math.sqrt(hi2)), level, len(d), used, terms,
+                             point_own=step / math.sqrt(1 + len(d) / runs) if len(d) else 0.0)
     out = out.with_stall(stall_halfwidth_us(stall_bound_us, level), stall_held_us)
     return out if run is None else out.widened(run)
 
