@@ -1,27 +1,39 @@
-"""How often the 90 % intervals hold what was measured after the profile, pooled over kept testbed runs (issue 20).
+"""How often the 90 % intervals hold what was measured after the profile, per bench, over kept testbed runs (issue 20).
 
 No job and no root: every kept run is predicted again with this dagprof, offline, and each interval is held against
-steps the job ran AFTER the profile it was predicted from:
+runs of the job measured AFTER the profile it was predicted from. The interval is for a run's median step
+(``analysis.interval``): each run's median step is the verdict; its single steps inside are printed beside (they spread
+wider than a median, so fewer of them are inside).
 
 - ``--testbed KEPT``: ``bench/testbed/run.py --keep`` rounds (``KEPT/<round>/r<ranks>/``; ``tests/data/ddp-testbed`` is
   one such 2-rank round's ``r2``: pass its parent laid out as ``KEPT/0/r2``): every cell predicted from the round's
-  profile, as ``run.py --repredict`` does (corrected for the profiler's cost, dagprof's default), against each timed step
-  of the cell (same processes, after the profile);
+  profile, as ``run.py --repredict`` does (corrected for the profiler's cost, dagprof's default), against the cell's
+  timed steps (same processes, after the profile);
 - ``--optimize KEPT``: ``bench/bench_optimize.py --keep`` folders (``KEPT/w<i>-<ranks>/``): ``dagprof optimize``'s
   interval for the profiled setup (the defaults), found again on the searched profile (``closeloop.find_strategy``,
   lossless, its link file where kept), against every verification round's run of the defaults (``round<k>-A``, after
-  the profile), each step past the warm-up (``WARMUP_FRACTION``: what ``--verify`` skips) as the slowest rank's.
+  the profile), each step past the warm-up (``WARMUP_FRACTION``: what ``--verify`` skips) as the slowest rank's;
+- ``--frameworks KEPT[=JSON]``: ``bench/bench_frameworks.py --testbed --keep`` folders (``tb-NAME-K-RATEM``): each round's
+  bandwidth what-if from the profile at one rate, as ``--repredict`` predicts it, against the job run at the other rate:
+  its unprofiled steps past the warm-up (what the interval is for); the median of its profiled window (what
+  ``bench_frameworks`` reports) beside. ``JSON``: that bench's ``--json`` output, for each job's load.
 
-The interval is a prediction interval for ONE step (``analysis.interval``): single steps are what it is judged on,
-pooled over every source; the rounds' median steps inside are printed beside, since ``bench_optimize`` reports those.
-The S-SGD testbed (``bench_sgd.py --testbed``) is not pooled: ``dagprof sgd`` gives no interval.
+Load: each source's ``KEPT.load`` (``HH:MM:SS load1 load5 load15`` or ``uptime`` lines, as the benches' wrappers log
+them), else the frameworks bench's JSON, else the load noted when it was kept (``--testbed`` / ``--optimize KEPT=LOAD``);
+a source is loaded where the highest 1-minute load exceeds ``LOADED`` (twice the cores of the 2-core testbed), and
+``load unknown`` is said where none is kept.
 
-    .venv/bin/python bench/bench_coverage.py --testbed KEPT... --optimize KEPT... [--out FILE]
+Both ways: the interval as dagprof gives it, and widened (in quadrature, normal quantile) by the run-to-run drift the
+bench measured across its rounds (the relative standard deviation of the same configuration's measured median steps,
+this round's among them): what an interval from one profile cannot see.
+
+    .venv/bin/python bench/bench_coverage.py --testbed KEPT[=LOAD]... --optimize KEPT[=LOAD]... --frameworks KEPT[=JSON]... [--out FILE]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -30,48 +42,97 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "testbed"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+LOADED = 4.0
+Z90 = statistics.NormalDist().inv_cdf(0.95)
+
+
+@dataclass
+class Run:
+    """One measured run against its interval (us): its median step, its single steps, and the configuration it ran."""
+
+    config: str
+    lo: float
+    point: float
+    hi: float
+    steps: list[float]
+    median: float | None = None  # default: the steps' median
+
+    @property
+    def measured(self) -> float:
+        return statistics.median(self.steps) if self.median is None else self.median
 
 
 @dataclass
 class Tally:
-    """Single steps inside / below / above their interval, and round medians inside, for one source."""
+    """The runs of one source, and the load they were measured under (None: not kept)."""
 
     name: str
-    inside: int = 0
-    below: int = 0
-    above: int = 0
-    medians: list[bool] = field(default_factory=list)
-    widths: list[float] = field(default_factory=list)  # (hi - lo) / point per interval
-    level_below: int = 0  # steps below in runs whose median step is below too: the run's level, not one step, missed
-    level_above: int = 0  # the same above
+    load: float | None
+    runs: list[Run] = field(default_factory=list)
 
-    def add(self, iv, steps_us: list[float]) -> None:
-        below, above = sum(t < iv.lo_us for t in steps_us), sum(t > iv.hi_us for t in steps_us)
-        self.inside += len(steps_us) - below - above
-        self.below, self.above = self.below + below, self.above + above
-        self.medians.append(iv.contains(statistics.median(steps_us)))
-        self.level_below += 0 if self.medians[-1] else below
-        self.level_above += 0 if self.medians[-1] else above
-        self.widths.append((iv.hi_us - iv.lo_us) / iv.point_us)
+    def drift(self) -> dict[str, float]:
+        """Per configuration: the relative standard deviation of its runs' measured median steps across rounds (0 for one)."""
+        by: dict[str, list[float]] = {}
+        for r in self.runs:
+            by.setdefault(r.config, []).append(r.measured)
+        return {c: statistics.stdev(m) / statistics.mean(m) if len(m) >= 2 else 0.0 for c, m in by.items()}
 
-    @property
-    def steps(self) -> int:
-        return self.inside + self.below + self.above
+    def counts(self) -> dict:
+        drift = self.drift()
+        inside = sum(r.lo <= r.measured <= r.hi for r in self.runs)
+        below = sum(r.measured < r.lo for r in self.runs)
+        steps = [t for r in self.runs for t in r.steps]
+        steps_in = sum(r.lo <= t <= r.hi for r in self.runs for t in r.steps)
+        with_drift = sum(_widened(r, drift[r.config]) for r in self.runs)
+        widths = [(r.hi - r.lo) / r.point for r in self.runs]
+        return {"runs": len(self.runs), "inside": inside, "below": below, "above": len(self.runs) - inside - below,
+                "inside_with_drift": with_drift, "steps": len(steps), "steps_inside": steps_in,
+                "width_median_pct": 100 * statistics.median(widths) if widths else None,
+                "drift_median_pct": 100 * statistics.median(drift.values()) if drift else None}
 
     def line(self) -> str:
-        n = max(self.steps, 1)
-        return (f"{self.name}: {self.inside} of {self.steps} steps inside ({100 * self.inside / n:.0f} %; {self.below} below, "
-                f"{self.above} above; {self.level_below} and {self.level_above} of them in runs whose median step missed too); round medians "
-                f"inside {sum(self.medians)} of {len(self.medians)}; interval width median {100 * statistics.median(self.widths):.0f} % of the point")
+        c = self.counts()
+        n = max(c["runs"], 1)
+        load = "load unknown" if self.load is None else f"load up to {self.load:.1f}"
+        return (f"{self.name} ({load}): {c['inside']} of {c['runs']} run medians inside ({100 * c['inside'] / n:.0f} %; {c['below']} below, "
+                f"{c['above']} above), {c['inside_with_drift']} with the rounds' drift ({c['drift_median_pct']:.0f} % median); single steps "
+                f"{c['steps_inside']} of {c['steps']}; interval width median {c['width_median_pct']:.0f} % of the point")
 
 
-def testbed_rounds(kept: str) -> Tally:
+def _widened(r: Run, drift: float) -> bool:
+    """``r``'s median inside its interval widened by ``drift`` (a share) in quadrature on each side."""
+    lo = math.hypot(1 - r.lo / r.point, Z90 * drift)
+    hi = math.hypot(r.hi / r.point - 1, Z90 * drift)
+    return r.point * (1 - lo) <= r.measured <= r.point * (1 + hi)
+
+
+def load_of(spec: str) -> tuple[str, float | None]:
+    """``KEPT[=LOAD]``: the folder and the highest 1-minute load in ``KEPT.load``, else the ``LOAD`` noted when it was kept,
+    else None."""
+    kept, _, noted = spec.partition("=")
+    logged = load_log(kept)
+    return kept, logged if logged is not None or not noted else float(noted)
+
+
+def load_log(kept: str) -> float | None:
+    """The highest 1-minute load in ``KEPT.load`` (``HH:MM:SS load1 ...`` or ``uptime`` lines); None where none is kept."""
+    try:
+        with open(kept.rstrip("/") + ".load") as f:
+            return max(float(line.split("load average:")[1].split(",")[0] if "load average:" in line else line.split()[1]) for line in f if line.strip())
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def testbed_rounds(spec: str) -> Tally:
     """Every cell of every round of a ``bench/testbed/run.py --keep`` folder, from its round's own profile."""
     import random
 
     from run import CAPS_MB, PROFILED, RATES, SWEPT, one_round
 
-    t = Tally(f"testbed {kept}")
+    kept, load = load_of(spec)
+    t = Tally(f"testbed {kept}", load)
     rounds = sorted(d for d in os.listdir(kept) if d.isdigit())
     ranks = sorted(int(d[1:]) for d in os.listdir(os.path.join(kept, rounds[0])) if d.startswith("r") and d[1:].isdigit())
     args = argparse.Namespace(profiled=PROFILED, swept=SWEPT, ranks=ranks, rates=list(RATES), caps=CAPS_MB, cores=os.cpu_count() or 1,
@@ -79,18 +140,20 @@ def testbed_rounds(kept: str) -> Tally:
     for k in rounds:
         measured, _, intervals = one_round(args, os.path.join(kept, k), random.Random(0))
         for cell, steps_ms in measured.items():
-            t.add(intervals[("corrected", *cell)], [x * 1e3 for x in steps_ms])
+            iv = intervals[("corrected", *cell)]
+            t.runs.append(Run(repr(cell), iv.lo_us, iv.point_us, iv.hi_us, [x * 1e3 for x in steps_ms]))
     return t
 
 
-def optimize_rounds(kept: str) -> Tally:
+def optimize_rounds(spec: str) -> Tally:
     """The defaults' interval from each searched profile of a ``bench_optimize.py --keep`` folder, against its verification
     rounds' runs of the defaults."""
     from dagprof.closeloop import find_strategy
     from dagprof.collect.hooks.steptimes import WARMUP_FRACTION, read_times
     from dagprof.search.optimize import Options
 
-    t = Tally(f"optimize {kept}")
+    kept, load = load_of(spec)
+    t = Tally(f"optimize {kept}", load)
     for name in sorted(d for d in os.listdir(kept) if d.startswith("w") and os.path.isdir(os.path.join(kept, d, "run"))):
         work = os.path.join(kept, name)
         link = os.path.join(work, "link.json")
@@ -103,35 +166,90 @@ def optimize_rounds(kept: str) -> Tally:
                 per_rank = read_times(os.path.join(folder, "times"))
                 n = min(len(r["step_s"]) for r in per_rank)
                 skip = min(int(n * WARMUP_FRACTION), n - 1)
-                t.add(iv, [1e6 * max(r["step_s"][i] / max(r["micro_batches"][i], 1) for r in per_rank) for i in range(skip, n)])
+                steps = [1e6 * max(r["step_s"][i] / max(r["micro_batches"][i], 1) for r in per_rank) for i in range(skip, n)]
+                t.runs.append(Run(name, iv.lo_us, iv.point_us, iv.hi_us, steps))
                 k += 1
+    return t
+
+
+def frameworks_rounds(spec: str) -> Tally:
+    """Every round of a ``bench_frameworks.py --testbed --keep`` folder (``KEPT[=JSON]``), predicted again as ``--repredict``
+    does, against the job measured at the other rate: its unprofiled steps past the warm-up."""
+    from shaped_loopback import median_step_ms, predict_rate
+
+    from dagprof.errors import DagprofError
+    from dagprof.passes.profiler_cost import WARMUP_STEPS, job_steps
+    from dagprof.pipeline import open_run
+
+    kept, _, bench_json = spec.partition("=")
+    loads = {}
+    if bench_json:
+        with open(bench_json) as f:
+            loads = {(name, r["round"]): max(r["profiled"]["load"], r["other"]["load"]) for name, got in json.load(f).items() for r in got["rounds"]}
+    t = Tally(f"frameworks {kept}", max(loads.values()) if loads else load_log(kept))
+    for pair_file in sorted(f for f in os.listdir(kept) if f.startswith("tb-") and f.endswith("-pair.json")):
+        name = pair_file[3:-len("-pair.json")]
+        with open(os.path.join(kept, pair_file)) as f:
+            pair = json.load(f)
+        fast, slow = pair["rate_bit"], pair["other_rate_bit"]
+        k = 0
+        while all(os.path.isdir(os.path.join(kept, f"tb-{name}-{k}-{int(r / 1e6)}M")) for r in (fast, slow)):
+            folder = {r: os.path.join(kept, f"tb-{name}-{k}-{int(r / 1e6)}M") for r in (fast, slow)}
+            k += 1
+            try:
+                got = predict_rate(folder[fast], fast, slow)
+                g = open_run(folder[slow]).graph
+            except DagprofError as e:
+                print(f"{name} round {k}: not predicted ({e})", file=sys.stderr)
+                continue
+            loop = g.meta.loop_steps
+            steps = [] if loop is None else job_steps(loop.unprofiled, None, g.meta.job_of, WARMUP_STEPS)
+            if len(steps) < 3:
+                print(f"{name} round {k}: {len(steps)} unprofiled steps past the warm-up measured at the other rate; left out", file=sys.stderr)
+                continue
+            lo, hi = (1e3 * x for x in got["interval_ms"])
+            run = Run(name, lo, 1e3 * got["predicted_ms"], hi, steps)
+            t.runs.append(run)
+            window = 1e3 * median_step_ms(g)
+            print(f"{name} round {k}: predicted {got['predicted_ms']:.1f} ms ({lo / 1e3:.1f}-{hi / 1e3:.1f}); measured median "
+                  f"{run.measured / 1e3:.1f} ms unprofiled ({len(steps)} steps), {window / 1e3:.1f} ms profiled window; "
+                  f"load {loads.get((name, k - 1), float('nan')):.2f}", file=sys.stderr, flush=True)
     return t
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--testbed", nargs="*", default=[], metavar="KEPT", help="bench/testbed/run.py --keep folders")
-    ap.add_argument("--optimize", nargs="*", default=[], metavar="KEPT", help="bench/bench_optimize.py --keep folders")
+    ap.add_argument("--testbed", nargs="*", default=[], metavar="KEPT[=LOAD]", help="bench/testbed/run.py --keep folders")
+    ap.add_argument("--optimize", nargs="*", default=[], metavar="KEPT[=LOAD]", help="bench/bench_optimize.py --keep folders")
+    ap.add_argument("--frameworks", nargs="*", default=[], metavar="KEPT[=JSON]",
+                    help="bench/bench_frameworks.py --testbed --keep folders (=JSON: that run's --json output, for its loads)")
     ap.add_argument("--out", default=None, help="write the tallies as JSON here")
     args = ap.parse_args()
-    tallies = [testbed_rounds(k) for k in args.testbed] + [optimize_rounds(k) for k in args.optimize]
+    tallies = ([testbed_rounds(k) for k in args.testbed] + [optimize_rounds(k) for k in args.optimize]
+               + [frameworks_rounds(k) for k in args.frameworks])
     if not tallies:
-        ap.error("give --testbed and/or --optimize folders")
+        ap.error("give --testbed, --optimize and/or --frameworks folders")
     for t in tallies:
         print(t.line())
-    pooled = Tally("pooled")
-    for t in tallies:
-        pooled.inside, pooled.below, pooled.above = pooled.inside + t.inside, pooled.below + t.below, pooled.above + t.above
-        pooled.medians += t.medians
-        pooled.level_below, pooled.level_above = pooled.level_below + t.level_below, pooled.level_above + t.level_above
-        pooled.widths += t.widths
-    print(pooled.line() + " (goal: 80-95 % of steps inside the 90 % intervals)")
+    groups = {"quiet": [t for t in tallies if t.load is not None and t.load <= LOADED],
+              "loaded": [t for t in tallies if t.load is not None and t.load > LOADED],
+              "load unknown": [t for t in tallies if t.load is None]}
+    groups |= {kind: [t for t in tallies if t.name.startswith(kind)] for kind in ("testbed", "optimize", "frameworks")}
+    for label, ts in [*groups.items(), ("pooled", tallies)]:
+        if ts:
+            pooled = Tally(label, None, [r for t in ts for r in t.runs])
+            c = pooled.counts()
+            with_drift = sum(t.counts()["inside_with_drift"] for t in ts)  # each source's own rounds' drift
+            print(f"{label} ({len(ts)} sources): {c['inside']} of {c['runs']} run medians inside ({100 * c['inside'] / max(c['runs'], 1):.0f} %; "
+                  f"{c['below']} below, {c['above']} above), {with_drift} with the rounds' drift; single steps {c['steps_inside']} of "
+                  f"{c['steps']}; width median {c['width_median_pct']:.0f} % of the point")
+    print("goal: 80-95 % of run medians inside the 90 % intervals. The drift of a shared machine's level between the profile and a "
+          "later run is what one profile cannot see: 'with the rounds' drift' adds what the bench measured across its rounds.")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump([{"source": t.name, "inside": t.inside, "below": t.below, "above": t.above, "level_below": t.level_below,
-                        "level_above": t.level_above,
-                        "medians_inside": t.medians,
-                        "widths": t.widths} for t in [*tallies, pooled]], f, indent=1)
+            json.dump([{"source": t.name, "load": t.load, **t.counts(),
+                        "runs_detail": [{"config": r.config, "lo_us": r.lo, "point_us": r.point, "hi_us": r.hi, "median_us": r.measured,
+                                         "steps": len(r.steps)} for r in t.runs]} for t in tallies], f, indent=1)
     return 0
 
 

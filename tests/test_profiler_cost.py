@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dagprof.analysis import job_iteration_us
-from dagprof.analysis.interval import one_step_spread, run_level
+from dagprof.analysis.interval import median_spread, run_level
 from dagprof.cli.main import main
 from dagprof.costmodel.alphabeta import AlphaBeta
 from dagprof.costmodel.topology import save_link_model
@@ -60,7 +60,7 @@ def test_measured_on_a_real_run(opened, run_with_margins, capsys, tmp_path):
     before, after = ([max(d[s] for d in loop.values()) for s in steps] for steps in ((2, 3), range(8, 14)))
     noise = np.hypot(median_stderr(before), median_stderr(after))
     assert level.drift == pytest.approx(np.sqrt(max((np.median(after) - np.median(before)) ** 2 - noise**2, 0)) / cost.profiled_us)
-    assert level.unprofiled == pytest.approx(one_step_spread(before + after)) and level.unprofiled > 0
+    assert level.unprofiled == pytest.approx(median_spread(before + after)) and level.unprofiled > 0
     assert main(["whatif", run_with_margins, "--bandwidth", "1Gbit", "--no-trace", "--allow-model-error", "--raw"]) == 0
     assert "op times as profiled (--raw)" in capsys.readouterr().out
     assert main(["optimize", run_with_margins, "--budget", "1", "-o", str(tmp_path / "opt"), "--json"]) == 0

@@ -12,8 +12,9 @@ the same processes, the profile of the profiled cell, a link sweep and every cel
 each round predicts from its own profile. The table gives medians over rounds. The profile
 has unprofiled steps on both sides of its window (``--profile-margin`` before, ``--steps``
 after): they measure the profiler's cost and the job's drift, which widen the 90 % intervals
-whose coverage of the cells' single steps closes the output (``--out`` keeps, per cell and
-round, each interval and how many steps fell below and above it).
+whose coverage of the cells' median steps per round (what the interval is for: ``analysis.interval``), single
+steps beside, closes the output (``--out`` keeps, per cell and round, each interval and how many steps fell below
+and above it).
 
 How each cell is predicted from the profile (2 ranks, 1 Gbit/s, 1 MB buckets):
 - link rate: the link fitted to the profiled collectives, its bandwidth scaled by the rate
@@ -301,7 +302,7 @@ def main() -> int:
     round_means: dict[tuple[int, str, float], list[float]] = {}  # per round: the cell's mean timed step, ms
     # per flavour (raw, corrected) and link: [timed steps inside the round's 90 % interval, below it, above it, timed steps]
     inside_steps: dict[str, dict[str, list[int]]] = {"raw": {}, "corrected": {}}
-    means_inside: dict[str, list[bool]] = {"raw": [], "corrected": []}  # per (round, cell): the round's mean step inside
+    medians_inside: dict[str, list[bool]] = {"raw": [], "corrected": []}  # per (round, cell): the round's median step inside
     bounds: dict[tuple, list] = {}  # per flavour and cell, per round: [lo ms, hi ms, timed steps below, above]
     rng = random.Random(0)
     with tempfile.TemporaryDirectory(prefix="dagprof-testbed-") as tmp:
@@ -317,7 +318,7 @@ def main() -> int:
                     tally = inside_steps[flavour].setdefault(key[1], [0, 0, 0, 0])
                     for i, x in enumerate((len(v) - below - above, below, above, len(v))):
                         tally[i] += x
-                    means_inside[flavour].append(ivk.contains(statistics.mean(v) * 1e3))
+                    medians_inside[flavour].append(ivk.contains(statistics.median(v) * 1e3))
                     bounds.setdefault((flavour, *key), []).append([ivk.lo_us / 1e3, ivk.hi_us / 1e3, below, above])
             for key, v in p.items():
                 preds.setdefault(key, []).append(v)
@@ -368,10 +369,10 @@ def main() -> int:
         if tallies:
             hit, below, above, n = (sum(t[i] for t in tallies.values()) for i in range(4))
             by_link = ", ".join(f"{link} {t[0]} of {t[3]} ({100 * t[0] / t[3]:.0f} %)" for link, t in sorted(tallies.items()))
-            means = means_inside[flavour]
+            medians = medians_inside[flavour]
             print(f"90 % intervals, {flavour} (each round's own profile, its cells' steps replayed one by one, widened by "
-                  f"the run's level): {hit} of {n} timed steps inside ({100 * hit / n:.0f} %; {by_link}; {below} below, {above} above); "
-                  f"per-round cell means inside: {sum(means)} of {len(means)} ({100 * sum(means) / len(means):.0f} %)")
+                  f"the run's level): per-round cell medians inside {sum(medians)} of {len(medians)} ({100 * sum(medians) / len(medians):.0f} %); "
+                  f"single steps (wider than a median) {hit} of {n} ({100 * hit / n:.0f} %; {by_link}; {below} below, {above} above)")
     print(f"replay of the profiled graph as built (measured spans, no what-if): {statistics.median(preds['replay']):.1f} ms/iter")
     print(f"testbed wall time {time.monotonic() - t0:.0f} s")
     if args.out:

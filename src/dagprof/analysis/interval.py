@@ -1,34 +1,46 @@
 """How far to trust a predicted iteration time: an interval around it, from the profile's own steps.
 
-The interval is a prediction interval for ONE step of the job as it will run (unprofiled, later):
-what a single measured step should fall in ``level`` of the time. Each source of error below is
-measured on the profile itself, never tuned to a benchmark's coverage.
+The interval is for the MEDIAN STEP OF A RUN of the job as it will run (unprofiled, later): what a run's
+median step (the job's measurement: ``--verify``, the benches) should fall in ``level`` of the time, where
+the run is as long as the profiled window (``runs`` steps; a longer run's median varies less). Not the spread
+of single steps: a single step's 90 % interval held 100 % of quiet rounds' median steps (too wide for them)
+and still missed where a run's level moved. Each source of error below is measured on the profile itself,
+never tuned to a benchmark's coverage.
 
-Spread of single steps (independent of each other, so combined in quadrature):
+Spread between the point (the replayed steps' median) and a run's median (independent, so in quadrature):
 
 - ``steps``: dagprof keeps every profiled step, so replaying a scenario step by step gives one
-  iteration time per step; their spread (Student-t, times sqrt(1 + 1/n) for the mean the point is,
-  so a profile of few steps gets a wider one) is how much one step varies on the machine profiled.
+  iteration time per step: the point's median is a sample of ``n`` of them, the run's median another
+  of ``runs``. The bootstrap standard error of the replayed steps' median (``median_spread``) times
+  sqrt(1 + n / runs), at Student-t's quantile, is how far the two medians differ on the machine profiled.
 - ``link``: where communication is modelled (a link fitted to the profile, or given), every step's
   collectives cost the model's price, which has no spread: the link model's residuals on the
-  profiled steps (measured over modelled communication, step by step) put it back, as two more
-  replays with every modelled transfer scaled to the residuals' low and high ends.
+  profiled steps (measured over modelled communication, step by step) put back the fit's own
+  uncertainty and the run's median's share of their step-to-step spread, the same statistic as the
+  steps' (``median_spread`` of the residuals, relative to their median: one step whose collectives
+  stalled 3x moves a run's median no more than any other step), as two more replays with every
+  modelled transfer scaled to that interval's low and high ends. Their median's miss of 1 is the
+  model's bias on the profiled run, which ``model`` below carries.
 - ``operand_stall``: a link what-if of a JAX job on gloo, whose every array a step may stall for a scheduler
-  tick at random (``analysis.operand_stall``): the difference of two steps' stalls, at ``level``, either way (below,
-  no more than the stall the point holds, where the profiled wire tells it).
+  tick at random (``analysis.operand_stall``): which arrays stall moved with the load and the rate, so two runs
+  differ by it as two steps do, at ``level``, either way (below, no more than the stall the point holds, where the
+  profiled wire tells it).
 
 The least either side may be, ``unprofiled_steps``: what is judged is the job's unprofiled steps,
 and the profile holds some of them, before and after its window (from step ``WARMUP_STEPS`` on).
-The t interval for one more of them (their deviations from their median, the level the point
+The interval their median gives a run as long as they are (``median_spread``: the level the point
 stands on) is the job's own spread as it runs unprofiled, across the run and not the window only:
 where the window spread less than the steps around it (a neighbour's load came and went), the
-replayed steps alone miss that. It is a second estimate of one step's spread, not an independent
+replayed steps alone miss that. It is a second estimate of the same spread, not an independent
 source, so it bounds the two above from below rather than adding to them; nor is it pooled with the
 replayed steps', which carry the scenario (a slower link spreads them) and, in a calm window, would
 dilute the spread of the very kind of step a measurement holds.
 
 The level the point stands on (``RunLevel``, from the run's own unprofiled steps and the model's
-check on the profiled run). On the namespace testbed the measured steps missed the step-spread
+check on the profiled run). Where the profiler's cost is measured, the point stands on the unprofiled
+steps' level (its op times corrected by their ratio to the profiled steps, or shifted to it), so the
+replayed median's own error cancels in that ratio: the cost's standard error (of both medians) takes
+its place in ``steps``, which keeps the measured run's median's share (``point_own``). On the namespace testbed the measured steps missed the step-spread
 interval mostly as a whole cell at a time (every step of a cell on one side): the level, not the
 step, was off. Three measured sources of that:
 
@@ -48,9 +60,9 @@ step, was off. Three measured sources of that:
   both sides of its window measures it.
 
 A shift is not a spread: it adds to its side after the spreads' quadrature (the point itself is
-kept, so the interval still holds it). A mean over many steps varies less than one step, but a run
-on a shared machine drifts by more than its steps' spread, so this is the honest width to judge a
-measurement against.
+kept, so the interval still holds it). Not seen by any of them: a shared machine's level moving between
+the profile and a run by more than it moved across the profiled window (the same job's median step moved
+16-35 % between rounds minutes apart on the 2-core testbed): no measured quantity of one profile tells it.
 """
 from __future__ import annotations
 
@@ -73,6 +85,7 @@ LEVEL = 0.9
 # Fewer unprofiled steps give no floor: at 3 or 4, Student-t's 2.9-4.3 times one stalled step's deviation is an interval
 # no one can plan with (a Horovod run's 3: +-2,300 %), where 5 give t = 2.1.
 MIN_UNPROFILED_STEPS = 5
+BOOTSTRAP = 2000  # resamples of the steps for their median's standard error (``median_spread``): its own noise ~2 %
 
 
 @dataclass(frozen=True)
@@ -82,7 +95,7 @@ class RunLevel:
     shift: float = 0.0  # known: the job runs this share above the point (negative: below)
     stderr: float = 0.0  # standard error of the measured level (the profiler's cost)
     drift: float = 0.0  # standard deviation of the job's level change across the profiled window, either way
-    unprofiled: float = 0.0  # half-width of the interval for one step that the job's own unprofiled steps give (at LEVEL)
+    unprofiled: float = 0.0  # half-width of the interval for a run's median step that the job's own unprofiled steps give (at LEVEL)
     terms: tuple[str, ...] = ()  # which of profiler_cost, model, drift, unprofiled_steps were measured
 
 
@@ -109,25 +122,28 @@ def run_level(g: Graph, cost: ProfilerCost, corrected: bool, model_us: float | N
             noise = math.hypot(median_stderr(before), median_stderr(after))
             drift = math.sqrt(max(change**2 - noise**2, 0.0)) / statistics.median(profiled)
             terms.append("drift")
-        unprofiled = one_step_spread(before + after)
+        unprofiled = median_spread(before + after) if len(before) + len(after) >= MIN_UNPROFILED_STEPS else 0.0
         terms += ["unprofiled_steps"] * (unprofiled > 0)
     return RunLevel(shift, stderr, drift, unprofiled, tuple(terms))
 
 
-def one_step_spread(steps: list[float], level: float = LEVEL) -> float:
-    """Half-width, as a share of their median, of the ``level`` interval for one more step like ``steps``: Student-t
-    on their root-mean-square deviation from their median (not a robust spread: a stalled step is one a measurement
-    will hold too), times sqrt(1 + 1/n) for the median's own error; 0 under ``MIN_UNPROFILED_STEPS``."""
-    if len(steps) < MIN_UNPROFILED_STEPS:
+def median_spread(steps, level: float = LEVEL, runs: int | None = None) -> float:
+    """Half-width, as a share of their median, of the ``level`` interval for the median step of a run of ``runs`` steps
+    like ``steps`` (default: as many) about their median: Student-t (n - 1) on the bootstrap standard error of their
+    median (a stalled step counts as the run's median counts it), times sqrt(1 + n / runs) for the run's own median's
+    error beside theirs; 0 under 2 steps. The resampling is seeded: the same steps give the same interval."""
+    x = np.asarray(steps, dtype=float)
+    n = len(x)
+    med = float(np.median(x)) if n else 0.0
+    if n < 2 or med <= 0:
         return 0.0
-    med = statistics.median(steps)
-    rms = math.sqrt(sum((x - med) ** 2 for x in steps) / (len(steps) - 1))
-    return _t_quantile(0.5 + level / 2, len(steps) - 1) * rms / med * math.sqrt(1 + 1 / len(steps)) if med > 0 else 0.0
+    medians = np.median(x[np.random.default_rng(0).integers(0, n, (BOOTSTRAP, n))], axis=1)
+    return _t_quantile(0.5 + level / 2, n - 1) * float(np.std(medians, ddof=1)) / med * math.sqrt(1 + n / (runs or n))
 
 
 @dataclass(frozen=True)
 class PredictionInterval:
-    """A predicted iteration time and the interval ``level`` of single steps should fall in (us)."""
+    """A predicted iteration time and the interval a run's median step should fall in, ``level`` of the time (us)."""
 
     point_us: float
     lo_us: float
@@ -137,6 +153,7 @@ class PredictionInterval:
     residual_steps: int = 0  # profiled steps whose link-model residuals widened it (0: communication not modelled)
     terms: tuple[str, ...] = ()  # the sources that widened it (module docstring)
     floor: float = 0.0  # the unprofiled steps' half-width (share of the point) where it set a side, else 0
+    point_own: float = 0.0  # the replayed steps' median's own error inside ``steps`` (share of the point; ``widened``)
 
     def text(self) -> str:
         """``1,417 ms (1,380-1,452, 90 %)``."""
@@ -156,8 +173,13 @@ class PredictionInterval:
             return self
         z = statistics.NormalDist().inv_cdf(0.5 + self.level / 2)
         extra = (z * run.stderr) ** 2 + (z * run.drift) ** 2
-        floor = run.unprofiled if run.unprofiled > min(self._sides()) else 0.0
-        return self._plus(extra, extra, run.terms, at_least=run.unprofiled, shift=run.shift, floor=floor)
+        base = self
+        if run.stderr > 0 and self.point_own > 0:  # the point stands on the unprofiled steps' level (corrected or shifted to it):
+            # its error is the profiler cost's standard error (the profiled and unprofiled medians'), not the replayed median's too
+            below, above = (math.sqrt(max(side**2 - self.point_own**2, 0.0)) for side in self._sides())
+            base = replace(self, lo_us=self.point_us * (1.0 - below), hi_us=self.point_us * (1.0 + above))
+        floor = run.unprofiled if run.unprofiled > min(base._sides()) else 0.0
+        return base._plus(extra, extra, run.terms, at_least=run.unprofiled, shift=run.shift, floor=floor)
 
     def with_stall(self, halfwidth_us: float, held_us: float | None = None) -> "PredictionInterval":
         """Also a stall the point cannot tell (``analysis.operand_stall``): ``halfwidth_us`` either way, in quadrature; below,
@@ -273,13 +295,13 @@ def predict_interval(g: Graph, res: ReplayResult, point_us: float | None = None,
     (``analysis.operand_stall``); widened by ``run`` (``run_level``), the uncertainty of the level the point stands on."""
     point = job_iteration_us(g, res) if point_us is None else point_us
     d = step_times(g, res)
-    t = _t_quantile(0.5 + level / 2, len(d) - 1) if len(d) >= 2 else 0.0
-    step = t * float(np.std(d, ddof=1) / np.mean(d)) * math.sqrt(1 + 1 / len(d)) if len(d) >= 2 and np.mean(d) > 0 else 0.0
+    runs = max(len(d), 1)  # the measured run's steps: as many as the profiled window's
+    step = median_spread(d, level)
     lo2 = hi2 = step**2
     used = 0
     if residuals is not None and len(residuals) >= 2 and g.meta.topology is not None:
         comm = (g.kind == Kind.COMM) & (g.rank < 0)
-        spread = _t_quantile(0.5 + level / 2, len(residuals) - 1) * math.sqrt(float(np.mean((residuals - 1.0) ** 2))) * math.sqrt(1 + 1 / len(residuals))
+        spread = median_spread(residuals, level, runs)
         if comm.any() and spread > 0:
             base = job_iteration_us(g, res)
             low = job_iteration_us(g.replace(dur=np.where(comm, g.dur * max(1.0 - spread, 0.0), g.dur)))
@@ -288,7 +310,8 @@ def predict_interval(g: Graph, res: ReplayResult, point_us: float | None = None,
             hi2 += (max(high - base, 0.0) / base) ** 2
             used = len(residuals)
     terms = ("steps",) * (step > 0) + ("link",) * (used > 0)
-    out = PredictionInterval(point, point * max(1.0 - math.sqrt(lo2), 0.0), point * (1.0 + math.sqrt(hi2)), level, len(d), used, terms)
+    out = PredictionInterval(point, point * max(1.0 - math.sqrt(lo2), 0.0), point * (1.0 + math.sqrt(hi2)), level, len(d), used, terms,
+                             point_own=step / math.sqrt(1 + len(d) / runs) if len(d) else 0.0)
     out = out.with_stall(stall_halfwidth_us(stall_bound_us, level), stall_held_us)
     return out if run is None else out.widened(run)
 

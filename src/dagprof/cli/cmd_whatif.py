@@ -141,9 +141,10 @@ def to_text(r: dict) -> str:
                      + (f"  peak {row['peak_memory_mb']:.2f} MiB/rank" if "peak_memory_mb" in row else ""))
     lines += [f"note: {n}" for n in r.get("notes", [])]
     lines += ["where:"] + [f"  {h:<12} {r['columns'][k]}" for k, h in _SHORT.items()]
-    lines.append(f"  {'predicted':<12} the interval one step's time falls in at the level shown: the replayed steps' spread, "
-                 "widened by the link fit's residuals where communication is modelled and by the level it stands on; "
-                 "each side at least the spread of the job's own unprofiled steps; a JAX job's link rows hold gloo's per-array stall")
+    lines.append(f"  {'predicted':<12} the interval a run's median step falls in at the level shown (not a single step: they spread wider): "
+                 "the replayed steps' median's error, widened by the link fit's where communication is modelled and by the level it "
+                 "stands on; each side at least what the job's own unprofiled steps give; a JAX job's link rows hold gloo's per-array "
+                 "stall. A shared machine's load moving after the profile is not in it")
     traces = [row["trace"] for row in r["scenarios"] if "trace" in row]
     if traces:
         lines.append(f"predicted timelines: {os.path.relpath(traces[0])}" + (f" .. {os.path.basename(traces[-1])}" if len(traces) > 1 else ""))

@@ -55,9 +55,10 @@ COLUMNS = {
     "speedup_vs_one_worker": "throughput over ONE worker's under the same conditions = workers x scaling_efficiency",
     "scaling_efficiency": "weak scaling: one worker's iteration time / this one, same conditions; 1.0 = linear, lower = overhead of scale",
     "vs_measured_pct": "predicted iteration time against the measured one of the profiled run (less the profiler's cost unless --raw), % (+ = slower)",
-    "lo_ms": "low end of the interval one step's time should fall in (``level``), from the replayed steps' spread and the link fit's residuals",
+    "lo_ms": "low end of the interval a run's median step should fall in (``level``; a run as long as the profiled window), from the "
+             "replayed steps' median's error, the link fit's and the level the point stands on (not a single step's spread: wider)",
     "hi_ms": "high end of that interval, ms",
-    "level": "the share of single steps the interval should hold (0.9 = 90 %)",
+    "level": "the share of runs whose median step the interval should hold (0.9 = 90 %)",
     "interval": "predicted iteration time (lo_ms-hi_ms, level)",
     "peak_memory_mb": "FSDP jobs and --data-parallel: predicted peak memory of the fullest rank, MiB (memory_per_rank: each rank's "
                       "breakdown at its peak)",
@@ -305,8 +306,8 @@ def _floor_notes(rows: list[WhatifRow]) -> list[str]:
     floors = [100 * row.interval.floor for row in rows if row.interval.floor > 0]
     if not floors:
         return []
-    return [f"{len(floors)} of {len(rows)} intervals are at least +-{max(floors):.0f} % wide: the job's own unprofiled steps "
-            "around the profile spread that much, more than the profiled ones (the machine's load moved?); profile on a "
+    return [f"{len(floors)} of {len(rows)} intervals are at least +-{max(floors):.0f} % wide: the median of the job's own unprofiled "
+            "steps around the profile varies that much, more than the profiled ones' (the machine's load moved?); profile on a "
             "steadier machine for a narrower interval"]
 
 
