@@ -57,6 +57,7 @@ def fsdp_meta(run: Run) -> FsdpRecord:
         layer_saved_bytes=dict(t0.meta.layer_saved_bytes),  # rank 0's: activations for the memory model
         layer_grad_bytes=dict(t0.meta.layer_grad_bytes),
         api=t0.meta.fsdp.api,
+        layer_saved_gathered_bytes=None if (gathered := t0.meta.fsdp.layer_saved_gathered_bytes) is None else dict(gathered),
     )
 
 

@@ -71,6 +71,8 @@ class FsdpRecord:
     layer_saved_bytes: dict[str, int]  # rank 0's activations per layer
     layer_grad_bytes: dict[str, int]
     api: str = FSDP2_API  # FsdpInfo.api: dagprof.apply configures FSDP2 units only
+    # rank 0's gathered parameters among layer_saved_bytes, per layer (FsdpInfo.layer_saved_gathered_bytes); None: not recorded
+    layer_saved_gathered_bytes: dict[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -253,11 +253,12 @@ def ddp_to_fsdp(g: Graph, reshard: bool = True, costs: FsdpCosts | None = None) 
                               reshard, reshard, [n], [], list(ls)) for name, ls in units]
     total = sum(unit_bytes.values())
     shards = FsdpShards(int(math.ceil(total / n)), int(math.ceil(total / n)), 0)  # optimizer state: unknown to a DDP profile (``with_optimizer_state``)
-    # as FSDP's collector would see them: a layer's gathered weight is no parameter, so it counts among what the layer saved
-    # (``search.memory.fsdp_peak`` takes it out again)
+    # as FSDP's collector would see them: a layer's gathered weight is no parameter, so it counts among what the layer saved,
+    # and is named as gathered (``search.memory.fsdp_peak`` takes it out again)
     saved = {k: v + grad.get(k, 0) for k, v in g.meta.layer_saved_bytes.items()}  # none recorded: fsdp_peak refuses
     saved |= {k: v for k, v in grad.items() if v > 0 and k not in saved} if saved else {}
-    record = FsdpRecord(fs_units, {r: shards for r in ranks}, g.meta.backend or "gloo", n, saved, dict(grad))
+    record = FsdpRecord(fs_units, {r: shards for r in ranks}, g.meta.backend or "gloo", n, saved, dict(grad),
+                        layer_saved_gathered_bytes={k: grad[k] for k in saved if grad.get(k, 0) > 0})
     out = out.replace(meta=out.meta.replace(fsdp=record, buckets=(), bucket_cap_mb=None))
     return retime_collectives(out, current_topology(g), current_scheme(g), lags_on=current_topology(g))
 

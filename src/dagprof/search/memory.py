@@ -44,6 +44,11 @@ from ..units import MB
 # what a profile without activation sizes lacks, and why it may
 NO_SIZES = ("the profile has no activation sizes (layer_saved_bytes: a model under torch.compile, whose modules dagprof "
             "leaves unhooked, or a profile from an older dagprof)")
+# what a profile that did not name the gathered parameters among a layer's saved tensors (FSDP1, an older dagprof) gives
+GATHERED_UNRECORDED = ("the profile does not say which saved tensors were gathered parameters (FSDP1, or a profile from an older "
+                       "dagprof): a layer that saved at least its parameters' bytes counts the rest, else all it saved, so a layer whose "
+                       "weight FSDP padded to the shard count can count it once more or not (a layout's peak moved by up to 2 MiB "
+                       "between profiles of other layouts); profile again for the exact figure")
 OPTIMIZER_STATE = {"sgd": 0.0, "momentum": 1.0, "adam": 2.0}
 
 
@@ -177,8 +182,13 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
     degree (None: as profiled; HSDP keeps its shard degree). From the profile: each rank's parameter,
     gradient and optimizer-state shards (measured bytes), each unit's size and dtypes, the activation bytes
     each layer saved. A layer's saved bytes count the gathered weight it saved too (FSDP frees that storage
-    after forward and gathers it again for backward), so a layer that saved at least its parameters' bytes
-    (``layer_grad_bytes`` in the parameter dtype) counts only the rest.
+    after forward and gathers it again for backward): the collector names those storages
+    (``layer_saved_gathered_bytes``, padded to the shard count as FSDP allocates them), and the layer counts the rest. In
+    profiles without them (``GATHERED_UNRECORDED``) a layer that saved at least its parameters' bytes (``layer_grad_bytes``
+    in the parameter dtype) counts only the rest, a threshold that FSDP's padding flips: a `down` layer that saved only its
+    weight (its input was saved by ``F.relu``) was counted once more where the weight was not padded (3x2 of the 6-rank
+    testbed MLP) and not where it was (2x3, 1x6). With the record (``bench/bench_hsdp_mesh.py --layouts 1x6,2x3,3x2``):
+    a layout's peak from the two others' profiles 0.01-0.04 MiB apart (1.8-2.0 MiB with the threshold), each 4.5-8.9 % short.
 
     The peak is the largest of these moments (the forward end is never above the first one):
     - the loss's backward, where the profile recorded it (``LOSS_BACKWARD``: what the graph from the model's output
@@ -234,8 +244,13 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
         return float(u.numel * _size(u.reduce_dtype or u.orig_dtype))
 
     grad_bytes = fs.layer_grad_bytes
+    gathered_bytes = fs.layer_saved_gathered_bytes
 
     def acts(names: list[str], u: FsdpGraphUnit) -> float:
+        """What the layers ``names`` saved less the gathered parameters among it: as recorded, else (``GATHERED_UNRECORDED``)
+        all a layer saved less its parameters' bytes (in the parameter dtype) where it saved at least that much."""
+        if gathered_bytes is not None:
+            return sum(max(float(saved_bytes.get(n, 0) - gathered_bytes.get(n, 0)), 0.0) for n in names)
         ratio = param_size(u) / _size(u.orig_dtype)
         out = 0.0
         for n in names:
@@ -309,7 +324,8 @@ def ddp_peak_of_fsdp(g: Graph, workers: int | None = None) -> dict[int, MemoryBr
     peak with every parameter on every rank (the units' full sizes in their original dtype), the optimizer state
     per parameter the FSDP profile measured (state over parameter shards), DDP's bucket buffers, and the
     activations each layer saved less its gathered weight (DDP's weights are parameters, which the collector does
-    not count; a layer that saved no weight, an embedding, loses its few saved bytes). With Adam's state (2 per
+    not count): as recorded, else its parameters' bytes (``GATHERED_UNRECORDED``: a layer that saved no weight, an
+    embedding, loses its few saved bytes). With Adam's state (2 per
     parameter), the optimizer step's two temporaries of the largest layer's parameters (``MemoryModel.step_transient``):
     a large embedding's DDP run peaked there, in AdamW's division (228.4 MiB measured; 183.6 predicted at backward's
     start, 212.5 with them, 228.5 with the logits the script held too). A transformer-like stack peaks at backward's
@@ -323,11 +339,13 @@ def ddp_peak_of_fsdp(g: Graph, workers: int | None = None) -> dict[int, MemoryBr
     total = float(sum(u.numel * _size(u.orig_dtype) for u in fs.units))
     ids = {name: i for i, name in enumerate(g.layers)}
     unit_of = {n: u for u in fs.units for n in u.layers}
+    gathered = fs.layer_saved_gathered_bytes
     saved = {}
     for name, s in fs.layer_saved_bytes.items():
         if name in ids:
             u = unit_of.get(name)
-            w = float(fs.layer_grad_bytes.get(name, 0)) * (_size(u.param_dtype) / _size(u.orig_dtype) if u else 1.0)
+            w = (float(gathered.get(name, 0)) if gathered is not None
+                 else float(fs.layer_grad_bytes.get(name, 0)) * (_size(u.param_dtype) / _size(u.orig_dtype) if u else 1.0))
             saved[ids[name]] = max(float(s) - w, 0.0)
     largest = max((float(v) for v in fs.layer_grad_bytes.values()), default=0.0)
     backward = backward_layers(g, {ids[n]: float(v) for n, v in fs.layer_grad_bytes.items() if n in ids})

@@ -33,7 +33,7 @@ from ..passes.workers import replica_ranks, shared_port_note
 from ..progress import progress
 from ..replay import ReplayResult
 from ..units import MB
-from .memory import NO_SIZES, ddp_peak_of_fsdp, fsdp_peak
+from .memory import GATHERED_UNRECORDED, NO_SIZES, ddp_peak_of_fsdp, fsdp_peak
 from .scenario import (
     Cluster,
     Scenario,
@@ -209,10 +209,16 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
                      + _shared_port_notes(g0, scenarios) + _floor_notes(rows) + _refusion_notes(g0, scenarios, cluster, base_topo, model)
             + _link_to_notes(scenarios, cluster) + wire_notes + waiting
             + ([f"no peak memory in {len(rows)} row(s): {NO_SIZES}"] if unsized else [])
+            + ([f"peak memory in {len(rows)} row(s): {GATHERED_UNRECORDED}"] if _threshold_rule(g0) and not unsized else [])
             + ([note] if relinked and (note := stall_note(g0)) else [])
             + ([f"{outweighed} of {len(rows)} row(s) (marked ~) change the step less than that stall moves one step at even odds: "
                 "their points are not told apart from the profiled run's, read their intervals"] if outweighed else []),
             "seconds": time.perf_counter() - t0}
+
+
+def _threshold_rule(g0: Graph) -> bool:
+    """The FSDP profile's memory comes from the rule for profiles that did not name the gathered parameters a layer saved."""
+    return is_fsdp_graph(g0) and g0.meta.fsdp.layer_saved_gathered_bytes is None
 
 
 def _peaks(g0: Graph, g: Graph, s: Scenario) -> dict | None:

@@ -168,6 +168,9 @@ class FsdpInfo(msgspec.Struct, kw_only=True):
     param_shard_bytes: int = 0  # sharded parameters, gradients and optimizer state on this rank at the window's end
     grad_shard_bytes: int = 0
     optim_state_bytes: int = 0
+    # module path -> bytes of the gathered parameters among what it saved for backward (their storages, padded to the shard
+    # count), the most in one profiled step; None: not recorded (FSDP1, older files: ``search.memory.fsdp_peak``'s threshold)
+    layer_saved_gathered_bytes: dict[str, int] | None = None
 
 
 class Manifest(msgspec.Struct, kw_only=True):

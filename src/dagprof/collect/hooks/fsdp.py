@@ -9,7 +9,8 @@ gets a typed ``FsdpCollective`` row (unit, kind, pass, who prefetched it, bytes,
 records ``FSDP_COLL_BEGIN``/``END`` on the main thread; the copy-out after an all-gather and each
 reshard get their spans. With gloo the collectives FSDP issues on CPU block the calling thread, so
 the call span holds the transfer (Kineto shows it on gloo's worker thread). Sharded memory per rank
-(parameters, gradients, optimizer state) is read at the window's end.
+(parameters, gradients, optimizer state) is read at the window's end; each unshard names the unit's gathered parameters
+to the saved-tensor hook, which counts those a layer saves apart from its activations.
 
 Tested with torch 2.13 (``torch.distributed.fsdp._fully_shard``); an FSDP whose internals moved
 raises inside a guarded hook, which disables profiling with one warning, never the training.
@@ -92,6 +93,7 @@ class FsdpRecorder:
               lambda fn: self._spanned(fn, Rec.FSDP_COPY_OUT_BEGIN, lambda g: g._all_gather_result is not None, lambda g: True))
         patch(FSDPParamGroup, "reshard", lambda fn: self._spanned(fn, Rec.FSDP_RESHARD_BEGIN, lambda g: g.is_unsharded,
                                                                         lambda g: not g.is_unsharded))
+        patch(FSDPParamGroup, "_to_unsharded", self._unsharded)
         # all_gather_single(output, input, group): the gathered (full) bytes; reduce_scatter_single(output,
         # input, ...) and all_reduce(tensor, ...): the bytes of the tensor reduced
         patch(dist, "all_gather_single", lambda fn: self._collective(fn, "all_gather", _tensor_arg("output_tensor", 0)))
@@ -109,6 +111,19 @@ class FsdpRecorder:
             setattr(owner, name, staticmethod(new) if isinstance(original, staticmethod) else new)
             self.c._restore.append(lambda: setattr(owner, name, original))
         return patch
+
+    def _unsharded(self, fn: Any) -> Any:
+        """A unit's ``_to_unsharded``: its gathered parameters, which a layer saves as its weight, are named to the saved-tensor
+        hook (``SavedActivations.gathered``)."""
+        rec = self
+
+        @wraps(fn)
+        def run(group: Any, *args: Any, **kwargs: Any) -> Any:
+            out = fn(group, *args, **kwargs)
+            if rec.c.recording:
+                rec._guarded("FSDP unshard hook", lambda: rec.c.saved.gathered([fp.unsharded_param for fp in group.fsdp_params]))
+            return out
+        return run
 
     def _prefetched_by(self, fn: Any, by: Any) -> Any:
         """FSDP's prefetch ``fn``: the unit that prefetches (``by(*args, **kwargs)``) is on ``_prefetching`` while it runs."""
@@ -254,7 +269,7 @@ class FsdpRecorder:
                 reduce_dtype=_dtype(g._reduce_dtype or g._orig_dtype), reshard_after_forward=bool(g._reshard_after_forward),
                 mesh=list(mesh.shape), mesh_dims=list(mesh.mesh_dim_names or ()),
             ))
-        return FsdpInfo(units=units, collectives=self.collectives, **self._memory)
+        return FsdpInfo(units=units, collectives=self.collectives, layer_saved_gathered_bytes=dict(self.c.saved.most_gathered), **self._memory)
 
 
 def own_layers(fqn: str, others: list[str], layers: list[str]) -> list[int]:

@@ -6,8 +6,10 @@ captures (gloo's AsyncWork keeps it). A work that outlives the interpreter relea
 exit and aborts the process (seen in 1 of 20-40 runs while the hooks stayed on for the whole window), so backward, where
 DDP launches its all-reduces, runs without them, and FSDP's collectives pause them (``fsdp``). DDP syncs buffers before
 it calls the inner module, outside too. Besides, the bytes the root's forward returned (the logits and loss tensors no
-saved-tensor hook sees) and the loss's own backward (``loss_graph``). The collector owns the window and the guard; this
-owns the counting.
+saved-tensor hook sees) and the loss's own backward (``loss_graph``). An FSDP layer's saved weight is the unit's gathered
+parameter, no parameter of the model: it counts among the layer's bytes, and apart too (``most_gathered``: the storages
+``collect.hooks.fsdp`` names, padded to the shard count) so that the memory model takes out exactly those. The collector
+owns the window and the guard; this owns the counting.
 """
 from __future__ import annotations
 
@@ -32,7 +34,10 @@ class SavedActivations:
         self._seen: set[int] = set()  # storages counted this step
         self._step: dict[int, int] = {}  # layer -> bytes it saved for backward this step
         self._param_ptrs: set[int] = set()
+        self._gathered: set[int] = set()  # storages (by identity) of FSDP's gathered parameters
+        self._step_gathered: dict[int, int] = {}  # layer -> bytes of those it saved this step
         self.most: dict[str, int] = {}  # layer path -> most bytes saved in one profiled step
+        self.most_gathered: dict[str, int] = {}  # layer path -> most bytes of gathered parameters among them
 
     @property
     def counting(self) -> bool:
@@ -43,9 +48,15 @@ class SavedActivations:
         """The parameters whose storages are not activations (none: the model is released)."""
         self._param_ptrs = {ptr for p in params if (ptr := storage_ptr(p))}
 
+    def gathered(self, params: list[Any]) -> None:
+        """FSDP unsharded ``params`` (a unit's gathered parameters): their storages saved are counted apart. By identity, which
+        FSDP keeps from step to step (it frees a storage by resizing it to 0 and allocates it again in place)."""
+        self._gathered.update(local_tensor(p).untyped_storage()._cdata for p in params)
+
     def new_step(self) -> None:
         self._seen.clear()
         self._step.clear()
+        self._step_gathered.clear()
         self._loss.new_step()
 
     def enter(self, layer: int) -> None:
@@ -96,6 +107,9 @@ class SavedActivations:
             self._step[_LOSS] = self._loss.peak
         for path, nb in self.step_bytes(layers).items():
             self.most[path] = max(self.most.get(path, 0), nb)
+        for k, nb in self._step_gathered.items():
+            path = _key(layers, k)
+            self.most_gathered[path] = max(self.most_gathered.get(path, 0), nb)
 
     def step_bytes(self, layers: list[str]) -> dict[str, int]:
         """This step's bytes by layer path (``layers``: the collector's, by index)."""
@@ -118,6 +132,8 @@ class SavedActivations:
                     self._seen.add(key)
                     layer = self._layer_stack[-1] if self._layer_stack else _OUTSIDE  # between leaf modules (loss, functional ops)
                     self._step[layer] = self._step.get(layer, 0) + storage.nbytes()
+                    if key in self._gathered:
+                        self._step_gathered[layer] = self._step_gathered.get(layer, 0) + storage.nbytes()
             except Exception as err:  # noqa: BLE001
                 self._fail(err, "saved-tensor hook")
         return tensor
