@@ -398,3 +398,21 @@ def test_layers_of_a_subclassed_mixed_precision_model_and_of_attention():
     assert "model/block/multi_head_attention/query" in lm and "model/block/dense_1" in lm
     assert load(str(DATA / "tf" / "fit-epochs")).ranks[0].layers == ["sequential/tokens", "sequential/gru", "sequential/drop",
                                                                       "sequential/head", "sequential/classes"]
+
+
+def test_a_loss_scaled_step_s_gradients_go_on_its_optimizer_s_reduce_inside_the_cond_with_the_densified_tables():
+    """``tf/seq2seq-fp16`` (``bench/frameworks/tf_seq2seq_fp16.py``: Keras 3's ``LossScaleOptimizer`` over Adam with
+    ``global_clipnorm``, two embeddings): the gradients are all-reduced inside the optimizer's ``cond`` (its finite check),
+    ``cond/then/_416/cond/adam/CollectiveReduceV2``, which went unsized while the gradients' bytes went on the loss's 4-byte
+    reduce; and the clipping made the embeddings' gradients dense (no all-gather in the step), so their tables ride in
+    the pack: 1,111,968 dense bytes + 512,000 of the tables."""
+    run = load(str(DATA / "tf" / "seq2seq-fp16"))
+    for t in run.ranks:
+        ev = t.events
+        sized = {ev.name_of(i): int(ev.nbytes[i]) for i in np.flatnonzero((ev.kind == Kind.COMM) & (ev.step == 7))}
+        assert sized == {"cond/then/_416/cond/adam/CollectiveReduceV2": 1111968 + 512000, "CollectiveReduceV2": 0,
+                         "CollectiveReduceV2_1": 0}
+    p = open_run(str(DATA / "tf" / "seq2seq-fp16"))
+    rows = evaluate(p.graph, [Scenario(bandwidth="10Gbit"), Scenario(bandwidth="200Mbit")], measured_us=p.analysis.measured_us,
+                    tolerance_pct=None)["scenarios"]
+    assert rows[1]["predicted_iter_ms"] - rows[0]["predicted_iter_ms"] > 8 * 1623968 / 2e8 * 1e3 * 0.9  # a ring: 2 x (N-1)/N of it
