@@ -365,8 +365,8 @@ def test_collectives_inside_an_xla_loop_refuse_what_ifs():
     JAX all-reduces the replicated parameters' gradients in each of the scan's 20 iterations, inside the loop op; no what-if
     can re-price them, so other setups are refused in one line, and the profiled setup alone still replays."""
     p = open_run(str(DATA / "tf-jax" / "scan-rnn"))
-    assert p.graph.meta.parallel.looped_dp[0] == 20 * 4 * 2  # 20 a step, 4 steps, 2 ranks
-    with pytest.raises(DagprofError, match=r"^not predicting: 20 data-parallel collectives a step per rank .* inside XLA loop ops"):
+    assert p.graph.meta.parallel.looped_dp[0] == p.graph.meta.parallel.in_loop_dp[0] == 20 * 4 * 2  # 20 a step, 4 steps, 2 ranks
+    with pytest.raises(DagprofError, match=r"^not predicting: 20 data-parallel collectives a step per rank .* inside XLA loops"):
         evaluate(p.graph, [Scenario(bandwidth=1e8)], measured_us=p.analysis.measured_us, tolerance_pct=None)
     assert evaluate(p.graph, [Scenario()], measured_us=p.analysis.measured_us, tolerance_pct=None)["model_iter_ms"] > 0
 

@@ -29,6 +29,7 @@ ap.add_argument("--world", type=int, default=2)
 ap.add_argument("--port", type=int, required=True)
 ap.add_argument("--steps", type=int, default=24)
 ap.add_argument("--batch", type=int, default=16, help="sequences per process")
+ap.add_argument("--window", default="6:14", help="the profiled steps A:B")
 args = ap.parse_args()
 
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -80,7 +81,7 @@ rng = np.random.default_rng(args.rank)
 text = rng.integers(0, VOCAB, (args.batch * 8, SEQ + 1)).astype(np.int32)  # this process's own sequences
 base_key = jax.random.key(42)
 
-with jax_profile(args.out, steps=(6, 14), params=params) as prof:  # dagprof (2/3)
+with jax_profile(args.out, steps=args.window, params=params) as prof:  # dagprof (2/3)
     for step in range(args.steps):
         rows = text[(step % 8) * args.batch:(step % 8 + 1) * args.batch]
         tokens = jax.make_array_from_process_local_data(BATCH, rows)

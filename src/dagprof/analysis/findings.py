@@ -55,11 +55,8 @@ def findings(a: Analysis) -> list[Finding]:
                            "this is not a DDP (data-parallel) job, or its collectives were not profiled: nothing to scale", 0.0))
         return out
     par = a.graph.meta.parallel
-    if par is not None and par.looped_dp[0]:  # whatif refuses these runs: say why, and what the script can change
-        per_step = par.looped_dp[0] / max(a.steps * a.graph.meta.world_size, 1)
-        remedy = (f"{per_step:g} more all-reduces a step ran inside an XLA loop op (timed as that op), so no what-if predicts this "
-                  "run: shard_map with check_vma on all-reduces a replicated parameter's gradient in every iteration of a loop "
-                  "that uses it (check_vma=False and one psum after the loop leave one all-reduce)")
+    if par is not None and par.in_loop_dp[0]:  # say what the script can change (and why whatif refuses, where it does)
+        remedy = par.in_loop_text(a.steps * a.graph.meta.world_size) + ("; so no what-if predicts this run" if par.looped_dp[0] else "")
     if a.graph.meta.fsdp is not None:  # optimize refuses FSDP runs: say what helps there
         word = "FSDP collective"
         remedy = ("gloo runs them synchronously on CPU, so none overlaps; a faster link or fewer, larger units helps "
