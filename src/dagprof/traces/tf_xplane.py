@@ -60,9 +60,10 @@ _TRAIN_MARKER = "train"  # the step marker of Keras fit, tf_profile and jax_prof
 # ``cond/else/`` where the workers' row counts differ); the length all-gathered before it, outside the branch, is 4 bytes.
 _SPARSE_BRANCH = re.compile(r"(?:^|/)cond(?:_\d+)?/(?:then|else)/")
 _BRANCH_CALL = re.compile(r"(/(?:then|else))/_\d+/")  # a lowered ``If`` branch's call node: ``cond_1/then/_18/``
-# the scopes control flow adds to a node's name: ``cond/then/_416/``, ``while/body/_1/``, and the ``cond/``, ``while/``
-# name scopes of the ops inside (``while/body/_1/while/cond/then/_650/while/cond/adam/CollectiveReduceV2``)
-_CONTROL_FLOW = re.compile(r"(?:^|(?<=/))(?:(?:cond|while)(?:_\d+)?/(?:(?:then|else|body)/_\d+/)?)+")
+# the scopes control flow and calls add to a node's name: ``cond/then/_416/``, ``while/body/_1/``, the ``cond/``, ``while/``
+# name scopes of the ops inside, a ``tf.function`` called from another (``StatefulPartitionedCall/``):
+# ``while/body/_1/while/StatefulPartitionedCall/cond/then/_698/cond/adam/CollectiveReduceV2``
+_CONTROL_FLOW = re.compile(r"(?:^|(?<=/))(?:(?:cond|while)(?:_\d+)?/(?:(?:then|else|body)/_\d+/)?|(?:Stateful)?PartitionedCall(?:_\d+)?/)+")
 _VARIABLE_READ = re.compile(r"(?:ReadVariableOp|/Cast(?:_\d+)?)$")
 _XLA_SEQ_PER_STEP = 1_000_000  # XLA collectives: seq = step * this + position within the step
 
