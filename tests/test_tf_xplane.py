@@ -416,3 +416,15 @@ def test_a_loss_scaled_step_s_gradients_go_on_its_optimizer_s_reduce_inside_the_
     rows = evaluate(p.graph, [Scenario(bandwidth="10Gbit"), Scenario(bandwidth="200Mbit")], measured_us=p.analysis.measured_us,
                     tolerance_pct=None)["scenarios"]
     assert rows[1]["predicted_iter_ms"] - rows[0]["predicted_iter_ms"] > 8 * 1623968 / 2e8 * 1e3 * 0.9  # a ring: 2 x (N-1)/N of it
+
+
+def test_a_keras_rnn_s_loop_body_belongs_to_its_layer():
+    """``tf/seq2seq-fp16``: a Keras 3 GRU runs its cell in a ``while`` whose body's ops are named after the loop's scope
+    again (``functional_1/encoder_1/while/functional_1/encoder_1/while_grad/body/_307/gradient_tape/.../gru_cell_1``): each
+    such scope was a layer of its own, 25 layers for the model's 5; now the loop's ops are their layer's (its backward too)."""
+    assert load(str(DATA / "tf" / "seq2seq-fp16")).ranks[0].layers == [
+        "functional_1/src_embed_1", "functional_1/tgt_embed_1", "functional_1/encoder_1", "functional_1/decoder_1",
+        "functional_1/proj_1", "functional_1/decoder_1/gru_cell_1", "functional_1/encoder_1/gru_cell_1"]
+    assert classify("functional_1/encoder_1/while/functional_1/encoder_1/while_grad/body/_307/gradient_tape/functional_1/"
+                    "encoder_1/while/gradients/functional_1/encoder_1/while/gru_cell_1/MatMul_1_grad/MatMul", "MatMul") == \
+        (Kind.BACKWARD, "functional_1/encoder_1")
