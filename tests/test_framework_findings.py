@@ -55,7 +55,7 @@ def test_a_run_whose_all_reduces_ran_inside_a_loop_is_not_sent_to_whatif():
     assert "whatif" not in text
 
 
-def test_all_reduces_a_jit_scan_runs_in_every_iteration_are_counted_from_its_program():
+def test_all_reduces_a_jit_scan_runs_in_every_iteration_are_counted_from_its_program(capsys):
     """``tf-jax/lstm-lm-jit`` (``bench/frameworks/jax_lstm_lm_remat.py``: a ``lax.scan`` LSTM under plain ``jit`` with a
     batch-sharded ``NamedSharding``): XLA's partitioner all-reduces the LSTM weights' gradient in each of the scan's 32
     iterations, most of them timed as ops of their own; the finding counted only the few nested in the loop op ("1 more
@@ -64,3 +64,8 @@ def test_all_reduces_a_jit_scan_runs_in_every_iteration_are_counted_from_its_pro
     assert p.graph.meta.parallel.in_loop_dp == (32 * 2 * 2, 32 * 2 * 2 * 1314816)  # 32 a step, 2 steps, 2 ranks
     text = " ".join(f.detail for f in p.findings)
     assert "32 data-parallel collectives a step per rank (40.12 MiB) ran inside XLA loops" in text and "jit's partitioner" in text
+    from dagprof.cli.main import main
+
+    assert main(["optimize", str(DATA / "tf-jax" / "lstm-lm-jit"), "--budget", "1"]) == 2  # nor sends it to whatif, which refuses it
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "32 data-parallel collectives a step" in err and "whatif" not in err

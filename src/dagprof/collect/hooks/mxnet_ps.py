@@ -265,9 +265,9 @@ def launch_command(out: str, command: list[str], *, python: str | None = None, s
     served = [os.path.dirname(os.path.abspath(os.path.join(cwd or "", script)))] if script else []
     served_path = os.pathsep.join([*served, os.path.abspath(cwd or os.getcwd()), path])
     if port is None:
-        from ..jobs.netns import free_port  # noqa: PLC0415  (the standard library's only)
-
-        port = free_port()
+        with socket.socket() as probe:  # a port free on this host now (``collect.jobs`` comes after the hooks)
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
     base = {"DMLC_PS_ROOT_URI": addr(0), "DMLC_PS_ROOT_PORT": str(port), "DMLC_NUM_SERVER": str(servers), "DMLC_NUM_WORKER": str(workers),
             "OMP_NUM_THREADS": "1", "MXNET_EXEC_BULK_EXEC_TRAIN": "0", "MXNET_KVSTORE_BIGARRAY_BOUND": str(BIGARRAY_BOUND), "PS_VERBOSE": "0",
             "PYTHONPATH": path, ENV_OUT: out, ENV_WARMUP: str(warmup), ENV_PROFILE: str(profile_steps)}
