@@ -74,6 +74,10 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "jax_vit_optax": ("jax", "DAGPROF_JAX_PYTHON", {}),
     "mx_wlm_clip": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
     "hvd_tcn_groups": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
+    "tf_seq2seq_fp16": ("tensorflow", "DAGPROF_TF_PYTHON", {}),
+    "jax_lstm_lm_remat": ("jax", "DAGPROF_JAX_PYTHON", {}),
+    "mx_textcnn_sched": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
+    "hvd_dlrm_dense": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
 }
 MXNET_SERVERS = {"mx_kv_manual": 2}  # servers of an MXNet script's job (1 elsewhere)
 # Horovod: (the profiled window, the script's arguments). Its fusion depends on timing, so the collectives differ from step
@@ -81,7 +85,8 @@ MXNET_SERVERS = {"mx_kv_manual": 2}  # servers of an MXNet script's job (1 elsew
 # The ResNet's window lies in its second epoch, clear of the first epoch's end (its sampler and scheduler).
 HOROVOD_RUN = {"hvd_text": ("6:16", ["--steps", "20"]), "hvd_resnet": ("16:26", []), "hvd_transformer": ("6:16", ["--steps", "20"]),
                "hvd_sparse_gru": ("6:16", ["--steps", "20"]), "hvd_autoencoder": ("6:16", ["--steps", "20"]),
-               "hvd_manual_allreduce": ("6:16", ["--steps", "20"]), "hvd_tcn_groups": ("6:16", ["--steps", "20"])}
+               "hvd_manual_allreduce": ("6:16", ["--steps", "20"]), "hvd_tcn_groups": ("6:16", ["--steps", "20"]),
+               "hvd_dlrm_dense": ("6:16", ["--steps", "20"])}
 
 
 def launch(name: str, python: str, out: str, workers: int, timeout: float, src: str = SRC, prefix: tuple[str, ...] = (),

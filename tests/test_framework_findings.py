@@ -51,5 +51,21 @@ def test_a_run_whose_all_reduces_ran_inside_a_loop_is_not_sent_to_whatif():
     """``tf-jax/scan-rnn``: whatif refuses it (its gradients are all-reduced inside the scan's loop op), so the finding on
     exposed communication says why and what the script can change instead of suggesting whatif."""
     text = " ".join(f.detail for f in open_run(str(DATA / "tf-jax" / "scan-rnn")).findings)
-    assert "20 more all-reduces a step ran inside an XLA loop op" in text and "check_vma=False" in text
+    assert "20 data-parallel collectives a step per rank (5.34 MiB) ran inside XLA loops" in text and "check_vma=False" in text
     assert "whatif" not in text
+
+
+def test_all_reduces_a_jit_scan_runs_in_every_iteration_are_counted_from_its_program(capsys):
+    """``tf-jax/lstm-lm-jit`` (``bench/frameworks/jax_lstm_lm_remat.py``: a ``lax.scan`` LSTM under plain ``jit`` with a
+    batch-sharded ``NamedSharding``): XLA's partitioner all-reduces the LSTM weights' gradient in each of the scan's 32
+    iterations, most of them timed as ops of their own; the finding counted only the few nested in the loop op ("1 more
+    all-reduces a step") and blamed shard_map. The program's HLO tells every one a ``while`` runs."""
+    p = open_run(str(DATA / "tf-jax" / "lstm-lm-jit"))
+    assert p.graph.meta.parallel.in_loop_dp == (32 * 2 * 2, 32 * 2 * 2 * 1314816)  # 32 a step, 2 steps, 2 ranks
+    text = " ".join(f.detail for f in p.findings)
+    assert "32 data-parallel collectives a step per rank (40.12 MiB) ran inside XLA loops" in text and "jit's partitioner" in text
+    from dagprof.cli.main import main
+
+    assert main(["optimize", str(DATA / "tf-jax" / "lstm-lm-jit"), "--budget", "1"]) == 2  # nor sends it to whatif, which refuses it
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "32 data-parallel collectives a step" in err and "whatif" not in err

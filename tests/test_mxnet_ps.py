@@ -458,3 +458,18 @@ def test_a_pull_answered_late_counts_once_in_the_job_s_step_and_the_profiler_s_c
     out = evaluate(g, [Scenario()])  # refused beyond 2 %
     assert abs(out["model_error_pct"]) < 2.0
     assert out["model_iter_ms"] * 1e3 == pytest.approx(cost.unprofiled_us, rel=0.02)
+
+
+@pytest.mark.mxnet
+def test_a_process_mxnet_aborts_fails_the_job_naming_it_not_the_scheduler_s_timeout(tmp_path):
+    """``Embedding(sparse_grad=True)`` on a dense table: MXNet 1.9.1's server aborts copying the pushed rows and the
+    workers' ps-lite checks abort them; the launcher waited for the scheduler first, which waited for them until the
+    timeout, and said "MXNet scheduler exited with 124" 5 minutes on. Now the first process to fail is named."""
+    from dagprof.collect.hooks.mxnet_ps import launch_command
+    from dagprof.collect.jobs.netns import free_ports
+
+    script = str(pathlib.Path(__file__).parents[1] / "bench" / "frameworks" / "mx_textcnn_sched.py")
+    with pytest.raises(RuntimeError) as err:
+        launch_command(str(tmp_path / "run"), [_mxnet_python(), script, "--sparse-grad"], port=free_ports(1)[0], timeout_s=600)
+    said = str(err.value)
+    assert "scheduler" not in said and "timeout" not in said and "killed by SIGABRT" in said, said

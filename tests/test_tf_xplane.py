@@ -365,8 +365,8 @@ def test_collectives_inside_an_xla_loop_refuse_what_ifs():
     JAX all-reduces the replicated parameters' gradients in each of the scan's 20 iterations, inside the loop op; no what-if
     can re-price them, so other setups are refused in one line, and the profiled setup alone still replays."""
     p = open_run(str(DATA / "tf-jax" / "scan-rnn"))
-    assert p.graph.meta.parallel.looped_dp[0] == 20 * 4 * 2  # 20 a step, 4 steps, 2 ranks
-    with pytest.raises(DagprofError, match=r"^not predicting: 20 data-parallel collectives a step per rank .* inside XLA loop ops"):
+    assert p.graph.meta.parallel.looped_dp[0] == p.graph.meta.parallel.in_loop_dp[0] == 20 * 4 * 2  # 20 a step, 4 steps, 2 ranks
+    with pytest.raises(DagprofError, match=r"^not predicting: 20 data-parallel collectives a step per rank .* inside XLA loops"):
         evaluate(p.graph, [Scenario(bandwidth=1e8)], measured_us=p.analysis.measured_us, tolerance_pct=None)
     assert evaluate(p.graph, [Scenario()], measured_us=p.analysis.measured_us, tolerance_pct=None)["model_iter_ms"] > 0
 
@@ -398,3 +398,33 @@ def test_layers_of_a_subclassed_mixed_precision_model_and_of_attention():
     assert "model/block/multi_head_attention/query" in lm and "model/block/dense_1" in lm
     assert load(str(DATA / "tf" / "fit-epochs")).ranks[0].layers == ["sequential/tokens", "sequential/gru", "sequential/drop",
                                                                       "sequential/head", "sequential/classes"]
+
+
+def test_a_loss_scaled_step_s_gradients_go_on_its_optimizer_s_reduce_inside_the_cond_with_the_densified_tables():
+    """``tf/seq2seq-fp16`` (``bench/frameworks/tf_seq2seq_fp16.py``: Keras 3's ``LossScaleOptimizer`` over Adam with
+    ``global_clipnorm``, two embeddings): the gradients are all-reduced inside the optimizer's ``cond`` (its finite check),
+    ``cond/then/_416/cond/adam/CollectiveReduceV2``, which went unsized while the gradients' bytes went on the loss's 4-byte
+    reduce; and the clipping made the embeddings' gradients dense (no all-gather in the step), so their tables ride in
+    the pack: 1,111,968 dense bytes + 512,000 of the tables."""
+    run = load(str(DATA / "tf" / "seq2seq-fp16"))
+    for t in run.ranks:
+        ev = t.events
+        sized = {ev.name_of(i): int(ev.nbytes[i]) for i in np.flatnonzero((ev.kind == Kind.COMM) & (ev.step == 7))}
+        assert sized == {"cond/then/_416/cond/adam/CollectiveReduceV2": 1111968 + 512000, "CollectiveReduceV2": 0,
+                         "CollectiveReduceV2_1": 0}
+    p = open_run(str(DATA / "tf" / "seq2seq-fp16"))
+    rows = evaluate(p.graph, [Scenario(bandwidth="10Gbit"), Scenario(bandwidth="200Mbit")], measured_us=p.analysis.measured_us,
+                    tolerance_pct=None)["scenarios"]
+    assert rows[1]["predicted_iter_ms"] - rows[0]["predicted_iter_ms"] > 8 * 1623968 / 2e8 * 1e3 * 0.9  # a ring: 2 x (N-1)/N of it
+
+
+def test_a_keras_rnn_s_loop_body_belongs_to_its_layer():
+    """``tf/seq2seq-fp16``: a Keras 3 GRU runs its cell in a ``while`` whose body's ops are named after the loop's scope
+    again (``functional_1/encoder_1/while/functional_1/encoder_1/while_grad/body/_307/gradient_tape/.../gru_cell_1``): each
+    such scope was a layer of its own, 25 layers for the model's 5; now the loop's ops are their layer's (its backward too)."""
+    assert load(str(DATA / "tf" / "seq2seq-fp16")).ranks[0].layers == [
+        "functional_1/src_embed_1", "functional_1/tgt_embed_1", "functional_1/encoder_1", "functional_1/decoder_1",
+        "functional_1/proj_1", "functional_1/decoder_1/gru_cell_1", "functional_1/encoder_1/gru_cell_1"]
+    assert classify("functional_1/encoder_1/while/functional_1/encoder_1/while_grad/body/_307/gradient_tape/functional_1/"
+                    "encoder_1/while/gradients/functional_1/encoder_1/while/gru_cell_1/MatMul_1_grad/MatMul", "MatMul") == \
+        (Kind.BACKWARD, "functional_1/encoder_1")

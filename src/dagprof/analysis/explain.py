@@ -70,6 +70,7 @@ class Explanation:
     threshold_us: float
     departures: list[Departure]
     checks: list[RuleCheck]
+    measured: bool = True  # False: the graph keeps no measured time per op (none to depart from)
 
     @property
     def false_edges(self) -> list[Departure]:
@@ -77,7 +78,7 @@ class Explanation:
 
     def to_dict(self) -> dict:
         return {"threshold_ms": self.threshold_us / 1e3, "departures": [d.to_dict() for d in self.departures],
-                "violations": [c.to_dict() for c in self.checks]}
+                "violations": [c.to_dict() for c in self.checks], "measured": self.measured}
 
 
 
@@ -86,7 +87,7 @@ def explain(g: Graph, res: ReplayResult, threshold_us: float = DEFAULT_THRESHOLD
     ``threshold_us``, then each later op whose drift moved by that much again."""
     p = provenance(g)
     if p is None:
-        return Explanation(threshold_us, [], [])
+        return Explanation(threshold_us, [], [], measured=False)
     offset = _clock_offsets(g, res, p)
     measured = p.mstart + offset
     drift = res.start - measured
@@ -143,7 +144,9 @@ def departure_line(d: dict) -> str:
 def text_lines(e: dict) -> list[str]:
     """An explanation (``Explanation.to_dict()``) as lines of text."""
     lines = [f"where the replay departs from the measurement (ops that drift by more than {e['threshold_ms']:g} ms):"]
-    lines += [f"  {departure_line(d)}" for d in e["departures"]] or ["  nowhere: every op replays at its measured start"]
+    lines += [f"  {departure_line(d)}" for d in e["departures"]] or (
+        ["  nowhere: every op replays at its measured start"] if e.get("measured", True) else
+        ["  not told: this graph keeps no measured start per op to compare with (a parameter server's job is built so)"])
     bad = [c for c in e["violations"] if c["violated"]]
     if bad:
         lines.append("inferred edges the measured timeline contradicts, per rule:")

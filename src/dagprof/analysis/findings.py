@@ -31,6 +31,10 @@ _OTHER = "dagprof whatif --bandwidth, --workers predicts other links and worker 
 def remedy_for(g) -> str:
     """What dagprof can do about a run's exposed communication, by its framework (``GraphMeta.framework``; None: PyTorch
     DDP); a Horovod run whose gradients go in explicit groups cannot be re-fused (``passes.horovod.set_horovod`` refuses)."""
+    par = g.meta.parallel
+    if par is not None and par.in_loop_dp[0]:  # what the script can change; whatif refuses where the loop op times some
+        text = par.in_loop_text(max(len(g.meta.steps), 1) * max(g.meta.world_size, 1))
+        return text + ("; so no what-if predicts this run" if par.looped_dp[0] else "")
     hv = g.meta.horovod
     if hv is not None and any(t.startswith("grouped_") for t in hv.tensor_bytes):
         return "its gradients go in explicit groups (DistributedOptimizer(groups=...)); " + _OTHER
@@ -54,12 +58,6 @@ def findings(a: Analysis) -> list[Finding]:
         out.append(Finding("no gradient communication seen",
                            "this is not a DDP (data-parallel) job, or its collectives were not profiled: nothing to scale", 0.0))
         return out
-    par = a.graph.meta.parallel
-    if par is not None and par.looped_dp[0]:  # whatif refuses these runs: say why, and what the script can change
-        per_step = par.looped_dp[0] / max(a.steps * a.graph.meta.world_size, 1)
-        remedy = (f"{per_step:g} more all-reduces a step ran inside an XLA loop op (timed as that op), so no what-if predicts this "
-                  "run: shard_map with check_vma on all-reduces a replicated parameter's gradient in every iteration of a loop "
-                  "that uses it (check_vma=False and one psum after the loop leave one all-reduce)")
     if a.graph.meta.fsdp is not None:  # optimize refuses FSDP runs: say what helps there
         word = "FSDP collective"
         remedy = ("gloo runs them synchronously on CPU, so none overlaps; a faster link or fewer, larger units helps "

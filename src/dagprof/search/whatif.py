@@ -109,11 +109,7 @@ def _refuse_looped(g: Graph, scenarios: list[Scenario]) -> None:
     if par is None or not par.looped_dp[0] or all(s == Scenario() for s in scenarios):
         return
     steps = max(len(g.meta.steps), 1) * max(graph_world_size(g), 1)
-    n, nbytes = par.looped_dp
-    raise DagprofError(f"not predicting: {n / steps:g} data-parallel collectives a step per rank ({nbytes / steps / 2**20:.2f} MiB) ran inside "
-                       "XLA loop ops (lax.scan, fori_loop, while_loop), timed as part of the loop as measured, which no what-if can "
-                       "re-price (shard_map with check_vma on all-reduces a replicated parameter's gradient in every iteration of a "
-                       "loop that uses it; check_vma=False and one psum after the loop leave one all-reduce)")
+    raise DagprofError(f"not predicting: {par.in_loop_text(steps)}; those timed as their loop op cannot be re-priced by a what-if")
 
 
 def _pct(x: float, ref: float) -> str:

@@ -70,12 +70,14 @@ def warnings_of(texts: Iterable[str | RunWarning]) -> list[RunWarning]:
 
 class Collectives(msgspec.Struct, kw_only=True):
     """Per transfer event (index into the rank's events): its canonical collective name and dtype, which
-    ``align`` checks across ranks; ``program``: the XLA program that ran it (xplane only)."""
+    ``align`` checks across ranks; ``program``: the XLA program that ran it, ``in_loop``: whether a ``while`` of that
+    program runs its instruction, once per iteration (xplane only; empty where the program is not known)."""
 
     event: list[int] = []
     coll: list[str] = []
     dtype: list[str] = []
     program: list[int] = []
+    in_loop: list[bool] = []
 
     def by_event(self) -> dict[int, str]:
         """Event -> canonical collective name."""

@@ -143,6 +143,20 @@ class Parallelism:
     # data-parallel collectives an XLA program ran inside another of its ops (a while loop: ``lax.scan``, ``fori_loop``),
     # summed over ranks: (instances, bytes). The graph times them as that op; ``search.whatif`` cannot re-price them
     looped_dp: tuple[int, int] = (0, 0)
+    # data-parallel collectives a ``while`` of their XLA program ran (its HLO says so; or nested as above), summed over ranks:
+    # (instances, bytes); ``looped_dp`` are those of them the trace times only as their loop op
+    in_loop_dp: tuple[int, int] = (0, 0)
+
+    def in_loop_text(self, rank_steps: int) -> str:
+        """The data-parallel collectives XLA ran inside loops, per step and rank (``rank_steps``: steps x ranks), and what
+        the script can change. A ``lax.scan`` LM under plain ``jit`` all-reduced its LSTM weights' gradient in each of
+        its 32 iterations (252 of a 356 ms step) where only the few its loop op timed were counted and shard_map blamed."""
+        n = max(rank_steps, 1)
+        timed = f", {self.looped_dp[0] / n:g} of them timed only as their loop op" if self.looped_dp[0] else ""
+        return (f"{self.in_loop_dp[0] / n:g} data-parallel collectives a step per rank ({self.in_loop_dp[1] / n / 2**20:.2f} MiB) "
+                f"ran inside XLA loops (lax.scan, fori_loop, while_loop){timed}: a replicated parameter's gradient is all-reduced "
+                "in every iteration that uses it (jit's partitioner and shard_map with check_vma on both do so); a shard_map step "
+                "with check_vma=False and one psum after the loop sends it once")
 
     @property
     def dims(self) -> set[Dim]:
@@ -330,12 +344,14 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
     per_event = []
     stats: dict[str, dict] = {}
     inline: Counter = Counter()  # (dim, collective) -> instances whose transfer ran inside the op that issued it
-    looped = [0, 0]  # ``Parallelism.looped_dp``
+    looped, in_loop = [0, 0], [0, 0]  # ``Parallelism.looped_dp``, ``in_loop_dp``
     paired: Counter = Counter()  # (dim, collective) -> send/recv whose peer the trace tells (align.matching pairs them)
     lone = 0  # send/recv whose peer it does not tell
     for trace, inst, dims, why in labels:
         out = np.zeros(len(trace.events), dtype=np.int8)
         ev = trace.events
+        info = trace.meta.collectives
+        looping = {e for e, f in zip(info.event, info.in_loop) if f} if info is not None else set()
         for k, rows in enumerate(inst.rows):
             out[rows] = dims[k]
             name = trace.groups[int(inst.group[k])]
@@ -344,11 +360,15 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
                 paired[(_TEXT[int(dims[k])], inst.coll[k])] += 1
             else:
                 lone += inst.coll[k] in P2P
-                if len(transfer) and (ev.depth[transfer] > 0).all():
+                nested = bool(len(transfer)) and bool((ev.depth[transfer] > 0).all())
+                if nested:
                     inline[(_TEXT[int(dims[k])], inst.coll[k])] += 1
                     if trace.meta.format == "xplane" and dims[k] == Dim.DP:
                         looped[0] += 1
                         looped[1] += int(inst.nbytes[k])
+                if dims[k] == Dim.DP and trace.meta.format == "xplane" and (nested or looping.intersection(transfer.tolist())):
+                    in_loop[0] += 1
+                    in_loop[1] += int(inst.nbytes[k])
             if trace.meta.format != "kineto" and dims[k] != Dim.DP:  # a dagprof run puts them in DDP's group: not their ranks
                 name = f"{name} ({_TEXT[int(dims[k])]})"
             st = stats.get(name)
@@ -382,7 +402,8 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
     why = (f"{lone} send/recv (summed over ranks) without a known peer: a Kineto trace names one by the op's peer argument "
            "(record_param_comms' Src/Dst Rank, or c10d::send/recv_'s inputs under record_shapes) or by a 2-rank group; "
            "a dagprof run records them in DDP's group") if lone else ""
-    return Parallelism(groups, run.world_size, dp, max((len(r) for r in dp), default=0), notes, why, (looped[0], looped[1])), per_event
+    return Parallelism(groups, run.world_size, dp, max((len(r) for r in dp), default=0), notes, why, (looped[0], looped[1]),
+                       (in_loop[0], in_loop[1])), per_event
 
 
 def _unseen(run: Run, inline: Counter) -> list[GroupLabel]:

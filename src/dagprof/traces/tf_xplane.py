@@ -60,12 +60,17 @@ _TRAIN_MARKER = "train"  # the step marker of Keras fit, tf_profile and jax_prof
 # ``cond/else/`` where the workers' row counts differ); the length all-gathered before it, outside the branch, is 4 bytes.
 _SPARSE_BRANCH = re.compile(r"(?:^|/)cond(?:_\d+)?/(?:then|else)/")
 _BRANCH_CALL = re.compile(r"(/(?:then|else))/_\d+/")  # a lowered ``If`` branch's call node: ``cond_1/then/_18/``
+# the scopes control flow and calls add to a node's name: ``cond/then/_416/``, ``while/body/_1/``, the ``cond/``, ``while/``
+# name scopes of the ops inside, a ``tf.function`` called from another (``StatefulPartitionedCall/``):
+# ``while/body/_1/while/StatefulPartitionedCall/cond/then/_698/cond/adam/CollectiveReduceV2``
+_CONTROL_FLOW = re.compile(r"(?:^|(?<=/))(?:(?:cond|while)(?:_\d+)?/(?:(?:then|else|body)/_\d+/)?|(?:Stateful)?PartitionedCall(?:_\d+)?/)+")
 _VARIABLE_READ = re.compile(r"(?:ReadVariableOp|/Cast(?:_\d+)?)$")
 _XLA_SEQ_PER_STEP = 1_000_000  # XLA collectives: seq = step * this + position within the step
 
 
 def read_xplane(path: str | os.PathLike[str], rank: int | None = None, world_size: int | None = None,
-                grad_bytes: int = 0, collective_bytes: dict[str, int] | None = None, window: list[int] | None = None) -> RankTrace:
+                grad_bytes: int = 0, collective_bytes: dict[str, int] | None = None, window: list[int] | None = None,
+                embedding_grad_bytes: int = 0) -> RankTrace:
     """One worker's ``*.xplane.pb``. ``rank``/``world_size`` come from the run folder (the file has
     neither); without them the rank is taken from the path (``worker1``, ``rank-1``, ``p1``...).
     ``collective_bytes``: the run folder's bytes of each collective op's own input (``tf_profile.collective_bytes``).
@@ -80,7 +85,7 @@ def read_xplane(path: str | os.PathLike[str], rank: int | None = None, world_siz
     if host is None:
         names = ", ".join(p.name for p in space.planes[:5]) or "none"
         raise DagprofError(f"no {HOST_PLANE} plane in this XPlane file (planes: {names})", path)
-    return _Reader(space, host, path, rank, world_size, grad_bytes, collective_bytes or {}, window or []).build()
+    return _Reader(space, host, path, rank, world_size, grad_bytes, collective_bytes or {}, window or [], embedding_grad_bytes).build()
 
 
 def rank_from_path(path: str) -> int | None:
@@ -94,9 +99,10 @@ def rank_from_path(path: str) -> int | None:
 
 class _Reader:
     def __init__(self, space: XSpace, plane: XPlane, path: str, rank: int | None, world: int | None, grad_bytes: int,
-                 collective_bytes: dict[str, int], window: list[int]):
+                 collective_bytes: dict[str, int], window: list[int], embedding_grad_bytes: int = 0):
         self.space, self.plane, self.path = space, plane, path
         self.rank_arg, self.world_arg, self.grad_bytes = rank, world, grad_bytes
+        self.embedding_grad_bytes = embedding_grad_bytes
         self.collective_bytes, self.window = collective_bytes, window
         self.warnings: list[str] = []
         self.groups: list[str] = []
@@ -459,15 +465,18 @@ class _Reader:
     def _program_bytes(self, c: dict[str, np.ndarray]) -> bool:
         """Each XLA collective's bytes from its own instruction in the program (JAX), and the operands the collectives
         carried per profiled step (their median over the steps: ``operands_per_step``); False if none is known."""
-        found, per_step = False, {}
+        found, per_step, in_loop = False, {}, []
         for i, prog in zip(self.collectives.event, self.collectives.program):
             inst = self.programs.get(prog, {}).get(self.tab.names[c["name"][i]])
+            in_loop.append(inst is not None and inst.in_loop)
             if inst is not None:
                 c["nbytes"][i], found = inst.nbytes, True
                 if c["step"][i] >= 0:
                     per_step[int(c["step"][i])] = per_step.get(int(c["step"][i]), 0) + inst.operands
         if per_step:
             self.operands_per_step = float(np.median(list(per_step.values())))
+        if found:
+            self.collectives.in_loop = in_loop
         return found
 
     def _own_bytes(self, c: dict[str, np.ndarray]) -> None:
@@ -528,24 +537,29 @@ class _Reader:
 
         A packed all-reduce's tensor is not traced. Candidates are all-reduces of unknown size outside
         any scope or in an optimizer's (a loss or metric is reduced under its own scope, e.g.
-        ``div_no_nan/``); an optimizer's goes first, then the one issued first in the step (the lowest
-        instance key: ``apply_gradients`` creates it before a ``strategy.reduce`` of a metric after
-        ``strategy.run``, which is unscoped too), then the shortest name, so every worker makes the same choice.
+        ``div_no_nan/``), the scopes of control flow left out (Keras 3's ``LossScaleOptimizer`` applies the
+        gradients in a ``cond``: ``cond/then/_416/cond/adam/CollectiveReduceV2``, which once went unsized while the
+        gradients' bytes went on the loss's 4-byte reduce); an optimizer's goes first, then the one issued first in
+        the step (the lowest instance key: ``apply_gradients`` creates it before a ``strategy.reduce`` of a metric
+        after ``strategy.run``, which is unscoped too), then the shortest name, so every worker makes the same choice.
+        Where no step all-gathers (no sparse gradient went out as rows), the Embedding tables' gradients were made
+        dense before the exchange and ride in the same pack: their bytes are added.
         """
         if not self.grad_bytes:
             return
-        by_name: dict[str, list[int]] = {}
+        by_name: dict[str, tuple[bool, list[int]]] = {}  # node -> (in an optimizer's scope, its events)
         for i, coll in zip(self.collectives.event, self.collectives.coll):
             node = self.tab.names[c["name"][i]]
-            head = node.split("/", 1)[0] if "/" in node else ""
-            if coll == "allreduce" and c["nbytes"][i] == 0 and (not head or OPTIMIZER.match(head)):
-                by_name.setdefault(node, []).append(i)
+            scope = _CONTROL_FLOW.sub("", node).split("/")[:-1]
+            if coll == "allreduce" and c["nbytes"][i] == 0 and (not scope or OPTIMIZER.match(scope[0])):
+                by_name.setdefault(node, (bool(scope), []))[1].append(i)
         if by_name:
-            first = min(int(c["step"][i]) for rows in by_name.values() for i in rows)
+            first = min(int(c["step"][i]) for _, rows in by_name.values() for i in rows)
             issued = {n: min((int(c["seq"][i]) for i in rows if c["step"][i] == first), default=np.iinfo(np.int64).max)
-                      for n, rows in by_name.items()}
-            best = min(by_name, key=lambda n: (not OPTIMIZER.match(n.split("/", 1)[0]) if "/" in n else True, issued[n], len(n), n))
-            c["nbytes"][by_name[best]] = int(self.grad_bytes)
+                      for n, (_, rows) in by_name.items()}
+            best = min(by_name, key=lambda n: (not by_name[n][0], issued[n], len(n), n))
+            gathered = "allgather" in self.collectives.coll
+            c["nbytes"][by_name[best][1]] = int(self.grad_bytes) + (0 if gathered else int(self.embedding_grad_bytes))
 
     def _refuse_looped(self, c: dict[str, np.ndarray]) -> None:
         """Refuse collectives that ran more than once a step under one instance key: a loop in the graph (Keras

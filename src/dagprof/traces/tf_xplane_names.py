@@ -60,6 +60,10 @@ def classify(node: str, op_type: str) -> tuple[Kind, str]:
     backward = parts[0] in ("gradient_tape", "gradients")
     if backward:
         parts = parts[1:]
+    loop = next((k for k in range(1, len(parts) - 1) if _LOOP.match(parts[k])), None)
+    if loop is not None:  # a layer's own loop (a Keras RNN's ``while``): its body's ops are the layer's
+        backward = backward or any(x in ("gradient_tape", "gradients") for x in parts[loop:])
+        parts = parts[:loop] + parts[-1:]
     if parts and OPTIMIZER.match(parts[0]):
         return (Kind.MEMCPY if op_type in _PACKING else Kind.UPDATE), ""
     scope = "/".join(parts[:-1])
@@ -68,9 +72,13 @@ def classify(node: str, op_type: str) -> tuple[Kind, str]:
     return (Kind.FORWARD if scope else Kind.OTHER), scope
 
 
+# a loop inside a layer: its body's ops are named after the loop's scope again, e.g. a Keras 3 GRU's backward
+# ``functional_1/encoder_1/while/functional_1/encoder_1/while_grad/body/_307/gradient_tape/.../gru_cell_1/MatMul``
+# (once a layer of its own: 25 layers for a 5-layer seq2seq)
+_LOOP = re.compile(r"^(while|while_grad)(_\d+)?$")
 # lower-case scopes Keras and TF open for one op (a layer's ``convolution``, ``einsum``, its bias ``add``; in a subclassed
 # model's own ``call``, a ``strided_slice``), numbered ``_1``, ``_2`` when repeated
-_OP_SCOPE = re.compile(r"^(convolution|embedding_lookup|einsum|add|mul|sub|truediv|strided_slice|concat|dropout|random_uniform)(_\d+)?$")
+_OP_SCOPE = re.compile(r"^(convolution|embedding_lookup|einsum|add|mul|sub|truediv|strided_slice|concat|dropout|random_uniform|transpose|split)(_\d+)?$")
 
 
 def _op_scope_stripped(parts: list[str]) -> list[str]:

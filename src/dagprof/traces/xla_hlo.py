@@ -5,7 +5,8 @@ instruction's result shape (a tuple for a combined all-reduce: XLA's CPU client 
 operand, ``analysis.operand_stall``). Decoded with the XPlane wire reader;
 fields of ``xla/service/hlo.proto`` and ``xla/xla_data.proto``:
 HloProto.hlo_module = 1; HloModuleProto.computations = 3; HloComputationProto.instructions = 2;
-HloInstructionProto.name = 1, opcode = 2, shape = 3; ShapeProto.element_type = 2, dimensions = 3, tuple_shapes = 4.
+HloInstructionProto.name = 1, opcode = 2, shape = 3, called_computation_ids = 38; HloComputationProto.id = 5;
+ShapeProto.element_type = 2, dimensions = 3, tuple_shapes = 4.
 """
 from __future__ import annotations
 
@@ -22,10 +23,12 @@ COLLECTIVE_OPCODES = ("all-reduce", "all-reduce-start", "all-gather", "all-gathe
 
 @dataclass(frozen=True)
 class HloCollective:
-    """One collective instruction: its result's bytes and its operands (the result tuple's arrays; 1 if not a tuple)."""
+    """One collective instruction: its result's bytes, its operands (the result tuple's arrays; 1 if not a tuple), and
+    whether a ``while`` runs it (``lax.scan``, ``fori_loop``): once per iteration, not once per run of the program."""
 
     nbytes: int
     operands: int
+    in_loop: bool = False
 
 
 def _operands(buf: bytes, start: int, stop: int) -> int:
@@ -55,9 +58,22 @@ def _shape_bytes(buf: bytes, start: int, stop: int) -> int:
     return n * _ELEMENT_BYTES.get(elem, 0)
 
 
+def _ints(buf: bytes, wt: int, v) -> list[int]:
+    """A repeated integer field's values in one occurrence, packed (wire type 2) or not."""
+    if wt == 0:
+        return [v]
+    out, pos = [], v[0]
+    while pos < v[1]:
+        x, pos = _varint(buf, pos)
+        out.append(x)
+    return out
+
+
 def collectives(hlo_proto: bytes) -> dict[str, HloCollective]:
-    """Instruction name -> bytes and operands of every collective instruction of the program."""
-    out: dict[str, HloCollective] = {}
+    """Instruction name -> bytes, operands and loop membership of every collective instruction of the program."""
+    found: list[tuple[str, int, int, int]] = []  # name, bytes, operands, computation id
+    calls: dict[int, set[int]] = {}  # computation id -> the computations its instructions call
+    loops: set[int] = set()  # computations a ``while`` calls (its body and condition)
     buf = hlo_proto
     for num, wt, module in fields(buf, 0, len(buf)):
         if num != 1 or wt != 2:
@@ -65,11 +81,13 @@ def collectives(hlo_proto: bytes) -> dict[str, HloCollective]:
         for n2, w2, comp in fields(buf, *module):
             if n2 != 3 or w2 != 2:
                 continue
+            cid = next((v for n3, w3, v in fields(buf, *comp) if n3 == 5 and w3 == 0), -1)
             for n3, w3, inst in fields(buf, *comp):
                 if n3 != 2 or w3 != 2:
                     continue
                 name = opcode = ""
                 shape = None
+                called: list[int] = []
                 for n4, w4, v in fields(buf, *inst):
                     if n4 == 1 and w4 == 2:
                         name = buf[v[0]:v[1]].decode("utf-8", "replace")
@@ -77,6 +95,17 @@ def collectives(hlo_proto: bytes) -> dict[str, HloCollective]:
                         opcode = buf[v[0]:v[1]].decode("utf-8", "replace")
                     elif n4 == 3 and w4 == 2:
                         shape = v
+                    elif n4 == 38:
+                        called += _ints(buf, w4, v)
+                calls.setdefault(cid, set()).update(called)
+                if opcode == "while":
+                    loops.update(called)
                 if opcode in COLLECTIVE_OPCODES and shape is not None:
-                    out[name] = HloCollective(_shape_bytes(buf, *shape), _operands(buf, *shape))
-    return out
+                    found.append((name, _shape_bytes(buf, *shape), _operands(buf, *shape), cid))
+    todo = list(loops)  # and what those call, transitively
+    while todo:
+        for c in calls.get(todo.pop(), ()):
+            if c not in loops:
+                loops.add(c)
+                todo.append(c)
+    return {name: HloCollective(nbytes, operands, cid in loops) for name, nbytes, operands, cid in found}

@@ -62,6 +62,7 @@ class XplaneRank(msgspec.Struct, kw_only=True):
     step_times_us: dict[int, Micros] = {}  # the loop's time of each profiled step
     unprofiled_step_times_us: dict[int, Micros] | None = None  # rank files before dagprof timed the steps outside the window lack it
     grad_bytes: Count = 0
+    embedding_grad_bytes: Count = 0  # TF: the Embedding tables' bytes, left out of grad_bytes (files before 2026-12-03 lack it)
     collective_bytes: dict[str, Count] = {}  # collective op -> bytes of its own input (Keras ``fit``; files before 2026-12-03 lack it)
     warnings: list[str] = []
     cpus: Count | None = None  # rank files before 2026-12-03 lack both
@@ -112,6 +113,7 @@ def _from_manifest(folder: str, manifest: XplaneManifest) -> Run:
             warnings.append(f"rank {r}: {len(files)} profiler sessions in its log folder; the newest is read")
         newest = inside(folder, os.path.relpath(files[-1], folder), rpath)  # a link in the log folder may not lead out
         trace = read_xplane(newest, rank=r, world_size=world, grad_bytes=info.grad_bytes, collective_bytes=info.collective_bytes,
+                            embedding_grad_bytes=info.embedding_grad_bytes,
                             window=info.steps_profiled)
         trace.meta.step_times_us = dict(info.step_times_us)
         trace.meta.unprofiled_step_times_us = info.unprofiled_step_times_us
@@ -204,4 +206,5 @@ def _remap_collectives(info: Collectives | None, keep: np.ndarray, new_index: np
         return info
     rows = [k for k, e in enumerate(info.event) if keep[e]]
     return Collectives(event=[int(new_index[info.event[k]]) for k in rows], coll=[info.coll[k] for k in rows],
-                       dtype=[info.dtype[k] for k in rows], program=[info.program[k] for k in rows if k < len(info.program)])
+                       dtype=[info.dtype[k] for k in rows], program=[info.program[k] for k in rows if k < len(info.program)],
+                       in_loop=[info.in_loop[k] for k in rows if k < len(info.in_loop)])

@@ -37,6 +37,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -244,12 +245,13 @@ def local_spawn(node: int, argv: list, env: dict, log: str, cwd: str | None = No
 
 
 def launch_command(out: str, command: list[str], *, python: str | None = None, servers: int = 1, workers: int = 2, warmup: int = 2,
-                   profile_steps: int = 3, port: int = 9391, addr: Callable[[int], str] = lambda node: "127.0.0.1",
+                   profile_steps: int = 3, port: int | None = None, addr: Callable[[int], str] = lambda node: "127.0.0.1",
                    ifname: Callable[[int], str] | None = None, spawn: Spawn = local_spawn, timeout_s: float = 300, cwd: str | None = None,
                    extra: dict | None = None) -> dict:
     """Run one job: the scheduler (beside server 0) and ``servers`` servers run this file's ``role`` program under
     ``python`` (default: the command's own Python when it starts with one), nodes ``servers..`` run ``command``
-    as workers. Returns the manifest written to ``out/mxnet-run.json``."""
+    as workers. Returns the manifest written to ``out/mxnet-run.json``. ``port``: the scheduler's, by default one free on
+    this host now (on a fixed one, a second job on the host, or one's leftover, failed to bind)."""
     if warmup < 1:
         raise ValueError("warmup must be >= 1 step (the first one initialises the kvstore)")
     out = os.path.abspath(out)
@@ -262,6 +264,10 @@ def launch_command(out: str, command: list[str], *, python: str | None = None, s
     script = next((a for a in command[1:] if a.endswith(".py") and os.path.isfile(os.path.join(cwd or "", a))), None)
     served = [os.path.dirname(os.path.abspath(os.path.join(cwd or "", script)))] if script else []
     served_path = os.pathsep.join([*served, os.path.abspath(cwd or os.getcwd()), path])
+    if port is None:
+        with socket.socket() as probe:  # a port free on this host now (``collect.jobs`` comes after the hooks)
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
     base = {"DMLC_PS_ROOT_URI": addr(0), "DMLC_PS_ROOT_PORT": str(port), "DMLC_NUM_SERVER": str(servers), "DMLC_NUM_WORKER": str(workers),
             "OMP_NUM_THREADS": "1", "MXNET_EXEC_BULK_EXEC_TRAIN": "0", "MXNET_KVSTORE_BIGARRAY_BOUND": str(BIGARRAY_BOUND), "PS_VERBOSE": "0",
             "PYTHONPATH": path, ENV_OUT: out, ENV_WARMUP: str(warmup), ENV_PROFILE: str(profile_steps)}
@@ -278,12 +284,8 @@ def launch_command(out: str, command: list[str], *, python: str | None = None, s
                 env["PYTHONPATH"] = served_path
             log = os.path.join(out, {"scheduler": "scheduler", "server": f"server{node}", "worker": f"worker{node - servers}"}[role] + ".log")
             argv, where = (wrap + list(command), cwd) if role == "worker" else (serve, out)
-            procs.append((role, spawn(node, argv, env, log, cwd=where)))
-        deadline = time.monotonic() + timeout_s + 10
-        for role, p in procs:
-            rc = p.wait(timeout=max(deadline - time.monotonic(), 1))
-            if rc != 0:
-                raise RuntimeError(f"MXNet {role} exited with {rc}; see the logs in {out}")
+            procs.append((os.path.basename(log)[:-4], spawn(node, argv, env, log, cwd=where)))
+        _wait_all(procs, time.monotonic() + timeout_s + 10, out)
         for s in range(servers):  # MXNet prints and ignores a server's exception (an optimizer it cannot unpickle) and exits 0
             failed = _ignored_exception(os.path.join(out, f"server{s}.log"))
             if failed:
@@ -294,6 +296,27 @@ def launch_command(out: str, command: list[str], *, python: str | None = None, s
                 p.kill()
                 p.wait()
     return write_manifest(out, servers, workers, {"command": list(command), **(extra or {})})
+
+
+def _wait_all(procs: list[tuple[str, subprocess.Popen]], deadline: float, out: str) -> None:
+    """Wait for every process, failing on the first that exits non-zero, whichever it is: a worker MXNet aborted
+    (ps-lite's checks call ``terminate``) leaves the scheduler waiting for it until the timeout, which then was all
+    the job said ("scheduler exited with 124", 5 minutes on)."""
+    pending = list(procs)
+    while pending:
+        for name, p in list(pending):
+            rc = p.poll()
+            if rc is None:
+                continue
+            pending.remove((name, p))
+            if rc != 0:
+                signum = -rc if rc < 0 else rc - 128 if rc > 128 else 0  # ``timeout`` passes on a signal as 128 + its number
+                how = f" (killed by {signal.Signals(signum).name})" if signum in signal.valid_signals() else ""
+                what = "ran past the launcher's timeout" if rc == 124 else f"exited with {rc}{how}"
+                raise RuntimeError(f"MXNet {name} {what}; see {name}.log in {out}")
+        if pending and time.monotonic() > deadline:
+            raise RuntimeError(f"MXNet {', '.join(n for n, _ in pending)} still running past the launcher's timeout; see the logs in {out}")
+        time.sleep(0.2)
 
 
 def _ignored_exception(log: str) -> str:
@@ -364,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     common.add_argument("--workers", type=int, default=2)
     common.add_argument("--warmup", type=int, default=2, help="steps before the profiler starts (>= 1)")
     common.add_argument("--profile-steps", type=int, default=3)
-    common.add_argument("--port", type=int, default=9391, help="the scheduler's port")
+    common.add_argument("--port", type=int, help="the scheduler's port (default: one free on this host now)")
     common.add_argument("--timeout", type=float, default=600, help="seconds before every process is killed")
     common.add_argument("--fixture", action="store_true", help="gzip the traces and drop the logs (how tests/data/mxnet* is recorded)")
     r = sub.add_parser("run", parents=[common], help="profile a user's dist_sync job on this host: run --out DIR [options] -- python train.py ...")

@@ -236,23 +236,28 @@ def stop_in_child(timeout_s: float = COLLECT_TIMEOUT_S, attempts: int = COLLECT_
     return None
 
 
-def grad_bytes(variables: Any, model: Any = None) -> int:
-    """Bytes of the trainable variables whose gradients are dense: what a data-parallel step all-reduces.
+def grad_bytes(variables: Any, model: Any = None) -> tuple[int, int]:
+    """Bytes of the trainable variables whose gradients are dense (what a data-parallel step all-reduces), and of the
+    ``Embedding`` tables apart.
 
-    An ``Embedding``'s gradient is sparse (the looked-up rows): the strategy all-gathers it instead,
-    and the trace sizes those gathers itself, so its table is left out here."""
+    An ``Embedding``'s gradient is sparse (the looked-up rows): the strategy all-gathers it instead, and the trace sizes
+    those gathers itself, so its table is left out of the first. But a step that turns it dense first (Keras 3's
+    ``global_clipnorm`` and ``LossScaleOptimizer`` multiply every gradient) all-reduces the tables in the pack: the
+    reader adds the second where a step all-gathers nothing."""
     import numpy as np  # noqa: PLC0415
 
     flatten = getattr(model, "_flatten_layers", None)  # Keras 3 and tf-keras: every nested layer
     layers = flatten(include_self=False, recursive=True) if flatten else getattr(model, "submodules", ())
     sparse = {id(v) for layer in layers if type(layer).__name__ == "Embedding" for v in getattr(layer, "trainable_variables", ())}
-    total = 0
+    dense = tables = 0
     for v in variables or []:
-        if id(v) in sparse:
-            continue
         dtype = getattr(v.dtype, "name", v.dtype)  # tf.DType (tf-keras) or a string (Keras 3)
-        total += int(np.prod([int(d or 0) for d in v.shape])) * np.dtype(str(dtype)).itemsize
-    return total
+        nbytes = int(np.prod([int(d or 0) for d in v.shape])) * np.dtype(str(dtype)).itemsize
+        if id(v) in sparse:
+            tables += nbytes
+        else:
+            dense += nbytes
+    return dense, tables
 
 
 _BRANCHES = (("then", "then_branch"), ("else", "else_branch"))  # an ``If`` op's functions, as its lowered nodes name them
@@ -306,7 +311,7 @@ class tf_profile(LoopProfile):  # noqa: N801  (used like a profiler object)
     def _open(self) -> StepWindow:
         window = _window(*self._args, strategy=lambda: self._strategy)
         if self._model is not None:
-            window.grad_bytes = grad_bytes(self._model.trainable_variables, self._model)
+            window.grad_bytes, window.embedding_grad_bytes = grad_bytes(self._model.trainable_variables, self._model)
         return window
 
     def _mark(self, step: int) -> ContextManager[Any]:
@@ -351,7 +356,7 @@ def keras_callback(out_dir: str | os.PathLike[str], steps: range | tuple[int, in
 
         def _begin_window(self) -> None:
             if self.model is not None:
-                self.window.grad_bytes = grad_bytes(self.model.trainable_variables, self.model)
+                self.window.grad_bytes, self.window.embedding_grad_bytes = grad_bytes(self.model.trainable_variables, self.model)
             self.window.open()
 
         def on_train_begin(self, logs: Any = None) -> None:

@@ -141,6 +141,7 @@ class StepWindow:
         self.ended = False  # the window's end was handled (barrier, stop, agreement, files)
         self.lost = False  # this rank's profile of the current window is lost (its start or stop failed)
         self.grad_bytes = 0
+        self.embedding_grad_bytes = 0  # TF: the Embedding tables', left out of grad_bytes (``tf_profile.grad_bytes``)
         self.collective_bytes: dict[str, int] = {}  # collective op -> bytes of its own input (``tf_profile.collective_bytes``)
         self.warnings: list[str] = []
         self.step_times_ns: dict[int, tuple[int, int]] = {}  # profiled steps
@@ -301,6 +302,8 @@ class StepWindow:
         }
         if self.collective_bytes:
             info["collective_bytes"] = dict(self.collective_bytes)
+        if self.embedding_grad_bytes:
+            info["embedding_grad_bytes"] = int(self.embedding_grad_bytes)
         hz = kernel_hz()
         if hz:
             info["kernel_hz"] = hz
