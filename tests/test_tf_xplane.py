@@ -415,7 +415,7 @@ def test_a_loss_scaled_step_s_gradients_go_on_its_optimizer_s_reduce_inside_the_
     p = open_run(str(DATA / "tf" / "seq2seq-fp16"))
     rows = evaluate(p.graph, [Scenario(bandwidth="10Gbit"), Scenario(bandwidth="200Mbit")], measured_us=p.analysis.measured_us,
                     tolerance_pct=None)["scenarios"]
-    assert rows[1]["predicted_iter_ms"] - rows[0]["predicted_iter_ms"] > 8 * 1623968 / 2e8 * 1e3 * 0.9  # a ring: 2 x (N-1)/N of it
+    assert rows[1].predicted_iter_ms - rows[0].predicted_iter_ms > 8 * 1623968 / 2e8 * 1e3 * 0.9  # a ring: 2 x (N-1)/N of it
 
 
 def test_a_keras_rnn_s_loop_body_belongs_to_its_layer():
