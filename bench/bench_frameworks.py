@@ -203,7 +203,7 @@ def testbed(names: list[str], args) -> dict:
     """Bandwidth what-if on the namespace testbed: per script and round, a profiled job at the faster rate of its pair and
     one at the slower (their order alternating by round), the second predicted from the first's profile, and a reference
     job at the faster rate on the slower one's other side (``tb-NAME-K-RATEM-ref``: the profiled configuration's level just
-    before and after the measurement, for ``ratio_error_pct``, ``_round``). The pair is the
+    before and after the measurement, for ``change_error_pct``, ``_round``). The pair is the
     script's in ``PAIRS`` (``--rate fixed``, the default), a given one, or, with ``--rate auto``, a pilot job's
     (``pick_pair``); it is written to ``tb-NAME-pair.json`` for ``--repredict``.
     Judged on the median step (the slowest rank's, replayed as measured), each round against its own measured job."""
@@ -298,16 +298,18 @@ def _round(k: int, a: dict, b: dict, ref: dict | None = None) -> dict:
     """One round's row: the profiled job ``a`` (with its prediction) against the job measured at the other rate ``b``.
     ``error_pct`` is the median step's (the headline); the mean's and the collectives' alone beside it; ``in_interval``: the
     measured median step inside the prediction's interval. With ``ref``, the profiled configuration run again on the other
-    side of ``b`` (as ``b`` is run: the script with its window profiled), ``ratio_error_pct``: the what-if's change (its
-    prediction over its model of ``a``) against the measured one (``b`` over the mean level of ``a`` and ``ref``, the
-    profiled rate's median step just before and after ``b``), so neither the model's error on ``a`` nor a level that moved
-    from job to job at the profiled rate (``level_drift_pct``: ``ref`` against ``a``) counts as the what-if's."""
+    side of ``b`` (as ``b`` is run: the script with its window profiled), ``change_error_pct``: the what-if's change (its
+    prediction less its model of ``a``) less the measured one (``b`` less the mean of ``a`` and ``ref``, the profiled rate's
+    median step just before and after ``b``), over ``b``. ``error_pct`` is that plus the model's error on ``a`` plus half
+    ``a``'s departure from ``ref`` (``level_drift_pct``: ``ref`` against ``a``), each over ``b``: neither of the last two is
+    the what-if's. (A ratio of the changes would scale the milliseconds the wire adds by the model's error on ``a``.)"""
     row = {"round": k, "profiled": a, "other": b} | ({"ref": ref} if ref is not None else {})
     if "predicted_ms" in a and "measured_ms" in b:
         row["error_pct"] = 100.0 * (a["predicted_median_ms"] - b["measured_median_ms"]) / b["measured_median_ms"]
         if ref is not None and "measured_median_ms" in ref:
             level = 0.5 * (a["measured_median_ms"] + ref["measured_median_ms"])
-            row["ratio_error_pct"] = 100.0 * ((a["predicted_median_ms"] / a["model_median_ms"]) / (b["measured_median_ms"] / level) - 1.0)
+            change = (a["predicted_median_ms"] - a["model_median_ms"]) - (b["measured_median_ms"] - level)
+            row["change_error_pct"] = 100.0 * change / b["measured_median_ms"]
             row["level_drift_pct"] = 100.0 * (ref["measured_median_ms"] - a["measured_median_ms"]) / a["measured_median_ms"]
         row["mean_error_pct"] = 100.0 * (a["predicted_ms"] - b["measured_ms"]) / b["measured_ms"]
         row["comm_error_pct"] = 100.0 * (a["predicted_comm_ms"] - b["comm_ms"]) / b["comm_ms"]
@@ -338,9 +340,9 @@ def _summary(rounds: list[dict], pair: dict) -> dict:
     return {"rate_bit": pair["rate_bit"], "other_rate_bit": pair["other_rate_bit"], "pair": pair["why"], "rounds": len(rounds),
             "judged": sum("error_pct" in r for r in rounds),
             "error_pct": _stats([r["error_pct"] for r in rounds if "error_pct" in r], 8),
-            # the what-if's change against the measured change over the profiled rate's level around the measurement (rounds
+            # the what-if's change against the measured change from the profiled rate's level around the measurement (rounds
             # with a reference job, ``_round``): its own error apart from the model's on the profiled job and from job-to-job drift
-            "ratio_error_pct": _stats([r["ratio_error_pct"] for r in rounds if "ratio_error_pct" in r], 8),
+            "change_error_pct": _stats([r["change_error_pct"] for r in rounds if "change_error_pct" in r], 8),
             "level_drift_pct": _stats([r["level_drift_pct"] for r in rounds if "level_drift_pct" in r]),
             # rounds whose what-if said its point is not told apart from the profiled run's (a JAX job's per-array stall on
             # gloo moves a step further than the row changes it: ``analysis.operand_stall.stall_outweighs``), the others' error

@@ -1,4 +1,4 @@
-"""``bench/bench_frameworks.py --testbed``'s ratio error: the what-if's own change against the measured one over the profiled
+"""``bench/bench_frameworks.py --testbed``'s change error: the what-if's own change against the measured one from the profiled
 rate's level around the measurement (a reference job on the measured job's other side), apart from the model's error on the
 profiled job and from a level that moved between jobs. The figures are kept jax_gnn_jit rounds' (2026-12-03, 100 -> 40 Mbit/s):
 a profiled job at 71.3 ms (its model 71.1) where the other jobs at 100 Mbit/s ran 43-49 ms."""
@@ -23,18 +23,21 @@ def test_a_profiled_job_above_its_configurations_level_is_drift_not_the_what_ifs
     row = _round(1, PROFILED, OTHER, {"load": 2.2, "measured_ms": 44.0, "measured_median_ms": 44.5, "comm_ms": 38.0})
     assert row["error_pct"] == pytest.approx(36.0, abs=0.1)  # the headline: against the measured job alone
     assert row["level_drift_pct"] == pytest.approx(-37.6, abs=0.1)
-    # predicted x1.572 over its model; measured 82.2 over the mean level (71.3 + 44.5) / 2 = 57.9: x1.420
-    assert row["ratio_error_pct"] == pytest.approx(100 * (111.8 / 71.1) / (82.2 / 57.9) - 100, abs=0.05)
+    # predicted +40.7 ms over its model; measured 82.2 against the mean level (71.3 + 44.5) / 2 = 57.9: +24.3 ms
+    assert row["change_error_pct"] == pytest.approx(100 * (40.7 - 24.3) / 82.2, abs=0.05)
+    # the headline is the what-if's own error, the model's on the profiled job and half the profiled job's departure from the reference
+    parts = row["change_error_pct"] + 100 * (71.1 - 71.3) / 82.2 + 100 * (71.3 - 44.5) / 2 / 82.2
+    assert row["error_pct"] == pytest.approx(parts)
 
 
-def test_without_drift_or_model_error_the_ratio_error_is_the_absolute_one():
+def test_without_drift_or_model_error_the_change_error_is_the_absolute_one():
     exact = PROFILED | {"model_median_ms": 71.3, "model_median_pct": 0.0}
     row = _round(0, exact, OTHER, {"load": 2.0, "measured_ms": 71.0, "measured_median_ms": 71.3, "comm_ms": 63.0})
-    assert row["ratio_error_pct"] == pytest.approx(row["error_pct"]) and row["level_drift_pct"] == 0.0
+    assert row["change_error_pct"] == pytest.approx(row["error_pct"]) and row["level_drift_pct"] == 0.0
 
 
-def test_rounds_kept_without_a_reference_job_have_no_ratio():
+def test_rounds_kept_without_a_reference_job_have_no_change_error():
     rounds = [_round(0, PROFILED, OTHER)]
-    assert "ratio_error_pct" not in rounds[0]
+    assert "change_error_pct" not in rounds[0]
     summary = _summary(rounds, {"rate_bit": 100e6, "other_rate_bit": 40e6, "why": "fixed (PAIRS)"})
-    assert summary["ratio_error_pct"] == {"median": None, "spread": None} and summary["error_pct"]["median"] == pytest.approx(36.0, abs=0.1)
+    assert summary["change_error_pct"] == {"median": None, "spread": None} and summary["error_pct"]["median"] == pytest.approx(36.0, abs=0.1)
