@@ -388,7 +388,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline-src", help="another checkout's src/ (e.g. before a collector fix): its collector profiles every "
                                            "other run, in interleaved rounds, and crashes are counted per collector")
     ap.add_argument("--testbed", action="store_true", help="(root) the bandwidth what-if on the namespace testbed instead: profile at "
-                    "a rate, predict and measure another, in --rounds interleaved rounds per script (TF, JAX, Horovod)")
+                    "a rate, predict and measure another, in --rounds interleaved rounds per script (TF, JAX, Horovod); the profiled "
+                    "rate run again just before and after each measurement tells the what-if's own error (change_error_pct) from drift")
     ap.add_argument("--rate", default="fixed", help="--testbed: the profiled link rate, bit/s; fixed (the default): each script's "
                     f"pair in PAIRS, else {DEFAULT_PAIR[0] / 1e6:g} -> {DEFAULT_PAIR[1] / 1e6:g} Mbit/s; auto: a pilot job at "
                     f"{PILOT_RATE / 1e6:g} Mbit/s picks a pair where the collectives are a sizeable share of the step (to size a new script's pair)")
