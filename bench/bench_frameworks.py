@@ -79,6 +79,8 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "mx_textcnn_sched": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
     "hvd_dlrm_dense": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
 }
+# A testbed round's reference jobs (``testbed``): the profiled configuration again, just before and just after the measured job
+REFERENCES = ("before", "after")
 MXNET_SERVERS = {"mx_kv_manual": 2}  # servers of an MXNet script's job (1 elsewhere)
 # Horovod: (the profiled window, the script's arguments). Its fusion depends on timing, so the collectives differ from step
 # to step and run to run: 10 steps, not 4 (one 117 ms step among 25-35 ms ones set a 4-step window's mean off by 80 %).
@@ -204,7 +206,9 @@ def run_job(name: str, python: str, out: str, ns: str, rate: float, args, bucket
 
 def testbed(names: list[str], args) -> dict:
     """Bandwidth what-if on the namespace testbed: per script and round, a profiled job at the faster rate of its pair and
-    one at the slower (their order alternating by round), the second predicted from the first's profile. The pair is the
+    one at the slower (their order alternating by round), the second predicted from the first's profile, and two reference
+    jobs at the faster rate just before and after the slower one (``tb-NAME-K-RATEM-before``, ``-after``: the profiled
+    configuration's level around the measurement, for ``change_error_pct``, ``_round``). The pair is the
     script's in ``PAIRS`` (``--rate fixed``, the default), a given one, or, with ``--rate auto``, a pilot job's
     (``pick_pair``); it is written to ``tb-NAME-pair.json`` for ``--repredict``.
     Judged on the median step (the slowest rank's, replayed as measured), each round against its own measured job."""
@@ -241,20 +245,21 @@ def testbed(names: list[str], args) -> dict:
             print(f"{name}: profiled at {fast / 1e6:g} Mbit/s, predicted at {slow / 1e6:g} ({said})", file=sys.stderr, flush=True)
             rounds = []
             for k in range(args.rounds):
-                got: dict[float, dict] = {}
-                for rate in ((fast, slow) if k % 2 == 0 else (slow, fast)):
-                    out = os.path.join(keep, f"tb-{name}-{k}-{int(rate / 1e6)}M")
-                    got[rate] = run_job(name, python, out, ns, rate, args, min(fast, slow))
-                    if "refused" in got[rate]:  # the link changed under the job: once more, from a freshly shaped link
-                        print(f"{name} round {k + 1}, {rate / 1e6:g} Mbit/s: {got[rate]['refused']}; again", file=sys.stderr, flush=True)
-                        got[rate] = run_job(name, python, out, ns, rate, args, min(fast, slow))
-                    if "refused" not in got[rate]:
+                got: dict[str, dict] = {}
+                for side in (("profiled", "before", "other", "after") if k % 2 == 0 else ("before", "other", "after", "profiled")):
+                    rate = slow if side == "other" else fast
+                    out = os.path.join(keep, f"tb-{name}-{k}-{int(rate / 1e6)}M{f'-{side}' if side in REFERENCES else ''}")
+                    got[side] = run_job(name, python, out, ns, rate, args, min(fast, slow))
+                    if "refused" in got[side]:  # the link changed under the job: once more, from a freshly shaped link
+                        print(f"{name} round {k + 1}, {side} {rate / 1e6:g} Mbit/s: {got[side]['refused']}; again", file=sys.stderr, flush=True)
+                        got[side] = run_job(name, python, out, ns, rate, args, min(fast, slow))
+                    if "refused" not in got[side]:
                         try:
-                            got[rate] |= predict_rate(out, rate, slow) if rate == fast else measured(out)
+                            got[side] |= predict_rate(out, rate, slow) if side == "profiled" else measured(out)
                         except DagprofError as e:
-                            got[rate]["refused"] = str(e)
-                    print(f"{name} round {k + 1}, {rate / 1e6:g} Mbit/s: {got[rate]}", file=sys.stderr, flush=True)
-                rounds.append(_round(k, got[fast], got[slow]))
+                            got[side]["refused"] = str(e)
+                    print(f"{name} round {k + 1}, {side} {rate / 1e6:g} Mbit/s: {got[side]}", file=sys.stderr, flush=True)
+                rounds.append(_round(k, got["profiled"], got["other"], (got["before"], got["after"])))
             results[name] = {"pair": pair, "rounds": rounds, "summary": _summary(rounds, pair)}
     return results
 
@@ -275,29 +280,46 @@ def repredict(kept: str, names: list[str], args) -> dict:
         fast, slow = pair["rate_bit"], pair["other_rate_bit"]
         rounds = []
         for k in range(args.rounds):
-            folder = {r: os.path.join(kept, f"tb-{name}-{k}-{int(r / 1e6)}M") for r in (fast, slow)}
-            if not all(os.path.isdir(f) for f in folder.values()):
+            folder = {"profiled": os.path.join(kept, f"tb-{name}-{k}-{int(fast / 1e6)}M"), "other": os.path.join(kept, f"tb-{name}-{k}-{int(slow / 1e6)}M")}
+            folder |= {side: os.path.join(kept, f"tb-{name}-{k}-{int(fast / 1e6)}M-{side}") for side in REFERENCES}
+            if not all(os.path.isdir(folder[side]) for side in ("profiled", "other")):
                 continue
             got = {}
-            for rate, out in folder.items():
+            for side, out in folder.items():
+                if not os.path.isdir(out):  # kept before the bench ran reference jobs
+                    continue
                 try:
-                    got[rate] = {"load": float("nan")} | (predict_rate(out, rate, slow) if rate == fast else measured(out))
+                    got[side] = {"load": float("nan")} | (predict_rate(out, fast, slow) if side == "profiled" else measured(out))
                 except DagprofError as e:
-                    got[rate] = {"load": float("nan"), "refused": str(e)}
-            rounds.append(_round(k, got[fast], got[slow]))
+                    got[side] = {"load": float("nan"), "refused": str(e)}
+            refs = tuple(got[side] for side in REFERENCES if side in got)
+            rounds.append(_round(k, got["profiled"], got["other"], refs if len(refs) == 2 else None))
             print(f"{name} round {k + 1}: {rounds[-1].get('error_pct', rounds[-1]['profiled'].get('refused'))}", file=sys.stderr, flush=True)
         if rounds:
             results[name] = {"pair": pair, "rounds": rounds, "summary": _summary(rounds, pair)}
     return results
 
 
-def _round(k: int, a: dict, b: dict) -> dict:
+def _round(k: int, a: dict, b: dict, refs: tuple[dict, dict] | None = None) -> dict:
     """One round's row: the profiled job ``a`` (with its prediction) against the job measured at the other rate ``b``.
-    ``error_pct`` is the median step's; the mean's and the collectives' alone beside it; ``in_interval``: the measured median
-    step inside the prediction's interval."""
-    row = {"round": k, "profiled": a, "other": b}
+    ``error_pct`` is the median step's (the headline); the mean's and the collectives' alone beside it; ``in_interval``: the
+    measured median step inside the prediction's interval. With ``refs``, the profiled configuration run again just before
+    and after ``b`` (as ``b`` is run: the script with its window profiled), their mean median step is the profiled rate's
+    level around the measurement, and ``change_error_pct`` the what-if's own error: its change (the prediction less its
+    model of ``a``) less the measured one (``b`` less that level), over ``b``. ``error_pct`` is that plus the model's error
+    on ``a`` plus ``a``'s departure from the level (``level_drift_pct``, of the level), each over ``b``: neither of the last
+    two is the what-if's. ``level_moved_pct``: after against before, how far the level itself moved across ``b``. (A ratio
+    of the changes would scale the milliseconds the wire adds by the model's error on ``a``.)"""
+    row = {"round": k, "profiled": a, "other": b} | ({"refs": list(refs)} if refs else {})
     if "predicted_ms" in a and "measured_ms" in b:
         row["error_pct"] = 100.0 * (a["predicted_median_ms"] - b["measured_median_ms"]) / b["measured_median_ms"]
+        if refs and all("measured_median_ms" in x for x in refs):
+            before, after = (x["measured_median_ms"] for x in refs)
+            level = 0.5 * (before + after)
+            change = (a["predicted_median_ms"] - a["model_median_ms"]) - (b["measured_median_ms"] - level)
+            row["change_error_pct"] = 100.0 * change / b["measured_median_ms"]
+            row["level_drift_pct"] = 100.0 * (a["measured_median_ms"] - level) / level
+            row["level_moved_pct"] = 100.0 * (after - before) / before
         row["mean_error_pct"] = 100.0 * (a["predicted_ms"] - b["measured_ms"]) / b["measured_ms"]
         row["comm_error_pct"] = 100.0 * (a["predicted_comm_ms"] - b["comm_ms"]) / b["comm_ms"]
         # the measured collectives between the what-if's (the least) and the most: a slower wire's with the profile's excess over
@@ -319,7 +341,7 @@ def _summary(rounds: list[dict], pair: dict) -> dict:
     """The rounds' errors: the median step's (the verdict, per round and pooled), the model's reproduction of each profiled
     job, the mean step's and the collectives' alone; the measured median steps and the collectives' share of them per rate, the load."""
     col = lambda key, side="profiled": [r[side][key] for r in rounds if key in r[side]]  # noqa: E731
-    loads = [x["load"] for r in rounds for x in (r["profiled"], r["other"])]
+    loads = [x["load"] for r in rounds for x in (r["profiled"], r["other"], *r.get("refs", ())) if "load" in x]
     share = {side: [100.0 * x["comm_ms"] / x["measured_median_ms"] for r in rounds if "comm_ms" in (x := r[side])]
              for side in ("profiled", "other")}
     fast, slow = (f"{pair[k] / 1e6:g}Mbit" for k in ("rate_bit", "other_rate_bit"))
@@ -327,6 +349,11 @@ def _summary(rounds: list[dict], pair: dict) -> dict:
     return {"rate_bit": pair["rate_bit"], "other_rate_bit": pair["other_rate_bit"], "pair": pair["why"], "rounds": len(rounds),
             "judged": sum("error_pct" in r for r in rounds),
             "error_pct": _stats([r["error_pct"] for r in rounds if "error_pct" in r], 8),
+            # the what-if's change against the measured change from the profiled rate's level around the measurement (rounds
+            # with a reference job, ``_round``): its own error apart from the model's on the profiled job and from job-to-job drift
+            "change_error_pct": _stats([r["change_error_pct"] for r in rounds if "change_error_pct" in r], 8),
+            "level_drift_pct": _stats([r["level_drift_pct"] for r in rounds if "level_drift_pct" in r]),
+            "level_moved_pct": _stats([r["level_moved_pct"] for r in rounds if "level_moved_pct" in r]),
             # rounds whose what-if said its point is not told apart from the profiled run's (a JAX job's per-array stall on
             # gloo moves a step further than the row changes it: ``analysis.operand_stall.stall_outweighs``), the others' error
             "stall_outweighs": sum(bool(r["profiled"].get("stall_outweighs")) and "error_pct" in r for r in rounds),
@@ -342,7 +369,7 @@ def _summary(rounds: list[dict], pair: dict) -> dict:
             "predicted_median_ms": _stats(col("predicted_median_ms")),
             "fit_of_wire_pct": _stats(col("fit_of_wire_pct")),
             "comm_share_pct": {fast: _stats(share["profiled"]), slow: _stats(share["other"])},
-            "refused": [x["refused"] for r in rounds for x in (r["profiled"], r["other"]) if "refused" in x],
+            "refused": [x["refused"] for r in rounds for x in (r["profiled"], r["other"], *r.get("refs", ())) if "refused" in x],
             "load_median": float(np.median(loads)), "load_max": float(max(loads))}
 
 
@@ -366,7 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline-src", help="another checkout's src/ (e.g. before a collector fix): its collector profiles every "
                                            "other run, in interleaved rounds, and crashes are counted per collector")
     ap.add_argument("--testbed", action="store_true", help="(root) the bandwidth what-if on the namespace testbed instead: profile at "
-                    "a rate, predict and measure another, in --rounds interleaved rounds per script (TF, JAX, Horovod)")
+                    "a rate, predict and measure another, in --rounds interleaved rounds per script (TF, JAX, Horovod); the profiled "
+                    "rate run again just before and after each measurement tells the what-if's own error (change_error_pct) from drift")
     ap.add_argument("--rate", default="fixed", help="--testbed: the profiled link rate, bit/s; fixed (the default): each script's "
                     f"pair in PAIRS, else {DEFAULT_PAIR[0] / 1e6:g} -> {DEFAULT_PAIR[1] / 1e6:g} Mbit/s; auto: a pilot job at "
                     f"{PILOT_RATE / 1e6:g} Mbit/s picks a pair where the collectives are a sizeable share of the step (to size a new script's pair)")

@@ -189,7 +189,8 @@ def predict_rate(out: str, rate: float, other: float) -> dict:
     what_if = set_link(flat, wire_bandwidth(marked, parse_bandwidth(wire_rate(other, n, share)), base))
     got = measured(out)
     model_median = median_step_ms(flat)
-    return got | {"model_pct": res["model_error_pct"], "model_median_pct": 100.0 * (model_median - got["measured_median_ms"]) / got["measured_median_ms"],
+    return got | {"model_pct": res["model_error_pct"], "model_median_ms": model_median,
+                  "model_median_pct": 100.0 * (model_median - got["measured_median_ms"]) / got["measured_median_ms"],
                   "predicted_ms": row.predicted_iter_ms, "predicted_median_ms": median_step_ms(what_if),
                   "predicted_comm_ms": comm_per_step_ms(what_if), "most_comm_ms": kept_comm_ms(p.graph, rate, other, share) if other < rate else got["comm_ms"],
                   "fit_bit_per_s": 8 * fit["bandwidth_bytes_per_s"],

@@ -1,0 +1,46 @@
+"""``bench/bench_frameworks.py --testbed``'s change error: the what-if's own change against the measured one from the profiled
+rate's level around the measurement (reference jobs just before and after it), apart from the model's error on the profiled
+job and from a level that moved between jobs. The figures are kept jax_gnn_jit rounds' (2026-12-03, 100 -> 40 Mbit/s): a
+profiled job at 71.3 ms (its model 71.1) where the other jobs at 100 Mbit/s ran 43-49 ms."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+
+from bench_frameworks import _round, _summary  # noqa: E402
+
+PROFILED = {"load": 2.3, "measured_ms": 70.7, "measured_median_ms": 71.3, "model_median_ms": 71.1, "model_median_pct": -0.3,
+            "predicted_ms": 110.0, "predicted_median_ms": 111.8, "predicted_comm_ms": 104.0, "comm_ms": 63.8, "most_comm_ms": 110.0,
+            "interval_ms": [66.1, 153.5]}
+OTHER = {"load": 2.1, "measured_ms": 80.9, "measured_median_ms": 82.2, "comm_ms": 75.7}
+
+
+def ref(median_ms: float) -> dict:
+    return {"load": 2.2, "measured_ms": median_ms, "measured_median_ms": median_ms, "comm_ms": median_ms - 6.0}
+
+
+def test_a_profiled_job_above_its_configurations_level_is_drift_not_the_what_ifs_error():
+    row = _round(1, PROFILED, OTHER, (ref(43.4), ref(45.6)))
+    assert row["error_pct"] == pytest.approx(36.0, abs=0.1)  # the headline: against the measured job alone
+    assert row["level_drift_pct"] == pytest.approx(100 * (71.3 - 44.5) / 44.5) and row["level_moved_pct"] == pytest.approx(5.07, abs=0.01)
+    # predicted +40.7 ms over its model; measured 82.2 against the level (43.4 + 45.6) / 2 = 44.5: +37.7 ms
+    assert row["change_error_pct"] == pytest.approx(100 * (40.7 - 37.7) / 82.2, abs=0.05)
+    # the headline is the what-if's own error, the model's on the profiled job and the profiled job's departure from the level
+    assert row["error_pct"] == pytest.approx(row["change_error_pct"] + 100 * (71.1 - 71.3) / 82.2 + 100 * (71.3 - 44.5) / 82.2)
+
+
+def test_without_drift_or_model_error_the_change_error_is_the_absolute_one():
+    exact = PROFILED | {"model_median_ms": 71.3, "model_median_pct": 0.0}
+    row = _round(0, exact, OTHER, (ref(70.3), ref(72.3)))
+    assert row["change_error_pct"] == pytest.approx(row["error_pct"]) and row["level_drift_pct"] == 0.0
+
+
+def test_rounds_kept_without_reference_jobs_have_no_change_error():
+    rounds = [_round(0, PROFILED, OTHER)]
+    assert "change_error_pct" not in rounds[0]
+    summary = _summary(rounds, {"rate_bit": 100e6, "other_rate_bit": 40e6, "why": "fixed (PAIRS)"})
+    assert summary["change_error_pct"] == {"median": None, "spread": None} and summary["error_pct"]["median"] == pytest.approx(36.0, abs=0.1)
