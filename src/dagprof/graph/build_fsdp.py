@@ -58,6 +58,7 @@ def fsdp_meta(run: Run) -> FsdpRecord:
         layer_grad_bytes=dict(t0.meta.layer_grad_bytes),
         api=t0.meta.fsdp.api,
         layer_saved_gathered_bytes=None if (gathered := t0.meta.fsdp.layer_saved_gathered_bytes) is None else dict(gathered),
+        layer_output_bytes=None if (outs := t0.meta.fsdp.layer_output_bytes) is None else dict(outs),
     )
 
 

@@ -73,6 +73,7 @@ class FsdpRecord:
     api: str = FSDP2_API  # FsdpInfo.api: dagprof.apply configures FSDP2 units only
     # rank 0's gathered parameters among layer_saved_bytes, per layer (FsdpInfo.layer_saved_gathered_bytes); None: not recorded
     layer_saved_gathered_bytes: dict[str, int] | None = None
+    layer_output_bytes: dict[str, int] | None = None  # rank 0's bytes each layer returned (FsdpInfo.layer_output_bytes); None: not recorded
 
 
 @dataclass(frozen=True, slots=True)

@@ -188,7 +188,8 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
     in the parameter dtype) counts only the rest, a threshold that FSDP's padding flips: a `down` layer that saved only its
     weight (its input was saved by ``F.relu``) was counted once more where the weight was not padded (3x2 of the 6-rank
     testbed MLP) and not where it was (2x3, 1x6). With the record (``bench/bench_hsdp_mesh.py --layouts 1x6,2x3,3x2``):
-    a layout's peak from the two others' profiles 0.01-0.04 MiB apart (1.8-2.0 MiB with the threshold), each 4.5-8.9 % short.
+    a layout's peak from the two others' profiles 0.01-0.04 MiB apart (1.8-2.0 MiB with the threshold), each 4.5-8.9 % short
+    until the gradients in flight were counted (below): now -0.5 to +1.4 % (``tests/data/fsdp/pad-*``).
 
     The peak is the largest of these moments (the forward end is never above the first one):
     - the loss's backward, where the profile recorded it (``LOSS_BACKWARD``: what the graph from the model's output
@@ -197,7 +198,10 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
       reshards the root only when ``reshard_after_forward=True`` is passed to it, and gathers it again when the
       gradient reaches its output, after the loss's backward);
     - the backward of each inner unit: every activation not yet freed (this unit's and those before it in the
-      forward order, the root's throughout), what functional ops between layers saved, the model's output (the
+      forward order, the root's but those of its layers after the inner units, whose backward ran, where the profile
+      recorded the layers' outputs), the gradients in flight at the unit's fullest moment (``in_flight``, from the bytes
+      each layer returned, ``layer_output_bytes``: 1.25 MiB in the testbed MLP's `F.relu` backward, where a heap-sampled
+      run peaked; none in profiles without them, whose root activations stood in), what functional ops between layers saved, the model's output (the
       logits a script keeps until its step ends; the collector records what the root's forward returned,
       ``MODEL_OUTPUT``; a profile without it has what functional ops saved once more as a stand-in), the root's and this unit's full parameters,
       this unit's full gradients and those of the root's layers after the inner units (their backward ran),
@@ -258,6 +262,25 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
             out += s - w if s >= w > 0 else s
         return out
 
+    returned = fs.layer_output_bytes or {}  # what each layer returned: the gradient reaching it in backward is as large
+    forward = [g.layers[lay] for lay, _ in reversed(backward_layers(g, {}))]
+
+    def in_flight(names: list[str], u: FsdpGraphUnit) -> float:
+        """Bytes the fullest moment of the layers ``names`` (one unit's, in forward order) running backward holds beyond
+        all they saved: after a layer, the function between it and the next runs backward with the gradient of that layer's
+        output arriving and its gradient of its input leaving (an elementwise activation: twice the layer's output), the
+        gradient that reached the unit (what its last layer returned: a residual holds it until the branch's gradient joins
+        it), and the layers after it freed what they saved. 0 where the profile did not record the outputs."""
+        if not returned or not names:
+            return 0.0
+        outs = [float(returned.get(n, 0)) for n in names]
+        return max(2.0 * o + outs[-1] - acts(names[j + 1:], u) for j, o in enumerate(outs))
+
+    def leaving(names: list[str]) -> float:
+        """The gradient a unit's backward passes on (what the layer before its first returned), alive in its reduce-scatter."""
+        k = forward.index(names[0]) if names and names[0] in forward else 0
+        return float(returned.get(forward[k - 1], 0)) if k else 0.0
+
     outside = float(saved_bytes.get(SAVED_OUTSIDE_LAYERS, 0))
     output = float(saved_bytes.get(MODEL_OUTPUT, 0))  # the logits the script holds through the step, where recorded
     loss = output if MODEL_OUTPUT in saved_bytes else outside  # else: a stand-in for them and the loss's tensors
@@ -279,6 +302,9 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
         shard_of = [float(u.shard_bytes) * scale * _size(u.reduce_dtype or u.orig_dtype)
                     / _size(u.orig_dtype) for u in units]
         root_acts = sum(acts(unit_layers[i], units[i]) for i in root)
+        # the root's layers after the inner units ran backward before them and freed what they saved (a profile without the
+        # layers' outputs keeps them: the stand-in it had for the gradients in flight)
+        root_tail_acts = sum(acts([n for n in unit_layers[i] if n in after_inner], units[i]) for i in root) if returned else 0.0
         root_full = sum(full(units[i]) for i in root)
         root_grad = sum(full_grad(units[i]) for i in root)
         tail_grad = sum(float(grad_bytes.get(n, 0)) * _size(units[i].reduce_dtype or units[i].orig_dtype)
@@ -297,7 +323,10 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
                 gathered += full_grad(units[cur]) + (0.0 if cur in kept else full(units[cur]))
             if prefetch is not None:
                 gathered += full(units[prefetch])
-            a = root_acts + outside + loss + sum(acts(unit_layers[i], units[i]) for i in alive)
+            running = ([n for n in forward if n in unit_layers[cur]] if cur is not None  # the layers whose backward runs now
+                       else [n for i in root for n in forward if n in unit_layers[i] and n not in after_inner])
+            a = (root_acts - root_tail_acts + outside + loss + sum(acts(unit_layers[i], units[i]) for i in alive)
+                 + (in_flight(running, units[cur if cur is not None else root[0]]) if running else 0.0))
             done = sum(shard_of[i] for i in others[k:])
             m = FsdpMemory(params, opt, done, a, gathered, f"backward of {units[cur].name if cur is not None else '<root>'}")
             # its reduce-scatter, once its activations are freed (the root's: the last, everything else freed)
@@ -307,7 +336,8 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
                 cast = units[u].param_dtype != (units[u].reduce_dtype or units[u].orig_dtype)
                 buffers = float(units[u].numel * param_size(units[u])) + (2.0 if cast else 1.0) * full_grad(units[u])
                 if cur is not None:
-                    rs = FsdpMemory(params, opt, done + shard_of[u], outside + output + root_acts + sum(acts(unit_layers[i], units[i]) for i in others[:k - 1]),
+                    rs = FsdpMemory(params, opt, done + shard_of[u], outside + output + root_acts - root_tail_acts + leaving(running)
+                                    + sum(acts(unit_layers[i], units[i]) for i in others[:k - 1]),
                                     root_full + tail_grad + sum(full(units[i]) for i in kept if i in others[:k - 1]) + buffers,
                                     f"reduce-scatter of {units[u].name}")
                 else:

@@ -171,6 +171,9 @@ class FsdpInfo(msgspec.Struct, kw_only=True):
     # module path -> bytes of the gathered parameters among what it saved for backward (their storages, padded to the shard
     # count), the most in one profiled step; None: not recorded (FSDP1, older files: ``search.memory.fsdp_peak``'s threshold)
     layer_saved_gathered_bytes: dict[str, int] | None = None
+    # module path -> bytes its forward returned (a leaf module's), the most in one profiled step: the gradient reaching it in
+    # backward is as large (``search.memory.fsdp_peak`` counts it in flight); None: not recorded (older files)
+    layer_output_bytes: dict[str, int] | None = None
 
 
 class Manifest(msgspec.Struct, kw_only=True):

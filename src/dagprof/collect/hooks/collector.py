@@ -239,7 +239,7 @@ class Collector:
             t = time.time_ns()
             call = self._calls.get(layer, 1) - 1
             self.records.append((Rec.FWD_END, layer, call, t, 0))
-            self.saved.leave(layer)
+            self.saved.leave(layer, output)
             if self.ranges:
                 self._close_range(layer, call)
             n = 0

@@ -269,7 +269,8 @@ class FsdpRecorder:
                 reduce_dtype=_dtype(g._reduce_dtype or g._orig_dtype), reshard_after_forward=bool(g._reshard_after_forward),
                 mesh=list(mesh.shape), mesh_dims=list(mesh.mesh_dim_names or ()),
             ))
-        return FsdpInfo(units=units, collectives=self.collectives, layer_saved_gathered_bytes=dict(self.c.saved.most_gathered), **self._memory)
+        return FsdpInfo(units=units, collectives=self.collectives, layer_saved_gathered_bytes=dict(self.c.saved.most_gathered),
+                       layer_output_bytes=dict(self.c.saved.most_output), **self._memory)
 
 
 def own_layers(fqn: str, others: list[str], layers: list[str]) -> list[int]:

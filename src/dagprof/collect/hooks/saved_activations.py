@@ -8,8 +8,9 @@ DDP launches its all-reduces, runs without them, and FSDP's collectives pause th
 it calls the inner module, outside too. Besides, the bytes the root's forward returned (the logits and loss tensors no
 saved-tensor hook sees) and the loss's own backward (``loss_graph``). An FSDP layer's saved weight is the unit's gathered
 parameter, no parameter of the model: it counts among the layer's bytes, and apart too (``most_gathered``: the storages
-``collect.hooks.fsdp`` names, padded to the shard count) so that the memory model takes out exactly those. The collector
-owns the window and the guard; this owns the counting.
+``collect.hooks.fsdp`` names, padded to the shard count) so that the memory model takes out exactly those. And the bytes each
+leaf module returned (``most_output``): the gradient that reaches it in backward is as large, which the memory model counts
+in flight. The collector owns the window and the guard; this owns the counting.
 """
 from __future__ import annotations
 
@@ -36,8 +37,10 @@ class SavedActivations:
         self._param_ptrs: set[int] = set()
         self._gathered: set[int] = set()  # storages (by identity) of FSDP's gathered parameters
         self._step_gathered: dict[int, int] = {}  # layer -> bytes of those it saved this step
+        self._step_output: dict[int, int] = {}  # layer -> bytes its forward returned this step
         self.most: dict[str, int] = {}  # layer path -> most bytes saved in one profiled step
         self.most_gathered: dict[str, int] = {}  # layer path -> most bytes of gathered parameters among them
+        self.most_output: dict[str, int] = {}  # layer path -> most bytes its forward returned in one profiled step
 
     @property
     def counting(self) -> bool:
@@ -57,15 +60,19 @@ class SavedActivations:
         self._seen.clear()
         self._step.clear()
         self._step_gathered.clear()
+        self._step_output.clear()
         self._loss.new_step()
 
     def enter(self, layer: int) -> None:
         """A leaf module's forward begins: what is saved now is ``layer``'s."""
         self._layer_stack.append(layer)
 
-    def leave(self, layer: int) -> None:
+    def leave(self, layer: int, output: Any = None) -> None:
+        """A leaf module's forward returned ``output``: its bytes are the gradient's that reaches the layer in backward."""
         if self._layer_stack and self._layer_stack[-1] == layer:
             self._layer_stack.pop()
+        if self.counting and output is not None:
+            self._step_output[layer] = self._step_output.get(layer, 0) + output_bytes(output)
 
     def forward_begins(self, module: Any, args: tuple) -> None:
         """A root's forward pre-hook: count saved activations while the forward runs (module docstring)."""
@@ -107,9 +114,10 @@ class SavedActivations:
             self._step[_LOSS] = self._loss.peak
         for path, nb in self.step_bytes(layers).items():
             self.most[path] = max(self.most.get(path, 0), nb)
-        for k, nb in self._step_gathered.items():
-            path = _key(layers, k)
-            self.most_gathered[path] = max(self.most_gathered.get(path, 0), nb)
+        for mine, step in ((self.most_gathered, self._step_gathered), (self.most_output, self._step_output)):
+            for k, nb in step.items():
+                path = _key(layers, k)
+                mine[path] = max(mine.get(path, 0), nb)
 
     def step_bytes(self, layers: list[str]) -> dict[str, int]:
         """This step's bytes by layer path (``layers``: the collector's, by index)."""
