@@ -260,8 +260,9 @@ class _Waits:
                    if what == "since" and label.split(" ", 1)[0] == kind for grp in self._groups(label)] if per_byte > 0 else []
             if not was:  # no wire in the price, or priced by a link fitted to other kinds
                 continue
-            now = [head_start(gather, t[:, [r % t.shape[1] for r in ranks]], nbytes, per_byte)
-                   for at, ranks in {(at, ranks) for _, at, ranks in mine}
+            w0 = self.mesh[0] * self.mesh[1]  # a new rank replays the arrivals of the profiled rank it copies
+            now = [head_start(gather, t[:, list(ranks)], nbytes, per_byte)
+                   for at, ranks in {(at, tuple(r % w0 for r in ranks)) for _, at, ranks in mine}
                    if (t := self.times.get((at[0], at[1], "since_released" if at[2] else "since"))) is not None and len(t)]
             if now and np.mean(was) > 0:
                 n = np.array([len(ranks) for _, _, ranks in mine], dtype=float)
