@@ -11,7 +11,7 @@ first. gloo's TCP transport sends a payload only once the receiver's recv-ready 
 which is the link model's bytes-per-link rule when the ranks arrive together; when one arrives late, the links away
 from it have already moved up to two segments per hop, and the first rank out finishes before the late rank's own
 links could carry their share. On the kept 200 Mbit/s testbed rings (2, 3, 4, 6 ranks, ``bench/bench_hsdp_mesh.py
---keep``) the first rank out after the last join came 0-3 ms after this replay's, the all-gather's head start at 6
+--keep``) the first rank out after the last join came -0.1 to +3.3 ms (median) after this replay's, the all-gather's head start at 6
 ranks (up to 5 ms when the last rank arrives 7 ms after the others) included.
 
 The replay is in units of the link's time per byte: no rate, latency or CPU time is assumed (messages are fluid,

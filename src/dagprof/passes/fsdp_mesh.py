@@ -25,7 +25,7 @@ target layout, ``tests/test_fsdp_mesh.py``):
   as profiled, with a warning; ``merged_rings_note`` says in one line where a new ring holds whole profiled groups;
 - a ring's transfer runs from its last rank's arrival, and while that rank was late the ring's other links moved their
   first segments (gloo's rendezvous and two messages in flight, ``costmodel.gloo_ring``): on the 200 Mbit/s testbed a
-  6-rank all-gather took 1.17x a 3-rank one against 1.25x from the bytes per link, each within 0-3 ms of the ring
+  6-rank all-gather took 1.17x a 3-rank one against 1.25x from the bytes per link, each within -0.1 to +3.3 ms of the ring
   replayed from its measured arrivals. So each new ring's wire time (its kind's time per byte in the profile's link)
   is scaled by what the ranks' measured arrivals hide of it over what they hid of the profiled groups' (which the
   fitted link carries), per kind;
