@@ -172,3 +172,34 @@ def test_fewer_ranks_leave_no_collective_behind():
     m = set_mesh(graph(HSDP), 1, 2)  # one replica of the 2x2 job
     assert m.world_size == 2 and all(set(issuers(m, c.node)) == {0, 1} for c in fsdp_collectives(m))
     check_fsdp_edges(m)
+
+
+def test_rings_merged_from_profiled_groups_are_said():
+    """2x2 -> 1x4 runs 4-rank rings each holding two profiled 2-rank ones, 3x2 -> 2x3 3-rank rings holding a profiled pair:
+    how their ranks wait and leave in the longer ring is not measured, one line says so; regrouping into rings no longer
+    than the profiled ones (1x4 -> 2x2, 2x3 -> 3x2: replicate rings of 3 from pairs across other ranks) says nothing."""
+    from dagprof.passes.fsdp_mesh import merged_rings_note
+    note = merged_rings_note(graph(HSDP), 1, 4)
+    assert note and "shard groups of 4" in note and "\n" not in note
+    assert "shard groups of 3" in merged_rings_note(graph(HSDP32), 2, 3)
+    assert merged_rings_note(graph(FSDP4), 2, 2) is None and merged_rings_note(graph(HSDP23), 3, 2) is None
+
+
+def test_a_longer_ring_hides_more_of_its_all_gathers_behind_a_late_rank():
+    """3x2 -> 1x6 on the 200 Mbit/s testbed (``fsdp/testbed-3x2-200mbit``): while a rank of a 6-rank ring is late the other
+    links move their first segments (``costmodel.gloo_ring``), so from the ranks' own measured arrivals the all-gathers
+    take less than the bytes per link at the link fitted to the 2-rank ones; the reduce-scatters (gloo's all-reduce ring,
+    each receive posted before its send) hide less. On loopback no wire shows in the fitted link (its collectives do not
+    grow with their bytes): nothing is hidden there."""
+    from dagprof.passes.comm import current_topology
+
+    def per_link(g, mesh):
+        link, m, out = current_topology(g), set_mesh(g, *mesh), {}
+        for c in fsdp_collectives(m):
+            n = len(issuers(m, c.node))
+            wire = (1 if c.kind == "all_gather" else 2) * (n - 1) / n * float(m.nbytes[c.node]) * link.for_kind(c.kind).inter.beta_us_per_byte
+            out.setdefault(c.kind, []).append(float(m.dur[c.node]) / wire if wire else np.nan)
+        return {k: float(np.mean(v)) for k, v in out.items()}
+    got = per_link(graph(FSDP / "testbed-3x2-200mbit"), (1, 6))
+    assert got["all_gather"] < 0.95 and got["all_gather"] < got["reduce_scatter"] - 0.05
+    assert all(np.isnan(v) for v in per_link(graph(HSDP32), (1, 6)).values())

@@ -22,7 +22,13 @@ target layout, ``tests/test_fsdp_mesh.py``):
   the rank's whole profiled group (a ring merged from several) it stays as profiled: the profile does not measure that
   ring's spread. On the kept testbed runs (1 Gbit/s, load 1.4-8) 4-rank joins waited 2.2-2.6 ms and released 3.0-3.2 ms
   after the first rank out, 2-rank ones 1.3-1.5 and 0.9-2.2. Without measured times (a graph a pass changed) both stay
-  as profiled, with a warning;
+  as profiled, with a warning; ``merged_rings_note`` says in one line where a new ring holds whole profiled groups;
+- a ring's transfer runs from its last rank's arrival, and while that rank was late the ring's other links moved their
+  first segments (gloo's rendezvous and two messages in flight, ``costmodel.gloo_ring``): on the 200 Mbit/s testbed a
+  6-rank all-gather took 1.17x a 3-rank one against 1.25x from the bytes per link, each within -0.1 to +3.3 ms of the ring
+  replayed from its measured arrivals. So each new ring's wire time (its kind's time per byte in the profile's link)
+  is scaled by what the ranks' measured arrivals hide of it over what they hid of the profiled groups' (which the
+  fitted link carries), per kind;
 - the optimizer steps the rank's 1/S shards (``step_scale``), and the memory model reads the new shards
   from ``meta.fsdp`` (``with_mesh``).
 More ranks than profiled are copies of profiled ones (rank r copies r mod N0, as ``passes.workers``). FSDP pads each
@@ -49,6 +55,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..costmodel.fsdp_costs import FsdpCosts
+from ..costmodel.gloo_ring import head_start
+from ..costmodel.topology import Topology
 from ..errors import DagprofError
 from ..graph.build_fsdp import fsdp_collectives, is_fsdp_graph, mesh_of
 from ..graph.dag import DeviceKind, Graph, GraphBuilder
@@ -125,7 +133,7 @@ def set_mesh(g: Graph, replicate: int, shard: int, costs: FsdpCosts | None = Non
                 drop[_collective_nodes(src, v)] = True
         src = _without(src, drop, src.nbytes, {})
     waits, add_all_reduce = _Waits.of(g), replicate > 1 and r0 == 1
-    out = _regroup(src, replicate, shard, add_all_reduce=add_all_reduce, waits=waits)
+    out, rings = _regroup(src, replicate, shard, add_all_reduce=add_all_reduce, waits=waits)
     if waits is None and (shard != s0 or add_all_reduce):  # else copies of the profiled groups: they wait as those did
         out.meta.warnings.append(f"--mesh: no measured arrivals in this graph (a pass changed it since the profile): "
                                  f"{len(fsdp_collectives(out))} collectives keep their joins' waits and releases as profiled")
@@ -144,7 +152,29 @@ def set_mesh(g: Graph, replicate: int, shard: int, costs: FsdpCosts | None = Non
     out = out.replace(dur=dur, meta=out.meta.replace(world_size=world, ranks=list(range(world)), parallel=par))
     link = current_topology(g)  # the input's: a fit to the regrouped collectives would be no link
     priced = shard if replicate > 1 else world
-    return retime_collectives(out, link.with_workers(priced) if priced != link.world_size else link, lags_on=link)
+    out = retime_collectives(out, link.with_workers(priced) if priced != link.world_size else link, lags_on=link)
+    return out if waits is None else out.replace(dur=waits.skew_hidden(out, rings, link))
+
+
+def merged_rings_note(g: Graph, replicate: int, shard: int) -> str | None:
+    """One line where the layout's rings merge several profiled groups (2x2 -> 1x4: 4-rank shard rings of two 2-rank
+    ones): their ranks' releases and the waits of the longer ring on shared cores are not measured in the profile."""
+    if not is_fsdp_graph(g) or g.meta.fsdp.api != FSDP2_API:
+        return None
+    r0, s0 = mesh_of(g)
+    w0 = r0 * s0
+    merged = []
+    for what, new, old in (("shard", _shard_groups(replicate, shard), _shard_groups(r0, s0)),
+                           ("replicate", _replicate_groups(replicate, shard) if replicate > 1 else [], _replicate_groups(r0, s0) if r0 > 1 else [])):
+        for grp in new:
+            held = {r % w0 for r in grp}
+            if len(grp) > max(map(len, old), default=1) and any(set(o) < held for o in old):
+                merged.append((what, len(grp)))
+    if not merged:
+        return None
+    kinds = sorted(set(merged))
+    return (f"--mesh {replicate}x{shard}: {len(merged)} of its rings ({', '.join(f'{w} groups of {n}' for w, n in kinds)}) hold whole profiled "
+            f"groups ({r0}x{s0}) and more ranks: how their ranks wait and leave in the longer ring is not in the profile; kept as the profiled groups'")
 
 
 @dataclass(frozen=True)
@@ -213,6 +243,33 @@ class _Waits:
         kept = sorted(set(own) & {r % n for r in ranks})
         return float((release[:, kept].min(axis=1) - release[:, own].min(axis=1)).mean())
 
+    def skew_hidden(self, out: Graph, rings: list[tuple[int, tuple[str, int, bool], tuple[int, ...]]], link: Topology) -> np.ndarray:
+        """``out``'s durations with each new ring's wire time (its kind's time per byte in ``link``, the profile's; none
+        where that is 0: no wire shows in the profile) scaled by what its ranks' measured skew hides of a ring's transfer
+        (``costmodel.gloo_ring.head_start``, from the ranks' times since their last release) over what it hid of the
+        profiled groups', the link fitted to the kind carrying the latter; both averaged over the kind's calls."""
+        dur = out.dur.copy()
+        by_kind: dict[str, list[tuple[int, tuple[str, int, bool], tuple[int, ...]]]] = {}
+        for ring in rings:
+            by_kind.setdefault("all_reduce" if ring[1][2] else ring[1][0].split(" ", 1)[0], []).append(ring)
+        for kind, mine in by_kind.items():
+            per_byte = link.for_kind(kind).inter.beta_us_per_byte
+            gather, nodes = kind == "all_gather", np.array([v for v, _, _ in mine])
+            nbytes = float(np.mean(out.nbytes[nodes]))
+            was = [head_start(gather, t[:, grp], nbytes, per_byte) for (label, _, what), t in self.times.items()
+                   if what == "since" and label.split(" ", 1)[0] == kind for grp in self._groups(label)] if per_byte > 0 else []
+            if not was:  # no wire in the price, or priced by a link fitted to other kinds
+                continue
+            w0 = self.mesh[0] * self.mesh[1]  # a new rank replays the arrivals of the profiled rank it copies
+            now = [head_start(gather, t[:, list(ranks)], nbytes, per_byte)
+                   for at, ranks in {(at, tuple(r % w0 for r in ranks)) for _, at, ranks in mine}
+                   if (t := self.times.get((at[0], at[1], "since_released" if at[2] else "since"))) is not None and len(t)]
+            if now and np.mean(was) > 0:
+                n = np.array([len(ranks) for _, _, ranks in mine], dtype=float)
+                wire = (1 if gather else 2) * (n - 1) / n * out.nbytes[nodes] * per_byte
+                dur[nodes] = np.maximum(dur[nodes] - wire * (1 - float(np.mean(now)) / float(np.mean(was))), 0.0)
+        return dur
+
     def _groups(self, label: str) -> list[list[int]]:
         """The profiled groups of a call."""
         r0, s0 = self.mesh
@@ -249,9 +306,11 @@ def _calls(g: Graph) -> tuple[dict[tuple, dict[int, tuple[int, int, int]]], dict
     return calls, comm_of_wait, sync_of
 
 
-def _regroup(g: Graph, replicate: int, shard: int, add_all_reduce: bool, waits: _Waits | None) -> Graph:
+def _regroup(g: Graph, replicate: int, shard: int, add_all_reduce: bool,
+             waits: _Waits | None) -> tuple[Graph, list[tuple[int, tuple[str, int, bool], tuple[int, ...]]]]:
     """Every FSDP collective rebuilt on the layout's groups from each rank's enqueue, ready point and wait; with
-    ``add_all_reduce``, an all-reduce across replicas inserted after each reduce-scatter (module docstring)."""
+    ``add_all_reduce``, an all-reduce across replicas inserted after each reduce-scatter (module docstring). Also each
+    new transfer's node, call (label, nth, after a release) and ranks."""
     calls, comm_of_wait, sync_of = _calls(g)
     drop = np.zeros(len(g), dtype=bool)  # every FSDP transfer and join, also those of ranks fewer ranks leave out
     for c in fsdp_collectives(g):
@@ -263,6 +322,7 @@ def _regroup(g: Graph, replicate: int, shard: int, add_all_reduce: bool, waits: 
         b.set_edges(*(a[[(int(u), int(v)) not in cut for u, v in zip(src, dst)]] for a in (src, dst)))
     exit_lag = list(g.exit_lag[~drop])
     seq = 0
+    rings: list[tuple[int, tuple[str, int, bool], tuple[int, ...]]] = []  # each new transfer: its node, its call, its ranks
 
     def collective(label: str, step: int, ends: dict[int, tuple[int, int]], old: list[int], nbytes: int, groups: list[list[int]],
                    at: tuple[str, int, bool]) -> None:
@@ -285,6 +345,7 @@ def _regroup(g: Graph, replicate: int, shard: int, add_all_reduce: bool, waits: 
             b.add_edges([ends[r][0] for r in ranks], [s] * len(ranks))
             b.add_edge(s, c)
             b.add_edges([c] * len(ranks), [ends[r][1] for r in ranks])
+            rings.append((c, at, tuple(ranks)))
             for r in ranks if waits is not None else ():  # each rank's release behind the group's first rank out
                 w = ends[r][1]
                 b._cols["gap"][w] = max(b._cols["gap"][w] - waits.release(*at[:2], r, ranks), 0.0)
@@ -318,7 +379,7 @@ def _regroup(g: Graph, replicate: int, shard: int, add_all_reduce: bool, waits: 
             continue
         collective(label, step, ends, old, nbytes, _replicate_groups(replicate, shard) if kind == "all_reduce" else _shard_groups(replicate, shard),
                    (label, nth, False))
-    return b.build().replace(exit_lag=np.asarray(exit_lag, dtype=np.float64))
+    return b.build().replace(exit_lag=np.asarray(exit_lag, dtype=np.float64)), rings
 
 
 def scale_fsdp_workers(g: Graph, workers: int, costs: FsdpCosts | None = None) -> Graph:
