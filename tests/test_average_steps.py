@@ -6,7 +6,7 @@ from dagprof.analysis import analyze
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_ps import DONE, rebuild_ps
 from dagprof.graph.dag import GraphBuilder
-from dagprof.passes.average_steps import average_steps, background_lanes
+from dagprof.passes.average_steps import average_steps, background_lanes, pooled_lanes
 from dagprof.passes.fsdp import set_reduce_dtype, set_reshard
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
@@ -219,3 +219,19 @@ def test_a_held_out_hsdp_transformer_profiled_for_5_steps_replays_averaged_withi
     two = open_run(DATA / "fsdp" / "hsdp-tf", template=True, steps=range(5, 7)).graph.meta.warnings
     note = [w for w in two if w.startswith("averaged replay of 2 steps")]
     assert len(note) == 1 and "rank 2's two steps took 445.3 and 263.6 ms (51 % apart)" in note[0] and "first-step" not in note[0]
+
+
+def test_a_thread_pools_ops_are_matched_over_its_threads():
+    """``tf-jax/lstm-lm-jit``: the ``lax.scan`` body's ops land on either of a rank's XLA Eigen threads, in another split
+    each step; matched per thread, a thread's k-th call paired with another scan iteration (or none) and the averaged
+    replay came out +30 %. Matched over the pool in start order, each call pairs with the same iteration's."""
+    path = DATA / "tf-jax" / "lstm-lm-jit"
+    g = open_run(path).graph
+    pool = pooled_lanes(g, background_lanes(g))
+    pooled = [sorted(g.devices[d].name.split("/")[1] for d in np.flatnonzero(pool == p)) for p in np.unique(pool)
+              if (pool == p).sum() > 1]
+    assert pooled == [["tf_XLAEigen"] * 2, ["tf_XLAEigen"] * 2 + ["tf_XLAPjRtCpuClient"]]  # per rank; main threads never
+    a = open_run(path, template=True).analysis
+    assert abs(a.predicted_us / a.measured_us - 1) < 0.03
+    vit = open_run(DATA / "tf-jax" / "vit-loopback").graph  # ops that keep their threads: no pool
+    assert (pooled_lanes(vit, background_lanes(vit)) == np.arange(len(vit.devices))).all()
