@@ -12,6 +12,7 @@ from dagprof.analysis.interval import (
     PredictionInterval,
     RunLevel,
     _t_quantile,
+    compute_floor,
     link_residuals,
     median_spread,
     predict_interval,
@@ -252,3 +253,18 @@ def test_kept_runs_medians_against_the_interval(kept, medians, steps, tmp_path):
     runs = _verified_runs(KEPT / kept)
     assert sum(iv.contains(float(np.median(r))) for r in runs) == medians and len(runs) == (4 if kept == "loaded-embed" else 6)
     assert sum(iv.contains(t) for r in runs for t in r) == steps
+
+
+def test_the_low_end_is_never_below_the_compute_alone():
+    """A Horovod what-if whose run's unprofiled steps spread +-104 % gave an interval from 0.00 ms: spreads that wide are
+    cut at the replay with every collective free (``compute_floor``), and the interval says so."""
+    p = open_run(str(DATA / "horovod" / "fused"))
+    g, res = p.graph, p.analysis.result
+    point = job_iteration_us(g, res)
+    floor = compute_floor(g, res)
+    assert 0.0 < floor < 1.0
+    wide = predict_interval(g, res, point, run=RunLevel(unprofiled=1.04, terms=("unprofiled_steps",)))
+    assert wide.lo_us == pytest.approx(point * floor) and "compute_floor" in wide.terms and wide.hi_us > 2 * point
+    assert predict_interval(g, res, point).terms == ("steps", "compute_floor")  # its 3 steps alone spread +-53 %: cut too
+    narrow = PredictionInterval(point, 0.9 * point, 1.1 * point)
+    assert narrow.at_least(point * floor) == narrow

@@ -60,7 +60,12 @@ step, was off. Three measured sources of that:
   both sides of its window measures it.
 
 A shift is not a spread: it adds to its side after the spreads' quadrature (the point itself is
-kept, so the interval still holds it). Not seen by any of them: a shared machine's level moving between
+kept, so the interval still holds it). The low end is never below the replay with every collective free (no
+transfer, no join's overhead: the compute and host work alone, ``compute_floor``), as a share of the replayed
+iteration, lowered by a known shift that puts the job below the point: spreads wide enough to reach it (a Horovod run
+whose unprofiled steps spread +-104 % put it at 0.00 ms) are cut there, and ``terms`` says so with ``compute_floor``.
+That bound is the model's own, for the scenario: a run whose compute is faster than the profile's (beyond that shift)
+is outside what the profile can tell. Not seen by any of them: a shared machine's level moving between
 the profile and a run by more than it moved across the profiled window (the same job's median step moved
 16-35 % between rounds minutes apart on the 2-core testbed): no measured quantity of one profile tells it.
 """
@@ -189,6 +194,12 @@ class PredictionInterval:
         down = halfwidth_us if held_us is None else min(halfwidth_us, held_us)
         return self._plus((down / self.point_us) ** 2, (halfwidth_us / self.point_us) ** 2, ("operand_stall",))
 
+    def at_least(self, floor_us: float) -> "PredictionInterval":
+        """The low end cut at ``floor_us`` where it reaches below it (``compute_floor``), with ``compute_floor`` in ``terms``."""
+        if self.lo_us >= floor_us:
+            return self
+        return replace(self, lo_us=min(floor_us, self.point_us), terms=self.terms + ("compute_floor",))
+
     def _sides(self) -> tuple[float, float]:
         """How far the interval reaches below and above the point, as shares of it."""
         return 1.0 - self.lo_us / self.point_us, self.hi_us / self.point_us - 1.0
@@ -313,7 +324,18 @@ def predict_interval(g: Graph, res: ReplayResult, point_us: float | None = None,
     out = PredictionInterval(point, point * max(1.0 - math.sqrt(lo2), 0.0), point * (1.0 + math.sqrt(hi2)), level, len(d), used, terms,
                              point_own=step / math.sqrt(1 + len(d) / runs) if len(d) else 0.0)
     out = out.with_stall(stall_halfwidth_us(stall_bound_us, level), stall_held_us)
-    return out if run is None else out.widened(run)
+    out = out if run is None else out.widened(run)
+    return out.at_least(point * compute_floor(g, res) * (1.0 + min(run.shift if run is not None else 0.0, 0.0)))
+
+
+def compute_floor(g: Graph, res: ReplayResult) -> float:
+    """The replayed iteration with every collective free (its transfer and its overhead at 0: compute and host work
+    alone) over ``g``'s replayed iteration (``res``): the least share of the point a run can take by the model."""
+    comm = g.kind == Kind.COMM
+    base = job_iteration_us(g, res)
+    if not comm.any() or base <= 0:
+        return 0.0
+    return min(job_iteration_us(g.replace(dur=np.where(comm, 0.0, g.dur), gap=np.where(comm, 0.0, g.gap))) / base, 1.0)
 
 
 def _t_quantile(p: float, dof: int) -> float:
