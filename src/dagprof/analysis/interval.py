@@ -62,7 +62,8 @@ step, was off. Three measured sources of that:
 A shift is not a spread: it adds to its side after the spreads' quadrature (the point itself is
 kept, so the interval still holds it). The low end is never below the replay with every collective free (no
 transfer, no join's overhead: the compute and host work alone, ``compute_floor``), as a share of the replayed
-iteration, lowered by a known shift that puts the job below the point: spreads wide enough to reach it (a Horovod run
+iteration, at the pace of the profile's fastest replayed step (its compute may run that much below the point: a
+compute-bound job's floor is not its point), lowered by a known shift that puts the job below the point: spreads wide enough to reach it (a Horovod run
 whose unprofiled steps spread +-104 % put it at 0.00 ms) are cut there, and ``terms`` says so with ``compute_floor``.
 That bound is the model's own, for the scenario: a run whose compute is faster than the profile's (beyond that shift)
 is outside what the profile can tell. Not seen by any of them: a shared machine's level moving between
@@ -325,7 +326,8 @@ def predict_interval(g: Graph, res: ReplayResult, point_us: float | None = None,
                              point_own=step / math.sqrt(1 + len(d) / runs) if len(d) else 0.0)
     out = out.with_stall(stall_halfwidth_us(stall_bound_us, level), stall_held_us)
     out = out if run is None else out.widened(run)
-    return out.at_least(point * compute_floor(g, res) * (1.0 + min(run.shift if run is not None else 0.0, 0.0)))
+    fastest = float(np.min(d) / np.median(d)) if len(d) >= 2 and np.median(d) > 0 else 1.0  # the profile's fastest step's pace
+    return out.at_least(point * compute_floor(g, res) * fastest * (1.0 + min(run.shift if run is not None else 0.0, 0.0)))
 
 
 def compute_floor(g: Graph, res: ReplayResult) -> float:
