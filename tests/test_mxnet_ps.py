@@ -16,7 +16,7 @@ from dagprof.graph.build_ps import DONE, ISSUE
 from dagprof.graph.collectives import ps_devices, worker_ports
 from dagprof.passes import scale_workers, set_link, set_scheme
 from dagprof.passes.comm import current_topology, exchange_us
-from dagprof.passes.compute import own_cores_note
+from dagprof.passes.compute import own_cores_note, share_cores
 from dagprof.passes.profiler_cost import job_steps, measure_profiler_cost, remove_profiler_cost, steady_from, window_sides
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
@@ -193,6 +193,24 @@ def test_more_workers_whose_cpu_outgrows_the_cores_are_said_to_oversubscribe_the
     roomy = own_cores_note(g, 4, 4 * cpu)  # a step twice what their CPU needs of the 2 cores
     assert "they would need 50% of the cores" in roomy and "oversubscribed" not in roomy
     assert evaluate(g, [Scenario(workers=4)], Cluster(cores=2))["scenarios"][0]["predicted_iter_ms"] > 4 * cpu / 2 / 1e3
+
+
+def test_workers_on_shared_cores_hold_them_for_their_cpu_not_their_idle_threads():
+    """A worker's main engine lane (ops and the gaps between them) and its second engine thread's ops sum to its
+    process's CPU time per step; the second thread's gaps (10 ms a step here) are that thread waiting, and held on the
+    shared cores they queued the 4 copies behind nothing. Under ``--cores 2`` each copy holds the cores for its CPU."""
+    g = open_run(str(TESTBED_ATTN.parent / "warmup_s1_500M")).graph
+    four = scale_workers(g, 4)
+    assert sorted(four.meta.main_device) == [0, 1, 2, 3] and len(set(four.meta.main_device.values())) == 4
+    shared = share_cores(four, 2)
+    cores = next(i for i, d in enumerate(shared.devices) if d.name.endswith("(2 cores)"))
+    held = [(shared.dur + shared.gap)[(shared.device == cores) & (shared.rank == r) & (shared.step == s)].sum() / 1e3
+            for r in range(4) for s in g.meta.steps]
+    cpu = {(w, s): c / 1e3 for s, w, c in g.meta.ps.cpu_us}
+    assert np.median(held) == pytest.approx(np.median([cpu[(r % 2, s)] for r in range(4) for s in g.meta.steps]), abs=0.7)
+    waits = [v for v in range(len(shared)) if shared.node_name(v).endswith("(thread idle)")]
+    assert waits and (shared.device[waits] == -1).all()
+    assert np.sum(shared.gap[waits]) / 4 / len(g.meta.steps) / 1e3 == pytest.approx(10.1, abs=0.5)
 
 
 @pytest.mark.parametrize("cmd", [["replay"], ["analyze"], ["report"], ["whatif", "--scheme", "ps:1"], ["whatif", "--bandwidth", "100Mbit"],
