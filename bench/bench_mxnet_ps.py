@@ -43,6 +43,9 @@ from dagprof.collect.hooks.mxnet_ps import launch, launch_command
 from dagprof.collect.jobs.netns import BUFFER_BYTES, Cluster, available
 
 WORKERS = 2
+# steps before the profiler's start-up step: the job's warm-up (its first two, passes.profiler_cost.steady_from) and one
+# steady step, which tells the profiler's cost from a change in the job's speed across the window
+WARMUP = 3
 # tbf's bucket, in ms of traffic. A wire has none: a port that idled passes a whole bucket at once, a gain that does not
 # shrink at a slower rate, and the link fit to the profiled rate takes it for bandwidth (scaled to 200 from 500 Mbit/s,
 # a gain of G ms per exchange becomes 2.5 G). So the bucket is as small as keeps the rate: a bucket only stands for a wire
@@ -219,11 +222,11 @@ def run_job(python: str, out: str, servers: int, rate_bit: float, profile_steps:
             c.procs.append(p)
             return p
 
-        kw = dict(servers=servers, workers=workers, warmup=2, profile_steps=profile_steps, port=port, addr=c.addr, ifname=c.ifname, spawn=spawn,
+        kw = dict(servers=servers, workers=workers, warmup=WARMUP, profile_steps=profile_steps, port=port, addr=c.addr, ifname=c.ifname, spawn=spawn,
                   timeout_s=240, extra={"testbed": {"rate_bit": rate_bit, "shaped": "both directions", "burst_ms": burst_ms,
                                                      "bucket_rate_bit": bucket_rate_bit or rate_bit, "buffer_bytes": buffer_bytes}})
         if script:
-            m = launch_command(out, [python, os.path.abspath(script), "--steps", str(2 + 1 + profile_steps + steps)], python=python, **kw)
+            m = launch_command(out, [python, os.path.abspath(script), "--steps", str(WARMUP + 1 + profile_steps + steps)], python=python, **kw)
         else:
             m = launch(out, python, steps=steps, **kw)
         m["testbed"]["tcp_retransmits"] = retransmits(c)

@@ -16,8 +16,8 @@ from dagprof.graph.build_ps import DONE, ISSUE
 from dagprof.graph.collectives import ps_devices, worker_ports
 from dagprof.passes import scale_workers, set_link, set_scheme
 from dagprof.passes.comm import current_topology, exchange_us
-from dagprof.passes.compute import own_cores_note
-from dagprof.passes.profiler_cost import job_steps, measure_profiler_cost
+from dagprof.passes.compute import own_cores_note, share_cores
+from dagprof.passes.profiler_cost import job_steps, measure_profiler_cost, remove_profiler_cost, steady_from, window_sides
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
 from dagprof.search.scenario import Cluster, Scenario
@@ -99,9 +99,10 @@ def test_link_rate_is_fitted_to_the_exchanges_not_the_iteration():
 
 def test_the_steps_around_the_window_measure_the_profiler_s_cost():
     """The collector times every step; those before and after the window ran with the profiler off, but for the one that
-    pays the profiler's start-up. The user's MLP was still speeding up (272 ms a step before the window, 99 after): a
-    change across the window, not a 43 % profiler cost. The LSTM ran at 30 ms a step on both sides and 62 ms profiled."""
-    for run, corrected in ((USER, False), (USER.parent / "user_lstm", True)):
+    pays the profiler's start-up. MXNet numbers steps from 1, so its first two, the job's warm-up, are steps 1 and 2
+    (``steady_from``): no steady step is left before a window from step 4. The LSTM ran at 24 ms a step after the window
+    and 41 ms profiled; the user's MLP (recorded at load 25) 87 ms after and 166 ms profiled, its second step 272 ms."""
+    for run, share in ((USER, 0.476), (USER.parent / "user_lstm", 0.422)):
         g = open_run(str(run)).graph
         m = json.loads((run / "mxnet-run.json").read_text())
         first, stop = m["profiled_steps"]
@@ -110,9 +111,26 @@ def test_the_steps_around_the_window_measure_the_profiler_s_cost():
         for w, steps in off.items():
             assert sorted(g.meta.loop_steps.profiled[w]) == list(range(first, stop))
             assert sorted(g.meta.loop_steps.unprofiled[w]) == steps
+        assert steady_from(g.meta.loop_steps) == 3 and window_sides(g.meta.loop_steps, g.meta.steps, g.meta.job_of)[0] == []
         cost = measure_profiler_cost(g)
-        assert cost.usable is corrected, cost.verdict
-        assert corrected or "speed changed across the window" in cost.verdict
+        assert cost.usable and cost.share == pytest.approx(share, abs=0.005), cost.verdict
+
+
+def test_an_mxnet_job_s_second_step_is_warm_up_not_its_speed_before_the_window():
+    """mx_attn_accum.py on the testbed (quiet): its second step ran 25.5 ms, the 4 profiled ones 25.7 and the 8 after the
+    window 22.8. Read as the job's speed before the window, step 2 made the cost a change across it and nothing was
+    corrected: the model replayed 25.7 ms against the job's 22.7 ms timed steps (+13 %). It is the job's warm-up (in 67
+    of 88 such jobs step 2 ran slower than the steps after the window, in its own CPU time too): corrected, the model
+    replays the unprofiled step."""
+    g = open_run(str(TESTBED_ATTN.parent / "warmup_s1_500M")).graph
+    m = json.loads((TESTBED_ATTN.parent / "warmup_s1_500M" / "mxnet-run.json").read_text())
+    loop = g.meta.loop_steps
+    assert job_steps(loop.unprofiled, {2}, g.meta.job_of) == [pytest.approx(25_541, abs=5)]
+    cost = measure_profiler_cost(g)
+    assert cost.usable and cost.share == pytest.approx(0.113, abs=0.005), cost.verdict
+    timed = np.mean([np.median([(b - a) / 1e3 for k, a, b in steps if k >= m["profiled_steps"][1]]) for steps in m["steps"].values()])
+    assert job_iteration_us(g) == pytest.approx(1.13 * timed, rel=0.01)
+    assert job_iteration_us(remove_profiler_cost(g, cost, job_iteration_us)[0]) == pytest.approx(timed, rel=0.01)
 
 
 def test_whatif_servers_and_bandwidth_move_the_right_way():
@@ -175,6 +193,24 @@ def test_more_workers_whose_cpu_outgrows_the_cores_are_said_to_oversubscribe_the
     roomy = own_cores_note(g, 4, 4 * cpu)  # a step twice what their CPU needs of the 2 cores
     assert "they would need 50% of the cores" in roomy and "oversubscribed" not in roomy
     assert evaluate(g, [Scenario(workers=4)], Cluster(cores=2))["scenarios"][0].predicted_iter_ms > 4 * cpu / 2 / 1e3
+
+
+def test_workers_on_shared_cores_hold_them_for_their_cpu_not_their_idle_threads():
+    """A worker's main engine lane (ops and the gaps between them) and its second engine thread's ops sum to its
+    process's CPU time per step; the second thread's gaps (10 ms a step here) are that thread waiting, and held on the
+    shared cores they queued the 4 copies behind nothing. Under ``--cores 2`` each copy holds the cores for its CPU."""
+    g = open_run(str(TESTBED_ATTN.parent / "warmup_s1_500M")).graph
+    four = scale_workers(g, 4)
+    assert sorted(four.meta.main_device) == [0, 1, 2, 3] and len(set(four.meta.main_device.values())) == 4
+    shared = share_cores(four, 2)
+    cores = next(i for i, d in enumerate(shared.devices) if d.name.endswith("(2 cores)"))
+    held = [(shared.dur + shared.gap)[(shared.device == cores) & (shared.rank == r) & (shared.step == s)].sum() / 1e3
+            for r in range(4) for s in g.meta.steps]
+    cpu = {(w, s): c / 1e3 for s, w, c in g.meta.ps.cpu_us}
+    assert np.median(held) == pytest.approx(np.median([cpu[(r % 2, s)] for r in range(4) for s in g.meta.steps]), abs=0.7)
+    waits = [v for v in range(len(shared)) if shared.node_name(v).endswith("(thread idle)")]
+    assert waits and (shared.device[waits] == -1).all()
+    assert np.sum(shared.gap[waits]) / 4 / len(g.meta.steps) / 1e3 == pytest.approx(10.1, abs=0.5)
 
 
 @pytest.mark.parametrize("cmd", [["replay"], ["analyze"], ["report"], ["whatif", "--scheme", "ps:1"], ["whatif", "--bandwidth", "100Mbit"],
@@ -441,18 +477,18 @@ def test_a_servers_ignored_exception_is_found_in_its_log():
 def test_a_pull_answered_late_counts_once_in_the_job_s_step_and_the_profiler_s_cost():
     """dist_sync workers meet only at the server: on the testbed the server answered one worker's pulls 8-10 ms after
     its peer's (worker 0 in step 5, worker 1 in step 7), and the peer waited for the late worker's next push. The slowest
-    worker per step counts each stall twice (a profiler cost of 25 %, the profiled steps 24.5 ms against 18.4), and worker
+    worker per step counts each stall twice (a profiler cost of 27 %, the profiled steps 24.5 ms against 17.9), and worker
     1's window holds its step-7 stall whole (21.6 ms a step, the replay 20.4): the what-if refused the profile (-4.9 %).
-    The workers' mean (``GraphMeta.job_of``) counts each once: a cost of 12 %, and a model within 2 % of the profile and
+    The workers' mean (``GraphMeta.job_of``) counts each once: a cost of 14 %, and a model within 2 % of the profile and
     of the job's own unprofiled steps."""
     g = open_run(str(TESTBED_ATTN)).graph
     spans = {(s, w): x / 1e3 for s, w, x in g.meta.ps.exchange_us}
     assert spans[(5, 0)] > 7 + spans[(5, 1)] and spans[(7, 1)] > 7 + spans[(7, 0)]  # the late pulls: exchanges of 11-13 ms, not 3-4
     loop = g.meta.loop_steps
-    slowest = [float(np.median(job_steps(loop.profiled, set(g.meta.steps), max))), float(np.median(job_steps(loop.unprofiled, None, max, 2)))]
-    assert 1 - slowest[1] / slowest[0] == pytest.approx(0.25, abs=0.01)
+    slowest = [float(np.median(job_steps(loop.profiled, set(g.meta.steps), max))), float(np.median(job_steps(loop.unprofiled, None, max, steady_from(loop))))]
+    assert 1 - slowest[1] / slowest[0] == pytest.approx(0.27, abs=0.01)
     cost = measure_profiler_cost(g)
-    assert cost.usable and cost.share == pytest.approx(0.122, abs=0.005)
+    assert cost.usable and cost.share == pytest.approx(0.142, abs=0.005)
     assert max(g.meta.measured_iter_us.values()) / 1e3 == pytest.approx(21.58, abs=0.01)
     assert open_run(str(TESTBED_ATTN)).analysis.measured_us / 1e3 == pytest.approx(20.34, abs=0.01)  # the workers' mean
     out = evaluate(g, [Scenario()])  # refused beyond 2 %

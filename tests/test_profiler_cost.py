@@ -198,7 +198,7 @@ def test_a_load_that_came_or_went_across_the_window_is_not_booked_as_the_profile
         return {r: {s: m[r] * scale * (1 + 0.01 * rng.standard_normal()) for s in steps} for r in m}
 
     def cost_with(after_scale):
-        unprofiled = {r: times(range(2, min(g.meta.steps)), 0.97)[r] | times(range(100, 110), after_scale)[r] for r in m}
+        unprofiled = {r: times(range(0, min(g.meta.steps)), 0.97)[r] | times(range(100, 110), after_scale)[r] for r in m}
         return measure_profiler_cost(g.replace(meta=g.meta.replace(loop_steps=LoopSteps(times(g.meta.steps, 1.0), unprofiled))))
 
     went = cost_with(0.2)

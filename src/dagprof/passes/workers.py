@@ -210,5 +210,8 @@ def _copy_ranks(g: Graph, source: np.ndarray) -> Graph:
     cols = {c: getattr(g, c)[old_of_new] for c in NODE_COLUMNS}
     cols["rank"] = new_rank
     cols["device"] = new_device
+    meta = g.meta.copy()  # each copy's main lane is its source's, renamed (passes.compute.share_cores tells the others apart by it)
+    meta.main_device = {r: dev_ids.get((r, g.meta.main_device[s]), g.meta.main_device[s])
+                        for r, s in enumerate(source.tolist()) if s in g.meta.main_device}
     return csr_graph(n, np.concatenate(src_new), np.concatenate(dst_new), names=g.names, devices=devices, layers=g.layers,
-                     meta=g.meta.copy(), **cols)
+                     meta=meta, **cols)
