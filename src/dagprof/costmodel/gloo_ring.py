@@ -13,6 +13,8 @@ from it have already moved up to two segments per hop, and the first rank out fi
 links could carry their share. On the kept 200 Mbit/s testbed rings (2, 3, 4, 6 ranks, ``bench/bench_hsdp_mesh.py
 --keep``) the first rank out after the last join came -0.1 to +3.3 ms (median) after this replay's, the all-gather's head start at 6
 ranks (up to 5 ms when the last rank arrives 7 ms after the others) included.
+2-rank rings took 1.08-1.17x this replay in the 6-rank jobs (three such rings at a time) and ran as the 4-rank ring of
+their round in the 4-rank jobs: not the ring's algorithm (gloo has no 2-rank one) nor a cost per message; not modelled.
 
 The replay is in units of the link's time per byte: no rate, latency or CPU time is assumed (messages are fluid,
 notices nearly free, no propagation delay)."""
