@@ -314,7 +314,7 @@ def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]], cor
     from dagprof.analysis import job_iteration_us
     from dagprof.costmodel.topology import CollectiveSpec
     from dagprof.passes import set_link, set_scheme
-    from dagprof.passes.comm import exchange_us, ps_bandwidth, push_spread_us
+    from dagprof.passes.comm import exchange_us, ps_bandwidth, ps_port_share, push_spread_us
     from dagprof.passes.compute import own_cores_note, share_cores
     from dagprof.passes.profiler_cost import measure_profiler_cost, remove_profiler_cost
     from dagprof.passes.workers import scale_workers, shared_port_note
@@ -337,7 +337,7 @@ def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]], cor
     for servers, rate, workers in cells:
         g = set_scheme(profile, CollectiveSpec.parse(f"ps:{servers}"))
         g = scale_workers(g, workers) if workers != WORKERS else g
-        linked = set_link(g, ps_bandwidth(bw0, rate0 / 8, rate / 8)) if rate != rate0 else g
+        linked = set_link(g, ps_bandwidth(bw0, rate0 / 8, rate / 8, ps_port_share(g))) if rate != rate0 else g
         step, exch, spread, median = run(linked)
         wire_step, wire_exch, _, _ = run(set_link(g, rate / 8 * PAYLOAD))
         queued = run(share_cores(linked, cores))[0] if workers > cores else None

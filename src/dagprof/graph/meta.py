@@ -93,6 +93,7 @@ class PsLinkFit:
     alpha_us: float
     server_us_per_byte: float
     target_exchange_us: float
+    workers_per_server: float = 0.0  # the profile's workers over its servers: the pushes one server's port carries (0: not recorded)
 
 
 @dataclass(slots=True)

@@ -283,16 +283,35 @@ def push_spread_us(g: Graph, start: np.ndarray) -> list[float]:
     return [max(per.values()) - min(per.values()) for _, per in sorted(first.items())]
 
 
-def ps_bandwidth(fitted: float, wire: float, asked: float) -> float:
+def ps_bandwidth(fitted: float, wire: float, asked: float, more: float = 1.0) -> float:
     """The bandwidth (B/s) a parameter-server job's messages get at ``asked``, from the ``fitted`` link (``fit_ps_link``)
-    of a profile run over a ``wire`` of known rate (all B/s). Fitted faster than the wire, the whole fit scales by the
-    rate ratio (a port's burst allowance, bytes crossed outside the timed exchanges). Fitted slower, what limited the
+    of a profile run over a ``wire`` of known rate (all B/s), where a server's port carries ``more`` times the profile's
+    bytes an exchange (workers per server against the profile's, ``ps_port_share``). Fitted faster than the wire, the
+    excess is the port's burst allowance: bytes a shaper's bucket passes at once after the port idled, the same bytes
+    per exchange whatever the rate and however many workers share the port. An exchange of B bytes took B / fitted, of
+    which the wire carried wire x B / fitted; at ``asked`` one of ``more`` x B takes (more x B - (B - wire x B / fitted))
+    / asked: at the profile's bytes the rate ratio (asked x fitted / wire), with more bytes through the port the burst a
+    smaller share of them. mx_attn_accum.py (6 kept testbed rounds, profiled 2 workers at 500 Mbit/s, fitted 668-792
+    Mbit/s) at 4 workers into 1 server at 200 Mbit/s: the rate ratio priced the port at 267-317 Mbit/s and its exchanges
+    at 14-17 ms against 22-26 measured (``--cores 2``). Fewer bytes per port (``more`` below 1) are priced as the
+    profile's: the burst may then carry all of them, which the fit does not tell. Fitted slower, what limited the
     exchanges was not the wire (busy cores moving the bytes, segments lost and resent), and it streams beside the wire
     rather than after it: a slower wire hides it, and the messages move at the slower of the two; a faster one does not
     lift it. On the namespace testbed under load 13-15 (mx_mlp.py, 2 workers, 1 server) fits of 271-273 Mbit/s at a
     500 Mbit/s tbf (170-420 segments retransmitted) fitted 180-187 at 200 Mbit/s (its payload 191), where the rate
     ratio would have priced them at 109."""
-    return asked * fitted / wire if fitted >= wire else min(asked, fitted)
+    if fitted < wire:
+        return min(asked, fitted)
+    return asked / (1.0 - (1.0 - wire / fitted) / max(more, 1.0))
+
+
+def ps_port_share(g: Graph) -> float:
+    """Bytes through a server's port per exchange against the profile's: the graph's workers per server over those the
+    link was fitted to (1 where the fit did not record them)."""
+    fit, ps = g.meta.ps_link_fit, g.meta.ps
+    if fit is None or ps is None or not fit.workers_per_server:
+        return 1.0
+    return ps.num_workers / current_scheme(g).servers / fit.workers_per_server
 
 
 def fit_ps_link(g: Graph, replayer: Callable[[Graph], ReplayResult], iterations: int = 30) -> Graph:
@@ -328,5 +347,6 @@ def fit_ps_link(g: Graph, replayer: Callable[[Graph], ReplayResult], iterations:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if mean_exchange(mid) < target else (lo, mid)
     out = at(hi)
-    out.meta.ps_link_fit = PsLinkFit(float(1e6 / hi) if hi > 0 else float(np.inf), link.alpha_us, link.gamma_us_per_byte, target)
+    out.meta.ps_link_fit = PsLinkFit(float(1e6 / hi) if hi > 0 else float(np.inf), link.alpha_us, link.gamma_us_per_byte, target,
+                                     g.meta.ps.num_workers / servers)
     return out

@@ -21,7 +21,7 @@ from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
 from ..passes import expand_collectives, partition_tensors, scale_compute, scale_workers, set_buckets, set_link, set_scheme, set_topology
 from ..passes.buckets import refuse_own_ddp_setup
-from ..passes.comm import current_topology, ps_bandwidth, set_link_ratio
+from ..passes.comm import current_topology, ps_bandwidth, ps_port_share, set_link_ratio
 from ..passes.compute import share_cores
 from ..passes.data_parallel import parse_target, to_data_parallel, with_optimizer_state
 from ..passes.fsdp import UNMODELLED, refuse_unmodelled, set_reduce_dtype, set_reshard
@@ -169,7 +169,7 @@ def wire_bandwidth(g: Graph, asked: float, base_topo: Topology) -> float:
     if wire is None:
         return asked
     if is_ps_graph(g):
-        return ps_bandwidth(base_topo.inter.bandwidth_bytes_per_s, wire, asked)
+        return ps_bandwidth(base_topo.inter.bandwidth_bytes_per_s, wire, asked, ps_port_share(g))
     return asked * base_topo.inter.bandwidth_bytes_per_s / wire
 
 

@@ -101,7 +101,8 @@ def _ps_wire_notes(g: Graph, wire: float, written: str) -> list[str]:
     share = fit.bandwidth_bytes_per_s / wire
     head = (f"--profiled-bandwidth {written}: the parameter-server exchanges ({fit.target_exchange_us / 1e3:.1f} ms on "
             f"average) fitted at {share:.0%} of it")
-    how = ("no slower than the wire (a port's burst allowance): the fit scales by the rate ratio, --bandwidth over it" if share >= 1.0 else
+    how = ("no slower than the wire (a port's burst allowance): the fit scales by the rate ratio, --bandwidth over it, and with more workers "
+           "per server the burst's bytes are a smaller share of a port's" if share >= 1.0 else
            "; what held them back was not the wire (busy cores, lost segments) and is kept as a limit of its own: a row's messages move at "
            "the slower of --bandwidth and the fit")
     return [head + ("" if share < 1.0 else ", ") + how]
