@@ -67,6 +67,7 @@ class SavedActivations:
         self._step_gathered.clear()
         self._step_output.clear()
         self._step_unit.clear()
+        self._unit_stack.clear()  # no forward runs between steps: a unit whose forward raised is not carried over
         self._loss.new_step()
 
     def enter(self, layer: int) -> None:
