@@ -392,6 +392,11 @@ def table2(measured: dict[tuple[int, str], list[float]], predicted: dict[tuple[i
 
 def measured_peak(ranks: int, model: list[str], steps: int, log_dir: str) -> float:
     """The most bytes of any rank in the steps after warm-up (``fsdp_train.py --memory``)."""
+    return measured_peak_at(ranks, model, steps, log_dir)[0]
+
+
+def measured_peak_at(ranks: int, model: list[str], steps: int, log_dir: str) -> tuple[float, str]:
+    """``measured_peak`` and where that step peaked (``fsdp_train.py --memory``'s ``step_peak_at``)."""
     from dagprof.collect.jobs.netns import run_ranks
 
     out = os.path.join(log_dir, "memory")
@@ -400,7 +405,8 @@ def measured_peak(ranks: int, model: list[str], steps: int, log_dir: str) -> flo
     peaks = []
     for r in range(ranks):
         with open(f"{out}.{r}") as f:
-            peaks += json.load(f)["step_peak_bytes"][WARMUP:]
+            got = json.load(f)
+            peaks += list(zip(got["step_peak_bytes"], got["step_peak_at"]))[WARMUP:]
     return max(peaks)
 
 
@@ -409,7 +415,7 @@ def part3(steps: int) -> list[float]:
     from dagprof.search.memory import fsdp_peak
 
     print("Part 3: peak memory per rank, predicted from one profile (reshard on) against measured, 2 gloo ranks")
-    print(f"{'model':16s} {'reshard':>8s} {'measured MiB':>13s} {'predicted MiB':>14s} {'error':>8s}  predicted peak at")
+    print(f"{'model':16s} {'reshard':>8s} {'measured MiB':>13s} {'predicted MiB':>14s} {'error':>8s}  predicted peak at / measured at")
     errors = []
     for name, model in HELD_OUT.items():
         with tempfile.TemporaryDirectory(prefix="dagprof-fsdp-") as tmp:
@@ -419,10 +425,10 @@ def part3(steps: int) -> list[float]:
             for reshard, flags in ((True, []), (False, ["--no-reshard"])):
                 peaks = fsdp_peak(g, reshard=reshard)
                 worst = max(peaks.values(), key=lambda m: m.total)
-                measured = measured_peak(2, model + flags, steps, os.path.join(tmp, f"m{int(reshard)}"))
+                measured, at = measured_peak_at(2, model + flags, steps, os.path.join(tmp, f"m{int(reshard)}"))
                 errors.append(100 * (worst.total - measured) / measured)
                 print(f"{name:16s} {'on' if reshard else 'off':>8s} {measured / 2**20:13.2f} {worst.total / 2**20:14.2f} "
-                      f"{errors[-1]:+7.2f} %  {worst.at}", flush=True)
+                      f"{errors[-1]:+7.2f} %  {worst.at} / {at}", flush=True)
     return errors
 
 

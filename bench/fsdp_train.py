@@ -160,7 +160,13 @@ def measure_memory(args: argparse.Namespace) -> list[float]:
     its memory), sampled after every aten op (a dispatch mode). Its level itself is not the tensors': the
     math libraries keep their own buffers (about 19 MB above the tensors here after a few steps), so only
     its rise within a step counts. torch.profiler's memory events are not used: they miss frees made on
-    threads it does not profile (its counter grows by about one logits tensor per step here)."""
+    threads it does not profile (its counter grows by about one logits tensor per step here).
+
+    Where each step peaked is written too (``step_peak_at``: the aten op after which the heap was fullest, in backward the
+    autograd function running it, and the part of
+    the step then running: a unit's forward from its pre-hook, its backward from when the gradient of its output arrived
+    (a tensor hook, which holds nothing), the root's layers before the inner units as ``backward of <root>``, the
+    optimizer step), to check where the memory model puts the peak."""
     import ctypes
 
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -177,15 +183,41 @@ def measure_memory(args: argparse.Namespace) -> list[float]:
         return m.uordblks + m.hblkhd
 
     peak = [0]
+    where = ["", ""]  # the part of the step running now, and where the step's peak so far fell
+    at = []
 
     class Sample(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            peak[0] = max(peak[0], in_use())
+            now = in_use()
+            if now > peak[0]:
+                peak[0] = now
+                node = torch._C._current_autograd_node()  # in backward, the autograd function running
+                where[1] = f"{where[0]} ({func}{f' in {node.name()}' if node is not None else ''})"
             return out
 
     model, opt = build(args)
     peaks = []
+
+    def mark(label: str):
+        def set_label(*_):
+            where[0] = label
+        return set_label
+
+    def on_output(label: str):
+        def hook(module, inputs, output):
+            where[0] = f"forward after {label}"
+            if isinstance(output, torch.Tensor) and output.requires_grad:
+                output.register_hook(mark(label))
+        return hook
+
+    units = {("<root>" if not name else name): m for name, m in model.named_modules() if hasattr(m, "reshard")}
+    for name, m in units.items():
+        m.register_forward_pre_hook(mark(f"forward of {name}"))
+        m.register_forward_hook(on_output(f"backward of {name}" if name != "<root>" else "backward of the root's last layers"))
+    if not args.ddp:
+        model.embed.register_forward_hook(on_output("backward of <root>"))
+    opt.register_step_pre_hook(mark("optimizer step"))
 
     def local(t) -> int:
         t = t.to_local() if hasattr(t, "to_local") else t
@@ -202,13 +234,15 @@ def measure_memory(args: argparse.Namespace) -> list[float]:
     def span(i: int):
         start = peak[0] = in_use()
         alive = tensors()
+        where[:] = ["step start", "step start"]
         with Sample():
             yield
         peaks.append(alive + max(peak[0], in_use()) - start)
+        at.append(where[1])
 
     times = train(args, model, opt, span=span)
     with open(f"{args.memory}.{dist.get_rank()}", "w") as f:
-        json.dump({"step_peak_bytes": peaks}, f)
+        json.dump({"step_peak_bytes": peaks, "step_peak_at": at}, f)
     return times
 
 

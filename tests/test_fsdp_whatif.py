@@ -64,7 +64,8 @@ def without_loss_backward(g):
 
 def test_the_loss_backward_is_the_peak_with_a_large_vocabulary():
     """The recording's loss graph held three logits' worth (log-softmax and two gradients) beside the logits; with it
-    every prediction from the one profile (reshard on) is within 2 % of its measured run, without it 36-42 % short."""
+    every prediction from the one profile (reshard on) is within 2 % of its measured run, without it 20-42 % short (with
+    reshard on, the root's all-gather at its backward's start stands highest then: 20 %)."""
     g = graph(LOSS_VOCAB)
     logits = 8 * 32 * 4096 * 4
     assert g.meta.fsdp.layer_saved_bytes[LOSS_BACKWARD] == 3 * logits
@@ -75,7 +76,7 @@ def test_the_loss_backward_is_the_peak_with_a_large_vocabulary():
         root = next(u for u in g.meta.fsdp.units if u.name == "<root>")
         assert (m.gathered < root.numel * 4) == reshard
         old = max(p.total for p in fsdp_peak(without_loss_backward(g), reshard=reshard).values())
-        assert old < 0.7 * MEASURED_LOSS[reshard]
+        assert old < 0.85 * MEASURED_LOSS[reshard]
     assert ddp_peak_of_fsdp(g)[0].total == pytest.approx(MEASURED_LOSS["ddp"], rel=0.02)
     assert ddp_peak_of_fsdp(without_loss_backward(g))[0].total < 0.7 * MEASURED_LOSS["ddp"]
 

@@ -59,6 +59,7 @@ def fsdp_meta(run: Run) -> FsdpRecord:
         api=t0.meta.fsdp.api,
         layer_saved_gathered_bytes=None if (gathered := t0.meta.fsdp.layer_saved_gathered_bytes) is None else dict(gathered),
         layer_output_bytes=None if (outs := t0.meta.fsdp.layer_output_bytes) is None else dict(outs),
+        unit_saved_outside_bytes=None if (between := t0.meta.fsdp.unit_saved_outside_bytes) is None else dict(between),
     )
 
 

@@ -74,6 +74,8 @@ class FsdpRecord:
     # rank 0's gathered parameters among layer_saved_bytes, per layer (FsdpInfo.layer_saved_gathered_bytes); None: not recorded
     layer_saved_gathered_bytes: dict[str, int] | None = None
     layer_output_bytes: dict[str, int] | None = None  # rank 0's bytes each layer returned (FsdpInfo.layer_output_bytes); None: not recorded
+    # rank 0's bytes saved between leaf modules per unit whose forward ran (FsdpInfo.unit_saved_outside_bytes); None: not recorded
+    unit_saved_outside_bytes: dict[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,13 +32,13 @@ import numpy as np
 from ..costmodel.codecs import Codec
 from ..errors import DagprofError
 from ..graph.dag import Graph
-from ..graph.meta import FsdpGraphUnit
+from ..graph.meta import FsdpGraphUnit, FsdpRecord
 from ..passes.fsdp import Reshard, resharded
 from ..passes.gradients import GradientOrder
 from ..passes.recompute import Segment
 from ..traces.events import Kind
 from ..traces.kineto_schema import dtype_bytes
-from ..traces.run_schema import FSDP_ROOT, LOSS_BACKWARD, MODEL_OUTPUT, SAVED_OUTSIDE_LAYERS
+from ..traces.run_schema import FSDP2_API, FSDP_ROOT, LOSS_BACKWARD, MODEL_OUTPUT, SAVED_OUTSIDE_LAYERS
 from ..units import MB
 
 # what a profile without activation sizes lacks, and why it may
@@ -189,7 +189,9 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
     weight (its input was saved by ``F.relu``) was counted once more where the weight was not padded (3x2 of the 6-rank
     testbed MLP) and not where it was (2x3, 1x6). With the record (``bench/bench_hsdp_mesh.py --layouts 1x6,2x3,3x2``):
     a layout's peak from the two others' profiles 0.01-0.04 MiB apart (1.8-2.0 MiB with the threshold), each 4.5-8.9 % short
-    until the gradients in flight were counted (below): now -0.5 to +1.4 % (``tests/data/fsdp/pad-*``).
+    until the gradients in flight were counted (below), then -0.5 to +1.4 % at blocks.3's or blocks.1's backward; with what
+    a unit saved between its layers freed at its backward, FSDP2's held reduce-scatter input and a unit's gradients made layer
+    by layer: -1.1 to -0.1 %, at blocks.2's backward in every layout, where the heap-sampled runs peaked (``tests/data/fsdp/pad-*``).
 
     The peak is the largest of these moments (the forward end is never above the first one):
     - the loss's backward, where the profile recorded it (``LOSS_BACKWARD``: what the graph from the model's output
@@ -197,15 +199,22 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
       model's output, the kept units' full parameters (the root's too unless it resharded after forward: FSDP2
       reshards the root only when ``reshard_after_forward=True`` is passed to it, and gathers it again when the
       gradient reaches its output, after the loss's backward);
+    - the start of the root's backward, where it resharded after forward: its all-gather's output beside the parameters
+      copied out of it (twice its parameters), every activation, the model's output and its gradient (the MLP with a
+      4096-entry vocabulary peaked there with reshard on);
     - the backward of each inner unit: every activation not yet freed (this unit's and those before it in the
       forward order, the root's but those of its layers after the inner units, whose backward ran, where the profile
       recorded the layers' outputs), the gradients in flight at the unit's fullest moment (``in_flight``, from the bytes
       each layer returned, ``layer_output_bytes``: 1.25 MiB in the testbed MLP's `F.relu` backward, where a heap-sampled
-      run peaked; none in profiles without them, whose root activations stood in), what functional ops between layers saved, the model's output (the
+      run peaked; none in profiles without them, whose root activations stood in), what functional ops between layers saved
+      (by this unit's forward and those before it, ``unit_saved_outside_bytes``; all of it, to the step's end, where the
+      profile did not say whose), the model's output (the
       logits a script keeps until its step ends; the collector records what the root's forward returned,
       ``MODEL_OUTPUT``; a profile without it has what functional ops saved once more as a stand-in), the root's and this unit's full parameters,
-      this unit's full gradients and those of the root's layers after the inner units (their backward ran),
-      the next unit's prefetched parameters, units kept gathered after forward, and the gradient shards of
+      the unsharded gradients of this unit's layers whose backward ran at that moment (all of them in profiles without the
+      layers' outputs) and those of the root's layers after the inner units,
+      the next unit's prefetched parameters, the reduce-scatter input of the unit before in backward order (FSDP2 holds it
+      until the next post-backward), units kept gathered after forward, and the gradient shards of
       the units already done;
     - the backward of the root's layers before the inner units: the root's activations, full parameters and
       full gradients, every inner unit's gradient shards;
@@ -223,7 +232,11 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
     its peak was missed (-9 to -14 %, that recording -36 to -42 %); before the model's output was, a stand-in counted
     what functional ops saved twice (the transformer +8 to +10 %). With the model's output recorded (``bench/bench_fsdp.py
     --part 7``'s models, one profile each, load 4): -0.0 % with a 16384-entry vocabulary (154.3 MiB, the root's reduce-scatter;
-    the stand-in had -10.4 %), -1.2 % on the transformer (+9.2 %).
+    the stand-in had -10.4 %), -1.2 % on the transformer (+9.2 %). With the moments above (part 3 again, load 6-7, the runs
+    also saying where they peaked): transformer -1.6 % (on; at blocks.2's backward, measured at blocks.3's as blocks.2's
+    prefetch all-gather starts) and -0.3 % (off, loss backward, as measured), the MLP -2.3 % (on; the root's all-gather at
+    its backward's start, where it peaked: it had read -0.7 % at the root's reduce-scatter, with every F.relu output alive
+    there) and -0.2 % (off, loss backward, as measured).
     """
     fs = g.meta.fsdp
     if fs is None:
@@ -265,16 +278,23 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
     returned = fs.layer_output_bytes or {}  # what each layer returned: the gradient reaching it in backward is as large
     forward = [g.layers[lay] for lay, _ in reversed(backward_layers(g, {}))]
 
-    def in_flight(names: list[str], u: FsdpGraphUnit) -> float:
-        """Bytes the fullest moment of the layers ``names`` (one unit's, in forward order) running backward holds beyond
-        all they saved: after a layer, the function between it and the next runs backward with the gradient of that layer's
-        output arriving and its gradient of its input leaving (an elementwise activation: twice the layer's output), the
-        gradient that reached the unit (what its last layer returned: a residual holds it until the branch's gradient joins
-        it), and the layers after it freed what they saved. 0 where the profile did not record the outputs."""
+    def grad_of(names: list[str], u: FsdpGraphUnit) -> float:
+        """The unsharded gradients of the layers ``names`` (of unit ``u``), as ``full_grad`` sizes them."""
+        return sum(float(grad_bytes.get(n, 0)) for n in names) * _size(u.reduce_dtype or u.orig_dtype) / _size(u.orig_dtype)
+
+    def in_flight(names: list[str], u: FsdpGraphUnit, grads: bool) -> tuple[float, float]:
+        """(activation, gradient) bytes the fullest moment of the layers ``names`` (one unit's, in forward order) running
+        backward holds beyond all they saved: after a layer, the function between it and the next runs backward with the
+        gradient of that layer's output arriving and its gradient of its input leaving (an elementwise activation: twice
+        the layer's output), the gradient that reached the unit (what its last layer returned: a residual holds it until the
+        branch's gradient joins it), and the layers after it freed what they saved and, with ``grads``, made their
+        parameters' unsharded gradients (the layers before it have not yet). (0, 0) where the profile did not record the
+        outputs."""
         if not returned or not names:
-            return 0.0
+            return 0.0, 0.0
         outs = [float(returned.get(n, 0)) for n in names]
-        return max(2.0 * o + outs[-1] - acts(names[j + 1:], u) for j, o in enumerate(outs))
+        moments = [(2.0 * o + outs[-1] - acts(names[j + 1:], u), grad_of(names[j + 1:], u) if grads else 0.0) for j, o in enumerate(outs)]
+        return max(moments, key=sum)
 
     def leaving(names: list[str]) -> float:
         """The gradient a unit's backward passes on (what the layer before its first returned), alive in its reduce-scatter."""
@@ -282,6 +302,8 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
         return float(returned.get(forward[k - 1], 0)) if k else 0.0
 
     outside = float(saved_bytes.get(SAVED_OUTSIDE_LAYERS, 0))
+    between = between_units(fs)
+    outside_rest = max(outside - sum(between), 0.0)  # saved between layers by no inner unit's forward: alive to the end
     output = float(saved_bytes.get(MODEL_OUTPUT, 0))  # the logits the script holds through the step, where recorded
     loss = output if MODEL_OUTPUT in saved_bytes else outside  # else: a stand-in for them and the loss's tensors
     loss_backward = float(saved_bytes.get(LOSS_BACKWARD, 0))  # what the loss's graph held in its backward, where recorded
@@ -291,6 +313,9 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
     last_inner = max((k for k, n in enumerate(g.layers) if n in inner_layers), default=-1)
     after_inner = set(g.layers[last_inner + 1:])
     kept = [i for i in others if not resharded(units[i], reshard)]
+    # FSDP2 holds the last unit's reduce-scatter input (its padded gradients in the reduce dtype) until the next unit's
+    # post-backward (``reduce_scatter_max_input_buffers``, 1 by default; not recorded), so through that unit's backward
+    keeps_rs_input = fs.api == FSDP2_API
     # FSDP keeps the root gathered after forward unless reshard_after_forward=True was passed to it (``resharded_after_forward``:
     # as it ran); the what-if keeps it where it was kept (``passes.fsdp.set_reshard``)
     root_kept = sum(full(units[i]) for i in root if not (resharded(units[i], reshard) and units[i].resharded_after_forward))
@@ -302,6 +327,11 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
         shard_of = [float(u.shard_bytes) * scale * _size(u.reduce_dtype or u.orig_dtype)
                     / _size(u.orig_dtype) for u in units]
         root_acts = sum(acts(unit_layers[i], units[i]) for i in root)
+
+        def unit_acts(i: int) -> float:
+            """What inner unit ``i``'s layers saved, less gathered parameters, and what was saved between them in its forward."""
+            return acts(unit_layers[i], units[i]) + between[i]
+
         # the root's layers after the inner units ran backward before them and freed what they saved (a profile without the
         # layers' outputs keeps them: the stand-in it had for the gradients in flight)
         root_tail_acts = sum(acts([n for n in unit_layers[i] if n in after_inner], units[i]) for i in root) if returned else 0.0
@@ -311,8 +341,13 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
                         / _size(units[i].orig_dtype) for i in root for n in unit_layers[i] if n in after_inner)
         best = FsdpMemory(params, opt, grads, output, 0.0, "optimizer step")
         if loss_backward:  # before any unit's backward: every activation, the kept units' parameters (the root's, unless it resharded)
-            everything = root_acts + outside + loss + loss_backward + sum(acts(unit_layers[i], units[i]) for i in others)
+            everything = root_acts + outside_rest + loss + loss_backward + sum(unit_acts(i) for i in others)
             m = FsdpMemory(params, opt, 0.0, everything, root_kept + sum(full(units[i]) for i in kept), "loss backward")
+            best = m if m.total > best.total else best
+        regathered = sum(full(units[i]) for i in root) - root_kept  # the root's parameters, resharded after forward
+        if regathered:  # its backward's start: the all-gather's output beside the parameters it is copied into, the output's gradient
+            m = FsdpMemory(params, opt, 0.0, root_acts + outside_rest + loss + output + sum(unit_acts(i) for i in others),
+                           root_kept + 2.0 * regathered + sum(full(units[i]) for i in kept), "all-gather of <root> (backward)")
             best = m if m.total > best.total else best
         for k in range(len(others), -1, -1):  # backward: the root's first layer (k = all inner units alive), then inner units in reverse
             alive = others[:k]
@@ -320,13 +355,16 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
             prefetch = others[k - 2] if k >= 2 and others[k - 2] not in kept else None
             gathered = root_full + (tail_grad if k else root_grad) + sum(full(units[i]) for i in kept if i in alive)
             if cur is not None:
-                gathered += full_grad(units[cur]) + (0.0 if cur in kept else full(units[cur]))
+                gathered += (0.0 if returned else full_grad(units[cur])) + (0.0 if cur in kept else full(units[cur]))
             if prefetch is not None:
                 gathered += full(units[prefetch])
+            if keeps_rs_input and k < len(others):  # the unit before in backward order: its reduce-scatter input, still held
+                gathered += shard_of[others[k]] * shard
             running = ([n for n in forward if n in unit_layers[cur]] if cur is not None  # the layers whose backward runs now
                        else [n for i in root for n in forward if n in unit_layers[i] and n not in after_inner])
-            a = (root_acts - root_tail_acts + outside + loss + sum(acts(unit_layers[i], units[i]) for i in alive)
-                 + (in_flight(running, units[cur if cur is not None else root[0]]) if running else 0.0))
+            flight, made = in_flight(running, units[cur if cur is not None else root[0]], cur is not None) if running else (0.0, 0.0)
+            gathered += made
+            a = root_acts - root_tail_acts + outside_rest + loss + sum(unit_acts(i) for i in alive) + flight
             done = sum(shard_of[i] for i in others[k:])
             m = FsdpMemory(params, opt, done, a, gathered, f"backward of {units[cur].name if cur is not None else '<root>'}")
             # its reduce-scatter, once its activations are freed (the root's: the last, everything else freed)
@@ -336,17 +374,25 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
                 cast = units[u].param_dtype != (units[u].reduce_dtype or units[u].orig_dtype)
                 buffers = float(units[u].numel * param_size(units[u])) + (2.0 if cast else 1.0) * full_grad(units[u])
                 if cur is not None:
-                    rs = FsdpMemory(params, opt, done + shard_of[u], outside + output + root_acts - root_tail_acts + leaving(running)
-                                    + sum(acts(unit_layers[i], units[i]) for i in others[:k - 1]),
+                    rs = FsdpMemory(params, opt, done + shard_of[u], outside_rest + output + root_acts - root_tail_acts + leaving(running)
+                                    + sum(unit_acts(i) for i in others[:k - 1]),
                                     root_full + tail_grad + sum(full(units[i]) for i in kept if i in others[:k - 1]) + buffers,
                                     f"reduce-scatter of {units[u].name}")
                 else:
-                    rs = FsdpMemory(params, opt, done + shard_of[u], outside + output, buffers, f"reduce-scatter of {units[u].name}")
+                    rs = FsdpMemory(params, opt, done + shard_of[u], outside_rest + output, buffers, f"reduce-scatter of {units[u].name}")
             for cand in (m, rs):
                 if cand is not None and cand.total > best.total:
                     best = cand
         out[int(rank)] = best
     return out
+
+
+def between_units(fs: FsdpRecord) -> list[float]:
+    """Per unit of ``fs`` (0 for the root): the bytes saved between leaf modules while its forward ran
+    (``unit_saved_outside_bytes``; a merged unit's, its members' together). All 0 where the profile did not record them, or
+    for a unit the profile did not run as one (``whatif --units split``): those stay in what is kept to the step's end."""
+    rec = fs.unit_saved_outside_bytes or {}
+    return [0.0 if u.name == FSDP_ROOT else float(sum(rec.get(m, 0) for m in u.name.split(", "))) for u in fs.units]
 
 
 def ddp_peak_of_fsdp(g: Graph, workers: int | None = None) -> dict[int, MemoryBreakdown]:

@@ -174,6 +174,10 @@ class FsdpInfo(msgspec.Struct, kw_only=True):
     # module path -> bytes its forward returned (a leaf module's), the most in one profiled step: the gradient reaching it in
     # backward is as large (``search.memory.fsdp_peak`` counts it in flight); None: not recorded (older files)
     layer_output_bytes: dict[str, int] | None = None
+    # unit name -> bytes saved for backward between leaf modules (functional ops: a block's ``F.relu``) while its forward ran,
+    # not an inner unit's, the most in one profiled step (part of ``SAVED_OUTSIDE_LAYERS``, freed at the unit's backward);
+    # None: not recorded (older files: ``search.memory.fsdp_peak`` keeps them all to the step's end)
+    unit_saved_outside_bytes: dict[str, int] | None = None
 
 
 class Manifest(msgspec.Struct, kw_only=True):

@@ -10,7 +10,8 @@ records ``FSDP_COLL_BEGIN``/``END`` on the main thread; the copy-out after an al
 reshard get their spans. With gloo the collectives FSDP issues on CPU block the calling thread, so
 the call span holds the transfer (Kineto shows it on gloo's worker thread). Sharded memory per rank
 (parameters, gradients, optimizer state) is read at the window's end; each unshard names the unit's gathered parameters
-to the saved-tensor hook, which counts those a layer saves apart from its activations.
+to the saved-tensor hook, which counts those a layer saves apart from its activations; each unit's forward (pre- to
+post-forward) is named to it too, which counts what is saved between leaf modules meanwhile per unit.
 
 Tested with torch 2.13 (``torch.distributed.fsdp._fully_shard``); an FSDP whose internals moved
 raises inside a guarded hook, which disables profiling with one warning, never the training.
@@ -84,7 +85,18 @@ class FsdpRecorder:
                 return fn(group, *args, **kwargs)
             return run
 
-        patch(FSDPParamGroup, "pre_forward", in_pass)
+        def in_forward(fn: Any, enters: bool) -> Any:
+            """A unit's pre-forward (``enters``) or post-forward: what is saved between leaf modules meanwhile is the unit's."""
+            @wraps(fn)
+            def run(group: Any, *args: Any, **kwargs: Any) -> Any:
+                if rec.c.recording:
+                    rec._guarded("FSDP forward hook", rec.c.saved.unit_enter if enters else rec.c.saved.unit_leave,
+                                 group._module_fqn or FSDP_ROOT)
+                return fn(group, *args, **kwargs)
+            return run
+
+        patch(FSDPParamGroup, "pre_forward", lambda fn: in_forward(in_pass(fn), True))
+        patch(FSDPParamGroup, "post_forward", lambda fn: in_forward(fn, False))
         patch(FSDPParamGroup, "pre_backward", in_pass)
         patch(FSDPParamGroup, "_prefetch_unshard", lambda fn: self._prefetched_by(fn, lambda *args, **kwargs: rec._last))
         patch(FSDPParamGroup, "unshard", lambda fn: self._within(fn, lambda args: rec._unshard(args[0])))
@@ -270,7 +282,8 @@ class FsdpRecorder:
                 mesh=list(mesh.shape), mesh_dims=list(mesh.mesh_dim_names or ()),
             ))
         return FsdpInfo(units=units, collectives=self.collectives, layer_saved_gathered_bytes=dict(self.c.saved.most_gathered),
-                       layer_output_bytes=dict(self.c.saved.most_output), **self._memory)
+                       layer_output_bytes=dict(self.c.saved.most_output), unit_saved_outside_bytes=dict(self.c.saved.most_unit_outside),
+                       **self._memory)
 
 
 def own_layers(fqn: str, others: list[str], layers: list[str]) -> list[int]:

@@ -10,7 +10,9 @@ saved-tensor hook sees) and the loss's own backward (``loss_graph``). An FSDP la
 parameter, no parameter of the model: it counts among the layer's bytes, and apart too (``most_gathered``: the storages
 ``collect.hooks.fsdp`` names, padded to the shard count) so that the memory model takes out exactly those. And the bytes each
 leaf module returned (``most_output``): the gradient that reaches it in backward is as large, which the memory model counts
-in flight. The collector owns the window and the guard; this owns the counting.
+in flight. What is saved between leaf modules (a block's ``F.relu``) is counted apart per FSDP unit whose forward ran
+(``most_unit_outside``, the unit named by ``collect.hooks.fsdp``): it is freed at that unit's backward, not at the step's
+end. The collector owns the window and the guard; this owns the counting.
 """
 from __future__ import annotations
 
@@ -38,9 +40,12 @@ class SavedActivations:
         self._gathered: set[int] = set()  # storages (by identity) of FSDP's gathered parameters
         self._step_gathered: dict[int, int] = {}  # layer -> bytes of those it saved this step
         self._step_output: dict[int, int] = {}  # layer -> bytes its forward returned this step
+        self._unit_stack: list[str] = []  # FSDP units whose forward is running (by name), innermost last
+        self._step_unit: dict[str, int] = {}  # unit -> bytes saved between leaf modules while its forward ran this step
         self.most: dict[str, int] = {}  # layer path -> most bytes saved in one profiled step
         self.most_gathered: dict[str, int] = {}  # layer path -> most bytes of gathered parameters among them
         self.most_output: dict[str, int] = {}  # layer path -> most bytes its forward returned in one profiled step
+        self.most_unit_outside: dict[str, int] = {}  # FSDP unit -> most bytes saved between leaf modules in its forward, one step
 
     @property
     def counting(self) -> bool:
@@ -61,6 +66,8 @@ class SavedActivations:
         self._step.clear()
         self._step_gathered.clear()
         self._step_output.clear()
+        self._step_unit.clear()
+        self._unit_stack.clear()  # no forward runs between steps: a unit whose forward raised is not carried over
         self._loss.new_step()
 
     def enter(self, layer: int) -> None:
@@ -73,6 +80,15 @@ class SavedActivations:
             self._layer_stack.pop()
         if self.counting and output is not None:
             self._step_output[layer] = self._step_output.get(layer, 0) + output_bytes(output)
+
+    def unit_enter(self, unit: str) -> None:
+        """An FSDP unit's forward begins: what is saved between leaf modules now is ``unit``'s."""
+        self._unit_stack.append(unit)
+
+    def unit_leave(self, unit: str) -> None:
+        """An FSDP unit's forward ended."""
+        if self._unit_stack and self._unit_stack[-1] == unit:
+            self._unit_stack.pop()
 
     def forward_begins(self, module: Any, args: tuple) -> None:
         """A root's forward pre-hook: count saved activations while the forward runs (module docstring)."""
@@ -118,6 +134,8 @@ class SavedActivations:
             for k, nb in step.items():
                 path = _key(layers, k)
                 mine[path] = max(mine.get(path, 0), nb)
+        for unit, nb in self._step_unit.items():
+            self.most_unit_outside[unit] = max(self.most_unit_outside.get(unit, 0), nb)
 
     def step_bytes(self, layers: list[str]) -> dict[str, int]:
         """This step's bytes by layer path (``layers``: the collector's, by index)."""
@@ -127,6 +145,7 @@ class SavedActivations:
         """The window ends or profiling failed: hooks off (a forward that raised left them on), nothing held."""
         self.forward_ends()
         self._layer_stack.clear()
+        self._unit_stack.clear()
         self._loss.release()
 
     def _pack(self, tensor: Any) -> Any:
@@ -142,6 +161,9 @@ class SavedActivations:
                     self._step[layer] = self._step.get(layer, 0) + storage.nbytes()
                     if key in self._gathered:
                         self._step_gathered[layer] = self._step_gathered.get(layer, 0) + storage.nbytes()
+                    if layer == _OUTSIDE and self._unit_stack:
+                        unit = self._unit_stack[-1]
+                        self._step_unit[unit] = self._step_unit.get(unit, 0) + storage.nbytes()
             except Exception as err:  # noqa: BLE001
                 self._fail(err, "saved-tensor hook")
         return tensor
