@@ -27,12 +27,15 @@ from __future__ import annotations
 import enum
 import os
 import re
+from typing import Annotated
 
 import msgspec
 
 from ..errors import DagprofError
 from ..fsutil import decode_versioned, read_input, read_versioned
 from .buckets import BucketLayout
+
+Count = Annotated[int, msgspec.Meta(ge=0)]  # a size or count in a rank file: negative is damage, refused by the decoder
 
 FORMAT = "dagprof-run"
 RANK_FORMAT = "dagprof-rank"
@@ -170,14 +173,14 @@ class FsdpInfo(msgspec.Struct, kw_only=True):
     optim_state_bytes: int = 0
     # module path -> bytes of the gathered parameters among what it saved for backward (their storages, padded to the shard
     # count), the most in one profiled step; None: not recorded (FSDP1, older files: ``search.memory.fsdp_peak``'s threshold)
-    layer_saved_gathered_bytes: dict[str, int] | None = None
+    layer_saved_gathered_bytes: dict[str, Count] | None = None
     # module path -> bytes its forward returned (a leaf module's), the most in one profiled step: the gradient reaching it in
     # backward is as large (``search.memory.fsdp_peak`` counts it in flight); None: not recorded (older files)
-    layer_output_bytes: dict[str, int] | None = None
+    layer_output_bytes: dict[str, Count] | None = None
     # unit name -> bytes saved for backward between leaf modules (functional ops: a block's ``F.relu``) while its forward ran,
     # not an inner unit's, the most in one profiled step (part of ``SAVED_OUTSIDE_LAYERS``, freed at the unit's backward);
     # None: not recorded (older files: ``search.memory.fsdp_peak`` keeps them all to the step's end)
-    unit_saved_outside_bytes: dict[str, int] | None = None
+    unit_saved_outside_bytes: dict[str, Count] | None = None
 
 
 class Manifest(msgspec.Struct, kw_only=True):

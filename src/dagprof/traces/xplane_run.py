@@ -24,7 +24,7 @@ from ..fsutil import inside, read_versioned
 from .completeness import check_same_job, describe
 from .events import Kind, RankTrace, Run
 from .meta import Collectives, RankGap, RunMeta, RunWarning, tx_bytes_per_step, warnings_of
-from .run_schema import refuse_ranks_beyond
+from .run_schema import Count, refuse_ranks_beyond
 from .tf_xplane import rank_from_path, read_xplane
 from .xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, VERSION, rank_file, rank_logdir
 
@@ -38,7 +38,6 @@ def xplane_files(folder: str) -> list[str]:
     return sorted(out)
 
 
-Count = Annotated[int, msgspec.Meta(ge=0)]
 Micros = Annotated[float, msgspec.Meta(gt=0)]
 
 
