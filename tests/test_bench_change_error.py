@@ -44,3 +44,13 @@ def test_rounds_kept_without_reference_jobs_have_no_change_error():
     assert "change_error_pct" not in rounds[0]
     summary = _summary(rounds, {"rate_bit": 100e6, "other_rate_bit": 40e6, "why": "fixed (PAIRS)"})
     assert summary["change_error_pct"] == {"median": None, "spread": None} and summary["error_pct"]["median"] == pytest.approx(36.0, abs=0.1)
+
+
+def test_the_settle_job_is_read_against_the_first_rounds_level():
+    """A script's first job (``_settle``, judged nowhere) against round 1's references; none without it or them."""
+    pair = {"rate_bit": 100e6, "other_rate_bit": 40e6, "why": "fixed (PAIRS)"}
+    rounds = [_round(0, PROFILED, OTHER, (ref(43.4), ref(45.6))), _round(1, PROFILED, OTHER, (ref(90.0), ref(90.0)))]
+    assert _summary(rounds, pair, ref(53.4))["settle_drift_pct"] == pytest.approx(100 * (53.4 - 44.5) / 44.5)
+    assert _summary(rounds, pair)["settle_drift_pct"] is None
+    assert _summary(rounds, pair, {"load": 2.0, "refused": "the loopback was shaped at 0 Mbit/s"})["settle_drift_pct"] is None
+    assert _summary([_round(0, PROFILED, OTHER)], pair, ref(53.4))["settle_drift_pct"] is None
