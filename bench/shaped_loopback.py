@@ -59,10 +59,13 @@ def shape_loopback(ns: str, rate_bit: float, bucket_rate_bit: float | None = Non
     a wire, and tbf's bucket must hold a whole packet). Both workers live in ``ns``, so every byte between them, either way,
     crosses this one shaped device: the pair shares the rate, as on a half-duplex link. Its bucket is ``BURST_MS`` at
     ``bucket_rate_bit`` (default: the rate); its queue the DDP testbed's ``BUFFER_BYTES`` (``latency 50ms`` held 50 kB at
-    8 Mbit/s: a port that drops a collective's tail waits for TCP's retransmission timeout). The rate is read back (``check_rate``):
+    8 Mbit/s: a port that drops a collective's tail waits for TCP's retransmission timeout). TCP keeps no metrics between
+    connections there (``tcp_no_metrics_save``): a job would otherwise start from the reordering and RTT the namespace's
+    previous job left (seen growing 10 -> 72 across Horovod jobs), the first job in a namespace from none. The rate is read back (``check_rate``):
     a job is never profiled on a link other than the one its figures are filed under."""
     burst = max(int((bucket_rate_bit or rate_bit) / 8 / 1000 * BURST_MS), 2 * 1514)
     for cmd in (["ip", "link", "set", "lo", "mtu", "1500"], ["ip", "link", "set", "lo", "up"],
+                ["sysctl", "-q", "-w", "net.ipv4.tcp_no_metrics_save=1"], ["ip", "tcp_metrics", "flush", "all"],
                 ["tc", "qdisc", "replace", "dev", "lo", "root", "tbf", "rate", f"{int(rate_bit)}bit", "burst", str(burst), "limit", str(BUFFER_BYTES)]):
         subprocess.run(["ip", "netns", "exec", ns, *cmd], check=True, capture_output=True)
     check_rate(ns, rate_bit)
