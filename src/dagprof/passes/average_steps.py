@@ -446,10 +446,14 @@ def _release_closing_marks(g: Graph, background: np.ndarray) -> Graph:
 
 
 def _base_names(g: Graph) -> np.ndarray:
-    """Name ids with per-instance suffixes (".17", "#5") stripped, so steps share names."""
-    base = {}
+    """Name ids, so steps share names: a name found in one step only has its instance suffix (".17", "#5": a collective's
+    instance, a step's mark) stripped; a name found in several steps is the op's own (XLA's ``ynn_fusion.2`` and
+    ``ynn_fusion.3`` are two ops, stripped they had been counted as one and paired with each other across steps)."""
+    pairs = np.unique(np.stack([g.name, g.step], axis=1), axis=0)
+    recurs = np.bincount(pairs[:, 0], minlength=len(g.names)) > 1
+    base: dict[tuple[str, bool], int] = {}
     ids = np.empty(len(g.names), dtype=np.int64)
     for i, name in enumerate(g.names):
-        stem = name.rstrip("0123456789").rstrip(".#")
-        ids[i] = base.setdefault(stem, len(base))
+        key = (name, True) if recurs[i] else (name.rstrip("0123456789").rstrip(".#"), False)
+        ids[i] = base.setdefault(key, len(base))
     return ids[g.name]
