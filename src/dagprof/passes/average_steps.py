@@ -3,11 +3,12 @@
 Replaying the measured timeline op for op reproduces it by construction; a model of *the*
 iteration (what every what-if starts from) must instead predict the measured mean from one
 per-op figure each, as dPRO does. Ops are matched across steps by (rank, lane, name, how many
-ops of that name came before it on the lane in its step): an op one step has and another lacks
-(an extra copy, a data-loader call) then shifts nothing else. An op that has no twin in other
-steps keeps its own values. The threads of a pool (``pooled_lanes``: XLA's Eigen threads, which run a scan's
+ops of that name came before it on the lane in its step; a name found in one step only, a collective's instance, less
+its suffix: ``_base_names``): an op one step has and another lacks (an extra copy, a data-loader call) then shifts
+nothing else. An op that has no twin in other steps keeps its own values. The threads of a pool (``pooled_lanes``: XLA's Eigen threads, which run a scan's
 iterations on whichever is free) are one lane there, their ops counted in start order: matched per thread, the
-k-th call on a thread paired with another iteration in the next step (``tf-jax/lstm-lm-jit`` +30.1 -> +2.4 %).
+k-th call on a thread paired with another iteration in the next step (``tf-jax/lstm-lm-jit`` +30.1 -> +2.4 %; +1.4 % with
+the scan body's ops told apart by their full names and every pool task's scheduler resolved).
 
 Background threads (a watchdog's or poller's ``cudaEventQuery`` loop, a loader thread) are host
 threads whose ops no op of another lane depends on: only the closing step mark follows them. They are
