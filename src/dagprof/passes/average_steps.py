@@ -3,11 +3,12 @@
 Replaying the measured timeline op for op reproduces it by construction; a model of *the*
 iteration (what every what-if starts from) must instead predict the measured mean from one
 per-op figure each, as dPRO does. Ops are matched across steps by (rank, lane, name, how many
-ops of that name came before it on the lane in its step): an op one step has and another lacks
-(an extra copy, a data-loader call) then shifts nothing else. An op that has no twin in other
-steps keeps its own values. The threads of a pool (``pooled_lanes``: XLA's Eigen threads, which run a scan's
+ops of that name came before it on the lane in its step; a name found in one step only, a collective's instance, less
+its suffix: ``_base_names``): an op one step has and another lacks (an extra copy, a data-loader call) then shifts
+nothing else. An op that has no twin in other steps keeps its own values. The threads of a pool (``pooled_lanes``: XLA's Eigen threads, which run a scan's
 iterations on whichever is free) are one lane there, their ops counted in start order: matched per thread, the
-k-th call on a thread paired with another iteration in the next step (``tf-jax/lstm-lm-jit`` +30.1 -> +2.4 %).
+k-th call on a thread paired with another iteration in the next step (``tf-jax/lstm-lm-jit`` +30.1 -> +2.4 %; +1.4 % with
+the scan body's ops told apart by their full names and every pool task's scheduler resolved).
 
 Background threads (a watchdog's or poller's ``cudaEventQuery`` loop, a loader thread) are host
 threads whose ops no op of another lane depends on: only the closing step mark follows them. They are
@@ -446,10 +447,14 @@ def _release_closing_marks(g: Graph, background: np.ndarray) -> Graph:
 
 
 def _base_names(g: Graph) -> np.ndarray:
-    """Name ids with per-instance suffixes (".17", "#5") stripped, so steps share names."""
-    base = {}
+    """Name ids, so steps share names: a name found in one step only has its instance suffix (".17", "#5": a collective's
+    instance, a step's mark) stripped; a name found in several steps is the op's own (XLA's ``ynn_fusion.2`` and
+    ``ynn_fusion.3`` are two ops, stripped they had been counted as one and paired with each other across steps)."""
+    pairs = np.unique(np.stack([g.name, g.step], axis=1), axis=0)
+    recurs = np.bincount(pairs[:, 0], minlength=len(g.names)) > 1
+    base: dict[tuple[str, bool], int] = {}
     ids = np.empty(len(g.names), dtype=np.int64)
     for i, name in enumerate(g.names):
-        stem = name.rstrip("0123456789").rstrip(".#")
-        ids[i] = base.setdefault(stem, len(base))
+        key = (name, True) if recurs[i] else (name.rstrip("0123456789").rstrip(".#"), False)
+        ids[i] = base.setdefault(key, len(base))
     return ids[g.name]

@@ -255,7 +255,7 @@ class _Resolver:
             if found is not None and found[0] != "none":
                 answer, found_at = found, r
                 break
-            if up >= 0 and up not in self.memo:
+            if up >= 0 and self.memo.get(up, ("unseen",))[0] != "none":  # unexplored, or settled by an earlier call
                 parent[up] = r
                 stack.append((up, 0))
         r = found_at
