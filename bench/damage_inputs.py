@@ -88,6 +88,12 @@ KINDS = [
     Kind("fsdp1", DATA / "fsdp/fsdp1", "rank1.json", "rank0.json", "rank2.json"),
     Kind("tf", DATA / "tf/text", "rank1.json", "rank0.json", "rank2.json"),
     Kind("jax", DATA / "tf-jax/pmap-host", "rank1.json", "rank0.json", "rank2.json"),
+    # the XPlane itself, beside the rank file that says its rank
+    Kind("tf-xplane", DATA / "tf/text", "rank1/plugins/profile/2026_12_02_01_16_53/vm.xplane.pb.gz",
+         "rank0/plugins/profile/2026_12_02_01_16_53/vm.xplane.pb.gz", only=("clean", "trunc50", "truncgz", "empty", "garbage", "missing",
+                                                                         "dupover")),
+    Kind("jax-xplane", DATA / "tf-jax/pmap-host", "rank1/plugins/profile/2026_12_03_10_29_30/vm.xplane.pb.gz",
+         "rank0/plugins/profile/2026_12_03_10_29_30/vm.xplane.pb.gz", only=("clean", "trunc50", "missing", "dupover")),
     Kind("horovod", DATA / "horovod/sparse-gru", "rank1.horovod.json", "rank0.horovod.json", "rank2.horovod.json"),
     Kind("horovod-timeline", DATA / "horovod/sparse-gru", "horovod_timeline.json"),
     Kind("mxnet", DATA / "mxnet/user_mlp", "worker1.json.gz", "worker0.json.gz", "worker2.json.gz"),
