@@ -335,6 +335,8 @@ def _fsdp_edit(case: Path, target: Path, damage: str) -> bool:
                 if c["unit"] != gone:
                     new[k] = len(new)
             f["collectives"] = [c for c in f["collectives"] if c["unit"] != gone]
+            for c in f["collectives"]:
+                c["prefetched_by"] = -1 if c["prefetched_by"] == gone else c["prefetched_by"]
             rows = []
             for r in o["records"]:
                 if r[0] in (16, 17):  # FSDP_COLL_BEGIN/END: a = collective

@@ -213,3 +213,9 @@ def test_a_link_fit_without_a_bandwidth_says_so_in_words(capsys):
     assert main(["whatif", str(DATA / "fsdp/hsdp"), "--mesh", "2x3", "--no-trace", "--json"]) == 0
     link = json.loads(capsys.readouterr().out)["link"]
     assert "inf" not in link and "no bandwidth limit seen" in link  # "inf Gbit/s" read as a non-finite number
+
+
+def test_an_fsdp_collective_naming_a_unit_the_file_lacks_is_refused(tmp_path):
+    run = _copy(tmp_path, "fsdp/hsdp")
+    _edit(run / "rank1.json", lambda d: d["fsdp"]["collectives"][0].update(prefetched_by=7))  # was an IndexError's line
+    _refused(run, str(run / "rank1.json"), "1 FSDP collective(s) name unit 7, but the file lists 3 units")

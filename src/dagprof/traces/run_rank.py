@@ -112,6 +112,10 @@ def _check_fsdp_indices(info, records: np.ndarray, path: str) -> None:
         bad = named[(named < 0) | (named >= listed)]
         if len(bad):
             raise DagprofError(f"{len(bad)} FSDP record(s) name {what} {int(bad[0])}, but the file lists {listed} {what}s: a damaged file", path)
+    n = len(info.units)  # each collective's unit, and the unit that prefetched it (-1: none), are in the list too
+    named = [u for c in info.collectives for u, lo in ((c.unit, 0), (c.prefetched_by, -1)) if not lo <= u < n]
+    if named:
+        raise DagprofError(f"{len(named)} FSDP collective(s) name unit {named[0]}, but the file lists {len(info.units)} units: a damaged file", path)
 
 
 def _unhooked_layers(records: np.ndarray, steps: list[tuple[int, int, int]], name: str, warnings: list[str]) -> None:
