@@ -219,3 +219,15 @@ def test_an_fsdp_collective_naming_a_unit_the_file_lacks_is_refused(tmp_path):
     run = _copy(tmp_path, "fsdp/hsdp")
     _edit(run / "rank1.json", lambda d: d["fsdp"]["collectives"][0].update(prefetched_by=7))  # was an IndexError's line
     _refused(run, str(run / "rank1.json"), "1 FSDP collective(s) name unit 7, but the file lists 3 units")
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--rounds", "5"], "--rounds: is read only with --verify"),  # each was ignored, exit 0, the search as without it
+    (["--ranks", "2"], "--ranks: is read only with --verify"),
+    (["--ranks", "2", "--emulate", "1Gbit"], "--emulate: is read only with --verify"),
+    (["--powersgd-ranks", "8"], "--powersgd-ranks: is read only with --allow-lossy"),
+])
+def test_optimize_flags_read_only_with_another_are_refused_alone(tmp_path, capsys, flags, needle):
+    assert main(["optimize", str(DATA / "ddp-testbed/run"), *flags, "-o", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and "\n" not in err

@@ -56,8 +56,8 @@ def run(args: argparse.Namespace) -> dict:
         raise DagprofError("--verify needs the training command after --, e.g. -- torchrun --nproc-per-node 2 train.py")
     if args.emulate and args.ranks is None:
         raise DagprofError("--emulate starts one process per rank: give --ranks N")
-    alone = [(f, needs) for f, given, needs in (("--rounds", args.rounds, "--verify"), ("--ranks", args.ranks, "--verify"),
-                                                ("--emulate", args.emulate, "--verify"), ("--powersgd-ranks", args.powersgd_ranks, "--allow-lossy"))
+    alone = [(f, needs) for f, given, needs in (("--rounds", args.rounds, "--verify"), ("--emulate", args.emulate, "--verify"),
+                                                ("--ranks", args.ranks, "--verify"), ("--powersgd-ranks", args.powersgd_ranks, "--allow-lossy"))
              if given is not None and not getattr(args, needs[2:].replace("-", "_"))]
     if alone:  # alone it changed nothing, and the answer looked like one that had used it
         raise DagprofError(f"is read only with {alone[0][1]}: give both", alone[0][0])
