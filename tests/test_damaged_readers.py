@@ -202,6 +202,7 @@ def test_fsdp_units_unlike_the_job_or_the_other_ranks_are_refused(tmp_path, rank
 @pytest.mark.parametrize("fixture, flags, needle", [
     ("ddp-testbed/run", ["--ranks-per-host", "2"], "--ranks-per-host: is read only with --cores"),  # was ignored, exit 0
     ("hybrid-dp-tp", ["--mesh", "1x2"], "--mesh: is an FSDP what-if; this profile is not an FSDP job"),  # was the model check's line
+    ("hybrid-dp-tp", ["--tp-degree", "3"], "--tp-degree: a TP degree of 3 is not modelled (profiled: 2)"),  # named no flag
 ])
 def test_whatif_flags_that_cannot_apply_are_refused_naming_the_flag(capsys, fixture, flags, needle):
     assert main(["whatif", str(DATA / fixture), *flags, "--no-trace"]) == 2

@@ -86,9 +86,9 @@ def run(args) -> dict:
 def _evaluate(args, folder: str | None) -> dict:
     prof = open_run(args.run, steps=args.steps, step_marker=args.step_marker, allow_missing_ranks=args.allow_missing_ranks)
     refuse_lone_rank(prof.run, "a what-if (collectives re-priced across the ranks)")
-    for degree, dim in ((args.tp_degree, Dim.TP), (args.pp_degree, Dim.PP)):
+    for degree, dim, flag in ((args.tp_degree, Dim.TP, "--tp-degree"), (args.pp_degree, Dim.PP, "--pp-degree")):
         if degree is not None:
-            refuse_degree(prof.graph, dim, degree)
+            refuse_degree(prof.graph, dim, degree, flag)
     if args.prefetch is not None:
         refuse_unmodelled(prof.graph, ["prefetch"])
     fsdp_only = [f for f, given in (("--prefetch", args.prefetch), *((a.flag, getattr(args, a.name)) for a in AXES if a.name in _FSDP_AXES))
