@@ -313,7 +313,8 @@ def _swap_ids(path0: Path, path1: Path) -> bool:
 def _fsdp_edit(case: Path, target: Path, damage: str) -> bool:
     """FSDP rank files: every rank's mesh unlike its world (``mesh-world``), rank 1's mesh unlike the others' (``mesh-rank``),
     one of rank 1's units renamed (``unit-renamed``) or its last unit gone with its collectives and records (``unit-missing``)."""
-    if not _load(target).get("fsdp"):
+    obj = _load(target)
+    if not isinstance(obj, dict) or not obj.get("fsdp"):
         return False
     if damage == "mesh-world":
         for p in sorted(case.glob("rank*.json")):
