@@ -44,12 +44,38 @@ class Kind:
     ddp: bool = False  # whether optimize applies
     named_by_content: bool = False  # ranks are who their files say (distributedInfo), whatever the names: a swap is no damage
     only: tuple[str, ...] = ()  # the damages worth its time (all when empty): a reader already audited on another kind
+    unread: tuple[str, ...] = ()  # damages of the target that leave the answer alone: the reader takes that part from elsewhere
 
+
+# wrong flags on an undamaged fixture: damage -> (command and flags, the input's place marked "RUN"; whether a fixture may
+# take it: the flag is a valid what-if there, so an answer is right). Every reading command is given one it must refuse.
+FLAGS = {
+    "flag-workers0": (["whatif", "--json", "RUN", "--workers", "0", "--no-trace"], ()),
+    "flag-bandwidth-neg": (["whatif", "--json", "RUN", "--bandwidth", "-1Gbit", "--no-trace"], ()),
+    "flag-latency-neg": (["whatif", "--json", "RUN", "--latency", "-5", "--no-trace"], ()),
+    "flag-mesh": (["whatif", "--json", "RUN", "--mesh", "2x3", "--no-trace"], ("fsdp", "hsdp")),  # FSDP2: a 6-rank what-if
+    "flag-mesh-zero": (["whatif", "--json", "RUN", "--mesh", "0x2", "--no-trace"], ()),
+    "flag-mesh-workers": (["whatif", "--json", "RUN", "--mesh", "1x2", "--workers", "2", "--no-trace"], ()),
+    "flag-tp": (["whatif", "--json", "RUN", "--tp-degree", "3", "--no-trace"], ()),
+    "flag-ranks-per-host": (["whatif", "--json", "RUN", "--ranks-per-host", "2", "--no-trace"], ()),
+    "flag-steps-empty": (["analyze", "--json", "--steps", "4:4", "RUN"], ()),
+    "flag-max-bytes0": (["analyze", "--json", "--max-trace-bytes", "0", "RUN"], ()),
+    "flag-explain-neg": (["replay", "--json", "RUN", "--explain", "--explain-threshold", "-1", "-o", "OUT"], ()),
+    "flag-engine": (["replay", "--json", "RUN", "--engine", "gpu", "-o", "OUT"], ()),
+    "flag-report-steps": (["report", "--json", "--steps", "0:x", "RUN", "-o", "OUT"], ()),
+    "flag-diff-top": (["diff", "--json", "ORIG", "RUN", "--top", "-1", "-o", "OUT"], ()),
+    "flag-budget0": (["optimize", "--json", "RUN", "--budget", "0", "-o", "OUT"], ()),
+    "flag-memory-neg": (["optimize", "--json", "RUN", "--memory-budget", "-1GB", "--budget", "1", "-o", "OUT"], ()),
+}
 
 KINDS = [
     Kind("ddp", DATA / "ddp-testbed/run", "rank1.json", "rank0.json", "rank2.json", ddp=True),
+    # a run's steps are the hooks' step times in rank<R>.json; its Kineto trace is read for the collectives inside them only
     Kind("dagprof-kineto", DATA / "hybrid-dp-tp-dagprof", "rank1.kineto.json.gz", "rank0.kineto.json.gz",
-         "rank4.kineto.json.gz"),
+         "rank4.kineto.json.gz", unread=("nosteps", "onestep")),
+    Kind("hybrid-kineto", DATA / "hybrid-dp-tp", "rank-1.pt.trace.json.gz", "rank-0.pt.trace.json.gz", "rank-4.pt.trace.json.gz",
+         named_by_content=True, only=("clean", "trunc50", "missing", "dup", "dupover", "swap", "swapids", "nosteps", "onestep",
+                                      "collsize", "neg", "skew", *FLAGS)),
     Kind("kineto-dir", DATA / "gloo-windows/same", "rank-1.pt.trace.json.gz", "rank-0.pt.trace.json.gz",
          "rank-2.pt.trace.json.gz", named_by_content=True),
     Kind("kineto-8", DATA / "kineto-corpus/param/dlrm_kineto", "worker1_step_12.1694128201556.pt.trace.json.gz",
@@ -62,6 +88,12 @@ KINDS = [
     Kind("fsdp1", DATA / "fsdp/fsdp1", "rank1.json", "rank0.json", "rank2.json"),
     Kind("tf", DATA / "tf/text", "rank1.json", "rank0.json", "rank2.json"),
     Kind("jax", DATA / "tf-jax/pmap-host", "rank1.json", "rank0.json", "rank2.json"),
+    # the XPlane itself, beside the rank file that says its rank
+    Kind("tf-xplane", DATA / "tf/text", "rank1/plugins/profile/2026_12_02_01_16_53/vm.xplane.pb.gz",
+         "rank0/plugins/profile/2026_12_02_01_16_53/vm.xplane.pb.gz", only=("clean", "trunc50", "truncgz", "empty", "garbage", "missing",
+                                                                         "dupover")),
+    Kind("jax-xplane", DATA / "tf-jax/pmap-host", "rank1/plugins/profile/2026_12_03_10_29_30/vm.xplane.pb.gz",
+         "rank0/plugins/profile/2026_12_03_10_29_30/vm.xplane.pb.gz", only=("clean", "trunc50", "missing", "dupover")),
     Kind("horovod", DATA / "horovod/sparse-gru", "rank1.horovod.json", "rank0.horovod.json", "rank2.horovod.json"),
     Kind("horovod-timeline", DATA / "horovod/sparse-gru", "horovod_timeline.json"),
     Kind("mxnet", DATA / "mxnet/user_mlp", "worker1.json.gz", "worker0.json.gz", "worker2.json.gz"),
@@ -75,7 +107,16 @@ KINDS = [
 MUST_REFUSE_OR_WARN = {"trunc10", "trunc50", "trunc99", "truncgz", "empty", "garbage", "missing", "dup", "swap",
                        "swapids", "nosteps", "collsize", "nan", "neg", "foreign", "shape-empty", "shape-types",
                        "version-new", "version-old", "emptydir", "onestep", "kineto-as-rank", "isdir", "inf",
-                       "steps-out", "steps-reversed"}
+                       "steps-out", "steps-reversed", "dupover", "mesh-world", "mesh-rank", "unit-renamed", "unit-missing"}
+
+
+def must_flag(kind: Kind, damage: str) -> bool:
+    """Whether the damage must be refused or flagged on this kind (else an unchanged answer is right)."""
+    if damage in FLAGS:
+        return kind.name not in FLAGS[damage][1]
+    if damage in kind.unread or kind.named_by_content and damage in ("swap", "swapids"):
+        return False
+    return damage in MUST_REFUSE_OR_WARN
 
 
 def _load(path: Path):
@@ -269,6 +310,48 @@ def _swap_ids(path0: Path, path1: Path) -> bool:
     return True
 
 
+def _fsdp_edit(case: Path, target: Path, damage: str) -> bool:
+    """FSDP rank files: every rank's mesh unlike its world (``mesh-world``), rank 1's mesh unlike the others' (``mesh-rank``),
+    one of rank 1's units renamed (``unit-renamed``) or its last unit gone with its collectives and records (``unit-missing``)."""
+    obj = _load(target)
+    if not isinstance(obj, dict) or not obj.get("fsdp"):
+        return False
+    if damage == "mesh-world":
+        for p in sorted(case.glob("rank*.json")):
+            _rewrite(p, lambda o: any(u.update(mesh=[3] * len(u["mesh"])) for u in o["fsdp"]["units"]) or True)
+        return True
+
+    def edit(o) -> bool:
+        f = o["fsdp"]
+        if damage == "mesh-rank":
+            for u in f["units"]:
+                u["mesh"] = [1, *u["mesh"]] if len(u["mesh"]) == 1 else [1, u["mesh"][0] * u["mesh"][1]]
+        elif damage == "unit-renamed":
+            f["units"][-1]["name"] += "_x"
+        else:
+            gone = len(f["units"]) - 1
+            f["units"].pop()
+            new = {}
+            for k, c in enumerate(f["collectives"]):
+                if c["unit"] != gone:
+                    new[k] = len(new)
+            f["collectives"] = [c for c in f["collectives"] if c["unit"] != gone]
+            for c in f["collectives"]:
+                c["prefetched_by"] = -1 if c["prefetched_by"] == gone else c["prefetched_by"]
+            rows = []
+            for r in o["records"]:
+                if r[0] in (16, 17):  # FSDP_COLL_BEGIN/END: a = collective
+                    if r[1] not in new:
+                        continue
+                    r[1] = new[r[1]]
+                elif r[0] in (18, 19, 20, 21) and r[1] == gone:  # copy-out, reshard: a = unit
+                    continue
+                rows.append(r)
+            o["records"] = rows
+        return True
+    return _rewrite(target, edit)
+
+
 def _truncate(path: Path, frac: float) -> None:
     raw = path.read_bytes()
     if raw[:2] == b"\x1f\x8b":
@@ -290,7 +373,7 @@ def _layer_csv(log: Path, out: Path) -> None:
 DAMAGES = ["clean", "trunc10", "trunc50", "trunc99", "truncgz", "empty", "garbage", "missing", "dup", "swap",
            "swapids", "nosteps", "onestep", "collsize", "nan", "neg", "inf", "skew", "wrongext", "foreign",
            "kineto-as-rank", "shape-empty", "shape-types", "version-new", "version-old", "isdir", "emptydir",
-           "steps-out", "steps-reversed"]
+           "steps-out", "steps-reversed", "dupover", "mesh-world", "mesh-rank", "unit-renamed", "unit-missing", *FLAGS]
 
 
 def make_case(kind: Kind, damage: str, root: Path) -> tuple[Path, str] | None:
@@ -314,10 +397,12 @@ def make_case(kind: Kind, damage: str, root: Path) -> tuple[Path, str] | None:
         arg = case
     t = case / kind.target
     r0 = case / kind.rank0 if kind.rank0 else None
-    if damage.startswith("steps-") and kind.src.suffix == ".log":
-        return None  # sgd takes no --steps
-    if damage in ("clean", "steps-out", "steps-reversed"):
+    if (damage.startswith("steps-") or damage in FLAGS) and kind.src.suffix == ".log":
+        return None  # sgd takes no --steps, nor the other commands' flags
+    if damage in ("clean", "steps-out", "steps-reversed") or damage in FLAGS and (kind.ddp or "optimize" not in FLAGS[damage][0]):
         return arg, str(t)
+    if damage in FLAGS:
+        return None
     if damage.startswith("trunc") and damage != "truncgz":
         _truncate(t, int(damage[5:]) / 100)
     elif damage == "truncgz":
@@ -333,10 +418,12 @@ def make_case(kind: Kind, damage: str, root: Path) -> tuple[Path, str] | None:
         if r0 is None and kind.name not in ("horovod-timeline", "mxnet-manifest"):
             return None
         t.unlink()
-    elif damage in ("dup", "swap", "swapids"):
+    elif damage in ("dup", "swap", "swapids", "dupover"):
         if r0 is None:
             return None
-        if damage == "dup":
+        if damage == "dupover":  # rank 1's file replaced by a copy of rank 0's
+            shutil.copy(r0, t)
+        elif damage == "dup":
             shutil.copy(r0, case / kind.next_rank)
         elif damage == "swap":
             tmp = case / "swap.tmp"
@@ -426,6 +513,9 @@ def make_case(kind: Kind, damage: str, root: Path) -> tuple[Path, str] | None:
             return True
         _rewrite(man, ver)
         t = man
+    elif damage in ("mesh-world", "mesh-rank", "unit-renamed", "unit-missing"):
+        if t.suffix != ".json" or not _fsdp_edit(case, t, damage):
+            return None
     elif damage == "isdir":  # root reads any file whatever its mode: a folder where the file should be is what fails
         t.unlink()
         t.mkdir()
@@ -434,6 +524,8 @@ def make_case(kind: Kind, damage: str, root: Path) -> tuple[Path, str] | None:
 
 def commands(kind: Kind, damage: str, arg: Path, out: Path, all_commands: bool) -> list[list[str]]:
     a = str(arg)
+    if damage in FLAGS:
+        return [[{"RUN": a, "ORIG": str(kind.src), "OUT": str(out / "flag")}.get(w, w) for w in FLAGS[damage][0]]]
     flags = {"steps-out": ["--steps", "90:95"], "steps-reversed": ["--steps", "5:3"]}.get(damage, [])
     if kind.name in ("layerwise", "layer-csv"):
         return [["sgd", a, "--workers", "1,4", "--net", "10gbe"], ["sgd", "--json", a, "--workers", "1,4", "--net", "10gbe"]]
@@ -521,7 +613,8 @@ def classify(kind: Kind, damage: str, rc, stdout: str, stderr: str, case: Path, 
         return "internal", "bad"
     if rc == 2:
         last = err_lines[-1] if err_lines else ""
-        names = str(case) in last or "/tmp/badinput" in last or "argument --" in last  # a file, or the flag
+        flag = damage in FLAGS and any(w.startswith("--") and w in last for w in FLAGS[damage][0] if w != "--json")
+        names = str(case) in last or "/tmp/badinput" in last or "argument --" in last or flag  # a file, or the flag
         return ("refused", "good") if names and "error" in last else ("refused-vague", "bad")
     if rc != 0:
         return f"exit{rc}", "bad"
@@ -539,8 +632,10 @@ def classify(kind: Kind, damage: str, rc, stdout: str, stderr: str, case: Path, 
     same = number is None or clean is not None and abs(number - clean) <= 1e-3 * abs(clean)
     if warned:  # good when the number is right: the same as undamaged, or (good?) judged by hand
         return "warned", "good" if same else "good?"
-    if damage in MUST_REFUSE_OR_WARN and not (kind.named_by_content and damage in ("swap", "swapids")):
+    if must_flag(kind, damage):
         return "accepted", "bad"
+    if damage in FLAGS:  # a what-if this kind takes (its answer is another setup's, no damaged one)
+        return "accepted", "good"
     return "accepted", "good" if same else "good?"
 
 
@@ -560,12 +655,11 @@ def compare(before_json: str, after_json: str) -> None:
             return None
 
     def read(path):
-        rows = [r for r in json.loads(Path(path).read_text()) if r["argv"].startswith(("analyze --json", "sgd"))]
+        rows = [r for r in json.loads(Path(path).read_text()) if r["argv"].startswith(("analyze --json", "sgd")) or r["damage"] in FLAGS]
         clean = {r["kind"]: said(r) for r in rows if r["damage"] == "clean" and r["argv"].startswith("analyze")}
         for r in rows:
             if r["class"] == "warned" and r["argv"].startswith("analyze") and said(r) == clean.get(r["kind"]):
-                named = next(k.named_by_content for k in KINDS if k.name == r["kind"])
-                must = r["damage"] in MUST_REFUSE_OR_WARN and not (named and r["damage"] in ("swap", "swapids"))
+                must = must_flag(next(k for k in KINDS if k.name == r["kind"]), r["damage"])
                 r["class"], r["verdict"] = "accepted", "bad" if must else r["verdict"]
         return {key(r): r for r in rows}
     b, a = read(before_json), read(after_json)

@@ -150,3 +150,85 @@ def test_a_bcaffe_log_cut_at_a_line_end_is_refused(tmp_path):
     cut.write_text("".join(lines[:200]))  # its last dump's 72 blobs were read as a 36-layer model
     with pytest.raises(DagprofError, match=r"tmp4comm\.log: line 129: the last dump has 72 blobs, the one before 128"):
         read_layer_file(cut)
+
+
+def test_an_mxnet_workers_trace_copied_over_anothers_is_refused_naming_both(tmp_path):
+    run = _copy(tmp_path, "mxnet/user_mlp")
+    shutil.copy(run / "worker0.json.gz", run / "worker1.json.gz")  # mx.profiler records no worker id: read as worker 1 before
+    _refused(run, str(run / "worker1.json.gz"), "same events at the same times as worker0.json.gz")
+
+
+def test_an_mxnet_worker_file_the_manifest_does_not_list_is_refused(tmp_path):
+    run = _copy(tmp_path, "mxnet/user_mlp")
+    shutil.copy(run / "worker0.json.gz", run / "worker2.json.gz")  # read before as the 2 listed workers, the copy unseen
+    _refused(run, str(run / "worker2.json.gz"), "lists workers [0, 1] with other files")
+
+
+def test_swapped_mxnet_worker_traces_are_warned_with_counts(tmp_path):
+    run = _copy(tmp_path, "mxnet/user_mlp")
+    (run / "worker0.json.gz").rename(run / "tmp")
+    (run / "worker1.json.gz").rename(run / "worker0.json.gz")
+    (run / "tmp").rename(run / "worker1.json.gz")
+    warnings = [str(w) for w in load(run).meta.warnings] + [str(w) for t in load(run).ranks for w in t.meta.warnings]
+    assert any(re.search(r"worker0\.json\.gz: its 41 push calls fall 13, 14, 14 into worker 0's 3 profiled steps", w) for w in warnings), warnings
+    assert not [w for t in load(DATA / "mxnet/user_mlp").ranks for w in t.meta.warnings]  # the undamaged run says nothing
+
+
+@pytest.mark.parametrize("fixture, session", [("tf/text", "2026_12_02_01_16_53"), ("tf-jax/pmap-host", "2026_12_03_10_29_30")])
+def test_an_xplane_copied_over_another_ranks_is_refused_naming_both(tmp_path, fixture, session):
+    run = _copy(tmp_path, fixture)
+    xp = f"plugins/profile/{session}/vm.xplane.pb.gz"
+    shutil.copy(run / "rank0" / xp, run / "rank1" / xp)  # read before with exit 0 and a number 0.9 % off (tf/text)
+    _refused(run, str(run / "rank1" / xp), f"same events at the same times as rank0/{xp} (rank 0)")
+
+
+def _fsdp_units(doc, edit):
+    for u in doc["fsdp"]["units"]:
+        edit(u)
+
+
+@pytest.mark.parametrize("ranks, edit, needle", [
+    ((0, 1, 2, 3), lambda u: u.update(mesh=[3, 2]), "unit <root>'s mesh 3x2 does not fit the job's 4 ranks"),
+    ((1,), lambda u: u.update(mesh=[1, 4]), "collective 0 (all_gather) runs on ranks 0,1, but rank 1's unit <root> has mesh 1x4"),
+    ((1,), lambda u: u.update(name=u["name"] + "_x"), "its unit 0 is <root>_x (mesh 2x2, 3 parameters, 33,024 elements), rank 0's <root>"),
+])
+def test_fsdp_units_unlike_the_job_or_the_other_ranks_are_refused(tmp_path, ranks, edit, needle):
+    run = _copy(tmp_path, "fsdp/hsdp")  # each read before with exit 0, and --mesh re-priced from rank 0's units
+    for r in ranks:
+        _edit(run / f"rank{r}.json", lambda d: _fsdp_units(d, edit))
+    _refused(run, str(run / f"rank{ranks[-1] if len(ranks) == 1 else 0}.json"), needle)
+
+
+@pytest.mark.parametrize("fixture, flags, needle", [
+    ("ddp-testbed/run", ["--ranks-per-host", "2"], "--ranks-per-host: is read only with --cores"),  # was ignored, exit 0
+    ("hybrid-dp-tp", ["--mesh", "1x2"], "--mesh: is an FSDP what-if; this profile is not an FSDP job"),  # was the model check's line
+    ("hybrid-dp-tp", ["--tp-degree", "3"], "--tp-degree: a TP degree of 3 is not modelled (profiled: 2)"),  # named no flag
+])
+def test_whatif_flags_that_cannot_apply_are_refused_naming_the_flag(capsys, fixture, flags, needle):
+    assert main(["whatif", str(DATA / fixture), *flags, "--no-trace"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and "\n" not in err
+
+
+def test_a_link_fit_without_a_bandwidth_says_so_in_words(capsys):
+    assert main(["whatif", str(DATA / "fsdp/hsdp"), "--mesh", "2x3", "--no-trace", "--json"]) == 0
+    link = json.loads(capsys.readouterr().out)["link"]
+    assert "inf" not in link and "no bandwidth limit seen" in link  # "inf Gbit/s" read as a non-finite number
+
+
+def test_an_fsdp_collective_naming_a_unit_the_file_lacks_is_refused(tmp_path):
+    run = _copy(tmp_path, "fsdp/hsdp")
+    _edit(run / "rank1.json", lambda d: d["fsdp"]["collectives"][0].update(prefetched_by=7))  # was an IndexError's line
+    _refused(run, str(run / "rank1.json"), "1 FSDP collective(s) name unit 7, but the file lists 3 units")
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--rounds", "5"], "--rounds: is read only with --verify"),  # each was ignored, exit 0, the search as without it
+    (["--ranks", "2"], "--ranks: is read only with --verify"),
+    (["--ranks", "2", "--emulate", "1Gbit"], "--emulate: is read only with --verify"),
+    (["--powersgd-ranks", "8"], "--powersgd-ranks: is read only with --allow-lossy"),
+])
+def test_optimize_flags_read_only_with_another_are_refused_alone(tmp_path, capsys, flags, needle):
+    assert main(["optimize", str(DATA / "ddp-testbed/run"), *flags, "-o", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and "\n" not in err

@@ -82,8 +82,8 @@ def test_dp_whatif_on_tp_outer_leaves_tp_alone():
     assert g8.meta.parallel.dp_size == 4
     assert np.array_equal(g8.dur[c8 & (g8.dim == Dim.TP)], g.dur[tp]) and np.array_equal(g8.nbytes[c8 & (g8.dim == Dim.TP)], g.nbytes[tp])
     with pytest.raises(DagprofError, match="TP degree of 4 is not modelled"):
-        refuse_degree(g, Dim.TP, 4)
-    refuse_degree(g, Dim.TP, 2)
+        refuse_degree(g, Dim.TP, 4, "--tp-degree")
+    refuse_degree(g, Dim.TP, 2, "--tp-degree")
 
 
 def test_tp_only_whatifs_refused_in_one_line(capsys, tmp_path):

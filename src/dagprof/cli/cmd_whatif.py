@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 from ..errors import DagprofError
+from ..graph.build_fsdp import is_fsdp_graph
 from ..passes.average_steps import average_steps
 from ..passes.fsdp import refuse_unmodelled
 from ..passes.workers import refuse_degree
@@ -33,6 +34,7 @@ from .common import (
 
 HELP = "predict iteration time under other bandwidth, latency, workers, buckets, schemes, compute speed"
 MAX_TRACES = 8  # scenarios whose predicted timeline is written
+_FSDP_AXES = ("reshard_after_forward", "reduce_dtype", "units", "mesh")  # what-ifs of an FSDP profile only
 
 
 def add_arguments(p) -> None:
@@ -72,6 +74,8 @@ def run(args) -> dict:
     if args.cores and max(args.workers or [0]) > MAX_CONTENDED_WORKERS:
         raise DagprofError(f"with --cores every rank is replayed (ranks sharing cores do not fold): at most {MAX_CONTENDED_WORKERS:,} "
                            f"workers, got {max(args.workers):,}", "--workers")
+    if args.ranks_per_host and not args.cores:  # alone it changed nothing: ranks share a host's cores only under --cores
+        raise DagprofError("is read only with --cores (the cores per host its ranks share): give both", "--ranks-per-host")
     if args.link_from and not args.link_to:  # alone it changed nothing and the table looked like an answer about the measured link
         raise DagprofError("is read only with --link-to (the target link's calibrate file): give both", "--link-from")
     with outputs(args.out, args.run, write=not args.no_trace) as staged:
@@ -82,13 +86,15 @@ def run(args) -> dict:
 def _evaluate(args, folder: str | None) -> dict:
     prof = open_run(args.run, steps=args.steps, step_marker=args.step_marker, allow_missing_ranks=args.allow_missing_ranks)
     refuse_lone_rank(prof.run, "a what-if (collectives re-priced across the ranks)")
-    for degree, dim in ((args.tp_degree, Dim.TP), (args.pp_degree, Dim.PP)):
+    for degree, dim, flag in ((args.tp_degree, Dim.TP, "--tp-degree"), (args.pp_degree, Dim.PP, "--pp-degree")):
         if degree is not None:
-            refuse_degree(prof.graph, dim, degree)
-    asked = ["prefetch"] if args.prefetch is not None else []
-    if asked:
-        refuse_unmodelled(prof.graph, asked)
-        raise DagprofError(f"--{asked[0].replace('_', '-')} is an FSDP what-if; this profile is not an FSDP job")
+            refuse_degree(prof.graph, dim, degree, flag)
+    if args.prefetch is not None:
+        refuse_unmodelled(prof.graph, ["prefetch"])
+    fsdp_only = [f for f, given in (("--prefetch", args.prefetch), *((a.flag, getattr(args, a.name)) for a in AXES if a.name in _FSDP_AXES))
+                 if given is not None]
+    if fsdp_only and not is_fsdp_graph(prof.graph):  # before the model's check, which would refuse it naming neither flag nor run
+        raise DagprofError("is an FSDP what-if; this profile is not an FSDP job", fsdp_only[0])
     g0 = average_steps(prof.graph, replay) if args.template else prof.graph  # the averaged iteration; the intervals keep each step
     # compute slowed beside collectives, where the user gives a calibrate --overlap file: one measurement on one link, and the
     # weighting by bytes per second that carries it to another rate is not validated (the demo's own overlap.json stays the optimizer's)

@@ -59,8 +59,8 @@ def scale_workers(g: Graph, workers: int, replicate: bool | None = None) -> Grap
     return retime_collectives(out, topo, spec, lags_on=current_topology(g))
 
 
-def refuse_degree(g: Graph, dim: Dim, degree: int) -> None:
-    """A new tensor/pipeline/expert degree is not modelled: one line saying so (the profiled degree is accepted)."""
+def refuse_degree(g: Graph, dim: Dim, degree: int, flag: str) -> None:
+    """A new tensor/pipeline/expert degree is not modelled: one line naming ``flag`` saying so (the profiled degree is accepted)."""
     par = g.meta.parallel
     sizes = sorted({len(x.ranks) for x in par.groups if dim.text in x.dims and x.ranks}) if par is not None else []
     present = par is not None and any(dim.text in x.dims for x in par.groups)
@@ -72,7 +72,7 @@ def refuse_degree(g: Graph, dim: Dim, degree: int) -> None:
                 if present else f"not recorded: this profile sees the data-parallel collectives only, {par.world_size // par.dp_size} "
                 "ranks per replica" if unseen else "1 (no such collective in the trace)")
     raise DagprofError(f"a {dim.text} degree of {degree} is not modelled (profiled: {profiled}): the graph keeps the profiled "
-                       f"{dim.text} groups and their measured traffic; only the data-parallel degree (--workers) is scaled")
+                       f"{dim.text} groups and their measured traffic; only the data-parallel degree (--workers) is scaled", flag)
 
 
 def replica_ranks(g: Graph) -> int:

@@ -9,6 +9,7 @@ Two different ratios answer two questions, and ``COLUMNS`` defines every other c
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from typing import Callable
@@ -377,5 +378,6 @@ def link_text(t: Topology | None) -> str:
     if t is None:
         return "collectives as measured (no data-parallel collective to fit a link to)"
     ab = t.inter
-    return (f"{t.hosts} host(s) x {t.devices_per_host}, link {ab.bandwidth_bytes_per_s * 8 / 1e9:.3g} Gbit/s, latency {ab.alpha_us:.3g} us, "
+    rate = f"{ab.bandwidth_bytes_per_s * 8 / 1e9:.3g} Gbit/s" if math.isfinite(ab.bandwidth_bytes_per_s) else "of no bandwidth limit seen"
+    return (f"{t.hosts} host(s) x {t.devices_per_host}, link {rate}, latency {ab.alpha_us:.3g} us, "
             f"{t.overhead_us:.3g} us per collective")

@@ -9,12 +9,14 @@ which every output carries. A run that lacks a rank is never analysed as if it w
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 
 import msgspec
+import numpy as np
 
 from ..errors import DagprofError
-from .events import RankTrace, Run
+from .events import Kind, RankTrace, Run
 from .meta import RankGap
 
 OPT_IN = "--allow-missing-ranks"
@@ -38,6 +40,24 @@ def check_same_job(ranks: list[RankTrace], folder: str) -> None:
     for group, slack in groups:
         if len(group) > 1:
             _refuse_apart(group, slack, folder)
+
+
+def refuse_copies(ranks: list[RankTrace], folder: str) -> None:
+    """Two ranks with the same events at the same times are one rank's trace twice: a copy of its file, for a format whose
+    trace names no rank (mx.profiler's, an XPlane beside a rank file that says the rank). Two processes never time every
+    op alike; the step marks, which a reader may take from elsewhere (a manifest), are left out."""
+    seen: dict[bytes, RankTrace] = {}
+    for t in ranks:
+        ev = t.events
+        keep = ev.kind != Kind.STEP
+        if not keep.any():
+            continue
+        at = t.base_ns + np.round(ev.start[keep] * 1e3).astype(np.int64)
+        digest = hashlib.sha256(at.tobytes() + np.round(ev.dur[keep] * 1e3).astype(np.int64).tobytes()).digest()
+        other = seen.setdefault(digest, t)
+        if other is not t:
+            raise DagprofError(f"holds the same events at the same times as {os.path.relpath(other.source, folder)} (rank {other.rank}): "
+                               f"a copy of that rank's trace, not rank {t.rank}'s; profile the job again", t.source)
 
 
 def _refuse_apart(spans: list, slack_ns: int, folder: str) -> None:

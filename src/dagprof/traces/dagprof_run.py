@@ -18,6 +18,7 @@ import os
 from ..errors import DagprofError
 from .completeness import check_same_job, describe
 from .events import Run
+from .fsdp_run import check_same_units
 from .meta import RankGap, RunMeta, RunWarning, warnings_of
 from .run_rank import corrupt_content, read_rank
 from .run_schema import (
@@ -79,6 +80,8 @@ def read_run(path: str | os.PathLike[str], require_ddp: bool = False) -> Run:
     ranks = [read_rank(rpath, f, kineto) for rpath, f in docs]
     with corrupt_content(folder):
         check_same_job(ranks, folder)
+    if all(t.meta.fsdp is not None for t in ranks):
+        check_same_units(ranks, folder)
     warnings += [w for t in ranks for w in t.meta.warnings]
     ddp = any(t.buckets for t in ranks)
     fsdp = all(t.meta.fsdp is not None for t in ranks)

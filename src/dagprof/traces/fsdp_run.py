@@ -16,9 +16,14 @@ named by its ranks ("0,1"), so HSDP's shard and replicate groups stay apart.
 """
 from __future__ import annotations
 
+import math
+import os
+
+import msgspec
 import numpy as np
 
-from .events import EventRows, Kind
+from ..errors import DagprofError
+from .events import EventRows, Kind, RankTrace
 from .meta import Collectives
 from .run_schema import Col, FsdpInfo, Rec
 from .run_spans import _Comm, _Span, _Transfer
@@ -102,3 +107,39 @@ def label_groups(rows: EventRows, info: FsdpInfo) -> tuple[list[str], dict[str, 
         if cols["kind"][src] == Kind.COMM and cols["seq"][src] >= 0 and cols["kind"][dst] == Kind.COMM_WAIT:
             cols["name"][dst] = rows.intern(f"wait {rows.names[cols['name'][src]]}")
     return groups, {gname: [int(r) for r in gname.split(",")] for gname in groups}, coll
+
+
+def check_mesh(info: FsdpInfo, rank: int, world: int, path: str) -> None:
+    """Each unit's device mesh spans the job's data-parallel ranks (its size divides the world size: other ranks are
+    another parallel dimension), and each collective runs on a group of this rank's of the size its mesh gives: the shard
+    dimension's for all-gathers and reduce-scatters, the replicate one's for HSDP's all-reduce. Otherwise the file is
+    damaged, and ``--mesh`` would re-price a layout the job never had."""
+    for u in info.units:
+        if u.mesh and (min(u.mesh) < 1 or world % math.prod(u.mesh)):
+            raise DagprofError(f"unit {u.name}'s mesh {'x'.join(map(str, u.mesh))} does not fit the job's {world} ranks: a damaged file", path)
+    for k, c in enumerate(info.collectives):
+        mesh = info.units[c.unit].mesh
+        ranks = [int(r) for r in c.group.split(",")]
+        size = (mesh[0] if c.kind == "all_reduce" else mesh[-1]) if mesh else len(ranks)
+        if rank not in ranks or len(ranks) != size or min(ranks) < 0 or max(ranks) >= world:
+            raise DagprofError(f"collective {k} ({c.kind}) runs on ranks {c.group}, but rank {rank}'s unit {info.units[c.unit].name} "
+                               f"has mesh {'x'.join(map(str, mesh))} in a {world}-rank job: a damaged file", path)
+
+
+def check_same_units(ranks: list[RankTrace], folder: str) -> None:
+    """Every rank of an FSDP job wraps the same units (names, layers, parameters, dtypes, mesh): only its shard's bytes are its
+    own. A rank whose units differ is another job's file or a damaged one (the graph takes rank 0's units for all)."""
+    first = ranks[0]
+    want = [msgspec.structs.replace(u, shard_bytes=0) for u in first.meta.fsdp.units]
+    for t in ranks[1:]:
+        got = [msgspec.structs.replace(u, shard_bytes=0) for u in t.meta.fsdp.units]
+        if got != want:
+            i = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+            what = (f"its unit {i} is {_unit_text(got[i])}, rank {first.rank}'s {_unit_text(want[i])}" if i < min(len(got), len(want))
+                    else f"it has {len(got)} FSDP units, rank {first.rank} {len(want)}")
+            raise DagprofError(f"{what}: every rank of an FSDP job wraps the same units (another job's or a damaged file; "
+                               f"compared with {os.path.relpath(first.source, folder)})", t.source)
+
+
+def _unit_text(u) -> str:
+    return f"{u.name} (mesh {'x'.join(map(str, u.mesh)) or '-'}, {len(u.params)} parameters, {u.numel:,} elements)"

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 
 import msgspec
@@ -32,6 +33,7 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..fsutil import inside, read_input, read_versioned
+from .completeness import refuse_copies
 from .events import EventRows, Kind, Lane, LaneKind, RankTrace, Run, nested
 from .formats import MXNET_MANIFEST as MANIFEST
 from .meta import PsKey, PsRecord, RankMeta, RunMeta, RunWarning, ServerBusy
@@ -200,6 +202,15 @@ class _Manifest:
         self.path = path
         if not self.worker_files:
             raise DagprofError("the run profiled no worker (no worker traces listed)", path)
+        listed = set(self.worker_files.values())
+        extra = sorted(n for n in os.listdir(folder) if _WORKER_NAMED.fullmatch(n) and os.path.join(folder, n) not in listed)
+        if extra:  # read before as the listed workers alone, the copy unseen
+            raise DagprofError(f"named like a worker's trace, but {MANIFEST} lists workers {sorted(self.worker_files)} with other files: "
+                               f"a copy or another run's file ({len(extra)} such here); remove it, or give this run a folder of its own",
+                               os.path.join(folder, extra[0]))
+
+
+_WORKER_NAMED = re.compile(r"worker\d+\.json(?:\.gz)?")
 
 
 def read_mxnet_run(folder: str) -> Run:
@@ -209,6 +220,7 @@ def read_mxnet_run(folder: str) -> Run:
         trace, pushes = _read_worker(man, w)
         ranks.append(trace)
         per_worker[w] = pushes
+    refuse_copies(ranks, folder)  # mx.profiler records no worker id: a worker's trace copied over another's reads as that worker
     base_ns = min(t.base_ns for t in ranks)
     busy = _server_busy(man, per_worker)
     ps = PsRecord(
@@ -299,19 +311,35 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
             if q < len(cands):
                 layer = cands[q]
         engine.append(rows.add(o.name, kind, ln, o.start - base_us, o.end - o.start, step=step, layer=layer))
+    calls = dict.fromkeys(step_ids, 0)
     for a in api:  # the Python thread's push calls, in key order
         step = step_of(a.start)
         if step >= 0:
+            calls[step] += 1
             rows.add("MXKVStorePushPull", Kind.COMM_ENQUEUE, lane("python", LaneKind.CPU_THREAD), a.start - base_us, a.end - a.start, step=step)
     cols = rows.columns()
     cols["seq"][[p["event"] for p in pushes]] = np.arange(len(pushes))
     _nest(cols, np.array(engine, dtype=np.int64))
     table = rows.table()
+    warnings = _misaligned(calls, w, path)
     trace = RankTrace(rank=w, world_size=man.workers, source=path, events=table, lanes=lanes, base_ns=base_ns, backend="ps-lite",
                       layers=layers, groups=["ps"], group_ranks={"ps": list(range(man.workers))}, host=man.hosts.get(w, ""),
                       meta=RankMeta(framework="mxnet", cpus=man.cpus.get(w, 0), steps_profiled=step_ids,
-                                    step_times_us={k: (b - a) / 1e3 for k, a, b in steps}, unprofiled_step_times_us=_timed_us(man, w)))
+                                    step_times_us={k: (b - a) / 1e3 for k, a, b in steps}, unprofiled_step_times_us=_timed_us(man, w),
+                                    warnings=warnings))
     return trace, pushes
+
+
+def _misaligned(calls: dict[int, int], w: int, path: str) -> list[RunWarning]:
+    """A worker pushes its keys once per step, each call inside the step its Python timed: profiled steps holding unequal
+    numbers of calls mean the trace's clock and the manifest's step times of worker ``w`` disagree, as when two workers'
+    traces are swapped (mx.profiler records no worker id). A warning, not a refusal: the swap moves the answer little."""
+    counts = list(calls.values())
+    if len(set(counts)) < 2:
+        return []
+    return [RunWarning(f"{os.path.basename(path)}: its {sum(counts)} push calls fall {', '.join(map(str, counts))} into worker {w}'s "
+                       f"{len(counts)} profiled steps, which push alike: the trace does not line up with worker {w}'s step times in "
+                       f"{MANIFEST} (another worker's trace?)")]
 
 
 def _nest(cols: dict[str, np.ndarray], rows: np.ndarray) -> None:

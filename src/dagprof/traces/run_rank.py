@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import DagprofError
 from ..fsutil import inside, open_input
 from .events import EventRows, Kind, Lane, LaneKind, RankTrace
-from .fsdp_run import fsdp_comm, label_groups
+from .fsdp_run import check_mesh, fsdp_comm, label_groups
 from .meta import RankMeta, warnings_of
 from .run_comm import hook_comm, kineto_comm
 from .run_partition import partition_step, step_bounds
@@ -67,6 +67,7 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
     steps = step_bounds(records)
     if f.fsdp is not None:
         _check_fsdp_indices(f.fsdp, records, path)
+        check_mesh(f.fsdp, f.rank, f.world_size, path)
         comm = fsdp_comm(f.fsdp, kpath, f.rank, records, steps, warnings)
     else:
         comm = kineto_comm(kpath, f.rank, records, steps, warnings) if kpath else None
@@ -111,6 +112,10 @@ def _check_fsdp_indices(info, records: np.ndarray, path: str) -> None:
         bad = named[(named < 0) | (named >= listed)]
         if len(bad):
             raise DagprofError(f"{len(bad)} FSDP record(s) name {what} {int(bad[0])}, but the file lists {listed} {what}s: a damaged file", path)
+    n = len(info.units)  # each collective's unit, and the unit that prefetched it (-1: none), are in the list too
+    named = [u for c in info.collectives for u, lo in ((c.unit, 0), (c.prefetched_by, -1)) if not lo <= u < n]
+    if named:
+        raise DagprofError(f"{len(named)} FSDP collective(s) name unit {named[0]}, but the file lists {len(info.units)} units: a damaged file", path)
 
 
 def _unhooked_layers(records: np.ndarray, steps: list[tuple[int, int, int]], name: str, warnings: list[str]) -> None:

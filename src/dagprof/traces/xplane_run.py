@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..fsutil import inside, read_versioned
-from .completeness import check_same_job, describe
+from .completeness import check_same_job, describe, refuse_copies
 from .events import Kind, RankTrace, Run
 from .meta import Collectives, RankGap, RunMeta, RunWarning, tx_bytes_per_step, warnings_of
 from .run_schema import Count, refuse_ranks_beyond
@@ -126,6 +126,7 @@ def _from_manifest(folder: str, manifest: XplaneManifest) -> Run:
     if not ranks:
         raise DagprofError(f"no rank file here ({describe(gaps, world)})", folder)
     check_same_job(ranks, folder)
+    refuse_copies(ranks, folder)
     ranks = _trim_cut_steps(ranks, warnings)
     warnings += [w for t in ranks for w in t.meta.warnings]
     return Run(ranks, source=folder, meta=RunMeta(framework=manifest.framework, warnings=warnings_of(warnings),
@@ -156,6 +157,7 @@ def _from_logdirs(folder: str) -> Run:
         ranks.append(read_xplane(by_rank[r][-1], rank=r, world_size=world))
     missing = sorted(set(range(world)) - set(by_rank))
     check_same_job(ranks, folder)
+    refuse_copies(ranks, folder)
     ranks = _trim_cut_steps(ranks, warnings)
     warnings += [w for t in ranks for w in t.meta.warnings]
     return Run(ranks, source=folder, meta=RunMeta(missing_ranks=missing, rank_gaps=[RankGap(r, "no profile in its log folder") for r in missing],
