@@ -9,6 +9,7 @@ what-if's prediction from the first profile beside that run's median step; ``--v
 
     python bench/review6/review.py --keep /tmp/review6 --measure            # every script (about 15 minutes on 2 cores)
     python bench/review6/review.py --scripts hsdp_moe --keep /tmp/review6 --offline   # the kept runs, not profiled again
+    flock /tmp/dagprof-measure.lock python bench/review6/review.py --no-lock --measure-only --keep DIR   # one lock for all
 """
 from __future__ import annotations
 
@@ -95,6 +96,8 @@ def main() -> None:
     p.add_argument("--keep", help="folder for the runs (default: a temporary one)")
     p.add_argument("--offline", action="store_true", help="review the runs kept in --keep without profiling again")
     p.add_argument("--measure", action="store_true", help="run each job at one what-if's setting and compare")
+    p.add_argument("--measure-only", action="store_true",
+                   help="profile once and measure, nothing else: run the whole under one lock with --no-lock, then review --offline")
     p.add_argument("--verify", action="store_true", help="also optimize --verify (two interleaved rounds, under the lock)")
     p.add_argument("--no-lock", action="store_true", help="profile without the measurement lock (no figure to report)")
     args = p.parse_args()
@@ -103,6 +106,10 @@ def main() -> None:
     root = args.keep or tempfile.mkdtemp(prefix="review6_")
     for script in args.scripts.split(","):
         a, b = (os.path.join(root, f"{script}-{x}") for x in "ab")
+        if args.measure_only:
+            if profile(script, a, args.steps):
+                measure(script, a, args.steps, root)
+            continue
         if not args.offline and not (profile(script, a, args.steps) and profile(script, b, args.steps)):
             continue
         print(f"== {script}")
