@@ -10,7 +10,8 @@ ends where the call returned.
 
 Transfers: with Kineto, the gloo op (on a ``pt_gloo_runloop`` thread) that started inside the call
 (gloo runs FSDP's reduce-scatter as an all-reduce of the whole gradient: the transfer is named as
-FSDP called it); without, the call's own span. ``seq`` is the collective's index in issue order
+FSDP called it); without, the call's own span. Collectives Kineto shows outside every FSDP call (the job's own) are
+counted in a warning: they stay host time. ``seq`` is the collective's index in issue order
 over the window (equal on every rank of the job: each issues the same sequence), its group is
 named by its ranks ("0,1"), so HSDP's shard and replicate groups stay apart.
 """
@@ -44,7 +45,7 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, records: np.ndarray,
         warnings.append(f"rank {rank}: Kineto shows {len(gloo)} collectives for {len(calls)} FSDP calls; transfer spans from the hooks")
         gloo = None
     transfers, host = [], []
-    g = 0
+    g = outside = 0
     for k, b0, b1 in calls:
         c = info.collectives[k]
         unit = info.units[c.unit].name
@@ -52,13 +53,18 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, records: np.ndarray,
         lane, s0, s1 = HOOK_LANE, b0, b1
         if gloo is not None:
             while g < len(gloo) and gloo[g][1] < b0:
-                g += 1
+                g, outside = g + 1, outside + 1
             if g < len(gloo) and gloo[g][1] <= b1:
                 lane, s0, s1 = gloo[g]
                 g += 1
         transfers.append(_Transfer(k, -1, name, s0, s1, lane, c.nbytes))
         # at least 1 ns: a span that ends where the previous one was cut would be dropped as already covered
         host.append(_Span(Kind.COMM_ENQUEUE, f"fsdp {name}", b0, max(b0 + 1, min(s0, b1)), layer=-1, seq=k, nbytes=c.nbytes))
+    if gloo is not None and (outside := outside + len(gloo) - g):
+        # no rank in the text: every rank of the job runs the same ones, and equal texts are shown once (``warnings_of``)
+        warnings.append(f"{outside} collective(s) a rank ran in the profiled steps outside FSDP's calls (the job's own: clip_grad_norm_'s "
+                        f"on DTensor gradients, a dist.all_reduce of ignored parameters' gradients) are kept as measured host time: not priced by the link "
+                        f"nor held to their peers in what-ifs")
     for kb, what in ((Rec.FSDP_COPY_OUT_BEGIN, "copy-out"), (Rec.FSDP_RESHARD_BEGIN, "reshard")):
         rows = np.flatnonzero((code == kb) | (code == kb + 1))
         opened: dict[tuple[int, int], int] = {}
