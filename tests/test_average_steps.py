@@ -6,7 +6,7 @@ from dagprof.analysis import analyze
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_ps import DONE, rebuild_ps
 from dagprof.graph.dag import GraphBuilder
-from dagprof.passes.average_steps import average_steps, background_lanes, pooled_lanes
+from dagprof.passes.average_steps import average_steps, background_lanes, pool_delays, pooled_lanes
 from dagprof.passes.fsdp import set_reduce_dtype, set_reshard
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
@@ -93,14 +93,14 @@ def _last_arrivals(g, join_name: str) -> list[int]:
 def test_a_join_keeps_its_mean_wait_where_ranks_take_turns_arriving_last():
     """TF Keras fit, 2 workers: the ranks take turns arriving last at the gradient all-reduce. Averaged op by op, each
     rank arrives at its mean, and the join waits for the later mean, less than the mean over steps of the later arrival.
-    (-1.4 %; -0.3 % while the window's opening marks were averaged with the later ones, which put a quarter of rank 0's
-    7.5 ms entry skew before each of its later steps.)"""
+    (-0.5 % without the joins' waits, +0.5 % with them; -3.6 and -1.2 % before the ``tf_Compute`` threads were one pool
+    whose ops keep their one-step delays in their steps, ``pool_delays``: averaged, those gave every step the same share.)"""
     g = open_run(DATA / "tf" / "fit").graph
     assert sorted(set(_last_arrivals(g, "sync.CollectiveReduceV2."))) == [0, 1]
     a = analyze(g)
     plain = analyze(average_steps(g))
     kept = average_steps(g, replay)
-    assert 100 * (plain.predicted_us - a.measured_us) / a.measured_us < -1.0  # short without the joins' waits
+    assert 100 * (analyze(kept).predicted_us - plain.predicted_us) / a.measured_us > 0.8  # short without the joins' waits
     assert abs(100 * (analyze(kept).predicted_us - a.measured_us) / a.measured_us) < 2.0
     _only_joins_wait_longer(g, kept, average_steps(g))
 
@@ -242,7 +242,7 @@ def test_a_loaded_scan_replays_as_measured_and_averaged_within_3_percent():
     task whose scheduler had been resolved earlier got no flow (``traces.xplane_flows``), so its op waited, as a gap, for
     its thread's previous op: the per-step replay +2.6 %. And XLA's ``ynn_fusion.2`` (5 us) and ``ynn_fusion.3`` (150 us),
     one name less their suffixes, were paired across steps: 221 averaged ops took longer than any call of their own name.
-    The averaged replay came out +39.0 %; with both fixed, +1.7 %."""
+    The averaged replay came out +39.0 %; with both fixed, +1.7 %; with a pool op's delay kept in its step, +0.03 %."""
     path = DATA / "tf-jax" / "lstm-lm-loaded"
     p = open_run(path)
     assert abs(p.analysis.predicted_us / p.analysis.measured_us - 1) < 0.005
@@ -254,6 +254,19 @@ def test_a_loaded_scan_replays_as_measured_and_averaged_within_3_percent():
     steps_of = np.unique(np.stack([g.name, g.step], axis=1)[window], axis=0)
     recurs = np.bincount(steps_of[:, 0], minlength=len(g.names)) > 1  # an op's own name, not a collective's instance
     later = np.isin(g.step, g.meta.steps[1:]) & recurs[g.name]  # the first step may keep a one-off excess (first_step_excess)
-    assert later.sum() > 3000 and not (later & (a.dur > slowest[g.name] + 1e-6)).any()
+    # A pool op keeps its delay beyond its twins' median in its step (pool_delays), so an op may pass its own slowest call
+    # by a little (at most 1.6x here); a 5 us op paired with a 150 us one came out many times its slowest.
+    assert later.sum() > 3000 and not (later & (a.dur > 2 * slowest[g.name] + 1e-6)).any()
     avg = open_run(path, template=True).analysis
     assert abs(avg.predicted_us / avg.measured_us - 1) < 0.03
+
+
+def test_a_pool_op_keeps_its_time_beyond_its_twins_median_in_its_step():
+    """One call 4 ms in one step of four (a pool thread descheduled) keeps what exceeds the median of its 3 twins; a
+    group of 2 steps has no median of 2 twins to tell a delay by, and ops outside ``mine`` keep nothing."""
+    group = np.array([0, 0, 0, 0, 1, 1, 2, 2, 2, 2, 2])
+    time = np.array([20.0, 25.0, 4000.0, 30.0, 10.0, 900.0, 1.0, 2.0, 3.0, 4.0, 50.0])
+    mine = np.ones(len(group), dtype=bool)
+    mine[9] = False  # group 2: 4 members in mine, the 5th outside
+    out = pool_delays(group, mine, time)
+    assert out.tolist() == [0.0, 0.0, 3975.0, 5.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 48.0]

@@ -15,7 +15,7 @@ import pytest
 from dagprof.align.matching import match_collectives
 from dagprof.cli.main import main
 from dagprof.errors import DagprofError
-from dagprof.passes.average_steps import average_steps
+from dagprof.passes.average_steps import background_lanes, pooled_lanes
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
 from dagprof.search.scenario import Scenario
@@ -419,31 +419,23 @@ def test_a_loss_scaled_step_s_gradients_go_on_its_optimizer_s_reduce_inside_the_
     assert rows[1].predicted_iter_ms - rows[0].predicted_iter_ms > 8 * 1623968 / 2e8 * 1e3 * 0.9  # a ring: 2 x (N-1)/N of it
 
 
-def test_the_averaged_replay_of_a_loaded_pool_over_waits_through_its_threads_op_times_alone():
-    """``tf/seq2seq-fp16`` (2 ranks, 2 ``tf_Compute`` threads each, on 2 loaded cores): the per-step replay is exact and
-    the averaged one long (+6.2 %; the reviewer's 5 runs +6.7..+10.2 %), its first step +24 ms by the metric reduce's
-    wait. The collectives, their joins and the Python threads are not the cause: with only the pool threads' ops at
-    their own steps' times (every other op averaged) the averaged replay is exact again. Likely (not proven): single ops
-    about 4 ms (a scheduler tick) longer in one step, their thread descheduled while its sibling ran, spread by the mean
-    over the same op of every step, onto thread chains that each step's own assignment had not made wait for them."""
+def test_a_loaded_pool_s_one_step_delays_stay_in_their_steps_and_the_averaged_replay_is_within_3_percent():
+    """``tf/seq2seq-fp16`` (2 ranks, 2 ``tf_Compute`` threads each, on 2 loaded cores): a GRU loop body's ops run 20 times a
+    step on either thread, in another split each step, and one or two calls of 20 take about 4 ms (a scheduler tick) in 3 steps
+    of 4, each time at another position. Matched per thread, or over the pool but averaged, that delay landed in every
+    step on calls that another split queues more behind: the averaged replay +6.2 % (the reviewer's 5 runs +6.7..+10.2 %).
+    The pool's threads are one lane (as XLA's Eigen threads), and each call's time beyond its twins' median stays in its
+    step (``passes.average_steps.pool_delays``)."""
     p = open_run(str(DATA / "tf" / "seq2seq-fp16"))
     g = p.graph
-    a = average_steps(g, replay)
-    pool = np.array(["/tf_Compute/" in g.devices[d].name for d in g.device])
-
-    def iteration(x):
-        r = replay(x)
-        marks = np.flatnonzero((g.kind == Kind.STEP) & (g.rank == 0))
-        marks = marks[np.argsort(g.step[marks])]
-        return (r.start[marks[-1]] - r.start[marks[0]]) / (len(marks) - 1)
-
-    measured = iteration(g)
-    assert iteration(a) / measured - 1 > 0.05
-    assert abs(iteration(a.replace(dur=np.where(pool, g.dur, a.dur), gap=np.where(pool, g.gap, a.gap))) / measured - 1) < 0.005
-
-
-@pytest.mark.xfail(strict=True, reason="averaged pool threads over-wait (the test above); no fix yet that leaves the other TF fixtures as they are")
-def test_the_averaged_replay_of_a_loaded_pool_is_within_3_percent():
+    pool = pooled_lanes(g, background_lanes(g))
+    compute = [d for d, dev in enumerate(g.devices) if "/tf_Compute/" in dev.name]
+    assert len(compute) == 4 and len(np.unique(pool[compute])) == 2  # one pool per rank
+    body = "gru_cell_1/MatMul_grad/MatMul"
+    calls = np.flatnonzero((g.rank == 0) & np.array([g.names[k].endswith("decoder_1/while/" + body) for k in g.name]))
+    split = {int(s): tuple(np.unique(g.device[calls[g.step[calls] == s]], return_counts=True)[1]) for s in g.meta.steps}
+    assert all(sum(c) == 20 for c in split.values()) and len(set(split.values())) > 1
+    assert (g.dur[calls] > 3000).sum() >= 3
     assert abs(open_run(str(DATA / "tf" / "seq2seq-fp16"), template=True).analysis.error_pct) < 3.0
 
 
