@@ -175,10 +175,10 @@ def optimize_rounds(spec: str) -> Tally:
 def frameworks_rounds(spec: str) -> Tally:
     """Every round of a ``bench_frameworks.py --testbed --keep`` folder (``KEPT[=JSON]``), predicted again as ``--repredict``
     does, against the job measured at the other rate: its unprofiled steps past the warm-up."""
-    from shaped_loopback import median_step_ms, predict_rate
+    from shaped_loopback import median_step_ms, predict_rate, unprofiled_steps_us
 
     from dagprof.errors import DagprofError
-    from dagprof.passes.profiler_cost import WARMUP_STEPS, job_steps
+    from dagprof.passes.profiler_cost import MIN_STEPS
     from dagprof.pipeline import open_run
 
     kept, _, bench_json = spec.partition("=")
@@ -202,9 +202,8 @@ def frameworks_rounds(spec: str) -> Tally:
             except DagprofError as e:
                 print(f"{name} round {k}: not predicted ({e})", file=sys.stderr)
                 continue
-            loop = g.meta.loop_steps
-            steps = [] if loop is None else job_steps(loop.unprofiled, None, g.meta.job_of, WARMUP_STEPS)
-            if len(steps) < 3:
+            steps = unprofiled_steps_us(g)
+            if len(steps) < MIN_STEPS:
                 print(f"{name} round {k}: {len(steps)} unprofiled steps past the warm-up measured at the other rate; left out", file=sys.stderr)
                 continue
             lo, hi = (1e3 * x for x in got["interval_ms"])

@@ -320,7 +320,8 @@ def repredict(kept: str, names: list[str], args) -> dict:
 def _round(k: int, a: dict, b: dict, refs: tuple[dict, dict] | None = None) -> dict:
     """One round's row: the profiled job ``a`` (with its prediction) against the job measured at the other rate ``b``.
     ``error_pct`` is the median step's (the headline); the mean's and the collectives' alone beside it; ``in_interval``: the
-    measured median step inside the prediction's interval. With ``refs``, the profiled configuration run again just before
+    median of ``b``'s unprofiled steps inside the prediction's interval (what the interval is for, as ``bench_coverage``
+    judges it; absent where ``b`` timed too few, ``shaped_loopback.measured``). With ``refs``, the profiled configuration run again just before
     and after ``b`` (as ``b`` is run: the script with its window profiled), their mean median step is the profiled rate's
     level around the measurement, and ``change_error_pct`` the what-if's own error: its change (the prediction less its
     model of ``a``) less the measured one (``b`` less that level), over ``b``. ``error_pct`` is that plus the model's error
@@ -342,7 +343,8 @@ def _round(k: int, a: dict, b: dict, refs: tuple[dict, dict] | None = None) -> d
         # the measured collectives between the what-if's (the least) and the most: a slower wire's with the profile's excess over
         # the wire kept after it, a faster one's the profiled time (Horovod's bounds, ``search.wire_notes``)
         row["comm_in_bounds"] = a["predicted_comm_ms"] <= b["comm_ms"] <= a["most_comm_ms"]
-        row["in_interval"] = a["interval_ms"][0] <= b["measured_median_ms"] <= a["interval_ms"][1]
+        if b.get("unprofiled_median_ms") is not None:
+            row["in_interval"] = a["interval_ms"][0] <= b["unprofiled_median_ms"] <= a["interval_ms"][1]
     return row
 
 
@@ -376,7 +378,8 @@ def _summary(rounds: list[dict], pair: dict, settle: dict | None = None) -> dict
             # gloo moves a step further than the row changes it: ``analysis.operand_stall.stall_outweighs``), the others' error
             "stall_outweighs": sum(bool(r["profiled"].get("stall_outweighs")) and "error_pct" in r for r in rounds),
             "told_error_pct": _stats([r["error_pct"] for r in rounds if "error_pct" in r and not r["profiled"].get("stall_outweighs")], 8),
-            "in_interval": sum(r.get("in_interval", False) for r in rounds),  # the measured median step inside the what-if's 90 % interval
+            # the measured job's unprofiled median step inside the what-if's 90 % interval, of the rounds that timed enough of them
+            "in_interval": sum(r.get("in_interval", False) for r in rounds), "interval_judged": sum("in_interval" in r for r in rounds),
             # the median prediction against the median measurement, over the rounds: one job's drift moves neither much
             "pooled_error_pct": 100.0 * (np.median(pred) - np.median(meas)) / np.median(meas) if pred and meas else None,
             "model_pct": _stats(col("model_median_pct"), 2),

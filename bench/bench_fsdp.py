@@ -47,7 +47,7 @@ median step (137.8 ms) sat 3.6 % under its mean over the window (142.9), which c
 Goal: median |error| <= 3 %, each <= 8 %.
 
 Part 3 (any user): peak memory per rank. Each held-out model is profiled once with reshard_after_forward
-on (hooks only); ``search.memory.fsdp_peak`` predicts the peak with it on (as profiled) and off (the what-if);
+on (hooks only); ``search.fsdp_memory.fsdp_peak`` predicts the peak with it on (as profiled) and off (the what-if);
 both are run with ``bench/fsdp_train.py --memory`` (the tensors alive as a step starts plus the heap's rise in
 it, the most of every rank over the steps after warm-up). Memory is deterministic here: one run each.
 Goal: within 10 %.
@@ -105,7 +105,7 @@ Measured 2026-12-02 (two runs of 2 rounds, --steps 12, load average 5-10 on the 
 FSDP -> DDP -30 to +15 % (one loopback cell +108 % from an FSDP profile that ran 3x slower than its round's other);
 memory +9.2 % (transformer, FSDP), +8.4 to +8.6 % (transformer, DDP), -10.4 % (large embedding, FSDP), -19.6 %
 (large embedding, DDP: its peak is AdamW's step, whose square root and division of the 16 MiB embedding and head
-allocate two temporaries; with them (``search.memory.ddp_peak_of_fsdp``) -7.0 %, the same profiles), and the logits
+allocate two temporaries; with them (``search.fsdp_memory.ddp_peak_of_fsdp``) -7.0 %, the same profiles), and the logits
 ``fsdp_train.py`` keeps through its step, which the collector now records (the root's forward output): one profile
 each, load 4: DDP +0.0 %, FSDP -0.0 % (large embedding), DDP +9.5 %, FSDP -1.2 % (transformer).
 
@@ -412,7 +412,7 @@ def measured_peak_at(ranks: int, model: list[str], steps: int, log_dir: str) -> 
 
 def part3(steps: int) -> list[float]:
     from dagprof.pipeline import open_run
-    from dagprof.search.memory import fsdp_peak
+    from dagprof.search.fsdp_memory import fsdp_peak
 
     print("Part 3: peak memory per rank, predicted from one profile (reshard on) against measured, 2 gloo ranks")
     print(f"{'model':16s} {'reshard':>8s} {'measured MiB':>13s} {'predicted MiB':>14s} {'error':>8s}  predicted peak at / measured at")
@@ -608,7 +608,7 @@ def part7(rounds: int, steps: int, links: list[str], calibrate: bool = False, ke
     from dagprof.pipeline import open_run
     from dagprof.replay import replay
     from dagprof.search import scenario
-    from dagprof.search.memory import ddp_peak_of_fsdp, fsdp_peak
+    from dagprof.search.fsdp_memory import ddp_peak_of_fsdp, fsdp_peak
 
     why = available()
     if why and any(x != "loopback" for x in links):
@@ -805,7 +805,7 @@ def part8(rounds: int, steps: int) -> list[float]:
     from dagprof.analysis import job_iteration_us
     from dagprof.pipeline import open_run
     from dagprof.search import scenario
-    from dagprof.search.memory import fsdp_peak
+    from dagprof.search.fsdp_memory import fsdp_peak
     from dagprof.units import MB
 
     model = HELD_OUT["mlp+embedding"]

@@ -61,7 +61,7 @@ def predict(run: str, target: str) -> tuple[float, float, float, float]:
     from dagprof.passes.profiler_cost import measure_profiler_cost, remove_profiler_cost
     from dagprof.pipeline import open_run
     from dagprof.search import scenario
-    from dagprof.search.memory import fsdp_peak
+    from dagprof.search.fsdp_memory import fsdp_peak
     from dagprof.units import MB
 
     base = open_run(run, template=True).graph

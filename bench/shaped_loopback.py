@@ -1,6 +1,7 @@
 """The namespace testbed's shaped loopback, and what a job profiled on it measured and predicts: ``tc tbf`` set and read
 back (``shape_loopback``, ``check_rate``), the bytes it carried (``payload_share``), each script's what-if pair (``PAIRS``,
-``pick_pair``), a job's median step and collectives (``measured``), and the bandwidth what-if from its profile
+``pick_pair``), a job's median step and collectives and its unprofiled steps (``measured``, ``unprofiled_steps_us``:
+what ``bench_frameworks.py`` and ``bench_coverage.py`` judge an interval by), and the bandwidth what-if from its profile
 (``predict_rate``). ``bench_frameworks.py --testbed`` and ``bench_workers_testbed.py`` run the jobs.
 """
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -18,6 +20,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 
 from dagprof.collect.jobs.netns import BUFFER_BYTES  # noqa: E402
+from dagprof.passes.profiler_cost import MIN_STEPS, WARMUP_STEPS, job_steps  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
 from dagprof.search.scenario import Scenario  # noqa: E402
 from dagprof.search.whatif import evaluate  # noqa: E402
@@ -119,9 +122,20 @@ def kept_comm_ms(g, rate: float, other: float, share: float) -> float:
 
 def measured(out: str) -> dict:
     """A profiled job's iteration: dagprof's measured figure (the slowest rank's, averaged over the window), the median step
-    and the collectives' time per step."""
+    and the collectives' time per step; and the median of its unprofiled steps (``unprofiled_steps_us``; None under
+    ``MIN_STEPS`` of them), what a what-if's interval is for."""
     p = open_run(out)
-    return {"measured_ms": p.analysis.measured_us / 1e3, "measured_median_ms": median_step_ms(p.graph), "comm_ms": comm_per_step_ms(p.graph)}
+    steps = unprofiled_steps_us(p.graph)
+    return {"measured_ms": p.analysis.measured_us / 1e3, "measured_median_ms": median_step_ms(p.graph), "comm_ms": comm_per_step_ms(p.graph),
+            "unprofiled_median_ms": statistics.median(steps) / 1e3 if len(steps) >= MIN_STEPS else None, "unprofiled_steps": len(steps)}
+
+
+def unprofiled_steps_us(g) -> list[float]:
+    """The job's steps outside the profiled window past its warm-up, each the slowest rank's (``GraphMeta.job_of``), us: what
+    a what-if's 90 % interval is for (``analysis.interval``: a run's median step, without the profiler's cost). ``[]``
+    where the run did not time them (``GraphMeta.loop_steps``)."""
+    loop = g.meta.loop_steps
+    return [] if loop is None else job_steps(loop.unprofiled, None, g.meta.job_of, WARMUP_STEPS)
 
 
 # Payload bytes per frame on the shaped loopback: a 1448 B TCP segment (timestamps on) in a 1514 B Ethernet frame. The wire's

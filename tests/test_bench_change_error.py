@@ -1,17 +1,22 @@
 """``bench/bench_frameworks.py --testbed``'s change error: the what-if's own change against the measured one from the profiled
 rate's level around the measurement (reference jobs just before and after it), apart from the model's error on the profiled
 job and from a level that moved between jobs. The figures are kept jax_gnn_jit rounds' (2026-12-03, 100 -> 40 Mbit/s): a
-profiled job at 71.3 ms (its model 71.1) where the other jobs at 100 Mbit/s ran 43-49 ms."""
+profiled job at 71.3 ms (its model 71.1) where the other jobs at 100 Mbit/s ran 43-49 ms. And its interval check: the
+measured job's unprofiled median step inside the what-if's interval, as ``bench/bench_coverage.py`` judges it."""
 from __future__ import annotations
 
 import os
 import sys
 
 import pytest
+from testdata import DATA
+
+from dagprof.pipeline import open_run
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 
 from bench_frameworks import _round, _summary  # noqa: E402
+from shaped_loopback import measured, predict_rate, unprofiled_steps_us  # noqa: E402
 
 PROFILED = {"load": 2.3, "measured_ms": 70.7, "measured_median_ms": 71.3, "model_median_ms": 71.1, "model_median_pct": -0.3,
             "predicted_ms": 110.0, "predicted_median_ms": 111.8, "predicted_comm_ms": 104.0, "comm_ms": 63.8, "most_comm_ms": 110.0,
@@ -54,3 +59,27 @@ def test_the_settle_job_is_read_against_the_first_rounds_level():
     assert _summary(rounds, pair)["settle_drift_pct"] is None
     assert _summary(rounds, pair, {"load": 2.0, "refused": "the loopback was shaped at 0 Mbit/s"})["settle_drift_pct"] is None
     assert _summary([_round(0, PROFILED, OTHER)], pair, ref(53.4))["settle_drift_pct"] is None
+
+
+def test_the_interval_is_judged_on_the_measured_jobs_unprofiled_steps():
+    """The what-if's interval is for a run's median step without the profiler (``analysis.interval``): ``in_interval`` holds
+    the measured job's unprofiled median (``shaped_loopback.unprofiled_steps_us``, the steps ``bench/bench_coverage.py``
+    judges by), not its profiled window's; a job that timed fewer than ``MIN_STEPS`` of them is not judged."""
+    inside, outside = _round(0, PROFILED, OTHER | {"unprofiled_median_ms": 150.0}), _round(1, PROFILED, OTHER | {"unprofiled_median_ms": 160.0})
+    assert inside["in_interval"] and not outside["in_interval"]  # the window's 82.2 ms is inside both
+    untimed = _round(2, PROFILED, OTHER | {"unprofiled_median_ms": None})
+    assert "in_interval" not in untimed and "error_pct" in untimed
+    summary = _summary([inside, outside, untimed], {"rate_bit": 100e6, "other_rate_bit": 40e6, "why": "fixed (PAIRS)"})
+    assert (summary["in_interval"], summary["interval_judged"]) == (1, 2)
+
+
+def test_a_kept_pairs_unprofiled_median_is_what_the_interval_is_held_against():
+    """hvd_sparse_gru on the testbed (tests/data/horovod/testbed-sparse-gru): profiled at 200 Mbit/s, measured at 500 Mbit/s,
+    whose job ran 8 unprofiled steps past the warm-up (median 316.9 ms) and a profiled window of 361.8 ms (the profiler's cost).
+    Against an interval of 300-340 ms the round is inside, where the window's median would have put it outside."""
+    pair = DATA / "horovod" / "testbed-sparse-gru"
+    a, b = predict_rate(str(pair / "200M"), 200e6, 500e6), measured(str(pair / "500M"))
+    assert len(unprofiled_steps_us(open_run(pair / "500M").graph)) == b["unprofiled_steps"] == 8
+    assert b["unprofiled_median_ms"] == pytest.approx(316.85, abs=0.01) and b["measured_median_ms"] == pytest.approx(361.85, abs=0.01)
+    row = _round(0, a | {"interval_ms": [300.0, 340.0]}, b)
+    assert row["in_interval"] and not 300.0 <= b["measured_median_ms"] <= 340.0

@@ -19,7 +19,7 @@ from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import check_fsdp_edges, fsdp_collectives
 from dagprof.passes.data_parallel import ddp_to_fsdp, fsdp_to_ddp, to_data_parallel, user_units
 from dagprof.passes.link_fit import find_collectives
-from dagprof.search.memory import ddp_peak_of_fsdp, fsdp_peak
+from dagprof.search.fsdp_memory import ddp_peak_of_fsdp, fsdp_peak
 from dagprof.search.scenario import Cluster, Scenario, apply, base_topology
 from dagprof.search.whatif import evaluate
 from dagprof.traces.dagprof_run import read_run

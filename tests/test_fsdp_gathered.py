@@ -17,7 +17,7 @@ from testdata import DATA
 from dagprof.cli.main import main
 from dagprof.graph.build import build_graph
 from dagprof.passes.fsdp_mesh import with_mesh
-from dagprof.search.memory import GATHERED_UNRECORDED, ddp_peak_of_fsdp, fsdp_peak
+from dagprof.search.fsdp_memory import GATHERED_UNRECORDED, ddp_peak_of_fsdp, fsdp_peak
 from dagprof.traces.dagprof_run import read_run
 
 FSDP = DATA / "fsdp"

@@ -15,7 +15,7 @@ from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import Passes, allreduce_equivalent_bytes, check_fsdp_edges, fsdp_collectives, issuers, mesh_of
 from dagprof.passes.fsdp_mesh import parse_mesh, scale_fsdp_workers, set_mesh, with_mesh
-from dagprof.search.memory import fsdp_peak
+from dagprof.search.fsdp_memory import fsdp_peak
 from dagprof.traces.dagprof_run import read_run
 from dagprof.traces.events import Kind
 

@@ -12,7 +12,7 @@ from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import Passes, check_fsdp_edges, fsdp_collectives, issuers
 from dagprof.passes.fsdp_units import merge_units, parse_units, unit_groups
-from dagprof.search.memory import fsdp_peak
+from dagprof.search.fsdp_memory import fsdp_peak
 from dagprof.search.scenario import Scenario
 from dagprof.search.whatif import evaluate
 from dagprof.traces.dagprof_run import read_run

@@ -11,7 +11,7 @@ from dagprof.cli.main import main
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import Passes, fsdp_collectives, issuers
-from dagprof.search.memory import ddp_peak_of_fsdp, fsdp_peak
+from dagprof.search.fsdp_memory import ddp_peak_of_fsdp, fsdp_peak
 from dagprof.search.scenario import Cluster, Scenario, apply, base_topology
 from dagprof.search.whatif import evaluate
 from dagprof.traces.dagprof_run import read_run

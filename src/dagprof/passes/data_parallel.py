@@ -254,7 +254,7 @@ def ddp_to_fsdp(g: Graph, reshard: bool = True, costs: FsdpCosts | None = None) 
     total = sum(unit_bytes.values())
     shards = FsdpShards(int(math.ceil(total / n)), int(math.ceil(total / n)), 0)  # optimizer state: unknown to a DDP profile (``with_optimizer_state``)
     # as FSDP's collector would see them: a layer's gathered weight is no parameter, so it counts among what the layer saved,
-    # and is named as gathered (``search.memory.fsdp_peak`` takes it out again)
+    # and is named as gathered (``search.fsdp_memory.fsdp_peak`` takes it out again)
     saved = {k: v + grad.get(k, 0) for k, v in g.meta.layer_saved_bytes.items()}  # none recorded: fsdp_peak refuses
     saved |= {k: v for k, v in grad.items() if v > 0 and k not in saved} if saved else {}
     record = FsdpRecord(fs_units, {r: shards for r in ranks}, g.meta.backend or "gloo", n, saved, dict(grad),

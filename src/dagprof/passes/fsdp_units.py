@@ -12,7 +12,7 @@ reduce-scatters all their gradients at once. On the graph, per step, micro-batch
   all-gathers go, and their reshards and backward copy-outs cost nothing (``passes.fsdp.set_reshard``).
 Copy-outs and reshards keep their measured times (the same bytes are copied and freed) and take the merged unit's
 name. The link model prices the merged collectives again (``passes.comm.retime_collectives``): one message's latency
-instead of several is what makes fewer, larger units cheaper. The memory model (``search.memory.fsdp_peak``) reads
+instead of several is what makes fewer, larger units cheaper. The memory model (``search.fsdp_memory.fsdp_peak``) reads
 the merged units from ``meta.fsdp``: a merged unit gathers more at once, so the peak rises.
 
 Grammar (``parse_units``): ``merge:N`` groups every N adjacent inner units (the root's stay its own), ``merge:all``

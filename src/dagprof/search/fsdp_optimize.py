@@ -4,7 +4,7 @@ A candidate is, for every unit (the root's too: ``fully_shard(model)`` keeps it 
 ``reshard_after_forward=True`` does not), whether it reshards after forward, and the dtype gradients are reduced in
 (only with ``--allow-lossy``: bf16 rounds what the optimizer sees). Each candidate is priced on the run's
 own graph by the FSDP what-if passes (``passes.fsdp.set_reshard`` per unit, ``set_reduce_dtype``) with the
-link model fitted to the run's collectives, and its peak memory per rank by ``search.memory.fsdp_peak``;
+link model fitted to the run's collectives, and its peak memory per rank by ``search.fsdp_memory.fsdp_peak``;
 under ``--memory-budget`` a candidate that does not fit scores worse (``evaluate.penalised``), and a
 budget that not even the least memory candidate fits is refused in one line.
 
@@ -44,7 +44,7 @@ from ..traces.kineto_schema import dtype_bytes
 from ..traces.run_schema import FSDP2_API, FSDP_ROOT
 from ..units import MB
 from .evaluate import penalised
-from .memory import GATHERED_UNRECORDED, FsdpMemory, fsdp_peak
+from .fsdp_memory import GATHERED_UNRECORDED, FsdpMemory, fsdp_peak
 from .optimize import TIE_PCT, WORTH_APPLYING_PCT, Gain
 
 EXHAUSTIVE = 4096  # candidates replayed one by one; beyond this, seeds then the best single change

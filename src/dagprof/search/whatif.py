@@ -34,7 +34,8 @@ from ..passes.workers import replica_ranks, shared_port_note
 from ..progress import progress
 from ..replay import ReplayResult
 from ..units import MB
-from .memory import GATHERED_UNRECORDED, NO_SIZES, ddp_peak_of_fsdp, fsdp_peak
+from .fsdp_memory import GATHERED_UNRECORDED, ddp_peak_of_fsdp, fsdp_peak
+from .memory import NO_SIZES
 from .scenario import (
     Cluster,
     Scenario,

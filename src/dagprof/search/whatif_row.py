@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 from ..analysis.interval import PredictionInterval
 from ..units import MB
-from .memory import FsdpMemory, MemoryBreakdown
+from .fsdp_memory import FsdpMemory
+from .memory import MemoryBreakdown
 from .scenario import Scenario
 
 

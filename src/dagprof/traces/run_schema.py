@@ -172,14 +172,14 @@ class FsdpInfo(msgspec.Struct, kw_only=True):
     grad_shard_bytes: int = 0
     optim_state_bytes: int = 0
     # module path -> bytes of the gathered parameters among what it saved for backward (their storages, padded to the shard
-    # count), the most in one profiled step; None: not recorded (FSDP1, older files: ``search.memory.fsdp_peak``'s threshold)
+    # count), the most in one profiled step; None: not recorded (FSDP1, older files: ``search.fsdp_memory.fsdp_peak``'s threshold)
     layer_saved_gathered_bytes: dict[str, Count] | None = None
     # module path -> bytes its forward returned (a leaf module's), the most in one profiled step: the gradient reaching it in
-    # backward is as large (``search.memory.fsdp_peak`` counts it in flight); None: not recorded (older files)
+    # backward is as large (``search.fsdp_memory.fsdp_peak`` counts it in flight); None: not recorded (older files)
     layer_output_bytes: dict[str, Count] | None = None
     # unit name -> bytes saved for backward between leaf modules (functional ops: a block's ``F.relu``) while its forward ran,
     # not an inner unit's, the most in one profiled step (part of ``SAVED_OUTSIDE_LAYERS``, freed at the unit's backward);
-    # None: not recorded (older files: ``search.memory.fsdp_peak`` keeps them all to the step's end)
+    # None: not recorded (older files: ``search.fsdp_memory.fsdp_peak`` keeps them all to the step's end)
     unit_saved_outside_bytes: dict[str, Count] | None = None
 
 

@@ -1,0 +1,362 @@
+"""Peak memory per rank of an FSDP job, from its profile: under FSDP, as profiled or a what-if (``fsdp_peak``), and
+under DDP (``ddp_peak_of_fsdp``, ``search.memory``'s model with every parameter on every rank).
+
+``fsdp_peak`` walks the moments of one step where the most is alive (``_moments``), each a small function saying what is
+alive then and why; what every moment is made of (each layer's activations, the units' full parameters and
+gradients, the gradients in flight) is read once from the profile (``_Job``), and each rank adds its own shards.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from ..errors import DagprofError
+from ..graph.dag import Graph
+from ..graph.meta import FsdpGraphUnit, FsdpRecord
+from ..passes.fsdp import Reshard, resharded
+from ..traces.kineto_schema import dtype_bytes
+from ..traces.run_schema import FSDP2_API, FSDP_ROOT, LOSS_BACKWARD, MODEL_OUTPUT, SAVED_OUTSIDE_LAYERS
+from .memory import NO_SIZES, OPTIMIZER_STATE, MemoryBreakdown, MemoryModel, backward_layers
+
+# what a profile that did not name the gathered parameters among a layer's saved tensors (FSDP1, an older dagprof) gives
+GATHERED_UNRECORDED = ("the profile does not say which saved tensors were gathered parameters (FSDP1, or a profile from an older "
+                       "dagprof): a layer that saved at least its parameters' bytes counts the rest, else all it saved, so a layer whose "
+                       "weight FSDP padded to the shard count can count it once more or not (a layout's peak moved by up to 2 MiB "
+                       "between profiles of other layouts); profile again for the exact figure")
+
+
+@dataclass
+class FsdpMemory:
+    """Peak bytes of one rank of an FSDP job and what is alive at that moment (``fsdp_peak``)."""
+
+    params: float  # this rank's parameter shards
+    optimizer: float  # its optimizer state (on the shards)
+    grads: float  # gradient shards already reduce-scattered
+    activations: float  # what layers and functional ops between them saved for backward, and a stand-in for the output and loss
+    gathered: float  # full parameters of the units unsharded at that moment, and their unsharded gradients
+    at: str  # where the peak falls: "backward of <unit>", "reduce-scatter of <unit>" or "optimizer step"
+
+    @property
+    def total(self) -> float:
+        return self.params + self.optimizer + self.grads + self.activations + self.gathered
+
+    def to_dict(self) -> dict:
+        mb = lambda x: x / 2**20  # noqa: E731
+        return {"total_mb": mb(self.total), "params_mb": mb(self.params), "optimizer_mb": mb(self.optimizer), "grads_mb": mb(self.grads),
+                "activations_mb": mb(self.activations), "gathered_mb": mb(self.gathered), "at": self.at}
+
+
+class _Moment(NamedTuple):
+    """What every rank holds at one moment beyond its parameter and optimizer-state shards (``FsdpMemory``'s other fields)."""
+
+    grads: float
+    activations: float
+    gathered: float
+    at: str
+
+
+def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = None) -> dict[int, FsdpMemory]:
+    """Peak memory per rank of an FSDP graph (``graph.build_fsdp``), as profiled or under a what-if: the fullest of
+    ``_moments``, or the optimizer step (every shard, its gradients and its state, and the model's output).
+
+    ``reshard``: reshard_after_forward of every non-root unit, or of the units a mapping names (None: as profiled); ``workers``: the shard
+    degree (None: as profiled; HSDP keeps its shard degree). From the profile: each rank's parameter,
+    gradient and optimizer-state shards (measured bytes), each unit's size and dtypes, the activation bytes
+    each layer saved. A layer's saved bytes count the gathered weight it saved too (FSDP frees that storage
+    after forward and gathers it again for backward): the collector names those storages
+    (``layer_saved_gathered_bytes``, padded to the shard count as FSDP allocates them), and the layer counts the rest. In
+    profiles without them (``GATHERED_UNRECORDED``) a layer that saved at least its parameters' bytes (``layer_grad_bytes``
+    in the parameter dtype) counts only the rest, a threshold that FSDP's padding flips: a `down` layer that saved only its
+    weight (its input was saved by ``F.relu``) was counted once more where the weight was not padded (3x2 of the 6-rank
+    testbed MLP) and not where it was (2x3, 1x6). With the record (``bench/bench_hsdp_mesh.py --layouts 1x6,2x3,3x2``):
+    a layout's peak from the two others' profiles 0.01-0.04 MiB apart (1.8-2.0 MiB with the threshold), each 4.5-8.9 % short
+    until the gradients in flight were counted (``_Job.in_flight``), then -0.5 to +1.4 % at blocks.3's or blocks.1's backward;
+    with what a unit saved between its layers freed at its backward, FSDP2's held reduce-scatter input and a unit's gradients
+    made layer by layer: -1.1 to -0.1 %, at blocks.2's backward in every layout, where the heap-sampled runs peaked
+    (``tests/data/fsdp/pad-*``).
+
+    Measured against ``bench/fsdp_train.py --memory`` (``bench/bench_fsdp.py --part 3``, load 23-34): the transformer
+    +0.5 % (reshard on) and +1.2 % (off), the MLP with a 4096-entry vocabulary -0.6 % and +3.9 % (its off peak is the
+    loss's backward; the rest is the ``down`` layers' saved weights counted as activations: ``_Job.acts``' rule needs a layer
+    to have saved its bias too); ``tests/data/fsdp/loss-vocab`` +0.1 / +0.0 %. Before the loss's backward was recorded
+    its peak was missed (-9 to -14 %, that recording -36 to -42 %); before the model's output was, a stand-in counted
+    what functional ops saved twice (the transformer +8 to +10 %). With the model's output recorded (``bench/bench_fsdp.py
+    --part 7``'s models, one profile each, load 4): -0.0 % with a 16384-entry vocabulary (154.3 MiB, the root's reduce-scatter;
+    the stand-in had -10.4 %), -1.2 % on the transformer (+9.2 %). With the moments above (part 3 again, load 6-7, the runs
+    also saying where they peaked): transformer -1.6 % (on; at blocks.2's backward, measured at blocks.3's as blocks.2's
+    prefetch all-gather starts) and -0.3 % (off, loss backward, as measured), the MLP -2.3 % (on; the root's all-gather at
+    its backward's start, where it peaked: it had read -0.7 % at the root's reduce-scatter, with every F.relu output alive
+    there) and -0.2 % (off, loss backward, as measured).
+    """
+    fs = g.meta.fsdp
+    if fs is None:
+        raise DagprofError("not an FSDP graph")
+    if not fs.layer_saved_bytes:
+        raise DagprofError(NO_SIZES)
+    job = _Job(g, reshard, workers)
+    moments = [m for m in _moments(job) if m is not None]
+    out = {}
+    for rank, mem in fs.memory.items():
+        params, opt = mem.param_shard_bytes * job.scale, mem.optim_state_bytes * job.scale
+        best = FsdpMemory(params, opt, mem.grad_shard_bytes * job.scale, job.output, 0.0, "optimizer step")
+        for m in moments:
+            cand = FsdpMemory(params, opt, *m)
+            if cand.total > best.total:
+                best = cand
+        out[int(rank)] = best
+    return out
+
+
+def _size(dtype: str | None) -> int:
+    """Bytes per element of a unit's dtype (4 where the profile does not say)."""
+    return dtype_bytes(dtype or "") or 4
+
+
+def _full(u: FsdpGraphUnit) -> float:
+    """Unit ``u``'s parameters gathered (in the parameter dtype)."""
+    return float(u.numel * _size(u.param_dtype))
+
+
+def _full_grad(u: FsdpGraphUnit) -> float:
+    """Unit ``u``'s unsharded gradients, in the dtype they are reduced in."""
+    return float(u.numel * _size(u.reduce_dtype or u.orig_dtype))
+
+
+def _reduced(u: FsdpGraphUnit, nbytes: float) -> float:
+    """``nbytes`` of unit ``u``'s gradients in its original dtype, as large in the dtype they are reduced in."""
+    return nbytes * _size(u.reduce_dtype or u.orig_dtype) / _size(u.orig_dtype)
+
+
+class _Job:
+    """What an FSDP graph's ranks hold at each moment of a step beyond their own shards, from its profile (the same on
+    every rank), under the what-if's ``reshard`` and shard degree (``workers``)."""
+
+    def __init__(self, g: Graph, reshard: Reshard | None, workers: int | None):
+        fs = self.fs = g.meta.fsdp
+        units = self.units = fs.units
+        mesh = (units[0].mesh or [fs.world_size]) if units else [fs.world_size]
+        self.shard = mesh[-1] if workers is None or len(mesh) > 1 else workers  # HSDP keeps its shard degree
+        self.scale = mesh[-1] / self.shard  # how much larger each rank's shards are than profiled
+        self.returned = fs.layer_output_bytes or {}  # what each layer returned: the gradient reaching it in backward is as large
+        self.forward = [g.layers[lay] for lay, _ in reversed(backward_layers(g, {}))]  # the layers as forward first ran them
+        self.root = [i for i, u in enumerate(units) if u.name == FSDP_ROOT]
+        self.others = [i for i in range(len(units)) if i not in self.root]  # forward order of the inner units (as recorded)
+        inner = {n for i in self.others for n in units[i].layers}
+        last_inner = max((k for k, n in enumerate(g.layers) if n in inner), default=-1)
+        self.after_inner = set(g.layers[last_inner + 1:])  # the root's layers after the inner units: their backward runs first
+        self.kept = [i for i in self.others if not resharded(units[i], reshard)]  # inner units kept gathered after forward
+        # FSDP keeps the root gathered after forward unless reshard_after_forward=True was passed to it (``resharded_after_forward``:
+        # as it ran); the what-if keeps it where it was kept (``passes.fsdp.set_reshard``)
+        self.root_kept = sum(_full(units[i]) for i in self.root if not (resharded(units[i], reshard) and units[i].resharded_after_forward))
+        # FSDP2 holds the last unit's reduce-scatter input (its padded gradients in the reduce dtype) until the next unit's
+        # post-backward (``reduce_scatter_max_input_buffers``, 1 by default; not recorded), so through that unit's backward
+        self.keeps_rs_input = fs.api == FSDP2_API
+        saved = fs.layer_saved_bytes
+        outside = float(saved.get(SAVED_OUTSIDE_LAYERS, 0))
+        self.between = between_units(fs)
+        self.outside_rest = max(outside - sum(self.between), 0.0)  # saved between layers by no inner unit's forward: alive to the end
+        self.output = float(saved.get(MODEL_OUTPUT, 0))  # the logits the script holds through the step, where recorded
+        self.loss = self.output if MODEL_OUTPUT in saved else outside  # else: a stand-in for them and the loss's tensors
+        self.loss_backward = float(saved.get(LOSS_BACKWARD, 0))  # what the loss's graph held in its backward, where recorded
+        self.shard_of = [_reduced(u, float(u.shard_bytes) * self.scale) for u in units]  # each unit's gradient shard
+        self.root_acts = sum(self.acts(units[i].layers, units[i]) for i in self.root)
+        # the root's layers after the inner units ran backward before them and freed what they saved (a profile without the
+        # layers' outputs keeps them: the stand-in it had for the gradients in flight)
+        self.root_tail_acts = sum(self.acts([n for n in units[i].layers if n in self.after_inner], units[i]) for i in self.root) if self.returned else 0.0
+        self.root_full = sum(_full(units[i]) for i in self.root)
+        self.root_grad = sum(_full_grad(units[i]) for i in self.root)
+        self.tail_grad = sum(_reduced(units[i], float(fs.layer_grad_bytes.get(n, 0)))  # the root's tail's unsharded gradients
+                             for i in self.root for n in units[i].layers if n in self.after_inner)
+
+    def acts(self, names: list[str], u: FsdpGraphUnit) -> float:
+        """What the layers ``names`` (of unit ``u``) saved less the gathered parameters among it, where recorded."""
+        saved, gathered = self.fs.layer_saved_bytes, self.fs.layer_saved_gathered_bytes
+        if gathered is None:
+            return self._acts_unrecorded(names, u)
+        return sum(max(float(saved.get(n, 0) - gathered.get(n, 0)), 0.0) for n in names)
+
+    def _acts_unrecorded(self, names: list[str], u: FsdpGraphUnit) -> float:
+        """``acts`` in a profile that did not name the gathered parameters (``GATHERED_UNRECORDED``): all a layer saved less
+        its parameters' bytes (in the parameter dtype) where it saved at least that much."""
+        ratio = _size(u.param_dtype) / _size(u.orig_dtype)
+        out = 0.0
+        for n in names:
+            s, w = float(self.fs.layer_saved_bytes.get(n, 0)), float(self.fs.layer_grad_bytes.get(n, 0)) * ratio
+            out += s - w if s >= w > 0 else s
+        return out
+
+    def unit_acts(self, alive: list[int]) -> float:
+        """What the inner units ``alive``'s layers saved, less gathered parameters, and what was saved between them in their forward."""
+        return sum(self.acts(self.units[i].layers, self.units[i]) + self.between[i] for i in alive)
+
+    def every_activation(self, extra: float) -> float:
+        """Every activation before any unit's backward (the root's, functional ops', the loss's stand-in) and ``extra``."""
+        return self.root_acts + self.outside_rest + self.loss + extra + self.unit_acts(self.others)
+
+    def kept_full(self, alive: list[int]) -> float:
+        """The full parameters of the units kept gathered after forward among ``alive``."""
+        return sum(_full(self.units[i]) for i in self.kept if i in alive)
+
+    def running(self, cur: int | None) -> list[str]:
+        """The layers whose backward runs at unit ``cur``'s (None: the root's before the inner units), in forward order."""
+        if cur is not None:
+            return [n for n in self.forward if n in self.units[cur].layers]
+        return [n for i in self.root for n in self.forward if n in self.units[i].layers and n not in self.after_inner]
+
+    def grad_of(self, names: list[str], u: FsdpGraphUnit) -> float:
+        """The unsharded gradients of the layers ``names`` (of unit ``u``), as ``_full_grad`` sizes them."""
+        return _reduced(u, sum(float(self.fs.layer_grad_bytes.get(n, 0)) for n in names))
+
+    def in_flight(self, names: list[str], u: FsdpGraphUnit, grads: bool) -> tuple[float, float]:
+        """(activation, gradient) bytes the fullest moment of the layers ``names`` (one unit's, in forward order) running
+        backward holds beyond all they saved: after a layer, the function between it and the next runs backward with the
+        gradient of that layer's output arriving and its gradient of its input leaving (an elementwise activation: twice
+        the layer's output), the gradient that reached the unit (what its last layer returned: a residual holds it until the
+        branch's gradient joins it), and the layers after it freed what they saved and, with ``grads``, made their
+        parameters' unsharded gradients (the layers before it have not yet). (0, 0) where the profile did not record the
+        outputs (1.25 MiB in the testbed MLP's `F.relu` backward, where a heap-sampled run peaked)."""
+        if not self.returned or not names:
+            return 0.0, 0.0
+        outs = [float(self.returned.get(n, 0)) for n in names]
+        moments = [(2.0 * o + outs[-1] - self.acts(names[j + 1:], u), self.grad_of(names[j + 1:], u) if grads else 0.0) for j, o in enumerate(outs)]
+        return max(moments, key=sum)
+
+    def leaving(self, names: list[str]) -> float:
+        """The gradient a unit's backward passes on (what the layer before its first returned), alive in its reduce-scatter."""
+        k = self.forward.index(names[0]) if names and names[0] in self.forward else 0
+        return float(self.returned.get(self.forward[k - 1], 0)) if k else 0.0
+
+
+def _moments(job: _Job) -> list[_Moment | None]:
+    """The moments of a step, in order (None: not one in this job). The forward's end is never above the first; backward
+    runs the root's first layers (k = every inner unit alive), then the inner units in reverse, each followed by its
+    reduce-scatter."""
+    out = [_loss_backward(job), _root_regather(job)]
+    for k in range(len(job.others), -1, -1):
+        out += [_backward(job, k), _reduce_scatter(job, k)]
+    return out
+
+
+def _loss_backward(job: _Job) -> _Moment | None:
+    """The loss's backward, where the profile recorded it (``LOSS_BACKWARD``: what the graph from the model's output to the
+    loss held at its fullest, its saved tensors and the gradients in flight): every activation, the model's output, the
+    kept units' full parameters (the root's too unless it resharded after forward: FSDP2 reshards the root only when
+    ``reshard_after_forward=True`` is passed to it, and gathers it again when the gradient reaches its output, after the
+    loss's backward)."""
+    if not job.loss_backward:
+        return None
+    return _Moment(0.0, job.every_activation(job.loss_backward), job.root_kept + job.kept_full(job.others), "loss backward")
+
+
+def _root_regather(job: _Job) -> _Moment | None:
+    """The start of the root's backward, where it resharded after forward: its all-gather's output beside the parameters
+    copied out of it (twice its parameters), every activation, the model's output and its gradient (the MLP with a
+    4096-entry vocabulary peaked there with reshard on)."""
+    regathered = job.root_full - job.root_kept
+    if not regathered:
+        return None
+    return _Moment(0.0, job.every_activation(job.output), job.root_kept + 2.0 * regathered + job.kept_full(job.others),
+                   "all-gather of <root> (backward)")
+
+
+def _backward(job: _Job, k: int) -> _Moment:
+    """The backward of inner unit ``k - 1`` (k = 0: the root's layers before the inner units, with the root's full
+    gradients and every inner unit's gradient shard). Alive: every activation not yet freed (this unit's and those before
+    it in the forward order, the root's but those of its layers after the inner units, whose backward ran, where the
+    profile recorded the layers' outputs), the gradients in flight at the unit's fullest moment (``_Job.in_flight``; none
+    in profiles without the layers' outputs, whose root activations stood in), what functional ops between layers saved
+    (by this unit's forward and those before it, ``unit_saved_outside_bytes``; all of it, to the step's end, where the
+    profile did not say whose), the model's output (the logits a script keeps until its step ends, ``MODEL_OUTPUT``; a
+    profile without it has what functional ops saved once more as a stand-in), the root's and this unit's full
+    parameters, the unsharded gradients of this unit's layers whose backward ran at that moment (all of them in profiles
+    without the layers' outputs) and those of the root's layers after the inner units, the next unit's prefetched
+    parameters, the reduce-scatter input of the unit before in backward order, units kept gathered after forward, and the
+    gradient shards of the units already done."""
+    units, others = job.units, job.others
+    alive = others[:k]
+    cur = others[k - 1] if k else None
+    prefetch = others[k - 2] if k >= 2 and others[k - 2] not in job.kept else None
+    running = job.running(cur)
+    flight, made = job.in_flight(running, units[cur if cur is not None else job.root[0]], cur is not None) if running else (0.0, 0.0)
+    gathered = job.root_full + (job.tail_grad if k else job.root_grad) + job.kept_full(alive)
+    if cur is not None:  # this unit's gradients where the layers' outputs do not say when they are made, its parameters unless kept
+        gathered += (0.0 if job.returned else _full_grad(units[cur])) + (0.0 if cur in job.kept else _full(units[cur]))
+    if prefetch is not None:  # the next unit's parameters, all-gathered ahead
+        gathered += _full(units[prefetch])
+    if job.keeps_rs_input and k < len(others):  # the unit before in backward order: FSDP2 still holds its reduce-scatter input
+        gathered += job.shard_of[others[k]] * job.shard
+    gathered += made
+    acts = job.root_acts - job.root_tail_acts + job.outside_rest + job.loss + job.unit_acts(alive) + flight
+    done = sum(job.shard_of[i] for i in others[k:])
+    return _Moment(done, acts, gathered, f"backward of {units[cur].name if cur is not None else '<root>'}")
+
+
+def _reduce_scatter(job: _Job, k: int) -> _Moment | None:
+    """The reduce-scatter after ``_backward(job, k)`` (its post-backward hook, its activations freed): its unsharded
+    gradients in the parameter dtype, the reduce-scatter input in the reduce dtype (and, where the two dtypes differ, the
+    gradients cast to the reduce dtype before the copy-in), its new gradient shard, what functional ops saved (once), the
+    model's output, and what the moments before hold that is still alive (for an inner unit: the root's parameters and
+    tail gradients, the activations before it, the gradient its backward passes on; the root's is the last, everything
+    else freed)."""
+    others = job.others
+    cur = others[k - 1] if k else None
+    u = cur if cur is not None else (job.root[0] if job.root else None)
+    if u is None:
+        return None
+    unit = job.units[u]
+    cast = unit.param_dtype != (unit.reduce_dtype or unit.orig_dtype)
+    buffers = _full(unit) + (2.0 if cast else 1.0) * _full_grad(unit)
+    done = sum(job.shard_of[i] for i in others[k:]) + job.shard_of[u]
+    if cur is None:
+        return _Moment(done, job.outside_rest + job.output, buffers, f"reduce-scatter of {unit.name}")
+    before = others[:k - 1]
+    acts = job.outside_rest + job.output + job.root_acts - job.root_tail_acts + job.leaving(job.running(cur)) + job.unit_acts(before)
+    return _Moment(done, acts, job.root_full + job.tail_grad + job.kept_full(before) + buffers, f"reduce-scatter of {unit.name}")
+
+
+def between_units(fs: FsdpRecord) -> list[float]:
+    """Per unit of ``fs`` (0 for the root): the bytes saved between leaf modules while its forward ran
+    (``unit_saved_outside_bytes``; a merged unit's, its members' together). All 0 where the profile did not record them, or
+    for a unit the profile did not run as one (``whatif --units split``): those stay in what is kept to the step's end."""
+    rec = fs.unit_saved_outside_bytes or {}
+    return [0.0 if u.name == FSDP_ROOT else float(sum(rec.get(m, 0) for m in u.name.split(", "))) for u in fs.units]
+
+
+def ddp_peak_of_fsdp(g: Graph, workers: int | None = None) -> dict[int, MemoryBreakdown]:
+    """Peak memory per rank of the FSDP job ``g`` run under DDP (``whatif --data-parallel ddp``): ``MemoryModel``'s
+    peak with every parameter on every rank (the units' full sizes in their original dtype), the optimizer state
+    per parameter the FSDP profile measured (state over parameter shards), DDP's bucket buffers, and the
+    activations each layer saved less its gathered weight (DDP's weights are parameters, which the collector does
+    not count): as recorded, else its parameters' bytes (``GATHERED_UNRECORDED``: a layer that saved no weight, an
+    embedding, loses its few saved bytes). With Adam's state (2 per
+    parameter), the optimizer step's two temporaries of the largest layer's parameters (``MemoryModel.step_transient``):
+    a large embedding's DDP run peaked there, in AdamW's division (228.4 MiB measured; 183.6 predicted at backward's
+    start, 212.5 with them, 228.5 with the logits the script held too). A transformer-like stack peaks at backward's
+    end (88.6 MiB measured; 97.8 predicted with every gradient beside every activation, 90.3 walking backward).
+    ``workers`` changes nothing: a DDP rank holds the whole model at any count."""
+    fs = g.meta.fsdp
+    if fs is None:
+        raise DagprofError("not an FSDP graph")
+    if not fs.layer_saved_bytes:
+        raise DagprofError(NO_SIZES)
+    total = float(sum(u.numel * _size(u.orig_dtype) for u in fs.units))
+    ids = {name: i for i, name in enumerate(g.layers)}
+    unit_of = {n: u for u in fs.units for n in u.layers}
+    gathered = fs.layer_saved_gathered_bytes
+    saved = {}
+    for name, s in fs.layer_saved_bytes.items():
+        if name in ids:
+            u = unit_of.get(name)
+            w = (float(gathered.get(name, 0)) if gathered is not None
+                 else float(fs.layer_grad_bytes.get(name, 0)) * (_size(u.param_dtype) / _size(u.orig_dtype) if u else 1.0))
+            saved[ids[name]] = max(float(s) - w, 0.0)
+    largest = max((float(v) for v in fs.layer_grad_bytes.values()), default=0.0)
+    backward = backward_layers(g, {ids[n]: float(v) for n, v in fs.layer_grad_bytes.items() if n in ids})
+    out = {}
+    for rank, mem in fs.memory.items():
+        state = mem.optim_state_bytes / mem.param_shard_bytes if mem.param_shard_bytes else 0.0
+        adam = abs(state - OPTIMIZER_STATE["adam"]) < 0.05
+        model = MemoryModel(total, saved, float(fs.layer_saved_bytes.get(SAVED_OUTSIDE_LAYERS, 0)), state, 2.0 * largest if adam else 0.0,
+                            float(fs.layer_saved_bytes.get(MODEL_OUTPUT, 0)), backward, float(fs.layer_saved_bytes.get(LOSS_BACKWARD, 0)))
+        out[int(rank)] = model.peak()
+    return out
