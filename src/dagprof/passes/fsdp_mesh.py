@@ -67,7 +67,7 @@ from ..traces.kineto_schema import dtype_bytes
 from ..traces.parallelism import Dim, GroupLabel
 from ..traces.run_schema import FSDP2_API
 from .comm import current_topology, retime_collectives
-from .fsdp_units import _collective_nodes, _without
+from .fsdp_units import _collective_nodes, _without, enqueue_pieces, is_cut_piece
 from .link_fit import graph_world_size
 from .workers import _copy_ranks, scale_workers
 
@@ -277,8 +277,8 @@ class _Waits:
 
 
 def _calls(g: Graph) -> tuple[dict[tuple, dict[int, tuple[int, int, int]]], dict[int, int], dict[int, list[int]]]:
-    """Each FSDP call matched across ranks: (step, label, nth) -> rank -> (ready point, enqueue, wait); each wait's
-    collective; each collective's joins."""
+    """Each FSDP call matched across ranks: (step, label, nth) -> rank -> (ready point, enqueue, wait), the enqueue the
+    call's last piece (``enqueue_pieces``); each wait's collective; each collective's joins."""
     shared = (g.kind == Kind.COMM) & (g.rank < 0)
     comm_of_wait: dict[int, int] = {}
     sync_of: dict[int, list[int]] = {}
@@ -287,7 +287,7 @@ def _calls(g: Graph) -> tuple[dict[tuple, dict[int, tuple[int, int, int]]], dict
     enq = np.flatnonzero((g.kind == Kind.COMM_ENQUEUE) & (g.rank >= 0))
     for e in enq[np.lexsort((g.order[enq], g.rank[enq]))].tolist():
         m = _OP.fullmatch(g.node_name(e))
-        if not m:
+        if not m or any(is_cut_piece(g, e, int(v)) for v in g.successors(e).tolist()):  # a call's earlier piece: its last one counts
             continue
         r = int(g.rank[e])
         w = next((int(v) for v in g.successors(e).tolist() if g.kind[v] == Kind.COMM_WAIT and int(g.rank[v]) == r), -1)
@@ -360,8 +360,8 @@ def _regroup(g: Graph, replicate: int, shard: int, add_all_reduce: bool,
         ends = {r: (int(remap[ready]), int(remap[w])) for r, (ready, _, w) in members.items()}
         if kind == "all_reduce":  # the reduce-scattered shard
             nbytes = round(reduced.get((step, unit, nth), nbytes * shard) / shard)
-            for _, e, _ in members.values():
-                b._cols["nbytes"][int(remap[e])] = nbytes
+            for piece in (q for _, e, _ in members.values() for q in enqueue_pieces(g, e)):
+                b._cols["nbytes"][int(remap[piece])] = nbytes
         if kind == "reduce_scatter" and add_all_reduce:  # its wait, then the all-reduce's enqueue; the old wait waits for the all-reduce
             after: dict[int, tuple[int, int]] = {}
             for r, (ready, e, w) in members.items():
