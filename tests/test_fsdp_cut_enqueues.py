@@ -4,6 +4,8 @@ rounding) is one call to the passes that regroup or drop collectives: ``--mesh``
 behind its wait"), and a dropped call left its first piece behind."""
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 from testdata import DATA
 
@@ -40,12 +42,24 @@ def test_the_fixture_has_cut_calls():
 def test_mesh_regroups_cut_calls_whole():
     g = build_graph(read_run(MOE))
     calls = sum(len(issuers(g, c.node)) for c in fsdp_collectives(g))
-    for mesh in ((1, 4),):
+    for mesh in ((1, 4), (2, 2)):
         m = set_mesh(g, *mesh)
         assert_whole_calls(m)
         check_fsdp_edges(m)
         assert len(cut(m)) == 10 * 2  # rank r copies rank r mod 2, pieces and all
         assert sum(len(issuers(m, c.node)) for c in fsdp_collectives(m)) == 2 * calls
+
+
+def test_a_one_replica_meshs_all_reduces_are_regrouped_not_doubled():
+    """The profile is 1x2 on a 2-D mesh: FSDP2 all-reduces each reduce-scattered shard on one rank, as the recorded 2x2 run
+    of the same script (/tmp/review6u/hsdp_moe-a: per step 10 all-gathers and 7 reduce-scatters a shard group, 7
+    all-reduces a replicate group) does on two."""
+    g = build_graph(read_run(MOE))
+    m = set_mesh(g, 2, 2)
+    groups = Counter((c.kind, tuple(sorted(issuers(m, c.node)))) for c in fsdp_collectives(m))
+    steps = len(g.meta.steps)
+    assert groups == {("all_gather", (0, 1)): 10 * steps, ("all_gather", (2, 3)): 10 * steps, ("reduce_scatter", (0, 1)): 7 * steps,
+                      ("reduce_scatter", (2, 3)): 7 * steps, ("all_reduce", (0, 2)): 7 * steps, ("all_reduce", (1, 3)): 7 * steps}
 
 
 def test_merging_units_drops_cut_calls_whole():

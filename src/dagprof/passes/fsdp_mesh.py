@@ -11,7 +11,8 @@ target layout, ``tests/test_fsdp_mesh.py``):
   and a wait in the rank's program order after the reduce-scatter's wait. A new all-reduce's wait keeps the release
   overhead that rank's reduce-scatter wait measured, its join the reduce-scatter's wait for the late rank, and its
   transfer the reduce-scatter's gap and exit lag (the same blocking gloo call from the same hook); from R > 1 to R = 1
-  the all-reduces go and program order bridges them;
+  the all-reduces go and program order bridges them. A 1xS profile on a 2-D mesh (replicate degree 1) already
+  all-reduces each shard, on one rank: those are regrouped, none added;
 - the waits follow the group, from the profile's measured times (``_Waits``). An averaged join waits for its late rank
   what the ranks' turns at arriving last cost (``passes.average_steps``: a mean of maxima exceeds the maximum of means),
   so a join of a new group adds what the measured steps say its ranks lose beyond what the profiled groups lost: of each
@@ -132,7 +133,8 @@ def set_mesh(g: Graph, replicate: int, shard: int, costs: FsdpCosts | None = Non
             if src.node_name(v).startswith("all_reduce "):
                 drop[_collective_nodes(src, v)] = True
         src = _without(src, drop, src.nbytes, {})
-    waits, add_all_reduce = _Waits.of(g), replicate > 1 and r0 == 1
+    waits = _Waits.of(g)  # a 1xS profile on a 2-D mesh has its all-reduces already (module docstring)
+    add_all_reduce = replicate > 1 and r0 == 1 and not any(c.kind == "all_reduce" for c in fsdp_collectives(g))
     out, rings = _regroup(src, replicate, shard, add_all_reduce=add_all_reduce, waits=waits)
     if waits is None and (shard != s0 or add_all_reduce):  # else copies of the profiled groups: they wait as those did
         out.meta.warnings.append(f"--mesh: no measured arrivals in this graph (a pass changed it since the profile): "
