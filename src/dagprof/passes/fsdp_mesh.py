@@ -11,7 +11,8 @@ target layout, ``tests/test_fsdp_mesh.py``):
   and a wait in the rank's program order after the reduce-scatter's wait. A new all-reduce's wait keeps the release
   overhead that rank's reduce-scatter wait measured, its join the reduce-scatter's wait for the late rank, and its
   transfer the reduce-scatter's gap and exit lag (the same blocking gloo call from the same hook); from R > 1 to R = 1
-  the all-reduces go and program order bridges them;
+  the all-reduces go and program order bridges them. A 1xS profile on a 2-D mesh (replicate degree 1) already
+  all-reduces each shard, on one rank: those are regrouped, none added;
 - the waits follow the group, from the profile's measured times (``_Waits``). An averaged join waits for its late rank
   what the ranks' turns at arriving last cost (``passes.average_steps``: a mean of maxima exceeds the maximum of means),
   so a join of a new group adds what the measured steps say its ranks lose beyond what the profiled groups lost: of each
@@ -67,7 +68,7 @@ from ..traces.kineto_schema import dtype_bytes
 from ..traces.parallelism import Dim, GroupLabel
 from ..traces.run_schema import FSDP2_API
 from .comm import current_topology, retime_collectives
-from .fsdp_units import _collective_nodes, _without
+from .fsdp_units import _collective_nodes, _without, enqueue_pieces, is_cut_piece
 from .link_fit import graph_world_size
 from .workers import _copy_ranks, scale_workers
 
@@ -132,7 +133,8 @@ def set_mesh(g: Graph, replicate: int, shard: int, costs: FsdpCosts | None = Non
             if src.node_name(v).startswith("all_reduce "):
                 drop[_collective_nodes(src, v)] = True
         src = _without(src, drop, src.nbytes, {})
-    waits, add_all_reduce = _Waits.of(g), replicate > 1 and r0 == 1
+    waits = _Waits.of(g)  # a 1xS profile on a 2-D mesh has its all-reduces already (module docstring)
+    add_all_reduce = replicate > 1 and r0 == 1 and not any(c.kind == "all_reduce" for c in fsdp_collectives(g))
     out, rings = _regroup(src, replicate, shard, add_all_reduce=add_all_reduce, waits=waits)
     if waits is None and (shard != s0 or add_all_reduce):  # else copies of the profiled groups: they wait as those did
         out.meta.warnings.append(f"--mesh: no measured arrivals in this graph (a pass changed it since the profile): "
@@ -277,8 +279,8 @@ class _Waits:
 
 
 def _calls(g: Graph) -> tuple[dict[tuple, dict[int, tuple[int, int, int]]], dict[int, int], dict[int, list[int]]]:
-    """Each FSDP call matched across ranks: (step, label, nth) -> rank -> (ready point, enqueue, wait); each wait's
-    collective; each collective's joins."""
+    """Each FSDP call matched across ranks: (step, label, nth) -> rank -> (ready point, enqueue, wait), the enqueue the
+    call's last piece (``enqueue_pieces``); each wait's collective; each collective's joins."""
     shared = (g.kind == Kind.COMM) & (g.rank < 0)
     comm_of_wait: dict[int, int] = {}
     sync_of: dict[int, list[int]] = {}
@@ -287,7 +289,7 @@ def _calls(g: Graph) -> tuple[dict[tuple, dict[int, tuple[int, int, int]]], dict
     enq = np.flatnonzero((g.kind == Kind.COMM_ENQUEUE) & (g.rank >= 0))
     for e in enq[np.lexsort((g.order[enq], g.rank[enq]))].tolist():
         m = _OP.fullmatch(g.node_name(e))
-        if not m:
+        if not m or any(is_cut_piece(g, e, int(v)) for v in g.successors(e).tolist()):  # a call's earlier piece: its last one counts
             continue
         r = int(g.rank[e])
         w = next((int(v) for v in g.successors(e).tolist() if g.kind[v] == Kind.COMM_WAIT and int(g.rank[v]) == r), -1)
@@ -360,8 +362,8 @@ def _regroup(g: Graph, replicate: int, shard: int, add_all_reduce: bool,
         ends = {r: (int(remap[ready]), int(remap[w])) for r, (ready, _, w) in members.items()}
         if kind == "all_reduce":  # the reduce-scattered shard
             nbytes = round(reduced.get((step, unit, nth), nbytes * shard) / shard)
-            for _, e, _ in members.values():
-                b._cols["nbytes"][int(remap[e])] = nbytes
+            for piece in (q for _, e, _ in members.values() for q in enqueue_pieces(g, e)):
+                b._cols["nbytes"][int(remap[piece])] = nbytes
         if kind == "reduce_scatter" and add_all_reduce:  # its wait, then the all-reduce's enqueue; the old wait waits for the all-reduce
             after: dict[int, tuple[int, int]] = {}
             for r, (ready, e, w) in members.items():

@@ -177,8 +177,26 @@ def _collective_nodes(g: Graph, node: int) -> list[int]:
     for w in g.successors(node).tolist():
         if int(g.rank[w]) >= 0:
             out.append(int(w))
-            out += [int(p) for p in g.predecessors(w).tolist() if int(g.rank[p]) == int(g.rank[w]) and g.kind[p] == Kind.COMM_ENQUEUE]
+            out += [q for p in g.predecessors(w).tolist() if int(g.rank[p]) == int(g.rank[w]) and g.kind[p] == Kind.COMM_ENQUEUE
+                    for q in enqueue_pieces(g, int(p))]
     return out
+
+
+def enqueue_pieces(g: Graph, e: int) -> list[int]:
+    """A rank's enqueue ``e`` (the piece its wait follows) and the earlier pieces of the same call, latest first: the build
+    cuts a call where a flow leaves it inside (``graph.pieces``: a join at the transfer's start, also one a rounding of the
+    clock puts a fraction of a nanosecond before the call's end)."""
+    out = [e]
+    while (p := next((int(p) for p in g.predecessors(out[-1]).tolist() if is_cut_piece(g, int(p), out[-1])), -1)) >= 0:
+        out.append(p)
+    return out
+
+
+def is_cut_piece(g: Graph, p: int, e: int) -> bool:
+    """Whether enqueue piece ``p`` is cut from the same call as ``e`` after it: same rank and name, no wait of its own."""
+    r = int(g.rank[p])
+    return (g.kind[p] == g.kind[e] == Kind.COMM_ENQUEUE and r == int(g.rank[e]) and g.name[p] == g.name[e]
+            and not any(g.kind[v] == Kind.COMM_WAIT and int(g.rank[v]) == r for v in g.successors(p).tolist()))
 
 
 def _without(g: Graph, drop: np.ndarray, nbytes: np.ndarray, rename: dict[int, str]) -> Graph:
