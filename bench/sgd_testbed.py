@@ -137,13 +137,14 @@ def predict_round(rnd: dict, cores: int, tmp: str, jitter: int = JITTER) -> dict
 
     compute: ``plain`` is ``dagprof sgd`` on the run folder; ``+cores`` on a layer CSV of the same profile with
     compute scaled by ranks/cores; ``+jitter`` adds ``--jitter`` (on the run folder; scaled, through the library
-    ``dagprof sgd`` calls, since a CSV has no per-step tables)."""
+    ``dagprof sgd`` calls, since a CSV has no per-step tables). No ``unprofiled`` rows where ``dagprof sgd`` refuses that anchor
+    (``refused_anchor``)."""
     from dagprof.sgd import Policy, comm_model, predict
 
     out: dict[tuple, float] = {}
     first = sgd(rnd["run"], "--workers", "1")
     rnd["iter_1_profiled_ms"] = 1e3 * first["iter_time_1_s"]
-    for anchor in ("profiled", "unprofiled"):
+    for anchor in ("profiled",) + (() if refused_anchor(rnd) else ("unprofiled",)):  # the bench skips a refused round whole
         iter_1_us = None if anchor == "profiled" else rnd["iter_1_unprofiled_ms"] * 1e3
         iter_1 = [] if iter_1_us is None else ["--iter-time-1", f"{iter_1_us / 1e6:.9f}"]
         for rate in RATES:

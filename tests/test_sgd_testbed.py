@@ -52,6 +52,10 @@ def test_one_tiny_round(tmp_path, monkeypatch):
             assert doc["overlap"]["beside"] == {"calibrate": "matmul", "calibrate-bwd": "backward"}[source]
     pred = tb.predict_round(rnd, cores=2, tmp=str(tmp_path))
     assert {k[3:] for k in pred} == cells and min(pred.values()) > 0
+    # so tiny a job's unprofiled steps may run faster than its profiled ops less the profiler's cost: that anchor refused
+    why = tb.refused_anchor(rnd)
+    assert {k[2] for k in pred} == ({"profiled"} if why else {"profiled", "unprofiled"})
+    assert why is None or why.startswith("single-worker iteration")
     assert {k[1] for k in pred} == set(tb.COMPUTE)  # contention priced by default, and without it (--no-contention)
     assert {k[0] for k in pred} == {"net", "calibrate", "calibrate-bwd"}
     # one rank's profile: the anchor is its own iteration (profiled) or the unprofiled steps around it
