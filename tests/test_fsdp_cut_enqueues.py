@@ -52,7 +52,7 @@ def test_mesh_regroups_cut_calls_whole():
 
 def test_a_one_replica_meshs_all_reduces_are_regrouped_not_doubled():
     """The profile is 1x2 on a 2-D mesh: FSDP2 all-reduces each reduce-scattered shard on one rank, as the recorded 2x2 run
-    of the same script (/tmp/review6u/hsdp_moe-a: per step 10 all-gathers and 7 reduce-scatters a shard group, 7
+    of the same script (a 4-rank run of bench/review6/hsdp_moe.py, not vendored: per step 10 all-gathers and 7 reduce-scatters a shard group, 7
     all-reduces a replicate group) does on two."""
     g = build_graph(read_run(MOE))
     m = set_mesh(g, 2, 2)
