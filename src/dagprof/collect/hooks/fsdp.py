@@ -4,17 +4,17 @@ FSDP2 exposes no callback API, so during the window (and only then) this patches
 the methods of ``FSDPParamGroup`` (one per FSDP unit) that FSDP's module hooks call (its own hooks
 are bound methods, registered before dagprof attaches), ``_prefetch_unshard`` included, and the three
 c10d functions its collectives go through (``dist.all_gather_single``, ``dist.reduce_scatter_single``,
-``dist.all_reduce``). The collector undoes every patch when the window ends. Each collective call
-gets a typed ``FsdpCollective`` row (unit, kind, pass, who prefetched it, bytes, dtype, group) and two
-records ``FSDP_COLL_BEGIN``/``END`` on the main thread; the copy-out after an all-gather and each
-reshard get their spans. With gloo the collectives FSDP issues on CPU block the calling thread, so
+``dist.all_reduce``; before torch 2.13 ``all_gather_into_tensor`` and ``reduce_scatter_tensor``). The collector
+undoes every patch when the window ends. Each collective call gets a typed ``FsdpCollective`` row (unit, kind,
+pass, who prefetched it, bytes, dtype, group) and two records ``FSDP_COLL_BEGIN``/``END`` on the main thread; the
+copy-out after an all-gather and each reshard get their spans. With gloo the collectives FSDP issues on CPU block the calling thread, so
 the call span holds the transfer (Kineto shows it on gloo's worker thread). Sharded memory per rank
 (parameters, gradients, optimizer state) is read at the window's end; each unshard names the unit's gathered parameters
 to the saved-tensor hook, which counts those a layer saves apart from its activations; each unit's forward (pre- to
 post-forward) is named to it too, which counts what is saved between leaf modules meanwhile per unit.
 
-Tested with torch 2.13 (``torch.distributed.fsdp._fully_shard``); an FSDP whose internals moved
-raises inside a guarded hook, which disables profiling with one warning, never the training.
+Tested with torch 2.13 (``torch.distributed.fsdp._fully_shard``) on CPU and 2.11 on a GPU (``bench/gpu``); an FSDP
+whose internals moved raises inside a guarded hook, which disables profiling with one warning, never the training.
 """
 from __future__ import annotations
 
@@ -23,6 +23,17 @@ from functools import wraps
 from typing import Any
 
 from ...traces.run_schema import FSDP_ROOT, FsdpCollective, FsdpInfo, FsdpUnit, Rec
+
+# The c10d functions FSDP's all-gathers and reduce-scatters go through: torch 2.13 calls ``*_single``, earlier torch the
+# ``*_into_tensor`` / ``*_tensor`` names (2.13 keeps them, deprecated, calling the new ones inside c10d, where a patch of
+# ``torch.distributed``'s attribute does not reach: patching every name present counts each call once). Same arguments.
+GATHER_NAMES = ("all_gather_single", "all_gather_into_tensor")
+SCATTER_NAMES = ("reduce_scatter_single", "reduce_scatter_tensor")
+
+
+def tensor_collectives(dist: Any, names: tuple[str, ...]) -> list[str]:
+    """Those of ``names`` this torch's ``torch.distributed`` defines."""
+    return [name for name in names if name in dist.__dict__]
 
 
 def fsdp_modules(model: Any) -> list[Any]:
@@ -108,8 +119,10 @@ class FsdpRecorder:
         patch(FSDPParamGroup, "_to_unsharded", self._unsharded)
         # all_gather_single(output, input, group): the gathered (full) bytes; reduce_scatter_single(output,
         # input, ...) and all_reduce(tensor, ...): the bytes of the tensor reduced
-        patch(dist, "all_gather_single", lambda fn: self._collective(fn, "all_gather", _tensor_arg("output_tensor", 0)))
-        patch(dist, "reduce_scatter_single", lambda fn: self._collective(fn, "reduce_scatter", _tensor_arg("input", 1)))
+        for name in tensor_collectives(dist, GATHER_NAMES):
+            patch(dist, name, lambda fn: self._collective(fn, "all_gather", _tensor_arg("output_tensor", 0)))
+        for name in tensor_collectives(dist, SCATTER_NAMES):
+            patch(dist, name, lambda fn: self._collective(fn, "reduce_scatter", _tensor_arg("input", 1)))
         patch(dist, "all_reduce", lambda fn: self._collective(fn, "all_reduce", _tensor_arg("tensor", 0)))
         if self._opt_hook is None:  # removed by ``release``: the window may end inside these hooks' loop (launcher mode)
             self._opt_hook = register_optimizer_step_pre_hook(self._before_step)

@@ -8,8 +8,9 @@ forward, backward or a prefetch), ``FlatParamHandle.reshard`` (a span when it fr
 parameter), ``_runtime_utils._prefetch_handle`` (which unit prefetched: FSDP1's
 ``BackwardPrefetch.BACKWARD_PRE``/``BACKWARD_POST`` and ``forward_prefetch``) and ``_reduce_grad`` /
 ``_reduce_grad_no_shard`` (after a unit's backward), and the c10d calls they make (``dist.all_gather``
-on CPU, ``all_gather_single`` elsewhere, ``reduce_scatter_single``, ``all_reduce``). The records are
-FSDP2's (``collect.hooks.fsdp``), so the graph, replay and what-ifs read both alike.
+on CPU, ``all_gather_single`` elsewhere, ``reduce_scatter_single``, ``all_reduce``; before torch 2.13
+``all_gather_into_tensor`` and ``reduce_scatter_tensor``). The records are FSDP2's (``collect.hooks.fsdp``), so
+the graph, replay and what-ifs read both alike.
 
 The sharding strategy becomes the unit's mesh: ``FULL_SHARD`` and ``SHARD_GRAD_OP`` shard over the
 process group (``(n,)``, resharding after forward or not), ``HYBRID_SHARD`` and its ZeRO-2 variant over
@@ -26,7 +27,7 @@ from functools import partial, wraps
 from typing import Any
 
 from ...traces.run_schema import FSDP1_API, FSDP_ROOT, FsdpInfo, FsdpUnit, Rec
-from .fsdp import FsdpRecorder, _dtype, _local_bytes, _tensor_arg, own_layers
+from .fsdp import GATHER_NAMES, SCATTER_NAMES, FsdpRecorder, _dtype, _local_bytes, _tensor_arg, own_layers, tensor_collectives
 
 WRAPPED = "_fsdp_wrapped_module"  # FSDP1's attribute for the module it wraps: not part of a layer's name
 
@@ -132,8 +133,10 @@ class Fsdp1Recorder(FsdpRecorder):
         patch(FlatParamHandle, "unshard", lambda fn: self._copy_out(self._within(fn, lambda args: rec._unshard(args[0]))))
         patch(FlatParamHandle, "reshard", lambda fn: self._spanned(fn, Rec.FSDP_RESHARD_BEGIN, _gathered, lambda h: not _gathered(h)))
         patch(dist, "all_gather", lambda fn: self._collective(fn, "all_gather", all_gather))
-        patch(dist, "all_gather_single", lambda fn: self._collective(fn, "all_gather", gather_single))
-        patch(dist, "reduce_scatter_single", lambda fn: self._collective(fn, "reduce_scatter", _tensor_arg("input", 1)))
+        for name in tensor_collectives(dist, GATHER_NAMES):
+            patch(dist, name, lambda fn: self._collective(fn, "all_gather", gather_single))
+        for name in tensor_collectives(dist, SCATTER_NAMES):
+            patch(dist, name, lambda fn: self._collective(fn, "reduce_scatter", _tensor_arg("input", 1)))
         patch(dist, "all_reduce", lambda fn: self._collective(fn, "all_reduce", _tensor_arg("tensor", 0)))
         if self._opt_hook is None:
             self._opt_hook = register_optimizer_step_pre_hook(self._before_step)
