@@ -26,8 +26,9 @@ import numpy as np
 from ..errors import DagprofError
 from .events import EventRows, Kind, RankTrace
 from .meta import Collectives
+from .run_comm import device_ops
 from .run_schema import Col, FsdpInfo, Rec
-from .run_spans import _Comm, _Span, _Transfer
+from .run_spans import _Comm, _DeviceOp, _Span, _Transfer
 
 COLL_NAMES = {"all_gather": "allgather", "reduce_scatter": "reducescatter", "all_reduce": "allreduce"}  # canonical (align)
 HOOK_LANE = "fsdp collective (hook span)"
@@ -40,7 +41,7 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, records: np.ndarray,
     end = {int(i): int(s) for i, s in zip(a[code == Rec.FSDP_COLL_END], t[code == Rec.FSDP_COLL_END])}
     lo, hi = steps[0][1], steps[-1][2]
     calls = sorted((k, begin[k], end[k]) for k in begin if k in end and lo <= begin[k] <= hi)
-    gloo = _kineto_transfers(kpath, rank, lo, hi, warnings) if kpath else None
+    gloo, device = _kineto_transfers(kpath, rank, lo, hi, warnings) if kpath else (None, [])
     if gloo is not None and len(gloo) < len(calls):
         warnings.append(f"rank {rank}: Kineto shows {len(gloo)} collectives for {len(calls)} FSDP calls; transfer spans from the hooks")
         gloo = None
@@ -76,23 +77,24 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, records: np.ndarray,
                 phase = "forward" if key[1] == 0 else "backward"
                 host.append(_Span(Kind.OTHER, f"fsdp {what} {info.units[key[0]].name} ({phase})", opened.pop(key), int(t[i])))
     source = "Kineto (gloo execution spans) + FSDP hooks" if gloo is not None else "FSDP hooks (call spans: the transfer and waiting for peers)"
-    return _Comm(source, sorted(transfers, key=lambda x: x.seq), {}, sorted(host, key=lambda s: s.start))
+    return _Comm(source, sorted(transfers, key=lambda x: x.seq), {}, sorted(host, key=lambda s: s.start), device)
 
 
-def _kineto_transfers(kpath: str, rank: int, lo: int, hi: int, warnings: list) -> list[tuple[str, int, int]] | None:
-    """(lane, start ns, end ns) of every collective Kineto saw in [lo, hi], by start; what the trace's reader
-    noticed (events dropped and counted) joins ``warnings``."""
+def _kineto_transfers(kpath: str, rank: int, lo: int, hi: int, warnings: list) -> tuple[list[tuple[str, int, int]], list[_DeviceOp]]:
+    """(lane, start ns, end ns) of every collective Kineto saw in [lo, hi], by start, and the GPU's kernels and copies
+    launched in it; what the trace's reader noticed (events dropped and counted) joins ``warnings``."""
     from .kineto import read_kineto  # noqa: PLC0415  (only runs with Kineto on)
 
     kt = read_kineto(kpath, rank=rank)
     warnings += kt.meta.warnings
     ev = kt.events
+    at = lambda us: kt.base_ns + int(round(us * 1e3))  # noqa: E731
     out = []
     for i in np.flatnonzero(ev.kind == Kind.COMM).tolist():
-        s0 = kt.base_ns + int(round(ev.start[i] * 1e3))
+        s0 = at(ev.start[i])
         if lo <= s0 <= hi:
             out.append((kt.lanes[ev.lane[i]].name, s0, s0 + int(round(ev.dur[i] * 1e3))))
-    return sorted(out, key=lambda x: x[1])
+    return sorted(out, key=lambda x: x[1]), device_ops(kt, lo, hi, at)
 
 
 def label_groups(rows: EventRows, info: FsdpInfo) -> tuple[list[str], dict[str, list[int]], Collectives]:

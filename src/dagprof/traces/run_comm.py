@@ -12,7 +12,7 @@ from collections import Counter
 
 import numpy as np
 
-from .events import Kind, Lane, LaneKind, RankTrace
+from .events import Dep, Kind, Lane, LaneKind, RankTrace
 from .run_schema import Col, Rec
 from .run_spans import _Comm, _DeviceOp, _Span, _Transfer
 
@@ -30,7 +30,7 @@ def hook_comm(records: np.ndarray) -> _Comm:
     return _Comm("comm hook (issue to completion, includes queueing)", sorted(transfers, key=lambda t: t.seq), {}, [])
 
 
-def kineto_comm(kpath: str, rank: int, records: np.ndarray, steps: list, warnings: list) -> _Comm | None:
+def kineto_comm(kpath: str, rank: int, records: np.ndarray, steps: list, warnings: list) -> _Comm:
     """Transfers as Kineto saw them on the gloo/NCCL lanes; all-reduces matched to hook buckets in issue order."""
     from .kineto import read_kineto  # noqa: PLC0415  (only runs with Kineto on)
 
@@ -51,9 +51,11 @@ def kineto_comm(kpath: str, rank: int, records: np.ndarray, steps: list, warning
     for seq, bucket, t0, nbytes in enq:
         while k < len(allreduce) and at(ev.start[allreduce[k]]) < t0:
             k += 1
-        if k == len(allreduce):
+        if k == len(allreduce):  # NCCL runs no kernel for a group of one rank
             warnings.append(f"rank {rank}: Kineto shows fewer all-reduces than the comm hook issued; transfer spans from the hook")
-            return None
+            comm = hook_comm(records)
+            comm.device = device_ops(kt, lo, hi, at)  # the GPU's work is Kineto's all the same
+            return comm
         i = allreduce[k]
         k += 1
         used.add(i)
@@ -77,29 +79,29 @@ def kineto_comm(kpath: str, rank: int, records: np.ndarray, steps: list, warning
     kept = {h.seq for h in host}
     unseen = Counter(colls.get(i, "") or ev.name_of(i) for i in idx if i not in used and int(ev.seq[i]) not in kept)
     return _Comm("Kineto (gloo/NCCL execution spans)", sorted(transfers, key=lambda t: t.seq), seq_of, host,
-                 _device_ops(kt, lo, hi, at), dict(unseen))
+                 device_ops(kt, lo, hi, at), dict(unseen))
 
 
-def _device_ops(kt: RankTrace, lo: int, hi: int, at) -> list[_DeviceOp]:
-    """GPU compute and copies launched inside the window, with their launch and sync times."""
+def device_ops(kt: RankTrace, lo: int, hi: int, at) -> list[_DeviceOp]:
+    """GPU compute and copies launched inside the window, with the host calls that launched them and waited for them."""
     ev = kt.events
     gpu = np.array([lane.kind == LaneKind.GPU_STREAM for lane in kt.lanes], dtype=bool)
     if not gpu.any():
         return []
     on_gpu = gpu[ev.lane]
-    launch: dict[int, int] = {}
-    sync: dict[int, int] = {}
-    for src, dst in kt.flows.tolist():
+    span = lambda j: (at(ev.start[j]), at(ev.start[j] + ev.dur[j]))  # noqa: E731
+    launch: dict[int, tuple[int, int]] = {}
+    sync: dict[int, tuple[int, int, Dep]] = {}
+    for (src, dst), rule in zip(kt.flows.tolist(), kt.rules().tolist()):
         if on_gpu[dst] and not on_gpu[src]:
-            launch[dst] = at(ev.start[src])
+            launch[dst] = span(src)
         elif on_gpu[src] and not on_gpu[dst]:
-            sync.setdefault(src, at(ev.start[dst] + ev.dur[dst]))
+            sync.setdefault(src, (*span(dst), Dep(rule) if rule != Dep.AFTER else Dep.SYNC))
     ops = []
     for i in np.flatnonzero(on_gpu & (ev.kind != Kind.COMM) & (ev.depth == 0)).tolist():
-        t0 = launch.get(i, at(ev.start[i]))
-        if lo <= t0 <= hi:
-            ops.append(_DeviceOp(ev.name_of(i), Kind(int(ev.kind[i])), at(ev.start[i]), at(ev.start[i] + ev.dur[i]),
-                                 kt.lanes[ev.lane[i]].name, launch.get(i, -1), sync.get(i, -1)))
+        called, waited = launch.get(i, (-1, -1)), sync.get(i, (-1, -1, Dep.SYNC))
+        if lo <= (called[0] if called[0] >= 0 else at(ev.start[i])) <= hi:
+            ops.append(_DeviceOp(ev.name_of(i), Kind(int(ev.kind[i])), *span(i), kt.lanes[ev.lane[i]].name, *called, *waited))
     return ops
 
 

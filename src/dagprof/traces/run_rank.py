@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..fsutil import inside, open_input
-from .events import EventRows, Kind, Lane, LaneKind, RankTrace
+from .events import Dep, EventRows, Kind, Lane, LaneKind, RankTrace
 from .fsdp_run import check_mesh, fsdp_comm, label_groups
 from .meta import RankMeta, warnings_of
 from .run_comm import hook_comm, kineto_comm
@@ -70,9 +70,7 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
         check_mesh(f.fsdp, f.rank, f.world_size, path)
         comm = fsdp_comm(f.fsdp, kpath, f.rank, records, steps, warnings)
     else:
-        comm = kineto_comm(kpath, f.rank, records, steps, warnings) if kpath else None
-    if comm is None:
-        comm = hook_comm(records)
+        comm = kineto_comm(kpath, f.rank, records, steps, warnings) if kpath else hook_comm(records)
     t = records[:, Col.T_NS]
     if steps:  # a hook's time beyond the window by more than a step is damage; it would be left out of every step unseen
         longest = max(b1 - b0 for _, b0, b1 in steps)
@@ -171,7 +169,7 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
             target = sink if s.bucket >= 0 else (ids[blocked[k]] if blocked[k] is not None else None)
             if target is not None:
                 after_ev[s.seq] = target
-    _add_device_ops(comm.device, rows, add, lanes, base_ns)
+    device_rules = _add_device_ops(comm.device, rows, add, lanes, base_ns)
     for t in comm.transfers:
         if t.seq not in enqueue_ev:
             continue
@@ -206,8 +204,17 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
     return RankTrace(
         rank=f.rank, world_size=f.world_size, source=path, events=rows.table(), lanes=lanes,
         base_ns=base_ns, host=f.host, backend=f.backend, layers=layers, groups=groups, group_ranks=group_ranks,
-        flows=rows.flow_array(), buckets=f.bucket_layouts[-1] if f.bucket_layouts else (), meta=meta,
+        flows=rows.flow_array(), flow_rule=_flow_rules(len(rows.flows), device_rules), buckets=f.bucket_layouts[-1] if f.bucket_layouts else (), meta=meta,
     )
+
+
+def _flow_rules(n: int, given: dict[int, Dep]) -> np.ndarray:
+    """Every flow's rule: ``Dep.AFTER`` (the hooks' spans in order) but those given; empty (all AFTER) when none is."""
+    if not given:
+        return np.empty(0, dtype=np.int8)
+    rules = np.full(n, int(Dep.AFTER), dtype=np.int8)
+    rules[list(given)] = [int(r) for r in given.values()]
+    return rules
 
 
 def _blocked_in(spans: list[_Span], k: int, end_ns: int | None) -> int | None:
@@ -221,10 +228,14 @@ def _blocked_in(spans: list[_Span], k: int, end_ns: int | None) -> int | None:
     return next((j for j in range(k + 1, len(spans)) if spans[j].start >= end_ns), None)
 
 
-def _add_device_ops(device: list[_DeviceOp], rows: EventRows, add, lanes: list[Lane], base_ns: int) -> None:
-    """GPU ops on their stream lanes; the main-lane event around the launch (sync) gives the flow, step, layer and kind."""
+def _add_device_ops(device: list[_DeviceOp], rows: EventRows, add, lanes: list[Lane], base_ns: int) -> dict[int, Dep]:
+    """GPU ops on their stream lanes; the main-lane event around the launch gives the step, layer and kind. The runtime
+    call that launched an op and the host call that waited for it become calls inside the main-lane spans around them,
+    joined by Kineto's rules (a kernel after its launch call's start; a sync a wait released when the kernel ends), so
+    the graph cuts a coarse hook span where its kernels were launched. Returns those flows' rules (by flow index)."""
+    rules: dict[int, Dep] = {}
     if not device:
-        return
+        return rules
     cols = rows.columns()  # the host rows, which the device ops added after them leave as they are
     main = np.flatnonzero((cols["lane"] == 0) & (cols["depth"] == 0))
     main = main[np.argsort(cols["start"][main], kind="stable")]
@@ -240,6 +251,7 @@ def _add_device_ops(device: list[_DeviceOp], rows: EventRows, add, lanes: list[L
         return i if (t_ns - base_ns) / 1e3 <= cols["start"][i] + cols["dur"][i] else None
 
     lane_of = {lane.name: k for k, lane in enumerate(lanes) if k}  # a stream may already carry collectives
+    syncs: dict[tuple[int, int], int] = {}  # one host call waits for many ops
     for op in device:
         if op.lane not in lane_of:
             lane_of[op.lane] = len(lanes)
@@ -252,7 +264,15 @@ def _add_device_ops(device: list[_DeviceOp], rows: EventRows, add, lanes: list[L
                 kind = Kind(int(cols["kind"][host]))
         i = add(op.name, kind, lane_of[op.lane], op.start, op.end, step, layer)
         if host is not None:
-            rows.flows.append((host, i))
+            call = add("cuda launch", Kind.RUNTIME, 0, op.launch, max(op.launch, op.launch_end), step, layer, depth=1)
+            rules[len(rows.flows)] = Dep.LAUNCH
+            rows.flows.append((call, i))
         waiter = around(op.sync)
         if waiter is not None:
-            rows.flows.append((i, waiter))
+            key = (op.sync_start, op.sync)
+            if key not in syncs:
+                syncs[key] = add("cuda sync", Kind.COMM_WAIT, 0, op.sync_start, op.sync, int(cols["step"][waiter]),
+                                 int(cols["layer"][waiter]), depth=1)
+            rules[len(rows.flows)] = op.sync_rule
+            rows.flows.append((i, syncs[key]))
+    return rules

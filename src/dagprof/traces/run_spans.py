@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .events import Kind, LaneKind
+from .events import Dep, Kind, LaneKind
 
 
 @dataclass(frozen=True)
@@ -34,15 +34,19 @@ class _Comm:
 
 @dataclass(frozen=True)
 class _DeviceOp:
-    """A GPU op from Kineto; ``launch``/``sync`` (ns, -1 none) place its host-side ends on our main lane."""
+    """A GPU op from Kineto, with the host calls (ns, -1 none) that launched it and that first waited for it: each becomes a
+    call inside our main lane's span around it, where the graph cuts that span (a coarse hook span launches many kernels)."""
 
     name: str
     kind: Kind
     start: int
     end: int
     lane: str
-    launch: int  # when the host launched it (cudaLaunchKernel)
-    sync: int  # when a host synchronisation that waited for it ended
+    launch: int  # the runtime call that launched it (cudaLaunchKernel): start, end
+    launch_end: int
+    sync_start: int  # the host call that waited for it (a synchronize, a blocking copy): start, end, and Kineto's rule
+    sync: int
+    sync_rule: Dep = Dep.SYNC
 
 
 @dataclass(frozen=True)
