@@ -144,7 +144,11 @@ def set_buckets(g: Graph, cap_bytes: float | None = None, overlap: bool = True, 
 def _groups(g: Graph, old_enq: np.ndarray, coll_of_enq: dict[int, int], cap: float | None, first: float | None) -> dict[tuple[int, int], list[tuple[int, int]]]:
     """(step, rank) -> buckets as (last BACKWARD node, nbytes), in gradient-ready order."""
     out: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    seq_nodes = np.flatnonzero(((g.kind == Kind.BACKWARD) | old_enq) & (g.rank >= 0) & (g.step >= 0))
+    # the backward ops on the lanes that enqueue the rank's all-reduces (DDP's hooks fire on the thread that runs the
+    # backward): a GPU's kernels carry their launching layer's kind but finish in another order on their streams
+    enq_lanes = np.isin(g.rank.astype(np.int64) * len(g.devices) + g.device,
+                        np.unique(g.rank[old_enq].astype(np.int64) * len(g.devices) + g.device[old_enq]))
+    seq_nodes = np.flatnonzero((((g.kind == Kind.BACKWARD) & enq_lanes) | old_enq) & (g.rank >= 0) & (g.step >= 0))
     by_key: dict[tuple[int, int], list[int]] = defaultdict(list)
     for v in seq_nodes[np.argsort(g.order[seq_nodes], kind="stable")].tolist():
         by_key[(int(g.step[v]), int(g.rank[v]))].append(v)
