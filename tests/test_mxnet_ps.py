@@ -532,32 +532,3 @@ def test_the_reader_carries_the_python_thread_s_cpu_per_profiled_step(tmp_path):
     assert sorted(g.meta.ps.main_cpu_us) == sorted((k, w, k * 1e3) for k in g.meta.steps for w in (0, 1))
     assert job_iteration_us(g, replay(g)) == job_iteration_us(plain, replay(plain))
 
-
-def test_the_front_end_s_cpu_beyond_the_main_lane_s_gaps_holds_the_shared_cores_beside_the_engine(tmp_path):
-    """``--cores`` holds the cores for the part of the Python thread's CPU its main engine lane's gaps do not (a node
-    between the step's mark and the next, off the engine's chain), each copy with its source's; a step whose gaps hold
-    more gets none."""
-    plain = open_run(str(TESTBED_ATTN.parent / "warmup_s1_500M")).graph
-    g = open_run(_with_front_end(tmp_path, {4: 40.0, 5: 40.0, 6: 0.5, 7: 40.0})).graph
-    four = scale_workers(g, 4)
-    assert sorted(w for _, w, _ in four.meta.ps.main_cpu_us) == sorted(list(range(4)) * 4)
-    shared = share_cores(four, 2)
-    main = np.flatnonzero(np.isin(four.device, list(four.meta.main_device.values())))
-    front = [v for v in range(len(shared)) if "front end" in shared.node_name(v)]
-    assert len(front) == 4 * 3  # none in step 6
-    for v in front:
-        r, s = int(shared.rank[v]), int(shared.step[v])
-        held = shared.gap[main[(shared.rank[main] == r) & (shared.step[main] == s)]].sum()
-        assert shared.dur[v] == pytest.approx(40e3 - held)
-        (a,), (z,) = shared.predecessors(v), shared.successors(v)
-        assert shared.kind[a] == shared.kind[z] == Kind.STEP and shared.step[a] == s and shared.rank[z] == r
-        assert shared.devices[shared.device[v]].name.endswith("(2 cores)")
-    without = share_cores(scale_workers(plain, 4), 2)
-    assert job_iteration_us(shared, replay(shared)) > job_iteration_us(without, replay(without))
-
-
-def test_the_profiler_s_correction_scales_the_front_end_s_cpu_with_the_framework_gaps(tmp_path):
-    from dagprof.passes.profiler_cost import scale_host_work
-
-    g = open_run(_with_front_end(tmp_path, {k: 4.0 for k in range(20)})).graph
-    assert {c for _, _, c in scale_host_work(g, 0.5).meta.ps.main_cpu_us} == {2e3}

@@ -60,10 +60,9 @@ def share_cores(g: Graph, cores: int, ranks_per_host: int | None = None) -> Grap
     main = set(g.meta.main_device.values())
     others = [i for i, d in enumerate(g.devices) if d.rank in g.meta.main_device and i not in main and remap[i] != i]
     idle = np.isin(g.device, others) & (g.gap > 0)
-    on_main = np.isin(g.device, list(main))
     device = np.where(g.device >= 0, remap[np.maximum(g.device, 0)], -1)
     on_cores = np.array(list(shared.values()), np.int64)
-    return _front_end_on_cores(_idle_off_cores(_lags_off_cores(g.replace(device=device, devices=devices), on_cores), idle), on_main)
+    return _idle_off_cores(_lags_off_cores(g.replace(device=device, devices=devices), on_cores), idle)
 
 
 def wire_in_gaps(g: Graph, pairs: np.ndarray) -> np.ndarray:
@@ -97,38 +96,6 @@ def _idle_off_cores(g: Graph, idle: np.ndarray) -> Graph:
                        order=g.order[v], step=g.step[v], layer=g.layer[v])
     b.add_edges(np.concatenate([pred[indptr[x]:indptr[x + 1]] for x in v]), np.repeat(wait, count))
     b.add_edges(wait, v)
-    return b.build()
-
-
-def _front_end_on_cores(g: Graph, on_main: np.ndarray) -> Graph:
-    """A parameter-server worker's untraced front end on the cores: MXNet's Python thread (dispatch, autograd, the
-    Trainer) used ``PsRecord.main_cpu_us`` of CPU in a step, of which the rank's main lane's gaps (``on_main``: its
-    nodes before the other passes added theirs) hold on the cores only the part that ran while its engine waited.
-    The rest ran beside the engine's ops: a node of that length on the rank's cores between the step's mark and the
-    next, off the engine's chain (with cores to spare it delays nothing, as profiled). Where the gaps hold more than the
-    thread used (an engine waiting on something else), they stay as they are."""
-    ps = g.meta.ps
-    if ps is None or not ps.main_cpu_us:
-        return g
-    v = np.flatnonzero(on_main)
-    held: dict[tuple[int, int], float] = {}
-    for r, k, gap in zip(g.rank[v].tolist(), g.step[v].tolist(), g.gap[v].tolist()):
-        held[(r, k)] = held.get((r, k), 0.0) + gap
-    marks = v[g.kind[v] == Kind.STEP]
-    marks = marks[np.lexsort((g.step[marks], g.rank[marks]))]
-    pairs = [(int(a), int(b)) for a, b in zip(marks[:-1], marks[1:]) if g.rank[a] == g.rank[b]]
-    cpu = {(w, k): c for k, w, c in ps.main_cpu_us}
-    beside = [(a, b, cpu[key] - held.get(key, 0.0)) for a, b in pairs if (key := (int(g.rank[a]), int(g.step[a]))) in cpu]
-    beside = [(a, b, us) for a, b, us in beside if us > 0]
-    if not beside:
-        return g
-    a, z, us = (np.array(x) for x in zip(*beside))
-    b, _ = GraphBuilder.from_graph(g)
-    front = b.add_nodes(name=np.array([b.intern(f"rank{int(g.rank[x])}.front end step{int(g.step[x])} (beside the engine)") for x in a], np.int32),
-                        kind=np.full(len(a), int(Kind.OTHER)), rank=g.rank[a], device=g.device[a], dur=us, order=g.order[a],
-                        step=g.step[a], layer=np.full(len(a), -1))
-    b.add_edges(a, front)
-    b.add_edges(front, z)
     return b.build()
 
 

@@ -24,7 +24,6 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable
 
-import msgspec
 import numpy as np
 
 from ..graph.dag import Graph
@@ -153,18 +152,13 @@ def median_stderr(xs: list[float]) -> float:
 
 
 def scale_host_work(g: Graph, factor: float) -> Graph:
-    """Host compute ops (and data loading) and every rank's framework gaps times ``factor``, with the untraced front end's
-    CPU a parameter-server graph records (``PsRecord.main_cpu_us``: framework overhead too); communication as measured."""
+    """Host compute ops (and data loading) and every rank's framework gaps times ``factor``; communication as measured."""
     host = g.rank >= 0
     dur, gap = g.dur.copy(), g.gap.copy()
     mask = host & np.isin(g.kind, [int(k) for k in _CORRECTED])
     dur[mask] *= factor
     gap[host] *= factor
-    ps = g.meta.ps
-    if ps is None or not ps.main_cpu_us:
-        return g.replace(dur=dur, gap=gap)
-    front = msgspec.structs.replace(ps, main_cpu_us=[(k, w, c * factor) for k, w, c in ps.main_cpu_us])
-    return g.replace(dur=dur, gap=gap, meta=g.meta.replace(ps=front))
+    return g.replace(dur=dur, gap=gap)
 
 
 def remove_profiler_cost(g: Graph, cost: ProfilerCost, iteration_us: Callable[[Graph], float], model: Graph | None = None,

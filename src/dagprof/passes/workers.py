@@ -153,9 +153,7 @@ def _scale_ps_workers(g: Graph, workers: int) -> Graph:
     b, _ = GraphBuilder.from_graph(g, ~exchange_nodes(g))
     workers_only = b.build()
     out = _copy_ranks(workers_only, np.arange(workers) % g.world_size)
-    front = [(k, r, c) for r in range(workers) for k, w, c in g.meta.ps.main_cpu_us if w == r % g.world_size]  # each copy's source's
-    out.meta = out.meta.replace(world_size=workers, ranks=list(range(workers)),
-                                ps=msgspec.structs.replace(g.meta.ps, num_workers=workers, main_cpu_us=front))
+    out.meta = out.meta.replace(world_size=workers, ranks=list(range(workers)), ps=msgspec.structs.replace(g.meta.ps, num_workers=workers))
     return rebuild_ps(out, current_scheme(g).servers, current_topology(g).inter)
 
 
