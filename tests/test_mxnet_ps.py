@@ -321,6 +321,7 @@ def test_a_version_1_manifest_with_timed_s_reads_as_its_version_2_twin(tmp_path)
 
 @pytest.mark.parametrize("change, message", [({"version": 3}, "newer dagprof \\(format version 3; this one reads 1..2\\)"),
                                               ({"keys": "x"}, "corrupt dagprof MXNet run manifest"),
+                                              ({"main_cpu_s": {"0": "x"}}, "corrupt dagprof MXNet run manifest"),
                                               ({"format": "other"}, "not a dagprof MXNet run manifest")])
 def test_manifest_is_typed_and_versioned(tmp_path, change, message):
     run = shutil.copytree(USER, tmp_path / "mx")
