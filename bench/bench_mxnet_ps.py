@@ -257,10 +257,11 @@ def replayed_step_ms(g, res) -> float:
     return float(np.mean([np.median(np.diff(np.sort(res.start[(g.kind == Kind.STEP) & (g.rank == r)]))) for r in g.ranks()])) / 1e3
 
 
-def measured_parts(run_dir: str) -> tuple[float, float, float, float]:
+def measured_parts(run_dir: str) -> tuple[float, float, float, float, float]:
     """Over the job's profiled steps: the mean exchange, the median of a worker's compute per step (its ops' time, which
-    grows where workers crowd the cores: a core shared is an op preempted), of its process's CPU time per step (nan
-    where the run did not record it) and of how far apart the workers began pushing (``passes.comm.push_spread_us``), in ms."""
+    grows where workers crowd the cores: a core shared is an op preempted), of its process's and of its Python thread's
+    CPU time per step (nan where the run did not record it) and of how far apart the workers began pushing
+    (``passes.comm.push_spread_us``), in ms."""
     import numpy as np
 
     from dagprof.graph.build_ps import build_ps_graph
@@ -272,9 +273,10 @@ def measured_parts(run_dir: str) -> tuple[float, float, float, float]:
     g = build_ps_graph(load(run_dir))
     ops = (g.rank >= 0) & np.isin(g.kind, [int(k) for k in (*COMPUTE_KINDS, Kind.MEMCPY)])
     compute = [g.dur[ops & (g.rank == r) & (g.step == s)].sum() for r in g.ranks() for s in np.unique(g.step[ops & (g.rank == r)])]
-    cpu = [c for _, _, c in g.meta.ps.cpu_us]
+    cpu, front = ([c for _, _, c in per] for per in (g.meta.ps.cpu_us, g.meta.ps.main_cpu_us))
     return (statistics.mean(span for _, _, span in g.meta.ps.exchange_us) / 1e3, float(np.median(compute)) / 1e3,
-            float(np.median(cpu)) / 1e3 if cpu else float("nan"), float(np.median(push_spread_us(g, g.order))) / 1e3)
+            float(np.median(cpu)) / 1e3 if cpu else float("nan"), float(np.median(front)) / 1e3 if front else float("nan"),
+            float(np.median(push_spread_us(g, g.order))) / 1e3)
 
 
 # TCP payload per Ethernet frame as tbf counts it (1448 B of MSS with timestamps in a 1514 B frame): the most a
@@ -408,9 +410,10 @@ def main() -> int:
                 else:
                     m = run_job(args.python, out, servers, rate, args.profile_steps, args.steps, 9300 + k * 10 + servers + workers, args.script,
                                 workers, args.burst_ms, args.buffer_kb << 10, min(c[1] for c in cells))
-                exchange, compute, cpu, spread = measured_parts(out)
+                exchange, compute, cpu, front, spread = measured_parts(out)
                 got[cell] = {"iter_ms": step_ms(m, False), "profiled_iter_ms": step_ms(m, True), "exchange_ms": exchange,
-                             "compute_ms": compute, "cpu_ms": cpu, "push_spread_ms": spread, "retransmits": m["testbed"].get("tcp_retransmits", -1)}
+                             "compute_ms": compute, "cpu_ms": cpu, "python_cpu_ms": front, "push_spread_ms": spread,
+                             "retransmits": m["testbed"].get("tcp_retransmits", -1)}
                 lost = got[cell]["retransmits"]
                 if cell == cells[0]:
                     pred, bw, gain, note = predict(out, rate, cells)
@@ -472,8 +475,9 @@ def report(rows: list[dict], cells: list[tuple[int, float, int]], args) -> None:
     prof = statistics.median(r["profiled_iter_ms"] / r["iter_ms"] for r in rows)
     print(f"profiler overhead: a job's profiled steps take {100 * (prof - 1):+.1f} % (median) against its unprofiled ones")
     print("a worker's compute per profiled step (its ops' time: where workers crowd the cores, ops are preempted and take longer) / its "
-          "process's CPU time per step, medians over rounds: " + "; ".join(
-              f"{c[2]} workers, {c[0]} server(s), {c[1] / 1e6:g} Mbit/s {med(c, 'compute_ms')[0]:.1f} / {med(c, 'cpu_ms')[0]:.1f} ms" for c in cells))
+          "process's CPU time per step / its Python thread's (the untraced front end), medians over rounds: " + "; ".join(
+              f"{c[2]} workers, {c[0]} server(s), {c[1] / 1e6:g} Mbit/s {med(c, 'compute_ms')[0]:.1f} / {med(c, 'cpu_ms')[0]:.1f} / "
+              f"{med(c, 'python_cpu_ms')[0]:.1f} ms" for c in cells))
     print("the workers' first pushes apart in a step (latest less earliest; median over steps, then rounds), measured / replayed: " + "; ".join(
         f"{c[2]} workers, {c[0]} server(s), {c[1] / 1e6:g} Mbit/s {med(c, 'push_spread_ms')[0]:.0f} / {med(c, 'pred_push_spread_ms')[0]:.0f} ms"
         for c in cells))

@@ -321,6 +321,7 @@ def test_a_version_1_manifest_with_timed_s_reads_as_its_version_2_twin(tmp_path)
 
 @pytest.mark.parametrize("change, message", [({"version": 3}, "newer dagprof \\(format version 3; this one reads 1..2\\)"),
                                               ({"keys": "x"}, "corrupt dagprof MXNet run manifest"),
+                                              ({"main_cpu_s": {"0": "x"}}, "corrupt dagprof MXNet run manifest"),
                                               ({"format": "other"}, "not a dagprof MXNet run manifest")])
 def test_manifest_is_typed_and_versioned(tmp_path, change, message):
     run = shutil.copytree(USER, tmp_path / "mx")
@@ -373,6 +374,9 @@ def test_rerecord_user_script_from_scratch(tmp_path):
     cores = len(os.sched_getaffinity(0))
     assert list(p.graph.meta.host_cpus.values()) == [(2, cores)] and len(p.graph.meta.ps.cpu_us) == 2 * 3
     assert all(0 < c < 2 * cores * max(p.graph.meta.measured_iter_us.values()) for _, _, c in p.graph.meta.ps.cpu_us)
+    process = {(k, w): c for k, w, c in p.graph.meta.ps.cpu_us}  # the Python thread's CPU is part of its process's
+    assert sorted(process) == sorted((k, w) for k, w, _ in p.graph.meta.ps.main_cpu_us)
+    assert all(0 < c <= process[(k, w)] for k, w, c in p.graph.meta.ps.main_cpu_us)
     assert "ms of CPU per" in own_cores_note(p.graph, cores + 1)
 
 
@@ -509,3 +513,23 @@ def test_a_process_mxnet_aborts_fails_the_job_naming_it_not_the_scheduler_s_time
         launch_command(str(tmp_path / "run"), [_mxnet_python(), script, "--sparse-grad"], port=free_ports(1)[0], timeout_s=600)
     said = str(err.value)
     assert "scheduler" not in said and "timeout" not in said and "killed by SIGABRT" in said, said
+
+
+def _with_front_end(tmp_path, per_step_ms: dict[int, float]) -> str:
+    """A copy of the mx_attn_accum testbed profile whose manifest records its Python threads' CPU per step (synthetic)."""
+    out = shutil.copytree(TESTBED_ATTN.parent / "warmup_s1_500M", tmp_path / "front")
+    m = json.loads((out / "mxnet-run.json").read_text())
+    m["main_cpu_s"] = {w: [per_step_ms.get(k, 0.0) / 1e3 for k, _, _ in steps] for w, steps in m["steps"].items()}
+    (out / "mxnet-run.json").write_text(json.dumps(m))
+    return str(out)
+
+
+def test_the_reader_carries_the_python_thread_s_cpu_per_profiled_step(tmp_path):
+    """Each worker's Python-thread CPU per profiled step reaches the graph (``PsRecord.main_cpu_us``), the replay as the
+    profile's; a manifest recorded before the field reads with none."""
+    plain = open_run(str(TESTBED_ATTN.parent / "warmup_s1_500M")).graph
+    g = open_run(_with_front_end(tmp_path, {4: 4.0, 5: 5.0, 6: 6.0, 7: 7.0, 8: 8.0})).graph
+    assert g.meta.steps == [4, 5, 6, 7] and plain.meta.ps.main_cpu_us == []
+    assert sorted(g.meta.ps.main_cpu_us) == sorted((k, w, k * 1e3) for k in g.meta.steps for w in (0, 1))
+    assert job_iteration_us(g, replay(g)) == job_iteration_us(plain, replay(plain))
+

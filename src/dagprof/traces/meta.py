@@ -140,6 +140,8 @@ class PsRecord(msgspec.Struct, kw_only=True, frozen=True):
     base_us: float = 0.0
     exchange_us: list[tuple[int, int, float]] = []  # (step, worker, first push issued -> last pull in), graphs only
     cpu_us: list[tuple[int, int, float]] = []  # (step, worker, its process's CPU time in the step, all threads); [] before it was recorded
+    # (step, worker, its Python thread's CPU time in the step): MXNet's front end, which mx.profiler does not trace; [] before it was recorded
+    main_cpu_us: list[tuple[int, int, float]] = []
 
 
 class RankMeta(msgspec.Struct, kw_only=True):

@@ -20,6 +20,8 @@ What the traces hold and how it is read (MXNet 1.9, CPU, ``MXNET_EXEC_BULK_EXEC_
   summed in, then the optimizer (``*_update``), interleaved over keys: the reader keeps each
   server's busy time per step (``Run.meta.ps.server_busy``), which prices the servers' work.
 Keys go to servers as ps-lite does (``pslite_placement``); key sizes come from the manifest.
+The manifest also holds each worker's CPU time per step, its process's (all threads) and its Python thread's (MXNet's
+front end: dispatch, autograd, the Trainer, which the traces do not hold): ``PsRecord.cpu_us`` and ``main_cpu_us``.
 """
 from __future__ import annotations
 
@@ -176,6 +178,7 @@ class MxManifest(msgspec.Struct):
     hosts: dict[str, str] = {}  # worker rank -> its host name
     cpus: dict[str, int] = {}  # worker rank -> cores it could run on
     cpu_s: dict[str, list[float]] = {}  # worker rank -> its process's CPU seconds per step (all threads), as ``steps``
+    main_cpu_s: dict[str, list[float]] = {}  # worker rank -> its Python thread's CPU seconds per step (MXNet's front end, untraced), as ``steps``
 
 
 class _Manifest:
@@ -193,6 +196,7 @@ class _Manifest:
         self.hosts = {int(r): h for r, h in m.hosts.items()}
         self.cpus = {int(r): c for r, c in m.cpus.items()}
         self.cpu_s = {int(r): v for r, v in m.cpu_s.items()}
+        self.main_cpu_s = {int(r): v for r, v in m.main_cpu_s.items()}
         self.profiled = list(range(*m.profiled_steps))
         try:
             self.worker_files = {int(r): inside(folder, f, path) for r, f in m.files.workers.items()}
@@ -227,12 +231,17 @@ def read_mxnet_run(folder: str) -> Run:
         framework="mxnet", num_servers=man.servers, num_workers=man.workers, bigarray_bound=man.bound, placement="ps-lite",
         keys=[PsKey(k, v.nbytes, v.elements, v.name, v.layer) for k, v in sorted(man.keys.items())],
         server_busy=busy, servers_profiled=sorted(man.server_files), base_us=base_ns / 1e3,
-        cpu_us=[(k, w, 1e6 * c) for w, cs in sorted(man.cpu_s.items()) for (k, _, _), c in zip(man.steps.get(w, []), cs) if k in man.profiled],
+        cpu_us=_profiled_us(man, man.cpu_s), main_cpu_us=_profiled_us(man, man.main_cpu_s),
     )
     meta = RunMeta(ps=ps, framework="mxnet")
     if sorted(man.server_files) != list(range(man.servers)):
         meta.warnings.append(RunWarning(f"server traces present for {sorted(man.server_files)} of {man.servers} servers"))
     return Run(ranks, source=folder, meta=meta)
+
+
+def _profiled_us(man: _Manifest, per_step_s: dict[int, list[float]]) -> list[tuple[int, int, float]]:
+    """(step, worker, us) for the profiled steps of per-worker seconds per step listed as the manifest's ``steps``."""
+    return [(k, w, 1e6 * c) for w, cs in sorted(per_step_s.items()) for (k, _, _), c in zip(man.steps.get(w, []), cs) if k in man.profiled]
 
 
 def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:

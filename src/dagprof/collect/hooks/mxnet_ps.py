@@ -93,12 +93,18 @@ class profile:
         self.profile_steps = int(os.environ.get(ENV_PROFILE, 3)) if profile_steps is None else profile_steps
         self.steps: list[list[int]] = []
         self.cpu_s: list[float] = []  # the process's CPU time per step, all its threads (engine, ps-lite): what it asks of the cores
+        # the calling (Python) thread's CPU time per step: MXNet's front end (dispatch, autograd, the Trainer), which
+        # mx.profiler does not trace; one clock_gettime per step
+        self.main_cpu_s: list[float] = []
         self.profiled = [0, 0]
         self.running = False
-        self.t0, self.c0 = time.time_ns(), time.process_time()
+        self._clocks()
+
+    def _clocks(self) -> None:
+        self.t0, self.c0, self.m0 = time.time_ns(), time.process_time(), time.thread_time()
 
     def __enter__(self) -> profile:
-        self.t0, self.c0 = time.time_ns(), time.process_time()
+        self._clocks()
         return self
 
     def __exit__(self, *exc) -> None:
@@ -113,12 +119,13 @@ class profile:
         k = len(self.steps) + 1
         self.steps.append([k, self.t0, time.time_ns()])
         self.cpu_s.append(time.process_time() - self.c0)
+        self.main_cpu_s.append(time.thread_time() - self.m0)
         if k == self.warmup and self.profile_steps:
             self._start(mx)  # the next step pays the profiler's start-up: traced, outside the window
             self.profiled = [k + 2, k + 2 + self.profile_steps]
         elif self.running and k == self.profiled[1] - 1:
             self._stop(mx)
-        self.t0, self.c0 = time.time_ns(), time.process_time()
+        self._clocks()
 
     def _kv(self):
         kv = getattr(self.trainer, "_kvstore", self.trainer)
@@ -163,6 +170,7 @@ class profile:
             "update_on_kvstore": on_servers,
             "layers": layers, "num_workers": kv.num_workers, "mxnet": mx.__version__, "host": socket.gethostname(),
             "cpus": len(os.sched_getaffinity(0)), "cpu_s": self.cpu_s,
+            "main_cpu_s": self.main_cpu_s,
         })
 
 
@@ -357,7 +365,8 @@ def write_manifest(out: str, servers: int, workers: int, extra: dict | None = No
         "layers": metas[0]["layers"], "profiled_steps": [first, stop], "files": files,
         "steps": {str(m["rank"]): m["steps"] for m in metas},
         "hosts": {str(m["rank"]): m["host"] for m in metas}, "cpus": {str(m["rank"]): m["cpus"] for m in metas},
-        "cpu_s": {str(m["rank"]): m["cpu_s"] for m in metas}, **(extra or {}),
+        "cpu_s": {str(m["rank"]): m["cpu_s"] for m in metas}, "main_cpu_s": {str(m["rank"]): m.get("main_cpu_s", []) for m in metas},
+        **(extra or {}),
     }
     if metas[0].get("update_on_kvstore") is not None:  # a Trainer says where its optimizer runs; a bare kvstore's loop does not
         manifest["update_on_kvstore"] = bool(metas[0]["update_on_kvstore"])
