@@ -7,6 +7,7 @@ On the excerpt of ``.item()`` on a GPU (HolisticTraceAnalysis' cuda_event_sync t
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
@@ -17,7 +18,7 @@ from dagprof.graph.measured import GraphRule, rule_name
 from dagprof.graph.pieces import anchors, pieces, select
 from dagprof.graph.provenance import provenance, violations
 from dagprof.replay import replay
-from dagprof.traces.events import Dep, Kind, Run
+from dagprof.traces.events import TIME_RESOLUTION_US, Dep, Kind, Run
 from dagprof.traces.kineto import read_kineto
 
 from synthetic import ddp_run
@@ -71,6 +72,23 @@ def test_pieces_cut_the_host_op_at_every_instant_a_flow_joins(trace):
     assert waits == [(ev.start[copy], ev.end[copy], "cudaMemcpyAsync"), (ev.start[sync], ev.end[sync], "cudaStreamSynchronize")]
     assert np.all(np.diff(cut.start[cut.lane_at[0]:cut.lane_at[1]]) >= 0)  # sorted along each lane
     assert (cut.mark >= 0).sum() == 2  # the step's opening and closing marks
+
+
+@pytest.mark.parametrize("before_end_ns", [0.4, 2.0])
+def test_an_instant_less_than_a_nanosecond_from_an_ops_end_is_its_end(trace, before_end_ns):
+    """A wait that ends a fraction of a nanosecond before the op around it (one instant, split by float rounding) leaves no
+    sub-nanosecond piece: the op is not cut there. Two nanoseconds are two instants: the op is cut."""
+    ev = trace.events
+    owner, copy, sync = row(trace, "aten::is_nonzero"), row(trace, "cudaMemcpyAsync"), row(trace, "cudaStreamSynchronize")
+    dur = ev.dur.copy()
+    dur[sync] = ev.end[owner] - before_end_ns * TIME_RESOLUTION_US - ev.start[sync]
+    t = dataclasses.replace(trace, events=dataclasses.replace(ev, dur=dur))
+    sel = select(t, [100], np.full(len(ev), -1))
+    cut = pieces(t, sel, anchors(t, sel), [100])
+    mine = np.flatnonzero(cut.owner == owner)
+    sync_end = [t.events.end[sync]] if before_end_ns >= 1 else []
+    assert cut.end[mine].tolist() == [ev.start[copy], ev.end[copy], ev.start[sync], *sync_end, ev.end[owner]]
+    assert ev.name_of(cut.wait[mine[3]]) == "cudaStreamSynchronize"  # the wait ends with the op, or 2 ns before it
 
 
 def test_provenance_records_measured_times_and_rules(trace):

@@ -17,7 +17,7 @@ from .analysis.findings import remedy_for
 from .analysis.interval import PredictionInterval, StepStatistic, measured_step_us, run_level
 from .collect.deploy.strategy import Strategy, save_strategy
 from .collect.jobs.netns import BUFFER_BYTES, Cluster, available
-from .collect.jobs.verify import Verification, verify, verify_in_process
+from .collect.jobs.verify import ROUNDS, Verification, verify, verify_in_process
 from .costmodel import parse_bandwidth
 from .errors import DagprofError
 from .passes.buckets import refuse_own_ddp_setup
@@ -188,7 +188,7 @@ class Checked:
         }
 
 
-def check_strategy(cmd: list[str], found: Found, out_dir: str, rounds: int = 3, ranks: int | None = None, cluster: Cluster | None = None,
+def check_strategy(cmd: list[str], found: Found, out_dir: str, rounds: int = ROUNDS, ranks: int | None = None, cluster: Cluster | None = None,
                    say: Callable[[str], None] = lambda m: None, in_process: bool = False) -> Checked:
     """Run ``cmd`` with its defaults and with ``found``'s strategy in interleaved rounds, each run profiled
     (hooks only); every round's defaults profile predicts that round's speed-up too, so the model is judged

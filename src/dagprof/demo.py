@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .closeloop import Checked, Found, check_strategy, defaults_stand, find_strategy, hosts
+from .collect.jobs.verify import ROUNDS
 from .costmodel import preset
 from .errors import DagprofError
 from .pipeline import Profiled, open_run, write_outputs
@@ -44,7 +45,7 @@ class DemoSettings:
     profile_steps: tuple[int, int] = (5, 13)  # after DDP's bucket rebuild and warm-up
     verify: bool = True  # apply the strategy to the real job and measure it
     verify_steps: int = 5  # timed steps per phase (after 3 warm-up steps), phases alternate inside one job
-    rounds: int = 3
+    rounds: int = ROUNDS
     budget_s: float = 10.0
     allow_lossy: bool = True  # the demo trains on synthetic data; a real job opts in (optimize --allow-lossy)
     small: bool = False  # a tiny model (tests)

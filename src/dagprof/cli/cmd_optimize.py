@@ -4,9 +4,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..collect.jobs.verify import ROUNDS
 from ..errors import DagprofError
 from ..progress import bar, shown
-from ..search.optimize import WORTH_APPLYING_PCT
+from ..search.optimize import POWERSGD_RANKS, WORTH_APPLYING_PCT
 from ..traces.run_schema import FSDP2_API
 from ..units import parse_size
 from .common import add_out_argument, add_run_arguments, bandwidth, comma_list, finite_non_negative, outputs, positive_int, seconds
@@ -22,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="search seed: the same seed proposes the same candidates (default 0)")
     p.add_argument("--allow-lossy", action="store_true", help="also try gradient compression (fp16, bf16, PowerSGD): changes the numerics")
     p.add_argument("--powersgd-ranks", type=comma_list(positive_int), default=None,
-                   help="PowerSGD ranks to try with --allow-lossy (default 2,4)")
+                   help=f"PowerSGD ranks to try with --allow-lossy (default {','.join(map(str, POWERSGD_RANKS))})")
     p.add_argument("--accumulate", type=positive_int, default=1, metavar="K",
                    help="also try K micro-batches per optimizer step (no_sync): changes the effective batch")
     p.add_argument("--memory-budget", default=None, metavar="SIZE", help="per-rank memory limit, e.g. 2GB or 512MB (MB = MiB = 2^20 bytes; adds recomputation)")
@@ -37,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--raw", action="store_true",
                    help="search from the op times as profiled (default: the profiler's own cost, measured on the run, removed first)")
     p.add_argument("--verify", action="store_true", help="run the command after -- with defaults and with the strategy, interleaved")
-    p.add_argument("--rounds", type=positive_int, default=None, help="verification rounds, each runs both (default 3)")
+    p.add_argument("--rounds", type=positive_int, default=None, help=f"verification rounds, each runs both (default {ROUNDS})")
     p.add_argument("--ranks", type=positive_int, default=None, help="start the command once per rank yourself (it is one rank's command)")
     p.add_argument("--emulate", type=bandwidth, default=None, metavar="RATE",
                    help="with --ranks, as root: run the ranks in network namespaces joined by a RATE link (e.g. 200Mbit)")
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> dict:
              if given is not None and not getattr(args, needs[2:].replace("-", "_"))]
     if alone:  # alone it changed nothing, and the answer looked like one that had used it
         raise DagprofError(f"is read only with {alone[0][1]}: give both", alone[0][0])
-    opts = Options(budget_s=args.budget, seed=args.seed, allow_lossy=args.allow_lossy, powersgd_ranks=tuple(args.powersgd_ranks or (2, 4)),
+    opts = Options(budget_s=args.budget, seed=args.seed, allow_lossy=args.allow_lossy, powersgd_ranks=tuple(args.powersgd_ranks or POWERSGD_RANKS),
                    accumulate=args.accumulate, memory_budget=None if args.memory_budget is None else parse_size(args.memory_budget, "--memory-budget"),
                    optimizer_state=args.optimizer_state, overlap_slowdown=args.overlap_slowdown, link_model=args.link_model,
                    progress=_search_bar(args.budget) if shown() else None)
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> dict:
             raise DagprofError(f"--verify applies a strategy to fully_shard (FSDP2) jobs; this is a {fsdp.api} (FSDP1) job, whose "
                                "sharding is set when it is wrapped: apply the plan by hand (see the recommendation without --verify)", args.run)
         if args.verify:
-            result["verification"] = verify_strategy(cmd, found, staged.path, args.rounds or 3, args.ranks, args.emulate)
+            result["verification"] = verify_strategy(cmd, found, staged.path, args.rounds or ROUNDS, args.ranks, args.emulate)
     result = staged.final_path(result)
     fsdp = found.profile.graph.meta.fsdp
     return result | {"recommendation": recommendation(res, result["strategy_file"], None if fsdp is None else fsdp.api)}

@@ -4,7 +4,8 @@ Rules, all derived from the normalised events (``traces.events`` conventions):
 - every depth-0 event of a lane is a node; a lane's nodes form a chain (program order);
 - a flow joins two instants its ``Dep`` rule names (a launch: the call's start; most others: the
   source's end); a depth-0 op with such an instant inside is cut there, so a kernel depends on the
-  moment of its launch, not on the end of the op around the launch call;
+  moment of its launch, not on the end of the op around the launch call (an instant less than the clock's
+  resolution from the op's start or end is that start or end: no piece is shorter than a nanosecond);
 - a host wait (a sync call, a blocking copy, a c10d wait on a host transfer) costs no time of its
   own: it ends when what it waits for ends, and whatever it measured beyond that becomes overhead (gap);
 - a collective instance (matched across ranks by ``align.matching``) becomes one shared ``COMM``

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..traces.events import CLOCK_JITTER_US, Dep, Kind, LaneKind, RankTrace
+from ..traces.events import CLOCK_JITTER_US, TIME_RESOLUTION_US, Dep, Kind, LaneKind, RankTrace
 from ..traces.kineto_schema import P2P_SEND
 
 _WAIT_RULES = np.array([Dep.SYNC, Dep.COPY, Dep.STAGE, Dep.COMM_WAIT])
@@ -52,7 +52,8 @@ class Anchors:
     ``src_at``: when, on the source's lane, what the destination needs was done (the source's end;
     for a launch, the call's start). ``dst_at``: where, on the destination's lane, the dependent
     part begins. ``until``: for a wait, the instant it ends (the lane is blocked on
-    [``dst_at``, ``until``] and released when ``src_at`` passes); NaN otherwise.
+    [``dst_at``, ``until``] and released when ``src_at`` passes); NaN otherwise. An instant less than
+    ``TIME_RESOLUTION_US`` from its op's start or end is that start or end (``_on_owner``).
     """
 
     src: np.ndarray
@@ -86,9 +87,25 @@ def anchors(trace: RankTrace, sel: Selection) -> Anchors:
     # joined by the call's start
     src_at = np.where(_host_sends(trace, sel)[d] & (rule == Dep.ENQUEUE), np.minimum(src_at, ev.start[s]), src_at)
     until = np.where(rule == Dep.STAGE, np.clip(end[s], ev.start[d], end[d]), end[d])
+    bounds = ev.start, np.maximum(end, ev.start)  # as ``pieces`` cuts them
+    src_at = _on_owner(src_at, sel.owner[s], *bounds)
+    dst_at = _on_owner(ev.start[d].astype(np.float64), sel.owner[d], *bounds)
+    until = _on_owner(until, sel.owner[d], *bounds)
     # an empty wait (a call that returned at once, or a drain already done) binds where it stands
-    wait = (np.isin(rule, _WAIT_RULES) | ((rule == Dep.AFTER) & (ev.kind[d] == Kind.COMM_WAIT))) & ~sel.shared[d] & (until > ev.start[d])
-    return Anchors(s, d, rule.astype(np.int16), src_at, ev.start[d].astype(np.float64), np.where(wait, until, np.nan))
+    wait = (np.isin(rule, _WAIT_RULES) | ((rule == Dep.AFTER) & (ev.kind[d] == Kind.COMM_WAIT))) & ~sel.shared[d] & (until > dst_at)
+    return Anchors(s, d, rule.astype(np.int16), src_at, dst_at, np.where(wait, until, np.nan))
+
+
+def _on_owner(t: np.ndarray, owner: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Instants ``t`` moved onto their owner's (``Selection.owner``; -1: left as they are) ``start`` or ``end``, the
+    nearer, where less than ``TIME_RESOLUTION_US`` from it: one instant that float arithmetic split (a transfer the run
+    hooks record as starting the nanosecond its call ends reads a fraction of a nanosecond before the call's
+    ``start + dur``) would cut the call there and leave a sub-nanosecond piece of it as a node of its own (``pieces``)."""
+    o = np.maximum(owner, 0)
+    a, z = start[o], end[o]
+    to_start, to_end = np.abs(t - a), np.abs(z - t)
+    near = (owner >= 0) & (np.minimum(to_start, to_end) < TIME_RESOLUTION_US)
+    return np.where(near, np.where(to_end <= to_start, z, a), t)
 
 
 def _host_sends(trace: RankTrace, sel: Selection) -> np.ndarray:

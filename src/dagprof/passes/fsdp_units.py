@@ -184,8 +184,8 @@ def _collective_nodes(g: Graph, node: int) -> list[int]:
 
 def enqueue_pieces(g: Graph, e: int) -> list[int]:
     """A rank's enqueue ``e`` (the piece its wait follows) and the earlier pieces of the same call, latest first: the build
-    cuts a call where a flow leaves it inside (``graph.pieces``: a join at the transfer's start, also one a rounding of the
-    clock puts a fraction of a nanosecond before the call's end)."""
+    cuts a call where a flow leaves it inside (``graph.pieces``: a join at the transfer's start, where the transfer starts
+    before the call returns)."""
     out = [e]
     while (p := next((int(p) for p in g.predecessors(out[-1]).tolist() if is_cut_piece(g, int(p), out[-1])), -1)) >= 0:
         out.append(p)

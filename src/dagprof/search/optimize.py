@@ -67,6 +67,7 @@ __all__ = ["Candidate", "Options", "Priced", "Progress", "Scored", "SearchResult
 WORTH_APPLYING_PCT = 2.0  # a predicted gain below this is within run-to-run noise here: keep the current setup
 FINAL_CHECK = 8  # best candidates re-replayed on the full (unfolded) graph
 TIE_PCT = 0.3  # finalists this close to the best count as equal; the simplest wins
+POWERSGD_RANKS = (2, 4)  # PowerSGD ranks a lossy search tries unless told (``dagprof optimize --powersgd-ranks``)
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ class Options:
     budget_s: float = 30.0
     seed: int = 0
     allow_lossy: bool = False
-    powersgd_ranks: tuple[int, ...] = (2, 4)
+    powersgd_ranks: tuple[int, ...] = POWERSGD_RANKS
     accumulate: int = 1  # > 1: also consider this many micro-batches per step
     memory_budget: float | None = None  # bytes per rank
     optimizer_state: str = "momentum"

@@ -6,7 +6,8 @@ lists so the table stays a handful of flat arrays even at millions of events.
 Every reader builds its table and flows with ``EventRows``.
 
 Conventions readers must follow (the graph builder relies on them):
-- times are microseconds (float64) relative to ``RankTrace.base_ns`` (Unix epoch ns);
+- times are microseconds (float64) relative to ``RankTrace.base_ns`` (Unix epoch ns), from clocks that count whole
+  nanoseconds (``TIME_RESOLUTION_US``);
 - ``lane`` is a sequential executor: one CPU thread or one GPU stream;
 - ``depth == 0`` marks the events that become graph nodes: they never overlap on a
   lane. Wrappers such as ``ProfilerStep#N`` or ``DistributedDataParallel.forward``
@@ -51,6 +52,12 @@ class Kind(enum.IntEnum):
 # Host and device clocks in one trace agree to a few microseconds: an instant that precedes another by
 # less than this is not evidence against a dependency between them.
 CLOCK_JITTER_US = 5.0
+
+# Every format read counts time in whole nanoseconds or coarser (Kineto's ``ts`` to three decimals of a microsecond,
+# the run hooks' ``time.time_ns()``, XPlane's picosecond offsets on nanosecond clocks: none in tests/data has a fraction
+# of one): two instants of a trace less than this apart are one instant that float arithmetic split (``start + dur``
+# rounds; a Kineto ``ts`` of ~5e12 us parses to within half a nanosecond).
+TIME_RESOLUTION_US = 1e-3
 
 
 class Dep(enum.IntEnum):

@@ -22,6 +22,8 @@ from ..hooks.steptimes import iteration_ms, read_times
 from .launch import Bootstrap, last_error_line, launch
 from .netns import Cluster, Dropped
 
+ROUNDS = 3  # interleaved rounds a verification runs unless told (``dagprof optimize --rounds``)
+
 
 @dataclass
 class Verification:
@@ -70,7 +72,7 @@ class Verification:
                 "a lossy link, which dagprof does not model)")
 
 
-def verify(cmd: list[str], strategy: str, work_dir: str, rounds: int = 3, ranks: int | None = None, cluster: Cluster | None = None,
+def verify(cmd: list[str], strategy: str, work_dir: str, rounds: int = ROUNDS, ranks: int | None = None, cluster: Cluster | None = None,
            say: Callable[[str], None] = lambda m: None, timeout_s: float = 1800.0, profile_from: int | None = 3) -> Verification:
     """Measure ``cmd`` with its defaults (A) and with ``strategy`` (B) in ``rounds`` interleaved rounds.
 
