@@ -142,6 +142,9 @@ def main() -> int:
     ap.add_argument("--after", type=pathlib.Path, default=pathlib.Path("."), help="a checkout (default: here)")
     ap.add_argument("--readers", type=pathlib.Path, help="compare the readers on every input under this folder instead")
     args = ap.parse_args()
+    for tree in (args.before, args.after):  # a tree without src/dagprof would leave the editable install to answer for it
+        if not (tree / "src" / "dagprof" / "__init__.py").is_file():
+            ap.error(f"{tree}: not a dagprof checkout (no src/dagprof); pass the folder that holds src/")
     if args.readers:
         return compare_readers(args.before.resolve(), args.after.resolve(), args.readers.resolve())
     same = 0
