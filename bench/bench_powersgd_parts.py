@@ -34,6 +34,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -48,7 +49,7 @@ def job(out: str, rank: int, steps: int) -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from dagprof.collect.deploy.apply import chained
-    from dagprof.collect.measure.overlap import chained_allreduce
+    from dagprof.collect.measure.overlap import chained_allreduce, chained_stretch
 
     sys.path.insert(0, HERE)
     from fsdp1_heldout import CTR
@@ -61,11 +62,14 @@ def job(out: str, rank: int, steps: int) -> None:
     current = [0]
     plain = dist.all_reduce
 
+    def mark(b: int, what: str) -> None:  # wall time (CLOCK_MONOTONIC: one clock for both ranks on one host), thread CPU, thread
+        ev.append((b, what, time.perf_counter(), time.thread_time(), threading.get_ident()))
+
     def all_reduce(t, *a, **k):  # the hook's three all-reduces: issue and completion times
         b = current[0]
-        ev.append((b, "issue", time.perf_counter()))
+        mark(b, "issue")
         fut = plain(t, *a, **k).get_future()
-        fut.then(lambda f: ev.append((b, "done", time.perf_counter())))
+        fut.then(lambda f: mark(b, "done"))
 
         class Work:
             def get_future(self):
@@ -76,8 +80,8 @@ def job(out: str, rank: int, steps: int) -> None:
     def hook(state, bucket):
         current[0] = b = bucket.index()
         compressed = state.iter >= state.start_powerSGD_iter
-        ev.append((b, "hook" if compressed else "plain", time.perf_counter()))
-        return psgd.powerSGD_hook(state, bucket).then(lambda f: (ev.append((b, "end", time.perf_counter())), f.value())[1])
+        mark(b, "hook" if compressed else "plain")
+        return psgd.powerSGD_hook(state, bucket).then(lambda f: (mark(b, "end"), f.value())[1])
 
     state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=rank, start_powerSGD_iter=2, min_compression_rate=2,
                                use_error_feedback=True, warm_start=True)  # as dagprof.apply sets it
@@ -93,24 +97,77 @@ def job(out: str, rank: int, steps: int) -> None:
         opt.step()
     dist.all_reduce = plain
     chained = chained_allreduce()  # what dagprof measures on a job's group (overlap.json), here on this one
+    stretch = chained_stretch()
     parts: dict[int, dict[str, list[float]]] = {}
     occ: dict[int, dict] = {}
-    for b, what, t in ev:
+    chains: list[dict] = []  # every compressed occurrence, raw, for the cross-rank split (``split_chains``)
+    for b, what, t, cpu, tid in ev:
         if what in ("hook", "plain"):
-            occ[b] = {"kind": what, "t0": t, "issue": [], "done": []}
+            occ[b] = {"kind": what, "t0": t, "issue": [], "done": [], "cpu": [], "n": occ[b]["n"] + 1 if b in occ else 0}
         elif what in ("issue", "done"):
             occ[b][what].append(t)
+            occ[b]["cpu"].append((what, cpu, tid))
         elif occ[b]["kind"] == "hook" and len(occ[b]["issue"]) == 3 == len(occ[b]["done"]):
             o, p = occ[b], parts.setdefault(b, {})
+            chains.append({"bucket": b, "n": o["n"], "t0": o["t0"], "issue": o["issue"], "done": o["done"], "end": t,
+                           "callback_cpu_us": callback_cpu_us(o["cpu"], cpu, tid)})
             i, d = o["issue"], sorted(o["done"])
             for k, v in (("issue", i[0] - o["t0"]), ("allreduce_unc", d[0] - i[0]), ("unpack", i[1] - d[0]), ("allreduce_p", d[1] - i[1]),
                          ("middle", i[2] - d[1]), ("allreduce_q", d[2] - i[2]), ("decode", t - d[2]), ("total", t - o["t0"])):
                 p.setdefault(k, []).append(v * 1e6)
     with open(f"{out}.{dist.get_rank()}", "w") as f:
-        json.dump({"chained_allreduce": chained,
+        json.dump({"chained_allreduce": chained, "chained_stretch": stretch, "chains": chains,
                    **{str(b): {k: statistics.median(v[2:] or v) for k, v in p.items()} for b, p in parts.items()}}, f)
     dist.barrier()
     dist.destroy_process_group()
+
+
+def callback_cpu_us(marks: list[tuple[str, float, int]], end_cpu: float, end_tid: int) -> dict[str, float | None]:
+    """Thread CPU time (us) of the hook's callbacks: unpack (the uncompressed all-reduce's completion to the P issue),
+    middle (P issue to Q issue: the thread blocks in the P all-reduce's wait between, so what it spent is the
+    orthogonalisation and Q = M^T P) and decode (the Q all-reduce's completion, else its issue, to the hook's end: the
+    thread that ran the decode); None where the two marks ran on different threads."""
+    (_, d0, td0), (_, i1, ti1), (_, i2, ti2), (_, d2, td2) = marks[1], marks[2], marks[4], marks[5]
+
+    def on_one(a: float, ta: int, b: float, tb: int) -> float | None:
+        return (b - a) * 1e6 if ta == tb else None
+
+    decode = on_one(d2, td2, end_cpu, end_tid)
+    return {"unpack": on_one(d0, td0, i1, ti1), "middle": on_one(i1, ti1, i2, ti2), "decode": on_one(i2, ti2, end_cpu, end_tid) if decode is None else decode}
+
+
+def split_chains(per_rank: list[list[dict]], skip: int = 2) -> dict[str, list[float]]:
+    """Each compressed bucket's chain on both ranks' one clock (us), from the later rank's first issue to the later
+    rank's end: each all-reduce from the later rank's issue to its first completion (``transfer_*``: the link, gloo's
+    hand-off to its worker thread and that thread's wake-up), and between them the later rank's gap (``gap_*``: its
+    callback's wake-up, its CPU, and any lag behind the first completion), split into that rank's thread CPU and the
+    rest (``gap_*_other``); ``peer_wait_*``: how long the earlier rank waited for the later at each all-reduce."""
+    out: dict[str, list[float]] = {}
+    other = {(c["bucket"], c["n"]): c for c in per_rank[1]}  # the same bucket's same occurrence on the other rank
+    for c0 in per_rank[0]:
+        c1 = other.get((c0["bucket"], c0["n"]))
+        if c1 is None or c0["n"] < skip:
+            continue
+        cs = (c0, c1)
+        late = [max(c["issue"][k] for c in cs) for k in range(3)]
+        first = [min(c["done"][k] for c in cs) for k in range(3)]
+        later = [max(range(2), key=lambda r: cs[r]["issue"][k]) for k in range(3)]
+        row = {"chain": max(c["end"] for c in cs) - late[0]}
+        for k, name in enumerate(("unc", "p", "q")):
+            row[f"transfer_{name}"] = first[k] - late[k]
+            row[f"peer_wait_{name}"] = late[k] - min(c["issue"][k] for c in cs)
+        ends = [late[1], late[2], max(c["end"] for c in cs)]
+        for k, name in enumerate(("unpack", "middle", "decode")):
+            row[f"gap_{name}"] = ends[k] - first[k]
+            r = later[k + 1] if k < 2 else max(range(2), key=lambda i: cs[i]["end"])
+            cpu = cs[r]["callback_cpu_us"][name]
+            if cpu is not None:
+                out.setdefault(f"gap_{name}_cpu", []).append(cpu)
+                out.setdefault(f"gap_{name}_other", []).append(row[f"gap_{name}"] * 1e6 - cpu)
+        for k, v in row.items():
+            out.setdefault(k, []).append(v * 1e6)
+        out.setdefault("bucket", []).append(c0["bucket"])
+    return out
 
 
 def main() -> int:
@@ -119,6 +176,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=24)
     ap.add_argument("--link", default="200Mbit")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--keep", default=None, help="keep the profile and the job's part timings (parts.RANK) in this folder")
     ap.add_argument("--job", nargs=3, metavar=("OUT", "RANK", "STEPS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.job:
@@ -139,7 +197,8 @@ def main() -> int:
         print(f"bench_powersgd_parts: skipped: the emulated cluster {why}", file=sys.stderr)
         return 0
     load = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory(prefix="dagprof-psgd-parts-") as work, hosts(2, args.link, tag=f"dpp{os.getpid() % 10000}") as on:
+    with tempfile.TemporaryDirectory(prefix="dagprof-psgd-parts-") as tmp, hosts(2, args.link, tag=f"dpp{os.getpid() % 10000}") as on:
+        work = args.keep or tmp
         run = os.path.join(work, "run")
         launch([sys.executable, os.path.join(HERE, "ddp_heldout_embed.py"), "--steps", "14"], Bootstrap(profile=run, steps=range(4, 12), kineto=False),
                ranks=2, cluster=on.cluster, log_dir=os.path.join(work, "logs"), timeout_s=600)
@@ -155,7 +214,9 @@ def main() -> int:
                              costs.copy_us_per_byte)  # the old pricing: the kernels alone
         price = BucketSlots(p.graph, order, costs).price
         pairs = tuple((int(b), float(us)) for b, us in measured[0]["chained_allreduce"])  # every rank's is the slowest's
-        latency = chained_latency_us(Chained(pairs), price)
+        chain = Chained(pairs, float(measured[0]["chained_stretch"]))
+        latency = chained_latency_us(chain, price)
+        split = split_chains([m["chains"] for m in measured])
         rows = []
         for b, (first, last) in enumerate(order.bucket_params(order.profiled_ends)):
             pred = {}
@@ -165,9 +226,19 @@ def main() -> int:
                                "middle": x.middle_us, "allreduce_q": price(x.q * 4) + lat, "decode": x.decode_us}
                 pred[label]["total"] = sum(pred[label].values())
             idx = str(b)  # DDP numbers its rebuilt buckets in gradient-ready order, as ``order`` lists them
+            x = powersgd_parts(order, first, last, args.rank, costs)
+            now = {"transfer_unc": price(x.uncompressed * 4) + latency, "transfer_p": price(x.p * 4) + latency,
+                   "transfer_q": price(x.q * 4) + latency, "gap_unpack+middle": x.middle_us * chain.cpu_factor,
+                   "gap_decode": x.decode_us * chain.cpu_factor}  # as ``passes.compression`` prices a bucket after the backward
+            mine = [i for i, bb in enumerate(split.get("bucket", [])) if bb == b]
+            med = {k: statistics.median(v[i] for i in mine) for k, v in split.items() if k != "bucket" and len(v) == len(split["bucket"]) and mine}
+            if mine and "gap_unpack" in med:
+                med["gap_unpack+middle"] = statistics.median(split["gap_unpack"][i] + split["gap_middle"][i] for i in mine)
             rows.append({"bucket": order.params[first] + ".." + order.params[last], "predicted": pred,
-                         "measured": [m.get(idx, {}) for m in measured]})
-    print(f"PowerSGD rank {args.rank}, 2 ranks, {args.link}, load average {load:.1f}: per bucket and part, us per compressed step "
+                         "measured": [m.get(idx, {}) for m in measured], "split": med, "priced_now": now,
+                         "cpu_idle": {"unpack+middle": x.middle_us, "decode": x.decode_us}})
+    print(f"PowerSGD rank {args.rank}, 2 ranks, {args.link}, load average {load:.1f} (after {os.getloadavg()[0]:.1f}): "
+          "per bucket and part, us per compressed step "
           "(predicted: kernels alone / torch's hook measured whole / and each all-reduce paying the chained latency the job's group "
           f"measured, {latency:.0f} us from {', '.join(f'{b // 1024} KiB {us:.0f}' for b, us in pairs)}; measured: rank 0 / rank 1 medians)")
     for r in rows:
@@ -177,8 +248,19 @@ def main() -> int:
             m = [x.get(k) for x in r["measured"]]
             fmt = lambda v: f"{v:8.0f}" if v is not None else "       -"  # noqa: E731
             print(f"  {k:<14} predicted {fmt(a)} / {fmt(w)} / {fmt(lt)}   measured {fmt(m[0])} / {fmt(m[1])}")
+        sp, now = r["split"], r["priced_now"]
+        if sp:
+            print(f"  on both ranks' clock (medians, us; priced as after the backward, stretch {chain.stretch:.2f}): chain {sp['chain']:.0f} "
+                  f"against {sum(now.values()):.0f} priced")
+            for k in ("transfer_unc", "gap_unpack", "transfer_p", "gap_middle", "gap_unpack+middle", "transfer_q", "gap_decode"):
+                cpu = sp.get(k + "_cpu")
+                print(f"    {k:<18} {sp[k]:8.0f}" + (f"  (later rank's thread CPU {cpu:.0f}, the rest {sp[k + '_other']:.0f})" if cpu is not None else "")
+                      + (f"   priced {now[k]:8.0f}" if k in now else "")
+                      + (f"   peer wait {sp['peer_wait_' + k[9:]]:.0f}" if k.startswith("transfer") else ""))
+            print(f"    hook CPU priced idle: unpack+middle {r['cpu_idle']['unpack+middle']:.0f}, decode {r['cpu_idle']['decode']:.0f}")
     if args.json:
-        print(json.dumps({"load": load, "chained_allreduce": pairs, "latency_us": latency, "rows": rows}))
+        print(json.dumps({"load": load, "load_after": os.getloadavg()[0], "chained_stretch": chain.stretch, "chained_allreduce": pairs,
+                          "latency_us": latency, "rows": rows}))
     return 0
 
 
