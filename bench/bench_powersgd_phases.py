@@ -39,6 +39,16 @@ slowdown taken out right. The rest is the first bucket's callbacks beside the ba
 ops after the hook took 13-20 ms more than the other's when the ranks issued the bucket within 2 ms of each other
 (the callbacks' CPU priced 5.3 ms per rank); the LSTM's two buckets (2.4 ms of callbacks beside one op) lose about
 what is priced on both ranks.
+
+``--cycle`` splits a step's period instead, from one sync (the later rank's first all-reduce issued) to the next,
+along the rank that reached the next sync last: to its last completion (the chain), to its step's end (finalize, the
+optimizer), to its next hook, and that hook's issue. On the held-out embedding job's kept rounds (2026-12-04 13:28,
+load 1.8-4.4, one bucket), rounds 1 and 3, measured medians against predicted: period 38.8 / 37.8 against 32.7 /
+29.5 ms; the chain 17.1 / 16.3 against 16.3 / 16.3; the issue 4.3 / 4.3 against 2.3 / 2.2; to the step's end 8.8 /
+10.6 against 6.8 / 5.6 (its Adam took 5-6 ms per rank against 3.5-6 in the defaults' runs, 13 ms more on one rank in
+some steps); the forward and backward 5.6 / 6.3 against 6.3 / 5.1. The small all-reduces and the callbacks between
+them were priced within 1 ms; the miss was CPU on either side. The held-out LSTM's (load 3.6-6): chain 12.6-13.3
+against 12.3, issue 3.8-12.1 against 2.3-2.7, its forward and backward swinging with the load (53-182 ms against 97-104).
 """
 from __future__ import annotations
 
