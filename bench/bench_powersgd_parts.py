@@ -25,6 +25,17 @@ measured (the first bucket's uncompressed one, 3,171 / 2,808, also waits for the
 join models). Under load 5.4 they took 296 / 1,674 / 3,084 us (235 us more each) against 2-4 ms more in the hook:
 measured on ranks that start each chain together, it leaves out how far apart the two ranks reach each of the hook's
 all-reduces (each rank's CPU stretches between them differ by 0.5-1 ms under load).
+
+Each compressed chain is also split on both ranks' one clock (``split_chains``: from the later rank's issue of each
+all-reduce to its first completion, the gaps between on the later rank with its thread CPU, the earlier rank's waits),
+and every step reads ``/proc``'s schedstat (CPU and time runnable but waiting for a core), under DDP's defaults first,
+then PowerSGD, in the same process. Three runs on 2026-12-04 (load 5.0 / 4.4 / 5.6 at their start; kept under
+/tmp/psgdchain/parts1-3), the embedding bucket after the backward: the chain 17.6 / 24.1 / 20.6 ms against 13.0 /
+13.0 / 10.7 priced (stretch 2.0 / 2.7 / 2.1 measured in the job); the small all-reduces 0.9-2.3 ms each against
+0.3-1.0, the P all-reduce 5.3-7.1 against 6.0-6.7; the gap after the Q all-reduce 3.1 / 5.7 / 6.8 ms against 1.1-1.5,
+its decode alone 2.3 / 2.9 / 3.1 ms of thread CPU against 0.55-0.62 priced (its fastest run on an idle core); the middle
+2.1-2.3 ms of thread CPU against about 1.4. The training thread waited for a core 2.1-2.2x its CPU per step in both
+setups alike (third run): the wait is the machine's load, the same under the defaults the profile runs.
 """
 from __future__ import annotations
 
@@ -86,15 +97,24 @@ def job(out: str, rank: int, steps: int) -> None:
     state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=rank, start_powerSGD_iter=2, min_compression_rate=2,
                                use_error_feedback=True, warm_start=True)  # as dagprof.apply sets it
     model.register_comm_hook(state, chained(hook))
-    dist.all_reduce = all_reduce
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     g = torch.Generator().manual_seed(dist.get_rank())
-    for _ in range(steps):
-        ids = torch.randint(0, 16384, (64, 20), generator=g)
-        loss = F.binary_cross_entropy_with_logits(model(ids, torch.randn(64, 32, generator=g)), (ids[:, 0] % 2).float())
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+
+    def train(m, n: int) -> list[list[float]]:  # per step: wall, then the process's and the training thread's CPU and run-queue wait (ns)
+        opt, out = torch.optim.Adam(m.parameters(), lr=1e-3), []
+        for _ in range(n):
+            t0, before = time.perf_counter_ns(), schedstat()
+            ids = torch.randint(0, 16384, (64, 20), generator=g)
+            loss = F.binary_cross_entropy_with_logits(m(ids, torch.randn(64, 32, generator=g)), (ids[:, 0] % 2).float())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            out.append([time.perf_counter_ns() - t0] + [b - a for a, b in zip(before, schedstat())])
+        return out
+
+    dist.all_reduce = plain
+    sched_defaults = train(DDP(CTR(16384, 64, 32, 512)), 10)  # the same job under DDP's defaults first, as the profile runs it
+    dist.all_reduce = all_reduce
+    sched = train(model, steps)
     dist.all_reduce = plain
     chained = chained_allreduce()  # what dagprof measures on a job's group (overlap.json), here on this one
     stretch = chained_stretch()
@@ -116,10 +136,26 @@ def job(out: str, rank: int, steps: int) -> None:
                          ("middle", i[2] - d[1]), ("allreduce_q", d[2] - i[2]), ("decode", t - d[2]), ("total", t - o["t0"])):
                 p.setdefault(k, []).append(v * 1e6)
     with open(f"{out}.{dist.get_rank()}", "w") as f:
-        json.dump({"chained_allreduce": chained, "chained_stretch": stretch, "chains": chains,
+        json.dump({"chained_allreduce": chained, "chained_stretch": stretch, "chains": chains, "sched": sched, "sched_defaults": sched_defaults,
                    **{str(b): {k: statistics.median(v[2:] or v) for k, v in p.items()} for b, p in parts.items()}}, f)
     dist.barrier()
     dist.destroy_process_group()
+
+
+def schedstat() -> tuple[int, int, int, int]:
+    """(CPU, run-queue wait) in ns of all this process's threads, then of the calling thread (``/proc``'s schedstat:
+    the wait is time runnable but not running, i.e. waiting for a core)."""
+    total = [0, 0]
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                cpu, wait = f.read().split()[:2]
+        except OSError:  # a thread that ended meanwhile
+            continue
+        total = [total[0] + int(cpu), total[1] + int(wait)]
+    with open("/proc/thread-self/schedstat") as f:
+        cpu, wait = f.read().split()[:2]
+    return total[0], total[1], int(cpu), int(wait)
 
 
 def callback_cpu_us(marks: list[tuple[str, float, int]], end_cpu: float, end_tid: int) -> dict[str, float | None]:
@@ -160,10 +196,9 @@ def split_chains(per_rank: list[list[dict]], skip: int = 2) -> dict[str, list[fl
         for k, name in enumerate(("unpack", "middle", "decode")):
             row[f"gap_{name}"] = ends[k] - first[k]
             r = later[k + 1] if k < 2 else max(range(2), key=lambda i: cs[i]["end"])
-            cpu = cs[r]["callback_cpu_us"][name]
-            if cpu is not None:
-                out.setdefault(f"gap_{name}_cpu", []).append(cpu)
-                out.setdefault(f"gap_{name}_other", []).append(row[f"gap_{name}"] * 1e6 - cpu)
+            cpu = cs[r]["callback_cpu_us"][name]  # None where its marks ran on two threads: kept, so every list has a value per chain
+            out.setdefault(f"gap_{name}_cpu", []).append(cpu)
+            out.setdefault(f"gap_{name}_other", []).append(None if cpu is None else row[f"gap_{name}"] * 1e6 - cpu)
         for k, v in row.items():
             out.setdefault(k, []).append(v * 1e6)
         out.setdefault("bucket", []).append(c0["bucket"])
@@ -231,7 +266,8 @@ def main() -> int:
                    "transfer_q": price(x.q * 4) + latency, "gap_unpack+middle": x.middle_us * chain.cpu_factor,
                    "gap_decode": x.decode_us * chain.cpu_factor}  # as ``passes.compression`` prices a bucket after the backward
             mine = [i for i, bb in enumerate(split.get("bucket", [])) if bb == b]
-            med = {k: statistics.median(v[i] for i in mine) for k, v in split.items() if k != "bucket" and len(v) == len(split["bucket"]) and mine}
+            known = {k: [v[i] for i in mine if v[i] is not None] for k, v in split.items() if k != "bucket"}
+            med = {k: statistics.median(v) for k, v in known.items() if v}
             if mine and "gap_unpack" in med:
                 med["gap_unpack+middle"] = statistics.median(split["gap_unpack"][i] + split["gap_middle"][i] for i in mine)
             rows.append({"bucket": order.params[first] + ".." + order.params[last], "predicted": pred,
@@ -241,6 +277,11 @@ def main() -> int:
           "per bucket and part, us per compressed step "
           "(predicted: kernels alone / torch's hook measured whole / and each all-reduce paying the chained latency the job's group "
           f"measured, {latency:.0f} us from {', '.join(f'{b // 1024} KiB {us:.0f}' for b, us in pairs)}; measured: rank 0 / rank 1 medians)")
+    for rank, m in enumerate(measured):
+        for name, key in (("PowerSGD", "sched"), ("DDP's defaults", "sched_defaults")):
+            st = [statistics.median(x[k] for x in m[key][4:]) / 1e6 for k in range(5)]
+            print(f"rank {rank}, {name}, per step (medians, ms): wall {st[0]:.1f}; all threads' CPU {st[1]:.1f}, waiting for a core {st[2]:.1f}; "
+                  f"the training thread's CPU {st[3]:.1f}, waiting for a core {st[4]:.1f} ({(st[3] + st[4]) / st[3]:.2f}x its CPU)")
     for r in rows:
         print(f"bucket {r['bucket']}")
         for k in ("issue", "allreduce_unc", "unpack", "allreduce_p", "middle", "allreduce_q", "decode", "total"):
