@@ -36,12 +36,17 @@ then PowerSGD, in the same process. Three runs on 2026-12-04 (load 5.0 / 4.4 / 5
 its decode alone 2.3 / 2.9 / 3.1 ms of thread CPU against 0.55-0.62 priced (its fastest run on an idle core); the middle
 2.1-2.3 ms of thread CPU against about 1.4. The training thread's CPU plus its waits for a core came to 2.1-2.2x its CPU per
 step in both setups alike (third run): the waits are the machine's load, the same under the defaults the profile runs.
+The decode's marks also read the thread's kernel time and page faults (``decode_kernel``): a fourth run (load 4.1,
+/tmp/psgdchain/parts4), the decode 1.3 / 2.8 ms of thread CPU per rank against 0.45 priced, of it 0-16 us in the kernel
+and 2-68 minor faults: user CPU, not faults; its two products alone take 0.23-0.30 ms on this VM, beside a process
+streaming memory too (``/tmp/psgdchain/tools/decode.py``, load 9). What the rest of the decode's CPU in the job is, is open.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -74,7 +79,8 @@ def job(out: str, rank: int, steps: int) -> None:
     plain = dist.all_reduce
 
     def mark(b: int, what: str) -> None:  # wall time (CLOCK_MONOTONIC: one clock for both ranks on one host), thread CPU, thread
-        ev.append((b, what, time.perf_counter(), time.thread_time(), threading.get_ident()))
+        ru = resource.getrusage(resource.RUSAGE_THREAD)  # the thread's kernel time and page faults too
+        ev.append((b, what, time.perf_counter(), time.thread_time(), threading.get_ident(), ru.ru_stime, ru.ru_minflt))
 
     def all_reduce(t, *a, **k):  # the hook's three all-reduces: issue and completion times
         b = current[0]
@@ -121,16 +127,19 @@ def job(out: str, rank: int, steps: int) -> None:
     parts: dict[int, dict[str, list[float]]] = {}
     occ: dict[int, dict] = {}
     chains: list[dict] = []  # every compressed occurrence, raw, for the cross-rank split (``split_chains``)
-    for b, what, t, cpu, tid in ev:
+    for b, what, t, cpu, tid, stime, faults in ev:
         if what in ("hook", "plain"):
             occ[b] = {"kind": what, "t0": t, "issue": [], "done": [], "cpu": [], "n": occ[b]["n"] + 1 if b in occ else 0}
         elif what in ("issue", "done"):
             occ[b][what].append(t)
             occ[b]["cpu"].append((what, cpu, tid))
+            occ[b].setdefault("kernel", []).append((stime, faults))
         elif occ[b]["kind"] == "hook" and len(occ[b]["issue"]) == 3 == len(occ[b]["done"]):
             o, p = occ[b], parts.setdefault(b, {})
             chains.append({"bucket": b, "n": o["n"], "t0": o["t0"], "issue": o["issue"], "done": o["done"], "end": t,
-                           "callback_cpu_us": callback_cpu_us(o["cpu"], cpu, tid)})
+                           "callback_cpu_us": callback_cpu_us(o["cpu"], cpu, tid),
+                           # the decode's kernel time (us) and page faults, where its two marks ran on one thread
+                           "decode_kernel": [(stime - o["kernel"][5][0]) * 1e6, faults - o["kernel"][5][1]] if o["cpu"][5][2] == tid else None})
             i, d = o["issue"], sorted(o["done"])
             for k, v in (("issue", i[0] - o["t0"]), ("allreduce_unc", d[0] - i[0]), ("unpack", i[1] - d[0]), ("allreduce_p", d[1] - i[1]),
                          ("middle", i[2] - d[1]), ("allreduce_q", d[2] - i[2]), ("decode", t - d[2]), ("total", t - o["t0"])):
