@@ -31,9 +31,9 @@ all-reduce to its first completion, the gaps between on the later rank with its 
 and every step reads ``/proc``'s schedstat (CPU and time runnable but waiting for a core), under DDP's defaults first,
 then PowerSGD, in the same process. Three runs on 2026-12-04 (load 5.0 / 4.4 / 5.6 at their start), the embedding
 bucket after the backward: the chain 17.6 / 24.1 / 20.6 ms against 13.0 / 13.0 / 10.7 priced (stretch 2.0 / 2.7 / 2.1
-measured in the job); the small all-reduces 0.9-2.3 ms each against 0.3-1.0, the P all-reduce 5.3-7.1 against 6.0-6.7;
+measured in the job); the small all-reduces 0.8-2.3 ms each against 0.3-1.0, the P all-reduce 5.3-7.1 against 6.0-6.7;
 the gap after the Q all-reduce 3.1 / 5.7 / 6.8 ms against 1.1-1.5, its decode alone 2.3 / 2.9 / 3.1 ms of thread CPU
-against 0.55-0.62 priced (its fastest run on an idle core); the middle 2.1-2.3 ms of thread CPU against about 1.4. The
+against 0.55-0.62 priced (its fastest run on an idle core); the middle 2.1-2.3 ms of thread CPU against 1.4-1.6. The
 training thread's CPU plus its waits for a core came to 2.1-2.2x its CPU per step in both setups alike (third run):
 the waits are the machine's load, the same under the defaults the profile runs. The decode's marks also read the
 thread's kernel time and page faults (``decode_kernel``): a fourth run (load 4.1), the decode 1.3 / 2.8 ms of thread
