@@ -39,6 +39,16 @@ slowdown taken out right. The rest is the first bucket's callbacks beside the ba
 ops after the hook took 13-20 ms more than the other's when the ranks issued the bucket within 2 ms of each other
 (the callbacks' CPU priced 5.3 ms per rank); the LSTM's two buckets (2.4 ms of callbacks beside one op) lose about
 what is priced on both ranks.
+
+``--cycle`` splits a step's period instead, from one sync (the later rank's first all-reduce issued) to the next,
+along the rank that reached the next sync last: to its last completion (the chain), to its step's end (finalize, the
+optimizer), to its next hook, and that hook's issue. On the held-out embedding job's kept rounds (2026-12-04 13:28,
+load 1.8-4.4, one bucket), rounds 1 and 3, measured medians against predicted: period 38.8 / 37.8 against 32.7 /
+29.5 ms; the chain 17.1 / 16.3 against 16.3 / 16.3; the issue 4.3 / 4.3 against 2.3 / 2.2; to the step's end 8.8 /
+10.6 against 6.8 / 5.6 (its Adam took 5-6 ms per rank against 3.5-6 in the defaults' runs, 13 ms more on one rank in
+some steps); the forward and backward 5.6 / 6.3 against 6.3 / 5.1. The small all-reduces and the callbacks between
+them were priced within 1 ms; the miss was CPU on either side. The held-out LSTM's (load 3.6-6): chain 12.6-13.3
+against 12.3, issue 3.8-12.1 against 2.3-2.7, its forward and backward swinging with the load (53-182 ms against 97-104).
 """
 from __future__ import annotations
 
@@ -169,6 +179,71 @@ def _after_first_hook(spans: list[float], per_ms: float) -> dict[str, float]:
     return {"bwd after hook 0, slowest rank": max(spans) / per_ms, "bwd after hook 0, fastest rank": min(spans) / per_ms}
 
 
+CYCLE = ("sync to done", "done to step end", "step end to hook", "hook issue")  # ``cycle``'s segments, in order
+
+
+def cycle(marks: list[dict[int, dict[str, float]]]) -> dict[str, list[float]]:
+    """From one step's sync to the next's (the later rank's first all-reduce issued: both ranks are at the chain's first
+    all-reduce there), along the rank that was the later one at the next sync: to its last bucket's completion, to its
+    step's end (DDP's finalize, the optimizer), to its next first hook (the forward and the backward before it) and that
+    hook's issue. The four add up to the cycle, a step's period in steady state; ``marks``: per step, per rank, ns or us."""
+    out: dict[str, list[float]] = {"cycle": []}
+    for now, nxt in zip(marks, marks[1:]):
+        if set(now) != set(nxt) or len(now) < 2:
+            continue
+        sync = max(e["issued"] for e in now.values())
+        r = max(nxt, key=lambda q: nxt[q]["issued"])
+        a, b = now[r], nxt[r]
+        for key, v in zip(CYCLE + ("cycle",), (a["done"] - sync, a["end"] - a["done"], b["ready"] - a["end"], b["issued"] - b["ready"],
+                                                b["issued"] - sync)):
+            out.setdefault(key, []).append(v)
+    return out
+
+
+def measured_cycle(run_dir: str) -> dict[str, list[float]]:
+    """``cycle`` over a strategy run's profiled steps, ms (its hook records: the first hook entered and issued, the last
+    completion, the step's end)."""
+    per: dict[int, dict[int, dict[str, float]]] = {}
+    for f in sorted(f for f in os.listdir(run_dir) if f.startswith("rank") and f.endswith(".json")):
+        rf = json.load(open(os.path.join(run_dir, f)))
+        step = None
+        for code, a, _b, t, _x in rf["records"]:
+            if code == Rec.STEP_BEGIN:
+                step, e = a, {}
+                per.setdefault(step, {})[rf["rank"]] = e
+            elif step is None:
+                continue
+            elif code == Rec.ENQ_BEGIN:
+                e.setdefault("ready", t / 1e6)
+            elif code == Rec.ENQ_END:
+                e.setdefault("issued", t / 1e6)
+            elif code == Rec.COMM_DONE:
+                e["done"] = t / 1e6
+            elif code == Rec.STEP_END:
+                e["end"] = t / 1e6
+    return cycle([{r: e for r, e in per[s].items() if len(e) == 4} for s in sorted(per)])
+
+
+def predicted_cycle(folder: str, k: int, searched, strategy, link_model: str | None) -> dict[str, list[float]]:
+    """``cycle`` on the replayed timeline of round ``k``'s defaults profile predicted under the strategy, ms."""
+    p = open_run(os.path.join(folder, "verify", f"round{k}-A", "run"))
+    g = predict_run(p.run, p.graph, strategy, os.path.join(folder, "codec-costs.json"), searched.run, link_model).graph
+    res = replay(g)
+    marks = []
+    for s in sorted(set(g.step.tolist()) - {-1}):
+        m = g.step == s
+        comm = np.flatnonzero(m & (g.kind == Kind.COMM) & (g.nbytes > 0))
+        per = {}
+        for r in sorted(set(g.rank[m].tolist()) - {-1}):
+            enq = [v for v in np.flatnonzero(m & (g.kind == Kind.COMM_ENQUEUE) & (g.rank == r)) if ".enqueue" in g.node_name(v)]
+            if enq and len(comm):
+                v = min(enq, key=lambda u: res.start[u])
+                per[r] = {"ready": res.start[v] / 1e3, "issued": res.end[v] / 1e3, "done": res.end[comm].max() / 1e3,
+                          "end": res.end[m & (g.rank == r)].max() / 1e3}
+        marks.append(per)
+    return cycle(marks)
+
+
 def table(meas: dict[str, list[float]], pred: dict[str, list[float]]) -> list[dict]:
     """Marks, then spans, each by its measured median: measured median and 10th percentile, predicted median."""
     spans = ("all-reduce", "after hook", "hook issue")  # durations, after the marks on the step's timeline
@@ -177,11 +252,32 @@ def table(meas: dict[str, list[float]], pred: dict[str, list[float]]) -> list[di
              "predicted_ms": statistics.median(pred[key]) if key in pred else None, "span": any(w in key for w in spans)} for key in order]
 
 
+def print_cycles(folder: str, searched, strategy, link_model: str | None, as_json: bool) -> int:
+    """``--cycle``: per round, each segment's median (and 90th percentile) measured against its predicted median."""
+    rows = []
+    while os.path.isdir(os.path.join(folder, "verify", f"round{len(rows)}-B")):
+        k = len(rows)
+        me, pr = measured_cycle(os.path.join(folder, "verify", f"round{k}-B", "run")), predicted_cycle(folder, k, searched, strategy, link_model)
+        rows.append({key: {"measured_ms": statistics.median(me[key]), "measured_p90_ms": float(np.percentile(me[key], 90)),
+                           "predicted_ms": statistics.median(pr[key]) if pr.get(key) else None} for key in CYCLE + ("cycle",) if me.get(key)})
+    if as_json:
+        print(json.dumps({"folder": folder, "strategy": strategy.summary(), "cycle_per_round": rows}))
+        return 0
+    print(f"{strategy.summary()}: per round, a step's period between the chain's syncs on the rank that reached the next one last; "
+          "ms, measured median (p90) against predicted median")
+    for k, row in enumerate(rows):
+        print(f" round {k + 1}: " + "; ".join(f"{key} {v['measured_ms']:.1f} ({v['measured_p90_ms']:.1f}) vs "
+                                            + ("-" if v["predicted_ms"] is None else f"{v['predicted_ms']:.1f}") for key, v in row.items()))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("folder", help="a kept strategy folder: strategy.json, codec-costs.json, verify/roundK-A|B/run")
     ap.add_argument("--run", default=None, help="the searched profile (default: FOLDER/run, else FOLDER/../run)")
     ap.add_argument("--per-round", action="store_true", help="a table per round too: a round's miss beside its own runs' load")
+    ap.add_argument("--cycle", action="store_true", help="instead of the marks: a step's period between the chain's syncs, by segment "
+                    "of the rank that reached the next sync last (``cycle``), per round, measured against predicted")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     run = args.run or next((r for r in (os.path.join(args.folder, "run"), os.path.join(args.folder, os.pardir, "run")) if os.path.isdir(r)), None)
@@ -192,6 +288,8 @@ def main() -> int:
     rounds: list[tuple[dict[str, list[float]], dict[str, list[float]]]] = []  # per round: (measured, predicted) per mark
     try:
         strategy, searched = load_strategy(os.path.join(args.folder, "strategy.json")), open_run(run)
+        if args.cycle:
+            return print_cycles(args.folder, searched, strategy, lm if os.path.exists(lm) else None, args.json)
         while os.path.isdir(os.path.join(args.folder, "verify", f"round{len(rounds)}-B")):
             k, b_run = len(rounds), os.path.join(args.folder, "verify", f"round{len(rounds)}-B", "run")
             rounds.append(({}, {}))

@@ -145,3 +145,26 @@ def test_the_chained_buckets_cpu_takes_what_cpu_between_chained_all_reduces_took
     for c0, c1 in per_step.values():
         assert b.dur[c0] == pytest.approx(a.dur[c0])
         assert b.dur[c1] - a.dur[c1] == pytest.approx(0.5 * (second.issue_us + second.middle_us + second.decode_us))
+
+
+def test_a_first_bucket_after_the_backward_issues_at_the_measured_stretch(defaults):
+    """A bucket whose hook runs after the backward and is not chained (one bucket, the whole model): its issue, on the
+    training thread, is the same hook's CPU as its callbacks right after it and runs as much slower as they do
+    (``Chained.stretch``; in the strategy runs of the held-out embedding and LSTM jobs, 2026-12-04, the issue's median took
+    1.2-1.8x its idle price where the calibration measured stretches of 1.3-2.3). A first bucket whose hook runs during
+    the backward keeps the idle price, the backward's own profile carrying the load."""
+    from dagprof.costmodel.codecs import Codec
+    from dagprof.passes.bucket_plan import BucketSlots
+    from dagprof.passes.compression import UNMEASURED, Chained, bucket_cost
+
+    order = gradient_order(defaults.graph, defaults.run.ranks[0].buckets)
+    costs = CodecCosts.load(str(RUN / "codec-costs.json"))
+    price = BucketSlots(defaults.graph, order, costs).price
+    last = len(order) - 1
+    whole = powersgd_parts(order, 0, last, 2, costs)
+    for chained, factor in ((UNMEASURED, 1.0), (Chained(stretch=1.5), 1.5), (Chained(stretch=0.8), 1.0)):
+        one = bucket_cost(order, 0, last, Codec("powersgd", 2), 1, price, costs, chained=chained)
+        assert one.encode_us == pytest.approx(whole.issue_us * factor)
+        during = bucket_cost(order, 0, last - 1, Codec("powersgd", 2), 1, price, costs, chained=chained)
+        first = powersgd_parts(order, 0, last - 1, 2, costs)
+        assert during.encode_us == pytest.approx(first.issue_us + first.middle_us + first.decode_us)  # the callbacks' CPU taken from the backward

@@ -30,6 +30,9 @@ there, before the all-reduce is issued) and ``channel`` time on the communicatio
   all-reduces took there per unit of its idle time (``Chained.stretch``, measured beside ``chained``): the codec costs
   are the fastest runs on an idle core, and in the chain each rank also waits for a core, the wake-up after it and the
   later rank at each all-reduce (the held-out conv job's chain, 7.8 ms of it CPU, 20 ms at the median against 12.4 priced).
+  A bucket whose whole hook runs after the backward without waiting on another (one bucket) also issues at that stretch:
+  its issue is the same hook's CPU on the same loaded cores (its fastest tenth of steps at about the idle price, its
+  median 1.2-1.8x, in the held-out embedding and LSTM jobs' strategy runs under load 2-5; ``bench_powersgd_phases --cycle``).
 """
 from __future__ import annotations
 
@@ -146,7 +149,8 @@ def _powersgd(order: GradientOrder, first: int, last: int, rank: int, price: Cal
     # callbacks take what CPU between chained all-reduces took on the cluster (``Chained.stretch``).
     channel = transfers + cpu * (1.0 + beside if during_backward else chained.cpu_factor)
     steal = cpu if during_backward else 0.0
-    return BucketCost(parts.issue_us - hook + steal, channel, int((parts.uncompressed + parts.p + parts.q) * es))
+    issue = (parts.issue_us - hook) * (1.0 if during_backward else chained.cpu_factor)  # after the backward: as stretched as the chain
+    return BucketCost(issue + steal, channel, int((parts.uncompressed + parts.p + parts.q) * es))
 
 
 def chained_latency_us(chained: Chained, price: Callable[[float], float]) -> float:

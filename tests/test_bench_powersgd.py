@@ -1,0 +1,49 @@
+"""The PowerSGD benches' pure splits: a chain on both ranks' one clock, and a step's period between the chain's syncs."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+
+from bench_powersgd_parts import callback_cpu_us, split_chains  # noqa: E402
+from bench_powersgd_phases import CYCLE, cycle  # noqa: E402
+
+
+def _chain(n: int, issue: list[float], done: list[float], end: float, cpu: float | None) -> dict:
+    return {"bucket": 1, "n": n, "t0": 0.0, "issue": issue, "done": done, "end": end,
+            "callback_cpu_us": {"unpack": cpu, "middle": cpu, "decode": None}}
+
+
+def test_split_chains_from_the_later_rank():
+    # rank 1 issues each all-reduce later; the transfers run from its issue to the first completion
+    r0 = [_chain(n, [1.0, 3.0, 6.0], [2.0, 4.5, 7.0], 8.0, 100.0) for n in range(3)]
+    r1 = [_chain(n, [1.2, 3.2, 6.2], [2.1, 4.5, 7.1], 8.5, 300.0) for n in range(3)]
+    s = split_chains([r0, r1], skip=2)
+    assert len(s["chain"]) == 1  # the first two occurrences skipped
+    assert s["chain"][0] == pytest.approx(7.3e6)
+    assert s["transfer_unc"][0] == pytest.approx(0.8e6) and s["peer_wait_unc"][0] == pytest.approx(0.2e6)
+    assert s["gap_unpack"][0] == pytest.approx(1.2e6) and s["gap_decode"][0] == pytest.approx(1.5e6)
+    assert s["gap_middle_cpu"][0] == 300.0  # the later rank's thread CPU
+    # the pieces add up to the chain
+    assert sum(s[k][0] for k in ("transfer_unc", "gap_unpack", "transfer_p", "gap_middle", "transfer_q", "gap_decode")) == pytest.approx(s["chain"][0])
+
+
+def test_callback_cpu_only_on_one_thread():
+    marks = [("issue", 0.0, 1), ("done", 1.0, 2), ("issue", 1.5, 2), ("done", 9.0, 3), ("issue", 2.0, 2), ("done", 9.0, 3)]
+    cpu = callback_cpu_us(marks, 2.5, 2)
+    assert cpu == {"unpack": pytest.approx(5e5), "middle": pytest.approx(5e5), "decode": pytest.approx(5e5)}
+    assert callback_cpu_us(marks, 9.5, 3)["decode"] == pytest.approx(5e5)  # decoded on the thread that saw Q complete
+    assert callback_cpu_us(marks, 9.5, 4)["decode"] is None
+
+
+def test_cycle_follows_the_rank_last_at_the_next_sync():
+    step0 = {0: {"ready": 5.0, "issued": 7.0, "done": 25.0, "end": 31.0}, 1: {"ready": 4.0, "issued": 6.0, "done": 26.0, "end": 30.0}}
+    step1 = {0: {"ready": 36.0, "issued": 38.0, "done": 55.0, "end": 60.0}, 1: {"ready": 37.0, "issued": 40.0, "done": 55.0, "end": 61.0}}
+    c = cycle([step0, step1])
+    assert c["cycle"] == [33.0]  # 7 -> 40: rank 1 issued last at the next sync
+    assert [c[k][0] for k in CYCLE] == [19.0, 4.0, 7.0, 3.0]
+    assert sum(c[k][0] for k in CYCLE) == c["cycle"][0]
+    assert cycle([step0]) == {"cycle": []}
