@@ -6,6 +6,7 @@ bf16 parameters, 2 micro-batches a step) profiled as written and with ``--keep-g
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from testdata import DATA
 
 from dagprof.analysis import analyze
@@ -64,10 +65,18 @@ def test_reshard_off_drops_each_backward_gathers_enqueue_exit_lag_and_issuing_pa
     assert saved > 0.5 * float(g.dur[gathers].sum()) / len(g.meta.steps)
 
 
-def test_reshard_on_charges_the_forward_gathers_host_time_to_each_kept_unit():
+def test_reshard_on_charges_the_forward_gathers_host_time_to_each_backward_pass():
+    """Kept, each unit was gathered once a step (the first micro-batch's forward); resharded, it is gathered before
+    each of the step's 2 backward passes: each costs what the forward all-gather took on that rank."""
     g = graph(OFF)
     on = set_reshard(g, True)
-    added = float(on.dur.sum() - g.dur.sum())
     forward = [c.node for c in fsdp_collectives(g) if c.kind == "all_gather"]
-    lags = sum(float(g.gap[gather_host_nodes(g, c, r, path=False)[1]].sum()) for c in forward for r in issuers(g, c))
-    assert added > float(g.dur[forward].sum()) and lags > 0
+    assert {Passes(g).of_collective(c, 0) for c in forward} == {(0, True)}
+    cost = 0.0
+    for c in forward:
+        for r in issuers(g, c):
+            issue, lagged = gather_host_nodes(g, c, r, path=False)
+            copy = [v for v in np.flatnonzero(g.rank == r).tolist() if g.step[v] == g.step[c]
+                    and g.node_name(v).endswith(f"fsdp copy-out {g.node_name(c).split(' ', 1)[1].rpartition('.')[0]} (forward)")]
+            cost += float(g.dur[c] + g.dur[issue + copy].sum() + g.gap[lagged].sum())
+    assert float(on.dur.sum() - g.dur.sum()) == pytest.approx(2 * cost)
