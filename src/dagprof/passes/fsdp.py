@@ -6,10 +6,13 @@ tensor partition, parameter-server or tree schemes, Horovod's fusion) have no FS
 line, never answered as DDP.
 
 ``reshard_after_forward`` (``set_reshard``): off removes the backward all-gather of every unit that was
-resharded (its transfer, its copy-out and the forward reshard cost nothing); on adds one to every unit
-that kept its parameters: each rank's first backward op of the unit waits as long as that unit's
-forward all-gather and copy-out took (gloo blocks the thread for the transfer), an approximation
-that keeps the ranks' own skew rather than joining them again.
+resharded: its transfer, and on every rank all the host time the call took (``gather_host_nodes``: the
+enqueue, the exit lag its wait carries, the copy-out, and the unsharding path that issued it), and the
+forward reshard. On adds one to every backward pass of every unit that kept its parameters (under gradient
+accumulation one per micro-batch, though a kept unit was gathered once, in the first forward): each rank's
+first backward op of the unit in that pass waits as long as that unit's forward all-gather took on it
+(enqueue, transfer, exit lag, copy-out; gloo blocks the thread for the transfer), an approximation that
+keeps the ranks' own skew rather than joining them again.
 
 The reduce dtype (``set_reduce_dtype``): each reduce-scatter (and HSDP all-reduce) moves its gradients in it.
 """
@@ -78,6 +81,13 @@ def set_reshard(g: Graph, on: Reshard) -> Graph:
     def micro(v: int) -> int:
         return in_pass.at(int(g.rank[v]), int(g.step[v]), float(g.order[v]), after=True)[0]
 
+    # (step, unit) -> micro-batches whose forward gathered it: a kept unit stays gathered until the step's last backward
+    # (FSDP2 reshards after backward; ``set_reshard_after_backward(False)`` keeps it into the next micro-batch too), so
+    # a forward all-gather serves every backward up to the next one's micro-batch
+    gathered: dict[tuple[int, str], list[int]] = {}
+    for c in fsdp_collectives(g):
+        if c.kind == "all_gather" and (at := in_pass.of_collective(c.node, min(issuers(g, c.node))))[1]:
+            gathered.setdefault((int(g.step[c.node]), c.unit), []).append(at[0])
     for c in fsdp_collectives(g):
         u = units.get(c.unit)
         if c.kind != "all_gather" or u is None or u.resharded_after_forward == resharded(u, on):
@@ -88,21 +98,52 @@ def set_reshard(g: Graph, on: Reshard) -> Graph:
         if not on_here and not forward:  # the backward all-gather of a resharded unit: gone
             dur[c.node] = 0.0
             gap[[p for p in g.predecessors(c.node).tolist() if g.kind[p] == Kind.SYNC]] = 0.0  # and the averaged join's wait for its late rank
+            for r in issuers(g, c.node):
+                issue, lagged = gather_host_nodes(g, c.node, r)
+                dur[issue] = 0.0
+                gap[lagged] = 0.0
             for v in by_name.get((step, f"fsdp copy-out {c.unit} (backward)"), []) + by_name.get((step, f"fsdp reshard {c.unit} (forward)"), []):
                 dur[v] = 0.0
-        elif on_here and forward:  # a kept unit gathered again: its backward (of the same micro-batch) starts that much later on every rank
+        elif on_here and forward:  # a kept unit gathered again before each backward it served: that backward starts later on every rank
             unit_layers = set(_unit_layers(g, c.unit))
             layers = {k for k, name in enumerate(g.layers) if name in unit_layers}
             on_step = np.array(sorted(v for k in layers for v in backward.get((step, k), [])), dtype=np.int64)
             copies = by_name.get((step, f"fsdp copy-out {c.unit} (forward)"), [])
+            until = min((b for b in gathered[(step, c.unit)] if b > batch), default=np.inf)
             for r in np.unique(g.rank[on_step]).tolist():
-                mine = [v for v in on_step[g.rank[on_step] == r].tolist() if micro(v) == batch]
-                if not mine:
-                    continue
-                first = min(mine, key=lambda v: float(g.order[v]))
                 copy = [v for v in copies if int(g.rank[v]) == r and micro(v) == batch]
-                dur[first] += float(g.dur[c.node]) + sum(float(g.dur[v]) for v in copy)
+                issue, lagged = gather_host_nodes(g, c.node, r, path=False)
+                cost = float(g.dur[c.node]) + sum(float(g.dur[v]) for v in copy + issue) + sum(float(g.gap[v]) for v in lagged)
+                passes: dict[int, int] = {}  # micro-batch -> the unit's first backward op in it
+                for v in on_step[g.rank[on_step] == r].tolist():
+                    b = micro(v)
+                    if batch <= b < until and (b not in passes or g.order[v] < g.order[passes[b]]):
+                        passes[b] = v
+                for first in passes.values():
+                    dur[first] += cost
     return g.replace(dur=dur, gap=gap)
+
+
+def gather_host_nodes(g: Graph, node: int, rank: int, path: bool = True) -> tuple[list[int], list[int]]:
+    """``rank``'s host nodes that exist only because it called all-gather ``node``: (nodes whose time is the call's,
+    nodes whose gap is): its enqueue(s), and its wait, whose gap is the exit lag from the transfer's first completion
+    to the call's return. With ``path``, also the ``other:`` host time right before the enqueue in program order:
+    in a backward, FSDP's unsharding path that issues it (the prefetching hook, the copy-in and its dtype cast;
+    Kineto's ``FSDP::backward_prefetch`` and ``FSDP::all_gather`` spans hold it). A profile of the same job with
+    ``reshard_after_forward=False`` (bench/review6/convnext_accum.py ``--keep-gathered``) has none of it: its units'
+    backward ops touch, so no host time is left between them. Not used for a forward all-gather: there the
+    ``other:`` time before it also holds the module's own code between units."""
+    issue = [q for p in g.predecessors(node).tolist() for q in ([p] if g.kind[p] != Kind.SYNC else g.predecessors(p).tolist())
+             if int(g.rank[q]) == rank and g.kind[q] == Kind.COMM_ENQUEUE]
+    lagged = [v for v in g.successors(node).tolist() if int(g.rank[v]) == rank and g.kind[v] == Kind.COMM_WAIT]
+    if path and issue:
+        v = min(issue, key=lambda q: float(g.order[q]))
+        other = f"rank{rank}.other:"
+        while prev := [q for q in g.predecessors(v).tolist() if g.device[q] == g.device[v] and g.kind[q] == Kind.OTHER
+                       and g.node_name(q).startswith(other)]:
+            v = prev[0]
+            issue.append(v)
+    return issue, lagged
 
 
 def set_reduce_dtype(g: Graph, dtype: str) -> Graph:
