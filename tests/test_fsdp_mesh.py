@@ -103,6 +103,15 @@ def test_the_optimizer_steps_on_the_new_shards():
     assert m.dur[m.kind == Kind.UPDATE].sum() == pytest.approx(g.dur[upd].sum() / 2)
 
 
+def test_a_new_shard_degree_without_fsdp_costs_says_what_the_step_leaves_out(capsys):
+    """Scaled by bytes alone, the step of many small tensors is predicted short (the MoE reviewer job's 1x4): said."""
+    assert main(["whatif", str(HSDP), "--mesh", "1x4,2x2", "--no-trace", "--allow-model-error", "--json"]) == 0
+    notes = [n for n in json.loads(capsys.readouterr().out)["notes"] if "shard degree" in n]
+    assert len(notes) == 1 and notes[0].startswith("a shard degree of 4 (profiled 2)") and "calibrate --fsdp" in notes[0]
+    assert main(["whatif", str(HSDP), "--workers", "8", "--no-trace", "--allow-model-error", "--json"]) == 0  # grows R only
+    assert not [n for n in json.loads(capsys.readouterr().out)["notes"] if "shard degree" in n]
+
+
 def test_workers_on_hsdp_grow_the_replicate_dimension():
     g = graph(HSDP)
     m = scale_fsdp_workers(g, 8)

@@ -403,6 +403,22 @@ def scale_fsdp_workers(g: Graph, workers: int, costs: FsdpCosts | None = None) -
     return out.replace(dur=dur)
 
 
+def uncalibrated_step_note(g: Graph, shards: list[int]) -> str | None:
+    """Without FSDP's costs measured here, a new shard degree scales the optimizer step by bytes (``step_scale``): say
+    what that leaves out. On the review6 MoE job (51 tensors, RAdam) 2x2 -> 1x4 was predicted at 0.68-0.79 of the step
+    and ran 0.92-1.12: its 1x4 profile's step rose 38.6 -> 71.0 ms, 650 DTensor dispatches (31 of a 55 ms step) a step."""
+    mesh = g.meta.fsdp.units[0].mesh if g.meta.fsdp.units else []
+    shard0 = mesh[-1] if mesh else graph_world_size(g)
+    new = sorted({s for s in shards if s != shard0})
+    if not new:
+        return None
+    tensors = sum(u.tensors for u in g.meta.fsdp.units)
+    return (f"a shard degree of {', '.join(map(str, new))} (profiled {shard0}) scales the optimizer step on {tensors} tensors by "
+            f"their shards' bytes: its fixed cost per tensor (DTensor dispatch, about 125 us a tensor on a 2-core machine) does "
+            f"not shrink with the shards, so the step is predicted short where tensors are many and small; `dagprof calibrate "
+            f"--fsdp` measures both here, and --link-model FILE prices the step by them")
+
+
 def step_scale(g: Graph, shard0: int, shard: int, costs: FsdpCosts | None) -> float:
     """The optimizer step on 1/``shard`` of every parameter over the profiled one on 1/``shard0``."""
     units = g.meta.fsdp.units

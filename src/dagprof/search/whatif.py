@@ -25,7 +25,7 @@ from ..graph.dag import Graph
 from ..passes.compute import own_cores_note
 from ..passes.data_parallel import conversion_note
 from ..passes.fsdp import set_reduce_dtype
-from ..passes.fsdp_mesh import merged_rings_note, with_mesh
+from ..passes.fsdp_mesh import merged_rings_note, uncalibrated_step_note, with_mesh
 from ..passes.fsdp_units import with_units
 from ..passes.horovod import crowded_hosts
 from ..passes.link_fit import LinkFit, graph_world_size, hybrid, link_fit
@@ -205,7 +205,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
             "notes": _hybrid_notes(g0) + _stall_notes(fit) + _conversion_notes(g0, scenarios, cluster) + _crowded_notes(g0, scenarios)
                      + _shared_cores_notes(g0, cluster) + _overlap_notes(cluster) + _own_cores_notes(g0, predicted, cluster)
                      + _shared_port_notes(g0, scenarios) + _floor_notes(rows) + _refusion_notes(g0, scenarios, cluster, base_topo, model)
-            + _link_to_notes(scenarios, cluster) + _mesh_notes(g0, scenarios) + wire_notes + waiting
+            + _link_to_notes(scenarios, cluster) + _mesh_notes(g0, scenarios) + _fsdp_step_notes(g0, scenarios, cluster) + wire_notes + waiting
             + ([f"no peak memory in {len(rows)} row(s): {NO_SIZES}"] if unsized else [])
             + ([f"peak memory in {len(rows)} row(s): {GATHERED_UNRECORDED}"] if _threshold_rule(g0) and not unsized else [])
             + ([note] if relinked and (note := stall_note(g0)) else [])
@@ -309,6 +309,17 @@ def _mesh_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
     """``--mesh`` layouts whose rings merge profiled groups: what the profile does not measure of them."""
     notes = [merged_rings_note(g, *s.mesh) for s in scenarios if s.mesh is not None]
     return list(dict.fromkeys(n for n in notes if n))
+
+
+def _fsdp_step_notes(g: Graph, scenarios: list[Scenario], c: Cluster) -> list[str]:
+    """An FSDP profile's new shard degrees (``--mesh RxS``; ``--workers`` on plain FSDP) without FSDP's measured costs."""
+    if not is_fsdp_graph(g) or (c.link_file is not None and c.link_file.fsdp is not None):
+        return []
+    hsdp = len(g.meta.fsdp.units[0].mesh) > 1 if g.meta.fsdp.units else False
+    shards = [s.mesh[1] if s.mesh is not None else s.workers for s in scenarios
+              if s.mesh is not None or (s.workers is not None and s.workers > 1 and not hsdp)]
+    note = uncalibrated_step_note(g, shards) if shards else None
+    return [note] if note else []
 
 
 def _floor_notes(rows: list[WhatifRow]) -> list[str]:
