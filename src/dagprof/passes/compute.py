@@ -40,6 +40,12 @@ def share_cores(g: Graph, cores: int, ranks_per_host: int | None = None) -> Grap
 
     Only a rank's main lane's gaps are the framework's work on the cores (``_idle_off_cores``); its other threads'
     (MXNet's engine workers, TF's thread pools) are those threads waiting for work.
+
+    What a rank holds is not bounded by its process's CPU time per step (``PsRecord.cpu_us``), though under other jobs'
+    load it exceeds it (``mx_attn_accum.py``, 14 kept testbed profiles at load 1.8-9.9: by a median -5..+68 ms a step):
+    the time an op spent descheduled is the host's load, which the measured jobs met too. Tried (scaled down to the
+    CPU time), ``--cores 2`` on 4 workers moved away from the measured step in 12 of those 14 rounds (from -48..+38 %
+    to -68..-18 %), and a loaded profile's own configuration, which the queue leaves alone, came out up to 74 % fast.
     """
     if cores < 1:
         raise DagprofError(f"cores must be >= 1, got {cores}")
