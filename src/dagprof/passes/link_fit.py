@@ -81,6 +81,8 @@ class LinkFit:
     weak: str | None  # why latency and bandwidth are not told apart (None: they are)
     # per fitted collective (``profiled_comm``'s order), its time beyond the link that stays on it as measured (``_fit_robust``)
     stalls: np.ndarray | None = field(default=None, compare=False)
+    # an FSDP profile's per-kind links fitted with one overhead where one link fits its kinds poorly (``kinds_fit``): ``Topology.kinds``
+    kinds: tuple[tuple[str, AlphaBeta], ...] = ()
 
     def describe(self) -> str:
         r2 = "" if self.r2 is None else f", R^2 {self.r2:.2f}"
@@ -119,6 +121,9 @@ def link_fit(g: Graph) -> LinkFit:
     nbytes, dur = profiled_collectives(g, overlapping=concurrent)
     n = priced_world_size(g)
     fit = fit_link(nbytes, dur, n, concurrent=concurrent)
+    if fit.weak is not None and not concurrent and (joint := kinds_fit(g)) is not None:
+        overhead, total, kinds, r2 = joint
+        return replace(fit, link=AlphaBeta(overhead / (2 * (max(n, 2) - 1)), total.beta_us_per_byte), r2=r2, weak=None, stalls=None, kinds=kinds)
     if fit.stalls is None or g.meta.horovod is None:
         return fit
     alpha = fit.link.alpha_us + float(fit.stalls.sum()) / len(dur) / (2 * (max(n, 2) - 1))
@@ -162,7 +167,8 @@ def fit_topology(g: Graph) -> Topology:
     link = fit.link
     wire = AlphaBeta(0.0, link.beta_us_per_byte, link.gamma_us_per_byte)
     overhead = 2 * (max(n, 2) - 1) * link.alpha_us
-    t = Topology(max(n, 1), 1, wire, wire, overhead, profiled_kinds(g, overhead) if fit.weak is None else ())
+    kinds = fit.kinds or (profiled_kinds(g, overhead) if fit.weak is None else ())
+    t = Topology(max(n, 1), 1, wire, wire, overhead, kinds)
     return t if g.meta.wire_bytes_per_s is None else split_at_wire(t, g.meta.wire_bytes_per_s, pipelined=g.meta.horovod is not None)
 
 
@@ -174,24 +180,72 @@ def profiled_kinds(g: Graph, overhead_us: float) -> tuple[tuple[str, AlphaBeta],
     and a link ratio multiplied both (the vendored pair ``tests/data/fsdp/testbed-alternating-*``: 200 Mbit/s +1.0 % ->
     -0.1 %). Only where the one fit tells bandwidth from latency (``LinkFit.weak``): else a kind's share of the
     durations beyond the overhead is noise (the 2-step ``fsdp/reshard`` recording: +2.0 % off its own replay)."""
-    if not is_fsdp_graph(g):
+    sample = _kind_sample(g)
+    if sample is None:
         return ()
-    mask = priced_comm(g)
-    comm = np.array([c.comm for c in find_collectives(g) if mask[c.comm] and g.dur[c.comm] > 0 and g.nbytes[c.comm] > 0], np.int64)
-    if not len(comm):
-        return ()
-    kinds = np.array([kind_of_collective(g.node_name(int(v))) for v in comm])
-    if len(np.unique(kinds)) < 2:
-        return ()
-    n = max(priced_world_size(g), 2)
-    wire = 2 * (n - 1) / n * allreduce_equivalent_bytes(g, comm)
+    kinds, _, wire, dur = sample
     out = []
     for kind in np.unique(kinds).tolist():
         sel = kinds == kind
-        transfer = float(g.dur[comm[sel]].sum()) - overhead_us * int(sel.sum())
+        transfer = float(dur[sel].sum()) - overhead_us * int(sel.sum())
         if transfer > 0:
             out.append((kind, AlphaBeta(0.0, transfer / float(wire[sel].sum()))))
     return tuple(out)
+
+
+def _kind_sample(g: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """(kinds, all-reduce-equivalent bytes, ring wire bytes, us) of an FSDP profile's priced collectives with a measured
+    duration and size, where they are of more than one kind; else None."""
+    if not is_fsdp_graph(g):
+        return None
+    mask = priced_comm(g)
+    comm = np.array([c.comm for c in find_collectives(g) if mask[c.comm] and g.dur[c.comm] > 0 and g.nbytes[c.comm] > 0], np.int64)
+    if not len(comm):
+        return None
+    kinds = np.array([kind_of_collective(g.node_name(int(v))) for v in comm])
+    if len(np.unique(kinds)) < 2:
+        return None
+    n = max(priced_world_size(g), 2)
+    equiv = allreduce_equivalent_bytes(g, comm).astype(float)
+    return kinds, equiv, 2 * (n - 1) / n * equiv, g.dur[comm].astype(float)
+
+
+def kinds_fit(g: Graph) -> tuple[float, AlphaBeta, tuple[tuple[str, AlphaBeta], ...], float] | None:
+    """Where one link fits an FSDP profile's collectives too poorly to split latency from bandwidth (``LinkFit.weak``)
+    because its kinds cost differently per byte: one fixed overhead per collective shared by every kind, and each kind's
+    own time per wire byte, fitted together by least squares (the overhead dropped where it comes out negative): (overhead
+    us, the all-reduce-equivalent link of the kinds' total, ``Topology.kinds``, R^2). None unless every kind has sizes that
+    show its slope (the largest at least 1.5 times the smallest, as ``fit_link`` asks of one link), every slope is positive
+    and the kinds' sizes explain the durations (R^2 at least ``MIN_R2``).
+
+    gloo's collectives of CUDA tensors copy through the host, and its all-gather and all-reduce differ beyond their
+    bytes: on the 2-rank H200 run (FSDP2 per block, gloo, Kineto) an all-gather of a 50 MB block spent ~57 ms exchanging
+    and ~10 ms copying the gathered halves on the host, the block's all-reduce (FSDP's reduce-scatter on gloo) ~29 ms
+    exchanging and ~6 ms dividing on the host (AVG): 2.5 against 0.64 ns per wire byte as fitted. One link fitted to both explained
+    1 % of their durations, put it all in latency (46.5 ms a collective) and priced the root's 1-2 MB collectives,
+    measured 1-4 ms, at 47 ms: the model of the profiled run +14.8 % off its replay (``--raw``). Fitted per kind with one
+    overhead: R^2 0.98, +1.6 %."""
+    sample = _kind_sample(g)
+    if sample is None:
+        return None
+    kinds, equiv, wire, dur = sample
+    names = np.unique(kinds).tolist()
+    for kind in names:
+        sizes = equiv[kinds == kind]
+        if sizes.max() < 1.5 * sizes.min():
+            return None
+    slopes = np.stack([np.where(kinds == kind, wire, 0.0) for kind in names], axis=1)
+    coef = np.linalg.lstsq(np.column_stack([np.ones(len(dur)), slopes]), dur, rcond=None)[0]
+    if coef[0] < 0:
+        coef = np.concatenate([[0.0], np.linalg.lstsq(slopes, dur, rcond=None)[0]])
+    pred = coef[0] + slopes @ coef[1:]
+    spread = float(((dur - dur.mean()) ** 2).sum())
+    r2 = 1.0 - float(((dur - pred) ** 2).sum()) / spread if spread > 0 else 0.0
+    if (coef[1:] <= 0).any() or r2 < MIN_R2:
+        return None
+    overhead = float(coef[0])
+    total = AlphaBeta(0.0, float((dur.sum() - overhead * len(dur)) / wire.sum()))
+    return overhead, total, tuple((kind, AlphaBeta(0.0, float(b))) for kind, b in zip(names, coef[1:])), r2
 
 
 def split_at_wire(t: Topology, wire_bytes_per_s: float, pipelined: bool = False) -> Topology:

@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import DagprofError
 from .events import EventRows, Kind, RankTrace
 from .meta import Collectives
-from .run_comm import device_ops
+from .run_comm import device_ops, exchange_starts
 from .run_schema import Col, FsdpInfo, Rec
 from .run_spans import _Comm, _DeviceOp, _Span, _Transfer
 
@@ -51,14 +51,14 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, records: np.ndarray,
         c = info.collectives[k]
         unit = info.units[c.unit].name
         name = f"{c.kind} {unit}" + (f" (prefetched by {info.units[c.prefetched_by].name})" if c.prefetched_by >= 0 else "")
-        lane, s0, s1 = HOOK_LANE, b0, b1
+        lane, s0, x0, s1 = HOOK_LANE, b0, b0, b1
         if gloo is not None:
             while g < len(gloo) and gloo[g][1] < b0:
                 g, outside = g + 1, outside + 1
             if g < len(gloo) and gloo[g][1] <= b1:
-                lane, s0, s1 = gloo[g]
+                lane, s0, x0, s1 = gloo[g]
                 g += 1
-        transfers.append(_Transfer(k, -1, name, s0, s1, lane, c.nbytes))
+        transfers.append(_Transfer(k, -1, name, x0, s1, lane, c.nbytes))
         # at least 1 ns: a span that ends where the previous one was cut would be dropped as already covered
         host.append(_Span(Kind.COMM_ENQUEUE, f"fsdp {name}", b0, max(b0 + 1, min(s0, b1)), layer=-1, seq=k, nbytes=c.nbytes))
     if gloo is not None and (outside := outside + len(gloo) - g):
@@ -80,20 +80,19 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, records: np.ndarray,
     return _Comm(source, sorted(transfers, key=lambda x: x.seq), {}, sorted(host, key=lambda s: s.start), device)
 
 
-def _kineto_transfers(kpath: str, rank: int, lo: int, hi: int, warnings: list) -> tuple[list[tuple[str, int, int]], list[_DeviceOp]]:
-    """(lane, start ns, end ns) of every collective Kineto saw in [lo, hi], by start, and the GPU's kernels and copies
-    launched in it; what the trace's reader noticed (events dropped and counted) joins ``warnings``."""
+def _kineto_transfers(kpath: str, rank: int, lo: int, hi: int, warnings: list) -> tuple[list[tuple[str, int, int, int]], list[_DeviceOp]]:
+    """(lane, start ns, its exchange's start ns (``run_comm.exchange_starts``), end ns) of every collective Kineto saw in
+    [lo, hi], by start, and the GPU's kernels and copies launched in it; what the trace's reader noticed (events dropped
+    and counted) joins ``warnings``. The start matches the op to the FSDP call it served; its transfer starts at the other."""
     from .kineto import read_kineto  # noqa: PLC0415  (only runs with Kineto on)
 
     kt = read_kineto(kpath, rank=rank)
     warnings += kt.meta.warnings
     ev = kt.events
     at = lambda us: kt.base_ns + int(round(us * 1e3))  # noqa: E731
-    out = []
-    for i in np.flatnonzero(ev.kind == Kind.COMM).tolist():
-        s0 = at(ev.start[i])
-        if lo <= s0 <= hi:
-            out.append((kt.lanes[ev.lane[i]].name, s0, s0 + int(round(ev.dur[i] * 1e3))))
+    idx = [i for i in np.flatnonzero(ev.kind == Kind.COMM).tolist() if lo <= at(ev.start[i]) <= hi]
+    begin = exchange_starts(ev, idx)
+    out = [(kt.lanes[ev.lane[i]].name, at(ev.start[i]), at(begin[i]), at(ev.start[i]) + int(round(ev.dur[i] * 1e3))) for i in idx]
     return sorted(out, key=lambda x: x[1]), device_ops(kt, lo, hi, at)
 
 
