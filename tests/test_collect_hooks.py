@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 from dagprof.collect import parse_steps, profile  # noqa: E402
 from dagprof.errors import DagprofError  # noqa: E402
 from dagprof.traces.dagprof_run import read_run  # noqa: E402
-from dagprof.traces.events import Kind, LaneKind  # noqa: E402
+from dagprof.traces.events import Dep, Kind, LaneKind  # noqa: E402
 from dagprof.traces.load import load  # noqa: E402
 from dagprof.traces.run_schema import MANIFEST, rank_file  # noqa: E402
 
@@ -342,6 +342,12 @@ def test_gpu_kernels_from_kineto_join_the_layer_that_launched_them(tmp_path):
     (k,) = np.flatnonzero(np.array([ev.name_of(i) == "void gemm_kernel<float>" for i in range(len(ev))]))
     assert t.lanes[ev.lane[k]].kind == LaneKind.GPU_STREAM
     assert ev.kind[k] == Kind.FORWARD and t.layers[ev.layer[k]] == "2" and ev.step[k] == 1
-    flows = {tuple(f) for f in t.flows.tolist()}
-    assert (fwd, k) in flows and (k, upd) in flows
+    # joined where the trace joins them: after its launch call, a call inside the forward span (not after the span's
+    # end); the sync call inside the update span waits for it
+    rule = {tuple(f): Dep(int(r)) for f, r in zip(t.flows.tolist(), t.rules().tolist())}
+    (call,) = [u for (u, v), r in rule.items() if v == k and r == Dep.LAUNCH]
+    (sync,) = [v for (u, v), r in rule.items() if u == k and r == Dep.SYNC]
+    for inner, outer in ((call, fwd), (sync, upd)):
+        assert ev.depth[inner] == 1 and ev.lane[inner] == ev.lane[outer]
+        assert ev.start[outer] <= ev.start[inner] <= ev.start[inner] + ev.dur[inner] <= ev.start[outer] + ev.dur[outer]
     check_partition(t)
