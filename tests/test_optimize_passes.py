@@ -12,6 +12,7 @@ from dagprof.passes import set_buckets
 from dagprof.passes.accumulate import accumulate_gradients
 from dagprof.passes.bucket_plan import BucketSlots, Plan, set_bucket_layout
 from dagprof.passes.compression import Chained, Codec, bucket_cost, chained_latency_us, powersgd_parts
+from dagprof.passes.gradients import gradient_order
 from dagprof.passes.recompute import RecomputeSlots, recompute, segments
 from dagprof.passes.schedule import set_comm_priority
 from dagprof.pipeline import open_run
@@ -39,11 +40,14 @@ def test_layout_from_caps_follows_ddp_rule(order):
         order.check_ends((3, 1))
 
 
-def test_slots_price_the_profiled_layout_like_set_buckets(prof, order):
-    slots = BucketSlots(prof.graph, order)
-    g = slots.realize(Plan(order.profiled_ends))
-    ref = job_iteration_us(set_buckets(prof.graph, None))
-    assert job_iteration_us(g) == pytest.approx(ref, rel=0.03)
+@pytest.mark.parametrize("run", ["ddp-testbed/run", "powersgd-2bucket/defaults", "ddp-fresh/accum"])
+def test_slots_price_the_profiled_layout_like_set_buckets(run):
+    """On kept runs (8 and 2 buckets). The session's fresh tiny run left the two 1-7 % apart in 3 of 7 tries on an idle
+    machine (stop 36's code too): its alignment drops a few collectives in some runs and not in others."""
+    p = open_run(DATA / run)
+    order = gradient_order(p.graph, p.run.ranks[0].buckets)
+    g = BucketSlots(p.graph, order).realize(Plan(order.profiled_ends))
+    assert job_iteration_us(g) == pytest.approx(job_iteration_us(set_buckets(p.graph, None)), rel=0.03)
 
 
 def test_compacted_layout_replays_like_its_slot_graph(prof, order):
