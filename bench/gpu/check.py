@@ -16,7 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.abspath(os.path.join(HERE, "..", "..", "src")))
 
 from dagprof.errors import DagprofError  # noqa: E402
-from dagprof.graph.dag import DeviceKind  # noqa: E402
+from dagprof.passes.profiler_cost import on_accelerator  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
 from dagprof.search.fsdp_memory import fsdp_peak  # noqa: E402
 
@@ -31,8 +31,7 @@ def check(folder: str, name: str) -> dict:
     try:
         built = open_run(run)
         g = built.graph
-        streams = {k for k, d in enumerate(g.devices) if d.kind == DeviceKind.COMPUTE and "stream" in d.name}
-        out["gpu_nodes"] = int(sum(int((g.device == k).sum()) for k in streams))
+        out["gpu_nodes"] = int(on_accelerator(g).sum())
         out["replay_pct"] = pct(built.analysis.predicted_us, built.analysis.measured_us)
         averaged = open_run(run, template=True).analysis
         out["template_pct"] = pct(averaged.predicted_us, averaged.measured_us)

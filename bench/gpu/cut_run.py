@@ -13,10 +13,11 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "data"))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "tests" / "data"), str(ROOT / "src")]
 from make_excerpts import _save, step_excerpt  # noqa: E402
 
-STEP_BEGIN, STEP_END = 0, 1  # ``traces.run_schema.Rec``
+from dagprof.traces.run_schema import Rec  # noqa: E402
 
 
 def main(run: Path, step: int, out: Path) -> None:
@@ -27,8 +28,8 @@ def main(run: Path, step: int, out: Path) -> None:
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     for path in sorted(run.glob("rank*.json")):
         doc = json.loads(path.read_text())
-        t0 = next(r[3] for r in doc["records"] if r[0] == STEP_BEGIN and r[1] == step)
-        t1 = next(r[3] for r in doc["records"] if r[0] == STEP_END and r[1] == step)
+        t0 = next(r[3] for r in doc["records"] if r[0] == Rec.STEP_BEGIN and r[1] == step)
+        t1 = next(r[3] for r in doc["records"] if r[0] == Rec.STEP_END and r[1] == step)
         doc["records"] = [r for r in doc["records"] if t0 <= r[3] <= t1]
         doc["steps_requested"], doc["steps_profiled"] = [step, step + 1], [step]
         (out / path.name).write_text(json.dumps(doc, separators=(",", ":")))

@@ -146,8 +146,7 @@ def _groups(g: Graph, old_enq: np.ndarray, coll_of_enq: dict[int, int], cap: flo
     out: dict[tuple[int, int], list[tuple[int, int]]] = {}
     # the backward ops on the lanes that enqueue the rank's all-reduces (DDP's hooks fire on the thread that runs the
     # backward): a GPU's kernels carry their launching layer's kind but finish in another order on their streams
-    enq_lanes = np.isin(g.rank.astype(np.int64) * len(g.devices) + g.device,
-                        np.unique(g.rank[old_enq].astype(np.int64) * len(g.devices) + g.device[old_enq]))
+    enq_lanes = np.isin(g.device, np.unique(g.device[old_enq]))  # a device is one rank's
     seq_nodes = np.flatnonzero((((g.kind == Kind.BACKWARD) & enq_lanes) | old_enq) & (g.rank >= 0) & (g.step >= 0))
     by_key: dict[tuple[int, int], list[int]] = defaultdict(list)
     for v in seq_nodes[np.argsort(g.order[seq_nodes], kind="stable")].tolist():

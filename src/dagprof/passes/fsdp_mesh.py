@@ -407,8 +407,7 @@ def uncalibrated_step_note(g: Graph, shards: list[int]) -> str | None:
     """Without FSDP's costs measured here, a new shard degree scales the optimizer step by bytes (``step_scale``): say
     what that leaves out. On the review6 MoE job (51 tensors, RAdam) 2x2 -> 1x4 was predicted at 0.68-0.79 of the step
     and ran 0.92-1.12: its 1x4 profile's step rose 38.6 -> 71.0 ms, 650 DTensor dispatches (31 of a 55 ms step) a step."""
-    mesh = g.meta.fsdp.units[0].mesh if g.meta.fsdp.units else []
-    shard0 = mesh[-1] if mesh else graph_world_size(g)
+    shard0 = mesh_of(g)[1]
     new = sorted({s for s in shards if s != shard0})
     if not new:
         return None
