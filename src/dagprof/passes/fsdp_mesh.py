@@ -384,21 +384,29 @@ def _regroup(g: Graph, replicate: int, shard: int, add_all_reduce: bool,
     return b.build().replace(exit_lag=np.asarray(exit_lag, dtype=np.float64)), rings
 
 
+def workers_mesh(g: Graph, workers: int) -> tuple[int, int]:
+    """The (replicate, shard) degrees ``--workers`` gives an FSDP profile: plain FSDP shards over every worker (one worker,
+    the scaling-efficiency baseline, shards nothing); HSDP grows its replicate dimension and keeps the shard degree."""
+    replicate0, shard0 = mesh_of(g)
+    hsdp = len(g.meta.fsdp.units[0].mesh) > 1 if g.meta.fsdp.units else False
+    if not hsdp or workers == 1:
+        return 1, workers
+    if workers % shard0:
+        raise DagprofError(f"this profile is an HSDP job (mesh {replicate0}x{shard0}): --workers grows its replicate "
+                           f"dimension, so it must be a multiple of the shard degree {shard0}, got {workers} (or give --mesh RxS)")
+    return workers // shard0, shard0
+
+
 def scale_fsdp_workers(g: Graph, workers: int, costs: FsdpCosts | None = None) -> Graph:
     """What if the FSDP job sharded over ``workers`` ranks (same per-rank batch)? ``costs``: the optimizer step
     scales by the measured DTensor step (module docstring), else by the shard degrees' ratio."""
-    mesh = g.meta.fsdp.units[0].mesh if g.meta.fsdp.units else []
-    n0 = graph_world_size(g)
-    shard0 = mesh[-1] if mesh else n0
-    if len(mesh) > 1 and workers not in (1, n0):  # one worker (the scaling-efficiency baseline) shards nothing
-        if workers % shard0:
-            raise DagprofError(f"this profile is an HSDP job (mesh {'x'.join(map(str, mesh))}): --workers grows its replicate "
-                               f"dimension, so it must be a multiple of the shard degree {shard0}, got {workers} (or give --mesh RxS)")
-        return set_mesh(g, workers // shard0, shard0, costs)
+    replicate0, shard0 = mesh_of(g)
+    replicate, shard = workers_mesh(g, workers)
+    if replicate != replicate0 and shard == shard0:
+        return set_mesh(g, replicate, shard, costs)
     out = scale_workers(g, workers)
     dur = out.dur.copy()
     upd = np.flatnonzero(out.kind == Kind.UPDATE)
-    shard = workers if len(mesh) <= 1 or workers == 1 else shard0
     dur[upd] *= step_scale(g, shard0, shard, costs)  # the optimizer steps this rank's shards: 1/shard degree of every parameter
     return out.replace(dur=dur)
 

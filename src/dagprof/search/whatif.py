@@ -25,7 +25,7 @@ from ..graph.dag import Graph
 from ..passes.compute import own_cores_note
 from ..passes.data_parallel import conversion_note
 from ..passes.fsdp import set_reduce_dtype
-from ..passes.fsdp_mesh import merged_rings_note, uncalibrated_step_note, with_mesh
+from ..passes.fsdp_mesh import merged_rings_note, uncalibrated_step_note, with_mesh, workers_mesh
 from ..passes.fsdp_units import with_units
 from ..passes.horovod import crowded_hosts
 from ..passes.link_fit import LinkFit, graph_world_size, hybrid, link_fit
@@ -315,9 +315,8 @@ def _fsdp_step_notes(g: Graph, scenarios: list[Scenario], c: Cluster) -> list[st
     """An FSDP profile's new shard degrees (``--mesh RxS``; ``--workers`` on plain FSDP) without FSDP's measured costs."""
     if not is_fsdp_graph(g) or (c.link_file is not None and c.link_file.fsdp is not None):
         return []
-    hsdp = len(g.meta.fsdp.units[0].mesh) > 1 if g.meta.fsdp.units else False
-    shards = [s.mesh[1] if s.mesh is not None else s.workers for s in scenarios
-              if s.mesh is not None or (s.workers is not None and s.workers > 1 and not hsdp)]
+    shards = [s.mesh[1] if s.mesh is not None else workers_mesh(g, s.workers)[1] for s in scenarios
+              if s.mesh is not None or (s.workers is not None and s.workers > 1)]
     note = uncalibrated_step_note(g, shards) if shards else None
     return [note] if note else []
 
