@@ -153,51 +153,22 @@ def one_step(args: argparse.Namespace, model: nn.Module, opt: torch.optim.Optimi
 
 
 def measure_memory(args: argparse.Namespace) -> list[float]:
-    """Every step's peak of tensor memory: the bytes of the tensors alive as the step starts (parameter shards,
-    gradients, optimizer state: read from the tensors) plus the most the heap grew above its level then.
+    """Every step's peak of tensor memory (``heap_peak.HeapPeak``), and where each step peaked (``step_peak_at``: the
+    aten op after which the heap was fullest, in backward the autograd function running it, and the part of the step
+    then running: a unit's forward from its pre-hook, its backward from when the gradient of its output arrived (a
+    tensor hook, which holds nothing), the root's layers before the inner units as ``backward of <root>``, the optimizer
+    step), to check where the memory model puts the peak."""
+    from heap_peak import HeapPeak
 
-    The heap in use is glibc's ``mallinfo2`` (all arenas and mmapped blocks: where the CPU allocator takes
-    its memory), sampled after every aten op (a dispatch mode). Its level itself is not the tensors': the
-    math libraries keep their own buffers (about 19 MB above the tensors here after a few steps), so only
-    its rise within a step counts. torch.profiler's memory events are not used: they miss frees made on
-    threads it does not profile (its counter grows by about one logits tensor per step here).
-
-    Where each step peaked is written too (``step_peak_at``: the aten op after which the heap was fullest, in backward the
-    autograd function running it, and the part of
-    the step then running: a unit's forward from its pre-hook, its backward from when the gradient of its output arrived
-    (a tensor hook, which holds nothing), the root's layers before the inner units as ``backward of <root>``, the
-    optimizer step), to check where the memory model puts the peak."""
-    import ctypes
-
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Mallinfo2(ctypes.Structure):
-        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
-                                                    "uordblks", "fordblks", "keepcost")]
-
-    libc = ctypes.CDLL("libc.so.6")
-    libc.mallinfo2.restype = Mallinfo2
-
-    def in_use() -> int:
-        m = libc.mallinfo2()
-        return m.uordblks + m.hblkhd
-
-    peak = [0]
     where = ["", ""]  # the part of the step running now, and where the step's peak so far fell
-    at = []
 
-    class Sample(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            now = in_use()
-            if now > peak[0]:
-                peak[0] = now
-                node = torch._C._current_autograd_node()  # in backward, the autograd function running
-                where[1] = f"{where[0]} ({func}{f' in {node.name()}' if node is not None else ''})"
-            return out
+    def on_peak(func) -> None:
+        node = torch._C._current_autograd_node()  # in backward, the autograd function running
+        where[1] = f"{where[0]} ({func}{f' in {node.name()}' if node is not None else ''})"
 
+    probe = HeapPeak(on_peak)
     model, opt = build(args)
-    peaks = []
+    at = []
 
     def mark(label: str):
         def set_label(*_):
@@ -219,31 +190,30 @@ def measure_memory(args: argparse.Namespace) -> list[float]:
         model.embed.register_forward_hook(on_output("backward of <root>"))
     opt.register_step_pre_hook(mark("optimizer step"))
 
-    def local(t) -> int:
-        t = t.to_local() if hasattr(t, "to_local") else t
-        return t.numel() * t.element_size()
-
-    def tensors() -> int:
-        params = [p for p in model.parameters()]
-        state = [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
-        # DDP's reducer keeps its own flat buffer per bucket (gradient_as_bucket_view=False): every gradient's bytes once more
-        buckets = sum(local(p) for p in params if p.requires_grad) if args.ddp else 0
-        return sum(local(p) + (local(p.grad) if p.grad is not None else 0) for p in params) + sum(local(v) for v in state) + buckets
-
     @contextlib.contextmanager
     def span(i: int):
-        start = peak[0] = in_use()
-        alive = tensors()
         where[:] = ["step start", "step start"]
-        with Sample():
+        with probe.step(tensor_bytes(model, opt, args.ddp)):
             yield
-        peaks.append(alive + max(peak[0], in_use()) - start)
         at.append(where[1])
 
     times = train(args, model, opt, span=span)
     with open(f"{args.memory}.{dist.get_rank()}", "w") as f:
-        json.dump({"step_peak_bytes": peaks, "step_peak_at": at}, f)
+        json.dump({"step_peak_bytes": probe.peaks, "step_peak_at": at}, f)
     return times
+
+
+def tensor_bytes(model: nn.Module, opt: torch.optim.Optimizer, ddp: bool) -> int:
+    """This rank's parameters (its shards under FSDP), gradients and optimizer state, and under DDP the reducer's own flat
+    buffer per bucket (``gradient_as_bucket_view=False``): every trained gradient's bytes once more."""
+    def local(t) -> int:
+        t = t.to_local() if hasattr(t, "to_local") else t
+        return t.numel() * t.element_size()
+
+    params = list(model.parameters())
+    state = [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
+    buckets = sum(local(p) for p in params if p.requires_grad) if ddp else 0
+    return sum(local(p) + (local(p.grad) if p.grad is not None else 0) for p in params) + sum(local(v) for v in state) + buckets
 
 
 def main(argv: list[str] | None = None) -> None:

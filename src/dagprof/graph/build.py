@@ -121,6 +121,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         parallel=parallel,
         horovod=run.meta.horovod,
         layer_grad_bytes=dict(run.ranks[0].meta.layer_grad_bytes),
+        layer_frozen_bytes=dict(run.ranks[0].meta.layer_frozen_bytes),
         layer_saved_bytes=dict(run.ranks[0].meta.layer_saved_bytes),
         host_cpus=host_cpus(run),
         host_tick_us=host_tick_us(run),

@@ -46,7 +46,7 @@ def fsdp_meta(run: Run) -> FsdpRecord:
     names = set(t0.events.names)  # FSDP's root ignores reshard_after_forward=True: what it did is what counts
     units = [FsdpGraphUnit(u.name, u.numel, u.shard_bytes, u.orig_dtype, u.param_dtype, u.reduce_dtype, u.reshard_after_forward,
                            f"fsdp reshard {u.name} (forward)" in names, list(u.mesh), list(u.mesh_dims), [t0.layers[i] for i in u.layers],
-                           len(u.params))
+                           len(u.params), u.frozen_numel, u.frozen_tensors)
              for u in t0.meta.fsdp.units]
     return FsdpRecord(
         units=units,

@@ -49,6 +49,18 @@ class FsdpGraphUnit:
     mesh_dims: list[str]
     layers: list[str]  # the leaf layers it runs (not those of nested units)
     tensors: int = 0  # parameter tensors it manages (0: not recorded, as in a DDP profile turned FSDP)
+    frozen_numel: int = 0  # of numel, the elements that take no gradient (FsdpUnit.frozen_numel)
+    frozen_tensors: int = 0  # of tensors, those that take no gradient
+
+    @property
+    def grad_numel(self) -> int:
+        """The elements FSDP reduce-scatters and the optimizer steps: the frozen ones are gathered only."""
+        return self.numel - self.frozen_numel
+
+    @property
+    def grad_tensors(self) -> int:
+        """The tensors the optimizer steps."""
+        return self.tensors - self.frozen_tensors
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +131,7 @@ class GraphMeta:
     parallel: Parallelism | None = None  # process groups and mesh dimensions (graph.build; passes.workers scales its DP size);
     # None: a builder of data-parallel jobs only (parameter server, S-SGD model, synthetic graphs)
     layer_grad_bytes: dict[str, int] = field(default_factory=dict)  # dagprof runs: rank 0's gradient bytes per layer (module path)
+    layer_frozen_bytes: dict[str, int] = field(default_factory=dict)  # dagprof runs: rank 0's bytes of parameters without one, per layer
     layer_saved_bytes: dict[str, int] = field(default_factory=dict)  # dagprof runs: rank 0's activation bytes saved per layer
     host_cpus: dict[str, tuple[int, int]] = field(default_factory=dict)  # dagprof, MXNet, TF/JAX runs: host -> (its ranks, cores a rank could run on)
     host_tick_us: dict[str, float] = field(default_factory=dict)  # TF/JAX runs: host -> its kernel's scheduler tick, where it said (analysis.operand_stall)

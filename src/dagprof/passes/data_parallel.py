@@ -130,24 +130,56 @@ def parse_target(text: str) -> str:
     return text
 
 
-def user_units(layers: list[str], grad_bytes: dict[str, int]) -> list[tuple[str, list[str]]]:
-    """(unit, its layers) as a user wraps the model: each numbered child of a container (the first number in a
-    layer's module path ends its unit's name: ``blocks.0.up`` -> ``blocks.0``), then the root with the rest.
-    Units without parameters are the root's. The root comes first; the others in the layers' order."""
-    def unit_of(layer: str) -> str:
+def param_owners(layers: list[str], sizes: dict[str, int]) -> list[str]:
+    """The module paths that own parameters (``sizes``' keys: leaf layers, and modules with children that hold their own,
+    as a LoRA layer's adapters beside its ``base``), in registration order: a module's own parameters come before its
+    children's, so each owner goes just before its first leaf layer; owners without one (the root model's own, by its
+    class name) first."""
+    leafless = [p for p in sizes if p not in set(layers) and not any(x.startswith(p + ".") for x in layers)]
+    out, seen = list(leafless), set(leafless)
+    for layer in layers:
         parts = layer.split(".")
-        k = next((i for i, p in enumerate(parts) if p.isdigit()), None)
-        return FSDP_ROOT if k is None else ".".join(parts[: k + 1])
+        for k in range(1, len(parts) + 1):
+            path = ".".join(parts[:k])
+            if path in sizes and path not in seen:
+                seen.add(path)
+                out.append(path)
+    return out
 
+
+def unit_name(path: str) -> str:
+    """The unit a module path falls in as a user wraps the model: the first number in it ends the unit's name
+    (``blocks.0.up`` -> ``blocks.0``, a numbered child of a container), else the root."""
+    parts = path.split(".")
+    k = next((i for i, p in enumerate(parts) if p.isdigit()), None)
+    return FSDP_ROOT if k is None else ".".join(parts[: k + 1])
+
+
+def user_units(layers: list[str], param_bytes: dict[str, int]) -> list[tuple[str, list[str]]]:
+    """(unit, its layers) as a user wraps the model: each numbered child of a container (``unit_name``), then the
+    root with the rest. Units without parameters (of any module in them: ``param_bytes`` by owner) are the root's. The
+    root comes first; the others in the layers' order."""
     members: dict[str, list[str]] = {FSDP_ROOT: []}
     for layer in layers:
-        members.setdefault(unit_of(layer), []).append(layer)
+        members.setdefault(unit_name(layer), []).append(layer)
+    owned: dict[str, int] = {}
+    for path, nb in param_bytes.items():
+        owned[unit_name(path)] = owned.get(unit_name(path), 0) + nb
     out = [(FSDP_ROOT, members.pop(FSDP_ROOT))]
     for name, ls in members.items():
-        if sum(grad_bytes.get(x, 0) for x in ls) > 0:
+        if owned.get(name, 0) > 0:
             out.append((name, ls))
         else:
             out[0][1].extend(ls)
+    return out
+
+
+def _unit_sizes(units: list[tuple[str, list[str]]], sizes: dict[str, int]) -> dict[str, int]:
+    """Bytes per unit of ``sizes`` (per owning module path): an owner in no unit of its own is the root's."""
+    out = {name: 0 for name, _ in units}
+    for path, nb in sizes.items():
+        name = unit_name(path)
+        out[name if name in out else FSDP_ROOT] += nb
     return out
 
 
@@ -159,7 +191,7 @@ def to_data_parallel(g: Graph, target: str, bucket_mb: float | None = None, cost
     if hybrid(g):
         raise DagprofError("--data-parallel: this profile is a hybrid job (DP beside TP/PP/EP); DDP <-> FSDP is modelled for plain data parallelism only")
     if is_fsdp_graph(g):
-        mixed = next((u for u in g.meta.fsdp.units if u.param_dtype and u.param_dtype != u.orig_dtype), None)
+        mixed = next((u for u in g.meta.fsdp.units if u.param_dtype and u.orig_dtype and u.param_dtype != u.orig_dtype), None)
         if target == "ddp" and mixed is not None:  # the forward and backward ran in param_dtype; DDP runs them in the parameters'
             raise DagprofError(f"--data-parallel ddp: this FSDP job computes in {mixed.param_dtype} (MixedPrecisionPolicy) over "
                                f"{mixed.orig_dtype} parameters; DDP's compute in {mixed.orig_dtype} is not modelled (profile it without param_dtype)")
@@ -189,11 +221,14 @@ def ddp_to_fsdp(g: Graph, reshard: bool = True, costs: FsdpCosts | None = None) 
         raise DagprofError("--data-parallel fsdp: the profile does not say which layer owns which parameters (no layer gradient bytes); "
                            "profile the job with dagprof's hooks (dagprof.profile or dagprof profile --)")
     n = graph_world_size(g)
-    units = user_units(g.layers, grad)
+    frozen = g.meta.layer_frozen_bytes  # parameters without a gradient: gathered, never reduce-scattered nor stepped
+    params = {x: grad.get(x, 0) + frozen.get(x, 0) for x in {*grad, *frozen}}
+    units = user_units(g.layers, params)
     pb = profiled_buckets(g)
     element = _element_size(g)
     dtype = {2: "bfloat16", 4: "float32", 8: "float64"}.get(element, "float32")
-    unit_bytes = {name: sum(grad.get(x, 0) for x in ls) for name, ls in units}
+    unit_bytes = _unit_sizes(units, grad)  # what a unit reduce-scatters
+    unit_full = _unit_sizes(units, params)  # what it gathers
     bucket_bytes = float(sum(int(g.nbytes[c]) for c in pb.comm_ids))
     tensors = len({p for bk in g.meta.buckets for p in bk.params})  # the parameter tensors DDP steps
     if costs is not None and tensors:
@@ -226,7 +261,9 @@ def ddp_to_fsdp(g: Graph, reshard: bool = True, costs: FsdpCosts | None = None) 
                 nodes[r] = at
             if len(nodes) != len(ranks):
                 continue  # a unit that ran no layer in this step (on some rank): FSDP would not gather it either
-            full = unit_bytes[unit]
+            full = unit_bytes[unit] if kind == "reduce_scatter" else unit_full[unit]
+            if kind == "reduce_scatter" and not full:
+                continue  # a unit of frozen parameters only: FSDP reduce-scatters nothing for it
             if kind == "reshard":
                 for r, at in nodes.items():
                     _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp reshard {unit} ({phase})", Kind.OTHER, 0.0)
@@ -246,27 +283,30 @@ def ddp_to_fsdp(g: Graph, reshard: bool = True, costs: FsdpCosts | None = None) 
                 if kind == "all_gather":
                     _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp copy-out {unit} ({phase})", Kind.OTHER, full * copy_us_per_byte)
                 elif costs is not None:
-                    _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp hooks {unit} (backward)", Kind.OTHER, costs.unit_us("backward", full))
+                    _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp hooks {unit} (backward)", Kind.OTHER,
+                            costs.unit_us("backward", unit_full[unit]))
     chain_lanes(b)
     out = b.build()
-    fs_units = [FsdpGraphUnit(name, int(unit_bytes[name] // element), int(math.ceil(unit_bytes[name] / n)), dtype, dtype, dtype,
-                              reshard, reshard, [n], [], list(ls)) for name, ls in units]
-    total = sum(unit_bytes.values())
-    shards = FsdpShards(int(math.ceil(total / n)), int(math.ceil(total / n)), 0)  # optimizer state: unknown to a DDP profile (``with_optimizer_state``)
+    fs_units = [FsdpGraphUnit(name, int(unit_full[name] // element), int(math.ceil(unit_full[name] / n)), dtype, dtype, dtype,
+                              reshard, reshard, [n], [], list(ls), frozen_numel=int((unit_full[name] - unit_bytes[name]) // element))
+                for name, ls in units]
+    total, trained = sum(unit_full.values()), sum(unit_bytes.values())
+    shards = FsdpShards(int(math.ceil(total / n)), int(math.ceil(trained / n)), 0)  # optimizer state: unknown to a DDP profile (``with_optimizer_state``)
     # as FSDP's collector would see them: a layer's gathered weight is no parameter, so it counts among what the layer saved,
     # and is named as gathered (``search.fsdp_memory.fsdp_peak`` takes it out again)
-    saved = {k: v + grad.get(k, 0) for k, v in g.meta.layer_saved_bytes.items()}  # none recorded: fsdp_peak refuses
-    saved |= {k: v for k, v in grad.items() if v > 0 and k not in saved} if saved else {}
+    saved = {k: v + params.get(k, 0) for k, v in g.meta.layer_saved_bytes.items()}  # none recorded: fsdp_peak refuses
+    saved |= {k: v for k, v in params.items() if v > 0 and k not in saved} if saved else {}
     record = FsdpRecord(fs_units, {r: shards for r in ranks}, g.meta.backend or "gloo", n, saved, dict(grad),
-                        layer_saved_gathered_bytes={k: grad[k] for k in saved if grad.get(k, 0) > 0})
+                        layer_saved_gathered_bytes={k: params[k] for k in saved if params.get(k, 0) > 0})
     out = out.replace(meta=out.meta.replace(fsdp=record, buckets=(), bucket_cap_mb=None))
     return retime_collectives(out, current_topology(g), current_scheme(g), lags_on=current_topology(g))
 
 
 def with_optimizer_state(g: Graph, per_param: float) -> Graph:
-    """``g`` (from ``ddp_to_fsdp``) with ``per_param`` times each rank's parameter shard as optimizer state (Adam: 2)."""
+    """``g`` (from ``ddp_to_fsdp``) with ``per_param`` times each rank's trained parameter shard (its gradient shard's
+    size) as optimizer state (Adam: 2)."""
     fs = g.meta.fsdp
-    mem = {r: dataclasses.replace(m, optim_state_bytes=int(m.param_shard_bytes * per_param)) for r, m in fs.memory.items()}
+    mem = {r: dataclasses.replace(m, optim_state_bytes=int(m.grad_shard_bytes * per_param)) for r, m in fs.memory.items()}
     return g.replace(meta=g.meta.replace(fsdp=dataclasses.replace(fs, memory=mem)))
 
 
@@ -376,9 +416,9 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB, costs: FsdpCosts
         raise DagprofError("--data-parallel ddp: the FSDP profile has no collective to take the link from")
     dur = g.dur.copy()
     upd = np.flatnonzero(g.kind == Kind.UPDATE)
-    tensors = sum(u.tensors for u in fs.units)
+    tensors = sum(u.grad_tensors for u in fs.units)  # what the optimizer steps: the frozen parameters have no gradient
     if costs is not None and tensors:
-        dur[upd] /= costs.step_ratio(tensors, sum(u.numel * _dtype_bytes(u.orig_dtype) for u in fs.units), n)
+        dur[upd] /= costs.step_ratio(tensors, sum(u.grad_numel * _dtype_bytes(u.orig_dtype) for u in fs.units), n)
     else:
         dur[upd] *= n  # every parameter updated on every rank
     buckets = _ddp_buckets(g, fs.layer_grad_bytes, bucket_mb * MB)
@@ -402,8 +442,10 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB, costs: FsdpCosts
         for k, (layers, nbytes) in enumerate(buckets):
             sync = b.add_node(f"sync.allreduce bucket {k}", Kind.SYNC, step=step, bucket=k)
             ready = -np.inf
+            # a bucket's gradients are ready at the last backward of a layer in it, or of one under a module owning some
+            # (a LoRA layer's adapters: the backward of its ``base``); the root model's own parameters at backward's end
+            ids = {k for x in layers for name, k in layer_id.items() if name == x or name.startswith(x + ".")} or set(layer_id.values())
             for r in ranks:
-                ids = {layer_id[x] for x in layers if x in layer_id}
                 bw = [int(v) for v in lanes[r] if g.kind[v] == Kind.BACKWARD and int(g.layer[v]) in ids]
                 if not bw:
                     raise DagprofError(f"--data-parallel ddp: step {step} on rank {r} runs no backward of {layers[0]}; cannot bucket its gradients")
@@ -466,10 +508,10 @@ def _root_beside_prefetch(b: GraphBuilder, g: Graph, colls: list) -> None:
 
 
 def _ddp_buckets(g: Graph, grad: dict[str, int], cap: float) -> list[tuple[list[str], int]]:
-    """DDP's buckets at layer granularity: the layers with gradients in reverse registration order (the profile's
-    layers reversed), a bucket closing at the first layer that brings it to ``cap``."""
+    """DDP's buckets at module granularity: the modules owning gradients in reverse registration order
+    (``param_owners``), a bucket closing at the first module that brings it to ``cap``."""
     out, cur, acc = [], [], 0
-    for layer in reversed(g.layers):
+    for layer in reversed(param_owners(g.layers, grad)):
         nb = int(grad.get(layer, 0))
         if nb <= 0:
             continue

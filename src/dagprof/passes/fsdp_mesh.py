@@ -419,7 +419,7 @@ def uncalibrated_step_note(g: Graph, shards: list[int]) -> str | None:
     new = sorted({s for s in shards if s != shard0})
     if not new:
         return None
-    tensors = sum(u.tensors for u in g.meta.fsdp.units)
+    tensors = sum(u.grad_tensors for u in g.meta.fsdp.units)
     return (f"a shard degree of {', '.join(map(str, new))} (profiled {shard0}) scales the optimizer step on {tensors} tensors by "
             f"their shards' bytes: its fixed cost per tensor (DTensor dispatch, about 125 us a tensor on a 2-core machine) does "
             f"not shrink with the shards, so the step is predicted short where tensors are many and small; `dagprof calibrate "
@@ -429,7 +429,7 @@ def uncalibrated_step_note(g: Graph, shards: list[int]) -> str | None:
 def step_scale(g: Graph, shard0: int, shard: int, costs: FsdpCosts | None) -> float:
     """The optimizer step on 1/``shard`` of every parameter over the profiled one on 1/``shard0``."""
     units = g.meta.fsdp.units
-    tensors = sum(u.tensors for u in units)
-    nbytes = sum(u.numel * dtype_bytes(u.orig_dtype) for u in units)
+    tensors = sum(u.grad_tensors for u in units)  # the optimizer steps only the parameters that take a gradient
+    nbytes = sum(u.grad_numel * dtype_bytes(u.orig_dtype) for u in units)
     was = costs.dtensor_step.us(tensors, nbytes / shard0) if costs is not None and shard != shard0 else 0.0
     return costs.dtensor_step.us(tensors, nbytes / shard) / was if was > 0 else shard0 / shard

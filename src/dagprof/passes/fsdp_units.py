@@ -100,7 +100,8 @@ def merged_units(g: Graph, groups: list[list[str]]) -> list[FsdpGraphUnit]:
         first = by[FSDP_ROOT] if FSDP_ROOT in grp else us[0]
         layers = [name for u in us for name in u.layers]
         out.append(dataclasses.replace(first, name=group_name(grp), numel=sum(u.numel for u in us),
-                                       shard_bytes=sum(u.shard_bytes for u in us), layers=layers))
+                                       shard_bytes=sum(u.shard_bytes for u in us), layers=layers, tensors=sum(u.tensors for u in us),
+                                       frozen_numel=sum(u.frozen_numel for u in us), frozen_tensors=sum(u.frozen_tensors for u in us)))
     return out
 
 

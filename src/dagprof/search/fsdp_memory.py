@@ -118,8 +118,8 @@ def _full(u: FsdpGraphUnit) -> float:
 
 
 def _full_grad(u: FsdpGraphUnit) -> float:
-    """Unit ``u``'s unsharded gradients, in the dtype they are reduced in."""
-    return float(u.numel * _size(u.reduce_dtype or u.orig_dtype))
+    """Unit ``u``'s unsharded gradients (of its parameters that take one), in the dtype they are reduced in."""
+    return float(u.grad_numel * _size(u.reduce_dtype or u.orig_dtype))
 
 
 def _reduced(u: FsdpGraphUnit, nbytes: float) -> float:
@@ -133,6 +133,7 @@ class _Job:
 
     def __init__(self, g: Graph, reshard: Reshard | None, workers: int | None):
         fs = self.fs = g.meta.fsdp
+        self.frozen = g.meta.layer_frozen_bytes
         units = self.units = fs.units
         mesh = (units[0].mesh or [fs.world_size]) if units else [fs.world_size]
         self.shard = mesh[-1] if workers is None or len(mesh) > 1 else workers  # HSDP keeps its shard degree
@@ -158,7 +159,8 @@ class _Job:
         self.output = float(saved.get(MODEL_OUTPUT, 0))  # the logits the script holds through the step, where recorded
         self.loss = self.output if MODEL_OUTPUT in saved else outside  # else: a stand-in for them and the loss's tensors
         self.loss_backward = float(saved.get(LOSS_BACKWARD, 0))  # what the loss's graph held in its backward, where recorded
-        self.shard_of = [_reduced(u, float(u.shard_bytes) * self.scale) for u in units]  # each unit's gradient shard
+        self.shard_of = [_reduced(u, float(u.shard_bytes) * self.scale * (u.grad_numel / u.numel if u.numel else 1.0))
+                         for u in units]  # each unit's gradient shard: of its parameters that take one
         self.root_acts = sum(self.acts(units[i].layers, units[i]) for i in self.root)
         # the root's layers after the inner units ran backward before them and freed what they saved (a profile without the
         # layers' outputs keeps them: the stand-in it had for the gradients in flight)
@@ -181,7 +183,7 @@ class _Job:
         ratio = _size(u.param_dtype) / _size(u.orig_dtype)
         out = 0.0
         for n in names:
-            s, w = float(self.fs.layer_saved_bytes.get(n, 0)), float(self.fs.layer_grad_bytes.get(n, 0)) * ratio
+            s, w = float(self.fs.layer_saved_bytes.get(n, 0)), float(self.fs.layer_grad_bytes.get(n, 0) + self.frozen.get(n, 0)) * ratio
             out += s - w if s >= w > 0 else s
         return out
 
@@ -333,13 +335,16 @@ def ddp_peak_of_fsdp(g: Graph, workers: int | None = None) -> dict[int, MemoryBr
     a large embedding's DDP run peaked there, in AdamW's division (228.4 MiB measured; 183.6 predicted at backward's
     start, 212.5 with them, 228.5 with the logits the script held too). A transformer-like stack peaks at backward's
     end (88.6 MiB measured; 97.8 predicted with every gradient beside every activation, 90.3 walking backward).
-    ``workers`` changes nothing: a DDP rank holds the whole model at any count."""
+    ``workers`` changes nothing: a DDP rank holds the whole model at any count. Frozen parameters (``grad_numel``) have no
+    gradient, bucket or optimizer state; the measured state is per trained parameter."""
     fs = g.meta.fsdp
     if fs is None:
         raise DagprofError("not an FSDP graph")
     if not fs.layer_saved_bytes:
         raise DagprofError(NO_SIZES)
-    total = float(sum(u.numel * _size(u.orig_dtype) for u in fs.units))
+    trained = float(sum(u.grad_numel * _size(u.orig_dtype) for u in fs.units))
+    frozen = float(sum(u.frozen_numel * _size(u.orig_dtype) for u in fs.units))
+    share = trained / (trained + frozen) if trained + frozen else 1.0  # of each rank's parameter shard, what the optimizer steps
     ids = {name: i for i, name in enumerate(g.layers)}
     unit_of = {n: u for u in fs.units for n in u.layers}
     gathered = fs.layer_saved_gathered_bytes
@@ -348,15 +353,16 @@ def ddp_peak_of_fsdp(g: Graph, workers: int | None = None) -> dict[int, MemoryBr
         if name in ids:
             u = unit_of.get(name)
             w = (float(gathered.get(name, 0)) if gathered is not None
-                 else float(fs.layer_grad_bytes.get(name, 0)) * (_size(u.param_dtype) / _size(u.orig_dtype) if u else 1.0))
+                 else float(fs.layer_grad_bytes.get(name, 0) + g.meta.layer_frozen_bytes.get(name, 0))
+                 * (_size(u.param_dtype) / _size(u.orig_dtype) if u else 1.0))
             saved[ids[name]] = max(float(s) - w, 0.0)
     largest = max((float(v) for v in fs.layer_grad_bytes.values()), default=0.0)
     backward = backward_layers(g, {ids[n]: float(v) for n, v in fs.layer_grad_bytes.items() if n in ids})
     out = {}
     for rank, mem in fs.memory.items():
-        state = mem.optim_state_bytes / mem.param_shard_bytes if mem.param_shard_bytes else 0.0
+        state = mem.optim_state_bytes / (mem.param_shard_bytes * share) if mem.param_shard_bytes and share else 0.0
         adam = abs(state - OPTIMIZER_STATE["adam"]) < 0.05
-        model = MemoryModel(total, saved, float(fs.layer_saved_bytes.get(SAVED_OUTSIDE_LAYERS, 0)), state, 2.0 * largest if adam else 0.0,
-                            float(fs.layer_saved_bytes.get(MODEL_OUTPUT, 0)), backward, float(fs.layer_saved_bytes.get(LOSS_BACKWARD, 0)))
+        model = MemoryModel(trained, saved, float(fs.layer_saved_bytes.get(SAVED_OUTSIDE_LAYERS, 0)), state, 2.0 * largest if adam else 0.0,
+                            float(fs.layer_saved_bytes.get(MODEL_OUTPUT, 0)), backward, float(fs.layer_saved_bytes.get(LOSS_BACKWARD, 0)), frozen)
         out[int(rank)] = model.peak()
     return out

@@ -3,8 +3,9 @@
 From the profile: gradient bytes per parameter (the DDP buckets), and the activation bytes each
 layer saved for backward (the collector's saved-tensor hook, each storage once per step,
 parameters excluded; what the loss and functional ops between layers saved counts too).
-Assumed: parameters as large as their gradients (fp32 training), optimizer state
-``optimizer_state`` times the parameters (SGD 0, SGD with momentum 1, Adam 2).
+Assumed: parameters as large as their gradients (fp32 training), plus those that take none (frozen, as a LoRA
+fine-tune's base weights: the collector's ``layer_frozen_bytes``), optimizer state ``optimizer_state`` times the
+trained parameters (SGD 0, SGD with momentum 1, Adam 2: torch makes state only for a parameter with a gradient).
 
 Peak = parameters + optimizer state + DDP's bucket buffers (none with ``gradient_as_bucket_view``)
 + what the codec keeps (PowerSGD's error feedback: a copy of the gradients; fp16/bf16: the largest
@@ -77,6 +78,7 @@ class MemoryModel:
     output: float = 0.0  # what the model's forward returned (``MODEL_OUTPUT``: the logits), held by the script through the step
     backward: tuple[tuple[int, float], ...] = ()  # (layer id, gradient bytes its backward makes) in backward order
     loss: float = 0.0  # the most the loss's graph held in its backward, before any layer's (``LOSS_BACKWARD``)
+    frozen: float = 0.0  # parameter bytes that take no gradient: no gradient, bucket or optimizer state either
 
     @classmethod
     def from_profile(cls, g: Graph, order: GradientOrder, layer_saved_bytes: dict[str, int], optimizer: str = "momentum") -> "MemoryModel":
@@ -92,7 +94,7 @@ class MemoryModel:
         adam = optimizer == "adam"  # its step's two temporaries of the largest parameter
         return cls(float(order.total_bytes), saved, float(layer_saved_bytes.get(SAVED_OUTSIDE_LAYERS, 0)), OPTIMIZER_STATE[optimizer],
                    2.0 * float(order.nbytes.max(initial=0)) if adam else 0.0, float(layer_saved_bytes.get(MODEL_OUTPUT, 0)), backward_layers(g, grads),
-                   float(layer_saved_bytes.get(LOSS_BACKWARD, 0)))
+                   float(layer_saved_bytes.get(LOSS_BACKWARD, 0)), float(sum(g.meta.layer_frozen_bytes.values())))
 
     def freed(self, seg: Segment) -> float:
         """Activation bytes recomputing ``seg`` frees (all it saves but its input)."""
@@ -103,7 +105,7 @@ class MemoryModel:
              largest_bucket: float = 0.0) -> MemoryBreakdown:
         grads, acts = self._fullest_backward(recompute)
         extra = {"powersgd": self.grad_bytes, "fp16": largest_bucket / 2, "bf16": largest_bucket / 2}.get(codec.name, 0.0)
-        backward = MemoryBreakdown(self.grad_bytes, self.optimizer_state * self.grad_bytes, grads,
+        backward = MemoryBreakdown(self.grad_bytes + self.frozen, self.optimizer_state * self.grad_bytes, grads,
                                    0.0 if bucket_view else self.grad_bytes, acts + self.outside + self.output, extra)
         step = dataclasses.replace(backward, grads=self.grad_bytes, activations=self.output, step=self.step_transient)  # activations freed by then
         return step if step.total > backward.total else backward

@@ -198,6 +198,7 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
         unprofiled_step_times_us={s: d for s, d in step_times.items() if s not in profiled},
         comm_lanes=[name for name, _ in comm_lanes],
         layer_grad_bytes=f.layer_grad_bytes,
+        layer_frozen_bytes=f.layer_frozen_bytes,
         layer_saved_bytes=f.layer_saved_bytes,  # activations each layer keeps for backward
         collectives=collectives,
     )

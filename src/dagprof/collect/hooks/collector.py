@@ -85,6 +85,7 @@ class Collector:
         self._param_names: dict[int, str] = {}
         self._param_shapes: dict[int, tuple[int, ...]] = {}
         self._grad_bytes: dict[str, int] = {}  # module path -> bytes of its parameters' gradients
+        self._frozen_bytes: dict[str, int] = {}  # module path -> bytes of its parameters without (RankFile.layer_frozen_bytes)
         self._roots: list[Any] = []  # the instrumented modules (DDP's inner module)
         self._ddps: list[Any] = []
         self._ddp_seen = False  # a DDP model was attached (kept after the model references are dropped)
@@ -140,7 +141,7 @@ class Collector:
                 self._fsdp = FsdpRecorder(self, units)
             elif self._fsdp is None and (named := fsdp1_modules(model)):
                 self._fsdp = Fsdp1Recorder(self, named)
-                self._grad_bytes = self._fsdp.layer_grad_bytes()  # its parameters are flat: per layer from the originals
+                self._grad_bytes, self._frozen_bytes = self._fsdp.layer_bytes()  # its parameters are flat: per layer from the originals
             if (ddps or self._fsdp) and not self._info:
                 self._resolve_info()  # the process group exists now; it may be gone by exit
             for ddp in ddps:
@@ -171,8 +172,8 @@ class Collector:
             self._param_names[id(p)] = prefix + name
             self._param_shapes[id(p)] = tuple(p.shape)
             path = prefix + (name.rpartition(".")[0] or type(root).__name__)
-            if p.requires_grad:
-                self._grad_bytes[path] = self._grad_bytes.get(path, 0) + p.numel() * p.element_size()
+            sizes = self._grad_bytes if p.requires_grad else self._frozen_bytes
+            sizes[path] = sizes.get(path, 0) + p.numel() * p.element_size()
             self._params.append((p, path))
 
     def mark_compiled(self) -> None:
@@ -504,7 +505,7 @@ class Collector:
             kfile = kineto_file(rank)
         doc = self._rank_file(
             steps_profiled=self.profiled, final=final, ended=self._ended, kineto_file=kfile, warnings=self.warnings, layers=self.layers,
-            layer_grad_bytes=self._grad_bytes, layer_saved_bytes=self.saved.most, bucket_layouts=self._buckets.layouts,
+            layer_grad_bytes=self._grad_bytes, layer_frozen_bytes=self._frozen_bytes, layer_saved_bytes=self.saved.most, bucket_layouts=self._buckets.layouts,
             step_times_ns=self.step_times, records=self.records, ddp_group_ranks=self._ddp_ranks,
             fsdp=self._fsdp.info(self.layers) if self._fsdp is not None else None,
         )
@@ -522,7 +523,7 @@ class Collector:
         """``rank<R>.steps/head.json``: everything known at the window's start; step files add to it."""
         head = self._rank_file(
             steps_profiled=[], warnings=list(self.warnings), layers=list(self.layers), layer_grad_bytes=dict(self._grad_bytes),
-            bucket_layouts=list(self._buckets.layouts), step_times_ns=list(self.step_times), records=[],
+            layer_frozen_bytes=dict(self._frozen_bytes), bucket_layouts=list(self._buckets.layouts), step_times_ns=list(self.step_times), records=[],
         )
         start_step_files(self.out_dir, head)
         self._flushed = Flushed(len(self.records), len(self.layers), dict(self._grad_bytes), len(self.warnings),

@@ -286,13 +286,16 @@ class FsdpRecorder:
             own = own_layers(g._module_fqn, [g2._module_fqn for g2 in self.groups if g2 is not g], layers)
             fps = g.fsdp_params
             mesh = g.mesh_info.mesh
+            dtype = g._orig_dtype or (fps[0].orig_dtype if fps else None)  # FSDP gives a unit of frozen parameters none: theirs
             units.append(FsdpUnit(
                 name=fqn, layers=own, params=[fp._param_fqn or "?" for fp in fps],
                 numel=sum(fp._orig_size.numel() for fp in fps),
                 shard_bytes=sum(_local_bytes(fp.sharded_param) for fp in fps),
-                orig_dtype=_dtype(g._orig_dtype), param_dtype=_dtype((fps[0].param_dtype or fps[0].orig_dtype) if fps else None),
-                reduce_dtype=_dtype(g._reduce_dtype or g._orig_dtype), reshard_after_forward=bool(g._reshard_after_forward),
+                orig_dtype=_dtype(dtype), param_dtype=_dtype((fps[0].param_dtype or fps[0].orig_dtype) if fps else None),
+                reduce_dtype=_dtype(g._reduce_dtype or dtype), reshard_after_forward=bool(g._reshard_after_forward),
                 mesh=list(mesh.shape), mesh_dims=list(mesh.mesh_dim_names or ()),
+                frozen_numel=sum(fp._orig_size.numel() for fp in fps if not fp.sharded_param.requires_grad),
+                frozen_tensors=sum(not fp.sharded_param.requires_grad for fp in fps),
             ))
         return FsdpInfo(units=units, collectives=self.collectives, layer_saved_gathered_bytes=dict(self.c.saved.most_gathered),
                        layer_output_bytes=dict(self.c.saved.most_output), unit_saved_outside_bytes=dict(self.c.saved.most_unit_outside),

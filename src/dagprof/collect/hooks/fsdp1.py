@@ -58,16 +58,19 @@ class Fsdp1Recorder(FsdpRecorder):
         for m in self.modules:
             self._unit(m._handle)
 
-    def layer_grad_bytes(self) -> dict[str, int]:
-        """Unsharded gradient bytes per leaf module, from the flat parameters' original parameters."""
-        out: dict[str, int] = {}
+    def layer_bytes(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Unsharded parameter bytes per leaf module, from the flat parameters' original parameters: (those with a
+        gradient, those frozen). A flat parameter takes a gradient or not as a whole."""
+        grad: dict[str, int] = {}
+        frozen: dict[str, int] = {}
         for m in self.modules:
             fp = m._handle.flat_param
             prefix = self._fqn[id(m._handle)]
+            out = grad if fp.requires_grad else frozen
             for fqn, numel in zip(fp._fqns, fp._numels):
                 path = clean_name(".".join(x for x in (prefix, fqn.rpartition(".")[0]) if x)) or type(m.module).__name__
                 out[path] = out.get(path, 0) + numel * fp.element_size()
-        return out
+        return grad, frozen
 
     def begin(self) -> None:
         import torch.distributed as dist
@@ -187,6 +190,8 @@ class Fsdp1Recorder(FsdpRecorder):
                 mesh=mesh, mesh_dims=dims, strategy=strategy,
                 backward_prefetch=state.backward_prefetch.name if state.backward_prefetch is not None else "",
                 forward_prefetch=bool(state.forward_prefetch),
+                frozen_numel=0 if fp.requires_grad else fp._unpadded_unsharded_size.numel(),
+                frozen_tensors=0 if fp.requires_grad else len(fp._fqns),
             ))
         return FsdpInfo(api=FSDP1_API, units=units, collectives=self.collectives, **self._memory)
 

@@ -1,0 +1,58 @@
+"""The most tensor memory a CPU training step holds, measured (the memory benches' reference; needs torch).
+
+A step's peak is the bytes of the tensors alive as it starts (parameters, gradients, optimizer state: read from the
+tensors by the caller) plus the most the heap grew above its level then. The heap in use is glibc's ``mallinfo2`` (all
+arenas and mmapped blocks: where the CPU allocator takes its memory), sampled after every aten op (a dispatch mode). Its
+level itself is not the tensors': the math libraries keep their own buffers (about 19 MB above the tensors after a few
+steps), so only its rise within a step counts. torch.profiler's memory events are not used: they miss frees made on
+threads it does not profile (its counter grows by about one logits tensor per step on ``fsdp_train.py``).
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+from typing import Any, Callable, Iterator
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                                                "uordblks", "fordblks", "keepcost")]
+
+
+class HeapPeak:
+    """``with probe.step(alive):`` around each step; ``peaks`` holds each step's peak bytes. ``on_peak(func)`` runs
+    whenever the heap reaches a new high within a step (``func``: the aten op just run), to say where it fell."""
+
+    def __init__(self, on_peak: Callable[[Any], None] | None = None) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = _Mallinfo2
+        self._mallinfo2 = libc.mallinfo2
+        self.peaks: list[int] = []
+        self._high = 0
+        probe = self
+
+        class Sample(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                now = probe.in_use()
+                if now > probe._high:
+                    probe._high = now
+                    if on_peak is not None:
+                        on_peak(func)
+                return out
+
+        self._mode = Sample
+
+    def in_use(self) -> int:
+        m = self._mallinfo2()
+        return m.uordblks + m.hblkhd
+
+    @contextlib.contextmanager
+    def step(self, alive: int) -> Iterator[None]:
+        """One step, ``alive`` bytes of tensors held as it starts."""
+        start = self._high = self.in_use()
+        with self._mode():
+            yield
+        self.peaks.append(alive + max(self._high, self.in_use()) - start)
