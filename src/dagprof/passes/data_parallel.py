@@ -511,7 +511,7 @@ def _ddp_buckets(g: Graph, grad: dict[str, int], cap: float) -> list[tuple[list[
     """DDP's buckets at module granularity: the modules owning gradients in reverse registration order
     (``param_owners``), a bucket closing at the first module that brings it to ``cap``."""
     out, cur, acc = [], [], 0
-    for layer in reversed(param_owners(g.layers, grad)):
+    for layer in reversed(param_owners(g.layers, grad) if g.layers else []):  # no layer timed (a compiled model): none placed
         nb = int(grad.get(layer, 0))
         if nb <= 0:
             continue
