@@ -34,7 +34,10 @@ where the window spread less than the steps around it (a neighbour's load came a
 replayed steps alone miss that. It is a second estimate of the same spread, not an independent
 source, so it bounds the two above from below rather than adding to them; nor is it pooled with the
 replayed steps', which carry the scenario (a slower link spreads them) and, in a calm window, would
-dilute the spread of the very kind of step a measurement holds.
+dilute the spread of the very kind of step a measurement holds. Nor does it hold what the terms below carry: where the
+steps moved across the window, ``drift`` carries the move, so the spread is of the two sides brought together by it;
+where the profiler's cost is measured, the cost's standard error holds their median's own error (as it takes the
+replayed median's place in ``steps``), so the bound is the run's median's part of their interval alone.
 
 The level the point stands on (``RunLevel``, from the run's own unprofiled steps and the model's
 check on the profiled run). Where the profiler's cost is measured, the point stands on the unprofiled
@@ -102,6 +105,7 @@ class RunLevel:
     stderr: float = 0.0  # standard error of the measured level (the profiler's cost)
     drift: float = 0.0  # standard deviation of the job's level change across the profiled window, either way
     unprofiled: float = 0.0  # half-width of the interval for a run's median step that the job's own unprofiled steps give (at LEVEL)
+    unprofiled_own: float = 0.0  # the part of ``unprofiled`` that is their median's own error (``widened``)
     terms: tuple[str, ...] = ()  # which of profiler_cost, model, drift, unprofiled_steps were measured
 
 
@@ -126,11 +130,15 @@ def run_level(g: Graph, cost: ProfilerCost, corrected: bool, model_us: float | N
         if len(before) >= 2 and len(after) >= 2 and profiled:  # the change beyond what the two medians' noise explains
             change = statistics.median(after) - statistics.median(before)
             noise = math.hypot(median_stderr(before), median_stderr(after))
-            drift = math.sqrt(max(change**2 - noise**2, 0.0)) / statistics.median(profiled)
+            moved = math.copysign(math.sqrt(max(change**2 - noise**2, 0.0)), change)
+            drift = abs(moved) / statistics.median(profiled)
             terms.append("drift")
+            # the drift term carries that move: the two sides brought together by it, so the steps' spread leaves it out
+            before, after = [x + moved / 2 for x in before], [x - moved / 2 for x in after]
         unprofiled = median_spread(before + after) if len(before) + len(after) >= MIN_UNPROFILED_STEPS else 0.0
         terms += ["unprofiled_steps"] * (unprofiled > 0)
-    return RunLevel(shift, stderr, drift, unprofiled, tuple(terms))
+    # median_spread for a run as long as the steps: their median's own error and the run's, equal, in quadrature
+    return RunLevel(shift, stderr, drift, unprofiled, unprofiled / math.sqrt(2), tuple(terms))
 
 
 def median_spread(steps, level: float = LEVEL, runs: int | None = None) -> float:
@@ -184,8 +192,10 @@ class PredictionInterval:
             # its error is the profiler cost's standard error (the profiled and unprofiled medians'), not the replayed median's too
             below, above = (math.sqrt(max(side**2 - self.point_own**2, 0.0)) for side in self._sides())
             base = replace(self, lo_us=self.point_us * (1.0 - below), hi_us=self.point_us * (1.0 + above))
-        floor = run.unprofiled if run.unprofiled > min(base._sides()) else 0.0
-        return base._plus(extra, extra, run.terms, at_least=run.unprofiled, shift=run.shift, floor=floor)
+        # so the unprofiled steps' interval keeps only the run's median's error, their median's own being in the cost's too
+        least = math.sqrt(max(run.unprofiled**2 - run.unprofiled_own**2, 0.0)) if run.stderr > 0 else run.unprofiled
+        floor = least if least > min(base._sides()) else 0.0
+        return base._plus(extra, extra, run.terms, at_least=least, shift=run.shift, floor=floor)
 
     def with_stall(self, halfwidth_us: float, held_us: float | None = None) -> "PredictionInterval":
         """Also a stall the point cannot tell (``analysis.operand_stall``): ``halfwidth_us`` either way, in quadrature; below,
