@@ -114,9 +114,8 @@ def profiled_comm(g: Graph, overlapping: bool = False) -> np.ndarray:
 
 
 def link_fit(g: Graph) -> LinkFit:
-    """The link fitted to ``g``'s collectives as measured. Horovod's stalls stay in the latency, every collective's: its
-    pipelined link keeps the whole fit as a floor a slower wire hides (``split_at_wire``), and kept on their instances
-    beside that wire they put hvd_transformer's third kept round at 200 Mbit/s +22 % (+8 % so)."""
+    """The link fitted to ``g``'s collectives as measured; the stalls it sets apart stay on their own instances
+    (``keep_stalls``; Horovod's on their transfers, ``passes.comm._horovod_stalls``)."""
     concurrent = g.meta.comm_lanes > 1
     nbytes, dur = profiled_collectives(g, overlapping=concurrent)
     n = priced_world_size(g)
@@ -124,10 +123,7 @@ def link_fit(g: Graph) -> LinkFit:
     if fit.weak is not None and not concurrent and (joint := kinds_fit(g)) is not None:
         overhead, total, kinds, r2 = joint
         return replace(fit, link=AlphaBeta(overhead / (2 * (max(n, 2) - 1)), total.beta_us_per_byte), r2=r2, weak=None, stalls=None, kinds=kinds)
-    if fit.stalls is None or g.meta.horovod is None:
-        return fit
-    alpha = fit.link.alpha_us + float(fit.stalls.sum()) / len(dur) / (2 * (max(n, 2) - 1))
-    return replace(fit, link=replace(fit.link, alpha_us=alpha), stalls=None)
+    return fit
 
 
 def keep_stalls(g: Graph) -> Graph:
@@ -137,7 +133,8 @@ def keep_stalls(g: Graph) -> Graph:
     91 ms scalar all-reduce (a 235 ms step among 37-49 ms ones, both ranks) put 0.7 ms on each of the 136 in the window:
     the model's mean step matched (+0.1 %), its median was +26 %, and a 200 Mbit/s what-if's median +43 %. Put after the
     transfer (its consumers' gaps) a stall no longer overlapped what the rank ran meanwhile (tests/data/tf/widedeep: the
-    mean step +5 %). A graph already priced (``meta.topology``) is returned as is."""
+    mean step +5 %). A graph already priced (``meta.topology``) is returned as is. ``retime_collectives`` keeps a Horovod
+    graph's stalls on the transfers instead, where a slower wire can hide them (``passes.comm._horovod_stalls``)."""
     if g.meta.topology is not None or is_ps_graph(g):
         return g
     try:
