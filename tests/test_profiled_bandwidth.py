@@ -18,8 +18,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 from shaped_loopback import PAYLOAD_SHARE, measured, payload_share, predict_rate, wire_rate  # noqa: E402
 
 from dagprof.cli.main import main  # noqa: E402
+from dagprof.costmodel.collectives import allreduce_us
 from dagprof.graph.build_fsdp import allreduce_equivalent_bytes
-from dagprof.passes.link_fit import link_fit, priced_comm
+from dagprof.passes.link_fit import LARGE_SHARE, link_fit, priced_comm, profiled_collectives, unhidden_us_per_byte
 from dagprof.pipeline import open_run
 from dagprof.search.scenario import Cluster, Scenario, apply, base_topology, profiled_at
 from dagprof.search.whatif import evaluate
@@ -191,3 +192,28 @@ def test_a_parameter_server_job_reads_its_own_fit_against_the_wire(capsys):
                  "--no-trace", "--allow-model-error"]) == 0
     out = capsys.readouterr().out
     assert out.count("--profiled-bandwidth 1Gbit: the parameter-server exchanges") == 1
+
+
+def test_fp16_all_reduces_keep_their_least_time_beyond_the_wire_at_a_slower_one():
+    """hvd_autoencoder's fp16 gradients (tests/data/horovod/testbed-autoencoder, 500 Mbit/s at load 7.5): the least time per
+    byte its large transfers took beyond the wire stays beside a slower wire (``unhidden_us_per_byte``), the rest of the fit
+    a floor that wire hides; hvd_sparse_gru's fp32 ones keep none (``testbed-sparse-gru/500M``)."""
+    def marked(run):
+        share, _ = payload_share(str(run), 2)
+        c = Cluster(profiled_bandwidth=wire_rate(500e6, 2, share))
+        return profiled_at(open_run(run).graph, c), c
+
+    g, c = marked(DATA / "horovod" / "testbed-autoencoder")
+    wire = 1e6 / g.meta.wire_bytes_per_s
+    kept = unhidden_us_per_byte(g, wire)
+    nbytes, dur = profiled_collectives(g)
+    large = nbytes >= LARGE_SHARE * nbytes.max()
+    assert kept == pytest.approx(float((dur[large] / nbytes[large] - wire).min()))  # 2 ranks: the ring's share is the bytes
+    assert 0.3 * wire < kept < 0.7 * wire
+    topo = base_topology(g, c)
+    assert topo.inter.gamma_us_per_byte == pytest.approx(2 * kept) and topo.floor is not None
+    slow = topo.with_link("inter", 0.4e6 / wire, None)  # 200 Mbit/s: the wire 2.5 times slower, the kept work as it was
+    big = float(nbytes.max())
+    assert allreduce_us(big, slow) == pytest.approx(big * (2.5 * wire + kept))
+    fp32, _ = marked(DATA / "horovod" / "testbed-sparse-gru" / "500M")
+    assert unhidden_us_per_byte(fp32, 1e6 / fp32.meta.wire_bytes_per_s) == 0.0

@@ -48,7 +48,7 @@ from ..graph.collectives import add_allreduce
 from ..graph.dag import Device, DeviceKind, Graph, GraphBuilder
 from ..graph.meta import PsLinkFit
 from ..graph.replay_result import ReplayResult
-from .link_fit import Collective, find_collectives, fit_topology, graph_world_size, hybrid, keep_stalls, priced_comm, priced_world_size
+from .link_fit import Collective, find_collectives, fit_topology, graph_world_size, hybrid, keep_stalls, link_fit, priced_comm, priced_world_size, profiled_comm
 
 
 def without_transfers(g: Graph, colls: list[Collective]) -> tuple[GraphBuilder, np.ndarray]:
@@ -89,7 +89,7 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
         return rebuild_ps(g, spec.servers, topo.inter)
     if topo.world_size != priced_world_size(g):
         raise DagprofError(f"topology has {topo.world_size} ranks, the graph's collectives {priced_world_size(g)}")
-    if lags_on is None:  # the collectives as measured: their stalls stay where they were (``keep_stalls``)
+    if lags_on is None and g.meta.horovod is None:  # the collectives as measured: their stalls stay where they were (``keep_stalls``)
         g = keep_stalls(g)
     dur, gap = g.dur.copy(), g.gap.copy()
     idx = np.flatnonzero(priced_comm(g))
@@ -110,15 +110,7 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
         sizes, inverse = np.unique(equiv[sel], return_inverse=True)
         on = topo.for_kind(kind)
         other = np.array([topo.ratio_at(kind, float(m)) for m in sizes])  # another link measured against this one (``link_ratio``)
-        if topo.link_delta:  # the calibrated difference added to the profiled price, not its ratio (``Topology.link_delta``)
-            priced = np.array([_scaled(allreduce_us(float(m), on, spec), on.overhead_us, topo.kind_factor(kind, float(m)))
-                               + topo.delta_at(kind, float(m), topo.world_size) for m in sizes])
-        else:
-            priced = np.array([_scaled(allreduce_us(float(m), on, spec), on.overhead_us, topo.kind_factor(kind, float(m)) * r) for m, r in zip(sizes, other)])
-        if topo.floor is not None:  # the profiled fit's price, less the wire's part a faster wire saves, as the least (``split_at_wire``)
-            fit, was = (np.array([allreduce_us(float(m), t.for_kind(kind), spec) for m in sizes]) for t in (topo.floor, topo.floor_wire))
-            priced = np.maximum(priced, fit - was + np.minimum(priced, was))
-        dur[idx[sel]] = priced[inverse.reshape(-1)]
+        dur[idx[sel]] = _prices(topo, kind, sizes, spec)[inverse.reshape(-1)]
         if before is not None:  # the exit lags are wire time: they scale with the kind's time per byte, and with its measured ratio
             old_beta, new_beta = _beta(before.for_kind(kind)), _beta(on)
             was = np.array([before.ratio_at(kind, float(m)) for m in sizes])
@@ -138,8 +130,54 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
             exit_lag[idx[sel]] += np.minimum(exit_lag[idx[sel]], moved[idx[sel]]) * (per[idx[sel]] - 1.0)
             carried = mine & ~own
             np.add.at(exit_lag, consumers[carried, 1], grow[carried[mine]])  # the wire in its gap now
+    if g.meta.horovod is not None and lags_on is None:
+        dur[idx] += _horovod_stalls(g, idx, dur[idx], kinds, equiv, spec)
     devices = [Device(d.name, d.kind, d.rank, 1) if d.kind == DeviceKind.COMM else d for d in g.devices]
     return g.replace(dur=dur, gap=np.maximum(gap, 0.0), exit_lag=exit_lag, devices=devices, meta=g.meta.replace(topology=topo, scheme=spec))
+
+
+def _prices(topo: Topology, kind: str, sizes: np.ndarray, spec: CollectiveSpec) -> np.ndarray:
+    """us for a collective of ``kind`` of each all-reduce-equivalent size in ``sizes`` on ``topo``."""
+    on = topo.for_kind(kind)
+    if topo.link_delta:  # the calibrated difference added to the profiled price, not its ratio (``Topology.link_delta``)
+        priced = np.array([_scaled(allreduce_us(float(m), on, spec), on.overhead_us, topo.kind_factor(kind, float(m)))
+                           + topo.delta_at(kind, float(m), topo.world_size) for m in sizes])
+    else:  # another link measured against this one (``link_ratio``) scales it
+        priced = np.array([_scaled(allreduce_us(float(m), on, spec), on.overhead_us, topo.kind_factor(kind, float(m)) * topo.ratio_at(kind, float(m)))
+                           for m in sizes])
+    if topo.floor is not None:  # the profiled fit's price, less the wire's part a faster wire saves, as the least (``split_at_wire``)
+        fit, was = (np.array([allreduce_us(float(m), t.for_kind(kind), spec) for m in sizes]) for t in (topo.floor, topo.floor_wire))
+        priced = np.maximum(priced, fit - was + np.minimum(priced, was))
+    return priced
+
+
+def _horovod_stalls(g: Graph, idx: np.ndarray, priced: np.ndarray, kinds: np.ndarray, equiv: np.ndarray, spec: CollectiveSpec) -> np.ndarray:
+    """Per Horovod transfer ``idx`` (priced at ``priced`` on the new link), its time beyond the link the graph is on now, less the
+    time the new link adds to it: the stalls the link fit set apart (``LinkFit.stalls``; on a graph already priced, what its
+    transfers took beyond their price), each kept on its own transfer, which a slower wire hides as far as it takes longer.
+
+    Spread over every collective as latency (the fit's floor), hvd_autoencoder's 7 stalls of 7-166 ms among 36 transfers a
+    window (500 Mbit/s, 2026-12-04) put 6.7-7.0 ms on each: its 3-70 kB responses, measured 0.2-6 ms, were priced 7.6-10.7 ms,
+    and the model's median step came out +8.4 and +4.6 % over the profile's, its mean -0.1 and -0.0 %. Kept beside a slower
+    wire instead, they added 230-247 ms a window at 200 Mbit/s, where that job's own stalls came to 74-123 ms; hidden as far
+    as the wire takes longer, 60-99 ms remain (a 2.2 MB transfer's 166 ms stall behind its 114 ms more of wire: 52 ms)."""
+    if not len(idx):
+        return np.zeros(0)
+    now = np.zeros(len(idx))
+    cur = current_topology(g)
+    for kind in np.unique(kinds).tolist():
+        sel = kinds == kind
+        sizes, inverse = np.unique(equiv[sel], return_inverse=True)
+        now[sel] = _prices(cur, kind, sizes, spec)[inverse.reshape(-1)]
+    if g.meta.topology is not None:
+        stall = np.maximum(g.dur[idx] - now, 0.0)
+    else:
+        fit = link_fit(g)
+        stall = np.zeros(len(g))
+        if fit.stalls is not None:
+            stall[profiled_comm(g)] = fit.stalls
+        stall = stall[idx]
+    return np.maximum(stall - np.maximum(priced - now, 0.0), 0.0)
 
 
 def _scaled(us: float, overhead_us: float, factor: float) -> float:

@@ -114,9 +114,8 @@ def profiled_comm(g: Graph, overlapping: bool = False) -> np.ndarray:
 
 
 def link_fit(g: Graph) -> LinkFit:
-    """The link fitted to ``g``'s collectives as measured. Horovod's stalls stay in the latency, every collective's: its
-    pipelined link keeps the whole fit as a floor a slower wire hides (``split_at_wire``), and kept on their instances
-    beside that wire they put hvd_transformer's third kept round at 200 Mbit/s +22 % (+8 % so)."""
+    """The link fitted to ``g``'s collectives as measured; the stalls it sets apart stay on their own instances
+    (``keep_stalls``; Horovod's on their transfers, ``passes.comm._horovod_stalls``)."""
     concurrent = g.meta.comm_lanes > 1
     nbytes, dur = profiled_collectives(g, overlapping=concurrent)
     n = priced_world_size(g)
@@ -124,10 +123,7 @@ def link_fit(g: Graph) -> LinkFit:
     if fit.weak is not None and not concurrent and (joint := kinds_fit(g)) is not None:
         overhead, total, kinds, r2 = joint
         return replace(fit, link=AlphaBeta(overhead / (2 * (max(n, 2) - 1)), total.beta_us_per_byte), r2=r2, weak=None, stalls=None, kinds=kinds)
-    if fit.stalls is None or g.meta.horovod is None:
-        return fit
-    alpha = fit.link.alpha_us + float(fit.stalls.sum()) / len(dur) / (2 * (max(n, 2) - 1))
-    return replace(fit, link=replace(fit.link, alpha_us=alpha), stalls=None)
+    return fit
 
 
 def keep_stalls(g: Graph) -> Graph:
@@ -137,7 +133,8 @@ def keep_stalls(g: Graph) -> Graph:
     91 ms scalar all-reduce (a 235 ms step among 37-49 ms ones, both ranks) put 0.7 ms on each of the 136 in the window:
     the model's mean step matched (+0.1 %), its median was +26 %, and a 200 Mbit/s what-if's median +43 %. Put after the
     transfer (its consumers' gaps) a stall no longer overlapped what the rank ran meanwhile (tests/data/tf/widedeep: the
-    mean step +5 %). A graph already priced (``meta.topology``) is returned as is."""
+    mean step +5 %). A graph already priced (``meta.topology``) is returned as is. ``retime_collectives`` keeps a Horovod
+    graph's stalls on the transfers instead, where a slower wire can hide them (``passes.comm._horovod_stalls``)."""
     if g.meta.topology is not None or is_ps_graph(g):
         return g
     try:
@@ -169,7 +166,44 @@ def fit_topology(g: Graph) -> Topology:
     overhead = 2 * (max(n, 2) - 1) * link.alpha_us
     kinds = fit.kinds or (profiled_kinds(g, overhead) if fit.weak is None else ())
     t = Topology(max(n, 1), 1, wire, wire, overhead, kinds)
-    return t if g.meta.wire_bytes_per_s is None else split_at_wire(t, g.meta.wire_bytes_per_s, pipelined=g.meta.horovod is not None)
+    if g.meta.wire_bytes_per_s is None:
+        return t
+    kept = unhidden_us_per_byte(g, 1e6 / g.meta.wire_bytes_per_s)
+    return split_at_wire(t, g.meta.wire_bytes_per_s, pipelined=g.meta.horovod is not None, kept_us_per_byte=kept)
+
+
+# Gradient dtypes whose Horovod all-reduces keep beside any wire the least time per byte they took beyond the profiled
+# one (``unhidden_us_per_byte``)
+UNHIDDEN_DTYPES = frozenset({"float16"})
+# The transfers that tell a time per byte: those of at least this share of the largest one's bytes. Smaller ones pass in
+# the shaper's bucket and a few TCP segments, some faster than the wire's rate (hvd_autoencoder's 65 kB responses at
+# 0.7-0.8 times the 500 Mbit/s wire's time), and their latency swamps the bytes' time.
+LARGE_SHARE = 0.5
+
+
+def unhidden_us_per_byte(g: Graph, wire_us_per_byte: float) -> float:
+    """A Horovod profile's time per byte beyond the wire that no wire rate hides (``split_at_wire``'s ``kept_us_per_byte``):
+    where every all-reduced gradient is half precision, the least such time among its large transfers (``LARGE_SHARE``);
+    0 elsewhere. us per byte, on the ring's 2 (N - 1) / N share of each transfer's bytes, as ``AlphaBeta.beta_us_per_byte``.
+
+    The same script (hvd_autoencoder.py, 2 ranks, the testbed 2026-12-04) all-reduced fp16 and fp32 gradients: fp16's
+    transfers ran at 1.16-1.17 (load 2.4-3.1) and 1.43-1.78 (load 5) times the 500 Mbit/s wire, and at 200 Mbit/s still
+    at 1.03 and 1.27-1.34 times it; fp32's (``Compression.none``, 2 rounds at load 6.6-11.4) at 1.37-1.39 times the 500 Mbit/s
+    wire and 0.99-1.00 times the 200 Mbit/s one (its least excess at 500, 3.7-6.0 ns a byte, gone), as hvd_sparse_gru's
+    fp32 at 1.02-1.16 and 1.00-1.01 (medians over each job's large transfers, over the wire's payload rate as the
+    200 Mbit/s job carried it). The least excess of fp16's large transfers per byte at 500 Mbit/s
+    (3.0-3.5 ns quiet, 5.3-10.2 loaded) matched the 200 Mbit/s job's fitted excess (3.2; 5.3-5.5); the fit's whole
+    excess (4.2-4.7; 13.6-23.4) did not: the fastest transfers show the work on the cores every fp16 buffer costs (its
+    element-wise sums, which the ring does not overlap with the wire, the likely cause), the slower ones' extra the
+    load, which a slower wire hides."""
+    hv = g.meta.horovod
+    dtypes = [dt for t, dt in (hv.tensor_dtypes.items() if hv is not None else ()) if t.startswith("allreduce.")]
+    if not dtypes or not all(dt in UNHIDDEN_DTYPES for dt in dtypes):
+        return 0.0
+    nbytes, dur = profiled_collectives(g)
+    share = 2 * (max(priced_world_size(g), 2) - 1) / max(priced_world_size(g), 2) * nbytes.astype(float)
+    large = nbytes >= LARGE_SHARE * nbytes.max()
+    return max(float(((dur[large] - share[large] * wire_us_per_byte) / share[large]).min()), 0.0)
 
 
 def profiled_kinds(g: Graph, overhead_us: float) -> tuple[tuple[str, AlphaBeta], ...]:
@@ -248,7 +282,7 @@ def kinds_fit(g: Graph) -> tuple[float, AlphaBeta, tuple[tuple[str, AlphaBeta], 
     return overhead, total, tuple((kind, AlphaBeta(0.0, float(b))) for kind, b in zip(names, coef[1:])), r2
 
 
-def split_at_wire(t: Topology, wire_bytes_per_s: float, pipelined: bool = False) -> Topology:
+def split_at_wire(t: Topology, wire_bytes_per_s: float, pipelined: bool = False, kept_us_per_byte: float = 0.0) -> Topology:
     """The fitted link split at the wire rate the profile ran at (``GraphMeta.wire_bytes_per_s``: ``dagprof whatif
     --profiled-bandwidth``), so that the exit lags measured are scaled from the wire's time per byte too: the wire's time
     per byte stays bandwidth, which a link change scales; the fit's time per byte beyond it becomes per-byte work (gamma,
@@ -265,10 +299,12 @@ def split_at_wire(t: Topology, wire_bytes_per_s: float, pipelined: bool = False)
     work after it the collectives came out +6 to +26 % over those measured there. A faster wire hides no more of it: the
     floor is then the fit less the profiled wire's time (``Topology.floor_wire``) plus the faster wire's, what the profile
     measured beyond the wire kept. With the whole fit as the floor there too, a faster wire gained nothing: profiled at
-    200 Mbit/s (fits 98-101 % of the wire) hvd_sparse_gru's kept rounds came out +70 to +88 % on the median step at 500."""
+    200 Mbit/s (fits 98-101 % of the wire) hvd_sparse_gru's kept rounds came out +70 to +88 % on the median step at 500.
+    ``kept_us_per_byte`` (``unhidden_us_per_byte``: fp16 gradients' all-reduces) of the fit's time per byte beyond the wire
+    stays beside the wire at every rate (gamma), the rest of the fit a floor as above."""
     wire = 1e6 / wire_bytes_per_s
     if pipelined and t.inter.beta_us_per_byte > wire:
-        ab = AlphaBeta(0.0, wire, 0.0)
+        ab = AlphaBeta(0.0, wire, 2 * min(kept_us_per_byte, t.inter.beta_us_per_byte - wire))
         alone = replace(t, inter=ab, intra=ab, overhead_us=0.0, kinds=tuple((k, ab) for k, _ in t.kinds))
         return replace(alone, floor=t, floor_wire=alone)
 

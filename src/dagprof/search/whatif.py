@@ -202,7 +202,8 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     return {"workers": n0, "model_iter_ms": model / 1e3, "model_error_pct": model_error, "profiler_cost": profiler,
             "reference_iter_ms": None if not measured_us else measured_us / 1e3, "link": link_text(base_topo), "link_fit": link,
             "columns": COLUMNS, "scenarios": rows, "overlap_slowdown": cluster.slowdown, "overlap_rate_bytes_per_s": cluster.comm_rate,
-            "notes": _hybrid_notes(g0) + _stall_notes(fit) + _conversion_notes(g0, scenarios, cluster) + _crowded_notes(g0, scenarios)
+            "notes": _hybrid_notes(g0) + _stall_notes(fit, g0.meta.horovod is not None) + _conversion_notes(g0, scenarios, cluster)
+                     + _crowded_notes(g0, scenarios)
                      + _shared_cores_notes(g0, cluster) + _overlap_notes(cluster) + _own_cores_notes(g0, predicted, cluster)
                      + _shared_port_notes(g0, scenarios) + _floor_notes(rows) + _refusion_notes(g0, scenarios, cluster, base_topo, model)
             + _link_to_notes(scenarios, cluster) + _mesh_notes(g0, scenarios) + _fsdp_step_notes(g0, scenarios, cluster) + wire_notes + waiting
@@ -355,13 +356,16 @@ def _crowded_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
     return [note]
 
 
-def _stall_notes(fit: LinkFit | None) -> list[str]:
-    """Collectives that stalled beyond the link fitted to the others (``passes.link_fit.keep_stalls``): said, with their time."""
+def _stall_notes(fit: LinkFit | None, horovod: bool = False) -> list[str]:
+    """Collectives that stalled beyond the link fitted to the others (``passes.link_fit.keep_stalls``; Horovod's:
+    ``passes.comm._horovod_stalls``): said, with their time."""
     if fit is None or fit.stalls is None:
         return []
     late = fit.stalls[fit.stalls > 0]
+    kept = ("kept on their own transfers, which a slower wire hides as far as it takes longer" if horovod
+            else "kept in their own steps as measured, not re-priced with the link")
     return [f"{len(late)} of {fit.collectives} profiled collectives took {late.sum() / 1e3:.1f} ms beyond the link fitted to the others "
-            f"(the most {late.max() / 1e3:.1f} ms): kept in their own steps as measured, not re-priced with the link"]
+            f"(the most {late.max() / 1e3:.1f} ms): {kept}"]
 
 
 def _hybrid_notes(g: Graph) -> list[str]:
