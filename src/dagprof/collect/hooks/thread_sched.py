@@ -6,12 +6,15 @@ the machine's load as this job met it. ``search.measured.profiled_stretch`` pric
 core, by it (the held-out embedding job's strategy runs under load 4-5: the hook's decode and Adam at 1.9-2.3x their
 idle price, the training thread's CPU plus waits 2.1-2.2x its CPU per step under DDP's defaults and PowerSGD alike;
 ``bench/bench_powersgd_parts.py``). The file stays open on the thread that opened it (one ``pread`` per step
-boundary, about 2 us); a boundary on another thread, or a kernel without the file, records nothing.
+boundary); a boundary on another thread, or a kernel without the file, records nothing. The CPU time is the thread's
+CPU clock: the file's first field is brought up to date only at a tick or a switch while the thread runs (a 5-step
+window of a tiny model read 0 ns in some steps), the wait only grows when the thread gets a core, so it is current.
 """
 from __future__ import annotations
 
 import os
 import threading
+import time
 
 
 class ThreadSched:
@@ -49,5 +52,4 @@ class ThreadSched:
     def _read(self) -> tuple[int, int] | None:
         if self._fd is None or threading.get_native_id() != self._tid:
             return None
-        cpu, wait = os.pread(self._fd, 128, 0).split()[:2]
-        return int(cpu), int(wait)
+        return time.thread_time_ns(), int(os.pread(self._fd, 128, 0).split()[1])
