@@ -127,3 +127,16 @@ def test_launcher_replaces_an_earlier_profile(tmp_path, capsys):
     assert main(["profile", "-o", str(tmp_path), "--", sys.executable, "-c", "pass"]) == 2
     assert "no rank wrote a profile" in capsys.readouterr().err
     assert not any((tmp_path / name).exists() for name in stale)
+
+
+def test_every_profiled_step_records_the_training_threads_cpu_and_waits(api_run, launcher_run):
+    """Both collectors' ranks carry, per profiled step, the thread that marked the steps: its CPU and its waits for a
+    core from the kernel's schedstat (``collect.hooks.thread_sched``), which ``search.measured.profiled_stretch`` reads."""
+    from dagprof.search.measured import profiled_stretch
+
+    for run in (api_run, launcher_run):
+        for t in run.ranks:
+            steps = t.meta.train_thread
+            assert [s.step for s in steps] == t.meta.steps_profiled
+            assert all(0 < s.cpu_us <= t.meta.step_times_us[s.step] * 1.01 and s.wait_us >= 0 for s in steps)
+        assert profiled_stretch(run) >= 1.0

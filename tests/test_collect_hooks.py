@@ -351,3 +351,21 @@ def test_gpu_kernels_from_kineto_join_the_layer_that_launched_them(tmp_path):
         assert ev.depth[inner] == 1 and ev.lane[inner] == ev.lane[outer]
         assert ev.start[outer] <= ev.start[inner] <= ev.start[inner] + ev.dur[inner] <= ev.start[outer] + ev.dur[outer]
     check_partition(t)
+
+
+def test_the_training_threads_cpu_and_waits_survive_in_the_step_files(tmp_path):
+    """Each profiled step's CPU and waits for a core of the thread that marks the steps go into the step log as the
+    step completes: a rank killed mid-window (here its folder copied then) keeps those of its completed steps."""
+    import shutil
+
+    cut = tmp_path / "cut"
+
+    def snapshot(i, prof):
+        if i == 3:  # steps 1 and 2 of the window 1-3 completed
+            shutil.copytree(tmp_path / "run", cut)
+
+    train(tmp_path / "run", range(1, 4), before_step=snapshot)
+    whole = read_run(tmp_path / "run").ranks[0].meta
+    assert [s.step for s in whole.train_thread] == [1, 2, 3] and all(s.cpu_us > 0 <= s.wait_us for s in whole.train_thread)
+    rebuilt = read_run(cut).ranks[0].meta
+    assert not (cut / rank_file(0)).exists() and rebuilt.train_thread == whole.train_thread[:2]

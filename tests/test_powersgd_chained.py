@@ -168,3 +168,40 @@ def test_a_first_bucket_after_the_backward_issues_at_the_measured_stretch(defaul
         during = bucket_cost(order, 0, last - 1, Codec("powersgd", 2), 1, price, costs, chained=chained)
         first = powersgd_parts(order, 0, last - 1, 2, costs)
         assert during.encode_us == pytest.approx(first.issue_us + first.middle_us + first.decode_us)  # the callbacks' CPU taken from the backward
+
+
+def test_the_profiled_stretch_replaces_the_calibrated_one(strategy, tmp_path):
+    """A profile that recorded its training thread's CPU and waits for a core (``RankFile.thread_sched_ns``) prices the
+    codec's CPU after the backward at that stretch, the slowest rank's, instead of the one ``calibrate --overlap``
+    measured minutes earlier; a profile without them (this one, recorded before) keeps the calibrated stretch."""
+    import json
+    import shutil
+
+    from dagprof.costmodel.alphabeta import AlphaBeta
+    from dagprof.costmodel.topology import save_link_model
+    from dagprof.search.measured import profiled_stretch
+
+    table = json.loads((RUN / "defaults" / "overlap.json").read_text())
+    link = save_link_model(tmp_path / "link.json", AlphaBeta(0.0, 0.04), overlap={**table, "chained_stretch": 1.5})
+    runs = {}
+    for name, waits in (("older", None), ("loaded", (1.0, 0.5))):  # rank 0 waited for a core as long as it ran, rank 1 half
+        user = tmp_path / name
+        shutil.copytree(RUN / "defaults", user, ignore=shutil.ignore_patterns("overlap.json"))
+        for r, wait in enumerate(waits or ()):
+            path = user / f"rank{r}.json"
+            doc = json.loads(path.read_text())
+            doc["thread_sched_ns"] = [[s, 4_000_000, int(wait * 4_000_000)] for s in doc["steps_profiled"]]
+            path.write_text(json.dumps(doc))
+        runs[name] = open_run(str(user))
+    assert runs["older"].run.ranks[0].meta.train_thread == [] and profiled_stretch(runs["older"].run) == 0.0
+    assert [s.step for s in runs["loaded"].run.ranks[1].meta.train_thread] == runs["loaded"].run.ranks[1].meta.steps_profiled
+    assert profiled_stretch(runs["loaded"].run) == pytest.approx(2.0)
+    costs = str(RUN / "codec-costs.json")
+    a, b = (predict_run(runs[n].run, runs[n].graph, strategy, costs, link_model=str(link)).graph for n in ("older", "loaded"))
+    order = gradient_order(a, runs["older"].run.ranks[0].buckets)
+    second = powersgd_parts(order, *order.bucket_params(candidate_of(Space(order, []), strategy).plan.ends)[1], 2, CodecCosts.load(costs))
+    per_step, _ = bucket_allreduces(a)
+    loaded_steps, _ = bucket_allreduces(b)
+    for (c0, c1), (d0, d1) in zip(per_step.values(), loaded_steps.values()):
+        assert b.dur[d0] == pytest.approx(a.dur[c0])  # the first bucket's callbacks run beside the backward: its own price
+        assert b.dur[d1] - a.dur[c1] == pytest.approx((2.0 - 1.5) * (second.issue_us + second.middle_us + second.decode_us))

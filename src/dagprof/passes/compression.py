@@ -27,7 +27,9 @@ there, before the all-reduce is issued) and ``channel`` time on the communicatio
   model is fitted on DDP's buckets, whose transfers hide gloo's thread hand-offs and wake-ups; PowerSGD's factors
   are small and pay them whole (on the testbed under load 7, 1-4 ms each against 0.1-0.4 ms priced). After the
   backward the hook's CPU between and after its all-reduces takes what the hook's kind of CPU between chained
-  all-reduces took there per unit of its idle time (``Chained.stretch``, measured beside ``chained``): the codec costs
+  all-reduces took there per unit of its idle time (``Chained.stretch``: the priced profile's own, its training thread's
+  CPU plus waits for a core over its CPU, ``search.measured.profiled_stretch``; else measured beside ``chained``,
+  minutes before the profile at another load): the codec costs
   are the fastest runs on an idle core, and in the chain each rank also waits for a core, the wake-up after it and the
   later rank at each all-reduce (the held-out conv job's chain, 7.8 ms of it CPU, 20 ms at the median against 12.4 priced).
   A bucket whose whole hook runs after the backward without waiting on another (one bucket) also issues at that stretch:
@@ -51,7 +53,7 @@ class Chained:
     ``search.measured.chained_in_job``): small all-reduces chained by completion callbacks, and CPU between them."""
 
     allreduce: tuple[tuple[int, float], ...] = ()  # (bytes, us per all-reduce); empty: not measured
-    stretch: float = 0.0  # CPU between chained all-reduces per unit of its fastest idle time (``chained_stretch``); 0: not measured
+    stretch: float = 0.0  # CPU after the backward per unit of its idle price (``measured.chained_in_job``); 0: not measured
 
     @property
     def cpu_factor(self) -> float:

@@ -8,9 +8,10 @@ import os
 from ..collect.measure.overlap import Overlap, load_overlap, overlap_from_table
 from ..costmodel.codecs import CodecCosts, powersgd_split
 from ..costmodel.topology import read_link_model
-from ..passes.compression import UNMEASURED, Chained
+from ..passes.compression import Chained
 from ..passes.gradients import GradientOrder
 from ..traces.events import Run
+from ..traces.meta import runnable_stretch
 
 
 def job_overlap(run: Run | None) -> Overlap | None:
@@ -60,10 +61,20 @@ def in_job(costs: CodecCosts | None, m: Overlap | None) -> CodecCosts | None:
     return costs.scaled(max(1.0, m.matmul_us / costs.reference_op_us))
 
 
-def chained_in_job(m: Overlap | None) -> Chained:
+def chained_in_job(m: Overlap | None, stretch: float) -> Chained:
     """PowerSGD's small all-reduces as they ran in the job's group (``m``: ``job_overlap``), else in ``calibrate --overlap``'s
-    group on the job's cluster (``or_calibrated``), with the CPU between them (``chained_stretch``); unmeasured where neither measured them."""
-    return UNMEASURED if m is None else Chained(tuple((int(b), float(us)) for b, us in m.chained_allreduce), m.chained_stretch)
+    group on the job's cluster (``or_calibrated``), with the CPU between them at ``stretch`` (``profiled_stretch``: the
+    priced profile's own load) where the profile measured it, else at what ``m`` measured (``chained_stretch``, minutes
+    before the profile, at another load); unmeasured where neither measured them."""
+    allreduce = () if m is None else tuple((int(b), float(us)) for b, us in m.chained_allreduce)
+    return Chained(allreduce, stretch or (0.0 if m is None else m.chained_stretch))
+
+
+def profiled_stretch(run: Run) -> float:
+    """How much longer CPU work took on the profiled job's cores than on a core of its own: the training thread's CPU plus
+    its waits for a core over its CPU across the window (``RankMeta.train_thread``), the slowest rank's; 0 where the
+    profile did not record it (profiles before it was, other formats)."""
+    return max((runnable_stretch(r.meta.train_thread) for r in run.ranks), default=0.0)
 
 
 def codec_costs(order: GradientOrder, powersgd_ranks: tuple[int, ...], path: str | None) -> CodecCosts:

@@ -58,7 +58,7 @@ from ..units import MB
 from .anneal import anneal, seeds
 from .candidate import Candidate, Space, candidate_of, complexity, strategy_fields
 from .evaluate import Evaluator, Scored
-from .measured import NOT_MEASURED, chained_in_job, codec_costs, in_job, job_overlap, or_calibrated, slowdown_in
+from .measured import NOT_MEASURED, chained_in_job, codec_costs, in_job, job_overlap, or_calibrated, profiled_stretch, slowdown_in
 from .memory import MemoryModel
 from .memory_fit import fit_memory
 
@@ -276,7 +276,7 @@ def search_run(run: Run, g: Graph, opts: Options | None = None, costs_file: str 
     job = job_overlap(run)
     cluster = or_calibrated(job, opts.link_model)
     costs = in_job(codec_costs(order, opts.powersgd_ranks, costs_file), job) if opts.allow_lossy else None
-    opts = replace(opts, chained_allreduce=chained_in_job(cluster))
+    opts = replace(opts, chained_allreduce=chained_in_job(cluster, profiled_stretch(run)))
     measured = cluster if opts.overlap_slowdown is None else None
     unmeasured = opts.overlap_slowdown is None and run.ranks[0].backend == "gloo" and measured is None
     if opts.overlap_slowdown is None:
@@ -302,7 +302,8 @@ def predict_run(run: Run, g: Graph, strategy: Strategy, costs_file: str | None =
     """``strategy`` priced on this run: how a strategy found on one profile is priced on another (a later
     profile of the same job, e.g. each verification round's). ``measured_in``: the run whose overlap
     measurements (slowdown, codec yardstick, chained all-reduces) apply, default ``run``; ``link_model``: a ``calibrate --overlap`` file,
-    the slowdown and the chained all-reduces where that run measured none."""
+    the slowdown and the chained all-reduces where that run measured none. The codecs' CPU stretches as ``run``'s own
+    profile measured its cores loaded (``measured.profiled_stretch``), where it did."""
     like = measured_in or run
     order = gradient_order(g, run.ranks[0].buckets)
     c = strategy.compression
@@ -311,7 +312,8 @@ def predict_run(run: Run, g: Graph, strategy: Strategy, costs_file: str | None =
     costs = in_job(codec_costs(order, (c.rank,) if c.codec == "powersgd" else (), costs_file) if c.lossy else None, job)
     segs = segments(g) if strategy.recompute else []
     slowdown, rate = slowdown_in(cluster)
-    ev = Evaluator(g, order, costs, segs, None, slowdown, recompute=bool(strategy.recompute), comm_rate=rate, chained=chained_in_job(cluster))
+    ev = Evaluator(g, order, costs, segs, None, slowdown, recompute=bool(strategy.recompute), comm_rate=rate,
+                   chained=chained_in_job(cluster, profiled_stretch(run)))
     cand = candidate_of(Space(order, segs), strategy)
     base = ev.score(Candidate(order.profiled_ends))[0]
     return Priced(Prediction(base.iter_us / 1e3, ev.score(cand)[0].iter_us / 1e3), ev.predicted_graph(cand))

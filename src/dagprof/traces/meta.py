@@ -144,6 +144,22 @@ class PsRecord(msgspec.Struct, kw_only=True, frozen=True):
     main_cpu_us: list[tuple[int, int, float]] = []
 
 
+class StepSched(msgspec.Struct, frozen=True):
+    """One profiled step of the thread that marked the steps (the training thread): its CPU time and the time it was
+    runnable but waited for a core (the kernel's schedstat, ``collect.hooks.thread_sched``)."""
+
+    step: int
+    cpu_us: float
+    wait_us: float
+
+
+def runnable_stretch(steps: list[StepSched]) -> float:
+    """The thread's CPU plus its waits for a core over its CPU, summed over ``steps``: how much longer CPU work took on
+    the job's loaded cores than on a core of its own; 0 where nothing was recorded."""
+    cpu = sum(s.cpu_us for s in steps)
+    return (cpu + sum(s.wait_us for s in steps)) / cpu if cpu > 0 else 0.0
+
+
 class RankMeta(msgspec.Struct, kw_only=True):
     """One rank's facts beyond its events; which fields a reader fills depends on its format."""
 
@@ -168,6 +184,7 @@ class RankMeta(msgspec.Struct, kw_only=True):
     # --- the training loop (dagprof's collectors; steps_profiled and step_times_us from xplane runs too)
     steps_profiled: list[int] = []
     step_times_us: dict[int, float] = {}  # profiled step -> us
+    train_thread: list[StepSched] = []  # dagprof runs: per profiled step, the training thread's CPU and waits for a core ([]: not recorded)
     unprofiled_step_times_us: dict[int, float] | None = None  # None: the reader has no loop timing (not a dagprof run)
     window_tx_bytes_per_step: float | None = None  # bytes the host's interfaces sent per profiled step (TF/JAX/Horovod windows; None: not counted)
     collective_operands_per_step: float | None = None  # XLA (JAX): arrays its collectives carried a step, one gloo call each (None: unknown)

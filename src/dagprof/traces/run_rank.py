@@ -19,7 +19,7 @@ from ..errors import DagprofError
 from ..fsutil import inside, open_input
 from .events import Dep, EventRows, Kind, Lane, LaneKind, RankTrace
 from .fsdp_run import check_mesh, fsdp_comm, label_groups
-from .meta import RankMeta, warnings_of
+from .meta import RankMeta, StepSched, warnings_of
 from .run_comm import hook_comm, kineto_comm
 from .run_partition import partition_step, step_bounds
 from .run_schema import RANK_FORMAT, Col, RankFile, Rec, read_file
@@ -196,6 +196,7 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
         steps_completed=f.steps_completed,
         step_times_us={s: d for s, d in step_times.items() if s in profiled},
         unprofiled_step_times_us={s: d for s, d in step_times.items() if s not in profiled},
+        train_thread=[StepSched(s, c / 1e3, w / 1e3) for s, c, w in f.thread_sched_ns if s in profiled],
         comm_lanes=[name for name, _ in comm_lanes],
         layer_grad_bytes=f.layer_grad_bytes,
         layer_frozen_bytes=f.layer_frozen_bytes,

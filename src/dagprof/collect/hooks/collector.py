@@ -46,6 +46,7 @@ from .loss_graph import patch_backward
 from .saved_activations import SavedActivations
 from .stop_signals import StopSignals
 from .tensors import group_ranks, output_tensors
+from .thread_sched import ThreadSched
 
 _MAX_OUTPUT_HOOKS = 4  # tensors per module output that get a gradient hook
 
@@ -107,6 +108,7 @@ class Collector:
         self._ended = ""  # what stopped the process inside the window (a signal, an exception)
         self._fsdp: FsdpRecorder | None = None  # an FSDP model's units and collectives (collect.hooks.fsdp, fsdp1)
         self.saved = SavedActivations(lambda: self.recording, self._fail, self.warnings)  # read by collect.hooks.fsdp too
+        self.sched = ThreadSched()  # the training thread's CPU and waits for a core per profiled step
         self._buckets = DdpBuckets(self.records, lambda: self.recording, self._fail, self.warnings, self._param_names, self._param_shapes)
 
     # ---------------------------------------------------------------- guard
@@ -215,6 +217,7 @@ class Collector:
             rf.__exit__(None, None, None)
         self._ranges_open.clear()
         self.saved.stop()
+        self.sched.close()
 
     # ---------------------------------------------------------------- module / autograd hooks
     def _fwd_pre(self, layer: int, module: Any, args: tuple) -> None:
@@ -390,10 +393,12 @@ class Collector:
             self._grad_watch.clear()
             self._buckets.new_step()
             self.records.append((Rec.STEP_BEGIN, self.step, 0, t, 0))
+            self.sched.begin()
 
     def _end_step(self, t: int) -> None:
         self.step_times.append((self.step, self.step_begin_ns, t))
         if self.recording:
+            self.sched.end(self.step)
             self.records.append((Rec.STEP_END, self.step, 0, t, 0))
             self.saved.end_step(self.layers)
             self.profiled.append(self.step)
@@ -413,6 +418,7 @@ class Collector:
         self._signals.catch(self.warnings)
         self._bar = bar(len(self.steps), f"profiling steps {self.steps.start}..{self.steps.stop - 1}", "step", show=self._info["rank"] == 0)
         self.in_window = True
+        self.sched.open()
         self._attach_leaf_hooks()
         self._time_dataloaders()
         self._restore.append(patch_backward(self.saved.backward_starting))
@@ -505,8 +511,9 @@ class Collector:
             kfile = kineto_file(rank)
         doc = self._rank_file(
             steps_profiled=self.profiled, final=final, ended=self._ended, kineto_file=kfile, warnings=self.warnings, layers=self.layers,
-            layer_grad_bytes=self._grad_bytes, layer_frozen_bytes=self._frozen_bytes, layer_saved_bytes=self.saved.most, bucket_layouts=self._buckets.layouts,
-            step_times_ns=self.step_times, records=self.records, ddp_group_ranks=self._ddp_ranks,
+            layer_grad_bytes=self._grad_bytes, layer_frozen_bytes=self._frozen_bytes, layer_saved_bytes=self.saved.most,
+            bucket_layouts=self._buckets.layouts, step_times_ns=self.step_times, records=self.records, ddp_group_ranks=self._ddp_ranks,
+            thread_sched_ns=self.sched.steps,
             fsdp=self._fsdp.info(self.layers) if self._fsdp is not None else None,
         )
         write_rank_file(self.out_dir, doc)
@@ -527,7 +534,7 @@ class Collector:
         )
         start_step_files(self.out_dir, head)
         self._flushed = Flushed(len(self.records), len(self.layers), dict(self._grad_bytes), len(self.warnings),
-                                len(self.step_times), len(self._buckets.layouts))
+                                len(self.step_times), len(self._buckets.layouts), len(self.sched.steps))
 
     def _write_step_part(self) -> None:
         """The step that just ended, and whatever else was appended since the previous one: one line appended to the log."""
@@ -539,12 +546,13 @@ class Collector:
             layer_saved_bytes=self.saved.step_bytes(self.layers),
             bucket_layout=self._buckets.layouts[-1] if len(self._buckets.layouts) > done.layouts else None,
             warnings=self.warnings[done.warnings:], step_times_ns=self.step_times[done.step_times:], records=self.records[done.records:n],
+            thread_sched_ns=self.sched.steps[done.sched:],
         )
         append_step_part(self.out_dir, part)
         if grad:
             done.grad_bytes.update(grad)
         done.records, done.layers, done.warnings = n, len(self.layers), len(self.warnings)
-        done.step_times, done.layouts = len(self.step_times), len(self._buckets.layouts)
+        done.step_times, done.layouts, done.sched = len(self.step_times), len(self._buckets.layouts), len(self.sched.steps)
 
     # ---------------------------------------------------------------- what stops the process
     def _note_end(self, how: str) -> None:

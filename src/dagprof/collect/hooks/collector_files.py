@@ -117,6 +117,7 @@ class Flushed:
     warnings: int = 0
     step_times: int = 0
     layouts: int = 0
+    sched: int = 0  # entries of ``ThreadSched.steps``
 
 
 def _append(path: str, line: bytes) -> None:

@@ -1,0 +1,55 @@
+"""The training thread's CPU time and run-queue wait per profiled step, from the kernel's schedstat.
+
+``/proc/self/task/TID/schedstat`` holds a thread's CPU time and the time it was runnable but waited for a core (ns).
+Per step their sum over the CPU is how much longer the thread's CPU work took in wall time than on a core of its own:
+the machine's load as this job met it. ``search.measured.profiled_stretch`` prices a codec's CPU, measured on an idle
+core, by it (the held-out embedding job's strategy runs under load 4-5: the hook's decode and Adam at 1.9-2.3x their
+idle price, the training thread's CPU plus waits 2.1-2.2x its CPU per step under DDP's defaults and PowerSGD alike;
+``bench/bench_powersgd_parts.py``). The file stays open on the thread that opened it (one ``pread`` per step
+boundary); a boundary on another thread, or a kernel without the file, records nothing. The CPU time is the thread's
+CPU clock: the file's first field is brought up to date only at a tick or a switch while the thread runs (a 5-step
+window of a tiny model read 0 ns in some steps), the wait only grows when the thread gets a core, so it is current.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+
+class ThreadSched:
+    """Per profiled step ``(step, CPU ns, run-queue wait ns)`` of the thread that opened it (``steps``)."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[int, int, int]] = []
+        self._fd: int | None = None
+        self._tid = 0
+        self._begin: tuple[int, int] | None = None
+
+    def open(self) -> None:
+        """Watch the calling thread (the one that marks the steps); nothing where the kernel has no schedstat."""
+        self.close()
+        tid = threading.get_native_id()
+        try:
+            self._fd = os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY)
+        except OSError:
+            return
+        self._tid = tid
+
+    def begin(self) -> None:
+        self._begin = self._read()
+
+    def end(self, step: int) -> None:
+        now, begin, self._begin = self._read(), self._begin, None
+        if now is not None and begin is not None:
+            self.steps.append((step, now[0] - begin[0], now[1] - begin[1]))
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _read(self) -> tuple[int, int] | None:
+        if self._fd is None or threading.get_native_id() != self._tid:
+            return None
+        return time.thread_time_ns(), int(os.pread(self._fd, 128, 0).split()[1])
