@@ -369,3 +369,35 @@ def test_the_training_threads_cpu_and_waits_survive_in_the_step_files(tmp_path):
     assert [s.step for s in whole.train_thread] == [1, 2, 3] and all(s.cpu_us > 0 <= s.wait_us for s in whole.train_thread)
     rebuilt = read_run(cut).ranks[0].meta
     assert not (cut / rank_file(0)).exists() and rebuilt.train_thread == whole.train_thread[:2]
+
+
+def installed(model):
+    """What a collector may change in the process: FSDP's unit methods and the c10d functions it patches, autograd's
+    backward, the DataLoader's ``next``, module and parameter hooks, torch.profiler's state and Python's profile/trace."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
+    from torch.utils.data import dataloader
+
+    return {"group": dict(vars(FSDPParamGroup)), "dist": dict(vars(dist)), "backward": torch.autograd.backward,
+            "next": dataloader._BaseDataLoaderIter.__next__, "profiler": torch.autograd._profiler_enabled(),
+            "module_hooks": sum(len(m._forward_pre_hooks) + len(m._forward_hooks) for m in model.modules()),
+            "param_hooks": sum(len(getattr(p, "_post_accumulate_grad_hooks", None) or {}) for p in model.parameters()),
+            "sys": (sys.getprofile(), sys.gettrace())}
+
+
+def test_fsdp_steps_outside_the_window_run_unpatched(tmp_path, one_rank_group):
+    """The profiler must not slow the steps outside its window (the cost correction compares the job's steps inside the
+    window with those outside it, and cannot see a cost both pay): an FSDP2 job's patches, hooks and torch.profiler are
+    all in place during the window only, and the process after it is as before it (bench/review6/convnext_accum.py)."""
+    from torch.distributed.fsdp import fully_shard
+
+    model = tiny_model()
+    fully_shard(model[3])
+    fully_shard(model)
+    seen = []
+    train(tmp_path, range(1, 3), n=4, model=model, kineto=True, before_step=lambda i, prof: seen.append(installed(model)))
+    seen.append(installed(model))
+    before, inside = seen[0], seen[1]  # as each step begins: 0 before the window, 1 and 2 in it, 3 after it; then at exit
+    assert before == seen[3] == seen[4]
+    assert inside["group"] != before["group"] and inside["dist"] != before["dist"] and inside["backward"] is not before["backward"]
+    assert inside["profiler"] and inside["module_hooks"] > before["module_hooks"] and inside["param_hooks"] > 0

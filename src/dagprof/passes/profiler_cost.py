@@ -16,6 +16,14 @@ stock torch.profiler trace has no unprofiled steps), too noisy to tell the cost 
 says the profiled steps were faster, or when the unprofiled steps before and after the window differ (beyond their
 noise) by more than the profiled steps exceed the slower side: the job's own speed changed, a neighbour's load came
 or went, and the pooled median would book that change as the profiler's cost. ``ProfilerCost.verdict`` then says why.
+
+The comparison relies on the steps outside the window running as in an unprofiled job: PyTorch's collector patches
+and hooks for the window only and undoes it at its end (tests/test_collect_hooks.py guards it for FSDP2); what stays is
+the optimizer hooks that count steps and, on DDP, a pass-through comm hook. Measured on ``bench/review6/convnext_accum.py``
+(FSDP2) and ``bench/ddp_heldout_conv.py`` (DDP), the profiled jobs' steps after the window ran as a plain ``torchrun``
+job's (per step, 0.95-1.03 of its process CPU time and 0.88-1.05 of its wall time in the quietest rounds): a profiled
+job that runs slower than another throughout shows the machine's load at the time, which no comparison inside the job
+can tell from the job's own speed.
 """
 from __future__ import annotations
 
