@@ -59,12 +59,11 @@ from ..costmodel.fsdp_costs import FsdpCosts
 from ..costmodel.gloo_ring import head_start
 from ..costmodel.topology import Topology
 from ..errors import DagprofError
-from ..graph.build_fsdp import fsdp_collectives, is_fsdp_graph, mesh_of
+from ..graph.build_fsdp import fsdp_collectives, is_fsdp_graph, mesh_of, step_size
 from ..graph.dag import DeviceKind, Graph, GraphBuilder
 from ..graph.meta import FsdpRecord
 from ..graph.provenance import provenance
 from ..traces.events import Kind
-from ..traces.kineto_schema import dtype_bytes
 from ..traces.parallelism import Dim, GroupLabel
 from ..traces.run_schema import FSDP2_API
 from .comm import current_topology, retime_collectives
@@ -404,24 +403,34 @@ def scale_fsdp_workers(g: Graph, workers: int, costs: FsdpCosts | None = None) -
 
 
 def uncalibrated_step_note(g: Graph, shards: list[int]) -> str | None:
-    """Without FSDP's costs measured here, a new shard degree scales the optimizer step by bytes (``step_scale``): say
-    what that leaves out. On the review6 MoE job (51 tensors, RAdam) 2x2 -> 1x4 was predicted at 0.68-0.79 of the step
-    and ran 0.92-1.12: its 1x4 profile's step rose 38.6 -> 71.0 ms, 650 DTensor dispatches (31 of a 55 ms step) a step."""
+    """Without FSDP's costs measured here, what prices the optimizer step at a new shard degree (``step_scale``): the
+    profile's Kineto ops, else its bytes alone, which leave out its fixed cost per tensor. On the review6 MoE job (51
+    tensors, RAdam) 2x2 -> 1x4 by the bytes was predicted at 0.68-0.79 of the step and ran 0.92-1.12: its 1x4 profile's
+    step rose 38.6 -> 71.0 ms, 650 DTensor dispatches (31 of a 55 ms step) a step."""
     shard0 = mesh_of(g)[1]
     new = sorted({s for s in shards if s != shard0})
     if not new:
         return None
-    tensors = sum(u.tensors for u in g.meta.fsdp.units)
-    return (f"a shard degree of {', '.join(map(str, new))} (profiled {shard0}) scales the optimizer step on {tensors} tensors by "
-            f"their shards' bytes: its fixed cost per tensor (DTensor dispatch, about 125 us a tensor on a 2-core machine) does "
-            f"not shrink with the shards, so the step is predicted short where tensors are many and small; `dagprof calibrate "
-            f"--fsdp` measures both here, and --link-model FILE prices the step by them")
+    tensors, nbytes = step_size(g.meta.fsdp.units)
+    degrees = f"a shard degree of {', '.join(map(str, new))} (profiled {shard0})"
+    calibrate = "`dagprof calibrate --fsdp` measures both here, and --link-model FILE prices the step by them"
+    fit = g.meta.fsdp.step_fit
+    if fit is not None:
+        fixed, per_byte = fit.us_per_tensor * tensors, fit.us_per_byte * nbytes / shard0
+        return (f"{degrees} prices the optimizer step on {tensors} tensors from the profile's Kineto ops: "
+                f"{100 * fixed / (fixed + per_byte):.0f} % of it (DTensor's dispatches and the Python around the ops) stays per "
+                f"tensor, the ops on the local shards scale with their bytes; {calibrate}")
+    return (f"{degrees} scales the optimizer step on {tensors} tensors by "
+            f"their shards' bytes (no Kineto ops in the profile split it): its fixed cost per tensor (DTensor dispatch, about "
+            f"125 us a tensor on a 2-core machine) does not shrink with the shards, so the step is predicted short where "
+            f"tensors are many and small; {calibrate}")
 
 
 def step_scale(g: Graph, shard0: int, shard: int, costs: FsdpCosts | None) -> float:
-    """The optimizer step on 1/``shard`` of every parameter over the profiled one on 1/``shard0``."""
-    units = g.meta.fsdp.units
-    tensors = sum(u.tensors for u in units)
-    nbytes = sum(u.numel * dtype_bytes(u.orig_dtype) for u in units)
-    was = costs.dtensor_step.us(tensors, nbytes / shard0) if costs is not None and shard != shard0 else 0.0
-    return costs.dtensor_step.us(tensors, nbytes / shard) / was if was > 0 else shard0 / shard
+    """The optimizer step on 1/``shard`` of every parameter over the profiled one on 1/``shard0``: per tensor and per
+    byte of the shards as FSDP's measured costs (``costs``) or, without them, the profile's own Kineto ops
+    (``meta.fsdp.step_fit``) price it; by the bytes alone where neither does."""
+    fit = costs.dtensor_step if costs is not None else g.meta.fsdp.step_fit
+    tensors, nbytes = step_size(g.meta.fsdp.units)
+    was = fit.us(tensors, nbytes / shard0) if fit is not None and shard != shard0 else 0.0
+    return fit.us(tensors, nbytes / shard) / was if was > 0 else shard0 / shard
