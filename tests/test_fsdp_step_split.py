@@ -15,7 +15,7 @@ from dagprof.cli.main import main
 from dagprof.costmodel.fsdp_costs import FsdpCosts, StepFit
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import step_size
-from dagprof.passes.fsdp_mesh import set_mesh, step_scale
+from dagprof.passes.fsdp_mesh import set_mesh, step_scale, uncalibrated_step_note
 from dagprof.traces.dagprof_run import read_run
 from dagprof.traces.events import EventTable, Kind
 from dagprof.traces.fsdp_run import optimizer_ops
@@ -66,6 +66,9 @@ def test_fsdps_measured_costs_come_first(moe):
 def test_without_kineto_the_step_scales_by_bytes_and_says_so(capsys):
     g = build_graph(read_run(HSDP))
     assert g.meta.fsdp.step_fit is None and step_scale(g, 2, 4, None) == 0.5
+    assert "by their shards' bytes (no Kineto ops" in uncalibrated_step_note(g, [4])
+    # on a GPU the step's bytes are its kernels' and its host ops launch them: not this split
+    assert build_graph(read_run(DATA / "gpu" / "fsdp-gloo-2-step12")).meta.fsdp.step_fit is None
     assert main(["whatif", str(MOE), "--mesh", "1x4", "--no-trace", "--allow-model-error", "--json"]) == 0
     notes = [n for n in json.loads(capsys.readouterr().out)["notes"] if "shard degree" in n]
     assert len(notes) == 1 and "from the profile's Kineto ops" in notes[0] and "stays per tensor" in notes[0]

@@ -28,7 +28,7 @@ import numpy as np
 from ..costmodel.fsdp_costs import StepFit
 from ..costmodel.topology import allreduce_equivalent_factor, kind_of_collective
 from ..errors import DagprofError
-from ..traces.events import Kind, Run
+from ..traces.events import Kind, LaneKind, Run
 from ..traces.kineto_schema import dtype_bytes
 from .dag import Graph
 from .meta import FsdpGraphUnit, FsdpRecord, FsdpShards
@@ -75,11 +75,13 @@ def step_size(units: list[FsdpGraphUnit]) -> tuple[int, int]:
 def profiled_step(run: Run, units: list[FsdpGraphUnit]) -> StepFit | None:
     """The optimizer step as the profile's Kineto ops split it (``traces.fsdp_run.optimizer_ops``), over every rank's
     steps: the ops on the local shards per byte of the rank's shards, the rest per tensor. None where a rank's trace has
-    no Kineto or its steps no DTensor dispatch (nothing tells the two parts apart)."""
+    no Kineto or its steps no DTensor dispatch (nothing tells the two parts apart), and on a GPU, where the step's work
+    on the bytes is its kernels and its host ops launch them (not modelled: the bytes rule, as before)."""
     ops = [t.meta.optimizer_ops for t in run.ranks]
     tensors, nbytes = step_size(units)
     shard = units[0].mesh[-1] if units and units[0].mesh else run.world_size
-    if any(o is None or not o.dispatches for o in ops) or not tensors or not nbytes:
+    gpu = any(lane.kind == LaneKind.GPU_STREAM for t in run.ranks for lane in t.lanes)
+    if gpu or any(o is None or not o.dispatches for o in ops) or not tensors or not nbytes:
         return None
     steps, us, local = sum(o.steps for o in ops), sum(o.us for o in ops), sum(o.local_us for o in ops)
     return StepFit((us - local) / steps / tensors, local / steps / (nbytes / shard))

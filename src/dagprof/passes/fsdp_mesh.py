@@ -39,9 +39,11 @@ FSDP1 profiles are refused (its sharding strategy is fixed at wrap time).
 ``--workers`` (``scale_fsdp_workers``), the shard degree of plain FSDP; on an HSDP profile the replicate degree
 (``set_mesh``): each collective still moves
 its unit's whole parameters or gradients, priced for N ranks, and the optimizer step, which
-updates this rank's shards only, takes N0/N of its time; with FSDP2's costs measured on the machine (``dagprof
-calibrate --fsdp``: ``costmodel.fsdp_costs``) it takes what the measured step on DTensor shards takes at the new
-shards over the profiled ones instead. That step has a fixed cost per tensor that sharding does not divide (about
+updates this rank's shards only, takes what a step of a fixed cost per tensor and a cost per byte of the shards
+(``costmodel.fsdp_costs.StepFit``) takes at the new shards over the profiled ones: with FSDP2's costs measured on the
+machine (``dagprof calibrate --fsdp``) the measured step on DTensor shards, else the profile's own, split by its Kineto
+ops (``graph.build_fsdp.profiled_step``: the ops DTensor's dispatch ran on the local shards per byte, the rest per
+tensor), else (no Kineto) N0/N of its time, with a note. That step has a fixed cost per tensor that sharding does not divide (about
 125 us per tensor on the 2-core machine in twelve calibrations, against 0.75 ns per byte): the testbed job of 19
 tensors and 5 MiB (``bench/bench_fsdp.py --part 2``) steps 0.76-0.78 of its 2-rank time on 4 ranks, not 0.5, and
 in two 4-rank profiles beside two 2-rank ones (1 Gbit/s, load 3.4-5.4) its step took 10-17 ms per rank, on the
@@ -109,7 +111,7 @@ def with_mesh(g: Graph, replicate: int, shard: int) -> Graph:
 
 def set_mesh(g: Graph, replicate: int, shard: int, costs: FsdpCosts | None = None) -> Graph:
     """What if the FSDP2 job ran as ``replicate`` x ``shard`` (HSDP; 1 x N: plain FSDP), the same batch per rank?
-    ``costs`` (``dagprof calibrate --fsdp``): the optimizer step by the measured DTensor step (``passes.fsdp``)."""
+    ``costs`` (``dagprof calibrate --fsdp``): the optimizer step by the measured DTensor step, else by the profile's own (``step_scale``)."""
     if not is_fsdp_graph(g):
         raise DagprofError("--mesh is an FSDP what-if; this profile is not an FSDP job")
     if g.meta.fsdp.api != FSDP2_API:
@@ -384,8 +386,9 @@ def _regroup(g: Graph, replicate: int, shard: int, add_all_reduce: bool,
 
 
 def scale_fsdp_workers(g: Graph, workers: int, costs: FsdpCosts | None = None) -> Graph:
-    """What if the FSDP job sharded over ``workers`` ranks (same per-rank batch)? ``costs``: the optimizer step
-    scales by the measured DTensor step (module docstring), else by the shard degrees' ratio."""
+    """What if the FSDP job sharded over ``workers`` ranks (same per-rank batch)? The optimizer step scales by
+    ``costs``' measured DTensor step, else by the profile's own split of it, else by the shard degrees' ratio
+    (``step_scale``, module docstring)."""
     mesh = g.meta.fsdp.units[0].mesh if g.meta.fsdp.units else []
     n0 = graph_world_size(g)
     shard0 = mesh[-1] if mesh else n0
@@ -421,7 +424,7 @@ def uncalibrated_step_note(g: Graph, shards: list[int]) -> str | None:
                 f"{100 * fixed / (fixed + per_byte):.0f} % of it (DTensor's dispatches and the Python around the ops) stays per "
                 f"tensor, the ops on the local shards scale with their bytes; {calibrate}")
     return (f"{degrees} scales the optimizer step on {tensors} tensors by "
-            f"their shards' bytes (no Kineto ops in the profile split it): its fixed cost per tensor (DTensor dispatch, about "
+            f"their shards' bytes (no Kineto ops of a CPU step in the profile split it): its fixed cost per tensor (DTensor dispatch, about "
             f"125 us a tensor on a 2-core machine) does not shrink with the shards, so the step is predicted short where "
             f"tensors are many and small; {calibrate}")
 
