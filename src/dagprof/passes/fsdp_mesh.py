@@ -45,7 +45,9 @@ machine (``dagprof calibrate --fsdp``) the measured step on DTensor shards, else
 ops (``graph.build_fsdp.profiled_step``: the ops DTensor's dispatch ran on the local shards per byte, the rest per
 tensor), else (no Kineto) N0/N of its time, with a note. That step has a fixed cost per tensor that sharding does not divide (about
 125 us per tensor on the 2-core machine in twelve calibrations, against 0.75 ns per byte): the testbed job of 19
-tensors and 5 MiB (``bench/bench_fsdp.py --part 2``) steps 0.76-0.78 of its 2-rank time on 4 ranks, not 0.5, and
+tensors and 5 MiB (``bench/bench_fsdp.py --part 2``) steps 0.76-0.78 of its 2-rank time on 4 ranks, not 0.5 (its own
+2-rank Kineto profile, load 6, splits its step into 175 us a tensor, the profiler's cost in it, and 0.67 ns a byte:
+0.83), and
 in two 4-rank profiles beside two 2-rank ones (1 Gbit/s, load 3.4-5.4) its step took 10-17 ms per rank, on the
 2 shared cores, against 6.7-7.0 on 2 ranks.
 """
