@@ -25,9 +25,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..costmodel.fsdp_costs import StepFit
 from ..costmodel.topology import allreduce_equivalent_factor, kind_of_collective
 from ..errors import DagprofError
-from ..traces.events import Kind, Run
+from ..traces.events import Kind, LaneKind, Run
+from ..traces.kineto_schema import dtype_bytes
 from .dag import Graph
 from .meta import FsdpGraphUnit, FsdpRecord, FsdpShards
 
@@ -60,7 +62,29 @@ def fsdp_meta(run: Run) -> FsdpRecord:
         layer_saved_gathered_bytes=None if (gathered := t0.meta.fsdp.layer_saved_gathered_bytes) is None else dict(gathered),
         layer_output_bytes=None if (outs := t0.meta.fsdp.layer_output_bytes) is None else dict(outs),
         unit_saved_outside_bytes=None if (between := t0.meta.fsdp.unit_saved_outside_bytes) is None else dict(between),
+        step_fit=profiled_step(run, units),
     )
+
+
+def step_size(units: list[FsdpGraphUnit]) -> tuple[int, int]:
+    """What a rank's optimizer step works on: the parameter tensors that take a gradient (each rank steps a shard of every
+    one; frozen ones have no gradient to step) and their unsharded bytes (a rank's shards: these over the shard degree)."""
+    return sum(u.grad_tensors for u in units), sum(u.grad_numel * dtype_bytes(u.orig_dtype) for u in units)
+
+
+def profiled_step(run: Run, units: list[FsdpGraphUnit]) -> StepFit | None:
+    """The optimizer step as the profile's Kineto ops split it (``traces.fsdp_run.optimizer_ops``), over every rank's
+    steps: the ops on the local shards per byte of the rank's shards, the rest per tensor. None where a rank's trace has
+    no Kineto or its steps no DTensor dispatch (nothing tells the two parts apart), and on a GPU, where the step's work
+    on the bytes is its kernels and its host ops launch them (not modelled: the bytes rule, as before)."""
+    ops = [t.meta.optimizer_ops for t in run.ranks]
+    tensors, nbytes = step_size(units)
+    shard = units[0].mesh[-1] if units and units[0].mesh else run.world_size
+    gpu = any(lane.kind == LaneKind.GPU_STREAM for t in run.ranks for lane in t.lanes)
+    if gpu or any(o is None or not o.dispatches for o in ops) or not tensors or not nbytes:
+        return None
+    steps, us, local = sum(o.steps for o in ops), sum(o.us for o in ops), sum(o.local_us for o in ops)
+    return StepFit((us - local) / steps / tensors, local / steps / (nbytes / shard))
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..traces.run_schema import FSDP2_API
 
 if TYPE_CHECKING:
+    from ..costmodel.fsdp_costs import StepFit
     from ..costmodel.topology import CollectiveSpec, Topology
     from ..traces.buckets import BucketLayout
     from ..traces.meta import HorovodRecord, PsRecord
@@ -88,6 +89,9 @@ class FsdpRecord:
     layer_output_bytes: dict[str, int] | None = None  # rank 0's bytes each layer returned (FsdpInfo.layer_output_bytes); None: not recorded
     # rank 0's bytes saved between leaf modules per unit whose forward ran (FsdpInfo.unit_saved_outside_bytes); None: not recorded
     unit_saved_outside_bytes: dict[str, int] | None = None
+    # the optimizer step per tensor and per byte of its shards, read from the profile's Kineto ops (graph.build_fsdp.profiled_step);
+    # None: not in the profile (no Kineto, no DTensor dispatch seen)
+    step_fit: StepFit | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,7 +86,7 @@ import numpy as np
 
 from ..costmodel.fsdp_costs import FsdpCosts
 from ..errors import DagprofError
-from ..graph.build_fsdp import fsdp_collectives, is_fsdp_graph
+from ..graph.build_fsdp import fsdp_collectives, is_fsdp_graph, step_size
 from ..graph.dag import Graph, GraphBuilder
 from ..graph.meta import FsdpGraphUnit, FsdpRecord, FsdpShards
 from ..traces.events import Kind
@@ -416,9 +416,9 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB, costs: FsdpCosts
         raise DagprofError("--data-parallel ddp: the FSDP profile has no collective to take the link from")
     dur = g.dur.copy()
     upd = np.flatnonzero(g.kind == Kind.UPDATE)
-    tensors = sum(u.grad_tensors for u in fs.units)  # what the optimizer steps: the frozen parameters have no gradient
+    tensors, nbytes = step_size(fs.units)
     if costs is not None and tensors:
-        dur[upd] /= costs.step_ratio(tensors, sum(u.grad_numel * _dtype_bytes(u.orig_dtype) for u in fs.units), n)
+        dur[upd] /= costs.step_ratio(tensors, nbytes, n)
     else:
         dur[upd] *= n  # every parameter updated on every rank
     buckets = _ddp_buckets(g, fs.layer_grad_bytes, bucket_mb * MB)

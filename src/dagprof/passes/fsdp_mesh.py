@@ -39,11 +39,15 @@ FSDP1 profiles are refused (its sharding strategy is fixed at wrap time).
 ``--workers`` (``scale_fsdp_workers``), the shard degree of plain FSDP; on an HSDP profile the replicate degree
 (``set_mesh``): each collective still moves
 its unit's whole parameters or gradients, priced for N ranks, and the optimizer step, which
-updates this rank's shards only, takes N0/N of its time; with FSDP2's costs measured on the machine (``dagprof
-calibrate --fsdp``: ``costmodel.fsdp_costs``) it takes what the measured step on DTensor shards takes at the new
-shards over the profiled ones instead. That step has a fixed cost per tensor that sharding does not divide (about
+updates this rank's shards only, takes what a step of a fixed cost per tensor and a cost per byte of the shards
+(``costmodel.fsdp_costs.StepFit``) takes at the new shards over the profiled ones: with FSDP2's costs measured on the
+machine (``dagprof calibrate --fsdp``) the measured step on DTensor shards, else the profile's own, split by its Kineto
+ops (``graph.build_fsdp.profiled_step``: the ops DTensor's dispatch ran on the local shards per byte, the rest per
+tensor), else (no Kineto) N0/N of its time, with a note. That step has a fixed cost per tensor that sharding does not divide (about
 125 us per tensor on the 2-core machine in twelve calibrations, against 0.75 ns per byte): the testbed job of 19
-tensors and 5 MiB (``bench/bench_fsdp.py --part 2``) steps 0.76-0.78 of its 2-rank time on 4 ranks, not 0.5, and
+tensors and 5 MiB (``bench/bench_fsdp.py --part 2``) steps 0.76-0.78 of its 2-rank time on 4 ranks, not 0.5 (its own
+2-rank Kineto profile, load 6, splits its step into 175 us a tensor, the profiler's cost in it, and 0.67 ns a byte:
+0.83), and
 in two 4-rank profiles beside two 2-rank ones (1 Gbit/s, load 3.4-5.4) its step took 10-17 ms per rank, on the
 2 shared cores, against 6.7-7.0 on 2 ranks.
 """
@@ -59,12 +63,11 @@ from ..costmodel.fsdp_costs import FsdpCosts
 from ..costmodel.gloo_ring import head_start
 from ..costmodel.topology import Topology
 from ..errors import DagprofError
-from ..graph.build_fsdp import fsdp_collectives, is_fsdp_graph, mesh_of
+from ..graph.build_fsdp import fsdp_collectives, is_fsdp_graph, mesh_of, step_size
 from ..graph.dag import DeviceKind, Graph, GraphBuilder
 from ..graph.meta import FsdpRecord
 from ..graph.provenance import provenance
 from ..traces.events import Kind
-from ..traces.kineto_schema import dtype_bytes
 from ..traces.parallelism import Dim, GroupLabel
 from ..traces.run_schema import FSDP2_API
 from .comm import current_topology, retime_collectives
@@ -110,7 +113,7 @@ def with_mesh(g: Graph, replicate: int, shard: int) -> Graph:
 
 def set_mesh(g: Graph, replicate: int, shard: int, costs: FsdpCosts | None = None) -> Graph:
     """What if the FSDP2 job ran as ``replicate`` x ``shard`` (HSDP; 1 x N: plain FSDP), the same batch per rank?
-    ``costs`` (``dagprof calibrate --fsdp``): the optimizer step by the measured DTensor step (``passes.fsdp``)."""
+    ``costs`` (``dagprof calibrate --fsdp``): the optimizer step by the measured DTensor step, else by the profile's own (``step_scale``)."""
     if not is_fsdp_graph(g):
         raise DagprofError("--mesh is an FSDP what-if; this profile is not an FSDP job")
     if g.meta.fsdp.api != FSDP2_API:
@@ -398,8 +401,9 @@ def workers_mesh(g: Graph, workers: int) -> tuple[int, int]:
 
 
 def scale_fsdp_workers(g: Graph, workers: int, costs: FsdpCosts | None = None) -> Graph:
-    """What if the FSDP job sharded over ``workers`` ranks (same per-rank batch)? ``costs``: the optimizer step
-    scales by the measured DTensor step (module docstring), else by the shard degrees' ratio."""
+    """What if the FSDP job sharded over ``workers`` ranks (same per-rank batch)? The optimizer step scales by
+    ``costs``' measured DTensor step, else by the profile's own split of it, else by the shard degrees' ratio
+    (``step_scale``, module docstring)."""
     replicate0, shard0 = mesh_of(g)
     replicate, shard = workers_mesh(g, workers)
     if replicate != replicate0 and shard == shard0:
@@ -412,24 +416,34 @@ def scale_fsdp_workers(g: Graph, workers: int, costs: FsdpCosts | None = None) -
 
 
 def uncalibrated_step_note(g: Graph, shards: list[int]) -> str | None:
-    """Without FSDP's costs measured here, a new shard degree scales the optimizer step by bytes (``step_scale``): say
-    what that leaves out. On the review6 MoE job (51 tensors, RAdam) 2x2 -> 1x4 was predicted at 0.68-0.79 of the step
-    and ran 0.92-1.12: its 1x4 profile's step rose 38.6 -> 71.0 ms, 650 DTensor dispatches (31 of a 55 ms step) a step."""
+    """Without FSDP's costs measured here, what prices the optimizer step at a new shard degree (``step_scale``): the
+    profile's Kineto ops, else its bytes alone, which leave out its fixed cost per tensor. On the review6 MoE job (51
+    tensors, RAdam) 2x2 -> 1x4 by the bytes was predicted at 0.68-0.79 of the step and ran 0.92-1.12: its 1x4 profile's
+    step rose 38.6 -> 71.0 ms, 650 DTensor dispatches (31 of a 55 ms step) a step."""
     shard0 = mesh_of(g)[1]
     new = sorted({s for s in shards if s != shard0})
     if not new:
         return None
-    tensors = sum(u.grad_tensors for u in g.meta.fsdp.units)
-    return (f"a shard degree of {', '.join(map(str, new))} (profiled {shard0}) scales the optimizer step on {tensors} tensors by "
-            f"their shards' bytes: its fixed cost per tensor (DTensor dispatch, about 125 us a tensor on a 2-core machine) does "
-            f"not shrink with the shards, so the step is predicted short where tensors are many and small; `dagprof calibrate "
-            f"--fsdp` measures both here, and --link-model FILE prices the step by them")
+    tensors, nbytes = step_size(g.meta.fsdp.units)
+    degrees = f"a shard degree of {', '.join(map(str, new))} (profiled {shard0})"
+    calibrate = "`dagprof calibrate --fsdp` measures both here, and --link-model FILE prices the step by them"
+    fit = g.meta.fsdp.step_fit
+    if fit is not None:
+        fixed, per_byte = fit.us_per_tensor * tensors, fit.us_per_byte * nbytes / shard0
+        return (f"{degrees} prices the optimizer step on {tensors} tensors from the profile's Kineto ops: "
+                f"{100 * fixed / (fixed + per_byte):.0f} % of it (DTensor's dispatches and the Python around the ops) stays per "
+                f"tensor, the ops on the local shards scale with their bytes; {calibrate}")
+    return (f"{degrees} scales the optimizer step on {tensors} tensors by "
+            f"their shards' bytes (no Kineto ops of a CPU step in the profile split it): its fixed cost per tensor (DTensor dispatch, about "
+            f"125 us a tensor on a 2-core machine) does not shrink with the shards, so the step is predicted short where "
+            f"tensors are many and small; {calibrate}")
 
 
 def step_scale(g: Graph, shard0: int, shard: int, costs: FsdpCosts | None) -> float:
-    """The optimizer step on 1/``shard`` of every parameter over the profiled one on 1/``shard0``."""
-    units = g.meta.fsdp.units
-    tensors = sum(u.grad_tensors for u in units)  # the optimizer steps only the parameters that take a gradient
-    nbytes = sum(u.grad_numel * dtype_bytes(u.orig_dtype) for u in units)
-    was = costs.dtensor_step.us(tensors, nbytes / shard0) if costs is not None and shard != shard0 else 0.0
-    return costs.dtensor_step.us(tensors, nbytes / shard) / was if was > 0 else shard0 / shard
+    """The optimizer step on 1/``shard`` of every parameter over the profiled one on 1/``shard0``: per tensor and per
+    byte of the shards as FSDP's measured costs (``costs``) or, without them, the profile's own Kineto ops
+    (``meta.fsdp.step_fit``) price it; by the bytes alone where neither does."""
+    fit = costs.dtensor_step if costs is not None else g.meta.fsdp.step_fit
+    tensors, nbytes = step_size(g.meta.fsdp.units)
+    was = fit.us(tensors, nbytes / shard0) if fit is not None and shard != shard0 else 0.0
+    return fit.us(tensors, nbytes / shard) / was if was > 0 else shard0 / shard

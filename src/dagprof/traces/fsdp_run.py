@@ -24,12 +24,14 @@ import msgspec
 import numpy as np
 
 from ..errors import DagprofError
-from .events import EventRows, Kind, RankTrace
-from .meta import Collectives
+from .events import EventRows, EventTable, Kind, RankTrace
+from .meta import Collectives, OptimizerOps
 from .run_comm import device_ops, exchange_starts
 from .run_schema import Col, FsdpInfo, Rec
 from .run_spans import _Comm, _DeviceOp, _Span, _Transfer
 
+OPTIMIZER_STEP = "Optimizer.step#"  # torch.optim's record_function around each step
+DTENSOR_DISPATCH = "PythonSubclass"  # the profiler's range around a tensor subclass's __torch_dispatch__ (DTensor's ops)
 COLL_NAMES = {"all_gather": "allgather", "reduce_scatter": "reducescatter", "all_reduce": "allreduce"}  # canonical (align)
 HOOK_LANE = "fsdp collective (hook span)"
 
@@ -41,7 +43,7 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, records: np.ndarray,
     end = {int(i): int(s) for i, s in zip(a[code == Rec.FSDP_COLL_END], t[code == Rec.FSDP_COLL_END])}
     lo, hi = steps[0][1], steps[-1][2]
     calls = sorted((k, begin[k], end[k]) for k in begin if k in end and lo <= begin[k] <= hi)
-    gloo, device = _kineto_transfers(kpath, rank, lo, hi, warnings) if kpath else (None, [])
+    gloo, device, optimizer = _kineto_transfers(kpath, rank, lo, hi, warnings) if kpath else (None, [], None)
     if gloo is not None and len(gloo) < len(calls):
         warnings.append(f"rank {rank}: Kineto shows {len(gloo)} collectives for {len(calls)} FSDP calls; transfer spans from the hooks")
         gloo = None
@@ -77,13 +79,15 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, records: np.ndarray,
                 phase = "forward" if key[1] == 0 else "backward"
                 host.append(_Span(Kind.OTHER, f"fsdp {what} {info.units[key[0]].name} ({phase})", opened.pop(key), int(t[i])))
     source = "Kineto (gloo execution spans) + FSDP hooks" if gloo is not None else "FSDP hooks (call spans: the transfer and waiting for peers)"
-    return _Comm(source, sorted(transfers, key=lambda x: x.seq), {}, sorted(host, key=lambda s: s.start), device)
+    return _Comm(source, sorted(transfers, key=lambda x: x.seq), {}, sorted(host, key=lambda s: s.start), device, optimizer=optimizer)
 
 
-def _kineto_transfers(kpath: str, rank: int, lo: int, hi: int, warnings: list) -> tuple[list[tuple[str, int, int, int]], list[_DeviceOp]]:
+def _kineto_transfers(kpath: str, rank: int, lo: int, hi: int,
+                      warnings: list) -> tuple[list[tuple[str, int, int, int]], list[_DeviceOp], OptimizerOps | None]:
     """(lane, start ns, its exchange's start ns (``run_comm.exchange_starts``), end ns) of every collective Kineto saw in
-    [lo, hi], by start, and the GPU's kernels and copies launched in it; what the trace's reader noticed (events dropped
-    and counted) joins ``warnings``. The start matches the op to the FSDP call it served; its transfer starts at the other."""
+    [lo, hi], by start, the GPU's kernels and copies launched in it, and its optimizer steps' ops (``optimizer_ops``);
+    what the trace's reader noticed (events dropped and counted) joins ``warnings``. The start matches the op to the
+    FSDP call it served; its transfer starts at the other."""
     from .kineto import read_kineto  # noqa: PLC0415  (only runs with Kineto on)
 
     kt = read_kineto(kpath, rank=rank)
@@ -93,7 +97,47 @@ def _kineto_transfers(kpath: str, rank: int, lo: int, hi: int, warnings: list) -
     idx = [i for i in np.flatnonzero(ev.kind == Kind.COMM).tolist() if lo <= at(ev.start[i]) <= hi]
     begin = exchange_starts(ev, idx)
     out = [(kt.lanes[ev.lane[i]].name, at(ev.start[i]), at(begin[i]), at(ev.start[i]) + int(round(ev.dur[i] * 1e3))) for i in idx]
-    return sorted(out, key=lambda x: x[1]), device_ops(kt, lo, hi, at)
+    return sorted(out, key=lambda x: x[1]), device_ops(kt, lo, hi, at), optimizer_ops(ev, _within(kt.base_ns + np.round(ev.start * 1e3), lo, hi))
+
+
+def _within(t_ns: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    return (t_ns >= lo) & (t_ns <= hi)
+
+
+def optimizer_ops(ev: EventTable, window: np.ndarray) -> OptimizerOps | None:
+    """The optimizer steps (``Optimizer.step#``) among the events in ``window``: their time and, of it, the ops run under
+    DTensor's dispatches, the union of what those dispatches hold on the step's thread (an op inside another counted
+    once). FSDP2 steps every parameter as a DTensor: each op goes through its dispatch (a fixed cost per op, so per
+    tensor) to the same op on the local shard (its bytes: 1/shard of the parameter's); the steps' other time (the
+    dispatches' own, the Python between the ops, plain tensors' ops) does not shrink with the shard (``passes.fsdp_mesh.
+    step_scale``). None where the window holds no step."""
+    step_ids = [k for k, n in enumerate(ev.names) if n.startswith(OPTIMIZER_STEP)]
+    steps = np.flatnonzero(np.isin(ev.name, step_ids) & window).tolist()
+    if not steps:
+        return None
+    end = ev.start + ev.dur
+    dispatch = ev.names.index(DTENSOR_DISPATCH) if DTENSOR_DISPATCH in ev.names else -1
+    local = 0.0
+    dispatches = 0
+    for i in steps:
+        inside = np.flatnonzero((ev.lane == ev.lane[i]) & (ev.start >= ev.start[i]) & (end <= end[i]))
+        d = inside[ev.name[inside] == dispatch]
+        d = d[np.argsort(ev.start[d], kind="stable")]
+        outer = d[ev.start[d] >= np.concatenate([[-np.inf], np.maximum.accumulate(end[d])[:-1]])] if len(d) else d  # not nested
+        dispatches += len(outer)
+        ops = inside[ev.name[inside] != dispatch]
+        k = np.searchsorted(ev.start[outer], ev.start[ops], side="right") - 1
+        held = ops[(k >= 0) & (end[ops] <= end[outer][np.maximum(k, 0)])] if len(outer) else ops[:0]
+        local += _union_us(ev.start[held], end[held])
+    return OptimizerOps(steps=len(steps), us=float(ev.dur[steps].sum()), local_us=local, dispatches=dispatches)
+
+
+def _union_us(start: np.ndarray, end: np.ndarray) -> float:
+    """The time the intervals cover together."""
+    order = np.argsort(start, kind="stable")
+    s, e = start[order], np.maximum.accumulate(end[order])
+    before = np.concatenate([[-np.inf], e[:-1]])
+    return float(np.maximum(e - np.maximum(s, before), 0.0).sum())
 
 
 def label_groups(rows: EventRows, info: FsdpInfo) -> tuple[list[str], dict[str, list[int]], Collectives]:

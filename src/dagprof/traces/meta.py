@@ -160,6 +160,17 @@ def runnable_stretch(steps: list[StepSched]) -> float:
     return (cpu + sum(s.wait_us for s in steps)) / cpu if cpu > 0 else 0.0
 
 
+class OptimizerOps(msgspec.Struct, kw_only=True, frozen=True):
+    """What Kineto shows inside one FSDP2 rank's optimizer steps in the window (``traces.fsdp_run.optimizer_ops``): the
+    steps' time, and of it the ops DTensor's dispatch ran on the local shards (the part that works on the shard's bytes);
+    the rest (the dispatches around them, the Python between them, plain tensors' ops) is per tensor."""
+
+    steps: int  # optimizer steps timed
+    us: float  # their time together
+    local_us: float  # of it, under DTensor's dispatches (``PythonSubclass``): the ops on the local shards
+    dispatches: int  # DTensor dispatches in them (0: no DTensor op seen, so nothing splits the step)
+
+
 class RankMeta(msgspec.Struct, kw_only=True):
     """One rank's facts beyond its events; which fields a reader fills depends on its format."""
 
@@ -205,6 +216,7 @@ class RankMeta(msgspec.Struct, kw_only=True):
     comm_source: str = ""  # where the collectives' timing came from (Kineto, the comm hooks)
     kineto: str | None = None  # the rank's Kineto trace, when it gave the communication
     fsdp: FsdpInfo | None = None  # an FSDP2 job's units and collectives
+    optimizer_ops: OptimizerOps | None = None  # an FSDP2 job with Kineto: its optimizer steps' ops (None: no Kineto)
     horovod_clock_shift_ns: int = 0  # traces.horovod: shift of the timeline's clock onto this rank's
 
 

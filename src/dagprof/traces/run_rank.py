@@ -83,7 +83,7 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
     trace = _to_rank_trace(f, path, spans, comm, layers)
     trace.meta.warnings, trace.meta.comm_source, trace.meta.kineto = warnings_of(warnings), comm.source, kpath
     trace.meta.unseen_collectives = comm.unseen
-    trace.meta.fsdp = f.fsdp
+    trace.meta.fsdp, trace.meta.optimizer_ops = f.fsdp, comm.optimizer
     return trace
 
 
