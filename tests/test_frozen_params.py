@@ -104,3 +104,22 @@ def test_param_owners_put_a_module_s_own_parameters_before_its_children():
     layers = ["embed", "blocks.0.qkv.base", "blocks.0.proj", "head"]
     sizes = {"embed": 4, "blocks.0.qkv": 8, "blocks.0.qkv.base": 16, "blocks.0.proj": 4, "head": 4, "LM": 2}
     assert param_owners(layers, sizes) == ["LM", "embed", "blocks.0.qkv", "blocks.0.qkv.base", "blocks.0.proj", "head"]
+
+
+@pytest.mark.parametrize("damage", ["more frozen than the unit", "negative frozen bytes"])
+def test_damaged_frozen_fields_are_refused_in_one_line(tmp_path, damage):
+    import shutil
+
+    from dagprof.errors import DagprofError
+
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "fsdp-1", run)
+    doc = json.loads((run / "rank0.json").read_text())
+    if damage == "more frozen than the unit":
+        doc["fsdp"]["units"][1]["frozen_numel"] = doc["fsdp"]["units"][1]["numel"] + 1
+    else:
+        doc["layer_frozen_bytes"] = {next(iter(doc["layer_frozen_bytes"])): -4}
+    (run / "rank0.json").write_text(json.dumps(doc))
+    with pytest.raises(DagprofError) as err:
+        load(str(run))
+    assert "\n" not in str(err.value) and "rank0.json" in str(err.value)

@@ -160,14 +160,18 @@ def label_groups(rows: EventRows, info: FsdpInfo) -> tuple[list[str], dict[str, 
     return groups, {gname: [int(r) for r in gname.split(",")] for gname in groups}, coll
 
 
-def check_mesh(info: FsdpInfo, rank: int, world: int, path: str) -> None:
+def check_units(info: FsdpInfo, rank: int, world: int, path: str) -> None:
     """Each unit's device mesh spans the job's data-parallel ranks (its size divides the world size: other ranks are
     another parallel dimension), and each collective runs on a group of this rank's of the size its mesh gives: the shard
     dimension's for all-gathers and reduce-scatters, the replicate one's for HSDP's all-reduce. Otherwise the file is
-    damaged, and ``--mesh`` would re-price a layout the job never had."""
+    damaged, and ``--mesh`` would re-price a layout the job never had. Likewise a unit's frozen part is within it: more
+    would leave it negative gradients and optimizer state."""
     for u in info.units:
         if u.mesh and (min(u.mesh) < 1 or world % math.prod(u.mesh)):
             raise DagprofError(f"unit {u.name}'s mesh {'x'.join(map(str, u.mesh))} does not fit the job's {world} ranks: a damaged file", path)
+        if u.frozen_numel > u.numel or u.frozen_tensors > len(u.params):
+            raise DagprofError(f"unit {u.name} has {u.frozen_numel} frozen elements in {u.numel} and {u.frozen_tensors} frozen tensors in "
+                               f"{len(u.params)}: a damaged file", path)
     for k, c in enumerate(info.collectives):
         mesh = info.units[c.unit].mesh
         ranks = [int(r) for r in c.group.split(",")]

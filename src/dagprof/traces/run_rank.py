@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import DagprofError
 from ..fsutil import inside, open_input
 from .events import Dep, EventRows, Kind, Lane, LaneKind, RankTrace
-from .fsdp_run import check_mesh, fsdp_comm, label_groups
+from .fsdp_run import check_units, fsdp_comm, label_groups
 from .meta import RankMeta, StepSched, warnings_of
 from .run_comm import hook_comm, kineto_comm
 from .run_partition import partition_step, step_bounds
@@ -67,7 +67,7 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
     steps = step_bounds(records)
     if f.fsdp is not None:
         _check_fsdp_indices(f.fsdp, records, path)
-        check_mesh(f.fsdp, f.rank, f.world_size, path)
+        check_units(f.fsdp, f.rank, f.world_size, path)
         comm = fsdp_comm(f.fsdp, kpath, f.rank, records, steps, warnings)
     else:
         comm = kineto_comm(kpath, f.rank, records, steps, warnings) if kpath else hook_comm(records)

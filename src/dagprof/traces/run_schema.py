@@ -141,8 +141,8 @@ class FsdpUnit(msgspec.Struct, kw_only=True):
     mesh_dims: list[str] = []
     # of numel, the elements (and of params, the tensors) that take no gradient: FSDP gathers them but reduce-scatters,
     # and the optimizer steps, only the others (0: none, or an older file)
-    frozen_numel: int = 0
-    frozen_tensors: int = 0
+    frozen_numel: Count = 0
+    frozen_tensors: Count = 0
     # FSDP1 only (empty for FSDP2, whose prefetch is per unit and recorded on each collective)
     strategy: str = ""  # ShardingStrategy: FULL_SHARD | SHARD_GRAD_OP | NO_SHARD | HYBRID_SHARD | HYBRID_SHARD_ZERO2
     backward_prefetch: str = ""  # BackwardPrefetch: BACKWARD_PRE | BACKWARD_POST ("": none)
@@ -234,7 +234,7 @@ class RankFile(msgspec.Struct, kw_only=True):
     # module path -> bytes of its parameters that take no gradient (frozen: a LoRA fine-tune's base weights), only layers
     # that have some; known when the model is attached (before the window: the step files' head holds it); {}: none, or an
     # older file (every parameter then counts as trained)
-    layer_frozen_bytes: dict[str, int] = {}
+    layer_frozen_bytes: dict[str, Count] = {}
     # module path -> most activation bytes it saved for backward in one profiled step; beside the paths, the keys
     # SAVED_OUTSIDE_LAYERS, MODEL_OUTPUT and LOSS_BACKWARD (the last new in a compatible way: an older reader skips a key
     # naming no layer, a newer one reading an older file does without it)
