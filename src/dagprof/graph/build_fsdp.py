@@ -79,7 +79,7 @@ def profiled_step(run: Run, units: list[FsdpGraphUnit]) -> StepFit | None:
     on the bytes is its kernels and its host ops launch them (not modelled: the bytes rule, as before)."""
     ops = [t.meta.optimizer_ops for t in run.ranks]
     tensors, nbytes = step_size(units)
-    shard = units[0].mesh[-1] if units and units[0].mesh else run.world_size
+    shard = units_mesh(units, run.world_size)[1]
     gpu = any(lane.kind == LaneKind.GPU_STREAM for t in run.ranks for lane in t.lanes)
     if gpu or any(o is None or not o.dispatches for o in ops) or not tensors or not nbytes:
         return None
@@ -123,11 +123,15 @@ def allreduce_equivalent_bytes(g: Graph, idx: np.ndarray) -> np.ndarray:
 
 
 def mesh_of(g: Graph) -> tuple[int, int]:
-    """(replicate, shard) degrees of an FSDP graph: HSDP's 2-D mesh, else (1, every rank)."""
-    mesh = g.meta.fsdp.units[0].mesh if g.meta.fsdp.units else []
-    world = int(g.meta.world_size or g.world_size)
-    replicate = mesh[0] if len(mesh) == 2 else 1
-    return replicate, max(world // replicate, 1)
+    """(replicate, shard) degrees of an FSDP graph (``units_mesh``)."""
+    return units_mesh(g.meta.fsdp.units, int(g.meta.world_size or g.world_size))
+
+
+def units_mesh(units: list[FsdpGraphUnit], world: int) -> tuple[int, int]:
+    """(replicate, shard) degrees of FSDP ``units`` in a job of ``world`` ranks: their mesh's (HSDP's 2-D one, or
+    ``(shard,)``), else (1, every rank)."""
+    mesh = units[0].mesh if units else []
+    return (mesh[0] if len(mesh) == 2 else 1), (mesh[-1] if mesh else max(world, 1))
 
 
 def _group_share(g: Graph) -> dict[str, float]:

@@ -135,7 +135,8 @@ def param_owners(layers: list[str], sizes: dict[str, int]) -> list[str]:
     as a LoRA layer's adapters beside its ``base``), in registration order: a module's own parameters come before its
     children's, so each owner goes just before its first leaf layer; owners without one (the root model's own, by its
     class name) first."""
-    leafless = [p for p in sizes if p not in set(layers) and not any(x.startswith(p + ".") for x in layers)]
+    leaves = set(layers)
+    leafless = [p for p in sizes if p not in leaves and not any(x.startswith(p + ".") for x in layers)]
     out, seen = list(leafless), set(leafless)
     for layer in layers:
         parts = layer.split(".")
@@ -162,9 +163,7 @@ def user_units(layers: list[str], param_bytes: dict[str, int]) -> list[tuple[str
     members: dict[str, list[str]] = {FSDP_ROOT: []}
     for layer in layers:
         members.setdefault(unit_name(layer), []).append(layer)
-    owned: dict[str, int] = {}
-    for path, nb in param_bytes.items():
-        owned[unit_name(path)] = owned.get(unit_name(path), 0) + nb
+    owned = _by_unit(param_bytes)
     out = [(FSDP_ROOT, members.pop(FSDP_ROOT))]
     for name, ls in members.items():
         if owned.get(name, 0) > 0:
@@ -174,11 +173,18 @@ def user_units(layers: list[str], param_bytes: dict[str, int]) -> list[tuple[str
     return out
 
 
-def _unit_sizes(units: list[tuple[str, list[str]]], sizes: dict[str, int]) -> dict[str, int]:
-    """Bytes per unit of ``sizes`` (per owning module path): an owner in no unit of its own is the root's."""
-    out = {name: 0 for name, _ in units}
+def _by_unit(sizes: dict[str, int]) -> dict[str, int]:
+    """``sizes`` (per owning module path) summed per ``unit_name``."""
+    out: dict[str, int] = {}
     for path, nb in sizes.items():
-        name = unit_name(path)
+        out[unit_name(path)] = out.get(unit_name(path), 0) + nb
+    return out
+
+
+def _unit_sizes(units: list[tuple[str, list[str]]], sizes: dict[str, int]) -> dict[str, int]:
+    """Bytes per unit of ``units`` of ``sizes`` (per owning module path): a unit name that is none of theirs is the root's."""
+    out = {name: 0 for name, _ in units}
+    for name, nb in _by_unit(sizes).items():
         out[name if name in out else FSDP_ROOT] += nb
     return out
 
