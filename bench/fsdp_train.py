@@ -158,7 +158,7 @@ def measure_memory(args: argparse.Namespace) -> list[float]:
     then running: a unit's forward from its pre-hook, its backward from when the gradient of its output arrived (a
     tensor hook, which holds nothing), the root's layers before the inner units as ``backward of <root>``, the optimizer
     step), to check where the memory model puts the peak."""
-    from heap_peak import HeapPeak
+    from heap_peak import HeapPeak, tensor_bytes
 
     where = ["", ""]  # the part of the step running now, and where the step's peak so far fell
 
@@ -201,19 +201,6 @@ def measure_memory(args: argparse.Namespace) -> list[float]:
     with open(f"{args.memory}.{dist.get_rank()}", "w") as f:
         json.dump({"step_peak_bytes": probe.peaks, "step_peak_at": at}, f)
     return times
-
-
-def tensor_bytes(model: nn.Module, opt: torch.optim.Optimizer, ddp: bool) -> int:
-    """This rank's parameters (its shards under FSDP), gradients and optimizer state, and under DDP the reducer's own flat
-    buffer per bucket (``gradient_as_bucket_view=False``): every trained gradient's bytes once more."""
-    def local(t) -> int:
-        t = t.to_local() if hasattr(t, "to_local") else t
-        return t.numel() * t.element_size()
-
-    params = list(model.parameters())
-    state = [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
-    buckets = sum(local(p) for p in params if p.requires_grad) if ddp else 0
-    return sum(local(p) + (local(p.grad) if p.grad is not None else 0) for p in params) + sum(local(v) for v in state) + buckets
 
 
 def main(argv: list[str] | None = None) -> None:

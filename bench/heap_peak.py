@@ -1,5 +1,7 @@
 """The most tensor memory a CPU training step holds, measured (the memory benches' reference; needs torch).
 
+``tensor_bytes``: the tensors a rank holds as a step starts, to add the heap's rise within it to.
+
 A step's peak is the bytes of the tensors alive as it starts (parameters, gradients, optimizer state: read from the
 tensors by the caller) plus the most the heap grew above its level then. The heap in use is glibc's ``mallinfo2`` (all
 arenas and mmapped blocks: where the CPU allocator takes its memory), sampled after every aten op (a dispatch mode). Its
@@ -56,3 +58,18 @@ class HeapPeak:
         with self._mode():
             yield
         self.peaks.append(alive + max(self._high, self.in_use()) - start)
+
+
+def tensor_bytes(model: Any, opt: Any, ddp: bool) -> int:
+    """This rank's parameters (its shards under FSDP), gradients and optimizer state, and under DDP the reducer's own flat
+    buffer per bucket (``gradient_as_bucket_view=False``): every trained gradient's bytes once more."""
+    def local(t) -> int:
+        t = t.to_local() if hasattr(t, "to_local") else t
+        return t.numel() * t.element_size()
+
+    params = list(model.parameters())
+    import torch
+
+    state = [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
+    buckets = sum(local(p) for p in params if p.requires_grad) if ddp else 0
+    return sum(local(p) + (local(p.grad) if p.grad is not None else 0) for p in params) + sum(local(v) for v in state) + buckets

@@ -110,8 +110,7 @@ def main() -> None:
     probe = span = None
     if args.memory:
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-        from fsdp_train import tensor_bytes
-        from heap_peak import HeapPeak
+        from heap_peak import HeapPeak, tensor_bytes
         probe = HeapPeak()
         span = lambda: probe.step(tensor_bytes(model, opt, args.wrap == "ddp"))  # noqa: E731
     times = []

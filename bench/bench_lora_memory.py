@@ -1,0 +1,77 @@
+"""Frozen parameters' memory: dagprof's predicted peak per rank against the measured one, on a LoRA fine-tune.
+
+The job is ``bench/fsdp_fresh/lora_finetune.py`` (base weights frozen, adapters on modules with children) on 2 gloo
+ranks, its first block trained (``-0``) or frozen whole (``-1``), under FSDP2 and DDP. Each row is a ``dagprof whatif
+--json`` answer's peak (rank 0, ``--optimizer-state adam``): FSDP as profiled, DDP from the FSDP profile, FSDP from the
+DDP profile, against the same configuration's unprofiled run (``--memory``: ``bench/heap_peak.py``, the most of its
+steps after the first). Offline on the vendored runs by default (``tests/data/lora``: no job); ``--record DIR`` runs
+the 4 profiles and 4 measured jobs here first; ``--before CHECKOUT`` prints another tree's predictions beside.
+
+    .venv/bin/python bench/bench_lora_memory.py [--record DIR] [--before CHECKOUT]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "bench" / "fsdp_fresh" / "lora_finetune.py"
+JOB = ["--width", "128", "--layers", "2", "--batch", "4", "--seq", "32", "--steps", "8"]
+ROWS = [("fsdp", [], "fsdp", "FSDP as profiled"), ("fsdp", ["--data-parallel", "ddp"], "ddp", "DDP from the FSDP profile"),
+        ("ddp", ["--data-parallel", "fsdp"], "fsdp", "FSDP from the DDP profile")]
+
+
+def record(out: pathlib.Path) -> None:
+    """The 4 profiles and the 4 measured jobs (their peaks into ``measured-peaks.json``, as ``tests/data/lora``'s)."""
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    peaks: dict[str, dict[str, list[int]]] = {}
+    for wrap in ("fsdp", "ddp"):
+        for frozen in (0, 1):
+            args = [*JOB, "--wrap", wrap, "--freeze-blocks", str(frozen)]
+            mem = out / f"mem-{wrap}-{frozen}"
+            subprocess.run([*torchrun, str(SCRIPT), *args, "--memory", str(mem)], check=True)
+            peaks[f"{wrap}-{frozen}"] = {str(r): json.loads(pathlib.Path(f"{mem}.{r}").read_text())["step_peak_bytes"] for r in (0, 1)}
+            subprocess.run([sys.executable, "-m", "dagprof.cli.main", "profile", "--no-kineto", "--steps", "4:7", "-o",
+                            str(out / f"{wrap}-{frozen}"), "--", *torchrun, str(SCRIPT), *args], check=True)
+    (out / "measured-peaks.json").write_text(json.dumps({"step_peak_bytes": peaks}))
+
+
+def predicted_mib(src: pathlib.Path, run: pathlib.Path, extra: list[str]) -> str:
+    """The what-if's peak of rank 0 by the dagprof in ``src``, MiB, or its one-line refusal."""
+    out = subprocess.run([sys.executable, "-m", "dagprof.cli.main", "whatif", str(run), *extra, "--no-trace", "--allow-model-error",
+                          "--optimizer-state", "adam", "--json"], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(src)})
+    try:
+        return f"{json.loads(out.stdout)['scenarios'][0]['memory_per_rank']['0']['total_mb']:.2f}"
+    except (ValueError, KeyError):
+        return "refused: " + (out.stderr.strip().splitlines() or ["?"])[-1][:60]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--record", metavar="DIR", help="run the jobs here into DIR first (default: the vendored tests/data/lora)")
+    ap.add_argument("--before", metavar="CHECKOUT", help="a tree holding src/ whose predictions go beside")
+    args = ap.parse_args()
+    data = pathlib.Path(args.record) if args.record else ROOT / "tests" / "data" / "lora"
+    if args.record:
+        data.mkdir(parents=True, exist_ok=True)
+        record(data)
+    peaks = json.loads((data / "measured-peaks.json").read_text())["step_peak_bytes"]
+    trees = [("this", ROOT / "src")] + ([("before", pathlib.Path(args.before) / "src")] if args.before else [])
+    print(f"peak memory per rank (MiB), predicted against measured, {data}")
+    for frozen in (0, 1):
+        for wrap, extra, target, what in ROWS:
+            measured = max(max(steps[1:]) for steps in peaks[f"{target}-{frozen}"].values()) / 2**20
+            cells = []
+            for name, src in trees:
+                got = predicted_mib(src, data / f"{wrap}-{frozen}", extra)
+                err = f" ({100 * (float(got) / measured - 1):+.1f} %)" if not got.startswith("refused") else ""
+                cells.append(f"{name} {got}{err}")
+            print(f"  first block {'frozen' if frozen else 'trained'}, {what:26} measured {measured:6.2f}: {'; '.join(cells)}")
+
+
+if __name__ == "__main__":
+    main()
