@@ -53,9 +53,10 @@ def test_measured_on_a_real_run(opened, run_with_margins, capsys, tmp_path):
     out = json.loads(capsys.readouterr().out)
     assert out["profiler_cost"]["text"] == text and out["profiler_cost"]["corrected"] == cost.usable
     # steps 2-3 ran before the window and 8-13 after: the interval carries the job's drift across it, the cost's error,
-    # and at least the unprofiled steps' own spread; that reaches below the compute alone, where its low end is cut
-    assert out["scenarios"][0]["interval_basis"]["terms"] == ["steps", "link", "profiler_cost", "model", "drift", "unprofiled_steps",
-                                                              "compute_floor"]
+    # and at least the unprofiled steps' own spread; where that reaches below the compute alone (as the live run's spread
+    # decides), its low end is cut there and says so
+    terms = out["scenarios"][0]["interval_basis"]["terms"]
+    assert terms[:6] == ["steps", "link", "profiler_cost", "model", "drift", "unprofiled_steps"] and terms[6:] in ([], ["compute_floor"])
     level = run_level(g, cost, cost.usable)
     loop = g.meta.loop_steps.unprofiled
     before, after = ([max(d[s] for d in loop.values()) for s in steps] for steps in ((2, 3), range(8, 14)))
