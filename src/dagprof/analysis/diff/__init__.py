@@ -18,10 +18,10 @@ import numpy as np
 from ...errors import DagprofError
 from ...graph.dag import Graph
 from ...traces.events import Kind
-from ...units import KB, MB
 from .. import Analysis, analyze
 from ..critical_path import CriticalPath
 from .attribution import Attribution, Category, Part, attribute, categories, category_of
+from .layout import DataParallelLayout, layout_notes, layout_of
 from .match import LabelTable, OpMatch, first_steps, match_ops
 
 MIN_MATCH = 0.5  # below this share of ops with a counterpart, two profiles are not of the same training
@@ -50,13 +50,18 @@ class RunSide:
     exposed_comm_us: float
     straggler_wait_us: float  # mean over ranks
     straggler_wait_max_us: float  # the rank that waits most
-    bucket_bytes: list[int]  # gradient buckets of one step, in bucket order
+    layout: DataParallelLayout  # its buckets or FSDP units, as run
     path_us: dict[str, float]  # the critical path per iteration, by the same categories (gaps: framework overhead)
     analysis: Analysis = field(repr=False)
 
     @property
     def path(self) -> CriticalPath:
         return self.analysis.path
+
+    @property
+    def bucket_bytes(self) -> list[int]:
+        """Gradient buckets of one step, in bucket order."""
+        return list(self.layout.bucket_bytes)
 
     def to_dict(self) -> dict:
         n = max(len(self.steps), 1)
@@ -66,6 +71,7 @@ class RunSide:
             "op_time_ms": {k: v / 1e3 for k, v in self.op_time_us.items()}, "comm_in_flight_ms": self.comm_in_flight_us / 1e3,
             "exposed_comm_ms": self.exposed_comm_us / 1e3, "straggler_wait_ms": self.straggler_wait_us / 1e3,
             "straggler_wait_max_ms": self.straggler_wait_max_us / 1e3, "bucket_bytes": self.bucket_bytes,
+            "data_parallel": self.layout.to_dict(),
             "per_rank": [b.to_dict(per=n) for b in self.analysis.ranks],
             "critical_path_per_iter": self.path.to_dict(per=n) | {"by_category_ms": {k: v / 1e3 for k, v in self.path_us.items()}},
         }
@@ -290,7 +296,7 @@ def _side(label: str, a: Analysis, profiled: int, measured: bool) -> RunSide:
         steps_profiled=profiled, measured_us=a.measured_us if measured else None, replayed_us=a.predicted_us,
         op_time_us=op_time_per_category(g), comm_in_flight_us=mean([r.comm_us for r in ranks]),
         exposed_comm_us=mean([r.exposed_comm_us for r in ranks]), straggler_wait_us=mean([r.wait_us for r in ranks]),
-        straggler_wait_max_us=max((r.wait_us for r in ranks), default=0.0) / steps, bucket_bytes=_bucket_bytes(g),
+        straggler_wait_max_us=max((r.wait_us for r in ranks), default=0.0) / steps, layout=layout_of(g),
         path_us=_path_by_category(a), analysis=a,
     )
 
@@ -319,15 +325,6 @@ def _path_by_category(a: Analysis) -> dict[str, float]:
     out = {c.value: float(per[i]) for i, c in enumerate(Category)}
     out[Category.OVERHEAD.value] += float(g.gap[nodes].sum()) / a.steps
     return {k: v for k, v in sorted(out.items(), key=lambda kv: -kv[1]) if v > 0}
-
-
-def _bucket_bytes(g: Graph) -> list[int]:
-    comm = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0) & (g.bucket >= 0))
-    steps = g.meta.steps
-    if not len(comm) or not steps:
-        return []
-    first = comm[g.step[comm] == steps[0]]
-    return [int(g.nbytes[v]) for v in first[np.argsort(g.bucket[first], kind="stable")]]
 
 
 def _top_ops(a: Graph, b: Graph, m: OpMatch, top: int) -> list[OpChange]:
@@ -368,9 +365,7 @@ def _structure_notes(a: RunSide, b: RunSide, m: OpMatch, unmatched: list[Unmatch
     notes = []
     if m.ranks_only_a or m.ranks_only_b:
         notes.append(f"ranks differ: {a.label} has {a.ranks}, {b.label} has {b.ranks}")
-    if a.bucket_bytes != b.bucket_bytes:
-        notes.append(f"gradient buckets differ: {a.label} has {len(a.bucket_bytes)} per step ({_sizes(a.bucket_bytes)}), "
-                     f"{b.label} {len(b.bucket_bytes)} ({_sizes(b.bucket_bytes)})")
+    notes += layout_notes(a.layout, b.layout, (a.label, b.label))
     counts = {}
     for side, nodes in ((a, m.only_a), (b, m.only_b)):
         g = side.analysis.graph
@@ -383,13 +378,6 @@ def _structure_notes(a: RunSide, b: RunSide, m: OpMatch, unmatched: list[Unmatch
         notes.append("ops without a counterpart: " + ", ".join(f"{n} of {s}'s" for s, n in counts.items() if n)
                      + f" (largest: {big.label} on {big.side}, {big.count} of them, {big.us_per_iter / 1e3:.2f} ms per iteration)")
     return notes
-
-
-def _sizes(nbytes: list[int]) -> str:
-    if not nbytes:
-        return "none"
-    shown = ", ".join(f"{x / MB:.2f} MB" if x >= MB else f"{x / KB:.1f} KB" for x in nbytes[:6])
-    return shown + (f", ... {len(nbytes) - 6} more" if len(nbytes) > 6 else "")
 
 
 def _ms(us: float | None) -> str:
