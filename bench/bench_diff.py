@@ -13,6 +13,10 @@ do not reproduce, and whether the largest part is where the change was made.
 
     python bench/bench_diff.py [--rounds 2] [--slow-ms 50] [--keep DIR] [--no-demo]
     python bench/bench_diff.py --from DIR      # the figures again, from runs recorded with --keep DIR
+    python bench/bench_diff.py --fsdp          # offline: the FSDP and DDP-vs-FSDP pairs recorded under tests/data
+
+``--fsdp``: pairs of real FSDP2 runs kept in ``tests/data`` (README there: how each was recorded), each differing in
+known settings; a pair is right when ``diff`` names every one of them (and nothing else) in its notes.
 """
 from __future__ import annotations
 
@@ -31,6 +35,17 @@ from dagprof.pipeline import open_run  # noqa: E402
 from dagprof.search.optimize import Options  # noqa: E402
 
 LAYER = "layers.1.conv2"
+DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "data")
+# (A, B, the settings changed between them: words each must appear in diff's notes)
+FSDP_PAIRS = [
+    ("fsdp/reshard", "fsdp/keep-bf16-prefetch", ("kept gathered after forward", "all-gather dtype", "prefetched")),
+    ("fsdp/reshard4", "fsdp/keep4", ("kept gathered after forward", "prefetched")),
+    ("fsdp/reshard4", "fsdp/pairs4", ("FSDP units differ", "prefetched")),
+    ("fsdp/hsdp-2x3", "fsdp/hsdp-3x2", ("FSDP mesh differs",)),
+    ("fsdp/hsdp", "fsdp/fsdp4", ("FSDP mesh differs",)),
+    ("lora/fsdp-0", "lora/ddp-0", ("data parallelism differs",)),
+    ("fsdp/reshard", "fsdp/ddp", ("data parallelism differs",)),
+]
 DEMO = dict(small=False, steps=16, profile_steps=(6, 14))
 
 
@@ -53,6 +68,22 @@ def where(d: ProfileDiff, pair: str) -> str:
     return found
 
 
+def fsdp_pairs() -> None:
+    """Every recorded FSDP pair: the settings ``diff`` names against those the recordings changed."""
+    print(f"{'A':<22}{'B':<26}{'meas ms':>9}{'repl ms':>9}{'unexpl%':>8}  settings named  (OK: every known change, nothing else)")
+    right = 0
+    for a, b, known in FSDP_PAIRS:
+        d = diff_profiles(open_run(os.path.join(DATA, a)), open_run(os.path.join(DATA, b)))
+        named = [n for n in d.notes if not n.startswith(("ops without a counterpart", "ranks differ"))]
+        ok = all(any(k in n for n in named) for k in known) and len(named) == len(known)
+        right += ok
+        print(f"{a:<22}{b:<26}{d.measured_delta_us / 1e3:>+9.2f}{d.replayed_delta_us / 1e3:>+9.2f}{d.unexplained_pct:>8.1f}  "
+              f"{'OK' if ok else 'MISSED'}")
+        for n in named:
+            print(f"{'':<4}{n}")
+    print(f"{right} of {len(FSDP_PAIRS)} pairs: every known change named, nothing else")
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--rounds", type=int, default=2)
@@ -61,7 +92,10 @@ def main() -> None:
     p.add_argument("--keep", help="record the runs here (default: a temporary folder)")
     p.add_argument("--from", dest="recorded", help="re-analyse the runs an earlier --keep recorded there (no training)")
     p.add_argument("--no-demo", action="store_true", help="skip the full-size demo pair (about a minute per round)")
+    p.add_argument("--fsdp", action="store_true", help="only the FSDP pairs recorded under tests/data (offline, no training)")
     args = p.parse_args()
+    if args.fsdp:
+        return fsdp_pairs()
     root = args.recorded or args.keep or tempfile.mkdtemp(prefix="dagprof-bench-diff-")
     if args.recorded:
         args.rounds = len([d for d in os.listdir(root) if d.startswith("r")])

@@ -36,7 +36,8 @@ class DataParallelLayout:
         if self.kind == "fsdp":
             return f"FSDP ({len(self.units)} units on a mesh of {_mesh(self.mesh)})"
         if self.kind == "ddp":
-            return f"DDP ({len(self.bucket_bytes)} gradient buckets a step: {sizes(list(self.bucket_bytes))})"
+            n = len(self.bucket_bytes)
+            return f"DDP ({n} gradient bucket{'s' * (n != 1)} a step: {sizes(list(self.bucket_bytes))})"
         return "neither DDP buckets nor FSDP units"
 
     def to_dict(self) -> dict:
