@@ -3,6 +3,8 @@ gradient accumulation re-bucketed in the backward pass that synchronises, a GAN'
 where one is modelled, and a user's fp16 compression hook recorded with its bytes on the wire."""
 from __future__ import annotations
 
+import json
+import os
 from collections import defaultdict
 
 import numpy as np
@@ -162,3 +164,18 @@ def test_a_compiled_model_says_its_layers_were_not_seen_and_refuses_what_needs_t
     for argv in (["whatif", "--bucket-mb", "1"], ["optimize", "--budget", "1"]):
         assert main([argv[0], str(FRESH / "compiled"), "-o", str(tmp_path / "out"), *argv[1:]]) == 2
         assert "a model under torch.compile runs its modules without their hooks" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_a_tutorial_trace_without_sizes_is_refused_for_what_ifs_and_its_findings_say_why(capsys):
+    """A user's own torch.profiler traces without record_shapes: the collectives are timed but sizeless. whatif refuses in
+    one line that names the flag, analyze does not print 0 MB, and no finding sends the user to a what-if that refuses."""
+    run = os.path.join(DATA, "ddp-fresh", "tutorial-noshapes")
+    assert main(["whatif", run, "--bandwidth", "1Gbit"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "6 collectives timed without their sizes" in err and "record_shapes=True" in err
+    assert main(["analyze", run, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    exposed = [f for f in out["findings"] if f["title"] == "communication is exposed"]
+    assert exposed and "no what-if can price them" in exposed[0]["detail"] and "whatif --bandwidth" not in exposed[0]["detail"]
+    assert main(["analyze", run]) == 0
+    assert "size not recorded" in capsys.readouterr().out

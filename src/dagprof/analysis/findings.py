@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..passes.link_fit import SIZES_HINT
+from ..traces.events import Kind
 from . import Analysis
 
 
@@ -35,10 +37,18 @@ def remedy_for(g) -> str:
     if par is not None and par.in_loop_dp[0]:  # what the script can change; whatif refuses where the loop op times some
         text = par.in_loop_text(max(len(g.meta.steps), 1) * max(g.meta.world_size, 1))
         return text + ("; so no what-if predicts this run" if par.looped_dp[0] else "")
+    if sizeless(g):
+        return f"its collectives were timed without their sizes, so no what-if can price them ({SIZES_HINT})"
     hv = g.meta.horovod
     if hv is not None and any(t.startswith("grouped_") for t in hv.tensor_bytes):
         return "its gradients go in explicit groups (DistributedOptimizer(groups=...)); " + _OTHER
     return _REMEDY.get(g.meta.framework, _OTHER)
+
+
+def sizeless(g) -> bool:
+    """A PyTorch trace whose collectives carry no sizes (Kineto without record_shapes): nothing can re-price them."""
+    comm = (g.kind == Kind.COMM) & (g.rank < 0)
+    return g.meta.framework is None and bool(comm.any()) and not (g.nbytes[comm] > 0).any()
 
 
 def comm_word(g) -> str:
@@ -52,7 +62,7 @@ def findings(a: Analysis) -> list[Finding]:
     steps = a.steps
     framework = a.graph.meta.framework
     ddp = framework is None and bool(a.graph.meta.buckets)  # optimize re-buckets DDP's recorded layout, nothing else
-    remedy = remedy_for(a.graph) if framework or ddp else _OTHER
+    remedy = remedy_for(a.graph) if framework or ddp or sizeless(a.graph) else _OTHER
     word = comm_word(a.graph)
     if not any(c == "communication" for c in a.path.by_category) and not any(b.comm_us for b in a.ranks):
         out.append(Finding("no gradient communication seen",

@@ -28,7 +28,7 @@ def to_text(r: dict) -> str:
     if r.get("communication_by_dim"):
         par = r.get("parallelism") or {}
         lines += ["", "communication by mesh dimension" + (f" ({par['summary']})" if par else "") + ", per iteration:"]
-        lines += [f"  {d['dim']:<8} {d['collectives_per_iter']:>7.1f} collectives {d['mb_per_iter']:>10.3f} MB {d['ms_per_iter']:>9.2f} ms"
+        lines += [f"  {d['dim']:<8} {d['collectives_per_iter']:>7.1f} collectives {_mb(d['mb_per_iter'])} {d['ms_per_iter']:>9.2f} ms"
                   f"   groups {', '.join(d['groups'][:6])}{' ...' if len(d['groups']) > 6 else ''}" for d in r["communication_by_dim"]]
         for grp in (par.get("groups") or [])[:8]:
             label = ", ".join(f"{v} {k}" for k, v in grp["collectives"].items()) + " collectives"
@@ -41,3 +41,8 @@ def to_text(r: dict) -> str:
         lines += ["", f"clocks aligned on {c['collectives_used']} collectives: {offs}; residual skew median {skew['median']:.1f} us, max {skew['max']:.1f} us"]
     lines += ["", "findings:"] + [f"  - {f['title']}: {f['detail']}" for f in r["findings"]]
     return "\n".join(lines)
+
+
+def _mb(mb: float) -> str:
+    """A dimension's bytes; 0 is a trace that timed its collectives without their sizes (Kineto without record_shapes)."""
+    return f"{mb:>10.3f} MB" if mb > 0 else f"{'size not recorded':>13}"

@@ -96,6 +96,9 @@ def profiled_collectives(g: Graph, overlapping: bool = False) -> tuple[np.ndarra
     return allreduce_equivalent_bytes(g, comm), g.dur[comm].astype(float)
 
 
+SIZES_HINT = "torch.profiler records them only with record_shapes=True; `dagprof profile` always does"
+
+
 def profiled_comm(g: Graph, overlapping: bool = False) -> np.ndarray:
     """The priced collectives with a measured duration, the link is fitted to. ``overlapping`` (collectives that share
     the link on several lanes, whose total alone is known): those measured at 0 us too, since their bytes crossed the
@@ -109,7 +112,10 @@ def profiled_comm(g: Graph, overlapping: bool = False) -> np.ndarray:
             why = "; nothing tells the unknown ones' dimension: no group description, pass or DDP bucket" if Dim.UNKNOWN in g.meta.parallel.dims else ""
             raise DagprofError(f"not modelled: what-ifs re-price data-parallel collectives only, and this trace has none of known size and "
                                f"duration (its collectives: {g.meta.parallel.describe()}{why})")
-        raise DagprofError("the trace has no collective with known size and duration to fit a link model to", g.meta.source)
+        hint = ""
+        if len(comm) and g.meta.framework is None:  # timed, but sizeless: a Kineto trace recorded without shapes
+            hint = f" ({len(comm)} collectives timed without their sizes: {SIZES_HINT})"
+        raise DagprofError("the trace has no collective with known size and duration to fit a link model to" + hint, g.meta.source)
     return comm
 
 
