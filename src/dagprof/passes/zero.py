@@ -8,7 +8,6 @@ N ranks is the link model's, ``passes.comm``).
 """
 from __future__ import annotations
 
-
 from ..graph.dag import Graph
 from ..traces.events import Kind
 from ..traces.run_schema import ZeroInfo
