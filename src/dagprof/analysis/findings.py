@@ -52,8 +52,9 @@ def sizeless(g) -> bool:
 
 
 def comm_word(g) -> str:
-    """What the job's gradient exchange is called: a parameter server pushes and pulls."""
-    return "push/pull" if g.meta.ps else "all-reduce"
+    """What the job's gradient exchange is called: a parameter server pushes and pulls; ZeRO-1 all-reduces gradients and
+    broadcasts the updated parameters from their owners."""
+    return "push/pull" if g.meta.ps else "all-reduce and ZeRO parameter broadcast" if g.meta.zero else "all-reduce"
 
 
 def findings(a: Analysis) -> list[Finding]:

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..traces.run_schema import FSDP2_API
+from ..traces.run_schema import FSDP2_API, ZeroInfo
 
 if TYPE_CHECKING:
     from ..costmodel.fsdp_costs import StepFit
@@ -153,6 +153,7 @@ class GraphMeta:
     ps_link_fit: PsLinkFit | None = None  # the link fitted to measured PS exchanges (passes.comm.fit_ps_link)
     # --- framework sub-records (frozen: a pass sets a new one)
     horovod: HorovodRecord | None = None  # Horovod's tensors, fusion threshold, cycle time (traces.horovod; passes.horovod)
+    zero: ZeroInfo | None = None  # DDP with ZeroRedundancyOptimizer: rank 0's shards and parameter broadcasts (passes.workers)
     fsdp: FsdpRecord | None = None  # FSDP2: units, their dtypes and reshard policy, sharded memory per rank (graph.build_fsdp)
     ps: PsRecord | None = None  # MXNet parameter server: keys, placement, measured exchanges (graph.build_ps)
     sgd: SgdRecord | None = None  # the S-SGD DAG model's policy, workers, iterations (sgd.dag)

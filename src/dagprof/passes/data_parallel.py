@@ -207,6 +207,9 @@ def to_data_parallel(g: Graph, target: str, bucket_mb: float | None = None, cost
     if not ((g.kind == Kind.COMM) & (g.bucket >= 0)).any() or g.meta.framework or g.meta.horovod is not None:
         raise DagprofError("--data-parallel needs a dagprof profile of a PyTorch DDP or FSDP2 job (DDP's gradient buckets or FSDP's units); "
                            "this profile has neither")
+    if target != "ddp" and g.meta.zero is not None:  # its broadcasts and sharded step would stay beside FSDP's own
+        raise DagprofError(f"--data-parallel {target}: this DDP job shards its optimizer (ZeroRedundancyOptimizer); DDP + ZeRO-1 -> FSDP "
+                           "is not modelled (profile it with a plain optimizer to compare with FSDP)")
     if target != "ddp" and unhooked(g):
         raise DagprofError("--data-parallel fsdp: no units to shard" + unhooked(g))
     return g if target == "ddp" else ddp_to_fsdp(g, reshard=target == "fsdp", costs=costs)

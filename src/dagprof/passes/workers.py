@@ -30,6 +30,7 @@ from ..traces.events import Kind
 from ..traces.parallelism import Dim
 from .comm import current_scheme, current_topology, push_spread_us, retime_collectives
 from .link_fit import graph_world_size, hybrid
+from .zero import scale_zero_step
 
 REPLICATE_UP_TO = 64  # ranks; above this ``scale_workers`` folds unless told otherwise
 
@@ -54,6 +55,10 @@ def scale_workers(g: Graph, workers: int, replicate: bool | None = None) -> Grap
         out = _copy_ranks(g, np.arange(workers) % n0)
     else:
         out = _copy_ranks(g, np.arange(workers)) if workers < n0 else g
+    if g.meta.zero is not None and workers != n0:  # ZeRO-1: each rank steps its own shard of the optimizer state
+        folded = out.world_size < workers
+        out = scale_zero_step(out, g.meta.zero, n0, workers,
+                              {r: list(range(r, workers, n0)) if folded else [r] for r in range(out.world_size)})
     par = out.meta.parallel
     out = out.replace(meta=out.meta.replace(world_size=workers, parallel=par if par is None else replace(par, dp_size=dp_workers, world_size=workers)))
     return retime_collectives(out, topo, spec, lags_on=current_topology(g))

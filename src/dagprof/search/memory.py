@@ -5,7 +5,8 @@ layer saved for backward (the collector's saved-tensor hook, each storage once p
 parameters excluded; what the loss and functional ops between layers saved counts too).
 Assumed: parameters as large as their gradients (fp32 training), plus those that take none (frozen, as a LoRA
 fine-tune's base weights: the collector's ``layer_frozen_bytes``), optimizer state ``optimizer_state`` times the
-trained parameters (SGD 0, SGD with momentum 1, Adam 2: torch makes state only for a parameter with a gradient).
+trained parameters (SGD 0, SGD with momentum 1, Adam 2: torch makes state only for a parameter with a gradient), of the
+largest shard a rank owns under ZeRO-1 (``passes.zero.zero_state_share``).
 
 Peak = parameters + optimizer state + DDP's bucket buffers (none with ``gradient_as_bucket_view``)
 + what the codec keeps (PowerSGD's error feedback: a copy of the gradients; fp16/bf16: the largest
@@ -35,6 +36,7 @@ from ..errors import DagprofError
 from ..graph.dag import Graph
 from ..passes.gradients import GradientOrder
 from ..passes.recompute import Segment
+from ..passes.zero import zero_state_share
 from ..traces.events import Kind
 from ..traces.run_schema import LOSS_BACKWARD, MODEL_OUTPUT, SAVED_OUTSIDE_LAYERS
 from ..units import MB
@@ -92,7 +94,8 @@ class MemoryModel:
         for lay, nb in zip(order.layer.tolist(), order.nbytes.tolist()):
             grads[int(lay)] = grads.get(int(lay), 0.0) + float(nb)
         adam = optimizer == "adam"  # its step's two temporaries of the largest parameter
-        return cls(float(order.total_bytes), saved, float(layer_saved_bytes.get(SAVED_OUTSIDE_LAYERS, 0)), OPTIMIZER_STATE[optimizer],
+        state = OPTIMIZER_STATE[optimizer] * zero_state_share(g)
+        return cls(float(order.total_bytes), saved, float(layer_saved_bytes.get(SAVED_OUTSIDE_LAYERS, 0)), state,
                    2.0 * float(order.nbytes.max(initial=0)) if adam else 0.0, float(layer_saved_bytes.get(MODEL_OUTPUT, 0)), backward_layers(g, grads),
                    float(layer_saved_bytes.get(LOSS_BACKWARD, 0)), float(sum(g.meta.layer_frozen_bytes.values())))
 

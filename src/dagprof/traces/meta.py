@@ -13,7 +13,7 @@ from typing import Iterable
 
 import msgspec
 
-from .run_schema import FsdpInfo, Manifest
+from .run_schema import FsdpInfo, Manifest, ZeroInfo
 
 
 @dataclass(frozen=True)
@@ -217,6 +217,7 @@ class RankMeta(msgspec.Struct, kw_only=True):
     kineto: str | None = None  # the rank's Kineto trace, when it gave the communication
     fsdp: FsdpInfo | None = None  # an FSDP2 job's units and collectives
     optimizer_ops: OptimizerOps | None = None  # an FSDP2 job with Kineto: its optimizer steps' ops (None: no Kineto)
+    zero: ZeroInfo | None = None  # a ZeroRedundancyOptimizer's shards and broadcasts (collect.hooks.zero)
     horovod_clock_shift_ns: int = 0  # traces.horovod: shift of the timeline's clock onto this rank's
 
 

@@ -40,7 +40,19 @@ def partition_step(rows: np.ndarray, begin: int, end: int, layers: list[str], co
                                (Rec.DATA_BEGIN, Rec.DATA_END, Kind.DATA, "dataloader next")):
         for s0, s1 in zip(t[code == kb], t[code == ke]):
             priority.append(_Span(kind, name, int(s0), int(s1)))
-    return _carve(sorted(priority, key=lambda s: s.start), _layer_spans(code, a, b, t, layers, grad_bytes), begin, end)
+    return _carve(sorted(_cut_updates(priority), key=lambda s: s.start), _layer_spans(code, a, b, t, layers, grad_bytes), begin, end)
+
+
+def _cut_updates(priority: list[_Span]) -> list[_Span]:
+    """An update that issues collectives itself (ZeRO-1's step: the local optimizer's step, then its parameter
+    broadcasts, waited for before ``step()`` returns) ends where its first one is issued: the collectives' enqueues
+    are spans of their own, and the rest of the update the thread's wait for them (``_blocked_in``), not the step."""
+    issued = [h.start for h in priority if h.kind == Kind.COMM_ENQUEUE and h.bucket < 0]
+    out = []
+    for p in priority:
+        inner = [t for t in issued if p.start < t < p.end] if p.kind == Kind.UPDATE else []
+        out.append(_Span(p.kind, p.name, p.start, min(inner)) if inner else p)
+    return out
 
 
 def _layer_spans(code, a, b, t, layers: list[str], grad_bytes: list[int]) -> list[_Span]:

@@ -24,6 +24,7 @@ from .run_comm import hook_comm, kineto_comm
 from .run_partition import partition_step, step_bounds
 from .run_schema import RANK_FORMAT, Col, RankFile, Rec, read_file
 from .run_spans import _Comm, _DeviceOp, _Span
+from .zero_run import label_zero
 
 
 def read_rank(path: str, f: RankFile | None = None, kineto: bool = True) -> RankTrace:
@@ -71,6 +72,8 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
         comm = fsdp_comm(f.fsdp, kpath, f.rank, records, steps, warnings)
     else:
         comm = kineto_comm(kpath, f.rank, records, steps, warnings) if kpath else hook_comm(records)
+        if f.zero is not None:
+            label_zero(comm, f.zero, records, f.rank, kpath is not None, warnings)
     t = records[:, Col.T_NS]
     if steps:  # a hook's time beyond the window by more than a step is damage; it would be left out of every step unseen
         longest = max(b1 - b0 for _, b0, b1 in steps)
@@ -83,7 +86,7 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
     trace = _to_rank_trace(f, path, spans, comm, layers)
     trace.meta.warnings, trace.meta.comm_source, trace.meta.kineto = warnings_of(warnings), comm.source, kpath
     trace.meta.unseen_collectives = comm.unseen
-    trace.meta.fsdp, trace.meta.optimizer_ops = f.fsdp, comm.optimizer
+    trace.meta.fsdp, trace.meta.optimizer_ops, trace.meta.zero = f.fsdp, comm.optimizer, f.zero
     return trace
 
 

@@ -166,6 +166,18 @@ FSDP2_API, FSDP1_API = "fully_shard", "FullyShardedDataParallel"  # FsdpInfo.api
 FSDP_ROOT = "<root>"  # FsdpUnit.name of the root module's unit (FSDP names it "")
 
 
+class ZeroInfo(msgspec.Struct, kw_only=True, frozen=True):
+    """A ``ZeroRedundancyOptimizer`` (ZeRO-1, ``collect.hooks.zero``): each rank steps the optimizer state of the
+    parameters it owns, then every owner broadcasts them; ``owners`` and ``nbytes`` are those broadcasts in the order
+    ``step()`` issues them (by owner rank, then parameter; one per owner with ``parameters_as_bucket_view``)."""
+
+    optimizer: str  # the local optimizer's class (AdamW)
+    world_size: int  # ranks the state is sharded over (the optimizer's process group)
+    owners: list[int] = []
+    nbytes: list[Count] = []
+    owned_bytes: Count = 0  # this rank's shard, bytes of parameters it steps
+
+
 class FsdpInfo(msgspec.Struct, kw_only=True):
     """What FSDP did on this rank in the window (``collect.hooks.fsdp``, FSDP1: ``collect.hooks.fsdp1``)."""
 
@@ -244,6 +256,7 @@ class RankFile(msgspec.Struct, kw_only=True):
     records: list[tuple[int, int, int, int, int]]  # see ``Col`` and ``Rec``
     ddp_group_ranks: list[int] = []  # ranks DDP all-reduces over; [] = every rank (files before it was recorded)
     fsdp: FsdpInfo | None = None  # an FSDP2 job's units and collectives (absent in DDP runs and older files)
+    zero: ZeroInfo | None = None  # a ZeroRedundancyOptimizer's shards and broadcasts (absent without one, and in older files)
     # (step, CPU ns, run-queue wait ns) of the thread that marked the steps, per profiled step (``collect.hooks.thread_sched``);
     # [] where not recorded (older files, a kernel without schedstat)
     thread_sched_ns: list[tuple[Count, Count, Count]] = []

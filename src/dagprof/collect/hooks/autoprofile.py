@@ -121,7 +121,8 @@ def _patch() -> None:
         handle = self.register_forward_pre_hook(first_forward)
 
     def after_step(opt: Any, args: Any, kwargs: Any) -> None:
-        collector.update_end()
+        if not collector.update_end():  # an optimizer stepped inside another (ZeRO's local one): the outer's step counts
+            return
         if not stepping:
             stepping.append(id(opt))
         if stepping[0] == id(opt) and collector.step >= 0:
@@ -130,7 +131,7 @@ def _patch() -> None:
     DDP.__init__ = ddp_init
     install_fsdp_launcher(collector, after_import)  # FSDP2: the root module's first forward starts step 0
     install_fsdp1_launcher(collector, after_import)  # FSDP1 (FullyShardedDataParallel): the same
-    register_optimizer_step_pre_hook(lambda opt, args, kwargs: collector.update_begin())
+    register_optimizer_step_pre_hook(lambda opt, args, kwargs: collector.update_begin(opt))
     register_optimizer_step_post_hook(after_step)
     atexit.register(_close, collector)
 

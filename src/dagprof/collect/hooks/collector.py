@@ -26,7 +26,7 @@ from functools import partial
 from typing import Any
 
 from ...progress import bar
-from ...traces.run_schema import Clock, Manifest, RankFile, Rec, StepPart, kineto_file
+from ...traces.run_schema import Clock, Manifest, RankFile, Rec, StepPart, ZeroInfo, kineto_file
 from ...traces.steps import parse_steps
 from .collector_files import (
     Flushed,
@@ -47,6 +47,7 @@ from .saved_activations import SavedActivations
 from .stop_signals import StopSignals
 from .tensors import group_ranks, output_tensors
 from .thread_sched import ThreadSched
+from .zero import zero_info
 
 _MAX_OUTPUT_HOOKS = 4  # tensors per module output that get a gradient hook
 
@@ -106,6 +107,8 @@ class Collector:
         self._flushed = Flushed()  # how much of each list the step files already hold
         self._signals = StopSignals(self._note_end, lambda: self.step)  # watched while the window records
         self._ended = ""  # what stopped the process inside the window (a signal, an exception)
+        self._update_depth = 0  # optimizer steps open (ZeRO's wraps its local optimizer's)
+        self._zero: ZeroInfo | None | bool = None  # the job's ZeroRedundancyOptimizer (False: it has none; None: not looked yet)
         self._fsdp: FsdpRecorder | None = None  # an FSDP model's units and collectives (collect.hooks.fsdp, fsdp1)
         self.saved = SavedActivations(lambda: self.recording, self._fail, self.warnings)  # read by collect.hooks.fsdp too
         self.sched = ThreadSched()  # the training thread's CPU and waits for a core per profiled step
@@ -350,11 +353,30 @@ class Collector:
         self._restore.append(lambda: setattr(cls, "__next__", original))
 
     # ---------------------------------------------------------------- optimizer
-    def update_begin(self) -> None:
-        self._mark(Rec.UPDATE_BEGIN)
+    def update_begin(self, opt: Any = None) -> None:
+        """An optimizer's step begins; one inside another's (ZeRO's local optimizer) is part of the outer update."""
+        self._update_depth += 1
+        if self._update_depth == 1:
+            self._mark(Rec.UPDATE_BEGIN)
+            if opt is not None and self._zero is None:
+                try:
+                    self._note_zero(opt)
+                except Exception as err:  # noqa: BLE001
+                    self._fail(err, "optimizer hook")
 
-    def update_end(self) -> None:
+    def update_end(self) -> bool:
+        """An optimizer's step ended; True where it was the outermost (one update: ZeRO's ends after its broadcasts)."""
+        self._update_depth = max(self._update_depth - 1, 0)
+        if self._update_depth:
+            return False
         self._mark(Rec.UPDATE_END)
+        return True
+
+    def _note_zero(self, opt: Any) -> None:
+        info, warning = zero_info(opt, self._info.get("rank", 0))
+        self._zero = info or False
+        if warning:
+            self.warnings.append(warning)
 
     # ---------------------------------------------------------------- steps and window
     def start(self) -> None:
@@ -514,7 +536,7 @@ class Collector:
             layer_grad_bytes=self._grad_bytes, layer_frozen_bytes=self._frozen_bytes, layer_saved_bytes=self.saved.most,
             bucket_layouts=self._buckets.layouts, step_times_ns=self.step_times, records=self.records, ddp_group_ranks=self._ddp_ranks,
             thread_sched_ns=self.sched.steps,
-            fsdp=self._fsdp.info(self.layers) if self._fsdp is not None else None,
+            fsdp=self._fsdp.info(self.layers) if self._fsdp is not None else None, zero=self._zero or None,
         )
         write_rank_file(self.out_dir, doc)
 

@@ -93,12 +93,12 @@ class HorovodCollector(Collector):
         self._tx_bytes: list[int | None] = [None, None]
 
     # ------------------------------------------------------------ optimizer.step (nested hooks)
-    def update_begin(self) -> None:
+    def update_begin(self, opt: Any = None) -> None:
         self._update_depth += 1
         self._update_begin_ns = time.time_ns()
         self._update_recorded = False
 
-    def update_end(self) -> None:
+    def update_end(self) -> bool:
         """The first end closes the innermost step: the update proper, after ``synchronize``."""
         if not self._update_recorded and self.recording:
             try:
@@ -108,6 +108,7 @@ class HorovodCollector(Collector):
                 self._fail(err, "optimizer hook")
         self._update_recorded = True
         self._update_depth = max(self._update_depth - 1, 0)
+        return self._update_depth == 0
 
     @property
     def outermost_step_done(self) -> bool:

@@ -1,0 +1,46 @@
+"""ZeRO-1 (``ZeroRedundancyOptimizer``) under another worker count: each rank steps only the parameters it owns.
+
+Its optimizer step is elementwise over the owned parameters (AdamW: a few passes over each), so a rank's step is
+taken to scale with the bytes it owns; on N ranks torch assigns parameters largest first, each to the rank that owns
+the fewest elements so far (``_partition_parameters``), which ``shard_bytes`` repeats on the recorded sizes. The
+broadcasts that follow carry every parameter once whatever N is, so they keep their count and sizes (their price on
+N ranks is the link model's, ``passes.comm``).
+"""
+from __future__ import annotations
+
+from ..graph.dag import Graph
+from ..traces.events import Kind
+from ..traces.run_schema import ZeroInfo
+
+
+def shard_bytes(zero: ZeroInfo, workers: int) -> list[int]:
+    """Bytes each of ``workers`` ranks would own: the profiled partition at its own size; else torch's greedy one over
+    the recorded parameters (one bucket per owner, ``parameters_as_bucket_view``, cannot be re-split: even shares)."""
+    if workers == zero.world_size:
+        return [sum(n for o, n in zip(zero.owners, zero.nbytes) if o == r) for r in range(workers)]
+    if len(set(zero.owners)) == len(zero.nbytes):  # one broadcast per owner: its bucket
+        return [sum(zero.nbytes) // workers] * workers
+    owned = [0] * workers
+    for n in sorted(zero.nbytes, reverse=True):
+        owned[owned.index(min(owned))] += n
+    return owned
+
+
+def scale_zero_step(g: Graph, zero: ZeroInfo, profiled: int, workers: int, stands_for: dict[int, list[int]]) -> Graph:
+    """``g`` (already resized to ``workers`` ranks) with each rank's optimizer step scaled from the shard its profiled
+    rank owned to the largest shard among the ranks it stands for (``stands_for``: rank -> the what-if's ranks)."""
+    was, now = shard_bytes(zero, profiled), shard_bytes(zero, workers)
+    dur = g.dur.copy()
+    update = g.kind == Kind.UPDATE
+    for r, ranks in stands_for.items():
+        if was[r % profiled] > 0:
+            dur[update & (g.rank == r)] *= max(now[c] for c in ranks) / was[r % profiled]
+    return g.replace(dur=dur)
+
+
+def zero_state_share(g: Graph) -> float:
+    """The share of the optimizer state the fullest rank keeps: its shard's bytes over the model's under ZeRO-1, else 1."""
+    zero = g.meta.zero
+    if zero is None or not sum(zero.nbytes):
+        return 1.0
+    return max(shard_bytes(zero, int(g.meta.world_size or zero.world_size))) / sum(zero.nbytes)
