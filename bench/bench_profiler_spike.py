@@ -42,12 +42,12 @@ def steps_logged(out: str, rank: int) -> int:
         return -1 if os.path.exists(os.path.join(out, rank_file(rank))) else 0
 
 
-def hog_during_window(out: str, world: int, window: int, stop: threading.Event, spans: list[float]) -> None:
-    """Start one busy loop per core when rank 0's window opens; stop them when every rank has completed its profiled steps."""
+def hog_during_window(out: str, world: int, window: int, per_core: int, stop: threading.Event, spans: list[float]) -> None:
+    """Start ``per_core`` busy loops on each core when rank 0's window opens; stop them when every rank has completed its profiled steps."""
     while not os.path.isdir(os.path.join(out, steps_dir(0))):
         if stop.wait(0.002):
             return
-    procs = [subprocess.Popen(["taskset", "-c", str(c), sys.executable, "-c", HOG]) for c in range(os.cpu_count() or 1)]
+    procs = [subprocess.Popen(["taskset", "-c", str(c), sys.executable, "-c", HOG]) for c in range(os.cpu_count() or 1) for _ in range(per_core)]
     t0 = time.monotonic()
     while not all(steps_logged(out, r) in (-1, window) for r in range(world)) and not stop.wait(0.002):
         pass
@@ -69,7 +69,7 @@ def one_run(out: str, hog: bool, args: argparse.Namespace) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     load = float(open("/proc/loadavg").read().split()[0])
     stop, spans = threading.Event(), []
-    watcher = threading.Thread(target=hog_during_window, args=(out, 2, args.stop - args.first, stop, spans), daemon=True) if hog else None
+    watcher = threading.Thread(target=hog_during_window, args=(out, 2, args.stop - args.first, args.hogs, stop, spans), daemon=True) if hog else None
     if watcher:
         watcher.start()
     try:
@@ -105,6 +105,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=24)
     p.add_argument("--first", type=int, default=8, help="first profiled step (default 8)")
     p.add_argument("--stop", type=int, default=16, help="first step after the window (default 16)")
+    p.add_argument("--hogs", type=int, default=1, help="busy loops per core during the window (default 1)")
     p.add_argument("--small", action="store_true", help="the tiny model of the tests (a few ms a step)")
     p.add_argument("--out", default="/tmp/spike/runs", help="kept run folders and results.jsonl")
     p.add_argument("--reanalyse", action="store_true", help="no new runs: the kept ones of --out, read by the dagprof on the path "

@@ -533,6 +533,7 @@ class Collector:
         head = self._rank_file(
             steps_profiled=[], warnings=list(self.warnings), layers=list(self.layers), layer_grad_bytes=dict(self._grad_bytes),
             layer_frozen_bytes=dict(self._frozen_bytes), bucket_layouts=list(self._buckets.layouts), step_times_ns=list(self.step_times), records=[],
+            thread_sched_ns=list(self.sched.steps), process_cpu_ns=list(self.sched.process),
         )
         start_step_files(self.out_dir, head)
         self._flushed = Flushed(len(self.records), len(self.layers), dict(self._grad_bytes), len(self.warnings),
