@@ -16,6 +16,8 @@ stock torch.profiler trace has no unprofiled steps), too noisy to tell the cost 
 says the profiled steps were faster, or when the unprofiled steps before and after the window differ (beyond their
 noise) by more than the profiled steps exceed the slower side: the job's own speed changed, a neighbour's load came
 or went, and the pooled median would book that change as the profiler's cost. ``ProfilerCost.verdict`` then says why.
+A load that came and went inside the window alone is told by the ranks' CPU, recorded for every step: the profiler's
+cost is work in the ranks' processes, a load is not, so no more than the CPU they added is removed (``bounded_by_cpu``).
 
 The comparison relies on the steps outside the window running as in an unprofiled job: PyTorch's collector patches
 and hooks for the window only and undoes it at its end (tests/test_collect_hooks.py guards it for FSDP2); what stays is
@@ -125,9 +127,10 @@ def bounded_by_cpu(cost: ProfilerCost, loop: LoopSteps, window: set[int], first:
     unchanged where it was not recorded). The recording is work on the job's cores: its callbacks on the training thread,
     Kineto's own thread, dagprof's step files, all in the ranks' processes, so it cannot lengthen a step by more than the
     CPU it added to them together (on any number of cores, with nothing else running). A load on the machine lengthens
-    the steps without adding to their CPU: on the 2-core testbed, a busy loop pinned to each core during the window
-    doubled its steps (139 ms before it, 358 ms in it) while the ranks' CPU per step rose 5 ms, and the training
-    threads' waits for a core 2-3x: the whole difference was once removed as the profiler's (-50 %). Where the
+    the steps without adding to their CPU: on the 2-core dev machine, a busy loop pinned to each core during the demo
+    job's window (``bench/bench_profiler_spike.py``) took its steps from 195 ms outside it to 453 ms in it while the
+    ranks' CPU per step rose 12 ms and their training threads' waits for a core 3x: the whole difference was removed as
+    the profiler's (-57 %; -50 to -78 % in 4 such runs). Where the
     steps' excess over that CPU stands out of the noise (``NOISE_SIGMAS``, as the cost itself), only the CPU is removed,
     and nothing where the CPU cannot be told from zero."""
     cpu = {when: job_sched(loop, steps, first, "process_cpu_us") for when, steps in (("in", window), ("out", None))}
