@@ -156,7 +156,8 @@ def outside_stretch(loop: LoopSteps, window: set[int], first: int) -> float:
     """How much longer the training threads' CPU work took in wall time than on cores of their own, outside the window:
     their CPU plus their waits for a core, over their CPU (``traces.meta.runnable_stretch``), all ranks' unprofiled steps
     from ``first`` on; 1 where not recorded. On a shared machine the profiler's added CPU queues behind the others' as the
-    job's own work does (a quiet tiny-model run beside load 8.6: 6.3 ms of added CPU, 17 ms of added step), so that
+    job's own work does (a quiet demo run at load 6.0, ``bench/bench_profiler_spike.py``: 34 ms of added CPU, 70 ms of added
+    step, at a pace of x3.9 outside the window; held against the CPU alone it read as a load), so that
     CPU costs the step this many times itself, the pace the machine gave the job before and after the window."""
     steps = [x for per in loop.sched.values() for x in per.values() if x.step >= first and x.step not in window]
     return max(runnable_stretch(steps), 1.0)
