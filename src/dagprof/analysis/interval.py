@@ -51,8 +51,7 @@ step, was off. Three measured sources of that:
   profiler's cost, when it was corrected). That cost is a difference of two medians of few steps:
   its standard error (normal quantile) widens both sides. Where it was not corrected (``--raw``, or
   too noisy, or the unprofiled steps ran slower), the unprofiled steps' offset from the profiled
-  ones is a known shift of this very run, and widens the side it points to; where only the profiler's CPU was removed
-  (a load in the window, ``passes.profiler_cost.bounded_by_cpu``), the rest of that offset is.
+  ones is a known shift of this very run, and widens the side it points to.
 - ``model``: the model the what-ifs start from (modelled communication, averaged steps) against the
   measured profiled run: a bias of the model on this run that every scenario inherits; it widens
   the side it points to.
@@ -118,8 +117,7 @@ def run_level(g: Graph, cost: ProfilerCost, corrected: bool, model_us: float | N
     p, u = cost.profiled_us, cost.unprofiled_us
     if p and u and cost.stderr_us is not None:
         stderr = cost.stderr_us / p
-        stood = p * (1.0 - (cost.share if corrected else 0.0))  # the level the point stands on: the profiled, less what was removed
-        shift = (u - stood) / stood  # 0 where the whole difference was removed; a loaded window's (CPU only) keeps the rest
+        shift = 0.0 if corrected and cost.usable else (u - p) / p
         terms.append("profiler_cost")
     if model_us and reference_us:
         shift = (1.0 + shift) * reference_us / model_us - 1.0
