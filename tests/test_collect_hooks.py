@@ -354,8 +354,8 @@ def test_gpu_kernels_from_kineto_join_the_layer_that_launched_them(tmp_path):
 
 
 def test_the_training_threads_cpu_and_waits_survive_in_the_step_files(tmp_path):
-    """Each profiled step's CPU and waits for a core of the thread that marks the steps go into the step log as the
-    step completes: a rank killed mid-window (here its folder copied then) keeps those of its completed steps."""
+    """Each step's CPU and waits for a core of the thread that marks the steps (and its process's CPU) go into the step log
+    as the step completes: a rank killed mid-window (here its folder copied then) keeps those of its completed steps."""
     import shutil
 
     cut = tmp_path / "cut"
@@ -367,8 +367,12 @@ def test_the_training_threads_cpu_and_waits_survive_in_the_step_files(tmp_path):
     train(tmp_path / "run", range(1, 4), before_step=snapshot)
     whole = read_run(tmp_path / "run").ranks[0].meta
     assert [s.step for s in whole.train_thread] == [1, 2, 3] and all(s.cpu_us > 0 <= s.wait_us for s in whole.train_thread)
+    # the steps outside the window too, each with its process's CPU (every thread's): what the profiler added is told by them
+    assert [s.step for s in whole.unprofiled_train_thread] == sorted(whole.unprofiled_step_times_us)
+    assert all(s.process_cpu_us > 0 for s in whole.train_thread + whole.unprofiled_train_thread)
     rebuilt = read_run(cut).ranks[0].meta
     assert not (cut / rank_file(0)).exists() and rebuilt.train_thread == whole.train_thread[:2]
+    assert rebuilt.unprofiled_train_thread == [s for s in whole.unprofiled_train_thread if s.step < 1]
 
 
 def installed(model):

@@ -1,10 +1,12 @@
 """The profiler's own cost: measured per run from the steps outside the window, removed before predicting (issue 20 item 2)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -227,3 +229,32 @@ def test_a_few_unprofiled_steps_do_not_set_the_noise():
     assert cost.profiled_us - cost.unprofiled_us > 2 * alone  # what the 3 steps alone would have corrected
     assert not cost.usable and cost.verdict.startswith("too noisy to say")
     assert remove_profiler_cost(g, cost, job_iteration_us)[0] is g
+
+
+def test_a_load_inside_the_window_is_told_apart_from_the_profiler_s_cost(capsys):
+    """tests/data/profiler-spike/hog-window: the tiny demo job (2-rank gloo DDP) with two busy loops pinned to each of the
+    machine's 2 cores during its 4 profiled steps (``bench/bench_profiler_spike.py``): they ran 39.5 ms a step against
+    9.6 ms outside, while the ranks' CPU per step rose 6 ms (at the machine's pace outside the window) and their waits for
+    a core eightfold. The op times are still brought to the unprofiled level (the job's pace a later run is measured
+    at), but the line says how little of it the profiler's CPU explains and that the rest was a load."""
+    path = os.path.join(DATA, "profiler-spike", "hog-window")
+    g = open_run(path).graph
+    cost = measure_profiler_cost(g)
+    slower = cost.profiled_us - cost.unprofiled_us
+    assert cost.usable and cost.loaded is not None and 0 < cost.cpu_us < slower / 2
+    assert cost.share == pytest.approx(slower / cost.profiled_us)
+    text = cost.describe()
+    assert "\n" not in text and text.startswith("op times brought to the unprofiled steps' level")
+    assert "of which the profiler's CPU explains only" in text and text.endswith("a load on the machine, not the profiler's")
+    assert run_level(g, cost, True).shift == 0.0
+    assert main(["whatif", path, "--no-trace", "--allow-model-error", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["profiler_cost"]["loaded"] and out["profiler_cost"]["text"] == text and out["profiler_cost"]["cpu_ms"] > 0
+    # a run without the CPU recorded (older files) is measured as before, with nothing said of a load
+    bare = measure_profiler_cost(g.replace(meta=g.meta.replace(loop_steps=dataclasses.replace(g.meta.loop_steps, sched={}))))
+    assert bare.usable and bare.loaded is None and bare.cpu_us is None and bare.share == cost.share
+    # the same steps with the ranks' CPU as outside the window: none of it the profiler's, all of it the load
+    sched = g.meta.loop_steps.sched
+    flat = {r: {s: msgspec.structs.replace(x, process_cpu_us=1000.0) for s, x in per.items()} for r, per in sched.items()}
+    none = measure_profiler_cost(g.replace(meta=g.meta.replace(loop_steps=dataclasses.replace(g.meta.loop_steps, sched=flat))))
+    assert none.usable and none.loaded is not None and none.cpu_us == 0 and none.share == cost.share

@@ -81,7 +81,8 @@ def loop_steps(run: Run) -> LoopSteps | None:
     if not all(t.meta.unprofiled_step_times_us is not None for t in run.ranks):
         return None
     return LoopSteps({t.rank: {int(s): float(d) for s, d in t.meta.step_times_us.items()} for t in run.ranks},
-                     {t.rank: {int(s): float(d) for s, d in (t.meta.unprofiled_step_times_us or {}).items()} for t in run.ranks})
+                     {t.rank: {int(s): float(d) for s, d in (t.meta.unprofiled_step_times_us or {}).items()} for t in run.ranks},
+                     {t.rank: {x.step: x for x in t.meta.train_thread + t.meta.unprofiled_train_thread} for t in run.ranks})
 
 
 def build_graph(run: Run, steps: range | None = None, matching: Matching | None = None, step_marker: str | None = None) -> Graph:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..costmodel.fsdp_costs import StepFit
     from ..costmodel.topology import CollectiveSpec, Topology
     from ..traces.buckets import BucketLayout
-    from ..traces.meta import HorovodRecord, PsRecord
+    from ..traces.meta import HorovodRecord, PsRecord, StepSched
     from ..traces.parallelism import Parallelism
     from .measured import Provenance
 
@@ -31,6 +31,9 @@ class LoopSteps:
 
     profiled: dict[int, dict[int, float]]
     unprofiled: dict[int, dict[int, float]]
+    # rank -> step -> the training thread's CPU, its waits for a core and its process's CPU in that step, profiled or not
+    # (``traces.meta.StepSched``; empty where not recorded): what the profiler added in the window, and what a load did
+    sched: dict[int, dict[int, StepSched]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

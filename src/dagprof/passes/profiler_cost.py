@@ -16,6 +16,10 @@ stock torch.profiler trace has no unprofiled steps), too noisy to tell the cost 
 says the profiled steps were faster, or when the unprofiled steps before and after the window differ (beyond their
 noise) by more than the profiled steps exceed the slower side: the job's own speed changed, a neighbour's load came
 or went, and the pooled median would book that change as the profiler's cost. ``ProfilerCost.verdict`` then says why.
+A load that came and went inside the window alone is told by the ranks' CPU, recorded for every step: the profiler's
+cost is work in the ranks' processes, a load is not (``split_by_cpu``). The op times are still brought to the
+unprofiled steps' level, the job's own pace that a later run is measured at, but the line says how much of that the
+profiler's CPU explains and that the rest was a load on the machine.
 
 The comparison relies on the steps outside the window running as in an unprofiled job: PyTorch's collector patches
 and hooks for the window only and undoes it at its end (tests/test_collect_hooks.py guards it for FSDP2); what stays is
@@ -29,7 +33,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -37,6 +41,7 @@ import numpy as np
 from ..graph.dag import DeviceKind, Graph
 from ..graph.meta import LoopSteps
 from ..traces.events import Kind
+from ..traces.meta import runnable_stretch
 from .compute import COMPUTE_KINDS
 
 WARMUP_STEPS = 2  # a job's first two steps (DDP: step 0 builds the buckets, step 1 uses them first): not its steady state
@@ -55,6 +60,8 @@ class ProfilerCost:
     unprofiled_steps: int
     stderr_us: float | None  # standard error of profiled_us - unprofiled_us (robust: ``pooled_median_stderr``)
     verdict: str | None  # None: usable; else why nothing is corrected
+    cpu_us: float | None = None  # the ranks' processes' CPU per profiled step beyond an unprofiled one's, together (None: not recorded)
+    loaded: str | None = None  # the window ran slower than that CPU explains: the load's evidence (``split_by_cpu``)
 
     @property
     def usable(self) -> bool:
@@ -62,12 +69,16 @@ class ProfilerCost:
 
     @property
     def share(self) -> float:
-        """The share of a profiled step that is the profiler's: 0.06 = 6 % (0 when not usable)."""
+        """The share of a profiled step removed to reach the unprofiled level: 0.06 = 6 % (0 when not usable)."""
         return (self.profiled_us - self.unprofiled_us) / self.profiled_us if self.usable else 0.0
 
     def describe(self) -> str:
         if not self.usable:
             return f"op times not corrected for the profiler's cost: {self.verdict}"
+        if self.loaded is not None:
+            return (f"op times brought to the unprofiled steps' level: {-100 * self.share:+.1f} % (profiled {self.profiled_us / 1e3:.1f} "
+                    f"ms/step vs {self.unprofiled_us / 1e3:.1f} ms unprofiled), of which the profiler's CPU explains only "
+                    f"{-100 * self.cpu_us / self.profiled_us:+.1f} %: {self.loaded}")
         return (f"op times corrected for the profiler's cost: {-100 * self.share:+.1f} % (profiled {self.profiled_us / 1e3:.1f} ms/step "
                 f"vs {self.unprofiled_us / 1e3:.1f} ms unprofiled, {self.profiled_steps} and {self.unprofiled_steps} steps)")
 
@@ -76,7 +87,8 @@ class ProfilerCost:
                 "unprofiled_step_ms": None if self.unprofiled_us is None else self.unprofiled_us / 1e3,
                 "profiled_steps": self.profiled_steps, "unprofiled_steps": self.unprofiled_steps,
                 "stderr_ms": None if self.stderr_us is None else self.stderr_us / 1e3,
-                "share_pct": 100 * self.share, "corrected": self.usable, "verdict": self.verdict, "text": self.describe()}
+                "share_pct": 100 * self.share, "corrected": self.usable, "verdict": self.verdict,
+                "cpu_ms": None if self.cpu_us is None else self.cpu_us / 1e3, "loaded": self.loaded is not None, "text": self.describe()}
 
 
 def measure_profiler_cost(g: Graph) -> ProfilerCost:
@@ -107,7 +119,58 @@ def measure_profiler_cost(g: Graph) -> ProfilerCost:
             verdict = (f"the job's own speed changed across the window by more than the cost seen against its slower side ({seen}; "
                        f"unprofiled {b / 1e3:.1f} ms/step before it, {a / 1e3:.1f} ms after): the machine's load changed, "
                        "not a cost to remove")
-    return ProfilerCost(p, u, len(prof), len(base), se, verdict)
+    if verdict is not None:
+        return ProfilerCost(p, u, len(prof), len(base), se, verdict)
+    return split_by_cpu(ProfilerCost(p, u, len(prof), len(base), se, None), loop, set(g.meta.steps), steady_from(loop))
+
+
+def split_by_cpu(cost: ProfilerCost, loop: LoopSteps, window: set[int], first: int) -> ProfilerCost:
+    """``cost`` held against the CPU the ranks' processes spent per step in the window beyond outside it (``LoopSteps.sched``;
+    unchanged where it was not recorded). The recording is work on the job's cores: its callbacks on the training thread,
+    Kineto's own thread, dagprof's step files, all in the ranks' processes, so it cannot lengthen a step by more than the
+    CPU it added to them together (on any number of cores, with nothing else running). A load on the machine lengthens
+    the steps without adding to their CPU: on the 2-core dev machine, a busy loop pinned to each core during the demo
+    job's window (``bench/bench_profiler_spike.py``) took its steps from 195 ms outside it to 453 ms in it while the
+    ranks' CPU per step rose 12 ms and their training threads' waits for a core 3x (-57 %; -50 to -78 % in 4 such runs).
+    Where the steps' excess over that CPU stands out of the noise (``NOISE_SIGMAS``, as the cost itself), ``loaded`` says
+    so. The correction stays whole: the unprofiled steps are the job's pace, which a later run is measured at; keeping the
+    load in the op times (only the CPU removed) predicted 7 hog runs +77 to +254 % against their unprofiled steps, the
+    whole correction -12 to +21 %."""
+    cpu = {when: job_sched(loop, steps, first, "process_cpu_us") for when, steps in (("in", window), ("out", None))}
+    if len(cpu["in"]) < 2 or len(cpu["out"]) < MIN_STEPS:
+        return cost
+    pace = outside_stretch(loop, window, first)
+    added = pace * (statistics.median(cpu["in"]) - statistics.median(cpu["out"]))
+    cpu_se = pace * pooled_median_stderr(cpu["in"], cpu["out"])
+    p, u = cost.profiled_us, cost.unprofiled_us
+    if (p - u) - added <= NOISE_SIGMAS * math.hypot(cost.stderr_us, cpu_se):
+        return replace(cost, cpu_us=max(added, 0.0))
+    waits = [statistics.median(w) if w else 0.0 for w in (job_sched(loop, s, first, "wait_us") for s in (window, None))]
+    why = (f"the ranks' extra CPU is {added / 1e3:+.1f} +- {cpu_se / 1e3:.1f} ms/step at the pace the machine gave them outside "
+           f"the window (x{pace:.2f}), and their training threads waited {waits[0] / 1e3:.1f} ms/step for a core in the window, "
+           f"{waits[1] / 1e3:.1f} ms outside: the rest was a load on the machine, not the profiler's")
+    return replace(cost, cpu_us=max(added, 0.0), loaded=why)
+
+
+def outside_stretch(loop: LoopSteps, window: set[int], first: int) -> float:
+    """How much longer the training threads' CPU work took in wall time than on cores of their own, outside the window:
+    their CPU plus their waits for a core, over their CPU (``traces.meta.runnable_stretch``), all ranks' unprofiled steps
+    from ``first`` on; 1 where not recorded. On a shared machine the profiler's added CPU queues behind the others' as the
+    job's own work does (a quiet demo run at load 6.0, ``bench/bench_profiler_spike.py``: 34 ms of added CPU, 70 ms of added
+    step, at a pace of x3.9 outside the window; held against the CPU alone it read as a load), so that
+    CPU costs the step this many times itself, the pace the machine gave the job before and after the window."""
+    steps = [x for per in loop.sched.values() for x in per.values() if x.step >= first and x.step not in window]
+    return max(runnable_stretch(steps), 1.0)
+
+
+def job_sched(loop: LoopSteps, only: set[int] | None, first: int, field: str) -> list[float]:
+    """Per step that every rank recorded (profiled ``only``, or every unprofiled one from ``first`` on): ``field`` of
+    ``traces.meta.StepSched`` summed over the ranks (their CPU, or their waits, together)."""
+    per_rank = loop.profiled if only is not None else loop.unprofiled
+    ids = [{s for s in per_rank[r] if (only is None or s in only) and s >= first and getattr(loop.sched.get(r, {}).get(s), field, None) is not None}
+           for r in per_rank]
+    common = sorted(set.intersection(*ids)) if ids else []
+    return [sum(getattr(loop.sched[r][s], field) for r in per_rank) for s in common]
 
 
 def steady_from(loop: LoopSteps) -> int:

@@ -145,12 +145,13 @@ class PsRecord(msgspec.Struct, kw_only=True, frozen=True):
 
 
 class StepSched(msgspec.Struct, frozen=True):
-    """One profiled step of the thread that marked the steps (the training thread): its CPU time and the time it was
-    runnable but waited for a core (the kernel's schedstat, ``collect.hooks.thread_sched``)."""
+    """One step of the thread that marked the steps (the training thread): its CPU time and the time it was runnable but
+    waited for a core (the kernel's schedstat, ``collect.hooks.thread_sched``), and its process's CPU time, every thread's."""
 
     step: int
     cpu_us: float
     wait_us: float
+    process_cpu_us: float | None = None  # None: not recorded (older files)
 
 
 def runnable_stretch(steps: list[StepSched]) -> float:
@@ -196,6 +197,7 @@ class RankMeta(msgspec.Struct, kw_only=True):
     steps_profiled: list[int] = []
     step_times_us: dict[int, float] = {}  # profiled step -> us
     train_thread: list[StepSched] = []  # dagprof runs: per profiled step, the training thread's CPU and waits for a core ([]: not recorded)
+    unprofiled_train_thread: list[StepSched] = []  # the same of the steps outside the window ([]: not recorded, older files)
     unprofiled_step_times_us: dict[int, float] | None = None  # None: the reader has no loop timing (not a dagprof run)
     window_tx_bytes_per_step: float | None = None  # bytes the host's interfaces sent per profiled step (TF/JAX/Horovod windows; None: not counted)
     collective_operands_per_step: float | None = None  # XLA (JAX): arrays its collectives carried a step, one gloo call each (None: unknown)

@@ -185,6 +185,8 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
     groups, group_ranks, collectives = ([group], {group: ddp_ranks}, None) if f.fsdp is None else label_groups(rows, f.fsdp)
     profiled = set(f.steps_profiled)
     step_times = {s: (t1 - t0) / 1e3 for s, t0, t1 in f.step_times_ns}
+    process_cpu = dict(f.process_cpu_ns)
+    sched = [StepSched(s, c / 1e3, w / 1e3, None if s not in process_cpu else process_cpu[s] / 1e3) for s, c, w in f.thread_sched_ns]
     meta = RankMeta(
         format=RANK_FORMAT,
         pid=f.pid,
@@ -199,7 +201,8 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
         steps_completed=f.steps_completed,
         step_times_us={s: d for s, d in step_times.items() if s in profiled},
         unprofiled_step_times_us={s: d for s, d in step_times.items() if s not in profiled},
-        train_thread=[StepSched(s, c / 1e3, w / 1e3) for s, c, w in f.thread_sched_ns if s in profiled],
+        train_thread=[x for x in sched if x.step in profiled],
+        unprofiled_train_thread=[x for x in sched if x.step not in profiled],
         comm_lanes=[name for name, _ in comm_lanes],
         layer_grad_bytes=f.layer_grad_bytes,
         layer_frozen_bytes=f.layer_frozen_bytes,

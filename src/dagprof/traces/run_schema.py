@@ -257,9 +257,10 @@ class RankFile(msgspec.Struct, kw_only=True):
     ddp_group_ranks: list[int] = []  # ranks DDP all-reduces over; [] = every rank (files before it was recorded)
     fsdp: FsdpInfo | None = None  # an FSDP2 job's units and collectives (absent in DDP runs and older files)
     zero: ZeroInfo | None = None  # a ZeroRedundancyOptimizer's shards and broadcasts (absent without one, and in older files)
-    # (step, CPU ns, run-queue wait ns) of the thread that marked the steps, per profiled step (``collect.hooks.thread_sched``);
-    # [] where not recorded (older files, a kernel without schedstat)
+    # (step, CPU ns, run-queue wait ns) of the thread that marked the steps (``collect.hooks.thread_sched``): per step,
+    # profiled or not (older files: the profiled steps only); [] where not recorded (older files, a kernel without schedstat)
     thread_sched_ns: list[tuple[Count, Count, Count]] = []
+    process_cpu_ns: list[tuple[Count, Count]] = []  # (step, the process's CPU ns, all threads) beside each of those ([]: older files)
 
 
 class StepPart(msgspec.Struct, kw_only=True):
@@ -276,7 +277,8 @@ class StepPart(msgspec.Struct, kw_only=True):
     warnings: list[str] = []  # new since the previous part
     step_times_ns: list[tuple[int, int, int]] = []  # steps that ended since the previous part
     records: list[tuple[int, int, int, int, int]]  # appended since the previous part (this step's, and late completions)
-    thread_sched_ns: list[tuple[Count, Count, Count]] = []  # this step's, as ``RankFile.thread_sched_ns``
+    thread_sched_ns: list[tuple[Count, Count, Count]] = []  # steps since the previous part, as ``RankFile.thread_sched_ns``
+    process_cpu_ns: list[tuple[Count, Count]] = []  # the same steps', as ``RankFile.process_cpu_ns``
 
 
 class Ended(msgspec.Struct, kw_only=True):

@@ -111,7 +111,7 @@ class Collector:
         self._zero: ZeroInfo | None | bool = None  # the job's ZeroRedundancyOptimizer (False: it has none; None: not looked yet)
         self._fsdp: FsdpRecorder | None = None  # an FSDP model's units and collectives (collect.hooks.fsdp, fsdp1)
         self.saved = SavedActivations(lambda: self.recording, self._fail, self.warnings)  # read by collect.hooks.fsdp too
-        self.sched = ThreadSched()  # the training thread's CPU and waits for a core per profiled step
+        self.sched = ThreadSched()  # the training thread's CPU and waits for a core, and the process's CPU, per step
         self._buckets = DdpBuckets(self.records, lambda: self.recording, self._fail, self.warnings, self._param_names, self._param_shapes)
 
     # ---------------------------------------------------------------- guard
@@ -220,7 +220,6 @@ class Collector:
             rf.__exit__(None, None, None)
         self._ranges_open.clear()
         self.saved.stop()
-        self.sched.close()
 
     # ---------------------------------------------------------------- module / autograd hooks
     def _fwd_pre(self, layer: int, module: Any, args: tuple) -> None:
@@ -402,6 +401,8 @@ class Collector:
 
     def _begin_step(self, t: int) -> None:
         self.step_begin_ns = t
+        if self.step == 0:  # every step's, so that the window's can be held against the others' (passes.profiler_cost)
+            self.sched.open()
         if self.step == self.steps.start and self.enabled:
             try:
                 self._begin_window()
@@ -415,12 +416,12 @@ class Collector:
             self._grad_watch.clear()
             self._buckets.new_step()
             self.records.append((Rec.STEP_BEGIN, self.step, 0, t, 0))
-            self.sched.begin()
+        self.sched.begin()
 
     def _end_step(self, t: int) -> None:
         self.step_times.append((self.step, self.step_begin_ns, t))
+        self.sched.end(self.step)
         if self.recording:
-            self.sched.end(self.step)
             self.records.append((Rec.STEP_END, self.step, 0, t, 0))
             self.saved.end_step(self.layers)
             self.profiled.append(self.step)
@@ -440,7 +441,7 @@ class Collector:
         self._signals.catch(self.warnings)
         self._bar = bar(len(self.steps), f"profiling steps {self.steps.start}..{self.steps.stop - 1}", "step", show=self._info["rank"] == 0)
         self.in_window = True
-        self.sched.open()
+        self.sched.open()  # the thread that marks the window's steps (if another marked step 0)
         self._attach_leaf_hooks()
         self._time_dataloaders()
         self._restore.append(patch_backward(self.saved.backward_starting))
@@ -489,6 +490,7 @@ class Collector:
             self._write_rank(final=True)
         except Exception as err:  # noqa: BLE001
             self._fail(err, "writing the profile at exit")
+        self.sched.close()
         self._signals.release()
         self._release_model()
 
@@ -535,7 +537,7 @@ class Collector:
             steps_profiled=self.profiled, final=final, ended=self._ended, kineto_file=kfile, warnings=self.warnings, layers=self.layers,
             layer_grad_bytes=self._grad_bytes, layer_frozen_bytes=self._frozen_bytes, layer_saved_bytes=self.saved.most,
             bucket_layouts=self._buckets.layouts, step_times_ns=self.step_times, records=self.records, ddp_group_ranks=self._ddp_ranks,
-            thread_sched_ns=self.sched.steps,
+            thread_sched_ns=self.sched.steps, process_cpu_ns=self.sched.process,
             fsdp=self._fsdp.info(self.layers) if self._fsdp is not None else None, zero=self._zero or None,
         )
         write_rank_file(self.out_dir, doc)
@@ -553,6 +555,7 @@ class Collector:
         head = self._rank_file(
             steps_profiled=[], warnings=list(self.warnings), layers=list(self.layers), layer_grad_bytes=dict(self._grad_bytes),
             layer_frozen_bytes=dict(self._frozen_bytes), bucket_layouts=list(self._buckets.layouts), step_times_ns=list(self.step_times), records=[],
+            thread_sched_ns=list(self.sched.steps), process_cpu_ns=list(self.sched.process),
         )
         start_step_files(self.out_dir, head)
         self._flushed = Flushed(len(self.records), len(self.layers), dict(self._grad_bytes), len(self.warnings),
@@ -568,7 +571,7 @@ class Collector:
             layer_saved_bytes=self.saved.step_bytes(self.layers),
             bucket_layout=self._buckets.layouts[-1] if len(self._buckets.layouts) > done.layouts else None,
             warnings=self.warnings[done.warnings:], step_times_ns=self.step_times[done.step_times:], records=self.records[done.records:n],
-            thread_sched_ns=self.sched.steps[done.sched:],
+            thread_sched_ns=self.sched.steps[done.sched:], process_cpu_ns=self.sched.process[done.sched:],
         )
         append_step_part(self.out_dir, part)
         if grad:

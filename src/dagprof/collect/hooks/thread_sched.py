@@ -1,4 +1,4 @@
-"""The training thread's CPU time and run-queue wait per profiled step, from the kernel's schedstat.
+"""The training thread's CPU time and run-queue wait per step, and its process's CPU time, from the kernel's schedstat.
 
 ``/proc/self/task/TID/schedstat`` holds a thread's CPU time and the time it was runnable but waited for a core (ns).
 Per step their sum over the CPU is how much longer the thread's CPU work took in wall time than on a core of its own:
@@ -9,6 +9,9 @@ idle price, the training thread's CPU plus waits 2.1-2.2x its CPU per step under
 boundary); a boundary on another thread, or a kernel without the file, records nothing. The CPU time is the thread's
 CPU clock: the file's first field is brought up to date only at a tick or a switch while the thread runs (a 5-step
 window of a tiny model read 0 ns in some steps), the wait only grows when the thread gets a core, so it is current.
+Every step is recorded, profiled or not: the steps outside the window tell what the profiler added inside it (its CPU,
+the process's, against waits for a core that a load on the machine adds: ``passes.profiler_cost``). The process's CPU
+clock (every thread: Kineto's, gloo's) is read beside the thread's; a read costs two clock reads and a ``pread``.
 """
 from __future__ import annotations
 
@@ -18,13 +21,15 @@ import time
 
 
 class ThreadSched:
-    """Per profiled step ``(step, CPU ns, run-queue wait ns)`` of the thread that opened it (``steps``)."""
+    """Per step ``(step, CPU ns, run-queue wait ns)`` of the thread that opened it (``steps``) and ``(step, CPU ns)`` of
+    its process (``process``)."""
 
     def __init__(self) -> None:
         self.steps: list[tuple[int, int, int]] = []
+        self.process: list[tuple[int, int]] = []
         self._fd: int | None = None
         self._tid = 0
-        self._begin: tuple[int, int] | None = None
+        self._begin: tuple[int, int, int] | None = None
 
     def open(self) -> None:
         """Watch the calling thread (the one that marks the steps); nothing where the kernel has no schedstat."""
@@ -43,13 +48,14 @@ class ThreadSched:
         now, begin, self._begin = self._read(), self._begin, None
         if now is not None and begin is not None:
             self.steps.append((step, now[0] - begin[0], now[1] - begin[1]))
+            self.process.append((step, now[2] - begin[2]))
 
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
 
-    def _read(self) -> tuple[int, int] | None:
+    def _read(self) -> tuple[int, int, int] | None:
         if self._fd is None or threading.get_native_id() != self._tid:
             return None
-        return time.thread_time_ns(), int(os.pread(self._fd, 128, 0).split()[1])
+        return time.thread_time_ns(), int(os.pread(self._fd, 128, 0).split()[1]), time.process_time_ns()
