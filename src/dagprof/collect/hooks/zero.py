@@ -7,6 +7,7 @@ without their sizes; ``zero_info`` gives them, in issue order, so the readers ca
 """
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from ...traces.run_schema import ZeroInfo
@@ -14,11 +15,9 @@ from ...traces.run_schema import ZeroInfo
 
 def zero_info(opt: Any, rank: int) -> tuple[ZeroInfo | None, str]:
     """(what ``opt`` shards and broadcasts, or None where it is no ZeroRedundancyOptimizer; a warning, or "")."""
-    try:
-        from torch.distributed.optim import ZeroRedundancyOptimizer
-    except ImportError:
-        return None, ""
-    if not isinstance(opt, ZeroRedundancyOptimizer):
+    # a job with one has imported it; importing it here would script torch's functional optimizers in every other job
+    module = sys.modules.get("torch.distributed.optim.zero_redundancy_optimizer")
+    if module is None or not isinstance(opt, module.ZeroRedundancyOptimizer):
         return None, ""
     if opt._overlap_with_ddp:
         return None, (f"rank {rank}: ZeroRedundancyOptimizer(overlap_with_ddp=True) broadcasts inside DDP's comm hook: its "
