@@ -4,8 +4,8 @@ first response's tail, wire time that a slower link lengthens. On the stored pai
 (tests/data/horovod/testbed-sparse-gru, one round's jobs at 500 and 200 Mbit/s, quiet machine) the gaps after its
 594 kB and 5.12 MB responses grew from a median of 2.0 to 5.3 ms. The bandwidth what-if keeps rank 0's negotiation
 spans as measured (``passes.horovod``, not modelled): the rule that would scale them (each gap's excess over the run's
-least, at most a socket buffer's wire time, times the rates' ratio) gives 4.4 ms on this pair, but 1.8-3.3 times the
-slower rate's median on 4 of the 7 kept sets of 2026-12-04 (hvd_autoencoder 11.2 ms against 6.4): the profile's gap
+least, at most a socket buffer's wire time, times the rates' ratio) gives 4.4 ms on this pair, but 1.5-3.3 times the
+slower rate's median on 6 of the 9 kept sets of 2026-12-04 (hvd_autoencoder 11.2 ms against 6.4): the profile's gap
 mixes the peer's wire with a descheduled peer, which rank 0's timeline alone cannot tell apart."""
 from __future__ import annotations
 
