@@ -7,7 +7,8 @@ numbered container has the root alone. Which units reshard after forward is ``fu
 (``reshard_after_forward=None``, ``passes.fsdp.default_reshard``): every unit but the root, which lazy init keeps
 gathered from its forward through its backward (one all-gather a step, not two); ``fsdp:keep`` keeps every unit, and
 ``--reshard-after-forward on|off`` passes that flag explicitly to every unit, the root included (``on``: the root too is
-gathered again at backward's start, as torch 2.13 does for ``fully_shard(model, reshard_after_forward=True)``). A unit's parameters are its layers' gradient bytes as profiled.
+gathered again at backward's start, as torch 2.13 does for ``fully_shard(model, reshard_after_forward=True)``).
+A unit's parameters are its layers' gradient bytes as profiled.
 The DDP bucket all-reduces go (and the finalize wait's measured blocking with them); per unit and step,
 on every rank's main lane, as FSDP2 runs them under gloo (``graph.build_fsdp`` names and orders them):
 - before the unit's first forward layer (the root's: before any layer) its all-gather of the full
