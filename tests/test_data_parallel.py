@@ -259,6 +259,7 @@ def test_whatif_rows_carry_time_and_memory(ddp, fsdp):
     (DATA / "hybrid-dp-tp-dagprof", ["--data-parallel", "fsdp"], "this profile is a hybrid job"),
     (DATA / "horovod" / "fused", ["--data-parallel", "fsdp"], "needs a dagprof profile of a PyTorch DDP or FSDP2 job"),
     (DDP, ["--data-parallel", "zero3"], "expected ddp, fsdp or fsdp:keep"),
+    (DDP, ["--data-parallel", "ddp,fsdp", "--reshard-after-forward", "on"], "--reshard-after-forward: is an FSDP what-if"),
 ])
 def test_refused_in_one_line(path, argv, message, capsys):
     assert main(["whatif", str(path), *argv, "--no-trace", "--allow-model-error"]) == 2
@@ -274,6 +275,19 @@ def test_cli_json(capsys, tmp_path):
     assert row["data_parallel"] == "fsdp" and row["memory_per_rank"]["0"]["optimizer_mb"] == pytest.approx(row["memory_per_rank"]["0"]["params_mb"] * 2)
     # never a silent answer: what the conversion cannot see, and its measured miss, come with it
     assert [n for n in r["notes"] if n.startswith("--data-parallel fsdp from a DDP profile") and "slower than predicted" in n]
+
+
+def test_cli_reshard_beside_the_conversion(capsys):
+    """--reshard-after-forward on|off beside --data-parallel fsdp on a DDP profile: the flag passed to every unit, the root
+    too (on: the dearest step; off: fsdp:keep's), and fully_shard's default between them, as the note says."""
+    assert main(["whatif", str(DDP), "--data-parallel", "fsdp,fsdp:keep", "--reshard-after-forward", "on,off", "--optimizer-state", "adam",
+                 "--json", "--allow-model-error", "--no-trace"]) == 0
+    rows = {(r["data_parallel"], r["reshard_after_forward"]): r["predicted_iter_ms"] for r in json.loads(capsys.readouterr().out)["scenarios"]}
+    assert rows[("fsdp", "on")] == rows[("fsdp:keep", "on")] and rows[("fsdp", "off")] == rows[("fsdp:keep", "off")]
+    assert main(["whatif", str(DDP), "--data-parallel", "fsdp", "--json", "--allow-model-error", "--no-trace"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert rows[("fsdp", "off")] < r["scenarios"][0]["predicted_iter_ms"] < rows[("fsdp", "on")]
+    assert any("fully_shard's default" in n and "the root kept gathered" in n for n in r["notes"])
 
 
 def test_no_conversion_no_note(capsys):
