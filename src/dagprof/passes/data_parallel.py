@@ -99,7 +99,7 @@ from ..traces.run_schema import FSDP_ROOT
 from ..units import MB
 from .buckets import chain_lanes, profiled_buckets
 from .comm import current_scheme, current_topology, retime_collectives
-from .fsdp import Reshard, default_reshard, set_reshard
+from .fsdp import default_reshard, set_reshard
 from .gradients import unhooked
 from .link_fit import find_collectives, graph_world_size, hybrid
 
@@ -202,13 +202,11 @@ def _unit_sizes(units: list[tuple[str, list[str]]], sizes: dict[str, int]) -> di
     return out
 
 
-def wrapper_reshard(g: Graph, target: str, reshard: bool | None) -> Reshard:
-    """Every unit's ``reshard_after_forward`` under ``--data-parallel target`` (fsdp or fsdp:keep) and
+def wrapper_reshard(units: list[str], target: str, reshard: bool | None) -> dict[str, bool]:
+    """Whether each of ``units`` reshards after forward under ``--data-parallel target`` (fsdp or fsdp:keep) and
     ``--reshard-after-forward`` (``reshard``, None: not asked): that flag on every unit, the root too, where asked; else
-    False (fsdp:keep); else ``fully_shard``'s default (``default_reshard``) for the units of ``g`` (an FSDP graph)."""
-    if reshard is not None or target == "fsdp:keep":
-        return bool(reshard)
-    return {u.name: default_reshard(u.name) for u in g.meta.fsdp.units}
+    none (fsdp:keep); else ``fully_shard``'s default (``default_reshard``)."""
+    return {u: reshard if reshard is not None else target != "fsdp:keep" and default_reshard(u) for u in units}
 
 
 def to_data_parallel(g: Graph, target: str, bucket_mb: float | None = None, costs: FsdpCosts | None = None,
@@ -227,15 +225,13 @@ def to_data_parallel(g: Graph, target: str, bucket_mb: float | None = None, cost
                                f"{mixed.orig_dtype} parameters; DDP's compute in {mixed.orig_dtype} is not modelled (profile it without param_dtype)")
         if target == "ddp":
             return fsdp_to_ddp(g, DEFAULT_BUCKET_MB if bucket_mb is None else bucket_mb, costs)
-        return set_reshard(g, wrapper_reshard(g, target, reshard))
+        return set_reshard(g, wrapper_reshard([u.name for u in g.meta.fsdp.units], target, reshard))
     if not ((g.kind == Kind.COMM) & (g.bucket >= 0)).any() or g.meta.framework or g.meta.horovod is not None:
         raise DagprofError("--data-parallel needs a dagprof profile of a PyTorch DDP or FSDP2 job (DDP's gradient buckets or FSDP's units); "
                            "this profile has neither")
     if target != "ddp" and unhooked(g):
         raise DagprofError("--data-parallel fsdp: no units to shard" + unhooked(g))
-    if target == "ddp":
-        return g
-    return ddp_to_fsdp(g, reshard=False if reshard is None and target == "fsdp:keep" else reshard, costs=costs)
+    return g if target == "ddp" else ddp_to_fsdp(g, target, reshard, costs)
 
 
 def _main_lane(g: Graph, step: int, rank: int) -> np.ndarray:
@@ -245,10 +241,10 @@ def _main_lane(g: Graph, step: int, rank: int) -> np.ndarray:
     return idx[np.argsort(g.order[idx], kind="stable")]
 
 
-def ddp_to_fsdp(g: Graph, reshard: bool | None = None, costs: FsdpCosts | None = None) -> Graph:
-    """The DDP profile ``g`` as an FSDP2 job with ``user_units``, each resharded after forward as ``fully_shard``'s
-    default does (``reshard`` None: ``default_reshard``) or as ``reshard_after_forward=reshard`` passed to every unit
-    (the root too); with ``costs``, its optimizer step, copy-outs and each unit's hooks as measured (module docstring)."""
+def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, costs: FsdpCosts | None = None) -> Graph:
+    """The DDP profile ``g`` as an FSDP2 job with ``user_units``, each resharded after forward as ``wrapper_reshard``
+    says (``target`` fsdp: ``fully_shard``'s default; fsdp:keep; ``reshard``: passed to every unit, the root too); with
+    ``costs``, its optimizer step, copy-outs and each unit's hooks as measured (module docstring)."""
     grad = g.meta.layer_grad_bytes
     if not grad or not any(grad.values()):
         raise DagprofError("--data-parallel fsdp: the profile does not say which layer owns which parameters (no layer gradient bytes); "
@@ -278,7 +274,7 @@ def ddp_to_fsdp(g: Graph, reshard: bool | None = None, costs: FsdpCosts | None =
     dur[upd] *= step  # the optimizer steps this rank's shards
     b, remap = GraphBuilder.from_graph(g.replace(dur=dur, gap=gap), ~pb.drop)
     layer_unit = {x: name for name, ls in units for x in ls}
-    again = {name: default_reshard(name) if reshard is None else reshard for name, _ in units}  # resharded after forward
+    again = wrapper_reshard([name for name, _ in units], target, reshard)  # resharded after forward
     seq = 0
     ranks = sorted(int(r) for r in np.unique(g.rank[g.rank >= 0]))
     for step in g.meta.steps:

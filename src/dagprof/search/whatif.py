@@ -229,7 +229,8 @@ def _peaks(g0: Graph, g: Graph, s: Scenario) -> dict | None:
     grouped = g0 if s.units is None else with_units(g0, s.units)  # the memory model reads the units and dtypes from meta
     grouped = grouped if s.mesh is None else with_mesh(grouped, *s.mesh)
     dtyped = grouped if s.reduce_dtype is None else set_reduce_dtype(grouped, s.reduce_dtype)
-    reshard = s.reshard_after_forward if s.data_parallel is None else wrapper_reshard(g0, s.data_parallel, s.reshard_after_forward)
+    reshard = s.reshard_after_forward if s.data_parallel is None else \
+        wrapper_reshard([u.name for u in g0.meta.fsdp.units], s.data_parallel, s.reshard_after_forward)
     return fsdp_peak(dtyped, reshard=reshard, workers=s.workers)
 
 
