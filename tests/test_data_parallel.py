@@ -108,6 +108,8 @@ def test_fsdp_by_default_keeps_the_root_gathered(frozen_blocks):
     assert [(u.name, u.resharded_after_forward) for u in default.meta.fsdp.units] == \
         [(u.name, u.resharded_after_forward) for u in real.meta.fsdp.units] == [("<root>", False), ("blocks.0", True), ("blocks.1", True)]
     assert all(u.resharded_after_forward for u in on.meta.fsdp.units)
+    # the collector reads reshard_after_forward after lazy init: the default root's as it ran
+    assert [u.reshard_after_forward for u in real.meta.fsdp.units] == [False, True, True]
     assert job_iteration_us(default) < job_iteration_us(on)
     assert job_iteration_us(to_data_parallel(real, "fsdp")) == pytest.approx(job_iteration_us(real))  # the default job as it ran
     if not frozen_blocks:  # (blocks.0 frozen whole runs no backward, but the real job's blocks.1 prefetched it: not converted)
