@@ -90,8 +90,10 @@ peaks 17.1 -> 18.1-19.1 MiB measured, 19.3 -> 20.3-21.3 MiB predicted. Loopback 
 
 Part 7 (loopback for anyone; the namespace testbed at 200 Mbit/s and 1 Gbit/s as root): ``whatif --data-parallel``
 both ways. Per held-out model (``DP_MODELS``: a transformer-like block stack and an MLP with a large embedding), link and
-round, the job is profiled under DDP and under ``fully_shard`` (hooks only, the order alternating per round); FSDP is
-predicted from the DDP profile and DDP from the FSDP profile (``search.scenario.apply`` on the averaged iteration).
+round, the job is profiled under DDP and under ``fully_shard`` at its default (``fsdp_train.py --reshard default``: the root
+kept gathered after forward; the figures below before 2026-12-04 ran ``--reshard all``, True on every unit, and predicted
+that job), hooks only, the order alternating per round; FSDP is predicted from the DDP profile (``to_fsdp_like``: the
+scenario of the job the FSDP profile ran) and DDP from the FSDP profile (``search.scenario.apply`` on the averaged iteration).
 The measured time is the other profile's own. Peak memory per rank: each model run once per wrapper with
 ``fsdp_train.py --memory`` on loopback, against ``fsdp_peak`` of the DDP profile turned FSDP and
 ``ddp_peak_of_fsdp`` of the FSDP profile. Goals: DDP -> FSDP within 8 %, memory within 10 %.
@@ -422,7 +424,7 @@ def part3(steps: int) -> list[float]:
             run = os.path.join(tmp, "run")
             job(2, model, steps, os.path.join(tmp, "p"), profile=run, kineto=False)
             g = open_run(run).graph
-            for reshard, flags in ((True, []), (False, ["--no-reshard"])):
+            for reshard, flags in ((True, []), (False, ["--reshard", "none"])):
                 peaks = fsdp_peak(g, reshard=reshard)
                 worst = max(peaks.values(), key=lambda m: m.total)
                 measured, at = measured_peak_at(2, model + flags, steps, os.path.join(tmp, f"m{int(reshard)}"))
@@ -446,7 +448,7 @@ def part4(rounds: int, steps: int) -> list[float]:
             graphs = {}
             for on in ((True, False) if k % 2 == 0 else (False, True)):
                 run = os.path.join(tmp, f"r{k}-{int(on)}")
-                job(2, model + ([] if on else ["--no-reshard"]), steps, run + "-log", profile=run, kineto=False)
+                job(2, model + ([] if on else ["--reshard", "none"]), steps, run + "-log", profile=run, kineto=False)
                 p = open_run(run, template=True)
                 measured[on].append(p.analysis.measured_us / 1e3)
                 graphs[on] = p.graph
@@ -572,6 +574,17 @@ def part6(rounds: int, steps: int, links: list[str]) -> list[float]:
     return errors
 DP_MODELS = {"transformer": ["--model", "transformer", "--blocks", "4", "--width", "256"],
              "mlp+embedding": ["--model", "mlp", "--blocks", "4", "--width", "256", "--vocab", "16384"]}
+DP_FSDP = ["--reshard", "default"]  # part 7's FSDP job: fully_shard at its default, as a user writes it and DDP -> FSDP predicts
+
+
+def to_fsdp_like(fsdp):
+    """The DDP -> FSDP scenario of the job an FSDP profile ran, so each comparison is like with like: fully_shard's default,
+    or ``--reshard-after-forward on`` where its root resharded after forward too (``fsdp_train.py --reshard all``, which
+    part 7 ran before it ran the default)."""
+    from dagprof.search.scenario import Scenario
+
+    root = next(u for u in fsdp.meta.fsdp.units if u.name == "<root>")
+    return Scenario(data_parallel="fsdp", reshard_after_forward=True if root.resharded_after_forward else None)
 
 
 def calibrated_models(out_dir: str, cluster=None) -> dict[str, str]:
@@ -614,7 +627,7 @@ def part7(rounds: int, steps: int, links: list[str], calibrate: bool = False, ke
     if why and any(x != "loopback" for x in links):
         print(f"Part 7: testbed links skipped: {why}")
         links = [x for x in links if x == "loopback"]
-    wrappers = {"ddp": ["--ddp"], "fsdp": []}
+    wrappers = {"ddp": ["--ddp"], "fsdp": DP_FSDP}
     cells = [(m, link, w) for m in DP_MODELS for link in links for w in wrappers]
     measured: dict[tuple, list[float]] = {c: [] for c in cells}
     predicted: dict[tuple, list[float]] = {c: [] for c in cells}
@@ -645,11 +658,12 @@ def part7(rounds: int, steps: int, links: list[str], calibrate: bool = False, ke
                     c = scenario.Cluster(optimizer_state="adam")
                     for w, other in (("fsdp", "ddp"), ("ddp", "fsdp")):
                         base = runs[other]
-                        g = scenario.apply(base, scenario.Scenario(data_parallel=w), c, scenario.base_topology(base, c))
+                        s = to_fsdp_like(runs["fsdp"]) if w == "fsdp" else scenario.Scenario(data_parallel=w)
+                        g = scenario.apply(base, s, c, scenario.base_topology(base, c))
                         predicted[(name, link, w)].append(job_iteration_us(g) / 1e3)
                     for how, path in models.items():
                         cm = scenario.Cluster(optimizer_state="adam", link_model=path)
-                        g = scenario.apply(runs["ddp"], scenario.Scenario(data_parallel="fsdp"), cm, scenario.base_topology(runs["ddp"], cm))
+                        g = scenario.apply(runs["ddp"], to_fsdp_like(runs["fsdp"]), cm, scenario.base_topology(runs["ddp"], cm))
                         on_model[(name, link, "fsdp", how)].append(job_iteration_us(g) / 1e3)
                     calibrated = "".join(f", on {h} {on_model[(name, link, 'fsdp', h)][-1]:.1f}" for h in models)
                     print(f"  round {k + 1}/{rounds} {name} {link}: measured ddp {measured[(name, link, 'ddp')][-1]:.1f} ms, fsdp "
@@ -672,7 +686,7 @@ def part7(rounds: int, steps: int, links: list[str], calibrate: bool = False, ke
         mem = []
         print(f"\n{'model':14s} {'to':>5s} {'measured MiB':>13s} {'predicted MiB':>14s} {'error':>8s}  predicted peak at")
         for name, model in DP_MODELS.items():
-            conv = scenario.apply(graphs[(name, "ddp")], scenario.Scenario(data_parallel="fsdp"), scenario.Cluster(optimizer_state="adam"),
+            conv = scenario.apply(graphs[(name, "ddp")], to_fsdp_like(graphs[(name, "fsdp")]), scenario.Cluster(optimizer_state="adam"),
                                 scenario.base_topology(graphs[(name, "ddp")], scenario.Cluster()))
             pred = {"fsdp": max(fsdp_peak(conv).values(), key=lambda m: m.total),
                     "ddp": max(ddp_peak_of_fsdp(graphs[(name, "fsdp")]).values(), key=lambda m: m.total)}
@@ -716,7 +730,7 @@ def offline7(keep: str) -> list[float]:
                 out.append(None)
                 continue
             c = scenario.Cluster(optimizer_state="adam", link_model=path)
-            g = scenario.apply(ddp, scenario.Scenario(data_parallel="fsdp"), c, scenario.base_topology(ddp, c))
+            g = scenario.apply(ddp, to_fsdp_like(fsdp), c, scenario.base_topology(ddp, c))
             out.append(100 * (job_iteration_us(g) / 1e3 - measured) / measured)
         if out[-1] is not None:
             errors.append(out[-1])
@@ -787,7 +801,7 @@ def categories7(keep: str) -> None:
         c = scenario.Cluster(optimizer_state="adam", link_model=path if os.path.exists(path) else None)
         conv = scenario.apply(fsdp, scenario.Scenario(data_parallel="ddp"), c, scenario.base_topology(fsdp, c))
         ddp = average_steps(open_run(os.path.join(keep, entry)).graph, replay)
-        back = scenario.apply(ddp, scenario.Scenario(data_parallel="fsdp"), c, scenario.base_topology(ddp, c))
+        back = scenario.apply(ddp, to_fsdp_like(fsdp), c, scenario.base_topology(ddp, c))
         for label, g in (("fsdp", fsdp), ("to ddp", conv), ("ddp", ddp), ("to fsdp", back)):
             row = lane_groups(g)
             print(f"{cell + ' ' + label:36s} " + " ".join(f"{row[k]:13.2f}" for k in GROUPS) + f" {sum(row.values()):8.1f}", flush=True)

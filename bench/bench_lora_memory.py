@@ -1,10 +1,13 @@
-"""Frozen parameters' memory: dagprof's predicted peak per rank against the measured one, on a LoRA fine-tune.
+"""Frozen parameters' memory: dagprof's predicted peak per rank against the measured one, on a LoRA fine-tune, and the step.
 
 The job is ``bench/fsdp_fresh/lora_finetune.py`` (base weights frozen, adapters on modules with children) on 2 gloo
 ranks, its first block trained (``-0``) or frozen whole (``-1``), under FSDP2 and DDP. Each row is a ``dagprof whatif
 --json`` answer's peak (rank 0, ``--optimizer-state adam``): FSDP as profiled, DDP from the FSDP profile, FSDP from the
 DDP profile, against the same configuration's unprofiled run (``--memory``: ``bench/heap_peak.py``, the most of its
-steps after the first). Offline on the vendored runs by default (``tests/data/lora``: no job); ``--record DIR`` runs
+steps after the first); beside it the predicted step against the measured step of the target wrapper's profile (its
+own iteration, as ``bench/bench_fsdp.py --part 7`` compares). ``lora_finetune.py --wrap fsdp`` calls ``fully_shard`` at its
+default (the root kept gathered after forward), as ``--data-parallel fsdp`` predicts. Offline on the vendored runs by
+default (``tests/data/lora``: no job); ``--record DIR`` runs
 the 4 profiles and 4 measured jobs here first; ``--before CHECKOUT`` prints another tree's predictions beside.
 
     .venv/bin/python bench/bench_lora_memory.py [--record DIR] [--before CHECKOUT]
@@ -40,14 +43,23 @@ def record(out: pathlib.Path) -> None:
     (out / "measured-peaks.json").write_text(json.dumps({"step_peak_bytes": peaks}))
 
 
-def predicted_mib(src: pathlib.Path, run: pathlib.Path, extra: list[str]) -> str:
-    """The what-if's peak of rank 0 by the dagprof in ``src``, MiB, or its one-line refusal."""
+def whatif(src: pathlib.Path, run: pathlib.Path, extra: list[str]) -> dict | str:
+    """The what-if's ``--json`` answer by the dagprof in ``src``, or its one-line refusal."""
     out = subprocess.run([sys.executable, "-m", "dagprof.cli.main", "whatif", str(run), *extra, "--no-trace", "--allow-model-error",
                           "--optimizer-state", "adam", "--json"], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(src)})
     try:
-        return f"{json.loads(out.stdout)['scenarios'][0]['memory_per_rank']['0']['total_mb']:.2f}"
-    except (ValueError, KeyError):
+        return json.loads(out.stdout)
+    except ValueError:
         return "refused: " + (out.stderr.strip().splitlines() or ["?"])[-1][:60]
+
+
+def cell(name: str, answer: dict | str, measured_mib: float, measured_ms: float) -> str:
+    """One tree's prediction of a row: rank 0's peak (MiB) and the step (ms), each with its error against the measured."""
+    if isinstance(answer, str):
+        return f"{name} {answer}"
+    row = answer["scenarios"][0]
+    mib, ms = row["memory_per_rank"]["0"]["total_mb"], row["predicted_iter_ms"]
+    return f"{name} {mib:.2f} MiB ({100 * (mib / measured_mib - 1):+.1f} %), {ms:.1f} ms ({100 * (ms / measured_ms - 1):+.1f} %)"
 
 
 def main() -> None:
@@ -61,16 +73,14 @@ def main() -> None:
         record(data)
     peaks = json.loads((data / "measured-peaks.json").read_text())["step_peak_bytes"]
     trees = [("this", ROOT / "src")] + ([("before", pathlib.Path(args.before) / "src")] if args.before else [])
-    print(f"peak memory per rank (MiB), predicted against measured, {data}")
+    print(f"peak memory per rank and step, predicted against measured, {data} (load {os.getloadavg()[0]:.2f})")
     for frozen in (0, 1):
         for wrap, extra, target, what in ROWS:
             measured = max(max(steps[1:]) for steps in peaks[f"{target}-{frozen}"].values()) / 2**20
-            cells = []
-            for name, src in trees:
-                got = predicted_mib(src, data / f"{wrap}-{frozen}", extra)
-                err = f" ({100 * (float(got) / measured - 1):+.1f} %)" if not got.startswith("refused") else ""
-                cells.append(f"{name} {got}{err}")
-            print(f"  first block {'frozen' if frozen else 'trained'}, {what:26} measured {measured:6.2f}: {'; '.join(cells)}")
+            step = whatif(trees[0][1], data / f"{target}-{frozen}", [])
+            ms = step["measured_iter_ms"] if isinstance(step, dict) else float("nan")
+            cells = [cell(name, whatif(src, data / f"{wrap}-{frozen}", extra), measured, ms) for name, src in trees]
+            print(f"  first block {'frozen' if frozen else 'trained'}, {what:26} measured {measured:6.2f} MiB, {ms:.1f} ms: {'; '.join(cells)}")
 
 
 if __name__ == "__main__":

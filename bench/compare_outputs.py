@@ -152,7 +152,7 @@ def main() -> int:
     same = 0
     with tempfile.TemporaryDirectory() as tmp:
         work = pathlib.Path(tmp)
-        for run in RUNS:
+        for run in sorted({cmd[1] for cmd in COMMANDS}):  # every input a command names (fsdp/ddp is in no RUNS entry)
             shutil.copytree(DATA / run, work / run)
         for cmd in COMMANDS:
             diff = differences(answer(args.before.resolve(), cmd, work), answer(args.after.resolve(), cmd, work))

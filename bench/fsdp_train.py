@@ -4,7 +4,10 @@ Two models: ``mlp`` (an embedding, then a stack of MLP blocks) and ``transformer
 pre-norm self-attention + MLP blocks). Each block and the root are ``fully_shard``-ed (one FSDP unit
 each). ``--hsdp R`` shards over WORLD/R ranks and replicates over R (a 2-D mesh). ``--ddp`` wraps the same
 model in ``DistributedDataParallel`` instead (``--bucket-mb``: its ``bucket_cap_mb``), for the DDP <-> FSDP what-ifs.
-``--no-reshard`` keeps the gathered parameters after forward; ``--group K`` makes every K adjacent blocks one unit
+``--reshard`` is what every ``fully_shard`` call gets as ``reshard_after_forward``: ``all`` (True, the root too: torch 2.13
+reshards a root given True; what the benchmarks and recordings here ran), ``none`` (False: every unit keeps its gathered
+parameters after forward) or ``default`` (None, as a user who leaves it out: lazy init keeps the root gathered, the
+other units reshard; what ``dagprof whatif --data-parallel fsdp`` predicts from a DDP profile); ``--group K`` makes every K adjacent blocks one unit
 (``fully_shard([blocks.0, blocks.1], ...)``: what ``dagprof whatif --units merge:K`` predicts; ``--group 0``: the root is the
 only unit, ``merge:all``); ``--prefetch K`` sets explicit forward
 and backward prefetch of the next K units; ``--strategy FILE`` applies a ``dagprof optimize`` strategy.
@@ -71,6 +74,9 @@ class Net(nn.Module):
         return self.head(x)
 
 
+RESHARD = {"all": True, "none": False, "default": None}  # --reshard: fully_shard's reshard_after_forward
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", choices=("mlp", "transformer"), default="mlp")
@@ -80,7 +86,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq", type=int, default=32)
     p.add_argument("--steps", type=int, default=12)
-    p.add_argument("--no-reshard", action="store_true", help="reshard_after_forward=False on every unit")
+    p.add_argument("--reshard", choices=tuple(RESHARD), default="all", help="reshard_after_forward of every fully_shard call: all (True, "
+                   "the root too), none (False) or default (None: fully_shard's default, the root kept gathered after forward)")
     p.add_argument("--group", type=int, default=1, help="fully_shard every K adjacent blocks as one unit (1: each block its own; "
                    "0: none, the root is the only unit)")
     p.add_argument("--prefetch", type=int, default=0, help="explicit forward/backward prefetch of the next K units (0: FSDP's default)")
@@ -110,7 +117,7 @@ def build(args: argparse.Namespace) -> tuple[nn.Module, torch.optim.Optimizer]:
             else init_device_mesh("cpu", (world,)))
     torch.manual_seed(0)
     model = Net(args.model, args.blocks, args.width, args.vocab)
-    kw = dict(mesh=mesh, reshard_after_forward=not args.no_reshard)
+    kw = dict(mesh=mesh, reshard_after_forward=RESHARD[args.reshard])
     if args.bf16 or args.reduce_dtype:
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if args.bf16 else None, reduce_dtype=getattr(torch, args.reduce_dtype or "float32"))
     blocks = list(model.blocks)

@@ -1,5 +1,6 @@
 """DDP <-> FSDP2 what-ifs (``passes.data_parallel``, ``whatif --data-parallel``) on real recordings of one model:
-``tests/data/fsdp/ddp`` (DDP) and ``tests/data/fsdp/reshard`` (fully_shard per block and the root)."""
+``tests/data/fsdp/ddp`` (DDP) and ``tests/data/fsdp/reshard`` (fully_shard per block and the root, each given
+``reshard_after_forward=True``), and ``tests/data/lora`` (the same under fully_shard's default, which keeps the root gathered)."""
 from __future__ import annotations
 
 import dataclasses
@@ -60,8 +61,9 @@ def test_units_are_what_a_user_wraps():
 
 
 def test_ddp_to_fsdp_has_fsdps_collectives_and_orderings(ddp, fsdp):
-    """The DDP profile as FSDP: the same units, collectives, bytes and orderings as the real fully_shard recording of the model."""
-    g = ddp_to_fsdp(ddp)
+    """The DDP profile as FSDP with reshard_after_forward=True on every unit: the same units, collectives, bytes and orderings
+    as the real recording of the model so wrapped."""
+    g = ddp_to_fsdp(ddp, reshard=True)
     g.lint()
     assert not _buckets(g)
     assert [(u.name, u.numel, u.layers) for u in g.meta.fsdp.units] == [(u.name, u.numel, u.layers) for u in fsdp.meta.fsdp.units]
@@ -87,6 +89,32 @@ def test_fsdp_keep_gathers_once_per_step(ddp):
     assert counts["backward_all_gather_after_reshard"] == 0 and counts["forward_waits_all_gather"] > 0
     assert job_iteration_us(g) < job_iteration_us(ddp_to_fsdp(ddp))
     assert not any(u.resharded_after_forward for u in g.meta.fsdp.units)
+
+
+def _gathers(g):
+    return sorted(c.unit for c in fsdp_collectives(g) if c.kind == "all_gather" and int(g.step[c.node]) == g.meta.steps[0])
+
+
+@pytest.mark.parametrize("frozen_blocks", [0, 1])
+def test_fsdp_by_default_keeps_the_root_gathered(frozen_blocks):
+    """fully_shard's default (reshard_after_forward=None) keeps the root gathered after forward: the conversion gathers it
+    once a step, as the real default job did (``tests/data/lora``); ``--reshard-after-forward on`` passes True to every
+    unit, the root too: a second all-gather of the root at backward's start, and a dearer step."""
+    ddp, real = (build_graph(read_run(DATA / "lora" / f"{w}-{frozen_blocks}")) for w in ("ddp", "fsdp"))
+    c = Cluster(optimizer_state="adam")
+    default = apply(ddp, Scenario(data_parallel="fsdp"), c, base_topology(ddp, c))
+    on = apply(ddp, Scenario(data_parallel="fsdp", reshard_after_forward=True), c, base_topology(ddp, c))
+    assert _gathers(default).count("<root>") == _gathers(real).count("<root>") == 1 and _gathers(on).count("<root>") == 2
+    assert [(u.name, u.resharded_after_forward) for u in default.meta.fsdp.units] == \
+        [(u.name, u.resharded_after_forward) for u in real.meta.fsdp.units] == [("<root>", False), ("blocks.0", True), ("blocks.1", True)]
+    assert all(u.resharded_after_forward for u in on.meta.fsdp.units)
+    # the collector reads reshard_after_forward after lazy init: the default root's as it ran
+    assert [u.reshard_after_forward for u in real.meta.fsdp.units] == [False, True, True]
+    assert job_iteration_us(default) < job_iteration_us(on)
+    assert job_iteration_us(to_data_parallel(real, "fsdp")) == pytest.approx(job_iteration_us(real))  # the default job as it ran
+    if not frozen_blocks:  # (blocks.0 frozen whole runs no backward, but the real job's blocks.1 prefetched it: not converted)
+        assert _gathers(default) == _gathers(real) == ["<root>", "blocks.0", "blocks.0", "blocks.1", "blocks.1"]
+        assert check_fsdp_edges(default)["backward_all_gather_after_reshard"] == 2 * len(default.meta.steps) * 2  # per rank: the blocks'
 
 
 def test_fsdp_to_ddp_buckets_every_gradient_once(fsdp):
@@ -182,7 +210,9 @@ def test_round_trip_keeps_the_ddp_job(ddp):
 
 def test_as_profiled_is_unchanged(ddp, fsdp):
     assert to_data_parallel(ddp, "ddp") is ddp
-    assert job_iteration_us(to_data_parallel(fsdp, "fsdp")) == pytest.approx(job_iteration_us(fsdp))
+    assert job_iteration_us(to_data_parallel(fsdp, "fsdp", reshard=True)) == pytest.approx(job_iteration_us(fsdp))
+    # fsdp is fully_shard's default: this job passed True to its root too, which the default keeps gathered after forward
+    assert job_iteration_us(to_data_parallel(fsdp, "fsdp")) < job_iteration_us(fsdp)
 
 
 def test_memory_of_each_wrapper(ddp, fsdp):
@@ -192,7 +222,7 @@ def test_memory_of_each_wrapper(ddp, fsdp):
     d = ddp_peak_of_fsdp(fsdp)[0]
     assert d.params == d.grads == d.buckets == params and d.optimizer == 2 * params  # AdamW, as the FSDP profile measured
     assert d.total == pytest.approx(1545376, rel=0.11)  # --ddp --memory
-    g = apply(ddp, Scenario(data_parallel="fsdp"), Cluster(optimizer_state="adam"), base_topology(ddp, Cluster()))
+    g = apply(ddp, Scenario(data_parallel="fsdp", reshard_after_forward=True), Cluster(optimizer_state="adam"), base_topology(ddp, Cluster()))
     f = fsdp_peak(g)[0]
     assert f.params == params / 2 and f.optimizer == params  # Adam's two copies of half the parameters
     assert f.total == pytest.approx(1085872, rel=0.11)  # the fully_shard run (tests/test_fsdp_whatif.py)
@@ -231,6 +261,7 @@ def test_whatif_rows_carry_time_and_memory(ddp, fsdp):
     (DATA / "hybrid-dp-tp-dagprof", ["--data-parallel", "fsdp"], "this profile is a hybrid job"),
     (DATA / "horovod" / "fused", ["--data-parallel", "fsdp"], "needs a dagprof profile of a PyTorch DDP or FSDP2 job"),
     (DDP, ["--data-parallel", "zero3"], "expected ddp, fsdp or fsdp:keep"),
+    (DDP, ["--data-parallel", "ddp,fsdp", "--reshard-after-forward", "on"], "--reshard-after-forward: is an FSDP what-if"),
 ])
 def test_refused_in_one_line(path, argv, message, capsys):
     assert main(["whatif", str(path), *argv, "--no-trace", "--allow-model-error"]) == 2
@@ -246,6 +277,19 @@ def test_cli_json(capsys, tmp_path):
     assert row["data_parallel"] == "fsdp" and row["memory_per_rank"]["0"]["optimizer_mb"] == pytest.approx(row["memory_per_rank"]["0"]["params_mb"] * 2)
     # never a silent answer: what the conversion cannot see, and its measured miss, come with it
     assert [n for n in r["notes"] if n.startswith("--data-parallel fsdp from a DDP profile") and "slower than predicted" in n]
+
+
+def test_cli_reshard_beside_the_conversion(capsys):
+    """--reshard-after-forward on|off beside --data-parallel fsdp on a DDP profile: the flag passed to every unit, the root
+    too (on: the dearest step; off: fsdp:keep's), and fully_shard's default between them, as the note says."""
+    assert main(["whatif", str(DDP), "--data-parallel", "fsdp,fsdp:keep", "--reshard-after-forward", "on,off", "--optimizer-state", "adam",
+                 "--json", "--allow-model-error", "--no-trace"]) == 0
+    rows = {(r["data_parallel"], r["reshard_after_forward"]): r["predicted_iter_ms"] for r in json.loads(capsys.readouterr().out)["scenarios"]}
+    assert rows[("fsdp", "on")] == rows[("fsdp:keep", "on")] and rows[("fsdp", "off")] == rows[("fsdp:keep", "off")]
+    assert main(["whatif", str(DDP), "--data-parallel", "fsdp", "--json", "--allow-model-error", "--no-trace"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert rows[("fsdp", "off")] < r["scenarios"][0]["predicted_iter_ms"] < rows[("fsdp", "on")]
+    assert any("fully_shard's default" in n and "the root kept gathered" in n for n in r["notes"])
 
 
 def test_no_conversion_no_note(capsys):

@@ -51,7 +51,7 @@ def test_peak_memory_against_a_measured_run():
 
 
 # fsdp/loss-vocab's configuration (a 4096-entry vocabulary: the step peaks in the loss's backward) run with --memory as above:
-# reshard on, off (``--no-reshard``) and under DDP (``--ddp``); steps 1-5 varied by under 0.01 %
+# reshard on (``--reshard all``), off (``--reshard none``, then ``--no-reshard``) and under DDP (``--ddp``); steps 1-5 varied by under 0.01 %
 LOSS_VOCAB = FSDP / "loss-vocab"
 MEASURED_LOSS = {True: 20632224, False: 22893296, "ddp": 26248208}
 

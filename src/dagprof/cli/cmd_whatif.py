@@ -91,7 +91,10 @@ def _evaluate(args, folder: str | None) -> dict:
             refuse_degree(prof.graph, dim, degree, flag)
     if args.prefetch is not None:
         refuse_unmodelled(prof.graph, ["prefetch"])
-    fsdp_only = [f for f, given in (("--prefetch", args.prefetch), *((a.flag, getattr(args, a.name)) for a in AXES if a.name in _FSDP_AXES))
+    # DDP -> FSDP takes --reshard-after-forward (passes.data_parallel.to_data_parallel) where every row asks for FSDP
+    converted = {"reshard_after_forward"} if args.data_parallel and "ddp" not in args.data_parallel else set()
+    fsdp_only = [f for f, given in (("--prefetch", args.prefetch),
+                                    *((a.flag, getattr(args, a.name)) for a in AXES if a.name in _FSDP_AXES and a.name not in converted))
                  if given is not None]
     if fsdp_only and not is_fsdp_graph(prof.graph):  # before the model's check, which would refuse it naming neither flag nor run
         raise DagprofError("is an FSDP what-if; this profile is not an FSDP job", fsdp_only[0])

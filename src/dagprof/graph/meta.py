@@ -47,8 +47,8 @@ class FsdpGraphUnit:
     orig_dtype: str
     param_dtype: str  # what the all-gather moves
     reduce_dtype: str  # what the reduce-scatter moves
-    reshard_after_forward: bool  # as configured
-    resharded_after_forward: bool  # as it ran (FSDP's root ignores reshard_after_forward=True)
+    reshard_after_forward: bool  # as configured after lazy init (FSDP2's default: False for the root, True for the others)
+    resharded_after_forward: bool  # as it ran (FSDP1's root never reshards after forward, whatever its strategy)
     mesh: list[int]  # (shard,) or HSDP's (replicate, shard)
     mesh_dims: list[str]
     layers: list[str]  # the leaf layers it runs (not those of nested units)

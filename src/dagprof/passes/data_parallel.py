@@ -3,14 +3,19 @@
 DDP -> FSDP (``ddp_to_fsdp``). The units are what a user wraps: each numbered child of a container
 (``blocks.0``, ``layers.3``: the ``for block in model.blocks: fully_shard(block)`` recipe), found in the
 layers' module paths, and the root (``fully_shard(model)``) with every other layer; a model without a
-numbered container has the root alone. A unit's parameters are its layers' gradient bytes as profiled.
+numbered container has the root alone. Which units reshard after forward is ``fully_shard``'s default
+(``reshard_after_forward=None``, ``passes.fsdp.default_reshard``): every unit but the root, which lazy init keeps
+gathered from its forward through its backward (one all-gather a step, not two); ``fsdp:keep`` keeps every unit, and
+``--reshard-after-forward on|off`` passes that flag explicitly to every unit, the root included (``on``: the root too is
+gathered again at backward's start, as torch 2.13 does for ``fully_shard(model, reshard_after_forward=True)``).
+A unit's parameters are its layers' gradient bytes as profiled.
 The DDP bucket all-reduces go (and the finalize wait's measured blocking with them); per unit and step,
 on every rank's main lane, as FSDP2 runs them under gloo (``graph.build_fsdp`` names and orders them):
 - before the unit's first forward layer (the root's: before any layer) its all-gather of the full
   parameters, blocking, then the copy-out of the gathered bytes into the parameters;
-- a reshard after its last forward layer (the root's after the forward) when ``reshard``, and then the
-  same all-gather and copy-out again before its first backward layer (the root's: at backward's start);
-- after its last backward layer (the root's after the backward) its reduce-scatter, blocking;
+- a reshard after its last forward layer (the root's after the forward) where the unit reshards after forward, and
+  then the same all-gather and copy-out again before its first backward layer (the root's: at backward's start);
+- after its last backward layer (the root's after the backward) its reduce-scatter, blocking, and its reshard;
 - the optimizer updates this rank's shards only: 1/N of its profiled time.
 What a blocking wait adds beyond the transfer (a rank's lag behind the first to see it complete, ``graph.build``)
 is not in a DDP profile either: DDP's finalize wait also copies every bucket back into the gradients.
@@ -94,13 +99,18 @@ from ..traces.run_schema import FSDP_ROOT
 from ..units import MB
 from .buckets import chain_lanes, profiled_buckets
 from .comm import current_scheme, current_topology, retime_collectives
-from .fsdp import set_reshard
+from .fsdp import default_reshard, set_reshard
 from .gradients import unhooked
 from .link_fit import find_collectives, graph_world_size, hybrid
 
-TARGETS = ("ddp", "fsdp", "fsdp:keep")  # fsdp:keep = fully_shard(..., reshard_after_forward=False)
+TARGETS = ("ddp", "fsdp", "fsdp:keep")  # fsdp: fully_shard's default reshard_after_forward; fsdp:keep: False on every unit
 _EPS = 1e-7  # us: an inserted node's order next to the node it precedes or follows (below the profile's 1 ns)
 DEFAULT_BUCKET_MB = 25.0
+
+
+RESHARD_NOTE = ("units resharded after forward as fully_shard's default does (reshard_after_forward=None: the root kept gathered through its "
+                "backward, every other unit resharded; fsdp:keep keeps every unit, --reshard-after-forward on|off passes the flag to every "
+                "unit, the root too); ")
 
 
 def conversion_note(target: str, measured: bool) -> str:
@@ -113,15 +123,18 @@ def conversion_note(target: str, measured: bool) -> str:
                     "(2 rounds on a quiet machine, bench/bench_fsdp.py --part 7 kept runs), its peak memory -0 to +10 %")
         return "held-out gloo jobs measured DDP -30 to +15 % off this prediction, its peak memory -0 to +10 % (bench/bench_fsdp.py --part 7)"
     if measured:
-        return ("the optimizer step on DTensor shards, FSDP2's copy-out, each unit's hooks and wake-ups beyond its collectives at its bytes and "
-                "each collective kind at its swept sizes (its last rank out included) are as dagprof calibrate --fsdp measured them here; not "
-                "predicted: how the wake-ups grow with the machine's load, and compute that DDP's overlapping all-reduces slowed: held-out "
-                "gloo jobs ran FSDP 1.9 % faster to 6.6 % slower than this prediction (a transformer-like stack and an MLP with an embedding, "
-                "loopback, 1 Gbit/s and 200 Mbit/s, 2 rounds on a quiet machine; bench/bench_fsdp.py --part 7 --link-model-calibrate); the "
-                "memory within about 10 %")
-    return ("a DDP profile has no FSDP all-gather skew (gloo releases one rank later), no FSDP hooks and no DTensor optimizer "
-            "(dagprof calibrate --fsdp measures them for --link-model): held-out gloo jobs ran FSDP 5-58 % slower "
-            "than predicted (bench/bench_fsdp.py --part 7); take the time as a lower bound, the memory within about 10 %")
+        return RESHARD_NOTE + (
+            "the optimizer step on DTensor shards, FSDP2's copy-out, each unit's hooks and wake-ups beyond its collectives at its "
+            "bytes and each collective kind at its swept sizes (its last rank out included) are as dagprof calibrate --fsdp measured "
+            "them here; not predicted: how the wake-ups grow with the machine's load, and compute that DDP's overlapping all-reduces "
+            "slowed: held-out gloo jobs (reshard_after_forward=True on every unit, the prediction alike) ran FSDP 1.9 % faster to "
+            "6.6 % slower than this prediction (a transformer-like stack and an MLP with an embedding, loopback, 1 Gbit/s and "
+            "200 Mbit/s, 2 rounds on a quiet machine; bench/bench_fsdp.py --part 7 --link-model-calibrate); the memory within about 10 %")
+    return RESHARD_NOTE + (
+        "a DDP profile has no FSDP all-gather skew (gloo releases one rank later), no FSDP hooks and no DTensor optimizer (dagprof "
+        "calibrate --fsdp measures them for --link-model): held-out gloo jobs (reshard_after_forward=True on every unit, the "
+        "prediction alike) ran FSDP 5-58 % slower than predicted (bench/bench_fsdp.py --part 7); take the time as a lower bound, "
+        "the memory within about 10 %")
 
 
 def parse_target(text: str) -> str:
@@ -189,9 +202,18 @@ def _unit_sizes(units: list[tuple[str, list[str]]], sizes: dict[str, int]) -> di
     return out
 
 
-def to_data_parallel(g: Graph, target: str, bucket_mb: float | None = None, costs: FsdpCosts | None = None) -> Graph:
-    """``g`` (a DDP or FSDP2 profile) under ``target``: ddp, fsdp or fsdp:keep (as profiled: unchanged); ``costs``: FSDP2's
-    measured on this machine, for DDP -> FSDP (``ddp_to_fsdp``) and FSDP -> DDP's optimizer step (``fsdp_to_ddp``)."""
+def wrapper_reshard(units: list[str], target: str, reshard: bool | None) -> dict[str, bool]:
+    """Whether each of ``units`` reshards after forward under ``--data-parallel target`` (fsdp or fsdp:keep) and
+    ``--reshard-after-forward`` (``reshard``, None: not asked): that flag on every unit, the root too, where asked; else
+    none (fsdp:keep); else ``fully_shard``'s default (``default_reshard``)."""
+    return {u: reshard if reshard is not None else target != "fsdp:keep" and default_reshard(u) for u in units}
+
+
+def to_data_parallel(g: Graph, target: str, bucket_mb: float | None = None, costs: FsdpCosts | None = None,
+                     reshard: bool | None = None) -> Graph:
+    """``g`` (a DDP or FSDP2 profile) under ``target``: ddp, fsdp or fsdp:keep, each unit resharding after forward as
+    ``wrapper_reshard`` says (``reshard``: ``--reshard-after-forward``, on every unit); ``costs``: FSDP2's measured on
+    this machine, for DDP -> FSDP (``ddp_to_fsdp``) and FSDP -> DDP's optimizer step (``fsdp_to_ddp``)."""
     if is_fsdp_graph(g) and any(len(u.mesh) > 1 for u in g.meta.fsdp.units):
         raise DagprofError("--data-parallel: this profile is an HSDP job (2-D mesh); only plain FSDP <-> DDP is modelled")
     if hybrid(g):
@@ -203,7 +225,7 @@ def to_data_parallel(g: Graph, target: str, bucket_mb: float | None = None, cost
                                f"{mixed.orig_dtype} parameters; DDP's compute in {mixed.orig_dtype} is not modelled (profile it without param_dtype)")
         if target == "ddp":
             return fsdp_to_ddp(g, DEFAULT_BUCKET_MB if bucket_mb is None else bucket_mb, costs)
-        return set_reshard(g, target == "fsdp")
+        return set_reshard(g, wrapper_reshard([u.name for u in g.meta.fsdp.units], target, reshard))
     if not ((g.kind == Kind.COMM) & (g.bucket >= 0)).any() or g.meta.framework or g.meta.horovod is not None:
         raise DagprofError("--data-parallel needs a dagprof profile of a PyTorch DDP or FSDP2 job (DDP's gradient buckets or FSDP's units); "
                            "this profile has neither")
@@ -212,7 +234,7 @@ def to_data_parallel(g: Graph, target: str, bucket_mb: float | None = None, cost
                            "is not modelled (profile it with a plain optimizer to compare with FSDP)")
     if target != "ddp" and unhooked(g):
         raise DagprofError("--data-parallel fsdp: no units to shard" + unhooked(g))
-    return g if target == "ddp" else ddp_to_fsdp(g, reshard=target == "fsdp", costs=costs)
+    return g if target == "ddp" else ddp_to_fsdp(g, target, reshard, costs)
 
 
 def _main_lane(g: Graph, step: int, rank: int) -> np.ndarray:
@@ -222,8 +244,9 @@ def _main_lane(g: Graph, step: int, rank: int) -> np.ndarray:
     return idx[np.argsort(g.order[idx], kind="stable")]
 
 
-def ddp_to_fsdp(g: Graph, reshard: bool = True, costs: FsdpCosts | None = None) -> Graph:
-    """The DDP profile ``g`` as an FSDP2 job with ``user_units``, every unit resharded after forward or none; with
+def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, costs: FsdpCosts | None = None) -> Graph:
+    """The DDP profile ``g`` as an FSDP2 job with ``user_units``, each resharded after forward as ``wrapper_reshard``
+    says (``target`` fsdp: ``fully_shard``'s default; fsdp:keep; ``reshard``: passed to every unit, the root too); with
     ``costs``, its optimizer step, copy-outs and each unit's hooks as measured (module docstring)."""
     grad = g.meta.layer_grad_bytes
     if not grad or not any(grad.values()):
@@ -254,12 +277,13 @@ def ddp_to_fsdp(g: Graph, reshard: bool = True, costs: FsdpCosts | None = None) 
     dur[upd] *= step  # the optimizer steps this rank's shards
     b, remap = GraphBuilder.from_graph(g.replace(dur=dur, gap=gap), ~pb.drop)
     layer_unit = {x: name for name, ls in units for x in ls}
+    again = wrapper_reshard([name for name, _ in units], target, reshard)  # resharded after forward
     seq = 0
     ranks = sorted(int(r) for r in np.unique(g.rank[g.rank >= 0]))
     for step in g.meta.steps:
         lanes = {r: _main_lane(g, step, r) for r in ranks}
         anchors = {r: _anchors(g, lanes[r], layer_unit) for r in ranks}
-        plan = _plan([name for name, _ in units], reshard)
+        plan = _plan([name for name, _ in units], again)
         shift: dict[tuple[int, bool], int] = defaultdict(int)  # nodes already inserted at an anchor (keeps their order)
         for kind, unit, phase, where, before in plan:
             nodes = {}
@@ -297,7 +321,7 @@ def ddp_to_fsdp(g: Graph, reshard: bool = True, costs: FsdpCosts | None = None) 
     chain_lanes(b)
     out = b.build()
     fs_units = [FsdpGraphUnit(name, int(unit_full[name] // element), int(math.ceil(unit_full[name] / n)), dtype, dtype, dtype,
-                              reshard, reshard, [n], [], list(ls), frozen_numel=int((unit_full[name] - unit_bytes[name]) // element))
+                              again[name], again[name], [n], [], list(ls), frozen_numel=int((unit_full[name] - unit_bytes[name]) // element))
                 for name, ls in units]
     total, trained = sum(unit_full.values()), sum(unit_bytes.values())
     shards = FsdpShards(int(math.ceil(total / n)), int(math.ceil(trained / n)), 0)  # optimizer state: unknown to a DDP profile (``with_optimizer_state``)
@@ -327,20 +351,21 @@ def _element_size(g: Graph) -> int:
     return max(1, round(total / numel)) if numel and total else 4
 
 
-def _plan(units: list[str], reshard: bool) -> list[tuple[str, str, str, str, bool]]:
+def _plan(units: list[str], again: dict[str, bool]) -> list[tuple[str, str, str, str, bool]]:
     """FSDP2's sequence of one step as (kind, unit, phase, anchor, before it?): the root first in forward and last in
-    backward, inner units in forward order, then reversed (the order matters where two share an anchor)."""
+    backward, inner units in forward order, then reversed (the order matters where two share an anchor); ``again``: the
+    units that reshard after forward, so gather again in backward. Every unit reshards after its backward (FSDP2's
+    ``reshard_after_backward``, on by default: a kept unit's profile has that reshard too)."""
     root, inner = units[0], units[1:]
     plan = [("all_gather", u, "forward", "fwd_first", True) for u in units]
-    if reshard:
-        plan += [("reshard", u, "forward", "fwd_last", False) for u in [*inner, root]]
+    plan += [("reshard", u, "forward", "fwd_last", False) for u in [*inner, root] if again[u]]
+    if again[root]:
         plan.append(("all_gather", root, "backward", "bwd_first", True))
     for u in [*inner[::-1], root]:
-        if reshard and u != root:
+        if again[u] and u != root:
             plan.append(("all_gather", u, "backward", "bwd_first", True))
         plan.append(("reduce_scatter", u, "backward", "bwd_last", False))
-        if reshard:
-            plan.append(("reshard", u, "backward", "bwd_last", False))
+        plan.append(("reshard", u, "backward", "bwd_last", False))
     return plan
 
 

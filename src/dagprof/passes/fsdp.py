@@ -5,7 +5,10 @@ used by ``passes.comm``). Workers and the HSDP layout: ``passes.fsdp_mesh``. DDP
 tensor partition, parameter-server or tree schemes, Horovod's fusion) have no FSDP meaning: those are refused in one
 line, never answered as DDP.
 
-``reshard_after_forward`` (``set_reshard``): off removes the backward all-gather of every unit that was
+``reshard_after_forward`` (``set_reshard``): ``True`` or ``False`` is what ``fully_shard(unit, reshard_after_forward=...)``
+passed explicitly to every unit, the root included (torch 2.13 reshards a root given ``True``); ``fully_shard``'s default
+(``None``) is ``default_reshard``: lazy init keeps the root gathered after forward (its backward needs it at once),
+every other unit reshards. Off removes the backward all-gather of every unit that was
 resharded: its transfer, and on every rank all the host time the call took (``gather_host_nodes``: the
 enqueue, the exit lag its wait carries, the copy-out, and the unsharding path that issued it), and the
 forward reshard. On adds one to every backward pass of every unit that kept its parameters (under gradient
@@ -30,6 +33,7 @@ from ..graph.dag import Graph
 from ..graph.meta import FsdpGraphUnit
 from ..traces.events import Kind
 from ..traces.kineto_schema import dtype_bytes
+from ..traces.run_schema import FSDP_ROOT
 from .comm import current_topology, retime_collectives
 
 UNMODELLED = {
@@ -53,8 +57,15 @@ def refuse_unmodelled(g: Graph, asked: list[str]) -> None:
 Reshard = bool | Mapping[str, bool]  # every unit's reshard_after_forward, or some units' by name (the others as profiled)
 
 
+def default_reshard(unit: str) -> bool:
+    """Whether ``unit`` reshards after forward under ``fully_shard``'s default (``reshard_after_forward=None``): torch
+    2.13's lazy init keeps the root's parameters gathered (``FSDPState._lazy_init``: the root's backward would gather
+    them again at once), every other unit reshards."""
+    return unit != FSDP_ROOT
+
+
 def resharded(u: FsdpGraphUnit, reshard: Reshard | None) -> bool:
-    """Whether unit ``u`` reshards after forward under ``reshard`` (None: as it ran)."""
+    """Whether unit ``u`` reshards after forward under ``reshard`` (None: as it ran; a bool: every unit, the root too)."""
     if reshard is None:
         return u.resharded_after_forward
     return reshard if isinstance(reshard, bool) else reshard.get(u.name, u.resharded_after_forward)
@@ -64,8 +75,9 @@ _COPY_OR_RESHARD = re.compile(r"fsdp (?:copy-out|reshard) .+ \((?:forward|backwa
 
 
 def set_reshard(g: Graph, on: Reshard) -> Graph:
-    """What if every unit's ``reshard_after_forward`` were ``on`` (FSDP keeps the root's if it was kept),
-    or, given a mapping, each unit it names (``FSDPModule.set_reshard_after_forward(.., recurse=False)``)?"""
+    """What if every unit's ``reshard_after_forward`` were ``on``, passed explicitly (the root's too: on gathers it again
+    at backward's start where it was kept), or, given a mapping, each unit it names
+    (``FSDPModule.set_reshard_after_forward(.., recurse=False)``)?"""
     units = {u.name: u for u in g.meta.fsdp.units}
     dur, gap = g.dur.copy(), g.gap.copy()
     in_pass = Passes(g)

@@ -59,7 +59,7 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
     """Peak memory per rank of an FSDP graph (``graph.build_fsdp``), as profiled or under a what-if: the fullest of
     ``_moments``, or the optimizer step (every shard, its gradients and its state, and the model's output).
 
-    ``reshard``: reshard_after_forward of every non-root unit, or of the units a mapping names (None: as profiled); ``workers``: the shard
+    ``reshard``: reshard_after_forward of every unit (the root too), or of the units a mapping names (None: as profiled); ``workers``: the shard
     degree (None: as profiled; HSDP keeps its shard degree). From the profile: each rank's parameter,
     gradient and optimizer-state shards (measured bytes), each unit's size and dtypes, the activation bytes
     each layer saved. A layer's saved bytes count the gathered weight it saved too (FSDP frees that storage
@@ -146,9 +146,8 @@ class _Job:
         last_inner = max((k for k, n in enumerate(g.layers) if n in inner), default=-1)
         self.after_inner = set(g.layers[last_inner + 1:])  # the root's layers after the inner units: their backward runs first
         self.kept = [i for i in self.others if not resharded(units[i], reshard)]  # inner units kept gathered after forward
-        # FSDP keeps the root gathered after forward unless reshard_after_forward=True was passed to it (``resharded_after_forward``:
-        # as it ran); the what-if keeps it where it was kept (``passes.fsdp.set_reshard``)
-        self.root_kept = sum(_full(units[i]) for i in self.root if not (resharded(units[i], reshard) and units[i].resharded_after_forward))
+        # the root as every unit (``passes.fsdp.resharded``): fully_shard's default keeps it gathered after forward, True reshards it
+        self.root_kept = sum(_full(units[i]) for i in self.root if not resharded(units[i], reshard))
         # FSDP2 holds the last unit's reduce-scatter input (its padded gradients in the reduce dtype) until the next unit's
         # post-backward (``reduce_scatter_max_input_buffers``, 1 by default; not recorded), so through that unit's backward
         self.keeps_rs_input = fs.api == FSDP2_API
@@ -242,7 +241,7 @@ def _moments(job: _Job) -> list[_Moment | None]:
 def _loss_backward(job: _Job) -> _Moment | None:
     """The loss's backward, where the profile recorded it (``LOSS_BACKWARD``: what the graph from the model's output to the
     loss held at its fullest, its saved tensors and the gradients in flight): every activation, the model's output, the
-    kept units' full parameters (the root's too unless it resharded after forward: FSDP2 reshards the root only when
+    kept units' full parameters (the root's too unless it reshards after forward: FSDP2 reshards the root only when
     ``reshard_after_forward=True`` is passed to it, and gathers it again when the gradient reaches its output, after the
     loss's backward)."""
     if not job.loss_backward:

@@ -49,7 +49,7 @@ class Scenario:
     compute_speed: float | None = None  # 2 = twice as fast
     fusion_mb: float | None = None  # HOROVOD_FUSION_THRESHOLD in MiB (Horovod runs)
     cycle_ms: float | None = None  # HOROVOD_CYCLE_TIME (Horovod runs)
-    reshard_after_forward: bool | None = None  # FSDP's, on every unit
+    reshard_after_forward: bool | None = None  # FSDP's, passed explicitly to every unit (the root too)
     reduce_dtype: str | None = None  # FSDP's MixedPrecisionPolicy(reduce_dtype=...), a torch dtype name: bfloat16
     data_parallel: str | None = None  # the wrapper: ddp, fsdp or fsdp:keep (passes.data_parallel)
     units: str | None = None  # FSDP unit granularity: merge:N, merge:all or A+B/C+D (passes.fsdp_units)
@@ -122,7 +122,7 @@ def _data_parallel(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Gr
         return g
     if not is_fsdp_graph(g):
         refuse_own_ddp_setup(g, "--data-parallel")
-    out = to_data_parallel(g, s.data_parallel, s.bucket_mb, c.link_file.fsdp if c.link_file else None)
+    out = to_data_parallel(g, s.data_parallel, s.bucket_mb, c.link_file.fsdp if c.link_file else None, s.reshard_after_forward)
     return with_optimizer_state(out, OPTIMIZER_STATE[c.optimizer_state]) if is_fsdp_graph(out) and not is_fsdp_graph(g) else out
 
 
@@ -223,7 +223,7 @@ def _fine(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
 
 
 def _reshard(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
-    if s.reshard_after_forward is None:
+    if s.reshard_after_forward is None or s.data_parallel in ("fsdp", "fsdp:keep"):  # --data-parallel applied it (to_data_parallel)
         return g
     if not is_fsdp_graph(g):
         raise DagprofError("--reshard-after-forward is an FSDP what-if; this profile is not an FSDP job")
@@ -298,10 +298,11 @@ AXES: tuple[Axis, ...] = (
     Axis("cycle_ms", "--cycle-ms", finite_non_negative, "Horovod runs: HOROVOD_CYCLE_TIME(s) in ms, e.g. 1,5,20", _horovod,
          unmodelled_on_fsdp="horovod"),
     Axis("reshard_after_forward", "--reshard-after-forward", _on_off,
-         "FSDP jobs: reshard_after_forward of every unit, on or off (or both: on,off)", _reshard, lambda on: "on" if on else "off"),
+         "FSDP jobs: reshard_after_forward passed to every unit, the root too, on or off (or both: on,off)", _reshard, lambda on: "on" if on else "off"),
     Axis("reduce_dtype", "--reduce-dtype", _dtype, "FSDP jobs: the dtype gradients are reduced in, e.g. float32,bfloat16", _reduce_dtype),
     Axis("data_parallel", "--data-parallel", parse_target, "DDP or FSDP2 jobs: the data-parallel wrapper, ddp, fsdp (fully_shard per "
-         "unit) or fsdp:keep (reshard_after_forward=False), e.g. ddp,fsdp", _data_parallel),
+         "unit at its default: the root kept gathered after forward, the others resharded) or fsdp:keep (reshard_after_forward=False), "
+         "e.g. ddp,fsdp", _data_parallel),
     Axis("units", "--units", parse_units, "FSDP jobs: unit granularity, coarser than profiled: merge:N (every N adjacent inner units one "
          "unit), merge:all (fully_shard on the root only) or groups A+B/C+D (e.g. blocks.0+blocks.1/blocks.2+blocks.3; "
          "units not named stay), e.g. merge:2,merge:all", _units),

@@ -23,7 +23,7 @@ from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
 from ..passes.compute import own_cores_note
-from ..passes.data_parallel import conversion_note
+from ..passes.data_parallel import conversion_note, wrapper_reshard
 from ..passes.fsdp import set_reduce_dtype
 from ..passes.fsdp_mesh import merged_rings_note, uncalibrated_step_note, with_mesh, workers_mesh
 from ..passes.fsdp_units import with_units
@@ -223,13 +223,15 @@ def _threshold_rule(g0: Graph) -> bool:
 def _peaks(g0: Graph, g: Graph, s: Scenario) -> dict | None:
     """The scenario's peak memory per rank: FSDP jobs and DDP <-> FSDP (None for a DDP job's own what-ifs)."""
     if s.data_parallel is not None and is_fsdp_graph(g0) != is_fsdp_graph(g):  # DDP <-> FSDP: the scenario's own record
-        return fsdp_peak(g, reshard=s.reshard_after_forward) if is_fsdp_graph(g) else ddp_peak_of_fsdp(g0, s.workers)
+        return fsdp_peak(g) if is_fsdp_graph(g) else ddp_peak_of_fsdp(g0, s.workers)  # the conversion's units reshard as asked
     if not is_fsdp_graph(g0):
         return None
     grouped = g0 if s.units is None else with_units(g0, s.units)  # the memory model reads the units and dtypes from meta
     grouped = grouped if s.mesh is None else with_mesh(grouped, *s.mesh)
     dtyped = grouped if s.reduce_dtype is None else set_reduce_dtype(grouped, s.reduce_dtype)
-    return fsdp_peak(dtyped, reshard=s.reshard_after_forward, workers=s.workers)
+    reshard = s.reshard_after_forward if s.data_parallel is None else \
+        wrapper_reshard([u.name for u in g0.meta.fsdp.units], s.data_parallel, s.reshard_after_forward)
+    return fsdp_peak(dtyped, reshard=reshard, workers=s.workers)
 
 
 def _refusion_notes(g0: Graph, scenarios: list[Scenario], c: Cluster, base_topo: Topology | None, model_us: float) -> list[str]:

@@ -292,6 +292,7 @@ class FsdpRecorder:
                 numel=sum(fp._orig_size.numel() for fp in fps),
                 shard_bytes=sum(_local_bytes(fp.sharded_param) for fp in fps),
                 orig_dtype=_dtype(dtype), param_dtype=_dtype((fps[0].param_dtype or fps[0].orig_dtype) if fps else None),
+                # read when the rank file is written, after lazy init: a root left at fully_shard's default (None) reads False
                 reduce_dtype=_dtype(g._reduce_dtype or dtype), reshard_after_forward=bool(g._reshard_after_forward),
                 mesh=list(mesh.shape), mesh_dims=list(mesh.mesh_dim_names or ()),
                 frozen_numel=sum(fp._orig_size.numel() for fp in fps if not fp.sharded_param.requires_grad),
