@@ -45,7 +45,7 @@ def test_hsdp_layouts_differ_in_mesh_only():
 def test_ddp_against_fsdp_says_which_is_which(capsys):
     """Not "gradient buckets differ: A has 0 per step": the two runs are different kinds of data parallelism."""
     a, b = os.path.join(DATA, "lora", "fsdp-0"), os.path.join(DATA, "lora", "ddp-0")
-    assert main(["diff", a, b, "--json"]) == 0
+    assert main(["diff", a, b, "--json", "--no-report"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["notes"][0] == "data parallelism differs: A is FSDP (3 units on a mesh of 2), B DDP (2 gradient buckets a step: 1.00 MB, 77.0 KB)"
     assert out["a"]["data_parallel"]["kind"] == "fsdp" and out["a"]["data_parallel"]["mesh"] == [2]
