@@ -7,6 +7,7 @@ import numpy as np
 from testdata import DATA
 
 from dagprof.analysis.breakdown import own_collectives
+from dagprof.analysis.diff import diff_profiles
 from dagprof.analysis.findings import findings
 from dagprof.pipeline import open_run
 from dagprof.traces.events import Kind
@@ -41,3 +42,11 @@ def test_checkpoint_barrier_is_no_straggler():
     assert own.detail.startswith("rank 0 arrives last") and "checkpoint" in own.detail
     straggler = found.get("ranks wait for a straggler")
     assert straggler is None or straggler.ms_per_iter < own.ms_per_iter
+
+
+def test_diff_says_which_waits_are_the_jobs_own():
+    p = open_run(HABITS)
+    d = diff_profiles(p, p)
+    rows = {name.strip(): (a, b) for name, a, b in d.category_rows()}
+    waits, own = rows["waits for stragglers (replayed)"], rows["at the job's own collectives"]
+    assert 0 < own[0] == own[1] < waits[0]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -36,25 +37,29 @@ CELLS = {
 }
 
 
-def window_ms(folder: str) -> float:
-    """Mean over the window's steps of the slowest rank's step time (dagprof's iteration), ms."""
+def window_ms(folder: str) -> tuple[float, float]:
+    """(mean, median) over the window's steps of the slowest rank's step time, ms: the mean is dagprof's iteration, the
+    median what its interval is for."""
     per_rank = read_times(folder)
-    return 1e3 * sum(max(t["step_s"][s] for t in per_rank) for s in WINDOW) / len(WINDOW)
+    steps = [1e3 * max(t["step_s"][s] for t in per_rank) for s in WINDOW]
+    return statistics.fmean(steps), statistics.median(steps)
 
 
-def predict(run: str, flags: list[str]) -> float:
+def predict(run: str, flags: list[str]) -> tuple[float, float, float]:
+    """(predicted mean iteration, the 90 % interval's low and high ends for the median step), ms."""
     done = subprocess.run([sys.executable, "-m", "dagprof.cli.main", "whatif", run, *flags, "--profiled-bandwidth", "1Gbit",
                            "--allow-model-error", "--no-trace", "--json"], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": SRC})
     if done.returncode:
-        return float("nan")
-    return json.loads(done.stdout)["scenarios"][0]["predicted_iter_ms"]
+        return float("nan"), float("nan"), float("nan")
+    row = json.loads(done.stdout)["scenarios"][0]
+    return row["predicted_iter_ms"], row["lo_ms"], row["hi_ms"]
 
 
-def run_rounds(root: str, rounds: int) -> None:
+def run_rounds(root: str, rounds: range) -> None:
     script = os.path.join(HERE, "habits_loop.py")
     os.environ["PYTHONPATH"] = SRC
     with Cluster(4) as cluster:
-        for k in range(rounds):
+        for k in rounds:
             jobs = [("profile", 2, 1e9, [], Bootstrap(profile=os.path.join(root, f"r{k}-profile"), steps=WINDOW)),
                     ("nohabits", 2, 1e9, ["--no-habits"], Bootstrap(profile=os.path.join(root, f"r{k}-nohabits"), steps=WINDOW))]
             jobs += [(c, n, rate, extra, Bootstrap(times=os.path.join(root, f"r{k}-{c}"))) for c, (n, rate, extra, _) in CELLS.items()]
@@ -65,12 +70,13 @@ def run_rounds(root: str, rounds: int) -> None:
 
 
 def show(root: str) -> None:
-    print(f"{'round':>5} {'cell':<9} {'measured':>11} {'predicted':>11} {'error':>8}")
+    print(f"{'round':>5} {'cell':<9} {'measured':>11} {'predicted':>11} {'error':>8}   {'median':>9} {'interval (90 %)':>17}")
     k = 0
     while os.path.isdir(os.path.join(root, f"r{k}-profile")):
         for cell, (_, _, _, flags) in CELLS.items():
-            m, p = window_ms(os.path.join(root, f"r{k}-{cell}")), predict(os.path.join(root, f"r{k}-profile"), flags)
-            print(f"{k:>5} {cell:<9} {m:>8.1f} ms {p:>8.1f} ms {100 * (p / m - 1):>+7.1f}%")
+            (m, med), (p, lo, hi) = window_ms(os.path.join(root, f"r{k}-{cell}")), predict(os.path.join(root, f"r{k}-profile"), flags)
+            inside = "in" if lo <= med <= hi else "OUT"
+            print(f"{k:>5} {cell:<9} {m:>8.1f} ms {p:>8.1f} ms {100 * (p / m - 1):>+7.1f}%   {med:>6.1f} ms {lo:>6.0f}-{hi:.0f} ms {inside}")
         k += 1
     print(f"runs kept in {root}")
 
@@ -78,6 +84,7 @@ def show(root: str) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--first", type=int, default=0, help="number of the first round (more rounds beside kept ones)")
     p.add_argument("--keep", default="/tmp/habits/check")
     p.add_argument("--repredict", metavar="KEPT", help="run nothing: predict the kept rounds again")
     args = p.parse_args()
@@ -85,7 +92,7 @@ def main() -> None:
         show(args.repredict)
         return
     os.makedirs(args.keep, exist_ok=True)
-    run_rounds(args.keep, args.rounds)
+    run_rounds(args.keep, range(args.first, args.first + args.rounds))
     show(args.keep)
 
 
