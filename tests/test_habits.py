@@ -3,12 +3,16 @@ all-reduce every step, rank 0's checkpoint ahead of a barrier, an evaluation pas
 all-reduce. Its evaluation's forwards are counted in a warning, and the waits at its own collectives are not a straggler's."""
 from __future__ import annotations
 
+import json
+import shutil
+
 import numpy as np
 from testdata import DATA
 
 from dagprof.analysis.breakdown import own_collectives
 from dagprof.analysis.diff import diff_profiles
 from dagprof.analysis.findings import findings
+from dagprof.cli.main import main
 from dagprof.pipeline import open_run
 from dagprof.traces.events import Kind
 
@@ -50,3 +54,12 @@ def test_diff_says_which_waits_are_the_jobs_own():
     rows = {name.strip(): (a, b) for name, a, b in d.category_rows()}
     waits, own = rows["waits for stragglers (replayed)"], rows["at the job's own collectives"]
     assert 0 < own[0] == own[1] < waits[0]
+
+
+def test_link_whatif_counts_the_unsized_own_collectives(tmp_path, capsys):
+    """gloo's collectives carry no size in Kineto without shapes: the job's own are priced as 0-byte messages, said."""
+    run = tmp_path / "habits"
+    shutil.copytree(HABITS, run)
+    assert main(["whatif", str(run), "--bandwidth", "200Mbit", "--no-trace", "--allow-model-error", "--json"]) == 0
+    notes = [n for n in json.loads(capsys.readouterr().out)["notes"] if "no recorded size" in n]
+    assert len(notes) == 1 and notes[0].startswith("4 profiled collectives") and "allreduce x3, barrier x1" in notes[0]

@@ -13,6 +13,7 @@ import numpy as np
 from ..graph.dag import DeviceKind, Graph
 from ..replay import ReplayResult, replay
 from ..traces.events import Kind
+from ..traces.parallelism import Dim
 
 _COMPUTE = np.array([Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE, Kind.KERNEL, Kind.OTHER, Kind.DATA, Kind.MEMCPY])
 
@@ -93,9 +94,12 @@ def own_collectives(g: Graph) -> np.ndarray:
     """The shared COMM nodes a DDP job issued beside its gradient buckets: its own barriers and its logging, metric or
     evaluation all-reduces (DDP's buffer broadcasts and ``join`` all-reduces too). A rank arriving last there was held by
     work the others skip or do unevenly before them (rank 0's checkpoint ahead of a barrier, an evaluation pass),
-    not by a slow link or node; in a job without buckets (FSDP, other frameworks) nothing is told apart."""
+    not by a slow link or node; in a job without buckets (FSDP, other frameworks) nothing is told apart. Only those of
+    the data-parallel group (``Dim.DP``): a hybrid job's tensor- or pipeline-parallel ones are the model's own work."""
     comm = (g.kind == Kind.COMM) & (g.rank < 0)
-    return comm & (g.bucket < 0) if (comm & (g.bucket >= 0)).any() else np.zeros(len(g), dtype=bool)
+    if not (comm & (g.bucket >= 0)).any():
+        return np.zeros(len(g), dtype=bool)
+    return comm & (g.bucket < 0) & (g.dim == Dim.DP if g.dim is not None else True)
 
 
 def _kind(g: Graph, c: int) -> str:
