@@ -22,7 +22,7 @@ _spec = importlib.util.spec_from_file_location("fsdp_chain", os.path.join(HERE, 
 chain = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(chain)
 
-SCRIPTS = ("accum_amp", "unused_branch", "gan", "fp16_hook", "fsdp2_ckpt", "compiled_lm")
+SCRIPTS = ("accum_amp", "unused_branch", "gan", "fp16_hook", "fsdp2_ckpt", "compiled_lm", "habits_loop")
 COMMANDS = (("replay", []), ("replay --template", ["--template"]), ("analyze", []),
             ("whatif --bandwidth 200Mbit", ["--bandwidth", "200Mbit"]), ("whatif --workers 4", ["--workers", "4"]),
             ("optimize", ["--budget", "10"]), ("report", []))

@@ -5,6 +5,7 @@ profile and its predictions.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,6 +13,7 @@ import numpy as np
 from ..graph.dag import DeviceKind, Graph
 from ..replay import ReplayResult, replay
 from ..traces.events import Kind
+from ..traces.parallelism import Dim
 
 _COMPUTE = np.array([Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE, Kind.KERNEL, Kind.OTHER, Kind.DATA, Kind.MEMCPY])
 
@@ -24,6 +26,9 @@ class RankBreakdown:
     comm_us: float  # time any collective the rank takes part in is in flight (union)
     overlap_us: float  # communication hidden behind compute
     wait_us: float  # time this rank's ready points waited at collectives for slower ranks
+    # the part of ``wait_us`` at the job's own collectives beside DDP's gradient buckets (``own_collectives``)
+    own_wait_us: float = 0.0
+    own_names: tuple[str, ...] = ()  # those collectives where this rank waited, by kind ("barrier x2")
 
     @property
     def exposed_comm_us(self) -> float:
@@ -39,6 +44,7 @@ class RankBreakdown:
             "overlap_ms": ms(self.overlap_us),
             "exposed_comm_ms": ms(self.exposed_comm_us),
             "straggler_wait_ms": ms(self.wait_us),
+            "own_collective_wait_ms": ms(self.own_wait_us),
         }
 
 
@@ -63,7 +69,7 @@ def breakdown(g: Graph, res: ReplayResult) -> list[RankBreakdown]:
     iters = iteration_times(g, res)
     comm = np.flatnonzero(g.kind == Kind.COMM)
     comm_iv = _union(res.start[comm], res.end[comm])
-    waits = _straggler_waits(g, res)
+    waits, own = _straggler_waits(g, res)
     compute_dev = np.array([d.kind != DeviceKind.COMM for d in g.devices] + [False])  # index -1 -> False
     out = []
     for r in g.ranks():
@@ -77,13 +83,33 @@ def breakdown(g: Graph, res: ReplayResult) -> list[RankBreakdown]:
                 comm_us=_length(comm_iv),
                 overlap_us=_length(_intersect(comp_iv, comm_iv)),
                 wait_us=waits.get(int(r), 0.0),
+                own_wait_us=sum(own.get(int(r), {}).values()),
+                own_names=tuple(f"{k} x{n}" for k, n in sorted(Counter(_kind(g, c) for c in own.get(int(r), {})).items())),
             )
         )
     return out
 
 
-def _straggler_waits(g: Graph, res: ReplayResult) -> dict[int, float]:
-    """Per rank: time a thread sat blocked on a collective because another rank entered it later.
+def own_collectives(g: Graph) -> np.ndarray:
+    """The shared COMM nodes a DDP job issued beside its gradient buckets: its own barriers and its logging, metric or
+    evaluation all-reduces (DDP's buffer broadcasts and ``join`` all-reduces too). A rank arriving last there was held by
+    work the others skip or do unevenly before them (rank 0's checkpoint ahead of a barrier, an evaluation pass),
+    not by a slow link or node; in a job without buckets (FSDP, other frameworks) nothing is told apart. Only those of
+    the data-parallel group (``Dim.DP``): a hybrid job's tensor- or pipeline-parallel ones are the model's own work."""
+    comm = (g.kind == Kind.COMM) & (g.rank < 0)
+    if not (comm & (g.bucket >= 0)).any():
+        return np.zeros(len(g), dtype=bool)
+    return comm & (g.bucket < 0) & (g.dim == Dim.DP if g.dim is not None else True)
+
+
+def _kind(g: Graph, c: int) -> str:
+    """A collective node's kind from its name ("barrier.18" -> "barrier")."""
+    return g.node_name(c).rsplit(".", 1)[0]
+
+
+def _straggler_waits(g: Graph, res: ReplayResult) -> tuple[dict[int, float], dict[int, dict[int, float]]]:
+    """Per rank: time a thread sat blocked on a collective because another rank entered it later; and per rank, that
+    time at each of ``own_collectives`` (collective node -> us).
 
     Enqueueing an all-reduce does not block (backward goes on), so arrival skew at a join is
     not lost time by itself; it is lost where a rank's op is gated by the collective's end.
@@ -91,6 +117,8 @@ def _straggler_waits(g: Graph, res: ReplayResult) -> dict[int, float]:
     stragglers up to how much later than this rank the last rank arrived.
     """
     waits: dict[int, float] = {}
+    own: dict[int, dict[int, float]] = {}
+    is_own = own_collectives(g)
     is_comm = (g.kind == Kind.COMM) & (g.rank < 0)
     for v in np.flatnonzero((g.rank >= 0) & (res.gate >= 0)):
         c = int(res.gate[v])
@@ -107,9 +135,11 @@ def _straggler_waits(g: Graph, res: ReplayResult) -> dict[int, float]:
         mine = arrivals[g.rank[arrivals] == g.rank[v]]
         if len(mine):
             late = float(res.end[arrivals].max() - res.end[mine].max())
-            r = int(g.rank[v])
-            waits[r] = waits.get(r, 0.0) + min(max(late, 0.0), blocked)
-    return waits
+            r, lost = int(g.rank[v]), min(max(late, 0.0), blocked)
+            waits[r] = waits.get(r, 0.0) + lost
+            if is_own[c] and lost > 0.0:
+                own.setdefault(r, {})[c] = own.get(r, {}).get(c, 0.0) + lost
+    return waits, own
 
 
 def _union(start: np.ndarray, end: np.ndarray) -> np.ndarray:

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from dataclasses import replace
 from typing import Callable
 
+import numpy as np
+
 from ..analysis import job_iteration_us
+from ..analysis.breakdown import own_collectives
 from ..analysis.interval import link_residuals, predict_interval, run_level
 from ..analysis.operand_stall import held_us, stall_bound_us, stall_note, stall_outweighs
 from ..costmodel.topology import Topology
@@ -203,7 +207,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
             "reference_iter_ms": None if not measured_us else measured_us / 1e3, "link": link_text(base_topo), "link_fit": link,
             "columns": COLUMNS, "scenarios": rows, "overlap_slowdown": cluster.slowdown, "overlap_rate_bytes_per_s": cluster.comm_rate,
             "notes": _hybrid_notes(g0) + _stall_notes(fit, g0.meta.horovod is not None) + _conversion_notes(g0, scenarios, cluster)
-                     + _crowded_notes(g0, scenarios)
+                     + _crowded_notes(g0, scenarios) + _unsized_own_notes(g0, scenarios)
                      + _shared_cores_notes(g0, cluster) + _overlap_notes(cluster) + _own_cores_notes(g0, predicted, cluster)
                      + _shared_port_notes(g0, scenarios) + _floor_notes(rows) + _refusion_notes(g0, scenarios, cluster, base_topo, model)
             + _link_to_notes(scenarios, cluster) + _mesh_notes(g0, scenarios) + _fsdp_step_notes(g0, scenarios, cluster) + wire_notes + waiting
@@ -368,6 +372,21 @@ def _stall_notes(fit: LinkFit | None, horovod: bool = False) -> list[str]:
             else "kept in their own steps as measured, not re-priced with the link")
     return [f"{len(late)} of {fit.collectives} profiled collectives took {late.sum() / 1e3:.1f} ms beyond the link fitted to the others "
             f"(the most {late.max() / 1e3:.1f} ms): {kept}"]
+
+
+def _unsized_own_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
+    """A DDP job's own collectives (``analysis.breakdown.own_collectives``: barriers, logging and metric all-reduces)
+    carry no size where Kineto recorded no shapes (gloo writes none), so a link or worker what-if prices them as 0-byte
+    messages: right for a loss, short for a large tensor the job all-reduces itself. Counted, by kind."""
+    if not any(s.bandwidth is not None or s.latency_us is not None or s.link_to is not None or s.workers is not None for s in scenarios):
+        return []
+    own = np.flatnonzero(own_collectives(g) & (g.nbytes <= 0))
+    if not len(own):
+        return []
+    kinds = Counter(g.node_name(int(c)).rsplit(".", 1)[0] for c in own)
+    return [f"{len(own)} profiled collectives beside DDP's gradient buckets (the job's own: "
+            f"{', '.join(f'{k} x{n}' for k, n in sorted(kinds.items()))}) have no recorded size: link and worker what-ifs "
+            "price them as 0-byte messages (a loss or a metric; a large tensor the job all-reduces itself would take longer)"]
 
 
 def _hybrid_notes(g: Graph) -> list[str]:

@@ -82,6 +82,7 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
             warnings.append(f"{os.path.basename(path)}: {stray} of {len(t)} hook records are timed more than a step outside the "
                             "profiled steps (damaged file?): left out")
     _unhooked_layers(records, steps, os.path.basename(path), warnings)
+    _no_grad_forwards(records, steps, os.path.basename(path), warnings)
     spans = [(step, b0, b1, partition_step(records[(t >= b0) & (t <= b1)], b0, b1, layers, comm, grad_bytes)) for step, b0, b1 in steps]
     trace = _to_rank_trace(f, path, spans, comm, layers)
     trace.meta.warnings, trace.meta.comm_source, trace.meta.kineto = warnings_of(warnings), comm.source, kpath
@@ -132,6 +133,29 @@ def _unhooked_layers(records: np.ndarray, steps: list[tuple[int, int, int]], nam
                         "backward hook ran (a model under torch.compile: its graphs run the modules without their hooks): forward "
                         "and backward are gaps named other:*, so re-bucketing, --no-overlap, --data-parallel and optimize "
                         "cannot be predicted, and link and worker what-ifs keep each all-reduce where it was issued")
+
+
+def _no_grad_forwards(records: np.ndarray, steps: list[tuple[int, int, int]], name: str, warnings: list[str]) -> None:
+    """Say which profiled steps ran layer forwards under ``torch.no_grad`` (``Rec.FWD_BEGIN``'s x): an evaluation pass
+    in the loop. Its forwards are timed as any forward, so they sit in their step's time and the window's mean
+    iteration, which no training step takes; and ``--workers`` keeps them per rank as profiled, where a
+    ``DistributedSampler`` over an evaluation set gives each of more workers fewer batches. ``habits_loop.py``'s
+    profiled evaluation step ran 2.7 s, its training steps 0.3-0.8 s: the window's mean was 872 ms, without a word."""
+    code, t, x = records[:, Col.CODE], records[:, Col.T_NS], records[:, Col.X]
+    quiet = (code == Rec.FWD_BEGIN) & (x == 1)
+    if not quiet.any():
+        return
+    hit = [(s, int(np.count_nonzero(quiet & (t >= b0) & (t <= b1))), b0, b1) for s, b0, b1 in steps]
+    hit = [(s, n, b0, b1) for s, n, b0, b1 in hit if n]
+    if not hit:
+        return
+    span_ms = sum(float(np.ptp(t[quiet & (t >= b0) & (t <= b1)])) for _, _, b0, b1 in hit) / 1e6
+    step_ms = sum(b1 - b0 for _, _, b0, b1 in hit) / 1e6
+    warnings.append(f"{name}: {len(hit)} of {len(steps)} profiled steps (step {', '.join(str(s) for s, *_ in hit)}) ran "
+                    f"{sum(n for _, n, *_ in hit)} layer forwards under torch.no_grad (an evaluation pass?), over "
+                    f"{span_ms:.0f} of those steps' {step_ms:.0f} ms: they count in the window's mean iteration and as "
+                    "forward compute in every command, and --workers keeps them per rank as profiled (a DistributedSampler "
+                    "gives each of more workers fewer evaluation batches); a window without them (--steps) times training alone")
 
 
 def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: list[str]) -> RankTrace:

@@ -85,7 +85,7 @@ class Rec(enum.IntEnum):
 
     STEP_BEGIN = 0  # a=step
     STEP_END = 1  # a=step
-    FWD_BEGIN = 2  # a=layer, b=call index of that layer in the step
+    FWD_BEGIN = 2  # a=layer, b=call index of that layer in the step, x=1 under torch.no_grad (0: autograd on, or not recorded)
     FWD_END = 3  # a=layer, b=call
     BWD_BEGIN = 4  # a=layer, b=call: gradient w.r.t. an output arrived
     BWD_END = 5  # a=layer, b=call: gradient w.r.t. an input computed

@@ -155,7 +155,7 @@ class ProfileDiff:
             ("exposed communication (replayed)", self.a.exposed_comm_us, self.b.exposed_comm_us),
             ("waits for stragglers (replayed)", self.a.straggler_wait_us, self.b.straggler_wait_us),
             ("  on the rank that waits most", self.a.straggler_wait_max_us, self.b.straggler_wait_max_us),
-        ]
+        ] + [("  at the job's own collectives", own(self.a), own(self.b))] * bool(own(self.a) or own(self.b))
 
     def to_dict(self) -> dict:
         m = self.match
@@ -284,6 +284,13 @@ def _check_same_training(m: OpMatch, a: Graph, b: Graph, labels: tuple[str, str]
             f"{names[0]} and {names[1]} are not profiles of the same training: only {100 * m.fraction_a:.0f} % of "
             f"{labels[0]}'s ops and {100 * m.fraction_b:.0f} % of {labels[1]}'s have a counterpart in the other "
             f"(matched by rank, step, name, layer and bucket; {100 * min_match:.0f} % needed)")
+
+
+def own(side: RunSide) -> float:
+    """The waits at a DDP job's own collectives (``breakdown.own_collectives``: barriers, logging and metric all-reduces)
+    per iteration, mean over ranks: the part of ``straggler_wait_us`` that one rank's own work before them (a checkpoint
+    ahead of a barrier) causes, not a slow rank; a row only where a side has some (``category_rows``)."""
+    return float(np.mean([r.own_wait_us for r in side.analysis.ranks])) / max(len(side.steps), 1) if side.analysis.ranks else 0.0
 
 
 def _side(label: str, a: Analysis, profiled: int, measured: bool) -> RunSide:

@@ -52,6 +52,14 @@ from .zero import zero_info
 _MAX_OUTPUT_HOOKS = 4  # tensors per module output that get a gradient hook
 
 
+def _grad_enabled() -> bool:
+    """Autograd records this forward (False under ``torch.no_grad``/``inference_mode``: an evaluation pass, whose
+    forwards the reader counts apart; ``Rec.FWD_BEGIN``'s x)."""
+    import torch  # noqa: PLC0415  (imported by then: a module is running)
+
+    return torch.is_grad_enabled()
+
+
 def compiled(module: Any) -> bool:
     """Whether ``module`` runs under torch.compile: ``torch.compile(module)`` wraps it (``OptimizedModule``), or
     ``module.compile()`` compiled its call in place (as per-block compile before FSDP's ``fully_shard`` does). Dynamo
@@ -230,7 +238,7 @@ class Collector:
             self._calls[layer] = call + 1
             if self.ranges:
                 self._open_range(layer, call, "forward")
-            self.records.append((Rec.FWD_BEGIN, layer, call, time.time_ns(), 0))
+            self.records.append((Rec.FWD_BEGIN, layer, call, time.time_ns(), int(not _grad_enabled())))
             self.saved.enter(layer)
             for x in args:
                 if getattr(x, "requires_grad", False) and hasattr(x, "register_hook"):
