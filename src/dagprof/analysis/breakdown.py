@@ -14,6 +14,7 @@ from ..graph.dag import DeviceKind, Graph
 from ..replay import ReplayResult, replay
 from ..traces.events import Kind
 from ..traces.parallelism import Dim
+from ..traces.zero_run import ZERO_BROADCAST
 
 _COMPUTE = np.array([Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE, Kind.KERNEL, Kind.OTHER, Kind.DATA, Kind.MEMCPY])
 
@@ -95,11 +96,16 @@ def own_collectives(g: Graph) -> np.ndarray:
     evaluation all-reduces (DDP's buffer broadcasts and ``join`` all-reduces too). A rank arriving last there was held by
     work the others skip or do unevenly before them (rank 0's checkpoint ahead of a barrier, an evaluation pass),
     not by a slow link or node; in a job without buckets (FSDP, other frameworks) nothing is told apart. Only those of
-    the data-parallel group (``Dim.DP``): a hybrid job's tensor- or pipeline-parallel ones are the model's own work."""
+    the data-parallel group (``Dim.DP``): a hybrid job's tensor- or pipeline-parallel ones are the model's own work.
+    ZeRO-1's parameter broadcasts are not the job's own: they are its optimizer's data parallelism (``traces.zero_run``),
+    where a rank arrives last because it steps the larger shard."""
     comm = (g.kind == Kind.COMM) & (g.rank < 0)
     if not (comm & (g.bucket >= 0)).any():
         return np.zeros(len(g), dtype=bool)
-    return comm & (g.bucket < 0) & (g.dim == Dim.DP if g.dim is not None else True)
+    own = comm & (g.bucket < 0) & (g.dim == Dim.DP if g.dim is not None else True)
+    if g.meta.zero is not None:
+        own[[v for v in np.flatnonzero(own).tolist() if g.node_name(v).startswith(ZERO_BROADCAST)]] = False
+    return own
 
 
 def _kind(g: Graph, c: int) -> str:

@@ -21,10 +21,12 @@ from ..units import MB
 from .run_schema import Col, Rec, ZeroInfo
 from .run_spans import _Comm
 
+ZERO_BROADCAST = "broadcast ZeRO params of rank "
+
 
 def zero_name(owner: int) -> str:
     """The name a ZeRO parameter broadcast takes (``broadcast`` first: the cost model's kind reads it)."""
-    return f"broadcast ZeRO params of rank {owner}"
+    return f"{ZERO_BROADCAST}{owner}"
 
 
 def label_zero(comm: _Comm, zero: ZeroInfo, records: np.ndarray, rank: int, kineto: bool, warnings: list[str]) -> None:
