@@ -63,7 +63,8 @@ def test_zero_code_profile_of_horovodrun(tmp_path):
     assert all(d["cpus"] == len(os.sched_getaffinity(0)) for d in docs)  # the cores the ranks could run on
     assert all(d["window_tx_bytes"] > 0 for d in docs)  # the host's interfaces over the window: its gradients crossed loopback
     p = open_run(out)
-    assert p.run.meta.framework == "horovod" and not p.warnings
+    # the one warning a loaded machine may add: the timeline's epoch read across a preemption at hvd.init, and moved
+    assert p.run.meta.framework == "horovod" and all("Horovod's timeline is dated" in str(w) for w in p.warnings), p.warnings
     assert abs(p.analysis.error_pct) < 5.0
 
 
