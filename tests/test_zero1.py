@@ -12,8 +12,8 @@ from dagprof.costmodel.collectives import allreduce_us
 from dagprof.costmodel.topology import broadcast_factor, broadcast_sends, kind_of_collective
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
-from dagprof.passes.data_parallel import to_data_parallel
 from dagprof.passes.comm import current_topology
+from dagprof.passes.data_parallel import to_data_parallel
 from dagprof.passes.link_fit import profiled_comm
 from dagprof.passes.workers import scale_workers
 from dagprof.passes.zero import shard_bytes, zero_state_share
