@@ -1,7 +1,7 @@
 """gloo broadcast against all-reduce of the same bytes, per rank count, on the namespace testbed (root).
 
-The cost model prices a broadcast as the ring all-reduce of ``allreduce_equivalent_factor("broadcast", world)`` times
-its bytes (gloo's binomial tree: ``ceil(log2 N)`` rounds of the whole buffer). This measures both on N ranks in
+The cost model prices a broadcast as the ring all-reduce of ``broadcast_factor(N)`` times its bytes (gloo's binomial
+tree, each rank's sends at once: ``costmodel.topology.broadcast_sends``). This measures both on N ranks in
 network namespaces, each rank's egress shaped to ``--rate`` (``collect.jobs.netns.Cluster``), so the ratio per N is
 measured, not assumed. Every rank enters each call from a barrier; a repetition's time is its slowest rank's; sizes
 and the two kinds alternate within one job so that load drift hits both alike. Prints one JSON line per (N, size) with

@@ -433,10 +433,12 @@ def broadcast_factor(world: int, backend: str = "gloo") -> float:
     """A broadcast's all-reduce-equivalent bytes per byte on ``world`` ranks: its time in whole-buffer sends
     (``broadcast_sends``) over the ring all-reduce's 2 (N-1)/N sends per port: 1 on 2 ranks, 1.5 on 3, 2 on 4, 24/7 on 8.
     The latency (the tree's hops against the ring's 2 (N-1)) is not matched: the bytes are. On the namespace testbed
-    (``bench/bcast_sweep.py``: each rank's port shaped to 200 Mbit/s, 0.5-8 MB, load 1.9-2.7) broadcast over all-reduce
-    measured 0.88-0.94 on 2 ranks, 1.42-1.46 on 3 and 1.55-1.94 on 4 (1.85-1.94 from 2 MB), where the tree's ceil(log2 N)
-    rounds alone would give 4/3 on 4. Another backend (NCCL's pipelined ring) is not measured here: priced as an
-    all-reduce of its bytes, as before."""
+    (``bench/bcast_sweep.py``: each rank's port shaped to 200 Mbit/s, 0.5-8 MB, two sweeps, load 1.9-3.0) broadcast over
+    all-reduce measured 0.88-0.97 on 2 ranks, 1.40-1.47 on 3, 1.55-1.94 on 4 (1.85-1.94 from 2 MB) and 2.03-2.31 on 5
+    (model 2.5), where the tree's ceil(log2 N) rounds alone would give 4/3 on 4 and 1.9 on 5. The 8 MB broadcast itself
+    took 1.04, 2.09, 3.1 and 4.2 times one send of it at the port's rate on 2-5 ranks (``broadcast_sends``: 1, 2, 3, 4);
+    the ratio's shortfall on 5 is the all-reduce's, 15 % over its ring's time there. Another backend (NCCL's pipelined
+    ring) is not measured here: priced as an all-reduce of its bytes, as before."""
     n = max(int(world), 2)
     if backend not in ("gloo", "", None):
         return 1.0
