@@ -8,8 +8,11 @@ import numpy as np
 import pytest
 from testdata import DATA
 
+from dagprof.costmodel.collectives import allreduce_us
+from dagprof.costmodel.topology import broadcast_factor, broadcast_sends, kind_of_collective
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
+from dagprof.passes.comm import current_topology
 from dagprof.passes.data_parallel import to_data_parallel
 from dagprof.passes.link_fit import profiled_comm
 from dagprof.passes.workers import scale_workers
@@ -90,6 +93,34 @@ def test_more_workers_shrink_each_ranks_optimizer_step(graph):
         before = graph.dur[(graph.kind == Kind.UPDATE) & (graph.rank == r)].sum()
         after = folded.dur[(folded.kind == Kind.UPDATE) & (folded.rank == r)].sum()
         assert after == pytest.approx(before * max(big[r::2]) / was[r], rel=1e-9)
+
+
+def test_broadcast_factor_is_gloos_tree_per_rank_count():
+    """gloo's binomial tree, its sends issued at once (``broadcast_sends``: the last rank's time in whole-buffer sends
+    over one port) against the ring all-reduce's 2 (N-1)/N: 1 on 2 ranks, 1.5 on 3, 2 on 4 (the testbed measured
+    0.88-0.94, 1.42-1.46 and 1.85-1.94 from 2 MB, ``bench/bcast_sweep.py``); NCCL's not measured: an all-reduce's."""
+    assert [broadcast_sends(n) for n in (1, 2, 3, 4, 5, 8)] == [0, 1, 2, 3, 4, 6]
+    assert [broadcast_factor(n) for n in (1, 2, 3, 4)] == [1.0, 1.0, 1.5, 2.0]
+    assert broadcast_factor(8) == pytest.approx(6 * 8 / 14)
+    assert broadcast_factor(4, "nccl") == 1.0
+    for name in ("broadcast ZeRO params of rank 1", "gloo:broadcast", "broadcast", "CollectiveBcastSend"):
+        assert kind_of_collective(name) == "broadcast"
+    assert kind_of_collective("allreduce bucket 0") == "all_reduce"
+
+
+@pytest.mark.parametrize("workers", [2, 3, 4])
+def test_workers_price_the_broadcasts_as_gloos_tree(graph, workers):
+    """``--workers N`` prices each ZeRO broadcast as the ring all-reduce of ``broadcast_factor(N)`` times its bytes on
+    the N-rank link; on 4 ranks that is twice an all-reduce of its bytes (before: priced as one)."""
+    out = scale_workers(graph, workers)
+    topo = current_topology(out)
+    comms = zero_comms(out)
+    assert topo.world_size == workers and comms.size
+    for v in comms.tolist():
+        assert out.dur[v] == pytest.approx(allreduce_us(float(out.nbytes[v]) * broadcast_factor(workers), topo), rel=1e-9)
+    if workers == 4:
+        plain = np.array([allreduce_us(float(out.nbytes[v]), topo) for v in comms.tolist()])
+        assert out.dur[comms].sum() == pytest.approx(2.0 * plain.sum(), rel=1e-9)
 
 
 def test_optimizer_state_is_the_largest_shards(graph):

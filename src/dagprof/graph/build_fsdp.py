@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..costmodel.fsdp_costs import StepFit
-from ..costmodel.topology import allreduce_equivalent_factor, kind_of_collective
+from ..costmodel.topology import allreduce_equivalent_factor, broadcast_factor, kind_of_collective
 from ..errors import DagprofError
 from ..traces.events import Kind, LaneKind, Run
 from ..traces.kineto_schema import dtype_bytes
@@ -114,12 +114,15 @@ def allreduce_equivalent_bytes(g: Graph, idx: np.ndarray) -> np.ndarray:
     gloo's reduce-scatter, an all-reduce of the whole tensor, a whole one; its transfers in Kineto are ``gloo:all_reduce``).
     Outside FSDP the kind is read from the collective's name (``kind_of_collective``): a TensorFlow all-gather of an
     embedding's sparse gradient priced as an all-reduce of its result made the link fitted beside the dense all-reduce
-    twice as fast as the wire (592 Mbit/s on a 500 Mbit/s testbed link)."""
+    twice as fast as the wire (592 Mbit/s on a 500 Mbit/s testbed link). A broadcast's factor depends on the ranks the
+    link model prices (``costmodel.topology.broadcast_factor``: gloo's binomial tree), so ``--workers`` reprices it."""
     nbytes = g.nbytes[idx].astype(np.float64)
     backend = (g.meta.fsdp.backend or "gloo") if is_fsdp_graph(g) else ""
     kinds = [kind_of_collective(g.node_name(int(v))) for v in idx]
     share = _group_share(g) if is_fsdp_graph(g) else {}
-    return nbytes * np.array([allreduce_equivalent_factor(k, backend) * share.get(k, 1.0) for k in kinds], dtype=np.float64)
+    world = _priced_ranks(g)
+    return nbytes * np.array([(broadcast_factor(world, g.meta.backend or backend) if k == "broadcast" else allreduce_equivalent_factor(k, backend))
+                              * share.get(k, 1.0) for k in kinds], dtype=np.float64)
 
 
 def mesh_of(g: Graph) -> tuple[int, int]:
@@ -139,12 +142,18 @@ def _group_share(g: Graph) -> dict[str, float]:
     data-parallel group size, ``passes.link_fit.priced_world_size``): (k-1)/k of the bytes cross each link on k ranks. The
     fitted latency is a fixed overhead per collective (``passes.link_fit.fit_topology``), so bytes alone carry the group size:
     HSDP's all-gathers and reduce-scatters span the shard degree, its all-reduces the replicate degree."""
-    par = g.meta.parallel
-    n = par.dp_size if par is not None and par.hybrid and par.dp_size else int(g.meta.world_size or g.world_size)
+    n = _priced_ranks(g)
     replicate, shard = mesh_of(g)
     if n < 2 or (replicate == 1 and shard == n) or (replicate == shard == n):
         return {}
     return {kind: ((k - 1) / k) / ((n - 1) / n) for kind, k in (("all_gather", shard), ("reduce_scatter", shard), ("all_reduce", replicate))}
+
+
+def _priced_ranks(g: Graph) -> int:
+    """Ranks the link model prices a collective on: the data-parallel group of a hybrid job, else every rank
+    (``passes.link_fit.priced_world_size``, which this module cannot import)."""
+    par = g.meta.parallel
+    return par.dp_size if par is not None and par.hybrid and par.dp_size else int(g.meta.world_size or g.world_size)
 
 
 def _reach(g: Graph, src: int) -> np.ndarray:

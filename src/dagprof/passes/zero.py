@@ -3,8 +3,13 @@
 Its optimizer step is elementwise over the owned parameters (AdamW: a few passes over each), so a rank's step is
 taken to scale with the bytes it owns; on N ranks torch assigns parameters largest first, each to the rank that owns
 the fewest elements so far (``_partition_parameters``), which ``shard_bytes`` repeats on the recorded sizes. The
-broadcasts that follow carry every parameter once whatever N is, so they keep their count and sizes (their price on
-N ranks is the link model's, ``passes.comm``).
+broadcasts that follow carry every parameter once whatever N is, so they keep their count and sizes; their price on
+N ranks is the link model's (``passes.comm``) for gloo's broadcast tree (``costmodel.topology.broadcast_factor``: twice an
+all-reduce of their bytes on 4 ranks). On the namespace testbed (200 Mbit/s per port, ``bench/ddp_fresh/zero1_workers.py``)
+2-rank profiles of ``zero1_adam.py`` predicted the 4-rank job's step -4 to +6 % off in 4 rounds (pricing each broadcast
+as an all-reduce of its bytes: -27 to -33 %), the 3-rank job's +4 to +16 % (before: -5 to -15 %). Not modelled: the
+step's broadcasts overlap in part (not traced to its cause; gloo's worker threads hold more than one at once): in profiled
+3- and 4-rank jobs they took 1.6 and 2.65 times the 2-rank job's, where one broadcast alone takes 2 and 3 (the model's).
 """
 from __future__ import annotations
 
