@@ -34,7 +34,7 @@ class FsdpMemory:
     grads: float  # gradient shards already reduce-scattered
     activations: float  # what layers and functional ops between them saved for backward, and a stand-in for the output and loss
     gathered: float  # full parameters of the units unsharded at that moment, and their unsharded gradients
-    at: str  # where the peak falls: "backward of <unit>", "reduce-scatter of <unit>" or "optimizer step"
+    at: str  # where the peak falls: "backward of <unit>", "all-gather of <unit> (backward prefetch)", "reduce-scatter of <unit>", ...
 
     @property
     def total(self) -> float:
