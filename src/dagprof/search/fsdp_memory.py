@@ -90,8 +90,9 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
     next unit's all-gather output held twice; 2026-12-04, one profile and one measured run each under the lock, load 4.0-4.2):
     the transformer with reshard on -1.1 % (-2.4 before; measured in blocks.2's pre-backward, at ``c10d._allgather_base_``,
     as the model now puts it), off and the MLP unchanged (-0.3, -2.3, -0.2 %); the LoRA fine-tune
-    (``tests/data/lora/fsdp-*``) -4.3 / -0.3 % against its fullest step (-6.9 / -3.2 before), -0.2 / -0.3 % against the
-    steps that peaked at that prefetch.
+    (``tests/data/lora/fsdp-*``, recorded again under the lock) -4.3 / -4.8 % against its fullest step (-6.9 / -7.5 before;
+    those few steps peaked at the loss's backward with about one block's all-gather output more alive), -0.2 to -0.3 %
+    against the steps that peaked at that prefetch.
     """
     fs = g.meta.fsdp
     if fs is None:
