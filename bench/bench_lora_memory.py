@@ -10,7 +10,7 @@ default (the root kept gathered after forward), as ``--data-parallel fsdp`` pred
 default (``tests/data/lora``: no job); ``--record DIR`` runs
 the 4 profiles and 4 measured jobs here first; ``--before CHECKOUT`` prints another tree's predictions beside.
 
-    .venv/bin/python bench/bench_lora_memory.py [--record DIR] [--before CHECKOUT]
+    .venv/bin/python bench/bench_lora_memory.py [--record DIR | --offline DIR] [--before CHECKOUT]
 """
 from __future__ import annotations
 
@@ -65,9 +65,10 @@ def cell(name: str, answer: dict | str, measured_mib: float, measured_ms: float)
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--record", metavar="DIR", help="run the jobs here into DIR first (default: the vendored tests/data/lora)")
+    ap.add_argument("--offline", metavar="DIR", help="the runs a --record kept in DIR, predicted again (no job run)")
     ap.add_argument("--before", metavar="CHECKOUT", help="a tree holding src/ whose predictions go beside")
     args = ap.parse_args()
-    data = pathlib.Path(args.record) if args.record else ROOT / "tests" / "data" / "lora"
+    data = pathlib.Path(args.record or args.offline or ROOT / "tests" / "data" / "lora")
     if args.record:
         data.mkdir(parents=True, exist_ok=True)
         record(data)

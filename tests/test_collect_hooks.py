@@ -89,6 +89,7 @@ def test_plain_model_layers_steps_update(tmp_path):
         assert ev.start[fwd].max() < ev.start[bwd].min() < ev.start[in_step & (ev.kind == Kind.UPDATE)][0]
     check_partition(t)
     assert t.meta.layer_grad_bytes["0"] == (8 * 16 + 16) * 4
+    assert t.meta.layer_output_bytes["0"] == 4 * 16 * 4  # what it returned: the gradient reaching it is as large (DDP -> FSDP's memory)
     with pytest.raises(DagprofError, match="not a DDP job"):
         read_run(tmp_path, require_ddp=True)
 

@@ -140,6 +140,7 @@ class GraphMeta:
     layer_grad_bytes: dict[str, int] = field(default_factory=dict)  # dagprof runs: rank 0's gradient bytes per layer (module path)
     layer_frozen_bytes: dict[str, int] = field(default_factory=dict)  # dagprof runs: rank 0's bytes of parameters without one, per layer
     layer_saved_bytes: dict[str, int] = field(default_factory=dict)  # dagprof runs: rank 0's activation bytes saved per layer
+    layer_output_bytes: dict[str, int] = field(default_factory=dict)  # dagprof DDP runs: rank 0's bytes each layer returned ({}: not recorded)
     host_cpus: dict[str, tuple[int, int]] = field(default_factory=dict)  # dagprof, MXNet, TF/JAX runs: host -> (its ranks, cores a rank could run on)
     host_tick_us: dict[str, float] = field(default_factory=dict)  # TF/JAX runs: host -> its kernel's scheduler tick, where it said (analysis.operand_stall)
     collective_operands_per_step: float | None = None  # XLA (JAX): arrays rank 0's collectives carried a step (analysis.operand_stall)

@@ -330,7 +330,8 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
     saved = {k: v + params.get(k, 0) for k, v in g.meta.layer_saved_bytes.items()}  # none recorded: fsdp_peak refuses
     saved |= {k: v for k, v in params.items() if v > 0 and k not in saved} if saved else {}
     record = FsdpRecord(fs_units, {r: shards for r in ranks}, g.meta.backend or "gloo", n, saved, dict(grad),
-                        layer_saved_gathered_bytes={k: params[k] for k in saved if params.get(k, 0) > 0})
+                        layer_saved_gathered_bytes={k: params[k] for k in saved if params.get(k, 0) > 0},
+                        layer_output_bytes=dict(g.meta.layer_output_bytes) or None)  # the gradient reaching each layer: as large
     out = out.replace(meta=out.meta.replace(fsdp=record, buckets=(), bucket_cap_mb=None))
     return retime_collectives(out, current_topology(g), current_scheme(g), lags_on=current_topology(g))
 

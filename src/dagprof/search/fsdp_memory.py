@@ -34,7 +34,7 @@ class FsdpMemory:
     grads: float  # gradient shards already reduce-scattered
     activations: float  # what layers and functional ops between them saved for backward, and a stand-in for the output and loss
     gathered: float  # full parameters of the units unsharded at that moment, and their unsharded gradients
-    at: str  # where the peak falls: "backward of <unit>", "reduce-scatter of <unit>" or "optimizer step"
+    at: str  # where the peak falls: "backward of <unit>", "all-gather of <unit> (backward prefetch)", "reduce-scatter of <unit>", ...
 
     @property
     def total(self) -> float:
@@ -86,7 +86,13 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
     also saying where they peaked): transformer -1.6 % (on; at blocks.2's backward, measured at blocks.3's as blocks.2's
     prefetch all-gather starts) and -0.3 % (off, loss backward, as measured), the MLP -2.3 % (on; the root's all-gather at
     its backward's start, where it peaked: it had read -0.7 % at the root's reduce-scatter, with every F.relu output alive
-    there) and -0.2 % (off, loss backward, as measured).
+    there) and -0.2 % (off, loss backward, as measured). With a unit's backward prefetch on gloo (``_prefetch_gather``: the
+    next unit's all-gather output held twice; 2026-12-04, one profile and one measured run each under the lock, load 4.0-4.2):
+    the transformer with reshard on -1.1 % (-2.4 before; measured in blocks.2's pre-backward, at ``c10d._allgather_base_``,
+    as the model now puts it), off and the MLP unchanged (-0.3, -2.3, -0.2 %); the LoRA fine-tune
+    (``tests/data/lora/fsdp-*``, recorded again under the lock) -4.3 / -4.8 % against its fullest step (-6.9 / -7.5 before;
+    those few steps peaked at the loss's backward with about one block's all-gather output more alive), -0.2 to -0.3 %
+    against the steps that peaked at that prefetch.
     """
     fs = g.meta.fsdp
     if fs is None:
@@ -151,6 +157,10 @@ class _Job:
         # FSDP2 holds the last unit's reduce-scatter input (its padded gradients in the reduce dtype) until the next unit's
         # post-backward (``reduce_scatter_max_input_buffers``, 1 by default; not recorded), so through that unit's backward
         self.keeps_rs_input = fs.api == FSDP2_API
+        # gloo all-gathers into a flat buffer of the output's size on its worker thread, then copies it out (ProcessGroupGloo's
+        # AsyncAllgatherWork ``newLikeFlat``): an all-gather in flight holds its output twice there (the backend as
+        # ``graph.build_fsdp`` reads it: unnamed is gloo)
+        self.gather_copies = 2.0 if (fs.backend or "gloo") == "gloo" else 1.0
         saved = fs.layer_saved_bytes
         outside = float(saved.get(SAVED_OUTSIDE_LAYERS, 0))
         self.between = between_units(fs)
@@ -234,7 +244,7 @@ def _moments(job: _Job) -> list[_Moment | None]:
     reduce-scatter."""
     out = [_loss_backward(job), _root_regather(job)]
     for k in range(len(job.others), -1, -1):
-        out += [_backward(job, k), _reduce_scatter(job, k)]
+        out += [_prefetch_gather(job, k), _backward(job, k), _reduce_scatter(job, k)]
     return out
 
 
@@ -258,6 +268,32 @@ def _root_regather(job: _Job) -> _Moment | None:
         return None
     return _Moment(0.0, job.every_activation(job.output), job.root_kept + 2.0 * regathered + job.kept_full(job.others),
                    "all-gather of <root> (backward)")
+
+
+def _prefetch_gather(job: _Job, k: int) -> _Moment | None:
+    """The start of inner unit ``k - 1``'s backward, its pre-backward hook prefetching the next unit's parameters (None:
+    no unit to prefetch, or it was kept gathered; or a profile without the layers' outputs, which do not say what gradient
+    reached the unit: ``_backward``'s upper bound stands there): this unit's parameters copied out, the next one's all-gather in flight
+    (its output, twice on gloo: ``_Job.gather_copies``), every activation of this unit and those before it with the
+    gradient that reached it (none of its layers has run backward yet), and what ``_backward`` holds beside (the root's
+    parameters and tail gradients, the reduce-scatter input of the unit before, kept units, the shards done). The LoRA
+    fine-tune (``tests/data/lora/fsdp-*``) peaked here in about half its steps, at ``blocks.0``'s prefetch as
+    ``blocks.1``'s backward began, 0.29 MiB above its other peak (``blocks.1``'s `F.gelu` backward, which ``_backward``
+    gave within 0.2 %): the heap sampled after each op rose by ``blocks.0``'s full parameters (0.79 MiB) at the
+    all-gather's copy-in and by as much again, in the steps that peaked there, during ``c10d._allgather_base_``."""
+    units, others = job.units, job.others
+    if k < 2 or others[k - 2] in job.kept or not job.returned:
+        return None
+    cur, nxt = others[k - 1], others[k - 2]
+    running = job.running(cur)
+    reached = float(job.returned.get(running[-1], 0)) if running else 0.0
+    acts = job.root_acts - job.root_tail_acts + job.outside_rest + job.loss + job.unit_acts(others[:k]) + reached
+    gathered = job.root_full + job.tail_grad + job.kept_full(others[:k]) + job.gather_copies * _full(units[nxt])
+    gathered += 0.0 if cur in job.kept else _full(units[cur])
+    if job.keeps_rs_input and k < len(others):
+        gathered += job.shard_of[others[k]] * job.shard
+    done = sum(job.shard_of[i] for i in others[k:])
+    return _Moment(done, acts, gathered, f"all-gather of {units[nxt].name} (backward prefetch)")
 
 
 def _backward(job: _Job, k: int) -> _Moment:

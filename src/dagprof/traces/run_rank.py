@@ -231,6 +231,7 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
         layer_grad_bytes=f.layer_grad_bytes,
         layer_frozen_bytes=f.layer_frozen_bytes,
         layer_saved_bytes=f.layer_saved_bytes,  # activations each layer keeps for backward
+        layer_output_bytes=f.layer_output_bytes,
         collectives=collectives,
     )
     return RankTrace(

@@ -251,6 +251,10 @@ class RankFile(msgspec.Struct, kw_only=True):
     # SAVED_OUTSIDE_LAYERS, MODEL_OUTPUT and LOSS_BACKWARD (the last new in a compatible way: an older reader skips a key
     # naming no layer, a newer one reading an older file does without it)
     layer_saved_bytes: dict[str, int] = {}
+    # module path -> most bytes its forward returned in one profiled step (the gradient reaching it in backward is as large:
+    # ``search.fsdp_memory``'s moments of a unit's backward, for a DDP profile turned FSDP); {}: not recorded (older files,
+    # FSDP profiles, which keep theirs in ``FsdpInfo.layer_output_bytes``)
+    layer_output_bytes: dict[str, Count] = {}
     bucket_layouts: list[BucketLayout] = []  # one per distinct layout seen, in order
     step_times_ns: list[tuple[int, int, int]] = []  # (step, begin, end) of every step seen, profiled or not
     records: list[tuple[int, int, int, int, int]]  # see ``Col`` and ``Rec``

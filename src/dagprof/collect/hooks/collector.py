@@ -544,6 +544,7 @@ class Collector:
         doc = self._rank_file(
             steps_profiled=self.profiled, final=final, ended=self._ended, kineto_file=kfile, warnings=self.warnings, layers=self.layers,
             layer_grad_bytes=self._grad_bytes, layer_frozen_bytes=self._frozen_bytes, layer_saved_bytes=self.saved.most,
+            layer_output_bytes=dict(self.saved.most_output) if self._fsdp is None else {},  # FSDP's in its FsdpInfo
             bucket_layouts=self._buckets.layouts, step_times_ns=self.step_times, records=self.records, ddp_group_ranks=self._ddp_ranks,
             thread_sched_ns=self.sched.steps, process_cpu_ns=self.sched.process,
             fsdp=self._fsdp.info(self.layers) if self._fsdp is not None else None, zero=self._zero or None,
