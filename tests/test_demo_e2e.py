@@ -1,6 +1,7 @@
 """One real 2-rank gloo DDP run, profiled, replayed, explained and optimised: `dagprof demo`."""
 import json
 import os
+import shutil
 
 from dagprof.cli.main import main
 
@@ -24,3 +25,27 @@ def test_demo_end_to_end(capsys, tmp_path):
     html = open(r["files"]["report"]).read()
     assert "Critical path" in html and "Optimisation" in html
     assert os.path.exists(out_dir / "run" / "manifest.json")
+
+
+def test_a_failed_demo_keeps_what_it_wrote_and_names_where(tmp_path):
+    """A demo whose profile cannot be read named its staged run folder, deleted with the failure: now the staged files
+    move to a kept folder, the error names the file there, and the output folder stays as it was."""
+    from dagprof.cli.cmd_demo import kept_for_a_look
+    from dagprof.errors import DagprofError
+    from dagprof.fsutil import staged_folder
+
+    out = tmp_path / "dagprof-demo"
+    try:
+        with staged_folder(out) as staged:
+            os.makedirs(os.path.join(staged.path, "run"))
+            with open(os.path.join(staged.path, "run", "rank0.json"), "w") as f:
+                f.write("{}")
+            err = DagprofError("mismatched collectives: collective #0 (broadcast) of group 0 is missing on rank(s) [1]",
+                               os.path.join(staged.path, "run"))
+            raise kept_for_a_look(err, staged)
+    except DagprofError as e:
+        text = str(e)
+        kept = text.rsplit("kept in ", 1)[1].rstrip(")")
+    assert "\n" not in text and text.startswith(os.path.join(kept, "run") + ": mismatched collectives")
+    assert os.path.isfile(os.path.join(kept, "run", "rank0.json")) and not out.exists()
+    shutil.rmtree(kept)

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 from ..demo import DemoSettings, run_demo
-from ..fsutil import staged_folder
+from ..errors import DagprofError
+from ..fsutil import Staged, staged_folder
 from .common import bandwidth, ms, pct, positive_int, seconds
 
 HELP = ("profile a real gloo DDP training (as root: on an emulated 2-host cluster with a slow link), replay, explain, "
@@ -25,10 +28,29 @@ def add_arguments(p) -> None:
 
 def run(args) -> dict:
     with staged_folder(args.out) as staged:
-        result = run_demo(DemoSettings(out_dir=staged.path, world_size=args.ranks, link=None if args.loopback else args.link,
-                                       verify=not args.no_verify, small=args.small, allow_lossy=not args.lossless, budget_s=args.budget,
-                                       rounds=args.rounds))
+        try:
+            result = run_demo(DemoSettings(out_dir=staged.path, world_size=args.ranks, link=None if args.loopback else args.link,
+                                           verify=not args.no_verify, small=args.small, allow_lossy=not args.lossless,
+                                           budget_s=args.budget, rounds=args.rounds))
+        except DagprofError as err:
+            raise kept_for_a_look(err, staged) from None
     return staged.final_path(result)
+
+
+def kept_for_a_look(err: DagprofError, staged: Staged) -> DagprofError:
+    """``err`` with what the demo had written (its profile, its logs) moved to a new temporary folder, and the path
+    the error names rewritten there. The staged folder goes with the failure, so its path would name nothing (a demo
+    whose profile could not be read named a run folder already deleted); the output folder stays as it was."""
+    try:
+        kept = tempfile.mkdtemp(prefix="dagprof-demo-failed-")
+        for name in os.listdir(staged.path):
+            shutil.move(os.path.join(staged.path, name), os.path.join(kept, name))
+    except OSError:
+        return err
+    path = err.path
+    if path is not None and (path == staged.path or path.startswith(staged.path + os.sep)):
+        path = kept + path[len(staged.path):]
+    return DagprofError(f"{err.problem} (what the demo wrote is kept in {kept})", path)
 
 
 def to_text(r: dict) -> str:
