@@ -63,3 +63,12 @@ def test_link_whatif_counts_the_unsized_own_collectives(tmp_path, capsys):
     assert main(["whatif", str(run), "--bandwidth", "200Mbit", "--no-trace", "--allow-model-error", "--json"]) == 0
     notes = [n for n in json.loads(capsys.readouterr().out)["notes"] if "no recorded size" in n]
     assert len(notes) == 1 and notes[0].startswith("4 profiled collectives") and "allreduce x3, barrier x1" in notes[0]
+
+
+def test_optimize_gives_the_run_s_warnings_too(capsys, tmp_path):
+    """optimize searched the evaluation step's op times without a word of it: the run's warnings come first, as in
+    every other command that reads the run."""
+    assert main(["optimize", str(HABITS), "--budget", "1", "-o", str(tmp_path / "opt"), "--json"]) == 0
+    warnings = json.loads(capsys.readouterr().out)["warnings"]
+    assert sum("under torch.no_grad" in w for w in warnings) == 2  # one per rank, before the search's own
+    assert all("under torch.no_grad" in w for w in warnings[:2])

@@ -73,8 +73,8 @@ def run(args: argparse.Namespace) -> dict:
             raise DagprofError(res.memory_reason, "--memory-budget")
         if found.path is None:  # nothing to write, nothing to verify
             line = defaults_stand(res) + ("; nothing to verify" if args.verify else "")
-            return res.to_dict() | {"strategy_file": None, "summary": line, "recommendation": line, "verification": None}
-        result = res.to_dict() | {"strategy_file": found.path}
+            return searched(found) | {"strategy_file": None, "summary": line, "recommendation": line, "verification": None}
+        result = searched(found) | {"strategy_file": found.path}
         fsdp = found.profile.graph.meta.fsdp
         if args.verify and fsdp is not None and fsdp.api != FSDP2_API:
             raise DagprofError(f"--verify applies a strategy to fully_shard (FSDP2) jobs; this is a {fsdp.api} (FSDP1) job, whose "
@@ -84,6 +84,13 @@ def run(args: argparse.Namespace) -> dict:
     result = staged.final_path(result)
     fsdp = found.profile.graph.meta.fsdp
     return result | {"recommendation": recommendation(res, result["strategy_file"], None if fsdp is None else fsdp.api)}
+
+
+def searched(found) -> dict:
+    """The search's answer with the run's own warnings first, as every command that reads a run gives them (an evaluation
+    pass in the window, a rank's lost steps: the search stands on those op times too)."""
+    d = found.search.to_dict()
+    return d | {"warnings": [str(w) for w in found.profile.warnings] + list(d["warnings"])}
 
 
 def verify_strategy(cmd: list[str], found, out: str, rounds: int, ranks: int | None, emulate: str | None) -> dict:
