@@ -4,6 +4,10 @@ and sized, priced by link what-ifs; ``--workers`` shrinks each rank's step with 
 peak memory is the largest shard's; ``--data-parallel fsdp`` is refused; a hooks-only profile says what it cannot see."""
 from __future__ import annotations
 
+import json
+import os
+import shutil
+
 import numpy as np
 import pytest
 from testdata import DATA
@@ -17,6 +21,7 @@ from dagprof.passes.data_parallel import to_data_parallel
 from dagprof.passes.link_fit import profiled_comm
 from dagprof.passes.workers import scale_workers
 from dagprof.passes.zero import shard_bytes, zero_state_share
+from dagprof.pipeline import open_run
 from dagprof.search.scenario import Scenario
 from dagprof.search.whatif import evaluate
 from dagprof.traces.dagprof_run import read_run
@@ -140,3 +145,19 @@ def test_hooks_only_profile_says_the_broadcasts_are_unseen():
     assert "parameter broadcasts a step" in said and "not seen without Kineto" in said
     g = build_graph(run)
     assert g.meta.zero is not None and zero_comms(g).size == 0
+
+
+@pytest.mark.parametrize("damage", [
+    lambda z: z.update(owners=z["owners"][:-1]),  # a broadcast without its owner
+    lambda z: z.update(owners=[5] + z["owners"][1:]),  # an owner outside the optimizer's group
+    lambda z: z.update(world_size=8),  # a group larger than the job
+])
+def test_a_damaged_zero_record_is_refused_in_one_line(tmp_path, damage):
+    """It read before as it came: sizes paired with the wrong broadcasts, shards priced for ranks that never were."""
+    run = tmp_path / "run"
+    shutil.copytree(os.path.join(DATA, "zero1", "hooks"), run)
+    doc = json.loads((run / "rank0.json").read_text())
+    damage(doc["zero"])
+    (run / "rank0.json").write_text(json.dumps(doc))
+    with pytest.raises(DagprofError, match=r"rank0\.json: ZeroRedundancyOptimizer record lists .* a damaged file"):
+        open_run(str(run))

@@ -24,7 +24,7 @@ from .run_comm import hook_comm, kineto_comm
 from .run_partition import partition_step, step_bounds
 from .run_schema import RANK_FORMAT, Col, RankFile, Rec, read_file
 from .run_spans import _Comm, _DeviceOp, _Span
-from .zero_run import label_zero
+from .zero_run import check_zero, label_zero
 
 
 def read_rank(path: str, f: RankFile | None = None, kineto: bool = True) -> RankTrace:
@@ -73,6 +73,7 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
     else:
         comm = kineto_comm(kpath, f.rank, records, steps, warnings) if kpath else hook_comm(records)
         if f.zero is not None:
+            check_zero(f.zero, f.world_size, path)
             label_zero(comm, f.zero, records, f.rank, kpath is not None, warnings)
     t = records[:, Col.T_NS]
     if steps:  # a hook's time beyond the window by more than a step is damage; it would be left out of every step unseen

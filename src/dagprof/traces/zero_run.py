@@ -17,6 +17,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..errors import DagprofError
 from ..units import MB
 from .run_schema import Col, Rec, ZeroInfo
 from .run_spans import _Comm
@@ -27,6 +28,15 @@ ZERO_BROADCAST = "broadcast ZeRO params of rank "
 def zero_name(owner: int) -> str:
     """The name a ZeRO parameter broadcast takes (``broadcast`` first: the cost model's kind reads it)."""
     return f"{ZERO_BROADCAST}{owner}"
+
+
+def check_zero(zero: ZeroInfo, world: int, path: str) -> None:
+    """A ZeRO record whose broadcasts and owners do not pair up, name an owner outside its group, or whose group is larger
+    than the job is damaged: its sizes would be paired with the wrong broadcasts, or the shards priced for ranks that never
+    were (``passes.zero.shard_bytes``)."""
+    if len(zero.owners) != len(zero.nbytes) or not 1 <= zero.world_size <= world or any(not 0 <= o < zero.world_size for o in zero.owners):
+        raise DagprofError(f"ZeroRedundancyOptimizer record lists {len(zero.nbytes)} broadcasts for {len(zero.owners)} owners "
+                           f"({sorted(set(zero.owners))}) over {zero.world_size} ranks in a {world}-rank job: a damaged file", path)
 
 
 def label_zero(comm: _Comm, zero: ZeroInfo, records: np.ndarray, rank: int, kineto: bool, warnings: list[str]) -> None:
