@@ -85,7 +85,7 @@ def breakdown(g: Graph, res: ReplayResult) -> list[RankBreakdown]:
                 overlap_us=_length(_intersect(comp_iv, comm_iv)),
                 wait_us=waits.get(int(r), 0.0),
                 own_wait_us=sum(own.get(int(r), {}).values()),
-                own_names=tuple(f"{k} x{n}" for k, n in sorted(Counter(_kind(g, c) for c in own.get(int(r), {})).items())),
+                own_names=by_kind(g, list(own.get(int(r), {}))),
             )
         )
     return out
@@ -108,9 +108,10 @@ def own_collectives(g: Graph) -> np.ndarray:
     return own
 
 
-def _kind(g: Graph, c: int) -> str:
-    """A collective node's kind from its name ("barrier.18" -> "barrier")."""
-    return g.node_name(c).rsplit(".", 1)[0]
+def by_kind(g: Graph, nodes: list[int]) -> tuple[str, ...]:
+    """Collective nodes counted by kind, their names less the instance ("barrier.18" -> "barrier x2")."""
+    kinds = Counter(g.node_name(int(c)).rsplit(".", 1)[0] for c in nodes)
+    return tuple(f"{k} x{n}" for k, n in sorted(kinds.items()))
 
 
 def _straggler_waits(g: Graph, res: ReplayResult) -> tuple[dict[int, float], dict[int, dict[int, float]]]:

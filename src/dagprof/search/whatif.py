@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter
 from dataclasses import replace
 from typing import Callable
 
 import numpy as np
 
 from ..analysis import job_iteration_us
-from ..analysis.breakdown import own_collectives
+from ..analysis.breakdown import by_kind, own_collectives
 from ..analysis.interval import link_residuals, predict_interval, run_level
 from ..analysis.operand_stall import held_us, stall_bound_us, stall_note, stall_outweighs
 from ..costmodel.topology import Topology
@@ -383,9 +382,8 @@ def _unsized_own_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
     own = np.flatnonzero(own_collectives(g) & (g.nbytes <= 0))
     if not len(own):
         return []
-    kinds = Counter(g.node_name(int(c)).rsplit(".", 1)[0] for c in own)
     return [f"{len(own)} profiled collectives beside DDP's gradient buckets (the job's own: "
-            f"{', '.join(f'{k} x{n}' for k, n in sorted(kinds.items()))}) have no recorded size: link and worker what-ifs "
+            f"{', '.join(by_kind(g, own.tolist()))}) have no recorded size: link and worker what-ifs "
             "price them as 0-byte messages (a loss or a metric; a large tensor the job all-reduces itself would take longer)"]
 
 
