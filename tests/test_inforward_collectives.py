@@ -2,7 +2,8 @@
 a CLIP loss's differentiable all_gather (its backward: gloo's all-to-all, run as scatters) and synchronised BatchNorm's
 statistics (an all-gather in forward, an all-reduce in backward). The collector sees them only in the Kineto trace,
 inside the ops that issued them: they must be counted and said by every answer that leaves them as measured, never
-re-bucketed or scaled as gradients."""
+re-bucketed or scaled as gradients. And ranks that trained uneven inputs (DDP's ``Join``) past a common step are refused
+in one line that says why and which window to profile."""
 from __future__ import annotations
 
 import json
@@ -12,6 +13,7 @@ import pytest
 from testdata import DATA
 
 from dagprof.cli.main import main
+from dagprof.errors import DagprofError
 from dagprof.pipeline import open_run
 from dagprof.traces.dagprof_run import read_run
 from dagprof.traces.events import Kind
@@ -63,3 +65,13 @@ def test_analyze_and_diff_say_where_their_time_went(capsys):
     out = capsys.readouterr().out
     assert "inside the model's own ops (A 6 (" in out and "counted in the ops that issued them" in out
 
+
+def test_uneven_inputs_past_the_shortest_rank_are_refused_in_one_line(capsys):
+    """join_uneven.py: rank 0 trains 4 batches, rank 1 6 under ``Join``; a window of steps 3-5 holds steps rank 1 ran
+    alone (rank 0 shadowed their all-reduces outside any step). Read before as the one common step with a warning that
+    training ended after 4 steps (rank 0's count, said of the run); with Kineto, refused as mismatched collectives."""
+    with pytest.raises(DagprofError, match=r"different numbers of steps \(rank 0 4, rank 1 6\).*Join.*--steps 0:4"):
+        read_run(FRESH / "join-past")
+    assert main(["analyze", str(FRESH / "join-past")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "uneven inputs" in err
