@@ -75,3 +75,10 @@ def test_uneven_inputs_past_the_shortest_rank_are_refused_in_one_line(capsys):
     assert main(["analyze", str(FRESH / "join-past")]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "uneven inputs" in err
+
+
+def test_a_dp_x_tp_jobs_tensor_parallel_all_reduces_are_said_too():
+    """hybrid-dp-tp-dagprof: DDP over a 2-way tensor-parallel model; the TP layers' all-reduces run inside their ops,
+    unsaid before (the groups showed DDP's only)."""
+    par = open_run(DATA / "hybrid-dp-tp-dagprof").graph.meta.parallel
+    assert dict(par.in_ops_kinds) == {"allreduce": 3} and par.in_ops_text() in par.notes

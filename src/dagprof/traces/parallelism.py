@@ -154,15 +154,16 @@ class Parallelism:
     def in_ops_text(self) -> str:
         """The collectives a dagprof run's Kineto trace shows inside the model's own ops (``in_ops``), per step and rank,
         and what no answer re-prices: SyncBatchNorm's statistics took 104 of a 262 ms step so, timed as forward and
-        backward compute (the wait for the other rank with them), and a link what-if left them all as measured unsaid."""
+        backward compute (the wait for the other rank with them), and a link what-if left them all as measured unsaid;
+        a DP x TP job's tensor-parallel all-reduces (52 ms a step) went unsaid the same way."""
         n, us = self.in_ops
         if not n:
             return ""
         kinds = ", ".join(f"{k} x{c:g}" for k, c in self.in_ops_kinds)
         return (f"{n:g} collectives a step per rank ({kinds}; {us / 1e3:.1f} ms a step on the comm threads, waits for the "
                 "other ranks included) ran inside the model's own ops, beside DDP's gradient buckets: the model's "
-                "collectives (SyncBatchNorm's statistics, a differentiable all_gather and its backward, a loss reduced "
-                "across ranks). The graph times them as the ops that issued them, as measured: not in the breakdown by "
+                "collectives (SyncBatchNorm's statistics, a differentiable all_gather and its backward, a tensor-parallel "
+                "layer's all-reduce). The graph times them as the ops that issued them, as measured: not in the breakdown by "
                 "dimension, and link, bucket and worker what-ifs do not re-price them (an all-gather's output grows with the workers)")
 
     def in_loop_text(self, rank_steps: int) -> str:
