@@ -3,6 +3,7 @@ loopback (``bench/shaped_loopback.py``; root), a 2-rank job profiled at the fast
 on the host (no shaping), an unprofiled 2-rank job, one with ``--workers`` ranks and one per ``--bucket-cap-mb`` value.
 Each unprofiled job's figure is the median of its own steps from step 5 on (the script prints it); the load beside it.
 Predictions are made afterwards from the kept profiles (``dagprof whatif``), so one set of runs judges two checkouts.
+``--script`` measures another fresh script that prints its median step the same way (``clip_contrastive.py``).
 
     flock /tmp/dagprof-measure.lock python bench/ddp_fresh/zero1_measure.py --keep /tmp/zero1/tb --rates 1000,200 \\
         --before /work/main
@@ -10,6 +11,7 @@ Predictions are made afterwards from the kept profiles (``dagprof whatif``), so 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -26,11 +28,11 @@ SCRIPT = os.path.join(HERE, "zero1_adam.py")
 MEDIAN = re.compile(r"median step ([0-9.]+) ms")
 
 
-def job(prefix: list[str], ranks: int, args: list[str], profile_to: str | None = None, src: str = SRC) -> dict:
+def job(prefix: list[str], ranks: int, args: list[str], profile_to: str | None = None, src: str = SRC, script: str = SCRIPT) -> dict:
     """One torchrun job (profiled with the collector in ``src``); its median step (ms) as the script measured it, and the
     1-minute load before it."""
     load = os.getloadavg()[0]
-    cmd = ["torchrun", "--standalone", "--nproc-per-node", str(ranks), SCRIPT, *args]
+    cmd = ["torchrun", "--standalone", "--nproc-per-node", str(ranks), script, *args]
     if profile_to:
         cmd = [sys.executable, "-m", "dagprof.cli.main", "profile", "-o", profile_to, "--", *cmd]
     env = dict(os.environ, PYTHONPATH=src)
@@ -50,31 +52,34 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--skip", default="", help="comma list of testbed,host to leave out")
     ap.add_argument("--before", default="", help="a checkout (holding src/) whose collector profiles too: prof-before-*")
+    ap.add_argument("--script", default=SCRIPT, help="the fresh script to measure (it prints 'median step X ms')")
+    ap.add_argument("--script-args", default="", help="its own arguments beside --steps, as one string")
     a = ap.parse_args()
+    run = functools.partial(job, script=a.script)
     os.makedirs(a.keep, exist_ok=True)
     rates = [float(r) * 1e6 for r in a.rates.split(",")]
-    base = ["--steps", str(a.steps)]
+    base = ["--steps", str(a.steps), *a.script_args.split()]
     out: list[dict] = []
     for k in range(a.rounds):
         if "testbed" not in a.skip:
             with namespace("z1", a.keep) as (ns, _):
                 prefix = ["ip", "netns", "exec", ns]
                 shape_loopback(ns, rates[0])
-                out.append(job(prefix, 2, base, os.path.join(a.keep, f"prof-{rates[0] / 1e6:g}-{k}")) | {"rate": rates[0]})
+                out.append(run(prefix, 2, base, os.path.join(a.keep, f"prof-{rates[0] / 1e6:g}-{k}")) | {"rate": rates[0]})
                 if a.before:
-                    out.append(job(prefix, 2, base, os.path.join(a.keep, f"prof-before-{rates[0] / 1e6:g}-{k}"),
+                    out.append(run(prefix, 2, base, os.path.join(a.keep, f"prof-before-{rates[0] / 1e6:g}-{k}"),
                                    os.path.join(a.before, "src")) | {"rate": rates[0]})
                 for rate in rates:
                     shape_loopback(ns, rate)
-                    out.append(job(prefix, 2, base) | {"rate": rate})
+                    out.append(run(prefix, 2, base) | {"rate": rate})
         if "host" not in a.skip:
-            out.append(job([], 2, base, os.path.join(a.keep, f"prof-host-{k}")) | {"rate": None})
+            out.append(run([], 2, base, os.path.join(a.keep, f"prof-host-{k}")) | {"rate": None})
             if a.before:
-                out.append(job([], 2, base, os.path.join(a.keep, f"prof-before-host-{k}"), os.path.join(a.before, "src")) | {"rate": None})
-            out.append(job([], 2, base) | {"rate": None})
-            out.append(job([], a.workers, base) | {"rate": None})
+                out.append(run([], 2, base, os.path.join(a.keep, f"prof-before-host-{k}"), os.path.join(a.before, "src")) | {"rate": None})
+            out.append(run([], 2, base) | {"rate": None})
+            out.append(run([], a.workers, base) | {"rate": None})
             for cap in a.bucket_cap_mb.split(","):
-                out.append(job([], 2, [*base, "--bucket-cap-mb", cap]) | {"rate": None})
+                out.append(run([], 2, [*base, "--bucket-cap-mb", cap]) | {"rate": None})
         for row in out:
             print(json.dumps(row))
     with open(os.path.join(a.keep, "measured.json"), "w") as f:

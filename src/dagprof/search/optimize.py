@@ -199,6 +199,8 @@ def search(g: Graph, order: GradientOrder, opts: Options | None = None, costs: C
         notes.append(f"compute beside in-flight collectives modelled {opts.overlap_slowdown:.2f}x slower per unit of overlap "
                      + ("(as measured), each collective in proportion to the bytes it moves per second against the "
                         f"measured all-reduce's {opts.overlap_rate / MB:.1f} MB/s" if opts.overlap_rate else "(as given)"))
+    if g.meta.parallel is not None and g.meta.parallel.in_ops[0]:  # the model's own collectives: not re-bucketed nor re-priced
+        notes.append(g.meta.parallel.in_ops_text())
     symmetric, folded_note = _fold(g, opts)
     if folded_note:
         notes.append(folded_note)

@@ -206,7 +206,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
             "reference_iter_ms": None if not measured_us else measured_us / 1e3, "link": link_text(base_topo), "link_fit": link,
             "columns": COLUMNS, "scenarios": rows, "overlap_slowdown": cluster.slowdown, "overlap_rate_bytes_per_s": cluster.comm_rate,
             "notes": _hybrid_notes(g0) + _stall_notes(fit, g0.meta.horovod is not None) + _conversion_notes(g0, scenarios, cluster)
-                     + _crowded_notes(g0, scenarios) + _unsized_own_notes(g0, scenarios)
+                     + _crowded_notes(g0, scenarios) + _unsized_own_notes(g0, scenarios) + _in_ops_notes(g0, scenarios)
                      + _shared_cores_notes(g0, cluster) + _overlap_notes(cluster) + _own_cores_notes(g0, predicted, cluster)
                      + _shared_port_notes(g0, scenarios) + _floor_notes(rows) + _refusion_notes(g0, scenarios, cluster, base_topo, model)
             + _link_to_notes(scenarios, cluster) + _mesh_notes(g0, scenarios) + _fsdp_step_notes(g0, scenarios, cluster) + wire_notes + waiting
@@ -377,7 +377,7 @@ def _unsized_own_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
     """A DDP job's own collectives (``analysis.breakdown.own_collectives``: barriers, logging and metric all-reduces)
     carry no size where Kineto recorded no shapes (gloo writes none), so a link or worker what-if prices them as 0-byte
     messages: right for a loss, short for a large tensor the job all-reduces itself. Counted, by kind."""
-    if not any(s.bandwidth is not None or s.latency_us is not None or s.link_to is not None or s.workers is not None for s in scenarios):
+    if not any(_reprices_link(s) for s in scenarios):
         return []
     own = np.flatnonzero(own_collectives(g) & (g.nbytes <= 0))
     if not len(own):
@@ -385,6 +385,20 @@ def _unsized_own_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
     return [f"{len(own)} profiled collectives beside DDP's gradient buckets (the job's own: "
             f"{', '.join(by_kind(g, own.tolist()))}) have no recorded size: link and worker what-ifs "
             "price them as 0-byte messages (a loss or a metric; a large tensor the job all-reduces itself would take longer)"]
+
+
+def _reprices_link(s: Scenario) -> bool:
+    """Does the scenario price collectives on another link or group size?"""
+    return s.bandwidth is not None or s.latency_us is not None or s.link_to is not None or s.workers is not None
+
+
+def _in_ops_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
+    """The model's own collectives timed inside its ops (``Parallelism.in_ops_text``), under a what-if that re-prices
+    or re-buckets the others: what it leaves as measured, said with its count and time."""
+    par = g.meta.parallel
+    if par is None or not par.in_ops[0] or not any(_reprices_link(s) or s.bucket_mb is not None for s in scenarios):
+        return []
+    return [par.in_ops_text()]
 
 
 def _hybrid_notes(g: Graph) -> list[str]:

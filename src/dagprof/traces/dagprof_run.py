@@ -71,6 +71,7 @@ def read_run(path: str | os.PathLike[str], require_ddp: bool = False) -> Run:
         if f is not None:
             docs.append((rpath, f))
     _check_unique(docs, folder)
+    _check_even_windows(docs, folder)
     if not docs:
         raise DagprofError(f"no rank completed a profiled step ({describe(gaps, world)})", folder)
     warnings: list[str | RunWarning] = []
@@ -152,6 +153,21 @@ def _from_step_files(folder: str) -> RankFile:
     if os.path.exists(ended):
         f.ended = read_file(ended, Ended).how
     return f
+
+
+def _check_even_windows(docs: list[tuple[str, RankFile]], folder: str) -> None:
+    """Ranks that each ended normally after different numbers of steps trained on uneven inputs (DDP's ``Join``: a rank
+    out of data shadows the others' collectives, outside any step of its own). A window past the shortest rank's last
+    step holds steps some ranks ran alone: their collectives match nothing, and the job has no common step there."""
+    done = {f.rank: f.steps_completed for _, f in docs if not f.ended}
+    windows = {tuple(f.steps_profiled) for _, f in docs if not f.ended}
+    if len(done) < 2 or len(set(done.values())) < 2 or len(windows) < 2:
+        return
+    short = min(done.values())
+    counts = ", ".join(f"rank {r} {n}" for r, n in sorted(done.items()))
+    raise DagprofError(f"ranks trained different numbers of steps ({counts}): uneven inputs (DDP's Join shadows the steps a "
+                       f"rank runs alone), and the profiled window reaches past the shortest rank's last step {short - 1}: "
+                       f"profile steps every rank trains (--steps {max(short - 5, 0)}:{short})", folder)
 
 
 def _check_unique(docs: list[tuple[str, RankFile]], folder: str) -> None:

@@ -190,6 +190,7 @@ class RankMeta(msgspec.Struct, kw_only=True):
     # dagprof runs: the Kineto trace's collectives in the window that no hook saw, issued inside other ops (an expert
     # all-to-all, a pipeline send): canonical name -> count; timed inside those ops, not as collectives
     unseen_collectives: dict[str, int] = {}
+    unseen_collectives_us: dict[str, float] = {}  # their transfers' time on the comm threads, summed: canonical name -> us
     # --- set by align
     step_offset: int = 0  # added to this rank's step numbers to match the others' (align.matching)
     clock_offset_us: float = 0.0  # added to this rank's clock (align.clocks)

@@ -146,6 +146,25 @@ class Parallelism:
     # data-parallel collectives a ``while`` of their XLA program ran (its HLO says so; or nested as above), summed over ranks:
     # (instances, bytes); ``looped_dp`` are those of them the trace times only as their loop op
     in_loop_dp: tuple[int, int] = (0, 0)
+    # a dagprof run's collectives that only its Kineto trace shows inside the model's ops (not all-to-all or send/recv,
+    # which ``_unseen`` labels), per step and rank: (instances, transfer us) and instances by kind
+    in_ops: tuple[float, float] = (0.0, 0.0)
+    in_ops_kinds: tuple[tuple[str, float], ...] = ()
+
+    def in_ops_text(self) -> str:
+        """The collectives a dagprof run's Kineto trace shows inside the model's own ops (``in_ops``), per step and rank,
+        and what no answer re-prices: SyncBatchNorm's statistics took 104 of a 262 ms step so, timed as forward and
+        backward compute (the wait for the other rank with them), and a link what-if left them all as measured unsaid;
+        a DP x TP job's tensor-parallel all-reduces (52 ms a step) went unsaid the same way."""
+        n, us = self.in_ops
+        if not n:
+            return ""
+        kinds = ", ".join(f"{k} x{c:g}" for k, c in self.in_ops_kinds)
+        return (f"{n:g} collectives a step per rank ({kinds}; {us / 1e3:.1f} ms a step on the comm threads, waits for the "
+                "other ranks included) ran inside the model's own ops, beside DDP's gradient buckets: the model's "
+                "collectives (SyncBatchNorm's statistics, a differentiable all_gather and its backward, a tensor-parallel "
+                "layer's all-reduce). The graph times them as the ops that issued them, as measured: not in the breakdown by "
+                "dimension, and link, bucket and worker what-ifs do not re-price them (an all-gather's output grows with the workers)")
 
     def in_loop_text(self, rank_steps: int) -> str:
         """The data-parallel collectives XLA ran inside loops, per step and rank (``rank_steps``: steps x ranks), and what
@@ -402,8 +421,26 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
     why = (f"{lone} send/recv (summed over ranks) without a known peer: a Kineto trace names one by the op's peer argument "
            "(record_param_comms' Src/Dst Rank, or c10d::send/recv_'s inputs under record_shapes) or by a 2-rank group; "
            "a dagprof run records them in DDP's group") if lone else ""
-    return Parallelism(groups, run.world_size, dp, max((len(r) for r in dp), default=0), notes, why, (looped[0], looped[1]),
-                       (in_loop[0], in_loop[1])), per_event
+    in_ops, kinds = _in_ops(run)
+    par = Parallelism(groups, run.world_size, dp, max((len(r) for r in dp), default=0), notes, why, (looped[0], looped[1]),
+                      (in_loop[0], in_loop[1]), in_ops, kinds)
+    if in_ops[0]:
+        notes.append(par.in_ops_text())
+    return par, per_event
+
+
+def _in_ops(run: Run) -> tuple[tuple[float, float], tuple[tuple[str, float], ...]]:
+    """``Parallelism.in_ops`` and ``in_ops_kinds``: the unseen collectives ``_unseen`` leaves, per profiled step and rank."""
+    rank_steps = max(sum(len(t.meta.steps_profiled) for t in run.ranks), 1)
+    count: Counter = Counter()
+    us = 0.0
+    for t in run.ranks:
+        for coll, n in t.meta.unseen_collectives.items():
+            if coll != "alltoall" and coll not in P2P:
+                count[coll] += n
+                us += t.meta.unseen_collectives_us.get(coll, 0.0)
+    kinds = tuple((k, n / rank_steps) for k, n in sorted(count.items()))
+    return (sum(count.values()) / rank_steps, us / rank_steps), kinds
 
 
 def _unseen(run: Run, inline: Counter) -> list[GroupLabel]:

@@ -78,9 +78,14 @@ def kineto_comm(kpath: str, rank: int, records: np.ndarray, steps: list, warning
             if int(ev.seq[j]) not in hooked and lo <= at(ev.start[j]) <= hi:
                 host.append(_Span(Kind.COMM_ENQUEUE, ev.name_of(j), at(ev.start[j]), at(ev.start[j] + ev.dur[j]), seq=int(ev.seq[j])))
     kept = {h.seq for h in host}
-    unseen = Counter(colls.get(i, "") or ev.name_of(i) for i in idx if i not in used and int(ev.seq[i]) not in kept)
+    inside = [i for i in idx if i not in used and int(ev.seq[i]) not in kept]
+    unseen, unseen_us = Counter(), Counter()
+    for i in inside:
+        name = colls.get(i, "") or ev.name_of(i)
+        unseen[name] += 1
+        unseen_us[name] += float(ev.dur[i])
     return _Comm("Kineto (gloo/NCCL execution spans)", sorted(transfers, key=lambda t: t.seq), seq_of, host,
-                 device_ops(kt, lo, hi, at), dict(unseen))
+                 device_ops(kt, lo, hi, at), dict(unseen), unseen_us=dict(unseen_us))
 
 
 def exchange_starts(ev, idx: list[int]) -> dict[int, float]:

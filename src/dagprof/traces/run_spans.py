@@ -31,6 +31,7 @@ class _Comm:
     host: list[_Span]  # host enqueues seen only in Kineto (DDP's buffer broadcast), depth 0 on the main lane
     device: list[_DeviceOp] = field(default_factory=list)  # GPU kernels and copies (Kineto), not collectives
     unseen: dict[str, int] = field(default_factory=dict)  # Kineto's collectives issued inside other ops: canonical name -> count
+    unseen_us: dict[str, float] = field(default_factory=dict)  # their transfers' time (Kineto's spans), canonical name -> us
     optimizer: OptimizerOps | None = None  # FSDP2 with Kineto: what its optimizer steps ran (``fsdp_run.optimizer_ops``)
 
 

@@ -1,0 +1,84 @@
+"""Collectives a DDP model issues itself, beside its gradient buckets, on real recordings (tests/data/ddp-fresh):
+a CLIP loss's differentiable all_gather (its backward: gloo's all-to-all, run as scatters) and synchronised BatchNorm's
+statistics (an all-gather in forward, an all-reduce in backward). The collector sees them only in the Kineto trace,
+inside the ops that issued them: they must be counted and said by every answer that leaves them as measured, never
+re-bucketed or scaled as gradients. And ranks that trained uneven inputs (DDP's ``Join``) past a common step are refused
+in one line that says why and which window to profile."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from testdata import DATA
+
+from dagprof.cli.main import main
+from dagprof.errors import DagprofError
+from dagprof.pipeline import open_run
+from dagprof.traces.dagprof_run import read_run
+from dagprof.traces.events import Kind
+
+FRESH = DATA / "ddp-fresh"
+# per step and rank, as the scripts issue them: CLIP all-gathers its text and image embeddings (2) and each gather's
+# backward all-to-all runs as one scatter per rank (2 x 2); the convnet has 9 synchronised BatchNorm2d layers
+IN_OPS = {"clip": {"allgather": 2, "scatter": 4}, "syncbn": {"allgather": 9, "allreduce": 9}}
+
+
+@pytest.mark.parametrize("name", sorted(IN_OPS))
+def test_in_op_collectives_are_counted_and_kept_apart_from_the_buckets(name):
+    run = read_run(FRESH / name)
+    for t in run.ranks:
+        steps = len(t.meta.steps_profiled)
+        assert {k: n / steps for k, n in t.meta.unseen_collectives.items()} == IN_OPS[name]
+        assert all(t.meta.unseen_collectives_us[k] > 0 for k in IN_OPS[name])
+    p = open_run(FRESH / name)
+    g = p.graph
+    par = g.meta.parallel
+    assert dict(par.in_ops_kinds) == IN_OPS[name] and par.in_ops[0] == sum(IN_OPS[name].values()) and par.in_ops[1] > 0
+    # the graph's shared collectives are DDP's bucket and buffer broadcasts only: none of the model's became a bucket
+    shared = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0))
+    names = {g.node_name(int(v)).rsplit(".", 1)[0] for v in shared}
+    assert not any("allgather" in n or "scatter" in n for n in names)
+    assert par.in_ops_text() in par.notes
+
+
+@pytest.mark.parametrize("argv", [["--bandwidth", "200Mbit"], ["--workers", "4"], ["--bucket-mb", "1"]])
+def test_what_ifs_say_what_they_leave_as_measured(argv, capsys):
+    """Link, worker and bucket what-ifs re-price DDP's buckets only: each says, with the count per kind and the time, that
+    the model's own collectives stay timed inside its ops."""
+    for name, kinds in IN_OPS.items():
+        assert main(["whatif", str(FRESH / name), *argv, "--json"]) == 0
+        notes = json.loads(capsys.readouterr().out)["notes"]
+        said = [n for n in notes if "ran inside the model's own ops" in n]
+        assert len(said) == 1 and all(f"{k} x{n:g}" in said[0] for k, n in kinds.items()), notes
+
+
+def test_a_what_if_that_changes_no_communication_says_nothing_of_them(capsys):
+    assert main(["whatif", str(FRESH / "clip"), "--compute-speed", "2", "--json"]) == 0
+    assert not [n for n in json.loads(capsys.readouterr().out)["notes"] if "model's own ops" in n]
+
+
+def test_analyze_and_diff_say_where_their_time_went(capsys):
+    assert main(["analyze", str(FRESH / "syncbn")]) == 0
+    assert "allgather x9, allreduce x9" in capsys.readouterr().out
+    assert main(["diff", str(FRESH / "clip"), str(FRESH / "clip")]) == 0
+    out = capsys.readouterr().out
+    assert "inside the model's own ops (A 6 (" in out and "counted in the ops that issued them" in out
+
+
+def test_uneven_inputs_past_the_shortest_rank_are_refused_in_one_line(capsys):
+    """join_uneven.py: rank 0 trains 4 batches, rank 1 6 under ``Join``; a window of steps 3-5 holds steps rank 1 ran
+    alone (rank 0 shadowed their all-reduces outside any step). Read before as the one common step with a warning that
+    training ended after 4 steps (rank 0's count, said of the run); with Kineto, refused as mismatched collectives."""
+    with pytest.raises(DagprofError, match=r"different numbers of steps \(rank 0 4, rank 1 6\).*Join.*--steps 0:4"):
+        read_run(FRESH / "join-past")
+    assert main(["analyze", str(FRESH / "join-past")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "uneven inputs" in err
+
+
+def test_a_dp_x_tp_jobs_tensor_parallel_all_reduces_are_said_too():
+    """hybrid-dp-tp-dagprof: DDP over a 2-way tensor-parallel model; the TP layers' all-reduces run inside their ops,
+    unsaid before (the groups showed DDP's only)."""
+    par = open_run(DATA / "hybrid-dp-tp-dagprof").graph.meta.parallel
+    assert dict(par.in_ops_kinds) == {"allreduce": 3} and par.in_ops_text() in par.notes
