@@ -82,3 +82,19 @@ def test_a_dp_x_tp_jobs_tensor_parallel_all_reduces_are_said_too():
     unsaid before (the groups showed DDP's only)."""
     par = open_run(DATA / "hybrid-dp-tp-dagprof").graph.meta.parallel
     assert dict(par.in_ops_kinds) == {"allreduce": 3} and par.in_ops_text() in par.notes
+
+
+def test_a_users_own_trace_keeps_the_loss_all_gathers_apart_from_the_gradients(capsys):
+    """The same CLIP job traced by plain torch.profiler with record_shapes (no dagprof hooks): gloo puts every
+    collective in one group, where the gradient all-reduces made the forward all-gathers and their backward scatters
+    "DP" by their group, sized, and ``--workers`` answered as if they were gradients. They stay unknown, said why."""
+    from dagprof.traces.parallelism import Dim
+
+    g = open_run(FRESH / "clip-kineto").graph
+    comm = g.kind == Kind.COMM
+    assert (comm & (g.dim == Dim.DP)).any()
+    group = g.meta.parallel.groups[0]
+    assert group.dims == {"unknown": 6 * 3 * 2, "DP": 2 * 3 * 2}  # a step and rank: 2 all-gathers + 2 x 2 scatters; 2 all-reduces
+    assert {w.split(" ")[0] for w in group.evidence if "of activations in a data-parallel group" in w} == {"allgather", "scatter"}
+    assert main(["whatif", str(FRESH / "clip-kineto"), "--workers", "4", "--allow-model-error", "--no-trace"]) == 2
+    assert "--workers is not modelled here" in capsys.readouterr().err

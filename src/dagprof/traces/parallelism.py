@@ -79,6 +79,7 @@ _DESC_DIMS = (  # process-group descriptions and mesh dimension names, as torch,
 )
 _TEXT = {int(d): d.text for d in Dim}
 _REDUCING = frozenset({"allreduce", "reducescatter"})
+_SCATTERING = frozenset({"scatter", "gather"})  # rooted exchanges of activations (gloo runs an all_gather's backward so)
 _COLL_NAME = re.compile(r"^(?:c10d::|nccl:|gloo:)?_?(\w+?)_?$")
 # DTensor's redistribution, its dispatch, and from_local/to_local's backward (DDP over a TP-split model reduces the
 # partial gradients of a TP plan's replicated parameters there)
@@ -342,7 +343,10 @@ def _label_rank(trace: RankTrace) -> tuple[_Instances, np.ndarray, list[str]]:
 
 
 def _fill_from_group(labels: list[tuple[RankTrace, _Instances, np.ndarray, list[str]]]) -> None:
-    """Collectives nothing told take their group's label when the group's labelled ones (all ranks) agree."""
+    """Collectives nothing told take their group's label when the group's labelled ones (all ranks) agree; but data
+    parallelism gathers nothing in the forward pass of a group that does not reduce-scatter (``_label_rank`` labels
+    FSDP's) and scatters nothing: such a collective in a data-parallel group moves the model's activations (a
+    contrastive loss's all-gathered embeddings and their backward, SyncBatchNorm's statistics), so it stays unknown, said why."""
     per_group: dict[str, set[int]] = {}
     for trace, inst, dims, _ in labels:
         for k in np.flatnonzero(dims != Dim.UNKNOWN).tolist():
@@ -351,7 +355,9 @@ def _fill_from_group(labels: list[tuple[RankTrace, _Instances, np.ndarray, list[
     for trace, inst, dims, why in labels:
         for k in np.flatnonzero(dims == Dim.UNKNOWN).tolist():
             seen = per_group.get(trace.groups[int(inst.group[k])], set())
-            if len(seen) == 1:
+            if seen == {int(Dim.DP)} and (inst.coll[k] in _SCATTERING or (inst.coll[k] == "allgather" and inst.phase[k] == Phase.FORWARD)):
+                why[k] = f"{inst.coll[k]} of activations in a data-parallel group (a loss's all_gather, SyncBatchNorm): not gradients"
+            elif len(seen) == 1:
                 dims[k], why[k] = next(iter(seen)), "its group's other collectives"
 
 
