@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+from functools import partial
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(os.path.dirname(HERE)), "src")
@@ -22,15 +23,15 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from shaped_loopback import namespace, shape_loopback  # noqa: E402
 
-SCRIPT = os.path.join(HERE, "zero1_adam.py")
+SCRIPT = os.path.join(HERE, "zero1_adam.py")  # --script: another that prints "median step X ms" (zero1_overlap.py)
 MEDIAN = re.compile(r"median step ([0-9.]+) ms")
 
 
-def job(prefix: list[str], ranks: int, args: list[str], profile_to: str | None = None, src: str = SRC) -> dict:
+def job(prefix: list[str], ranks: int, args: list[str], profile_to: str | None = None, src: str = SRC, script: str = SCRIPT) -> dict:
     """One torchrun job (profiled with the collector in ``src``); its median step (ms) as the script measured it, and the
     1-minute load before it."""
     load = os.getloadavg()[0]
-    cmd = ["torchrun", "--standalone", "--nproc-per-node", str(ranks), SCRIPT, *args]
+    cmd = ["torchrun", "--standalone", "--nproc-per-node", str(ranks), script, *args]
     if profile_to:
         cmd = [sys.executable, "-m", "dagprof.cli.main", "profile", "-o", profile_to, "--", *cmd]
     env = dict(os.environ, PYTHONPATH=src)
@@ -50,7 +51,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--skip", default="", help="comma list of testbed,host to leave out")
     ap.add_argument("--before", default="", help="a checkout (holding src/) whose collector profiles too: prof-before-*")
+    ap.add_argument("--script", default=SCRIPT, help="the training script (its --steps, and --bucket-cap-mb on the host)")
     a = ap.parse_args()
+    job_of = partial(job, script=os.path.abspath(a.script))
     os.makedirs(a.keep, exist_ok=True)
     rates = [float(r) * 1e6 for r in a.rates.split(",")]
     base = ["--steps", str(a.steps)]
@@ -60,21 +63,21 @@ def main() -> None:
             with namespace("z1", a.keep) as (ns, _):
                 prefix = ["ip", "netns", "exec", ns]
                 shape_loopback(ns, rates[0])
-                out.append(job(prefix, 2, base, os.path.join(a.keep, f"prof-{rates[0] / 1e6:g}-{k}")) | {"rate": rates[0]})
+                out.append(job_of(prefix, 2, base, os.path.join(a.keep, f"prof-{rates[0] / 1e6:g}-{k}")) | {"rate": rates[0]})
                 if a.before:
-                    out.append(job(prefix, 2, base, os.path.join(a.keep, f"prof-before-{rates[0] / 1e6:g}-{k}"),
+                    out.append(job_of(prefix, 2, base, os.path.join(a.keep, f"prof-before-{rates[0] / 1e6:g}-{k}"),
                                    os.path.join(a.before, "src")) | {"rate": rates[0]})
                 for rate in rates:
                     shape_loopback(ns, rate)
-                    out.append(job(prefix, 2, base) | {"rate": rate})
+                    out.append(job_of(prefix, 2, base) | {"rate": rate})
         if "host" not in a.skip:
-            out.append(job([], 2, base, os.path.join(a.keep, f"prof-host-{k}")) | {"rate": None})
+            out.append(job_of([], 2, base, os.path.join(a.keep, f"prof-host-{k}")) | {"rate": None})
             if a.before:
-                out.append(job([], 2, base, os.path.join(a.keep, f"prof-before-host-{k}"), os.path.join(a.before, "src")) | {"rate": None})
-            out.append(job([], 2, base) | {"rate": None})
-            out.append(job([], a.workers, base) | {"rate": None})
+                out.append(job_of([], 2, base, os.path.join(a.keep, f"prof-before-host-{k}"), os.path.join(a.before, "src")) | {"rate": None})
+            out.append(job_of([], 2, base) | {"rate": None})
+            out.append(job_of([], a.workers, base) | {"rate": None})
             for cap in a.bucket_cap_mb.split(","):
-                out.append(job([], 2, [*base, "--bucket-cap-mb", cap]) | {"rate": None})
+                out.append(job_of([], 2, [*base, "--bucket-cap-mb", cap]) | {"rate": None})
         for row in out:
             print(json.dumps(row))
     with open(os.path.join(a.keep, "measured.json"), "w") as f:
