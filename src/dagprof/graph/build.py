@@ -41,6 +41,7 @@ from .dag import Graph
 from .meta import LoopSteps
 from .rank_nodes import add_rank
 from .shared_collectives import add_collectives
+from ..traces.zero_run import overlap_roots
 
 
 def common_steps(run: Run, steps: range | None = None) -> list[int]:
@@ -104,7 +105,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         inst[: len(matching.instance[pos])] = matching.instance[pos][: len(inst)]  # a window marker adds a row
         add_rank(asm, trace, chosen, inst, dims[pos], p2p)
     add_collectives(asm, frozenset(k for k, it in enumerate(matching.instances) if not is_symmetric(it.collective)),
-                    {k: it.ranks[1] for k, it in enumerate(matching.instances) if it.p2p})
+                    {k: it.ranks[1] for k, it in enumerate(matching.instances) if it.p2p}, overlap_roots(run, matching))
     g = asm.finish()
     g.meta = g.meta.replace(
         world_size=run.world_size,
