@@ -64,14 +64,16 @@ def test_each_owner_steps_its_buckets_after_their_all_reduce(graph):
 
 def test_broadcasts_follow_the_owners_step_and_the_wait_holds_them_all(graph):
     """One broadcast per bucket a step, sized as the bucket's parameters, issued on every rank after the owner's step of
-    it; every rank's wait for the broadcasts depends on all of them, and the next step's forward comes after that wait."""
+    it; every rank's wait for the broadcasts depends on all of them (a root on its own join), and the next step's forward comes after that wait."""
     zero = graph.meta.zero
     for s in graph.meta.steps:
         comms = sorted(v for v in named(graph, ZERO_BROADCAST, step=s) if graph.rank[v] < 0 and graph.kind[v] == Kind.COMM)
         assert sorted(int(graph.nbytes[v]) for v in comms) == sorted(zero.nbytes)
         for r in range(2):
             (wait,) = named(graph, ZERO_BCAST_WAIT, r, s)
-            assert set(comms) <= upstream(graph, wait)
+            before = upstream(graph, wait)
+            own = {graph.node_name(u) for u in before if graph.node_name(u).startswith(f"rank{r} sync.")}
+            assert all(c in before or f"rank{r} sync.{graph.node_name(c)}" in own for c in comms)  # a root done first: its own join
             owner_steps = named(graph, ZERO_STEP, zero.owners[0], s)
             first = [v for v in comms if graph.node_name(v).startswith(f"{ZERO_BROADCAST}{zero.owners[0]}")]
             assert any(u in upstream(graph, c) for c in first for u in owner_steps)  # bucket 0's broadcast after its step
@@ -116,3 +118,19 @@ def test_the_steps_are_whole_iterations():
             assert names.count(ZERO_BCAST_WAIT) == 1 and names.index("tok forward") < names.index(ZERO_BCAST_WAIT)
             counts.add(int(np.count_nonzero((ev.step == s) & (ev.kind == Kind.FORWARD) & (ev.depth == 0))))
         assert len(counts) == 1
+
+
+def test_a_root_done_before_its_receivers_is_released_alone(graph):
+    """The root's completion is its sends handed over; the exchange ends with the receivers': a root that was done first
+    waits on its own join (kept as measured), not on the shared broadcast, whose successors are the receivers'."""
+    released = 0
+    for v in (v for v in named(graph, ZERO_BROADCAST) if graph.rank[v] < 0 and graph.kind[v] == Kind.COMM):
+        name = graph.node_name(v)
+        root = int(name[len(ZERO_BROADCAST):].split(".")[0])
+        after = {int(graph.rank[u]) for u in graph.successors(v).tolist()}
+        assert after  # someone always waits on the exchange itself
+        if root not in after:
+            (own,) = [u for u in range(len(graph)) if graph.node_name(u) == f"rank{root} sync.{name}"]
+            assert [graph.node_name(u) for u in graph.successors(own).tolist()] == [f"rank{root}.{ZERO_BCAST_WAIT}"]
+            released += 1
+    assert released
