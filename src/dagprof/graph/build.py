@@ -36,12 +36,12 @@ from ..traces.events import RankTrace, Run
 from ..traces.parallelism import label_run
 from ..traces.step_marks import mark_steps
 from ..traces.steps import iteration_us
+from ..traces.zero_run import overlap_roots
 from .assemble import Assembler
 from .dag import Graph
 from .meta import LoopSteps
 from .rank_nodes import add_rank
 from .shared_collectives import add_collectives
-from ..traces.zero_run import overlap_roots
 
 
 def common_steps(run: Run, steps: range | None = None) -> list[int]:

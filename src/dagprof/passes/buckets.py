@@ -37,8 +37,9 @@ def refuse_own_ddp_setup(g: Graph, what: str, wire: bool = False) -> None:
     ``wire``: ``what`` re-prices the recorded collectives (another link, more workers): right under torch's fp16/bf16
     compression hooks, whose bytes on the wire the collector records, refused under any other hook of the job's own
     (PowerSGD's factors: not recorded); under ZeRO's overlapped step around DDP's all-reduce (``ZERO_OVERLAP_HOOK``) a link
-    what-if re-prices its all-reduces and broadcasts, which the collector sized, and ``--workers`` is refused. Otherwise ``what`` lays out new buckets from the gradients' bytes at DDP's
-    all-reduce: refused under any hook of the job's own, and for a job that wraps several DDP models (a GAN's two)."""
+    what-if re-prices its all-reduces and broadcasts, which the collector sized, and ``--workers`` is refused. Otherwise
+    ``what`` lays out new buckets from the gradients' bytes at DDP's all-reduce: refused under any hook of the job's own,
+    and for a job that wraps several DDP models (a GAN's two)."""
     hook = g.meta.comm_hook
     if wire and hook == ZERO_OVERLAP_HOOK and what == "--workers":
         raise DagprofError("--workers: ZeroRedundancyOptimizer(overlap_with_ddp=True) steps and broadcasts each DDP bucket on "

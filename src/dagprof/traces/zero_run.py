@@ -17,9 +17,9 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..align.matching import Matching
 from ..errors import DagprofError
 from ..units import MB
-from ..align.matching import Matching
 from .events import Kind, Run
 from .run_comm import hook_comm
 from .run_schema import Col, Rec, ZeroInfo
