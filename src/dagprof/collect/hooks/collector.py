@@ -552,24 +552,16 @@ class Collector:
             self._kineto_written = True
         if self._kineto_written:
             kfile = kineto_file(rank)
+        zero = self._zero or (self._buckets.zero.info(bool(self.profiled)) if self._buckets.zero else None)  # may warn
         doc = self._rank_file(
             steps_profiled=self.profiled, final=final, ended=self._ended, kineto_file=kfile, warnings=self.warnings, layers=self.layers,
             layer_grad_bytes=self._grad_bytes, layer_frozen_bytes=self._frozen_bytes, layer_saved_bytes=self.saved.most,
             layer_output_bytes=dict(self.saved.most_output) if self._fsdp is None else {},  # FSDP's in its FsdpInfo
             bucket_layouts=self._buckets.layouts, step_times_ns=self.step_times, records=self.records, ddp_group_ranks=self._ddp_ranks,
             thread_sched_ns=self.sched.steps, process_cpu_ns=self.sched.process,
-            fsdp=self._fsdp.info(self.layers) if self._fsdp is not None else None, zero=self._zero or self._zero_overlap(),
+            fsdp=self._fsdp.info(self.layers) if self._fsdp is not None else None, zero=zero,
         )
         write_rank_file(self.out_dir, doc)
-
-    def _zero_overlap(self) -> ZeroInfo | None:
-        """What ZeRO's overlapped step did (None: no such optimizer); a warning where it never stepped in the window."""
-        zero = self._buckets.zero
-        info = zero.info() if zero is not None else None
-        if zero is not None and info is None and self.profiled:
-            self.warnings.append(f"rank {self._info.get('rank', 0)}: ZeroRedundancyOptimizer(overlap_with_ddp=True) did not step in "
-                                 "the profiled steps (its first iterations learn DDP's buckets): profile later steps (--steps)")
-        return info
 
     def _rank_file(self, **fields: Any) -> RankFile:
         """What the step files' head and the final rank file both say of this process now; ``fields`` the rest."""

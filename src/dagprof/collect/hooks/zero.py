@@ -120,9 +120,13 @@ class ZeroOverlap:
     def _mark(self, code: Rec, a: int = 0, b: int = 0, x: int = 0) -> None:
         self._buckets.append((code, a, b, time.time_ns(), x))
 
-    def info(self) -> ZeroInfo | None:
-        """Its buckets' owners and broadcast sizes, in the hook's order; None before it ever stepped in the window."""
+    def info(self, profiled: bool) -> ZeroInfo | None:
+        """Its buckets' owners and broadcast sizes, in the hook's order; None, and a warning where steps were
+        ``profiled``, if it never stepped in the window."""
         if not self.stepped:
+            if profiled:
+                self._buckets.warn(f"rank {self.zero.global_rank}: ZeroRedundancyOptimizer(overlap_with_ddp=True) did not step in the "
+                                   "profiled steps (its first iterations learn DDP's buckets): profile later steps (--steps)")
             return None
         zero = self.zero
         per_rank = zero._bucket_assignments_per_rank
