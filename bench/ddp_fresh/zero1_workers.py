@@ -25,14 +25,14 @@ SCRIPT = os.path.join(HERE, "zero1_adam.py")
 MEDIAN = re.compile(r"median step ([0-9.]+) ms")
 
 
-def job(c, ranks: int, steps: int, folder: str, profile: bool) -> dict:
-    """One job on the first ``ranks`` namespaces of ``c``: its median step (ms) as rank 0 printed it."""
+def job(c, ranks: int, steps: int, folder: str, profile: bool, script: str = SCRIPT) -> dict:
+    """One job of ``script`` on the first ``ranks`` namespaces of ``c``: its median step (ms) as rank 0 printed it."""
     from dagprof.collect.jobs.launch import Bootstrap, launch
 
     load = os.getloadavg()[0]
     logs = os.path.join(folder, "logs")
     boot = Bootstrap(profile=folder, steps=range(5, 10)) if profile else None
-    launch([sys.executable, SCRIPT, "--steps", str(steps)], boot, ranks=ranks, cluster=c, log_dir=logs, timeout_s=600)
+    launch([sys.executable, script, "--steps", str(steps)], boot, ranks=ranks, cluster=c, log_dir=logs, timeout_s=600)
     with open(os.path.join(logs, "rank0.log")) as f:
         m = MEDIAN.search(f.read())
     return {"ranks": ranks, "profiled": profile, "load": load, "median_ms": float(m.group(1)) if m else None, "folder": folder}

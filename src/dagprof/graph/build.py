@@ -36,6 +36,7 @@ from ..traces.events import RankTrace, Run
 from ..traces.parallelism import label_run
 from ..traces.step_marks import mark_steps
 from ..traces.steps import iteration_us
+from ..traces.zero_run import overlap_roots
 from .assemble import Assembler
 from .dag import Graph
 from .meta import LoopSteps
@@ -104,7 +105,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         inst[: len(matching.instance[pos])] = matching.instance[pos][: len(inst)]  # a window marker adds a row
         add_rank(asm, trace, chosen, inst, dims[pos], p2p)
     add_collectives(asm, frozenset(k for k, it in enumerate(matching.instances) if not is_symmetric(it.collective)),
-                    {k: it.ranks[1] for k, it in enumerate(matching.instances) if it.p2p})
+                    {k: it.ranks[1] for k, it in enumerate(matching.instances) if it.p2p}, overlap_roots(run, matching))
     g = asm.finish()
     g.meta = g.meta.replace(
         world_size=run.world_size,

@@ -21,6 +21,7 @@ from ..costmodel.collectives import allreduce_us
 from ..errors import DagprofError
 from ..graph.dag import Graph, GraphBuilder
 from ..traces.events import Kind
+from ..traces.zero_run import ZERO_OVERLAP_HOOK
 from ..units import MB
 from .comm import current_scheme, current_topology, retime_collectives, without_transfers
 from .gradients import last_pass_start, unhooked
@@ -35,11 +36,16 @@ def refuse_own_ddp_setup(g: Graph, what: str, wire: bool = False) -> None:
 
     ``wire``: ``what`` re-prices the recorded collectives (another link, more workers): right under torch's fp16/bf16
     compression hooks, whose bytes on the wire the collector records, refused under any other hook of the job's own
-    (PowerSGD's factors: not recorded). Otherwise ``what`` lays out new buckets from the gradients' bytes at DDP's
-    all-reduce: refused under any hook of the job's own, and for a job that wraps several DDP models (a GAN's two)."""
+    (PowerSGD's factors: not recorded); under ZeRO's overlapped step around DDP's all-reduce (``ZERO_OVERLAP_HOOK``) a link
+    what-if re-prices its all-reduces and broadcasts, which the collector sized, and ``--workers`` is refused. Otherwise
+    ``what`` lays out new buckets from the gradients' bytes at DDP's all-reduce: refused under any hook of the job's own,
+    and for a job that wraps several DDP models (a GAN's two)."""
     hook = g.meta.comm_hook
+    if wire and hook == ZERO_OVERLAP_HOOK and what == "--workers":
+        raise DagprofError("--workers: ZeroRedundancyOptimizer(overlap_with_ddp=True) steps and broadcasts each DDP bucket on "
+                           "the rank that owns it, which more ranks would reassign: not modelled")
     if wire:
-        if hook and hook not in HALF_HOOKS:
+        if hook and hook not in (*HALF_HOOKS, ZERO_OVERLAP_HOOK):
             raise DagprofError(f"{what}: the job registers its own DDP comm hook ({hook}), whose bytes on the wire are not "
                                "recorded: not modelled")
         return

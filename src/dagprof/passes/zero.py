@@ -8,8 +8,12 @@ N ranks is the link model's (``passes.comm``) for gloo's broadcast tree (``costm
 all-reduce of their bytes on 4 ranks). On the namespace testbed (200 Mbit/s per port, ``bench/ddp_fresh/zero1_workers.py``)
 2-rank profiles of ``zero1_adam.py`` predicted the 4-rank job's step -4 to +6 % off in 4 rounds (pricing each broadcast
 as an all-reduce of its bytes: -27 to -33 %), the 3-rank job's +4 to +16 % (before: -5 to -15 %). Not modelled: the
-step's broadcasts overlap in part (not traced to its cause; gloo's worker threads hold more than one at once): in profiled
-3- and 4-rank jobs they took 1.6 and 2.65 times the 2-rank job's, where one broadcast alone takes 2 and 3 (the model's).
+step's broadcasts overlap in part: in profiled 3- and 4-rank jobs they took 1.6 and 2.65 times the 2-rank job's, where
+one broadcast alone takes 2 and 3 (the model's). A likely cause, not yet measured per port: gloo runs two collectives of
+one group at once (its two worker threads; in ``zero1_overlap.py``'s hooks at 1 Gbit/s a 2.3 MB all-reduce ran 70 ms
+while two 1 MB broadcasts completed inside it), and on a switch two owners' broadcasts leave by different ports, where
+the group's one channel (``graph.shared_collectives``) serves one collective at a time; modelling it needs two slots per
+gloo group with each port's contention, which every gloo graph would then go through (not re-checked: not done).
 """
 from __future__ import annotations
 

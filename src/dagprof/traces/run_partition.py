@@ -16,6 +16,7 @@ import numpy as np
 from .events import Kind
 from .run_schema import Col, Rec
 from .run_spans import _Comm, _Span
+from .zero_run import overlap_spans
 
 
 def step_bounds(records: np.ndarray) -> list[tuple[int, int, int]]:
@@ -35,6 +36,7 @@ def partition_step(rows: np.ndarray, begin: int, end: int, layers: list[str], co
         if s in enq:
             priority.append(_Span(Kind.COMM_ENQUEUE, f"allreduce bucket {int(a[i])}", enq[s], int(t[i]), bucket=int(a[i]),
                                   seq=comm.seq_of.get(s, s), nbytes=int(x[i])))
+    priority += overlap_spans(code, a, b, t, x)  # ZeRO's step inside DDP's comm hook (none in other jobs)
     for kb, ke, kind, name in ((Rec.UPDATE_BEGIN, Rec.UPDATE_END, Kind.UPDATE, "optimizer.step"),
                                (Rec.WAIT_BEGIN, Rec.WAIT_END, Kind.COMM_WAIT, "ddp finalize (wait for buckets)"),
                                (Rec.DATA_BEGIN, Rec.DATA_END, Kind.DATA, "dataloader next")):

@@ -24,7 +24,7 @@ from .run_comm import hook_comm, kineto_comm
 from .run_partition import partition_step, step_bounds
 from .run_schema import RANK_FORMAT, Col, RankFile, Rec, read_file
 from .run_spans import _Comm, _DeviceOp, _Span
-from .zero_run import check_zero, label_zero
+from .zero_run import check_zero, label_zero, overlap_comm, overlap_targets
 
 
 def read_rank(path: str, f: RankFile | None = None, kineto: bool = True) -> RankTrace:
@@ -71,10 +71,14 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
         check_units(f.fsdp, f.rank, f.world_size, path)
         comm = fsdp_comm(f.fsdp, kpath, f.rank, records, steps, warnings)
     else:
-        comm = kineto_comm(kpath, f.rank, records, steps, warnings) if kpath else hook_comm(records)
         if f.zero is not None:
             check_zero(f.zero, f.world_size, path)
-            label_zero(comm, f.zero, records, f.rank, kpath is not None, warnings)
+        if f.zero is not None and f.zero.buckets:  # overlap_with_ddp: ZeRO stepped inside DDP's comm hook
+            comm = overlap_comm(records, f.zero, steps, kpath is not None, warnings, path)
+        else:
+            comm = kineto_comm(kpath, f.rank, records, steps, warnings) if kpath else hook_comm(records)
+            if f.zero is not None:
+                label_zero(comm, f.zero, records, f.rank, kpath is not None, warnings)
     t = records[:, Col.T_NS]
     if steps:  # a hook's time beyond the window by more than a step is damage; it would be left out of every step unseen
         longest = max(b1 - b0 for _, b0, b1 in steps)
@@ -181,7 +185,9 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
         add(f"ProfilerStep#{step}", Kind.STEP, 0, b0, b1, step, depth=-1)
         # A host collective (DDP's buffer broadcast) is issued asynchronously and waited for later: the
         # main thread is blocked in the gap during which its transfer ends. That gap is the wait.
-        blocked = {k: _blocked_in(spans, k, transfer_end.get(s.seq)) for k, s in enumerate(spans) if s.kind == Kind.COMM_ENQUEUE and s.bucket < 0}
+        zero_waits = overlap_targets(spans)  # ZeRO's overlapped step: the waits it recorded (empty in other jobs)
+        blocked = {k: _blocked_in(spans, k, transfer_end.get(s.seq)) for k, s in enumerate(spans)
+                   if s.kind == Kind.COMM_ENQUEUE and s.bucket < 0 and k not in zero_waits}
         waits = {w for w in blocked.values() if w is not None and spans[w].kind == Kind.OTHER}
         ids = [add(f"{s.name} (blocked on a collective)" if k in waits else s.name, Kind.COMM_WAIT if k in waits else s.kind, 0,
                    s.start, s.end, step, s.layer, s.nbytes, s.seq, s.bucket)
@@ -194,7 +200,10 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
                 continue
             enqueue_ev[s.seq], step_of[s.seq] = i, step
             # a bucket all-reduce is needed by the step's wait; a host collective where the thread blocked on it
-            target = sink if s.bucket >= 0 else (ids[blocked[k]] if blocked[k] is not None else None)
+            if k in zero_waits:
+                target = ids[zero_waits[k]]
+            else:
+                target = sink if s.bucket >= 0 else (ids[blocked[k]] if blocked[k] is not None else None)
             if target is not None:
                 after_ev[s.seq] = target
     device_rules = _add_device_ops(comm.device, rows, add, lanes, base_ns)

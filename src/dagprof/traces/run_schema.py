@@ -105,6 +105,12 @@ class Rec(enum.IntEnum):
     FSDP_COPY_OUT_END = 19
     FSDP_RESHARD_BEGIN = 20  # a=unit, b=0 after forward / 1 after backward: gathered parameters freed
     FSDP_RESHARD_END = 21
+    ZERO_STEP_BEGIN = 22  # a=DDP bucket: ZeRO's overlapped local step on this rank's shard of it (inside DDP's comm hook)
+    ZERO_STEP_END = 23  # a=bucket
+    ZERO_BCAST_BEGIN = 24  # a=bucket, b=seq (the comm hook's numbering), x=owner rank: ZeRO's broadcast of the bucket's parameters called
+    ZERO_BCAST_END = 25  # a=bucket, b=seq, x=bytes: issued (its COMM_DONE, b=seq, completes it)
+    ZERO_WAIT_BEGIN = 26  # ZeRO's overlapped step waits for all its broadcasts (inside the last bucket's hook)
+    ZERO_WAIT_END = 27
 
 
 class Col(enum.IntEnum):
@@ -176,6 +182,9 @@ class ZeroInfo(msgspec.Struct, kw_only=True, frozen=True):
     owners: list[int] = []
     nbytes: list[Count] = []
     owned_bytes: Count = 0  # this rank's shard, bytes of parameters it steps
+    # overlap_with_ddp (``hook_with_zero_step``): the DDP bucket of each broadcast (each bucket has one owner, who steps it
+    # inside the last bucket's comm hook once its all-reduce is done, then broadcasts it); empty: the step after backward
+    buckets: list[int] = []
 
 
 class FsdpInfo(msgspec.Struct, kw_only=True):

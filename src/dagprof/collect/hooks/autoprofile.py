@@ -96,6 +96,7 @@ def install() -> None:
 
 
 def _patch() -> None:
+    import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
@@ -117,11 +118,17 @@ def _patch() -> None:
                 collector.mark_compiled()
             handle.remove()
             collector.start()
+            self.register_forward_pre_hook(next_forward)
+
+        def next_forward(module: Any, inputs: Any) -> None:
+            # ZeRO's overlapped step ends each step inside backward, and no optimizer step follows: the next training forward begins the next
+            if collector.steps_by_forward and torch.is_grad_enabled():
+                collector.next_step()
 
         handle = self.register_forward_pre_hook(first_forward)
 
     def after_step(opt: Any, args: Any, kwargs: Any) -> None:
-        if not collector.update_end():  # an optimizer stepped inside another (ZeRO's local one): the outer's step counts
+        if not collector.update_end(opt):  # an optimizer stepped inside another (ZeRO's local one): the outer's step counts
             return
         if not stepping:
             stepping.append(id(opt))

@@ -361,7 +361,10 @@ class Collector:
 
     # ---------------------------------------------------------------- optimizer
     def update_begin(self, opt: Any = None) -> None:
-        """An optimizer's step begins; one inside another's (ZeRO's local optimizer) is part of the outer update."""
+        """An optimizer's step begins; one inside another's (ZeRO's local optimizer) is part of the outer update. The
+        ``step()`` of a ZeroRedundancyOptimizer(overlap_with_ddp=True) does nothing (its comm hook steps it): not one."""
+        if getattr(opt, "_overlap_with_ddp", False):
+            return
         self._update_depth += 1
         if self._update_depth == 1:
             self._mark(Rec.UPDATE_BEGIN)
@@ -371,13 +374,21 @@ class Collector:
                 except Exception as err:  # noqa: BLE001
                     self._fail(err, "optimizer hook")
 
-    def update_end(self) -> bool:
+    def update_end(self, opt: Any = None) -> bool:
         """An optimizer's step ended; True where it was the outermost (one update: ZeRO's ends after its broadcasts)."""
+        if getattr(opt, "_overlap_with_ddp", False):
+            return False
         self._update_depth = max(self._update_depth - 1, 0)
         if self._update_depth:
             return False
         self._mark(Rec.UPDATE_END)
         return True
+
+    @property
+    def steps_by_forward(self) -> bool:
+        """Steps are marked at the DDP model's forwards: ZeRO's overlapped step runs inside backward and the loop calls no
+        optimizer's ``step()`` (``zero.ZeroOverlap``)."""
+        return self._buckets.zero is not None
 
     def _note_zero(self, opt: Any) -> None:
         info, warning = zero_info(opt, self._info.get("rank", 0))
@@ -541,13 +552,14 @@ class Collector:
             self._kineto_written = True
         if self._kineto_written:
             kfile = kineto_file(rank)
+        zero = self._zero or (self._buckets.zero.info(bool(self.profiled)) if self._buckets.zero else None)  # may warn
         doc = self._rank_file(
             steps_profiled=self.profiled, final=final, ended=self._ended, kineto_file=kfile, warnings=self.warnings, layers=self.layers,
             layer_grad_bytes=self._grad_bytes, layer_frozen_bytes=self._frozen_bytes, layer_saved_bytes=self.saved.most,
             layer_output_bytes=dict(self.saved.most_output) if self._fsdp is None else {},  # FSDP's in its FsdpInfo
             bucket_layouts=self._buckets.layouts, step_times_ns=self.step_times, records=self.records, ddp_group_ranks=self._ddp_ranks,
             thread_sched_ns=self.sched.steps, process_cpu_ns=self.sched.process,
-            fsdp=self._fsdp.info(self.layers) if self._fsdp is not None else None, zero=self._zero or None,
+            fsdp=self._fsdp.info(self.layers) if self._fsdp is not None else None, zero=zero,
         )
         write_rank_file(self.out_dir, doc)
 

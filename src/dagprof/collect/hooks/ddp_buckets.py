@@ -3,6 +3,8 @@
 DDP allows one comm hook, so ours wraps the bucket all-reduce for the life of the model and passes through outside the
 window; a hook the user registers later runs inside ours instead of being refused. A bucket's layout (its bytes and
 parameters) is read at each call: DDP rebuilds its buckets after the first step, and each distinct layout is kept.
+ZeRO's ``hook_with_zero_step`` as the user's hook steps the optimizer inside the last bucket's call: ``zero.ZeroOverlap``
+records that, and the call's issue span ends where its all-reduce was issued (``issued_at``).
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any, Callable
 
 from ...traces.buckets import Bucket, BucketLayout
 from ...traces.run_schema import Rec
+from .zero import ZeroOverlap
 
 
 class DdpBuckets:
@@ -33,6 +36,8 @@ class DdpBuckets:
         self.cap_mb: float | None = None  # the last DDP model's bucket_cap_mb
         self.models = 0  # DDP models attached (a GAN's generator and discriminator: 2)
         self.comm_hook = ""  # the user's own DDP comm hook ("" = DDP's all-reduce)
+        self.zero: ZeroOverlap | None = None  # ZeroRedundancyOptimizer(overlap_with_ddp=True) stepped by the user's hook
+        self.issued_at: int | None = None  # when the current call's all-reduce was issued, where the hook says (ZeroOverlap)
 
     def install(self, ddp: Any) -> None:
         """Wrap ``ddp``'s bucket all-reduce (module docstring) and note its bucket cap."""
@@ -60,10 +65,11 @@ class DdpBuckets:
         def dagprof_comm_hook(state: object, bucket):  # parameter must be named "bucket" (DDP checks)
             if not buckets._recording():
                 return inner["hook"](inner["state"], bucket)
-            t0 = time.time_ns()
+            t0, seq = time.time_ns(), buckets.next_seq()  # numbered before the broadcasts ZeRO's hook issues inside
+            buckets.issued_at = None
             fut = inner["hook"](inner["state"], bucket)
             try:
-                return buckets._record(bucket, t0, fut, model, inner["half"])
+                return buckets._record(bucket, seq, t0, buckets.issued_at or time.time_ns(), fut, model, inner["half"])
             except Exception as err:  # noqa: BLE001
                 buckets._fail(err, "DDP comm hook")
                 return fut
@@ -73,27 +79,30 @@ class DdpBuckets:
             # bytes are its own (PowerSGD's factors): named in the rank file, and what-ifs that price them refuse
             half = hook in (default_hooks.fp16_compress_hook, default_hooks.bf16_compress_hook)
             inner.update(hook=hook, state=state, half=half)
-            buckets.comm_hook = buckets.comm_hook or getattr(hook, "__qualname__", None) or type(hook).__name__
+            zero = ZeroOverlap.of(hook, buckets) if buckets.zero is None else None
+            buckets.zero = buckets.zero or zero
+            buckets.comm_hook = buckets.comm_hook or (zero.name if zero else getattr(hook, "__qualname__", None) or type(hook).__name__)
 
         ddp.register_comm_hook(None, dagprof_comm_hook)
         ddp.register_comm_hook = register_comm_hook  # the user's hook runs inside ours
         ddp._dagprof_comm_hook = (None, dagprof_comm_hook)  # dagprof.apply re-registers it if it rebuilds the reducer
 
-    def _record(self, bucket: Any, t0: int, fut: Any, model: int, half: bool) -> Any:
-        """Records name buckets by number: each DDP model's bucket index, numbered in the order first seen (two models'
-        bucket 0 are two buckets); the bytes are those on the wire (2 per element under a half-precision hook)."""
-        t1 = time.time_ns()
-        index = self._bucket_ids.setdefault((model, bucket.index()), len(self._bucket_ids))
-        buf = bucket.buffer()
-        nbytes = buf.numel() * buf.element_size()
-        seq = self._seq
+    def recording(self) -> bool:
+        return self._recording()
+
+    def append(self, record: tuple[int, int, int, int, int]) -> None:
+        self._records.append(record)
+
+    def warn(self, message: str) -> None:
+        self._warnings.append(message)
+
+    def next_seq(self) -> int:
+        """The next collective's number: every rank issues the comm hook's collectives in one order."""
         self._seq += 1
-        self._records.append((Rec.ENQ_BEGIN, index, seq, t0, 0))
-        self._records.append((Rec.ENQ_END, index, seq, t1, buf.numel() * 2 if half else nbytes))
-        key = (nbytes, tuple(id(p) for p in bucket.parameters()))
-        if self._layout_key.get(index) != key:
-            self._layout_key[index] = key
-            self._new_layout = True
+        return self._seq - 1
+
+    def on_done(self, fut: Any, index: int, seq: int) -> Any:
+        """``fut`` with its completion recorded (``Rec.COMM_DONE``: when, and the thread that completed it)."""
         records = self._records
 
         def done(f: Any) -> Any:
@@ -101,6 +110,20 @@ class DdpBuckets:
             return f.value()
 
         return fut.then(done)
+
+    def _record(self, bucket: Any, seq: int, t0: int, t1: int, fut: Any, model: int, half: bool) -> Any:
+        """Records name buckets by number: each DDP model's bucket index, numbered in the order first seen (two models'
+        bucket 0 are two buckets); the bytes are those on the wire (2 per element under a half-precision hook)."""
+        index = self._bucket_ids.setdefault((model, bucket.index()), len(self._bucket_ids))
+        buf = bucket.buffer()
+        nbytes = buf.numel() * buf.element_size()
+        self._records.append((Rec.ENQ_BEGIN, index, seq, t0, 0))
+        self._records.append((Rec.ENQ_END, index, seq, t1, buf.numel() * 2 if half else nbytes))
+        key = (nbytes, tuple(id(p) for p in bucket.parameters()))
+        if self._layout_key.get(index) != key:
+            self._layout_key[index] = key
+            self._new_layout = True
+        return self.on_done(fut, index, seq)
 
     def _layout(self) -> BucketLayout:
         return tuple(Bucket(i, nb, tuple(self._param_names.get(pid, "?") for pid in pids), tuple(self._param_shapes.get(pid) for pid in pids))

@@ -40,7 +40,7 @@ class profile:  # noqa: N801  (used like torch.profiler.profile)
         c = self._collector = self.collector_class(self.out_dir, self.steps, mode="api", **self._options)
         self._handles = [
             register_optimizer_step_pre_hook(lambda opt, args, kwargs: c.update_begin(opt)),
-            register_optimizer_step_post_hook(lambda opt, args, kwargs: c.update_end()),
+            register_optimizer_step_post_hook(lambda opt, args, kwargs: c.update_end(opt)),
         ]
         if self._model is not None:
             c.attach(self._model)
