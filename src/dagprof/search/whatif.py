@@ -399,11 +399,12 @@ def _hybrid_notes(g: Graph) -> list[str]:
 
 def _one_replica_us(g0: Graph, single: Scenario, cluster: Cluster, base_topo: Topology | None) -> float | None:
     """One data-parallel replica's iteration under the same conditions; None where fewer workers are not modelled
-    (a hybrid job whose other groups span its data-parallel ranks: the scaling columns are then n/a)."""
+    (a hybrid job whose other groups span its data-parallel ranks, an FSDP2 unit given ``reshard_after_forward=N``: the
+    scaling columns are then n/a)."""
     try:
         return job_iteration_us(*disturb(apply(g0, single, cluster, base_topo), cluster))
     except DagprofError:
-        if not hybrid(g0):
+        if not hybrid(g0) and not (is_fsdp_graph(g0) and any(u.reshard_to for u in g0.meta.fsdp.units)):
             raise
         return None
 

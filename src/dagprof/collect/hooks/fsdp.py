@@ -294,6 +294,7 @@ class FsdpRecorder:
                 orig_dtype=_dtype(dtype), param_dtype=_dtype((fps[0].param_dtype or fps[0].orig_dtype) if fps else None),
                 # read when the rank file is written, after lazy init: a root left at fully_shard's default (None) reads False
                 reduce_dtype=_dtype(g._reduce_dtype or dtype), reshard_after_forward=bool(g._reshard_after_forward),
+                reshard_to=post.shard_mesh_size if (post := g.post_forward_mesh_info) is not None and g._use_post_forward_mesh else 0,
                 mesh=list(mesh.shape), mesh_dims=list(mesh.mesh_dim_names or ()),
                 frozen_numel=sum(fp._orig_size.numel() for fp in fps if not fp.sharded_param.requires_grad),
                 frozen_tensors=sum(not fp.sharded_param.requires_grad for fp in fps),
