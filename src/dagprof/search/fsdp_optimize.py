@@ -217,10 +217,13 @@ def search_fsdp(g: Graph, budget_s: float = 30.0, allow_lossy: bool = False, mem
     fs = g.meta.fsdp
     if len({tuple(u.mesh) for u in fs.units}) > 1:
         raise DagprofError("this FSDP job's units sit on different meshes; dagprof optimize searches one mesh only", source)
-    units = [u.name for u in fs.units]
+    units = [u.name for u in fs.units if not u.reshard_to]  # reshard_after_forward=N: True would regroup its backward all-gathers
     profiled_dtype = fs.units[0].reduce_dtype or fs.units[0].orig_dtype
     dtypes: list[str | None] = [None]
     notes = list(NOT_SEARCHED)
+    if post := [u for u in fs.units if u.reshard_to]:
+        notes.append(f"{', '.join(u.name for u in post)} kept as profiled (reshard_after_forward={post[0].reshard_to}, an int): its reshard "
+                     "is not searched, since True would all-gather it in backward on its whole shard group, which is not modelled")
     if allow_lossy:
         dtypes += [d for d in LOSSY_DTYPES if dtype_bytes(d) < dtype_bytes(profiled_dtype)]
     else:
@@ -300,7 +303,9 @@ def _groupings(ev: FsdpEvaluator, base: FsdpScored, memory_budget: float | None,
         us = base.iter_us * job_iteration_us(merged, replay(merged)) / flat
         out.append(Grouping(spec, groups, us, mem, memory_budget is None or mem.total <= memory_budget))
     if refused:
-        notes.append(f"unit grouping: {refused} of {len(specs)} groupings not priced (their units reshard after forward differently)")
+        why = ("units given reshard_after_forward=N, an int, or units that reshard after forward differently"
+               if any(u.reshard_to for u in g.meta.fsdp.units) else "their units reshard after forward differently")
+        notes.append(f"unit grouping: {refused} of {len(specs)} groupings not priced ({why})")
     return sorted(out, key=lambda gr: gr.iter_us)
 
 

@@ -66,8 +66,9 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, records: np.ndarray,
     if gloo is not None and (outside := outside + len(gloo) - g):
         # no rank in the text: every rank of the job runs the same ones, and equal texts are shown once (``warnings_of``)
         warnings.append(f"{outside} collective(s) a rank ran in the profiled steps outside FSDP's calls (the job's own: clip_grad_norm_'s "
-                        f"on DTensor gradients, a dist.all_reduce of ignored parameters' gradients) are kept as measured host time: not priced by the link "
-                        f"nor held to their peers in what-ifs")
+                        f"on DTensor gradients, a dist.all_reduce of ignored parameters' gradients, a state_dict's full_tensor gathers) are kept as "
+                        f"measured host time, their waits for peers included: not priced by the link nor held to their peers in replay and "
+                        f"what-ifs (a plain state_dict save in the window put the replay +4.5 % off, bench/fsdp_fresh/prefetch_offload.py)")
     for kb, what in ((Rec.FSDP_COPY_OUT_BEGIN, "copy-out"), (Rec.FSDP_RESHARD_BEGIN, "reshard")):
         rows = np.flatnonzero((code == kb) | (code == kb + 1))
         opened: dict[tuple[int, int], int] = {}
