@@ -48,7 +48,7 @@ def fsdp_meta(run: Run) -> FsdpRecord:
     names = set(t0.events.names)  # what a unit did is what counts (FSDP1's root never reshards after forward)
     units = [FsdpGraphUnit(u.name, u.numel, u.shard_bytes, u.orig_dtype, u.param_dtype, u.reduce_dtype, u.reshard_after_forward,
                            f"fsdp reshard {u.name} (forward)" in names, list(u.mesh), list(u.mesh_dims), [t0.layers[i] for i in u.layers],
-                           len(u.params), u.frozen_numel, u.frozen_tensors, u.reshard_to)
+                           len(u.params), u.frozen_numel, u.frozen_tensors, u.reshard_to, u.offload)
              for u in t0.meta.fsdp.units]
     return FsdpRecord(
         units=units,

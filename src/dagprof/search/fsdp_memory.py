@@ -25,6 +25,18 @@ GATHERED_UNRECORDED = ("the profile does not say which saved tensors were gather
                        "between profiles of other layouts); profile again for the exact figure")
 
 
+
+def offload_note(fs: FsdpRecord) -> str | None:
+    """What the peak per rank means where units offload to CPU (``CPUOffloadPolicy``), else None: it counts their shards,
+    gradient shards and optimizer state with the rest, which a CPU job holds in its one memory, but a GPU job in host memory."""
+    off = [u.name for u in fs.units if u.offload]
+    if not off:
+        return None
+    return (f"{len(off)} of {len(fs.units)} FSDP units offload to CPU (CPUOffloadPolicy): the peak per rank counts their parameter, "
+            "gradient and optimizer-state shards beside the gathered units and activations (one memory on a CPU job; on a GPU those "
+            "shards are host memory and the device's peak is lower: not modelled)")
+
+
 @dataclass
 class FsdpMemory:
     """Peak bytes of one rank of an FSDP job and what is alive at that moment (``fsdp_peak``)."""

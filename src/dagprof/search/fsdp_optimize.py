@@ -44,7 +44,7 @@ from ..traces.kineto_schema import dtype_bytes
 from ..traces.run_schema import FSDP2_API, FSDP_ROOT
 from ..units import MB
 from .evaluate import penalised
-from .fsdp_memory import GATHERED_UNRECORDED, FsdpMemory, fsdp_peak
+from .fsdp_memory import GATHERED_UNRECORDED, FsdpMemory, fsdp_peak, offload_note
 from .optimize import TIE_PCT, WORTH_APPLYING_PCT, Gain
 
 EXHAUSTIVE = 4096  # candidates replayed one by one; beyond this, seeds then the best single change
@@ -230,6 +230,8 @@ def search_fsdp(g: Graph, budget_s: float = 30.0, allow_lossy: bool = False, mem
         notes.append(f"reduce dtype kept ({profiled_dtype}): a lower one rounds the gradients; --allow-lossy tries bfloat16")
     if fs.layer_saved_gathered_bytes is None and fs.layer_saved_bytes:
         notes.append(f"peak memory: {GATHERED_UNRECORDED}")
+    if note := offload_note(fs):
+        notes.append(note)
     ev = FsdpEvaluator(g, units, memory_budget)
     by_name = {u.name: u for u in fs.units}
     profiled = FsdpCandidate(tuple(resharded(by_name[n], None) for n in units))
