@@ -9,6 +9,8 @@ too. A line says ok, "refused: <the one line>" (exit 2, as for what is not model
     python bench/fsdp_fresh/chain.py hsdp_convnet.py --ranks 4
     python bench/fsdp_fresh/chain.py hsdp_transformer.py --ranks 4 --steps 12
     python bench/fsdp_fresh/chain.py fsdp1_encoder.py --ranks 2
+    python bench/fsdp_fresh/chain.py intra_reshard.py --ranks 4 --steps 10
+    python bench/fsdp_fresh/chain.py prefetch_offload.py --ranks 2 --steps 12
 """
 from __future__ import annotations
 

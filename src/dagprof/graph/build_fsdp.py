@@ -48,7 +48,7 @@ def fsdp_meta(run: Run) -> FsdpRecord:
     names = set(t0.events.names)  # what a unit did is what counts (FSDP1's root never reshards after forward)
     units = [FsdpGraphUnit(u.name, u.numel, u.shard_bytes, u.orig_dtype, u.param_dtype, u.reduce_dtype, u.reshard_after_forward,
                            f"fsdp reshard {u.name} (forward)" in names, list(u.mesh), list(u.mesh_dims), [t0.layers[i] for i in u.layers],
-                           len(u.params), u.frozen_numel, u.frozen_tensors)
+                           len(u.params), u.frozen_numel, u.frozen_tensors, u.reshard_to, u.offload)
              for u in t0.meta.fsdp.units]
     return FsdpRecord(
         units=units,
@@ -96,6 +96,17 @@ class FsdpCollectiveNode:
     prefetched_by: str = ""  # the unit whose hook issued it early
 
 
+def refuse_post_forward(g: Graph, what: str, units: list[str] | None = None) -> None:
+    """One line where ``what`` would move a unit given ``reshard_after_forward=N`` (an int below its shard degree; among
+    ``units`` where given): its backward all-gather runs in a post-forward group of N ranks, which the mesh, worker and
+    unit passes do not regroup, and True would gather it in all its shard group's ranks, which is not priced."""
+    u = next((u for u in g.meta.fsdp.units if u.reshard_to and (units is None or u.name in units)), None) if is_fsdp_graph(g) else None
+    if u is not None:
+        raise DagprofError(f"unit {u.name} reshards to {u.reshard_to} of its {u.mesh[-1] if u.mesh else '?'} ranks after forward "
+                           f"(reshard_after_forward={u.reshard_to}): {what} is not modelled for it (its backward all-gathers' "
+                           "group); modelled: --bandwidth, --latency, --compute-speed, --reduce-dtype, --reshard-after-forward off")
+
+
 def fsdp_collectives(g: Graph) -> list[FsdpCollectiveNode]:
     """The shared collective nodes of an FSDP graph, by kind and unit (names, ``traces.fsdp_run``:
     ``"<kind> <unit>[ (prefetched by <unit>)].<seq>"``)."""
@@ -121,8 +132,26 @@ def allreduce_equivalent_bytes(g: Graph, idx: np.ndarray) -> np.ndarray:
     kinds = [kind_of_collective(g.node_name(int(v))) for v in idx]
     share = _group_share(g) if is_fsdp_graph(g) else {}
     world = _priced_ranks(g)
+    post = _post_forward_share(g, idx) if is_fsdp_graph(g) else {}
     return nbytes * np.array([(broadcast_factor(world, g.meta.backend or backend) if k == "broadcast" else allreduce_equivalent_factor(k, backend))
-                              * share.get(k, 1.0) for k in kinds], dtype=np.float64)
+                              * post.get(int(v), share.get(k, 1.0)) for v, k in zip(idx.tolist(), kinds)], dtype=np.float64)
+
+
+def _post_forward_share(g: Graph, idx: np.ndarray) -> dict[int, float]:
+    """Node -> ``_group_share``'s ratio for the backward all-gathers among ``idx`` that ran in a unit's post-forward group
+    (``reshard_after_forward=N``: N ranks, told by the ranks that issued it), which the per-kind share would price on the
+    shard group: 3/4 of the bytes per link on 4 ranks where 1/2 crossed on 2."""
+    post = {u.name: u.reshard_to for u in g.meta.fsdp.units if u.reshard_to}
+    n = _priced_ranks(g)
+    out: dict[int, float] = {}
+    if not post or n < 2:
+        return out
+    for v in idx.tolist():
+        kind, _, rest = g.node_name(v).rpartition(".")[0].partition(" ")
+        k = post.get(rest.partition(" (prefetched by ")[0]) if kind == "all_gather" else None
+        if k and len(issuers(g, v)) == k:
+            out[v] = ((k - 1) / k) / ((n - 1) / n)
+    return out
 
 
 def mesh_of(g: Graph) -> tuple[int, int]:

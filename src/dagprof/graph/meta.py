@@ -55,6 +55,8 @@ class FsdpGraphUnit:
     tensors: int = 0  # parameter tensors it manages (0: not recorded, as in a DDP profile turned FSDP)
     frozen_numel: int = 0  # of numel, the elements that take no gradient (FsdpUnit.frozen_numel)
     frozen_tensors: int = 0  # of tensors, those that take no gradient
+    reshard_to: int = 0  # FsdpUnit.reshard_to: the N of reshard_after_forward=N (the post-forward shard group), 0: none
+    offload: bool = False  # FsdpUnit.offload: CPUOffloadPolicy
 
     @property
     def grad_numel(self) -> int:

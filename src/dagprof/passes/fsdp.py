@@ -28,7 +28,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..errors import DagprofError
-from ..graph.build_fsdp import Passes, fsdp_collectives, is_fsdp_graph, issuers
+from ..graph.build_fsdp import Passes, fsdp_collectives, is_fsdp_graph, issuers, refuse_post_forward
 from ..graph.dag import Graph
 from ..graph.meta import FsdpGraphUnit
 from ..traces.events import Kind
@@ -79,6 +79,8 @@ def set_reshard(g: Graph, on: Reshard) -> Graph:
     at backward's start where it was kept), or, given a mapping, each unit it names
     (``FSDPModule.set_reshard_after_forward(.., recurse=False)``)?"""
     units = {u.name: u for u in g.meta.fsdp.units}
+    # True on a unit given reshard_after_forward=N: its backward all-gathers would move to its whole shard group
+    refuse_post_forward(g, "--reshard-after-forward on", [n for n in units if on is True or (not isinstance(on, bool) and on.get(n) is True)])
     dur, gap = g.dur.copy(), g.gap.copy()
     in_pass = Passes(g)
     # indexed once, so each collective looks at its own unit's nodes and not the whole graph

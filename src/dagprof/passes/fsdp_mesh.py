@@ -63,7 +63,7 @@ from ..costmodel.fsdp_costs import FsdpCosts
 from ..costmodel.gloo_ring import head_start
 from ..costmodel.topology import Topology
 from ..errors import DagprofError
-from ..graph.build_fsdp import fsdp_collectives, is_fsdp_graph, mesh_of, step_size
+from ..graph.build_fsdp import fsdp_collectives, is_fsdp_graph, mesh_of, refuse_post_forward, step_size
 from ..graph.dag import DeviceKind, Graph, GraphBuilder
 from ..graph.meta import FsdpRecord
 from ..graph.provenance import provenance
@@ -116,6 +116,8 @@ def set_mesh(g: Graph, replicate: int, shard: int, costs: FsdpCosts | None = Non
     ``costs`` (``dagprof calibrate --fsdp``): the optimizer step by the measured DTensor step, else by the profile's own (``step_scale``)."""
     if not is_fsdp_graph(g):
         raise DagprofError("--mesh is an FSDP what-if; this profile is not an FSDP job")
+    if (replicate, shard) != mesh_of(g):
+        refuse_post_forward(g, f"--mesh {replicate}x{shard}")
     if g.meta.fsdp.api != FSDP2_API:
         raise DagprofError("--mesh is modelled for FSDP2 (fully_shard) profiles; FSDP1 fixes its sharding strategy at wrap time")
     if len({tuple(u.mesh) for u in g.meta.fsdp.units}) > 1:
@@ -406,6 +408,8 @@ def scale_fsdp_workers(g: Graph, workers: int, costs: FsdpCosts | None = None) -
     (``step_scale``, module docstring)."""
     replicate0, shard0 = mesh_of(g)
     replicate, shard = workers_mesh(g, workers)
+    if (replicate, shard) != (replicate0, shard0):
+        refuse_post_forward(g, f"--workers {workers}")
     if replicate != replicate0 and shard == shard0:
         return set_mesh(g, replicate, shard, costs)
     out = scale_workers(g, workers)

@@ -28,7 +28,7 @@ import re
 import numpy as np
 
 from ..errors import DagprofError
-from ..graph.build_fsdp import Passes, fsdp_collectives, is_fsdp_graph, issuers
+from ..graph.build_fsdp import Passes, fsdp_collectives, is_fsdp_graph, issuers, refuse_post_forward
 from ..graph.dag import Graph, GraphBuilder
 from ..graph.meta import FsdpGraphUnit
 from ..traces.events import Kind
@@ -116,6 +116,7 @@ def merge_units(g: Graph, spec: str) -> Graph:
     groups = unit_groups(g, spec)
     if all(len(grp) == 1 for grp in groups):
         return g
+    refuse_post_forward(g, f"--units {spec}", [n for grp in groups if len(grp) > 1 for n in grp])
     units = merged_units(g, groups)
     group_of = {n: group_name(grp) for grp in groups for n in grp}
     merged = {n for grp in groups if len(grp) > 1 for n in grp}

@@ -25,6 +25,18 @@ GATHERED_UNRECORDED = ("the profile does not say which saved tensors were gather
                        "between profiles of other layouts); profile again for the exact figure")
 
 
+
+def offload_note(fs: FsdpRecord) -> str | None:
+    """What the peak per rank means where units offload to CPU (``CPUOffloadPolicy``), else None: it counts their shards,
+    gradient shards and optimizer state with the rest, which a CPU job holds in its one memory, but a GPU job in host memory."""
+    off = [u.name for u in fs.units if u.offload]
+    if not off:
+        return None
+    return (f"{len(off)} of {len(fs.units)} FSDP units offload to CPU (CPUOffloadPolicy): the peak per rank counts their parameter, "
+            "gradient and optimizer-state shards beside the gathered units and activations (one memory on a CPU job; on a GPU those "
+            "shards are host memory and the device's peak is lower: not modelled)")
+
+
 @dataclass
 class FsdpMemory:
     """Peak bytes of one rank of an FSDP job and what is alive at that moment (``fsdp_peak``)."""
@@ -152,6 +164,9 @@ class _Job:
         last_inner = max((k for k, n in enumerate(g.layers) if n in inner), default=-1)
         self.after_inner = set(g.layers[last_inner + 1:])  # the root's layers after the inner units: their backward runs first
         self.kept = [i for i in self.others if not resharded(units[i], reshard)]  # inner units kept gathered after forward
+        # ``reshard_after_forward=N``: from its forward to its backward all-gather a unit holds its post-forward shard (1/N of
+        # its parameters, FSDP2's ``_sharded_post_forward_param_data``) beside its own shard
+        self.post = [_full(u) / u.reshard_to if u.reshard_to and resharded(u, reshard) else 0.0 for u in units]
         # the root as every unit (``passes.fsdp.resharded``): fully_shard's default keeps it gathered after forward, True reshards it
         self.root_kept = sum(_full(units[i]) for i in self.root if not resharded(units[i], reshard))
         # FSDP2 holds the last unit's reduce-scatter input (its padded gradients in the reduce dtype) until the next unit's
@@ -205,8 +220,9 @@ class _Job:
         return self.root_acts + self.outside_rest + self.loss + extra + self.unit_acts(self.others)
 
     def kept_full(self, alive: list[int]) -> float:
-        """The full parameters of the units kept gathered after forward among ``alive``."""
-        return sum(_full(self.units[i]) for i in self.kept if i in alive)
+        """The full parameters of the units kept gathered after forward among ``alive``, and the post-forward shards of
+        those resharded to fewer ranks (``post``)."""
+        return sum(_full(self.units[i]) for i in self.kept if i in alive) + sum(self.post[i] for i in alive)
 
     def running(self, cur: int | None) -> list[str]:
         """The layers whose backward runs at unit ``cur``'s (None: the root's before the inner units), in forward order."""
@@ -289,7 +305,7 @@ def _prefetch_gather(job: _Job, k: int) -> _Moment | None:
     reached = float(job.returned.get(running[-1], 0)) if running else 0.0
     acts = job.root_acts - job.root_tail_acts + job.outside_rest + job.loss + job.unit_acts(others[:k]) + reached
     gathered = job.root_full + job.tail_grad + job.kept_full(others[:k]) + job.gather_copies * _full(units[nxt])
-    gathered += 0.0 if cur in job.kept else _full(units[cur])
+    gathered += (0.0 if cur in job.kept else _full(units[cur])) - job.post[cur]  # gathered again: its post-forward shard freed
     if job.keeps_rs_input and k < len(others):
         gathered += job.shard_of[others[k]] * job.shard
     done = sum(job.shard_of[i] for i in others[k:])
@@ -317,9 +333,9 @@ def _backward(job: _Job, k: int) -> _Moment:
     flight, made = job.in_flight(running, units[cur if cur is not None else job.root[0]], cur is not None) if running else (0.0, 0.0)
     gathered = job.root_full + (job.tail_grad if k else job.root_grad) + job.kept_full(alive)
     if cur is not None:  # this unit's gradients where the layers' outputs do not say when they are made, its parameters unless kept
-        gathered += (0.0 if job.returned else _full_grad(units[cur])) + (0.0 if cur in job.kept else _full(units[cur]))
+        gathered += (0.0 if job.returned else _full_grad(units[cur])) + (0.0 if cur in job.kept else _full(units[cur])) - job.post[cur]
     if prefetch is not None:  # the next unit's parameters, all-gathered ahead
-        gathered += _full(units[prefetch])
+        gathered += _full(units[prefetch]) - job.post[prefetch]
     if job.keeps_rs_input and k < len(others):  # the unit before in backward order: FSDP2 still holds its reduce-scatter input
         gathered += job.shard_of[others[k]] * job.shard
     gathered += made

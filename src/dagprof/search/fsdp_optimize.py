@@ -44,7 +44,7 @@ from ..traces.kineto_schema import dtype_bytes
 from ..traces.run_schema import FSDP2_API, FSDP_ROOT
 from ..units import MB
 from .evaluate import penalised
-from .fsdp_memory import GATHERED_UNRECORDED, FsdpMemory, fsdp_peak
+from .fsdp_memory import GATHERED_UNRECORDED, FsdpMemory, fsdp_peak, offload_note
 from .optimize import TIE_PCT, WORTH_APPLYING_PCT, Gain
 
 EXHAUSTIVE = 4096  # candidates replayed one by one; beyond this, seeds then the best single change
@@ -217,16 +217,21 @@ def search_fsdp(g: Graph, budget_s: float = 30.0, allow_lossy: bool = False, mem
     fs = g.meta.fsdp
     if len({tuple(u.mesh) for u in fs.units}) > 1:
         raise DagprofError("this FSDP job's units sit on different meshes; dagprof optimize searches one mesh only", source)
-    units = [u.name for u in fs.units]
+    units = [u.name for u in fs.units if not u.reshard_to]  # reshard_after_forward=N: True would regroup its backward all-gathers
     profiled_dtype = fs.units[0].reduce_dtype or fs.units[0].orig_dtype
     dtypes: list[str | None] = [None]
     notes = list(NOT_SEARCHED)
+    if post := [u for u in fs.units if u.reshard_to]:
+        notes.append(f"{', '.join(u.name for u in post)} kept as profiled (reshard_after_forward={post[0].reshard_to}, an int): its reshard "
+                     "is not searched, since True would all-gather it in backward on its whole shard group, which is not modelled")
     if allow_lossy:
         dtypes += [d for d in LOSSY_DTYPES if dtype_bytes(d) < dtype_bytes(profiled_dtype)]
     else:
         notes.append(f"reduce dtype kept ({profiled_dtype}): a lower one rounds the gradients; --allow-lossy tries bfloat16")
     if fs.layer_saved_gathered_bytes is None and fs.layer_saved_bytes:
         notes.append(f"peak memory: {GATHERED_UNRECORDED}")
+    if note := offload_note(fs):
+        notes.append(note)
     ev = FsdpEvaluator(g, units, memory_budget)
     by_name = {u.name: u for u in fs.units}
     profiled = FsdpCandidate(tuple(resharded(by_name[n], None) for n in units))
@@ -300,7 +305,9 @@ def _groupings(ev: FsdpEvaluator, base: FsdpScored, memory_budget: float | None,
         us = base.iter_us * job_iteration_us(merged, replay(merged)) / flat
         out.append(Grouping(spec, groups, us, mem, memory_budget is None or mem.total <= memory_budget))
     if refused:
-        notes.append(f"unit grouping: {refused} of {len(specs)} groupings not priced (their units reshard after forward differently)")
+        why = ("units given reshard_after_forward=N, an int, or units that reshard after forward differently"
+               if any(u.reshard_to for u in g.meta.fsdp.units) else "their units reshard after forward differently")
+        notes.append(f"unit grouping: {refused} of {len(specs)} groupings not priced ({why})")
     return sorted(out, key=lambda gr: gr.iter_us)
 
 

@@ -37,7 +37,7 @@ from ..passes.workers import replica_ranks, shared_port_note
 from ..progress import progress
 from ..replay import ReplayResult
 from ..units import MB
-from .fsdp_memory import GATHERED_UNRECORDED, ddp_peak_of_fsdp, fsdp_peak
+from .fsdp_memory import GATHERED_UNRECORDED, ddp_peak_of_fsdp, fsdp_peak, offload_note
 from .memory import NO_SIZES
 from .scenario import (
     Cluster,
@@ -212,6 +212,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
             + _link_to_notes(scenarios, cluster) + _mesh_notes(g0, scenarios) + _fsdp_step_notes(g0, scenarios, cluster) + wire_notes + waiting
             + ([f"no peak memory in {len(rows)} row(s): {NO_SIZES}"] if unsized else [])
             + ([f"peak memory in {len(rows)} row(s): {GATHERED_UNRECORDED}"] if _threshold_rule(g0) and not unsized else [])
+            + ([note] if is_fsdp_graph(g0) and not unsized and (note := offload_note(g0.meta.fsdp)) else [])
             + ([note] if relinked and (note := stall_note(g0)) else [])
             + ([f"{outweighed} of {len(rows)} row(s) (marked ~) change the step less than that stall moves one step at even odds: "
                 "their points are not told apart from the profiled run's, read their intervals"] if outweighed else []),
@@ -413,12 +414,13 @@ def _hybrid_notes(g: Graph) -> list[str]:
 
 def _one_replica_us(g0: Graph, single: Scenario, cluster: Cluster, base_topo: Topology | None) -> float | None:
     """One data-parallel replica's iteration under the same conditions; None where fewer workers are not modelled
-    (a hybrid job whose other groups span its data-parallel ranks, ZeRO stepped by DDP's comm hook on the buckets' owners:
-    the scaling columns are then n/a)."""
+    (a hybrid job whose other groups span its data-parallel ranks, ZeRO stepped by DDP's comm hook on the buckets' owners,
+    an FSDP2 unit given ``reshard_after_forward=N``: the scaling columns are then n/a)."""
     try:
         return job_iteration_us(*disturb(apply(g0, single, cluster, base_topo), cluster))
     except DagprofError:
-        if not (hybrid(g0) or (g0.meta.zero is not None and g0.meta.zero.buckets)):
+        if not (hybrid(g0) or (g0.meta.zero is not None and g0.meta.zero.buckets)
+                or (is_fsdp_graph(g0) and any(u.reshard_to for u in g0.meta.fsdp.units))):
             raise
         return None
 

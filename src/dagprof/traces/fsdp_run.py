@@ -66,8 +66,9 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, records: np.ndarray,
     if gloo is not None and (outside := outside + len(gloo) - g):
         # no rank in the text: every rank of the job runs the same ones, and equal texts are shown once (``warnings_of``)
         warnings.append(f"{outside} collective(s) a rank ran in the profiled steps outside FSDP's calls (the job's own: clip_grad_norm_'s "
-                        f"on DTensor gradients, a dist.all_reduce of ignored parameters' gradients) are kept as measured host time: not priced by the link "
-                        f"nor held to their peers in what-ifs")
+                        f"on DTensor gradients, a dist.all_reduce of ignored parameters' gradients, a state_dict's full_tensor gathers) are kept as "
+                        f"measured host time, their waits for peers included: not priced by the link nor held to their peers in replay and "
+                        f"what-ifs (a plain state_dict save in the window put the replay +4.5 % off, bench/fsdp_fresh/prefetch_offload.py)")
     for kb, what in ((Rec.FSDP_COPY_OUT_BEGIN, "copy-out"), (Rec.FSDP_RESHARD_BEGIN, "reshard")):
         rows = np.flatnonzero((code == kb) | (code == kb + 1))
         opened: dict[tuple[int, int], int] = {}
@@ -163,12 +164,17 @@ def label_groups(rows: EventRows, info: FsdpInfo) -> tuple[list[str], dict[str, 
 def check_units(info: FsdpInfo, rank: int, world: int, path: str) -> None:
     """Each unit's device mesh spans the job's data-parallel ranks (its size divides the world size: other ranks are
     another parallel dimension), and each collective runs on a group of this rank's of the size its mesh gives: the shard
-    dimension's for all-gathers and reduce-scatters, the replicate one's for HSDP's all-reduce. Otherwise the file is
+    dimension's for all-gathers and reduce-scatters (a backward all-gather of a unit given ``reshard_after_forward=N``: N
+    ranks, or the shard dimension's where it was not resharded), the replicate one's for HSDP's all-reduce. Otherwise the file is
     damaged, and ``--mesh`` would re-price a layout the job never had. Likewise a unit's frozen part is within it: more
     would leave it negative gradients and optimizer state."""
     for u in info.units:
         if u.mesh and (min(u.mesh) < 1 or world % math.prod(u.mesh)):
             raise DagprofError(f"unit {u.name}'s mesh {'x'.join(map(str, u.mesh))} does not fit the job's {world} ranks: a damaged file", path)
+        if u.reshard_to and (not u.reshard_after_forward or u.reshard_to < 2 or not u.mesh or u.reshard_to >= u.mesh[-1]
+                             or u.mesh[-1] % u.reshard_to):
+            raise DagprofError(f"unit {u.name} reshards to {u.reshard_to} ranks after forward, which is no smaller group of its "
+                               f"shard degree {u.mesh[-1] if u.mesh else '-'}: a damaged file", path)
         if u.frozen_numel > u.numel or u.frozen_tensors > len(u.params):
             raise DagprofError(f"unit {u.name} has {u.frozen_numel} frozen elements in {u.numel} and {u.frozen_tensors} frozen tensors in "
                                f"{len(u.params)}: a damaged file", path)
@@ -176,7 +182,9 @@ def check_units(info: FsdpInfo, rank: int, world: int, path: str) -> None:
         mesh = info.units[c.unit].mesh
         ranks = [int(r) for r in c.group.split(",")]
         size = (mesh[0] if c.kind == "all_reduce" else mesh[-1]) if mesh else len(ranks)
-        if rank not in ranks or len(ranks) != size or min(ranks) < 0 or max(ranks) >= world:
+        post = info.units[c.unit].reshard_to  # reshard_after_forward=N: the backward all-gather runs in the N-rank group
+        sizes = {size, post} if post and c.kind == "all_gather" and c.phase == "backward" else {size}
+        if rank not in ranks or len(ranks) not in sizes or min(ranks) < 0 or max(ranks) >= world:
             raise DagprofError(f"collective {k} ({c.kind}) runs on ranks {c.group}, but rank {rank}'s unit {info.units[c.unit].name} "
                                f"has mesh {'x'.join(map(str, mesh))} in a {world}-rank job: a damaged file", path)
 

@@ -464,13 +464,17 @@ def _unseen(run: Run, inline: Counter) -> list[GroupLabel]:
 
 
 def _dp_groups(run: Run, groups: list[GroupLabel]) -> list[tuple[int, ...]]:
-    """Rank sets of the data-parallel groups: the mesh's described DP groups if any, else those of the DP collectives."""
+    """Rank sets of the data-parallel groups: the mesh's described DP groups if any, else those of the DP collectives but
+    FSDP2's post-forward groups (``reshard_after_forward=N``: a unit's backward all-gathers in N of its shard group's ranks),
+    which are no mesh dimension: 4 ranks whose units reshard to 2 read as a 2x2 HSDP mesh, and ``--workers`` shrank them."""
     described = {tuple(r) for t in run.ranks for name, r in t.group_ranks.items()
                  if r and desc_dim(t.meta.group_desc.get(name, "")) is Dim.DP}
     if described:
         return sorted(described)
     world = tuple(range(run.world_size))
-    return sorted({g.ranks or world for g in groups if Dim.DP.text in g.dims})
+    post = {tuple(map(int, c.group.split(","))) for t in run.ranks if t.meta.fsdp for c in t.meta.fsdp.collectives
+            if c.kind == "all_gather" and (u := t.meta.fsdp.units[c.unit]).reshard_to and u.mesh and len(c.group.split(",")) < u.mesh[-1]}
+    return sorted({g.ranks or world for g in groups if Dim.DP.text in g.dims} - post)
 
 
 # ---------------------------------------------------------------- gloo: collectives without their group

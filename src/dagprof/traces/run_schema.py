@@ -143,6 +143,10 @@ class FsdpUnit(msgspec.Struct, kw_only=True):
     param_dtype: str = ""  # what the all-gather moves (mixed precision)
     reduce_dtype: str = ""  # what the reduce-scatter moves
     reshard_after_forward: bool = True
+    # FSDP2's ``reshard_after_forward=N`` (an int below the shard degree): after forward the unit keeps a shard over N
+    # ranks (its ``post_forward_mesh_info``), and its backward all-gather runs in that N-rank group; 0: its own shard group
+    reshard_to: Count = 0
+    offload: bool = False  # FSDP2's ``CPUOffloadPolicy``: its shards, their gradients and optimizer state live in host memory
     mesh: list[int] = []  # device mesh shape: (shard,) or HSDP's (replicate, shard)
     mesh_dims: list[str] = []
     # of numel, the elements (and of params, the tensors) that take no gradient: FSDP gathers them but reduce-scatters,

@@ -64,6 +64,8 @@ def apply_fsdp(model: Any, s: Strategy, source: str | None = None) -> None:
 
     here = validate_fsdp(model, s, source)
     for u in s.fsdp.units:
+        if u.reshard_after_forward and all(g._reshard_after_forward for g in _groups(here[u.name])):
+            continue  # resharding already, perhaps to fewer ranks (reshard_after_forward=N, which optimize keeps): left as it is
         here[u.name].set_reshard_after_forward(u.reshard_after_forward, recurse=False)
     if s.fsdp.reduce_dtype is not None:
         dtype = getattr(torch, s.fsdp.reduce_dtype)

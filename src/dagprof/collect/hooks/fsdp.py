@@ -167,7 +167,8 @@ class FsdpRecorder:
 
     def _unshard(self, unit: Any) -> tuple[int, str, int]:
         """The context (unit, pass, prefetched by) of an all-gather that unsharding ``unit`` (a param group, a handle) issues."""
-        phase = "forward" if unit._training_state.name == "FORWARD" else "backward"
+        # IDLE: ``FSDPModule.unshard()`` called by hand, before a forward (FSDP2's own unshards set FORWARD or PRE_BACKWARD)
+        phase = "forward" if unit._training_state.name in ("FORWARD", "IDLE") else "backward"
         return self._unit(unit), phase, self._prefetching[-1] if self._prefetching else -1
 
     def _within(self, fn: Any, context: Any) -> Any:
@@ -294,6 +295,8 @@ class FsdpRecorder:
                 orig_dtype=_dtype(dtype), param_dtype=_dtype((fps[0].param_dtype or fps[0].orig_dtype) if fps else None),
                 # read when the rank file is written, after lazy init: a root left at fully_shard's default (None) reads False
                 reduce_dtype=_dtype(g._reduce_dtype or dtype), reshard_after_forward=bool(g._reshard_after_forward),
+                offload=bool(fps) and fps[0].offload_to_cpu,
+                reshard_to=post.shard_mesh_size if (post := g.post_forward_mesh_info) is not None and g._use_post_forward_mesh else 0,
                 mesh=list(mesh.shape), mesh_dims=list(mesh.mesh_dim_names or ()),
                 frozen_numel=sum(fp._orig_size.numel() for fp in fps if not fp.sharded_param.requires_grad),
                 frozen_tensors=sum(not fp.sharded_param.requires_grad for fp in fps),
