@@ -28,6 +28,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import damage_more  # noqa: E402  (the damages users make by hand: encodings, second sessions, units, mixed jobs)
+
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"
 
@@ -75,7 +78,7 @@ KINDS = [
          "rank4.kineto.json.gz", unread=("nosteps", "onestep")),
     Kind("hybrid-kineto", DATA / "hybrid-dp-tp", "rank-1.pt.trace.json.gz", "rank-0.pt.trace.json.gz", "rank-4.pt.trace.json.gz",
          named_by_content=True, only=("clean", "trunc50", "missing", "dup", "dupover", "swap", "swapids", "nosteps", "onestep",
-                                      "collsize", "neg", "skew", *FLAGS)),
+                                      "collsize", "neg", "skew", *FLAGS, "late-window", "ns-us", "second-world")),
     Kind("kineto-dir", DATA / "gloo-windows/same", "rank-1.pt.trace.json.gz", "rank-0.pt.trace.json.gz",
          "rank-2.pt.trace.json.gz", named_by_content=True),
     Kind("kineto-8", DATA / "kineto-corpus/param/dlrm_kineto", "worker1_step_12.1694128201556.pt.trace.json.gz",
@@ -91,7 +94,7 @@ KINDS = [
     # the XPlane itself, beside the rank file that says its rank
     Kind("tf-xplane", DATA / "tf/text", "rank1/plugins/profile/2026_12_02_01_16_53/vm.xplane.pb.gz",
          "rank0/plugins/profile/2026_12_02_01_16_53/vm.xplane.pb.gz", only=("clean", "trunc50", "truncgz", "empty", "garbage", "missing",
-                                                                         "dupover")),
+                                                                         "dupover", "concat", "gz-swapped", "symlink-loop")),
     Kind("jax-xplane", DATA / "tf-jax/pmap-host", "rank1/plugins/profile/2026_12_03_10_29_30/vm.xplane.pb.gz",
          "rank0/plugins/profile/2026_12_03_10_29_30/vm.xplane.pb.gz", only=("clean", "trunc50", "missing", "dupover")),
     Kind("horovod", DATA / "horovod/sparse-gru", "rank1.horovod.json", "rank0.horovod.json", "rank2.horovod.json"),
@@ -107,7 +110,8 @@ KINDS = [
 MUST_REFUSE_OR_WARN = {"trunc10", "trunc50", "trunc99", "truncgz", "empty", "garbage", "missing", "dup", "swap",
                        "swapids", "nosteps", "collsize", "nan", "neg", "foreign", "shape-empty", "shape-types",
                        "version-new", "version-old", "emptydir", "onestep", "kineto-as-rank", "isdir", "inf",
-                       "steps-out", "steps-reversed", "dupover", "mesh-world", "mesh-rank", "unit-renamed", "unit-missing"}
+                       "steps-out", "steps-reversed", "dupover", "mesh-world", "mesh-rank", "unit-renamed", "unit-missing",
+                       *damage_more.MUST_REFUSE_OR_WARN}
 
 
 def must_flag(kind: Kind, damage: str) -> bool:
@@ -373,7 +377,8 @@ def _layer_csv(log: Path, out: Path) -> None:
 DAMAGES = ["clean", "trunc10", "trunc50", "trunc99", "truncgz", "empty", "garbage", "missing", "dup", "swap",
            "swapids", "nosteps", "onestep", "collsize", "nan", "neg", "inf", "skew", "wrongext", "foreign",
            "kineto-as-rank", "shape-empty", "shape-types", "version-new", "version-old", "isdir", "emptydir",
-           "steps-out", "steps-reversed", "dupover", "mesh-world", "mesh-rank", "unit-renamed", "unit-missing", *FLAGS]
+           "steps-out", "steps-reversed", "dupover", "mesh-world", "mesh-rank", "unit-renamed", "unit-missing", *FLAGS,
+           *damage_more.DAMAGES]
 
 
 def make_case(kind: Kind, damage: str, root: Path) -> tuple[Path, str] | None:
@@ -403,6 +408,8 @@ def make_case(kind: Kind, damage: str, root: Path) -> tuple[Path, str] | None:
         return arg, str(t)
     if damage in FLAGS:
         return None
+    if damage in damage_more.DAMAGES:
+        return damage_more.make(kind, damage, case, t, arg)
     if damage.startswith("trunc") and damage != "truncgz":
         _truncate(t, int(damage[5:]) / 100)
     elif damage == "truncgz":

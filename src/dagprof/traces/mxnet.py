@@ -206,6 +206,9 @@ class _Manifest:
         self.path = path
         if not self.worker_files:
             raise DagprofError("the run profiled no worker (no worker traces listed)", path)
+        if sorted(self.worker_files) != list(range(self.workers)):  # the graph has one push per key and worker of num_workers
+            raise DagprofError(f"num_workers is {self.workers} but the traces listed are of workers {sorted(self.worker_files)}: "
+                               "a damaged manifest, or a worker's trace left out of it", path)
         listed = set(self.worker_files.values())
         extra = sorted(n for n in os.listdir(folder) if _WORKER_NAMED.fullmatch(n) and os.path.join(folder, n) not in listed)
         if extra:  # read before as the listed workers alone, the copy unseen
