@@ -75,7 +75,7 @@ KINDS = [
     Kind("ddp", DATA / "ddp-testbed/run", "rank1.json", "rank0.json", "rank2.json", ddp=True),
     # a run's steps are the hooks' step times in rank<R>.json; its Kineto trace is read for the collectives inside them only
     Kind("dagprof-kineto", DATA / "hybrid-dp-tp-dagprof", "rank1.kineto.json.gz", "rank0.kineto.json.gz",
-         "rank4.kineto.json.gz", unread=("nosteps", "onestep")),
+         "rank4.kineto.json.gz", unread=("nosteps", "onestep", "late-window")),
     Kind("hybrid-kineto", DATA / "hybrid-dp-tp", "rank-1.pt.trace.json.gz", "rank-0.pt.trace.json.gz", "rank-4.pt.trace.json.gz",
          named_by_content=True, only=("clean", "trunc50", "missing", "dup", "dupover", "swap", "swapids", "nosteps", "onestep",
                                       "collsize", "neg", "skew", *FLAGS, "late-window", "ns-us", "second-world")),
@@ -86,22 +86,25 @@ KINDS = [
          only=("clean", "missing", "dup", "swap", "swapids", "nosteps", "onestep", "collsize", "skew", "neg"),
          named_by_content=True),
     Kind("kineto-file", DATA / "kineto-public/nccl_parser_config/nccl_data.json.gz", "nccl_data.json.gz"),
-    Kind("fsdp", DATA / "fsdp/reshard", "rank1.json", "rank0.json", "rank2.json"),
-    Kind("hsdp", DATA / "fsdp/hsdp", "rank1.json", "rank0.json", "rank4.json"),
-    Kind("fsdp1", DATA / "fsdp/fsdp1", "rank1.json", "rank0.json", "rank2.json"),
+    # FSDP records pair by collective and unit index: a row written twice is read once
+    Kind("fsdp", DATA / "fsdp/reshard", "rank1.json", "rank0.json", "rank2.json", unread=("dup-events",)),
+    Kind("hsdp", DATA / "fsdp/hsdp", "rank1.json", "rank0.json", "rank4.json", unread=("dup-events",)),
+    Kind("fsdp1", DATA / "fsdp/fsdp1", "rank1.json", "rank0.json", "rank2.json", unread=("dup-events",)),
     Kind("tf", DATA / "tf/text", "rank1.json", "rank0.json", "rank2.json"),
     Kind("jax", DATA / "tf-jax/pmap-host", "rank1.json", "rank0.json", "rank2.json"),
     # the XPlane itself, beside the rank file that says its rank
     Kind("tf-xplane", DATA / "tf/text", "rank1/plugins/profile/2026_12_02_01_16_53/vm.xplane.pb.gz",
          "rank0/plugins/profile/2026_12_02_01_16_53/vm.xplane.pb.gz", only=("clean", "trunc50", "truncgz", "empty", "garbage", "missing",
-                                                                         "dupover", "concat", "gz-swapped", "symlink-loop")),
+                                                                         "dupover", "concat", "gz-swapped", "symlink-loop"),
+         unread=("concat",)),  # a protobuf written twice merges into one: its planes twice, read once
     Kind("jax-xplane", DATA / "tf-jax/pmap-host", "rank1/plugins/profile/2026_12_03_10_29_30/vm.xplane.pb.gz",
          "rank0/plugins/profile/2026_12_03_10_29_30/vm.xplane.pb.gz", only=("clean", "trunc50", "missing", "dupover")),
     Kind("horovod", DATA / "horovod/sparse-gru", "rank1.horovod.json", "rank0.horovod.json", "rank2.horovod.json"),
     Kind("horovod-timeline", DATA / "horovod/sparse-gru", "horovod_timeline.json"),
-    Kind("mxnet", DATA / "mxnet/user_mlp", "worker1.json.gz", "worker0.json.gz", "worker2.json.gz"),
+    # the manifest's step times bound what is read: a second session's events an hour on are outside them
+    Kind("mxnet", DATA / "mxnet/user_mlp", "worker1.json.gz", "worker0.json.gz", "worker2.json.gz", unread=("two-sessions",)),
     Kind("mxnet-manifest", DATA / "mxnet/user_mlp", "mxnet-run.json"),
-    Kind("layerwise", DATA / "bcaffe-k80-googlenet/tmp4comm.log", "tmp4comm.log"),
+    Kind("layerwise", DATA / "bcaffe-k80-googlenet/tmp4comm.log", "tmp4comm.log", unread=("concat",)),  # its last dump is read
     Kind("layer-csv", DATA / "bcaffe-k80-googlenet/tmp4comm.log", "layers.csv"),  # made from the log, below
 ]
 

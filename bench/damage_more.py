@@ -136,6 +136,14 @@ def _late(obj) -> bool:
 
 def _two_sessions(obj) -> bool:
     """The file holds a second session an hour later: its events appended (a profiler re-entered, one file kept)."""
+    if isinstance(obj, list) and obj:  # a Horovod timeline: the second session's metadata too, its epoch an hour on
+        again = json.loads(json.dumps(obj))
+        for e in again:
+            args = e.get("args") if isinstance(e, dict) else None
+            if isinstance(args, dict) and "start_time_since_epoch_in_micros" in args:
+                args["start_time_since_epoch_in_micros"] += HOUR_US
+        obj.extend(again)
+        return True
     ev = _events(obj)
     if ev:
         ev.extend(json.loads(json.dumps([e for e in ev if isinstance(e, dict) and "ts" in e])))

@@ -110,6 +110,11 @@ def _ops(doc: dict, path: str) -> tuple[list[_Op], list[_Op], dict[int, str]]:
                 (ops if ph == "E" else api).append(span)
     ops.sort(key=lambda o: o.start)
     api.sort(key=lambda o: o.start)
+    spans = [(o.name, o.pid, o.tid, o.start, o.end) for o in ops if o.end > o.start]
+    twice = len(spans) - len(set(spans))
+    if twice:  # one thread runs one operator at a time: a span written twice is a file written twice, read before as more work
+        raise DagprofError(f"{twice} operator spans appear twice (same name, thread, start and end): a file written twice, or "
+                           "two profiler dumps merged", path)
     return ops, api, procs
 
 

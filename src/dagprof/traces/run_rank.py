@@ -69,9 +69,9 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
     if f.fsdp is not None:
         _check_fsdp_indices(f.fsdp, records, path)
         check_units(f.fsdp, f.rank, f.world_size, path)
-        comm = fsdp_comm(f.fsdp, kpath, f.rank, records, steps, warnings)
+        comm = fsdp_comm(f.fsdp, kpath, f.rank, f.world_size, records, steps, warnings)
     else:
-        comm = kineto_comm(kpath, f.rank, records, steps, warnings) if kpath else hook_comm(records)
+        comm = kineto_comm(kpath, f.rank, f.world_size, records, steps, warnings) if kpath else hook_comm(records)
         if f.zero is not None:
             check_zero(f.zero, f.world_size, path)
             label_zero(comm, f.zero, records, f.rank, kpath is not None, warnings)
