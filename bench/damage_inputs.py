@@ -69,6 +69,7 @@ FLAGS = {
     "flag-diff-top": (["diff", "--json", "ORIG", "RUN", "--top", "-1", "-o", "OUT"], ()),
     "flag-budget0": (["optimize", "--json", "RUN", "--budget", "0", "-o", "OUT"], ()),
     "flag-memory-neg": (["optimize", "--json", "RUN", "--memory-budget", "-1GB", "--budget", "1", "-o", "OUT"], ()),
+    **damage_more.FLAGS,
 }
 
 KINDS = [

@@ -19,6 +19,14 @@ DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 DAMAGES = ["bom", "crlf", "gz-swapped", "concat", "two-sessions", "ns-us", "huge", "late-window", "symlink-loop",
            "manifest-only", "world-mismatch", "manifest-extra", "dup-events", "unicode", "mixed-job", "second-world"]
 
+# wrong flags users type, in damage_inputs.FLAGS's form: a fraction of a rank, a rate past a float, NaN, an empty bucket
+FLAGS = {
+    "flag-workers-frac": (["whatif", "--json", "RUN", "--workers", "1.5", "--no-trace"], ()),
+    "flag-bandwidth-huge": (["whatif", "--json", "RUN", "--bandwidth", "1e400Gbit", "--no-trace"], ()),
+    "flag-latency-nan": (["whatif", "--json", "RUN", "--latency", "nan", "--no-trace"], ()),
+    "flag-bucket0": (["whatif", "--json", "RUN", "--bucket-mb", "0", "--no-trace"], ()),
+}
+
 # left as they are by a careful writer's reader (an encoding, a name): an unchanged answer is right
 MUST_REFUSE_OR_WARN = set(DAMAGES) - {"bom", "crlf", "gz-swapped", "unicode"}
 
