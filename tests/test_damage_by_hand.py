@@ -90,6 +90,7 @@ def test_steady_steps_and_a_straggler_are_not_stalls():
     straggler[3] = 2 * STALL_FACTOR * 200e3
     assert "rank 0, step 3" in stalled_steps({0: _spans(straggler), 1: _spans([200e3] * 8)})
     assert "rank 0, step 0" in stalled_steps({0: [[0, 0, 100e6]], 1: [[0, 0, 100e3]]})  # one step each: the shorter is the median
+    assert stalled_steps({0: [[1, 0, 9288], [2, 9325, 9374]]}) is None  # one rank's two steps, the last cut by the window's end
 
 
 def test_a_kineto_trace_in_ns_is_refused(tmp_path):
