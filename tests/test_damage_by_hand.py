@@ -124,6 +124,17 @@ def test_a_horovod_timeline_with_a_second_session_is_refused(tmp_path):
     _refused(run, str(tl), "a second timeline session")
 
 
+def test_a_horovod_timeline_with_events_appended_an_hour_on_is_refused(tmp_path):
+    run = _copy(tmp_path, "horovod/sparse-gru")
+    tl = run / "horovod_timeline.json"
+    events = json.loads(tl.read_text())
+    events += json.loads(json.dumps([e for e in events if "ts" in e]))
+    for e in events[len(events) // 2:]:  # the last response opened in the window closes an hour on
+        e["ts"] = e["ts"] + HOUR_US if "ts" in e else e.get("ts")
+    tl.write_text(json.dumps([{k: v for k, v in e.items() if v is not None} for e in events]))
+    _refused(run, str(tl), "end up to 3600 s after them")  # read before with a 20-minute all-reduce in a step, exit 0
+
+
 def test_an_mxnet_trace_written_twice_is_refused(tmp_path):
     run = _copy(tmp_path, "mxnet/user_mlp")
     _edit(run / "worker1.json.gz", lambda d: d.update(traceEvents=[e for e in d["traceEvents"] for _ in (0, 1)]))

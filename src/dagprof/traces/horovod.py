@@ -235,6 +235,11 @@ def _check_same_time(tl: Timeline, ref: RankTrace, path: str) -> None:
     if gap_us > 1e6:
         raise DagprofError(f"its responses are {gap_us / 1e6:.0f} s {'after' if first > end else 'before'} the profiled steps of "
                            f"{os.path.basename(ref.source)}: it is another run's timeline", path)
+    late = [r.t1 - end for r in tl.responses if start <= r.t0 <= end and r.t1 > end + 1e6]
+    if late:  # read before as an all-reduce of that long inside a step, exit 0
+        raise DagprofError(f"{len(late)} response(s) start in the profiled steps of {os.path.basename(ref.source)} but end up to "
+                           f"{max(late) / 1e6:.0f} s after them: a start paired with the end of a later session (events appended "
+                           "to the timeline)", path)
 
 
 def _check_served(placed: _Placement, requests: dict[int, list[_Request]], path: str, warnings: list[str | RunWarning]) -> None:
