@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import pathlib
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -162,3 +165,16 @@ def test_a_looping_link_is_said(tmp_path):
     loop = tmp_path / "loop"
     loop.symlink_to("loop")
     _refused(loop, str(loop), "symbolic link to nothing")
+
+
+def test_unicode_op_names_print_to_an_ascii_stdout(tmp_path):
+    run = _copy(tmp_path, "gloo-windows/same")
+    for p in run.glob("*.json.gz"):
+        _edit(p, lambda d: [e.update(name=e["name"] + " ünï✓") for e in d["traceEvents"] if e.get("cat") == "cpu_op"
+                            and e.get("name", "").startswith("aten::")])
+    src = str(pathlib.Path(__file__).parents[1] / "src")
+    env = {**os.environ, "PYTHONIOENCODING": "ascii", "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    p = subprocess.run([sys.executable, "-m", "dagprof.cli.main", "analyze", str(run)], capture_output=True, text=True,
+                       env=env, timeout=600)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr[-2000:]  # UnicodeEncodeError before
+    assert "\\xfcn\\xef\\u2713" in p.stdout
