@@ -87,10 +87,9 @@ KINDS = [
          only=("clean", "missing", "dup", "swap", "swapids", "nosteps", "onestep", "collsize", "skew", "neg"),
          named_by_content=True),
     Kind("kineto-file", DATA / "kineto-public/nccl_parser_config/nccl_data.json.gz", "nccl_data.json.gz"),
-    # FSDP records pair by collective and unit index: a row written twice is read once
-    Kind("fsdp", DATA / "fsdp/reshard", "rank1.json", "rank0.json", "rank2.json", unread=("dup-events",)),
-    Kind("hsdp", DATA / "fsdp/hsdp", "rank1.json", "rank0.json", "rank4.json", unread=("dup-events",)),
-    Kind("fsdp1", DATA / "fsdp/fsdp1", "rank1.json", "rank0.json", "rank2.json", unread=("dup-events",)),
+    Kind("fsdp", DATA / "fsdp/reshard", "rank1.json", "rank0.json", "rank2.json"),
+    Kind("hsdp", DATA / "fsdp/hsdp", "rank1.json", "rank0.json", "rank4.json"),
+    Kind("fsdp1", DATA / "fsdp/fsdp1", "rank1.json", "rank0.json", "rank2.json"),
     Kind("tf", DATA / "tf/text", "rank1.json", "rank0.json", "rank2.json"),
     Kind("jax", DATA / "tf-jax/pmap-host", "rank1.json", "rank0.json", "rank2.json"),
     # the XPlane itself, beside the rank file that says its rank

@@ -144,6 +144,13 @@ def test_an_mxnet_trace_written_twice_is_refused(tmp_path):
     _refused(run, "worker1.json.gz", "operator spans appear twice")  # read before 0.2 % slower, exit 0
 
 
+@pytest.mark.parametrize("fixture", ["ddp-testbed/run", "fsdp/reshard"])
+def test_a_rank_file_with_its_records_written_twice_is_refused(tmp_path, fixture):
+    run = _copy(tmp_path, fixture)  # DDP: "mismatched collectives" on the folder before; FSDP: read as it was, unsaid
+    _edit(run / "rank1.json", lambda d: d.update(records=[r for r in d["records"] for _ in (0, 1)]))
+    _refused(run, str(run / "rank1.json"), "hook records appear twice")
+
+
 @pytest.mark.parametrize("workers", [1, 3])
 def test_an_mxnet_manifest_whose_num_workers_disagrees_is_refused(tmp_path, workers):
     run = _copy(tmp_path, "mxnet/user_mlp")

@@ -44,6 +44,10 @@ def corrupt_content(path: str):
 
 def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
     records = np.asarray(f.records, dtype=np.int64).reshape(-1, len(Col))
+    twice = len(records) - len(np.unique(records, axis=0))
+    if twice:  # a hook times each record in ns: a row twice is a file written twice (read before as mismatched collectives)
+        raise DagprofError(f"{twice} hook records appear twice (same kind, ids and ns time): a file written twice, or two "
+                           "files merged", path)
     first, stop = f.steps_requested
     profiled, layers = f.steps_profiled, f.layers
     grad_bytes = [f.layer_grad_bytes.get(name, 0) for name in layers]
