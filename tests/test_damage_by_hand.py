@@ -151,6 +151,12 @@ def test_a_rank_file_with_its_records_written_twice_is_refused(tmp_path, fixture
     _refused(run, str(run / "rank1.json"), "hook records appear twice")
 
 
+def test_a_horovod_rank_file_of_another_world_size_is_refused(tmp_path):
+    run = _copy(tmp_path, "horovod/sparse-gru")
+    _edit(run / "rank1.horovod.json", lambda d: d.update(world_size=4))  # read before as this job's, exit 0
+    _refused(run, str(run / "rank1.horovod.json"), "holds rank 1 of 4, not of 2")
+
+
 @pytest.mark.parametrize("workers", [1, 3])
 def test_an_mxnet_manifest_whose_num_workers_disagrees_is_refused(tmp_path, workers):
     run = _copy(tmp_path, "mxnet/user_mlp")
