@@ -180,7 +180,8 @@ def _world(obj, by: int) -> bool:
 
 
 _KEEP = ("all_reduce", "allreduce", "nccl", "gloo", "c10d", "ProfilerStep", "broadcast", "gather", "scatter", "send",
-         "recv", "barrier", "Optimizer", "backward", "Backward", "autograd", "DistributedDataParallel", "record_param")
+         "recv", "barrier", "Optimizer", "backward", "Backward", "autograd", "DistributedDataParallel", "record_param",
+         "reducer")  # framework ops known by name (DDP's copy_bucket_to_grad is its wait): renamed, they are other ops
 
 
 def _unicode(obj) -> bool:
