@@ -28,6 +28,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import damage_more  # noqa: E402  (the damages users make by hand: encodings, second sessions, units, mixed jobs)
+
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"
 
@@ -66,23 +69,25 @@ FLAGS = {
     "flag-diff-top": (["diff", "--json", "ORIG", "RUN", "--top", "-1", "-o", "OUT"], ()),
     "flag-budget0": (["optimize", "--json", "RUN", "--budget", "0", "-o", "OUT"], ()),
     "flag-memory-neg": (["optimize", "--json", "RUN", "--memory-budget", "-1GB", "--budget", "1", "-o", "OUT"], ()),
+    **damage_more.FLAGS,
 }
 
 KINDS = [
     Kind("ddp", DATA / "ddp-testbed/run", "rank1.json", "rank0.json", "rank2.json", ddp=True),
     # a run's steps are the hooks' step times in rank<R>.json; its Kineto trace is read for the collectives inside them only
     Kind("dagprof-kineto", DATA / "hybrid-dp-tp-dagprof", "rank1.kineto.json.gz", "rank0.kineto.json.gz",
-         "rank4.kineto.json.gz", unread=("nosteps", "onestep")),
+         "rank4.kineto.json.gz", unread=("nosteps", "onestep", "late-window")),
     Kind("hybrid-kineto", DATA / "hybrid-dp-tp", "rank-1.pt.trace.json.gz", "rank-0.pt.trace.json.gz", "rank-4.pt.trace.json.gz",
          named_by_content=True, only=("clean", "trunc50", "missing", "dup", "dupover", "swap", "swapids", "nosteps", "onestep",
-                                      "collsize", "neg", "skew", *FLAGS)),
+                                      "collsize", "neg", "skew", *FLAGS, "late-window", "ns-us", "second-world")),
     Kind("kineto-dir", DATA / "gloo-windows/same", "rank-1.pt.trace.json.gz", "rank-0.pt.trace.json.gz",
          "rank-2.pt.trace.json.gz", named_by_content=True),
     Kind("kineto-8", DATA / "kineto-corpus/param/dlrm_kineto", "worker1_step_12.1694128201556.pt.trace.json.gz",
          "worker0_step_12.1694128201545.pt.trace.json.gz", "worker8_step_12.1694128201545.pt.trace.json.gz",
          only=("clean", "missing", "dup", "swap", "swapids", "nosteps", "onestep", "collsize", "skew", "neg"),
          named_by_content=True),
-    Kind("kineto-file", DATA / "kineto-public/nccl_parser_config/nccl_data.json.gz", "nccl_data.json.gz"),
+    Kind("kineto-file", DATA / "kineto-public/nccl_parser_config/nccl_data.json.gz", "nccl_data.json.gz",
+         unread=("late-window",)),  # one trace: its step numbers are labels, with no other rank's to disagree with
     Kind("fsdp", DATA / "fsdp/reshard", "rank1.json", "rank0.json", "rank2.json"),
     Kind("hsdp", DATA / "fsdp/hsdp", "rank1.json", "rank0.json", "rank4.json"),
     Kind("fsdp1", DATA / "fsdp/fsdp1", "rank1.json", "rank0.json", "rank2.json"),
@@ -91,14 +96,16 @@ KINDS = [
     # the XPlane itself, beside the rank file that says its rank
     Kind("tf-xplane", DATA / "tf/text", "rank1/plugins/profile/2026_12_02_01_16_53/vm.xplane.pb.gz",
          "rank0/plugins/profile/2026_12_02_01_16_53/vm.xplane.pb.gz", only=("clean", "trunc50", "truncgz", "empty", "garbage", "missing",
-                                                                         "dupover")),
+                                                                         "dupover", "concat", "gz-swapped", "symlink-loop"),
+         unread=("concat",)),  # a protobuf written twice merges into one: its planes twice, read once
     Kind("jax-xplane", DATA / "tf-jax/pmap-host", "rank1/plugins/profile/2026_12_03_10_29_30/vm.xplane.pb.gz",
          "rank0/plugins/profile/2026_12_03_10_29_30/vm.xplane.pb.gz", only=("clean", "trunc50", "missing", "dupover")),
     Kind("horovod", DATA / "horovod/sparse-gru", "rank1.horovod.json", "rank0.horovod.json", "rank2.horovod.json"),
     Kind("horovod-timeline", DATA / "horovod/sparse-gru", "horovod_timeline.json"),
-    Kind("mxnet", DATA / "mxnet/user_mlp", "worker1.json.gz", "worker0.json.gz", "worker2.json.gz"),
+    # the manifest's step times bound what is read: a second session's events an hour on are outside them
+    Kind("mxnet", DATA / "mxnet/user_mlp", "worker1.json.gz", "worker0.json.gz", "worker2.json.gz", unread=("two-sessions",)),
     Kind("mxnet-manifest", DATA / "mxnet/user_mlp", "mxnet-run.json"),
-    Kind("layerwise", DATA / "bcaffe-k80-googlenet/tmp4comm.log", "tmp4comm.log"),
+    Kind("layerwise", DATA / "bcaffe-k80-googlenet/tmp4comm.log", "tmp4comm.log", unread=("concat",)),  # its last dump is read
     Kind("layer-csv", DATA / "bcaffe-k80-googlenet/tmp4comm.log", "layers.csv"),  # made from the log, below
 ]
 
@@ -107,7 +114,8 @@ KINDS = [
 MUST_REFUSE_OR_WARN = {"trunc10", "trunc50", "trunc99", "truncgz", "empty", "garbage", "missing", "dup", "swap",
                        "swapids", "nosteps", "collsize", "nan", "neg", "foreign", "shape-empty", "shape-types",
                        "version-new", "version-old", "emptydir", "onestep", "kineto-as-rank", "isdir", "inf",
-                       "steps-out", "steps-reversed", "dupover", "mesh-world", "mesh-rank", "unit-renamed", "unit-missing"}
+                       "steps-out", "steps-reversed", "dupover", "mesh-world", "mesh-rank", "unit-renamed", "unit-missing",
+                       *damage_more.MUST_REFUSE_OR_WARN}
 
 
 def must_flag(kind: Kind, damage: str) -> bool:
@@ -373,7 +381,8 @@ def _layer_csv(log: Path, out: Path) -> None:
 DAMAGES = ["clean", "trunc10", "trunc50", "trunc99", "truncgz", "empty", "garbage", "missing", "dup", "swap",
            "swapids", "nosteps", "onestep", "collsize", "nan", "neg", "inf", "skew", "wrongext", "foreign",
            "kineto-as-rank", "shape-empty", "shape-types", "version-new", "version-old", "isdir", "emptydir",
-           "steps-out", "steps-reversed", "dupover", "mesh-world", "mesh-rank", "unit-renamed", "unit-missing", *FLAGS]
+           "steps-out", "steps-reversed", "dupover", "mesh-world", "mesh-rank", "unit-renamed", "unit-missing", *FLAGS,
+           *damage_more.DAMAGES]
 
 
 def make_case(kind: Kind, damage: str, root: Path) -> tuple[Path, str] | None:
@@ -403,6 +412,8 @@ def make_case(kind: Kind, damage: str, root: Path) -> tuple[Path, str] | None:
         return arg, str(t)
     if damage in FLAGS:
         return None
+    if damage in damage_more.DAMAGES:
+        return damage_more.make(kind, damage, case, t, arg)
     if damage.startswith("trunc") and damage != "truncgz":
         _truncate(t, int(damage[5:]) / 100)
     elif damage == "truncgz":

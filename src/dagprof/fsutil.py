@@ -30,8 +30,18 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO]:
     """Open a temp file beside ``path``; rename it over ``path`` only if the block succeeds."""
     path = os.path.abspath(os.fspath(path))
     folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-" + os.path.basename(path) + ".")
+    if os.path.isdir(path):  # os.replace would fail after the work, as an internal error
+        raise DagprofError("is a folder: give a file name for this output", path)
+    top = folder
+    while not os.path.isdir(top):
+        if os.path.lexists(top):
+            raise DagprofError("is a file, not a folder: give the output a path in a folder", top)
+        top = os.path.dirname(top)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-" + os.path.basename(path) + ".")
+    except OSError as err:
+        raise DagprofError(f"cannot write the output here ({err.strerror or err})", path) from None
     try:
         with os.fdopen(fd, mode) as f:
             yield f
@@ -94,6 +104,13 @@ def open_input(path: str | os.PathLike[str]) -> BinaryIO:
         os.close(fd)
         raise
     return os.fdopen(fd, "rb")
+
+
+def missing(path: str, what: str = "file or folder") -> DagprofError:
+    """The error for an input ``path`` that does not exist: a link whose target does not (or that loops) said as such."""
+    if os.path.islink(path):
+        return DagprofError("a symbolic link to nothing (its target is missing, or the link loops)", path)
+    return DagprofError(f"no such {what}", path)
 
 
 def read_input(path: str | os.PathLike[str]) -> bytes:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import io
 import json
 import math
 import os
@@ -111,6 +112,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if isinstance(sys.stdout, io.TextIOWrapper):  # an op named in Unicode printed to an ASCII stdout: escaped, no traceback
+        sys.stdout.reconfigure(errors="backslashreplace")
     parser, modules = _parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     tail = argv[argv.index("--") + 1:] if "--" in argv else None  # a training command: never parsed as our options

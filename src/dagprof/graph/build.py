@@ -35,7 +35,7 @@ from ..errors import DagprofError
 from ..traces.events import RankTrace, Run
 from ..traces.parallelism import label_run
 from ..traces.step_marks import mark_steps
-from ..traces.steps import iteration_us
+from ..traces.steps import iteration_us, stalled_steps
 from ..traces.zero_run import overlap_roots
 from .assemble import Assembler
 from .dag import Graph
@@ -75,6 +75,13 @@ def measured_iter_us(trace: RankTrace, steps: list[int]) -> float:
     """Measured iteration time of ``trace`` over ``steps`` (``traces.steps.iteration_us``)."""
     spans = trace.step_spans()
     return iteration_us(spans[np.isin(spans[:, 0].astype(int), steps)])
+
+
+def stalls(run: Run, steps: list[int]) -> list[str]:
+    """``traces.steps.stalled_steps`` of the ranks over ``steps``."""
+    spans = {t.rank: t.step_spans() for t in run.ranks}
+    said = stalled_steps({r: a[np.isin(a[:, 0].astype(int), steps)] for r, a in spans.items()})
+    return [said] if said else []
 
 
 def loop_steps(run: Run) -> LoopSteps | None:
@@ -120,7 +127,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         comm_hook=run.ranks[0].meta.comm_hook,
         zero=run.ranks[0].meta.zero,
         source=run.source,
-        warnings=run.meta.warning_texts(),
+        warnings=run.meta.warning_texts() + stalls(run, chosen),
         parallel=parallel,
         horovod=run.meta.horovod,
         layer_grad_bytes=dict(run.ranks[0].meta.layer_grad_bytes),

@@ -36,14 +36,14 @@ COLL_NAMES = {"all_gather": "allgather", "reduce_scatter": "reducescatter", "all
 HOOK_LANE = "fsdp collective (hook span)"
 
 
-def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, records: np.ndarray, steps: list, warnings: list) -> _Comm:
+def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, world: int, records: np.ndarray, steps: list, warnings: list) -> _Comm:
     """The transfers and host spans of every FSDP collective in the profiled steps."""
     code, a, t = records[:, Col.CODE], records[:, Col.A], records[:, Col.T_NS]
     begin = {int(i): int(s) for i, s in zip(a[code == Rec.FSDP_COLL_BEGIN], t[code == Rec.FSDP_COLL_BEGIN])}
     end = {int(i): int(s) for i, s in zip(a[code == Rec.FSDP_COLL_END], t[code == Rec.FSDP_COLL_END])}
     lo, hi = steps[0][1], steps[-1][2]
     calls = sorted((k, begin[k], end[k]) for k in begin if k in end and lo <= begin[k] <= hi)
-    gloo, device, optimizer = _kineto_transfers(kpath, rank, lo, hi, warnings) if kpath else (None, [], None)
+    gloo, device, optimizer = _kineto_transfers(kpath, rank, world, lo, hi, warnings) if kpath else (None, [], None)
     if gloo is not None and len(gloo) < len(calls):
         warnings.append(f"rank {rank}: Kineto shows {len(gloo)} collectives for {len(calls)} FSDP calls; transfer spans from the hooks")
         gloo = None
@@ -83,7 +83,7 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, records: np.ndarray,
     return _Comm(source, sorted(transfers, key=lambda x: x.seq), {}, sorted(host, key=lambda s: s.start), device, optimizer=optimizer)
 
 
-def _kineto_transfers(kpath: str, rank: int, lo: int, hi: int,
+def _kineto_transfers(kpath: str, rank: int, world: int, lo: int, hi: int,
                       warnings: list) -> tuple[list[tuple[str, int, int, int]], list[_DeviceOp], OptimizerOps | None]:
     """(lane, start ns, its exchange's start ns (``run_comm.exchange_starts``), end ns) of every collective Kineto saw in
     [lo, hi], by start, the GPU's kernels and copies launched in it, and its optimizer steps' ops (``optimizer_ops``);
@@ -91,7 +91,7 @@ def _kineto_transfers(kpath: str, rank: int, lo: int, hi: int,
     FSDP call it served; its transfer starts at the other."""
     from .kineto import read_kineto  # noqa: PLC0415  (only runs with Kineto on)
 
-    kt = read_kineto(kpath, rank=rank)
+    kt = read_kineto(kpath, rank=rank, world=world)
     warnings += kt.meta.warnings
     ev = kt.events
     at = lambda us: kt.base_ns + int(round(us * 1e3))  # noqa: E731

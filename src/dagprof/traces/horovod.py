@@ -110,6 +110,7 @@ class HorovodRankDoc(msgspec.Struct, kw_only=True):
     line naming the file and field. ``enqueues``: (step, tensor, start ns, end ns, bytes) of each gradient request."""
 
     rank: int
+    world_size: int | None = None  # checked against the run's (read before unchecked: another job's file read as this one's)
     settings: HorovodSettings = HorovodSettings()
     timeline: str | None = None
     warnings: list[str] = []
@@ -130,6 +131,9 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
     for r, d in docs.items():
         if d.rank != r:
             raise DagprofError(f"holds rank {d.rank}, not rank {r} (a copy of another rank's file?)", os.path.join(folder, horovod_rank_file(r)))
+        if d.world_size is not None and d.world_size != run.world_size:
+            raise DagprofError(f"holds rank {r} of {d.world_size}, not of {run.world_size}: another job's file",
+                               os.path.join(folder, horovod_rank_file(r)))
     warnings: list[str | RunWarning] = [w for w in run.meta.warnings if _NOT_DDP not in w.what]
     for d in docs.values():
         warnings += [w for w in d.warnings if w not in warnings]
@@ -235,6 +239,11 @@ def _check_same_time(tl: Timeline, ref: RankTrace, path: str) -> None:
     if gap_us > 1e6:
         raise DagprofError(f"its responses are {gap_us / 1e6:.0f} s {'after' if first > end else 'before'} the profiled steps of "
                            f"{os.path.basename(ref.source)}: it is another run's timeline", path)
+    late = [r.t1 - end for r in tl.responses if start <= r.t0 <= end and r.t1 > end + 1e6]
+    if late:  # read before as an all-reduce of that long inside a step, exit 0
+        raise DagprofError(f"{len(late)} response(s) start in the profiled steps of {os.path.basename(ref.source)} but end up to "
+                           f"{max(late) / 1e6:.0f} s after them: a start paired with the end of a later session (events appended "
+                           "to the timeline)", path)
 
 
 def _check_served(placed: _Placement, requests: dict[int, list[_Request]], path: str, warnings: list[str | RunWarning]) -> None:

@@ -124,6 +124,9 @@ def read_timeline(path: str | os.PathLike[str]) -> Timeline:
         args = e.get("args") or {}
         if ph == "M":
             if "start_time_since_epoch_in_micros" in args:
+                if epoch is not None:  # read before as one session, the second's responses paired with the first's
+                    raise DagprofError("holds a second timeline session (start_time_since_epoch_in_micros again): one "
+                                       "session per file", path)
                 epoch = float(args["start_time_since_epoch_in_micros"])
             elif name == "process_name" and "name" in args:
                 tensor[pid] = str(args["name"])

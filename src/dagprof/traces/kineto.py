@@ -68,18 +68,19 @@ def _corrs(xs: list[ks.Event], n: int) -> np.ndarray:
         return np.fromiter(map(_corr, xs), np.int64, n)
 
 
-def read_kineto(path: str | os.PathLike[str], rank: int | None = None) -> RankTrace:
-    """Parse one rank's Kineto trace (.json or .json.gz). ``rank`` overrides what the file says."""
+def read_kineto(path: str | os.PathLike[str], rank: int | None = None, world: int | None = None) -> RankTrace:
+    """Parse one rank's Kineto trace (.json or .json.gz). ``rank`` overrides what the file says; ``rank`` and ``world``
+    (a dagprof rank file's) must agree with its distributedInfo where that says them: else it is another rank's or job's."""
     path = os.fspath(path)
     was_enabled = gc.isenabled()
     gc.disable()  # 10^5 acyclic objects per chunk: collection passes would cost a third of the parse
     try:
         stream = open_trace(path)  # a Kineto trace read as it is decoded (its chunks raise a one-line DagprofError)
         try:
-            out = _build(stream, path, rank)
+            out = _build(stream, path, rank, world)
         except Reopened as again:  # not readable as it streams in: read as decoded whole
             stream = again.stream
-            out = _build(stream, path, rank)
+            out = _build(stream, path, rank, world)
         if stream.notes:
             out.meta.warnings.extend(msgspec.structs.replace(n, file=os.path.basename(path)) for n in stream.notes)
         return out
@@ -88,7 +89,7 @@ def read_kineto(path: str | os.PathLike[str], rank: int | None = None) -> RankTr
             gc.enable()
 
 
-def _build(stream: TraceStream, path: str, rank: int | None) -> RankTrace:
+def _build(stream: TraceStream, path: str, rank: int | None, world: int | None = None) -> RankTrace:
     scan = _scan(stream)
     header = _header(stream.head, scan)
     cols = _columns(scan, path)
@@ -96,7 +97,7 @@ def _build(stream: TraceStream, path: str, rank: int | None) -> RankTrace:
     kinds = _kinds(cols, nest)
     deps = dependencies(cols, nest, kinds, scan.syncs)
     colls = _collectives(cols, nest, deps, header)
-    return _rank_trace(stream.head, path, rank, header, cols, nest, kinds, deps, colls)
+    return _rank_trace(stream.head, path, (rank, world), header, cols, nest, kinds, deps, colls)
 
 
 # ------------------------------------------------------------------ stage 1: the events, a chunk at a time
@@ -202,6 +203,7 @@ def _header(head: ks.Head, scan: _Scan) -> _Header:
 
 # ------------------------------------------------------------------ stage 2: columns
 MAX_SPAN_US = 7 * 86_400e6  # a trace whose events spread over more than a week holds a corrupt timestamp
+LATEST_START_NS = 4_102_444_800 * 10**9  # 2100-01-01: a trace that starts later has times in ns where Kineto writes us
 
 
 def _columns(scan: _Scan, path: str) -> Columns:
@@ -471,8 +473,9 @@ def _peer(info: dict[str, Any], call: ks.Event | None, ranks: list[int]) -> int:
 
 
 # ------------------------------------------------------------------ stage 7: assembly
-def _identity(header: _Header, path: str, rank_arg: int | None) -> tuple[int, int, str]:
-    """(rank, world size, where the rank came from)."""
+def _identity(header: _Header, path: str, given: tuple[int | None, int | None]) -> tuple[int, int, str]:
+    """(rank, world size, where the rank came from); ``given``: the rank and world size a dagprof rank file says (or None)."""
+    rank_arg, world_arg = given
     dist = header.dist
     said = int(dist["rank"]) if str(dist.get("rank", "")).isdigit() else None  # an int, or "3" in some writers; -1: unknown
     if rank_arg is not None and said is not None and said != rank_arg:  # a dagprof rank file names another rank's trace
@@ -491,6 +494,9 @@ def _identity(header: _Header, path: str, rank_arg: int | None) -> tuple[int, in
         else:
             raise DagprofError("distributedInfo has no rank and the file name carries none (name it rank-N...json or pass rank=)", path)
     world = dist.get("world_size")
+    if world_arg is not None and str(world).isdigit() and int(world) != world_arg:  # read before as the run's, exit 0
+        raise DagprofError(f"distributedInfo says world_size {world}, but the rank file is of a {world_arg}-rank job: "
+                           "another job's trace", path)
     if str(world).isdigit() and 0 < int(world) <= rank:  # was read as a job of rank + 1 ranks: "the traces disagree on the world size"
         raise DagprofError(f"rank {rank} (from the {source}) but distributedInfo says world_size {world}: a damaged or foreign trace", path)
     if not (str(world).isdigit() and int(world) > 0):
@@ -499,9 +505,9 @@ def _identity(header: _Header, path: str, rank_arg: int | None) -> tuple[int, in
     return rank, max(int(world), rank + 1), source
 
 
-def _rank_trace(trace: ks.Head, path: str, rank_arg: int | None, header: _Header, cols: Columns, nest: Nesting,
+def _rank_trace(trace: ks.Head, path: str, given: tuple[int | None, int | None], header: _Header, cols: Columns, nest: Nesting,
                 kinds: Kinds, deps: Deps, colls: _Collectives) -> RankTrace:
-    rank, world, source = _identity(header, path, rank_arg)
+    rank, world, source = _identity(header, path, given)
     numbers, count = np.unique(kinds.step[(deps.kind == Kind.STEP) & (kinds.step >= 0)], return_counts=True)
     if (count > 1).any():  # the step's ops were split between its windows and its collectives matched nothing on the other ranks
         raise DagprofError(f"ProfilerStep#{numbers[count > 1][0]} marks {count[count > 1][0]} windows: a damaged trace, or two "
@@ -513,6 +519,10 @@ def _rank_trace(trace: ks.Head, path: str, rank_arg: int | None, header: _Header
     rows.add_block(name=cols.pair_name[cols.pair], kind=deps.kind, lane=cols.lane, start=cols.start, dur=cols.dur, depth=nest.depth,
                    step=kinds.step, nbytes=colls.nbytes, group=colls.group, seq=colls.seq, peer=colls.peer)
     base = trace.baseTimeNanoseconds or 0
+    if base + cols.t0 * 1000.0 > LATEST_START_NS:  # read before as a run 1000x slower, exit 0
+        year = 1970 + (base + cols.t0 * 1000.0) / 31_557_600e9
+        raise DagprofError(f"its events start in the year {year:.0f}: times in ns where Kineto writes us (a converted or "
+                           "hand-written trace?)", path)
     schema = raw_value(trace.schemaVersion)
     meta = RankMeta(format="kineto", rank_source=source, collectives=colls.meta, explicit_seq=colls.explicit_seq,
                     schema=schema if isinstance(schema, (int, str)) and not isinstance(schema, bool) else None,

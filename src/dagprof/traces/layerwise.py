@@ -42,7 +42,7 @@ from typing import Iterator
 import numpy as np
 
 from ..errors import DagprofError
-from ..fsutil import read_input
+from ..fsutil import missing, read_input
 from .completeness import require_complete
 from .dagprof_run import read_run
 from .events import Kind, Run
@@ -377,7 +377,7 @@ def read_layer_file(path: str | os.PathLike[str]) -> LayerProfile:
     if os.path.isdir(path):
         return layer_profile_from_run(require_complete(read_run(path)))
     if not os.path.exists(path):
-        raise DagprofError("no such file", path)
+        raise missing(path, "file")
     for _, line in _lines(path):
         if line.strip():
             return read_bcaffe_log(path) if _BCAFFE.search(line) else read_layer_csv(path)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from ..errors import DagprofError
+from ..fsutil import missing
 from . import formats
 from .completeness import lone_rank, require_complete
 from .events import Run
@@ -25,7 +26,7 @@ def load(path: str | os.PathLike[str], allow_missing_ranks: bool = False) -> Run
 
 def _read(p: str) -> Run:
     if not os.path.exists(p):
-        raise DagprofError("no such file or folder", p)
+        raise missing(p)
     fmt = formats.sniff(p)
     if fmt is not None:
         return formats.read(p, fmt)

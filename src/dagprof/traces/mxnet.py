@@ -110,6 +110,11 @@ def _ops(doc: dict, path: str) -> tuple[list[_Op], list[_Op], dict[int, str]]:
                 (ops if ph == "E" else api).append(span)
     ops.sort(key=lambda o: o.start)
     api.sort(key=lambda o: o.start)
+    spans = [(o.name, o.pid, o.tid, o.start, o.end) for o in ops if o.end > o.start]
+    twice = len(spans) - len(set(spans))
+    if twice:  # one thread runs one operator at a time: a span written twice is a file written twice, read before as more work
+        raise DagprofError(f"{twice} operator spans appear twice (same name, thread, start and end): a file written twice, or "
+                           "two profiler dumps merged", path)
     return ops, api, procs
 
 
@@ -206,6 +211,9 @@ class _Manifest:
         self.path = path
         if not self.worker_files:
             raise DagprofError("the run profiled no worker (no worker traces listed)", path)
+        if sorted(self.worker_files) != list(range(self.workers)):  # the graph has one push per key and worker of num_workers
+            raise DagprofError(f"num_workers is {self.workers} but the traces listed are of workers {sorted(self.worker_files)}: "
+                               "a damaged manifest, or a worker's trace left out of it", path)
         listed = set(self.worker_files.values())
         extra = sorted(n for n in os.listdir(folder) if _WORKER_NAMED.fullmatch(n) and os.path.join(folder, n) not in listed)
         if extra:  # read before as the listed workers alone, the copy unseen

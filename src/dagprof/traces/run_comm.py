@@ -30,11 +30,11 @@ def hook_comm(records: np.ndarray) -> _Comm:
     return _Comm("comm hook (issue to completion, includes queueing)", sorted(transfers, key=lambda t: t.seq), {}, [])
 
 
-def kineto_comm(kpath: str, rank: int, records: np.ndarray, steps: list, warnings: list) -> _Comm:
+def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: list, warnings: list) -> _Comm:
     """Transfers as Kineto saw them on the gloo/NCCL lanes; all-reduces matched to hook buckets in issue order."""
     from .kineto import read_kineto  # noqa: PLC0415  (only runs with Kineto on)
 
-    kt = read_kineto(kpath, rank=rank)
+    kt = read_kineto(kpath, rank=rank, world=world)
     warnings += kt.meta.warnings  # what its reader noticed (events dropped and counted) is said with the rank's own
     ev = kt.events
     lo, hi = steps[0][1], steps[-1][2]

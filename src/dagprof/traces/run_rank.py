@@ -44,6 +44,10 @@ def corrupt_content(path: str):
 
 def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
     records = np.asarray(f.records, dtype=np.int64).reshape(-1, len(Col))
+    twice = len(records) - len(np.unique(records, axis=0))
+    if twice:  # a hook times each record in ns: a row twice is a file written twice (read before as mismatched collectives)
+        raise DagprofError(f"{twice} hook records appear twice (same kind, ids and ns time): a file written twice, or two "
+                           "files merged", path)
     first, stop = f.steps_requested
     profiled, layers = f.steps_profiled, f.layers
     grad_bytes = [f.layer_grad_bytes.get(name, 0) for name in layers]
@@ -69,14 +73,14 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
     if f.fsdp is not None:
         _check_fsdp_indices(f.fsdp, records, path)
         check_units(f.fsdp, f.rank, f.world_size, path)
-        comm = fsdp_comm(f.fsdp, kpath, f.rank, records, steps, warnings)
+        comm = fsdp_comm(f.fsdp, kpath, f.rank, f.world_size, records, steps, warnings)
     else:
         if f.zero is not None:
             check_zero(f.zero, f.world_size, path)
         if f.zero is not None and f.zero.buckets:  # overlap_with_ddp: ZeRO stepped inside DDP's comm hook
             comm = overlap_comm(records, f.zero, steps, kpath is not None, warnings, path)
         else:
-            comm = kineto_comm(kpath, f.rank, records, steps, warnings) if kpath else hook_comm(records)
+            comm = kineto_comm(kpath, f.rank, f.world_size, records, steps, warnings) if kpath else hook_comm(records)
             if f.zero is not None:
                 label_zero(comm, f.zero, records, f.rank, kpath is not None, warnings)
     t = records[:, Col.T_NS]

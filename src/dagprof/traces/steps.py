@@ -61,10 +61,40 @@ def iteration_us(steps: np.ndarray | list) -> float:
     a = np.asarray(steps, dtype=np.float64)
     if a.size == 0:
         raise ValueError("no steps to time")
+    return float(step_periods(a)[1].mean())
+
+
+def step_periods(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(step numbers, each step's time) as ``iteration_us`` counts them: start to the next step's start, else to its end."""
     if a.ndim == 1:
-        return float(a.mean())
+        return np.arange(len(a)), a
     a = a[np.argsort(a[:, 0], kind="stable")]
     period = a[:, 2] - a[:, 1]
     follows = a[1:, 0] == a[:-1, 0] + 1
     period[:-1][follows] = a[1:, 1][follows] - a[:-1, 1][follows]
-    return float(period.mean())
+    return a[:, 0].astype(int), period
+
+
+STALL_FACTOR = 100.0
+"""A step this many times the job's median step is no straggler of the same loop but a stall, a hang, a sleep or a
+clock jump (two profiler sessions in one trace): it is kept (the mean is the job's cost), but said, since it alone sets
+the iteration time. Stragglers and collector pauses measured on the testbeds stay within a few times the median."""
+
+
+def stalled_steps(spans: dict[int, np.ndarray]) -> str | None:
+    """A warning when some steps ``(step, start, end)`` of the ranks (rank -> its rows) last over ``STALL_FACTOR`` times
+    the median step of them all (all ranks pooled: a rank with two steps in the window has no median of its own), or,
+    for two ranks of one step each, the shorter. One rank's two steps are not judged: the last of a window is often
+    cut short by the profiler's end (a public ROCm trace: 9.3 ms, then 49 us)."""
+    periods = {r: step_periods(np.asarray(a, dtype=np.float64)) for r, a in spans.items() if len(a)}
+    pooled = np.concatenate([p for _, p in periods.values()]) if periods else np.array([])
+    median = float(np.median(pooled)) if len(pooled) >= 3 else float(pooled.min()) if len(periods) == 2 == len(pooled) else 0.0
+    if not median > 0:
+        return None
+    slow = [(float(p[i]), r, int(s[i])) for r, (s, p) in periods.items() for i in np.flatnonzero(p > STALL_FACTOR * median)]
+    if not slow:
+        return None
+    us, rank, step = max(slow)
+    return (f"{len(slow)} of {len(pooled)} rank steps last over {STALL_FACTOR:.0f}x the median step (rank {rank}, step {step}: "
+            f"{us / 1e6:.1f} s against {median / 1e3:.1f} ms): a stall, a sleep or a second profiler session; the "
+            "iteration time is the mean with them: choose --steps without them")
