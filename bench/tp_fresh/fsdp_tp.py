@@ -21,8 +21,7 @@ from common import init, loop, parse
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import Replicate, Shard
-from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel,
-                                               loss_parallel, parallelize_module)
+from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel, loss_parallel, parallelize_module
 
 VOCAB, DIM, HIDDEN, SEQ, BATCH = 512, 64, 192, 32, 4
 
