@@ -64,8 +64,10 @@ class Anchors:
     until: np.ndarray
 
 
-def anchors(trace: RankTrace, sel: Selection) -> Anchors:
-    """Flows whose both ends are graph material, with the instants their rules join."""
+def anchors(trace: RankTrace, sel: Selection, host_waits: bool = True) -> Anchors:
+    """Flows whose both ends are graph material, with the instants their rules join. ``host_waits``: a host thread's waits
+    for host transfers, recorded (``Dep.COMM_WAIT``) or not (``_unrecorded_waits``); False where the transfers are matched
+    across ranks in issue order only (``graph.build``), so that a shared node may join ranks that never met."""
     ev = trace.events
     f, rule = trace.flows, trace.rules()
     if len(f):
@@ -75,6 +77,8 @@ def anchors(trace: RankTrace, sel: Selection) -> Anchors:
         usable = sel.shared | (sel.owner >= 0)
         ok = usable[f[:, 0]] & usable[f[:, 1]] & ~(sel.shared[f[:, 0]] & sel.shared[f[:, 1]])
         f, rule = f[ok], rule[ok]
+    if not host_waits:
+        f, rule = f[rule != Dep.COMM_WAIT], rule[rule != Dep.COMM_WAIT]
     s, d = (f[:, 0], f[:, 1]) if len(f) else (np.empty(0, np.int64), np.empty(0, np.int64))
     s, d, rule = _released_by_inline(trace, sel, s, d, rule)
     end = ev.end
@@ -94,7 +98,7 @@ def anchors(trace: RankTrace, sel: Selection) -> Anchors:
     # an empty wait (a call that returned at once, or a drain already done) binds where it stands
     wait = (np.isin(rule, _WAIT_RULES) | ((rule == Dep.AFTER) & (ev.kind[d] == Kind.COMM_WAIT))) & ~sel.shared[d] & (until > dst_at)
     until = np.where(wait, until, np.nan)
-    u, v, v_at, v_until = _unrecorded_waits(trace, sel, s, d, rule)
+    u, v, v_at, v_until = _unrecorded_waits(trace, sel, s, d, rule) if host_waits else (np.empty(0, np.int64),) * 2 + (np.empty(0),) * 2
     return Anchors(np.r_[s, u], np.r_[d, v], np.r_[rule, np.full(len(u), int(Dep.COMM_WAIT), rule.dtype)].astype(np.int16),
                    np.r_[src_at, ev.end[u]], np.r_[dst_at, v_at], np.r_[until, v_until])
 

@@ -183,6 +183,17 @@ class Parallelism:
                 "with check_vma=False and one psum after the loop sends it once")
 
     @property
+    def ungrouped(self) -> str:
+        """Why the trace does not say which process group each collective ran in ("": it does). Its collectives are then
+        matched across all ranks in issue order, so a shared node may join ranks that never met (``graph.build`` keeps the
+        host waits on them as measured), and re-pricing them is refused (``passes.link_fit.profiled_comm``)."""
+        if self.untold_groups:
+            return f"gloo records none, and the ranks also belong to {self.untold_groups} groups without a description"
+        if any(g.name == "0" and not g.ranks for g in self.groups):
+            return "gloo records none, and the trace names no group of the ranks that its dimensions' collectives share"
+        return ""
+
+    @property
     def dims(self) -> set[Dim]:
         return {Dim[k.replace("/", "_").upper()] if k != "unknown" else Dim.UNKNOWN for g in self.groups for k in g.dims}
 
