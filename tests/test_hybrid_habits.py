@@ -95,7 +95,7 @@ def test_undescribed_subgroups_give_no_group_sizes_and_refuse_repricing(capsys):
     in is not known. Before: "DP x4, EP/CP x4" (the all-to-alls ran in pairs) and a --bandwidth answer on that."""
     g = dagprof.build_graph(dagprof.load(FRESH / "moe-sub"))
     par = g.meta.parallel
-    assert par.describe() == "DP, EP/CP" and par.untold_groups == 2
+    assert par.describe() == "DP, EP/CP" and "2 groups without a description" in par.ungrouped
     assert any("without a description" in n for n in par.notes)
     (grp,) = par.groups
     assert grp.dims == {"EP/CP": 5 * 2 * 2 * 4, "DP": 9 * 2 * 4}  # per MoE layer 1 count + 2 token exchanges + 2 in backward

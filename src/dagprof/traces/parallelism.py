@@ -151,10 +151,12 @@ class Parallelism:
     # which ``_unseen`` labels), per step and rank: (instances, transfer us) and instances by kind
     in_ops: tuple[float, float] = (0.0, 0.0)
     in_ops_kinds: tuple[tuple[str, float], ...] = ()
-
-    # process groups without a description a rank belongs to beside the default one, where the trace records no group per
-    # collective (``_untold_groups``): which group each collective ran in is not known, so re-pricing is refused
-    untold_groups: int = 0
+    # why the trace does not say which process group each collective ran in ("": it does): gloo records none, and the ranks
+    # also belong to groups without a description (``_untold_groups``), or the default group, of no listed ranks, holds the
+    # collectives of two dimensions. They are then matched across all ranks in issue order, so a shared node may join ranks
+    # that never met (``graph.build`` keeps the host waits on them as measured), and re-pricing them is refused
+    # (``passes.link_fit.profiled_comm``)
+    ungrouped: str = ""
 
     def in_ops_text(self) -> str:
         """The collectives a dagprof run's Kineto trace shows inside the model's own ops (``in_ops``), per step and rank,
@@ -181,17 +183,6 @@ class Parallelism:
                 f"ran inside XLA loops (lax.scan, fori_loop, while_loop){timed}: a replicated parameter's gradient is all-reduced "
                 "in every iteration that uses it (jit's partitioner and shard_map with check_vma on both do so); a shard_map step "
                 "with check_vma=False and one psum after the loop sends it once")
-
-    @property
-    def ungrouped(self) -> str:
-        """Why the trace does not say which process group each collective ran in ("": it does). Its collectives are then
-        matched across all ranks in issue order, so a shared node may join ranks that never met (``graph.build`` keeps the
-        host waits on them as measured), and re-pricing them is refused (``passes.link_fit.profiled_comm``)."""
-        if self.untold_groups:
-            return f"gloo records none, and the ranks also belong to {self.untold_groups} groups without a description"
-        if any(g.name == "0" and not g.ranks for g in self.groups):
-            return "gloo records none, and the trace names no group of the ranks that its dimensions' collectives share"
-        return ""
 
     @property
     def dims(self) -> set[Dim]:
@@ -428,8 +419,11 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
     lumped = {name for name, st in stats.items() if name == "0" and len(set(st["dims"]) & {"DP", "TP", "PP"}) > 1
               and not any("0" in t.meta.group_desc for t in run.ranks)}
     untold = _untold_groups(run)
+    ungrouped = ("gloo records none, and the trace names no group of the ranks that its dimensions' collectives share"
+                 if "0" in lumped else "")
     if untold and "0" in stats:
         lumped.add("0")
+        ungrouped = f"gloo records none, and the ranks also belong to {untold} groups without a description"
         notes = [f"{sum(stats['0']['dims'].values())} collectives (summed over ranks) recorded without their process group (gloo) "
                  f"while the ranks also belong to {untold} process groups without a description (new_group / new_subgroups "
                  "without group_desc): which group each ran in, and so its size, is not known; they are matched across all ranks "
@@ -453,7 +447,7 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
            "a dagprof run records them in DDP's group") if lone else ""
     in_ops, kinds = _in_ops(run)
     par = Parallelism(groups, run.world_size, dp, max((len(r) for r in dp), default=0), notes, why, (looped[0], looped[1]),
-                      (in_loop[0], in_loop[1]), in_ops, kinds, untold_groups=untold)
+                      (in_loop[0], in_loop[1]), in_ops, kinds, ungrouped=ungrouped)
     if in_ops[0]:
         notes.append(par.in_ops_text())
     return par, per_event
