@@ -342,10 +342,17 @@ def _label_rank(trace: RankTrace) -> tuple[_Instances, np.ndarray, list[str]]:
     for k in range(n):
         g = inst.group[k]
         if dims[k] == Dim.UNKNOWN and inst.coll[k] == "allgather":
-            same = (inst.group == g) & (dims == Dim.DP) & np.array([c == "reducescatter" for c in inst.coll])
+            same = (inst.group == g) & (dims == Dim.DP) & _reduce_scatters(trace, inst)
             if same.any():
                 dims[k], why[k] = Dim.DP, "all-gather of a group that reduce-scatters gradients (FSDP/ZeRO)"
     return inst, dims, why
+
+
+def _reduce_scatters(trace: RankTrace, inst: _Instances) -> np.ndarray:
+    """Per instance: a reduce-scatter, also where gloo runs one as the all-reduce of its whole input (its call names it:
+    FSDP2's ``c10d::_reduce_scatter_base_`` on CPU; ``traces.kineto`` prices it as the all-reduce it is)."""
+    return np.array([c == "reducescatter" or any("reduce_scatter" in trace.events.name_of(int(i)) for i in rows)
+                     for c, rows in zip(inst.coll, inst.rows)], dtype=bool)
 
 
 def _fill_from_group(labels: list[tuple[RankTrace, _Instances, np.ndarray, list[str]]]) -> None:
