@@ -95,12 +95,14 @@ def test_tp_only_whatifs_refused_in_one_line(capsys, tmp_path):
 
 def test_groups_stripped_claim_no_sizes_and_refuse(capsys, tmp_path):
     """Without pg_config every gloo collective sits in the default group: the labels still tell DP from TP, but the
-    group's size is not either's degree, so a TP degree (even the profiled 2) and --workers are refused."""
+    group's size is not either's degree, so a TP degree (even the profiled 2), --workers and re-pricing on another link are
+    refused (the collectives are matched across all ranks in issue order; nothing waits for them in the graph)."""
     run = _stripped(tmp_path, "tp-outer", keep_identity=True)
     par, _ = label_run(dagprof.load(run))
-    assert par.describe() == "DP, TP" and par.groups[0].ranks == ()
+    assert par.describe() == "DP, TP" and par.groups[0].ranks == () and par.ungrouped
     for argv, why in [(("--tp-degree", 2), "TP degree of 2 is not modelled (profiled: not recorded"),
-                      (("--workers", 8), "does not say which ranks the TP collectives of group 0 span")]:
+                      (("--workers", 8), "does not say which process group each collective ran in"),
+                      (("--bandwidth", "1Gbit"), "does not say which process group each collective ran in")]:
         code, out, err = _cli(capsys, "whatif", run, *argv, "--allow-model-error", "-o", tmp_path)
         assert code == 2 and why in err and len(err.strip().splitlines()) == 1 and out == "", (argv, err)
 

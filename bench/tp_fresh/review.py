@@ -39,6 +39,9 @@ JOBS = {
     "pp-dp": ("pp_dp.py", 4, [], "DP x2, PP x2"),
     "pp-stages": ("pp_stages.py", 4, [], "PP x4"),
     "ep-dp": ("ep_dp.py", 2, [], "DP x2, EP/CP x2"),
+    "fsdp-tp": ("fsdp_tp.py", 4, ["--layers", "1"], "DP x2, TP x2"),  # one block: a fixture under 400 KB
+    "pipe-dp": ("pipe_dp.py", 4, [], "DP x2, PP x2"),
+    "moe-sub": ("moe_subgroups.py", 4, [], "DP x4, EP/CP x2"),
 }
 SOURCES = ("stock", "stripped", "nodist", "dagprof")
 
@@ -132,9 +135,9 @@ def fixtures(out: str, jobs: list[str]) -> None:
             if not record_stock(job, tmp):
                 sys.exit(1)
             os.makedirs(dest)
-            for path in sorted(glob.glob(os.path.join(tmp, "*.json"))):
-                with open(path, "rb") as src, gzip.open(os.path.join(dest, os.path.basename(path) + ".gz"), "wb", 9) as dst:
-                    dst.write(src.read())
+            for path in sorted(glob.glob(os.path.join(tmp, "*.json"))):  # the same JSON without its whitespace
+                with open(path) as src, gzip.open(os.path.join(dest, os.path.basename(path) + ".gz"), "wt", 9) as dst:
+                    json.dump(json.load(src), dst, separators=(",", ":"))
 
 
 def main() -> None:

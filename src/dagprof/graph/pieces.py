@@ -64,8 +64,10 @@ class Anchors:
     until: np.ndarray
 
 
-def anchors(trace: RankTrace, sel: Selection) -> Anchors:
-    """Flows whose both ends are graph material, with the instants their rules join."""
+def anchors(trace: RankTrace, sel: Selection, host_waits: bool = True) -> Anchors:
+    """Flows whose both ends are graph material, with the instants their rules join. ``host_waits``: a host thread's waits
+    for host transfers, recorded (``Dep.COMM_WAIT``) or not (``_unrecorded_waits``); False where the transfers are matched
+    across ranks in issue order only (``graph.build``), so that a shared node may join ranks that never met."""
     ev = trace.events
     f, rule = trace.flows, trace.rules()
     if len(f):
@@ -75,6 +77,8 @@ def anchors(trace: RankTrace, sel: Selection) -> Anchors:
         usable = sel.shared | (sel.owner >= 0)
         ok = usable[f[:, 0]] & usable[f[:, 1]] & ~(sel.shared[f[:, 0]] & sel.shared[f[:, 1]])
         f, rule = f[ok], rule[ok]
+    if not host_waits:
+        f, rule = f[rule != Dep.COMM_WAIT], rule[rule != Dep.COMM_WAIT]
     s, d = (f[:, 0], f[:, 1]) if len(f) else (np.empty(0, np.int64), np.empty(0, np.int64))
     s, d, rule = _released_by_inline(trace, sel, s, d, rule)
     end = ev.end
@@ -93,7 +97,10 @@ def anchors(trace: RankTrace, sel: Selection) -> Anchors:
     until = _on_owner(until, sel.owner[d], *bounds)
     # an empty wait (a call that returned at once, or a drain already done) binds where it stands
     wait = (np.isin(rule, _WAIT_RULES) | ((rule == Dep.AFTER) & (ev.kind[d] == Kind.COMM_WAIT))) & ~sel.shared[d] & (until > dst_at)
-    return Anchors(s, d, rule.astype(np.int16), src_at, dst_at, np.where(wait, until, np.nan))
+    until = np.where(wait, until, np.nan)
+    u, v, v_at, v_until = _unrecorded_waits(trace, sel, s, d, rule) if host_waits else (np.empty(0, np.int64),) * 2 + (np.empty(0),) * 2
+    return Anchors(np.r_[s, u], np.r_[d, v], np.r_[rule, np.full(len(u), int(Dep.COMM_WAIT), rule.dtype)].astype(np.int16),
+                   np.r_[src_at, ev.end[u]], np.r_[dst_at, v_at], np.r_[until, v_until])
 
 
 def _on_owner(t: np.ndarray, owner: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -136,6 +143,44 @@ def _released_by_inline(trace: RankTrace, sel: Selection, s: np.ndarray, d: np.n
         dst.append(nodes[at[ok]])
     u, v = np.concatenate(src), np.concatenate(dst)
     return np.r_[s, u], np.r_[d, v], np.r_[rule, np.full(len(u), int(Dep.AFTER), dtype=rule.dtype)]
+
+
+def _unrecorded_waits(trace: RankTrace, sel: Selection, s: np.ndarray, d: np.ndarray, rule: np.ndarray):
+    """Waits for shared host transfers that no recorded op waits for, where the issuing thread blocked on them: nothing of
+    it started between its enqueue call's return and the transfer's end. gloo's synchronous collectives (``dist.all_reduce``
+    without ``async_op``) and FSDP2's unshard inside ``FSDP::all_gather`` wait in ``Work.wait()``, which the profiler does
+    not record: without a flow, a transfer re-priced by a what-if moved nothing (a 2-D FSDP x TP job came out the same
+    at 0.1 and 1 Gbit/s). Each becomes a wait in the issuing lane's op around the enqueue, from the call's return to the
+    thread's next activity (or that op's end), released by the transfer; a thread idle between ops waits in its next op.
+    Returns (transfer, enqueue or next op, dst instant, until: NaN for a next op)."""
+    ev = trace.events
+    empty = np.empty(0, np.int64)
+    host = np.array([lane.kind != LaneKind.GPU_STREAM for lane in trace.lanes], dtype=bool)
+    lone = np.flatnonzero(sel.shared & (ev.kind == Kind.COMM) & (ev.depth == 0) & host[ev.lane]) if len(host) else empty
+    lone = lone[~np.isin(lone, s[rule != Dep.ENQUEUE])]  # none of its consumers recorded
+    enq = {int(t): int(e) for e, t in zip(s[rule == Dep.ENQUEUE].tolist(), d[rule == Dep.ENQUEUE].tolist())}
+    end = np.maximum(ev.end, ev.start)
+    out: tuple[list, list, list, list] = ([], [], [], [])
+    for t in lone.tolist():
+        e = enq.get(t, -1)
+        if e < 0 or sel.owner[e] < 0 or ev.lane[e] == ev.lane[t]:
+            continue
+        lane, done = ev.lane[e], end[t] - CLOCK_JITTER_US
+        later = np.flatnonzero((ev.lane == lane) & (ev.start > end[e]) & (ev.kind != Kind.STEP))
+        resume = float(ev.start[later].min()) if len(later) else np.inf
+        if resume < done:  # the thread went on working: not blocked on it
+            continue
+        o = int(sel.owner[e])
+        if end[o] >= done:  # blocked inside the op that issued it (FSDP::all_gather)
+            out[0].append(t), out[1].append(e), out[2].append(end[e]), out[3].append(min(resume, end[o]))
+        else:  # idle between ops: its next node waits
+            nodes = np.flatnonzero(sel.node & (ev.lane == lane) & (ev.start >= done))
+            if len(nodes):
+                out[0].append(t), out[1].append(int(nodes[np.argmin(ev.start[nodes])])), out[2].append(np.nan), out[3].append(np.nan)
+    u, v = np.array(out[0], np.int64), np.array(out[1], np.int64)
+    at, until = np.array(out[2], float), np.array(out[3], float)
+    at = np.where(np.isnan(at), ev.start[v], at)
+    return u, v, at, until
 
 
 # ------------------------------------------------------------------ stage 3: pieces

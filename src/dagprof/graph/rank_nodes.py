@@ -15,11 +15,11 @@ _LANE_DEVICE = {LaneKind.CPU_THREAD: DeviceKind.HOST, LaneKind.GPU_STREAM: Devic
 
 
 def add_rank(asm: Assembler, trace: RankTrace, steps: list[int], instance: np.ndarray, dims: np.ndarray,
-             p2p: tuple[int, ...] = ()) -> None:
-    """The rank's nodes and edges: select -> anchors -> pieces -> nodes -> edges."""
+             p2p: tuple[int, ...] = (), host_waits: bool = True) -> None:
+    """The rank's nodes and edges: select -> anchors -> pieces -> nodes -> edges (``host_waits``: ``pieces.anchors``)."""
     asm.base_ns[trace.rank] = int(trace.base_ns)
     sel = select(trace, steps, instance, p2p)
-    anc = anchors(trace, sel)
+    anc = anchors(trace, sel, host_waits)
     cut = pieces(trace, sel, anc, steps)
     node_of = _nodes(asm, trace, cut, steps, sel.main)
     _flow_edges(asm, trace, sel, anc, cut, node_of, instance, dims)

@@ -116,6 +116,11 @@ def profiled_comm(g: Graph, overlapping: bool = False) -> np.ndarray:
         if len(comm) and g.meta.framework is None:  # timed, but sizeless: a Kineto trace recorded without shapes
             hint = f" ({len(comm)} collectives timed without their sizes: {SIZES_HINT})"
         raise DagprofError("the trace has no collective with known size and duration to fit a link model to" + hint, g.meta.source)
+    par = g.meta.parallel
+    if par is not None and par.ungrouped:
+        raise DagprofError(f"not modelled: the trace does not say which process group each collective ran in ({par.ungrouped}), so "
+                           "their sizes and the link cannot be told (record pg_config, i.e. torch >= 2.2's distributedInfo; give each "
+                           "group a group_desc, or use init_device_mesh with mesh_dim_names)")
     return comm
 
 

@@ -200,6 +200,12 @@ def check_same_units(ranks: list[RankTrace], folder: str) -> None:
             i = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
             what = (f"its unit {i} is {_unit_text(got[i])}, rank {first.rank}'s {_unit_text(want[i])}" if i < min(len(got), len(want))
                     else f"it has {len(got)} FSDP units, rank {first.rank} {len(want)}")
+            peers = {int(r) for c in first.meta.fsdp.collectives for r in c.group.split(",")}
+            if peers and t.rank not in peers:  # a pipeline stage's own model (torch.distributed.pipelining beside FSDP)
+                raise DagprofError(f"{what}, and the two never shard together (rank {first.rank}'s FSDP groups hold ranks "
+                                   f"{','.join(map(str, sorted(peers)))}): FSDP beside pipeline stages, a model per stage, is not "
+                                   "modelled (the graph takes one rank's units for all); a stock torch.profiler trace of the job is "
+                                   "read, with FSDP's collectives labelled per mesh dimension", t.source)
             raise DagprofError(f"{what}: every rank of an FSDP job wraps the same units (another job's or a damaged file; "
                                f"compared with {os.path.relpath(first.source, folder)})", t.source)
 

@@ -442,7 +442,7 @@ def _collectives(cols: Columns, nest: Nesting, deps: Deps, header: _Header) -> _
             group_ranks[g] = info["ranks"]
         if info.get("desc"):
             group_desc.setdefault(g, info["desc"])
-        coll_out.append(info.get("coll") or enq_coll or cols.info[cols.pair[t]].coll)
+        coll_out.append(info.get("coll") or _host_coll(enq_coll, cols.info[cols.pair[t]].coll))
         if coll_out[-1] in ks.P2P_PEERED:
             peer[t] = _peer(info, cols.event(enq) if enq_coll in ks.P2P_PEERED else None, group_ranks.get(g, []))
         dtype_out.append(info.get("dtype", "") or ks.kernel_dtype(cols.event(t).name))
@@ -460,6 +460,13 @@ def _collectives(cols: Columns, nest: Nesting, deps: Deps, header: _Header) -> _
     peer[enq[has]] = peer[transfers[has]]
     return _Collectives(group, seq, nbytes, peer, list(gids), group_ranks, group_desc,
                         Collectives(event=transfers.tolist(), coll=coll_out, dtype=dtype_out), bool(explicit) and all(explicit))
+
+
+def _host_coll(call: str, transfer: str) -> str:
+    """The collective an instance runs: its call's (c10d::alltoall_base_ launches a SendRecv kernel), but gloo's
+    ``_reduce_scatter_base_`` and ``reduce_scatter_tensor_coalesced_`` run a ``gloo:all_reduce`` of the whole input
+    (FSDP2's reduce-scatter on CPU), and are priced as the all-reduce they are."""
+    return transfer if call == "reducescatter" and transfer == "allreduce" else call or transfer
 
 
 def _peer(info: dict[str, Any], call: ks.Event | None, ranks: list[int]) -> int:

@@ -418,7 +418,9 @@ def _gloo_enqueues(cols: Columns) -> tuple[np.ndarray, np.ndarray]:
     enq_all = np.flatnonzero(cpu & cols.has_role(ks.Role.ENQUEUE))
     if not len(transfers) or not len(enq_all):
         return _EMPTY, _EMPTY
-    coll = cols.per_event("coll", object)
+    coll = cols.per_event("coll", object).copy()
+    if "reducescatter" not in set(coll[transfers].tolist()):  # gloo reduce-scatters a tensor by all-reducing it (see _host_coll)
+        coll[enq_all[coll[enq_all] == "reducescatter"]] = "allreduce"
     out_e, out_t = [], []
     for c in set(coll[transfers].tolist()):
         tr = transfers[coll[transfers] == c]

@@ -175,6 +175,7 @@ def _row(since: str, cat: str, pattern: str, role: str) -> CommName:
 COMM_NAMES: tuple[CommName, ...] = (
     _row("torch 1.x", "cpu_op", r"^c10d::(?:\w*wait\w*)$", Role.WAIT),
     _row("torch 1.13", "", r"^torch\.distributed\.ddp\.reducer::copy_bucket_to_grad$", Role.WAIT),
+    _row("torch 2.x", "cpu_op", r"^_c10d_functional::wait_tensor$", Role.WAIT),  # DTensor's and functional collectives' wait
     _row("torch 1.x", "cpu_op", r"^c10d::_?(\w+?)_?$", Role.ENQUEUE),
     _row("torch 1.13", "cpu_op", r"^record_param_comms$", Role.META),
     _row("torch 1.13", "user_annotation", r"^nccl:_?(\w+)$", Role.META),
@@ -354,9 +355,11 @@ def collective_args(records: list[Event]) -> dict[str, Any]:
             dtype = a.dtype
             nelems = a.in_nelems if a.in_nelems >= 0 else -1
             if nelems < 0 and len(a.input_dims):
-                nelems = _dims_elems(raw_value(a.input_dims))
+                dims = raw_value(a.input_dims)
                 types = raw_value(a.input_type)
                 dtype = dtype or (types[0] if isinstance(types, list) and types and isinstance(types[0], str) else "")
+                # a 0-dim tensor (a loss all-reduced for logging: gloo:all_reduce dims [[]]) holds one element
+                nelems = 1 if isinstance(dims, list) and dims == [[]] and dtype_bytes(dtype) else _dims_elems(dims)
             if nelems > 0 and dtype_bytes(dtype):
                 out["nbytes"] = nelems * dtype_bytes(dtype)
                 out["dtype"] = dtype

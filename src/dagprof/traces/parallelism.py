@@ -151,6 +151,12 @@ class Parallelism:
     # which ``_unseen`` labels), per step and rank: (instances, transfer us) and instances by kind
     in_ops: tuple[float, float] = (0.0, 0.0)
     in_ops_kinds: tuple[tuple[str, float], ...] = ()
+    # why the trace does not say which process group each collective ran in ("": it does): gloo records none, and the ranks
+    # also belong to groups without a description (``_untold_groups``), or the default group, of no listed ranks, holds the
+    # collectives of two dimensions. They are then matched across all ranks in issue order, so a shared node may join ranks
+    # that never met (``graph.build`` keeps the host waits on them as measured), and re-pricing them is refused
+    # (``passes.link_fit.profiled_comm``)
+    ungrouped: str = ""
 
     def in_ops_text(self) -> str:
         """The collectives a dagprof run's Kineto trace shows inside the model's own ops (``in_ops``), per step and rank,
@@ -336,10 +342,17 @@ def _label_rank(trace: RankTrace) -> tuple[_Instances, np.ndarray, list[str]]:
     for k in range(n):
         g = inst.group[k]
         if dims[k] == Dim.UNKNOWN and inst.coll[k] == "allgather":
-            same = (inst.group == g) & (dims == Dim.DP) & np.array([c == "reducescatter" for c in inst.coll])
+            same = (inst.group == g) & (dims == Dim.DP) & _reduce_scatters(trace, inst)
             if same.any():
                 dims[k], why[k] = Dim.DP, "all-gather of a group that reduce-scatters gradients (FSDP/ZeRO)"
     return inst, dims, why
+
+
+def _reduce_scatters(trace: RankTrace, inst: _Instances) -> np.ndarray:
+    """Per instance: a reduce-scatter, also where gloo runs one as the all-reduce of its whole input (its call names it:
+    FSDP2's ``c10d::_reduce_scatter_base_`` on CPU; ``traces.kineto`` prices it as the all-reduce it is)."""
+    return np.array([c == "reducescatter" or any("reduce_scatter" in trace.events.name_of(int(i)) for i in rows)
+                     for c, rows in zip(inst.coll, inst.rows)], dtype=bool)
 
 
 def _fill_from_group(labels: list[tuple[RankTrace, _Instances, np.ndarray, list[str]]]) -> None:
@@ -412,9 +425,21 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
     # while it carries two of DP, TP and PP: those groups are really smaller and the trace does not say how
     lumped = {name for name, st in stats.items() if name == "0" and len(set(st["dims"]) & {"DP", "TP", "PP"}) > 1
               and not any("0" in t.meta.group_desc for t in run.ranks)}
+    untold = _untold_groups(run)
+    ungrouped = ("gloo records none, and the trace names no group of the ranks that its dimensions' collectives share"
+                 if "0" in lumped else "")
+    if untold and "0" in stats:
+        lumped.add("0")
+        ungrouped = f"gloo records none, and the ranks also belong to {untold} groups without a description"
+        notes = [f"{sum(stats['0']['dims'].values())} collectives (summed over ranks) recorded without their process group (gloo) "
+                 f"while the ranks also belong to {untold} process groups without a description (new_group / new_subgroups "
+                 "without group_desc): which group each ran in, and so its size, is not known; they are matched across all ranks "
+                 "in issue order, and what-ifs that re-price them are refused"]
+    else:
+        notes = []
     groups = [x if x.name not in lumped else replace(x, ranks=()) for x in groups] + _unseen(run, inline)
     dp = _dp_groups(run, groups)
-    notes = list(run.meta.parallelism_notes)
+    notes = list(run.meta.parallelism_notes) + notes
     if paired:
         what = ", ".join(f"{n} {d} {c}" for (d, c), n in sorted(paired.items()))
         notes.append(f"{what} (summed over ranks) paired across ranks by group, peer and order: each recv waits in the replay for "
@@ -429,7 +454,7 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
            "a dagprof run records them in DDP's group") if lone else ""
     in_ops, kinds = _in_ops(run)
     par = Parallelism(groups, run.world_size, dp, max((len(r) for r in dp), default=0), notes, why, (looped[0], looped[1]),
-                      (in_loop[0], in_loop[1]), in_ops, kinds)
+                      (in_loop[0], in_loop[1]), in_ops, kinds, ungrouped=ungrouped)
     if in_ops[0]:
         notes.append(par.in_ops_text())
     return par, per_event
@@ -447,6 +472,18 @@ def _in_ops(run: Run) -> tuple[tuple[float, float], tuple[tuple[str, float], ...
                 us += t.meta.unseen_collectives_us.get(coll, 0.0)
     kinds = tuple((k, n / rank_steps) for k, n in sorted(count.items()))
     return (sum(count.values()) / rank_steps, us / rank_steps), kinds
+def _untold_groups(run: Run) -> int:
+    """Process groups a rank belongs to beside the default one that no description names, on ranks whose collectives the
+    trace records without a group (gloo: all in "0", none moved by ``resolve_groups``); 0 when none. Such a rank's
+    collectives may have run in any of them: a job with ``new_subgroups()`` expert groups beside a world all-reduce read
+    "EP/CP x4" where its all-to-alls ran in pairs."""
+    out = 0
+    for t in run.ranks:
+        if t.meta.format != "kineto" or t.groups != ["0"] or t.meta.explicit_seq:
+            continue
+        out = max(out, sum(1 for name, members in t.group_ranks.items()
+                           if name != "0" and t.rank in members and desc_dim(t.meta.group_desc.get(name, "")) is Dim.UNKNOWN))
+    return out
 
 
 def _unseen(run: Run, inline: Counter) -> list[GroupLabel]:
@@ -498,6 +535,7 @@ def resolve_groups(run: Run) -> Run:
         groups = list(trace.groups)
         group, seq = ev.group.copy(), ev.seq.copy()
         zero = groups.index("0")
+        dims = _by_worker_lane(trace, dims, zero)
         for d, names in target.items():
             if len(names) != 1:
                 continue
@@ -521,6 +559,30 @@ def resolve_groups(run: Run) -> Run:
             if moved else "")
     meta = msgspec.structs.replace(run.meta, parallelism_notes=[*run.meta.parallelism_notes, note]) if note else run.meta
     return Run(ranks, run.source, meta)
+
+
+def _by_worker_lane(trace: RankTrace, dims: np.ndarray, zero: int) -> np.ndarray:
+    """Per event, the dimension of the group it ran in where its gloo worker thread tells: a ProcessGroupGloo runs its
+    collectives on its own threads, so every collective on one such lane is in one group, and the lane takes the label of
+    most of its bytes. Position alone swapped two in a 2-D FSDP x TP job: the clip-norm all-reduce a DTensor op
+    issued over DP read as TP, the script's own scalar loss all-reduce over TP read as a gradient's (DP), and FSDP's
+    all-gathers stayed unknown (gloo reduce-scatters by all-reduce, so no reduce-scatter vouched for them)."""
+    ev = trace.events
+    out = dims.copy()
+    # any host thread but the training loop's that runs transfers: its runloop (the trace may name one "python3")
+    worker = np.array([not lane.main and lane.kind != LaneKind.GPU_STREAM for lane in trace.lanes], dtype=bool)
+    transfers = np.flatnonzero((ev.kind == Kind.COMM) & (ev.group == zero) & worker[ev.lane]) if len(worker) else np.zeros(0, np.int64)
+    for lane in np.unique(ev.lane[transfers]).tolist():
+        mine = transfers[ev.lane[transfers] == lane]
+        votes: Counter = Counter()  # by bytes: position misreads scalars (a norm, a loss), activations and gradients carry the bytes
+        for d, nb in zip(dims[mine].tolist(), ev.nbytes[mine].tolist()):
+            if d != Dim.UNKNOWN:
+                votes[d] += nb + 1
+        top = votes.most_common(2)
+        if not top or (len(top) > 1 and top[0][1] == top[1][1]):
+            continue
+        out[np.isin(ev.seq, ev.seq[mine]) & (ev.group == zero)] = top[0][0]
+    return out
 
 
 def _needs_groups(trace: RankTrace) -> bool:
