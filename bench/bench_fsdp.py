@@ -99,6 +99,7 @@ The measured time is the other profile's own. Peak memory per rank: each model r
 ``ddp_peak_of_fsdp`` of the FSDP profile. Goals: DDP -> FSDP within 8 %, memory within 10 %.
 
     sudo .venv/bin/python bench/bench_fsdp.py --part 7 [--rounds 3] [--links loopback,200Mbit,1Gbit] [--link-model-calibrate] [--keep DIR]
+        [--models transformer]  # one model (a shorter locked call)
     .venv/bin/python bench/bench_fsdp.py --offline DIR  # DDP -> FSDP predicted again from the runs --keep kept, no job run
     .venv/bin/python bench/bench_fsdp.py --offline DIR --categories  # both conversions' step per category beside both profiles'
 

@@ -130,9 +130,9 @@ def conversion_note(target: str, measured: bool) -> str:
             "the optimizer step on DTensor shards, FSDP2's copy-out, each unit's hooks and wake-ups beyond its collectives at its "
             "bytes and each collective kind at its swept sizes (its last rank out included) are as dagprof calibrate --fsdp measured "
             "them here; not predicted: how the wake-ups grow with the machine's load, and compute that DDP's overlapping all-reduces "
-            "slowed: held-out gloo jobs (reshard_after_forward=True on every unit, the prediction alike) ran FSDP 1.9 % faster to "
-            "6.6 % slower than this prediction (a transformer-like stack and an MLP with an embedding, loopback, 1 Gbit/s and "
-            "200 Mbit/s, 2 rounds on a quiet machine; bench/bench_fsdp.py --part 7 --link-model-calibrate); the memory within about 10 %")
+            "slowed: held-out gloo jobs at fully_shard's default ran FSDP 8-18 % slower than this prediction on a quiet machine (a "
+            "transformer-like stack and an MLP with an embedding, loopback, two calibrations; bench/bench_fsdp.py --part 7 "
+            "--link-model-calibrate), more under load (a blocking collective's wake-up grows with it); the memory within about 10 %")
     return RESHARD_NOTE + (
         "a DDP profile has no FSDP all-gather skew (gloo releases one rank later), no FSDP hooks and no DTensor optimizer (dagprof "
         "calibrate --fsdp measures them for --link-model): held-out gloo jobs (reshard_after_forward=True on every unit, the "
