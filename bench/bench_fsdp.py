@@ -99,6 +99,7 @@ The measured time is the other profile's own. Peak memory per rank: each model r
 ``ddp_peak_of_fsdp`` of the FSDP profile. Goals: DDP -> FSDP within 8 %, memory within 10 %.
 
     sudo .venv/bin/python bench/bench_fsdp.py --part 7 [--rounds 3] [--links loopback,200Mbit,1Gbit] [--link-model-calibrate] [--keep DIR]
+        [--models transformer]  # one model (a shorter locked call)
     .venv/bin/python bench/bench_fsdp.py --offline DIR  # DDP -> FSDP predicted again from the runs --keep kept, no job run
     .venv/bin/python bench/bench_fsdp.py --offline DIR --categories  # both conversions' step per category beside both profiles'
 
@@ -610,8 +611,9 @@ def calibrated_models(out_dir: str, cluster=None) -> dict[str, str]:
 CALIBRATED = ("all-reduce", "per-kind", "fsdp-measured")  # calibrated_models' files, oldest rule first
 
 
-def part7(rounds: int, steps: int, links: list[str], calibrate: bool = False, keep: str | None = None) -> tuple[list[float], list[float], list[float]]:
-    """(DDP -> FSDP time errors, FSDP -> DDP time errors, memory errors), %. ``calibrate``: per link and round,
+def part7(rounds: int, steps: int, links: list[str], calibrate: bool = False, keep: str | None = None,
+          models: list[str] | None = None) -> tuple[list[float], list[float], list[float]]:
+    """(DDP -> FSDP time errors, FSDP -> DDP time errors, memory errors), %; ``models``: those of ``DP_MODELS`` (all). ``calibrate``: per link and round,
     ``dagprof calibrate`` on that link first, and DDP -> FSDP predicted also on its all-reduce fit alone and on its
     per-kind fits (``whatif --link-model``). ``keep``: the profiles and link-model files go there, not to a
     temporary folder (``--offline`` predicts them again)."""
@@ -628,7 +630,8 @@ def part7(rounds: int, steps: int, links: list[str], calibrate: bool = False, ke
         print(f"Part 7: testbed links skipped: {why}")
         links = [x for x in links if x == "loopback"]
     wrappers = {"ddp": ["--ddp"], "fsdp": DP_FSDP}
-    cells = [(m, link, w) for m in DP_MODELS for link in links for w in wrappers]
+    chosen = {m: a for m, a in DP_MODELS.items() if models is None or m in models}
+    cells = [(m, link, w) for m in chosen for link in links for w in wrappers]
     measured: dict[tuple, list[float]] = {c: [] for c in cells}
     predicted: dict[tuple, list[float]] = {c: [] for c in cells}
     on_model: dict[tuple, list[float]] = {(*c, how): [] for c in cells if c[2] == "fsdp" for how in CALIBRATED}
@@ -640,7 +643,7 @@ def part7(rounds: int, steps: int, links: list[str], calibrate: bool = False, ke
         os.makedirs(tmp, exist_ok=True)
         cluster = stack.enter_context(Cluster(2)) if any(x != "loopback" for x in links) else None
         for k in range(rounds):
-            for name, model in DP_MODELS.items():
+            for name, model in chosen.items():
                 for link in links:
                     if link != "loopback":
                         cluster.set_rate(RATES[link])
@@ -685,7 +688,7 @@ def part7(rounds: int, steps: int, links: list[str], calibrate: bool = False, ke
                     print(f"{'':14s} {'':>9s} {'':>5s} {'calibrated ' + how:>28s} {pm:13.1f} {100 * (pm - m) / m:+7.2f} %  (rounds {per_round} %)")
         mem = []
         print(f"\n{'model':14s} {'to':>5s} {'measured MiB':>13s} {'predicted MiB':>14s} {'error':>8s}  predicted peak at")
-        for name, model in DP_MODELS.items():
+        for name, model in chosen.items():
             conv = scenario.apply(graphs[(name, "ddp")], to_fsdp_like(graphs[(name, "fsdp")]), scenario.Cluster(optimizer_state="adam"),
                                 scenario.base_topology(graphs[(name, "ddp")], scenario.Cluster()))
             pred = {"fsdp": max(fsdp_peak(conv).values(), key=lambda m: m.total),
@@ -984,6 +987,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="jobs per held-out model in part 1")
     ap.add_argument("--link-model-calibrate", action="store_true",
                     help="part 7: run dagprof calibrate on each link first and predict DDP -> FSDP on its fits too")
+    ap.add_argument("--models", help="part 7: a comma-separated subset of its models (transformer, mlp+embedding)")
     ap.add_argument("--keep", metavar="DIR", help="parts 2 and 7: keep their profiles (and part 7's link-model files) in DIR")
     ap.add_argument("--offline", metavar="DIR", help="parts 2 and 7: predict again from the runs --keep kept in DIR; runs no job")
     ap.add_argument("--categories", action="store_true",
@@ -996,6 +1000,8 @@ def main() -> None:
     ap.add_argument("--fsdp-costs", metavar="FILE", help="part 2: FSDP2's costs from this dagprof calibrate --fsdp file (2 ranks, this "
                     "machine) in place of each round's: the 4-rank cells' optimizer step by its measured DTensor step")
     args = ap.parse_args()
+    if args.models and not set(args.models.split(",")) <= set(DP_MODELS):
+        ap.error(f"--models: expected some of {', '.join(DP_MODELS)}, got {args.models!r}")
     if args.offline and args.categories:
         categories7(args.offline)
         return
@@ -1033,7 +1039,8 @@ def main() -> None:
         if e:
             print(f"optimize --verify: median per-round speed-up error {statistics.median(e):+.2f} %, max |error| {max(map(abs, e)):.2f} %")
     if args.part in (0, 7):
-        to_fsdp, to_ddp, mem = part7(args.rounds, args.steps, args.links.split(","), args.link_model_calibrate, args.keep)
+        to_fsdp, to_ddp, mem = part7(args.rounds, args.steps, args.links.split(","), args.link_model_calibrate, args.keep,
+                                   args.models.split(",") if args.models else None)
         print(f"DDP -> FSDP: max |error| {max(map(abs, to_fsdp)):.2f} % (goal <= 8 %); FSDP -> DDP: max |error| "
               f"{max(map(abs, to_ddp)):.2f} %; memory: max |error| {max(map(abs, mem)):.2f} % (goal <= 10 %); load {os.getloadavg()[0]:.2f}")
     if args.part in (0, 8):

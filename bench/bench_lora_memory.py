@@ -8,7 +8,9 @@ steps after the first); beside it the predicted step against the measured step o
 own iteration, as ``bench/bench_fsdp.py --part 7`` compares). ``lora_finetune.py --wrap fsdp`` calls ``fully_shard`` at its
 default (the root kept gathered after forward), as ``--data-parallel fsdp`` predicts. Offline on the vendored runs by
 default (``tests/data/lora``: no job); ``--record DIR`` runs
-the 4 profiles and 4 measured jobs here first; ``--before CHECKOUT`` prints another tree's predictions beside.
+the 4 profiles and 4 measured jobs here first, then ``dagprof calibrate --fsdp`` (2 ranks, loopback) into ``DIR/link.json``;
+where a folder has that file, FSDP from the DDP profile is also predicted on it (``whatif --link-model``: FSDP2's costs as
+measured). ``--before CHECKOUT`` prints another tree's predictions beside.
 
     .venv/bin/python bench/bench_lora_memory.py [--record DIR | --offline DIR] [--before CHECKOUT]
 """
@@ -41,6 +43,7 @@ def record(out: pathlib.Path) -> None:
             subprocess.run([sys.executable, "-m", "dagprof.cli.main", "profile", "--no-kineto", "--steps", "4:7", "-o",
                             str(out / f"{wrap}-{frozen}"), "--", *torchrun, str(SCRIPT), *args], check=True)
     (out / "measured-peaks.json").write_text(json.dumps({"step_peak_bytes": peaks}))
+    subprocess.run([sys.executable, "-m", "dagprof.cli.main", "calibrate", "-o", str(out / "link.json"), "--fsdp", "--max-mb", "4"], check=True)
 
 
 def whatif(src: pathlib.Path, run: pathlib.Path, extra: list[str]) -> dict | str:
@@ -75,8 +78,10 @@ def main() -> None:
     peaks = json.loads((data / "measured-peaks.json").read_text())["step_peak_bytes"]
     trees = [("this", ROOT / "src")] + ([("before", pathlib.Path(args.before) / "src")] if args.before else [])
     print(f"peak memory per rank and step, predicted against measured, {data} (load {os.getloadavg()[0]:.2f})")
+    link = data / "link.json"
+    rows = ROWS + ([("ddp", ["--data-parallel", "fsdp", "--link-model", str(link)], "fsdp", "FSDP from DDP, calibrated")] if link.exists() else [])
     for frozen in (0, 1):
-        for wrap, extra, target, what in ROWS:
+        for wrap, extra, target, what in rows:
             measured = max(max(steps[1:]) for steps in peaks[f"{target}-{frozen}"].values()) / 2**20
             step = whatif(trees[0][1], data / f"{target}-{frozen}", [])
             ms = step["measured_iter_ms"] if isinstance(step, dict) else float("nan")

@@ -77,6 +77,22 @@ def test_conversion_inserts_the_measured_costs(ddp):
     assert (measured.kind == Kind.COMM).sum() == (plain.kind == Kind.COMM).sum()
 
 
+def test_measured_costs_leave_out_the_profiles_overhead_per_collective(ddp):
+    """The fixed cost per collective a DDP profile's link fit holds (fitted on its all-reduces) is charged on no FSDP
+    collective where FSDP2's costs were measured (each kind's swept call and each unit's hooks and wake-ups hold it); the
+    uncalibrated conversion, which has nothing else for them, keeps it."""
+    from dagprof.costmodel.topology import Topology
+    topo = Topology(2, 1, LINK, LINK, overhead_us=4000.0)
+    on = set_topology(ddp, topo)
+    bare = set_topology(ddp, dataclasses.replace(topo, overhead_us=0.0))
+
+    def gathers(g):
+        return sum(float(g.dur[c.node]) for c in fsdp_collectives(g))
+    assert gathers(ddp_to_fsdp(on, costs=COSTS)) == pytest.approx(gathers(ddp_to_fsdp(bare, costs=COSTS)))
+    plain = ddp_to_fsdp(on)
+    assert gathers(plain) == pytest.approx(gathers(ddp_to_fsdp(bare)) + 4000.0 * len(fsdp_collectives(plain)))
+
+
 def test_each_unit_costs_more_the_more_bytes_it_gathers(ddp):
     """With the growth the calibration's units of MBs measured, each unit's hooks cost the small unit's plus the growth
     times the unit's parameter bytes (the root's embedding and head make it the largest); without it (an older file), as before."""

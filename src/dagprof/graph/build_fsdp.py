@@ -221,9 +221,10 @@ def check_fsdp_edges(g: Graph) -> dict[str, int]:
                 # the unit's ops after the issue (a hook on the unit's output may open its first layer's backward
                 # span just before FSDP's pre-backward hook gathers: that sliver stays before the all-gather)
                 issued = float(g.order[_waiter(g, c.node, r)])
-                first = [v for v in np.flatnonzero(mine & (g.kind == phase_kind)).tolist()
-                         if int(g.layer[v]) in layers and float(g.order[v]) > issued]
-                if layers and (not first or not reach[min(first, key=lambda v: g.order[v])]):
+                ran = [v for v in np.flatnonzero(mine & (g.kind == phase_kind)).tolist() if int(g.layer[v]) in layers]
+                first = [v for v in ran if float(g.order[v]) > issued]
+                # (a unit frozen whole runs no backward, yet the next unit's pre-backward prefetches it: nothing to precede)
+                if ran and (not first or not reach[min(first, key=lambda v: g.order[v])]):
                     raise DagprofError(f"{g.node_name(c.node)} (step {step}) does not precede its unit's {phase_kind.name.lower()} on rank {r}")
                 counts["forward_waits_all_gather" if phase_kind == Kind.FORWARD else "backward_all_gather_after_reshard"] += 1
                 if c.prefetched:  # issued from the hook of the unit that runs before it: ahead of that unit's compute, or

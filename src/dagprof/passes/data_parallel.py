@@ -14,15 +14,18 @@ on every rank's main lane, as FSDP2 runs them under gloo (``graph.build_fsdp`` n
 - before the unit's first forward layer (the root's: before any layer) its all-gather of the full
   parameters, blocking, then the copy-out of the gathered bytes into the parameters;
 - a reshard after its last forward layer (the root's after the forward) where the unit reshards after forward, and
-  then the same all-gather and copy-out again before its first backward layer (the root's: at backward's start);
+  then the same all-gather and copy-out again before its first backward layer (the root's: at backward's start); a
+  unit that runs no backward (frozen whole) is gathered all the same, by the next unit's pre-backward (FSDP2's
+  backward prefetch follows the forward order, not what runs backward: ``_prefetcher``);
 - after its last backward layer (the root's after the backward) its reduce-scatter, blocking, and its reshard;
 - the optimizer updates this rank's shards only: 1/N of its profiled time.
 What a blocking wait adds beyond the transfer (a rank's lag behind the first to see it complete, ``graph.build``)
 is not in a DDP profile either: DDP's finalize wait also copies every bucket back into the gradients.
 Collectives are priced by the link model as every FSDP collective is (all-gathers half an all-reduce of
 the gathered bytes, gloo's reduce-scatter a whole one; with a per-kind link model from ``dagprof calibrate``, each
-kind on the link its own sweep fitted: ``Topology.kinds``). A copy-out is a pass over memory like DDP's bucket
-enqueue (which scales each bucket in place): it costs the profile's enqueue time per byte.
+kind on the link its own sweep fitted: ``Topology.kinds``). A copy-out is a pass over memory and a call, like DDP's
+bucket enqueue (which scales each bucket in place, then dispatches): it costs what the profile's enqueues cost per call
+and per byte (``_enqueue_price``).
 
 With FSDP2's costs measured on the user's machine (``dagprof calibrate --fsdp``: ``costmodel.fsdp_costs``), two of
 those rules give way to what was measured, since a DDP profile holds neither: the optimizer step is the profiled one
@@ -89,7 +92,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from ..costmodel.fsdp_costs import FsdpCosts
+from ..costmodel.fsdp_costs import FsdpCosts, StepFit
 from ..errors import DagprofError
 from ..graph.build_fsdp import fsdp_collectives, is_fsdp_graph, step_size
 from ..graph.dag import Graph, GraphBuilder
@@ -127,9 +130,9 @@ def conversion_note(target: str, measured: bool) -> str:
             "the optimizer step on DTensor shards, FSDP2's copy-out, each unit's hooks and wake-ups beyond its collectives at its "
             "bytes and each collective kind at its swept sizes (its last rank out included) are as dagprof calibrate --fsdp measured "
             "them here; not predicted: how the wake-ups grow with the machine's load, and compute that DDP's overlapping all-reduces "
-            "slowed: held-out gloo jobs (reshard_after_forward=True on every unit, the prediction alike) ran FSDP 1.9 % faster to "
-            "6.6 % slower than this prediction (a transformer-like stack and an MLP with an embedding, loopback, 1 Gbit/s and "
-            "200 Mbit/s, 2 rounds on a quiet machine; bench/bench_fsdp.py --part 7 --link-model-calibrate); the memory within about 10 %")
+            "slowed: held-out gloo jobs at fully_shard's default ran FSDP 8-18 % slower than this prediction on a quiet machine (a "
+            "transformer-like stack and an MLP with an embedding, loopback, two calibrations; bench/bench_fsdp.py --part 7 "
+            "--link-model-calibrate), more under load (a blocking collective's wake-up grows with it); the memory within about 10 %")
     return RESHARD_NOTE + (
         "a DDP profile has no FSDP all-gather skew (gloo releases one rank later), no FSDP hooks and no DTensor optimizer (dagprof "
         "calibrate --fsdp measures them for --link-model): held-out gloo jobs (reshard_after_forward=True on every unit, the "
@@ -261,12 +264,11 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
     dtype = {2: "bfloat16", 4: "float32", 8: "float64"}.get(element, "float32")
     unit_bytes = _unit_sizes(units, grad)  # what a unit reduce-scatters
     unit_full = _unit_sizes(units, params)  # what it gathers
-    bucket_bytes = float(sum(int(g.nbytes[c]) for c in pb.comm_ids))
     tensors = len({p for bk in g.meta.buckets for p in bk.params})  # the parameter tensors DDP steps
     if costs is not None and tensors:
-        copy_us_per_byte, step = costs.copy_out_us_per_byte, costs.step_ratio(tensors, sum(unit_bytes.values()), n)
+        copy_out, step = StepFit(0.0, costs.copy_out_us_per_byte), costs.step_ratio(tensors, sum(unit_bytes.values()), n)
     else:  # nothing measured (or no parameter count to price DTensor's per-tensor cost on): the profile's own rules
-        copy_us_per_byte, step = float(g.dur[pb.enqueue].sum()) / bucket_bytes if bucket_bytes else 0.0, 1.0 / n
+        copy_out, step = _enqueue_price(g, pb), 1.0 / n
     channel = int(g.device[pb.comm_ids[0]])
     sinks = {v for vs in pb.sinks.values() for v in vs if g.kind[v] == Kind.COMM_WAIT}
 
@@ -286,13 +288,12 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
         plan = _plan([name for name, _ in units], again)
         shift: dict[tuple[int, bool], int] = defaultdict(int)  # nodes already inserted at an anchor (keeps their order)
         for kind, unit, phase, where, before in plan:
-            nodes = {}
-            for r in ranks:
-                at = anchors[r].get((unit, where))
-                if at is None:
-                    break
-                nodes[r] = at
-            if len(nodes) != len(ranks):
+            nodes, label = _at(anchors, unit, where), unit
+            if nodes is None and (kind, phase) == ("all_gather", "backward") and _at(anchors, unit, "fwd_first") is not None:
+                # a unit that ran forward but no backward (frozen whole): the next unit's pre-backward still prefetches it
+                by = _prefetcher([name for name, _ in units], unit)
+                nodes, label = _at(anchors, by, where), f"{unit} (prefetched by {by})"
+            if nodes is None:
                 continue  # a unit that ran no layer in this step (on some rank): FSDP would not gather it either
             full = unit_bytes[unit] if kind == "reduce_scatter" else unit_full[unit]
             if kind == "reduce_scatter" and not full:
@@ -302,7 +303,7 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
                     _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp reshard {unit} ({phase})", Kind.OTHER, 0.0)
                 continue
             sync = b.add_node(f"sync.{kind} {unit}.{seq}", Kind.SYNC, step=step)
-            comm = b.add_node(f"{kind} {unit}.{seq}", Kind.COMM, device=channel, order=max(float(g.order[a]) for a in nodes.values()),
+            comm = b.add_node(f"{kind} {label}.{seq}", Kind.COMM, device=channel, order=max(float(g.order[a]) for a in nodes.values()),
                               step=step, nbytes=int(full))
             b.add_edge(sync, comm)
             seq += 1
@@ -314,7 +315,7 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
                 b.add_edge(enq, sync)
                 b.add_edge(comm, w)
                 if kind == "all_gather":
-                    _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp copy-out {unit} ({phase})", Kind.OTHER, full * copy_us_per_byte)
+                    _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp copy-out {unit} ({phase})", Kind.OTHER, copy_out.us(1, full))
                 elif costs is not None:
                     _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp hooks {unit} (backward)", Kind.OTHER,
                             costs.unit_us("backward", unit_full[unit]))
@@ -333,7 +334,14 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
                         layer_saved_gathered_bytes={k: params[k] for k in saved if params.get(k, 0) > 0},
                         layer_output_bytes=dict(g.meta.layer_output_bytes) or None)  # the gradient reaching each layer: as large
     out = out.replace(meta=out.meta.replace(fsdp=record, buckets=(), bucket_cap_mb=None))
-    return retime_collectives(out, current_topology(g), current_scheme(g), lags_on=current_topology(g))
+    topo = current_topology(g)
+    if costs is not None:
+        # the profile's fixed cost per collective was fitted on DDP's all-reduces (with a bucket or two of one size a step, each
+        # step's excess over the fastest): charged on every FSDP collective it came on top of what the calibration measured
+        # of each call (its kind's swept time to the last rank out, each unit's hooks and wake-ups). On the quiet
+        # transformer (4 blocks, 2 ranks) that was 4.15 ms on each of 14 collectives a step: +30 % where without it -8 %
+        topo = dataclasses.replace(topo, overhead_us=0.0)
+    return retime_collectives(out, topo, current_scheme(g), lags_on=topo)
 
 
 def with_optimizer_state(g: Graph, per_param: float) -> Graph:
@@ -352,6 +360,21 @@ def _element_size(g: Graph) -> int:
     return max(1, round(total / numel)) if numel and total else 4
 
 
+def _enqueue_price(g: Graph, pb) -> StepFit:
+    """A copy-out's price where nothing of FSDP2 was measured: DDP's bucket enqueue (scaling the bucket in place, then
+    the all-reduce's dispatch) per call and per byte, fitted over the profile's buckets (each at its median over ranks and
+    steps: a rank descheduled inside one step's enqueue took it 10-30x). Per byte alone, as the enqueues' sum over the
+    buckets' bytes, where the buckets are all of one size and cannot split the two: on the LoRA job's DDP profile
+    (``tests/data/lora``) a 1 MiB bucket's enqueue took 0.20 ms and a 79 KB one's 0.24, each a call's cost, and the sum
+    per byte priced a unit's copy-out of its frozen and trained 0.8 MiB at 3.2 ms where the FSDP job's took 0.29-0.39."""
+    enq = np.flatnonzero(pb.enqueue)
+    points = [(1, int(g.nbytes[e[0]]), float(np.median(g.dur[e]))) for k in np.unique(g.bucket[enq]) for e in [enq[g.bucket[enq] == k]]]
+    if len({nb for _, nb, _ in points}) >= 2 and all(us > 0 for _, _, us in points):
+        return StepFit.fit(points)
+    nbytes = float(sum(int(g.nbytes[c]) for c in pb.comm_ids))
+    return StepFit(0.0, float(g.dur[pb.enqueue].sum()) / nbytes if nbytes else 0.0)
+
+
 def _plan(units: list[str], again: dict[str, bool]) -> list[tuple[str, str, str, str, bool]]:
     """FSDP2's sequence of one step as (kind, unit, phase, anchor, before it?): the root first in forward and last in
     backward, inner units in forward order, then reversed (the order matters where two share an anchor); ``again``: the
@@ -368,6 +391,21 @@ def _plan(units: list[str], again: dict[str, bool]) -> list[tuple[str, str, str,
         plan.append(("reduce_scatter", u, "backward", "bwd_last", False))
         plan.append(("reshard", u, "backward", "bwd_last", False))
     return plan
+
+
+def _at(anchors: dict[int, dict[tuple[str, str], int]], unit: str, where: str) -> dict[int, int] | None:
+    """Each rank's anchor node ``where`` of ``unit`` (``_anchors``), or None where some rank ran no layer of it."""
+    nodes = {r: a.get((unit, where)) for r, a in anchors.items()}
+    return None if any(v is None for v in nodes.values()) else nodes
+
+
+def _prefetcher(units: list[str], unit: str) -> str:
+    """The unit whose pre-backward gathers ``unit`` (an inner one) by FSDP2's backward prefetch: the next in forward
+    order (``FSDPParamGroup._backward_prefetch`` takes the reversed post-forward order, whatever runs backward), the
+    root after the last; ``units``: the root first, then the others in forward order."""
+    inner = units[1:]
+    k = inner.index(unit) + 1
+    return inner[k] if k < len(inner) else units[0]
 
 
 def _anchors(g: Graph, lane: np.ndarray, layer_unit: dict[str, str]) -> dict[tuple[str, str], int]:
