@@ -401,15 +401,15 @@ EVIL = "\x1b[2J\x1b]0;pwned\x07\nforged: iteration 0.00 ms\u202e"
 
 def test_op_names_reach_the_terminal_escaped_and_json_exact(tmp_path, capsys):
     code, out, _ = _cli(capsys, "analyze", str(TRACE), "--json")
-    top = json.loads(out)["critical_path_per_iter"]["top_ops_ms"][0][0]
-    doc = json.loads(gzip.decompress(TRACE.read_bytes()))
+    top = next(name for name, _ in json.loads(out)["critical_path_per_iter"]["top_ops_ms"] if not name.startswith("gloo:"))  # a
+    doc = json.loads(gzip.decompress(TRACE.read_bytes()))  # collective renamed would be read as no collective
     for e in doc["traceEvents"]:
         if e.get("name") == top:
             e["name"] = top + EVIL
     evil = tmp_path / "rank-0.pt.trace.json"
     evil.write_text(json.dumps(doc))
     code, out, _ = _cli(capsys, "analyze", str(evil), "--json")
-    assert code == 0 and json.loads(out)["critical_path_per_iter"]["top_ops_ms"][0][0] == top + EVIL  # exact
+    assert code == 0 and top + EVIL in [name for name, _ in json.loads(out)["critical_path_per_iter"]["top_ops_ms"]]  # exact
     code, out, err = _cli(capsys, "analyze", str(evil))
     assert code == 0
     assert not any(c in out + err for c in "\x1b\x07\u202e")

@@ -98,7 +98,7 @@ def test_collectives_group_seq_and_bytes(stages):
 
 def test_rank_trace_assembly(stages):
     trace, header, cols, nest, kinds, deps, colls = stages
-    t = K._rank_trace(trace, PATH, None, header, cols, nest, kinds, deps, colls)
+    t = K._rank_trace(trace, PATH, (None, None), header, cols, nest, kinds, deps, colls)
     assert (t.rank, t.world_size, t.backend) == (0, 2, "nccl")
     assert [lane.name for lane in t.lanes if lane.main] == ["thread 2910249 (pt_main_thread)"]
     assert len(t.flows) == len(t.flow_rule) and t.meta.declined == deps.declined

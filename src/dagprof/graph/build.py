@@ -36,7 +36,7 @@ from ..traces.events import RankTrace, Run
 from ..traces.parallelism import label_run
 from ..traces.step_marks import mark_steps
 from ..traces.steps import iteration_us, stalled_steps
-from ..traces.zero_run import overlap_roots
+from ..traces.zero_run import ZERO_BROADCAST
 from .assemble import Assembler
 from .dag import Graph
 from .meta import LoopSteps
@@ -116,7 +116,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         inst[: len(matching.instance[pos])] = matching.instance[pos][: len(inst)]  # a window marker adds a row
         add_rank(asm, trace, chosen, inst, dims[pos], p2p, host_waits=not lumped)
     add_collectives(asm, frozenset(k for k, it in enumerate(matching.instances) if not is_symmetric(it.collective)),
-                    {k: it.ranks[1] for k, it in enumerate(matching.instances) if it.p2p}, overlap_roots(run, matching))
+                    {k: it.ranks[1] for k, it in enumerate(matching.instances) if it.p2p}, _overlap_roots(run, matching))
     g = asm.finish()
     g.meta = g.meta.replace(
         world_size=run.world_size,
@@ -148,3 +148,12 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         g.meta.fsdp = fsdp_meta(run)
     return g
 
+
+def _overlap_roots(run: Run, matching: Matching) -> dict[int, int]:
+    """Collective instance -> its root rank, for the ZeRO broadcasts of an overlapped step (``overlap_comm``: their
+    completions are the hooks', the root's as soon as its sends were handed over). The non-overlapped step's (Kineto's
+    spans) is left as it was measured and checked: its figures were not re-measured with this rule."""
+    zero = run.ranks[0].meta.zero if run.ranks else None
+    if zero is None or not zero.buckets:
+        return {}
+    return {k: int(it.name[len(ZERO_BROADCAST):]) for k, it in enumerate(matching.instances) if it.name.startswith(ZERO_BROADCAST)}

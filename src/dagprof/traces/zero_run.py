@@ -17,10 +17,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..align.matching import Matching
 from ..errors import DagprofError
 from ..units import MB
-from .events import Kind, Run
+from .events import Kind
 from .run_comm import hook_comm
 from .run_schema import Col, Rec, ZeroInfo
 from .run_spans import _Comm, _Span, _Transfer
@@ -123,16 +122,6 @@ def overlap_spans(code: np.ndarray, a: np.ndarray, b: np.ndarray, t: np.ndarray,
         spans.append(_Span(Kind.UPDATE, f"{ZERO_STEP}{int(bucket)}", int(s0), int(s1)))
     spans += [_Span(Kind.COMM_WAIT, ZERO_BCAST_WAIT, int(s0), int(s1)) for s0, s1 in zip(t[code == Rec.ZERO_WAIT_BEGIN], t[code == Rec.ZERO_WAIT_END])]
     return spans
-
-
-def overlap_roots(run: Run, matching: Matching) -> dict[int, int]:
-    """Collective instance -> its root rank, for the ZeRO broadcasts of an overlapped step (``overlap_comm``: their
-    completions are the hooks', the root's as soon as its sends were handed over). The non-overlapped step's (Kineto's
-    spans) is left as it was measured and checked: its figures were not re-measured with this rule."""
-    zero = run.ranks[0].meta.zero if run.ranks else None
-    if zero is None or not zero.buckets:
-        return {}
-    return {k: int(it.name[len(ZERO_BROADCAST):]) for k, it in enumerate(matching.instances) if it.name.startswith(ZERO_BROADCAST)}
 
 
 def overlap_targets(spans: list[_Span]) -> dict[int, int]:
