@@ -8,7 +8,6 @@ Every copy is made in the test from the fixture; nothing under tests/data change
 """
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import pathlib
@@ -17,29 +16,14 @@ import subprocess
 import sys
 
 import pytest
+from testdata import DATA, copy_fixture, edit_json
 
 from dagprof.cli.main import main
 from dagprof.errors import DagprofError
 from dagprof.traces.load import load
 from dagprof.traces.steps import STALL_FACTOR, stalled_steps
 
-DATA = pathlib.Path(__file__).parent / "data"
 HOUR_US = 3_600_000_000
-
-
-def _copy(tmp_path, fixture: str) -> pathlib.Path:
-    run = tmp_path / pathlib.Path(fixture).name
-    shutil.copytree(DATA / fixture, run)
-    return run
-
-
-def _edit(path: pathlib.Path, edit) -> None:
-    raw = path.read_bytes()
-    gz = raw[:2] == b"\x1f\x8b"
-    doc = json.loads(gzip.decompress(raw) if gz else raw)
-    edit(doc)
-    text = json.dumps(doc).encode()
-    path.write_bytes(gzip.compress(text) if gz else text)
 
 
 def _refused(path, *needles) -> str:
@@ -62,7 +46,7 @@ def _cli(capsys, *argv) -> tuple[int, dict | None, str]:
 
 
 def test_a_step_of_ten_hours_is_said(tmp_path, capsys):
-    run = _copy(tmp_path, "ddp-testbed/run")
+    run = copy_fixture(tmp_path, "ddp-testbed/run")
 
     def stall(doc):  # rank 1 stalls ten hours in step 9: every later time moves on
         rows = doc["step_times_ns"]
@@ -73,7 +57,7 @@ def test_a_step_of_ten_hours_is_said(tmp_path, capsys):
         for key in ("records", "enqueues"):
             for row in doc.get(key) or []:
                 row[3] += 10 * HOUR_US * 1000 if row[3] > cut else 0
-    _edit(run / "rank1.json", stall)
+    edit_json(run / "rank1.json", stall)
     rc, doc, _ = _cli(capsys, "analyze", "--json", str(run))
     assert rc == 0
     said = [w for w in doc["warnings"] if f"{STALL_FACTOR:.0f}x the median step" in w]
@@ -105,18 +89,18 @@ def test_a_kineto_trace_in_ns_is_refused(tmp_path):
             for k in ("ts", "dur"):
                 if isinstance(e.get(k), (int, float)):
                     e[k] *= 1000
-    _edit(path, ns)
+    edit_json(path, ns)
     _refused(path, str(path), "times in ns where Kineto writes us")  # read before as a job 1000x slower, exit 0
 
 
 def test_a_dagprof_runs_kineto_trace_of_another_world_size_is_refused(tmp_path):
-    run = _copy(tmp_path, "hybrid-dp-tp-dagprof")
-    _edit(run / "rank1.kineto.json.gz", lambda d: d["distributedInfo"].update(world_size=6))
+    run = copy_fixture(tmp_path, "hybrid-dp-tp-dagprof")
+    edit_json(run / "rank1.kineto.json.gz", lambda d: d["distributedInfo"].update(world_size=6))
     _refused(run, "rank1.kineto.json.gz", "world_size 6, but the rank file is of a 4-rank job")
 
 
 def test_a_horovod_timeline_with_a_second_session_is_refused(tmp_path):
-    run = _copy(tmp_path, "horovod/sparse-gru")
+    run = copy_fixture(tmp_path, "horovod/sparse-gru")
     tl = run / "horovod_timeline.json"
     events = json.loads(tl.read_text())
     again = json.loads(json.dumps(events))
@@ -128,7 +112,7 @@ def test_a_horovod_timeline_with_a_second_session_is_refused(tmp_path):
 
 
 def test_a_horovod_timeline_with_events_appended_an_hour_on_is_refused(tmp_path):
-    run = _copy(tmp_path, "horovod/sparse-gru")
+    run = copy_fixture(tmp_path, "horovod/sparse-gru")
     tl = run / "horovod_timeline.json"
     events = json.loads(tl.read_text())
     events += json.loads(json.dumps([e for e in events if "ts" in e]))
@@ -139,28 +123,28 @@ def test_a_horovod_timeline_with_events_appended_an_hour_on_is_refused(tmp_path)
 
 
 def test_an_mxnet_trace_written_twice_is_refused(tmp_path):
-    run = _copy(tmp_path, "mxnet/user_mlp")
-    _edit(run / "worker1.json.gz", lambda d: d.update(traceEvents=[e for e in d["traceEvents"] for _ in (0, 1)]))
+    run = copy_fixture(tmp_path, "mxnet/user_mlp")
+    edit_json(run / "worker1.json.gz", lambda d: d.update(traceEvents=[e for e in d["traceEvents"] for _ in (0, 1)]))
     _refused(run, "worker1.json.gz", "operator spans appear twice")  # read before 0.2 % slower, exit 0
 
 
 @pytest.mark.parametrize("fixture", ["ddp-testbed/run", "fsdp/reshard"])
 def test_a_rank_file_with_its_records_written_twice_is_refused(tmp_path, fixture):
-    run = _copy(tmp_path, fixture)  # DDP: "mismatched collectives" on the folder before; FSDP: read as it was, unsaid
-    _edit(run / "rank1.json", lambda d: d.update(records=[r for r in d["records"] for _ in (0, 1)]))
+    run = copy_fixture(tmp_path, fixture)  # DDP: "mismatched collectives" on the folder before; FSDP: read as it was, unsaid
+    edit_json(run / "rank1.json", lambda d: d.update(records=[r for r in d["records"] for _ in (0, 1)]))
     _refused(run, str(run / "rank1.json"), "hook records appear twice")
 
 
 def test_a_horovod_rank_file_of_another_world_size_is_refused(tmp_path):
-    run = _copy(tmp_path, "horovod/sparse-gru")
-    _edit(run / "rank1.horovod.json", lambda d: d.update(world_size=4))  # read before as this job's, exit 0
+    run = copy_fixture(tmp_path, "horovod/sparse-gru")
+    edit_json(run / "rank1.horovod.json", lambda d: d.update(world_size=4))  # read before as this job's, exit 0
     _refused(run, str(run / "rank1.horovod.json"), "holds rank 1 of 4, not of 2")
 
 
 @pytest.mark.parametrize("workers", [1, 3])
 def test_an_mxnet_manifest_whose_num_workers_disagrees_is_refused(tmp_path, workers):
-    run = _copy(tmp_path, "mxnet/user_mlp")
-    _edit(run / "mxnet-run.json", lambda d: d.update(num_workers=workers))  # 3: KeyError (exit 3) before
+    run = copy_fixture(tmp_path, "mxnet/user_mlp")
+    edit_json(run / "mxnet-run.json", lambda d: d.update(num_workers=workers))  # 3: KeyError (exit 3) before
     _refused(run, "mxnet-run.json", f"num_workers is {workers} but the traces listed are of workers [0, 1]")
 
 
@@ -181,9 +165,9 @@ def test_a_looping_link_is_said(tmp_path):
 
 
 def test_unicode_op_names_print_to_an_ascii_stdout(tmp_path):
-    run = _copy(tmp_path, "gloo-windows/same")
+    run = copy_fixture(tmp_path, "gloo-windows/same")
     for p in run.glob("*.json.gz"):
-        _edit(p, lambda d: [e.update(name=e["name"] + " ünï✓") for e in d["traceEvents"] if e.get("cat") == "cpu_op"
+        edit_json(p, lambda d: [e.update(name=e["name"] + " ünï✓") for e in d["traceEvents"] if e.get("cat") == "cpu_op"
                             and e.get("name", "").startswith("aten::")])
     src = str(pathlib.Path(__file__).parents[1] / "src")
     env = {**os.environ, "PYTHONIOENCODING": "ascii", "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}

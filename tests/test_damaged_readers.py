@@ -8,20 +8,17 @@ Every copy is made in the test from the fixture; nothing under tests/data change
 """
 from __future__ import annotations
 
-import gzip
 import json
-import pathlib
 import re
 import shutil
 
 import pytest
+from testdata import DATA, copy_fixture, edit_json
 
 from dagprof.cli.main import main
 from dagprof.errors import DagprofError
 from dagprof.traces.layerwise import read_layer_file
 from dagprof.traces.load import load
-
-DATA = pathlib.Path(__file__).parent / "data"
 
 
 def _refused(path, *needles) -> str:
@@ -34,25 +31,10 @@ def _refused(path, *needles) -> str:
     return text
 
 
-def _copy(tmp_path, fixture: str) -> pathlib.Path:
-    run = tmp_path / pathlib.Path(fixture).name
-    shutil.copytree(DATA / fixture, run)
-    return run
-
-
-def _edit(path: pathlib.Path, edit) -> None:
-    raw = path.read_bytes()
-    gz = raw[:2] == b"\x1f\x8b"
-    doc = json.loads(gzip.decompress(raw) if gz else raw)
-    edit(doc)
-    text = json.dumps(doc).encode()
-    path.write_bytes(gzip.compress(text) if gz else text)
-
-
 @pytest.mark.parametrize("fixture, copy", [("run_schema/v1", "rank2.json"), ("tf/text", "rank2.json"),
                                            ("horovod/fused", "rank2.horovod.json")])
 def test_a_rank_file_beyond_the_manifests_ranks_is_refused(tmp_path, fixture, copy):
-    run = _copy(tmp_path, fixture)
+    run = copy_fixture(tmp_path, fixture)
     shutil.copy(run / copy.replace("2", "0"), run / copy)  # read before as the 2 ranks alone, the copy unseen
     _refused(run, str(run / copy), "named for rank 2, but manifest.json says 2 ranks")
 
@@ -62,37 +44,37 @@ def test_a_rank_file_beyond_the_manifests_ranks_is_refused(tmp_path, fixture, co
     (lambda d: d["step_times_ns"][-1].__setitem__(2, -1), "end before they begin"),
 ])
 def test_loop_step_times_gone_or_backwards_are_refused(tmp_path, damage, needle):
-    run = _copy(tmp_path, "run_schema/v1")
-    _edit(run / "rank1.json", damage)  # read before: the profiler's cost judged on them
+    run = copy_fixture(tmp_path, "run_schema/v1")
+    edit_json(run / "rank1.json", damage)  # read before: the profiler's cost judged on them
     _refused(run, str(run / "rank1.json"), needle)
 
 
 def test_a_runs_kineto_trace_of_another_rank_is_refused(tmp_path):
-    run = _copy(tmp_path, "hybrid-dp-tp-dagprof")
+    run = copy_fixture(tmp_path, "hybrid-dp-tp-dagprof")
     ranks = []
     for r in (0, 1):
-        _edit(run / f"rank{r}.kineto.json.gz", lambda d: ranks.append(d["distributedInfo"]["rank"]))
+        edit_json(run / f"rank{r}.kineto.json.gz", lambda d: ranks.append(d["distributedInfo"]["rank"]))
     assert ranks == [0, 1]
     for r in (0, 1):  # the two traces swapped: read before as rank 0's and rank 1's communication
-        _edit(run / f"rank{r}.kineto.json.gz", lambda d, r=r: d["distributedInfo"].update(rank=1 - r))
+        edit_json(run / f"rank{r}.kineto.json.gz", lambda d, r=r: d["distributedInfo"].update(rank=1 - r))
     _refused(run, str(run / "rank0.kineto.json.gz"), "distributedInfo says rank 1, but it is read as rank 0's trace")
 
 
 def test_events_a_runs_kineto_trace_drops_are_counted(tmp_path):
-    run = _copy(tmp_path, "hybrid-dp-tp-dagprof")
+    run = copy_fixture(tmp_path, "hybrid-dp-tp-dagprof")
 
     def negative(doc):
         timed = [e for e in doc["traceEvents"] if e.get("ph") == "X" and isinstance(e.get("dur"), (int, float)) and e["dur"] > 0]
         for e in timed[-4:]:
             e["dur"] = -e["dur"]
-    _edit(run / "rank1.kineto.json.gz", negative)
+    edit_json(run / "rank1.kineto.json.gz", negative)
     warnings = [str(w) for w in load(run).meta.warnings]  # read before with none said
     assert any(re.match(r"rank1\.kineto\.json\.gz: [1-4] of \d+ complete events unreadable", w) for w in warnings), warnings
 
 
 def test_one_kineto_rank_without_step_markers_is_named(tmp_path, capsys):
-    run = _copy(tmp_path, "gloo-windows/same")
-    _edit(run / "rank-1.pt.trace.json.gz",
+    run = copy_fixture(tmp_path, "gloo-windows/same")
+    edit_json(run / "rank-1.pt.trace.json.gz",
           lambda d: d.update(traceEvents=[e for e in d["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep")]))
     assert main(["analyze", str(run)]) == 2  # was "mismatched collectives", naming neither file
     err = capsys.readouterr().err
@@ -100,8 +82,8 @@ def test_one_kineto_rank_without_step_markers_is_named(tmp_path, capsys):
 
 
 def test_a_kineto_rank_damaged_into_another_json_is_named(tmp_path):
-    run = _copy(tmp_path, "gloo-windows/same")
-    _edit(run / "rank-1.pt.trace.json.gz", lambda d: d.update(traceEvents={"events": d["traceEvents"][:1]}))
+    run = copy_fixture(tmp_path, "gloo-windows/same")
+    edit_json(run / "rank-1.pt.trace.json.gz", lambda d: d.update(traceEvents={"events": d["traceEvents"][:1]}))
     _refused(run, "rank 1 of 2: no trace file here", "skipped: rank-1.pt.trace.json.gz (not a Kineto trace")
 
 
@@ -111,8 +93,8 @@ def test_a_kineto_rank_damaged_into_another_json_is_named(tmp_path):
     (lambda d: d.update(step_times_us=[d["step_times_us"]]), "at `$.step_times_us`"),  # was an AttributeError (exit 3)
 ])
 def test_a_damaged_tf_rank_file_names_the_field(tmp_path, damage, needle):
-    run = _copy(tmp_path, "tf/text")
-    _edit(run / "rank1.json", damage)
+    run = copy_fixture(tmp_path, "tf/text")
+    edit_json(run / "rank1.json", damage)
     _refused(run, str(run / "rank1.json"), needle)
 
 
@@ -124,14 +106,14 @@ def test_a_damaged_tf_rank_file_names_the_field(tmp_path, damage, needle):
     (lambda d: d.update(settings=[d["settings"]]), "at `$.settings`"),  # was a ValueError (exit 3)
 ])
 def test_a_damaged_horovod_rank_file_is_refused(tmp_path, damage, needle):
-    run = _copy(tmp_path, "horovod/fused")
-    _edit(run / "rank1.horovod.json", damage)  # the first three were read with exit 0 and the number unchanged
+    run = copy_fixture(tmp_path, "horovod/fused")
+    edit_json(run / "rank1.horovod.json", damage)  # the first three were read with exit 0 and the number unchanged
     _refused(run, str(run / "rank1.horovod.json"), needle)
 
 
 def test_an_mxnet_step_running_backwards_is_refused(tmp_path):
-    run = _copy(tmp_path, "mxnet/user_mlp")
-    _edit(run / "mxnet-run.json", lambda d: d["steps"]["0"][0].__setitem__(2, -1))
+    run = copy_fixture(tmp_path, "mxnet/user_mlp")
+    edit_json(run / "mxnet-run.json", lambda d: d["steps"]["0"][0].__setitem__(2, -1))
     _refused(run, str(run / "mxnet-run.json"), "1 step time(s) end before they begin", "worker 0")
 
 
@@ -153,19 +135,19 @@ def test_a_bcaffe_log_cut_at_a_line_end_is_refused(tmp_path):
 
 
 def test_an_mxnet_workers_trace_copied_over_anothers_is_refused_naming_both(tmp_path):
-    run = _copy(tmp_path, "mxnet/user_mlp")
+    run = copy_fixture(tmp_path, "mxnet/user_mlp")
     shutil.copy(run / "worker0.json.gz", run / "worker1.json.gz")  # mx.profiler records no worker id: read as worker 1 before
     _refused(run, str(run / "worker1.json.gz"), "same events at the same times as worker0.json.gz")
 
 
 def test_an_mxnet_worker_file_the_manifest_does_not_list_is_refused(tmp_path):
-    run = _copy(tmp_path, "mxnet/user_mlp")
+    run = copy_fixture(tmp_path, "mxnet/user_mlp")
     shutil.copy(run / "worker0.json.gz", run / "worker2.json.gz")  # read before as the 2 listed workers, the copy unseen
     _refused(run, str(run / "worker2.json.gz"), "lists workers [0, 1] with other files")
 
 
 def test_swapped_mxnet_worker_traces_are_warned_with_counts(tmp_path):
-    run = _copy(tmp_path, "mxnet/user_mlp")
+    run = copy_fixture(tmp_path, "mxnet/user_mlp")
     (run / "worker0.json.gz").rename(run / "tmp")
     (run / "worker1.json.gz").rename(run / "worker0.json.gz")
     (run / "tmp").rename(run / "worker1.json.gz")
@@ -176,7 +158,7 @@ def test_swapped_mxnet_worker_traces_are_warned_with_counts(tmp_path):
 
 @pytest.mark.parametrize("fixture, session", [("tf/text", "2026_12_02_01_16_53"), ("tf-jax/pmap-host", "2026_12_03_10_29_30")])
 def test_an_xplane_copied_over_another_ranks_is_refused_naming_both(tmp_path, fixture, session):
-    run = _copy(tmp_path, fixture)
+    run = copy_fixture(tmp_path, fixture)
     xp = f"plugins/profile/{session}/vm.xplane.pb.gz"
     shutil.copy(run / "rank0" / xp, run / "rank1" / xp)  # read before with exit 0 and a number 0.9 % off (tf/text)
     _refused(run, str(run / "rank1" / xp), f"same events at the same times as rank0/{xp} (rank 0)")
@@ -193,9 +175,9 @@ def _fsdp_units(doc, edit):
     ((1,), lambda u: u.update(name=u["name"] + "_x"), "its unit 0 is <root>_x (mesh 2x2, 3 parameters, 33,024 elements), rank 0's <root>"),
 ])
 def test_fsdp_units_unlike_the_job_or_the_other_ranks_are_refused(tmp_path, ranks, edit, needle):
-    run = _copy(tmp_path, "fsdp/hsdp")  # each read before with exit 0, and --mesh re-priced from rank 0's units
+    run = copy_fixture(tmp_path, "fsdp/hsdp")  # each read before with exit 0, and --mesh re-priced from rank 0's units
     for r in ranks:
-        _edit(run / f"rank{r}.json", lambda d: _fsdp_units(d, edit))
+        edit_json(run / f"rank{r}.json", lambda d: _fsdp_units(d, edit))
     _refused(run, str(run / f"rank{ranks[-1] if len(ranks) == 1 else 0}.json"), needle)
 
 
@@ -217,8 +199,8 @@ def test_a_link_fit_without_a_bandwidth_says_so_in_words(capsys):
 
 
 def test_an_fsdp_collective_naming_a_unit_the_file_lacks_is_refused(tmp_path):
-    run = _copy(tmp_path, "fsdp/hsdp")
-    _edit(run / "rank1.json", lambda d: d["fsdp"]["collectives"][0].update(prefetched_by=7))  # was an IndexError's line
+    run = copy_fixture(tmp_path, "fsdp/hsdp")
+    edit_json(run / "rank1.json", lambda d: d["fsdp"]["collectives"][0].update(prefetched_by=7))  # was an IndexError's line
     _refused(run, str(run / "rank1.json"), "1 FSDP collective(s) name unit 7, but the file lists 3 units")
 
 

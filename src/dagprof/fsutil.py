@@ -32,11 +32,7 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO]:
     folder = os.path.dirname(path)
     if os.path.isdir(path):  # os.replace would fail after the work, as an internal error
         raise DagprofError("is a folder: give a file name for this output", path)
-    top = folder
-    while not os.path.isdir(top):
-        if os.path.lexists(top):
-            raise DagprofError("is a file, not a folder: give the output a path in a folder", top)
-        top = os.path.dirname(top)
+    _existing_folder(folder, "give the output a path in a folder")
     try:
         os.makedirs(folder, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-" + os.path.basename(path) + ".")
@@ -276,13 +272,20 @@ def check_output_folder(final: str | os.PathLike[str]) -> None:
     os.rmdir(tmp)
 
 
-def _staging(final: str) -> tuple[str, str]:
-    """A new hidden folder in ``final``, or in its nearest existing ancestor (the second value), after the checks."""
-    top = final
+def _existing_folder(path: str, hint: str) -> str:
+    """``path``'s nearest existing ancestor (or itself), refused in one line where a file stands on the way (a later
+    ``makedirs`` or rename would fail after the work, as an internal error)."""
+    top = path
     while not os.path.isdir(top):
         if os.path.lexists(top):
-            raise DagprofError("is a file, not a folder: give the outputs a folder", top)
+            raise DagprofError(f"is a file, not a folder: {hint}", top)
         top = os.path.dirname(top)
+    return top
+
+
+def _staging(final: str) -> tuple[str, str]:
+    """A new hidden folder in ``final``, or in its nearest existing ancestor (the second value), after the checks."""
+    top = _existing_folder(final, "give the outputs a folder")
     try:
         tmp = tempfile.mkdtemp(dir=top, prefix=".dagprof-out-")
     except OSError as err:
