@@ -500,3 +500,17 @@ def test_explicit_groups_are_the_optimizers_requests(tmp_path, capsys):
     assert "explicit groups" in said and "--bandwidth, --workers" in said and "fusion" not in said
     rows = evaluate(p.graph, [Scenario(), Scenario(workers=4)], measured_us=p.analysis.measured_us, tolerance_pct=None)["scenarios"]
     assert rows[1].predicted_iter_ms >= rows[0].predicted_iter_ms
+
+
+def test_an_optimizer_hook_error_stops_profiling_not_the_step(tmp_path):
+    """``dagprof.profile`` installs torch's optimizer step hooks; the post hook once passed the optimizer to a Horovod
+    collector whose ``update_end`` took none, and the TypeError stopped every such job in its first step."""
+    from dagprof.collect.hooks.horovod import HorovodCollector
+
+    c = HorovodCollector(str(tmp_path), "1:2", kineto=False)
+    c.optimizer_hook(begin=True)(object(), (), {})
+    c.optimizer_hook(begin=False)(object(), (), {})  # takes the optimizer now
+    c.update_end = lambda opt=None: 1 / 0
+    with pytest.warns(RuntimeWarning, match="profiling disabled after an error in optimizer hook: ZeroDivisionError"):
+        c.optimizer_hook(begin=False)(object(), (), {})
+    assert not c.enabled

@@ -128,7 +128,11 @@ def _patch() -> None:
         handle = self.register_forward_pre_hook(first_forward)
 
     def after_step(opt: Any, args: Any, kwargs: Any) -> None:
-        if not collector.update_end(opt):  # an optimizer stepped inside another (ZeRO's local one): the outer's step counts
+        try:
+            if not collector.update_end(opt):  # an optimizer stepped inside another (ZeRO's local one): the outer's step counts
+                return
+        except Exception as err:  # noqa: BLE001  (profiling stops, the user's step goes on)
+            collector._fail(err, "optimizer hook")
             return
         if not stepping:
             stepping.append(id(opt))
@@ -138,7 +142,7 @@ def _patch() -> None:
     DDP.__init__ = ddp_init
     install_fsdp_launcher(collector, after_import)  # FSDP2: the root module's first forward starts step 0
     install_fsdp1_launcher(collector, after_import)  # FSDP1 (FullyShardedDataParallel): the same
-    register_optimizer_step_pre_hook(lambda opt, args, kwargs: collector.update_begin(opt))
+    register_optimizer_step_pre_hook(collector.optimizer_hook(begin=True))
     register_optimizer_step_post_hook(after_step)
     atexit.register(_close, collector)
 

@@ -360,6 +360,16 @@ class Collector:
         self._restore.append(lambda: setattr(cls, "__next__", original))
 
     # ---------------------------------------------------------------- optimizer
+    def optimizer_hook(self, begin: bool) -> Any:
+        """torch's optimizer step pre (``begin``) or post hook: an error in it disables profiling, never the user's step
+        (a collector whose ``update_end`` took no optimizer stopped every Horovod job in its first step)."""
+        def hook(opt: Any, args: Any, kwargs: Any) -> None:
+            try:
+                (self.update_begin if begin else self.update_end)(opt)
+            except Exception as err:  # noqa: BLE001
+                self._fail(err, "optimizer hook")
+        return hook
+
     def update_begin(self, opt: Any = None) -> None:
         """An optimizer's step begins; one inside another's (ZeRO's local optimizer) is part of the outer update. The
         ``step()`` of a ZeroRedundancyOptimizer(overlap_with_ddp=True) does nothing (its comm hook steps it): not one."""

@@ -98,7 +98,7 @@ class HorovodCollector(Collector):
         self._update_begin_ns = time.time_ns()
         self._update_recorded = False
 
-    def update_end(self) -> bool:
+    def update_end(self, opt: Any = None) -> bool:
         """The first end closes the innermost step: the update proper, after ``synchronize``."""
         if not self._update_recorded and self.recording:
             try:

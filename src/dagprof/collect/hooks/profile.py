@@ -39,8 +39,8 @@ class profile:  # noqa: N801  (used like torch.profiler.profile)
 
         c = self._collector = self.collector_class(self.out_dir, self.steps, mode="api", **self._options)
         self._handles = [
-            register_optimizer_step_pre_hook(lambda opt, args, kwargs: c.update_begin(opt)),
-            register_optimizer_step_post_hook(lambda opt, args, kwargs: c.update_end(opt)),
+            register_optimizer_step_pre_hook(c.optimizer_hook(begin=True)),
+            register_optimizer_step_post_hook(c.optimizer_hook(begin=False)),
         ]
         if self._model is not None:
             c.attach(self._model)
