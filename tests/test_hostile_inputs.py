@@ -420,3 +420,27 @@ def test_a_topology_file_out_of_range_names_the_file(tmp_path):
     path.write_text('{"hosts": 2, "inter": {"bandwidth": "10Gbit"}, "overhead_us": -500}')
     with pytest.raises(DagprofError, match=f"^{path}: collective overhead must be >= 0 us, got -500.0$"):
         parse_topology(str(path), 4)
+
+
+def test_a_folder_another_rank_creates_meanwhile_is_no_file(tmp_path, monkeypatch):
+    """Two ranks write their step times into one new folder: the folder one made between the other's two looks was
+    read as a file on the way, and the second rank stopped its training (the demo's verification round)."""
+    import os
+
+    from dagprof import fsutil
+
+    times = tmp_path / "round2-B" / "times"
+    real = os.path.isdir
+    looks = []
+
+    def isdir(p):  # the other rank creates the folder right after this rank's first look finds none
+        looks.append(p)
+        if os.fspath(p) == os.fspath(times) and len(looks) == 1:
+            times.mkdir(parents=True)
+            return False
+        return real(p)
+
+    monkeypatch.setattr(fsutil.os.path, "isdir", isdir)
+    with fsutil.atomic_open(times / "rank1.json") as f:
+        f.write("{}")
+    assert (times / "rank1.json").read_text() == "{}"

@@ -274,10 +274,12 @@ def check_output_folder(final: str | os.PathLike[str]) -> None:
 
 def _existing_folder(path: str, hint: str) -> str:
     """``path``'s nearest existing ancestor (or itself), refused in one line where a file stands on the way (a later
-    ``makedirs`` or rename would fail after the work, as an internal error)."""
+    ``makedirs`` or rename would fail after the work, as an internal error). Checked twice: another rank may create the
+    folder between the two looks (the demo's ranks write their step times into one new folder: read as a file, the
+    second rank stopped its training)."""
     top = path
     while not os.path.isdir(top):
-        if os.path.lexists(top):
+        if os.path.lexists(top) and not os.path.isdir(top):
             raise DagprofError(f"is a file, not a folder: {hint}", top)
         top = os.path.dirname(top)
     return top
