@@ -46,8 +46,10 @@ alike, priced it 20-40 % low.
 Still not predicted (``conversion_note``): how the wake-up after a blocking collective grows with the machine's load
 beyond what the calibration met, and the compute DDP's overlapping all-reduces slowed on a machine whose cores the
 collectives share (FSDP's block it instead). Nor ``clip_grad_norm_``: on FSDP2's DTensor gradients it all-reduces the
-norm in the shard group, blocking, before the optimizer step (Kineto's ``_c10d_functional::all_reduce``, 3-7 ms a step
-on the LoRA job's gloo ranks), where DDP's clip is local; a DDP profile does not record the clip (it is unnamed compute
+norm in the shard group, blocking, before the optimizer step (``_c10d_functional::all_reduce``), where DDP's clip is
+local: in Kineto the LoRA job's clip (``bench/fsdp_fresh/lora_finetune.py``, first norm to the step) ran 1.4-3.9 ms a
+step under FSDP2, its all-reduce and wait 0.1-2.6 of it, against 0.3-0.4 ms under DDP (a step of 32 / 23 ms, 2 gloo
+ranks, load 2.3); a DDP profile does not record the clip (it is unnamed compute
 between the backward and the step, under Kineto too: ``clip_grad_norm_`` opens no ``record_function``), so it is said
 (``CLIP_NOTE``), not priced.
 
