@@ -45,7 +45,13 @@ alike, priced it 20-40 % low.
 
 Still not predicted (``conversion_note``): how the wake-up after a blocking collective grows with the machine's load
 beyond what the calibration met, and the compute DDP's overlapping all-reduces slowed on a machine whose cores the
-collectives share (FSDP's block it instead).
+collectives share (FSDP's block it instead). Nor ``clip_grad_norm_``: on FSDP2's DTensor gradients it all-reduces the
+norm in the shard group, blocking, before the optimizer step (``_c10d_functional::all_reduce``), where DDP's clip is
+local: in Kineto the LoRA job's clip (``bench/fsdp_fresh/lora_finetune.py``, first norm to the step) ran 1.4-3.9 ms a
+step under FSDP2, its all-reduce and wait 0.1-2.6 of it, against 0.3-0.4 ms under DDP (a step of 32 / 23 ms, 2 gloo
+ranks, load 2.3); a DDP profile does not record the clip (it is unnamed compute
+between the backward and the step, under Kineto too: ``clip_grad_norm_`` opens no ``record_function``), so it is said
+(``CLIP_NOTE``), not priced.
 
 Measured (``bench/bench_fsdp.py --part 7``, 2 gloo ranks on a 2-core machine at load 5-10): DDP -> FSDP predicts
 low, -5 to -31 %, most at 200 Mbit/s and on loopback. Read from the FSDP profiles there, what it lacks: gloo's
@@ -111,6 +117,8 @@ _EPS = 1e-7  # us: an inserted node's order next to the node it precedes or foll
 DEFAULT_BUCKET_MB = 25.0
 
 
+CLIP_NOTE = ("clip_grad_norm_ under FSDP adds a blocking all-reduce (of the norm) not in a DDP profile, which does not record the "
+             "clip; ")
 RESHARD_NOTE = ("units resharded after forward as fully_shard's default does (reshard_after_forward=None: the root kept gathered through its "
                 "backward, every other unit resharded; fsdp:keep keeps every unit, --reshard-after-forward on|off passes the flag to every "
                 "unit, the root too); ")
@@ -126,14 +134,14 @@ def conversion_note(target: str, measured: bool) -> str:
                     "(2 rounds on a quiet machine, bench/bench_fsdp.py --part 7 kept runs), its peak memory -0 to +10 %")
         return "held-out gloo jobs measured DDP -30 to +15 % off this prediction, its peak memory -0 to +10 % (bench/bench_fsdp.py --part 7)"
     if measured:
-        return RESHARD_NOTE + (
+        return RESHARD_NOTE + CLIP_NOTE + (
             "the optimizer step on DTensor shards, FSDP2's copy-out, each unit's hooks and wake-ups beyond its collectives at its "
             "bytes and each collective kind at its swept sizes (its last rank out included) are as dagprof calibrate --fsdp measured "
             "them here; not predicted: how the wake-ups grow with the machine's load, and compute that DDP's overlapping all-reduces "
             "slowed: held-out gloo jobs at fully_shard's default ran FSDP 8-18 % slower than this prediction on a quiet machine (a "
             "transformer-like stack and an MLP with an embedding, loopback, two calibrations; bench/bench_fsdp.py --part 7 "
             "--link-model-calibrate), more under load (a blocking collective's wake-up grows with it); the memory within about 10 %")
-    return RESHARD_NOTE + (
+    return RESHARD_NOTE + CLIP_NOTE + (
         "a DDP profile has no FSDP all-gather skew (gloo releases one rank later), no FSDP hooks and no DTensor optimizer (dagprof "
         "calibrate --fsdp measures them for --link-model): held-out gloo jobs (reshard_after_forward=True on every unit, the "
         "prediction alike) ran FSDP 5-58 % slower than predicted (bench/bench_fsdp.py --part 7); take the time as a lower bound, "
