@@ -7,6 +7,7 @@ import tempfile
 from ..demo import DemoSettings, run_demo
 from ..errors import DagprofError
 from ..fsutil import Staged, staged_folder
+from .cmd_optimize import verification_lines
 from .common import bandwidth, ms, pct, positive_int, seconds
 
 HELP = ("profile a real gloo DDP training (as root: on an emulated 2-host cluster with a slow link), replay, explain, "
@@ -74,14 +75,6 @@ def to_text(r: dict) -> str:
     lines.append(f"optimisation ({o['candidates_replayed']} candidates replayed): {o['summary']}")
     lines += [f"  caveat: {c}" for c in o["caveats"]]
     if o["applied"]:
-        lines.append("  " + verdict_text(o["applied"]))
+        lines += ["  applied to the real job, " + ln.strip() if k == 0 else "  " + ln for k, ln in enumerate(verification_lines(o["applied"]))]
     lines += [f"{k.replace('_', ' ')}: {os.path.relpath(v)}" for k, v in r["files"].items()]
     return "\n".join(lines)
-
-
-def verdict_text(applied: dict) -> str:
-    per = ", ".join(f"{m:.2f}x" for m in applied["speedup_per_round"])
-    return (f"applied to the real job: {applied['measured_baseline_ms']:.1f} ms -> {applied['measured_strategy_ms']:.1f} ms per step; "
-            f"measured speed-up {applied['measured_speedup']:.2f}x (rounds: {per}), predicted {applied['predicted_speedup']:.2f}x: "
-            + ("confirmed" if applied["confirmed"] else "NOT confirmed")
-            + "".join(f"\n    {ln}" for ln in applied["where_it_departs"]))

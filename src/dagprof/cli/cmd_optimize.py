@@ -189,7 +189,8 @@ def verification_lines(v: dict) -> list[str]:
     return [f"verified over {v['rounds']} interleaved rounds: defaults {v['measured_baseline_ms']:.1f} ms, strategy "
             f"{v['measured_strategy_ms']:.1f} ms per step (medians)",
             f"  measured speed-up {v['measured_speedup']:.2f}x (rounds {v['spread'][0]:.2f}-{v['spread'][1]:.2f}x); predicted "
-            f"{v['predicted_speedup']:.2f}x from the searched profile: {'confirmed' if v['confirmed'] else 'NOT confirmed'}",
+            f"{v['predicted_speedup']:.2f}x from the searched profile: "
+            + ("gain confirmed (every round gained, the median at least half the predicted gain)" if v["confirmed"] else "gain NOT confirmed"),
             f"  per round: {per}; median prediction error {v['median_prediction_error_per_round_pct']:+.1f} %",
             *([f"  strategy measured {v['measured_strategy_ms']:.1f} ms per step against predicted {v['predicted_strategy']['interval']}: "
                f"{'inside' if v['strategy_inside_interval'] else 'OUTSIDE'} the interval"] if v.get("predicted_strategy") else []),
