@@ -61,6 +61,6 @@ def test_unmodelled_whatifs_refused_in_one_line(flags, capsys):
 
 
 def test_reshard_off_answered(capsys):
-    assert main(["whatif", str(RUN), "--reshard-after-forward", "off", "--allow-model-error", "--json"]) == 0
+    assert main(["whatif", str(RUN), "--reshard-after-forward", "off", "--allow-model-error", "--json", "--no-trace"]) == 0
     out = capsys.readouterr().out
     assert '"memory_per_rank"' in out

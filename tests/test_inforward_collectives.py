@@ -47,21 +47,21 @@ def test_what_ifs_say_what_they_leave_as_measured(argv, capsys):
     """Link, worker and bucket what-ifs re-price DDP's buckets only: each says, with the count per kind and the time, that
     the model's own collectives stay timed inside its ops."""
     for name, kinds in IN_OPS.items():
-        assert main(["whatif", str(FRESH / name), *argv, "--json"]) == 0
+        assert main(["whatif", str(FRESH / name), *argv, "--json", "--no-trace"]) == 0
         notes = json.loads(capsys.readouterr().out)["notes"]
         said = [n for n in notes if "ran inside the model's own ops" in n]
         assert len(said) == 1 and all(f"{k} x{n:g}" in said[0] for k, n in kinds.items()), notes
 
 
 def test_a_what_if_that_changes_no_communication_says_nothing_of_them(capsys):
-    assert main(["whatif", str(FRESH / "clip"), "--compute-speed", "2", "--json"]) == 0
+    assert main(["whatif", str(FRESH / "clip"), "--compute-speed", "2", "--json", "--no-trace"]) == 0
     assert not [n for n in json.loads(capsys.readouterr().out)["notes"] if "model's own ops" in n]
 
 
 def test_analyze_and_diff_say_where_their_time_went(capsys):
     assert main(["analyze", str(FRESH / "syncbn")]) == 0
     assert "allgather x9, allreduce x9" in capsys.readouterr().out
-    assert main(["diff", str(FRESH / "clip"), str(FRESH / "clip")]) == 0
+    assert main(["diff", str(FRESH / "clip"), str(FRESH / "clip"), "--no-report"]) == 0
     out = capsys.readouterr().out
     assert "inside the model's own ops (A 6 (" in out and "counted in the ops that issued them" in out
 
