@@ -79,7 +79,11 @@ class DdpBuckets:
             # bytes are its own (PowerSGD's factors): named in the rank file, and what-ifs that price them refuse
             half = hook in (default_hooks.fp16_compress_hook, default_hooks.bf16_compress_hook)
             inner.update(hook=hook, state=state, half=half)
-            zero = ZeroOverlap.of(hook, buckets) if buckets.zero is None else None
+            try:
+                zero = ZeroOverlap.of(hook, buckets) if buckets.zero is None else None
+            except Exception as err:  # noqa: BLE001  (the user's hook is registered all the same)
+                buckets._fail(err, "reading ZeroRedundancyOptimizer's comm hook")
+                zero = None
             buckets.zero = buckets.zero or zero
             buckets.comm_hook = buckets.comm_hook or (zero.name if zero else getattr(hook, "__qualname__", None) or type(hook).__name__)
 
@@ -95,6 +99,10 @@ class DdpBuckets:
 
     def warn(self, message: str) -> None:
         self._warnings.append(message)
+
+    def fail(self, err: BaseException, where: str) -> None:
+        """Profiling stops after an error in ``where`` (the collector's guard); the training goes on."""
+        self._fail(err, where)
 
     def next_seq(self) -> int:
         """The next collective's number: every rank issues the comm hook's collectives in one order."""

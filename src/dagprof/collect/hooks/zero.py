@@ -91,31 +91,49 @@ class ZeroOverlap:
         def _perform_local_step(bucket: Any, zero: Any, rank: int) -> None:
             if zero is not me.zero or not me._buckets.recording():
                 return local_step(bucket, zero, rank)
-            me._mark(Rec.ZERO_STEP_BEGIN, bucket.index())
+            me._guarded(lambda: me._mark(Rec.ZERO_STEP_BEGIN, bucket.index()))
             local_step(bucket, zero, rank)
-            me._mark(Rec.ZERO_STEP_END, bucket.index())
+            me._guarded(lambda: me._mark(Rec.ZERO_STEP_END, bucket.index()))
 
         def _broadcast_bucket(bucket_index: int, zero: Any) -> None:
             if zero is not me.zero or not me._buckets.recording():
                 return broadcast(bucket_index, zero)
-            me.stepped = True
-            owner = min(zero._overlap_info.assigned_ranks_per_bucket[bucket_index])  # one each (shard_buckets=False)
-            seq = me._buckets.next_seq()
-            me._mark(Rec.ZERO_BCAST_BEGIN, bucket_index, seq, owner)
+            begun = me._guarded(lambda: me._broadcast_begins(bucket_index, zero))
             broadcast(bucket_index, zero)
-            tensor = zero._bucket_assignments_per_rank[owner][bucket_index].tensor
-            me._mark(Rec.ZERO_BCAST_END, bucket_index, seq, tensor.numel() * tensor.element_size())
-            me._buckets.on_done(zero._overlap_info.broadcast_handles[-1].get_future(), bucket_index, seq)
+            if begun is not None:
+                me._guarded(lambda: me._broadcast_ends(bucket_index, zero, *begun))
 
         def wait_for_broadcasts() -> None:
             if not me._buckets.recording():
                 return wait()
-            me._mark(Rec.ZERO_WAIT_BEGIN)
+            me._guarded(lambda: me._mark(Rec.ZERO_WAIT_BEGIN))
             wait()
-            me._mark(Rec.ZERO_WAIT_END)
+            me._guarded(lambda: me._mark(Rec.ZERO_WAIT_END))
 
         module._hook_with_zero_step_setup, module._perform_local_step = _hook_with_zero_step_setup, _perform_local_step
         module._broadcast_bucket, info.wait_for_broadcasts = _broadcast_bucket, wait_for_broadcasts
+
+    def _broadcast_begins(self, index: int, zero: Any) -> tuple[int, int]:
+        """(seq, owner) of the bucket's broadcast, its start recorded."""
+        self.stepped = True
+        owner = min(zero._overlap_info.assigned_ranks_per_bucket[index])  # one each (shard_buckets=False)
+        seq = self._buckets.next_seq()
+        self._mark(Rec.ZERO_BCAST_BEGIN, index, seq, owner)
+        return seq, owner
+
+    def _broadcast_ends(self, index: int, zero: Any, seq: int, owner: int) -> None:
+        tensor = zero._bucket_assignments_per_rank[owner][index].tensor
+        self._mark(Rec.ZERO_BCAST_END, index, seq, tensor.numel() * tensor.element_size())
+        self._buckets.on_done(zero._overlap_info.broadcast_handles[-1].get_future(), index, seq)
+
+    def _guarded(self, record: Any) -> Any:
+        """``record()``, or None where it failed: profiling stops (torch's private ZeRO fields may differ in the user's
+        torch), the user's step and broadcast go on."""
+        try:
+            return record()
+        except Exception as err:  # noqa: BLE001
+            self._buckets.fail(err, "ZeroRedundancyOptimizer's overlapped step")
+            return None
 
     def _mark(self, code: Rec, a: int = 0, b: int = 0, x: int = 0) -> None:
         self._buckets.append((code, a, b, time.time_ns(), x))
