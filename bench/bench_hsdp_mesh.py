@@ -11,7 +11,7 @@ measured_peak``: the tensors alive as a step starts plus the heap's rise within 
 against each prediction of that layout (``fsdp_peak`` of ``with_mesh``, what ``whatif --mesh`` prints). The ranks share
 this machine's 2 cores: say the load average beside the figures. Each profile's own step (its job, profiler on) and its
 compute per rank per step are printed beside it: the same ops taking longer in one job than in another is the machine's
-load, not the layout (README).
+load, not the layout (docs/evidence.md).
 
     sudo .venv/bin/python bench/bench_hsdp_mesh.py [--rounds 3] [--steps 40] [--layouts 1x6,2x3,3x2] [--keep DIR]
     .venv/bin/python bench/bench_hsdp_mesh.py --offline DIR [--memory]  # predicted again (this code) from the profiles --keep kept

@@ -7,7 +7,7 @@ the median, first quartile and fastest repetition, beside the wire's time for th
     (root) DAGPROF_JAX_PYTHON=/opt/jax/bin/python python bench/bench_jax_operands.py --rates 108,43,26 [--reps 30]
 
 On 2026-12-03 (load 3-8) one or four arrays ran at the wire at every rate, the 36 at their own wire only at best: a stall
-spread from 0 to 60-150 ms at 26-200 Mbit/s (README, "Those two effects are one"). At load 9-15 the 36 arrays of 256 B
+spread from 0 to 60-150 ms at 26-200 Mbit/s (docs/evidence.md, "Those two effects are one"). At load 9-15 the 36 arrays of 256 B
 took a median 125-143 ms at 40, 100, 1000 and 10000 Mbit/s (fastest 10-100 ms), one array of their bytes 0.5-6 ms: about one
 scheduler tick (4 ms) an operand, whatever the link (``analysis.operand_stall``).
 """

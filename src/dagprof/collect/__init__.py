@@ -2,7 +2,7 @@
 ``jobs`` (launching real jobs, the cluster, the demo job), ``measure`` (link, codec and overlap measurements).
 
 The only layer that imports torch, and only when a profile starts (never at import). The framework collectors
-the README names (``dagprof.collect.tf_profile``, ``jax_profile``, ``horovod``, ``mxnet_ps``) resolve lazily here.
+docs/frameworks.md names (``dagprof.collect.tf_profile``, ``jax_profile``, ``horovod``, ``mxnet_ps``) resolve lazily here.
 """
 import importlib
 

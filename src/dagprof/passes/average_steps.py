@@ -47,7 +47,7 @@ op's time beyond its slowest twin of 2 or more later steps (a one-off cost: ``fi
 A mean of 2 steps cannot tell a one-off cost from the job's steady behaviour (``hsdp``: rank 3 took its steps 189 and
 127 ms, rank 1 its optimizer step 8 and 52 ms; seven other ways of averaging tried, none nearer overall). Where a
 rank's two steps differ by 2 % or more (or the first step's waits for late ranks are worth 1 % of an iteration), a
-warning says so with the figures (README: fresh HSDP jobs' 2-step windows
+warning says so with the figures (docs/evidence.md: fresh HSDP jobs' 2-step windows
 spread -6.2..+12.2 %, their 5-step ones, the default, -0.8..+6.5 %).
 
 A parameter server's sums are such joins too, but mx.profiler does not time single pushes: there each worker's exchange

@@ -99,7 +99,7 @@ FORMATS: list[Format] = [
     Format("horovod", "a Horovod timeline",
            _json_has("NEGOTIATE_ALLREDUCE", "start_time_since_epoch_in_micros", "MEMCPY_IN_FUSION_BUFFER", "NEGOTIATE_BROADCAST"),
            hint="it holds rank 0's communication only, no compute and no other rank: profile the job with "
-                "dagprof.collect.horovod (see the README) and give dagprof the run folder"),
+                "dagprof.collect.horovod (see docs/frameworks.md) and give dagprof the run folder"),
     Format("mxnet", "an MXNet mx.profiler trace",
            _json_has("MXKVStorePushPull", "KVStoreDistDefaultStoragePushPull", '"_backward_', "MXNDArray", "MXExecutor"),
            hint="give dagprof the run folder written by dagprof.collect.mxnet_ps, which holds every worker's and server's trace"),
