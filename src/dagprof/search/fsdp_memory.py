@@ -165,8 +165,10 @@ class _Job:
         self.after_inner = set(g.layers[last_inner + 1:])  # the root's layers after the inner units: their backward runs first
         self.kept = [i for i in self.others if not resharded(units[i], reshard)]  # inner units kept gathered after forward
         # ``reshard_after_forward=N``: from its forward to its backward all-gather a unit holds its post-forward shard (1/N of
-        # its parameters, FSDP2's ``_sharded_post_forward_param_data``) beside its own shard
-        self.post = [_full(u) / u.reshard_to if u.reshard_to and resharded(u, reshard) else 0.0 for u in units]
+        # its parameters, FSDP2's ``_sharded_post_forward_param_data``) beside its own shard; none where N is the what-if's
+        # shard degree (``--workers``: FSDP2 makes the int True there, ``graph.build_fsdp.check_post_forward_workers``)
+        self.post = [_full(u) / u.reshard_to if u.reshard_to and u.reshard_to < self.shard and resharded(u, reshard) else 0.0
+                     for u in units]
         # the root as every unit (``passes.fsdp.resharded``): fully_shard's default keeps it gathered after forward, True reshards it
         self.root_kept = sum(_full(units[i]) for i in self.root if not resharded(units[i], reshard))
         # FSDP2 holds the last unit's reduce-scatter input (its padded gradients in the reduce dtype) until the next unit's
