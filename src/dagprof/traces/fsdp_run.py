@@ -65,8 +65,8 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, world: int, records:
     if gloo is not None and (outside := outside + len(gloo) - g):
         # no rank in the text: every rank of the job runs the same ones, and equal texts are shown once (``warnings_of``)
         warnings.append(f"{outside} collective(s) a rank ran in the profiled steps outside FSDP's calls (the job's own: clip_grad_norm_'s "
-                        f"on DTensor gradients, a dist.all_reduce of ignored parameters' gradients; DTensor.full_tensor's gathers are "
-                        f"recorded) are kept as measured host time, their waits for peers included: not priced by the link nor held "
+                        f"on DTensor gradients, a dist.all_reduce of ignored parameters' gradients, get_model_state_dict's or DCP's gathers; "
+                        f"DTensor.full_tensor's are recorded) are kept as measured host time, their waits for peers included: not priced by the link nor held "
                         f"to their peers in replay and what-ifs")
     _say_full_tensor_steps(info, calls, steps, warnings)
     for kb, what in ((Rec.FSDP_COPY_OUT_BEGIN, "copy-out"), (Rec.FSDP_RESHARD_BEGIN, "reshard")):
