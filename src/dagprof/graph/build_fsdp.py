@@ -30,6 +30,7 @@ from ..costmodel.topology import allreduce_equivalent_factor, broadcast_factor, 
 from ..errors import DagprofError
 from ..traces.events import Kind, LaneKind, Run
 from ..traces.kineto_schema import dtype_bytes
+from ..traces.run_schema import FULL_TENSOR
 from .dag import Graph
 from .meta import FsdpGraphUnit, FsdpRecord, FsdpShards
 
@@ -98,13 +99,31 @@ class FsdpCollectiveNode:
 
 def refuse_post_forward(g: Graph, what: str, units: list[str] | None = None) -> None:
     """One line where ``what`` would move a unit given ``reshard_after_forward=N`` (an int below its shard degree; among
-    ``units`` where given): its backward all-gather runs in a post-forward group of N ranks, which the mesh, worker and
-    unit passes do not regroup, and True would gather it in all its shard group's ranks, which is not priced."""
+    ``units`` where given): its backward all-gather runs in a post-forward group of N ranks, which the mesh and unit
+    passes do not regroup, and True would gather it in all its shard group's ranks, which is not priced."""
     u = next((u for u in g.meta.fsdp.units if u.reshard_to and (units is None or u.name in units)), None) if is_fsdp_graph(g) else None
     if u is not None:
         raise DagprofError(f"unit {u.name} reshards to {u.reshard_to} of its {u.mesh[-1] if u.mesh else '?'} ranks after forward "
                            f"(reshard_after_forward={u.reshard_to}): {what} is not modelled for it (its backward all-gathers' "
-                           "group); modelled: --bandwidth, --latency, --compute-speed, --reduce-dtype, --reshard-after-forward off")
+                           "group); modelled: --bandwidth, --latency, --compute-speed, --reduce-dtype, --reshard-after-forward off, "
+                           "--workers of plain FSDP (a shard degree N divides)")
+
+
+def check_post_forward_workers(g: Graph, shard: int) -> None:
+    """``--workers`` giving plain FSDP a shard degree of ``shard``, where a unit was given ``reshard_after_forward=N``:
+    FSDP2 keeps the int (``_fsdp_init._get_post_forward_mesh_info``: the post-forward mesh is the shard mesh viewed as
+    rows of N ranks), so its backward all-gathers stay in N-rank groups and its post-forward shard 1/N of it; a shard
+    degree of N makes it True (the same N-rank gathers, no post-forward shard beside). One that N does not divide, or
+    below N, FSDP2 refuses (ValueError): refused here too; HSDP (the post-forward mesh flattens the replicate
+    dimension into it) is not modelled."""
+    for u in g.meta.fsdp.units if is_fsdp_graph(g) else []:
+        if not u.reshard_to:
+            continue
+        if len(u.mesh) > 1:
+            refuse_post_forward(g, f"--workers {shard} on HSDP")
+        if shard % u.reshard_to:
+            raise DagprofError(f"unit {u.name} was given reshard_after_forward={u.reshard_to}, which FSDP2 refuses on a shard degree "
+                               f"of {shard} (an int must divide it): --workers {shard} is no job this script runs")
 
 
 def fsdp_collectives(g: Graph) -> list[FsdpCollectiveNode]:
@@ -117,6 +136,15 @@ def fsdp_collectives(g: Graph) -> list[FsdpCollectiveNode]:
             unit, _, by = rest.partition(" (prefetched by ")
             out.append(FsdpCollectiveNode(v, kind, unit, bool(by), by.removesuffix(")")))
     return out
+
+
+def full_tensor_steps(g: Graph) -> np.ndarray:
+    """Steps holding a ``DTensor.full_tensor`` gather of the job (``traces.fsdp_run.collective_name``: a state_dict gathered
+    for a save), sorted; empty outside FSDP graphs."""
+    if not is_fsdp_graph(g):
+        return np.empty(0, dtype=np.int64)
+    shared = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0))
+    return np.unique(g.step[[v for v in shared.tolist() if g.node_name(v).startswith(f"{FULL_TENSOR} ")]]).astype(np.int64)
 
 
 def allreduce_equivalent_bytes(g: Graph, idx: np.ndarray) -> np.ndarray:
@@ -146,10 +174,13 @@ def _post_forward_share(g: Graph, idx: np.ndarray) -> dict[int, float]:
     out: dict[int, float] = {}
     if not post or n < 2:
         return out
+    # a shard group's share of the graph's ranks; a post-forward group holds fewer (the ratio ``passes.workers``' copies keep)
+    mesh = g.meta.fsdp.units[0].mesh
+    shard_share = mesh[-1] / np.prod(mesh) if mesh else 1.0
     for v in idx.tolist():
         kind, _, rest = g.node_name(v).rpartition(".")[0].partition(" ")
         k = post.get(rest.partition(" (prefetched by ")[0]) if kind == "all_gather" else None
-        if k and len(issuers(g, v)) == k:
+        if k and len(issuers(g, v)) < shard_share * g.world_size:
             out[v] = ((k - 1) / k) / ((n - 1) / n)
     return out
 

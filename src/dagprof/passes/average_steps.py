@@ -44,6 +44,12 @@ means leave it out (``entry_waits``), instead of spreading it over every step wh
 for the late rank once more. ``hsdp`` +5.0 -> +2.9 %, ``ep-dp`` +21 % with the marks alone -> +0.1 %. Any first-step
 op's time beyond its slowest twin of 2 or more later steps (a one-off cost: ``first_step_excess``) stays there likewise.
 
+A step whose ranks gathered a state_dict (``DTensor.full_tensor``, FSDP2: ``graph.build_fsdp.full_tensor_steps``; a save
+every k steps) is averaged only with the window's other such steps: matched with every step, the save's own host time
+(the dict built, rank 0's ``torch.save``) sat in the k-th gap of a name all steps have and was spread over all of them
+(``bench/fsdp_fresh/prefetch_offload.py --save-every 2``, rank 1: 7-8 ms of each save step's pre-forward gap on every
+step). A window with one such step keeps it as measured.
+
 A mean of 2 steps cannot tell a one-off cost from the job's steady behaviour (``hsdp``: rank 3 took its steps 189 and
 127 ms, rank 1 its optimizer step 8 and 52 ms; seven other ways of averaging tried, none nearer overall). Where a
 rank's two steps differ by 2 % or more (or the first step's waits for late ranks are worth 1 % of an iteration), a
@@ -67,6 +73,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..graph.build_fsdp import full_tensor_steps
 from ..graph.build_ps import DONE, ISSUE, is_ps_graph
 from ..graph.dag import DeviceKind, Graph
 from ..graph.provenance import provenance
@@ -94,16 +101,17 @@ def average_steps(g: Graph, replayer: Replayer | None = None) -> Graph:
     names = _base_names(g)
     pool = pooled_lanes(g, background)
     pooled = (lane >= 0) & (np.bincount(pool, minlength=len(pool))[pool] > 1)[np.maximum(lane, 0)]
+    saving = np.isin(g.step, full_tensor_steps(g)).astype(np.int64)  # steps that gather a state_dict: twins of each other only
     key = np.stack([g.rank.astype(np.int64), np.where(lane >= 0, pool[np.maximum(lane, 0)], lane), g.step.astype(np.int64),
-                    names], axis=1)
+                    names, saving], axis=1)
     began = np.where(pooled, g.order, 0.0)  # a pool's occurrences counted in start order over its threads
-    order = np.lexsort((np.arange(n), began, key[:, 3], key[:, 2], key[:, 1], key[:, 0]))
+    order = np.lexsort((np.arange(n), began, key[:, 3], key[:, 2], key[:, 1], key[:, 0]))  # (saving is constant in a step)
     first = np.ones(n, dtype=bool)
     first[1:] = np.any(key[order][1:] != key[order][:-1], axis=1)
     starts = np.maximum.accumulate(np.where(first, np.arange(n), 0))
     occurrence = np.empty(n, dtype=np.int64)
     occurrence[order] = np.arange(n) - starts
-    match = np.stack([key[:, 0], key[:, 1], key[:, 3], occurrence], axis=1)
+    match = np.stack([key[:, 0], key[:, 1], key[:, 4], key[:, 3], occurrence], axis=1)
     _, inverse = np.unique(match, axis=0, return_inverse=True)
     inverse = inverse.ravel()
     keep = ~np.isin(g.step, g.meta.steps) | np.isin(lane, background)  # outside the window (its closing mark), background lanes

@@ -63,7 +63,7 @@ from ..costmodel.fsdp_costs import FsdpCosts
 from ..costmodel.gloo_ring import head_start
 from ..costmodel.topology import Topology
 from ..errors import DagprofError
-from ..graph.build_fsdp import fsdp_collectives, is_fsdp_graph, mesh_of, refuse_post_forward, step_size
+from ..graph.build_fsdp import check_post_forward_workers, fsdp_collectives, is_fsdp_graph, issuers, mesh_of, refuse_post_forward, step_size
 from ..graph.dag import DeviceKind, Graph, GraphBuilder
 from ..graph.meta import FsdpRecord
 from ..graph.provenance import provenance
@@ -72,7 +72,7 @@ from ..traces.parallelism import Dim, GroupLabel
 from ..traces.run_schema import FSDP2_API
 from .comm import current_topology, retime_collectives
 from .fsdp_units import _collective_nodes, _without, enqueue_pieces, is_cut_piece
-from .link_fit import graph_world_size
+from .link_fit import graph_world_size, hybrid
 from .workers import _copy_ranks, scale_workers
 
 _MESH = re.compile(r"([1-9][0-9]*)x([1-9][0-9]*)")
@@ -409,14 +409,28 @@ def scale_fsdp_workers(g: Graph, workers: int, costs: FsdpCosts | None = None) -
     replicate0, shard0 = mesh_of(g)
     replicate, shard = workers_mesh(g, workers)
     if (replicate, shard) != (replicate0, shard0):
-        refuse_post_forward(g, f"--workers {workers}")
+        check_post_forward_workers(g, shard)
     if replicate != replicate0 and shard == shard0:
         return set_mesh(g, replicate, shard, costs)
-    out = scale_workers(g, workers)
+    if shard != shard0 and not hybrid(g):  # plain FSDP: the units shard over the new degree, which prices each ring
+        fs = g.meta.fsdp
+        g = g.replace(meta=g.meta.replace(fsdp=dataclasses.replace(fs, units=[dataclasses.replace(u, mesh=[shard]) for u in fs.units])))
+    out = _without_orphans(scale_workers(g, workers))
     dur = out.dur.copy()
     upd = np.flatnonzero(out.kind == Kind.UPDATE)
     dur[upd] *= step_scale(g, shard0, shard, costs)  # the optimizer steps this rank's shards: 1/shard degree of every parameter
     return out.replace(dur=dur)
+
+
+def _without_orphans(g: Graph) -> Graph:
+    """``g`` less the shared collectives no rank joins any more: fewer workers keep the first ranks, and a post-forward
+    group of the others (``reshard_after_forward=N``: ranks 2,3 of 4) would be left replaying alone."""
+    shared = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0))
+    drop = np.zeros(len(g), dtype=bool)
+    for v in shared.tolist():
+        if not issuers(g, v):
+            drop[_collective_nodes(g, v)] = True
+    return _without(g, drop, g.nbytes, {}) if drop.any() else g
 
 
 def uncalibrated_step_note(g: Graph, shards: list[int]) -> str | None:

@@ -165,8 +165,10 @@ class _Job:
         self.after_inner = set(g.layers[last_inner + 1:])  # the root's layers after the inner units: their backward runs first
         self.kept = [i for i in self.others if not resharded(units[i], reshard)]  # inner units kept gathered after forward
         # ``reshard_after_forward=N``: from its forward to its backward all-gather a unit holds its post-forward shard (1/N of
-        # its parameters, FSDP2's ``_sharded_post_forward_param_data``) beside its own shard
-        self.post = [_full(u) / u.reshard_to if u.reshard_to and resharded(u, reshard) else 0.0 for u in units]
+        # its parameters, FSDP2's ``_sharded_post_forward_param_data``) beside its own shard; none where N is the what-if's
+        # shard degree (``--workers``: FSDP2 makes the int True there, ``graph.build_fsdp.check_post_forward_workers``)
+        self.post = [_full(u) / u.reshard_to if u.reshard_to and u.reshard_to < self.shard and resharded(u, reshard) else 0.0
+                     for u in units]
         # the root as every unit (``passes.fsdp.resharded``): fully_shard's default keeps it gathered after forward, True reshards it
         self.root_kept = sum(_full(units[i]) for i in self.root if not resharded(units[i], reshard))
         # FSDP2 holds the last unit's reduce-scatter input (its padded gradients in the reduce dtype) until the next unit's
@@ -189,6 +191,7 @@ class _Job:
         # the root's layers after the inner units ran backward before them and freed what they saved (a profile without the
         # layers' outputs keeps them: the stand-in it had for the gradients in flight)
         self.root_tail_acts = sum(self.acts([n for n in units[i].layers if n in self.after_inner], units[i]) for i in self.root) if self.returned else 0.0
+        self.root_head_acts = sum(self.acts([n for n in units[i].layers if n not in self.after_inner], units[i]) for i in self.root)
         self.root_full = sum(_full(units[i]) for i in self.root)
         self.root_grad = sum(_full_grad(units[i]) for i in self.root)
         self.tail_grad = sum(_reduced(units[i], float(fs.layer_grad_bytes.get(n, 0)))  # the root's tail's unsharded gradients
@@ -255,13 +258,28 @@ class _Job:
 
 
 def _moments(job: _Job) -> list[_Moment | None]:
-    """The moments of a step, in order (None: not one in this job). The forward's end is never above the first; backward
-    runs the root's first layers (k = every inner unit alive), then the inner units in reverse, each followed by its
-    reduce-scatter."""
-    out = [_loss_backward(job), _root_regather(job)]
+    """The moments of a step, in order (None: not one in this job): each inner unit's all-gather copy-out in forward, then
+    backward runs the root's first layers (k = every inner unit alive), then the inner units in reverse, each followed by
+    its reduce-scatter."""
+    out: list[_Moment | None] = [_forward_copy_out(job, k) for k in range(len(job.others))]
+    out += [_loss_backward(job), _root_regather(job)]
     for k in range(len(job.others), -1, -1):
         out += [_prefetch_gather(job, k), _backward(job, k), _reduce_scatter(job, k)]
     return out
+
+
+def _forward_copy_out(job: _Job, k: int) -> _Moment:
+    """Inner unit ``k``'s pre-forward copying its all-gather's output into its parameters: that output (held twice on gloo,
+    whose work keeps its flat buffer until FSDP's wait ends: ``_Job.gather_copies``) beside the parameters it fills, the
+    root's parameters (gathered for the whole forward), the units before it that keep theirs gathered (or a post-forward
+    shard), and what the root's first layers and those units saved. Where units keep their parameters after forward the
+    last one's copy-out is the step's fullest moment: the 4-rank tower (``bench/fsdp_fresh/intra_reshard.py --reshard
+    false``, blocks of 2.0 MiB) peaked there in every measured step (17.16 MiB; the moments after forward gave 15.65, -8.8 %)."""
+    u = job.units[job.others[k]]
+    before = job.others[:k]
+    acts = job.root_head_acts + job.unit_acts(before)
+    gathered = job.root_full + job.kept_full(before) + (job.gather_copies + 1.0) * _full(u)
+    return _Moment(0.0, acts, gathered, f"all-gather of {u.name} (forward copy-out)")
 
 
 def _loss_backward(job: _Job) -> _Moment | None:

@@ -27,7 +27,7 @@ from ..errors import DagprofError
 from .events import EventRows, EventTable, Kind, RankTrace
 from .meta import Collectives, OptimizerOps
 from .run_comm import device_ops, exchange_starts
-from .run_schema import Col, FsdpInfo, Rec
+from .run_schema import FULL_TENSOR, Col, FsdpCollective, FsdpInfo, Rec
 from .run_spans import _Comm, _DeviceOp, _Span, _Transfer
 
 OPTIMIZER_STEP = "Optimizer.step#"  # torch.optim's record_function around each step
@@ -51,8 +51,7 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, world: int, records:
     g = outside = 0
     for k, b0, b1 in calls:
         c = info.collectives[k]
-        unit = info.units[c.unit].name
-        name = f"{c.kind} {unit}" + (f" (prefetched by {info.units[c.prefetched_by].name})" if c.prefetched_by >= 0 else "")
+        name = collective_name(info, c)
         lane, s0, x0, s1 = HOOK_LANE, b0, b0, b1
         if gloo is not None:
             while g < len(gloo) and gloo[g][1] < b0:
@@ -66,9 +65,10 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, world: int, records:
     if gloo is not None and (outside := outside + len(gloo) - g):
         # no rank in the text: every rank of the job runs the same ones, and equal texts are shown once (``warnings_of``)
         warnings.append(f"{outside} collective(s) a rank ran in the profiled steps outside FSDP's calls (the job's own: clip_grad_norm_'s "
-                        f"on DTensor gradients, a dist.all_reduce of ignored parameters' gradients, a state_dict's full_tensor gathers) are kept as "
-                        f"measured host time, their waits for peers included: not priced by the link nor held to their peers in replay and "
-                        f"what-ifs (a plain state_dict save in the window put the replay +4.5 % off, bench/fsdp_fresh/prefetch_offload.py)")
+                        f"on DTensor gradients, a dist.all_reduce of ignored parameters' gradients, get_model_state_dict's or DCP's gathers; "
+                        f"DTensor.full_tensor's are recorded) are kept as measured host time, their waits for peers included: not priced by the link nor held "
+                        f"to their peers in replay and what-ifs")
+    _say_full_tensor_steps(info, calls, steps, warnings)
     for kb, what in ((Rec.FSDP_COPY_OUT_BEGIN, "copy-out"), (Rec.FSDP_RESHARD_BEGIN, "reshard")):
         rows = np.flatnonzero((code == kb) | (code == kb + 1))
         opened: dict[tuple[int, int], int] = {}
@@ -81,6 +81,27 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, world: int, records:
                 host.append(_Span(Kind.OTHER, f"fsdp {what} {info.units[key[0]].name} ({phase})", opened.pop(key), int(t[i])))
     source = "Kineto (gloo execution spans) + FSDP hooks" if gloo is not None else "FSDP hooks (call spans: the transfer and waiting for peers)"
     return _Comm(source, sorted(transfers, key=lambda x: x.seq), {}, sorted(host, key=lambda s: s.start), device, optimizer=optimizer)
+
+
+def _say_full_tensor_steps(info: FsdpInfo, calls: list[tuple[int, int, int]], steps: list, warnings: list) -> None:
+    """Say which profiled steps gathered DTensors for the job (``full_tensor``: a state_dict for a save): they are in the
+    window's mean iteration, which a job saving every k steps takes 1 in k times, not as often as the window holds them."""
+    hit = {s: n for s, b0, b1 in steps if (n := sum(info.collectives[k].phase == FULL_TENSOR and b0 <= t <= b1 for k, t, _ in calls))}
+    if hit:  # no rank in the text: every rank gathers in the same steps, and equal texts are shown once
+        warnings.append(f"{len(hit)} of {len(steps)} profiled steps (step {', '.join(map(str, hit))}) ran {sum(hit.values())} "
+                        "DTensor.full_tensor gathers (a state_dict for a save?): joined across ranks and priced by the link as "
+                        "all-gathers, they and the save's host time count in the window's mean iteration and every what-if as "
+                        f"{len(hit)} step(s) in {len(steps)}; --template averages those steps only with each other; a window "
+                        "without them (--steps) times training alone")
+
+
+def collective_name(info: FsdpInfo, c: FsdpCollective) -> str:
+    """Its node's name: ``"<kind> <unit>[ (prefetched by <unit>)]"`` (``graph.build_fsdp.fsdp_collectives`` reads it back),
+    or for the job's own ``full_tensor`` gather ``"full_tensor all_gather"``, whose first word is no FSDP kind: the FSDP
+    passes (reshard, units, mesh) leave it as it is, and the link model prices it as the all-gather it is."""
+    if c.phase == FULL_TENSOR:
+        return f"{FULL_TENSOR} {c.kind}"
+    return f"{c.kind} {info.units[c.unit].name}" + (f" (prefetched by {info.units[c.prefetched_by].name})" if c.prefetched_by >= 0 else "")
 
 
 def _kineto_transfers(kpath: str, rank: int, world: int, lo: int, hi: int,
@@ -179,8 +200,13 @@ def check_units(info: FsdpInfo, rank: int, world: int, path: str) -> None:
             raise DagprofError(f"unit {u.name} has {u.frozen_numel} frozen elements in {u.numel} and {u.frozen_tensors} frozen tensors in "
                                f"{len(u.params)}: a damaged file", path)
     for k, c in enumerate(info.collectives):
-        mesh = info.units[c.unit].mesh
         ranks = [int(r) for r in c.group.split(",")]
+        if c.phase == FULL_TENSOR:  # the job's gather of a DTensor over its mesh dimension: any group of this rank's
+            if rank not in ranks or min(ranks) < 0 or max(ranks) >= world:
+                raise DagprofError(f"collective {k} (full_tensor) runs on ranks {c.group}, outside rank {rank}'s {world}-rank job: "
+                                   "a damaged file", path)
+            continue
+        mesh = info.units[c.unit].mesh
         size = (mesh[0] if c.kind == "all_reduce" else mesh[-1]) if mesh else len(ranks)
         post = info.units[c.unit].reshard_to  # reshard_after_forward=N: the backward all-gather runs in the N-rank group
         sizes = {size, post} if post and c.kind == "all_gather" and c.phase == "backward" else {size}

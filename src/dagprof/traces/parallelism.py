@@ -510,7 +510,7 @@ def _dp_groups(run: Run, groups: list[GroupLabel]) -> list[tuple[int, ...]]:
         return sorted(described)
     world = tuple(range(run.world_size))
     post = {tuple(map(int, c.group.split(","))) for t in run.ranks if t.meta.fsdp for c in t.meta.fsdp.collectives
-            if c.kind == "all_gather" and (u := t.meta.fsdp.units[c.unit]).reshard_to and u.mesh and len(c.group.split(",")) < u.mesh[-1]}
+            if c.kind == "all_gather" and c.unit >= 0 and (u := t.meta.fsdp.units[c.unit]).reshard_to and u.mesh and len(c.group.split(",")) < u.mesh[-1]}
     return sorted({g.ranks or world for g in groups if Dim.DP.text in g.dims} - post)
 
 

@@ -160,11 +160,12 @@ class FsdpUnit(msgspec.Struct, kw_only=True):
 
 
 class FsdpCollective(msgspec.Struct, kw_only=True):
-    """One collective FSDP issued in the window; ``Rec.FSDP_COLL_*`` records time it."""
+    """One collective FSDP issued in the window, or the job's ``DTensor.full_tensor()`` gather (phase ``FULL_TENSOR``, unit
+    -1: a state_dict gathered for a save); ``Rec.FSDP_COLL_*`` records time it."""
 
     kind: str  # all_gather | reduce_scatter | all_reduce (HSDP, across replicas)
-    unit: int  # index into FsdpInfo.units
-    phase: str  # forward | backward
+    unit: int  # index into FsdpInfo.units; -1 for a FULL_TENSOR gather (the job's, of no unit)
+    phase: str  # forward | backward | FULL_TENSOR
     prefetched_by: int  # the unit whose hook issued it ahead of time; -1: the unit itself, when it needed it
     nbytes: int  # all-gather: gathered bytes; reduce-scatter / all-reduce: bytes reduced
     dtype: str
@@ -172,6 +173,7 @@ class FsdpCollective(msgspec.Struct, kw_only=True):
     issued_ns: int
 
 
+FULL_TENSOR = "full_tensor"  # FsdpCollective.phase of the job's own DTensor.full_tensor() gathers (collect.hooks.fsdp)
 FSDP2_API, FSDP1_API = "fully_shard", "FullyShardedDataParallel"  # FsdpInfo.api: which FSDP wrapped the units
 FSDP_ROOT = "<root>"  # FsdpUnit.name of the root module's unit (FSDP names it "")
 

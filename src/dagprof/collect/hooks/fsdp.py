@@ -8,7 +8,8 @@ c10d functions its collectives go through (``dist.all_gather_single``, ``dist.re
 undoes every patch when the window ends. Each collective call gets a typed ``FsdpCollective`` row (unit, kind,
 pass, who prefetched it, bytes, dtype, group) and two records ``FSDP_COLL_BEGIN``/``END`` on the main thread; the
 copy-out after an all-gather and each reshard get their spans. With gloo the collectives FSDP issues on CPU block the calling thread, so
-the call span holds the transfer (Kineto shows it on gloo's worker thread). Sharded memory per rank
+the call span holds the transfer (Kineto shows it on gloo's worker thread). The job's own ``DTensor.full_tensor()`` calls (a
+state_dict gathered for a save) are recorded the same way, as collectives of no unit. Sharded memory per rank
 (parameters, gradients, optimizer state) is read at the window's end; each unshard names the unit's gathered parameters
 to the saved-tensor hook, which counts those a layer saves apart from its activations; each unit's forward (pre- to
 post-forward) is named to it too, which counts what is saved between leaf modules meanwhile per unit.
@@ -22,7 +23,7 @@ import time
 from functools import wraps
 from typing import Any
 
-from ...traces.run_schema import FSDP_ROOT, FsdpCollective, FsdpInfo, FsdpUnit, Rec
+from ...traces.run_schema import FSDP_ROOT, FULL_TENSOR, FsdpCollective, FsdpInfo, FsdpUnit, Rec
 
 # The c10d functions FSDP's all-gathers and reduce-scatters go through: torch 2.13 calls ``*_single``, earlier torch the
 # ``*_into_tensor`` / ``*_tensor`` names (2.13 keeps them, deprecated, calling the new ones inside c10d, where a patch of
@@ -81,6 +82,7 @@ class FsdpRecorder:
         """Patch FSDP for the window; the collector's ``_restore`` undoes it."""
         import torch.distributed as dist
         from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
+        from torch.distributed.tensor import DTensor
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
         self._collect_units()
@@ -124,6 +126,7 @@ class FsdpRecorder:
         for name in tensor_collectives(dist, SCATTER_NAMES):
             patch(dist, name, lambda fn: self._collective(fn, "reduce_scatter", _tensor_arg("input", 1)))
         patch(dist, "all_reduce", lambda fn: self._collective(fn, "all_reduce", _tensor_arg("tensor", 0)))
+        patch(DTensor, "full_tensor", self._full_tensor)
         if self._opt_hook is None:  # removed by ``release``: the window may end inside these hooks' loop (launcher mode)
             self._opt_hook = register_optimizer_step_pre_hook(self._before_step)
 
@@ -227,23 +230,49 @@ class FsdpRecorder:
         def run(*args: Any, **kwargs: Any) -> Any:
             if not rec.c.recording or not rec._context:
                 return fn(*args, **kwargs)
-            index = rec._guarded(f"FSDP {kind} hook", lambda: rec._record(kind, *measure(args, kwargs), dist))
-            if index is None:
-                return fn(*args, **kwargs)
-            saving = rec.c.saved.counting  # a collective keeps the thread-local hooks: none of ours must outlive the job
-            if saving:
-                rec.c.saved.forward_ends()
-            rec.c._mark(Rec.FSDP_COLL_BEGIN, index, rec.collectives[index].unit)
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                rec.c._mark(Rec.FSDP_COLL_END, index, rec.collectives[index].unit)
-                if saving:
-                    rec.c.saved.forward_begins(None, ())
+            index = rec._guarded(f"FSDP {kind} hook", lambda: rec._record(kind, *measure(args, kwargs), dist, rec._context[-1]))
+            return fn(*args, **kwargs) if index is None else rec._timed(index, fn, args, kwargs)
         return run
 
-    def _record(self, kind: str, nbytes: int, dtype: str, group: Any, dist: Any) -> int:
-        unit, phase, by = self._context[-1]
+    def _full_tensor(self, fn: Any) -> Any:
+        """``DTensor.full_tensor`` called by the job (not inside an FSDP unit's method): a state_dict gathered for a save
+        runs one all-gather per sharded parameter, which every rank issues in the same order; recorded as a collective
+        of no unit (``FULL_TENSOR``) so the graph joins it across ranks and the link prices it. A DTensor sharded over
+        more than one mesh dimension, or partial, runs other collectives: left unrecorded (host time, as before)."""
+        import torch.distributed as dist
+
+        rec = self
+
+        @wraps(fn)
+        def run(t: Any, *args: Any, **kwargs: Any) -> Any:
+            if not rec.c.recording or rec._context:
+                return fn(t, *args, **kwargs)
+            index = rec._guarded("DTensor.full_tensor hook", rec._full_tensor_record, t, dist)
+            return fn(t, *args, **kwargs) if index is None else rec._timed(index, fn, (t, *args), kwargs)
+        return run
+
+    def _full_tensor_record(self, t: Any, dist: Any) -> int | None:
+        dims = [d for d, p in enumerate(t.placements) if not p.is_replicate()]
+        if len(dims) != 1 or not t.placements[dims[0]].is_shard():
+            return None
+        return self._record("all_gather", t.numel() * t.element_size(), _dtype(t.dtype), t.device_mesh.get_group(dims[0]), dist,
+                            (-1, FULL_TENSOR, -1))
+
+    def _timed(self, index: int, fn: Any, args: tuple, kwargs: dict) -> Any:
+        """``fn(*args, **kwargs)`` between the records of collective ``index``."""
+        saving = self.c.saved.counting  # a collective keeps the thread-local hooks: none of ours must outlive the job
+        if saving:
+            self.c.saved.forward_ends()
+        self.c._mark(Rec.FSDP_COLL_BEGIN, index, self.collectives[index].unit)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.c._mark(Rec.FSDP_COLL_END, index, self.collectives[index].unit)
+            if saving:
+                self.c.saved.forward_begins(None, ())
+
+    def _record(self, kind: str, nbytes: int, dtype: str, group: Any, dist: Any, context: tuple[int, str, int]) -> int:
+        unit, phase, by = context
         ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
         self.collectives.append(FsdpCollective(kind=kind, unit=unit, phase=phase, prefetched_by=by, nbytes=nbytes, dtype=dtype,
                                                 group=",".join(map(str, ranks)), issued_ns=time.time_ns()))
