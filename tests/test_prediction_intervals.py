@@ -178,16 +178,16 @@ def _json(capsys, *argv):
 def test_whatif_rows_carry_both_bounds(capsys):
     run = str(DATA / "gloo-windows" / "same")
     for template in ([], ["--template"]):
-        # --allow-model-error: the link fitted to its 4 all-reduces a step misses the profiled run by 7 % since the step's
-        # next op waits for DDP's last bucket (graph.pieces: unrecorded waits); the bounds are this test's point
-        r = _json(capsys, "whatif", run, "--bandwidth", "1Gbit,100Mbit", "--no-trace", "--allow-model-error", *template)
+        # --template: the averaged replay of these three steps misses the measured run by 8.5 % (not the link model's
+        # doing); the bounds are this test's point
+        r = _json(capsys, "whatif", run, "--bandwidth", "1Gbit,100Mbit", "--no-trace", *(template and [*template, "--allow-model-error"]))
         for row in r["scenarios"]:
             assert row["lo_ms"] <= row["predicted_iter_ms"] <= row["hi_ms"] and row["level"] == 0.9
             assert row["interval"].startswith(f"{row['predicted_iter_ms']:,.1f} ms (") and row["interval"].endswith(", 90 %)")
             assert row["hi_ms"] > row["lo_ms"]  # three steps with their own times, and modelled communication
         assert "lo_ms" in r["columns"] and "hi_ms" in r["columns"]
-    r = _json(capsys, "whatif", run, "--bandwidth", "1Gbit", "--no-trace", "--allow-model-error")
-    assert main(["whatif", run, "--bandwidth", "1Gbit", "--no-trace", "--allow-model-error"]) == 0
+    r = _json(capsys, "whatif", run, "--bandwidth", "1Gbit", "--no-trace")  # the link model within 2 % (passes.link_fit: stalls)
+    assert main(["whatif", run, "--bandwidth", "1Gbit", "--no-trace"]) == 0
     text = capsys.readouterr().out
     assert f"predicted {r['scenarios'][0]['interval'].split(' (')[0]} (" in text and ", 90 %)" in text
 

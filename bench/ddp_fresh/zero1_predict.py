@@ -5,6 +5,8 @@ the pair that shares the one shaped loopback), profiled at the faster one; ``--w
 queue on its 2).
 
     python bench/ddp_fresh/zero1_predict.py /tmp/zero1/tb [--before /work/main]
+
+Each round's rows are predicted from that round's profile (``round`` in ``measured.json``; round 0's where it has none).
 """
 from __future__ import annotations
 
@@ -40,22 +42,25 @@ def main() -> None:
     host = [r for r in plain if r["rate"] is None]
     cases = []  # (command, profile tag, whatif args, measured row)
     for r in (r for r in plain if r["rate"]):
-        cases.append((f"whatif --bandwidth {r['rate'] / 1e6:g}Mbit (testbed)", f"{rates[0] / 1e6:g}-0",
+        cases.append((f"whatif --bandwidth {r['rate'] / 1e6:g}Mbit (testbed)", f"{rates[0] / 1e6:g}-{r.get('round', 0)}",
                       ["--bandwidth", wire_rate(r["rate"], 2), "--profiled-bandwidth", wire_rate(rates[0], 2)], r))
     for r in host:
         if r["ranks"] != 2:
-            cases.append((f"whatif --workers {r['ranks']} --cores {os.cpu_count()}", "host-0",
+            cases.append((f"whatif --workers {r['ranks']} --cores {os.cpu_count()}", f"host-{r.get('round', 0)}",
                           ["--workers", str(r["ranks"]), "--cores", str(os.cpu_count())], r))
         elif "--bucket-cap-mb" in r["args"]:
             mb = r["args"][r["args"].index("--bucket-cap-mb") + 1]
-            cases.append((f"whatif --bucket-mb {mb}", "host-0", ["--bucket-mb", mb], r))
+            cases.append((f"whatif --bucket-mb {mb}", f"host-{r.get('round', 0)}", ["--bucket-mb", mb], r))
         else:
-            cases.append(("whatif --workers 2 (the profiled setup)", "host-0", ["--workers", "2"], r))
+            cases.append(("whatif --workers 2 (the profiled setup)", f"host-{r.get('round', 0)}", ["--workers", "2"], r))
     sides = [("after", os.path.join(TREE, "src"), "prof-")] + ([("before", os.path.join(a.before, "src"), "prof-before-")] if a.before else [])
     print("command | side | predicted ms | measured ms (load) | error")
     for name, tag, args, r in cases:
         for side, src, prefix in sides:
-            got = predict(src, os.path.join(a.kept, prefix + tag), args)
+            run = os.path.join(a.kept, prefix + tag)
+            if not os.path.isdir(run):  # a script that profiles itself (zero1_measure.py --plain-profiler): one profile, both checkouts
+                run = os.path.join(a.kept, "prof-" + tag)
+            got = predict(src, run, args)
             print(f"{name} | {side} | {got:.1f} | {r['median_ms']:.1f} ({r['load']:.1f}) | {100 * (got / r['median_ms'] - 1):+.1f} %")
 
 
