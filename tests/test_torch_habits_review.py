@@ -68,6 +68,13 @@ def test_the_commands_price_or_refuse_a_sparse_job(tmp_path, capsys, argv, code)
         assert len(err) == 1 and "sparse gradients" in err[0]
 
 
+def test_analyze_names_a_sparse_bucket_and_offers_no_search_for_it(tmp_path, capsys):
+    assert main(["analyze", str(SPARSE)]) == 0
+    out = capsys.readouterr().out
+    assert "all-gather sparse bucket" in out and "all-reduce bucket 0" not in out
+    assert "3 sparse gradients go in buckets of their own" in out and "(dagprof optimize)" not in out
+
+
 def test_the_collector_sizes_a_sparse_gradient_by_its_coalesced_rows():
     torch = pytest.importorskip("torch")
     grad = torch.sparse_coo_tensor(torch.tensor([[3, 7, 3]]), torch.ones(3, 16), (100, 16), check_invariants=True)  # row 3 twice: 2 rows
