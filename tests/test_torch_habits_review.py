@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from testdata import DATA
+from testdata import DATA, copy_fixture, edit_json
 
 from dagprof.cli.main import main
 from dagprof.collect.hooks.ddp_buckets import sparse_wire_bytes
@@ -17,6 +17,7 @@ from dagprof.passes.workers import scale_workers
 from dagprof.pipeline import open_run
 from dagprof.traces.dagprof_run import read_run
 from dagprof.traces.events import Kind
+from dagprof.traces.run_schema import Rec
 
 SPARSE = DATA / "ddp-fresh" / "sparse"  # bench/ddp_fresh/sparse_recsys.py: 3 EmbeddingBag(20000, 32, sparse=True) + MLPs
 TABLE_BYTES = 20000 * 32 * 4
@@ -73,6 +74,23 @@ def test_analyze_names_a_sparse_bucket_and_offers_no_search_for_it(tmp_path, cap
     out = capsys.readouterr().out
     assert "all-gather sparse bucket" in out and "all-reduce bucket 0" not in out
     assert "3 sparse gradients go in buckets of their own" in out and "(dagprof optimize)" not in out
+
+
+def test_diff_matches_sparse_buckets_whose_rows_differ(tmp_path, capsys):
+    """Another run touches other rows: its sparse buckets gather other bytes, and are the same buckets all the same (they
+    were ops without a counterpart, their time put down to structure, and 'gradient buckets differ' was said)."""
+    other = copy_fixture(tmp_path, "ddp-fresh/sparse")
+    for r in (0, 1):
+        def more_rows(doc):
+            sparse = {rec[2] for rec in doc["records"] if rec[0] == Rec.ENQ_BEGIN and rec[4] == 1}
+            for rec in doc["records"]:
+                if rec[0] == Rec.ENQ_END and rec[2] in sparse:
+                    rec[4] = int(rec[4] * 1.1)
+        edit_json(other / f"rank{r}.json", more_rows)
+    assert main(["diff", str(SPARSE), str(other), "--no-report"]) == 0
+    out = capsys.readouterr().out
+    assert "matched 100.0 %" in out or "100.0 % of A" in out
+    assert "note: ops without a counterpart" not in out and "buckets differ" not in out
 
 
 def test_the_collector_sizes_a_sparse_gradient_by_its_coalesced_rows():
