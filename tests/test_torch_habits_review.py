@@ -13,6 +13,7 @@ from dagprof.costmodel.topology import kind_of_collective
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.passes.buckets import refuse_own_ddp_setup, sparse_buckets
+from dagprof.passes.data_parallel import to_data_parallel
 from dagprof.passes.workers import scale_workers
 from dagprof.pipeline import open_run
 from dagprof.traces.dagprof_run import read_run
@@ -107,6 +108,24 @@ def test_reentrant_checkpointing_is_no_evaluation_pass():
     g = p.graph
     fwd = np.flatnonzero(g.kind == Kind.FORWARD)
     assert sum(g.layers[g.layer[v]].startswith("blocks.0.") for v in fwd.tolist()) == 2 * 2 * 3 * 2  # ranks, steps, leaves, runs
+
+
+def test_ddp_to_fsdp_gathers_a_unit_before_its_recomputation():
+    """--data-parallel fsdp from a checkpointed DDP profile: each block's forward runs again in backward, after FSDP
+    gathered the block again (it was taken for forward: the gather went after it, between it and the block's backward)."""
+    g = open_run(DATA / "ddp-fresh" / "ckpt-static").graph
+    out = to_data_parallel(g, "fsdp", None, None, None)
+    for step in out.meta.steps:
+        for rank in (0, 1):
+            lane = np.flatnonzero((out.rank == rank) & (out.step == step))
+            names = [out.node_name(int(v)).split(".", 1)[1] for v in lane[np.argsort(out.order[lane], kind="stable")]]
+            first_bwd = next(k for k, n in enumerate(names) if n.endswith(" backward"))
+            recomputed = [k for k, n in enumerate(names) if k > first_bwd and n.startswith("blocks.") and n.endswith(" forward")]
+            assert len(recomputed) == 4 * 3
+            for k in recomputed:
+                block = ".".join(names[k].split(".")[:2])
+                gathered = [j for j, n in enumerate(names) if n == f"wait all_gather {block}"]
+                assert any(first_bwd < j < k for j in gathered), (step, rank, names[k])
 
 
 def test_evaluation_passes_of_a_checkpoint_wrapped_fsdp_model_are_counted():
