@@ -35,6 +35,7 @@ from ..errors import DagprofError
 from ..traces.events import Kind, RankTrace, Run
 from ..traces.kineto_schema import P2P, P2P_PEERED, P2P_SEND
 from ..traces.parallelism import p2p_peer
+from ..traces.run_comm import SPARSE_BUCKET
 
 # Collectives whose per-rank payload legitimately differs (uneven splits).
 _UNEVEN = frozenset({"alltoall", "sendrecv", "send", "recv", "gather", "scatter"})
@@ -81,7 +82,8 @@ class _Op:
     @property
     def kind(self) -> tuple[str, str, int]:
         """What must agree across ranks, whichever iteration it belongs to."""
-        return (self.coll, self.dtype, -1 if self.coll in _UNEVEN else self.nbytes)
+        uneven = self.coll in _UNEVEN or self.coll.startswith(SPARSE_BUCKET)  # each rank gathers its own estimate of all ranks' rows
+        return (self.coll, self.dtype, -1 if uneven else self.nbytes)
 
     @property
     def signature(self) -> tuple[int, str, str, int]:

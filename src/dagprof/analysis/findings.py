@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..passes.buckets import sparse_buckets
 from ..passes.link_fit import SIZES_HINT
 from ..traces.events import Kind
 from . import Analysis
@@ -42,6 +43,8 @@ def remedy_for(g) -> str:
     hv = g.meta.horovod
     if hv is not None and any(t.startswith("grouped_") for t in hv.tensor_bytes):
         return "its gradients go in explicit groups (DistributedOptimizer(groups=...)); " + _OTHER
+    if g.meta.framework is None and (sparse := sparse_buckets(g)):
+        return f"its {len(sparse)} sparse gradients go in buckets of their own, which dagprof optimize does not lay out again; " + _OTHER
     return _REMEDY.get(g.meta.framework, _OTHER)
 
 

@@ -21,6 +21,7 @@ from ..costmodel.collectives import allreduce_us
 from ..errors import DagprofError
 from ..graph.dag import Graph, GraphBuilder
 from ..traces.events import Kind
+from ..traces.run_comm import SPARSE_BUCKET
 from ..traces.zero_run import ZERO_OVERLAP_HOOK
 from ..units import MB
 from .comm import current_scheme, current_topology, retime_collectives, without_transfers
@@ -41,6 +42,10 @@ def refuse_own_ddp_setup(g: Graph, what: str, wire: bool = False) -> None:
     ``what`` lays out new buckets from the gradients' bytes at DDP's all-reduce: refused under any hook of the job's own,
     and for a job that wraps several DDP models (a GAN's two)."""
     hook = g.meta.comm_hook
+    if not wire and (sparse := sparse_buckets(g)):
+        raise DagprofError(f"{what}: the job's {len(sparse)} sparse gradients (nn.Embedding(sparse=True)) each go in a bucket of "
+                           "their own, which gloo all-gathers at the rows a step touched; new buckets are laid out from dense "
+                           "gradient bytes: not modelled")
     if wire and hook == ZERO_OVERLAP_HOOK and what == "--workers":
         raise DagprofError("--workers: ZeroRedundancyOptimizer(overlap_with_ddp=True) steps and broadcasts each DDP bucket on "
                            "the rank that owns it, which more ranks would reassign: not modelled")
@@ -55,6 +60,12 @@ def refuse_own_ddp_setup(g: Graph, what: str, wire: bool = False) -> None:
     if g.meta.ddp_models > 1:
         raise DagprofError(f"{what}: the job wraps {g.meta.ddp_models} DDP models (a GAN's generator and discriminator?); "
                            "re-bucketing and dagprof.apply handle one: not modelled")
+
+
+def sparse_buckets(g: Graph) -> set[int]:
+    """The DDP buckets whose collective all-gathers a sparse gradient (``traces.run_comm.bucket_name``)."""
+    comm = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0) & (g.bucket >= 0))
+    return {int(g.bucket[v]) for v in comm.tolist() if g.node_name(int(v)).startswith(SPARSE_BUCKET)}
 
 
 @dataclass

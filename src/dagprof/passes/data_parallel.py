@@ -417,10 +417,16 @@ def _prefetcher(units: list[str], unit: str) -> str:
 
 
 def _anchors(g: Graph, lane: np.ndarray, layer_unit: dict[str, str]) -> dict[tuple[str, str], int]:
-    """(unit, fwd_first|fwd_last|bwd_first|bwd_last) -> the lane node there; the root's span the whole pass."""
+    """(unit, fwd_first|fwd_last|bwd_first|bwd_last) -> the lane node there; the root's span the whole pass.
+
+    A layer forward after the step's first backward node is activation checkpointing's recomputation: it belongs to its
+    unit's backward, which FSDP gathers before it runs (``bench/ddp_fresh/ckpt_static_tied.py``: each block's forward
+    ran again in backward, and taken for forward, every unit's backward all-gather went after its recomputation, the
+    root's forward span into the backward)."""
     out: dict[tuple[str, str], int] = {}
-    for kind, tag in ((Kind.FORWARD, "fwd"), (Kind.BACKWARD, "bwd")):
-        ops = [int(v) for v in lane if g.kind[v] == kind and g.layer[v] >= 0]
+    layered = [int(v) for v in lane if g.layer[v] >= 0 and g.kind[v] in (Kind.FORWARD, Kind.BACKWARD)]
+    first_bwd = next((k for k, v in enumerate(layered) if g.kind[v] == Kind.BACKWARD), len(layered))
+    for tag, ops in (("fwd", layered[:first_bwd]), ("bwd", layered[first_bwd:])):
         if not ops:
             continue
         out[(FSDP_ROOT, f"{tag}_first")], out[(FSDP_ROOT, f"{tag}_last")] = ops[0], ops[-1]

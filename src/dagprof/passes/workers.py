@@ -28,6 +28,7 @@ from ..graph.build_ps import exchange_nodes, is_ps_graph, rebuild_ps
 from ..graph.dag import NODE_COLUMNS, Device, Graph, GraphBuilder, csr_graph
 from ..traces.events import Kind
 from ..traces.parallelism import Dim
+from .buckets import sparse_buckets
 from .comm import current_scheme, current_topology, push_spread_us, retime_collectives
 from .link_fit import graph_world_size, hybrid
 from .zero import scale_zero_step
@@ -59,9 +60,21 @@ def scale_workers(g: Graph, workers: int, replicate: bool | None = None) -> Grap
         folded = out.world_size < workers
         out = scale_zero_step(out, g.meta.zero, n0, workers,
                               {r: list(range(r, workers, n0)) if folded else [r] for r in range(out.world_size)})
+    out = _gathered_sparse(out, workers / n0)
     par = out.meta.parallel
     out = out.replace(meta=out.meta.replace(world_size=workers, parallel=par if par is None else replace(par, dp_size=dp_workers, world_size=workers)))
     return retime_collectives(out, topo, spec, lags_on=current_topology(g))
+
+
+def _gathered_sparse(g: Graph, ratio: float) -> Graph:
+    """DDP's sparse-gradient buckets gather every rank's rows (``traces.run_comm.bucket_name``): ``ratio`` times the ranks
+    gather ``ratio`` times the bytes, where an all-reduce's stay the same."""
+    sel = (g.kind == Kind.COMM) & (g.rank < 0) & np.isin(g.bucket, list(sparse_buckets(g)))
+    if ratio == 1.0 or not sel.any():
+        return g
+    nbytes = g.nbytes.copy()
+    nbytes[sel] = np.round(nbytes[sel] * ratio).astype(nbytes.dtype)
+    return g.replace(nbytes=nbytes)
 
 
 def refuse_degree(g: Graph, dim: Dim, degree: int, flag: str) -> None:

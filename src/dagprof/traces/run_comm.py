@@ -16,17 +16,32 @@ from .events import Dep, Kind, Lane, LaneKind, RankTrace
 from .run_schema import Col, Rec
 from .run_spans import _Comm, _DeviceOp, _Span, _Transfer
 
+SPARSE_BUCKET = "allgather sparse bucket "
+
+
+def bucket_name(bucket: int, sparse: bool) -> str:
+    """A DDP bucket's collective: a sparse gradient's is gloo's all-gather of every rank's indices and values (its bytes
+    the gathered ones, which ``costmodel.topology.kind_of_collective`` prices as an all-gather by this name)."""
+    return f"{SPARSE_BUCKET}{bucket}" if sparse else f"allreduce bucket {bucket}"
+
+
+def _sparse_seqs(records: np.ndarray) -> set[int]:
+    """The comm hook's calls (by seq) whose bucket held a sparse gradient (``Rec.ENQ_BEGIN``'s x)."""
+    begin = records[records[:, Col.CODE] == Rec.ENQ_BEGIN]
+    return {int(r[Col.B]) for r in begin if r[Col.X] == 1}
+
 
 def hook_comm(records: np.ndarray) -> _Comm:
     """Fallback without Kineto: the comm hook's issue -> completion span (includes queueing and waiting for peers)."""
     code = records[:, Col.CODE]
     issued = {int(r[Col.B]): (int(r[Col.A]), int(r[Col.T_NS]), int(r[Col.X])) for r in records[code == Rec.ENQ_END]}
+    sparse = _sparse_seqs(records)
     transfers = []
     for r in records[code == Rec.COMM_DONE]:
         seq = int(r[Col.B])
         if seq in issued:
             bucket, t0, nbytes = issued[seq]
-            transfers.append(_Transfer(seq, bucket, f"allreduce bucket {bucket}", t0, int(r[Col.T_NS]), f"comm thread {int(r[Col.X])}", nbytes))
+            transfers.append(_Transfer(seq, bucket, bucket_name(bucket, seq in sparse), t0, int(r[Col.T_NS]), f"comm thread {int(r[Col.X])}", nbytes))
     return _Comm("comm hook (issue to completion, includes queueing)", sorted(transfers, key=lambda t: t.seq), {}, [])
 
 
@@ -47,22 +62,27 @@ def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: l
                  zip(records[code == Rec.ENQ_BEGIN], records[code == Rec.ENQ_END]))
     transfers, seq_of, used = [], {}, set()
     begin = exchange_starts(ev, idx)
-    k = 0
-    allreduce = [i for i in idx if colls.get(i, "").replace("_", "") == "allreduce"]
-    for seq, bucket, t0, nbytes in enq:
-        while k < len(allreduce) and at(ev.start[allreduce[k]]) < t0:
+    sparse = _sparse_seqs(records)
+    # a sparse gradient's bucket is gloo's sparse_all_reduce, a dense one's all_reduce: each matched in issue order to its own
+    ops = {kind: [i for i in idx if colls.get(i, "").replace("_", "") == kind] for kind in ("allreduce", "sparseallreduce")}
+    at_op = dict.fromkeys(ops, 0)
+    for n, (seq, bucket, t0, nbytes) in enumerate(enq):
+        kind = "sparseallreduce" if seq in sparse else "allreduce"
+        found, k = ops[kind], at_op[kind]
+        while k < len(found) and at(ev.start[found[k]]) < t0:
             k += 1
-        if k == len(allreduce):  # NCCL runs no kernel for a group of one rank
-            warnings.append(f"rank {rank}: Kineto shows fewer all-reduces than the comm hook issued; transfer spans from the hook")
+        if k == len(found):  # NCCL runs no kernel for a group of one rank
+            warnings.append(f"rank {rank}: Kineto shows {len(enq) - n} of the comm hook's {len(enq)} bucket all-reduces nowhere "
+                            "after their issue; transfer spans from the hook")
             comm = hook_comm(records)
             comm.device = device_ops(kt, lo, hi, at)  # the GPU's work is Kineto's all the same
             return comm
-        i = allreduce[k]
-        k += 1
+        i = found[k]
+        at_op[kind] = k + 1
         used.add(i)
         seq_of[seq] = int(ev.seq[i])
         lane = kt.lanes[ev.lane[i]]
-        transfers.append(_Transfer(int(ev.seq[i]), bucket, f"allreduce bucket {bucket}", at(begin[i]),
+        transfers.append(_Transfer(int(ev.seq[i]), bucket, bucket_name(bucket, seq in sparse), at(begin[i]),
                                    at(ev.start[i] + ev.dur[i]), lane.name, nbytes, _comm_lane_kind(lane)))
     for i in idx:
         if i not in used:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .events import Kind
+from .run_comm import bucket_name
 from .run_schema import Col, Rec
 from .run_spans import _Comm, _Span
 from .zero_run import overlap_spans
@@ -31,10 +32,11 @@ def partition_step(rows: np.ndarray, begin: int, end: int, layers: list[str], co
     code, a, b, t, x = (rows[:, c] for c in Col)
     priority = [h for h in comm.host if begin <= h.start <= end]  # intervals that cut through layer spans
     enq = {int(b[i]): int(t[i]) for i in np.flatnonzero(code == Rec.ENQ_BEGIN)}
+    sparse = {int(b[i]) for i in np.flatnonzero((code == Rec.ENQ_BEGIN) & (x == 1))}
     for i in np.flatnonzero(code == Rec.ENQ_END):
         s = int(b[i])
         if s in enq:
-            priority.append(_Span(Kind.COMM_ENQUEUE, f"allreduce bucket {int(a[i])}", enq[s], int(t[i]), bucket=int(a[i]),
+            priority.append(_Span(Kind.COMM_ENQUEUE, bucket_name(int(a[i]), s in sparse), enq[s], int(t[i]), bucket=int(a[i]),
                                   seq=comm.seq_of.get(s, s), nbytes=int(x[i])))
     priority += overlap_spans(code, a, b, t, x)  # ZeRO's step inside DDP's comm hook (none in other jobs)
     for kb, ke, kind, name in ((Rec.UPDATE_BEGIN, Rec.UPDATE_END, Kind.UPDATE, "optimizer.step"),

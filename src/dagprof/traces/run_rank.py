@@ -149,11 +149,31 @@ def _no_grad_forwards(records: np.ndarray, steps: list[tuple[int, int, int]], na
     in the loop. Its forwards are timed as any forward, so they sit in their step's time and the window's mean
     iteration, which no training step takes; and ``--workers`` keeps them per rank as profiled, where a
     ``DistributedSampler`` over an evaluation set gives each of more workers fewer batches. ``habits_loop.py``'s
-    profiled evaluation step ran 2.7 s, its training steps 0.3-0.8 s: the window's mean was 872 ms, without a word."""
+    profiled evaluation step ran 2.7 s, its training steps 0.3-0.8 s: the window's mean was 872 ms, without a word.
+
+    Reentrant activation checkpointing (``checkpoint(..., use_reentrant=True)``) runs its blocks' forward under no_grad
+    too, and again with autograd on inside the backward: per step and layer, as many of its no_grad forwards before the
+    backward are not counted as it ran forwards with autograd on in the backward beyond those it ran before it (a
+    non-reentrant checkpoint's recomputation repeats a forward that had autograd on). ``bench/ddp_fresh/ckpt_static_tied.py``
+    had every step called an evaluation pass; ``bench/fsdp_fresh/gnn_ckpt_eval.py``'s evaluation passes, between one
+    step's update and the next step's forward, stay counted."""
     code, t, x = records[:, Col.CODE], records[:, Col.T_NS], records[:, Col.X]
     quiet = (code == Rec.FWD_BEGIN) & (x == 1)
     if not quiet.any():
         return
+    bwd = np.isin(code, [Rec.BWD_BEGIN, Rec.BWD_END])
+    fwd, layer = code == Rec.FWD_BEGIN, records[:, Col.A]
+    for _, b0, b1 in steps:
+        inside = (t >= b0) & (t <= b1)
+        if not (bwd & inside).any():
+            continue
+        before = inside & (t < t[bwd & inside].min())
+        after = inside & ~before
+        for lay in np.unique(layer[quiet & before]).tolist():
+            mine = fwd & (layer == lay)
+            rerun = int(np.count_nonzero(mine & after & (x == 0))) - int(np.count_nonzero(mine & before & (x == 0)))
+            if rerun > 0:
+                quiet[np.flatnonzero(mine & before & (x == 1))[:rerun]] = False
     hit = [(s, int(np.count_nonzero(quiet & (t >= b0) & (t <= b1))), b0, b1) for s, b0, b1 in steps]
     hit = [(s, n, b0, b1) for s, n, b0, b1 in hit if n]
     if not hit:

@@ -90,8 +90,8 @@ class Rec(enum.IntEnum):
     BWD_BEGIN = 4  # a=layer, b=call: gradient w.r.t. an output arrived
     BWD_END = 5  # a=layer, b=call: gradient w.r.t. an input computed
     GRAD_READY = 6  # a=layer: a parameter's gradient was accumulated
-    ENQ_BEGIN = 7  # a=bucket, b=seq: comm hook entered
-    ENQ_END = 8  # a=bucket, b=seq, x=bytes: all-reduce issued
+    ENQ_BEGIN = 7  # a=bucket, b=seq, x=1 for a sparse gradient (gloo all-gathers it): comm hook entered
+    ENQ_END = 8  # a=bucket, b=seq, x=bytes on the wire (a sparse gradient's: every rank's gathered): all-reduce issued
     COMM_DONE = 9  # a=bucket, b=seq, x=native thread id that completed it
     UPDATE_BEGIN = 10  # optimizer.step entered
     UPDATE_END = 11

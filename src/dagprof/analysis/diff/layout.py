@@ -13,6 +13,7 @@ import numpy as np
 
 from ...graph.build_fsdp import fsdp_collectives, is_fsdp_graph
 from ...graph.dag import Graph
+from ...passes.buckets import sparse_buckets
 from ...traces.events import Kind
 from ...units import KB, MB
 
@@ -108,9 +109,13 @@ def _names(names: tuple[str, ...]) -> str:
 
 
 def _bucket_bytes(g: Graph) -> list[int]:
+    """The first step's bucket bytes; a sparse gradient's bucket (its rows touched vary by step) at its table's bytes."""
     comm = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0) & (g.bucket >= 0))
     steps = g.meta.steps
     if not len(comm) or not steps:
         return []
     first = comm[g.step[comm] == steps[0]]
-    return [int(g.nbytes[v]) for v in first[np.argsort(g.bucket[first], kind="stable")]]
+    dense = {b.index: b.nbytes for b in g.meta.buckets or ()}
+    sparse = sparse_buckets(g)
+    return [dense.get(int(g.bucket[v]), 0) if int(g.bucket[v]) in sparse else int(g.nbytes[v])
+            for v in first[np.argsort(g.bucket[first], kind="stable")]]

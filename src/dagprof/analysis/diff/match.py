@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...graph.dag import Graph, GraphBuilder
+from ...passes.buckets import sparse_buckets
 from ...traces.events import Kind
+from ...traces.run_comm import SPARSE_BUCKET
 
 _INSTANCE = re.compile(r"\.\d+$")
 _COLLECTIVE = (Kind.COMM, Kind.SYNC, Kind.COMM_ENQUEUE)
@@ -36,7 +38,9 @@ def op_label(g: Graph, v: int) -> str:
             return f"{_PS_WORD[Kind(kind)]} key {int(g.bucket[v])}"
         if g.meta.horovod:
             return f"{_FUSED_WORD[Kind(kind)]} {int(g.bucket[v])}"
-        return f"{_BUCKET_WORD[Kind(kind)]} bucket {int(g.bucket[v])}"
+        word = _BUCKET_WORD[Kind(kind)]
+        sparse = SPARSE_BUCKET in g.node_name(v)  # its issue, join or transfer (``traces.run_comm.bucket_name``)
+        return f"{word.replace('all-reduce', 'all-gather sparse') if sparse else word} bucket {int(g.bucket[v])}"
     name = g.node_name(v)
     r = int(g.rank[v])
     if r >= 0:
@@ -153,7 +157,8 @@ def _keys(g: Graph, labels: LabelTable, layers: dict[str, int]) -> np.ndarray:
 def _bucket_payload(g: Graph) -> np.ndarray:
     """Bytes of the gradient bucket each bucket collective node (issue, join, transfer) serves; 0 elsewhere.
 
-    Read from the transfer the node leads to, since only the transfer carries them in every graph."""
+    Read from the transfer the node leads to, since only the transfer carries them in every graph. A sparse gradient's
+    bucket gathers the rows its step touched, other bytes each step and run: -1, keyed by its bucket alone."""
     out = np.zeros(len(g), dtype=np.int64)
     comm = np.flatnonzero((g.kind == Kind.COMM) & (g.bucket >= 0))
     out[comm] = g.nbytes[comm]
@@ -162,6 +167,7 @@ def _bucket_payload(g: Graph) -> np.ndarray:
             nxt = g.successors(v)
             nxt = nxt[(g.bucket[nxt] == g.bucket[v]) & (out[nxt] > 0)]
             out[v] = out[nxt[0]] if len(nxt) else g.nbytes[v]
+    out[np.isin(g.kind, _COLLECTIVE) & np.isin(g.bucket, list(sparse_buckets(g)))] = -1
     return out
 
 
