@@ -95,7 +95,7 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
     spans = [(step, b0, b1, partition_step(records[(t >= b0) & (t <= b1)], b0, b1, layers, comm, grad_bytes)) for step, b0, b1 in steps]
     trace = _to_rank_trace(f, path, spans, comm, layers)
     trace.meta.warnings, trace.meta.comm_source, trace.meta.kineto = warnings_of(warnings), comm.source, kpath
-    trace.meta.unseen_collectives, trace.meta.unseen_collectives_us = comm.unseen, comm.unseen_us
+    trace.meta.unseen_collectives = comm.unseen
     trace.meta.fsdp, trace.meta.optimizer_ops, trace.meta.zero = f.fsdp, comm.optimizer, f.zero
     return trace
 
