@@ -19,6 +19,7 @@ class _Span:
     bucket: int = -1
     seq: int = -1
     nbytes: int = 0
+    root: int = -1  # a broadcast's issue: its root (``_Transfer.root``)
 
 
 @dataclass
@@ -61,3 +62,4 @@ class _Transfer:
     lane: str
     nbytes: int
     lane_kind: LaneKind = LaneKind.COMM_THREAD  # GPU_STREAM for NCCL kernels
+    root: int = -1  # a broadcast's root as its group numbers it where the record names it (ZeRO's owner), else -1
