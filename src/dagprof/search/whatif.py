@@ -420,7 +420,7 @@ def _one_replica_us(g0: Graph, single: Scenario, cluster: Cluster, base_topo: To
     try:
         return job_iteration_us(*disturb(apply(g0, single, cluster, base_topo), cluster))
     except DagprofError:
-        if not fixed_workers(g0, single.workers, cluster, base_topo):
+        if not fixed_workers(g0, single.workers, base_topo):
             raise
         return None
 
