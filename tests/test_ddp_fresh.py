@@ -16,6 +16,8 @@ from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.passes.buckets import refuse_own_ddp_setup, set_buckets
 from dagprof.passes.gradients import gradient_order, ready_nodes
+from dagprof.search.scenario import Scenario
+from dagprof.search.whatif import evaluate
 from dagprof.traces.dagprof_run import read_run
 from dagprof.traces.events import Kind
 from dagprof.units import MB
@@ -88,6 +90,20 @@ def test_a_users_fp16_hook_is_named_and_priced_at_its_wire_bytes():
     other = g.replace(meta=g.meta.replace(comm_hook="powerSGD_hook"))
     with pytest.raises(DagprofError, match="bytes on the wire are not recorded"):
         refuse_own_ddp_setup(other, "--bandwidth", wire=True)
+
+
+def test_a_job_whose_worker_count_cannot_change_answers_other_what_ifs_without_the_one_worker_columns():
+    """Under a DDP hook of the job's own (PowerSGD's: its wire bytes are not recorded) ``--workers`` is refused, and so is
+    one worker under the same conditions: a compute what-if answers, its one-worker columns n/a (it was refused with
+    the --workers line nobody asked for); a plain DDP job's answers them."""
+    g = build_graph(read_run(FRESH / "fp16"))
+    other = g.replace(meta=g.meta.replace(comm_hook="powerSGD_hook"))
+    with pytest.raises(DagprofError, match="--workers: .* bytes on the wire are not recorded"):
+        evaluate(other, [Scenario(workers=1)], tolerance_pct=None)
+    (row,) = evaluate(other, [Scenario(compute_speed=2.0)], tolerance_pct=None)["scenarios"]
+    assert row.predicted_iter_ms > 0 and row.speedup_vs_one_worker is None and row.scaling_efficiency is None
+    (row,) = evaluate(g, [Scenario(compute_speed=2.0)], tolerance_pct=None)["scenarios"]
+    assert row.speedup_vs_one_worker > 0 and row.scaling_efficiency > 0
 
 
 @pytest.mark.parametrize("run, argv, says", [

@@ -29,8 +29,8 @@ def test_in_op_collectives_are_counted_and_kept_apart_from_the_buckets(name):
     run = read_run(FRESH / name)
     for t in run.ranks:
         steps = len(t.meta.steps_profiled)
-        assert {k: n / steps for k, n in t.meta.unseen_collectives.items()} == IN_OPS[name]
-        assert all(t.meta.unseen_collectives_us[k] > 0 for k in IN_OPS[name])
+        assert {k: u.count / steps for k, u in t.meta.unseen_collectives.items()} == IN_OPS[name]
+        assert all(t.meta.unseen_collectives[k].us > 0 for k in IN_OPS[name])
     p = open_run(FRESH / name)
     g = p.graph
     par = g.meta.parallel

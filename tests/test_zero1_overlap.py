@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from testdata import DATA
 
+from dagprof.align.matching import match_collectives
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.pipeline import open_run
@@ -134,3 +135,16 @@ def test_a_root_done_before_its_receivers_is_released_alone(graph):
             assert [graph.node_name(u) for u in graph.successors(own).tolist()] == [f"rank{root}.{ZERO_BCAST_WAIT}"]
             released += 1
     assert released
+
+
+@pytest.mark.parametrize("folder", ["overlap", "kineto"])
+def test_each_broadcast_instance_carries_its_owner_as_root(folder):
+    """The collector records each ZeRO broadcast's owner; the instance every rank joined carries it as its root (the
+    rank file's owner list, in order), and no other collective gets one."""
+    run = read_run(DATA / "zero1" / folder)
+    matching = match_collectives(run)
+    zero = run.ranks[0].meta.zero
+    roots = [it.root for it in matching.instances if it.name.startswith(ZERO_BROADCAST)]
+    assert roots and set(roots) == set(zero.owners)
+    assert all(it.root == int(it.name[len(ZERO_BROADCAST):]) for it in matching.instances if it.name.startswith(ZERO_BROADCAST))
+    assert all(it.root == -1 for it in matching.instances if not it.name.startswith(ZERO_BROADCAST))

@@ -51,6 +51,7 @@ class Instance:
     collective: str = ""  # canonical: allreduce, broadcast, allgather, alltoall, ...
     dtype: str = ""
     p2p: bool = False  # a send and its peer's recv (``ranks``: sender, receiver), paired by ``_pair_p2p``
+    root: int = -1  # a broadcast's root rank where every rank's record names the same one (``EventTable.peer``), else -1
 
 
 @dataclass
@@ -77,7 +78,7 @@ class _Op:
     nbytes: int
     step: int  # in the reference's numbering once the rank's offset is known
     end_us: float  # absolute (the rank's own clock)
-    peer: int = -1  # a send's or recv's peer argument, as its group numbers it (``EventTable.peer``)
+    peer: int = -1  # a send's or recv's peer, a broadcast's root, as its group numbers it (``EventTable.peer``)
 
     @property
     def kind(self) -> tuple[str, str, int]:
@@ -175,7 +176,7 @@ def match_collectives(run: Run, strict: bool = True) -> Matching:
                 continue
             k = len(instances)
             instances.append(Instance(g, op.seq, run.ranks[ref].events.name_of(op.event), op.nbytes,
-                                      [run.ranks[p].rank for p, _ in members_at], op.coll, op.dtype))
+                                      [run.ranks[p].rank for p, _ in members_at], op.coll, op.dtype, root=_root(run.ranks[ref], g, members_at)))
             for p, o in members_at:
                 instance[p][o.event] = k
         trimmed = _trimmed(run, per_rank_ops, holders, g, instance)
@@ -194,6 +195,15 @@ def match_collectives(run: Run, strict: bool = True) -> Matching:
                if all(t.groups == ["0"] and not t.meta.group_desc for t in run.ranks) and run.world_size > 2 else "")
         raise DagprofError(f"mismatched collectives: {problems[0]}{more}{why}", run.source)
     return Matching(instance, instances, problems, warnings, step_offset)
+
+
+def _root(ref: RankTrace, g: str, members_at: list[tuple[int, _Op]]) -> int:
+    """The instance's root rank: the one its every rank's op names (``_Op.peer``, in group ``g``'s numbering, which the
+    reference rank's trace lists), else -1."""
+    peers = {o.peer for _, o in members_at}
+    ranks = ref.group_ranks.get(g, [])
+    local = peers.pop() if len(peers) == 1 else -1
+    return ranks[local] if 0 <= local < len(ranks) else -1
 
 
 def _pair_p2p(run: Run, p2p: list[dict[str, list[_Op]]], recorded: list[set[int]], instance: list[np.ndarray],

@@ -36,7 +36,6 @@ from ..traces.events import RankTrace, Run
 from ..traces.parallelism import label_run
 from ..traces.step_marks import mark_steps
 from ..traces.steps import iteration_us, stalled_steps
-from ..traces.zero_run import ZERO_BROADCAST
 from .assemble import Assembler
 from .dag import Graph
 from .meta import LoopSteps
@@ -156,4 +155,4 @@ def _overlap_roots(run: Run, matching: Matching) -> dict[int, int]:
     zero = run.ranks[0].meta.zero if run.ranks else None
     if zero is None or not zero.buckets:
         return {}
-    return {k: int(it.name[len(ZERO_BROADCAST):]) for k, it in enumerate(matching.instances) if it.name.startswith(ZERO_BROADCAST)}
+    return {k: it.root for k, it in enumerate(matching.instances) if it.root >= 0}

@@ -382,6 +382,18 @@ def disturb(g: Graph, c: Cluster) -> tuple[Graph, ReplayResult]:
     return g, replay(g)
 
 
+def fixed_workers(g: Graph, workers: int, base_topo: Topology | None) -> bool:
+    """Whether the job's worker count cannot become ``workers`` whatever else a scenario changes: its workers pass refuses
+    that alone, on no cluster settings of the user's (a hybrid job whose other groups span its data-parallel ranks, ZeRO
+    stepped by DDP's comm hook, a DDP hook of the job's own, an FSDP2 unit given ``reshard_after_forward=N``); a
+    ``--topology`` it cannot read is the user's to fix, not the job's."""
+    try:
+        _workers(on_link(g, base_topo), Scenario(workers=workers), Cluster(), base_topo)
+    except DagprofError:
+        return True
+    return False
+
+
 def apply(g: Graph, s: Scenario, c: Cluster, base_topo: Topology | None) -> Graph:
     """The run's graph under scenario ``s``: on the cluster ``base_topo`` (None: collectives as measured), then ``PASSES`` in order."""
     asked = ([a.unmodelled_on_fsdp for a in AXES if a.unmodelled_on_fsdp and getattr(s, a.name) is not None]

@@ -31,7 +31,7 @@ from ..passes.fsdp import set_reduce_dtype
 from ..passes.fsdp_mesh import merged_rings_note, uncalibrated_step_note, with_mesh, workers_mesh
 from ..passes.fsdp_units import with_units
 from ..passes.horovod import crowded_hosts
-from ..passes.link_fit import LinkFit, graph_world_size, hybrid, link_fit
+from ..passes.link_fit import LinkFit, graph_world_size, link_fit
 from ..passes.profiler_cost import measure_profiler_cost, remove_profiler_cost, scale_host_work
 from ..passes.workers import replica_ranks, shared_port_note
 from ..progress import progress
@@ -44,6 +44,7 @@ from .scenario import (
     Scenario,
     apply,
     disturb,
+    fixed_workers,
     measured_comm,
     on_link,
     profiled_at,
@@ -413,14 +414,13 @@ def _hybrid_notes(g: Graph) -> list[str]:
 
 
 def _one_replica_us(g0: Graph, single: Scenario, cluster: Cluster, base_topo: Topology | None) -> float | None:
-    """One data-parallel replica's iteration under the same conditions; None where fewer workers are not modelled
-    (a hybrid job whose other groups span its data-parallel ranks, ZeRO stepped by DDP's comm hook on the buckets' owners,
-    an FSDP2 unit given ``reshard_after_forward=N``: the scaling columns are then n/a)."""
+    """One data-parallel replica's iteration under the same conditions; None where the job's worker count cannot change
+    (``scenario.fixed_workers``: the scaling columns are then n/a). Any other refusal of the replica is the scenario's
+    own and stops the what-if."""
     try:
         return job_iteration_us(*disturb(apply(g0, single, cluster, base_topo), cluster))
     except DagprofError:
-        if not (hybrid(g0) or (g0.meta.zero is not None and g0.meta.zero.buckets)
-                or (is_fsdp_graph(g0) and any(u.reshard_to for u in g0.meta.fsdp.units))):
+        if not fixed_workers(g0, single.workers, base_topo):
             raise
         return None
 

@@ -20,7 +20,7 @@ class WhatifRow:
     workers: int  # ranks in the scenario (the scenario's own ``workers`` is None where it keeps the profiled ones)
     interval: PredictionInterval  # its point is the predicted iteration of the slowest rank
     speedup_vs_profiled: float
-    speedup_vs_one_worker: float | None  # None: one replica is not modelled (a hybrid job)
+    speedup_vs_one_worker: float | None  # None: one replica is not modelled (``scenario.fixed_workers``)
     scaling_efficiency: float | None
     vs_measured_pct: float | None  # None: no measured iteration
     seconds: float  # spent evaluating the row

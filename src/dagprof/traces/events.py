@@ -119,7 +119,9 @@ _COLUMNS: dict[str, Any] = {
     "group": np.int32,  # index into RankTrace.groups, -1 when not a collective
     "seq": np.int64,  # order of the collective within its group on this rank, -1 none
     "bucket": np.int32,  # DDP gradient bucket index, -1 none
-    "peer": np.int32,  # a send's or recv's peer as its group numbers it (c10d's argument), -1 none or not recorded
+    # the rank a rooted op names, as its group numbers it (c10d's dst/src argument): a send's or recv's peer, a broadcast's
+    # root; -1 none or not recorded
+    "peer": np.int32,
 }
 
 

@@ -172,6 +172,14 @@ class OptimizerOps(msgspec.Struct, kw_only=True, frozen=True):
     dispatches: int  # DTensor dispatches in them (0: no DTensor op seen, so nothing splits the step)
 
 
+class UnseenCollective(msgspec.Struct, frozen=True):
+    """A kind of collective a dagprof run's Kineto trace shows inside other ops (an expert all-to-all, a pipeline send,
+    SyncBatchNorm's all-reduce), no hook saw: how many in the window, and their transfers' time on the comm threads."""
+
+    count: int = 0
+    us: float = 0.0  # Kineto's spans, summed
+
+
 class RankMeta(msgspec.Struct, kw_only=True):
     """One rank's facts beyond its events; which fields a reader fills depends on its format."""
 
@@ -187,10 +195,9 @@ class RankMeta(msgspec.Struct, kw_only=True):
     declined: dict[str, int] = {}  # per Dep rule, the inferred dependencies the measured timeline contradicted
     group_desc: dict[str, str] = {}  # process-group descriptions (pg_config): "mesh_tp", "default_pg"
     resolved_groups: list[str] = []  # groups ``traces.parallelism.resolve_groups`` moved collectives to
-    # dagprof runs: the Kineto trace's collectives in the window that no hook saw, issued inside other ops (an expert
-    # all-to-all, a pipeline send): canonical name -> count; timed inside those ops, not as collectives
-    unseen_collectives: dict[str, int] = {}
-    unseen_collectives_us: dict[str, float] = {}  # their transfers' time on the comm threads, summed: canonical name -> us
+    # dagprof runs: the Kineto trace's collectives in the window that no hook saw, issued inside other ops, by canonical
+    # name; timed inside those ops, not as collectives
+    unseen_collectives: dict[str, UnseenCollective] = {}
     # --- set by align
     step_offset: int = 0  # added to this rank's step numbers to match the others' (align.matching)
     clock_offset_us: float = 0.0  # added to this rank's clock (align.clocks)

@@ -448,7 +448,7 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
         what = ", ".join(f"{n} {d} {c}" for (d, c), n in sorted(inline.items()))
         notes.append(f"{what} (summed over ranks) ran inside the ops that issued them: the graph times them as those ops, "
                      "as measured (not in the breakdown by dimension, not re-priced by what-ifs)")
-    lone += sum(n for t in run.ranks for c, n in t.meta.unseen_collectives.items() if c in P2P)
+    lone += sum(u.count for t in run.ranks for c, u in t.meta.unseen_collectives.items() if c in P2P)
     why = (f"{lone} send/recv (summed over ranks) without a known peer: a Kineto trace names one by the op's peer argument "
            "(record_param_comms' Src/Dst Rank, or c10d::send/recv_'s inputs under record_shapes) or by a 2-rank group; "
            "a dagprof run records them in DDP's group") if lone else ""
@@ -466,10 +466,10 @@ def _in_ops(run: Run) -> tuple[tuple[float, float], tuple[tuple[str, float], ...
     count: Counter = Counter()
     us = 0.0
     for t in run.ranks:
-        for coll, n in t.meta.unseen_collectives.items():
+        for coll, u in t.meta.unseen_collectives.items():
             if coll != "alltoall" and coll not in P2P:
-                count[coll] += n
-                us += t.meta.unseen_collectives_us.get(coll, 0.0)
+                count[coll] += u.count
+                us += u.us
     kinds = tuple((k, n / rank_steps) for k, n in sorted(count.items()))
     return (sum(count.values()) / rank_steps, us / rank_steps), kinds
 def _untold_groups(run: Run) -> int:
@@ -491,11 +491,11 @@ def _unseen(run: Run, inline: Counter) -> list[GroupLabel]:
     send/recv (PP) tell their dimension by kind; one group of unknown ranks per dimension, counted into ``inline``."""
     found: dict[str, Counter] = {}
     for t in run.ranks:
-        for coll, n in t.meta.unseen_collectives.items():
+        for coll, u in t.meta.unseen_collectives.items():
             d = Dim.EP_CP if coll == "alltoall" else Dim.PP if coll in P2P else None
             if d is not None:
-                found.setdefault(d.text, Counter())[coll] += n
-                inline[(d.text, coll)] += n
+                found.setdefault(d.text, Counter())[coll] += u.count
+                inline[(d.text, coll)] += u.count
     return [GroupLabel(f"unseen {d}", "", (), {d: sum(c.values())}, {}, [f"{', '.join(c)} in the Kineto trace, no hook saw"])
             for d, c in found.items()]
 

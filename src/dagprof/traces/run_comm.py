@@ -8,11 +8,10 @@ Without Kineto, the comm hook's issue -> completion span on the thread that comp
 """
 from __future__ import annotations
 
-from collections import Counter
-
 import numpy as np
 
 from .events import Dep, Kind, Lane, LaneKind, RankTrace
+from .meta import UnseenCollective
 from .run_schema import Col, Rec
 from .run_spans import _Comm, _DeviceOp, _Span, _Transfer
 
@@ -99,13 +98,13 @@ def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: l
                 host.append(_Span(Kind.COMM_ENQUEUE, ev.name_of(j), at(ev.start[j]), at(ev.start[j] + ev.dur[j]), seq=int(ev.seq[j])))
     kept = {h.seq for h in host}
     inside = [i for i in idx if i not in used and int(ev.seq[i]) not in kept]
-    unseen, unseen_us = Counter(), Counter()
+    unseen: dict[str, UnseenCollective] = {}
     for i in inside:
         name = colls.get(i, "") or ev.name_of(i)
-        unseen[name] += 1
-        unseen_us[name] += float(ev.dur[i])
+        u = unseen.get(name, UnseenCollective())
+        unseen[name] = UnseenCollective(u.count + 1, u.us + float(ev.dur[i]))
     return _Comm("Kineto (gloo/NCCL execution spans)", sorted(transfers, key=lambda t: t.seq), seq_of, host,
-                 device_ops(kt, lo, hi, at), dict(unseen), unseen_us=dict(unseen_us))
+                 device_ops(kt, lo, hi, at), unseen)
 
 
 def exchange_starts(ev, idx: list[int]) -> dict[int, float]:

@@ -11,6 +11,8 @@ by a higher-priority span (enqueue, wait, update) keeps its first piece; the res
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from .events import Kind
@@ -115,7 +117,7 @@ def _carve(priority: list[_Span], layer_spans: list[_Span], begin: int, end: int
             if p.end <= cursor:
                 continue
             gap(p.start)
-            out.append(_Span(p.kind, p.name, max(cursor, p.start), p.end, p.layer, p.bucket, p.seq, p.nbytes))
+            out.append(replace(p, start=max(cursor, p.start)))
             cursor = p.end
             if p.kind == Kind.COMM_WAIT:
                 phase = "post-backward"

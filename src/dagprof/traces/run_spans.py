@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .events import Dep, Kind, LaneKind
-from .meta import OptimizerOps
+from .meta import OptimizerOps, UnseenCollective
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,7 @@ class _Span:
     bucket: int = -1
     seq: int = -1
     nbytes: int = 0
+    root: int = -1  # a broadcast's issue: its root (``_Transfer.root``)
 
 
 @dataclass
@@ -30,8 +31,7 @@ class _Comm:
     seq_of: dict[int, int]  # comm-hook seq -> the seq used in the event table
     host: list[_Span]  # host enqueues seen only in Kineto (DDP's buffer broadcast), depth 0 on the main lane
     device: list[_DeviceOp] = field(default_factory=list)  # GPU kernels and copies (Kineto), not collectives
-    unseen: dict[str, int] = field(default_factory=dict)  # Kineto's collectives issued inside other ops: canonical name -> count
-    unseen_us: dict[str, float] = field(default_factory=dict)  # their transfers' time (Kineto's spans), canonical name -> us
+    unseen: dict[str, UnseenCollective] = field(default_factory=dict)  # Kineto's collectives issued inside other ops, by canonical name
     optimizer: OptimizerOps | None = None  # FSDP2 with Kineto: what its optimizer steps ran (``fsdp_run.optimizer_ops``)
 
 
@@ -62,3 +62,4 @@ class _Transfer:
     lane: str
     nbytes: int
     lane_kind: LaneKind = LaneKind.COMM_THREAD  # GPU_STREAM for NCCL kernels
+    root: int = -1  # a broadcast's root as its group numbers it where the record names it (ZeRO's owner), else -1

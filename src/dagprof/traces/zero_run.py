@@ -62,7 +62,7 @@ def label_zero(comm: _Comm, zero: ZeroInfo, records: np.ndarray, rank: int, kine
         for seq, owner, nbytes in zip(sorted(issued), zero.owners, zero.nbytes):
             k = at[seq]
             start = min(comm.transfers[k].start, issued[seq])
-            comm.transfers[k] = replace(comm.transfers[k], name=zero_name(owner), nbytes=int(nbytes), start=start)
+            comm.transfers[k] = replace(comm.transfers[k], name=zero_name(owner), nbytes=int(nbytes), start=start, root=owner)
     if unmatched:
         warnings.append(f"rank {rank}: {unmatched} optimizer step(s) did not issue ZeroRedundancyOptimizer's {per_step} parameter "
                         f"broadcasts ({total:.1f} MB) as listed: theirs stay unsized (0 B, kept as measured by link what-ifs)")
@@ -97,7 +97,8 @@ def overlap_comm(records: np.ndarray, zero: ZeroInfo, steps: list, kineto: bool,
         seq = int(r[Col.B])
         if seq in issued and seq in owner:
             t0, nbytes = issued[seq]
-            comm.transfers.append(_Transfer(seq, -1, zero_name(owner[seq]), t0, int(r[Col.T_NS]), f"comm thread {int(r[Col.X])}", nbytes))
+            comm.transfers.append(_Transfer(seq, -1, zero_name(owner[seq]), t0, int(r[Col.T_NS]), f"comm thread {int(r[Col.X])}", nbytes,
+                                            root=owner[seq]))
     comm.transfers.sort(key=lambda tr: tr.seq)
     return comm
 
@@ -113,7 +114,7 @@ def overlap_spans(code: np.ndarray, a: np.ndarray, b: np.ndarray, t: np.ndarray,
     for i in np.flatnonzero(code == Rec.ZERO_BCAST_END):
         seq = int(b[i])
         if seq in begun:
-            spans.append(_Span(Kind.COMM_ENQUEUE, zero_name(owner[seq]), begun[seq], int(t[i]), seq=seq, nbytes=int(x[i])))
+            spans.append(_Span(Kind.COMM_ENQUEUE, zero_name(owner[seq]), begun[seq], int(t[i]), seq=seq, nbytes=int(x[i]), root=owner[seq]))
     before = np.sort(t[np.isin(code, (Rec.ENQ_END, Rec.ZERO_BCAST_END, Rec.ZERO_STEP_END))])
     for s0, s1, bucket in zip(t[code == Rec.ZERO_STEP_BEGIN], t[code == Rec.ZERO_STEP_END], a[code == Rec.ZERO_STEP_BEGIN]):
         k = int(np.searchsorted(before, s0, side="right")) - 1
@@ -135,6 +136,6 @@ def overlap_targets(spans: list[_Span]) -> dict[int, int]:
             continue
         if s.bucket >= 0 and s.bucket in ar_wait:
             out[k] = ar_wait[s.bucket]
-        elif s.name.startswith(ZERO_BROADCAST):
+        elif s.root >= 0:
             out[k] = next((j for j in range(k + 1, len(spans)) if spans[j].name == ZERO_BCAST_WAIT), None)
     return {k: j for k, j in out.items() if j is not None}
