@@ -78,6 +78,7 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "jax_lstm_lm_remat": ("jax", "DAGPROF_JAX_PYTHON", {}),
     "mx_textcnn_sched": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
     "hvd_dlrm_dense": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
+    "jax_fsdp_conv": ("jax", "DAGPROF_JAX_PYTHON", {}),
 }
 # A testbed round's reference jobs (``testbed``): the profiled configuration again, just before and just after the measured job
 REFERENCES = ("before", "after")
