@@ -79,6 +79,7 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "mx_textcnn_sched": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
     "hvd_dlrm_dense": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
     "jax_fsdp_conv": ("jax", "DAGPROF_JAX_PYTHON", {}),
+    "tf_mobilenet_accum": ("tensorflow", "DAGPROF_TF_PYTHON", {}),
 }
 # A testbed round's reference jobs (``testbed``): the profiled configuration again, just before and just after the measured job
 REFERENCES = ("before", "after")

@@ -7,12 +7,11 @@ second one's join had no predecessor and the replay ran it at once, ahead of eve
 replayed -13 % (-20 % on an 8-step window), each op after an all-gather "early: an edge it had is missing".
 """
 import numpy as np
+from testdata import DATA
 
 from dagprof.pipeline import open_run
 from dagprof.traces.events import Kind
 from dagprof.traces.xplane_flows import POOL, Line, schedule
-
-from testdata import DATA
 
 FSDP = DATA / "tf-jax" / "fsdp-conv"
 
