@@ -80,6 +80,7 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "hvd_dlrm_dense": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
     "jax_fsdp_conv": ("jax", "DAGPROF_JAX_PYTHON", {}),
     "tf_mobilenet_accum": ("tensorflow", "DAGPROF_TF_PYTHON", {}),
+    "mx_sparse_mf": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
 }
 # A testbed round's reference jobs (``testbed``): the profiled configuration again, just before and just after the measured job
 REFERENCES = ("before", "after")
