@@ -2,11 +2,10 @@
 ``KVStoreDistRowSparsePush``/``Pull`` on the pinned-memory thread. The reader stopped on them with an internal error
 (``ValueError: (2, ...) is not in list``: that thread was no lane); they are refused in one line that says why."""
 import pytest
+from testdata import copy_fixture, edit_json
 
 from dagprof.errors import DagprofError
 from dagprof.traces.load import load
-
-from testdata import copy_fixture, edit_json
 
 
 def test_row_sparse_pushes_are_refused_in_one_line(tmp_path):
