@@ -99,3 +99,31 @@ def test_fit_with_several_steps_per_execution_is_told_at_profile_time(spe, tmp_p
     assert said == ([] if spe == 1 else ["dagprof: compile(steps_per_execution=2) on 2 replicas runs 2 batches per call in a loop whose "
                                          "collectives reuse their keys: this profile will be refused when read; profile with "
                                          "steps_per_execution=1"])
+
+
+def test_a_custom_loop_with_packed_all_reduces_sizes_each_pack(tmp_path):
+    """``bench/frameworks/tf_mobilenet_accum.py``: a custom loop under a strategy with ``CommunicationOptions(bytes_per_pack=64 kB)``,
+    whose gradients (267,816 B) TF all-reduces as 3 packs. The collector, handed no step function, sizes every traced
+    ``tf.function``'s collectives before the window: each pack carries its own bytes (once: all on the first, 0 B on
+    the others)."""
+    python = os.environ.get("DAGPROF_TF_PYTHON")
+    if not python:
+        pytest.skip("needs DAGPROF_TF_PYTHON: a Python with tensorflow-cpu (see this file)")
+    import sys  # noqa: PLC0415
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_frameworks import launch  # noqa: PLC0415
+
+    out = tmp_path / "run"
+    out.mkdir()
+    codes = launch("tf_mobilenet_accum", python, str(out), 2, 400, script_args=("--steps", "9", "--window", "6:8"))
+    assert codes == [0, 0], (out / "log1.txt").read_text()[-3000:]
+    run = load(str(out))
+    for trace in run.ranks:
+        ev = trace.events
+        packs = {}
+        for i in range(len(ev)):
+            if ev.step[i] == 6 and ev.name_of(i).startswith("sgd/CollectiveReduceV2"):
+                packs[ev.name_of(i)] = int(ev.nbytes[i])
+        assert packs == {"sgd/CollectiveReduceV2": 142376, "sgd/CollectiveReduceV2_1": 71168, "sgd/CollectiveReduceV2_2": 54272}
+    assert abs(open_run(str(out)).analysis.error_pct) < 1.0

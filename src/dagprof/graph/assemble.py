@@ -27,6 +27,7 @@ class CollectiveEnd:
     prev_end_group: float  # completion of this rank's previous collective in the same group
     ready: list[tuple[int, int]] = field(default_factory=list)  # (node, rule) it waits on (enqueue)
     needs: list[tuple[int, int]] = field(default_factory=list)  # (node, rule) that wait on it
+    after: list[tuple[int, int]] = field(default_factory=list)  # (instance, rule): collectives it waits on (XLA runs them back to back)
     name: str = ""
     nbytes: int = 0
     bucket: int = -1

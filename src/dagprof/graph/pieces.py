@@ -75,7 +75,7 @@ def anchors(trace: RankTrace, sel: Selection, host_waits: bool = True) -> Anchor
         ok = (f[:, 0] >= 0) & (f[:, 1] >= 0) & (f[:, 0] < n) & (f[:, 1] < n)
         f, rule = f[ok], rule[ok]
         usable = sel.shared | (sel.owner >= 0)
-        ok = usable[f[:, 0]] & usable[f[:, 1]] & ~(sel.shared[f[:, 0]] & sel.shared[f[:, 1]])
+        ok = usable[f[:, 0]] & usable[f[:, 1]]
         f, rule = f[ok], rule[ok]
     if not host_waits:
         f, rule = f[rule != Dep.COMM_WAIT], rule[rule != Dep.COMM_WAIT]

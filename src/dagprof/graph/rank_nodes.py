@@ -100,7 +100,9 @@ def _flow_edges(asm: Assembler, trace: RankTrace, sel: Selection, anc: Anchors, 
     ends = _collective_ends(asm, trace, sel, instance, dims)
     for k in np.flatnonzero(~local).tolist():
         s, d, rule = int(anc.src[k]), int(anc.dst[k]), int(anc.rule[k])
-        if d in ends and u_node[k] >= 0:
+        if d in ends and s in ends:  # one collective straight after another on the lane (XLA's all-gathers)
+            ends[d].after.append((int(instance[s]), rule))
+        elif d in ends and u_node[k] >= 0:
             ends[d].ready.append((int(u_node[k]), rule))
         elif s in ends and v_node[k] >= 0:
             ends[s].needs.append((int(v_node[k]), rule))

@@ -70,8 +70,11 @@ def add_collectives(asm: Assembler, rooted: frozenset[int] = frozenset(), receiv
         return
     ref = min(c.base_ns for ends in asm.instances.values() for c in ends)
     views = {k: _view(asm, ends, ref) for k, ends in asm.instances.items()}
+    _after_collectives(asm, views)
     done: dict[str, float] = {}  # channel -> when its previous collective completed (shared clock)
     released: list[tuple[int, int]] = []  # (instance, rank position) released before the last join
+    comm_of: dict[int, int] = {}  # instance -> its COMM node
+    syncs: list[tuple[int, int, list[CollectiveEnd]]] = []  # (instance, a node that joins its ranks, those ranks' views)
     links: list[tuple[int, int, int, float]] = []  # (u, v, rule, seen), added at once
     for inst in sorted(views, key=lambda k: (views[k].ready.max(), views[k].done.min())):
         ends, view = asm.instances[inst], views[inst]
@@ -102,28 +105,46 @@ def add_collectives(asm: Assembler, rooted: frozenset[int] = frozenset(), receiv
         comm = asm.node(f"{head.name}.{inst}", Kind.COMM, *at, dur=dur, order=0.0, device=channel, step=head.step, bucket=head.bucket,
                          nbytes=head.nbytes, dim=dim)
         asm.fixed_gap[comm] = gap
+        comm_of[inst] = comm
+        syncs.append((inst, sync, ends))
         links.append((sync, comm, GraphRule.COLLECTIVE, np.nan))
         for p, (c, t) in enumerate(zip(ends, seen)):
             links += [(u, sync, rule, np.nan) for u, rule in c.ready]
             if not early[p]:
                 links += [(comm, v, rule, t) for v, rule in c.needs]
     for inst, p in released:
-        links += _release_early(asm, inst, p, views[inst])
+        syncs.append((inst, _release_early(asm, inst, p, views[inst], links), [asm.instances[inst][p]]))
+    # a rank that ran this collective straight after another (nothing of its own between them) joined it once it saw the
+    # other complete: without the edge, its SYNC had no predecessor and the replay ran it at once, ahead of the ops before it
+    order = {inst: k for k, inst in enumerate(comm_of)}
+    links += [(comm_of[a], sync, rule, np.nan) for inst, sync, ends in syncs for c in ends for a, rule in c.after
+              if order.get(a, len(order)) < order[inst]]
     u, v, rule, seen = zip(*links)
     asm.edges(np.array(u), np.array(v), np.array(rule), np.array(seen))
 
 
-def _release_early(asm: Assembler, inst: int, p: int, view: _SharedView) -> list[tuple[int, int, int, float]]:
+def _release_early(asm: Assembler, inst: int, p: int, view: _SharedView, links: list[tuple[int, int, int, float]]) -> int:
     """Rank ``p`` completed ``inst`` before the last rank joined (a broadcast's receiver gets its data
     once the root sent it): it waited only for the ranks that had joined by then. Its own join of
-    those, released at its completion; the transfer's time is in the join's gap."""
+    those, released at its completion; the transfer's time is in the join's gap. Its links go into ``links``."""
     ends = asm.instances[inst]
     c = ends[p]
     needed = [q for q in range(len(ends)) if view.join[q] <= view.done[p] + CLOCK_JITTER_US and ends[q].ready]
     join = asm.node(f"rank{c.rank} sync.{c.name}.{inst}", Kind.SYNC, np.nan, np.nan, dur=0.0, order=0.0, step=c.step, bucket=c.bucket)
     asm.fixed_gap[join] = max(0.0, float(view.done[p] - max((view.ready[q] for q in needed), default=view.done[p])))
     seen = float(view.done[p] - view.shift[p])
-    return [(u, join, rule, np.nan) for q in needed for u, rule in ends[q].ready] + [(join, v, rule, seen) for v, rule in c.needs]
+    links += [(u, join, rule, np.nan) for q in needed for u, rule in ends[q].ready] + [(join, v, rule, seen) for v, rule in c.needs]
+    return join
+
+
+def _after_collectives(asm: Assembler, views: dict[int, _SharedView]) -> None:
+    """A rank whose join of a collective waited on collectives before it (``CollectiveEnd.after``) was ready once it saw
+    them complete: the first completion of each on the shared clock, so that its lag after it is the join's overhead."""
+    for inst, view in views.items():
+        for p, c in enumerate(asm.instances[inst]):
+            seen = [float(views[a].done.min()) for a, _ in c.after if a in views and a != inst]
+            if seen:
+                view.ready[p] = max(seen) if not c.ready else max(view.ready[p], *seen)
 
 
 def _view(asm: Assembler, ends: list[CollectiveEnd], ref_ns: int) -> _SharedView:

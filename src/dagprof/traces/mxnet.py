@@ -43,6 +43,9 @@ from .meta import PsKey, PsRecord, RankMeta, RunMeta, RunWarning, ServerBusy
 FORMAT = "dagprof-mxnet-run"
 VERSION = 2  # what each version changed: ``MxManifest``
 PUSHPULL = ("KVStoreDistDefaultStoragePushPull", "KVStoreDistDefaultPush", "KVStoreDistDefaultStoragePull", "KVStoreDistCompressedPush")
+# a row_sparse parameter's exchange (``gluon.contrib.nn.SparseEmbedding``): the rows a batch touched, whose number the trace
+# does not give, pushed and pulled by key (``bench/frameworks/mx_sparse_mf.py``)
+ROW_SPARSE = ("KVStoreDistRowSparsePush", "KVStoreDistRowSparsePull")
 # a segment of a hybridized block's graph run as one engine op (``static_alloc`` bulks even with
 # MXNET_EXEC_BULK_EXEC_TRAIN=0): no layer, but forward before the step's backward began, backward after (a
 # segment still running while the first gradients are pushed is backward, never work that waits for the pulls)
@@ -255,6 +258,11 @@ def _profiled_us(man: _Manifest, per_step_s: dict[int, list[float]]) -> list[tup
 def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
     path = man.worker_files[w]
     ops, api, procs = _ops(_load(path), path)
+    sparse = sum(o.name in ROW_SPARSE for o in ops)
+    if sparse:  # once an internal error: their pinned-memory thread was not one of the lanes
+        raise DagprofError(f"{sparse} row_sparse pushes and pulls ({'/'.join(ROW_SPARSE)}: a SparseEmbedding's or another row_sparse "
+                           "parameter's rows) are not modelled: how many rows each carries is not in the trace; profile with "
+                           "the table dense (gluon.nn.Embedding)", path)
     steps = [s for s in man.steps.get(w, []) if s[0] in man.profiled]
     if not steps:
         raise DagprofError(f"worker {w} has no step times for the profiled steps {man.profiled}", man.path)

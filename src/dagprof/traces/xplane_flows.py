@@ -105,11 +105,15 @@ def schedule(lines: dict[int, Line], nodes: dict[int, tuple[np.ndarray, np.ndarr
             if src[0] == "node":
                 flows.append((src[1], row))
                 dispatch[row] = dispatch[src[1]]
-        # a collective on a thread that also computes (XLA on CPU) blocks that thread
-        for j in np.flatnonzero(kind[rows] == Kind.COMM).tolist():
-            if j > 0 and kind[rows[j - 1]] != Kind.COMM:
+        # a collective on a thread that also computes (XLA on CPU) blocks that thread; there it also follows the collective
+        # before it (XLA's sharded programs run their all-gathers back to back): without that flow its join had no
+        # predecessor and replayed at once, ahead of everything before it
+        comm = kind[rows] == Kind.COMM
+        computes = not comm.all()
+        for j in np.flatnonzero(comm).tolist():
+            if j > 0 and (computes or not comm[j - 1]):
                 flows.append((int(rows[j - 1]), int(rows[j])))
-            if j + 1 < len(rows) and kind[rows[j + 1]] != Kind.COMM:
+            if j + 1 < len(rows) and not comm[j + 1]:
                 flows.append((int(rows[j]), int(rows[j + 1])))
         # an op whose task names no dispatch continues the work of the op before it on its thread in the same step (XLA's
         # CPU client runs a program's thunks, its collectives among them, one after another on one thread)

@@ -103,7 +103,10 @@ def agree(strategy: Any, rank: int, world_size: int, lost: bool) -> list[int]:
 
 
 def _window(out_dir: str | os.PathLike[str], steps, rank: int | None, world_size: int | None,
-            host_tracer_level: int, python_tracer_level: int, strategy: Callable[[], Any] = lambda: None) -> StepWindow:
+            host_tracer_level: int, python_tracer_level: int, strategy: Callable[[], Any] = lambda: None,
+            size_live: bool = False) -> StepWindow:
+    """``size_live``: before the profiler starts, size the collectives of every ``tf.function`` traced so far
+    (``live_collective_bytes``: a custom loop's steps, which the collector is not handed)."""
     import tensorflow as tf  # noqa: PLC0415  (fail early and clearly if TensorFlow is missing)
 
     found = tf_config_rank()
@@ -111,10 +114,16 @@ def _window(out_dir: str | os.PathLike[str], steps, rank: int | None, world_size
     world_size = world_size if world_size is not None else (found[1] if found else 1)
 
     def start(logdir: str) -> None:
+        if size_live and not window.collective_bytes:
+            try:  # TF's graph internals: never stop the user's training (the reader falls back to the tracer's sizes)
+                window.collective_bytes = live_collective_bytes()
+            except Exception as err:  # noqa: BLE001
+                window.warnings.append(f"collectives not sized from the traced functions ({type(err).__name__}: {err})")
         tf.profiler.experimental.start(logdir, options=_options(host_tracer_level, python_tracer_level))
 
-    return StepWindow(out_dir, parse_steps(steps), rank, world_size, "tensorflow", tf.__version__,
-                      start, stop_in_child, settle=lambda: settle(strategy()), agree=lambda lost: agree(strategy(), rank, world_size, lost))
+    window = StepWindow(out_dir, parse_steps(steps), rank, world_size, "tensorflow", tf.__version__,
+                        start, stop_in_child, settle=lambda: settle(strategy()), agree=lambda lost: agree(strategy(), rank, world_size, lost))
+    return window
 
 
 TRACE_LEVEL_SYMBOL = "_ZN3tsl8profiler8internal13g_trace_levelE"  # tsl::profiler::internal::g_trace_level
@@ -263,7 +272,21 @@ def grad_bytes(variables: Any, model: Any = None) -> tuple[int, int]:
 _BRANCHES = (("then", "then_branch"), ("else", "else_branch"))  # an ``If`` op's functions, as its lowered nodes name them
 
 
-def collective_bytes(function: Any) -> dict[str, int]:
+def live_collective_bytes() -> dict[str, int]:
+    """``collective_bytes`` of every ``tf.function`` alive in the process. A custom loop's step functions are the
+    user's own: with ``CommunicationOptions(bytes_per_pack=...)`` the strategy splits the gradients into several packed
+    all-reduces (``sgd/CollectiveReduceV2``, ``_1``, ``_2``), which the trace does not size; all of the model's gradient
+    bytes once went on the first and 0 B on the others."""
+    import gc  # noqa: PLC0415
+
+    import tensorflow as tf  # noqa: PLC0415
+
+    kinds = tf.types.experimental
+    kind = getattr(kinds, "PolymorphicFunction", None) or kinds.GenericFunction
+    return collective_bytes(*[o for o in gc.get_objects() if isinstance(o, kind)], skip_failing=True)
+
+
+def collective_bytes(*functions: Any, skip_failing: bool = False) -> dict[str, int]:
     """Bytes each collective op of a ``tf.function`` sends, from its input tensor's static shape in the traced graphs:
     ``{node name: bytes}``, a rank's own share (an all-gather's input, not its gathered result). The profiler records
     no tensor sizes, and its memory tracer sees only large allocations: wide_deep's embedding gradients (IndexedSlices,
@@ -271,7 +294,8 @@ def collective_bytes(function: Any) -> dict[str, int]:
     Ops in an ``If``'s branches (TF's all-gather of a sparse gradient) are named as their lowered nodes run, less the
     call's number: ``cond_1/then/cond_1/CollectiveGatherV2`` for ``cond_1/then/_18/cond_1/CollectiveGatherV2``.
     Left out: ops of no static shape (the branch that pads workers' unequal row counts), and a name two traced graphs
-    size differently."""
+    size differently (in one function or two). ``skip_failing``: a function whose traced graphs cannot be listed (TF's
+    own, e.g. a checkpoint's save function bound to its input signature) is left out."""
     import numpy as np  # noqa: PLC0415
 
     found: dict[str, set[int]] = {}
@@ -287,8 +311,15 @@ def collective_bytes(function: Any) -> dict[str, int]:
                     if branch is not None and getattr(branch, "graph", None) is not None:
                         walk(branch.graph, f"{prefix}{op.name}/{label}/")
 
-    for concrete in getattr(function, "_list_all_concrete_functions", lambda: [])():  # noqa: SLF001
-        walk(concrete.graph, "")
+    for function in functions:
+        try:
+            concretes = getattr(function, "_list_all_concrete_functions", lambda: [])()  # noqa: SLF001
+        except Exception:  # noqa: BLE001
+            if not skip_failing:
+                raise
+            continue
+        for concrete in concretes:
+            walk(concrete.graph, "")
     return {name: sizes.pop() for name, sizes in found.items() if len(sizes) == 1}
 
 
@@ -309,7 +340,7 @@ class tf_profile(LoopProfile):  # noqa: N801  (used like a profiler object)
         self._strategy = strategy if strategy is not None else getattr(model, "distribute_strategy", None)
 
     def _open(self) -> StepWindow:
-        window = _window(*self._args, strategy=lambda: self._strategy)
+        window = _window(*self._args, strategy=lambda: self._strategy, size_live=True)
         if self._model is not None:
             window.grad_bytes, window.embedding_grad_bytes = grad_bytes(self._model.trainable_variables, self._model)
         return window
