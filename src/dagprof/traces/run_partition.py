@@ -50,10 +50,11 @@ def partition_step(rows: np.ndarray, begin: int, end: int, layers: list[str], co
 
 def cut_in_op(spans: list[_Span], in_op: list[_InOp]) -> list[_Span]:
     """Each sized collective the model ran inside an op (``_InOp``) becomes a piece of the compute span it blocked: from
-    its transfer's start (or the span's) to its end, a wait (``Kind.COMM_WAIT``: no compute what-if or profiler-cost
-    correction shortens it, and its bytes are no layer's gradient) in the span's layer, named by ``in_op_name`` and
-    carrying its bytes; the span goes on after it as before (its own bytes on its first piece). One that ended outside
-    compute stays inside whatever span it is in, unsized."""
+    its transfer's start (or the span's) to its end, communication on the rank's own lane (``Kind.COMM``, no group: no
+    compute what-if or profiler-cost correction shortens it, its bytes are no layer's gradient, and the critical path
+    names it communication; as a wait, the builder made its time a gap, read as framework overhead) in the span's layer,
+    named by ``in_op_name`` and carrying its bytes; the span goes on after it as before (its own bytes on its first
+    piece). One that ended outside compute stays inside whatever span it is in, unsized."""
     out = list(spans)
     for x in in_op:
         j = next((j for j, s in enumerate(out) if s.start < x.end <= s.end), None)
@@ -62,7 +63,7 @@ def cut_in_op(spans: list[_Span], in_op: list[_InOp]) -> list[_Span]:
         s = out[j]
         at = max(x.start, s.start)
         pieces = [_Span(s.kind, s.name, s.start, at, s.layer, nbytes=s.nbytes),
-                  _Span(Kind.COMM_WAIT, in_op_name(x.kind, x.ranks), at, x.end, s.layer, nbytes=x.nbytes),
+                  _Span(Kind.COMM, in_op_name(x.kind, x.ranks), at, x.end, s.layer, nbytes=x.nbytes),
                   _Span(s.kind, s.name, x.end, s.end, s.layer, nbytes=0 if at > s.start else s.nbytes)]
         out[j:j + 1] = [p for p in pieces if p.end > p.start]
     return out
