@@ -20,7 +20,6 @@ from ..fsutil import inside, open_input
 from .events import Dep, EventRows, Kind, Lane, LaneKind, RankTrace
 from .fsdp_run import check_units, fsdp_comm, label_groups
 from .meta import RankMeta, StepSched, warnings_of
-from .parallelism import in_op_of
 from .run_comm import hook_comm, kineto_comm
 from .run_partition import partition_step, step_bounds
 from .run_schema import RANK_FORMAT, Col, RankFile, Rec, read_file
@@ -198,7 +197,7 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
                    s.start, s.end, step, s.layer, s.nbytes, s.seq, s.bucket)
                for k, s in enumerate(spans)]
         # the last backward's wait (earlier ones are gradient-accumulation passes without communication)
-        sink = next((i for i, s in zip(ids[::-1], spans[::-1]) if s.kind == Kind.COMM_WAIT and in_op_of(s.name) is None), None)
+        sink = next((i for i, s in zip(ids[::-1], spans[::-1]) if s.kind == Kind.COMM_WAIT), None)
         sink = sink if sink is not None else next((i for i, s in zip(ids, spans) if s.kind == Kind.UPDATE), None)
         for k, (i, s) in enumerate(zip(ids, spans)):
             if s.kind != Kind.COMM_ENQUEUE:
