@@ -66,6 +66,17 @@ def test_a_link_change_moves_each_by_the_change_of_its_price(name, rate):
     assert np.allclose(back.dur[v], g.dur[v])
 
 
+def test_more_workers_keep_them_as_measured():
+    """Their bytes and calls would change with the model's batch across more workers: a 4-rank link prices none of a
+    2-rank profile's pieces."""
+    from dagprof.costmodel.topology import CollectiveSpec
+    from dagprof.passes.comm import in_op_prices
+
+    g = open_run(FRESH / "clip-sized").graph
+    assert len(in_op_prices(g, current_topology(g), CollectiveSpec())[0]) == len(in_op_pieces(g)) > 0
+    assert not len(in_op_prices(g, current_topology(g).with_workers(4), CollectiveSpec())[0])
+
+
 def test_an_all_gather_costs_what_a_ring_all_gather_sends():
     """Per rank bytes B on N ranks: an all-gather, a scatter or a gather moves (N-1) B through a port, the all-reduce of N B / 2."""
     for kind in ("allgather", "scatter", "gather"):

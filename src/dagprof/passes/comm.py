@@ -136,7 +136,8 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
         dur[idx] += _horovod_stalls(g, idx, dur[idx], kinds, equiv, spec)
     at, priced = in_op_prices(g, topo, spec)
     if len(at):  # the model's own collectives: their price on the graph's link replaced by the new one
-        dur[at] = np.maximum(g.dur[at] + priced - in_op_prices(g, _lags_measured_on(g) or topo, spec)[1], 0.0)
+        was = _lags_measured_on(g)
+        dur[at] = np.maximum(g.dur[at] + priced - in_op_prices(g, was if was is not None and was.world_size == topo.world_size else topo, spec)[1], 0.0)
     devices = [Device(d.name, d.kind, d.rank, 1) if d.kind == DeviceKind.COMM else d for d in g.devices]
     return g.replace(dur=dur, gap=np.maximum(gap, 0.0), exit_lag=exit_lag, devices=devices, meta=g.meta.replace(topology=topo, scheme=spec))
 
