@@ -183,9 +183,10 @@ class Parallelism:
 
     def in_ops_text(self) -> str:
         """The collectives a dagprof run's Kineto trace shows inside the model's own ops (``in_ops``), per step and rank,
-        and what no answer re-prices: SyncBatchNorm's statistics took 104 of a 262 ms step so, timed as forward and
-        backward compute (the wait for the other rank with them), and a link what-if left them all as measured unsaid;
-        a DP x TP job's tensor-parallel all-reduces (52 ms a step) went unsaid the same way."""
+        and which answers re-price them: link what-ifs those the collector sized (``in_ops_sized``), no other. SyncBatchNorm's
+        statistics took 104 of a 262 ms step so, timed as forward and backward compute (the wait for the other rank with
+        them), and a link what-if left them all as measured unsaid; a DP x TP job's tensor-parallel all-reduces (52 ms a
+        step) went unsaid the same way."""
         n, us = self.in_ops
         if not n:
             return ""
