@@ -191,3 +191,13 @@ def test_compute_what_ifs_and_the_profilers_cost_leave_them_alone():
     for h in (scale_compute(g, 2.0), scale_host_work(g, 0.5)):
         assert np.array_equal(h.dur[v], g.dur[v])
     assert not np.array_equal(scale_compute(g, 2.0).dur, g.dur)
+
+
+def test_re_bucketing_keeps_them_as_measured():
+    """A pass that rebuilds DDP's collectives prices them on the link it was given: the pieces keep their time."""
+    from dagprof.passes.buckets import set_buckets
+
+    g = open_run(FRESH / "clip-sized").graph
+    h = set_buckets(g, cap_bytes=1 << 20)
+    names = lambda x: sorted((x.node_name(int(v)), round(float(x.dur[v]), 6)) for v in in_op_pieces(x))  # noqa: E731
+    assert names(h) == names(g) and len(names(g)) == 2 * 2 * 6  # steps x ranks x collectives

@@ -136,7 +136,7 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
         dur[idx] += _horovod_stalls(g, idx, dur[idx], kinds, equiv, spec)
     at, priced = in_op_prices(g, topo, spec)
     if len(at):  # the model's own collectives: their price on the graph's link replaced by the new one
-        was = _lags_measured_on(g)
+        was = lags_on or _lags_measured_on(g)  # the link they were priced on (a pass that rebuilt the collectives gives it)
         dur[at] = np.maximum(g.dur[at] + priced - in_op_prices(g, was if was is not None and was.world_size == topo.world_size else topo, spec)[1], 0.0)
     devices = [Device(d.name, d.kind, d.rank, 1) if d.kind == DeviceKind.COMM else d for d in g.devices]
     return g.replace(dur=dur, gap=np.maximum(gap, 0.0), exit_lag=exit_lag, devices=devices, meta=g.meta.replace(topology=topo, scheme=spec))
