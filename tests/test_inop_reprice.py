@@ -119,6 +119,10 @@ def test_calls_and_transfers_pair_by_kind_in_order_or_not_at_all():
     got = in_op_sizes(inside, records, 0, 100)
     assert [(x.kind, x.start, x.end, x.nbytes, x.ranks) for x in got] == [("allgather", 12, 20, 8, 2), ("allgather", 31, 40, 16, 2)]
     assert in_op_sizes(inside[:2], records[:2], 20, 100) == []  # the first call before the window: one call, two transfers
+    # a logging all-reduce outside any op (called at 65, Kineto's own collective enqueued at 66) takes its call out of the pairing
+    logged = np.concatenate([records, [rec("allreduce", 65, 12)]])
+    got = in_op_sizes(inside[:3], logged, 0, 100, [("allreduce", 66)])
+    assert [(x.kind, x.start, x.nbytes) for x in got] == [("allgather", 12, 8), ("allgather", 31, 16), ("allreduce", 51, 4)]
 
 
 def test_a_users_kineto_trace_moves_its_sized_activation_collectives_the_same_way():
