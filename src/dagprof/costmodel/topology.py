@@ -429,6 +429,16 @@ def allreduce_equivalent_factor(kind: str, backend: str = "gloo", world: int = 2
     return 1.0 if kind == "reduce_scatter" and backend == "gloo" else KIND_FACTORS.get(kind, 1.0)
 
 
+def per_rank_equivalent_bytes(kind: str, nbytes: float, world: int, backend: str = "gloo") -> float:
+    """Bytes of the ring all-reduce on ``world`` ranks that costs what a collective of ``nbytes`` per rank costs, ``kind`` as
+    Kineto names it (``traces.kineto_schema.canonical_collective``): an all-gather of them gathers ``world`` times them
+    (``KIND_FACTORS``); a scatter or gather moves as many through its root's port, (N-1) x ``nbytes``, as a ring all-gather
+    through each rank's; a broadcast ``broadcast_factor``; anything else an all-reduce of them."""
+    if kind in ("allgather", "scatter", "gather"):
+        return KIND_FACTORS["all_gather"] * max(int(world), 1) * nbytes
+    return allreduce_equivalent_factor("broadcast" if kind == "broadcast" else "all_reduce", backend, world) * nbytes
+
+
 def broadcast_factor(world: int, backend: str = "gloo") -> float:
     """A broadcast's all-reduce-equivalent bytes per byte on ``world`` ranks: its time in whole-buffer sends
     (``broadcast_sends``) over the ring all-reduce's 2 (N-1)/N sends per port: 1 on 2 ranks, 1.5 on 3, 2 on 4, 24/7 on 8.

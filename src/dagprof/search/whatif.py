@@ -25,6 +25,7 @@ from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
+from ..passes.comm import activation_comm
 from ..passes.compute import own_cores_note
 from ..passes.data_parallel import conversion_note, wrapper_reshard
 from ..passes.fsdp import set_reduce_dtype
@@ -36,6 +37,8 @@ from ..passes.profiler_cost import measure_profiler_cost, remove_profiler_cost, 
 from ..passes.workers import replica_ranks, shared_port_note
 from ..progress import progress
 from ..replay import ReplayResult
+from ..traces.events import Kind
+from ..traces.parallelism import Dim
 from ..units import MB
 from .fsdp_memory import GATHERED_UNRECORDED, ddp_peak_of_fsdp, fsdp_peak, offload_note
 from .memory import NO_SIZES
@@ -409,8 +412,13 @@ def _hybrid_notes(g: Graph) -> list[str]:
     if par is None or not par.hybrid or par.dp_mesh:  # HSDP: every collective is data-parallel and modelled
         return []
     unit = replica_ranks(g)
+    acts = activation_comm(g)
+    unsized = int(((g.kind == Kind.COMM) & (g.rank < 0) & (g.dim == Dim.UNKNOWN)).sum()) - len(acts)
+    moved = (f"; the {len(acts)} unknown ones that moved activations in the data-parallel group (a loss's all-gathers, their "
+             "backward's scatters) are re-priced by link what-ifs, their price on the profiled link replaced by the new one"
+             + (f" ({unsized} more have no recorded size and keep their measured times)" if unsized else "")) if len(acts) else ""
     return [f"parallelism {par.describe()}: only the data-parallel collectives are modelled; the others keep their measured "
-            "times and group sizes" + (f" ({unit} ranks per data-parallel replica)" if unit > 1 else "")]
+            "times and group sizes" + (f" ({unit} ranks per data-parallel replica)" if unit > 1 else "") + moved]
 
 
 def _one_replica_us(g0: Graph, single: Scenario, cluster: Cluster, base_topo: Topology | None) -> float | None:

@@ -86,6 +86,28 @@ _COLL_NAME = re.compile(r"^(?:c10d::|nccl:|gloo:)?_?(\w+?)_?$")
 _DTENSOR_OP = re.compile(r"^(Nested)?Redistribute(Backward)?$|^PythonSubclass$|^_(From|To)TorchTensorBackward$")
 
 
+ACTIVATIONS = "of activations in a data-parallel group"  # the reason ``_fill_from_group`` gives such a collective
+_IN_OP = re.compile(r"(?:^|\.)(\w+) inside the op \(group of (\d+)\)$")  # a graph's names open with the rank's
+
+
+def in_op_name(kind: str, ranks: int) -> str:
+    """The name of a graph piece that is a collective the model ran inside one of its ops, sized (``run_partition.cut_in_op``)."""
+    return f"{kind} inside the op (group of {ranks})"
+
+
+def collective_kind(name: str) -> str:
+    """The canonical kind of a graph's shared collective node (``gloo:all_gather.3`` -> ``allgather``), "" if none."""
+    base, _, last = name.rpartition(".")
+    m = _COLL_NAME.match((base if last.isdigit() else name).split("(")[0])
+    return canonical_collective(m.group(1)) if m else ""
+
+
+def in_op_of(name: str) -> tuple[str, int] | None:
+    """(canonical kind, group size) of a piece ``in_op_name`` named, else None."""
+    m = _IN_OP.search(name)
+    return None if m is None else (m.group(1), int(m.group(2)))
+
+
 def p2p_peer(trace: RankTrace, group: str, local: int) -> int | None:
     """The rank a send or recv of ``group`` on ``trace`` exchanges with, where the trace tells: its peer argument
     (``local``, as the group numbers it: ``EventTable.peer``) in a group the trace recorded for it, else the other member
@@ -151,6 +173,7 @@ class Parallelism:
     # which ``_unseen`` labels), per step and rank: (instances, transfer us) and instances by kind
     in_ops: tuple[float, float] = (0.0, 0.0)
     in_ops_kinds: tuple[tuple[str, float], ...] = ()
+    in_ops_sized: float = 0.0  # those of them the collector sized, per step and rank: pieces of their ops (``in_op_name``)
     # why the trace does not say which process group each collective ran in ("": it does): gloo records none, and the ranks
     # also belong to groups without a description (``_untold_groups``), or the default group, of no listed ranks, holds the
     # collectives of two dimensions. They are then matched across all ranks in issue order, so a shared node may join ranks
@@ -160,18 +183,25 @@ class Parallelism:
 
     def in_ops_text(self) -> str:
         """The collectives a dagprof run's Kineto trace shows inside the model's own ops (``in_ops``), per step and rank,
-        and what no answer re-prices: SyncBatchNorm's statistics took 104 of a 262 ms step so, timed as forward and
-        backward compute (the wait for the other rank with them), and a link what-if left them all as measured unsaid;
-        a DP x TP job's tensor-parallel all-reduces (52 ms a step) went unsaid the same way."""
+        and which answers re-price them: link what-ifs those the collector sized (``in_ops_sized``), no other. SyncBatchNorm's
+        statistics took 104 of a 262 ms step so, timed as forward and backward compute (the wait for the other rank with
+        them), and a link what-if left them all as measured unsaid; a DP x TP job's tensor-parallel all-reduces (52 ms a
+        step) went unsaid the same way."""
         n, us = self.in_ops
         if not n:
             return ""
         kinds = ", ".join(f"{k} x{c:g}" for k, c in self.in_ops_kinds)
-        return (f"{n:g} collectives a step per rank ({kinds}; {us / 1e3:.1f} ms a step on the comm threads, waits for the "
+        head = (f"{n:g} collectives a step per rank ({kinds}; {us / 1e3:.1f} ms a step on the comm threads, waits for the "
                 "other ranks included) ran inside the model's own ops, beside DDP's gradient buckets: the model's "
                 "collectives (SyncBatchNorm's statistics, a differentiable all_gather and its backward, a tensor-parallel "
-                "layer's all-reduce). The graph times them as the ops that issued them, as measured: not in the breakdown by "
-                "dimension, and link, bucket and worker what-ifs do not re-price them (an all-gather's output grows with the workers)")
+                "layer's all-reduce). The graph times them inside the ops that issued them: not in the breakdown by dimension")
+        sized, rest = self.in_ops_sized, n - self.in_ops_sized
+        priced = (f"; link what-ifs re-price the {sized:g} whose bytes the collector recorded (the op's time less their price "
+                  "on the profiled link, waits kept, plus their price on the new one)") if sized else ""
+        kept = (f"; {'the other ' if sized else ''}{rest:g} keep their measured time under link what-ifs (no bytes recorded: "
+                "an asynchronous call, or one not made through torch.distributed's functions, as DTensor's)") if rest > 0 else ""
+        return (head + priced + kept + "; bucket and worker what-ifs keep them all as measured (an all-gather's output grows "
+                "with the workers)")
 
     def in_loop_text(self, rank_steps: int) -> str:
         """The data-parallel collectives XLA ran inside loops, per step and rank (``rank_steps``: steps x ranks), and what
@@ -183,6 +213,15 @@ class Parallelism:
                 f"ran inside XLA loops (lax.scan, fori_loop, while_loop){timed}: a replicated parameter's gradient is all-reduced "
                 "in every iteration that uses it (jit's partitioner and shard_map with check_vma on both do so); a shard_map step "
                 "with check_vma=False and one psum after the loop sends it once")
+
+    @property
+    def unknown_are_activations(self) -> bool:
+        """Every collective labelled unknown moved activations in a data-parallel group of the profile (``_fill_from_group``:
+        a loss's all-gather and its backward's scatters in a user's own Kineto trace): their group, and so their link, is
+        the data-parallel one, which ``passes.comm.in_op_prices`` prices them on."""
+        unknown = [g for g in self.groups if Dim.UNKNOWN.text in g.dims]
+        return bool(unknown) and all(g.ranks and tuple(g.ranks) in self.dp_groups and "nothing tells" not in g.evidence
+                                     and any(ACTIVATIONS in w for w in g.evidence) for g in unknown)
 
     @property
     def dims(self) -> set[Dim]:
@@ -369,7 +408,7 @@ def _fill_from_group(labels: list[tuple[RankTrace, _Instances, np.ndarray, list[
         for k in np.flatnonzero(dims == Dim.UNKNOWN).tolist():
             seen = per_group.get(trace.groups[int(inst.group[k])], set())
             if seen == {int(Dim.DP)} and (inst.coll[k] in _SCATTERING or (inst.coll[k] == "allgather" and inst.phase[k] == Phase.FORWARD)):
-                why[k] = f"{inst.coll[k]} of activations in a data-parallel group (a loss's all_gather, SyncBatchNorm): not gradients"
+                why[k] = f"{inst.coll[k]} {ACTIVATIONS} (a loss's all_gather, SyncBatchNorm): not gradients"
             elif len(seen) == 1:
                 dims[k], why[k] = next(iter(seen)), "its group's other collectives"
 
@@ -452,16 +491,17 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
     why = (f"{lone} send/recv (summed over ranks) without a known peer: a Kineto trace names one by the op's peer argument "
            "(record_param_comms' Src/Dst Rank, or c10d::send/recv_'s inputs under record_shapes) or by a 2-rank group; "
            "a dagprof run records them in DDP's group") if lone else ""
-    in_ops, kinds = _in_ops(run)
+    in_ops, kinds, sized = _in_ops(run)
     par = Parallelism(groups, run.world_size, dp, max((len(r) for r in dp), default=0), notes, why, (looped[0], looped[1]),
-                      (in_loop[0], in_loop[1]), in_ops, kinds, ungrouped=ungrouped)
+                      (in_loop[0], in_loop[1]), in_ops, kinds, sized, ungrouped=ungrouped)
     if in_ops[0]:
         notes.append(par.in_ops_text())
     return par, per_event
 
 
-def _in_ops(run: Run) -> tuple[tuple[float, float], tuple[tuple[str, float], ...]]:
-    """``Parallelism.in_ops`` and ``in_ops_kinds``: the unseen collectives ``_unseen`` leaves, per profiled step and rank."""
+def _in_ops(run: Run) -> tuple[tuple[float, float], tuple[tuple[str, float], ...], float]:
+    """``Parallelism.in_ops``, ``in_ops_kinds`` and ``in_ops_sized``: the unseen collectives ``_unseen`` leaves, per profiled
+    step and rank."""
     rank_steps = max(sum(len(t.meta.steps_profiled) for t in run.ranks), 1)
     count: Counter = Counter()
     us = 0.0
@@ -471,7 +511,10 @@ def _in_ops(run: Run) -> tuple[tuple[float, float], tuple[tuple[str, float], ...
                 count[coll] += u.count
                 us += u.us
     kinds = tuple((k, n / rank_steps) for k, n in sorted(count.items()))
-    return (sum(count.values()) / rank_steps, us / rank_steps), kinds
+    sized = sum(int(np.isin(t.events.name, [k for k, name in enumerate(t.events.names) if in_op_of(name)]).sum()) for t in run.ranks)
+    return (sum(count.values()) / rank_steps, us / rank_steps), kinds, sized / rank_steps
+
+
 def _untold_groups(run: Run) -> int:
     """Process groups a rank belongs to beside the default one that no description names, on ranks whose collectives the
     trace records without a group (gloo: all in "0", none moved by ``resolve_groups``); 0 when none. Such a rank's

@@ -12,8 +12,8 @@ import numpy as np
 
 from .events import Dep, Kind, Lane, LaneKind, RankTrace
 from .meta import UnseenCollective
-from .run_schema import Col, Rec
-from .run_spans import _Comm, _DeviceOp, _Span, _Transfer
+from .run_schema import OWN_KINDS, Col, Rec
+from .run_spans import _Comm, _DeviceOp, _InOp, _Span, _Transfer
 
 SPARSE_BUCKET = "allgather sparse bucket "
 
@@ -103,8 +103,34 @@ def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: l
         name = colls.get(i, "") or ev.name_of(i)
         u = unseen.get(name, UnseenCollective())
         unseen[name] = UnseenCollective(u.count + 1, u.us + float(ev.dur[i]))
+    kind_of = {int(ev.seq[i]): colls.get(i, "") or ev.name_of(i) for i in idx}  # a host enqueue's kind: its transfer's
+    sized = in_op_sizes([(colls.get(i, "") or ev.name_of(i), at(ev.start[i]), at(ev.start[i] + ev.dur[i])) for i in inside],
+                        records, lo, hi, [(kind_of.get(h.seq, ""), h.start) for h in host])
     return _Comm("Kineto (gloo/NCCL execution spans)", sorted(transfers, key=lambda t: t.seq), seq_of, host,
-                 device_ops(kt, lo, hi, at), unseen)
+                 device_ops(kt, lo, hi, at), unseen, in_op=sized)
+
+
+def in_op_sizes(inside: list[tuple[str, int, int]], records: np.ndarray, lo: int, hi: int,
+                outside: list[tuple[str, int]] = ()) -> list[_InOp]:
+    """The collectives Kineto shows inside the model's ops (``inside``: canonical kind, transfer start and end, ns, in issue
+    order) that the collector sized (``Rec.OWN_COLL``, in the window ``[lo, hi]``), matched by kind in issue order. The
+    job's calls outside any op (``outside``: kind, enqueue start; a logging all-reduce, which Kineto shows as a collective
+    of its own) each take the latest record of their kind before them out of the pairing. A kind whose calls and transfers
+    then do not pair one to one (a call made asynchronously, or by a path the collector does not patch: DTensor's
+    functional collectives) is left unsized: timed inside its op as measured, and counted so."""
+    own = records[(records[:, Col.CODE] == Rec.OWN_COLL) & (records[:, Col.T_NS] >= lo) & (records[:, Col.T_NS] <= hi)]
+    out = []
+    for k, kind in enumerate(OWN_KINDS):
+        calls = own[own[:, Col.A] == k]
+        calls = calls[np.argsort(calls[:, Col.T_NS], kind="stable")]
+        for t in sorted(t for name, t in outside if name == kind):
+            before = np.flatnonzero(calls[:, Col.T_NS] <= t)
+            calls = np.delete(calls, before[-1], axis=0) if len(before) else calls
+        seen = [(t0, t1) for name, t0, t1 in inside if name == kind]
+        if not len(calls) or len(calls) != len(seen) or any(int(c[Col.T_NS]) > t1 for c, (_, t1) in zip(calls, seen)):
+            continue
+        out += [_InOp(kind, t0, t1, int(c[Col.X]), int(c[Col.B])) for c, (t0, t1) in zip(calls, seen)]
+    return sorted(out, key=lambda x: x.start)
 
 
 def exchange_starts(ev, idx: list[int]) -> dict[int, float]:

@@ -7,7 +7,8 @@ COMM_WAIT for DDP's end-of-backward wait, UPDATE for the optimizer, DATA for a t
 and OTHER for every remaining gap (named by phase, e.g. ``other:pre-forward`` = zero_grad,
 DDP's buffer broadcast without Kineto, data loading not done by a DataLoader).
 A STEP event (depth -1, like Kineto's ``ProfilerStep#N``) spans each step (``run_rank``). A layer span cut
-by a higher-priority span (enqueue, wait, update) keeps its first piece; the rest is OTHER.
+by a higher-priority span (enqueue, wait, update) keeps its first piece; the rest is OTHER. A collective the model ran
+inside a span, whose bytes the collector recorded, is a piece of that span of its own (``cut_in_op``).
 """
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from dataclasses import replace
 import numpy as np
 
 from .events import Kind
+from .parallelism import in_op_name
 from .run_comm import bucket_name
 from .run_schema import Col, Rec
-from .run_spans import _Comm, _Span
+from .run_spans import _Comm, _InOp, _Span
 from .zero_run import overlap_spans
 
 
@@ -46,7 +48,29 @@ def partition_step(rows: np.ndarray, begin: int, end: int, layers: list[str], co
                                (Rec.DATA_BEGIN, Rec.DATA_END, Kind.DATA, "dataloader next")):
         for s0, s1 in zip(t[code == kb], t[code == ke]):
             priority.append(_Span(kind, name, int(s0), int(s1)))
-    return _carve(sorted(_cut_updates(priority), key=lambda s: s.start), _layer_spans(code, a, b, t, layers, grad_bytes), begin, end)
+    spans = _carve(sorted(_cut_updates(priority), key=lambda s: s.start), _layer_spans(code, a, b, t, layers, grad_bytes), begin, end)
+    return cut_in_op(spans, [x for x in comm.in_op if begin < x.end <= end])
+
+
+def cut_in_op(spans: list[_Span], in_op: list[_InOp]) -> list[_Span]:
+    """Each sized collective the model ran inside an op (``_InOp``) becomes a piece of the compute span it blocked: from
+    its transfer's start (or the span's) to its end, communication on the rank's own lane (``Kind.COMM``, no group: no
+    compute what-if or profiler-cost correction shortens it, its bytes are no layer's gradient, and the critical path
+    names it communication; as a wait, the builder made its time a gap, read as framework overhead) in the span's layer,
+    named by ``in_op_name`` and carrying its bytes; the span goes on after it as before (its own bytes on its first
+    piece). One that ended outside compute stays inside whatever span it is in, unsized."""
+    out = list(spans)
+    for x in in_op:
+        j = next((j for j, s in enumerate(out) if s.start < x.end <= s.end), None)
+        if j is None or out[j].kind not in (Kind.FORWARD, Kind.BACKWARD, Kind.OTHER):
+            continue
+        s = out[j]
+        at = max(x.start, s.start)
+        pieces = [_Span(s.kind, s.name, s.start, at, s.layer, nbytes=s.nbytes),
+                  _Span(Kind.COMM, in_op_name(x.kind, x.ranks), at, x.end, s.layer, nbytes=x.nbytes),
+                  _Span(s.kind, s.name, x.end, s.end, s.layer, nbytes=0 if at > s.start else s.nbytes)]
+        out[j:j + 1] = [p for p in pieces if p.end > p.start]
+    return out
 
 
 def _cut_updates(priority: list[_Span]) -> list[_Span]:

@@ -111,6 +111,11 @@ class Rec(enum.IntEnum):
     ZERO_BCAST_END = 25  # a=bucket, b=seq, x=bytes: issued (its COMM_DONE, b=seq, completes it)
     ZERO_WAIT_BEGIN = 26  # ZeRO's overlapped step waits for all its broadcasts (inside the last bucket's hook)
     ZERO_WAIT_END = 27
+    OWN_COLL = 28  # a=kind (index into OWN_KINDS), b=group size, x=bytes per rank: the model called a blocking collective itself
+
+
+# The collectives a model calls itself that the collector sizes (``collect.hooks.own_collectives``), as Kineto names them
+OWN_KINDS = ("allgather", "allreduce", "scatter", "gather", "broadcast")
 
 
 class Col(enum.IntEnum):

@@ -33,6 +33,19 @@ class _Comm:
     device: list[_DeviceOp] = field(default_factory=list)  # GPU kernels and copies (Kineto), not collectives
     unseen: dict[str, UnseenCollective] = field(default_factory=dict)  # Kineto's collectives issued inside other ops, by canonical name
     optimizer: OptimizerOps | None = None  # FSDP2 with Kineto: what its optimizer steps ran (``fsdp_run.optimizer_ops``)
+    in_op: list[_InOp] = field(default_factory=list)  # those of ``unseen`` whose bytes are known (``run_comm.in_op_sizes``)
+
+
+@dataclass(frozen=True)
+class _InOp:
+    """A collective the model ran inside one of its ops, blocking the calling thread, with its bytes: the main lane's span
+    around its end is cut there (``run_partition.cut_in_op``), so that link what-ifs can re-price it."""
+
+    kind: str  # canonical (Kineto's): allgather, allreduce, scatter, gather, broadcast
+    start: int  # ns, its transfer on the comm thread
+    end: int
+    nbytes: int  # per rank, as Kineto's Input Dims give them
+    ranks: int  # its group's size
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from .exit_gc import collect_cycles_at_exit
 from .fsdp import FsdpRecorder, fsdp_modules
 from .fsdp1 import Fsdp1Recorder, clean_name, fsdp1_modules
 from .loss_graph import patch_backward
+from .own_collectives import patch_own_collectives
 from .saved_activations import SavedActivations
 from .stop_signals import StopSignals
 from .tensors import group_ranks, output_tensors
@@ -477,6 +478,8 @@ class Collector:
         self.saved.track([p for p, _ in self._params])
         if self._fsdp is not None:
             self._fsdp.begin()
+        elif self._ddp_seen and self.kineto:  # sizes for Kineto's transfers of the model's own collectives
+            patch_own_collectives(self)
         if self.kineto:
             import torch
             from torch.profiler import ProfilerAction, ProfilerActivity, profile

@@ -1,0 +1,207 @@
+"""Link what-ifs re-price the collectives a DDP model runs inside its own ops (CLIP's differentiable all_gather and the
+scatters of its backward, synchronised BatchNorm's statistics) where the collector recorded their bytes
+(``collect.hooks.own_collectives``: tests/data/ddp-fresh/{clip,syncbn}-sized): each is a piece of the op it blocked, and
+a link change moves it by the change in the link model's price for its bytes. Recordings without those bytes (the
+older ``clip``/``syncbn``, the DP x TP job's DTensor all-reduces) keep them as measured, said with their count."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from testdata import DATA
+
+from dagprof.cli.main import main
+from dagprof.costmodel.collectives import allreduce_us
+from dagprof.costmodel.topology import per_rank_equivalent_bytes
+from dagprof.passes.comm import current_topology, in_op_pieces, set_link, set_topology
+from dagprof.pipeline import open_run
+from dagprof.traces.events import Kind
+from dagprof.traces.parallelism import in_op_of
+from dagprof.traces.run_comm import in_op_sizes
+from dagprof.traces.run_schema import OWN_KINDS, Col, Rec
+
+FRESH = DATA / "ddp-fresh"
+# per step and rank: kind -> (count, bytes per rank); CLIP's batch 32 x dim 64 floats, SyncBN's 2C+1 and 2C floats
+SIZED = {"clip-sized": {"allgather": (2, {8192}), "scatter": (4, {8192})},
+         "syncbn-sized": {"allgather": (9, {68, 132, 260}), "allreduce": (9, {64, 128, 256})}}
+
+
+def _pieces(g):
+    v = in_op_pieces(g)
+    return v, [in_op_of(g.node_name(int(x))) for x in v]
+
+
+@pytest.mark.parametrize("name", sorted(SIZED))
+def test_each_sized_collective_is_a_piece_of_the_op_it_blocked(name):
+    g = open_run(FRESH / name).graph
+    v, kinds = _pieces(g)
+    rank_steps = len(g.meta.steps) * 2
+    for kind, (count, sizes) in SIZED[name].items():
+        mine = [int(x) for x, k in zip(v, kinds) if k == (kind, 2)]
+        assert len(mine) == count * rank_steps and set(g.nbytes[mine].tolist()) == sizes
+    assert set(g.kind[v].tolist()) == {Kind.COMM} and (g.dur[v] > 0).all()
+    par = g.meta.parallel
+    assert par.in_ops_sized == par.in_ops[0] == sum(c for c, _ in SIZED[name].values())
+    assert f"link what-ifs re-price the {par.in_ops_sized:g}" in par.in_ops_text()
+
+
+@pytest.mark.parametrize("name", sorted(SIZED))
+@pytest.mark.parametrize("rate", [200e6 / 8, 10e9 / 8])
+def test_a_link_change_moves_each_by_the_change_of_its_price(name, rate):
+    """Each piece's new time is its measured time less the link model's price for its bytes on the profiled link plus the
+    price on the new one (never below 0); nothing else the model computes changes."""
+    g = open_run(FRESH / name).graph
+    v, kinds = _pieces(g)
+    was, now = current_topology(g), current_topology(g).with_link("inter", rate, None)
+    h = set_link(g, bandwidth=rate)
+    for x, (kind, ranks) in zip(v.tolist(), kinds):
+        m = per_rank_equivalent_bytes(kind, float(g.nbytes[x]), ranks)
+        assert h.dur[x] == pytest.approx(max(g.dur[x] - allreduce_us(m, was) + allreduce_us(m, now), 0.0), abs=1e-6)
+    compute = np.flatnonzero(np.isin(g.kind, [Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE]) & (g.rank >= 0))
+    assert np.array_equal(h.dur[compute], g.dur[compute]) and np.array_equal(h.gap[compute], g.gap[compute])
+    same = set_topology(g, was)  # the profiled link: every piece as measured
+    assert np.allclose(same.dur[v], g.dur[v])
+    back = set_topology(h, was)  # and back from the new link
+    assert np.allclose(back.dur[v], g.dur[v])
+
+
+def test_more_workers_keep_them_as_measured():
+    """Their bytes and calls would change with the model's batch across more workers: a 4-rank link prices none of a
+    2-rank profile's pieces."""
+    from dagprof.costmodel.topology import CollectiveSpec
+    from dagprof.passes.comm import in_op_prices
+
+    g = open_run(FRESH / "clip-sized").graph
+    assert len(in_op_prices(g, current_topology(g), CollectiveSpec())[0]) == len(in_op_pieces(g)) > 0
+    assert not len(in_op_prices(g, current_topology(g).with_workers(4), CollectiveSpec())[0])
+
+
+def test_an_all_gather_costs_what_a_ring_all_gather_sends():
+    """Per rank bytes B on N ranks: an all-gather, a scatter or a gather moves (N-1) B through a port, the all-reduce of N B / 2."""
+    for kind in ("allgather", "scatter", "gather"):
+        assert per_rank_equivalent_bytes(kind, 1000.0, 4) == 2000.0
+    assert per_rank_equivalent_bytes("allreduce", 1000.0, 4) == 1000.0
+    assert per_rank_equivalent_bytes("broadcast", 1000.0, 2) == 1000.0
+
+
+def test_the_slower_link_lengthens_the_clip_step_by_its_all_gathers(capsys):
+    assert main(["whatif", str(FRESH / "clip-sized"), "--bandwidth", "200Mbit", "--json", "--no-trace", "--allow-model-error"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    said = [n for n in out["notes"] if "ran inside the model's own ops" in n]
+    assert len(said) == 1 and "link what-ifs re-price the 6 whose bytes" in said[0] and "keep their measured" not in said[0]
+
+
+@pytest.mark.parametrize("name", ["clip", "syncbn"])
+def test_recordings_without_their_bytes_keep_them_as_measured(name):
+    """Recorded before the collector sized them: no piece, every one kept as measured and said so."""
+    g = open_run(FRESH / name).graph
+    assert not len(in_op_pieces(g))
+    text = g.meta.parallel.in_ops_text()
+    assert "re-price" not in text and f"{g.meta.parallel.in_ops[0]:g} keep their measured time" in text
+
+
+def test_tensor_parallel_all_reduces_through_dtensor_stay_as_measured():
+    g = open_run(DATA / "hybrid-dp-tp-dagprof").graph
+    assert not len(in_op_pieces(g)) and "3 keep their measured time" in g.meta.parallel.in_ops_text()
+
+
+def test_calls_and_transfers_pair_by_kind_in_order_or_not_at_all():
+    """A kind whose recorded calls and Kineto's transfers differ in number (an asynchronous call, DTensor's path) is left
+    unsized, never paired out of order; another kind still pairs."""
+    def rec(kind: str, t: int, nbytes: int) -> list[int]:
+        row = [0] * len(Col)
+        row[Col.CODE], row[Col.A], row[Col.B], row[Col.T_NS], row[Col.X] = Rec.OWN_COLL, OWN_KINDS.index(kind), 2, t, nbytes
+        return row
+
+    records = np.array([rec("allgather", 10, 8), rec("allgather", 30, 16), rec("allreduce", 50, 4)], dtype=np.int64)
+    inside = [("allgather", 12, 20), ("allgather", 31, 40), ("allreduce", 51, 60), ("allreduce", 61, 70)]
+    got = in_op_sizes(inside, records, 0, 100)
+    assert [(x.kind, x.start, x.end, x.nbytes, x.ranks) for x in got] == [("allgather", 12, 20, 8, 2), ("allgather", 31, 40, 16, 2)]
+    assert in_op_sizes(inside[:2], records[:2], 20, 100) == []  # the first call before the window: one call, two transfers
+    # a logging all-reduce outside any op (called at 65, Kineto's own collective enqueued at 66) takes its call out of the pairing
+    logged = np.concatenate([records, [rec("allreduce", 65, 12)]])
+    got = in_op_sizes(inside[:3], logged, 0, 100, [("allreduce", 66)])
+    assert [(x.kind, x.start, x.nbytes) for x in got] == [("allgather", 12, 8), ("allgather", 31, 16), ("allreduce", 51, 4)]
+
+
+def test_a_users_kineto_trace_moves_its_sized_activation_collectives_the_same_way():
+    """clip-kineto (plain torch.profiler, record_shapes): the all-gathers and scatters sit in the graph as shared collectives
+    labelled unknown; the sized ones move by their change of price, the unsized keep their time, the gradients are re-priced."""
+    from dagprof.passes.comm import activation_comm
+    from dagprof.traces.parallelism import Dim, collective_kind
+
+    g = open_run(FRESH / "clip-kineto").graph
+    acts = activation_comm(g)
+    unknown = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0) & (g.dim == Dim.UNKNOWN))
+    assert g.meta.parallel.unknown_are_activations and len(acts) == 12 and len(unknown) == 18
+    was, now = current_topology(g), current_topology(g).with_link("inter", 200e6 / 8, None)
+    h = set_link(g, bandwidth=200e6 / 8)
+    for v in acts.tolist():
+        m = per_rank_equivalent_bytes(collective_kind(g.node_name(v)), float(g.nbytes[v]), 2)
+        assert h.dur[v] == pytest.approx(max(g.dur[v] - allreduce_us(m, was) + allreduce_us(m, now), 0.0), abs=1e-6)
+    rest = np.setdiff1d(unknown, acts)
+    assert np.array_equal(h.dur[rest], g.dur[rest]) and (g.nbytes[rest] == 0).all()
+
+
+def test_the_collector_sizes_blocking_calls_only_and_unpatches(tmp_path):
+    """One gloo rank: a model whose forward all-gathers (blocking) and all-reduces asynchronously; one record per blocking
+    call in the window, with its bytes and group size; torch.distributed's functions are the originals afterwards."""
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from dagprof.collect import profile
+    from dagprof.traces.run_schema import rank_file
+
+    class Gathering(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 4)
+
+        def forward(self, x):
+            y = self.lin(x)
+            out = [torch.empty_like(y)]
+            dist.all_gather(out, y.detach())
+            dist.all_reduce(y.detach().clone(), async_op=True).wait()
+            return y + out[0]
+
+    originals = {n: dist.__dict__[n] for n in ("all_gather", "all_reduce", "scatter")}
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        model = DDP(Gathering())
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with profile(tmp_path / "run", steps=range(1, 3), model=model, kineto=True) as prof:
+            for _ in range(4):
+                opt.zero_grad()
+                model(torch.randn(5, 8)).sum().backward()
+                opt.step()
+                prof.step()
+    finally:
+        dist.destroy_process_group()
+    assert all(dist.__dict__[n] is f for n, f in originals.items())
+    records = json.loads((tmp_path / "run" / rank_file(0)).read_text())["records"]
+    own = [r for r in records if r[Col.CODE] == Rec.OWN_COLL]
+    assert [(r[Col.A], r[Col.B], r[Col.X]) for r in own] == [(OWN_KINDS.index("allgather"), 1, 5 * 4 * 4)] * 2
+
+
+def test_compute_what_ifs_and_the_profilers_cost_leave_them_alone():
+    """A faster device or the profiler's cost taken off the host work does not shorten a collective the model ran."""
+    from dagprof.passes.compute import scale_compute
+    from dagprof.passes.profiler_cost import scale_host_work
+
+    g = open_run(FRESH / "syncbn-sized").graph
+    v = in_op_pieces(g)
+    for h in (scale_compute(g, 2.0), scale_host_work(g, 0.5)):
+        assert np.array_equal(h.dur[v], g.dur[v])
+    assert not np.array_equal(scale_compute(g, 2.0).dur, g.dur)
+
+
+def test_re_bucketing_keeps_them_as_measured():
+    """A pass that rebuilds DDP's collectives prices them on the link it was given: the pieces keep their time."""
+    from dagprof.passes.buckets import set_buckets
+
+    g = open_run(FRESH / "clip-sized").graph
+    h = set_buckets(g, cap_bytes=1 << 20)
+    names = lambda x: sorted((x.node_name(int(v)), round(float(x.dur[v]), 6)) for v in in_op_pieces(x))  # noqa: E731
+    assert names(h) == names(g) and len(names(g)) == 2 * 2 * 6  # steps x ranks x collectives
