@@ -187,12 +187,14 @@ def refused_anchor(rnd: dict) -> str | None:
 def parts_round(rnd: dict, cores: int) -> dict:
     """Where the headline's step goes, per cell: (compute, all-reduces) ms, the one-worker compute (forward + backward +
     update, the anchor's serial rest included) scaled as the ``+cores`` rows scale it, and the all-reduces as the
-    round's link file prices the policy's messages (one of every gradient's bytes for fused, one per layer for WFBP)."""
+    round's link file prices the policy's messages (one of every gradient's bytes for fused, one per layer for WFBP).
+    Anchored on the unprofiled one-rank step, or on the profiled one where ``dagprof sgd`` refuses that anchor."""
     from dagprof.sgd import Policy, comm_model, make_schedule
 
     out = {}
+    iter_1_ms = rnd["iter_1_profiled_ms" if refused_anchor(rnd) else "iter_1_unprofiled_ms"]
     for ranks in RANKS:
-        profile = scaled(rnd["run"], max(1.0, ranks / cores), rnd["iter_1_unprofiled_ms"] * 1e3)
+        profile = scaled(rnd["run"], max(1.0, ranks / cores), iter_1_ms * 1e3)
         compute = float(profile.forward_or_zero().sum() + profile.backward_us.sum() + profile.update_us) / 1e3
         for rate in RATES:
             model = comm_model(profile, link_models=[rnd["links"]["calibrate", ranks, rate]])
