@@ -16,24 +16,13 @@ import subprocess
 import sys
 
 import pytest
-from testdata import DATA, copy_fixture, edit_json
+from testdata import DATA, copy_fixture, edit_json, load_refused
 
 from dagprof.cli.main import main
-from dagprof.errors import DagprofError
-from dagprof.traces.load import load
 from dagprof.traces.steps import STALL_FACTOR, stalled_steps
 
 HOUR_US = 3_600_000_000
 
-
-def _refused(path, *needles) -> str:
-    with pytest.raises(DagprofError) as err:
-        load(path)
-    text = str(err.value)
-    assert "\n" not in text
-    for n in needles:
-        assert n in text, text
-    return text
 
 
 def _cli(capsys, *argv) -> tuple[int, dict | None, str]:
@@ -80,7 +69,7 @@ def test_steady_steps_and_a_straggler_are_not_stalls():
     assert stalled_steps({0: [[1, 0, 9288], [2, 9325, 9374]]}) is None  # one rank's two steps, the last cut by the window's end
 
 
-def test_a_kineto_trace_in_ns_is_refused(tmp_path):
+def test_a_kineto_trace_in_ns_isload_refused(tmp_path):
     path = tmp_path / "nccl_data.json.gz"
     shutil.copy(DATA / "kineto-public/nccl_parser_config/nccl_data.json.gz", path)
 
@@ -90,16 +79,16 @@ def test_a_kineto_trace_in_ns_is_refused(tmp_path):
                 if isinstance(e.get(k), (int, float)):
                     e[k] *= 1000
     edit_json(path, ns)
-    _refused(path, str(path), "times in ns where Kineto writes us")  # read before as a job 1000x slower, exit 0
+    load_refused(path, str(path), "times in ns where Kineto writes us")  # read before as a job 1000x slower, exit 0
 
 
-def test_a_dagprof_runs_kineto_trace_of_another_world_size_is_refused(tmp_path):
+def test_a_dagprof_runs_kineto_trace_of_another_world_size_isload_refused(tmp_path):
     run = copy_fixture(tmp_path, "hybrid-dp-tp-dagprof")
     edit_json(run / "rank1.kineto.json.gz", lambda d: d["distributedInfo"].update(world_size=6))
-    _refused(run, "rank1.kineto.json.gz", "world_size 6, but the rank file is of a 4-rank job")
+    load_refused(run, "rank1.kineto.json.gz", "world_size 6, but the rank file is of a 4-rank job")
 
 
-def test_a_horovod_timeline_with_a_second_session_is_refused(tmp_path):
+def test_a_horovod_timeline_with_a_second_session_isload_refused(tmp_path):
     run = copy_fixture(tmp_path, "horovod/sparse-gru")
     tl = run / "horovod_timeline.json"
     events = json.loads(tl.read_text())
@@ -108,10 +97,10 @@ def test_a_horovod_timeline_with_a_second_session_is_refused(tmp_path):
         if "start_time_since_epoch_in_micros" in e.get("args", {}):
             e["args"]["start_time_since_epoch_in_micros"] += HOUR_US
     tl.write_text(json.dumps(events + again))  # read before with a 20-minute all-reduce, exit 0
-    _refused(run, str(tl), "a second timeline session")
+    load_refused(run, str(tl), "a second timeline session")
 
 
-def test_a_horovod_timeline_with_events_appended_an_hour_on_is_refused(tmp_path):
+def test_a_horovod_timeline_with_events_appended_an_hour_on_isload_refused(tmp_path):
     run = copy_fixture(tmp_path, "horovod/sparse-gru")
     tl = run / "horovod_timeline.json"
     events = json.loads(tl.read_text())
@@ -119,36 +108,36 @@ def test_a_horovod_timeline_with_events_appended_an_hour_on_is_refused(tmp_path)
     for e in events[len(events) // 2:]:  # the last response opened in the window closes an hour on
         e["ts"] = e["ts"] + HOUR_US if "ts" in e else e.get("ts")
     tl.write_text(json.dumps([{k: v for k, v in e.items() if v is not None} for e in events]))
-    _refused(run, str(tl), "end up to 3600 s after them")  # read before with a 20-minute all-reduce in a step, exit 0
+    load_refused(run, str(tl), "end up to 3600 s after them")  # read before with a 20-minute all-reduce in a step, exit 0
 
 
-def test_an_mxnet_trace_written_twice_is_refused(tmp_path):
+def test_an_mxnet_trace_written_twice_isload_refused(tmp_path):
     run = copy_fixture(tmp_path, "mxnet/user_mlp")
     edit_json(run / "worker1.json.gz", lambda d: d.update(traceEvents=[e for e in d["traceEvents"] for _ in (0, 1)]))
-    _refused(run, "worker1.json.gz", "operator spans appear twice")  # read before 0.2 % slower, exit 0
+    load_refused(run, "worker1.json.gz", "operator spans appear twice")  # read before 0.2 % slower, exit 0
 
 
 @pytest.mark.parametrize("fixture", ["ddp-testbed/run", "fsdp/reshard"])
-def test_a_rank_file_with_its_records_written_twice_is_refused(tmp_path, fixture):
+def test_a_rank_file_with_its_records_written_twice_isload_refused(tmp_path, fixture):
     run = copy_fixture(tmp_path, fixture)  # DDP: "mismatched collectives" on the folder before; FSDP: read as it was, unsaid
     edit_json(run / "rank1.json", lambda d: d.update(records=[r for r in d["records"] for _ in (0, 1)]))
-    _refused(run, str(run / "rank1.json"), "hook records appear twice")
+    load_refused(run, str(run / "rank1.json"), "hook records appear twice")
 
 
-def test_a_horovod_rank_file_of_another_world_size_is_refused(tmp_path):
+def test_a_horovod_rank_file_of_another_world_size_isload_refused(tmp_path):
     run = copy_fixture(tmp_path, "horovod/sparse-gru")
     edit_json(run / "rank1.horovod.json", lambda d: d.update(world_size=4))  # read before as this job's, exit 0
-    _refused(run, str(run / "rank1.horovod.json"), "holds rank 1 of 4, not of 2")
+    load_refused(run, str(run / "rank1.horovod.json"), "holds rank 1 of 4, not of 2")
 
 
 @pytest.mark.parametrize("workers", [1, 3])
-def test_an_mxnet_manifest_whose_num_workers_disagrees_is_refused(tmp_path, workers):
+def test_an_mxnet_manifest_whose_num_workers_disagrees_isload_refused(tmp_path, workers):
     run = copy_fixture(tmp_path, "mxnet/user_mlp")
     edit_json(run / "mxnet-run.json", lambda d: d.update(num_workers=workers))  # 3: KeyError (exit 3) before
-    _refused(run, "mxnet-run.json", f"num_workers is {workers} but the traces listed are of workers [0, 1]")
+    load_refused(run, "mxnet-run.json", f"num_workers is {workers} but the traces listed are of workers [0, 1]")
 
 
-def test_an_output_path_that_is_a_folder_or_under_a_file_is_refused(tmp_path, capsys):
+def test_an_output_path_that_is_a_folder_or_under_a_file_isload_refused(tmp_path, capsys):
     log = str(DATA / "bcaffe-k80-googlenet/tmp4comm.log")
     (tmp_path / "afile").write_text("")
     (tmp_path / "adir").mkdir()
@@ -161,7 +150,7 @@ def test_an_output_path_that_is_a_folder_or_under_a_file_is_refused(tmp_path, ca
 def test_a_looping_link_is_said(tmp_path):
     loop = tmp_path / "loop"
     loop.symlink_to("loop")
-    _refused(loop, str(loop), "symbolic link to nothing")
+    load_refused(loop, str(loop), "symbolic link to nothing")
 
 
 def test_unicode_op_names_print_to_an_ascii_stdout(tmp_path):

@@ -13,7 +13,7 @@ import re
 import shutil
 
 import pytest
-from testdata import DATA, copy_fixture, edit_json
+from testdata import DATA, copy_fixture, edit_json, load_refused
 
 from dagprof.cli.main import main
 from dagprof.errors import DagprofError
@@ -21,35 +21,25 @@ from dagprof.traces.layerwise import read_layer_file
 from dagprof.traces.load import load
 
 
-def _refused(path, *needles) -> str:
-    with pytest.raises(DagprofError) as err:
-        load(path)
-    text = str(err.value)
-    assert "\n" not in text
-    for n in needles:
-        assert n in text, text
-    return text
-
-
 @pytest.mark.parametrize("fixture, copy", [("run_schema/v1", "rank2.json"), ("tf/text", "rank2.json"),
                                            ("horovod/fused", "rank2.horovod.json")])
-def test_a_rank_file_beyond_the_manifests_ranks_is_refused(tmp_path, fixture, copy):
+def test_a_rank_file_beyond_the_manifests_ranks_isload_refused(tmp_path, fixture, copy):
     run = copy_fixture(tmp_path, fixture)
     shutil.copy(run / copy.replace("2", "0"), run / copy)  # read before as the 2 ranks alone, the copy unseen
-    _refused(run, str(run / copy), "named for rank 2, but manifest.json says 2 ranks")
+    load_refused(run, str(run / copy), "named for rank 2, but manifest.json says 2 ranks")
 
 
 @pytest.mark.parametrize("damage, needle", [
     (lambda d: d.update(step_times_ns=[]), "profiled step(s) have no time in step_times_ns"),
     (lambda d: d["step_times_ns"][-1].__setitem__(2, -1), "end before they begin"),
 ])
-def test_loop_step_times_gone_or_backwards_are_refused(tmp_path, damage, needle):
+def test_loop_step_times_gone_or_backwards_areload_refused(tmp_path, damage, needle):
     run = copy_fixture(tmp_path, "run_schema/v1")
     edit_json(run / "rank1.json", damage)  # read before: the profiler's cost judged on them
-    _refused(run, str(run / "rank1.json"), needle)
+    load_refused(run, str(run / "rank1.json"), needle)
 
 
-def test_a_runs_kineto_trace_of_another_rank_is_refused(tmp_path):
+def test_a_runs_kineto_trace_of_another_rank_isload_refused(tmp_path):
     run = copy_fixture(tmp_path, "hybrid-dp-tp-dagprof")
     ranks = []
     for r in (0, 1):
@@ -57,7 +47,7 @@ def test_a_runs_kineto_trace_of_another_rank_is_refused(tmp_path):
     assert ranks == [0, 1]
     for r in (0, 1):  # the two traces swapped: read before as rank 0's and rank 1's communication
         edit_json(run / f"rank{r}.kineto.json.gz", lambda d, r=r: d["distributedInfo"].update(rank=1 - r))
-    _refused(run, str(run / "rank0.kineto.json.gz"), "distributedInfo says rank 1, but it is read as rank 0's trace")
+    load_refused(run, str(run / "rank0.kineto.json.gz"), "distributedInfo says rank 1, but it is read as rank 0's trace")
 
 
 def test_events_a_runs_kineto_trace_drops_are_counted(tmp_path):
@@ -84,7 +74,7 @@ def test_one_kineto_rank_without_step_markers_is_named(tmp_path, capsys):
 def test_a_kineto_rank_damaged_into_another_json_is_named(tmp_path):
     run = copy_fixture(tmp_path, "gloo-windows/same")
     edit_json(run / "rank-1.pt.trace.json.gz", lambda d: d.update(traceEvents={"events": d["traceEvents"][:1]}))
-    _refused(run, "rank 1 of 2: no trace file here", "skipped: rank-1.pt.trace.json.gz (not a Kineto trace")
+    load_refused(run, "rank 1 of 2: no trace file here", "skipped: rank-1.pt.trace.json.gz (not a Kineto trace")
 
 
 @pytest.mark.parametrize("damage, needle", [
@@ -95,7 +85,7 @@ def test_a_kineto_rank_damaged_into_another_json_is_named(tmp_path):
 def test_a_damaged_tf_rank_file_names_the_field(tmp_path, damage, needle):
     run = copy_fixture(tmp_path, "tf/text")
     edit_json(run / "rank1.json", damage)
-    _refused(run, str(run / "rank1.json"), needle)
+    load_refused(run, str(run / "rank1.json"), needle)
 
 
 @pytest.mark.parametrize("damage, needle", [
@@ -105,19 +95,19 @@ def test_a_damaged_tf_rank_file_names_the_field(tmp_path, damage, needle):
      "timed more than a second outside them"),
     (lambda d: d.update(settings=[d["settings"]]), "at `$.settings`"),  # was a ValueError (exit 3)
 ])
-def test_a_damaged_horovod_rank_file_is_refused(tmp_path, damage, needle):
+def test_a_damaged_horovod_rank_file_isload_refused(tmp_path, damage, needle):
     run = copy_fixture(tmp_path, "horovod/fused")
     edit_json(run / "rank1.horovod.json", damage)  # the first three were read with exit 0 and the number unchanged
-    _refused(run, str(run / "rank1.horovod.json"), needle)
+    load_refused(run, str(run / "rank1.horovod.json"), needle)
 
 
-def test_an_mxnet_step_running_backwards_is_refused(tmp_path):
+def test_an_mxnet_step_running_backwards_isload_refused(tmp_path):
     run = copy_fixture(tmp_path, "mxnet/user_mlp")
     edit_json(run / "mxnet-run.json", lambda d: d["steps"]["0"][0].__setitem__(2, -1))
-    _refused(run, str(run / "mxnet-run.json"), "1 step time(s) end before they begin", "worker 0")
+    load_refused(run, str(run / "mxnet-run.json"), "1 step time(s) end before they begin", "worker 0")
 
 
-def test_a_layer_csv_cut_inside_a_row_is_refused(tmp_path):
+def test_a_layer_csv_cut_inside_a_row_isload_refused(tmp_path):
     whole = "layer,forward_us,backward_us,grad_bytes\nconv1,100,200,40000\nfc,50,100,1000\n"
     cut = tmp_path / "layers.csv"
     cut.write_text(whole[:-4])  # "fc,50,100,1" was read as a valid, smaller model
@@ -125,7 +115,7 @@ def test_a_layer_csv_cut_inside_a_row_is_refused(tmp_path):
         read_layer_file(cut)
 
 
-def test_a_bcaffe_log_cut_at_a_line_end_is_refused(tmp_path):
+def test_a_bcaffe_log_cut_at_a_line_end_isload_refused(tmp_path):
     lines = (DATA / "bcaffe-k80-googlenet" / "tmp4comm.log").read_text().splitlines(keepends=True)
     assert len(lines) == 256  # two dumps of 128 blobs
     cut = tmp_path / "tmp4comm.log"
@@ -137,13 +127,13 @@ def test_a_bcaffe_log_cut_at_a_line_end_is_refused(tmp_path):
 def test_an_mxnet_workers_trace_copied_over_anothers_is_refused_naming_both(tmp_path):
     run = copy_fixture(tmp_path, "mxnet/user_mlp")
     shutil.copy(run / "worker0.json.gz", run / "worker1.json.gz")  # mx.profiler records no worker id: read as worker 1 before
-    _refused(run, str(run / "worker1.json.gz"), "same events at the same times as worker0.json.gz")
+    load_refused(run, str(run / "worker1.json.gz"), "same events at the same times as worker0.json.gz")
 
 
-def test_an_mxnet_worker_file_the_manifest_does_not_list_is_refused(tmp_path):
+def test_an_mxnet_worker_file_the_manifest_does_not_list_isload_refused(tmp_path):
     run = copy_fixture(tmp_path, "mxnet/user_mlp")
     shutil.copy(run / "worker0.json.gz", run / "worker2.json.gz")  # read before as the 2 listed workers, the copy unseen
-    _refused(run, str(run / "worker2.json.gz"), "lists workers [0, 1] with other files")
+    load_refused(run, str(run / "worker2.json.gz"), "lists workers [0, 1] with other files")
 
 
 def test_swapped_mxnet_worker_traces_are_warned_with_counts(tmp_path):
@@ -161,7 +151,7 @@ def test_an_xplane_copied_over_another_ranks_is_refused_naming_both(tmp_path, fi
     run = copy_fixture(tmp_path, fixture)
     xp = f"plugins/profile/{session}/vm.xplane.pb.gz"
     shutil.copy(run / "rank0" / xp, run / "rank1" / xp)  # read before with exit 0 and a number 0.9 % off (tf/text)
-    _refused(run, str(run / "rank1" / xp), f"same events at the same times as rank0/{xp} (rank 0)")
+    load_refused(run, str(run / "rank1" / xp), f"same events at the same times as rank0/{xp} (rank 0)")
 
 
 def _fsdp_units(doc, edit):
@@ -174,11 +164,11 @@ def _fsdp_units(doc, edit):
     ((1,), lambda u: u.update(mesh=[1, 4]), "collective 0 (all_gather) runs on ranks 0,1, but rank 1's unit <root> has mesh 1x4"),
     ((1,), lambda u: u.update(name=u["name"] + "_x"), "its unit 0 is <root>_x (mesh 2x2, 3 parameters, 33,024 elements), rank 0's <root>"),
 ])
-def test_fsdp_units_unlike_the_job_or_the_other_ranks_are_refused(tmp_path, ranks, edit, needle):
+def test_fsdp_units_unlike_the_job_or_the_other_ranks_areload_refused(tmp_path, ranks, edit, needle):
     run = copy_fixture(tmp_path, "fsdp/hsdp")  # each read before with exit 0, and --mesh re-priced from rank 0's units
     for r in ranks:
         edit_json(run / f"rank{r}.json", lambda d: _fsdp_units(d, edit))
-    _refused(run, str(run / f"rank{ranks[-1] if len(ranks) == 1 else 0}.json"), needle)
+    load_refused(run, str(run / f"rank{ranks[-1] if len(ranks) == 1 else 0}.json"), needle)
 
 
 @pytest.mark.parametrize("fixture, flags, needle", [
@@ -198,10 +188,10 @@ def test_a_link_fit_without_a_bandwidth_says_so_in_words(capsys):
     assert "inf" not in link and "no bandwidth limit seen" in link  # "inf Gbit/s" read as a non-finite number
 
 
-def test_an_fsdp_collective_naming_a_unit_the_file_lacks_is_refused(tmp_path):
+def test_an_fsdp_collective_naming_a_unit_the_file_lacks_isload_refused(tmp_path):
     run = copy_fixture(tmp_path, "fsdp/hsdp")
     edit_json(run / "rank1.json", lambda d: d["fsdp"]["collectives"][0].update(prefetched_by=7))  # was an IndexError's line
-    _refused(run, str(run / "rank1.json"), "1 FSDP collective(s) name unit 7, but the file lists 3 units")
+    load_refused(run, str(run / "rank1.json"), "1 FSDP collective(s) name unit 7, but the file lists 3 units")
 
 
 @pytest.mark.parametrize("flags, needle", [

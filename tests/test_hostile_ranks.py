@@ -20,27 +20,17 @@ import subprocess
 import sys
 
 import pytest
+from testdata import DATA, load_refused
 
 from dagprof.cli.main import main
-from dagprof.errors import DagprofError
 from dagprof.traces import run_schema as rs
 from dagprof.traces.load import load
 
-DATA = pathlib.Path(__file__).parent / "data"
 DLRM = DATA / "kineto-corpus" / "param" / "dlrm_kineto"
 RUN_V1 = DATA / "run_schema" / "v1"
 TESTS = pathlib.Path(__file__).parent
 SRC = TESTS.parent / "src"
 
-
-def _refused(path, *needles) -> str:
-    with pytest.raises(DagprofError) as err:
-        load(path)
-    text = str(err.value)
-    assert "\n" not in text and "Traceback" not in text
-    for n in needles:
-        assert n in text, text
-    return text
 
 
 def _cli(capsys, *argv) -> tuple[int, str, str]:
@@ -60,7 +50,7 @@ def dlrm_without_rank3(tmp_path):
 
 
 def test_kineto_folder_missing_one_of_eight_is_refused_then_partial_on_request(dlrm_without_rank3, capsys):
-    _refused(dlrm_without_rank3, str(dlrm_without_rank3), "rank 3 of 8: no trace file here", "--allow-missing-ranks")
+    load_refused(dlrm_without_rank3, str(dlrm_without_rank3), "rank 3 of 8: no trace file here", "--allow-missing-ranks")
     code, out, err = _cli(capsys, "replay", dlrm_without_rank3, "-o", dlrm_without_rank3.parent / "out")
     assert code == 2 and "rank 3 of 8" in err and not out
     code, out, _ = _cli(capsys, "replay", dlrm_without_rank3, "-o", dlrm_without_rank3.parent / "out", "--allow-missing-ranks", "--json")
@@ -84,7 +74,7 @@ def test_kineto_folder_one_of_two(tmp_path):
     for f in glob.glob(f"{gloo_traces()}/*.json"):
         if "rank-1" not in os.path.basename(f):
             shutil.copy(f, folder)
-    _refused(folder, "rank 1 of 2: no trace file here")
+    load_refused(folder, "rank 1 of 2: no trace file here")
     run = load(folder, allow_missing_ranks=True)
     assert [t.rank for t in run.ranks] == [0] and run.meta.partial
 
@@ -102,7 +92,7 @@ def test_kineto_traces_that_disagree_on_the_world_size(tmp_path):
     doc["distributedInfo"]["world_size"] = 16
     with gzip.open(folder / name, "wt") as f:
         json.dump(doc, f)
-    _refused(folder, "disagree on the world size", f"{name}: 16", "not one job")
+    load_refused(folder, "disagree on the world size", f"{name}: 16", "not one job")
 
 
 def test_another_jobs_trace_beside_a_rank_is_not_an_earlier_run(tmp_path):
@@ -111,14 +101,14 @@ def test_another_jobs_trace_beside_a_rank_is_not_an_earlier_run(tmp_path):
     folder = tmp_path / "dlrm"
     shutil.copytree(DLRM, folder)
     shutil.copy(DATA / "kineto-public" / "nccl_parser_config" / "nccl_data.json.gz", folder)
-    _refused(folder, "disagree on the world size (nccl_data.json.gz: 2, worker0_", ": 8 and 7 more)", "not one job")
+    load_refused(folder, "disagree on the world size (nccl_data.json.gz: 2, worker0_", ": 8 and 7 more)", "not one job")
 
 
 GLOO = DATA / "gloo-windows"
 
 
 @pytest.mark.parametrize("case", ["another run", "clock hours off"])
-def test_kineto_rank_from_another_run_is_refused(tmp_path, case):
+def test_kineto_rank_from_another_run_isload_refused(tmp_path, case):
     """A folder of stock traces took rank 1 from another recording of the job (62 s later) or a rank 3 hours off: it was
     matched by its collectives, renumbered and replayed (exit 0, another iteration time); dagprof run folders refused it."""
     folder = tmp_path / "mixed"
@@ -133,7 +123,7 @@ def test_kineto_rank_from_another_run_is_refused(tmp_path, case):
                 e["ts"] += 3 * 3600e6
         with gzip.open(folder / "rank-1.pt.trace.json.gz", "wt") as f:
             json.dump(doc, f)
-    _refused(folder, str(folder), "rank-0.pt.trace.json.gz and rank-1.pt.trace.json.gz were recorded",
+    load_refused(folder, str(folder), "rank-0.pt.trace.json.gz and rank-1.pt.trace.json.gz were recorded",
              "s apart: they are from different runs")
 
 
@@ -145,7 +135,7 @@ def test_kineto_rank_not_below_its_world_size(tmp_path):
     doc["distributedInfo"]["rank"] = 9
     with gzip.open(folder / name, "wt") as f:
         json.dump(doc, f)
-    _refused(folder, name, "rank 9 (from the distributedInfo) but distributedInfo says world_size 8")
+    load_refused(folder, name, "rank 9 (from the distributedInfo) but distributedInfo says world_size 8")
 
 
 # ---------------------------------------------------------------- item 2: a rank twice
@@ -157,7 +147,7 @@ def test_two_kineto_files_claim_the_same_rank(tmp_path):
     doc["distributedInfo"]["rank"] = 2  # rank 6's trace now says it is rank 2; rank 6 itself is gone
     with gzip.open(folder / name, "wt") as f:
         json.dump(doc, f)
-    _refused(folder, "rank 2 appears twice")
+    load_refused(folder, "rank 2 appears twice")
 
 
 def _run_copy(tmp_path, name="run") -> pathlib.Path:
@@ -169,7 +159,7 @@ def _run_copy(tmp_path, name="run") -> pathlib.Path:
 def test_run_folder_whose_rank1_is_a_copy_of_rank0(tmp_path, capsys):
     run = _run_copy(tmp_path)
     shutil.copy(run / "rank0.json", run / "rank1.json")
-    _refused(run, str(run / "rank1.json"), "holds rank 0, not rank 1", "a copy of rank0.json")
+    load_refused(run, str(run / "rank1.json"), "holds rank 0, not rank 1", "a copy of rank0.json")
     code, _, err = _cli(capsys, "replay", run, "--allow-missing-ranks")  # no opt-in for a wrong file
     assert code == 2 and "holds rank 0, not rank 1" in err
 
@@ -179,7 +169,7 @@ def test_run_folder_copy_with_its_rank_edited(tmp_path):
     doc = json.loads((run / "rank0.json").read_text())
     doc["rank"] = 1
     (run / "rank1.json").write_text(json.dumps(doc))
-    _refused(run, "rank0.json and rank1.json were written by the same process", "one is a copy")
+    load_refused(run, "rank0.json and rank1.json were written by the same process", "one is a copy")
 
 
 def test_run_folder_rank_file_of_another_world_size(tmp_path):
@@ -187,13 +177,13 @@ def test_run_folder_rank_file_of_another_world_size(tmp_path):
     doc = json.loads((run / "rank1.json").read_text())
     doc["world_size"] = 4
     (run / "rank1.json").write_text(json.dumps(doc))
-    _refused(run, "rank 1 of a 4-rank job, but manifest.json says 2 ranks")
+    load_refused(run, "rank 1 of a 4-rank job, but manifest.json says 2 ranks")
 
 
 def test_run_folder_missing_a_rank_file(tmp_path, capsys):
     run = _run_copy(tmp_path)
     os.remove(run / "rank1.json")
-    _refused(run, str(run), "rank 1 of 2: nothing written (no rank1.json, no completed step)", "--allow-missing-ranks")
+    load_refused(run, str(run), "rank 1 of 2: nothing written (no rank1.json, no completed step)", "--allow-missing-ranks")
     code, out, _ = _cli(capsys, "analyze", run, "--allow-missing-ranks", "--json")
     r = json.loads(out)
     assert code == 0 and r["partial"] is True and any("1 of 2 ranks missing" in w for w in r["warnings"])
@@ -216,7 +206,7 @@ def test_run_folder_rank_file_a_broken_link(tmp_path, capsys, target, why):
     run = _run_copy(tmp_path)
     os.remove(run / "rank1.json")
     os.symlink(target, run / "rank1.json")
-    _refused(run, str(run / "rank1.json"), why)
+    load_refused(run, str(run / "rank1.json"), why)
 
 
 @pytest.mark.parametrize("t_ns", [-5, 2**62])
@@ -236,14 +226,14 @@ def test_tf_jax_rank_file_copy(tmp_path):
     run = tmp_path / "tf"
     shutil.copytree(DATA / "tf-jax" / "mlp", run)
     shutil.copy(run / "rank0.json", run / "rank1.json")
-    _refused(run, "holds rank 0 of 2, not rank 1 of 2")
+    load_refused(run, "holds rank 0 of 2, not rank 1 of 2")
 
 
 def test_tf_jax_run_folder_missing_a_rank(tmp_path):
     run = tmp_path / "tf"
     shutil.copytree(DATA / "tf-jax" / "mlp", run)
     os.remove(run / "rank1.json")
-    _refused(run, "rank 1 of 2: no rank1.json", "--allow-missing-ranks")
+    load_refused(run, "rank 1 of 2: no rank1.json", "--allow-missing-ranks")
     assert [t.rank for t in load(run, allow_missing_ranks=True).ranks] == [0]
 
 
@@ -251,7 +241,7 @@ def test_horovod_rank_file_copy(tmp_path):
     run = tmp_path / "hvd"
     shutil.copytree(DATA / "horovod" / "fused", run)
     shutil.copy(run / "rank0.horovod.json", run / "rank1.horovod.json")
-    _refused(run, "rank1.horovod.json", "holds rank 0, not rank 1")
+    load_refused(run, "rank1.horovod.json", "holds rank 0, not rank 1")
 
 
 @pytest.mark.parametrize("damage,needles", [
@@ -269,7 +259,7 @@ def test_horovod_run_with_another_runs_or_a_cut_file(tmp_path, damage, needles):
     run = tmp_path / "hvd"
     shutil.copytree(DATA / "horovod" / "fused", run)
     damage(run)
-    _refused(run, str(run), *needles)
+    load_refused(run, str(run), *needles)
 
 
 def _fsdp_record_index(run):
@@ -289,7 +279,7 @@ def test_fsdp_run_with_a_damaged_or_foreign_rank_file(tmp_path, name, damage, ne
     run = tmp_path / name
     shutil.copytree(DATA / "fsdp" / name, run)
     damage(run)
-    _refused(run, *needles)
+    load_refused(run, *needles)
 
 
 def test_mxnet_worker_trace_of_another_run(tmp_path):
@@ -297,7 +287,7 @@ def test_mxnet_worker_trace_of_another_run(tmp_path):
     run = tmp_path / "mx"
     shutil.copytree(DATA / "mxnet", run, ignore=shutil.ignore_patterns("testbed", "user_mlp"))
     shutil.copy(DATA / "mxnet" / "testbed" / "s1_500M" / "worker1.json.gz", run)
-    _refused(run, str(run / "worker1.json.gz"), "s from worker 1's profiled steps in mxnet-run.json: another run's trace")
+    load_refused(run, str(run / "worker1.json.gz"), "s from worker 1's profiled steps in mxnet-run.json: another run's trace")
 
 
 # ---------------------------------------------------------------- item 13: recorded runs with a killed rank (fast)
@@ -313,7 +303,7 @@ KILLED = DATA / "killed-rank"
 def test_recorded_killed_runs(name, why, tmp_path, capsys):
     """Real 2-rank torchrun jobs (tests/data/killed-rank): rank 1 stopped at step 3 of the window 1-4; rank 0 then
     failed in its next all-reduce and wrote its own file, saying so."""
-    text = _refused(KILLED / name, why, "rank 0 of 2: ended by RuntimeError (", "during step 3: steps 3-4 missing", "--allow-missing-ranks")
+    text = load_refused(KILLED / name, why, "rank 0 of 2: ended by RuntimeError (", "during step 3: steps 3-4 missing", "--allow-missing-ranks")
     assert text.startswith(f"{KILLED / name}: incomplete profile: ")
     run = load(KILLED / name, allow_missing_ranks=True)
     assert [t.meta.steps_profiled for t in run.ranks] == [[1, 2], [1, 2]] and run.meta.partial
@@ -328,11 +318,11 @@ def test_step_log_lines_are_versioned_and_checked(tmp_path):
     log = run / "rank1.steps" / "steps.jsonl"
     lines = log.read_bytes().splitlines(keepends=True)
     log.write_bytes(lines[0] + lines[1].replace(b'"version":1', b'"version":99'))
-    _refused(run, "steps.jsonl line 2: written by a newer dagprof (format version 99")
+    load_refused(run, "steps.jsonl line 2: written by a newer dagprof (format version 99")
     log.write_bytes(lines[0] + b"{not json\n")
-    _refused(run, "steps.jsonl line 2: corrupt or truncated")
+    load_refused(run, "steps.jsonl line 2: corrupt or truncated")
     log.write_bytes(lines[0] + lines[1].replace(b'"rank":1', b'"rank":0'))
-    _refused(run, "holds a step of rank 0, not of rank 1")
+    load_refused(run, "holds a step of rank 0, not of rank 1")
 
 
 # ---------------------------------------------------------------- item 13: a rank killed mid-window, for real

@@ -27,3 +27,19 @@ def edit_json(path: Path, edit) -> None:
     edit(doc)
     text = json.dumps(doc).encode()
     path.write_bytes(gzip.compress(text) if gz else text)
+
+
+def load_refused(path, *needles: str) -> str:
+    """``load(path)`` refuses in one line (no traceback) that holds every one of ``needles``; that line."""
+    import pytest
+
+    from dagprof.errors import DagprofError
+    from dagprof.traces.load import load
+
+    with pytest.raises(DagprofError) as err:
+        load(path)
+    text = str(err.value)
+    assert "\n" not in text and "Traceback" not in text
+    for n in needles:
+        assert n in text, text
+    return text
