@@ -16,8 +16,8 @@ from dagprof.pipeline import open_run
 from dagprof.search.scenario import Scenario
 from dagprof.search.whatif import evaluate
 from dagprof.traces.dagprof_run import read_run
-from dagprof.traces.events import Kind
-from dagprof.traces.zero_run import ZERO_AR_WAIT, ZERO_BCAST_WAIT, ZERO_BROADCAST, ZERO_STEP
+from dagprof.traces.events import CommRole, Kind
+from dagprof.traces.zero_run import ZERO_AR_WAIT, ZERO_BCAST_WAIT, ZERO_STEP, zero_name
 
 RUN = DATA / "zero1" / "overlap"
 
@@ -25,6 +25,11 @@ RUN = DATA / "zero1" / "overlap"
 @pytest.fixture(scope="module")
 def graph():
     return build_graph(read_run(RUN))
+
+
+def broadcasts(g, step: int | None = None) -> list[int]:
+    """The shared transfers of ZeRO's parameter broadcasts (``CommRole.ZERO_PARAMS``)."""
+    return np.flatnonzero((g.role == CommRole.ZERO_PARAMS) & (g.rank < 0) & (g.kind == Kind.COMM) & (step is None or g.step == step)).tolist()
 
 
 def named(g, prefix: str, rank: int | None = None, step: int | None = None) -> list[int]:
@@ -68,7 +73,7 @@ def test_broadcasts_follow_the_owners_step_and_the_wait_holds_them_all(graph):
     it; every rank's wait for the broadcasts depends on all of them (a root on its own join), and the next step's forward comes after that wait."""
     zero = graph.meta.zero
     for s in graph.meta.steps:
-        comms = sorted(v for v in named(graph, ZERO_BROADCAST, step=s) if graph.rank[v] < 0 and graph.kind[v] == Kind.COMM)
+        comms = broadcasts(graph, s)
         assert sorted(int(graph.nbytes[v]) for v in comms) == sorted(zero.nbytes)
         for r in range(2):
             (wait,) = named(graph, ZERO_BCAST_WAIT, r, s)
@@ -76,7 +81,7 @@ def test_broadcasts_follow_the_owners_step_and_the_wait_holds_them_all(graph):
             own = {graph.node_name(u) for u in before if graph.node_name(u).startswith(f"rank{r} sync.")}
             assert all(c in before or f"rank{r} sync.{graph.node_name(c)}" in own for c in comms)  # a root done first: its own join
             owner_steps = named(graph, ZERO_STEP, zero.owners[0], s)
-            first = [v for v in comms if graph.node_name(v).startswith(f"{ZERO_BROADCAST}{zero.owners[0]}")]
+            first = [v for v in comms if graph.node_name(v).startswith(f"{zero_name(zero.owners[0])}.")]
             assert any(u in upstream(graph, c) for c in first for u in owner_steps)  # bucket 0's broadcast after its step
             later = [v for v in range(len(graph)) if graph.rank[v] == r and graph.step[v] == s + 1 and graph.kind[v] == Kind.FORWARD]
             if later:
@@ -125,9 +130,9 @@ def test_a_root_done_before_its_receivers_is_released_alone(graph):
     """The root's completion is its sends handed over; the exchange ends with the receivers': a root that was done first
     waits on its own join (kept as measured), not on the shared broadcast, whose successors are the receivers'."""
     released = 0
-    for v in (v for v in named(graph, ZERO_BROADCAST) if graph.rank[v] < 0 and graph.kind[v] == Kind.COMM):
+    for v in broadcasts(graph):
         name = graph.node_name(v)
-        root = int(name[len(ZERO_BROADCAST):].split(".")[0])
+        (root,) = [o for o in set(graph.meta.zero.owners) if name.startswith(f"{zero_name(o)}.")]
         after = {int(graph.rank[u]) for u in graph.successors(v).tolist()}
         assert after  # someone always waits on the exchange itself
         if root not in after:
@@ -144,7 +149,9 @@ def test_each_broadcast_instance_carries_its_owner_as_root(folder):
     run = read_run(DATA / "zero1" / folder)
     matching = match_collectives(run)
     zero = run.ranks[0].meta.zero
-    roots = [it.root for it in matching.instances if it.name.startswith(ZERO_BROADCAST)]
+    ev = run.ranks[0].events
+    ours = {int(matching.instance[0][i]) for i in np.flatnonzero((ev.kind == Kind.COMM) & (ev.role == CommRole.ZERO_PARAMS))}
+    roots = [it.root for k, it in enumerate(matching.instances) if k in ours]
     assert roots and set(roots) == set(zero.owners)
-    assert all(it.root == int(it.name[len(ZERO_BROADCAST):]) for it in matching.instances if it.name.startswith(ZERO_BROADCAST))
-    assert all(it.root == -1 for it in matching.instances if not it.name.startswith(ZERO_BROADCAST))
+    assert all(it.name == zero_name(it.root) for k, it in enumerate(matching.instances) if k in ours)
+    assert all(it.root == -1 for k, it in enumerate(matching.instances) if k not in ours)

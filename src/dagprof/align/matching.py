@@ -32,10 +32,9 @@ import msgspec
 import numpy as np
 
 from ..errors import DagprofError
-from ..traces.events import Kind, RankTrace, Run
+from ..traces.events import CommRole, Kind, RankTrace, Run
 from ..traces.kineto_schema import P2P, P2P_PEERED, P2P_SEND
 from ..traces.parallelism import p2p_peer
-from ..traces.run_comm import SPARSE_BUCKET
 
 # Collectives whose per-rank payload legitimately differs (uneven splits).
 _UNEVEN = frozenset({"alltoall", "sendrecv", "send", "recv", "gather", "scatter"})
@@ -79,11 +78,13 @@ class _Op:
     step: int  # in the reference's numbering once the rank's offset is known
     end_us: float  # absolute (the rank's own clock)
     peer: int = -1  # a send's or recv's peer, a broadcast's root, as its group numbers it (``EventTable.peer``)
+    role: CommRole = CommRole.PLAIN  # ``EventTable.role``
 
     @property
     def kind(self) -> tuple[str, str, int]:
-        """What must agree across ranks, whichever iteration it belongs to."""
-        uneven = self.coll in _UNEVEN or self.coll.startswith(SPARSE_BUCKET)  # each rank gathers its own estimate of all ranks' rows
+        """What must agree across ranks, whichever iteration it belongs to: the bytes too, but where each rank's are its
+        own (an uneven split; a sparse gradient's gather, each rank's estimate of all ranks' rows)."""
+        uneven = self.coll in _UNEVEN or self.role == CommRole.SPARSE
         return (self.coll, self.dtype, -1 if uneven else self.nbytes)
 
     @property
@@ -103,7 +104,7 @@ def _ops(trace: RankTrace) -> dict[str, list[_Op]]:
         coll, dtype = by_event.get(i, (ev.name_of(i), ""))
         out.setdefault(trace.groups[int(ev.group[i])], []).append(
             _Op(i, int(ev.seq[i]), explicit, coll, dtype.lower(), int(ev.nbytes[i]), int(ev.step[i]),
-                base_us + float(ev.start[i] + ev.dur[i]), int(ev.peer[i])))
+                base_us + float(ev.start[i] + ev.dur[i]), int(ev.peer[i]), CommRole(int(ev.role[i]))))
     for ops in out.values():
         ops.sort(key=lambda o: o.seq)
     return out

@@ -12,9 +12,8 @@ import numpy as np
 
 from ..graph.dag import DeviceKind, Graph
 from ..replay import ReplayResult, replay
-from ..traces.events import Kind
+from ..traces.events import CommRole, Kind
 from ..traces.parallelism import Dim
-from ..traces.zero_run import ZERO_BROADCAST
 
 _COMPUTE = np.array([Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE, Kind.KERNEL, Kind.OTHER, Kind.DATA, Kind.MEMCPY])
 
@@ -102,10 +101,7 @@ def own_collectives(g: Graph) -> np.ndarray:
     comm = (g.kind == Kind.COMM) & (g.rank < 0)
     if not (comm & (g.bucket >= 0)).any():
         return np.zeros(len(g), dtype=bool)
-    own = comm & (g.bucket < 0) & (g.dim == Dim.DP if g.dim is not None else True)
-    if g.meta.zero is not None:
-        own[[v for v in np.flatnonzero(own).tolist() if g.node_name(v).startswith(ZERO_BROADCAST)]] = False
-    return own
+    return comm & (g.bucket < 0) & (g.dim == Dim.DP) & (g.role != CommRole.ZERO_PARAMS)
 
 
 def by_kind(g: Graph, nodes: list[int]) -> tuple[str, ...]:

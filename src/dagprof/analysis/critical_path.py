@@ -13,8 +13,7 @@ import numpy as np
 
 from ..graph.dag import Graph
 from ..replay import ReplayResult
-from ..traces.events import Kind
-from ..traces.run_comm import SPARSE_BUCKET
+from ..traces.events import CommRole, Kind
 
 CATEGORY = {
     Kind.FORWARD: "forward",
@@ -93,7 +92,7 @@ def _label(g: Graph, v: int) -> str:
     if g.layer[v] >= 0:
         return f"{kind} {g.layers[g.layer[v]]}"
     if g.kind[v] == Kind.COMM and g.bucket[v] >= 0:  # a parameter server's key, Horovod's fused response, DDP's bucket
-        sparse = g.node_name(v).startswith(SPARSE_BUCKET)  # a sparse gradient's, gathered
+        sparse = g.role[v] == CommRole.SPARSE  # a sparse gradient's, gathered
         return (f"push/pull key {g.bucket[v]}" if g.meta.ps else f"fused all-reduce {g.bucket[v]}" if g.meta.horovod
                 else f"{'all-gather sparse' if sparse else 'all-reduce'} bucket {g.bucket[v]}")
     name = g.node_name(v)

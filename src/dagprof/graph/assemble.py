@@ -35,6 +35,7 @@ class CollectiveEnd:
     lanes: int = 1
     group: str = "0"
     dim: int = 0  # traces.parallelism.Dim
+    role: int = 0  # traces.events.CommRole
 
 
 class Assembler:

@@ -22,7 +22,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from ..errors import DagprofError
-from ..traces.events import Kind, intern
+from ..traces.events import CommRole, Kind, intern
 from ..traces.parallelism import Dim
 from .meta import GraphMeta
 
@@ -40,6 +40,7 @@ NODE_COLUMNS: dict[str, Any] = {
     "nbytes": np.int64,
     "dim": np.int8,  # a COMM node's mesh dimension (traces.parallelism.Dim); read only where meta.parallel is set
     "exit_lag": np.float64,  # us: exit lag an averaged collective carries (its last rank's; its consumers': the wire in their gap; passes.average_steps)
+    "role": np.int8,  # a collective's issue, join and transfer: traces.events.CommRole, as its reader set it; PLAIN elsewhere
 }
 
 
@@ -80,6 +81,7 @@ class Graph:
     succ: np.ndarray  # int32 successor ids
     dim: np.ndarray | None = None  # NODE_COLUMNS["dim"]; None (graphs built column by column without it): all Dim.UNKNOWN
     exit_lag: np.ndarray | None = None  # NODE_COLUMNS["exit_lag"]; None: all 0
+    role: np.ndarray | None = None  # NODE_COLUMNS["role"]; None: all CommRole.PLAIN
     meta: GraphMeta = field(default_factory=GraphMeta)
 
     def __post_init__(self) -> None:
@@ -87,6 +89,8 @@ class Graph:
             self.dim = np.zeros(len(self.dur), dtype=np.int8)
         if self.exit_lag is None:
             self.exit_lag = np.zeros(len(self.dur))
+        if self.role is None:
+            self.role = np.zeros(len(self.dur), dtype=np.int8)
 
     def lint(self) -> None:
         """Raise DagprofError unless every column and index a replay reads is in range and finite.
@@ -177,7 +181,7 @@ class GraphBuilder:
     """Append-only construction; ``build()`` freezes into arrays."""
 
     def __init__(self) -> None:
-        self._cols: dict[str, array] = {c: array(_TYPECODE[c]) for c in NODE_COLUMNS}  # typed: 65 bytes a node, not 12 objects
+        self._cols: dict[str, array] = {c: array(_TYPECODE[c]) for c in NODE_COLUMNS}  # typed: 66 bytes a node, not 12 objects
         self._names: dict[str, int] = {}
         self.names: list[str] = []
         self.devices: list[Device] = []
@@ -219,6 +223,7 @@ class GraphBuilder:
         bucket: int = -1,
         nbytes: int = 0,
         dim: int = Dim.DP,  # passes and builders of data-parallel jobs; graph.build sets each collective's label
+        role: int = CommRole.PLAIN,
     ) -> int:
         c = self._cols
         c["name"].append(self.intern(name))
@@ -234,6 +239,7 @@ class GraphBuilder:
         c["nbytes"].append(int(nbytes))
         c["dim"].append(int(dim))
         c["exit_lag"].append(0.0)
+        c["role"].append(int(role))
         return len(c["dur"]) - 1
 
     def add_nodes(self, **columns: np.ndarray) -> np.ndarray:
@@ -243,8 +249,8 @@ class GraphBuilder:
         first = len(self)
         for col, values in self._cols.items():
             given = columns.get(col)
-            if given is None:
-                given = np.full(n, 0 if col in ("dur", "gap", "order", "nbytes", "exit_lag") else int(Dim.DP) if col == "dim" else -1)  # add_node's defaults
+            if given is None:  # add_node's defaults
+                given = np.full(n, 0 if col in ("dur", "gap", "order", "nbytes", "exit_lag", "role") else int(Dim.DP) if col == "dim" else -1)
             elif col in ("dur", "gap"):
                 given = np.maximum(np.asarray(given, np.float64), 0.0)
             values.frombytes(memoryview(np.ascontiguousarray(given, NODE_COLUMNS[col])).cast("B"))  # no bytes copy

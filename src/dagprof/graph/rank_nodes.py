@@ -66,7 +66,7 @@ def _nodes(asm: Assembler, trace: RankTrace, cut: Pieces, steps: list[int], main
     node_of = asm.b.add_nodes(
         name=name, kind=kind, rank=np.full(len(cut), r, dtype=np.int64), device=device, dur=mend - mstart,
         order=order, step=step, layer=layer, bucket=np.where(mark, -1, ev.bucket[oo]),
-        nbytes=np.where(mark, 0, ev.nbytes[oo]))
+        nbytes=np.where(mark, 0, ev.nbytes[oo]), role=np.where(mark, 0, ev.role[oo]))
     del name, kind, device, order, step, layer, oo
     asm.mstart.frombytes(memoryview(np.ascontiguousarray(mstart, np.float64)).cast("B"))
     asm.mend.frombytes(memoryview(np.ascontiguousarray(mend, np.float64)).cast("B"))
@@ -121,7 +121,7 @@ def _collective_ends(asm: Assembler, trace: RankTrace, sel: Selection, instance:
         ce = CollectiveEnd(
             rank=trace.rank, base_ns=int(trace.base_ns), start=float(ev.start[i]), end=float(ev.start[i] + ev.dur[i]),
             prev_end_group=prev_group.get(group, -np.inf), name=ev.name_of(i), nbytes=int(ev.nbytes[i]),
-            bucket=int(ev.bucket[i]), step=int(ev.step[i]), lanes=comm_lanes, group=group, dim=int(dims[i]),
+            bucket=int(ev.bucket[i]), step=int(ev.step[i]), lanes=comm_lanes, group=group, dim=int(dims[i]), role=int(ev.role[i]),
         )
         prev_group[group] = ce.end
         ends[i] = ce

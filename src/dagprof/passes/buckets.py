@@ -20,8 +20,7 @@ import numpy as np
 from ..costmodel.collectives import allreduce_us
 from ..errors import DagprofError
 from ..graph.dag import Graph, GraphBuilder
-from ..traces.events import Kind
-from ..traces.run_comm import SPARSE_BUCKET
+from ..traces.events import CommRole, Kind
 from ..traces.zero_run import ZERO_OVERLAP_HOOK
 from ..units import MB
 from .comm import current_scheme, current_topology, retime_collectives, without_transfers
@@ -63,9 +62,8 @@ def refuse_own_ddp_setup(g: Graph, what: str, wire: bool = False) -> None:
 
 
 def sparse_buckets(g: Graph) -> set[int]:
-    """The DDP buckets whose collective all-gathers a sparse gradient (``traces.run_comm.bucket_name``)."""
-    comm = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0) & (g.bucket >= 0))
-    return {int(g.bucket[v]) for v in comm.tolist() if g.node_name(int(v)).startswith(SPARSE_BUCKET)}
+    """The DDP buckets whose collective all-gathers a sparse gradient (``CommRole.SPARSE``)."""
+    return set(np.unique(g.bucket[(g.kind == Kind.COMM) & (g.rank < 0) & (g.bucket >= 0) & (g.role == CommRole.SPARSE)]).tolist())
 
 
 @dataclass
@@ -275,7 +273,7 @@ def partition_tensors(g: Graph, parts: int) -> Graph:
         head = c.head
         for p in range(parts):
             v = b.add_node(f"{g.node_name(c.comm)} part {p}", Kind.COMM, device=int(g.device[c.comm]), order=float(g.order[c.comm]) + p * 1e-6,
-                           step=int(g.step[c.comm]), bucket=int(g.bucket[c.comm]), nbytes=int(g.nbytes[c.comm]) // parts)
+                           step=int(g.step[c.comm]), bucket=int(g.bucket[c.comm]), nbytes=int(g.nbytes[c.comm]) // parts, role=int(g.role[c.comm]))
             b.add_edges([int(remap[h]) for h in head], [v] * len(head))
             b.add_edges([v] * len(c.consumers), [int(remap[u]) for u in c.consumers])
     return retime_collectives(b.build(), topo, spec, lags_on=topo)

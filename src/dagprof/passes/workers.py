@@ -67,7 +67,7 @@ def scale_workers(g: Graph, workers: int, replicate: bool | None = None) -> Grap
 
 
 def _gathered_sparse(g: Graph, ratio: float) -> Graph:
-    """DDP's sparse-gradient buckets gather every rank's rows (``traces.run_comm.bucket_name``): ``ratio`` times the ranks
+    """DDP's sparse-gradient buckets gather every rank's rows (``CommRole.SPARSE``): ``ratio`` times the ranks
     gather ``ratio`` times the bytes, where an all-reduce's stay the same."""
     sel = (g.kind == Kind.COMM) & (g.rank < 0) & np.isin(g.bucket, list(sparse_buckets(g)))
     if ratio == 1.0 or not sel.any():

@@ -49,6 +49,17 @@ class Kind(enum.IntEnum):
     SYNC = 12  # graph only: a zero-cost join (every rank has entered a collective)
 
 
+class CommRole(enum.IntEnum):
+    """What a collective carries beyond its kind, where the reader that read it knows (``EventTable.role``, the graph's
+    ``role`` column): set once there, so that no later stage tells it by the collective's name."""
+
+    PLAIN = 0  # its kind, bytes and group say what it is
+    SPARSE = 1  # a DDP bucket of a sparse gradient (``nn.Embedding(sparse=True)``), all-gathered: each rank's bytes are the
+    # rows it touched, its own estimate of every rank's (``collect.hooks.ddp_buckets.sparse_wire_bytes``), so they differ by rank
+    ZERO_PARAMS = 2  # a ZeroRedundancyOptimizer's broadcast of its owner's updated parameters (``traces.zero_run``): the
+    # optimizer's data parallelism, not a collective of the job's own
+
+
 # Host and device clocks in one trace agree to a few microseconds: an instant that precedes another by
 # less than this is not evidence against a dependency between them.
 CLOCK_JITTER_US = 5.0
@@ -122,6 +133,7 @@ _COLUMNS: dict[str, Any] = {
     # the rank a rooted op names, as its group numbers it (c10d's dst/src argument): a send's or recv's peer, a broadcast's
     # root; -1 none or not recorded
     "peer": np.int32,
+    "role": np.int8,  # a collective's CommRole (transfer and issue), PLAIN elsewhere
 }
 
 
@@ -153,9 +165,11 @@ class EventTable:
     seq: np.ndarray
     bucket: np.ndarray
     peer: np.ndarray
+    role: np.ndarray
 
     COLUMNS = tuple(_COLUMNS)
-    DEFAULTS = {"depth": 0, "step": -1, "layer": -1, "nbytes": 0, "group": -1, "seq": -1, "bucket": -1, "peer": -1}  # optional columns
+    DEFAULTS = {"depth": 0, "step": -1, "layer": -1, "nbytes": 0, "group": -1, "seq": -1, "bucket": -1, "peer": -1,
+                "role": int(CommRole.PLAIN)}  # optional columns
 
     @classmethod
     def from_columns(cls, names: Sequence[str], **cols: Any) -> "EventTable":

@@ -10,37 +10,39 @@ from __future__ import annotations
 
 import numpy as np
 
-from .events import Dep, Kind, Lane, LaneKind, RankTrace
+from .events import CommRole, Dep, Kind, Lane, LaneKind, RankTrace
 from .meta import UnseenCollective
 from .run_schema import OWN_KINDS, Col, Rec
 from .run_spans import _Comm, _DeviceOp, _InOp, _Span, _Transfer
 
-SPARSE_BUCKET = "allgather sparse bucket "
 
-
-def bucket_name(bucket: int, sparse: bool) -> str:
+def bucket_name(bucket: int, role: CommRole) -> str:
     """A DDP bucket's collective: a sparse gradient's is gloo's all-gather of every rank's indices and values (its bytes
-    the gathered ones, which ``costmodel.topology.kind_of_collective`` prices as an all-gather by this name)."""
-    return f"{SPARSE_BUCKET}{bucket}" if sparse else f"allreduce bucket {bucket}"
+    the gathered ones, which ``costmodel.topology.kind_of_collective`` prices as an all-gather by this name). The name is
+    for people and the cost model's kind; what the bucket is, later stages read from its role."""
+    return f"allgather sparse bucket {bucket}" if role == CommRole.SPARSE else f"allreduce bucket {bucket}"
 
 
-def _sparse_seqs(records: np.ndarray) -> set[int]:
-    """The comm hook's calls (by seq) whose bucket held a sparse gradient (``Rec.ENQ_BEGIN``'s x)."""
+def bucket_roles(records: np.ndarray) -> dict[int, CommRole]:
+    """The comm hook's calls (by seq) -> their bucket's role: SPARSE where it held a sparse gradient (``Rec.ENQ_BEGIN``'s
+    x, which the collector sets from the gradient), else PLAIN. The one place a DDP bucket's role is read."""
     begin = records[records[:, Col.CODE] == Rec.ENQ_BEGIN]
-    return {int(r[Col.B]) for r in begin if r[Col.X] == 1}
+    return {int(r[Col.B]): CommRole.SPARSE if r[Col.X] == 1 else CommRole.PLAIN for r in begin}
 
 
 def hook_comm(records: np.ndarray) -> _Comm:
     """Fallback without Kineto: the comm hook's issue -> completion span (includes queueing and waiting for peers)."""
     code = records[:, Col.CODE]
     issued = {int(r[Col.B]): (int(r[Col.A]), int(r[Col.T_NS]), int(r[Col.X])) for r in records[code == Rec.ENQ_END]}
-    sparse = _sparse_seqs(records)
+    roles = bucket_roles(records)
     transfers = []
     for r in records[code == Rec.COMM_DONE]:
         seq = int(r[Col.B])
         if seq in issued:
             bucket, t0, nbytes = issued[seq]
-            transfers.append(_Transfer(seq, bucket, bucket_name(bucket, seq in sparse), t0, int(r[Col.T_NS]), f"comm thread {int(r[Col.X])}", nbytes))
+            role = roles.get(seq, CommRole.PLAIN)
+            transfers.append(_Transfer(seq, bucket, bucket_name(bucket, role), t0, int(r[Col.T_NS]), f"comm thread {int(r[Col.X])}", nbytes,
+                                       role=role))
     return _Comm("comm hook (issue to completion, includes queueing)", sorted(transfers, key=lambda t: t.seq), {}, [])
 
 
@@ -61,12 +63,13 @@ def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: l
                  zip(records[code == Rec.ENQ_BEGIN], records[code == Rec.ENQ_END]))
     transfers, seq_of, used = [], {}, set()
     begin = exchange_starts(ev, idx)
-    sparse = _sparse_seqs(records)
+    roles = bucket_roles(records)
     # a sparse gradient's bucket is gloo's sparse_all_reduce, a dense one's all_reduce: each matched in issue order to its own
     ops = {kind: [i for i in idx if colls.get(i, "").replace("_", "") == kind] for kind in ("allreduce", "sparseallreduce")}
     at_op = dict.fromkeys(ops, 0)
     for n, (seq, bucket, t0, nbytes) in enumerate(enq):
-        kind = "sparseallreduce" if seq in sparse else "allreduce"
+        role = roles.get(seq, CommRole.PLAIN)
+        kind = "sparseallreduce" if role == CommRole.SPARSE else "allreduce"
         found, k = ops[kind], at_op[kind]
         while k < len(found) and at(ev.start[found[k]]) < t0:
             k += 1
@@ -81,8 +84,8 @@ def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: l
         used.add(i)
         seq_of[seq] = int(ev.seq[i])
         lane = kt.lanes[ev.lane[i]]
-        transfers.append(_Transfer(int(ev.seq[i]), bucket, bucket_name(bucket, seq in sparse), at(begin[i]),
-                                   at(ev.start[i] + ev.dur[i]), lane.name, nbytes, _comm_lane_kind(lane)))
+        transfers.append(_Transfer(int(ev.seq[i]), bucket, bucket_name(bucket, role), at(begin[i]),
+                                   at(ev.start[i] + ev.dur[i]), lane.name, nbytes, _comm_lane_kind(lane), role=role))
     for i in idx:
         if i not in used:
             name, lane = colls.get(i) or ev.name_of(i), kt.lanes[ev.lane[i]]

@@ -16,9 +16,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from .events import Kind
+from .events import CommRole, Kind
 from .parallelism import in_op_name
-from .run_comm import bucket_name
+from .run_comm import bucket_name, bucket_roles
 from .run_schema import Col, Rec
 from .run_spans import _Comm, _InOp, _Span
 from .zero_run import overlap_spans
@@ -36,12 +36,13 @@ def partition_step(rows: np.ndarray, begin: int, end: int, layers: list[str], co
     code, a, b, t, x = (rows[:, c] for c in Col)
     priority = [h for h in comm.host if begin <= h.start <= end]  # intervals that cut through layer spans
     enq = {int(b[i]): int(t[i]) for i in np.flatnonzero(code == Rec.ENQ_BEGIN)}
-    sparse = {int(b[i]) for i in np.flatnonzero((code == Rec.ENQ_BEGIN) & (x == 1))}
+    roles = bucket_roles(rows)
     for i in np.flatnonzero(code == Rec.ENQ_END):
         s = int(b[i])
         if s in enq:
-            priority.append(_Span(Kind.COMM_ENQUEUE, bucket_name(int(a[i]), s in sparse), enq[s], int(t[i]), bucket=int(a[i]),
-                                  seq=comm.seq_of.get(s, s), nbytes=int(x[i])))
+            role = roles.get(s, CommRole.PLAIN)
+            priority.append(_Span(Kind.COMM_ENQUEUE, bucket_name(int(a[i]), role), enq[s], int(t[i]), bucket=int(a[i]),
+                                  seq=comm.seq_of.get(s, s), nbytes=int(x[i]), role=role))
     priority += overlap_spans(code, a, b, t, x)  # ZeRO's step inside DDP's comm hook (none in other jobs)
     for kb, ke, kind, name in ((Rec.UPDATE_BEGIN, Rec.UPDATE_END, Kind.UPDATE, "optimizer.step"),
                                (Rec.WAIT_BEGIN, Rec.WAIT_END, Kind.COMM_WAIT, "ddp finalize (wait for buckets)"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .events import Dep, Kind, LaneKind
+from .events import CommRole, Dep, Kind, LaneKind
 from .meta import OptimizerOps, UnseenCollective
 
 
@@ -20,6 +20,7 @@ class _Span:
     seq: int = -1
     nbytes: int = 0
     root: int = -1  # a broadcast's issue: its root (``_Transfer.root``)
+    role: CommRole = CommRole.PLAIN  # a collective's issue: its transfer's role
 
 
 @dataclass
@@ -76,3 +77,4 @@ class _Transfer:
     nbytes: int
     lane_kind: LaneKind = LaneKind.COMM_THREAD  # GPU_STREAM for NCCL kernels
     root: int = -1  # a broadcast's root as its group numbers it where the record names it (ZeRO's owner), else -1
+    role: CommRole = CommRole.PLAIN

@@ -19,18 +19,18 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..units import MB
-from .events import Kind
+from .events import CommRole, Kind
 from .run_comm import hook_comm
 from .run_schema import Col, Rec, ZeroInfo
 from .run_spans import _Comm, _Span, _Transfer
 
-ZERO_BROADCAST = "broadcast ZeRO params of rank "
 ZERO_OVERLAP_HOOK = "hook_with_zero_step(allreduce_hook)"  # the comm hook's name in a rank file: ZeRO stepped around DDP's all-reduce
 
 
 def zero_name(owner: int) -> str:
-    """The name a ZeRO parameter broadcast takes (``broadcast`` first: the cost model's kind reads it)."""
-    return f"{ZERO_BROADCAST}{owner}"
+    """The name a ZeRO parameter broadcast takes (``broadcast`` first: the cost model's kind reads it); later stages tell
+    it by its role (``CommRole.ZERO_PARAMS``), which the reader sets with it."""
+    return f"broadcast ZeRO params of rank {owner}"
 
 
 def check_zero(zero: ZeroInfo, world: int, path: str) -> None:
@@ -53,7 +53,7 @@ def label_zero(comm: _Comm, zero: ZeroInfo, records: np.ndarray, rank: int, kine
     code, t = records[:, Col.CODE], records[:, Col.T_NS]
     spans = zip(t[code == Rec.UPDATE_BEGIN].tolist(), t[code == Rec.UPDATE_END].tolist())
     at = {tr.seq: k for k, tr in enumerate(comm.transfers)}
-    unmatched = 0
+    unmatched, labelled = 0, set()
     for u0, u1 in spans:
         issued = {h.seq: h.end for h in comm.host if u0 <= h.start <= u1 and "broadcast" in h.name and h.seq in at}
         if len(issued) != per_step:
@@ -62,7 +62,10 @@ def label_zero(comm: _Comm, zero: ZeroInfo, records: np.ndarray, rank: int, kine
         for seq, owner, nbytes in zip(sorted(issued), zero.owners, zero.nbytes):
             k = at[seq]
             start = min(comm.transfers[k].start, issued[seq])
-            comm.transfers[k] = replace(comm.transfers[k], name=zero_name(owner), nbytes=int(nbytes), start=start, root=owner)
+            comm.transfers[k] = replace(comm.transfers[k], name=zero_name(owner), nbytes=int(nbytes), start=start, root=owner,
+                                        role=CommRole.ZERO_PARAMS)
+            labelled.add(seq)
+    comm.host = [replace(h, role=CommRole.ZERO_PARAMS) if h.seq in labelled else h for h in comm.host]
     if unmatched:
         warnings.append(f"rank {rank}: {unmatched} optimizer step(s) did not issue ZeroRedundancyOptimizer's {per_step} parameter "
                         f"broadcasts ({total:.1f} MB) as listed: theirs stay unsized (0 B, kept as measured by link what-ifs)")
@@ -98,7 +101,7 @@ def overlap_comm(records: np.ndarray, zero: ZeroInfo, steps: list, kineto: bool,
         if seq in issued and seq in owner:
             t0, nbytes = issued[seq]
             comm.transfers.append(_Transfer(seq, -1, zero_name(owner[seq]), t0, int(r[Col.T_NS]), f"comm thread {int(r[Col.X])}", nbytes,
-                                            root=owner[seq]))
+                                            root=owner[seq], role=CommRole.ZERO_PARAMS))
     comm.transfers.sort(key=lambda tr: tr.seq)
     return comm
 
@@ -114,7 +117,8 @@ def overlap_spans(code: np.ndarray, a: np.ndarray, b: np.ndarray, t: np.ndarray,
     for i in np.flatnonzero(code == Rec.ZERO_BCAST_END):
         seq = int(b[i])
         if seq in begun:
-            spans.append(_Span(Kind.COMM_ENQUEUE, zero_name(owner[seq]), begun[seq], int(t[i]), seq=seq, nbytes=int(x[i]), root=owner[seq]))
+            spans.append(_Span(Kind.COMM_ENQUEUE, zero_name(owner[seq]), begun[seq], int(t[i]), seq=seq, nbytes=int(x[i]), root=owner[seq],
+                               role=CommRole.ZERO_PARAMS))
     before = np.sort(t[np.isin(code, (Rec.ENQ_END, Rec.ZERO_BCAST_END, Rec.ZERO_STEP_END))])
     for s0, s1, bucket in zip(t[code == Rec.ZERO_STEP_BEGIN], t[code == Rec.ZERO_STEP_END], a[code == Rec.ZERO_STEP_BEGIN]):
         k = int(np.searchsorted(before, s0, side="right")) - 1

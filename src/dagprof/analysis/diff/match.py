@@ -17,8 +17,7 @@ import numpy as np
 
 from ...graph.dag import Graph, GraphBuilder
 from ...passes.buckets import sparse_buckets
-from ...traces.events import Kind
-from ...traces.run_comm import SPARSE_BUCKET
+from ...traces.events import CommRole, Kind
 
 _INSTANCE = re.compile(r"\.\d+$")
 _COLLECTIVE = (Kind.COMM, Kind.SYNC, Kind.COMM_ENQUEUE)
@@ -39,7 +38,7 @@ def op_label(g: Graph, v: int) -> str:
         if g.meta.horovod:
             return f"{_FUSED_WORD[Kind(kind)]} {int(g.bucket[v])}"
         word = _BUCKET_WORD[Kind(kind)]
-        sparse = SPARSE_BUCKET in g.node_name(v)  # its issue, join or transfer (``traces.run_comm.bucket_name``)
+        sparse = g.role[v] == CommRole.SPARSE  # its issue, join or transfer
         return f"{word.replace('all-reduce', 'all-gather sparse') if sparse else word} bucket {int(g.bucket[v])}"
     name = g.node_name(v)
     r = int(g.rank[v])
