@@ -1,6 +1,7 @@
 """The link fitted to a profile's collectives, and the rule that a model which misses the profiled run predicts nothing."""
 import json
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -27,6 +28,16 @@ def test_a_fit_that_cannot_split_latency_from_bandwidth_says_so():
     assert "do not grow" in flat.weak and flat.link.beta_us_per_byte == 0 and flat.link.alpha_us == pytest.approx(2250.0)
     noisy = fit_link(np.array([4.0, 4.0, 1e5, 1e5, 1e6, 1e6]), np.array([100.0, 5e3, 5e3, 100.0, 600.0, 5e3]), 2)
     assert "explains only" in noisy.weak
+
+
+@pytest.mark.parametrize("concurrent", [False, True])
+def test_collectives_that_moved_no_byte_fit_no_bandwidth(concurrent):
+    """A one-rank graph's collectives (an all-gather of one rank moves nothing) give no time per byte: their durations
+    over no bytes were an infinitely slow link (and numpy's divide-by-zero warning); none is fitted, and the fit says why."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fit = fit_link(np.zeros(3), np.array([100.0, 200.0, 300.0]), 1, concurrent=concurrent)
+    assert fit.link.alpha_us == fit.link.beta_us_per_byte == 0.0 and "no collective moved a byte" in fit.weak
 
 
 def test_repeats_of_one_size_bound_the_link_by_the_fastest():

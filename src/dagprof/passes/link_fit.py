@@ -346,7 +346,11 @@ def fit_link(nbytes: np.ndarray, dur_us: np.ndarray, workers: int, concurrent: b
     n = max(workers, 2)
     share = 2 * (n - 1) / n
     sizes = len(np.unique(nbytes))
-    total = LinkFit(AlphaBeta(0.0, float(dur_us.sum() / (share * nbytes).sum())), len(nbytes), sizes, None, None)
+    moved = float((share * nbytes).sum())
+    if moved <= 0:  # a one-rank graph's (``scale_fsdp_workers(g, 1)``: an all-gather of one rank moves nothing): as time per
+        # byte, its durations over no bytes were an infinitely slow link in the topology
+        return LinkFit(AlphaBeta(0.0, 0.0), len(nbytes), sizes, None, "no collective moved a byte between ranks, so no bandwidth shows in them")
+    total = LinkFit(AlphaBeta(0.0, float(dur_us.sum() / moved)), len(nbytes), sizes, None, None)
     if concurrent:
         return _fit_total(nbytes, dur_us, share, total)
     if sizes < 2 or nbytes.max() < 1.5 * nbytes.min():
