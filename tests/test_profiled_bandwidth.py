@@ -9,6 +9,7 @@ import json
 import os
 import sys
 
+import msgspec
 import numpy as np
 import pytest
 from testdata import DATA
@@ -20,7 +21,7 @@ from shaped_loopback import PAYLOAD_SHARE, measured, payload_share, predict_rate
 from dagprof.cli.main import main  # noqa: E402
 from dagprof.costmodel.collectives import allreduce_us
 from dagprof.graph.build_fsdp import allreduce_equivalent_bytes
-from dagprof.passes.link_fit import LARGE_SHARE, link_fit, priced_comm, profiled_collectives, unhidden_us_per_byte
+from dagprof.passes.link_fit import LARGE_SHARE, link_fit, priced_comm, profiled_collectives, unhidden_note, unhidden_us_per_byte
 from dagprof.pipeline import open_run
 from dagprof.search.scenario import Cluster, Scenario, apply, base_topology, profiled_at
 from dagprof.search.whatif import evaluate
@@ -217,3 +218,19 @@ def test_fp16_all_reduces_keep_their_least_time_beyond_the_wire_at_a_slower_one(
     assert allreduce_us(big, slow) == pytest.approx(big * (2.5 * wire + kept))
     fp32, _ = marked(DATA / "horovod" / "testbed-sparse-gru" / "500M")
     assert unhidden_us_per_byte(fp32, 1e6 / fp32.meta.wire_bytes_per_s) == 0.0
+
+
+def test_a_mix_of_fp16_and_fp32_all_reduces_keeps_none_and_says_so():
+    """The rule was measured on jobs all fp16 or all fp32: a mix keeps nothing beyond the wire, said with its count; grouped
+    all-reduces (``grouped_allreduce.*``) count as all-reduced gradients, where they once went unseen."""
+    g = open_run(DATA / "horovod" / "grouped").graph
+    hv = g.meta.horovod
+    tensors = sorted(hv.tensor_dtypes)
+    assert tensors and all(t.startswith("grouped_allreduce.") for t in tensors)
+    half = {t: "float16" if k % 2 else "float32" for k, t in enumerate(tensors)}
+    mixed = g.replace(meta=g.meta.replace(horovod=msgspec.structs.replace(hv, tensor_dtypes=half), wire_bytes_per_s=1e8))
+    assert unhidden_us_per_byte(mixed, 0.01) == 0.0
+    (note,) = unhidden_note(mixed)
+    assert note.startswith(f"{len(tensors) // 2} of the {len(tensors)} all-reduced gradients are float16, the rest float32")
+    fp16 = g.replace(meta=mixed.meta.replace(horovod=msgspec.structs.replace(hv, tensor_dtypes=dict.fromkeys(tensors, "float16"))))
+    assert not unhidden_note(fp16) and not unhidden_note(g)

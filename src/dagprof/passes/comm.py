@@ -50,7 +50,18 @@ from ..graph.meta import PsLinkFit
 from ..graph.replay_result import ReplayResult
 from ..traces.events import Kind
 from ..traces.parallelism import Dim, collective_kind, in_op_of
-from .link_fit import Collective, find_collectives, fit_topology, graph_world_size, hybrid, keep_stalls, link_fit, priced_comm, priced_world_size, profiled_comm
+from .link_fit import (
+    Collective,
+    find_collectives,
+    fit_topology,
+    fitted_stalls,
+    graph_world_size,
+    hybrid,
+    keep_stalls,
+    pipelined,
+    priced_comm,
+    priced_world_size,
+)
 
 
 def without_transfers(g: Graph, colls: list[Collective]) -> tuple[GraphBuilder, np.ndarray]:
@@ -91,7 +102,7 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
         return rebuild_ps(g, spec.servers, topo.inter)
     if topo.world_size != priced_world_size(g):
         raise DagprofError(f"topology has {topo.world_size} ranks, the graph's collectives {priced_world_size(g)}")
-    if lags_on is None and g.meta.horovod is None:  # the collectives as measured: their stalls stay where they were (``keep_stalls``)
+    if lags_on is None and not pipelined(g):  # the collectives as measured: their stalls stay where they were (``keep_stalls``)
         g = keep_stalls(g)
     dur, gap = g.dur.copy(), g.gap.copy()
     idx = np.flatnonzero(priced_comm(g))
@@ -132,7 +143,7 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
             exit_lag[idx[sel]] += np.minimum(exit_lag[idx[sel]], moved[idx[sel]]) * (per[idx[sel]] - 1.0)
             carried = mine & ~own
             np.add.at(exit_lag, consumers[carried, 1], grow[carried[mine]])  # the wire in its gap now
-    if g.meta.horovod is not None and lags_on is None:
+    if pipelined(g) and lags_on is None:
         dur[idx] += _horovod_stalls(g, idx, dur[idx], kinds, equiv, spec)
     at, priced = in_op_prices(g, topo, spec)
     if len(at):  # the model's own collectives: their price on the graph's link replaced by the new one
@@ -212,14 +223,7 @@ def _horovod_stalls(g: Graph, idx: np.ndarray, priced: np.ndarray, kinds: np.nda
         sel = kinds == kind
         sizes, inverse = np.unique(equiv[sel], return_inverse=True)
         now[sel] = _prices(cur, kind, sizes, spec)[inverse.reshape(-1)]
-    if g.meta.topology is not None:
-        stall = np.maximum(g.dur[idx] - now, 0.0)
-    else:
-        fit = link_fit(g)
-        stall = np.zeros(len(g))
-        if fit.stalls is not None:
-            stall[profiled_comm(g)] = fit.stalls
-        stall = stall[idx]
+    stall = np.maximum(g.dur[idx] - now, 0.0) if g.meta.topology is not None else fitted_stalls(g)[idx]
     return np.maximum(stall - np.maximum(priced - now, 0.0), 0.0)
 
 

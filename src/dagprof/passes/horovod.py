@@ -44,7 +44,7 @@ from ..errors import DagprofError
 from ..graph.dag import DeviceKind, Graph, GraphBuilder
 from ..graph.replay_result import ReplayResult
 from ..traces.events import Kind
-from ..traces.horovod import GROUP, LANE, REQUEST
+from ..traces.horovod import GROUP, LANE, REQUEST, tensor_collective
 from .comm import current_scheme, current_topology
 from .link_fit import find_collectives, fit_topology, graph_world_size
 
@@ -164,19 +164,13 @@ def _layout(g: Graph) -> _Layout:
     for (_, _, t), _v in sorted(requests.items(), key=lambda kv: g.order[kv[1]]):
         order.setdefault(t, len(order))
     dtypes = g.meta.horovod.tensor_dtypes
-    fuse_key = {t: (_collective(t), dtypes.get(t, "")) for t in sizes}
+    fuse_key = {t: (tensor_collective(t), dtypes.get(t, "")) for t in sizes}
     return _Layout(requests, dict(sinks), lanes, channel, drop, sorted(lanes), sizes, order, fuse_key)
-
-
-def _collective(tensor: str) -> str:
-    """A Horovod tensor's collective, from its name (``allreduce.fc.weight``, ``allgather.embed.weight.values``;
-    ``grouped_allreduce.fc.weight_2of5``: a tensor of an explicit group, all-reduced)."""
-    return tensor.partition(".")[0].removeprefix("grouped_")
 
 
 def _equivalent_bytes(tensors: list[str], sizes: dict[str, int]) -> float:
     """The bytes of the ring all-reduce that costs what this response costs (an all-gather: half its gathered bytes)."""
-    return sum(sizes.get(t, 0) for t in tensors) * allreduce_equivalent_factor(kind_of_collective(_collective(tensors[0])))
+    return sum(sizes.get(t, 0) for t in tensors) * allreduce_equivalent_factor(kind_of_collective(tensor_collective(tensors[0])))
 
 
 def _measured(g: Graph) -> np.ndarray:
@@ -349,7 +343,7 @@ def _rebuild(g: Graph, lay: _Layout, plan: list[_Cycle], costs: _Costs, price) -
             d_ar = price(_equivalent_bytes(resp, lay.tensor_bytes))
             pos = position[s]
             position[s] += 1
-            op = _collective(resp[0])
+            op = tensor_collective(resp[0])
             sync = b.add_node(f"sync.horovod {op}", Kind.SYNC, order=t + d_in, step=s, bucket=pos)
             label = resp[0].partition(".")[2] + (f" +{len(resp) - 1}" if fused else "")
             comm = b.add_node(f"horovod {op} {label}", Kind.COMM, device=lay.channel, dur=d_ar, order=t + d_in, step=s,

@@ -19,6 +19,7 @@ from ..graph.build_fsdp import allreduce_equivalent_bytes, is_fsdp_graph
 from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
 from ..traces.events import Kind
+from ..traces.horovod import tensor_collective
 from ..traces.parallelism import Dim
 
 
@@ -150,17 +151,35 @@ def keep_stalls(g: Graph) -> Graph:
     if g.meta.topology is not None or is_ps_graph(g):
         return g
     try:
-        fit = link_fit(g)
+        stall = fitted_stalls(g)
     except DagprofError:
         return g
-    if fit.stalls is None:
+    if not stall.any():
         return g
     gap = g.gap.copy()
-    colls = {c.comm: c for c in find_collectives(g)}
-    for c, stall in zip(profiled_comm(g, overlapping=g.meta.comm_lanes > 1).tolist(), fit.stalls.tolist()):
-        if stall > 0:
-            gap[colls[c].head] += stall
+    for c in find_collectives(g):
+        if stall[c.comm] > 0:
+            gap[c.head] += stall[c.comm]
     return g.replace(gap=gap)
+
+
+def fitted_stalls(g: Graph) -> np.ndarray:
+    """Per node, us: each collective's time beyond the link fitted to ``g``'s (``LinkFit.stalls``), 0 elsewhere: the one
+    pairing of the fit's stalls with the collectives it was fitted to (``profiled_comm`` as ``link_fit`` chose them)."""
+    fit = link_fit(g)
+    out = np.zeros(len(g))
+    if fit.stalls is not None:
+        out[profiled_comm(g, overlapping=g.meta.comm_lanes > 1)] = fit.stalls
+    return out
+
+
+def pipelined(g: Graph) -> bool:
+    """Whether a collective's time beyond the wire runs beside its transfer, where a slower wire hides it: Horovod's fused
+    responses, whose buffer copies and reductions on the cores run beside the ring's transfer (its timeline shows them
+    so; ``split_at_wire``'s ``pipelined``). Its link is the wire with the fit as a floor, and its stalls stay on their
+    transfers (``passes.comm._horovod_stalls``) rather than in the gap before them (``keep_stalls``). The other readers'
+    collectives (gloo's, NCCL's, TF's, XLA's) are one call each whose time the wire does not hide."""
+    return g.meta.horovod is not None
 
 
 def fit_topology(g: Graph) -> Topology:
@@ -181,11 +200,12 @@ def fit_topology(g: Graph) -> Topology:
     if g.meta.wire_bytes_per_s is None:
         return t
     kept = unhidden_us_per_byte(g, 1e6 / g.meta.wire_bytes_per_s)
-    return split_at_wire(t, g.meta.wire_bytes_per_s, pipelined=g.meta.horovod is not None, kept_us_per_byte=kept)
+    return split_at_wire(t, g.meta.wire_bytes_per_s, pipelined=pipelined(g), kept_us_per_byte=kept)
 
 
 # Gradient dtypes whose Horovod all-reduces keep beside any wire the least time per byte they took beyond the profiled
-# one (``unhidden_us_per_byte``)
+# one (``unhidden_us_per_byte``): measured on jobs all fp16 (kept) and all fp32 (none kept); other mixes are said
+# (``unhidden_note``)
 UNHIDDEN_DTYPES = frozenset({"float16"})
 # The transfers that tell a time per byte: those of at least this share of the largest one's bytes. Smaller ones pass in
 # the shaper's bucket and a few TCP segments, some faster than the wire's rate (hvd_autoencoder's 65 kB responses at
@@ -208,14 +228,31 @@ def unhidden_us_per_byte(g: Graph, wire_us_per_byte: float) -> float:
     excess (4.2-4.7; 13.6-23.4) did not: the fastest transfers show the work on the cores every fp16 buffer costs (its
     element-wise sums, which the ring does not overlap with the wire, the likely cause), the slower ones' extra the
     load, which a slower wire hides."""
-    hv = g.meta.horovod
-    dtypes = [dt for t, dt in (hv.tensor_dtypes.items() if hv is not None else ()) if t.startswith("allreduce.")]
+    dtypes = _allreduced_dtypes(g)
     if not dtypes or not all(dt in UNHIDDEN_DTYPES for dt in dtypes):
         return 0.0
     nbytes, dur = profiled_collectives(g)
     share = 2 * (max(priced_world_size(g), 2) - 1) / max(priced_world_size(g), 2) * nbytes.astype(float)
     large = nbytes >= LARGE_SHARE * nbytes.max()
     return max(float(((dur[large] - share[large] * wire_us_per_byte) / share[large]).min()), 0.0)
+
+
+def _allreduced_dtypes(g: Graph) -> list[str]:
+    """The dtype of each gradient a Horovod job all-reduced (grouped ones too), as sent."""
+    hv = g.meta.horovod
+    return [dt for t, dt in (hv.tensor_dtypes.items() if hv is not None else ()) if tensor_collective(t) == "allreduce"]
+
+
+def unhidden_note(g: Graph) -> list[str]:
+    """Where ``unhidden_us_per_byte``'s rule is a guess, said with the count: a Horovod job whose all-reduced gradients are
+    some of ``UNHIDDEN_DTYPES`` and some not, measured neither way; nothing of theirs is kept beside the wire."""
+    dtypes = _allreduced_dtypes(g)
+    some = sum(dt in UNHIDDEN_DTYPES for dt in dtypes)
+    if not 0 < some < len(dtypes):
+        return []
+    return [f"{some} of the {len(dtypes)} all-reduced gradients are {'/'.join(sorted(UNHIDDEN_DTYPES))}, the rest "
+            f"{'/'.join(sorted(set(dtypes) - UNHIDDEN_DTYPES))}: the time per byte beyond the wire that half-precision all-reduces "
+            "keep at every rate was measured on jobs all of one or the other, so none is kept here (as for fp32's)"]
 
 
 def profiled_kinds(g: Graph, overhead_us: float) -> tuple[tuple[str, AlphaBeta], ...]:

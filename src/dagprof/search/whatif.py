@@ -32,7 +32,7 @@ from ..passes.fsdp import set_reduce_dtype
 from ..passes.fsdp_mesh import merged_rings_note, uncalibrated_step_note, with_mesh, workers_mesh
 from ..passes.fsdp_units import with_units
 from ..passes.horovod import crowded_hosts
-from ..passes.link_fit import LinkFit, graph_world_size, link_fit
+from ..passes.link_fit import LinkFit, graph_world_size, link_fit, pipelined
 from ..passes.profiler_cost import measure_profiler_cost, remove_profiler_cost, scale_host_work
 from ..passes.workers import replica_ranks, shared_port_note
 from ..progress import progress
@@ -209,7 +209,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     return {"workers": n0, "model_iter_ms": model / 1e3, "model_error_pct": model_error, "profiler_cost": profiler,
             "reference_iter_ms": None if not measured_us else measured_us / 1e3, "link": link_text(base_topo), "link_fit": link,
             "columns": COLUMNS, "scenarios": rows, "overlap_slowdown": cluster.slowdown, "overlap_rate_bytes_per_s": cluster.comm_rate,
-            "notes": _hybrid_notes(g0) + _stall_notes(fit, g0.meta.horovod is not None) + _conversion_notes(g0, scenarios, cluster)
+            "notes": _hybrid_notes(g0) + _stall_notes(fit, pipelined(g0)) + _conversion_notes(g0, scenarios, cluster)
                      + _crowded_notes(g0, scenarios) + _unsized_own_notes(g0, scenarios) + _in_ops_notes(g0, scenarios)
                      + _shared_cores_notes(g0, cluster) + _overlap_notes(cluster) + _own_cores_notes(g0, predicted, cluster)
                      + _shared_port_notes(g0, scenarios) + _floor_notes(rows) + _refusion_notes(g0, scenarios, cluster, base_topo, model)

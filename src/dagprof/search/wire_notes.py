@@ -12,7 +12,7 @@ from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
-from ..passes.link_fit import LinkFit, graph_world_size, priced_comm, priced_world_size, profiled_collectives
+from ..passes.link_fit import LinkFit, graph_world_size, pipelined, priced_comm, priced_world_size, profiled_collectives, unhidden_note
 from .scenario import Cluster, Scenario
 
 FAR_BELOW_WIRE = 0.8  # a fit slower than this share of the profiled wire: most of its collectives' time is not the link's
@@ -42,11 +42,11 @@ def profiled_wire_notes(g: Graph, fit: LinkFit | None, c: Cluster, asked: list[S
         return out, [f"{head}, no slower than the wire (bytes crossed outside the timed transfers, or the rate is not the wire's): "
                      "its whole per-byte time scales by the rate ratio, --bandwidth over it"] + _horovod_wire_note(g, wire, written, asked)
     far = "far below the wire: " if share < FAR_BELOW_WIRE else ""
-    if g.meta.horovod is not None:
-        pipelined = (f"{far}{head}; Horovod's copies and reductions on the cores run beside the wire's transfer, so each collective "
-                     "takes the longer of its profiled price and the wire's time at a slower --bandwidth, and at a faster one its profiled "
-                     "price less the wire's time saved")
-        return out, [pipelined] + _horovod_wire_note(g, wire, written, asked)
+    if pipelined(g):
+        beside = (f"{far}{head}; Horovod's copies and reductions on the cores run beside the wire's transfer, so each collective "
+                  "takes the longer of its profiled price and the wire's time at a slower --bandwidth, and at a faster one its profiled "
+                  "price less the wire's time saved")
+        return out, [beside] + unhidden_note(g) + _horovod_wire_note(g, wire, written, asked)
     return out, [f"{far}{head}; the other {1 - share:.0%} of its per-byte time is taken as work on the cores (busy cores, copies) "
                  "and kept at every bandwidth, only the wire's part scales"]
 
@@ -65,7 +65,7 @@ def _horovod_wire_note(g: Graph, wire: float, written: str, asked: list[Scenario
     copies (its fp16 sums take about 2 ms of a core a step), and how much of them a slower wire hides is not in the
     profile. The note says the amount per step, measured at the profiled size: rows that also change --workers are
     left out of it and counted apart (how the time beyond the wire grows with the ranks is not in the profile)."""
-    if g.meta.horovod is None:
+    if not pipelined(g):
         return []
     n0 = graph_world_size(g)
     away = [(parse_bandwidth(s.bandwidth), s.workers in (None, n0)) for s in asked if s.bandwidth is not None]

@@ -65,6 +65,12 @@ def horovod_rank_file(rank: int) -> str:
     return f"rank{rank}.horovod.json"
 
 
+def tensor_collective(tensor: str) -> str:
+    """A Horovod tensor's collective, from the name Horovod gives it (``allreduce.fc.weight``,
+    ``allgather.embed.weight.values``; ``grouped_allreduce.fc.weight_2of5``: a tensor of an explicit group, all-reduced)."""
+    return tensor.partition(".")[0].removeprefix("grouped_")
+
+
 # ---------------------------------------------------------------- the run
 @dataclass
 class _Request:
@@ -192,7 +198,7 @@ def _check_requests(requests: dict[int, list[_Request]], traces: dict[int, RankT
     """Each rank's requests run forwards, lie in its own profiled steps (a second's slack) and size every all-reduced
     tensor as the first rank does (Horovod itself refuses other shapes); anything else is a damaged or another run's file."""
     ref = min(requests)
-    sizes = {(q.step, q.tensor): q.nbytes for q in requests[ref] if q.tensor.startswith("allreduce.")}
+    sizes = {(q.step, q.tensor): q.nbytes for q in requests[ref] if tensor_collective(q.tensor) == "allreduce"}
     for r, qs in requests.items():
         path = os.path.join(folder, horovod_rank_file(r))
         backwards = [q for q in qs if q.t1 < q.t0]
