@@ -20,13 +20,14 @@ from dagprof.passes.comm import current_topology
 from dagprof.passes.data_parallel import to_data_parallel
 from dagprof.passes.link_fit import profiled_comm
 from dagprof.passes.workers import scale_workers
-from dagprof.passes.zero import shard_bytes, zero_state_share
+from dagprof.passes.zero import even_share_note, shard_bytes, zero_state_share
 from dagprof.pipeline import open_run
 from dagprof.search.scenario import Scenario
 from dagprof.search.whatif import evaluate
 from dagprof.traces.dagprof_run import read_run
 from dagprof.traces.events import Kind
 from dagprof.traces.run_schema import ZeroInfo
+from dagprof.units import MB
 
 ZERO = DATA / "zero1"
 
@@ -81,6 +82,16 @@ def test_shard_bytes_repeats_torchs_greedy_partition():
     assert shard_bytes(zero, 4) == [8, 8, 2, 1]
     bucketed = ZeroInfo(optimizer="AdamW", world_size=2, owners=[0, 1], nbytes=[10, 10])
     assert shard_bytes(bucketed, 4) == [5, 5, 5, 5]  # one bucket per owner: even shares
+
+
+def test_even_shares_of_buckets_are_said_with_their_count():
+    """A bucketed ZeRO-1's shards on other worker counts are a guess (the parameters inside are not recorded): a what-if note
+    says so, with the buckets' count; at the profiled count, or with the parameters recorded, nothing is said."""
+    bucketed = ZeroInfo(optimizer="AdamW", world_size=2, owners=[0, 1], nbytes=[10 * MB, 10 * MB])
+    (note,) = even_share_note(bucketed, [2, 4, 8])
+    assert note.startswith("--workers 4,8: ZeroRedundancyOptimizer broadcast one bucket per owner (2 of 20.0 MB")
+    assert not even_share_note(bucketed, [2]) and not even_share_note(None, [4])
+    assert not even_share_note(ZeroInfo(optimizer="AdamW", world_size=2, owners=[0, 0, 1], nbytes=[8, 1, 8]), [4])
 
 
 def test_more_workers_shrink_each_ranks_optimizer_step(graph):

@@ -20,19 +20,39 @@ from __future__ import annotations
 from ..graph.dag import Graph
 from ..traces.events import Kind
 from ..traces.run_schema import ZeroInfo
+from ..units import MB
 
 
 def shard_bytes(zero: ZeroInfo, workers: int) -> list[int]:
     """Bytes each of ``workers`` ranks would own: the profiled partition at its own size; else torch's greedy one over
-    the recorded parameters (one bucket per owner, ``parameters_as_bucket_view``, cannot be re-split: even shares)."""
+    the recorded parameters (one bucket per owner, ``parameters_as_bucket_view``, cannot be re-split: even shares, a guess
+    that ``even_share_note`` says)."""
     if workers == zero.world_size:
         return [sum(n for o, n in zip(zero.owners, zero.nbytes) if o == r) for r in range(workers)]
-    if len(set(zero.owners)) == len(zero.nbytes):  # one broadcast per owner: its bucket
+    if _bucketed(zero):
         return [sum(zero.nbytes) // workers] * workers
     owned = [0] * workers
     for n in sorted(zero.nbytes, reverse=True):
         owned[owned.index(min(owned))] += n
     return owned
+
+
+def _bucketed(zero: ZeroInfo) -> bool:
+    """One broadcast per owner: its bucket (``parameters_as_bucket_view``; the collector sums each owner's parameters into
+    one), whose parameters' sizes are not recorded. A job with one parameter per owner reads the same."""
+    return len(set(zero.owners)) == len(zero.nbytes)
+
+
+def even_share_note(zero: ZeroInfo | None, workers: list[int]) -> list[str]:
+    """Where ``shard_bytes`` takes even shares (other worker counts of a bucketed ZeRO-1), said with the count of buckets:
+    torch partitions the parameters inside them, largest first, which the record does not list."""
+    other = sorted({w for w in workers if zero is not None and w != zero.world_size})
+    if not other or not _bucketed(zero):
+        return []
+    return [f"--workers {','.join(map(str, other))}: ZeroRedundancyOptimizer broadcast one bucket per owner ({len(zero.nbytes)} of "
+            f"{sum(zero.nbytes) / MB:.1f} MB, parameters_as_bucket_view): the parameters inside are not recorded, so each rank's "
+            "shard is taken as an even share and its optimizer step scaled by that (torch assigns whole parameters, largest first: "
+            "the largest shard, and so the step, may be larger)"]
 
 
 def scale_zero_step(g: Graph, zero: ZeroInfo, profiled: int, workers: int, stands_for: dict[int, list[int]]) -> Graph:

@@ -35,6 +35,7 @@ from ..passes.horovod import crowded_hosts
 from ..passes.link_fit import LinkFit, graph_world_size, link_fit, pipelined
 from ..passes.profiler_cost import measure_profiler_cost, remove_profiler_cost, scale_host_work
 from ..passes.workers import replica_ranks, shared_port_note
+from ..passes.zero import even_share_note
 from ..progress import progress
 from ..replay import ReplayResult
 from ..traces.events import Kind
@@ -213,7 +214,8 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
                      + _crowded_notes(g0, scenarios) + _unsized_own_notes(g0, scenarios) + _in_ops_notes(g0, scenarios)
                      + _shared_cores_notes(g0, cluster) + _overlap_notes(cluster) + _own_cores_notes(g0, predicted, cluster)
                      + _shared_port_notes(g0, scenarios) + _floor_notes(rows) + _refusion_notes(g0, scenarios, cluster, base_topo, model)
-            + _link_to_notes(scenarios, cluster) + _mesh_notes(g0, scenarios) + _fsdp_step_notes(g0, scenarios, cluster) + wire_notes + waiting
+            + _link_to_notes(scenarios, cluster) + _mesh_notes(g0, scenarios) + _zero_notes(g0, scenarios) + _fsdp_step_notes(g0, scenarios, cluster)
+            + wire_notes + waiting
             + ([f"no peak memory in {len(rows)} row(s): {NO_SIZES}"] if unsized else [])
             + ([f"peak memory in {len(rows)} row(s): {GATHERED_UNRECORDED}"] if _threshold_rule(g0) and not unsized else [])
             + ([note] if is_fsdp_graph(g0) and not unsized and (note := offload_note(g0.meta.fsdp)) else [])
@@ -314,6 +316,11 @@ def _shared_port_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
     """More parameter-server workers than profiled: their messages share each server's port in the model's best case."""
     note = shared_port_note(g, max(s.workers or 0 for s in scenarios)) if is_ps_graph(g) else None
     return [note] if note else []
+
+
+def _zero_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
+    """Other worker counts of a ZeRO-1 job whose shards the record cannot re-split (``passes.zero.even_share_note``)."""
+    return even_share_note(g.meta.zero, [s.workers for s in scenarios if s.workers is not None])
 
 
 def _mesh_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
