@@ -11,7 +11,8 @@ where they differ, the keys that do and both values. Both trees run in the same 
 ``--readers DIR`` compares the readers instead: every file and folder under DIR that dagprof reads (``formats.sniff``:
 Kineto traces, run folders of every framework, XPlane files...) loaded by ``traces.load`` with each tree (missing ranks
 allowed, no parse cache), whole ``Run`` against whole ``Run`` (every column's bytes, flows, lanes, metadata and warnings,
-by a digest; empty fields left out, so a field added with an empty default does not count), or the same one-line refusal.
+by a digest; empty fields and all-zero columns left out, so a field or column added with an empty default does not count), or
+the same one-line refusal.
 
     python bench/compare_outputs.py --before ../old-checkout --readers tests/data
 """
@@ -65,8 +66,8 @@ def feed(h, x):
         names = [f.name for f in dataclasses.fields(x)] if dataclasses.is_dataclass(x) else x.__struct_fields__
         h.update(type(x).__name__.encode())
         for f in names:  # an empty field is left out: a field added with an empty default reads the same on older inputs
-            v = getattr(x, f)
-            if isinstance(v, np.ndarray) or not (v is None or v is False or (isinstance(v, (str, int, float, dict, list, tuple)) and not v)):
+            v = getattr(x, f)  # (a column too: one all 0, as an added column's default, is left out in both trees)
+            if v.any() if isinstance(v, np.ndarray) else not (v is None or v is False or (isinstance(v, (str, int, float, dict, list, tuple)) and not v)):
                 h.update(f.encode()); feed(h, v)
     elif isinstance(x, dict):
         h.update(b"{%d" % len(x))
