@@ -12,7 +12,7 @@ from dagprof.analysis.breakdown import own_collectives
 from dagprof.cli.main import main
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
-from dagprof.passes.buckets import sparse_buckets
+from dagprof.passes.buckets import partition_tensors, sparse_buckets
 from dagprof.traces.dagprof_run import read_run
 from dagprof.traces.events import CommRole, Kind
 from dagprof.traces.run_schema import Rec
@@ -57,6 +57,7 @@ def test_the_reader_marks_sparse_buckets_and_the_graph_keeps_it(tmp_path, kineto
     assert set(np.unique(g.bucket[marked]).tolist()) == SPARSE_BUCKETS
     bucketed = np.isin(g.kind, (Kind.COMM, Kind.SYNC, Kind.COMM_ENQUEUE)) & np.isin(g.bucket, list(SPARSE_BUCKETS))
     assert (marked == bucketed).all()
+    assert sparse_buckets(partition_tensors(g, 2)) == SPARSE_BUCKETS  # a pass that cuts the transfers keeps their role
 
 
 @pytest.mark.parametrize("folder, seen", [("kineto", True), ("overlap", True), ("hooks", False)])
