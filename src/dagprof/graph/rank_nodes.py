@@ -66,7 +66,7 @@ def _nodes(asm: Assembler, trace: RankTrace, cut: Pieces, steps: list[int], main
     node_of = asm.b.add_nodes(
         name=name, kind=kind, rank=np.full(len(cut), r, dtype=np.int64), device=device, dur=mend - mstart,
         order=order, step=step, layer=layer, bucket=np.where(mark, -1, ev.bucket[oo]),
-        nbytes=np.where(mark, 0, ev.nbytes[oo]), role=np.where(mark, 0, ev.role[oo]))
+        nbytes=np.where(mark, 0, ev.nbytes[oo]), role=np.where(mark, 0, ev.role[np.where(w >= 0, w, oo)]))  # the named event's
     del name, kind, device, order, step, layer, oo
     asm.mstart.frombytes(memoryview(np.ascontiguousarray(mstart, np.float64)).cast("B"))
     asm.mend.frombytes(memoryview(np.ascontiguousarray(mend, np.float64)).cast("B"))
