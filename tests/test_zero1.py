@@ -92,6 +92,7 @@ def test_even_shares_of_buckets_are_said_with_their_count():
     assert note.startswith("--workers 4,8: ZeroRedundancyOptimizer broadcast one bucket per owner (2 of 20.0 MB")
     assert not even_share_note(bucketed, [2]) and not even_share_note(None, [4])
     assert not even_share_note(ZeroInfo(optimizer="AdamW", world_size=2, owners=[0, 0, 1], nbytes=[8, 1, 8]), [4])
+    assert not even_share_note(ZeroInfo(optimizer="AdamW", world_size=2), [4])  # no broadcast listed: nothing guessed
 
 
 def test_more_workers_shrink_each_ranks_optimizer_step(graph):

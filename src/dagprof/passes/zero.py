@@ -40,7 +40,7 @@ def shard_bytes(zero: ZeroInfo, workers: int) -> list[int]:
 def _bucketed(zero: ZeroInfo) -> bool:
     """One broadcast per owner: its bucket (``parameters_as_bucket_view``; the collector sums each owner's parameters into
     one), whose parameters' sizes are not recorded. A job with one parameter per owner reads the same."""
-    return len(set(zero.owners)) == len(zero.nbytes)
+    return 0 < len(set(zero.owners)) == len(zero.nbytes)
 
 
 def even_share_note(zero: ZeroInfo | None, workers: list[int]) -> list[str]:
