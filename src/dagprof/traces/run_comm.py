@@ -113,12 +113,16 @@ def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: l
 def in_op_sizes(inside: list[tuple[str, int, int]], records: np.ndarray, lo: int, hi: int,
                 outside: list[tuple[str, int]] = ()) -> list[_InOp]:
     """The collectives Kineto shows inside the model's ops (``inside``: canonical kind, transfer start and end, ns, in issue
-    order) that the collector sized (``Rec.OWN_COLL``, in the window ``[lo, hi]``), matched by kind in issue order. The
-    job's calls outside any op (``outside``: kind, enqueue start; a logging all-reduce, which Kineto shows as a collective
-    of its own) each take the latest record of their kind before them out of the pairing. A kind whose calls and transfers
-    then do not pair one to one (a call made asynchronously, or by a path the collector does not patch: DTensor's
-    functional collectives) is left unsized: timed inside its op as measured, and counted so."""
-    own = records[(records[:, Col.CODE] == Rec.OWN_COLL) & (records[:, Col.T_NS] >= lo) & (records[:, Col.T_NS] <= hi)]
+    order) that the collector sized (``Rec.OWN_COLL``, ``Rec.OWN_ASYNC``, in the window ``[lo, hi]``), matched by kind in
+    issue order. The job's calls outside any op (``outside``: kind, enqueue start; a logging all-reduce, which Kineto shows
+    as a collective of its own) each take the latest record of their kind before them out of the pairing. A kind whose
+    calls and transfers then do not pair one to one (a call by a path the collector does not patch) is left unsized: timed
+    inside its op as measured, and counted so. A blocking call blocked its thread from its transfer's start; an
+    asynchronous one from its first wait (``Rec.OWN_WAIT``) on, so its piece starts there, and one whose transfer ended
+    before that wait began (hidden behind the ops between) or that no wait was recorded for stays unsized likewise."""
+    window = (records[:, Col.T_NS] >= lo) & (records[:, Col.T_NS] <= hi)
+    own = records[np.isin(records[:, Col.CODE], (Rec.OWN_COLL, Rec.OWN_ASYNC)) & window]
+    waits = {(int(r[Col.A]), int(r[Col.X])): int(r[Col.T_NS]) for r in records[records[:, Col.CODE] == Rec.OWN_WAIT]}
     out = []
     for k, kind in enumerate(OWN_KINDS):
         calls = own[own[:, Col.A] == k]
@@ -129,7 +133,10 @@ def in_op_sizes(inside: list[tuple[str, int, int]], records: np.ndarray, lo: int
         seen = [(t0, t1) for name, t0, t1 in inside if name == kind]
         if not len(calls) or len(calls) != len(seen) or any(int(c[Col.T_NS]) > t1 for c, (_, t1) in zip(calls, seen)):
             continue
-        out += [_InOp(kind, t0, t1, int(c[Col.X]), int(c[Col.B])) for c, (t0, t1) in zip(calls, seen)]
+        for c, (t0, t1) in zip(calls, seen):
+            blocked = t0 if c[Col.CODE] == Rec.OWN_COLL else max(t0, waits.get((k, int(c[Col.T_NS])), t1))
+            if blocked < t1:
+                out.append(_InOp(kind, blocked, t1, int(c[Col.X]), int(c[Col.B])))
     return sorted(out, key=lambda x: x.start)
 
 
