@@ -45,16 +45,18 @@ def patch_own_collectives(collector: Any) -> None:
     """Patch ``torch.distributed``'s collectives, its work's ``wait`` and the functional collectives for the window; the
     collector's ``_restore`` undoes it."""
     import torch.distributed as dist
-    import torch.distributed._functional_collectives as funcol
 
     pending: dict[int, tuple[Any, int, int]] = {}  # id(work or output tensor) -> (it, kind, its call's time): waits to come
     collector._restore.append(pending.clear)
     for name, (kind, arg) in OWN_CALLS.items():
         _patch(collector, dist, name, partial(_recording, collector, pending, OWN_KINDS.index(kind), arg))
-    for name, kind in FUNCTIONAL_CALLS.items():
-        _patch(collector, funcol, name, partial(_functional, collector, pending, OWN_KINDS.index(kind)))
-    _patch(collector, funcol, "wait_tensor", partial(_waiting, collector, pending))
     _patch(collector, dist.Work, "wait", partial(_waiting, collector, pending))
+    # a job that uses them (DTensor) has imported them; importing them here would cost every other job 65 ms in its window
+    funcol = sys.modules.get("torch.distributed._functional_collectives")
+    if funcol is not None:
+        for name, kind in FUNCTIONAL_CALLS.items():
+            _patch(collector, funcol, name, partial(_functional, collector, pending, OWN_KINDS.index(kind)))
+        _patch(collector, funcol, "wait_tensor", partial(_waiting, collector, pending))
 
 
 def _patch(collector: Any, owner: Any, name: str, wrap: Any) -> None:
