@@ -69,17 +69,19 @@ def test_a_link_change_moves_each_by_the_change_of_its_price(name, rate):
 
 def test_asynchronous_and_functional_calls_are_pieces_from_their_wait():
     """async-sized: GatherLayer's all_gather(async_op=True) and its backward's all_reduce, each waited for, and a functional
-    all_reduce (DTensor's path) waited for at first use. Each is a piece from its first wait (or its transfer's start, if
-    later) to its transfer's end, with its bytes; rank 1's first all-gather ended before its wait began (hidden behind
-    its enqueue on the loaded machine) and stays unsized, which the note counts."""
+    all_reduce (DTensor's path) waited for at first use: each a piece from its first wait (or its transfer's start, if
+    later) to its transfer's end, with its bytes. The forward's own async all_gather of the queries, waited for only after
+    the loss, had ended by then on every rank and step (hidden behind the document tower): unsized, counted in the note,
+    and no more a collective of its own priced as 0 bytes."""
     g = open_run(FRESH / "async-sized").graph
     v, kinds = _pieces(g)
     got = sorted((kind, int(g.nbytes[x])) for x, (kind, _) in zip(v.tolist(), kinds))
-    assert got == sorted([("allgather", 32 * 64 * 4)] * 3 + [("allreduce", 64 * 4)] * 4 + [("allreduce", 2 * 32 * 64 * 4)] * 4)
+    assert got == sorted([("allgather", 32 * 64 * 4)] * 4 + [("allreduce", 64 * 4)] * 4 + [("allreduce", 2 * 32 * 64 * 4)] * 4)
     par = g.meta.parallel
-    assert par.in_ops[0] == 3 and par.in_ops_sized == 2.75
+    assert par.in_ops[0] == 4 and par.in_ops_sized == 3 and dict(par.in_ops_kinds) == {"allgather": 2, "allreduce": 2}
     text = par.in_ops_text()
-    assert "re-price the 2.75" in text and "the other 0.25 keep their measured time" in text and "before its wait began" in text
+    assert "re-price the 3 " in text and "the other 1 keep their measured time" in text and "before its wait began" in text
+    assert not any("allgather" in n for n in g.names if "inside the op" not in n)
 
 
 def test_an_asynchronous_call_blocks_from_its_wait():
@@ -97,6 +99,25 @@ def test_an_asynchronous_call_blocks_from_its_wait():
     inside = [("allgather", 12, 40), ("allgather", 31, 45), ("allgather", 61, 70), ("allgather", 81, 90)]
     got = in_op_sizes(inside, records, 0, 100)
     assert [(x.start, x.end, x.nbytes) for x in got] == [(25, 40, 8), (81, 90, 4)]
+
+
+def test_an_asynchronous_call_outside_any_op_is_the_models_where_it_waited_for_it():
+    """A module's own dist.all_gather_into_tensor(async_op=True) enqueues outside any Kineto op, as a logging all-reduce
+    does; the latest call of its kind before that enqueue, asynchronous and waited for, makes it the model's own (paired
+    and cut at its wait), where a blocking call, or one never waited for, leaves it a collective of its own."""
+    from dagprof.traces.run_comm import _waited_later
+
+    def rec(code: int, kind: str, t: int, x: int) -> list[int]:
+        row = [0] * len(Col)
+        row[Col.CODE], row[Col.A], row[Col.B], row[Col.T_NS], row[Col.X] = code, OWN_KINDS.index(kind), 2, t, x
+        return row
+
+    records = np.array([rec(Rec.OWN_ASYNC, "allgather", 10, 8), rec(Rec.OWN_WAIT, "allgather", 30, 10),
+                        rec(Rec.OWN_COLL, "allgather", 40, 8), rec(Rec.OWN_ASYNC, "allreduce", 50, 4)], dtype=np.int64)
+    assert _waited_later(records, "allgather", 11)
+    assert not _waited_later(records, "allgather", 41)  # the blocking call's
+    assert not _waited_later(records, "allreduce", 51)  # never waited for
+    assert not _waited_later(records, "allreduce", 5) and not _waited_later(records, "alltoall", 11)
 
 
 def test_on_a_half_duplex_link_a_scatter_moves_by_its_one_way_price():

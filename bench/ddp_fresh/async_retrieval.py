@@ -4,6 +4,9 @@ Habits it exercises, as users write them:
 - SimCLR's ``GatherLayer`` (an autograd Function) to score each query against every rank's documents: its forward
   all-gathers them with ``dist.all_gather(..., async_op=True)``, copies this rank's own slice while that is in flight,
   then ``work.wait()``; its backward all-reduces the gathered gradients asynchronously and waits before it returns;
+- every rank's queries all-gathered with ``dist.all_gather_into_tensor(..., async_op=True)`` in the model's own
+  ``forward`` for a uniformity term (Wang & Isola), the document tower computed while they are in flight, ``work.wait()``
+  only after the contrastive loss;
 - a DINO-style ``Centering`` module whose running centre of the documents' embeddings is averaged over the ranks with
   the functional collectives DTensor uses (``torch.distributed._functional_collectives.all_reduce``), waited for where
   it is first used;
@@ -68,10 +71,15 @@ class Retrieval(nn.Module):
         self.center = Centering(dim)
 
     def forward(self, tokens: torch.Tensor, docs: torch.Tensor) -> torch.Tensor:
-        d = F.normalize(self.center(self.doc(docs)), dim=-1)
         q = F.normalize(self.query(self.query_embed(tokens)), dim=-1)
+        bank = torch.empty(dist.get_world_size() * len(q), q.shape[1])
+        work = dist.all_gather_into_tensor(bank, q.detach().contiguous(), async_op=True)  # every rank's queries
+        d = F.normalize(self.center(self.doc(docs)), dim=-1)  # the document tower runs while they are in flight
         keys = torch.cat(GatherLayer.apply(d))
-        return F.cross_entropy(20.0 * q @ keys.T, torch.arange(len(q)) + dist.get_rank() * len(q))
+        loss = F.cross_entropy(20.0 * q @ keys.T, torch.arange(len(q)) + dist.get_rank() * len(q))
+        work.wait()
+        uniformity = torch.logsumexp(-2.0 * torch.cdist(q, bank).pow(2), dim=1).mean()  # against every rank's queries
+        return loss + 0.1 * uniformity
 
 
 def main() -> None:
