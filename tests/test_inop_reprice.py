@@ -140,6 +140,22 @@ def test_on_a_half_duplex_link_a_scatter_moves_by_its_one_way_price():
         assert (h.dur[x] < full.dur[x]) if kind == "scatter" else (h.dur[x] == pytest.approx(full.dur[x]))
 
 
+def test_whatif_half_duplex_lowers_only_the_scatters_price(capsys):
+    """``dagprof whatif --half-duplex`` on CLIP's recording: the model of the profiled run stays; at 200 Mbit/s the step
+    comes out shorter by no more than its scatters' halved price."""
+    def ask(*extra: str) -> dict:
+        assert main(["whatif", str(FRESH / "clip-sized"), "--bandwidth", "200Mbit", "--json", "--no-trace", "--allow-model-error", *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    full, half = ask(), ask("--half-duplex")
+    assert half["model_iter_ms"] == pytest.approx(full["model_iter_ms"])
+    g = open_run(FRESH / "clip-sized").graph
+    v, kinds = _pieces(g)
+    scatters = [x for x, (kind, _) in zip(v.tolist(), kinds) if kind == "scatter"]
+    bound = float(g.nbytes[scatters].sum()) * 8 / 200e6 * 1e3 / len(g.meta.steps)  # ms a step: all of them, every rank
+    assert 0 < full["scenarios"][0]["predicted_iter_ms"] - half["scenarios"][0]["predicted_iter_ms"] <= bound
+
+
 def test_more_workers_keep_them_as_measured():
     """Their bytes and calls would change with the model's batch across more workers: a 4-rank link prices none of a
     2-rank profile's pieces."""
