@@ -1,8 +1,9 @@
 """Link what-ifs re-price the collectives a DDP model runs inside its own ops (CLIP's differentiable all_gather and the
 scatters of its backward, synchronised BatchNorm's statistics) where the collector recorded their bytes
-(``collect.hooks.own_collectives``: tests/data/ddp-fresh/{clip,syncbn}-sized): each is a piece of the op it blocked, and
-a link change moves it by the change in the link model's price for its bytes. Recordings without those bytes (the
-older ``clip``/``syncbn``, the DP x TP job's DTensor all-reduces) keep them as measured, said with their count."""
+(``collect.hooks.own_collectives``: tests/data/ddp-fresh/{clip,syncbn}-sized), and the asynchronous and functional
+calls it records with their waits (``async-sized``): each is a piece of the op it blocked, and a link change moves it by
+the change in the link model's price for its bytes. Recordings without those bytes (the older ``clip``/``syncbn``, the
+DP x TP job's DTensor all-reduces recorded before) keep them as measured, said with their count."""
 from __future__ import annotations
 
 import json
@@ -46,7 +47,7 @@ def test_each_sized_collective_is_a_piece_of_the_op_it_blocked(name):
     assert f"link what-ifs re-price the {par.in_ops_sized:g}" in par.in_ops_text()
 
 
-@pytest.mark.parametrize("name", sorted(SIZED))
+@pytest.mark.parametrize("name", [*sorted(SIZED), "async-sized"])
 @pytest.mark.parametrize("rate", [200e6 / 8, 10e9 / 8])
 def test_a_link_change_moves_each_by_the_change_of_its_price(name, rate):
     """Each piece's new time is its measured time less the link model's price for its bytes on the profiled link plus the
@@ -64,6 +65,95 @@ def test_a_link_change_moves_each_by_the_change_of_its_price(name, rate):
     assert np.allclose(same.dur[v], g.dur[v])
     back = set_topology(h, was)  # and back from the new link
     assert np.allclose(back.dur[v], g.dur[v])
+
+
+def test_asynchronous_and_functional_calls_are_pieces_from_their_wait():
+    """async-sized: GatherLayer's all_gather(async_op=True) and its backward's all_reduce, each waited for, and a functional
+    all_reduce (DTensor's path) waited for at first use: each a piece from its first wait (or its transfer's start, if
+    later) to its transfer's end, with its bytes. The forward's own async all_gather of the queries, waited for only after
+    the loss, had ended by then on every rank and step (hidden behind the document tower): unsized, counted in the note,
+    and no more a collective of its own priced as 0 bytes."""
+    g = open_run(FRESH / "async-sized").graph
+    v, kinds = _pieces(g)
+    got = sorted((kind, int(g.nbytes[x])) for x, (kind, _) in zip(v.tolist(), kinds))
+    assert got == sorted([("allgather", 32 * 64 * 4)] * 4 + [("allreduce", 64 * 4)] * 4 + [("allreduce", 2 * 32 * 64 * 4)] * 4)
+    par = g.meta.parallel
+    assert par.in_ops[0] == 4 and par.in_ops_sized == 3 and dict(par.in_ops_kinds) == {"allgather": 2, "allreduce": 2}
+    text = par.in_ops_text()
+    assert "re-price the 3 " in text and "the other 1 keep their measured time" in text and "before its wait began" in text
+    assert not any("allgather" in n for n in g.names if "inside the op" not in n)
+
+
+def test_an_asynchronous_call_blocks_from_its_wait():
+    """Paired by kind in issue order like a blocking call; its piece starts at its first wait (OWN_WAIT naming its call's
+    time) where that is after its transfer's start; one whose transfer ended before its wait, or with no wait recorded,
+    is left out (unsized), the others of its kind still sized."""
+    def rec(code: int, kind: str, t: int, x: int) -> list[int]:
+        row = [0] * len(Col)
+        row[Col.CODE], row[Col.A], row[Col.B], row[Col.T_NS], row[Col.X] = code, OWN_KINDS.index(kind), 2, t, x
+        return row
+
+    records = np.array([rec(Rec.OWN_ASYNC, "allgather", 10, 8), rec(Rec.OWN_WAIT, "allgather", 25, 10),
+                        rec(Rec.OWN_ASYNC, "allgather", 30, 8), rec(Rec.OWN_WAIT, "allgather", 50, 30),
+                        rec(Rec.OWN_ASYNC, "allgather", 60, 8), rec(Rec.OWN_COLL, "allgather", 80, 4)], dtype=np.int64)
+    inside = [("allgather", 12, 40), ("allgather", 31, 45), ("allgather", 61, 70), ("allgather", 81, 90)]
+    got = in_op_sizes(inside, records, 0, 100)
+    assert [(x.start, x.end, x.nbytes) for x in got] == [(25, 40, 8), (81, 90, 4)]
+
+
+def test_an_asynchronous_call_outside_any_op_is_the_models_where_it_waited_for_it():
+    """A module's own dist.all_gather_into_tensor(async_op=True) enqueues outside any Kineto op, as a logging all-reduce
+    does; the latest call of its kind before that enqueue, asynchronous and waited for, makes it the model's own (paired
+    and cut at its wait), where a blocking call, or one never waited for, leaves it a collective of its own."""
+    from dagprof.traces.run_comm import _waited_later
+
+    def rec(code: int, kind: str, t: int, x: int) -> list[int]:
+        row = [0] * len(Col)
+        row[Col.CODE], row[Col.A], row[Col.B], row[Col.T_NS], row[Col.X] = code, OWN_KINDS.index(kind), 2, t, x
+        return row
+
+    records = np.array([rec(Rec.OWN_ASYNC, "allgather", 10, 8), rec(Rec.OWN_WAIT, "allgather", 30, 10),
+                        rec(Rec.OWN_COLL, "allgather", 40, 8), rec(Rec.OWN_ASYNC, "allreduce", 50, 4)], dtype=np.int64)
+    assert _waited_later(records, "allgather", 11)
+    assert not _waited_later(records, "allgather", 41)  # the blocking call's
+    assert not _waited_later(records, "allreduce", 51)  # never waited for
+    assert not _waited_later(records, "allreduce", 5) and not _waited_later(records, "alltoall", 11)
+
+
+def test_on_a_half_duplex_link_a_scatter_moves_by_its_one_way_price():
+    """``whatif --half-duplex`` (the testbed's one shaper for both directions): a scatter sends one way, so its bytes cost
+    half their all-reduce equivalent on the profiled link and on the new one; the all-gathers (both ways) as before, and
+    at the profiled link every piece stays as measured."""
+    from dataclasses import replace
+
+    g = open_run(FRESH / "clip-sized").graph
+    v, kinds = _pieces(g)
+    was = replace(current_topology(g), half_duplex=True)
+    now = was.with_link("inter", 200e6 / 8, None)
+    on = set_topology(g, was)
+    assert np.allclose(on.dur[v], g.dur[v])
+    h = set_link(on, bandwidth=200e6 / 8)
+    full = set_link(g, bandwidth=200e6 / 8)
+    for x, (kind, ranks) in zip(v.tolist(), kinds):
+        m = per_rank_equivalent_bytes(kind, float(g.nbytes[x]), ranks) * (0.5 if kind == "scatter" else 1.0)
+        assert h.dur[x] == pytest.approx(max(g.dur[x] - allreduce_us(m, was) + allreduce_us(m, now), 0.0), abs=1e-6)
+        assert (h.dur[x] < full.dur[x]) if kind == "scatter" else (h.dur[x] == pytest.approx(full.dur[x]))
+
+
+def test_whatif_half_duplex_lowers_only_the_scatters_price(capsys):
+    """``dagprof whatif --half-duplex`` on CLIP's recording: the model of the profiled run stays; at 200 Mbit/s the step
+    comes out shorter by no more than its scatters' halved price."""
+    def ask(*extra: str) -> dict:
+        assert main(["whatif", str(FRESH / "clip-sized"), "--bandwidth", "200Mbit", "--json", "--no-trace", "--allow-model-error", *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    full, half = ask(), ask("--half-duplex")
+    assert half["model_iter_ms"] == pytest.approx(full["model_iter_ms"])
+    g = open_run(FRESH / "clip-sized").graph
+    v, kinds = _pieces(g)
+    scatters = [x for x, (kind, _) in zip(v.tolist(), kinds) if kind == "scatter"]
+    bound = float(g.nbytes[scatters].sum()) * 8 / 200e6 * 1e3 / len(g.meta.steps)  # ms a step: all of them, every rank
+    assert 0 < full["scenarios"][0]["predicted_iter_ms"] - half["scenarios"][0]["predicted_iter_ms"] <= bound
 
 
 def test_more_workers_keep_them_as_measured():
@@ -127,28 +217,44 @@ def test_calls_and_transfers_pair_by_kind_in_order_or_not_at_all():
 
 def test_a_users_kineto_trace_moves_its_sized_activation_collectives_the_same_way():
     """clip-kineto (plain torch.profiler, record_shapes): the all-gathers and scatters sit in the graph as shared collectives
-    labelled unknown; the sized ones move by their change of price, the unsized keep their time, the gradients are re-priced."""
+    labelled unknown; each moves by its change of price. gloo's scatter records its chunks on its root only: each rank's
+    scatter pairs with its peer's of the same root and carries the root's chunk, so all 18 are sized, none on one rank only."""
     from dagprof.passes.comm import activation_comm
     from dagprof.traces.parallelism import Dim, collective_kind
 
     g = open_run(FRESH / "clip-kineto").graph
     acts = activation_comm(g)
     unknown = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0) & (g.dim == Dim.UNKNOWN))
-    assert g.meta.parallel.unknown_are_activations and len(acts) == 12 and len(unknown) == 18
+    assert g.meta.parallel.unknown_are_activations and len(acts) == len(unknown) == 18
+    assert set(g.nbytes[acts].tolist()) == {128 * 256 * 4}  # a rank's chunk of the batch's 256-wide embeddings
     was, now = current_topology(g), current_topology(g).with_link("inter", 200e6 / 8, None)
     h = set_link(g, bandwidth=200e6 / 8)
     for v in acts.tolist():
         m = per_rank_equivalent_bytes(collective_kind(g.node_name(v)), float(g.nbytes[v]), 2)
         assert h.dur[v] == pytest.approx(max(g.dur[v] - allreduce_us(m, was) + allreduce_us(m, now), 0.0), abs=1e-6)
-    rest = np.setdiff1d(unknown, acts)
-    assert np.array_equal(h.dur[rest], g.dur[rest]) and (g.nbytes[rest] == 0).all()
 
 
-def test_the_collector_sizes_blocking_calls_only_and_unpatches(tmp_path):
-    """One gloo rank: a model whose forward all-gathers (blocking) and all-reduces asynchronously; one record per blocking
-    call in the window, with its bytes and group size; torch.distributed's functions are the originals afterwards."""
+def test_a_users_scatters_pair_each_root_with_its_peer():
+    """In clip-kineto each rank roots every other scatter of the backward: matched by issue order, each instance holds
+    one rank's root scatter (the only one gloo records tensors on) and the other rank's of the same root, never two roots."""
+    from dagprof.align.one_clock import on_one_clock
+
+    run, matching = on_one_clock(open_run(FRESH / "clip-kineto").run)
+    scatters = [k for k, it in enumerate(matching.instances) if it.collective == "scatter"]
+    assert len(scatters) >= 12
+    for k in scatters:
+        sized = [int(t.events.nbytes[np.flatnonzero(m == k)[0]]) for t, m in zip(run.ranks, matching.instance)]
+        assert sorted(sized) == [0, 128 * 256 * 4] and matching.instances[k].nbytes == 128 * 256 * 4
+
+
+def test_the_collector_sizes_the_models_calls_and_their_waits_and_unpatches(tmp_path):
+    """One gloo rank: a model whose forward all-gathers (blocking), all-reduces asynchronously and waits, and broadcasts
+    through the functional collectives DTensor uses; DDP's comm hook all-reduces its bucket asynchronously too. Per step in
+    the window: one record per call of the model's, with its bytes and group size, the asynchronous ones' first waits
+    naming their call; none for DDP's bucket; torch.distributed's functions are the originals afterwards."""
     torch = pytest.importorskip("torch")
     import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from dagprof.collect import profile
@@ -163,10 +269,15 @@ def test_the_collector_sizes_blocking_calls_only_and_unpatches(tmp_path):
             y = self.lin(x)
             out = [torch.empty_like(y)]
             dist.all_gather(out, y.detach())
-            dist.all_reduce(y.detach().clone(), async_op=True).wait()
-            return y + out[0]
+            work = dist.all_reduce(y.detach().clone(), async_op=True)
+            work.wait()
+            work.wait()  # a second wait is no new record
+            b = funcol.broadcast(x[:2], 0, dist.group.WORLD)
+            return y + out[0] + b.sum()
 
     originals = {n: dist.__dict__[n] for n in ("all_gather", "all_reduce", "scatter")}
+    functional = {n: funcol.__dict__[n] for n in ("all_gather_single", "all_reduce", "broadcast", "wait_tensor")}
+    wait = dist.Work.__dict__["wait"]
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
     try:
         model = DDP(Gathering())
@@ -179,10 +290,16 @@ def test_the_collector_sizes_blocking_calls_only_and_unpatches(tmp_path):
                 prof.step()
     finally:
         dist.destroy_process_group()
-    assert all(dist.__dict__[n] is f for n, f in originals.items())
+    assert all(dist.__dict__[n] is f for n, f in originals.items()) and all(funcol.__dict__[n] is f for n, f in functional.items())
+    assert dist.Work.__dict__["wait"] is wait
     records = json.loads((tmp_path / "run" / rank_file(0)).read_text())["records"]
-    own = [r for r in records if r[Col.CODE] == Rec.OWN_COLL]
-    assert [(r[Col.A], r[Col.B], r[Col.X]) for r in own] == [(OWN_KINDS.index("allgather"), 1, 5 * 4 * 4)] * 2
+    own = [r for r in records if r[Col.CODE] in (Rec.OWN_COLL, Rec.OWN_ASYNC, Rec.OWN_WAIT)]
+    step = [(Rec.OWN_COLL, OWN_KINDS.index("allgather"), 1, 5 * 4 * 4), (Rec.OWN_ASYNC, OWN_KINDS.index("allreduce"), 1, 5 * 4 * 4),
+            (Rec.OWN_WAIT, OWN_KINDS.index("allreduce"), 0, None), (Rec.OWN_ASYNC, OWN_KINDS.index("broadcast"), 1, 2 * 8 * 4),
+            (Rec.OWN_WAIT, OWN_KINDS.index("broadcast"), 0, None)]
+    assert [(r[Col.CODE], r[Col.A], r[Col.B], None if r[Col.CODE] == Rec.OWN_WAIT else r[Col.X]) for r in own] == step * 2
+    calls = {r[Col.T_NS] for r in own if r[Col.CODE] == Rec.OWN_ASYNC}
+    assert {r[Col.X] for r in own if r[Col.CODE] == Rec.OWN_WAIT} == calls
 
 
 def test_compute_what_ifs_and_the_profilers_cost_leave_them_alone():

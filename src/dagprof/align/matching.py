@@ -38,6 +38,10 @@ from ..traces.parallelism import p2p_peer
 
 # Collectives whose per-rank payload legitimately differs (uneven splits).
 _UNEVEN = frozenset({"alltoall", "sendrecv", "send", "recv", "gather", "scatter"})
+# Collectives whose tensors gloo's Kineto event records on their root only (a scatter's inputs, the chunks it sends; the
+# other ranks' transfer has no arguments): their dtype and bytes are the root's (``_sized``), and paired by dtype the
+# roots' scatters of CLIP's backward (one per rank in turn) met each other, not their peers' of the same root.
+ROOT_SIZED = frozenset({"scatter"})
 
 
 @dataclass
@@ -85,7 +89,7 @@ class _Op:
         """What must agree across ranks, whichever iteration it belongs to: the bytes too, but where each rank's are its
         own (an uneven split; a sparse gradient's gather, each rank's estimate of all ranks' rows)."""
         uneven = self.coll in _UNEVEN or self.role == CommRole.SPARSE
-        return (self.coll, self.dtype, -1 if uneven else self.nbytes)
+        return (self.coll, "" if self.coll in ROOT_SIZED else self.dtype, -1 if uneven else self.nbytes)
 
     @property
     def signature(self) -> tuple[int, str, str, int]:
@@ -176,8 +180,9 @@ def match_collectives(run: Run, strict: bool = True) -> Matching:
             if a in dropped:  # outside a rank's window: nobody's instance (kept when lost inside: reported above)
                 continue
             k = len(instances)
-            instances.append(Instance(g, op.seq, run.ranks[ref].events.name_of(op.event), op.nbytes,
-                                      [run.ranks[p].rank for p, _ in members_at], op.coll, op.dtype, root=_root(run.ranks[ref], g, members_at)))
+            sized = _sized(op, [o for _, o in members_at])
+            instances.append(Instance(g, op.seq, run.ranks[ref].events.name_of(op.event), sized.nbytes,
+                                      [run.ranks[p].rank for p, _ in members_at], op.coll, sized.dtype, root=_root(run.ranks[ref], g, members_at)))
             for p, o in members_at:
                 instance[p][o.event] = k
         trimmed = _trimmed(run, per_rank_ops, holders, g, instance)
@@ -196,6 +201,14 @@ def match_collectives(run: Run, strict: bool = True) -> Matching:
                if all(t.groups == ["0"] and not t.meta.group_desc for t in run.ranks) and run.world_size > 2 else "")
         raise DagprofError(f"mismatched collectives: {problems[0]}{more}{why}", run.source)
     return Matching(instance, instances, problems, warnings, step_offset)
+
+
+def _sized(op: _Op, members: list[_Op]) -> _Op:
+    """The op whose bytes and dtype an instance carries: the reference rank's, but a ``ROOT_SIZED`` collective's root's
+    (the one member that recorded them), so that every rank's instance has them or none has."""
+    if op.coll not in ROOT_SIZED:
+        return op
+    return next((o for o in members if o.nbytes > 0), op)
 
 
 def _root(ref: RankTrace, g: str, members_at: list[tuple[int, _Op]]) -> int:

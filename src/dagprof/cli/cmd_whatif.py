@@ -58,6 +58,9 @@ def add_arguments(p) -> None:
     p.add_argument("--profiled-bandwidth", metavar="RATE", type=bandwidth,
                    help="the wire rate the run was profiled at, e.g. 1Gbit: the fitted link's time per byte beyond it is kept as work on "
                    "the cores at every --bandwidth (busy cores, not the link), only the wire's part scales")
+    p.add_argument("--half-duplex", action="store_true",
+                   help="the link's two directions share its rate (one shaper for both, a half-duplex port): --bandwidth is what each "
+                   "gets while both carry, and a collective that sends one way (scatter, gather, broadcast) gets twice it")
     p.add_argument("--cores", type=positive_int, default=None, help="cores per host shared by its ranks (default: ranks do not contend)")
     p.add_argument("--ranks-per-host", type=positive_int, default=None, help="with --cores: ranks per host (default all on one)")
     p.add_argument("--fine", action="store_true", help="per-message collectives on per-link queues (needs <= 64 ranks)")
@@ -105,7 +108,7 @@ def _evaluate(args, folder: str | None) -> dict:
     cluster = Cluster(link=args.link, topology=args.topology, link_model=args.link_model, link_from=args.link_from,
                       profiled_bandwidth=args.profiled_bandwidth, first_bucket_mb=args.first_bucket_mb,
                       overlap=not args.no_overlap, cores=args.cores, ranks_per_host=args.ranks_per_host, fine=args.fine,
-                      optimizer_state=args.optimizer_state, slowdown=slowdown, comm_rate=rate)
+                      optimizer_state=args.optimizer_state, slowdown=slowdown, comm_rate=rate, half_duplex=args.half_duplex)
     measured = prof.analysis.measured_us
 
     def timeline(i: int, g, res) -> str | None:

@@ -98,6 +98,10 @@ class Topology:
     # the shorter of the two wires' (``passes.link_fit.split_at_wire``); not written by to_dict
     floor: "Topology | None" = None
     floor_wire: "Topology | None" = None
+    # the ports' two directions share their rate, as on a half-duplex link or the namespace testbed's one shaped loopback
+    # (``whatif --half-duplex``): ``inter`` is then what each direction gets while both carry, as a fit to all-reduces
+    # measures it, and a collective whose transfers each go one way gets both shares (``one_way_share``)
+    half_duplex: bool = False
 
     def __post_init__(self) -> None:
         if self.hosts < 1 or self.devices_per_host < 1:
@@ -115,6 +119,13 @@ class Topology:
     def link(self, a: int, b: int) -> AlphaBeta:
         """The model of the path a -> b (ranks; PS servers are hosts of their own)."""
         return self.intra if self.host_of(a) == self.host_of(b) else self.inter
+
+    def one_way_share(self, kind: str) -> float:
+        """What a ``kind`` collective's all-reduce-equivalent bytes cost on this link, per byte: 1/2 for one that sends one
+        way on a half-duplex link (``ONE_WAY_KINDS``: a scatter's root sends while its other ranks only receive), else 1.
+        Priced as on a full-duplex port, CLIP's backward scatters on the testbed's shaped loopback grew by 35 ms a step
+        from 1 Gbit/s to 200 Mbit/s where they measured about 7, beside all-gathers that grew 15.5 where priced 17.5."""
+        return 0.5 if self.half_duplex and kind in ONE_WAY_KINDS else 1.0
 
     def with_workers(self, workers: int) -> "Topology":
         """Same host shape, more (or fewer) hosts: ``workers`` must fill whole hosts."""
@@ -414,6 +425,9 @@ def _worker_count(n: Any, path: str) -> int:
         raise DagprofError(f"worker count {n!r} is not a positive integer", path)
     return int(n)
 
+
+ONE_WAY_KINDS = ("scatter", "gather", "broadcast")  # collectives each of whose transfers goes one way (Kineto's and
+# ``kind_of_collective``'s names): gloo's scatter and gather between the root and each rank, its broadcast down a tree
 
 # bytes of the ring all-reduce that costs what a collective of S bytes costs, per kind: a ring all-gather or
 # reduce-scatter of S bytes sends (n-1)/n S per rank, half an all-reduce of S; gloo has no reduce-scatter of its

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..align.clocks import is_symmetric
-from ..align.matching import Matching
+from ..align.matching import ROOT_SIZED, Matching
 from ..align.one_clock import on_one_clock
 from ..errors import DagprofError
 from ..traces.events import RankTrace, Run
@@ -115,7 +115,8 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         inst[: len(matching.instance[pos])] = matching.instance[pos][: len(inst)]  # a window marker adds a row
         add_rank(asm, trace, chosen, inst, dims[pos], p2p, host_waits=not lumped)
     add_collectives(asm, frozenset(k for k, it in enumerate(matching.instances) if not is_symmetric(it.collective)),
-                    {k: it.ranks[1] for k, it in enumerate(matching.instances) if it.p2p}, _overlap_roots(run, matching))
+                    {k: it.ranks[1] for k, it in enumerate(matching.instances) if it.p2p}, _overlap_roots(run, matching),
+                    {k: it.nbytes for k, it in enumerate(matching.instances) if it.collective in ROOT_SIZED})
     g = asm.finish()
     g.meta = g.meta.replace(
         world_size=run.world_size,

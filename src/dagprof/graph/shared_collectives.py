@@ -54,7 +54,7 @@ class _SharedView:
 
 
 def add_collectives(asm: Assembler, rooted: frozenset[int] = frozenset(), receiver: dict[int, int] | None = None,
-                    roots: dict[int, int] | None = None) -> None:
+                    roots: dict[int, int] | None = None, nbytes: dict[int, int] | None = None) -> None:
     """One SYNC join and one COMM node per instance, timed on the shared (aligned) clock (see the
     module docstring); ``rooted``: instances of collectives that may release a rank before every
     rank joined (broadcast, reduce, send/recv: ``align.clocks.SYMMETRIC`` names the others); ``roots``: a broadcast's
@@ -64,8 +64,9 @@ def add_collectives(asm: Assembler, rooted: frozenset[int] = frozenset(), receiv
     on; under load 30 on 2 cores a recv ended 2 ms before its send started): released early, the recv's
     whole wait for the other stage was a fixed gap again, a bubble no what-if moved. (gloo's sender joins at its
     c10d::send call's start, where it posts the data: ``graph.pieces.anchors``; its "gloo:send" range may open
-    milliseconds later, after the receiver had the data, on one host's clock too.)"""
-    receiver, roots = receiver or {}, roots or {}
+    milliseconds later, after the receiver had the data, on one host's clock too.) ``nbytes``: the bytes of an
+    instance that only its root's record tells (``align.matching.ROOT_SIZED``), else the first rank's."""
+    receiver, roots, nbytes = receiver or {}, roots or {}, nbytes or {}
     if not asm.instances:
         return
     ref = min(c.base_ns for ends in asm.instances.values() for c in ends)
@@ -104,7 +105,7 @@ def add_collectives(asm: Assembler, rooted: frozenset[int] = frozenset(), receiv
             released += [(inst, p) for p in np.flatnonzero(early).tolist()]
         dim = head.dim if all(c.dim == head.dim for c in ends) else 0  # ranks that disagree: unknown
         comm = asm.node(f"{head.name}.{inst}", Kind.COMM, *at, dur=dur, order=0.0, device=channel, step=head.step, bucket=head.bucket,
-                         nbytes=head.nbytes, dim=dim, role=head.role)
+                         nbytes=nbytes.get(inst, head.nbytes), dim=dim, role=head.role)
         asm.fixed_gap[comm] = gap
         comm_of[inst] = comm
         syncs.append((inst, sync, ends))

@@ -109,6 +109,8 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
     kinds = (np.array([kind_of_collective(g.node_name(int(v))) for v in idx], dtype=object)
              if (topo.kinds or topo.link_ratio or _kinds_of(g)) and is_fsdp_graph(g) else np.full(len(idx), "", dtype=object))
     equiv = allreduce_equivalent_bytes(g, idx)
+    if topo.half_duplex:  # a broadcast's transfers go one way (``Topology.one_way_share``)
+        equiv = equiv * np.array([topo.one_way_share(kind_of_collective(g.node_name(int(v)))) for v in idx])
     consumers, lag = exit_lags(g, idx)
     exit_lag = g.exit_lag.copy()
     if topo.world_size < 2:  # a collective of one rank releases no rank after another
@@ -147,8 +149,10 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
         dur[idx] += _horovod_stalls(g, idx, dur[idx], kinds, equiv, spec)
     at, priced = in_op_prices(g, topo, spec)
     if len(at):  # the model's own collectives: their price on the graph's link replaced by the new one
-        was = lags_on or _lags_measured_on(g)  # the link they were priced on (a pass that rebuilt the collectives gives it)
-        dur[at] = np.maximum(g.dur[at] + priced - in_op_prices(g, was if was is not None and was.world_size == topo.world_size else topo, spec)[1], 0.0)
+        was = lags_on or _lags_measured_on(g)  # the link they were priced on (a pass that rebuilt the collectives gives it),
+        # on the medium ``topo`` names: a what-if changes the link's rate, not whether its directions share it
+        was = replace(was, half_duplex=topo.half_duplex) if was is not None and was.world_size == topo.world_size else topo
+        dur[at] = np.maximum(g.dur[at] + priced - in_op_prices(g, was, spec)[1], 0.0)
     devices = [Device(d.name, d.kind, d.rank, 1) if d.kind == DeviceKind.COMM else d for d in g.devices]
     return g.replace(dur=dur, gap=np.maximum(gap, 0.0), exit_lag=exit_lag, devices=devices, meta=g.meta.replace(topology=topo, scheme=spec))
 
@@ -171,7 +175,8 @@ def activation_comm(g: Graph) -> np.ndarray:
 
 def in_op_prices(g: Graph, topo: Topology, spec: CollectiveSpec) -> tuple[np.ndarray, np.ndarray]:
     """(nodes, us): the link model's price on ``topo`` of each collective the model ran inside an op whose group is the
-    ranks ``topo`` prices, its bytes per rank as the all-reduce that costs the same (``costmodel.topology.per_rank_equivalent_bytes``):
+    ranks ``topo`` prices, its bytes per rank as the all-reduce that costs the same (``costmodel.topology.per_rank_equivalent_bytes``;
+    a scatter, gather or broadcast on a half-duplex link at its share, ``Topology.one_way_share``):
     a dagprof run's pieces (``in_op_pieces``) and a user's Kineto trace's shared nodes (``activation_comm``). Under gloo
     such a call blocks the thread that issued it, so a link change moves that op's end by the change in its price:
     ``retime_collectives`` takes its price on the graph's link off its time and adds the new one, keeping the rest as
@@ -182,7 +187,7 @@ def in_op_prices(g: Graph, topo: Topology, spec: CollectiveSpec) -> tuple[np.nda
     model's bytes and calls would change with it) keeps its measured time."""
     named = [(int(v), *in_op_of(g.node_name(int(v)))) for v in in_op_pieces(g).tolist()]
     named += [(int(v), collective_kind(g.node_name(int(v))), g.meta.parallel.dp_size) for v in activation_comm(g).tolist()]
-    sized = [(v, per_rank_equivalent_bytes(kind, float(g.nbytes[v]), ranks, g.meta.backend or "gloo"))
+    sized = [(v, topo.one_way_share(kind) * per_rank_equivalent_bytes(kind, float(g.nbytes[v]), ranks, g.meta.backend or "gloo"))
              for v, kind, ranks in named if ranks == topo.world_size and g.nbytes[v] > 0]
     if not sized:
         return np.zeros(0, np.int64), np.zeros(0)

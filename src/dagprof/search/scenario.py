@@ -77,6 +77,7 @@ class Cluster:
     optimizer_state: str = "momentum"  # --data-parallel fsdp from DDP: optimizer state per parameter (search.memory.OPTIMIZER_STATE)
     slowdown: float = 0.0  # compute beside in-flight collectives takes (1 + slowdown x overlap) as long (search.measured.slowdown_of)
     comm_rate: float | None = None  # bytes/s of the all-reduce the slowdown was measured beside (None: each collective counts whole)
+    half_duplex: bool = False  # the link's two directions share its rate (``Topology.half_duplex``)
     link_file: LinkModelFile | None = field(init=False, repr=False)  # ``link_model`` read once, for every pass and scenario
     profiled_wire: float | None = field(init=False, repr=False)  # ``profiled_bandwidth`` read once, bytes/s
 
@@ -319,14 +320,14 @@ def sweep(values: dict[str, list | None]) -> list[Scenario]:
 
 def base_topology(g: Graph, c: Cluster) -> Topology:
     """The cluster the run ran on: ``c.topology``, else ``c.link_model``, else fitted to its collectives (split at the wire
-    rate it was profiled at where ``profiled_at`` gave it)."""
+    rate it was profiled at where ``profiled_at`` gave it); half-duplex where ``c.half_duplex`` says so."""
     n0 = priced_world_size(g)  # a hybrid job's link model prices its data-parallel group
     t = current_topology(g)
     if c.topology:  # the profile's per-collective software overhead stays
-        return replace(parse_topology(c.topology, n0), overhead_us=t.overhead_us)
-    if c.link_file:
-        return c.link_file.on(t, n0)
-    return t
+        t = replace(parse_topology(c.topology, n0), overhead_us=t.overhead_us)
+    elif c.link_file:
+        t = c.link_file.on(t, n0)
+    return replace(t, half_duplex=c.half_duplex) if c.half_duplex else t
 
 
 def measured_comm(g: Graph, scenarios: list[Scenario], c: Cluster) -> Topology | None:

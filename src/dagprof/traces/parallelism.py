@@ -199,7 +199,8 @@ class Parallelism:
         priced = (f"; link what-ifs re-price the {sized:g} whose bytes the collector recorded (the op's time less their price "
                   "on the profiled link, waits kept, plus their price on the new one)") if sized else ""
         kept = (f"; {'the other ' if sized else ''}{rest:g} keep their measured time under link what-ifs (no bytes recorded: "
-                "an asynchronous call, or one not made through torch.distributed's functions, as DTensor's)") if rest > 0 else ""
+                "one not made through the torch.distributed or functional-collective functions the collector patches, or an "
+                "asynchronous one whose transfer had ended before its wait began, or whose wait went unrecorded)") if rest > 0 else ""
         return (head + priced + kept + "; bucket and worker what-ifs keep them all as measured (an all-gather's output grows "
                 "with the workers)")
 

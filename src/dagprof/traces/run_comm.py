@@ -93,12 +93,14 @@ def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: l
                                        lane.name, int(ev.nbytes[i]), _comm_lane_kind(lane)))
     main = [j for j, lane in enumerate(kt.lanes) if lane.main]
     host = []
+    kind_of = {int(ev.seq[i]): colls.get(i, "") or ev.name_of(i) for i in idx}  # a host enqueue's kind: its transfer's
     if main:
         mask = (ev.kind == Kind.COMM_ENQUEUE) & (ev.depth == 0) & (ev.lane == main[0]) & (ev.seq >= 0)
         hooked = set(seq_of.values())
         for j in np.flatnonzero(mask).tolist():
             if int(ev.seq[j]) not in hooked and lo <= at(ev.start[j]) <= hi:
                 host.append(_Span(Kind.COMM_ENQUEUE, ev.name_of(j), at(ev.start[j]), at(ev.start[j] + ev.dur[j]), seq=int(ev.seq[j])))
+        host = [h for h in host if not _waited_later(records, kind_of.get(h.seq, ""), h.start)]
     kept = {h.seq for h in host}
     inside = [i for i in idx if i not in used and int(ev.seq[i]) not in kept]
     unseen: dict[str, UnseenCollective] = {}
@@ -106,22 +108,42 @@ def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: l
         name = colls.get(i, "") or ev.name_of(i)
         u = unseen.get(name, UnseenCollective())
         unseen[name] = UnseenCollective(u.count + 1, u.us + float(ev.dur[i]))
-    kind_of = {int(ev.seq[i]): colls.get(i, "") or ev.name_of(i) for i in idx}  # a host enqueue's kind: its transfer's
     sized = in_op_sizes([(colls.get(i, "") or ev.name_of(i), at(ev.start[i]), at(ev.start[i] + ev.dur[i])) for i in inside],
                         records, lo, hi, [(kind_of.get(h.seq, ""), h.start) for h in host])
     return _Comm("Kineto (gloo/NCCL execution spans)", sorted(transfers, key=lambda t: t.seq), seq_of, host,
                  device_ops(kt, lo, hi, at), unseen, in_op=sized)
 
 
+def _waited_later(records: np.ndarray, kind: str, start: int) -> bool:
+    """Whether the job's collective enqueued outside any op at ``start`` (ns) is an asynchronous call of the model's that
+    it waited for later (the latest call of its ``kind`` the collector recorded before it is a ``Rec.OWN_ASYNC`` with a
+    ``Rec.OWN_WAIT``): a module's ``dist.all_gather_into_tensor(..., async_op=True)`` then ``work.wait()``. The thread
+    blocked at that wait, inside the model's forward, so it is one of the model's own collectives (``in_op_sizes``), not
+    a collective of its own that blocks its thread at once or is never waited for."""
+    if kind not in OWN_KINDS:
+        return False
+    own = records[np.isin(records[:, Col.CODE], (Rec.OWN_COLL, Rec.OWN_ASYNC)) & (records[:, Col.A] == OWN_KINDS.index(kind))
+                  & (records[:, Col.T_NS] <= start)]
+    if not len(own):
+        return False
+    last = own[np.argmax(own[:, Col.T_NS])]
+    waits = records[(records[:, Col.CODE] == Rec.OWN_WAIT) & (records[:, Col.A] == last[Col.A])]
+    return bool(last[Col.CODE] == Rec.OWN_ASYNC and (waits[:, Col.X] == last[Col.T_NS]).any())
+
+
 def in_op_sizes(inside: list[tuple[str, int, int]], records: np.ndarray, lo: int, hi: int,
                 outside: list[tuple[str, int]] = ()) -> list[_InOp]:
     """The collectives Kineto shows inside the model's ops (``inside``: canonical kind, transfer start and end, ns, in issue
-    order) that the collector sized (``Rec.OWN_COLL``, in the window ``[lo, hi]``), matched by kind in issue order. The
-    job's calls outside any op (``outside``: kind, enqueue start; a logging all-reduce, which Kineto shows as a collective
-    of its own) each take the latest record of their kind before them out of the pairing. A kind whose calls and transfers
-    then do not pair one to one (a call made asynchronously, or by a path the collector does not patch: DTensor's
-    functional collectives) is left unsized: timed inside its op as measured, and counted so."""
-    own = records[(records[:, Col.CODE] == Rec.OWN_COLL) & (records[:, Col.T_NS] >= lo) & (records[:, Col.T_NS] <= hi)]
+    order) that the collector sized (``Rec.OWN_COLL``, ``Rec.OWN_ASYNC``, in the window ``[lo, hi]``), matched by kind in
+    issue order. The job's calls outside any op (``outside``: kind, enqueue start; a logging all-reduce, which Kineto shows
+    as a collective of its own) each take the latest record of their kind before them out of the pairing. A kind whose
+    calls and transfers then do not pair one to one (a call by a path the collector does not patch) is left unsized: timed
+    inside its op as measured, and counted so. A blocking call blocked its thread from its transfer's start; an
+    asynchronous one from its first wait (``Rec.OWN_WAIT``) on, so its piece starts there, and one whose transfer ended
+    before that wait began (hidden behind the ops between) or that no wait was recorded for stays unsized likewise."""
+    window = (records[:, Col.T_NS] >= lo) & (records[:, Col.T_NS] <= hi)
+    own = records[np.isin(records[:, Col.CODE], (Rec.OWN_COLL, Rec.OWN_ASYNC)) & window]
+    waits = {(int(r[Col.A]), int(r[Col.X])): int(r[Col.T_NS]) for r in records[records[:, Col.CODE] == Rec.OWN_WAIT]}
     out = []
     for k, kind in enumerate(OWN_KINDS):
         calls = own[own[:, Col.A] == k]
@@ -132,7 +154,10 @@ def in_op_sizes(inside: list[tuple[str, int, int]], records: np.ndarray, lo: int
         seen = [(t0, t1) for name, t0, t1 in inside if name == kind]
         if not len(calls) or len(calls) != len(seen) or any(int(c[Col.T_NS]) > t1 for c, (_, t1) in zip(calls, seen)):
             continue
-        out += [_InOp(kind, t0, t1, int(c[Col.X]), int(c[Col.B])) for c, (t0, t1) in zip(calls, seen)]
+        for c, (t0, t1) in zip(calls, seen):
+            blocked = t0 if c[Col.CODE] == Rec.OWN_COLL else max(t0, waits.get((k, int(c[Col.T_NS])), t1))
+            if blocked < t1:
+                out.append(_InOp(kind, blocked, t1, int(c[Col.X]), int(c[Col.B])))
     return sorted(out, key=lambda x: x.start)
 
 

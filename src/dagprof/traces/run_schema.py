@@ -112,6 +112,8 @@ class Rec(enum.IntEnum):
     ZERO_WAIT_BEGIN = 26  # ZeRO's overlapped step waits for all its broadcasts (inside the last bucket's hook)
     ZERO_WAIT_END = 27
     OWN_COLL = 28  # a=kind (index into OWN_KINDS), b=group size, x=bytes per rank: the model called a blocking collective itself
+    OWN_ASYNC = 29  # a=kind, b=group size, x=bytes per rank: the model issued a collective it waits for later (async_op, functional)
+    OWN_WAIT = 30  # a=kind, x=its OWN_ASYNC's time: the model's first wait for that collective began
 
 
 # The collectives a model calls itself that the collector sizes (``collect.hooks.own_collectives``), as Kineto names them

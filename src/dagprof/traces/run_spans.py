@@ -39,11 +39,12 @@ class _Comm:
 
 @dataclass(frozen=True)
 class _InOp:
-    """A collective the model ran inside one of its ops, blocking the calling thread, with its bytes: the main lane's span
-    around its end is cut there (``run_partition.cut_in_op``), so that link what-ifs can re-price it."""
+    """A collective the model ran inside one of its ops, blocking the calling thread (at its call, or at its wait), with
+    its bytes: the main lane's span around its end is cut there (``run_partition.cut_in_op``), so that link what-ifs
+    can re-price it."""
 
     kind: str  # canonical (Kineto's): allgather, allreduce, scatter, gather, broadcast
-    start: int  # ns, its transfer on the comm thread
+    start: int  # ns, its transfer's start on the comm thread, or where the thread began to wait for an asynchronous one
     end: int
     nbytes: int  # per rank, as Kineto's Input Dims give them
     ranks: int  # its group's size

@@ -1,20 +1,26 @@
 """The bytes of the collectives a DDP model calls itself inside its ops (a loss's differentiable ``all_gather`` and the
-scatters of its backward, a synchronised BatchNorm's statistics), so that link what-ifs can re-price them.
+scatters of its backward, a synchronised BatchNorm's statistics, embeddings gathered asynchronously, DTensor's
+redistributions), so that link what-ifs can re-price them.
 
 Kineto records no sizes without ``record_shapes`` (+70..100 % on small CPU ops), and these calls run inside the
-model's ops where no hook sees them. So during the window (and only then) the ``torch.distributed`` functions they go
-through are patched to write one ``Rec.OWN_COLL`` record per blocking call: kind, group size, bytes per rank (the
-tensor Kineto's ``Input Dims`` would give). Calls with ``async_op=True`` are not recorded: DDP's comm hook issues its
-buckets so, and an asynchronous call does not block the op that issued it. The reader matches the records to Kineto's
-transfers by kind in issue order (``traces.run_comm``). Internal calls between c10d's own functions do not go through
-the patched attributes, so each call of the model is counted once (FSDP's recorder patches the same names for its own
-collectives; this one stays off there).
+model's ops where no hook sees them. So during the window (and only then) the functions they go through are patched
+to write one record per call: kind, group size, bytes per rank (the tensor Kineto's ``Input Dims`` would give).
+``torch.distributed``'s blocking calls write ``Rec.OWN_COLL``. Its ``async_op=True`` calls and the functional
+collectives DTensor uses (``torch.distributed._functional_collectives``: ``all_gather_single``, ``all_reduce``,
+``broadcast`` and what calls them) block nothing where they are issued, but where their work's ``wait()`` or
+``wait_tensor`` is called: they write ``Rec.OWN_ASYNC``, and ``Rec.OWN_WAIT`` when the first wait for them begins. An
+asynchronous call from the library itself is not recorded: DDP's comm hook (a frame holding its ``GradBucket``) and
+ZeRO's parameter broadcasts have recorders of their own. The reader matches the records to Kineto's transfers by kind
+in issue order (``traces.run_comm``). Internal calls between c10d's own functions do not go through the patched
+attributes (``all_gather_tensor`` calls the patched ``all_gather_single`` once), so each call of the model is counted
+once (FSDP's recorder patches the same names for its own collectives; this one stays off there).
 """
 from __future__ import annotations
 
 import inspect
+import sys
 import time
-from functools import wraps
+from functools import partial, wraps
 from typing import Any
 
 from ...traces.run_schema import OWN_KINDS, Rec
@@ -29,35 +35,107 @@ OWN_CALLS = {
     "gather": ("gather", "tensor"),
     "broadcast": ("broadcast", "tensor"),
 }
+# torch.distributed._functional_collectives function -> kind; the per-rank tensor is its first argument, ``self``
+FUNCTIONAL_CALLS = {"all_gather_single": "allgather", "all_gather_single_autograd": "allgather",
+                    "all_reduce": "allreduce", "broadcast": "broadcast"}
+_LIBRARY = ("torch.distributed.optim", "torch.distributed.algorithms")  # ZeRO's step, DDP's comm hooks
 
 
 def patch_own_collectives(collector: Any) -> None:
-    """Patch ``torch.distributed``'s collectives for the window; the collector's ``_restore`` undoes it."""
+    """Patch ``torch.distributed``'s collectives, its work's ``wait`` and the functional collectives for the window; the
+    collector's ``_restore`` undoes it."""
     import torch.distributed as dist
 
+    pending: dict[int, tuple[Any, int, int]] = {}  # id(work or output tensor) -> (it, kind, its call's time): waits to come
+    collector._restore.append(pending.clear)
     for name, (kind, arg) in OWN_CALLS.items():
-        original = dist.__dict__.get(name)
-        if original is None:
-            continue
-        setattr(dist, name, _recording(collector, original, OWN_KINDS.index(kind), arg))
-        collector._restore.append(lambda name=name, original=original: setattr(dist, name, original))
+        _patch(collector, dist, name, partial(_recording, collector, pending, OWN_KINDS.index(kind), arg))
+    _patch(collector, dist.Work, "wait", partial(_waiting, collector, pending))
+    # a job that uses them (DTensor) has imported them; importing them here would cost every other job 65 ms in its window
+    funcol = sys.modules.get("torch.distributed._functional_collectives")
+    if funcol is not None:
+        for name, kind in FUNCTIONAL_CALLS.items():
+            _patch(collector, funcol, name, partial(_functional, collector, pending, OWN_KINDS.index(kind)))
+        _patch(collector, funcol, "wait_tensor", partial(_waiting, collector, pending))
 
 
-def _recording(collector: Any, fn: Any, kind: int, arg: str) -> Any:
+def _patch(collector: Any, owner: Any, name: str, wrap: Any) -> None:
+    original = owner.__dict__.get(name)
+    if original is None:
+        return
+    setattr(owner, name, wrap(original))
+    collector._restore.append(lambda: setattr(owner, name, original))
+
+
+def _recording(collector: Any, pending: dict, kind: int, arg: str, fn: Any) -> Any:
     signature = inspect.signature(fn)
 
     @wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
-        if collector.recording:
-            try:
-                given = signature.bind(*args, **kwargs).arguments
-                if not given.get("async_op", False):
-                    import torch.distributed as dist
+        if not collector.recording:
+            return fn(*args, **kwargs)
+        record = None
+        try:
+            given = signature.bind(*args, **kwargs).arguments
+            asynchronous = bool(given.get("async_op", False))
+            if not (asynchronous and _from_library(sys._getframe(1))):
+                import torch.distributed as dist
 
-                    tensor = given[arg]
-                    collector.records.append((Rec.OWN_COLL, kind, dist.get_world_size(given.get("group")), time.time_ns(),
-                                              tensor.numel() * tensor.element_size()))
-            except Exception as err:  # noqa: BLE001
-                collector._fail(err, f"torch.distributed.{fn.__name__} (the model's own collective)")
-        return fn(*args, **kwargs)
+                tensor = given[arg]
+                record = [Rec.OWN_ASYNC if asynchronous else Rec.OWN_COLL, kind, dist.get_world_size(given.get("group")),
+                          time.time_ns(), tensor.numel() * tensor.element_size()]
+                collector.records.append(tuple(record))
+        except Exception as err:  # noqa: BLE001
+            collector._fail(err, f"torch.distributed.{fn.__name__} (the model's own collective)")
+        work = fn(*args, **kwargs)
+        if record is not None and record[0] == Rec.OWN_ASYNC and work is not None:
+            pending[id(work)] = (work, kind, record[3])
+        return work
     return call
+
+
+def _functional(collector: Any, pending: dict, kind: int, fn: Any) -> Any:
+    @wraps(fn)
+    def call(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+        if not collector.recording:
+            return fn(tensor, *args, **kwargs)
+        record = None
+        try:
+            import torch.distributed._functional_collectives as funcol
+            from torch.distributed.distributed_c10d import _resolve_process_group
+
+            group = kwargs.get("group", args[1] if len(args) > 1 else None)
+            ranks = _resolve_process_group(funcol._resolve_group_name(group, kwargs.get("tag", ""))).size()
+            record = (Rec.OWN_ASYNC, kind, ranks, time.time_ns(), tensor.numel() * tensor.element_size())
+            collector.records.append(record)
+        except Exception as err:  # noqa: BLE001
+            collector._fail(err, f"torch.distributed._functional_collectives.{fn.__name__} (the model's own collective)")
+        out = fn(tensor, *args, **kwargs)
+        if record is not None:
+            elem = getattr(out, "elem", out)  # an AsyncCollectiveTensor's wait_tensor is called on its elem
+            pending[id(elem)] = (elem, kind, record[3])
+        return out
+    return call
+
+
+def _waiting(collector: Any, pending: dict, fn: Any) -> Any:
+    """``fn`` (a work's ``wait``, ``wait_tensor``) writing ``Rec.OWN_WAIT`` when it first waits for a recorded call."""
+    @wraps(fn)
+    def wait(it: Any, *args: Any, **kwargs: Any) -> Any:
+        called = pending.pop(id(it), None)
+        if called is not None and called[0] is it and collector.recording:
+            collector.records.append((Rec.OWN_WAIT, called[1], 0, time.time_ns(), called[2]))
+        return fn(it, *args, **kwargs)
+    return wait
+
+
+def _from_library(frame: Any) -> bool:
+    """Whether an asynchronous call is the library's own: issued by DDP's comm hook (a frame holding the ``GradBucket``
+    it was given: a user's hook too) or by ``torch.distributed``'s optimizers and comm hooks (ZeRO's broadcasts)."""
+    import torch.distributed as dist
+
+    while frame is not None:
+        if frame.f_globals.get("__name__", "").startswith(_LIBRARY) or any(isinstance(v, dist.GradBucket) for v in frame.f_locals.values()):
+            return True
+        frame = frame.f_back
+    return False
