@@ -25,7 +25,8 @@ a source is loaded where the highest 1-minute load exceeds ``LOADED`` (twice the
 
 Both ways: the interval as dagprof gives it, and widened (in quadrature, normal quantile) by the run-to-run drift the
 bench measured across its rounds (the relative standard deviation of the same configuration's measured median steps,
-this round's among them): what an interval from one profile cannot see.
+this round's among them): what an interval from one profile cannot see. The testbed's cells are tallied by link too
+(shaped: the profiled rate scaled; unshaped: loopback, priced by the sweep, a link the profile never ran on).
 
     .venv/bin/python bench/bench_coverage.py --testbed KEPT[=LOAD]... --optimize KEPT[=LOAD]... --frameworks KEPT[=JSON]... [--out FILE]
 """
@@ -58,6 +59,7 @@ class Run:
     hi: float
     steps: list[float]
     median: float | None = None  # default: the steps' median
+    link: str = ""  # testbed cells: "shaped" (tc's rate) or "unshaped" (loopback, priced by the sweep); else ""
 
     @property
     def measured(self) -> float:
@@ -141,7 +143,8 @@ def testbed_rounds(spec: str) -> Tally:
         measured, _, intervals = one_round(args, os.path.join(kept, k), random.Random(0))
         for cell, steps_ms in measured.items():
             iv = intervals[("corrected", *cell)]
-            t.runs.append(Run(repr(cell), iv.lo_us, iv.point_us, iv.hi_us, [x * 1e3 for x in steps_ms]))
+            t.runs.append(Run(repr(cell), iv.lo_us, iv.point_us, iv.hi_us, [x * 1e3 for x in steps_ms],
+                              link="shaped" if RATES[cell[1]] else "unshaped"))
     return t
 
 
@@ -234,8 +237,12 @@ def main() -> int:
               "loaded": [t for t in tallies if t.load is not None and t.load > LOADED],
               "load unknown": [t for t in tallies if t.load is None]}
     groups |= {kind: [t for t in tallies if t.name.startswith(kind)] for kind in ("testbed", "optimize", "frameworks")}
+    # The testbed's links apart: a shaped cell's link is the profiled one's rate scaled, an unshaped cell's is priced by the
+    # sweep, a link the profile never ran on; pooled, the shaped cells' coverage hid the unshaped ones'.
+    groups |= {f"testbed {kind}": [Tally(t.name, t.load, [r for r in t.runs if r.link == kind]) for t in groups["testbed"]]
+               for kind in ("shaped", "unshaped")}
     for label, ts in [*groups.items(), ("pooled", tallies)]:
-        if ts:
+        if any(t.runs for t in ts):
             pooled = Tally(label, None, [r for t in ts for r in t.runs])
             c = pooled.counts()
             with_drift = sum(t.counts()["inside_with_drift"] for t in ts)  # each source's own rounds' drift
