@@ -12,7 +12,9 @@ wider than a median, so fewer of them are inside).
 - ``--optimize KEPT``: ``bench/bench_optimize.py --keep`` folders (``KEPT/w<i>-<ranks>/``): ``dagprof optimize``'s
   interval for the profiled setup (the defaults), found again on the searched profile (``closeloop.find_strategy``,
   lossless, its link file where kept), against every verification round's run of the defaults (``round<k>-A``, after
-  the profile), each step past the warm-up (``WARMUP_FRACTION``: what ``--verify`` skips) as the slowest rank's;
+  the profile), each step past the warm-up (``WARMUP_FRACTION``: what ``--verify`` skips) as the slowest rank's; and the
+  lossy strategy's interval (PowerSGD's, the setup the profile never ran) against every round's run of the strategy
+  (``round<k>-B``), where the search on the kept codec costs finds the kept strategy again (said where not);
 - ``--frameworks KEPT[=JSON]``: ``bench/bench_frameworks.py --testbed --keep`` folders (``tb-NAME-K-RATEM``): each round's
   bandwidth what-if from the profile at one rate, as ``--repredict`` predicts it, against the job run at the other rate:
   its unprofiled steps past the warm-up (what the interval is for); the median of its profiled window (what
@@ -25,13 +27,15 @@ a source is loaded where the highest 1-minute load exceeds ``LOADED`` (twice the
 
 Both ways: the interval as dagprof gives it, and widened (in quadrature, normal quantile) by the run-to-run drift the
 bench measured across its rounds (the relative standard deviation of the same configuration's measured median steps,
-this round's among them): what an interval from one profile cannot see.
+this round's among them): what an interval from one profile cannot see. The testbed's cells are tallied by link too
+(shaped: the profiled rate scaled; unshaped: loopback, priced by the sweep, a link the profile never ran on).
 
     .venv/bin/python bench/bench_coverage.py --testbed KEPT[=LOAD]... --optimize KEPT[=LOAD]... --frameworks KEPT[=JSON]... [--out FILE]
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -58,6 +62,8 @@ class Run:
     hi: float
     steps: list[float]
     median: float | None = None  # default: the steps' median
+    link: str = ""  # testbed cells: "shaped" (tc's rate) or "unshaped" (loopback, priced by the sweep); else ""
+    kind: str = "defaults"  # optimize rounds: the profiled setup's runs, or the lossy "strategy"'s
 
     @property
     def measured(self) -> float:
@@ -141,34 +147,57 @@ def testbed_rounds(spec: str) -> Tally:
         measured, _, intervals = one_round(args, os.path.join(kept, k), random.Random(0))
         for cell, steps_ms in measured.items():
             iv = intervals[("corrected", *cell)]
-            t.runs.append(Run(repr(cell), iv.lo_us, iv.point_us, iv.hi_us, [x * 1e3 for x in steps_ms]))
+            t.runs.append(Run(repr(cell), iv.lo_us, iv.point_us, iv.hi_us, [x * 1e3 for x in steps_ms],
+                              link="shaped" if RATES[cell[1]] else "unshaped"))
     return t
 
 
 def optimize_rounds(spec: str) -> Tally:
     """The defaults' interval from each searched profile of a ``bench_optimize.py --keep`` folder, against its verification
-    rounds' runs of the defaults."""
-    from dagprof.closeloop import find_strategy
+    rounds' runs of the defaults; and the lossy strategy's, against its runs of the strategy, where the search on the kept
+    codec costs finds the kept strategy again (a fixed number of candidates, not a time budget, so the same one)."""
+    import shutil
+
+    from dagprof.closeloop import CODEC_COSTS_FILE, find_strategy
+    from dagprof.collect.deploy.strategy import load_strategy
     from dagprof.collect.hooks.steptimes import WARMUP_FRACTION, read_times
     from dagprof.search.optimize import Options
+
+    def steps_of(folder: str) -> list[float]:
+        per_rank = read_times(os.path.join(folder, "times"))
+        n = min(len(r["step_s"]) for r in per_rank)
+        skip = min(int(n * WARMUP_FRACTION), n - 1)
+        return [1e6 * max(r["step_s"][i] / max(r["micro_batches"][i], 1) for r in per_rank) for i in range(skip, n)]
+
+    def rounds(folder: str, side: str) -> list[str]:
+        return list(itertools.takewhile(os.path.isdir, (os.path.join(folder, "verify", f"round{k}-{side}") for k in itertools.count())))
 
     kept, load = load_of(spec)
     t = Tally(f"optimize {kept}", load)
     for name in sorted(d for d in os.listdir(kept) if d.startswith("w") and os.path.isdir(os.path.join(kept, d, "run"))):
         work = os.path.join(kept, name)
         link = os.path.join(work, "link.json")
+        link = link if os.path.exists(link) else None
         with tempfile.TemporaryDirectory(prefix="dagprof-coverage-") as out:
-            found = find_strategy(os.path.join(work, "run"), Options(budget_s=1, seed=0, link_model=link if os.path.exists(link) else None), out)
+            found = find_strategy(os.path.join(work, "run"), Options(budget_s=1, seed=0, link_model=link), out)
         iv = found.search.intervals["baseline"]
         for mode in ("lossless", "lossy"):
-            k = 0
-            while os.path.isdir(folder := os.path.join(work, mode, "verify", f"round{k}-A")):
-                per_rank = read_times(os.path.join(folder, "times"))
-                n = min(len(r["step_s"]) for r in per_rank)
-                skip = min(int(n * WARMUP_FRACTION), n - 1)
-                steps = [1e6 * max(r["step_s"][i] / max(r["micro_batches"][i], 1) for r in per_rank) for i in range(skip, n)]
-                t.runs.append(Run(name, iv.lo_us, iv.point_us, iv.hi_us, steps))
-                k += 1
+            for folder in rounds(os.path.join(work, mode), "A"):
+                t.runs.append(Run(name, iv.lo_us, iv.point_us, iv.hi_us, steps_of(folder)))
+        lossy = os.path.join(work, "lossy")
+        if not os.path.exists(os.path.join(lossy, "strategy.json")) or not os.path.exists(os.path.join(lossy, CODEC_COSTS_FILE)):
+            continue
+        with tempfile.TemporaryDirectory(prefix="dagprof-coverage-") as out:
+            shutil.copy(os.path.join(lossy, CODEC_COSTS_FILE), out)
+            found = find_strategy(os.path.join(work, "run"), Options(budget_s=1e4, max_candidates=300, seed=0, allow_lossy=True, link_model=link), out)
+        summary = load_strategy(os.path.join(lossy, "strategy.json")).summary().split(":")[0]
+        if found.strategy is None or found.strategy.summary().split(":")[0] != summary:
+            print(f"{name} lossy: the search found {found.strategy.summary() if found.strategy else 'none'} again, not the kept "
+                  f"{summary}: its interval left out", file=sys.stderr)
+            continue
+        iv = found.search.intervals["best"]
+        for folder in rounds(lossy, "B"):
+            t.runs.append(Run(f"{name} strategy", iv.lo_us, iv.point_us, iv.hi_us, steps_of(folder), kind="strategy"))
     return t
 
 
@@ -234,8 +263,16 @@ def main() -> int:
               "loaded": [t for t in tallies if t.load is not None and t.load > LOADED],
               "load unknown": [t for t in tallies if t.load is None]}
     groups |= {kind: [t for t in tallies if t.name.startswith(kind)] for kind in ("testbed", "optimize", "frameworks")}
+    # The testbed's links apart: a shaped cell's link is the profiled one's rate scaled, an unshaped cell's is priced by the
+    # sweep, a link the profile never ran on; pooled, the shaped cells' coverage hid the unshaped ones'.
+    groups |= {f"testbed {kind}": [Tally(t.name, t.load, [r for r in t.runs if r.link == kind]) for t in groups["testbed"]]
+               for kind in ("shaped", "unshaped")}
+    # the optimizer's two intervals apart: the profiled setup's, undisturbed and disturbed alike, and the lossy strategy's,
+    # which the profile never ran
+    groups |= {f"optimize {kind}": [Tally(t.name, t.load, [r for r in t.runs if r.kind == kind]) for t in groups["optimize"]]
+               for kind in ("defaults", "strategy")}
     for label, ts in [*groups.items(), ("pooled", tallies)]:
-        if ts:
+        if any(t.runs for t in ts):
             pooled = Tally(label, None, [r for t in ts for r in t.runs])
             c = pooled.counts()
             with_drift = sum(t.counts()["inside_with_drift"] for t in ts)  # each source's own rounds' drift
