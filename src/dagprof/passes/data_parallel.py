@@ -19,8 +19,14 @@ on every rank's main lane, as FSDP2 runs them under gloo (``graph.build_fsdp`` n
   backward prefetch follows the forward order, not what runs backward: ``_prefetcher``);
 - after its last backward layer (the root's after the backward) its reduce-scatter, blocking, and its reshard;
 - the optimizer updates this rank's shards only: 1/N of its profiled time.
-What a blocking wait adds beyond the transfer (a rank's lag behind the first to see it complete, ``graph.build``)
-is not in a DDP profile either: DDP's finalize wait also copies every bucket back into the gradients.
+Each of those collectives blocks the rank, where DDP's all-reduces block nothing until the finalize: the rank hands the
+call to gloo's worker thread, which must be woken to run it, and is itself woken when it completes. Each wake-up waits
+for a core as the DDP profile's own training thread waited per time it got one (``wake_up_us``: the kernel's schedstat,
+run-queue wait over times scheduled, over the profiled steps): the issue carries one, the wait's gap the other. On the
+LoRA job at load 6-10 that was 1.6 ms a wake-up, and the FSDP2 job's own waits measured 0.6-2.8 ms (median about 2)
+beyond their transfers. A profile without the count (older files) prices none and says so with the count of blocking
+collectives (``blocking_note``). With ``calibrate --fsdp``'s file none is added: its sweep timed each kind as blocking
+calls, their wake-ups (at the calibration's load) in them.
 Collectives are priced by the link model as every FSDP collective is (all-gathers half an all-reduce of
 the gathered bytes, gloo's reduce-scatter a whole one; with a per-kind link model from ``dagprof calibrate``, each
 kind on the link its own sweep fitted: ``Topology.kinds``). A copy-out is a pass over memory and a call, like DDP's
@@ -45,13 +51,16 @@ alike, priced it 20-40 % low.
 
 Still not predicted (``conversion_note``): how the wake-up after a blocking collective grows with the machine's load
 beyond what the calibration met, and the compute DDP's overlapping all-reduces slowed on a machine whose cores the
-collectives share (FSDP's block it instead). Nor ``clip_grad_norm_``: on FSDP2's DTensor gradients it all-reduces the
+collectives share (FSDP's block it instead). ``clip_grad_norm_``: on FSDP2's DTensor gradients it all-reduces the
 norm in the shard group, blocking, before the optimizer step (``_c10d_functional::all_reduce``), where DDP's clip is
 local: in Kineto the LoRA job's clip (``bench/fsdp_fresh/lora_finetune.py``, first norm to the step) ran 1.4-3.9 ms a
 step under FSDP2, its all-reduce and wait 0.1-2.6 of it, against 0.3-0.4 ms under DDP (a step of 32 / 23 ms, 2 gloo
-ranks, load 2.3); a DDP profile does not record the clip (it is unnamed compute
-between the backward and the step, under Kineto too: ``clip_grad_norm_`` opens no ``record_function``), so it is said
-(``CLIP_NOTE``), not priced.
+ranks, load 2.3). It opens no ``record_function`` (unnamed compute between the backward and the step, under Kineto
+too), so the collector records each call (``collect.hooks.grad_clip``: ``GraphMeta.grad_clips``); where it did, each
+step gets the all-reduce of the norm (4 bytes, priced by the link model, with its two wake-ups) before the optimizer
+step, and with ``calibrate --fsdp``'s file DTensor's dispatch beyond the plain clip the profile timed, at the
+optimizer's measured DTensor-to-plain ratio for the clipped tensors (both are passes over the same gradients); without
+it that dispatch is said with the count of gradients, not priced (``blocking_note``).
 
 Measured (``bench/bench_fsdp.py --part 7``, 2 gloo ranks on a 2-core machine at load 5-10): DDP -> FSDP predicts
 low, -5 to -31 %, most at 200 Mbit/s and on loopback. Read from the FSDP profiles there, what it lacks: gloo's
