@@ -498,7 +498,7 @@ def _clip_all_reduce(b: GraphBuilder, g: Graph, remap: np.ndarray, lanes: dict[i
     DTensor gradients is all-reduced in the shard group, blocking, before the optimizer step (Kineto's
     ``_c10d_functional::all_reduce`` in the LoRA job's FSDP2 profile), where DDP's clip is local. On each rank's main lane
     just before its optimizer step: ``dtensor_us`` of DTensor's dispatch beyond the plain clip the profile timed (its
-    measured time per tensor, ``FsdpCosts.step_ratio``; 0 without ``calibrate --fsdp``: said by ``unpriced_note``), the
+    measured time per tensor, ``FsdpCosts.step_ratio``; 0 without ``calibrate --fsdp``: said by ``blocking_note``), the
     all-reduce's issue and wait with a wake-up each (``woken``). Returns the next collective number."""
     ups = {r: next((int(v) for v in lane if g.kind[v] == Kind.UPDATE), None) for r, lane in lanes.items()}
     if any(v is None for v in ups.values()):
