@@ -138,6 +138,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         layer_frozen_bytes=dict(run.ranks[0].meta.layer_frozen_bytes),
         layer_saved_bytes=dict(run.ranks[0].meta.layer_saved_bytes),
         layer_output_bytes=dict(run.ranks[0].meta.layer_output_bytes),
+        grad_clips={s + run.ranks[0].meta.step_offset: c for s, c in run.ranks[0].meta.grad_clips.items()},
         host_cpus=host_cpus(run),
         host_tick_us=host_tick_us(run),
         collective_operands_per_step=run.ranks[0].meta.collective_operands_per_step,

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..costmodel.fsdp_costs import StepFit
     from ..costmodel.topology import CollectiveSpec, Topology
     from ..traces.buckets import BucketLayout
-    from ..traces.meta import HorovodRecord, PsRecord, StepSched
+    from ..traces.meta import GradClip, HorovodRecord, PsRecord, StepSched
     from ..traces.parallelism import Parallelism
     from .measured import Provenance
 
@@ -143,6 +143,7 @@ class GraphMeta:
     layer_frozen_bytes: dict[str, int] = field(default_factory=dict)  # dagprof runs: rank 0's bytes of parameters without one, per layer
     layer_saved_bytes: dict[str, int] = field(default_factory=dict)  # dagprof runs: rank 0's activation bytes saved per layer
     layer_output_bytes: dict[str, int] = field(default_factory=dict)  # dagprof DDP runs: rank 0's bytes each layer returned ({}: not recorded)
+    grad_clips: dict[int, GradClip] = field(default_factory=dict)  # dagprof runs: rank 0's clip_grad_norm_ calls per step ({}: none or not recorded)
     host_cpus: dict[str, tuple[int, int]] = field(default_factory=dict)  # dagprof, MXNet, TF/JAX runs: host -> (its ranks, cores a rank could run on)
     host_tick_us: dict[str, float] = field(default_factory=dict)  # TF/JAX runs: host -> its kernel's scheduler tick, where it said (analysis.operand_stall)
     collective_operands_per_step: float | None = None  # XLA (JAX): arrays rank 0's collectives carried a step (analysis.operand_stall)

@@ -19,8 +19,14 @@ on every rank's main lane, as FSDP2 runs them under gloo (``graph.build_fsdp`` n
   backward prefetch follows the forward order, not what runs backward: ``_prefetcher``);
 - after its last backward layer (the root's after the backward) its reduce-scatter, blocking, and its reshard;
 - the optimizer updates this rank's shards only: 1/N of its profiled time.
-What a blocking wait adds beyond the transfer (a rank's lag behind the first to see it complete, ``graph.build``)
-is not in a DDP profile either: DDP's finalize wait also copies every bucket back into the gradients.
+Each of those collectives blocks the rank, where DDP's all-reduces block nothing until the finalize: the rank hands the
+call to gloo's worker thread, which must be woken to run it, and is itself woken when it completes. Each wake-up waits
+for a core as the DDP profile's own training thread waited per time it got one (``wake_up_us``: the kernel's schedstat,
+run-queue wait over times scheduled, over the profiled steps): the issue carries one, the wait's gap the other. On the
+LoRA job at load 6-10 that was 1.6 ms a wake-up, and the FSDP2 job's own waits measured 0.6-2.8 ms (median about 2)
+beyond their transfers. A profile without the count (older files) prices none and says so with the count of blocking
+collectives (``blocking_note``). With ``calibrate --fsdp``'s file none is added: its sweep timed each kind as blocking
+calls, their wake-ups (at the calibration's load) in them.
 Collectives are priced by the link model as every FSDP collective is (all-gathers half an all-reduce of
 the gathered bytes, gloo's reduce-scatter a whole one; with a per-kind link model from ``dagprof calibrate``, each
 kind on the link its own sweep fitted: ``Topology.kinds``). A copy-out is a pass over memory and a call, like DDP's
@@ -45,13 +51,16 @@ alike, priced it 20-40 % low.
 
 Still not predicted (``conversion_note``): how the wake-up after a blocking collective grows with the machine's load
 beyond what the calibration met, and the compute DDP's overlapping all-reduces slowed on a machine whose cores the
-collectives share (FSDP's block it instead). Nor ``clip_grad_norm_``: on FSDP2's DTensor gradients it all-reduces the
+collectives share (FSDP's block it instead). ``clip_grad_norm_``: on FSDP2's DTensor gradients it all-reduces the
 norm in the shard group, blocking, before the optimizer step (``_c10d_functional::all_reduce``), where DDP's clip is
 local: in Kineto the LoRA job's clip (``bench/fsdp_fresh/lora_finetune.py``, first norm to the step) ran 1.4-3.9 ms a
 step under FSDP2, its all-reduce and wait 0.1-2.6 of it, against 0.3-0.4 ms under DDP (a step of 32 / 23 ms, 2 gloo
-ranks, load 2.3); a DDP profile does not record the clip (it is unnamed compute
-between the backward and the step, under Kineto too: ``clip_grad_norm_`` opens no ``record_function``), so it is said
-(``CLIP_NOTE``), not priced.
+ranks, load 2.3). It opens no ``record_function`` (unnamed compute between the backward and the step, under Kineto
+too), so the collector records each call (``collect.hooks.grad_clip``: ``GraphMeta.grad_clips``); where it did, each
+step gets the all-reduce of the norm (4 bytes, priced by the link model, with its two wake-ups) before the optimizer
+step, and with ``calibrate --fsdp``'s file DTensor's dispatch beyond the plain clip the profile timed, at the
+optimizer's measured DTensor-to-plain ratio for the clipped tensors (both are passes over the same gradients); without
+it that dispatch is said with the count of gradients, not priced (``blocking_note``).
 
 Measured (``bench/bench_fsdp.py --part 7``, 2 gloo ranks on a 2-core machine at load 5-10): DDP -> FSDP predicts
 low, -5 to -31 %, most at 200 Mbit/s and on loopback. Read from the FSDP profiles there, what it lacks: gloo's
@@ -117,16 +126,15 @@ _EPS = 1e-7  # us: an inserted node's order next to the node it precedes or foll
 DEFAULT_BUCKET_MB = 25.0
 
 
-CLIP_NOTE = ("clip_grad_norm_ under FSDP adds a blocking all-reduce (of the norm) not in a DDP profile, which does not record the "
-             "clip; ")
 RESHARD_NOTE = ("units resharded after forward as fully_shard's default does (reshard_after_forward=None: the root kept gathered through its "
                 "backward, every other unit resharded; fsdp:keep keeps every unit, --reshard-after-forward on|off passes the flag to every "
                 "unit, the root too); ")
 
 
-def conversion_note(target: str, measured: bool) -> str:
+def conversion_note(target: str, measured: bool, g: Graph) -> str:
     """Said beside every converted row: what the conversion cannot see, and how far it missed on held-out jobs;
-    ``measured``: FSDP2's costs came from ``dagprof calibrate --fsdp`` (``ddp_to_fsdp``, ``fsdp_to_ddp``)."""
+    ``measured``: FSDP2's costs came from ``dagprof calibrate --fsdp`` (``ddp_to_fsdp``, ``fsdp_to_ddp``); ``g``: the
+    profile converted (a DDP one's blocking collectives and clip: ``blocking_note``)."""
     if target == "ddp":
         if measured:
             return ("the optimizer step on whole tensors over FSDP2's on DTensor shards as dagprof calibrate --fsdp measured them here; "
@@ -134,18 +142,43 @@ def conversion_note(target: str, measured: bool) -> str:
                     "(2 rounds on a quiet machine, bench/bench_fsdp.py --part 7 kept runs), its peak memory -0 to +10 %")
         return "held-out gloo jobs measured DDP -30 to +15 % off this prediction, its peak memory -0 to +10 % (bench/bench_fsdp.py --part 7)"
     if measured:
-        return RESHARD_NOTE + CLIP_NOTE + (
+        return RESHARD_NOTE + blocking_note(g, measured) + (
             "the optimizer step on DTensor shards, FSDP2's copy-out, each unit's hooks and wake-ups beyond its collectives at its "
             "bytes and each collective kind at its swept sizes (its last rank out included) are as dagprof calibrate --fsdp measured "
             "them here; not predicted: how the wake-ups grow with the machine's load, and compute that DDP's overlapping all-reduces "
             "slowed: held-out gloo jobs at fully_shard's default ran FSDP 8-18 % slower than this prediction on a quiet machine (a "
             "transformer-like stack and an MLP with an embedding, loopback, two calibrations; bench/bench_fsdp.py --part 7 "
             "--link-model-calibrate), more under load (a blocking collective's wake-up grows with it); the memory within about 10 %")
-    return RESHARD_NOTE + CLIP_NOTE + (
+    return RESHARD_NOTE + blocking_note(g, measured) + (
         "a DDP profile has no FSDP all-gather skew (gloo releases one rank later), no FSDP hooks and no DTensor optimizer (dagprof "
         "calibrate --fsdp measures them for --link-model): held-out gloo jobs (reshard_after_forward=True on every unit, the "
         "prediction alike) ran FSDP 5-58 % slower than predicted (bench/bench_fsdp.py --part 7); take the time as a lower bound, "
         "the memory within about 10 %")
+
+
+def blocking_note(g: Graph, measured: bool) -> str:
+    """What the DDP -> FSDP conversion of ``g`` priced of its blocking collectives' wake-ups and of ``clip_grad_norm_``,
+    and what not, with counts (a step at ``fully_shard``'s default)."""
+    grad = g.meta.layer_grad_bytes
+    params = {x: grad.get(x, 0) + g.meta.layer_frozen_bytes.get(x, 0) for x in {*grad, *g.meta.layer_frozen_bytes}}
+    units = user_units(g.layers, params) if g.layers and params else []
+    trained = _unit_sizes(units, grad) if units else {}
+    plan = _plan([u for u, _ in units], wrapper_reshard([u for u, _ in units], "fsdp", None)) if units else []
+    clips = max((c.calls for c in g.meta.grad_clips.values()), default=0)
+    tensors = max((c.tensors for c in g.meta.grad_clips.values()), default=0)
+    colls = sum(k == "all_gather" or (k == "reduce_scatter" and trained[u] > 0) for k, u, *_ in plan) + clips
+    wake = wake_up_us(g)
+    out = (f"{colls} blocking collectives a step, their wake-ups as the calibration's blocking calls met them; " if measured else
+           f"{colls} blocking collectives a step, each with 2 wake-ups (the hand-off to gloo's worker, the rank's own after it) at "
+           f"{wake[min(wake)] / 1e3:.2f} ms (rank {min(wake)}: its wait for a core per time its thread got one, as profiled); "
+           if wake else f"the wake-ups of {colls} blocking collectives a step (2 each, on every rank) unpriced: this profile does not "
+                        "record how often its thread got a core (profile again with this dagprof); ")
+    if not g.meta.grad_clips:
+        return out + ("clip_grad_norm_ not recorded in this profile (an older file, or the job does not call torch.nn.utils.clip_grad_norm_): "
+                      "if it clips, FSDP2's blocking all-reduce of the norm and DTensor's dispatch on each gradient are unpriced; ")
+    return out + (f"clip_grad_norm_ ({clips} call(s) a step on {tensors} gradients): its blocking all-reduce of the norm priced"
+                  + (", DTensor's dispatch on its gradients at the optimizer's measured DTensor-to-plain ratio; " if measured else
+                     f"; DTensor's dispatch on its {tensors} gradients unpriced (dagprof calibrate --fsdp measures it for --link-model); "))
 
 
 def parse_target(text: str) -> str:
@@ -280,6 +313,10 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
     channel = int(g.device[pb.comm_ids[0]])
     sinks = {v for vs in pb.sinks.values() for v in vs if g.kind[v] == Kind.COMM_WAIT}
 
+    # rank -> one wake-up's wait for a core (None: not recorded, priced at 0 and said: ``blocking_note``); a calibrated link
+    # model's collectives were timed as blocking calls, their wake-ups at the calibration's load in them already
+    wake = wake_up_us(g) if costs is None else None
+    woken = (lambda r: wake[r]) if wake else (lambda r: 0.0)
     dur, gap = g.dur.copy(), g.gap.copy()
     wait = np.fromiter(sinks, dtype=np.int64, count=len(sinks))
     dur[wait], gap[wait] = 0.0, 0.0  # DDP's finalize: nothing left to wait for
@@ -318,8 +355,8 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
             for r, at in nodes.items():
                 if costs is not None and (kind, phase) == ("all_gather", "forward"):
                     _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp hooks {unit} (forward)", Kind.OTHER, costs.unit_us("forward", full))
-                enq = _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp {kind} {unit}", Kind.COMM_ENQUEUE, 0.0, nbytes=int(full))
-                w = _insert(b, g, remap, at, before, shift, f"rank{r}.wait {kind} {unit}", Kind.COMM_WAIT, 0.0)
+                enq = _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp {kind} {unit}", Kind.COMM_ENQUEUE, woken(r), nbytes=int(full))
+                w = _insert(b, g, remap, at, before, shift, f"rank{r}.wait {kind} {unit}", Kind.COMM_WAIT, 0.0, gap=woken(r))
                 b.add_edge(enq, sync)
                 b.add_edge(comm, w)
                 if kind == "all_gather":
@@ -327,6 +364,9 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
                 elif costs is not None:
                     _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp hooks {unit} (backward)", Kind.OTHER,
                             costs.unit_us("backward", unit_full[unit]))
+        if (clip := g.meta.grad_clips.get(step)) is not None:
+            ratio = costs.step_ratio(clip.tensors, sum(unit_bytes.values()), n) if costs is not None else 1.0
+            seq = _clip_all_reduce(b, g, remap, lanes, step, seq, channel, woken, clip.us * max(ratio - 1.0, 0.0))
     chain_lanes(b)
     out = b.build()
     fs_units = [FsdpGraphUnit(name, int(unit_full[name] // element), int(math.ceil(unit_full[name] / n)), dtype, dtype, dtype,
@@ -439,13 +479,63 @@ def _anchors(g: Graph, lane: np.ndarray, layer_unit: dict[str, str]) -> dict[tup
 
 
 def _insert(b: GraphBuilder, g: Graph, remap: np.ndarray, at: int, before: bool, shift: dict, name: str, kind: Kind, dur: float,
-            nbytes: int = 0) -> int:
+            nbytes: int = 0, gap: float = 0.0) -> int:
     """A node on ``at``'s lane just before or after it (``chain_lanes`` links it in by order); later insertions at the
     same place follow earlier ones."""
     key = (at, before)
     k = shift[key] = shift[key] + 1
     order = float(g.order[at]) + (-_EPS * (10_000 - k) if before else _EPS * k)
-    return b.add_node(name, kind, rank=int(g.rank[at]), device=int(g.device[at]), dur=dur, order=order, step=int(g.step[at]), nbytes=nbytes)
+    return b.add_node(name, kind, rank=int(g.rank[at]), device=int(g.device[at]), dur=dur, gap=gap, order=order, step=int(g.step[at]),
+                      nbytes=nbytes)
+
+
+CLIP_NORM_BYTES = 4  # the total norm FSDP2's clip_grad_norm_ all-reduces: one fp32 scalar
+
+
+def _clip_all_reduce(b: GraphBuilder, g: Graph, remap: np.ndarray, lanes: dict[int, np.ndarray], step: int, seq: int, channel: int,
+                     woken, dtensor_us: float) -> int:
+    """``clip_grad_norm_`` under FSDP2 (the DDP profile recorded the calls: ``GraphMeta.grad_clips``): its norm over
+    DTensor gradients is all-reduced in the shard group, blocking, before the optimizer step (Kineto's
+    ``_c10d_functional::all_reduce`` in the LoRA job's FSDP2 profile), where DDP's clip is local. On each rank's main lane
+    just before its optimizer step: ``dtensor_us`` of DTensor's dispatch beyond the plain clip the profile timed (its
+    measured time per tensor, ``FsdpCosts.step_ratio``; 0 without ``calibrate --fsdp``: said by ``blocking_note``), the
+    all-reduce's issue and wait with a wake-up each (``woken``). Returns the next collective number."""
+    ups = {r: next((int(v) for v in lane if g.kind[v] == Kind.UPDATE), None) for r, lane in lanes.items()}
+    if any(v is None for v in ups.values()):
+        return seq  # a step without its optimizer step on some rank: nothing to place the clip before
+    shift: dict[tuple[int, bool], int] = defaultdict(int)
+    sync = b.add_node(f"sync.all_reduce clip_grad_norm_.{seq}", Kind.SYNC, step=step)
+    comm = b.add_node(f"all_reduce clip_grad_norm_.{seq}", Kind.COMM, device=channel, order=max(float(g.order[v]) for v in ups.values()),
+                      step=step, nbytes=CLIP_NORM_BYTES)
+    b.add_edge(sync, comm)
+    for r, at in ups.items():
+        if dtensor_us > 0:
+            _insert(b, g, remap, at, True, shift, f"rank{r}.fsdp clip_grad_norm_ (DTensor)", Kind.OTHER, dtensor_us)
+        enq = _insert(b, g, remap, at, True, shift, f"rank{r}.fsdp all_reduce clip_grad_norm_", Kind.COMM_ENQUEUE, woken(r),
+                      nbytes=CLIP_NORM_BYTES)
+        w = _insert(b, g, remap, at, True, shift, f"rank{r}.wait all_reduce clip_grad_norm_", Kind.COMM_WAIT, 0.0, gap=woken(r))
+        b.add_edge(enq, sync)
+        b.add_edge(comm, w)
+    return seq + 1
+
+
+def wake_up_us(g: Graph) -> dict[int, float] | None:
+    """Each rank's wait for a core per time its training thread got one, over its profiled steps (the kernel's schedstat,
+    ``LoopSteps.sched``): what one wake-up of a thread waited at the job's load on its cores. A DDP job's all-reduces
+    block nothing until the finalize; under FSDP2 on gloo every collective blocks the rank, which hands the call to
+    gloo's worker thread (woken to run it) and is woken when it completes: two wake-ups a collective, on every rank.
+    None where a rank's files did not record it (older files)."""
+    loop = g.meta.loop_steps
+    if loop is None:
+        return None
+    out = {}
+    for r in sorted(int(x) for x in np.unique(g.rank[g.rank >= 0])):
+        steps = [loop.sched.get(r, {}).get(s) for s in loop.profiled.get(r, {})]
+        runs = sum(x.runs or 0 for x in steps if x is not None)
+        if not steps or any(x is None or x.runs is None for x in steps) or runs <= 0:
+            return None
+        out[r] = sum(x.wait_us for x in steps) / runs
+    return out
 
 
 def _lag_per_rank(g: Graph, waits: np.ndarray) -> dict[int, float]:

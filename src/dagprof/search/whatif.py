@@ -286,7 +286,7 @@ def _conversion_notes(g0: Graph, scenarios: list[Scenario], c: Cluster) -> list[
     measured = c.link_file is not None and c.link_file.fsdp is not None
     fsdp = is_fsdp_graph(g0)
     targets = {"ddp" if s.data_parallel == "ddp" else "fsdp" for s in scenarios if s.data_parallel is not None}
-    return [f"--data-parallel {t} from a{'n FSDP' if fsdp else ' DDP'} profile: {conversion_note(t, measured)}"
+    return [f"--data-parallel {t} from a{'n FSDP' if fsdp else ' DDP'} profile: {conversion_note(t, measured, g0)}"
             for t in sorted(targets) if (t == "fsdp") != fsdp]
 
 

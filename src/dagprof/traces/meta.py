@@ -152,6 +152,7 @@ class StepSched(msgspec.Struct, frozen=True):
     cpu_us: float
     wait_us: float
     process_cpu_us: float | None = None  # None: not recorded (older files)
+    runs: int | None = None  # times the thread got a core in the step (None: not recorded, older files)
 
 
 def runnable_stretch(steps: list[StepSched]) -> float:
@@ -159,6 +160,14 @@ def runnable_stretch(steps: list[StepSched]) -> float:
     the job's loaded cores than on a core of its own; 0 where nothing was recorded."""
     cpu = sum(s.cpu_us for s in steps)
     return (cpu + sum(s.wait_us for s in steps)) / cpu if cpu > 0 else 0.0
+
+
+class GradClip(msgspec.Struct, frozen=True):
+    """A step's ``torch.nn.utils.clip_grad_norm_`` calls as dagprof's collector saw them (``Rec.GRAD_CLIP``)."""
+
+    calls: int
+    tensors: int  # gradients they clipped, all calls together
+    us: float  # their time together
 
 
 class OptimizerOps(msgspec.Struct, kw_only=True, frozen=True):
@@ -206,6 +215,7 @@ class RankMeta(msgspec.Struct, kw_only=True):
     step_times_us: dict[int, float] = {}  # profiled step -> us
     train_thread: list[StepSched] = []  # dagprof runs: per profiled step, the training thread's CPU and waits for a core ([]: not recorded)
     unprofiled_train_thread: list[StepSched] = []  # the same of the steps outside the window ([]: not recorded, older files)
+    grad_clips: dict[int, GradClip] = {}  # dagprof runs: profiled step -> its clip_grad_norm_ calls ({}: none, or an older file)
     unprofiled_step_times_us: dict[int, float] | None = None  # None: the reader has no loop timing (not a dagprof run)
     window_tx_bytes_per_step: float | None = None  # bytes the host's interfaces sent per profiled step (TF/JAX/Horovod windows; None: not counted)
     collective_operands_per_step: float | None = None  # XLA (JAX): arrays its collectives carried a step, one gloo call each (None: unknown)

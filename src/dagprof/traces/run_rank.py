@@ -19,7 +19,7 @@ from ..errors import DagprofError
 from ..fsutil import inside, open_input
 from .events import CommRole, Dep, EventRows, Kind, Lane, LaneKind, RankTrace
 from .fsdp_run import check_units, fsdp_comm, label_groups
-from .meta import RankMeta, StepSched, warnings_of
+from .meta import GradClip, RankMeta, StepSched, warnings_of
 from .run_comm import hook_comm, kineto_comm
 from .run_partition import partition_step, step_bounds
 from .run_schema import FULL_TENSOR, RANK_FORMAT, Col, RankFile, Rec, read_file
@@ -96,8 +96,20 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
     trace = _to_rank_trace(f, path, spans, comm, layers)
     trace.meta.warnings, trace.meta.comm_source, trace.meta.kineto = warnings_of(warnings), comm.source, kpath
     trace.meta.unseen_collectives = comm.unseen
+    trace.meta.grad_clips = _grad_clips(records, steps)
     trace.meta.fsdp, trace.meta.optimizer_ops, trace.meta.zero = f.fsdp, comm.optimizer, f.zero
     return trace
+
+
+def _grad_clips(records: np.ndarray, steps: list[tuple[int, int, int]]) -> dict[int, GradClip]:
+    """Each profiled step's ``clip_grad_norm_`` calls (``Rec.GRAD_CLIP``)."""
+    clip = records[records[:, Col.CODE] == Rec.GRAD_CLIP]
+    out = {}
+    for step, b0, b1 in steps:
+        sel = clip[(clip[:, Col.T_NS] >= b0) & (clip[:, Col.T_NS] <= b1)]
+        if len(sel):
+            out[int(step)] = GradClip(len(sel), int(sel[:, Col.A].sum()), float(sel[:, Col.X].sum()) / 1e3)
+    return out
 
 
 def _check_step_times(f: RankFile, path: str) -> None:
@@ -245,7 +257,8 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
     profiled = set(f.steps_profiled)
     step_times = {s: (t1 - t0) / 1e3 for s, t0, t1 in f.step_times_ns}
     process_cpu = dict(f.process_cpu_ns)
-    sched = [StepSched(s, c / 1e3, w / 1e3, None if s not in process_cpu else process_cpu[s] / 1e3) for s, c, w in f.thread_sched_ns]
+    runs = dict(f.thread_runs)
+    sched = [StepSched(s, c / 1e3, w / 1e3, None if s not in process_cpu else process_cpu[s] / 1e3, runs.get(s)) for s, c, w in f.thread_sched_ns]
     meta = RankMeta(
         format=RANK_FORMAT,
         pid=f.pid,

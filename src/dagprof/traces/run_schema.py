@@ -114,6 +114,7 @@ class Rec(enum.IntEnum):
     OWN_COLL = 28  # a=kind (index into OWN_KINDS), b=group size, x=bytes per rank: the model called a blocking collective itself
     OWN_ASYNC = 29  # a=kind, b=group size, x=bytes per rank: the model issued a collective it waits for later (async_op, functional)
     OWN_WAIT = 30  # a=kind, x=its OWN_ASYNC's time: the model's first wait for that collective began
+    GRAD_CLIP = 31  # a=gradient tensors, x=ns the call took: torch.nn.utils.clip_grad_norm_ entered (collect.hooks.grad_clip)
 
 
 # The collectives a model calls itself that the collector sizes (``collect.hooks.own_collectives``), as Kineto names them
@@ -287,6 +288,7 @@ class RankFile(msgspec.Struct, kw_only=True):
     # profiled or not (older files: the profiled steps only); [] where not recorded (older files, a kernel without schedstat)
     thread_sched_ns: list[tuple[Count, Count, Count]] = []
     process_cpu_ns: list[tuple[Count, Count]] = []  # (step, the process's CPU ns, all threads) beside each of those ([]: older files)
+    thread_runs: list[tuple[Count, Count]] = []  # (step, times that thread got a core: schedstat's third field) beside them ([]: older files)
 
 
 class StepPart(msgspec.Struct, kw_only=True):
@@ -305,6 +307,7 @@ class StepPart(msgspec.Struct, kw_only=True):
     records: list[tuple[int, int, int, int, int]]  # appended since the previous part (this step's, and late completions)
     thread_sched_ns: list[tuple[Count, Count, Count]] = []  # steps since the previous part, as ``RankFile.thread_sched_ns``
     process_cpu_ns: list[tuple[Count, Count]] = []  # the same steps', as ``RankFile.process_cpu_ns``
+    thread_runs: list[tuple[Count, Count]] = []  # the same steps', as ``RankFile.thread_runs``
 
 
 class Ended(msgspec.Struct, kw_only=True):

@@ -42,6 +42,7 @@ from .ddp_buckets import DdpBuckets
 from .exit_gc import collect_cycles_at_exit
 from .fsdp import FsdpRecorder, fsdp_modules
 from .fsdp1 import Fsdp1Recorder, clean_name, fsdp1_modules
+from .grad_clip import patch_grad_clip
 from .loss_graph import patch_backward
 from .own_collectives import patch_own_collectives
 from .saved_activations import SavedActivations
@@ -474,6 +475,7 @@ class Collector:
         self.sched.open()  # the thread that marks the window's steps (if another marked step 0)
         self._attach_leaf_hooks()
         self._time_dataloaders()
+        patch_grad_clip(self)
         self._restore.append(patch_backward(self.saved.backward_starting))
         self.saved.track([p for p, _ in self._params])
         if self._fsdp is not None:
@@ -571,7 +573,7 @@ class Collector:
             layer_grad_bytes=self._grad_bytes, layer_frozen_bytes=self._frozen_bytes, layer_saved_bytes=self.saved.most,
             layer_output_bytes=dict(self.saved.most_output) if self._fsdp is None else {},  # FSDP's in its FsdpInfo
             bucket_layouts=self._buckets.layouts, step_times_ns=self.step_times, records=self.records, ddp_group_ranks=self._ddp_ranks,
-            thread_sched_ns=self.sched.steps, process_cpu_ns=self.sched.process,
+            thread_sched_ns=self.sched.steps, process_cpu_ns=self.sched.process, thread_runs=self.sched.runs,
             fsdp=self._fsdp.info(self.layers) if self._fsdp is not None else None, zero=zero,
         )
         write_rank_file(self.out_dir, doc)
@@ -589,7 +591,7 @@ class Collector:
         head = self._rank_file(
             steps_profiled=[], warnings=list(self.warnings), layers=list(self.layers), layer_grad_bytes=dict(self._grad_bytes),
             layer_frozen_bytes=dict(self._frozen_bytes), bucket_layouts=list(self._buckets.layouts), step_times_ns=list(self.step_times), records=[],
-            thread_sched_ns=list(self.sched.steps), process_cpu_ns=list(self.sched.process),
+            thread_sched_ns=list(self.sched.steps), process_cpu_ns=list(self.sched.process), thread_runs=list(self.sched.runs),
         )
         start_step_files(self.out_dir, head)
         self._flushed = Flushed(len(self.records), len(self.layers), dict(self._grad_bytes), len(self.warnings),
@@ -606,6 +608,7 @@ class Collector:
             bucket_layout=self._buckets.layouts[-1] if len(self._buckets.layouts) > done.layouts else None,
             warnings=self.warnings[done.warnings:], step_times_ns=self.step_times[done.step_times:], records=self.records[done.records:n],
             thread_sched_ns=self.sched.steps[done.sched:], process_cpu_ns=self.sched.process[done.sched:],
+            thread_runs=self.sched.runs[done.sched:],
         )
         append_step_part(self.out_dir, part)
         if grad:

@@ -11,7 +11,10 @@ CPU clock: the file's first field is brought up to date only at a tick or a swit
 window of a tiny model read 0 ns in some steps), the wait only grows when the thread gets a core, so it is current.
 Every step is recorded, profiled or not: the steps outside the window tell what the profiler added inside it (its CPU,
 the process's, against waits for a core that a load on the machine adds: ``passes.profiler_cost``). The process's CPU
-clock (every thread: Kineto's, gloo's) is read beside the thread's; a read costs two clock reads and a ``pread``.
+clock (every thread: Kineto's, gloo's) is read beside the thread's; a read costs two clock reads and a ``pread``. The file's
+third field, how many times the thread got a core, is kept too: the run-queue wait over it is what one wake-up of a thread
+waited for a core on these cores at this load (a DDP profile's, priced on each blocking collective of the job under FSDP:
+``passes.data_parallel``).
 """
 from __future__ import annotations
 
@@ -21,15 +24,16 @@ import time
 
 
 class ThreadSched:
-    """Per step ``(step, CPU ns, run-queue wait ns)`` of the thread that opened it (``steps``) and ``(step, CPU ns)`` of
-    its process (``process``)."""
+    """Per step ``(step, CPU ns, run-queue wait ns)`` of the thread that opened it (``steps``), ``(step, CPU ns)`` of its
+    process (``process``) and ``(step, times the thread got a core)`` (``runs``)."""
 
     def __init__(self) -> None:
         self.steps: list[tuple[int, int, int]] = []
         self.process: list[tuple[int, int]] = []
+        self.runs: list[tuple[int, int]] = []
         self._fd: int | None = None
         self._tid = 0
-        self._begin: tuple[int, int, int] | None = None
+        self._begin: tuple[int, int, int, int] | None = None
 
     def open(self) -> None:
         """Watch the calling thread (the one that marks the steps); nothing where the kernel has no schedstat."""
@@ -49,13 +53,15 @@ class ThreadSched:
         if now is not None and begin is not None:
             self.steps.append((step, now[0] - begin[0], now[1] - begin[1]))
             self.process.append((step, now[2] - begin[2]))
+            self.runs.append((step, now[3] - begin[3]))
 
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
 
-    def _read(self) -> tuple[int, int, int] | None:
+    def _read(self) -> tuple[int, int, int, int] | None:
         if self._fd is None or threading.get_native_id() != self._tid:
             return None
-        return time.thread_time_ns(), int(os.pread(self._fd, 128, 0).split()[1]), time.process_time_ns()
+        fields = os.pread(self._fd, 128, 0).split()
+        return time.thread_time_ns(), int(fields[1]), time.process_time_ns(), int(fields[2])

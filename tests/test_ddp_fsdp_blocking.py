@@ -1,0 +1,104 @@
+"""DDP -> FSDP: what a DDP profile says of FSDP2's blocking collectives and of ``clip_grad_norm_``.
+
+Under FSDP2 on gloo every collective blocks the rank (two wake-ups each: the hand-off to gloo's worker, the rank's own
+after it), and ``clip_grad_norm_`` all-reduces the norm of DTensor gradients. The conversion prices each wake-up at the
+DDP profile's own wait for a core per time its thread got one (``passes.data_parallel.wake_up_us``) and adds the clip's
+all-reduce where the collector recorded the calls (``collect.hooks.grad_clip``); older files say, with counts, what is
+unpriced. ``tests/data/lora`` (``bench/fsdp_fresh/lora_finetune.py``) predates both records; ``tests/data/lora-clip``
+records them.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from testdata import DATA
+
+from dagprof.graph.build import build_graph
+from dagprof.passes.data_parallel import CLIP_NORM_BYTES, blocking_note, ddp_to_fsdp, wake_up_us
+from dagprof.traces.dagprof_run import read_run
+from dagprof.traces.events import Kind
+from dagprof.traces.run_schema import Rec
+
+
+def _graph(path):
+    return build_graph(read_run(path))
+
+
+@pytest.mark.parametrize("frozen, colls", [(0, 8), (1, 7)])
+def test_older_profile_prices_no_wake_up_and_says_so(frozen, colls):
+    """No thread_runs and no clip records: every inserted collective's issue and wait cost nothing beyond the transfer,
+    as before, and the note counts the blocking collectives a step (the first block frozen: no reduce-scatter for it)."""
+    g = _graph(DATA / "lora" / f"ddp-{frozen}")
+    assert wake_up_us(g) is None and not g.meta.grad_clips
+    out = ddp_to_fsdp(g)
+    mine = [v for v in range(len(out)) if out.kind[v] in (Kind.COMM_ENQUEUE, Kind.COMM_WAIT) and "fsdp" in out.node_name(v) or
+            out.node_name(v).partition(".")[2].startswith("wait ")]
+    assert mine and all(out.dur[v] == 0 and out.gap[v] == 0 for v in mine)
+    assert not any("clip_grad_norm_" in out.node_name(v) for v in range(len(out)))
+    note = blocking_note(g, measured=False)
+    assert f"the wake-ups of {colls} blocking collectives a step (2 each, on every rank) unpriced" in note
+    assert "clip_grad_norm_ not recorded in this profile" in note
+
+
+def test_wake_ups_and_clip_from_a_recording_that_has_them():
+    """Each rank's wake-up is its profiled steps' run-queue wait over the times its thread got a core, read from the rank
+    files; every FSDP collective's issue and wait carry one each on every rank, and each step gets one all-reduce of the
+    norm (4 bytes) before every rank's optimizer step."""
+    import json
+
+    path = DATA / "lora-clip" / "ddp-0"
+    g = _graph(path)
+    wake = wake_up_us(g)
+    for r in (0, 1):
+        f = json.loads((path / f"rank{r}.json").read_text())
+        prof = set(f["steps_profiled"])
+        runs = dict(f["thread_runs"])
+        waits = {s: w for s, _, w in f["thread_sched_ns"] if s in prof}
+        assert wake[r] == pytest.approx(sum(waits.values()) / 1e3 / sum(runs[s] for s in waits))
+        clips = [x for x in f["records"] if x[0] == Rec.GRAD_CLIP]
+        assert len(clips) == len(prof)  # one clip_grad_norm_ call a profiled step
+    assert all(c.calls == 1 and c.tensors == 19 for c in g.meta.grad_clips.values())  # the adapters, norms and head
+    out = ddp_to_fsdp(g)
+    steps = len(g.meta.steps)
+    clip = [v for v in range(len(out)) if out.kind[v] == Kind.COMM and out.node_name(v).startswith("all_reduce clip_grad_norm_")]
+    assert len(clip) == steps and all(out.nbytes[v] == CLIP_NORM_BYTES for v in clip)
+    for r in (0, 1):
+        enq = [v for v in range(len(out)) if out.rank[v] == r and out.kind[v] == Kind.COMM_ENQUEUE]
+        waits = [v for v in range(len(out)) if out.rank[v] == r and out.kind[v] == Kind.COMM_WAIT and out.node_name(v).partition(".")[2].startswith("wait ")]
+        assert len(enq) == len(waits) == 9 * steps  # 5 all-gathers, 3 reduce-scatters and the clip's all-reduce a step
+        assert np.allclose(out.dur[enq], wake[r]) and np.allclose(out.gap[waits], wake[r])
+        for s in g.meta.steps:  # the clip's wait comes right before the optimizer step
+            lane = sorted((v for v in range(len(out)) if out.rank[v] == r and out.step[v] == s and out.device[v] == out.meta.main_device[r]),
+                          key=lambda v: out.order[v])
+            up = next(k for k, v in enumerate(lane) if out.kind[v] == Kind.UPDATE)
+            assert out.node_name(lane[up - 1]) == f"rank{r}.wait all_reduce clip_grad_norm_"
+    note = blocking_note(g, measured=False)
+    assert "9 blocking collectives a step, each with 2 wake-ups" in note
+    assert "clip_grad_norm_ (1 call(s) a step on 19 gradients)" in note and "dispatch on its 19 gradients unpriced" in note
+
+
+def test_grad_clip_records_each_call_in_the_window_only():
+    """``clip_grad_norm_`` patched for the window records its gradient tensors and time, and the patch is undone."""
+    import torch
+
+    from dagprof.collect.hooks.grad_clip import patch_grad_clip
+
+    class Fake:
+        recording, records, _restore = True, [], []
+
+        def _fail(self, err, where):  # pragma: no cover - only on a failure
+            raise err
+
+    c = Fake()
+    original = torch.nn.utils.clip_grad_norm_
+    patch_grad_clip(c)
+    ps = [torch.nn.Parameter(torch.ones(3)) for _ in range(3)]
+    for p in ps[:2]:
+        p.grad = torch.ones(3)
+    torch.nn.utils.clip_grad_norm_(ps, 1.0)
+    c.recording = False
+    torch.nn.utils.clip_grad_norm_(ps, 1.0)
+    assert [(r[0], r[1]) for r in c.records] == [(Rec.GRAD_CLIP, 2)] and c.records[0][4] > 0
+    for undo in c._restore:
+        undo()
+    assert torch.nn.utils.clip_grad_norm_ is original
