@@ -465,10 +465,12 @@ class _Reader:
     def _program_bytes(self, c: dict[str, np.ndarray]) -> bool:
         """Each XLA collective's bytes from its own instruction in the program (JAX), and the operands the collectives
         carried per profiled step (their median over the steps: ``operands_per_step``); False if none is known."""
-        found, per_step, in_loop = False, {}, []
+        found, per_step, in_loop, origin, devices = False, {}, [], [], []
         for i, prog in zip(self.collectives.event, self.collectives.program):
             inst = self.programs.get(prog, {}).get(self.tab.names[c["name"][i]])
             in_loop.append(inst is not None and inst.in_loop)
+            origin.append(inst.origin if inst is not None else "")
+            devices.append(inst.devices if inst is not None else "")
             if inst is not None:
                 c["nbytes"][i], found = inst.nbytes, True
                 if c["step"][i] >= 0:
@@ -476,7 +478,7 @@ class _Reader:
         if per_step:
             self.operands_per_step = float(np.median(list(per_step.values())))
         if found:
-            self.collectives.in_loop = in_loop
+            self.collectives.in_loop, self.collectives.origin, self.collectives.devices = in_loop, origin, devices
         return found
 
     def _own_bytes(self, c: dict[str, np.ndarray]) -> None:
