@@ -17,6 +17,7 @@ from dagprof.errors import DagprofError
 from dagprof.passes import scale_workers
 from dagprof.traces.parallelism import Dim, label_run
 from dagprof.traces.tf_xplane_names import program_collectives
+from dagprof.traces.xla_hlo import collectives
 from dagprof.traces.xplane_decode import decode_xspace
 
 FSDP = DATA / "tf-jax" / "fsdp-conv"
@@ -64,3 +65,32 @@ def test_resharding_over_other_devices_is_unknown_and_workers_refused_saying_why
 def test_an_all_to_all_the_user_wrote_stays_ep_cp():
     par, _ = label_run(_moved(dagprof.load(FSDP), "axis_0=2 {axis_0}", origin="all_to_all"))
     assert Dim.EP_CP in par.dims
+
+
+def _field(num: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field."""
+    def varint(x: int) -> bytes:
+        out = bytearray()
+        while True:
+            out.append((x & 0x7F) | (0x80 if x > 0x7F else 0))
+            x >>= 7
+            if not x:
+                return bytes(out)
+    return varint(num << 3 | 2) + varint(len(payload)) + payload
+
+
+def _instruction(name: str, opcode: str, op_name: str, groups: list[list[int]]) -> bytes:
+    shape = bytes([0x10, 11]) + _field(3, bytes([4, 4]))  # f32[4,4]
+    return (_field(1, name.encode()) + _field(2, opcode.encode()) + _field(3, shape) + _field(7, _field(2, op_name.encode()))
+            + b"".join(_field(49, _field(1, bytes(g))) for g in groups))
+
+
+def test_explicit_replica_groups_tell_groups_apart():
+    """As a compiled 2x2-mesh ``shard_map`` program writes them (``replica_groups={{0,1},{2,3}}``): a psum over one mesh
+    axis, a user's ``all_to_all`` over the other."""
+    comp = _field(2, _instruction("psum.1", "all-reduce", "jit(f)/shard_map/psum", [[0, 1], [2, 3]]))
+    comp += _field(2, _instruction("all-to-all", "all-to-all", "jit(f)/shard_map/all_to_all", [[0, 2], [1, 3]]))
+    found = collectives(_field(1, _field(3, comp)))
+    assert (found["psum.1"].origin, found["all-to-all"].origin) == ("psum", "all_to_all")
+    assert found["psum.1"].devices and found["psum.1"].devices != found["all-to-all"].devices
+    assert found["psum.1"].nbytes == 64

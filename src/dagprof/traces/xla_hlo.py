@@ -87,7 +87,7 @@ def _mesh_devices(buf: bytes, start: int, stop: int) -> str:
     """Mesh-axes device groups as "axis_0=2 {axis_0}": the mesh's axes of more than one device and the axes the groups
     span, so that one group written over meshes of different rank (``['axis_0'=2]``, ``['axis_0'=2,'axis_1'=1]``) compares equal."""
     axes: list[tuple[str, int]] = []
-    chosen: list[int] = []
+    chosen: list[tuple[int, str]] = []  # axis index, and its sub-axis as written ("" the whole axis)
     for num, wt, v in fields(buf, start, stop):
         if num == 1 and wt == 2:
             for n2, w2, axis in fields(buf, *v):
@@ -95,9 +95,11 @@ def _mesh_devices(buf: bytes, start: int, stop: int) -> str:
                     name = next((buf[a[0]:a[1]].decode("utf-8", "replace") for n3, w3, a in fields(buf, *axis) if n3 == 1 and w3 == 2), "")
                     axes.append((name, next((a for n3, w3, a in fields(buf, *axis) if n3 == 2 and w3 == 0), 1)))
         elif num == 2 and wt == 2:
-            chosen.append(next((a for n2, w2, a in fields(buf, *v) if n2 == 1 and w2 == 0), 0))
+            ref = list(fields(buf, *v))
+            chosen.append((next((a for n2, w2, a in ref if n2 == 1 and w2 == 0), 0),
+                           next((buf[a[0]:a[1]].hex() for n2, w2, a in ref if n2 == 2 and w2 == 2), "")))
     mesh = " ".join(f"{n}={k}" for n, k in axes if k > 1)
-    span = ",".join(axes[i][0] for i in chosen if 0 <= i < len(axes) and axes[i][1] > 1)
+    span = ",".join(axes[i][0] + (f"[{sub}]" if sub else "") for i, sub in chosen if 0 <= i < len(axes) and axes[i][1] > 1)
     return f"{mesh} {{{span}}}"
 
 
