@@ -16,7 +16,9 @@ thread and the one that posts (its Python thread sleeps in ``block_until_ready``
 2 x its ranks outnumber the cores a rank may run on (``GraphMeta.host_cpus``, the collector's ``sched_getaffinity``);
 with a core each, the poster never waits behind a poller. Recordings without their cores (before 2026-12-03) are taken
 as contended. The tick is the contended hosts' own (``GraphMeta.host_tick_us``, their kernels' ``CONFIG_HZ``), else
-``TICK_US`` assumed. Not seen by the profile: other processes keeping the cores busy (a loaded host contends too),
+``TICK_US`` assumed. Not seen by the profile: other processes keeping the cores busy (a loaded host contends too, more
+than a tick an array: where the profiled steps' collectives ran beyond the wire by more than the bound, the note counts
+those steps),
 compute XLA runs beside a collective (more threads), and ranks pinned to disjoint cores (counted as sharing the fewest
 cores one of them had: wider, never narrower). Only the contended side is measured (2 ranks on 2 cores): that a host
 with a core per thread does not stall follows from the mechanism, not from a run.
@@ -82,10 +84,9 @@ def stall_bound_us(g: Graph) -> float:
     return risk.bound_us if risk else 0.0
 
 
-def held_us(g: Graph) -> float | None:
-    """The most stall a prediction from ``g`` holds (us a step): its collectives' time beyond the wire they were profiled
-    at (``meta.wire_bytes_per_s``; a ring of N moves 2 (N - 1) / N of each one's bytes per link), the median step's; what
-    a step could lose if none of its arrays stalled at the other rate. None where the wire is not known."""
+def _beyond_wire_per_step(g: Graph) -> np.ndarray | None:
+    """Each profiled step's collectives' time beyond the wire they were profiled at (us; ``meta.wire_bytes_per_s``: a
+    ring of N moves 2 (N - 1) / N of each one's bytes per link); None where the wire is not known."""
     wire = g.meta.wire_bytes_per_s
     comm = priced_comm(g) & (g.dur > 0) & (g.step >= 0)
     if not wire or not comm.any():
@@ -93,7 +94,14 @@ def held_us(g: Graph) -> float | None:
     n = priced_world_size(g)
     beyond = g.dur[comm] - 2 * (n - 1) / n * g.nbytes[comm] / wire * 1e6
     steps, inverse = np.unique(g.step[comm], return_inverse=True)
-    return max(float(np.median(np.bincount(inverse, weights=beyond, minlength=len(steps)))), 0.0)
+    return np.bincount(inverse, weights=beyond, minlength=len(steps))
+
+
+def held_us(g: Graph) -> float | None:
+    """The most stall a prediction from ``g`` holds (us a step): its collectives' time beyond the wire, the median
+    step's; what a step could lose if none of its arrays stalled at the other rate. None where the wire is not known."""
+    beyond = _beyond_wire_per_step(g)
+    return None if beyond is None else max(float(np.median(beyond)), 0.0)
 
 
 def stall_halfwidth_us(bound_us: float, level: float) -> float:
@@ -122,6 +130,11 @@ def stall_note(g: Graph) -> str | None:
     tick = f"{risk.tick_us / 1e3:.3g} ms" + (", the host kernel's" if risk.tick_recorded else " assumed: the profile did not record the host's")
     cores = ("the profile did not record the cores: taken as contended" if risk.hosts is None else
              "; ".join(f"{h}: {g.meta.host_cpus[h][0]} ranks x {THREADS_PER_RANK} threads on {g.meta.host_cpus[h][1]} cores" for h in risk.hosts))
+    beyond = _beyond_wire_per_step(g)
+    over = beyond[beyond > risk.bound_us] if beyond is not None else np.zeros(0)
+    past = (f"; but in {len(over)} of {len(beyond)} profiled steps the collectives ran beyond the wire by more than that (the "
+            f"most {over.max() / 1e3:.0f} ms): more than a tick an array, as where other processes keep the cores busy, beyond "
+            "what that bound covers") if len(over) else ""
     return (f"JAX on gloo: {risk.operands:.0f} arrays a step, one gloo call each; each can stall 0 or about one scheduler tick "
             f"({tick}) on contended cores ({cores}), 0-{risk.bound_us / 1e3:.0f} ms a step, at random "
-            f"(a race between the processes): not predictable from this profile, the interval of a link what-if holds it")
+            f"(a race between the processes): not predictable from this profile, the interval of a link what-if holds it{past}")

@@ -110,9 +110,10 @@ def _data_parallel_degree(g: Graph, workers: int) -> int:
     unknown = comm & (g.dim == Dim.UNKNOWN)
     if unknown.any():
         groups = sorted({g.devices[d].name.removeprefix("group ") for d in g.device[unknown] if d >= 0})
+        told = sorted({w for grp in par.groups if set(grp.dims) == {Dim.UNKNOWN.text} for w in grp.evidence if w != "nothing tells"})
         raise DagprofError(f"--workers is not modelled here: {int(unknown.sum())} of {int(comm.sum())} collectives (group "
-                           f"{', '.join(groups[:4])}) cannot be told data-parallel or not: no group description, position or "
-                           "size says (see `dagprof analyze`)")
+                           f"{', '.join(groups[:4])}) cannot be told data-parallel or not: "
+                           f"{told[0] if told else 'no group description, position or size says'} (see `dagprof analyze`)")
     if not par.hybrid:
         return workers
     n0, dp = graph_world_size(g), par.dp_size

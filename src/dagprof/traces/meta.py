@@ -71,13 +71,17 @@ def warnings_of(texts: Iterable[str | RunWarning]) -> list[RunWarning]:
 class Collectives(msgspec.Struct, kw_only=True):
     """Per transfer event (index into the rank's events): its canonical collective name and dtype, which
     ``align`` checks across ranks; ``program``: the XLA program that ran it, ``in_loop``: whether a ``while`` of that
-    program runs its instruction, once per iteration (xplane only; empty where the program is not known)."""
+    program runs its instruction, once per iteration, ``origin``: the JAX primitive its instruction was lowered from
+    (``all_to_all`` where the user wrote one; the op XLA partitioned where it resharded), ``devices``: its device groups
+    as the program writes them (xplane only; empty where the program is not known; ``traces.xla_hlo``)."""
 
     event: list[int] = []
     coll: list[str] = []
     dtype: list[str] = []
     program: list[int] = []
     in_loop: list[bool] = []
+    origin: list[str] = []
+    devices: list[str] = []
 
     def by_event(self) -> dict[int, str]:
         """Event -> canonical collective name."""

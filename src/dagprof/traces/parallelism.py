@@ -361,6 +361,7 @@ def _label_rank(trace: RankTrace) -> tuple[_Instances, np.ndarray, list[str]]:
         why = [("send/recv" if c in P2P else "all-to-all") if c in P2P or c == "alltoall" else "recorded by a data-parallel collector"
                for c in inst.coll]
         dims[:] = [Dim.PP if c in P2P else Dim.EP_CP if c == "alltoall" else Dim.DP for c in inst.coll]
+        _resharding(trace, inst, dims, why)
         return inst, dims, why
     desc = trace.meta.group_desc
     forward_sizes: dict[int, set[int]] = {}
@@ -388,6 +389,29 @@ def _label_rank(trace: RankTrace) -> tuple[_Instances, np.ndarray, list[str]]:
     return inst, dims, why
 
 
+def _resharding(trace: RankTrace, inst: _Instances, dims: np.ndarray, why: list[str]) -> None:
+    """XLA's all-to-alls that no ``lax.all_to_all`` asked for (``traces.xla_hlo``: the instruction's metadata names
+    the op the SPMD partitioner split, as a sharded program's ``broadcast_in_dim`` transposed in backward) reshard an
+    array between two shardings of the program's own mesh: no expert or context exchange. Over the device groups of
+    the data-parallel collectives they are the data-parallel mesh's (DP: more workers, the same all-to-all over more
+    ranks); over other groups nothing says which dimension they serve (unknown, said why). A JAX FSDP program's
+    gradient all-to-all was labelled EP/CP, and ``whatif --workers`` refused the run."""
+    info = trace.meta.collectives
+    if info is None or not info.origin:
+        return
+    at = {e: (o, d) for e, o, d in zip(info.event, info.origin, info.devices)}
+    told = [next((at[int(i)] for i in rows if int(i) in at), ("", "")) for rows in inst.rows]
+    dp_devices = {d for (o, d), c in zip(told, inst.coll) if d and c != "alltoall" and c not in P2P}
+    for k, (origin, devices) in enumerate(told):
+        if inst.coll[k] != "alltoall" or not origin or origin == "all_to_all":
+            continue
+        if devices and devices in dp_devices:
+            dims[k], why[k] = Dim.DP, "XLA's resharding all-to-all over the data-parallel collectives' devices"
+        else:
+            dims[k], why[k] = Dim.UNKNOWN, (f"XLA's resharding all-to-all (partitioning {origin}) over other devices than the "
+                                            "data-parallel collectives': not told which dimension it serves")
+
+
 def _reduce_scatters(trace: RankTrace, inst: _Instances) -> np.ndarray:
     """Per instance: a reduce-scatter, also where gloo runs one as the all-reduce of its whole input (its call names it:
     FSDP2's ``c10d::_reduce_scatter_base_`` on CPU; ``traces.kineto`` prices it as the all-reduce it is)."""
@@ -407,6 +431,8 @@ def _fill_from_group(labels: list[tuple[RankTrace, _Instances, np.ndarray, list[
                 per_group.setdefault(trace.groups[int(inst.group[k])], set()).add(int(dims[k]))
     for trace, inst, dims, why in labels:
         for k in np.flatnonzero(dims == Dim.UNKNOWN).tolist():
+            if inst.coll[k] == "alltoall":  # XLA's resharding over other devices (``_resharding``): not its lumped group's
+                continue
             seen = per_group.get(trace.groups[int(inst.group[k])], set())
             if seen == {int(Dim.DP)} and (inst.coll[k] in _SCATTERING or (inst.coll[k] == "allgather" and inst.phase[k] == Phase.FORWARD)):
                 why[k] = f"{inst.coll[k]} {ACTIVATIONS} (a loss's all_gather, SyncBatchNorm): not gradients"

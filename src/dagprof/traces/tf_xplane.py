@@ -52,6 +52,7 @@ TASK_ENV_PLANE = "Task Environment"
 METADATA_PLANE = "/host:metadata"
 _RECORD, _START, _STOP = "ThreadpoolListener::Record", "ThreadpoolListener::StartRegion", "ThreadpoolListener::StopRegion"
 _ASYNC_START = "ExecutorState::ProcessAsync::Start"  # an executor thread starting an async kernel (a collective)
+_RUN_WAIT = "ThunkExecutor::Execute (wait for completion)"  # XLA's client thread waiting for a program run (``run_id``) to finish
 # an async kernel's completion callbacks, run inside the collective's range on its thread
 _DONE = ("CollectiveExecutor::ExecuteAsync::Done", "ExecutorState::ProcessAsync::Done")
 _TRAIN_MARKER = "train"  # the step marker of Keras fit, tf_profile and jax_profile (tf.profiler Trace / StepTraceAnnotation)
@@ -111,6 +112,7 @@ class _Reader:
         self.scopes: dict[str, tuple[bool, bool]] = {}  # op scope -> (has a gradient op, reads a variable)
         self.tab = EventRows()
         self.collectives = Collectives()
+        self.run_rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # run ids, table rows, is a run's wait: ``_run_completions``
         env = space.plane(TASK_ENV_PLANE)
         self.base_ns = int(env.stats.get("profile_start_time", 0)) if env is not None else 0
         if not self.base_ns:
@@ -139,9 +141,10 @@ class _Reader:
         self.main = self._main_line()
         op_meta = [m for m, d in display.items() if d and names.get(m, "").endswith(":" + d)]
         async_start, done = self.mids(_ASYNC_START), self.mids(*_DONE)
+        self.run_waits = self.mids(_RUN_WAIT)
         op_rows, self.issues = [], {}
         for k, ln in enumerate(self.lines):
-            is_op = np.isin(ln.metadata_id, op_meta)
+            is_op = np.isin(ln.metadata_id, op_meta) | (np.isin(ln.metadata_id, self.run_waits) & (k != self.main))
             cand = np.flatnonzero(~is_op & ~np.isin(ln.metadata_id, self.markers) & (ln.stats_span[:, 1] > ln.stats_span[:, 0]))
             if len(cand):
                 is_op[cand[self.space.int_stat(p, ln, cand, "hlo_op") != MISSING]] = True  # XLA thunks
@@ -263,6 +266,8 @@ class _Reader:
         name, kind, layer = np.array(name_u)[inv], np.array(kind_u)[inv], np.array(layer_u)[inv]
         for j in np.flatnonzero(issue).tolist():
             name[j], kind[j], layer[j] = self.tab.intern(f"issue {self.issues[(k, int(rows[j]))]}"), int(Kind.COMM_ENQUEUE), -1
+        waiting = np.isin(ln.metadata_id[rows], self.run_waits)
+        kind[waiting] = int(Kind.COMM_WAIT)  # until its run's last op ends (``_run_completions``)
         group, seq = np.full(len(rows), -1), np.full(len(rows), -1, dtype=np.int64)
         comm = np.flatnonzero((kind == Kind.COMM) & ~issue)
         if len(comm):
@@ -278,6 +283,8 @@ class _Reader:
                 end[comm] = np.where((m < len(marks)) & (marks[mm] < end[comm]), marks[mm], end[comm])
         out = self.tab.add_block(name=name, kind=kind, lane=np.full(len(rows), self.lane_of[k]), start=start, dur=end - start,
                                  depth=depth, step=step, layer=layer, group=group, seq=seq)
+        run = self.space.int_stat(p, ln, rows, "run_id")
+        self.run_rows.append((run[run != MISSING], out[run != MISSING], waiting[run != MISSING]))
         program = self.space.int_stat(p, ln, rows[comm], "program_id") if len(comm) and self.programs else np.full(len(comm), MISSING)
         for j, prog in zip(comm.tolist(), program.tolist()):
             self.collectives.event.append(int(out[j]))
@@ -326,6 +333,27 @@ class _Reader:
         c = self.tab.columns()
         self.sched = schedule(lines, self.nodes, self.main, c["start"], c["start"] + c["dur"], c["kind"], c["step"])
         self.tab.flows += self.sched.flows
+        self.tab.flows += self._run_completions(c)
+
+    def _run_completions(self, c: dict[str, np.ndarray]) -> list[tuple[int, int]]:
+        """XLA's client thread runs a program's ops inline, then waits for the run (``run_id``) to complete before it
+        goes on (``_RUN_WAIT``, a wait node of its thread): the wait ends with the run's last op, whichever thread ran it.
+        No scheduling record says so, so the wait was the gap of whatever followed it, on that thread or scheduled from
+        it (``tf-jax/fsdp-conv``: the gradient-accumulating ``add`` program 0.1 ms after the loss program's last op on that
+        thread in one step, 42 ms in the next, while the loss program's all-reduce on an Eigen thread waited for the other
+        rank), and the averaged replay spread that gap over every step besides the all-reduce's own averaged wait."""
+        if not self.run_rows:
+            return []
+        runs = np.concatenate([r for r, _, _ in self.run_rows])
+        rows = np.concatenate([t for _, t, _ in self.run_rows])
+        wait = np.concatenate([w for _, _, w in self.run_rows])
+        if not wait.any():
+            return []
+        end = c["start"][rows] + c["dur"][rows]
+        op = ~wait
+        order = np.lexsort((end[op], runs[op]))
+        last = {int(r): int(v) for r, v in zip(runs[op][order].tolist(), rows[op][order].tolist())}  # run -> its op that ended last
+        return [(last[int(r)], int(v)) for r, v in zip(runs[wait].tolist(), rows[wait].tolist()) if int(r) in last]
 
     # ------------------------------------------------------------------ the main lane
     def _main_lane(self) -> None:
@@ -465,10 +493,12 @@ class _Reader:
     def _program_bytes(self, c: dict[str, np.ndarray]) -> bool:
         """Each XLA collective's bytes from its own instruction in the program (JAX), and the operands the collectives
         carried per profiled step (their median over the steps: ``operands_per_step``); False if none is known."""
-        found, per_step, in_loop = False, {}, []
+        found, per_step, in_loop, origin, devices = False, {}, [], [], []
         for i, prog in zip(self.collectives.event, self.collectives.program):
             inst = self.programs.get(prog, {}).get(self.tab.names[c["name"][i]])
             in_loop.append(inst is not None and inst.in_loop)
+            origin.append(inst.origin if inst is not None else "")
+            devices.append(inst.devices if inst is not None else "")
             if inst is not None:
                 c["nbytes"][i], found = inst.nbytes, True
                 if c["step"][i] >= 0:
@@ -476,7 +506,7 @@ class _Reader:
         if per_step:
             self.operands_per_step = float(np.median(list(per_step.values())))
         if found:
-            self.collectives.in_loop = in_loop
+            self.collectives.in_loop, self.collectives.origin, self.collectives.devices = in_loop, origin, devices
         return found
 
     def _own_bytes(self, c: dict[str, np.ndarray]) -> None:

@@ -5,8 +5,14 @@ instruction's result shape (a tuple for a combined all-reduce: XLA's CPU client 
 operand, ``analysis.operand_stall``). Decoded with the XPlane wire reader;
 fields of ``xla/service/hlo.proto`` and ``xla/xla_data.proto``:
 HloProto.hlo_module = 1; HloModuleProto.computations = 3; HloComputationProto.instructions = 2;
-HloInstructionProto.name = 1, opcode = 2, shape = 3, called_computation_ids = 38; HloComputationProto.id = 5;
+HloInstructionProto.name = 1, opcode = 2, shape = 3, metadata = 7, called_computation_ids = 38, replica_groups = 49,
+collective_device_list = 87, and 93 (the device groups as mesh axes: {1: mesh {1: axis {1: name, 2: size}}, 2: axis
+{1: index}}, as JAX 0.10 writes them); HloComputationProto.id = 5; OpMetadata.op_name = 2;
 ShapeProto.element_type = 2, dimensions = 3, tuple_shapes = 4.
+
+An instruction's ``op_name`` ends in the JAX primitive it was lowered from: a collective the user wrote
+(``lax.all_to_all``, ``psum``) names itself, one XLA's SPMD partitioner inserted to reshard an array names the op it
+partitioned (``.../transpose(jvp())/broadcast_in_dim``).
 """
 from __future__ import annotations
 
@@ -29,6 +35,8 @@ class HloCollective:
     nbytes: int
     operands: int
     in_loop: bool = False
+    origin: str = ""  # the JAX primitive its metadata names (``all_to_all``, ``dot_general``); "" when none
+    devices: str = ""  # its device groups as the program writes them ("" when not written): equal for collectives of one group
 
 
 def _operands(buf: bytes, start: int, stop: int) -> int:
@@ -69,9 +77,35 @@ def _ints(buf: bytes, wt: int, v) -> list[int]:
     return out
 
 
+def _origin(buf: bytes, start: int, stop: int) -> str:
+    """The primitive an ``OpMetadata``'s op_name ends in (``jit(f)/transpose(jvp())/dot_general`` -> ``dot_general``)."""
+    name = next((buf[v[0]:v[1]].decode("utf-8", "replace") for num, wt, v in fields(buf, start, stop) if num == 2 and wt == 2), "")
+    return name.rpartition("/")[2].strip("()")
+
+
+def _mesh_devices(buf: bytes, start: int, stop: int) -> str:
+    """Mesh-axes device groups as "axis_0=2 {axis_0}": the mesh's axes of more than one device and the axes the groups
+    span, so that one group written over meshes of different rank (``['axis_0'=2]``, ``['axis_0'=2,'axis_1'=1]``) compares equal."""
+    axes: list[tuple[str, int]] = []
+    chosen: list[tuple[int, str]] = []  # axis index, and its sub-axis as written ("" the whole axis)
+    for num, wt, v in fields(buf, start, stop):
+        if num == 1 and wt == 2:
+            for n2, w2, axis in fields(buf, *v):
+                if n2 == 1 and w2 == 2:
+                    name = next((buf[a[0]:a[1]].decode("utf-8", "replace") for n3, w3, a in fields(buf, *axis) if n3 == 1 and w3 == 2), "")
+                    axes.append((name, next((a for n3, w3, a in fields(buf, *axis) if n3 == 2 and w3 == 0), 1)))
+        elif num == 2 and wt == 2:
+            ref = list(fields(buf, *v))
+            chosen.append((next((a for n2, w2, a in ref if n2 == 1 and w2 == 0), 0),
+                           next((buf[a[0]:a[1]].hex() for n2, w2, a in ref if n2 == 2 and w2 == 2), "")))
+    mesh = " ".join(f"{n}={k}" for n, k in axes if k > 1)
+    span = ",".join(axes[i][0] + (f"[{sub}]" if sub else "") for i, sub in chosen if 0 <= i < len(axes) and axes[i][1] > 1)
+    return f"{mesh} {{{span}}}"
+
+
 def collectives(hlo_proto: bytes) -> dict[str, HloCollective]:
     """Instruction name -> bytes, operands and loop membership of every collective instruction of the program."""
-    found: list[tuple[str, int, int, int]] = []  # name, bytes, operands, computation id
+    found: list[tuple[str, int, int, int, str, str]] = []  # name, bytes, operands, computation id, origin, devices
     calls: dict[int, set[int]] = {}  # computation id -> the computations its instructions call
     loops: set[int] = set()  # computations a ``while`` calls (its body and condition)
     buf = hlo_proto
@@ -85,9 +119,10 @@ def collectives(hlo_proto: bytes) -> dict[str, HloCollective]:
             for n3, w3, inst in fields(buf, *comp):
                 if n3 != 2 or w3 != 2:
                     continue
-                name = opcode = ""
+                name = opcode = origin = ""
                 shape = None
                 called: list[int] = []
+                groups: list[str] = []
                 for n4, w4, v in fields(buf, *inst):
                     if n4 == 1 and w4 == 2:
                         name = buf[v[0]:v[1]].decode("utf-8", "replace")
@@ -97,15 +132,21 @@ def collectives(hlo_proto: bytes) -> dict[str, HloCollective]:
                         shape = v
                     elif n4 == 38:
                         called += _ints(buf, w4, v)
+                    elif n4 == 7 and w4 == 2:
+                        origin = _origin(buf, *v)
+                    elif n4 == 93 and w4 == 2:
+                        groups.append(_mesh_devices(buf, *v))
+                    elif n4 in (49, 87) and w4 == 2:  # explicit groups or an iota list: compared as written
+                        groups.append(buf[v[0]:v[1]].hex())
                 calls.setdefault(cid, set()).update(called)
                 if opcode == "while":
                     loops.update(called)
                 if opcode in COLLECTIVE_OPCODES and shape is not None:
-                    found.append((name, _shape_bytes(buf, *shape), _operands(buf, *shape), cid))
+                    found.append((name, _shape_bytes(buf, *shape), _operands(buf, *shape), cid, origin, "|".join(groups)))
     todo = list(loops)  # and what those call, transitively
     while todo:
         for c in calls.get(todo.pop(), ()):
             if c not in loops:
                 loops.add(c)
                 todo.append(c)
-    return {name: HloCollective(nbytes, operands, cid in loops) for name, nbytes, operands, cid in found}
+    return {name: HloCollective(nbytes, operands, cid in loops, origin, devices) for name, nbytes, operands, cid, origin, devices in found}
