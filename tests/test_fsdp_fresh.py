@@ -164,3 +164,36 @@ def test_accumulated_gradients_are_in_the_peak_of_the_last_micro_batch():
     assert sum(_Job(g, None, None, True).accumulated) == full_grads and not any(_Job(g, None, None).accumulated)
     for mem in fsdp_peak(g).values():
         assert abs(mem.total / 2**20 / 3.08 - 1) < 0.05
+
+
+T5 = DATA / "tp-fresh" / "t5-dp-tp-dagprof"
+
+
+def test_workers_of_a_dp_x_tp_fsdp_job_shard_over_its_data_parallel_degree():
+    """``--workers`` counts every rank: the 2 x 2 T5 job (FSDP2 over ``dp``) at 4 workers is the profiled job, at 8 it
+    shards over 4. It was priced sharded over 4 and 8 (its optimizer step 1.5 % short at the profiled size)."""
+    from dagprof.passes.fsdp_mesh import workers_mesh
+    from dagprof.search.fsdp_memory import fsdp_peak
+
+    g = build_graph(read_run(T5))
+    assert workers_mesh(g, 4) == (1, 2) and workers_mesh(g, 8) == (1, 4)
+    same, wider = fsdp_peak(g, workers=4)[0], fsdp_peak(g, workers=8)[0]
+    assert same == fsdp_peak(g)[0]
+    assert wider.params == same.params / 2 and wider.optimizer == same.optimizer / 2
+
+
+def test_a_profile_without_shard_sizes_gives_no_peak_memory(capsys):
+    """A job that ended inside the window wrote 0-byte shards (before 2026-12-05): its peak left out the parameters and
+    optimizer state, unsaid. Now ``missing_sizes`` says why (whatif answers without memory), ``fsdp_peak`` refuses in one line."""
+    import dataclasses
+
+    from dagprof.graph.meta import FsdpShards
+    from dagprof.search.fsdp_memory import NO_SHARDS, fsdp_peak, missing_sizes
+
+    g = build_graph(read_run(T5))
+    assert missing_sizes(g.meta.fsdp) is None
+    fs = dataclasses.replace(g.meta.fsdp, memory={r: FsdpShards(0, 0, 0) for r in g.meta.fsdp.memory})
+    empty = g.replace(meta=g.meta.replace(fsdp=fs))
+    assert missing_sizes(fs) == NO_SHARDS
+    with pytest.raises(DagprofError, match="no sizes of the FSDP shards"):
+        fsdp_peak(empty)

@@ -15,6 +15,7 @@ from ..graph.build_fsdp import Passes
 from ..graph.dag import Graph
 from ..graph.meta import FsdpGraphUnit, FsdpRecord
 from ..passes.fsdp import Reshard, resharded
+from ..passes.fsdp_mesh import workers_mesh
 from ..traces.kineto_schema import dtype_bytes
 from ..traces.run_schema import FSDP2_API, FSDP_ROOT, LOSS_BACKWARD, MODEL_OUTPUT, SAVED_OUTSIDE_LAYERS
 from .memory import NO_SIZES, OPTIMIZER_STATE, MemoryBreakdown, MemoryModel, backward_layers
@@ -25,6 +26,20 @@ GATHERED_UNRECORDED = ("the profile does not say which saved tensors were gather
                        "weight FSDP padded to the shard count can count it once more or not (a layout's peak moved by up to 2 MiB "
                        "between profiles of other layouts); profile again for the exact figure")
 
+
+# a profile whose every rank recorded 0 bytes of FSDP shards: a job that ended inside the window, read before 2026-12-05
+NO_SHARDS = ("the profile has no sizes of the FSDP shards (every rank's parameter, gradient and optimizer-state shards 0 bytes: "
+             "training ended inside the profiled window, where dagprof before 2026-12-05 did not read them); profile again")
+
+
+def missing_sizes(fs: FsdpRecord) -> str | None:
+    """Why ``fs`` gives no peak memory (``NO_SIZES``, ``NO_SHARDS``), or None: it does. bench/tp_fresh/t5_dp_tp.py run for
+    fewer steps than the window read a peak without its parameters and optimizer state (1.41 MiB, every what-if alike)."""
+    if not fs.layer_saved_bytes:
+        return NO_SIZES
+    if any(u.numel for u in fs.units) and not any(m.param_shard_bytes for m in fs.memory.values()):
+        return NO_SHARDS
+    return None
 
 
 def offload_note(fs: FsdpRecord) -> str | None:
@@ -110,8 +125,8 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
     fs = g.meta.fsdp
     if fs is None:
         raise DagprofError("not an FSDP graph")
-    if not fs.layer_saved_bytes:
-        raise DagprofError(NO_SIZES)
+    if why := missing_sizes(fs):
+        raise DagprofError(why)
     job = _Job(g, reshard, workers, Passes(g).most_micro_batches() > 1)
     moments = [m for m in _moments(job) if m is not None]
     out = {}
@@ -155,7 +170,7 @@ class _Job:
         self.frozen = g.meta.layer_frozen_bytes
         units = self.units = fs.units
         mesh = (units[0].mesh or [fs.world_size]) if units else [fs.world_size]
-        self.shard = mesh[-1] if workers is None or len(mesh) > 1 else workers  # HSDP keeps its shard degree
+        self.shard = mesh[-1] if workers is None or len(mesh) > 1 else workers_mesh(g, workers)[1]  # HSDP keeps its shard degree
         self.scale = mesh[-1] / self.shard  # how much larger each rank's shards are than profiled
         self.returned = fs.layer_output_bytes or {}  # what each layer returned: the gradient reaching it in backward is as large
         self.forward = [g.layers[lay] for lay, _ in reversed(backward_layers(g, {}))]  # the layers as forward first ran them
@@ -423,8 +438,8 @@ def ddp_peak_of_fsdp(g: Graph, workers: int | None = None) -> dict[int, MemoryBr
     fs = g.meta.fsdp
     if fs is None:
         raise DagprofError("not an FSDP graph")
-    if not fs.layer_saved_bytes:
-        raise DagprofError(NO_SIZES)
+    if why := missing_sizes(fs):
+        raise DagprofError(why)
     trained = float(sum(u.grad_numel * _size(u.orig_dtype) for u in fs.units))
     frozen = float(sum(u.frozen_numel * _size(u.orig_dtype) for u in fs.units))
     share = trained / (trained + frozen) if trained + frozen else 1.0  # of each rank's parameter shard, what the optimizer steps

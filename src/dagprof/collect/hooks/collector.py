@@ -514,6 +514,8 @@ class Collector:
                     # the innermost message: gloo wraps it ("... callback: RuntimeError: [file:line] Connection closed ...")
                     first = re.sub(r"^\[[^\]]*\]\s*", "", re.split(r"\b\w*Error: ", " ".join(str(error).split()))[-1])[:80]
                     self._ended = f"ended by {type(error).__name__}{f' ({first})' if first else ''} during step {self.step}"
+                if self._fsdp is not None:  # its shards' sizes, read as the window ends: else every one is 0, and the peak without them
+                    self._fsdp._guarded("FSDP's shard sizes at exit", self._fsdp.end)
                 self._detach()
             if not self._info:
                 self._resolve_info()
