@@ -9,10 +9,15 @@ Habits it exercises, as users write them (none of the other fresh scripts has th
 - ``Adam(fused=False, foreach=False)``, ``ExponentialLR``, ``clip_grad_value_``.
 
     dagprof profile -o runs/ssm -- torchrun --standalone --nproc-per-node 4 bench/fsdp_fresh/ssm_reshard.py --steps 10
+    torchrun --standalone --nproc-per-node 4 bench/fsdp_fresh/ssm_reshard.py --memory /tmp/ssm-mem   # each step's peak per rank
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -79,6 +84,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--reshard-to", type=int, default=2, help="reshard_after_forward=N on each block (0: True)")
+    p.add_argument("--memory", metavar="FILE", help="measure each step's peak tensor memory (bench/heap_peak.py) into FILE.<rank>")
     args = p.parse_args()
     dist.init_process_group("gloo")
     torch.manual_seed(0)
@@ -89,18 +95,27 @@ def main() -> None:
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
     sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.98)
     g = torch.Generator().manual_seed(dist.get_rank())
+    probe = None
+    if args.memory:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+        from heap_peak import HeapPeak, tensor_bytes
+        probe = HeapPeak()
     for step in range(args.steps):
-        tok = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=g)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            logits = model(tok[:, :-1])
-        loss = F.cross_entropy(logits.float().reshape(-1, VOCAB), tok[:, 1:].reshape(-1))
-        loss.backward()
-        torch.nn.utils.clip_grad_value_(model.parameters(), 0.5)
-        opt.step()
-        sched.step()
-        opt.zero_grad()
+        with probe.step(tensor_bytes(model, opt, False)) if probe else contextlib.nullcontext():
+            tok = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=g)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                logits = model(tok[:, :-1])
+            loss = F.cross_entropy(logits.float().reshape(-1, VOCAB), tok[:, 1:].reshape(-1))
+            loss.backward()
+            torch.nn.utils.clip_grad_value_(model.parameters(), 0.5)
+            opt.step()
+            sched.step()
+            opt.zero_grad()
         if dist.get_rank() == 0 and step % 3 == 0:
             print(f"step {step} loss {loss.item():.3f}", flush=True)
+    if probe is not None:
+        with open(f"{args.memory}.{dist.get_rank()}", "w") as f:
+            json.dump({"step_peak_bytes": probe.peaks}, f)
     dist.destroy_process_group()
 
 

@@ -13,10 +13,15 @@ Habits it exercises, as users write them (not the attention-free fsdp_tp.py nor 
   ``clip_grad_norm_`` refuses the DTensor gradients of the two meshes.
 
     dagprof profile -o runs/t5 -- torchrun --standalone --nproc-per-node 4 bench/tp_fresh/t5_dp_tp.py --steps 8
+    torchrun --standalone --nproc-per-node 4 bench/tp_fresh/t5_dp_tp.py --memory /tmp/t5-mem   # each step's peak per rank
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -109,6 +114,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--memory", metavar="FILE", help="measure each step's peak tensor memory (bench/heap_peak.py) into FILE.<rank>")
     args = p.parse_args()
     dist.init_process_group("gloo")
     mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
@@ -127,18 +133,32 @@ def main() -> None:
     fully_shard(model, mesh=mesh["dp"], reshard_after_forward=False)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     g = torch.Generator().manual_seed(mesh.get_coordinate()[0])   # the same batch within a TP group
+    probe = None
+    if args.memory:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+        from heap_peak import HeapPeak, tensor_bytes
+        probe = HeapPeak()
     for step in range(args.steps):
-        src = torch.randint(0, VOCAB, (BATCH, SRC), generator=g)
-        tgt = torch.randint(0, VOCAB, (BATCH, TGT + 1), generator=g)
-        logits = model(src, tgt[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, VOCAB), tgt[:, 1:].reshape(-1))
-        loss.backward()
-        clip_by_mesh(list(model.parameters()), 1.0)
-        opt.step()
-        opt.zero_grad()
+        with probe.step(tensor_bytes(model, opt, False)) if probe else contextlib.nullcontext():
+            loss = train_step(model, opt, g)
         if dist.get_rank() == 0 and step % 3 == 0:
             print(f"step {step} loss {loss.item():.3f}", flush=True)
+    if probe is not None:
+        with open(f"{args.memory}.{dist.get_rank()}", "w") as f:
+            json.dump({"step_peak_bytes": probe.peaks}, f)
     dist.destroy_process_group()
+
+
+def train_step(model: nn.Module, opt: torch.optim.Optimizer, g: torch.Generator) -> torch.Tensor:
+    src = torch.randint(0, VOCAB, (BATCH, SRC), generator=g)
+    tgt = torch.randint(0, VOCAB, (BATCH, TGT + 1), generator=g)
+    logits = model(src, tgt[:, :-1])
+    loss = F.cross_entropy(logits.reshape(-1, VOCAB), tgt[:, 1:].reshape(-1))
+    loss.backward()
+    clip_by_mesh(list(model.parameters()), 1.0)
+    opt.step()
+    opt.zero_grad()
+    return loss.detach()
 
 
 if __name__ == "__main__":
