@@ -208,3 +208,13 @@ def test_ddp_to_fsdp_refuses_gradients_some_ranks_did_not_make():
     with pytest.raises(DagprofError, match=r"in step 4 2 layer\(s\) with parameters \(moe.0.experts.2.0, moe.0.experts.2.2\) ran "
                                            r"backward on some ranks only"):
         to_data_parallel(g, "fsdp")
+
+
+def test_ddps_used_parameter_all_reduce_is_not_called_the_models():
+    """With ``find_unused_parameters=True`` DDP's reducer all-reduces which parameters got a gradient inside backward: the
+    MoE's one in-op all-reduce a step was called "the model's collectives (SyncBatchNorm's statistics, ...)"."""
+    g = build_graph(read_run(FRESH / "moe-uneven"))
+    text = g.meta.parallel.in_ops_text()
+    assert text.startswith("1 collectives a step per rank (allreduce x1;")
+    assert "beside DDP's gradient buckets: 1 of them DDP's all-reduce of which parameters got a gradient (find_unused_parameters=True)." in text
+    assert "SyncBatchNorm" not in text

@@ -581,7 +581,7 @@ class Collector:
     def _rank_file(self, **fields: Any) -> RankFile:
         """What the step files' head and the final rank file both say of this process now; ``fields`` the rest."""
         return RankFile(**self._info, mode=self.mode, bucket_cap_mb=self._buckets.cap_mb, ddp=self._ddp_seen,
-                        ddp_models=self._buckets.models, comm_hook=self._buckets.comm_hook,
+                        ddp_models=self._buckets.models, comm_hook=self._buckets.comm_hook, find_unused=self._buckets.find_unused,
                         steps_requested=(self.steps.start, self.steps.stop), steps_completed=len(self.step_times),
                         record_shapes=self.record_shapes, clock=Clock(time.time_ns(), time.perf_counter_ns()), **fields)
 
