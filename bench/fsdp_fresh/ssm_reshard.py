@@ -14,8 +14,6 @@ Habits it exercises, as users write them (none of the other fresh scripts has th
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
 import sys
 
@@ -95,13 +93,11 @@ def main() -> None:
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
     sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.98)
     g = torch.Generator().manual_seed(dist.get_rank())
-    probe = None
-    if args.memory:
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-        from heap_peak import HeapPeak, tensor_bytes
-        probe = HeapPeak()
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from heap_peak import StepPeaks
+    peaks = StepPeaks(args.memory, model, opt)
     for step in range(args.steps):
-        with probe.step(tensor_bytes(model, opt, False)) if probe else contextlib.nullcontext():
+        with peaks.step():
             tok = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=g)
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 logits = model(tok[:, :-1])
@@ -113,9 +109,7 @@ def main() -> None:
             opt.zero_grad()
         if dist.get_rank() == 0 and step % 3 == 0:
             print(f"step {step} loss {loss.item():.3f}", flush=True)
-    if probe is not None:
-        with open(f"{args.memory}.{dist.get_rank()}", "w") as f:
-            json.dump({"step_peak_bytes": probe.peaks}, f)
+    peaks.save(dist.get_rank())
     dist.destroy_process_group()
 
 

@@ -15,8 +15,6 @@ Habits it exercises, as users write them (none of the other fresh scripts has th
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
 import sys
 import tempfile
@@ -82,20 +80,16 @@ def main() -> None:
     box = [ckpt_dir]
     dist.broadcast_object_list(box, src=0)
     ckpt_dir = box[0]
-    probe = None
-    if args.memory:
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-        from heap_peak import HeapPeak, tensor_bytes
-        probe = HeapPeak()
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from heap_peak import StepPeaks
+    peaks = StepPeaks(args.memory, model, opt)
     for step in range(args.steps):
-        with probe.step(tensor_bytes(model, opt, False)) if probe else contextlib.nullcontext():
+        with peaks.step():
             train_step(model, opt, sched, g, args.accum, args.size)
         if args.save_every and (step + 1) % args.save_every == 0:
             state = {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, opt)}
             dcp.save(state, checkpoint_id=os.path.join(ckpt_dir, f"step{step + 1}"))
-    if probe is not None:
-        with open(f"{args.memory}.{dist.get_rank()}", "w") as f:
-            json.dump({"step_peak_bytes": probe.peaks}, f)
+    peaks.save(dist.get_rank())
     dist.destroy_process_group()
 
 

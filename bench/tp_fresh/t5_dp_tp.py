@@ -18,8 +18,6 @@ Habits it exercises, as users write them (not the attention-free fsdp_tp.py nor 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
 import sys
 
@@ -133,19 +131,15 @@ def main() -> None:
     fully_shard(model, mesh=mesh["dp"], reshard_after_forward=False)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     g = torch.Generator().manual_seed(mesh.get_coordinate()[0])   # the same batch within a TP group
-    probe = None
-    if args.memory:
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-        from heap_peak import HeapPeak, tensor_bytes
-        probe = HeapPeak()
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from heap_peak import StepPeaks
+    peaks = StepPeaks(args.memory, model, opt)
     for step in range(args.steps):
-        with probe.step(tensor_bytes(model, opt, False)) if probe else contextlib.nullcontext():
+        with peaks.step():
             loss = train_step(model, opt, g)
         if dist.get_rank() == 0 and step % 3 == 0:
             print(f"step {step} loss {loss.item():.3f}", flush=True)
-    if probe is not None:
-        with open(f"{args.memory}.{dist.get_rank()}", "w") as f:
-            json.dump({"step_peak_bytes": probe.peaks}, f)
+    peaks.save(dist.get_rank())
     dist.destroy_process_group()
 
 
