@@ -1,6 +1,7 @@
 """The most tensor memory a CPU training step holds, measured (the memory benches' reference; needs torch).
 
-``tensor_bytes``: the tensors a rank holds as a step starts, to add the heap's rise within it to.
+``tensor_bytes``: the tensors a rank holds as a step starts, to add the heap's rise within it to. ``StepPeaks``: a fresh
+script's ``--memory FILE`` in three lines.
 
 A step's peak is the bytes of the tensors alive as it starts (parameters, gradients, optimizer state: read from the
 tensors by the caller) plus the most the heap grew above its level then. The heap in use is glibc's ``mallinfo2`` (all
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 from typing import Any, Callable, Iterator
 
 
@@ -73,3 +75,20 @@ def tensor_bytes(model: Any, opt: Any, ddp: bool) -> int:
     state = [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
     buckets = sum(local(p) for p in params if p.requires_grad) if ddp else 0
     return sum(local(p) + (local(p.grad) if p.grad is not None else 0) for p in params) + sum(local(v) for v in state) + buckets
+
+
+class StepPeaks:
+    """A script's ``--memory FILE``: ``with peaks.step():`` around each training step (nothing without a file), then
+    ``peaks.save(rank)`` writes each step's peak to ``FILE.<rank>`` as ``{"step_peak_bytes": [...]}``."""
+
+    def __init__(self, path: str | None, model: Any, opt: Any, ddp: bool = False) -> None:
+        self.path, self.model, self.opt, self.ddp = path, model, opt, ddp
+        self.probe = HeapPeak() if path else None
+
+    def step(self) -> contextlib.AbstractContextManager:
+        return self.probe.step(tensor_bytes(self.model, self.opt, self.ddp)) if self.probe else contextlib.nullcontext()
+
+    def save(self, rank: int) -> None:
+        if self.probe is not None:
+            with open(f"{self.path}.{rank}", "w") as f:
+                json.dump({"step_peak_bytes": self.probe.peaks}, f)

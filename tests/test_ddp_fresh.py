@@ -195,3 +195,26 @@ def test_a_tutorial_trace_without_sizes_is_refused_for_what_ifs_and_its_findings
     assert exposed and "no what-if can price them" in exposed[0]["detail"] and "whatif --bandwidth" not in exposed[0]["detail"]
     assert main(["analyze", run]) == 0
     assert "size not recorded" in capsys.readouterr().out
+
+
+def test_ddp_to_fsdp_refuses_gradients_some_ranks_did_not_make():
+    """A top-1 mixture of experts under ``find_unused_parameters=True`` (``bench/ddp_fresh/moe_loader.py --batch 8``): in
+    step 4 rank 0's tokens picked no token for expert 2 of ``moe.0``. Under ``fully_shard`` that job aborts in gloo (the
+    ranks' reduce-scatters differ in size); ``--data-parallel fsdp`` once priced it as if every rank reduced every expert.
+    At ``--batch 256`` (every expert used on every rank) FSDP2 runs, and the what-if answers."""
+    from dagprof.passes.data_parallel import to_data_parallel
+
+    g = build_graph(read_run(FRESH / "moe-uneven"))
+    with pytest.raises(DagprofError, match=r"in step 4 2 layer\(s\) with parameters \(moe.0.experts.2.0, moe.0.experts.2.2\) ran "
+                                           r"backward on some ranks only"):
+        to_data_parallel(g, "fsdp")
+
+
+def test_ddps_used_parameter_all_reduce_is_not_called_the_models():
+    """With ``find_unused_parameters=True`` DDP's reducer all-reduces which parameters got a gradient inside backward: the
+    MoE's one in-op all-reduce a step was called "the model's collectives (SyncBatchNorm's statistics, ...)"."""
+    g = build_graph(read_run(FRESH / "moe-uneven"))
+    text = g.meta.parallel.in_ops_text()
+    assert text.startswith("1 collectives a step per rank (allreduce x1;")
+    assert "beside DDP's gradient buckets: 1 of them DDP's all-reduce of which parameters got a gradient (find_unused_parameters=True)." in text
+    assert "SyncBatchNorm" not in text

@@ -147,3 +147,53 @@ def test_blocks_compiled_before_fully_shard_are_warned_of_and_timed_without_memo
     assert "peak_memory_mb" not in row and row["predicted_iter_ms"] > out["model_iter_ms"]
     assert any(n.startswith("no peak memory in 1 row(s): the profile has no activation sizes (layer_saved_bytes: a model under torch.compile")
                for n in out["notes"])
+
+
+UNET = DATA / "fsdp-fresh" / "unet-accum"
+
+
+def test_accumulated_gradients_are_in_the_peak_of_the_last_micro_batch():
+    """FSDP2 keeps every unit's unsharded gradients across ``set_requires_gradient_sync(False)`` micro-batches until their
+    reduce-scatters in the last one: the U-Net's 2-micro-batch steps peaked at 3.05-3.21 MiB per rank (median 3.08,
+    ``unet_dcp.py --memory``; 2.55-2.76 with one micro-batch), which this recording's peak without them read as 2.54 (-18 %)."""
+    from dagprof.search.fsdp_memory import _Job, fsdp_peak
+
+    g = build_graph(read_run(UNET))
+    assert Passes(g).most_micro_batches() == 2 and Passes(build_graph(read_run(DATA / "fsdp" / "fsdp4"))).most_micro_batches() == 1
+    full_grads = sum(u.grad_numel * 4 for u in g.meta.fsdp.units)  # reduce_dtype float32
+    assert sum(_Job(g, None, None, True).accumulated) == full_grads and not any(_Job(g, None, None).accumulated)
+    for mem in fsdp_peak(g).values():
+        assert abs(mem.total / 2**20 / 3.08 - 1) < 0.05
+
+
+T5 = DATA / "tp-fresh" / "t5-dp-tp-dagprof"
+
+
+def test_workers_of_a_dp_x_tp_fsdp_job_shard_over_its_data_parallel_degree():
+    """``--workers`` counts every rank: the 2 x 2 T5 job (FSDP2 over ``dp``) at 4 workers is the profiled job, at 8 it
+    shards over 4. It was priced sharded over 4 and 8 (its optimizer step 1.5 % short at the profiled size)."""
+    from dagprof.passes.fsdp_mesh import workers_mesh
+    from dagprof.search.fsdp_memory import fsdp_peak
+
+    g = build_graph(read_run(T5))
+    assert workers_mesh(g, 4) == (1, 2) and workers_mesh(g, 8) == (1, 4)
+    same, wider = fsdp_peak(g, workers=4)[0], fsdp_peak(g, workers=8)[0]
+    assert same == fsdp_peak(g)[0]
+    assert wider.params == same.params / 2 and wider.optimizer == same.optimizer / 2
+
+
+def test_a_profile_without_shard_sizes_gives_no_peak_memory(capsys):
+    """A job that ended inside the window wrote 0-byte shards (before 2026-12-05): its peak left out the parameters and
+    optimizer state, unsaid. Now ``missing_sizes`` says why (whatif answers without memory), ``fsdp_peak`` refuses in one line."""
+    import dataclasses
+
+    from dagprof.graph.meta import FsdpShards
+    from dagprof.search.fsdp_memory import NO_SHARDS, fsdp_peak, missing_sizes
+
+    g = build_graph(read_run(T5))
+    assert missing_sizes(g.meta.fsdp) is None
+    fs = dataclasses.replace(g.meta.fsdp, memory={r: FsdpShards(0, 0, 0) for r in g.meta.fsdp.memory})
+    empty = g.replace(meta=g.meta.replace(fsdp=fs))
+    assert missing_sizes(fs) == NO_SHARDS
+    with pytest.raises(DagprofError, match="no sizes of the FSDP shards"):
+        fsdp_peak(empty)

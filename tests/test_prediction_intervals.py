@@ -306,3 +306,12 @@ def test_the_low_end_is_never_below_the_compute_alone():
     assert predict_interval(g, res, point).terms == ("steps", "compute_floor")  # its 3 steps alone spread +-53 %: cut too
     narrow = PredictionInterval(point, 0.9 * point, 1.1 * point)
     assert narrow.at_least(point * floor) == narrow
+
+
+def test_widening_keeps_the_compute_floor_already_set():
+    """optimize widens the search's intervals by the run's level after ``predict_interval`` cut them at the compute floor:
+    on the FSDP2 U-Net (bench/fsdp_fresh/unet_dcp.py, a noisy window) the low end fell to 0.00 ms. It stays at the floor."""
+    cut = PredictionInterval(100.0, 90.0, 200.0, terms=("steps", "compute_floor"))
+    wide = cut.widened(RunLevel(drift=0.8, terms=("drift",)))
+    assert wide.lo_us == 90.0 and wide.hi_us > 200.0
+    assert PredictionInterval(100.0, 90.0, 200.0, terms=("steps",)).widened(RunLevel(drift=0.8, terms=("drift",))).lo_us < 90.0

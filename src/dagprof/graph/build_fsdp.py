@@ -331,6 +331,10 @@ class Passes:
             starts = fwd & np.r_[True, ~fwd[:-1]]
             self._of[(int(g.rank[part[0]]), int(g.step[part[0]]))] = (part, g.order[part].astype(np.float64), np.maximum(np.cumsum(starts) - 1, 0))
 
+    def most_micro_batches(self) -> int:
+        """The most forward+backward passes one rank ran in one step (1: no gradient accumulation)."""
+        return max((int(micro[-1]) + 1 for _, _, micro in self._of.values() if len(micro)), default=1)
+
     def at(self, rank: int, step: int, order: float, after: bool) -> tuple[int, bool]:
         """(micro-batch, forward?) of a point of ``rank``'s program in ``step``: that of its next forward or backward op
         (``after``; an all-gather, a copy-out: what they gather for) or its previous one (a reduce-scatter: what it reduces)."""

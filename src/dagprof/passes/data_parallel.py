@@ -296,6 +296,7 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
     if not grad or not any(grad.values()):
         raise DagprofError("--data-parallel fsdp: the profile does not say which layer owns which parameters (no layer gradient bytes); "
                            "profile the job with dagprof's hooks (dagprof.profile or dagprof profile --)")
+    _refuse_uneven_gradients(g, grad)
     n = graph_world_size(g)
     frozen = g.meta.layer_frozen_bytes  # parameters without a gradient: gathered, never reduce-scattered nor stepped
     params = {x: grad.get(x, 0) + frozen.get(x, 0) for x in {*grad, *frozen}}
@@ -390,6 +391,27 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
         # transformer (4 blocks, 2 ranks) that was 4.15 ms on each of 14 collectives a step: +30 % where without it -8 %
         topo = dataclasses.replace(topo, overhead_us=0.0)
     return retime_collectives(out, topo, current_scheme(g), lags_on=topo)
+
+
+def _refuse_uneven_gradients(g: Graph, grad: dict[str, int]) -> None:
+    """Refuse a DDP profile whose ranks made gradients of different layers in one step (DDP's ``find_unused_parameters``:
+    a top-1 mixture of experts whose batch on one rank picked no token for an expert). FSDP2 reduce-scatters only the
+    parameters that got a gradient, so its ranks' reduce-scatters would not match: bench/ddp_fresh/moe_loader.py under
+    ``fully_shard`` aborts in gloo ("Received data size doesn't match expected size"), where ``--data-parallel fsdp``
+    priced every unit's reduce-scatter in full."""
+    bwd = np.flatnonzero((g.kind == Kind.BACKWARD) & (g.layer >= 0) & (g.rank >= 0))
+    trained = np.array([bool(grad.get(name, 0)) for name in g.layers] + [False])
+    bwd = bwd[trained[g.layer[bwd]]]
+    ranks = np.unique(g.rank[bwd])
+    for step in g.meta.steps:
+        here = bwd[g.step[bwd] == step]
+        made = [set(g.layer[here[g.rank[here] == r]].tolist()) for r in ranks]
+        uneven = sorted(set.union(*made) - set.intersection(*made)) if made else []
+        if uneven:
+            names = ", ".join(g.layers[k] for k in uneven[:3]) + (f" and {len(uneven) - 3} more" if len(uneven) > 3 else "")
+            raise DagprofError(f"--data-parallel fsdp: in step {step} {len(uneven)} layer(s) with parameters ({names}) ran backward on "
+                               "some ranks only (DDP's find_unused_parameters): FSDP2 reduce-scatters only the parameters that got a "
+                               "gradient, so its ranks' reduce-scatters would not match (gloo aborts on the size); not modelled")
 
 
 def with_optimizer_state(g: Graph, per_param: float) -> Graph:

@@ -73,7 +73,7 @@ from ..traces.run_schema import FSDP2_API
 from .comm import current_topology, retime_collectives
 from .fsdp_units import _collective_nodes, _without, enqueue_pieces, is_cut_piece
 from .link_fit import graph_world_size, hybrid
-from .workers import _copy_ranks, scale_workers
+from .workers import _copy_ranks, data_parallel_degree, scale_workers
 
 _MESH = re.compile(r"([1-9][0-9]*)x([1-9][0-9]*)")
 _OP = re.compile(r"(?:rank\d+\.)?fsdp (all_gather|reduce_scatter|all_reduce) (.+)")
@@ -391,11 +391,15 @@ def _regroup(g: Graph, replicate: int, shard: int, add_all_reduce: bool,
 
 def workers_mesh(g: Graph, workers: int) -> tuple[int, int]:
     """The (replicate, shard) degrees ``--workers`` gives an FSDP profile: plain FSDP shards over every worker (one worker,
-    the scaling-efficiency baseline, shards nothing); HSDP grows its replicate dimension and keeps the shard degree."""
+    the scaling-efficiency baseline, shards nothing), or in a DP x TP job over its data-parallel degree (``workers`` counts
+    every rank: bench/tp_fresh/t5_dp_tp.py's 4 ranks, 2 x 2, were priced sharded over 4, its optimizer step and peak with
+    them); HSDP grows its replicate dimension and keeps the shard degree."""
     replicate0, shard0 = mesh_of(g)
     hsdp = len(g.meta.fsdp.units[0].mesh) > 1 if g.meta.fsdp.units else False
-    if not hsdp or workers == 1:
-        return 1, workers
+    if workers == 1:
+        return 1, 1
+    if not hsdp:
+        return 1, data_parallel_degree(g, workers)
     if workers % shard0:
         raise DagprofError(f"this profile is an HSDP job (mesh {replicate0}x{shard0}): --workers grows its replicate "
                            f"dimension, so it must be a multiple of the shard degree {shard0}, got {workers} (or give --mesh RxS)")

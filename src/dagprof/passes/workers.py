@@ -42,7 +42,7 @@ def scale_workers(g: Graph, workers: int, replicate: bool | None = None) -> Grap
         raise DagprofError(f"workers must be >= 1, got {workers}")
     if g.meta.fine:
         raise DagprofError("scale workers before expanding collectives into per-link messages")
-    dp_workers = _data_parallel_degree(g, workers)
+    dp_workers = data_parallel_degree(g, workers)
     topo = current_topology(g).with_workers(dp_workers)
     spec = current_scheme(g)
     n0 = graph_world_size(g)
@@ -101,7 +101,7 @@ def replica_ranks(g: Graph) -> int:
     return graph_world_size(g) // dp if dp else graph_world_size(g)
 
 
-def _data_parallel_degree(g: Graph, workers: int) -> int:
+def data_parallel_degree(g: Graph, workers: int) -> int:
     """The DP group size ``workers`` ranks give, or a one-line refusal of what is not modelled."""
     par = g.meta.parallel
     comm = (g.kind == Kind.COMM) & (g.rank < 0)

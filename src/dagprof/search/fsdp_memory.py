@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..errors import DagprofError
+from ..graph.build_fsdp import Passes
 from ..graph.dag import Graph
 from ..graph.meta import FsdpGraphUnit, FsdpRecord
 from ..passes.fsdp import Reshard, resharded
+from ..passes.fsdp_mesh import workers_mesh
 from ..traces.kineto_schema import dtype_bytes
 from ..traces.run_schema import FSDP2_API, FSDP_ROOT, LOSS_BACKWARD, MODEL_OUTPUT, SAVED_OUTSIDE_LAYERS
 from .memory import NO_SIZES, OPTIMIZER_STATE, MemoryBreakdown, MemoryModel, backward_layers
@@ -24,6 +26,20 @@ GATHERED_UNRECORDED = ("the profile does not say which saved tensors were gather
                        "weight FSDP padded to the shard count can count it once more or not (a layout's peak moved by up to 2 MiB "
                        "between profiles of other layouts); profile again for the exact figure")
 
+
+# a profile whose every rank recorded 0 bytes of FSDP shards: a job that ended inside the window, read before 2026-12-05
+NO_SHARDS = ("the profile has no sizes of the FSDP shards (every rank's parameter, gradient and optimizer-state shards 0 bytes: "
+             "training ended inside the profiled window, where dagprof before 2026-12-05 did not read them); profile again")
+
+
+def missing_sizes(fs: FsdpRecord) -> str | None:
+    """Why ``fs`` gives no peak memory (``NO_SIZES``, ``NO_SHARDS``), or None: it does. bench/tp_fresh/t5_dp_tp.py run for
+    fewer steps than the window read a peak without its parameters and optimizer state (1.41 MiB, every what-if alike)."""
+    if not fs.layer_saved_bytes:
+        return NO_SIZES
+    if any(u.numel for u in fs.units) and not any(m.param_shard_bytes for m in fs.memory.values()):
+        return NO_SHARDS
+    return None
 
 
 def offload_note(fs: FsdpRecord) -> str | None:
@@ -109,9 +125,9 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
     fs = g.meta.fsdp
     if fs is None:
         raise DagprofError("not an FSDP graph")
-    if not fs.layer_saved_bytes:
-        raise DagprofError(NO_SIZES)
-    job = _Job(g, reshard, workers)
+    if why := missing_sizes(fs):
+        raise DagprofError(why)
+    job = _Job(g, reshard, workers, Passes(g).most_micro_batches() > 1)
     moments = [m for m in _moments(job) if m is not None]
     out = {}
     for rank, mem in fs.memory.items():
@@ -149,12 +165,12 @@ class _Job:
     """What an FSDP graph's ranks hold at each moment of a step beyond their own shards, from its profile (the same on
     every rank), under the what-if's ``reshard`` and shard degree (``workers``)."""
 
-    def __init__(self, g: Graph, reshard: Reshard | None, workers: int | None):
+    def __init__(self, g: Graph, reshard: Reshard | None, workers: int | None, accumulates: bool = False):
         fs = self.fs = g.meta.fsdp
         self.frozen = g.meta.layer_frozen_bytes
         units = self.units = fs.units
         mesh = (units[0].mesh or [fs.world_size]) if units else [fs.world_size]
-        self.shard = mesh[-1] if workers is None or len(mesh) > 1 else workers  # HSDP keeps its shard degree
+        self.shard = mesh[-1] if workers is None or len(mesh) > 1 else workers_mesh(g, workers)[1]  # HSDP keeps its shard degree
         self.scale = mesh[-1] / self.shard  # how much larger each rank's shards are than profiled
         self.returned = fs.layer_output_bytes or {}  # what each layer returned: the gradient reaching it in backward is as large
         self.forward = [g.layers[lay] for lay, _ in reversed(backward_layers(g, {}))]  # the layers as forward first ran them
@@ -194,8 +210,18 @@ class _Job:
         self.root_head_acts = sum(self.acts([n for n in units[i].layers if n not in self.after_inner], units[i]) for i in self.root)
         self.root_full = sum(_full(units[i]) for i in self.root)
         self.root_grad = sum(_full_grad(units[i]) for i in self.root)
+        # gradient accumulation (``set_requires_gradient_sync(False)`` on all but the last micro-batch): FSDP2 keeps each
+        # unit's unsharded gradients of the micro-batches before (``unsharded_accumulated_grad``, in the reduce dtype) until
+        # its reduce-scatter in the last one, so every moment of that micro-batch holds those of the units not yet reduced:
+        # bench/fsdp_fresh/unet_dcp.py peaked at 3.05-3.21 MiB with 2 micro-batches, 2.55-2.76 with 1, and read 2.57 without them
+        self.accumulated = [_full_grad(u) if accumulates else 0.0 for u in units]
+        self.root_accumulated = sum(self.accumulated[i] for i in self.root)
         self.tail_grad = sum(_reduced(units[i], float(fs.layer_grad_bytes.get(n, 0)))  # the root's tail's unsharded gradients
                              for i in self.root for n in units[i].layers if n in self.after_inner)
+
+    def pending(self, inner: list[int]) -> float:
+        """The accumulated gradients (``accumulated``) the root and the inner units ``inner`` still hold, their reduce-scatters to come."""
+        return self.root_accumulated + sum(self.accumulated[i] for i in inner)
 
     def acts(self, names: list[str], u: FsdpGraphUnit) -> float:
         """What the layers ``names`` (of unit ``u``) saved less the gathered parameters among it, where recorded."""
@@ -278,7 +304,7 @@ def _forward_copy_out(job: _Job, k: int) -> _Moment:
     u = job.units[job.others[k]]
     before = job.others[:k]
     acts = job.root_head_acts + job.unit_acts(before)
-    gathered = job.root_full + job.kept_full(before) + (job.gather_copies + 1.0) * _full(u)
+    gathered = job.root_full + job.kept_full(before) + (job.gather_copies + 1.0) * _full(u) + job.pending(job.others)
     return _Moment(0.0, acts, gathered, f"all-gather of {u.name} (forward copy-out)")
 
 
@@ -290,7 +316,8 @@ def _loss_backward(job: _Job) -> _Moment | None:
     loss's backward)."""
     if not job.loss_backward:
         return None
-    return _Moment(0.0, job.every_activation(job.loss_backward), job.root_kept + job.kept_full(job.others), "loss backward")
+    return _Moment(0.0, job.every_activation(job.loss_backward), job.root_kept + job.kept_full(job.others) + job.pending(job.others),
+                   "loss backward")
 
 
 def _root_regather(job: _Job) -> _Moment | None:
@@ -300,7 +327,7 @@ def _root_regather(job: _Job) -> _Moment | None:
     regathered = job.root_full - job.root_kept
     if not regathered:
         return None
-    return _Moment(0.0, job.every_activation(job.output), job.root_kept + 2.0 * regathered + job.kept_full(job.others),
+    return _Moment(0.0, job.every_activation(job.output), job.root_kept + 2.0 * regathered + job.kept_full(job.others) + job.pending(job.others),
                    "all-gather of <root> (backward)")
 
 
@@ -322,7 +349,7 @@ def _prefetch_gather(job: _Job, k: int) -> _Moment | None:
     running = job.running(cur)
     reached = float(job.returned.get(running[-1], 0)) if running else 0.0
     acts = job.root_acts - job.root_tail_acts + job.outside_rest + job.loss + job.unit_acts(others[:k]) + reached
-    gathered = job.root_full + job.tail_grad + job.kept_full(others[:k]) + job.gather_copies * _full(units[nxt])
+    gathered = job.root_full + job.tail_grad + job.kept_full(others[:k]) + job.gather_copies * _full(units[nxt]) + job.pending(others[:k])
     gathered += (0.0 if cur in job.kept else _full(units[cur])) - job.post[cur]  # gathered again: its post-forward shard freed
     if job.keeps_rs_input and k < len(others):
         gathered += job.shard_of[others[k]] * job.shard
@@ -349,7 +376,7 @@ def _backward(job: _Job, k: int) -> _Moment:
     prefetch = others[k - 2] if k >= 2 and others[k - 2] not in job.kept else None
     running = job.running(cur)
     flight, made = job.in_flight(running, units[cur if cur is not None else job.root[0]], cur is not None) if running else (0.0, 0.0)
-    gathered = job.root_full + (job.tail_grad if k else job.root_grad) + job.kept_full(alive)
+    gathered = job.root_full + (job.tail_grad if k else job.root_grad) + job.kept_full(alive) + job.pending(alive)
     if cur is not None:  # this unit's gradients where the layers' outputs do not say when they are made, its parameters unless kept
         gathered += (0.0 if job.returned else _full_grad(units[cur])) + (0.0 if cur in job.kept else _full(units[cur])) - job.post[cur]
     if prefetch is not None:  # the next unit's parameters, all-gathered ahead
@@ -376,13 +403,15 @@ def _reduce_scatter(job: _Job, k: int) -> _Moment | None:
         return None
     unit = job.units[u]
     cast = unit.param_dtype != (unit.reduce_dtype or unit.orig_dtype)
-    buffers = _full(unit) + (2.0 if cast else 1.0) * _full_grad(unit)
+    # the accumulated gradients (the last micro-batch's added to them) beside the reduce-scatter input, as a cast copy would be
+    buffers = _full(unit) + (2.0 if cast or job.accumulated[u] else 1.0) * _full_grad(unit)
     done = sum(job.shard_of[i] for i in others[k:]) + job.shard_of[u]
     if cur is None:
         return _Moment(done, job.outside_rest + job.output, buffers, f"reduce-scatter of {unit.name}")
     before = others[:k - 1]
     acts = job.outside_rest + job.output + job.root_acts - job.root_tail_acts + job.leaving(job.running(cur)) + job.unit_acts(before)
-    return _Moment(done, acts, job.root_full + job.tail_grad + job.kept_full(before) + buffers, f"reduce-scatter of {unit.name}")
+    return _Moment(done, acts, job.root_full + job.tail_grad + job.kept_full(before) + buffers + job.pending(before),
+                   f"reduce-scatter of {unit.name}")
 
 
 def between_units(fs: FsdpRecord) -> list[float]:
@@ -409,8 +438,8 @@ def ddp_peak_of_fsdp(g: Graph, workers: int | None = None) -> dict[int, MemoryBr
     fs = g.meta.fsdp
     if fs is None:
         raise DagprofError("not an FSDP graph")
-    if not fs.layer_saved_bytes:
-        raise DagprofError(NO_SIZES)
+    if why := missing_sizes(fs):
+        raise DagprofError(why)
     trained = float(sum(u.grad_numel * _size(u.orig_dtype) for u in fs.units))
     frozen = float(sum(u.frozen_numel * _size(u.orig_dtype) for u in fs.units))
     share = trained / (trained + frozen) if trained + frozen else 1.0  # of each rank's parameter shard, what the optimizer steps

@@ -41,8 +41,7 @@ from ..replay import ReplayResult
 from ..traces.events import Kind
 from ..traces.parallelism import Dim
 from ..units import MB
-from .fsdp_memory import GATHERED_UNRECORDED, ddp_peak_of_fsdp, fsdp_peak, offload_note
-from .memory import NO_SIZES
+from .fsdp_memory import GATHERED_UNRECORDED, ddp_peak_of_fsdp, fsdp_peak, missing_sizes, offload_note
 from .scenario import (
     Cluster,
     Scenario,
@@ -176,8 +175,9 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     level = run_level(stepwise, cost, corrected is not None, model, measured_us)
     one_worker: dict[str, float] = {}
     rows, relinked, held, predicted, outweighed = [], False, held_us(g0), [], 0
-    # a compiled FSDP model's modules are left unhooked (collect.hooks.collector.compiled): its times, not its memory
-    unsized = is_fsdp_graph(g0) and not g0.meta.fsdp.layer_saved_bytes
+    # a compiled FSDP model's modules are left unhooked (collect.hooks.collector.compiled), a job ended in the window had no shard
+    # sizes (before 2026-12-05): their times, not their memory
+    unsized = missing_sizes(g0.meta.fsdp) if is_fsdp_graph(g0) else None
     for i, s in enumerate(progress(scenarios, "what-if scenarios", unit="scenario")):
         t1 = time.perf_counter()
         g, res = disturb(apply(g0, s, cluster, base_topo), cluster)
@@ -216,7 +216,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
                      + _shared_port_notes(g0, scenarios) + _floor_notes(rows) + _refusion_notes(g0, scenarios, cluster, base_topo, model)
             + _link_to_notes(scenarios, cluster) + _mesh_notes(g0, scenarios) + _zero_notes(g0, scenarios) + _fsdp_step_notes(g0, scenarios, cluster)
             + wire_notes + waiting
-            + ([f"no peak memory in {len(rows)} row(s): {NO_SIZES}"] if unsized else [])
+            + ([f"no peak memory in {len(rows)} row(s): {unsized}"] if unsized else [])
             + ([f"peak memory in {len(rows)} row(s): {GATHERED_UNRECORDED}"] if _threshold_rule(g0) and not unsized else [])
             + ([note] if is_fsdp_graph(g0) and not unsized and (note := offload_note(g0.meta.fsdp)) else [])
             + ([note] if relinked and (note := stall_note(g0)) else [])

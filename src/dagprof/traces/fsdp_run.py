@@ -48,26 +48,25 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, world: int, records:
         warnings.append(f"rank {rank}: Kineto shows {len(gloo)} collectives for {len(calls)} FSDP calls; transfer spans from the hooks")
         gloo = None
     transfers, host = [], []
-    g = outside = 0
+    g = 0
+    outside: list[int] = []  # start (ns) of each collective Kineto saw outside FSDP's calls
     for k, b0, b1 in calls:
         c = info.collectives[k]
         name = collective_name(info, c)
         lane, s0, x0, s1 = HOOK_LANE, b0, b0, b1
         if gloo is not None:
             while g < len(gloo) and gloo[g][1] < b0:
-                g, outside = g + 1, outside + 1
+                outside.append(gloo[g][1])
+                g += 1
             if g < len(gloo) and gloo[g][1] <= b1:
                 lane, s0, x0, s1 = gloo[g]
                 g += 1
         transfers.append(_Transfer(k, -1, name, x0, s1, lane, c.nbytes))
         # at least 1 ns: a span that ends where the previous one was cut would be dropped as already covered
         host.append(_Span(Kind.COMM_ENQUEUE, f"fsdp {name}", b0, max(b0 + 1, min(s0, b1)), layer=-1, seq=k, nbytes=c.nbytes))
-    if gloo is not None and (outside := outside + len(gloo) - g):
+    if gloo is not None and (outside := outside + [x[1] for x in gloo[g:]]):
         # no rank in the text: every rank of the job runs the same ones, and equal texts are shown once (``warnings_of``)
-        warnings.append(f"{outside} collective(s) a rank ran in the profiled steps outside FSDP's calls (the job's own: clip_grad_norm_'s "
-                        f"on DTensor gradients, a dist.all_reduce of ignored parameters' gradients, get_model_state_dict's or DCP's gathers; "
-                        f"DTensor.full_tensor's are recorded) are kept as measured host time, their waits for peers included: not priced by the link nor held "
-                        f"to their peers in replay and what-ifs")
+        warnings.append(_outside_text(outside, records, steps))
     _say_full_tensor_steps(info, calls, steps, warnings)
     for kb, what in ((Rec.FSDP_COPY_OUT_BEGIN, "copy-out"), (Rec.FSDP_RESHARD_BEGIN, "reshard")):
         rows = np.flatnonzero((code == kb) | (code == kb + 1))
@@ -81,6 +80,24 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, world: int, records:
                 host.append(_Span(Kind.OTHER, f"fsdp {what} {info.units[key[0]].name} ({phase})", opened.pop(key), int(t[i])))
     source = "Kineto (gloo execution spans) + FSDP hooks" if gloo is not None else "FSDP hooks (call spans: the transfer and waiting for peers)"
     return _Comm(source, sorted(transfers, key=lambda x: x.seq), {}, sorted(host, key=lambda s: s.start), device, optimizer=optimizer)
+
+
+def _outside_text(starts: list[int], records: np.ndarray, steps: list) -> str:
+    """The warning for the collectives a rank ran outside FSDP's calls (``starts``: each one's start, ns), told apart by
+    where they ran: within a step's forward and backward passes (from its first layer's forward to its last layer's
+    backward) they are the model's own (a DP x TP job's tensor-parallel all-reduces: bench/tp_fresh/t5_dp_tp.py ran about
+    30 a step, once all told as clipping and saves), before or after them the job's (clipping, saves, logging)."""
+    code, t = records[:, Col.CODE], records[:, Col.T_NS]
+    layer_t = t[(code == Rec.FWD_BEGIN) | (code == Rec.BWD_END)]
+    passes = [(int(w.min()), int(w.max())) for _, b0, b1 in steps if len(w := layer_t[(layer_t >= b0) & (layer_t <= b1)])]
+    inside = sum(any(a <= x <= b for a, b in passes) for x in starts)
+    parts = [f"{inside} within the forward and backward passes (the model's own: a tensor-parallel layer's all-reduce, SyncBatchNorm's "
+             "statistics; what-ifs of data parallelism leave them as they are)"] * bool(inside)
+    parts += [f"{len(starts) - inside} before or after them (the job's own: clip_grad_norm_'s on DTensor gradients, a dist.all_reduce "
+              "of ignored parameters' gradients or of a loss, get_model_state_dict's or DCP's gathers; DTensor.full_tensor's are "
+              "recorded)"] * (len(starts) > inside)
+    return (f"{len(starts)} collective(s) a rank ran in the profiled steps outside FSDP's calls ({'; '.join(parts)}) are kept as "
+            "measured host time, their waits for peers included: not priced by the link nor held to their peers in replay and what-ifs")
 
 
 def _say_full_tensor_steps(info: FsdpInfo, calls: list[tuple[int, int, int]], steps: list, warnings: list) -> None:

@@ -174,6 +174,9 @@ class Parallelism:
     in_ops: tuple[float, float] = (0.0, 0.0)
     in_ops_kinds: tuple[tuple[str, float], ...] = ()
     in_ops_sized: float = 0.0  # those of them the collector sized, per step and rank: pieces of their ops (``in_op_name``)
+    # a DDP model with find_unused_parameters=True: one of ``in_ops``' all-reduces a synchronised backward is its reducer's
+    # (which parameters got a gradient, 4 bytes a parameter tensor), not the model's
+    ddp_used_map: bool = False
     # why the trace does not say which process group each collective ran in ("": it does): gloo records none, and the ranks
     # also belong to groups without a description (``_untold_groups``), or the default group, of no listed ranks, holds the
     # collectives of two dimensions. They are then matched across all ranks in issue order, so a shared node may join ranks
@@ -191,10 +194,14 @@ class Parallelism:
         if not n:
             return ""
         kinds = ", ".join(f"{k} x{c:g}" for k, c in self.in_ops_kinds)
+        used = min(1.0, dict(self.in_ops_kinds).get("allreduce", 0.0)) if self.ddp_used_map else 0.0
+        own = ("the model's collectives (SyncBatchNorm's statistics, a differentiable all_gather and its backward, a "
+               "tensor-parallel layer's all-reduce)")
+        whose = (f"{used:g} of them DDP's all-reduce of which parameters got a gradient (find_unused_parameters=True)"
+                 + (f", the rest {own}" if n > used else "")) if used else own
         head = (f"{n:g} collectives a step per rank ({kinds}; {us / 1e3:.1f} ms a step on the comm threads, waits for the "
-                "other ranks included) ran inside the model's own ops, beside DDP's gradient buckets: the model's "
-                "collectives (SyncBatchNorm's statistics, a differentiable all_gather and its backward, a tensor-parallel "
-                "layer's all-reduce). The graph times them inside the ops that issued them: not in the breakdown by dimension")
+                f"other ranks included) ran inside the model's own ops, beside DDP's gradient buckets: {whose}. The graph "
+                "times them inside the ops that issued them: not in the breakdown by dimension")
         sized, rest = self.in_ops_sized, n - self.in_ops_sized
         priced = (f"; link what-ifs re-price the {sized:g} whose bytes the collector recorded (the op's time less their price "
                   "on the profiled link, waits kept, plus their price on the new one)") if sized else ""
@@ -520,7 +527,8 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
            "a dagprof run records them in DDP's group") if lone else ""
     in_ops, kinds, sized = _in_ops(run)
     par = Parallelism(groups, run.world_size, dp, max((len(r) for r in dp), default=0), notes, why, (looped[0], looped[1]),
-                      (in_loop[0], in_loop[1]), in_ops, kinds, sized, ungrouped=ungrouped)
+                      (in_loop[0], in_loop[1]), in_ops, kinds, sized, ddp_used_map=any(t.meta.find_unused for t in run.ranks),
+                      ungrouped=ungrouped)
     if in_ops[0]:
         notes.append(par.in_ops_text())
     return par, per_event

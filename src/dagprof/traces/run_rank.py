@@ -268,6 +268,7 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
         bucket_cap_mb=f.bucket_cap_mb,
         ddp_models=f.ddp_models,
         comm_hook=f.comm_hook,
+        find_unused=f.find_unused,
         steps_requested=list(f.steps_requested),
         steps_profiled=f.steps_profiled,
         steps_completed=f.steps_completed,

@@ -516,6 +516,8 @@ class Collector:
                     # the innermost message: gloo wraps it ("... callback: RuntimeError: [file:line] Connection closed ...")
                     first = re.sub(r"^\[[^\]]*\]\s*", "", re.split(r"\b\w*Error: ", " ".join(str(error).split()))[-1])[:80]
                     self._ended = f"ended by {type(error).__name__}{f' ({first})' if first else ''} during step {self.step}"
+                if self._fsdp is not None:  # its shards' sizes, read as the window ends: else every one is 0, and the peak without them
+                    self._fsdp._guarded("FSDP's shard sizes at exit", self._fsdp.end)
                 self._detach()
             if not self._info:
                 self._resolve_info()
@@ -581,7 +583,7 @@ class Collector:
     def _rank_file(self, **fields: Any) -> RankFile:
         """What the step files' head and the final rank file both say of this process now; ``fields`` the rest."""
         return RankFile(**self._info, mode=self.mode, bucket_cap_mb=self._buckets.cap_mb, ddp=self._ddp_seen,
-                        ddp_models=self._buckets.models, comm_hook=self._buckets.comm_hook,
+                        ddp_models=self._buckets.models, comm_hook=self._buckets.comm_hook, find_unused=self._buckets.find_unused,
                         steps_requested=(self.steps.start, self.steps.stop), steps_completed=len(self.step_times),
                         record_shapes=self.record_shapes, clock=Clock(time.time_ns(), time.perf_counter_ns()), **fields)
 
