@@ -1,0 +1,32 @@
+#!/bin/bash
+# DDP -> FSDP on the held-out mixer, interleaved rounds: each round profiles mixer_frozen.py as DDP and as FSDP2 under
+# the machine-wide lock (the order alternating), then predicts the FSDP step from the DDP profile with this checkout and
+# with BEFORE (a tree holding src/), against the FSDP profile's own measured step.
+# usage: bench/fsdp_fresh/mixer_rounds.sh OUT ROUNDS BEFORE   (from the repository root, as root for the lock file)
+set -u
+OUT=$1; ROUNDS=$2; BEFORE=$3
+PY=${PYTHON:-python}
+HERE=$PWD
+for k in $(seq 1 "$ROUNDS"); do
+  o="ddp fsdp"; [ $((k % 2)) = 0 ] && o="fsdp ddp"
+  mkdir -p "$OUT/r$k"
+  echo "round $k $(date -u +%T) load $(cut -d' ' -f1-3 /proc/loadavg)"
+  for w in $o; do
+    flock /tmp/dagprof-measure.lock env PYTHONPATH="$HERE/src" timeout 400 "$PY" -m dagprof.cli.main profile --no-kineto --steps 4:8 \
+      -o "$OUT/r$k/$w" -- "$PY" -m torch.distributed.run --standalone --nproc-per-node 2 bench/fsdp_fresh/mixer_frozen.py \
+      --wrap "$w" --steps 12 > "$OUT/r$k/$w.log" 2>&1
+  done
+  for tree in "$HERE" "$BEFORE"; do
+    PYTHONPATH="$tree/src" "$PY" - "$OUT/r$k" "$tree" <<'PYEOF'
+import json, subprocess, sys
+d, tree = sys.argv[1], sys.argv[2]
+def whatif(*a):
+    r = subprocess.run([sys.executable, "-m", "dagprof.cli.main", "whatif", *a, "--no-trace", "--allow-model-error", "--json"],
+                       capture_output=True, text=True)
+    return json.loads(r.stdout)
+measured = whatif(f"{d}/fsdp")["measured_iter_ms"]
+predicted = whatif(f"{d}/ddp", "--data-parallel", "fsdp")["scenarios"][0]["predicted_iter_ms"]
+print(f"  {tree}: FSDP measured {measured:.1f} ms, predicted from DDP {predicted:.1f} ms ({100 * (predicted / measured - 1):+.1f} %)")
+PYEOF
+  done
+done
