@@ -7,7 +7,7 @@ is given as ``zero1_measure``'s README line says (``--payload``: Mbit/s of paylo
 checkout is told so (``whatif --half-duplex``: a scatter's one-way transfers get both directions' share); ``after_full``
 is its answer without that, as on a switched port.
 
-    python bench/ddp_fresh/inop_predict.py --before /work/main DIR [DIR ...]
+    python bench/ddp_fresh/inop_predict.py --before BEFORE DIR [DIR ...]
 """
 from __future__ import annotations
 

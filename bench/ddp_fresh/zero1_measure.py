@@ -8,7 +8,7 @@ Predictions are made afterwards from the kept profiles (``dagprof whatif``), so 
 (``plain_mlp.py --trace-dir``), as a user's job does, in place of ``dagprof profile``.
 
     flock /tmp/dagprof-measure.lock python bench/ddp_fresh/zero1_measure.py --keep /tmp/zero1/tb --rates 1000,200 \\
-        --before /work/main
+        --before BEFORE
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ median step. The testbed's rates are given as its model links (``shaped_loopback
 the pair that shares the one shaped loopback), profiled at the faster one; ``--workers`` with the host's cores (4 ranks
 queue on its 2).
 
-    python bench/ddp_fresh/zero1_predict.py /tmp/zero1/tb [--before /work/main]
+    python bench/ddp_fresh/zero1_predict.py /tmp/zero1/tb [--before BEFORE]
 
 Each round's rows are predicted from that round's profile (``round`` in ``measured.json``; round 0's where it has none).
 """

@@ -8,7 +8,7 @@ by round); each figure the script's median step from step 5 on, the 1-minute loa
 come afterwards from the kept profiles, so one set of runs judges two checkouts:
 
     flock /tmp/dagprof-measure.lock python bench/ddp_fresh/zero1_workers.py --keep /tmp/zero4/tb --rounds 2
-    python bench/ddp_fresh/zero1_workers.py --keep /tmp/zero4/tb --predict [--before /work/main]
+    python bench/ddp_fresh/zero1_workers.py --keep /tmp/zero4/tb --predict [--before BEFORE]
 """
 from __future__ import annotations
 
