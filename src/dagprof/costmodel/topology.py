@@ -426,8 +426,9 @@ def _worker_count(n: Any, path: str) -> int:
     return int(n)
 
 
-ONE_WAY_KINDS = ("scatter", "gather", "broadcast")  # collectives each of whose transfers goes one way (Kineto's and
-# ``kind_of_collective``'s names): gloo's scatter and gather between the root and each rank, its broadcast down a tree
+# collectives each of whose transfers goes one way (Kineto's and ``kind_of_collective``'s names): gloo's scatter and
+# gather between the root and each rank, its broadcast down a tree
+ONE_WAY_KINDS = ("scatter", "gather", "broadcast")
 
 # bytes of the ring all-reduce that costs what a collective of S bytes costs, per kind: a ring all-gather or
 # reduce-scatter of S bytes sends (n-1)/n S per rank, half an all-reduce of S; gloo has no reduce-scatter of its

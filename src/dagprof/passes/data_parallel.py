@@ -104,6 +104,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import defaultdict
+from collections.abc import Callable
 
 import numpy as np
 
@@ -515,7 +516,7 @@ CLIP_NORM_BYTES = 4  # the total norm FSDP2's clip_grad_norm_ all-reduces: one f
 
 
 def _clip_all_reduce(b: GraphBuilder, g: Graph, remap: np.ndarray, lanes: dict[int, np.ndarray], step: int, seq: int, channel: int,
-                     woken, dtensor_us: float) -> int:
+                     woken: Callable[[int], float], dtensor_us: float) -> int:
     """``clip_grad_norm_`` under FSDP2 (the DDP profile recorded the calls: ``GraphMeta.grad_clips``): its norm over
     DTensor gradients is all-reduced in the shard group, blocking, before the optimizer step (Kineto's
     ``_c10d_functional::all_reduce`` in the LoRA job's FSDP2 profile), where DDP's clip is local. On each rank's main lane
