@@ -14,7 +14,7 @@ from testdata import DATA
 
 from dagprof.cli.main import main
 from dagprof.costmodel.collectives import allreduce_us
-from dagprof.costmodel.topology import per_rank_equivalent_bytes
+from dagprof.costmodel.topology import allreduce_equivalent_factor, kind_of_collective, per_rank_equivalent_bytes
 from dagprof.passes.comm import current_topology, in_op_pieces, set_link, set_topology
 from dagprof.pipeline import open_run
 from dagprof.traces.events import Kind
@@ -175,6 +175,31 @@ def test_an_all_gather_costs_what_a_ring_all_gather_sends():
     assert per_rank_equivalent_bytes("broadcast", 1000.0, 2) == 1000.0
 
 
+def test_an_all_to_all_costs_what_it_sends():
+    """An all-to-all of a B-byte buffer on N ranks sends (N-1)/N B from each port and receives as much (gloo/alltoall.cc
+    posts every send at once): the all-reduce of B / 2, not of B."""
+    assert per_rank_equivalent_bytes("alltoall", 1000.0, 4) == per_rank_equivalent_bytes("alltoall", 1000.0, 2) == 500.0
+    assert allreduce_equivalent_factor(kind_of_collective("gloo:all_to_all")) == 0.5
+    assert [kind_of_collective(n) for n in ("all-to-all.3", "CollectiveAllToAllV3", "c10d::alltoall_base_")] == ["all_to_all"] * 3
+
+
+def test_an_expert_layers_all_to_alls_are_sized_pieces_and_re_priced(capsys):
+    """moe-a2a-sized: an expert layer's two ``torch.distributed.nn.functional.all_to_all_single`` a forward, two more in its
+    backward (``dist.all_to_all_single``, ``Rec.OWN_COLL``), 64 tokens x 32 floats: each a piece of the op it blocked;
+    the EP/CP note says link what-ifs re-price them, and a slower link lengthens the step by their price."""
+    g = open_run(FRESH / "moe-a2a-sized").graph
+    v, kinds = _pieces(g)
+    assert kinds == [("alltoall", 2)] * (4 * len(g.meta.steps) * 2) and set(g.nbytes[v].tolist()) == {64 * 32 * 4}
+    par = g.meta.parallel
+    assert par.in_ops_sized == par.in_ops[0] == 0  # the DDP-side count: no all-to-all is DDP's
+    said = [n for n in par.notes if "EP/CP alltoall" in n]
+    assert len(said) == 1 and "link what-ifs, which re-price the 16 alltoall" in said[0]
+    slow = set_link(g, bandwidth=20e6 / 8)
+    grew = float((slow.dur[v] - g.dur[v]).sum())
+    was, now = current_topology(g), current_topology(slow)
+    assert grew == pytest.approx(len(v) * (allreduce_us(64 * 32 * 2, now) - allreduce_us(64 * 32 * 2, was)), rel=1e-6) and grew > 0
+
+
 def test_the_slower_link_lengthens_the_clip_step_by_its_all_gathers(capsys):
     assert main(["whatif", str(FRESH / "clip-sized"), "--bandwidth", "200Mbit", "--json", "--no-trace", "--allow-model-error"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -248,8 +273,9 @@ def test_a_users_scatters_pair_each_root_with_its_peer():
 
 
 def test_the_collector_sizes_the_models_calls_and_their_waits_and_unpatches(tmp_path):
-    """One gloo rank: a model whose forward all-gathers (blocking), all-reduces asynchronously and waits, and broadcasts
-    through the functional collectives DTensor uses; DDP's comm hook all-reduces its bucket asynchronously too. Per step in
+    """One gloo rank: a model whose forward all-gathers (blocking), all-reduces asynchronously and waits, exchanges tokens
+    (``all_to_all_single``, blocking), and broadcasts and exchanges through the functional collectives DTensor uses; DDP's
+    comm hook all-reduces its bucket asynchronously too. Per step in
     the window: one record per call of the model's, with its bytes and group size, the asynchronous ones' first waits
     naming their call; none for DDP's bucket; torch.distributed's functions are the originals afterwards."""
     torch = pytest.importorskip("torch")
@@ -272,11 +298,14 @@ def test_the_collector_sizes_the_models_calls_and_their_waits_and_unpatches(tmp_
             work = dist.all_reduce(y.detach().clone(), async_op=True)
             work.wait()
             work.wait()  # a second wait is no new record
+            routed = torch.empty_like(y)
+            dist.all_to_all_single(routed, y.detach())
             b = funcol.broadcast(x[:2], 0, dist.group.WORLD)
-            return y + out[0] + b.sum()
+            a = funcol.all_to_all_single(x[:2].contiguous(), None, None, dist.group.WORLD)
+            return y + out[0] + routed + b.sum() + a.sum()
 
-    originals = {n: dist.__dict__[n] for n in ("all_gather", "all_reduce", "scatter")}
-    functional = {n: funcol.__dict__[n] for n in ("all_gather_single", "all_reduce", "broadcast", "wait_tensor")}
+    originals = {n: dist.__dict__[n] for n in ("all_gather", "all_reduce", "scatter", "all_to_all_single")}
+    functional = {n: funcol.__dict__[n] for n in ("all_gather_single", "all_reduce", "broadcast", "all_to_all_single", "wait_tensor")}
     wait = dist.Work.__dict__["wait"]
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
     try:
@@ -295,8 +324,9 @@ def test_the_collector_sizes_the_models_calls_and_their_waits_and_unpatches(tmp_
     records = json.loads((tmp_path / "run" / rank_file(0)).read_text())["records"]
     own = [r for r in records if r[Col.CODE] in (Rec.OWN_COLL, Rec.OWN_ASYNC, Rec.OWN_WAIT)]
     step = [(Rec.OWN_COLL, OWN_KINDS.index("allgather"), 1, 5 * 4 * 4), (Rec.OWN_ASYNC, OWN_KINDS.index("allreduce"), 1, 5 * 4 * 4),
-            (Rec.OWN_WAIT, OWN_KINDS.index("allreduce"), 0, None), (Rec.OWN_ASYNC, OWN_KINDS.index("broadcast"), 1, 2 * 8 * 4),
-            (Rec.OWN_WAIT, OWN_KINDS.index("broadcast"), 0, None)]
+            (Rec.OWN_WAIT, OWN_KINDS.index("allreduce"), 0, None), (Rec.OWN_COLL, OWN_KINDS.index("alltoall"), 1, 5 * 4 * 4),
+            (Rec.OWN_ASYNC, OWN_KINDS.index("broadcast"), 1, 2 * 8 * 4), (Rec.OWN_ASYNC, OWN_KINDS.index("alltoall"), 1, 2 * 8 * 4),
+            (Rec.OWN_WAIT, OWN_KINDS.index("broadcast"), 0, None), (Rec.OWN_WAIT, OWN_KINDS.index("alltoall"), 0, None)]
     assert [(r[Col.CODE], r[Col.A], r[Col.B], None if r[Col.CODE] == Rec.OWN_WAIT else r[Col.X]) for r in own] == step * 2
     calls = {r[Col.T_NS] for r in own if r[Col.CODE] == Rec.OWN_ASYNC}
     assert {r[Col.X] for r in own if r[Col.CODE] == Rec.OWN_WAIT} == calls

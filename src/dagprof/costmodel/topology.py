@@ -432,8 +432,11 @@ ONE_WAY_KINDS = ("scatter", "gather", "broadcast")
 
 # bytes of the ring all-reduce that costs what a collective of S bytes costs, per kind: a ring all-gather or
 # reduce-scatter of S bytes sends (n-1)/n S per rank, half an all-reduce of S; gloo has no reduce-scatter of its
-# own and all-reduces the whole tensor (``graph.build_fsdp.allreduce_equivalent_bytes``)
-KIND_FACTORS = {"all_gather": 0.5, "reduce_scatter": 0.5, "all_reduce": 1.0}
+# own and all-reduces the whole tensor (``graph.build_fsdp.allreduce_equivalent_bytes``). An all-to-all of an S-byte
+# buffer sends each other rank its S/n chunk and receives as much, (n-1)/n S per port each way, half an all-reduce of S:
+# gloo (gloo/alltoall.cc) posts every send and receive at once, NCCL runs it as grouped send/recv to every peer
+# (nccl-tests' bus bandwidth: (n-1)/n of the algorithm's, against 2 (n-1)/n for an all-reduce)
+KIND_FACTORS = {"all_gather": 0.5, "reduce_scatter": 0.5, "all_reduce": 1.0, "all_to_all": 0.5}
 
 
 def allreduce_equivalent_factor(kind: str, backend: str = "gloo", world: int = 2) -> float:
@@ -448,9 +451,12 @@ def per_rank_equivalent_bytes(kind: str, nbytes: float, world: int, backend: str
     """Bytes of the ring all-reduce on ``world`` ranks that costs what a collective of ``nbytes`` per rank costs, ``kind`` as
     Kineto names it (``traces.kineto_schema.canonical_collective``): an all-gather of them gathers ``world`` times them
     (``KIND_FACTORS``); a scatter or gather moves as many through its root's port, (N-1) x ``nbytes``, as a ring all-gather
-    through each rank's; a broadcast ``broadcast_factor``; anything else an all-reduce of them."""
+    through each rank's; a broadcast ``broadcast_factor``; an all-to-all of an ``nbytes`` buffer ``KIND_FACTORS``'s; anything
+    else an all-reduce of them."""
     if kind in ("allgather", "scatter", "gather"):
         return KIND_FACTORS["all_gather"] * max(int(world), 1) * nbytes
+    if kind == "alltoall":
+        return KIND_FACTORS["all_to_all"] * nbytes
     return allreduce_equivalent_factor("broadcast" if kind == "broadcast" else "all_reduce", backend, world) * nbytes
 
 
@@ -490,10 +496,11 @@ def broadcast_sends(world: int) -> int:
 
 
 def kind_of_collective(name: str) -> str:
-    """all_gather, reduce_scatter, broadcast or all_reduce, from a collective's name as the frameworks write it: TensorFlow's
-    ``CollectiveGatherV2``, XLA's ``all-gather.3``, c10d's ``gloo:all_gather``, NCCL's ``ncclKernel_AllGather_RING_LL``,
-    c10d's ``gloo:broadcast``, dagprof's ``broadcast ZeRO params of rank 1`` (anything else, an all-reduce: its bytes are
-    what it reduces). dagprof's own FSDP nodes name their kind first."""
+    """all_gather, reduce_scatter, broadcast, all_to_all or all_reduce, from a collective's name as the frameworks write it:
+    TensorFlow's ``CollectiveGatherV2``, XLA's ``all-gather.3``, c10d's ``gloo:all_gather``, NCCL's ``ncclKernel_AllGather_RING_LL``,
+    c10d's ``gloo:broadcast``, dagprof's ``broadcast ZeRO params of rank 1``, ``gloo:all_to_all``, XLA's ``all-to-all.1``,
+    TensorFlow's ``CollectiveAllToAllV3`` (anything else, an all-reduce: its bytes are what it reduces; NCCL's all-to-all
+    runs ``SendRecv`` kernels that do not name it). dagprof's own FSDP nodes name their kind first."""
     first = name.partition(" ")[0]
     if first in KIND_FACTORS:
         return first
@@ -502,6 +509,8 @@ def kind_of_collective(name: str) -> str:
         return "all_gather"
     if "broadcast" in key or "bcast" in key:
         return "broadcast"
+    if "alltoall" in key:
+        return "all_to_all"
     return "reduce_scatter" if "reducescatter" in key else "all_reduce"
 
 

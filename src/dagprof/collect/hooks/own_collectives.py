@@ -7,7 +7,7 @@ model's ops where no hook sees them. So during the window (and only then) the fu
 to write one record per call: kind, group size, bytes per rank (the tensor Kineto's ``Input Dims`` would give).
 ``torch.distributed``'s blocking calls write ``Rec.OWN_COLL``. Its ``async_op=True`` calls and the functional
 collectives DTensor uses (``torch.distributed._functional_collectives``: ``all_gather_single``, ``all_reduce``,
-``broadcast`` and what calls them) block nothing where they are issued, but where their work's ``wait()`` or
+``broadcast``, ``all_to_all_single`` and what calls them) block nothing where they are issued, but where their work's ``wait()`` or
 ``wait_tensor`` is called: they write ``Rec.OWN_ASYNC``, and ``Rec.OWN_WAIT`` when the first wait for them begins. An
 asynchronous call from the library itself is not recorded: DDP's comm hook (a frame holding its ``GradBucket``) and
 ZeRO's parameter broadcasts have recorders of their own. The reader matches the records to Kineto's transfers by kind
@@ -34,10 +34,12 @@ OWN_CALLS = {
     "scatter": ("scatter", "tensor"),
     "gather": ("gather", "tensor"),
     "broadcast": ("broadcast", "tensor"),
+    "all_to_all_single": ("alltoall", "input"),  # an expert layer's token exchange (``torch.distributed.nn.functional``'s too)
 }
-# torch.distributed._functional_collectives function -> kind; the per-rank tensor is its first argument, ``self``
-FUNCTIONAL_CALLS = {"all_gather_single": "allgather", "all_gather_single_autograd": "allgather",
-                    "all_reduce": "allreduce", "broadcast": "broadcast"}
+# torch.distributed._functional_collectives function -> (kind, where its group is among the arguments after the per-rank
+# tensor, its first, ``self``); ``all_to_all_single_autograd`` calls the patched ``all_to_all_single``
+FUNCTIONAL_CALLS = {"all_gather_single": ("allgather", 1), "all_gather_single_autograd": ("allgather", 1),
+                    "all_reduce": ("allreduce", 1), "broadcast": ("broadcast", 1), "all_to_all_single": ("alltoall", 2)}
 _LIBRARY = ("torch.distributed.optim", "torch.distributed.algorithms")  # ZeRO's step, DDP's comm hooks
 
 
@@ -54,8 +56,8 @@ def patch_own_collectives(collector: Any) -> None:
     # a job that uses them (DTensor) has imported them; importing them here would cost every other job 65 ms in its window
     funcol = sys.modules.get("torch.distributed._functional_collectives")
     if funcol is not None:
-        for name, kind in FUNCTIONAL_CALLS.items():
-            _patch(collector, funcol, name, partial(_functional, collector, pending, OWN_KINDS.index(kind)))
+        for name, (kind, at) in FUNCTIONAL_CALLS.items():
+            _patch(collector, funcol, name, partial(_functional, collector, pending, OWN_KINDS.index(kind), at))
         _patch(collector, funcol, "wait_tensor", partial(_waiting, collector, pending))
 
 
@@ -94,7 +96,7 @@ def _recording(collector: Any, pending: dict, kind: int, arg: str, fn: Any) -> A
     return call
 
 
-def _functional(collector: Any, pending: dict, kind: int, fn: Any) -> Any:
+def _functional(collector: Any, pending: dict, kind: int, at: int, fn: Any) -> Any:
     @wraps(fn)
     def call(tensor: Any, *args: Any, **kwargs: Any) -> Any:
         if not collector.recording:
@@ -104,7 +106,7 @@ def _functional(collector: Any, pending: dict, kind: int, fn: Any) -> Any:
             import torch.distributed._functional_collectives as funcol
             from torch.distributed.distributed_c10d import _resolve_process_group
 
-            group = kwargs.get("group", args[1] if len(args) > 1 else None)
+            group = kwargs.get("group", args[at] if len(args) > at else None)
             ranks = _resolve_process_group(funcol._resolve_group_name(group, kwargs.get("tag", ""))).size()
             record = (Rec.OWN_ASYNC, kind, ranks, time.time_ns(), tensor.numel() * tensor.element_size())
             collector.records.append(record)
