@@ -200,6 +200,17 @@ def test_an_expert_layers_all_to_alls_are_sized_pieces_and_re_priced(capsys):
     assert grew == pytest.approx(len(v) * (allreduce_us(64 * 32 * 2, now) - allreduce_us(64 * 32 * 2, was)), rel=1e-6) and grew > 0
 
 
+def test_a_blocking_call_outside_any_op_carries_the_bytes_recorded_for_it(capsys):
+    """moe-uneven (``bench/ddp_fresh/moe_loader.py``) all-reduces its loss for the log line after each step, outside any
+    op: Kineto shows it as a collective of its own without a size, which link what-ifs priced as a 0-byte message, said in
+    a note; the collector's record of that call (``Rec.OWN_COLL``, the latest of its kind before it) gives its 4 bytes."""
+    g = open_run(FRESH / "moe-uneven").graph
+    own = [int(v) for v in np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0)) if "bucket" not in g.node_name(int(v))]
+    assert len(own) == len(g.meta.steps) and set(g.nbytes[own].tolist()) == {4}
+    assert main(["whatif", str(FRESH / "moe-uneven"), "--bandwidth", "200Mbit", "--json", "--no-trace", "--allow-model-error"]) == 0
+    assert not [n for n in json.loads(capsys.readouterr().out)["notes"] if "no recorded size" in n]
+
+
 def test_the_slower_link_lengthens_the_clip_step_by_its_all_gathers(capsys):
     assert main(["whatif", str(FRESH / "clip-sized"), "--bandwidth", "200Mbit", "--json", "--no-trace", "--allow-model-error"]) == 0
     out = json.loads(capsys.readouterr().out)
