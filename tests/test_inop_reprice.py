@@ -285,7 +285,8 @@ def test_a_users_scatters_pair_each_root_with_its_peer():
 
 def test_the_collector_sizes_the_models_calls_and_their_waits_and_unpatches(tmp_path):
     """One gloo rank: a model whose forward all-gathers (blocking), all-reduces asynchronously and waits, exchanges tokens
-    (``all_to_all_single``, blocking), and broadcasts and exchanges through the functional collectives DTensor uses; DDP's
+    (``all_to_all_single``, blocking), and broadcasts, exchanges and reduce-scatters through the functional collectives
+    DTensor uses; DDP's
     comm hook all-reduces its bucket asynchronously too. Per step in
     the window: one record per call of the model's, with its bytes and group size, the asynchronous ones' first waits
     naming their call; none for DDP's bucket; torch.distributed's functions are the originals afterwards."""
@@ -313,10 +314,12 @@ def test_the_collector_sizes_the_models_calls_and_their_waits_and_unpatches(tmp_
             dist.all_to_all_single(routed, y.detach())
             b = funcol.broadcast(x[:2], 0, dist.group.WORLD)
             a = funcol.all_to_all_single(x[:2].contiguous(), None, None, dist.group.WORLD)
-            return y + out[0] + routed + b.sum() + a.sum()
+            r = funcol.reduce_scatter_single(x[:2].contiguous(), "sum", 0, dist.group.WORLD)
+            return y + out[0] + routed + b.sum() + a.sum() + r.sum()
 
     originals = {n: dist.__dict__[n] for n in ("all_gather", "all_reduce", "scatter", "all_to_all_single")}
-    functional = {n: funcol.__dict__[n] for n in ("all_gather_single", "all_reduce", "broadcast", "all_to_all_single", "wait_tensor")}
+    functional = {n: funcol.__dict__[n] for n in ("all_gather_single", "all_reduce", "broadcast", "all_to_all_single", "reduce_scatter_single",
+                                                  "wait_tensor")}
     wait = dist.Work.__dict__["wait"]
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
     try:
@@ -337,7 +340,9 @@ def test_the_collector_sizes_the_models_calls_and_their_waits_and_unpatches(tmp_
     step = [(Rec.OWN_COLL, OWN_KINDS.index("allgather"), 1, 5 * 4 * 4), (Rec.OWN_ASYNC, OWN_KINDS.index("allreduce"), 1, 5 * 4 * 4),
             (Rec.OWN_WAIT, OWN_KINDS.index("allreduce"), 0, None), (Rec.OWN_COLL, OWN_KINDS.index("alltoall"), 1, 5 * 4 * 4),
             (Rec.OWN_ASYNC, OWN_KINDS.index("broadcast"), 1, 2 * 8 * 4), (Rec.OWN_ASYNC, OWN_KINDS.index("alltoall"), 1, 2 * 8 * 4),
-            (Rec.OWN_WAIT, OWN_KINDS.index("broadcast"), 0, None), (Rec.OWN_WAIT, OWN_KINDS.index("alltoall"), 0, None)]
+            (Rec.OWN_ASYNC, OWN_KINDS.index("allreduce"), 1, 2 * 8 * 4),  # gloo's reduce-scatter: an all-reduce of its input
+            (Rec.OWN_WAIT, OWN_KINDS.index("broadcast"), 0, None), (Rec.OWN_WAIT, OWN_KINDS.index("alltoall"), 0, None),
+            (Rec.OWN_WAIT, OWN_KINDS.index("allreduce"), 0, None)]
     assert [(r[Col.CODE], r[Col.A], r[Col.B], None if r[Col.CODE] == Rec.OWN_WAIT else r[Col.X]) for r in own] == step * 2
     calls = {r[Col.T_NS] for r in own if r[Col.CODE] == Rec.OWN_ASYNC}
     assert {r[Col.X] for r in own if r[Col.CODE] == Rec.OWN_WAIT} == calls

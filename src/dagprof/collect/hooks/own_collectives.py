@@ -7,7 +7,7 @@ model's ops where no hook sees them. So during the window (and only then) the fu
 to write one record per call: kind, group size, bytes per rank (the tensor Kineto's ``Input Dims`` would give).
 ``torch.distributed``'s blocking calls write ``Rec.OWN_COLL``. Its ``async_op=True`` calls and the functional
 collectives DTensor uses (``torch.distributed._functional_collectives``: ``all_gather_single``, ``all_reduce``,
-``broadcast``, ``all_to_all_single`` and what calls them) block nothing where they are issued, but where their work's ``wait()`` or
+``broadcast``, ``all_to_all_single``, ``reduce_scatter_single`` and what calls them) block nothing where they are issued, but where their work's ``wait()`` or
 ``wait_tensor`` is called: they write ``Rec.OWN_ASYNC``, and ``Rec.OWN_WAIT`` when the first wait for them begins. An
 asynchronous call from the library itself is not recorded: DDP's comm hook (a frame holding its ``GradBucket``) and
 ZeRO's parameter broadcasts have recorders of their own. The reader matches the records to Kineto's transfers by kind
@@ -36,10 +36,15 @@ OWN_CALLS = {
     "broadcast": ("broadcast", "tensor"),
     "all_to_all_single": ("alltoall", "input"),  # an expert layer's token exchange (``torch.distributed.nn.functional``'s too)
 }
+# a reduce-scatter: gloo runs it as an all-reduce of the whole input (``traces.kineto._host_coll``), recorded so, the
+# input's bytes; another backend's transfer is a reduce-scatter the records do not name, so it is not recorded there
+REDUCE_SCATTER = "reducescatter"
 # torch.distributed._functional_collectives function -> (kind, where its group is among the arguments after the per-rank
-# tensor, its first, ``self``); ``all_to_all_single_autograd`` calls the patched ``all_to_all_single``
+# tensor, its first, ``self``); ``all_to_all_single_autograd`` calls the patched ``all_to_all_single``, ``reduce_scatter_tensor``
+# (DTensor's Partial -> Shard) and ``reduce_scatter_single_autograd`` the patched ``reduce_scatter_single``
 FUNCTIONAL_CALLS = {"all_gather_single": ("allgather", 1), "all_gather_single_autograd": ("allgather", 1),
-                    "all_reduce": ("allreduce", 1), "broadcast": ("broadcast", 1), "all_to_all_single": ("alltoall", 2)}
+                    "all_reduce": ("allreduce", 1), "broadcast": ("broadcast", 1), "all_to_all_single": ("alltoall", 2),
+                    "reduce_scatter_single": (REDUCE_SCATTER, 2)}
 _LIBRARY = ("torch.distributed.optim", "torch.distributed.algorithms")  # ZeRO's step, DDP's comm hooks
 
 
@@ -57,7 +62,7 @@ def patch_own_collectives(collector: Any) -> None:
     funcol = sys.modules.get("torch.distributed._functional_collectives")
     if funcol is not None:
         for name, (kind, at) in FUNCTIONAL_CALLS.items():
-            _patch(collector, funcol, name, partial(_functional, collector, pending, OWN_KINDS.index(kind), at))
+            _patch(collector, funcol, name, partial(_functional, collector, pending, kind, at))
         _patch(collector, funcol, "wait_tensor", partial(_waiting, collector, pending))
 
 
@@ -96,7 +101,7 @@ def _recording(collector: Any, pending: dict, kind: int, arg: str, fn: Any) -> A
     return call
 
 
-def _functional(collector: Any, pending: dict, kind: int, at: int, fn: Any) -> Any:
+def _functional(collector: Any, pending: dict, kind: str, at: int, fn: Any) -> Any:
     @wraps(fn)
     def call(tensor: Any, *args: Any, **kwargs: Any) -> Any:
         if not collector.recording:
@@ -107,15 +112,17 @@ def _functional(collector: Any, pending: dict, kind: int, at: int, fn: Any) -> A
             from torch.distributed.distributed_c10d import _resolve_process_group
 
             group = kwargs.get("group", args[at] if len(args) > at else None)
-            ranks = _resolve_process_group(funcol._resolve_group_name(group, kwargs.get("tag", ""))).size()
-            record = (Rec.OWN_ASYNC, kind, ranks, time.time_ns(), tensor.numel() * tensor.element_size())
-            collector.records.append(record)
+            pg = _resolve_process_group(funcol._resolve_group_name(group, kwargs.get("tag", "")))
+            if kind != REDUCE_SCATTER or pg.name() == "gloo":
+                record = (Rec.OWN_ASYNC, OWN_KINDS.index("allreduce" if kind == REDUCE_SCATTER else kind), pg.size(), time.time_ns(),
+                          tensor.numel() * tensor.element_size())
+                collector.records.append(record)
         except Exception as err:  # noqa: BLE001
             collector._fail(err, f"torch.distributed._functional_collectives.{fn.__name__} (the model's own collective)")
         out = fn(tensor, *args, **kwargs)
         if record is not None:
             elem = getattr(out, "elem", out)  # an AsyncCollectiveTensor's wait_tensor is called on its elem
-            pending[id(elem)] = (elem, kind, record[3])
+            pending[id(elem)] = (elem, record[1], record[3])
         return out
     return call
 
