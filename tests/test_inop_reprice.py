@@ -7,14 +7,16 @@ DP x TP job's DTensor all-reduces recorded before) keep them as measured, said w
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from testdata import DATA
 
 from dagprof.cli.main import main
+from dagprof.costmodel.alphabeta import AlphaBeta
 from dagprof.costmodel.collectives import allreduce_us
-from dagprof.costmodel.topology import allreduce_equivalent_factor, kind_of_collective, per_rank_equivalent_bytes
+from dagprof.costmodel.topology import Topology, allreduce_equivalent_factor, kind_of_collective, per_rank_equivalent_bytes
 from dagprof.passes.comm import current_topology, in_op_pieces, set_link, set_topology
 from dagprof.pipeline import open_run
 from dagprof.traces.events import Kind
@@ -175,18 +177,37 @@ def test_an_all_gather_costs_what_a_ring_all_gather_sends():
     assert per_rank_equivalent_bytes("broadcast", 1000.0, 2) == 1000.0
 
 
-def test_an_all_to_all_costs_what_it_sends():
+def test_an_all_to_all_costs_its_whole_buffer_through_a_port_on_gloo():
     """An all-to-all of a B-byte buffer on N ranks sends (N-1)/N B from each port and receives as much (gloo/alltoall.cc
-    posts every send at once): the all-reduce of B / 2, not of B."""
-    assert per_rank_equivalent_bytes("alltoall", 1000.0, 4) == per_rank_equivalent_bytes("alltoall", 1000.0, 2) == 500.0
-    assert allreduce_equivalent_factor(kind_of_collective("gloo:all_to_all")) == 0.5
+    posts every send at once): the all-reduce of B / 2, as NCCL is priced. gloo's ran its directions one after the other
+    on the testbed, as long as B through one port: the all-reduce of N B / (2 (N-1)). Where one medium carries every rank
+    (``--half-duplex``), its bytes on it: (N-1) B, the all-reduce's 2 (N-1) B over two."""
+    assert per_rank_equivalent_bytes("alltoall", 1000.0, 2) == 1000.0 and per_rank_equivalent_bytes("alltoall", 1200.0, 4) == 800.0
+    assert per_rank_equivalent_bytes("alltoall", 1000.0, 4, "nccl") == 500.0
+    assert allreduce_equivalent_factor(kind_of_collective("gloo:all_to_all"), "gloo", 8) == pytest.approx(8 / 14)
     assert [kind_of_collective(n) for n in ("all-to-all.3", "CollectiveAllToAllV3", "c10d::alltoall_base_")] == ["all_to_all"] * 3
+    for n in (2, 4, 8):
+        hub = replace(Topology.flat(n, AlphaBeta(0.0, 1.0)), half_duplex=True)
+        assert hub.one_way_share("alltoall") * per_rank_equivalent_bytes("alltoall", 1000.0, n) == pytest.approx(500.0)
+
+
+def test_where_one_medium_carries_every_rank_a_broadcast_and_a_scatter_cost_their_bytes_on_it():
+    """On the testbed's shaped loopback a broadcast took half the all-reduce of its bytes on 2 and on 4 ranks
+    (``bench/bcast_sweep.py --loopback``): the medium carries (N-1) S of it against the all-reduce's 2 (N-1) S. A half share
+    on every N priced it at the all-reduce's time on 4 ranks. A scatter of B per rank puts (N-1) B on it."""
+    for n in (2, 3, 4, 8):
+        hub = replace(Topology.flat(n, AlphaBeta(0.0, 1.0)), half_duplex=True)
+        assert hub.one_way_share("broadcast") * per_rank_equivalent_bytes("broadcast", 1000.0, n) == pytest.approx(500.0)
+        ring = 2 * (n - 1) / n  # bytes per port per all-reduce-equivalent byte
+        assert hub.one_way_share("scatter") * per_rank_equivalent_bytes("scatter", 1000.0, n) * ring == pytest.approx((n - 1) * 1000.0 / n)
+        assert hub.one_way_share("allgather") == 1.0 and replace(hub, half_duplex=False).one_way_share("broadcast") == 1.0
 
 
 def test_an_expert_layers_all_to_alls_are_sized_pieces_and_re_priced(capsys):
     """moe-a2a-sized: an expert layer's two ``torch.distributed.nn.functional.all_to_all_single`` a forward, two more in its
     backward (``dist.all_to_all_single``, ``Rec.OWN_COLL``), 64 tokens x 32 floats: each a piece of the op it blocked;
-    the EP/CP note says link what-ifs re-price them, and a slower link lengthens the step by their price."""
+    the EP/CP note says link what-ifs re-price them, and a slower link lengthens the step by their price (gloo's on 2
+    ranks: the all-reduce of their whole buffer)."""
     g = open_run(FRESH / "moe-a2a-sized").graph
     v, kinds = _pieces(g)
     assert kinds == [("alltoall", 2)] * (4 * len(g.meta.steps) * 2) and set(g.nbytes[v].tolist()) == {64 * 32 * 4}
@@ -197,7 +218,7 @@ def test_an_expert_layers_all_to_alls_are_sized_pieces_and_re_priced(capsys):
     slow = set_link(g, bandwidth=20e6 / 8)
     grew = float((slow.dur[v] - g.dur[v]).sum())
     was, now = current_topology(g), current_topology(slow)
-    assert grew == pytest.approx(len(v) * (allreduce_us(64 * 32 * 2, now) - allreduce_us(64 * 32 * 2, was)), rel=1e-6) and grew > 0
+    assert grew == pytest.approx(len(v) * (allreduce_us(64 * 32 * 4, now) - allreduce_us(64 * 32 * 4, was)), rel=1e-6) and grew > 0
 
 
 def test_a_blocking_call_outside_any_op_carries_the_bytes_recorded_for_it(capsys):
@@ -287,7 +308,8 @@ def test_the_collector_sizes_the_models_calls_and_their_waits_and_unpatches(tmp_
     """One gloo rank: a model whose forward all-gathers (blocking), all-reduces asynchronously and waits, exchanges tokens
     (``all_to_all_single``, blocking), and broadcasts, exchanges and reduce-scatters through the functional collectives
     DTensor uses; DDP's
-    comm hook all-reduces its bucket asynchronously too. Per step in
+    comm hook all-reduces its bucket asynchronously too, and broadcasts its BatchNorm's buffers before each forward (one
+    float32 and one int64 transfer). Per step in
     the window: one record per call of the model's, with its bytes and group size, the asynchronous ones' first waits
     naming their call; none for DDP's bucket; torch.distributed's functions are the originals afterwards."""
     torch = pytest.importorskip("torch")
@@ -302,9 +324,10 @@ def test_the_collector_sizes_the_models_calls_and_their_waits_and_unpatches(tmp_
         def __init__(self):
             super().__init__()
             self.lin = torch.nn.Linear(8, 4)
+            self.norm = torch.nn.BatchNorm1d(4)
 
         def forward(self, x):
-            y = self.lin(x)
+            y = self.norm(self.lin(x))
             out = [torch.empty_like(y)]
             dist.all_gather(out, y.detach())
             work = dist.all_reduce(y.detach().clone(), async_op=True)
@@ -320,7 +343,7 @@ def test_the_collector_sizes_the_models_calls_and_their_waits_and_unpatches(tmp_
     originals = {n: dist.__dict__[n] for n in ("all_gather", "all_reduce", "scatter", "all_to_all_single")}
     functional = {n: funcol.__dict__[n] for n in ("all_gather_single", "all_reduce", "broadcast", "all_to_all_single", "reduce_scatter_single",
                                                   "wait_tensor")}
-    wait = dist.Work.__dict__["wait"]
+    wait, buffers = dist.Work.__dict__["wait"], DDP.__dict__["_distributed_broadcast_coalesced"]
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
     try:
         model = DDP(Gathering())
@@ -334,10 +357,11 @@ def test_the_collector_sizes_the_models_calls_and_their_waits_and_unpatches(tmp_
     finally:
         dist.destroy_process_group()
     assert all(dist.__dict__[n] is f for n, f in originals.items()) and all(funcol.__dict__[n] is f for n, f in functional.items())
-    assert dist.Work.__dict__["wait"] is wait
+    assert dist.Work.__dict__["wait"] is wait and DDP.__dict__["_distributed_broadcast_coalesced"] is buffers
     records = json.loads((tmp_path / "run" / rank_file(0)).read_text())["records"]
     own = [r for r in records if r[Col.CODE] in (Rec.OWN_COLL, Rec.OWN_ASYNC, Rec.OWN_WAIT)]
-    step = [(Rec.OWN_COLL, OWN_KINDS.index("allgather"), 1, 5 * 4 * 4), (Rec.OWN_ASYNC, OWN_KINDS.index("allreduce"), 1, 5 * 4 * 4),
+    step = [(Rec.OWN_COLL, OWN_KINDS.index("broadcast"), 1, 2 * 4 * 4), (Rec.OWN_COLL, OWN_KINDS.index("broadcast"), 1, 8),  # DDP's buffers
+            (Rec.OWN_COLL, OWN_KINDS.index("allgather"), 1, 5 * 4 * 4), (Rec.OWN_ASYNC, OWN_KINDS.index("allreduce"), 1, 5 * 4 * 4),
             (Rec.OWN_WAIT, OWN_KINDS.index("allreduce"), 0, None), (Rec.OWN_COLL, OWN_KINDS.index("alltoall"), 1, 5 * 4 * 4),
             (Rec.OWN_ASYNC, OWN_KINDS.index("broadcast"), 1, 2 * 8 * 4), (Rec.OWN_ASYNC, OWN_KINDS.index("alltoall"), 1, 2 * 8 * 4),
             (Rec.OWN_ASYNC, OWN_KINDS.index("allreduce"), 1, 2 * 8 * 4),  # gloo's reduce-scatter: an all-reduce of its input

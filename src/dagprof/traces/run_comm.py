@@ -143,12 +143,13 @@ def _own_calls(records: np.ndarray, lo: int, hi: int) -> np.ndarray:
 
 
 def _claim_outside(calls: np.ndarray, starts: list[int]) -> tuple[np.ndarray, list[np.ndarray | None]]:
-    """Each call outside any op (enqueued at ``starts``, ns, one kind's) takes the latest of that kind's ``calls`` before
-    it: (the calls left for the ops, each start's record or None)."""
-    claimed = []
-    for t in starts:
+    """Each call outside any op (enqueued at ``starts``, ns, sorted, one kind's) takes the latest of that kind's ``calls``
+    before it, the last call first: (the calls left for the ops, each start's record or None). The last first, so that
+    records written together before their calls (DDP's buffer broadcasts, one per dtype) go to them in order."""
+    claimed: list[np.ndarray | None] = []
+    for t in reversed(starts):
         before = np.flatnonzero(calls[:, Col.T_NS] <= t)
-        claimed.append(calls[before[-1]] if len(before) else None)
+        claimed.insert(0, calls[before[-1]] if len(before) else None)
         calls = np.delete(calls, before[-1], axis=0) if len(before) else calls
     return calls, claimed
 

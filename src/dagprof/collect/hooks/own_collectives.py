@@ -10,7 +10,8 @@ collectives DTensor uses (``torch.distributed._functional_collectives``: ``all_g
 ``broadcast``, ``all_to_all_single``, ``reduce_scatter_single`` and what calls them) block nothing where they are issued, but where their work's ``wait()`` or
 ``wait_tensor`` is called: they write ``Rec.OWN_ASYNC``, and ``Rec.OWN_WAIT`` when the first wait for them begins. An
 asynchronous call from the library itself is not recorded: DDP's comm hook (a frame holding its ``GradBucket``) and
-ZeRO's parameter broadcasts have recorders of their own. The reader matches the records to Kineto's transfers by kind
+ZeRO's parameter broadcasts have recorders of their own. DDP's broadcasts of its buffers (``broadcast_buffers=True``), run
+by c10d outside these functions, are recorded one per transfer by ``_buffer_broadcasts``. The reader matches the records to Kineto's transfers by kind
 in issue order (``traces.run_comm``). Internal calls between c10d's own functions do not go through the patched
 attributes (``all_gather_tensor`` calls the patched ``all_gather_single`` once), so each call of the model is counted
 once (FSDP's recorder patches the same names for its own collectives; this one stays off there).
@@ -58,6 +59,9 @@ def patch_own_collectives(collector: Any) -> None:
     for name, (kind, arg) in OWN_CALLS.items():
         _patch(collector, dist, name, partial(_recording, collector, pending, OWN_KINDS.index(kind), arg))
     _patch(collector, dist.Work, "wait", partial(_waiting, collector, pending))
+    from torch.nn.parallel import DistributedDataParallel
+
+    _patch(collector, DistributedDataParallel, "_distributed_broadcast_coalesced", partial(_buffer_broadcasts, collector))
     # a job that uses them (DTensor) has imported them; importing them here would cost every other job 65 ms in its window
     funcol = sys.modules.get("torch.distributed._functional_collectives")
     if funcol is not None:
@@ -124,6 +128,27 @@ def _functional(collector: Any, pending: dict, kind: str, at: int, fn: Any) -> A
             elem = getattr(out, "elem", out)  # an AsyncCollectiveTensor's wait_tensor is called on its elem
             pending[id(elem)] = (elem, record[1], record[3])
         return out
+    return call
+
+
+def _buffer_broadcasts(collector: Any, fn: Any) -> Any:
+    """DDP's ``_distributed_broadcast_coalesced`` (``broadcast_buffers=True``: BatchNorm's running statistics from rank 0
+    before each forward) writing one ``Rec.OWN_COLL`` broadcast per transfer it makes: c10d broadcasts the buffers of each
+    dtype flattened, dtypes in the order of their first buffer (a model's int64 ``count``, then float64, then float32:
+    three ``gloo:broadcast`` in that order). A dtype past the bucket size would be split, in another order: none recorded."""
+    @wraps(fn)
+    def call(ddp: Any, tensors: Any, buffer_size: int, *args: Any, **kwargs: Any) -> Any:
+        if collector.recording:
+            try:
+                groups: dict[Any, int] = {}
+                for t in tensors:
+                    groups[(t.device, t.dtype)] = groups.get((t.device, t.dtype), 0) + t.numel() * t.element_size()
+                if all(b < buffer_size for b in groups.values()):
+                    ranks = ddp.process_group.size()
+                    collector.records.extend((Rec.OWN_COLL, OWN_KINDS.index("broadcast"), ranks, time.time_ns(), b) for b in groups.values())
+            except Exception as err:  # noqa: BLE001
+                collector._fail(err, "DistributedDataParallel's buffer broadcast")
+        return fn(ddp, tensors, buffer_size, *args, **kwargs)
     return call
 
 
