@@ -4,7 +4,8 @@ part, whose token exchange is an all-to-all large enough to matter on a slow lin
 Each rank holds one expert; a balanced router sends each rank's tokens to the experts with ``all_to_all_single`` from
 ``torch.distributed.nn.functional`` (autograd: backward runs both exchanges in reverse), the experts run, and a second
 all-to-all brings the tokens back; the embedding-like input projection and the classifier head are DDP over every rank,
-the experts outside it, as expert parallelism puts them. AdamW, a step's loss all-reduced for the log line every 5 steps.
+the experts outside it, as expert parallelism puts them; the dense part's BatchNorm has its running statistics broadcast
+by DDP (``broadcast_buffers=True``) before each forward. AdamW, a step's loss all-reduced for the log line every 5 steps.
 Prints the median step from step 5 on (``zero1_measure.py --script`` reads it).
 
     dagprof profile -o runs/moe_a2a -- torchrun --standalone --nproc-per-node 2 bench/ddp_fresh/moe_a2a.py --steps 20
@@ -26,7 +27,7 @@ class Dense(nn.Module):
     def __init__(self, width: int, classes: int) -> None:
         super().__init__()
         self.proj = nn.Linear(width, width)
-        self.norm = nn.LayerNorm(width)
+        self.norm = nn.BatchNorm1d(width)  # running statistics: DDP broadcasts them from rank 0 before each forward
         self.head = nn.Linear(width, classes)
 
     def forward(self, x: torch.Tensor, moe: nn.Module) -> torch.Tensor:
@@ -76,6 +77,7 @@ def main() -> None:
         tail = sorted(times[5:])
         print(f"moe_a2a: {args.steps} steps, {args.tokens} tokens x {args.width} per rank, loss {loss.item():.3f}, "
               f"median step {1e3 * tail[len(tail) // 2]:.1f} ms")
+    dist.barrier()
     dist.destroy_process_group()
 
 
