@@ -7,14 +7,16 @@ DP x TP job's DTensor all-reduces recorded before) keep them as measured, said w
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from testdata import DATA
 
 from dagprof.cli.main import main
+from dagprof.costmodel.alphabeta import AlphaBeta
 from dagprof.costmodel.collectives import allreduce_us
-from dagprof.costmodel.topology import per_rank_equivalent_bytes
+from dagprof.costmodel.topology import Topology, allreduce_equivalent_factor, kind_of_collective, per_rank_equivalent_bytes
 from dagprof.passes.comm import current_topology, in_op_pieces, set_link, set_topology
 from dagprof.pipeline import open_run
 from dagprof.traces.events import Kind
@@ -175,6 +177,64 @@ def test_an_all_gather_costs_what_a_ring_all_gather_sends():
     assert per_rank_equivalent_bytes("broadcast", 1000.0, 2) == 1000.0
 
 
+def test_an_all_to_all_costs_its_whole_buffer_through_a_port_on_gloo():
+    """An all-to-all of a B-byte buffer on N ranks sends (N-1)/N B from each port and receives as much (gloo/alltoall.cc
+    posts every send at once): the all-reduce of B / 2, as NCCL is priced. gloo's ran its directions one after the other
+    on the testbed, as long as B through one port: the all-reduce of N B / (2 (N-1)). Where one medium carries every rank
+    (``--half-duplex``), its bytes on it: (N-1) B, the all-reduce's 2 (N-1) B over two."""
+    assert per_rank_equivalent_bytes("alltoall", 1000.0, 2) == 1000.0 and per_rank_equivalent_bytes("alltoall", 1200.0, 4) == 800.0
+    assert per_rank_equivalent_bytes("alltoall", 1000.0, 4, "nccl") == 500.0
+    assert allreduce_equivalent_factor(kind_of_collective("gloo:all_to_all"), "gloo", 8) == pytest.approx(8 / 14)
+    assert [kind_of_collective(n) for n in ("all-to-all.3", "CollectiveAllToAllV3", "c10d::alltoall_base_")] == ["all_to_all"] * 3
+    for n in (2, 4, 8):
+        hub = replace(Topology.flat(n, AlphaBeta(0.0, 1.0)), half_duplex=True)
+        assert hub.one_way_share("alltoall") * per_rank_equivalent_bytes("alltoall", 1000.0, n) == pytest.approx(500.0)
+
+
+def test_where_one_medium_carries_every_rank_a_broadcast_and_a_scatter_cost_their_bytes_on_it():
+    """On the testbed's shaped loopback a broadcast took half the all-reduce of its bytes on 2 and on 4 ranks
+    (``bench/bcast_sweep.py --loopback``): the medium carries (N-1) S of it against the all-reduce's 2 (N-1) S. A half share
+    on every N priced it at the all-reduce's time on 4 ranks. A scatter of B per rank puts (N-1) B on it."""
+    for n in (2, 3, 4, 8):
+        hub = replace(Topology.flat(n, AlphaBeta(0.0, 1.0)), half_duplex=True)
+        assert hub.one_way_share("broadcast") * per_rank_equivalent_bytes("broadcast", 1000.0, n) == pytest.approx(500.0)
+        ring = 2 * (n - 1) / n  # bytes per port per all-reduce-equivalent byte
+        assert hub.one_way_share("scatter") * per_rank_equivalent_bytes("scatter", 1000.0, n) * ring == pytest.approx((n - 1) * 1000.0 / n)
+        assert hub.one_way_share("allgather") == 1.0 and replace(hub, half_duplex=False).one_way_share("broadcast") == 1.0
+
+
+def test_an_expert_layers_all_to_alls_are_sized_pieces_and_re_priced(capsys):
+    """moe-a2a-sized: an expert layer's two ``torch.distributed.nn.functional.all_to_all_single`` a forward, two more in its
+    backward (``dist.all_to_all_single``, ``Rec.OWN_COLL``), 64 tokens x 32 floats: each a piece of the op it blocked;
+    the EP/CP note says link what-ifs re-price them, and a slower link lengthens the step by their price (gloo's on 2
+    ranks: the all-reduce of their whole buffer). DDP's broadcasts of the BatchNorm's buffers before each forward carry
+    the bytes the collector recorded for them, one per dtype."""
+    g = open_run(FRESH / "moe-a2a-sized").graph
+    v, kinds = _pieces(g)
+    assert kinds == [("alltoall", 2)] * (4 * len(g.meta.steps) * 2) and set(g.nbytes[v].tolist()) == {64 * 32 * 4}
+    par = g.meta.parallel
+    assert par.in_ops_sized == par.in_ops[0] == 0  # the DDP-side count: no all-to-all is DDP's
+    said = [n for n in par.notes if "EP/CP alltoall" in n]
+    assert len(said) == 1 and "link what-ifs, which re-price the 16 alltoall" in said[0]
+    bcast = [int(x) for x in np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0)) if g.node_name(int(x)).startswith("broadcast")]
+    assert g.nbytes[bcast].tolist() == [2 * 32 * 4, 8] * len(g.meta.steps)  # DDP's BatchNorm buffers: float32 then int64
+    slow = set_link(g, bandwidth=1e6 / 8)
+    was, now = current_topology(g), current_topology(slow)
+    assert np.allclose(slow.dur[v], np.maximum(g.dur[v] - allreduce_us(64 * 32 * 4, was) + allreduce_us(64 * 32 * 4, now), 0.0))
+    assert (slow.dur[v] > g.dur[v]).all()
+
+
+def test_a_blocking_call_outside_any_op_carries_the_bytes_recorded_for_it(capsys):
+    """moe-uneven (``bench/ddp_fresh/moe_loader.py``) all-reduces its loss for the log line after each step, outside any
+    op: Kineto shows it as a collective of its own without a size, which link what-ifs priced as a 0-byte message, said in
+    a note; the collector's record of that call (``Rec.OWN_COLL``, the latest of its kind before it) gives its 4 bytes."""
+    g = open_run(FRESH / "moe-uneven").graph
+    own = [int(v) for v in np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0)) if "bucket" not in g.node_name(int(v))]
+    assert len(own) == len(g.meta.steps) and set(g.nbytes[own].tolist()) == {4}
+    assert main(["whatif", str(FRESH / "moe-uneven"), "--bandwidth", "200Mbit", "--json", "--no-trace", "--allow-model-error"]) == 0
+    assert not [n for n in json.loads(capsys.readouterr().out)["notes"] if "no recorded size" in n]
+
+
 def test_the_slower_link_lengthens_the_clip_step_by_its_all_gathers(capsys):
     assert main(["whatif", str(FRESH / "clip-sized"), "--bandwidth", "200Mbit", "--json", "--no-trace", "--allow-model-error"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -248,8 +308,11 @@ def test_a_users_scatters_pair_each_root_with_its_peer():
 
 
 def test_the_collector_sizes_the_models_calls_and_their_waits_and_unpatches(tmp_path):
-    """One gloo rank: a model whose forward all-gathers (blocking), all-reduces asynchronously and waits, and broadcasts
-    through the functional collectives DTensor uses; DDP's comm hook all-reduces its bucket asynchronously too. Per step in
+    """One gloo rank: a model whose forward all-gathers (blocking), all-reduces asynchronously and waits, exchanges tokens
+    (``all_to_all_single``, blocking), and broadcasts, exchanges and reduce-scatters through the functional collectives
+    DTensor uses; DDP's
+    comm hook all-reduces its bucket asynchronously too, and broadcasts its BatchNorm's buffers before each forward (one
+    float32 and one int64 transfer). Per step in
     the window: one record per call of the model's, with its bytes and group size, the asynchronous ones' first waits
     naming their call; none for DDP's bucket; torch.distributed's functions are the originals afterwards."""
     torch = pytest.importorskip("torch")
@@ -264,20 +327,26 @@ def test_the_collector_sizes_the_models_calls_and_their_waits_and_unpatches(tmp_
         def __init__(self):
             super().__init__()
             self.lin = torch.nn.Linear(8, 4)
+            self.norm = torch.nn.BatchNorm1d(4)
 
         def forward(self, x):
-            y = self.lin(x)
+            y = self.norm(self.lin(x))
             out = [torch.empty_like(y)]
             dist.all_gather(out, y.detach())
             work = dist.all_reduce(y.detach().clone(), async_op=True)
             work.wait()
             work.wait()  # a second wait is no new record
+            routed = torch.empty_like(y)
+            dist.all_to_all_single(routed, y.detach())
             b = funcol.broadcast(x[:2], 0, dist.group.WORLD)
-            return y + out[0] + b.sum()
+            a = funcol.all_to_all_single(x[:2].contiguous(), None, None, dist.group.WORLD)
+            r = funcol.reduce_scatter_single(x[:2].contiguous(), "sum", 0, dist.group.WORLD)
+            return y + out[0] + routed + b.sum() + a.sum() + r.sum()
 
-    originals = {n: dist.__dict__[n] for n in ("all_gather", "all_reduce", "scatter")}
-    functional = {n: funcol.__dict__[n] for n in ("all_gather_single", "all_reduce", "broadcast", "wait_tensor")}
-    wait = dist.Work.__dict__["wait"]
+    originals = {n: dist.__dict__[n] for n in ("all_gather", "all_reduce", "scatter", "all_to_all_single")}
+    functional = {n: funcol.__dict__[n] for n in ("all_gather_single", "all_reduce", "broadcast", "all_to_all_single", "reduce_scatter_single",
+                                                  "wait_tensor")}
+    wait, buffers = dist.Work.__dict__["wait"], DDP.__dict__["_distributed_broadcast_coalesced"]
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
     try:
         model = DDP(Gathering())
@@ -291,12 +360,16 @@ def test_the_collector_sizes_the_models_calls_and_their_waits_and_unpatches(tmp_
     finally:
         dist.destroy_process_group()
     assert all(dist.__dict__[n] is f for n, f in originals.items()) and all(funcol.__dict__[n] is f for n, f in functional.items())
-    assert dist.Work.__dict__["wait"] is wait
+    assert dist.Work.__dict__["wait"] is wait and DDP.__dict__["_distributed_broadcast_coalesced"] is buffers
     records = json.loads((tmp_path / "run" / rank_file(0)).read_text())["records"]
     own = [r for r in records if r[Col.CODE] in (Rec.OWN_COLL, Rec.OWN_ASYNC, Rec.OWN_WAIT)]
-    step = [(Rec.OWN_COLL, OWN_KINDS.index("allgather"), 1, 5 * 4 * 4), (Rec.OWN_ASYNC, OWN_KINDS.index("allreduce"), 1, 5 * 4 * 4),
-            (Rec.OWN_WAIT, OWN_KINDS.index("allreduce"), 0, None), (Rec.OWN_ASYNC, OWN_KINDS.index("broadcast"), 1, 2 * 8 * 4),
-            (Rec.OWN_WAIT, OWN_KINDS.index("broadcast"), 0, None)]
+    step = [(Rec.OWN_COLL, OWN_KINDS.index("broadcast"), 1, 2 * 4 * 4), (Rec.OWN_COLL, OWN_KINDS.index("broadcast"), 1, 8),  # DDP's buffers
+            (Rec.OWN_COLL, OWN_KINDS.index("allgather"), 1, 5 * 4 * 4), (Rec.OWN_ASYNC, OWN_KINDS.index("allreduce"), 1, 5 * 4 * 4),
+            (Rec.OWN_WAIT, OWN_KINDS.index("allreduce"), 0, None), (Rec.OWN_COLL, OWN_KINDS.index("alltoall"), 1, 5 * 4 * 4),
+            (Rec.OWN_ASYNC, OWN_KINDS.index("broadcast"), 1, 2 * 8 * 4), (Rec.OWN_ASYNC, OWN_KINDS.index("alltoall"), 1, 2 * 8 * 4),
+            (Rec.OWN_ASYNC, OWN_KINDS.index("allreduce"), 1, 2 * 8 * 4),  # gloo's reduce-scatter: an all-reduce of its input
+            (Rec.OWN_WAIT, OWN_KINDS.index("broadcast"), 0, None), (Rec.OWN_WAIT, OWN_KINDS.index("alltoall"), 0, None),
+            (Rec.OWN_WAIT, OWN_KINDS.index("allreduce"), 0, None)]
     assert [(r[Col.CODE], r[Col.A], r[Col.B], None if r[Col.CODE] == Rec.OWN_WAIT else r[Col.X]) for r in own] == step * 2
     calls = {r[Col.T_NS] for r in own if r[Col.CODE] == Rec.OWN_ASYNC}
     assert {r[Col.X] for r in own if r[Col.CODE] == Rec.OWN_WAIT} == calls

@@ -59,8 +59,9 @@ def add_arguments(p) -> None:
                    help="the wire rate the run was profiled at, e.g. 1Gbit: the fitted link's time per byte beyond it is kept as work on "
                    "the cores at every --bandwidth (busy cores, not the link), only the wire's part scales")
     p.add_argument("--half-duplex", action="store_true",
-                   help="the link's two directions share its rate (one shaper for both, a half-duplex port): --bandwidth is what each "
-                   "gets while both carry, and a collective that sends one way (scatter, gather, broadcast) gets twice it")
+                   help="every rank's traffic crosses one shaper both ways (the namespace testbed's loopback; on 2 ranks a half-duplex "
+                   "link): --bandwidth is what each port gets while all carry, and a collective in which fewer ranks send at once "
+                   "(scatter, gather, broadcast, gloo's all-to-all) costs its bytes on the one medium")
     p.add_argument("--cores", type=positive_int, default=None, help="cores per host shared by its ranks (default: ranks do not contend)")
     p.add_argument("--ranks-per-host", type=positive_int, default=None, help="with --cores: ranks per host (default all on one)")
     p.add_argument("--fine", action="store_true", help="per-message collectives on per-link queues (needs <= 64 ranks)")

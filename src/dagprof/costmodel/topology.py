@@ -98,9 +98,9 @@ class Topology:
     # the shorter of the two wires' (``passes.link_fit.split_at_wire``); not written by to_dict
     floor: "Topology | None" = None
     floor_wire: "Topology | None" = None
-    # the ports' two directions share their rate, as on a half-duplex link or the namespace testbed's one shaped loopback
-    # (``whatif --half-duplex``): ``inter`` is then what each direction gets while both carry, as a fit to all-reduces
-    # measures it, and a collective whose transfers each go one way gets both shares (``one_way_share``)
+    # every rank's traffic crosses one shaper, both ways (``whatif --half-duplex``): the namespace testbed's one shaped loopback,
+    # on 2 ranks a half-duplex link. ``inter`` is then what each port gets while every port carries, as a fit to all-reduces
+    # measures it, and a collective in which fewer ranks send at once costs its bytes over the medium (``one_way_share``)
     half_duplex: bool = False
 
     def __post_init__(self) -> None:
@@ -120,12 +120,26 @@ class Topology:
         """The model of the path a -> b (ranks; PS servers are hosts of their own)."""
         return self.intra if self.host_of(a) == self.host_of(b) else self.inter
 
-    def one_way_share(self, kind: str) -> float:
-        """What a ``kind`` collective's all-reduce-equivalent bytes cost on this link, per byte: 1/2 for one that sends one
-        way on a half-duplex link (``ONE_WAY_KINDS``: a scatter's root sends while its other ranks only receive), else 1.
-        Priced as on a full-duplex port, CLIP's backward scatters on the testbed's shaped loopback grew by 35 ms a step
-        from 1 Gbit/s to 200 Mbit/s where they measured about 7, beside all-gathers that grew 15.5 where priced 17.5."""
-        return 0.5 if self.half_duplex and kind in ONE_WAY_KINDS else 1.0
+    def one_way_share(self, kind: str, backend: str = "gloo") -> float:
+        """What a ``kind`` collective's all-reduce-equivalent bytes cost per byte where every rank's traffic crosses one
+        medium (``half_duplex``), 1 elsewhere: its bytes crossing the medium over the all-reduce's (an all-reduce of S
+        bytes on N ranks puts 2 (N-1) S on it, at the fitted rate per port times N). A scatter or gather of B per rank puts
+        (N-1) B on it, 1/N of its price on ports; a broadcast of S (N-1) S, 1 / (2 ``broadcast_factor``); gloo's
+        all-to-all of S (N-1) S, (N-1)/N of ``all_to_all_factor``'s. On 2 ranks each is 1/2: one direction at a time.
+        On the testbed's shaped loopback (``bench/bcast_sweep.py --loopback``, 200 Mbit/s, 0.5-8 MB) a broadcast took
+        0.495-0.504 of the all-reduce on 2 and on 4 ranks, and an all-to-all 0.491-0.534, where a 1/2 share for a
+        broadcast on any N priced it at 1.0 of the all-reduce on 4. Priced as on full-duplex ports, CLIP's backward
+        scatters there grew by 35 ms a step from 1 Gbit/s to 200 Mbit/s where they measured about 7."""
+        if not self.half_duplex:
+            return 1.0
+        n = max(self.world_size, 2)
+        if kind in ("scatter", "gather"):
+            return 1.0 / n
+        if kind == "broadcast":
+            return 1.0 / (2.0 * broadcast_factor(n, backend))
+        if kind in ("alltoall", "all_to_all"):
+            return KIND_FACTORS["all_to_all"] / all_to_all_factor(n, backend)
+        return 1.0
 
     def with_workers(self, workers: int) -> "Topology":
         """Same host shape, more (or fewer) hosts: ``workers`` must fill whole hosts."""
@@ -426,31 +440,52 @@ def _worker_count(n: Any, path: str) -> int:
     return int(n)
 
 
-# collectives each of whose transfers goes one way (Kineto's and ``kind_of_collective``'s names): gloo's scatter and
-# gather between the root and each rank, its broadcast down a tree
-ONE_WAY_KINDS = ("scatter", "gather", "broadcast")
-
 # bytes of the ring all-reduce that costs what a collective of S bytes costs, per kind: a ring all-gather or
 # reduce-scatter of S bytes sends (n-1)/n S per rank, half an all-reduce of S; gloo has no reduce-scatter of its
-# own and all-reduces the whole tensor (``graph.build_fsdp.allreduce_equivalent_bytes``)
-KIND_FACTORS = {"all_gather": 0.5, "reduce_scatter": 0.5, "all_reduce": 1.0}
+# own and all-reduces the whole tensor (``graph.build_fsdp.allreduce_equivalent_bytes``). An all-to-all of an S-byte
+# buffer sends each other rank its S/n chunk and receives as much, (n-1)/n S per port each way, half an all-reduce of S:
+# gloo (gloo/alltoall.cc) posts every send and receive at once, NCCL runs it as grouped send/recv to every peer
+# (nccl-tests' bus bandwidth: (n-1)/n of the algorithm's, against 2 (n-1)/n for an all-reduce); gloo's takes longer
+# than its bytes (``all_to_all_factor``)
+KIND_FACTORS = {"all_gather": 0.5, "reduce_scatter": 0.5, "all_reduce": 1.0, "all_to_all": 0.5}
 
 
 def allreduce_equivalent_factor(kind: str, backend: str = "gloo", world: int = 2) -> float:
     """Bytes of the ring all-reduce on ``world`` ranks that costs what a ``kind`` collective of one byte costs
-    (``KIND_FACTORS``; a broadcast: ``broadcast_factor``)."""
+    (``KIND_FACTORS``; a broadcast: ``broadcast_factor``; an all-to-all: ``all_to_all_factor``)."""
     if kind == "broadcast":
         return broadcast_factor(world, backend)
+    if kind == "all_to_all":
+        return all_to_all_factor(world, backend)
     return 1.0 if kind == "reduce_scatter" and backend == "gloo" else KIND_FACTORS.get(kind, 1.0)
+
+
+def all_to_all_factor(world: int, backend: str = "gloo") -> float:
+    """An all-to-all's all-reduce-equivalent bytes per byte of its buffer on ``world`` ranks. It sends (N-1)/N of the
+    buffer from each port and receives as much (``KIND_FACTORS``: 1/2), and so it goes on NCCL (unmeasured here). gloo's
+    takes as long as the whole buffer through one port, N / (2 (N-1)): 1 on 2 ranks, 2/3 on 4. On the namespace testbed
+    (``bench/bcast_sweep.py --kind all_to_all``, each rank's port shaped, 0.5-8 MB, load 3.7-6.0) its ports sent (N-1)/N
+    of it (tx counters), yet it took 0.92-0.97 of the all-reduce of its bytes on 2 ranks from 2 MB (0.72-0.97 at
+    1 Gbit/s), 2.06-2.09 times its bytes at the port's rate: its two directions ran one after the other; on 4 ranks
+    0.54-0.64 (0.34 at 0.5 MB, 1 Gbit/s), 1.40-1.42 times its bytes' time from 2 MB at 200 Mbit/s. Where one medium
+    carries every rank's traffic, a direction at a time costs nothing more: ``Topology.one_way_share`` takes it back to
+    its bytes."""
+    n = max(int(world), 2)
+    if backend not in ("gloo", "", None):
+        return KIND_FACTORS["all_to_all"]
+    return n / (2.0 * (n - 1))
 
 
 def per_rank_equivalent_bytes(kind: str, nbytes: float, world: int, backend: str = "gloo") -> float:
     """Bytes of the ring all-reduce on ``world`` ranks that costs what a collective of ``nbytes`` per rank costs, ``kind`` as
     Kineto names it (``traces.kineto_schema.canonical_collective``): an all-gather of them gathers ``world`` times them
     (``KIND_FACTORS``); a scatter or gather moves as many through its root's port, (N-1) x ``nbytes``, as a ring all-gather
-    through each rank's; a broadcast ``broadcast_factor``; anything else an all-reduce of them."""
+    through each rank's; a broadcast ``broadcast_factor``; an all-to-all of an ``nbytes`` buffer ``all_to_all_factor``;
+    anything else an all-reduce of them."""
     if kind in ("allgather", "scatter", "gather"):
         return KIND_FACTORS["all_gather"] * max(int(world), 1) * nbytes
+    if kind == "alltoall":
+        return all_to_all_factor(world, backend) * nbytes
     return allreduce_equivalent_factor("broadcast" if kind == "broadcast" else "all_reduce", backend, world) * nbytes
 
 
@@ -490,10 +525,11 @@ def broadcast_sends(world: int) -> int:
 
 
 def kind_of_collective(name: str) -> str:
-    """all_gather, reduce_scatter, broadcast or all_reduce, from a collective's name as the frameworks write it: TensorFlow's
-    ``CollectiveGatherV2``, XLA's ``all-gather.3``, c10d's ``gloo:all_gather``, NCCL's ``ncclKernel_AllGather_RING_LL``,
-    c10d's ``gloo:broadcast``, dagprof's ``broadcast ZeRO params of rank 1`` (anything else, an all-reduce: its bytes are
-    what it reduces). dagprof's own FSDP nodes name their kind first."""
+    """all_gather, reduce_scatter, broadcast, all_to_all or all_reduce, from a collective's name as the frameworks write it:
+    TensorFlow's ``CollectiveGatherV2``, XLA's ``all-gather.3``, c10d's ``gloo:all_gather``, NCCL's ``ncclKernel_AllGather_RING_LL``,
+    c10d's ``gloo:broadcast``, dagprof's ``broadcast ZeRO params of rank 1``, ``gloo:all_to_all``, XLA's ``all-to-all.1``,
+    TensorFlow's ``CollectiveAllToAllV3`` (anything else, an all-reduce: its bytes are what it reduces; NCCL's all-to-all
+    runs ``SendRecv`` kernels that do not name it). dagprof's own FSDP nodes name their kind first."""
     first = name.partition(" ")[0]
     if first in KIND_FACTORS:
         return first
@@ -502,6 +538,8 @@ def kind_of_collective(name: str) -> str:
         return "all_gather"
     if "broadcast" in key or "bcast" in key:
         return "broadcast"
+    if "alltoall" in key:
+        return "all_to_all"
     return "reduce_scatter" if "reducescatter" in key else "all_reduce"
 
 

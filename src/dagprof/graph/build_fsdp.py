@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..costmodel.fsdp_costs import StepFit
-from ..costmodel.topology import allreduce_equivalent_factor, broadcast_factor, kind_of_collective
+from ..costmodel.topology import allreduce_equivalent_factor, kind_of_collective
 from ..errors import DagprofError
 from ..traces.events import Kind, LaneKind, Run
 from ..traces.kineto_schema import dtype_bytes
@@ -153,15 +153,17 @@ def allreduce_equivalent_bytes(g: Graph, idx: np.ndarray) -> np.ndarray:
     gloo's reduce-scatter, an all-reduce of the whole tensor, a whole one; its transfers in Kineto are ``gloo:all_reduce``).
     Outside FSDP the kind is read from the collective's name (``kind_of_collective``): a TensorFlow all-gather of an
     embedding's sparse gradient priced as an all-reduce of its result made the link fitted beside the dense all-reduce
-    twice as fast as the wire (592 Mbit/s on a 500 Mbit/s testbed link). A broadcast's factor depends on the ranks the
-    link model prices (``costmodel.topology.broadcast_factor``: gloo's binomial tree), so ``--workers`` reprices it."""
+    twice as fast as the wire (592 Mbit/s on a 500 Mbit/s testbed link). A broadcast's and an all-to-all's factor depend on
+    the ranks the link model prices and the backend (``costmodel.topology.broadcast_factor``: gloo's binomial tree;
+    ``all_to_all_factor``), so ``--workers`` reprices them."""
     nbytes = g.nbytes[idx].astype(np.float64)
     backend = (g.meta.fsdp.backend or "gloo") if is_fsdp_graph(g) else ""
     kinds = [kind_of_collective(g.node_name(int(v))) for v in idx]
     share = _group_share(g) if is_fsdp_graph(g) else {}
     world = _priced_ranks(g)
     post = _post_forward_share(g, idx) if is_fsdp_graph(g) else {}
-    return nbytes * np.array([(broadcast_factor(world, g.meta.backend or backend) if k == "broadcast" else allreduce_equivalent_factor(k, backend))
+    return nbytes * np.array([(allreduce_equivalent_factor(k, g.meta.backend or backend, world) if k in ("broadcast", "all_to_all")
+                               else allreduce_equivalent_factor(k, backend))
                               * post.get(int(v), share.get(k, 1.0)) for v, k in zip(idx.tolist(), kinds)], dtype=np.float64)
 
 

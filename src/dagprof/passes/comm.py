@@ -109,8 +109,8 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
     kinds = (np.array([kind_of_collective(g.node_name(int(v))) for v in idx], dtype=object)
              if (topo.kinds or topo.link_ratio or _kinds_of(g)) and is_fsdp_graph(g) else np.full(len(idx), "", dtype=object))
     equiv = allreduce_equivalent_bytes(g, idx)
-    if topo.half_duplex:  # a broadcast's transfers go one way (``Topology.one_way_share``)
-        equiv = equiv * np.array([topo.one_way_share(kind_of_collective(g.node_name(int(v)))) for v in idx])
+    if topo.half_duplex:  # one medium for every rank: a broadcast costs its bytes on it (``Topology.one_way_share``)
+        equiv = equiv * np.array([topo.one_way_share(kind_of_collective(g.node_name(int(v))), g.meta.backend or "gloo") for v in idx])
     consumers, lag = exit_lags(g, idx)
     exit_lag = g.exit_lag.copy()
     if topo.world_size < 2:  # a collective of one rank releases no rank after another
@@ -176,7 +176,7 @@ def activation_comm(g: Graph) -> np.ndarray:
 def in_op_prices(g: Graph, topo: Topology, spec: CollectiveSpec) -> tuple[np.ndarray, np.ndarray]:
     """(nodes, us): the link model's price on ``topo`` of each collective the model ran inside an op whose group is the
     ranks ``topo`` prices, its bytes per rank as the all-reduce that costs the same (``costmodel.topology.per_rank_equivalent_bytes``;
-    a scatter, gather or broadcast on a half-duplex link at its share, ``Topology.one_way_share``):
+    where one medium carries every rank's traffic, at its share there, ``Topology.one_way_share``):
     a dagprof run's pieces (``in_op_pieces``) and a user's Kineto trace's shared nodes (``activation_comm``). Under gloo
     such a call blocks the thread that issued it, so a link change moves that op's end by the change in its price:
     ``retime_collectives`` takes its price on the graph's link off its time and adds the new one, keeping the rest as
@@ -187,7 +187,7 @@ def in_op_prices(g: Graph, topo: Topology, spec: CollectiveSpec) -> tuple[np.nda
     model's bytes and calls would change with it) keeps its measured time."""
     named = [(int(v), *in_op_of(g.node_name(int(v)))) for v in in_op_pieces(g).tolist()]
     named += [(int(v), collective_kind(g.node_name(int(v))), g.meta.parallel.dp_size) for v in activation_comm(g).tolist()]
-    sized = [(v, topo.one_way_share(kind) * per_rank_equivalent_bytes(kind, float(g.nbytes[v]), ranks, g.meta.backend or "gloo"))
+    sized = [(v, topo.one_way_share(kind, g.meta.backend or "gloo") * per_rank_equivalent_bytes(kind, float(g.nbytes[v]), ranks, g.meta.backend or "gloo"))
              for v, kind, ranks in named if ranks == topo.world_size and g.nbytes[v] > 0]
     if not sized:
         return np.zeros(0, np.int64), np.zeros(0)

@@ -77,7 +77,7 @@ class Cluster:
     optimizer_state: str = "momentum"  # --data-parallel fsdp from DDP: optimizer state per parameter (search.memory.OPTIMIZER_STATE)
     slowdown: float = 0.0  # compute beside in-flight collectives takes (1 + slowdown x overlap) as long (search.measured.slowdown_of)
     comm_rate: float | None = None  # bytes/s of the all-reduce the slowdown was measured beside (None: each collective counts whole)
-    half_duplex: bool = False  # the link's two directions share its rate (``Topology.half_duplex``)
+    half_duplex: bool = False  # every rank's traffic crosses one shaper, both ways (``Topology.half_duplex``)
     link_file: LinkModelFile | None = field(init=False, repr=False)  # ``link_model`` read once, for every pass and scenario
     profiled_wire: float | None = field(init=False, repr=False)  # ``profiled_bandwidth`` read once, bytes/s
 

@@ -519,8 +519,11 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
                      "its peer stage's send, so pipeline bubbles emerge from it; their transfer times stay as measured (not re-priced by what-ifs)")
     if inline:  # gloo's send/recv run in the calling thread: graph.build keeps the calling op, timed as measured
         what = ", ".join(f"{n} {d} {c}" for (d, c), n in sorted(inline.items()))
+        sized = _sized_in_ops(run)
+        priced = ", ".join(f"{sized[c]} {c}" for c in sorted({c for _, c in inline}) if sized.get(c))
         notes.append(f"{what} (summed over ranks) ran inside the ops that issued them: the graph times them as those ops, "
-                     "as measured (not in the breakdown by dimension, not re-priced by what-ifs)")
+                     "as measured (not in the breakdown by dimension, not re-priced by what-ifs"
+                     + (f", but for link what-ifs, which re-price the {priced} whose bytes the collector recorded)" if priced else ")"))
     lone += sum(u.count for t in run.ranks for c, u in t.meta.unseen_collectives.items() if c in P2P)
     why = (f"{lone} send/recv (summed over ranks) without a known peer: a Kineto trace names one by the op's peer argument "
            "(record_param_comms' Src/Dst Rank, or c10d::send/recv_'s inputs under record_shapes) or by a 2-rank group; "
@@ -546,8 +549,18 @@ def _in_ops(run: Run) -> tuple[tuple[float, float], tuple[tuple[str, float], ...
                 count[coll] += u.count
                 us += u.us
     kinds = tuple((k, n / rank_steps) for k, n in sorted(count.items()))
-    sized = sum(int(np.isin(t.events.name, [k for k, name in enumerate(t.events.names) if in_op_of(name)]).sum()) for t in run.ranks)
+    sized = sum(n for k, n in _sized_in_ops(run).items() if k != "alltoall" and k not in P2P)
     return (sum(count.values()) / rank_steps, us / rank_steps), kinds, sized / rank_steps
+
+
+def _sized_in_ops(run: Run) -> Counter:
+    """Kind -> the pieces over all ranks that are a collective the model ran inside an op, sized (``in_op_name``)."""
+    out: Counter = Counter()
+    for t in run.ranks:
+        kind = {k: got[0] for k, name in enumerate(t.events.names) if (got := in_op_of(name))}
+        for k, n in zip(*np.unique(t.events.name[np.isin(t.events.name, list(kind))], return_counts=True)):
+            out[kind[int(k)]] += int(n)
+    return out
 
 
 def _untold_groups(run: Run) -> int:

@@ -8,6 +8,8 @@ Without Kineto, the comm hook's issue -> completion span on the thread that comp
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from .events import CommRole, Dep, Kind, Lane, LaneKind, RankTrace
@@ -102,6 +104,8 @@ def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: l
                 host.append(_Span(Kind.COMM_ENQUEUE, ev.name_of(j), at(ev.start[j]), at(ev.start[j] + ev.dur[j]), seq=int(ev.seq[j])))
         host = [h for h in host if not _waited_later(records, kind_of.get(h.seq, ""), h.start)]
     kept = {h.seq for h in host}
+    own_bytes = outside_sizes(records, lo, hi, [(kind_of.get(h.seq, ""), h.start, h.seq) for h in host])
+    transfers = [replace(t, nbytes=own_bytes[t.seq]) if not t.nbytes and t.seq in own_bytes else t for t in transfers]
     inside = [i for i in idx if i not in used and int(ev.seq[i]) not in kept]
     unseen: dict[str, UnseenCollective] = {}
     for i in inside:
@@ -131,6 +135,38 @@ def _waited_later(records: np.ndarray, kind: str, start: int) -> bool:
     return bool(last[Col.CODE] == Rec.OWN_ASYNC and (waits[:, Col.X] == last[Col.T_NS]).any())
 
 
+def _own_calls(records: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """The model's calls the collector sized (``Rec.OWN_COLL``, ``Rec.OWN_ASYNC``) in the window ``[lo, hi]``, by time."""
+    window = (records[:, Col.T_NS] >= lo) & (records[:, Col.T_NS] <= hi)
+    own = records[np.isin(records[:, Col.CODE], (Rec.OWN_COLL, Rec.OWN_ASYNC)) & window]
+    return own[np.argsort(own[:, Col.T_NS], kind="stable")]
+
+
+def _claim_outside(calls: np.ndarray, starts: list[int]) -> tuple[np.ndarray, list[np.ndarray | None]]:
+    """Each call outside any op (enqueued at ``starts``, ns, sorted, one kind's) takes the latest of that kind's ``calls``
+    before it, the last call first: (the calls left for the ops, each start's record or None). The last first, so that
+    records written together before their calls (DDP's buffer broadcasts, one per dtype) go to them in order."""
+    claimed: list[np.ndarray | None] = []
+    for t in reversed(starts):
+        before = np.flatnonzero(calls[:, Col.T_NS] <= t)
+        claimed.insert(0, calls[before[-1]] if len(before) else None)
+        calls = np.delete(calls, before[-1], axis=0) if len(before) else calls
+    return calls, claimed
+
+
+def outside_sizes(records: np.ndarray, lo: int, hi: int, outside: list[tuple[str, int, int]]) -> dict[int, int]:
+    """seq -> bytes per rank of the job's blocking calls outside any op (``outside``: kind, enqueue start, seq; a logging
+    ``dist.all_reduce`` of the loss, which Kineto shows as a collective of its own without its size): the record each
+    claims (``_claim_outside``), where it is a blocking call's (``Rec.OWN_COLL``)."""
+    own, out = _own_calls(records, lo, hi), {}
+    for k, kind in enumerate(OWN_KINDS):
+        mine = sorted((t, seq) for name, t, seq in outside if name == kind)
+        for (_, seq), rec in zip(mine, _claim_outside(own[own[:, Col.A] == k], [t for t, _ in mine])[1]):
+            if rec is not None and rec[Col.CODE] == Rec.OWN_COLL:
+                out[seq] = int(rec[Col.X])
+    return out
+
+
 def in_op_sizes(inside: list[tuple[str, int, int]], records: np.ndarray, lo: int, hi: int,
                 outside: list[tuple[str, int]] = ()) -> list[_InOp]:
     """The collectives Kineto shows inside the model's ops (``inside``: canonical kind, transfer start and end, ns, in issue
@@ -141,16 +177,11 @@ def in_op_sizes(inside: list[tuple[str, int, int]], records: np.ndarray, lo: int
     inside its op as measured, and counted so. A blocking call blocked its thread from its transfer's start; an
     asynchronous one from its first wait (``Rec.OWN_WAIT``) on, so its piece starts there, and one whose transfer ended
     before that wait began (hidden behind the ops between) or that no wait was recorded for stays unsized likewise."""
-    window = (records[:, Col.T_NS] >= lo) & (records[:, Col.T_NS] <= hi)
-    own = records[np.isin(records[:, Col.CODE], (Rec.OWN_COLL, Rec.OWN_ASYNC)) & window]
+    own = _own_calls(records, lo, hi)
     waits = {(int(r[Col.A]), int(r[Col.X])): int(r[Col.T_NS]) for r in records[records[:, Col.CODE] == Rec.OWN_WAIT]}
     out = []
     for k, kind in enumerate(OWN_KINDS):
-        calls = own[own[:, Col.A] == k]
-        calls = calls[np.argsort(calls[:, Col.T_NS], kind="stable")]
-        for t in sorted(t for name, t in outside if name == kind):
-            before = np.flatnonzero(calls[:, Col.T_NS] <= t)
-            calls = np.delete(calls, before[-1], axis=0) if len(before) else calls
+        calls = _claim_outside(own[own[:, Col.A] == k], sorted(t for name, t in outside if name == kind))[0]
         seen = [(t0, t1) for name, t0, t1 in inside if name == kind]
         if not len(calls) or len(calls) != len(seen) or any(int(c[Col.T_NS]) > t1 for c, (_, t1) in zip(calls, seen)):
             continue

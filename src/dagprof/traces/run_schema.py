@@ -118,7 +118,7 @@ class Rec(enum.IntEnum):
 
 
 # The collectives a model calls itself that the collector sizes (``collect.hooks.own_collectives``), as Kineto names them
-OWN_KINDS = ("allgather", "allreduce", "scatter", "gather", "broadcast")
+OWN_KINDS = ("allgather", "allreduce", "scatter", "gather", "broadcast", "alltoall")
 
 
 class Col(enum.IntEnum):

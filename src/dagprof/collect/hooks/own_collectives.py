@@ -7,10 +7,11 @@ model's ops where no hook sees them. So during the window (and only then) the fu
 to write one record per call: kind, group size, bytes per rank (the tensor Kineto's ``Input Dims`` would give).
 ``torch.distributed``'s blocking calls write ``Rec.OWN_COLL``. Its ``async_op=True`` calls and the functional
 collectives DTensor uses (``torch.distributed._functional_collectives``: ``all_gather_single``, ``all_reduce``,
-``broadcast`` and what calls them) block nothing where they are issued, but where their work's ``wait()`` or
+``broadcast``, ``all_to_all_single``, ``reduce_scatter_single`` and what calls them) block nothing where they are issued, but where their work's ``wait()`` or
 ``wait_tensor`` is called: they write ``Rec.OWN_ASYNC``, and ``Rec.OWN_WAIT`` when the first wait for them begins. An
 asynchronous call from the library itself is not recorded: DDP's comm hook (a frame holding its ``GradBucket``) and
-ZeRO's parameter broadcasts have recorders of their own. The reader matches the records to Kineto's transfers by kind
+ZeRO's parameter broadcasts have recorders of their own. DDP's broadcasts of its buffers (``broadcast_buffers=True``), run
+by c10d outside these functions, are recorded one per transfer by ``_buffer_broadcasts``. The reader matches the records to Kineto's transfers by kind
 in issue order (``traces.run_comm``). Internal calls between c10d's own functions do not go through the patched
 attributes (``all_gather_tensor`` calls the patched ``all_gather_single`` once), so each call of the model is counted
 once (FSDP's recorder patches the same names for its own collectives; this one stays off there).
@@ -34,10 +35,17 @@ OWN_CALLS = {
     "scatter": ("scatter", "tensor"),
     "gather": ("gather", "tensor"),
     "broadcast": ("broadcast", "tensor"),
+    "all_to_all_single": ("alltoall", "input"),  # an expert layer's token exchange (``torch.distributed.nn.functional``'s too)
 }
-# torch.distributed._functional_collectives function -> kind; the per-rank tensor is its first argument, ``self``
-FUNCTIONAL_CALLS = {"all_gather_single": "allgather", "all_gather_single_autograd": "allgather",
-                    "all_reduce": "allreduce", "broadcast": "broadcast"}
+# a reduce-scatter: gloo runs it as an all-reduce of the whole input (``traces.kineto._host_coll``), recorded so, the
+# input's bytes; another backend's transfer is a reduce-scatter the records do not name, so it is not recorded there
+REDUCE_SCATTER = "reducescatter"
+# torch.distributed._functional_collectives function -> (kind, where its group is among the arguments after the per-rank
+# tensor, its first, ``self``); ``all_to_all_single_autograd`` calls the patched ``all_to_all_single``, ``reduce_scatter_tensor``
+# (DTensor's Partial -> Shard) and ``reduce_scatter_single_autograd`` the patched ``reduce_scatter_single``
+FUNCTIONAL_CALLS = {"all_gather_single": ("allgather", 1), "all_gather_single_autograd": ("allgather", 1),
+                    "all_reduce": ("allreduce", 1), "broadcast": ("broadcast", 1), "all_to_all_single": ("alltoall", 2),
+                    "reduce_scatter_single": (REDUCE_SCATTER, 2)}
 _LIBRARY = ("torch.distributed.optim", "torch.distributed.algorithms")  # ZeRO's step, DDP's comm hooks
 
 
@@ -51,11 +59,14 @@ def patch_own_collectives(collector: Any) -> None:
     for name, (kind, arg) in OWN_CALLS.items():
         _patch(collector, dist, name, partial(_recording, collector, pending, OWN_KINDS.index(kind), arg))
     _patch(collector, dist.Work, "wait", partial(_waiting, collector, pending))
+    from torch.nn.parallel import DistributedDataParallel
+
+    _patch(collector, DistributedDataParallel, "_distributed_broadcast_coalesced", partial(_buffer_broadcasts, collector))
     # a job that uses them (DTensor) has imported them; importing them here would cost every other job 65 ms in its window
     funcol = sys.modules.get("torch.distributed._functional_collectives")
     if funcol is not None:
-        for name, kind in FUNCTIONAL_CALLS.items():
-            _patch(collector, funcol, name, partial(_functional, collector, pending, OWN_KINDS.index(kind)))
+        for name, (kind, at) in FUNCTIONAL_CALLS.items():
+            _patch(collector, funcol, name, partial(_functional, collector, pending, kind, at))
         _patch(collector, funcol, "wait_tensor", partial(_waiting, collector, pending))
 
 
@@ -94,7 +105,7 @@ def _recording(collector: Any, pending: dict, kind: int, arg: str, fn: Any) -> A
     return call
 
 
-def _functional(collector: Any, pending: dict, kind: int, fn: Any) -> Any:
+def _functional(collector: Any, pending: dict, kind: str, at: int, fn: Any) -> Any:
     @wraps(fn)
     def call(tensor: Any, *args: Any, **kwargs: Any) -> Any:
         if not collector.recording:
@@ -104,17 +115,40 @@ def _functional(collector: Any, pending: dict, kind: int, fn: Any) -> Any:
             import torch.distributed._functional_collectives as funcol
             from torch.distributed.distributed_c10d import _resolve_process_group
 
-            group = kwargs.get("group", args[1] if len(args) > 1 else None)
-            ranks = _resolve_process_group(funcol._resolve_group_name(group, kwargs.get("tag", ""))).size()
-            record = (Rec.OWN_ASYNC, kind, ranks, time.time_ns(), tensor.numel() * tensor.element_size())
-            collector.records.append(record)
+            group = kwargs.get("group", args[at] if len(args) > at else None)
+            pg = _resolve_process_group(funcol._resolve_group_name(group, kwargs.get("tag", "")))
+            if kind != REDUCE_SCATTER or pg.name() == "gloo":
+                record = (Rec.OWN_ASYNC, OWN_KINDS.index("allreduce" if kind == REDUCE_SCATTER else kind), pg.size(), time.time_ns(),
+                          tensor.numel() * tensor.element_size())
+                collector.records.append(record)
         except Exception as err:  # noqa: BLE001
             collector._fail(err, f"torch.distributed._functional_collectives.{fn.__name__} (the model's own collective)")
         out = fn(tensor, *args, **kwargs)
         if record is not None:
             elem = getattr(out, "elem", out)  # an AsyncCollectiveTensor's wait_tensor is called on its elem
-            pending[id(elem)] = (elem, kind, record[3])
+            pending[id(elem)] = (elem, record[1], record[3])
         return out
+    return call
+
+
+def _buffer_broadcasts(collector: Any, fn: Any) -> Any:
+    """DDP's ``_distributed_broadcast_coalesced`` (``broadcast_buffers=True``: BatchNorm's running statistics from rank 0
+    before each forward) writing one ``Rec.OWN_COLL`` broadcast per transfer it makes: c10d broadcasts the buffers of each
+    dtype flattened, dtypes in the order of their first buffer (a model's int64 ``count``, then float64, then float32:
+    three ``gloo:broadcast`` in that order). A dtype past the bucket size would be split, in another order: none recorded."""
+    @wraps(fn)
+    def call(ddp: Any, tensors: Any, buffer_size: int, *args: Any, **kwargs: Any) -> Any:
+        if collector.recording:
+            try:
+                groups: dict[Any, int] = {}
+                for t in tensors:
+                    groups[(t.device, t.dtype)] = groups.get((t.device, t.dtype), 0) + t.numel() * t.element_size()
+                if all(b < buffer_size for b in groups.values()):
+                    ranks = ddp.process_group.size()
+                    collector.records.extend((Rec.OWN_COLL, OWN_KINDS.index("broadcast"), ranks, time.time_ns(), b) for b in groups.values())
+            except Exception as err:  # noqa: BLE001
+                collector._fail(err, "DistributedDataParallel's buffer broadcast")
+        return fn(ddp, tensors, buffer_size, *args, **kwargs)
     return call
 
 
