@@ -48,7 +48,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         dist.init_process_group("gloo", init_method=f"file://{os.path.join(tmp, 'store')}", rank=0, world_size=1)
         tensor = torch.ones(256)
-        collector = SimpleNamespace(recording=True, records=[], _restore=[], _fail=lambda err, where: print(where, err))
+        collector = SimpleNamespace(recording=True, records=[], _restore=[], _ddps=[], _fail=lambda err, where: print(where, err))
         depths = [int(d) for d in args.depths.split(",")]
         cells: dict[tuple[bool, int, bool], list[float]] = {}
         for _ in range(args.rounds):

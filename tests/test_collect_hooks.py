@@ -406,3 +406,39 @@ def test_fsdp_steps_outside_the_window_run_unpatched(tmp_path, one_rank_group):
     assert before == seen[3] == seen[4]
     assert inside["group"] != before["group"] and inside["dist"] != before["dist"] and inside["backward"] is not before["backward"]
     assert inside["profiler"] and inside["module_hooks"] > before["module_hooks"] and inside["param_hooks"] > 0
+
+
+def test_async_calls_under_a_comm_hook_are_the_buckets_not_the_models(tmp_path, one_rank_group):
+    """The model's own asynchronous all-reduce is recorded (``Rec.OWN_ASYNC``); the one the user's comm hook issues for a
+    bucket is not (the bucket recorder has it): told by the hook's code on the stack, however deep the call."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from dagprof.traces.run_schema import Rec
+
+    class Gathers(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = tiny_model()
+
+        def forward(self, x):
+            dist.all_reduce(x, async_op=True).wait()  # the model's own: one a step
+            return self.inner(x)
+
+    def send(tensor):  # a helper the hook calls: the hook's frame is further up
+        return dist.all_reduce(tensor, async_op=True).get_future().then(lambda f: f.value()[0])
+
+    def user_hook(state, bucket):
+        return send(bucket.buffer())
+
+    model = DDP(Gathers(), bucket_cap_mb=0.0005)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with profile(tmp_path / "run", steps=range(1, 3), model=model, kineto=True) as prof:
+        model.register_comm_hook(None, user_hook)
+        for _ in range(4):
+            opt.zero_grad()
+            model(torch.randn(4, 8)).sum().backward()
+            opt.step()
+            prof.step()
+    own = [r for r in prof._collector.records if r[0] == Rec.OWN_ASYNC]
+    assert len(own) == 2 and all(r[4] == 4 * 8 * 4 for r in own)  # two steps of one (4, 8) float32 tensor

@@ -3,18 +3,20 @@ scatters of its backward, a synchronised BatchNorm's statistics, embeddings gath
 redistributions), so that link what-ifs can re-price them.
 
 Kineto records no sizes without ``record_shapes`` (+70..100 % on small CPU ops), and these calls run inside the
-model's ops where no hook sees them. So during the window (and only then) the functions they go through are patched
-to write one record per call: kind, group size, bytes per rank (the tensor Kineto's ``Input Dims`` would give).
+model's ops where no hook sees them. So during the window (and only then) the functions they go through are patched to
+write one record per call: kind, group size, bytes per rank (the tensor Kineto's ``Input Dims`` would give).
 ``torch.distributed``'s blocking calls write ``Rec.OWN_COLL``. Its ``async_op=True`` calls and the functional
 collectives DTensor uses (``torch.distributed._functional_collectives``: ``all_gather_single``, ``all_reduce``,
-``broadcast``, ``all_to_all_single``, ``reduce_scatter_single`` and what calls them) block nothing where they are issued, but where their work's ``wait()`` or
-``wait_tensor`` is called: they write ``Rec.OWN_ASYNC``, and ``Rec.OWN_WAIT`` when the first wait for them begins. An
-asynchronous call from the library itself is not recorded: DDP's comm hook (a frame holding its ``GradBucket``) and
-ZeRO's parameter broadcasts have recorders of their own. DDP's broadcasts of its buffers (``broadcast_buffers=True``), run
-by c10d outside these functions, are recorded one per transfer by ``_buffer_broadcasts``. The reader matches the records to Kineto's transfers by kind
-in issue order (``traces.run_comm``). Internal calls between c10d's own functions do not go through the patched
-attributes (``all_gather_tensor`` calls the patched ``all_gather_single`` once), so each call of the model is counted
-once (FSDP's recorder patches the same names for its own collectives; this one stays off there).
+``broadcast``, ``all_to_all_single``, ``reduce_scatter_single`` and what calls them) block nothing where they are
+issued, but where their work's ``wait()`` or ``wait_tensor`` is called: they write ``Rec.OWN_ASYNC``, and
+``Rec.OWN_WAIT`` when the first wait for them begins. An asynchronous call from the library itself is not recorded:
+DDP's comm hook (a frame of the hook's code: ``collect.hooks.ddp_buckets``'s, which runs the user's inside) and ZeRO's
+parameter broadcasts have recorders of their own. DDP's broadcasts of its buffers (``broadcast_buffers=True``), run by
+c10d outside these functions, are recorded one per transfer by ``_buffer_broadcasts``. The reader matches the records
+to Kineto's transfers by kind in issue order (``traces.run_comm``). Internal calls between c10d's own functions do not
+go through the patched attributes (``all_gather_tensor`` calls the patched ``all_gather_single`` once), so each call
+of the model is counted once (FSDP's recorder patches the same names for its own collectives; this one stays off
+there).
 """
 from __future__ import annotations
 
@@ -56,8 +58,9 @@ def patch_own_collectives(collector: Any) -> None:
 
     pending: dict[int, tuple[Any, int, int]] = {}  # id(work or output tensor) -> (it, kind, its call's time): waits to come
     collector._restore.append(pending.clear)
+    hooks = _comm_hook_codes(collector._ddps)
     for name, (kind, arg) in OWN_CALLS.items():
-        _patch(collector, dist, name, partial(_recording, collector, pending, OWN_KINDS.index(kind), arg))
+        _patch(collector, dist, name, partial(_recording, collector, pending, hooks, OWN_KINDS.index(kind), arg))
     _patch(collector, dist.Work, "wait", partial(_waiting, collector, pending))
     from torch.nn.parallel import DistributedDataParallel
 
@@ -78,7 +81,7 @@ def _patch(collector: Any, owner: Any, name: str, wrap: Any) -> None:
     collector._restore.append(lambda: setattr(owner, name, original))
 
 
-def _recording(collector: Any, pending: dict, kind: int, arg: str, fn: Any) -> Any:
+def _recording(collector: Any, pending: dict, hooks: frozenset, kind: int, arg: str, fn: Any) -> Any:
     signature = inspect.signature(fn)
 
     @wraps(fn)
@@ -89,7 +92,7 @@ def _recording(collector: Any, pending: dict, kind: int, arg: str, fn: Any) -> A
         try:
             given = signature.bind(*args, **kwargs).arguments
             asynchronous = bool(given.get("async_op", False))
-            if not (asynchronous and _from_library(sys._getframe(1))):
+            if not (asynchronous and _from_library(sys._getframe(1), hooks)):
                 import torch.distributed as dist
 
                 tensor = given[arg]
@@ -163,13 +166,25 @@ def _waiting(collector: Any, pending: dict, fn: Any) -> Any:
     return wait
 
 
-def _from_library(frame: Any) -> bool:
-    """Whether an asynchronous call is the library's own: issued by DDP's comm hook (a frame holding the ``GradBucket``
-    it was given: a user's hook too) or by ``torch.distributed``'s optimizers and comm hooks (ZeRO's broadcasts)."""
-    import torch.distributed as dist
+def _comm_hook_codes(ddps: list) -> frozenset:
+    """The code of each DDP model's comm hook: dagprof's own (``collect.hooks.ddp_buckets``, which runs the user's inside),
+    or one the job registered before dagprof attached. Told by code, not by a ``GradBucket`` among a frame's locals:
+    reading every frame's locals cost an asynchronous call 1.2 us a frame (``bench/own_call_cost.py``)."""
+    codes = set()
+    for ddp in ddps:
+        for hook, _ in getattr(ddp, "_comm_hooks", ()):
+            fn = getattr(hook, "func", hook)  # a functools.partial's function
+            code = getattr(fn, "__code__", None) or getattr(type(fn).__call__, "__code__", None)  # a function, or an object's __call__
+            if code is not None:
+                codes.add(code)
+    return frozenset(codes)
 
+
+def _from_library(frame: Any, hooks: frozenset) -> bool:
+    """Whether an asynchronous call is the library's own: issued under a DDP comm hook (``hooks``: its code) or by
+    ``torch.distributed``'s optimizers and comm hooks (ZeRO's broadcasts)."""
     while frame is not None:
-        if frame.f_globals.get("__name__", "").startswith(_LIBRARY) or any(isinstance(v, dist.GradBucket) for v in frame.f_locals.values()):
+        if frame.f_code in hooks or frame.f_globals.get("__name__", "").startswith(_LIBRARY):
             return True
         frame = frame.f_back
     return False
