@@ -155,9 +155,9 @@ def conversion_note(target: str, measured: bool, g: Graph) -> str:
             "--link-model-calibrate), more under load (a blocking collective's wake-up grows with it); the memory within about 10 %")
     return RESHARD_NOTE + blocking_note(g, measured) + (
         "a DDP profile has no FSDP all-gather skew (gloo releases one rank later), no FSDP hooks and no DTensor optimizer (dagprof "
-        "calibrate --fsdp measures them for --link-model): held-out gloo jobs (reshard_after_forward=True on every unit, the "
-        "prediction alike) ran FSDP 5-58 % slower than predicted (bench/bench_fsdp.py --part 7); take the time as a lower bound, "
-        "the memory within about 10 %")
+        "calibrate --fsdp measures them for --link-model), and its wake-up rests on a few waits: held-out gloo jobs ran FSDP 2.5 % "
+        "faster to 30 % slower than predicted (an MLP-Mixer, 7 rounds at load 0.5-17: bench/fsdp_fresh/mixer_rounds.sh), a LoRA "
+        "fine-tune 41 % faster to 111 % slower (bench/bench_lora_memory.py, 2 pairs); the memory within about 10 %")
 
 
 def blocking_note(g: Graph, measured: bool) -> str:
