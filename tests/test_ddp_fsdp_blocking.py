@@ -2,19 +2,22 @@
 
 Under FSDP2 on gloo every collective blocks the rank (two wake-ups each: the hand-off to gloo's worker, the rank's own
 after it), and ``clip_grad_norm_`` all-reduces the norm of DTensor gradients. The conversion prices each wake-up at the
-DDP profile's own wait for a core per time its thread got one (``passes.data_parallel.wake_up_us``) and adds the clip's
-all-reduce where the collector recorded the calls (``collect.hooks.grad_clip``); older files say, with counts, what is
-unpriced. ``tests/data/lora`` (``bench/fsdp_fresh/lora_finetune.py``) predates both records; ``tests/data/lora-clip``
-records them.
+mean lag of the DDP profile's own waits that blocked (its finalize behind the last bucket), else at its thread's
+run-queue wait per time it got a core (``passes.data_parallel.wake_up``), and adds the clip's all-reduce where the
+collector recorded the calls (``collect.hooks.grad_clip``); what is unpriced is said with counts.
+``tests/data/lora`` (``bench/fsdp_fresh/lora_finetune.py``) predates the run-queue and clip records;
+``tests/data/lora-clip`` records them.
 """
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
 from testdata import DATA
 
 from dagprof.graph.build import build_graph
-from dagprof.passes.data_parallel import CLIP_NORM_BYTES, blocking_note, ddp_to_fsdp, wake_up_us
+from dagprof.passes.data_parallel import CLIP_NORM_BYTES, WakeFrom, blocking_note, ddp_to_fsdp, wake_up
 from dagprof.traces.dagprof_run import read_run
 from dagprof.traces.events import Kind
 from dagprof.traces.run_schema import Rec
@@ -24,15 +27,51 @@ def _graph(path):
     return build_graph(read_run(path))
 
 
-@pytest.mark.parametrize("frozen, colls", [(0, 8), (1, 7)])
-def test_older_profile_prices_no_wake_up_and_says_so(frozen, colls):
-    """No thread_runs and no clip records: every inserted collective's issue and wait cost nothing beyond the transfer,
-    as before, and the note counts the blocking collectives a step (the first block frozen: no reduce-scatter for it)."""
-    g = _graph(DATA / "lora" / f"ddp-{frozen}")
-    assert wake_up_us(g) is None and not g.meta.grad_clips
+def _rebuilt(g):
+    """``g`` as a pass that rebuilt its nodes leaves it: no measured intervals to tell which waits blocked."""
+    return g.replace(meta=g.meta.replace(provenance=None))
+
+
+def _mine(out, r, kind):
+    """The conversion's issues (``kind`` COMM_ENQUEUE) or waits of its collectives on rank ``r``."""
+    return [v for v in range(len(out)) if out.rank[v] == r and out.kind[v] == kind and
+            (kind == Kind.COMM_ENQUEUE or out.node_name(v).partition(".")[2].startswith("wait "))]
+
+
+def test_wake_up_is_the_mean_lag_of_the_waits_that_blocked():
+    """ddp-0 of the LoRA job: of each rank's 3 finalize waits, rank 0's last and rank 1's last two waited on a bucket
+    that had not ended (as its rank saw it), the others found theirs done; the price is the mean measured gap of those 3,
+    on every rank, carried by every inserted issue and wait."""
+    g = _graph(DATA / "lora" / "ddp-0")
+    p = g.meta.provenance
+    blocked = []
+    for v in np.flatnonzero((g.kind == Kind.COMM_WAIT) & (g.rank >= 0)):
+        e = p.dst == v
+        comm = g.kind[p.src[e]] == Kind.COMM
+        if p.seen_end[e][comm].max() > p.seen_end[e][~comm].max():
+            blocked.append(v)
+    assert [int(g.rank[v]) for v in blocked] == [0, 1, 1]
+    wake = wake_up(g)
+    assert wake.source == WakeFrom.BLOCKED_WAITS and wake.count == 3
+    assert wake.us == {0: pytest.approx(g.gap[blocked].mean()), 1: pytest.approx(g.gap[blocked].mean())}
     out = ddp_to_fsdp(g)
-    mine = [v for v in range(len(out)) if out.kind[v] in (Kind.COMM_ENQUEUE, Kind.COMM_WAIT) and "fsdp" in out.node_name(v) or
-            out.node_name(v).partition(".")[2].startswith("wait ")]
+    for r in (0, 1):
+        enq, waits = _mine(out, r, Kind.COMM_ENQUEUE), _mine(out, r, Kind.COMM_WAIT)
+        assert len(enq) == len(waits) == 8 * len(g.meta.steps)
+        assert np.allclose(out.dur[enq], wake.us[r]) and np.allclose(out.gap[waits], wake.us[r])
+    assert f"8 blocking collectives a step, each with 2 wake-ups (the hand-off to gloo's worker, the rank's own after it) at " \
+           f"{wake.us[0] / 1e3:.2f} ms (the mean lag, both ranks, of this profile's 3 waits that blocked" in blocking_note(g, measured=False)
+
+
+@pytest.mark.parametrize("frozen, colls", [(0, 8), (1, 7)])
+def test_no_blocked_wait_nor_run_count_prices_no_wake_up_and_says_so(frozen, colls):
+    """Rebuilt (no measured intervals) and older than thread_runs, without clip records: every inserted collective's
+    issue and wait cost nothing beyond the transfer, and the note counts the blocking collectives a step (the first
+    block frozen: no reduce-scatter for it)."""
+    g = _rebuilt(_graph(DATA / "lora" / f"ddp-{frozen}"))
+    assert wake_up(g) is None and not g.meta.grad_clips
+    out = ddp_to_fsdp(g)
+    mine = [v for r in (0, 1) for kind in (Kind.COMM_ENQUEUE, Kind.COMM_WAIT) for v in _mine(out, r, kind)]
     assert mine and all(out.dur[v] == 0 and out.gap[v] == 0 for v in mine)
     assert not any("clip_grad_norm_" in out.node_name(v) for v in range(len(out)))
     note = blocking_note(g, measured=False)
@@ -40,21 +79,20 @@ def test_older_profile_prices_no_wake_up_and_says_so(frozen, colls):
     assert "clip_grad_norm_ not recorded in this profile" in note
 
 
-def test_wake_ups_and_clip_from_a_recording_that_has_them():
-    """Each rank's wake-up is its profiled steps' run-queue wait over the times its thread got a core, read from the rank
-    files; every FSDP collective's issue and wait carry one each on every rank, and each step gets one all-reduce of the
-    norm (4 bytes) before every rank's optimizer step."""
-    import json
-
+def test_run_queue_wake_ups_and_clip_from_a_recording_that_has_them():
+    """Where no wait tells (rebuilt here), each rank's wake-up is its profiled steps' run-queue wait over the times its
+    thread got a core, read from the rank files; every FSDP collective's issue and wait carry one each on every rank, and
+    each step gets one all-reduce of the norm (4 bytes) before every rank's optimizer step."""
     path = DATA / "lora-clip" / "ddp-0"
-    g = _graph(path)
-    wake = wake_up_us(g)
+    g = _rebuilt(_graph(path))
+    wake = wake_up(g)
+    assert wake.source == WakeFrom.RUN_QUEUE
     for r in (0, 1):
         f = json.loads((path / f"rank{r}.json").read_text())
         prof = set(f["steps_profiled"])
         runs = dict(f["thread_runs"])
         waits = {s: w for s, _, w in f["thread_sched_ns"] if s in prof}
-        assert wake[r] == pytest.approx(sum(waits.values()) / 1e3 / sum(runs[s] for s in waits))
+        assert wake.us[r] == pytest.approx(sum(waits.values()) / 1e3 / sum(runs[s] for s in waits))
         clips = [x for x in f["records"] if x[0] == Rec.GRAD_CLIP]
         assert len(clips) == len(prof)  # one clip_grad_norm_ call a profiled step
     assert all(c.calls == 1 and c.tensors == 19 for c in g.meta.grad_clips.values())  # the adapters, norms and head
@@ -63,17 +101,16 @@ def test_wake_ups_and_clip_from_a_recording_that_has_them():
     clip = [v for v in range(len(out)) if out.kind[v] == Kind.COMM and out.node_name(v).startswith("all_reduce clip_grad_norm_")]
     assert len(clip) == steps and all(out.nbytes[v] == CLIP_NORM_BYTES for v in clip)
     for r in (0, 1):
-        enq = [v for v in range(len(out)) if out.rank[v] == r and out.kind[v] == Kind.COMM_ENQUEUE]
-        waits = [v for v in range(len(out)) if out.rank[v] == r and out.kind[v] == Kind.COMM_WAIT and out.node_name(v).partition(".")[2].startswith("wait ")]
+        enq, waits = _mine(out, r, Kind.COMM_ENQUEUE), _mine(out, r, Kind.COMM_WAIT)
         assert len(enq) == len(waits) == 9 * steps  # 5 all-gathers, 3 reduce-scatters and the clip's all-reduce a step
-        assert np.allclose(out.dur[enq], wake[r]) and np.allclose(out.gap[waits], wake[r])
+        assert np.allclose(out.dur[enq], wake.us[r]) and np.allclose(out.gap[waits], wake.us[r])
         for s in g.meta.steps:  # the clip's wait comes right before the optimizer step
             lane = sorted((v for v in range(len(out)) if out.rank[v] == r and out.step[v] == s and out.device[v] == out.meta.main_device[r]),
                           key=lambda v: out.order[v])
             up = next(k for k, v in enumerate(lane) if out.kind[v] == Kind.UPDATE)
             assert out.node_name(lane[up - 1]) == f"rank{r}.wait all_reduce clip_grad_norm_"
     note = blocking_note(g, measured=False)
-    assert "9 blocking collectives a step, each with 2 wake-ups" in note
+    assert "9 blocking collectives a step, each with 2 wake-ups" in note and "no blocked wait measured in this graph" in note
     assert "clip_grad_norm_ (1 call(s) a step on 19 gradients)" in note and "dispatch on its 19 gradients unpriced" in note
 
 

@@ -1,6 +1,6 @@
 #!/bin/bash
-# DDP -> FSDP on the held-out mixer, interleaved rounds: each round profiles mixer_frozen.py as DDP and as FSDP2 under
-# the machine-wide lock (the order alternating), then predicts the FSDP step from the DDP profile with this checkout and
+# DDP -> FSDP on the held-out mixer, interleaved rounds: each round profiles mixer_frozen.py as DDP and as FSDP2 in one
+# hold of the machine-wide lock (the order alternating), then predicts the FSDP step from the DDP profile with this checkout and
 # with BEFORE (a tree holding src/), against the FSDP profile's own measured step.
 # usage: bench/fsdp_fresh/mixer_rounds.sh OUT ROUNDS BEFORE   (from the repository root, as root for the lock file)
 set -u
@@ -10,12 +10,14 @@ HERE=$PWD
 for k in $(seq 1 "$ROUNDS"); do
   o="ddp fsdp"; [ $((k % 2)) = 0 ] && o="fsdp ddp"
   mkdir -p "$OUT/r$k"
-  echo "round $k $(date -u +%T) load $(cut -d' ' -f1-3 /proc/loadavg)"
-  for w in $o; do
-    flock /tmp/dagprof-measure.lock env PYTHONPATH="$HERE/src" timeout 400 "$PY" -m dagprof.cli.main profile --no-kineto --steps 4:8 \
-      -o "$OUT/r$k/$w" -- "$PY" -m torch.distributed.run --standalone --nproc-per-node 2 bench/fsdp_fresh/mixer_frozen.py \
-      --wrap "$w" --steps 12 > "$OUT/r$k/$w.log" 2>&1
-  done
+  # one hold of the lock for both jobs, so they meet the same machine (each job's profile within 200 s)
+  flock /tmp/dagprof-measure.lock env PYTHONPATH="$HERE/src" PY="$PY" OUT="$OUT/r$k" bash -c '
+    echo "round '"$k"' $(date -u +%T) load $(cut -d" " -f1-3 /proc/loadavg)"
+    for w in '"$o"'; do
+      timeout 200 "$PY" -m dagprof.cli.main profile --no-kineto --steps 4:8 -o "$OUT/$w" -- "$PY" -m torch.distributed.run \
+        --standalone --nproc-per-node 2 bench/fsdp_fresh/mixer_frozen.py --wrap "$w" --steps 12 > "$OUT/$w.log" 2>&1
+    done
+    echo "  done $(date -u +%T) load $(cut -d" " -f1-3 /proc/loadavg)"'
   for tree in "$HERE" "$BEFORE"; do
     PYTHONPATH="$tree/src" "$PY" - "$OUT/r$k" "$tree" <<'PYEOF'
 import json, subprocess, sys

@@ -20,13 +20,14 @@ on every rank's main lane, as FSDP2 runs them under gloo (``graph.build_fsdp`` n
 - after its last backward layer (the root's after the backward) its reduce-scatter, blocking, and its reshard;
 - the optimizer updates this rank's shards only: 1/N of its profiled time.
 Each of those collectives blocks the rank, where DDP's all-reduces block nothing until the finalize: the rank hands the
-call to gloo's worker thread, which must be woken to run it, and is itself woken when it completes. Each wake-up waits
-for a core as the DDP profile's own training thread waited per time it got one (``wake_up_us``: the kernel's schedstat,
-run-queue wait over times scheduled, over the profiled steps): the issue carries one, the wait's gap the other. On the
-LoRA job at load 6-10 that was 1.6 ms a wake-up, and the FSDP2 job's own waits measured 0.6-2.8 ms (median about 2)
-beyond their transfers. A profile without the count (older files) prices none and says so with the count of blocking
-collectives (``blocking_note``). With ``calibrate --fsdp``'s file none is added: its sweep timed each kind as blocking
-calls, their wake-ups (at the calibration's load) in them.
+call to gloo's worker thread, which must be woken to run it, and is itself woken when it completes. Each wake-up costs
+what the DDP profile's own waits that blocked cost (``wake_up``: DDP's finalize behind its last bucket; the mean lag of
+those waits beyond their collective's end, both ranks): the issue carries one, the wait's gap the other. The held-out
+mixer's quiet FSDP2 jobs lagged 0.42-0.97 ms on average after each wait, their DDP jobs' finalize 0.28-0.68 ms, where
+the run-queue wait per time the busy thread got a core (the kernel's schedstat, what priced it before, and still where no
+wait blocked) said 0.06-0.44. A profile with neither prices none and says so with the count of blocking collectives
+(``blocking_note``). With ``calibrate --fsdp``'s file none is added: its sweep timed each kind as blocking calls, their
+wake-ups (at the calibration's load) in them.
 Collectives are priced by the link model as every FSDP collective is (all-gathers half an all-reduce of
 the gathered bytes, gloo's reduce-scatter a whole one; with a per-kind link model from ``dagprof calibrate``, each
 kind on the link its own sweep fitted: ``Topology.kinds``). A copy-out is a pass over memory and a call, like DDP's
@@ -102,6 +103,7 @@ input) and that copy back each cost the FSDP profile's copy-out time per byte (t
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from collections import defaultdict
 from collections.abc import Callable
@@ -113,6 +115,7 @@ from ..errors import DagprofError
 from ..graph.build_fsdp import fsdp_collectives, is_fsdp_graph, step_size
 from ..graph.dag import Graph, GraphBuilder
 from ..graph.meta import FsdpGraphUnit, FsdpRecord, FsdpShards
+from ..graph.provenance import provenance
 from ..traces.events import Kind
 from ..traces.run_schema import FSDP_ROOT
 from ..units import MB
@@ -152,9 +155,9 @@ def conversion_note(target: str, measured: bool, g: Graph) -> str:
             "--link-model-calibrate), more under load (a blocking collective's wake-up grows with it); the memory within about 10 %")
     return RESHARD_NOTE + blocking_note(g, measured) + (
         "a DDP profile has no FSDP all-gather skew (gloo releases one rank later), no FSDP hooks and no DTensor optimizer (dagprof "
-        "calibrate --fsdp measures them for --link-model): held-out gloo jobs (reshard_after_forward=True on every unit, the "
-        "prediction alike) ran FSDP 5-58 % slower than predicted (bench/bench_fsdp.py --part 7); take the time as a lower bound, "
-        "the memory within about 10 %")
+        "calibrate --fsdp measures them for --link-model), and its wake-up rests on a few waits: held-out gloo jobs ran FSDP 2.5 % "
+        "faster to 30 % slower than predicted (an MLP-Mixer, 7 rounds at load 0.5-17: bench/fsdp_fresh/mixer_rounds.sh), a LoRA "
+        "fine-tune 41 % faster to 111 % slower (bench/bench_lora_memory.py, 2 pairs); the memory within about 10 %")
 
 
 def blocking_note(g: Graph, measured: bool) -> str:
@@ -168,12 +171,12 @@ def blocking_note(g: Graph, measured: bool) -> str:
     clips = max((c.calls for c in g.meta.grad_clips.values()), default=0)
     tensors = max((c.tensors for c in g.meta.grad_clips.values()), default=0)
     colls = sum(k == "all_gather" or (k == "reduce_scatter" and trained[u] > 0) for k, u, *_ in plan) + clips
-    wake = wake_up_us(g)
+    wake = wake_up(g)
     out = (f"{colls} blocking collectives a step, their wake-ups as the calibration's blocking calls met them; " if measured else
            f"{colls} blocking collectives a step, each with 2 wake-ups (the hand-off to gloo's worker, the rank's own after it) at "
-           f"{wake[min(wake)] / 1e3:.2f} ms (rank {min(wake)}: its wait for a core per time its thread got one, as profiled); "
-           if wake else f"the wake-ups of {colls} blocking collectives a step (2 each, on every rank) unpriced: this profile does not "
-                        "record how often its thread got a core (profile again with this dagprof); ")
+           f"{wake.said()}; " if wake else
+           f"the wake-ups of {colls} blocking collectives a step (2 each, on every rank) unpriced: no wait of this profile blocked, and it "
+           "does not record how often its thread got a core (profile again with this dagprof); ")
     if not g.meta.grad_clips:
         return out + ("clip_grad_norm_ not recorded in this profile (an older file, or the job does not call torch.nn.utils.clip_grad_norm_): "
                       "if it clips, FSDP2's blocking all-reduce of the norm and DTensor's dispatch on each gradient are unpriced; ")
@@ -315,10 +318,10 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
     channel = int(g.device[pb.comm_ids[0]])
     sinks = {v for vs in pb.sinks.values() for v in vs if g.kind[v] == Kind.COMM_WAIT}
 
-    # rank -> one wake-up's wait for a core (None: not recorded, priced at 0 and said: ``blocking_note``); a calibrated link
+    # one wake-up's price per rank (None: not recorded, priced at 0 and said: ``blocking_note``); a calibrated link
     # model's collectives were timed as blocking calls, their wake-ups at the calibration's load in them already
-    wake = wake_up_us(g) if costs is None else None
-    woken = (lambda r: wake[r]) if wake else (lambda r: 0.0)
+    wake = wake_up(g) if costs is None else None
+    woken = (lambda r: wake.us[r]) if wake else (lambda r: 0.0)
     dur, gap = g.dur.copy(), g.gap.copy()
     wait = np.fromiter(sinks, dtype=np.int64, count=len(sinks))
     dur[wait], gap[wait] = 0.0, 0.0  # DDP's finalize: nothing left to wait for
@@ -542,23 +545,74 @@ def _clip_all_reduce(b: GraphBuilder, g: Graph, remap: np.ndarray, lanes: dict[i
     return seq + 1
 
 
-def wake_up_us(g: Graph) -> dict[int, float] | None:
-    """Each rank's wait for a core per time its training thread got one, over its profiled steps (the kernel's schedstat,
-    ``LoopSteps.sched``): what one wake-up of a thread waited at the job's load on its cores. A DDP job's all-reduces
-    block nothing until the finalize; under FSDP2 on gloo every collective blocks the rank, which hands the call to
-    gloo's worker thread (woken to run it) and is woken when it completes: two wake-ups a collective, on every rank.
-    None where a rank's files did not record it (older files)."""
+class WakeFrom(enum.Enum):
+    """What a DDP profile's wake-up price was read from (``wake_up``)."""
+
+    BLOCKED_WAITS = "blocked waits"  # the lag of its own waits that blocked: a wake-up after a voluntary sleep, measured
+    RUN_QUEUE = "run queue"  # the kernel's schedstat: its thread's run-queue wait per time it got a core
+
+
+@dataclasses.dataclass(frozen=True)
+class WakeUp:
+    """One wake-up's price per rank (us) and what it rests on: ``count`` blocked waits, or times the threads got a core."""
+
+    us: dict[int, float]
+    source: WakeFrom
+    count: int
+
+    def said(self) -> str:
+        """For the note: the price and where it came from."""
+        r = min(self.us)
+        if self.source == WakeFrom.BLOCKED_WAITS:
+            return (f"{self.us[r] / 1e3:.2f} ms (the mean lag, both ranks, of this profile's {self.count} waits that blocked: how long a rank "
+                    "took to resume after the collective it waited for ended)")
+        return (f"{self.us[r] / 1e3:.2f} ms (rank {r}: its wait for a core per time its thread got one, as profiled, over the "
+                f"{self.count} times the ranks' threads got one; no blocked wait measured in this graph)")
+
+
+def wake_up(g: Graph) -> WakeUp | None:
+    """What one wake-up costs a rank of the DDP profile ``g``. A DDP job's all-reduces block nothing until the finalize;
+    under FSDP2 on gloo every collective blocks the rank, which hands the call to gloo's worker thread (woken to run it)
+    and is woken when it completes: two wake-ups a collective, on every rank. Where the profile's ranks waited on a
+    collective that had not ended (DDP's finalize behind its last bucket), the mean measured lag of those waits, pooled
+    over the ranks (``_blocked_lags``): a thread woken after a voluntary sleep, which is what FSDP2's waits are. The mean,
+    not the median: the lags are heavy-tailed (a woken thread now and then waits a whole slice for a core), and a step's
+    cost is their sum (on the held-out mixer's quiet FSDP2 jobs its 44 waits' lags had medians of 0.07-0.17 ms and
+    means of 0.42-0.97). Else (no wait blocked, or a graph a pass rebuilt) each rank's wait for a core per time its
+    training thread got one over its profiled steps (the kernel's schedstat, ``LoopSteps.sched``), which counts the
+    busy thread's preemptions too; None where neither was recorded."""
+    lags = _blocked_lags(g)
+    if len(lags):
+        ranks = sorted(int(x) for x in np.unique(g.rank[g.rank >= 0]))
+        return WakeUp(dict.fromkeys(ranks, float(lags.mean())), WakeFrom.BLOCKED_WAITS, len(lags))
     loop = g.meta.loop_steps
     if loop is None:
         return None
-    out = {}
+    out, total = {}, 0
     for r in sorted(int(x) for x in np.unique(g.rank[g.rank >= 0])):
         steps = [loop.sched.get(r, {}).get(s) for s in loop.profiled.get(r, {})]
         runs = sum(x.runs or 0 for x in steps if x is not None)
         if not steps or any(x is None or x.runs is None for x in steps) or runs <= 0:
             return None
-        out[r] = sum(x.wait_us for x in steps) / runs
-    return out
+        out[r], total = sum(x.wait_us for x in steps) / runs, total + runs
+    return WakeUp(out, WakeFrom.RUN_QUEUE, total)
+
+
+def _blocked_lags(g: Graph) -> np.ndarray:
+    """The measured gap (``graph.build``: its end beyond what it waited for) of each wait of ``g`` that blocked: the
+    collective it waited for ended, as its rank saw it, after the rank's previous op did. Empty without provenance."""
+    p = provenance(g)
+    waits = np.flatnonzero((g.kind == Kind.COMM_WAIT) & (g.rank >= 0))
+    if p is None or not len(waits):
+        return np.empty(0)
+    edge = np.isin(p.dst, waits)
+    src, dst, end = p.src[edge], p.dst[edge], p.seen_end[edge]
+    comm = g.kind[src] == Kind.COMM
+    done, before = np.full(len(g), -np.inf), np.full(len(g), -np.inf)
+    np.maximum.at(done, dst[comm], end[comm])
+    np.maximum.at(before, dst[~comm], end[~comm])
+    blocked = waits[np.isfinite(before[waits]) & (done[waits] > before[waits])]
+    return g.gap[blocked].astype(float)
 
 
 def _lag_per_rank(g: Graph, waits: np.ndarray) -> dict[int, float]:

@@ -13,8 +13,8 @@ Every step is recorded, profiled or not: the steps outside the window tell what 
 the process's, against waits for a core that a load on the machine adds: ``passes.profiler_cost``). The process's CPU
 clock (every thread: Kineto's, gloo's) is read beside the thread's; a read costs two clock reads and a ``pread``. The file's
 third field, how many times the thread got a core, is kept too: the run-queue wait over it is what one wake-up of a thread
-waited for a core on these cores at this load (a DDP profile's, priced on each blocking collective of the job under FSDP:
-``passes.data_parallel``).
+waited for a core on these cores at this load (a DDP profile's, priced on each blocking collective of the job under FSDP
+where none of its waits blocked: ``passes.data_parallel.wake_up``).
 """
 from __future__ import annotations
 
