@@ -315,3 +315,16 @@ def test_widening_keeps_the_compute_floor_already_set():
     wide = cut.widened(RunLevel(drift=0.8, terms=("drift",)))
     assert wide.lo_us == 90.0 and wide.hi_us > 200.0
     assert PredictionInterval(100.0, 90.0, 200.0, terms=("steps",)).widened(RunLevel(drift=0.8, terms=("drift",))).lo_us < 90.0
+
+
+def test_the_level_s_spreads_follow_each_graph_s_compute():
+    """The level's spreads are the job's CPU moving, measured as shares of the profiled step: an optimizer strategy whose
+    step is mostly compute (PowerSGD where the profiled step was mostly wire) takes them by its own compute share over the
+    profiled one's (``compute_floor``, which ``predict_interval`` keeps); the shift (the model's miss) stays as measured."""
+    level = RunLevel(shift=0.02, stderr=0.01, drift=0.03, unprofiled=0.04, unprofiled_own=0.02, terms=("profiler_cost", "model", "drift"))
+    tripled = level.for_compute(0.9, 0.3)
+    assert (tripled.shift, tripled.terms) == (0.02, level.terms)
+    assert (tripled.stderr, tripled.drift, tripled.unprofiled, tripled.unprofiled_own) == pytest.approx((0.03, 0.09, 0.12, 0.06))
+    assert level.for_compute(0.5, 0.5) == level and level.for_compute(0.0, 0.5) == level and level.for_compute(0.5, 0.0) == level
+    p = open_run(str(DATA / "horovod" / "fused"))
+    assert predict_interval(p.graph, p.analysis.result).compute_share == compute_floor(p.graph, p.analysis.result) > 0

@@ -70,7 +70,9 @@ def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = N
     measured, statistic = measured_step_us(prof.graph, res.step_statistic)
     check_baseline(res, measured, share, statistic)
     level = run_level(prof.graph, cost, not raw and cost.usable, res.baseline.iter_us, measured and measured * (1.0 - share))
-    res.intervals = res.intervals and {name: iv.widened(level) for name, iv in res.intervals.items()}  # the search's own model, checked above
+    # the search's own model, checked above; each interval's level by its graph's compute (``RunLevel.for_compute``)
+    profiled_share = res.intervals["baseline"].compute_share if res.intervals else 0.0
+    res.intervals = res.intervals and {name: iv.widened(level.for_compute(iv.compute_share, profiled_share)) for name, iv in res.intervals.items()}
     strategy = res.strategy()
     path = save_strategy(strategy, os.path.join(out_dir, STRATEGY_FILE)) if res.worth_applying else None
     return Found(prof, res, strategy, path, opts.link_model)

@@ -62,6 +62,9 @@ step, was off. Three measured sources of that:
   widens both sides (normal quantile). Only a profile with unprofiled steps past the warm-up on
   both sides of its window measures it.
 
+These are shares of the profiled step; a graph whose compute is a larger share of its step (an optimizer's strategy)
+takes the spreads in proportion (``RunLevel.for_compute``): the load they measure moves the compute.
+
 A shift is not a spread: it adds to its side after the spreads' quadrature (the point itself is
 kept, so the interval still holds it). The low end is never below the replay with every collective free (no
 transfer, no join's overhead: the compute and host work alone, ``compute_floor``), as a share of the replayed
@@ -107,6 +110,20 @@ class RunLevel:
     unprofiled: float = 0.0  # half-width of the interval for a run's median step that the job's own unprofiled steps give (at LEVEL)
     unprofiled_own: float = 0.0  # the part of ``unprofiled`` that is their median's own error (``widened``)
     terms: tuple[str, ...] = ()  # which of profiler_cost, model, drift, unprofiled_steps were measured
+
+    def for_compute(self, share: float, profiled_share: float) -> "RunLevel":
+        """The level's spreads (the profiler cost's error, the drift, the unprofiled steps') for a graph whose compute is
+        ``share`` of its step (``compute_floor``), where the profiled setup's was ``profiled_share``: they are the job's
+        CPU moving (a shared machine's load, the profiler's hooks), measured as shares of the profiled step, so they move
+        the compute alone, by the same time per unit of compute. The shift (the model's miss on the profiled run, or a
+        known profiler cost) stays as measured. An optimizer strategy's step can be mostly CPU where the profiled one was
+        mostly wire (PowerSGD at 200 Mbit/s): on five kept ``bench_optimize.py`` runs (held-out embedding twice, conv twice,
+        LSTM; load 3.1-8.9) the strategy's interval held 6 of 13 round medians with the defaults' shares, 9 of 13 so
+        (width median 43 -> 58 % of the point; the defaults' own 20 of 26, unchanged)."""
+        if share <= 0 or profiled_share <= 0:
+            return self
+        f = share / profiled_share
+        return replace(self, stderr=self.stderr * f, drift=self.drift * f, unprofiled=self.unprofiled * f, unprofiled_own=self.unprofiled_own * f)
 
 
 def run_level(g: Graph, cost: ProfilerCost, corrected: bool, model_us: float | None = None, reference_us: float | None = None) -> RunLevel:
@@ -168,6 +185,7 @@ class PredictionInterval:
     terms: tuple[str, ...] = ()  # the sources that widened it (module docstring)
     floor: float = 0.0  # the unprofiled steps' half-width (share of the point) where it set a side, else 0
     point_own: float = 0.0  # the replayed steps' median's own error inside ``steps`` (share of the point; ``widened``)
+    compute_share: float = 0.0  # the replayed iteration's share that is compute and host work alone (``compute_floor``; 0: not known)
 
     def text(self) -> str:
         """``1,417 ms (1,380-1,452, 90 %)``."""
@@ -341,7 +359,8 @@ def predict_interval(g: Graph, res: ReplayResult, point_us: float | None = None,
     out = out.with_stall(stall_halfwidth_us(stall_bound_us, level), stall_held_us)
     out = out if run is None else out.widened(run)
     fastest = float(np.min(d) / np.median(d)) if len(d) >= 2 and np.median(d) > 0 else 1.0  # the profile's fastest step's pace
-    return out.at_least(point * compute_floor(g, res) * fastest * (1.0 + min(run.shift if run is not None else 0.0, 0.0)))
+    share = compute_floor(g, res)
+    return replace(out.at_least(point * share * fastest * (1.0 + min(run.shift if run is not None else 0.0, 0.0))), compute_share=share)
 
 
 def compute_floor(g: Graph, res: ReplayResult) -> float:
