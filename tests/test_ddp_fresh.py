@@ -218,3 +218,37 @@ def test_ddps_used_parameter_all_reduce_is_not_called_the_models():
     assert text.startswith("1 collectives a step per rank (allreduce x1;")
     assert "beside DDP's gradient buckets: 1 of them DDP's all-reduce of which parameters got a gradient (find_unused_parameters=True)." in text
     assert "SyncBatchNorm" not in text
+
+
+def test_find_unused_layouts_the_search_writes_are_ones_ddp_can_build():
+    """DDP with ``find_unused_parameters=True`` never rebuilds its buckets: it builds them at wrapping from the parameters
+    in registration order (the buckets then reversed), so ``apply`` can only have it build runs against that order. The
+    search used to cut the recorded layout, each bucket in registration order, and ``apply`` refused what it wrote; now
+    every layout of the MoE's gradient order fits the script's own model (``bench/ddp_fresh/moe_loader.py``)."""
+    import importlib.util
+    import random
+    from types import SimpleNamespace
+
+    pytest.importorskip("torch")
+    from dagprof.collect.deploy.apply import _unbuildable
+    from dagprof.collect.deploy.strategy import Strategy
+    from dagprof.search.candidate import Candidate, Space, strategy_fields
+
+    spec = importlib.util.spec_from_file_location("moe_loader", os.path.join(DATA.parents[1], "bench", "ddp_fresh", "moe_loader.py"))
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    ddp = SimpleNamespace(module=script.MoEClassifier(), find_unused_parameters=True, static_graph=False)
+    run = read_run(FRESH / "moe-uneven")
+    g = build_graph(run)
+    assert run.ranks[0].meta.find_unused
+    rng = random.Random(0)
+
+    def unbuildable(never_rebuilt: bool) -> int:
+        sp = Space(gradient_order(g, run.ranks[0].buckets, never_rebuilt), [], tuple(g.layers))
+        ends = [tuple(sorted(set(rng.sample(sp.allowed.tolist(), 3)) | {len(sp.order) - 1})) for _ in range(20)]
+        model = tuple((p, -1) for p in sp.order.params)
+        return sum(_unbuildable(ddp, Strategy(model, 2, buckets=strategy_fields(sp, Candidate(e))["buckets"])) is not None
+                   for e in ends if e != sp.order.profiled_ends)
+
+    assert unbuildable(never_rebuilt=True) == 0
+    assert unbuildable(never_rebuilt=False) > 0  # the order as recorded: what the search used to cut

@@ -78,13 +78,19 @@ class GradientOrder:
         return np.flatnonzero(last)
 
 
-def gradient_order(g: Graph, layout: BucketLayout) -> GradientOrder:
-    """From a profiled DDP bucket layout (``RankTrace.buckets``: the collector's last) and the graph's layers."""
+def gradient_order(g: Graph, layout: BucketLayout, never_rebuilt: bool = False) -> GradientOrder:
+    """From a profiled DDP bucket layout (``RankTrace.buckets``: the collector's last) and the graph's layers.
+
+    ``never_rebuilt``: DDP with ``find_unused_parameters=True`` (``RankMeta.find_unused``) keeps the buckets it built at
+    wrapping, each in registration order and the buckets reversed; each bucket's parameters are reversed here, so the
+    order runs against registration throughout (DDP's guess at ready order), and every layout of runs of it is one
+    ``dagprof.apply`` can have DDP build (``collect.deploy.apply._unbuildable``)."""
     if not layout:
         raise DagprofError("the profile has no DDP bucket layout (was the model wrapped in DistributedDataParallel?)")
     layout = sorted(layout, key=lambda b: b.index)
-    params = [p for b in layout for p in b.params]
-    shapes = tuple(s for b in layout for s in (b.shapes or (None,) * len(b.params)))
+    turn = (lambda xs: xs[::-1]) if never_rebuilt else (lambda xs: xs)
+    params = [p for b in layout for p in turn(b.params)]
+    shapes = tuple(s for b in layout for s in turn(b.shapes or (None,) * len(b.params)))
     total_numel = sum(math.prod(s) for s in shapes if s is not None)
     total_bytes = sum(b.nbytes for b in layout)
     known = all(s is not None for s in shapes) and total_numel > 0
@@ -99,7 +105,7 @@ def gradient_order(g: Graph, layout: BucketLayout) -> GradientOrder:
     if known:
         nbytes = np.array([math.prod(s) * element for s in shapes], dtype=np.int64)
     else:  # an older profile: each bucket's bytes over its parameters, by layer gradient bytes when known
-        nbytes = np.concatenate([_spread(b.nbytes, len(b.params)) for b in layout])
+        nbytes = np.concatenate([turn(_spread(b.nbytes, len(b.params))) for b in layout])
     ends = tuple(int(x) - 1 for x in np.cumsum([len(b.params) for b in layout]))
     return GradientOrder(tuple(params), shapes, nbytes, layer, element, ends)
 

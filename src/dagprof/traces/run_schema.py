@@ -255,7 +255,8 @@ class RankFile(msgspec.Struct, kw_only=True):
     bucket_cap_mb: float | None = None
     ddp_models: int = 0  # DDP models the job wrapped (a GAN's two); 0: not recorded (older files)
     comm_hook: str = ""  # the job's own DDP comm hook, by name ("": DDP's all-reduce, or not recorded)
-    # a DDP model with find_unused_parameters=True: its reducer all-reduces which parameters got a gradient, inside backward
+    # a DDP model with find_unused_parameters=True and no static graph: its reducer all-reduces which parameters got a
+    # gradient, inside backward, and never rebuilds its buckets
     find_unused: bool = False
     steps_requested: tuple[int, int]  # [first, stop)
     steps_profiled: list[int]
