@@ -111,6 +111,8 @@ def test_a_job_whose_worker_count_cannot_change_answers_other_what_ifs_without_t
     ("gan", ["whatif", "--bucket-mb", "1", "--allow-model-error"], "2 DDP models"),
     ("fp16", ["optimize", "--budget", "1"], "fp16_compress_hook"),
     ("fp16", ["whatif", "--partition", "2", "--allow-model-error"], "fp16_compress_hook"),
+    # the job runs 2 micro-batches a step itself: --accumulate 2 copied both passes and said "per micro-batch" of two
+    ("accum", ["optimize", "--budget", "1", "--accumulate", "2"], "already accumulates (2 backward passes a step"),
 ])
 def test_what_is_not_modelled_is_refused_in_one_line(tmp_path, capsys, run, argv, says):
     assert main([argv[0], str(FRESH / run), "-o", str(tmp_path / "out"), *argv[1:]]) == 2

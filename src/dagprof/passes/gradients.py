@@ -123,15 +123,32 @@ def last_pass_start(g: Graph, backward: list[int]) -> float:
     Gradient accumulation (``no_sync`` on all but the last of P micro-batches) runs each layer's backward P times a step,
     and DDP fills its buckets in the last pass only. P is the most common count of backward nodes per layer (a layer
     applied twice in one pass has more; one whose input needs no gradient may have fewer)."""
-    by_layer: dict[int, list[int]] = defaultdict(list)
-    for v in backward:
-        by_layer[int(g.layer[v])].append(v)
-    if not by_layer:
-        return -math.inf
-    passes = int(np.argmax(np.bincount([len(vs) for vs in by_layer.values()])))
+    by_layer = _by_layer(g, backward)
+    passes = _passes(by_layer)
     if passes <= 1:
         return -math.inf
     return min(float(g.order[max(vs, key=lambda v: g.order[v])]) for vs in by_layer.values() if len(vs) == passes)
+
+
+def backward_passes(g: Graph) -> int:
+    """The most backward passes any rank's step of ``g`` runs (``last_pass_start``'s P): more than 1 where the job
+    accumulates gradients itself."""
+    bw = np.flatnonzero((g.kind == Kind.BACKWARD) & (g.rank >= 0) & (g.step >= 0) & (g.layer >= 0))
+    per_step: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for v in bw.tolist():
+        per_step[(int(g.step[v]), int(g.rank[v]))].append(v)
+    return max((_passes(_by_layer(g, vs)) for vs in per_step.values()), default=1)
+
+
+def _by_layer(g: Graph, backward: list[int]) -> dict[int, list[int]]:
+    by_layer: dict[int, list[int]] = defaultdict(list)
+    for v in backward:
+        by_layer[int(g.layer[v])].append(v)
+    return by_layer
+
+
+def _passes(by_layer: dict[int, list[int]]) -> int:
+    return int(np.argmax(np.bincount([len(vs) for vs in by_layer.values()]))) if by_layer else 1
 
 
 def ready_nodes(g: Graph, order: GradientOrder) -> dict[tuple[int, int], np.ndarray]:
