@@ -254,3 +254,30 @@ def test_find_unused_layouts_the_search_writes_are_ones_ddp_can_build():
 
     assert unbuildable(never_rebuilt=True) == 0
     assert unbuildable(never_rebuilt=False) > 0  # the order as recorded: what the search used to cut
+
+
+def test_find_unused_rebucketing_fills_from_the_first_registered_and_refuses_steps_with_unused_parameters(tmp_path, capsys):
+    """``bench/ddp_fresh/unused_branch.py`` (``find_unused_parameters=True``, an auxiliary head used in step 6 only,
+    ``tests/data/ddp-fresh/unused-branch``). DDP builds such buckets once from the parameters in registration order, so
+    with ``--bucket-mb`` the bucket left short is the first ready, not the last; and in a step that leaves the head
+    unused DDP still all-reduces its zeros (4.29 MB of buckets, 2.27 MB of gradients made): that step was re-bucketed
+    from the 2.27 MB alone, now refused in one line."""
+    from dagprof.pipeline import open_run
+
+    run = FRESH / "unused-branch"
+    g = open_run(run, steps=range(6, 7)).graph
+    assert g.meta.find_unused
+    cap = 0.5 * MB
+
+    def sizes(graph) -> list[int]:
+        c = bucket_comms(graph)
+        return [int(graph.nbytes[v]) for v in c[np.argsort(graph.bucket[c])]]
+
+    built = sizes(set_buckets(g, cap))
+    rebuilt = sizes(set_buckets(g.replace(meta=g.meta.replace(find_unused=False)), cap))
+    assert sum(built) == sum(rebuilt) == sum(b.nbytes for b in g.meta.buckets)
+    assert built[0] < cap <= min(built[1:])  # the short one: the first ready (aux.2, registered last)
+    assert min(rebuilt[:-1]) >= cap and built != rebuilt  # filled in ready order, DDP's rebuild
+    assert main(["whatif", str(run), "--steps", "5:6", "--bucket-mb", "1", "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "step 5: under find_unused_parameters=True DDP all-reduced 4.29 MB of buckets, 2.27 MB" in err[0]
