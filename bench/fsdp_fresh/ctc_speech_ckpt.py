@@ -10,10 +10,13 @@ Habits it exercises, as users write them (none of the other fresh FSDP scripts h
 - ``AdamW``, a linear warm-up with ``LambdaLR``, ``clip_grad_norm_`` on the DTensor gradients.
 
     dagprof profile -o runs/ctc -- torchrun --standalone --nproc-per-node 2 bench/fsdp_fresh/ctc_speech_ckpt.py --steps 10
+    torchrun --standalone --nproc-per-node 2 bench/fsdp_fresh/ctc_speech_ckpt.py --steps 4 --memory /tmp/ctc-mem   # each step's peak per rank
 """
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -69,6 +72,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=1.0, help="audio per utterance at 16 kHz")
     ap.add_argument("--width", type=int, default=128)
+    ap.add_argument("--memory", metavar="FILE", help="measure each step's peak tensor memory (bench/heap_peak.py) into FILE.<rank>")
     args = ap.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -83,21 +87,31 @@ def main() -> None:
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 4))
     gen = torch.Generator().manual_seed(rank)
     samples = int(16000 * args.seconds)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from heap_peak import StepPeaks
+    peaks = StepPeaks(args.memory, model, opt)
     for _step in range(args.steps):
-        wav = torch.randn(args.batch, samples, generator=gen)
-        target_len = torch.randint(5, 15, (args.batch,), generator=gen)
-        targets = torch.randint(1, CHARS, (int(target_len.sum()),), generator=gen)
-        logp = model(wav)  # (batch, frames, chars), bf16
-        frames = torch.full((args.batch,), logp.shape[1], dtype=torch.long)
-        loss = F.ctc_loss(logp.float().transpose(0, 1), targets, frames, target_len, zero_infinity=True)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-        opt.step()
-        sched.step()
+        with peaks.step():
+            loss = train_step(model, opt, sched, gen, args.batch, samples)
+    peaks.save(rank)
     if rank == 0:
-        print(f"ctc_speech_ckpt: {args.steps} steps, loss {loss.item():.3f}")
+        print(f"ctc_speech_ckpt: {args.steps} steps, loss {loss:.3f}")
     dist.destroy_process_group()
+
+
+def train_step(model: nn.Module, opt: torch.optim.Optimizer, sched, gen: torch.Generator, batch: int, samples: int) -> float:
+    wav = torch.randn(batch, samples, generator=gen)
+    target_len = torch.randint(5, 15, (batch,), generator=gen)
+    targets = torch.randint(1, CHARS, (int(target_len.sum()),), generator=gen)
+    logp = model(wav)  # (batch, frames, chars), bf16
+    frames = torch.full((batch,), logp.shape[1], dtype=torch.long)
+    loss = F.ctc_loss(logp.float().transpose(0, 1), targets, frames, target_len, zero_infinity=True)
+    opt.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+    opt.step()
+    sched.step()
+    return loss.item()
 
 
 if __name__ == "__main__":
