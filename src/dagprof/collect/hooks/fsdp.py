@@ -300,16 +300,13 @@ class FsdpRecorder:
 
     def _timed(self, index: int, fn: Any, args: tuple, kwargs: dict) -> Any:
         """``fn(*args, **kwargs)`` between the records of collective ``index``."""
-        saving = self.c.saved.counting  # a collective keeps the thread-local hooks: none of ours must outlive the job
-        if saving:
-            self.c.saved.forward_ends()
+        paused = self.c.saved.pause()  # a collective keeps the thread-local hooks: none of ours must outlive the job
         self.c._mark(Rec.FSDP_COLL_BEGIN, index, self.collectives[index].unit)
         try:
             return fn(*args, **kwargs)
         finally:
             self.c._mark(Rec.FSDP_COLL_END, index, self.collectives[index].unit)
-            if saving:
-                self.c.saved.forward_begins(None, ())
+            self.c.saved.resume(paused)
 
     def _record(self, kind: str, nbytes: int, dtype: str, group: Any, dist: Any, context: tuple[int, str, int]) -> int:
         unit, phase, by = context
