@@ -287,11 +287,12 @@ class FsdpRecorder:
         def run(*args: Any, **kwargs: Any) -> Any:
             if not rec.c.recording or rec._context:
                 return fn(*args, **kwargs)
-            index = rec._guarded(f"torch.distributed.{kind} hook", rec._job_record, kind, arg, signature.bind(*args, **kwargs).arguments, dist)
+            index = rec._guarded(f"torch.distributed.{kind} hook", rec._job_record, kind, arg, signature, args, kwargs, dist)
             return fn(*args, **kwargs) if index is None else rec._timed(index, fn, args, kwargs)
         return run
 
-    def _job_record(self, kind: str, arg: str | None, given: dict, dist: Any) -> int | None:
+    def _job_record(self, kind: str, arg: str | None, signature: Any, args: tuple, kwargs: dict, dist: Any) -> int | None:
+        given = signature.bind(*args, **kwargs).arguments
         if given.get("async_op"):
             return None
         group, t = given.get("group"), given.get(arg) if arg else None
