@@ -29,6 +29,12 @@ def test_custom_bucket_boundaries_are_what_ddp_rebuilds(results):
         assert r["buckets_err"] < 1e-5  # same training, other buckets
 
 
+def test_find_unused_buckets_are_built_as_the_strategy_says(results):
+    for r in results:
+        assert r["unused_built"] == r["unused_want"] and r["unused_err"] < 1e-5
+        assert "never rebuilds its buckets" in r["unused_refused"] and "bucket 0" in r["unused_refused"] and "\n" not in r["unused_refused"]
+
+
 def test_codec_and_partition_hooks_average_like_ddp(results):
     for r in results:
         assert r["parts3"] < 1e-5 and r["bucket_view"] < 1e-5 and r["recompute"] < 1e-5

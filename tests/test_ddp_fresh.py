@@ -111,6 +111,8 @@ def test_a_job_whose_worker_count_cannot_change_answers_other_what_ifs_without_t
     ("gan", ["whatif", "--bucket-mb", "1", "--allow-model-error"], "2 DDP models"),
     ("fp16", ["optimize", "--budget", "1"], "fp16_compress_hook"),
     ("fp16", ["whatif", "--partition", "2", "--allow-model-error"], "fp16_compress_hook"),
+    # the job runs 2 micro-batches a step itself: --accumulate 2 copied both passes and said "per micro-batch" of two
+    ("accum", ["optimize", "--budget", "1", "--accumulate", "2"], "already accumulates (2 backward passes a step"),
 ])
 def test_what_is_not_modelled_is_refused_in_one_line(tmp_path, capsys, run, argv, says):
     assert main([argv[0], str(FRESH / run), "-o", str(tmp_path / "out"), *argv[1:]]) == 2
@@ -218,3 +220,64 @@ def test_ddps_used_parameter_all_reduce_is_not_called_the_models():
     assert text.startswith("1 collectives a step per rank (allreduce x1;")
     assert "beside DDP's gradient buckets: 1 of them DDP's all-reduce of which parameters got a gradient (find_unused_parameters=True)." in text
     assert "SyncBatchNorm" not in text
+
+
+def test_find_unused_layouts_the_search_writes_are_ones_ddp_can_build():
+    """DDP with ``find_unused_parameters=True`` never rebuilds its buckets: it builds them at wrapping from the parameters
+    in registration order (the buckets then reversed), so ``apply`` can only have it build runs against that order. The
+    search used to cut the recorded layout, each bucket in registration order, and ``apply`` refused what it wrote; now
+    every layout of the MoE's gradient order fits the script's own model (``bench/ddp_fresh/moe_loader.py``)."""
+    import importlib.util
+    import random
+    from types import SimpleNamespace
+
+    pytest.importorskip("torch")
+    from dagprof.collect.deploy.apply import _unbuildable
+    from dagprof.collect.deploy.strategy import Strategy
+    from dagprof.search.candidate import Candidate, Space, strategy_fields
+
+    spec = importlib.util.spec_from_file_location("moe_loader", os.path.join(DATA.parents[1], "bench", "ddp_fresh", "moe_loader.py"))
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    ddp = SimpleNamespace(module=script.MoEClassifier(), find_unused_parameters=True, static_graph=False)
+    run = read_run(FRESH / "moe-uneven")
+    g = build_graph(run)
+    assert run.ranks[0].meta.find_unused
+    rng = random.Random(0)
+
+    def unbuildable(never_rebuilt: bool) -> int:
+        sp = Space(gradient_order(g, run.ranks[0].buckets, never_rebuilt), [], tuple(g.layers))
+        ends = [tuple(sorted(set(rng.sample(sp.allowed.tolist(), 3)) | {len(sp.order) - 1})) for _ in range(20)]
+        model = tuple((p, -1) for p in sp.order.params)
+        return sum(_unbuildable(ddp, Strategy(model, 2, buckets=strategy_fields(sp, Candidate(e))["buckets"])) is not None
+                   for e in ends if e != sp.order.profiled_ends)
+
+    assert unbuildable(never_rebuilt=True) == 0
+    assert unbuildable(never_rebuilt=False) > 0  # the order as recorded: what the search used to cut
+
+
+def test_find_unused_rebucketing_fills_from_the_first_registered_and_refuses_steps_with_unused_parameters(tmp_path, capsys):
+    """``bench/ddp_fresh/unused_branch.py`` (``find_unused_parameters=True``, an auxiliary head used in step 6 only,
+    ``tests/data/ddp-fresh/unused-branch``). DDP builds such buckets once from the parameters in registration order, so
+    with ``--bucket-mb`` the bucket left short is the first ready, not the last; and in a step that leaves the head
+    unused DDP still all-reduces its zeros (4.29 MB of buckets, 2.27 MB of gradients made): that step was re-bucketed
+    from the 2.27 MB alone, now refused in one line."""
+    from dagprof.pipeline import open_run
+
+    run = FRESH / "unused-branch"
+    g = open_run(run, steps=range(6, 7)).graph
+    assert g.meta.find_unused
+    cap = 0.5 * MB
+
+    def sizes(graph) -> list[int]:
+        c = bucket_comms(graph)
+        return [int(graph.nbytes[v]) for v in c[np.argsort(graph.bucket[c])]]
+
+    built = sizes(set_buckets(g, cap))
+    rebuilt = sizes(set_buckets(g.replace(meta=g.meta.replace(find_unused=False)), cap))
+    assert sum(built) == sum(rebuilt) == sum(b.nbytes for b in g.meta.buckets)
+    assert built[0] < cap <= min(built[1:])  # the short one: the first ready (aux.2, registered last)
+    assert min(rebuilt[:-1]) >= cap and built != rebuilt  # filled in ready order, DDP's rebuild
+    assert main(["whatif", str(run), "--steps", "5:6", "--bucket-mb", "1", "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "step 5: under find_unused_parameters=True DDP all-reduced 4.29 MB of buckets, 2.27 MB" in err[0]

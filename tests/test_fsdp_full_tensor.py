@@ -12,7 +12,7 @@ import pytest
 from testdata import DATA, copy_fixture, edit_json
 
 from dagprof.errors import DagprofError
-from dagprof.graph.build_fsdp import allreduce_equivalent_bytes, check_fsdp_edges, fsdp_collectives, full_tensor_steps, issuers
+from dagprof.graph.build_fsdp import allreduce_equivalent_bytes, check_fsdp_edges, fsdp_collectives, issuers, job_collective_steps
 from dagprof.passes.average_steps import average_steps
 from dagprof.passes.comm import current_topology, set_link
 from dagprof.passes.fsdp import set_reshard
@@ -51,7 +51,7 @@ def test_joined_across_ranks_and_left_to_fsdp(graph):
     assert len(gathers) == 2 * sum(len(u.params) for u in read_run(RUN).ranks[0].meta.fsdp.units)
     assert all(sorted(issuers(g, int(v))) == [0, 1] for v in gathers)  # a join of both ranks, not host time
     assert Counter(g.step[gathers].tolist()) == Counter({s: len(gathers) // 2 for s in SAVES})
-    assert full_tensor_steps(g).tolist() == list(SAVES)
+    assert job_collective_steps(g).tolist() == list(SAVES)
     assert not set(gathers.tolist()) & {c.node for c in fsdp_collectives(g)}  # no FSDP unit's collective
     check_fsdp_edges(g)
     # an all-gather on 2 ranks moves half its bytes per link: half an all-reduce of its gathered bytes

@@ -211,3 +211,17 @@ def test_backward_frees_activations_as_gradients_appear(prof, order):
     assert grads + acts == pytest.approx(best)
     bound = MemoryModel(m.grad_bytes, m.saved, m.outside, output=m.output)  # no per-layer gradients: the old bound
     assert bound.peak().total == pytest.approx(m.peak().total - grads - acts + m.grad_bytes + every)
+
+
+def test_verification_says_its_speed_up_is_the_rounds_own_not_the_ratio_of_medians():
+    """``moe_loader.py --steps 30`` under load: defaults 49.6 ms, strategy 37.0 ms (medians over 3 rounds) beside a measured
+    speed-up of 0.91x (the median of the rounds' 0.83, 1.52, 0.91x) read as a contradiction."""
+    from dagprof.cli.cmd_optimize import verification_lines
+    from dagprof.collect.jobs.verify import Verification
+
+    v = Verification([40.0, 60.0, 50.0], [48.0, 39.0, 55.0]).to_dict()
+    v.update(confirmed=False, predicted_speedup=1.03, predicted_speedup_per_round=[1.0] * 3,
+             median_prediction_error_per_round_pct=10.0, where_it_departs=[])
+    first, second = verification_lines(v)[:2]
+    assert "defaults 50.0 ms, strategy 48.0 ms per step (each the median over the rounds)" in first
+    assert second.startswith("  measured speed-up 0.91x (the median of each round's own pair") and "not the ratio of the medians" in second

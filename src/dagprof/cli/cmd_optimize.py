@@ -187,8 +187,9 @@ def _fsdp_table(r: dict) -> list[str]:
 def verification_lines(v: dict) -> list[str]:
     per = ", ".join(f"{m:.2f}x (predicted {p:.2f}x)" for m, p in zip(v["speedup_per_round"], v["predicted_speedup_per_round"]))
     return [f"verified over {v['rounds']} interleaved rounds: defaults {v['measured_baseline_ms']:.1f} ms, strategy "
-            f"{v['measured_strategy_ms']:.1f} ms per step (medians)",
-            f"  measured speed-up {v['measured_speedup']:.2f}x (rounds {v['spread'][0]:.2f}-{v['spread'][1]:.2f}x); predicted "
+            f"{v['measured_strategy_ms']:.1f} ms per step (each the median over the rounds)",
+            f"  measured speed-up {v['measured_speedup']:.2f}x (the median of each round's own pair, run under the same load: "
+            f"{v['spread'][0]:.2f}-{v['spread'][1]:.2f}x; not the ratio of the medians above); predicted "
             f"{v['predicted_speedup']:.2f}x from the searched profile: "
             + ("gain confirmed (every round gained, the median at least half the predicted gain)" if v["confirmed"] else "gain NOT confirmed"),
             f"  per round: {per}; median prediction error {v['median_prediction_error_per_round_pct']:+.1f} %",

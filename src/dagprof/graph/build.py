@@ -129,6 +129,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         buckets=run.ranks[0].buckets,
         ddp_models=run.ranks[0].meta.ddp_models,
         comm_hook=run.ranks[0].meta.comm_hook,
+        find_unused=run.ranks[0].meta.find_unused,
         zero=run.ranks[0].meta.zero,
         source=run.source,
         warnings=run.meta.warning_texts() + stalls(run, chosen),

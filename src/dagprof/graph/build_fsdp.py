@@ -30,7 +30,7 @@ from ..costmodel.topology import allreduce_equivalent_factor, kind_of_collective
 from ..errors import DagprofError
 from ..traces.events import Kind, LaneKind, Run
 from ..traces.kineto_schema import dtype_bytes
-from ..traces.run_schema import FULL_TENSOR
+from ..traces.run_schema import JOB_PHASES
 from .dag import Graph
 from .meta import FsdpGraphUnit, FsdpRecord, FsdpShards
 
@@ -138,13 +138,14 @@ def fsdp_collectives(g: Graph) -> list[FsdpCollectiveNode]:
     return out
 
 
-def full_tensor_steps(g: Graph) -> np.ndarray:
-    """Steps holding a ``DTensor.full_tensor`` gather of the job (``traces.fsdp_run.collective_name``: a state_dict gathered
-    for a save), sorted; empty outside FSDP graphs."""
+def job_collective_steps(g: Graph) -> np.ndarray:
+    """Steps holding a collective of the job's own (``traces.fsdp_run.collective_name``: a ``DTensor.full_tensor`` gather of
+    a state_dict, a blocking c10d call such as a DCP save's), sorted; empty outside FSDP graphs."""
     if not is_fsdp_graph(g):
         return np.empty(0, dtype=np.int64)
     shared = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0))
-    return np.unique(g.step[[v for v in shared.tolist() if g.node_name(v).startswith(f"{FULL_TENSOR} ")]]).astype(np.int64)
+    own = tuple(f"{p} " for p in JOB_PHASES)
+    return np.unique(g.step[[v for v in shared.tolist() if g.node_name(v).startswith(own)]]).astype(np.int64)
 
 
 def allreduce_equivalent_bytes(g: Graph, idx: np.ndarray) -> np.ndarray:

@@ -133,6 +133,7 @@ class GraphMeta:
     buckets: BucketLayout = ()  # rank 0's DDP buckets (RankTrace.buckets)
     ddp_models: int = 0  # dagprof runs: DDP models rank 0 wrapped (a GAN's two; 0: not recorded)
     comm_hook: str = ""  # dagprof runs: the job's own DDP comm hook by name ("": DDP's all-reduce); passes.buckets.HALF_HOOKS
+    find_unused: bool = False  # dagprof runs: DDP under find_unused_parameters=True, no static graph: it never rebuilds its buckets
     warnings: list[str] = field(default_factory=list)  # the run's load/alignment warnings, shown to the user
     main_device: dict[int, int] = field(default_factory=dict)  # rank -> index of its main compute device (the builders)
     comm_lanes: int = 1  # most collectives one rank ran at once (graph.build); > 1: durations are completion spacings

@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import DagprofError
 from ..graph.dag import Graph, GraphBuilder
 from ..traces.events import Kind
+from .gradients import backward_passes
 from .link_fit import priced_comm
 
 _COPIED = (Kind.FORWARD, Kind.BACKWARD, Kind.OTHER, Kind.DATA, Kind.KERNEL)
@@ -25,6 +26,9 @@ def accumulate_gradients(g: Graph, k: int) -> Graph:
         raise DagprofError(f"micro-batches per step must be >= 1, got {k}")
     if k == 1:
         return g
+    if (passes := backward_passes(g)) > 1:  # its copies would repeat every pass: k times the job's own micro-batches, mis-said
+        raise DagprofError(f"not modelled: gradient accumulation on a job that already accumulates ({passes} backward passes a step "
+                           "under no_sync); profile it with one micro-batch a step to ask for more")
     other = (g.kind == Kind.COMM) & (g.rank < 0) & ~priced_comm(g)  # a hybrid job's TP/PP/EP/unknown collectives
     if other.any():  # they run in every micro-batch, but the copies hold compute only (TP inside the ops that issue it is copied)
         raise DagprofError(f"not modelled: gradient accumulation on a hybrid job whose {int(other.sum())} tensor/pipeline/expert-parallel "

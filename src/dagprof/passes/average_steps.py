@@ -44,8 +44,9 @@ means leave it out (``entry_waits``), instead of spreading it over every step wh
 for the late rank once more. ``hsdp`` +5.0 -> +2.9 %, ``ep-dp`` +21 % with the marks alone -> +0.1 %. Any first-step
 op's time beyond its slowest twin of 2 or more later steps (a one-off cost: ``first_step_excess``) stays there likewise.
 
-A step whose ranks gathered a state_dict (``DTensor.full_tensor``, FSDP2: ``graph.build_fsdp.full_tensor_steps``; a save
-every k steps) is averaged only with the window's other such steps: matched with every step, the save's own host time
+A step whose ranks ran collectives of the job's own (a state_dict gathered by ``DTensor.full_tensor``, a DCP save's object
+collectives; FSDP2: ``graph.build_fsdp.job_collective_steps``; a save every k steps) is averaged only with the window's
+other such steps: matched with every step, the save's own host time
 (the dict built, rank 0's ``torch.save``) sat in the k-th gap of a name all steps have and was spread over all of them
 (``bench/fsdp_fresh/prefetch_offload.py --save-every 2``, rank 1: 7-8 ms of each save step's pre-forward gap on every
 step). A window with one such step keeps it as measured.
@@ -73,7 +74,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..graph.build_fsdp import full_tensor_steps
+from ..graph.build_fsdp import job_collective_steps
 from ..graph.build_ps import DONE, ISSUE, is_ps_graph
 from ..graph.dag import DeviceKind, Graph
 from ..graph.provenance import provenance
@@ -101,7 +102,7 @@ def average_steps(g: Graph, replayer: Replayer | None = None) -> Graph:
     names = _base_names(g)
     pool = pooled_lanes(g, background)
     pooled = (lane >= 0) & (np.bincount(pool, minlength=len(pool))[pool] > 1)[np.maximum(lane, 0)]
-    saving = np.isin(g.step, full_tensor_steps(g)).astype(np.int64)  # steps that gather a state_dict: twins of each other only
+    saving = np.isin(g.step, job_collective_steps(g)).astype(np.int64)  # steps that save: twins of each other only
     key = np.stack([g.rank.astype(np.int64), np.where(lane >= 0, pool[np.maximum(lane, 0)], lane), g.step.astype(np.int64),
                     names, saving], axis=1)
     began = np.where(pooled, g.order, 0.0)  # a pool's occurrences counted in start order over its threads

@@ -168,23 +168,37 @@ def _groups(g: Graph, old_enq: np.ndarray, coll_of_enq: dict[int, int], cap: flo
         by_key[(int(g.step[v]), int(g.rank[v]))].append(v)
     for key, seq in by_key.items():
         measured, grad_bytes = _measured_buckets(g, *_synced_pass(g, seq, old_enq, key), old_enq, coll_of_enq)
+        made, whole = sum(grad_bytes.values()), sum(nb for _, nb in measured)
+        if cap is not None and g.meta.find_unused and made < 0.99 * whole:
+            raise DagprofError(f"step {key[0]}: under find_unused_parameters=True DDP all-reduced {whole / MB:.2f} MB of buckets, "
+                               f"{made / MB:.2f} MB of it gradients made that step (the unused parameters' are all-reduced as "
+                               "zeros): re-bucketing such a step is not modelled")
         if cap is None:
             buckets = [(grp[-1], nb) for grp, nb in measured]
         else:
-            buckets, acc, limit = [], 0.0, cap if first is None else first
-            for grp, _ in measured:
-                for v in grp:
-                    acc += grad_bytes[v]
-                    if acc >= (limit if not buckets else cap):
-                        buckets.append((v, int(round(acc))))
-                        acc = 0.0
-            if acc > 0:
-                buckets.append((measured[-1][0][-1], int(round(acc))))
+            buckets = _filled([v for grp, _ in measured for v in grp], grad_bytes, cap, first, g.meta.find_unused)
         if buckets:
             out[key] = buckets
     if not out:
         raise DagprofError("no BACKWARD node precedes a bucket all-reduce in the profiled steps; cannot re-bucket" + unhooked(g))
     return out
+
+
+def _filled(nodes: list[int], grad_bytes: np.ndarray, cap: float, first: float | None, never_rebuilt: bool) -> list[tuple[int, int]]:
+    """Buckets of the gradients ``nodes`` make (in ready order) as (last node, bytes), each closed at the node that brings it
+    to its limit (``first`` for the first built). DDP with ``find_unused_parameters=True`` (``never_rebuilt``) builds them
+    once from the parameters in registration order, the reverse of ready order: filled from the other end, so the bucket
+    left short is the first ready, not the last (``passes.gradients.gradient_order``)."""
+    built, acc, top = [], 0.0, None
+    for v in (reversed(nodes) if never_rebuilt else nodes):
+        top = v if top is None or not never_rebuilt else top  # a bucket is ready at its last node in ready order
+        acc += grad_bytes[v]
+        if acc >= (cap if built or first is None else first):
+            built.append((top, int(round(acc))))
+            acc, top = 0.0, None
+    if acc > 0:
+        built.append((top if never_rebuilt else nodes[-1], int(round(acc))))
+    return built[::-1] if never_rebuilt else built
 
 
 def _synced_pass(g: Graph, seq: list[int], old_enq: np.ndarray, key: tuple[int, int]) -> tuple[list[int], np.ndarray]:

@@ -78,13 +78,19 @@ class GradientOrder:
         return np.flatnonzero(last)
 
 
-def gradient_order(g: Graph, layout: BucketLayout) -> GradientOrder:
-    """From a profiled DDP bucket layout (``RankTrace.buckets``: the collector's last) and the graph's layers."""
+def gradient_order(g: Graph, layout: BucketLayout, never_rebuilt: bool = False) -> GradientOrder:
+    """From a profiled DDP bucket layout (``RankTrace.buckets``: the collector's last) and the graph's layers.
+
+    ``never_rebuilt``: DDP with ``find_unused_parameters=True`` (``RankMeta.find_unused``) keeps the buckets it built at
+    wrapping, each in registration order and the buckets reversed; each bucket's parameters are reversed here, so the
+    order runs against registration throughout (DDP's guess at ready order), and every layout of runs of it is one
+    ``dagprof.apply`` can have DDP build (``collect.deploy.apply._unbuildable``)."""
     if not layout:
         raise DagprofError("the profile has no DDP bucket layout (was the model wrapped in DistributedDataParallel?)")
     layout = sorted(layout, key=lambda b: b.index)
-    params = [p for b in layout for p in b.params]
-    shapes = tuple(s for b in layout for s in (b.shapes or (None,) * len(b.params)))
+    turn = (lambda xs: xs[::-1]) if never_rebuilt else (lambda xs: xs)
+    params = [p for b in layout for p in turn(b.params)]
+    shapes = tuple(s for b in layout for s in turn(b.shapes or (None,) * len(b.params)))
     total_numel = sum(math.prod(s) for s in shapes if s is not None)
     total_bytes = sum(b.nbytes for b in layout)
     known = all(s is not None for s in shapes) and total_numel > 0
@@ -99,7 +105,7 @@ def gradient_order(g: Graph, layout: BucketLayout) -> GradientOrder:
     if known:
         nbytes = np.array([math.prod(s) * element for s in shapes], dtype=np.int64)
     else:  # an older profile: each bucket's bytes over its parameters, by layer gradient bytes when known
-        nbytes = np.concatenate([_spread(b.nbytes, len(b.params)) for b in layout])
+        nbytes = np.concatenate([turn(_spread(b.nbytes, len(b.params))) for b in layout])
     ends = tuple(int(x) - 1 for x in np.cumsum([len(b.params) for b in layout]))
     return GradientOrder(tuple(params), shapes, nbytes, layer, element, ends)
 
@@ -117,15 +123,32 @@ def last_pass_start(g: Graph, backward: list[int]) -> float:
     Gradient accumulation (``no_sync`` on all but the last of P micro-batches) runs each layer's backward P times a step,
     and DDP fills its buckets in the last pass only. P is the most common count of backward nodes per layer (a layer
     applied twice in one pass has more; one whose input needs no gradient may have fewer)."""
-    by_layer: dict[int, list[int]] = defaultdict(list)
-    for v in backward:
-        by_layer[int(g.layer[v])].append(v)
-    if not by_layer:
-        return -math.inf
-    passes = int(np.argmax(np.bincount([len(vs) for vs in by_layer.values()])))
+    by_layer = _by_layer(g, backward)
+    passes = _passes(by_layer)
     if passes <= 1:
         return -math.inf
     return min(float(g.order[max(vs, key=lambda v: g.order[v])]) for vs in by_layer.values() if len(vs) == passes)
+
+
+def backward_passes(g: Graph) -> int:
+    """The most backward passes any rank's step of ``g`` runs (``last_pass_start``'s P): more than 1 where the job
+    accumulates gradients itself."""
+    bw = np.flatnonzero((g.kind == Kind.BACKWARD) & (g.rank >= 0) & (g.step >= 0) & (g.layer >= 0))
+    per_step: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for v in bw.tolist():
+        per_step[(int(g.step[v]), int(g.rank[v]))].append(v)
+    return max((_passes(_by_layer(g, vs)) for vs in per_step.values()), default=1)
+
+
+def _by_layer(g: Graph, backward: list[int]) -> dict[int, list[int]]:
+    by_layer: dict[int, list[int]] = defaultdict(list)
+    for v in backward:
+        by_layer[int(g.layer[v])].append(v)
+    return by_layer
+
+
+def _passes(by_layer: dict[int, list[int]]) -> int:
+    return int(np.argmax(np.bincount([len(vs) for vs in by_layer.values()]))) if by_layer else 1
 
 
 def ready_nodes(g: Graph, order: GradientOrder) -> dict[tuple[int, int], np.ndarray]:

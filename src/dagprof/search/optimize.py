@@ -271,7 +271,7 @@ def search_run(run: Run, g: Graph, opts: Options | None = None, costs_file: str 
     if not ((g.kind == Kind.COMM) & (g.bucket >= 0)).any():
         raise DagprofError("the trace has no gradient-bucket all-reduce to re-bucket (a dagprof profile of a DDP job has them)", run.source)
     meta = run.ranks[0].meta
-    order = gradient_order(g, run.ranks[0].buckets)
+    order = gradient_order(g, run.ranks[0].buckets, run.ranks[0].meta.find_unused)
     # read once: PowerSGD's chained all-reduces and the slowdown, measured on the job's own ranks (our demo job), else by
     # ``calibrate --overlap`` on its cluster -- on dagprof's ranks, never inside the user's job; the codecs' yardstick
     # only from the job's own (``in_job``)
@@ -307,7 +307,7 @@ def predict_run(run: Run, g: Graph, strategy: Strategy, costs_file: str | None =
     the slowdown and the chained all-reduces where that run measured none. The codecs' CPU stretches as ``run``'s own
     profile measured its cores loaded (``measured.profiled_stretch``), where it did."""
     like = measured_in or run
-    order = gradient_order(g, run.ranks[0].buckets)
+    order = gradient_order(g, run.ranks[0].buckets, run.ranks[0].meta.find_unused)
     c = strategy.compression
     job = job_overlap(like)  # read once: the codecs' yardstick (the job's own only), the chained all-reduces, the slowdown
     cluster = or_calibrated(job, link_model)

@@ -10,8 +10,9 @@ ends where the call returned.
 
 Transfers: with Kineto, the gloo op (on a ``pt_gloo_runloop`` thread) that started inside the call
 (gloo runs FSDP's reduce-scatter as an all-reduce of the whole gradient: the transfer is named as
-FSDP called it); without, the call's own span. Collectives Kineto shows outside every FSDP call (the job's own) are
-counted in a warning: they stay host time. ``seq`` is the collective's index in issue order
+FSDP called it); without, the call's own span. The job's own collectives the collector recorded (``DTensor.full_tensor``
+gathers, blocking c10d calls such as DCP's) are transfers too, of no unit; those Kineto shows outside every recorded call
+(clip_grad_norm_'s functional all-reduce) are counted in a warning: they stay host time. ``seq`` is the collective's index in issue order
 over the window (equal on every rank of the job: each issues the same sequence), its group is
 named by its ranks ("0,1"), so HSDP's shard and replicate groups stay apart.
 """
@@ -27,12 +28,16 @@ from ..errors import DagprofError
 from .events import EventRows, EventTable, Kind, RankTrace
 from .meta import Collectives, OptimizerOps
 from .run_comm import device_ops, exchange_starts
-from .run_schema import FULL_TENSOR, Col, FsdpCollective, FsdpInfo, Rec
+from .run_schema import FULL_TENSOR, JOB_CALL, JOB_PHASES, Col, FsdpCollective, FsdpInfo, Rec
 from .run_spans import _Comm, _DeviceOp, _Span, _Transfer
 
 OPTIMIZER_STEP = "Optimizer.step#"  # torch.optim's record_function around each step
 DTENSOR_DISPATCH = "PythonSubclass"  # the profiler's range around a tensor subclass's __torch_dispatch__ (DTensor's ops)
 COLL_NAMES = {"all_gather": "allgather", "reduce_scatter": "reducescatter", "all_reduce": "allreduce"}  # canonical (align)
+# a job's call (JOB_CALL) -> the kind whose pricing it takes: a gather's or scatter's root port moves the group's tensors, as
+# a ring all-gather of them does each port (``costmodel.topology.per_rank_equivalent_bytes``; its bytes: the gathered ones);
+# a barrier, an all-reduce of nothing
+PRICED_AS = {"gather": "all_gather", "scatter": "all_gather", "barrier": "all_reduce"}
 HOOK_LANE = "fsdp collective (hook span)"
 
 
@@ -67,7 +72,7 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, world: int, records:
     if gloo is not None and (outside := outside + [x[1] for x in gloo[g:]]):
         # no rank in the text: every rank of the job runs the same ones, and equal texts are shown once (``warnings_of``)
         warnings.append(_outside_text(outside, records, steps))
-    _say_full_tensor_steps(info, calls, steps, warnings)
+    _say_job_steps(info, calls, steps, warnings)
     for kb, what in ((Rec.FSDP_COPY_OUT_BEGIN, "copy-out"), (Rec.FSDP_RESHARD_BEGIN, "reshard")):
         rows = np.flatnonzero((code == kb) | (code == kb + 1))
         opened: dict[tuple[int, int], int] = {}
@@ -94,30 +99,36 @@ def _outside_text(starts: list[int], records: np.ndarray, steps: list) -> str:
     parts = [f"{inside} within the forward and backward passes (the model's own: a tensor-parallel layer's all-reduce, SyncBatchNorm's "
              "statistics; what-ifs of data parallelism leave them as they are)"] * bool(inside)
     parts += [f"{len(starts) - inside} before or after them (the job's own: clip_grad_norm_'s on DTensor gradients, a dist.all_reduce "
-              "of ignored parameters' gradients or of a loss, get_model_state_dict's or DCP's gathers; DTensor.full_tensor's are "
-              "recorded)"] * (len(starts) > inside)
+              "of ignored parameters' gradients or of a loss through the functional collectives; DTensor.full_tensor's and blocking "
+              "torch.distributed calls such as DCP's are recorded)"] * (len(starts) > inside)
     return (f"{len(starts)} collective(s) a rank ran in the profiled steps outside FSDP's calls ({'; '.join(parts)}) are kept as "
             "measured host time, their waits for peers included: not priced by the link nor held to their peers in replay and what-ifs")
 
 
-def _say_full_tensor_steps(info: FsdpInfo, calls: list[tuple[int, int, int]], steps: list, warnings: list) -> None:
-    """Say which profiled steps gathered DTensors for the job (``full_tensor``: a state_dict for a save): they are in the
-    window's mean iteration, which a job saving every k steps takes 1 in k times, not as often as the window holds them."""
-    hit = {s: n for s, b0, b1 in steps if (n := sum(info.collectives[k].phase == FULL_TENSOR and b0 <= t <= b1 for k, t, _ in calls))}
-    if hit:  # no rank in the text: every rank gathers in the same steps, and equal texts are shown once
-        warnings.append(f"{len(hit)} of {len(steps)} profiled steps (step {', '.join(map(str, hit))}) ran {sum(hit.values())} "
-                        "DTensor.full_tensor gathers (a state_dict for a save?): joined across ranks and priced by the link as "
-                        "all-gathers, they and the save's host time count in the window's mean iteration and every what-if as "
-                        f"{len(hit)} step(s) in {len(steps)}; --template averages those steps only with each other; a window "
-                        "without them (--steps) times training alone")
+def _say_job_steps(info: FsdpInfo, calls: list[tuple[int, int, int]], steps: list, warnings: list) -> None:
+    """Say which profiled steps ran collectives of the job's own (``JOB_PHASES``: DTensors gathered for a state_dict, a DCP
+    save's object collectives): they are in the window's mean iteration, which a job saving every k steps takes 1 in k
+    times, not as often as the window holds them."""
+    for phase, what, priced in ((FULL_TENSOR, "DTensor.full_tensor gathers (a state_dict for a save?)", "all-gathers"),
+                                (JOB_CALL, "blocking torch.distributed calls of the job's own (a DCP save's object collectives?)",
+                                 "the collectives they run")):
+        hit = {s: n for s, b0, b1 in steps if (n := sum(info.collectives[k].phase == phase and b0 <= t <= b1 for k, t, _ in calls))}
+        if hit:  # no rank in the text: every rank runs them in the same steps, and equal texts are shown once
+            warnings.append(f"{len(hit)} of {len(steps)} profiled steps (step {', '.join(map(str, hit))}) ran {sum(hit.values())} "
+                            f"{what}: joined across ranks and priced by the link as {priced}, they and the save's host time count "
+                            f"in the window's mean iteration and every what-if as {len(hit)} step(s) in {len(steps)}; --template "
+                            "averages those steps only with each other; a window without them (--steps) times training alone")
 
 
 def collective_name(info: FsdpInfo, c: FsdpCollective) -> str:
     """Its node's name: ``"<kind> <unit>[ (prefetched by <unit>)]"`` (``graph.build_fsdp.fsdp_collectives`` reads it back),
-    or for the job's own ``full_tensor`` gather ``"full_tensor all_gather"``, whose first word is no FSDP kind: the FSDP
-    passes (reshard, units, mesh) leave it as it is, and the link model prices it as the all-gather it is."""
+    or for the job's own ``full_tensor`` gather ``"full_tensor all_gather"`` and its own calls ``"job <kind>[ (<call>)]"``
+    (``PRICED_AS``: ``"job all_gather (gather)"``), whose first word is no FSDP kind: the FSDP passes (reshard, units, mesh)
+    leave them as they are, and the link model prices each as the kind it names first (``kind_of_collective``)."""
     if c.phase == FULL_TENSOR:
         return f"{FULL_TENSOR} {c.kind}"
+    if c.phase == JOB_CALL:
+        return f"{JOB_CALL} {PRICED_AS.get(c.kind, c.kind)}" + (f" ({c.kind})" if c.kind in PRICED_AS else "")
     return f"{c.kind} {info.units[c.unit].name}" + (f" (prefetched by {info.units[c.prefetched_by].name})" if c.prefetched_by >= 0 else "")
 
 
@@ -191,7 +202,7 @@ def label_groups(rows: EventRows, info: FsdpInfo) -> tuple[list[str], dict[str, 
         cols["group"][i] = index[c.group]
         if cols["kind"][i] == Kind.COMM:
             coll.event.append(i)
-            coll.coll.append(COLL_NAMES[c.kind])
+            coll.coll.append(COLL_NAMES.get(c.kind, c.kind))
             coll.dtype.append(c.dtype)
     for src, dst in rows.flows:  # the gap where the thread blocked: named by what it waited for
         if cols["kind"][src] == Kind.COMM and cols["seq"][src] >= 0 and cols["kind"][dst] == Kind.COMM_WAIT:
@@ -218,9 +229,9 @@ def check_units(info: FsdpInfo, rank: int, world: int, path: str) -> None:
                                f"{len(u.params)}: a damaged file", path)
     for k, c in enumerate(info.collectives):
         ranks = [int(r) for r in c.group.split(",")]
-        if c.phase == FULL_TENSOR:  # the job's gather of a DTensor over its mesh dimension: any group of this rank's
+        if c.phase in JOB_PHASES:  # the job's (a DTensor's gather over its mesh dimension, a call of its own): any group of this rank's
             if rank not in ranks or min(ranks) < 0 or max(ranks) >= world:
-                raise DagprofError(f"collective {k} (full_tensor) runs on ranks {c.group}, outside rank {rank}'s {world}-rank job: "
+                raise DagprofError(f"collective {k} ({c.phase}) runs on ranks {c.group}, outside rank {rank}'s {world}-rank job: "
                                    "a damaged file", path)
             continue
         mesh = info.units[c.unit].mesh

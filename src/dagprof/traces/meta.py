@@ -231,7 +231,7 @@ class RankMeta(msgspec.Struct, kw_only=True):
     bucket_cap_mb: float | None = None
     ddp_models: int = 0  # DDP models the job wrapped (0: not recorded)
     comm_hook: str = ""  # the job's own DDP comm hook, by name ("": DDP's all-reduce, or not recorded)
-    find_unused: bool = False  # a DDP model with find_unused_parameters=True (RankFile.find_unused)
+    find_unused: bool = False  # a DDP model with find_unused_parameters=True, no static graph (RankFile.find_unused)
     steps_requested: list[int] = []  # [first, stop)
     steps_completed: int = 0
     comm_lanes: list[str] = []

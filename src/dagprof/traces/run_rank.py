@@ -22,7 +22,7 @@ from .fsdp_run import check_units, fsdp_comm, label_groups
 from .meta import GradClip, RankMeta, StepSched, warnings_of
 from .run_comm import hook_comm, kineto_comm
 from .run_partition import partition_step, step_bounds
-from .run_schema import FULL_TENSOR, RANK_FORMAT, Col, RankFile, Rec, read_file
+from .run_schema import JOB_PHASES, RANK_FORMAT, Col, RankFile, Rec, read_file
 from .run_spans import _Comm, _DeviceOp, _Span
 from .zero_run import check_zero, label_zero, overlap_comm, overlap_targets
 
@@ -136,7 +136,7 @@ def _check_fsdp_indices(info, records: np.ndarray, path: str) -> None:
         if len(bad):
             raise DagprofError(f"{len(bad)} FSDP record(s) name {what} {int(bad[0])}, but the file lists {listed} {what}s: a damaged file", path)
     n = len(info.units)  # each collective's unit, and the unit that prefetched it (-1: none), are in the list too
-    named = [u for c in info.collectives for u, lo in ((c.unit, -(c.phase == FULL_TENSOR)), (c.prefetched_by, -1)) if not lo <= u < n]
+    named = [u for c in info.collectives for u, lo in ((c.unit, -(c.phase in JOB_PHASES)), (c.prefetched_by, -1)) if not lo <= u < n]
     if named:
         raise DagprofError(f"{len(named)} FSDP collective(s) name unit {named[0]}, but the file lists {len(info.units)} units: a damaged file", path)
 

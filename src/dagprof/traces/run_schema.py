@@ -168,12 +168,13 @@ class FsdpUnit(msgspec.Struct, kw_only=True):
 
 
 class FsdpCollective(msgspec.Struct, kw_only=True):
-    """One collective FSDP issued in the window, or the job's ``DTensor.full_tensor()`` gather (phase ``FULL_TENSOR``, unit
-    -1: a state_dict gathered for a save); ``Rec.FSDP_COLL_*`` records time it."""
+    """One collective FSDP issued in the window, or the job's: a ``DTensor.full_tensor()`` gather (phase ``FULL_TENSOR``: a
+    state_dict gathered for a save) or a blocking c10d call of its own (phase ``JOB_CALL``: DCP's object collectives), unit
+    -1; ``Rec.FSDP_COLL_*`` records time it."""
 
-    kind: str  # all_gather | reduce_scatter | all_reduce (HSDP, across replicas)
-    unit: int  # index into FsdpInfo.units; -1 for a FULL_TENSOR gather (the job's, of no unit)
-    phase: str  # forward | backward | FULL_TENSOR
+    kind: str  # all_gather | reduce_scatter | all_reduce (HSDP, across replicas); JOB_CALL: also gather | scatter | broadcast | barrier
+    unit: int  # index into FsdpInfo.units; -1 for the job's (JOB_PHASES)
+    phase: str  # forward | backward | FULL_TENSOR | JOB_CALL
     prefetched_by: int  # the unit whose hook issued it ahead of time; -1: the unit itself, when it needed it
     nbytes: int  # all-gather: gathered bytes; reduce-scatter / all-reduce: bytes reduced
     dtype: str
@@ -182,6 +183,8 @@ class FsdpCollective(msgspec.Struct, kw_only=True):
 
 
 FULL_TENSOR = "full_tensor"  # FsdpCollective.phase of the job's own DTensor.full_tensor() gathers (collect.hooks.fsdp)
+JOB_CALL = "job"  # FsdpCollective.phase of the job's own blocking c10d calls outside FSDP's (DCP's saves: collect.hooks.fsdp.JOB_CALLS)
+JOB_PHASES = (FULL_TENSOR, JOB_CALL)  # the job's collectives, of no unit (FsdpCollective.unit -1)
 FSDP2_API, FSDP1_API = "fully_shard", "FullyShardedDataParallel"  # FsdpInfo.api: which FSDP wrapped the units
 FSDP_ROOT = "<root>"  # FsdpUnit.name of the root module's unit (FSDP names it "")
 
@@ -255,7 +258,8 @@ class RankFile(msgspec.Struct, kw_only=True):
     bucket_cap_mb: float | None = None
     ddp_models: int = 0  # DDP models the job wrapped (a GAN's two); 0: not recorded (older files)
     comm_hook: str = ""  # the job's own DDP comm hook, by name ("": DDP's all-reduce, or not recorded)
-    # a DDP model with find_unused_parameters=True: its reducer all-reduces which parameters got a gradient, inside backward
+    # a DDP model with find_unused_parameters=True and no static graph: its reducer all-reduces which parameters got a
+    # gradient, inside backward, and never rebuilds its buckets
     find_unused: bool = False
     steps_requested: tuple[int, int]  # [first, stop)
     steps_profiled: list[int]

@@ -15,7 +15,9 @@ What it configures:
 - bucket layout: DDP's own per-bucket size limits (``bucket_cap_mb_list``, torch >= 2.13), one
   limit per bucket equal to its bytes, so the buckets DDP rebuilds after the first iteration (in
   gradient-ready order) end exactly at the strategy's layers. The reducer is rebuilt in place the
-  way DDP does when it is unpickled; no comm hook is needed, so there is no extra cost;
+  way DDP does when it is unpickled; no comm hook is needed, so there is no extra cost. Under
+  ``find_unused_parameters=True`` DDP never rebuilds: it builds the buckets at once from the limits
+  reversed, and a layout it cannot build that way is refused (``_unbuildable``);
 - communication: a comm hook for fp16/bf16 compression and for tensor partition (each bucket
   all-reduced in k pieces), PowerSGD through torch's own ``powerSGD_hook``;
 - recomputation: ``torch.utils.checkpoint`` (non-reentrant) around the named modules;
@@ -198,8 +200,36 @@ def validate(ddp: Any, s: Strategy, source: str | None = None) -> None:
             import torch
 
             raise DagprofError(f"custom bucket layouts need DDP's per-bucket limits (torch >= 2.13), this is torch {torch.__version__}", source)
-        if ddp.find_unused_parameters:
-            raise DagprofError("custom bucket layouts need find_unused_parameters=False (DDP then rebuilds buckets in gradient-ready order)", source)
+        problem = _unbuildable(ddp, s) if s.buckets is not None and _never_rebuilt(ddp) else None
+        if problem:
+            raise DagprofError("DDP with find_unused_parameters=True never rebuilds its buckets, so a layout must be runs of the parameters "
+                               f"against their registration order: {problem}", source)
+
+
+def _never_rebuilt(ddp: Any) -> bool:
+    """DDP with ``find_unused_parameters=True`` and no static graph keeps the buckets it builds at wrapping: parameters
+    taken in registration order, bucket k closed at limit k, and the buckets then reversed (DDP's guess at ready order);
+    it never rebuilds them in gradient-ready order."""
+    return bool(ddp.find_unused_parameters) and not ddp.static_graph
+
+
+def _unbuildable(ddp: Any, s: Strategy) -> str | None:
+    """Why DDP cannot build ``s``'s buckets as they stand (``_never_rebuilt``), or None: each bucket must hold the
+    parameters registered just before the previous bucket's (the search's order, ``passes.gradients.gradient_order``),
+    all of one dtype and device (DDP buckets each apart, with limits of their own)."""
+    params = [(n, p) for n, p in ddp.module.named_parameters() if p.requires_grad]
+    kinds = {(p.dtype, p.device) for _, p in params}
+    if len(kinds) > 1:
+        return f"the parameters have {len(kinds)} dtypes or devices"
+    registered = {n: i for i, (n, _) in enumerate(params)}
+    below = len(params)
+    for i, b in enumerate(s.buckets or ()):
+        idx = sorted(registered[n] for n in b.params)
+        if idx[-1] != below - 1 or idx[-1] - idx[0] != len(idx) - 1:
+            return (f"bucket {i}'s {len(idx)} parameters (from {b.params[0]!r}) are not those registered just before "
+                    + ("the end" if i == 0 else f"bucket {i - 1}'s"))
+        below = idx[0]
+    return None
 
 
 def _world_size(ddp: Any) -> int | None:
@@ -216,6 +246,8 @@ def _rebuild_reducer(ddp: Any, s: Strategy) -> None:
     if s.buckets is not None:
         sizes = {n: p.numel() * p.element_size() for n, p in ddp.module.named_parameters()}
         caps_mb = [sum(sizes[p] for p in b.params) / MB for b in s.buckets]
+        if _never_rebuilt(ddp):  # built from the first-registered parameters: the strategy's last bucket first
+            caps_mb.reverse()
         ddp._bucket_config = type(config).create(bucket_cap_mb=None, bucket_cap_mb_list=caps_mb, use_python_reducer=ddp._use_python_reducer)
         ddp.bucket_bytes_cap = ddp._bucket_config.bucket_bytes_cap
         ddp.bucket_bytes_cap_list = list(ddp._bucket_config.per_bucket_bytes_caps)
@@ -229,6 +261,12 @@ def _rebuild_reducer(ddp: Any, s: Strategy) -> None:
         ddp.logger._set_static_graph()
     if collector_hook is not None:
         type(ddp).register_comm_hook(ddp, *collector_hook)
+    if s.buckets is not None and _never_rebuilt(ddp):  # built now, never rebuilt: what DDP built is what runs
+        names = {id(p): n for n, p in ddp.module.named_parameters()}
+        got = [sorted(names[id(p)] for p in b.parameters()) for b in ddp.reducer._get_zeros_like_grad_buckets()]
+        if got != [sorted(b.params) for b in s.buckets]:
+            raise DagprofError(f"DDP built {len(got)} buckets of {[len(b) for b in got]} parameters, the strategy has "
+                               f"{len(s.buckets)} of {[len(b.params) for b in s.buckets]}")
 
 
 def _checkpoint(module: Any, path: str):

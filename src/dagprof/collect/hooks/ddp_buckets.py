@@ -47,7 +47,9 @@ class DdpBuckets:
         self.cap_mb: float | None = None  # the last DDP model's bucket_cap_mb
         self.models = 0  # DDP models attached (a GAN's generator and discriminator: 2)
         self.comm_hook = ""  # the user's own DDP comm hook ("" = DDP's all-reduce)
-        self.find_unused = False  # a DDP model with find_unused_parameters=True
+        # a DDP model with find_unused_parameters=True and no static graph: it all-reduces which parameters got a gradient
+        # each step and never rebuilds its buckets (with static_graph=True it does neither after the first step)
+        self.find_unused = False
         self.zero: ZeroOverlap | None = None  # ZeroRedundancyOptimizer(overlap_with_ddp=True) stepped by the user's hook
         self.issued_at: int | None = None  # when the current call's all-reduce was issued, where the hook says (ZeroOverlap)
         self.world = 1  # ranks of the last DDP model's process group
@@ -58,7 +60,7 @@ class DdpBuckets:
         self.models += 1
         self.world = ddp.process_group.size()
         self.cap_mb = getattr(ddp, "bucket_bytes_cap", 0) / 2**20 or None
-        self.find_unused = self.find_unused or bool(getattr(ddp, "find_unused_parameters", False))
+        self.find_unused = self.find_unused or (bool(getattr(ddp, "find_unused_parameters", False)) and not getattr(ddp, "static_graph", False))
 
     def new_step(self) -> None:
         self._new_layout = False

@@ -9,7 +9,8 @@ undoes every patch when the window ends. Each collective call gets a typed ``Fsd
 pass, who prefetched it, bytes, dtype, group) and two records ``FSDP_COLL_BEGIN``/``END`` on the main thread; the
 copy-out after an all-gather and each reshard get their spans. With gloo the collectives FSDP issues on CPU block the calling thread, so
 the call span holds the transfer (Kineto shows it on gloo's worker thread). The job's own ``DTensor.full_tensor()`` calls (a
-state_dict gathered for a save) are recorded the same way, as collectives of no unit. Sharded memory per rank
+state_dict gathered for a save) and blocking c10d calls outside FSDP's (``JOB_CALLS``: DCP's saves) are recorded the same
+way, as collectives of no unit. Sharded memory per rank
 (parameters, gradients, optimizer state) is read at the window's end; each unshard names the unit's gathered parameters
 to the saved-tensor hook, which counts those a layer saves apart from its activations; each unit's forward (pre- to
 post-forward) is named to it too, which counts what is saved between leaf modules meanwhile per unit.
@@ -23,13 +24,21 @@ import time
 from functools import wraps
 from typing import Any
 
-from ...traces.run_schema import FSDP_ROOT, FULL_TENSOR, FsdpCollective, FsdpInfo, FsdpUnit, Rec
+from ...traces.run_schema import FSDP_ROOT, FULL_TENSOR, JOB_CALL, FsdpCollective, FsdpInfo, FsdpUnit, Rec
 
 # The c10d functions FSDP's all-gathers and reduce-scatters go through: torch 2.13 calls ``*_single``, earlier torch the
 # ``*_into_tensor`` / ``*_tensor`` names (2.13 keeps them, deprecated, calling the new ones inside c10d, where a patch of
 # ``torch.distributed``'s attribute does not reach: patching every name present counts each call once). Same arguments.
 GATHER_NAMES = ("all_gather_single", "all_gather_into_tensor")
 SCATTER_NAMES = ("reduce_scatter_single", "reduce_scatter_tensor")
+# The blocking c10d calls a job makes itself, outside FSDP's: function -> the argument holding this rank's tensor (None: a
+# barrier). DCP's save and get_model_state_dict run their object collectives through them (``all_gather_object``: two
+# all_gathers; ``gather_object``: an all_gather and a gather; ``broadcast_object_list``, ``scatter_object_list``: broadcasts
+# and scatters): 9 a save of ``bench/fsdp_fresh/unet_dcp.py``, host time before they were recorded. Patched in
+# ``torch.distributed`` (the job's calls) and in ``distributed_c10d`` (the object collectives' calls inside it), each
+# wrapping the same function, so a call is recorded once.
+JOB_CALLS = {"all_gather": "tensor", "gather": "tensor", "scatter": "tensor", "broadcast": "tensor", "barrier": None}
+GATHERED = ("all_gather", "gather", "scatter")  # these move the group's size times the tensor (FsdpCollective.nbytes: all of it)
 
 
 def tensor_collectives(dist: Any, names: tuple[str, ...]) -> list[str]:
@@ -125,7 +134,12 @@ class FsdpRecorder:
             patch(dist, name, lambda fn: self._collective(fn, "all_gather", _tensor_arg("output_tensor", 0)))
         for name in tensor_collectives(dist, SCATTER_NAMES):
             patch(dist, name, lambda fn: self._collective(fn, "reduce_scatter", _tensor_arg("input", 1)))
-        patch(dist, "all_reduce", lambda fn: self._collective(fn, "all_reduce", _tensor_arg("tensor", 0)))
+        from torch.distributed import distributed_c10d
+
+        for name, arg in JOB_CALLS.items():
+            for owner in (dist, distributed_c10d):
+                patch(owner, name, lambda fn, name=name, arg=arg: self._job_call(fn, name, arg))
+        patch(dist, "all_reduce", lambda fn: self._collective(self._job_call(fn, "all_reduce", "tensor"), "all_reduce", _tensor_arg("tensor", 0)))
         patch(DTensor, "full_tensor", self._full_tensor)
         if self._opt_hook is None:  # removed by ``release``: the window may end inside these hooks' loop (launcher mode)
             self._opt_hook = register_optimizer_step_pre_hook(self._before_step)
@@ -258,18 +272,42 @@ class FsdpRecorder:
         return self._record("all_gather", t.numel() * t.element_size(), _dtype(t.dtype), t.device_mesh.get_group(dims[0]), dist,
                             (-1, FULL_TENSOR, -1))
 
+    def _job_call(self, fn: Any, kind: str, arg: str | None) -> Any:
+        """A blocking c10d call the job makes itself, outside FSDP's calls (``JOB_CALLS``, and ``all_reduce``): recorded as a
+        collective of no unit (``JOB_CALL``), as ``_full_tensor``'s gathers, so the graph joins it across ranks and the link
+        prices it. An ``async_op=True`` call blocks where it is waited for, not here: left unrecorded (host time, as before)."""
+        import inspect
+
+        import torch.distributed as dist
+
+        signature = inspect.signature(fn)
+        rec = self
+
+        @wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            if not rec.c.recording or rec._context:
+                return fn(*args, **kwargs)
+            index = rec._guarded(f"torch.distributed.{kind} hook", rec._job_record, kind, arg, signature, args, kwargs, dist)
+            return fn(*args, **kwargs) if index is None else rec._timed(index, fn, args, kwargs)
+        return run
+
+    def _job_record(self, kind: str, arg: str | None, signature: Any, args: tuple, kwargs: dict, dist: Any) -> int | None:
+        given = signature.bind(*args, **kwargs).arguments
+        if given.get("async_op"):
+            return None
+        group, t = given.get("group"), given.get(arg) if arg else None
+        nbytes = 0 if t is None else t.numel() * t.element_size() * (dist.get_world_size(group) if kind in GATHERED else 1)
+        return self._record(kind, nbytes, _dtype(t.dtype if t is not None else None), group, dist, (-1, JOB_CALL, -1))
+
     def _timed(self, index: int, fn: Any, args: tuple, kwargs: dict) -> Any:
         """``fn(*args, **kwargs)`` between the records of collective ``index``."""
-        saving = self.c.saved.counting  # a collective keeps the thread-local hooks: none of ours must outlive the job
-        if saving:
-            self.c.saved.forward_ends()
+        paused = self.c.saved.pause()  # a collective keeps the thread-local hooks: none of ours must outlive the job
         self.c._mark(Rec.FSDP_COLL_BEGIN, index, self.collectives[index].unit)
         try:
             return fn(*args, **kwargs)
         finally:
             self.c._mark(Rec.FSDP_COLL_END, index, self.collectives[index].unit)
-            if saving:
-                self.c.saved.forward_begins(None, ())
+            self.c.saved.resume(paused)
 
     def _record(self, kind: str, nbytes: int, dtype: str, group: Any, dist: Any, context: tuple[int, str, int]) -> int:
         unit, phase, by = context

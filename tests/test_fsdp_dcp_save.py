@@ -1,0 +1,99 @@
+"""An FSDP2 job that saves with ``torch.distributed.checkpoint`` inside the profiled window (``bench/fsdp_fresh/unet_dcp.py
+--save-every 2``: ``get_model_state_dict`` / ``get_optimizer_state_dict`` then ``dcp.save``; ``tests/data/fsdp-fresh/unet-dcp``,
+saves in steps 4 and 6). DCP's object collectives (``all_gather_object``, ``gather_object``, ``broadcast_object_list``,
+``scatter_object_list``) run 9 blocking gloo collectives a save, which were host time: not joined to the peer, not priced
+by the link. Now the collector records each (``collect.hooks.fsdp.JOB_CALLS``) as a collective of no unit, joined across
+ranks and priced as the kind it runs; FSDP's passes leave them alone and ``--template`` averages a saving step only with
+the other saving step."""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+from testdata import DATA, copy_fixture, edit_json
+
+from dagprof.errors import DagprofError
+from dagprof.graph.build_fsdp import allreduce_equivalent_bytes, check_fsdp_edges, fsdp_collectives, issuers, job_collective_steps
+from dagprof.passes.average_steps import average_steps
+from dagprof.passes.comm import current_topology, set_link
+from dagprof.passes.fsdp import set_reshard
+from dagprof.pipeline import open_run
+from dagprof.traces.dagprof_run import read_run
+from dagprof.traces.events import Kind
+from dagprof.traces.run_schema import JOB_CALL
+
+RUN = DATA / "fsdp-fresh" / "unet-dcp"
+SAVES = (4, 6)
+PER_SAVE = Counter({"all_gather": 2, "gather": 2, "broadcast": 3, "scatter": 2})  # torch 2.13's DCP, gloo
+
+
+@pytest.fixture(scope="module")
+def opened():
+    return open_run(RUN)
+
+
+def _own(g) -> np.ndarray:
+    return np.array([v for v in np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0)).tolist()
+                     if g.node_name(v).startswith(f"{JOB_CALL} ")], dtype=np.int64)
+
+
+def test_each_save_records_its_collectives_on_every_rank():
+    ranks = read_run(RUN).ranks
+    own = [[c for c in t.meta.fsdp.collectives if c.phase == JOB_CALL] for t in ranks]
+    assert [(c.kind, c.group) for c in own[0]] == [(c.kind, c.group) for c in own[1]]  # one order on both ranks: joinable
+    assert Counter(c.kind for c in own[0]) == Counter({k: n * len(SAVES) for k, n in PER_SAVE.items()})
+    assert all(c.unit == -1 for c in own[0])
+    # a gather's bytes are the group's tensors (its root receives both ranks' padded pickles), a broadcast's its own
+    gathers = [c for c in own[0] if c.kind == "gather"]
+    assert all(c.nbytes % 2 == 0 and c.nbytes > 0 for c in gathers)
+
+
+def test_joined_across_ranks_priced_as_their_kind_and_left_to_fsdp(opened):
+    g = opened.graph
+    own = _own(g)
+    assert len(own) == sum(PER_SAVE.values()) * len(SAVES)
+    assert all(sorted(issuers(g, int(v))) == [0, 1] for v in own)  # a join of both ranks, not host time
+    assert Counter(g.step[own].tolist()) == Counter({s: len(own) // 2 for s in SAVES})
+    assert job_collective_steps(g).tolist() == list(SAVES)
+    assert not set(own.tolist()) & {c.node for c in fsdp_collectives(g)}
+    check_fsdp_edges(g)
+    names = [g.node_name(int(v)).rpartition(".")[0] for v in own]
+    gathered = np.array([n.startswith("job all_gather") for n in names])  # all_gather, and gather / scatter priced so
+    assert np.allclose(allreduce_equivalent_bytes(g, own[gathered]), g.nbytes[own[gathered]] / 2)
+    assert np.allclose(allreduce_equivalent_bytes(g, own[~gathered]), g.nbytes[own[~gathered]])  # a broadcast on 2 ranks
+    assert len(_own(set_reshard(g, False))) == len(own)
+
+
+def test_link_prices_them(opened):
+    g = opened.graph
+    own = _own(g)
+    beta = current_topology(g).inter.beta_us_per_byte
+    grew = set_link(g, 1e5 / beta).dur[own] - set_link(g, 1e6 / beta).dur[own]
+    wire = allreduce_equivalent_bytes(g, own) * beta * 9
+    assert np.all(grew >= 0) and grew.sum() == pytest.approx(wire.sum(), rel=0.05)
+
+
+def test_template_averages_saving_steps_apart(opened):
+    g = opened.graph
+    avg = average_steps(g)
+    own = _own(g)
+    first = {s: own[g.step[own] == s] for s in SAVES}
+    assert np.allclose(avg.dur[first[4]], (g.dur[first[4]] + g.dur[first[6]]) / 2)  # twins of each other only
+
+
+def test_said_which_steps_saved(opened):
+    said = [w for w in opened.warnings if "blocking torch.distributed calls" in w]
+    assert len(said) == 1 and "2 of 4 profiled steps (step 4, 6) ran 18" in said[0] and "--template averages those steps only" in said[0]
+
+
+def test_damaged_group_refused(tmp_path):
+    run = copy_fixture(tmp_path, "fsdp-fresh/unet-dcp")
+
+    def outside(doc):
+        k = next(i for i, c in enumerate(doc["fsdp"]["collectives"]) if c["phase"] == JOB_CALL)
+        doc["fsdp"]["collectives"][k]["group"] = "0,7"
+
+    edit_json(run / "rank0.json", outside)
+    with pytest.raises(DagprofError, match="job.*0,7.*damaged"):
+        read_run(run)
