@@ -17,7 +17,7 @@ from dagprof.costmodel.collectives import allreduce_us
 from dagprof.costmodel.topology import per_rank_equivalent_bytes
 from dagprof.passes.comm import current_topology, in_op_pieces, set_link, set_topology
 from dagprof.pipeline import open_run
-from dagprof.traces.events import Kind
+from dagprof.traces.events import CommKind, Kind
 from dagprof.traces.parallelism import in_op_of
 from dagprof.traces.run_comm import in_op_sizes
 from dagprof.traces.run_schema import OWN_KINDS, Col, Rec
@@ -29,8 +29,11 @@ SIZED = {"clip-sized": {"allgather": (2, {8192}), "scatter": (4, {8192})},
 
 
 def _pieces(g):
+    """The pieces and (canonical kind, group size) each one's name gives; its kind column is the same kind."""
     v = in_op_pieces(g)
-    return v, [in_op_of(g.node_name(int(x))) for x in v]
+    named = [in_op_of(g.node_name(int(x))) for x in v]
+    assert [CommKind.of(kind) for kind, _ in named] == g.comm_kind[v].tolist()
+    return v, named
 
 
 @pytest.mark.parametrize("name", sorted(SIZED))
@@ -57,7 +60,7 @@ def test_a_link_change_moves_each_by_the_change_of_its_price(name, rate):
     was, now = current_topology(g), current_topology(g).with_link("inter", rate, None)
     h = set_link(g, bandwidth=rate)
     for x, (kind, ranks) in zip(v.tolist(), kinds):
-        m = per_rank_equivalent_bytes(kind, float(g.nbytes[x]), ranks)
+        m = per_rank_equivalent_bytes(CommKind.of(kind), float(g.nbytes[x]), ranks)
         assert h.dur[x] == pytest.approx(max(g.dur[x] - allreduce_us(m, was) + allreduce_us(m, now), 0.0), abs=1e-6)
     compute = np.flatnonzero(np.isin(g.kind, [Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE]) & (g.rank >= 0))
     assert np.array_equal(h.dur[compute], g.dur[compute]) and np.array_equal(h.gap[compute], g.gap[compute])
@@ -135,7 +138,7 @@ def test_on_a_half_duplex_link_a_scatter_moves_by_its_one_way_price():
     h = set_link(on, bandwidth=200e6 / 8)
     full = set_link(g, bandwidth=200e6 / 8)
     for x, (kind, ranks) in zip(v.tolist(), kinds):
-        m = per_rank_equivalent_bytes(kind, float(g.nbytes[x]), ranks) * (0.5 if kind == "scatter" else 1.0)
+        m = per_rank_equivalent_bytes(CommKind.of(kind), float(g.nbytes[x]), ranks) * (0.5 if kind == "scatter" else 1.0)
         assert h.dur[x] == pytest.approx(max(g.dur[x] - allreduce_us(m, was) + allreduce_us(m, now), 0.0), abs=1e-6)
         assert (h.dur[x] < full.dur[x]) if kind == "scatter" else (h.dur[x] == pytest.approx(full.dur[x]))
 
@@ -169,10 +172,10 @@ def test_more_workers_keep_them_as_measured():
 
 def test_an_all_gather_costs_what_a_ring_all_gather_sends():
     """Per rank bytes B on N ranks: an all-gather, a scatter or a gather moves (N-1) B through a port, the all-reduce of N B / 2."""
-    for kind in ("allgather", "scatter", "gather"):
+    for kind in (CommKind.ALL_GATHER, CommKind.SCATTER, CommKind.GATHER):
         assert per_rank_equivalent_bytes(kind, 1000.0, 4) == 2000.0
-    assert per_rank_equivalent_bytes("allreduce", 1000.0, 4) == 1000.0
-    assert per_rank_equivalent_bytes("broadcast", 1000.0, 2) == 1000.0
+    assert per_rank_equivalent_bytes(CommKind.ALL_REDUCE, 1000.0, 4) == 1000.0
+    assert per_rank_equivalent_bytes(CommKind.BROADCAST, 1000.0, 2) == 1000.0
 
 
 def test_the_slower_link_lengthens_the_clip_step_by_its_all_gathers(capsys):
@@ -220,7 +223,8 @@ def test_a_users_kineto_trace_moves_its_sized_activation_collectives_the_same_wa
     labelled unknown; each moves by its change of price. gloo's scatter records its chunks on its root only: each rank's
     scatter pairs with its peer's of the same root and carries the root's chunk, so all 18 are sized, none on one rank only."""
     from dagprof.passes.comm import activation_comm
-    from dagprof.traces.parallelism import Dim, collective_kind
+    from dagprof.traces.events import CommKind
+    from dagprof.traces.parallelism import Dim
 
     g = open_run(FRESH / "clip-kineto").graph
     acts = activation_comm(g)
@@ -230,7 +234,7 @@ def test_a_users_kineto_trace_moves_its_sized_activation_collectives_the_same_wa
     was, now = current_topology(g), current_topology(g).with_link("inter", 200e6 / 8, None)
     h = set_link(g, bandwidth=200e6 / 8)
     for v in acts.tolist():
-        m = per_rank_equivalent_bytes(collective_kind(g.node_name(v)), float(g.nbytes[v]), 2)
+        m = per_rank_equivalent_bytes(CommKind(int(g.comm_kind[v])), float(g.nbytes[v]), 2)
         assert h.dur[v] == pytest.approx(max(g.dur[v] - allreduce_us(m, was) + allreduce_us(m, now), 0.0), abs=1e-6)
 
 

@@ -67,7 +67,7 @@ from ..graph.build_fsdp import check_post_forward_workers, fsdp_collectives, is_
 from ..graph.dag import DeviceKind, Graph, GraphBuilder
 from ..graph.meta import FsdpRecord
 from ..graph.provenance import provenance
-from ..traces.events import Kind
+from ..traces.events import CommKind, Kind
 from ..traces.parallelism import Dim, GroupLabel
 from ..traces.run_schema import FSDP2_API
 from .comm import current_topology, retime_collectives
@@ -346,7 +346,8 @@ def _regroup(g: Graph, replicate: int, shard: int, add_all_reduce: bool,
             dev = b.device(f"group {','.join(map(str, grp))}", DeviceKind.COMM)
             wait = join_gap if waits is None or join_gap <= 0 else max(join_gap + waits.more(at[0], ranks, at[2]), 0.0)
             s = b.add_node(f"sync.{label}.{seq}", Kind.SYNC, gap=wait, step=step)
-            c = b.add_node(f"{label}.{seq}", Kind.COMM, device=dev, gap=gap, step=step, nbytes=nbytes)
+            c = b.add_node(f"{label}.{seq}", Kind.COMM, device=dev, gap=gap, step=step, nbytes=nbytes,
+                           comm_kind=CommKind.from_label(label.split(" ", 1)[0]))
             exit_lag.extend([0.0, lag])
             seq += 1
             b.add_edges([ends[r][0] for r in ranks], [s] * len(ranks))

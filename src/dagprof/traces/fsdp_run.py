@@ -24,7 +24,7 @@ import msgspec
 import numpy as np
 
 from ..errors import DagprofError
-from .events import EventRows, EventTable, Kind, RankTrace
+from .events import CommKind, EventRows, EventTable, Kind, RankTrace
 from .meta import Collectives, OptimizerOps
 from .run_comm import device_ops, exchange_starts
 from .run_schema import FULL_TENSOR, Col, FsdpCollective, FsdpInfo, Rec
@@ -61,9 +61,11 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, world: int, records:
             if g < len(gloo) and gloo[g][1] <= b1:
                 lane, s0, x0, s1 = gloo[g]
                 g += 1
-        transfers.append(_Transfer(k, -1, name, x0, s1, lane, c.nbytes))
+        kind = CommKind.from_label(c.kind)
+        transfers.append(_Transfer(k, -1, name, x0, s1, lane, c.nbytes, comm_kind=kind))
         # at least 1 ns: a span that ends where the previous one was cut would be dropped as already covered
-        host.append(_Span(Kind.COMM_ENQUEUE, f"fsdp {name}", b0, max(b0 + 1, min(s0, b1)), layer=-1, seq=k, nbytes=c.nbytes))
+        host.append(_Span(Kind.COMM_ENQUEUE, f"fsdp {name}", b0, max(b0 + 1, min(s0, b1)), layer=-1, seq=k, nbytes=c.nbytes,
+                          comm_kind=kind))
     if gloo is not None and (outside := outside + [x[1] for x in gloo[g:]]):
         # no rank in the text: every rank of the job runs the same ones, and equal texts are shown once (``warnings_of``)
         warnings.append(_outside_text(outside, records, steps))

@@ -41,7 +41,7 @@ import numpy as np
 from ..errors import DagprofError
 from ..fsutil import read_input
 from . import formats
-from .events import EventRows, Kind, Lane, LaneKind, RankTrace, intern, nested
+from .events import CommKind, EventRows, Kind, Lane, LaneKind, RankTrace, intern, nested
 from .meta import Collectives, RankMeta, RunWarning
 from .tf_xplane_names import OPTIMIZER, TF_COLLECTIVES, classify, collective_kind, layer_names, program_collectives
 from .xplane_decode import MISSING, XPlane, XSpace, decode_xspace
@@ -282,7 +282,8 @@ class _Reader:
             if len(marks):
                 end[comm] = np.where((m < len(marks)) & (marks[mm] < end[comm]), marks[mm], end[comm])
         out = self.tab.add_block(name=name, kind=kind, lane=np.full(len(rows), self.lane_of[k]), start=start, dur=end - start,
-                                 depth=depth, step=step, layer=layer, group=group, seq=seq)
+                                 depth=depth, step=step, layer=layer, group=group, seq=seq,
+                                 comm_kind=np.array([CommKind.of(c) for c in coll_u], dtype=np.uint8)[inv])
         run = self.space.int_stat(p, ln, rows, "run_id")
         self.run_rows.append((run[run != MISSING], out[run != MISSING], waiting[run != MISSING]))
         program = self.space.int_stat(p, ln, rows[comm], "program_id") if len(comm) and self.programs else np.full(len(comm), MISSING)
