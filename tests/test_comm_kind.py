@@ -9,12 +9,12 @@ from testdata import DATA
 
 from dagprof.costmodel.topology import KIND_FACTORS, allreduce_equivalent_factor, per_rank_equivalent_bytes, priced_kind
 from dagprof.graph.build import build_graph
-from dagprof.graph.build_fsdp import allreduce_equivalent_bytes
+from dagprof.graph.build_fsdp import FSDP_KINDS, allreduce_equivalent_bytes, fsdp_collectives, full_tensor_steps
 from dagprof.graph.dag import DeviceKind, GraphBuilder
 from dagprof.passes.buckets import partition_tensors
 from dagprof.passes.data_parallel import to_data_parallel
 from dagprof.passes.workers import scale_workers
-from dagprof.traces.events import CommKind, EventTable, Kind
+from dagprof.traces.events import CommKind, CommRole, EventTable, Kind
 from dagprof.traces.kineto_schema import canonical_collective
 from dagprof.traces.load import load
 
@@ -93,3 +93,14 @@ def test_the_price_reads_the_kind_not_the_name():
     assert [priced_kind(k) for k in (K.SEND, K.UNKNOWN, K.ALL_TO_ALL, K.BROADCAST)] == [K.ALL_REDUCE, K.ALL_REDUCE, K.ALL_REDUCE, K.BROADCAST]
     assert allreduce_equivalent_factor(K.REDUCE_SCATTER, "gloo") == 1.0 and allreduce_equivalent_factor(K.REDUCE_SCATTER, "nccl") == 0.5
     assert per_rank_equivalent_bytes(K.SCATTER, 10.0, 4) == per_rank_equivalent_bytes(K.ALL_GATHER, 10.0, 4) == 20.0
+
+
+def test_an_fsdp_jobs_own_full_tensor_gather_is_marked_not_named():
+    """The job's ``DTensor.full_tensor()`` gathers (``vit-save``: a state_dict gathered for a save) are all-gathers of role
+    FULL_TENSOR: none of FSDP's collectives, their steps found by the role, not by the name's first word."""
+    g = build_graph(load(str(DATA / "fsdp-fresh" / "vit-save")))
+    own = (g.kind == Kind.COMM) & (g.rank < 0) & (g.role == CommRole.FULL_TENSOR)
+    assert own.any() and set(g.comm_kind[own].tolist()) == {K.ALL_GATHER}
+    assert not {c.node for c in fsdp_collectives(g)} & set(np.flatnonzero(own).tolist())
+    assert full_tensor_steps(g).tolist() == np.unique(g.step[own]).tolist()
+    assert {c.kind for c in fsdp_collectives(g)} <= {k.label for k in FSDP_KINDS}

@@ -28,13 +28,12 @@ import numpy as np
 from ..costmodel.fsdp_costs import StepFit
 from ..costmodel.topology import allreduce_equivalent_factor, broadcast_factor
 from ..errors import DagprofError
-from ..traces.events import CommKind, Kind, LaneKind, Run
+from ..traces.events import CommKind, CommRole, Kind, LaneKind, Run
 from ..traces.kineto_schema import dtype_bytes
-from ..traces.run_schema import FULL_TENSOR
 from .dag import Graph
 from .meta import FsdpGraphUnit, FsdpRecord, FsdpShards
 
-KINDS = ("all_gather", "reduce_scatter", "all_reduce")
+FSDP_KINDS = (CommKind.ALL_GATHER, CommKind.REDUCE_SCATTER, CommKind.ALL_REDUCE)  # the collectives FSDP issues
 
 
 def is_fsdp_graph(g: Graph) -> bool:
@@ -91,7 +90,7 @@ def profiled_step(run: Run, units: list[FsdpGraphUnit]) -> StepFit | None:
 @dataclass(frozen=True)
 class FsdpCollectiveNode:
     node: int
-    kind: str  # all_gather | reduce_scatter | all_reduce
+    kind: str  # the label of one of FSDP_KINDS (``CommKind.label``): all_gather | reduce_scatter | all_reduce
     unit: str
     prefetched: bool
     prefetched_by: str = ""  # the unit whose hook issued it early
@@ -127,14 +126,17 @@ def check_post_forward_workers(g: Graph, shard: int) -> None:
 
 
 def fsdp_collectives(g: Graph) -> list[FsdpCollectiveNode]:
-    """The shared collective nodes of an FSDP graph, by kind and unit (names, ``traces.fsdp_run``:
-    ``"<kind> <unit>[ (prefetched by <unit>)].<seq>"``)."""
-    out = []
-    for v in np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0)).tolist():
-        kind, _, rest = g.node_name(v).rpartition(".")[0].partition(" ")  # the builder appends ".<seq>"
-        if kind in KINDS:
-            unit, _, by = rest.partition(" (prefetched by ")
-            out.append(FsdpCollectiveNode(v, kind, unit, bool(by), by.removesuffix(")")))
+    """The shared collective nodes of an FSDP graph, by kind (``comm_kind``; the job's own ``full_tensor`` gathers are
+    none of FSDP's: ``CommRole.FULL_TENSOR``) and unit (from the name, ``traces.fsdp_run.collective_name``:
+    ``"<kind> <unit>[ (prefetched by <unit>)].<seq>"``); none in another graph (a DDP one's all-reduces are no FSDP's)."""
+    out: list[FsdpCollectiveNode] = []
+    if not is_fsdp_graph(g):
+        return out
+    shared = (g.kind == Kind.COMM) & (g.rank < 0) & np.isin(g.comm_kind, FSDP_KINDS) & (g.role != CommRole.FULL_TENSOR)
+    for v in np.flatnonzero(shared).tolist():
+        rest = g.node_name(v).rpartition(".")[0].partition(" ")[2]  # the builder appends ".<seq>"
+        unit, _, by = rest.partition(" (prefetched by ")
+        out.append(FsdpCollectiveNode(v, CommKind(int(g.comm_kind[v])).label, unit, bool(by), by.removesuffix(")")))
     return out
 
 
@@ -143,8 +145,7 @@ def full_tensor_steps(g: Graph) -> np.ndarray:
     for a save), sorted; empty outside FSDP graphs."""
     if not is_fsdp_graph(g):
         return np.empty(0, dtype=np.int64)
-    shared = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0))
-    return np.unique(g.step[[v for v in shared.tolist() if g.node_name(v).startswith(f"{FULL_TENSOR} ")]]).astype(np.int64)
+    return np.unique(g.step[(g.kind == Kind.COMM) & (g.rank < 0) & (g.role == CommRole.FULL_TENSOR)]).astype(np.int64)
 
 
 def allreduce_equivalent_bytes(g: Graph, idx: np.ndarray) -> np.ndarray:

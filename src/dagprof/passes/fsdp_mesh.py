@@ -135,7 +135,7 @@ def set_mesh(g: Graph, replicate: int, shard: int, costs: FsdpCosts | None = Non
     if replicate == 1 and r0 > 1:  # no replicas: the all-reduces go, program order bridged
         drop = np.zeros(len(src), dtype=bool)
         for v in np.flatnonzero((src.kind == Kind.COMM) & (src.rank < 0)).tolist():
-            if src.node_name(v).startswith("all_reduce "):
+            if src.comm_kind[v] == CommKind.ALL_REDUCE:
                 drop[_collective_nodes(src, v)] = True
         src = _without(src, drop, src.nbytes, {})
     waits = _Waits.of(g)  # a 1xS profile on a 2-D mesh has its all-reduces already (module docstring)

@@ -58,6 +58,8 @@ class CommRole(enum.IntEnum):
     # rows it touched, its own estimate of every rank's (``collect.hooks.ddp_buckets.sparse_wire_bytes``), so they differ by rank
     ZERO_PARAMS = 2  # a ZeroRedundancyOptimizer's broadcast of its owner's updated parameters (``traces.zero_run``): the
     # optimizer's data parallelism, not a collective of the job's own
+    FULL_TENSOR = 3  # the FSDP job's own ``DTensor.full_tensor()`` gather (a state_dict gathered for a save): of no unit,
+    # none of FSDP's collectives (``traces.fsdp_run``)
 
 
 class CommKind(enum.IntEnum):

@@ -24,7 +24,7 @@ import msgspec
 import numpy as np
 
 from ..errors import DagprofError
-from .events import CommKind, EventRows, EventTable, Kind, RankTrace
+from .events import CommKind, CommRole, EventRows, EventTable, Kind, RankTrace
 from .meta import Collectives, OptimizerOps
 from .run_comm import device_ops, exchange_starts
 from .run_schema import FULL_TENSOR, Col, FsdpCollective, FsdpInfo, Rec
@@ -61,11 +61,11 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, world: int, records:
             if g < len(gloo) and gloo[g][1] <= b1:
                 lane, s0, x0, s1 = gloo[g]
                 g += 1
-        kind = CommKind.from_label(c.kind)
-        transfers.append(_Transfer(k, -1, name, x0, s1, lane, c.nbytes, comm_kind=kind))
+        kind, role = CommKind.from_label(c.kind), CommRole.FULL_TENSOR if c.phase == FULL_TENSOR else CommRole.PLAIN
+        transfers.append(_Transfer(k, -1, name, x0, s1, lane, c.nbytes, comm_kind=kind, role=role))
         # at least 1 ns: a span that ends where the previous one was cut would be dropped as already covered
         host.append(_Span(Kind.COMM_ENQUEUE, f"fsdp {name}", b0, max(b0 + 1, min(s0, b1)), layer=-1, seq=k, nbytes=c.nbytes,
-                          comm_kind=kind))
+                          comm_kind=kind, role=role))
     if gloo is not None and (outside := outside + [x[1] for x in gloo[g:]]):
         # no rank in the text: every rank of the job runs the same ones, and equal texts are shown once (``warnings_of``)
         warnings.append(_outside_text(outside, records, steps))
@@ -115,9 +115,9 @@ def _say_full_tensor_steps(info: FsdpInfo, calls: list[tuple[int, int, int]], st
 
 
 def collective_name(info: FsdpInfo, c: FsdpCollective) -> str:
-    """Its node's name: ``"<kind> <unit>[ (prefetched by <unit>)]"`` (``graph.build_fsdp.fsdp_collectives`` reads it back),
-    or for the job's own ``full_tensor`` gather ``"full_tensor all_gather"``, whose first word is no FSDP kind: the FSDP
-    passes (reshard, units, mesh) leave it as it is, and the link model prices it as the all-gather it is."""
+    """Its node's name: ``"<kind> <unit>[ (prefetched by <unit>)]"`` (``graph.build_fsdp.fsdp_collectives`` reads the
+    unit back), or for the job's own ``full_tensor`` gather ``"full_tensor all_gather"`` (``CommRole.FULL_TENSOR``: the
+    FSDP passes, reshard, units and mesh, leave it as it is, and the link model prices it as the all-gather it is)."""
     if c.phase == FULL_TENSOR:
         return f"{FULL_TENSOR} {c.kind}"
     return f"{c.kind} {info.units[c.unit].name}" + (f" (prefetched by {info.units[c.prefetched_by].name})" if c.prefetched_by >= 0 else "")
