@@ -104,3 +104,28 @@ def test_an_fsdp_jobs_own_full_tensor_gather_is_marked_not_named():
     assert not {c.node for c in fsdp_collectives(g)} & set(np.flatnonzero(own).tolist())
     assert full_tensor_steps(g).tolist() == np.unique(g.step[own]).tolist()
     assert {c.kind for c in fsdp_collectives(g)} <= {k.label for k in FSDP_KINDS}
+
+
+@pytest.mark.parametrize("folder", ["tf/text", "horovod/sparse-gru"])
+def test_tf_and_horovod_sparse_gathers_gather_more_with_more_workers(folder):
+    """TensorFlow's and Horovod's all-gathers of an embedding's sparse gradient (values and indices, each rank the rows
+    its step touched) are SPARSE, as DDP's sparse buckets: on 4x the ranks they gather 4x the bytes (a ring all-gather
+    sends (N-1) x a rank's rows through each port), where the all-reduces keep theirs."""
+    g = build_graph(load(str(DATA / folder)))
+    comm = (g.kind == Kind.COMM) & (g.rank < 0)
+    sparse = comm & (g.role == CommRole.SPARSE)
+    assert sparse.any() and (comm & ~sparse).any()
+    assert set(g.comm_kind[sparse].tolist()) == {K.ALL_GATHER} and K.ALL_GATHER not in set(g.comm_kind[comm & ~sparse].tolist())
+    h = scale_workers(g, 8)
+    hc = (h.kind == Kind.COMM) & (h.rank < 0)
+    assert h.nbytes[hc & (h.role == CommRole.SPARSE)].sum() == 4 * g.nbytes[sparse].sum()
+    assert h.nbytes[hc & (h.role != CommRole.SPARSE)].sum() == g.nbytes[comm & ~sparse].sum()
+
+
+def test_xlas_all_gathers_are_no_sparse_gradients():
+    """JAX's all-gathers (``tf-jax/fsdp-conv``: parameters sharded over the ranks, gathered whole) keep their bytes with
+    more ranks: all-gathers, not SPARSE."""
+    run = load(str(DATA / "tf-jax" / "fsdp-conv"))
+    ev = run.ranks[0].events
+    gathers = (ev.kind == Kind.COMM) & (ev.comm_kind == K.ALL_GATHER)
+    assert gathers.any() and (ev.role[gathers] == CommRole.PLAIN).all()

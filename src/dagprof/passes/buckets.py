@@ -62,7 +62,10 @@ def refuse_own_ddp_setup(g: Graph, what: str, wire: bool = False) -> None:
 
 
 def sparse_buckets(g: Graph) -> set[int]:
-    """The DDP buckets whose collective all-gathers a sparse gradient (``CommRole.SPARSE``)."""
+    """The DDP buckets whose collective all-gathers a sparse gradient (``CommRole.SPARSE``); none in a Horovod graph,
+    whose bucket is a fused response's position."""
+    if g.meta.horovod is not None:
+        return set()
     return set(np.unique(g.bucket[(g.kind == Kind.COMM) & (g.rank < 0) & (g.bucket >= 0) & (g.role == CommRole.SPARSE)]).tolist())
 
 
