@@ -15,6 +15,9 @@ by a digest; empty fields and all-zero columns left out, so a field or column ad
 the same one-line refusal.
 
     python bench/compare_outputs.py --before ../old-checkout --readers tests/data
+
+``--skip-column NAME`` leaves a field or column of that name out of both trees' digests: one a change adds with values
+that are not all empty (``comm_kind``: every collective's kind), whose own test checks it.
 """
 from __future__ import annotations
 
@@ -67,6 +70,8 @@ def feed(h, x):
         h.update(type(x).__name__.encode())
         for f in names:  # an empty field is left out: a field added with an empty default reads the same on older inputs
             v = getattr(x, f)  # (a column too: one all 0, as an added column's default, is left out in both trees)
+            if f in SKIP:
+                continue
             if v.any() if isinstance(v, np.ndarray) else not (v is None or v is False or (isinstance(v, (str, int, float, dict, list, tuple)) and not v)):
                 h.update(f.encode()); feed(h, v)
     elif isinstance(x, dict):
@@ -85,7 +90,7 @@ def feed(h, x):
         raise TypeError(type(x))
 
 out = {}
-root = sys.argv[1]
+root, SKIP = sys.argv[1], set(sys.argv[2:])
 for folder, dirs, files in os.walk(root):
     dirs.sort()
     for p in [folder] + [os.path.join(folder, f) for f in sorted(files)]:
@@ -100,18 +105,19 @@ print(json.dumps(out))
 """
 
 
-def reader_digests(tree: pathlib.Path, folder: pathlib.Path) -> dict[str, str]:
-    """Per input under ``folder``: a digest of the ``Run`` that ``tree``'s ``traces.load`` makes of it, or its refusal."""
+def reader_digests(tree: pathlib.Path, folder: pathlib.Path, skip: list[str]) -> dict[str, str]:
+    """Per input under ``folder``: a digest of the ``Run`` that ``tree``'s ``traces.load`` makes of it (fields named in
+    ``skip`` left out), or its refusal."""
     path = os.pathsep.join([str(tree / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])  # what else is set (ISA-L) too
-    p = subprocess.run([sys.executable, "-c", _DIGEST, str(folder)], env={**os.environ, "PYTHONPATH": path},
+    p = subprocess.run([sys.executable, "-c", _DIGEST, str(folder), *skip], env={**os.environ, "PYTHONPATH": path},
                        capture_output=True, text=True, timeout=3600)
     if p.returncode:
         raise SystemExit(f"{tree}: {p.stderr.strip()[-2000:]}")
     return json.loads(p.stdout)
 
 
-def compare_readers(before: pathlib.Path, after: pathlib.Path, folder: pathlib.Path) -> int:
-    a, b = reader_digests(before, folder), reader_digests(after, folder)
+def compare_readers(before: pathlib.Path, after: pathlib.Path, folder: pathlib.Path, skip: list[str]) -> int:
+    a, b = reader_digests(before, folder, skip), reader_digests(after, folder, skip)
     for name in sorted(a.keys() | b.keys()):
         if a.get(name) != b.get(name):
             print(f"DIFFERS  {name}: {str(a.get(name))[:100]} -> {str(b.get(name))[:100]}")
@@ -144,12 +150,14 @@ def main() -> int:
     ap.add_argument("--before", type=pathlib.Path, required=True, help="a checkout (its src/ is used)")
     ap.add_argument("--after", type=pathlib.Path, default=pathlib.Path("."), help="a checkout (default: here)")
     ap.add_argument("--readers", type=pathlib.Path, help="compare the readers on every input under this folder instead")
+    ap.add_argument("--skip-column", action="append", default=[], metavar="NAME",
+                    help="with --readers: leave this field or column out of both digests (repeatable)")
     args = ap.parse_args()
     for tree in (args.before, args.after):  # a tree without src/dagprof would leave the editable install to answer for it
         if not (tree / "src" / "dagprof" / "__init__.py").is_file():
             ap.error(f"{tree}: not a dagprof checkout (no src/dagprof); pass the folder that holds src/")
     if args.readers:
-        return compare_readers(args.before.resolve(), args.after.resolve(), args.readers.resolve())
+        return compare_readers(args.before.resolve(), args.after.resolve(), args.readers.resolve(), args.skip_column)
     same = 0
     with tempfile.TemporaryDirectory() as tmp:
         work = pathlib.Path(tmp)

@@ -16,10 +16,10 @@ from testdata import DATA
 from dagprof.cli.main import main
 from dagprof.costmodel.alphabeta import AlphaBeta
 from dagprof.costmodel.collectives import allreduce_us
-from dagprof.costmodel.topology import Topology, allreduce_equivalent_factor, kind_of_collective, per_rank_equivalent_bytes
+from dagprof.costmodel.topology import Topology, allreduce_equivalent_factor, per_rank_equivalent_bytes
 from dagprof.passes.comm import current_topology, in_op_pieces, set_link, set_topology
 from dagprof.pipeline import open_run
-from dagprof.traces.events import Kind
+from dagprof.traces.events import CommKind, Kind
 from dagprof.traces.parallelism import in_op_of
 from dagprof.traces.run_comm import in_op_sizes
 from dagprof.traces.run_schema import OWN_KINDS, Col, Rec
@@ -31,8 +31,11 @@ SIZED = {"clip-sized": {"allgather": (2, {8192}), "scatter": (4, {8192})},
 
 
 def _pieces(g):
+    """The pieces and (canonical kind, group size) each one's name gives; its kind column is the same kind."""
     v = in_op_pieces(g)
-    return v, [in_op_of(g.node_name(int(x))) for x in v]
+    named = [in_op_of(g.node_name(int(x))) for x in v]
+    assert [CommKind.of(kind) for kind, _ in named] == g.comm_kind[v].tolist()
+    return v, named
 
 
 @pytest.mark.parametrize("name", sorted(SIZED))
@@ -59,7 +62,7 @@ def test_a_link_change_moves_each_by_the_change_of_its_price(name, rate):
     was, now = current_topology(g), current_topology(g).with_link("inter", rate, None)
     h = set_link(g, bandwidth=rate)
     for x, (kind, ranks) in zip(v.tolist(), kinds):
-        m = per_rank_equivalent_bytes(kind, float(g.nbytes[x]), ranks)
+        m = per_rank_equivalent_bytes(CommKind.of(kind), float(g.nbytes[x]), ranks)
         assert h.dur[x] == pytest.approx(max(g.dur[x] - allreduce_us(m, was) + allreduce_us(m, now), 0.0), abs=1e-6)
     compute = np.flatnonzero(np.isin(g.kind, [Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE]) & (g.rank >= 0))
     assert np.array_equal(h.dur[compute], g.dur[compute]) and np.array_equal(h.gap[compute], g.gap[compute])
@@ -137,7 +140,7 @@ def test_on_a_half_duplex_link_a_scatter_moves_by_its_one_way_price():
     h = set_link(on, bandwidth=200e6 / 8)
     full = set_link(g, bandwidth=200e6 / 8)
     for x, (kind, ranks) in zip(v.tolist(), kinds):
-        m = per_rank_equivalent_bytes(kind, float(g.nbytes[x]), ranks) * (0.5 if kind == "scatter" else 1.0)
+        m = per_rank_equivalent_bytes(CommKind.of(kind), float(g.nbytes[x]), ranks) * (0.5 if kind == "scatter" else 1.0)
         assert h.dur[x] == pytest.approx(max(g.dur[x] - allreduce_us(m, was) + allreduce_us(m, now), 0.0), abs=1e-6)
         assert (h.dur[x] < full.dur[x]) if kind == "scatter" else (h.dur[x] == pytest.approx(full.dur[x]))
 
@@ -171,10 +174,10 @@ def test_more_workers_keep_them_as_measured():
 
 def test_an_all_gather_costs_what_a_ring_all_gather_sends():
     """Per rank bytes B on N ranks: an all-gather, a scatter or a gather moves (N-1) B through a port, the all-reduce of N B / 2."""
-    for kind in ("allgather", "scatter", "gather"):
+    for kind in (CommKind.ALL_GATHER, CommKind.SCATTER, CommKind.GATHER):
         assert per_rank_equivalent_bytes(kind, 1000.0, 4) == 2000.0
-    assert per_rank_equivalent_bytes("allreduce", 1000.0, 4) == 1000.0
-    assert per_rank_equivalent_bytes("broadcast", 1000.0, 2) == 1000.0
+    assert per_rank_equivalent_bytes(CommKind.ALL_REDUCE, 1000.0, 4) == 1000.0
+    assert per_rank_equivalent_bytes(CommKind.BROADCAST, 1000.0, 2) == 1000.0
 
 
 def test_an_all_to_all_costs_its_whole_buffer_through_a_port_on_gloo():
@@ -182,13 +185,12 @@ def test_an_all_to_all_costs_its_whole_buffer_through_a_port_on_gloo():
     posts every send at once): the all-reduce of B / 2, as NCCL is priced. gloo's ran its directions one after the other
     on the testbed, as long as B through one port: the all-reduce of N B / (2 (N-1)). Where one medium carries every rank
     (``--half-duplex``), its bytes on it: (N-1) B, the all-reduce's 2 (N-1) B over two."""
-    assert per_rank_equivalent_bytes("alltoall", 1000.0, 2) == 1000.0 and per_rank_equivalent_bytes("alltoall", 1200.0, 4) == 800.0
-    assert per_rank_equivalent_bytes("alltoall", 1000.0, 4, "nccl") == 500.0
-    assert allreduce_equivalent_factor(kind_of_collective("gloo:all_to_all"), "gloo", 8) == pytest.approx(8 / 14)
-    assert [kind_of_collective(n) for n in ("all-to-all.3", "CollectiveAllToAllV3", "c10d::alltoall_base_")] == ["all_to_all"] * 3
+    assert per_rank_equivalent_bytes(CommKind.ALL_TO_ALL, 1000.0, 2) == 1000.0 and per_rank_equivalent_bytes(CommKind.ALL_TO_ALL, 1200.0, 4) == 800.0
+    assert per_rank_equivalent_bytes(CommKind.ALL_TO_ALL, 1000.0, 4, "nccl") == 500.0
+    assert allreduce_equivalent_factor(CommKind.ALL_TO_ALL, "gloo", 8) == pytest.approx(8 / 14)
     for n in (2, 4, 8):
         hub = replace(Topology.flat(n, AlphaBeta(0.0, 1.0)), half_duplex=True)
-        assert hub.one_way_share("alltoall") * per_rank_equivalent_bytes("alltoall", 1000.0, n) == pytest.approx(500.0)
+        assert hub.one_way_share(CommKind.ALL_TO_ALL) * per_rank_equivalent_bytes(CommKind.ALL_TO_ALL, 1000.0, n) == pytest.approx(500.0)
 
 
 def test_where_one_medium_carries_every_rank_a_broadcast_and_a_scatter_cost_their_bytes_on_it():
@@ -197,10 +199,10 @@ def test_where_one_medium_carries_every_rank_a_broadcast_and_a_scatter_cost_thei
     on every N priced it at the all-reduce's time on 4 ranks. A scatter of B per rank puts (N-1) B on it."""
     for n in (2, 3, 4, 8):
         hub = replace(Topology.flat(n, AlphaBeta(0.0, 1.0)), half_duplex=True)
-        assert hub.one_way_share("broadcast") * per_rank_equivalent_bytes("broadcast", 1000.0, n) == pytest.approx(500.0)
+        assert hub.one_way_share(CommKind.BROADCAST) * per_rank_equivalent_bytes(CommKind.BROADCAST, 1000.0, n) == pytest.approx(500.0)
         ring = 2 * (n - 1) / n  # bytes per port per all-reduce-equivalent byte
-        assert hub.one_way_share("scatter") * per_rank_equivalent_bytes("scatter", 1000.0, n) * ring == pytest.approx((n - 1) * 1000.0 / n)
-        assert hub.one_way_share("allgather") == 1.0 and replace(hub, half_duplex=False).one_way_share("broadcast") == 1.0
+        assert hub.one_way_share(CommKind.SCATTER) * per_rank_equivalent_bytes(CommKind.SCATTER, 1000.0, n) * ring == pytest.approx((n - 1) * 1000.0 / n)
+        assert hub.one_way_share(CommKind.ALL_GATHER) == 1.0 and replace(hub, half_duplex=False).one_way_share(CommKind.BROADCAST) == 1.0
 
 
 def test_an_expert_layers_all_to_alls_are_sized_pieces_and_re_priced(capsys):
@@ -280,7 +282,8 @@ def test_a_users_kineto_trace_moves_its_sized_activation_collectives_the_same_wa
     labelled unknown; each moves by its change of price. gloo's scatter records its chunks on its root only: each rank's
     scatter pairs with its peer's of the same root and carries the root's chunk, so all 18 are sized, none on one rank only."""
     from dagprof.passes.comm import activation_comm
-    from dagprof.traces.parallelism import Dim, collective_kind
+    from dagprof.traces.events import CommKind
+    from dagprof.traces.parallelism import Dim
 
     g = open_run(FRESH / "clip-kineto").graph
     acts = activation_comm(g)
@@ -290,7 +293,7 @@ def test_a_users_kineto_trace_moves_its_sized_activation_collectives_the_same_wa
     was, now = current_topology(g), current_topology(g).with_link("inter", 200e6 / 8, None)
     h = set_link(g, bandwidth=200e6 / 8)
     for v in acts.tolist():
-        m = per_rank_equivalent_bytes(collective_kind(g.node_name(v)), float(g.nbytes[v]), 2)
+        m = per_rank_equivalent_bytes(CommKind(int(g.comm_kind[v])), float(g.nbytes[v]), 2)
         assert h.dur[v] == pytest.approx(max(g.dur[v] - allreduce_us(m, was) + allreduce_us(m, now), 0.0), abs=1e-6)
 
 

@@ -9,7 +9,6 @@ from testdata import DATA, copy_fixture, edit_json
 
 from dagprof.cli.main import main
 from dagprof.collect.hooks.ddp_buckets import sparse_wire_bytes
-from dagprof.costmodel.topology import kind_of_collective
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.passes.buckets import refuse_own_ddp_setup, sparse_buckets
@@ -17,7 +16,7 @@ from dagprof.passes.data_parallel import to_data_parallel
 from dagprof.passes.workers import scale_workers
 from dagprof.pipeline import open_run
 from dagprof.traces.dagprof_run import read_run
-from dagprof.traces.events import Kind
+from dagprof.traces.events import CommKind, Kind
 from dagprof.traces.run_schema import Rec
 
 SPARSE = DATA / "ddp-fresh" / "sparse"  # bench/ddp_fresh/sparse_recsys.py: 3 EmbeddingBag(20000, 32, sparse=True) + MLPs
@@ -37,12 +36,12 @@ def test_a_sparse_gradients_bucket_is_an_all_gather_of_the_rows_touched():
     comms = bucket_comms(g)
     assert sparse_buckets(g) == {0, 1, 2}
     for v in comms.tolist():
-        kind = kind_of_collective(g.node_name(v))
+        kind = g.comm_kind[v]
         if int(g.bucket[v]) in (0, 1, 2):
-            assert kind == "all_gather"
+            assert kind == CommKind.ALL_GATHER
             assert 2 * 256 * (32 * 4 + 8) <= g.nbytes[v] <= 2 * 256 * 8 * (32 * 4 + 8) < TABLE_BYTES
         else:
-            assert kind == "all_reduce"
+            assert kind == CommKind.ALL_REDUCE
             assert g.nbytes[v] == sum(b.nbytes for b in run.ranks[0].buckets if b.index == 3)
 
 

@@ -13,7 +13,7 @@ import pytest
 from testdata import DATA
 
 from dagprof.costmodel.collectives import allreduce_us
-from dagprof.costmodel.topology import broadcast_factor, broadcast_sends, kind_of_collective
+from dagprof.costmodel.topology import broadcast_factor, broadcast_sends
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.passes.comm import current_topology
@@ -25,7 +25,7 @@ from dagprof.pipeline import open_run
 from dagprof.search.scenario import Scenario
 from dagprof.search.whatif import evaluate
 from dagprof.traces.dagprof_run import read_run
-from dagprof.traces.events import Kind
+from dagprof.traces.events import CommKind, Kind
 from dagprof.traces.run_schema import ZeroInfo
 from dagprof.units import MB
 
@@ -120,9 +120,13 @@ def test_broadcast_factor_is_gloos_tree_per_rank_count():
     assert [broadcast_factor(n) for n in (1, 2, 3, 4)] == [1.0, 1.0, 1.5, 2.0]
     assert broadcast_factor(8) == pytest.approx(6 * 8 / 14)
     assert broadcast_factor(4, "nccl") == 1.0
-    for name in ("broadcast ZeRO params of rank 1", "gloo:broadcast", "broadcast", "CollectiveBcastSend"):
-        assert kind_of_collective(name) == "broadcast"
-    assert kind_of_collective("allreduce bucket 0") == "all_reduce"
+
+
+def test_zero_broadcasts_are_broadcasts_and_ddp_buckets_all_reduces(graph):
+    """The reader sets each collective's kind (``CommKind``): ZeRO's parameter broadcasts and DDP's buckets."""
+    comm = (graph.kind == Kind.COMM) & (graph.rank < 0)
+    assert set(graph.comm_kind[zero_comms(graph)].tolist()) == {CommKind.BROADCAST}
+    assert set(graph.comm_kind[comm & (graph.bucket >= 0)].tolist()) == {CommKind.ALL_REDUCE}
 
 
 @pytest.mark.parametrize("workers", [2, 3, 4])

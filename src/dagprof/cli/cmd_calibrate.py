@@ -24,6 +24,7 @@ from ..costmodel.calibrate_lut import fit_lut_folder
 from ..costmodel.topology import allreduce_equivalent_factor, save_link_model
 from ..errors import DagprofError
 from ..fsutil import check_output_folder
+from ..traces.events import CommKind
 from ..units import MB
 from .common import finite_positive, positive_int
 
@@ -95,8 +96,9 @@ def run(args) -> dict:
                                backend="gloo", workers=world, points=points, skew_us=measured.sweeps[0].skew_us,
                                method="live sweep, ring alpha-beta fit (per kind: of its all-reduce-equivalent bytes)")
     rows = [{"nbytes": m, "measured_us": t, "model_us": float(ring_allreduce_us(m, world, link))} for m, t in points]
+    factor = {s.kind: allreduce_equivalent_factor(CommKind.from_label(s.kind)) for s in measured.sweeps[1:]}
     per_kind = [{"kind": s.kind, "alpha_us": ab.alpha_us, "bandwidth_GBps": ab.bandwidth_bytes_per_s / 1e9,
-                 "points": [{"nbytes": m, "measured_us": t, "model_us": float(ring_allreduce_us(m * allreduce_equivalent_factor(s.kind), world, ab)),
+                 "points": [{"nbytes": m, "measured_us": t, "model_us": float(ring_allreduce_us(m * factor[s.kind], world, ab)),
                              "skew_us": k} for (m, t), k in zip(s.points, s.skew_us)]}
                 for s in measured.sweeps[1:] for ab in [kinds[s.kind][0]]]
     return {"out": path, "source": "live", "workers": world, "alpha_us": link.alpha_us,

@@ -31,6 +31,7 @@ import tomllib
 
 from ..errors import DagprofError
 from ..fsutil import atomic_open, read_input
+from ..traces.events import CommKind
 from ..units import MB
 from .alphabeta import AlphaBeta, parse_bandwidth, ring_allreduce_us
 from .fsdp_costs import FsdpCosts
@@ -120,7 +121,7 @@ class Topology:
         """The model of the path a -> b (ranks; PS servers are hosts of their own)."""
         return self.intra if self.host_of(a) == self.host_of(b) else self.inter
 
-    def one_way_share(self, kind: str, backend: str = "gloo") -> float:
+    def one_way_share(self, kind: CommKind, backend: str = "gloo") -> float:
         """What a ``kind`` collective's all-reduce-equivalent bytes cost per byte where every rank's traffic crosses one
         medium (``half_duplex``), 1 elsewhere: its bytes crossing the medium over the all-reduce's (an all-reduce of S
         bytes on N ranks puts 2 (N-1) S on it, at the fitted rate per port times N). A scatter or gather of B per rank puts
@@ -133,12 +134,12 @@ class Topology:
         if not self.half_duplex:
             return 1.0
         n = max(self.world_size, 2)
-        if kind in ("scatter", "gather"):
+        if kind in (CommKind.SCATTER, CommKind.GATHER):
             return 1.0 / n
-        if kind == "broadcast":
+        if kind == CommKind.BROADCAST:
             return 1.0 / (2.0 * broadcast_factor(n, backend))
-        if kind in ("alltoall", "all_to_all"):
-            return KIND_FACTORS["all_to_all"] / all_to_all_factor(n, backend)
+        if kind == CommKind.ALL_TO_ALL:
+            return KIND_FACTORS[CommKind.ALL_TO_ALL] / all_to_all_factor(n, backend)
         return 1.0
 
     def with_workers(self, workers: int) -> "Topology":
@@ -350,7 +351,7 @@ class LinkModelFile:
         reduce-scatters took 9.15 ms in a job against 8.54 ms calibrated at 1 Gbit/s, times 5.36)."""
         out = []
         for kind, (a, b) in self._paired(target).items():
-            points = tuple((m * allreduce_equivalent_factor(kind, self.backend), (b[m][0] - b[m][1]) - (a[m][0] - a[m][1]))
+            points = tuple((m * allreduce_equivalent_factor(CommKind.from_label(kind), self.backend), (b[m][0] - b[m][1]) - (a[m][0] - a[m][1]))
                            for m in sorted(set(a) & set(b)) if m > 0)
             if points:
                 out.append((kind, points))
@@ -381,7 +382,7 @@ class LinkModelFile:
         fifth of the rate, where the profile's fitted bandwidth scaled by the rate ratio prices 5x less a fixed overhead."""
         out, backend = [], self.backend
         for kind, (a, b) in self._paired(target).items():
-            points = tuple((m * allreduce_equivalent_factor(kind, backend), b[m][0] / a[m][0])
+            points = tuple((m * allreduce_equivalent_factor(CommKind.from_label(kind), backend), b[m][0] / a[m][0])
                            for m in sorted(set(a) & set(b)) if m > 0 and a[m][0] > 0 and b[m][0] > 0)
             if points:
                 out.append((kind, points))
@@ -400,14 +401,15 @@ def read_link_model(path: str | os.PathLike[str]) -> LinkModelFile:
     by_workers = {_worker_count(n, p): link_from_dict(link, p) for n, link in (table.items() if isinstance(table, dict) else ())}
     workers = None if d.get("workers") is None else _worker_count(d["workers"], p)
     kind_table = d.get("kinds") or {}
-    if not isinstance(kind_table, dict) or not set(kind_table) <= set(KIND_FACTORS):
-        raise DagprofError(f"kinds must be a table of {', '.join(KIND_FACTORS)}", p)
+    if not isinstance(kind_table, dict) or not set(kind_table) <= set(KIND_LABELS):
+        raise DagprofError(f"kinds must be a table of {', '.join(KIND_LABELS)}", p)
     kinds = tuple((k, link_from_dict(kind_table[k], p)) for k in sorted(kind_table))
     backend = str(d.get("backend", "gloo"))
     kind_scale, world = [], 2 if workers is None else workers
     for kind, link in kinds if version >= 3 else ():
         try:
-            points = sorted((float(m) * allreduce_equivalent_factor(kind, backend), float(t)) for m, t in kind_table[kind].get("points", ()))
+            factor = allreduce_equivalent_factor(CommKind.from_label(kind), backend)
+            points = sorted((float(m) * factor, float(t)) for m, t in kind_table[kind].get("points", ()))
         except (TypeError, ValueError) as err:
             raise DagprofError(f"kinds.{kind}.points must be [bytes, us] pairs and workers a count ({err})", p) from None
         scale = tuple((m, t / r) for m, t in points if m > 0 for r in [float(ring_allreduce_us(m, world, link))] if r > 0 and t > 0)
@@ -447,17 +449,19 @@ def _worker_count(n: Any, path: str) -> int:
 # gloo (gloo/alltoall.cc) posts every send and receive at once, NCCL runs it as grouped send/recv to every peer
 # (nccl-tests' bus bandwidth: (n-1)/n of the algorithm's, against 2 (n-1)/n for an all-reduce); gloo's takes longer
 # than its bytes (``all_to_all_factor``)
-KIND_FACTORS = {"all_gather": 0.5, "reduce_scatter": 0.5, "all_reduce": 1.0, "all_to_all": 0.5}
+KIND_FACTORS = {CommKind.ALL_GATHER: 0.5, CommKind.REDUCE_SCATTER: 0.5, CommKind.ALL_REDUCE: 1.0, CommKind.ALL_TO_ALL: 0.5}
+KIND_LABELS = tuple(k.label for k in KIND_FACTORS)  # the kinds a link-model file may measure on their own
 
 
-def allreduce_equivalent_factor(kind: str, backend: str = "gloo", world: int = 2) -> float:
+def allreduce_equivalent_factor(kind: CommKind, backend: str = "gloo", world: int = 2) -> float:
     """Bytes of the ring all-reduce on ``world`` ranks that costs what a ``kind`` collective of one byte costs
-    (``KIND_FACTORS``; a broadcast: ``broadcast_factor``; an all-to-all: ``all_to_all_factor``)."""
-    if kind == "broadcast":
+    (``KIND_FACTORS``; a broadcast: ``broadcast_factor``; an all-to-all: ``all_to_all_factor``; any other kind an
+    all-reduce of its bytes)."""
+    if kind == CommKind.BROADCAST:
         return broadcast_factor(world, backend)
-    if kind == "all_to_all":
+    if kind == CommKind.ALL_TO_ALL:
         return all_to_all_factor(world, backend)
-    return 1.0 if kind == "reduce_scatter" and backend == "gloo" else KIND_FACTORS.get(kind, 1.0)
+    return 1.0 if kind == CommKind.REDUCE_SCATTER and backend == "gloo" else KIND_FACTORS.get(kind, 1.0)
 
 
 def all_to_all_factor(world: int, backend: str = "gloo") -> float:
@@ -472,21 +476,26 @@ def all_to_all_factor(world: int, backend: str = "gloo") -> float:
     its bytes."""
     n = max(int(world), 2)
     if backend not in ("gloo", "", None):
-        return KIND_FACTORS["all_to_all"]
+        return KIND_FACTORS[CommKind.ALL_TO_ALL]
     return n / (2.0 * (n - 1))
 
 
-def per_rank_equivalent_bytes(kind: str, nbytes: float, world: int, backend: str = "gloo") -> float:
-    """Bytes of the ring all-reduce on ``world`` ranks that costs what a collective of ``nbytes`` per rank costs, ``kind`` as
-    Kineto names it (``traces.kineto_schema.canonical_collective``): an all-gather of them gathers ``world`` times them
-    (``KIND_FACTORS``); a scatter or gather moves as many through its root's port, (N-1) x ``nbytes``, as a ring all-gather
-    through each rank's; a broadcast ``broadcast_factor``; an all-to-all of an ``nbytes`` buffer ``all_to_all_factor``;
-    anything else an all-reduce of them."""
-    if kind in ("allgather", "scatter", "gather"):
-        return KIND_FACTORS["all_gather"] * max(int(world), 1) * nbytes
-    if kind == "alltoall":
+def priced_kind(kind: CommKind) -> CommKind:
+    """The kind the link model prices a graph's collective as: an all-gather, reduce-scatter, broadcast or all-to-all as
+    itself, any other (a send, one its reader could not tell) as an all-reduce of its bytes."""
+    return kind if kind in (CommKind.ALL_GATHER, CommKind.REDUCE_SCATTER, CommKind.BROADCAST, CommKind.ALL_TO_ALL) else CommKind.ALL_REDUCE
+
+
+def per_rank_equivalent_bytes(kind: CommKind, nbytes: float, world: int, backend: str = "gloo") -> float:
+    """Bytes of the ring all-reduce on ``world`` ranks that costs what a collective of ``nbytes`` per rank costs: an
+    all-gather of them gathers ``world`` times them (``KIND_FACTORS``); a scatter or gather moves as many through its
+    root's port, (N-1) x ``nbytes``, as a ring all-gather through each rank's; a broadcast ``broadcast_factor``; an
+    all-to-all of an ``nbytes`` buffer ``all_to_all_factor``; anything else an all-reduce of them."""
+    if kind in (CommKind.ALL_GATHER, CommKind.SCATTER, CommKind.GATHER):
+        return KIND_FACTORS[CommKind.ALL_GATHER] * max(int(world), 1) * nbytes
+    if kind == CommKind.ALL_TO_ALL:
         return all_to_all_factor(world, backend) * nbytes
-    return allreduce_equivalent_factor("broadcast" if kind == "broadcast" else "all_reduce", backend, world) * nbytes
+    return allreduce_equivalent_factor(CommKind.BROADCAST if kind == CommKind.BROADCAST else CommKind.ALL_REDUCE, backend, world) * nbytes
 
 
 def broadcast_factor(world: int, backend: str = "gloo") -> float:
@@ -522,25 +531,6 @@ def broadcast_sends(world: int) -> int:
             have[c] = have[v] + len(kids)
             todo.append(c)
     return max(have.values())
-
-
-def kind_of_collective(name: str) -> str:
-    """all_gather, reduce_scatter, broadcast, all_to_all or all_reduce, from a collective's name as the frameworks write it:
-    TensorFlow's ``CollectiveGatherV2``, XLA's ``all-gather.3``, c10d's ``gloo:all_gather``, NCCL's ``ncclKernel_AllGather_RING_LL``,
-    c10d's ``gloo:broadcast``, dagprof's ``broadcast ZeRO params of rank 1``, ``gloo:all_to_all``, XLA's ``all-to-all.1``,
-    TensorFlow's ``CollectiveAllToAllV3`` (anything else, an all-reduce: its bytes are what it reduces; NCCL's all-to-all
-    runs ``SendRecv`` kernels that do not name it). dagprof's own FSDP nodes name their kind first."""
-    first = name.partition(" ")[0]
-    if first in KIND_FACTORS:
-        return first
-    key = name.lower().replace("_", "").replace("-", "").replace(" ", "")
-    if "allgather" in key or "collectivegather" in key:
-        return "all_gather"
-    if "broadcast" in key or "bcast" in key:
-        return "broadcast"
-    if "alltoall" in key:
-        return "all_to_all"
-    return "reduce_scatter" if "reducescatter" in key else "all_reduce"
 
 
 def parse_topology(spec: str, workers: int) -> Topology:

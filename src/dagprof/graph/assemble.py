@@ -36,6 +36,7 @@ class CollectiveEnd:
     group: str = "0"
     dim: int = 0  # traces.parallelism.Dim
     role: int = 0  # traces.events.CommRole
+    comm_kind: int = 0  # traces.events.CommKind
 
 
 class Assembler:

@@ -26,15 +26,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..costmodel.fsdp_costs import StepFit
-from ..costmodel.topology import allreduce_equivalent_factor, kind_of_collective
+from ..costmodel.topology import allreduce_equivalent_factor
 from ..errors import DagprofError
-from ..traces.events import Kind, LaneKind, Run
+from ..traces.events import CommKind, CommRole, Kind, LaneKind, Run
 from ..traces.kineto_schema import dtype_bytes
-from ..traces.run_schema import JOB_PHASES
 from .dag import Graph
 from .meta import FsdpGraphUnit, FsdpRecord, FsdpShards
 
-KINDS = ("all_gather", "reduce_scatter", "all_reduce")
+FSDP_KINDS = (CommKind.ALL_GATHER, CommKind.REDUCE_SCATTER, CommKind.ALL_REDUCE)  # the collectives FSDP issues
 
 
 def is_fsdp_graph(g: Graph) -> bool:
@@ -91,7 +90,7 @@ def profiled_step(run: Run, units: list[FsdpGraphUnit]) -> StepFit | None:
 @dataclass(frozen=True)
 class FsdpCollectiveNode:
     node: int
-    kind: str  # all_gather | reduce_scatter | all_reduce
+    kind: str  # the label of one of FSDP_KINDS (``CommKind.label``): all_gather | reduce_scatter | all_reduce
     unit: str
     prefetched: bool
     prefetched_by: str = ""  # the unit whose hook issued it early
@@ -127,14 +126,17 @@ def check_post_forward_workers(g: Graph, shard: int) -> None:
 
 
 def fsdp_collectives(g: Graph) -> list[FsdpCollectiveNode]:
-    """The shared collective nodes of an FSDP graph, by kind and unit (names, ``traces.fsdp_run``:
-    ``"<kind> <unit>[ (prefetched by <unit>)].<seq>"``)."""
-    out = []
-    for v in np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0)).tolist():
-        kind, _, rest = g.node_name(v).rpartition(".")[0].partition(" ")  # the builder appends ".<seq>"
-        if kind in KINDS:
-            unit, _, by = rest.partition(" (prefetched by ")
-            out.append(FsdpCollectiveNode(v, kind, unit, bool(by), by.removesuffix(")")))
+    """The shared collective nodes of an FSDP graph, by kind (``comm_kind``; the job's own ``full_tensor`` gathers are
+    none of FSDP's: ``CommRole.JOB``) and unit (from the name, ``traces.fsdp_run.collective_name``:
+    ``"<kind> <unit>[ (prefetched by <unit>)].<seq>"``); none in another graph (a DDP one's all-reduces are no FSDP's)."""
+    out: list[FsdpCollectiveNode] = []
+    if not is_fsdp_graph(g):
+        return out
+    shared = (g.kind == Kind.COMM) & (g.rank < 0) & np.isin(g.comm_kind, FSDP_KINDS) & (g.role != CommRole.JOB)
+    for v in np.flatnonzero(shared).tolist():
+        rest = g.node_name(v).rpartition(".")[0].partition(" ")[2]  # the builder appends ".<seq>"
+        unit, _, by = rest.partition(" (prefetched by ")
+        out.append(FsdpCollectiveNode(v, CommKind(int(g.comm_kind[v])).label, unit, bool(by), by.removesuffix(")")))
     return out
 
 
@@ -143,27 +145,25 @@ def job_collective_steps(g: Graph) -> np.ndarray:
     a state_dict, a blocking c10d call such as a DCP save's), sorted; empty outside FSDP graphs."""
     if not is_fsdp_graph(g):
         return np.empty(0, dtype=np.int64)
-    shared = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0))
-    own = tuple(f"{p} " for p in JOB_PHASES)
-    return np.unique(g.step[[v for v in shared.tolist() if g.node_name(v).startswith(own)]]).astype(np.int64)
+    return np.unique(g.step[(g.kind == Kind.COMM) & (g.rank < 0) & (g.role == CommRole.JOB)]).astype(np.int64)
 
 
 def allreduce_equivalent_bytes(g: Graph, idx: np.ndarray) -> np.ndarray:
     """Bytes of the ring all-reduce that costs what each COMM node in ``idx`` costs
     (``costmodel.topology.allreduce_equivalent_factor``: an all-gather half an all-reduce of its gathered bytes,
     gloo's reduce-scatter, an all-reduce of the whole tensor, a whole one; its transfers in Kineto are ``gloo:all_reduce``).
-    Outside FSDP the kind is read from the collective's name (``kind_of_collective``): a TensorFlow all-gather of an
-    embedding's sparse gradient priced as an all-reduce of its result made the link fitted beside the dense all-reduce
-    twice as fast as the wire (592 Mbit/s on a 500 Mbit/s testbed link). A broadcast's and an all-to-all's factor depend on
-    the ranks the link model prices and the backend (``costmodel.topology.broadcast_factor``: gloo's binomial tree;
-    ``all_to_all_factor``), so ``--workers`` reprices them."""
+    The kind is the one its reader or pass set (``CommKind``): a TensorFlow all-gather of an embedding's sparse gradient
+    priced as an all-reduce of its result made the link fitted beside the dense all-reduce twice as fast as the wire
+    (592 Mbit/s on a 500 Mbit/s testbed link). A broadcast's and an all-to-all's factor depend on the ranks the link
+    model prices and the backend (``costmodel.topology.broadcast_factor``: gloo's binomial tree; ``all_to_all_factor``),
+    so ``--workers`` reprices them."""
     nbytes = g.nbytes[idx].astype(np.float64)
     backend = (g.meta.fsdp.backend or "gloo") if is_fsdp_graph(g) else ""
-    kinds = [kind_of_collective(g.node_name(int(v))) for v in idx]
+    kinds = [CommKind(k) for k in g.comm_kind[idx].tolist()]
     share = _group_share(g) if is_fsdp_graph(g) else {}
     world = _priced_ranks(g)
     post = _post_forward_share(g, idx) if is_fsdp_graph(g) else {}
-    return nbytes * np.array([(allreduce_equivalent_factor(k, g.meta.backend or backend, world) if k in ("broadcast", "all_to_all")
+    return nbytes * np.array([(allreduce_equivalent_factor(k, g.meta.backend or backend, world) if k in (CommKind.BROADCAST, CommKind.ALL_TO_ALL)
                                else allreduce_equivalent_factor(k, backend))
                               * post.get(int(v), share.get(k, 1.0)) for v, k in zip(idx.tolist(), kinds)], dtype=np.float64)
 
@@ -181,8 +181,8 @@ def _post_forward_share(g: Graph, idx: np.ndarray) -> dict[int, float]:
     mesh = g.meta.fsdp.units[0].mesh
     shard_share = mesh[-1] / np.prod(mesh) if mesh else 1.0
     for v in idx.tolist():
-        kind, _, rest = g.node_name(v).rpartition(".")[0].partition(" ")
-        k = post.get(rest.partition(" (prefetched by ")[0]) if kind == "all_gather" else None
+        rest = g.node_name(v).rpartition(".")[0].partition(" ")[2]
+        k = post.get(rest.partition(" (prefetched by ")[0]) if g.comm_kind[v] == CommKind.ALL_GATHER else None
         if k and len(issuers(g, v)) < shard_share * g.world_size:
             out[v] = ((k - 1) / k) / ((n - 1) / n)
     return out
@@ -200,7 +200,7 @@ def units_mesh(units: list[FsdpGraphUnit], world: int) -> tuple[int, int]:
     return (mesh[0] if len(mesh) == 2 else 1), (mesh[-1] if mesh else max(world, 1))
 
 
-def _group_share(g: Graph) -> dict[str, float]:
+def _group_share(g: Graph) -> dict[CommKind, float]:
     """Per FSDP collective kind, a ring on its group's ranks against one on the ranks the link model prices (the
     data-parallel group size, ``passes.link_fit.priced_world_size``): (k-1)/k of the bytes cross each link on k ranks. The
     fitted latency is a fixed overhead per collective (``passes.link_fit.fit_topology``), so bytes alone carry the group size:
@@ -209,7 +209,8 @@ def _group_share(g: Graph) -> dict[str, float]:
     replicate, shard = mesh_of(g)
     if n < 2 or (replicate == 1 and shard == n) or (replicate == shard == n):
         return {}
-    return {kind: ((k - 1) / k) / ((n - 1) / n) for kind, k in (("all_gather", shard), ("reduce_scatter", shard), ("all_reduce", replicate))}
+    return {kind: ((k - 1) / k) / ((n - 1) / n)
+            for kind, k in ((CommKind.ALL_GATHER, shard), (CommKind.REDUCE_SCATTER, shard), (CommKind.ALL_REDUCE, replicate))}
 
 
 def _priced_ranks(g: Graph) -> int:
@@ -352,7 +353,7 @@ class Passes:
         """(micro-batch, forward?) of a shared FSDP collective on ``rank``: an all-gather's is that of the compute that
         follows the wait for it, a reduce-scatter's (an all-reduce's) that of the backward before its issue."""
         g = self.g
-        gather = g.node_name(node).startswith("all_gather ")
+        gather = g.comm_kind[node] == CommKind.ALL_GATHER
         at = _waiter(g, node, rank) if gather else _issue(g, node, rank)
         return self.at(rank, int(g.step[node]), float(g.order[at]), after=gather)
 

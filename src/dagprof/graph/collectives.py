@@ -20,7 +20,7 @@ from ..costmodel.alphabeta import AlphaBeta
 from ..costmodel.collectives import Steps, algorithm, message_us, ps_chunks
 from ..costmodel.topology import CollectiveSpec, Scheme, Topology
 from ..errors import DagprofError
-from ..traces.events import Kind
+from ..traces.events import CommKind, Kind
 from .dag import DeviceKind, GraphBuilder
 
 _STEP_EPS = 1e-6  # keeps a collective's own steps in order on a link without overtaking the next collective
@@ -53,7 +53,8 @@ def add_allreduce(
         for i, m in enumerate(steps.messages):
             dev = b.device(f"link {m.src}->{m.dst}", DeviceKind.COMM)
             v = node[i] = b.add_node(f"{tag} {m.phase} {m.src}->{m.dst}", Kind.COMM, rank=m.src, device=dev, dur=message_us(topo, m),
-                                     order=order + m.phase * _STEP_EPS, step=step, bucket=bucket, nbytes=int(m.nbytes))
+                                     order=order + m.phase * _STEP_EPS, step=step, bucket=bucket, nbytes=int(m.nbytes),
+                                     comm_kind=CommKind.ALL_REDUCE)
             _wait(b, v, ready[m.src] if m.inputs else (), m.after, node)
     for r, w in enumerate(steps.results):
         _wait(b, done[r], ready[r] if w.inputs else (), w.after, node)
@@ -69,7 +70,7 @@ def _wait(b: GraphBuilder, v: int, inputs: Sequence[int], after: Sequence[int], 
 
 def _delay(b: GraphBuilder, name: str, rank: int, us: float, preds: Sequence[int], step: int, bucket: int) -> int:
     """The collective's fixed software cost, paid by every rank before its first message."""
-    v = b.add_node(name, Kind.COMM, rank=rank, dur=us, step=step, bucket=bucket)
+    v = b.add_node(name, Kind.COMM, rank=rank, dur=us, step=step, bucket=bucket, comm_kind=CommKind.ALL_REDUCE)
     for p in preds:
         b.add_edge(p, v)
     return v
@@ -125,28 +126,30 @@ def add_ps_part(b: GraphBuilder, ready: Sequence[Sequence[int]], server: int, nb
     pushed = []
     for w, preds in enumerate(ready):
         up = b.device(worker_ports(w)[0], DeviceKind.COMM, rank=w)
-        lat = b.add_node(f"{tag} push latency w{w}", Kind.COMM, rank=w, dur=link.alpha_us, **kw)
+        lat = b.add_node(f"{tag} push latency w{w}", Kind.COMM, rank=w, dur=link.alpha_us, comm_kind=CommKind.PUSH, **kw)
         b.add_edges(list(preds), [lat] * len(preds))
-        pushed.append(_message(b, lat, up, dev_in, k, chunk, link, eps, f"{tag} push ps{server} w{w}", w, **kw))
-    s = b.add_node(f"{tag} ps{server} sum", Kind.COMM, rank=-1, device=dev_cpu, dur=server_us, nbytes=int(nbytes * len(ready)), **kw)
+        pushed.append(_message(b, lat, up, dev_in, k, chunk, link, eps, f"{tag} push ps{server} w{w}", w, CommKind.PUSH, **kw))
+    s = b.add_node(f"{tag} ps{server} sum", Kind.COMM, rank=-1, device=dev_cpu, dur=server_us, nbytes=int(nbytes * len(ready)),
+                   comm_kind=CommKind.PUSH, **kw)
     b.add_edges(pushed, [s] * len(pushed))
     pulls = []
     for w in range(len(ready)):
         down = b.device(worker_ports(w)[1], DeviceKind.COMM, rank=w)
-        v = _message(b, s, dev_out, down, k, chunk, link, eps, f"{tag} pull ps{server} w{w}", w, **kw)
-        lat = b.add_node(f"{tag} pull latency w{w}", Kind.COMM, rank=w, dur=link.alpha_us, **kw)
+        v = _message(b, s, dev_out, down, k, chunk, link, eps, f"{tag} pull ps{server} w{w}", w, CommKind.PULL, **kw)
+        lat = b.add_node(f"{tag} pull latency w{w}", Kind.COMM, rank=w, dur=link.alpha_us, comm_kind=CommKind.PULL, **kw)
         b.add_edge(v, lat)
         pulls.append(lat)
     return pulls
 
 
-def _message(b: GraphBuilder, pred: int, src: int, dst: int, k: int, chunk: float, link: AlphaBeta, eps: float, name: str, rank: int, *,
-             order: float, step: int, bucket: int) -> int:
+def _message(b: GraphBuilder, pred: int, src: int, dst: int, k: int, chunk: float, link: AlphaBeta, eps: float, name: str, rank: int,
+             comm_kind: CommKind, *, order: float, step: int, bucket: int) -> int:
     """``k`` chunks from port ``src`` to port ``dst``, pipelined; returns the last chunk's arrival."""
     wire = chunk * link.beta_us_per_byte
     sent = got = pred
     for i in range(k):
-        kw = dict(rank=rank, dur=wire, order=order + i * eps, step=step, bucket=bucket, nbytes=round(chunk * (i + 1)) - round(chunk * i))
+        kw = dict(rank=rank, dur=wire, order=order + i * eps, step=step, bucket=bucket, nbytes=round(chunk * (i + 1)) - round(chunk * i),
+                  comm_kind=comm_kind)
         v = b.add_node(f"{name} send", Kind.COMM, device=src, **kw)
         b.add_edge(sent, v)
         r = b.add_node(f"{name} recv", Kind.COMM, device=dst, **kw)

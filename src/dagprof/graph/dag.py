@@ -22,7 +22,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from ..errors import DagprofError
-from ..traces.events import CommRole, Kind, intern
+from ..traces.events import CommKind, CommRole, Kind, intern
 from ..traces.parallelism import Dim
 from .meta import GraphMeta
 
@@ -41,6 +41,7 @@ NODE_COLUMNS: dict[str, Any] = {
     "dim": np.int8,  # a COMM node's mesh dimension (traces.parallelism.Dim); read only where meta.parallel is set
     "exit_lag": np.float64,  # us: exit lag an averaged collective carries (its last rank's; its consumers': the wire in their gap; passes.average_steps)
     "role": np.int8,  # a collective's issue, join and transfer: traces.events.CommRole, as its reader set it; PLAIN elsewhere
+    "comm_kind": np.uint8,  # a collective's issue, join and transfer: traces.events.CommKind, as its reader or pass set it
 }
 
 
@@ -82,6 +83,7 @@ class Graph:
     dim: np.ndarray | None = None  # NODE_COLUMNS["dim"]; None (graphs built column by column without it): all Dim.UNKNOWN
     exit_lag: np.ndarray | None = None  # NODE_COLUMNS["exit_lag"]; None: all 0
     role: np.ndarray | None = None  # NODE_COLUMNS["role"]; None: all CommRole.PLAIN
+    comm_kind: np.ndarray | None = None  # NODE_COLUMNS["comm_kind"]; None: all CommKind.UNKNOWN
     meta: GraphMeta = field(default_factory=GraphMeta)
 
     def __post_init__(self) -> None:
@@ -91,6 +93,8 @@ class Graph:
             self.exit_lag = np.zeros(len(self.dur))
         if self.role is None:
             self.role = np.zeros(len(self.dur), dtype=np.int8)
+        if self.comm_kind is None:
+            self.comm_kind = np.zeros(len(self.dur), dtype=np.uint8)
 
     def lint(self) -> None:
         """Raise DagprofError unless every column and index a replay reads is in range and finite.
@@ -181,7 +185,7 @@ class GraphBuilder:
     """Append-only construction; ``build()`` freezes into arrays."""
 
     def __init__(self) -> None:
-        self._cols: dict[str, array] = {c: array(_TYPECODE[c]) for c in NODE_COLUMNS}  # typed: 66 bytes a node, not 12 objects
+        self._cols: dict[str, array] = {c: array(_TYPECODE[c]) for c in NODE_COLUMNS}  # typed: 67 bytes a node, not 12 objects
         self._names: dict[str, int] = {}
         self.names: list[str] = []
         self.devices: list[Device] = []
@@ -224,6 +228,7 @@ class GraphBuilder:
         nbytes: int = 0,
         dim: int = Dim.DP,  # passes and builders of data-parallel jobs; graph.build sets each collective's label
         role: int = CommRole.PLAIN,
+        comm_kind: int = CommKind.UNKNOWN,
     ) -> int:
         c = self._cols
         c["name"].append(self.intern(name))
@@ -240,6 +245,7 @@ class GraphBuilder:
         c["dim"].append(int(dim))
         c["exit_lag"].append(0.0)
         c["role"].append(int(role))
+        c["comm_kind"].append(int(comm_kind))
         return len(c["dur"]) - 1
 
     def add_nodes(self, **columns: np.ndarray) -> np.ndarray:
@@ -250,7 +256,7 @@ class GraphBuilder:
         for col, values in self._cols.items():
             given = columns.get(col)
             if given is None:  # add_node's defaults
-                given = np.full(n, 0 if col in ("dur", "gap", "order", "nbytes", "exit_lag", "role") else int(Dim.DP) if col == "dim" else -1)
+                given = np.full(n, 0 if col in ("dur", "gap", "order", "nbytes", "exit_lag", "role", "comm_kind") else int(Dim.DP) if col == "dim" else -1)
             elif col in ("dur", "gap"):
                 given = np.maximum(np.asarray(given, np.float64), 0.0)
             values.frombytes(memoryview(np.ascontiguousarray(given, NODE_COLUMNS[col])).cast("B"))  # no bytes copy

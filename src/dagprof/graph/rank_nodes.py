@@ -63,11 +63,13 @@ def _nodes(asm: Assembler, trace: RankTrace, cut: Pieces, steps: list[int], main
     mend = np.where(mark, a, z)
     order = np.where(mark & ~np.isfinite(a), 0.0, a)
     device = np.array(devices, dtype=np.int64)[cut.lane] if len(devices) else np.zeros(len(cut), np.int64)
+    named = np.where(w >= 0, w, oo)
     node_of = asm.b.add_nodes(
         name=name, kind=kind, rank=np.full(len(cut), r, dtype=np.int64), device=device, dur=mend - mstart,
         order=order, step=step, layer=layer, bucket=np.where(mark, -1, ev.bucket[oo]),
-        nbytes=np.where(mark, 0, ev.nbytes[oo]), role=np.where(mark, 0, ev.role[np.where(w >= 0, w, oo)]))  # the named event's
-    del name, kind, device, order, step, layer, oo
+        nbytes=np.where(mark, 0, ev.nbytes[oo]), role=np.where(mark, 0, ev.role[named]),
+        comm_kind=np.where(mark, 0, ev.comm_kind[named]))  # the named event's
+    del name, kind, device, order, step, layer, oo, named
     asm.mstart.frombytes(memoryview(np.ascontiguousarray(mstart, np.float64)).cast("B"))
     asm.mend.frombytes(memoryview(np.ascontiguousarray(mend, np.float64)).cast("B"))
     for k in np.flatnonzero(mark & (cut.mark == steps[0])).tolist():
@@ -122,6 +124,7 @@ def _collective_ends(asm: Assembler, trace: RankTrace, sel: Selection, instance:
             rank=trace.rank, base_ns=int(trace.base_ns), start=float(ev.start[i]), end=float(ev.start[i] + ev.dur[i]),
             prev_end_group=prev_group.get(group, -np.inf), name=ev.name_of(i), nbytes=int(ev.nbytes[i]),
             bucket=int(ev.bucket[i]), step=int(ev.step[i]), lanes=comm_lanes, group=group, dim=int(dims[i]), role=int(ev.role[i]),
+            comm_kind=int(ev.comm_kind[i]),
         )
         prev_group[group] = ce.end
         ends[i] = ce

@@ -85,7 +85,7 @@ def add_collectives(asm: Assembler, rooted: frozenset[int] = frozenset(), receiv
         alone = len({c.rank for c in ends}) == 1  # no peer recorded: its measured span is all we know
         at = (head.start, head.end) if alone else (np.nan, np.nan)  # measured on one clock, or on none
         sync = asm.node(f"sync.{head.name}.{inst}", Kind.SYNC, at[0], at[0], dur=0.0, order=0.0, step=head.step, bucket=head.bucket,
-                        role=head.role)
+                        role=head.role, comm_kind=head.comm_kind)
         asm.fixed_gap[sync] = 0.0
         early = view.done < view.join.max() - CLOCK_JITTER_US if inst in rooted and not alone else np.zeros(len(ends), dtype=bool)
         early &= np.array([c.rank != receiver.get(inst, -1) for c in ends], dtype=bool)
@@ -105,7 +105,8 @@ def add_collectives(asm: Assembler, rooted: frozenset[int] = frozenset(), receiv
             released += [(inst, p) for p in np.flatnonzero(early).tolist()]
         dim = head.dim if all(c.dim == head.dim for c in ends) else 0  # ranks that disagree: unknown
         comm = asm.node(f"{head.name}.{inst}", Kind.COMM, *at, dur=dur, order=0.0, device=channel, step=head.step, bucket=head.bucket,
-                         nbytes=nbytes.get(inst, head.nbytes), dim=dim, role=head.role)
+                         nbytes=nbytes.get(inst, head.nbytes), dim=dim, role=head.role,
+                         comm_kind=head.comm_kind)
         asm.fixed_gap[comm] = gap
         comm_of[inst] = comm
         syncs.append((inst, sync, ends))
@@ -133,7 +134,7 @@ def _release_early(asm: Assembler, inst: int, p: int, view: _SharedView, links: 
     c = ends[p]
     needed = [q for q in range(len(ends)) if view.join[q] <= view.done[p] + CLOCK_JITTER_US and ends[q].ready]
     join = asm.node(f"rank{c.rank} sync.{c.name}.{inst}", Kind.SYNC, np.nan, np.nan, dur=0.0, order=0.0, step=c.step, bucket=c.bucket,
-                    role=c.role)
+                    role=c.role, comm_kind=c.comm_kind)
     asm.fixed_gap[join] = max(0.0, float(view.done[p] - max((view.ready[q] for q in needed), default=view.done[p])))
     seen = float(view.done[p] - view.shift[p])
     links += [(u, join, rule, np.nan) for q in needed for u, rule in ends[q].ready] + [(join, v, rule, seen) for v, rule in c.needs]

@@ -23,7 +23,7 @@ from ..costmodel.codecs import Codec, CodecCosts
 from ..costmodel.collectives import allreduce_us
 from ..errors import DagprofError
 from ..graph.dag import Graph, GraphBuilder
-from ..traces.events import Kind
+from ..traces.events import CommKind, Kind
 from .buckets import chain_lanes, profiled_buckets
 from .comm import current_scheme, current_topology, retime_collectives
 from .compression import UNMEASURED, BucketCost, Chained, bucket_cost
@@ -76,7 +76,8 @@ class BucketSlots:
                     b.add_edge(e, sync)
                     self.enq[si, i, ri] = e
                     ready_order = max(ready_order, o)
-                comm = b.add_node(f"allreduce s{step} p{i}", Kind.COMM, device=channel, order=ready_order, step=step, bucket=i)
+                comm = b.add_node(f"allreduce s{step} p{i}", Kind.COMM, device=channel, order=ready_order, step=step, bucket=i,
+                                  comm_kind=CommKind.ALL_REDUCE)
                 b.add_edge(sync, comm)
                 for r in ranks:
                     for v in sinks.get((step, r), ()):

@@ -20,7 +20,7 @@ import numpy as np
 from ..costmodel.collectives import allreduce_us
 from ..errors import DagprofError
 from ..graph.dag import Graph, GraphBuilder
-from ..traces.events import CommRole, Kind
+from ..traces.events import CommKind, CommRole, Kind
 from ..traces.zero_run import ZERO_OVERLAP_HOOK
 from ..units import MB
 from .comm import current_scheme, current_topology, retime_collectives, without_transfers
@@ -62,7 +62,10 @@ def refuse_own_ddp_setup(g: Graph, what: str, wire: bool = False) -> None:
 
 
 def sparse_buckets(g: Graph) -> set[int]:
-    """The DDP buckets whose collective all-gathers a sparse gradient (``CommRole.SPARSE``)."""
+    """The DDP buckets whose collective all-gathers a sparse gradient (``CommRole.SPARSE``); none in a Horovod graph,
+    whose bucket is a fused response's position."""
+    if g.meta.horovod is not None:
+        return set()
     return set(np.unique(g.bucket[(g.kind == Kind.COMM) & (g.rank < 0) & (g.bucket >= 0) & (g.role == CommRole.SPARSE)]).tolist())
 
 
@@ -143,7 +146,7 @@ def set_buckets(g: Graph, cap_bytes: float | None = None, overlap: bool = True, 
                 b.add_edge(enq, sync)
                 ready_order = max(ready_order, o)
             comm = b.add_node(f"allreduce s{step} b{k}", Kind.COMM, device=comm_dev, dur=allreduce_us(nbytes, topo, spec),
-                              gap=comm_gap, order=ready_order, step=step, bucket=k, nbytes=int(nbytes))
+                              gap=comm_gap, order=ready_order, step=step, bucket=k, nbytes=int(nbytes), comm_kind=CommKind.ALL_REDUCE)
             b.add_edge(sync, comm)
             for r in ranks_present:
                 for v in sinks.get((step, r), ()):
@@ -287,7 +290,8 @@ def partition_tensors(g: Graph, parts: int) -> Graph:
         head = c.head
         for p in range(parts):
             v = b.add_node(f"{g.node_name(c.comm)} part {p}", Kind.COMM, device=int(g.device[c.comm]), order=float(g.order[c.comm]) + p * 1e-6,
-                           step=int(g.step[c.comm]), bucket=int(g.bucket[c.comm]), nbytes=int(g.nbytes[c.comm]) // parts, role=int(g.role[c.comm]))
+                           step=int(g.step[c.comm]), bucket=int(g.bucket[c.comm]), nbytes=int(g.nbytes[c.comm]) // parts, role=int(g.role[c.comm]),
+                           comm_kind=int(g.comm_kind[c.comm]))
             b.add_edges([int(remap[h]) for h in head], [v] * len(head))
             b.add_edges([v] * len(c.consumers), [int(remap[u]) for u in c.consumers])
     return retime_collectives(b.build(), topo, spec, lags_on=topo)

@@ -40,7 +40,7 @@ from typing import Callable
 import numpy as np
 
 from ..costmodel.collectives import allreduce_us
-from ..costmodel.topology import CollectiveSpec, Scheme, Topology, kind_of_collective, per_rank_equivalent_bytes
+from ..costmodel.topology import CollectiveSpec, Scheme, Topology, per_rank_equivalent_bytes, priced_kind
 from ..errors import DagprofError
 from ..graph.build_fsdp import allreduce_equivalent_bytes, is_fsdp_graph
 from ..graph.build_ps import DONE, ISSUE, is_ps_graph, rebuild_ps
@@ -48,8 +48,8 @@ from ..graph.collectives import add_allreduce
 from ..graph.dag import Device, DeviceKind, Graph, GraphBuilder
 from ..graph.meta import PsLinkFit
 from ..graph.replay_result import ReplayResult
-from ..traces.events import Kind
-from ..traces.parallelism import Dim, collective_kind, in_op_of
+from ..traces.events import CommKind, Kind
+from ..traces.parallelism import Dim, in_op_of
 from .link_fit import (
     Collective,
     find_collectives,
@@ -106,11 +106,12 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
         g = keep_stalls(g)
     dur, gap = g.dur.copy(), g.gap.copy()
     idx = np.flatnonzero(priced_comm(g))
-    kinds = (np.array([kind_of_collective(g.node_name(int(v))) for v in idx], dtype=object)
+    priced = [priced_kind(CommKind(k)) for k in g.comm_kind[idx].tolist()]
+    kinds = (np.array([k.label for k in priced], dtype=object)
              if (topo.kinds or topo.link_ratio or _kinds_of(g)) and is_fsdp_graph(g) else np.full(len(idx), "", dtype=object))
     equiv = allreduce_equivalent_bytes(g, idx)
     if topo.half_duplex:  # one medium for every rank: a broadcast costs its bytes on it (``Topology.one_way_share``)
-        equiv = equiv * np.array([topo.one_way_share(kind_of_collective(g.node_name(int(v))), g.meta.backend or "gloo") for v in idx])
+        equiv = equiv * np.array([topo.one_way_share(k, g.meta.backend or "gloo") for k in priced])
     consumers, lag = exit_lags(g, idx)
     exit_lag = g.exit_lag.copy()
     if topo.world_size < 2:  # a collective of one rank releases no rank after another
@@ -185,10 +186,10 @@ def in_op_prices(g: Graph, topo: Topology, spec: CollectiveSpec) -> tuple[np.nda
     on each of CLIP's 8 kB all-gathers and scatters that took 0.04 ms, and on the user's trace of it took the ranks' waits
     at its all-gathers off the model of the profiled run (-2.3 %, refused). A group of other ranks (a worker what-if: the
     model's bytes and calls would change with it) keeps its measured time."""
-    named = [(int(v), *in_op_of(g.node_name(int(v)))) for v in in_op_pieces(g).tolist()]
-    named += [(int(v), collective_kind(g.node_name(int(v))), g.meta.parallel.dp_size) for v in activation_comm(g).tolist()]
+    named = [(int(v), in_op_of(g.node_name(int(v)))[1]) for v in in_op_pieces(g).tolist()]
+    named += [(int(v), g.meta.parallel.dp_size) for v in activation_comm(g).tolist()]
     sized = [(v, topo.one_way_share(kind, g.meta.backend or "gloo") * per_rank_equivalent_bytes(kind, float(g.nbytes[v]), ranks, g.meta.backend or "gloo"))
-             for v, kind, ranks in named if ranks == topo.world_size and g.nbytes[v] > 0]
+             for v, ranks in named if ranks == topo.world_size and g.nbytes[v] > 0 for kind in [CommKind(int(g.comm_kind[v]))]]
     if not sized:
         return np.zeros(0, np.int64), np.zeros(0)
     at, equiv = (np.array(x) for x in zip(*sized))

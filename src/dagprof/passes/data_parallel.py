@@ -116,7 +116,7 @@ from ..graph.build_fsdp import fsdp_collectives, is_fsdp_graph, step_size
 from ..graph.dag import Graph, GraphBuilder
 from ..graph.meta import FsdpGraphUnit, FsdpRecord, FsdpShards
 from ..graph.provenance import provenance
-from ..traces.events import Kind
+from ..traces.events import CommKind, Kind
 from ..traces.run_schema import FSDP_ROOT
 from ..units import MB
 from .buckets import chain_lanes, profiled_buckets
@@ -354,7 +354,7 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
                 continue
             sync = b.add_node(f"sync.{kind} {unit}.{seq}", Kind.SYNC, step=step)
             comm = b.add_node(f"{kind} {label}.{seq}", Kind.COMM, device=channel, order=max(float(g.order[a]) for a in nodes.values()),
-                              step=step, nbytes=int(full))
+                              step=step, nbytes=int(full), comm_kind=CommKind.from_label(kind))
             b.add_edge(sync, comm)
             seq += 1
             for r, at in nodes.items():
@@ -532,7 +532,7 @@ def _clip_all_reduce(b: GraphBuilder, g: Graph, remap: np.ndarray, lanes: dict[i
     shift: dict[tuple[int, bool], int] = defaultdict(int)
     sync = b.add_node(f"sync.all_reduce clip_grad_norm_.{seq}", Kind.SYNC, step=step)
     comm = b.add_node(f"all_reduce clip_grad_norm_.{seq}", Kind.COMM, device=channel, order=max(float(g.order[v]) for v in ups.values()),
-                      step=step, nbytes=CLIP_NORM_BYTES)
+                      step=step, nbytes=CLIP_NORM_BYTES, comm_kind=CommKind.ALL_REDUCE)
     b.add_edge(sync, comm)
     for r, at in ups.items():
         if dtensor_us > 0:
@@ -711,7 +711,8 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB, costs: FsdpCosts
                 b.add_edge(int(remap[at]), enq)
                 b.add_edge(enq, sync)
                 ready = max(ready, o)
-            comm = b.add_node(f"allreduce bucket {k}.{step}", Kind.COMM, device=channel, order=ready, step=step, bucket=k, nbytes=int(nbytes))
+            comm = b.add_node(f"allreduce bucket {k}.{step}", Kind.COMM, device=channel, order=ready, step=step, bucket=k, nbytes=int(nbytes),
+                              comm_kind=CommKind.ALL_REDUCE)
             b.add_edge(sync, comm)
             for r in ranks:
                 b.add_edge(comm, finals[r])

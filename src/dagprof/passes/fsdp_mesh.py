@@ -67,7 +67,7 @@ from ..graph.build_fsdp import check_post_forward_workers, fsdp_collectives, is_
 from ..graph.dag import DeviceKind, Graph, GraphBuilder
 from ..graph.meta import FsdpRecord
 from ..graph.provenance import provenance
-from ..traces.events import Kind
+from ..traces.events import CommKind, Kind
 from ..traces.parallelism import Dim, GroupLabel
 from ..traces.run_schema import FSDP2_API
 from .comm import current_topology, retime_collectives
@@ -135,7 +135,7 @@ def set_mesh(g: Graph, replicate: int, shard: int, costs: FsdpCosts | None = Non
     if replicate == 1 and r0 > 1:  # no replicas: the all-reduces go, program order bridged
         drop = np.zeros(len(src), dtype=bool)
         for v in np.flatnonzero((src.kind == Kind.COMM) & (src.rank < 0)).tolist():
-            if src.node_name(v).startswith("all_reduce "):
+            if src.comm_kind[v] == CommKind.ALL_REDUCE:
                 drop[_collective_nodes(src, v)] = True
         src = _without(src, drop, src.nbytes, {})
     waits = _Waits.of(g)  # a 1xS profile on a 2-D mesh has its all-reduces already (module docstring)
@@ -346,7 +346,8 @@ def _regroup(g: Graph, replicate: int, shard: int, add_all_reduce: bool,
             dev = b.device(f"group {','.join(map(str, grp))}", DeviceKind.COMM)
             wait = join_gap if waits is None or join_gap <= 0 else max(join_gap + waits.more(at[0], ranks, at[2]), 0.0)
             s = b.add_node(f"sync.{label}.{seq}", Kind.SYNC, gap=wait, step=step)
-            c = b.add_node(f"{label}.{seq}", Kind.COMM, device=dev, gap=gap, step=step, nbytes=nbytes)
+            c = b.add_node(f"{label}.{seq}", Kind.COMM, device=dev, gap=gap, step=step, nbytes=nbytes,
+                           comm_kind=CommKind.from_label(label.split(" ", 1)[0]))
             exit_lag.extend([0.0, lag])
             seq += 1
             b.add_edges([ends[r][0] for r in ranks], [s] * len(ranks))

@@ -39,11 +39,11 @@ import msgspec
 import numpy as np
 
 from ..costmodel.collectives import allreduce_us
-from ..costmodel.topology import CollectiveSpec, allreduce_equivalent_factor, kind_of_collective
+from ..costmodel.topology import CollectiveSpec, allreduce_equivalent_factor
 from ..errors import DagprofError
 from ..graph.dag import DeviceKind, Graph, GraphBuilder
 from ..graph.replay_result import ReplayResult
-from ..traces.events import Kind
+from ..traces.events import CommKind, Kind
 from ..traces.horovod import GROUP, LANE, REQUEST, tensor_collective
 from .comm import current_scheme, current_topology
 from .link_fit import find_collectives, fit_topology, graph_world_size
@@ -170,7 +170,7 @@ def _layout(g: Graph) -> _Layout:
 
 def _equivalent_bytes(tensors: list[str], sizes: dict[str, int]) -> float:
     """The bytes of the ring all-reduce that costs what this response costs (an all-gather: half its gathered bytes)."""
-    return sum(sizes.get(t, 0) for t in tensors) * allreduce_equivalent_factor(kind_of_collective(tensor_collective(tensors[0])))
+    return sum(sizes.get(t, 0) for t in tensors) * allreduce_equivalent_factor(CommKind.of(tensor_collective(tensors[0])))
 
 
 def _measured(g: Graph) -> np.ndarray:
@@ -192,7 +192,7 @@ def _transfer_price(g: Graph, lay: _Layout, topo, spec: CollectiveSpec):
     m = _measured(g)
     if len(m) < 2:
         return lambda nbytes: allreduce_us(nbytes, topo, spec)
-    factor = {(int(g.step[c.comm]), int(g.bucket[c.comm])): allreduce_equivalent_factor(kind_of_collective(g.node_name(c.comm)))
+    factor = {(int(g.step[c.comm]), int(g.bucket[c.comm])): allreduce_equivalent_factor(CommKind(int(g.comm_kind[c.comm])))
               for c in find_collectives(g) if g.device[c.comm] == lay.channel}
     a, b = _line(m[:, 2] * np.array([factor.get((int(s), int(k)), 1.0) for s, k in m[:, :2]]), m[:, 3])
     n0 = int(g.meta.horovod.world_size or graph_world_size(g))
@@ -347,7 +347,7 @@ def _rebuild(g: Graph, lay: _Layout, plan: list[_Cycle], costs: _Costs, price) -
             sync = b.add_node(f"sync.horovod {op}", Kind.SYNC, order=t + d_in, step=s, bucket=pos)
             label = resp[0].partition(".")[2] + (f" +{len(resp) - 1}" if fused else "")
             comm = b.add_node(f"horovod {op} {label}", Kind.COMM, device=lay.channel, dur=d_ar, order=t + d_in, step=s,
-                              bucket=pos, nbytes=nb)
+                              bucket=pos, nbytes=nb, comm_kind=CommKind.of(op))
             b.add_edge(sync, comm)
             for r in lay.ranks:
                 prep = b.add_node(f"rank{r}.horovod {'memcpy' if fused else 'copy'} in", Kind.MEMCPY, rank=r, device=lay.lanes[r],

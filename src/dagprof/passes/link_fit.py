@@ -13,12 +13,12 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..costmodel.alphabeta import AlphaBeta, fit_alpha_beta
-from ..costmodel.topology import Topology, kind_of_collective
+from ..costmodel.topology import Topology, priced_kind
 from ..errors import DagprofError
 from ..graph.build_fsdp import allreduce_equivalent_bytes, is_fsdp_graph
 from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
-from ..traces.events import Kind
+from ..traces.events import CommKind, Kind
 from ..traces.horovod import tensor_collective
 from ..traces.parallelism import Dim
 
@@ -285,7 +285,7 @@ def _kind_sample(g: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarr
     comm = np.array([c.comm for c in find_collectives(g) if mask[c.comm] and g.dur[c.comm] > 0 and g.nbytes[c.comm] > 0], np.int64)
     if not len(comm):
         return None
-    kinds = np.array([kind_of_collective(g.node_name(int(v))) for v in comm])
+    kinds = np.array([priced_kind(CommKind(k)).label for k in g.comm_kind[comm].tolist()])
     if len(np.unique(kinds)) < 2:
         return None
     n = max(priced_world_size(g), 2)

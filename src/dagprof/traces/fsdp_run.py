@@ -25,7 +25,7 @@ import msgspec
 import numpy as np
 
 from ..errors import DagprofError
-from .events import EventRows, EventTable, Kind, RankTrace
+from .events import CommKind, CommRole, EventRows, EventTable, Kind, RankTrace
 from .meta import Collectives, OptimizerOps
 from .run_comm import device_ops, exchange_starts
 from .run_schema import FULL_TENSOR, JOB_CALL, JOB_PHASES, Col, FsdpCollective, FsdpInfo, Rec
@@ -66,9 +66,11 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, world: int, records:
             if g < len(gloo) and gloo[g][1] <= b1:
                 lane, s0, x0, s1 = gloo[g]
                 g += 1
-        transfers.append(_Transfer(k, -1, name, x0, s1, lane, c.nbytes))
+        kind, role = CommKind.from_label(PRICED_AS.get(c.kind, c.kind)), CommRole.JOB if c.phase in JOB_PHASES else CommRole.PLAIN
+        transfers.append(_Transfer(k, -1, name, x0, s1, lane, c.nbytes, comm_kind=kind, role=role))
         # at least 1 ns: a span that ends where the previous one was cut would be dropped as already covered
-        host.append(_Span(Kind.COMM_ENQUEUE, f"fsdp {name}", b0, max(b0 + 1, min(s0, b1)), layer=-1, seq=k, nbytes=c.nbytes))
+        host.append(_Span(Kind.COMM_ENQUEUE, f"fsdp {name}", b0, max(b0 + 1, min(s0, b1)), layer=-1, seq=k, nbytes=c.nbytes,
+                          comm_kind=kind, role=role))
     if gloo is not None and (outside := outside + [x[1] for x in gloo[g:]]):
         # no rank in the text: every rank of the job runs the same ones, and equal texts are shown once (``warnings_of``)
         warnings.append(_outside_text(outside, records, steps))
@@ -121,10 +123,10 @@ def _say_job_steps(info: FsdpInfo, calls: list[tuple[int, int, int]], steps: lis
 
 
 def collective_name(info: FsdpInfo, c: FsdpCollective) -> str:
-    """Its node's name: ``"<kind> <unit>[ (prefetched by <unit>)]"`` (``graph.build_fsdp.fsdp_collectives`` reads it back),
-    or for the job's own ``full_tensor`` gather ``"full_tensor all_gather"`` and its own calls ``"job <kind>[ (<call>)]"``
-    (``PRICED_AS``: ``"job all_gather (gather)"``), whose first word is no FSDP kind: the FSDP passes (reshard, units, mesh)
-    leave them as they are, and the link model prices each as the kind it names first (``kind_of_collective``)."""
+    """Its node's name: ``"<kind> <unit>[ (prefetched by <unit>)]"`` (``graph.build_fsdp.fsdp_collectives`` reads the
+    unit back), or for the job's own ``full_tensor`` gather ``"full_tensor all_gather"`` and its own calls
+    ``"job <kind>[ (<call>)]"`` (``PRICED_AS``: ``"job all_gather (gather)"``), each ``CommRole.JOB``: the FSDP passes
+    (reshard, units, mesh) leave them as they are, and the link model prices each as the kind it names first."""
     if c.phase == FULL_TENSOR:
         return f"{FULL_TENSOR} {c.kind}"
     if c.phase == JOB_CALL:

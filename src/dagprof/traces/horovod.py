@@ -41,7 +41,7 @@ from ..errors import DagprofError
 from ..fsutil import inside, read_versioned
 from .buckets import Bucket, BucketLayout
 from .dagprof_run import read_run
-from .events import EventRows, EventTable, Kind, Lane, LaneKind, RankTrace, Run
+from .events import CommKind, CommRole, EventRows, EventTable, Kind, Lane, LaneKind, RankTrace, Run
 from .horovod_timeline import Response, Timeline, read_timeline
 from .meta import Collectives, HorovodRecord, RankMeta, RunWarning, tx_bytes_per_step, warnings_of
 
@@ -57,7 +57,8 @@ WAIT_NAME = "horovod synchronize (wait for all-reduces)"
 _DDP_WAIT = "ddp finalize (wait for buckets)"  # what the hook reader calls the same records
 _NOT_DDP = "no DDP gradient buckets"
 # what a DistributedOptimizer sends: dense gradients all-reduced, a sparse one's indices and values all-gathered (the
-# response's bytes are then the gathered result's, which ``kind_of_collective`` prices as half an all-reduce of them)
+# response's bytes are then the gathered result's, which the cost model prices as half an all-reduce of them; every rank
+# gives the rows its step touched, so more ranks gather more: ``CommRole.SPARSE``)
 COLLECTIVES = ("allreduce", "allgather")
 
 
@@ -486,8 +487,10 @@ def _merge(trace: RankTrace, reqs: list[_Request], plan: list[_Planned], shift_n
             negotiate = -1
         prep = c.add(name="horovod memcpy in" if fused else "horovod copy in", kind=int(Kind.MEMCPY), lane=lane, start=t0,
                      dur=max(x0 - at(r.t0), 0.0), step=p.step, nbytes=p.nbytes, bucket=p.position)
+        kind = CommKind.of(r.op)
         comm = c.add(name=f"horovod {r.op} {_short(r.tensors)}", kind=int(Kind.COMM), lane=lane, start=x0, dur=x1 - x0,
-                     step=p.step, nbytes=p.nbytes, group=gid, seq=seq, bucket=p.position)
+                     step=p.step, nbytes=p.nbytes, group=gid, seq=seq, bucket=p.position, comm_kind=int(kind),
+                     role=int(CommRole.SPARSE if kind == CommKind.ALL_GATHER else CommRole.PLAIN))  # ``COLLECTIVES``
         post = c.add(name="horovod memcpy out" if fused else "horovod copy out", kind=int(Kind.MEMCPY), lane=lane, start=x1,
                      dur=max(t1 - x1, 0.0), step=p.step, nbytes=p.nbytes, bucket=p.position)
         lane_free = max(t1, x1)

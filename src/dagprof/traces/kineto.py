@@ -43,7 +43,7 @@ import numpy as np
 
 from ..errors import DagprofError
 from . import kineto_schema as ks
-from .events import EventRows, Kind, Lane, LaneKind, RankTrace
+from .events import CommKind, EventRows, Kind, Lane, LaneKind, RankTrace
 from .kineto_decode import MAX_OP_US, Reopened, TraceStream, open_trace, raw_value
 from .kineto_deps import Deps, dependencies, enclosing_enqueue, main_lane, stream_number
 from .kineto_tables import CONTEXT_KINDS, Columns, Kinds, Nesting
@@ -398,6 +398,7 @@ class _Collectives:
     seq: np.ndarray
     nbytes: np.ndarray
     peer: np.ndarray  # a send's or recv's peer, as its group numbers it (``EventTable.peer``)
+    comm_kind: np.ndarray  # ``EventTable.comm_kind``
     groups: list[str]
     group_ranks: dict[str, list[int]]
     group_desc: dict[str, str]  # process-group descriptions (pg_config, record_param_comms): "mesh_tp", "default_pg"
@@ -419,6 +420,7 @@ def _collectives(cols: Columns, nest: Nesting, deps: Deps, header: _Header) -> _
     seq = np.full(n, -1, dtype=np.int64)
     nbytes = np.zeros(n, dtype=np.int64)
     peer = np.full(n, -1, dtype=np.int32)
+    comm_kind = np.zeros(n, dtype=np.uint8)
     for i in np.flatnonzero(cols.own_kind == Kind.MEMCPY).tolist():
         a = cols.event(i).args
         nbytes[i] = a.nbytes if a is not None and a.nbytes > 0 else 0
@@ -442,7 +444,9 @@ def _collectives(cols: Columns, nest: Nesting, deps: Deps, header: _Header) -> _
             group_ranks[g] = info["ranks"]
         if info.get("desc"):
             group_desc.setdefault(g, info["desc"])
-        coll_out.append(info.get("coll") or _host_coll(enq_coll, cols.info[cols.pair[t]].coll))
+        wire = cols.info[cols.pair[t]].coll
+        coll_out.append(info.get("coll") or _host_coll(enq_coll, wire))
+        comm_kind[t] = CommKind.of(wire or coll_out[-1])  # what crossed the wire: gloo's reduce-scatter an all-reduce (``_host_coll``)
         if coll_out[-1] in ks.P2P_PEERED:
             peer[t] = _peer(info, cols.event(enq) if enq_coll in ks.P2P_PEERED else None, group_ranks.get(g, []))
         dtype_out.append(info.get("dtype", "") or ks.kernel_dtype(cols.event(t).name))
@@ -458,7 +462,8 @@ def _collectives(cols: Columns, nest: Nesting, deps: Deps, header: _Header) -> _
     seq[enq[has]] = seq[transfers[has]]
     nbytes[enq[has]] = nbytes[transfers[has]]
     peer[enq[has]] = peer[transfers[has]]
-    return _Collectives(group, seq, nbytes, peer, list(gids), group_ranks, group_desc,
+    comm_kind[enq[has]] = comm_kind[transfers[has]]
+    return _Collectives(group, seq, nbytes, peer, comm_kind, list(gids), group_ranks, group_desc,
                         Collectives(event=transfers.tolist(), coll=coll_out, dtype=dtype_out), bool(explicit) and all(explicit))
 
 
@@ -524,7 +529,8 @@ def _rank_trace(trace: ks.Head, path: str, given: tuple[int | None, int | None],
         group_ranks["0"] = list(range(world))  # the default group spans the job
     rows = EventRows(cols.names)
     rows.add_block(name=cols.pair_name[cols.pair], kind=deps.kind, lane=cols.lane, start=cols.start, dur=cols.dur, depth=nest.depth,
-                   step=kinds.step, nbytes=colls.nbytes, group=colls.group, seq=colls.seq, peer=colls.peer)
+                   step=kinds.step, nbytes=colls.nbytes, group=colls.group, seq=colls.seq, peer=colls.peer,
+                   comm_kind=colls.comm_kind)
     base = trace.baseTimeNanoseconds or 0
     if base + cols.t0 * 1000.0 > LATEST_START_NS:  # read before as a run 1000x slower, exit 0
         year = 1970 + (base + cols.t0 * 1000.0) / 31_557_600e9

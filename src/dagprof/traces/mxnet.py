@@ -36,7 +36,7 @@ import numpy as np
 from ..errors import DagprofError
 from ..fsutil import inside, read_input, read_versioned
 from .completeness import refuse_copies
-from .events import EventRows, Kind, Lane, LaneKind, RankTrace, Run, nested
+from .events import CommKind, EventRows, Kind, Lane, LaneKind, RankTrace, Run, nested
 from .formats import MXNET_MANIFEST as MANIFEST
 from .meta import PsKey, PsRecord, RankMeta, RunMeta, RunWarning, ServerBusy
 
@@ -119,6 +119,11 @@ def _ops(doc: dict, path: str) -> tuple[list[_Op], list[_Op], dict[int, str]]:
         raise DagprofError(f"{twice} operator spans appear twice (same name, thread, start and end): a file written twice, or "
                            "two profiler dumps merged", path)
     return ops, api, procs
+
+
+def _push_kind(name: str) -> CommKind:
+    """A kvstore op's kind, from its name (``PUSHPULL``)."""
+    return CommKind.PUSH_PULL if name.endswith("PushPull") else CommKind.PUSH if name.endswith("Push") else CommKind.PULL
 
 
 def _kind(name: str) -> Kind:
@@ -315,7 +320,8 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
             if slot == len(kv_free):
                 kv_free.append(0.0)
             kv_free[slot] = o.end
-            ev = rows.add(o.name, Kind.COMM, lane(f"kvstore {slot}", LaneKind.COMM_THREAD), o.start - base_us, o.end - o.start, step=step, group=0)
+            ev = rows.add(o.name, Kind.COMM, lane(f"kvstore {slot}", LaneKind.COMM_THREAD), o.start - base_us, o.end - o.start, step=step, group=0,
+                          comm_kind=int(_push_kind(o.name)))
             pushes.append({"event": ev, "step": step, "start": o.start, "end": o.end})
             continue
         if (o.pid, o.tid) == main_tid:

@@ -95,13 +95,6 @@ def in_op_name(kind: str, ranks: int) -> str:
     return f"{kind} inside the op (group of {ranks})"
 
 
-def collective_kind(name: str) -> str:
-    """The canonical kind of a graph's shared collective node (``gloo:all_gather.3`` -> ``allgather``), "" if none."""
-    base, _, last = name.rpartition(".")
-    m = _COLL_NAME.match((base if last.isdigit() else name).split("(")[0])
-    return canonical_collective(m.group(1)) if m else ""
-
-
 def in_op_of(name: str) -> tuple[str, int] | None:
     """(canonical kind, group size) of a piece ``in_op_name`` named, else None."""
     m = _IN_OP.search(name)

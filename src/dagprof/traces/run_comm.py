@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from .events import CommRole, Dep, Kind, Lane, LaneKind, RankTrace
+from .events import CommKind, CommRole, Dep, Kind, Lane, LaneKind, RankTrace
 from .meta import UnseenCollective
 from .run_schema import OWN_KINDS, Col, Rec
 from .run_spans import _Comm, _DeviceOp, _InOp, _Span, _Transfer
@@ -20,9 +20,14 @@ from .run_spans import _Comm, _DeviceOp, _InOp, _Span, _Transfer
 
 def bucket_name(bucket: int, role: CommRole) -> str:
     """A DDP bucket's collective: a sparse gradient's is gloo's all-gather of every rank's indices and values (its bytes
-    the gathered ones, which ``costmodel.topology.kind_of_collective`` prices as an all-gather by this name). The name is
-    for people and the cost model's kind; what the bucket is, later stages read from its role."""
+    the gathered ones, priced as an all-gather: ``bucket_kind``). The name is for people; what the bucket is, later
+    stages read from its role and kind."""
     return f"allgather sparse bucket {bucket}" if role == CommRole.SPARSE else f"allreduce bucket {bucket}"
+
+
+def bucket_kind(role: CommRole) -> CommKind:
+    """A DDP bucket's collective: a sparse gradient's all-gathers every rank's rows, a dense one's all-reduces."""
+    return CommKind.ALL_GATHER if role == CommRole.SPARSE else CommKind.ALL_REDUCE
 
 
 def bucket_roles(records: np.ndarray) -> dict[int, CommRole]:
@@ -44,7 +49,7 @@ def hook_comm(records: np.ndarray) -> _Comm:
             bucket, t0, nbytes = issued[seq]
             role = roles.get(seq, CommRole.PLAIN)
             transfers.append(_Transfer(seq, bucket, bucket_name(bucket, role), t0, int(r[Col.T_NS]), f"comm thread {int(r[Col.X])}", nbytes,
-                                       role=role))
+                                       role=role, comm_kind=bucket_kind(role)))
     return _Comm("comm hook (issue to completion, includes queueing)", sorted(transfers, key=lambda t: t.seq), {}, [])
 
 
@@ -87,12 +92,13 @@ def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: l
         seq_of[seq] = int(ev.seq[i])
         lane = kt.lanes[ev.lane[i]]
         transfers.append(_Transfer(int(ev.seq[i]), bucket, bucket_name(bucket, role), at(begin[i]),
-                                   at(ev.start[i] + ev.dur[i]), lane.name, nbytes, _comm_lane_kind(lane), role=role))
+                                   at(ev.start[i] + ev.dur[i]), lane.name, nbytes, _comm_lane_kind(lane), role=role,
+                                   comm_kind=bucket_kind(role)))
     for i in idx:
         if i not in used:
             name, lane = colls.get(i) or ev.name_of(i), kt.lanes[ev.lane[i]]
             transfers.append(_Transfer(int(ev.seq[i]), -1, name, at(begin[i]), at(ev.start[i] + ev.dur[i]),
-                                       lane.name, int(ev.nbytes[i]), _comm_lane_kind(lane)))
+                                       lane.name, int(ev.nbytes[i]), _comm_lane_kind(lane), comm_kind=CommKind(int(ev.comm_kind[i]))))
     main = [j for j, lane in enumerate(kt.lanes) if lane.main]
     host = []
     kind_of = {int(ev.seq[i]): colls.get(i, "") or ev.name_of(i) for i in idx}  # a host enqueue's kind: its transfer's
@@ -101,7 +107,8 @@ def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: l
         hooked = set(seq_of.values())
         for j in np.flatnonzero(mask).tolist():
             if int(ev.seq[j]) not in hooked and lo <= at(ev.start[j]) <= hi:
-                host.append(_Span(Kind.COMM_ENQUEUE, ev.name_of(j), at(ev.start[j]), at(ev.start[j] + ev.dur[j]), seq=int(ev.seq[j])))
+                host.append(_Span(Kind.COMM_ENQUEUE, ev.name_of(j), at(ev.start[j]), at(ev.start[j] + ev.dur[j]), seq=int(ev.seq[j]),
+                                  comm_kind=CommKind(int(ev.comm_kind[j]))))
         host = [h for h in host if not _waited_later(records, kind_of.get(h.seq, ""), h.start)]
     kept = {h.seq for h in host}
     own_bytes = outside_sizes(records, lo, hi, [(kind_of.get(h.seq, ""), h.start, h.seq) for h in host])

@@ -16,9 +16,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from .events import CommRole, Kind
+from .events import CommKind, CommRole, Kind
 from .parallelism import in_op_name
-from .run_comm import bucket_name, bucket_roles
+from .run_comm import bucket_kind, bucket_name, bucket_roles
 from .run_schema import Col, Rec
 from .run_spans import _Comm, _InOp, _Span
 from .zero_run import overlap_spans
@@ -42,7 +42,7 @@ def partition_step(rows: np.ndarray, begin: int, end: int, layers: list[str], co
         if s in enq:
             role = roles.get(s, CommRole.PLAIN)
             priority.append(_Span(Kind.COMM_ENQUEUE, bucket_name(int(a[i]), role), enq[s], int(t[i]), bucket=int(a[i]),
-                                  seq=comm.seq_of.get(s, s), nbytes=int(x[i]), role=role))
+                                  seq=comm.seq_of.get(s, s), nbytes=int(x[i]), role=role, comm_kind=bucket_kind(role)))
     priority += overlap_spans(code, a, b, t, x)  # ZeRO's step inside DDP's comm hook (none in other jobs)
     for kb, ke, kind, name in ((Rec.UPDATE_BEGIN, Rec.UPDATE_END, Kind.UPDATE, "optimizer.step"),
                                (Rec.WAIT_BEGIN, Rec.WAIT_END, Kind.COMM_WAIT, "ddp finalize (wait for buckets)"),
@@ -68,7 +68,7 @@ def cut_in_op(spans: list[_Span], in_op: list[_InOp]) -> list[_Span]:
         s = out[j]
         at = max(x.start, s.start)
         pieces = [_Span(s.kind, s.name, s.start, at, s.layer, nbytes=s.nbytes),
-                  _Span(Kind.COMM, in_op_name(x.kind, x.ranks), at, x.end, s.layer, nbytes=x.nbytes),
+                  _Span(Kind.COMM, in_op_name(x.kind, x.ranks), at, x.end, s.layer, nbytes=x.nbytes, comm_kind=CommKind.of(x.kind)),
                   _Span(s.kind, s.name, x.end, s.end, s.layer, nbytes=0 if at > s.start else s.nbytes)]
         out[j:j + 1] = [p for p in pieces if p.end > p.start]
     return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .events import CommRole, Dep, Kind, LaneKind
+from .events import CommKind, CommRole, Dep, Kind, LaneKind
 from .meta import OptimizerOps, UnseenCollective
 
 
@@ -21,6 +21,7 @@ class _Span:
     nbytes: int = 0
     root: int = -1  # a broadcast's issue: its root (``_Transfer.root``)
     role: CommRole = CommRole.PLAIN  # a collective's issue: its transfer's role
+    comm_kind: CommKind = CommKind.UNKNOWN  # a collective's issue or in-op piece: its kind
 
 
 @dataclass
@@ -79,3 +80,4 @@ class _Transfer:
     lane_kind: LaneKind = LaneKind.COMM_THREAD  # GPU_STREAM for NCCL kernels
     root: int = -1  # a broadcast's root as its group numbers it where the record names it (ZeRO's owner), else -1
     role: CommRole = CommRole.PLAIN
+    comm_kind: CommKind = CommKind.UNKNOWN

@@ -41,7 +41,7 @@ import numpy as np
 from ..errors import DagprofError
 from ..fsutil import read_input
 from . import formats
-from .events import EventRows, Kind, Lane, LaneKind, RankTrace, intern, nested
+from .events import CommKind, CommRole, EventRows, Kind, Lane, LaneKind, RankTrace, intern, nested
 from .meta import Collectives, RankMeta, RunWarning
 from .tf_xplane_names import OPTIMIZER, TF_COLLECTIVES, classify, collective_kind, layer_names, program_collectives
 from .xplane_decode import MISSING, XPlane, XSpace, decode_xspace
@@ -250,7 +250,7 @@ class _Reader:
         step = self._step_of(start)
         # per distinct op (metadata): name, kind, layer, collective
         uniq, inv = np.unique(ln.metadata_id[rows], return_inverse=True)
-        name_u, kind_u, layer_u, coll_u = [], [], [], []
+        name_u, kind_u, layer_u, coll_u, role_u = [], [], [], [], []
         for mid in uniq.tolist():
             full, op_type = p.event_names.get(mid, ""), p.event_display.get(mid, "")
             node = full[: -len(op_type) - 1] if op_type and full.endswith(":" + op_type) else full
@@ -263,6 +263,9 @@ class _Reader:
             kind_u.append(int(kind))
             layer_u.append(self.layer_index.setdefault(layer, len(self.layer_index)) if layer else -1)
             coll_u.append(coll)
+            # MultiWorkerMirroredStrategy all-gathers a sparse gradient's (IndexedSlices') values and indices, each rank the
+            # rows its step touched: more ranks gather more (``CommRole.SPARSE``, as DDP's sparse buckets); XLA's gather shards
+            role_u.append(int(CommRole.SPARSE if op_type and coll == "allgather" else CommRole.PLAIN))
         name, kind, layer = np.array(name_u)[inv], np.array(kind_u)[inv], np.array(layer_u)[inv]
         for j in np.flatnonzero(issue).tolist():
             name[j], kind[j], layer[j] = self.tab.intern(f"issue {self.issues[(k, int(rows[j]))]}"), int(Kind.COMM_ENQUEUE), -1
@@ -282,7 +285,8 @@ class _Reader:
             if len(marks):
                 end[comm] = np.where((m < len(marks)) & (marks[mm] < end[comm]), marks[mm], end[comm])
         out = self.tab.add_block(name=name, kind=kind, lane=np.full(len(rows), self.lane_of[k]), start=start, dur=end - start,
-                                 depth=depth, step=step, layer=layer, group=group, seq=seq)
+                                 depth=depth, step=step, layer=layer, group=group, seq=seq,
+                                 comm_kind=np.array([CommKind.of(c) for c in coll_u], dtype=np.uint8)[inv], role=np.array(role_u)[inv])
         run = self.space.int_stat(p, ln, rows, "run_id")
         self.run_rows.append((run[run != MISSING], out[run != MISSING], waiting[run != MISSING]))
         program = self.space.int_stat(p, ln, rows[comm], "program_id") if len(comm) and self.programs else np.full(len(comm), MISSING)

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..units import MB
-from .events import CommRole, Kind
+from .events import CommKind, CommRole, Kind
 from .run_comm import hook_comm
 from .run_schema import Col, Rec, ZeroInfo
 from .run_spans import _Comm, _Span, _Transfer
@@ -55,7 +55,7 @@ def label_zero(comm: _Comm, zero: ZeroInfo, records: np.ndarray, rank: int, kine
     at = {tr.seq: k for k, tr in enumerate(comm.transfers)}
     unmatched, labelled = 0, set()
     for u0, u1 in spans:
-        issued = {h.seq: h.end for h in comm.host if u0 <= h.start <= u1 and "broadcast" in h.name and h.seq in at}
+        issued = {h.seq: h.end for h in comm.host if u0 <= h.start <= u1 and h.comm_kind == CommKind.BROADCAST and h.seq in at}
         if len(issued) != per_step:
             unmatched += 1
             continue
@@ -63,7 +63,7 @@ def label_zero(comm: _Comm, zero: ZeroInfo, records: np.ndarray, rank: int, kine
             k = at[seq]
             start = min(comm.transfers[k].start, issued[seq])
             comm.transfers[k] = replace(comm.transfers[k], name=zero_name(owner), nbytes=int(nbytes), start=start, root=owner,
-                                        role=CommRole.ZERO_PARAMS)
+                                        role=CommRole.ZERO_PARAMS, comm_kind=CommKind.BROADCAST)
             labelled.add(seq)
     comm.host = [replace(h, role=CommRole.ZERO_PARAMS) if h.seq in labelled else h for h in comm.host]
     if unmatched:
@@ -101,7 +101,7 @@ def overlap_comm(records: np.ndarray, zero: ZeroInfo, steps: list, kineto: bool,
         if seq in issued and seq in owner:
             t0, nbytes = issued[seq]
             comm.transfers.append(_Transfer(seq, -1, zero_name(owner[seq]), t0, int(r[Col.T_NS]), f"comm thread {int(r[Col.X])}", nbytes,
-                                            root=owner[seq], role=CommRole.ZERO_PARAMS))
+                                            root=owner[seq], role=CommRole.ZERO_PARAMS, comm_kind=CommKind.BROADCAST))
     comm.transfers.sort(key=lambda tr: tr.seq)
     return comm
 
@@ -118,7 +118,7 @@ def overlap_spans(code: np.ndarray, a: np.ndarray, b: np.ndarray, t: np.ndarray,
         seq = int(b[i])
         if seq in begun:
             spans.append(_Span(Kind.COMM_ENQUEUE, zero_name(owner[seq]), begun[seq], int(t[i]), seq=seq, nbytes=int(x[i]), root=owner[seq],
-                               role=CommRole.ZERO_PARAMS))
+                               role=CommRole.ZERO_PARAMS, comm_kind=CommKind.BROADCAST))
     before = np.sort(t[np.isin(code, (Rec.ENQ_END, Rec.ZERO_BCAST_END, Rec.ZERO_STEP_END))])
     for s0, s1, bucket in zip(t[code == Rec.ZERO_STEP_BEGIN], t[code == Rec.ZERO_STEP_END], a[code == Rec.ZERO_STEP_BEGIN]):
         k = int(np.searchsorted(before, s0, side="right")) - 1

@@ -28,6 +28,7 @@ from ...costmodel.alphabeta import AlphaBeta, fit_alpha_beta
 from ...costmodel.fsdp_costs import FsdpCosts, StepFit
 from ...costmodel.topology import allreduce_equivalent_factor, fit_sweep
 from ...errors import DagprofError
+from ...traces.events import CommKind
 from .overlap import OVERLAP_BYTES, Overlap, measure_overlap
 
 DEFAULT_SIZES = tuple(2**k for k in range(12, 25, 2))  # 4 KiB .. 16 MiB
@@ -113,7 +114,7 @@ def fit(points: list[tuple[int, float]], world: int, kind: str = "all_reduce", b
     kind's: the link on which an all-reduce of its all-reduce-equivalent bytes costs what it measured (``Topology.kinds``),
     fitted to every size alike (relative residuals): FSDP units range from KBs to tens of MBs, and a new tensor's
     first-touch cost makes the largest sizes superlinear, which a slope over them alone would spread to every size."""
-    m = np.array([p[0] for p in points], dtype=float) * allreduce_equivalent_factor(kind, backend)
+    m = np.array([p[0] for p in points], dtype=float) * allreduce_equivalent_factor(CommKind.from_label(kind), backend)
     t = np.array([p[1] for p in points], dtype=float)
     return fit_sweep(m, t, world) if kind == "all_reduce" else fit_alpha_beta(m, t, world, relative=True)
 
