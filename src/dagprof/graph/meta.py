@@ -117,6 +117,9 @@ class PsLinkFit:
     server_us_per_byte: float
     target_exchange_us: float
     workers_per_server: float = 0.0  # the profile's workers over its servers: the pushes one server's port carries (0: not recorded)
+    # (step, worker, key, us): each row_sparse pull's time beyond the wire's at the fitted link, as measured (ps-lite copies
+    # the rows out and in on threads mx.profiler does not trace, which wait for busy cores); () where no key is row_sparse
+    row_pull_extra_us: tuple[tuple[int, int, int, float], ...] = ()
 
 
 @dataclass(slots=True)

@@ -43,7 +43,7 @@ from ..costmodel.collectives import allreduce_us
 from ..costmodel.topology import CollectiveSpec, Scheme, Topology, kind_of_collective, per_rank_equivalent_bytes
 from ..errors import DagprofError
 from ..graph.build_fsdp import allreduce_equivalent_bytes, is_fsdp_graph
-from ..graph.build_ps import DONE, ISSUE, is_ps_graph, rebuild_ps
+from ..graph.build_ps import DONE, ISSUE, PULL_ISSUE, PULLED, is_ps_graph, rebuild_ps
 from ..graph.collectives import add_allreduce
 from ..graph.dag import Device, DeviceKind, Graph, GraphBuilder
 from ..graph.meta import PsLinkFit
@@ -436,7 +436,30 @@ def fit_ps_link(g: Graph, replayer: Callable[[Graph], ReplayResult], iterations:
     for _ in range(iterations if hi > lo else 0):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if mean_exchange(mid) < target else (lo, mid)
-    out = at(hi)
+    fitted = replace(link, beta_us_per_byte=hi)
+    extra = _fit_row_pull_extra(g, fitted, replayer)
+    out = rebuild_ps(g, servers, fitted, extra)
     out.meta.ps_link_fit = PsLinkFit(float(1e6 / hi) if hi > 0 else float(np.inf), link.alpha_us, link.gamma_us_per_byte, target,
-                                     g.meta.ps.num_workers / servers)
+                                     g.meta.ps.num_workers / servers, tuple((*key, us) for key, us in sorted(extra.items())))
     return out
+
+
+def _fit_row_pull_extra(g: Graph, link, replayer: Callable[[Graph], ReplayResult], rounds: int = 3) -> dict[tuple[int, int, int], float]:
+    """(step, worker, key) -> each row_sparse pull's time beyond the wire's at ``link`` (``add_ps_pull``'s ``serve_us``), so
+    that the replayed pull (call -> rows in) lasts as long as the measured one, as op times are kept per step: ps-lite
+    copies the rows out and in on threads mx.profiler does not trace, which wait for busy cores (mx_fasttext_sparse.py on
+    2 cores under load 8: 150-300 KB pulls took 1.7-10.3 ms against about 1 ms of wire), so the time varies from pull to
+    pull with the load, not with the bytes; one mean per byte made pulls the model slowed delay the forward pass, and the
+    profiled run replayed +2.9 % off. A few rounds: a pull's rows share the ports with other messages."""
+    measured = {(s, w, k): us for s, w, k, us in g.meta.ps.row_pull_us}
+    extra = dict.fromkeys(measured, 0.0)
+    for _ in range(rounds if measured else 0):
+        h = rebuild_ps(g, g.meta.scheme.servers, link, extra)
+        res = replayer(h)
+        names = np.asarray(h.names)[h.name]
+        issued = {(int(h.step[v]), int(h.rank[v]), int(h.bucket[v])): float(res.end[v]) for v in np.flatnonzero(names == PULL_ISSUE)}
+        for v in np.flatnonzero(names == PULLED):
+            key = (int(h.step[v]), int(h.rank[v]), int(h.bucket[v]))
+            if key in issued and key in measured:
+                extra[key] = max(extra[key] + measured[key] - (float(res.start[v]) - issued[key]), 0.0)
+    return extra
