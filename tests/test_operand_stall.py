@@ -8,8 +8,17 @@ import shutil
 import pytest
 
 from dagprof.analysis.interval import PredictionInterval
-from dagprof.analysis.operand_stall import (EVEN_ODDS, TICK_US, held_us, stall_bound_us, stall_halfwidth_us, stall_note, stall_outweighs, stall_risk,
-                                            thread_share)
+from dagprof.analysis.operand_stall import (
+    EVEN_ODDS,
+    TICK_US,
+    held_us,
+    stall_bound_us,
+    stall_halfwidth_us,
+    stall_note,
+    stall_outweighs,
+    stall_risk,
+    thread_share,
+)
 from dagprof.errors import DagprofError
 from dagprof.pipeline import open_run
 from dagprof.search.scenario import Scenario
