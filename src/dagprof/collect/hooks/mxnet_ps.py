@@ -18,8 +18,8 @@ hold dagprof's dependencies. Two halves:
 
   After ``warmup`` steps it turns mx.profiler on in every worker and (worker 0 sends the commands)
   every server, for one start-up step and ``profile_steps`` steps, then off; the steps after are
-  timed without the profiler. On exit it writes ``worker<R>.meta.json`` (steps, keys, layers) into
-  the run folder, which the launcher turns into the manifest.
+  timed without the profiler. On exit it writes ``worker<R>.meta.json`` (steps, keys, layers, a row_sparse key's
+  rows per step) into the run folder, which the launcher turns into the manifest.
 - ``launch_command(out, command, ...)`` (``python -m dagprof.collect.hooks.mxnet_ps run --out DIR -- CMD``)
   starts the scheduler and servers (this file's ``role`` program) and the workers (the user's
   command) with the ``DMLC_*`` variables, each wrapped in ``timeout`` (a worker whose scheduler died
