@@ -32,6 +32,8 @@ carries which key, so single messages cannot be timed).
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import msgspec
 import numpy as np
 
@@ -286,12 +288,20 @@ def exchange_nodes(g: Graph) -> np.ndarray:
     return ps_dev[g.device] | ((g.kind == Kind.COMM) & (g.device < 0))
 
 
-def rebuild_ps(g: Graph, servers: int, link: AlphaBeta, row_pull_extra_us: dict | None = None) -> Graph:
+def rebuild_ps(g: Graph, servers: int, link: AlphaBeta, row_pull_extra_us: dict | None = None, row_pull_beta_ratio: float | None = None) -> Graph:
     """The graph with every key's push/sum/pull placed on ``servers`` servers and priced by ``link``; each row_sparse pull
-    takes ``row_pull_extra_us[(step, worker, key)]`` beyond the wire, by default the fitted ones (``PsLinkFit``)."""
+    takes ``row_pull_extra_us[(step, worker, key)]`` beyond its wire, by default the fitted ones (``PsLinkFit``). The pulls'
+    wire is ``row_pull_beta_ratio`` of the fitted link's time per byte: at a link that much slower per byte than the fitted
+    one, every byte takes the difference longer; at a faster one, the ratio of the link's."""
     ps = g.meta.ps
+    fit = g.meta.ps_link_fit
     if row_pull_extra_us is None:
-        row_pull_extra_us = {(s, w, k): us for s, w, k, us in g.meta.ps_link_fit.row_pull_extra_us} if g.meta.ps_link_fit else {}
+        row_pull_extra_us = {(s, w, k): us for s, w, k, us in fit.row_pull_extra_us} if fit else {}
+    if row_pull_beta_ratio is None:
+        row_pull_beta_ratio = fit.row_pull_beta_ratio if fit else 1.0
+    fitted = 1e6 / fit.bandwidth_bytes_per_s if fit and fit.bandwidth_bytes_per_s > 0 else link.beta_us_per_byte
+    beta = link.beta_us_per_byte
+    pull_link = replace(link, beta_us_per_byte=max(beta - fitted * (1.0 - row_pull_beta_ratio), beta * row_pull_beta_ratio))
     extra = _row_pull_extra(row_pull_extra_us, int(ps.num_workers if ps.num_workers else g.meta.world_size))
     keep = ~exchange_nodes(g)
     b, remap = GraphBuilder.from_graph(g, keep)
@@ -323,7 +333,7 @@ def rebuild_ps(g: Graph, servers: int, link: AlphaBeta, row_pull_extra_us: dict 
                 b.add_edges(ends, [done[(step, w)] for w in range(n)])
                 if k.row_bytes and (step, key, 0) in pull:  # the forward's pull of the same rows (the batch's), from the same server
                     share = part / sum(b for _, b in pslite_bytes(ps, k, step, servers))  # a pull cut over servers: each part its share
-                    got = add_ps_pull(b, [[pull[(step, key, w)]] for w in range(n)], server, part * PS_INDEX_BYTES / k.row_bytes, part, link,
+                    got = add_ps_pull(b, [[pull[(step, key, w)]] for w in range(n)], server, part * PS_INDEX_BYTES / k.row_bytes, part, pull_link,
                                       [share * extra(step, w, key) for w in range(n)], tag=f"{tag} pull", order=issue_order[(step, -1 - key)],
                                       step=step, bucket=key)
                     b.add_edges(got, [pulled[(step, key, w)] for w in range(n)])
