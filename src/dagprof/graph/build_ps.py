@@ -40,7 +40,8 @@ import numpy as np
 from ..costmodel.alphabeta import AlphaBeta
 from ..costmodel.topology import CollectiveSpec, Scheme, Topology
 from ..errors import DagprofError
-from ..traces.events import Kind, LaneKind, Run
+from ..traces.events import Kind, LaneKind, RankTrace, Run
+from ..traces.meta import PsKey
 from ..traces.mxnet import PS_INDEX_BYTES, PULL_CALL, ROW_SPARSE_PULL, pslite_bytes
 from .build import common_steps, host_cpus, loop_steps, measured_iter_us
 from .collectives import add_ps_part, add_ps_pull, ps_devices
@@ -189,7 +190,8 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
     return rebuild_ps(g, servers, link)
 
 
-def _row_pulls(t, keys, calls: np.ndarray, pulls: np.ndarray, step: int, main_chain: list, node_of: dict, mend: list) -> list:
+def _row_pulls(t: RankTrace, keys: list[PsKey], calls: np.ndarray, pulls: np.ndarray, step: int, main_chain: list, node_of: dict,
+               mend: list) -> list[tuple]:
     """(step, worker, key, issued at, rows in at, ready node, the key's forward op) of each row_sparse key's pull in a step.
 
     Gluon pulls a SparseEmbedding's rows (``row_sparse_pull``) as its forward begins, in model order: the step's i-th pull
