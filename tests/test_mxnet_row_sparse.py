@@ -135,3 +135,22 @@ def test_row_sparse_exchanges_in_a_run_that_names_no_row_sparse_key_are_refused_
     edit_json(run / "worker0.json.gz", sparse)
     text = load_refused(str(run), "1 row_sparse pushes and pulls", "names no row_sparse key", "profile the job again")
     assert "worker0.json" in text
+
+
+@pytest.mark.mxnet
+def test_rerecord_the_row_sparse_script_from_scratch(tmp_path):
+    """The fixture's script profiled now (needs ``DAGPROF_MXNET_PYTHON``): rows recorded for both tables, the run replayed."""
+    import os
+    import pathlib
+
+    from dagprof.cli.main import main
+
+    python = os.environ.get("DAGPROF_MXNET_PYTHON")
+    if not python:
+        pytest.skip("set DAGPROF_MXNET_PYTHON to a Python with mxnet 1.9 (and numpy<1.24) to profile an MXNet job")
+    out = str(tmp_path / "run")
+    script = str(pathlib.Path(__file__).parents[1] / "bench" / "frameworks" / "mx_fasttext_sparse.py")
+    assert main(["profile", "--mxnet-ps", "servers=1,workers=2", "-o", out, "--steps", "4:7", "--", python, script, "--steps", "10"]) == 0
+    p = open_run(out)
+    assert {k for _, _, k, _ in p.graph.meta.ps.rows} == {WORDS, BIGRAMS}
+    assert abs(p.analysis.error_pct) < 5.0  # a fresh run on a busy machine; the vendored one is held to 2 %
