@@ -318,11 +318,24 @@ def launch_command(out: str, command: list[str], *, python: str | None = None, s
             if failed:
                 raise RuntimeError(f"MXNet server {s} raised {failed} and went on without it (MXNet ignores it); see server{s}.log in {out}")
     finally:
-        for _, p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        _stop(p for _, p in procs)
     return write_manifest(out, servers, workers, {"command": list(command), **(extra or {})})
+
+
+def _stop(procs) -> None:
+    """End the processes still running. Each is a ``timeout`` wrapper: SIGTERM first, which it passes on to the command it
+    runs; a SIGKILL alone ends the wrapper and leaves its command running (the workers of a job whose server MXNet aborted
+    stayed behind, waiting for their scheduler, an hour on)."""
+    live = [p for p in procs if p.poll() is None]
+    for p in live:
+        p.terminate()
+    deadline = time.monotonic() + 5.0
+    for p in live:
+        try:
+            p.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def _wait_all(procs: list[tuple[str, subprocess.Popen]], deadline: float, out: str) -> None:
