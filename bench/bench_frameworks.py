@@ -81,6 +81,8 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "jax_fsdp_conv": ("jax", "DAGPROF_JAX_PYTHON", {}),
     "tf_mobilenet_accum": ("tensorflow", "DAGPROF_TF_PYTHON", {}),
     "mx_sparse_mf": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
+    "mx_fasttext_sparse": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
+    "jax_two_tower": ("jax", "DAGPROF_JAX_PYTHON", {}),
     "hvd_kws_amp": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
 }
 # A testbed round's reference jobs (``testbed``): the profiled configuration again, just before and just after the measured job

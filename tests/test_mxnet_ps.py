@@ -520,10 +520,25 @@ def test_a_process_mxnet_aborts_fails_the_job_naming_it_not_the_scheduler_s_time
     from dagprof.collect.jobs.netns import free_ports
 
     script = str(pathlib.Path(__file__).parents[1] / "bench" / "frameworks" / "mx_textcnn_sched.py")
+    out = str(tmp_path / "run")
     with pytest.raises(RuntimeError) as err:
-        launch_command(str(tmp_path / "run"), [_mxnet_python(), script, "--sparse-grad"], port=free_ports(1)[0], timeout_s=600)
+        launch_command(out, [_mxnet_python(), script, "--sparse-grad"], port=free_ports(1)[0], timeout_s=600)
     said = str(err.value)
     assert "scheduler" not in said and "timeout" not in said and "killed by SIGABRT" in said, said
+    # and none of the job's processes is left behind (a SIGKILL to their timeout wrappers left the workers running)
+    mine = f"DAGPROF_MXNET_OUT={os.path.abspath(out)}".encode()
+    left = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            with open(f"/proc/{pid}/stat") as f:
+                zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            continue
+        if mine in env and not zombie:
+            left.append(pid)
+    assert not left, f"processes of the failed job still running: {left}"
 
 
 def _with_front_end(tmp_path, per_step_ms: dict[int, float]) -> str:

@@ -8,7 +8,17 @@ import shutil
 import pytest
 
 from dagprof.analysis.interval import PredictionInterval
-from dagprof.analysis.operand_stall import EVEN_ODDS, TICK_US, held_us, stall_bound_us, stall_halfwidth_us, stall_note, stall_outweighs, stall_risk
+from dagprof.analysis.operand_stall import (
+    EVEN_ODDS,
+    TICK_US,
+    held_us,
+    stall_bound_us,
+    stall_halfwidth_us,
+    stall_note,
+    stall_outweighs,
+    stall_risk,
+    thread_share,
+)
 from dagprof.errors import DagprofError
 from dagprof.pipeline import open_run
 from dagprof.search.scenario import Scenario
@@ -148,3 +158,29 @@ def test_steps_whose_collectives_ran_past_the_bound_are_counted_in_the_note():
     assert "in 1 of 8 profiled steps the collectives ran beyond the wire by more than that (the most 51 ms)" in stall_note(g)
     assert "profiled steps" not in stall_note(g.replace(meta=g.meta.replace(host_tick_us={"vm": 10000.0})))  # 0-120 ms
     assert "profiled steps" not in stall_note(open_run(str(DATA / "tf-jax" / "pmap-host")).graph)  # no wire: nothing tells
+
+
+def test_the_collectives_time_splits_by_whether_the_job_s_host_threads_ran_beside_it():
+    """What the xplane recorded on the host's threads while each collective ran: XLA's kernels and Python's ops of either
+    rank (the job's own threads holding the cores) or nothing (gloo's poller, the runtime, other processes)."""
+    import numpy as np
+
+    g = open_run(str(DATA / "tf-jax" / "pmap-host")).graph
+    share = thread_share(g)
+    work = np.flatnonzero((g.rank >= 0) & np.isin(g.kind, [int(Kind.KERNEL), int(Kind.OTHER)]) & (g.dur > 0))
+    own, total = [], []
+    for step in g.meta.steps:  # sampled every 5 us: the time each step's collectives ran beside recorded work
+        comm = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0) & (g.dur > 0) & (g.step == step))
+        grid = np.arange(g.order[comm].min(), (g.order[comm] + g.dur[comm]).max(), 5.0)
+        busy = np.zeros(len(grid), bool)
+        for v in work:
+            busy |= (grid >= g.order[v]) & (grid < g.order[v] + g.dur[v])
+        own.append(sum(5.0 * (busy & (grid >= g.order[v]) & (grid < g.order[v] + g.dur[v])).sum() for v in comm))
+        total.append(g.dur[comm].sum())
+    assert share.own_us == pytest.approx(np.median(own), rel=0.05, abs=50.0) and share.collective_us == pytest.approx(np.median(total))
+    assert 0 < share.own_us < share.collective_us and share.wire_us is None
+    note = stall_note(g)
+    assert "the job's own host threads ran recorded work" in note and "(the wire's share in it not known)" in note
+    wired = g.replace(meta=g.meta.replace(wire_bytes_per_s=1e9))
+    assert thread_share(wired).wire_us > 0 and "beyond the wire's" in stall_note(wired)
+    assert thread_share(g.replace(meta=g.meta.replace(host_cpus={"a": (1, 2), "b": (1, 2)}))) is None  # whose threads meet whose: not known

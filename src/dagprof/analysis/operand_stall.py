@@ -39,6 +39,7 @@ import numpy as np
 
 from ..graph.dag import Graph
 from ..passes.link_fit import priced_comm, priced_world_size
+from ..traces.events import Kind
 
 # The scheduler tick assumed where the profiled host did not say its own (CONFIG_HZ=250: the testbed's kernel, where the
 # stalls came to it, and the common distribution default)
@@ -75,6 +76,59 @@ def stall_risk(g: Graph) -> StallRisk | None:
     if not hosts:
         return None
     return StallRisk(n, max(ticks.get(h, TICK_US) for h in hosts), all(h in ticks for h in hosts), hosts)
+
+
+# what a rank's host thread does while it waits (its Python thread in ``block_until_ready``, markers) rather than work
+# that holds a core
+_WAITING = tuple(int(k) for k in (Kind.COMM, Kind.COMM_WAIT, Kind.COMM_ENQUEUE, Kind.STEP, Kind.SYNC))
+
+
+@dataclass(frozen=True)
+class ThreadShare:
+    """How a step's collectives' time splits by what the xplane recorded on the job's host threads meanwhile (medians
+    over the profiled steps, us): ``own_us`` while some thread of the job's ranks on the host ran recorded work (XLA's
+    kernels on its Eigen and client threads, the Python thread's ops: the job's own threads held cores the posting
+    thread may have waited for), ``runtime_us`` while none did (gloo's polling device thread, the runtime's untraced
+    threads, the scheduler, other processes). ``wire_us``: the wire's share where the rate is known (``runtime_us`` is
+    then what lies beyond it), else None."""
+
+    collective_us: float
+    own_us: float
+    runtime_us: float
+    wire_us: float | None
+
+
+def thread_share(g: Graph) -> ThreadShare | None:
+    """The split of ``ThreadShare`` for a graph whose ranks share one host (several hosts: whose threads contend with
+    whose is not in the graph, None); None where there are no timed collectives."""
+    comm = priced_comm(g) & (g.dur > 0) & (g.step >= 0)
+    if not comm.any() or len(g.meta.host_cpus) > 1:
+        return None
+    work = np.flatnonzero((g.rank >= 0) & ~np.isin(g.kind, _WAITING) & (g.dur > 0))
+    start, end = _union(g.order[work], g.order[work] + g.dur[work])
+    lo, hi = g.order[comm], g.order[comm] + g.dur[comm]
+    covered = np.array([np.clip(np.minimum(end, b) - np.maximum(start, a), 0.0, None).sum() for a, b in zip(lo, hi)])
+    steps, inverse = np.unique(g.step[comm], return_inverse=True)
+    total = np.bincount(inverse, weights=g.dur[comm], minlength=len(steps))
+    own = np.bincount(inverse, weights=covered, minlength=len(steps))
+    wire = g.meta.wire_bytes_per_s
+    if wire:
+        n = priced_world_size(g)
+        on_wire = np.bincount(inverse, weights=2 * (n - 1) / n * g.nbytes[comm] / wire * 1e6, minlength=len(steps))
+        runtime = np.maximum(total - own - on_wire, 0.0)
+    else:
+        on_wire, runtime = None, total - own
+    return ThreadShare(float(np.median(total)), float(np.median(own)), float(np.median(runtime)),
+                       None if on_wire is None else float(np.median(on_wire)))
+
+
+def _union(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Intervals merged where they overlap, sorted."""
+    order = np.argsort(start)
+    start, end = start[order], np.maximum.accumulate(end[order])
+    new = np.concatenate([[True], start[1:] > end[:-1]]) if len(start) else np.zeros(0, dtype=bool)
+    heads = np.flatnonzero(new)
+    return start[heads], np.maximum.reduceat(end, heads) if len(heads) else end[:0]
 
 
 def stall_bound_us(g: Graph) -> float:
@@ -135,6 +189,13 @@ def stall_note(g: Graph) -> str | None:
     past = (f"; but in {len(over)} of {len(beyond)} profiled steps the collectives ran beyond the wire by more than that (the "
             f"most {over.max() / 1e3:.0f} ms): more than a tick an array, as where other processes keep the cores busy, beyond "
             "what that bound covers") if len(over) else ""
+    share = thread_share(g)
+    split = "" if share is None else (
+        f"; of the collectives' {share.collective_us / 1e3:.1f} ms a step (medians over the window), the job's own host threads "
+        f"ran recorded work (XLA's threads, Python's) beside them for {share.own_us / 1e3:.1f} ms, none of them for "
+        + (f"{share.runtime_us / 1e3:.1f} ms beyond the wire's {share.wire_us / 1e3:.1f} ms" if share.wire_us is not None
+           else f"{share.runtime_us / 1e3:.1f} ms (the wire's share in it not known)")
+        + " (gloo's polling thread, the runtime's untraced threads, other processes)")
     return (f"JAX on gloo: {risk.operands:.0f} arrays a step, one gloo call each; each can stall 0 or about one scheduler tick "
             f"({tick}) on contended cores ({cores}), 0-{risk.bound_us / 1e3:.0f} ms a step, at random "
-            f"(a race between the processes): not predictable from this profile, the interval of a link what-if holds it{past}")
+            f"(a race between the processes): not predictable from this profile, the interval of a link what-if holds it{past}{split}")

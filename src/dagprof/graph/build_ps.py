@@ -12,7 +12,14 @@ on the main one, as in ``graph.build``. Per worker and step, the push/pull excha
     done(worker, step) -> the first op that started after both the first push and the last backward
                           op (the pulled weights' copies, then the next step)
 
-for every part of every key, keys placed on servers as ps-lite does (``traces.mxnet.pslite_placement``).
+for every part of every key, keys placed on servers as ps-lite does (``traces.mxnet.pslite_bytes``).
+A row_sparse key (a ``SparseEmbedding``) pushes only its gradient's rows and is answered by an acknowledgement
+(``add_ps_part(pull=False)``); its rows come back in the next forward, per worker and step:
+
+    op before the pull call -> row pull issue -> request, rows (``add_ps_pull``) -> rows in -> the table's forward op
+
+priced at the step's rows (``PsRecord.rows``) x (row width x dtype + an 8-byte key), a big table cut over the servers
+by row-id range as ps-lite cuts it.
 The server's sum waits for every worker's push, so a late worker delays everyone's pull, and the
 workers' and servers' ports and the server CPUs are capacity-1 devices, so keys queue behind each
 other there (a message crosses both ends' ports, in pipelined chunks). The
@@ -25,20 +32,25 @@ carries which key, so single messages cannot be timed).
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import msgspec
 import numpy as np
 
 from ..costmodel.alphabeta import AlphaBeta
 from ..costmodel.topology import CollectiveSpec, Scheme, Topology
 from ..errors import DagprofError
-from ..traces.events import Kind, LaneKind, Run
-from ..traces.mxnet import pslite_placement
+from ..traces.events import Kind, LaneKind, RankTrace, Run
+from ..traces.meta import PsKey
+from ..traces.mxnet import PS_INDEX_BYTES, PULL_CALL, ROW_SPARSE_PULL, pslite_bytes
 from .build import common_steps, host_cpus, loop_steps, measured_iter_us
-from .collectives import add_ps_part, ps_devices
+from .collectives import add_ps_part, add_ps_pull, ps_devices
 from .dag import DeviceKind, Graph, GraphBuilder
 
 ISSUE = "ps issue"
 DONE = "ps done"
+PULL_ISSUE = "ps row pull issue"  # a forward's row_sparse_pull of a key, per worker and step
+PULLED = "ps rows in"  # its rows arrived: the key's forward op waits for it
 
 
 def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None = None) -> Graph:
@@ -58,6 +70,7 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
         return v
 
     exchanges = []  # (step, worker, ready node, head node, issue offsets, first push, last pull)
+    row_pulls_in: list[tuple] = []  # (step, worker, key, issued at, rows in at, ready node, the key's forward op)
     edges: list[tuple[int, int]] = []
     first_marks = {}
     for t in run.ranks:
@@ -103,9 +116,14 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
             edges += list(zip(chain[:-1], chain[1:]))
             if lane_id == main:
                 b.meta.main_device[r] = dev
-        comm = in_steps & (ev.kind == Kind.COMM)
-        calls = in_steps & (ev.kind == Kind.COMM_ENQUEUE)
+        row_pulls = ev.name == ev.names.index(ROW_SPARSE_PULL) if ROW_SPARSE_PULL in ev.names else np.zeros(len(ev), dtype=bool)
+        comm = in_steps & (ev.kind == Kind.COMM) & ~row_pulls
+        pull_calls = ev.name == ev.names.index(PULL_CALL) if PULL_CALL in ev.names else np.zeros(len(ev), dtype=bool)
+        calls = in_steps & (ev.kind == Kind.COMM_ENQUEUE) & ~pull_calls
         for step in chosen:
+            at_step = in_steps & (ev.step == step)
+            row_pulls_in += _row_pulls(t, ps.keys, np.flatnonzero(at_step & pull_calls), np.flatnonzero(at_step & row_pulls), step, main_chain,
+                                       node_of, mend)
             mine = np.flatnonzero(comm & (ev.step == step))
             if not len(mine):
                 raise DagprofError(f"worker {r} step {step} has no push/pull", t.source)
@@ -151,6 +169,12 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
             edges += [(ready, v)] + ([(grad, v)] if grad is not None else [])
         done = node(DONE, Kind.SYNC, last, last, rank=r, step=step)
         edges += [(done, h) for h in set(head)]
+    row_pull_us = [(step, r, key, arrived - at) for step, r, key, at, arrived, _, _ in row_pulls_in]
+    for step, r, key, at, arrived, ready, consumer in row_pulls_in:
+        # the call comes this long after what it waits for ran (the Python thread's own time: the node's, on no device)
+        v = node(PULL_ISSUE, Kind.COMM_ENQUEUE, min(mend[ready], at), at, rank=r, step=step, bucket=key)
+        got = node(PULLED, Kind.SYNC, arrived, arrived, rank=r, step=step, bucket=key)
+        edges += [(ready, v), (got, consumer)]
     b.add_edges([u for u, _ in edges], [v for _, v in edges])
     g = b.build()
     gap = _gaps(g, np.asarray(mstart), np.asarray(mend), first_marks)
@@ -160,10 +184,43 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
     g.meta = g.meta.replace(
         world_size=n, ranks=[t.rank for t in run.ranks], steps=chosen, backend="ps-lite", framework=ps.framework, source=run.source,
         measured_iter_us={t.rank: measured_iter_us(t, chosen) for t in run.ranks},
-        ps=msgspec.structs.replace(ps, exchange_us=spans),
+        ps=msgspec.structs.replace(ps, exchange_us=spans, row_pull_us=row_pull_us),
         scheme=CollectiveSpec(Scheme.PS, servers), topology=Topology.flat(n, link), buckets=(), host_cpus=host_cpus(run), loop_steps=loop_steps(run),
     )
     return rebuild_ps(g, servers, link)
+
+
+def _row_pulls(t: RankTrace, keys: list[PsKey], calls: np.ndarray, pulls: np.ndarray, step: int, main_chain: list, node_of: dict,
+               mend: list) -> list[tuple]:
+    """(step, worker, key, issued at, rows in at, ready node, the key's forward op) of each row_sparse key's pull in a step.
+
+    Gluon pulls a SparseEmbedding's rows (``row_sparse_pull``) as its forward begins, in model order: the step's i-th pull
+    call is the i-th row_sparse key in layer order, and the first forward op of that key's layer waits for the rows; what
+    ran on the main engine thread before the call does not. mx.profiler names no key, and the pulls in flight together
+    may end (and start) in either order: a key's pull is the earliest-started one left that ended before its forward op
+    began (the one that ended first where none did)."""
+    sparse = sorted((k for k in keys if k.row_bytes), key=lambda k: t.layers.index(k.layer) if k.layer in t.layers else len(t.layers))
+    if not sparse:
+        return []
+    ev, base = t.events, t.base_ns / 1e3
+    if not len(calls) == len(pulls) == len(sparse):
+        raise DagprofError(f"worker {t.rank} step {step}: {len(calls)} row_sparse pull calls and {len(pulls)} pulls for {len(sparse)} row_sparse keys "
+                           "(a forward that pulls a table twice, or not at all, is not modelled)", t.source)
+    forward = np.flatnonzero((ev.step == step) & (ev.kind == Kind.FORWARD) & (ev.layer >= 0))
+    left = sorted((int(i) for i in pulls), key=lambda i: ev.start[i])
+    end = {i: float(ev.start[i] + ev.dur[i]) for i in left}
+    out = []
+    for k, call in zip(sparse, sorted(calls, key=lambda i: ev.start[i])):
+        at = base + float(ev.start[call])
+        mine = [int(i) for i in forward if t.layers[int(ev.layer[i])] == k.layer and int(i) in node_of]
+        consumer = min(mine, key=lambda i: ev.start[i], default=None)
+        ready = max((v for s, e, v in main_chain if e <= at + 1.0), key=lambda v: mend[v], default=None)
+        if consumer is None or ready is None:
+            raise DagprofError(f"worker {t.rank} step {step}: no forward op of {k.layer} (row_sparse key {k.key}) after its pull", t.source)
+        pull = next((i for i in left if end[i] <= ev.start[consumer] + 1.0), min(left, key=end.get))
+        left.remove(pull)
+        out.append((step, t.rank, k.key, at, base + end[pull], ready, node_of[consumer]))
+    return out
 
 
 def _segment_of_keys(keys, grads: dict, layers: list[str], segments: list[int], push_starts: np.ndarray, mend: list[float]) -> dict:
@@ -212,10 +269,12 @@ def initial_link(run: Run) -> AlphaBeta:
     ps = run.meta.ps
     durs = np.concatenate([t.events.dur[t.events.kind == Kind.COMM] for t in run.ranks])
     alpha = float(durs.min()) / 2 if len(durs) else 0.0
-    total = sum(k.nbytes for k in ps.keys) * run.world_size * 2 / max(ps.num_servers, 1)
+    step = ps.rows[0][0] if ps.rows else -1
+    per_worker = sum(b for k in ps.keys for _, b in pslite_bytes(ps, k, step, 1))  # a step's pushes (and as much pulled)
+    total = per_worker * run.world_size * 2 / max(ps.num_servers, 1)
     beta = max(float(np.median(durs)) - 2 * alpha, 1.0) / max(total, 1.0) if len(durs) else 1e-3
     busy = ps.server_busy
-    handled = sum(k.nbytes for k in ps.keys) * run.world_size * len({s.step for s in busy})
+    handled = per_worker * run.world_size * len({s.step for s in busy})
     gamma = sum(s.busy_us for s in busy) / handled if busy and handled else 0.0
     return AlphaBeta(alpha, beta, gamma)
 
@@ -231,33 +290,72 @@ def exchange_nodes(g: Graph) -> np.ndarray:
     return ps_dev[g.device] | ((g.kind == Kind.COMM) & (g.device < 0))
 
 
-def rebuild_ps(g: Graph, servers: int, link: AlphaBeta) -> Graph:
-    """The graph with every key's push/sum/pull placed on ``servers`` servers and priced by ``link``."""
+def rebuild_ps(g: Graph, servers: int, link: AlphaBeta, row_pull_extra_us: dict | None = None, row_pull_beta_ratio: float | None = None) -> Graph:
+    """The graph with every key's push/sum/pull placed on ``servers`` servers and priced by ``link``; each row_sparse pull
+    takes ``row_pull_extra_us[(step, worker, key)]`` beyond its wire, by default the fitted ones (``PsLinkFit``). The pulls'
+    wire is ``row_pull_beta_ratio`` of the fitted link's time per byte: at a link that much slower per byte than the fitted
+    one, every byte takes the difference longer; at a faster one, the ratio of the link's."""
     ps = g.meta.ps
+    fit = g.meta.ps_link_fit
+    if row_pull_extra_us is None:
+        row_pull_extra_us = {(s, w, k): us for s, w, k, us in fit.row_pull_extra_us} if fit else {}
+    if row_pull_beta_ratio is None:
+        row_pull_beta_ratio = fit.row_pull_beta_ratio if fit else 1.0
+    fitted = 1e6 / fit.bandwidth_bytes_per_s if fit and fit.bandwidth_bytes_per_s > 0 else link.beta_us_per_byte
+    beta = link.beta_us_per_byte
+    pull_link = replace(link, beta_us_per_byte=max(beta - fitted * (1.0 - row_pull_beta_ratio), beta * row_pull_beta_ratio))
+    extra = _row_pull_extra(row_pull_extra_us, int(ps.num_workers if ps.num_workers else g.meta.world_size))
     keep = ~exchange_nodes(g)
     b, remap = GraphBuilder.from_graph(g, keep)
     issue, issue_order, done = {}, {}, {}
+    pull, pulled = {}, {}
     for v in np.flatnonzero(keep):
         name = g.node_name(v)
+        at = (int(g.step[v]), int(g.bucket[v]), int(g.rank[v]))
         if name == ISSUE:
-            issue[(int(g.step[v]), int(g.bucket[v]), int(g.rank[v]))] = int(remap[v])
-            issue_order[(int(g.step[v]), int(g.bucket[v]))] = min(issue_order.get((int(g.step[v]), int(g.bucket[v])), np.inf), float(g.order[v]))
+            issue[at] = int(remap[v])
+            issue_order[at[:2]] = min(issue_order.get(at[:2], np.inf), float(g.order[v]))
         elif name == DONE:
             done[(int(g.step[v]), int(g.rank[v]))] = int(remap[v])
+        elif name == PULL_ISSUE:
+            pull[at] = int(remap[v])
+            issue_order[(at[0], -1 - at[1])] = min(issue_order.get((at[0], -1 - at[1]), np.inf), float(g.order[v]))
+        elif name == PULLED:
+            pulled[at] = int(remap[v])
     n = int(g.meta.world_size)
     for step in g.meta.steps:
         for k in ps.keys:
             key = k.key
             ready = [[issue[(step, key, w)]] for w in range(n)]
             order = issue_order[(step, key)]
-            for server, elems in pslite_placement(key, k.elements, servers, ps.bigarray_bound):
-                part = 4.0 * elems
-                pulls = add_ps_part(b, ready, server, part, link, part * n * link.gamma_us_per_byte, tag=f"key{key} s{step}", order=order,
-                                    step=step, bucket=key)
-                b.add_edges(pulls, [done[(step, w)] for w in range(n)])
+            tag = f"key{key} s{step}"
+            for server, part in pslite_bytes(ps, k, step, servers):
+                ends = add_ps_part(b, ready, server, part, link, part * n * link.gamma_us_per_byte, tag=tag, order=order, step=step, bucket=key,
+                                   pull=not k.row_bytes)
+                b.add_edges(ends, [done[(step, w)] for w in range(n)])
+                if k.row_bytes and (step, key, 0) in pull:  # the forward's pull of the same rows (the batch's), from the same server
+                    share = part / sum(b for _, b in pslite_bytes(ps, k, step, servers))  # a pull cut over servers: each part its share
+                    got = add_ps_pull(b, [[pull[(step, key, w)]] for w in range(n)], server, part * PS_INDEX_BYTES / k.row_bytes, part, pull_link,
+                                      [share * extra(step, w, key) for w in range(n)], tag=f"{tag} pull", order=issue_order[(step, -1 - key)],
+                                      step=step, bucket=key)
+                    b.add_edges(got, [pulled[(step, key, w)] for w in range(n)])
     out = b.build()
     out.meta.scheme, out.meta.topology = CollectiveSpec(Scheme.PS, servers), Topology.flat(n, link)
     return out
+
+
+def _row_pull_extra(fitted: dict, profiled: int):
+    """(step, worker, key) -> a pull's time beyond the wire: the fitted one; a worker copied by ``--workers`` has its
+    source's (worker ``w % profiled``: ``passes.workers``); a step the profile lacks, the mean over its steps."""
+    means: dict[tuple[int, int], list[float]] = {}
+    for (_, w, k), us in fitted.items():
+        means.setdefault((w, k), []).append(us)
+
+    def extra(step: int, w: int, key: int) -> float:
+        src = w % profiled if profiled else w
+        got = fitted.get((step, src, key))
+        return got if got is not None else float(np.mean(means.get((src, key), [0.0])))
+    return extra
 
 
 def _is_ps_device(name: str) -> bool:

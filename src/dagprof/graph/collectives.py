@@ -102,7 +102,7 @@ def worker_ports(worker: int) -> tuple[str, str]:
 
 
 def add_ps_part(b: GraphBuilder, ready: Sequence[Sequence[int]], server: int, nbytes: float, link: AlphaBeta, server_us: float, *,
-                tag: str = "ps", order: float = 0.0, step: int = -1, bucket: int = -1) -> list[int]:
+                tag: str = "ps", order: float = 0.0, step: int = -1, bucket: int = -1, pull: bool = True) -> list[int]:
     """One part of a tensor (or one key) through server ``server``; returns each worker's pull node.
 
     The parameter-server model every PS graph shares (BytePS what-ifs and measured MXNet/ps-lite
@@ -115,7 +115,8 @@ def add_ps_part(b: GraphBuilder, ready: Sequence[Sequence[int]], server: int, nb
     together interleave on a port as concurrent TCP streams share it. The latency alpha is paid
     once per message (no device: messages pipeline); the server sums and updates once every push
     is in (``server_us`` on its CPU). ``costmodel.collectives.ps_allreduce_us`` is this sub-graph's
-    closed form.
+    closed form. ``pull=False``: a push answered by a bare acknowledgement once summed (a row_sparse key's, whose rows
+    the next forward pulls: ``add_ps_pull``); each worker's acknowledgement is returned.
     """
     port_in, cpu, port_out = ps_devices(server)
     dev_in, dev_cpu, dev_out = b.device(port_in, DeviceKind.COMM), b.device(cpu, DeviceKind.COMPUTE), b.device(port_out, DeviceKind.COMM)
@@ -133,6 +134,11 @@ def add_ps_part(b: GraphBuilder, ready: Sequence[Sequence[int]], server: int, nb
                    comm_kind=CommKind.PUSH, **kw)
     b.add_edges(pushed, [s] * len(pushed))
     pulls = []
+    if not pull:
+        for w in range(len(ready)):
+            pulls.append(b.add_node(f"{tag} ack latency w{w}", Kind.COMM, rank=w, dur=link.alpha_us, comm_kind=CommKind.PUSH, **kw))
+            b.add_edge(s, pulls[-1])
+        return pulls
     for w in range(len(ready)):
         down = b.device(worker_ports(w)[1], DeviceKind.COMM, rank=w)
         v = _message(b, s, dev_out, down, k, chunk, link, eps, f"{tag} pull ps{server} w{w}", w, CommKind.PULL, **kw)
@@ -140,6 +146,33 @@ def add_ps_part(b: GraphBuilder, ready: Sequence[Sequence[int]], server: int, nb
         b.add_edge(v, lat)
         pulls.append(lat)
     return pulls
+
+
+def add_ps_pull(b: GraphBuilder, ready: Sequence[Sequence[int]], server: int, request: float, nbytes: float, link: AlphaBeta,
+                serve_us: Sequence[float], *, tag: str = "ps", order: float = 0.0, step: int = -1, bucket: int = -1) -> list[int]:
+    """Each worker's pull of rows from server ``server`` (``row_sparse_pull``): its ``request`` (the row ids) through its
+    port out into the server's port in, the rows served (``serve_us``, per worker: ps-lite copies them, untraced; on no
+    device, as a latency: measured pulls of one worker overlapped rather than queued), the rows (``nbytes``) back through
+    the server's port out into the worker's port in, a latency each way, the same ports and chunks as ``add_ps_part``;
+    returns each worker's arrival."""
+    port_in, _, port_out = ps_devices(server)
+    dev_in, dev_out = b.device(port_in, DeviceKind.COMM), b.device(port_out, DeviceKind.COMM)
+    eps = max(_STEP_EPS, 4 * float(np.spacing(order)))
+    kw = dict(order=order, step=step, bucket=bucket)
+    got = []
+    for w, preds in enumerate(ready):
+        up, down = (b.device(p, DeviceKind.COMM, rank=w) for p in worker_ports(w))
+        lat = b.add_node(f"{tag} request latency w{w}", Kind.COMM, rank=w, dur=link.alpha_us, comm_kind=CommKind.PULL, **kw)
+        b.add_edges(list(preds), [lat] * len(preds))
+        asked = _message(b, lat, up, dev_in, 1, request, link, eps, f"{tag} request ps{server} w{w}", w, CommKind.PULL, **kw)
+        served = b.add_node(f"{tag} ps{server} serve w{w}", Kind.COMM, rank=w, dur=serve_us[w], nbytes=int(nbytes),
+                            comm_kind=CommKind.PULL, **kw)
+        b.add_edge(asked, served)
+        k = ps_chunks(nbytes, len(ready))
+        v = _message(b, served, dev_out, down, k, nbytes / k, link, eps, f"{tag} rows ps{server} w{w}", w, CommKind.PULL, **kw)
+        got.append(b.add_node(f"{tag} rows latency w{w}", Kind.COMM, rank=w, dur=link.alpha_us, comm_kind=CommKind.PULL, **kw))
+        b.add_edge(v, got[-1])
+    return got
 
 
 def _message(b: GraphBuilder, pred: int, src: int, dst: int, k: int, chunk: float, link: AlphaBeta, eps: float, name: str, rank: int,

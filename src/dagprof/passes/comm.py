@@ -43,7 +43,7 @@ from ..costmodel.collectives import allreduce_us
 from ..costmodel.topology import CollectiveSpec, Scheme, Topology, per_rank_equivalent_bytes, priced_kind
 from ..errors import DagprofError
 from ..graph.build_fsdp import allreduce_equivalent_bytes, is_fsdp_graph
-from ..graph.build_ps import DONE, ISSUE, is_ps_graph, rebuild_ps
+from ..graph.build_ps import DONE, ISSUE, PULL_ISSUE, PULLED, is_ps_graph, rebuild_ps
 from ..graph.collectives import add_allreduce
 from ..graph.dag import Device, DeviceKind, Graph, GraphBuilder
 from ..graph.meta import PsLinkFit
@@ -437,7 +437,45 @@ def fit_ps_link(g: Graph, replayer: Callable[[Graph], ReplayResult], iterations:
     for _ in range(iterations if hi > lo else 0):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if mean_exchange(mid) < target else (lo, mid)
-    out = at(hi)
+    fitted = replace(link, beta_us_per_byte=hi)
+    ratio, extra = _fit_row_pulls(g, fitted, replayer)
+    out = rebuild_ps(g, servers, fitted, extra, ratio)
     out.meta.ps_link_fit = PsLinkFit(float(1e6 / hi) if hi > 0 else float(np.inf), link.alpha_us, link.gamma_us_per_byte, target,
-                                     g.meta.ps.num_workers / servers)
+                                     g.meta.ps.num_workers / servers, tuple((*key, us) for key, us in sorted(extra.items())), ratio)
     return out
+
+
+def _fit_row_pulls(g: Graph, link, replayer: Callable[[Graph], ReplayResult], rounds: int = 3) -> tuple[float, dict[tuple[int, int, int], float]]:
+    """The row_sparse pulls' wire against ``link`` and each pull's time beyond it, (``PsLinkFit.row_pull_beta_ratio``,
+    (step, worker, key) -> us), so that the replayed pulls (call -> rows in) last as long as the measured ones, as op
+    times are kept per step.
+
+    The wire: the link is fitted to the push exchanges, which wait for the slowest worker and the servers' updates, and
+    came out slower than the pulls' own wire (mx_fasttext_sparse.py on loopback under load 13: 300 kB pulls in 1.7 ms that
+    the fitted link took 4 ms to carry); the fastest pull sets the pulls' time per byte, as the shortest exchange sets the
+    latency (``graph.build_ps.initial_link``). Beyond it, each pull keeps its own: ps-lite copies the rows out and in on
+    threads mx.profiler does not trace, which wait for busy cores (on 2 cores under load 8, 150-300 kB pulls took 1.7-10.3
+    ms), so the time varies from pull to pull with the load, not with the bytes; one mean per byte made pulls the model
+    slowed delay the forward pass, and the profiled run replayed +2.9 % off. A few rounds: a pull's rows share the ports."""
+    measured = {(s, w, k): us for s, w, k, us in g.meta.ps.row_pull_us}
+    if not measured:
+        return 1.0, {}
+
+    def spans(ratio: float, extra: dict) -> dict:
+        h = rebuild_ps(g, g.meta.scheme.servers, link, extra, ratio)
+        res = replayer(h)
+        names = np.asarray(h.names)[h.name]
+        issued = {(int(h.step[v]), int(h.rank[v]), int(h.bucket[v])): float(res.end[v]) for v in np.flatnonzero(names == PULL_ISSUE)}
+        return {key: float(res.start[v]) - issued[key] for v in np.flatnonzero(names == PULLED)
+                if (key := (int(h.step[v]), int(h.rank[v]), int(h.bucket[v]))) in issued}
+
+    extra = dict.fromkeys(measured, 0.0)
+    fixed = 2 * link.alpha_us  # a pull's latencies, request and rows, which no rate changes
+    wire = spans(1.0, extra)
+    ratio = min(1.0, max(0.0, min((measured[k] - fixed) / max(us - fixed, 1e-9) for k, us in wire.items() if k in measured)))
+    for _ in range(rounds):
+        replayed = spans(ratio, extra)
+        for key, us in replayed.items():
+            if key in measured:
+                extra[key] = max(extra[key] + measured[key] - us, 0.0)
+    return ratio, extra

@@ -118,6 +118,10 @@ class PsKey(msgspec.Struct, frozen=True):
     elements: int
     name: str
     layer: str
+    # a row_sparse key (``gluon.contrib.nn.SparseEmbedding``): the bytes of one row on the wire, its values and its 8-byte
+    # ps-lite key; it pushes and pulls only the rows a batch touched (``PsRecord.rows``). 0: a dense key, pushed whole
+    row_bytes: int = 0
+    table_rows: int = 0  # a row_sparse key's rows in all (its first dimension): ps-lite cuts a big one by row-id range
 
 
 class ServerBusy(msgspec.Struct, frozen=True):
@@ -143,9 +147,14 @@ class PsRecord(msgspec.Struct, kw_only=True, frozen=True):
     servers_profiled: list[int] = []
     base_us: float = 0.0
     exchange_us: list[tuple[int, int, float]] = []  # (step, worker, first push issued -> last pull in), graphs only
+    row_pull_us: list[tuple[int, int, int, float]] = []  # (step, worker, key, a row_sparse pull's call -> its rows in), graphs only
     cpu_us: list[tuple[int, int, float]] = []  # (step, worker, its process's CPU time in the step, all threads); [] before it was recorded
     # (step, worker, its Python thread's CPU time in the step): MXNet's front end, which mx.profiler does not trace; [] before it was recorded
     main_cpu_us: list[tuple[int, int, float]] = []
+    # (step, worker, key, rows per row-id range): the rows a row_sparse key pushed (and pulled: the batch's rows), counted in
+    # ``row_ranges`` equal ranges of the table's row ids (``collect.hooks.mxnet_ps.ROW_RANGES``)
+    rows: list[tuple[int, int, int, list[int]]] = []
+    row_ranges: int = 840
 
 
 class StepSched(msgspec.Struct, frozen=True):

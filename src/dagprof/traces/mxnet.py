@@ -16,6 +16,11 @@ What the traces hold and how it is read (MXNet 1.9, CPU, ``MXNET_EXEC_BULK_EXEC_
   the key order (several engine threads pick them up; the file lists them by completion), so the
   reader keeps them as one exchange per worker and step; ``MXKVStorePushPull`` C-API calls (one per
   key, in key order) go on the ``python`` lane;
+- a row_sparse key (``gluon.contrib.nn.SparseEmbedding``): ``KVStoreDistRowSparsePush`` after the backward pass (part of
+  the step's exchange, its ``MXKVStorePush`` call in key order with the others), and ``KVStoreDistRowSparsePull`` as the
+  forward begins (its call ``MXKVStorePullRowSparse``), before that table's ``Embedding`` op; how many rows each carries
+  is the manifest's (``PsRecord.rows``, the collector's count per step), the kvstore's own work beside them on its
+  pinned-memory threads (``KVStoreUnique``...) is inside their time and dropped;
 - servers log ``CopyCPU2CPU`` when a key's first push arrives, ``BinaryOpKernel`` when another is
   summed in, then the optimizer (``*_update``), interleaved over keys: the reader keeps each
   server's busy time per step (``Run.meta.ps.server_busy``), which prices the servers' work.
@@ -42,17 +47,22 @@ from .meta import PsKey, PsRecord, RankMeta, RunMeta, RunWarning, ServerBusy
 
 FORMAT = "dagprof-mxnet-run"
 VERSION = 2  # what each version changed: ``MxManifest``
-PUSHPULL = ("KVStoreDistDefaultStoragePushPull", "KVStoreDistDefaultPush", "KVStoreDistDefaultStoragePull", "KVStoreDistCompressedPush")
-# a row_sparse parameter's exchange (``gluon.contrib.nn.SparseEmbedding``): the rows a batch touched, whose number the trace
-# does not give, pushed and pulled by key (``bench/frameworks/mx_sparse_mf.py``)
-ROW_SPARSE = ("KVStoreDistRowSparsePush", "KVStoreDistRowSparsePull")
+# a row_sparse parameter (``gluon.contrib.nn.SparseEmbedding``) pushes the rows its gradient holds after the backward pass,
+# and each forward pulls the batch's rows first (``row_sparse_pull``): the rows per step and key are the collector's (the
+# trace does not count them)
+ROW_SPARSE_PUSH, ROW_SPARSE_PULL = "KVStoreDistRowSparsePush", "KVStoreDistRowSparsePull"
+PUSHPULL = ("KVStoreDistDefaultStoragePushPull", "KVStoreDistDefaultPush", "KVStoreDistDefaultStoragePull", "KVStoreDistCompressedPush",
+            ROW_SPARSE_PUSH)
+PUSH_CALLS = ("MXKVStorePushPull", "MXKVStorePush")  # the Python thread's push calls, one per key and step, in key order
+PULL_CALL = "MXKVStorePullRowSparse"  # a forward's row_sparse_pull
+PS_INDEX_BYTES = 8  # a row_sparse row travels with its ps-lite key (uint64)
 # a segment of a hybridized block's graph run as one engine op (``static_alloc`` bulks even with
 # MXNET_EXEC_BULK_EXEC_TRAIN=0): no layer, but forward before the step's backward began, backward after (a
 # segment still running while the first gradients are pushed is backward, never work that waits for the pulls)
 BULK = "ImperativeBulk"
 _LAYER_OP = {"Conv2D": "Convolution", "Conv1D": "Convolution", "Conv3D": "Convolution", "Dense": "FullyConnected",
              "BatchNorm": "BatchNorm", "Embedding": "Embedding", "Conv2DTranspose": "Deconvolution", "LayerNorm": "LayerNorm",
-             "InstanceNorm": "InstanceNorm", "GroupNorm": "GroupNorm", "GRU": "RNN", "LSTM": "RNN", "RNN": "RNN"}
+             "InstanceNorm": "InstanceNorm", "GroupNorm": "GroupNorm", "GRU": "RNN", "LSTM": "RNN", "RNN": "RNN", "SparseEmbedding": "Embedding"}
 
 
 def pslite_placement(key: int, elements: int, servers: int, bound: int) -> list[tuple[int, int]]:
@@ -64,6 +74,24 @@ def pslite_placement(key: int, elements: int, servers: int, bound: int) -> list[
     if elements < bound:
         return [((key * 9973) % servers, elements)]
     return [(s, elements * (s + 1) // servers - elements * s // servers) for s in range(servers)]
+
+
+def pslite_bytes(ps: PsRecord, key: PsKey, step: int, servers: int) -> list[tuple[int, float]]:
+    """(server, bytes) that one worker pushes of ``key`` in ``step`` (and pulls back: the same). A dense key goes as
+    ``pslite_placement`` cuts it, 4 bytes an element; a row_sparse key carries the rows the workers' gradients held in the
+    step (their mean), ``row_bytes`` each, and a big one is cut as ps-lite cuts it, by row-id range: server ``s`` of ``S``
+    takes the rows in the ``s``-th ``S``-th of the table, counted from the ranges the collector recorded."""
+    if not key.row_bytes:
+        return [(s, 4.0 * e) for s, e in pslite_placement(key.key, key.elements, servers, ps.bigarray_bound)]
+    mine = [r for st, _, k, r in ps.rows if k == key.key and st == step] or [r for _, _, k, r in ps.rows if k == key.key]
+    if not mine:
+        raise DagprofError(f"row_sparse key {key.key} ({key.name}) has no rows recorded")
+    per_range = np.mean(np.asarray(mine, dtype=float), axis=0) * key.row_bytes
+    if key.elements < ps.bigarray_bound:
+        return [((key.key * 9973) % servers, float(per_range.sum()))]
+    edges = np.concatenate([[0.0], np.cumsum(per_range)])  # bytes below each range's edge; a server's cut taken pro rata in a range
+    cut = np.interp(np.arange(servers + 1) * len(per_range) / servers, np.arange(len(edges)), edges)
+    return list(enumerate(np.diff(cut).tolist()))
 
 
 @dataclass
@@ -100,7 +128,7 @@ def _ops(doc: dict, path: str) -> tuple[list[_Op], list[_Op], dict[int, str]]:
         if not isinstance(e, dict):
             continue
         ph = e.get("ph")
-        if ph in ("B", "E") and e.get("cat") == "operator" or ph in ("b", "e") and e.get("cat") == "MXNET_C_API" and e.get("name") == "MXKVStorePushPull":
+        if ph in ("B", "E") and e.get("cat") == "operator" or ph in ("b", "e") and e.get("cat") == "MXNET_C_API" and e.get("name") in (*PUSH_CALLS, PULL_CALL):
             try:
                 key = (ph in ("B", "E"), e["pid"], e["tid"], e["name"])
                 ts = float(e["ts"])
@@ -127,7 +155,7 @@ def _push_kind(name: str) -> CommKind:
 
 
 def _kind(name: str) -> Kind:
-    if name in PUSHPULL:
+    if name in PUSHPULL or name == ROW_SPARSE_PULL:
         return Kind.COMM
     if name.startswith("_backward_"):
         return Kind.BACKWARD
@@ -149,6 +177,8 @@ class MxKey(msgspec.Struct):
     name: str = ""
     shape: list[int] = []
     layer: str = ""  # the layer whose backward op produces the gradient (``MxLayer.name``)
+    stype: str = "default"  # the weight's storage: ``row_sparse`` for a SparseEmbedding's, pulled by rows
+    grad_stype: str = "default"  # the gradient's: ``row_sparse`` pushes only its rows (``MxManifest.rows``)
 
 
 class MxLayer(msgspec.Struct):
@@ -192,6 +222,9 @@ class MxManifest(msgspec.Struct):
     cpus: dict[str, int] = {}  # worker rank -> cores it could run on
     cpu_s: dict[str, list[float]] = {}  # worker rank -> its process's CPU seconds per step (all threads), as ``steps``
     main_cpu_s: dict[str, list[float]] = {}  # worker rank -> its Python thread's CPU seconds per step (MXNet's front end, untraced), as ``steps``
+    # worker rank -> row_sparse key -> per step (as ``steps``), the rows its gradient held in each of ``row_ranges`` ranges of row ids
+    rows: dict[str, dict[str, list[list[int]]]] = {}
+    row_ranges: int = 840
 
 
 class _Manifest:
@@ -210,6 +243,7 @@ class _Manifest:
         self.cpus = {int(r): c for r, c in m.cpus.items()}
         self.cpu_s = {int(r): v for r, v in m.cpu_s.items()}
         self.main_cpu_s = {int(r): v for r, v in m.main_cpu_s.items()}
+        self.rows, self.row_ranges = m.rows, m.row_ranges
         self.profiled = list(range(*m.profiled_steps))
         try:
             self.worker_files = {int(r): inside(folder, f, path) for r, f in m.files.workers.items()}
@@ -245,14 +279,32 @@ def read_mxnet_run(folder: str) -> Run:
     busy = _server_busy(man, per_worker)
     ps = PsRecord(
         framework="mxnet", num_servers=man.servers, num_workers=man.workers, bigarray_bound=man.bound, placement="ps-lite",
-        keys=[PsKey(k, v.nbytes, v.elements, v.name, v.layer) for k, v in sorted(man.keys.items())],
+        keys=[_ps_key(man, k) for k in sorted(man.keys.values(), key=lambda k: k.key)],
         server_busy=busy, servers_profiled=sorted(man.server_files), base_us=base_ns / 1e3,
-        cpu_us=_profiled_us(man, man.cpu_s), main_cpu_us=_profiled_us(man, man.main_cpu_s),
+        cpu_us=_profiled_us(man, man.cpu_s), main_cpu_us=_profiled_us(man, man.main_cpu_s), rows=_profiled_rows(man), row_ranges=man.row_ranges,
     )
     meta = RunMeta(ps=ps, framework="mxnet")
     if sorted(man.server_files) != list(range(man.servers)):
         meta.warnings.append(RunWarning(f"server traces present for {sorted(man.server_files)} of {man.servers} servers"))
     return Run(ranks, source=folder, meta=meta)
+
+
+def _ps_key(man: _Manifest, k: MxKey) -> PsKey:
+    if k.grad_stype != "row_sparse":
+        return PsKey(k.key, k.nbytes, k.elements, k.name, k.layer)
+    if k.stype != "row_sparse":  # Trainer pushes the rows and pulls the whole table; MXNet 1.9.1's servers abort on the push
+        raise DagprofError(f"key {k.key} ({k.name}) has a row_sparse gradient on a dense table (Embedding(sparse_grad=True)), whose "
+                           "exchange is not modelled; use gluon.contrib.nn.SparseEmbedding (row_sparse table and gradient)", man.path)
+    if not k.shape or not all(str(k.key) in per for per in man.rows.values()) or len(man.rows) < man.workers:
+        raise DagprofError(f"row_sparse key {k.key} ({k.name}) has no rows per step recorded: profile the job again with this "
+                           "dagprof's collector", man.path)
+    return PsKey(k.key, k.nbytes, k.elements, k.name, k.layer, row_bytes=k.nbytes // k.shape[0] + PS_INDEX_BYTES, table_rows=k.shape[0])
+
+
+def _profiled_rows(man: _Manifest) -> list[tuple[int, int, int, list[int]]]:
+    """(step, worker, key, rows per row-id range) for the profiled steps."""
+    return [(k, int(w), int(key), r) for w, per in sorted(man.rows.items()) for key, steps in sorted(per.items())
+            for (k, _, _), r in zip(man.steps.get(int(w), []), steps) if k in man.profiled]
 
 
 def _profiled_us(man: _Manifest, per_step_s: dict[int, list[float]]) -> list[tuple[int, int, float]]:
@@ -263,11 +315,10 @@ def _profiled_us(man: _Manifest, per_step_s: dict[int, list[float]]) -> list[tup
 def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
     path = man.worker_files[w]
     ops, api, procs = _ops(_load(path), path)
-    sparse = sum(o.name in ROW_SPARSE for o in ops)
-    if sparse:  # once an internal error: their pinned-memory thread was not one of the lanes
-        raise DagprofError(f"{sparse} row_sparse pushes and pulls ({'/'.join(ROW_SPARSE)}: a SparseEmbedding's or another row_sparse "
-                           "parameter's rows) are not modelled: how many rows each carries is not in the trace; profile with "
-                           "the table dense (gluon.nn.Embedding)", path)
+    sparse = sum(o.name in (ROW_SPARSE_PUSH, ROW_SPARSE_PULL) for o in ops)
+    if sparse and not any(k.grad_stype == "row_sparse" for k in man.keys.values()):  # how many rows each carries is the collector's
+        raise DagprofError(f"{sparse} row_sparse pushes and pulls ({ROW_SPARSE_PUSH}/{ROW_SPARSE_PULL}), but {MANIFEST} names no "
+                           "row_sparse key nor the rows each step carried: profile the job again with this dagprof's collector", path)
     steps = [s for s in man.steps.get(w, []) if s[0] in man.profiled]
     if not steps:
         raise DagprofError(f"worker {w} has no step times for the profiled steps {man.profiled}", man.path)
@@ -296,7 +347,10 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
 
     rows = EventRows()
 
-    compute_tids = sorted({(o.pid, o.tid) for o in ops if o.name not in PUSHPULL and not procs.get(o.pid, "").startswith("cpu pinned")})
+    # the kvstore's own work on its pinned-memory threads besides the exchanges (a row_sparse pull's row ids made unique and
+    # copied, ``KVStoreUnique``, ``CopyCPU2CPU``, their buffers freed): within the pull's time, no op of the model's
+    ops = [o for o in ops if _kind(o.name) == Kind.COMM or not procs.get(o.pid, "").startswith("cpu pinned")]
+    compute_tids = sorted({(o.pid, o.tid) for o in ops if _kind(o.name) != Kind.COMM})
     main_tid = max(compute_tids, key=lambda pt: sum(1 for o in ops if (o.pid, o.tid) == pt)) if compute_tids else None
     for step, a, b in steps:  # STEP markers on the main engine thread, like Kineto's ProfilerStep#N
         rows.add(f"step#{step}", Kind.STEP, lane("engine cpu/0", LaneKind.CPU_THREAD, main=True), a / 1e3 - base_us, b / 1e3 - a / 1e3,
@@ -314,15 +368,17 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
         step = step_of(o.start)
         if step < 0:
             continue
-        if o.name in PUSHPULL:
-            backward_began.add(step)
+        if _kind(o.name) == Kind.COMM:
+            if o.name != ROW_SPARSE_PULL:  # a forward's row pull comes before the backward pass
+                backward_began.add(step)
             slot = next((i for i, t in enumerate(kv_free) if t <= o.start), len(kv_free))
             if slot == len(kv_free):
                 kv_free.append(0.0)
             kv_free[slot] = o.end
             ev = rows.add(o.name, Kind.COMM, lane(f"kvstore {slot}", LaneKind.COMM_THREAD), o.start - base_us, o.end - o.start, step=step, group=0,
                           comm_kind=int(_push_kind(o.name)))
-            pushes.append({"event": ev, "step": step, "start": o.start, "end": o.end})
+            if o.name != ROW_SPARSE_PULL:  # a forward's row pull: no push, nothing the servers sum
+                pushes.append({"event": ev, "step": step, "start": o.start, "end": o.end})
             continue
         if (o.pid, o.tid) == main_tid:
             ln = lane("engine cpu/0", LaneKind.CPU_THREAD, main=True)
@@ -343,11 +399,11 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
                 layer = cands[q]
         engine.append(rows.add(o.name, kind, ln, o.start - base_us, o.end - o.start, step=step, layer=layer))
     calls = dict.fromkeys(step_ids, 0)
-    for a in api:  # the Python thread's push calls, in key order
+    for a in api:  # the Python thread's push calls, in key order, and its row_sparse pulls
         step = step_of(a.start)
         if step >= 0:
             calls[step] += 1
-            rows.add("MXKVStorePushPull", Kind.COMM_ENQUEUE, lane("python", LaneKind.CPU_THREAD), a.start - base_us, a.end - a.start, step=step)
+            rows.add(a.name, Kind.COMM_ENQUEUE, lane("python", LaneKind.CPU_THREAD), a.start - base_us, a.end - a.start, step=step)
     cols = rows.columns()
     cols["seq"][[p["event"] for p in pushes]] = np.arange(len(pushes))
     _nest(cols, np.array(engine, dtype=np.int64))
@@ -394,7 +450,8 @@ def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> list[Serv
     out = []
     steps = sorted({p["step"] for pushes in per_worker.values() for p in pushes})
     for s, path in sorted(man.server_files.items()):
-        ops = [o for o in _ops(_load(path), path)[0] if o.name in ("CopyCPU2CPU", "BinaryOpKernel") or o.name.endswith("_update")]
+        ops = [o for o in _ops(_load(path), path)[0] if o.name in ("CopyCPU2CPU", "BinaryOpKernel", "AccumulateRowSparseGrads")
+               or o.name.endswith("_update")]
         for step in steps:
             every = [p for pushes in per_worker.values() for p in pushes if p["step"] == step]
             lo, hi = min(p["start"] for p in every), max(p["end"] for p in every)

@@ -18,8 +18,8 @@ hold dagprof's dependencies. Two halves:
 
   After ``warmup`` steps it turns mx.profiler on in every worker and (worker 0 sends the commands)
   every server, for one start-up step and ``profile_steps`` steps, then off; the steps after are
-  timed without the profiler. On exit it writes ``worker<R>.meta.json`` (steps, keys, layers) into
-  the run folder, which the launcher turns into the manifest.
+  timed without the profiler. On exit it writes ``worker<R>.meta.json`` (steps, keys, layers, a row_sparse key's
+  rows per step) into the run folder, which the launcher turns into the manifest.
 - ``launch_command(out, command, ...)`` (``python -m dagprof.collect.hooks.mxnet_ps run --out DIR -- CMD``)
   starts the scheduler and servers (this file's ``role`` program) and the workers (the user's
   command) with the ``DMLC_*`` variables, each wrapped in ``timeout`` (a worker whose scheduler died
@@ -48,6 +48,9 @@ FORMAT = "dagprof-mxnet-run"
 VERSION = 2  # traces.mxnet.VERSION: the reader's
 MANIFEST = "mxnet-run.json"
 BIGARRAY_BOUND = 1_000_000  # ps-lite splits arrays of at least this many elements over all servers (MXNET_KVSTORE_BIGARRAY_BOUND)
+# a row_sparse gradient's rows are counted in this many equal ranges of the table's row ids: ps-lite cuts a big row_sparse
+# key over S servers by row-id range, and 840 ranges add up to each server's for every S dividing 840 (1-8, 10, 12...)
+ROW_RANGES = 840
 ENV_OUT, ENV_WARMUP, ENV_PROFILE = "DAGPROF_MXNET_OUT", "DAGPROF_MXNET_WARMUP", "DAGPROF_MXNET_PROFILE_STEPS"
 # Gluon block prefixes -> block class (the reader maps classes to operator names)
 _BLOCK = {"dense": "Dense", "conv": "Conv2D", "batchnorm": "BatchNorm", "embedding": "Embedding", "layernorm": "LayerNorm",
@@ -97,6 +100,10 @@ class profile:
         # mx.profiler does not trace; one clock_gettime per step
         self.main_cpu_s: list[float] = []
         self.profiled = [0, 0]
+        # key -> per step, the rows its row_sparse gradient pushed in each of ROW_RANGES row-id ranges (the rows pulled
+        # back by ``row_sparse_pull`` are the batch's, the same ones): the bytes of a row_sparse push and pull
+        self.sparse = {k: p for k, p in self.keyed.items() if getattr(p, "_grad_stype", "default") == "row_sparse" and p.grad_req != "null"}
+        self.rows: dict[int, list[list[int]]] = {k: [] for k in self.sparse}
         self.running = False
         self._clocks()
 
@@ -120,6 +127,8 @@ class profile:
         self.steps.append([k, self.t0, time.time_ns()])
         self.cpu_s.append(time.process_time() - self.c0)
         self.main_cpu_s.append(time.thread_time() - self.m0)
+        for key, p in self.sparse.items():
+            self.rows[key].append(_row_ranges(p))
         if k == self.warmup and self.profile_steps:
             self._start(mx)  # the next step pays the profiler's start-up: traced, outside the window
             self.profiled = [k + 2, k + 2 + self.profile_steps]
@@ -170,8 +179,18 @@ class profile:
             "update_on_kvstore": on_servers,
             "layers": layers, "num_workers": kv.num_workers, "mxnet": mx.__version__, "host": socket.gethostname(),
             "cpus": len(os.sched_getaffinity(0)), "cpu_s": self.cpu_s,
-            "main_cpu_s": self.main_cpu_s,
+            "main_cpu_s": self.main_cpu_s, "rows": {str(k): v for k, v in self.rows.items()},
         })
+
+
+def _row_ranges(p) -> list[int]:
+    """The rows ``p``'s row_sparse gradient holds (the rows pushed: a gradient on several devices is summed first, its
+    rows the union), counted per ``ROW_RANGES`` equal ranges of row ids."""
+    import numpy as np  # MXNet's own dependency
+
+    grads = p.list_grad()
+    rows = grads[0].indices.asnumpy() if len(grads) == 1 else np.unique(np.concatenate([g.indices.asnumpy() for g in grads]))
+    return np.bincount(rows.astype(np.int64) * ROW_RANGES // p.shape[0], minlength=ROW_RANGES).tolist()
 
 
 def _keys_and_layers(keyed: dict, net) -> tuple[list[dict], list[dict]]:
@@ -200,7 +219,7 @@ def _keys_and_layers(keyed: dict, net) -> tuple[list[dict], list[dict]]:
         for d in p.shape:
             n *= d
         keys.append({"key": key_of[name], "name": name, "shape": list(p.shape), "elements": n, "nbytes": n * np.dtype(p.dtype).itemsize,
-                     "layer": layer})
+                     "layer": layer, "stype": getattr(p, "_stype", "default"), "grad_stype": getattr(p, "_grad_stype", "default")})
     keys.sort(key=lambda k: k["key"])  # trainer.step pushes in key order
     return keys, list(layers.values())
 
@@ -299,11 +318,24 @@ def launch_command(out: str, command: list[str], *, python: str | None = None, s
             if failed:
                 raise RuntimeError(f"MXNet server {s} raised {failed} and went on without it (MXNet ignores it); see server{s}.log in {out}")
     finally:
-        for _, p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        _stop(p for _, p in procs)
     return write_manifest(out, servers, workers, {"command": list(command), **(extra or {})})
+
+
+def _stop(procs) -> None:
+    """End the processes still running. Each is a ``timeout`` wrapper: SIGTERM first, which it passes on to the command it
+    runs; a SIGKILL alone ends the wrapper and leaves its command running (the workers of a job whose server MXNet aborted
+    stayed behind, waiting for their scheduler, an hour on)."""
+    live = [p for p in procs if p.poll() is None]
+    for p in live:
+        p.terminate()
+    deadline = time.monotonic() + 5.0
+    for p in live:
+        try:
+            p.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def _wait_all(procs: list[tuple[str, subprocess.Popen]], deadline: float, out: str) -> None:
@@ -366,6 +398,7 @@ def write_manifest(out: str, servers: int, workers: int, extra: dict | None = No
         "steps": {str(m["rank"]): m["steps"] for m in metas},
         "hosts": {str(m["rank"]): m["host"] for m in metas}, "cpus": {str(m["rank"]): m["cpus"] for m in metas},
         "cpu_s": {str(m["rank"]): m["cpu_s"] for m in metas}, "main_cpu_s": {str(m["rank"]): m.get("main_cpu_s", []) for m in metas},
+        "rows": {str(m["rank"]): m["rows"] for m in metas if m.get("rows")}, "row_ranges": ROW_RANGES,
         **(extra or {}),
     }
     if metas[0].get("update_on_kvstore") is not None:  # a Trainer says where its optimizer runs; a bare kvstore's loop does not
