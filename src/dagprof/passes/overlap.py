@@ -67,8 +67,7 @@ def cpu_link_slowdown(ranks: int, cores: int) -> float:
     collective threads share the cores, each min(1, cores / ranks) of one; beside compute each rank's compute thread
     shares them too, min(1, cores / (2 ranks)) each. On the namespace testbed's unshaped link (2 ranks, 2 cores: 1.0)
     a 3 MiB and a 21 MiB all-reduce measured 1.28 and 1.19 beside the job's own backward, 1.50 beside a matrix loop
-    (``calibrate --overlap``'s ``comm_slowdown``, one run at load 3.7-5.2); on its 200 Mbit/s link, whose transfer waits on
-    the wire, 0.008 and 0.039 (two calibrations before held-out conv and LSTM profiles): there it does not apply."""
+    (``calibrate --overlap``'s ``comm_slowdown``, one run at load 3.7)."""
     return min(1.0, cores / ranks) / min(1.0, cores / (2 * ranks)) - 1.0
 
 
