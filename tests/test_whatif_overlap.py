@@ -9,18 +9,14 @@ import json
 import os
 import sys
 
-import numpy as np
 import pytest
 from testdata import DATA
 
 from dagprof.cli.main import main
-from dagprof.passes.overlap import cpu_link_slowdown, slowed_comm
 from dagprof.pipeline import open_run
-from dagprof.replay import replay
 from dagprof.search.measured import slowdown_of
 from dagprof.search.scenario import Cluster, sweep
 from dagprof.search.whatif import evaluate
-from dagprof.traces.events import Kind
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench", "testbed"))
 
@@ -111,30 +107,3 @@ def test_testbed_prices_4_ranks_on_the_swept_link_by_their_own_sweep():
     assert read_link_model(UNSHAPED4).link_for(4).beta_us_per_byte < 2 * fit([tuple(p) for p in sweep_points], 2).beta_us_per_byte
     assert measured[cells[0]] < rule[cells[0]] * 0.95
     assert measured[cells[1]] == pytest.approx(rule[cells[1]], rel=1e-9)  # its slowdown: none measured for 4 ranks at 1 Gbit/s
-
-
-def test_the_unshaped_link_s_collectives_slow_beside_compute():
-    """The unshaped link's all-reduces are the ranks' own CPU work, swept alone: beside the backward they share the cores
-    with it (``cpu_link_slowdown``: processor sharing). On the kept quiet round the 1 and 5 MiB cells, whose buckets
-    overlap the backward, had come out 22 and 15 % below their measured median step; now they cover it. The 25 MiB
-    cell's one bucket runs after the backward and hardly moves; shaped cells do not move."""
-    import run
-
-    assert cpu_link_slowdown(2, 2) == 1.0 and cpu_link_slowdown(4, 2) == 1.0  # half of a core's share beside compute
-    assert cpu_link_slowdown(1, 2) == 0.0 and cpu_link_slowdown(2, 4) == 0.0  # a core each for compute and copies
-    with open(ROUND / "results.json") as f:
-        results = json.load(f)
-    with open(ROUND / "cells.json") as f:
-        measured = {(2, rate, float(cap)): 1e3 * float(np.median(steps)) for (rate, cap), steps in zip(json.load(f), results[2:])}
-    cells = sorted(measured)
-    predicted, intervals, _ = run.predict(str(RUN), (2, "1Gbit", 1.0), results[1], "unlimited", cells, 2)
-    for cap in (1.0, 5.0):
-        assert intervals[(2, "unlimited", cap)].contains(1e3 * measured[(2, "unlimited", cap)])
-        assert abs(predicted[(2, "unlimited", cap)] / measured[(2, "unlimited", cap)] - 1) < 0.08
-    g = open_run(str(RUN)).graph
-    res = replay(g)
-    slowed = slowed_comm(g, res, 1.0)
-    comm = (g.kind == Kind.COMM) & (g.rank < 0)
-    assert (slowed.dur[~comm] == g.dur[~comm]).all() and (slowed.dur[comm] >= g.dur[comm]).all()
-    assert (slowed.dur[comm] <= 2 * g.dur[comm] + 1e-9).all() and slowed.dur[comm].sum() > g.dur[comm].sum()
-    assert slowed_comm(g, res, 0.0) is g

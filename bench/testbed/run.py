@@ -38,17 +38,10 @@ How each cell is predicted from the profile (2 ranks, 1 Gbit/s, 1 MB buckets):
   2-rank unshaped sweep then matched the rounds' own within 6 %), the profiled link's slowdown
   taken out brings the 2-rank unshaped 25 MB cell from +19 to +13 %, and 4 ranks' own sweep
   (1.3x the 2-rank time per byte, not 2x) the 4-rank unshaped cells from +13/+15/+19 to
-  -2/-5/-7 %; the 2-rank 1 MB cell stayed 7 % fast: there the unshaped link's all-reduces, not
-  the backward, bound the step, and the model slowed compute beside them but not them beside
-  compute (below). A 4-rank sweep taken at load 3-5 priced those cells 38-51 % slow: measure it
-  quiet, or in the same round as the cells.
-- the unshaped link's collectives beside compute: swept alone, they are the ranks' gloo threads
-  copying and summing, which share the cores with each rank's compute thread while the backward
-  runs (``passes.overlap.cpu_link_slowdown``: processor sharing, 1.0 per unit of overlap for 2
-  ranks on 2 cores; measured 1.19-1.28 beside this job's backward). Without it the kept quiet
-  round (``tests/data/ddp-testbed``) missed by -22 / -15 / +16 % at 1 / 5 / 25 MB (the more the
-  buckets overlap the backward, the more below); with it +5 / +6 / +16 % (the 25 MB bucket runs
-  after the backward, beside no compute: its miss is not this).
+  -2/-5/-7 %; the 2-rank 1 MB cell stays 7 % fast: there the unshaped link's all-reduces, not
+  the backward, bound the step, and the model slows compute beside them but not them beside
+  compute. A 4-rank sweep taken at load 3-5 priced those cells 38-51 % slow: measure it quiet,
+  or in the same round as the cells.
 """
 from __future__ import annotations
 
@@ -193,7 +186,6 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     from dagprof.passes import fit_topology, scale_workers, set_buckets, set_topology
     from dagprof.passes.average_steps import average_steps
     from dagprof.passes.compute import share_cores
-    from dagprof.passes.overlap import cpu_link_slowdown, slowed_comm
     from dagprof.passes.profiler_cost import measure_profiler_cost, remove_profiler_cost, scale_host_work
     from dagprof.pipeline import open_run
     from dagprof.replay import replay
@@ -250,17 +242,8 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
             return share_cores(g, cores) if ranks > cores else g
 
         at = beside.get((ranks, rate)) or beside.get((prof_ranks, rate)) or beside0
-        cpu_link = cpu_link_slowdown(ranks, cores) if RATES[rate] is None else 0.0  # the unshaped link's copies are CPU work
-
-        def priced(g0):
-            g, res = disturb(cell(g0), at)
-            if cpu_link:  # swept alone, they slow beside the ranks' compute
-                g = slowed_comm(g, res, cpu_link)
-                res = replay(g)
-            return g, res
-
-        point = job_iteration_us(*priced(averaged))
-        g, res = priced(stepwise)
+        point = job_iteration_us(*disturb(cell(averaged), at))
+        g, res = disturb(cell(stepwise), at)
         out[(ranks, rate, cap)] = point / 1e3
         intervals[(ranks, rate, cap)] = predict_interval(g, res, point, swept_residuals if rate == swept else residuals, run=level)
     return out, intervals, as_built_ms if raw else cost.describe()

@@ -60,34 +60,6 @@ def busy_share(res: ReplayResult, busy: np.ndarray, nodes: np.ndarray, weight: n
     return np.clip((np.interp(b, t, acc) - np.interp(a, t, acc)) / span, 0.0, 1.0)
 
 
-def cpu_link_slowdown(ranks: int, cores: int) -> float:
-    """Per unit of overlap, how much longer a collective takes beside the ranks' compute than alone, on a link whose
-    transfer is the ranks' own CPU work (a host's loopback: gloo's threads copy and sum at memory speed, no wire to wait
-    on), as processor sharing of the host's ``cores`` among its ``ranks``: alone (as a sweep times it) the ranks'
-    collective threads share the cores, each min(1, cores / ranks) of one; beside compute each rank's compute thread
-    shares them too, min(1, cores / (2 ranks)) each. On the namespace testbed's unshaped link (2 ranks, 2 cores: 1.0)
-    a 3 MiB and a 21 MiB all-reduce measured 1.28 and 1.19 beside the job's own backward, 1.50 beside a matrix loop
-    (``calibrate --overlap``'s ``comm_slowdown``, one run at load 3.7)."""
-    return min(1.0, cores / ranks) / min(1.0, cores / (2 * ranks)) - 1.0
-
-
-def slowed_comm(g: Graph, res: ReplayResult, slowdown: float) -> Graph:
-    """``g`` with each collective slowed beside compute (``res``: a replay of ``g``): (1 + ``slowdown`` * f) times as
-    long, f the share of its span the ranks computed, each rank's compute counting 1 / ranks (every rank computing: 1).
-    For a link priced by a sweep timed alone whose transfer is CPU work (``cpu_link_slowdown``): the model slowed the
-    compute beside the collectives (``disturbed``) and never the collectives beside compute, and on the testbed's unshaped
-    link missed by -22 / -15 / +16 % with 1 / 5 / 25 MB buckets (the more the buckets overlap the backward, the more
-    it missed below)."""
-    comm = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0) & (g.dur > 0))
-    if slowdown <= 0 or not len(comm):
-        return g
-    compute = slowed_nodes(g)
-    f = busy_share(res, compute, comm, np.full(len(compute), 1.0 / max(int(g.world_size), 1)))
-    dur = g.dur.copy()
-    dur[comm] *= 1.0 + slowdown * f
-    return g.replace(dur=dur)
-
-
 def same_op(g: Graph, nodes: np.ndarray) -> np.ndarray:
     """Per node of ``nodes``: an id shared by the instances of one op across the profiled steps (the same rank and name,
     the k-th of that name in its step by profiled order); -1 outside steps, or where the steps hold different numbers
