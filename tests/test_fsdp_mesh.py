@@ -212,3 +212,19 @@ def test_a_longer_ring_hides_more_of_its_all_gathers_behind_a_late_rank():
     got = per_link(graph(FSDP / "testbed-3x2-200mbit"), (1, 6))
     assert got["all_gather"] < 0.95 and got["all_gather"] < got["reduce_scatter"] - 0.05
     assert all(np.isnan(v) for v in per_link(graph(HSDP32), (1, 6)).values())
+
+
+def test_one_replica_drops_fsdps_all_reduces_not_the_jobs_own():
+    """1x4 from 2x2 removes the all-reduces FSDP ran across replicas; an all-reduce of the job's own (``CommRole.JOB``:
+    a loss all-reduced for a log line, a save's barrier) stays: the kind alone does not tell them apart."""
+    from dagprof.traces.events import CommKind, CommRole
+
+    g = graph(HSDP)
+    shared = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0) & (g.comm_kind == CommKind.ALL_REDUCE))
+    job = int(shared[0])
+    g.role[job] = CommRole.JOB
+    m = set_mesh(g, 1, 4)
+    kept = np.flatnonzero((m.kind == Kind.COMM) & (m.rank < 0) & (m.comm_kind == CommKind.ALL_REDUCE))
+    names = {m.node_name(v): int(m.role[v]) for v in kept}
+    assert names.get(g.node_name(job)) == CommRole.JOB
+    assert not {g.node_name(v) for v in shared if v != job} & set(names)

@@ -67,7 +67,7 @@ from ..graph.build_fsdp import check_post_forward_workers, fsdp_collectives, is_
 from ..graph.dag import DeviceKind, Graph, GraphBuilder
 from ..graph.meta import FsdpRecord
 from ..graph.provenance import provenance
-from ..traces.events import CommKind, Kind
+from ..traces.events import CommKind, CommRole, Kind
 from ..traces.parallelism import Dim, GroupLabel
 from ..traces.run_schema import FSDP2_API
 from .comm import current_topology, retime_collectives
@@ -132,10 +132,10 @@ def set_mesh(g: Graph, replicate: int, shard: int, costs: FsdpCosts | None = Non
     if (replicate, shard) == (r0, s0):
         return g
     src = g if world == w0 else _copy_ranks(g, np.arange(world) % w0)
-    if replicate == 1 and r0 > 1:  # no replicas: the all-reduces go, program order bridged
+    if replicate == 1 and r0 > 1:  # no replicas: FSDP's all-reduces go (the job's own stay), program order bridged
         drop = np.zeros(len(src), dtype=bool)
         for v in np.flatnonzero((src.kind == Kind.COMM) & (src.rank < 0)).tolist():
-            if src.comm_kind[v] == CommKind.ALL_REDUCE:
+            if src.comm_kind[v] == CommKind.ALL_REDUCE and src.role[v] != CommRole.JOB:
                 drop[_collective_nodes(src, v)] = True
         src = _without(src, drop, src.nbytes, {})
     waits = _Waits.of(g)  # a 1xS profile on a 2-D mesh has its all-reduces already (module docstring)
