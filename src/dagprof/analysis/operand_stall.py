@@ -101,7 +101,7 @@ class ThreadShare:
 def thread_share(g: Graph) -> ThreadShare | None:
     """The split of ``ThreadShare`` for a graph whose ranks share one host (several hosts: whose threads contend with
     whose is not in the graph, None); None where there are no timed collectives."""
-    comm = priced_comm(g) & (g.dur > 0) & (g.step >= 0)
+    comm = _timed_comm(g)
     if not comm.any() or len(g.meta.host_cpus) > 1:
         return None
     work = np.flatnonzero((g.rank >= 0) & ~np.isin(g.kind, _WAITING) & (g.dur > 0))
@@ -111,10 +111,9 @@ def thread_share(g: Graph) -> ThreadShare | None:
     steps, inverse = np.unique(g.step[comm], return_inverse=True)
     total = np.bincount(inverse, weights=g.dur[comm], minlength=len(steps))
     own = np.bincount(inverse, weights=covered, minlength=len(steps))
-    wire = g.meta.wire_bytes_per_s
-    if wire:
-        n = priced_world_size(g)
-        on_wire = np.bincount(inverse, weights=2 * (n - 1) / n * g.nbytes[comm] / wire * 1e6, minlength=len(steps))
+    wire = _on_wire_us(g, comm)
+    if wire is not None:
+        on_wire = np.bincount(inverse, weights=wire, minlength=len(steps))
         runtime = np.maximum(total - own - on_wire, 0.0)
     else:
         on_wire, runtime = None, total - own
@@ -141,14 +140,27 @@ def stall_bound_us(g: Graph) -> float:
 def _beyond_wire_per_step(g: Graph) -> np.ndarray | None:
     """Each profiled step's collectives' time beyond the wire they were profiled at (us; ``meta.wire_bytes_per_s``: a
     ring of N moves 2 (N - 1) / N of each one's bytes per link); None where the wire is not known."""
+    comm = _timed_comm(g)
+    wire = _on_wire_us(g, comm)
+    if wire is None or not comm.any():
+        return None
+    steps, inverse = np.unique(g.step[comm], return_inverse=True)
+    return np.bincount(inverse, weights=g.dur[comm] - wire, minlength=len(steps))
+
+
+def _timed_comm(g: Graph) -> np.ndarray:
+    """The profiled steps' timed collectives (a mask)."""
+    return priced_comm(g) & (g.dur > 0) & (g.step >= 0)
+
+
+def _on_wire_us(g: Graph, comm: np.ndarray) -> np.ndarray | None:
+    """Each collective of the mask ``comm``'s time on the wire it was profiled at (``meta.wire_bytes_per_s``: a ring of N
+    moves 2 (N - 1) / N of its bytes per link); None where the wire is not known."""
     wire = g.meta.wire_bytes_per_s
-    comm = priced_comm(g) & (g.dur > 0) & (g.step >= 0)
-    if not wire or not comm.any():
+    if not wire:
         return None
     n = priced_world_size(g)
-    beyond = g.dur[comm] - 2 * (n - 1) / n * g.nbytes[comm] / wire * 1e6
-    steps, inverse = np.unique(g.step[comm], return_inverse=True)
-    return np.bincount(inverse, weights=beyond, minlength=len(steps))
+    return 2 * (n - 1) / n * g.nbytes[comm] / wire * 1e6
 
 
 def held_us(g: Graph) -> float | None:
