@@ -4,7 +4,8 @@ Under FSDP2 on gloo every collective blocks the rank (two wake-ups each: the han
 after it), and ``clip_grad_norm_`` all-reduces the norm of DTensor gradients. The conversion prices each wake-up at the
 mean lag of the DDP profile's own waits that blocked (its finalize behind the last bucket), else at its thread's
 run-queue wait per time it got a core (``passes.data_parallel.wake_up``), and adds the clip's all-reduce where the
-collector recorded the calls (``collect.hooks.grad_clip``); what is unpriced is said with counts.
+collector recorded the calls (``collect.hooks.grad_clip``); what is unpriced is said with counts. The wake-up price's
+sampling error widens the prediction's interval (``search.whatif``).
 ``tests/data/lora`` (``bench/fsdp_fresh/lora_finetune.py``) predates the run-queue and clip records;
 ``tests/data/lora-clip`` records them.
 """
@@ -16,8 +17,12 @@ import numpy as np
 import pytest
 from testdata import DATA
 
+from dagprof.analysis.interval import PredictionInterval, predict_interval, student_halfwidth
 from dagprof.graph.build import build_graph
-from dagprof.passes.data_parallel import CLIP_NORM_BYTES, WakeFrom, blocking_note, ddp_to_fsdp, wake_up
+from dagprof.passes.data_parallel import CLIP_NORM_BYTES, WakeFrom, blocking_note, ddp_to_fsdp, wake_up, wake_ups_per_step
+from dagprof.replay import replay
+from dagprof.search.scenario import Cluster, Scenario, apply, base_topology
+from dagprof.search.whatif import _wake_up_spread, evaluate
 from dagprof.traces.dagprof_run import read_run
 from dagprof.traces.events import Kind
 from dagprof.traces.run_schema import Rec
@@ -59,8 +64,37 @@ def test_wake_up_is_the_mean_lag_of_the_waits_that_blocked():
         enq, waits = _mine(out, r, Kind.COMM_ENQUEUE), _mine(out, r, Kind.COMM_WAIT)
         assert len(enq) == len(waits) == 8 * len(g.meta.steps)
         assert np.allclose(out.dur[enq], wake.us[r]) and np.allclose(out.gap[waits], wake.us[r])
+    lags = g.gap[blocked]
+    assert wake.dof == 2 and wake.stderr_us == pytest.approx(lags.std(ddof=1) / np.sqrt(3))  # the mean's sampling error
     assert f"8 blocking collectives a step, each with 2 wake-ups (the hand-off to gloo's worker, the rank's own after it) at " \
-           f"{wake.us[0] / 1e3:.2f} ms (the mean lag, both ranks, of this profile's 3 waits that blocked" in blocking_note(g, measured=False)
+           f"{wake.us[0] / 1e3:.2f} +- {wake.stderr_us / 1e3:.2f} ms (the mean lag, both ranks, of this profile's 3 waits that blocked" \
+           in blocking_note(g, measured=False)
+
+
+def test_the_wake_ups_sampling_error_widens_the_conversions_interval():
+    """whatif --data-parallel fsdp on a DDP profile: the interval carries the wake-up price's sampling error over every
+    wake-up of a step (2 per collective: 8 a step on the trained LoRA job), at Student-t's quantile for its samples, in
+    quadrature; below, no more than the wake-ups the point holds. With calibrate --fsdp's file no wake-up is priced."""
+    g = _graph(DATA / "lora" / "ddp-0")
+    c = Cluster()
+    s = Scenario(data_parallel="fsdp")
+    out = apply(g, s, c, base_topology(g, c))
+    assert wake_ups_per_step(out) == 16
+    wake = wake_up(g)
+    half, held = _wake_up_spread(g, out, s, c)
+    assert half == pytest.approx(16 * student_halfwidth(wake.stderr_us, 2)) and held == pytest.approx(16 * wake.us[0])
+    assert _wake_up_spread(g, out, Scenario(bandwidth=1e9), c) == (0.0, 0.0)
+    row = evaluate(g, [s], c, tolerance_pct=None)["scenarios"][0]
+    assert "wake_up" in row.interval.terms
+    # the compute floor's replay holds the wake-ups at the point's price: it gives way by as much as they may cost less
+    res = replay(out)
+    point = predict_interval(out, res).point_us
+    low = predict_interval(out, res, wake_up=(1e9, point / 2))  # wake-ups half the step, their price unknown
+    assert "compute_floor" not in low.terms and low.lo_us < low.compute_share * point
+    base = PredictionInterval(100.0, 90.0, 110.0)
+    w = base.with_stall(20.0, held_us=5.0, term="wake_up")
+    assert w.terms == ("wake_up",) and w.lo_us == pytest.approx(100 - 100 * np.hypot(0.1, 0.05))
+    assert w.hi_us == pytest.approx(100 + 100 * np.hypot(0.1, 0.2))
 
 
 @pytest.mark.parametrize("frozen, colls", [(0, 8), (1, 7)])
@@ -87,14 +121,18 @@ def test_run_queue_wake_ups_and_clip_from_a_recording_that_has_them():
     g = _rebuilt(_graph(path))
     wake = wake_up(g)
     assert wake.source == WakeFrom.RUN_QUEUE
+    ratios = []
     for r in (0, 1):
         f = json.loads((path / f"rank{r}.json").read_text())
         prof = set(f["steps_profiled"])
         runs = dict(f["thread_runs"])
         waits = {s: w for s, _, w in f["thread_sched_ns"] if s in prof}
         assert wake.us[r] == pytest.approx(sum(waits.values()) / 1e3 / sum(runs[s] for s in waits))
+        ratios += [w / 1e3 / runs[s] for s, w in waits.items()]
         clips = [x for x in f["records"] if x[0] == Rec.GRAD_CLIP]
         assert len(clips) == len(prof)  # one clip_grad_norm_ call a profiled step
+    # its sampling error: the spread of the profiled steps' own ratios, both ranks
+    assert wake.dof == len(ratios) - 1 and wake.stderr_us == pytest.approx(np.std(ratios, ddof=1) / np.sqrt(len(ratios)))
     assert all(c.calls == 1 and c.tensors == 19 for c in g.meta.grad_clips.values())  # the adapters, norms and head
     out = ddp_to_fsdp(g)
     steps = len(g.meta.steps)

@@ -219,13 +219,14 @@ class PredictionInterval:
             out = replace(out, lo_us=max(out.lo_us, min(self.lo_us * (1.0 + min(run.shift, 0.0)), self.point_us)))
         return out
 
-    def with_stall(self, halfwidth_us: float, held_us: float | None = None) -> "PredictionInterval":
-        """Also a stall the point cannot tell (``analysis.operand_stall``): ``halfwidth_us`` either way, in quadrature; below,
-        no more than the stall the point holds (``held_us``; None: not known)."""
+    def with_stall(self, halfwidth_us: float, held_us: float | None = None, term: str = "operand_stall") -> "PredictionInterval":
+        """Also a time the point cannot tell, a stall (``analysis.operand_stall``) or a price's sampling error (``wake_up``:
+        DDP -> FSDP's wake-ups, ``search.whatif``): ``halfwidth_us`` either way, in quadrature; below, no more than the
+        point holds of it (``held_us``; None: not known)."""
         if halfwidth_us <= 0 or self.point_us <= 0:
             return self
         down = halfwidth_us if held_us is None else min(halfwidth_us, held_us)
-        return self._plus((down / self.point_us) ** 2, (halfwidth_us / self.point_us) ** 2, ("operand_stall",))
+        return self._plus((down / self.point_us) ** 2, (halfwidth_us / self.point_us) ** 2, (term,))
 
     def at_least(self, floor_us: float) -> "PredictionInterval":
         """The low end cut at ``floor_us`` where it reaches below it (``compute_floor``), with ``compute_floor`` in ``terms``."""
@@ -332,11 +333,13 @@ def link_residuals(profiled: Graph, modelled: Graph) -> np.ndarray:
 
 def predict_interval(g: Graph, res: ReplayResult, point_us: float | None = None, residuals: np.ndarray | None = None,
                      level: float = LEVEL, run: RunLevel | None = None, stall_bound_us: float = 0.0,
-                     stall_held_us: float | None = None) -> PredictionInterval:
+                     stall_held_us: float | None = None, wake_up: tuple[float, float] = (0.0, 0.0)) -> PredictionInterval:
     """The interval around ``point_us`` (default: ``g``'s replayed iteration) from ``g``'s replayed steps and, when
     ``g``'s communication is modelled (``meta.topology`` set), the link ``residuals`` (``link_residuals``); the stall a
     step's collectives may take at random up to ``stall_bound_us``, of which the point holds at most ``stall_held_us``
-    (``analysis.operand_stall``); widened by ``run`` (``run_level``), the uncertainty of the level the point stands on."""
+    (``analysis.operand_stall``); ``wake_up``: the half-width (us, at ``level``) of a step's priced wake-ups from their
+    price's sampling error, and what the point holds of them (DDP -> FSDP, ``search.whatif``); widened by ``run``
+    (``run_level``), the uncertainty of the level the point stands on."""
     point = job_iteration_us(g, res) if point_us is None else point_us
     d = step_times(g, res)
     runs = max(len(d), 1)  # the measured run's steps: as many as the profiled window's
@@ -356,11 +359,13 @@ def predict_interval(g: Graph, res: ReplayResult, point_us: float | None = None,
     terms = ("steps",) * (step > 0) + ("link",) * (used > 0)
     out = PredictionInterval(point, point * max(1.0 - math.sqrt(lo2), 0.0), point * (1.0 + math.sqrt(hi2)), level, len(d), used, terms,
                              point_own=step / math.sqrt(1 + len(d) / runs) if len(d) else 0.0)
-    out = out.with_stall(stall_halfwidth_us(stall_bound_us, level), stall_held_us)
+    out = out.with_stall(stall_halfwidth_us(stall_bound_us, level), stall_held_us).with_stall(*wake_up, term="wake_up")
     out = out if run is None else out.widened(run)
     fastest = float(np.min(d) / np.median(d)) if len(d) >= 2 and np.median(d) > 0 else 1.0  # the profile's fastest step's pace
     share = compute_floor(g, res)
-    return replace(out.at_least(point * share * fastest * (1.0 + min(run.shift if run is not None else 0.0, 0.0))), compute_share=share)
+    # the floor's replay holds the wake-ups at the point's price, host work on the main lane: lowered by as much as their price may be
+    below = min(wake_up) if wake_up[0] > 0 else 0.0
+    return replace(out.at_least(point * share * fastest * (1.0 + min(run.shift if run is not None else 0.0, 0.0)) - below), compute_share=share)
 
 
 def compute_floor(g: Graph, res: ReplayResult) -> float:
@@ -371,6 +376,11 @@ def compute_floor(g: Graph, res: ReplayResult) -> float:
     if not comm.any() or base <= 0:
         return 0.0
     return min(job_iteration_us(g.replace(dur=np.where(comm, 0.0, g.dur), gap=np.where(comm, 0.0, g.gap))) / base, 1.0)
+
+
+def student_halfwidth(stderr: float, dof: int, level: float = LEVEL) -> float:
+    """Half-width of the ``level`` interval of a mean with standard error ``stderr`` over ``dof`` degrees of freedom."""
+    return _t_quantile(0.5 + level / 2, dof) * stderr
 
 
 def _t_quantile(p: float, dof: int) -> float:

@@ -554,19 +554,24 @@ class WakeFrom(enum.Enum):
 
 @dataclasses.dataclass(frozen=True)
 class WakeUp:
-    """One wake-up's price per rank (us) and what it rests on: ``count`` blocked waits, or times the threads got a core."""
+    """One wake-up's price per rank (us) and what it rests on: ``count`` blocked waits, or times the threads got a core;
+    ``stderr_us`` the price's standard error from its samples (their spread over the root of their number, ``dof``
+    degrees of freedom): what the prediction's interval carries (``wake_up_spread``)."""
 
     us: dict[int, float]
     source: WakeFrom
     count: int
+    stderr_us: float = 0.0
+    dof: int = 0
 
     def said(self) -> str:
-        """For the note: the price and where it came from."""
+        """For the note: the price, its standard error and where it came from."""
         r = min(self.us)
+        err = f" +- {self.stderr_us / 1e3:.2f}" if self.dof else ""
         if self.source == WakeFrom.BLOCKED_WAITS:
-            return (f"{self.us[r] / 1e3:.2f} ms (the mean lag, both ranks, of this profile's {self.count} waits that blocked: how long a rank "
-                    "took to resume after the collective it waited for ended)")
-        return (f"{self.us[r] / 1e3:.2f} ms (rank {r}: its wait for a core per time its thread got one, as profiled, over the "
+            return (f"{self.us[r] / 1e3:.2f}{err} ms (the mean lag, both ranks, of this profile's {self.count} waits that blocked: how long a "
+                    "rank took to resume after the collective it waited for ended; +- its standard error, which the interval carries)")
+        return (f"{self.us[r] / 1e3:.2f}{err} ms (rank {r}: its wait for a core per time its thread got one, as profiled, over the "
                 f"{self.count} times the ranks' threads got one; no blocked wait measured in this graph)")
 
 
@@ -576,26 +581,45 @@ def wake_up(g: Graph) -> WakeUp | None:
     and is woken when it completes: two wake-ups a collective, on every rank. Where the profile's ranks waited on a
     collective that had not ended (DDP's finalize behind its last bucket), the mean measured lag of those waits, pooled
     over the ranks (``_blocked_lags``): a thread woken after a voluntary sleep, which is what FSDP2's waits are. The mean,
-    not the median: the lags are heavy-tailed (a woken thread now and then waits a whole slice for a core), and a step's
-    cost is their sum (on the held-out mixer's quiet FSDP2 jobs its 44 waits' lags had medians of 0.07-0.17 ms and
-    means of 0.42-0.97). Else (no wait blocked, or a graph a pass rebuilt) each rank's wait for a core per time its
-    training thread got one over its profiled steps (the kernel's schedstat, ``LoopSteps.sched``), which counts the
-    busy thread's preemptions too; None where neither was recorded."""
+    not a robust statistic: a step's cost is the lags' sum, and on 12 kept pairs of the held-out mixer (load 0.5-17,
+    ``bench/fsdp_fresh/mixer_rounds.sh``) the median, a trimmed and a winsorized mean, Hodges-Lehmann's and the mean
+    clipped at 5 medians of the DDP profile's 7-8 lags spread as much or more about the FSDP job's own mean lag
+    (standard deviation of the log ratio 0.79-0.96, the mean's 0.77) and sat further below it (median ratio 0.30-0.37,
+    the mean's 0.50). So the mean stays, and its sampling error goes into the interval (``stderr_us``): 7-8
+    heavy-tailed lags (one of them 3-20x the median) make a wide one. What the mean misses is not a wake-up: on the same
+    pairs the FSDP jobs' all-gathers' waits lagged 1.15x the DDP profile's mean (median over the pairs), their
+    reduce-scatters' 3.5x (the quiet ones 1.4-2.1 ms on average where the all-gathers' took 0.24-0.59), which no DDP
+    wait shows (said in the note, unpriced).
+    Else (no wait blocked, or a graph a pass rebuilt) each rank's wait for a core per time its training thread got one
+    over its profiled steps (the kernel's schedstat, ``LoopSteps.sched``), which counts the busy thread's preemptions
+    too, its standard error from the steps' own ratios; None where neither was recorded."""
     lags = _blocked_lags(g)
     if len(lags):
         ranks = sorted(int(x) for x in np.unique(g.rank[g.rank >= 0]))
-        return WakeUp(dict.fromkeys(ranks, float(lags.mean())), WakeFrom.BLOCKED_WAITS, len(lags))
+        err = float(lags.std(ddof=1) / math.sqrt(len(lags))) if len(lags) >= 2 else 0.0
+        return WakeUp(dict.fromkeys(ranks, float(lags.mean())), WakeFrom.BLOCKED_WAITS, len(lags), err, len(lags) - 1)
     loop = g.meta.loop_steps
     if loop is None:
         return None
-    out, total = {}, 0
+    out, total, ratios = {}, 0, []
     for r in sorted(int(x) for x in np.unique(g.rank[g.rank >= 0])):
         steps = [loop.sched.get(r, {}).get(s) for s in loop.profiled.get(r, {})]
         runs = sum(x.runs or 0 for x in steps if x is not None)
         if not steps or any(x is None or x.runs is None for x in steps) or runs <= 0:
             return None
         out[r], total = sum(x.wait_us for x in steps) / runs, total + runs
-    return WakeUp(out, WakeFrom.RUN_QUEUE, total)
+        ratios += [x.wait_us / x.runs for x in steps if x.runs]
+    err = float(np.std(ratios, ddof=1) / math.sqrt(len(ratios))) if len(ratios) >= 2 else 0.0
+    return WakeUp(out, WakeFrom.RUN_QUEUE, total, err, max(len(ratios) - 1, 0))
+
+
+def wake_ups_per_step(converted: Graph) -> float:
+    """The wake-ups a step of the DDP -> FSDP conversion ``converted`` priced on its busiest rank: two for each FSDP
+    collective it issues (all its issues are the conversion's: DDP's bucket enqueues went with the buckets)."""
+    enq = (converted.kind == Kind.COMM_ENQUEUE) & (converted.rank >= 0)
+    if not enq.any() or not converted.meta.steps:
+        return 0.0
+    return 2.0 * np.bincount(converted.rank[enq]).max() / len(converted.meta.steps)
 
 
 def _blocked_lags(g: Graph) -> np.ndarray:

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..analysis import job_iteration_us
 from ..analysis.breakdown import by_kind, own_collectives
-from ..analysis.interval import link_residuals, predict_interval, run_level
+from ..analysis.interval import LEVEL, link_residuals, predict_interval, run_level, student_halfwidth
 from ..analysis.operand_stall import held_us, stall_bound_us, stall_note, stall_outweighs
 from ..costmodel.topology import Topology
 from ..errors import DagprofError
@@ -27,7 +27,7 @@ from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
 from ..passes.comm import activation_comm
 from ..passes.compute import own_cores_note
-from ..passes.data_parallel import conversion_note, wrapper_reshard
+from ..passes.data_parallel import conversion_note, wake_up, wake_ups_per_step, wrapper_reshard
 from ..passes.fsdp import set_reduce_dtype
 from ..passes.fsdp_mesh import merged_rings_note, uncalibrated_step_note, with_mesh, workers_mesh
 from ..passes.fsdp_units import with_units
@@ -192,7 +192,8 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
         gs, rs = (g, res) if steps_graph is None else disturb(apply(steps_graph, s, cluster, base_topo), cluster)
         relinks = (s.bandwidth is not None or s.latency_us is not None or s.link_to is not None or s.workers not in (None, n0) or s.scheme is not None
                    or s.reduce_dtype is not None or s.data_parallel is not None or s.units is not None or s.mesh is not None)
-        interval = predict_interval(gs, rs, it, residuals, run=level, stall_bound_us=stall_bound_us(g0) if relinks else 0.0, stall_held_us=held)
+        interval = predict_interval(gs, rs, it, residuals, run=level, stall_bound_us=stall_bound_us(g0) if relinks else 0.0, stall_held_us=held,
+                                    wake_up=_wake_up_spread(g0, g, s, cluster))
         seconds = time.perf_counter() - t1
         stall = stall_outweighs(g0, it - model) if relinks else None
         outweighed += bool(stall)
@@ -223,6 +224,19 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
             + ([f"{outweighed} of {len(rows)} row(s) (marked ~) change the step less than that stall moves one step at even odds: "
                 "their points are not told apart from the profiled run's, read their intervals"] if outweighed else []),
             "seconds": time.perf_counter() - t0}
+
+
+def _wake_up_spread(g0: Graph, g: Graph, s: Scenario, c: Cluster) -> tuple[float, float]:
+    """DDP -> FSDP without ``calibrate --fsdp``: the half-width (us a step, at ``LEVEL``) that the sampling error of the
+    wake-ups' price (``passes.data_parallel.wake_up``) puts on a step of ``g``, the conversion, and the wake-ups' time the
+    point holds (``wake_ups_per_step``, on the busiest rank; all on its main lane, so each moves the step). (0, 0) else."""
+    if s.data_parallel in (None, "ddp") or is_fsdp_graph(g0) or (c.link_file is not None and c.link_file.fsdp is not None):
+        return 0.0, 0.0
+    wake = wake_up(g0)
+    if wake is None:
+        return 0.0, 0.0
+    n = wake_ups_per_step(g)
+    return n * student_halfwidth(wake.stderr_us, wake.dof, LEVEL), n * max(wake.us.values())
 
 
 def _threshold_rule(g0: Graph) -> bool:
