@@ -56,6 +56,11 @@ def test_units_are_what_a_user_wraps():
                                         ("blocks.1", ["blocks.1.up", "blocks.1.norm"])]
     # an nn.Sequential's numbered children are units; a child without parameters stays in the root
     assert user_units(["0", "1", "2"], {"0": 4, "2": 4}) == [("<root>", ["1"]), ("0", ["0"]), ("2", ["2"])]
+    # beside blocks, a numbered child that is one layer (a stem's conv and norm) is the root's: a user wraps the blocks
+    layers = ["stem.0", "stem.1", "stem.2", "blocks.0.conv", "blocks.0.norm", "blocks.1.conv", "fc"]
+    grad = {"stem.0": 4, "stem.1": 2, "blocks.0.conv": 4, "blocks.0.norm": 2, "blocks.1.conv": 4, "fc": 4}
+    assert user_units(layers, grad) == [("<root>", ["stem.0", "stem.1", "stem.2", "fc"]), ("blocks.0", ["blocks.0.conv", "blocks.0.norm"]),
+                                        ("blocks.1", ["blocks.1.conv"])]
     # no numbered container: fully_shard(model) alone
     assert user_units(["fc1", "fc2"], {"fc1": 4, "fc2": 4}) == [("<root>", ["fc1", "fc2"])]
 

