@@ -27,8 +27,8 @@ mixer's quiet FSDP2 jobs lagged 0.42-0.97 ms on average after each wait, their D
 the run-queue wait per time the busy thread got a core (the kernel's schedstat, what priced it before, and still where no
 wait blocked) said 0.06-0.44. A profile with neither prices none and says so with the count of blocking collectives
 (``blocking_note``). The price rests on 7-8 heavy-tailed lags (a mixer profile's 4 steps): its standard error, times
-the wake-ups a step, widens the prediction's interval (``search.whatif``), which held 9 of 12 kept mixer pairs' FSDP
-steps where it held 5 of 12 without. With ``calibrate --fsdp``'s file none is added: its sweep timed each kind as blocking calls, their
+the wake-ups a step, widens the prediction's interval (``search.whatif``), which held 11 of 16 mixer pairs' FSDP
+steps (load 0.5-23) where it held 7 without. With ``calibrate --fsdp``'s file none is added: its sweep timed each kind as blocking calls, their
 wake-ups (at the calibration's load) in them.
 Collectives are priced by the link model as every FSDP collective is (all-gathers half an all-reduce of
 the gathered bytes, gloo's reduce-scatter a whole one; with a per-kind link model from ``dagprof calibrate``, each
@@ -156,10 +156,14 @@ def conversion_note(target: str, measured: bool, g: Graph) -> str:
             "transformer-like stack and an MLP with an embedding, loopback, two calibrations; bench/bench_fsdp.py --part 7 "
             "--link-model-calibrate), more under load (a blocking collective's wake-up grows with it); the memory within about 10 %")
     return RESHARD_NOTE + blocking_note(g, measured) + (
-        "a DDP profile has no FSDP all-gather skew (gloo releases one rank later), no FSDP hooks and no DTensor optimizer (dagprof "
-        "calibrate --fsdp measures them for --link-model), and its wake-up rests on a few waits: held-out gloo jobs ran FSDP 2.5 % "
-        "faster to 30 % slower than predicted (an MLP-Mixer, 7 rounds at load 0.5-17: bench/fsdp_fresh/mixer_rounds.sh), a LoRA "
-        "fine-tune 41 % faster to 111 % slower (bench/bench_lora_memory.py, 2 pairs); the memory within about 10 %")
+        "a DDP profile has no FSDP all-gather skew (gloo releases one rank later), no FSDP hooks, no DTensor optimizer, no fixed cost "
+        "per FSDP collective and no reduce-scatter's lag beyond a wake-up (dagprof calibrate --fsdp measures them for --link-model): "
+        "unpriced, and not in the interval, which carries the wake-up price's sampling error only, so FSDP may run slower than its "
+        "high end (a held-out ResNet at load 13: its DTensor optimizer 65 ms a step, 1.6 priced); held-out gloo jobs ran FSDP 51 % "
+        "faster to 113 % slower than predicted (an MLP-Mixer, 16 pairs at load 0.5-23, its interval holding 11: "
+        "bench/fsdp_fresh/mixer_rounds.sh; the ResNet 27-91 % slower, 4 rounds at load 13-22, 3 held: "
+        "SCRIPT=bench/fsdp_fresh/resnet_ddp.py), a LoRA fine-tune 41 % faster to 111 % slower (bench/bench_lora_memory.py, 6 pairs); "
+        "the memory within about 10 %")
 
 
 def blocking_note(g: Graph, measured: bool) -> str:
