@@ -20,7 +20,7 @@ from dagprof.costmodel.topology import Topology, allreduce_equivalent_factor, pe
 from dagprof.passes.comm import current_topology, in_op_pieces, set_link, set_topology
 from dagprof.pipeline import open_run
 from dagprof.traces.events import CommKind, Kind
-from dagprof.traces.parallelism import in_op_of
+from dagprof.traces.parallelism import in_op_name
 from dagprof.traces.run_comm import in_op_sizes
 from dagprof.traces.run_schema import OWN_KINDS, Col, Rec
 
@@ -31,10 +31,10 @@ SIZED = {"clip-sized": {CommKind.ALL_GATHER: (2, {8192}), CommKind.SCATTER: (4, 
 
 
 def _pieces(g):
-    """The pieces and (kind, group size) each one's name gives; its kind column is the same kind."""
+    """The pieces and the (kind, group size) of each, its name saying the same."""
     v = in_op_pieces(g)
-    named = [(CommKind.from_label(kind), n) for kind, n in (in_op_of(g.node_name(int(x))) for x in v)]
-    assert [kind for kind, _ in named] == g.comm_kind[v].tolist()
+    named = [(CommKind(int(g.comm_kind[x])), int(g.group_size[x])) for x in v.tolist()]
+    assert [g.node_name(int(x)).rpartition(".")[2] for x in v] == [in_op_name(k, n) for k, n in named]
     return v, named
 
 

@@ -61,6 +61,8 @@ class CommRole(enum.IntEnum):
     # optimizer's data parallelism, not a collective of the job's own
     JOB = 3  # an FSDP job's own collective (``traces.fsdp_run``'s ``JOB_PHASES``: a ``DTensor.full_tensor()`` gather, a
     # blocking c10d call such as a DCP save's): of no unit, none of FSDP's collectives
+    ROWS = 4  # a parameter server's pull of a row_sparse key's rows for a forward (MXNet's ``row_sparse_pull``), and its
+    # call: the key's forward op waits for them (``graph.build_ps``), no server sums them
 
 
 # Host and device clocks in one trace agree to a few microseconds: an instant that precedes another by
@@ -138,6 +140,9 @@ _COLUMNS: dict[str, Any] = {
     "peer": np.int32,
     "role": np.int8,  # a collective's CommRole (transfer and issue), PLAIN elsewhere
     "comm_kind": np.uint8,  # a collective's CommKind (transfer, and issue where its reader knows), UNKNOWN elsewhere
+    # a collective's group size where no group of the trace's names its ranks: a piece of an op that ran the model's own
+    # collective, sized (``run_partition.cut_in_op``); 0 elsewhere
+    "group_size": np.int32,
 }
 
 
@@ -171,10 +176,11 @@ class EventTable:
     peer: np.ndarray
     role: np.ndarray
     comm_kind: np.ndarray
+    group_size: np.ndarray
 
     COLUMNS = tuple(_COLUMNS)
     DEFAULTS = {"depth": 0, "step": -1, "layer": -1, "nbytes": 0, "group": -1, "seq": -1, "bucket": -1, "peer": -1,
-                "role": int(CommRole.PLAIN), "comm_kind": int(CommKind.UNKNOWN)}  # optional columns
+                "role": int(CommRole.PLAIN), "comm_kind": int(CommKind.UNKNOWN), "group_size": 0}  # optional columns
 
     @classmethod
     def from_columns(cls, names: Sequence[str], **cols: Any) -> "EventTable":

@@ -86,18 +86,12 @@ _DTENSOR_OP = re.compile(r"^(Nested)?Redistribute(Backward)?$|^PythonSubclass$|^
 
 
 ACTIVATIONS = "of activations in a data-parallel group"  # the reason ``_fill_from_group`` gives such a collective
-_IN_OP = re.compile(r"(?:^|\.)(\w+) inside the op \(group of (\d+)\)$")  # a graph's names open with the rank's
 
 
 def in_op_name(kind: CommKind, ranks: int) -> str:
-    """The name of a graph piece that is a collective the model ran inside one of its ops, sized (``run_partition.cut_in_op``)."""
+    """The name of a graph piece that is a collective the model ran inside one of its ops, sized (``run_partition.cut_in_op``),
+    for people: what it is, later stages read from its ``comm_kind`` and ``group_size``."""
     return f"{kind.label} inside the op (group of {ranks})"
-
-
-def in_op_of(name: str) -> tuple[str, int] | None:
-    """(its kind's label, group size) of a piece ``in_op_name`` named, else None."""
-    m = _IN_OP.search(name)
-    return None if m is None else (m.group(1), int(m.group(2)))
 
 
 def p2p_peer(trace: RankTrace, group: str, local: int) -> int | None:
@@ -546,12 +540,8 @@ def _in_ops(run: Run) -> tuple[tuple[float, float], tuple[tuple[CommKind, float]
 
 
 def _sized_in_ops(run: Run) -> Counter:
-    """Kind -> the pieces over all ranks that are a collective the model ran inside an op, sized (``in_op_name``)."""
-    out: Counter = Counter()
-    for t in run.ranks:
-        named = [k for k, name in enumerate(t.events.names) if in_op_of(name)]
-        out.update(CommKind(int(k)) for k in t.events.comm_kind[np.isin(t.events.name, named)].tolist())
-    return out
+    """Kind -> the pieces over all ranks that are a collective the model ran inside an op, sized (``EventTable.group_size``)."""
+    return Counter(CommKind(int(k)) for t in run.ranks for k in t.events.comm_kind[t.events.group_size > 0].tolist())
 
 
 def _untold_groups(run: Run) -> int:

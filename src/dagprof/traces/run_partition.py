@@ -68,7 +68,8 @@ def cut_in_op(spans: list[_Span], in_op: list[_InOp]) -> list[_Span]:
         s = out[j]
         at = max(x.start, s.start)
         pieces = [_Span(s.kind, s.name, s.start, at, s.layer, nbytes=s.nbytes),
-                  _Span(Kind.COMM, in_op_name(x.kind, x.ranks), at, x.end, s.layer, nbytes=x.nbytes, comm_kind=x.kind),
+                  _Span(Kind.COMM, in_op_name(x.kind, x.ranks), at, x.end, s.layer, nbytes=x.nbytes, comm_kind=x.kind,
+                        group_size=x.ranks),
                   _Span(s.kind, s.name, x.end, s.end, s.layer, nbytes=0 if at > s.start else s.nbytes)]
         out[j:j + 1] = [p for p in pieces if p.end > p.start]
     return out

@@ -22,6 +22,7 @@ class _Span:
     root: int = -1  # a broadcast's issue: its root (``_Transfer.root``)
     role: CommRole = CommRole.PLAIN  # a collective's issue: its transfer's role
     comm_kind: CommKind = CommKind.UNKNOWN  # a collective's issue or in-op piece: its kind
+    group_size: int = 0  # an in-op piece: its collective's group size (``EventTable.group_size``)
 
 
 @dataclass
