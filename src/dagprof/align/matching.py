@@ -161,7 +161,8 @@ def match_collectives(run: Run, strict: bool = True) -> Matching:
             matched = {k for _, k in pairs}
             for k, o in enumerate(ops):
                 if k not in matched and inside_ref[k]:
-                    problems.append(f"rank {r}: collective #{k} of group {g} ({o.coll.label}, {o.nbytes} B) matches nothing on rank {ref_rank}")
+                    problems.append(f"rank {r}: collective #{k} of group {g} ({run.ranks[p].events.name_of(o.event)}, {o.nbytes} B) "
+                                    f"matches nothing on rank {ref_rank}")
             matched = {a for a, _ in pairs}
             for a in range(len(ref_ops)):
                 if a in matched:
@@ -175,7 +176,7 @@ def match_collectives(run: Run, strict: bool = True) -> Matching:
         for a, members_at in enumerate(joined):
             op = ref_ops[a]
             if lacking[a] or absent:
-                problems.append(f"collective #{op.seq} ({op.coll.label if op.coll else run.ranks[ref].events.name_of(op.event)}) of group {g} "
+                problems.append(f"collective #{op.seq} ({run.ranks[ref].events.name_of(op.event)}) of group {g} "
                                 f"is missing on rank(s) {_short(sorted([*lacking[a], *absent]))}")
             if a in dropped:  # outside a rank's window: nobody's instance (kept when lost inside: reported above)
                 continue
