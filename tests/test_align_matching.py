@@ -9,7 +9,7 @@ from testdata import KINETO_PUBLIC as DATA
 
 from dagprof.align.matching import match_collectives
 from dagprof.errors import DagprofError
-from dagprof.traces.events import Kind, Run
+from dagprof.traces.events import CommKind, Kind, Run
 from dagprof.traces.kineto_dir import read_trace_dir
 
 from gloo_kineto import gloo_traces
@@ -21,7 +21,7 @@ def test_own_gloo_run_matches_completely():
     m = match_collectives(run)
     assert not m.problems and m.instances
     assert all(sorted(it.ranks) == [0, 1] for it in m.instances)
-    assert {it.collective for it in m.instances} == {"allreduce", "broadcast"}
+    assert {it.kind for it in m.instances} == {CommKind.ALL_REDUCE, CommKind.BROADCAST}
     for p, t in enumerate(run.ranks):  # every transfer got its instance
         comm = np.flatnonzero(t.events.kind == Kind.COMM)
         assert np.all(m.instance[p][comm] >= 0)
@@ -87,4 +87,4 @@ def test_sampled_job_ranks_partly_match_and_report_the_rest():
     m = match_collectives(run, strict=False)
     both = [it for it in m.instances if sorted(it.ranks) == [0, 1]]
     assert len(both) >= 4 and m.problems
-    assert all(it.collective in ("allreduce", "allgather", "alltoall") for it in both)
+    assert all(it.kind in (CommKind.ALL_REDUCE, CommKind.ALL_GATHER, CommKind.ALL_TO_ALL) for it in both)

@@ -18,7 +18,7 @@ from dagprof.analysis import analyze
 from dagprof.graph.build import build_graph
 from dagprof.graph.provenance import violations
 from dagprof.pipeline import open_run
-from dagprof.traces.events import EventTable, Kind, Lane, LaneKind, RankTrace, Run
+from dagprof.traces.events import CommKind, EventTable, Kind, Lane, LaneKind, RankTrace, Run
 from dagprof.traces.meta import Collectives, RankMeta
 
 DATA = pathlib.Path(__file__).parent / "data"
@@ -58,10 +58,10 @@ def rank_trace(rank: int, colls: list[tuple[float, float, float, float, int]], w
     )
     lanes = [Lane("main", LaneKind.CPU_THREAD, main=True), Lane("gloo 1", LaneKind.COMM_THREAD), Lane("gloo 2", LaneKind.COMM_THREAD)]
     transfers = [x for _, x in flows[:len(colls)]]
-    names = list(kinds) or ["allreduce"] * len(colls)
+    names = list(kinds) or [CommKind.ALL_REDUCE] * len(colls)
     return RankTrace(rank=rank, world_size=world, source=f"synthetic/rank{rank}", events=table, lanes=lanes, base_ns=base_ns,
                      groups=["0"], flows=np.array(flows, dtype=np.int64), backend="gloo",
-                     meta=RankMeta(collectives=Collectives(event=transfers, coll=names, dtype=["float32"] * len(colls))))
+                     meta=RankMeta(collectives=Collectives(event=transfers, kind=names, dtype=["float32"] * len(colls))))
 
 
 def per_rank_error(run: Run):
@@ -145,7 +145,7 @@ def test_a_broadcast_receiver_released_before_the_last_rank_joined_waits_only_fo
     """Three ranks, gloo's one-to-all broadcast from rank 0: rank 2 gets its data as soon as the root sent
     it, 4 ms before rank 1 joins; the root completes once rank 1 did. Rank 2 must not wait for rank 1."""
     buckets = [(t * MS, (t + 0.1) * MS, (t + 0.1) * MS, (t + 0.5) * MS, 1) for t in (1, 2, 3)]  # ranks agree: clocks align
-    kinds = ("allreduce",) * 3 + ("broadcast",)
+    kinds = (CommKind.ALL_REDUCE,) * 3 + (CommKind.BROADCAST,)
     ranks = [rank_trace(0, buckets + [(4 * MS, 4.1 * MS, 4.1 * MS, 9.2 * MS, 1)], (4.2 * MS, 9.3 * MS), 10 * MS, world=3, kinds=kinds),
              rank_trace(1, buckets + [(9 * MS, 9.05 * MS, 9.05 * MS, 9.2 * MS, 1)], (9.1 * MS, 9.3 * MS), 10 * MS, world=3, kinds=kinds),
              rank_trace(2, buckets + [(5 * MS, 5.1 * MS, 5.1 * MS, 5.3 * MS, 1)], (5.2 * MS, 5.4 * MS), 6 * MS, world=3, kinds=kinds)]

@@ -3,6 +3,7 @@ pass that built it, rides ``EventTable.comm_kind`` and the graph's ``comm_kind``
 prices: no stage after the reader tells it from a collective's name."""
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 import pytest
 from testdata import DATA
@@ -17,6 +18,7 @@ from dagprof.passes.workers import scale_workers
 from dagprof.traces.events import CommKind, CommRole, EventTable, Kind
 from dagprof.traces.kineto_schema import canonical_collective
 from dagprof.traces.load import load
+from dagprof.traces.meta import Collectives
 
 K = CommKind
 # per input, the kind of each of rank 0's transfers by the name its reader gave it (names stay what users see)
@@ -37,12 +39,24 @@ READERS = {
 def test_one_vocabulary():
     """The readers' canonical names and the cost model's labels name the same kinds; an unknown name is UNKNOWN."""
     for raw, kind in [("all_reduce", K.ALL_REDUCE), ("_allgather_base", K.ALL_GATHER), ("reduce_scatter_tensor", K.REDUCE_SCATTER),
-                      ("alltoallv", K.ALL_TO_ALL), ("broadcast", K.BROADCAST), ("send", K.SEND), ("recv", K.RECV), ("barrier", K.BARRIER)]:
+                      ("alltoallv", K.ALL_TO_ALL), ("broadcast", K.BROADCAST), ("send", K.SEND), ("recv", K.RECV), ("barrier", K.BARRIER),
+                      ("isend", K.SEND), ("irecv", K.RECV), ("batch_isend_irecv", K.SEND_RECV), ("sparse_all_reduce", K.SPARSE_ALL_REDUCE)]:
         assert CommKind.of(canonical_collective(raw)) == kind
     assert CommKind.of("") == CommKind.of("frobnicate") == K.UNKNOWN
     assert all(CommKind.from_label(k.label) == k for k in CommKind)
     assert [k.label for k in KIND_FACTORS] == ["all_gather", "reduce_scatter", "all_reduce", "all_to_all"]  # link-model files' kinds
     assert EventTable.DEFAULTS["comm_kind"] == K.UNKNOWN and EventTable.empty().comm_kind.dtype == np.uint8
+
+
+@pytest.mark.parametrize("folder", ["kineto-public/nccl_parser_config", "tf/text", "tf-jax/mlp", "horovod/sparse-gru", "fsdp/reshard"])
+def test_the_readers_metadata_names_each_collective_by_its_kind(folder):
+    """``meta.Collectives`` names the collective each transfer's call ran by a ``CommKind`` too (no second vocabulary of
+    names), one the transfers' column agrees with here, and the parse cache's JSON keeps it."""
+    t = load(str(DATA / folder), allow_missing_ranks=True).ranks[0]
+    info = t.meta.collectives
+    assert info.kind and all(type(k) is CommKind and k != K.UNKNOWN for k in info.kind)
+    assert [int(t.events.comm_kind[e]) for e in info.event] == [int(k) for k in info.kind]
+    assert msgspec.json.decode(msgspec.json.encode(info), type=Collectives) == info
 
 
 @pytest.mark.parametrize("folder", sorted(READERS))

@@ -228,3 +228,25 @@ def test_one_replica_drops_fsdps_all_reduces_not_the_jobs_own():
     names = {m.node_name(v): int(m.role[v]) for v in kept}
     assert names.get(g.node_name(job)) == CommRole.JOB
     assert not {g.node_name(v) for v in shared if v != job} & set(names)
+
+
+@pytest.mark.parametrize("source, mesh", [(FSDP4, (2, 2)), (HSDP, (1, 4))])
+def test_the_layouts_joins_transfers_and_issues_carry_their_calls_kind_and_role(source, mesh):
+    """Each collective ``--mesh`` rebuilds on the layout's groups, its join too, has its call's kind and the profiled
+    collective's role, as the graph builder gives both; the all-reduce it adds after each reduce-scatter (1x4 -> 2x2) is
+    an all-reduce, its issue too: none is told by a name later."""
+    from dagprof.traces.events import CommKind, CommRole
+
+    g = graph(source)
+    m = set_mesh(g, *mesh)
+    comm = np.flatnonzero((m.kind == Kind.COMM) & (m.rank < 0))
+    for v in comm.tolist():
+        joins = [int(p) for p in m.predecessors(v).tolist() if m.kind[p] == Kind.SYNC]
+        assert joins and all(m.comm_kind[j] == m.comm_kind[v] and m.role[j] == m.role[v] for j in joins)
+    replicas = {CommKind.ALL_REDUCE} if mesh[0] > 1 else set()
+    assert set(m.comm_kind[comm].tolist()) == {CommKind.ALL_GATHER, CommKind.REDUCE_SCATTER} | replicas
+    assert (m.role[comm] == CommRole.PLAIN).all()
+    issues = np.flatnonzero((m.kind == Kind.COMM_ENQUEUE) & (m.rank >= 0))
+    added = [v for v in issues.tolist() if m.node_name(v).split(".", 1)[1].startswith("fsdp all_reduce ")]
+    assert len(added) == 2 * int((m.comm_kind[comm] == CommKind.ALL_REDUCE).sum())  # each rank's, in its replica group of 2
+    assert all(m.comm_kind[v] == CommKind.ALL_REDUCE for v in added)

@@ -30,7 +30,7 @@ def test_own_collectives_are_the_ones_beside_the_buckets():
     g = open_run(HABITS).graph
     own = np.flatnonzero(own_collectives(g))
     names = sorted(g.node_name(int(c)).rsplit(".", 1)[0] for c in own)
-    assert names == ["allreduce"] * 3 + ["barrier"]  # logging x2, the metric's, the checkpoint's barrier
+    assert names == ["all_reduce"] * 3 + ["barrier"]  # logging x2, the metric's, the checkpoint's barrier
     buckets = (g.kind == Kind.COMM) & (g.rank < 0) & (g.bucket >= 0)
     assert buckets.sum() == 2 and not (own_collectives(g) & buckets).any()
 
@@ -62,7 +62,7 @@ def test_link_whatif_counts_the_unsized_own_collectives(tmp_path, capsys):
     shutil.copytree(HABITS, run)
     assert main(["whatif", str(run), "--bandwidth", "200Mbit", "--no-trace", "--allow-model-error", "--json"]) == 0
     notes = [n for n in json.loads(capsys.readouterr().out)["notes"] if "no recorded size" in n]
-    assert len(notes) == 1 and notes[0].startswith("4 profiled collectives") and "allreduce x3, barrier x1" in notes[0]
+    assert len(notes) == 1 and notes[0].startswith("4 profiled collectives") and "all_reduce x3, barrier x1" in notes[0]
 
 
 def test_optimize_gives_the_run_s_warnings_too(capsys, tmp_path):

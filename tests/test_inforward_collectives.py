@@ -16,12 +16,12 @@ from dagprof.cli.main import main
 from dagprof.errors import DagprofError
 from dagprof.pipeline import open_run
 from dagprof.traces.dagprof_run import read_run
-from dagprof.traces.events import Kind
+from dagprof.traces.events import CommKind, Kind
 
 FRESH = DATA / "ddp-fresh"
 # per step and rank, as the scripts issue them: CLIP all-gathers its text and image embeddings (2) and each gather's
 # backward all-to-all runs as one scatter per rank (2 x 2); the convnet has 9 synchronised BatchNorm2d layers
-IN_OPS = {"clip": {"allgather": 2, "scatter": 4}, "syncbn": {"allgather": 9, "allreduce": 9}}
+IN_OPS = {"clip": {CommKind.ALL_GATHER: 2, CommKind.SCATTER: 4}, "syncbn": {CommKind.ALL_GATHER: 9, CommKind.ALL_REDUCE: 9}}
 
 
 @pytest.mark.parametrize("name", sorted(IN_OPS))
@@ -38,7 +38,7 @@ def test_in_op_collectives_are_counted_and_kept_apart_from_the_buckets(name):
     # the graph's shared collectives are DDP's bucket and buffer broadcasts only: none of the model's became a bucket
     shared = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0))
     names = {g.node_name(int(v)).rsplit(".", 1)[0] for v in shared}
-    assert not any("allgather" in n or "scatter" in n for n in names)
+    assert not any("all_gather" in n or "scatter" in n for n in names)
     assert par.in_ops_text() in par.notes
 
 
@@ -50,7 +50,7 @@ def test_what_ifs_say_what_they_leave_as_measured(argv, capsys):
         assert main(["whatif", str(FRESH / name), *argv, "--json", "--no-trace"]) == 0
         notes = json.loads(capsys.readouterr().out)["notes"]
         said = [n for n in notes if "ran inside the model's own ops" in n]
-        assert len(said) == 1 and all(f"{k} x{n:g}" in said[0] for k, n in kinds.items()), notes
+        assert len(said) == 1 and all(f"{k.label} x{n:g}" in said[0] for k, n in kinds.items()), notes
 
 
 def test_a_what_if_that_changes_no_communication_says_nothing_of_them(capsys):
@@ -60,7 +60,7 @@ def test_a_what_if_that_changes_no_communication_says_nothing_of_them(capsys):
 
 def test_analyze_and_diff_say_where_their_time_went(capsys):
     assert main(["analyze", str(FRESH / "syncbn")]) == 0
-    assert "allgather x9, allreduce x9" in capsys.readouterr().out
+    assert "all_gather x9, all_reduce x9" in capsys.readouterr().out
     assert main(["diff", str(FRESH / "clip"), str(FRESH / "clip"), "--no-report"]) == 0
     out = capsys.readouterr().out
     assert "inside the model's own ops (A 6 (" in out and "counted in the ops that issued them" in out
@@ -81,7 +81,7 @@ def test_a_dp_x_tp_jobs_tensor_parallel_all_reduces_are_said_too():
     """hybrid-dp-tp-dagprof: DDP over a 2-way tensor-parallel model; the TP layers' all-reduces run inside their ops,
     unsaid before (the groups showed DDP's only)."""
     par = open_run(DATA / "hybrid-dp-tp-dagprof").graph.meta.parallel
-    assert dict(par.in_ops_kinds) == {"allreduce": 3} and par.in_ops_text() in par.notes
+    assert dict(par.in_ops_kinds) == {CommKind.ALL_REDUCE: 3} and par.in_ops_text() in par.notes
 
 
 def test_a_users_own_trace_keeps_the_loss_all_gathers_apart_from_the_gradients(capsys):
@@ -95,6 +95,6 @@ def test_a_users_own_trace_keeps_the_loss_all_gathers_apart_from_the_gradients(c
     assert (comm & (g.dim == Dim.DP)).any()
     group = g.meta.parallel.groups[0]
     assert group.dims == {"unknown": 6 * 3 * 2, "DP": 2 * 3 * 2}  # a step and rank: 2 all-gathers + 2 x 2 scatters; 2 all-reduces
-    assert {w.split(" ")[0] for w in group.evidence if "of activations in a data-parallel group" in w} == {"allgather", "scatter"}
+    assert {w.split(" ")[0] for w in group.evidence if "of activations in a data-parallel group" in w} == {"all_gather", "scatter"}
     assert main(["whatif", str(FRESH / "clip-kineto"), "--workers", "4", "--allow-model-error", "--no-trace"]) == 2
     assert "--workers is not modelled here" in capsys.readouterr().err

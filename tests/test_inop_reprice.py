@@ -20,21 +20,21 @@ from dagprof.costmodel.topology import Topology, allreduce_equivalent_factor, pe
 from dagprof.passes.comm import current_topology, in_op_pieces, set_link, set_topology
 from dagprof.pipeline import open_run
 from dagprof.traces.events import CommKind, Kind
-from dagprof.traces.parallelism import in_op_of
+from dagprof.traces.parallelism import in_op_name
 from dagprof.traces.run_comm import in_op_sizes
 from dagprof.traces.run_schema import OWN_KINDS, Col, Rec
 
 FRESH = DATA / "ddp-fresh"
 # per step and rank: kind -> (count, bytes per rank); CLIP's batch 32 x dim 64 floats, SyncBN's 2C+1 and 2C floats
-SIZED = {"clip-sized": {"allgather": (2, {8192}), "scatter": (4, {8192})},
-         "syncbn-sized": {"allgather": (9, {68, 132, 260}), "allreduce": (9, {64, 128, 256})}}
+SIZED = {"clip-sized": {CommKind.ALL_GATHER: (2, {8192}), CommKind.SCATTER: (4, {8192})},
+         "syncbn-sized": {CommKind.ALL_GATHER: (9, {68, 132, 260}), CommKind.ALL_REDUCE: (9, {64, 128, 256})}}
 
 
 def _pieces(g):
-    """The pieces and (canonical kind, group size) each one's name gives; its kind column is the same kind."""
+    """The pieces and the (kind, group size) of each, its name saying the same."""
     v = in_op_pieces(g)
-    named = [in_op_of(g.node_name(int(x))) for x in v]
-    assert [CommKind.of(kind) for kind, _ in named] == g.comm_kind[v].tolist()
+    named = [(CommKind(int(g.comm_kind[x])), int(g.group_size[x])) for x in v.tolist()]
+    assert [g.node_name(int(x)).rpartition(".")[2] for x in v] == [in_op_name(k, n) for k, n in named]
     return v, named
 
 
@@ -62,7 +62,7 @@ def test_a_link_change_moves_each_by_the_change_of_its_price(name, rate):
     was, now = current_topology(g), current_topology(g).with_link("inter", rate, None)
     h = set_link(g, bandwidth=rate)
     for x, (kind, ranks) in zip(v.tolist(), kinds):
-        m = per_rank_equivalent_bytes(CommKind.of(kind), float(g.nbytes[x]), ranks)
+        m = per_rank_equivalent_bytes(kind, float(g.nbytes[x]), ranks)
         assert h.dur[x] == pytest.approx(max(g.dur[x] - allreduce_us(m, was) + allreduce_us(m, now), 0.0), abs=1e-6)
     compute = np.flatnonzero(np.isin(g.kind, [Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE]) & (g.rank >= 0))
     assert np.array_equal(h.dur[compute], g.dur[compute]) and np.array_equal(h.gap[compute], g.gap[compute])
@@ -81,27 +81,27 @@ def test_asynchronous_and_functional_calls_are_pieces_from_their_wait():
     g = open_run(FRESH / "async-sized").graph
     v, kinds = _pieces(g)
     got = sorted((kind, int(g.nbytes[x])) for x, (kind, _) in zip(v.tolist(), kinds))
-    assert got == sorted([("allgather", 32 * 64 * 4)] * 4 + [("allreduce", 64 * 4)] * 4 + [("allreduce", 2 * 32 * 64 * 4)] * 4)
+    assert got == sorted([(CommKind.ALL_GATHER, 32 * 64 * 4)] * 4 + [(CommKind.ALL_REDUCE, 64 * 4)] * 4 + [(CommKind.ALL_REDUCE, 2 * 32 * 64 * 4)] * 4)
     par = g.meta.parallel
-    assert par.in_ops[0] == 4 and par.in_ops_sized == 3 and dict(par.in_ops_kinds) == {"allgather": 2, "allreduce": 2}
+    assert par.in_ops[0] == 4 and par.in_ops_sized == 3 and dict(par.in_ops_kinds) == {CommKind.ALL_GATHER: 2, CommKind.ALL_REDUCE: 2}
     text = par.in_ops_text()
     assert "re-price the 3 " in text and "the other 1 keep their measured time" in text and "before its wait began" in text
-    assert not any("allgather" in n for n in g.names if "inside the op" not in n)
+    assert not any("all_gather" in n for n in g.names if "inside the op" not in n)
 
 
 def test_an_asynchronous_call_blocks_from_its_wait():
     """Paired by kind in issue order like a blocking call; its piece starts at its first wait (OWN_WAIT naming its call's
     time) where that is after its transfer's start; one whose transfer ended before its wait, or with no wait recorded,
     is left out (unsized), the others of its kind still sized."""
-    def rec(code: int, kind: str, t: int, x: int) -> list[int]:
+    def rec(code: int, kind: CommKind, t: int, x: int) -> list[int]:
         row = [0] * len(Col)
         row[Col.CODE], row[Col.A], row[Col.B], row[Col.T_NS], row[Col.X] = code, OWN_KINDS.index(kind), 2, t, x
         return row
 
-    records = np.array([rec(Rec.OWN_ASYNC, "allgather", 10, 8), rec(Rec.OWN_WAIT, "allgather", 25, 10),
-                        rec(Rec.OWN_ASYNC, "allgather", 30, 8), rec(Rec.OWN_WAIT, "allgather", 50, 30),
-                        rec(Rec.OWN_ASYNC, "allgather", 60, 8), rec(Rec.OWN_COLL, "allgather", 80, 4)], dtype=np.int64)
-    inside = [("allgather", 12, 40), ("allgather", 31, 45), ("allgather", 61, 70), ("allgather", 81, 90)]
+    records = np.array([rec(Rec.OWN_ASYNC, CommKind.ALL_GATHER, 10, 8), rec(Rec.OWN_WAIT, CommKind.ALL_GATHER, 25, 10),
+                        rec(Rec.OWN_ASYNC, CommKind.ALL_GATHER, 30, 8), rec(Rec.OWN_WAIT, CommKind.ALL_GATHER, 50, 30),
+                        rec(Rec.OWN_ASYNC, CommKind.ALL_GATHER, 60, 8), rec(Rec.OWN_COLL, CommKind.ALL_GATHER, 80, 4)], dtype=np.int64)
+    inside = [(CommKind.ALL_GATHER, 12, 40), (CommKind.ALL_GATHER, 31, 45), (CommKind.ALL_GATHER, 61, 70), (CommKind.ALL_GATHER, 81, 90)]
     got = in_op_sizes(inside, records, 0, 100)
     assert [(x.start, x.end, x.nbytes) for x in got] == [(25, 40, 8), (81, 90, 4)]
 
@@ -112,17 +112,17 @@ def test_an_asynchronous_call_outside_any_op_is_the_models_where_it_waited_for_i
     and cut at its wait), where a blocking call, or one never waited for, leaves it a collective of its own."""
     from dagprof.traces.run_comm import _waited_later
 
-    def rec(code: int, kind: str, t: int, x: int) -> list[int]:
+    def rec(code: int, kind: CommKind, t: int, x: int) -> list[int]:
         row = [0] * len(Col)
         row[Col.CODE], row[Col.A], row[Col.B], row[Col.T_NS], row[Col.X] = code, OWN_KINDS.index(kind), 2, t, x
         return row
 
-    records = np.array([rec(Rec.OWN_ASYNC, "allgather", 10, 8), rec(Rec.OWN_WAIT, "allgather", 30, 10),
-                        rec(Rec.OWN_COLL, "allgather", 40, 8), rec(Rec.OWN_ASYNC, "allreduce", 50, 4)], dtype=np.int64)
-    assert _waited_later(records, "allgather", 11)
-    assert not _waited_later(records, "allgather", 41)  # the blocking call's
-    assert not _waited_later(records, "allreduce", 51)  # never waited for
-    assert not _waited_later(records, "allreduce", 5) and not _waited_later(records, "alltoall", 11)
+    records = np.array([rec(Rec.OWN_ASYNC, CommKind.ALL_GATHER, 10, 8), rec(Rec.OWN_WAIT, CommKind.ALL_GATHER, 30, 10),
+                        rec(Rec.OWN_COLL, CommKind.ALL_GATHER, 40, 8), rec(Rec.OWN_ASYNC, CommKind.ALL_REDUCE, 50, 4)], dtype=np.int64)
+    assert _waited_later(records, CommKind.ALL_GATHER, 11)
+    assert not _waited_later(records, CommKind.ALL_GATHER, 41)  # the blocking call's
+    assert not _waited_later(records, CommKind.ALL_REDUCE, 51)  # never waited for
+    assert not _waited_later(records, CommKind.ALL_REDUCE, 5) and not _waited_later(records, CommKind.ALL_TO_ALL, 11)
 
 
 def test_on_a_half_duplex_link_a_scatter_moves_by_its_one_way_price():
@@ -140,9 +140,9 @@ def test_on_a_half_duplex_link_a_scatter_moves_by_its_one_way_price():
     h = set_link(on, bandwidth=200e6 / 8)
     full = set_link(g, bandwidth=200e6 / 8)
     for x, (kind, ranks) in zip(v.tolist(), kinds):
-        m = per_rank_equivalent_bytes(CommKind.of(kind), float(g.nbytes[x]), ranks) * (0.5 if kind == "scatter" else 1.0)
+        m = per_rank_equivalent_bytes(kind, float(g.nbytes[x]), ranks) * (0.5 if kind == CommKind.SCATTER else 1.0)
         assert h.dur[x] == pytest.approx(max(g.dur[x] - allreduce_us(m, was) + allreduce_us(m, now), 0.0), abs=1e-6)
-        assert (h.dur[x] < full.dur[x]) if kind == "scatter" else (h.dur[x] == pytest.approx(full.dur[x]))
+        assert (h.dur[x] < full.dur[x]) if kind == CommKind.SCATTER else (h.dur[x] == pytest.approx(full.dur[x]))
 
 
 def test_whatif_half_duplex_lowers_only_the_scatters_price(capsys):
@@ -156,7 +156,7 @@ def test_whatif_half_duplex_lowers_only_the_scatters_price(capsys):
     assert half["model_iter_ms"] == pytest.approx(full["model_iter_ms"])
     g = open_run(FRESH / "clip-sized").graph
     v, kinds = _pieces(g)
-    scatters = [x for x, (kind, _) in zip(v.tolist(), kinds) if kind == "scatter"]
+    scatters = [x for x, (kind, _) in zip(v.tolist(), kinds) if kind == CommKind.SCATTER]
     bound = float(g.nbytes[scatters].sum()) * 8 / 200e6 * 1e3 / len(g.meta.steps)  # ms a step: all of them, every rank
     assert 0 < full["scenarios"][0]["predicted_iter_ms"] - half["scenarios"][0]["predicted_iter_ms"] <= bound
 
@@ -213,11 +213,11 @@ def test_an_expert_layers_all_to_alls_are_sized_pieces_and_re_priced(capsys):
     the bytes the collector recorded for them, one per dtype."""
     g = open_run(FRESH / "moe-a2a-sized").graph
     v, kinds = _pieces(g)
-    assert kinds == [("alltoall", 2)] * (4 * len(g.meta.steps) * 2) and set(g.nbytes[v].tolist()) == {64 * 32 * 4}
+    assert kinds == [(CommKind.ALL_TO_ALL, 2)] * (4 * len(g.meta.steps) * 2) and set(g.nbytes[v].tolist()) == {64 * 32 * 4}
     par = g.meta.parallel
     assert par.in_ops_sized == par.in_ops[0] == 0  # the DDP-side count: no all-to-all is DDP's
-    said = [n for n in par.notes if "EP/CP alltoall" in n]
-    assert len(said) == 1 and "link what-ifs, which re-price the 16 alltoall" in said[0]
+    said = [n for n in par.notes if "EP/CP all_to_all" in n]
+    assert len(said) == 1 and "link what-ifs, which re-price the 16 all_to_all" in said[0]
     bcast = [int(x) for x in np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0)) if g.node_name(int(x)).startswith("broadcast")]
     assert g.nbytes[bcast].tolist() == [2 * 32 * 4, 8] * len(g.meta.steps)  # DDP's BatchNorm buffers: float32 then int64
     slow = set_link(g, bandwidth=1e6 / 8)
@@ -261,20 +261,20 @@ def test_tensor_parallel_all_reduces_through_dtensor_stay_as_measured():
 def test_calls_and_transfers_pair_by_kind_in_order_or_not_at_all():
     """A kind whose recorded calls and Kineto's transfers differ in number (an asynchronous call, DTensor's path) is left
     unsized, never paired out of order; another kind still pairs."""
-    def rec(kind: str, t: int, nbytes: int) -> list[int]:
+    def rec(kind: CommKind, t: int, nbytes: int) -> list[int]:
         row = [0] * len(Col)
         row[Col.CODE], row[Col.A], row[Col.B], row[Col.T_NS], row[Col.X] = Rec.OWN_COLL, OWN_KINDS.index(kind), 2, t, nbytes
         return row
 
-    records = np.array([rec("allgather", 10, 8), rec("allgather", 30, 16), rec("allreduce", 50, 4)], dtype=np.int64)
-    inside = [("allgather", 12, 20), ("allgather", 31, 40), ("allreduce", 51, 60), ("allreduce", 61, 70)]
+    records = np.array([rec(CommKind.ALL_GATHER, 10, 8), rec(CommKind.ALL_GATHER, 30, 16), rec(CommKind.ALL_REDUCE, 50, 4)], dtype=np.int64)
+    inside = [(CommKind.ALL_GATHER, 12, 20), (CommKind.ALL_GATHER, 31, 40), (CommKind.ALL_REDUCE, 51, 60), (CommKind.ALL_REDUCE, 61, 70)]
     got = in_op_sizes(inside, records, 0, 100)
-    assert [(x.kind, x.start, x.end, x.nbytes, x.ranks) for x in got] == [("allgather", 12, 20, 8, 2), ("allgather", 31, 40, 16, 2)]
+    assert [(x.kind, x.start, x.end, x.nbytes, x.ranks) for x in got] == [(CommKind.ALL_GATHER, 12, 20, 8, 2), (CommKind.ALL_GATHER, 31, 40, 16, 2)]
     assert in_op_sizes(inside[:2], records[:2], 20, 100) == []  # the first call before the window: one call, two transfers
     # a logging all-reduce outside any op (called at 65, Kineto's own collective enqueued at 66) takes its call out of the pairing
-    logged = np.concatenate([records, [rec("allreduce", 65, 12)]])
-    got = in_op_sizes(inside[:3], logged, 0, 100, [("allreduce", 66)])
-    assert [(x.kind, x.start, x.nbytes) for x in got] == [("allgather", 12, 8), ("allgather", 31, 16), ("allreduce", 51, 4)]
+    logged = np.concatenate([records, [rec(CommKind.ALL_REDUCE, 65, 12)]])
+    got = in_op_sizes(inside[:3], logged, 0, 100, [(CommKind.ALL_REDUCE, 66)])
+    assert [(x.kind, x.start, x.nbytes) for x in got] == [(CommKind.ALL_GATHER, 12, 8), (CommKind.ALL_GATHER, 31, 16), (CommKind.ALL_REDUCE, 51, 4)]
 
 
 def test_a_users_kineto_trace_moves_its_sized_activation_collectives_the_same_way():
@@ -303,7 +303,7 @@ def test_a_users_scatters_pair_each_root_with_its_peer():
     from dagprof.align.one_clock import on_one_clock
 
     run, matching = on_one_clock(open_run(FRESH / "clip-kineto").run)
-    scatters = [k for k, it in enumerate(matching.instances) if it.collective == "scatter"]
+    scatters = [k for k, it in enumerate(matching.instances) if it.kind == CommKind.SCATTER]
     assert len(scatters) >= 12
     for k in scatters:
         sized = [int(t.events.nbytes[np.flatnonzero(m == k)[0]]) for t, m in zip(run.ranks, matching.instance)]
@@ -366,13 +366,13 @@ def test_the_collector_sizes_the_models_calls_and_their_waits_and_unpatches(tmp_
     assert dist.Work.__dict__["wait"] is wait and DDP.__dict__["_distributed_broadcast_coalesced"] is buffers
     records = json.loads((tmp_path / "run" / rank_file(0)).read_text())["records"]
     own = [r for r in records if r[Col.CODE] in (Rec.OWN_COLL, Rec.OWN_ASYNC, Rec.OWN_WAIT)]
-    step = [(Rec.OWN_COLL, OWN_KINDS.index("broadcast"), 1, 2 * 4 * 4), (Rec.OWN_COLL, OWN_KINDS.index("broadcast"), 1, 8),  # DDP's buffers
-            (Rec.OWN_COLL, OWN_KINDS.index("allgather"), 1, 5 * 4 * 4), (Rec.OWN_ASYNC, OWN_KINDS.index("allreduce"), 1, 5 * 4 * 4),
-            (Rec.OWN_WAIT, OWN_KINDS.index("allreduce"), 0, None), (Rec.OWN_COLL, OWN_KINDS.index("alltoall"), 1, 5 * 4 * 4),
-            (Rec.OWN_ASYNC, OWN_KINDS.index("broadcast"), 1, 2 * 8 * 4), (Rec.OWN_ASYNC, OWN_KINDS.index("alltoall"), 1, 2 * 8 * 4),
-            (Rec.OWN_ASYNC, OWN_KINDS.index("allreduce"), 1, 2 * 8 * 4),  # gloo's reduce-scatter: an all-reduce of its input
-            (Rec.OWN_WAIT, OWN_KINDS.index("broadcast"), 0, None), (Rec.OWN_WAIT, OWN_KINDS.index("alltoall"), 0, None),
-            (Rec.OWN_WAIT, OWN_KINDS.index("allreduce"), 0, None)]
+    step = [(Rec.OWN_COLL, OWN_KINDS.index(CommKind.BROADCAST), 1, 2 * 4 * 4), (Rec.OWN_COLL, OWN_KINDS.index(CommKind.BROADCAST), 1, 8),  # DDP's buffers
+            (Rec.OWN_COLL, OWN_KINDS.index(CommKind.ALL_GATHER), 1, 5 * 4 * 4), (Rec.OWN_ASYNC, OWN_KINDS.index(CommKind.ALL_REDUCE), 1, 5 * 4 * 4),
+            (Rec.OWN_WAIT, OWN_KINDS.index(CommKind.ALL_REDUCE), 0, None), (Rec.OWN_COLL, OWN_KINDS.index(CommKind.ALL_TO_ALL), 1, 5 * 4 * 4),
+            (Rec.OWN_ASYNC, OWN_KINDS.index(CommKind.BROADCAST), 1, 2 * 8 * 4), (Rec.OWN_ASYNC, OWN_KINDS.index(CommKind.ALL_TO_ALL), 1, 2 * 8 * 4),
+            (Rec.OWN_ASYNC, OWN_KINDS.index(CommKind.ALL_REDUCE), 1, 2 * 8 * 4),  # gloo's reduce-scatter: an all-reduce of its input
+            (Rec.OWN_WAIT, OWN_KINDS.index(CommKind.BROADCAST), 0, None), (Rec.OWN_WAIT, OWN_KINDS.index(CommKind.ALL_TO_ALL), 0, None),
+            (Rec.OWN_WAIT, OWN_KINDS.index(CommKind.ALL_REDUCE), 0, None)]
     assert [(r[Col.CODE], r[Col.A], r[Col.B], None if r[Col.CODE] == Rec.OWN_WAIT else r[Col.X]) for r in own] == step * 2
     calls = {r[Col.T_NS] for r in own if r[Col.CODE] == Rec.OWN_ASYNC}
     assert {r[Col.X] for r in own if r[Col.CODE] == Rec.OWN_WAIT} == calls

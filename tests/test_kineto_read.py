@@ -11,7 +11,7 @@ import pytest
 from testdata import DATA as TESTDATA, KINETO_PUBLIC as DATA
 
 from dagprof.errors import DagprofError
-from dagprof.traces.events import Dep, Kind, LaneKind
+from dagprof.traces.events import CommKind, Dep, Kind, LaneKind
 from dagprof.traces.kineto import read_kineto
 from dagprof.traces.kineto_schema import canonical_collective, comm_role, kernel_dtype
 
@@ -92,7 +92,7 @@ def test_df_index_resolver_un_bucketed_allreduces():
     assert sorted(ev.seq[comm].tolist()) == list(range(404))
     per_step = np.bincount(ev.step[comm])
     assert sorted(per_step[per_step > 0].tolist()) == [404]
-    assert all(c == "allreduce" and d == "float" for c, d in zip(t.meta.collectives.coll, t.meta.collectives.dtype))
+    assert all(c == CommKind.ALL_REDUCE and d == "float" for c, d in zip(t.meta.collectives.kind, t.meta.collectives.dtype))
 
 
 def test_old_schema_sizes_from_input_dims():

@@ -7,7 +7,7 @@ import json
 import numpy as np
 
 from dagprof.align.matching import match_collectives
-from dagprof.traces.events import Kind
+from dagprof.traces.events import CommKind, Kind
 from dagprof.traces.kineto import read_kineto
 from dagprof.traces.kineto_dir import read_trace_dir
 
@@ -46,7 +46,7 @@ def test_explicit_seq_group_and_bf16_bytes(tmp_path):
     assert ev.seq[comm].tolist() == [40, 41, 42] and t.meta.explicit_seq
     assert t.groups == ["5"] and t.group_ranks["5"] == [0, 1]
     assert np.all(ev.nbytes[comm] == 2000)  # 1000 bf16 elements
-    assert t.meta.collectives.coll == ["allreduce"] * 3
+    assert t.meta.collectives.kind == [CommKind.ALL_REDUCE] * 3
     enq = np.flatnonzero((ev.kind == Kind.COMM_ENQUEUE) & (ev.group >= 0))
     assert [ev.name_of(i) for i in enq] == ["c10d::allreduce_"] * 3 and ev.seq[enq].tolist() == [40, 41, 42]
 
@@ -70,7 +70,7 @@ def test_rccl_generic_kernel_takes_the_name_of_its_host_call(tmp_path):
     p.write_text(json.dumps(doc))
     t = read_kineto(p)
     comm = np.flatnonzero(t.events.kind == Kind.COMM)
-    assert len(comm) == 1 and t.meta.collectives.coll == ["allreduce"] and t.groups == ["0"]
+    assert len(comm) == 1 and t.meta.collectives.kind == [CommKind.ALL_REDUCE] and t.groups == ["0"]
     assert t.events.seq[comm].tolist() == [0] and not t.meta.explicit_seq
 
 

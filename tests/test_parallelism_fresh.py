@@ -206,7 +206,7 @@ def test_dagprof_run_with_an_unseen_all_to_all_refuses_workers(capsys, tmp_path)
     """The experts' all-to-alls run inside the forward and backward ops, so only Kineto shows them: the job looked
     like plain DDP and --workers answered as such."""
     par = dagprof.build_graph(dagprof.load(FRESH / "ep-dp-dagprof")).meta.parallel
-    assert par.describe() == "DP x2, EP/CP" and any("EP/CP alltoall" in n and "inside the ops" in n for n in par.notes)
+    assert par.describe() == "DP x2, EP/CP" and any("EP/CP all_to_all" in n and "inside the ops" in n for n in par.notes)
     code, out, err = _cli(capsys, "whatif", FRESH / "ep-dp-dagprof", "--workers", 4, "--allow-model-error", "-o", tmp_path)
     assert code == 2 and "does not say which ranks the EP/CP collectives" in err and len(err.strip().splitlines()) == 1 and out == ""
 

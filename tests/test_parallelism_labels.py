@@ -16,7 +16,7 @@ from dagprof.errors import DagprofError
 from dagprof.passes import scale_workers, set_topology
 from dagprof.passes.comm import current_topology
 from dagprof.passes.workers import replica_ranks
-from dagprof.traces.events import Kind
+from dagprof.traces.events import CommKind, Kind
 from dagprof.traces.parallelism import Dim, desc_dim, label_run
 
 DLRM = KINETO_CORPUS / "param" / "dlrm_kineto"
@@ -26,7 +26,7 @@ DP_TP_RUN = DATA / "hybrid-dp-tp-dagprof"
 TP_ONLY = DATA / "hybrid-tp-only"
 
 
-def _labels(run) -> dict[str, dict[str, int]]:
+def _labels(run) -> dict[CommKind, dict[str, int]]:
     """collective -> {dim: instances} over every rank, from the labelled events."""
     par, per_event = label_run(run)
     out: dict[str, dict[str, int]] = {}
@@ -60,7 +60,7 @@ def test_descriptions_name_dimensions():
 
 def test_dlrm_embedding_all_to_all_beside_dense_all_reduce():
     labels = _labels(dagprof.load(DLRM))
-    assert labels == {"alltoall": {"EP/CP": 5 * 8}, "allreduce": {"DP": 3 * 8}}
+    assert labels == {CommKind.ALL_TO_ALL: {"EP/CP": 5 * 8}, CommKind.ALL_REDUCE: {"DP": 3 * 8}}
 
 
 def test_dp_x_tp_job_labelled_and_matched_within_its_mesh_groups(hybrid_graph):
@@ -79,13 +79,13 @@ def test_tp_without_group_records_labelled_from_position_and_size():
     run = dagprof.load(DP_TP)
     for t in run.ranks:  # as an old trace: no description tells the groups apart
         t.meta.group_desc = {}
-    assert _labels(run) == {"allreduce": {"TP": 9 * 4, "DP": 3 * 4}}
+    assert _labels(run) == {CommKind.ALL_REDUCE: {"TP": 9 * 4, "DP": 3 * 4}}
     tp_only = dagprof.load(TP_ONLY)  # one group spanning the job, as an old Megatron TP trace
-    assert _labels(tp_only) == {"allreduce": {"TP": 9 * 2}}
+    assert _labels(tp_only) == {CommKind.ALL_REDUCE: {"TP": 9 * 2}}
 
 
 def test_gloo_ddp_runs_are_all_data_parallel(prof):
-    assert _labels(dagprof.load(GLOO_WINDOWS / "same")) == {"allreduce": {"DP": 6 * 2}, "broadcast": {"DP": 6 * 2}}
+    assert _labels(dagprof.load(GLOO_WINDOWS / "same")) == {CommKind.ALL_REDUCE: {"DP": 6 * 2}, CommKind.BROADCAST: {"DP": 6 * 2}}
     dims = _comm_dims(prof.graph)  # a dagprof-profiled DDP run: its buckets say so
     assert len(dims) and (dims == Dim.DP).all() and not prof.graph.meta.parallel.hybrid
 

@@ -21,7 +21,7 @@ from dagprof.replay import replay
 from dagprof.search.scenario import Scenario
 from dagprof.search.whatif import evaluate
 from dagprof.traces import xplane_decode
-from dagprof.traces.events import Kind
+from dagprof.traces.events import CommKind, Kind
 from dagprof.traces.load import load
 from dagprof.traces.tf_xplane import rank_from_path, read_xplane
 from dagprof.traces.tf_xplane_names import classify, layer_names
@@ -167,7 +167,7 @@ def test_jax_collectives_match_by_step():
     run = load(RUNS["jax"])
     assert {t.meta.framework for t in run.ranks} == {"jax"}
     m = match_collectives(run)
-    assert m.instances and not m.problems and all(it.collective == "allreduce" for it in m.instances)
+    assert m.instances and not m.problems and all(it.kind == CommKind.ALL_REDUCE for it in m.instances)
     ev = run.ranks[0].events
     assert (ev.kind == Kind.KERNEL).sum() > 10
 

@@ -15,6 +15,7 @@ from testdata import DATA
 import dagprof
 from dagprof.errors import DagprofError
 from dagprof.passes import scale_workers
+from dagprof.traces.events import CommKind
 from dagprof.traces.parallelism import Dim, label_run
 from dagprof.traces.tf_xplane_names import program_collectives
 from dagprof.traces.xla_hlo import collectives
@@ -47,7 +48,7 @@ def _moved(run, devices: str, origin: str | None = None):
     ranks = []
     for t in run.ranks:
         info = t.meta.collectives
-        a2a = {k for k, c in enumerate(info.coll) if c == "alltoall"}
+        a2a = {k for k, c in enumerate(info.kind) if c == CommKind.ALL_TO_ALL}
         info = msgspec.structs.replace(info, devices=[devices if k in a2a else d for k, d in enumerate(info.devices)],
                                        origin=[origin if k in a2a and origin else o for k, o in enumerate(info.origin)])
         ranks.append(dataclasses.replace(t, meta=msgspec.structs.replace(t.meta, collectives=info)))

@@ -14,7 +14,7 @@ from collections import defaultdict
 from dagprof.passes.comm import in_op_pieces
 from dagprof.pipeline import open_run
 from dagprof.search.scenario import Cluster, Scenario, apply, base_topology, profiled_at
-from dagprof.traces.parallelism import in_op_of
+from dagprof.traces.events import CommKind
 
 
 def per_kind(g) -> dict[str, float]:
@@ -23,7 +23,7 @@ def per_kind(g) -> dict[str, float]:
     v = in_op_pieces(g)
     n = len(g.meta.steps) * len(g.meta.ranks)
     for x in v.tolist():
-        out[in_op_of(g.node_name(x))[0]] += float(g.dur[x]) / 1e3 / n
+        out[CommKind(int(g.comm_kind[x])).label] += float(g.dur[x]) / 1e3 / n
     return dict(out)
 
 

@@ -16,19 +16,13 @@ import msgspec
 import numpy as np
 
 from ..errors import DagprofError
-from ..traces.events import Run
+from ..traces.events import CommKind, Run
 from ..traces.meta import ClockAlignment
 from .matching import Matching, match_collectives, renumber_steps
 
 # Every rank leaves these only once all ranks contributed; broadcast, reduce, send/recv release
 # the root or the sender early, so their ends are not simultaneous.
-SYMMETRIC = frozenset({"allreduce", "allgather", "reducescatter", "alltoall", "barrier"})
-
-
-def is_symmetric(collective: str) -> bool:
-    """True for a canonical collective name (``Instance.collective``) in ``SYMMETRIC``; a reader may
-    qualify it ("allreduce bucket 3")."""
-    return collective.split(" ", 1)[0] in SYMMETRIC
+SYMMETRIC = frozenset({CommKind.ALL_REDUCE, CommKind.ALL_GATHER, CommKind.REDUCE_SCATTER, CommKind.ALL_TO_ALL, CommKind.BARRIER})
 
 
 def _end_matrix(run: Run, matching: Matching) -> np.ndarray:
@@ -40,7 +34,7 @@ def _end_matrix(run: Run, matching: Matching) -> np.ndarray:
         ev = np.flatnonzero(inst >= 0)
         base_us = t.base_ns / 1000.0
         ends[inst[ev], p] = (t.events.start[ev] + t.events.dur[ev]) + base_us
-    symmetric = np.array([is_symmetric(it.collective) for it in matching.instances], dtype=bool)
+    symmetric = np.array([it.kind in SYMMETRIC for it in matching.instances], dtype=bool)
     shared = (np.isfinite(ends).sum(axis=1) >= 2) & ~np.array([it.p2p for it in matching.instances], dtype=bool)
     return ends[symmetric & shared] if (symmetric & shared).any() else ends[shared]
 

@@ -32,16 +32,16 @@ import msgspec
 import numpy as np
 
 from ..errors import DagprofError
-from ..traces.events import CommRole, Kind, RankTrace, Run
-from ..traces.kineto_schema import P2P, P2P_PEERED, P2P_SEND
+from ..traces.comm_kind import P2P, P2P_PEERED, P2P_SEND
+from ..traces.events import CommKind, CommRole, Kind, RankTrace, Run
 from ..traces.parallelism import p2p_peer
 
 # Collectives whose per-rank payload legitimately differs (uneven splits).
-_UNEVEN = frozenset({"alltoall", "sendrecv", "send", "recv", "gather", "scatter"})
+_UNEVEN = frozenset({CommKind.ALL_TO_ALL, CommKind.SEND_RECV, CommKind.SEND, CommKind.RECV, CommKind.GATHER, CommKind.SCATTER})
 # Collectives whose tensors gloo's Kineto event records on their root only (a scatter's inputs, the chunks it sends; the
 # other ranks' transfer has no arguments): their dtype and bytes are the root's (``_sized``), and paired by dtype the
 # roots' scatters of CLIP's backward (one per rank in turn) met each other, not their peers' of the same root.
-ROOT_SIZED = frozenset({"scatter"})
+ROOT_SIZED = frozenset({CommKind.SCATTER})
 
 
 @dataclass
@@ -51,7 +51,7 @@ class Instance:
     name: str
     nbytes: int
     ranks: list[int]
-    collective: str = ""  # canonical: allreduce, broadcast, allgather, alltoall, ...
+    kind: CommKind = CommKind.UNKNOWN  # the collective its calls ran (``Collectives.kind``, else the events' ``comm_kind``)
     dtype: str = ""
     p2p: bool = False  # a send and its peer's recv (``ranks``: sender, receiver), paired by ``_pair_p2p``
     root: int = -1  # a broadcast's root rank where every rank's record names the same one (``EventTable.peer``), else -1
@@ -76,7 +76,7 @@ class _Op:
     event: int
     seq: int
     explicit: bool
-    coll: str
+    coll: CommKind
     dtype: str
     nbytes: int
     step: int  # in the reference's numbering once the rank's offset is known
@@ -85,27 +85,27 @@ class _Op:
     role: CommRole = CommRole.PLAIN  # ``EventTable.role``
 
     @property
-    def kind(self) -> tuple[str, str, int]:
+    def kind(self) -> tuple[CommKind, str, int]:
         """What must agree across ranks, whichever iteration it belongs to: the bytes too, but where each rank's are its
         own (an uneven split; a sparse gradient's gather, each rank's estimate of all ranks' rows)."""
         uneven = self.coll in _UNEVEN or self.role == CommRole.SPARSE
         return (self.coll, "" if self.coll in ROOT_SIZED else self.dtype, -1 if uneven else self.nbytes)
 
     @property
-    def signature(self) -> tuple[int, str, str, int]:
+    def signature(self) -> tuple[int, CommKind, str, int]:
         return (self.step, *self.kind)
 
 
 def _ops(trace: RankTrace) -> dict[str, list[_Op]]:
-    """Transfers per group in seq order, with the canonical name and dtype the reader recorded."""
+    """Transfers per group in seq order, with the kind and dtype the reader recorded (else the events' kind, no dtype)."""
     ev = trace.events
     info = trace.meta.collectives
-    by_event = {int(e): (c, d) for e, c, d in zip(info.event, info.coll, info.dtype)} if info is not None else {}
+    by_event = {int(e): (c, d) for e, c, d in zip(info.event, info.kind, info.dtype)} if info is not None else {}
     explicit = trace.meta.explicit_seq
     base_us = trace.base_ns / 1e3
     out: dict[str, list[_Op]] = {}
     for i in np.flatnonzero((ev.kind == Kind.COMM) & (ev.group >= 0) & (ev.seq >= 0)).tolist():
-        coll, dtype = by_event.get(i, (ev.name_of(i), ""))
+        coll, dtype = by_event.get(i, (CommKind(int(ev.comm_kind[i])), ""))
         out.setdefault(trace.groups[int(ev.group[i])], []).append(
             _Op(i, int(ev.seq[i]), explicit, coll, dtype.lower(), int(ev.nbytes[i]), int(ev.step[i]),
                 base_us + float(ev.start[i] + ev.dur[i]), int(ev.peer[i]), CommRole(int(ev.role[i]))))
@@ -161,7 +161,8 @@ def match_collectives(run: Run, strict: bool = True) -> Matching:
             matched = {k for _, k in pairs}
             for k, o in enumerate(ops):
                 if k not in matched and inside_ref[k]:
-                    problems.append(f"rank {r}: collective #{k} of group {g} ({o.coll}, {o.nbytes} B) matches nothing on rank {ref_rank}")
+                    problems.append(f"rank {r}: collective #{k} of group {g} ({run.ranks[p].events.name_of(o.event)}, {o.nbytes} B) "
+                                    f"matches nothing on rank {ref_rank}")
             matched = {a for a, _ in pairs}
             for a in range(len(ref_ops)):
                 if a in matched:
@@ -175,7 +176,7 @@ def match_collectives(run: Run, strict: bool = True) -> Matching:
         for a, members_at in enumerate(joined):
             op = ref_ops[a]
             if lacking[a] or absent:
-                problems.append(f"collective #{op.seq} ({op.coll or run.ranks[ref].events.name_of(op.event)}) of group {g} "
+                problems.append(f"collective #{op.seq} ({run.ranks[ref].events.name_of(op.event)}) of group {g} "
                                 f"is missing on rank(s) {_short(sorted([*lacking[a], *absent]))}")
             if a in dropped:  # outside a rank's window: nobody's instance (kept when lost inside: reported above)
                 continue
@@ -256,7 +257,7 @@ def _pair_p2p(run: Run, p2p: list[dict[str, list[_Op]]], recorded: list[set[int]
                                 "the pipeline's send/recv cannot be paired")
                 continue
             instance[ps][s.event] = instance[pr][r.event] = len(instances)
-            instances.append(Instance(g, s.seq, run.ranks[ps].events.name_of(s.event), s.nbytes, [src, dst], "send", s.dtype, p2p=True))
+            instances.append(Instance(g, s.seq, run.ranks[ps].events.name_of(s.event), s.nbytes, [src, dst], CommKind.SEND, s.dtype, p2p=True))
 
 
 def _pairs(ops: list[_Op], ref_ops: list[_Op], problems: list[str], r: int, ref_rank: int, g: str) -> list[tuple[int, int]]:
@@ -270,8 +271,8 @@ def _pairs(ops: list[_Op], ref_ops: list[_Op], problems: list[str], r: int, ref_
                 continue
             ref = ref_ops[a]
             if o.signature != ref.signature:
-                problems.append(f"rank {r}: collective seq {o.seq} of group {g} is {o.coll} {o.nbytes} B {o.dtype} in step {o.step}, "
-                                f"rank {ref_rank} has {ref.coll} {ref.nbytes} B {ref.dtype} in step {ref.step}")
+                problems.append(f"rank {r}: collective seq {o.seq} of group {g} is {o.coll.label} {o.nbytes} B {o.dtype} in step {o.step}, "
+                                f"rank {ref_rank} has {ref.coll.label} {ref.nbytes} B {ref.dtype} in step {ref.step}")
                 continue
             pairs.append((a, k))
         return pairs

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..align.clocks import is_symmetric
+from ..align.clocks import SYMMETRIC
 from ..align.matching import ROOT_SIZED, Matching
 from ..align.one_clock import on_one_clock
 from ..errors import DagprofError
@@ -114,9 +114,9 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         inst = np.full(len(trace.events), -1, dtype=np.int64)
         inst[: len(matching.instance[pos])] = matching.instance[pos][: len(inst)]  # a window marker adds a row
         add_rank(asm, trace, chosen, inst, dims[pos], p2p, host_waits=not lumped)
-    add_collectives(asm, frozenset(k for k, it in enumerate(matching.instances) if not is_symmetric(it.collective)),
+    add_collectives(asm, frozenset(k for k, it in enumerate(matching.instances) if it.kind not in SYMMETRIC),
                     {k: it.ranks[1] for k, it in enumerate(matching.instances) if it.p2p}, _overlap_roots(run, matching),
-                    {k: it.nbytes for k, it in enumerate(matching.instances) if it.collective in ROOT_SIZED})
+                    {k: it.nbytes for k, it in enumerate(matching.instances) if it.kind in ROOT_SIZED})
     g = asm.finish()
     g.meta = g.meta.replace(
         world_size=run.world_size,

@@ -40,9 +40,9 @@ import numpy as np
 from ..costmodel.alphabeta import AlphaBeta
 from ..costmodel.topology import CollectiveSpec, Scheme, Topology
 from ..errors import DagprofError
-from ..traces.events import Kind, LaneKind, RankTrace, Run
+from ..traces.events import CommRole, Kind, LaneKind, RankTrace, Run
 from ..traces.meta import PsKey
-from ..traces.mxnet import PS_INDEX_BYTES, PULL_CALL, ROW_SPARSE_PULL, pslite_bytes
+from ..traces.mxnet import PS_INDEX_BYTES, pslite_bytes
 from .build import common_steps, host_cpus, loop_steps, measured_iter_us
 from .collectives import add_ps_part, add_ps_pull, ps_devices
 from .dag import DeviceKind, Graph, GraphBuilder
@@ -116,9 +116,9 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
             edges += list(zip(chain[:-1], chain[1:]))
             if lane_id == main:
                 b.meta.main_device[r] = dev
-        row_pulls = ev.name == ev.names.index(ROW_SPARSE_PULL) if ROW_SPARSE_PULL in ev.names else np.zeros(len(ev), dtype=bool)
+        rows = ev.role == CommRole.ROWS
+        row_pulls, pull_calls = (ev.kind == Kind.COMM) & rows, (ev.kind == Kind.COMM_ENQUEUE) & rows
         comm = in_steps & (ev.kind == Kind.COMM) & ~row_pulls
-        pull_calls = ev.name == ev.names.index(PULL_CALL) if PULL_CALL in ev.names else np.zeros(len(ev), dtype=bool)
         calls = in_steps & (ev.kind == Kind.COMM_ENQUEUE) & ~pull_calls
         for step in chosen:
             at_step = in_steps & (ev.step == step)

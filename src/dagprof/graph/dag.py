@@ -42,6 +42,7 @@ NODE_COLUMNS: dict[str, Any] = {
     "exit_lag": np.float64,  # us: exit lag an averaged collective carries (its last rank's; its consumers': the wire in their gap; passes.average_steps)
     "role": np.int8,  # a collective's issue, join and transfer: traces.events.CommRole, as its reader set it; PLAIN elsewhere
     "comm_kind": np.uint8,  # a collective's issue, join and transfer: traces.events.CommKind, as its reader or pass set it
+    "group_size": np.int32,  # a rank's piece of an op that ran the model's own collective: its group's size (EventTable.group_size); 0 elsewhere
 }
 
 
@@ -84,6 +85,7 @@ class Graph:
     exit_lag: np.ndarray | None = None  # NODE_COLUMNS["exit_lag"]; None: all 0
     role: np.ndarray | None = None  # NODE_COLUMNS["role"]; None: all CommRole.PLAIN
     comm_kind: np.ndarray | None = None  # NODE_COLUMNS["comm_kind"]; None: all CommKind.UNKNOWN
+    group_size: np.ndarray | None = None  # NODE_COLUMNS["group_size"]; None: all 0
     meta: GraphMeta = field(default_factory=GraphMeta)
 
     def __post_init__(self) -> None:
@@ -95,6 +97,8 @@ class Graph:
             self.role = np.zeros(len(self.dur), dtype=np.int8)
         if self.comm_kind is None:
             self.comm_kind = np.zeros(len(self.dur), dtype=np.uint8)
+        if self.group_size is None:
+            self.group_size = np.zeros(len(self.dur), dtype=np.int32)
 
     def lint(self) -> None:
         """Raise DagprofError unless every column and index a replay reads is in range and finite.
@@ -229,6 +233,7 @@ class GraphBuilder:
         dim: int = Dim.DP,  # passes and builders of data-parallel jobs; graph.build sets each collective's label
         role: int = CommRole.PLAIN,
         comm_kind: int = CommKind.UNKNOWN,
+        group_size: int = 0,
     ) -> int:
         c = self._cols
         c["name"].append(self.intern(name))
@@ -246,6 +251,7 @@ class GraphBuilder:
         c["exit_lag"].append(0.0)
         c["role"].append(int(role))
         c["comm_kind"].append(int(comm_kind))
+        c["group_size"].append(int(group_size))
         return len(c["dur"]) - 1
 
     def add_nodes(self, **columns: np.ndarray) -> np.ndarray:
@@ -256,7 +262,8 @@ class GraphBuilder:
         for col, values in self._cols.items():
             given = columns.get(col)
             if given is None:  # add_node's defaults
-                given = np.full(n, 0 if col in ("dur", "gap", "order", "nbytes", "exit_lag", "role", "comm_kind") else int(Dim.DP) if col == "dim" else -1)
+                zero = col in ("dur", "gap", "order", "nbytes", "exit_lag", "role", "comm_kind", "group_size")
+                given = np.full(n, 0 if zero else int(Dim.DP) if col == "dim" else -1)
             elif col in ("dur", "gap"):
                 given = np.maximum(np.asarray(given, np.float64), 0.0)
             values.frombytes(memoryview(np.ascontiguousarray(given, NODE_COLUMNS[col])).cast("B"))  # no bytes copy

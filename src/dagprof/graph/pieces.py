@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..traces.comm_kind import P2P_SEND
 from ..traces.events import CLOCK_JITTER_US, TIME_RESOLUTION_US, Dep, Kind, LaneKind, RankTrace
-from ..traces.kineto_schema import P2P_SEND
 
 _WAIT_RULES = np.array([Dep.SYNC, Dep.COPY, Dep.STAGE, Dep.COMM_WAIT])
 
@@ -119,7 +119,7 @@ def _host_sends(trace: RankTrace, sel: Selection) -> np.ndarray:
     """Per event: a shared send run on a host thread (gloo's)."""
     out = np.zeros(len(trace.events), dtype=bool)
     if trace.meta.collectives is not None:
-        sends = [e for e, c in zip(trace.meta.collectives.event, trace.meta.collectives.coll) if c in P2P_SEND]
+        sends = [e for e, c in zip(trace.meta.collectives.event, trace.meta.collectives.kind) if c in P2P_SEND]
         host = np.array([lane.kind != LaneKind.GPU_STREAM for lane in trace.lanes], dtype=bool)
         out[sends] = sel.shared[sends] & host[trace.events.lane[sends]] if sends else False
     return out

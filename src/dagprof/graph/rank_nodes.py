@@ -68,7 +68,7 @@ def _nodes(asm: Assembler, trace: RankTrace, cut: Pieces, steps: list[int], main
         name=name, kind=kind, rank=np.full(len(cut), r, dtype=np.int64), device=device, dur=mend - mstart,
         order=order, step=step, layer=layer, bucket=np.where(mark, -1, ev.bucket[oo]),
         nbytes=np.where(mark, 0, ev.nbytes[oo]), role=np.where(mark, 0, ev.role[named]),
-        comm_kind=np.where(mark, 0, ev.comm_kind[named]))  # the named event's
+        comm_kind=np.where(mark, 0, ev.comm_kind[named]), group_size=np.where(mark, 0, ev.group_size[named]))  # the named event's
     del name, kind, device, order, step, layer, oo, named
     asm.mstart.frombytes(memoryview(np.ascontiguousarray(mstart, np.float64)).cast("B"))
     asm.mend.frombytes(memoryview(np.ascontiguousarray(mend, np.float64)).cast("B"))

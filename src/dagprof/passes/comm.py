@@ -49,7 +49,7 @@ from ..graph.dag import Device, DeviceKind, Graph, GraphBuilder
 from ..graph.meta import PsLinkFit
 from ..graph.replay_result import ReplayResult
 from ..traces.events import CommKind, Kind
-from ..traces.parallelism import Dim, in_op_of
+from ..traces.parallelism import Dim
 from .link_fit import (
     Collective,
     find_collectives,
@@ -159,9 +159,8 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
 
 
 def in_op_pieces(g: Graph) -> np.ndarray:
-    """The graph's pieces that are a collective the model ran inside one of its ops, sized (``traces.parallelism.in_op_name``)."""
-    named = np.array([in_op_of(n) is not None for n in g.names], dtype=bool)
-    return np.flatnonzero(named[g.name] & (g.rank >= 0)) if len(named) else np.zeros(0, np.int64)
+    """The graph's pieces that are a collective the model ran inside one of its ops, sized (their ``group_size``)."""
+    return np.flatnonzero((g.group_size > 0) & (g.rank >= 0))
 
 
 def activation_comm(g: Graph) -> np.ndarray:
@@ -186,7 +185,7 @@ def in_op_prices(g: Graph, topo: Topology, spec: CollectiveSpec) -> tuple[np.nda
     on each of CLIP's 8 kB all-gathers and scatters that took 0.04 ms, and on the user's trace of it took the ranks' waits
     at its all-gathers off the model of the profiled run (-2.3 %, refused). A group of other ranks (a worker what-if: the
     model's bytes and calls would change with it) keeps its measured time."""
-    named = [(int(v), in_op_of(g.node_name(int(v)))[1]) for v in in_op_pieces(g).tolist()]
+    named = [(int(v), int(g.group_size[v])) for v in in_op_pieces(g).tolist()]
     named += [(int(v), g.meta.parallel.dp_size) for v in activation_comm(g).tolist()]
     sized = [(v, topo.one_way_share(kind, g.meta.backend or "gloo") * per_rank_equivalent_bytes(kind, float(g.nbytes[v]), ranks, g.meta.backend or "gloo"))
              for v, ranks in named if ranks == topo.world_size and g.nbytes[v] > 0 for kind in [CommKind(int(g.comm_kind[v]))]]

@@ -79,6 +79,19 @@ _MESH = re.compile(r"([1-9][0-9]*)x([1-9][0-9]*)")
 _OP = re.compile(r"(?:rank\d+\.)?fsdp (all_gather|reduce_scatter|all_reduce) (.+)")
 
 
+@dataclass(frozen=True)
+class _Call:
+    """An FSDP call of a unit: its collective's kind (the transfer's ``comm_kind``) and the unit."""
+
+    kind: CommKind
+    unit: str
+
+    @property
+    def label(self) -> str:
+        """Its nodes' name: ``all_gather blocks.0``."""
+        return f"{self.kind.label} {self.unit}"
+
+
 def parse_mesh(text: str) -> tuple[int, int]:
     """``RxS`` (replicate x shard), e.g. 2x2 or 1x4."""
     m = _MESH.fullmatch(text.strip())
@@ -190,7 +203,7 @@ class _Waits:
     from its last release before the call to its arrival at the join ("since") or to its release ("since_released"):
     what the joins and releases of new groups follow (module docstring)."""
 
-    times: dict[tuple[str, int, str], np.ndarray]  # (label, nth, what) -> steps x profiled ranks
+    times: dict[tuple[_Call, int, str], np.ndarray]  # (call, nth, what) -> steps x profiled ranks
     mesh: tuple[int, int]  # the profiled one
 
     @staticmethod
@@ -202,69 +215,68 @@ class _Waits:
         clock = np.array([p.clock_us.get(r, np.nan) for r in range(g.world_size)])
         calls = _calls(g)[0]
         left = {r: np.sort([p.mend[ms[r][2]] + clock[r] for ms in calls.values() if r in ms]) for r in range(g.world_size)}
-        per: dict[tuple[str, int, str], dict[int, np.ndarray]] = {}
+        per: dict[tuple[_Call, int, str], dict[int, np.ndarray]] = {}
         steps = {int(s): i for i, s in enumerate(g.meta.steps)}
-        for (step, label, nth), members in calls.items():
+        for (step, call, nth), members in calls.items():
             if step not in steps or len(members) != g.world_size:
                 continue
             arrive = np.array([p.mend[members[r][0]] + clock[r] for r in range(g.world_size)])
             release = np.array([p.mend[members[r][2]] + clock[r] for r in range(g.world_size)])
             before = np.array([left[r][max(np.searchsorted(left[r], arrive[r]) - 1, 0)] for r in range(g.world_size)])
             for kind, at in (("release", release), ("since", arrive - before), ("since_released", release - before)):
-                per.setdefault((label, nth, kind), {})[steps[step]] = at
-        times: dict[tuple[str, int, str], np.ndarray] = {}
-        for label, nth in {(k[0], k[1]) for k in per}:  # the steps whose arrivals and releases are all measured
-            t = {kind: np.array(list(per[(label, nth, kind)].values())) for kind in ("release", "since", "since_released")}
+                per.setdefault((call, nth, kind), {})[steps[step]] = at
+        times: dict[tuple[_Call, int, str], np.ndarray] = {}
+        for call, nth in {(k[0], k[1]) for k in per}:  # the steps whose arrivals and releases are all measured
+            t = {kind: np.array(list(per[(call, nth, kind)].values())) for kind in ("release", "since", "since_released")}
             ok = np.logical_and.reduce([np.isfinite(x).all(axis=1) for x in t.values()])
-            times.update({(label, nth, kind): x[ok] for kind, x in t.items()})
+            times.update({(call, nth, kind): x[ok] for kind, x in t.items()})
         return _Waits(times, mesh_of(g))
 
-    def lost(self, label: str, nth: int, ranks: list[int], released: bool = False) -> float:
+    def lost(self, call: _Call, nth: int, ranks: list[int], released: bool = False) -> float:
         """What a join of ``ranks`` (their profiled originals) loses to its late rank once averaged, us (0 where unmeasured):
         of each rank's time from its last release to its arrival (its release: ``released``, a new all-reduce's after the
         reduce-scatter), the mean of the per-step maxima less the maximum of the means."""
-        t = self.times.get((label, nth, "since_released" if released else "since"))
+        t = self.times.get((call, nth, "since_released" if released else "since"))
         if t is None or not len(t):
             return 0.0
         x = t[:, sorted({r % t.shape[1] for r in ranks})]
         return float(x.max(axis=1).mean() - x.mean(axis=0).max())
 
-    def more(self, label: str, ranks: list[int], released: bool = False) -> float:
+    def more(self, call: _Call, ranks: list[int], released: bool = False) -> float:
         """How much more a join of ``ranks`` loses to its late rank than the profiled joins did, us: ``lost`` there less at
         the profiled groups, each averaged over the kind's calls (units and repeats: one call's few steps are noise)."""
-        kind = label.split(" ", 1)[0]
-        calls = [(k[0], k[1]) for k in self.times if k[2] == "since" and k[0].split(" ", 1)[0] == kind]
+        calls = [(k[0], k[1]) for k in self.times if k[2] == "since" and k[0].kind == call.kind]
         if not calls:
             return 0.0
         return float(np.mean([self.lost(*c, ranks, released) - np.mean([self.lost(*c, grp) for grp in self._groups(c[0])]) for c in calls]))
 
-    def release(self, label: str, nth: int, rank: int, ranks: list[int]) -> float:
+    def release(self, call: _Call, nth: int, rank: int, ranks: list[int]) -> float:
         """How much earlier ``rank`` leaves a call of ``ranks`` than it left the profiled call, us: its lag behind the
         first rank out of its profiled group, taken behind the first of those ranks out that are in ``ranks`` too (0 where
         ``ranks`` hold its whole profiled group: a ring merged from several is not measured)."""
-        release = self.times.get((label, nth, "release"))
+        release = self.times.get((call, nth, "release"))
         if release is None or not len(release):
             return 0.0
         n = release.shape[1]
-        own = next(grp for grp in self._groups(label) if rank % n in grp)
+        own = next(grp for grp in self._groups(call) if rank % n in grp)
         kept = sorted(set(own) & {r % n for r in ranks})
         return float((release[:, kept].min(axis=1) - release[:, own].min(axis=1)).mean())
 
-    def skew_hidden(self, out: Graph, rings: list[tuple[int, tuple[str, int, bool], tuple[int, ...]]], link: Topology) -> np.ndarray:
+    def skew_hidden(self, out: Graph, rings: list[tuple[int, tuple[_Call, int, bool], tuple[int, ...]]], link: Topology) -> np.ndarray:
         """``out``'s durations with each new ring's wire time (its kind's time per byte in ``link``, the profile's; none
         where that is 0: no wire shows in the profile) scaled by what its ranks' measured skew hides of a ring's transfer
         (``costmodel.gloo_ring.head_start``, from the ranks' times since their last release) over what it hid of the
         profiled groups', the link fitted to the kind carrying the latter; both averaged over the kind's calls."""
         dur = out.dur.copy()
-        by_kind: dict[str, list[tuple[int, tuple[str, int, bool], tuple[int, ...]]]] = {}
+        by_kind: dict[CommKind, list[tuple[int, tuple[_Call, int, bool], tuple[int, ...]]]] = {}
         for ring in rings:
-            by_kind.setdefault("all_reduce" if ring[1][2] else ring[1][0].split(" ", 1)[0], []).append(ring)
+            by_kind.setdefault(CommKind.ALL_REDUCE if ring[1][2] else ring[1][0].kind, []).append(ring)
         for kind, mine in by_kind.items():
-            per_byte = link.for_kind(kind).inter.beta_us_per_byte
-            gather, nodes = kind == "all_gather", np.array([v for v, _, _ in mine])
+            per_byte = link.for_kind(kind.label).inter.beta_us_per_byte
+            gather, nodes = kind == CommKind.ALL_GATHER, np.array([v for v, _, _ in mine])
             nbytes = float(np.mean(out.nbytes[nodes]))
-            was = [head_start(gather, t[:, grp], nbytes, per_byte) for (label, _, what), t in self.times.items()
-                   if what == "since" and label.split(" ", 1)[0] == kind for grp in self._groups(label)] if per_byte > 0 else []
+            was = [head_start(gather, t[:, grp], nbytes, per_byte) for (call, _, what), t in self.times.items()
+                   if what == "since" and call.kind == kind for grp in self._groups(call)] if per_byte > 0 else []
             if not was:  # no wire in the price, or priced by a link fitted to other kinds
                 continue
             w0 = self.mesh[0] * self.mesh[1]  # a new rank replays the arrivals of the profiled rank it copies
@@ -277,14 +289,14 @@ class _Waits:
                 dur[nodes] = np.maximum(dur[nodes] - wire * (1 - float(np.mean(now)) / float(np.mean(was))), 0.0)
         return dur
 
-    def _groups(self, label: str) -> list[list[int]]:
+    def _groups(self, call: _Call) -> list[list[int]]:
         """The profiled groups of a call."""
         r0, s0 = self.mesh
-        return _replicate_groups(r0, s0) if label.startswith("all_reduce ") else _shard_groups(r0, s0)
+        return _replicate_groups(r0, s0) if call.kind == CommKind.ALL_REDUCE else _shard_groups(r0, s0)
 
 
 def _calls(g: Graph) -> tuple[dict[tuple, dict[int, tuple[int, int, int]]], dict[int, int], dict[int, list[int]]]:
-    """Each FSDP call matched across ranks: (step, label, nth) -> rank -> (ready point, enqueue, wait), the enqueue the
+    """Each FSDP call matched across ranks: (step, call, nth) -> rank -> (ready point, enqueue, wait), the enqueue the
     call's last piece (``enqueue_pieces``); each wait's collective; each collective's joins."""
     shared = (g.kind == Kind.COMM) & (g.rank < 0)
     comm_of_wait: dict[int, int] = {}
@@ -305,8 +317,7 @@ def _calls(g: Graph) -> tuple[dict[tuple, dict[int, tuple[int, int, int]]], dict
         joins = [int(q) for s in syncs for q in g.predecessors(s).tolist() if int(g.rank[q]) == r] or [e]
         comm_of_wait[w] = c
         sync_of[c] = syncs
-        label = f"{m.group(1)} {m.group(2)}"
-        key = (int(g.step[e]), label)
+        key = (int(g.step[e]), _Call(CommKind(int(g.comm_kind[c])), m.group(2)))
         nth = seen.get((r,) + key, 0)
         seen[(r,) + key] = nth + 1
         calls.setdefault(key + (nth,), {})[r] = (joins[0], e, w)
@@ -314,25 +325,26 @@ def _calls(g: Graph) -> tuple[dict[tuple, dict[int, tuple[int, int, int]]], dict
 
 
 def _regroup(g: Graph, replicate: int, shard: int, add_all_reduce: bool,
-             waits: _Waits | None) -> tuple[Graph, list[tuple[int, tuple[str, int, bool], tuple[int, ...]]]]:
+             waits: _Waits | None) -> tuple[Graph, list[tuple[int, tuple[_Call, int, bool], tuple[int, ...]]]]:
     """Every FSDP collective rebuilt on the layout's groups from each rank's enqueue, ready point and wait; with
     ``add_all_reduce``, an all-reduce across replicas inserted after each reduce-scatter (module docstring). Also each
-    new transfer's node, call (label, nth, after a release) and ranks."""
+    new transfer's node, call (call, nth, after a release) and ranks; each new join and transfer of the kind and role of
+    the call's profiled ones."""
     calls, comm_of_wait, sync_of = _calls(g)
     drop = np.zeros(len(g), dtype=bool)  # every FSDP transfer and join, also those of ranks fewer ranks leave out
     for c in fsdp_collectives(g):
         drop[[c.node] + [int(p) for p in g.predecessors(c.node).tolist() if g.kind[p] == Kind.SYNC]] = True
     b, remap = GraphBuilder.from_graph(g, ~drop)
     if add_all_reduce:  # a reduce-scatter's enqueue precedes a new wait for it, not the wait that becomes the all-reduce's
-        (src, dst), cut = b.edges(), {(int(remap[e]), int(remap[w])) for k, ms in calls.items() if k[1].startswith("reduce_scatter ")
+        (src, dst), cut = b.edges(), {(int(remap[e]), int(remap[w])) for k, ms in calls.items() if k[1].kind == CommKind.REDUCE_SCATTER
                                       for _, e, w in ms.values()}
         b.set_edges(*(a[[(int(u), int(v)) not in cut for u, v in zip(src, dst)]] for a in (src, dst)))
     exit_lag = list(g.exit_lag[~drop])
     seq = 0
-    rings: list[tuple[int, tuple[str, int, bool], tuple[int, ...]]] = []  # each new transfer: its node, its call, its ranks
+    rings: list[tuple[int, tuple[_Call, int, bool], tuple[int, ...]]] = []  # each new transfer: its node, its call, its ranks
 
-    def collective(label: str, step: int, ends: dict[int, tuple[int, int]], old: list[int], nbytes: int, groups: list[list[int]],
-                   at: tuple[str, int, bool]) -> None:
+    def collective(call: _Call, step: int, ends: dict[int, tuple[int, int]], old: list[int], nbytes: int, groups: list[list[int]],
+                   at: tuple[_Call, int, bool]) -> None:
         """One join and transfer per group of the ranks in ``ends`` (rank -> (ready point, wait), builder ids); each join's
         wait for its late rank follows its group's measured arrivals at ``at`` (``_Waits``)."""
         nonlocal seq
@@ -345,9 +357,9 @@ def _regroup(g: Graph, replicate: int, shard: int, add_all_reduce: bool,
                 continue
             dev = b.device(f"group {','.join(map(str, grp))}", DeviceKind.COMM)
             wait = join_gap if waits is None or join_gap <= 0 else max(join_gap + waits.more(at[0], ranks, at[2]), 0.0)
-            s = b.add_node(f"sync.{label}.{seq}", Kind.SYNC, gap=wait, step=step)
-            c = b.add_node(f"{label}.{seq}", Kind.COMM, device=dev, gap=gap, step=step, nbytes=nbytes,
-                           comm_kind=CommKind.from_label(label.split(" ", 1)[0]))
+            typed = {"comm_kind": call.kind, "role": int(g.role[old[0]])}
+            s = b.add_node(f"sync.{call.label}.{seq}", Kind.SYNC, gap=wait, step=step, **typed)
+            c = b.add_node(f"{call.label}.{seq}", Kind.COMM, device=dev, gap=gap, step=step, nbytes=nbytes, **typed)
             exit_lag.extend([0.0, lag])
             seq += 1
             b.add_edges([ends[r][0] for r in ranks], [s] * len(ranks))
@@ -359,34 +371,36 @@ def _regroup(g: Graph, replicate: int, shard: int, add_all_reduce: bool,
                 b._cols["gap"][w] = max(b._cols["gap"][w] - waits.release(*at[:2], r, ranks), 0.0)
                 exit_lag[w] = min(exit_lag[w], b._cols["gap"][w])
 
-    reduced = {(k[0], k[1].split(" ", 1)[1], k[2]): int(g.nbytes[comm_of_wait[next(iter(ms.values()))[2]]])
-               for k, ms in calls.items() if k[1].startswith("reduce_scatter ")}
-    for (step, label, nth), members in calls.items():
-        kind, unit = label.split(" ", 1)
+    reduced = {(k[0], k[1].unit, k[2]): int(g.nbytes[comm_of_wait[next(iter(ms.values()))[2]]])
+               for k, ms in calls.items() if k[1].kind == CommKind.REDUCE_SCATTER}
+    for (step, call, nth), members in calls.items():
+        kind, unit = call.kind, call.unit
         old = sorted({comm_of_wait[w] for _, _, w in members.values()})
         nbytes = int(g.nbytes[old[0]])
         ends = {r: (int(remap[ready]), int(remap[w])) for r, (ready, _, w) in members.items()}
-        if kind == "all_reduce":  # the reduce-scattered shard
+        if kind == CommKind.ALL_REDUCE:  # the reduce-scattered shard
             nbytes = round(reduced.get((step, unit, nth), nbytes * shard) / shard)
             for piece in (q for _, e, _ in members.values() for q in enqueue_pieces(g, e)):
                 b._cols["nbytes"][int(remap[piece])] = nbytes
-        if kind == "reduce_scatter" and add_all_reduce:  # its wait, then the all-reduce's enqueue; the old wait waits for the all-reduce
+        if kind == CommKind.REDUCE_SCATTER and add_all_reduce:  # its wait, then the all-reduce's enqueue; the old wait waits for the all-reduce
             after: dict[int, tuple[int, int]] = {}
             for r, (ready, e, w) in members.items():
                 at = {"rank": r, "device": int(g.device[w]), "step": step, "layer": int(g.layer[w])}
                 o1 = np.nextafter(float(g.order[w]), np.inf)  # program order: between the reduce-scatter's enqueue and the old wait
                 rs_wait = b.add_node(f"rank{r}.wait reduce_scatter {unit}", Kind.COMM_WAIT, gap=float(g.gap[w]), order=float(g.order[w]), **at)
-                ar_enq = b.add_node(f"rank{r}.fsdp all_reduce {unit}", Kind.COMM_ENQUEUE, nbytes=round(nbytes / shard), order=float(o1), **at)
+                ar_enq = b.add_node(f"rank{r}.fsdp all_reduce {unit}", Kind.COMM_ENQUEUE, nbytes=round(nbytes / shard), order=float(o1),
+                                    comm_kind=CommKind.ALL_REDUCE, role=int(g.role[e]), **at)
                 b._cols["order"][int(remap[w])] = float(np.nextafter(o1, np.inf))
                 exit_lag.extend([float(g.exit_lag[w]), 0.0])
                 b.add_edges([int(remap[e]), rs_wait, ar_enq], [rs_wait, ar_enq, int(remap[w])])
                 b._cols["name"][int(remap[w])] = b.intern(f"rank{r}.wait all_reduce {unit}")
                 ends[r], after[r] = (int(remap[ready]), rs_wait), (ar_enq, int(remap[w]))
-            collective(label, step, ends, old, nbytes, _shard_groups(replicate, shard), (label, nth, False))
-            collective(f"all_reduce {unit}", step, after, old, round(nbytes / shard), _replicate_groups(replicate, shard), (label, nth, True))
+            collective(call, step, ends, old, nbytes, _shard_groups(replicate, shard), (call, nth, False))
+            collective(_Call(CommKind.ALL_REDUCE, unit), step, after, old, round(nbytes / shard), _replicate_groups(replicate, shard),
+                       (call, nth, True))
             continue
-        collective(label, step, ends, old, nbytes, _replicate_groups(replicate, shard) if kind == "all_reduce" else _shard_groups(replicate, shard),
-                   (label, nth, False))
+        collective(call, step, ends, old, nbytes,
+                   _replicate_groups(replicate, shard) if kind == CommKind.ALL_REDUCE else _shard_groups(replicate, shard), (call, nth, False))
     return b.build().replace(exit_lag=np.asarray(exit_lag, dtype=np.float64)), rings
 
 

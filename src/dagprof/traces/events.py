@@ -28,6 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .buckets import BucketLayout
+from .comm_kind import CommKind as CommKind  # where the readers and the graph have it from
 from .meta import RankMeta, RunMeta
 
 
@@ -60,51 +61,8 @@ class CommRole(enum.IntEnum):
     # optimizer's data parallelism, not a collective of the job's own
     JOB = 3  # an FSDP job's own collective (``traces.fsdp_run``'s ``JOB_PHASES``: a ``DTensor.full_tensor()`` gather, a
     # blocking c10d call such as a DCP save's): of no unit, none of FSDP's collectives
-
-
-class CommKind(enum.IntEnum):
-    """What a collective does (``EventTable.comm_kind``, the graph's ``comm_kind`` column), set once by the reader that
-    read it from its format (Kineto's collective names, the collector's records, XLA's HLO, TensorFlow's op types,
-    Horovod's responses, MXNet's push and pull) or by the pass that built it, so that no later stage tells it by a name."""
-
-    UNKNOWN = 0  # not a collective, or one whose kind its reader does not know: priced as an all-reduce of its bytes
-    ALL_REDUCE = 1
-    ALL_GATHER = 2
-    REDUCE_SCATTER = 3
-    BROADCAST = 4
-    ALL_TO_ALL = 5
-    SEND = 6
-    RECV = 7
-    SEND_RECV = 8  # NCCL's SendRecv kernel, XLA's collective-permute
-    SCATTER = 9
-    GATHER = 10
-    REDUCE = 11
-    BARRIER = 12
-    PUSH = 13  # a parameter server's push of a key's gradient (MXNet's kvstore)
-    PULL = 14  # its pull of the key's value
-    PUSH_PULL = 15  # both in one op
-
-    @classmethod
-    def of(cls, canonical: str) -> "CommKind":
-        """The kind a reader's canonical collective name (``traces.kineto_schema.canonical_collective``: ``allgather``,
-        ``reducescatter``...) names; UNKNOWN for none or another."""
-        return _CANONICAL_KINDS.get(canonical, cls.UNKNOWN)
-
-    @classmethod
-    def from_label(cls, label: str) -> "CommKind":
-        """The kind ``label`` names (``all_gather``: the collector's FSDP records, link-model files, calibrate's sweeps)."""
-        return cls[label.upper()]
-
-    @property
-    def label(self) -> str:
-        """The name the cost model, link-model files and the collector's FSDP records give it: ``all_gather``."""
-        return self.name.lower()
-
-
-_CANONICAL_KINDS = {"allreduce": CommKind.ALL_REDUCE, "allgather": CommKind.ALL_GATHER, "reducescatter": CommKind.REDUCE_SCATTER,
-                    "broadcast": CommKind.BROADCAST, "alltoall": CommKind.ALL_TO_ALL, "send": CommKind.SEND, "recv": CommKind.RECV,
-                    "sendrecv": CommKind.SEND_RECV, "scatter": CommKind.SCATTER, "gather": CommKind.GATHER, "reduce": CommKind.REDUCE,
-                    "barrier": CommKind.BARRIER, "push": CommKind.PUSH, "pull": CommKind.PULL}
+    ROWS = 4  # a parameter server's pull of a row_sparse key's rows for a forward (MXNet's ``row_sparse_pull``), and its
+    # call: the key's forward op waits for them (``graph.build_ps``), no server sums them
 
 
 # Host and device clocks in one trace agree to a few microseconds: an instant that precedes another by
@@ -182,6 +140,9 @@ _COLUMNS: dict[str, Any] = {
     "peer": np.int32,
     "role": np.int8,  # a collective's CommRole (transfer and issue), PLAIN elsewhere
     "comm_kind": np.uint8,  # a collective's CommKind (transfer, and issue where its reader knows), UNKNOWN elsewhere
+    # a collective's group size where no group of the trace's names its ranks: a piece of an op that ran the model's own
+    # collective, sized (``run_partition.cut_in_op``); 0 elsewhere
+    "group_size": np.int32,
 }
 
 
@@ -215,10 +176,11 @@ class EventTable:
     peer: np.ndarray
     role: np.ndarray
     comm_kind: np.ndarray
+    group_size: np.ndarray
 
     COLUMNS = tuple(_COLUMNS)
     DEFAULTS = {"depth": 0, "step": -1, "layer": -1, "nbytes": 0, "group": -1, "seq": -1, "bucket": -1, "peer": -1,
-                "role": int(CommRole.PLAIN), "comm_kind": int(CommKind.UNKNOWN)}  # optional columns
+                "role": int(CommRole.PLAIN), "comm_kind": int(CommKind.UNKNOWN), "group_size": 0}  # optional columns
 
     @classmethod
     def from_columns(cls, names: Sequence[str], **cols: Any) -> "EventTable":

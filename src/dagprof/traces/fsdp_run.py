@@ -33,7 +33,6 @@ from .run_spans import _Comm, _DeviceOp, _Span, _Transfer
 
 OPTIMIZER_STEP = "Optimizer.step#"  # torch.optim's record_function around each step
 DTENSOR_DISPATCH = "PythonSubclass"  # the profiler's range around a tensor subclass's __torch_dispatch__ (DTensor's ops)
-COLL_NAMES = {"all_gather": "allgather", "reduce_scatter": "reducescatter", "all_reduce": "allreduce"}  # canonical (align)
 # a job's call (JOB_CALL) -> the kind whose pricing it takes: a gather's or scatter's root port moves the group's tensors, as
 # a ring all-gather of them does each port (``costmodel.topology.per_rank_equivalent_bytes``; its bytes: the gathered ones);
 # a barrier, an all-reduce of nothing
@@ -193,8 +192,8 @@ def _union_us(start: np.ndarray, end: np.ndarray) -> float:
 
 
 def label_groups(rows: EventRows, info: FsdpInfo) -> tuple[list[str], dict[str, list[int]], Collectives]:
-    """Name each FSDP collective's process group by its ranks (the groups, their ranks) and record its canonical kind
-    (for matching); each wait is named by the collective it waited for ("wait all_gather blocks.0")."""
+    """Name each FSDP collective's process group by its ranks (the groups, their ranks) and record its kind (for
+    matching); each wait is named by the collective it waited for ("wait all_gather blocks.0")."""
     cols = rows.columns()
     groups = sorted({c.group for c in info.collectives})
     index = {gname: k for k, gname in enumerate(groups)}
@@ -204,7 +203,7 @@ def label_groups(rows: EventRows, info: FsdpInfo) -> tuple[list[str], dict[str, 
         cols["group"][i] = index[c.group]
         if cols["kind"][i] == Kind.COMM:
             coll.event.append(i)
-            coll.coll.append(COLL_NAMES.get(c.kind, c.kind))
+            coll.kind.append(CommKind.from_label(c.kind))
             coll.dtype.append(c.dtype)
     for src, dst in rows.flows:  # the gap where the thread blocked: named by what it waited for
         if cols["kind"][src] == Kind.COMM and cols["seq"][src] >= 0 and cols["kind"][dst] == Kind.COMM_WAIT:

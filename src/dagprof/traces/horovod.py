@@ -502,7 +502,7 @@ def _merge(trace: RankTrace, reqs: list[_Request], plan: list[_Planned], shift_n
         if p.step in sinks:
             c.flows.append((post, sinks[p.step]))
     buckets = tuple(Bucket(p.position, p.nbytes, tuple(p.resp.tensors)) for p in plan if p.step == plan[0].step)
-    meta = msgspec.structs.replace(trace.meta, collectives=Collectives(event=coll_events, coll=[p.resp.op for p in plan], dtype=coll_dtypes),
+    meta = msgspec.structs.replace(trace.meta, collectives=Collectives(event=coll_events, kind=[CommKind.of(p.resp.op) for p in plan], dtype=coll_dtypes),
                                    horovod_clock_shift_ns=shift_ns)
     out = _rebuild(trace, c, buckets, meta)
     return dataclasses.replace(out, lanes=lanes, groups=groups,

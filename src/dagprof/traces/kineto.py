@@ -23,8 +23,8 @@ Conventions on top of ``events.py``:
 - rank: ``distributedInfo.rank``, else the file name (``rank-3.json``,
   ``sampled_rank-1.json.gz``), else rank 0 when there is no ``distributedInfo`` at all
   (a single-process profile); ``meta.rank_source`` says which;
-- ``meta.collectives`` holds, per transfer event, the canonical collective
-  name and dtype (for cross-rank checks in ``dagprof.align``); ``meta.declined``
+- ``meta.collectives`` holds, per transfer event, the collective its call ran
+  (``CommKind``) and dtype (for cross-rank checks in ``dagprof.align``); ``meta.declined``
   counts, per rule, the inferred dependencies the measured timeline contradicted.
 """
 from __future__ import annotations
@@ -43,6 +43,7 @@ import numpy as np
 
 from ..errors import DagprofError
 from . import kineto_schema as ks
+from .comm_kind import P2P_PEERED
 from .events import CommKind, EventRows, Kind, Lane, LaneKind, RankTrace
 from .kineto_decode import MAX_OP_US, Reopened, TraceStream, open_trace, raw_value
 from .kineto_deps import Deps, dependencies, enclosing_enqueue, main_lane, stream_number
@@ -445,10 +446,10 @@ def _collectives(cols: Columns, nest: Nesting, deps: Deps, header: _Header) -> _
         if info.get("desc"):
             group_desc.setdefault(g, info["desc"])
         wire = cols.info[cols.pair[t]].coll
-        coll_out.append(info.get("coll") or _host_coll(enq_coll, wire))
-        comm_kind[t] = CommKind.of(wire or coll_out[-1])  # what crossed the wire: gloo's reduce-scatter an all-reduce (``_host_coll``)
-        if coll_out[-1] in ks.P2P_PEERED:
-            peer[t] = _peer(info, cols.event(enq) if enq_coll in ks.P2P_PEERED else None, group_ranks.get(g, []))
+        coll_out.append(CommKind.of(info.get("coll") or _host_coll(enq_coll, wire)))
+        comm_kind[t] = CommKind.of(wire) if wire else coll_out[-1]  # what crossed the wire: gloo's reduce-scatter an all-reduce (``_host_coll``)
+        if coll_out[-1] in P2P_PEERED:
+            peer[t] = _peer(info, cols.event(enq) if CommKind.of(enq_coll) in P2P_PEERED else None, group_ranks.get(g, []))
         dtype_out.append(info.get("dtype", "") or ks.kernel_dtype(cols.event(t).name))
     # counted order per group, by issue time (the enqueue) when known
     enq = deps.enqueue_of[transfers]
@@ -464,7 +465,7 @@ def _collectives(cols: Columns, nest: Nesting, deps: Deps, header: _Header) -> _
     peer[enq[has]] = peer[transfers[has]]
     comm_kind[enq[has]] = comm_kind[transfers[has]]
     return _Collectives(group, seq, nbytes, peer, comm_kind, list(gids), group_ranks, group_desc,
-                        Collectives(event=transfers.tolist(), coll=coll_out, dtype=dtype_out), bool(explicit) and all(explicit))
+                        Collectives(event=transfers.tolist(), kind=coll_out, dtype=dtype_out), bool(explicit) and all(explicit))
 
 
 def _host_coll(call: str, transfer: str) -> str:

@@ -187,14 +187,11 @@ COMM_NAMES: tuple[CommName, ...] = (
 )
 
 
-P2P = frozenset({"send", "recv", "sendrecv", "isend", "irecv", "batchisendirecv"})  # canonical names
-P2P_SEND = frozenset({"send", "isend"})
-P2P_PEERED = P2P_SEND | {"recv", "irecv"}  # one peer each (a sendrecv or a batch has several)
 _CANON_DROP = re.compile(r"_?(base|coalesced|tensor|into|single)$")
 
 
 def canonical_collective(raw: str) -> str:
-    """'all_reduce', 'AllReduce', 'allreduce_', '_allgather_base' -> 'allreduce', 'allgather'."""
+    """'all_reduce', 'AllReduce', 'allreduce_', '_allgather_base' -> 'allreduce', 'allgather': what ``CommKind.of`` reads."""
     s = raw.lower().strip("_")
     prev = None
     while prev != s:

@@ -13,6 +13,7 @@ from typing import Iterable
 
 import msgspec
 
+from .comm_kind import CommKind
 from .run_schema import FsdpInfo, Manifest, ZeroInfo
 
 
@@ -69,23 +70,24 @@ def warnings_of(texts: Iterable[str | RunWarning]) -> list[RunWarning]:
 
 
 class Collectives(msgspec.Struct, kw_only=True):
-    """Per transfer event (index into the rank's events): its canonical collective name and dtype, which
+    """Per transfer event (index into the rank's events): the collective its call ran (``kind``: what the user called,
+    where the events' ``comm_kind`` says what crossed the wire: gloo's reduce-scatter an all-reduce) and dtype, which
     ``align`` checks across ranks; ``program``: the XLA program that ran it, ``in_loop``: whether a ``while`` of that
     program runs its instruction, once per iteration, ``origin``: the JAX primitive its instruction was lowered from
     (``all_to_all`` where the user wrote one; the op XLA partitioned where it resharded), ``devices``: its device groups
     as the program writes them (xplane only; empty where the program is not known; ``traces.xla_hlo``)."""
 
     event: list[int] = []
-    coll: list[str] = []
+    kind: list[CommKind] = []
     dtype: list[str] = []
     program: list[int] = []
     in_loop: list[bool] = []
     origin: list[str] = []
     devices: list[str] = []
 
-    def by_event(self) -> dict[int, str]:
-        """Event -> canonical collective name."""
-        return dict(zip(self.event, self.coll))
+    def by_event(self) -> dict[int, CommKind]:
+        """Event -> the collective its call ran."""
+        return dict(zip(self.event, self.kind))
 
 
 class HorovodRecord(msgspec.Struct, kw_only=True, frozen=True):
@@ -217,9 +219,9 @@ class RankMeta(msgspec.Struct, kw_only=True):
     declined: dict[str, int] = {}  # per Dep rule, the inferred dependencies the measured timeline contradicted
     group_desc: dict[str, str] = {}  # process-group descriptions (pg_config): "mesh_tp", "default_pg"
     resolved_groups: list[str] = []  # groups ``traces.parallelism.resolve_groups`` moved collectives to
-    # dagprof runs: the Kineto trace's collectives in the window that no hook saw, issued inside other ops, by canonical
-    # name; timed inside those ops, not as collectives
-    unseen_collectives: dict[str, UnseenCollective] = {}
+    # dagprof runs: the Kineto trace's collectives in the window that no hook saw, issued inside other ops, by
+    # kind; timed inside those ops, not as collectives
+    unseen_collectives: dict[CommKind, UnseenCollective] = {}
     # --- set by align
     step_offset: int = 0  # added to this rank's step numbers to match the others' (align.matching)
     clock_offset_us: float = 0.0  # added to this rank's clock (align.clocks)

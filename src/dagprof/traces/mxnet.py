@@ -41,7 +41,7 @@ import numpy as np
 from ..errors import DagprofError
 from ..fsutil import inside, read_input, read_versioned
 from .completeness import refuse_copies
-from .events import CommKind, EventRows, Kind, Lane, LaneKind, RankTrace, Run, nested
+from .events import CommKind, CommRole, EventRows, Kind, Lane, LaneKind, RankTrace, Run, nested
 from .formats import MXNET_MANIFEST as MANIFEST
 from .meta import PsKey, PsRecord, RankMeta, RunMeta, RunWarning, ServerBusy
 
@@ -376,7 +376,7 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
                 kv_free.append(0.0)
             kv_free[slot] = o.end
             ev = rows.add(o.name, Kind.COMM, lane(f"kvstore {slot}", LaneKind.COMM_THREAD), o.start - base_us, o.end - o.start, step=step, group=0,
-                          comm_kind=int(_push_kind(o.name)))
+                          comm_kind=int(_push_kind(o.name)), role=int(CommRole.ROWS if o.name == ROW_SPARSE_PULL else CommRole.PLAIN))
             if o.name != ROW_SPARSE_PULL:  # a forward's row pull: no push, nothing the servers sum
                 pushes.append({"event": ev, "step": step, "start": o.start, "end": o.end})
             continue
@@ -403,7 +403,9 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
         step = step_of(a.start)
         if step >= 0:
             calls[step] += 1
-            rows.add(a.name, Kind.COMM_ENQUEUE, lane("python", LaneKind.CPU_THREAD), a.start - base_us, a.end - a.start, step=step)
+            pull = a.name == PULL_CALL
+            rows.add(a.name, Kind.COMM_ENQUEUE, lane("python", LaneKind.CPU_THREAD), a.start - base_us, a.end - a.start, step=step,
+                     comm_kind=int(CommKind.PULL if pull else CommKind.UNKNOWN), role=int(CommRole.ROWS if pull else CommRole.PLAIN))
     cols = rows.columns()
     cols["seq"][[p["event"] for p in pushes]] = np.arange(len(pushes))
     _nest(cols, np.array(engine, dtype=np.int64))

@@ -41,8 +41,8 @@ from dataclasses import dataclass, field, replace
 import msgspec
 import numpy as np
 
-from .events import EventTable, Kind, LaneKind, RankTrace, Run
-from .kineto_schema import P2P, P2P_PEERED, canonical_collective
+from .comm_kind import P2P, P2P_PEERED
+from .events import CommKind, EventTable, Kind, LaneKind, RankTrace, Run
 
 ACTIVATION_MIN_BYTES = 1024  # a forward all-reduce below this is a loss or metric reduction, not evidence of TP
 
@@ -78,27 +78,20 @@ _DESC_DIMS = (  # process-group descriptions and mesh dimension names, as torch,
     (re.compile(r"(^|[^a-z])(ep|cp|expert|context)([^a-z]|$)|expert_model_parallel|context_parallel", re.I), Dim.EP_CP),
 )
 _TEXT = {int(d): d.text for d in Dim}
-_REDUCING = frozenset({"allreduce", "reducescatter"})
-_SCATTERING = frozenset({"scatter", "gather"})  # rooted exchanges of activations (gloo runs an all_gather's backward so)
-_COLL_NAME = re.compile(r"^(?:c10d::|nccl:|gloo:)?_?(\w+?)_?$")
+_REDUCING = frozenset({CommKind.ALL_REDUCE, CommKind.REDUCE_SCATTER})
+_SCATTERING = frozenset({CommKind.SCATTER, CommKind.GATHER})  # rooted exchanges of activations (gloo runs an all_gather's backward so)
 # DTensor's redistribution, its dispatch, and from_local/to_local's backward (DDP over a TP-split model reduces the
 # partial gradients of a TP plan's replicated parameters there)
 _DTENSOR_OP = re.compile(r"^(Nested)?Redistribute(Backward)?$|^PythonSubclass$|^_(From|To)TorchTensorBackward$")
 
 
 ACTIVATIONS = "of activations in a data-parallel group"  # the reason ``_fill_from_group`` gives such a collective
-_IN_OP = re.compile(r"(?:^|\.)(\w+) inside the op \(group of (\d+)\)$")  # a graph's names open with the rank's
 
 
-def in_op_name(kind: str, ranks: int) -> str:
-    """The name of a graph piece that is a collective the model ran inside one of its ops, sized (``run_partition.cut_in_op``)."""
-    return f"{kind} inside the op (group of {ranks})"
-
-
-def in_op_of(name: str) -> tuple[str, int] | None:
-    """(canonical kind, group size) of a piece ``in_op_name`` named, else None."""
-    m = _IN_OP.search(name)
-    return None if m is None else (m.group(1), int(m.group(2)))
+def in_op_name(kind: CommKind, ranks: int) -> str:
+    """The name of a graph piece that is a collective the model ran inside one of its ops, sized (``run_partition.cut_in_op``),
+    for people: what it is, later stages read from its ``comm_kind`` and ``group_size``."""
+    return f"{kind.label} inside the op (group of {ranks})"
 
 
 def p2p_peer(trace: RankTrace, group: str, local: int) -> int | None:
@@ -165,7 +158,7 @@ class Parallelism:
     # a dagprof run's collectives that only its Kineto trace shows inside the model's ops (not all-to-all or send/recv,
     # which ``_unseen`` labels), per step and rank: (instances, transfer us) and instances by kind
     in_ops: tuple[float, float] = (0.0, 0.0)
-    in_ops_kinds: tuple[tuple[str, float], ...] = ()
+    in_ops_kinds: tuple[tuple[CommKind, float], ...] = ()
     in_ops_sized: float = 0.0  # those of them the collector sized, per step and rank: pieces of their ops (``in_op_name``)
     # a DDP model with find_unused_parameters=True: one of ``in_ops``' all-reduces a synchronised backward is its reducer's
     # (which parameters got a gradient, 4 bytes a parameter tensor), not the model's
@@ -186,8 +179,8 @@ class Parallelism:
         n, us = self.in_ops
         if not n:
             return ""
-        kinds = ", ".join(f"{k} x{c:g}" for k, c in self.in_ops_kinds)
-        used = min(1.0, dict(self.in_ops_kinds).get("allreduce", 0.0)) if self.ddp_used_map else 0.0
+        kinds = ", ".join(f"{k.label} x{c:g}" for k, c in self.in_ops_kinds)
+        used = min(1.0, dict(self.in_ops_kinds).get(CommKind.ALL_REDUCE, 0.0)) if self.ddp_used_map else 0.0
         own = ("the model's collectives (SyncBatchNorm's statistics, a differentiable all_gather and its backward, a "
                "tensor-parallel layer's all-reduce)")
         whose = (f"{used:g} of them DDP's all-reduce of which parameters got a gradient (find_unused_parameters=True)"
@@ -266,7 +259,7 @@ class _Instances:
     rows: list[np.ndarray]  # event rows of each instance (enqueue and transfer)
     group: np.ndarray
     seq: np.ndarray
-    coll: list[str]
+    coll: list[CommKind]  # ``Collectives.kind``, else the events' ``comm_kind``
     nbytes: np.ndarray
     phase: np.ndarray
     bucket: np.ndarray
@@ -280,13 +273,7 @@ def _instances(trace: RankTrace) -> _Instances:
     uniq, inv, counts = np.unique(key, return_inverse=True, return_counts=True)
     members = np.split(rows[np.argsort(inv.reshape(-1), kind="stable")], np.cumsum(counts)[:-1]) if len(rows) else []
     coll_of = trace.meta.collectives.by_event() if trace.meta.collectives is not None else {}
-    colls = []
-    for m in members:
-        c = next((coll_of[int(i)] for i in m if int(i) in coll_of), "")
-        if not c:
-            match = _COLL_NAME.match(ev.name_of(int(m[0])).split("(")[0])
-            c = canonical_collective(match.group(1)) if match else ""
-        colls.append(c)
+    colls = [next((coll_of[int(i)] for i in m if int(i) in coll_of), None) or CommKind(int(ev.comm_kind[m].max())) for m in members]
     first = np.array([m[np.argmin(ev.start[m])] for m in members], dtype=np.int64)
     inside = np.zeros(len(ev), dtype=bool)
     inside[rows] = _inside_dtensor_op(ev, rows)
@@ -339,16 +326,16 @@ def _by_position(inst: _Instances, k: int, forward_sizes: dict[int, set[int]]) -
         return Dim.DP, "DDP gradient bucket"
     if c in P2P:
         return Dim.PP, "send/recv"
-    if c == "alltoall":
+    if c == CommKind.ALL_TO_ALL:
         where = {Phase.FORWARD: " in the forward pass (embedding/expert exchange)", Phase.BACKWARD: " in the backward pass (its gradient)"}
         return Dim.EP_CP, "all-to-all" + where.get(ph, "")
     if c in _REDUCING:
         if ph is Phase.FORWARD and nb >= ACTIVATION_MIN_BYTES:
-            return Dim.TP, f"{c} of activations inside the forward pass"
+            return Dim.TP, f"{c.label} of activations inside the forward pass"
         if ph in (Phase.BACKWARD, Phase.AFTER_BACKWARD):
             if nb in forward_sizes.get(g, set()):
-                return Dim.TP, f"{c} in backward of a forward activation's size"
-            return Dim.DP, f"{c} of gradients in/after the backward pass"
+                return Dim.TP, f"{c.label} in backward of a forward activation's size"
+            return Dim.DP, f"{c.label} of gradients in/after the backward pass"
     return Dim.UNKNOWN, ""
 
 
@@ -358,9 +345,9 @@ def _label_rank(trace: RankTrace) -> tuple[_Instances, np.ndarray, list[str]]:
     dims = np.zeros(n, dtype=np.int8)
     why = [""] * n
     if trace.meta.format != "kineto":  # dagprof's collectors record data-parallel collectives, and what Kineto adds on the main thread
-        why = [("send/recv" if c in P2P else "all-to-all") if c in P2P or c == "alltoall" else "recorded by a data-parallel collector"
+        why = [("send/recv" if c in P2P else "all-to-all") if c in P2P or c == CommKind.ALL_TO_ALL else "recorded by a data-parallel collector"
                for c in inst.coll]
-        dims[:] = [Dim.PP if c in P2P else Dim.EP_CP if c == "alltoall" else Dim.DP for c in inst.coll]
+        dims[:] = [Dim.PP if c in P2P else Dim.EP_CP if c == CommKind.ALL_TO_ALL else Dim.DP for c in inst.coll]
         _resharding(trace, inst, dims, why)
         return inst, dims, why
     desc = trace.meta.group_desc
@@ -376,13 +363,13 @@ def _label_rank(trace: RankTrace) -> tuple[_Instances, np.ndarray, list[str]]:
             dims[k], why[k] = d, f"position, in the rank's one {desc[name]!r} group" if moved else f"group description {desc[name]!r}"
             continue
         if inst.dtensor[k] and int(inst.group[k]) in forward_sizes and inst.bucket[k] < 0:
-            dims[k], why[k] = Dim.TP, f"{inst.coll[k]} issued by a DTensor op in a group that reduces activations"
+            dims[k], why[k] = Dim.TP, f"{inst.coll[k].label} issued by a DTensor op in a group that reduces activations"
             continue
         dims[k], why[k] = _by_position(inst, k, forward_sizes)
     # an all-gather in the forward pass of a group that reduce-scatters gradients: FSDP/ZeRO
     for k in range(n):
         g = inst.group[k]
-        if dims[k] == Dim.UNKNOWN and inst.coll[k] == "allgather":
+        if dims[k] == Dim.UNKNOWN and inst.coll[k] == CommKind.ALL_GATHER:
             same = (inst.group == g) & (dims == Dim.DP) & _reduce_scatters(trace, inst)
             if same.any():
                 dims[k], why[k] = Dim.DP, "all-gather of a group that reduce-scatters gradients (FSDP/ZeRO)"
@@ -401,9 +388,9 @@ def _resharding(trace: RankTrace, inst: _Instances, dims: np.ndarray, why: list[
         return
     at = {e: (o, d) for e, o, d in zip(info.event, info.origin, info.devices)}
     told = [next((at[int(i)] for i in rows if int(i) in at), ("", "")) for rows in inst.rows]
-    dp_devices = {d for (o, d), c in zip(told, inst.coll) if d and c != "alltoall" and c not in P2P}
+    dp_devices = {d for (o, d), c in zip(told, inst.coll) if d and c != CommKind.ALL_TO_ALL and c not in P2P}
     for k, (origin, devices) in enumerate(told):
-        if inst.coll[k] != "alltoall" or not origin or origin == "all_to_all":
+        if inst.coll[k] != CommKind.ALL_TO_ALL or not origin or origin == "all_to_all":
             continue
         if devices and devices in dp_devices:
             dims[k], why[k] = Dim.DP, "XLA's resharding all-to-all over the data-parallel collectives' devices"
@@ -415,7 +402,7 @@ def _resharding(trace: RankTrace, inst: _Instances, dims: np.ndarray, why: list[
 def _reduce_scatters(trace: RankTrace, inst: _Instances) -> np.ndarray:
     """Per instance: a reduce-scatter, also where gloo runs one as the all-reduce of its whole input (its call names it:
     FSDP2's ``c10d::_reduce_scatter_base_`` on CPU; ``traces.kineto`` prices it as the all-reduce it is)."""
-    return np.array([c == "reducescatter" or any("reduce_scatter" in trace.events.name_of(int(i)) for i in rows)
+    return np.array([c == CommKind.REDUCE_SCATTER or any("reduce_scatter" in trace.events.name_of(int(i)) for i in rows)
                      for c, rows in zip(inst.coll, inst.rows)], dtype=bool)
 
 
@@ -427,15 +414,15 @@ def _fill_from_group(labels: list[tuple[RankTrace, _Instances, np.ndarray, list[
     per_group: dict[str, set[int]] = {}
     for trace, inst, dims, _ in labels:
         for k in np.flatnonzero(dims != Dim.UNKNOWN).tolist():
-            if inst.coll[k] not in P2P and inst.coll[k] != "alltoall":
+            if inst.coll[k] not in P2P and inst.coll[k] != CommKind.ALL_TO_ALL:
                 per_group.setdefault(trace.groups[int(inst.group[k])], set()).add(int(dims[k]))
     for trace, inst, dims, why in labels:
         for k in np.flatnonzero(dims == Dim.UNKNOWN).tolist():
-            if inst.coll[k] == "alltoall":  # XLA's resharding over other devices (``_resharding``): not its lumped group's
+            if inst.coll[k] == CommKind.ALL_TO_ALL:  # XLA's resharding over other devices (``_resharding``): not its lumped group's
                 continue
             seen = per_group.get(trace.groups[int(inst.group[k])], set())
-            if seen == {int(Dim.DP)} and (inst.coll[k] in _SCATTERING or (inst.coll[k] == "allgather" and inst.phase[k] == Phase.FORWARD)):
-                why[k] = f"{inst.coll[k]} {ACTIVATIONS} (a loss's all_gather, SyncBatchNorm): not gradients"
+            if seen == {int(Dim.DP)} and (inst.coll[k] in _SCATTERING or (inst.coll[k] == CommKind.ALL_GATHER and inst.phase[k] == Phase.FORWARD)):
+                why[k] = f"{inst.coll[k].label} {ACTIVATIONS} (a loss's all_gather, SyncBatchNorm): not gradients"
             elif len(seen) == 1:
                 dims[k], why[k] = next(iter(seen)), "its group's other collectives"
 
@@ -507,13 +494,13 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
     dp = _dp_groups(run, groups)
     notes = list(run.meta.parallelism_notes) + notes
     if paired:
-        what = ", ".join(f"{n} {d} {c}" for (d, c), n in sorted(paired.items()))
+        what = ", ".join(f"{n} {d} {c.label}" for (d, c), n in sorted(paired.items(), key=_by_label))
         notes.append(f"{what} (summed over ranks) paired across ranks by group, peer and order: each recv waits in the replay for "
                      "its peer stage's send, so pipeline bubbles emerge from it; their transfer times stay as measured (not re-priced by what-ifs)")
     if inline:  # gloo's send/recv run in the calling thread: graph.build keeps the calling op, timed as measured
-        what = ", ".join(f"{n} {d} {c}" for (d, c), n in sorted(inline.items()))
+        what = ", ".join(f"{n} {d} {c.label}" for (d, c), n in sorted(inline.items(), key=_by_label))
         sized = _sized_in_ops(run)
-        priced = ", ".join(f"{sized[c]} {c}" for c in sorted({c for _, c in inline}) if sized.get(c))
+        priced = ", ".join(f"{sized[c]} {c.label}" for c in sorted({c for _, c in inline}, key=lambda c: c.label) if sized.get(c))
         notes.append(f"{what} (summed over ranks) ran inside the ops that issued them: the graph times them as those ops, "
                      "as measured (not in the breakdown by dimension, not re-priced by what-ifs"
                      + (f", but for link what-ifs, which re-price the {priced} whose bytes the collector recorded)" if priced else ")"))
@@ -530,7 +517,13 @@ def label_run(run: Run) -> tuple[Parallelism, list[np.ndarray]]:
     return par, per_event
 
 
-def _in_ops(run: Run) -> tuple[tuple[float, float], tuple[tuple[str, float], ...], float]:
+def _by_label(item: tuple[tuple[str, CommKind], int]) -> tuple[str, str]:
+    """A (dimension, kind) count's place in a note: by the kind's name, as it reads."""
+    (d, c), _ = item
+    return d, c.label
+
+
+def _in_ops(run: Run) -> tuple[tuple[float, float], tuple[tuple[CommKind, float], ...], float]:
     """``Parallelism.in_ops``, ``in_ops_kinds`` and ``in_ops_sized``: the unseen collectives ``_unseen`` leaves, per profiled
     step and rank."""
     rank_steps = max(sum(len(t.meta.steps_profiled) for t in run.ranks), 1)
@@ -538,22 +531,17 @@ def _in_ops(run: Run) -> tuple[tuple[float, float], tuple[tuple[str, float], ...
     us = 0.0
     for t in run.ranks:
         for coll, u in t.meta.unseen_collectives.items():
-            if coll != "alltoall" and coll not in P2P:
+            if coll != CommKind.ALL_TO_ALL and coll not in P2P:
                 count[coll] += u.count
                 us += u.us
-    kinds = tuple((k, n / rank_steps) for k, n in sorted(count.items()))
-    sized = sum(n for k, n in _sized_in_ops(run).items() if k != "alltoall" and k not in P2P)
+    kinds = tuple((k, n / rank_steps) for k, n in sorted(count.items(), key=lambda kn: kn[0].label))
+    sized = sum(n for k, n in _sized_in_ops(run).items() if k != CommKind.ALL_TO_ALL and k not in P2P)
     return (sum(count.values()) / rank_steps, us / rank_steps), kinds, sized / rank_steps
 
 
 def _sized_in_ops(run: Run) -> Counter:
-    """Kind -> the pieces over all ranks that are a collective the model ran inside an op, sized (``in_op_name``)."""
-    out: Counter = Counter()
-    for t in run.ranks:
-        kind = {k: got[0] for k, name in enumerate(t.events.names) if (got := in_op_of(name))}
-        for k, n in zip(*np.unique(t.events.name[np.isin(t.events.name, list(kind))], return_counts=True)):
-            out[kind[int(k)]] += int(n)
-    return out
+    """Kind -> the pieces over all ranks that are a collective the model ran inside an op, sized (``EventTable.group_size``)."""
+    return Counter(CommKind(int(k)) for t in run.ranks for k in t.events.comm_kind[t.events.group_size > 0].tolist())
 
 
 def _untold_groups(run: Run) -> int:
@@ -576,11 +564,11 @@ def _unseen(run: Run, inline: Counter) -> list[GroupLabel]:
     found: dict[str, Counter] = {}
     for t in run.ranks:
         for coll, u in t.meta.unseen_collectives.items():
-            d = Dim.EP_CP if coll == "alltoall" else Dim.PP if coll in P2P else None
+            d = Dim.EP_CP if coll == CommKind.ALL_TO_ALL else Dim.PP if coll in P2P else None
             if d is not None:
                 found.setdefault(d.text, Counter())[coll] += u.count
                 inline[(d.text, coll)] += u.count
-    return [GroupLabel(f"unseen {d}", "", (), {d: sum(c.values())}, {}, [f"{', '.join(c)} in the Kineto trace, no hook saw"])
+    return [GroupLabel(f"unseen {d}", "", (), {d: sum(c.values())}, {}, [f"{', '.join(k.label for k in c)} in the Kineto trace, no hook saw"])
             for d, c in found.items()]
 
 

@@ -72,11 +72,11 @@ def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: l
     begin = exchange_starts(ev, idx)
     roles = bucket_roles(records)
     # a sparse gradient's bucket is gloo's sparse_all_reduce, a dense one's all_reduce: each matched in issue order to its own
-    ops = {kind: [i for i in idx if colls.get(i, "").replace("_", "") == kind] for kind in ("allreduce", "sparseallreduce")}
+    ops = {kind: [i for i in idx if colls.get(i) == kind] for kind in (CommKind.ALL_REDUCE, CommKind.SPARSE_ALL_REDUCE)}
     at_op = dict.fromkeys(ops, 0)
     for n, (seq, bucket, t0, nbytes) in enumerate(enq):
         role = roles.get(seq, CommRole.PLAIN)
-        kind = "sparseallreduce" if role == CommRole.SPARSE else "allreduce"
+        kind = CommKind.SPARSE_ALL_REDUCE if role == CommRole.SPARSE else CommKind.ALL_REDUCE
         found, k = ops[kind], at_op[kind]
         while k < len(found) and at(ev.start[found[k]]) < t0:
             k += 1
@@ -96,12 +96,13 @@ def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: l
                                    comm_kind=bucket_kind(role)))
     for i in idx:
         if i not in used:
-            name, lane = colls.get(i) or ev.name_of(i), kt.lanes[ev.lane[i]]
+            kind, lane = colls.get(i, CommKind.UNKNOWN), kt.lanes[ev.lane[i]]
+            name = kind.label if kind else ev.name_of(i)  # by the collective its call ran, else by Kineto's name for it
             transfers.append(_Transfer(int(ev.seq[i]), -1, name, at(begin[i]), at(ev.start[i] + ev.dur[i]),
                                        lane.name, int(ev.nbytes[i]), _comm_lane_kind(lane), comm_kind=CommKind(int(ev.comm_kind[i]))))
     main = [j for j, lane in enumerate(kt.lanes) if lane.main]
     host = []
-    kind_of = {int(ev.seq[i]): colls.get(i, "") or ev.name_of(i) for i in idx}  # a host enqueue's kind: its transfer's
+    kind_of = {int(ev.seq[i]): colls.get(i, CommKind.UNKNOWN) for i in idx}  # a host enqueue's kind: its transfer's
     if main:
         mask = (ev.kind == Kind.COMM_ENQUEUE) & (ev.depth == 0) & (ev.lane == main[0]) & (ev.seq >= 0)
         hooked = set(seq_of.values())
@@ -109,23 +110,23 @@ def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: l
             if int(ev.seq[j]) not in hooked and lo <= at(ev.start[j]) <= hi:
                 host.append(_Span(Kind.COMM_ENQUEUE, ev.name_of(j), at(ev.start[j]), at(ev.start[j] + ev.dur[j]), seq=int(ev.seq[j]),
                                   comm_kind=CommKind(int(ev.comm_kind[j]))))
-        host = [h for h in host if not _waited_later(records, kind_of.get(h.seq, ""), h.start)]
+        host = [h for h in host if not _waited_later(records, kind_of.get(h.seq, CommKind.UNKNOWN), h.start)]
     kept = {h.seq for h in host}
-    own_bytes = outside_sizes(records, lo, hi, [(kind_of.get(h.seq, ""), h.start, h.seq) for h in host])
+    own_bytes = outside_sizes(records, lo, hi, [(kind_of.get(h.seq, CommKind.UNKNOWN), h.start, h.seq) for h in host])
     transfers = [replace(t, nbytes=own_bytes[t.seq]) if not t.nbytes and t.seq in own_bytes else t for t in transfers]
     inside = [i for i in idx if i not in used and int(ev.seq[i]) not in kept]
-    unseen: dict[str, UnseenCollective] = {}
+    unseen: dict[CommKind, UnseenCollective] = {}
     for i in inside:
-        name = colls.get(i, "") or ev.name_of(i)
-        u = unseen.get(name, UnseenCollective())
-        unseen[name] = UnseenCollective(u.count + 1, u.us + float(ev.dur[i]))
-    sized = in_op_sizes([(colls.get(i, "") or ev.name_of(i), at(ev.start[i]), at(ev.start[i] + ev.dur[i])) for i in inside],
-                        records, lo, hi, [(kind_of.get(h.seq, ""), h.start) for h in host])
+        kind = colls.get(i, CommKind.UNKNOWN)
+        u = unseen.get(kind, UnseenCollective())
+        unseen[kind] = UnseenCollective(u.count + 1, u.us + float(ev.dur[i]))
+    sized = in_op_sizes([(colls.get(i, CommKind.UNKNOWN), at(ev.start[i]), at(ev.start[i] + ev.dur[i])) for i in inside],
+                        records, lo, hi, [(kind_of.get(h.seq, CommKind.UNKNOWN), h.start) for h in host])
     return _Comm("Kineto (gloo/NCCL execution spans)", sorted(transfers, key=lambda t: t.seq), seq_of, host,
                  device_ops(kt, lo, hi, at), unseen, in_op=sized)
 
 
-def _waited_later(records: np.ndarray, kind: str, start: int) -> bool:
+def _waited_later(records: np.ndarray, kind: CommKind, start: int) -> bool:
     """Whether the job's collective enqueued outside any op at ``start`` (ns) is an asynchronous call of the model's that
     it waited for later (the latest call of its ``kind`` the collector recorded before it is a ``Rec.OWN_ASYNC`` with a
     ``Rec.OWN_WAIT``): a module's ``dist.all_gather_into_tensor(..., async_op=True)`` then ``work.wait()``. The thread
@@ -161,7 +162,7 @@ def _claim_outside(calls: np.ndarray, starts: list[int]) -> tuple[np.ndarray, li
     return calls, claimed
 
 
-def outside_sizes(records: np.ndarray, lo: int, hi: int, outside: list[tuple[str, int, int]]) -> dict[int, int]:
+def outside_sizes(records: np.ndarray, lo: int, hi: int, outside: list[tuple[CommKind, int, int]]) -> dict[int, int]:
     """seq -> bytes per rank of the job's blocking calls outside any op (``outside``: kind, enqueue start, seq; a logging
     ``dist.all_reduce`` of the loss, which Kineto shows as a collective of its own without its size): the record each
     claims (``_claim_outside``), where it is a blocking call's (``Rec.OWN_COLL``)."""
@@ -174,9 +175,9 @@ def outside_sizes(records: np.ndarray, lo: int, hi: int, outside: list[tuple[str
     return out
 
 
-def in_op_sizes(inside: list[tuple[str, int, int]], records: np.ndarray, lo: int, hi: int,
-                outside: list[tuple[str, int]] = ()) -> list[_InOp]:
-    """The collectives Kineto shows inside the model's ops (``inside``: canonical kind, transfer start and end, ns, in issue
+def in_op_sizes(inside: list[tuple[CommKind, int, int]], records: np.ndarray, lo: int, hi: int,
+                outside: list[tuple[CommKind, int]] = ()) -> list[_InOp]:
+    """The collectives Kineto shows inside the model's ops (``inside``: kind, transfer start and end, ns, in issue
     order) that the collector sized (``Rec.OWN_COLL``, ``Rec.OWN_ASYNC``, in the window ``[lo, hi]``), matched by kind in
     issue order. The job's calls outside any op (``outside``: kind, enqueue start; a logging all-reduce, which Kineto shows
     as a collective of its own) each take the latest record of their kind before them out of the pairing. A kind whose

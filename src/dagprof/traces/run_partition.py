@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from .events import CommKind, CommRole, Kind
+from .events import CommRole, Kind
 from .parallelism import in_op_name
 from .run_comm import bucket_kind, bucket_name, bucket_roles
 from .run_schema import Col, Rec
@@ -68,7 +68,8 @@ def cut_in_op(spans: list[_Span], in_op: list[_InOp]) -> list[_Span]:
         s = out[j]
         at = max(x.start, s.start)
         pieces = [_Span(s.kind, s.name, s.start, at, s.layer, nbytes=s.nbytes),
-                  _Span(Kind.COMM, in_op_name(x.kind, x.ranks), at, x.end, s.layer, nbytes=x.nbytes, comm_kind=CommKind.of(x.kind)),
+                  _Span(Kind.COMM, in_op_name(x.kind, x.ranks), at, x.end, s.layer, nbytes=x.nbytes, comm_kind=x.kind,
+                        group_size=x.ranks),
                   _Span(s.kind, s.name, x.end, s.end, s.layer, nbytes=0 if at > s.start else s.nbytes)]
         out[j:j + 1] = [p for p in pieces if p.end > p.start]
     return out

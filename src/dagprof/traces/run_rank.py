@@ -205,11 +205,11 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
 
     def add(name: str, kind: Kind, lane: int, t0: int, t1: int, step: int, layer: int = -1, nbytes: int = 0,
             seq: int = -1, bucket: int = -1, depth: int = 0, root: int = -1, role: CommRole = CommRole.PLAIN,
-            comm_kind: CommKind = CommKind.UNKNOWN) -> int:
+            comm_kind: CommKind = CommKind.UNKNOWN, group_size: int = 0) -> int:
         """A span in ns of the rank's clock; a collective (``seq``) is of the run's one group, ``root`` its ``peer``."""
         return rows.add(name, kind, lane, (t0 - base_ns) / 1e3, (t1 - t0) / 1e3, depth=depth, step=step, layer=layer,
                         nbytes=nbytes, group=0 if seq >= 0 else -1, seq=seq, bucket=bucket, peer=root, role=int(role),
-                        comm_kind=int(comm_kind))
+                        comm_kind=int(comm_kind), group_size=group_size)
 
     lanes = [Lane(f"thread {f.pid} (main)", LaneKind.CPU_THREAD, main=True)]
     comm_lanes = sorted({(t.lane, t.lane_kind) for t in comm.transfers})
@@ -228,7 +228,8 @@ def _to_rank_trace(f: RankFile, path: str, steps: list, comm: _Comm, layers: lis
                    if s.kind == Kind.COMM_ENQUEUE and s.bucket < 0 and k not in zero_waits}
         waits = {w for w in blocked.values() if w is not None and spans[w].kind == Kind.OTHER}
         ids = [add(f"{s.name} (blocked on a collective)" if k in waits else s.name, Kind.COMM_WAIT if k in waits else s.kind, 0,
-                   s.start, s.end, step, s.layer, s.nbytes, s.seq, s.bucket, root=s.root, role=s.role, comm_kind=s.comm_kind)
+                   s.start, s.end, step, s.layer, s.nbytes, s.seq, s.bucket, root=s.root, role=s.role, comm_kind=s.comm_kind,
+                   group_size=s.group_size)
                for k, s in enumerate(spans)]
         # the last backward's wait (earlier ones are gradient-accumulation passes without communication)
         sink = next((i for i, s in zip(ids[::-1], spans[::-1]) if s.kind == Kind.COMM_WAIT), None)

@@ -34,6 +34,7 @@ import msgspec
 from ..errors import DagprofError
 from ..fsutil import decode_versioned, read_input, read_versioned
 from .buckets import BucketLayout
+from .comm_kind import CommKind
 
 Count = Annotated[int, msgspec.Meta(ge=0)]  # a size or count in a rank file: negative is damage, refused by the decoder
 
@@ -117,8 +118,9 @@ class Rec(enum.IntEnum):
     GRAD_CLIP = 31  # a=gradient tensors, x=ns the call took: torch.nn.utils.clip_grad_norm_ entered (collect.hooks.grad_clip)
 
 
-# The collectives a model calls itself that the collector sizes (``collect.hooks.own_collectives``), as Kineto names them
-OWN_KINDS = ("allgather", "allreduce", "scatter", "gather", "broadcast", "alltoall")
+# The collectives a model calls itself that the collector sizes (``collect.hooks.own_collectives``); a record names one by
+# its position here
+OWN_KINDS = (CommKind.ALL_GATHER, CommKind.ALL_REDUCE, CommKind.SCATTER, CommKind.GATHER, CommKind.BROADCAST, CommKind.ALL_TO_ALL)
 
 
 class Col(enum.IntEnum):

@@ -22,6 +22,7 @@ class _Span:
     root: int = -1  # a broadcast's issue: its root (``_Transfer.root``)
     role: CommRole = CommRole.PLAIN  # a collective's issue: its transfer's role
     comm_kind: CommKind = CommKind.UNKNOWN  # a collective's issue or in-op piece: its kind
+    group_size: int = 0  # an in-op piece: its collective's group size (``EventTable.group_size``)
 
 
 @dataclass
@@ -33,7 +34,7 @@ class _Comm:
     seq_of: dict[int, int]  # comm-hook seq -> the seq used in the event table
     host: list[_Span]  # host enqueues seen only in Kineto (DDP's buffer broadcast), depth 0 on the main lane
     device: list[_DeviceOp] = field(default_factory=list)  # GPU kernels and copies (Kineto), not collectives
-    unseen: dict[str, UnseenCollective] = field(default_factory=dict)  # Kineto's collectives issued inside other ops, by canonical name
+    unseen: dict[CommKind, UnseenCollective] = field(default_factory=dict)  # Kineto's collectives issued inside other ops, by kind
     optimizer: OptimizerOps | None = None  # FSDP2 with Kineto: what its optimizer steps ran (``fsdp_run.optimizer_ops``)
     in_op: list[_InOp] = field(default_factory=list)  # those of ``unseen`` whose bytes are known (``run_comm.in_op_sizes``)
 
@@ -44,7 +45,7 @@ class _InOp:
     its bytes: the main lane's span around its end is cut there (``run_partition.cut_in_op``), so that link what-ifs
     can re-price it."""
 
-    kind: str  # canonical (Kineto's): allgather, allreduce, scatter, gather, broadcast
+    kind: CommKind  # one of ``run_schema.OWN_KINDS``
     start: int  # ns, its transfer's start on the comm thread, or where the thread began to wait for an asynchronous one
     end: int
     nbytes: int  # per rank, as Kineto's Input Dims give them

@@ -265,7 +265,7 @@ class _Reader:
             coll_u.append(coll)
             # MultiWorkerMirroredStrategy all-gathers a sparse gradient's (IndexedSlices') values and indices, each rank the
             # rows its step touched: more ranks gather more (``CommRole.SPARSE``, as DDP's sparse buckets); XLA's gather shards
-            role_u.append(int(CommRole.SPARSE if op_type and coll == "allgather" else CommRole.PLAIN))
+            role_u.append(int(CommRole.SPARSE if op_type and coll == CommKind.ALL_GATHER else CommRole.PLAIN))
         name, kind, layer = np.array(name_u)[inv], np.array(kind_u)[inv], np.array(layer_u)[inv]
         for j in np.flatnonzero(issue).tolist():
             name[j], kind[j], layer[j] = self.tab.intern(f"issue {self.issues[(k, int(rows[j]))]}"), int(Kind.COMM_ENQUEUE), -1
@@ -286,13 +286,13 @@ class _Reader:
                 end[comm] = np.where((m < len(marks)) & (marks[mm] < end[comm]), marks[mm], end[comm])
         out = self.tab.add_block(name=name, kind=kind, lane=np.full(len(rows), self.lane_of[k]), start=start, dur=end - start,
                                  depth=depth, step=step, layer=layer, group=group, seq=seq,
-                                 comm_kind=np.array([CommKind.of(c) for c in coll_u], dtype=np.uint8)[inv], role=np.array(role_u)[inv])
+                                 comm_kind=np.array(coll_u, dtype=np.uint8)[inv], role=np.array(role_u)[inv])
         run = self.space.int_stat(p, ln, rows, "run_id")
         self.run_rows.append((run[run != MISSING], out[run != MISSING], waiting[run != MISSING]))
         program = self.space.int_stat(p, ln, rows[comm], "program_id") if len(comm) and self.programs else np.full(len(comm), MISSING)
         for j, prog in zip(comm.tolist(), program.tolist()):
             self.collectives.event.append(int(out[j]))
-            self.collectives.coll.append(coll_u[inv[j]])
+            self.collectives.kind.append(coll_u[inv[j]])
             self.collectives.dtype.append("")
             self.collectives.program.append(int(prog))
         top = depth == 0
@@ -517,11 +517,11 @@ class _Reader:
         """Each TF collective's bytes from its own input tensor, as the collector read it from the traced graph
         (``collective_bytes``): an all-gather carries its group's inputs (its result, as the memory tracer sizes it).
         Lowered ``If`` branches are looked up without the call's number (``cond_1/then/_18/`` -> ``cond_1/then/``)."""
-        for i, coll in zip(self.collectives.event, self.collectives.coll):
+        for i, coll in zip(self.collectives.event, self.collectives.kind):
             own = self.collective_bytes.get(_BRANCH_CALL.sub(r"\1/", self.tab.names[c["name"][i]]))
             if own is not None:
                 group = self.groups[c["group"][i]] if c["group"][i] >= 0 else ""
-                c["nbytes"][i] = own * (self.group_sizes.get(group, self.world_arg or 1) if coll == "allgather" else 1)
+                c["nbytes"][i] = own * (self.group_sizes.get(group, self.world_arg or 1) if coll == CommKind.ALL_GATHER else 1)
 
     def _output_bytes(self, c: dict[str, np.ndarray]) -> None:
         """TF collectives whose result the memory tracer saw allocated (an all-gather's, e.g. a sparse
@@ -549,17 +549,17 @@ class _Reader:
                         if len(dims) >= 2:
                             rows_of[name] = int(dims[0])
         indices = 0
-        for i, coll in zip(self.collectives.event, self.collectives.coll):
+        for i, coll in zip(self.collectives.event, self.collectives.kind):
             name = self.tab.names[c["name"][i]]
             c["nbytes"][i] = c["nbytes"][i] or sized.get(name, 0)
-            if c["nbytes"][i] == 0 and coll == "allgather" and name.endswith("_1") and name[:-2] in rows_of:
+            if c["nbytes"][i] == 0 and coll == CommKind.ALL_GATHER and name.endswith("_1") and name[:-2] in rows_of:
                 c["nbytes"][i] = 4 * rows_of[name[:-2]]
                 indices += 1
         if indices:
             self.warnings.append(f"{indices} all-gathers of a sparse gradient's indices, which the memory tracer does not see, "
                                  "sized as one int32 per row of the rows' gather before them")
-        unsized = sorted({name for i, coll in zip(self.collectives.event, self.collectives.coll)
-                          if coll == "allgather" and c["nbytes"][i] == 0 and _SPARSE_BRANCH.search(name := self.tab.names[c["name"][i]])})
+        unsized = sorted({name for i, coll in zip(self.collectives.event, self.collectives.kind)
+                          if coll == CommKind.ALL_GATHER and c["nbytes"][i] == 0 and _SPARSE_BRANCH.search(name := self.tab.names[c["name"][i]])})
         if unsized:
             why = ("their shape is not static in the traced step (the branch that pads the workers' unequal row counts)"
                    if self.collective_bytes else "the memory tracer recorded no allocation of theirs (it skips small CPU tensors)")
@@ -582,17 +582,17 @@ class _Reader:
         if not self.grad_bytes:
             return
         by_name: dict[str, tuple[bool, list[int]]] = {}  # node -> (in an optimizer's scope, its events)
-        for i, coll in zip(self.collectives.event, self.collectives.coll):
+        for i, coll in zip(self.collectives.event, self.collectives.kind):
             node = self.tab.names[c["name"][i]]
             scope = _CONTROL_FLOW.sub("", node).split("/")[:-1]
-            if coll == "allreduce" and c["nbytes"][i] == 0 and (not scope or OPTIMIZER.match(scope[0])):
+            if coll == CommKind.ALL_REDUCE and c["nbytes"][i] == 0 and (not scope or OPTIMIZER.match(scope[0])):
                 by_name.setdefault(node, (bool(scope), []))[1].append(i)
         if by_name:
             first = min(int(c["step"][i]) for _, rows in by_name.values() for i in rows)
             issued = {n: min((int(c["seq"][i]) for i in rows if c["step"][i] == first), default=np.iinfo(np.int64).max)
                       for n, (_, rows) in by_name.items()}
             best = min(by_name, key=lambda n: (not by_name[n][0], issued[n], len(n), n))
-            gathered = "allgather" in self.collectives.coll
+            gathered = CommKind.ALL_GATHER in self.collectives.kind
             c["nbytes"][by_name[best][1]] = int(self.grad_bytes) + (0 if gathered else int(self.embedding_grad_bytes))
 
     def _refuse_looped(self, c: dict[str, np.ndarray]) -> None:

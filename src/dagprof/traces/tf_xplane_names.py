@@ -8,22 +8,22 @@ from __future__ import annotations
 
 import re
 
-from .events import Kind
+from .events import CommKind, Kind
 from .xla_hlo import HloCollective, collectives
 from .xplane_decode import WireError, XPlane, XSpace
 
 TF_COLLECTIVES = {
-    "CollectiveReduce": "allreduce", "CollectiveReduceV2": "allreduce", "CollectiveReduceV3": "allreduce",
-    "CollectiveGather": "allgather", "CollectiveGatherV2": "allgather",
-    "CollectiveReduceScatterV2": "reducescatter",
-    "CollectiveBcastSend": "broadcast", "CollectiveBcastRecv": "broadcast",
-    "CollectiveBcastSendV2": "broadcast", "CollectiveBcastRecvV2": "broadcast",
-    "CollectiveAllToAllV2": "alltoall", "CollectiveAllToAllV3": "alltoall",
-    "NcclAllReduce": "allreduce",
+    "CollectiveReduce": CommKind.ALL_REDUCE, "CollectiveReduceV2": CommKind.ALL_REDUCE, "CollectiveReduceV3": CommKind.ALL_REDUCE,
+    "CollectiveGather": CommKind.ALL_GATHER, "CollectiveGatherV2": CommKind.ALL_GATHER,
+    "CollectiveReduceScatterV2": CommKind.REDUCE_SCATTER,
+    "CollectiveBcastSend": CommKind.BROADCAST, "CollectiveBcastRecv": CommKind.BROADCAST,
+    "CollectiveBcastSendV2": CommKind.BROADCAST, "CollectiveBcastRecvV2": CommKind.BROADCAST,
+    "CollectiveAllToAllV2": CommKind.ALL_TO_ALL, "CollectiveAllToAllV3": CommKind.ALL_TO_ALL,
+    "NcclAllReduce": CommKind.ALL_REDUCE,
 }
 _XLA_COLLECTIVE = re.compile(r"^(all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|collective-broadcast)(-start)?\b")
-_XLA_CANON = {"all-reduce": "allreduce", "all-gather": "allgather", "reduce-scatter": "reducescatter",
-              "all-to-all": "alltoall", "collective-permute": "sendrecv", "collective-broadcast": "broadcast"}
+_XLA_KINDS = {"all-reduce": CommKind.ALL_REDUCE, "all-gather": CommKind.ALL_GATHER, "reduce-scatter": CommKind.REDUCE_SCATTER,
+              "all-to-all": CommKind.ALL_TO_ALL, "collective-permute": CommKind.SEND_RECV, "collective-broadcast": CommKind.BROADCAST}
 # an optimizer's default name scope: its class name (tf-keras), snake-cased in Keras 3 (AdamW: ``adam_w``)
 OPTIMIZER = re.compile(r"^(sgd|adam|adam_?w|adamax|nadam|rmsprop|adagrad|adadelta|adafactor|ftrl|lamb|lion|muon|momentum|optimizer|"
                        r"multi_optimizer|schedule_free_adam_?w|gradientdescent|loss_scale_optimizer)(_\d+)?$", re.I)
@@ -44,11 +44,12 @@ def program_collectives(space: XSpace, meta: XPlane) -> dict[int, dict[str, HloC
     return out
 
 
-def collective_kind(full: str, op_type: str) -> str:
+def collective_kind(full: str, op_type: str) -> CommKind:
+    """The collective a TF op (its type) or an XLA thunk (its instruction's name) runs; UNKNOWN: none."""
     if op_type:
-        return TF_COLLECTIVES.get(op_type, "")
+        return TF_COLLECTIVES.get(op_type, CommKind.UNKNOWN)
     m = _XLA_COLLECTIVE.match(full)
-    return _XLA_CANON[m.group(1)] if m else ""
+    return _XLA_KINDS[m.group(1)] if m else CommKind.UNKNOWN
 
 
 def classify(node: str, op_type: str) -> tuple[Kind, str]:

@@ -206,7 +206,7 @@ def _remap_collectives(info: Collectives | None, keep: np.ndarray, new_index: np
     if info is None:
         return info
     rows = [k for k, e in enumerate(info.event) if keep[e]]
-    return Collectives(event=[int(new_index[info.event[k]]) for k in rows], coll=[info.coll[k] for k in rows],
+    return Collectives(event=[int(new_index[info.event[k]]) for k in rows], kind=[info.kind[k] for k in rows],
                        dtype=[info.dtype[k] for k in rows], program=[info.program[k] for k in rows if k < len(info.program)],
                        in_loop=[info.in_loop[k] for k in rows if k < len(info.in_loop)],
                        origin=[info.origin[k] for k in rows if k < len(info.origin)],

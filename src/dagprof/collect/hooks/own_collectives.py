@@ -26,28 +26,26 @@ import time
 from functools import partial, wraps
 from typing import Any
 
+from ...traces.comm_kind import CommKind
 from ...traces.run_schema import OWN_KINDS, Rec
 
 # torch.distributed function -> (kind, the argument holding the per-rank tensor)
 OWN_CALLS = {
-    "all_gather": ("allgather", "tensor"),
-    "all_gather_into_tensor": ("allgather", "input_tensor"),
-    "all_gather_single": ("allgather", "input_tensor"),
-    "all_reduce": ("allreduce", "tensor"),
-    "scatter": ("scatter", "tensor"),
-    "gather": ("gather", "tensor"),
-    "broadcast": ("broadcast", "tensor"),
-    "all_to_all_single": ("alltoall", "input"),  # an expert layer's token exchange (``torch.distributed.nn.functional``'s too)
+    "all_gather": (CommKind.ALL_GATHER, "tensor"),
+    "all_gather_into_tensor": (CommKind.ALL_GATHER, "input_tensor"),
+    "all_gather_single": (CommKind.ALL_GATHER, "input_tensor"),
+    "all_reduce": (CommKind.ALL_REDUCE, "tensor"),
+    "scatter": (CommKind.SCATTER, "tensor"),
+    "gather": (CommKind.GATHER, "tensor"),
+    "broadcast": (CommKind.BROADCAST, "tensor"),
+    "all_to_all_single": (CommKind.ALL_TO_ALL, "input"),  # an expert layer's token exchange (``torch.distributed.nn.functional``'s too)
 }
-# a reduce-scatter: gloo runs it as an all-reduce of the whole input (``traces.kineto._host_coll``), recorded so, the
-# input's bytes; another backend's transfer is a reduce-scatter the records do not name, so it is not recorded there
-REDUCE_SCATTER = "reducescatter"
 # torch.distributed._functional_collectives function -> (kind, where its group is among the arguments after the per-rank
 # tensor, its first, ``self``); ``all_to_all_single_autograd`` calls the patched ``all_to_all_single``, ``reduce_scatter_tensor``
 # (DTensor's Partial -> Shard) and ``reduce_scatter_single_autograd`` the patched ``reduce_scatter_single``
-FUNCTIONAL_CALLS = {"all_gather_single": ("allgather", 1), "all_gather_single_autograd": ("allgather", 1),
-                    "all_reduce": ("allreduce", 1), "broadcast": ("broadcast", 1), "all_to_all_single": ("alltoall", 2),
-                    "reduce_scatter_single": (REDUCE_SCATTER, 2)}
+FUNCTIONAL_CALLS = {"all_gather_single": (CommKind.ALL_GATHER, 1), "all_gather_single_autograd": (CommKind.ALL_GATHER, 1),
+                    "all_reduce": (CommKind.ALL_REDUCE, 1), "broadcast": (CommKind.BROADCAST, 1),
+                    "all_to_all_single": (CommKind.ALL_TO_ALL, 2), "reduce_scatter_single": (CommKind.REDUCE_SCATTER, 2)}
 _LIBRARY = ("torch.distributed.optim", "torch.distributed.algorithms")  # ZeRO's step, DDP's comm hooks
 
 
@@ -108,7 +106,7 @@ def _recording(collector: Any, pending: dict, hooks: frozenset, kind: int, arg: 
     return call
 
 
-def _functional(collector: Any, pending: dict, kind: str, at: int, fn: Any) -> Any:
+def _functional(collector: Any, pending: dict, kind: CommKind, at: int, fn: Any) -> Any:
     @wraps(fn)
     def call(tensor: Any, *args: Any, **kwargs: Any) -> Any:
         if not collector.recording:
@@ -120,8 +118,10 @@ def _functional(collector: Any, pending: dict, kind: str, at: int, fn: Any) -> A
 
             group = kwargs.get("group", args[at] if len(args) > at else None)
             pg = _resolve_process_group(funcol._resolve_group_name(group, kwargs.get("tag", "")))
-            if kind != REDUCE_SCATTER or pg.name() == "gloo":
-                record = (Rec.OWN_ASYNC, OWN_KINDS.index("allreduce" if kind == REDUCE_SCATTER else kind), pg.size(), time.time_ns(),
+            # a reduce-scatter: gloo runs it as an all-reduce of the whole input (``traces.kineto._host_coll``), recorded so,
+            # the input's bytes; another backend's transfer is a reduce-scatter the records do not name, so it is not recorded
+            if kind != CommKind.REDUCE_SCATTER or pg.name() == "gloo":
+                record = (Rec.OWN_ASYNC, OWN_KINDS.index(CommKind.ALL_REDUCE if kind == CommKind.REDUCE_SCATTER else kind), pg.size(), time.time_ns(),
                           tensor.numel() * tensor.element_size())
                 collector.records.append(record)
         except Exception as err:  # noqa: BLE001
@@ -148,7 +148,7 @@ def _buffer_broadcasts(collector: Any, fn: Any) -> Any:
                     groups[(t.device, t.dtype)] = groups.get((t.device, t.dtype), 0) + t.numel() * t.element_size()
                 if all(b < buffer_size for b in groups.values()):
                     ranks = ddp.process_group.size()
-                    collector.records.extend((Rec.OWN_COLL, OWN_KINDS.index("broadcast"), ranks, time.time_ns(), b) for b in groups.values())
+                    collector.records.extend((Rec.OWN_COLL, OWN_KINDS.index(CommKind.BROADCAST), ranks, time.time_ns(), b) for b in groups.values())
             except Exception as err:  # noqa: BLE001
                 collector._fail(err, "DistributedDataParallel's buffer broadcast")
         return fn(ddp, tensors, buffer_size, *args, **kwargs)
