@@ -18,7 +18,7 @@ from ..passes.fsdp import Reshard, resharded
 from ..passes.fsdp_mesh import workers_mesh
 from ..traces.kineto_schema import dtype_bytes
 from ..traces.run_schema import FSDP2_API, FSDP_ROOT, LOSS_BACKWARD, MODEL_OUTPUT, SAVED_OUTSIDE_LAYERS
-from .memory import NO_SIZES, OPTIMIZER_STATE, MemoryBreakdown, MemoryModel, backward_layers
+from .memory import NO_SIZES, OPTIMIZER_STATE, MemoryBreakdown, MemoryModel, autograd_host, backward_layers
 
 # what a profile that did not name the gathered parameters among a layer's saved tensors (FSDP1, an older dagprof) gives
 GATHERED_UNRECORDED = ("the profile does not say which saved tensors were gathered parameters (FSDP1, or a profile from an older "
@@ -63,15 +63,16 @@ class FsdpMemory:
     activations: float  # what layers and functional ops between them saved for backward, and a stand-in for the output and loss
     gathered: float  # full parameters of the units unsharded at that moment, and their unsharded gradients
     at: str  # where the peak falls: "backward of <unit>", "all-gather of <unit> (backward prefetch)", "reduce-scatter of <unit>", ...
+    autograd: float = 0.0  # the autograd graph's shells on the host (``memory.AutogradHost.shell``); its held bytes are in activations
 
     @property
     def total(self) -> float:
-        return self.params + self.optimizer + self.grads + self.activations + self.gathered
+        return self.params + self.optimizer + self.grads + self.activations + self.gathered + self.autograd
 
     def to_dict(self) -> dict:
         mb = lambda x: x / 2**20  # noqa: E731
         return {"total_mb": mb(self.total), "params_mb": mb(self.params), "optimizer_mb": mb(self.optimizer), "grads_mb": mb(self.grads),
-                "activations_mb": mb(self.activations), "gathered_mb": mb(self.gathered), "at": self.at}
+                "activations_mb": mb(self.activations), "gathered_mb": mb(self.gathered), "autograd_mb": mb(self.autograd), "at": self.at}
 
 
 class _Moment(NamedTuple):
@@ -132,9 +133,9 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
     out = {}
     for rank, mem in fs.memory.items():
         params, opt = mem.param_shard_bytes * job.scale, mem.optim_state_bytes * job.scale
-        best = FsdpMemory(params, opt, mem.grad_shard_bytes * job.scale, job.output, 0.0, "optimizer step")
+        best = FsdpMemory(params, opt, mem.grad_shard_bytes * job.scale, job.output, 0.0, "optimizer step", job.shell)
         for m in moments:
-            cand = FsdpMemory(params, opt, *m)
+            cand = FsdpMemory(params, opt, *m, job.shell)
             if cand.total > best.total:
                 best = cand
         out[int(rank)] = best
@@ -194,7 +195,9 @@ class _Job:
         # AsyncAllgatherWork ``newLikeFlat``): an all-gather in flight holds its output twice there (the backend as
         # ``graph.build_fsdp`` reads it: unnamed is gloo)
         self.gather_copies = 2.0 if (fs.backend or "gloo") == "gloo" else 1.0
-        saved = fs.layer_saved_bytes
+        host = autograd_host(g)  # on a CPU job the autograd nodes' held bytes go with each layer's saved tensors
+        saved = self.saved = host.saved(fs.layer_saved_bytes)
+        self.shell = host.shell
         outside = float(saved.get(SAVED_OUTSIDE_LAYERS, 0))
         self.between = between_units(fs)
         self.outside_rest = max(outside - sum(self.between), 0.0)  # saved between layers by no inner unit's forward: alive to the end
@@ -225,7 +228,7 @@ class _Job:
 
     def acts(self, names: list[str], u: FsdpGraphUnit) -> float:
         """What the layers ``names`` (of unit ``u``) saved less the gathered parameters among it, where recorded."""
-        saved, gathered = self.fs.layer_saved_bytes, self.fs.layer_saved_gathered_bytes
+        saved, gathered = self.saved, self.fs.layer_saved_gathered_bytes
         if gathered is None:
             return self._acts_unrecorded(names, u)
         return sum(max(float(saved.get(n, 0) - gathered.get(n, 0)), 0.0) for n in names)
@@ -236,7 +239,7 @@ class _Job:
         ratio = _size(u.param_dtype) / _size(u.orig_dtype)
         out = 0.0
         for n in names:
-            s, w = float(self.fs.layer_saved_bytes.get(n, 0)), float(self.fs.layer_grad_bytes.get(n, 0) + self.frozen.get(n, 0)) * ratio
+            s, w = float(self.saved.get(n, 0)), float(self.fs.layer_grad_bytes.get(n, 0) + self.frozen.get(n, 0)) * ratio
             out += s - w if s >= w > 0 else s
         return out
 
@@ -446,8 +449,10 @@ def ddp_peak_of_fsdp(g: Graph, workers: int | None = None) -> dict[int, MemoryBr
     ids = {name: i for i, name in enumerate(g.layers)}
     unit_of = {n: u for u in fs.units for n in u.layers}
     gathered = fs.layer_saved_gathered_bytes
+    host = autograd_host(g)
+    recorded = host.saved(fs.layer_saved_bytes)
     saved = {}
-    for name, s in fs.layer_saved_bytes.items():
+    for name, s in recorded.items():
         if name in ids:
             u = unit_of.get(name)
             w = (float(gathered.get(name, 0)) if gathered is not None
@@ -460,7 +465,7 @@ def ddp_peak_of_fsdp(g: Graph, workers: int | None = None) -> dict[int, MemoryBr
     for rank, mem in fs.memory.items():
         state = mem.optim_state_bytes / (mem.param_shard_bytes * share) if mem.param_shard_bytes and share else 0.0
         adam = abs(state - OPTIMIZER_STATE["adam"]) < 0.05
-        model = MemoryModel(trained, saved, float(fs.layer_saved_bytes.get(SAVED_OUTSIDE_LAYERS, 0)), state, 2.0 * largest if adam else 0.0,
-                            float(fs.layer_saved_bytes.get(MODEL_OUTPUT, 0)), backward, float(fs.layer_saved_bytes.get(LOSS_BACKWARD, 0)), frozen)
+        model = MemoryModel(trained, saved, recorded.get(SAVED_OUTSIDE_LAYERS, 0.0), state, 2.0 * largest if adam else 0.0,
+                            recorded.get(MODEL_OUTPUT, 0.0), backward, recorded.get(LOSS_BACKWARD, 0.0), frozen, host.shell)
         out[int(rank)] = model.peak()
     return out
