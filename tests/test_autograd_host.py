@@ -11,7 +11,7 @@ from dagprof.graph.build import build_graph
 from dagprof.search.fsdp_memory import fsdp_peak
 from dagprof.search.memory import AUTOGRAD_NODE_BYTES, autograd_host
 from dagprof.traces.dagprof_run import read_run
-from dagprof.traces.run_schema import SAVED_OUTSIDE_LAYERS
+from dagprof.traces.run_schema import LOSS_FORWARD, PREVIOUS_GRAPH, SAVED_OUTSIDE_LAYERS
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 HELD, SHELL = AUTOGRAD_NODE_BYTES["2.13"]
@@ -33,9 +33,9 @@ def walk(t):
     return sum(type(n).__name__ != "AccumulateGrad" for n in seen)
 
 
-def test_the_collector_counts_each_layers_nodes_and_the_ops_before_it(tmp_path):
-    """Two equal ``Linear`` layers with ``x * 2 + 1`` between them: the second's count has those two nodes more; the
-    loss's nodes are outside the layers, and all of them are the nodes backward walks."""
+def counted(tmp_path, keep_loss: bool) -> tuple[dict[str, int], int]:
+    """The nodes a profile counted of two equal ``Linear`` layers with ``x * 2 + 1`` between them, and those backward
+    walks; ``keep_loss``: the loss is a loop variable (else a function's, gone with the step)."""
     torch = pytest.importorskip("torch")
     from dagprof.collect import profile
 
@@ -50,15 +50,34 @@ def test_the_collector_counts_each_layers_nodes_and_the_ops_before_it(tmp_path):
     torch.manual_seed(0)
     model, x = Net(), torch.randn(4, 8)
     walked = []
+
+    def step() -> torch.Tensor:
+        loss = model(x).pow(2).mean()
+        walked.append(walk(loss))
+        loss.backward()
+        return loss.detach()
+
     with profile(tmp_path, steps="1:3", model=model, kineto=False) as prof:
         for _ in range(4):
-            loss = model(x).pow(2).mean()
-            walked.append(walk(loss))
-            loss.backward()
+            loss = step() if not keep_loss else model(x).pow(2).mean()
+            if keep_loss:
+                walked.append(walk(loss))
+                loss.backward()
             prof.step()
-    nodes = read_run(tmp_path).ranks[0].meta.layer_autograd_nodes
+    return read_run(tmp_path).ranks[0].meta.layer_autograd_nodes, walked[-1]
+
+
+def test_the_collector_counts_each_layers_nodes_and_the_ops_before_it(tmp_path):
+    """The second layer's count has the two nodes between them more; the loss's are outside the layers; together they
+    are the nodes backward walks. A loss that goes with its step leaves no graph to the next."""
+    nodes, walked = counted(tmp_path, keep_loss=False)
     assert nodes["b"] - nodes["a"] == 2 and nodes[SAVED_OUTSIDE_LAYERS] == 2  # pow, mean
-    assert sum(nodes.values()) == walked[-1]
+    assert sum(nodes.values()) == walked and PREVIOUS_GRAPH not in nodes
+
+
+def test_a_loss_kept_into_the_next_step_holds_its_graph_as_the_forward_begins(tmp_path):
+    nodes, walked = counted(tmp_path, keep_loss=True)
+    assert nodes[PREVIOUS_GRAPH] == walked == sum(n for k, n in nodes.items() if k != PREVIOUS_GRAPH)
 
 
 def test_an_fsdp_peak_adds_the_nodes_held_and_their_shells():
@@ -101,3 +120,13 @@ def test_the_ddp_model_of_an_fsdp_job_counts_them_too():
     with_nodes(g, {SAVED_OUTSIDE_LAYERS: 1000})
     for r, m in ddp_peak_of_fsdp(g).items():
         assert m.autograd == 1000 * SHELL and m.total - base[r] == pytest.approx(1000 * (HELD if not m.step else SHELL))
+
+
+def test_the_step_befores_shells_make_the_loss_forward_the_fullest():
+    """A script that keeps its loss: as its next loss's forward ends, the step before's shells are alive beside this
+    step's whole graph, every activation and what the loss saved."""
+    g = build_graph(read_run(os.path.join(DATA, "fsdp", "loss-vocab")))
+    g.meta.fsdp.layer_saved_bytes[LOSS_FORWARD] = 0
+    with_nodes(g, {SAVED_OUTSIDE_LAYERS: 1000, PREVIOUS_GRAPH: 100000})
+    m = max(fsdp_peak(g).values(), key=lambda m: m.total)
+    assert m.at == "loss forward" and m.autograd == 101000 * SHELL

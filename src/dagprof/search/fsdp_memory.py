@@ -17,7 +17,7 @@ from ..graph.meta import FsdpGraphUnit, FsdpRecord
 from ..passes.fsdp import Reshard, resharded
 from ..passes.fsdp_mesh import workers_mesh
 from ..traces.kineto_schema import dtype_bytes
-from ..traces.run_schema import FSDP2_API, FSDP_ROOT, LOSS_BACKWARD, MODEL_OUTPUT, SAVED_OUTSIDE_LAYERS
+from ..traces.run_schema import FSDP2_API, FSDP_ROOT, LOSS_BACKWARD, LOSS_FORWARD, MODEL_OUTPUT, SAVED_OUTSIDE_LAYERS
 from .memory import NO_SIZES, OPTIMIZER_STATE, MemoryBreakdown, MemoryModel, autograd_host, backward_layers
 
 # what a profile that did not name the gathered parameters among a layer's saved tensors (FSDP1, an older dagprof) gives
@@ -82,6 +82,7 @@ class _Moment(NamedTuple):
     activations: float
     gathered: float
     at: str
+    previous: float = 0.0  # the step before's autograd shells, before the script assigns its new loss (``_Job.previous``)
 
 
 def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = None) -> dict[int, FsdpMemory]:
@@ -135,7 +136,7 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
         params, opt = mem.param_shard_bytes * job.scale, mem.optim_state_bytes * job.scale
         best = FsdpMemory(params, opt, mem.grad_shard_bytes * job.scale, job.output, 0.0, "optimizer step", job.shell)
         for m in moments:
-            cand = FsdpMemory(params, opt, *m, job.shell)
+            cand = FsdpMemory(params, opt, m.grads, m.activations, m.gathered, m.at, job.shell + m.previous)
             if cand.total > best.total:
                 best = cand
         out[int(rank)] = best
@@ -197,7 +198,8 @@ class _Job:
         self.gather_copies = 2.0 if (fs.backend or "gloo") == "gloo" else 1.0
         host = autograd_host(g)  # on a CPU job the autograd nodes' held bytes go with each layer's saved tensors
         saved = self.saved = host.saved(fs.layer_saved_bytes)
-        self.shell = host.shell
+        self.shell, self.previous = host.shell, host.previous
+        self.loss_forward = float(saved.get(LOSS_FORWARD, 0))  # what the loss saved, as its forward ends (where recorded)
         outside = float(saved.get(SAVED_OUTSIDE_LAYERS, 0))
         self.between = between_units(fs)
         self.outside_rest = max(outside - sum(self.between), 0.0)  # saved between layers by no inner unit's forward: alive to the end
@@ -291,7 +293,7 @@ def _moments(job: _Job) -> list[_Moment | None]:
     backward runs the root's first layers (k = every inner unit alive), then the inner units in reverse, each followed by
     its reduce-scatter."""
     out: list[_Moment | None] = [_forward_copy_out(job, k) for k in range(len(job.others))]
-    out += [_loss_backward(job), _root_regather(job)]
+    out += [_loss_forward(job), _loss_backward(job), _root_regather(job)]
     for k in range(len(job.others), -1, -1):
         out += [_prefetch_gather(job, k), _backward(job, k), _reduce_scatter(job, k)]
     return out
@@ -308,7 +310,19 @@ def _forward_copy_out(job: _Job, k: int) -> _Moment:
     before = job.others[:k]
     acts = job.root_head_acts + job.unit_acts(before)
     gathered = job.root_full + job.kept_full(before) + (job.gather_copies + 1.0) * _full(u) + job.pending(job.others)
-    return _Moment(0.0, acts, gathered, f"all-gather of {u.name} (forward copy-out)")
+    return _Moment(0.0, acts, gathered, f"all-gather of {u.name} (forward copy-out)", job.previous)
+
+
+def _loss_forward(job: _Job) -> _Moment | None:
+    """The loss's forward ending, where the profile recorded what it saved (``LOSS_FORWARD``) or that the script keeps
+    its loss into the next step: every activation, the model's output, what the loss saved, the kept units as at the
+    loss's backward, and this step's whole autograd graph beside the step before's shells (``_Job.previous``), which the
+    script's old loss holds until the new one is assigned. bench/fsdp_fresh/ssm_reshard.py (1457 nodes a step) peaked
+    there, not at the loss's backward: this step's graph held 0.8 MiB more than once it began to run."""
+    if not job.loss_forward and not job.previous:
+        return None
+    return _Moment(0.0, job.every_activation(job.loss_forward), job.root_kept + job.kept_full(job.others) + job.pending(job.others),
+                   "loss forward", job.previous)
 
 
 def _loss_backward(job: _Job) -> _Moment | None:

@@ -22,7 +22,10 @@ bytes, every gradient is alive beside every activation (the bound of earlier pro
 
 On a CPU job the autograd graph is host memory beside the tensors (``autograd_host``): each node a layer's forward
 recorded holds its saved-variable records until its backward runs, then a shell until the script drops the loss that
-holds the graph. The first goes with the layer's saved activations, the second is alive through the step.
+holds the graph. The first goes with the layer's saved activations, the second is alive through the step. A script that
+keeps its loss into the next step (a loop variable) holds the step before's shells too until it assigns the new loss:
+then, as the loss's forward ends, every activation, what the loss saved and this step's whole graph are alive beside
+them (``LOSS_FORWARD``, ``PREVIOUS_GRAPH``), which can be fuller than the loss's backward.
 
 Recomputing a module keeps only its input (what its first layer saves) and rematerialises the
 rest while its backward runs, so the peak drops by what it saved beyond that, minus the largest
@@ -42,7 +45,7 @@ from ..passes.gradients import GradientOrder
 from ..passes.recompute import Segment
 from ..passes.zero import zero_state_share
 from ..traces.events import Kind
-from ..traces.run_schema import LOSS_BACKWARD, MODEL_OUTPUT, SAVED_OUTSIDE_LAYERS
+from ..traces.run_schema import LOSS_BACKWARD, LOSS_FORWARD, MODEL_OUTPUT, PREVIOUS_GRAPH, SAVED_OUTSIDE_LAYERS
 from ..units import MB
 
 # what a profile without activation sizes lacks, and why it may
@@ -62,6 +65,7 @@ class AutogradHost:
 
     freed: dict[str, float]  # layer path (or SAVED_OUTSIDE_LAYERS) -> bytes its nodes free as they run backward
     shell: float = 0.0  # what every node keeps after it ran, alive through the step (the loss holds the graph)
+    previous: float = 0.0  # the step before's shells, held until the script assigns its new loss (``PREVIOUS_GRAPH``)
     note: str | None = None  # why the nodes counted are not priced (a torch version not measured)
 
     def saved(self, layer_saved_bytes: dict[str, int]) -> dict[str, float]:
@@ -76,16 +80,17 @@ def autograd_host(g: Graph) -> AutogradHost:
     """The autograd graph's host memory from the nodes the profile counted per layer (``layer_autograd_nodes``, rank 0's;
     recorded on CPU jobs only) at its torch version's bytes per node (``AUTOGRAD_NODE_BYTES``). The SSM of
     bench/fsdp_fresh/ssm_reshard.py records about 1500 nodes a step, 1.3 MiB its peaks missed at 0.9 KB a node."""
-    nodes = g.meta.layer_autograd_nodes
+    nodes = {k: n for k, n in g.meta.layer_autograd_nodes.items() if k != PREVIOUS_GRAPH}
     if not nodes:
         return AutogradHost({})
     version = ".".join(g.meta.torch.split("+")[0].split(".")[:2])
     if version not in AUTOGRAD_NODE_BYTES:
-        return AutogradHost({}, 0.0, f"peak memory leaves out the host memory of the autograd graph ({sum(nodes.values())} nodes a step): "
+        return AutogradHost({}, note=f"peak memory leaves out the host memory of the autograd graph ({sum(nodes.values())} nodes a step): "
                                      f"its bytes per node are not measured for torch {g.meta.torch or '(not recorded)'} "
                                      "(bench/autograd_host_memory.py measures them)")
     held, shell = AUTOGRAD_NODE_BYTES[version]
-    return AutogradHost({k: n * (held - shell) for k, n in nodes.items()}, shell * sum(nodes.values()))
+    return AutogradHost({k: n * (held - shell) for k, n in nodes.items()}, shell * sum(nodes.values()),
+                        shell * g.meta.layer_autograd_nodes.get(PREVIOUS_GRAPH, 0))
 
 
 @dataclass
@@ -124,6 +129,8 @@ class MemoryModel:
     loss: float = 0.0  # the most the loss's graph held in its backward, before any layer's (``LOSS_BACKWARD``)
     frozen: float = 0.0  # parameter bytes that take no gradient: no gradient, bucket or optimizer state either
     shell: float = 0.0  # the autograd graph's shells on the host, alive through the step (``AutogradHost.shell``)
+    previous: float = 0.0  # the step before's shells, held until the loss's forward ends (``AutogradHost.previous``)
+    loss_forward: float = 0.0  # what the loss saved, alive as its forward ends (``LOSS_FORWARD``)
 
     @classmethod
     def from_profile(cls, g: Graph, order: GradientOrder, layer_saved_bytes: dict[str, int], optimizer: str = "momentum") -> "MemoryModel":
@@ -142,7 +149,8 @@ class MemoryModel:
         state = OPTIMIZER_STATE[optimizer] * zero_state_share(g)
         return cls(float(order.total_bytes), saved, float(layer_saved_bytes.get(SAVED_OUTSIDE_LAYERS, 0)), state,
                    2.0 * float(order.nbytes.max(initial=0)) if adam else 0.0, float(layer_saved_bytes.get(MODEL_OUTPUT, 0)), backward_layers(g, grads),
-                   float(layer_saved_bytes.get(LOSS_BACKWARD, 0)), float(sum(g.meta.layer_frozen_bytes.values())), host.shell)
+                   float(layer_saved_bytes.get(LOSS_BACKWARD, 0)), float(sum(g.meta.layer_frozen_bytes.values())), host.shell,
+                   host.previous, float(layer_saved_bytes.get(LOSS_FORWARD, 0)))
 
     def freed(self, seg: Segment) -> float:
         """Activation bytes recomputing ``seg`` frees (all it saves but its input)."""
@@ -156,7 +164,15 @@ class MemoryModel:
         backward = MemoryBreakdown(self.grad_bytes + self.frozen, self.optimizer_state * self.grad_bytes, grads,
                                    0.0 if bucket_view else self.grad_bytes, acts + self.outside + self.output, extra, autograd=self.shell)
         step = dataclasses.replace(backward, grads=self.grad_bytes, activations=self.output, step=self.step_transient)  # activations freed by then
-        return step if step.total > backward.total else backward
+        # the loss's forward ending, no gradient yet (``zero_grad`` set them to None), the step before's shells still held
+        forward = dataclasses.replace(backward, grads=self.grad_bytes - sum(nb for _, nb in self.backward) if self.backward else 0.0,
+                                      activations=self._every_saved(recompute) + self.outside + self.output + self.loss_forward,
+                                      autograd=self.shell + self.previous)
+        return max((backward, step, forward), key=lambda m: m.total)  # the first of equals: without those two, backward holds more
+
+    def _every_saved(self, recompute: list[Segment]) -> float:
+        """Every layer's saved activations before backward: a recomputed module's beyond its input freed."""
+        return sum(self.saved.values()) - sum(self.freed(s) for s in recompute)
 
     def _fullest_backward(self, recompute: list[Segment]) -> tuple[float, float]:
         """(gradient, layer activation) bytes alive at backward's fullest moment. A recomputed module keeps its input

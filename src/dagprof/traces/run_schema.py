@@ -78,6 +78,10 @@ STEPS_ENDED = "ended.json"
 SAVED_OUTSIDE_LAYERS = "<outside leaf modules>"  # activations saved by the loss and functional ops
 MODEL_OUTPUT = "<model output>"  # what the model's forward returned (a script that keeps the logits holds them)
 LOSS_BACKWARD = "<loss backward>"  # the most bytes the loss's graph held in its backward (``collect.hooks.loss_graph``)
+LOSS_FORWARD = "<loss forward>"  # what the loss's graph saved, as its backward starts (``collect.hooks.loss_graph``)
+# ``RankFile.layer_autograd_nodes``' key for the nodes of the step before still held as a forward begins: the script keeps its
+# loss (a loop variable) until it assigns the next one, and that loss holds its graph's shells
+PREVIOUS_GRAPH = "<previous graph>"
 
 
 class Rec(enum.IntEnum):

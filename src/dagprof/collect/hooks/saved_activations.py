@@ -16,18 +16,22 @@ end. And the autograd nodes each leaf module's forward recorded (``most_nodes``:
 the tensors, about 0.9 KB a node, ``search.memory.AUTOGRAD_NODE_BYTES``), by sequence number, which torch gives each node
 it makes on a thread in turn: the nodes made since the previous leaf module returned (functional ops between them too)
 are the next one's, those after the last one's (the model's last functional ops, the loss) are counted outside the
-layers. A few cheap calls per forward, where walking the graph took 1-30 ms a step. The collector owns the window and
-the guard; this owns the counting.
+layers. A few cheap calls per forward, where walking the graph took 1-30 ms a step. Where what the last backward ran from
+(the loss) is still alive as the next forward begins, the script keeps it (a loop variable) and with it that graph's
+shells until it assigns the new loss: its nodes are counted as ``PREVIOUS_GRAPH``. And what the loss's graph saved, as
+its backward starts (``LOSS_FORWARD``). The collector owns the window and the guard; this owns the counting.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable
 
-from ...traces.run_schema import LOSS_BACKWARD, MODEL_OUTPUT, SAVED_OUTSIDE_LAYERS
+from ...traces.run_schema import LOSS_BACKWARD, LOSS_FORWARD, MODEL_OUTPUT, PREVIOUS_GRAPH, SAVED_OUTSIDE_LAYERS
 from .loss_graph import LossGraph
 from .tensors import local_tensor, output_bytes, output_tensors, storage_ptr
 
-_OUTSIDE, _OUTPUT, _LOSS = -1, -2, -3  # keys among a step's saved bytes that are no layer's index
+_OUTSIDE, _OUTPUT, _LOSS, _LOSS_FWD = -1, -2, -3, -4  # keys among a step's saved bytes that are no layer's index
+_PREVIOUS = -5  # among a step's autograd nodes: the step before's, still held as a forward began
 _MAX_NODES_PER_COUNT = 10**7  # more nodes between two counts than any forward makes: a count from another thread's numbers
 
 
@@ -55,6 +59,8 @@ class SavedActivations:
         self._probe: Any = None  # a leaf tensor whose view's node tells the sequence number a forward starts after
         self._mark = -1  # the sequence number of the last autograd node counted (-1: no forward counting nodes)
         self._step_nodes: dict[int, int] = {}  # layer -> autograd nodes its forward made this step
+        self._forward_nodes = 0  # nodes counted since the last forward began
+        self._last_loss: tuple[list[Any], int] = ([], 0)  # weak references to what the last backward ran from, and its nodes
         self.most_nodes: dict[str, int] = {}  # layer path -> most autograd nodes its forward made in one profiled step
 
     @property
@@ -99,6 +105,7 @@ class SavedActivations:
         seq = max((y.grad_fn._sequence_nr() for y in output_tensors(made) if getattr(y, "grad_fn", None) is not None), default=-1)
         if 0 <= self._mark < seq < self._mark + _MAX_NODES_PER_COUNT:  # beyond: a node made on another thread, numbered apart
             self._step_nodes[key] = self._step_nodes.get(key, 0) + seq - self._mark
+            self._forward_nodes += seq - self._mark
             self._mark = seq
 
     def unit_enter(self, unit: str) -> None:
@@ -121,6 +128,10 @@ class SavedActivations:
                 self._probe = torch.ones((), requires_grad=True)
             with torch.enable_grad():
                 self._mark = self._probe.view(()).grad_fn._sequence_nr()
+            refs, nodes = self._last_loss
+            if any(r() is not None for r in refs):  # the script still holds the last loss, and with it its graph's shells
+                self._step_nodes[_PREVIOUS] = max(self._step_nodes.get(_PREVIOUS, 0), nodes)
+            self._last_loss, self._forward_nodes = ([], 0), 0
             ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
             ctx.__enter__()
             self._hooks = ctx
@@ -182,6 +193,7 @@ class SavedActivations:
             try:
                 self._count_nodes(_OUTSIDE, tensors)
                 self._mark = -1
+                self._last_loss = ([weakref.ref(t) for t in output_tensors(tensors)], self._forward_nodes)
             except Exception as err:  # noqa: BLE001
                 self._fail(err, "backward start (autograd nodes)")
         if self._recording() and self._loss.armed:
@@ -194,6 +206,8 @@ class SavedActivations:
         """The step ended: its loss backward's peak joins its figures, and each figure the most per layer path."""
         if self._loss.peak:
             self._step[_LOSS] = self._loss.peak
+        if self._loss.saved:
+            self._step[_LOSS_FWD] = self._loss.saved
         for path, nb in self.step_bytes(layers).items():
             self.most[path] = max(self.most.get(path, 0), nb)
         for mine, step in ((self.most_gathered, self._step_gathered), (self.most_output, self._step_output), (self.most_nodes, self._step_nodes)):
@@ -236,7 +250,8 @@ class SavedActivations:
 
 
 def _key(layers: list[str], layer: int) -> str:
-    return layers[layer] if layer >= 0 else {_OUTSIDE: SAVED_OUTSIDE_LAYERS, _OUTPUT: MODEL_OUTPUT, _LOSS: LOSS_BACKWARD}[layer]
+    return layers[layer] if layer >= 0 else {_OUTSIDE: SAVED_OUTSIDE_LAYERS, _OUTPUT: MODEL_OUTPUT, _LOSS: LOSS_BACKWARD,
+                                             _LOSS_FWD: LOSS_FORWARD, _PREVIOUS: PREVIOUS_GRAPH}[layer]
 
 
 def _unpack(tensor: Any) -> Any:
