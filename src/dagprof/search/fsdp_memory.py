@@ -3,7 +3,9 @@ under DDP (``ddp_peak_of_fsdp``, ``search.memory``'s model with every parameter 
 
 ``fsdp_peak`` walks the moments of one step where the most is alive (``_moments``), each a small function saying what is
 alive then and why; what every moment is made of (each layer's activations, the units' full parameters and
-gradients, the gradients in flight) is read once from the profile (``_Job``), and each rank adds its own shards.
+gradients, the gradients in flight) is read once from the profile (``_Job``), and each rank adds its own shards. On a CPU
+job the autograd graph's host memory counts too (``memory.autograd_host``): what its nodes hold with each layer's
+activations, their shells through the step, the step before's where the script keeps its loss (``_loss_forward``).
 """
 from __future__ import annotations
 
