@@ -65,7 +65,9 @@ class FsdpMemory:
     activations: float  # what layers and functional ops between them saved for backward, and a stand-in for the output and loss
     gathered: float  # full parameters of the units unsharded at that moment, and their unsharded gradients
     at: str  # where the peak falls: "backward of <unit>", "all-gather of <unit> (backward prefetch)", "reduce-scatter of <unit>", ...
-    autograd: float = 0.0  # the autograd graph's shells on the host (``memory.AutogradHost.shell``); its held bytes are in activations
+    # the autograd graph's shells on the host (``memory.AutogradHost``: this step's, the step before's at the loss's
+    # forward); what its nodes hold until their backward is in activations
+    autograd: float = 0.0
 
     @property
     def total(self) -> float:

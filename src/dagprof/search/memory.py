@@ -103,7 +103,9 @@ class MemoryBreakdown:
     activations: float
     codec: float
     step: float = 0.0  # the optimizer step's temporaries, where the peak is that step (``MemoryModel.step_transient``)
-    autograd: float = 0.0  # the autograd graph's shells on the host (``AutogradHost.shell``); its held bytes are in activations
+    # the autograd graph's shells on the host (``AutogradHost``: this step's, the step before's at the loss's forward);
+    # what its nodes hold until their backward is in activations
+    autograd: float = 0.0
 
     @property
     def total(self) -> float:
