@@ -130,3 +130,16 @@ def test_the_step_befores_shells_make_the_loss_forward_the_fullest():
     with_nodes(g, {SAVED_OUTSIDE_LAYERS: 1000, PREVIOUS_GRAPH: 100000})
     m = max(fsdp_peak(g).values(), key=lambda m: m.total)
     assert m.at == "loss forward" and m.autograd == 101000 * SHELL
+
+
+def test_the_ddp_models_loss_forward_holds_every_activation_and_the_step_befores_shells():
+    """``MemoryModel``: no gradient yet (set to None), every layer's saved activations, what the loss saved, this step's
+    shells and the step before's; without the last two the loss's backward, which holds as much and more, stays the peak."""
+    from dagprof.search.memory import MemoryModel
+
+    m = MemoryModel(100.0, {0: 40.0, 1: 60.0}, 10.0, 0.0, output=5.0, backward=((1, 50.0), (0, 50.0)), loss=30.0,
+                    shell=7.0, previous=0.0, loss_forward=0.0)
+    assert m.peak().grads > 0  # backward's
+    kept = dataclasses.replace(m, previous=1000.0, loss_forward=20.0)
+    p = kept.peak()
+    assert p.grads == 0 and p.activations == 100 + 10 + 5 + 20 and p.autograd == 1007.0
