@@ -1,18 +1,19 @@
 """What the memory benches' heap reference counts beyond tensors: the autograd graph's own host memory (needs torch).
 
 ``bench/heap_peak.py`` measures a step's peak as glibc's heap, which holds besides the tensors' storages every autograd
-node a forward records (the C++ node, its saved-variable records, the saved tensors' metadata). dagprof's peak memory
-counts tensors only, so a job that records many small ops (a selective scan written as a Python loop) measures above
-its prediction by about that much. Two parts:
+node a forward records (the C++ node, its saved-variable records, the saved tensors' metadata). Two parts:
 
     python bench/autograd_host_memory.py                      # bytes per node: the SSM's forward at 3 sequence lengths
     torchrun --standalone --nproc-per-node 4 bench/autograd_host_memory.py --count bench/fsdp_fresh/ssm_reshard.py --steps 2
 
-The first runs ``bench/fsdp_fresh/ssm_reshard.py``'s model in one process (autocast as the script does) and prints the
-heap's rise over the forward less the bytes of the storages saved for backward (parameters left out), over the nodes
-reachable from the loss: 880-930 B a node (seq 12/24/48: 836/1484/2780 nodes, torch 2.13, 2026-12-05). Counted, the
-jobs whose peaks dagprof missed record 1487 nodes a step (the SSM, 4 ranks: about 1.3 MB beside its -0.91 MiB miss)
-and 192 / 371 (``bench/tp_fresh/t5_dp_tp.py --layers 1`` / 2 on rank 0: 0.17 / 0.33 MB beside -0.09 / -0.27 MiB).
+The first runs ``bench/fsdp_fresh/ssm_reshard.py``'s model in one process (autocast as the script does) and prints, per
+node reachable from the loss: the heap's rise over the forward less the bytes of the storages saved for backward
+(parameters left out), the node held before its backward ran; and what is left of the graph once backward ran while the
+loss still holds it (the heap freed by dropping the loss and the model's output, less their storages), its shell. Per node as
+dagprof's collector counts them (by sequence number: 806/1454/2750 at seq 12/24/48, the 30 parameters' ``AccumulateGrad``
+nodes among the 836/1484/2780 reachable have none), torch 2.13 (2026-12-05, warm steps): 911/924/934 B held, 570/582/591 B
+its shell.
+These are ``search.memory.AUTOGRAD_NODE_BYTES``: measured here, not fitted to any job's peak.
 ``--count SCRIPT ARGS`` runs a training script and prints, per rank, the autograd nodes behind each ``backward()`` call.
 """
 from __future__ import annotations
@@ -48,6 +49,7 @@ def per_node(seq: int, steps: int = 3) -> None:
     torch.manual_seed(0)
     model, gen, heap = ssm.MambaLM(3), torch.Generator().manual_seed(0), HeapPeak()
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    probe = torch.ones((), requires_grad=True)  # a node made now gives the sequence number the forward starts after
     for step in range(steps):
         tok = torch.randint(0, ssm.VOCAB, (ssm.BATCH, seq + 1), generator=gen)
         saved: dict[int, int] = {}
@@ -56,18 +58,21 @@ def per_node(seq: int, steps: int = 3) -> None:
             saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
             return t
 
-        before = heap.in_use()
+        first, before = probe.view(()).grad_fn._sequence_nr(), heap.in_use()
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 logits = model(tok[:, :-1])
             loss = F.cross_entropy(logits.float().reshape(-1, ssm.VOCAB), tok[:, 1:].reshape(-1))
         rise, tensors, n = heap.in_use() - before, sum(b for p, b in saved.items() if p not in params), nodes(loss)
-        print(f"seq {seq} step {step}: heap rise {rise} B, saved storages {tensors} B, beyond them {rise - tensors} B over "
-              f"{n} autograd nodes: {(rise - tensors) / n:.0f} B a node", flush=True)
+        made = loss.grad_fn._sequence_nr() - first
         loss.backward()
         model.zero_grad(set_to_none=True)
+        held, ends = heap.in_use(), logits.untyped_storage().nbytes() + loss.untyped_storage().nbytes()
         del logits, loss  # the loss keeps its graph's nodes (their saved tensors freed) alive into the next step
-
+        shell = held - heap.in_use() - ends
+        print(f"seq {seq} step {step}: heap rise {rise} B, saved storages {tensors} B, beyond them {rise - tensors} B over "
+              f"{n} autograd nodes, {made} by sequence number (the collector's count): per node so counted "
+              f"{(rise - tensors) / made:.0f} B held, {shell / made:.0f} B its shell after backward", flush=True)
 
 def count(argv: list[str]) -> None:
     backward, per_step = torch.Tensor.backward, []

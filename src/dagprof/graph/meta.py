@@ -150,6 +150,10 @@ class GraphMeta:
     layer_frozen_bytes: dict[str, int] = field(default_factory=dict)  # dagprof runs: rank 0's bytes of parameters without one, per layer
     layer_saved_bytes: dict[str, int] = field(default_factory=dict)  # dagprof runs: rank 0's activation bytes saved per layer
     layer_output_bytes: dict[str, int] = field(default_factory=dict)  # dagprof DDP runs: rank 0's bytes each layer returned ({}: not recorded)
+    # dagprof CPU runs: rank 0's autograd nodes per layer (RankFile.layer_autograd_nodes) and its torch version, which
+    # prices them (search.memory.autograd_host); {}: not recorded
+    layer_autograd_nodes: dict[str, int] = field(default_factory=dict)
+    torch: str = ""
     grad_clips: dict[int, GradClip] = field(default_factory=dict)  # dagprof runs: rank 0's clip_grad_norm_ calls per step ({}: none or not recorded)
     host_cpus: dict[str, tuple[int, int]] = field(default_factory=dict)  # dagprof, MXNet, TF/JAX runs: host -> (its ranks, cores a rank could run on)
     host_tick_us: dict[str, float] = field(default_factory=dict)  # TF/JAX runs: host -> its kernel's scheduler tick, where it said (analysis.operand_stall)

@@ -3,7 +3,9 @@ under DDP (``ddp_peak_of_fsdp``, ``search.memory``'s model with every parameter 
 
 ``fsdp_peak`` walks the moments of one step where the most is alive (``_moments``), each a small function saying what is
 alive then and why; what every moment is made of (each layer's activations, the units' full parameters and
-gradients, the gradients in flight) is read once from the profile (``_Job``), and each rank adds its own shards.
+gradients, the gradients in flight) is read once from the profile (``_Job``), and each rank adds its own shards. On a CPU
+job the autograd graph's host memory counts too (``memory.autograd_host``): what its nodes hold with each layer's
+activations, their shells through the step, the step before's where the script keeps its loss (``_loss_forward``).
 """
 from __future__ import annotations
 
@@ -17,8 +19,8 @@ from ..graph.meta import FsdpGraphUnit, FsdpRecord
 from ..passes.fsdp import Reshard, resharded
 from ..passes.fsdp_mesh import workers_mesh
 from ..traces.kineto_schema import dtype_bytes
-from ..traces.run_schema import FSDP2_API, FSDP_ROOT, LOSS_BACKWARD, MODEL_OUTPUT, SAVED_OUTSIDE_LAYERS
-from .memory import NO_SIZES, OPTIMIZER_STATE, MemoryBreakdown, MemoryModel, backward_layers
+from ..traces.run_schema import FSDP2_API, FSDP_ROOT, LOSS_BACKWARD, LOSS_FORWARD, MODEL_OUTPUT, SAVED_OUTSIDE_LAYERS
+from .memory import NO_SIZES, OPTIMIZER_STATE, MemoryBreakdown, MemoryModel, autograd_host, backward_layers
 
 # what a profile that did not name the gathered parameters among a layer's saved tensors (FSDP1, an older dagprof) gives
 GATHERED_UNRECORDED = ("the profile does not say which saved tensors were gathered parameters (FSDP1, or a profile from an older "
@@ -63,15 +65,18 @@ class FsdpMemory:
     activations: float  # what layers and functional ops between them saved for backward, and a stand-in for the output and loss
     gathered: float  # full parameters of the units unsharded at that moment, and their unsharded gradients
     at: str  # where the peak falls: "backward of <unit>", "all-gather of <unit> (backward prefetch)", "reduce-scatter of <unit>", ...
+    # the autograd graph's shells on the host (``memory.AutogradHost``: this step's, the step before's at the loss's
+    # forward); what its nodes hold until their backward is in activations
+    autograd: float = 0.0
 
     @property
     def total(self) -> float:
-        return self.params + self.optimizer + self.grads + self.activations + self.gathered
+        return self.params + self.optimizer + self.grads + self.activations + self.gathered + self.autograd
 
     def to_dict(self) -> dict:
         mb = lambda x: x / 2**20  # noqa: E731
         return {"total_mb": mb(self.total), "params_mb": mb(self.params), "optimizer_mb": mb(self.optimizer), "grads_mb": mb(self.grads),
-                "activations_mb": mb(self.activations), "gathered_mb": mb(self.gathered), "at": self.at}
+                "activations_mb": mb(self.activations), "gathered_mb": mb(self.gathered), "autograd_mb": mb(self.autograd), "at": self.at}
 
 
 class _Moment(NamedTuple):
@@ -81,6 +86,7 @@ class _Moment(NamedTuple):
     activations: float
     gathered: float
     at: str
+    previous: float = 0.0  # the step before's autograd shells, before the script assigns its new loss (``_Job.previous``)
 
 
 def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = None) -> dict[int, FsdpMemory]:
@@ -132,9 +138,9 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
     out = {}
     for rank, mem in fs.memory.items():
         params, opt = mem.param_shard_bytes * job.scale, mem.optim_state_bytes * job.scale
-        best = FsdpMemory(params, opt, mem.grad_shard_bytes * job.scale, job.output, 0.0, "optimizer step")
+        best = FsdpMemory(params, opt, mem.grad_shard_bytes * job.scale, job.output, 0.0, "optimizer step", job.shell)
         for m in moments:
-            cand = FsdpMemory(params, opt, *m)
+            cand = FsdpMemory(params, opt, m.grads, m.activations, m.gathered, m.at, job.shell + m.previous)
             if cand.total > best.total:
                 best = cand
         out[int(rank)] = best
@@ -194,7 +200,10 @@ class _Job:
         # AsyncAllgatherWork ``newLikeFlat``): an all-gather in flight holds its output twice there (the backend as
         # ``graph.build_fsdp`` reads it: unnamed is gloo)
         self.gather_copies = 2.0 if (fs.backend or "gloo") == "gloo" else 1.0
-        saved = fs.layer_saved_bytes
+        host = autograd_host(g)  # on a CPU job the autograd nodes' held bytes go with each layer's saved tensors
+        saved = self.saved = host.saved(fs.layer_saved_bytes)
+        self.shell, self.previous = host.shell, host.previous
+        self.loss_forward = float(saved.get(LOSS_FORWARD, 0))  # what the loss saved, as its forward ends (where recorded)
         outside = float(saved.get(SAVED_OUTSIDE_LAYERS, 0))
         self.between = between_units(fs)
         self.outside_rest = max(outside - sum(self.between), 0.0)  # saved between layers by no inner unit's forward: alive to the end
@@ -225,7 +234,7 @@ class _Job:
 
     def acts(self, names: list[str], u: FsdpGraphUnit) -> float:
         """What the layers ``names`` (of unit ``u``) saved less the gathered parameters among it, where recorded."""
-        saved, gathered = self.fs.layer_saved_bytes, self.fs.layer_saved_gathered_bytes
+        saved, gathered = self.saved, self.fs.layer_saved_gathered_bytes
         if gathered is None:
             return self._acts_unrecorded(names, u)
         return sum(max(float(saved.get(n, 0) - gathered.get(n, 0)), 0.0) for n in names)
@@ -236,7 +245,7 @@ class _Job:
         ratio = _size(u.param_dtype) / _size(u.orig_dtype)
         out = 0.0
         for n in names:
-            s, w = float(self.fs.layer_saved_bytes.get(n, 0)), float(self.fs.layer_grad_bytes.get(n, 0) + self.frozen.get(n, 0)) * ratio
+            s, w = float(self.saved.get(n, 0)), float(self.fs.layer_grad_bytes.get(n, 0) + self.frozen.get(n, 0)) * ratio
             out += s - w if s >= w > 0 else s
         return out
 
@@ -288,7 +297,7 @@ def _moments(job: _Job) -> list[_Moment | None]:
     backward runs the root's first layers (k = every inner unit alive), then the inner units in reverse, each followed by
     its reduce-scatter."""
     out: list[_Moment | None] = [_forward_copy_out(job, k) for k in range(len(job.others))]
-    out += [_loss_backward(job), _root_regather(job)]
+    out += [_loss_forward(job), _loss_backward(job), _root_regather(job)]
     for k in range(len(job.others), -1, -1):
         out += [_prefetch_gather(job, k), _backward(job, k), _reduce_scatter(job, k)]
     return out
@@ -305,7 +314,19 @@ def _forward_copy_out(job: _Job, k: int) -> _Moment:
     before = job.others[:k]
     acts = job.root_head_acts + job.unit_acts(before)
     gathered = job.root_full + job.kept_full(before) + (job.gather_copies + 1.0) * _full(u) + job.pending(job.others)
-    return _Moment(0.0, acts, gathered, f"all-gather of {u.name} (forward copy-out)")
+    return _Moment(0.0, acts, gathered, f"all-gather of {u.name} (forward copy-out)", job.previous)
+
+
+def _loss_forward(job: _Job) -> _Moment | None:
+    """The loss's forward ending, where the profile recorded what it saved (``LOSS_FORWARD``) or that the script keeps
+    its loss into the next step: every activation, the model's output, what the loss saved, the kept units as at the
+    loss's backward, and this step's whole autograd graph beside the step before's shells (``_Job.previous``), which the
+    script's old loss holds until the new one is assigned. bench/fsdp_fresh/ssm_reshard.py (1457 nodes a step) peaked
+    there, not at the loss's backward: this step's graph held 0.8 MiB more than once it began to run."""
+    if not job.loss_forward and not job.previous:
+        return None
+    return _Moment(0.0, job.every_activation(job.loss_forward), job.root_kept + job.kept_full(job.others) + job.pending(job.others),
+                   "loss forward", job.previous)
 
 
 def _loss_backward(job: _Job) -> _Moment | None:
@@ -446,8 +467,10 @@ def ddp_peak_of_fsdp(g: Graph, workers: int | None = None) -> dict[int, MemoryBr
     ids = {name: i for i, name in enumerate(g.layers)}
     unit_of = {n: u for u in fs.units for n in u.layers}
     gathered = fs.layer_saved_gathered_bytes
+    host = autograd_host(g)
+    recorded = host.saved(fs.layer_saved_bytes)
     saved = {}
-    for name, s in fs.layer_saved_bytes.items():
+    for name, s in recorded.items():
         if name in ids:
             u = unit_of.get(name)
             w = (float(gathered.get(name, 0)) if gathered is not None
@@ -460,7 +483,7 @@ def ddp_peak_of_fsdp(g: Graph, workers: int | None = None) -> dict[int, MemoryBr
     for rank, mem in fs.memory.items():
         state = mem.optim_state_bytes / (mem.param_shard_bytes * share) if mem.param_shard_bytes and share else 0.0
         adam = abs(state - OPTIMIZER_STATE["adam"]) < 0.05
-        model = MemoryModel(trained, saved, float(fs.layer_saved_bytes.get(SAVED_OUTSIDE_LAYERS, 0)), state, 2.0 * largest if adam else 0.0,
-                            float(fs.layer_saved_bytes.get(MODEL_OUTPUT, 0)), backward, float(fs.layer_saved_bytes.get(LOSS_BACKWARD, 0)), frozen)
+        model = MemoryModel(trained, saved, recorded.get(SAVED_OUTSIDE_LAYERS, 0.0), state, 2.0 * largest if adam else 0.0,
+                            recorded.get(MODEL_OUTPUT, 0.0), backward, recorded.get(LOSS_BACKWARD, 0.0), frozen, host.shell)
         out[int(rank)] = model.peak()
     return out

@@ -45,6 +45,7 @@ from ..traces.run_schema import FSDP2_API, FSDP_ROOT
 from ..units import MB
 from .evaluate import penalised
 from .fsdp_memory import GATHERED_UNRECORDED, FsdpMemory, fsdp_peak, offload_note
+from .memory import autograd_host
 from .optimize import TIE_PCT, WORTH_APPLYING_PCT, Gain
 
 EXHAUSTIVE = 4096  # candidates replayed one by one; beyond this, seeds then the best single change
@@ -231,6 +232,8 @@ def search_fsdp(g: Graph, budget_s: float = 30.0, allow_lossy: bool = False, mem
     if fs.layer_saved_gathered_bytes is None and fs.layer_saved_bytes:
         notes.append(f"peak memory: {GATHERED_UNRECORDED}")
     if note := offload_note(fs):
+        notes.append(note)
+    if note := autograd_host(g).note:
         notes.append(note)
     ev = FsdpEvaluator(g, units, memory_budget)
     by_name = {u.name: u for u in fs.units}

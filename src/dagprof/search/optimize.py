@@ -59,7 +59,7 @@ from .anneal import anneal, seeds
 from .candidate import Candidate, Space, candidate_of, complexity, strategy_fields
 from .evaluate import Evaluator, Scored
 from .measured import NOT_MEASURED, chained_in_job, codec_costs, in_job, job_overlap, or_calibrated, profiled_stretch, slowdown_in
-from .memory import MemoryModel
+from .memory import MemoryModel, autograd_host
 from .memory_fit import fit_memory
 
 __all__ = ["Candidate", "Options", "Priced", "Progress", "Scored", "SearchResult", "WORTH_APPLYING_PCT", "predict_run", "search", "search_run"]
@@ -195,6 +195,8 @@ def search(g: Graph, order: GradientOrder, opts: Options | None = None, costs: C
     if opts.memory_budget is not None:
         memory = MemoryModel.from_profile(g, order, layer_saved_bytes or {}, opts.optimizer_state)
         cand_segments = segments(g)
+        if note := autograd_host(g).note:
+            notes.append(note)
     if opts.overlap_slowdown:
         notes.append(f"compute beside in-flight collectives modelled {opts.overlap_slowdown:.2f}x slower per unit of overlap "
                      + ("(as measured), each collective in proportion to the bytes it moves per second against the "

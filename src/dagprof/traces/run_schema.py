@@ -79,6 +79,10 @@ STEPS_ENDED = "ended.json"
 SAVED_OUTSIDE_LAYERS = "<outside leaf modules>"  # activations saved by the loss and functional ops
 MODEL_OUTPUT = "<model output>"  # what the model's forward returned (a script that keeps the logits holds them)
 LOSS_BACKWARD = "<loss backward>"  # the most bytes the loss's graph held in its backward (``collect.hooks.loss_graph``)
+LOSS_FORWARD = "<loss forward>"  # what the loss's graph saved, as its backward starts (``collect.hooks.loss_graph``)
+# ``RankFile.layer_autograd_nodes``' key for the nodes of the step before still held as a forward begins: the script keeps its
+# loss (a loop variable) until it assigns the next one, and that loss holds its graph's shells
+PREVIOUS_GRAPH = "<previous graph>"
 
 
 class Rec(enum.IntEnum):
@@ -286,6 +290,10 @@ class RankFile(msgspec.Struct, kw_only=True):
     # ``search.fsdp_memory``'s moments of a unit's backward, for a DDP profile turned FSDP); {}: not recorded (older files,
     # FSDP profiles, which keep theirs in ``FsdpInfo.layer_output_bytes``)
     layer_output_bytes: dict[str, Count] = {}
+    # module path -> most autograd nodes its forward made in one profiled step (those between leaf modules counted with the
+    # next; the model's last functional ops and the loss under SAVED_OUTSIDE_LAYERS): their host memory, on a CPU job
+    # (``search.memory.autograd_host``); {}: not recorded (a job whose parameters are on a GPU, older files)
+    layer_autograd_nodes: dict[str, Count] = {}
     bucket_layouts: list[BucketLayout] = []  # one per distinct layout seen, in order
     step_times_ns: list[tuple[int, int, int]] = []  # (step, begin, end) of every step seen, profiled or not
     records: list[tuple[int, int, int, int, int]]  # see ``Col`` and ``Rec``

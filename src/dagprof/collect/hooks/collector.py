@@ -574,6 +574,7 @@ class Collector:
             steps_profiled=self.profiled, final=final, ended=self._ended, kineto_file=kfile, warnings=self.warnings, layers=self.layers,
             layer_grad_bytes=self._grad_bytes, layer_frozen_bytes=self._frozen_bytes, layer_saved_bytes=self.saved.most,
             layer_output_bytes=dict(self.saved.most_output) if self._fsdp is None else {},  # FSDP's in its FsdpInfo
+            layer_autograd_nodes=dict(self.saved.most_nodes) if all(p.device.type == "cpu" for p, _ in self._params) else {},
             bucket_layouts=self._buckets.layouts, step_times_ns=self.step_times, records=self.records, ddp_group_ranks=self._ddp_ranks,
             thread_sched_ns=self.sched.steps, process_cpu_ns=self.sched.process, thread_runs=self.sched.runs,
             fsdp=self._fsdp.info(self.layers) if self._fsdp is not None else None, zero=zero,

@@ -38,9 +38,11 @@ class LossGraph:
         self._live: dict[int, int] = {}  # storage -> bytes of gradients in flight
         self._handles: list[Any] = []
         self.peak = 0
+        self.saved = 0  # the most bytes the loss's graph saved, as a backward of this step starts
 
     def new_step(self) -> None:
         self.peak = 0
+        self.saved = 0
         self.release()
         self._seq = -1
 
@@ -79,6 +81,7 @@ class LossGraph:
             self._hold(node, id(node), counted)
             stack.extend(n for n, _ in node.next_functions)
         self._remaining = sum(self._bytes.values())
+        self.saved = max(self.saved, self._remaining)
         self._handles = [n.register_hook(partial(self._ran, id(n))) for n in nodes]
 
     def _hold(self, node: Any, key: int, counted: set[int]) -> None:

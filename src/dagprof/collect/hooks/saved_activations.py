@@ -12,17 +12,27 @@ parameter, no parameter of the model: it counts among the layer's bytes, and apa
 leaf module returned (``most_output``): the gradient that reaches it in backward is as large, which the memory model counts
 in flight. What is saved between leaf modules (a block's ``F.relu``) is counted apart per FSDP unit whose forward ran
 (``most_unit_outside``, the unit named by ``collect.hooks.fsdp``): it is freed at that unit's backward, not at the step's
-end. The collector owns the window and the guard; this owns the counting.
+end. And the autograd nodes each leaf module's forward recorded (``most_nodes``: on a CPU job they are host memory beside
+the tensors, about 0.9 KB a node, ``search.memory.AUTOGRAD_NODE_BYTES``), by sequence number, which torch gives each node
+it makes on a thread in turn: the nodes made since the previous leaf module returned (functional ops between them too)
+are the next one's, those after the last one's (the model's last functional ops, the loss) are counted outside the
+layers. A few cheap calls per forward, where walking the graph took 1-30 ms a step. Where what the last backward ran from
+(the loss) is still alive as the next forward begins, the script keeps it (a loop variable) and with it that graph's
+shells until it assigns the new loss: its nodes are counted as ``PREVIOUS_GRAPH``. And what the loss's graph saved, as
+its backward starts (``LOSS_FORWARD``). The collector owns the window and the guard; this owns the counting.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable
 
-from ...traces.run_schema import LOSS_BACKWARD, MODEL_OUTPUT, SAVED_OUTSIDE_LAYERS
+from ...traces.run_schema import LOSS_BACKWARD, LOSS_FORWARD, MODEL_OUTPUT, PREVIOUS_GRAPH, SAVED_OUTSIDE_LAYERS
 from .loss_graph import LossGraph
-from .tensors import local_tensor, output_bytes, storage_ptr
+from .tensors import local_tensor, output_bytes, output_tensors, storage_ptr
 
-_OUTSIDE, _OUTPUT, _LOSS = -1, -2, -3  # keys among a step's saved bytes that are no layer's index
+_OUTSIDE, _OUTPUT, _LOSS, _LOSS_FWD = -1, -2, -3, -4  # keys among a step's saved bytes that are no layer's index
+_PREVIOUS = -5  # among a step's autograd nodes: the step before's, still held as a forward began
+_MAX_NODES_PER_COUNT = 10**7  # more nodes between two counts than any forward makes: a count from another thread's numbers
 
 
 class SavedActivations:
@@ -46,6 +56,12 @@ class SavedActivations:
         self.most_gathered: dict[str, int] = {}  # layer path -> most bytes of gathered parameters among them
         self.most_output: dict[str, int] = {}  # layer path -> most bytes its forward returned in one profiled step
         self.most_unit_outside: dict[str, int] = {}  # FSDP unit -> most bytes saved between leaf modules in its forward, one step
+        self._probe: Any = None  # a leaf tensor whose view's node tells the sequence number a forward starts after
+        self._mark = -1  # the sequence number of the last autograd node counted (-1: no forward counting nodes)
+        self._step_nodes: dict[int, int] = {}  # layer -> autograd nodes its forward made this step
+        self._forward_nodes = 0  # nodes counted since the last forward began
+        self._last_loss: tuple[list[Any], int] = ([], 0)  # weak references to what the last backward ran from, and its nodes
+        self.most_nodes: dict[str, int] = {}  # layer path -> most autograd nodes its forward made in one profiled step
 
     @property
     def counting(self) -> bool:
@@ -67,6 +83,8 @@ class SavedActivations:
         self._step_gathered.clear()
         self._step_output.clear()
         self._step_unit.clear()
+        self._step_nodes.clear()
+        self._mark = -1
         self._unit_stack.clear()  # no forward runs between steps: a unit whose forward raised is not carried over
         self._loss.new_step()
 
@@ -80,6 +98,15 @@ class SavedActivations:
             self._layer_stack.pop()
         if self.counting and output is not None:
             self._step_output[layer] = self._step_output.get(layer, 0) + output_bytes(output)
+            self._count_nodes(layer, output)
+
+    def _count_nodes(self, key: int, made: Any) -> None:
+        """The autograd nodes made since the last count, up to the newest behind the tensors ``made``, are ``key``'s."""
+        seq = max((y.grad_fn._sequence_nr() for y in output_tensors(made) if getattr(y, "grad_fn", None) is not None), default=-1)
+        if 0 <= self._mark < seq < self._mark + _MAX_NODES_PER_COUNT:  # beyond: a node made on another thread, numbered apart
+            self._step_nodes[key] = self._step_nodes.get(key, 0) + seq - self._mark
+            self._forward_nodes += seq - self._mark
+            self._mark = seq
 
     def unit_enter(self, unit: str) -> None:
         """An FSDP unit's forward begins: what is saved between leaf modules now is ``unit``'s."""
@@ -97,6 +124,14 @@ class SavedActivations:
         try:
             import torch
 
+            if self._probe is None:
+                self._probe = torch.ones((), requires_grad=True)
+            with torch.enable_grad():
+                self._mark = self._probe.view(()).grad_fn._sequence_nr()
+            refs, nodes = self._last_loss
+            if any(r() is not None for r in refs):  # the script still holds the last loss, and with it its graph's shells
+                self._step_nodes[_PREVIOUS] = max(self._step_nodes.get(_PREVIOUS, 0), nodes)
+            self._last_loss, self._forward_nodes = ([], 0), 0
             ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
             ctx.__enter__()
             self._hooks = ctx
@@ -112,6 +147,7 @@ class SavedActivations:
                 saved.__exit__(None, None, None)
                 if output is not None:
                     self._step[_OUTPUT] = max(self._step.get(_OUTPUT, 0), output_bytes(output))
+                    self._count_nodes(_OUTSIDE, output)
                     self._loss.forward_ended(output)
             except Exception as err:  # noqa: BLE001
                 self._fail(err, "forward hook (saved tensors)")
@@ -153,6 +189,13 @@ class SavedActivations:
 
     def backward_starting(self, tensors: Any) -> None:
         """``torch.autograd.backward`` is called on ``tensors`` (the loss): size the graph between them and the model's output."""
+        if self._recording() and self._mark >= 0:  # the loss's nodes: outside the layers
+            try:
+                self._count_nodes(_OUTSIDE, tensors)
+                self._mark = -1
+                self._last_loss = ([weakref.ref(t) for t in output_tensors(tensors)], self._forward_nodes)
+            except Exception as err:  # noqa: BLE001
+                self._fail(err, "backward start (autograd nodes)")
         if self._recording() and self._loss.armed:
             try:
                 self._loss.backward_starting(tensors, self._param_ptrs)
@@ -163,9 +206,11 @@ class SavedActivations:
         """The step ended: its loss backward's peak joins its figures, and each figure the most per layer path."""
         if self._loss.peak:
             self._step[_LOSS] = self._loss.peak
+        if self._loss.saved:
+            self._step[_LOSS_FWD] = self._loss.saved
         for path, nb in self.step_bytes(layers).items():
             self.most[path] = max(self.most.get(path, 0), nb)
-        for mine, step in ((self.most_gathered, self._step_gathered), (self.most_output, self._step_output)):
+        for mine, step in ((self.most_gathered, self._step_gathered), (self.most_output, self._step_output), (self.most_nodes, self._step_nodes)):
             for k, nb in step.items():
                 path = _key(layers, k)
                 mine[path] = max(mine.get(path, 0), nb)
@@ -205,7 +250,8 @@ class SavedActivations:
 
 
 def _key(layers: list[str], layer: int) -> str:
-    return layers[layer] if layer >= 0 else {_OUTSIDE: SAVED_OUTSIDE_LAYERS, _OUTPUT: MODEL_OUTPUT, _LOSS: LOSS_BACKWARD}[layer]
+    return layers[layer] if layer >= 0 else {_OUTSIDE: SAVED_OUTSIDE_LAYERS, _OUTPUT: MODEL_OUTPUT, _LOSS: LOSS_BACKWARD,
+                                             _LOSS_FWD: LOSS_FORWARD, _PREVIOUS: PREVIOUS_GRAPH}[layer]
 
 
 def _unpack(tensor: Any) -> Any:
