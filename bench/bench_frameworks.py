@@ -84,6 +84,10 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "mx_fasttext_sparse": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
     "jax_two_tower": ("jax", "DAGPROF_JAX_PYTHON", {}),
     "hvd_kws_amp": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
+    "tf_unet_ema": ("tensorflow", "DAGPROF_TF_PYTHON", {}),
+    "jax_diffusion_accum": ("jax", "DAGPROF_JAX_PYTHON", {}),
+    "mx_dae_metric": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
+    "hvd_pointnet_frozen": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
 }
 # A testbed round's reference jobs (``testbed``): the profiled configuration again, just before and just after the measured job
 REFERENCES = ("before", "after")
@@ -94,7 +98,8 @@ MXNET_SERVERS = {"mx_kv_manual": 2}  # servers of an MXNet script's job (1 elsew
 HOROVOD_RUN = {"hvd_text": ("6:16", ["--steps", "20"]), "hvd_resnet": ("16:26", []), "hvd_transformer": ("6:16", ["--steps", "20"]),
                "hvd_sparse_gru": ("6:16", ["--steps", "20"]), "hvd_autoencoder": ("6:16", ["--steps", "20"]),
                "hvd_manual_allreduce": ("6:16", ["--steps", "20"]), "hvd_tcn_groups": ("6:16", ["--steps", "20"]),
-               "hvd_dlrm_dense": ("6:16", ["--steps", "20"]), "hvd_kws_amp": ("6:16", ["--steps", "20"])}
+               "hvd_dlrm_dense": ("6:16", ["--steps", "20"]), "hvd_kws_amp": ("6:16", ["--steps", "20"]),
+               "hvd_pointnet_frozen": ("6:16", ["--steps", "20"])}
 
 
 def launch(name: str, python: str, out: str, workers: int, timeout: float, src: str = SRC, prefix: tuple[str, ...] = (),

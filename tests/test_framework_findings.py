@@ -64,6 +64,7 @@ def test_all_reduces_a_jit_scan_runs_in_every_iteration_are_counted_from_its_pro
     assert p.graph.meta.parallel.in_loop_dp == (32 * 2 * 2, 32 * 2 * 2 * 1314816)  # 32 a step, 2 steps, 2 ranks
     text = " ".join(f.detail for f in p.findings)
     assert "32 data-parallel collectives a step per rank (40.12 MiB) ran inside XLA loops" in text and "jit's partitioner" in text
+    assert "4 of the 128 in the profiled steps (all ranks) timed only as their loop op" in text  # counts, not a per-step fraction
     from dagprof.cli.main import main
 
     assert main(["optimize", str(DATA / "tf-jax" / "lstm-lm-jit"), "--budget", "1"]) == 2  # nor sends it to whatif, which refuses it

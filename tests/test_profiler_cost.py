@@ -50,7 +50,8 @@ def test_measured_on_a_real_run(opened, run_with_margins, capsys, tmp_path):
     assert (cost.profiled_steps, cost.unprofiled_steps) == (4, 8)
     assert cost.profiled_us > 0 and cost.unprofiled_us > 0 and cost.stderr_us >= 0
     text = cost.describe()
-    assert "\n" not in text and text.startswith("op times corrected" if cost.usable else "op times not corrected")
+    # a load inside the window (a shared machine) is said as such, the op times still brought to the unprofiled level
+    assert "\n" not in text and text.startswith(("op times corrected", "op times brought") if cost.usable else "op times not corrected")
     assert main(["whatif", run_with_margins, "--bandwidth", "1Gbit", "--no-trace", "--allow-model-error", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["profiler_cost"]["text"] == text and out["profiler_cost"]["corrected"] == cost.usable

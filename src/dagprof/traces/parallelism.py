@@ -202,7 +202,9 @@ class Parallelism:
         the script can change. A ``lax.scan`` LM under plain ``jit`` all-reduced its LSTM weights' gradient in each of
         its 32 iterations (252 of a 356 ms step) where only the few its loop op timed were counted and shard_map blamed."""
         n = max(rank_steps, 1)
-        timed = f", {self.looped_dp[0] / n:g} of them timed only as their loop op" if self.looped_dp[0] else ""
+        # counts over the window, not per step: 3 of 64 read "0.1875 of them" (``bench/frameworks/jax_diffusion_accum.py``)
+        timed = (f", {self.looped_dp[0]} of the {self.in_loop_dp[0]} in the profiled steps (all ranks) timed only as their loop op"
+                 if self.looped_dp[0] else "")
         return (f"{self.in_loop_dp[0] / n:g} data-parallel collectives a step per rank ({self.in_loop_dp[1] / n / 2**20:.2f} MiB) "
                 f"ran inside XLA loops (lax.scan, fori_loop, while_loop){timed}: a replicated parameter's gradient is all-reduced "
                 "in every iteration that uses it (jit's partitioner and shard_map with check_vma on both do so); a shard_map step "
