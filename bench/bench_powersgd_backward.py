@@ -37,13 +37,12 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench_powersgd_parts import schedstat  # noqa: E402
+from bench_powersgd_parts import emulated, schedstat  # noqa: E402
 
 CONFIGS = ("none", "defaults", "strategy")
 
@@ -196,19 +195,15 @@ def main() -> int:
         return 0
     if not args.strategy:
         ap.error("--strategy is required")
-    from dagprof.closeloop import hosts
-    from dagprof.collect.jobs.netns import available, run_ranks
+    from dagprof.collect.jobs.netns import run_ranks
 
-    why = available()
-    if why:
-        print(f"bench_powersgd_backward: skipped: the emulated cluster {why}", file=sys.stderr)
-        return 0
     load = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory(prefix="dagprof-psgd-bwd-") as tmp, hosts(2, args.link, tag=f"dpb{os.getpid() % 10000}") as on:
-        work = args.keep or tmp
+    with emulated("bench_powersgd_backward", args.link, args.keep) as (work, cluster):
+        if cluster is None:
+            return 0
         out = os.path.join(work, "marks")
         run_ranks([sys.executable, os.path.abspath(__file__), "--job", out, args.workload, os.path.abspath(args.strategy), str(args.blocks),
-                   str(args.steps)], 2, os.path.join(work, "logs"), cluster=on.cluster)
+                   str(args.steps)], 2, os.path.join(work, "logs"), cluster=cluster)
         measured = [json.load(open(f"{out}.{r}")) for r in (0, 1)]
     summary = [summarise(m["rows"], 2) for m in measured]
     s = measured[0]["overlap"]
