@@ -58,7 +58,7 @@ class Chained:
     ``search.measured.chained_in_job``): small all-reduces chained by completion callbacks, and CPU between them."""
 
     allreduce: tuple[tuple[int, float], ...] = ()  # (bytes, us per all-reduce); empty: not measured
-    stretch: float = 0.0  # CPU after the backward per unit of its idle price (``measured.chained_in_job``); 0: not measured
+    stretch: float = 0.0  # the hook's CPU per unit of its idle price (after the backward; its issue always; ``measured.chained_in_job``); 0: none
 
     @property
     def cpu_factor(self) -> float:
