@@ -52,6 +52,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -214,6 +215,22 @@ def split_chains(per_rank: list[list[dict]], skip: int = 2) -> dict[str, list[fl
     return out
 
 
+@contextmanager
+def emulated(bench: str, link: str, keep: str | None):
+    """(folder, cluster) for a bench's 2-rank job on an emulated cluster (``link``), the folder ``keep`` else a temporary one;
+    (folder, None), the reason on stderr, where no cluster can be made."""
+    from dagprof.closeloop import hosts
+    from dagprof.collect.jobs.netns import available
+
+    why = available()
+    if why:
+        print(f"{bench}: skipped: the emulated cluster {why}", file=sys.stderr)
+        yield keep, None
+        return
+    with tempfile.TemporaryDirectory(prefix=f"dagprof-{bench}-") as tmp, hosts(2, link, tag=f"dpp{os.getpid() % 10000}") as on:
+        yield keep or tmp, on.cluster
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rank", type=int, default=2, help="PowerSGD's matrix approximation rank")
@@ -226,9 +243,8 @@ def main() -> int:
     if args.job:
         job(args.job[0], int(args.job[1]), int(args.job[2]))
         return 0
-    from dagprof.closeloop import hosts
     from dagprof.collect.jobs.launch import Bootstrap, launch
-    from dagprof.collect.jobs.netns import available, run_ranks
+    from dagprof.collect.jobs.netns import run_ranks
     from dagprof.collect.measure.codec_costs import measure_codec_costs
     from dagprof.costmodel.codecs import CodecCosts
     from dagprof.passes.bucket_plan import BucketSlots
@@ -236,19 +252,16 @@ def main() -> int:
     from dagprof.passes.gradients import gradient_order
     from dagprof.pipeline import open_run
 
-    why = available()
-    if why:
-        print(f"bench_powersgd_parts: skipped: the emulated cluster {why}", file=sys.stderr)
-        return 0
     load = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory(prefix="dagprof-psgd-parts-") as tmp, hosts(2, args.link, tag=f"dpp{os.getpid() % 10000}") as on:
-        work = args.keep or tmp
+    with emulated("bench_powersgd_parts", args.link, args.keep) as (work, cluster):
+        if cluster is None:
+            return 0
         run = os.path.join(work, "run")
         launch([sys.executable, os.path.join(HERE, "ddp_heldout_embed.py"), "--steps", "14"], Bootstrap(profile=run, steps=range(4, 12), kineto=False),
-               ranks=2, cluster=on.cluster, log_dir=os.path.join(work, "logs"), timeout_s=600)
+               ranks=2, cluster=cluster, log_dir=os.path.join(work, "logs"), timeout_s=600)
         out = os.path.join(work, "parts")
         run_ranks([sys.executable, os.path.abspath(__file__), "--job", out, str(args.rank), str(args.steps)], 2, os.path.join(work, "logs2"),
-                  cluster=on.cluster)
+                  cluster=cluster)
         measured = [json.load(open(f"{out}.{r}")) for r in (0, 1)]
         p = open_run(run)
         order = gradient_order(p.graph, p.run.ranks[0].buckets)

@@ -22,6 +22,10 @@ def block(cin: int, cout: int) -> nn.Sequential:
     return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(), nn.MaxPool2d(2))
 
 
+def vgg() -> nn.Sequential:
+    return nn.Sequential(block(3, 64), block(64, 128), block(128, 256), nn.Flatten(), nn.Linear(256 * 4 * 4, 512), nn.ReLU(), nn.Linear(512, 10))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch", type=int, default=16)
@@ -30,8 +34,7 @@ def main() -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     torch.manual_seed(0)
-    net = nn.Sequential(block(3, 64), block(64, 128), block(128, 256), nn.Flatten(), nn.Linear(256 * 4 * 4, 512), nn.ReLU(), nn.Linear(512, 10))
-    model = DDP(net)
+    model = DDP(vgg())
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     g = torch.Generator().manual_seed(dist.get_rank())
     for _ in range(args.steps):

@@ -1,4 +1,5 @@
-"""The PowerSGD benches' pure splits: a chain on both ranks' one clock, and a step's period between the chain's syncs."""
+"""The PowerSGD benches' pure splits: a chain on both ranks' one clock, a step's period between the chain's syncs, and a
+step's backward beside the buckets."""
 from __future__ import annotations
 
 import os
@@ -8,6 +9,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 
+from bench_powersgd_backward import summarise  # noqa: E402
 from bench_powersgd_parts import callback_cpu_us, split_chains  # noqa: E402
 from bench_powersgd_phases import CYCLE, cycle  # noqa: E402
 
@@ -47,3 +49,21 @@ def test_cycle_follows_the_rank_last_at_the_next_sync():
     assert [c[k][0] for k in CYCLE] == [19.0, 4.0, 7.0, 3.0]
     assert sum(c[k][0] for k in CYCLE) == c["cycle"][0]
     assert cycle([step0]) == {"cycle": []}
+
+
+def test_the_backward_is_its_start_to_the_last_bucket_ready_less_the_hooks_run_inline():
+    """A step whose first bucket's hook ran 2 ms on the training thread and stayed in flight 30 ms, its second (last)
+    ready at 50 ms: the backward is 48 ms, its CPU and waits less the hook's, the other threads' CPU what the process
+    spent beyond the training thread, and the bucket in flight 30 of its 50 ms (10 to 40 ms)."""
+    ns = 1_000_000  # schedstat's units: (process CPU, process wait, thread CPU, thread wait), ns
+    hook = [0.010, 0.012, 0.040, (5 * ns, 0, 5 * ns, 1 * ns), (7 * ns, 0, 7 * ns, 1 * ns), True]
+    last = [0.050, 0.0505, 0.090, (40 * ns, 0, 30 * ns, 8 * ns), (40 * ns, 0, 30 * ns, 8 * ns), True]
+    rows = [{"config": "strategy", "block": 0, "step": k, "t0": -0.01, "bwd": 0.0, "bwd_sched": (0, 0, 0, 0), "after_bwd": 0.1,
+             "end": 0.12, "hooks": [hook, last]} for k in range(3)]
+    got = summarise(rows, skip=1)["strategy"]
+    assert got["backward"] == pytest.approx(48.0)
+    assert got["inline"] == pytest.approx(2.0)
+    assert got["cpu"] == pytest.approx(28.0) and got["wait"] == pytest.approx(8.0)
+    assert got["others_cpu"] == pytest.approx(10.0)
+    assert got["overlap"] == pytest.approx(0.6)
+    assert got["step"] == pytest.approx(130.0)

@@ -32,9 +32,14 @@ there, before the all-reduce is issued) and ``channel`` time on the communicatio
   minutes before the profile at another load): the codec costs
   are the fastest runs on an idle core, and in the chain each rank also waits for a core, the wake-up after it and the
   later rank at each all-reduce (the held-out conv job's chain, 7.8 ms of it CPU, 20 ms at the median against 12.4 priced).
-  A bucket whose whole hook runs after the backward without waiting on another (one bucket) also issues at that stretch:
-  its issue is the same hook's CPU on the same loaded cores (its fastest tenth of steps at about the idle price, its
-  median 1.2-1.8x, in the held-out embedding and LSTM jobs' strategy runs under load 2-5; ``bench_powersgd_phases --cycle``).
+  A bucket's issue (the hook's CPU before its first all-reduce, on the training thread) takes that stretch too, during
+  the backward as after it: it is the training thread's CPU on the same loaded cores, whose backward ops the profile
+  timed with their waits for a core in them, where the idle price has none (a one-bucket hook after the backward: its
+  fastest tenth of steps at about the idle price, its median 1.2-1.8x, in the held-out embedding and LSTM jobs' strategy
+  runs under load 2-5, ``bench_powersgd_phases --cycle``; the first of two buckets, inside the backward: 8.8-13.3 ms
+  against 4.7 priced idle (conv) and 8.7-9.1 against 3.5 (LSTM), the training thread's stretch 1.5-2.1, load 7,
+  ``bench_powersgd_backward``). Beside the chain the backward's own CPU did not grow (47.1-47.8 ms a step against
+  46.1-47.7 with no collective beside it): what the callbacks cost it is their CPU on its core (``steal``).
 """
 from __future__ import annotations
 
@@ -53,7 +58,7 @@ class Chained:
     ``search.measured.chained_in_job``): small all-reduces chained by completion callbacks, and CPU between them."""
 
     allreduce: tuple[tuple[int, float], ...] = ()  # (bytes, us per all-reduce); empty: not measured
-    stretch: float = 0.0  # CPU after the backward per unit of its idle price (``measured.chained_in_job``); 0: not measured
+    stretch: float = 0.0  # the hook's CPU per unit of its idle price (after the backward; its issue always; ``measured.chained_in_job``); 0: none
 
     @property
     def cpu_factor(self) -> float:
@@ -151,7 +156,7 @@ def _powersgd(order: GradientOrder, first: int, last: int, rank: int, price: Cal
     # callbacks take what CPU between chained all-reduces took on the cluster (``Chained.stretch``).
     channel = transfers + cpu * (1.0 + beside if during_backward else chained.cpu_factor)
     steal = cpu if during_backward else 0.0
-    issue = (parts.issue_us - hook) * (1.0 if during_backward else chained.cpu_factor)  # after the backward: as stretched as the chain
+    issue = (parts.issue_us - hook) * chained.cpu_factor  # the training thread's CPU, as stretched as its profiled ops
     return BucketCost(issue + steal, channel, int((parts.uncompressed + parts.p + parts.q) * es))
 
 
