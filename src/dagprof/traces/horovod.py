@@ -179,7 +179,7 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
                             "their time is on the main thread as time between ops")
         _check_served(placed, requests, tl_path, warnings)
     shifts = {t.rank: _clock_shift(t, run.ranks[0], plan) for t in run.ranks}
-    lags = _peer_lags(plan, read_logs(folder, list(docs), {r: d.utc_offset_s for r, d in docs.items()}), shifts, warnings) if plan else {}
+    lags = _peer_lags(plan, read_logs(_log_paths(folder, docs), {r: d.utc_offset_s for r, d in docs.items()}), shifts, warnings) if plan else {}
     waits: list[tuple[int, int, float, int]] = []
     ranks = [_merge(_with_doc(t, docs[t.rank]), requests.get(t.rank, []), plan, shifts[t.rank], timeline, lags, waits) for t in run.ranks]
     order = _tensor_order(plan)
@@ -201,6 +201,11 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
     if settings.autotune:
         warnings.append("HOROVOD_AUTOTUNE was on: fusion threshold and cycle time changed during the run")
     return Run(ranks, source=folder, meta=msgspec.structs.replace(run.meta, warnings=warnings_of(warnings), framework="horovod", horovod=hv))
+
+
+def _log_paths(folder: str, docs: dict[int, HorovodRankDoc]) -> dict[int, str | None]:
+    """Each rank's Horovod trace log, as its rank file names it (inside the run folder only)."""
+    return {r: inside(folder, d.log, os.path.join(folder, horovod_rank_file(r))) if d.log else None for r, d in docs.items()}
 
 
 def _check_requests(requests: dict[int, list[_Request]], traces: dict[int, RankTrace], folder: str) -> None:

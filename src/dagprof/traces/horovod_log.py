@@ -11,7 +11,6 @@ tail holds rank 0's next negotiation (``traces.horovod``: the wire in a ``horovo
 from __future__ import annotations
 
 import calendar
-import os
 import re
 import time
 from dataclasses import dataclass
@@ -74,9 +73,9 @@ def read_log(path: str, rank: int, utc_offset_s: int) -> RankLog:
     return RankLog(rank, out, unreadable, max(ends_alone - 1, 0) + max(len(started) - 1, 0))
 
 
-def read_logs(folder: str, ranks: list[int], utc_offsets: dict[int, int | None]) -> dict[int, RankLog]:
-    """Every rank's log where each rank kept one and said its time zone; else none (a run recorded without the trace level)."""
-    paths = {r: os.path.join(folder, LOG_FILE.format(rank=r)) for r in ranks}
-    if not all(os.path.exists(p) and utc_offsets.get(r) is not None for r, p in paths.items()):
+def read_logs(paths: dict[int, str | None], utc_offsets: dict[int, int | None]) -> dict[int, RankLog]:
+    """Every rank's log (rank -> its path, as its rank file names it) where each rank kept one and said its time zone;
+    else none (a run recorded without the trace level, or before 2026-12-05)."""
+    if not paths or any(path is None or utc_offsets.get(r) is None for r, path in paths.items()):
         return {}
-    return {r: read_log(p, r, int(utc_offsets[r])) for r, p in paths.items()}
+    return {r: read_log(path, r, int(utc_offsets[r])) for r, path in paths.items()}
