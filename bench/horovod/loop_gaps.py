@@ -15,7 +15,9 @@ began a new cycle and every rank had requested its tensors before the first ende
 not backward). Pooled by rate and by whether the first response carried at least ``SOCKET_BUFFER_BYTES``. With
 ``--rule``, the same gaps of the faster rate's runs as the candidate rule would give them at the slower rate: each gap's
 excess over the run's least gap (the coordination with the peer already waiting) taken as the peer's exit lag, at most
-the wire time of the first response's bytes and of a socket buffer, scaled by the rates' ratio.
+the wire time of the first response's bytes and of a socket buffer, scaled by the rates' ratio. Runs that kept every
+rank's Horovod trace log (``traces.horovod_log``, since 2026-12-05) also give each response's **peer lag**, how long after
+rank 0 its last peer left it (``HorovodRecord.peer_lags``), pooled the same way: the wire tail the gap may hold.
 
     python bench/horovod/loop_gaps.py /tmp/KEPT/tb-hvd_autoencoder-* [--rule 500e6 200e6]
 """
@@ -78,6 +80,13 @@ def loop_gaps(run: str) -> list[Gap]:
     return out
 
 
+def peer_lags(run: str) -> list[Gap]:
+    """Each response's bytes and how long after rank 0 its last peer left it, us (none: the run kept no trace logs)."""
+    g = open_run(run).graph
+    size = {(s, k): nb for s, k, nb, *_ in g.meta.horovod.measured}
+    return [Gap(size[(s, k)], us) for s, k, us in g.meta.horovod.peer_lags if (s, k) in size]
+
+
 def rule(gaps: list[Gap], rate: float, other: float) -> list[float]:
     """``gaps`` measured at ``rate`` bit/s as the candidate rule has them at ``other``: each one's excess over the least
     (the peer's exit lag), at most the wire time of the first response's bytes and of a socket buffer, times the ratio."""
@@ -98,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rule", nargs=2, type=float, metavar=("RATE", "OTHER"), help="also the RATE runs' gaps by the candidate rule at OTHER bit/s")
     args = ap.parse_args(argv)
     pooled: dict[tuple[float, bool], list[Gap]] = {}
+    lags: dict[tuple[float, bool], list[Gap]] = {}
     for run in args.runs:
         m = re.search(r"-(\d+)M(?:-|$)", os.path.basename(run.rstrip("/")))
         if not m:
@@ -109,12 +119,16 @@ def main(argv: list[str] | None = None) -> int:
             continue
         for x in gaps:
             pooled.setdefault((float(m.group(1)) * 1e6, x.prev_bytes >= SOCKET_BUFFER_BYTES), []).append(x)
+        for x in peer_lags(run):
+            lags.setdefault((float(m.group(1)) * 1e6, x.prev_bytes >= SOCKET_BUFFER_BYTES), []).append(x)
         if args.rule and float(m.group(1)) * 1e6 == args.rule[0] and gaps:
             for x, y in zip(gaps, rule(gaps, *args.rule)):
                 pooled.setdefault((-1.0, x.prev_bytes >= SOCKET_BUFFER_BYTES), []).append(Gap(x.prev_bytes, y))
     for (rate, big), gaps in sorted(pooled.items()):
         where = f"rule at {args.rule[1] / 1e6:g} Mbit/s" if rate < 0 else f"{rate / 1e6:g} Mbit/s"
         print(_line(f"{where}, after {'>=' if big else '<'} {SOCKET_BUFFER_BYTES >> 10} kB", [x.us for x in gaps]))
+    for (rate, big), got in sorted(lags.items()):
+        print(_line(f"peer lag {rate / 1e6:g} Mbit/s, {'>=' if big else '<'} {SOCKET_BUFFER_BYTES >> 10} kB", [x.us for x in got]))
     return 0
 
 

@@ -32,7 +32,8 @@ from ..align.clocks import SYMMETRIC
 from ..align.matching import ROOT_SIZED, Matching
 from ..align.one_clock import on_one_clock
 from ..errors import DagprofError
-from ..traces.events import RankTrace, Run
+from ..traces.events import Kind, RankTrace, Run
+from ..traces.horovod import NEGOTIATE
 from ..traces.parallelism import label_run
 from ..traces.step_marks import mark_steps
 from ..traces.steps import iteration_us, stalled_steps
@@ -146,11 +147,24 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         host_tick_us=host_tick_us(run),
         collective_operands_per_step=run.ranks[0].meta.collective_operands_per_step,
     )
+    if run.meta.horovod is not None and run.meta.horovod.peer_waits:
+        g = _peer_waits(g, run.meta.horovod.peer_waits)
     if run.meta.fsdp:
         from .build_fsdp import fsdp_meta  # noqa: PLC0415  (it imports this module's users)
 
         g.meta.fsdp = fsdp_meta(run)
     return g
+
+
+def _peer_waits(g: Graph, waits: list[tuple[int, int, float]]) -> Graph:
+    """Rank 0's Horovod negotiations carrying, as their ``exit_lag``, the part of their span a peer spent still in the
+    previous response (``HorovodRecord.peer_waits``): wire time that ``passes.comm`` scales with the link."""
+    us = {(s, k): w for s, k, w in waits}
+    lag = g.exit_lag.copy()
+    for v in np.flatnonzero((g.kind == Kind.OTHER) & (g.rank == 0)).tolist():
+        if (w := us.get((int(g.step[v]), int(g.bucket[v])))) and g.node_name(v).endswith(NEGOTIATE):
+            lag[v] = min(w, float(g.dur[v]))
+    return g.replace(exit_lag=lag)
 
 
 def _overlap_roots(run: Run, matching: Matching) -> dict[int, int]:

@@ -39,7 +39,9 @@ NODE_COLUMNS: dict[str, Any] = {
     "bucket": np.int32,
     "nbytes": np.int64,
     "dim": np.int8,  # a COMM node's mesh dimension (traces.parallelism.Dim); read only where meta.parallel is set
-    "exit_lag": np.float64,  # us: exit lag an averaged collective carries (its last rank's; its consumers': the wire in their gap; passes.average_steps)
+    # us: exit lag an averaged collective carries (its last rank's; its consumers': the wire in their gap; passes.average_steps;
+    # a Horovod negotiation's: the wire in its span, graph.build)
+    "exit_lag": np.float64,
     "role": np.int8,  # a collective's issue, join and transfer: traces.events.CommRole, as its reader set it; PLAIN elsewhere
     "comm_kind": np.uint8,  # a collective's issue, join and transfer: traces.events.CommKind, as its reader or pass set it
     "group_size": np.int32,  # a rank's piece of an op that ran the model's own collective: its group's size (EventTable.group_size); 0 elsewhere

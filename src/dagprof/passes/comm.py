@@ -49,6 +49,7 @@ from ..graph.dag import Device, DeviceKind, Graph, GraphBuilder
 from ..graph.meta import PsLinkFit
 from ..graph.replay_result import ReplayResult
 from ..traces.events import CommKind, Kind
+from ..traces.horovod import NEGOTIATE
 from ..traces.parallelism import Dim
 from .link_fit import (
     Collective,
@@ -120,7 +121,9 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
     own = last == 0
     wire = last.copy()
     wire[own] = wire_lags(g, consumers[own, 0], lag[own])
-    before = (lags_on or _lags_measured_on(g)) if (wire > 0).any() else None
+    waits, after = _peer_waits(g)
+    before = (lags_on or _lags_measured_on(g)) if (wire > 0).any() or len(waits) else None
+    per_all, moved_all = np.ones(len(g)), np.zeros(len(g))
     for kind in np.unique(kinds).tolist():  # a kind measured on its own (``Topology.kinds``) on its own link
         sel = kinds == kind
         sizes, inverse = np.unique(equiv[sel], return_inverse=True)
@@ -144,8 +147,14 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
             grow = np.where(own[mine], grow, np.maximum(grow, -exit_lag[consumers[mine, 1]]))
             np.add.at(gap, consumers[mine, 1], grow)
             exit_lag[idx[sel]] += np.minimum(exit_lag[idx[sel]], moved[idx[sel]]) * (per[idx[sel]] - 1.0)
+            per_all[idx[sel]], moved_all[idx[sel]] = per[idx[sel]], moved[idx[sel]]
             carried = mine & ~own
             np.add.at(exit_lag, consumers[carried, 1], grow[carried[mine]])  # the wire in its gap now
+    if len(waits) and before is not None:  # a Horovod negotiation's wait for a peer still receiving the previous response
+        grow = np.minimum(g.exit_lag[waits], moved_all[after]) * (per_all[after] - 1.0)
+        grow = np.maximum(grow, -g.exit_lag[waits])
+        dur[waits] += grow
+        exit_lag[waits] += grow
     if pipelined(g) and lags_on is None:
         dur[idx] += _horovod_stalls(g, idx, dur[idx], kinds, equiv, spec)
     at, priced = in_op_prices(g, topo, spec)
@@ -193,6 +202,23 @@ def in_op_prices(g: Graph, topo: Topology, spec: CollectiveSpec) -> tuple[np.nda
         return np.zeros(0, np.int64), np.zeros(0)
     at, equiv = (np.array(x) for x in zip(*sized))
     return at.astype(np.int64), _prices(topo, "", equiv.astype(float), spec)
+
+
+def _peer_waits(g: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """Rank 0's Horovod negotiations whose span holds a peer's exit from the previous response (their ``exit_lag``:
+    ``graph.build``), and that response's transfer. The peer's lag is wire time as a consumer's is (``exit_lags``): rank 0
+    left, its last bytes still in the socket, and the next cycle's coordination waits for the peer to receive them."""
+    cand = np.flatnonzero((g.exit_lag > 0) & (g.kind == Kind.OTHER) & (g.rank >= 0))
+    waits, after = [], []
+    for v in cand.tolist():
+        if not g.node_name(v).endswith(NEGOTIATE):
+            continue
+        prev = [w for u in g.predecessors(v).tolist() if g.device[u] == g.device[v]
+                for w in g.predecessors(u).tolist() if g.kind[w] == Kind.COMM and g.rank[w] < 0]
+        if prev:
+            waits.append(v)
+            after.append(prev[0])
+    return np.asarray(waits, np.int64), np.asarray(after, np.int64)
 
 
 def _prices(topo: Topology, kind: str, sizes: np.ndarray, spec: CollectiveSpec) -> np.ndarray:

@@ -24,9 +24,13 @@ Not modelled: CPU contention between Horovod's threads (background loop, gloo, t
 ``synchronize``) and compute on hosts with fewer cores than busy threads: the graph runs
 communication beside compute, so on such hosts (2 ranks on 2 cores here) more, smaller responses
 cost more than predicted when they fall inside backward, and the per-response cost is estimated
-from the few responses the profiled setting made. Grouped all-reduce, Adasum, autotune, NCCL. A link what-if keeps
-each ``horovod negotiate`` span as measured, though after a large response it holds the wait for a peer still receiving
-its tail (wire time): rank 0's timeline cannot tell that from a descheduled peer (``bench/horovod/loop_gaps.py``).
+from the few responses the profiled setting made. Grouped all-reduce, Adasum, autotune, NCCL. A link what-if scales the
+part of a ``horovod negotiate`` span that waited for a peer still receiving the previous response's tail (each rank's own
+response ends, from Horovod's trace log: ``traces.horovod_log``, ``passes.comm``) and keeps the rest as measured; in a
+run without that log (recorded before 2026-12-05, or with ``HOROVOD_LOG_LEVEL`` set by the job), and in the averaged
+model (``passes.average_steps`` does not carry it), the whole span, as rank 0's timeline cannot tell the wire from a
+descheduled peer (``bench/horovod/loop_gaps.py``). This pass's own cycles keep
+the measured coordination.
 """
 from __future__ import annotations
 

@@ -25,6 +25,9 @@ together, so the other ranks' copies and transfers are rank 0's, shifted onto th
 requests and waits are their own. They get no negotiation span: rank 0's cycle is not theirs, and
 what they spent between their last request and the response was mostly waiting for the slower
 rank, which the transfer's join models (their copy-in starts when their own tensors are ready).
+Where every rank kept its Horovod trace log (``traces.horovod_log``), each rank's own end of each response says how long
+after rank 0 its last peer left it (``HorovodRecord.peer_lags``), and so how much of rank 0's next negotiation waited for
+that peer (``peer_waits``: the wire in the span, which the link what-ifs scale; ``graph.build`` puts it on the node).
 """
 from __future__ import annotations
 
@@ -42,6 +45,7 @@ from ..fsutil import inside, read_versioned
 from .buckets import Bucket, BucketLayout
 from .dagprof_run import read_run
 from .events import CommKind, CommRole, EventRows, EventTable, Kind, Lane, LaneKind, RankTrace, Run
+from .horovod_log import RankLog, read_logs
 from .horovod_timeline import Response, Timeline, read_timeline
 from .meta import Collectives, HorovodRecord, RankMeta, RunWarning, tx_bytes_per_step, warnings_of
 
@@ -52,6 +56,7 @@ _OWN_CALLS = msgspec.json.Decoder(dict[str, Annotated[int, msgspec.Meta(ge=0)]])
 VERSION = 1
 GROUP = "horovod"
 LANE = "horovod background thread"
+NEGOTIATE = "horovod negotiate"
 REQUEST = "horovod request "  # + Horovod tensor name
 WAIT_NAME = "horovod synchronize (wait for all-reduces)"
 _DDP_WAIT = "ddp finalize (wait for buckets)"  # what the hook reader calls the same records
@@ -123,6 +128,8 @@ class HorovodRankDoc(msgspec.Struct, kw_only=True):
     warnings: list[str] = []
     cpus: Annotated[int, msgspec.Meta(ge=0)] | None = None  # recordings before the dagprof rank file said its cores
     window_tx_bytes: Annotated[int, msgspec.Meta(ge=0)] | None = None  # the host's interfaces over the window (None: not counted)
+    log: str | None = None  # the rank's Horovod trace lines of the window (``traces.horovod_log``; None: not kept)
+    utc_offset_s: int | None = None  # the host's local time offset, which the log's stamps are in
     enqueues: list[tuple[int, str, int, int, int]] = []
 
 
@@ -171,10 +178,10 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
             warnings.append(f"Horovod collectives the script calls itself are not modelled ({', '.join(sorted(placed.own))}): "
                             "their time is on the main thread as time between ops")
         _check_served(placed, requests, tl_path, warnings)
-    ranks = []
-    for t in run.ranks:
-        shift_ns = _clock_shift(t, run.ranks[0], plan)
-        ranks.append(_merge(_with_doc(t, docs[t.rank]), requests.get(t.rank, []), plan, shift_ns, timeline))
+    shifts = {t.rank: _clock_shift(t, run.ranks[0], plan) for t in run.ranks}
+    lags = _peer_lags(plan, read_logs(_log_paths(folder, docs), {r: d.utc_offset_s for r, d in docs.items()}), shifts, warnings) if plan else {}
+    waits: list[tuple[int, int, float, int]] = []
+    ranks = [_merge(_with_doc(t, docs[t.rank]), requests.get(t.rank, []), plan, shifts[t.rank], timeline, lags, waits) for t in run.ranks]
     order = _tensor_order(plan)
     sizes: dict[str, int] = {}  # as Horovod fuses and sends them: compressed (hvd.Compression.fp16) ones at their wire size
     dtypes: dict[str, str] = {}
@@ -189,10 +196,16 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
         responses=len(plan), timeline=tl_name, timeline_lag_us=lag_us, world_size=run.world_size,
         measured=[(p.step, p.position, p.nbytes, p.resp.transfer[1] - p.resp.transfer[0],
                    p.resp.t0 - p.resp.cycle if p.first_in_cycle and p.resp.cycle is not None else -1.0) for p in plan],
+        peer_lags=[(plan[i].step, plan[i].position, lag) for i, lag in sorted(lags.items())], peer_waits=_wire_waits(waits),
     )
     if settings.autotune:
         warnings.append("HOROVOD_AUTOTUNE was on: fusion threshold and cycle time changed during the run")
     return Run(ranks, source=folder, meta=msgspec.structs.replace(run.meta, warnings=warnings_of(warnings), framework="horovod", horovod=hv))
+
+
+def _log_paths(folder: str, docs: dict[int, HorovodRankDoc]) -> dict[int, str | None]:
+    """Each rank's Horovod trace log, as its rank file names it (inside the run folder only)."""
+    return {r: inside(folder, d.log, os.path.join(folder, horovod_rank_file(r))) if d.log else None for r, d in docs.items()}
 
 
 def _check_requests(requests: dict[int, list[_Request]], traces: dict[int, RankTrace], folder: str) -> None:
@@ -445,7 +458,11 @@ def _clock_shift(trace: RankTrace, ref: RankTrace, plan: list[_Planned]) -> int:
     return -int(np.median(diffs)) if diffs else 0
 
 
-def _merge(trace: RankTrace, reqs: list[_Request], plan: list[_Planned], shift_ns: int, tl: Timeline | None) -> RankTrace:
+def _merge(trace: RankTrace, reqs: list[_Request], plan: list[_Planned], shift_ns: int, tl: Timeline | None,
+           lags: dict[int, float], waits: list[tuple[int, int, float, int]]) -> RankTrace:
+    """The rank's events with its requests cut in and its lane of Horovod's responses (module docstring). The writer's
+    negotiations that followed a response whose last peer left it ``lags`` us after rank 0 add to ``waits`` (step,
+    position, us of the span before that peer left, the previous response's bytes)."""
     c = EventRows.extending(trace.events, trace.flows)
     c.rename(_DDP_WAIT, WAIT_NAME)  # the same records mean Horovod's synchronize() here
     main = next((i for i, lane in enumerate(trace.lanes) if lane.main), 0)
@@ -482,7 +499,10 @@ def _merge(trace: RankTrace, reqs: list[_Request], plan: list[_Planned], shift_n
                           if id(q) in request_ev]
             ready = max(ends(cycle_reqs), default=-np.inf)
             a = min(max(at(r.cycle), ready), t0)
-            negotiate = c.add(name="horovod negotiate", kind=int(Kind.OTHER), lane=lane, start=a, dur=t0 - a, step=p.step)
+            negotiate = c.add(name=NEGOTIATE, kind=int(Kind.OTHER), lane=lane, start=a, dur=t0 - a, step=p.step, bucket=p.position)
+            if seq - 1 in lags:  # the span waited for the last peer to leave the previous response
+                waits.append((p.step, p.position, float(np.clip(at(plan[seq - 1].resp.t1) + lags[seq - 1] - a, 0.0, t0 - a)),
+                              plan[seq - 1].nbytes))
         elif r.cycle is None:
             negotiate = -1
         prep = c.add(name="horovod memcpy in" if fused else "horovod copy in", kind=int(Kind.MEMCPY), lane=lane, start=t0,
@@ -507,6 +527,62 @@ def _merge(trace: RankTrace, reqs: list[_Request], plan: list[_Planned], shift_n
     out = _rebuild(trace, c, buckets, meta)
     return dataclasses.replace(out, lanes=lanes, groups=groups,
                                group_ranks={**trace.group_ranks, GROUP: list(range(trace.world_size))})
+
+
+def _peer_lags(plan: list[_Planned], logs: dict[int, RankLog], shifts: dict[int, int], warnings: list[str | RunWarning]) -> dict[int, float]:
+    """Per response of ``plan`` (its index) that every rank's log holds: how long after rank 0 its last peer left it, us
+    (negative: rank 0 left last). A rank's logged response is the one of the same tensors that ended nearest rank 0's, on
+    rank 0's clock (``shifts``), and no further than a quarter of the time between two of them on rank 0."""
+    if not logs:
+        return {}
+    ref = min(logs)
+    ends = {r: _ends_by_tensors(log) for r, log in logs.items()}
+    out: dict[int, float] = {}
+    for i, p in enumerate(plan):
+        key = frozenset(p.resp.tensors)
+        mine = _nearest(ends[ref].get(key, []), p.resp.t1)
+        if mine is None:
+            continue
+        got = [_nearest(ends[r].get(key, []), mine - shifts[r] / 1e3) for r in logs if r != ref]
+        if got and all(e is not None for e in got):
+            out[i] = max(e + shifts[r] / 1e3 for r, e in zip((r for r in logs if r != ref), got)) - mine
+    missed = len(plan) - len(out)
+    bad = {r: (log.unreadable, log.unpaired) for r, log in logs.items() if log.unreadable or log.unpaired}
+    if bad:
+        warnings.append("Horovod's trace log: " + "; ".join(f"rank {r}: {u} line(s) unreadable, {n} response(s) without their start "
+                                                           "or end" for r, (u, n) in sorted(bad.items())))
+    if missed:
+        warnings.append(f"Horovod's trace log: {missed} of {len(plan)} responses not found on every rank: their peers' ends unknown, "
+                        "the negotiations after them priced as measured")
+    return out
+
+
+def _wire_waits(waits: list[tuple[int, int, float, int]]) -> list[tuple[int, int, float]]:
+    """Each negotiation's wait for the last peer (``_merge``) as wire time: at most the median wait after responses of the
+    same bytes (a peer still receiving the same tail), the rest a descheduled peer, which a slower wire does not stretch."""
+    typical: dict[int, float] = {}
+    for nb in {w[3] for w in waits}:
+        held = [w[2] for w in waits if w[3] == nb and w[2] > 0]
+        typical[nb] = float(np.median(held)) if held else 0.0
+    return [(s, k, min(us, typical[nb])) for s, k, us, nb in waits]
+
+
+def _ends_by_tensors(log: RankLog) -> dict[frozenset[str], list[float]]:
+    out: dict[frozenset[str], list[float]] = {}
+    for x in log.responses:
+        out.setdefault(x.tensors, []).append(x.end_us)
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def _nearest(ends: list[float], at: float) -> float | None:
+    """The end in the sorted ``ends`` nearest ``at``, where it is nearer than a quarter of the spacing of ``ends`` (a second
+    where there is one)."""
+    if not ends:
+        return None
+    k = bisect.bisect_left(ends, at)
+    best = min(ends[max(k - 1, 0):k + 1], key=lambda e: abs(e - at))
+    spacing = float(np.min(np.diff(ends))) if len(ends) > 1 else 4e6
+    return best if abs(best - at) < spacing / 4 else None
 
 
 def _dtype(r: Response) -> str:

@@ -109,6 +109,12 @@ class HorovodRecord(msgspec.Struct, kw_only=True, frozen=True):
     # rank 0's measurements per response: [step, position in step, fused bytes, transfer us, coordination us
     # (cycle start -> response start; -1: not its cycle's first)]
     measured: list[tuple[int, int, int, float, float]] = []
+    # from every rank's own trace log (``traces.horovod_log``): per response, [step, position, us the last peer left it after
+    # rank 0]; per negotiation that began a cycle, [step, position of its response, us of its span spent before the last
+    # peer left the previous response, at most the median after responses of that size]: the wire in it, which
+    # ``passes.comm`` scales with the link
+    peer_lags: list[tuple[int, int, float]] = []
+    peer_waits: list[tuple[int, int, float]] = []
     predicted: bool = False  # set by a what-if: fusion threshold and cycle time are the scenario's, not measured
 
 

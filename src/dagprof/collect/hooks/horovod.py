@@ -41,9 +41,11 @@ from typing import Any
 
 from ...fsutil import atomic_open
 from ...traces.horovod import RANK_FORMAT, TIMELINE, VERSION, horovod_rank_file
+from ...traces.horovod_log import LOG_FILE
 from ...traces.run_schema import Rec
 from ...traces.steps import DEFAULT_STEPS
 from .collector import Collector
+from .horovod_log import QUIET_ENV, LogTee, wanted
 from .profile import profile as _profile
 from .xplane_window import net_tx_bytes
 
@@ -91,6 +93,12 @@ class HorovodCollector(Collector):
         # the interfaces' sent bytes at the window's start and end: what the wire carried per step beside the gradients'
         # payload (frame headers, acknowledgements, each cycle's negotiation), for a link rate read against a known wire
         self._tx_bytes: list[int | None] = [None, None]
+        self._log: LogTee | None = None  # each rank's own response ends (HOROVOD_LOG_LEVEL=trace: ``horovod_log``)
+        if wanted():
+            try:
+                self._log = LogTee(quiet=os.environ.get(QUIET_ENV) == "1")
+            except OSError as err:
+                self.warnings.append(f"Horovod's trace log not kept ({err.strerror}): rank 0's timeline alone times the responses")
 
     # ------------------------------------------------------------ optimizer.step (nested hooks)
     def update_begin(self, opt: Any = None) -> None:
@@ -197,6 +205,9 @@ class HorovodCollector(Collector):
     def _begin_window(self) -> None:
         super()._begin_window()
         self._tx_bytes = [net_tx_bytes(), None]
+        if self._log is not None:
+            self._log.path = os.path.join(self.out_dir, LOG_FILE.format(rank=self._info["rank"]))
+            self._log.keep(True)
         if self._info.get("rank") != 0:
             return  # only the coordinator writes a timeline
         import horovod.torch as hvd
@@ -215,12 +226,16 @@ class HorovodCollector(Collector):
 
     def _end_window(self) -> None:
         self._tx_bytes[1] = net_tx_bytes()
+        if self._log is not None:
+            self._log.keep(False)
         self._stop_timeline()
         super()._end_window()
 
     def close(self, error: BaseException | None = None) -> None:
         self._stop_timeline()
         super().close(error)
+        if self._log is not None:
+            self._log.close()
 
     def _stop_timeline(self) -> None:
         if not self._timeline_open:
@@ -255,7 +270,9 @@ class HorovodCollector(Collector):
             "format": RANK_FORMAT, "version": VERSION, "rank": self._info["rank"], "world_size": self._info["world_size"],
             "host": self._info.get("host"), "horovod": version, "settings": settings_from_env(),
             "timeline": os.path.basename(self._timeline) if self._timeline else None, "warnings": self.warnings,
-            "calmed_threads": len(self._calmed), "cpus": usable_cpus(), "window_tx_bytes": _window_bytes(*self._tx_bytes),
+            "log": os.path.basename(self._log.path) if self._log is not None and self._log.path else None,
+            "utc_offset_s": time.localtime().tm_gmtoff, "calmed_threads": len(self._calmed), "cpus": usable_cpus(),
+            "window_tx_bytes": _window_bytes(*self._tx_bytes),
             "enqueues": [list(e) for e in self.enqueues],
         }
         with atomic_open(os.path.join(self.out_dir, horovod_rank_file(self._info["rank"]))) as f:

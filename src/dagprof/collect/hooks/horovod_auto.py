@@ -3,7 +3,8 @@
 ``autoprofile.install`` (run in every Python process of the job through ``sitecustomize``) calls
 ``install`` here, handing in its import hook, the run folder and the step window (so this module
 needs nothing of the launcher's). It sets ``HOROVOD_TIMELINE=DYNAMIC`` unless the job sets its own (so
-``horovodrun`` passes it to every rank and rank 0 can record its timeline during the window), then
+``horovodrun`` passes it to every rank and rank 0 can record its timeline during the window), and
+``HOROVOD_LOG_LEVEL=trace`` unless the job sets a level (each rank's own response ends, ``horovod_log``), then
 waits for ``import horovod.torch`` and wraps ``hvd.DistributedOptimizer``: the optimizer it returns
 is attached to a ``HorovodCollector``, the first module called afterwards is taken as the model,
 and steps are counted at the end of each outermost ``optimizer.step()``. Files are written when
@@ -15,6 +16,8 @@ import atexit
 import json
 import os
 from typing import Any
+
+from .horovod_log import LEVEL_ENV, QUIET_ENV
 
 TIMELINE_ENV = "HOROVOD_TIMELINE"
 # what a script calls to exchange gradients by hand (DistributedOptimizer calls them from horovod.torch.mpi_ops, never through these names)
@@ -28,6 +31,8 @@ def install(after_import: Any, out: str, steps: str) -> None:
     """Called by ``autoprofile.install`` when a profile was asked for: ``after_import`` is its import hook,
     ``out`` the run folder, ``steps`` the window (``traces.steps`` grammar)."""
     os.environ.setdefault(TIMELINE_ENV, "DYNAMIC")  # read by hvd.init(); inherited by horovodrun's ranks
+    if LEVEL_ENV not in os.environ:  # every rank's own response ends (``horovod_log``); its lines kept from the user's output
+        os.environ[LEVEL_ENV], os.environ[QUIET_ENV] = "trace", "1"
     after_import("horovod.torch", lambda hvd: _patch(hvd, out, steps))
 
 
