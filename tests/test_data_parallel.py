@@ -14,10 +14,11 @@ from testdata import DATA
 from dagprof.analysis import job_iteration_us
 from dagprof.cli.main import main
 from dagprof.costmodel.alphabeta import AlphaBeta
+from dagprof.costmodel.fsdp_costs import dtensor_step_ratio
 from dagprof.costmodel.topology import Topology
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
-from dagprof.graph.build_fsdp import check_fsdp_edges, fsdp_collectives
+from dagprof.graph.build_fsdp import check_fsdp_edges, fsdp_collectives, step_size
 from dagprof.passes.data_parallel import ddp_to_fsdp, fsdp_to_ddp, to_data_parallel, user_units
 from dagprof.passes.link_fit import find_collectives
 from dagprof.search.fsdp_memory import ddp_peak_of_fsdp, fsdp_peak
@@ -28,6 +29,16 @@ from dagprof.traces.events import Kind
 from dagprof.traces.run_schema import LOSS_BACKWARD, MODEL_OUTPUT
 
 DDP, FSDP, HSDP = DATA / "fsdp" / "ddp", DATA / "fsdp" / "reshard", DATA / "fsdp" / "hsdp"
+
+
+def _bare_ratio(g, world):
+    """FSDP2's step over DDP's without a calibration: DTENSOR_STEP's ratio for ``g``'s torch version (DDP's tensors and
+    gradient bytes, or an FSDP profile's units'), else 1/N."""
+    if g.meta.fsdp is not None:
+        tensors, nbytes = step_size(g.meta.fsdp.units)
+    else:
+        tensors, nbytes = len({p for b in g.meta.buckets for p in b.params}), sum(g.meta.layer_grad_bytes.values())
+    return dtensor_step_ratio(g.meta.torch_minor, tensors, nbytes, world) or 1 / world
 
 
 @pytest.fixture(scope="module")
@@ -83,9 +94,9 @@ def test_ddp_to_fsdp_has_fsdps_collectives_and_orderings(ddp, fsdp):
     total = sum(nb for _, _, nb in _buckets(ddp)) / len(ddp.meta.steps)
     for kind in ("all_gather", "reduce_scatter"):
         assert sum(nb for k, _, _, nb in colls if k == kind) / len(g.meta.steps) == total * (2 if kind == "all_gather" else 1)
-    # the optimizer steps half the parameters on each of the 2 ranks
+    # the optimizer steps half the parameters on each of the 2 ranks, on DTensor shards (DTENSOR_STEP's ratio)
     upd = g.kind == Kind.UPDATE
-    assert np.allclose(g.dur[upd] * 2, ddp.dur[ddp.kind == Kind.UPDATE])
+    assert np.allclose(g.dur[upd] / _bare_ratio(ddp, 2), ddp.dur[ddp.kind == Kind.UPDATE])
 
 
 def test_fsdp_keep_gathers_once_per_step(ddp):
@@ -170,7 +181,7 @@ def test_fsdp_to_ddp_buckets_every_gradient_once(fsdp):
         (fin,) = [p for p in g.predecessors(copy).tolist() if "ddp finalize" in g.node_name(p)]
         assert [int(g.bucket[p]) for p in g.predecessors(fin).tolist() if g.kind[p] == Kind.COMM] == [0]
         assert g.dur[copy] > 0
-    assert np.allclose(g.dur[g.kind == Kind.UPDATE], 2 * fsdp.dur[fsdp.kind == Kind.UPDATE])
+    assert np.allclose(g.dur[g.kind == Kind.UPDATE], fsdp.dur[fsdp.kind == Kind.UPDATE] / _bare_ratio(fsdp, 2))
 
 
 def _lane(g, step, rank):
@@ -345,10 +356,11 @@ def test_with_more_workers(ddp, fsdp):
     g = apply(ddp, Scenario(workers=4, data_parallel="fsdp"), c, base_topology(ddp, c))
     params = sum(u.numel * 4 for u in fsdp.meta.fsdp.units)
     assert g.meta.fsdp.world_size == 4 and fsdp_peak(g)[0].params == params / 4
-    assert np.allclose(g.dur[g.kind == Kind.UPDATE][:4] * 4, ddp.dur[ddp.kind == Kind.UPDATE][:4])
+    assert np.allclose(g.dur[g.kind == Kind.UPDATE][:4] / _bare_ratio(ddp, 4), ddp.dur[ddp.kind == Kind.UPDATE][:4])
     d = apply(fsdp, Scenario(workers=4, data_parallel="ddp"), c, base_topology(fsdp, c))
     assert d.meta.world_size == 4 and d.meta.fsdp is None
-    assert np.allclose(np.unique(d.dur[d.kind == Kind.UPDATE]), np.unique(fsdp.dur[fsdp.kind == Kind.UPDATE]) * 2)
+    # --workers 4 first steps the shards of 4 ranks (half the profiled step), then DDP the whole over DTensor's ratio at 4
+    assert np.allclose(np.unique(d.dur[d.kind == Kind.UPDATE]), np.unique(fsdp.dur[fsdp.kind == Kind.UPDATE]) / 2 / _bare_ratio(fsdp, 4))
 
 
 @pytest.mark.parametrize("wrapper", [[], ["--ddp"]], ids=["fully_shard", "ddp"])

@@ -18,8 +18,9 @@ import pytest
 from testdata import DATA
 
 from dagprof.analysis.interval import PredictionInterval, predict_interval, student_halfwidth
+from dagprof.costmodel.fsdp_costs import DTENSOR_STEP
 from dagprof.graph.build import build_graph
-from dagprof.passes.data_parallel import CLIP_NORM_BYTES, WakeFrom, blocking_note, ddp_to_fsdp, wake_up, wake_ups_per_step
+from dagprof.passes.data_parallel import CLIP_NORM_BYTES, WakeFrom, blocking_note, ddp_to_fsdp, dtensor_note, wake_up, wake_ups_per_step
 from dagprof.replay import replay
 from dagprof.search.scenario import Cluster, Scenario, apply, base_topology
 from dagprof.search.whatif import _wake_up_spread, evaluate
@@ -149,7 +150,40 @@ def test_run_queue_wake_ups_and_clip_from_a_recording_that_has_them():
             assert out.node_name(lane[up - 1]) == f"rank{r}.wait all_reduce clip_grad_norm_"
     note = blocking_note(g, measured=False)
     assert "9 blocking collectives a step, each with 2 wake-ups" in note and "no blocked wait measured in this graph" in note
-    assert "clip_grad_norm_ (1 call(s) a step on 19 gradients)" in note and "dispatch on its 19 gradients unpriced" in note
+    assert "clip_grad_norm_ (1 call(s) a step on 19 gradients)" in note and "dispatch on its gradients at the optimizer's measured" in note
+    old = _rebuilt(g.replace(meta=g.meta.replace(torch="1.9.0")))  # a torch version bench/dtensor_optimizer.py has not measured
+    assert "dispatch on its 19 gradients unpriced" in blocking_note(old, measured=False)
+
+
+def _updates(g, r):
+    return np.array([g.dur[v] for v in range(len(g)) if g.kind[v] == Kind.UPDATE and g.rank[v] == r])
+
+
+@pytest.mark.parametrize("torch, priced", [("2.13.0+cpu", True), ("1.9.0", False), ("", False)])
+def test_dtensor_optimizer_step_at_the_measured_ratio_of_the_profiles_torch(torch, priced):
+    """Without calibrate --fsdp, FSDP2's optimizer step is the profile's own step times DTENSOR_STEP's DTensor-to-plain ratio
+    for the profile's torch version at its tensors and bytes (the clip's DTensor dispatch at the same ratio for its
+    gradients); a version not measured keeps 1/N and says it is unpriced."""
+    g = _rebuilt(_graph(DATA / "lora-clip" / "ddp-0"))
+    g = g.replace(meta=g.meta.replace(torch=torch))
+    tensors = len({p for bk in g.meta.buckets for p in bk.params})
+    nbytes = sum(g.meta.layer_grad_bytes.values())
+    plain, dtensor = DTENSOR_STEP["2.13"]
+    ratio = dtensor.us(tensors, nbytes / 2) / plain.us(tensors, nbytes)
+    assert ratio > 1  # LoRA's 19 small trained tensors among 47: DTensor's dispatch per tensor outweighs the halved bytes
+    out = ddp_to_fsdp(g)
+    for r in (0, 1):
+        assert np.allclose(_updates(out, r), _updates(g, r) * (ratio if priced else 0.5))
+    clip = [v for v in range(len(out)) if out.node_name(v).endswith("fsdp clip_grad_norm_ (DTensor)")]
+    if priced:
+        want = [c.us * (dtensor.us(c.tensors, nbytes / 2) / plain.us(c.tensors, nbytes) - 1) for c in g.meta.grad_clips.values()]
+        assert np.allclose(sorted(out.dur[clip]), sorted(2 * want))  # each step's on both ranks
+    else:
+        assert not clip
+    note = dtensor_note(g)
+    assert ("times DTensor's measured ratio for torch 2.13" in note) == priced
+    assert ("unpriced (1/N of the profile's)" in note) != priced
+    assert priced or f"not measured for torch {torch or '(not recorded)'}" in note
 
 
 def test_grad_clip_records_each_call_in_the_window_only():

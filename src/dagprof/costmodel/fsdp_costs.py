@@ -55,6 +55,27 @@ class StepFit:
         return cls(float(best[0]), float(best[1]))
 
 
+def step_ratio(plain: StepFit, dtensor: StepFit, tensors: int, nbytes: float, world: int) -> float:
+    """The ``dtensor`` step on ``world`` ranks' shards over the ``plain`` one on the whole ``tensors`` of ``nbytes``."""
+    whole = plain.us(tensors, nbytes)
+    return dtensor.us(tensors, nbytes / max(world, 1)) / whole if whole > 0 else 1.0 / max(world, 1)
+
+
+# torch version (major.minor) -> (plain, DTensor) fits of AdamW's step in CPU time, 2 gloo ranks: bench/dtensor_optimizer.py
+# under the lock, not fitted to any job. Without a calibrate --fsdp file, a DDP profile prices FSDP2's step as its own step
+# times their ratio at the job's tensors and bytes (the profile's step holds its machine's speed and load's waits, the ratio
+# what DTensor adds per op); a version not here is not priced and says so. torch 2.13 (2026-12-05 07:46-07:47, load 2.6-3.7,
+# two runs of 3 rounds pooled; each run's own fits gave 8.26 / 8.44x at 31 tensors of 377 KiB): DTensor 527 us a tensor
+# (13.6-19.2 ms for 32 of 4 KiB), plain 37.
+DTENSOR_STEP = {"2.13": (StepFit(37.15, 0.002163), StepFit(526.8, 0.001192))}
+
+
+def dtensor_step_ratio(torch_minor: str, tensors: int, nbytes: float, world: int) -> float | None:
+    """``DTENSOR_STEP``'s ratio for a profile of torch ``torch_minor`` (``GraphMeta.torch_minor``); None where not measured."""
+    fits = DTENSOR_STEP.get(torch_minor)
+    return step_ratio(*fits, tensors, nbytes, world) if fits and tensors else None
+
+
 @dataclass(frozen=True)
 class FsdpCosts:
     """What ``dagprof calibrate`` measured of FSDP2 on the user's group (module docstring)."""
@@ -79,8 +100,7 @@ class FsdpCosts:
 
     def step_ratio(self, tensors: int, nbytes: float, world: int) -> float:
         """FSDP's step on ``world`` ranks' shards over DDP's on the whole ``tensors`` of ``nbytes``."""
-        plain = self.plain_step.us(tensors, nbytes)
-        return self.dtensor_step.us(tensors, nbytes / max(world, 1)) / plain if plain > 0 else 1.0 / max(world, 1)
+        return step_ratio(self.plain_step, self.dtensor_step, tensors, nbytes, world)
 
     def to_dict(self) -> dict[str, Any]:
         return {"world": self.world, "optimizer": self.optimizer, "copy_out_us_per_byte": self.copy_out_us_per_byte,

@@ -151,7 +151,7 @@ class GraphMeta:
     layer_saved_bytes: dict[str, int] = field(default_factory=dict)  # dagprof runs: rank 0's activation bytes saved per layer
     layer_output_bytes: dict[str, int] = field(default_factory=dict)  # dagprof DDP runs: rank 0's bytes each layer returned ({}: not recorded)
     # dagprof CPU runs: rank 0's autograd nodes per layer (RankFile.layer_autograd_nodes) and its torch version, which
-    # prices them (search.memory.autograd_host); {}: not recorded
+    # prices them (search.memory.autograd_host) and FSDP2's DTensor step (costmodel.fsdp_costs.DTENSOR_STEP); {}: not recorded
     layer_autograd_nodes: dict[str, int] = field(default_factory=dict)
     torch: str = ""
     grad_clips: dict[int, GradClip] = field(default_factory=dict)  # dagprof runs: rank 0's clip_grad_norm_ calls per step ({}: none or not recorded)
@@ -184,6 +184,11 @@ class GraphMeta:
         workers' mean counts it once (``mx_attn_accum.py`` on the testbed, ``tests/data/mxnet/testbed_attn``: pulls 8-10 ms
         late in 2 of 4 steps; the slowest worker per step read a profiler cost of 25 %, the mean 12 %)."""
         return max(per_rank) if self.ps is None else sum(per_rank) / len(per_rank)
+
+    @property
+    def torch_minor(self) -> str:
+        """The profile's torch version as major.minor (``2.13.0+cpu``: ``2.13``), what its measured constants are keyed by."""
+        return ".".join(self.torch.split("+")[0].split(".")[:2])
 
     def crowded_hosts(self, threads_per_rank: int) -> list[str]:
         """Hosts where ``threads_per_rank`` runnable threads per rank outnumber the cores a rank could run on (``host_cpus``)."""

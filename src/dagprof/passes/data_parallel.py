@@ -112,7 +112,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..costmodel.fsdp_costs import FsdpCosts, StepFit
+from ..costmodel.fsdp_costs import DTENSOR_STEP, FsdpCosts, StepFit, dtensor_step_ratio
 from ..errors import DagprofError
 from ..graph.build_fsdp import fsdp_collectives, is_fsdp_graph, step_size
 from ..graph.dag import Graph, GraphBuilder
@@ -155,8 +155,8 @@ def conversion_note(target: str, measured: bool, g: Graph) -> str:
             "slowed: held-out gloo jobs at fully_shard's default ran FSDP 8-18 % slower than this prediction on a quiet machine (a "
             "transformer-like stack and an MLP with an embedding, loopback, two calibrations; bench/bench_fsdp.py --part 7 "
             "--link-model-calibrate), more under load (a blocking collective's wake-up grows with it); the memory within about 10 %")
-    return RESHARD_NOTE + blocking_note(g, measured) + (
-        "a DDP profile has no FSDP all-gather skew (gloo releases one rank later), no FSDP hooks, no DTensor optimizer, no fixed cost "
+    return RESHARD_NOTE + blocking_note(g, measured) + dtensor_note(g) + (
+        "a DDP profile has no FSDP all-gather skew (gloo releases one rank later), no FSDP hooks, no fixed cost "
         "per FSDP collective and no reduce-scatter's lag beyond a wake-up (dagprof calibrate --fsdp measures them for --link-model): "
         "unpriced, and not in the interval, which carries the wake-up price's sampling error only, so FSDP may run slower than its "
         "high end (a held-out ResNet at load 13: its DTensor optimizer 65 ms a step, 1.6 priced); held-out gloo jobs ran FSDP 51 % "
@@ -164,6 +164,16 @@ def conversion_note(target: str, measured: bool, g: Graph) -> str:
         "bench/fsdp_fresh/mixer_rounds.sh; the ResNet 27-91 % slower, 4 rounds at load 13-22, 3 held: "
         "SCRIPT=bench/fsdp_fresh/resnet_ddp.py), a LoRA fine-tune 41 % faster to 111 % slower (bench/bench_lora_memory.py, 6 pairs); "
         "the memory within about 10 %")
+
+
+def dtensor_note(g: Graph) -> str:
+    """What the conversion of ``g`` without ``calibrate --fsdp`` priced of FSDP2's optimizer step on DTensor shards
+    (``optimizer_ratio``)."""
+    if g.meta.torch_minor in DTENSOR_STEP:
+        return (f"the optimizer step on DTensor shards as the profile's own step times DTensor's measured ratio for torch {g.meta.torch_minor} "
+                "(AdamW on 2 gloo ranks, bench/dtensor_optimizer.py; another optimizer at AdamW's ratio); ")
+    return (f"the optimizer step on DTensor shards unpriced (1/N of the profile's): DTensor's ratio to a plain step is not measured for "
+            f"torch {g.meta.torch or '(not recorded)'} (bench/dtensor_optimizer.py measures it); ")
 
 
 def blocking_note(g: Graph, measured: bool) -> str:
@@ -187,7 +197,8 @@ def blocking_note(g: Graph, measured: bool) -> str:
         return out + ("clip_grad_norm_ not recorded in this profile (an older file, or the job does not call torch.nn.utils.clip_grad_norm_): "
                       "if it clips, FSDP2's blocking all-reduce of the norm and DTensor's dispatch on each gradient are unpriced; ")
     return out + (f"clip_grad_norm_ ({clips} call(s) a step on {tensors} gradients): its blocking all-reduce of the norm priced"
-                  + (", DTensor's dispatch on its gradients at the optimizer's measured DTensor-to-plain ratio; " if measured else
+                  + (", DTensor's dispatch on its gradients at the optimizer's measured DTensor-to-plain ratio; "
+                     if measured or g.meta.torch_minor in DTENSOR_STEP else
                      f"; DTensor's dispatch on its {tensors} gradients unpriced (dagprof calibrate --fsdp measures it for --link-model); "))
 
 
@@ -322,10 +333,10 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
     unit_bytes = _unit_sizes(units, grad)  # what a unit reduce-scatters
     unit_full = _unit_sizes(units, params)  # what it gathers
     tensors = len({p for bk in g.meta.buckets for p in bk.params})  # the parameter tensors DDP steps
-    if costs is not None and tensors:
-        copy_out, step = StepFit(0.0, costs.copy_out_us_per_byte), costs.step_ratio(tensors, sum(unit_bytes.values()), n)
-    else:  # nothing measured (or no parameter count to price DTensor's per-tensor cost on): the profile's own rules
-        copy_out, step = _enqueue_price(g, pb), 1.0 / n
+    # the copy-out as measured, else as the profile's enqueues cost (``_enqueue_price``); the step by DTensor's measured ratio,
+    # else 1/N of the profile's (a torch version ``DTENSOR_STEP`` lacks: said by ``conversion_note``)
+    copy_out = StepFit(0.0, costs.copy_out_us_per_byte) if costs is not None and tensors else _enqueue_price(g, pb)
+    step = optimizer_ratio(g, costs, tensors, sum(unit_bytes.values()), n) or 1.0 / n
     channel = int(g.device[pb.comm_ids[0]])
     sinks = {v for vs in pb.sinks.values() for v in vs if g.kind[v] == Kind.COMM_WAIT}
 
@@ -381,12 +392,17 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
                     _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp hooks {unit} (backward)", Kind.OTHER,
                             costs.unit_us("backward", unit_full[unit]))
         if (clip := g.meta.grad_clips.get(step)) is not None:
-            ratio = costs.step_ratio(clip.tensors, sum(unit_bytes.values()), n) if costs is not None else 1.0
+            ratio = optimizer_ratio(g, costs, clip.tensors, sum(unit_bytes.values()), n) or 1.0
             seq = _clip_all_reduce(b, g, remap, lanes, step, seq, channel, woken, clip.us * max(ratio - 1.0, 0.0))
     chain_lanes(b)
     out = b.build()
+    # the trained tensors each unit steps (a parameter's owner is its name less the last part; FSDP -> DDP prices the step by them)
+    stepped = defaultdict(int)
+    for p in {p for bk in g.meta.buckets for p in bk.params}:
+        stepped[layer_unit.get(p.rpartition(".")[0], FSDP_ROOT)] += 1
     fs_units = [FsdpGraphUnit(name, int(unit_full[name] // element), int(math.ceil(unit_full[name] / n)), dtype, dtype, dtype,
-                              again[name], again[name], [n], [], list(ls), frozen_numel=int((unit_full[name] - unit_bytes[name]) // element))
+                              again[name], again[name], [n], [], list(ls), tensors=stepped[name],
+                              frozen_numel=int((unit_full[name] - unit_bytes[name]) // element))
                 for name, ls in units]
     total, trained = sum(unit_full.values()), sum(unit_bytes.values())
     shards = FsdpShards(int(math.ceil(total / n)), int(math.ceil(trained / n)), 0)  # optimizer state: unknown to a DDP profile (``with_optimizer_state``)
@@ -406,6 +422,15 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
         # transformer (4 blocks, 2 ranks) that was 4.15 ms on each of 14 collectives a step: +30 % where without it -8 %
         topo = dataclasses.replace(topo, overhead_us=0.0)
     return retime_collectives(out, topo, current_scheme(g), lags_on=topo)
+
+
+def optimizer_ratio(g: Graph, costs: FsdpCosts | None, tensors: int, nbytes: float, world: int) -> float | None:
+    """FSDP2's optimizer step on ``world`` ranks' DTensor shards over the profile's on the plain whole ``tensors`` of
+    ``nbytes``: as ``calibrate --fsdp`` measured it on the user's machine, else ``DTENSOR_STEP``'s for the profile's torch
+    version (DTensor's dispatch per op, about 14x a plain op's on 4 KiB tensors at torch 2.13); None: neither, or no tensors."""
+    if not tensors:
+        return None
+    return costs.step_ratio(tensors, nbytes, world) if costs is not None else dtensor_step_ratio(g.meta.torch_minor, tensors, nbytes, world)
 
 
 def _refuse_uneven_gradients(g: Graph, grad: dict[str, int]) -> None:
@@ -660,7 +685,8 @@ def _lag_per_rank(g: Graph, waits: np.ndarray) -> dict[int, float]:
 def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB, costs: FsdpCosts | None = None) -> Graph:
     """The FSDP2 profile ``g`` as a DDP job with ``bucket_mb`` buckets. Its optimizer steps every parameter on every rank:
     with ``costs`` (``dagprof calibrate --fsdp``) the profiled DTensor step on the shards over the measured ratio of the
-    two (``FsdpCosts.step_ratio``: DTensor's fixed cost per tensor is no DDP cost), else the profiled step times the ranks.
+    two (``FsdpCosts.step_ratio``: DTensor's fixed cost per tensor is no DDP cost), else over ``DTENSOR_STEP``'s ratio for
+    the profile's torch version (``optimizer_ratio``), else the profiled step times the ranks.
     With the calibrated file (``whatif --link-model``), FSDP -> DDP on a quiet machine's kept part-7 runs (2 rounds, 2
     models, 3 links) came out -4.4 to +17.0 % (the ranks rule on the same files: -2.2 to +33.2 %; the transformer's 51 small
     tensors gain most, the embedding MLP's 19 lose 1-3 points). Set category by category beside the DDP profile of the
@@ -706,10 +732,7 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB, costs: FsdpCosts
     dur = g.dur.copy()
     upd = np.flatnonzero(g.kind == Kind.UPDATE)
     tensors, nbytes = step_size(fs.units)
-    if costs is not None and tensors:
-        dur[upd] /= costs.step_ratio(tensors, nbytes, n)
-    else:
-        dur[upd] *= n  # every parameter updated on every rank
+    dur[upd] /= optimizer_ratio(g, costs, tensors, nbytes, n) or 1.0 / n  # every parameter on every rank, as plain tensors
     buckets = _ddp_buckets(g, fs.layer_grad_bytes, bucket_mb * MB)
     params = sum(nb for _, nb in buckets)
     b, remap = GraphBuilder.from_graph(g.replace(dur=dur), ~drop)

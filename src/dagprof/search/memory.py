@@ -84,7 +84,7 @@ def autograd_host(g: Graph) -> AutogradHost:
     nodes = {k: n for k, n in g.meta.layer_autograd_nodes.items() if k != PREVIOUS_GRAPH}
     if not nodes:
         return AutogradHost({})
-    version = ".".join(g.meta.torch.split("+")[0].split(".")[:2])
+    version = g.meta.torch_minor
     if version not in AUTOGRAD_NODE_BYTES:
         return AutogradHost({}, note=f"peak memory leaves out the host memory of the autograd graph ({sum(nodes.values())} nodes a step): "
                                      f"its bytes per node are not measured for torch {g.meta.torch or '(not recorded)'} "

@@ -193,14 +193,7 @@ def measure_fsdp(iters: int = 5) -> tuple[FsdpCosts, dict]:
         raise DagprofError("calibrate: no torch.distributed process group is initialised")
     world = dist.get_world_size()
     mesh = init_device_mesh("cpu", (world,))
-    steps: dict[str, list[tuple[int, int, float]]] = {"plain": [], "dtensor": []}
-    for tensors, width in OPT_SHAPES:
-        for how in steps:
-            model = _linear_stack(tensors, width, mesh if how == "dtensor" else None)
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
-            model(torch.ones(2, width)).sum().backward()
-            nbytes = tensors * width * width * 4
-            steps[how].append((tensors, nbytes // world if how == "dtensor" else nbytes, _slowest_median(lambda step=opt.step: step, iters)))
+    steps = optimizer_points(mesh, iters)
     copy = []
     for nbytes in COPY_SIZES:
         shard = max(nbytes // 4 // world // 4, 1)
@@ -219,7 +212,7 @@ def measure_fsdp(iters: int = 5) -> tuple[FsdpCosts, dict]:
         bucket_in.append((nbytes, _slowest_median(lambda: lambda: [torch.mul(g, 1.0 / world, out=v) for g, v in zip(grads, views)], iters)))
         bucket_out.append((nbytes, _slowest_median(lambda: lambda: [g.copy_(v) for g, v in zip(grads, views)], iters)))
     per_unit = [_unit_extra(units, width, world, mesh, iters) for units, width in (UNITS, LARGE_UNITS)]
-    del model, opt, mesh
+    del mesh
     gc.collect()  # the sharded modules and their mesh go while the group lives: left to its teardown, a rank aborted in 2 runs of 12 (0 of 27 so)
     dist.barrier()
     (small, f0, b0, cpu0), (large, _, _, cpu1) = per_unit
@@ -229,6 +222,31 @@ def measure_fsdp(iters: int = 5) -> tuple[FsdpCosts, dict]:
                       bucket_in_us_per_byte=_per_byte(bucket_in), bucket_out_us_per_byte=_per_byte(bucket_out))
     return costs, {"optimizer_points": steps, "copy_out_points": copy, "bucket_in_points": bucket_in, "bucket_out_points": bucket_out,
                    "unit_points": [{"unit_bytes": nb, "forward_us": f, "backward_us": b, **rest} for nb, f, b, rest in per_unit]}
+
+
+def optimizer_points(mesh: object, iters: int, cpu: bool = False) -> dict[str, list[tuple[int, int, float]]]:
+    """(tensors, bytes, us) of ``torch.optim.AdamW``'s step on ``OPT_SHAPES``' stacks, ``plain`` (whole tensors, as DDP holds
+    them) and ``dtensor`` (``fully_shard``'s shards on ``mesh``: bytes the shard's; gradients from a real forward and
+    backward), every rank stepping at once: the slowest rank's median wall time (``measure_fsdp``, at the user's load), or
+    with ``cpu`` its thread's CPU time, which waiting for a core does not take (``bench/dtensor_optimizer.py``: a constant
+    per torch version, measured on a machine shared with other work)."""
+    import torch
+    import torch.distributed as dist
+
+    world = dist.get_world_size()
+    steps: dict[str, list[tuple[int, int, float]]] = {"plain": [], "dtensor": []}
+    for tensors, width in OPT_SHAPES:
+        for how in steps:
+            model = _linear_stack(tensors, width, mesh if how == "dtensor" else None)
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
+            model(torch.ones(2, width)).sum().backward()
+            nbytes = tensors * width * width * 4
+            us = (float(np.median(_timed_both(lambda step=opt.step: step, iters)[1], axis=1).max()) if cpu else
+                  _slowest_median(lambda step=opt.step: step, iters))
+            steps[how].append((tensors, nbytes // world if how == "dtensor" else nbytes, us))
+            del model, opt
+    gc.collect()  # the sharded modules go while the group lives (``measure_fsdp``)
+    return steps
 
 
 def _per_byte(points: list[tuple[int, float]]) -> float:
