@@ -18,7 +18,11 @@ on every rank's main lane, as FSDP2 runs them under gloo (``graph.build_fsdp`` n
   unit that runs no backward (frozen whole) is gathered all the same, by the next unit's pre-backward (FSDP2's
   backward prefetch follows the forward order, not what runs backward: ``_prefetcher``);
 - after its last backward layer (the root's after the backward) its reduce-scatter, blocking, and its reshard;
-- the optimizer updates this rank's shards only: 1/N of its profiled time.
+- the optimizer updates this rank's shards only, on DTensors: the profiled step times DTensor's ratio to a plain step,
+  measured per torch version by ``bench/dtensor_optimizer.py`` (``costmodel.fsdp_costs.DTENSOR_STEP``: AdamW at the job's
+  tensors and bytes; DTensor's dispatch per op about 14x a plain op's at torch 2.13, so a model of small tensors steps
+  several times DDP's step, not 1/N of it: the held-out ResNet's FSDP2 jobs 7-20x, priced 8.3x); a version not measured:
+  1/N of the profiled time, said in the note (``dtensor_note``).
 Each of those collectives blocks the rank, where DDP's all-reduces block nothing until the finalize: the rank hands the
 call to gloo's worker thread, which must be woken to run it, and is itself woken when it completes. Each wake-up costs
 what the DDP profile's own waits that blocked cost (``wake_up``: DDP's finalize behind its last bucket; the mean lag of
@@ -146,7 +150,10 @@ def conversion_note(target: str, measured: bool, g: Graph) -> str:
             return ("the optimizer step on whole tensors over FSDP2's on DTensor shards as dagprof calibrate --fsdp measured them here; "
                     "FSDP's hooks are dropped: held-out gloo jobs ran DDP 0.1 % slower to 11.1 % faster than this prediction "
                     "(2 rounds on a quiet machine, bench/bench_fsdp.py --part 7 kept runs), its peak memory -0 to +10 %")
-        return "held-out gloo jobs measured DDP -30 to +15 % off this prediction, its peak memory -0 to +10 % (bench/bench_fsdp.py --part 7)"
+        return ("the optimizer step on whole tensors over FSDP2's on DTensor shards at DTensor's measured ratio for the profile's torch "
+                "version (bench/dtensor_optimizer.py; none measured: the ranks times the step): a held-out MLP-Mixer and ResNet measured "
+                "DDP -41 to +109 % off this prediction, median +17 % (16 pairs at load 1-23, bench/fsdp_fresh/mixer_rounds.sh; +87 % with "
+                "the step times the ranks), its peak memory -0 to +10 % (bench/bench_fsdp.py --part 7)")
     if measured:
         return RESHARD_NOTE + blocking_note(g, measured) + (
             "the optimizer step on DTensor shards, FSDP2's copy-out, each unit's hooks and wake-ups beyond its collectives at its "
@@ -159,11 +166,11 @@ def conversion_note(target: str, measured: bool, g: Graph) -> str:
         "a DDP profile has no FSDP all-gather skew (gloo releases one rank later), no FSDP hooks, no fixed cost "
         "per FSDP collective and no reduce-scatter's lag beyond a wake-up (dagprof calibrate --fsdp measures them for --link-model): "
         "unpriced, and not in the interval, which carries the wake-up price's sampling error only, so FSDP may run slower than its "
-        "high end (a held-out ResNet at load 13: its DTensor optimizer 65 ms a step, 1.6 priced); held-out gloo jobs ran FSDP 51 % "
-        "faster to 113 % slower than predicted (an MLP-Mixer, 16 pairs at load 0.5-23, its interval holding 11: "
-        "bench/fsdp_fresh/mixer_rounds.sh; the ResNet 27-91 % slower, 4 rounds at load 13-22, 3 held: "
-        "SCRIPT=bench/fsdp_fresh/resnet_ddp.py), a LoRA fine-tune 41 % faster to 111 % slower (bench/bench_lora_memory.py, 6 pairs); "
-        "the memory within about 10 %")
+        "high end (a held-out ResNet at load 13: FSDP's hooks and copy-outs 61.6 ms a step, 32.9 priced; its collectives 65.6, 7.9 "
+        "priced); held-out gloo jobs with the DTensor step priced ran FSDP 23 % faster to 144 % slower than predicted (an MLP-Mixer, "
+        "8 pairs at load 1-23, its interval holding 4: bench/fsdp_fresh/mixer_rounds.sh; a ResNet 10 % faster to 69 % slower, 8 "
+        "pairs, 7 held: SCRIPT=bench/fsdp_fresh/resnet_ddp.py), a LoRA fine-tune 41 % faster to 111 % slower before it was "
+        "priced (bench/bench_lora_memory.py, 6 pairs); the memory within about 10 %")
 
 
 def dtensor_note(g: Graph) -> str:
