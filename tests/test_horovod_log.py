@@ -94,6 +94,19 @@ def test_a_negotiation_holds_the_peer_still_in_the_previous_response(tmp_path):
     assert sum(w > 0 for _, _, w in hv.peer_waits) == 12  # the cycles begun while the peer was still in the previous response
 
 
+def test_a_rank_without_its_log_is_counted_and_its_peers_logs_unused(tmp_path):
+    run = _with_logs(tmp_path, 2000.0)
+    path = os.path.join(run, horovod_rank_file(1))
+    with open(path) as f:
+        doc = json.load(f)
+    doc.pop("log")
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    g = open_run(run).graph
+    assert not g.meta.horovod.peer_lags
+    assert any("trace log kept by 1 of 2 ranks" in str(w) for w in g.meta.warnings)
+
+
 def test_the_bandwidth_whatif_scales_the_peers_wire_in_the_negotiations(tmp_path):
     c = Cluster(profiled_bandwidth="237.5Mbit")  # the model's link of 2 ranks on a 500 Mbit/s loopback (rate x 0.95 / 2)
     slow, model = {}, {}

@@ -179,7 +179,12 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
                             "their time is on the main thread as time between ops")
         _check_served(placed, requests, tl_path, warnings)
     shifts = {t.rank: _clock_shift(t, run.ranks[0], plan) for t in run.ranks}
-    lags = _peer_lags(plan, read_logs(_log_paths(folder, docs), {r: d.utc_offset_s for r, d in docs.items()}), shifts, warnings) if plan else {}
+    log_paths = _log_paths(folder, docs)
+    kept = sum(p is not None for p in log_paths.values())
+    if 0 < kept < len(log_paths):
+        warnings.append(f"Horovod's trace log kept by {kept} of {len(log_paths)} ranks: each rank's own response ends unused, "
+                        "the negotiations priced as measured")
+    lags = _peer_lags(plan, read_logs(log_paths, {r: d.utc_offset_s for r, d in docs.items()}), shifts, warnings) if plan else {}
     waits: list[tuple[int, int, float, int]] = []
     ranks = [_merge(_with_doc(t, docs[t.rank]), requests.get(t.rank, []), plan, shifts[t.rank], timeline, lags, waits) for t in run.ranks]
     order = _tensor_order(plan)

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 
 from ..errors import DagprofError
+from ..fsutil import read_input
 
 LOG_FILE = "rank{rank}.horovod.log"
 _STAMP = r"\[?(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\.\s*(\d{1,6}): "
@@ -44,11 +45,7 @@ class RankLog:
 def read_log(path: str, rank: int, utc_offset_s: int) -> RankLog:
     """A rank's kept log lines -> its responses; ``utc_offset_s``: the recording host's local time offset, which the
     stamps are in (``time.localtime().tm_gmtoff``, the rank file keeps it)."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            lines = f.read().splitlines()
-    except OSError as err:
-        raise DagprofError(f"cannot read Horovod's log ({err.strerror})", path) from None
+    lines = read_input(path).decode("utf-8", errors="replace").splitlines()
     started: dict[frozenset[str], float] = {}
     out: list[LoggedResponse] = []
     unreadable = ends_alone = 0

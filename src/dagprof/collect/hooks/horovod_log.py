@@ -14,6 +14,8 @@ import threading
 import time
 from typing import Any
 
+from ...errors import DagprofError
+from ...fsutil import atomic_open
 from ...traces.horovod_log import HOROVOD_LINE
 
 LEVEL_ENV = "HOROVOD_LOG_LEVEL"
@@ -75,15 +77,22 @@ class LogTee:
                 if self._keep_until is not None and now > self._keep_until:
                     self._save()
             if passed:
-                _write_all(self._out, b"\n".join(passed) + b"\n")
+                try:
+                    _write_all(self._out, b"\n".join(passed) + b"\n")
+                except OSError:  # the real output is gone: keep draining the pipe, or the rank's next print blocks
+                    pass
 
     def _save(self) -> None:
-        """The kept lines into ``path`` (under the lock); keeping stops."""
+        """The kept lines into ``path`` (under the lock), atomically; keeping stops. A file that cannot be written is
+        left out (the reader then times the responses by rank 0's timeline alone): the pump must go on draining."""
         self._keep_until = None
         if self.path is None:
             return
-        with open(self.path, "wb") as f:
-            f.write(b"\n".join(self._kept) + (b"\n" if self._kept else b""))
+        try:
+            with atomic_open(self.path, "wb") as f:
+                f.write(b"\n".join(self._kept) + (b"\n" if self._kept else b""))
+        except (OSError, DagprofError):
+            pass
 
     def close(self) -> None:
         """File descriptor 1 back to the real output (the thread passes on what is still in the pipe, up to a second),
