@@ -209,8 +209,10 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
 
 
 def _log_paths(folder: str, docs: dict[int, HorovodRankDoc]) -> dict[int, str | None]:
-    """Each rank's Horovod trace log, as its rank file names it (inside the run folder only)."""
-    return {r: inside(folder, d.log, os.path.join(folder, horovod_rank_file(r))) if d.log else None for r, d in docs.items()}
+    """Each rank's Horovod trace log, as its rank file names it (inside the run folder only); None where it names none or
+    the file is not there (the collector could not write it: counted by the caller, with the ranks that kept none)."""
+    paths = {r: inside(folder, d.log, os.path.join(folder, horovod_rank_file(r))) if d.log else None for r, d in docs.items()}
+    return {r: p if p is not None and os.path.exists(p) else None for r, p in paths.items()}
 
 
 def _check_requests(requests: dict[int, list[_Request]], traces: dict[int, RankTrace], folder: str) -> None:

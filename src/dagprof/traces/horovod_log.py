@@ -23,6 +23,8 @@ _STAMP = r"\[?(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\.\s*(\d{1,6}): "
 # any line Horovod's logger wrote: its threads write to one stream at once, so a line may have lost its "[" to the one before
 HOROVOD_LINE = re.compile(rb"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.[ \d]{6}: ([TDIWEF]) \S+:\d+\] ")
 _PERFORM = re.compile(_STAMP + r"T [^\]]*\] \[(\d+)\]: (Performing|Finished performing) (.+?)\s*$")
+# in every line about performing a response, and in a line cut inside one: the collector keeps, the reader reads these
+RESPONSE_MARK = "erf"
 
 
 @dataclass(frozen=True)
@@ -48,9 +50,9 @@ def read_log(path: str, rank: int, utc_offset_s: int) -> RankLog:
     lines = read_input(path).decode("utf-8", errors="replace").splitlines()
     started: dict[frozenset[str], float] = {}
     out: list[LoggedResponse] = []
-    unreadable = ends_alone = 0
+    unreadable = ends_alone = starts_lost = 0
     for line in lines:
-        if "erf" not in line:  # Performing, Finished performing, or a line cut inside either (a cut sooner: unpaired)
+        if RESPONSE_MARK not in line:  # Performing, Finished performing, or a line cut inside either (a cut sooner: unpaired)
             continue
         m = _PERFORM.search(line)
         if m is None:
@@ -62,12 +64,13 @@ def read_log(path: str, rank: int, utc_offset_s: int) -> RankLog:
         at = (calendar.timegm(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) - utc_offset_s) * 1e6 + int(micros)
         tensors = frozenset(t.strip() for t in names.split(","))
         if what == "Performing":
+            starts_lost += tensors in started  # its end's line lost: the earlier start would pair with a later end
             started[tensors] = at
         elif tensors in started:
             out.append(LoggedResponse(tensors, started.pop(tensors), at))
         else:
             ends_alone += 1
-    return RankLog(rank, out, unreadable, max(ends_alone - 1, 0) + max(len(started) - 1, 0))
+    return RankLog(rank, out, unreadable, starts_lost + max(ends_alone - 1, 0) + max(len(started) - 1, 0))
 
 
 def read_logs(paths: dict[int, str | None], utc_offsets: dict[int, int | None]) -> dict[int, RankLog]:

@@ -16,12 +16,13 @@ from typing import Any
 
 from ...errors import DagprofError
 from ...fsutil import atomic_open
-from ...traces.horovod_log import HOROVOD_LINE
+from ...traces.horovod_log import HOROVOD_LINE, RESPONSE_MARK
 
 LEVEL_ENV = "HOROVOD_LOG_LEVEL"
 QUIET_ENV = "DAGPROF_HOROVOD_LOG_QUIET"  # set by the launcher where it set the level: the user never asked for the lines
 _TAIL_S = 0.5  # lines kept after the window ends: the last response's end is logged after synchronize() returned
 _BELOW_DEFAULT = (b"T", b"D", b"I")
+_MARK = RESPONSE_MARK.encode()
 
 
 def wanted(env: dict[str, str] | None = None) -> bool:
@@ -70,7 +71,7 @@ class LogTee:
                 keeping = self._keep_until is not None and now <= self._keep_until
                 for line in lines:
                     m = HOROVOD_LINE.search(line)
-                    if m and keeping and b"erf" in line:
+                    if m and keeping and _MARK in line:
                         self._kept.append(line)
                     if not (m and self.quiet and m.group(1) in _BELOW_DEFAULT):
                         passed.append(line)
