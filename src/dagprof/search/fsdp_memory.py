@@ -484,6 +484,7 @@ def ddp_peak_of_fsdp(g: Graph, workers: int | None = None) -> dict[int, MemoryBr
         state = mem.optim_state_bytes / (mem.param_shard_bytes * share) if mem.param_shard_bytes and share else 0.0
         adam = abs(state - OPTIMIZER_STATE["adam"]) < 0.05
         model = MemoryModel(trained, saved, recorded.get(SAVED_OUTSIDE_LAYERS, 0.0), state, 2.0 * largest if adam else 0.0,
-                            recorded.get(MODEL_OUTPUT, 0.0), backward, recorded.get(LOSS_BACKWARD, 0.0), frozen, host.shell)
+                            recorded.get(MODEL_OUTPUT, 0.0), backward, recorded.get(LOSS_BACKWARD, 0.0), frozen, host.shell,
+                            previous=host.previous, loss_forward=float(recorded.get(LOSS_FORWARD, 0.0)))
         out[int(rank)] = model.peak()
     return out
