@@ -176,11 +176,19 @@ def conversion_note(target: str, measured: bool, g: Graph) -> str:
 def dtensor_note(g: Graph) -> str:
     """What the conversion of ``g`` without ``calibrate --fsdp`` priced of FSDP2's optimizer step on DTensor shards
     (``optimizer_ratio``)."""
-    if g.meta.torch_minor in DTENSOR_STEP:
+    if g.meta.torch_minor in DTENSOR_STEP and _stepped_params(g):
         return (f"the optimizer step on DTensor shards as the profile's own step times DTensor's measured ratio for torch {g.meta.torch_minor} "
                 "(AdamW on 2 gloo ranks, bench/dtensor_optimizer.py; another optimizer at AdamW's ratio); ")
+    if g.meta.torch_minor in DTENSOR_STEP:
+        return ("the optimizer step on DTensor shards unpriced (1/N of the profile's): the profile records no DDP buckets, so not the "
+                "parameter tensors it steps; ")
     return (f"the optimizer step on DTensor shards unpriced (1/N of the profile's): DTensor's ratio to a plain step is not measured for "
             f"torch {g.meta.torch or '(not recorded)'} (bench/dtensor_optimizer.py measures it); ")
+
+
+def _stepped_params(g: Graph) -> set[str]:
+    """The parameter tensors DDP's buckets hold: those its optimizer steps."""
+    return {p for bk in g.meta.buckets for p in bk.params}
 
 
 def blocking_note(g: Graph, measured: bool) -> str:
@@ -339,7 +347,8 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
     dtype = {2: "bfloat16", 4: "float32", 8: "float64"}.get(element, "float32")
     unit_bytes = _unit_sizes(units, grad)  # what a unit reduce-scatters
     unit_full = _unit_sizes(units, params)  # what it gathers
-    tensors = len({p for bk in g.meta.buckets for p in bk.params})  # the parameter tensors DDP steps
+    stepped_params = _stepped_params(g)
+    tensors = len(stepped_params)  # the parameter tensors DDP steps
     # the copy-out as measured, else as the profile's enqueues cost (``_enqueue_price``); the step by DTensor's measured ratio,
     # else 1/N of the profile's (a torch version ``DTENSOR_STEP`` lacks: said by ``conversion_note``)
     copy_out = StepFit(0.0, costs.copy_out_us_per_byte) if costs is not None and tensors else _enqueue_price(g, pb)
@@ -405,7 +414,7 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
     out = b.build()
     # the trained tensors each unit steps (a parameter's owner is its name less the last part; FSDP -> DDP prices the step by them)
     stepped = defaultdict(int)
-    for p in {p for bk in g.meta.buckets for p in bk.params}:
+    for p in stepped_params:
         stepped[layer_unit.get(p.rpartition(".")[0], FSDP_ROOT)] += 1
     fs_units = [FsdpGraphUnit(name, int(unit_full[name] // element), int(math.ceil(unit_full[name] / n)), dtype, dtype, dtype,
                               again[name], again[name], [n], [], list(ls), tensors=stepped[name],
