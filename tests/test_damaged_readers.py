@@ -194,6 +194,12 @@ def test_an_fsdp_collective_naming_a_unit_the_file_lacks_isload_refused(tmp_path
     load_refused(run, str(run / "rank1.json"), "1 FSDP collective(s) name unit 7, but the file lists 3 units")
 
 
+def test_an_fsdp_collective_of_no_kind_isload_refused(tmp_path):
+    run = copy_fixture(tmp_path, "fsdp/hsdp")
+    edit_json(run / "rank1.json", lambda d: d["fsdp"]["collectives"][0].update(kind="all_gather_object"))  # was a bare KeyError
+    load_refused(run, str(run / "rank1.json"), "is of kind 'all_gather_object', which no collective is")
+
+
 @pytest.mark.parametrize("flags, needle", [
     (["--rounds", "5"], "--rounds: is read only with --verify"),  # each was ignored, exit 0, the search as without it
     (["--ranks", "2"], "--ranks: is read only with --verify"),

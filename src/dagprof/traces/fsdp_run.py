@@ -229,6 +229,8 @@ def check_units(info: FsdpInfo, rank: int, world: int, path: str) -> None:
             raise DagprofError(f"unit {u.name} has {u.frozen_numel} frozen elements in {u.numel} and {u.frozen_tensors} frozen tensors in "
                                f"{len(u.params)}: a damaged file", path)
     for k, c in enumerate(info.collectives):
+        if PRICED_AS.get(c.kind, c.kind).upper() not in CommKind.__members__:
+            raise DagprofError(f"collective {k} ({c.phase}) is of kind {c.kind!r}, which no collective is: a damaged file", path)
         ranks = [int(r) for r in c.group.split(",")]
         if c.phase in JOB_PHASES:  # the job's (a DTensor's gather over its mesh dimension, a call of its own): any group of this rank's
             if rank not in ranks or min(ranks) < 0 or max(ranks) >= world:
