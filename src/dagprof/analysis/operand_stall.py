@@ -100,9 +100,10 @@ class ThreadShare:
 
 def thread_share(g: Graph) -> ThreadShare | None:
     """The split of ``ThreadShare`` for a graph whose ranks share one host (several hosts: whose threads contend with
-    whose is not in the graph, None); None where there are no timed collectives."""
+    whose is not in the graph; no host recorded: not known to be one; None either way); None where there are no timed
+    collectives."""
     comm = _timed_comm(g)
-    if not comm.any() or len(g.meta.host_cpus) > 1:
+    if not comm.any() or len(g.meta.host_cpus) != 1:
         return None
     work = np.flatnonzero((g.rank >= 0) & ~np.isin(g.kind, _WAITING) & (g.dur > 0))
     start, end = _union(g.order[work], g.order[work] + g.dur[work])
