@@ -221,7 +221,8 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
             + ([f"no peak memory in {len(rows)} row(s): {unsized}"] if unsized else [])
             + ([f"peak memory in {len(rows)} row(s): {GATHERED_UNRECORDED}"] if _threshold_rule(g0) and not unsized else [])
             + ([note] if is_fsdp_graph(g0) and not unsized and (note := offload_note(g0.meta.fsdp)) else [])
-            + ([note] if is_fsdp_graph(g0) and not unsized and (note := autograd_host(g0).note) else [])
+            + ([note] if (is_fsdp_graph(g0) or any(s.data_parallel is not None for s in scenarios)) and not unsized
+               and (note := autograd_host(g0).note) else [])
             + ([note] if relinked and (note := stall_note(g0)) else [])
             + ([f"{outweighed} of {len(rows)} row(s) (marked ~) change the step less than that stall moves one step at even odds: "
                 "their points are not told apart from the profiled run's, read their intervals"] if outweighed else []),
