@@ -329,12 +329,14 @@ def rebuild_ps(g: Graph, servers: int, link: AlphaBeta, row_pull_extra_us: dict 
             ready = [[issue[(step, key, w)]] for w in range(n)]
             order = issue_order[(step, key)]
             tag = f"key{key} s{step}"
-            for server, part in pslite_bytes(ps, k, step, servers):
+            parts = pslite_bytes(ps, k, step, servers)
+            total = sum(nb for _, nb in parts)
+            for server, part in parts:
                 ends = add_ps_part(b, ready, server, part, link, part * n * link.gamma_us_per_byte, tag=tag, order=order, step=step, bucket=key,
                                    pull=not k.row_bytes)
                 b.add_edges(ends, [done[(step, w)] for w in range(n)])
                 if k.row_bytes and (step, key, 0) in pull:  # the forward's pull of the same rows (the batch's), from the same server
-                    share = part / sum(b for _, b in pslite_bytes(ps, k, step, servers))  # a pull cut over servers: each part its share
+                    share = part / total if total else 1.0 / len(parts)  # a pull cut over servers: each part its share
                     got = add_ps_pull(b, [[pull[(step, key, w)]] for w in range(n)], server, part * PS_INDEX_BYTES / k.row_bytes, part, pull_link,
                                       [share * extra(step, w, key) for w in range(n)], tag=f"{tag} pull", order=issue_order[(step, -1 - key)],
                                       step=step, bucket=key)
