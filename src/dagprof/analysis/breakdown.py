@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..graph.dag import DeviceKind, Graph
+from ..intervals import length, union
 from ..replay import ReplayResult, replay
 from ..traces.events import CommRole, Kind
 from ..traces.parallelism import Dim
@@ -68,20 +69,20 @@ def job_iteration_us(g: Graph, res: ReplayResult | None = None) -> float:
 def breakdown(g: Graph, res: ReplayResult) -> list[RankBreakdown]:
     iters = iteration_times(g, res)
     comm = np.flatnonzero(g.kind == Kind.COMM)
-    comm_iv = _union(res.start[comm], res.end[comm])
+    comm_iv = union(res.start[comm], res.end[comm])
     waits, own = _straggler_waits(g, res)
     compute_dev = np.array([d.kind != DeviceKind.COMM for d in g.devices] + [False])  # index -1 -> False
     out = []
     for r in g.ranks():
         mine = np.flatnonzero((g.rank == r) & np.isin(g.kind, _COMPUTE) & compute_dev[g.device])
-        comp_iv = _union(res.start[mine], res.end[mine])
+        comp_iv = union(res.start[mine], res.end[mine])
         out.append(
             RankBreakdown(
                 rank=int(r),
                 iter_us=iters.get(int(r), float("nan")),
-                compute_us=_length(comp_iv),
-                comm_us=_length(comm_iv),
-                overlap_us=_length(_intersect(comp_iv, comm_iv)),
+                compute_us=length(comp_iv),
+                comm_us=length(comm_iv),
+                overlap_us=length(_intersect(comp_iv, comm_iv)),
                 wait_us=waits.get(int(r), 0.0),
                 own_wait_us=sum(own.get(int(r), {}).values()),
                 own_names=by_kind(g, list(own.get(int(r), {}))),
@@ -145,21 +146,6 @@ def _straggler_waits(g: Graph, res: ReplayResult) -> tuple[dict[int, float], dic
     return waits, own
 
 
-def _union(start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Merge intervals into a sorted disjoint (k, 2) array."""
-    keep = end > start
-    if not keep.any():
-        return np.empty((0, 2))
-    order = np.argsort(start[keep], kind="stable")
-    s, e = start[keep][order], end[keep][order]
-    run_end = np.maximum.accumulate(e)
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = s[1:] > run_end[:-1]
-    idx = np.flatnonzero(new)
-    ends = np.append(run_end[idx[1:] - 1], run_end[-1])
-    return np.stack([s[idx], ends], axis=1)
-
-
 def _intersect(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     out = []
     i = j = 0
@@ -172,7 +158,3 @@ def _intersect(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         else:
             j += 1
     return np.array(out).reshape(-1, 2)
-
-
-def _length(iv: np.ndarray) -> float:
-    return float((iv[:, 1] - iv[:, 0]).sum()) if len(iv) else 0.0

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..graph.dag import Graph
+from ..intervals import union
 from ..passes.link_fit import priced_comm, priced_world_size
 from ..traces.events import Kind
 
@@ -106,7 +107,8 @@ def thread_share(g: Graph) -> ThreadShare | None:
     if not comm.any() or len(g.meta.host_cpus) != 1:
         return None
     work = np.flatnonzero((g.rank >= 0) & ~np.isin(g.kind, _WAITING) & (g.dur > 0))
-    start, end = _union(g.order[work], g.order[work] + g.dur[work])
+    busy = union(g.order[work], g.order[work] + g.dur[work])
+    start, end = busy[:, 0], busy[:, 1]
     lo, hi = g.order[comm], g.order[comm] + g.dur[comm]
     covered = np.array([np.clip(np.minimum(end, b) - np.maximum(start, a), 0.0, None).sum() for a, b in zip(lo, hi)])
     steps, inverse = np.unique(g.step[comm], return_inverse=True)
@@ -120,15 +122,6 @@ def thread_share(g: Graph) -> ThreadShare | None:
         on_wire, runtime = None, total - own
     return ThreadShare(float(np.median(total)), float(np.median(own)), float(np.median(runtime)),
                        None if on_wire is None else float(np.median(on_wire)))
-
-
-def _union(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Intervals merged where they overlap, sorted."""
-    order = np.argsort(start)
-    start, end = start[order], np.maximum.accumulate(end[order])
-    new = np.concatenate([[True], start[1:] > end[:-1]]) if len(start) else np.zeros(0, dtype=bool)
-    heads = np.flatnonzero(new)
-    return start[heads], np.maximum.reduceat(end, heads) if len(heads) else end[:0]
 
 
 def stall_bound_us(g: Graph) -> float:

@@ -25,6 +25,7 @@ import msgspec
 import numpy as np
 
 from ..errors import DagprofError
+from ..intervals import covered
 from .events import CommKind, CommRole, EventRows, EventTable, Kind, RankTrace
 from .meta import Collectives, OptimizerOps
 from .run_comm import device_ops, exchange_starts
@@ -179,16 +180,8 @@ def optimizer_ops(ev: EventTable, window: np.ndarray) -> OptimizerOps | None:
         ops = inside[ev.name[inside] != dispatch]
         k = np.searchsorted(ev.start[outer], ev.start[ops], side="right") - 1
         held = ops[(k >= 0) & (end[ops] <= end[outer][np.maximum(k, 0)])] if len(outer) else ops[:0]
-        local += _union_us(ev.start[held], end[held])
+        local += covered(ev.start[held], end[held])
     return OptimizerOps(steps=len(steps), us=float(ev.dur[steps].sum()), local_us=local, dispatches=dispatches)
-
-
-def _union_us(start: np.ndarray, end: np.ndarray) -> float:
-    """The time the intervals cover together."""
-    order = np.argsort(start, kind="stable")
-    s, e = start[order], np.maximum.accumulate(end[order])
-    before = np.concatenate([[-np.inf], e[:-1]])
-    return float(np.maximum(e - np.maximum(s, before), 0.0).sum())
 
 
 def label_groups(rows: EventRows, info: FsdpInfo) -> tuple[list[str], dict[str, list[int]], Collectives]:
