@@ -479,7 +479,7 @@ def part5(rounds: int, steps: int) -> list[float]:
         return []
 
     def reduce_ms(g) -> float:  # the reduce-scatters' time per step
-        return sum(float(g.dur[c.node]) for c in fsdp_collectives(g) if c.kind == "reduce_scatter") / len(g.meta.steps) / 1e3
+        return sum(float(g.dur[c.node]) for c in fsdp_collectives(g) if c.kind.label == "reduce_scatter") / len(g.meta.steps) / 1e3
 
     dtypes = ("float32", "bfloat16")
     cells = [(rate, d) for rate in RATES for d in dtypes]
@@ -913,7 +913,7 @@ def part9(steps: int) -> None:
                 c = scenario.Cluster(link_model=path)
                 priced[how] = set_topology(g, scenario.base_topology(g, c)).dur
             for kind in ("all_gather", "reduce_scatter"):
-                nodes = [c.node for c in fsdp_collectives(g) if c.kind == kind]
+                nodes = [c.node for c in fsdp_collectives(g) if c.kind.label == kind]
                 m, rule, own = (float(d[nodes].sum()) / 1e3 for d in (g.dur, priced["all-reduce"], priced["per-kind"]))
                 print(f"{name:14s} {kind:15s} {m:12.1f} {rule:16.1f} {100 * (rule - m) / m:+6.0f}% {own:13.1f} {100 * (own - m) / m:+6.0f}%"
                       f"  load {os.getloadavg()[0]:.2f}", flush=True)
@@ -957,7 +957,7 @@ def part11(rounds: int, steps: int) -> None:
                 graphs[rate] = run
                 g = open_run(run).graph
                 for kind in ("all_gather", "reduce_scatter"):
-                    idx = np.array([c.node for c in fsdp_collectives(g) if c.kind == kind])
+                    idx = np.array([c.node for c in fsdp_collectives(g) if c.kind.label == kind])
                     _, lag = exit_lags(g, idx)
                     print(f"  round {k + 1} profile {rate:>7s} {kind:14s} transfer median {np.median(g.dur[idx]) / 1e3:6.2f} ms, later rank's "
                           f"exit lag median {np.median(lag[lag > 0]) / 1e3:5.2f} ms ({len(idx)} collectives); load {os.getloadavg()[0]:.2f}", flush=True)

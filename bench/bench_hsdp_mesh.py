@@ -83,7 +83,7 @@ def rank_comm_ms(g) -> dict[str, float]:
     steps = len({int(g.step[c.node]) for c in cs})
     out: dict[str, float] = {}
     for c in cs:
-        out[c.kind] = out.get(c.kind, 0.0) + float(g.dur[c.node]) / 1e3 / steps
+        out[c.kind.label] = out.get(c.kind.label, 0.0) + float(g.dur[c.node]) / 1e3 / steps
     return out
 
 

@@ -68,8 +68,8 @@ def _priced(g, topo):
     """{kind: [(measured dur, the kind's own link's price, the all-reduce link's price)]} of each FSDP collective."""
     out: dict[str, list] = {}
     for c in fsdp_collectives(g):
-        equiv = float(g.nbytes[c.node]) * (0.5 if c.kind == "all_gather" else 1.0)  # gloo
-        out.setdefault(c.kind, []).append((float(g.dur[c.node]), allreduce_us(equiv, topo.for_kind(c.kind)), allreduce_us(equiv, topo)))
+        equiv = float(g.nbytes[c.node]) * (0.5 if c.kind.label == "all_gather" else 1.0)  # gloo
+        out.setdefault(c.kind.label, []).append((float(g.dur[c.node]), allreduce_us(equiv, topo.for_kind(c.kind.label)), allreduce_us(equiv, topo)))
     return out
 
 
@@ -90,7 +90,7 @@ def test_fsdp_whatif_prices_all_gathers_by_the_all_gather_fit(models, path, scen
         assert dur == pytest.approx(own) == pytest.approx(allreduce)
     # a version-1 file: every collective as the all-reduce-equivalent rule prices it
     assert all(d == pytest.approx(a) for ds in _priced(without, without.meta.topology).values() for d, _, a in ds)
-    nodes = [c.node for c in fsdp_collectives(without) if c.kind == "reduce_scatter"]
+    nodes = [c.node for c in fsdp_collectives(without) if c.kind.label == "reduce_scatter"]
     assert np.array_equal(without.dur[nodes], with_kinds.dur[nodes])
 
 

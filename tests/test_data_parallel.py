@@ -52,7 +52,7 @@ def fsdp():
 
 
 def _colls(g):
-    return [(c.kind, c.unit, int(g.step[c.node]), int(g.nbytes[c.node])) for c in fsdp_collectives(g)]
+    return [(c.kind.label, c.unit, int(g.step[c.node]), int(g.nbytes[c.node])) for c in fsdp_collectives(g)]
 
 
 def _buckets(g):
@@ -108,7 +108,7 @@ def test_fsdp_keep_gathers_once_per_step(ddp):
 
 
 def _gathers(g):
-    return sorted(c.unit for c in fsdp_collectives(g) if c.kind == "all_gather" and int(g.step[c.node]) == g.meta.steps[0])
+    return sorted(c.unit for c in fsdp_collectives(g) if c.kind.label == "all_gather" and int(g.step[c.node]) == g.meta.steps[0])
 
 
 @pytest.mark.parametrize("frozen_blocks", [0, 1])
@@ -134,8 +134,8 @@ def test_fsdp_by_default_keeps_the_root_gathered(frozen_blocks):
     prefetched = sorted((c.unit, c.prefetched_by) for c in fsdp_collectives(default) if c.prefetched and int(default.step[c.node]) == default.meta.steps[0])
     assert prefetched == ([("blocks.0", "blocks.1")] if frozen_blocks else [])
     # nothing to reduce-scatter for the frozen unit, in the conversion as in the job
-    scatters = sorted(c.unit for c in fsdp_collectives(default) if c.kind == "reduce_scatter" and int(default.step[c.node]) == default.meta.steps[0])
-    assert scatters == sorted(c.unit for c in fsdp_collectives(real) if c.kind == "reduce_scatter" and int(real.step[c.node]) == real.meta.steps[0])
+    scatters = sorted(c.unit for c in fsdp_collectives(default) if c.kind.label == "reduce_scatter" and int(default.step[c.node]) == default.meta.steps[0])
+    assert scatters == sorted(c.unit for c in fsdp_collectives(real) if c.kind.label == "reduce_scatter" and int(real.step[c.node]) == real.meta.steps[0])
 
 
 def _copy_outs(g, rank=0):
@@ -214,7 +214,7 @@ def test_fsdp_to_ddp_keeps_the_roots_backward_beside_its_prefetch(fsdp):
     """The root's backward runs untraced while the all-gather it prefetched (the last block's) is in flight, so the wait
     on that all-gather holds it: what the wait measured beyond the rank's median all-gather gap stays, where it was."""
     g = fsdp_to_ddp(fsdp)
-    gathers = [c for c in fsdp_collectives(fsdp) if c.kind == "all_gather"]
+    gathers = [c for c in fsdp_collectives(fsdp) if c.kind.label == "all_gather"]
     waits = {c.node: [v for v in fsdp.successors(c.node).tolist() if fsdp.kind[v] == Kind.COMM_WAIT] for c in gathers}
     for r in (0, 1):
         mine = [v for vs in waits.values() for v in vs if fsdp.rank[v] == r]
@@ -231,7 +231,7 @@ def test_fsdp_to_ddp_finalize_lags_as_the_reduce_scatters():
     both together, as DDP's all-reduce does: DDP's finalize waits with each rank's median lag on the reduce-scatters
     (a 200 Mbit/s testbed profile: 0.6 and 1.2 ms, where the all-gathers' are 1.5 and 3.2 ms)."""
     f = build_graph(read_run(DATA / "fsdp" / "testbed-200mbit"))
-    rs = {c.node for c in fsdp_collectives(f) if c.kind == "reduce_scatter"}
+    rs = {c.node for c in fsdp_collectives(f) if c.kind.label == "reduce_scatter"}
     waits = {r: [v for c in find_collectives(f) if c.comm in rs for v in c.consumers if f.kind[v] == Kind.COMM_WAIT and f.rank[v] == r]
              for r in (0, 1)}
     g = fsdp_to_ddp(f)

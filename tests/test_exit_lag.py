@@ -21,7 +21,7 @@ FAST, SLOW = DATA / "fsdp" / "testbed-1gbit", DATA / "fsdp" / "testbed-200mbit"
 
 
 def all_gathers(g) -> np.ndarray:
-    return np.array([c.node for c in fsdp_collectives(g) if c.kind == "all_gather"])
+    return np.array([c.node for c in fsdp_collectives(g) if c.kind.label == "all_gather"])
 
 
 def late_gap(g, pairs: np.ndarray, lag: np.ndarray) -> float:

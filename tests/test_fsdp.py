@@ -95,7 +95,7 @@ def test_fsdp_orderings_are_edges(path, backward_gathers, prefetched):
 def test_a_missing_ordering_is_reported():
     """The checks fail on a graph without the all-gather -> forward dependency."""
     g = graph(RESHARD)
-    ag = next(c.node for c in fsdp_collectives(g) if c.kind == "all_gather")
+    ag = next(c.node for c in fsdp_collectives(g) if c.kind.label == "all_gather")
     keep = np.ones(len(g.succ), dtype=bool)
     keep[g.indptr[ag]:g.indptr[ag + 1]] = False
     src = np.repeat(np.arange(len(g)), np.diff(g.indptr))[keep]
@@ -124,7 +124,7 @@ def test_bandwidth_whatif_prices_gathers_as_half_an_all_reduce():
     for c in fsdp_collectives(g):
         if g.step[c.node] == g.meta.steps[0]:
             # n=2 ring: an all-gather of S sends S/2; gloo's reduce-scatter is an all-reduce of S (sends S)
-            moved += g.nbytes[c.node] * (0.5 if c.kind == "all_gather" else 1.0)
+            moved += g.nbytes[c.node] * (0.5 if c.kind.label == "all_gather" else 1.0)
     # the difference between the two links is the bytes on the wire at each rate (collectives block on CPU)
     assert slow - fast == pytest.approx(moved * (1 / 25e6 - 1 / 125e6) * 1e3, rel=0.05)
     assert four > out["model_iter_ms"] * 0.9  # 4 ranks: more on the wire, the optimizer on half the shards

@@ -74,7 +74,7 @@ def test_fsdp1_orderings_are_edges():
     assert counts["backward_all_gather_after_reshard"] == 2 * len(g.meta.steps) * 2  # the two blocks
     assert counts["prefetched"] == 4 * len(g.meta.steps) * 2  # two forward and two backward prefetches per step
     assert [u.resharded_after_forward for u in g.meta.fsdp.units] == [False, True, True]
-    assert {c.kind for c in fsdp_collectives(g)} == {"all_gather", "reduce_scatter"}
+    assert {c.kind.label for c in fsdp_collectives(g)} == {"all_gather", "reduce_scatter"}
     res = replay(g)
     assert max_in_flight(g, res.start, res.end) == 1  # gloo on CPU: FSDP1's collectives block, one at a time
 

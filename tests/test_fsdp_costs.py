@@ -165,7 +165,7 @@ def test_a_version_3_file_prices_each_kind_at_its_measured_sizes(tmp_path):
     size, the end's beyond them); the same sweep in a version-2 file prices on the link alone, as before."""
     g = build_graph(read_run(DATA / "fsdp" / "reshard"))
     link = AlphaBeta(100.0, 2e-3)
-    equiv = sorted({float(m) for m in allreduce_equivalent_bytes(g, np.array([c.node for c in fsdp_collectives(g) if c.kind == "all_gather"]))})
+    equiv = sorted({float(m) for m in allreduce_equivalent_bytes(g, np.array([c.node for c in fsdp_collectives(g) if c.kind.label == "all_gather"]))})
     lo, hi = equiv[0] / 2, equiv[-1] * 2  # whole-tensor bytes of the sweep: twice the all-reduce-equivalent
     points = [[2 * lo, 3.0 * float(ring_allreduce_us(lo, 2, link))], [2 * hi, 1.5 * float(ring_allreduce_us(hi, 2, link))]]
     kinds = {"all_gather": (link, {"points": points})}
@@ -179,9 +179,9 @@ def test_a_version_3_file_prices_each_kind_at_its_measured_sizes(tmp_path):
     p2, p3 = set_topology(g, t2), set_topology(g, t3)
     for c in fsdp_collectives(g):
         m = float(allreduce_equivalent_bytes(g, np.array([c.node]))[0])
-        f = t3.kind_factor(c.kind, m)
+        f = t3.kind_factor(c.kind.label, m)
         assert p3.dur[c.node] == pytest.approx(t3.overhead_us + (p2.dur[c.node] - t2.overhead_us) * f)
-        assert (f > 1.5) if c.kind == "all_gather" else (f == 1.0)
+        assert (f > 1.5) if c.kind.label == "all_gather" else (f == 1.0)
 
 
 def test_fsdp_kinds_are_priced_at_each_repetitions_slowest_rank():

@@ -77,7 +77,7 @@ def test_a_one_replica_meshs_all_reduces_are_regrouped_not_doubled():
     all-reduces a replicate group) does on two."""
     g = build_graph(read_run(MOE))
     m = set_mesh(g, 2, 2)
-    groups = Counter((c.kind, tuple(sorted(issuers(m, c.node)))) for c in fsdp_collectives(m))
+    groups = Counter((c.kind.label, tuple(sorted(issuers(m, c.node)))) for c in fsdp_collectives(m))
     steps = len(g.meta.steps)
     assert groups == {("all_gather", (0, 1)): 10 * steps, ("all_gather", (2, 3)): 10 * steps, ("reduce_scatter", (0, 1)): 7 * steps,
                       ("reduce_scatter", (2, 3)): 7 * steps, ("all_reduce", (0, 2)): 7 * steps, ("all_reduce", (1, 3)): 7 * steps}

@@ -36,8 +36,8 @@ def layout(g) -> Counter:
     for c in fsdp_collectives(g):
         if int(g.step[c.node]) == first:
             ranks = issuers(g, c.node)
-            phase = in_pass.is_forward(c.node, min(ranks)) if c.kind == "all_gather" else None
-            out[(c.kind, c.unit, c.prefetched_by, phase, tuple(sorted(ranks)), int(g.nbytes[c.node]))] += 1
+            phase = in_pass.is_forward(c.node, min(ranks)) if c.kind.label == "all_gather" else None
+            out[(c.kind.label, c.unit, c.prefetched_by, phase, tuple(sorted(ranks)), int(g.nbytes[c.node]))] += 1
     return out
 
 
@@ -91,9 +91,9 @@ def test_groups_price_their_own_ranks():
         for c in fsdp_collectives(graph_):
             k = 2 if graph_ is m else 4
             share = ((k - 1) / k) / ((n - 1) / n)
-            factor = {"all_gather": 0.5, "reduce_scatter": 1.0, "all_reduce": 1.0}[c.kind]
+            factor = {"all_gather": 0.5, "reduce_scatter": 1.0, "all_reduce": 1.0}[c.kind.label]
             assert allreduce_equivalent_bytes(graph_, np.array([c.node]))[0] == pytest.approx(graph_.nbytes[c.node] * factor * share)
-    assert {c.kind for c in fsdp_collectives(m)} == {"all_gather", "reduce_scatter", "all_reduce"}
+    assert {c.kind.label for c in fsdp_collectives(m)} == {"all_gather", "reduce_scatter", "all_reduce"}
 
 
 def test_the_optimizer_steps_on_the_new_shards():
@@ -116,7 +116,7 @@ def test_workers_on_hsdp_grow_the_replicate_dimension():
     g = graph(HSDP)
     m = scale_fsdp_workers(g, 8)
     assert mesh_of(m) == (4, 2) and m.world_size == 8
-    groups = Counter(tuple(sorted(issuers(m, c.node))) for c in fsdp_collectives(m) if c.kind == "all_reduce")
+    groups = Counter(tuple(sorted(issuers(m, c.node))) for c in fsdp_collectives(m) if c.kind.label == "all_reduce")
     assert set(groups) == {(0, 2, 4, 6), (1, 3, 5, 7)}
     check_fsdp_edges(m)
     assert set_mesh(g, 2, 2) is g
@@ -155,7 +155,7 @@ def release_us(g) -> dict[str, float]:
     """Each kind's mean release of a rank behind its group's first rank out (its waits' overhead after the transfer), us."""
     out: dict[str, list[float]] = {}
     for c in fsdp_collectives(g):
-        out.setdefault(c.kind, []).extend(float(g.gap[v]) for v in g.successors(c.node).tolist() if g.rank[v] >= 0)
+        out.setdefault(c.kind.label, []).extend(float(g.gap[v]) for v in g.successors(c.node).tolist() if g.rank[v] >= 0)
     return {k: float(np.mean(v)) for k, v in out.items()}
 
 
@@ -206,8 +206,8 @@ def test_a_longer_ring_hides_more_of_its_all_gathers_behind_a_late_rank():
         link, m, out = current_topology(g), set_mesh(g, *mesh), {}
         for c in fsdp_collectives(m):
             n = len(issuers(m, c.node))
-            wire = (1 if c.kind == "all_gather" else 2) * (n - 1) / n * float(m.nbytes[c.node]) * link.for_kind(c.kind).inter.beta_us_per_byte
-            out.setdefault(c.kind, []).append(float(m.dur[c.node]) / wire if wire else np.nan)
+            wire = (1 if c.kind.label == "all_gather" else 2) * (n - 1) / n * float(m.nbytes[c.node]) * link.for_kind(c.kind.label).inter.beta_us_per_byte
+            out.setdefault(c.kind.label, []).append(float(m.dur[c.node]) / wire if wire else np.nan)
         return {k: float(np.mean(v)) for k, v in out.items()}
     got = per_link(graph(FSDP / "testbed-3x2-200mbit"), (1, 6))
     assert got["all_gather"] < 0.95 and got["all_gather"] < got["reduce_scatter"] - 0.05

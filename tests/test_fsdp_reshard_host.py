@@ -26,7 +26,7 @@ def graph(path):
 
 def backward_gathers(g):
     in_pass = Passes(g)
-    return [c.node for c in fsdp_collectives(g) if c.kind == "all_gather" and not in_pass.is_forward(c.node, min(issuers(g, c.node)))]
+    return [c.node for c in fsdp_collectives(g) if c.kind.label == "all_gather" and not in_pass.is_forward(c.node, min(issuers(g, c.node)))]
 
 
 def host_time(g, gathers):
@@ -58,7 +58,7 @@ def test_reshard_off_drops_each_backward_gathers_enqueue_exit_lag_and_issuing_pa
             assert all(g.node_name(v).startswith(f"rank{r}.other:") for v in issue if g.kind[v] == Kind.OTHER)
     off = set_reshard(g, False)
     assert host_time(off, gathers) == 0.0 and not off.dur[gathers].any()
-    forward = [c.node for c in fsdp_collectives(g) if c.kind == "all_gather" and c.node not in set(gathers)]
+    forward = [c.node for c in fsdp_collectives(g) if c.kind.label == "all_gather" and c.node not in set(gathers)]
     assert np.array_equal(off.dur[forward], g.dur[forward])
     # the replay gains more than the transfers alone: the host time went too
     saved = analyze(g, replay(g)).predicted_us - analyze(off, replay(off)).predicted_us
@@ -70,7 +70,7 @@ def test_reshard_on_charges_the_forward_gathers_host_time_to_each_backward_pass(
     each of the step's 2 backward passes: each costs what the forward all-gather took on that rank."""
     g = graph(OFF)
     on = set_reshard(g, True)
-    forward = [c.node for c in fsdp_collectives(g) if c.kind == "all_gather"]
+    forward = [c.node for c in fsdp_collectives(g) if c.kind.label == "all_gather"]
     assert {Passes(g).of_collective(c, 0) for c in forward} == {(0, True)}
     cost = 0.0
     for c in forward:

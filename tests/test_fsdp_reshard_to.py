@@ -32,12 +32,12 @@ def test_units_and_groups(graph):
     assert units["tower.0"].reshard_to == 2 and units["<root>"].reshard_to == 0 and units["tower.0"].mesh == [4]
     par = graph.meta.parallel
     assert not par.dp_mesh and not par.hybrid and par.dp_size == 4  # not HSDP's 2x2
-    sizes = {(c.kind, c.unit, len(issuers(graph, c.node))) for c in fsdp_collectives(graph) if c.unit != "<root>"}
+    sizes = {(c.kind.label, c.unit, len(issuers(graph, c.node))) for c in fsdp_collectives(graph) if c.unit != "<root>"}
     assert ("all_gather", "tower.0", 2) in sizes and ("all_gather", "tower.0", 4) in sizes and ("reduce_scatter", "tower.0", 4) in sizes
 
 
 def test_post_forward_gathers_priced_on_their_group(graph):
-    ag = [c for c in fsdp_collectives(graph) if c.kind == "all_gather" and c.unit == "tower.0"]
+    ag = [c for c in fsdp_collectives(graph) if c.kind.label == "all_gather" and c.unit == "tower.0"]
     two = next(c.node for c in ag if len(issuers(graph, c.node)) == 2)
     four = next(c.node for c in ag if len(issuers(graph, c.node)) == 4)
     assert graph.nbytes[two] == graph.nbytes[four]  # the same gathered bytes
@@ -65,7 +65,7 @@ def test_more_workers_keep_post_forward_groups(graph):
     """FSDP2 keeps the int: on 8 ranks the backward all-gathers still run in 2-rank groups (the shard mesh viewed as rows of
     2), the forward ones and the reduce-scatters in all 8; each priced on its ring. Before, --workers was refused."""
     out = scale_fsdp_workers(graph, 8)
-    ag = [c for c in fsdp_collectives(out) if c.kind == "all_gather" and c.unit == "tower.0"]
+    ag = [c for c in fsdp_collectives(out) if c.kind.label == "all_gather" and c.unit == "tower.0"]
     share = {len(issuers(out, c.node)) / out.world_size: allreduce_equivalent_bytes(out, np.array([c.node]))[0] / out.nbytes[c.node]
              for c in ag}
     assert share == pytest.approx({1 / 2: 0.5 * (1 / 2) / (7 / 8), 1.0: 0.5})  # copies of {0,1} and {2,3}; all 8

@@ -28,7 +28,7 @@ def graph(path):
 def by_kind(g):
     out: dict[str, list[int]] = {}
     for c in fsdp_collectives(g):
-        out.setdefault(c.kind, []).append(int(g.nbytes[c.node]))
+        out.setdefault(c.kind.label, []).append(int(g.nbytes[c.node]))
     return out
 
 
@@ -52,7 +52,7 @@ def test_merge_all_is_one_unit_one_gather_per_pass_one_reduce_scatter():
     m = merge_units(g, "merge:all")
     assert [u.name for u in m.meta.fsdp.units] == ["<root>"]
     steps = {int(g.step[c.node]) for c in fsdp_collectives(g)}
-    kinds = [(c.kind, Passes(m).is_forward(c.node, min(issuers(m, c.node))) if c.kind == "all_gather" else None) for c in fsdp_collectives(m)]
+    kinds = [(c.kind.label, Passes(m).is_forward(c.node, min(issuers(m, c.node))) if c.kind.label == "all_gather" else None) for c in fsdp_collectives(m)]
     assert sorted(kinds, key=str) == sorted([("all_gather", True), ("all_gather", False), ("reduce_scatter", None)] * len(steps), key=str)
 
 
@@ -60,8 +60,8 @@ def test_the_merged_reduce_scatter_follows_the_last_members_backward():
     """blocks.0+blocks.1: the backward runs blocks.1 then blocks.0, so the merged reduce-scatter is blocks.0's, after blocks.0's backward."""
     g = graph(RESHARD4)
     m = merge_units(g, "blocks.0+blocks.1")
-    rs = [c for c in fsdp_collectives(m) if c.kind == "reduce_scatter" and c.unit == "blocks.0, blocks.1"]
-    orig = {int(g.step[c.node]): c for c in fsdp_collectives(g) if c.kind == "reduce_scatter" and c.unit == "blocks.0"}
+    rs = [c for c in fsdp_collectives(m) if c.kind.label == "reduce_scatter" and c.unit == "blocks.0, blocks.1"]
+    orig = {int(g.step[c.node]): c for c in fsdp_collectives(g) if c.kind.label == "reduce_scatter" and c.unit == "blocks.0"}
     assert rs and all(m.nbytes[c.node] == 2 * g.nbytes[orig[int(m.step[c.node])].node] for c in rs)
     layers = {k for k, n in enumerate(m.layers) if n.startswith(("blocks.0.", "blocks.1."))}
     for c in rs:
@@ -122,11 +122,11 @@ def test_blocks_merged_into_fsdp1s_kept_root_keep_their_parameters():
     g = graph(FSDP1)
     m = merge_units(g, "merge:all")
     assert [(u.name, u.resharded_after_forward) for u in m.meta.fsdp.units] == [("<root>", False)]
-    assert not [c for c in fsdp_collectives(m) if c.kind == "all_gather" and not Passes(m).is_forward(c.node, 0)]
+    assert not [c for c in fsdp_collectives(m) if c.kind.label == "all_gather" and not Passes(m).is_forward(c.node, 0)]
     check_fsdp_edges(m)
 
     def forward_gathers(x):
-        return sum(int(x.nbytes[c.node]) for c in fsdp_collectives(x) if c.kind == "all_gather" and Passes(x).is_forward(c.node, 0))
+        return sum(int(x.nbytes[c.node]) for c in fsdp_collectives(x) if c.kind.label == "all_gather" and Passes(x).is_forward(c.node, 0))
 
     assert forward_gathers(m) == forward_gathers(g) and sum(by_kind(m)["reduce_scatter"]) == sum(by_kind(g)["reduce_scatter"])
     assert sum(by_kind(m)["all_gather"]) < sum(by_kind(g)["all_gather"])  # the blocks' backward all-gathers are gone
@@ -166,8 +166,8 @@ def test_merged_graph_has_the_collectives_of_a_job_that_shards_pairs_of_blocks()
     def per_step(g):
         out: dict[int, list] = {}
         for c in sorted(fsdp_collectives(g), key=lambda c: g.order[issuers(g, c.node)[0]]):
-            phase = Passes(g).is_forward(c.node, 0) if c.kind == "all_gather" else None
-            out.setdefault(int(g.step[c.node]), []).append((c.kind, phase, c.unit, c.prefetched_by, int(g.nbytes[c.node])))
+            phase = Passes(g).is_forward(c.node, 0) if c.kind.label == "all_gather" else None
+            out.setdefault(int(g.step[c.node]), []).append((c.kind.label, phase, c.unit, c.prefetched_by, int(g.nbytes[c.node])))
         return list(out.values())
 
     assert units(m) == units(real)

@@ -99,7 +99,7 @@ def test_reshard_off_removes_the_backward_all_gathers():
     same, off = out["scenarios"]
     assert off.predicted_iter_ms < same.predicted_iter_ms
     # what disappears is at most the backward all-gathers (and their copy-out/reshard spans) of the slowest step
-    backward = [c.node for c in fsdp_collectives(g) if c.kind == "all_gather" and not Passes(g).is_forward(c.node, min(issuers(g, c.node)))]
+    backward = [c.node for c in fsdp_collectives(g) if c.kind.label == "all_gather" and not Passes(g).is_forward(c.node, min(issuers(g, c.node)))]
     assert backward and same.predicted_iter_ms - off.predicted_iter_ms <= float(g.dur[backward].sum()) / 1e3
     assert off.scenario.reshard_after_forward is False and off.peak_memory_mb >= same.peak_memory_mb
     assert set(off.memory_per_rank) == {0, 1}
@@ -139,13 +139,13 @@ def test_reduce_dtype_halves_what_each_reduce_scatter_moves():
     c = Cluster()
     same, bf16 = (apply(g, Scenario(bandwidth="200Mbit", reduce_dtype=d), c, base_topology(g, c)) for d in ("float32", "bfloat16"))
     for coll in fsdp_collectives(g):
-        assert bf16.nbytes[coll.node] == same.nbytes[coll.node] // (2 if coll.kind == "reduce_scatter" else 1)
+        assert bf16.nbytes[coll.node] == same.nbytes[coll.node] // (2 if coll.kind.label == "reduce_scatter" else 1)
     assert {u.reduce_dtype for u in bf16.meta.fsdp.units} == {"bfloat16"}
     rows = evaluate(g, [Scenario(bandwidth="200Mbit"), Scenario(bandwidth="200Mbit", reduce_dtype="float32"),
                         Scenario(bandwidth="200Mbit", reduce_dtype="bfloat16")], tolerance_pct=None)["scenarios"]
     profiled, fp32, half = (r.predicted_iter_ms for r in rows)
     assert fp32 == profiled and [r.scenario.reduce_dtype for r in rows] == [None, "float32", "bfloat16"]
-    saved = sum(int(g.nbytes[x.node]) // 2 for x in fsdp_collectives(g) if x.kind == "reduce_scatter" and g.step[x.node] == g.meta.steps[0])
+    saved = sum(int(g.nbytes[x.node]) // 2 for x in fsdp_collectives(g) if x.kind.label == "reduce_scatter" and g.step[x.node] == g.meta.steps[0])
     # the collectives block the thread on CPU: one step is shorter by the bytes no longer on the wire (gloo's reduce-scatter is an
     # all-reduce of S, 2 ranks: S on the wire), at 200 Mbit/s
     assert profiled - half == pytest.approx(saved / 25e6 * 1e3, rel=0.05)

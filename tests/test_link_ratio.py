@@ -57,7 +57,7 @@ def test_each_collective_and_its_exit_lag_scale_by_its_kind_ratio_at_its_size():
     t = current_topology(g)
     slow = set_link_ratio(g, ratio())
     for kind in ("all_gather", "reduce_scatter"):
-        idx = np.array([c.node for c in fsdp_collectives(g) if c.kind == kind])
+        idx = np.array([c.node for c in fsdp_collectives(g) if c.kind.label == kind])
         r = np.array([slow.meta.topology.ratio_at(kind, m) for m in allreduce_equivalent_bytes(g, idx)])
         assert 4.5 < r.min() and r.max() < 6
         base = set_link(g, bandwidth=t.inter.bandwidth_bytes_per_s)  # the profile priced on its own fit
@@ -86,7 +86,7 @@ def test_200mbit_predicted_from_the_1gbit_profile_on_the_two_calibrations():
 def per_kind_ms(g) -> dict[str, float]:
     out: dict[str, float] = {}
     for c in fsdp_collectives(g):
-        out[c.kind] = out.get(c.kind, 0.0) + float(g.dur[c.node]) / 1e3 / len(g.meta.steps)
+        out[c.kind.label] = out.get(c.kind.label, 0.0) + float(g.dur[c.node]) / 1e3 / len(g.meta.steps)
     return out
 
 
@@ -111,7 +111,7 @@ def test_the_ratio_stays_when_the_workers_change():
     four = scale_fsdp_workers(g, 4)
     assert four.meta.topology.link_ratio == g.meta.topology.link_ratio
     plain = scale_fsdp_workers(open_run(FAST, template=True).graph, 4)
-    idx = np.array([c.node for c in fsdp_collectives(four) if c.kind == "reduce_scatter"])
+    idx = np.array([c.node for c in fsdp_collectives(four) if c.kind.label == "reduce_scatter"])
     assert (four.dur[idx] > 4.5 * plain.dur[idx] - 4.5 * current_topology(plain).overhead_us).all()
 
 
@@ -145,7 +145,7 @@ def test_the_calibrated_difference_is_added_to_each_transfer():
     plain = set_link(g, bandwidth=current_topology(g).inter.bandwidth_bytes_per_s)  # the profile priced on its own fit
     slow = set_link_ratio(g, ratio(), src.delta_to(dst), src.workers)
     for kind in ("all_gather", "reduce_scatter"):
-        idx = np.array([c.node for c in fsdp_collectives(g) if c.kind == kind])
+        idx = np.array([c.node for c in fsdp_collectives(g) if c.kind.label == kind])
         sizes = allreduce_equivalent_bytes(g, idx)
         added = np.array([slow.meta.topology.delta_at(kind, m, 2) for m in sizes])
         assert slow.dur[idx] == pytest.approx(plain.dur[idx] + added, rel=1e-9)

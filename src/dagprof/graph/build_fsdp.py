@@ -90,7 +90,7 @@ def profiled_step(run: Run, units: list[FsdpGraphUnit]) -> StepFit | None:
 @dataclass(frozen=True)
 class FsdpCollectiveNode:
     node: int
-    kind: str  # the label of one of FSDP_KINDS (``CommKind.label``): all_gather | reduce_scatter | all_reduce
+    kind: CommKind  # one of FSDP_KINDS: all-gather, reduce-scatter, all-reduce (HSDP, across replicas)
     unit: str
     prefetched: bool
     prefetched_by: str = ""  # the unit whose hook issued it early
@@ -136,7 +136,7 @@ def fsdp_collectives(g: Graph) -> list[FsdpCollectiveNode]:
     for v in np.flatnonzero(shared).tolist():
         rest = g.node_name(v).rpartition(".")[0].partition(" ")[2]  # the builder appends ".<seq>"
         unit, _, by = rest.partition(" (prefetched by ")
-        out.append(FsdpCollectiveNode(v, CommKind(int(g.comm_kind[v])).label, unit, bool(by), by.removesuffix(")")))
+        out.append(FsdpCollectiveNode(v, CommKind(int(g.comm_kind[v])), unit, bool(by), by.removesuffix(")")))
     return out
 
 
@@ -251,7 +251,7 @@ def check_fsdp_edges(g: Graph) -> dict[str, int]:
         layers = unit_layers.get(c.unit, set())
         for r in sorted(issuers(g, c.node)):
             mine = on & (g.rank == r)
-            if c.kind == "all_gather":
+            if c.kind == CommKind.ALL_GATHER:
                 phase_kind = Kind.FORWARD if in_pass.is_forward(c.node, r) else Kind.BACKWARD
                 # the unit's ops after the issue (a hook on the unit's output may open its first layer's backward
                 # span just before FSDP's pre-backward hook gathers: that sliver stays before the all-gather)
@@ -267,22 +267,22 @@ def check_fsdp_edges(g: Graph) -> dict[str, int]:
                     by = unit_layers.get(c.prefetched_by, set())
                     at = float(g.order[_issue(g, c.node, r)])
                     ahead = [v for v in np.flatnonzero(mine & (g.kind == phase_kind)).tolist() if int(g.layer[v]) in by and float(g.order[v]) > at]
-                    ahead += [c2.node for c2 in collectives if c2.kind == "reduce_scatter" and c2.unit == c.prefetched_by
+                    ahead += [c2.node for c2 in collectives if c2.kind == CommKind.REDUCE_SCATTER and c2.unit == c.prefetched_by
                               and int(g.step[c2.node]) == step and r in (mine2 := issuers(g, c2.node)) and float(g.order[mine2[r]]) > at]
                     if not ahead:
                         raise DagprofError(f"{g.node_name(c.node)} (step {step}) was not issued before {c.prefetched_by}'s "
                                            f"{phase_kind.name.lower()} on rank {r}")
                     counts["prefetched"] += 1
-            elif c.kind in ("reduce_scatter", "all_reduce"):
+            elif c.kind in (CommKind.REDUCE_SCATTER, CommKind.ALL_REDUCE):
                 bwd = [v for v in np.flatnonzero(mine & (g.kind == Kind.BACKWARD)).tolist() if int(g.layer[v]) in layers]
                 upd = np.flatnonzero(mine & (g.kind == Kind.UPDATE)).tolist()
-                if c.kind == "reduce_scatter" and not all(_reach(g, v)[c.node] for v in bwd):
+                if c.kind == CommKind.REDUCE_SCATTER and not all(_reach(g, v)[c.node] for v in bwd):
                     raise DagprofError(f"{g.node_name(c.node)} (step {step}) does not follow its unit's backward on rank {r}")
                 if not upd or not all(reach[u] for u in upd):
                     raise DagprofError(f"the optimizer step {step} on rank {r} does not wait for {g.node_name(c.node)}")
-                counts["reduce_scatter_after_backward"] += c.kind == "reduce_scatter"
+                counts["reduce_scatter_after_backward"] += c.kind == CommKind.REDUCE_SCATTER
                 counts["optimizer_waits_reduce_scatter"] += 1  # and HSDP's all-reduce across replicas
-    regathered = {c.unit for c in collectives if c.kind == "all_gather" and not in_pass.is_forward(c.node, min(issuers(g, c.node)))}
+    regathered = {c.unit for c in collectives if c.kind == CommKind.ALL_GATHER and not in_pass.is_forward(c.node, min(issuers(g, c.node)))}
     for unit, again in reshard.items():
         if again != (unit in regathered):
             raise DagprofError(f"unit {unit} was{'' if again else ' not'} resharded after forward but is{'' if unit in regathered else ' not'} "
@@ -366,7 +366,7 @@ def max_in_flight(g: Graph, start: np.ndarray, end: np.ndarray) -> int:
     """Most all-gathers of one process group running at once in a replay (``start``/``end`` per node)."""
     groups: dict[frozenset, list[tuple[float, int]]] = {}
     for c in fsdp_collectives(g):
-        if c.kind == "all_gather":
+        if c.kind == CommKind.ALL_GATHER:
             ev = groups.setdefault(frozenset(issuers(g, c.node)), [])
             ev += [(float(start[c.node]), 1), (float(end[c.node]), -1)]
     most = 0

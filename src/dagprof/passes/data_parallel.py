@@ -721,7 +721,7 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB, costs: FsdpCosts
     drop = np.zeros(len(g), dtype=bool)
     # DDP's all-reduce, like gloo's reduce-scatter, releases every rank together; the all-gathers' lag (one rank
     # released about half a transfer after the other) is no DDP cost: the lag of the reduce-scatters' waits
-    waits = [v for c in found if colls[c.comm] == "reduce_scatter" for v in c.consumers if g.kind[v] == Kind.COMM_WAIT and g.rank[v] >= 0]
+    waits = [v for c in found if colls[c.comm] == CommKind.REDUCE_SCATTER for v in c.consumers if g.kind[v] == Kind.COMM_WAIT and g.rank[v] >= 0]
     lag = _lag_per_rank(g, np.asarray(waits, dtype=np.int64))
     for c in found:
         drop[c.comm] = True
@@ -824,10 +824,10 @@ def _root_beside_prefetch(b: GraphBuilder, g: Graph, colls: list) -> None:
     profiles 5-6 ms of gap on the transformer's, 39-41 ms on the embedding MLP's, about 1 ms on every other
     all-gather's). What that wait measured beyond the rank's median all-gather gap stays as an ``other:backward`` node
     where the wait was (``colls``: (``FsdpCollectiveNode``, ``Collective``) of every FSDP collective)."""
-    gathers = [c for fc, c in colls if fc.kind == "all_gather"]
+    gathers = [c for fc, c in colls if fc.kind == CommKind.ALL_GATHER]
     lag = _lag_per_rank(g, np.asarray([v for c in gathers for v in c.consumers if g.kind[v] == Kind.COMM_WAIT and g.rank[v] >= 0], dtype=np.int64))
     for fc, c in colls:
-        if fc.kind != "all_gather" or fc.prefetched_by != FSDP_ROOT:
+        if fc.kind != CommKind.ALL_GATHER or fc.prefetched_by != FSDP_ROOT:
             continue
         for v in c.consumers:
             if g.kind[v] == Kind.COMM_WAIT and g.rank[v] >= 0:

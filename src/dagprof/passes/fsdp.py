@@ -31,7 +31,7 @@ from ..errors import DagprofError
 from ..graph.build_fsdp import Passes, fsdp_collectives, is_fsdp_graph, issuers, refuse_post_forward
 from ..graph.dag import Graph
 from ..graph.meta import FsdpGraphUnit
-from ..traces.events import Kind
+from ..traces.events import CommKind, Kind
 from ..traces.kineto_schema import dtype_bytes
 from ..traces.run_schema import FSDP_ROOT
 from .comm import current_topology, retime_collectives
@@ -100,11 +100,11 @@ def set_reshard(g: Graph, on: Reshard) -> Graph:
     # a forward all-gather serves every backward up to the next one's micro-batch
     gathered: dict[tuple[int, str], list[int]] = {}
     for c in fsdp_collectives(g):
-        if c.kind == "all_gather" and (at := in_pass.of_collective(c.node, min(issuers(g, c.node))))[1]:
+        if c.kind == CommKind.ALL_GATHER and (at := in_pass.of_collective(c.node, min(issuers(g, c.node))))[1]:
             gathered.setdefault((int(g.step[c.node]), c.unit), []).append(at[0])
     for c in fsdp_collectives(g):
         u = units.get(c.unit)
-        if c.kind != "all_gather" or u is None or u.resharded_after_forward == resharded(u, on):
+        if c.kind != CommKind.ALL_GATHER or u is None or u.resharded_after_forward == resharded(u, on):
             continue
         on_here = resharded(u, on)
         batch, forward = in_pass.of_collective(c.node, min(issuers(g, c.node)))
@@ -174,7 +174,7 @@ def set_reduce_dtype(g: Graph, dtype: str) -> Graph:
     was = {u.name: dtype_bytes(u.reduce_dtype or u.orig_dtype) for u in g.meta.fsdp.units}
     nbytes = g.nbytes.copy()
     for c in fsdp_collectives(g):
-        if c.kind != "all_gather" and was.get(c.unit):
+        if c.kind != CommKind.ALL_GATHER and was.get(c.unit):
             nbytes[c.node] = round(nbytes[c.node] * size / was[c.unit])
     fs = g.meta.fsdp
     meta = g.meta.replace(fsdp=dataclasses.replace(fs, units=[dataclasses.replace(u, reduce_dtype=dtype) for u in fs.units]))

@@ -152,7 +152,7 @@ def set_mesh(g: Graph, replicate: int, shard: int, costs: FsdpCosts | None = Non
                 drop[_collective_nodes(src, v)] = True
         src = _without(src, drop, src.nbytes, {})
     waits = _Waits.of(g)  # a 1xS profile on a 2-D mesh has its all-reduces already (module docstring)
-    add_all_reduce = replicate > 1 and r0 == 1 and not any(c.kind == "all_reduce" for c in fsdp_collectives(g))
+    add_all_reduce = replicate > 1 and r0 == 1 and not any(c.kind == CommKind.ALL_REDUCE for c in fsdp_collectives(g))
     out, rings = _regroup(src, replicate, shard, add_all_reduce=add_all_reduce, waits=waits)
     if waits is None and (shard != s0 or add_all_reduce):  # else copies of the profiled groups: they wait as those did
         out.meta.warnings.append(f"--mesh: no measured arrivals in this graph (a pass changed it since the profile): "

@@ -31,7 +31,7 @@ from ..errors import DagprofError
 from ..graph.build_fsdp import Passes, fsdp_collectives, is_fsdp_graph, issuers, refuse_post_forward
 from ..graph.dag import Graph, GraphBuilder
 from ..graph.meta import FsdpGraphUnit
-from ..traces.events import Kind
+from ..traces.events import CommKind, Kind
 from ..traces.run_schema import FSDP_ROOT
 from .comm import current_topology, retime_collectives
 
@@ -131,11 +131,11 @@ def merge_units(g: Graph, spec: str) -> Graph:
     for c in fsdp_collectives(g):
         if c.unit not in merged:
             if c.prefetched_by in merged:  # prefetched by a member: by the merged unit's hook now
-                rename[c.node] = f"{c.kind} {c.unit} (prefetched by {group_of[c.prefetched_by]}).{g.node_name(c.node).rpartition('.')[2]}"
+                rename[c.node] = f"{c.kind.label} {c.unit} (prefetched by {group_of[c.prefetched_by]}).{g.node_name(c.node).rpartition('.')[2]}"
             continue
         by_rank = issuers(g, c.node)
         micro, forward = in_pass.of_collective(c.node, min(by_rank))  # per micro-batch under gradient accumulation
-        phase = forward if c.kind == "all_gather" else None
+        phase = forward if c.kind == CommKind.ALL_GATHER else None
         if phase is False and c.unit in now_kept:
             drop[_collective_nodes(g, c.node)] = True
             continue
@@ -143,11 +143,11 @@ def merge_units(g: Graph, spec: str) -> Graph:
         buckets.setdefault(key, []).append((float(g.order[by_rank[min(by_rank)]]), c))
     for (_, _, kind, _, _, name), members in buckets.items():
         members.sort(key=lambda m: m[0])
-        keep = members[0][1] if kind == "all_gather" else members[-1][1]  # gathered before the first, reduced after the last
+        keep = members[0][1] if kind == CommKind.ALL_GATHER else members[-1][1]  # gathered before the first, reduced after the last
         nbytes[keep.node] = sum(int(g.nbytes[c.node]) for _, c in members)
         by = group_of.get(keep.prefetched_by, keep.prefetched_by)
         seq = g.node_name(keep.node).rpartition(".")[2]
-        rename[keep.node] = f"{kind} {name}" + (f" (prefetched by {by})" if keep.prefetched and by != name else "") + f".{seq}"
+        rename[keep.node] = f"{kind.label} {name}" + (f" (prefetched by {by})" if keep.prefetched and by != name else "") + f".{seq}"
         for _, c in members:
             if c is not keep:
                 drop[_collective_nodes(g, c.node)] = True

@@ -14,7 +14,7 @@ import numpy as np
 from ...graph.build_fsdp import fsdp_collectives, is_fsdp_graph
 from ...graph.dag import Graph
 from ...passes.buckets import sparse_buckets
-from ...traces.events import Kind
+from ...traces.events import CommKind, Kind
 from ...units import KB, MB
 
 _SHOWN = 6  # names and sizes listed before "... N more"
@@ -57,7 +57,7 @@ def layout_of(g: Graph) -> DataParallelLayout:
     units = g.meta.fsdp.units
     mesh = tuple(units[0].mesh) if units else ()
     shard_groups = max(int(np.prod(mesh[:-1])), 1)  # HSDP: each replica's shard group runs its own all-gathers
-    prefetched = sum(c.prefetched for c in fsdp_collectives(g) if c.kind == "all_gather")
+    prefetched = sum(c.prefetched for c in fsdp_collectives(g) if c.kind == CommKind.ALL_GATHER)
     return DataParallelLayout(
         "fsdp", buckets, tuple(u.name for u in units), mesh, tuple(u.name for u in units if not u.resharded_after_forward),
         tuple(u.param_dtype for u in units), tuple(u.reduce_dtype for u in units),
