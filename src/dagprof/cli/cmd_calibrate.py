@@ -52,12 +52,12 @@ def add_arguments(p) -> None:
     p.add_argument("--nccl-tests", metavar="PATH", help="fit nccl-tests all-reduce tables (a file or a folder) instead of measuring")
 
 
-def _kinds(text: str) -> tuple[str, ...]:
-    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
-    bad = [k for k in kinds if k not in live.KINDS]
-    if bad or not kinds:
-        raise argparse.ArgumentTypeError(f"collective kinds are {', '.join(live.KINDS)}, got {text!r}")
-    return kinds
+def _kinds(text: str) -> tuple[CommKind, ...]:
+    known = {k.label: k for k in live.KINDS}
+    labels = tuple(k.strip() for k in text.split(",") if k.strip())
+    if not labels or any(k not in known for k in labels):
+        raise argparse.ArgumentTypeError(f"collective kinds are {', '.join(known)}, got {text!r}")
+    return tuple(known[k] for k in labels)
 
 
 def _sizes(max_mb: float) -> tuple[int, ...]:
@@ -87,7 +87,7 @@ def run(args) -> dict:
     measured = live.live_sweep(args.world, sizes, args.iters, args.kinds, args.fsdp, args.overlap, int(args.overlap_mb * 2**20))
     world, points = measured.world, measured.points
     link = live.fit(points, world)
-    kinds = {s.kind: (live.fit(s.points, world, s.kind), {"points": s.points, "skew_us": s.skew_us}) for s in measured.sweeps[1:]}
+    kinds = {s.kind.label: (live.fit(s.points, world, s.kind), {"points": s.points, "skew_us": s.skew_us}) for s in measured.sweeps[1:]}
     path = None
     if measured.rank == 0:
         fsdp, record = measured.fsdp or (None, None)
@@ -96,11 +96,10 @@ def run(args) -> dict:
                                backend="gloo", workers=world, points=points, skew_us=measured.sweeps[0].skew_us,
                                method="live sweep, ring alpha-beta fit (per kind: of its all-reduce-equivalent bytes)")
     rows = [{"nbytes": m, "measured_us": t, "model_us": float(ring_allreduce_us(m, world, link))} for m, t in points]
-    factor = {s.kind: allreduce_equivalent_factor(CommKind.from_label(s.kind)) for s in measured.sweeps[1:]}
-    per_kind = [{"kind": s.kind, "alpha_us": ab.alpha_us, "bandwidth_GBps": ab.bandwidth_bytes_per_s / 1e9,
-                 "points": [{"nbytes": m, "measured_us": t, "model_us": float(ring_allreduce_us(m * factor[s.kind], world, ab)),
+    per_kind = [{"kind": s.kind.label, "alpha_us": ab.alpha_us, "bandwidth_GBps": ab.bandwidth_bytes_per_s / 1e9,
+                 "points": [{"nbytes": m, "measured_us": t, "model_us": float(ring_allreduce_us(m * allreduce_equivalent_factor(s.kind), world, ab)),
                              "skew_us": k} for (m, t), k in zip(s.points, s.skew_us)]}
-                for s in measured.sweeps[1:] for ab in [kinds[s.kind][0]]]
+                for s in measured.sweeps[1:] for ab in [kinds[s.kind.label][0]]]
     return {"out": path, "source": "live", "workers": world, "alpha_us": link.alpha_us,
             "bandwidth_GBps": link.bandwidth_bytes_per_s / 1e9, "points": rows, "kinds": per_kind,
             "fsdp": None if measured.fsdp is None else {**measured.fsdp[0].to_dict(), **measured.fsdp[1]},

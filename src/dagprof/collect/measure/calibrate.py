@@ -34,19 +34,19 @@ from .overlap import OVERLAP_BYTES, Overlap, measure_overlap
 DEFAULT_SIZES = tuple(2**k for k in range(12, 25, 2))  # 4 KiB .. 16 MiB
 
 
-KINDS = ("all_reduce", "all_gather", "reduce_scatter")  # what FSDP2 calls: all_gather_single, reduce_scatter_single
+KINDS = (CommKind.ALL_REDUCE, CommKind.ALL_GATHER, CommKind.REDUCE_SCATTER)  # what FSDP2 calls: all_gather_single, reduce_scatter_single
 
 
 @dataclass(frozen=True)
 class KindSweep:
     """One collective kind's sweep: (bytes, us) per size and how far apart the ranks finish."""
 
-    kind: str
+    kind: CommKind
     points: list[tuple[int, float]]  # nbytes: the whole tensor (an all-gather's output, a reduce-scatter's input); us: slowest rank's median
     skew_us: list[float]  # per size: median over repetitions of the last rank's time minus the first's (barrier-aligned start)
 
 
-def _op(kind: str, nbytes: int, world: int) -> tuple[Callable[[], Callable[[], object]], int]:
+def _op(kind: CommKind, nbytes: int, world: int) -> tuple[Callable[[], Callable[[], object]], int]:
     """(a maker of the call FSDP2 makes for ``kind`` on a tensor of ``nbytes``, fp32, divisible by the ranks; the bytes).
 
     As FSDP2 does, each all-gather writes into a new output tensor and each reduce-scatter reads a new input its
@@ -56,10 +56,10 @@ def _op(kind: str, nbytes: int, world: int) -> tuple[Callable[[], Callable[[], o
     import torch.distributed as dist
 
     numel = max(int(nbytes) // 4 // world, 1) * world
-    if kind == "all_reduce":
+    if kind == CommKind.ALL_REDUCE:
         full = torch.ones(numel, dtype=torch.float32)
         return lambda: (lambda: dist.all_reduce(full)), numel * 4
-    if kind == "all_gather":  # torch 2.13 names it all_gather_single (all_gather_into_tensor before)
+    if kind == CommKind.ALL_GATHER:  # torch 2.13 names it all_gather_single (all_gather_into_tensor before)
         gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
         shard = torch.ones(numel // world, dtype=torch.float32)
 
@@ -67,17 +67,17 @@ def _op(kind: str, nbytes: int, world: int) -> tuple[Callable[[], Callable[[], o
             out = torch.empty(numel, dtype=torch.float32)
             return lambda: gather(out, shard)
         return make_gather, numel * 4
-    if kind == "reduce_scatter":
+    if kind == CommKind.REDUCE_SCATTER:
         scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
         def make_scatter() -> Callable[[], object]:
             out, full = torch.empty(numel // world, dtype=torch.float32), torch.ones(numel, dtype=torch.float32)
             return lambda: scatter(out, full)
         return make_scatter, numel * 4
-    raise DagprofError(f"calibrate: unknown collective {kind!r}; use {', '.join(KINDS)}")
+    raise DagprofError(f"calibrate: unknown collective {kind.label!r}; use {', '.join(k.label for k in KINDS)}")
 
 
-def sweep_kind(kind: str, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5, warmup: int = 2) -> KindSweep:
+def sweep_kind(kind: CommKind, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5, warmup: int = 2) -> KindSweep:
     """``kind`` over ``sizes``, every rank entering together (barrier). Each rank times every repetition from the
     barrier's release; the time is the slowest rank's median (a rank that entered late measures less than the
     collective took) and the skew the spread of the ranks' times per repetition (how much later the last rank got
@@ -99,24 +99,24 @@ def sweep_kind(kind: str, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5
     for nbytes in sizes:
         make, moved = _op(kind, nbytes, world)
         per = _timed_together(make, iters, warmup)
-        points.append((moved, float(np.median(per, axis=1).max()) if kind == "all_reduce" else _slowest_each(per)))
+        points.append((moved, float(np.median(per, axis=1).max()) if kind == CommKind.ALL_REDUCE else _slowest_each(per)))
         skew.append(float(np.median(per.max(axis=0) - per.min(axis=0))))
     return KindSweep(kind, points, skew)
 
 
 def sweep(sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5, warmup: int = 2) -> list[tuple[int, float]]:
     """(nbytes, median us) per size: fp32 all-reduce (``sweep_kind``)."""
-    return sweep_kind("all_reduce", sizes, iters, warmup).points
+    return sweep_kind(CommKind.ALL_REDUCE, sizes, iters, warmup).points
 
 
-def fit(points: list[tuple[int, float]], world: int, kind: str = "all_reduce", backend: str = "gloo") -> AlphaBeta:
+def fit(points: list[tuple[int, float]], world: int, kind: CommKind = CommKind.ALL_REDUCE, backend: str = "gloo") -> AlphaBeta:
     """The link model of a sweep. The all-reduce's: ``costmodel.topology.fit_sweep`` (DDP's buckets are MBs). Another
     kind's: the link on which an all-reduce of its all-reduce-equivalent bytes costs what it measured (``Topology.kinds``),
     fitted to every size alike (relative residuals): FSDP units range from KBs to tens of MBs, and a new tensor's
     first-touch cost makes the largest sizes superlinear, which a slope over them alone would spread to every size."""
-    m = np.array([p[0] for p in points], dtype=float) * allreduce_equivalent_factor(CommKind.from_label(kind), backend)
+    m = np.array([p[0] for p in points], dtype=float) * allreduce_equivalent_factor(kind, backend)
     t = np.array([p[1] for p in points], dtype=float)
-    return fit_sweep(m, t, world) if kind == "all_reduce" else fit_alpha_beta(m, t, world, relative=True)
+    return fit_sweep(m, t, world) if kind == CommKind.ALL_REDUCE else fit_alpha_beta(m, t, world, relative=True)
 
 
 # (parameter tensors, width) of the models whose optimizer step is timed: many small tensors (the per-tensor cost)
@@ -294,7 +294,7 @@ def _unit_extra(units: int, width: int, world: int, mesh: object, iters: int) ->
         wall[how] = [_slowest_each(w) for w, _ in timed]
         cpu[how] = [float(np.median(c)) for _, c in timed]
     nbytes = width * width * 4
-    ops = [_timed_both(_op(kind, nbytes, world)[0], iters) for kind in ("all_gather", "reduce_scatter")]
+    ops = [_timed_both(_op(kind, nbytes, world)[0], iters) for kind in (CommKind.ALL_GATHER, CommKind.REDUCE_SCATTER)]
     (gather, scatter), (gather_cpu, scatter_cpu) = [_slowest_each(w) for w, _ in ops], [float(np.median(c)) for _, c in ops]
     forward = max((wall["fsdp"][0] - wall["plain"][0]) / units - gather, 0.0)
     backward = max((wall["fsdp"][1] - wall["plain"][1]) / units - gather - scatter, 0.0)
@@ -308,13 +308,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _sweeps(sizes: tuple[int, ...], iters: int, kinds: tuple[str, ...], fsdp: bool,
+def _sweeps(sizes: tuple[int, ...], iters: int, kinds: tuple[CommKind, ...], fsdp: bool,
             overlap: bool, overlap_bytes: int = OVERLAP_BYTES) -> tuple[list[KindSweep], tuple[FsdpCosts, dict] | None, Overlap | None]:
     return ([sweep_kind(k, sizes, iters) for k in kinds], measure_fsdp(iters) if fsdp else None,
             measure_overlap(overlap_bytes) if overlap else None)
 
 
-def _worker(rank: int, world: int, port: int, sizes: tuple[int, ...], iters: int, kinds: tuple[str, ...], fsdp: bool, overlap: bool,
+def _worker(rank: int, world: int, port: int, sizes: tuple[int, ...], iters: int, kinds: tuple[CommKind, ...], fsdp: bool, overlap: bool,
             overlap_bytes: int, out: str) -> None:
     import torch
     import torch.distributed as dist
@@ -327,12 +327,12 @@ def _worker(rank: int, world: int, port: int, sizes: tuple[int, ...], iters: int
         dist.destroy_process_group()
     if rank == 0:
         with open(out, "w") as f:
-            json.dump({"sweeps": [{"kind": s.kind, "points": s.points, "skew_us": s.skew_us} for s in sweeps],
+            json.dump({"sweeps": [{"kind": s.kind.label, "points": s.points, "skew_us": s.skew_us} for s in sweeps],
                        "fsdp": None if costs is None else [costs[0].to_dict(), costs[1]],
                        "overlap": msgspec.to_builtins(slowed)}, f)
 
 
-def spawn_sweep(world: int = 2, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5, kinds: tuple[str, ...] = ("all_reduce",),
+def spawn_sweep(world: int = 2, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5, kinds: tuple[CommKind, ...] = (CommKind.ALL_REDUCE,),
                 fsdp: bool = False, overlap: bool = False,
                 overlap_bytes: int = OVERLAP_BYTES) -> tuple[list[KindSweep], tuple[FsdpCosts, dict] | None, Overlap | None]:
     """Start ``world`` gloo ranks on this machine (loopback), sweep each of ``kinds`` and, with ``fsdp``, ``measure_fsdp``;
@@ -347,7 +347,7 @@ def spawn_sweep(world: int = 2, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: i
         mp.spawn(_worker, args=(world, _free_port(), tuple(sizes), iters, tuple(kinds), fsdp, overlap, overlap_bytes, out), nprocs=world, join=True)
         with open(out) as f:
             doc = json.load(f)
-    sweeps = [KindSweep(d["kind"], [(int(m), float(t)) for m, t in d["points"]], [float(x) for x in d["skew_us"]]) for d in doc["sweeps"]]
+    sweeps = [KindSweep(CommKind.from_label(d["kind"]), [(int(m), float(t)) for m, t in d["points"]], [float(x) for x in d["skew_us"]]) for d in doc["sweeps"]]
     return (sweeps, None if doc["fsdp"] is None else (FsdpCosts.from_dict(doc["fsdp"][0]), doc["fsdp"][1]),
             None if doc["overlap"] is None else msgspec.convert(doc["overlap"], Overlap))
 
@@ -366,13 +366,13 @@ class LiveSweep:
         return self.sweeps[0].points
 
 
-def live_sweep(world: int, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5, kinds: tuple[str, ...] = ("all_reduce",),
+def live_sweep(world: int, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: int = 5, kinds: tuple[CommKind, ...] = (CommKind.ALL_REDUCE,),
                fsdp: bool = False, overlap: bool = False, overlap_bytes: int = OVERLAP_BYTES) -> LiveSweep:
     """Inside a torch.distributed job (RANK and WORLD_SIZE set, as torchrun does): join its group (gloo) and
     sweep there; else start ``world`` gloo ranks on this machine (``spawn_sweep``). The all-reduce is always
     swept, first (the link model's own link); ``fsdp``: FSDP2's own costs measured after (``measure_fsdp``); ``overlap``: the
     compute slowdown beside an in-flight all-reduce of ``overlap_bytes`` (``measure_overlap``), last."""
-    kinds = ("all_reduce", *(k for k in kinds if k != "all_reduce"))
+    kinds = (CommKind.ALL_REDUCE, *(k for k in kinds if k != CommKind.ALL_REDUCE))
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         import torch.distributed as dist
 
