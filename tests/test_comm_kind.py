@@ -143,3 +143,12 @@ def test_xlas_all_gathers_are_no_sparse_gradients():
     ev = run.ranks[0].events
     gathers = (ev.kind == Kind.COMM) & (ev.comm_kind == K.ALL_GATHER)
     assert gathers.any() and (ev.role[gathers] == CommRole.PLAIN).all()
+
+
+def test_one_pricing_rule_for_gathers_scatters_and_barriers():
+    """``CommKind.priced_as``: the FSDP reader's job calls and the in-op pieces' bytes price a gather or scatter as the
+    all-gather its root's port carries, a barrier as an all-reduce; every other kind as itself."""
+    assert [k.priced_as for k in (K.GATHER, K.SCATTER, K.BARRIER)] == [K.ALL_GATHER, K.ALL_GATHER, K.ALL_REDUCE]
+    assert all(k.priced_as == k for k in K if k not in (K.GATHER, K.SCATTER, K.BARRIER))
+    assert per_rank_equivalent_bytes(K.GATHER, 10.0, 4) == per_rank_equivalent_bytes(K.ALL_GATHER, 10.0, 4)
+    assert per_rank_equivalent_bytes(K.BARRIER, 10.0, 4) == per_rank_equivalent_bytes(K.ALL_REDUCE, 10.0, 4)

@@ -488,10 +488,10 @@ def priced_kind(kind: CommKind) -> CommKind:
 
 def per_rank_equivalent_bytes(kind: CommKind, nbytes: float, world: int, backend: str = "gloo") -> float:
     """Bytes of the ring all-reduce on ``world`` ranks that costs what a collective of ``nbytes`` per rank costs: an
-    all-gather of them gathers ``world`` times them (``KIND_FACTORS``); a scatter or gather moves as many through its
-    root's port, (N-1) x ``nbytes``, as a ring all-gather through each rank's; a broadcast ``broadcast_factor``; an
+    all-gather of them gathers ``world`` times them (``KIND_FACTORS``), and so does a scatter or gather (``CommKind.priced_as``:
+    its root's port moves (N-1) x ``nbytes``, as a ring all-gather each rank's); a broadcast ``broadcast_factor``; an
     all-to-all of an ``nbytes`` buffer ``all_to_all_factor``; anything else an all-reduce of them."""
-    if kind in (CommKind.ALL_GATHER, CommKind.SCATTER, CommKind.GATHER):
+    if kind.priced_as == CommKind.ALL_GATHER:
         return KIND_FACTORS[CommKind.ALL_GATHER] * max(int(world), 1) * nbytes
     if kind == CommKind.ALL_TO_ALL:
         return all_to_all_factor(world, backend) * nbytes

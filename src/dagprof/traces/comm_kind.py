@@ -40,6 +40,14 @@ class CommKind(enum.IntEnum):
         return cls[label.upper()]
 
     @property
+    def priced_as(self) -> "CommKind":
+        """The kind whose price this one takes, one rule for the FSDP reader's job calls (``traces.fsdp_run``) and the
+        model's own calls' bytes per rank (``costmodel.topology.per_rank_equivalent_bytes``): a gather's or scatter's root
+        port moves the group's tensors, as a ring all-gather of them does each port (its bytes: the gathered ones); a
+        barrier an all-reduce of nothing; any other kind itself."""
+        return _PRICED_AS.get(self, self)
+
+    @property
     def label(self) -> str:
         """The name the cost model, link-model files and the collector's FSDP records give it: ``all_gather``."""
         return self.name.lower()
@@ -50,6 +58,7 @@ _CANONICAL_KINDS = {"allreduce": CommKind.ALL_REDUCE, "allgather": CommKind.ALL_
                     "sendrecv": CommKind.SEND_RECV, "scatter": CommKind.SCATTER, "gather": CommKind.GATHER, "reduce": CommKind.REDUCE,
                     "barrier": CommKind.BARRIER, "push": CommKind.PUSH, "pull": CommKind.PULL, "isend": CommKind.SEND,
                     "irecv": CommKind.RECV, "batchisendirecv": CommKind.SEND_RECV, "sparseallreduce": CommKind.SPARSE_ALL_REDUCE}
+_PRICED_AS = {CommKind.GATHER: CommKind.ALL_GATHER, CommKind.SCATTER: CommKind.ALL_GATHER, CommKind.BARRIER: CommKind.ALL_REDUCE}
 P2P = frozenset({CommKind.SEND, CommKind.RECV, CommKind.SEND_RECV})  # point to point
 P2P_SEND = frozenset({CommKind.SEND})
 P2P_PEERED = frozenset({CommKind.SEND, CommKind.RECV})  # one peer each (a send-recv or a batch has several)

@@ -34,10 +34,6 @@ from .run_spans import _Comm, _DeviceOp, _Span, _Transfer
 
 OPTIMIZER_STEP = "Optimizer.step#"  # torch.optim's record_function around each step
 DTENSOR_DISPATCH = "PythonSubclass"  # the profiler's range around a tensor subclass's __torch_dispatch__ (DTensor's ops)
-# a job's call (JOB_CALL) -> the kind whose pricing it takes: a gather's or scatter's root port moves the group's tensors, as
-# a ring all-gather of them does each port (``costmodel.topology.per_rank_equivalent_bytes``; its bytes: the gathered ones);
-# a barrier, an all-reduce of nothing
-PRICED_AS = {"gather": "all_gather", "scatter": "all_gather", "barrier": "all_reduce"}
 HOOK_LANE = "fsdp collective (hook span)"
 
 
@@ -66,7 +62,7 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, world: int, records:
             if g < len(gloo) and gloo[g][1] <= b1:
                 lane, s0, x0, s1 = gloo[g]
                 g += 1
-        kind, role = CommKind.from_label(PRICED_AS.get(c.kind, c.kind)), CommRole.JOB if c.phase in JOB_PHASES else CommRole.PLAIN
+        kind, role = CommKind.from_label(c.kind).priced_as, CommRole.JOB if c.phase in JOB_PHASES else CommRole.PLAIN
         transfers.append(_Transfer(k, -1, name, x0, s1, lane, c.nbytes, comm_kind=kind, role=role))
         # at least 1 ns: a span that ends where the previous one was cut would be dropped as already covered
         host.append(_Span(Kind.COMM_ENQUEUE, f"fsdp {name}", b0, max(b0 + 1, min(s0, b1)), layer=-1, seq=k, nbytes=c.nbytes,
@@ -125,12 +121,13 @@ def _say_job_steps(info: FsdpInfo, calls: list[tuple[int, int, int]], steps: lis
 def collective_name(info: FsdpInfo, c: FsdpCollective) -> str:
     """Its node's name: ``"<kind> <unit>[ (prefetched by <unit>)]"`` (``graph.build_fsdp.fsdp_collectives`` reads the
     unit back), or for the job's own ``full_tensor`` gather ``"full_tensor all_gather"`` and its own calls
-    ``"job <kind>[ (<call>)]"`` (``PRICED_AS``: ``"job all_gather (gather)"``), each ``CommRole.JOB``: the FSDP passes
+    ``"job <kind>[ (<call>)]"`` (``CommKind.priced_as``: ``"job all_gather (gather)"``), each ``CommRole.JOB``: the FSDP passes
     (reshard, units, mesh) leave them as they are, and the link model prices each as the kind it names first."""
     if c.phase == FULL_TENSOR:
         return f"{FULL_TENSOR} {c.kind}"
     if c.phase == JOB_CALL:
-        return f"{JOB_CALL} {PRICED_AS.get(c.kind, c.kind)}" + (f" ({c.kind})" if c.kind in PRICED_AS else "")
+        priced = CommKind.from_label(c.kind).priced_as.label
+        return f"{JOB_CALL} {priced}" + (f" ({c.kind})" if priced != c.kind else "")
     return f"{c.kind} {info.units[c.unit].name}" + (f" (prefetched by {info.units[c.prefetched_by].name})" if c.prefetched_by >= 0 else "")
 
 
@@ -222,7 +219,7 @@ def check_units(info: FsdpInfo, rank: int, world: int, path: str) -> None:
             raise DagprofError(f"unit {u.name} has {u.frozen_numel} frozen elements in {u.numel} and {u.frozen_tensors} frozen tensors in "
                                f"{len(u.params)}: a damaged file", path)
     for k, c in enumerate(info.collectives):
-        if PRICED_AS.get(c.kind, c.kind).upper() not in CommKind.__members__:
+        if c.kind.upper() not in CommKind.__members__:
             raise DagprofError(f"collective {k} ({c.phase}) is of kind {c.kind!r}, which no collective is: a damaged file", path)
         ranks = [int(r) for r in c.group.split(",")]
         if c.phase in JOB_PHASES:  # the job's (a DTensor's gather over its mesh dimension, a call of its own): any group of this rank's
