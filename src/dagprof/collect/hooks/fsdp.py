@@ -36,7 +36,13 @@ SCATTER_NAMES = ("reduce_scatter_single", "reduce_scatter_tensor")
 # all_gathers; ``gather_object``: an all_gather and a gather; ``broadcast_object_list``, ``scatter_object_list``: broadcasts
 # and scatters): 9 a save of ``bench/fsdp_fresh/unet_dcp.py``, host time before they were recorded. Patched in
 # ``torch.distributed`` (the job's calls) and in ``distributed_c10d`` (the object collectives' calls inside it), each
-# wrapping the same function, so a call is recorded once.
+# wrapping the same function, so a call is recorded once. Not ``own_collectives.OWN_CALLS``, though both patch blocking
+# ``torch.distributed`` calls (the collector runs one recorder or the other, never both: FSDP's job, or a DDP one with
+# Kineto): those are a DDP model's calls inside its ops, recorded as bytes per rank that the reader matches to Kineto's
+# transfers; these are an FSDP job's calls outside FSDP's, each recorded as a whole collective that the graph joins across
+# ranks, a barrier too (no bytes, a join). So the names differ: ``*_single`` / ``*_into_tensor`` are FSDP's own
+# (``GATHER_NAMES``), ``all_reduce`` is patched apart (FSDP's HSDP all-reduce goes through it), and an all-to-all of the
+# job's own is not recorded (host time).
 JOB_CALLS = {"all_gather": "tensor", "gather": "tensor", "scatter": "tensor", "broadcast": "tensor", "barrier": None}
 GATHERED = ("all_gather", "gather", "scatter")  # these move the group's size times the tensor (FsdpCollective.nbytes: all of it)
 

@@ -29,7 +29,8 @@ from typing import Any
 from ...traces.comm_kind import CommKind
 from ...traces.run_schema import OWN_KINDS, Rec
 
-# torch.distributed function -> (kind, the argument holding the per-rank tensor)
+# torch.distributed function -> (kind, the argument holding the per-rank tensor); an FSDP job's own calls are another
+# recorder's (``fsdp.JOB_CALLS``: whole collectives, not bytes for Kineto's transfers; its comment says why the names differ)
 OWN_CALLS = {
     "all_gather": (CommKind.ALL_GATHER, "tensor"),
     "all_gather_into_tensor": (CommKind.ALL_GATHER, "input_tensor"),
