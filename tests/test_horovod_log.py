@@ -74,7 +74,7 @@ def _with_logs(tmp_path, lag_us: float) -> str:
 def test_a_negotiation_holds_the_peer_still_in_the_previous_response(tmp_path):
     g = open_run(_with_logs(tmp_path, 2000.0)).graph
     hv = g.meta.horovod
-    assert len(hv.peer_lags) == len(hv.measured) and np.allclose([x[2] for x in hv.peer_lags], 2000.0, atol=1.0)
+    assert len(hv.peer_lags) == len(hv.measured) and np.allclose([x.us for x in hv.peer_lags], 2000.0, atol=1.0)
     p = provenance(g)
     neg = {(int(g.step[v]), int(g.bucket[v])): v for v in range(len(g)) if g.node_name(v).endswith(NEGOTIATE)}
     assert len(hv.peer_waits) == len(neg) - 1  # each but the window's first follows a response
@@ -85,13 +85,13 @@ def test_a_negotiation_holds_the_peer_still_in_the_previous_response(tmp_path):
             continue
         prev = max(lane, key=lambda u: p.mend[u])  # rank 0 left the previous response
         full[(s, k)] = (float(np.clip(p.mend[prev] + 2000.0 - p.mstart[v], 0.0, g.dur[v])), int(g.nbytes[prev]))
-    for s, k, w in hv.peer_waits:
+    for s, k, w in ((x.step, x.position, x.us) for x in hv.peer_waits):
         us, nb = full[(s, k)]
         held = [x for x, b in full.values() if b == nb and x > 0]
         typical = np.median(held) if held else 0.0  # the wire: a peer's tail of that size
         assert w == pytest.approx(min(us, typical), abs=1.0)
         assert g.exit_lag[neg[(s, k)]] == pytest.approx(w)
-    assert sum(w > 0 for _, _, w in hv.peer_waits) == 12  # the cycles begun while the peer was still in the previous response
+    assert sum(x.us > 0 for x in hv.peer_waits) == 12  # the cycles begun while the peer was still in the previous response
 
 
 def test_a_rank_without_its_log_is_counted_and_its_peers_logs_unused(tmp_path):

@@ -102,6 +102,9 @@ def test_the_profiled_run_replays_within_2_percent_and_the_what_ifs_move_the_rig
     rows = evaluate(p.graph, [Scenario(), Scenario(scheme=CollectiveSpec.parse("ps:1"))], measured_us=p.analysis.measured_us)
     assert abs(rows["model_error_pct"]) < 2.0
     g = p.graph
+    measured, extra = g.meta.ps.row_pull_us, g.meta.ps_link_fit.row_pull_extra_us  # one record per pull: (step, worker, key, us)
+    assert measured and {(x.step, x.worker, x.key) for x in extra} == {(x.step, x.worker, x.key) for x in measured}
+    assert all(x.us > 0 for x in measured) and all(x.us >= 0 for x in extra)
     slow = set_link(g, current_topology(g).inter.bandwidth_bytes_per_s / 10)
     one, two = (job_iteration_us(set_scheme(slow, CollectiveSpec.parse(f"ps:{k}"))) for k in (1, 2))
     assert job_iteration_us(slow) > job_iteration_us(g) and two < one

@@ -34,6 +34,7 @@ from ..align.one_clock import on_one_clock
 from ..errors import DagprofError
 from ..traces.events import Kind, RankTrace, Run
 from ..traces.horovod import NEGOTIATE
+from ..traces.meta import AtResponse
 from ..traces.parallelism import label_run
 from ..traces.step_marks import mark_steps
 from ..traces.steps import iteration_us, stalled_steps
@@ -156,10 +157,10 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
     return g
 
 
-def _peer_waits(g: Graph, waits: list[tuple[int, int, float]]) -> Graph:
+def _peer_waits(g: Graph, waits: list[AtResponse]) -> Graph:
     """Rank 0's Horovod negotiations carrying, as their ``exit_lag``, the part of their span a peer spent still in the
     previous response (``HorovodRecord.peer_waits``): wire time that ``passes.comm`` scales with the link."""
-    us = {(s, k): w for s, k, w in waits}
+    us = {(w.step, w.position): w.us for w in waits}
     lag = g.exit_lag.copy()
     for v in np.flatnonzero((g.kind == Kind.OTHER) & (g.rank == 0)).tolist():
         if (w := us.get((int(g.step[v]), int(g.bucket[v])))) and g.node_name(v).endswith(NEGOTIATE):

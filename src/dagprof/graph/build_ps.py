@@ -32,7 +32,7 @@ carries which key, so single messages cannot be timed).
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import msgspec
 import numpy as np
@@ -41,7 +41,7 @@ from ..costmodel.alphabeta import AlphaBeta
 from ..costmodel.topology import CollectiveSpec, Scheme, Topology
 from ..errors import DagprofError
 from ..traces.events import CommRole, Kind, LaneKind, RankTrace, Run
-from ..traces.meta import PsKey
+from ..traces.meta import PsKey, RowPull
 from ..traces.mxnet import PS_INDEX_BYTES, pslite_bytes
 from .build import common_steps, host_cpus, loop_steps, measured_iter_us
 from .collectives import add_ps_part, add_ps_pull, ps_devices
@@ -70,7 +70,7 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
         return v
 
     exchanges = []  # (step, worker, ready node, head node, issue offsets, first push, last pull)
-    row_pulls_in: list[tuple] = []  # (step, worker, key, issued at, rows in at, ready node, the key's forward op)
+    row_pulls_in: list[_PullIn] = []
     edges: list[tuple[int, int]] = []
     first_marks = {}
     for t in run.ranks:
@@ -169,12 +169,12 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
             edges += [(ready, v)] + ([(grad, v)] if grad is not None else [])
         done = node(DONE, Kind.SYNC, last, last, rank=r, step=step)
         edges += [(done, h) for h in set(head)]
-    row_pull_us = [(step, r, key, arrived - at) for step, r, key, at, arrived, _, _ in row_pulls_in]
-    for step, r, key, at, arrived, ready, consumer in row_pulls_in:
+    row_pull_us = [RowPull(p.step, p.worker, p.key, p.arrived - p.issued) for p in row_pulls_in]
+    for p in row_pulls_in:
         # the call comes this long after what it waits for ran (the Python thread's own time: the node's, on no device)
-        v = node(PULL_ISSUE, Kind.COMM_ENQUEUE, min(mend[ready], at), at, rank=r, step=step, bucket=key)
-        got = node(PULLED, Kind.SYNC, arrived, arrived, rank=r, step=step, bucket=key)
-        edges += [(ready, v), (got, consumer)]
+        v = node(PULL_ISSUE, Kind.COMM_ENQUEUE, min(mend[p.ready], p.issued), p.issued, rank=p.worker, step=p.step, bucket=p.key)
+        got = node(PULLED, Kind.SYNC, p.arrived, p.arrived, rank=p.worker, step=p.step, bucket=p.key)
+        edges += [(p.ready, v), (got, p.consumer)]
     b.add_edges([u for u, _ in edges], [v for _, v in edges])
     g = b.build()
     gap = _gaps(g, np.asarray(mstart), np.asarray(mend), first_marks)
@@ -190,9 +190,22 @@ def build_ps_graph(run: Run, steps: range | None = None, link: AlphaBeta | None 
     return rebuild_ps(g, servers, link)
 
 
+@dataclass(frozen=True)
+class _PullIn:
+    """A row_sparse key's pull on a worker in a step, as measured (us on the shared clock) and where it joins the graph."""
+
+    step: int
+    worker: int
+    key: int
+    issued: float  # its call
+    arrived: float  # its rows in
+    ready: int  # the node it waits for: the last one its thread ran before the call
+    consumer: int  # the key's first forward op, which waits for the rows
+
+
 def _row_pulls(t: RankTrace, keys: list[PsKey], calls: np.ndarray, pulls: np.ndarray, step: int, main_chain: list, node_of: dict,
-               mend: list) -> list[tuple]:
-    """(step, worker, key, issued at, rows in at, ready node, the key's forward op) of each row_sparse key's pull in a step.
+               mend: list) -> list[_PullIn]:
+    """Each row_sparse key's pull in a step.
 
     Gluon pulls a SparseEmbedding's rows (``row_sparse_pull``) as its forward begins, in model order: the step's i-th pull
     call is the i-th row_sparse key in layer order, and the first forward op of that key's layer waits for the rows; what
@@ -219,7 +232,7 @@ def _row_pulls(t: RankTrace, keys: list[PsKey], calls: np.ndarray, pulls: np.nda
             raise DagprofError(f"worker {t.rank} step {step}: no forward op of {k.layer} (row_sparse key {k.key}) after its pull", t.source)
         pull = next((i for i in left if end[i] <= ev.start[consumer] + 1.0), min(left, key=end.get))
         left.remove(pull)
-        out.append((step, t.rank, k.key, at, base + end[pull], ready, node_of[consumer]))
+        out.append(_PullIn(step, t.rank, k.key, at, base + end[pull], ready, node_of[consumer]))
     return out
 
 
@@ -298,7 +311,7 @@ def rebuild_ps(g: Graph, servers: int, link: AlphaBeta, row_pull_extra_us: dict 
     ps = g.meta.ps
     fit = g.meta.ps_link_fit
     if row_pull_extra_us is None:
-        row_pull_extra_us = {(s, w, k): us for s, w, k, us in fit.row_pull_extra_us} if fit else {}
+        row_pull_extra_us = {(p.step, p.worker, p.key): p.us for p in fit.row_pull_extra_us} if fit else {}
     if row_pull_beta_ratio is None:
         row_pull_beta_ratio = fit.row_pull_beta_ratio if fit else 1.0
     fitted = 1e6 / fit.bandwidth_bytes_per_s if fit and fit.bandwidth_bytes_per_s > 0 else link.beta_us_per_byte

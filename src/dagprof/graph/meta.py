@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..costmodel.fsdp_costs import StepFit
     from ..costmodel.topology import CollectiveSpec, Topology
     from ..traces.buckets import BucketLayout
-    from ..traces.meta import GradClip, HorovodRecord, PsRecord, StepSched
+    from ..traces.meta import GradClip, HorovodRecord, PsRecord, RowPull, StepSched
     from ..traces.parallelism import Parallelism
     from .measured import Provenance
 
@@ -117,9 +117,9 @@ class PsLinkFit:
     server_us_per_byte: float
     target_exchange_us: float
     workers_per_server: float = 0.0  # the profile's workers over its servers: the pushes one server's port carries (0: not recorded)
-    # (step, worker, key, us): each row_sparse pull's time beyond the wire's at the fitted link, as measured (ps-lite copies
-    # the rows out and in on threads mx.profiler does not trace, which wait for busy cores); () where no key is row_sparse
-    row_pull_extra_us: tuple[tuple[int, int, int, float], ...] = ()
+    # each row_sparse pull's time beyond the wire's at the fitted link, as measured (ps-lite copies the rows out and in on
+    # threads mx.profiler does not trace, which wait for busy cores); () where no key is row_sparse
+    row_pull_extra_us: tuple[RowPull, ...] = ()
     # a row_sparse pull's time per byte on the wire against the fitted link's: the fastest pull's (the exchanges the link is
     # fitted to wait for the slowest worker and the servers' updates, so their rate can be slower than the wire's); 1: none
     row_pull_beta_ratio: float = 1.0

@@ -50,6 +50,7 @@ from ..graph.meta import PsLinkFit
 from ..graph.replay_result import ReplayResult
 from ..traces.events import CommKind, Kind
 from ..traces.horovod import NEGOTIATE
+from ..traces.meta import RowPull
 from ..traces.parallelism import Dim
 from .link_fit import (
     Collective,
@@ -466,7 +467,7 @@ def fit_ps_link(g: Graph, replayer: Callable[[Graph], ReplayResult], iterations:
     ratio, extra = _fit_row_pulls(g, fitted, replayer)
     out = rebuild_ps(g, servers, fitted, extra, ratio)
     out.meta.ps_link_fit = PsLinkFit(float(1e6 / hi) if hi > 0 else float(np.inf), link.alpha_us, link.gamma_us_per_byte, target,
-                                     g.meta.ps.num_workers / servers, tuple((*key, us) for key, us in sorted(extra.items())), ratio)
+                                     g.meta.ps.num_workers / servers, tuple(RowPull(*key, us) for key, us in sorted(extra.items())), ratio)
     return out
 
 
@@ -482,7 +483,7 @@ def _fit_row_pulls(g: Graph, link, replayer: Callable[[Graph], ReplayResult], ro
     threads mx.profiler does not trace, which wait for busy cores (on 2 cores under load 8, 150-300 kB pulls took 1.7-10.3
     ms), so the time varies from pull to pull with the load, not with the bytes; one mean per byte made pulls the model
     slowed delay the forward pass, and the profiled run replayed +2.9 % off. A few rounds: a pull's rows share the ports."""
-    measured = {(s, w, k): us for s, w, k, us in g.meta.ps.row_pull_us}
+    measured = {(p.step, p.worker, p.key): p.us for p in g.meta.ps.row_pull_us}
     if not measured:
         return 1.0, {}
 

@@ -35,7 +35,7 @@ import bisect
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, NamedTuple
 
 import msgspec
 import numpy as np
@@ -47,7 +47,7 @@ from .dagprof_run import read_run
 from .events import CommKind, CommRole, EventRows, EventTable, Kind, Lane, LaneKind, RankTrace, Run
 from .horovod_log import RankLog, read_logs
 from .horovod_timeline import Response, Timeline, read_timeline
-from .meta import Collectives, HorovodRecord, RankMeta, RunWarning, tx_bytes_per_step, warnings_of
+from .meta import AtResponse, Collectives, HorovodRecord, RankMeta, RunWarning, tx_bytes_per_step, warnings_of
 
 TIMELINE = "horovod_timeline.json"
 OWN_CALLS = "horovod-own-collectives.rank{rank}.json"  # a rank's note: the script exchanged gradients without DistributedOptimizer
@@ -185,7 +185,7 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
         warnings.append(f"Horovod's trace log kept by {kept} of {len(log_paths)} ranks: each rank's own response ends unused, "
                         "the negotiations priced as measured")
     lags = _peer_lags(plan, read_logs(log_paths, {r: d.utc_offset_s for r, d in docs.items()}), shifts, warnings) if plan else {}
-    waits: list[tuple[int, int, float, int]] = []
+    waits: list[_PeerWait] = []
     ranks = [_merge(_with_doc(t, docs[t.rank]), requests.get(t.rank, []), plan, shifts[t.rank], timeline, lags, waits) for t in run.ranks]
     order = _tensor_order(plan)
     sizes: dict[str, int] = {}  # as Horovod fuses and sends them: compressed (hvd.Compression.fp16) ones at their wire size
@@ -201,7 +201,7 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
         responses=len(plan), timeline=tl_name, timeline_lag_us=lag_us, world_size=run.world_size,
         measured=[(p.step, p.position, p.nbytes, p.resp.transfer[1] - p.resp.transfer[0],
                    p.resp.t0 - p.resp.cycle if p.first_in_cycle and p.resp.cycle is not None else -1.0) for p in plan],
-        peer_lags=[(plan[i].step, plan[i].position, lag) for i, lag in sorted(lags.items())], peer_waits=_wire_waits(waits),
+        peer_lags=[AtResponse(plan[i].step, plan[i].position, lag) for i, lag in sorted(lags.items())], peer_waits=_wire_waits(waits),
     )
     if settings.autotune:
         warnings.append("HOROVOD_AUTOTUNE was on: fusion threshold and cycle time changed during the run")
@@ -466,10 +466,9 @@ def _clock_shift(trace: RankTrace, ref: RankTrace, plan: list[_Planned]) -> int:
 
 
 def _merge(trace: RankTrace, reqs: list[_Request], plan: list[_Planned], shift_ns: int, tl: Timeline | None,
-           lags: dict[int, float], waits: list[tuple[int, int, float, int]]) -> RankTrace:
+           lags: dict[int, float], waits: list[_PeerWait]) -> RankTrace:
     """The rank's events with its requests cut in and its lane of Horovod's responses (module docstring). The writer's
-    negotiations that followed a response whose last peer left it ``lags`` us after rank 0 add to ``waits`` (step,
-    position, us of the span before that peer left, the previous response's bytes)."""
+    negotiations that followed a response whose last peer left it ``lags`` us after rank 0 add to ``waits``."""
     c = EventRows.extending(trace.events, trace.flows)
     c.rename(_DDP_WAIT, WAIT_NAME)  # the same records mean Horovod's synchronize() here
     main = next((i for i, lane in enumerate(trace.lanes) if lane.main), 0)
@@ -508,7 +507,7 @@ def _merge(trace: RankTrace, reqs: list[_Request], plan: list[_Planned], shift_n
             a = min(max(at(r.cycle), ready), t0)
             negotiate = c.add(name=NEGOTIATE, kind=int(Kind.OTHER), lane=lane, start=a, dur=t0 - a, step=p.step, bucket=p.position)
             if seq - 1 in lags:  # the span waited for the last peer to leave the previous response
-                waits.append((p.step, p.position, float(np.clip(at(plan[seq - 1].resp.t1) + lags[seq - 1] - a, 0.0, t0 - a)),
+                waits.append(_PeerWait(p.step, p.position, float(np.clip(at(plan[seq - 1].resp.t1) + lags[seq - 1] - a, 0.0, t0 - a)),
                               plan[seq - 1].nbytes))
         elif r.cycle is None:
             negotiate = -1
@@ -564,14 +563,23 @@ def _peer_lags(plan: list[_Planned], logs: dict[int, RankLog], shifts: dict[int,
     return out
 
 
-def _wire_waits(waits: list[tuple[int, int, float, int]]) -> list[tuple[int, int, float]]:
+class _PeerWait(NamedTuple):
+    """A negotiation of rank 0's that began while the last peer was still in the previous response (``_merge``)."""
+
+    step: int
+    position: int  # its response's in the step
+    us: float  # of its span, before that peer left
+    nbytes: int  # the previous response's
+
+
+def _wire_waits(waits: list[_PeerWait]) -> list[AtResponse]:
     """Each negotiation's wait for the last peer (``_merge``) as wire time: at most the median wait after responses of the
     same bytes (a peer still receiving the same tail), the rest a descheduled peer, which a slower wire does not stretch."""
     typical: dict[int, float] = {}
-    for nb in {w[3] for w in waits}:
-        held = [w[2] for w in waits if w[3] == nb and w[2] > 0]
+    for nb in {w.nbytes for w in waits}:
+        held = [w.us for w in waits if w.nbytes == nb and w.us > 0]
         typical[nb] = float(np.median(held)) if held else 0.0
-    return [(s, k, min(us, typical[nb])) for s, k, us, nb in waits]
+    return [AtResponse(w.step, w.position, min(w.us, typical[w.nbytes])) for w in waits]
 
 
 def _ends_by_tensors(log: RankLog) -> dict[frozenset[str], list[float]]:

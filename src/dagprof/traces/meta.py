@@ -9,7 +9,7 @@ They are msgspec Structs so the parse cache (``traces.cache``) stores ``RankMeta
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 import msgspec
 
@@ -90,6 +90,24 @@ class Collectives(msgspec.Struct, kw_only=True):
         return dict(zip(self.event, self.kind))
 
 
+class AtResponse(NamedTuple):
+    """A time at one of rank 0's Horovod responses (``HorovodRecord.peer_lags`` and ``peer_waits``), by its step and its
+    position in the step."""
+
+    step: int
+    position: int
+    us: float
+
+
+class RowPull(NamedTuple):
+    """A time of one row_sparse key's pull on a worker in a step (``PsRecord.row_pull_us``, ``PsLinkFit.row_pull_extra_us``)."""
+
+    step: int
+    worker: int
+    key: int
+    us: float
+
+
 class HorovodRecord(msgspec.Struct, kw_only=True, frozen=True):
     """Horovod's settings and what its timeline showed (``traces.horovod``), kept for the what-ifs
     (``passes.horovod`` re-prices the graph's transfers from ``measured``)."""
@@ -113,8 +131,8 @@ class HorovodRecord(msgspec.Struct, kw_only=True, frozen=True):
     # rank 0]; per negotiation that began a cycle, [step, position of its response, us of its span spent before the last
     # peer left the previous response, at most the median after responses of that size]: the wire in it, which
     # ``passes.comm`` scales with the link
-    peer_lags: list[tuple[int, int, float]] = []
-    peer_waits: list[tuple[int, int, float]] = []
+    peer_lags: list[AtResponse] = []
+    peer_waits: list[AtResponse] = []
     predicted: bool = False  # set by a what-if: fusion threshold and cycle time are the scenario's, not measured
 
 
@@ -155,7 +173,7 @@ class PsRecord(msgspec.Struct, kw_only=True, frozen=True):
     servers_profiled: list[int] = []
     base_us: float = 0.0
     exchange_us: list[tuple[int, int, float]] = []  # (step, worker, first push issued -> last pull in), graphs only
-    row_pull_us: list[tuple[int, int, int, float]] = []  # (step, worker, key, a row_sparse pull's call -> its rows in), graphs only
+    row_pull_us: list[RowPull] = []  # a row_sparse pull's call -> its rows in, graphs only
     cpu_us: list[tuple[int, int, float]] = []  # (step, worker, its process's CPU time in the step, all threads); [] before it was recorded
     # (step, worker, its Python thread's CPU time in the step): MXNet's front end, which mx.profiler does not trace; [] before it was recorded
     main_cpu_us: list[tuple[int, int, float]] = []
