@@ -97,3 +97,25 @@ def test_damaged_group_refused(tmp_path):
     edit_json(run / "rank0.json", outside)
     with pytest.raises(DagprofError, match="job.*0,7.*damaged"):
         read_run(run)
+
+
+@pytest.mark.parametrize("kind, group_times", [("all_gather", 4), ("gather", 4), ("scatter", 4), ("broadcast", 1), ("all_reduce", 1)])
+def test_a_job_call_records_the_bytes_its_price_takes(kind, group_times):
+    """A call priced as an all-gather (``CommKind.priced_as``: a gather, a scatter) records the group's tensors, the bytes
+    the link prices; a broadcast or all-reduce its own tensor."""
+    import inspect
+
+    import torch
+
+    from dagprof.collect.hooks.fsdp import FsdpRecorder
+
+    class FourRanks:
+        get_world_size = staticmethod(lambda group=None: 4)
+        get_process_group_ranks = staticmethod(lambda group: [0, 1, 2, 3])
+
+    def call(tensor, group=None, async_op=False):
+        pass
+
+    rec = FsdpRecorder(None, [])
+    k = rec._job_record(kind, "tensor", inspect.signature(call), (torch.ones(10),), {"group": object()}, FourRanks)
+    assert (rec.collectives[k].kind, rec.collectives[k].nbytes) == (kind, 40 * group_times)

@@ -24,6 +24,7 @@ import time
 from functools import wraps
 from typing import Any
 
+from ...traces.comm_kind import CommKind
 from ...traces.run_schema import FSDP_ROOT, FULL_TENSOR, JOB_CALL, FsdpCollective, FsdpInfo, FsdpUnit, Rec
 
 # The c10d functions FSDP's all-gathers and reduce-scatters go through: torch 2.13 calls ``*_single``, earlier torch the
@@ -44,7 +45,6 @@ SCATTER_NAMES = ("reduce_scatter_single", "reduce_scatter_tensor")
 # (``GATHER_NAMES``), ``all_reduce`` is patched apart (FSDP's HSDP all-reduce goes through it), and an all-to-all of the
 # job's own is not recorded (host time).
 JOB_CALLS = {"all_gather": "tensor", "gather": "tensor", "scatter": "tensor", "broadcast": "tensor", "barrier": None}
-GATHERED = ("all_gather", "gather", "scatter")  # these move the group's size times the tensor (FsdpCollective.nbytes: all of it)
 
 
 def tensor_collectives(dist: Any, names: tuple[str, ...]) -> list[str]:
@@ -302,7 +302,10 @@ class FsdpRecorder:
         if given.get("async_op"):
             return None
         group, t = given.get("group"), given.get(arg) if arg else None
-        nbytes = 0 if t is None else t.numel() * t.element_size() * (dist.get_world_size(group) if kind in GATHERED else 1)
+        # a kind priced as an all-gather (``CommKind.priced_as``: a gather, a scatter) moves the group's size times the
+        # tensor, and is priced at all of it (FsdpCollective.nbytes)
+        gathered = CommKind.from_label(kind).priced_as == CommKind.ALL_GATHER
+        nbytes = 0 if t is None else t.numel() * t.element_size() * (dist.get_world_size(group) if gathered else 1)
         return self._record(kind, nbytes, _dtype(t.dtype if t is not None else None), group, dist, (-1, JOB_CALL, -1))
 
     def _timed(self, index: int, fn: Any, args: tuple, kwargs: dict) -> Any:
