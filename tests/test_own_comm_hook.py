@@ -148,3 +148,44 @@ def test_the_collector_records_the_collectives_a_users_hook_calls(tmp_path):
     assert len(enq) == len(coll) == len(blocking) == 2
     assert sorted(coll[:, Col.B]) == sorted(enq[:, Col.B]) and set(coll[:, Col.X]) == {grads} and set(blocking[:, Col.X]) == {4}
     assert not (rec[:, Col.CODE] == Rec.OWN_COLL).any()  # the hook's calls are not the model's own
+
+
+def test_collectives_from_a_hooks_callbacks_after_its_call_refuse_the_wire(tmp_path):
+    """A hook that calls a collective from a callback chained on a future completed later (PowerSGD's later all-reduces,
+    on 2 ranks: gloo's thread runs them): no bucket call holds it (``Rec.HOOK_LATE``), so the wire is refused, not priced
+    at the call's part. One rank's futures complete at once, so a timer completes this one."""
+    import threading
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from dagprof import profile
+
+    def delayed_hook(state, bucket):
+        buf, fut = bucket.buffer(), torch.futures.Future()
+
+        def later(f):
+            dist.all_reduce(buf)
+            return buf
+
+        threading.Timer(0.005, fut.set_result, (buf,)).start()
+        return fut.then(later)
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        model = DDP(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        out = tmp_path / "run"
+        with profile(out, steps=range(1, 3), model=model, kineto=False) as prof:
+            model.register_comm_hook(None, delayed_hook)
+            for _ in range(4):
+                opt.zero_grad()
+                model(torch.randn(4, 8)).sum().backward()
+                opt.step()
+                prof.step()
+    finally:
+        dist.destroy_process_group()
+    g = build_graph(read_run(out))
+    assert g.meta.hook_wire.late == 2 and g.meta.hook_wire.unpriced == 2
+    with pytest.raises(DagprofError, match=r"called 2 collectives from its futures' callbacks"):
+        refuse_own_ddp_setup(g, "a link what-if", wire=True)

@@ -68,8 +68,8 @@ BLOCKING_SHARE = 0.01
 
 def refuse_hook_wire(g: Graph, what: str) -> None:
     """One line where ``what`` cannot price the wire of the job's own DDP comm hook (``GraphMeta.hook_wire``): none
-    recorded (torch.distributed calls from its future's callbacks, PowerSGD's, or a profile before the collector recorded
-    them), a bucket call whose collectives were no one kind's all-reduces or all-gathers in DDP's group, or more than
+    recorded (a profile before the collector recorded them), collectives called from its futures' callbacks after its
+    calls (PowerSGD's), a bucket call whose collectives were no one kind's all-reduces or all-gathers in DDP's group, or more than
     ``BLOCKING_SHARE`` of its bytes blocked on inside its calls (timed there as measured). ``--workers`` also needs each
     bucket's bytes the same from call to call and rank to rank: an all-gather whose size the data decides would gather
     what more ranks select, unknown."""
@@ -77,10 +77,13 @@ def refuse_hook_wire(g: Graph, what: str) -> None:
     if w is None:
         raise DagprofError(f"{what}: the job registers its own DDP comm hook ({hook}), whose bytes on the wire are not "
                            "recorded: not modelled")
+    if w.late:
+        raise DagprofError(f"{what}: the job's DDP comm hook ({hook}) called {w.late} collectives from its futures' callbacks, "
+                           "after its calls (PowerSGD's later all-reduces), which no bucket's record holds: not modelled")
     if w.unpriced:
         raise DagprofError(f"{what}: the job's DDP comm hook ({hook}) put no one kind's all-reduces or all-gathers in DDP's "
-                           f"group on the wire in {w.unpriced} of its {w.calls} bucket calls (kinds seen: {', '.join(w.kinds) or 'none'}; "
-                           "a collective from its future's callbacks is not recorded): not modelled")
+                           f"group on the wire in {w.unpriced} of its {w.calls} bucket calls (kinds seen: {', '.join(w.kinds) or 'none'}): "
+                           "not modelled")
     if w.blocking_bytes > BLOCKING_SHARE * w.issued_bytes:
         raise DagprofError(f"{what}: the job's DDP comm hook ({hook}) blocked on {w.blocking} collectives of its own inside its "
                            f"calls ({w.blocking_bytes} B per rank against {w.issued_bytes} B issued for later), which stay as "

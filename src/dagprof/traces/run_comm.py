@@ -53,7 +53,7 @@ def hook_calls(records: np.ndarray) -> dict[int, HookCall]:
     recorded none put nothing the collector sees on the wire."""
     code = records[:, Col.CODE]
     own = records[np.isin(code, (Rec.HOOK_COLL, Rec.HOOK_BLOCKING))]
-    if not len(own):
+    if not len(own) and not (code == Rec.HOOK_LATE).any():
         return {}
     calls = {int(r[Col.B]): HookCall(int(r[Col.A])) for r in records[code == Rec.ENQ_END]}
     for r in own[np.argsort(own[:, Col.T_NS], kind="stable")]:
@@ -73,8 +73,10 @@ def hook_transfer(call: HookCall, world: int) -> tuple[CommKind, int] | None:
     return kind, total * world if kind == CommKind.ALL_GATHER else total
 
 
-def hook_wire(calls: dict[int, HookCall], world: int) -> HookWire | None:
-    """The rank's ``HookWire`` from its hook calls (None: none recorded)."""
+def hook_wire(records: np.ndarray, world: int) -> HookWire | None:
+    """The rank's ``HookWire`` from its hook calls (``hook_calls``) and what the hook called after them (``Rec.HOOK_LATE``);
+    None where none was recorded."""
+    calls = hook_calls(records)
     if not calls:
         return None
     priced = {seq: hook_transfer(c, world) for seq, c in calls.items()}
@@ -86,6 +88,7 @@ def hook_wire(calls: dict[int, HookCall], world: int) -> HookWire | None:
                     kinds=sorted({k.label for c in calls.values() for k, _, _ in c.issued}),
                     most=max(len(c.issued) for c in calls.values()), issued_bytes=sum(max(b, 0) for c in calls.values() for _, _, b in c.issued),
                     blocking=len(blocking), blocking_bytes=sum(max(b, 0) for b in blocking),
+                    late=int(np.count_nonzero(records[:, Col.CODE] == Rec.HOOK_LATE)),
                     wire={b: next(iter(s)) for b, s in sorted(per_bucket.items()) if len(s) == 1}, varying=any(len(s) > 1 for s in per_bucket.values()))
 
 

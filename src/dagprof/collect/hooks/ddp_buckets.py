@@ -57,6 +57,7 @@ class DdpBuckets:
         self.issued_at: int | None = None  # when the current call's all-reduce was issued, where the hook says (ZeroOverlap)
         self.world = 1  # ranks of the last DDP model's process group
         self.hook_call: tuple[int, int] | None = None  # (seq, thread) while the user's own hook runs for a bucket
+        self.hook_locals = ""  # the qualified-name prefix of functions defined inside that hook ("": no such hook)
 
     def install(self, ddp: Any) -> None:
         """Wrap ``ddp``'s bucket all-reduce (module docstring) and note its bucket cap."""
@@ -111,6 +112,8 @@ class DdpBuckets:
                 zero = None
             buckets.zero = buckets.zero or zero
             inner["own"] = not half and buckets.zero is None and hook is not default_hooks.allreduce_hook
+            name = getattr(getattr(hook, "func", hook), "__qualname__", "")  # a functools.partial's function
+            buckets.hook_locals = f"{name}.<locals>." if inner["own"] and name else ""
             buckets.comm_hook = buckets.comm_hook or (zero.name if zero else getattr(hook, "__qualname__", None) or type(hook).__name__)
 
         ddp.register_comm_hook(None, dagprof_comm_hook)

@@ -95,6 +95,8 @@ def _recording(collector: Any, pending: dict, hooks: frozenset, kind: int, arg: 
             if _in_own_hook(collector, kind, bool(given.get("async_op", False)), given.get("group"), given[arg]):
                 return fn(*args, **kwargs)
             asynchronous = bool(given.get("async_op", False))
+            if _late_in_own_hook(collector, kind, given[arg], sys._getframe(1)):
+                return fn(*args, **kwargs)
             if not (asynchronous and _from_library(sys._getframe(1), hooks)):
                 import torch.distributed as dist
 
@@ -125,6 +127,8 @@ def _functional(collector: Any, pending: dict, kind: CommKind, at: int, fn: Any)
             pg = _resolve_process_group(funcol._resolve_group_name(group, kwargs.get("tag", "")))
             if _in_own_hook(collector, OWN_KINDS.index(kind) if kind in OWN_KINDS else -1, True, pg, tensor):
                 return fn(tensor, *args, **kwargs)
+            if _late_in_own_hook(collector, OWN_KINDS.index(kind) if kind in OWN_KINDS else 0, tensor, sys._getframe(1)):
+                return fn(tensor, *args, **kwargs)
             # a reduce-scatter: gloo runs it as an all-reduce of the whole input (``traces.kineto._host_coll``), recorded so,
             # the input's bytes; another backend's transfer is a reduce-scatter the records do not name, so it is not recorded
             if kind != CommKind.REDUCE_SCATTER or pg.name() == "gloo":
@@ -154,6 +158,18 @@ def _in_own_hook(collector: Any, kind: int, asynchronous: bool, group: Any, tens
     nbytes = tensor.numel() * tensor.element_size() if ranks == buckets.world and kind >= 0 else -1
     collector.records.append((Rec.HOOK_COLL if asynchronous else Rec.HOOK_BLOCKING, max(kind, 0), call[0], time.time_ns(), nbytes))
     return True
+
+
+def _late_in_own_hook(collector: Any, kind: int, tensor: Any, frame: Any) -> bool:
+    """Whether a call outside the user's own hook's calls comes from a function defined inside that hook (a callback it
+    chained on a future, ``DdpBuckets.hook_locals``), and if so its ``Rec.HOOK_LATE`` written: wire no bucket call holds."""
+    prefix = collector._buckets.hook_locals
+    while prefix and frame is not None:
+        if getattr(frame.f_code, "co_qualname", "").startswith(prefix):  # Python 3.10 names no nesting: not told there
+            collector.records.append((Rec.HOOK_LATE, kind, -1, time.time_ns(), tensor.numel() * tensor.element_size()))
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _buffer_broadcasts(collector: Any, fn: Any) -> Any:
