@@ -96,6 +96,8 @@ def test_what_the_hooks_record_cannot_say_is_refused_in_one_line():
         refuse_own_ddp_setup(hooked(g, unpriced=1), "a link what-if", wire=True)
     with pytest.raises(DagprofError, match=r"blocked on 1 collectives .* stay as measured"):
         refuse_own_ddp_setup(hooked(g, blocking=1, blocking_bytes=g.meta.hook_wire.issued_bytes), "a link what-if", wire=True)
+    with pytest.raises(DagprofError, match=r"--scheme: .*topk_hook.* calls its own collectives"):
+        refuse_own_ddp_setup(g, "--scheme", wire=True)
     with pytest.raises(DagprofError, match="bytes on the wire are not recorded"):
         refuse_own_ddp_setup(g.replace(meta=g.meta.replace(hook_wire=None)), "--workers", wire=True)
 

@@ -72,8 +72,11 @@ def refuse_hook_wire(g: Graph, what: str) -> None:
     calls (PowerSGD's), a bucket call whose collectives were no one kind's all-reduces or all-gathers in DDP's group, or more than
     ``BLOCKING_SHARE`` of its bytes blocked on inside its calls (timed there as measured). ``--workers`` also needs each
     bucket's bytes the same from call to call and rank to rank: an all-gather whose size the data decides would gather
-    what more ranks select, unknown."""
+    what more ranks select, unknown. ``--scheme`` is refused: the hook calls its collectives itself."""
     hook, w = g.meta.comm_hook, g.meta.hook_wire
+    if what == "--scheme":
+        raise DagprofError(f"--scheme: the job's DDP comm hook ({hook}) calls its own collectives; another collective scheme "
+                           "would need the hook written for it: not modelled")
     if w is None:
         raise DagprofError(f"{what}: the job registers its own DDP comm hook ({hook}), whose bytes on the wire are not "
                            "recorded: not modelled")

@@ -198,12 +198,12 @@ def _hook_ops(call: HookCall, idx: list[int], colls: dict, used: set[int], ev, a
     not yet taken that began after the call, in the call's order, all taken (``used``); the ones it issued for later are
     returned ([] where one is missing, or it issued none: its wire is then the hook's span)."""
     mine = []
-    for kind, t, _ in sorted(call.issued + call.blocking, key=lambda c: c[1]):
+    for kind, t, nbytes in sorted(call.issued + call.blocking, key=lambda c: c[1]):
         i = next((i for i in idx if i not in used and colls.get(i) == kind and at(ev.start[i]) >= t), None)
         if i is None:
             return []
         used.add(i)
-        if (kind, t, _) in call.issued:
+        if (kind, t, nbytes) in call.issued:
             mine.append(i)
     return mine
 
