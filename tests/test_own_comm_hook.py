@@ -191,3 +191,13 @@ def test_collectives_from_a_hooks_callbacks_after_its_call_refuse_the_wire(tmp_p
     assert g.meta.hook_wire.late == 2 and g.meta.hook_wire.unpriced == 2
     with pytest.raises(DagprofError, match=r"called 2 collectives from its futures' callbacks"):
         refuse_own_ddp_setup(g, "a link what-if", wire=True)
+
+
+def test_a_hook_record_of_no_known_kind_prices_nothing():
+    """A damaged file's kind past ``OWN_KINDS`` (or a group other than DDP's: bytes -1) leaves the call unpriced."""
+    from dagprof.traces.run_comm import hook_calls, hook_transfer, hook_wire
+
+    rec = np.array([[Rec.ENQ_END, 0, 5, 10, 64], [Rec.HOOK_COLL, 99, 5, 5, 16],
+                    [Rec.ENQ_END, 0, 6, 30, 64], [Rec.HOOK_COLL, 1, 6, 25, -1]], dtype=np.int64)
+    assert [hook_transfer(c, 2) for c in hook_calls(rec).values()] == [None, None]
+    assert hook_wire(rec, 2).unpriced == 2

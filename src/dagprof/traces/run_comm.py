@@ -57,8 +57,9 @@ def hook_calls(records: np.ndarray) -> dict[int, HookCall]:
         return {}
     calls = {int(r[Col.B]): HookCall(int(r[Col.A])) for r in records[code == Rec.ENQ_END]}
     for r in own[np.argsort(own[:, Col.T_NS], kind="stable")]:
-        if (call := calls.get(int(r[Col.B]))) is not None:
-            (call.issued if r[Col.CODE] == Rec.HOOK_COLL else call.blocking).append((OWN_KINDS[int(r[Col.A])], int(r[Col.T_NS]), int(r[Col.X])))
+        if (call := calls.get(int(r[Col.B]))) is not None:  # a kind past OWN_KINDS (a damaged file) prices nothing (``hook_transfer``)
+            kind = OWN_KINDS[int(r[Col.A])] if 0 <= r[Col.A] < len(OWN_KINDS) else CommKind.UNKNOWN
+            (call.issued if r[Col.CODE] == Rec.HOOK_COLL else call.blocking).append((kind, int(r[Col.T_NS]), int(r[Col.X])))
     return calls
 
 
