@@ -1,6 +1,6 @@
 """A DDP comm hook the user wrote puts its own collectives on the wire; the collector records them per bucket call
 (``Rec.HOOK_COLL``, ``Rec.HOOK_BLOCKING``) and link and worker what-ifs price each bucket at them
-(tests/data/ddp-fresh/{int8-hook,topk-hook}: ``bench/ddp_fresh/int8_hook_unet.py``, an int8 all-reduce after a blocking
+(tests/data/ddp-fresh/{int8-hook,topk-hook}: ``bench/ddp_fresh/int8_hook_flow.py``, an int8 all-reduce after a blocking
 scale all-reduce; ``bench/ddp_fresh/topk_hook_pointnet.py``, two all-gathers of the top-k values and indices)."""
 from __future__ import annotations
 
