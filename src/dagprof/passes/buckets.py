@@ -102,7 +102,8 @@ def hook_wire_note(g: Graph) -> str | None:
     if w is None or not hook or hook in (*HALF_HOOKS, ZERO_OVERLAP_HOOK):
         return None
     latency = f"; a call's {w.most} collectives are priced as one transfer of their bytes (one latency)" if w.most > 1 else ""
-    blocking = (f"; its {w.blocking} blocking collectives inside its calls ({w.blocking_bytes / w.calls:.0f} B a call) stay as measured"
+    blocking = (f"; its {w.blocking} blocking collectives inside its calls ({w.blocking_bytes / w.calls:.0f} B a call) stay as measured "
+                "(on a slower link they share it with the transfers in flight: not modelled)"
                 if w.blocking else "")
     return (f"the job's DDP comm hook ({hook}): each bucket priced at the {'/'.join(w.kinds)} it issued ({w.issued_bytes / w.calls:.0f} B "
             f"per rank a call, {w.calls} calls){latency}{blocking}; its own compute stays as measured in its calls, and what its future's "
