@@ -87,8 +87,9 @@ class _Op:
     @property
     def kind(self) -> tuple[CommKind, str, int]:
         """What must agree across ranks, whichever iteration it belongs to: the bytes too, but where each rank's are its
-        own (an uneven split; a sparse gradient's gather, each rank's estimate of all ranks' rows)."""
-        uneven = self.coll in _UNEVEN or self.role == CommRole.SPARSE
+        own (an uneven split; a sparse gradient's gather, each rank's estimate of all ranks' rows; a comm hook's of the job's
+        own, whose sizes its data may decide)."""
+        uneven = self.coll in _UNEVEN or self.role in (CommRole.SPARSE, CommRole.HOOK)
         return (self.coll, "" if self.coll in ROOT_SIZED else self.dtype, -1 if uneven else self.nbytes)
 
     @property

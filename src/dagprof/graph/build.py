@@ -34,7 +34,7 @@ from ..align.one_clock import on_one_clock
 from ..errors import DagprofError
 from ..traces.events import Kind, RankTrace, Run
 from ..traces.horovod import NEGOTIATE
-from ..traces.meta import AtResponse
+from ..traces.meta import AtResponse, HookWire
 from ..traces.parallelism import label_run
 from ..traces.step_marks import mark_steps
 from ..traces.steps import iteration_us, stalled_steps
@@ -94,6 +94,16 @@ def loop_steps(run: Run) -> LoopSteps | None:
                      {t.rank: {x.step: x for x in t.meta.train_thread + t.meta.unprofiled_train_thread} for t in run.ranks})
 
 
+def hook_wire_of(run: Run) -> HookWire | None:
+    """The job's ``HookWire``: rank 0's, varying where another rank's differs (``HookWire.merged``)."""
+    first = run.ranks[0].meta.hook_wire
+    if first is None:
+        return None
+    for t in run.ranks[1:]:
+        first = first.merged(t.meta.hook_wire)
+    return first
+
+
 def build_graph(run: Run, steps: range | None = None, matching: Matching | None = None, step_marker: str | None = None) -> Graph:
     """The global DAG of ``run`` over the steps all ranks profiled, its ranks' clocks aligned first (once).
 
@@ -131,6 +141,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         buckets=run.ranks[0].buckets,
         ddp_models=run.ranks[0].meta.ddp_models,
         comm_hook=run.ranks[0].meta.comm_hook,
+        hook_wire=hook_wire_of(run),
         find_unused=run.ranks[0].meta.find_unused,
         zero=run.ranks[0].meta.zero,
         source=run.source,

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..costmodel.fsdp_costs import StepFit
     from ..costmodel.topology import CollectiveSpec, Topology
     from ..traces.buckets import BucketLayout
-    from ..traces.meta import GradClip, HorovodRecord, PsRecord, RowPull, StepSched
+    from ..traces.meta import GradClip, HookWire, HorovodRecord, PsRecord, RowPull, StepSched
     from ..traces.parallelism import Parallelism
     from .measured import Provenance
 
@@ -139,6 +139,7 @@ class GraphMeta:
     buckets: BucketLayout = ()  # rank 0's DDP buckets (RankTrace.buckets)
     ddp_models: int = 0  # dagprof runs: DDP models rank 0 wrapped (a GAN's two; 0: not recorded)
     comm_hook: str = ""  # dagprof runs: the job's own DDP comm hook by name ("": DDP's all-reduce); passes.buckets.HALF_HOOKS
+    hook_wire: HookWire | None = None  # what that hook put on the wire, rank 0's (varying where ranks differ); None: not recorded
     find_unused: bool = False  # dagprof runs: DDP under find_unused_parameters=True, no static graph: it never rebuilds its buckets
     warnings: list[str] = field(default_factory=list)  # the run's load/alignment warnings, shown to the user
     main_device: dict[int, int] = field(default_factory=dict)  # rank -> index of its main compute device (the builders)

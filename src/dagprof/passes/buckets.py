@@ -35,8 +35,9 @@ def refuse_own_ddp_setup(g: Graph, what: str, wire: bool = False) -> None:
     """One line where the job's own DDP setup would make ``what`` a silent wrong answer.
 
     ``wire``: ``what`` re-prices the recorded collectives (another link, more workers): right under torch's fp16/bf16
-    compression hooks, whose bytes on the wire the collector records, refused under any other hook of the job's own
-    (PowerSGD's factors: not recorded); under ZeRO's overlapped step around DDP's all-reduce (``ZERO_OVERLAP_HOOK``) a link
+    compression hooks, whose bytes on the wire the collector records, and under a hook of the job's own where the
+    collector recorded the collectives it called for each bucket (``refuse_hook_wire``), refused where it did not
+    (PowerSGD's chained factors, an older profile); under ZeRO's overlapped step around DDP's all-reduce (``ZERO_OVERLAP_HOOK``) a link
     what-if re-prices its all-reduces and broadcasts, which the collector sized, and ``--workers`` is refused. Otherwise
     ``what`` lays out new buckets from the gradients' bytes at DDP's all-reduce: refused under any hook of the job's own,
     and for a job that wraps several DDP models (a GAN's two)."""
@@ -50,8 +51,7 @@ def refuse_own_ddp_setup(g: Graph, what: str, wire: bool = False) -> None:
                            "the rank that owns it, which more ranks would reassign: not modelled")
     if wire:
         if hook and hook not in (*HALF_HOOKS, ZERO_OVERLAP_HOOK):
-            raise DagprofError(f"{what}: the job registers its own DDP comm hook ({hook}), whose bytes on the wire are not "
-                               "recorded: not modelled")
+            refuse_hook_wire(g, what)
         return
     if hook:
         raise DagprofError(f"{what}: the job registers its own DDP comm hook ({hook}); new buckets are priced at DDP's "
@@ -59,6 +59,56 @@ def refuse_own_ddp_setup(g: Graph, what: str, wire: bool = False) -> None:
     if g.meta.ddp_models > 1:
         raise DagprofError(f"{what}: the job wraps {g.meta.ddp_models} DDP models (a GAN's generator and discriminator?); "
                            "re-bucketing and dagprof.apply handle one: not modelled")
+
+
+# A hook's blocking collectives stay as measured inside its calls: past this share of the bytes it issued for later, a
+# link what-if would leave too much of its wire unpriced
+BLOCKING_SHARE = 0.01
+
+
+def refuse_hook_wire(g: Graph, what: str) -> None:
+    """One line where ``what`` cannot price the wire of the job's own DDP comm hook (``GraphMeta.hook_wire``): none
+    recorded (a profile before the collector recorded them), collectives called from its futures' callbacks after its
+    calls (PowerSGD's), a bucket call whose collectives were no one kind's all-reduces or all-gathers in DDP's group, or more than
+    ``BLOCKING_SHARE`` of its bytes blocked on inside its calls (timed there as measured). ``--workers`` also needs each
+    bucket's bytes the same from call to call and rank to rank: an all-gather whose size the data decides would gather
+    what more ranks select, unknown. ``--scheme`` is refused: the hook calls its collectives itself."""
+    hook, w = g.meta.comm_hook, g.meta.hook_wire
+    if what == "--scheme":
+        raise DagprofError(f"--scheme: the job's DDP comm hook ({hook}) calls its own collectives; another collective scheme "
+                           "would need the hook written for it: not modelled")
+    if w is None:
+        raise DagprofError(f"{what}: the job registers its own DDP comm hook ({hook}), whose bytes on the wire are not "
+                           "recorded: not modelled")
+    if w.late:
+        raise DagprofError(f"{what}: the job's DDP comm hook ({hook}) called {w.late} collectives from its futures' callbacks, "
+                           "after its calls (PowerSGD's later all-reduces), which no bucket's record holds: not modelled")
+    if w.unpriced:
+        raise DagprofError(f"{what}: the job's DDP comm hook ({hook}) put no one kind's all-reduces or all-gathers in DDP's "
+                           f"group on the wire in {w.unpriced} of its {w.calls} bucket calls (kinds seen: {', '.join(w.kinds) or 'none'}): "
+                           "not modelled")
+    if w.blocking_bytes > BLOCKING_SHARE * w.issued_bytes:
+        raise DagprofError(f"{what}: the job's DDP comm hook ({hook}) blocked on {w.blocking} collectives of its own inside its "
+                           f"calls ({w.blocking_bytes} B per rank against {w.issued_bytes} B issued for later), which stay as "
+                           "measured there: not modelled")
+    if what == "--workers" and w.varying:
+        raise DagprofError(f"--workers: the job's DDP comm hook ({hook}) put other bytes on the wire for a bucket from call to "
+                           "call or rank to rank (a size its data decides), which other ranks would change: not modelled")
+
+
+def hook_wire_note(g: Graph) -> str | None:
+    """What a link or worker what-if under the job's own DDP comm hook leaves as measured (None: no such hook priced)."""
+    w, hook = g.meta.hook_wire, g.meta.comm_hook
+    if w is None or not hook or hook in (*HALF_HOOKS, ZERO_OVERLAP_HOOK):
+        return None
+    latency = f"; a call's {w.most} collectives are priced as one transfer of their bytes (one latency)" if w.most > 1 else ""
+    blocking = (f"; its {w.blocking} blocking collectives inside its calls ({w.blocking_bytes / w.calls:.0f} B a call) stay as measured "
+                "(on a slower link they share it with the transfers in flight: not modelled)"
+                if w.blocking else "")
+    return (f"the job's DDP comm hook ({hook}): each bucket priced at the {'/'.join(w.kinds)} it issued ({w.issued_bytes / w.calls:.0f} B "
+            f"per rank a call, {w.calls} calls){latency}{blocking}; its own compute stays as measured in its calls, and what its future's "
+            "callbacks do is in the transfer spans the link was fitted to: neither grows with --workers (an all-gather's "
+            "callbacks would handle more ranks' rows)")
 
 
 def sparse_buckets(g: Graph) -> set[int]:

@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import DagprofError
 from ..graph.build_ps import exchange_nodes, is_ps_graph, rebuild_ps
 from ..graph.dag import NODE_COLUMNS, Device, Graph, GraphBuilder, csr_graph
-from ..traces.events import CommRole, Kind
+from ..traces.events import CommKind, CommRole, Kind
 from ..traces.parallelism import Dim
 from .comm import current_scheme, current_topology, push_spread_us, retime_collectives
 from .link_fit import graph_world_size, hybrid
@@ -67,9 +67,10 @@ def scale_workers(g: Graph, workers: int, replicate: bool | None = None) -> Grap
 
 def _gathered_sparse(g: Graph, ratio: float) -> Graph:
     """A sparse gradient's all-gathers (``CommRole.SPARSE``: DDP's sparse buckets, TensorFlow's and Horovod's gathers of
-    indices and values) gather every rank's rows: ``ratio`` times the ranks gather ``ratio`` times the bytes, where an
-    all-reduce's stay the same."""
-    sel = (g.kind == Kind.COMM) & (g.rank < 0) & (g.role == CommRole.SPARSE)
+    indices and values) gather every rank's rows, and so do a comm hook's all-gathers of a bucket (``CommRole.HOOK``, a
+    top-k hook's values and indices): ``ratio`` times the ranks gather ``ratio`` times the bytes, where an all-reduce's
+    stay the same."""
+    sel = (g.kind == Kind.COMM) & (g.rank < 0) & ((g.role == CommRole.SPARSE) | ((g.role == CommRole.HOOK) & (g.comm_kind == CommKind.ALL_GATHER)))
     if ratio == 1.0 or not sel.any():
         return g
     nbytes = g.nbytes.copy()

@@ -25,6 +25,7 @@ from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
+from ..passes.buckets import hook_wire_note
 from ..passes.comm import activation_comm
 from ..passes.compute import own_cores_note
 from ..passes.data_parallel import conversion_note, wake_up, wake_ups_per_step, wrapper_reshard
@@ -214,6 +215,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
             "columns": COLUMNS, "scenarios": rows, "overlap_slowdown": cluster.slowdown, "overlap_rate_bytes_per_s": cluster.comm_rate,
             "notes": _hybrid_notes(g0) + _stall_notes(fit, pipelined(g0)) + _conversion_notes(g0, scenarios, cluster)
                      + _crowded_notes(g0, scenarios) + _unsized_own_notes(g0, scenarios) + _in_ops_notes(g0, scenarios)
+                     + _hook_notes(g0, scenarios)
                      + _shared_cores_notes(g0, cluster) + _overlap_notes(cluster) + _own_cores_notes(g0, predicted, cluster)
                      + _shared_port_notes(g0, scenarios) + _floor_notes(rows) + _refusion_notes(g0, scenarios, cluster, base_topo, model)
             + _link_to_notes(scenarios, cluster) + _mesh_notes(g0, scenarios) + _zero_notes(g0, scenarios) + _fsdp_step_notes(g0, scenarios, cluster)
@@ -428,6 +430,12 @@ def _in_ops_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
     if par is None or not par.in_ops[0] or not any(_reprices_link(s) or s.bucket_mb is not None for s in scenarios):
         return []
     return [par.in_ops_text()]
+
+
+def _hook_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
+    """Under a what-if that re-prices the link or the ranks, what the job's own DDP comm hook leaves as measured."""
+    note = hook_wire_note(g) if any(_reprices_link(s) for s in scenarios) else None
+    return [note] if note else []
 
 
 def _hybrid_notes(g: Graph) -> list[str]:

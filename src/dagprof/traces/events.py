@@ -63,6 +63,8 @@ class CommRole(enum.IntEnum):
     # blocking c10d call such as a DCP save's): of no unit, none of FSDP's collectives
     ROWS = 4  # a parameter server's pull of a row_sparse key's rows for a forward (MXNet's ``row_sparse_pull``), and its
     # call: the key's forward op waits for them (``graph.build_ps``), no server sums them
+    HOOK = 5  # a DDP bucket's wire under a comm hook of the job's own: the collectives the hook issued for it, of one kind,
+    # their bytes summed (an all-gather's: every rank's gathered, as a sparse bucket's; ``traces.run_comm.hook_transfer``)
 
 
 # Host and device clocks in one trace agree to a few microseconds: an instant that precedes another by

@@ -228,6 +228,26 @@ class UnseenCollective(msgspec.Struct, frozen=True):
     us: float = 0.0  # Kineto's spans, summed
 
 
+class HookWire(msgspec.Struct, frozen=True, kw_only=True):
+    """What a DDP comm hook of the job's own put on the wire in a dagprof run's window (``traces.run_comm.hook_calls``):
+    its bucket transfers are priced from it, and what it cannot say is refused (``passes.buckets.refuse_own_ddp_setup``)."""
+
+    calls: int  # the hook's calls for a bucket
+    unpriced: int  # of them, calls whose wire is no one kind's collectives in DDP's group (none recorded, several kinds)
+    kinds: list[str]  # the kinds of the collectives its calls issued for later (labels)
+    most: int  # most collectives one call issued for later: each call is priced as one transfer of their bytes
+    issued_bytes: int  # bytes per rank of every collective its calls issued for later
+    blocking: int  # collectives it blocked on inside its calls (their time is in the calls' spans, as measured)
+    blocking_bytes: int  # their bytes per rank
+    late: int  # collectives functions defined inside it called after its calls (its futures' callbacks): no bucket's
+    wire: dict[int, int]  # bucket -> its transfer's bytes, where all its calls put the same on the wire
+    varying: bool  # a bucket's calls put other bytes on the wire from call to call, or from rank to rank (its data decides)
+
+    def merged(self, other: HookWire | None) -> HookWire:
+        """Rank 0's, varying where another rank's wire differs (or it recorded none)."""
+        return msgspec.structs.replace(self, varying=self.varying or other is None or other.varying or other.wire != self.wire)
+
+
 class RankMeta(msgspec.Struct, kw_only=True):
     """One rank's facts beyond its events; which fields a reader fills depends on its format."""
 
@@ -266,6 +286,7 @@ class RankMeta(msgspec.Struct, kw_only=True):
     bucket_cap_mb: float | None = None
     ddp_models: int = 0  # DDP models the job wrapped (0: not recorded)
     comm_hook: str = ""  # the job's own DDP comm hook, by name ("": DDP's all-reduce, or not recorded)
+    hook_wire: HookWire | None = None  # what that hook put on the wire (None: DDP's or torch's hooks, or not recorded)
     find_unused: bool = False  # a DDP model with find_unused_parameters=True, no static graph (RankFile.find_unused)
     steps_requested: list[int] = []  # [first, stop)
     steps_completed: int = 0

@@ -8,12 +8,12 @@ Without Kineto, the comm hook's issue -> completion span on the thread that comp
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from .events import CommKind, CommRole, Dep, Kind, Lane, LaneKind, RankTrace
-from .meta import UnseenCollective
+from .meta import HookWire, UnseenCollective
 from .run_schema import OWN_KINDS, Col, Rec
 from .run_spans import _Comm, _DeviceOp, _InOp, _Span, _Transfer
 
@@ -37,19 +37,82 @@ def bucket_roles(records: np.ndarray) -> dict[int, CommRole]:
     return {int(r[Col.B]): CommRole.SPARSE if r[Col.X] == 1 else CommRole.PLAIN for r in begin}
 
 
-def hook_comm(records: np.ndarray) -> _Comm:
+@dataclass
+class HookCall:
+    """A bucket's call of a comm hook of the job's own, and the collectives the hook called in it (kind, ns, bytes per
+    rank; -1: not in DDP's group, or a kind not recorded)."""
+
+    bucket: int
+    issued: list[tuple[CommKind, int, int]] = field(default_factory=list)  # issued for later (``Rec.HOOK_COLL``), in order
+    blocking: list[tuple[CommKind, int, int]] = field(default_factory=list)  # blocked on inside the call (``Rec.HOOK_BLOCKING``)
+
+
+def hook_calls(records: np.ndarray) -> dict[int, HookCall]:
+    """Each bucket call (by seq) under a comm hook of the job's own, with its collectives; {} where the rank recorded none
+    (DDP's all-reduce, torch's fp16/bf16 casts, ZeRO's step, an older file). The hook is one for every bucket: a call that
+    recorded none put nothing the collector sees on the wire."""
+    code = records[:, Col.CODE]
+    own = records[np.isin(code, (Rec.HOOK_COLL, Rec.HOOK_BLOCKING))]
+    if not len(own) and not (code == Rec.HOOK_LATE).any():
+        return {}
+    calls = {int(r[Col.B]): HookCall(int(r[Col.A])) for r in records[code == Rec.ENQ_END]}
+    for r in own[np.argsort(own[:, Col.T_NS], kind="stable")]:
+        if (call := calls.get(int(r[Col.B]))) is not None:  # a kind past OWN_KINDS (a damaged file) prices nothing (``hook_transfer``)
+            kind = OWN_KINDS[int(r[Col.A])] if 0 <= r[Col.A] < len(OWN_KINDS) else CommKind.UNKNOWN
+            (call.issued if r[Col.CODE] == Rec.HOOK_COLL else call.blocking).append((kind, int(r[Col.T_NS]), int(r[Col.X])))
+    return calls
+
+
+def hook_transfer(call: HookCall, world: int) -> tuple[CommKind, int] | None:
+    """The kind and bytes of the transfer a bucket's hook call puts on the wire: its all-reduces' bytes summed, or its
+    all-gathers' gathered ones (``world`` times each rank's, as a sparse bucket's); None where it is no one such kind in
+    DDP's group (several kinds in one call would need their prices summed one by one: not modelled)."""
+    kinds = {k for k, _, _ in call.issued}
+    if len(kinds) != 1 or not kinds <= {CommKind.ALL_REDUCE, CommKind.ALL_GATHER} or any(b < 0 for _, _, b in call.issued):
+        return None
+    kind, total = kinds.pop(), sum(b for _, _, b in call.issued)
+    return kind, total * world if kind == CommKind.ALL_GATHER else total
+
+
+def hook_wire(records: np.ndarray, world: int) -> HookWire | None:
+    """The rank's ``HookWire`` from its hook calls (``hook_calls``) and what the hook called after them (``Rec.HOOK_LATE``);
+    None where none was recorded."""
+    calls = hook_calls(records)
+    if not calls:
+        return None
+    priced = {seq: hook_transfer(c, world) for seq, c in calls.items()}
+    per_bucket: dict[int, set[int]] = {}
+    for seq, c in calls.items():
+        per_bucket.setdefault(c.bucket, set()).add(-1 if priced[seq] is None else priced[seq][1])
+    blocking = [b for c in calls.values() for _, _, b in c.blocking]
+    return HookWire(calls=len(calls), unpriced=sum(p is None for p in priced.values()),
+                    kinds=sorted({k.label for c in calls.values() for k, _, _ in c.issued}),
+                    most=max(len(c.issued) for c in calls.values()), issued_bytes=sum(max(b, 0) for c in calls.values() for _, _, b in c.issued),
+                    blocking=len(blocking), blocking_bytes=sum(max(b, 0) for b in blocking),
+                    late=int(np.count_nonzero(records[:, Col.CODE] == Rec.HOOK_LATE)),
+                    wire={b: next(iter(s)) for b, s in sorted(per_bucket.items()) if len(s) == 1}, varying=any(len(s) > 1 for s in per_bucket.values()))
+
+
+def _hooked(t: _Transfer, call: HookCall | None, world: int) -> _Transfer:
+    """A bucket's transfer with the kind and bytes its hook call put on the wire (``hook_transfer``), where it is priced."""
+    wire = None if call is None else hook_transfer(call, world)
+    return t if wire is None else replace(t, role=CommRole.HOOK, comm_kind=wire[0], nbytes=wire[1], name=f"{wire[0].label} bucket {t.bucket} (comm hook)")
+
+
+def hook_comm(records: np.ndarray, world: int) -> _Comm:
     """Fallback without Kineto: the comm hook's issue -> completion span (includes queueing and waiting for peers)."""
     code = records[:, Col.CODE]
     issued = {int(r[Col.B]): (int(r[Col.A]), int(r[Col.T_NS]), int(r[Col.X])) for r in records[code == Rec.ENQ_END]}
     roles = bucket_roles(records)
+    calls = hook_calls(records)
     transfers = []
     for r in records[code == Rec.COMM_DONE]:
         seq = int(r[Col.B])
         if seq in issued:
             bucket, t0, nbytes = issued[seq]
             role = roles.get(seq, CommRole.PLAIN)
-            transfers.append(_Transfer(seq, bucket, bucket_name(bucket, role), t0, int(r[Col.T_NS]), f"comm thread {int(r[Col.X])}", nbytes,
-                                       role=role, comm_kind=bucket_kind(role)))
+            transfers.append(_hooked(_Transfer(seq, bucket, bucket_name(bucket, role), t0, int(r[Col.T_NS]), f"comm thread {int(r[Col.X])}",
+                                               nbytes, role=role, comm_kind=bucket_kind(role)), calls.get(seq), world))
     return _Comm("comm hook (issue to completion, includes queueing)", sorted(transfers, key=lambda t: t.seq), {}, [])
 
 
@@ -74,26 +137,31 @@ def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: l
     # a sparse gradient's bucket is gloo's sparse_all_reduce, a dense one's all_reduce: each matched in issue order to its own
     ops = {kind: [i for i in idx if colls.get(i) == kind] for kind in (CommKind.ALL_REDUCE, CommKind.SPARSE_ALL_REDUCE)}
     at_op = dict.fromkeys(ops, 0)
+    calls, hook_ops = hook_calls(records), set()
     for n, (seq, bucket, t0, nbytes) in enumerate(enq):
         role = roles.get(seq, CommRole.PLAIN)
         kind = CommKind.SPARSE_ALL_REDUCE if role == CommRole.SPARSE else CommKind.ALL_REDUCE
         found, k = ops[kind], at_op[kind]
-        while k < len(found) and at(ev.start[found[k]]) < t0:
+        while k < len(found) and (at(ev.start[found[k]]) < t0 or found[k] in used):
             k += 1
-        if k == len(found):  # NCCL runs no kernel for a group of one rank
-            warnings.append(f"rank {rank}: Kineto shows {len(enq) - n} of the comm hook's {len(enq)} bucket all-reduces nowhere "
+        mine = _hook_ops(calls[seq], idx, colls, used, ev, at) if seq in calls else None
+        if (k == len(found) and seq not in calls) or (seq in calls and not mine):  # NCCL runs no kernel for a group of one rank
+            warnings.append(f"rank {rank}: Kineto shows {len(enq) - n} of the comm hook's {len(enq)} bucket calls' transfers nowhere "
                             "after their issue; transfer spans from the hook")
-            comm = hook_comm(records)
+            comm = hook_comm(records, world)
             comm.device = device_ops(kt, lo, hi, at)  # the GPU's work is Kineto's all the same
             return comm
-        i = found[k]
-        at_op[kind] = k + 1
-        used.add(i)
+        if seq in calls:  # the hook's own collectives: the transfer from the first it issued to the end of the last
+            i, end = mine[0], max(ev.start[j] + ev.dur[j] for j in mine)
+            hook_ops.update(int(ev.seq[j]) for j in mine)
+        else:
+            i, end = found[k], ev.start[found[k]] + ev.dur[found[k]]
+            at_op[kind] = k + 1
+            used.add(i)
         seq_of[seq] = int(ev.seq[i])
         lane = kt.lanes[ev.lane[i]]
-        transfers.append(_Transfer(int(ev.seq[i]), bucket, bucket_name(bucket, role), at(begin[i]),
-                                   at(ev.start[i] + ev.dur[i]), lane.name, nbytes, _comm_lane_kind(lane), role=role,
-                                   comm_kind=bucket_kind(role)))
+        transfers.append(_hooked(_Transfer(int(ev.seq[i]), bucket, bucket_name(bucket, role), at(begin[i]), at(end), lane.name, nbytes,
+                                           _comm_lane_kind(lane), role=role, comm_kind=bucket_kind(role)), calls.get(seq), world))
     for i in idx:
         if i not in used:
             kind, lane = colls.get(i, CommKind.UNKNOWN), kt.lanes[ev.lane[i]]
@@ -105,7 +173,7 @@ def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: l
     kind_of = {int(ev.seq[i]): colls.get(i, CommKind.UNKNOWN) for i in idx}  # a host enqueue's kind: its transfer's
     if main:
         mask = (ev.kind == Kind.COMM_ENQUEUE) & (ev.depth == 0) & (ev.lane == main[0]) & (ev.seq >= 0)
-        hooked = set(seq_of.values())
+        hooked = set(seq_of.values()) | hook_ops
         for j in np.flatnonzero(mask).tolist():
             if int(ev.seq[j]) not in hooked and lo <= at(ev.start[j]) <= hi:
                 host.append(_Span(Kind.COMM_ENQUEUE, ev.name_of(j), at(ev.start[j]), at(ev.start[j] + ev.dur[j]), seq=int(ev.seq[j]),
@@ -124,6 +192,21 @@ def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: l
                         records, lo, hi, [(kind_of.get(h.seq, CommKind.UNKNOWN), h.start) for h in host])
     return _Comm("Kineto (gloo/NCCL execution spans)", sorted(transfers, key=lambda t: t.seq), seq_of, host,
                  device_ops(kt, lo, hi, at), unseen, in_op=sized)
+
+
+def _hook_ops(call: HookCall, idx: list[int], colls: dict, used: set[int], ev, at) -> list[int]:
+    """Kineto's transfers of the collectives a comm hook of the job's own called for a bucket: each the first of its kind
+    not yet taken that began after the call, in the call's order, all taken (``used``); the ones it issued for later are
+    returned ([] where one is missing, or it issued none: its wire is then the hook's span)."""
+    mine = []
+    for kind, t, nbytes in sorted(call.issued + call.blocking, key=lambda c: c[1]):
+        i = next((i for i in idx if i not in used and colls.get(i) == kind and at(ev.start[i]) >= t), None)
+        if i is None:
+            return []
+        used.add(i)
+        if (kind, t, nbytes) in call.issued:
+            mine.append(i)
+    return mine
 
 
 def _waited_later(records: np.ndarray, kind: CommKind, start: int) -> bool:

@@ -20,7 +20,7 @@ from ..fsutil import inside, open_input
 from .events import CommKind, CommRole, Dep, EventRows, Kind, Lane, LaneKind, RankTrace
 from .fsdp_run import check_units, fsdp_comm, label_groups
 from .meta import GradClip, RankMeta, StepSched, warnings_of
-from .run_comm import hook_comm, kineto_comm
+from .run_comm import hook_comm, hook_wire, kineto_comm
 from .run_partition import partition_step, step_bounds
 from .run_schema import JOB_PHASES, RANK_FORMAT, Col, RankFile, Rec, read_file
 from .run_spans import _Comm, _DeviceOp, _Span
@@ -80,7 +80,7 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
         if f.zero is not None and f.zero.buckets:  # overlap_with_ddp: ZeRO stepped inside DDP's comm hook
             comm = overlap_comm(records, f.zero, steps, kpath is not None, warnings, path)
         else:
-            comm = kineto_comm(kpath, f.rank, f.world_size, records, steps, warnings) if kpath else hook_comm(records)
+            comm = kineto_comm(kpath, f.rank, f.world_size, records, steps, warnings) if kpath else hook_comm(records, f.world_size)
             if f.zero is not None:
                 label_zero(comm, f.zero, records, f.rank, kpath is not None, warnings)
     t = records[:, Col.T_NS]
@@ -96,6 +96,7 @@ def _read_rank(path: str, f: RankFile, kineto: bool) -> RankTrace:
     trace = _to_rank_trace(f, path, spans, comm, layers)
     trace.meta.warnings, trace.meta.comm_source, trace.meta.kineto = warnings_of(warnings), comm.source, kpath
     trace.meta.unseen_collectives = comm.unseen
+    trace.meta.hook_wire = hook_wire(records, f.world_size)
     trace.meta.grad_clips = _grad_clips(records, steps)
     trace.meta.fsdp, trace.meta.optimizer_ops, trace.meta.zero = f.fsdp, comm.optimizer, f.zero
     return trace

@@ -120,6 +120,12 @@ class Rec(enum.IntEnum):
     OWN_ASYNC = 29  # a=kind, b=group size, x=bytes per rank: the model issued a collective it waits for later (async_op, functional)
     OWN_WAIT = 30  # a=kind, x=its OWN_ASYNC's time: the model's first wait for that collective began
     GRAD_CLIP = 31  # a=gradient tensors, x=ns the call took: torch.nn.utils.clip_grad_norm_ entered (collect.hooks.grad_clip)
+    # a DDP comm hook of the job's own called a collective inside its call for a bucket (``collect.hooks.own_collectives``):
+    # a=kind (index into OWN_KINDS), b=the bucket call's seq (its ENQ_BEGIN's), x=bytes per rank
+    HOOK_COLL = 32  # issued for later (async_op=True): on the wire between the hook's call and its future's completion
+    HOOK_BLOCKING = 33  # blocking: its transfer is inside the hook's call (the bucket's enqueue span)
+    HOOK_LATE = 34  # a=kind, x=bytes per rank: called by a function defined in that hook after its call (a callback chained
+    # on a future: PowerSGD's later all-reduces), which no bucket call's records hold
 
 
 # The collectives a model calls itself that the collector sizes (``collect.hooks.own_collectives``); a record names one by

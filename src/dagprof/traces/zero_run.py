@@ -93,7 +93,7 @@ def overlap_comm(records: np.ndarray, zero: ZeroInfo, steps: list, kineto: bool,
     if kineto:
         warnings.append("ZeroRedundancyOptimizer(overlap_with_ddp=True): transfers are the comm hooks' issue to completion "
                         "(Kineto shows the broadcasts issued inside backward without their host calls)")
-    comm = hook_comm(records)
+    comm = hook_comm(records, 0)  # ZeRO's hook issues no collective of the job's own (``hook_calls``)
     owner = {int(r[Col.B]): int(r[Col.X]) for r in records[code == Rec.ZERO_BCAST_BEGIN]}
     issued = {int(r[Col.B]): (int(r[Col.T_NS]), int(r[Col.X])) for r in records[code == Rec.ZERO_BCAST_END]}
     for r in records[code == Rec.COMM_DONE]:

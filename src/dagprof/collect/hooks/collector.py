@@ -480,8 +480,8 @@ class Collector:
         self.saved.track([p for p, _ in self._params])
         if self._fsdp is not None:
             self._fsdp.begin()
-        elif self._ddp_seen and self.kineto:  # sizes for Kineto's transfers of the model's own collectives
-            patch_own_collectives(self)
+        elif self._ddp_seen and (self.kineto or self._buckets.comm_hook):  # sizes for Kineto's transfers of the model's own
+            patch_own_collectives(self)  # collectives, and the wire of a comm hook of the user's own
         if self.kineto:
             import torch
             from torch.profiler import ProfilerAction, ProfilerActivity, profile

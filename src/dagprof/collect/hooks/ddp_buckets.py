@@ -5,6 +5,9 @@ window; a hook the user registers later runs inside ours instead of being refuse
 parameters) is read at each call: DDP rebuilds its buckets after the first step, and each distinct layout is kept.
 ZeRO's ``hook_with_zero_step`` as the user's hook steps the optimizer inside the last bucket's call: ``zero.ZeroOverlap``
 records that, and the call's issue span ends where its all-reduce was issued (``issued_at``).
+A hook of the user's own (not torch's fp16/bf16 casts, not ZeRO's) puts its own collectives on the wire: while it runs for
+a bucket, ``hook_call`` names the call, and ``collect.hooks.own_collectives`` records each collective the hook calls
+(``Rec.HOOK_COLL``, ``Rec.HOOK_BLOCKING``) against it.
 """
 from __future__ import annotations
 
@@ -53,6 +56,8 @@ class DdpBuckets:
         self.zero: ZeroOverlap | None = None  # ZeroRedundancyOptimizer(overlap_with_ddp=True) stepped by the user's hook
         self.issued_at: int | None = None  # when the current call's all-reduce was issued, where the hook says (ZeroOverlap)
         self.world = 1  # ranks of the last DDP model's process group
+        self.hook_call: tuple[int, int] | None = None  # (seq, thread) while the user's own hook runs for a bucket
+        self.hook_locals = ""  # the qualified-name prefix of functions defined inside that hook ("": no such hook)
 
     def install(self, ddp: Any) -> None:
         """Wrap ``ddp``'s bucket all-reduce (module docstring) and note its bucket cap."""
@@ -76,7 +81,7 @@ class DdpBuckets:
         if getattr(ddp, "_comm_hooks", None):
             self._warnings.append("DDP already had a comm hook: per-bucket timings come from Kineto only")
             return
-        inner: dict[str, Any] = {"hook": default_hooks.allreduce_hook, "state": ddp.process_group, "half": False}
+        inner: dict[str, Any] = {"hook": default_hooks.allreduce_hook, "state": ddp.process_group, "half": False, "own": False}
         buckets = self
 
         def dagprof_comm_hook(state: object, bucket):  # parameter must be named "bucket" (DDP checks)
@@ -84,7 +89,11 @@ class DdpBuckets:
                 return inner["hook"](inner["state"], bucket)
             t0, seq = time.time_ns(), buckets.next_seq()  # numbered before the broadcasts ZeRO's hook issues inside
             buckets.issued_at = None
-            fut = inner["hook"](inner["state"], bucket)
+            buckets.hook_call = (seq, threading.get_ident()) if inner["own"] else None
+            try:
+                fut = inner["hook"](inner["state"], bucket)
+            finally:
+                buckets.hook_call = None
             try:
                 return buckets._record(bucket, seq, t0, buckets.issued_at or time.time_ns(), fut, model, inner["half"])
             except Exception as err:  # noqa: BLE001
@@ -102,6 +111,9 @@ class DdpBuckets:
                 buckets._fail(err, "reading ZeroRedundancyOptimizer's comm hook")
                 zero = None
             buckets.zero = buckets.zero or zero
+            inner["own"] = not half and buckets.zero is None and hook is not default_hooks.allreduce_hook
+            name = getattr(getattr(hook, "func", hook), "__qualname__", "")  # a functools.partial's function
+            buckets.hook_locals = f"{name}.<locals>." if inner["own"] and name else ""
             buckets.comm_hook = buckets.comm_hook or (zero.name if zero else getattr(hook, "__qualname__", None) or type(hook).__name__)
 
         ddp.register_comm_hook(None, dagprof_comm_hook)

@@ -11,17 +11,20 @@ collectives DTensor uses (``torch.distributed._functional_collectives``: ``all_g
 issued, but where their work's ``wait()`` or ``wait_tensor`` is called: they write ``Rec.OWN_ASYNC``, and
 ``Rec.OWN_WAIT`` when the first wait for them begins. An asynchronous call from the library itself is not recorded:
 DDP's comm hook (a frame of the hook's code: ``collect.hooks.ddp_buckets``'s, which runs the user's inside) and ZeRO's
-parameter broadcasts have recorders of their own. DDP's broadcasts of its buffers (``broadcast_buffers=True``), run by
-c10d outside these functions, are recorded one per transfer by ``_buffer_broadcasts``. The reader matches the records
-to Kineto's transfers by kind in issue order (``traces.run_comm``). Internal calls between c10d's own functions do not
-go through the patched attributes (``all_gather_tensor`` calls the patched ``all_gather_single`` once), so each call
-of the model is counted once (FSDP's recorder patches the same names for its own collectives; this one stays off
-there).
+parameter broadcasts have recorders of their own. A comm hook of the user's own is no library: every collective it
+calls for a bucket, on the thread that runs it (``DdpBuckets.hook_call``), is its wire, recorded against the bucket's
+call (``Rec.HOOK_COLL`` issued for later, ``Rec.HOOK_BLOCKING`` blocking; bytes -1 in a group other than DDP's). DDP's
+broadcasts of its buffers (``broadcast_buffers=True``), run by c10d outside these functions, are recorded one per
+transfer by ``_buffer_broadcasts``. The reader matches the records to Kineto's transfers by kind in issue order
+(``traces.run_comm``). Internal calls between c10d's own functions do not go through the patched attributes
+(``all_gather_tensor`` calls the patched ``all_gather_single`` once), so each call of the model is counted once
+(FSDP's recorder patches the same names for its own collectives; this one stays off there).
 """
 from __future__ import annotations
 
 import inspect
 import sys
+import threading
 import time
 from functools import partial, wraps
 from typing import Any
@@ -90,7 +93,11 @@ def _recording(collector: Any, pending: dict, hooks: frozenset, kind: int, arg: 
         record = None
         try:
             given = signature.bind(*args, **kwargs).arguments
+            if _in_own_hook(collector, kind, bool(given.get("async_op", False)), given.get("group"), given[arg]):
+                return fn(*args, **kwargs)
             asynchronous = bool(given.get("async_op", False))
+            if _late_in_own_hook(collector, kind, given[arg], sys._getframe(1)):
+                return fn(*args, **kwargs)
             if not (asynchronous and _from_library(sys._getframe(1), hooks)):
                 import torch.distributed as dist
 
@@ -119,6 +126,10 @@ def _functional(collector: Any, pending: dict, kind: CommKind, at: int, fn: Any)
 
             group = kwargs.get("group", args[at] if len(args) > at else None)
             pg = _resolve_process_group(funcol._resolve_group_name(group, kwargs.get("tag", "")))
+            if _in_own_hook(collector, OWN_KINDS.index(kind) if kind in OWN_KINDS else -1, True, pg, tensor):
+                return fn(tensor, *args, **kwargs)
+            if _late_in_own_hook(collector, OWN_KINDS.index(kind) if kind in OWN_KINDS else 0, tensor, sys._getframe(1)):
+                return fn(tensor, *args, **kwargs)
             # a reduce-scatter: gloo runs it as an all-reduce of the whole input (``traces.kineto._host_coll``), recorded so,
             # the input's bytes; another backend's transfer is a reduce-scatter the records do not name, so it is not recorded
             if kind != CommKind.REDUCE_SCATTER or pg.name() == "gloo":
@@ -133,6 +144,33 @@ def _functional(collector: Any, pending: dict, kind: CommKind, at: int, fn: Any)
             pending[id(elem)] = (elem, record[1], record[3])
         return out
     return call
+
+
+def _in_own_hook(collector: Any, kind: int, asynchronous: bool, group: Any, tensor: Any) -> bool:
+    """Whether the call is the user's own comm hook's for a bucket (``DdpBuckets.hook_call``), and if so its record
+    written: its bytes per rank, -1 where its group is not DDP's or its kind no recorded one (the reader refuses those)."""
+    buckets = collector._buckets
+    call = buckets.hook_call
+    if call is None or call[1] != threading.get_ident():
+        return False
+    import torch.distributed as dist
+
+    ranks = group.size() if hasattr(group, "size") else dist.get_world_size(group)
+    nbytes = tensor.numel() * tensor.element_size() if ranks == buckets.world and kind >= 0 else -1
+    collector.records.append((Rec.HOOK_COLL if asynchronous else Rec.HOOK_BLOCKING, max(kind, 0), call[0], time.time_ns(), nbytes))
+    return True
+
+
+def _late_in_own_hook(collector: Any, kind: int, tensor: Any, frame: Any) -> bool:
+    """Whether a call outside the user's own hook's calls comes from a function defined inside that hook (a callback it
+    chained on a future, ``DdpBuckets.hook_locals``), and if so its ``Rec.HOOK_LATE`` written: wire no bucket call holds."""
+    prefix = collector._buckets.hook_locals
+    while prefix and frame is not None:
+        if getattr(frame.f_code, "co_qualname", "").startswith(prefix):  # Python 3.10 names no nesting: not told there
+            collector.records.append((Rec.HOOK_LATE, kind, -1, time.time_ns(), tensor.numel() * tensor.element_size()))
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _buffer_broadcasts(collector: Any, fn: Any) -> Any:
