@@ -63,6 +63,8 @@ class CommRole(enum.IntEnum):
     # blocking c10d call such as a DCP save's): of no unit, none of FSDP's collectives
     ROWS = 4  # a parameter server's pull of a row_sparse key's rows for a forward (MXNet's ``row_sparse_pull``), and its
     # call: the key's forward op waits for them (``graph.build_ps``), no server sums them
+    NEGOTIATION = 5  # Horovod's coordinator agreeing a cycle's responses (``traces.horovod``: rank 0's ``horovod negotiate``),
+    # and the graph's join of every rank's requests before it (``graph.build``): a collective of control messages, no payload
 
 
 # Host and device clocks in one trace agree to a few microseconds: an instant that precedes another by
