@@ -11,9 +11,10 @@ The timeline itself is read by ``horovod_timeline``.
 Events this reader adds to each rank (``events.py`` conventions):
 - main lane: a ``COMM_ENQUEUE`` per request (``horovod request allreduce.<param>``; a sparse gradient's two,
   ``allgather.<param>.indices`` and ``.values``), cut out of the backward span it happened in;
-- a ``horovod background thread`` lane per rank, per response: ``horovod negotiate`` (rank 0 only: the
-  cycle that picked it up: from the later of the cycle start and the rank's last request to the
-  response start; first response of a cycle only), ``horovod memcpy in`` (into the fusion buffer,
+- a ``horovod background thread`` lane per rank, per response: ``horovod negotiate`` (rank 0 only, ``CommRole.NEGOTIATION``:
+  the cycle that picked it up: from the later of the cycle start and every rank's last request of the cycle, each rank's
+  own record on rank 0's clock, to the response start; first response of a cycle only; ``graph.build`` joins those
+  requests before it, so the rank that asked last holds it), ``horovod memcpy in`` (into the fusion buffer,
   or the copy to the output for a single tensor), the transfer (``COMM``, group ``horovod``,
   ``seq`` = response number, ``bucket`` = its position in the step, ``nbytes`` = fused bytes),
   ``horovod memcpy out``;
@@ -519,6 +520,7 @@ def _merge(trace: RankTrace, cut: _Cut, plan: list[_Planned], shift_ns: int, lag
     groups = list(trace.groups) + ([GROUP] if GROUP not in trace.groups else [])
     gid = groups.index(GROUP)
     sinks = _sinks(cols, main)
+    released = {s: float(cols["start"][i] + cols["dur"][i]) for s, i in sinks.items()}  # per step, its last synchronize's return
     at = lambda epoch_us: us(int(round(epoch_us * 1e3)) - shift_ns)  # noqa: E731
     coll_events, coll_dtypes = [], []
     negotiate = -1
@@ -536,6 +538,11 @@ def _merge(trace: RankTrace, cut: _Cut, plan: list[_Planned], shift_ns: int, lag
             own = max(ends(request_ev[id(q)] for q in mine if id(q) in request_ev), default=t0)
             t0 = min(t0, max(own, lane_free))
             negotiate = -1
+            # its transfer and copy out, rank 0's shifted, were over once its own synchronize returned: rank 0's may end
+            # later (its thread descheduled), an exit lag of rank 0's (``graph.shared_collectives``), not this rank's
+            # wait; kept, this rank replayed late from there on, and with it rank 0's next negotiation, which joins its requests
+            done = released.get(p.step, t1)
+            x1, t1 = max(min(x1, done), x0), max(min(t1, done), x0)
         elif p.first_in_cycle and r.cycle is not None:
             every = [q for q2 in plan if q2.resp.cycle == r.cycle for qs in q2.requests.values() for q in qs]
             if all(id(q) in asked.ends for q in every):  # the coordinator agrees a tensor once the last rank asked for it
