@@ -169,7 +169,7 @@ def _negotiation_joins(asm: Assembler) -> None:
     (``traces.horovod`` pairs them so). Where a rank's is not in the graph the negotiation keeps its own edges only (the
     reader counted it: its span then holds the wait, as measured). A join is named by the tensor its cycle's first request
     asked for, so that the averaged model pairs it with other steps' joins of cycles that began there: the cycles a step
-    has vary with the load (2 to 6 on ``hvd_transformer``), and paired by their order in the step a step's last was
+    has vary with the load (2 to 16 a step on ``hvd_transformer``), and paired by their order in the step a step's last was
     another's second (on 20 fresh runs of two scripts 15 of 20 averaged replays within 3 % that way, 17 so)."""
     b = asm.b
     role, kind = np.array(b._cols["role"]), np.array(b._cols["kind"])  # copies: the builder grows below
