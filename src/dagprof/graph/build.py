@@ -188,10 +188,14 @@ def _negotiation_joins(asm: Assembler) -> None:
             tensor_of[v] = (t, len(nodes))
             nodes.append(v)
     src, dst = (np.concatenate(x) if x else np.zeros(0, np.int64) for x in (asm.src, asm.dst))
+    into = np.isin(dst, negotiations)
+    preds: dict[int, set[int]] = {}  # negotiation -> its sources so far
+    for u, v in zip(src[into].tolist(), dst[into].tolist()):
+        preds.setdefault(v, set()).add(u)
     on = sorted(asm.base_ns)
     links: list[tuple[int, int, float]] = []  # (u, v, u's end on v's clock: NaN, its own)
     for v in sorted(negotiations.tolist(), key=lambda v: mstart[v]):
-        own = [tensor_of[u] for u in sorted(np.unique(src[dst == v]).tolist(), key=lambda u: mstart[u]) if u in tensor_of]
+        own = [tensor_of[u] for u in sorted(preds.get(v, ()), key=lambda u: mstart[u]) if u in tensor_of]
         every = [asked.get((r, int(step[v]), t), [])[k:k + 1] for r in on for t, k in own]
         if not own or not all(every):
             continue
