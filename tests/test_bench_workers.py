@@ -1,8 +1,10 @@
 """``bench/bench_workers_testbed.py``: ``whatif --workers 4`` from a 2-worker Horovod profile against the 4-worker job of the
 same round, both on the testbed's loopback shaped at 500 Mbit/s (tests/data/horovod/testbed-autoencoder and
 testbed-autoencoder-w4, hvd_autoencoder.py, 2026-12-03 at load 7.5-12). On 2 cores the 4 workers' fp16 collectives took
-3.6 times the wire, where the prediction prices them at the 2-worker profile's time per byte: the what-if comes out 42 %
-short even with the host's 2 cores queueing the compute, and the note says that the waits are not modelled."""
+3.5 times the wire (3.6 with rank 0's exit lags in them), where the prediction prices them at the 2-worker profile's time per byte: the what-if comes out 44 %
+short even with the host's 2 cores queueing the compute, and the note says that the waits are not modelled (42 % while
+rank 0's negotiations held the wait for the other rank's requests as their own time, and the 4-worker run's replayed
+median step was 16 ms under its measured one: its other ranks' transfers then ended after their own synchronize returned)."""
 from __future__ import annotations
 
 import os
@@ -26,6 +28,6 @@ def test_four_workers_from_two_on_the_shaped_loopback():
     # the host's 2 cores queue the 4 workers' compute: a slower step than each worker on its own cores
     assert got["host_cores"]["predicted_median_ms"] > got["own_cores"]["predicted_median_ms"] > got["measured_median_ms"]
     row = _round(0, got, other)
-    assert row["own_cores_error_pct"] == pytest.approx(-51.8, abs=0.1) and row["host_cores_error_pct"] == pytest.approx(-42.0, abs=0.1)
+    assert row["own_cores_error_pct"] == pytest.approx(-52.4, abs=0.1) and row["host_cores_error_pct"] == pytest.approx(-44.5, abs=0.1)
     wire_ms = 3 * 4486e3 * 8 / (500e6 * 0.9366) * 1e3  # 4 ranks' ring puts 2 (N - 1) S on the one loopback: 3 times 2 ranks'
-    assert other["comm_ms"] == pytest.approx(3.6 * wire_ms, rel=0.02)
+    assert other["comm_ms"] == pytest.approx(3.5 * wire_ms, rel=0.02)

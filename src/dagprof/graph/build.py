@@ -32,14 +32,15 @@ from ..align.clocks import SYMMETRIC
 from ..align.matching import ROOT_SIZED, Matching
 from ..align.one_clock import on_one_clock
 from ..errors import DagprofError
-from ..traces.events import Kind, RankTrace, Run
-from ..traces.horovod import NEGOTIATE
+from ..traces.events import CommRole, Kind, RankTrace, Run
+from ..traces.horovod import NEGOTIATE, REQUEST
 from ..traces.meta import AtResponse, HookWire
 from ..traces.parallelism import label_run
 from ..traces.step_marks import mark_steps
 from ..traces.steps import iteration_us, stalled_steps
 from .assemble import Assembler
 from .dag import Graph
+from .measured import GraphRule
 from .meta import LoopSteps
 from .rank_nodes import add_rank
 from .shared_collectives import add_collectives
@@ -129,6 +130,8 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
     add_collectives(asm, frozenset(k for k, it in enumerate(matching.instances) if it.kind not in SYMMETRIC),
                     {k: it.ranks[1] for k, it in enumerate(matching.instances) if it.p2p}, _overlap_roots(run, matching),
                     {k: it.nbytes for k, it in enumerate(matching.instances) if it.kind in ROOT_SIZED})
+    if run.meta.horovod is not None:
+        _negotiation_joins(asm)
     g = asm.finish()
     g.meta = g.meta.replace(
         world_size=run.world_size,
@@ -168,13 +171,63 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
     return g
 
 
+def _negotiation_joins(asm: Assembler) -> None:
+    """Each Horovod negotiation (``CommRole.NEGOTIATION``: the coordinator's, rank 0's) behind a ``SYNC`` join of every
+    rank's requests of its cycle. Horovod agrees a tensor once every rank asked for it, so the rank that asked last holds
+    the negotiation, and which rank that is alternates with the load: kept in the negotiation's span (rank 0's own edges
+    only), the wait was a fixed cost of rank 0 that an averaged step spread evenly (``hvd_pointnet_frozen``: -14 %), while a
+    join's is kept as a mean of maxima (``passes.average_steps.join_waits``). The negotiation's own requests are its edges
+    in; each other rank's are the same tensors' of the same step, its k-th request of a tensor there for rank 0's k-th
+    (``traces.horovod`` pairs them so). Where a rank's is not in the graph the negotiation keeps its own edges only (the
+    reader counted it: its span then holds the wait, as measured). A join is named by the tensor its cycle's first request
+    asked for, so that the averaged model pairs it with other steps' joins of cycles that began there: the cycles a step
+    has vary with the load (2 to 16 a step on ``hvd_transformer``), and paired by their order in the step a step's last was
+    another's second (on 20 fresh runs of two scripts 15 of 20 averaged replays within 3 % that way, 17 so)."""
+    b = asm.b
+    role, kind = np.array(b._cols["role"]), np.array(b._cols["kind"])  # copies: the builder grows below
+    negotiations = np.flatnonzero((role == CommRole.NEGOTIATION) & (kind == Kind.OTHER))
+    if not len(negotiations):
+        return
+    rank, step, names = (np.array(b._cols[c]) for c in ("rank", "step", "name"))
+    mstart, mend = np.array(asm.mstart), np.array(asm.mend)
+    asked: dict[tuple[int, int, str], list[int]] = {}  # (rank, step, tensor) -> its request nodes in start order
+    tensor_of: dict[int, tuple[str, int]] = {}  # request node -> (tensor, its place among its rank's requests of it in the step)
+    for v in sorted(np.flatnonzero(kind == Kind.COMM_ENQUEUE).tolist(), key=lambda v: mstart[v]):
+        head = f"rank{rank[v]}.{REQUEST}"
+        if b.names[names[v]].startswith(head):
+            t = b.names[names[v]][len(head):]
+            nodes = asked.setdefault((int(rank[v]), int(step[v]), t), [])
+            tensor_of[v] = (t, len(nodes))
+            nodes.append(v)
+    src, dst = (np.concatenate(x) if x else np.zeros(0, np.int64) for x in (asm.src, asm.dst))
+    into = np.isin(dst, negotiations)
+    preds: dict[int, set[int]] = {}  # negotiation -> its sources so far
+    for u, v in zip(src[into].tolist(), dst[into].tolist()):
+        preds.setdefault(v, set()).add(u)
+    on = sorted(asm.base_ns)
+    links: list[tuple[int, int, float]] = []  # (u, v, u's end on v's clock: NaN, its own)
+    for v in sorted(negotiations.tolist(), key=lambda v: mstart[v]):
+        own = [tensor_of[u] for u in sorted(preds.get(v, ()), key=lambda u: mstart[u]) if u in tensor_of]
+        every = [asked.get((r, int(step[v]), t), [])[k:k + 1] for r in on for t, k in own]
+        if not own or not all(every):
+            continue
+        sync = asm.node(f"sync.{NEGOTIATE} {own[0][0]}.{v}", Kind.SYNC, np.nan, np.nan, dur=0.0, order=0.0, step=int(step[v]), role=CommRole.NEGOTIATION)
+        asm.fixed_gap[sync] = 0.0
+        us = [u for nodes in every for u in nodes]
+        links += [(u, sync, np.nan) for u in us]
+        links.append((sync, v, max(mend[u] + (asm.base_ns[int(rank[u])] - asm.base_ns[int(rank[v])]) / 1e3 for u in us)))
+    if links:
+        u, v, seen = (np.array(x) for x in zip(*links))
+        asm.edges(u, v, GraphRule.NEGOTIATION, seen)
+
+
 def _peer_waits(g: Graph, waits: list[AtResponse]) -> Graph:
     """Rank 0's Horovod negotiations carrying, as their ``exit_lag``, the part of their span a peer spent still in the
     previous response (``HorovodRecord.peer_waits``): wire time that ``passes.comm`` scales with the link."""
     us = {(w.step, w.position): w.us for w in waits}
     lag = g.exit_lag.copy()
     for v in np.flatnonzero((g.kind == Kind.OTHER) & (g.rank == 0)).tolist():
-        if (w := us.get((int(g.step[v]), int(g.bucket[v])))) and g.node_name(v).endswith(NEGOTIATE):
+        if (w := us.get((int(g.step[v]), int(g.bucket[v])))) and g.role[v] == CommRole.NEGOTIATION:
             lag[v] = min(w, float(g.dur[v]))
     return g.replace(exit_lag=lag)
 

@@ -20,6 +20,7 @@ class GraphRule(enum.IntEnum):
     WINDOW_END = 34  # every lane's last op -> the closing step mark
     COLLECTIVE = 35  # a collective's join -> its transfer
     STEP_START = 36  # a step's mark -> a pool thread's first op of that step
+    NEGOTIATION = 37  # every rank's Horovod requests of a cycle -> its negotiation's join -> the negotiation (``graph.build``)
 
 
 def rule_name(code: int) -> str:

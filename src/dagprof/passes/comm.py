@@ -48,8 +48,7 @@ from ..graph.collectives import add_allreduce
 from ..graph.dag import Device, DeviceKind, Graph, GraphBuilder
 from ..graph.meta import PsLinkFit
 from ..graph.replay_result import ReplayResult
-from ..traces.events import CommKind, Kind
-from ..traces.horovod import NEGOTIATE
+from ..traces.events import CommKind, CommRole, Kind
 from ..traces.meta import RowPull
 from ..traces.parallelism import Dim
 from .link_fit import (
@@ -209,11 +208,9 @@ def _peer_waits(g: Graph) -> tuple[np.ndarray, np.ndarray]:
     """Rank 0's Horovod negotiations whose span holds a peer's exit from the previous response (their ``exit_lag``:
     ``graph.build``), and that response's transfer. The peer's lag is wire time as a consumer's is (``exit_lags``): rank 0
     left, its last bytes still in the socket, and the next cycle's coordination waits for the peer to receive them."""
-    cand = np.flatnonzero((g.exit_lag > 0) & (g.kind == Kind.OTHER) & (g.rank >= 0))
+    cand = np.flatnonzero((g.exit_lag > 0) & (g.kind == Kind.OTHER) & (g.rank >= 0) & (g.role == CommRole.NEGOTIATION))
     waits, after = [], []
     for v in cand.tolist():
-        if not g.node_name(v).endswith(NEGOTIATE):
-            continue
         prev = [w for u in g.predecessors(v).tolist() if g.device[u] == g.device[v]
                 for w in g.predecessors(u).tolist() if g.kind[w] == Kind.COMM and g.rank[w] < 0]
         if prev:

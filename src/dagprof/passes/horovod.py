@@ -47,7 +47,7 @@ from ..costmodel.topology import CollectiveSpec, allreduce_equivalent_factor
 from ..errors import DagprofError
 from ..graph.dag import DeviceKind, Graph, GraphBuilder
 from ..graph.replay_result import ReplayResult
-from ..traces.events import CommKind, Kind
+from ..traces.events import CommKind, CommRole, Kind
 from ..traces.horovod import GROUP, LANE, REQUEST, tensor_collective
 from .comm import current_scheme, current_topology
 from .link_fit import find_collectives, fit_topology, graph_world_size
@@ -142,8 +142,7 @@ def _layout(g: Graph) -> _Layout:
     channel = next((i for i, d in enumerate(g.devices) if d.kind == DeviceKind.COMM and d.name == f"group {GROUP}"), -1)
     if not lanes or channel < 0:
         raise DagprofError("the run has no Horovod responses to regroup (was the Horovod timeline recorded?)")
-    drop = np.isin(g.device, list(lanes.values()))
-    drop |= (g.rank < 0) & np.array([g.names[i].startswith(_CYCLE) for i in g.name], dtype=bool)  # an earlier regrouping's cycles
+    drop = np.isin(g.device, list(lanes.values())) | (g.role == CommRole.NEGOTIATION)  # the negotiations' joins, an earlier regrouping's cycles
     for c in find_collectives(g):
         if g.device[c.comm] == channel:
             drop[c.comm] = True
@@ -331,7 +330,7 @@ def _rebuild(g: Graph, lay: _Layout, plan: list[_Cycle], costs: _Costs, price) -
     position: dict[int, int] = defaultdict(int)
     for cyc in plan:
         s = cyc.step
-        neg = b.add_node(_CYCLE, Kind.OTHER, dur=costs.negotiate_us, gap=cyc.gap, order=cyc.start, step=s)
+        neg = b.add_node(_CYCLE, Kind.OTHER, dur=costs.negotiate_us, gap=cyc.gap, order=cyc.start, step=s, role=CommRole.NEGOTIATION)
         for t in (t for resp in cyc.responses for t in resp):
             for r in lay.ranks:
                 v = lay.requests.get((s, r, t))

@@ -65,6 +65,8 @@ class CommRole(enum.IntEnum):
     # call: the key's forward op waits for them (``graph.build_ps``), no server sums them
     HOOK = 5  # a DDP bucket's wire under a comm hook of the job's own: the collectives the hook issued for it, of one kind,
     # their bytes summed (an all-gather's: every rank's gathered, as a sparse bucket's; ``traces.run_comm.hook_transfer``)
+    NEGOTIATION = 6  # Horovod's coordinator agreeing a cycle's responses (``traces.horovod``: rank 0's ``horovod negotiate``),
+    # and the graph's join of every rank's requests before it (``graph.build``): a collective of control messages, no payload
 
 
 # Host and device clocks in one trace agree to a few microseconds: an instant that precedes another by

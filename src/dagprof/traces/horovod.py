@@ -11,9 +11,10 @@ The timeline itself is read by ``horovod_timeline``.
 Events this reader adds to each rank (``events.py`` conventions):
 - main lane: a ``COMM_ENQUEUE`` per request (``horovod request allreduce.<param>``; a sparse gradient's two,
   ``allgather.<param>.indices`` and ``.values``), cut out of the backward span it happened in;
-- a ``horovod background thread`` lane per rank, per response: ``horovod negotiate`` (rank 0 only: the
-  cycle that picked it up: from the later of the cycle start and the rank's last request to the
-  response start; first response of a cycle only), ``horovod memcpy in`` (into the fusion buffer,
+- a ``horovod background thread`` lane per rank, per response: ``horovod negotiate`` (rank 0 only, ``CommRole.NEGOTIATION``:
+  the cycle that picked it up: from the later of the cycle start and every rank's last request of the cycle, each rank's
+  own record on rank 0's clock, to the response start; first response of a cycle only; ``graph.build`` joins those
+  requests before it, so the rank that asked last holds it), ``horovod memcpy in`` (into the fusion buffer,
   or the copy to the output for a single tensor), the transfer (``COMM``, group ``horovod``,
   ``seq`` = response number, ``bucket`` = its position in the step, ``nbytes`` = fused bytes),
   ``horovod memcpy out``;
@@ -186,7 +187,13 @@ def read_horovod_run(path: str | os.PathLike[str]) -> Run:
                         "the negotiations priced as measured")
     lags = _peer_lags(plan, read_logs(log_paths, {r: d.utc_offset_s for r, d in docs.items()}), shifts, warnings) if plan else {}
     waits: list[_PeerWait] = []
-    ranks = [_merge(_with_doc(t, docs[t.rank]), requests.get(t.rank, []), plan, shifts[t.rank], timeline, lags, waits) for t in run.ranks]
+    traces = [_with_doc(t, docs[t.rank]) for t in run.ranks]
+    cut = {t.rank: _with_requests(t, requests.get(t.rank, [])) for t in traces}
+    asked = _Asked({q: (t.base_ns + end * 1e3 + shifts[t.rank]) / 1e3 for t in traces for q, end in cut[t.rank].ends().items()})
+    ranks = [_merge(t, cut[t.rank], plan, shifts[t.rank], lags, waits, asked) for t in traces]
+    if asked.alone:
+        warnings.append(f"{asked.alone} of {asked.alone + asked.joined} Horovod negotiations wait for rank {min(docs)}'s own requests only "
+                        "(a rank's request for their tensors not recorded): their spans keep the wait for the other ranks as measured")
     order = _tensor_order(plan)
     sizes: dict[str, int] = {}  # as Horovod fuses and sends them: compressed (hvd.Compression.fp16) ones at their wire size
     dtypes: dict[str, str] = {}
@@ -465,15 +472,45 @@ def _clock_shift(trace: RankTrace, ref: RankTrace, plan: list[_Planned]) -> int:
     return -int(np.median(diffs)) if diffs else 0
 
 
-def _merge(trace: RankTrace, reqs: list[_Request], plan: list[_Planned], shift_ns: int, tl: Timeline | None,
-           lags: dict[int, float], waits: list[_PeerWait]) -> RankTrace:
-    """The rank's events with its requests cut in and its lane of Horovod's responses (module docstring). The writer's
-    negotiations that followed a response whose last peer left it ``lags`` us after rank 0 add to ``waits``."""
+@dataclass
+class _Cut:
+    """A rank's events with its requests cut in (``_cut_requests``): ``events`` maps ``id(request)`` to its event."""
+
+    rows: EventRows
+    main: int  # the rank's main lane
+    events: dict[int, int]
+
+    def ends(self) -> dict[int, float]:
+        """``id(request)`` -> the end of its event, us on the rank's clock."""
+        cols = self.rows.columns()
+        return {q: float(cols["start"][i] + cols["dur"][i]) for q, i in self.events.items()}
+
+
+@dataclass
+class _Asked:
+    """Every rank's recorded requests, each's end in epoch us on the timeline's clock (``id(request)`` -> us), and how many
+    of the writer's negotiations waited for every rank's (``joined``) or, a rank's request not recorded, its own only."""
+
+    ends: dict[int, float]
+    joined: int = 0
+    alone: int = 0
+
+
+def _with_requests(trace: RankTrace, reqs: list[_Request]) -> _Cut:
     c = EventRows.extending(trace.events, trace.flows)
     c.rename(_DDP_WAIT, WAIT_NAME)  # the same records mean Horovod's synchronize() here
     main = next((i for i, lane in enumerate(trace.lanes) if lane.main), 0)
+    return _Cut(c, main, _cut_requests(c, main, reqs, lambda ns: (ns - trace.base_ns) / 1e3))
+
+
+def _merge(trace: RankTrace, cut: _Cut, plan: list[_Planned], shift_ns: int, lags: dict[int, float],
+           waits: list[_PeerWait], asked: _Asked) -> RankTrace:
+    """The rank's events with its requests cut in and its lane of Horovod's responses (module docstring). The writer's
+    negotiation of a cycle begins once every rank's last request of it ended (``asked``: each rank's own record; where one
+    is not, once its own did, counted there); those that followed a response whose last peer left it ``lags`` us after
+    rank 0 add to ``waits`` (step, position, us of the span before that peer left, the previous response's bytes)."""
+    c, main, request_ev = cut.rows, cut.main, cut.events
     us = lambda ns: (ns - trace.base_ns) / 1e3  # noqa: E731
-    request_ev = _cut_requests(c, main, reqs, us)
     if not plan:
         return _rebuild(trace, c, [], trace.meta)
     cols = c.columns()  # the run's rows and the requests
@@ -483,6 +520,7 @@ def _merge(trace: RankTrace, reqs: list[_Request], plan: list[_Planned], shift_n
     groups = list(trace.groups) + ([GROUP] if GROUP not in trace.groups else [])
     gid = groups.index(GROUP)
     sinks = _sinks(cols, main)
+    released = {s: float(cols["start"][i] + cols["dur"][i]) for s, i in sinks.items()}  # per step, its last synchronize's return
     at = lambda epoch_us: us(int(round(epoch_us * 1e3)) - shift_ns)  # noqa: E731
     coll_events, coll_dtypes = [], []
     negotiate = -1
@@ -500,12 +538,23 @@ def _merge(trace: RankTrace, reqs: list[_Request], plan: list[_Planned], shift_n
             own = max(ends(request_ev[id(q)] for q in mine if id(q) in request_ev), default=t0)
             t0 = min(t0, max(own, lane_free))
             negotiate = -1
+            # its transfer and copy out, rank 0's shifted, were over once its own synchronize returned: rank 0's may end
+            # later (its thread descheduled), an exit lag of rank 0's (``graph.shared_collectives``), not this rank's
+            # wait; kept, this rank replayed late from there on, and with it rank 0's next negotiation, which joins its requests
+            done = released.get(p.step, t1)
+            x1, t1 = max(min(x1, done), x0), max(min(t1, done), x0)
         elif p.first_in_cycle and r.cycle is not None:
-            cycle_reqs = [request_ev[id(q)] for q2 in plan if q2.resp.cycle == r.cycle for q in q2.requests.get(trace.rank, [])
-                          if id(q) in request_ev]
-            ready = max(ends(cycle_reqs), default=-np.inf)
+            every = [q for q2 in plan if q2.resp.cycle == r.cycle for qs in q2.requests.values() for q in qs]
+            if all(id(q) in asked.ends for q in every):  # the coordinator agrees a tensor once the last rank asked for it
+                asked.joined += 1
+                ready = max(at(asked.ends[id(q)]) for q in every)
+            else:
+                asked.alone += 1
+                ready = max(ends(request_ev[id(q)] for q2 in plan if q2.resp.cycle == r.cycle for q in q2.requests.get(trace.rank, [])
+                                 if id(q) in request_ev), default=-np.inf)
             a = min(max(at(r.cycle), ready), t0)
-            negotiate = c.add(name=NEGOTIATE, kind=int(Kind.OTHER), lane=lane, start=a, dur=t0 - a, step=p.step, bucket=p.position)
+            negotiate = c.add(name=NEGOTIATE, kind=int(Kind.OTHER), lane=lane, start=a, dur=t0 - a, step=p.step, bucket=p.position,
+                              role=int(CommRole.NEGOTIATION))
             if seq - 1 in lags:  # the span waited for the last peer to leave the previous response
                 waits.append(_PeerWait(p.step, p.position, float(np.clip(at(plan[seq - 1].resp.t1) + lags[seq - 1] - a, 0.0, t0 - a)),
                               plan[seq - 1].nbytes))
