@@ -94,7 +94,7 @@ class FsdpHost:
     """FSDP2's host work a DDP profile never ran, measured once per torch version (``bench/fsdp_host_costs.py``): each
     unit's hooks, copy-ins, gradient views and reshard frees per pass (CPU time: a profile's own waits for a core
     stretch it, ``passes.data_parallel``), and gloo's fixed cost per blocking all-gather or reduce-scatter call (wall
-    time on a quiet machine: the hand-offs between the ranks' threads and gloo's, which DDP's few all-reduces of one
+    time: the hand-offs between the ranks' threads and gloo's, which DDP's few all-reduces of one
     bucket size cannot split from their bytes)."""
 
     forward: UnitHostFit

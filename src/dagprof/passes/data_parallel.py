@@ -208,7 +208,7 @@ def host_note(g: Graph) -> str:
             "not stretched by the job's load (the profile does not record its thread's waits for a core: profile again with this dagprof)")
     return (f"FSDP2's hooks per unit at the CPU time measured for torch {g.meta.torch_minor} (bench/fsdp_host_costs.py: "
             f"{host.forward.us / 1e3:.2f} / {host.backward.us / 1e3:.2f} ms a unit forward / backward, more per tensor and byte), "
-            f"{said}; each FSDP collective's fixed cost per call at gloo's measured {host.call_us / 1e3:.2f} ms (on a quiet machine), in "
+            f"{said}; each FSDP collective's fixed cost per call at gloo's measured {host.call_us / 1e3:.2f} ms (wall time, 2 ranks), in "
             f"place of the profile's fitted {current_topology(g).overhead_us / 1e3:.2f} ms per collective; ")
 
 
