@@ -14,14 +14,15 @@ from testdata import DATA
 from dagprof.cli.main import main
 from dagprof.collect.measure.calibrate import _slowest_each
 from dagprof.costmodel.alphabeta import AlphaBeta, ring_allreduce_us
-from dagprof.costmodel.fsdp_costs import DTENSOR_STEP, FsdpCosts, StepFit, step_ratio
+from dagprof.costmodel.fsdp_costs import DTENSOR_STEP, FSDP_HOST, FsdpCosts, StepFit, step_ratio
 from dagprof.costmodel.topology import read_link_model, save_link_model
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import allreduce_equivalent_bytes, fsdp_collectives
 from dagprof.passes.comm import set_topology
-from dagprof.passes.data_parallel import ddp_to_fsdp, fsdp_to_ddp
+from dagprof.passes.data_parallel import _stretch, ddp_to_fsdp, fsdp_to_ddp, host_note
 from dagprof.passes.fsdp_mesh import scale_fsdp_workers
+from dagprof.search.fsdp_memory import fsdp_peak
 from dagprof.search.scenario import Cluster, Scenario, apply, base_topology
 from dagprof.search.whatif import evaluate
 from dagprof.traces.dagprof_run import read_run
@@ -74,7 +75,6 @@ def test_conversion_inserts_the_measured_costs(ddp):
         hooks = [v for v in np.flatnonzero(measured.rank >= 0) if measured.node_name(v).endswith(f"({phase})")
                  and "fsdp hooks" in measured.node_name(v)]
         assert len(hooks) == units * steps * 2 and np.allclose(measured.dur[hooks], us)  # 2 ranks
-    assert not [v for v in range(len(plain)) if "fsdp hooks" in plain.node_name(v)]
     # the same collectives either way: only what was measured changed
     assert (measured.kind == Kind.COMM).sum() == (plain.kind == Kind.COMM).sum()
 
@@ -82,7 +82,8 @@ def test_conversion_inserts_the_measured_costs(ddp):
 def test_measured_costs_leave_out_the_profiles_overhead_per_collective(ddp):
     """The fixed cost per collective a DDP profile's link fit holds (fitted on its all-reduces) is charged on no FSDP
     collective where FSDP2's costs were measured (each kind's swept call and each unit's hooks and wake-ups hold it); the
-    uncalibrated conversion, which has nothing else for them, keeps it."""
+    uncalibrated conversion charges gloo's measured fixed cost per call for the profile's torch version instead
+    (``FSDP_HOST``), and keeps the profile's where the version is not measured."""
     from dagprof.costmodel.topology import Topology
     topo = Topology(2, 1, LINK, LINK, overhead_us=4000.0)
     on = set_topology(ddp, topo)
@@ -92,7 +93,45 @@ def test_measured_costs_leave_out_the_profiles_overhead_per_collective(ddp):
         return sum(float(g.dur[c.node]) for c in fsdp_collectives(g))
     assert gathers(ddp_to_fsdp(on, costs=COSTS)) == pytest.approx(gathers(ddp_to_fsdp(bare, costs=COSTS)))
     plain = ddp_to_fsdp(on)
-    assert gathers(plain) == pytest.approx(gathers(ddp_to_fsdp(bare)) + 4000.0 * len(fsdp_collectives(plain)))
+    call = FSDP_HOST[ddp.meta.torch_minor].call_us
+    assert gathers(plain) == pytest.approx(gathers(ddp_to_fsdp(bare)))  # the profile's 4 ms went: each call's measured cost
+    assert gathers(plain) == pytest.approx(gathers(ddp_to_fsdp(set_topology(ddp, dataclasses.replace(topo, overhead_us=call)))))
+    old = _torch(on, "1.9.0")
+    kept = ddp_to_fsdp(old)
+    assert gathers(kept) == pytest.approx(gathers(ddp_to_fsdp(_torch(bare, "1.9.0"))) + 4000.0 * len(fsdp_collectives(kept)))
+
+
+def _torch(g, version):
+    return g.replace(meta=g.meta.replace(torch=version))
+
+
+@pytest.mark.parametrize("path, torch", [(DDP, "2.13.0+cpu"), (DATA / "lora-clip" / "ddp-0", "2.13.0+cpu"), (DDP, "1.9.0")])
+def test_fsdp_hooks_per_unit_at_the_measured_host_work_of_the_profiles_torch(path, torch):
+    """Without calibrate --fsdp, each unit gets FSDP2's hooks once a pass (forward: before its all-gather; backward: after its
+    reduce-scatter) at ``FSDP_HOST``'s CPU time for the profile's torch version at the unit's trained tensors and bytes,
+    stretched by the rank's waits for a core as profiled (1 where not recorded: ``tests/data/fsdp``); a version not measured
+    gets none and the note says so. Peak memory does not move."""
+    g = _torch(build_graph(read_run(path)), torch)
+    out = ddp_to_fsdp(g)
+    hooks = [v for v in np.flatnonzero(out.rank >= 0) if "fsdp hooks" in out.node_name(v)]
+    host = FSDP_HOST.get(g.meta.torch_minor)
+    if host is None:
+        assert not hooks and "hooks per unit and each collective's fixed cost per call unpriced: not measured for torch 1.9" in host_note(g)
+        return
+    stretch = _stretch(g)
+    assert (min(stretch.values()) > 1.0) == (path != DDP)  # lora-clip records its thread's waits for a core
+    units = {u.name: u for u in out.meta.fsdp.units}
+    trained = [u for u in units.values() if u.numel > u.frozen_numel]
+    assert len(hooks) == (len(units) + len(trained)) * len(g.meta.steps) * 2  # forward: each unit, backward: each trained; 2 ranks
+    for v in hooks:
+        unit, phase = out.node_name(v).split("fsdp hooks ")[1].rpartition(" (")[::2]
+        fit = host.forward if phase == "forward)" else host.backward
+        u = units[unit]
+        assert out.dur[v] == pytest.approx(fit.at(u.tensors, u.numel * 4) * stretch[int(out.rank[v])])
+    assert "FSDP2's hooks per unit at the CPU time measured for torch 2.13" in host_note(g)
+    assert ("not stretched by the job's load" in host_note(g)) == (path == DDP)
+    if path != DDP:  # a profile with each layer's saved bytes: its peak as without the hooks (host time, no memory)
+        assert fsdp_peak(out) == fsdp_peak(ddp_to_fsdp(_torch(g, "1.9.0")))
 
 
 def test_each_unit_costs_more_the_more_bytes_it_gathers(ddp):

@@ -77,6 +77,41 @@ def dtensor_step_ratio(torch_minor: str, tensors: int, nbytes: float, world: int
 
 
 @dataclass(frozen=True)
+class UnitHostFit:
+    """A unit's host work in one pass (forward or backward) beyond its collectives and its copy-out, CPU us:
+    ``us`` per unit, ``us_per_tensor`` per parameter tensor it manages, ``us_per_byte`` per byte of its parameters."""
+
+    us: float
+    us_per_tensor: float
+    us_per_byte: float
+
+    def at(self, tensors: int, nbytes: float) -> float:
+        return self.us + self.us_per_tensor * tensors + self.us_per_byte * nbytes
+
+
+@dataclass(frozen=True)
+class FsdpHost:
+    """FSDP2's host work a DDP profile never ran, measured once per torch version (``bench/fsdp_host_costs.py``): each
+    unit's hooks, copy-ins, gradient views and reshard frees per pass (CPU time: a profile's own waits for a core
+    stretch it, ``passes.data_parallel``), and gloo's fixed cost per blocking all-gather or reduce-scatter call (wall
+    time: the hand-offs between the ranks' threads and gloo's, which DDP's few all-reduces of one
+    bucket size cannot split from their bytes)."""
+
+    forward: UnitHostFit
+    backward: UnitHostFit
+    call_us: float
+
+
+# torch version (major.minor) -> FSDP2's host work (``FsdpHost``): bench/fsdp_host_costs.py under the lock, 2 gloo ranks, not
+# fitted to any job; a version not here is not priced and says so. torch 2.13 (2026-12-05 09:01-09:02, 3 rounds pooled, load
+# 9.8-10.3 from other work: CPU time holds under it, the calls' wall time less so): a unit's hooks 0.45 ms forward, 0.84 backward,
+# 0.12 more per tensor each, 0.43 / 0.52 ms per MiB beyond the copy-out (CPU 0.11 us per KB, priced apart); the fixed cost per
+# call, the intercept of each size's median over 4-64 KiB, all-gather 0.42 ms, reduce-scatter 0.64: their mean (one fixed cost
+# per collective, ``Topology.overhead_us``). An earlier run at load 1.6 timed 4 KiB calls at 0.39 and 0.38 ms.
+FSDP_HOST: dict[str, FsdpHost] = {"2.13": FsdpHost(UnitHostFit(452.0, 123.0, 4.09e-4), UnitHostFit(840.1, 115.3, 5.00e-4), 533.1)}
+
+
+@dataclass(frozen=True)
 class FsdpCosts:
     """What ``dagprof calibrate`` measured of FSDP2 on the user's group (module docstring)."""
 

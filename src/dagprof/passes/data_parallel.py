@@ -22,7 +22,13 @@ on every rank's main lane, as FSDP2 runs them under gloo (``graph.build_fsdp`` n
   measured per torch version by ``bench/dtensor_optimizer.py`` (``costmodel.fsdp_costs.DTENSOR_STEP``: AdamW at the job's
   tensors and bytes; DTensor's dispatch per op about 14x a plain op's at torch 2.13, so a model of small tensors steps
   several times DDP's step, not 1/N of it: the held-out ResNet's FSDP2 jobs 7-20x, priced 8.3x); a version not measured:
-  1/N of the profiled time, said in the note (``dtensor_note``).
+  1/N of the profiled time, said in the note (``dtensor_note``);
+- FSDP2's hooks around each unit (pre/post-forward and backward, the all-gather's and the reduce-scatter's copy-ins, the
+  gradients' views, the reshard frees), host work no DDP profile ran: an ``fsdp hooks`` node before the unit's forward
+  all-gather and one after its reduce-scatter, at the CPU time ``bench/fsdp_host_costs.py`` measured per torch version
+  (``costmodel.fsdp_costs.FSDP_HOST``: per unit, per trained tensor and per byte of the unit), stretched by the rank's own
+  waits for a core as profiled (``_stretch``: CPU work on the job's loaded cores); a version not measured: none, said in
+  the note (``host_note``).
 Each of those collectives blocks the rank, where DDP's all-reduces block nothing until the finalize: the rank hands the
 call to gloo's worker thread, which must be woken to run it, and is itself woken when it completes. Each wake-up costs
 what the DDP profile's own waits that blocked cost (``wake_up``: DDP's finalize behind its last bucket; the mean lag of
@@ -36,7 +42,10 @@ steps (load 0.5-23) where it held 7 without. With ``calibrate --fsdp``'s file no
 wake-ups (at the calibration's load) in them.
 Collectives are priced by the link model as every FSDP collective is (all-gathers half an all-reduce of
 the gathered bytes, gloo's reduce-scatter a whole one; with a per-kind link model from ``dagprof calibrate``, each
-kind on the link its own sweep fitted: ``Topology.kinds``). A copy-out is a pass over memory and a call, like DDP's
+kind on the link its own sweep fitted: ``Topology.kinds``), each with gloo's fixed cost per blocking call as
+``FSDP_HOST`` has it for the torch version (0.53 ms at 2.13) in place of the DDP profile's fitted overhead per collective:
+fitted on DDP's all-reduces of one bucket size, that is their step-to-step excess (0.55-8.0 ms on the held-out ResNet's
+DDP profiles, 0 on the mixer's), not a cost per call. A copy-out is a pass over memory and a call, like DDP's
 bucket enqueue (which scales each bucket in place, then dispatches): it costs what the profile's enqueues cost per call
 and per byte (``_enqueue_price``).
 
@@ -116,13 +125,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..costmodel.fsdp_costs import DTENSOR_STEP, FsdpCosts, StepFit, dtensor_step_ratio
+from ..costmodel.fsdp_costs import DTENSOR_STEP, FSDP_HOST, FsdpCosts, StepFit, dtensor_step_ratio
 from ..errors import DagprofError
 from ..graph.build_fsdp import fsdp_collectives, is_fsdp_graph, step_size
 from ..graph.dag import Graph, GraphBuilder
 from ..graph.meta import FsdpGraphUnit, FsdpRecord, FsdpShards
 from ..graph.provenance import provenance
 from ..traces.events import CommKind, Kind
+from ..traces.meta import runnable_stretch
 from ..traces.run_schema import FSDP_ROOT
 from ..units import MB
 from .buckets import chain_lanes, profiled_buckets
@@ -162,15 +172,14 @@ def conversion_note(target: str, measured: bool, g: Graph) -> str:
             "slowed: held-out gloo jobs at fully_shard's default ran FSDP 8-18 % slower than this prediction on a quiet machine (a "
             "transformer-like stack and an MLP with an embedding, loopback, two calibrations; bench/bench_fsdp.py --part 7 "
             "--link-model-calibrate), more under load (a blocking collective's wake-up grows with it); the memory within about 10 %")
-    return RESHARD_NOTE + blocking_note(g, measured) + dtensor_note(g) + (
-        "a DDP profile has no FSDP all-gather skew (gloo releases one rank later), no FSDP hooks, no fixed cost "
-        "per FSDP collective and no reduce-scatter's lag beyond a wake-up (dagprof calibrate --fsdp measures them for --link-model): "
-        "unpriced, and not in the interval, which carries the wake-up price's sampling error only, so FSDP may run slower than its "
-        "high end (a held-out ResNet at load 13: FSDP's hooks and copy-outs 61.6 ms a step, 32.9 priced; its collectives 65.6, 7.9 "
-        "priced); held-out gloo jobs with the DTensor step priced ran FSDP 23 % faster to 144 % slower than predicted (an MLP-Mixer, "
-        "8 pairs at load 1-23, its interval holding 4: bench/fsdp_fresh/mixer_rounds.sh; a ResNet 10 % faster to 69 % slower, 8 "
-        "pairs, 7 held: SCRIPT=bench/fsdp_fresh/resnet_ddp.py), a LoRA fine-tune 41 % faster to 111 % slower before it was "
-        "priced (bench/bench_lora_memory.py, 6 pairs); the memory within about 10 %")
+    return RESHARD_NOTE + blocking_note(g, measured) + dtensor_note(g) + host_note(g) + (
+        "a DDP profile has no FSDP all-gather skew (gloo releases one rank later) and no reduce-scatter's lag beyond a wake-up "
+        "(dagprof calibrate --fsdp measures them for --link-model): unpriced, and not in the interval, which carries the wake-up "
+        "price's sampling error only, so FSDP may run slower than its high end; with FSDP2's hooks and each call's fixed cost "
+        "priced too, held-out gloo jobs ran FSDP 35 % faster to 80 % slower than predicted (kept pairs at load 0-23: an MLP-Mixer "
+        "-35 to +80 %, 8 pairs, 4 inside the interval, bench/fsdp_fresh/mixer_rounds.sh; a ResNet -7 to +48 %, 8 pairs, 6 inside, "
+        "-7 to +7 % on a quiet machine, SCRIPT=bench/fsdp_fresh/resnet_ddp.py; a LoRA fine-tune -23 and +3 %, "
+        "bench/bench_lora_memory.py); the memory within about 10 %")
 
 
 def dtensor_note(g: Graph) -> str:
@@ -184,6 +193,23 @@ def dtensor_note(g: Graph) -> str:
                 "parameter tensors it steps; ")
     return (f"the optimizer step on DTensor shards unpriced (1/N of the profile's): DTensor's ratio to a plain step is not measured for "
             f"torch {g.meta.torch or '(not recorded)'} (bench/dtensor_optimizer.py measures it); ")
+
+
+def host_note(g: Graph) -> str:
+    """What the conversion of ``g`` without ``calibrate --fsdp`` priced of FSDP2's hooks per unit and gloo's fixed cost per
+    call (``FSDP_HOST``)."""
+    host = FSDP_HOST.get(g.meta.torch_minor)
+    if host is None:
+        return (f"FSDP2's hooks per unit and each collective's fixed cost per call unpriced: not measured for torch "
+                f"{g.meta.torch or '(not recorded)'} (bench/fsdp_host_costs.py measures them); ")
+    stretch = _stretch(g)
+    said = (f"stretched by each rank's waits for a core as profiled ({min(stretch.values()):.2f}-{max(stretch.values()):.2f}x)"
+            if g.meta.loop_steps is not None and any(g.meta.loop_steps.sched.values()) else
+            "not stretched by the job's load (the profile does not record its thread's waits for a core: profile again with this dagprof)")
+    return (f"FSDP2's hooks per unit at the CPU time measured for torch {g.meta.torch_minor} (bench/fsdp_host_costs.py: "
+            f"{host.forward.us / 1e3:.2f} / {host.backward.us / 1e3:.2f} ms a unit forward / backward, more per tensor and byte), "
+            f"{said}; each FSDP collective's fixed cost per call at gloo's measured {host.call_us / 1e3:.2f} ms (wall time, 2 ranks), in "
+            f"place of the profile's fitted {current_topology(g).overhead_us / 1e3:.2f} ms per collective; ")
 
 
 def _stepped_params(g: Graph) -> set[str]:
@@ -367,6 +393,21 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
     dur[upd] *= step  # the optimizer steps this rank's shards
     b, remap = GraphBuilder.from_graph(g.replace(dur=dur, gap=gap), ~pb.drop)
     layer_unit = {x: name for name, ls in units for x in ls}
+    # the trained tensors each unit steps (a parameter's owner is its name less the last part; FSDP -> DDP prices the step by them)
+    stepped: dict[str, int] = defaultdict(int)
+    for p in stepped_params:
+        stepped[layer_unit.get(p.rpartition(".")[0], FSDP_ROOT)] += 1
+    host = FSDP_HOST.get(g.meta.torch_minor) if costs is None else None
+    stretch = _stretch(g) if host is not None else {}
+
+    def hooks_us(phase: str, unit: str, r: int) -> float | None:
+        """A unit's FSDP2 hooks in ``phase`` on rank ``r``: as calibrated, else ``FSDP_HOST``'s CPU time at the unit's trained
+        tensors and bytes, stretched by the rank's waits for a core; None: neither."""
+        if costs is not None:
+            return costs.unit_us(phase, unit_full[unit])
+        fit = None if host is None else host.forward if phase == "forward" else host.backward
+        return None if fit is None else fit.at(stepped[unit], unit_full[unit]) * stretch[r]
+
     again = wrapper_reshard([name for name, _ in units], target, reshard)  # resharded after forward
     seq = 0
     ranks = sorted(int(r) for r in np.unique(g.rank[g.rank >= 0]))
@@ -396,26 +437,21 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
             b.add_edge(sync, comm)
             seq += 1
             for r, at in nodes.items():
-                if costs is not None and (kind, phase) == ("all_gather", "forward"):
-                    _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp hooks {unit} (forward)", Kind.OTHER, costs.unit_us("forward", full))
+                if (kind, phase) == ("all_gather", "forward") and (us := hooks_us("forward", unit, r)) is not None:
+                    _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp hooks {unit} (forward)", Kind.OTHER, us)
                 enq = _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp {kind} {unit}", Kind.COMM_ENQUEUE, woken(r), nbytes=int(full))
                 w = _insert(b, g, remap, at, before, shift, f"rank{r}.wait {kind} {unit}", Kind.COMM_WAIT, 0.0, gap=woken(r))
                 b.add_edge(enq, sync)
                 b.add_edge(comm, w)
                 if kind == "all_gather":
                     _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp copy-out {unit} ({phase})", Kind.OTHER, copy_out.us(1, full))
-                elif costs is not None:
-                    _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp hooks {unit} (backward)", Kind.OTHER,
-                            costs.unit_us("backward", unit_full[unit]))
+                elif (us := hooks_us("backward", unit, r)) is not None:
+                    _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp hooks {unit} (backward)", Kind.OTHER, us)
         if (clip := g.meta.grad_clips.get(step)) is not None:
             ratio = optimizer_ratio(g, costs, clip.tensors, sum(unit_bytes.values()), n) or 1.0
             seq = _clip_all_reduce(b, g, remap, lanes, step, seq, channel, woken, clip.us * max(ratio - 1.0, 0.0))
     chain_lanes(b)
     out = b.build()
-    # the trained tensors each unit steps (a parameter's owner is its name less the last part; FSDP -> DDP prices the step by them)
-    stepped = defaultdict(int)
-    for p in stepped_params:
-        stepped[layer_unit.get(p.rpartition(".")[0], FSDP_ROOT)] += 1
     fs_units = [FsdpGraphUnit(name, int(unit_full[name] // element), int(math.ceil(unit_full[name] / n)), dtype, dtype, dtype,
                               again[name], again[name], [n], [], list(ls), tensors=stepped[name],
                               frozen_numel=int((unit_full[name] - unit_bytes[name]) // element))
@@ -437,7 +473,23 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
         # of each call (its kind's swept time to the last rank out, each unit's hooks and wake-ups). On the quiet
         # transformer (4 blocks, 2 ranks) that was 4.15 ms on each of 14 collectives a step: +30 % where without it -8 %
         topo = dataclasses.replace(topo, overhead_us=0.0)
+    elif host is not None:
+        # the same fitted excess (the held-out ResNet's DDP profiles: 0.55-8.0 ms, its mixer's 0) gives way to gloo's fixed
+        # cost per blocking call as measured (``FSDP_HOST``)
+        topo = dataclasses.replace(topo, overhead_us=host.call_us)
     return retime_collectives(out, topo, current_scheme(g), lags_on=topo)
+
+
+def _stretch(g: Graph) -> dict[int, float]:
+    """Each rank's CPU work on the profile's cores over the same on a core of its own: its training thread's CPU plus its
+    waits for a core over its CPU in the profiled steps (``traces.meta.runnable_stretch``), 1 where not recorded (said by
+    ``host_note``)."""
+    loop = g.meta.loop_steps
+    out = {}
+    for r in sorted(int(x) for x in np.unique(g.rank[g.rank >= 0])):
+        steps = [] if loop is None else [loop.sched.get(r, {}).get(s) for s in loop.profiled.get(r, {})]
+        out[r] = max(runnable_stretch([x for x in steps if x is not None]), 1.0)
+    return out
 
 
 def optimizer_ratio(g: Graph, costs: FsdpCosts | None, tensors: int, nbytes: float, world: int) -> float | None:

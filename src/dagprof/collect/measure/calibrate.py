@@ -256,27 +256,29 @@ def _per_byte(points: list[tuple[int, float]]) -> float:
     return slope if slope > 0 else float(t[-1] / m[-1])
 
 
-def _linear_stack(count: int, width: int, mesh: object | None):
-    """``count`` bias-free ``Linear(width, width)`` layers in a ``Sequential`` (seeded alike on every rank); with
-    ``mesh``, ``fully_shard`` on each layer and on the stack, as a user wraps a model of units."""
+def _linear_stack(count: int, width: int, mesh: object | None, per_unit: int = 1):
+    """``count`` units of ``per_unit`` bias-free ``Linear(width, width)`` layers each (one: the layer itself, more: a
+    ``Sequential`` of them) in a ``Sequential`` (seeded alike on every rank); with ``mesh``, ``fully_shard`` on each unit
+    and on the stack, as a user wraps a model of units."""
     import torch
     import torch.nn as nn
     from torch.distributed.fsdp import fully_shard
 
     torch.manual_seed(0)
-    model = nn.Sequential(*[nn.Linear(width, width, bias=False) for _ in range(count)])
+    layers = [[nn.Linear(width, width, bias=False) for _ in range(per_unit)] for _ in range(count)]
+    model = nn.Sequential(*[ls[0] if per_unit == 1 else nn.Sequential(*ls) for ls in layers])
     if mesh is not None:
-        for layer in model:
-            fully_shard(layer, mesh=mesh)
+        for unit in model:
+            fully_shard(unit, mesh=mesh)
         fully_shard(model, mesh=mesh)
     return model
 
 
-def _unit_extra(units: int, width: int, world: int, mesh: object, iters: int) -> tuple[int, float, float, dict]:
+def _unit_extra(units: int, width: int, world: int, mesh: object, iters: int, per_unit: int = 1) -> tuple[int, float, float, dict]:
     """(a unit's parameter bytes, its forward's and its backward's cost per unit beyond its collectives (never below 0), the
-    timings): a stack of ``units`` ``Linear(width, width)`` units, ``fully_shard`` each, against the same stack unsharded,
-    less an all-gather per unit in forward, an all-gather and a reduce-scatter in backward at their own measured time
-    (each timed as the sweep times FSDP's kinds, ``_slowest_each``: the lag of the rank that gets out last is the collectives',
+    timings): a stack of ``units`` units of ``per_unit`` ``Linear(width, width)`` layers, ``fully_shard`` each, against the
+    same stack unsharded, less an all-gather per unit in forward, an all-gather and a reduce-scatter in backward at their
+    own measured time (each timed as the sweep times FSDP's kinds, ``_slowest_each``: the lag of the rank that gets out last is the collectives',
     not the unit's). The timings also hold the same differences in CPU time on the calling thread (``cpu_us``: forward,
     backward per unit), which no wait on the link or a peer enters."""
     import torch
@@ -284,7 +286,7 @@ def _unit_extra(units: int, width: int, world: int, mesh: object, iters: int) ->
 
     wall, cpu = {}, {}
     for how in ("plain", "fsdp"):
-        model = _linear_stack(units, width, mesh if how == "fsdp" else None)
+        model = _linear_stack(units, width, mesh if how == "fsdp" else None, per_unit)
         x = torch.ones(8, width)
 
         def make_backward(model: nn.Module = model, x: torch.Tensor = x) -> Callable[[], object]:
@@ -293,7 +295,7 @@ def _unit_extra(units: int, width: int, world: int, mesh: object, iters: int) ->
         timed = [_timed_both(make, iters) for make in (lambda model=model, x=x: lambda: model(x), make_backward)]
         wall[how] = [_slowest_each(w) for w, _ in timed]
         cpu[how] = [float(np.median(c)) for _, c in timed]
-    nbytes = width * width * 4
+    nbytes = per_unit * width * width * 4
     ops = [_timed_both(_op(kind, nbytes, world)[0], iters) for kind in (CommKind.ALL_GATHER, CommKind.REDUCE_SCATTER)]
     (gather, scatter), (gather_cpu, scatter_cpu) = [_slowest_each(w) for w, _ in ops], [float(np.median(c)) for _, c in ops]
     forward = max((wall["fsdp"][0] - wall["plain"][0]) / units - gather, 0.0)
