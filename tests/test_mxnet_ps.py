@@ -12,7 +12,7 @@ from dagprof.analysis import job_iteration_us
 from dagprof.cli.main import main
 from dagprof.costmodel.topology import CollectiveSpec
 from dagprof.errors import DagprofError
-from dagprof.graph.build_ps import DONE, ISSUE
+from dagprof.graph.build_ps import DONE, ISSUE, update_us
 from dagprof.graph.collectives import ps_devices, worker_ports
 from dagprof.passes import scale_workers, set_link, set_scheme
 from dagprof.passes.comm import current_topology, exchange_us
@@ -559,3 +559,25 @@ def test_the_reader_carries_the_python_thread_s_cpu_per_profiled_step(tmp_path):
     assert sorted(g.meta.ps.main_cpu_us) == sorted((k, w, k * 1e3) for k in g.meta.steps for w in (0, 1))
     assert job_iteration_us(g, replay(g)) == job_iteration_us(plain, replay(plain))
 
+
+
+SPARSE_MF = FIXTURE / "user_sparse_mf"  # bench/frameworks/mx_sparse_mf.py: dense AdaGrad in the server's Python, 1 server
+
+
+def test_a_python_optimizer_on_the_server_is_priced_per_key(tmp_path):
+    """``mx_sparse_mf.py``'s server runs dense AdaGrad as ten small engine ops a key over 1-1.5 ms of Python: the engine's
+    ops are 0.6 ms of a step in which the server is busy about 9 ms. The rest is a cost per key part, not per byte (its
+    keys are 4 B to 35 kB), and the server nodes of the graph carry it."""
+    p = open_run(str(shutil.copytree(SPARSE_MF, tmp_path / "r")))
+    ps = p.graph.meta.ps
+    assert {b.updates for b in ps.server_busy} == {8}  # 8 keys, all on the one server
+    for b in ps.server_busy:
+        assert b.ops_us < 1_000 and 6_000 < b.busy_us < 15_000
+    per_key = update_us(ps)
+    assert 600 < per_key < 1_800
+    names = np.asarray(p.graph.names)[p.graph.name]
+    sums = p.graph.dur[np.char.endswith(names.astype(str), "ps0 sum")]
+    assert len(sums) == 8 * len(p.graph.meta.steps) and (sums >= per_key).all()
+    assert abs(p.analysis.error_pct) < 2.0
+    replayed = exchange_us(p.graph, replay(p.graph).start)  # refitted with the row_sparse pulls in place: the exchanges as measured
+    assert np.mean(list(replayed.values())) == pytest.approx(np.mean([us for *_, us in ps.exchange_us]), rel=0.01)
