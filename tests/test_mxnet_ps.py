@@ -12,12 +12,12 @@ from dagprof.analysis import job_iteration_us
 from dagprof.cli.main import main
 from dagprof.costmodel.topology import CollectiveSpec
 from dagprof.errors import DagprofError
-from dagprof.graph.build_ps import DONE, ISSUE, update_us
+from dagprof.graph.build_ps import DONE, ISSUE, rebuild_ps, update_us
 from dagprof.graph.collectives import ps_devices, worker_ports
 from dagprof.passes import scale_workers, set_link, set_scheme
 from dagprof.passes.comm import current_topology, exchange_us
 from dagprof.passes.compute import own_cores_note, share_cores
-from dagprof.passes.profiler_cost import job_steps, measure_profiler_cost, remove_profiler_cost, steady_from, window_sides
+from dagprof.passes.profiler_cost import job_steps, measure_profiler_cost, remove_profiler_cost, scale_host_work, steady_from, window_sides
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
 from dagprof.search.scenario import Cluster, Scenario
@@ -175,7 +175,8 @@ def test_more_workers_than_cores_say_each_keeps_its_own():
     assert f"17 ms of CPU per {step:.0f} ms step" in note and "--cores 2" in note and "\n" not in note
     assert own_cores_note(g.replace(meta=said.replace(host_cpus={"vm": (2, 8)})), 4) is None  # 4 workers keep cores of their own
     out = evaluate(g.replace(meta=said), [Scenario(workers=4)])
-    assert own_cores_note(g.replace(meta=said), 4, 1e3 * out["scenarios"][0].predicted_iter_ms) in out["notes"]
+    at = f"at the {out['scenarios'][0].predicted_iter_ms:.1f} ms step predicted for 4 workers"  # the servers' busy time less the profiler's cost
+    assert [n for n in out["notes"] if n.startswith(note.split(":")[0]) and at in n and "--cores 2" in n]
 
 
 def test_more_workers_whose_cpu_outgrows_the_cores_are_said_to_oversubscribe_them():
@@ -581,3 +582,19 @@ def test_a_python_optimizer_on_the_server_is_priced_per_key(tmp_path):
     assert abs(p.analysis.error_pct) < 2.0
     replayed = exchange_us(p.graph, replay(p.graph).start)  # refitted with the row_sparse pulls in place: the exchanges as measured
     assert np.mean(list(replayed.values())) == pytest.approx(np.mean([us for *_, us in ps.exchange_us]), rel=0.01)
+
+
+def test_the_profiler_s_cost_on_the_servers_is_taken_off_their_updates_and_row_pulls(tmp_path):
+    """The server's Python updater is traced call by call as the workers are, and the row_sparse pulls wait for it: the
+    profiler's cost correction shortens both (``scale_host_work``), in the graph and in the record what-ifs rebuild from."""
+    g = open_run(str(shutil.copytree(SPARSE_MF, tmp_path / "r"))).graph
+    half = scale_host_work(g, 0.5)
+    assert update_us(half.meta.ps) == pytest.approx(update_us(g.meta.ps) / 2)
+    assert [b.ops_us for b in half.meta.ps.server_busy] == [b.ops_us for b in g.meta.ps.server_busy]  # the engine's ops: gamma's
+    extra, halved = (np.array(f.row_pull_extra_us) for f in (g.meta.ps_link_fit, half.meta.ps_link_fit))
+    assert len(extra) and (halved[:, :3] == extra[:, :3]).all() and halved[:, 3] == pytest.approx(extra[:, 3] / 2)
+    names = np.asarray(g.names)[g.name].astype(str)
+    serve, sums = np.char.find(names, " serve w") >= 0, np.char.endswith(names, "ps0 sum")
+    assert serve.any() and half.dur[serve] == pytest.approx(g.dur[serve] / 2)
+    assert half.dur[sums] == pytest.approx(g.dur[sums] - update_us(g.meta.ps) / 2)
+    assert job_iteration_us(rebuild_ps(half, 1, current_topology(half).inter)) < job_iteration_us(rebuild_ps(g, 1, current_topology(g).inter))

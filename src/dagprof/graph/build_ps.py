@@ -290,6 +290,29 @@ def update_us(ps: PsRecord) -> float:
     return max(sum(b.busy_us - b.ops_us for b in ps.server_busy), 0.0) / parts if parts else 0.0
 
 
+def scale_server_work(g: Graph, factor: float) -> Graph:
+    """``g`` with its servers' host work times ``factor``: their time per key part (``update_us``), in the record
+    ``rebuild_ps`` prices from and on the servers' nodes, and each row_sparse pull's time beyond the wire (``PsLinkFit``,
+    the serve nodes). The profiler's cost on the servers (``passes.profiler_cost.scale_host_work``): their updater runs
+    in Python, traced call by call as the workers are, and a pull waits for it and for busy cores. Their engine's ops
+    (gamma) keep their measured times, as the workers' communication does."""
+    ps, fit = g.meta.ps, g.meta.ps_link_fit
+    if ps is None or factor == 1.0:
+        return g
+    cut = update_us(ps) * (1.0 - factor)
+    cpu = np.array([_is_ps_device(d.name) and d.name.endswith(" cpu") for d in g.devices] + [False])
+    dur = g.dur.copy()
+    on = cpu[g.device]
+    dur[on] = np.maximum(dur[on] - cut, 0.0)
+    dur[np.char.find(np.asarray(g.names, dtype=str)[g.name], " serve w") >= 0] *= factor
+    meta = g.meta.copy()
+    meta.ps = msgspec.structs.replace(ps, server_busy=[msgspec.structs.replace(b, busy_us=b.ops_us + (b.busy_us - b.ops_us) * factor)
+                                                       for b in ps.server_busy])
+    if fit is not None:
+        meta.ps_link_fit = replace(fit, row_pull_extra_us=tuple((s, w, k, us * factor) for s, w, k, us in fit.row_pull_extra_us))
+    return g.replace(dur=dur, meta=meta)
+
+
 def is_ps_graph(g: Graph) -> bool:
     return g.meta.ps is not None
 
@@ -376,4 +399,4 @@ def _is_ps_device(name: str) -> bool:
     return name.startswith(("port ps", "port w")) or (name.startswith("ps") and name.endswith(" cpu"))
 
 
-__all__ = ["build_ps_graph", "rebuild_ps", "is_ps_graph", "initial_link", "update_us", "ps_devices", "exchange_nodes"]
+__all__ = ["build_ps_graph", "rebuild_ps", "is_ps_graph", "initial_link", "update_us", "scale_server_work", "ps_devices", "exchange_nodes"]
