@@ -443,9 +443,10 @@ def fit_ps_link(g: Graph, replayer: Callable[[Graph], ReplayResult], iterations:
     model, not a fit. The per-message latency (the shortest push/pull round trip) and the server
     work per byte come from the builder's first guess (``graph.build_ps.initial_link``), its work per key
     from the servers' profiles (``graph.build_ps.update_us``). With row_sparse pulls the rate is fitted
-    again once their own times are (``_fit_row_pulls``): they move each worker's pushes, and a key's
-    update waits for every worker's push (``mx_sparse_mf.py``: the replayed exchanges 1 ms short of
-    the measured ones, the profiled run -3.8 %, until refitted).
+    again once their own times are (``_fit_row_pulls``), and they again at that rate: they move each
+    worker's pushes, and a key's update waits for every worker's push (``mx_sparse_mf.py``: the replayed
+    exchanges 1 ms short of the measured ones, the profiled run -3.8 %, until the rate was refitted; a
+    first fit at an infinite rate left the pulls' own fit against no wire, +23 % until they were refitted).
 
     ``replayer`` is ``dagprof.replay.replay`` (passes sit below the replay layer).
     """
@@ -476,6 +477,7 @@ def fit_ps_link(g: Graph, replayer: Callable[[Graph], ReplayResult], iterations:
     ratio, extra = _fit_row_pulls(g, fitted, replayer)
     if extra:  # the pulls as fitted move the workers' pushes, and a push waits for the other workers' at the server
         fitted = rate(extra, ratio)
+        ratio, extra = _fit_row_pulls(g, fitted, replayer)  # and their wire is the refitted link's
     out = rebuild_ps(g, servers, fitted, extra, ratio)
     hi = fitted.beta_us_per_byte
     out.meta.ps_link_fit = PsLinkFit(float(1e6 / hi) if hi > 0 else float(np.inf), link.alpha_us, link.gamma_us_per_byte, target,
