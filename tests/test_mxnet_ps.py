@@ -577,8 +577,11 @@ def test_a_python_optimizer_on_the_server_is_priced_per_key(tmp_path):
     per_key = update_us(ps)
     assert 600 < per_key < 1_800
     names = np.asarray(p.graph.names)[p.graph.name]
-    sums = p.graph.dur[np.char.endswith(names.astype(str), "ps0 sum")]
-    assert len(sums) == 8 * len(p.graph.meta.steps) and (sums >= per_key).all()
+    sums = np.char.endswith(names.astype(str), "ps0 sum")
+    assert sums.sum() == 8 * len(p.graph.meta.steps)
+    for step in p.graph.meta.steps:  # each step's own: a load that came in one step slows that step's updates
+        assert (p.graph.dur[sums & (p.graph.step == step)] >= update_us(ps, step)).all()
+    assert np.mean([update_us(ps, step) for step in p.graph.meta.steps]) == pytest.approx(per_key)
     assert abs(p.analysis.error_pct) < 2.0
     replayed = exchange_us(p.graph, replay(p.graph).start)  # refitted with the row_sparse pulls in place: the exchanges as measured
     assert np.mean(list(replayed.values())) == pytest.approx(np.mean([us for *_, us in ps.exchange_us]), rel=0.01)
@@ -596,5 +599,5 @@ def test_the_profiler_s_cost_on_the_servers_is_taken_off_their_updates_and_row_p
     names = np.asarray(g.names)[g.name].astype(str)
     serve, sums = np.char.find(names, " serve w") >= 0, np.char.endswith(names, "ps0 sum")
     assert serve.any() and half.dur[serve] == pytest.approx(g.dur[serve] / 2)
-    assert half.dur[sums] == pytest.approx(g.dur[sums] - update_us(g.meta.ps) / 2)
+    assert half.dur[sums] == pytest.approx(g.dur[sums] - np.array([update_us(g.meta.ps, s) for s in g.step[sums]]) / 2)
     assert job_iteration_us(rebuild_ps(half, 1, current_topology(half).inter)) < job_iteration_us(rebuild_ps(g, 1, current_topology(g).inter))

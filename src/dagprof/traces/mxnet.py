@@ -459,7 +459,9 @@ def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> list[Serv
     time is mostly Python between its engine calls: dense AdaGrad (``mx_sparse_mf.py``) runs ten ops of about 5 us a key
     over 1-1.5 ms, so the engine's ops held 0.6 ms of a step in which the server was busy about 9 ms. An update is a run of
     the server's C API calls with no push received between them; the server is busy from the receipt before it (or the
-    previous update's end, if later) to its last call, and with every engine op."""
+    previous update's end, or the latest push a worker issued before it, if later: the engine may run a receipt's sum
+    after the update's first call, and the receipt before that was another worker's, 20 ms earlier in a fresh
+    ``mx_fasttext_sparse.py`` profile) to its last call, and with every engine op."""
     out = []
     steps = sorted({p["step"] for pushes in per_worker.values() for p in pushes})
     for s, path in sorted(man.server_files.items()):
@@ -475,9 +477,11 @@ def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> list[Serv
             for c in (c for c in calls if lo <= c.start and c.end <= hi):
                 at = update.setdefault(int(np.searchsorted(received, c.start)), [c.start, c.end])
                 at[1] = max(at[1], c.end)
+            issued = np.sort([p["start"] for p in every])
             last = lo
             for k, (first, end) in sorted(update.items()):
-                spans.append((max(received[k - 1] if k else first, last), end))
+                pushed = issued[max(int(np.searchsorted(issued, first)) - 1, 0)]  # the latest push issued before it
+                spans.append((max(received[k - 1] if k else first, pushed, last), end))
                 last = end
             counted = sum(o.end - o.start for o in mine if o.name in RECEIVED or o.name.endswith("_update"))
             out.append(ServerBusy(s, step, _covered(spans), parts, counted))
