@@ -12,12 +12,12 @@ from dagprof.analysis import job_iteration_us
 from dagprof.cli.main import main
 from dagprof.costmodel.topology import CollectiveSpec
 from dagprof.errors import DagprofError
-from dagprof.graph.build_ps import DONE, ISSUE
+from dagprof.graph.build_ps import DONE, ISSUE, rebuild_ps, update_us
 from dagprof.graph.collectives import ps_devices, worker_ports
 from dagprof.passes import scale_workers, set_link, set_scheme
 from dagprof.passes.comm import current_topology, exchange_us
 from dagprof.passes.compute import own_cores_note, share_cores
-from dagprof.passes.profiler_cost import job_steps, measure_profiler_cost, remove_profiler_cost, steady_from, window_sides
+from dagprof.passes.profiler_cost import job_steps, measure_profiler_cost, remove_profiler_cost, scale_host_work, steady_from, window_sides
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
 from dagprof.search.scenario import Cluster, Scenario
@@ -175,7 +175,8 @@ def test_more_workers_than_cores_say_each_keeps_its_own():
     assert f"17 ms of CPU per {step:.0f} ms step" in note and "--cores 2" in note and "\n" not in note
     assert own_cores_note(g.replace(meta=said.replace(host_cpus={"vm": (2, 8)})), 4) is None  # 4 workers keep cores of their own
     out = evaluate(g.replace(meta=said), [Scenario(workers=4)])
-    assert own_cores_note(g.replace(meta=said), 4, 1e3 * out["scenarios"][0].predicted_iter_ms) in out["notes"]
+    at = f"at the {out['scenarios'][0].predicted_iter_ms:.1f} ms step predicted for 4 workers"  # the servers' busy time less the profiler's cost
+    assert [n for n in out["notes"] if n.startswith(note.split(":")[0]) and at in n and "--cores 2" in n]
 
 
 def test_more_workers_whose_cpu_outgrows_the_cores_are_said_to_oversubscribe_them():
@@ -559,3 +560,44 @@ def test_the_reader_carries_the_python_thread_s_cpu_per_profiled_step(tmp_path):
     assert sorted(g.meta.ps.main_cpu_us) == sorted((k, w, k * 1e3) for k in g.meta.steps for w in (0, 1))
     assert job_iteration_us(g, replay(g)) == job_iteration_us(plain, replay(plain))
 
+
+
+SPARSE_MF = FIXTURE / "user_sparse_mf"  # bench/frameworks/mx_sparse_mf.py: dense AdaGrad in the server's Python, 1 server
+
+
+def test_a_python_optimizer_on_the_server_is_priced_per_key(tmp_path):
+    """``mx_sparse_mf.py``'s server runs dense AdaGrad as ten small engine ops a key over 1-1.5 ms of Python: the engine's
+    ops are 0.6 ms of a step in which the server is busy about 9 ms. The rest is a cost per key part, not per byte (its
+    keys are 4 B to 35 kB), and the server nodes of the graph carry it."""
+    p = open_run(str(shutil.copytree(SPARSE_MF, tmp_path / "r")))
+    ps = p.graph.meta.ps
+    assert {b.updates for b in ps.server_busy} == {8}  # 8 keys, all on the one server
+    for b in ps.server_busy:
+        assert b.ops_us < 1_000 and 6_000 < b.busy_us < 15_000
+    per_key = update_us(ps)
+    assert 600 < per_key < 1_800
+    names = np.asarray(p.graph.names)[p.graph.name]
+    sums = np.char.endswith(names.astype(str), "ps0 sum")
+    assert sums.sum() == 8 * len(p.graph.meta.steps)
+    for step in p.graph.meta.steps:  # each step's own: a load that came in one step slows that step's updates
+        assert (p.graph.dur[sums & (p.graph.step == step)] >= update_us(ps, step)).all()
+    assert np.mean([update_us(ps, step) for step in p.graph.meta.steps]) == pytest.approx(per_key)
+    assert abs(p.analysis.error_pct) < 2.0
+    replayed = exchange_us(p.graph, replay(p.graph).start)  # refitted with the row_sparse pulls in place: the exchanges as measured
+    assert np.mean(list(replayed.values())) == pytest.approx(np.mean([us for *_, us in ps.exchange_us]), rel=0.01)
+
+
+def test_the_profiler_s_cost_on_the_servers_is_taken_off_their_updates_and_row_pulls(tmp_path):
+    """The server's Python updater is traced call by call as the workers are, and the row_sparse pulls wait for it: the
+    profiler's cost correction shortens both (``scale_host_work``), in the graph and in the record what-ifs rebuild from."""
+    g = open_run(str(shutil.copytree(SPARSE_MF, tmp_path / "r"))).graph
+    half = scale_host_work(g, 0.5)
+    assert update_us(half.meta.ps) == pytest.approx(update_us(g.meta.ps) / 2)
+    assert [b.ops_us for b in half.meta.ps.server_busy] == [b.ops_us for b in g.meta.ps.server_busy]  # the engine's ops: gamma's
+    extra, halved = (np.array(f.row_pull_extra_us) for f in (g.meta.ps_link_fit, half.meta.ps_link_fit))
+    assert len(extra) and (halved[:, :3] == extra[:, :3]).all() and halved[:, 3] == pytest.approx(extra[:, 3] / 2)
+    names = np.asarray(g.names)[g.name].astype(str)
+    serve, sums = np.char.find(names, " serve w") >= 0, np.char.endswith(names, "ps0 sum")
+    assert serve.any() and half.dur[serve] == pytest.approx(g.dur[serve] / 2)
+    assert half.dur[sums] == pytest.approx(g.dur[sums] - np.array([update_us(g.meta.ps, s) for s in g.step[sums]]) / 2)
+    assert job_iteration_us(rebuild_ps(half, 1, current_topology(half).inter)) < job_iteration_us(rebuild_ps(g, 1, current_topology(g).inter))

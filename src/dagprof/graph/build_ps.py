@@ -25,7 +25,8 @@ workers' and servers' ports and the server CPUs are capacity-1 devices, so keys 
 other there (a message crosses both ends' ports, in pipelined chunks). The
 sub-graph is ``graph.collectives.add_ps_part``, the same one the ``ps:K`` what-if builds, so a
 measured PS job and a predicted one are the same model. Push, pull and server times come from the
-graph's link model (``meta.topology``, gamma = server work per byte received); ``rebuild_ps``
+graph's link model (``meta.topology``, gamma = server work per byte received) and the server's time per key part
+(``update_us``: its updater's Python); ``rebuild_ps``
 re-places keys for another server count or link, and ``passes.comm.fit_ps_link`` fits the link's rate to
 the measured exchanges (``meta.ps.exchange_us``; mx.profiler does not say which push
 carries which key, so single messages cannot be timed).
@@ -41,7 +42,7 @@ from ..costmodel.alphabeta import AlphaBeta
 from ..costmodel.topology import CollectiveSpec, Scheme, Topology
 from ..errors import DagprofError
 from ..traces.events import CommRole, Kind, LaneKind, RankTrace, Run
-from ..traces.meta import PsKey, RowPull
+from ..traces.meta import PsKey, PsRecord, RowPull
 from ..traces.mxnet import PS_INDEX_BYTES, pslite_bytes
 from .build import common_steps, host_cpus, loop_steps, measured_iter_us
 from .collectives import add_ps_part, add_ps_pull, ps_devices
@@ -278,7 +279,8 @@ def _gaps(g: Graph, mstart: np.ndarray, mend: np.ndarray, first_marks: dict[int,
 def initial_link(run: Run) -> AlphaBeta:
     """A first link model before fitting (``passes.comm.fit_ps_link``): the shortest push/pull is one small
     round trip (alpha per message); the mean exchange moves every byte in and out of one server port;
-    gamma is the servers' measured busy time per byte received."""
+    gamma is the servers' engine time per byte received (their copies, sums and ``*_update`` ops: the rest of their busy time
+    is per key part, ``update_us``)."""
     ps = run.meta.ps
     durs = np.concatenate([t.events.dur[t.events.kind == Kind.COMM] for t in run.ranks])
     alpha = float(durs.min()) / 2 if len(durs) else 0.0
@@ -288,8 +290,43 @@ def initial_link(run: Run) -> AlphaBeta:
     beta = max(float(np.median(durs)) - 2 * alpha, 1.0) / max(total, 1.0) if len(durs) else 1e-3
     busy = ps.server_busy
     handled = per_worker * run.world_size * len({s.step for s in busy})
-    gamma = sum(s.busy_us for s in busy) / handled if busy and handled else 0.0
+    gamma = sum(s.ops_us for s in busy) / handled if busy and handled else 0.0
     return AlphaBeta(alpha, beta, gamma)
+
+
+def update_us(ps: PsRecord, step: int | None = None) -> float:
+    """A server's time per key part it updates beside its engine's time per byte (``initial_link``'s gamma): the key handed
+    to the updater and the updater's Python between its engine calls, which no byte count prices (``mx_sparse_mf.py``'s
+    dense AdaGrad: 1-1.5 ms a key of 4 B to 16 kB). The mean over the profiled servers in ``step``: a load that comes in
+    one step slows that step's updates (a fresh ``mx_fasttext_sparse.py`` profile: 28, 6 and 4 ms of server work in its 3
+    steps, priced at their mean +7.0 % off, its link fitted infinitely fast); over every step where ``step`` is None or not
+    profiled. A part costs it on any server count, link and worker count."""
+    rows = [b for b in ps.server_busy if b.step == step] or ps.server_busy
+    parts = sum(b.updates for b in rows)
+    return max(sum(b.busy_us - b.ops_us for b in rows), 0.0) / parts if parts else 0.0
+
+
+def scale_server_work(g: Graph, factor: float) -> Graph:
+    """``g`` with its servers' host work times ``factor``: their time per key part (``update_us``), in the record
+    ``rebuild_ps`` prices from and on the servers' nodes, and each row_sparse pull's time beyond the wire (``PsLinkFit``,
+    the serve nodes). The profiler's cost on the servers (``passes.profiler_cost.scale_host_work``): their updater runs
+    in Python, traced call by call as the workers are, and a pull waits for it and for busy cores. Their engine's ops
+    (gamma) keep their measured times, as the workers' communication does."""
+    ps, fit = g.meta.ps, g.meta.ps_link_fit
+    if ps is None or factor == 1.0:
+        return g
+    cpu = np.array([_is_ps_device(d.name) and d.name.endswith(" cpu") for d in g.devices] + [False])
+    dur = g.dur.copy()
+    on = np.flatnonzero(cpu[g.device])
+    steps, at = np.unique(g.step[on], return_inverse=True)
+    dur[on] = np.maximum(dur[on] - np.array([update_us(ps, int(s)) for s in steps])[at] * (1.0 - factor), 0.0)
+    dur[np.char.find(np.asarray(g.names, dtype=str)[g.name], " serve w") >= 0] *= factor
+    meta = g.meta.copy()
+    meta.ps = msgspec.structs.replace(ps, server_busy=[msgspec.structs.replace(b, busy_us=b.ops_us + (b.busy_us - b.ops_us) * factor)
+                                                       for b in ps.server_busy])
+    if fit is not None:
+        meta.ps_link_fit = replace(fit, row_pull_extra_us=tuple((s, w, k, us * factor) for s, w, k, us in fit.row_pull_extra_us))
+    return g.replace(dur=dur, meta=meta)
 
 
 def is_ps_graph(g: Graph) -> bool:
@@ -337,6 +374,7 @@ def rebuild_ps(g: Graph, servers: int, link: AlphaBeta, row_pull_extra_us: dict 
             pulled[at] = int(remap[v])
     n = int(g.meta.world_size)
     for step in g.meta.steps:
+        per_update = update_us(ps, step)
         for k in ps.keys:
             key = k.key
             ready = [[issue[(step, key, w)]] for w in range(n)]
@@ -345,7 +383,7 @@ def rebuild_ps(g: Graph, servers: int, link: AlphaBeta, row_pull_extra_us: dict 
             parts = pslite_bytes(ps, k, step, servers)
             total = sum(nb for _, nb in parts)
             for server, part in parts:
-                ends = add_ps_part(b, ready, server, part, link, part * n * link.gamma_us_per_byte, tag=tag, order=order, step=step, bucket=key,
+                ends = add_ps_part(b, ready, server, part, link, per_update + part * n * link.gamma_us_per_byte, tag=tag, order=order, step=step, bucket=key,
                                    pull=not k.row_bytes)
                 b.add_edges(ends, [done[(step, w)] for w in range(n)])
                 if k.row_bytes and (step, key, 0) in pull:  # the forward's pull of the same rows (the batch's), from the same server
@@ -377,4 +415,4 @@ def _is_ps_device(name: str) -> bool:
     return name.startswith(("port ps", "port w")) or (name.startswith("ps") and name.endswith(" cpu"))
 
 
-__all__ = ["build_ps_graph", "rebuild_ps", "is_ps_graph", "initial_link", "ps_devices", "exchange_nodes"]
+__all__ = ["build_ps_graph", "rebuild_ps", "is_ps_graph", "initial_link", "update_us", "scale_server_work", "ps_devices", "exchange_nodes"]

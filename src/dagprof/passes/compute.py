@@ -150,6 +150,6 @@ def own_cores_note(g: Graph, workers: int, step_us: float | None = None) -> str 
         over = f"; at the {step_us / 1e3:.1f} ms step predicted for {workers} workers they would need {workers * cpu / step_us / cores:.0%} of the cores"
         if workers * cpu > cores * step_us:
             over += f": on {host} the cores are oversubscribed and bound the step (at least {workers * cpu / cores / 1e3:.0f} ms)"
-    return (f"{head}: {ranks} workers were profiled on {host}'s {cores} cores, where {workers} would share them; {used}, the servers' "
-            f"engines {busy / 1e3:.1f} ms per step{over}; --cores {cores} queues their compute on the cores instead (FIFO, the copies "
+    return (f"{head}: {ranks} workers were profiled on {host}'s {cores} cores, where {workers} would share them; {used}, the servers "
+            f"busy {busy / 1e3:.1f} ms per step{over}; --cores {cores} queues their compute on the cores instead (FIFO, the copies "
             "computing in lockstep)")

@@ -151,12 +151,13 @@ class PsKey(msgspec.Struct, frozen=True):
 
 
 class ServerBusy(msgspec.Struct, frozen=True):
-    """A server's engine time in one step: summing pushes and running the optimizer."""
+    """A server's time in one step (``traces.mxnet._server_busy``): receiving and summing pushes, running the optimizer."""
 
     file: int  # the server
     step: int
-    busy_us: float
-    updates: int
+    busy_us: float  # all of it: the engine's ops, each key handed to the updater and the updater's Python
+    updates: int  # the key parts it holds, one update each (ps-lite's placement)
+    ops_us: float  # the engine's copies, sums and ``*_update`` ops: the part that grows with the bytes
 
 
 class PsRecord(msgspec.Struct, kw_only=True, frozen=True):

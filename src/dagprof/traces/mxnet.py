@@ -22,8 +22,9 @@ What the traces hold and how it is read (MXNet 1.9, CPU, ``MXNET_EXEC_BULK_EXEC_
   is the manifest's (``PsRecord.rows``, the collector's count per step), the kvstore's own work beside them on its
   pinned-memory threads (``KVStoreUnique``...) is inside their time and dropped;
 - servers log ``CopyCPU2CPU`` when a key's first push arrives, ``BinaryOpKernel`` when another is
-  summed in, then the optimizer (``*_update``), interleaved over keys: the reader keeps each
-  server's busy time per step (``Run.meta.ps.server_busy``), which prices the servers' work.
+  summed in, then the updater's C API calls and ops (``*_update``, or a Python optimizer's many small ones), interleaved
+  over keys: the reader keeps each server's busy time per step and its engine's part (``Run.meta.ps.server_busy``),
+  which price the servers' work (``graph.build_ps.initial_link``, ``update_us``).
 Keys go to servers as ps-lite does (``pslite_placement``); key sizes come from the manifest.
 The manifest also holds each worker's CPU time per step, its process's (all threads) and its Python thread's (MXNet's
 front end: dispatch, autograd, the Trainer, which the traces do not hold): ``PsRecord.cpu_us`` and ``main_cpu_us``.
@@ -56,6 +57,7 @@ PUSHPULL = ("KVStoreDistDefaultStoragePushPull", "KVStoreDistDefaultPush", "KVSt
 PUSH_CALLS = ("MXKVStorePushPull", "MXKVStorePush")  # the Python thread's push calls, one per key and step, in key order
 PULL_CALL = "MXKVStorePullRowSparse"  # a forward's row_sparse_pull
 PS_INDEX_BYTES = 8  # a row_sparse row travels with its ps-lite key (uint64)
+RECEIVED = ("CopyCPU2CPU", "BinaryOpKernel", "AccumulateRowSparseGrads")  # a server's ops as a push comes in: copied, summed in
 # a segment of a hybridized block's graph run as one engine op (``static_alloc`` bulks even with
 # MXNET_EXEC_BULK_EXEC_TRAIN=0): no layer, but forward before the step's backward began, backward after (a
 # segment still running while the first gradients are pushed is backward, never work that waits for the pulls)
@@ -114,8 +116,9 @@ def _load(path: str) -> dict:
     return doc
 
 
-def _ops(doc: dict, path: str) -> tuple[list[_Op], list[_Op], dict[int, str]]:
-    """Operator spans (B/E pairs, paired first-in first-out per pid, tid and name) and C-API spans (b/e)."""
+def _ops(doc: dict, path: str, calls: tuple[str, ...] | None = (*PUSH_CALLS, PULL_CALL)) -> tuple[list[_Op], list[_Op], dict[int, str]]:
+    """Operator spans (B/E pairs, paired first-in first-out per pid, tid and name) and the C-API spans (b/e) named in
+    ``calls`` (None: every one)."""
     events = doc.get("traceEvents")
     if not isinstance(events, list):
         raise DagprofError("not an mx.profiler trace (no traceEvents list)", path)
@@ -128,7 +131,7 @@ def _ops(doc: dict, path: str) -> tuple[list[_Op], list[_Op], dict[int, str]]:
         if not isinstance(e, dict):
             continue
         ph = e.get("ph")
-        if ph in ("B", "E") and e.get("cat") == "operator" or ph in ("b", "e") and e.get("cat") == "MXNET_C_API" and e.get("name") in (*PUSH_CALLS, PULL_CALL):
+        if ph in ("B", "E") and e.get("cat") == "operator" or ph in ("b", "e") and e.get("cat") == "MXNET_C_API" and (calls is None or e.get("name") in calls):
             try:
                 key = (ph in ("B", "E"), e["pid"], e["tid"], e["name"])
                 ts = float(e["ts"])
@@ -448,15 +451,48 @@ def _timed_us(man: _Manifest, w: int) -> dict[int, float]:
 
 
 def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> list[ServerBusy]:
-    """Per server and step, the time its engine spent summing pushes and running the optimizer."""
+    """Per server and step, the time the server was busy with the step's pushes and, of it, its engine's copies, sums and
+    optimizer ops.
+
+    A server receives pushes on one thread: it copies or sums each in (``RECEIVED``) and, once a key's last push is in,
+    hands the key to the updater (the optimizer Gluon sent it, run by the server's Python) and waits for it. The updater's
+    time is mostly Python between its engine calls: dense AdaGrad (``mx_sparse_mf.py``) runs ten ops of about 5 us a key
+    over 1-1.5 ms, so the engine's ops held 0.6 ms of a step in which the server was busy about 9 ms. An update is a run of
+    the server's C API calls with no push received between them; the server is busy from the receipt before it (or the
+    previous update's end, or the latest push a worker issued before it, if later: the engine may run a receipt's sum
+    after the update's first call, and the receipt before that was another worker's, 20 ms earlier in a fresh
+    ``mx_fasttext_sparse.py`` profile) to its last call, and with every engine op."""
     out = []
     steps = sorted({p["step"] for pushes in per_worker.values() for p in pushes})
     for s, path in sorted(man.server_files.items()):
-        ops = [o for o in _ops(_load(path), path)[0] if o.name in ("CopyCPU2CPU", "BinaryOpKernel", "AccumulateRowSparseGrads")
-               or o.name.endswith("_update")]
+        ops, calls, _ = _ops(_load(path), path, calls=None)
+        parts = sum(1 for k in man.keys.values() for srv, _ in pslite_placement(k.key, k.elements, man.servers, man.bound) if srv == s)
         for step in steps:
             every = [p for pushes in per_worker.values() for p in pushes if p["step"] == step]
-            lo, hi = min(p["start"] for p in every), max(p["end"] for p in every)
-            mine = [o for o in ops if lo - 1.0 <= o.start <= hi]
-            out.append(ServerBusy(s, step, sum(o.end - o.start for o in mine), sum(1 for o in mine if o.name.endswith("_update"))))
+            lo, hi = min(p["start"] for p in every) - 1.0, max(p["end"] for p in every)
+            mine = [o for o in ops if lo <= o.start <= hi]
+            received = np.array([o.start for o in mine if o.name in RECEIVED])
+            spans = [(o.start, o.end) for o in mine]
+            update: dict[int, list[float]] = {}  # receipts before it -> its first call's start, its last call's end
+            for c in (c for c in calls if lo <= c.start and c.end <= hi):
+                at = update.setdefault(int(np.searchsorted(received, c.start)), [c.start, c.end])
+                at[1] = max(at[1], c.end)
+            issued = np.sort([p["start"] for p in every])
+            last = lo
+            for k, (first, end) in sorted(update.items()):
+                pushed = issued[max(int(np.searchsorted(issued, first)) - 1, 0)]  # the latest push issued before it
+                spans.append((max(received[k - 1] if k else first, pushed, last), end))
+                last = end
+            counted = sum(o.end - o.start for o in mine if o.name in RECEIVED or o.name.endswith("_update"))
+            out.append(ServerBusy(s, step, _covered(spans), parts, counted))
     return out
+
+
+def _covered(spans: list[tuple[float, float]]) -> float:
+    """The time the union of ``spans`` covers."""
+    total, reach = 0.0, -np.inf
+    for a, b in sorted(spans):
+        if b > reach:
+            total += b - max(a, reach)
+            reach = b
+    return total
