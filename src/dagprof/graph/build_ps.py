@@ -325,7 +325,7 @@ def scale_server_work(g: Graph, factor: float) -> Graph:
     meta.ps = msgspec.structs.replace(ps, server_busy=[msgspec.structs.replace(b, busy_us=b.ops_us + (b.busy_us - b.ops_us) * factor)
                                                        for b in ps.server_busy])
     if fit is not None:
-        meta.ps_link_fit = replace(fit, row_pull_extra_us=tuple((s, w, k, us * factor) for s, w, k, us in fit.row_pull_extra_us))
+        meta.ps_link_fit = replace(fit, row_pull_extra_us=tuple(p._replace(us=p.us * factor) for p in fit.row_pull_extra_us))
     return g.replace(dur=dur, meta=meta)
 
 
