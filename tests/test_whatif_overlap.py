@@ -128,22 +128,3 @@ def test_testbed_round_takes_its_own_backward_slowdown_out():
     assert in_round[cells[0]] == pytest.approx(plain[cells[0]], rel=5e-3)  # the profiled cell: taken out and charged back
     assert in_round[cells[1]] < plain[cells[1]] * 0.97  # one bucket after the backward: the backward undisturbed
     assert all(intervals[c].lo_us / 1e3 <= in_round[c] <= intervals[c].hi_us / 1e3 for c in cells)
-
-
-def test_testbed_round_prices_4_ranks_by_its_own_sweep():
-    """A round's 4-rank sweep of the swept link (the 4-rank launch's last phase) prices its 4-rank swept cells as a file of
-    the same points would, ahead of a file measured apart; shaped 4-rank cells keep their link."""
-    import run
-
-    with open(ROUND / "results.json") as f:
-        sweep_points = json.load(f)[1]
-    with open(UNSHAPED4) as f:
-        points = json.load(f)["points"]
-    cells = [(4, "unlimited", 25.0), (4, "1Gbit", 25.0)]
-    args = (str(RUN), (2, "1Gbit", 1.0), sweep_points, "unlimited", cells, 2)
-    rule, _, _ = run.predict(*args, raw=True)
-    own, intervals, _ = run.predict(*args, raw=True, own_sweeps={4: points})
-    both, _, _ = run.predict(*args, raw=True, own_sweeps={4: points}, calibrated={(4, "unlimited"): str(UNSHAPED4)})
-    assert own[cells[0]] < rule[cells[0]] * 0.95 and both[cells[0]] == pytest.approx(own[cells[0]], rel=1e-9)
-    assert own[cells[1]] == pytest.approx(rule[cells[1]], rel=1e-9)
-    assert all(intervals[c].lo_us / 1e3 <= own[c] <= intervals[c].hi_us / 1e3 for c in cells)

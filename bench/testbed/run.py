@@ -9,8 +9,8 @@ that profile with the what-if passes, and prints measured vs predicted per cell.
 
 The machine is shared and its load drifts by minutes, so each round runs, back to back in
 the same processes, the profile of the profiled cell, a link sweep, every cell (shuffled) and the
-profiled job's backward beside an all-reduce on the profiled link (the worker's ``overlapbwd``),
-then at 4 ranks every cell and a sweep of the swept link; each round predicts from its own profile. The table gives medians over rounds. The profile
+profiled job's backward beside an all-reduce on the profiled link (the worker's ``overlapbwd``);
+each round predicts from its own profile. The table gives medians over rounds. The profile
 has unprofiled steps on both sides of its window (``--profile-margin`` before, ``--steps``
 after): they measure the profiler's cost and the job's drift, which widen the 90 % intervals
 whose coverage of the cells' median steps per round (what the interval is for: ``analysis.interval``), single
@@ -25,13 +25,12 @@ How each cell is predicted from the profile (2 ranks, 1 Gbit/s, 1 MB buckets):
 - 4 ranks: ``scale_workers`` (rank copies) plus ``share_cores``: the 4 ranks share this
   machine's cores, so their compute queues for the CPU (4 ranks on 2 cores contend), while a
   rank's exit lag behind an all-reduce (wire time) waits off the cores; and an
-  unshaped link is the round's own 4-rank sweep of it. A round kept before that sweep gives it
-  cores/ranks of the 2-rank sweep's bandwidth, as memory copies by the ranks' gloo threads, which
-  do not fill a core (a 16 MB all-reduce on the unshaped link kept each of 2 ranks' CPU 37-63 %
-  busy, each of 4 ranks' 37-44 %; 4 ranks took 1.6-3.8x the 2 ranks' time where this prices 3x),
-  so its 4-rank cells with one 22 MB bucket come out 20-26 % slow. Not modelled: the longer
-  wake-up latency of each ring step when threads outnumber cores (it shows as a per-bucket cost
-  in the 4-rank cells with 1 MB buckets).
+  unshaped link, being memory copies by the ranks' gloo threads, gets cores/ranks of the
+  swept bandwidth. Not modelled: the longer wake-up latency of each ring step when threads
+  outnumber cores (it shows as a per-bucket cost in the 4-rank cells with 1 MB buckets); that
+  the copies do not fill a core (a 16 MB all-reduce on the unshaped link kept each of 2 ranks'
+  CPU 37-63 % busy, each of 4 ranks' 37-44 %; 4 ranks took 1.6-3.8x the 2 ranks' time where
+  this prices 3x), so the 4-rank cells with one 22 MB bucket come out 20-26 % slow.
 - compute beside in-flight collectives: priced as ``dagprof whatif`` prices it, as the round's
   ``overlapbwd`` phase measured it on the profiled link, or where the run or
   ``--calibrated LINK:FILE`` (``dagprof calibrate --overlap`` on that link) measured it, one file
@@ -126,14 +125,12 @@ def one_round(args, work: str, rng: random.Random) -> tuple[dict, dict, dict]:
     ranks0, rate0, cap0 = args.profiled
     measured: dict[tuple[int, str, float], list[float]] = {}
     predicted: dict[tuple[int, str, float], float] = {}
-    own_sweeps: dict[int, list] = {}  # rank count -> its own sweep of the swept link, this round
     cells = [(rate, cap) for rate in args.rates for cap in args.caps]
     for ranks in args.ranks:
         rng.shuffle(cells)
         head = [(f"profile:{cap0:g}", RATES[rate0]), ("sweep", RATES[args.swept])] if ranks == ranks0 else []
-        # after the cells, so that a round kept before them reads as it did: the profiled backward's slowdown beside the profiled
-        # link; at another rank count, its own sweep of the swept link
-        tail = [("overlapbwd", RATES[rate0])] if ranks == ranks0 else [("sweep", RATES[args.swept])]
+        # after the cells, so that a round kept before it reads as it did: the profiled backward's slowdown beside the profiled link
+        tail = [("overlapbwd", RATES[rate0])] if ranks == ranks0 else []
         t0, folder = time.monotonic(), os.path.join(work, f"r{ranks}")
         if args.repredict:  # a kept round: its cells in the order they ran (a folder kept before cells.json: the same shuffle)
             if os.path.exists(os.path.join(folder, "cells.json")):
@@ -146,21 +143,17 @@ def one_round(args, work: str, rng: random.Random) -> tuple[dict, dict, dict]:
             with open(os.path.join(folder, "cells.json"), "w") as f:
                 json.dump(cells, f)
             out = launch(ranks, head + [(f"train:{cap:g}", RATES[rate]) for rate, cap in cells] + tail, args, folder)
-        after = out[len(head) + len(cells):]  # empty in a round kept before the tail was measured
         if head:
             run_dir, sweep = os.path.join(work, f"r{ranks}", "run"), out[1]
-            overlap = after[0] if after else None
-        elif after:
-            own_sweeps[ranks] = after[0]
+            overlap = out[-1] if tail and len(out) == len(head) + len(cells) + len(tail) else None  # None: kept before it was measured
         for (rate, cap), ts in zip(cells, out[len(head):]):
             measured[(ranks, rate, cap)] = [t * 1e3 for t in ts]
         print(f"  {len(cells)} cells on {ranks} ranks in {time.monotonic() - t0:.0f} s", file=sys.stderr)
     predicted, intervals, replay_ms = predict(run_dir, args.profiled, sweep, args.swept, sorted(measured), args.cores, raw=True,
-                                              calibrated=args.calibrated, overlap=overlap,
-                                              own_sweeps=own_sweeps)
+                                              calibrated=args.calibrated, overlap=overlap)
     predicted["replay"] = replay_ms
     corrected, corrected_intervals, cost = predict(run_dir, args.profiled, sweep, args.swept, sorted(measured), args.cores,
-                                                   calibrated=args.calibrated, overlap=overlap, own_sweeps=own_sweeps)
+                                                   calibrated=args.calibrated, overlap=overlap)
     predicted |= {("corrected", *key): v for key, v in corrected.items()}
     intervals |= {("corrected", *key): v for key, v in corrected_intervals.items()}
     print(f"  {cost}", file=sys.stderr)
@@ -169,8 +162,7 @@ def one_round(args, work: str, rng: random.Random) -> tuple[dict, dict, dict]:
 
 
 def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[tuple[int, str, float]], cores: int,
-            raw: bool = False, calibrated: dict[tuple[int, str], str] | None = None, overlap: dict | None = None,
-            own_sweeps: dict[int, list] | None = None) -> tuple[dict, dict, float | str]:
+            raw: bool = False, calibrated: dict[tuple[int, str], str] | None = None, overlap: dict | None = None) -> tuple[dict, dict, float | str]:
     """Every cell from the one profile: the link of the profiled rate is fitted to the profile's
     collectives, the swept link to the sweep; another shaped rate scales the bandwidth of
     whichever of the two is shaped (so TCP/IP framing overhead carries over). The point is the
@@ -191,9 +183,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     not sweep prices that count's swept cells by its all-reduce fit, in place of ``beta * ranks / cores``. ``overlap``: the
     round's own ``overlapbwd`` phase (``measure_overlap`` beside the job's backward on the profiled link, after the cells), in
     place of a file for the profiled link: the profile's backward ran beside its buckets' all-reduces and a cell whose one
-    bucket follows the backward runs it undisturbed (two rounds' 25 MB cells came out +7..+24 % slow without it).
-    ``own_sweeps``: per rank count, the round's own sweep of the swept link with that many ranks (after its cells), in
-    place of a file's: measured minutes apart, a 4-rank sweep at load 3-5 priced quiet cells 38-51 % slow."""
+    bucket follows the backward runs it undisturbed (two rounds' 25 MB cells came out +7..+24 % slow without it)."""
     import msgspec
     import numpy as np
 
@@ -252,9 +242,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
             if RATES[shaped] is None or RATES[rate] is None:
                 raise ValueError(f"no measurement covers the link {rate}")
             link = links[shaped].from_bandwidth(links[shaped].bandwidth_bytes_per_s * RATES[rate] / RATES[shaped], links[shaped].alpha_us)
-        if rate == swept and ranks != prof_ranks and ranks in (own_sweeps or {}):  # this rank count's own sweep, this round
-            link = fit([tuple(x) for x in own_sweeps[ranks]], ranks)
-        elif rate == swept and ranks != prof_ranks and (ranks, rate) in calibrated:  # and measured apart
+        if rate == swept and ranks != prof_ranks and (ranks, rate) in calibrated:  # this rank count's own sweep of the link
             link = read_link_model(calibrated[(ranks, rate)]).link_for(ranks)
         elif RATES[rate] is None and ranks > cores:  # an unshaped link is CPU work: 'ranks' copiers share 'cores'
             link = AlphaBeta(link.alpha_us, link.beta_us_per_byte * ranks / cores)
