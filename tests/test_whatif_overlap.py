@@ -109,27 +109,6 @@ def test_testbed_prices_4_ranks_on_the_swept_link_by_their_own_sweep():
     assert measured[cells[1]] == pytest.approx(rule[cells[1]], rel=1e-9)  # its slowdown: none measured for 4 ranks at 1 Gbit/s
 
 
-def test_testbed_round_takes_its_own_backward_slowdown_out():
-    """A round's ``overlapbwd`` phase on the profiled link (its last result, after the cells) stands for the profiled link's
-    file: the same numbers give the same cells, and a kept round without it (the results end with the cells) predicts as
-    before."""
-    import run
-
-    with open(ROUND / "results.json") as f:
-        sweep_points = json.load(f)[1]
-    with open(OVERLAP_1GBIT) as f:
-        measured = json.load(f)["overlap"]
-    cells = [(2, "1Gbit", 1.0), (2, "unlimited", 25.0), (2, "unlimited", 1.0)]
-    args = (str(RUN), (2, "1Gbit", 1.0), sweep_points, "unlimited", cells, 2)
-    by_file, _, _ = run.predict(*args, raw=True, calibrated={(2, "1Gbit"): str(OVERLAP_1GBIT)})
-    in_round, intervals, _ = run.predict(*args, raw=True, overlap=measured)
-    plain, _, _ = run.predict(*args, raw=True)
-    assert all(in_round[c] == pytest.approx(by_file[c], rel=1e-9) for c in cells)
-    assert in_round[cells[0]] == pytest.approx(plain[cells[0]], rel=5e-3)  # the profiled cell: taken out and charged back
-    assert in_round[cells[1]] < plain[cells[1]] * 0.97  # one bucket after the backward: the backward undisturbed
-    assert all(intervals[c].lo_us / 1e3 <= in_round[c] <= intervals[c].hi_us / 1e3 for c in cells)
-
-
 def test_profile_cells_says_where_a_profiled_cells_step_goes():
     """``bench/testbed/profile_cells.py``'s summary of a profile: per rank, each kind's median time a step, and the
     collectives'; on the kept round's 1 Gbit/s 1 MiB profile the backward is the largest part of the compute."""

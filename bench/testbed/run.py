@@ -8,8 +8,7 @@ that profile with the what-if passes, and prints measured vs predicted per cell.
     sudo .venv/bin/python bench/testbed/run.py --quick    # 1 round, 2 ranks, 4 cells
 
 The machine is shared and its load drifts by minutes, so each round runs, back to back in
-the same processes, the profile of the profiled cell, a link sweep, every cell (shuffled) and the
-profiled job's backward beside an all-reduce on the profiled link (the worker's ``overlapbwd``);
+the same processes, the profile of the profiled cell, a link sweep and every cell (shuffled);
 each round predicts from its own profile. The table gives medians over rounds. The profile
 has unprofiled steps on both sides of its window (``--profile-margin`` before, ``--steps``
 after): they measure the profiler's cost and the job's drift, which widen the 90 % intervals
@@ -31,8 +30,7 @@ How each cell is predicted from the profile (2 ranks, 1 Gbit/s, 1 MB buckets):
   the copies do not fill a core (a 16 MB all-reduce on the unshaped link kept each of 2 ranks'
   CPU 37-63 % busy, each of 4 ranks' 37-44 %; 4 ranks took 1.6-3.8x the 2 ranks' time where
   this prices 3x), so the 4-rank cells with one 22 MB bucket come out 20-26 % slow.
-- compute beside in-flight collectives: priced as ``dagprof whatif`` prices it, as the round's
-  ``overlapbwd`` phase measured it on the profiled link, or where the run or
+- compute beside in-flight collectives: priced as ``dagprof whatif`` prices it, where the run or
   ``--calibrated LINK:FILE`` (``dagprof calibrate --overlap`` on that link) measured it, one file
   per link since the slowdown here does not follow the bytes per second (``predict``); a file of
   the swept link at a rank count the rounds did not sweep also gives that count's all-reduce, in
@@ -129,8 +127,6 @@ def one_round(args, work: str, rng: random.Random) -> tuple[dict, dict, dict]:
     for ranks in args.ranks:
         rng.shuffle(cells)
         head = [(f"profile:{cap0:g}", RATES[rate0]), ("sweep", RATES[args.swept])] if ranks == ranks0 else []
-        # after the cells, so that a round kept before it reads as it did: the profiled backward's slowdown beside the profiled link
-        tail = [("overlapbwd", RATES[rate0])] if ranks == ranks0 else []
         t0, folder = time.monotonic(), os.path.join(work, f"r{ranks}")
         if args.repredict:  # a kept round: its cells in the order they ran (a folder kept before cells.json: the same shuffle)
             if os.path.exists(os.path.join(folder, "cells.json")):
@@ -142,18 +138,17 @@ def one_round(args, work: str, rng: random.Random) -> tuple[dict, dict, dict]:
             os.makedirs(folder, exist_ok=True)
             with open(os.path.join(folder, "cells.json"), "w") as f:
                 json.dump(cells, f)
-            out = launch(ranks, head + [(f"train:{cap:g}", RATES[rate]) for rate, cap in cells] + tail, args, folder)
+            out = launch(ranks, head + [(f"train:{cap:g}", RATES[rate]) for rate, cap in cells], args, folder)
         if head:
             run_dir, sweep = os.path.join(work, f"r{ranks}", "run"), out[1]
-            overlap = out[-1] if tail and len(out) == len(head) + len(cells) + len(tail) else None  # None: kept before it was measured
         for (rate, cap), ts in zip(cells, out[len(head):]):
             measured[(ranks, rate, cap)] = [t * 1e3 for t in ts]
         print(f"  {len(cells)} cells on {ranks} ranks in {time.monotonic() - t0:.0f} s", file=sys.stderr)
     predicted, intervals, replay_ms = predict(run_dir, args.profiled, sweep, args.swept, sorted(measured), args.cores, raw=True,
-                                              calibrated=args.calibrated, overlap=overlap)
+                                              calibrated=args.calibrated)
     predicted["replay"] = replay_ms
     corrected, corrected_intervals, cost = predict(run_dir, args.profiled, sweep, args.swept, sorted(measured), args.cores,
-                                                   calibrated=args.calibrated, overlap=overlap)
+                                                   calibrated=args.calibrated)
     predicted |= {("corrected", *key): v for key, v in corrected.items()}
     intervals |= {("corrected", *key): v for key, v in corrected_intervals.items()}
     print(f"  {cost}", file=sys.stderr)
@@ -162,7 +157,7 @@ def one_round(args, work: str, rng: random.Random) -> tuple[dict, dict, dict]:
 
 
 def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[tuple[int, str, float]], cores: int,
-            raw: bool = False, calibrated: dict[tuple[int, str], str] | None = None, overlap: dict | None = None) -> tuple[dict, dict, float | str]:
+            raw: bool = False, calibrated: dict[tuple[int, str], str] | None = None) -> tuple[dict, dict, float | str]:
     """Every cell from the one profile: the link of the profiled rate is fitted to the profile's
     collectives, the swept link to the sweep; another shaped rate scales the bandwidth of
     whichever of the two is shaped (so TCP/IP framing overhead carries over). The point is the
@@ -180,17 +175,12 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     against the all-reduce its file measured beside. One file per link, because on this testbed the slowdown does not
     follow the bytes per second: beside an 8 MiB all-reduce it measured about 0.22 at 1 Gbit/s, 0.47 at 200 Mbit/s
     and 0.47 unshaped (40x the bytes per second of 200 Mbit/s). A file of the swept link at a rank count the rounds did
-    not sweep prices that count's swept cells by its all-reduce fit, in place of ``beta * ranks / cores``. ``overlap``: the
-    round's own ``overlapbwd`` phase (``measure_overlap`` beside the job's backward on the profiled link, after the cells), in
-    place of a file for the profiled link: the profile's backward ran beside its buckets' all-reduces and a cell whose one
-    bucket follows the backward runs it undisturbed (two rounds' 25 MB cells came out +7..+24 % slow without it)."""
-    import msgspec
+    not sweep prices that count's swept cells by its all-reduce fit, in place of ``beta * ranks / cores``."""
     import numpy as np
 
     from dagprof.analysis import job_iteration_us
     from dagprof.analysis.interval import StepStatistic, link_residuals, measured_step_us, predict_interval, run_level
     from dagprof.collect.measure.calibrate import fit
-    from dagprof.collect.measure.overlap import Overlap
     from dagprof.costmodel.alphabeta import AlphaBeta, ring_allreduce_us
     from dagprof.costmodel.topology import Topology, read_link_model
     from dagprof.passes import fit_topology, scale_workers, set_buckets, set_topology
@@ -199,7 +189,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     from dagprof.passes.profiler_cost import measure_profiler_cost, remove_profiler_cost, scale_host_work
     from dagprof.pipeline import open_run
     from dagprof.replay import replay
-    from dagprof.search.measured import slowdown_in, slowdown_of
+    from dagprof.search.measured import slowdown_of
     from dagprof.search.scenario import Cluster, disturb, undisturb
     from dagprof.units import MB
 
@@ -212,9 +202,6 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
         return Cluster(slowdown=slowdown, comm_rate=rate)
 
     beside = {key: measured(path) for key, path in calibrated.items()}
-    if overlap is not None:
-        slowdown, rate = slowdown_in(msgspec.convert(overlap, Overlap))
-        beside[profiled[:2]] = Cluster(slowdown=slowdown, comm_rate=rate)
     beside0 = beside[profiled[:2]] if profiled[:2] in beside else measured(None)
     averaged = average_steps(stepwise, replay)  # a model of the iteration: each op at its mean over the profiled steps
     prof_ranks, prof_rate, _ = profiled
