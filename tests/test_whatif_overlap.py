@@ -107,3 +107,16 @@ def test_testbed_prices_4_ranks_on_the_swept_link_by_their_own_sweep():
     assert read_link_model(UNSHAPED4).link_for(4).beta_us_per_byte < 2 * fit([tuple(p) for p in sweep_points], 2).beta_us_per_byte
     assert measured[cells[0]] < rule[cells[0]] * 0.95
     assert measured[cells[1]] == pytest.approx(rule[cells[1]], rel=1e-9)  # its slowdown: none measured for 4 ranks at 1 Gbit/s
+
+
+def test_profile_cells_says_where_a_profiled_cells_step_goes():
+    """``bench/testbed/profile_cells.py``'s summary of a profile: per rank, each kind's median time a step, and the
+    collectives'; on the kept round's 1 Gbit/s 1 MiB profile the backward is the largest part of the compute."""
+    import profile_cells
+
+    lines = profile_cells.parts(str(RUN))
+    assert [line.split(":")[0] for line in lines[:2]] == ["rank 0", "rank 1"] and lines[2].startswith("collectives ")
+    for line in lines[:2]:
+        ms = {k: float(v) for k, v in (p.split() for p in line.split(": ", 1)[1].split(", "))}
+        assert set(ms) == {"forward", "backward", "update", "other", "comm_enqueue"}
+        assert ms["backward"] == max(ms.values()) > 0
