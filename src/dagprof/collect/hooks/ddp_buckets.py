@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+import types
 from typing import Any, Callable
 
 from ...traces.buckets import Bucket, BucketLayout
@@ -57,7 +58,7 @@ class DdpBuckets:
         self.issued_at: int | None = None  # when the current call's all-reduce was issued, where the hook says (ZeroOverlap)
         self.world = 1  # ranks of the last DDP model's process group
         self.hook_call: tuple[int, int] | None = None  # (seq, thread) while the user's own hook runs for a bucket
-        self.hook_locals = ""  # the qualified-name prefix of functions defined inside that hook ("": no such hook)
+        self.hook_nested: frozenset = frozenset()  # the code of functions defined inside that hook (empty: no such hook)
 
     def install(self, ddp: Any) -> None:
         """Wrap ``ddp``'s bucket all-reduce (module docstring) and note its bucket cap."""
@@ -112,8 +113,7 @@ class DdpBuckets:
                 zero = None
             buckets.zero = buckets.zero or zero
             inner["own"] = not half and buckets.zero is None and hook is not default_hooks.allreduce_hook
-            name = getattr(getattr(hook, "func", hook), "__qualname__", "")  # a functools.partial's function
-            buckets.hook_locals = f"{name}.<locals>." if inner["own"] and name else ""
+            buckets.hook_nested = nested_codes(hook) if inner["own"] else frozenset()
             buckets.comm_hook = buckets.comm_hook or (zero.name if zero else getattr(hook, "__qualname__", None) or type(hook).__name__)
 
         ddp.register_comm_hook(None, dagprof_comm_hook)
@@ -166,3 +166,24 @@ class DdpBuckets:
     def _layout(self) -> BucketLayout:
         return tuple(Bucket(i, nb, tuple(self._param_names.get(pid, "?") for pid in pids), tuple(self._param_shapes.get(pid) for pid in pids))
                      for i, (nb, pids) in sorted(self._layout_key.items()))
+
+
+def nested_codes(hook: Any) -> frozenset:
+    """The code of every function defined inside ``hook``, at any depth (the callbacks it may chain on a future): told by
+    code objects, which every Python keeps in ``co_consts``, not by a qualified name's nesting (3.11's)."""
+    code = hook_code(hook)
+    found: set = set()
+    todo = [code] if code is not None else []
+    while todo:
+        for const in todo.pop().co_consts:
+            if isinstance(const, types.CodeType) and const not in found:
+                found.add(const)
+                todo.append(const)
+    return frozenset(found)
+
+
+def hook_code(hook: Any) -> types.CodeType | None:
+    """A comm hook's code: a function's, a functools.partial's function's, or a callable object's ``__call__``."""
+    fn = getattr(hook, "func", hook)
+    call = next((c.__dict__["__call__"] for c in type(fn).__mro__ if "__call__" in c.__dict__), None)  # an object's __call__
+    return getattr(fn, "__code__", None) or getattr(call, "__code__", None)

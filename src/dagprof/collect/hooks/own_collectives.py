@@ -31,6 +31,7 @@ from typing import Any
 
 from ...traces.comm_kind import CommKind
 from ...traces.run_schema import OWN_KINDS, Rec
+from .ddp_buckets import hook_code
 
 # torch.distributed function -> (kind, the argument holding the per-rank tensor); an FSDP job's own calls are another
 # recorder's (``fsdp.JOB_CALLS``: whole collectives, not bytes for Kineto's transfers; its comment says why the names differ)
@@ -91,14 +92,12 @@ def _recording(collector: Any, pending: dict, hooks: frozenset, kind: int, arg: 
         if not collector.recording:
             return fn(*args, **kwargs)
         record = None
-        try:
+        try:  # records only: the call itself runs once, below, whatever happens here
             given = signature.bind(*args, **kwargs).arguments
-            if _in_own_hook(collector, kind, bool(given.get("async_op", False)), given.get("group"), given[arg]):
-                return fn(*args, **kwargs)
             asynchronous = bool(given.get("async_op", False))
-            if _late_in_own_hook(collector, kind, given[arg], sys._getframe(1)):
-                return fn(*args, **kwargs)
-            if not (asynchronous and _from_library(sys._getframe(1), hooks)):
+            hooked = (_in_own_hook(collector, kind, asynchronous, given.get("group"), given[arg])
+                      or _late_in_own_hook(collector, kind, given[arg], sys._getframe(1)))
+            if not hooked and not (asynchronous and _from_library(sys._getframe(1), hooks)):
                 import torch.distributed as dist
 
                 tensor = given[arg]
@@ -126,13 +125,11 @@ def _functional(collector: Any, pending: dict, kind: CommKind, at: int, fn: Any)
 
             group = kwargs.get("group", args[at] if len(args) > at else None)
             pg = _resolve_process_group(funcol._resolve_group_name(group, kwargs.get("tag", "")))
-            if _in_own_hook(collector, OWN_KINDS.index(kind) if kind in OWN_KINDS else -1, True, pg, tensor):
-                return fn(tensor, *args, **kwargs)
-            if _late_in_own_hook(collector, OWN_KINDS.index(kind) if kind in OWN_KINDS else 0, tensor, sys._getframe(1)):
-                return fn(tensor, *args, **kwargs)
+            index = OWN_KINDS.index(kind) if kind in OWN_KINDS else -1
+            hooked = _in_own_hook(collector, index, True, pg, tensor) or _late_in_own_hook(collector, index, tensor, sys._getframe(1))
             # a reduce-scatter: gloo runs it as an all-reduce of the whole input (``traces.kineto._host_coll``), recorded so,
             # the input's bytes; another backend's transfer is a reduce-scatter the records do not name, so it is not recorded
-            if kind != CommKind.REDUCE_SCATTER or pg.name() == "gloo":
+            if not hooked and (kind != CommKind.REDUCE_SCATTER or pg.name() == "gloo"):
                 record = (Rec.OWN_ASYNC, OWN_KINDS.index(CommKind.ALL_REDUCE if kind == CommKind.REDUCE_SCATTER else kind), pg.size(), time.time_ns(),
                           tensor.numel() * tensor.element_size())
                 collector.records.append(record)
@@ -157,17 +154,19 @@ def _in_own_hook(collector: Any, kind: int, asynchronous: bool, group: Any, tens
 
     ranks = group.size() if hasattr(group, "size") else dist.get_world_size(group)
     nbytes = tensor.numel() * tensor.element_size() if ranks == buckets.world and kind >= 0 else -1
-    collector.records.append((Rec.HOOK_COLL if asynchronous else Rec.HOOK_BLOCKING, max(kind, 0), call[0], time.time_ns(), nbytes))
+    collector.records.append((Rec.HOOK_COLL if asynchronous else Rec.HOOK_BLOCKING, kind if kind >= 0 else len(OWN_KINDS), call[0],
+                              time.time_ns(), nbytes))
     return True
 
 
 def _late_in_own_hook(collector: Any, kind: int, tensor: Any, frame: Any) -> bool:
     """Whether a call outside the user's own hook's calls comes from a function defined inside that hook (a callback it
-    chained on a future, ``DdpBuckets.hook_locals``), and if so its ``Rec.HOOK_LATE`` written: wire no bucket call holds."""
-    prefix = collector._buckets.hook_locals
-    while prefix and frame is not None:
-        if getattr(frame.f_code, "co_qualname", "").startswith(prefix):  # Python 3.10 names no nesting: not told there
-            collector.records.append((Rec.HOOK_LATE, kind, -1, time.time_ns(), tensor.numel() * tensor.element_size()))
+    chained on a future, ``DdpBuckets.hook_nested``), and if so its ``Rec.HOOK_LATE`` written: wire no bucket call holds."""
+    nested = collector._buckets.hook_nested
+    while nested and frame is not None:
+        if frame.f_code in nested:
+            collector.records.append((Rec.HOOK_LATE, kind if kind >= 0 else len(OWN_KINDS), -1, time.time_ns(),
+                                      tensor.numel() * tensor.element_size()))
             return True
         frame = frame.f_back
     return False
@@ -212,9 +211,7 @@ def _comm_hook_codes(ddps: list) -> frozenset:
     codes = set()
     for ddp in ddps:
         for hook, _ in getattr(ddp, "_comm_hooks", ()):
-            fn = getattr(hook, "func", hook)  # a functools.partial's function
-            code = getattr(fn, "__code__", None) or getattr(type(fn).__call__, "__code__", None)  # a function, or an object's __call__
-            if code is not None:
+            if (code := hook_code(hook)) is not None:
                 codes.add(code)
     return frozenset(codes)
 
