@@ -152,6 +152,46 @@ def test_the_collector_records_the_collectives_a_users_hook_calls(tmp_path):
     assert not (rec[:, Col.CODE] == Rec.OWN_COLL).any()  # the hook's calls are not the model's own
 
 
+def test_a_collective_that_raises_inside_a_users_hook_raises_once_and_profiling_goes_on(tmp_path):
+    """The collector's wrapper records and then calls the collective once: an error of the user's own call is the user's
+    (caught by the user's code here), never taken for the collector's, which would stop profiling, nor issued again."""
+    import warnings
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from dagprof import profile
+    from dagprof.traces.run_schema import RankFile
+
+    caught = []
+
+    def my_hook(state, bucket):
+        try:
+            dist.all_reduce(torch.ones(1), op="not an op")
+        except Exception as err:  # noqa: BLE001
+            caught.append(type(err))
+        return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(lambda f: f.value()[0])
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        model = DDP(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        out = tmp_path / "run"
+        with warnings.catch_warnings(record=True) as said, profile(out, steps=range(1, 3), model=model, kineto=False) as prof:
+            warnings.simplefilter("always")
+            model.register_comm_hook(None, my_hook)
+            for _ in range(4):
+                opt.zero_grad()
+                model(torch.randn(4, 8)).sum().backward()
+                opt.step()
+                prof.step()
+    finally:
+        dist.destroy_process_group()
+    assert len(caught) == 4 and not [w for w in said if "profiling disabled" in str(w.message)]
+    rec = np.asarray(msgspec.json.decode((out / "rank0.json").read_bytes(), type=RankFile).records, dtype=np.int64)
+    assert (rec[:, Col.CODE] == Rec.HOOK_COLL).sum() == 2
+
+
 def test_collectives_from_a_hooks_callbacks_after_its_call_refuse_the_wire(tmp_path):
     """A hook that calls a collective from a callback chained on a future completed later (PowerSGD's later all-reduces,
     on 2 ranks: gloo's thread runs them): no bucket call holds it (``Rec.HOOK_LATE``), so the wire is refused, not priced
@@ -201,3 +241,17 @@ def test_a_hook_record_of_no_known_kind_prices_nothing():
                     [Rec.ENQ_END, 0, 6, 30, 64], [Rec.HOOK_COLL, 1, 6, 25, -1]], dtype=np.int64)
     assert [hook_transfer(c, 2) for c in hook_calls(rec).values()] == [None, None]
     assert hook_wire(rec, 2).unpriced == 2
+
+
+def test_another_ranks_refusal_facts_refuse_for_the_job():
+    """Rank 0's wire is the job's, but a late callback, an unpriced call or blocking bytes on any rank refuse for all."""
+    from dagprof.traces.meta import HookWire
+
+    clean = HookWire(calls=4, unpriced=0, kinds=["all_reduce"], most=1, issued_bytes=4000, blocking=0, blocking_bytes=0, late=0,
+                     wire={0: 1000}, varying=False)
+    other = HookWire(calls=4, unpriced=1, kinds=["all_gather"], most=2, issued_bytes=4000, blocking=4, blocking_bytes=400, late=3,
+                     wire={0: 1000}, varying=False)
+    both = clean.merged(other)
+    assert (both.unpriced, both.late, both.blocking, both.blocking_bytes, both.most) == (1, 3, 4, 400, 2)
+    assert both.kinds == ["all_gather", "all_reduce"] and not both.varying and both.wire == clean.wire
+    assert clean.merged(None).varying

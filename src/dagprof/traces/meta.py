@@ -245,8 +245,15 @@ class HookWire(msgspec.Struct, frozen=True, kw_only=True):
     varying: bool  # a bucket's calls put other bytes on the wire from call to call, or from rank to rank (its data decides)
 
     def merged(self, other: HookWire | None) -> HookWire:
-        """Rank 0's, varying where another rank's wire differs (or it recorded none)."""
-        return msgspec.structs.replace(self, varying=self.varying or other is None or other.varying or other.wire != self.wire)
+        """Rank 0's wire, with the worst of both ranks' refusal facts (a rank's late callbacks, unpriced calls or
+        blocking bytes refuse for the job), varying where another rank's wire differs (or it recorded none)."""
+        if other is None:
+            return msgspec.structs.replace(self, varying=True)
+        worse = max(self, other, key=lambda w: w.blocking_bytes / max(w.issued_bytes + w.blocking_bytes, 1))
+        return msgspec.structs.replace(
+            self, unpriced=max(self.unpriced, other.unpriced), kinds=sorted({*self.kinds, *other.kinds}), most=max(self.most, other.most),
+            blocking=max(self.blocking, other.blocking), blocking_bytes=worse.blocking_bytes, issued_bytes=worse.issued_bytes,
+            late=max(self.late, other.late), varying=self.varying or other.varying or other.wire != self.wire)
 
 
 class RankMeta(msgspec.Struct, kw_only=True):

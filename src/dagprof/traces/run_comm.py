@@ -85,7 +85,8 @@ def hook_wire(records: np.ndarray, world: int) -> HookWire | None:
     for seq, c in calls.items():
         per_bucket.setdefault(c.bucket, set()).add(-1 if priced[seq] is None else priced[seq][1])
     blocking = [b for c in calls.values() for _, _, b in c.blocking]
-    return HookWire(calls=len(calls), unpriced=sum(p is None for p in priced.values()),
+    # a call that blocked on a collective of another group or an unrecorded kind (bytes -1) is unpriced too: its share unknown
+    return HookWire(calls=len(calls), unpriced=sum(priced[seq] is None or any(b < 0 for _, _, b in c.blocking) for seq, c in calls.items()),
                     kinds=sorted({k.label for c in calls.values() for k, _, _ in c.issued}),
                     most=max(len(c.issued) for c in calls.values()), issued_bytes=sum(max(b, 0) for c in calls.values() for _, _, b in c.issued),
                     blocking=len(blocking), blocking_bytes=sum(max(b, 0) for b in blocking),
@@ -116,8 +117,10 @@ def hook_comm(records: np.ndarray, world: int) -> _Comm:
     return _Comm("comm hook (issue to completion, includes queueing)", sorted(transfers, key=lambda t: t.seq), {}, [])
 
 
-def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: list, warnings: list) -> _Comm:
-    """Transfers as Kineto saw them on the gloo/NCCL lanes; all-reduces matched to hook buckets in issue order."""
+def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: list, warnings: list, dp: int | None = None) -> _Comm:
+    """Transfers as Kineto saw them on the gloo/NCCL lanes; all-reduces matched to hook buckets in issue order. ``dp``: DDP's
+    group's ranks (a comm hook's all-gathers gather theirs), by default the job's."""
+    dp = dp or world
     from .kineto import read_kineto  # noqa: PLC0415  (only runs with Kineto on)
 
     kt = read_kineto(kpath, rank=rank, world=world)
@@ -148,7 +151,7 @@ def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: l
         if (k == len(found) and seq not in calls) or (seq in calls and not mine):  # NCCL runs no kernel for a group of one rank
             warnings.append(f"rank {rank}: Kineto shows {len(enq) - n} of the comm hook's {len(enq)} bucket calls' transfers nowhere "
                             "after their issue; transfer spans from the hook")
-            comm = hook_comm(records, world)
+            comm = hook_comm(records, dp)
             comm.device = device_ops(kt, lo, hi, at)  # the GPU's work is Kineto's all the same
             return comm
         if seq in calls:  # the hook's own collectives: the transfer from the first it issued to the end of the last
@@ -161,7 +164,7 @@ def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: l
         seq_of[seq] = int(ev.seq[i])
         lane = kt.lanes[ev.lane[i]]
         transfers.append(_hooked(_Transfer(int(ev.seq[i]), bucket, bucket_name(bucket, role), at(begin[i]), at(end), lane.name, nbytes,
-                                           _comm_lane_kind(lane), role=role, comm_kind=bucket_kind(role)), calls.get(seq), world))
+                                           _comm_lane_kind(lane), role=role, comm_kind=bucket_kind(role)), calls.get(seq), dp))
     for i in idx:
         if i not in used:
             kind, lane = colls.get(i, CommKind.UNKNOWN), kt.lanes[ev.lane[i]]
