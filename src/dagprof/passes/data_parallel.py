@@ -200,8 +200,9 @@ def host_note(g: Graph) -> str:
     call (``FSDP_HOST``)."""
     host = FSDP_HOST.get(g.meta.torch_minor)
     if host is None:
-        return (f"FSDP2's hooks per unit and each collective's fixed cost per call unpriced: not measured for torch "
-                f"{g.meta.torch or '(not recorded)'} (bench/fsdp_host_costs.py measures them); ")
+        return (f"FSDP2's hooks per unit unpriced and each collective's fixed cost per call at the profile's fitted "
+                f"{current_topology(g).overhead_us / 1e3:.2f} ms per collective: not measured for torch {g.meta.torch or '(not recorded)'} "
+                "(bench/fsdp_host_costs.py measures them); ")
     stretch = _stretch(g)
     said = (f"stretched by each rank's waits for a core as profiled ({min(stretch.values()):.2f}-{max(stretch.values()):.2f}x)"
             if g.meta.loop_steps is not None and any(g.meta.loop_steps.sched.values()) else
