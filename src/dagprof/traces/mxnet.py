@@ -41,6 +41,7 @@ import numpy as np
 
 from ..errors import DagprofError
 from ..fsutil import inside, read_input, read_versioned
+from ..intervals import covered
 from .completeness import refuse_copies
 from .events import CommKind, CommRole, EventRows, Kind, Lane, LaneKind, RankTrace, Run, nested
 from .formats import MXNET_MANIFEST as MANIFEST
@@ -480,19 +481,11 @@ def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> list[Serv
             issued = np.sort([p["start"] for p in every])
             last = lo
             for k, (first, end) in sorted(update.items()):
-                pushed = issued[max(int(np.searchsorted(issued, first)) - 1, 0)]  # the latest push issued before it
-                spans.append((max(received[k - 1] if k else first, pushed, last), end))
-                last = end
+                before = int(np.searchsorted(issued, first))
+                pushed = issued[before - 1] if before else first  # the latest push issued before it (none: its first call)
+                spans.append((max(received[k - 1] if k else first, pushed, last), end))  # empty where a later one began after it
+                last = max(last, end)
             counted = sum(o.end - o.start for o in mine if o.name in RECEIVED or o.name.endswith("_update"))
-            out.append(ServerBusy(s, step, _covered(spans), parts, counted))
+            start, stop = (np.array(x, dtype=float) for x in zip(*spans)) if spans else (np.zeros(0), np.zeros(0))
+            out.append(ServerBusy(s, step, covered(start, stop), parts, counted))
     return out
-
-
-def _covered(spans: list[tuple[float, float]]) -> float:
-    """The time the union of ``spans`` covers."""
-    total, reach = 0.0, -np.inf
-    for a, b in sorted(spans):
-        if b > reach:
-            total += b - max(a, reach)
-            reach = b
-    return total
