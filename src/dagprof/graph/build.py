@@ -130,8 +130,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
     add_collectives(asm, frozenset(k for k, it in enumerate(matching.instances) if it.kind not in SYMMETRIC),
                     {k: it.ranks[1] for k, it in enumerate(matching.instances) if it.p2p}, _overlap_roots(run, matching),
                     {k: it.nbytes for k, it in enumerate(matching.instances) if it.kind in ROOT_SIZED})
-    if run.meta.horovod is not None:
-        _negotiation_joins(asm)
+    unjoined = _negotiation_joins(asm) if run.meta.horovod is not None else []
     g = asm.finish()
     g.meta = g.meta.replace(
         world_size=run.world_size,
@@ -148,7 +147,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         find_unused=run.ranks[0].meta.find_unused,
         zero=run.ranks[0].meta.zero,
         source=run.source,
-        warnings=run.meta.warning_texts() + stalls(run, chosen),
+        warnings=run.meta.warning_texts() + stalls(run, chosen) + unjoined,
         parallel=parallel,
         horovod=run.meta.horovod,
         layer_grad_bytes=dict(run.ranks[0].meta.layer_grad_bytes),
@@ -171,7 +170,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
     return g
 
 
-def _negotiation_joins(asm: Assembler) -> None:
+def _negotiation_joins(asm: Assembler) -> list[str]:
     """Each Horovod negotiation (``CommRole.NEGOTIATION``: the coordinator's, rank 0's) behind a ``SYNC`` join of every
     rank's requests of its cycle. Horovod agrees a tensor once every rank asked for it, so the rank that asked last holds
     the negotiation, and which rank that is alternates with the load: kept in the negotiation's span (rank 0's own edges
@@ -182,12 +181,13 @@ def _negotiation_joins(asm: Assembler) -> None:
     reader counted it: its span then holds the wait, as measured). A join is named by the tensor its cycle's first request
     asked for, so that the averaged model pairs it with other steps' joins of cycles that began there: the cycles a step
     has vary with the load (2 to 16 a step on ``hvd_transformer``), and paired by their order in the step a step's last was
-    another's second (on 20 fresh runs of two scripts 15 of 20 averaged replays within 3 % that way, 17 so)."""
+    another's second (on 20 fresh runs of two scripts 15 of 20 averaged replays within 3 % that way, 17 so). Returns the
+    warning that counts the negotiations left without a join (none: [])."""
     b = asm.b
     role, kind = np.array(b._cols["role"]), np.array(b._cols["kind"])  # copies: the builder grows below
     negotiations = np.flatnonzero((role == CommRole.NEGOTIATION) & (kind == Kind.OTHER))
     if not len(negotiations):
-        return
+        return []
     rank, step, names = (np.array(b._cols[c]) for c in ("rank", "step", "name"))
     mstart, mend = np.array(asm.mstart), np.array(asm.mend)
     asked: dict[tuple[int, int, str], list[int]] = {}  # (rank, step, tensor) -> its request nodes in start order
@@ -205,11 +205,13 @@ def _negotiation_joins(asm: Assembler) -> None:
     for u, v in zip(src[into].tolist(), dst[into].tolist()):
         preds.setdefault(v, set()).add(u)
     on = sorted(asm.base_ns)
+    alone = 0
     links: list[tuple[int, int, float]] = []  # (u, v, u's end on v's clock: NaN, its own)
     for v in sorted(negotiations.tolist(), key=lambda v: mstart[v]):
         own = [tensor_of[u] for u in sorted(preds.get(v, ()), key=lambda u: mstart[u]) if u in tensor_of]
         every = [asked.get((r, int(step[v]), t), [])[k:k + 1] for r in on for t, k in own]
         if not own or not all(every):
+            alone += 1
             continue
         sync = asm.node(f"sync.{NEGOTIATE} {own[0][0]}.{v}", Kind.SYNC, np.nan, np.nan, dur=0.0, order=0.0, step=int(step[v]), role=CommRole.NEGOTIATION)
         asm.fixed_gap[sync] = 0.0
@@ -219,6 +221,8 @@ def _negotiation_joins(asm: Assembler) -> None:
     if links:
         u, v, seen = (np.array(x) for x in zip(*links))
         asm.edges(u, v, GraphRule.NEGOTIATION, seen)
+    return ([f"{alone} of {len(negotiations)} Horovod negotiations in the graph wait for rank 0's own requests only (another "
+             "rank's requests of their tensors not found in the same step): their spans keep the wait as measured"] if alone else [])
 
 
 def _peer_waits(g: Graph, waits: list[AtResponse]) -> Graph:

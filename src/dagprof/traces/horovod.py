@@ -520,7 +520,8 @@ def _merge(trace: RankTrace, cut: _Cut, plan: list[_Planned], shift_ns: int, lag
     groups = list(trace.groups) + ([GROUP] if GROUP not in trace.groups else [])
     gid = groups.index(GROUP)
     sinks = _sinks(cols, main)
-    released = {s: float(cols["start"][i] + cols["dur"][i]) for s, i in sinks.items()}  # per step, its last synchronize's return
+    # per step, its last synchronize's return; where none was recorded, its update's start (the update waits for the responses)
+    released = {s: float(cols["start"][i] + (cols["dur"][i] if cols["kind"][i] == Kind.COMM_WAIT else 0.0)) for s, i in sinks.items()}
     at = lambda epoch_us: us(int(round(epoch_us * 1e3)) - shift_ns)  # noqa: E731
     coll_events, coll_dtypes = [], []
     negotiate = -1
