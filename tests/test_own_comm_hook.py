@@ -255,3 +255,35 @@ def test_another_ranks_refusal_facts_refuse_for_the_job():
     assert (both.unpriced, both.late, both.blocking, both.blocking_bytes, both.most) == (1, 3, 4, 400, 2)
     assert both.kinds == ["all_gather", "all_reduce"] and not both.varying and both.wire == clean.wire
     assert clean.merged(None).varying
+
+
+def test_a_collective_the_collector_does_not_size_leaves_the_hooks_wire_refused(tmp_path):
+    """A hook that also calls a collective the collector does not size (here ``dist.barrier``) is refused, not priced at
+    its all-reduce alone."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from dagprof import profile
+
+    def my_hook(state, bucket):
+        dist.barrier()
+        return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(lambda f: f.value()[0])
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        model = DDP(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        out = tmp_path / "run"
+        with profile(out, steps=range(1, 3), model=model, kineto=False) as prof:
+            model.register_comm_hook(None, my_hook)
+            for _ in range(4):
+                opt.zero_grad()
+                model(torch.randn(4, 8)).sum().backward()
+                opt.step()
+                prof.step()
+    finally:
+        dist.destroy_process_group()
+    g = build_graph(read_run(out))
+    assert g.meta.hook_wire.unpriced == g.meta.hook_wire.calls == 2
+    with pytest.raises(DagprofError, match=r"in 2 of its 2 bucket calls \(kinds seen: all_reduce, unknown\)"):
+        refuse_own_ddp_setup(g, "a link what-if", wire=True)

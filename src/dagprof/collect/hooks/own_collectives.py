@@ -52,6 +52,9 @@ FUNCTIONAL_CALLS = {"all_gather_single": (CommKind.ALL_GATHER, 1), "all_gather_s
                     "all_reduce": (CommKind.ALL_REDUCE, 1), "broadcast": (CommKind.BROADCAST, 1),
                     "all_to_all_single": (CommKind.ALL_TO_ALL, 2), "reduce_scatter_single": (CommKind.REDUCE_SCATTER, 2)}
 _LIBRARY = ("torch.distributed.optim", "torch.distributed.algorithms")  # ZeRO's step, DDP's comm hooks
+# calls the collector does not size: marked only where the user's own comm hook makes them (``_in_hook_only``)
+HOOK_ONLY_CALLS = ("reduce_scatter_tensor", "reduce_scatter", "reduce", "all_to_all", "send", "recv", "isend", "irecv",
+                   "batch_isend_irecv", "barrier", "all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list")
 
 
 def patch_own_collectives(collector: Any) -> None:
@@ -64,6 +67,8 @@ def patch_own_collectives(collector: Any) -> None:
     hooks = _comm_hook_codes(collector._ddps)
     for name, (kind, arg) in OWN_CALLS.items():
         _patch(collector, dist, name, partial(_recording, collector, pending, hooks, OWN_KINDS.index(kind), arg))
+    for name in HOOK_ONLY_CALLS:
+        _patch(collector, dist, name, partial(_in_hook_only, collector))
     _patch(collector, dist.Work, "wait", partial(_waiting, collector, pending))
     from torch.nn.parallel import DistributedDataParallel
 
@@ -140,6 +145,22 @@ def _functional(collector: Any, pending: dict, kind: CommKind, at: int, fn: Any)
             elem = getattr(out, "elem", out)  # an AsyncCollectiveTensor's wait_tensor is called on its elem
             pending[id(elem)] = (elem, record[1], record[3])
         return out
+    return call
+
+
+def _in_hook_only(collector: Any, fn: Any) -> Any:
+    """A collective the collector does not size, written (unknown kind and bytes) where the user's own comm hook calls it for
+    a bucket: the reader then leaves that call unpriced and its wire is refused, never priced at the hook's other calls alone."""
+    @wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if collector.recording:
+            try:
+                hook = collector._buckets.hook_call
+                if hook is not None and hook[1] == threading.get_ident():
+                    collector.records.append((Rec.HOOK_COLL, len(OWN_KINDS), hook[0], time.time_ns(), -1))
+            except Exception as err:  # noqa: BLE001
+                collector._fail(err, f"torch.distributed.{fn.__name__} (a comm hook's collective)")
+        return fn(*args, **kwargs)
     return call
 
 
