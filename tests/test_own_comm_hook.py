@@ -114,27 +114,21 @@ def test_a_whatif_under_the_users_hook_answers_and_says_what_stays_measured(tmp_
     assert len(err) == 1 and "topk_hook" in err[0]
 
 
-def test_the_collector_records_the_collectives_a_users_hook_calls(tmp_path):
-    """One gloo rank: a hook of the user's own that blocks on a one-float all-reduce and issues the bucket's for later;
-    each call writes one ``Rec.HOOK_BLOCKING`` and one ``Rec.HOOK_COLL`` of the bucket's bytes against its seq."""
+def profiled_under(tmp_path, hook):
+    """One gloo rank trains 4 steps of a small DDP MLP with ``hook`` registered inside the window (DDP allows one hook:
+    dagprof's runs the user's inside), profiled over steps 1-2 without Kineto: (the run's folder, the model)."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from dagprof import profile
-    from dagprof.traces.run_schema import RankFile
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
     try:
         model = DDP(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)))
-
-        def my_hook(state, bucket):
-            dist.all_reduce(torch.ones(1))
-            return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(lambda f: f.value()[0])
-
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         out = tmp_path / "run"
         with profile(out, steps=range(1, 3), model=model, kineto=False) as prof:
-            model.register_comm_hook(None, my_hook)  # DDP allows one hook: ours runs the user's inside
+            model.register_comm_hook(None, hook)
             for _ in range(4):
                 opt.zero_grad()
                 model(torch.randn(4, 8)).sum().backward()
@@ -142,8 +136,26 @@ def test_the_collector_records_the_collectives_a_users_hook_calls(tmp_path):
                 prof.step()
     finally:
         dist.destroy_process_group()
-    f = msgspec.json.decode((out / "rank0.json").read_bytes(), type=RankFile)
-    rec = np.asarray(f.records, dtype=np.int64)
+    return out, model
+
+
+def records_of(out) -> np.ndarray:
+    from dagprof.traces.run_schema import RankFile
+
+    return np.asarray(msgspec.json.decode((out / "rank0.json").read_bytes(), type=RankFile).records, dtype=np.int64)
+
+
+def test_the_collector_records_the_collectives_a_users_hook_calls(tmp_path):
+    """One gloo rank: a hook of the user's own that blocks on a one-float all-reduce and issues the bucket's for later;
+    each call writes one ``Rec.HOOK_BLOCKING`` and one ``Rec.HOOK_COLL`` of the bucket's bytes against its seq."""
+    import torch.distributed as dist
+
+    def my_hook(state, bucket):
+        dist.all_reduce(torch.ones(1))
+        return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(lambda f: f.value()[0])
+
+    out, model = profiled_under(tmp_path, my_hook)
+    rec = records_of(out)
     enq = rec[rec[:, Col.CODE] == Rec.ENQ_BEGIN]
     coll, blocking = rec[rec[:, Col.CODE] == Rec.HOOK_COLL], rec[rec[:, Col.CODE] == Rec.HOOK_BLOCKING]
     grads = sum(p.numel() * 4 for p in model.parameters())
@@ -158,10 +170,6 @@ def test_a_collective_that_raises_inside_a_users_hook_raises_once_and_profiling_
     import warnings
 
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from dagprof import profile
-    from dagprof.traces.run_schema import RankFile
 
     caught = []
 
@@ -172,24 +180,11 @@ def test_a_collective_that_raises_inside_a_users_hook_raises_once_and_profiling_
             caught.append(type(err))
         return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(lambda f: f.value()[0])
 
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
-    try:
-        model = DDP(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)))
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        out = tmp_path / "run"
-        with warnings.catch_warnings(record=True) as said, profile(out, steps=range(1, 3), model=model, kineto=False) as prof:
-            warnings.simplefilter("always")
-            model.register_comm_hook(None, my_hook)
-            for _ in range(4):
-                opt.zero_grad()
-                model(torch.randn(4, 8)).sum().backward()
-                opt.step()
-                prof.step()
-    finally:
-        dist.destroy_process_group()
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        out, _ = profiled_under(tmp_path, my_hook)
     assert len(caught) == 4 and not [w for w in said if "profiling disabled" in str(w.message)]
-    rec = np.asarray(msgspec.json.decode((out / "rank0.json").read_bytes(), type=RankFile).records, dtype=np.int64)
-    assert (rec[:, Col.CODE] == Rec.HOOK_COLL).sum() == 2
+    assert (records_of(out)[:, Col.CODE] == Rec.HOOK_COLL).sum() == 2
 
 
 def test_collectives_from_a_hooks_callbacks_after_its_call_refuse_the_wire(tmp_path):
@@ -199,9 +194,6 @@ def test_collectives_from_a_hooks_callbacks_after_its_call_refuse_the_wire(tmp_p
     import threading
 
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from dagprof import profile
 
     def delayed_hook(state, bucket):
         buf, fut = bucket.buffer(), torch.futures.Future()
@@ -213,21 +205,7 @@ def test_collectives_from_a_hooks_callbacks_after_its_call_refuse_the_wire(tmp_p
         threading.Timer(0.005, fut.set_result, (buf,)).start()
         return fut.then(later)
 
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
-    try:
-        model = DDP(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)))
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        out = tmp_path / "run"
-        with profile(out, steps=range(1, 3), model=model, kineto=False) as prof:
-            model.register_comm_hook(None, delayed_hook)
-            for _ in range(4):
-                opt.zero_grad()
-                model(torch.randn(4, 8)).sum().backward()
-                opt.step()
-                prof.step()
-    finally:
-        dist.destroy_process_group()
-    g = build_graph(read_run(out))
+    g = build_graph(read_run(profiled_under(tmp_path, delayed_hook)[0]))
     assert g.meta.hook_wire.late == 2 and g.meta.hook_wire.unpriced == 2
     with pytest.raises(DagprofError, match=r"called 2 collectives from its futures' callbacks"):
         refuse_own_ddp_setup(g, "a link what-if", wire=True)
@@ -261,29 +239,12 @@ def test_a_collective_the_collector_does_not_size_leaves_the_hooks_wire_refused(
     """A hook that also calls a collective the collector does not size (here ``dist.barrier``) is refused, not priced at
     its all-reduce alone."""
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from dagprof import profile
 
     def my_hook(state, bucket):
         dist.barrier()
         return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(lambda f: f.value()[0])
 
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
-    try:
-        model = DDP(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)))
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        out = tmp_path / "run"
-        with profile(out, steps=range(1, 3), model=model, kineto=False) as prof:
-            model.register_comm_hook(None, my_hook)
-            for _ in range(4):
-                opt.zero_grad()
-                model(torch.randn(4, 8)).sum().backward()
-                opt.step()
-                prof.step()
-    finally:
-        dist.destroy_process_group()
-    g = build_graph(read_run(out))
+    g = build_graph(read_run(profiled_under(tmp_path, my_hook)[0]))
     assert g.meta.hook_wire.unpriced == g.meta.hook_wire.calls == 2
     with pytest.raises(DagprofError, match=r"in 2 of its 2 bucket calls \(kinds seen: all_reduce, unknown\)"):
         refuse_own_ddp_setup(g, "a link what-if", wire=True)
