@@ -248,3 +248,23 @@ def test_a_collective_the_collector_does_not_size_leaves_the_hooks_wire_refused(
     assert g.meta.hook_wire.unpriced == g.meta.hook_wire.calls == 2
     with pytest.raises(DagprofError, match=r"in 2 of its 2 bucket calls \(kinds seen: all_reduce, unknown\)"):
         refuse_own_ddp_setup(g, "a link what-if", wire=True)
+
+
+def test_a_bucket_call_the_hook_skipped_is_said_as_skipped(tmp_path):
+    """A hook that issued nothing for one bucket call (as a local-SGD hook skips steps) has no Kineto transfer to find: the
+    rank falls back to the hook's spans, and the warning says the hook skipped it, not that Kineto lost a transfer."""
+    import shutil
+
+    from dagprof.traces.run_schema import RankFile
+
+    for f in (FRESH / "int8-hook").iterdir():
+        shutil.copy(f, tmp_path / f.name)
+    f = msgspec.json.decode((tmp_path / "rank0.json").read_bytes(), type=RankFile)
+    rec = np.asarray(f.records, dtype=np.int64)
+    first = int(rec[rec[:, Col.CODE] == Rec.HOOK_COLL][0, Col.B])
+    keep = ~((rec[:, Col.CODE] == Rec.HOOK_COLL) & (rec[:, Col.B] == first))
+    f = msgspec.structs.replace(f, records=[tuple(r) for r in rec[keep].tolist()])
+    (tmp_path / "rank0.json").write_bytes(msgspec.json.encode(f))
+    said = [str(w) for w in read_rank(str(tmp_path / "rank0.json")).meta.warnings]
+    assert any("the comm hook issued no collective for later in 1 of its" in w for w in said)
+    assert not any("transfers nowhere" in w for w in said)

@@ -149,8 +149,13 @@ def kineto_comm(kpath: str, rank: int, world: int, records: np.ndarray, steps: l
             k += 1
         mine = _hook_ops(calls[seq], idx, colls, used, ev, at) if seq in calls else None
         if (k == len(found) and seq not in calls) or (seq in calls and not mine):  # NCCL runs no kernel for a group of one rank
-            warnings.append(f"rank {rank}: Kineto shows {len(enq) - n} of the comm hook's {len(enq)} bucket calls' transfers nowhere "
-                            "after their issue; transfer spans from the hook")
+            if seq in calls and not calls[seq].issued:  # the user's hook skipped the bucket (issued nothing): no transfer to find
+                skipped = sum(not calls[s].issued for s, *_ in enq if s in calls)
+                warnings.append(f"rank {rank}: the comm hook issued no collective for later in {skipped} of its {len(enq)} bucket calls; "
+                                "transfer spans from the hook")
+            else:
+                warnings.append(f"rank {rank}: Kineto shows {len(enq) - n} of the comm hook's {len(enq)} bucket calls' transfers nowhere "
+                                "after their issue; transfer spans from the hook")
             comm = hook_comm(records, dp)
             comm.device = device_ops(kt, lo, hi, at)  # the GPU's work is Kineto's all the same
             return comm
