@@ -79,7 +79,9 @@ def dtensor_step_ratio(torch_minor: str, tensors: int, nbytes: float, world: int
 @dataclass(frozen=True)
 class UnitHostFit:
     """A unit's host work in one pass (forward or backward) beyond its collectives and its copy-out, CPU us:
-    ``us`` per unit, ``us_per_tensor`` per parameter tensor it manages, ``us_per_byte`` per byte of its parameters."""
+    ``us`` per unit, ``us_per_tensor`` per parameter tensor, ``us_per_byte`` per byte of its parameters. A DDP profile
+    knows a unit's trained tensors only (its buckets'), so the conversion counts those: a unit's frozen tensors' hooks
+    are unpriced (a LoRA block's)."""
 
     us: float
     us_per_tensor: float
