@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 import types
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from ...traces.buckets import Bucket, BucketLayout
@@ -82,21 +83,21 @@ class DdpBuckets:
         if getattr(ddp, "_comm_hooks", None):
             self._warnings.append("DDP already had a comm hook: per-bucket timings come from Kineto only")
             return
-        inner: dict[str, Any] = {"hook": default_hooks.allreduce_hook, "state": ddp.process_group, "half": False, "own": False}
+        inner = _Registered(default_hooks.allreduce_hook, ddp.process_group)
         buckets = self
 
         def dagprof_comm_hook(state: object, bucket):  # parameter must be named "bucket" (DDP checks)
             if not buckets._recording():
-                return inner["hook"](inner["state"], bucket)
+                return inner.hook(inner.state, bucket)
             t0, seq = time.time_ns(), buckets.next_seq()  # numbered before the broadcasts ZeRO's hook issues inside
             buckets.issued_at = None
-            buckets.hook_call = (seq, threading.get_ident()) if inner["own"] else None
+            buckets.hook_call = (seq, threading.get_ident()) if inner.own else None
             try:
-                fut = inner["hook"](inner["state"], bucket)
+                fut = inner.hook(inner.state, bucket)
             finally:
                 buckets.hook_call = None
             try:
-                return buckets._record(bucket, seq, t0, buckets.issued_at or time.time_ns(), fut, model, inner["half"])
+                return buckets._record(bucket, seq, t0, buckets.issued_at or time.time_ns(), fut, model, inner.half)
             except Exception as err:  # noqa: BLE001
                 buckets._fail(err, "DDP comm hook")
                 return fut
@@ -105,15 +106,15 @@ class DdpBuckets:
             # torch's fp16/bf16 compression all-reduces the bucket cast to 2 bytes per element; any other hook's wire
             # bytes are its own (PowerSGD's factors): named in the rank file, and what-ifs that price them refuse
             half = hook in (default_hooks.fp16_compress_hook, default_hooks.bf16_compress_hook)
-            inner.update(hook=hook, state=state, half=half)
+            inner.hook, inner.state, inner.half = hook, state, half
             try:
                 zero = ZeroOverlap.of(hook, buckets) if buckets.zero is None else None
             except Exception as err:  # noqa: BLE001  (the user's hook is registered all the same)
                 buckets._fail(err, "reading ZeroRedundancyOptimizer's comm hook")
                 zero = None
             buckets.zero = buckets.zero or zero
-            inner["own"] = not half and buckets.zero is None and hook is not default_hooks.allreduce_hook
-            buckets.hook_nested = nested_codes(hook) if inner["own"] else frozenset()
+            inner.own = not half and buckets.zero is None and hook is not default_hooks.allreduce_hook
+            buckets.hook_nested = nested_codes(hook) if inner.own else frozenset()
             buckets.comm_hook = buckets.comm_hook or (zero.name if zero else getattr(hook, "__qualname__", None) or type(hook).__name__)
 
         ddp.register_comm_hook(None, dagprof_comm_hook)
@@ -166,6 +167,16 @@ class DdpBuckets:
     def _layout(self) -> BucketLayout:
         return tuple(Bucket(i, nb, tuple(self._param_names.get(pid, "?") for pid in pids), tuple(self._param_shapes.get(pid) for pid in pids))
                      for i, (nb, pids) in sorted(self._layout_key.items()))
+
+
+@dataclass
+class _Registered:
+    """The comm hook DDP runs inside dagprof's: the user's (``register_comm_hook``), else DDP's all-reduce."""
+
+    hook: Callable
+    state: Any
+    half: bool = False  # torch's fp16/bf16 compression: 2 bytes per element on the wire
+    own: bool = False  # a hook of the user's own: its collectives recorded per bucket call
 
 
 def nested_codes(hook: Any) -> frozenset:
