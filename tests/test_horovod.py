@@ -400,7 +400,7 @@ def test_a_negotiation_join_some_steps_lack_waits_the_mean_of_every_steps_maxima
     """The cycles fall differently each step, so a join named by its cycle's first tensor is in some steps only
     (``testbed-autoencoder``: 7 of its 8 names). Its mean wait for the last rank is read in every step, at its requests'
     twins there, not in the few steps that have it: averaged over those few, the waits landed on other steps' critical
-    joins (a fresh ``hvd_transformer`` run, 2 to 16 cycles a step: +4.77 -> -1.09 %). Each join keeps that mean lag less
+    joins (a fresh ``hvd_transformer`` run, 2 to 16 cycles a step: +4.77 -> -1.13 %). Each join keeps that mean lag less
     its own in the averaged replay, as a collective's does."""
     g = open_run(fixture("testbed-autoencoder")).graph
     pv = provenance(g)

@@ -37,7 +37,7 @@ one (at most 8 replays; the slowest of the kept runs below settles in 19, 0.04 %
 A join that some steps lack (a Horovod negotiation's: its cycles fall differently each step, 2 to 16 a step, and a join
 is named by its cycle's first tensor) has its measured lag read in every step all the same, at its predecessors' twins
 there: averaged over the few steps that had a join of its name, a wait measured at one step's critical join landed on
-another step's, and the convex maximum overshot (a fresh ``hvd_transformer`` run +4.77 -> -1.09 %; 40 kept runs of two
+another step's, and the convex maximum overshot (a fresh ``hvd_transformer`` run +4.77 -> -1.13 %; 40 kept runs of two
 Horovod scripts 36 -> 38 within 3 %). A join every step has is read on its own, as before.
 
 The window's edges are not steps. Its closing marks lie outside it; its opening marks' gaps are the ranks' entry skew,
