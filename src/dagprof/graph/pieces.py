@@ -326,4 +326,5 @@ def _owners(trace: RankTrace, top: np.ndarray) -> np.ndarray:
         cand = tops[np.clip(k, 0, None)]
         ok &= ev.start[members] + ev.dur[members] <= ev.start[cand] + ev.dur[cand] + 1e-6
         owner[members[ok]] = cand[ok]
+        owner[tops] = tops  # a top owns itself: of two empty ones at one instant the later "enclosed" the earlier
     return owner
