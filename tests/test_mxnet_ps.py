@@ -3,6 +3,7 @@ import json
 import os
 import pathlib
 import shutil
+import types
 
 import msgspec
 import numpy as np
@@ -16,12 +17,13 @@ from dagprof.graph.build_ps import DONE, ISSUE, rebuild_ps, update_us
 from dagprof.graph.collectives import ps_devices, worker_ports
 from dagprof.passes import scale_workers, set_link, set_scheme
 from dagprof.passes.comm import current_topology, exchange_us
-from dagprof.passes.compute import own_cores_note, share_cores
+from dagprof.passes.compute import own_cores_note, server_cores_note, share_cores
 from dagprof.passes.profiler_cost import job_steps, measure_profiler_cost, remove_profiler_cost, scale_host_work, steady_from, window_sides
 from dagprof.pipeline import open_run
 from dagprof.replay import replay
 from dagprof.search.scenario import Cluster, Scenario
 from dagprof.search.whatif import evaluate
+from dagprof.traces import mxnet
 from dagprof.traces.events import Kind
 from dagprof.traces.load import load
 from dagprof.traces.mxnet import pslite_placement
@@ -585,6 +587,42 @@ def test_a_python_optimizer_on_the_server_is_priced_per_key(tmp_path):
     assert abs(p.analysis.error_pct) < 2.0
     replayed = exchange_us(p.graph, replay(p.graph).start)  # refitted with the row_sparse pulls in place: the exchanges as measured
     assert np.mean(list(replayed.values())) == pytest.approx(np.mean([us for *_, us in ps.exchange_us]), rel=0.01)
+
+
+def test_a_server_s_gap_after_an_update_is_its_work_where_the_next_pushes_had_that_update_to_arrive(tmp_path):
+    """Two keys on one server, both workers' pushes issued at 100-110 us. The first update (600-1600) starts the second
+    key's receipt only at 2000: the pushes had the whole first update to arrive, so the gap is the server's own work
+    (ps-lite answering pulls and taking the next push in, untraced), busy from the first update's end; a push issued
+    during the previous update leaves the gap to the wire, busy from its receipt as before."""
+    def busy(second_push_us: float) -> float:
+        events = [{"ph": ph, "cat": "operator", "name": name, "pid": 1, "tid": 1, "ts": ts}
+                  for name, a, b in (("CopyCPU2CPU", 500, 505), ("BinaryOpKernel", 520, 525), ("CopyCPU2CPU", 2000, 2005),
+                                     ("BinaryOpKernel", 2020, 2025)) for ph, ts in (("B", a), ("E", b))]
+        events += [{"ph": ph, "cat": "MXNET_C_API", "name": "MXImperativeInvokeEx", "pid": 1, "tid": 2, "ts": ts}
+                   for a, b in ((600, 1000), (1200, 1600), (2100, 3100)) for ph, ts in (("b", a), ("e", b))]
+        (tmp_path / "server0.json").write_text(json.dumps({"traceEvents": events}))
+        keys = {k: mxnet.MxKey(key=k, nbytes=16, elements=4) for k in (0, 1)}
+        man = types.SimpleNamespace(server_files={0: str(tmp_path / "server0.json")}, keys=keys, servers=1, bound=1_000_000)
+        pushes = {w: [{"step": 1, "start": t + w, "end": 3200.0} for t in (100.0, second_push_us)] for w in (0, 1)}
+        (row,) = mxnet._server_busy(man, pushes)
+        assert row.updates == 2
+        return row.busy_us
+
+    assert busy(110.0) == pytest.approx(5 + 3100 - 520)  # the first copy, then from the sum to the second update's end
+    assert busy(700.0) == pytest.approx(5 + 1600 - 520 + 5 + 3100 - 2020)  # pushed during the first update: from its receipt
+
+
+def test_more_servers_than_the_profiled_host_has_cores_for_are_said_to_share_them(tmp_path, capsys):
+    """``ps:2`` splits the servers' updates as if each had a core; ``mx_sparse_mf.py``'s 2 workers ran on 2 cores, so the
+    answer says the servers would share them (on the testbed 2 servers ran no faster than 1), once."""
+    run = str(shutil.copytree(SPARSE_MF, tmp_path / "r"))
+    g = open_run(run).graph
+    assert g.meta.host_cpus and next(iter(g.meta.host_cpus.values())) == (2, 2)
+    assert server_cores_note(g, 1) is None
+    note = server_cores_note(g, 2)
+    assert note.startswith("ps:2: the prediction gives each server a core of its own") and "2 cores" in note
+    assert main(["whatif", run, "--scheme", "ps:2", "--no-trace", "--allow-model-error"]) == 0
+    assert capsys.readouterr().out.count("ps:2: the prediction gives each server a core") == 1
 
 
 def test_the_profiler_s_cost_on_the_servers_is_taken_off_their_updates_and_row_pulls(tmp_path):

@@ -138,6 +138,7 @@ def test_four_workers_share_the_burst_allowance_their_port_gave_two():
     assert ps_bandwidth(fitted, wire, asked) == pytest.approx(asked * fitted / wire)
     assert ps_bandwidth(fitted, wire, asked, 0.5) == ps_bandwidth(fitted, wire, asked)
     assert asked < ps_bandwidth(fitted, wire, asked, 2.0) < ps_bandwidth(fitted, wire, asked)
+    assert ps_bandwidth(float("inf"), wire, asked) == asked  # a link the exchanges did not show (it divided by zero)
     g = open_run(str(TESTBED / "s1_500M")).graph
     four = scale_workers(g, 4)
     assert ps_port_share(g) == 1.0 and ps_port_share(four) == 2.0

@@ -414,9 +414,12 @@ def ps_bandwidth(fitted: float, wire: float, asked: float, more: float = 1.0) ->
     rather than after it: a slower wire hides it, and the messages move at the slower of the two; a faster one does not
     lift it. On the namespace testbed under load 13-15 (mx_mlp.py, 2 workers, 1 server) fits of 271-273 Mbit/s at a
     500 Mbit/s tbf (170-420 segments retransmitted) fitted 180-187 at 200 Mbit/s (its payload 191), where the rate
-    ratio would have priced them at 109."""
+    ratio would have priced them at 109. Fitted infinitely fast (no exchange longer than its replay with no wire at all:
+    ``fit_ps_link``), the profile saw no wire to scale, and the messages move at ``asked``."""
     if fitted < wire:
         return min(asked, fitted)
+    if np.isinf(fitted):
+        return asked
     return asked / (1.0 - (1.0 - wire / fitted) / max(more, 1.0))
 
 

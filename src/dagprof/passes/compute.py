@@ -124,6 +124,27 @@ def _lags_off_cores(g: Graph, shared: np.ndarray) -> Graph:
     return b.build()
 
 
+def server_cores_note(g: Graph, servers: int) -> str | None:
+    """A ``ps:K`` answer with more servers than profiled gives each server a core of its own: their updates (the busy time
+    ``graph.build_ps.update_us`` prices per key part) run at once. Said in one line where the profiled host's cores are
+    fewer than its workers and ``servers`` servers: there the servers' Python waits for a core as it did when profiled
+    (the server's busy time is wall time), and a split onto more processes does not add cores. ``mx_sparse_mf.py``'s
+    2 workers on the testbed's 2 cores (other jobs running): 2 servers measured x0.98 of 1 server's step (median of 6
+    rounds), predicted x0.83-0.93; a loopback run's server used 9 ms of CPU a step of 68 (load 10)."""
+    ps = g.meta.ps
+    if ps is None or servers <= ps.num_servers or len(g.meta.host_cpus) != 1:
+        return None
+    host, (ranks, cores) = next(iter(g.meta.host_cpus.items()))
+    if ranks + servers <= cores:
+        return None
+    busy = sum(b.busy_us for b in ps.server_busy) / max(len({b.step for b in ps.server_busy}), 1) / max(ps.num_servers, 1)
+    step = float(np.mean(list(g.meta.measured_iter_us.values())))
+    return (f"ps:{servers}: the prediction gives each server a core of its own, its updates at once with the others'; {ranks} workers "
+            f"were profiled on {host}'s {cores} cores, fewer than they and {servers} servers, and a profiled server was busy "
+            f"{busy / 1e3:.1f} ms of each {step / 1e3:.1f} ms step (wall time, its waits for a core in it): where the servers share "
+            "those cores, a split onto more of them adds no cores and the updates run no faster than the profile's")
+
+
 def own_cores_note(g: Graph, workers: int, step_us: float | None = None) -> str | None:
     """A parameter-server ``--workers`` answer keeps each worker's compute as profiled: it assumes every worker keeps its
     own cores. Said in one line with what the profile measured of the cores, so a user can judge whether more workers on

@@ -20,14 +20,14 @@ from ..analysis import job_iteration_us
 from ..analysis.breakdown import by_kind, own_collectives
 from ..analysis.interval import LEVEL, link_residuals, predict_interval, run_level, student_halfwidth
 from ..analysis.operand_stall import held_us, stall_bound_us, stall_note, stall_outweighs
-from ..costmodel.topology import Topology
+from ..costmodel.topology import Scheme, Topology
 from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
 from ..passes.buckets import hook_wire_note
 from ..passes.comm import activation_comm
-from ..passes.compute import own_cores_note
+from ..passes.compute import own_cores_note, server_cores_note
 from ..passes.data_parallel import conversion_note, wake_up, wake_ups_per_step, wrapper_reshard
 from ..passes.fsdp import set_reduce_dtype
 from ..passes.fsdp_mesh import merged_rings_note, uncalibrated_step_note, with_mesh, workers_mesh
@@ -217,6 +217,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
                      + _crowded_notes(g0, scenarios) + _unsized_own_notes(g0, scenarios) + _in_ops_notes(g0, scenarios)
                      + _hook_notes(g0, scenarios)
                      + _shared_cores_notes(g0, cluster) + _overlap_notes(cluster) + _own_cores_notes(g0, predicted, cluster)
+                     + _server_cores_notes(g0, scenarios)
                      + _shared_port_notes(g0, scenarios) + _floor_notes(rows) + _refusion_notes(g0, scenarios, cluster, base_topo, model)
             + _link_to_notes(scenarios, cluster) + _mesh_notes(g0, scenarios) + _zero_notes(g0, scenarios) + _fsdp_step_notes(g0, scenarios, cluster)
             + wire_notes + waiting
@@ -328,6 +329,13 @@ def _own_cores_notes(g: Graph, predicted: list[tuple[Scenario, float]], c: Clust
     most = max((s.workers or 0 for s, _ in predicted), default=0)
     step = min((it for s, it in predicted if (s.workers or 0) == most), default=None)
     note = None if c.cores or not is_ps_graph(g) else own_cores_note(g, most, step)
+    return [note] if note else []
+
+
+def _server_cores_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
+    """More parameter servers than profiled on a host with fewer cores than workers and servers (``server_cores_note``)."""
+    most = max((s.scheme.servers for s in scenarios if s.scheme is not None and s.scheme.scheme is Scheme.PS), default=0)
+    note = server_cores_note(g, most) if is_ps_graph(g) else None
     return [note] if note else []
 
 

@@ -462,7 +462,12 @@ def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> list[Serv
     the server's C API calls with no push received between them; the server is busy from the receipt before it (or the
     previous update's end, or the latest push a worker issued before it, if later: the engine may run a receipt's sum
     after the update's first call, and the receipt before that was another worker's, 20 ms earlier in a fresh
-    ``mx_fasttext_sparse.py`` profile) to its last call, and with every engine op."""
+    ``mx_fasttext_sparse.py`` profile) to its last call, and with every engine op. Where every push issued before an update
+    was issued before the previous update began, the server is busy from the previous update's end: the pushes had that
+    update's time to arrive, and the gap to the next receipt is the server's own untraced work (ps-lite answering the
+    key's pulls and taking the next push in, on threads that used 3 ms of CPU a step beside the updater's 6 ms in a
+    loopback ``mx_sparse_mf.py`` run) and its waits for a core, which the link fit took for wire: on the testbed the
+    gaps added 1.5 and 1.8 ms a step (medians) at 500 and 200 Mbit/s alike, where wire would take 2.5 times as long at 200 (docs/evidence.md)."""
     out = []
     steps = sorted({p["step"] for pushes in per_worker.values() for p in pushes})
     for s, path in sorted(man.server_files.items()):
@@ -479,12 +484,13 @@ def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> list[Serv
                 at = update.setdefault(int(np.searchsorted(received, c.start)), [c.start, c.end])
                 at[1] = max(at[1], c.end)
             issued = np.sort([p["start"] for p in every])
-            last = lo
+            last, began = lo, lo  # the previous update's end and first call
             for k, (first, end) in sorted(update.items()):
                 before = int(np.searchsorted(issued, first))
                 pushed = issued[before - 1] if before else first  # the latest push issued before it (none: its first call)
-                spans.append((max(received[k - 1] if k else first, pushed, last), end))  # empty where a later one began after it
-                last = max(last, end)
+                since = last if pushed < began else max(received[k - 1] if k else first, pushed, last)
+                spans.append((since, end))  # empty where a later one began after it
+                last, began = max(last, end), first
             counted = sum(o.end - o.start for o in mine if o.name in RECEIVED or o.name.endswith("_update"))
             start, stop = (np.array(x, dtype=float) for x in zip(*spans)) if spans else (np.zeros(0), np.zeros(0))
             out.append(ServerBusy(s, step, covered(start, stop), parts, counted))
