@@ -77,6 +77,29 @@ def workload(name: str):
     return LanguageModel(2048, 128, 256), lm_loss
 
 
+def marker(marks: list[list]):
+    """Wraps a comm hook to append, per call, [entry, return, done (None until its future completes), entry sched,
+    return sched, on the calling thread] to ``marks``; call it on the training thread."""
+    main_tid = threading.get_ident()
+
+    def marked(hook):
+        def marked_hook(state, bucket):  # DDP requires the name "bucket"
+            t0, s0 = time.perf_counter(), schedstat()
+            fut = hook(state, bucket)
+            row = [t0, time.perf_counter(), None, s0, schedstat(), threading.get_ident() == main_tid]
+            marks.append(row)
+
+            def done(f):
+                row[2] = time.perf_counter()
+                return f.value()
+
+            return fut.then(done)
+
+        return marked_hook
+
+    return marked
+
+
 def returns_at_once(state, bucket):
     """A comm hook that issues nothing: the backward with no collective beside it."""
     import torch
@@ -134,24 +157,8 @@ def stock_backward(nbytes: int = OVERLAP_BYTES, blocks: int = 4, steps: int = 5,
 
     torch.manual_seed(0)
     base = stock_net(nbytes)
-    main = threading.get_ident()
-    marks: list[list] = []  # per hook call: [entry, return, done (None until its future completes), on the training thread]
-
-    def marked(hook):
-        def marked_hook(state, bucket):  # DDP requires the name "bucket"
-            row = [time.perf_counter(), None, None, threading.get_ident() == main]
-            fut = hook(state, bucket)
-            row[1] = time.perf_counter()
-            marks.append(row)
-
-            def done(f):
-                row[2] = time.perf_counter()
-                return f.value()
-
-            return fut.then(done)
-
-        return marked_hook
-
+    marks: list[list] = []
+    marked = marker(marks)
     models = []
     for hook in (returns_at_once, default_hooks.allreduce_hook):
         ddp = DDP(copy.deepcopy(base))
@@ -168,7 +175,7 @@ def stock_backward(nbytes: int = OVERLAP_BYTES, blocks: int = 4, steps: int = 5,
         t0 = time.perf_counter()
         loss.backward()
         last = max(marks, key=lambda m: m[0])
-        inline = sum(m[1] - m[0] for m in marks if m[3] and m is not last)
+        inline = sum(m[1] - m[0] for m in marks if m[5] and m is not last)
         span = last[0] - t0
         return span - inline, covered(t0, [(m[0], min(m[2] or last[0], last[0])) for m in marks if m is not last]) / max(span, 1e-9)
 
@@ -207,24 +214,8 @@ def job(out: str, name: str, strategy: str, blocks: int, steps: int) -> None:
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     base, loss = workload(name)
-    marks: list[tuple] = []  # per hook call: (entry, return, done, entry sched, return sched, on the training thread)
-    main_tid = threading.get_ident()
-
-    def marked(hook):
-        def marked_hook(state, bucket):  # DDP requires the name "bucket"
-            t0, s0 = time.perf_counter(), schedstat()
-            fut = hook(state, bucket)
-            row = [t0, time.perf_counter(), None, s0, schedstat(), threading.get_ident() == main_tid]
-            marks.append(row)
-
-            def done(f):
-                row[2] = time.perf_counter()
-                return f.value()
-
-            return fut.then(done)
-
-        return marked_hook
-
+    marks: list[list] = []
+    marked = marker(marks)
     models = {}
     for cfg in CONFIGS:
         ddp = DDP(copy.deepcopy(base))
