@@ -11,7 +11,9 @@ interleaved -- ``none`` (a comm hook that returns at once: the backward with no 
 chained) -- and times, per step and rank, the backward on the training thread (its start to the last bucket's ready,
 less what hooks ran inline), its CPU and run-queue wait (``/proc`` schedstat), the other threads' CPU meanwhile
 (gloo's, and PowerSGD's callbacks), and the share of it a bucket (or a chain) was in flight. It then measures the
-overlap slowdown as ``calibrate --overlap`` does (beside the matrix loop) and beside the job's own backward.
+overlap slowdown as ``calibrate --overlap`` does (beside the matrix loop), beside the job's own backward, and on a
+stock network's backward beside its own DDP buckets against none (``stock_backward``, the same A/B on a model the job
+does not own).
 
     sudo .venv/bin/python bench/bench_powersgd_backward.py --workload conv --strategy KEPT/wI-R/lossy/strategy.json
 
@@ -28,7 +30,9 @@ own. The first bucket's hook ran 8.8 / 13.3 ms on the training thread (conv; 8.8
 idle, the training thread's CPU plus its waits 2.0-2.1x (1.5-1.8x) its CPU. Rerun at load 9-14: the waits for a core
 (213-375 ms a step) swamp the walls, the CPU split the same (conv 58.3 / 57.5 alone, 78.9 / 93.3 beside the buckets,
 57.7 / 57.7 beside the chain). ``measure_overlap`` beside the job's own backward read 1.47 / 0.32 (conv) and 0.56 / 0.86
-(LSTM) in the two runs: one alone-beside pair a repeat on the loaded machine does not settle it.
+(LSTM) in the two runs: one alone-beside pair a repeat on the loaded machine does not settle it. Three more runs
+(11:39-12:17, load 2.7-16.7) with the stock network's A/B beside: the job's defaults backward 0.01-1.63 per unit of
+overlap, the loop 0.00-1.39, the stock 0.31-1.68; the loop nearer the job in 4 of 6, the stock following the loop.
 """
 from __future__ import annotations
 
@@ -39,10 +43,13 @@ import statistics
 import sys
 import threading
 import time
+from dataclasses import dataclass
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from bench_powersgd_parts import emulated, schedstat  # noqa: E402
+
+from dagprof.collect.measure.overlap import OVERLAP_BYTES  # noqa: E402
 
 CONFIGS = ("none", "defaults", "strategy")
 
@@ -70,23 +77,9 @@ def workload(name: str):
     return LanguageModel(2048, 128, 256), lm_loss
 
 
-def job(out: str, name: str, strategy: str, blocks: int, steps: int) -> None:
-    """One rank: the three ways in interleaved blocks, then the overlap slowdown; writes ``out``.RANK."""
-    import copy
-
-    import torch
-    import torch.distributed as dist
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    import dagprof
-    from dagprof.collect.measure.overlap import backward_work, measure_overlap
-
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
-    torch.manual_seed(0)
-    base, loss = workload(name)
-    marks: list[tuple] = []  # per hook call: (entry, return, done, entry sched, return sched, on the training thread)
+def marker(marks: list[list]):
+    """Wraps a comm hook to append, per call, [entry, return, done (None until its future completes), entry sched,
+    return sched, on the calling thread] to ``marks``; call it on the training thread."""
     main_tid = threading.get_ident()
 
     def marked(hook):
@@ -104,11 +97,125 @@ def job(out: str, name: str, strategy: str, blocks: int, steps: int) -> None:
 
         return marked_hook
 
-    def returns_at_once(state, bucket):
-        fut = torch.futures.Future()
-        fut.set_result(bucket.buffer())
-        return fut
+    return marked
 
+
+def returns_at_once(state, bucket):
+    """A comm hook that issues nothing: the backward with no collective beside it."""
+    import torch
+
+    fut = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
+
+
+def covered(t0: float, spans: list[tuple[float, float]]) -> float:
+    """Seconds after ``t0`` that at least one of ``spans`` (start, end) covers."""
+    total, reach = 0.0, t0
+    for a, b in sorted(spans):
+        a = max(a, reach)
+        if b > a:
+            total, reach = total + b - a, b
+    return total
+
+
+def stock_net(nbytes: int):
+    """A stock image classifier whose gradients DDP's defaults bucket as a small conv job's: two 3x3 conv blocks on
+    32x32 images, then a hidden linear of ``nbytes`` (DDP's first bucket: the all-reduce in flight while the convs'
+    backward runs, as a classifier head's is in such jobs) and the output layer."""
+    import torch.nn as nn
+
+    hidden = max(nbytes // 4 // (64 * 8 * 8), 1)
+    return nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(64 * 8 * 8, hidden), nn.ReLU(), nn.Linear(hidden, 10))
+
+
+@dataclass(frozen=True)
+class StockBackward:
+    """``stock_backward``'s answer, the slowest rank's."""
+
+    slowdown: float  # per unit of overlap of the backward alone: beside / alone = 1 + slowdown * in_flight
+    in_flight: float  # the share of the backward (beside) a bucket's all-reduce was in flight, the median step's
+    samples: list[float]  # this rank's slowdown per block pair
+
+
+def stock_backward(nbytes: int = OVERLAP_BYTES, blocks: int = 4, steps: int = 5, batch: int = 16) -> StockBackward:
+    """The backward of ``stock_net`` through DDP with its buckets all-reduced (DDP's default hook) against the same
+    backward with a comm hook that returns at once (no collective beside it), blocks of ``steps`` interleaved (every
+    rank must call it). The backward is the training thread's time from ``backward()`` to the last bucket's ready,
+    less what hooks ran inline before it. Tried as ``calibrate --overlap``'s compute in place of the matrix loop (a
+    candidate for why a PowerSGD strategy's backward was priced too short) and not adopted: over six in-job A/Bs on
+    2026-12-05 it followed the loop, not the job (docs/evidence.md, "calibrate --overlap on a stock network's backward")."""
+    import copy
+
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    base = stock_net(nbytes)
+    marks: list[list] = []
+    marked = marker(marks)
+    models = []
+    for hook in (returns_at_once, default_hooks.allreduce_hook):
+        ddp = DDP(copy.deepcopy(base))
+        ddp.register_comm_hook(None, marked(hook))
+        models.append(ddp)
+    g = torch.Generator().manual_seed(1 + dist.get_rank())
+
+    def step(ddp) -> tuple[float, float]:
+        """(the backward's seconds, the share of it a bucket was in flight)."""
+        marks.clear()
+        x, y = torch.randn(batch, 3, 32, 32, generator=g), torch.randint(0, 10, (batch,), generator=g)
+        loss = F.cross_entropy(ddp(x), y)
+        ddp.zero_grad(set_to_none=True)
+        t0 = time.perf_counter()
+        loss.backward()
+        last = max(marks, key=lambda m: m[0])
+        inline = sum(m[1] - m[0] for m in marks if m[5] and m is not last)
+        span = last[0] - t0
+        return span - inline, covered(t0, [(m[0], min(m[2] or last[0], last[0])) for m in marks if m is not last]) / max(span, 1e-9)
+
+    for ddp in models:  # warm-up: buckets rebuilt after the first step, connections set up
+        dist.barrier()
+        step(ddp)
+        step(ddp)
+    samples, shares = [], []
+    for _ in range(blocks):
+        medians = []
+        for ddp in models:
+            dist.barrier()
+            timed = [step(ddp) for _ in range(steps)]
+            medians.append((statistics.median(t for t, _ in timed), statistics.median(f for _, f in timed)))
+        (alone, _), (beside, f) = medians
+        shares.append(f)
+        samples.append(max(beside / max(alone, 1e-9) - 1.0, 0.0) / max(f, 1e-9))
+    t = torch.tensor([statistics.median(samples), statistics.median(shares)], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return StockBackward(float(t[0]), float(t[1]), samples)
+
+
+def job(out: str, name: str, strategy: str, blocks: int, steps: int) -> None:
+    """One rank: the three ways in interleaved blocks, then the overlap slowdown; writes ``out``.RANK."""
+    import copy
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import dagprof
+    from dagprof.collect.measure.overlap import backward_work, measure_overlap
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    base, loss = workload(name)
+    marks: list[list] = []
+    marked = marker(marks)
     models = {}
     for cfg in CONFIGS:
         ddp = DDP(copy.deepcopy(base))
@@ -141,7 +248,9 @@ def job(out: str, name: str, strategy: str, blocks: int, steps: int) -> None:
                              "hooks": [list(m) for m in marks]})
     dist.barrier()
     work = backward_work(lambda: loss(models["none"][0].module, g))
-    overlap = {"matmul": measure_overlap(repeats=8).model_slowdown, "backward": measure_overlap(repeats=8, work=work).model_slowdown}
+    stock = stock_backward()
+    overlap = {"matmul": measure_overlap(repeats=8).model_slowdown, "backward": measure_overlap(repeats=8, work=work).model_slowdown,
+               "stock": stock.slowdown, "stock_in_flight": stock.in_flight}
     with open(f"{out}.{dist.get_rank()}", "w") as f:
         json.dump({"rows": rows, "overlap": overlap}, f)
     dist.barrier()
@@ -163,17 +272,12 @@ def summarise(rows: list[dict], skip: int) -> dict[str, dict[str, float]]:
         inline_all = sum(h[4][0] - h[3][0] for h in inline) / 1e9
         s1 = last[3]
         span = last[0] - t0
-        busy = sorted((max(h[0], t0), min(h[2] or last[0], last[0])) for h in r["hooks"] if h is not last)
-        covered, reach = 0.0, t0
-        for a, b in busy:
-            a = max(a, reach)
-            if b > a:
-                covered, reach = covered + b - a, b
+        busy = covered(t0, [(h[0], min(h[2] or last[0], last[0])) for h in r["hooks"] if h is not last])
         cpu = (s1[2] - s0[2]) / 1e9 - inline_cpu
         others = ((s1[0] - s0[0]) - (s1[2] - s0[2])) / 1e9 - (inline_all - inline_cpu)
         d = per.setdefault(r["config"], {})
         for k, v in (("backward", span - inline_wall), ("cpu", cpu), ("wait", (s1[3] - s0[3]) / 1e9 - inline_wait),
-                     ("others_cpu", others), ("inline", inline_wall), ("overlap", covered / max(span, 1e-9)),
+                     ("others_cpu", others), ("inline", inline_wall), ("overlap", busy / max(span, 1e-9)),
                      ("to_ready_end", r["after_bwd"] - t0), ("step", r["end"] - r["t0"])):
             d.setdefault(k, []).append(v)
     return {c: {k: statistics.median(v) * (1 if k == "overlap" else 1e3) for k, v in d.items()} for c, d in per.items()}
@@ -208,7 +312,8 @@ def main() -> int:
     summary = [summarise(m["rows"], 2) for m in measured]
     s = measured[0]["overlap"]
     print(f"{args.workload}, 2 ranks, {args.link}, load average {load:.1f} (after {os.getloadavg()[0]:.1f}); overlap slowdown s measured "
-          f"beside the matrix loop {s['matmul']:.2f}, beside the job's backward {s['backward']:.2f} (slowest rank's); medians per step, ms")
+          f"beside the matrix loop {s['matmul']:.2f}, beside the job's backward {s['backward']:.2f}, a stock network's backward beside its DDP "
+          f"buckets {s['stock']:.2f} (in flight {s['stock_in_flight']:.2f} of it; slowest rank's); medians per step, ms")
     for rank, per in enumerate(summary):
         none = per["none"]["backward"]
         for cfg in CONFIGS:
@@ -217,7 +322,7 @@ def main() -> int:
             print(f"rank {rank} {cfg:<9} backward {x['backward']:7.1f} ({x['backward'] / none:.2f}x none; CPU {x['cpu']:6.1f}, waiting for a core "
                   f"{x['wait']:5.1f}; other threads' CPU {x['others_cpu']:5.1f}; hooks inline {x['inline']:5.1f}); in flight {f:.2f} of it: "
                   f"none x (1 + s f) = {none * (1 + s['matmul'] * f):7.1f} (matrix loop's s) / {none * (1 + s['backward'] * f):7.1f} "
-                  f"(backward's s); step {x['step']:7.1f}")
+                  f"(backward's s) / {none * (1 + s['stock'] * f):7.1f} (stock's s); step {x['step']:7.1f}")
     if args.json:
         print(json.dumps({"load": load, "load_after": os.getloadavg()[0], "overlap": s, "summary": summary}))
     return 0

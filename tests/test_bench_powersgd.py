@@ -1,5 +1,5 @@
 """The PowerSGD benches' pure splits: a chain on both ranks' one clock, a step's period between the chain's syncs, and a
-step's backward beside the buckets."""
+step's backward beside the buckets, and the stock network's backward beside its own DDP buckets."""
 from __future__ import annotations
 
 import os
@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 
-from bench_powersgd_backward import summarise  # noqa: E402
+from bench_powersgd_backward import covered, stock_backward, summarise  # noqa: E402
 from bench_powersgd_parts import callback_cpu_us, split_chains  # noqa: E402
 from bench_powersgd_phases import CYCLE, cycle  # noqa: E402
 
@@ -67,3 +67,21 @@ def test_the_backward_is_its_start_to_the_last_bucket_ready_less_the_hooks_run_i
     assert got["others_cpu"] == pytest.approx(10.0)
     assert got["overlap"] == pytest.approx(0.6)
     assert got["step"] == pytest.approx(130.0)
+
+
+def test_covered_counts_each_instant_once():
+    """Spans that overlap, nest, or start before ``t0`` count the time after ``t0`` that any covers, once."""
+    assert covered(1.0, [(0.0, 2.0), (1.5, 3.0), (2.5, 2.8), (4.0, 5.0)]) == pytest.approx(3.0)
+    assert covered(0.0, []) == 0.0
+
+
+def test_stock_backward_on_one_rank(tmp_path):
+    """The stock network's A/B on a real one-rank gloo group: a sample per block pair, the share in flight a fraction."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        got = stock_backward(1 << 18, blocks=2, steps=2, batch=2)
+    finally:
+        dist.destroy_process_group()
+    assert len(got.samples) == 2 and got.slowdown >= 0 and 0 <= got.in_flight <= 1
