@@ -120,3 +120,50 @@ def test_profile_cells_says_where_a_profiled_cells_step_goes():
         ms = {k: float(v) for k, v in (p.split() for p in line.split(": ", 1)[1].split(", "))}
         assert set(ms) == {"forward", "backward", "update", "other", "comm_enqueue"}
         assert ms["backward"] == max(ms.values()) > 0
+
+
+def test_testbed_round_prices_each_link_by_its_own_backward_slowdown(tmp_path):
+    """A round measures the job's backward beside each link's all-reduces after its cells (``beside.json`` names their
+    links, in the order of the phases after the cells in ``results.json``); each (ranks, link) measured prices its cells
+    as a ``calibrate --overlap`` file of that link would, the profiled link's taken out of the profile. A round kept before
+    (no ``beside.json``) predicts as it did; one whose phases after the cells disagree with it is refused."""
+    import argparse
+    import random
+    import shutil
+
+    import run
+
+    with open(ROUND / "results.json") as f:
+        results = json.load(f)
+    files = {"1Gbit": OVERLAP_1GBIT, "unlimited": OVERLAP}
+    folder = tmp_path / "0" / "r2"
+    shutil.copytree(RUN, folder / "run")
+    shutil.copy(ROUND / "cells.json", folder)
+    args = argparse.Namespace(ranks=[2], rates=list(run.RATES), caps=run.CAPS_MB, profiled=(2, "1Gbit", 1.0), swept="unlimited",
+                              cores=2, calibrated={}, repredict=str(tmp_path))
+
+    def kept(besides: list[str] | None, tail: list[str]) -> tuple[dict, dict]:
+        if besides is not None:
+            (folder / run.BESIDE).write_text(json.dumps(besides))
+        tables = []
+        for link in tail:
+            with open(files[link]) as f:
+                tables.append(json.load(f)["overlap"])
+        (folder / "results.json").write_text(json.dumps(results + tables))
+        measured, predicted, _ = run.one_round(args, str(tmp_path / "0"), random.Random(0))
+        return measured, predicted
+
+    before = kept(None, ["1Gbit"])  # a round kept before beside.json: its phase after the cells unread
+    with open(ROUND / "results.json") as f:
+        sweep_points = json.load(f)[1]
+    cells = sorted(before[0])
+    plain, _, _ = run.predict(str(RUN), (2, "1Gbit", 1.0), sweep_points, "unlimited", cells, 2, raw=True)
+    assert all(before[1][c] == pytest.approx(plain[c], rel=1e-9) for c in cells)
+    measured, predicted = kept(["1Gbit", "unlimited"], ["1Gbit", "unlimited"])
+    assert measured == before[0]
+    by_file, _, _ = run.predict(str(RUN), (2, "1Gbit", 1.0), sweep_points, "unlimited", cells, 2, raw=True,
+                                calibrated={(2, link): str(path) for link, path in files.items()})
+    assert all(predicted[c] == pytest.approx(by_file[c], rel=1e-9) for c in cells)
+    assert predicted[(2, "unlimited", 25.0)] < plain[(2, "unlimited", 25.0)] * 0.99  # one bucket after the backward: undisturbed
+    with pytest.raises(ValueError, match="1 phases after the cells where beside.json names 2"):
+        kept(["1Gbit", "unlimited"], ["1Gbit"])
