@@ -9,7 +9,7 @@ that profile with the what-if passes, and prints measured vs predicted per cell.
 
 The machine is shared and its load drifts by minutes, so each round runs, back to back in
 the same processes, the profile of the profiled cell, a link sweep, every cell (shuffled) and
-the job's backward beside each link's all-reduces (the worker's ``overlapbwd``, per rank count);
+the job's backward beside each link's all-reduces (the worker's ``overlapbwd``, 2 ranks);
 each round predicts from its own profile. The table gives medians over rounds. The profile
 has unprofiled steps on both sides of its window (``--profile-margin`` before, ``--steps``
 after): they measure the profiler's cost and the job's drift, which widen the 90 % intervals
@@ -150,7 +150,8 @@ def one_round(args, work: str, rng: random.Random) -> tuple[dict, dict, dict]:
                 out = json.load(f)
         else:
             os.makedirs(folder, exist_ok=True)
-            besides = list(args.rates)
+            # the profiled rank count's only: 4 ranks' took 4 minutes at load 7 (the 2 ranks' 70 s), and price 4 ranks' cells too
+            besides = list(args.rates) if head else []
             for name, data in (("cells.json", cells), (BESIDE, besides)):
                 with open(os.path.join(folder, name), "w") as f:
                     json.dump(data, f)
