@@ -31,7 +31,7 @@ def test_one_tiny_round(tmp_path):
     before = namespaces()
     args = argparse.Namespace(warmup=1, steps=2, profile_steps=3, profile_margin=0, batch=4, width=64, depth=2, cores=2,
                               ranks=[2], rates=["1Gbit", "200Mbit"], caps=(1.0,), profiled=(2, "1Gbit", 1.0), swept="unlimited",
-                              repredict=None, calibrated={})
+                              repredict=None, calibrated={}, beside_mb=0.25)
     import random
 
     measured, predicted, _ = run.one_round(args, str(tmp_path), random.Random(0))  # (cells, predictions, their intervals)

@@ -62,7 +62,7 @@ import time
 import msgspec
 
 from dagprof.collect.jobs.netns import Cluster, Dropped, available
-from dagprof.collect.measure.overlap import Overlap
+from dagprof.collect.measure.overlap import OVERLAP_BYTES, Overlap
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -155,8 +155,8 @@ def one_round(args, work: str, rng: random.Random) -> tuple[dict, dict, dict]:
             for name, data in (("cells.json", cells), (BESIDE, besides)):
                 with open(os.path.join(folder, name), "w") as f:
                     json.dump(data, f)
-            out = launch(ranks, head + [(f"train:{cap:g}", RATES[rate]) for rate, cap in cells] + [("overlapbwd", RATES[rate]) for rate in besides],
-                         args, folder)
+            phases = [(f"overlapbwd:{args.beside_mb:g}", RATES[rate]) for rate in besides]
+            out = launch(ranks, head + [(f"train:{cap:g}", RATES[rate]) for rate, cap in cells] + phases, args, folder)
         if head:
             run_dir, sweep = os.path.join(work, f"r{ranks}", "run"), out[1]
         for (rate, cap), ts in zip(cells, out[len(head):]):
@@ -303,6 +303,8 @@ def main() -> int:
     ap.add_argument("--cores", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--profiled-link", choices=list(RATES), default=PROFILED[1], help="link rate of the profiled cell")
     ap.add_argument("--swept-link", choices=list(RATES), default=SWEPT, help="link rate the all-reduce sweep calibrates")
+    ap.add_argument("--beside-mb", type=float, default=OVERLAP_BYTES / 2**20, help="MiB of the all-reduces beside which each "
+                    "round measures the job's backward on each link, after its cells (calibrate --overlap's size)")
     ap.add_argument("--out", default=None, help="write the table as JSON here")
     ap.add_argument("--keep", default=None, help="keep profiles, sweeps and logs in this folder")
     ap.add_argument("--repredict", default=None, metavar="KEPT", help="run nothing: predict the rounds a --keep folder holds again, "
