@@ -31,7 +31,7 @@ def test_one_tiny_round(tmp_path):
     before = namespaces()
     args = argparse.Namespace(warmup=1, steps=2, profile_steps=3, profile_margin=0, batch=4, width=64, depth=2, cores=2,
                               ranks=[2], rates=["1Gbit", "200Mbit"], caps=(1.0,), profiled=(2, "1Gbit", 1.0), swept="unlimited",
-                              repredict=None, calibrated={}, beside_mb=0.25)
+                              repredict=None, calibrated={})
     import random
 
     measured, predicted, _ = run.one_round(args, str(tmp_path), random.Random(0))  # (cells, predictions, their intervals)
@@ -41,11 +41,7 @@ def test_one_tiny_round(tmp_path):
     assert os.path.exists(tmp_path / "r2" / "run" / "manifest.json")
     with open(tmp_path / "r2" / "dropped.json") as f:  # every phase's lost packets, read from the shaped ports
         dropped = json.load(f)
-    assert len(dropped) == 6 and all(d["dropped_packets"] is not None for d in dropped)
-    with open(tmp_path / "r2" / run.BESIDE) as f:  # after the cells: the backward beside each link's all-reduces
-        assert json.load(f) == ["1Gbit", "200Mbit"]
-    with open(tmp_path / "r2" / "results.json") as f:
-        assert [r["beside"] for r in json.load(f)[-2:]] == ["backward", "backward"]
+    assert len(dropped) == 4 and all(d["dropped_packets"] is not None for d in dropped)
     again = argparse.Namespace(**{**vars(args), "repredict": str(tmp_path)})  # --repredict: the kept round, nothing run
     remeasured, repredicted, _ = run.one_round(again, str(tmp_path), random.Random(1))
     assert remeasured == measured and all(repredicted[k] == pytest.approx(predicted[k]) for k in measured)

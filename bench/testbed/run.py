@@ -8,8 +8,7 @@ that profile with the what-if passes, and prints measured vs predicted per cell.
     sudo .venv/bin/python bench/testbed/run.py --quick    # 1 round, 2 ranks, 4 cells
 
 The machine is shared and its load drifts by minutes, so each round runs, back to back in
-the same processes, the profile of the profiled cell, a link sweep, every cell (shuffled) and
-the job's backward beside each link's all-reduces (the worker's ``overlapbwd``, 2 ranks);
+the same processes, the profile of the profiled cell, a link sweep and every cell (shuffled);
 each round predicts from its own profile. The table gives medians over rounds. The profile
 has unprofiled steps on both sides of its window (``--profile-margin`` before, ``--steps``
 after): they measure the profiler's cost and the job's drift, which widen the 90 % intervals
@@ -31,13 +30,9 @@ How each cell is predicted from the profile (2 ranks, 1 Gbit/s, 1 MB buckets):
   the copies do not fill a core (a 16 MB all-reduce on the unshaped link kept each of 2 ranks'
   CPU 37-63 % busy, each of 4 ranks' 37-44 %; 4 ranks took 1.6-3.8x the 2 ranks' time where
   this prices 3x), so the 4-rank cells with one 22 MB bucket come out 20-26 % slow.
-- compute beside in-flight collectives: priced as ``dagprof whatif`` prices it, as the round
-  measured it on each link (``overlapbwd``), else where the run or ``--calibrated LINK:FILE``
-  (``dagprof calibrate --overlap`` on that link) measured it, one per link since the slowdown here
-  does not follow the bytes per second (``predict``): the profile's backward, slowed by its own
-  buckets' all-reduces on the 1 Gbit/s link, is taken out by that link's, and each cell charged by
-  its own link's as far as its backward overlaps its buckets (a 25 MB cell's one bucket follows the
-  backward, which then runs at its alone pace: unmeasured, those cells came out 7-24 % slow); a file of
+- compute beside in-flight collectives: priced as ``dagprof whatif`` prices it, where the run or
+  ``--calibrated LINK:FILE`` (``dagprof calibrate --overlap`` on that link) measured it, one file
+  per link since the slowdown here does not follow the bytes per second (``predict``); a file of
   the swept link at a rank count the rounds did not sweep also gives that count's all-reduce, in
   place of ``beta * ranks / cores``. On the kept quiet rounds, with files measured later (the
   2-rank unshaped sweep then matched the rounds' own within 6 %), the profiled link's slowdown
@@ -59,10 +54,7 @@ import sys
 import tempfile
 import time
 
-import msgspec
-
 from dagprof.collect.jobs.netns import Cluster, Dropped, available
-from dagprof.collect.measure.overlap import OVERLAP_BYTES, Overlap
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -70,7 +62,6 @@ RATES = {"unlimited": None, "1Gbit": 1e9, "200Mbit": 200e6}
 CAPS_MB = (1.0, 5.0, 25.0)
 PROFILED = (2, "1Gbit", 1.0)  # ranks, link, bucket MB of the one profiled cell
 SWEPT = "unlimited"  # the link that the all-reduce sweep calibrates (the other link regime)
-BESIDE = "beside.json"  # per launch folder: the links of its overlapbwd phases, in order, after its cells
 
 
 def launch(ranks: int, phases: list[tuple[str, float | None]], args, control: str, timeout_s: float = 900, extra: tuple[str, ...] = ()) -> list:
@@ -132,7 +123,6 @@ def one_round(args, work: str, rng: random.Random) -> tuple[dict, dict, dict]:
     ranks0, rate0, cap0 = args.profiled
     measured: dict[tuple[int, str, float], list[float]] = {}
     predicted: dict[tuple[int, str, float], float] = {}
-    overlaps: dict[tuple[int, str], Overlap] = {}  # per (ranks, link): the job's backward beside that link's all-reduces
     cells = [(rate, cap) for rate in args.rates for cap in args.caps]
     for ranks in args.ranks:
         rng.shuffle(cells)
@@ -142,38 +132,23 @@ def one_round(args, work: str, rng: random.Random) -> tuple[dict, dict, dict]:
             if os.path.exists(os.path.join(folder, "cells.json")):
                 with open(os.path.join(folder, "cells.json")) as f:
                     cells = [(rate, float(cap)) for rate, cap in json.load(f)]
-            besides = []  # a folder kept before BESIDE: nothing measured beside the backward (a phase after its cells unread)
-            if os.path.exists(os.path.join(folder, BESIDE)):
-                with open(os.path.join(folder, BESIDE)) as f:
-                    besides = json.load(f)
             with open(os.path.join(folder, "results.json")) as f:
                 out = json.load(f)
         else:
             os.makedirs(folder, exist_ok=True)
-            # the profiled rank count's only: 4 ranks' took 4 minutes at load 7 (the 2 ranks' 70 s), and price 4 ranks' cells too
-            besides = list(args.rates) if head else []
-            for name, data in (("cells.json", cells), (BESIDE, besides)):
-                with open(os.path.join(folder, name), "w") as f:
-                    json.dump(data, f)
-            phases = [(f"overlapbwd:{args.beside_mb:g}", RATES[rate]) for rate in besides]
-            out = launch(ranks, head + [(f"train:{cap:g}", RATES[rate]) for rate, cap in cells] + phases, args, folder)
+            with open(os.path.join(folder, "cells.json"), "w") as f:
+                json.dump(cells, f)
+            out = launch(ranks, head + [(f"train:{cap:g}", RATES[rate]) for rate, cap in cells], args, folder)
         if head:
             run_dir, sweep = os.path.join(work, f"r{ranks}", "run"), out[1]
         for (rate, cap), ts in zip(cells, out[len(head):]):
             measured[(ranks, rate, cap)] = [t * 1e3 for t in ts]
-        tail = out[len(head) + len(cells):]
-        if besides and len(tail) != len(besides):
-            raise ValueError(f"{folder}: results.json holds {len(tail)} phases after the cells where {BESIDE} names {len(besides)}")
-        overlaps |= {(ranks, rate): msgspec.convert(m, Overlap) for rate, m in zip(besides, tail)}
         print(f"  {len(cells)} cells on {ranks} ranks in {time.monotonic() - t0:.0f} s", file=sys.stderr)
-    for (ranks, rate), m in sorted(overlaps.items()):
-        print(f"  {ranks} ranks, {rate}: the backward {m.model_slowdown:.2f} slower per unit of overlap beside "
-              f"{m.allreduce_bytes / 2**20:g} MiB all-reduces (repeats {min(m.samples):.2f}..{max(m.samples):.2f})", file=sys.stderr)
     predicted, intervals, replay_ms = predict(run_dir, args.profiled, sweep, args.swept, sorted(measured), args.cores, raw=True,
-                                              calibrated=args.calibrated, overlaps=overlaps)
+                                              calibrated=args.calibrated)
     predicted["replay"] = replay_ms
     corrected, corrected_intervals, cost = predict(run_dir, args.profiled, sweep, args.swept, sorted(measured), args.cores,
-                                                   calibrated=args.calibrated, overlaps=overlaps)
+                                                   calibrated=args.calibrated)
     predicted |= {("corrected", *key): v for key, v in corrected.items()}
     intervals |= {("corrected", *key): v for key, v in corrected_intervals.items()}
     print(f"  {cost}", file=sys.stderr)
@@ -182,8 +157,7 @@ def one_round(args, work: str, rng: random.Random) -> tuple[dict, dict, dict]:
 
 
 def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[tuple[int, str, float]], cores: int,
-            raw: bool = False, calibrated: dict[tuple[int, str], str] | None = None,
-            overlaps: dict[tuple[int, str], Overlap] | None = None) -> tuple[dict, dict, float | str]:
+            raw: bool = False, calibrated: dict[tuple[int, str], str] | None = None) -> tuple[dict, dict, float | str]:
     """Every cell from the one profile: the link of the profiled rate is fitted to the profile's
     collectives, the swept link to the sweep; another shaped rate scales the bandwidth of
     whichever of the two is shaped (so TCP/IP framing overhead carries over). The point is the
@@ -201,10 +175,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     against the all-reduce its file measured beside. One file per link, because on this testbed the slowdown does not
     follow the bytes per second: beside an 8 MiB all-reduce it measured about 0.22 at 1 Gbit/s, 0.47 at 200 Mbit/s
     and 0.47 unshaped (40x the bytes per second of 200 Mbit/s). A file of the swept link at a rank count the rounds did
-    not sweep prices that count's swept cells by its all-reduce fit, in place of ``beta * ranks / cores``. ``overlaps``:
-    per (ranks, link), the round's own ``overlapbwd`` phase (the job's backward beside that link's all-reduces, measured
-    after the cells), ahead of a file: the profile's backward ran beside its 1 MB buckets' all-reduces on the profiled
-    link, a cell on another link runs beside that link's copies, and a 25 MB cell's one bucket follows the backward."""
+    not sweep prices that count's swept cells by its all-reduce fit, in place of ``beta * ranks / cores``."""
     import numpy as np
 
     from dagprof.analysis import job_iteration_us
@@ -218,7 +189,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     from dagprof.passes.profiler_cost import measure_profiler_cost, remove_profiler_cost, scale_host_work
     from dagprof.pipeline import open_run
     from dagprof.replay import replay
-    from dagprof.search.measured import overlap_of, slowdown_in
+    from dagprof.search.measured import slowdown_of
     from dagprof.search.scenario import Cluster, disturb, undisturb
     from dagprof.units import MB
 
@@ -226,13 +197,12 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     stepwise = prof.graph
     calibrated = calibrated or {}
 
-    def measured(m: Overlap | None) -> Cluster:
-        slowdown, rate = slowdown_in(m)
+    def measured(path: str | None) -> Cluster:
+        slowdown, rate = slowdown_of(prof.run, path)
         return Cluster(slowdown=slowdown, comm_rate=rate)
 
-    beside = {key: measured(overlap_of(prof.run, path)) for key, path in calibrated.items()}
-    beside |= {key: measured(m) for key, m in (overlaps or {}).items()}
-    beside0 = beside[profiled[:2]] if profiled[:2] in beside else measured(overlap_of(prof.run))
+    beside = {key: measured(path) for key, path in calibrated.items()}
+    beside0 = beside[profiled[:2]] if profiled[:2] in beside else measured(None)
     averaged = average_steps(stepwise, replay)  # a model of the iteration: each op at its mean over the profiled steps
     prof_ranks, prof_rate, _ = profiled
     links = {prof_rate: fit_topology(averaged).inter, swept: fit([tuple(x) for x in sweep], 2)}
@@ -303,8 +273,6 @@ def main() -> int:
     ap.add_argument("--cores", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--profiled-link", choices=list(RATES), default=PROFILED[1], help="link rate of the profiled cell")
     ap.add_argument("--swept-link", choices=list(RATES), default=SWEPT, help="link rate the all-reduce sweep calibrates")
-    ap.add_argument("--beside-mb", type=float, default=OVERLAP_BYTES / 2**20, help="MiB of the all-reduces beside which each "
-                    "round measures the job's backward on each link, after its cells (calibrate --overlap's size)")
     ap.add_argument("--out", default=None, help="write the table as JSON here")
     ap.add_argument("--keep", default=None, help="keep profiles, sweeps and logs in this folder")
     ap.add_argument("--repredict", default=None, metavar="KEPT", help="run nothing: predict the rounds a --keep folder holds again, "
