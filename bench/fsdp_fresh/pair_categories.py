@@ -1,7 +1,7 @@
 """Where a DDP -> FSDP prediction misses, category by category, on kept pairs of ``mixer_rounds.sh`` (``ROUND/ddp``,
 ``ROUND/fsdp``) or of ``bench_lora_memory.py`` (``DIR/ddp-K``, ``DIR/fsdp-K``): each rank's main lane a step (ms,
-averaged over ranks; ``bench_fsdp.lane_groups`` on the averaged steps) in the FSDP profile against the DDP profile's
-conversion, split into busy time (layers, other host work, optimizer, copy-outs, FSDP2's hooks) and sleep (the waits'
+averaged over ranks and steps; ``bench_fsdp.lane_groups`` on each profiled step, as ``whatif`` converts them) in the FSDP
+profile against the DDP profile's conversion, split into busy time (layers, other host work, optimizer, copy-outs, FSDP2's hooks) and sleep (the waits'
 gaps and the lane idle before a collective ends), the collectives' own time, and each profile's stretch of CPU work by
 its thread's waits for a core (``traces.meta.runnable_stretch``). No timing: run it anywhere.
 
@@ -17,10 +17,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from bench_fsdp import lane_groups  # noqa: E402
 
 from dagprof.graph.build_fsdp import fsdp_collectives  # noqa: E402
-from dagprof.passes.average_steps import average_steps  # noqa: E402
 from dagprof.passes.data_parallel import _stretch  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
-from dagprof.replay import replay  # noqa: E402
 from dagprof.search import scenario  # noqa: E402
 
 BUSY = ("forward layers", "backward layers", "forward other", "backward other", "loss", "post-update", "optimizer",
@@ -50,10 +48,10 @@ def main() -> None:
     for root in sys.argv[1:]:
         for label, ddp_dir, fsdp_dir in pairs(root):
             ddp_run, fsdp_run = open_run(ddp_dir), open_run(fsdp_dir)
-            ddp = average_steps(ddp_run.graph, replay)
+            ddp = ddp_run.graph
             c = scenario.Cluster()
             conv = scenario.apply(ddp, scenario.Scenario(data_parallel="fsdp"), c, scenario.base_topology(ddp, c))
-            for name, g, run in (("fsdp", average_steps(fsdp_run.graph, replay), fsdp_run), ("from ddp", conv, ddp_run)):
+            for name, g, run in (("fsdp", fsdp_run.graph, fsdp_run), ("from ddp", conv, ddp_run)):
                 r = row(g)
                 st = _stretch(run.graph)
                 print(f"{label + ' ' + name:44s} {r['busy']:7.1f} {r['hooks']:7.1f} {r['copy-out']:7.1f} {r['sleep']:7.1f} "
