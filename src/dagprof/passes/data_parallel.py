@@ -44,7 +44,7 @@ Collectives are priced by the link model as every FSDP collective is (all-gather
 the gathered bytes, gloo's reduce-scatter a whole one; with a per-kind link model from ``dagprof calibrate``, each
 kind on the link its own sweep fitted: ``Topology.kinds``), each with gloo's fixed cost per blocking call as
 ``FSDP_HOST`` has it for the torch version (0.53 ms at 2.13, hand-offs between threads: stretched as the hooks, at the
-slowest rank's) in place of the DDP profile's fitted overhead per collective:
+slowest rank's, where the fit's overhead held the load) in place of the DDP profile's fitted overhead per collective:
 fitted on DDP's all-reduces of one bucket size, that is their step-to-step excess (0.55-8.0 ms on the held-out ResNet's
 DDP profiles, 0 on the mixer's), not a cost per call. A copy-out is a pass over memory and a call, like DDP's
 bucket enqueue (which scales each bucket in place, then dispatches): it costs what the profile's fastest enqueues cost
@@ -209,10 +209,10 @@ def host_note(g: Graph) -> str:
             if g.meta.loop_steps is not None and any(g.meta.loop_steps.sched.values()) else
             "not stretched by the job's load (the profile does not record its thread's waits for a core: profile again with this dagprof)")
     return (f"FSDP2's hooks per unit at the CPU time measured for torch {g.meta.torch_minor} (bench/fsdp_host_costs.py: "
-            f"{host.forward.us / 1e3:.2f} / {host.backward.us / 1e3:.2f} ms a unit forward / backward, more per tensor and byte), "
-            f"each copy-out at DDP's fastest bucket enqueue, and each FSDP collective's fixed cost per call at gloo's measured "
-            f"{host.call_us / 1e3:.2f} ms (wall time, 2 ranks; the slowest rank's stretch) in place of the profile's fitted "
-            f"{current_topology(g).overhead_us / 1e3:.2f} ms per collective, all three {said}; ")
+            f"{host.forward.us / 1e3:.2f} / {host.backward.us / 1e3:.2f} ms a unit forward / backward, more per tensor and byte) "
+            f"and each copy-out at DDP's fastest bucket enqueue, both {said}; each FSDP collective's fixed cost per call at gloo's "
+            f"measured {host.call_us / 1e3:.2f} ms (wall time, 2 ranks; so stretched, at the slowest rank's, where the fitted "
+            f"overhead held the load) in place of the profile's fitted {current_topology(g).overhead_us / 1e3:.2f} ms per collective; ")
 
 
 def _stepped_params(g: Graph) -> set[str]:
@@ -479,10 +479,14 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
         topo = dataclasses.replace(topo, overhead_us=0.0)
     elif host is not None:
         # the same fitted excess (the held-out ResNet's DDP profiles: 0.55-8.0 ms, its mixer's 0) gives way to gloo's fixed
-        # cost per blocking call as measured (``FSDP_HOST``): hand-offs between the ranks' threads and gloo's, each waiting for a
-        # core as the profile's CPU work did, so stretched as the hooks are, at the slowest rank's (a call ends when its last
-        # rank's threads ran). Unstretched, the held-out ResNet's FSDP2 collectives at load 13-22 took 66-119 ms a step, priced 9-26
-        topo = dataclasses.replace(topo, overhead_us=host.call_us * max(stretch.values(), default=1.0))
+        # cost per blocking call as measured (``FSDP_HOST``): hand-offs between the ranks' threads and gloo's. Where the fit put
+        # the slower instances' excess there (one bucket size: bandwidth from the fastest), the load's waits for a core went
+        # with it, so the call's cost is stretched as the hooks are, at the slowest rank's (a call ends when its last rank's
+        # threads ran): unstretched, the held-out ResNet's FSDP2 collectives at load 13-22 took 66-119 ms a step, priced 9-26.
+        # Where it kept every instance's time in its bandwidth (two gloo lanes: total time over bytes), the load is in the
+        # bytes' price already: stretched again, the loaded mixer's came to 81-120 ms a step where they took 55-73
+        load = max(stretch.values(), default=1.0) if topo.overhead_us > 0 else 1.0
+        topo = dataclasses.replace(topo, overhead_us=host.call_us * load)
     return retime_collectives(out, topo, current_scheme(g), lags_on=topo)
 
 
