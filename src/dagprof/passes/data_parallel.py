@@ -177,9 +177,9 @@ def conversion_note(target: str, measured: bool, g: Graph) -> str:
         "a DDP profile has no FSDP all-gather skew (gloo releases one rank later) and no reduce-scatter's lag beyond a wake-up "
         "(dagprof calibrate --fsdp measures them for --link-model): unpriced, and not in the interval, which carries the wake-up "
         "price's sampling error only, so FSDP may run slower than its high end; with FSDP2's hooks and each call's fixed cost "
-        "priced too, held-out gloo jobs ran FSDP 29 % faster to 87 % slower than predicted (kept pairs at load 0-23: an MLP-Mixer "
-        "-29 to +87 %, 12 pairs, 9 inside the interval, bench/fsdp_fresh/mixer_rounds.sh; a ResNet -7 to +44 %, 12 pairs, 11 inside, "
-        "-4 to +11 % on a quiet machine, SCRIPT=bench/fsdp_fresh/resnet_ddp.py; a LoRA fine-tune -23 to +5 %, 4 pairs, "
+        "priced too, held-out gloo jobs ran FSDP 26 % faster to 100 % slower than predicted (kept pairs at load 0-23: an MLP-Mixer "
+        "-26 to +100 %, 12 pairs, 9 inside the interval, bench/fsdp_fresh/mixer_rounds.sh; a ResNet -7 to +43 %, 12 pairs, 11 inside, "
+        "-4 to +11 % on a quiet machine, SCRIPT=bench/fsdp_fresh/resnet_ddp.py; a LoRA fine-tune -22 to +7 %, 4 pairs, "
         "bench/bench_lora_memory.py); the memory within about 10 %")
 
 
