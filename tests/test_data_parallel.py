@@ -14,7 +14,7 @@ from testdata import DATA
 from dagprof.analysis import job_iteration_us
 from dagprof.cli.main import main
 from dagprof.costmodel.alphabeta import AlphaBeta
-from dagprof.costmodel.fsdp_costs import dtensor_step_ratio
+from dagprof.costmodel.fsdp_costs import StepFit, dtensor_step_ratio
 from dagprof.costmodel.topology import Topology
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
@@ -143,19 +143,33 @@ def _copy_outs(g, rank=0):
 
 
 def test_copy_out_costs_a_ddp_enqueue_call_and_its_bytes():
-    """Uncalibrated, a copy-out costs what DDP's bucket enqueue costs per call and per byte, fitted over the buckets' medians:
-    the LoRA job's 1 MiB and 79 KB buckets took about as long, a call's cost, so each unit's copy-out is one call whatever
-    its bytes, near what the FSDP job's took (the enqueues' sum per byte priced them 10x that). A profile whose buckets
-    are all of one size keeps the sum per byte."""
+    """Uncalibrated, a copy-out costs what DDP's bucket enqueue costs per call and per byte on a core of its own (each
+    bucket's fastest instance over ranks and steps), stretched by the rank's waits for a core: the LoRA job's 1 MiB and
+    79 KB buckets took about as long, a call's cost, so each unit's copy-out is about one call whatever its bytes, near what
+    the FSDP job's took (the enqueues' sum per byte priced them 10x that). Enqueues a loaded rank was descheduled inside
+    (10-40x the fastest at load 13-22) do not move the price. A profile whose buckets are all of one size prices per byte."""
+    from dagprof.passes.data_parallel import _stretch
+
     ddp, real = (build_graph(read_run(DATA / "lora" / f"{w}-0")) for w in ("ddp", "fsdp"))
-    copies = _copy_outs(ddp_to_fsdp(ddp))
+    conv = ddp_to_fsdp(ddp)
+    stretch = _stretch(ddp)
     enq = np.flatnonzero((ddp.kind == Kind.COMM_ENQUEUE) & (ddp.bucket >= 0))
-    medians = [float(np.median(ddp.dur[enq[ddp.bucket[enq] == k]])) for k in np.unique(ddp.bucket[enq])]
-    assert len(medians) == 2 and copies and np.allclose(copies, np.mean(medians))
+    fastest = [(1, int(ddp.nbytes[e[0]]), float(ddp.dur[e].min())) for k in np.unique(ddp.bucket[enq]) for e in [enq[ddp.bucket[enq] == k]]]
+    fit, size = StepFit.fit(fastest), {u.name: u.numel * 4 for u in conv.meta.fsdp.units}
+    copy_outs = [v for v in np.flatnonzero(conv.rank >= 0) if "fsdp copy-out" in conv.node_name(int(v))]
+    assert len(fastest) == 2 and copy_outs and min(stretch.values()) > 1.0
+    assert all(float(conv.dur[v]) == pytest.approx(fit.us(1, size[conv.node_name(int(v)).split("copy-out ")[1].rpartition(" (")[0]])
+                                                   * stretch[int(conv.rank[v])]) for v in copy_outs)
+    copies = _copy_outs(conv)
     assert 0.5 < sum(copies) / sum(_copy_outs(real)) * len(real.meta.steps) / len(ddp.meta.steps) < 2
-    one = build_graph(read_run(DDP))  # one bucket
+    slow = ddp.dur.copy()
+    for k in np.unique(ddp.bucket[enq]):
+        e = enq[ddp.bucket[enq] == k]
+        slow[e[ddp.dur[e] > ddp.dur[e].min()]] *= 20  # every instance but the fastest descheduled
+    assert _copy_outs(ddp_to_fsdp(ddp.replace(dur=slow))) == pytest.approx(copies)
+    one = build_graph(read_run(DDP))  # one bucket, no waits for a core recorded
     enq = np.flatnonzero((one.kind == Kind.COMM_ENQUEUE) & (one.bucket >= 0))
-    per_byte = float(one.dur[enq].sum()) / float(sum(int(one.nbytes[v]) for v in np.flatnonzero((one.kind == Kind.COMM) & (one.bucket >= 0))))
+    per_byte = float(one.dur[enq].min()) / float(one.nbytes[np.flatnonzero((one.kind == Kind.COMM) & (one.bucket >= 0))[0]])
     conv = ddp_to_fsdp(one)
     size = {u.name: u.numel * 4 for u in conv.meta.fsdp.units}
     assert all(float(conv.dur[v]) == pytest.approx(size[conv.node_name(int(v)).split("copy-out ")[1].rpartition(" (")[0]] * per_byte)

@@ -101,6 +101,26 @@ def test_measured_costs_leave_out_the_profiles_overhead_per_collective(ddp):
     assert gathers(kept) == pytest.approx(gathers(ddp_to_fsdp(_torch(bare, "1.9.0"))) + 4000.0 * len(fsdp_collectives(kept)))
 
 
+def test_each_calls_fixed_cost_is_stretched_by_the_slowest_ranks_waits_for_a_core_where_the_fit_held_the_load():
+    """Gloo's fixed cost per call (``FSDP_HOST``, timed on a quiet machine) is hand-offs between threads. Where the profile's
+    fit put the slower instances' excess in its overhead per collective (one bucket size), the load went with it: the
+    conversion charges the call's cost times the slowest rank's stretch, as measured; where the fit has none (two gloo
+    lanes: total time over bytes, the load in the bytes' price), unstretched; a profile that does not record its waits
+    for a core, unstretched."""
+    from dagprof.costmodel.topology import Topology
+    g = build_graph(read_run(DATA / "lora-clip" / "ddp-0"))
+    unrecorded = g.replace(meta=g.meta.replace(loop_steps=dataclasses.replace(g.meta.loop_steps, sched={})))
+    stretch, call = max(_stretch(g).values()), FSDP_HOST[g.meta.torch_minor].call_us
+    assert stretch > 1.0 and _stretch(unrecorded) == dict.fromkeys(_stretch(g), 1.0)
+    for fitted, grown in ((4000.0, stretch - 1.0), (0.0, 0.0)):
+        topo = Topology(2, 1, LINK, LINK, overhead_us=fitted)
+        loaded, alone = ddp_to_fsdp(set_topology(g, topo)), ddp_to_fsdp(set_topology(unrecorded, topo))
+        colls, bare = fsdp_collectives(loaded), fsdp_collectives(alone)
+        assert colls and len(colls) == len(bare)
+        extra = sum(float(loaded.dur[c.node]) for c in colls) - sum(float(alone.dur[c.node]) for c in bare)
+        assert extra == pytest.approx(call * grown * len(colls))
+
+
 def _torch(g, version):
     return g.replace(meta=g.meta.replace(torch=version))
 
