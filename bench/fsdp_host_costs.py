@@ -1,14 +1,14 @@
 """FSDP2's host work per unit and gloo's fixed cost per blocking call, per torch version (needs torch): what a DDP profile
 never ran, for ``costmodel.fsdp_costs.FSDP_HOST``.
 
-Per unit (``collect.measure.calibrate._unit_extra``, the units ``dagprof calibrate --fsdp`` times, here of 1 and 4
+Per unit (``collect.measure.calibrate.unit_extra``, the units ``dagprof calibrate --fsdp`` times, here of 1 and 4
 ``Linear`` tensors and of 16 KiB and 2 MiB): a stack of ``fully_shard`` units' forward and backward against the same stack
 unsharded, less its all-gathers and reduce-scatters, in the training thread's CPU time (FSDP2's pre/post-forward and
 backward hooks, the all-gather's copy-in, the reduce-scatter's copy-in and the gradient views, the reshard frees; a
 wait for a core or a peer takes no CPU, so the figure holds on a shared machine), less FSDP2's copy-out
 (``split_with_sizes_copy`` of the gathered bytes into new storage, timed on its own in CPU time: the conversion prices
 each copy-out apart), fitted per unit, per tensor and per byte. Per call: gloo's all-gather and reduce-scatter as
-FSDP2 calls them (``calibrate._op``) at 4-64 KiB, the slowest rank's wall time each repetition from a barrier's
+FSDP2 calls them (``calibrate.collective_op``) at 4-64 KiB, the slowest rank's wall time each repetition from a barrier's
 release, fitted over the bytes: the intercept is the call's fixed cost (the hand-offs between the ranks' threads and
 gloo's, which a DDP profile's few all-reduces of one bucket size cannot split from their bytes). Wall time: run it on a
 quiet machine, under the lock:
@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
-from dagprof.collect.measure.calibrate import _op, _slowest_each, _timed_both, _unit_extra
+from dagprof.collect.measure.calibrate import collective_op, slowest_each, timed_both, unit_extra
 from dagprof.traces.comm_kind import CommKind
 
 SHAPES = ((8, 1, 64), (8, 4, 64), (4, 1, 724))  # (units, tensors a unit, width): the per-unit, per-tensor and per-byte terms
@@ -45,7 +45,7 @@ def copy_out_cpu_per_byte(world: int, iters: int) -> float:
         def make() -> object:
             outs = [torch.empty(world, shard) for _ in range(4)]
             return lambda: torch.split_with_sizes_copy(gathered, [shard] * 4, dim=1, out=outs)
-        points.append((world * 4 * shard * 4, float(np.median(_timed_both(make, iters)[1]))))
+        points.append((world * 4 * shard * 4, float(np.median(timed_both(make, iters)[1]))))
     (m0, t0), (m1, t1) = points
     return max((t1 - t0) / (m1 - m0), 0.0)
 
@@ -82,13 +82,13 @@ def main() -> None:
     for _ in range(args.rounds):
         copy.append(copy_out_cpu_per_byte(world, args.iters))
         for count, tensors, width in SHAPES:
-            nbytes, _, _, timed = _unit_extra(count, width, world, mesh, args.iters, per_unit=tensors)
+            nbytes, _, _, timed = unit_extra(count, width, world, mesh, args.iters, per_unit=tensors)
             for phase, us in zip(units, timed["cpu_us"]):
                 units[phase].append((tensors, nbytes, us))
         for kind in calls:
             for size in CALL_SIZES:
-                make, moved = _op(CommKind.from_label(kind), size, world)
-                calls[kind].append((moved, _slowest_each(_timed_both(make, args.iters)[0])))
+                make, moved = collective_op(CommKind.from_label(kind), size, world)
+                calls[kind].append((moved, slowest_each(timed_both(make, args.iters)[0])))
         gc.collect()
     per_byte = float(np.median(copy))
     # the copy-out is priced on its own: its CPU per byte comes off each phase's (each unit gathers once a phase)

@@ -12,7 +12,7 @@ import pytest
 from testdata import DATA
 
 from dagprof.cli.main import main
-from dagprof.collect.measure.calibrate import _slowest_each
+from dagprof.collect.measure.calibrate import slowest_each
 from dagprof.costmodel.alphabeta import AlphaBeta, ring_allreduce_us
 from dagprof.costmodel.fsdp_costs import DTENSOR_STEP, FSDP_HOST, FsdpCosts, StepFit, step_ratio
 from dagprof.costmodel.topology import read_link_model, save_link_model
@@ -250,7 +250,7 @@ def test_fsdp_kinds_are_priced_at_each_repetitions_slowest_rank():
     lag that a job of back-to-back collectives waits for every time; the median of each repetition's slowest rank has it."""
     per = np.array([[60.0, 90.0, 60.0, 90.0], [90.0, 60.0, 90.0, 60.0]])  # ranks x repetitions, us
     assert float(np.median(per, axis=1).max()) == 75.0  # the slowest rank's median: half the lag
-    assert _slowest_each(per) == 90.0
+    assert slowest_each(per) == 90.0
 
 
 def test_fsdp_to_ddp_steps_the_optimizer_as_measured():

@@ -46,7 +46,7 @@ class KindSweep:
     skew_us: list[float]  # per size: median over repetitions of the last rank's time minus the first's (barrier-aligned start)
 
 
-def _op(kind: CommKind, nbytes: int, world: int) -> tuple[Callable[[], Callable[[], object]], int]:
+def collective_op(kind: CommKind, nbytes: int, world: int) -> tuple[Callable[[], Callable[[], object]], int]:
     """(a maker of the call FSDP2 makes for ``kind`` on a tensor of ``nbytes``, fp32, divisible by the ranks; the bytes).
 
     As FSDP2 does, each all-gather writes into a new output tensor and each reduce-scatter reads a new input its
@@ -82,7 +82,7 @@ def sweep_kind(kind: CommKind, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: in
     barrier's release; the time is the slowest rank's median (a rank that entered late measures less than the
     collective took) and the skew the spread of the ranks' times per repetition (how much later the last rank got
     out than the first, the barrier's own release skew included; no clock is compared across ranks). FSDP's kinds
-    (not the all-reduce): the median of each repetition's slowest rank (``_slowest_each``), since which rank gets out last
+    (not the all-reduce): the median of each repetition's slowest rank (``slowest_each``), since which rank gets out last
     alternates: gloo's all-gather releases one of 2 ranks about half its transfer after the other, and a job of
     back-to-back collectives waits for that rank every time, where the slowest rank's median held the lag in some
     sweeps and not in others (4 MiB at 200 Mbit/s: 133 and 97 ms, skew 42 and 40 ms, in two sweeps)."""
@@ -97,9 +97,9 @@ def sweep_kind(kind: CommKind, sizes: tuple[int, ...] = DEFAULT_SIZES, iters: in
         dist.all_reduce(warm)
     points, skew = [], []
     for nbytes in sizes:
-        make, moved = _op(kind, nbytes, world)
+        make, moved = collective_op(kind, nbytes, world)
         per = _timed_together(make, iters, warmup)
-        points.append((moved, float(np.median(per, axis=1).max()) if kind == CommKind.ALL_REDUCE else _slowest_each(per)))
+        points.append((moved, float(np.median(per, axis=1).max()) if kind == CommKind.ALL_REDUCE else slowest_each(per)))
         skew.append(float(np.median(per.max(axis=0) - per.min(axis=0))))
     return KindSweep(kind, points, skew)
 
@@ -131,10 +131,10 @@ LARGE_UNITS = (4, 724)  # and of units of 2 MiB (a transformer block of width 25
 def _timed_together(make: Callable[[], Callable[[], object]], iters: int, warmup: int = 2) -> np.ndarray:
     """us, ranks x repetitions: every rank times ``make()``'s call from a barrier's release, as the ranks of a job
     run it side by side (``warmup`` repetitions first, untimed); every rank gets every rank's times."""
-    return _timed_both(make, iters, warmup)[0]
+    return timed_both(make, iters, warmup)[0]
 
 
-def _timed_both(make: Callable[[], Callable[[], object]], iters: int, warmup: int = 2) -> tuple[np.ndarray, np.ndarray]:
+def timed_both(make: Callable[[], Callable[[], object]], iters: int, warmup: int = 2) -> tuple[np.ndarray, np.ndarray]:
     """``_timed_together``'s wall times and the same calls' CPU time on the calling thread (what waiting on a peer or
     on the link does not take), us, ranks x repetitions each."""
     import torch
@@ -160,7 +160,7 @@ def _slowest_median(make: Callable[[], Callable[[], object]], iters: int, warmup
     return float(np.median(_timed_together(make, iters, warmup), axis=1).max())
 
 
-def _slowest_each(per: np.ndarray) -> float:
+def slowest_each(per: np.ndarray) -> float:
     """us: the median over repetitions of the slowest rank's time (ranks x repetitions): what a job of back-to-back
     collectives waits for where the last rank out changes from one repetition to the next."""
     return float(np.median(per.max(axis=0)))
@@ -177,7 +177,7 @@ def measure_fsdp(iters: int = 5) -> tuple[FsdpCosts, dict]:
     reducer divides while it copies), and copied back. Per unit: the forward
     and the backward of a stack of ``UNITS`` ``Linear`` units, ``fully_shard`` each (resharded after forward), less the
     same stack unsharded and less its collectives at their own measured time (an all-gather per unit in forward, an
-    all-gather and a reduce-scatter in backward), per unit; never below 0 (``_unit_extra``). Then the same for
+    all-gather and a reduce-scatter in backward), per unit; never below 0 (``unit_extra``). Then the same for
     ``LARGE_UNITS``: how much more a unit costs per byte of its parameters, in CPU time on the calling thread (first
     touch of the gathered parameters and gradients, FSDP's passes over them), less the copy-out's time per byte (the
     conversion prices each copy-out on its own), never below 0. In CPU time because the wall times of units of MBs
@@ -211,7 +211,7 @@ def measure_fsdp(iters: int = 5) -> tuple[FsdpCosts, dict]:
         views = list(flat.split([g.numel() for g in grads]))
         bucket_in.append((nbytes, _slowest_median(lambda: lambda: [torch.mul(g, 1.0 / world, out=v) for g, v in zip(grads, views)], iters)))
         bucket_out.append((nbytes, _slowest_median(lambda: lambda: [g.copy_(v) for g, v in zip(grads, views)], iters)))
-    per_unit = [_unit_extra(units, width, world, mesh, iters) for units, width in (UNITS, LARGE_UNITS)]
+    per_unit = [unit_extra(units, width, world, mesh, iters) for units, width in (UNITS, LARGE_UNITS)]
     del mesh
     gc.collect()  # the sharded modules and their mesh go while the group lives: left to its teardown, a rank aborted in 2 runs of 12 (0 of 27 so)
     dist.barrier()
@@ -241,7 +241,7 @@ def optimizer_points(mesh: object, iters: int, cpu: bool = False) -> dict[str, l
             opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
             model(torch.ones(2, width)).sum().backward()
             nbytes = tensors * width * width * 4
-            us = (float(np.median(_timed_both(lambda step=opt.step: step, iters)[1], axis=1).max()) if cpu else
+            us = (float(np.median(timed_both(lambda step=opt.step: step, iters)[1], axis=1).max()) if cpu else
                   _slowest_median(lambda step=opt.step: step, iters))
             steps[how].append((tensors, nbytes // world if how == "dtensor" else nbytes, us))
             del model, opt
@@ -274,11 +274,11 @@ def _linear_stack(count: int, width: int, mesh: object | None, per_unit: int = 1
     return model
 
 
-def _unit_extra(units: int, width: int, world: int, mesh: object, iters: int, per_unit: int = 1) -> tuple[int, float, float, dict]:
+def unit_extra(units: int, width: int, world: int, mesh: object, iters: int, per_unit: int = 1) -> tuple[int, float, float, dict]:
     """(a unit's parameter bytes, its forward's and its backward's cost per unit beyond its collectives (never below 0), the
     timings): a stack of ``units`` units of ``per_unit`` ``Linear(width, width)`` layers, ``fully_shard`` each, against the
     same stack unsharded, less an all-gather per unit in forward, an all-gather and a reduce-scatter in backward at their
-    own measured time (each timed as the sweep times FSDP's kinds, ``_slowest_each``: the lag of the rank that gets out last is the collectives',
+    own measured time (each timed as the sweep times FSDP's kinds, ``slowest_each``: the lag of the rank that gets out last is the collectives',
     not the unit's). The timings also hold the same differences in CPU time on the calling thread (``cpu_us``: forward,
     backward per unit), which no wait on the link or a peer enters."""
     import torch
@@ -292,12 +292,12 @@ def _unit_extra(units: int, width: int, world: int, mesh: object, iters: int, pe
         def make_backward(model: nn.Module = model, x: torch.Tensor = x) -> Callable[[], object]:
             loss = model(x).sum()
             return loss.backward
-        timed = [_timed_both(make, iters) for make in (lambda model=model, x=x: lambda: model(x), make_backward)]
-        wall[how] = [_slowest_each(w) for w, _ in timed]
+        timed = [timed_both(make, iters) for make in (lambda model=model, x=x: lambda: model(x), make_backward)]
+        wall[how] = [slowest_each(w) for w, _ in timed]
         cpu[how] = [float(np.median(c)) for _, c in timed]
     nbytes = per_unit * width * width * 4
-    ops = [_timed_both(_op(kind, nbytes, world)[0], iters) for kind in (CommKind.ALL_GATHER, CommKind.REDUCE_SCATTER)]
-    (gather, scatter), (gather_cpu, scatter_cpu) = [_slowest_each(w) for w, _ in ops], [float(np.median(c)) for _, c in ops]
+    ops = [timed_both(collective_op(kind, nbytes, world)[0], iters) for kind in (CommKind.ALL_GATHER, CommKind.REDUCE_SCATTER)]
+    (gather, scatter), (gather_cpu, scatter_cpu) = [slowest_each(w) for w, _ in ops], [float(np.median(c)) for _, c in ops]
     forward = max((wall["fsdp"][0] - wall["plain"][0]) / units - gather, 0.0)
     backward = max((wall["fsdp"][1] - wall["plain"][1]) / units - gather - scatter, 0.0)
     cpu_us = [(cpu["fsdp"][0] - cpu["plain"][0]) / units - gather_cpu, (cpu["fsdp"][1] - cpu["plain"][1]) / units - gather_cpu - scatter_cpu]
