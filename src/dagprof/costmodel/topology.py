@@ -455,8 +455,10 @@ KIND_LABELS = tuple(k.label for k in KIND_FACTORS)  # the kinds a link-model fil
 
 def allreduce_equivalent_factor(kind: CommKind, backend: str = "gloo", world: int = 2) -> float:
     """Bytes of the ring all-reduce on ``world`` ranks that costs what a ``kind`` collective of one byte costs
-    (``KIND_FACTORS``; a broadcast: ``broadcast_factor``; an all-to-all: ``all_to_all_factor``; any other kind an
-    all-reduce of its bytes)."""
+    (``KIND_FACTORS``; a broadcast: ``broadcast_factor``; an all-to-all: ``all_to_all_factor``; a gather or scatter of one
+    byte per rank: ``rooted_factor``; any other kind an all-reduce of its bytes)."""
+    if kind in ROOTED:
+        return rooted_factor(world)
     if kind == CommKind.BROADCAST:
         return broadcast_factor(world, backend)
     if kind == CommKind.ALL_TO_ALL:
@@ -480,22 +482,43 @@ def all_to_all_factor(world: int, backend: str = "gloo") -> float:
     return n / (2.0 * (n - 1))
 
 
+# a gather or scatter (its bytes: one rank's chunk, as gloo's Kineto events and the collector record it), priced as the
+# all-gather of every rank's chunk (``CommKind.priced_as``)
+ROOTED = frozenset(k for k in CommKind if k.priced_as == CommKind.ALL_GATHER and k != CommKind.ALL_GATHER)
+
+
+def rooted_factor(world: int) -> float:
+    """A gather's or scatter's all-reduce-equivalent bytes per byte of one rank's chunk on ``world`` ranks: the all-gather of
+    the N chunks (``KIND_FACTORS``: N/2), N/2 times an all-reduce of the chunk. gloo's (``ProcessGroupGloo``: ``gloo::gather``,
+    ``gloo::scatter``) is root-based: the root receives (or sends) the N-1 other chunks, one point-to-point transfer each,
+    all posted at once, so its port moves (N-1) chunks, as each port of a ring all-gather does, where the all-reduce of one
+    chunk moves 2 (N-1)/N. On the testbed's shaped loopback (``bench/bcast_sweep.py --loopback``, 200 Mbit/s, 0.25-2 MB a
+    chunk, load 7-8.4; ``tests/data/gloo-kinds``) a gather and a scatter took 0.49-0.51 of the all-reduce of their chunk on
+    2 ranks and on 4 (0.43-0.44 at 0.25 MB on 2): the one medium carries (N-1) chunks of it against the all-reduce's
+    2 (N-1), which ``Topology.one_way_share`` (1/N of the price on ports) gives. A graph's gather had been priced as an
+    all-reduce of the chunk (``priced_kind``), with the all-reduce's share of the medium: 2x what it took there on any N, and
+    on ports N/2 times under what its root's port carries, which 2-rank recordings could not tell."""
+    return KIND_FACTORS[CommKind.ALL_GATHER] * max(int(world), 1)
+
+
 def priced_kind(kind: CommKind) -> CommKind:
-    """The kind the link model prices a graph's collective as: an all-gather, reduce-scatter, broadcast or all-to-all as
-    itself, any other (a send, one its reader could not tell) as an all-reduce of its bytes."""
-    return kind if kind in (CommKind.ALL_GATHER, CommKind.REDUCE_SCATTER, CommKind.BROADCAST, CommKind.ALL_TO_ALL) else CommKind.ALL_REDUCE
+    """The kind the link model prices a graph's collective as: the kind whose price it takes (``CommKind.priced_as``: a
+    gather or scatter an all-gather's, of every rank's chunk, ``rooted_factor``), an all-gather, reduce-scatter, broadcast or
+    all-to-all as itself, any other (a send, one its reader could not tell) as an all-reduce of its bytes."""
+    priced = kind.priced_as
+    return priced if priced in (CommKind.ALL_GATHER, CommKind.REDUCE_SCATTER, CommKind.BROADCAST, CommKind.ALL_TO_ALL) else CommKind.ALL_REDUCE
 
 
 def per_rank_equivalent_bytes(kind: CommKind, nbytes: float, world: int, backend: str = "gloo") -> float:
     """Bytes of the ring all-reduce on ``world`` ranks that costs what a collective of ``nbytes`` per rank costs: an
-    all-gather of them gathers ``world`` times them (``KIND_FACTORS``), and so does a scatter or gather (``CommKind.priced_as``:
-    its root's port moves (N-1) x ``nbytes``, as a ring all-gather each rank's); a broadcast ``broadcast_factor``; an
-    all-to-all of an ``nbytes`` buffer ``all_to_all_factor``; anything else an all-reduce of them."""
-    if kind.priced_as == CommKind.ALL_GATHER:
+    all-gather of them gathers ``world`` times them (``KIND_FACTORS``), and so does a scatter or gather (``rooted_factor``);
+    a broadcast ``broadcast_factor``; an all-to-all of an ``nbytes`` buffer ``all_to_all_factor``; anything else an
+    all-reduce of them."""
+    if kind == CommKind.ALL_GATHER:
         return KIND_FACTORS[CommKind.ALL_GATHER] * max(int(world), 1) * nbytes
-    if kind == CommKind.ALL_TO_ALL:
-        return all_to_all_factor(world, backend) * nbytes
-    return allreduce_equivalent_factor(CommKind.BROADCAST if kind == CommKind.BROADCAST else CommKind.ALL_REDUCE, backend, world) * nbytes
+    if kind in (CommKind.ALL_TO_ALL, CommKind.BROADCAST, *ROOTED):
+        return allreduce_equivalent_factor(kind, backend, world) * nbytes
+    return allreduce_equivalent_factor(CommKind.ALL_REDUCE, backend, world) * nbytes
 
 
 def broadcast_factor(world: int, backend: str = "gloo") -> float:

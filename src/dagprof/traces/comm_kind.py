@@ -42,8 +42,9 @@ class CommKind(enum.IntEnum):
     @property
     def priced_as(self) -> "CommKind":
         """The kind whose price this one takes, one rule for an FSDP job's own calls (``collect.hooks.fsdp`` records the
-        group's tensors of those priced as an all-gather, ``traces.fsdp_run`` gives their nodes this kind) and a DDP model's
-        calls inside its ops (``costmodel.topology.per_rank_equivalent_bytes``): a gather's or scatter's root port moves
+        group's tensors of those priced as an all-gather, ``traces.fsdp_run`` gives their nodes this kind), a DDP model's
+        calls inside its ops (``costmodel.topology.per_rank_equivalent_bytes``) and a trace's collectives
+        (``costmodel.topology.priced_kind``, ``rooted_factor``): a gather's or scatter's root port moves
         the group's tensors, as a ring all-gather of them does each port (its bytes: the gathered ones); a barrier an
         all-reduce of nothing; any other kind itself."""
         return _PRICED_AS.get(self, self)
