@@ -72,3 +72,26 @@ def test_the_replay_prices_the_traces_gathers_and_scatters_as_they_took():
     assert len(rooted) == 12
     for v in rooted.tolist():
         assert 0.85 < h.dur[v] / took[(CommKind(int(g.comm_kind[v])), int(g.nbytes[v]))] < 1.15
+
+
+def test_on_switched_ports_a_4_rank_gather_costs_its_roots_three_chunks():
+    """``ports-n4``: each rank in its own namespace, its port shaped both ways (``--both-ways``, as a switch port). A
+    gather's or scatter's root port carries 3 chunks of it, the all-gather's price (twice the all-reduce of the chunk):
+    from 2 MB on, priced by the link the all-reduces fit, each gather and scatter comes within 10 % of what it took, and an
+    all-to-all (the whole buffer through one port, ``all_to_all_factor``) within 15 %; priced as the all-reduce of its
+    chunk (before), a gather took twice its price."""
+    o = open_run(KINDS / "ports-n4")
+    took = measured(*on_one_clock(o.run))
+    sweep = sorted((b, us) for (kind, b), us in took.items() if kind == CommKind.ALL_REDUCE)
+    topo = Topology.flat(4, fit_sweep(*(np.array(x, dtype=float) for x in zip(*sweep)), 4))
+    g = o.graph
+    checked = 0
+    for kind in (CommKind.GATHER, CommKind.SCATTER, CommKind.ALL_TO_ALL):
+        idx = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0) & (g.comm_kind == kind) & (g.nbytes >= 2 << 20))
+        for v, m in zip(idx.tolist(), allreduce_equivalent_bytes(g, idx).tolist()):
+            ratio = allreduce_us(m, topo) / took[(kind, int(g.nbytes[v]))]
+            assert (0.9 < ratio < 1.1) if kind != CommKind.ALL_TO_ALL else (0.85 < ratio < 1.15), (kind.name, int(g.nbytes[v]), ratio)
+            if kind != CommKind.ALL_TO_ALL:
+                assert allreduce_us(float(g.nbytes[v]), topo) / took[(kind, int(g.nbytes[v]))] < 0.6
+            checked += 1
+    assert checked == 12

@@ -473,9 +473,16 @@ def all_to_all_factor(world: int, backend: str = "gloo") -> float:
     (``bench/bcast_sweep.py --kind all_to_all``, each rank's port shaped, 0.5-8 MB, load 3.7-6.0) its ports sent (N-1)/N
     of it (tx counters), yet it took 0.92-0.97 of the all-reduce of its bytes on 2 ranks from 2 MB (0.72-0.97 at
     1 Gbit/s), 2.06-2.09 times its bytes at the port's rate: its two directions ran one after the other; on 4 ranks
-    0.54-0.64 (0.34 at 0.5 MB, 1 Gbit/s), 1.40-1.42 times its bytes' time from 2 MB at 200 Mbit/s. Where one medium
-    carries every rank's traffic, a direction at a time costs nothing more: ``Topology.one_way_share`` takes it back to
-    its bytes."""
+    0.54-0.64 (0.34 at 0.5 MB, 1 Gbit/s), 1.40-1.42 times its bytes' time from 2 MB at 200 Mbit/s. That testbed shaped
+    each port's egress alone, so a rank received from its N-1 peers at once at their summed rate, which no switch port
+    does and an all-reduce's ring (one peer each way) never asks; with each port shaped both ways (``--both-ways``, load
+    3.9-4.9) it took 0.62-0.71 of the all-reduce on 4 ranks at 200 Mbit/s and 1 Gbit/s, 0.5-8 MB (priced 0.667), and
+    0.86-0.97 on 2 (0.73-0.93 at 1 Gbit/s; priced 1). Why a direction at a time: gloo's TCP pair sends its operations in
+    order (``Pair::sendAsyncMode`` queues one behind an unfinished write), and a receive is announced to the peer by a
+    notification on the same pair, so a rank that posts its send to a peer before its receive from it (every pair on 2
+    ranks) holds the peer's send until its own data has crossed; on 4 ranks that depends on which rank reaches the call
+    last. Where one medium carries every rank's traffic, a direction at a time costs nothing more:
+    ``Topology.one_way_share`` takes it back to its bytes."""
     n = max(int(world), 2)
     if backend not in ("gloo", "", None):
         return KIND_FACTORS[CommKind.ALL_TO_ALL]
@@ -492,12 +499,13 @@ def rooted_factor(world: int) -> float:
     the N chunks (``KIND_FACTORS``: N/2), N/2 times an all-reduce of the chunk. gloo's (``ProcessGroupGloo``: ``gloo::gather``,
     ``gloo::scatter``) is root-based: the root receives (or sends) the N-1 other chunks, one point-to-point transfer each,
     all posted at once, so its port moves (N-1) chunks, as each port of a ring all-gather does, where the all-reduce of one
-    chunk moves 2 (N-1)/N. On the testbed's shaped loopback (``bench/bcast_sweep.py --loopback``, 200 Mbit/s, 0.25-2 MB a
-    chunk, load 7-8.4; ``tests/data/gloo-kinds``) a gather and a scatter took 0.49-0.51 of the all-reduce of their chunk on
-    2 ranks and on 4 (0.43-0.44 at 0.25 MB on 2): the one medium carries (N-1) chunks of it against the all-reduce's
-    2 (N-1), which ``Topology.one_way_share`` (1/N of the price on ports) gives. A graph's gather had been priced as an
-    all-reduce of the chunk (``priced_kind``), with the all-reduce's share of the medium: 2x what it took there on any N, and
-    on ports N/2 times under what its root's port carries, which 2-rank recordings could not tell."""
+    chunk moves 2 (N-1)/N. On the namespace testbed with each rank's port shaped both ways (``bench/bcast_sweep.py
+    --both-ways``, 0.5-8 MB a chunk, load 3.9-4.9) a gather and a scatter took 1.77-1.96 of the all-reduce of their chunk on
+    4 ranks at 200 Mbit/s and 1 Gbit/s (1.03-1.09 times their root's (N-1) chunks at the port's rate), 0.82-0.98 on 2 from
+    2 MB: priced N/2, 2 and 1; as an all-reduce of the chunk before (``priced_kind``), 1 on any N, about half what a 4-rank
+    one took. On the one shaped loopback (``--loopback``, 200 Mbit/s, 0.25-2 MB, load 7-8.4) they took 0.49-0.51 on 2 ranks
+    and on 4: the medium carries (N-1) chunks against the all-reduce's 2 (N-1), which ``Topology.one_way_share`` gives
+    (1/N of the price on ports); before, 1 (2x). ``tests/data/gloo-kinds`` holds traces of both."""
     return KIND_FACTORS[CommKind.ALL_GATHER] * max(int(world), 1)
 
 
