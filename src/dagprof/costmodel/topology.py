@@ -518,13 +518,11 @@ def priced_kind(kind: CommKind) -> CommKind:
 
 
 def per_rank_equivalent_bytes(kind: CommKind, nbytes: float, world: int, backend: str = "gloo") -> float:
-    """Bytes of the ring all-reduce on ``world`` ranks that costs what a collective of ``nbytes`` per rank costs: an
-    all-gather of them gathers ``world`` times them (``KIND_FACTORS``), and so does a scatter or gather (``rooted_factor``);
-    a broadcast ``broadcast_factor``; an all-to-all of an ``nbytes`` buffer ``all_to_all_factor``; anything else an
-    all-reduce of them."""
-    if kind == CommKind.ALL_GATHER:
-        return KIND_FACTORS[CommKind.ALL_GATHER] * max(int(world), 1) * nbytes
-    if kind in (CommKind.ALL_TO_ALL, CommKind.BROADCAST, *ROOTED):
+    """Bytes of the ring all-reduce on ``world`` ranks that costs what a collective of ``nbytes`` (as the events carry them,
+    ``CommKind.event_bytes``: an all-gather's gathered total) costs: an all-gather half of them (``KIND_FACTORS``), a scatter
+    or gather of a chunk the all-gather of ``world`` chunks (``rooted_factor``); a broadcast ``broadcast_factor``; an
+    all-to-all of an ``nbytes`` buffer ``all_to_all_factor``; anything else an all-reduce of them."""
+    if kind in (CommKind.ALL_GATHER, CommKind.ALL_TO_ALL, CommKind.BROADCAST, *ROOTED):
         return allreduce_equivalent_factor(kind, backend, world) * nbytes
     return allreduce_equivalent_factor(CommKind.ALL_REDUCE, backend, world) * nbytes
 

@@ -49,6 +49,16 @@ class CommKind(enum.IntEnum):
         all-reduce of nothing; any other kind itself."""
         return _PRICED_AS.get(self, self)
 
+    def event_bytes(self, input_bytes: int, ranks: int) -> int:
+        """A collective's bytes as the events carry them (``EventTable.nbytes``) from one rank's input tensor, as Kineto's
+        ``Input Dims`` (``In msg nelems``) and the collector's own-call records give it: an all-gather's its gathered
+        total, the input times its group's ``ranks`` (0, unknown, where they are), as dagprof's FSDP records, TensorFlow and
+        Horovod record it and ``allreduce_equivalent_bytes`` reads it; any other kind its input (a reduce-scatter's whole
+        input, a gather's or scatter's one chunk). Read as gathered, a traced all-gather's chunk cost 1/N of its transfer."""
+        if self != CommKind.ALL_GATHER:
+            return input_bytes
+        return input_bytes * ranks if ranks > 0 else 0
+
     @property
     def label(self) -> str:
         """The name the cost model, link-model files and the collector's FSDP records give it: ``all_gather``."""
