@@ -106,7 +106,8 @@ def test_the_price_reads_the_kind_not_the_name():
     assert allreduce_equivalent_bytes(g, np.array([gathered, unknown])).tolist() == [500.0, 1000.0]
     assert [priced_kind(k) for k in (K.SEND, K.UNKNOWN, K.ALL_TO_ALL, K.BROADCAST)] == [K.ALL_REDUCE, K.ALL_REDUCE, K.ALL_TO_ALL, K.BROADCAST]
     assert allreduce_equivalent_factor(K.REDUCE_SCATTER, "gloo") == 1.0 and allreduce_equivalent_factor(K.REDUCE_SCATTER, "nccl") == 0.5
-    assert per_rank_equivalent_bytes(K.SCATTER, 10.0, 4) == per_rank_equivalent_bytes(K.ALL_GATHER, 10.0, 4) == 20.0
+    # a scatter's chunk of 10 bytes on 4 ranks costs the all-gather of the 4 chunks (its bytes the gathered 40: ``CommKind.event_bytes``)
+    assert per_rank_equivalent_bytes(K.SCATTER, 10.0, 4) == per_rank_equivalent_bytes(K.ALL_GATHER, K.ALL_GATHER.event_bytes(10, 4), 4) == 20.0
 
 
 def test_an_fsdp_jobs_own_collectives_are_marked_not_named():
@@ -150,5 +151,19 @@ def test_one_pricing_rule_for_gathers_scatters_and_barriers():
     all-gather its root's port carries, a barrier as an all-reduce; every other kind as itself."""
     assert [k.priced_as for k in (K.GATHER, K.SCATTER, K.BARRIER)] == [K.ALL_GATHER, K.ALL_GATHER, K.ALL_REDUCE]
     assert all(k.priced_as == k for k in K if k not in (K.GATHER, K.SCATTER, K.BARRIER))
-    assert per_rank_equivalent_bytes(K.GATHER, 10.0, 4) == per_rank_equivalent_bytes(K.ALL_GATHER, 10.0, 4)
+    assert per_rank_equivalent_bytes(K.GATHER, 10.0, 4) == per_rank_equivalent_bytes(K.ALL_GATHER, K.ALL_GATHER.event_bytes(10, 4), 4)
     assert per_rank_equivalent_bytes(K.BARRIER, 10.0, 4) == per_rank_equivalent_bytes(K.ALL_REDUCE, 10.0, 4)
+
+
+def test_a_traced_gather_or_scatter_is_priced_as_the_all_gather_of_every_ranks_chunk():
+    """The link model's kind for a graph's collective (``priced_kind``) follows ``CommKind.priced_as``: a Kineto gather or
+    scatter (one rank's chunk, as gloo's events record it) costs the all-gather of the N chunks, N/2 all-reduces of its
+    bytes (1 on 2 ranks, 2 on 4), where it had cost one all-reduce of them on any N."""
+    assert [priced_kind(k) for k in (K.GATHER, K.SCATTER, K.BARRIER)] == [K.ALL_GATHER, K.ALL_GATHER, K.ALL_REDUCE]
+    assert all(priced_kind(k) == priced_kind(k.priced_as) for k in K)
+    assert [allreduce_equivalent_factor(K.GATHER, "gloo", n) for n in (2, 4, 8)] == [1.0, 2.0, 4.0]
+    b = GraphBuilder()
+    d = b.device("group 0", DeviceKind.COMM)
+    b.add_node("rank3.step", Kind.OTHER, rank=3, device=b.device("rank3", DeviceKind.COMPUTE, rank=3))  # 4 ranks
+    nodes = [b.add_node(f"{k.label}.{i}", Kind.COMM, device=d, nbytes=1000, comm_kind=k) for i, k in enumerate((K.GATHER, K.SCATTER, K.ALL_REDUCE))]
+    assert allreduce_equivalent_bytes(b.build(), np.array(nodes)).tolist() == [2000.0, 2000.0, 1000.0]

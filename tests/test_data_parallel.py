@@ -405,3 +405,18 @@ def test_the_model_output_is_recorded_and_held_through_the_step(tmp_path, wrappe
         assert d.total == pytest.approx(d0.total + logits)  # held at backward's start and through the step alike
     f, f0 = fsdp_peak(g)[0], fsdp_peak(older)[0]
     assert f.activations >= logits and f.total <= f0.total + logits  # at most once more than before (in place of a stand-in, in part)
+
+
+def test_fsdp2s_plan_is_typed_and_names_its_collectives_kinds():
+    """``_plan``'s points carry their kind as ``PlanKind`` (a collective's ``CommKind``, or a reshard with none): a unit that
+    reshards after forward is gathered again in backward, every unit reduce-scattered and resharded after its backward."""
+    from dagprof.passes.data_parallel import PlanKind, _plan
+    from dagprof.traces.events import CommKind
+
+    plan = _plan(["root", "a"], {"root": False, "a": True})
+    assert [(p.kind, p.unit, p.phase) for p in plan] == [
+        (PlanKind.ALL_GATHER, "root", "forward"), (PlanKind.ALL_GATHER, "a", "forward"), (PlanKind.RESHARD, "a", "forward"),
+        (PlanKind.ALL_GATHER, "a", "backward"), (PlanKind.REDUCE_SCATTER, "a", "backward"), (PlanKind.RESHARD, "a", "backward"),
+        (PlanKind.REDUCE_SCATTER, "root", "backward"), (PlanKind.RESHARD, "root", "backward")]
+    assert [k.comm for k in PlanKind] == [CommKind.ALL_GATHER, CommKind.REDUCE_SCATTER, None]
+    assert [k.label for k in PlanKind] == ["all_gather", "reduce_scatter", "reshard"]

@@ -42,8 +42,8 @@ def test_fsdp_tp_collectives_counted_and_grouped_as_the_script_issues_them():
         "1": ("mesh_dp", (0, 2), {"DP": 6 * 4}), "2": ("mesh_dp", (1, 3), {"DP": 6 * 4}),
         "3": ("mesh_tp", (0, 1), {"TP": 15 * 4}), "4": ("mesh_tp", (2, 3), {"TP": 15 * 4})}
     block, root, clip = 18496 * 4, 32832 * 4, 7 * 4  # a block's and the root's TP-local parameters, 7 parameters' norms
-    dp = 2 * block // 2 + root // 2 + block + root + clip  # all-gathers by their input (a DP shard), reduce-scatters by theirs
-    tp = 4 * 16384 + 4 * 32768 + 3 * 512 + 2 * 256 + clip + 4  # activations, loss_parallel, norms' gradients, clip, the loss
+    dp = 2 * block + root + block + root + clip  # all-gathers by their gathered bytes (2 DP shards), reduce-scatters by their input
+    tp = 4 * 2 * 16384 + 4 * 32768 + 3 * 512 + 2 * 256 + clip + 4  # activations, loss_parallel, norms' gradients, clip, the loss
     assert {n: x for n, (_, _, _, x) in got.items()} == {"1": {"DP": 4 * dp}, "2": {"DP": 4 * dp}, "3": {"TP": 4 * tp}, "4": {"TP": 4 * tp}}
 
 

@@ -25,9 +25,10 @@ from dagprof.traces.run_comm import in_op_sizes
 from dagprof.traces.run_schema import OWN_KINDS, Col, Rec
 
 FRESH = DATA / "ddp-fresh"
-# per step and rank: kind -> (count, bytes per rank); CLIP's batch 32 x dim 64 floats, SyncBN's 2C+1 and 2C floats
-SIZED = {"clip-sized": {CommKind.ALL_GATHER: (2, {8192}), CommKind.SCATTER: (4, {8192})},
-         "syncbn-sized": {CommKind.ALL_GATHER: (9, {68, 132, 260}), CommKind.ALL_REDUCE: (9, {64, 128, 256})}}
+# per step and rank: kind -> (count, bytes: an all-gather's gathered on its 2 ranks, ``CommKind.event_bytes``); CLIP's
+# batch 32 x dim 64 floats a rank, SyncBN's 2C+1 and 2C floats
+SIZED = {"clip-sized": {CommKind.ALL_GATHER: (2, {2 * 8192}), CommKind.SCATTER: (4, {8192})},
+         "syncbn-sized": {CommKind.ALL_GATHER: (9, {2 * 68, 2 * 132, 2 * 260}), CommKind.ALL_REDUCE: (9, {64, 128, 256})}}
 
 
 def _pieces(g):
@@ -81,7 +82,7 @@ def test_asynchronous_and_functional_calls_are_pieces_from_their_wait():
     g = open_run(FRESH / "async-sized").graph
     v, kinds = _pieces(g)
     got = sorted((kind, int(g.nbytes[x])) for x, (kind, _) in zip(v.tolist(), kinds))
-    assert got == sorted([(CommKind.ALL_GATHER, 32 * 64 * 4)] * 4 + [(CommKind.ALL_REDUCE, 64 * 4)] * 4 + [(CommKind.ALL_REDUCE, 2 * 32 * 64 * 4)] * 4)
+    assert got == sorted([(CommKind.ALL_GATHER, 2 * 32 * 64 * 4)] * 4 + [(CommKind.ALL_REDUCE, 64 * 4)] * 4 + [(CommKind.ALL_REDUCE, 2 * 32 * 64 * 4)] * 4)
     par = g.meta.parallel
     assert par.in_ops[0] == 4 and par.in_ops_sized == 3 and dict(par.in_ops_kinds) == {CommKind.ALL_GATHER: 2, CommKind.ALL_REDUCE: 2}
     text = par.in_ops_text()
@@ -103,7 +104,7 @@ def test_an_asynchronous_call_blocks_from_its_wait():
                         rec(Rec.OWN_ASYNC, CommKind.ALL_GATHER, 60, 8), rec(Rec.OWN_COLL, CommKind.ALL_GATHER, 80, 4)], dtype=np.int64)
     inside = [(CommKind.ALL_GATHER, 12, 40), (CommKind.ALL_GATHER, 31, 45), (CommKind.ALL_GATHER, 61, 70), (CommKind.ALL_GATHER, 81, 90)]
     got = in_op_sizes(inside, records, 0, 100)
-    assert [(x.start, x.end, x.nbytes) for x in got] == [(25, 40, 8), (81, 90, 4)]
+    assert [(x.start, x.end, x.nbytes) for x in got] == [(25, 40, 16), (81, 90, 8)]  # gathered on 2 ranks
 
 
 def test_an_asynchronous_call_outside_any_op_is_the_models_where_it_waited_for_it():
@@ -173,8 +174,10 @@ def test_more_workers_keep_them_as_measured():
 
 
 def test_an_all_gather_costs_what_a_ring_all_gather_sends():
-    """Per rank bytes B on N ranks: an all-gather, a scatter or a gather moves (N-1) B through a port, the all-reduce of N B / 2."""
-    for kind in (CommKind.ALL_GATHER, CommKind.SCATTER, CommKind.GATHER):
+    """Per rank bytes B on N ranks: an all-gather, a scatter or a gather moves (N-1) B through a port, the all-reduce of N B / 2:
+    an all-gather's bytes are the gathered N B (``CommKind.event_bytes``), a scatter's or gather's one chunk B."""
+    assert per_rank_equivalent_bytes(CommKind.ALL_GATHER, 4000.0, 4) == 2000.0
+    for kind in (CommKind.SCATTER, CommKind.GATHER):
         assert per_rank_equivalent_bytes(kind, 1000.0, 4) == 2000.0
     assert per_rank_equivalent_bytes(CommKind.ALL_REDUCE, 1000.0, 4) == 1000.0
     assert per_rank_equivalent_bytes(CommKind.BROADCAST, 1000.0, 2) == 1000.0
@@ -269,12 +272,12 @@ def test_calls_and_transfers_pair_by_kind_in_order_or_not_at_all():
     records = np.array([rec(CommKind.ALL_GATHER, 10, 8), rec(CommKind.ALL_GATHER, 30, 16), rec(CommKind.ALL_REDUCE, 50, 4)], dtype=np.int64)
     inside = [(CommKind.ALL_GATHER, 12, 20), (CommKind.ALL_GATHER, 31, 40), (CommKind.ALL_REDUCE, 51, 60), (CommKind.ALL_REDUCE, 61, 70)]
     got = in_op_sizes(inside, records, 0, 100)
-    assert [(x.kind, x.start, x.end, x.nbytes, x.ranks) for x in got] == [(CommKind.ALL_GATHER, 12, 20, 8, 2), (CommKind.ALL_GATHER, 31, 40, 16, 2)]
+    assert [(x.kind, x.start, x.end, x.nbytes, x.ranks) for x in got] == [(CommKind.ALL_GATHER, 12, 20, 16, 2), (CommKind.ALL_GATHER, 31, 40, 32, 2)]
     assert in_op_sizes(inside[:2], records[:2], 20, 100) == []  # the first call before the window: one call, two transfers
     # a logging all-reduce outside any op (called at 65, Kineto's own collective enqueued at 66) takes its call out of the pairing
     logged = np.concatenate([records, [rec(CommKind.ALL_REDUCE, 65, 12)]])
     got = in_op_sizes(inside[:3], logged, 0, 100, [(CommKind.ALL_REDUCE, 66)])
-    assert [(x.kind, x.start, x.nbytes) for x in got] == [(CommKind.ALL_GATHER, 12, 8), (CommKind.ALL_GATHER, 31, 16), (CommKind.ALL_REDUCE, 51, 4)]
+    assert [(x.kind, x.start, x.nbytes) for x in got] == [(CommKind.ALL_GATHER, 12, 16), (CommKind.ALL_GATHER, 31, 32), (CommKind.ALL_REDUCE, 51, 4)]
 
 
 def test_a_users_kineto_trace_moves_its_sized_activation_collectives_the_same_way():
@@ -289,7 +292,8 @@ def test_a_users_kineto_trace_moves_its_sized_activation_collectives_the_same_wa
     acts = activation_comm(g)
     unknown = np.flatnonzero((g.kind == Kind.COMM) & (g.rank < 0) & (g.dim == Dim.UNKNOWN))
     assert g.meta.parallel.unknown_are_activations and len(acts) == len(unknown) == 18
-    assert set(g.nbytes[acts].tolist()) == {128 * 256 * 4}  # a rank's chunk of the batch's 256-wide embeddings
+    chunk = 128 * 256 * 4  # a rank's chunk of the batch's 256-wide embeddings: a scatter's bytes, an all-gather's on 2 ranks twice it
+    assert {(CommKind(int(k)), int(b)) for k, b in zip(g.comm_kind[acts], g.nbytes[acts])} == {(CommKind.SCATTER, chunk), (CommKind.ALL_GATHER, 2 * chunk)}
     was, now = current_topology(g), current_topology(g).with_link("inter", 200e6 / 8, None)
     h = set_link(g, bandwidth=200e6 / 8)
     for v in acts.tolist():

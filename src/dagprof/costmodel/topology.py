@@ -455,8 +455,10 @@ KIND_LABELS = tuple(k.label for k in KIND_FACTORS)  # the kinds a link-model fil
 
 def allreduce_equivalent_factor(kind: CommKind, backend: str = "gloo", world: int = 2) -> float:
     """Bytes of the ring all-reduce on ``world`` ranks that costs what a ``kind`` collective of one byte costs
-    (``KIND_FACTORS``; a broadcast: ``broadcast_factor``; an all-to-all: ``all_to_all_factor``; any other kind an
-    all-reduce of its bytes)."""
+    (``KIND_FACTORS``; a broadcast: ``broadcast_factor``; an all-to-all: ``all_to_all_factor``; a gather or scatter of one
+    byte per rank: ``rooted_factor``; any other kind an all-reduce of its bytes)."""
+    if kind in ROOTED:
+        return rooted_factor(world)
     if kind == CommKind.BROADCAST:
         return broadcast_factor(world, backend)
     if kind == CommKind.ALL_TO_ALL:
@@ -471,31 +473,58 @@ def all_to_all_factor(world: int, backend: str = "gloo") -> float:
     (``bench/bcast_sweep.py --kind all_to_all``, each rank's port shaped, 0.5-8 MB, load 3.7-6.0) its ports sent (N-1)/N
     of it (tx counters), yet it took 0.92-0.97 of the all-reduce of its bytes on 2 ranks from 2 MB (0.72-0.97 at
     1 Gbit/s), 2.06-2.09 times its bytes at the port's rate: its two directions ran one after the other; on 4 ranks
-    0.54-0.64 (0.34 at 0.5 MB, 1 Gbit/s), 1.40-1.42 times its bytes' time from 2 MB at 200 Mbit/s. Where one medium
-    carries every rank's traffic, a direction at a time costs nothing more: ``Topology.one_way_share`` takes it back to
-    its bytes."""
+    0.54-0.64 (0.34 at 0.5 MB, 1 Gbit/s), 1.40-1.42 times its bytes' time from 2 MB at 200 Mbit/s. That testbed shaped
+    each port's egress alone, so a rank received from its N-1 peers at once at their summed rate, which no switch port
+    does and an all-reduce's ring (one peer each way) never asks; with each port shaped both ways (``--both-ways``, load
+    3.9-4.9) it took 0.62-0.71 of the all-reduce on 4 ranks at 200 Mbit/s and 1 Gbit/s, 0.5-8 MB (priced 0.667), and
+    0.86-0.97 on 2 (0.73-0.93 at 1 Gbit/s; priced 1). Why a direction at a time: gloo's TCP pair sends its operations in
+    order (``Pair::sendAsyncMode`` queues one behind an unfinished write), and a receive is announced to the peer by a
+    notification on the same pair, so a rank that posts its send to a peer before its receive from it (every pair on 2
+    ranks) holds the peer's send until its own data has crossed; on 4 ranks that depends on which rank reaches the call
+    last. Where one medium carries every rank's traffic, a direction at a time costs nothing more:
+    ``Topology.one_way_share`` takes it back to its bytes."""
     n = max(int(world), 2)
     if backend not in ("gloo", "", None):
         return KIND_FACTORS[CommKind.ALL_TO_ALL]
     return n / (2.0 * (n - 1))
 
 
+# a gather or scatter (its bytes: one rank's chunk, as gloo's Kineto events and the collector record it), priced as the
+# all-gather of every rank's chunk (``CommKind.priced_as``)
+ROOTED = frozenset(k for k in CommKind if k.priced_as == CommKind.ALL_GATHER and k != CommKind.ALL_GATHER)
+
+
+def rooted_factor(world: int) -> float:
+    """A gather's or scatter's all-reduce-equivalent bytes per byte of one rank's chunk on ``world`` ranks: the all-gather of
+    the N chunks (``KIND_FACTORS``: N/2), N/2 times an all-reduce of the chunk. gloo's (``ProcessGroupGloo``: ``gloo::gather``,
+    ``gloo::scatter``) is root-based: the root receives (or sends) the N-1 other chunks, one point-to-point transfer each,
+    all posted at once, so its port moves (N-1) chunks, as each port of a ring all-gather does, where the all-reduce of one
+    chunk moves 2 (N-1)/N. On the namespace testbed with each rank's port shaped both ways (``bench/bcast_sweep.py
+    --both-ways``, 0.5-8 MB a chunk, load 3.9-4.9) a gather and a scatter took 1.77-1.96 of the all-reduce of their chunk on
+    4 ranks at 200 Mbit/s and 1 Gbit/s (1.03-1.09 times their root's (N-1) chunks at the port's rate), 0.82-0.98 on 2 from
+    2 MB: priced N/2, 2 and 1; as an all-reduce of the chunk before (``priced_kind``), 1 on any N, about half what a 4-rank
+    one took. On the one shaped loopback (``--loopback``, 200 Mbit/s, 0.25-2 MB, load 7-8.4) they took 0.49-0.51 on 2 ranks
+    and on 4: the medium carries (N-1) chunks against the all-reduce's 2 (N-1), which ``Topology.one_way_share`` gives
+    (1/N of the price on ports); before, 1 (2x). ``tests/data/gloo-kinds`` holds traces of both."""
+    return KIND_FACTORS[CommKind.ALL_GATHER] * max(int(world), 1)
+
+
 def priced_kind(kind: CommKind) -> CommKind:
-    """The kind the link model prices a graph's collective as: an all-gather, reduce-scatter, broadcast or all-to-all as
-    itself, any other (a send, one its reader could not tell) as an all-reduce of its bytes."""
-    return kind if kind in (CommKind.ALL_GATHER, CommKind.REDUCE_SCATTER, CommKind.BROADCAST, CommKind.ALL_TO_ALL) else CommKind.ALL_REDUCE
+    """The kind the link model prices a graph's collective as: the kind whose price it takes (``CommKind.priced_as``: a
+    gather or scatter an all-gather's, of every rank's chunk, ``rooted_factor``), an all-gather, reduce-scatter, broadcast or
+    all-to-all as itself, any other (a send, one its reader could not tell) as an all-reduce of its bytes."""
+    priced = kind.priced_as
+    return priced if priced in (CommKind.ALL_GATHER, CommKind.REDUCE_SCATTER, CommKind.BROADCAST, CommKind.ALL_TO_ALL) else CommKind.ALL_REDUCE
 
 
 def per_rank_equivalent_bytes(kind: CommKind, nbytes: float, world: int, backend: str = "gloo") -> float:
-    """Bytes of the ring all-reduce on ``world`` ranks that costs what a collective of ``nbytes`` per rank costs: an
-    all-gather of them gathers ``world`` times them (``KIND_FACTORS``), and so does a scatter or gather (``CommKind.priced_as``:
-    its root's port moves (N-1) x ``nbytes``, as a ring all-gather each rank's); a broadcast ``broadcast_factor``; an
+    """Bytes of the ring all-reduce on ``world`` ranks that costs what a collective of ``nbytes`` (as the events carry them,
+    ``CommKind.event_bytes``: an all-gather's gathered total) costs: an all-gather half of them (``KIND_FACTORS``), a scatter
+    or gather of a chunk the all-gather of ``world`` chunks (``rooted_factor``); a broadcast ``broadcast_factor``; an
     all-to-all of an ``nbytes`` buffer ``all_to_all_factor``; anything else an all-reduce of them."""
-    if kind.priced_as == CommKind.ALL_GATHER:
-        return KIND_FACTORS[CommKind.ALL_GATHER] * max(int(world), 1) * nbytes
-    if kind == CommKind.ALL_TO_ALL:
-        return all_to_all_factor(world, backend) * nbytes
-    return allreduce_equivalent_factor(CommKind.BROADCAST if kind == CommKind.BROADCAST else CommKind.ALL_REDUCE, backend, world) * nbytes
+    if kind in (CommKind.ALL_GATHER, CommKind.ALL_TO_ALL, CommKind.BROADCAST, *ROOTED):
+        return allreduce_equivalent_factor(kind, backend, world) * nbytes
+    return allreduce_equivalent_factor(CommKind.ALL_REDUCE, backend, world) * nbytes
 
 
 def broadcast_factor(world: int, backend: str = "gloo") -> float:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..costmodel.fsdp_costs import StepFit
-from ..costmodel.topology import allreduce_equivalent_factor
+from ..costmodel.topology import ROOTED, allreduce_equivalent_factor
 from ..errors import DagprofError
 from ..traces.events import CommKind, CommRole, Kind, LaneKind, Run
 from ..traces.kineto_schema import dtype_bytes
@@ -155,15 +155,16 @@ def allreduce_equivalent_bytes(g: Graph, idx: np.ndarray) -> np.ndarray:
     The kind is the one its reader or pass set (``CommKind``): a TensorFlow all-gather of an embedding's sparse gradient
     priced as an all-reduce of its result made the link fitted beside the dense all-reduce twice as fast as the wire
     (592 Mbit/s on a 500 Mbit/s testbed link). A broadcast's and an all-to-all's factor depend on the ranks the link
-    model prices and the backend (``costmodel.topology.broadcast_factor``: gloo's binomial tree; ``all_to_all_factor``),
-    so ``--workers`` reprices them."""
+    model prices and the backend (``costmodel.topology.broadcast_factor``: gloo's binomial tree; ``all_to_all_factor``), and a
+    gather's or scatter's on the ranks (one rank's chunk, priced as the all-gather of every rank's: ``rooted_factor``), so
+    ``--workers`` reprices them."""
     nbytes = g.nbytes[idx].astype(np.float64)
     backend = (g.meta.fsdp.backend or "gloo") if is_fsdp_graph(g) else ""
     kinds = [CommKind(k) for k in g.comm_kind[idx].tolist()]
     share = _group_share(g) if is_fsdp_graph(g) else {}
     world = _priced_ranks(g)
     post = _post_forward_share(g, idx) if is_fsdp_graph(g) else {}
-    return nbytes * np.array([(allreduce_equivalent_factor(k, g.meta.backend or backend, world) if k in (CommKind.BROADCAST, CommKind.ALL_TO_ALL)
+    return nbytes * np.array([(allreduce_equivalent_factor(k, g.meta.backend or backend, world) if k in (CommKind.BROADCAST, CommKind.ALL_TO_ALL, *ROOTED)
                                else allreduce_equivalent_factor(k, backend))
                               * post.get(int(v), share.get(k, 1.0)) for v, k in zip(idx.tolist(), kinds)], dtype=np.float64)
 

@@ -108,12 +108,13 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
         g = keep_stalls(g)
     dur, gap = g.dur.copy(), g.gap.copy()
     idx = np.flatnonzero(priced_comm(g))
-    priced = [priced_kind(CommKind(k)) for k in g.comm_kind[idx].tolist()]
+    called = [CommKind(k) for k in g.comm_kind[idx].tolist()]
+    priced = [priced_kind(k) for k in called]
     kinds = (np.array([k.label for k in priced], dtype=object)
              if (topo.kinds or topo.link_ratio or _kinds_of(g)) and is_fsdp_graph(g) else np.full(len(idx), "", dtype=object))
     equiv = allreduce_equivalent_bytes(g, idx)
-    if topo.half_duplex:  # one medium for every rank: a broadcast costs its bytes on it (``Topology.one_way_share``)
-        equiv = equiv * np.array([topo.one_way_share(k, g.meta.backend or "gloo") for k in priced])
+    if topo.half_duplex:  # one medium for every rank: a broadcast, gather or scatter costs its bytes on it (``Topology.one_way_share``)
+        equiv = equiv * np.array([topo.one_way_share(k, g.meta.backend or "gloo") for k in called])
     consumers, lag = exit_lags(g, idx)
     exit_lag = g.exit_lag.copy()
     if topo.world_size < 2:  # a collective of one rank releases no rank after another

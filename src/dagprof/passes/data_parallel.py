@@ -230,7 +230,7 @@ def blocking_note(g: Graph, measured: bool) -> str:
     plan = _plan([u for u, _ in units], wrapper_reshard([u for u, _ in units], "fsdp", None)) if units else []
     clips = max((c.calls for c in g.meta.grad_clips.values()), default=0)
     tensors = max((c.tensors for c in g.meta.grad_clips.values()), default=0)
-    colls = sum(k == "all_gather" or (k == "reduce_scatter" and trained[u] > 0) for k, u, *_ in plan) + clips
+    colls = sum(p.kind == PlanKind.ALL_GATHER or (p.kind == PlanKind.REDUCE_SCATTER and trained[p.unit] > 0) for p in plan) + clips
     wake = wake_up(g)
     out = (f"{colls} blocking collectives a step, their wake-ups as the calibration's blocking calls met them; " if measured else
            f"{colls} blocking collectives a step, each with 2 wake-ups (the hand-off to gloo's worker, the rank's own after it) at "
@@ -419,34 +419,35 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
         anchors = {r: _anchors(g, lanes[r], layer_unit) for r in ranks}
         plan = _plan([name for name, _ in units], again)
         shift: dict[tuple[int, bool], int] = defaultdict(int)  # nodes already inserted at an anchor (keeps their order)
-        for kind, unit, phase, where, before in plan:
+        for p in plan:
+            kind, unit, phase, where, before = p.kind.label, p.unit, p.phase, p.where, p.before
             nodes, label = _at(anchors, unit, where), unit
-            if nodes is None and (kind, phase) == ("all_gather", "backward") and _at(anchors, unit, "fwd_first") is not None:
+            if nodes is None and (p.kind, phase) == (PlanKind.ALL_GATHER, "backward") and _at(anchors, unit, "fwd_first") is not None:
                 # a unit that ran forward but no backward (frozen whole): the next unit's pre-backward still prefetches it
                 by = _prefetcher([name for name, _ in units], unit)
                 nodes, label = _at(anchors, by, where), f"{unit} (prefetched by {by})"
             if nodes is None:
                 continue  # a unit that ran no layer in this step (on some rank): FSDP would not gather it either
-            full = unit_bytes[unit] if kind == "reduce_scatter" else unit_full[unit]
-            if kind == "reduce_scatter" and not full:
+            full = unit_bytes[unit] if p.kind == PlanKind.REDUCE_SCATTER else unit_full[unit]
+            if p.kind == PlanKind.REDUCE_SCATTER and not full:
                 continue  # a unit of frozen parameters only: FSDP reduce-scatters nothing for it
-            if kind == "reshard":
+            if p.kind == PlanKind.RESHARD:
                 for r, at in nodes.items():
                     _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp reshard {unit} ({phase})", Kind.OTHER, 0.0)
                 continue
             sync = b.add_node(f"sync.{kind} {unit}.{seq}", Kind.SYNC, step=step)
             comm = b.add_node(f"{kind} {label}.{seq}", Kind.COMM, device=channel, order=max(float(g.order[a]) for a in nodes.values()),
-                              step=step, nbytes=int(full), comm_kind=CommKind.from_label(kind))
+                              step=step, nbytes=int(full), comm_kind=p.kind.comm)
             b.add_edge(sync, comm)
             seq += 1
             for r, at in nodes.items():
-                if (kind, phase) == ("all_gather", "forward") and (us := hooks_us("forward", unit, r)) is not None:
+                if (p.kind, phase) == (PlanKind.ALL_GATHER, "forward") and (us := hooks_us("forward", unit, r)) is not None:
                     _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp hooks {unit} (forward)", Kind.OTHER, us)
                 enq = _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp {kind} {unit}", Kind.COMM_ENQUEUE, woken(r), nbytes=int(full))
                 w = _insert(b, g, remap, at, before, shift, f"rank{r}.wait {kind} {unit}", Kind.COMM_WAIT, 0.0, gap=woken(r))
                 b.add_edge(enq, sync)
                 b.add_edge(comm, w)
-                if kind == "all_gather":
+                if p.kind == PlanKind.ALL_GATHER:
                     _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp copy-out {unit} ({phase})", Kind.OTHER,
                             copy_out.us(1, full) * stretch.get(r, 1.0))
                 elif (us := hooks_us("backward", unit, r)) is not None:
@@ -572,21 +573,51 @@ def _enqueue_price(g: Graph, pb) -> StepFit:
     return StepFit(0.0, sum(us for _, _, us in points) / nbytes if nbytes else 0.0)
 
 
-def _plan(units: list[str], again: dict[str, bool]) -> list[tuple[str, str, str, str, bool]]:
-    """FSDP2's sequence of one step as (kind, unit, phase, anchor, before it?): the root first in forward and last in
+class PlanKind(enum.Enum):
+    """What FSDP2 does at one point of a step (``_plan``): a collective of the kind ``comm`` names, or a reshard (no
+    transfer). ``label`` is the name the built graph's nodes carry (``all_gather``)."""
+
+    ALL_GATHER = CommKind.ALL_GATHER
+    REDUCE_SCATTER = CommKind.REDUCE_SCATTER
+    RESHARD = None
+
+    @property
+    def comm(self) -> CommKind | None:
+        return self.value
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+@dataclasses.dataclass(frozen=True)
+class Planned:
+    """One point of ``_plan``: ``kind`` on ``unit`` in ``phase`` (forward, backward), at its anchor ``where`` (``_anchors``),
+    before that node or after it."""
+
+    kind: PlanKind
+    unit: str
+    phase: str
+    where: str
+    before: bool
+
+
+def _plan(units: list[str], again: dict[str, bool]) -> list[Planned]:
+    """FSDP2's sequence of one step (``Planned``): the root first in forward and last in
     backward, inner units in forward order, then reversed (the order matters where two share an anchor); ``again``: the
     units that reshard after forward, so gather again in backward. Every unit reshards after its backward (FSDP2's
     ``reshard_after_backward``, on by default: a kept unit's profile has that reshard too)."""
     root, inner = units[0], units[1:]
-    plan = [("all_gather", u, "forward", "fwd_first", True) for u in units]
-    plan += [("reshard", u, "forward", "fwd_last", False) for u in [*inner, root] if again[u]]
+    gather, scatter, reshard = PlanKind.ALL_GATHER, PlanKind.REDUCE_SCATTER, PlanKind.RESHARD
+    plan = [Planned(gather, u, "forward", "fwd_first", True) for u in units]
+    plan += [Planned(reshard, u, "forward", "fwd_last", False) for u in [*inner, root] if again[u]]
     if again[root]:
-        plan.append(("all_gather", root, "backward", "bwd_first", True))
+        plan.append(Planned(gather, root, "backward", "bwd_first", True))
     for u in [*inner[::-1], root]:
         if again[u] and u != root:
-            plan.append(("all_gather", u, "backward", "bwd_first", True))
-        plan.append(("reduce_scatter", u, "backward", "bwd_last", False))
-        plan.append(("reshard", u, "backward", "bwd_last", False))
+            plan.append(Planned(gather, u, "backward", "bwd_first", True))
+        plan.append(Planned(scatter, u, "backward", "bwd_last", False))
+        plan.append(Planned(reshard, u, "backward", "bwd_last", False))
     return plan
 
 

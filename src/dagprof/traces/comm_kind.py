@@ -42,11 +42,22 @@ class CommKind(enum.IntEnum):
     @property
     def priced_as(self) -> "CommKind":
         """The kind whose price this one takes, one rule for an FSDP job's own calls (``collect.hooks.fsdp`` records the
-        group's tensors of those priced as an all-gather, ``traces.fsdp_run`` gives their nodes this kind) and a DDP model's
-        calls inside its ops (``costmodel.topology.per_rank_equivalent_bytes``): a gather's or scatter's root port moves
+        group's tensors of those priced as an all-gather, ``traces.fsdp_run`` gives their nodes this kind), a DDP model's
+        calls inside its ops (``costmodel.topology.per_rank_equivalent_bytes``) and a trace's collectives
+        (``costmodel.topology.priced_kind``, ``rooted_factor``): a gather's or scatter's root port moves
         the group's tensors, as a ring all-gather of them does each port (its bytes: the gathered ones); a barrier an
         all-reduce of nothing; any other kind itself."""
         return _PRICED_AS.get(self, self)
+
+    def event_bytes(self, input_bytes: int, ranks: int) -> int:
+        """A collective's bytes as the events carry them (``EventTable.nbytes``) from one rank's input tensor, as Kineto's
+        ``Input Dims`` (``In msg nelems``) and the collector's own-call records give it: an all-gather's its gathered
+        total, the input times its group's ``ranks`` (0, unknown, where they are), as dagprof's FSDP records, TensorFlow and
+        Horovod record it and ``allreduce_equivalent_bytes`` reads it; any other kind its input (a reduce-scatter's whole
+        input, a gather's or scatter's one chunk). Read as gathered, a traced all-gather's chunk cost 1/N of its transfer."""
+        if self != CommKind.ALL_GATHER:
+            return input_bytes
+        return input_bytes * ranks if ranks > 0 else 0
 
     @property
     def label(self) -> str:

@@ -135,7 +135,9 @@ _COLUMNS: dict[str, Any] = {
     "depth": np.int16,
     "step": np.int32,  # -1 when outside the profiled steps
     "layer": np.int32,  # index into RankTrace.layers, -1 none
-    "nbytes": np.int64,  # payload bytes of a collective or memcpy, 0 unknown
+    # payload bytes of a collective or memcpy, 0 unknown; a collective's as ``CommKind.event_bytes`` has them (an all-gather's
+    # gathered total, a reduce-scatter's whole input, a gather's or scatter's one chunk), whichever its source recorded
+    "nbytes": np.int64,
     "group": np.int32,  # index into RankTrace.groups, -1 when not a collective
     "seq": np.int64,  # order of the collective within its group on this rank, -1 none
     "bucket": np.int32,  # DDP gradient bucket index, -1 none

@@ -486,6 +486,16 @@ def _peer(info: dict[str, Any], call: ks.Event | None, ranks: list[int]) -> int:
 
 
 # ------------------------------------------------------------------ stage 7: assembly
+def _event_bytes(colls: _Collectives, group_ranks: dict[str, list[int]]) -> np.ndarray:
+    """``colls.nbytes`` as the events carry them (``CommKind.event_bytes``): Kineto sizes a collective by its first input,
+    an all-gather's one rank's chunk, which becomes the gathered total on its group's ranks (0, unknown, for a group of
+    unknown ranks)."""
+    out = colls.nbytes.copy()
+    for i in np.flatnonzero((colls.comm_kind == CommKind.ALL_GATHER) & (colls.nbytes > 0)).tolist():
+        out[i] = CommKind.ALL_GATHER.event_bytes(int(out[i]), len(group_ranks.get(colls.groups[colls.group[i]], ())))
+    return out
+
+
 def _identity(header: _Header, path: str, given: tuple[int | None, int | None]) -> tuple[int, int, str]:
     """(rank, world size, where the rank came from); ``given``: the rank and world size a dagprof rank file says (or None)."""
     rank_arg, world_arg = given
@@ -530,7 +540,7 @@ def _rank_trace(trace: ks.Head, path: str, given: tuple[int | None, int | None],
         group_ranks["0"] = list(range(world))  # the default group spans the job
     rows = EventRows(cols.names)
     rows.add_block(name=cols.pair_name[cols.pair], kind=deps.kind, lane=cols.lane, start=cols.start, dur=cols.dur, depth=nest.depth,
-                   step=kinds.step, nbytes=colls.nbytes, group=colls.group, seq=colls.seq, peer=colls.peer,
+                   step=kinds.step, nbytes=_event_bytes(colls, group_ranks), group=colls.group, seq=colls.seq, peer=colls.peer,
                    comm_kind=colls.comm_kind)
     base = trace.baseTimeNanoseconds or 0
     if base + cols.t0 * 1000.0 > LATEST_START_NS:  # read before as a run 1000x slower, exit 0

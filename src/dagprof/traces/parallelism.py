@@ -607,7 +607,7 @@ def resolve_groups(run: Run) -> Run:
                 target.setdefault(d, []).append(name)
         ev = trace.events
         groups = list(trace.groups)
-        group, seq = ev.group.copy(), ev.seq.copy()
+        group, seq, nbytes = ev.group.copy(), ev.seq.copy(), ev.nbytes.copy()
         zero = groups.index("0")
         dims = _by_worker_lane(trace, dims, zero)
         for d, names in target.items():
@@ -619,14 +619,17 @@ def resolve_groups(run: Run) -> Run:
             if names[0] not in groups:
                 groups.append(names[0])
             group[rows] = groups.index(names[0])
+            # an all-gather's gathered bytes (``CommKind.event_bytes``) were its chunk times the default group's ranks
+            gathered = rows[ev.comm_kind[rows] == CommKind.ALL_GATHER]
+            nbytes[gathered] = nbytes[gathered] // len(trace.group_ranks["0"]) * len(trace.group_ranks[names[0]])
             old = np.unique(ev.seq[rows])
             seq[rows] = np.searchsorted(old, ev.seq[rows])  # issue order kept, counted within the new group
             moved += len(np.unique(ev.seq[rows]))
         rest = np.flatnonzero(group == zero)
         old = np.unique(ev.seq[rest])
         seq[rest] = np.searchsorted(old, ev.seq[rest])
-        table = EventTable(names=ev.names, **{c: getattr(ev, c) for c in EventTable.COLUMNS if c not in ("group", "seq")},
-                           group=group, seq=seq)
+        table = EventTable(names=ev.names, **{c: getattr(ev, c) for c in EventTable.COLUMNS if c not in ("group", "seq", "nbytes")},
+                           group=group, seq=seq, nbytes=nbytes)
         meta = msgspec.structs.replace(trace.meta, resolved_groups=groups[1:])
         ranks.append(RankTrace(**{**trace.__dict__, "events": table, "groups": groups, "meta": meta}))
     note = (f"{moved} collectives recorded without their process group (gloo) assigned to their mesh group by position"

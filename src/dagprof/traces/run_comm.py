@@ -71,7 +71,7 @@ def hook_transfer(call: HookCall, world: int) -> tuple[CommKind, int] | None:
     if len(kinds) != 1 or not kinds <= {CommKind.ALL_REDUCE, CommKind.ALL_GATHER} or any(b < 0 for _, _, b in call.issued):
         return None
     kind, total = kinds.pop(), sum(b for _, _, b in call.issued)
-    return kind, total * world if kind == CommKind.ALL_GATHER else total
+    return kind, kind.event_bytes(total, world)
 
 
 def hook_wire(records: np.ndarray, world: int) -> HookWire | None:
@@ -254,7 +254,7 @@ def _claim_outside(calls: np.ndarray, starts: list[int]) -> tuple[np.ndarray, li
 
 
 def outside_sizes(records: np.ndarray, lo: int, hi: int, outside: list[tuple[CommKind, int, int]]) -> dict[int, int]:
-    """seq -> bytes per rank of the job's blocking calls outside any op (``outside``: kind, enqueue start, seq; a logging
+    """seq -> bytes (``CommKind.event_bytes``) of the job's blocking calls outside any op (``outside``: kind, enqueue start, seq; a logging
     ``dist.all_reduce`` of the loss, which Kineto shows as a collective of its own without its size): the record each
     claims (``_claim_outside``), where it is a blocking call's (``Rec.OWN_COLL``)."""
     own, out = _own_calls(records, lo, hi), {}
@@ -262,7 +262,7 @@ def outside_sizes(records: np.ndarray, lo: int, hi: int, outside: list[tuple[Com
         mine = sorted((t, seq) for name, t, seq in outside if name == kind)
         for (_, seq), rec in zip(mine, _claim_outside(own[own[:, Col.A] == k], [t for t, _ in mine])[1]):
             if rec is not None and rec[Col.CODE] == Rec.OWN_COLL:
-                out[seq] = int(rec[Col.X])
+                out[seq] = kind.event_bytes(int(rec[Col.X]), int(rec[Col.B]))
     return out
 
 
@@ -287,7 +287,7 @@ def in_op_sizes(inside: list[tuple[CommKind, int, int]], records: np.ndarray, lo
         for c, (t0, t1) in zip(calls, seen):
             blocked = t0 if c[Col.CODE] == Rec.OWN_COLL else max(t0, waits.get((k, int(c[Col.T_NS])), t1))
             if blocked < t1:
-                out.append(_InOp(kind, blocked, t1, int(c[Col.X]), int(c[Col.B])))
+                out.append(_InOp(kind, blocked, t1, kind.event_bytes(int(c[Col.X]), int(c[Col.B])), int(c[Col.B])))
     return sorted(out, key=lambda x: x.start)
 
 

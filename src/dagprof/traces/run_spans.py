@@ -48,7 +48,7 @@ class _InOp:
     kind: CommKind  # one of ``run_schema.OWN_KINDS``
     start: int  # ns, its transfer's start on the comm thread, or where the thread began to wait for an asynchronous one
     end: int
-    nbytes: int  # per rank, as Kineto's Input Dims give them
+    nbytes: int  # as the events carry them (``CommKind.event_bytes``: an all-gather's gathered total)
     ranks: int  # its group's size
 
 

@@ -515,13 +515,14 @@ class _Reader:
 
     def _own_bytes(self, c: dict[str, np.ndarray]) -> None:
         """Each TF collective's bytes from its own input tensor, as the collector read it from the traced graph
-        (``collective_bytes``): an all-gather carries its group's inputs (its result, as the memory tracer sizes it).
+        (``collective_bytes``): an all-gather carries its group's inputs (``CommKind.event_bytes``; its result, as the memory
+        tracer sizes it).
         Lowered ``If`` branches are looked up without the call's number (``cond_1/then/_18/`` -> ``cond_1/then/``)."""
         for i, coll in zip(self.collectives.event, self.collectives.kind):
             own = self.collective_bytes.get(_BRANCH_CALL.sub(r"\1/", self.tab.names[c["name"][i]]))
             if own is not None:
                 group = self.groups[c["group"][i]] if c["group"][i] >= 0 else ""
-                c["nbytes"][i] = own * (self.group_sizes.get(group, self.world_arg or 1) if coll == CommKind.ALL_GATHER else 1)
+                c["nbytes"][i] = coll.event_bytes(own, self.group_sizes.get(group, self.world_arg or 1))
 
     def _output_bytes(self, c: dict[str, np.ndarray]) -> None:
         """TF collectives whose result the memory tracer saw allocated (an all-gather's, e.g. a sparse
