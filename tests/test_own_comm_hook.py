@@ -116,7 +116,7 @@ def test_a_whatif_under_the_users_hook_answers_and_says_what_stays_measured(tmp_
 
 def profiled_under(tmp_path, hook):
     """One gloo rank trains 4 steps of a small DDP MLP with ``hook`` registered inside the window (DDP allows one hook:
-    dagprof's runs the user's inside), profiled over steps 1-2 without Kineto: (the run's folder, the model)."""
+    dagprof's runs the user's inside), profiled over steps 1-2 without Kineto: (the run's folder, the module DDP wrapped)."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -134,9 +134,14 @@ def profiled_under(tmp_path, hook):
                 model(torch.randn(4, 8)).sum().backward()
                 opt.step()
                 prof.step()
+        inner = model.module
+        # DDP's reducer goes while the default group still holds the process group: were it the group's last holder, its
+        # destructor would join gloo's threads with the GIL held while one still needs it to free a hook's callback
+        # (pytorch/pytorch#56297; this test hung so once, 2026-12-05).
+        del model, opt, prof
     finally:
         dist.destroy_process_group()
-    return out, model
+    return out, inner
 
 
 def records_of(out) -> np.ndarray:
