@@ -55,3 +55,38 @@ def test_wire_whatifs_are_refused_for_the_late_callbacks():
     g = open_run(str(RUN)).graph
     with pytest.raises(DagprofError, match=r"from its futures' callbacks"):
         refuse_own_ddp_setup(g, "a link what-if", wire=True)
+
+
+def test_the_callbacks_of_the_hook_a_wrapper_runs_count_as_the_hooks():
+    """``dagprof.apply``'s chained hook starts torch's ``powerSGD_hook`` from a future's callback: PowerSGD's own callbacks
+    then run on gloo's thread with no frame of the wrapper's below them, so the collector tells them by the wrapped hook's
+    nested code too (a collective they call is ``Rec.HOOK_LATE``, not unrecorded)."""
+    import types
+
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+
+    from dagprof.collect.deploy.apply import chained
+    from dagprof.collect.hooks.ddp_buckets import nested_codes
+
+    inner = {c for c in psgd.powerSGD_hook.__code__.co_consts if isinstance(c, types.CodeType)}
+    assert inner and inner <= nested_codes(chained(psgd.powerSGD_hook))
+    assert psgd.powerSGD_hook.__code__ not in nested_codes(chained(psgd.powerSGD_hook))  # its call inside the bucket's is in-call
+
+
+USER = DATA / "ddp-fresh" / "powersgd-user"
+
+
+def test_a_users_powersgd_hook_has_every_collective_recorded_in_its_call_or_late_on_every_rank():
+    """Torch's ``powerSGD_hook`` registered by the user (``bench/ddp_fresh/powersgd_user.py``, one bucket): its 3
+    all-reduces a call are each in the call or late, a split each rank made its own way; the profile opens, every call the
+    hook's and none priced, and the wire what-ifs are refused."""
+    split = []
+    for rank in (0, 1):
+        code = np.asarray(read_file(str(USER / f"rank{rank}.json"), RankFile).records, dtype=np.int64)[:, Col.CODE]
+        split.append((int((code == Rec.HOOK_COLL).sum()), int((code == Rec.HOOK_LATE).sum()), int((code == Rec.ENQ_END).sum())))
+    assert split[0] != split[1] and all(inside + late == 3 * calls for inside, late, calls in split)
+    g = open_run(str(USER)).graph
+    comm = (g.kind == Kind.COMM) & (g.rank < 0) & (g.bucket >= 0)
+    assert comm.sum() == 4 and (g.role[comm] == CommRole.HOOK).all()
+    with pytest.raises(DagprofError, match=r"called \d+ collectives from its futures' callbacks"):
+        refuse_own_ddp_setup(g, "--workers", wire=True)
