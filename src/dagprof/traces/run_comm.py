@@ -45,6 +45,9 @@ class HookCall:
     bucket: int
     issued: list[tuple[CommKind, int, int]] = field(default_factory=list)  # issued for later (``Rec.HOOK_COLL``), in order
     blocking: list[tuple[CommKind, int, int]] = field(default_factory=list)  # blocked on inside the call (``Rec.HOOK_BLOCKING``)
+    # the rank's hook also called collectives after its calls (``Rec.HOOK_LATE``: PowerSGD's from its futures' callbacks):
+    # which call each belongs to, and how many more no record caught, is unknown, so no call's records hold its whole wire
+    late: bool = False
 
 
 def hook_calls(records: np.ndarray) -> dict[int, HookCall]:
@@ -55,7 +58,8 @@ def hook_calls(records: np.ndarray) -> dict[int, HookCall]:
     own = records[np.isin(code, (Rec.HOOK_COLL, Rec.HOOK_BLOCKING))]
     if not len(own) and not (code == Rec.HOOK_LATE).any():
         return {}
-    calls = {int(r[Col.B]): HookCall(int(r[Col.A])) for r in records[code == Rec.ENQ_END]}
+    late = bool((code == Rec.HOOK_LATE).any())
+    calls = {int(r[Col.B]): HookCall(int(r[Col.A]), late=late) for r in records[code == Rec.ENQ_END]}
     for r in own[np.argsort(own[:, Col.T_NS], kind="stable")]:
         if (call := calls.get(int(r[Col.B]))) is not None:  # a kind past OWN_KINDS (a damaged file) prices nothing (``hook_transfer``)
             kind = OWN_KINDS[int(r[Col.A])] if 0 <= r[Col.A] < len(OWN_KINDS) else CommKind.UNKNOWN
@@ -66,9 +70,10 @@ def hook_calls(records: np.ndarray) -> dict[int, HookCall]:
 def hook_transfer(call: HookCall, world: int) -> tuple[CommKind, int] | None:
     """The kind and bytes of the transfer a bucket's hook call puts on the wire: its all-reduces' bytes summed, or its
     all-gathers' gathered ones (``world`` times each rank's, as a sparse bucket's); None where it is no one such kind in
-    DDP's group (several kinds in one call would need their prices summed one by one: not modelled)."""
+    DDP's group (several kinds in one call would need their prices summed one by one: not modelled), or where the hook
+    called collectives after its calls (``HookCall.late``)."""
     kinds = {k for k, _, _ in call.issued}
-    if len(kinds) != 1 or not kinds <= {CommKind.ALL_REDUCE, CommKind.ALL_GATHER} or any(b < 0 for _, _, b in call.issued):
+    if call.late or len(kinds) != 1 or not kinds <= {CommKind.ALL_REDUCE, CommKind.ALL_GATHER} or any(b < 0 for _, _, b in call.issued):
         return None
     kind, total = kinds.pop(), sum(b for _, _, b in call.issued)
     return kind, kind.event_bytes(total, world)
@@ -95,9 +100,17 @@ def hook_wire(records: np.ndarray, world: int) -> HookWire | None:
 
 
 def _hooked(t: _Transfer, call: HookCall | None, world: int) -> _Transfer:
-    """A bucket's transfer with the kind and bytes its hook call put on the wire (``hook_transfer``), where it is priced."""
-    wire = None if call is None else hook_transfer(call, world)
-    return t if wire is None else replace(t, role=CommRole.HOOK, comm_kind=wire[0], nbytes=wire[1], name=f"{wire[0].label} bucket {t.bucket} (comm hook)")
+    """A bucket's transfer under a hook of the job's own (``call``): with the kind and bytes its call put on the wire
+    (``hook_transfer``) where it is priced, else the bucket's as DDP would all-reduce it. Its role is the hook's either way,
+    so that matching ignores its bytes on every rank: whether a call's collectives ran inside it or from its futures'
+    callbacks later is a race each rank runs its own way (PowerSGD's, for the same bucket and step), and a priced call on
+    one rank met an unpriced one, with other bytes, on the other ("matches nothing")."""
+    if call is None:
+        return t
+    wire = hook_transfer(call, world)
+    if wire is None:
+        return replace(t, role=CommRole.HOOK, name=f"{t.name} (comm hook)")
+    return replace(t, role=CommRole.HOOK, comm_kind=wire[0], nbytes=wire[1], name=f"{wire[0].label} bucket {t.bucket} (comm hook)")
 
 
 def hook_comm(records: np.ndarray, world: int) -> _Comm:

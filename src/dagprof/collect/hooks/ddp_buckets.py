@@ -180,11 +180,14 @@ class _Registered:
 
 
 def nested_codes(hook: Any) -> frozenset:
-    """The code of every function defined inside ``hook``, at any depth (the callbacks it may chain on a future): told by
-    code objects, which every Python keeps in ``co_consts``, not by a qualified name's nesting (3.11's)."""
-    code = hook_code(hook)
+    """The code of every function defined inside ``hook``, at any depth (the callbacks it may chain on a future), and inside
+    the functions its closure holds (a wrapper's wrapped hook: ``dagprof.apply``'s ``chained(powerSGD_hook)``, whose
+    PowerSGD callbacks run on gloo's thread with no frame of the wrapper's below them): told by code objects, which every
+    Python keeps in ``co_consts``, not by a qualified name's nesting (3.11's)."""
+    cells = getattr(getattr(hook, "func", hook), "__closure__", None) or ()
+    wrapped = [c.cell_contents for c in cells if isinstance(getattr(c, "cell_contents", None), types.FunctionType)]
     found: set = set()
-    todo = [code] if code is not None else []
+    todo = [code for code in (hook_code(hook), *(f.__code__ for f in wrapped)) if code is not None]
     while todo:
         for const in todo.pop().co_consts:
             if isinstance(const, types.CodeType) and const not in found:
