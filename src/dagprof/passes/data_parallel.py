@@ -557,10 +557,9 @@ def _enqueue_price(g: Graph, pb) -> StepFit:
     docs/evidence.md) priced its 8 copy-outs at 30-64 ms a step where the FSDP jobs' took 7-16: under load DDP's enqueues
     took 10-40x their fastest (0.26 ms for 1.1 MB), where the ranks' waits for a core stretched CPU work 4-6x. Per byte
     alone, as the buckets' fastest enqueues over their bytes (one rank's), where the buckets are all of one size and cannot
-    split the two: on the
-    LoRA job's DDP profile (``tests/data/lora``) a 1 MiB bucket's enqueue took 0.20 ms and a 79 KB one's 0.24, each a
-    call's cost, and their sum per byte priced a unit's copy-out of its frozen and trained 0.8 MiB at 3.2 ms where the
-    FSDP job's took 0.29-0.39."""
+    split the two: on the LoRA job's DDP profile (``tests/data/lora``) a 1 MiB bucket's enqueue took 0.20 ms and a 79 KB
+    one's 0.24, each a call's cost, and their sum per byte priced a unit's copy-out of its frozen and trained 0.8 MiB at
+    3.2 ms where the FSDP job's took 0.29-0.39."""
     enq = np.flatnonzero(pb.enqueue)
     points = []
     for k in np.unique(g.bucket[enq]):

@@ -621,7 +621,8 @@ def resolve_groups(run: Run) -> Run:
             group[rows] = groups.index(names[0])
             # an all-gather's gathered bytes (``CommKind.event_bytes``) were its chunk times the default group's ranks
             gathered = rows[ev.comm_kind[rows] == CommKind.ALL_GATHER]
-            nbytes[gathered] = nbytes[gathered] // len(trace.group_ranks["0"]) * len(trace.group_ranks[names[0]])
+            if default := len(trace.group_ranks.get("0", ())):  # none: the reader left those bytes unknown (0)
+                nbytes[gathered] = nbytes[gathered] // default * len(trace.group_ranks[names[0]])
             old = np.unique(ev.seq[rows])
             seq[rows] = np.searchsorted(old, ev.seq[rows])  # issue order kept, counted within the new group
             moved += len(np.unique(ev.seq[rows]))
