@@ -146,3 +146,24 @@ def test_on_switched_ports_a_traced_all_gather_costs_what_it_took():
     assert len(got) == 2
     for nbytes, us, took in got:
         assert 0.85 < us / took < 1.15, (nbytes, us, took)
+
+
+def test_an_all_gather_of_a_group_of_unrecorded_ranks_is_unknown_and_said(tmp_path):
+    """A trace whose process group lists no ranks cannot give an all-gather's gathered bytes: 0 (unknown), and the reader
+    says how many, never its one chunk read as the gathered total."""
+    import gzip
+    import json
+
+    from dagprof.traces.kineto import read_kineto
+
+    src = sorted((DATA / "gloo-kinds" / "loopback-n2").glob("rank0.*.json.gz"))[0]
+    trace = json.loads(gzip.decompress(src.read_bytes()))
+    for pg in trace["distributedInfo"]["pg_config"]:
+        pg["ranks"] = []
+    out = tmp_path / "rank0.pt.trace.json"
+    out.write_text(json.dumps(trace))
+    t = read_kineto(out)
+    gathers = t.events.comm_kind == CommKind.ALL_GATHER
+    assert gathers.any() and (t.events.nbytes[gathers] == 0).all()
+    said = [w for w in t.meta.warnings if "all-gathers in process groups whose ranks" in w.what]
+    assert len(said) == 1 and said[0].count == said[0].total == int(gathers.sum())

@@ -48,7 +48,7 @@ from .events import CommKind, EventRows, Kind, Lane, LaneKind, RankTrace
 from .kineto_decode import MAX_OP_US, Reopened, TraceStream, open_trace, raw_value
 from .kineto_deps import Deps, dependencies, enclosing_enqueue, main_lane, stream_number
 from .kineto_tables import CONTEXT_KINDS, Columns, Kinds, Nesting
-from .meta import Collectives, RankMeta
+from .meta import Collectives, RankMeta, RunWarning
 
 _NAME, _CAT, _PID, _TID, _TS, _DUR = (operator.attrgetter(f) for f in ("name", "cat", "pid", "tid", "ts", "dur"))
 _FILE_RANK = re.compile(r"rank[-_]?(\d+)", re.I)
@@ -538,10 +538,11 @@ def _rank_trace(trace: ks.Head, path: str, given: tuple[int | None, int | None],
     group_ranks = dict(colls.group_ranks)
     if "0" in colls.groups and "0" not in group_ranks:
         group_ranks["0"] = list(range(world))  # the default group spans the job
+    nbytes = _event_bytes(colls, group_ranks)
+    gathers = (colls.comm_kind == CommKind.ALL_GATHER) & (colls.nbytes > 0)
     rows = EventRows(cols.names)
     rows.add_block(name=cols.pair_name[cols.pair], kind=deps.kind, lane=cols.lane, start=cols.start, dur=cols.dur, depth=nest.depth,
-                   step=kinds.step, nbytes=_event_bytes(colls, group_ranks), group=colls.group, seq=colls.seq, peer=colls.peer,
-                   comm_kind=colls.comm_kind)
+                   step=kinds.step, nbytes=nbytes, group=colls.group, seq=colls.seq, peer=colls.peer, comm_kind=colls.comm_kind)
     base = trace.baseTimeNanoseconds or 0
     if base + cols.t0 * 1000.0 > LATEST_START_NS:  # read before as a run 1000x slower, exit 0
         year = 1970 + (base + cols.t0 * 1000.0) / 31_557_600e9
@@ -551,6 +552,10 @@ def _rank_trace(trace: ks.Head, path: str, given: tuple[int | None, int | None],
     meta = RankMeta(format="kineto", rank_source=source, collectives=colls.meta, explicit_seq=colls.explicit_seq,
                     schema=schema if isinstance(schema, (int, str)) and not isinstance(schema, bool) else None,
                     declined=deps.declined, group_desc=colls.group_desc)
+    if unknown := int((gathers & (nbytes == 0)).sum()):  # ``_event_bytes``: the gathered total needs the group's ranks
+        meta.warnings.append(RunWarning("all-gathers in process groups whose ranks the trace does not record: their gathered "
+                                        "bytes are unknown (0), so a link or worker what-if prices them as empty messages",
+                                        unknown, int(gathers.sum()), os.path.basename(path)))
     return RankTrace(
         rank=rank, world_size=world, source=path, events=rows.table(), lanes=_lanes(cols, nest, deps, header),
         base_ns=int(base + round(cols.t0 * 1000.0)), host=trace.host_name,
