@@ -96,14 +96,15 @@ def worker(out: str, sizes: list[int], iters: int, kinds: list[str], trace: str,
 
 def model_ratio(kind: str, world: int, half_duplex: bool) -> float:
     """The cost model's price of a ``kind`` call of S bytes per rank over the all-reduce's of S, in all-reduce-equivalent
-    bytes (gloo's reduce-scatter all-reduces its whole input: N S)."""
+    bytes (an all-gather's bytes are the gathered N S, ``CommKind.event_bytes``; gloo's reduce-scatter all-reduces its whole
+    input: N S). Its latency (``costmodel.topology.latency_steps``) is not in the ratio."""
     from dagprof.costmodel.alphabeta import AlphaBeta
     from dagprof.costmodel.topology import Topology, per_rank_equivalent_bytes
     from dagprof.traces.events import CommKind
 
     k = CommKind.from_label(kind)
     share = replace(Topology.flat(world, AlphaBeta(0.0, 1.0)), half_duplex=half_duplex).one_way_share(k)
-    return share * (world if k == CommKind.REDUCE_SCATTER else per_rank_equivalent_bytes(k, 1.0, world))
+    return share * (world if k == CommKind.REDUCE_SCATTER else per_rank_equivalent_bytes(k, k.event_bytes(1, world), world))
 
 
 def main() -> None:

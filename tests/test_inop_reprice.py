@@ -128,8 +128,9 @@ def test_an_asynchronous_call_outside_any_op_is_the_models_where_it_waited_for_i
 
 def test_on_a_half_duplex_link_a_scatter_moves_by_its_one_way_price():
     """``whatif --half-duplex`` (the testbed's one shaper for both directions): a scatter sends one way, so its bytes cost
-    half their all-reduce equivalent on the profiled link and on the new one; the all-gathers (both ways) as before, and
-    at the profiled link every piece stays as measured."""
+    half their all-reduce equivalent on the profiled link and on the new one; the 2-rank all-gathers, whose halves cross
+    one way at a time on ports (``all_gather_factor``), their bytes (``one_way_share``); at the profiled link every piece
+    stays as measured."""
     from dataclasses import replace
 
     g = open_run(FRESH / "clip-sized").graph
@@ -141,9 +142,9 @@ def test_on_a_half_duplex_link_a_scatter_moves_by_its_one_way_price():
     h = set_link(on, bandwidth=200e6 / 8)
     full = set_link(g, bandwidth=200e6 / 8)
     for x, (kind, ranks) in zip(v.tolist(), kinds):
-        m = per_rank_equivalent_bytes(kind, float(g.nbytes[x]), ranks) * (0.5 if kind == CommKind.SCATTER else 1.0)
+        m = per_rank_equivalent_bytes(kind, float(g.nbytes[x]), ranks) * was.one_way_share(kind)
         assert h.dur[x] == pytest.approx(max(g.dur[x] - allreduce_us(m, was) + allreduce_us(m, now), 0.0), abs=1e-6)
-        assert (h.dur[x] < full.dur[x]) if kind == CommKind.SCATTER else (h.dur[x] == pytest.approx(full.dur[x]))
+        assert kind in (CommKind.SCATTER, CommKind.ALL_GATHER) and h.dur[x] < full.dur[x]
 
 
 def test_whatif_half_duplex_lowers_only_the_scatters_price(capsys):
@@ -205,7 +206,8 @@ def test_where_one_medium_carries_every_rank_a_broadcast_and_a_scatter_cost_thei
         assert hub.one_way_share(CommKind.BROADCAST) * per_rank_equivalent_bytes(CommKind.BROADCAST, 1000.0, n) == pytest.approx(500.0)
         ring = 2 * (n - 1) / n  # bytes per port per all-reduce-equivalent byte
         assert hub.one_way_share(CommKind.SCATTER) * per_rank_equivalent_bytes(CommKind.SCATTER, 1000.0, n) * ring == pytest.approx((n - 1) * 1000.0 / n)
-        assert hub.one_way_share(CommKind.ALL_GATHER) == 1.0 and replace(hub, half_duplex=False).one_way_share(CommKind.BROADCAST) == 1.0
+        assert hub.one_way_share(CommKind.ALL_GATHER) * per_rank_equivalent_bytes(CommKind.ALL_GATHER, 1000.0, n) == pytest.approx(500.0)
+        assert replace(hub, half_duplex=False).one_way_share(CommKind.BROADCAST) == 1.0
 
 
 def test_an_expert_layers_all_to_alls_are_sized_pieces_and_re_priced(capsys):

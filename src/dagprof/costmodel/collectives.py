@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..errors import DagprofError
+from ..traces.events import CommKind
 from .alphabeta import AlphaBeta
-from .topology import CollectiveSpec, Scheme, Topology
+from .topology import CollectiveSpec, Scheme, Topology, latency_steps
 
 
 class Wait(NamedTuple):
@@ -157,6 +158,16 @@ def allreduce_us(nbytes: float, topo: Topology, spec: CollectiveSpec = Collectiv
     if topo.world_size == 1 and spec.scheme is not Scheme.PS:
         return 0.0
     return topo.overhead_us + algorithm(spec).time_us(float(nbytes), topo)
+
+
+def latency_saved_us(kind: CommKind, topo: Topology, spec: CollectiveSpec = CollectiveSpec(), backend: str = "gloo") -> float:
+    """What a ``kind`` collective priced as a ring all-reduce of its equivalent bytes (``allreduce_us``) pays in latency
+    beyond its own schedule: the steps it does not wait through (``topology.latency_steps``) at the link's latency per
+    step. 0 for an all-reduce, and under another scheme than the ring (its latency is not the ring's)."""
+    if spec.scheme is not Scheme.RING or topo.world_size < 2:
+        return 0.0
+    n = topo.world_size
+    return (2 * (n - 1) - latency_steps(kind, n, backend)) * _slowest_hop(topo, 0.0).alpha_us
 
 
 def _send(msgs: list[Message], m: Message) -> int:

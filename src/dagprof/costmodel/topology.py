@@ -140,6 +140,8 @@ class Topology:
             return 1.0 / (2.0 * broadcast_factor(n, backend))
         if kind == CommKind.ALL_TO_ALL:
             return KIND_FACTORS[CommKind.ALL_TO_ALL] / all_to_all_factor(n, backend)
+        if kind == CommKind.ALL_GATHER:
+            return KIND_FACTORS[CommKind.ALL_GATHER] / all_gather_factor(n, backend)
         return 1.0
 
     def with_workers(self, workers: int) -> "Topology":
@@ -453,17 +455,40 @@ KIND_FACTORS = {CommKind.ALL_GATHER: 0.5, CommKind.REDUCE_SCATTER: 0.5, CommKind
 KIND_LABELS = tuple(k.label for k in KIND_FACTORS)  # the kinds a link-model file may measure on their own
 
 
-def allreduce_equivalent_factor(kind: CommKind, backend: str = "gloo", world: int = 2) -> float:
+def allreduce_equivalent_factor(kind: CommKind, backend: str = "gloo", world: int | None = None) -> float:
     """Bytes of the ring all-reduce on ``world`` ranks that costs what a ``kind`` collective of one byte costs
     (``KIND_FACTORS``; a broadcast: ``broadcast_factor``; an all-to-all: ``all_to_all_factor``; a gather or scatter of one
-    byte per rank: ``rooted_factor``; any other kind an all-reduce of its bytes)."""
+    byte per rank: ``rooted_factor``; an all-gather of one gathered byte ``all_gather_factor`` where ``world`` is given,
+    else half; any other kind an all-reduce of its bytes). Without ``world`` the rank-dependent kinds take 2 ranks'."""
+    if kind == CommKind.ALL_GATHER and world is not None:
+        return all_gather_factor(world, backend)
+    n = 2 if world is None else world
     if kind in ROOTED:
-        return rooted_factor(world)
+        return rooted_factor(n)
     if kind == CommKind.BROADCAST:
-        return broadcast_factor(world, backend)
+        return broadcast_factor(n, backend)
     if kind == CommKind.ALL_TO_ALL:
-        return all_to_all_factor(world, backend)
+        return all_to_all_factor(n, backend)
     return 1.0 if kind == CommKind.REDUCE_SCATTER and backend == "gloo" else KIND_FACTORS.get(kind, 1.0)
+
+
+def all_gather_factor(world: int, backend: str = "gloo") -> float:
+    """An all-gather's all-reduce-equivalent bytes per gathered byte on ``world`` ranks: half (``KIND_FACTORS``: each port
+    moves (N-1) chunks each way, as the ring all-reduce of N/2 chunks does), but 3/4 for gloo's on 2 ranks. gloo's ring
+    (gloo/allgather.cc) cuts each rank's chunk in two halves and posts, per half, its send to the right before its
+    receive from the left, two halves in flight. Its TCP transport writes a send's bytes only once the peer's receive is
+    posted, which the peer announces by a notification on the same pair, queued behind what that pair is still writing
+    (``Pair::send``, ``Pair::sendAsyncMode``). On 2 ranks left and right are one peer: the rank that comes last finds
+    both of its peer's receives posted and writes its two halves ahead of its own receives' notifications, so the first
+    rank's halves leave only after the last's first half has crossed: three halves one after another, 3/2 of the chunk's
+    time where the all-reduce of the chunk takes 1 (both directions at once). On 3 or more ranks a rank's notifications
+    go to its other neighbour and both directions run at once. On the namespace testbed, 2 ports shaped both ways
+    (``bench/bcast_sweep.py --both-ways``, 200 Mbit/s, 0.5-8 MB a chunk) it took 1.36-1.48 of the all-reduce of its
+    chunk (load 4.9) and 1.25-1.41 (load 13.8): priced 1.5, 1.0 before; on the one shaped loopback, where one direction
+    at a time costs nothing more, 1.00-1.02 (``Topology.one_way_share`` takes it back). Another backend: half."""
+    if backend not in ("gloo", "", None) or int(world) != 2:
+        return KIND_FACTORS[CommKind.ALL_GATHER]
+    return 0.75
 
 
 def all_to_all_factor(world: int, backend: str = "gloo") -> float:
@@ -507,6 +532,23 @@ def rooted_factor(world: int) -> float:
     and on 4: the medium carries (N-1) chunks against the all-reduce's 2 (N-1), which ``Topology.one_way_share`` gives
     (1/N of the price on ports); before, 1 (2x). ``tests/data/gloo-kinds`` holds traces of both."""
     return KIND_FACTORS[CommKind.ALL_GATHER] * max(int(world), 1)
+
+
+def latency_steps(kind: CommKind, world: int, backend: str = "gloo") -> int:
+    """How many per-step latencies (``AlphaBeta.alpha_us``, a fit's intercept per ring step) a collective waits through on
+    ``world`` ranks: the ring all-reduce's 2 (N-1), and so every kind priced as it, but under gloo a gather's or scatter's 1
+    (``gloo::gather``, ``gloo::scatter``: the root posts its N-1 receives or sends at once, and each peer's one transfer
+    starts on the root's notification) and a ring all-gather's N-1 (gloo/allgather.cc: one step per hop, its two halves
+    in flight hiding each other's wait; on 2 ranks 2, the halves one after the other, ``all_gather_factor``). Priced at
+    the all-reduce's 2 (N-1), the gathers and scatters of 0.5 MB on 4 ports shaped both ways (``tests/data/gloo-kinds``,
+    the all-reduces' fit: 2.9 ms a step) came 26-28 % over what they took, and so did the all-gathers by 11 %."""
+    n = max(int(world), 1)
+    if backend in ("gloo", "", None) and n >= 2:
+        if kind in ROOTED:
+            return 1
+        if kind == CommKind.ALL_GATHER:
+            return 2 * (n - 1) if n == 2 else n - 1
+    return 2 * (n - 1)
 
 
 def priced_kind(kind: CommKind) -> CommKind:

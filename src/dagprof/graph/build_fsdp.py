@@ -164,7 +164,10 @@ def allreduce_equivalent_bytes(g: Graph, idx: np.ndarray) -> np.ndarray:
     share = _group_share(g) if is_fsdp_graph(g) else {}
     world = _priced_ranks(g)
     post = _post_forward_share(g, idx) if is_fsdp_graph(g) else {}
-    return nbytes * np.array([(allreduce_equivalent_factor(k, g.meta.backend or backend, world) if k in (CommKind.BROADCAST, CommKind.ALL_TO_ALL, *ROOTED)
+    # an FSDP job's own all-gathers keep half their bytes on any N (not ``all_gather_factor``'s 2-rank 3/4): the per-kind
+    # calibrations and the DDP -> FSDP rule were measured against that price, and were not re-measured with it
+    on_ranks = (CommKind.BROADCAST, CommKind.ALL_TO_ALL, *ROOTED) + (() if is_fsdp_graph(g) else (CommKind.ALL_GATHER,))
+    return nbytes * np.array([(allreduce_equivalent_factor(k, g.meta.backend or backend, world) if k in on_ranks
                                else allreduce_equivalent_factor(k, backend))
                               * post.get(int(v), share.get(k, 1.0)) for v, k in zip(idx.tolist(), kinds)], dtype=np.float64)
 

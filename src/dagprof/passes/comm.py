@@ -40,7 +40,7 @@ from typing import Callable
 import numpy as np
 
 from ..costmodel.alphabeta import AlphaBeta
-from ..costmodel.collectives import allreduce_us
+from ..costmodel.collectives import allreduce_us, latency_saved_us
 from ..costmodel.topology import CollectiveSpec, Scheme, Topology, per_rank_equivalent_bytes, priced_kind
 from ..errors import DagprofError
 from ..graph.build_fsdp import allreduce_equivalent_bytes, is_fsdp_graph
@@ -113,8 +113,10 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
     kinds = (np.array([k.label for k in priced], dtype=object)
              if (topo.kinds or topo.link_ratio or _kinds_of(g)) and is_fsdp_graph(g) else np.full(len(idx), "", dtype=object))
     equiv = allreduce_equivalent_bytes(g, idx)
-    if topo.half_duplex:  # one medium for every rank: a broadcast, gather or scatter costs its bytes on it (``Topology.one_way_share``)
-        equiv = equiv * np.array([topo.one_way_share(k, g.meta.backend or "gloo") for k in called])
+    backend, fsdp = g.meta.backend or "gloo", is_fsdp_graph(g)
+    if topo.half_duplex:  # one medium for every rank: a broadcast, gather or scatter costs its bytes on it (``Topology.one_way_share``;
+        # an FSDP job's own all-gathers keep half their bytes, ``allreduce_equivalent_bytes``, and so their whole share)
+        equiv = equiv * np.array([1.0 if fsdp and k == CommKind.ALL_GATHER else topo.one_way_share(k, backend) for k in called])
     consumers, lag = exit_lags(g, idx)
     exit_lag = g.exit_lag.copy()
     if topo.world_size < 2:  # a collective of one rank releases no rank after another
@@ -157,6 +159,9 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
         grow = np.maximum(grow, -g.exit_lag[waits])
         dur[waits] += grow
         exit_lag[waits] += grow
+    if not fsdp:  # each kind waits through its own schedule's latencies, not the ring all-reduce's (an FSDP job's own calls keep those)
+        saved = {k: latency_saved_us(k, topo, spec, backend) for k in set(called)}
+        dur[idx] = np.maximum(dur[idx] - np.array([saved[k] for k in called]), 0.0)
     if pipelined(g) and lags_on is None:
         dur[idx] += _horovod_stalls(g, idx, dur[idx], kinds, equiv, spec)
     at, priced = in_op_prices(g, topo, spec)
@@ -198,12 +203,14 @@ def in_op_prices(g: Graph, topo: Topology, spec: CollectiveSpec) -> tuple[np.nda
     model's bytes and calls would change with it) keeps its measured time."""
     named = [(int(v), int(g.group_size[v])) for v in in_op_pieces(g).tolist()]
     named += [(int(v), g.meta.parallel.dp_size) for v in activation_comm(g).tolist()]
-    sized = [(v, topo.one_way_share(kind, g.meta.backend or "gloo") * per_rank_equivalent_bytes(kind, float(g.nbytes[v]), ranks, g.meta.backend or "gloo"))
+    backend = g.meta.backend or "gloo"
+    sized = [(v, topo.one_way_share(kind, backend) * per_rank_equivalent_bytes(kind, float(g.nbytes[v]), ranks, backend),
+              latency_saved_us(kind, topo, spec, backend))
              for v, ranks in named if ranks == topo.world_size and g.nbytes[v] > 0 for kind in [CommKind(int(g.comm_kind[v]))]]
     if not sized:
         return np.zeros(0, np.int64), np.zeros(0)
-    at, equiv = (np.array(x) for x in zip(*sized))
-    return at.astype(np.int64), _prices(topo, "", equiv.astype(float), spec)
+    at, equiv, saved = (np.array(x) for x in zip(*sized))
+    return at.astype(np.int64), np.maximum(_prices(topo, "", equiv.astype(float), spec) - saved, 0.0)
 
 
 def _peer_waits(g: Graph) -> tuple[np.ndarray, np.ndarray]:
