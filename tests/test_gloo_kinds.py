@@ -209,8 +209,8 @@ def test_each_gloo_kind_waits_through_its_own_schedules_latencies():
 def test_on_switched_ports_a_gather_pays_one_latency_and_an_all_gather_three():
     """``ports-n4`` replayed: every gather and scatter of 0.5-8 MB a rank within 7 % of what it took and the 0.5 MB
     all-gather within 5 %, where priced with the ring all-reduce's 6 latencies of the fit (2.9 ms each) the 0.5 MB
-    gathers and scatters came 26-28 % over and the all-gather 11 %. The larger all-gathers took 6-13 % more than their
-    ring's bytes and latencies (not modelled)."""
+    gathers and scatters came 26-28 % over and the all-gather 11 %. The larger all-gathers within 15 % (0.91 and 0.87:
+    gloo's 4-rank ring took more than its bytes and latencies, not modelled)."""
     from dagprof.costmodel.collectives import latency_saved_us
 
     got, topo = _replayed("ports-n4")
@@ -221,7 +221,7 @@ def test_on_switched_ports_a_gather_pays_one_latency_and_an_all_gather_three():
         elif nbytes == 1 << 19:
             assert 0.95 < us / took < 1.05 and (us + latency_saved_us(kind, topo)) / took > 1.1
         else:
-            assert 0.85 < us / took < 0.95
+            assert 0.85 < us / took < 1.15
         if nbytes == 1 << 19 and kind != CommKind.ALL_GATHER:
             assert (us + latency_saved_us(kind, topo)) / took > 1.2
 
