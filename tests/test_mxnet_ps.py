@@ -602,7 +602,7 @@ def test_a_server_s_gap_after_an_update_is_its_work_where_the_next_pushes_had_th
                    for a, b in ((600, 1000), (1200, 1600), (2100, 3100)) for ph, ts in (("b", a), ("e", b))]
         (tmp_path / "server0.json").write_text(json.dumps({"traceEvents": events}))
         keys = {k: mxnet.MxKey(key=k, nbytes=16, elements=4) for k in (0, 1)}
-        man = types.SimpleNamespace(server_files={0: str(tmp_path / "server0.json")}, keys=keys, servers=1, bound=1_000_000)
+        man = types.SimpleNamespace(server_files={0: str(tmp_path / "server0.json")}, keys=keys, servers=1, bound=1_000_000, updates={})
         pushes = {w: [{"step": 1, "start": t + w, "end": 3200.0} for t in (100.0, second_push_us)] for w in (0, 1)}
         (row,) = mxnet._server_busy(man, pushes)
         assert row.updates == 2
@@ -610,6 +610,32 @@ def test_a_server_s_gap_after_an_update_is_its_work_where_the_next_pushes_had_th
 
     assert busy(110.0) == pytest.approx(5 + 3100 - 520)  # the first copy, then from the sum to the second update's end
     assert busy(700.0) == pytest.approx(5 + 1600 - 520 + 5 + 3100 - 2020)  # pushed during the first update: from its receipt
+
+
+def test_a_server_s_gap_before_an_update_is_split_by_its_cpu_clock_into_work_and_waiting(tmp_path):
+    """The updater's calls timed by the collector (wall, the process's CPU): of the 520 us gap between the two updates
+    (the first call ended at 1590, the second began at 2110), the CPU the server's threads used is work, ending where the
+    second call began; the rest of the gap it waited (for bytes or a core), whatever the pushes' issue times say."""
+    events = [{"ph": ph, "cat": "operator", "name": name, "pid": 1, "tid": 1, "ts": ts}
+              for name, a, b in (("CopyCPU2CPU", 500, 505), ("BinaryOpKernel", 520, 525), ("CopyCPU2CPU", 2000, 2005),
+                                 ("BinaryOpKernel", 2020, 2025)) for ph, ts in (("B", a), ("E", b))]
+    events += [{"ph": ph, "cat": "MXNET_C_API", "name": "MXImperativeInvokeEx", "pid": 1, "tid": 2, "ts": ts}
+               for a, b in ((600, 1000), (1200, 1600), (2100, 3100)) for ph, ts in (("b", a), ("e", b))]
+    (tmp_path / "server0.json").write_text(json.dumps({"traceEvents": events}))
+    keys = {k: mxnet.MxKey(key=k, nbytes=16, elements=4) for k in (0, 1)}
+    pushes = {w: [{"step": 1, "start": t + w, "end": 3200.0} for t in (100.0, 110.0)] for w in (0, 1)}
+
+    def row(gap_cpu_us: float):
+        calls = np.array([[610, 1000, 0, 0, 1590, 1900, 0, 0], [2110, 1900 + gap_cpu_us, 0, 0, 3090, 2900 + gap_cpu_us, 0, 0]], dtype=float)
+        man = types.SimpleNamespace(server_files={0: str(tmp_path / "server0.json")}, keys=keys, servers=1, bound=1_000_000,
+                                    updates={0: calls})
+        (got,) = mxnet._server_busy(man, pushes)
+        return got
+
+    part = row(200.0)
+    assert part.busy_us == pytest.approx(5 + 1600 - 520 + 3100 - 1910) and part.waited_us == pytest.approx(310.0)
+    full = row(600.0)  # more CPU than the gap (threads at once): the whole gap is work
+    assert full.busy_us == pytest.approx(5 + 3100 - 520) and full.waited_us == 0.0
 
 
 def test_more_servers_than_the_profiled_host_has_cores_for_are_said_to_share_them(tmp_path, capsys):
