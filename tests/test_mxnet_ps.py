@@ -651,6 +651,31 @@ def test_more_servers_than_the_profiled_host_has_cores_for_are_said_to_share_the
     assert capsys.readouterr().out.count("ps:2: the prediction gives each server a core") == 1
 
 
+def test_a_slower_wire_slows_the_row_sparse_pulls_where_the_exchanges_fit_hides_it(tmp_path):
+    """The fixture's exchanges fit at 140 Mbit/s, slower than a 1 Gbit/s wire: at 200 Mbit/s they stay at the fit
+    (``ps_bandwidth``: the server's work hides the wire), but each forward's row pulls cross the wire alone, every byte
+    slower by the wire's difference, so the step grows; asked the profiled rate, nothing changes."""
+    g = open_run(str(shutil.copytree(SPARSE_MF, tmp_path / "r"))).graph
+    fitted = g.meta.ps_link_fit.bandwidth_bytes_per_s
+    assert fitted < 1e9 / 8
+
+    def iteration(rate: str) -> float:
+        return evaluate(g, [Scenario(bandwidth=rate)], Cluster(profiled_bandwidth="1Gbit"), tolerance_pct=None, raw=True)["scenarios"][0].predicted_iter_ms
+
+    assert iteration("1Gbit") == pytest.approx(job_iteration_us(g, replay(g)) / 1e3, rel=1e-6)
+    assert iteration("200Mbit") > 1.05 * iteration("1Gbit")
+    slow = set_link(g.replace(meta=g.meta.replace(wire_bytes_per_s=1e9 / 8, ps_asked_bytes_per_s=2e8 / 8)), fitted)
+    assert current_topology(slow).inter.bandwidth_bytes_per_s == pytest.approx(fitted)  # the exchanges as fitted
+
+    def wire_us(h, what: str) -> float:
+        names = np.asarray(h.names)[h.name].astype(str)
+        return float(h.dur[np.char.find(names, what) >= 0].sum())
+
+    assert wire_us(slow, " push ps0 w") == pytest.approx(wire_us(g, " push ps0 w"))
+    rows = wire_us(g, " rows ps0 w")
+    assert rows > 0 and wire_us(slow, " rows ps0 w") > rows + 1000.0  # a few hundred kB a step, 32 ns a byte more
+
+
 def test_the_profiler_s_cost_on_the_servers_is_taken_off_their_updates_and_row_pulls(tmp_path):
     """The server's Python updater is traced call by call as the workers are, and the row_sparse pulls wait for it: the
     profiler's cost correction shortens both (``scale_host_work``), in the graph and in the record what-ifs rebuild from."""
