@@ -676,6 +676,16 @@ def test_a_slower_wire_slows_the_row_sparse_pulls_where_the_exchanges_fit_hides_
     assert rows > 0 and wire_us(slow, " rows ps0 w") > rows + 1000.0  # a few hundred kB a step, 32 ns a byte more
 
 
+def test_workers_copied_by_a_worker_what_if_keep_their_source_s_row_pull_serve_times(tmp_path):
+    """``--workers 4`` copies the 2 profiled workers: each copy's row pulls are served as its source's were (they were
+    served in no time: the record's worker count is the copies' by then, and a copy's source was looked up as itself)."""
+    h = scale_workers(open_run(str(shutil.copytree(SPARSE_MF, tmp_path / "r"))).graph, 4)
+    names = np.asarray(h.names)[h.name].astype(str)
+    serve = [h.dur[np.char.endswith(names, f" serve w{w}")] for w in range(4)]
+    assert serve[0].sum() > 0 and serve[1].sum() > 0
+    assert serve[2] == pytest.approx(serve[0]) and serve[3] == pytest.approx(serve[1])
+
+
 def test_the_profiler_s_cost_on_the_servers_is_taken_off_their_updates_and_row_pulls(tmp_path):
     """The server's Python updater is traced call by call as the workers are, and the row_sparse pulls wait for it: the
     profiler's cost correction shortens both (``scale_host_work``), in the graph and in the record what-ifs rebuild from."""

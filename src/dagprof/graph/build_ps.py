@@ -353,7 +353,7 @@ def rebuild_ps(g: Graph, servers: int, link: AlphaBeta, row_pull_extra_us: dict 
         row_pull_beta_ratio = fit.row_pull_beta_ratio if fit else 1.0
     fitted = 1e6 / fit.bandwidth_bytes_per_s if fit and fit.bandwidth_bytes_per_s > 0 else link.beta_us_per_byte
     pull_link = replace(link, beta_us_per_byte=_pull_beta(g.meta, link.beta_us_per_byte, fitted, row_pull_beta_ratio))
-    extra = _row_pull_extra(row_pull_extra_us, int(ps.num_workers if ps.num_workers else g.meta.world_size))
+    extra = _row_pull_extra(row_pull_extra_us)
     keep = ~exchange_nodes(g)
     b, remap = GraphBuilder.from_graph(g, keep)
     issue, issue_order, done = {}, {}, {}
@@ -412,15 +412,17 @@ def _pull_beta(meta, beta: float, fitted: float, ratio: float) -> float:
     return max(beta - (fitted - own), beta * own / fitted) if fitted > 0 else beta
 
 
-def _row_pull_extra(fitted: dict, profiled: int):
+def _row_pull_extra(fitted: dict):
     """(step, worker, key) -> a pull's time beyond the wire: the fitted one; a worker copied by ``--workers`` has its
-    source's (worker ``w % profiled``: ``passes.workers``); a step the profile lacks, the mean over its steps."""
+    source's (worker ``w % profiled``, the profiled workers those fitted: ``passes.workers``; the record's worker count is
+    the copies' by then, and with it the copies' pulls were served in no time); a step the profile lacks, the mean over its steps."""
+    profiled = 1 + max((w for _, w, _ in fitted), default=0)
     means: dict[tuple[int, int], list[float]] = {}
     for (_, w, k), us in fitted.items():
         means.setdefault((w, k), []).append(us)
 
     def extra(step: int, w: int, key: int) -> float:
-        src = w % profiled if profiled else w
+        src = w % profiled
         got = fitted.get((step, src, key))
         return got if got is not None else float(np.mean(means.get((src, key), [0.0])))
     return extra
