@@ -589,33 +589,10 @@ def test_a_python_optimizer_on_the_server_is_priced_per_key(tmp_path):
     assert np.mean(list(replayed.values())) == pytest.approx(np.mean([us for *_, us in ps.exchange_us]), rel=0.01)
 
 
-def test_a_server_s_gap_after_an_update_is_its_work_where_the_next_pushes_had_that_update_to_arrive(tmp_path):
-    """Two keys on one server, both workers' pushes issued at 100-110 us. The first update (600-1600) starts the second
-    key's receipt only at 2000: the pushes had the whole first update to arrive, so the gap is the server's own work
-    (ps-lite answering pulls and taking the next push in, untraced), busy from the first update's end; a push issued
-    during the previous update leaves the gap to the wire, busy from its receipt as before."""
-    def busy(second_push_us: float) -> float:
-        events = [{"ph": ph, "cat": "operator", "name": name, "pid": 1, "tid": 1, "ts": ts}
-                  for name, a, b in (("CopyCPU2CPU", 500, 505), ("BinaryOpKernel", 520, 525), ("CopyCPU2CPU", 2000, 2005),
-                                     ("BinaryOpKernel", 2020, 2025)) for ph, ts in (("B", a), ("E", b))]
-        events += [{"ph": ph, "cat": "MXNET_C_API", "name": "MXImperativeInvokeEx", "pid": 1, "tid": 2, "ts": ts}
-                   for a, b in ((600, 1000), (1200, 1600), (2100, 3100)) for ph, ts in (("b", a), ("e", b))]
-        (tmp_path / "server0.json").write_text(json.dumps({"traceEvents": events}))
-        keys = {k: mxnet.MxKey(key=k, nbytes=16, elements=4) for k in (0, 1)}
-        man = types.SimpleNamespace(server_files={0: str(tmp_path / "server0.json")}, keys=keys, servers=1, bound=1_000_000, updates={})
-        pushes = {w: [{"step": 1, "start": t + w, "end": 3200.0} for t in (100.0, second_push_us)] for w in (0, 1)}
-        (row,) = mxnet._server_busy(man, pushes)
-        assert row.updates == 2
-        return row.busy_us
-
-    assert busy(110.0) == pytest.approx(5 + 3100 - 520)  # the first copy, then from the sum to the second update's end
-    assert busy(700.0) == pytest.approx(5 + 1600 - 520 + 5 + 3100 - 2020)  # pushed during the first update: from its receipt
-
-
-def test_a_server_s_gap_before_an_update_is_split_by_its_cpu_clock_into_work_and_waiting(tmp_path):
-    """The updater's calls timed by the collector (wall, the process's CPU): of the 520 us gap between the two updates
-    (the first call ended at 1590, the second began at 2110), the CPU the server's threads used is work, ending where the
-    second call began; the rest of the gap it waited (for bytes or a core), whatever the pushes' issue times say."""
+def _two_updates(tmp_path, second_push_us: float, updates: dict):
+    """One server's busy row in a step of two keys: copies and sums at 500-525 and 2000-2025 us, the updater's C API
+    calls at 600-1600 (the first key's) and 2100-3100 (the second's), both workers' pushes issued at 100 and
+    ``second_push_us``; ``updates``: the collector's timed updater calls (``MxManifest.server_updates``, us)."""
     events = [{"ph": ph, "cat": "operator", "name": name, "pid": 1, "tid": 1, "ts": ts}
               for name, a, b in (("CopyCPU2CPU", 500, 505), ("BinaryOpKernel", 520, 525), ("CopyCPU2CPU", 2000, 2005),
                                  ("BinaryOpKernel", 2020, 2025)) for ph, ts in (("B", a), ("E", b))]
@@ -623,14 +600,29 @@ def test_a_server_s_gap_before_an_update_is_split_by_its_cpu_clock_into_work_and
                for a, b in ((600, 1000), (1200, 1600), (2100, 3100)) for ph, ts in (("b", a), ("e", b))]
     (tmp_path / "server0.json").write_text(json.dumps({"traceEvents": events}))
     keys = {k: mxnet.MxKey(key=k, nbytes=16, elements=4) for k in (0, 1)}
-    pushes = {w: [{"step": 1, "start": t + w, "end": 3200.0} for t in (100.0, 110.0)] for w in (0, 1)}
+    man = types.SimpleNamespace(server_files={0: str(tmp_path / "server0.json")}, keys=keys, servers=1, bound=1_000_000, updates=updates)
+    pushes = {w: [{"step": 1, "start": t + w, "end": 3200.0} for t in (100.0, second_push_us)] for w in (0, 1)}
+    (row,) = mxnet._server_busy(man, pushes)
+    assert row.updates == 2
+    return row
 
+
+def test_a_server_s_gap_after_an_update_is_its_work_where_the_next_pushes_had_that_update_to_arrive(tmp_path):
+    """Two keys on one server, both workers' pushes issued at 100-110 us. The first update (600-1600) starts the second
+    key's receipt only at 2000: the pushes had the whole first update to arrive, so the gap is the server's own work
+    (ps-lite answering pulls and taking the next push in, untraced), busy from the first update's end; a push issued
+    during the previous update leaves the gap to the wire, busy from its receipt as before."""
+    assert _two_updates(tmp_path, 110.0, {}).busy_us == pytest.approx(5 + 3100 - 520)  # the first copy, then from the sum to the second update's end
+    assert _two_updates(tmp_path, 700.0, {}).busy_us == pytest.approx(5 + 1600 - 520 + 5 + 3100 - 2020)  # pushed during the first update: from its receipt
+
+
+def test_a_server_s_gap_before_an_update_is_split_by_its_cpu_clock_into_work_and_waiting(tmp_path):
+    """The updater's calls timed by the collector (wall, the process's CPU): of the 520 us gap between the two updates
+    (the first call ended at 1590, the second began at 2110), the CPU the server's threads used is work, ending where the
+    second call began; the rest of the gap it waited (for bytes or a core), whatever the pushes' issue times say."""
     def row(gap_cpu_us: float):
         calls = np.array([[610, 1000, 0, 0, 1590, 1900, 0, 0], [2110, 1900 + gap_cpu_us, 0, 0, 3090, 2900 + gap_cpu_us, 0, 0]], dtype=float)
-        man = types.SimpleNamespace(server_files={0: str(tmp_path / "server0.json")}, keys=keys, servers=1, bound=1_000_000,
-                                    updates={0: calls})
-        (got,) = mxnet._server_busy(man, pushes)
-        return got
+        return _two_updates(tmp_path, 110.0, {0: calls})
 
     part = row(200.0)
     assert part.busy_us == pytest.approx(5 + 1600 - 520 + 3100 - 1910) and part.waited_us == pytest.approx(310.0)
