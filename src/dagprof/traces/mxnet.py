@@ -485,6 +485,7 @@ def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> list[Serv
         ops, calls, _ = _ops(_load(path), path, calls=None)
         parts = sum(1 for k in man.keys.values() for srv, _ in pslite_placement(k.key, k.elements, man.servers, man.bound) if srv == s)
         timed = man.updates.get(s)
+        timed = timed if timed is not None and len(timed) else None  # none timed: its waits are not known
         for step in steps:
             every = [p for pushes in per_worker.values() for p in pushes if p["step"] == step]
             lo, hi = min(p["start"] for p in every) - 1.0, max(p["end"] for p in every)
