@@ -692,3 +692,20 @@ def test_the_profiler_s_cost_on_the_servers_is_taken_off_their_updates_and_row_p
     assert serve.any() and half.dur[serve] == pytest.approx(g.dur[serve] / 2)
     assert half.dur[sums] == pytest.approx(g.dur[sums] - np.array([update_us(g.meta.ps, s) for s in g.step[sums]]) / 2)
     assert job_iteration_us(rebuild_ps(half, 1, current_topology(half).inter)) < job_iteration_us(rebuild_ps(g, 1, current_topology(g).inter))
+
+
+def test_the_manifest_takes_in_the_servers_timed_updater_calls(tmp_path):
+    """The launcher's servers leave ``server<K>.cpu.json`` (their updater's calls on the wall and CPU clocks) in the run
+    folder; the manifest holds them per server and the file goes, as the workers' meta files do."""
+    from dagprof.collect.hooks.mxnet_ps import CLOCKS, SERVER_CPU, write_manifest
+
+    for w in range(2):
+        (tmp_path / f"worker{w}.meta.json").write_text(json.dumps({
+            "rank": w, "pid": 1, "steps": [[k, k * 10, k * 10 + 5] for k in range(1, 7)], "profiled": [4, 6], "keys": [],
+            "update_on_kvstore": True, "layers": [], "num_workers": 2, "mxnet": "1.9.1", "host": "h", "cpus": 2, "cpu_s": [], "main_cpu_s": [],
+            "rows": {}}))
+    calls = [[1, 2, 3, 4, 5, 6, 7, 8]]
+    (tmp_path / SERVER_CPU.format(0)).write_text(json.dumps({"fields": list(CLOCKS) * 2, "calls": calls}))
+    m = write_manifest(str(tmp_path), 1, 2)
+    assert m["server_updates"] == {"0": calls} and not (tmp_path / SERVER_CPU.format(0)).exists()
+    assert msgspec.json.decode(json.dumps(m), type=mxnet.MxManifest).server_updates == {"0": calls}
