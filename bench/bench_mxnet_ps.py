@@ -339,7 +339,11 @@ def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]], cor
     for servers, rate, workers in cells:
         g = set_scheme(profile, CollectiveSpec.parse(f"ps:{servers}"))
         g = scale_workers(g, workers) if workers != WORKERS else g
-        linked = set_link(g, ps_bandwidth(bw0, rate0 / 8, rate / 8, ps_port_share(g))) if rate != rate0 else g
+        if rate != rate0:  # as whatif --profiled-bandwidth RATE0 --bandwidth RATE does (``search.scenario``)
+            marked = g.replace(meta=g.meta.replace(wire_bytes_per_s=rate0 / 8, ps_asked_bytes_per_s=rate / 8))
+            linked = set_link(marked, ps_bandwidth(bw0, rate0 / 8, rate / 8, ps_port_share(g)))
+        else:
+            linked = g
         step, exch, spread, median = run(linked)
         wire_step, wire_exch, _, _ = run(set_link(g, rate / 8 * PAYLOAD))
         queued = run(share_cores(linked, cores))[0] if workers > cores else None

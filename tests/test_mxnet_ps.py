@@ -589,27 +589,45 @@ def test_a_python_optimizer_on_the_server_is_priced_per_key(tmp_path):
     assert np.mean(list(replayed.values())) == pytest.approx(np.mean([us for *_, us in ps.exchange_us]), rel=0.01)
 
 
+def _two_updates(tmp_path, second_push_us: float, updates: dict):
+    """One server's busy row in a step of two keys: copies and sums at 500-525 and 2000-2025 us, the updater's C API
+    calls at 600-1600 (the first key's) and 2100-3100 (the second's), both workers' pushes issued at 100 and
+    ``second_push_us``; ``updates``: the collector's timed updater calls (``MxManifest.server_updates``, us)."""
+    events = [{"ph": ph, "cat": "operator", "name": name, "pid": 1, "tid": 1, "ts": ts}
+              for name, a, b in (("CopyCPU2CPU", 500, 505), ("BinaryOpKernel", 520, 525), ("CopyCPU2CPU", 2000, 2005),
+                                 ("BinaryOpKernel", 2020, 2025)) for ph, ts in (("B", a), ("E", b))]
+    events += [{"ph": ph, "cat": "MXNET_C_API", "name": "MXImperativeInvokeEx", "pid": 1, "tid": 2, "ts": ts}
+               for a, b in ((600, 1000), (1200, 1600), (2100, 3100)) for ph, ts in (("b", a), ("e", b))]
+    (tmp_path / "server0.json").write_text(json.dumps({"traceEvents": events}))
+    keys = {k: mxnet.MxKey(key=k, nbytes=16, elements=4) for k in (0, 1)}
+    man = types.SimpleNamespace(server_files={0: str(tmp_path / "server0.json")}, keys=keys, servers=1, bound=1_000_000, updates=updates)
+    pushes = {w: [{"step": 1, "start": t + w, "end": 3200.0} for t in (100.0, second_push_us)] for w in (0, 1)}
+    (row,) = mxnet._server_busy(man, pushes)
+    assert row.updates == 2
+    return row
+
+
 def test_a_server_s_gap_after_an_update_is_its_work_where_the_next_pushes_had_that_update_to_arrive(tmp_path):
     """Two keys on one server, both workers' pushes issued at 100-110 us. The first update (600-1600) starts the second
     key's receipt only at 2000: the pushes had the whole first update to arrive, so the gap is the server's own work
     (ps-lite answering pulls and taking the next push in, untraced), busy from the first update's end; a push issued
     during the previous update leaves the gap to the wire, busy from its receipt as before."""
-    def busy(second_push_us: float) -> float:
-        events = [{"ph": ph, "cat": "operator", "name": name, "pid": 1, "tid": 1, "ts": ts}
-                  for name, a, b in (("CopyCPU2CPU", 500, 505), ("BinaryOpKernel", 520, 525), ("CopyCPU2CPU", 2000, 2005),
-                                     ("BinaryOpKernel", 2020, 2025)) for ph, ts in (("B", a), ("E", b))]
-        events += [{"ph": ph, "cat": "MXNET_C_API", "name": "MXImperativeInvokeEx", "pid": 1, "tid": 2, "ts": ts}
-                   for a, b in ((600, 1000), (1200, 1600), (2100, 3100)) for ph, ts in (("b", a), ("e", b))]
-        (tmp_path / "server0.json").write_text(json.dumps({"traceEvents": events}))
-        keys = {k: mxnet.MxKey(key=k, nbytes=16, elements=4) for k in (0, 1)}
-        man = types.SimpleNamespace(server_files={0: str(tmp_path / "server0.json")}, keys=keys, servers=1, bound=1_000_000)
-        pushes = {w: [{"step": 1, "start": t + w, "end": 3200.0} for t in (100.0, second_push_us)] for w in (0, 1)}
-        (row,) = mxnet._server_busy(man, pushes)
-        assert row.updates == 2
-        return row.busy_us
+    assert _two_updates(tmp_path, 110.0, {}).busy_us == pytest.approx(5 + 3100 - 520)  # the first copy, then from the sum to the second update's end
+    assert _two_updates(tmp_path, 700.0, {}).busy_us == pytest.approx(5 + 1600 - 520 + 5 + 3100 - 2020)  # pushed during the first update: from its receipt
 
-    assert busy(110.0) == pytest.approx(5 + 3100 - 520)  # the first copy, then from the sum to the second update's end
-    assert busy(700.0) == pytest.approx(5 + 1600 - 520 + 5 + 3100 - 2020)  # pushed during the first update: from its receipt
+
+def test_a_server_s_gap_before_an_update_is_split_by_its_cpu_clock_into_work_and_waiting(tmp_path):
+    """The updater's calls timed by the collector (wall, the process's CPU): of the 520 us gap between the two updates
+    (the first call ended at 1590, the second began at 2110), the CPU the server's threads used is work, ending where the
+    second call began; the rest of the gap it waited (for bytes or a core), whatever the pushes' issue times say."""
+    def row(gap_cpu_us: float):
+        calls = np.array([[610, 1000, 0, 0, 1590, 1900, 0, 0], [2110, 1900 + gap_cpu_us, 0, 0, 3090, 2900 + gap_cpu_us, 0, 0]], dtype=float)
+        return _two_updates(tmp_path, 110.0, {0: calls})
+
+    part = row(200.0)
+    assert part.busy_us == pytest.approx(5 + 1600 - 520 + 3100 - 1910) and part.waited_us == pytest.approx(310.0)
+    full = row(600.0)  # more CPU than the gap (threads at once): the whole gap is work
+    assert full.busy_us == pytest.approx(5 + 3100 - 520) and full.waited_us == 0.0
 
 
 def test_more_servers_than_the_profiled_host_has_cores_for_are_said_to_share_them(tmp_path, capsys):
@@ -623,6 +641,41 @@ def test_more_servers_than_the_profiled_host_has_cores_for_are_said_to_share_the
     assert note.startswith("ps:2: the prediction gives each server a core of its own") and "2 cores" in note
     assert main(["whatif", run, "--scheme", "ps:2", "--no-trace", "--allow-model-error"]) == 0
     assert capsys.readouterr().out.count("ps:2: the prediction gives each server a core") == 1
+
+
+def test_a_slower_wire_slows_the_row_sparse_pulls_where_the_exchanges_fit_hides_it(tmp_path):
+    """The fixture's exchanges fit at 140 Mbit/s, slower than a 1 Gbit/s wire: at 200 Mbit/s they stay at the fit
+    (``ps_bandwidth``: the server's work hides the wire), but each forward's row pulls cross the wire alone, every byte
+    slower by the wire's difference, so the step grows; asked the profiled rate, nothing changes."""
+    g = open_run(str(shutil.copytree(SPARSE_MF, tmp_path / "r"))).graph
+    fitted = g.meta.ps_link_fit.bandwidth_bytes_per_s
+    assert fitted < 1e9 / 8
+
+    def iteration(rate: str) -> float:
+        return evaluate(g, [Scenario(bandwidth=rate)], Cluster(profiled_bandwidth="1Gbit"), tolerance_pct=None, raw=True)["scenarios"][0].predicted_iter_ms
+
+    assert iteration("1Gbit") == pytest.approx(job_iteration_us(g, replay(g)) / 1e3, rel=1e-6)
+    assert iteration("200Mbit") > 1.05 * iteration("1Gbit")
+    slow = set_link(g.replace(meta=g.meta.replace(wire_bytes_per_s=1e9 / 8, ps_asked_bytes_per_s=2e8 / 8)), fitted)
+    assert current_topology(slow).inter.bandwidth_bytes_per_s == pytest.approx(fitted)  # the exchanges as fitted
+
+    def wire_us(h, what: str) -> float:
+        names = np.asarray(h.names)[h.name].astype(str)
+        return float(h.dur[np.char.find(names, what) >= 0].sum())
+
+    assert wire_us(slow, " push ps0 w") == pytest.approx(wire_us(g, " push ps0 w"))
+    rows = wire_us(g, " rows ps0 w")
+    assert rows > 0 and wire_us(slow, " rows ps0 w") > rows + 1000.0  # a few hundred kB a step, 32 ns a byte more
+
+
+def test_workers_copied_by_a_worker_what_if_keep_their_source_s_row_pull_serve_times(tmp_path):
+    """``--workers 4`` copies the 2 profiled workers: each copy's row pulls are served as its source's were (they were
+    served in no time: the record's worker count is the copies' by then, and a copy's source was looked up as itself)."""
+    h = scale_workers(open_run(str(shutil.copytree(SPARSE_MF, tmp_path / "r"))).graph, 4)
+    names = np.asarray(h.names)[h.name].astype(str)
+    serve = [h.dur[np.char.endswith(names, f" serve w{w}")] for w in range(4)]
+    assert serve[0].sum() > 0 and serve[1].sum() > 0
+    assert serve[2] == pytest.approx(serve[0]) and serve[3] == pytest.approx(serve[1])
 
 
 def test_the_profiler_s_cost_on_the_servers_is_taken_off_their_updates_and_row_pulls(tmp_path):
@@ -639,3 +692,20 @@ def test_the_profiler_s_cost_on_the_servers_is_taken_off_their_updates_and_row_p
     assert serve.any() and half.dur[serve] == pytest.approx(g.dur[serve] / 2)
     assert half.dur[sums] == pytest.approx(g.dur[sums] - np.array([update_us(g.meta.ps, s) for s in g.step[sums]]) / 2)
     assert job_iteration_us(rebuild_ps(half, 1, current_topology(half).inter)) < job_iteration_us(rebuild_ps(g, 1, current_topology(g).inter))
+
+
+def test_the_manifest_takes_in_the_servers_timed_updater_calls(tmp_path):
+    """The launcher's servers leave ``server<K>.cpu.json`` (their updater's calls on the wall and CPU clocks) in the run
+    folder; the manifest holds them per server and the file goes, as the workers' meta files do."""
+    from dagprof.collect.hooks.mxnet_ps import CLOCKS, SERVER_CPU, write_manifest
+
+    for w in range(2):
+        (tmp_path / f"worker{w}.meta.json").write_text(json.dumps({
+            "rank": w, "pid": 1, "steps": [[k, k * 10, k * 10 + 5] for k in range(1, 7)], "profiled": [4, 6], "keys": [],
+            "update_on_kvstore": True, "layers": [], "num_workers": 2, "mxnet": "1.9.1", "host": "h", "cpus": 2, "cpu_s": [], "main_cpu_s": [],
+            "rows": {}}))
+    calls = [[1, 2, 3, 4, 5, 6, 7, 8]]
+    (tmp_path / SERVER_CPU.format(0)).write_text(json.dumps({"fields": list(CLOCKS) * 2, "calls": calls}))
+    m = write_manifest(str(tmp_path), 1, 2)
+    assert m["server_updates"] == {"0": calls} and not (tmp_path / SERVER_CPU.format(0)).exists()
+    assert msgspec.json.decode(json.dumps(m), type=mxnet.MxManifest).server_updates == {"0": calls}

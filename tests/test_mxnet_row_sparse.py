@@ -156,4 +156,5 @@ def test_rerecord_the_row_sparse_script_from_scratch(tmp_path):
     assert main(["profile", "--mxnet-ps", "servers=1,workers=2", "-o", out, "--steps", "4:7", "--", python, script, "--steps", "10"]) == 0
     p = open_run(out)
     assert {k for _, _, k, _ in p.graph.meta.ps.rows} == {WORDS, BIGRAMS}
+    assert p.graph.meta.ps.server_busy and all(b.waited_us >= 0 for b in p.graph.meta.ps.server_busy)  # its updater timed on the CPU clock
     assert abs(p.analysis.error_pct) < 5.0  # a fresh run on a busy machine; the vendored one is held to 2 %

@@ -352,9 +352,8 @@ def rebuild_ps(g: Graph, servers: int, link: AlphaBeta, row_pull_extra_us: dict 
     if row_pull_beta_ratio is None:
         row_pull_beta_ratio = fit.row_pull_beta_ratio if fit else 1.0
     fitted = 1e6 / fit.bandwidth_bytes_per_s if fit and fit.bandwidth_bytes_per_s > 0 else link.beta_us_per_byte
-    beta = link.beta_us_per_byte
-    pull_link = replace(link, beta_us_per_byte=max(beta - fitted * (1.0 - row_pull_beta_ratio), beta * row_pull_beta_ratio))
-    extra = _row_pull_extra(row_pull_extra_us, int(ps.num_workers if ps.num_workers else g.meta.world_size))
+    pull_link = replace(link, beta_us_per_byte=_pull_beta(g.meta, link.beta_us_per_byte, fitted, row_pull_beta_ratio))
+    extra = _row_pull_extra(row_pull_extra_us)
     keep = ~exchange_nodes(g)
     b, remap = GraphBuilder.from_graph(g, keep)
     issue, issue_order, done = {}, {}, {}
@@ -397,15 +396,33 @@ def rebuild_ps(g: Graph, servers: int, link: AlphaBeta, row_pull_extra_us: dict 
     return out
 
 
-def _row_pull_extra(fitted: dict, profiled: int):
+def _pull_beta(meta, beta: float, fitted: float, ratio: float) -> float:
+    """A row_sparse pull's time per byte (us) on a link of ``beta`` (the exchanges' link), the pulls' own at the fitted one
+    ``ratio`` x ``fitted``: every byte takes the links' difference longer, or at a faster link their ratio. Where a
+    bandwidth what-if knows the wire's rates, the profiled and the asked (``meta.wire_bytes_per_s``,
+    ``ps_asked_bytes_per_s``), the difference is the wire's, not the exchanges' link's: that is a fit of the exchanges
+    (``passes.comm.ps_bandwidth``), which a slower wire may leave as it is, while a pull's rows cross the wire alone in the
+    forward pass (``mx_sparse_mf.py`` profiled at 1 Gbit/s: its exchanges fitted at 80-150 Mbit/s, where the server's work
+    hides the wire, and its pulls at 1 % of that link's time per byte)."""
+    own = fitted * ratio
+    wire, asked = meta.wire_bytes_per_s, meta.ps_asked_bytes_per_s
+    if wire and asked:
+        fitted, beta = 1e6 / wire, 1e6 / asked
+        own = min(own, fitted)  # the pulls crossed the profiled wire: at most its time per byte
+    return max(beta - (fitted - own), beta * own / fitted) if fitted > 0 else beta
+
+
+def _row_pull_extra(fitted: dict):
     """(step, worker, key) -> a pull's time beyond the wire: the fitted one; a worker copied by ``--workers`` has its
-    source's (worker ``w % profiled``: ``passes.workers``); a step the profile lacks, the mean over its steps."""
+    source's (worker ``w % profiled``, the profiled workers those fitted: ``passes.workers``; the record's worker count is
+    the copies' by then, and with it the copies' pulls were served in no time); a step the profile lacks, the mean over its steps."""
+    profiled = 1 + max((w for _, w, _ in fitted), default=0)
     means: dict[tuple[int, int], list[float]] = {}
     for (_, w, k), us in fitted.items():
         means.setdefault((w, k), []).append(us)
 
     def extra(step: int, w: int, key: int) -> float:
-        src = w % profiled if profiled else w
+        src = w % profiled
         got = fitted.get((step, src, key))
         return got if got is not None else float(np.mean(means.get((src, key), [0.0])))
     return extra

@@ -156,6 +156,8 @@ def _link(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
         return set_link_ratio(g, source.ratio_to(target), source.delta_to(target), source.workers or 0)
     if s.bandwidth is None and s.latency_us is None:
         return g
+    if s.bandwidth is not None and is_ps_graph(g) and g.meta.wire_bytes_per_s is not None:  # the row_sparse pulls' wire (rebuild_ps)
+        g = g.replace(meta=g.meta.replace(ps_asked_bytes_per_s=parse_bandwidth(s.bandwidth)))
     return set_link(g, None if s.bandwidth is None else wire_bandwidth(g, parse_bandwidth(s.bandwidth), base_topo), s.latency_us, c.link)
 
 

@@ -57,6 +57,7 @@ PUSHPULL = ("KVStoreDistDefaultStoragePushPull", "KVStoreDistDefaultPush", "KVSt
             ROW_SPARSE_PUSH)
 PUSH_CALLS = ("MXKVStorePushPull", "MXKVStorePush")  # the Python thread's push calls, one per key and step, in key order
 PULL_CALL = "MXKVStorePullRowSparse"  # a forward's row_sparse_pull
+UPDATE_CLOCKS = 4  # a server's updater call: wall, process CPU, thread CPU, thread runnable, before and after (``MxManifest.server_updates``)
 PS_INDEX_BYTES = 8  # a row_sparse row travels with its ps-lite key (uint64)
 RECEIVED = ("CopyCPU2CPU", "BinaryOpKernel", "AccumulateRowSparseGrads")  # a server's ops as a push comes in: copied, summed in
 # a segment of a hybridized block's graph run as one engine op (``static_alloc`` bulks even with
@@ -229,6 +230,9 @@ class MxManifest(msgspec.Struct):
     # worker rank -> row_sparse key -> per step (as ``steps``), the rows its gradient held in each of ``row_ranges`` ranges of row ids
     rows: dict[str, dict[str, list[list[int]]]] = {}
     row_ranges: int = 840
+    # server -> each call of its updater, the collector's clocks before and after it (``collect.hooks.mxnet_ps.CLOCKS``, ns):
+    # wall (epoch), the process's CPU, the updater thread's CPU and its time waiting for a core
+    server_updates: dict[str, list[list[int]]] = {}
 
 
 class _Manifest:
@@ -248,6 +252,10 @@ class _Manifest:
         self.cpu_s = {int(r): v for r, v in m.cpu_s.items()}
         self.main_cpu_s = {int(r): v for r, v in m.main_cpu_s.items()}
         self.rows, self.row_ranges = m.rows, m.row_ranges
+        try:
+            self.updates = {int(k): np.asarray(v, dtype=float).reshape(-1, 2 * UPDATE_CLOCKS) / 1e3 for k, v in m.server_updates.items()}
+        except ValueError:
+            raise DagprofError(f"bad server_updates (not {2 * UPDATE_CLOCKS} clocks a call, under server numbers)", path) from None
         self.profiled = list(range(*m.profiled_steps))
         try:
             self.worker_files = {int(r): inside(folder, f, path) for r, f in m.files.workers.items()}
@@ -467,12 +475,17 @@ def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> list[Serv
     update's time to arrive, and the gap to the next receipt is the server's own untraced work (ps-lite answering the
     key's pulls and taking the next push in, on threads that used 3 ms of CPU a step beside the updater's 6 ms in a
     loopback ``mx_sparse_mf.py`` run) and its waits for a core, which the link fit took for wire: on the testbed the
-    gaps added 1.5 and 1.8 ms a step (medians) at 500 and 200 Mbit/s alike, where wire would take 2.5 times as long at 200 (docs/evidence.md)."""
+    gaps added 1.5 and 1.8 ms a step (medians) at 500 and 200 Mbit/s alike, where wire would take 2.5 times as long at 200 (docs/evidence.md).
+    Where the collector timed the updater's calls (``MxManifest.server_updates``), the gap before each update but the step's
+    first is split by the server's CPU clock instead: the CPU its threads used in it is work, ending where the updater began
+    (``_worked_from``); the rest of the gap its threads waited, for a push's bytes or a core (``ServerBusy.waited_us``)."""
     out = []
     steps = sorted({p["step"] for pushes in per_worker.values() for p in pushes})
     for s, path in sorted(man.server_files.items()):
         ops, calls, _ = _ops(_load(path), path, calls=None)
         parts = sum(1 for k in man.keys.values() for srv, _ in pslite_placement(k.key, k.elements, man.servers, man.bound) if srv == s)
+        timed = man.updates.get(s)
+        timed = timed if timed is not None and len(timed) else None  # none timed: its waits are not known
         for step in steps:
             every = [p for pushes in per_worker.values() for p in pushes if p["step"] == step]
             lo, hi = min(p["start"] for p in every) - 1.0, max(p["end"] for p in every)
@@ -485,13 +498,31 @@ def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> list[Serv
                 at[1] = max(at[1], c.end)
             issued = np.sort([p["start"] for p in every])
             last, began = lo, lo  # the previous update's end and first call
-            for k, (first, end) in sorted(update.items()):
+            waited = 0.0 if timed is not None else -1.0
+            for i, (k, (first, end)) in enumerate(sorted(update.items())):
                 before = int(np.searchsorted(issued, first))
                 pushed = issued[before - 1] if before else first  # the latest push issued before it (none: its first call)
-                since = last if pushed < began else max(received[k - 1] if k else first, pushed, last)
+                worked = _worked_from(timed, first, end) if timed is not None and i else None
+                if worked is not None:
+                    since = max(worked, last)
+                    waited += since - last
+                else:
+                    since = last if pushed < began else max(received[k - 1] if k else first, pushed, last)
                 spans.append((since, end))  # empty where a later one began after it
                 last, began = max(last, end), first
             counted = sum(o.end - o.start for o in mine if o.name in RECEIVED or o.name.endswith("_update"))
             start, stop = (np.array(x, dtype=float) for x in zip(*spans)) if spans else (np.zeros(0), np.zeros(0))
-            out.append(ServerBusy(s, step, covered(start, stop), parts, counted))
+            out.append(ServerBusy(s, step, covered(start, stop), parts, counted, waited))
     return out
+
+
+def _worked_from(timed: np.ndarray, first: float, end: float) -> float | None:
+    """Where the server's work before an update (its C API calls from ``first`` to ``end``, us) began: the first updater
+    call timed within it (``timed``: the collector's clocks, us; MXNet's wrapper makes its arrays just before it and frees
+    them just after), less the CPU the server's threads used since the call before it ended, at most that gap, and no
+    later than ``first``; None where no timed call lies within it."""
+    j = int(np.searchsorted(timed[:, 0], first - 1.0))
+    if j < 1 or j >= len(timed) or timed[j, 0] > end:
+        return None
+    gap = max(timed[j, 0] - timed[j - 1, 4], 0.0)
+    return float(min(timed[j, 0] - min(max(timed[j, 1] - timed[j - 1, 5], 0.0), gap), first))

@@ -51,6 +51,10 @@ BIGARRAY_BOUND = 1_000_000  # ps-lite splits arrays of at least this many elemen
 # a row_sparse gradient's rows are counted in this many equal ranges of the table's row ids: ps-lite cuts a big row_sparse
 # key over S servers by row-id range, and 840 ranges add up to each server's for every S dividing 840 (1-8, 10, 12...)
 ROW_RANGES = 840
+# a server's file (in the run folder) of its updater's calls, each ``CLOCKS`` before and after: wall, the process's CPU (all
+# its threads), the updater thread's CPU and its time runnable waiting for a core (-1: the kernel does not say)
+SERVER_CPU = "server{}.cpu.json"
+CLOCKS = ("epoch_ns", "process_cpu_ns", "thread_cpu_ns", "thread_runnable_ns")
 ENV_OUT, ENV_WARMUP, ENV_PROFILE = "DAGPROF_MXNET_OUT", "DAGPROF_MXNET_WARMUP", "DAGPROF_MXNET_PROFILE_STEPS"
 # Gluon block prefixes -> block class (the reader maps classes to operator names)
 _BLOCK = {"dense": "Dense", "conv": "Conv2D", "batchnorm": "BatchNorm", "embedding": "Embedding", "layernorm": "LayerNorm",
@@ -260,6 +264,46 @@ def _role(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve() -> int:
+    """A server, as ``import mxnet`` would run it, with each call of its updater timed (``SERVER_CPU``): mx.profiler traces
+    the updater's engine calls, not what the server's threads spend on the cores between them (ps-lite taking pushes in and
+    answering pulls) nor its waits for a core, which the wall clock alone books alike as busy time."""
+    os.environ["DMLC_ROLE"] = "worker"  # ``import mxnet`` serves inside the import where the role is a server's: not yet
+    import mxnet as mx
+    from mxnet.kvstore.kvstore_server import KVStoreServer
+
+    os.environ["DMLC_ROLE"] = "server"
+    kv = mx.kv.create("dist")
+    calls: list[list[int]] = []
+    rank: list[int] = []  # the server's, known while it serves
+    set_updater = kv._set_updater
+
+    def timed(updater):
+        rank[:] = [kv.rank]
+
+        def update(key, *args):
+            before = _clocks()
+            updater(key, *args)
+            calls.append(before + _clocks())
+        return set_updater(update)
+
+    kv._set_updater = timed  # the optimizer a worker sends (``set_optimizer``) arrives as an updater here
+    KVStoreServer(kv).run()
+    if rank:  # no optimizer sent: the workers update, nothing timed
+        _write_json(SERVER_CPU.format(rank[0]), {"fields": list(CLOCKS) * 2, "calls": calls})
+    return 0
+
+
+def _clocks() -> list[int]:
+    """``CLOCKS`` now, in ns."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            waited = int(f.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        waited = -1
+    return [time.time_ns(), time.process_time_ns(), time.thread_time_ns(), waited]
+
+
 # -- the launcher (any Python: dagprof's, or MXNet's) ----------------------------------------------
 Spawn = Callable[..., subprocess.Popen]
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # holds dagprof/
@@ -391,6 +435,13 @@ def write_manifest(out: str, servers: int, workers: int, extra: dict | None = No
         if os.path.exists(src):
             os.replace(src, os.path.join(out, f"server{s}.json"))
             files["servers"][str(s)] = f"server{s}.json"
+    updates = {}  # server -> its updater's calls (``_serve``; none from another launcher's servers)
+    for s in range(servers):
+        path = os.path.join(out, SERVER_CPU.format(s))
+        if os.path.exists(path):
+            with open(path) as f:
+                updates[str(s)] = json.load(f)["calls"]
+            os.remove(path)
     manifest = {
         "format": FORMAT, "version": VERSION, "kvstore": "dist_sync", "num_workers": workers, "num_servers": servers,
         "bigarray_bound": BIGARRAY_BOUND, "mxnet": metas[0]["mxnet"], "keys": metas[0]["keys"],
@@ -399,6 +450,7 @@ def write_manifest(out: str, servers: int, workers: int, extra: dict | None = No
         "hosts": {str(m["rank"]): m["host"] for m in metas}, "cpus": {str(m["rank"]): m["cpus"] for m in metas},
         "cpu_s": {str(m["rank"]): m["cpu_s"] for m in metas}, "main_cpu_s": {str(m["rank"]): m.get("main_cpu_s", []) for m in metas},
         "rows": {str(m["rank"]): m["rows"] for m in metas if m.get("rows")}, "row_ranges": ROW_RANGES,
+        "server_updates": updates,
         **(extra or {}),
     }
     if metas[0].get("update_on_kvstore") is not None:  # a Trainer says where its optimizer runs; a bare kvstore's loop does not
@@ -443,7 +495,9 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--workers", type=int, required=True)
     args = ap.parse_args(argv)
     if args.cmd == "role":
-        import mxnet  # noqa: F401  (a scheduler or server serves inside the import and exits)
+        if os.environ.get("DMLC_ROLE") == "server":
+            return _serve()
+        import mxnet  # noqa: F401  (a scheduler serves inside the import and exits)
 
         return 0
     if args.cmd == "builtin":
