@@ -365,3 +365,12 @@ def test_the_compute_pace_widens_the_compute_beyond_the_profiled_share():
     w = p.widened(paced)
     assert w.lo_us == pytest.approx(100 - 100 * np.hypot(0.05, 0.6 * 0.2)) and w.hi_us == pytest.approx(100 + 100 * np.hypot(0.05, 0.6 * 0.5))
     assert RunLevel(terms=("drift",)).for_compute(0.8, 0.2).terms == ("drift",)  # no pace measured: no term
+
+
+def test_the_compute_floor_stands_at_the_compute_s_fastest_pace():
+    """A cut at the compute floor (the profile's fastest step's pace) is lowered to the compute pace's low quantile where
+    the pace applies: a wire-bound profile's steps barely outpace their median while its compute did."""
+    cut = PredictionInterval(100.0, 90.0, 200.0, terms=("steps", "compute_floor"))
+    level = RunLevel(drift=0.8, pace=(0.3, 0.1), terms=("drift",))
+    assert cut.widened(level).lo_us == 90.0  # no compute beyond the profiled share: the floor as set
+    assert cut.widened(level.for_compute(0.8, 0.4)).lo_us == pytest.approx(90.0 * 0.7)

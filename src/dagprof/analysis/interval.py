@@ -125,8 +125,8 @@ class RunLevel:
         (width median 43 -> 58 % of the point; the defaults' own 20 of 26, unchanged). The compute a graph holds beyond the
         profiled share also moves at the job's compute pace (``pace``, ``compute_pace``), which the profiled steps' level,
         mostly wire, barely shows: on ten kept runs (load 1.4-27) the strategies' intervals held 15 -> 18 of 24 round
-        medians, the defaults' 40 of 48 unchanged (with the pace on the whole share, not only beyond the profiled one:
-        19 of 24 and 47 of 48, wider than the goal's 95 %)."""
+        medians (19 with the compute floor at that pace too), the defaults' 40 of 48 unchanged (with the pace on the whole
+        share, not only beyond the profiled one: 19 of 24 and 47 of 48, wider than the goal's 95 %)."""
         if share <= 0 or profiled_share <= 0:
             return self
         f = share / profiled_share
@@ -242,8 +242,10 @@ class PredictionInterval:
         floor = least if least > min(base._sides()) else 0.0
         out = base._plus(below2, above2, run.terms, at_least=least, shift=run.shift, floor=floor)
         if "compute_floor" in self.terms:  # the least a run takes by the model (``predict_interval``), set before: kept.
-            # optimize widens its intervals after the search, and printed FSDP2 U-Net intervals from 0.00 ms
-            out = replace(out, lo_us=max(out.lo_us, min(self.lo_us * (1.0 + min(run.shift, 0.0)), self.point_us)))
+            # optimize widens its intervals after the search, and printed FSDP2 U-Net intervals from 0.00 ms. Where the compute
+            # pace applies, at its fastest: a wire-bound profile's fastest step barely outpaced its median, its compute did
+            paced = 1.0 - run.pace[0] if run.compute > 0 else 1.0
+            out = replace(out, lo_us=max(out.lo_us, min(self.lo_us * (1.0 + min(run.shift, 0.0)) * paced, self.point_us)))
         return out
 
     def with_stall(self, halfwidth_us: float, held_us: float | None = None, term: str = "operand_stall") -> "PredictionInterval":
