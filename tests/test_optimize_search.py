@@ -10,6 +10,7 @@ from testdata import DATA
 from dagprof.cli.main import main
 from dagprof.collect.deploy.strategy import Strategy, load_strategy
 from dagprof.costmodel.codecs import Codec, CodecCosts, PowerSGDCost
+from dagprof.errors import DagprofError
 from dagprof.passes.gradients import gradient_order
 from dagprof.passes.recompute import segments
 from dagprof.pipeline import open_run
@@ -115,6 +116,9 @@ def test_a_given_strategy_is_priced_not_searched(prof, order):
     assert given.intervals["best"].point_us == pytest.approx(given.best.iter_us)
     again = run_search(prof, order, strategy=Strategy((), 2))  # the profiled setup itself, given
     assert again.best.candidate == again.baseline.candidate and again.best.iter_us == pytest.approx(again.baseline.iter_us)
+    lossy = Strategy((), 2, **strategy_fields(sp, Candidate((len(order) - 1,), Codec("powersgd", 2))))
+    with pytest.raises(DagprofError, match="needs --allow-lossy"):
+        run_search(prof, order, strategy=lossy)
 
 
 def test_every_knob_maps_to_the_strategy_file_and_back(prof, order):
