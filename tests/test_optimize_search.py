@@ -117,7 +117,7 @@ def test_a_given_strategy_is_priced_not_searched(prof, order):
     again = run_search(prof, order, strategy=Strategy((), 2))  # the profiled setup itself, given
     assert again.best.candidate == again.baseline.candidate and again.best.iter_us == pytest.approx(again.baseline.iter_us)
     lossy = Strategy((), 2, **strategy_fields(sp, Candidate((len(order) - 1,), Codec("powersgd", 2))))
-    with pytest.raises(DagprofError, match="needs --allow-lossy"):
+    with pytest.raises(DagprofError, match="needs measured encode/decode costs"):  # priced as the search prices it: refused alike
         run_search(prof, order, strategy=lossy)
 
 

@@ -185,8 +185,6 @@ def search(g: Graph, order: GradientOrder, opts: Options | None = None, costs: C
     notes = ["comm scheduling (bucket priority) not searched: DDP issues buckets in gradient-ready order and its optimizer "
              "waits for every bucket, so no order of the channel changes the iteration"]
     codecs = [Codec()]
-    if opts.strategy is not None and opts.strategy.lossy and not opts.allow_lossy:
-        raise DagprofError(f"the strategy to price compresses gradients ({opts.strategy.summary()}): it needs --allow-lossy and the measured codec costs")
     if opts.allow_lossy:
         if costs is None:
             raise DagprofError("--allow-lossy needs the measured codec costs")
