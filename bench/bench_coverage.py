@@ -14,7 +14,7 @@ wider than a median, so fewer of them are inside).
   lossless, its link file where kept), against every verification round's run of the defaults (``round<k>-A``, after
   the profile), each step past the warm-up (``WARMUP_FRACTION``: what ``--verify`` skips) as the slowest rank's; and the
   lossy strategy's interval (PowerSGD's, the setup the profile never ran) against every round's run of the strategy
-  (``round<k>-B``), where the search on the kept codec costs finds the kept strategy again (said where not);
+  (``round<k>-B``), the kept strategy priced on the searched profile with the kept codec costs;
 - ``--frameworks KEPT[=JSON]``: ``bench/bench_frameworks.py --testbed --keep`` folders (``tb-NAME-K-RATEM``): each round's
   bandwidth what-if from the profile at one rate, as ``--repredict`` predicts it, against the job run at the other rate:
   its unprofiled steps past the warm-up (what the interval is for); the median of its profiled window (what
@@ -154,8 +154,8 @@ def testbed_rounds(spec: str) -> Tally:
 
 def optimize_rounds(spec: str) -> Tally:
     """The defaults' interval from each searched profile of a ``bench_optimize.py --keep`` folder, against its verification
-    rounds' runs of the defaults; and the lossy strategy's, against its runs of the strategy, where the search on the kept
-    codec costs finds the kept strategy again (a fixed number of candidates, not a time budget, so the same one)."""
+    rounds' runs of the defaults; and the kept lossy strategy's, priced on that profile with the kept codec costs
+    (``Options.strategy``: a search again may find another layout within the tie), against its runs of the strategy."""
     import shutil
 
     from dagprof.closeloop import CODEC_COSTS_FILE, find_strategy
@@ -189,12 +189,8 @@ def optimize_rounds(spec: str) -> Tally:
             continue
         with tempfile.TemporaryDirectory(prefix="dagprof-coverage-") as out:
             shutil.copy(os.path.join(lossy, CODEC_COSTS_FILE), out)
-            found = find_strategy(os.path.join(work, "run"), Options(budget_s=1e4, max_candidates=300, seed=0, allow_lossy=True, link_model=link), out)
-        summary = load_strategy(os.path.join(lossy, "strategy.json")).summary().split(":")[0]
-        if found.strategy is None or found.strategy.summary().split(":")[0] != summary:
-            print(f"{name} lossy: the search found {found.strategy.summary() if found.strategy else 'none'} again, not the kept "
-                  f"{summary}: its interval left out", file=sys.stderr)
-            continue
+            kept_strategy = load_strategy(os.path.join(lossy, "strategy.json"))
+            found = find_strategy(os.path.join(work, "run"), Options(allow_lossy=True, link_model=link, strategy=kept_strategy), out)
         iv = found.search.intervals["best"]
         for folder in rounds(lossy, "B"):
             t.runs.append(Run(f"{name} strategy", iv.lo_us, iv.point_us, iv.hi_us, steps_of(folder), kind="strategy"))

@@ -3,12 +3,15 @@ step's backward beside the buckets, and the stock network's backward beside its 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 
 import pytest
+from testdata import DATA
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 
+import bench_strategy_pace  # noqa: E402
 from bench_powersgd_backward import covered, stock_backward, summarise  # noqa: E402
 from bench_powersgd_parts import callback_cpu_us, split_chains  # noqa: E402
 from bench_powersgd_phases import CYCLE, cycle  # noqa: E402
@@ -85,3 +88,20 @@ def test_stock_backward_on_one_rank(tmp_path):
     finally:
         dist.destroy_process_group()
     assert len(got.samples) == 2 and got.slowdown >= 0 and 0 <= got.in_flight <= 1
+
+
+def test_strategy_pace_reads_each_round_against_its_defaults(tmp_path, capsys):
+    """``bench_strategy_pace``: each kept round's strategy run over its defaults' run, rank by rank, part by part; the same run
+    on both sides reads x1.00 everywhere, and a round cut short (no run) is left out."""
+    for mode in ("lossless", "lossy"):
+        for side in "AB":
+            shutil.copytree(DATA / "ddp-fresh" / "sparse", tmp_path / "w0-2" / mode / "verify" / f"round0-{side}" / "run")
+    (tmp_path / "w0-2" / "lossy" / "verify" / "round1-A").mkdir()
+    (tmp_path / "w0-2" / "lossy" / "verify" / "round1-B").mkdir()
+    rows = bench_strategy_pace.rows_of(str(tmp_path))
+    assert [(r["mode"], r["round"]) for r in rows] == [("lossless", 0)] * 2 + [("lossy", 0)] * 2
+    assert all(r[f"log_{x}"] == 0.0 for r in rows for x in ("forward", "backward", "optimizer", "stretch"))
+    sys.argv = ["bench_strategy_pace.py", str(tmp_path)]
+    assert bench_strategy_pace.main() == 0
+    out = capsys.readouterr()
+    assert "   lossy   forward B/A: x1.00" in out.out and "round1-A/run" in out.err

@@ -10,6 +10,7 @@ from testdata import DATA
 from dagprof.cli.main import main
 from dagprof.collect.deploy.strategy import Strategy, load_strategy
 from dagprof.costmodel.codecs import Codec, CodecCosts, PowerSGDCost
+from dagprof.errors import DagprofError
 from dagprof.passes.gradients import gradient_order
 from dagprof.passes.recompute import segments
 from dagprof.pipeline import open_run
@@ -101,6 +102,23 @@ def test_strategy_predicts_again_on_its_own_profile(prof, order, tmp_path):
     assert p.prediction.baseline_ms == pytest.approx(r.baseline.iter_us / 1e3, rel=1e-6)
     assert p.prediction.strategy_ms == pytest.approx(r.best.iter_us / 1e3, rel=0.02)
     assert len(p.graph) > len(prof.graph) // 2  # the strategy's whole predicted graph, for diffing a profile of it
+
+
+def test_a_given_strategy_is_priced_not_searched(prof, order):
+    """``Options.strategy``: the kept strategy is the best, as priced on this profile (its interval too), even where the
+    profiled setup ties or beats it, and no other candidate is tried (a kept round's strategy judged on its own profile)."""
+    searched = run_search(prof, order)
+    sp = Space(order, segments(prof.graph), tuple(prof.graph.layers))
+    one = Strategy((), 2, **strategy_fields(sp, Candidate((len(order) - 1,))))  # every gradient in one bucket
+    given = run_search(prof, order, strategy=one)
+    assert given.best.candidate == Candidate((len(order) - 1,)) and given.replayed < searched.replayed
+    assert given.baseline.iter_us == pytest.approx(searched.baseline.iter_us)
+    assert given.intervals["best"].point_us == pytest.approx(given.best.iter_us)
+    again = run_search(prof, order, strategy=Strategy((), 2))  # the profiled setup itself, given
+    assert again.best.candidate == again.baseline.candidate and again.best.iter_us == pytest.approx(again.baseline.iter_us)
+    lossy = Strategy((), 2, **strategy_fields(sp, Candidate((len(order) - 1,), Codec("powersgd", 2))))
+    with pytest.raises(DagprofError, match="needs measured encode/decode costs"):  # priced as the search prices it: refused alike
+        run_search(prof, order, strategy=lossy)
 
 
 def test_every_knob_maps_to_the_strategy_file_and_back(prof, order):

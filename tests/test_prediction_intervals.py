@@ -13,6 +13,7 @@ from dagprof.analysis.interval import (
     RunLevel,
     _t_quantile,
     compute_floor,
+    compute_pace,
     link_residuals,
     median_spread,
     predict_interval,
@@ -30,6 +31,7 @@ from dagprof.pipeline import open_run
 from dagprof.replay import replay
 from dagprof.search.optimize import Options
 from dagprof.traces.events import Kind
+from dagprof.traces.meta import StepSched
 
 
 def test_text_and_bounds():
@@ -328,3 +330,47 @@ def test_the_level_s_spreads_follow_each_graph_s_compute():
     assert level.for_compute(0.5, 0.5) == level and level.for_compute(0.0, 0.5) == level and level.for_compute(0.5, 0.0) == level
     p = open_run(str(DATA / "horovod" / "fused"))
     assert predict_interval(p.graph, p.analysis.result).compute_share == compute_floor(p.graph, p.analysis.result) > 0
+
+
+def _paced(stretch: list[float]) -> LoopSteps:
+    """Two ranks' steps 0..n-1 (0-1 the warm-up), steps 4-7 profiled, each rank's training thread at ``stretch`` (its CPU
+    10 ms, its waits for a core the rest)."""
+    sched = {r: {s: StepSched(s, 10_000.0, 10_000.0 * (x - 1.0)) for s, x in enumerate(stretch)} for r in (0, 1)}
+    profiled = {r: {s: 1e5 for s in range(4, 8)} for r in (0, 1)}
+    unprofiled = {r: {s: 1e5 for s in range(len(stretch)) if not 4 <= s < 8} for r in (0, 1)}
+    return LoopSteps(profiled, unprofiled, sched)
+
+
+def test_the_compute_pace_is_the_steps_stretch_about_its_median():
+    """How far the job's compute went below and above its median pace step to step, profiled steps and not, past the
+    warm-up: the training threads' CPU plus their waits for a core over their CPU, at the interval's level."""
+    stretch = [9.0, 9.0] + [1.0, 1.5, 2.0, 2.0, 2.0, 2.0, 2.5, 3.0, 4.0, 2.0]  # the warm-up's 9.0 left out
+    below, above = compute_pace(_paced(stretch))
+    lo, mid, hi = np.quantile(stretch[2:], [0.05, 0.5, 0.95])
+    assert (below, above) == pytest.approx((1 - lo / mid, hi / mid - 1)) and below < 0.5 < above
+    assert compute_pace(_paced([9.0, 9.0, 1.0, 2.0, 3.0, 4.0])) == (0.0, 0.0)  # 4 steps past the warm-up: not measured
+    assert compute_pace(LoopSteps(_paced(stretch).profiled, _paced(stretch).unprofiled)) == (0.0, 0.0)  # no waits recorded
+
+
+def test_the_compute_pace_widens_the_compute_beyond_the_profiled_share():
+    """The pace moves the compute a graph holds beyond the profiled setup's share (``RunLevel.for_compute``: the optimizer's
+    intervals; the profiled setup's own level terms hold its own), each side by its own quantile; whatif's level (never
+    given a share) and the profiled setup's interval leave it out."""
+    level = RunLevel(pace=(0.2, 0.5), terms=("unprofiled_steps",))
+    p = PredictionInterval(100.0, 95.0, 105.0)
+    assert p.widened(level) == p.widened(replace(level, pace=(0.0, 0.0)))
+    assert level.for_compute(0.2, 0.2).compute == 0.0 and level.for_compute(0.1, 0.2).terms == level.terms
+    paced = level.for_compute(0.8, 0.2)
+    assert paced.compute == pytest.approx(0.6) and paced.terms == ("unprofiled_steps", "compute_pace")
+    w = p.widened(paced)
+    assert w.lo_us == pytest.approx(100 - 100 * np.hypot(0.05, 0.6 * 0.2)) and w.hi_us == pytest.approx(100 + 100 * np.hypot(0.05, 0.6 * 0.5))
+    assert RunLevel(terms=("drift",)).for_compute(0.8, 0.2).terms == ("drift",)  # no pace measured: no term
+
+
+def test_the_compute_floor_stands_at_the_compute_s_fastest_pace():
+    """A cut at the compute floor (the profile's fastest step's pace) is lowered to the compute pace's low quantile where
+    the pace applies: a wire-bound profile's steps barely outpace their median while its compute did."""
+    cut = PredictionInterval(100.0, 90.0, 200.0, terms=("steps", "compute_floor"))
+    level = RunLevel(drift=0.8, pace=(0.3, 0.1), terms=("drift",))
+    assert cut.widened(level).lo_us == 90.0  # no compute beyond the profiled share: the floor as set
+    assert cut.widened(level.for_compute(0.8, 0.4)).lo_us == pytest.approx(90.0 * 0.7)

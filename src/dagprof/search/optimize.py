@@ -95,6 +95,9 @@ class Options:
     overlap_rate: float | None = None  # bytes/s of the all-reduce the slowdown was measured beside (None: every collective counts whole)
     link_model: str | None = None  # a ``dagprof calibrate --overlap`` file: what the run measured none of (``measured.overlap_of``)
     chained_allreduce: Chained = UNMEASURED  # PowerSGD's chain measured in the job's group or on its cluster (``measured.chained_in_job``)
+    # price this strategy as the best, its interval too, instead of searching: a strategy kept from another profile of the
+    # job, judged on this one (``bench/bench_coverage.py``: a re-search may find another layout within the tie)
+    strategy: Strategy | None = None
     progress: Callable[[Progress], None] | None = None
 
 
@@ -221,10 +224,13 @@ def search(g: Graph, order: GradientOrder, opts: Options | None = None, costs: C
                                    best / 1e3, base / 1e3))
 
     base_score, _ = ev.score(replace(baseline_c, recompute=frozenset(), bucket_view=False))
-    scored = anneal(ev, space, seeds(space, sorted({1, opts.accumulate}), recompute0, view0), rng, t0, opts.budget_s,
-                    opts.max_candidates, opts.patience, lambda best: report(best, base_score.iter_us))
-    # the reported prediction: the full graph, for the baseline and the best few distinct candidates
-    finalists = sorted({s.candidate: s for s in ev.cache.values()}.values(), key=ev.objective)[:FINAL_CHECK]
+    if opts.strategy is not None:
+        scored = finalists = [ev.score(candidate_of(space, opts.strategy))[0]]
+    else:
+        scored = anneal(ev, space, seeds(space, sorted({1, opts.accumulate}), recompute0, view0), rng, t0, opts.budget_s,
+                        opts.max_candidates, opts.patience, lambda best: report(best, base_score.iter_us))
+        # the reported prediction: the full graph, for the baseline and the best few distinct candidates
+        finalists = sorted({s.candidate: s for s in ev.cache.values()}.values(), key=ev.objective)[:FINAL_CHECK]
     final = [full.score(s.candidate)[0] if full is not ev else s for s in finalists]
     best_full = min(final, key=full.objective)
     near = [s for s in final if full.objective(s) <= full.objective(best_full) * (1 + TIE_PCT / 100)]
@@ -233,7 +239,7 @@ def search(g: Graph, order: GradientOrder, opts: Options | None = None, costs: C
     if memory is not None and base_full.memory is None:
         base_full.memory = memory.peak([], Codec(), False, float(order.bucket_bytes(baseline_c.ends).max()))
         base_full.fits = opts.memory_budget is None or base_full.memory.total <= opts.memory_budget
-    if full.objective(base_full) <= full.objective(best_full) * (1 + TIE_PCT / 100):
+    if opts.strategy is None and full.objective(base_full) <= full.objective(best_full) * (1 + TIE_PCT / 100):
         best_full = base_full  # nothing beats the profiled setup by more than a tie: it is the simplest of all
     if not best_full.fits:
         reason = reason or "no candidate found fits the memory budget"
