@@ -26,7 +26,7 @@ from ..errors import DagprofError
 from ..fsutil import check_output_folder
 from ..traces.events import CommKind
 from ..units import MB
-from .common import finite_positive, positive_int
+from .common import finite_positive, positive_int, shown
 
 HELP = "measure collective times over message sizes (live gloo group, or nccl-tests tables) and save a link model"
 
@@ -134,5 +134,5 @@ def to_text(r: dict) -> str:
                          f"{o.get('chained_stretch', 0.0):.2f}x its idle time (use with: dagprof optimize RUN --link-model FILE; dagprof sgd LAYERS "
                          f"--link-model FILE)")
     if r["out"]:
-        lines.append(f"link model: {os.path.relpath(r['out'])} (use with: dagprof whatif RUN --link-model {os.path.relpath(r['out'])})")
+        lines.append(f"link model: {shown(r['out'])} (use with: dagprof whatif RUN --link-model {shown(r['out'])})")
     return "\n".join(lines)

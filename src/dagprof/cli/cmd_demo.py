@@ -8,7 +8,7 @@ from ..demo import DemoSettings, run_demo
 from ..errors import DagprofError
 from ..fsutil import Staged, staged_folder
 from .cmd_optimize import verification_lines
-from .common import bandwidth, ms, pct, positive_int, seconds
+from .common import bandwidth, ms, pct, positive_int, seconds, shown
 
 HELP = ("profile a real gloo DDP training (as root: on an emulated 2-host cluster with a slow link), replay, explain, "
         "search a strategy, apply it and measure the gain; write a report")
@@ -76,5 +76,5 @@ def to_text(r: dict) -> str:
     lines += [f"  caveat: {c}" for c in o["caveats"]]
     if o["applied"]:
         lines += ["  applied to the real job, " + ln.strip() if k == 0 else "  " + ln for k, ln in enumerate(verification_lines(o["applied"]))]
-    lines += [f"{k.replace('_', ' ')}: {os.path.relpath(v)}" for k, v in r["files"].items()]
+    lines += [f"{k.replace('_', ' ')}: {shown(v)}" for k, v in r["files"].items()]
     return "\n".join(lines)

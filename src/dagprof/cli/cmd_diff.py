@@ -1,13 +1,11 @@
 """``dagprof diff A B``: what changed between two profiles of the same training, and why (by replay)."""
 from __future__ import annotations
 
-import os
-
 from ..analysis.diff import diff_profiles
 from ..pipeline import open_run
 from ..report.diff_html import write_diff
 from ..traces.steps import step_range
-from .common import add_input_limit, non_negative_int, outputs, steps_arg
+from .common import add_input_limit, non_negative_int, outputs, shown, steps_arg
 
 HELP = "compare two profiles of the same training: iteration, categories, critical paths, and which ops explain the change"
 
@@ -83,7 +81,7 @@ def to_text(r: dict) -> str:
     for side, cp in (("A", ca), ("B", cb)):
         lines.append(f"  largest on {side}'s: " + ", ".join(f"{n} {v:.2f}" for n, v in cp["top_ops_ms"][:4]))
     if r.get("files"):
-        lines += [""] + [f"{k.replace('_', ' ')}: {os.path.relpath(v)}" for k, v in r["files"].items()]
+        lines += [""] + [f"{k.replace('_', ' ')}: {shown(v)}" for k, v in r["files"].items()]
     return "\n".join(lines)
 
 

@@ -1,10 +1,8 @@
 from __future__ import annotations
 
-import os
-
 from ..analysis.explain import DEFAULT_THRESHOLD_US, explain, text_lines
 from ..pipeline import open_run, traces_skipped, write_outputs
-from .common import add_out_argument, add_run_arguments, finite_non_negative, ms, outputs, pct, warning_lines
+from .common import add_out_argument, add_run_arguments, finite_non_negative, ms, outputs, pct, shown, warning_lines
 
 HELP = "replay a run's global graph and compare the predicted iteration time with the measured one"
 
@@ -49,6 +47,6 @@ def to_text(r: dict) -> str:
     lines.append(f"iteration (slowest rank): measured {ms(r['measured_iter_ms'])}, predicted {ms(r['predicted_iter_ms'])}, error {pct(r['error_pct'])}")
     if "explain" in r:
         lines += ["", *text_lines(r["explain"])]
-    lines += [f"{k.replace('_', ' ')}: {os.path.relpath(v)}" for k, v in r["files"].items()]
+    lines += [f"{k.replace('_', ' ')}: {shown(v)}" for k, v in r["files"].items()]
     return "\n".join(lines)
 

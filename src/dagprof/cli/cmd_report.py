@@ -1,9 +1,7 @@
 from __future__ import annotations
 
-import os
-
 from ..pipeline import open_run, write_outputs
-from .common import add_out_argument, add_run_arguments, outputs, warning_lines
+from .common import add_out_argument, add_run_arguments, outputs, shown, warning_lines
 
 HELP = "write report.html (and the replayed Perfetto timeline) for a run"
 
@@ -21,4 +19,4 @@ def run(args) -> dict:
 
 
 def to_text(r: dict) -> str:
-    return "\n".join(warning_lines(r) + [f"{k.replace('_', ' ')}: {os.path.relpath(v)}" for k, v in r["files"].items()])
+    return "\n".join(warning_lines(r) + [f"{k.replace('_', ' ')}: {shown(v)}" for k, v in r["files"].items()])

@@ -29,6 +29,7 @@ from .common import (
     outputs,
     positive_int,
     positive_number,
+    shown,
     warning_lines,
 )
 
@@ -160,6 +161,6 @@ def to_text(r: dict) -> str:
                  "stall. A shared machine's load moving after the profile is not in it")
     traces = [row["trace"] for row in r["scenarios"] if "trace" in row]
     if traces:
-        lines.append(f"predicted timelines: {os.path.relpath(traces[0])}" + (f" .. {os.path.basename(traces[-1])}" if len(traces) > 1 else ""))
+        lines.append(f"predicted timelines: {shown(traces[0])}" + (f" .. {os.path.basename(traces[-1])}" if len(traces) > 1 else ""))
     lines.append(f"({r['seconds']:.2f} s)")
     return "\n".join(lines)

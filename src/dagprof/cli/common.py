@@ -127,5 +127,12 @@ def pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:+.2f} %"
 
 
+def shown(path: str) -> str:
+    """A written file as the user can open it: relative where it lies under the working folder, else absolute (a run in
+    /tmp printed as ``../../../tmp/...`` from a checkout)."""
+    rel = os.path.relpath(path)
+    return os.path.abspath(path) if rel == os.pardir or rel.startswith(os.pardir + os.sep) else rel
+
+
 def warning_lines(r: dict) -> list[str]:
     return [f"warning: {w}" for w in r.get("warnings", [])]

@@ -5,7 +5,9 @@ all-reduce as soon as it is full. Re-bucketing therefore needs, per rank and ste
 BACKWARD nodes in lane order with the bytes of gradient each produces: their ``nbytes``
 when the trace knows them, else each profiled bucket's bytes spread over the backward
 nodes that filled it (exact for the measured boundaries, approximate inside a bucket:
-profile with small buckets to re-bucket finely). The pass drops the old enqueue, join
+profile with small buckets to re-bucket finely). Parameters no hooked module owns
+(``nn.MultiheadAttention``'s in-projection, a model's own position table) are spread so
+too, over the buckets their bytes are missing from. The pass drops the old enqueue, join
 and transfer nodes and builds new ones per bucket; transfers are priced by the graph's
 link model (``passes.comm``), enqueues reuse the measured per-call cost, and whatever
 waited for the step's buckets (DDP's finalize, the optimizer) waits for the new ones.
@@ -219,8 +221,12 @@ def _groups(g: Graph, old_enq: np.ndarray, coll_of_enq: dict[int, int], cap: flo
     by_key: dict[tuple[int, int], list[int]] = defaultdict(list)
     for v in seq_nodes[np.argsort(g.order[seq_nodes], kind="stable")].tolist():
         by_key[(int(g.step[v]), int(g.rank[v]))].append(v)
+    # gradients of parameters no layer of the graph owns (``_measured_buckets``); under find_unused_parameters=True a
+    # layer without nodes may be one the step left unused, its zeros all-reduced (refused below), so none is assumed
+    hooked = set(g.layers)
+    orphan = 0 if g.meta.find_unused else sum(nb for path, nb in g.meta.layer_grad_bytes.items() if path not in hooked)
     for key, seq in by_key.items():
-        measured, grad_bytes = _measured_buckets(g, *_synced_pass(g, seq, old_enq, key), old_enq, coll_of_enq)
+        measured, grad_bytes = _measured_buckets(g, *_synced_pass(g, seq, old_enq, key), old_enq, coll_of_enq, orphan)
         made, whole = sum(grad_bytes.values()), sum(nb for _, nb in measured)
         if cap is not None and g.meta.find_unused and made < 0.99 * whole:
             raise DagprofError(f"step {key[0]}: under find_unused_parameters=True DDP all-reduced {whole / MB:.2f} MB of buckets, "
@@ -283,11 +289,16 @@ def _synced_pass(g: Graph, seq: list[int], old_enq: np.ndarray, key: tuple[int, 
     return [v for v in seq if old_enq[v] or g.order[v] >= start], nbytes
 
 
-def _measured_buckets(g: Graph, seq: list[int], nbytes: np.ndarray, old_enq: np.ndarray,
-                      coll_of_enq: dict[int, int]) -> tuple[list[tuple[list[int], int]], dict[int, float]]:
+def _measured_buckets(g: Graph, seq: list[int], nbytes: np.ndarray, old_enq: np.ndarray, coll_of_enq: dict[int, int],
+                      orphan: int = 0) -> tuple[list[tuple[list[int], int]], dict[int, float]]:
     """The profiled buckets of one rank's step as (BACKWARD nodes before each enqueue, bucket bytes),
     and each BACKWARD node's gradient bytes: its ``nbytes`` when the trace has it (counted once per
-    layer), else its bucket's bytes spread over the bucket's nodes in proportion to backward time."""
+    layer), else its bucket's bytes spread over the bucket's nodes in proportion to backward time.
+
+    ``orphan``: the gradient bytes of parameters that no layer of the graph owns (a module with children that holds
+    its own, as ``nn.MultiheadAttention``; a leaf whose forward never ran as a module call, as its ``out_proj``). No
+    node carries them, so a bucket's layers fall short of its bytes by theirs: each shortfall, up to ``orphan`` in all,
+    is spread over that bucket's nodes as an unknown bucket's bytes are (without it, re-bucketing lost them)."""
     groups: list[tuple[list[int], int]] = []
     cur: list[int] = []
     for v in seq:
@@ -302,17 +313,30 @@ def _measured_buckets(g: Graph, seq: list[int], nbytes: np.ndarray, old_enq: np.
     grad: dict[int, float] = {}
     known = all(nbytes[v] > 0 or g.layer[v] >= 0 for grp, _ in groups for v in grp) and any(nbytes[v] > 0 for grp, _ in groups for v in grp)
     seen: set[int] = set()
+    left = orphan
     for grp, nb in groups:
         if known:
             for v in grp:
                 lay = int(g.layer[v])
                 grad[v] = float(nbytes[v]) if lay < 0 or lay not in seen else 0.0
                 seen.add(lay)
+            short = min(left, nb - int(sum(grad[v] for v in grp)))
+            if short > 0:
+                left -= short
+                for v, x in zip(grp, _by_time(g, grp, short)):
+                    grad[v] += x
         else:
-            w = g.dur[grp] if g.dur[grp].sum() > 0 else np.ones(len(grp))
-            for v, x in zip(grp, w / w.sum() * nb):
-                grad[v] = float(x)
+            for v, x in zip(grp, _by_time(g, grp, nb)):
+                grad[v] = x
     return groups, grad
+
+
+def _by_time(g: Graph, nodes: list[int], nbytes: int) -> list[float]:
+    """``nbytes`` over ``nodes`` in proportion to their backward time (evenly where none was timed), in whole bytes."""
+    w = g.dur[nodes] if g.dur[nodes].sum() > 0 else np.ones(len(nodes))
+    share = np.floor(w / w.sum() * nbytes)
+    share[-1] += nbytes - share.sum()
+    return share.tolist()
 
 
 def chain_lanes(b: GraphBuilder) -> None:
