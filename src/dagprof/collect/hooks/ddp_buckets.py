@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from ...traces.buckets import Bucket, BucketLayout
 from ...traces.run_schema import Rec
+from .exit_gc import hold_group
 from .zero import ZeroOverlap
 
 
@@ -65,6 +66,7 @@ class DdpBuckets:
     def install(self, ddp: Any) -> None:
         """Wrap ``ddp``'s bucket all-reduce (module docstring) and note its bucket cap."""
         self._wrap(ddp, self.models)
+        hold_group(ddp)  # its group never freed by the reducer with the GIL held (``exit_gc``)
         self.models += 1
         self.world = ddp.process_group.size()
         self.cap_mb = getattr(ddp, "bucket_bytes_cap", 0) / 2**20 or None
