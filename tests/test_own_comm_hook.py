@@ -134,14 +134,11 @@ def profiled_under(tmp_path, hook):
                 model(torch.randn(4, 8)).sum().backward()
                 opt.step()
                 prof.step()
-        inner = model.module
-        # DDP's reducer goes while the default group still holds the process group: were it the group's last holder, its
-        # destructor would join gloo's threads with the GIL held while one still needs it to free a hook's callback
-        # (pytorch/pytorch#56297; this test hung so once, 2026-12-05).
-        del model, opt, prof
     finally:
         dist.destroy_process_group()
-    return out, inner
+    # the model goes at the return, after its group was destroyed: dagprof holds the group (``collect.hooks.exit_gc``), so
+    # DDP's reducer does not free it joining gloo's threads with the GIL held (pytorch/pytorch#56297; hung so once, 2026-12-05)
+    return out, model.module
 
 
 def records_of(out) -> np.ndarray:
