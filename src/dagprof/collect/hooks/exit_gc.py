@@ -16,9 +16,9 @@ Where DDP's reducer is a gloo group's last holder (the user freed the model afte
 group's destructor joins gloo's threads with the GIL held, and a thread that still needs it to free a comm hook's future
 callback or the thread-local state a collective stashed deadlocks the process (pytorch/pytorch#56297; torch's hazard,
 with dagprof or without: ``bench/ddp_fresh/hook_exit_loop.py``'s sweep hung within 5 to 51 trials; dagprof's hook chains
-a callback on every bucket). So every DDP model's group is also held here (``hold_group``) while the model lives, and let go once it
-is gone (at the next model's attach, or at exit after the collection): the group's Python object releases the GIL
-before it joins the threads.
+a callback on every bucket). So every DDP model's group is also held here (``hold_group``) while the model lives, and
+let go once it is gone (at the next model's attach, or at exit after the collection): the group's Python object
+releases the GIL before it joins the threads.
 """
 from __future__ import annotations
 
