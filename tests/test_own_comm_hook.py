@@ -134,14 +134,11 @@ def profiled_under(tmp_path, hook):
                 model(torch.randn(4, 8)).sum().backward()
                 opt.step()
                 prof.step()
-        inner = model.module
-        # DDP's reducer goes while the default group still holds the process group: were it the group's last holder, its
-        # destructor would join gloo's threads with the GIL held while one still needs it to free a hook's callback
-        # (pytorch/pytorch#56297; this test hung so once, 2026-12-05).
-        del model, opt, prof
     finally:
         dist.destroy_process_group()
-    return out, inner
+    # the model goes at the return, after its group was destroyed: dagprof holds the group (``collect.hooks.exit_gc``), so
+    # DDP's reducer does not free it joining gloo's threads with the GIL held (pytorch/pytorch#56297; hung so once, 2026-12-05)
+    return out, model.module
 
 
 def records_of(out) -> np.ndarray:
@@ -192,28 +189,103 @@ def test_a_collective_that_raises_inside_a_users_hook_raises_once_and_profiling_
     assert (records_of(out)[:, Col.CODE] == Rec.HOOK_COLL).sum() == 2
 
 
+class _Later(torch.futures.Future):
+    """A future a timer completes once a callback is chained on it: the callback then runs later, on the timer's thread
+    (one rank's own futures complete at once; a timer started earlier could fire before the hook chains it)."""
+
+    def __init__(self, value) -> None:
+        super().__init__()
+        self.value_later = value
+
+    def then(self, callback):
+        import threading
+
+        out = super().then(callback)
+        threading.Timer(0.005, self.set_result, (self.value_later,)).start()
+        return out
+
+
+def _delayed_buffer(bucket) -> torch.futures.Future:
+    """The bucket's buffer in a future completed after the hook chains its callback (``_Later``)."""
+    return _Later(bucket.buffer())
+
+
+def _reduce_later(buf, f):  # a module-level callback: defined inside no hook
+    import torch.distributed as dist
+
+    dist.all_reduce(buf)
+    return buf
+
+
+class _ErrorFeedback:
+    """A hook held in an object: ``__call__`` chains a bound method of its own."""
+
+    def __call__(self, state, bucket):
+        self.buf = bucket.buffer()
+        return _delayed_buffer(bucket).then(self.reduce)
+
+    def reduce(self, f):
+        return _reduce_later(self.buf, f)
+
+
+def _partial_hook(state, bucket, *, scale):
+    from functools import partial
+
+    return _delayed_buffer(bucket).then(partial(_reduce_later, bucket.buffer().mul_(scale)))
+
+
+def _factory(inner):
+    """A hook two closures deep: the registered function calls one that calls ``inner``."""
+    def middle(state, bucket):
+        return inner(state, bucket)
+
+    def outer(state, bucket):
+        return middle(state, bucket)
+
+    return outer
+
+
+def _hook_forms():
+    from functools import partial
+
+    from dagprof.collect.deploy.apply import chained
+
+    def delayed(state, bucket):
+        return _delayed_buffer(bucket).then(partial(_reduce_later, bucket.buffer()))
+
+    state = _ErrorFeedback()
+    return {"object": _ErrorFeedback(), "bound method": state.__call__, "partial": partial(_partial_hook, scale=1.0),
+            "closures": _factory(delayed), "dagprof.apply's chained": chained(delayed)}
+
+
 def test_collectives_from_a_hooks_callbacks_after_its_call_refuse_the_wire(tmp_path):
     """A hook that calls a collective from a callback chained on a future completed later (PowerSGD's later all-reduces,
     on 2 ranks: gloo's thread runs them): no bucket call holds it (``Rec.HOOK_LATE``), so the wire is refused, not priced
-    at the call's part. One rank's futures complete at once, so a timer completes this one."""
-    import threading
-
+    at the call's part. One rank's futures complete at once, so a timer completes this one (``_Later``)."""
     import torch.distributed as dist
 
     def delayed_hook(state, bucket):
-        buf, fut = bucket.buffer(), torch.futures.Future()
+        buf = bucket.buffer()
 
         def later(f):
             dist.all_reduce(buf)
             return buf
 
-        threading.Timer(0.005, fut.set_result, (buf,)).start()
-        return fut.then(later)
+        return _delayed_buffer(bucket).then(later)
 
     g = build_graph(read_run(profiled_under(tmp_path, delayed_hook)[0]))
     assert g.meta.hook_wire.late == 2 and g.meta.hook_wire.unpriced == 2
     with pytest.raises(DagprofError, match=r"called 2 collectives from its futures' callbacks"):
         refuse_own_ddp_setup(g, "a link what-if", wire=True)
+
+
+@pytest.mark.parametrize("form", list(_hook_forms()))
+def test_a_hooks_callbacks_are_its_own_whatever_holds_them(tmp_path, form):
+    """Callbacks a hook chains are told where it chains them, not by where they were defined: a hook held in an object,
+    as a bound method or a ``functools.partial``, or behind closures, whose callbacks are bound methods, partials or other
+    module-level functions, has each collective they call recorded (``Rec.HOOK_LATE``), so its wire is refused."""
+    g = build_graph(read_run(profiled_under(tmp_path, _hook_forms()[form])[0]))
+    assert g.meta.hook_wire.late == 2 and g.meta.hook_wire.unpriced == 2
 
 
 def test_a_hook_record_of_no_known_kind_prices_nothing():

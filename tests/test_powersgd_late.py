@@ -57,22 +57,6 @@ def test_wire_whatifs_are_refused_for_the_late_callbacks():
         refuse_own_ddp_setup(g, "a link what-if", wire=True)
 
 
-def test_the_callbacks_of_the_hook_a_wrapper_runs_count_as_the_hooks():
-    """``dagprof.apply``'s chained hook starts torch's ``powerSGD_hook`` from a future's callback: PowerSGD's own callbacks
-    then run on gloo's thread with no frame of the wrapper's below them, so the collector tells them by the wrapped hook's
-    nested code too (a collective they call is ``Rec.HOOK_LATE``, not unrecorded)."""
-    import types
-
-    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
-
-    from dagprof.collect.deploy.apply import chained
-    from dagprof.collect.hooks.ddp_buckets import nested_codes
-
-    inner = {c for c in psgd.powerSGD_hook.__code__.co_consts if isinstance(c, types.CodeType)}
-    assert inner and inner <= nested_codes(chained(psgd.powerSGD_hook))
-    assert psgd.powerSGD_hook.__code__ not in nested_codes(chained(psgd.powerSGD_hook))  # its call inside the bucket's is in-call
-
-
 USER = DATA / "ddp-fresh" / "powersgd-user"
 
 
@@ -90,3 +74,21 @@ def test_a_users_powersgd_hook_has_every_collective_recorded_in_its_call_or_late
     assert comm.sum() == 4 and (g.role[comm] == CommRole.HOOK).all()
     with pytest.raises(DagprofError, match=r"called \d+ collectives from its futures' callbacks"):
         refuse_own_ddp_setup(g, "--workers", wire=True)
+
+
+HELD = DATA / "ddp-fresh" / "held-hooks"
+
+
+def test_a_hook_held_in_an_object_has_its_callbacks_collectives_recorded_on_every_rank():
+    """A bound method registered as the hook (``bench/ddp_fresh/held_hooks.py --hook class``), whose two all-gathers a
+    call run from a bound method chained through ``functools.partial``: defined inside no hook, they were unrecorded, and
+    each bucket was priced at its 4-byte norm all-reduce. Every one of the 3 a call is recorded now, in the call or late,
+    and the wire what-ifs are refused."""
+    for rank in (0, 1):
+        code = np.asarray(read_file(str(HELD / f"rank{rank}.json"), RankFile).records, dtype=np.int64)[:, Col.CODE]
+        calls, inside, late = ((code == c).sum() for c in (Rec.ENQ_END, Rec.HOOK_COLL, Rec.HOOK_LATE))
+        assert calls == 4 and inside + late == 3 * calls and late == 2 * calls
+    g = open_run(str(HELD)).graph
+    assert g.meta.hook_wire.late == 8 and g.meta.hook_wire.unpriced == g.meta.hook_wire.calls == 4
+    with pytest.raises(DagprofError, match=r"called \d+ collectives from its futures' callbacks"):
+        refuse_own_ddp_setup(g, "a link what-if", wire=True)

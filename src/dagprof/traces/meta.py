@@ -242,7 +242,7 @@ class HookWire(msgspec.Struct, frozen=True, kw_only=True):
     issued_bytes: int  # bytes per rank of every collective its calls issued for later
     blocking: int  # collectives it blocked on inside its calls (their time is in the calls' spans, as measured)
     blocking_bytes: int  # their bytes per rank
-    late: int  # collectives functions defined inside it called after its calls (its futures' callbacks): no bucket's
+    late: int  # collectives its futures' callbacks called after its calls: no bucket's
     wire: dict[int, int]  # bucket -> its transfer's bytes, where all its calls put the same on the wire
     varying: bool  # a bucket's calls put other bytes on the wire from call to call, or from rank to rank (its data decides)
 

@@ -124,8 +124,8 @@ class Rec(enum.IntEnum):
     # a=kind (index into OWN_KINDS), b=the bucket call's seq (its ENQ_BEGIN's), x=bytes per rank
     HOOK_COLL = 32  # issued for later (async_op=True): on the wire between the hook's call and its future's completion
     HOOK_BLOCKING = 33  # blocking: its transfer is inside the hook's call (the bucket's enqueue span)
-    HOOK_LATE = 34  # a=kind, x=bytes per rank: called by a function defined in that hook after its call (a callback chained
-    # on a future: PowerSGD's later all-reduces), which no bucket call's records hold
+    HOOK_LATE = 34  # a=kind, x=bytes per rank (-1: a kind not sized): called after its call by a callback that hook chained
+    # on a future (PowerSGD's later all-reduces), which no bucket call's records hold
 
 
 # The collectives a model calls itself that the collector sizes (``collect.hooks.own_collectives``); a record names one by

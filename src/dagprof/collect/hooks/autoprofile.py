@@ -21,7 +21,6 @@ killed by a signal before the window ended (its hook records of completed steps 
 from __future__ import annotations
 
 import atexit
-import gc
 import importlib.abc
 import importlib.util
 import os
@@ -32,6 +31,7 @@ from typing import Any
 
 from ...traces.steps import DEFAULT_STEPS, parse_steps
 from .collector import Collector
+from .exit_gc import release_at_exit
 from .fsdp import install_launcher as install_fsdp_launcher
 from .fsdp1 import install_launcher as install_fsdp1_launcher
 
@@ -162,4 +162,4 @@ def under_compile() -> bool:
 def _close(collector: Collector) -> None:
     if collector.step >= 0:  # this process trained a DDP model (the torchrun agent never does)
         collector.close(getattr(sys, "last_value", None))  # set when an uncaught exception ended the script
-        gc.collect()  # the model it released, before finalization (exit_gc: the collect it registers now comes too late)
+        release_at_exit()  # the model it released, before finalization (exit_gc: the collect it registers now comes too late)

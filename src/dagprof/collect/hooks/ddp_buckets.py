@@ -7,7 +7,8 @@ ZeRO's ``hook_with_zero_step`` as the user's hook steps the optimizer inside the
 records that, and the call's issue span ends where its all-reduce was issued (``issued_at``).
 A hook of the user's own (not torch's fp16/bf16 casts, not ZeRO's) puts its own collectives on the wire: while it runs for
 a bucket, ``hook_call`` names the call, and ``collect.hooks.own_collectives`` records each collective the hook calls
-(``Rec.HOOK_COLL``, ``Rec.HOOK_BLOCKING``) against it.
+(``Rec.HOOK_COLL``, ``Rec.HOOK_BLOCKING``) against it, and each it calls later from a callback it chained on a future
+(``DdpBuckets.chained``: ``Rec.HOOK_LATE``).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import Any, Callable
 
 from ...traces.buckets import Bucket, BucketLayout
 from ...traces.run_schema import Rec
+from .exit_gc import hold_group
 from .zero import ZeroOverlap
 
 
@@ -59,11 +61,12 @@ class DdpBuckets:
         self.issued_at: int | None = None  # when the current call's all-reduce was issued, where the hook says (ZeroOverlap)
         self.world = 1  # ranks of the last DDP model's process group
         self.hook_call: tuple[int, int] | None = None  # (seq, thread) while the user's own hook runs for a bucket
-        self.hook_nested: frozenset = frozenset()  # the code of functions defined inside that hook (empty: no such hook)
+        self._late = threading.local()  # .depth: callbacks of that hook (``chained``) running on this thread
 
     def install(self, ddp: Any) -> None:
         """Wrap ``ddp``'s bucket all-reduce (module docstring) and note its bucket cap."""
         self._wrap(ddp, self.models)
+        hold_group(ddp)  # its group never freed by the reducer with the GIL held (``exit_gc``)
         self.models += 1
         self.world = ddp.process_group.size()
         self.cap_mb = getattr(ddp, "bucket_bytes_cap", 0) / 2**20 or None
@@ -114,7 +117,6 @@ class DdpBuckets:
                 zero = None
             buckets.zero = buckets.zero or zero
             inner.own = not half and buckets.zero is None and hook is not default_hooks.allreduce_hook
-            buckets.hook_nested = nested_codes(hook) if inner.own else frozenset()
             buckets.comm_hook = buckets.comm_hook or (zero.name if zero else getattr(hook, "__qualname__", None) or type(hook).__name__)
 
         ddp.register_comm_hook(None, dagprof_comm_hook)
@@ -138,6 +140,32 @@ class DdpBuckets:
         """The next collective's number: every rank issues the comm hook's collectives in one order."""
         self._seq += 1
         return self._seq - 1
+
+    def chains_for_hook(self) -> bool:
+        """Whether a callback chained on a future now is the user's own hook's: chained in its call for a bucket, on the
+        thread that runs it, or in a callback of the hook's (PowerSGD chains its next all-reduce from the last's)."""
+        call = self.hook_call
+        return (call is not None and call[1] == threading.get_ident()) or self.in_hook_callback()
+
+    def in_hook_callback(self) -> bool:
+        """Whether a callback of the user's own hook (``chained``) runs on this thread now."""
+        return getattr(self._late, "depth", 0) > 0
+
+    def chained(self, callback: Callable) -> Callable:
+        """``callback``, which the user's own hook chains on a future, counted as the hook's while it runs (a collective it
+        calls after the hook's call is ``Rec.HOOK_LATE``). Told where it is chained (``Future.then``), not by where it was
+        defined: a bound method, a ``functools.partial``, a callable object or another module's function is the hook's as
+        much as a closure (PowerSGD's, ``dagprof.apply``'s wrapper of it)."""
+        late = self._late
+
+        def hooks_callback(*args: Any) -> Any:
+            late.depth = getattr(late, "depth", 0) + 1
+            try:
+                return callback(*args)
+            finally:
+                late.depth -= 1
+
+        return hooks_callback
 
     def on_done(self, fut: Any, index: int, seq: int) -> Any:
         """``fut`` with its completion recorded (``Rec.COMM_DONE``: when, and the thread that completed it)."""
@@ -177,23 +205,6 @@ class _Registered:
     state: Any
     half: bool = False  # torch's fp16/bf16 compression: 2 bytes per element on the wire
     own: bool = False  # a hook of the user's own: its collectives recorded per bucket call
-
-
-def nested_codes(hook: Any) -> frozenset:
-    """The code of every function defined inside ``hook``, at any depth (the callbacks it may chain on a future), and inside
-    the functions its closure holds (a wrapper's wrapped hook: ``dagprof.apply``'s ``chained(powerSGD_hook)``, whose
-    PowerSGD callbacks run on gloo's thread with no frame of the wrapper's below them): told by code objects, which every
-    Python keeps in ``co_consts``, not by a qualified name's nesting (3.11's)."""
-    cells = getattr(getattr(hook, "func", hook), "__closure__", None) or ()
-    wrapped = [c.cell_contents for c in cells if isinstance(getattr(c, "cell_contents", None), types.FunctionType)]
-    found: set = set()
-    todo = [code for code in (hook_code(hook), *(f.__code__ for f in wrapped)) if code is not None]
-    while todo:
-        for const in todo.pop().co_consts:
-            if isinstance(const, types.CodeType) and const not in found:
-                found.add(const)
-                todo.append(const)
-    return frozenset(found)
 
 
 def hook_code(hook: Any) -> types.CodeType | None:

@@ -13,7 +13,9 @@ issued, but where their work's ``wait()`` or ``wait_tensor`` is called: they wri
 DDP's comm hook (a frame of the hook's code: ``collect.hooks.ddp_buckets``'s, which runs the user's inside) and ZeRO's
 parameter broadcasts have recorders of their own. A comm hook of the user's own is no library: every collective it
 calls for a bucket, on the thread that runs it (``DdpBuckets.hook_call``), is its wire, recorded against the bucket's
-call (``Rec.HOOK_COLL`` issued for later, ``Rec.HOOK_BLOCKING`` blocking; bytes -1 in a group other than DDP's). DDP's
+call (``Rec.HOOK_COLL`` issued for later, ``Rec.HOOK_BLOCKING`` blocking; bytes -1 in a group other than DDP's), and every
+one it calls later from a callback it chained on a future (``Future.then``, ``add_done_callback``: ``DdpBuckets.chained``)
+is ``Rec.HOOK_LATE``. DDP's
 broadcasts of its buffers (``broadcast_buffers=True``), run by c10d outside these functions, are recorded one per
 transfer by ``_buffer_broadcasts``. The reader matches the records to Kineto's transfers by kind in issue order
 (``traces.run_comm``). Internal calls between c10d's own functions do not go through the patched attributes
@@ -70,6 +72,10 @@ def patch_own_collectives(collector: Any) -> None:
     for name in HOOK_ONLY_CALLS:
         _patch(collector, dist, name, partial(_in_hook_only, collector))
     _patch(collector, dist.Work, "wait", partial(_waiting, collector, pending))
+    import torch
+
+    for name in ("then", "add_done_callback"):  # torch.futures.Future's call these
+        _patch(collector, torch._C.Future, name, partial(_chaining, collector))
     from torch.nn.parallel import DistributedDataParallel
 
     _patch(collector, DistributedDataParallel, "_distributed_broadcast_coalesced", partial(_buffer_broadcasts, collector))
@@ -101,7 +107,7 @@ def _recording(collector: Any, pending: dict, hooks: frozenset, kind: int, arg: 
             given = signature.bind(*args, **kwargs).arguments
             asynchronous = bool(given.get("async_op", False))
             hooked = (_in_own_hook(collector, kind, asynchronous, given.get("group"), given[arg])
-                      or _late_in_own_hook(collector, kind, given[arg], sys._getframe(1)))
+                      or _late_in_own_hook(collector, kind, given[arg]))
             if not hooked and not (asynchronous and _from_library(sys._getframe(1), hooks)):
                 import torch.distributed as dist
 
@@ -131,7 +137,7 @@ def _functional(collector: Any, pending: dict, kind: CommKind, at: int, fn: Any)
             group = kwargs.get("group", args[at] if len(args) > at else None)
             pg = _resolve_process_group(funcol._resolve_group_name(group, kwargs.get("tag", "")))
             index = OWN_KINDS.index(kind) if kind in OWN_KINDS else -1
-            hooked = _in_own_hook(collector, index, True, pg, tensor) or _late_in_own_hook(collector, index, tensor, sys._getframe(1))
+            hooked = _in_own_hook(collector, index, True, pg, tensor) or _late_in_own_hook(collector, index, tensor)
             # a reduce-scatter: gloo runs it as an all-reduce of the whole input (``traces.kineto._host_coll``), recorded so,
             # the input's bytes; another backend's transfer is a reduce-scatter the records do not name, so it is not recorded
             if not hooked and (kind != CommKind.REDUCE_SCATTER or pg.name() == "gloo"):
@@ -150,7 +156,8 @@ def _functional(collector: Any, pending: dict, kind: CommKind, at: int, fn: Any)
 
 def _in_hook_only(collector: Any, fn: Any) -> Any:
     """A collective the collector does not size, written (unknown kind and bytes) where the user's own comm hook calls it for
-    a bucket: the reader then leaves that call unpriced and its wire is refused, never priced at the hook's other calls alone."""
+    a bucket, or later from its callbacks (``Rec.HOOK_LATE``): the reader then leaves that call (every call) unpriced and its
+    wire is refused, never priced at the hook's other calls alone."""
     @wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
         if collector.recording:
@@ -158,6 +165,8 @@ def _in_hook_only(collector: Any, fn: Any) -> Any:
                 hook = collector._buckets.hook_call
                 if hook is not None and hook[1] == threading.get_ident():
                     collector.records.append((Rec.HOOK_COLL, len(OWN_KINDS), hook[0], time.time_ns(), -1))
+                elif collector._buckets.in_hook_callback():
+                    collector.records.append((Rec.HOOK_LATE, len(OWN_KINDS), -1, time.time_ns(), -1))
             except Exception as err:  # noqa: BLE001
                 collector._fail(err, f"torch.distributed.{fn.__name__} (a comm hook's collective)")
         return fn(*args, **kwargs)
@@ -180,17 +189,24 @@ def _in_own_hook(collector: Any, kind: int, asynchronous: bool, group: Any, tens
     return True
 
 
-def _late_in_own_hook(collector: Any, kind: int, tensor: Any, frame: Any) -> bool:
-    """Whether a call outside the user's own hook's calls comes from a function defined inside that hook (a callback it
-    chained on a future, ``DdpBuckets.hook_nested``), and if so its ``Rec.HOOK_LATE`` written: wire no bucket call holds."""
-    nested = collector._buckets.hook_nested
-    while nested and frame is not None:
-        if frame.f_code in nested:
-            collector.records.append((Rec.HOOK_LATE, kind if kind >= 0 else len(OWN_KINDS), -1, time.time_ns(),
-                                      tensor.numel() * tensor.element_size()))
-            return True
-        frame = frame.f_back
-    return False
+def _late_in_own_hook(collector: Any, kind: int, tensor: Any) -> bool:
+    """Whether a call outside the user's own hook's calls comes from a callback the hook chained on a future
+    (``DdpBuckets.chained``), and if so its ``Rec.HOOK_LATE`` written: wire no bucket call holds."""
+    if not collector._buckets.in_hook_callback():
+        return False
+    collector.records.append((Rec.HOOK_LATE, kind if kind >= 0 else len(OWN_KINDS), -1, time.time_ns(), tensor.numel() * tensor.element_size()))
+    return True
+
+
+def _chaining(collector: Any, fn: Any) -> Any:
+    """``Future.then`` (``add_done_callback``) counting the callback as the user's own hook's where the hook chains it
+    (``DdpBuckets.chains_for_hook``); any other callback is chained as given."""
+    @wraps(fn)
+    def chain(fut: Any, callback: Any, *args: Any, **kwargs: Any) -> Any:
+        if collector.recording and collector._buckets.chains_for_hook():
+            callback = collector._buckets.chained(callback)
+        return fn(fut, callback, *args, **kwargs)
+    return chain
 
 
 def _buffer_broadcasts(collector: Any, fn: Any) -> Any:
