@@ -144,6 +144,9 @@ class GraphMeta:
     warnings: list[str] = field(default_factory=list)  # the run's load/alignment warnings, shown to the user
     main_device: dict[int, int] = field(default_factory=dict)  # rank -> index of its main compute device (the builders)
     comm_lanes: int = 1  # most collectives one rank ran at once (graph.build); > 1: durations are completion spacings
+    # a DDP profile's collectives on several lanes: the share of a core their threads got beside the ranks' compute, over
+    # their time, on the graph's replay as built (passes.link_fit.gloo_pace; passes.run_kinds); None: not measured
+    comm_pace: float | None = None
     provenance: Provenance | None = None  # each node's measured interval and each edge's rule (graph.build)
     parallel: Parallelism | None = None  # process groups and mesh dimensions (graph.build; passes.workers scales its DP size);
     # None: a builder of data-parallel jobs only (parameter server, S-SGD model, synthetic graphs)

@@ -127,6 +127,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..costmodel.fsdp_costs import DTENSOR_STEP, FSDP_HOST, FsdpCosts, StepFit, dtensor_step_ratio
+from ..costmodel.topology import Topology
 from ..errors import DagprofError
 from ..graph.build_fsdp import fsdp_collectives, is_fsdp_graph, step_size
 from ..graph.dag import Graph, GraphBuilder
@@ -173,7 +174,7 @@ def conversion_note(target: str, measured: bool, g: Graph) -> str:
             "slowed: held-out gloo jobs at fully_shard's default ran FSDP 8-18 % slower than this prediction on a quiet machine (a "
             "transformer-like stack and an MLP with an embedding, loopback, two calibrations; bench/bench_fsdp.py --part 7 "
             "--link-model-calibrate), more under load (a blocking collective's wake-up grows with it); the memory within about 10 %")
-    return RESHARD_NOTE + blocking_note(g, measured) + dtensor_note(g) + host_note(g) + (
+    return RESHARD_NOTE + blocking_note(g, measured) + dtensor_note(g) + host_note(g) + idle_link_note(g) + (
         "a DDP profile has no FSDP all-gather skew (gloo releases one rank later) and no reduce-scatter's lag beyond a wake-up "
         "(dagprof calibrate --fsdp measures them for --link-model): unpriced, and not in the interval, which carries the wake-up "
         "price's sampling error only, so FSDP may run slower than its high end; with FSDP2's hooks and each call's fixed cost "
@@ -213,6 +214,15 @@ def host_note(g: Graph) -> str:
             f"and each copy-out at DDP's fastest bucket enqueue, both {said}; each FSDP collective's fixed cost per call at gloo's "
             f"measured {host.call_us / 1e3:.2f} ms (wall time, 2 ranks; so stretched, at the slowest rank's, where the fitted "
             f"overhead held the load) in place of the profile's fitted {current_topology(g).overhead_us / 1e3:.2f} ms per collective; ")
+
+
+def idle_link_note(g: Graph) -> str:
+    """What ``idle_link`` took out of the link fitted to ``g``'s collectives, where it did."""
+    pace = g.meta.comm_pace
+    if pace is None or not 0.0 < pace < 1.0:
+        return ""
+    return (f"the link fitted to the DDP buckets' time over their bytes at the {pace:.2f} of a core their threads got beside the "
+            "ranks' compute (FSDP2's collectives block the rank; a link given to the what-if stays as given); ")
 
 
 def _stepped_params(g: Graph) -> set[str]:
@@ -324,10 +334,10 @@ def wrapper_reshard(units: list[str], target: str, reshard: bool | None) -> dict
 
 
 def to_data_parallel(g: Graph, target: str, bucket_mb: float | None = None, costs: FsdpCosts | None = None,
-                     reshard: bool | None = None) -> Graph:
+                     reshard: bool | None = None, given_link: bool = False) -> Graph:
     """``g`` (a DDP or FSDP2 profile) under ``target``: ddp, fsdp or fsdp:keep, each unit resharding after forward as
     ``wrapper_reshard`` says (``reshard``: ``--reshard-after-forward``, on every unit); ``costs``: FSDP2's measured on
-    this machine, for DDP -> FSDP (``ddp_to_fsdp``) and FSDP -> DDP's optimizer step (``fsdp_to_ddp``)."""
+    this machine, for DDP -> FSDP (``ddp_to_fsdp``, as ``given_link``) and FSDP -> DDP's optimizer step (``fsdp_to_ddp``)."""
     if is_fsdp_graph(g) and any(len(u.mesh) > 1 for u in g.meta.fsdp.units):
         raise DagprofError("--data-parallel: this profile is an HSDP job (2-D mesh); only plain FSDP <-> DDP is modelled")
     if hybrid(g):
@@ -348,7 +358,7 @@ def to_data_parallel(g: Graph, target: str, bucket_mb: float | None = None, cost
                            "is not modelled (profile it with a plain optimizer to compare with FSDP)")
     if target != "ddp" and unhooked(g):
         raise DagprofError("--data-parallel fsdp: no units to shard" + unhooked(g))
-    return g if target == "ddp" else ddp_to_fsdp(g, target, reshard, costs)
+    return g if target == "ddp" else ddp_to_fsdp(g, target, reshard, costs, given_link)
 
 
 def _main_lane(g: Graph, step: int, rank: int) -> np.ndarray:
@@ -358,10 +368,13 @@ def _main_lane(g: Graph, step: int, rank: int) -> np.ndarray:
     return idx[np.argsort(g.order[idx], kind="stable")]
 
 
-def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, costs: FsdpCosts | None = None) -> Graph:
+def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, costs: FsdpCosts | None = None,
+                given_link: bool = False) -> Graph:
     """The DDP profile ``g`` as an FSDP2 job with ``user_units``, each resharded after forward as ``wrapper_reshard``
     says (``target`` fsdp: ``fully_shard``'s default; fsdp:keep; ``reshard``: passed to every unit, the root too); with
-    ``costs``, its optimizer step, copy-outs and each unit's hooks as measured (module docstring)."""
+    ``costs``, its optimizer step, copy-outs and each unit's hooks as measured (module docstring); unless ``given_link``
+    (a link the user gave: ``--topology``, ``--link-model``, ``--profiled-bandwidth``), the link fitted to ``g``'s
+    collectives without the time they ran beside compute (``idle_link``)."""
     grad = g.meta.layer_grad_bytes
     if not grad or not any(grad.values()):
         raise DagprofError("--data-parallel fsdp: the profile does not say which layer owns which parameters (no layer gradient bytes); "
@@ -488,7 +501,22 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
         # bytes' price already: stretched again, the loaded mixer's came to 81-120 ms a step where they took 55-73
         load = max(stretch.values(), default=1.0) if topo.overhead_us > 0 else 1.0
         topo = dataclasses.replace(topo, overhead_us=host.call_us * load)
+    if not given_link:
+        topo = idle_link(topo, g)
     return retime_collectives(out, topo, current_scheme(g), lags_on=topo)
+
+
+def idle_link(topo: Topology, g: Graph) -> Topology:
+    """``topo``, the link fitted to the DDP profile ``g``'s collectives, at its time per byte times the pace the
+    collectives' threads got beside the ranks' compute (``GraphMeta.comm_pace``): FSDP2's collectives block their
+    ranks, so none runs beside compute. On two gloo lanes the fit is the buckets' total time over their bytes
+    (``link_fit._fit_total``), each bucket's all-reduce beside the backward, whose threads share the cores with it: the
+    quiet LoRA fine-tune's 1 MB bucket took 2.8-10.3 ms (fit 7.5 ns a byte) where its FSDP2 job's 1 MB reduce-scatter
+    took 1.3 and its 2 MB all-gather 0.9. A fit to one lane stays as fitted."""
+    pace = g.meta.comm_pace
+    if pace is None or not 0.0 < pace < 1.0 or topo.inter.beta_us_per_byte <= 0:
+        return topo
+    return topo.with_link("all", bandwidth=1e6 / (topo.inter.beta_us_per_byte * pace))
 
 
 def _stretch(g: Graph) -> dict[int, float]:

@@ -9,6 +9,7 @@ FSDP collective kind (``profiled_kinds``), and split at the wire rate the run wa
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 import numpy as np
 
@@ -18,9 +19,11 @@ from ..errors import DagprofError
 from ..graph.build_fsdp import allreduce_equivalent_bytes, is_fsdp_graph
 from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
+from ..graph.replay_result import ReplayResult
 from ..traces.events import CommKind, Kind
 from ..traces.horovod import tensor_collective
 from ..traces.parallelism import Dim
+from .overlap import slowed_nodes
 
 
 @dataclass
@@ -137,6 +140,55 @@ def link_fit(g: Graph) -> LinkFit:
         overhead, total, kinds, r2 = joint
         return replace(fit, link=AlphaBeta(overhead / (2 * (max(n, 2) - 1)), total.beta_us_per_byte), r2=r2, weak=None, stalls=None, kinds=kinds)
     return fit
+
+
+def gloo_pace(g: Graph, res: ReplayResult) -> float | None:
+    """The share of a core each collective's threads got over the time of ``g``'s collectives on several lanes
+    (``profiled_comm``, those at 0 us included), on ``res``: ``g`` replayed as built, its measured timeline. A DDP
+    bucket's all-reduce runs beside the backward: on a host of C cores with R ranks, while k of them compute, each rank's
+    collective thread shares the cores with k compute threads and R - 1 other collective threads, and runs at
+    min(1, C / (k + R)) of its pace alone (2 ranks on 2 cores: 1/2 while both compute, 2/3 while one does). FSDP2's
+    collectives block their ranks, so run at their pace alone (``passes.data_parallel.idle_link``). None where the
+    profile does not say its host's cores, or its ranks span hosts (which host's cores a rank's thread shares is not
+    recorded)."""
+    if len(g.meta.host_cpus) != 1:
+        return None
+    ranks, cores = next(iter(g.meta.host_cpus.values()))
+    comm = profiled_comm(g, overlapping=True)
+    dur = g.dur[comm].astype(float)
+    if dur.sum() <= 0 or cores <= 0:
+        return None
+    work = slowed_nodes(g)
+    steps = []  # each rank's compute as a 0/1 level over time: (times, level) of its own nodes' union
+    for r in np.unique(g.rank[work]).tolist():
+        mine = work[g.rank[work] == r]
+        t = np.r_[res.start[mine], res.end[mine]]
+        order = np.argsort(t, kind="stable")
+        steps.append((t[order], np.clip(np.cumsum(np.r_[np.ones(len(mine)), -np.ones(len(mine))][order]), 0, 1)))
+    t = np.unique(np.concatenate([x for x, _ in steps])) if steps else np.zeros(1)
+    k = sum(np.where(np.searchsorted(x, t, side="right") > 0, lv[np.maximum(np.searchsorted(x, t, side="right") - 1, 0)], 0)
+            for x, lv in steps)  # ranks computing from each time to the next
+    pace = np.minimum(1.0, cores / (k + max(ranks, 1)))
+    acc = np.r_[0.0, np.cumsum(pace[:-1] * np.diff(t))]
+
+    def run(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # the pace-weighted time in [a, b], 1 outside the compute's span
+        inside = np.interp(b, t, acc) - np.interp(a, t, acc)
+        return inside + np.clip(t[0] - a, 0, None) - np.clip(t[0] - b, 0, None) + np.clip(b - t[-1], 0, None) - np.clip(a - t[-1], 0, None)
+
+    return float(run(res.start[comm], res.end[comm]).sum() / dur.sum())
+
+
+def with_gloo_pace(g: Graph, replayer: Callable[[Graph], ReplayResult]) -> Graph:
+    """``g`` with ``GraphMeta.comm_pace`` measured (``gloo_pace``) where it is a DDP profile whose buckets ran on several
+    lanes (the fit is then their total time over their bytes, ``_fit_total``, the backward's load in it); else as it
+    is. ``replayer`` is ``dagprof.replay.replay`` (passes sit below the replay layer)."""
+    if g.meta.comm_lanes < 2 or is_fsdp_graph(g) or not ((g.kind == Kind.COMM) & (g.bucket >= 0)).any():
+        return g
+    try:
+        pace = gloo_pace(g, replayer(g))
+    except DagprofError:  # no collective of known size and duration: no link is fitted either
+        return g
+    return g.replace(meta=g.meta.replace(comm_pace=pace))
 
 
 def keep_stalls(g: Graph) -> Graph:

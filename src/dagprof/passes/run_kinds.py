@@ -15,6 +15,7 @@ from ..graph.dag import Graph
 from ..graph.replay_result import ReplayResult
 from ..traces.events import Run
 from .comm import fit_ps_link
+from .link_fit import with_gloo_pace
 
 Replayer = Callable[[Graph], ReplayResult]
 
@@ -35,7 +36,7 @@ def _parameter_server(run: Run, steps: range | None, step_marker: str | None, re
 def _collective(run: Run, steps: range | None, step_marker: str | None, replayer: Replayer) -> tuple[Run, Graph]:
     """Ranks aligned by their shared collectives (DDP, FSDP, Horovod, TF, JAX, hybrid meshes)."""
     run, matching = on_one_clock(run)  # kept: the measured timeline is written on this clock
-    return run, build_graph(run, steps=steps, matching=matching, step_marker=step_marker)
+    return run, with_gloo_pace(build_graph(run, steps=steps, matching=matching, step_marker=step_marker), replayer)
 
 
 KINDS = (

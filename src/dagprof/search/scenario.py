@@ -123,7 +123,8 @@ def _data_parallel(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Gr
         return g
     if not is_fsdp_graph(g):
         refuse_own_ddp_setup(g, "--data-parallel")
-    out = to_data_parallel(g, s.data_parallel, s.bucket_mb, c.link_file.fsdp if c.link_file else None, s.reshard_after_forward)
+    given = bool(c.topology or c.link_file or c.profiled_wire)  # else the link is fitted to the profile's collectives
+    out = to_data_parallel(g, s.data_parallel, s.bucket_mb, c.link_file.fsdp if c.link_file else None, s.reshard_after_forward, given)
     return with_optimizer_state(out, OPTIMIZER_STATE[c.optimizer_state]) if is_fsdp_graph(out) and not is_fsdp_graph(g) else out
 
 
