@@ -46,7 +46,10 @@ kind on the link its own sweep fitted: ``Topology.kinds``), each with gloo's fix
 ``FSDP_HOST`` has it for the torch version (0.53 ms at 2.13, hand-offs between threads: stretched as the hooks, at the
 slowest rank's, where the fit's overhead held the load) in place of the DDP profile's fitted overhead per collective:
 fitted on DDP's all-reduces of one bucket size, that is their step-to-step excess (0.55-8.0 ms on the held-out ResNet's
-DDP profiles, 0 on the mixer's), not a cost per call. A copy-out is a pass over memory and a call, like DDP's
+DDP profiles, 0 on the mixer's), not a cost per call. Where the profile's buckets ran on two gloo lanes, the link fitted
+to them is their total time over their bytes, beside the backward whose threads shared the cores: the bytes' time is
+priced at that fit times the share of a core their threads got (``idle_link``, ``GraphMeta.comm_pace``), since FSDP2's
+collectives block their ranks. A copy-out is a pass over memory and a call, like DDP's
 bucket enqueue (which scales each bucket in place, then dispatches): it costs what the profile's fastest enqueues cost
 per call and per byte, stretched as the hooks (``_enqueue_price``: under load DDP's enqueues ran 10-40x their fastest).
 
