@@ -159,15 +159,17 @@ def gloo_pace(g: Graph, res: ReplayResult) -> float | None:
     if dur.sum() <= 0 or cores <= 0:
         return None
     work = slowed_nodes(g)
-    steps = []  # each rank's compute as a 0/1 level over time: (times, level) of its own nodes' union
+    lanes = []  # each rank's compute as a 0/1 level over time: (times, level from each on) of its own nodes' union
     for r in np.unique(g.rank[work]).tolist():
         mine = work[g.rank[work] == r]
         t = np.r_[res.start[mine], res.end[mine]]
         order = np.argsort(t, kind="stable")
-        steps.append((t[order], np.clip(np.cumsum(np.r_[np.ones(len(mine)), -np.ones(len(mine))][order]), 0, 1)))
-    t = np.unique(np.concatenate([x for x, _ in steps])) if steps else np.zeros(1)
-    k = sum(np.where(np.searchsorted(x, t, side="right") > 0, lv[np.maximum(np.searchsorted(x, t, side="right") - 1, 0)], 0)
-            for x, lv in steps)  # ranks computing from each time to the next
+        lanes.append((t[order], np.clip(np.cumsum(np.r_[np.ones(len(mine)), -np.ones(len(mine))][order]), 0, 1)))
+    t = np.unique(np.concatenate([x for x, _ in lanes])) if lanes else np.zeros(1)
+    k = np.zeros(len(t))  # ranks computing from each time to the next
+    for x, level in lanes:
+        at = np.searchsorted(x, t, side="right") - 1
+        k += np.where(at >= 0, level[np.maximum(at, 0)], 0.0)
     pace = np.minimum(1.0, cores / (k + max(ranks, 1)))
     acc = np.r_[0.0, np.cumsum(pace[:-1] * np.diff(t))]
 
