@@ -35,14 +35,32 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(HERE), "src")
 sys.path.insert(0, SRC)
 
-from dagprof.collect.jobs.netns import free_ports  # noqa: E402  (stdlib only: TF is imported by the job, not here)
+from dagprof.collect.jobs.netns import Cluster, free_ports  # noqa: E402  (stdlib only: TF is imported by the job, not here)
 from dagprof.errors import DagprofError  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
 from dagprof.search.scenario import Scenario  # noqa: E402
 from dagprof.search.whatif import evaluate  # noqa: E402
 
 sys.path.insert(0, HERE)
-from shaped_loopback import DEFAULT_PAIR, PAIRS, PILOT_RATE, WIRE_FILE, loopback_tx, measured, namespace, pick_pair, predict_rate, qdisc, shape_loopback  # noqa: E402
+from shaped_loopback import (  # noqa: E402
+    DEFAULT_PAIR,
+    PAIRS,
+    PILOT_RATE,
+    WIRE_FILE,
+    hosts_namespaces,
+    hosts_qdisc,
+    hosts_tx,
+    loopback_tx,
+    measured,
+    namespace,
+    pick_pair,
+    predict_rate,
+    qdisc,
+    shape_hosts,
+    shape_loopback,
+)
+
+SSH_SHIM = os.path.join(HERE, "testbed", "ssh_shim")  # an ``ssh`` that runs the command in the namespace owning the host's address
 
 SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra environment)
     "tf_text": ("tensorflow", "DAGPROF_TF_PYTHON", {}),
@@ -103,10 +121,12 @@ HOROVOD_RUN = {"hvd_text": ("6:16", ["--steps", "20"]), "hvd_resnet": ("16:26", 
 
 
 def launch(name: str, python: str, out: str, workers: int, timeout: float, src: str = SRC, prefix: tuple[str, ...] = (),
-           script_args: tuple[str, ...] = ()) -> list[int]:
+           script_args: tuple[str, ...] = (), hosts: Cluster | None = None) -> list[int]:
     """Run the script on ``workers`` processes with the collector in ``src``; their exit statuses (negative: killed by that signal).
     ``prefix`` goes before every command started (``ip netns exec NS``: the job in that namespace); ``script_args`` after a
-    TF or JAX script's own (``--script-args``)."""
+    TF or JAX script's own (``--script-args``). ``hosts`` (Horovod): each worker on a host of its own, a namespace of
+    ``hosts``, as a user starts a job on two hosts: ``horovodrun -H ADDR0:1,ADDR1:1`` from the first, its ``ssh`` the
+    shim that enters the namespace owning the address (``SSH_SHIM``)."""
     framework, _, extra = SCRIPTS[name]
     script = os.path.join(HERE, "frameworks", f"{name}.py")
     env = dict(os.environ, PYTHONPATH=src, TF_CPP_MIN_LOG_LEVEL="2", **extra)
@@ -120,10 +140,14 @@ def launch(name: str, python: str, out: str, workers: int, timeout: float, src: 
     if framework == "horovod":  # python names the venv's interpreter; horovodrun and the ranks' python come from its bin/
         bindir = os.path.dirname(python)
         env |= {"PATH": bindir + os.pathsep + env.get("PATH", ""), "OMP_NUM_THREADS": "1"}
+        where = f"localhost:{workers}"
+        if hosts is not None:
+            prefix, where = ("ip", "netns", "exec", hosts.ns(0)), ",".join(f"{hosts.addr(r)}:1" for r in range(workers))
+            env |= {"PATH": SSH_SHIM + os.pathsep + env["PATH"],
+                    "DAGPROF_NETNS_HOSTS": ",".join(f"{hosts.addr(r)}={hosts.ns(r)}" for r in range(workers))}
         window, hvd_args = HOROVOD_RUN[name]
         cmd = [sys.executable, "-m", "dagprof.cli.main", "profile", "-o", out, "--steps", window, "--json", "--",
-               os.path.join(bindir, "horovodrun"), "-np", str(workers), "-H", f"localhost:{workers}", "--gloo", "python", script,
-               *hvd_args]
+               os.path.join(bindir, "horovodrun"), "-np", str(workers), "-H", where, "--gloo", "python", script, *hvd_args]
         log_path = os.path.join(out, "launcher.txt")
         with open(log_path, "w") as log:
             code = subprocess.run([*prefix, *cmd], env=env, stdout=subprocess.DEVNULL, stderr=log, timeout=timeout + 60).returncode
@@ -197,22 +221,36 @@ def judge(out: str) -> dict:
         return {"refused": str(e)}
 
 
-def run_job(name: str, python: str, out: str, ns: str, rate: float, args, bucket_rate: float | None = None) -> dict:
-    """One job on the loopback of ``ns`` shaped at ``rate``, the rate read back before and after it: a job whose link was
-    not ``rate`` throughout is refused, never filed under ``rate``. Also the bytes the shaped device carried. ``out`` starts
-    empty: a job run again never reads the files of the one before."""
+def run_job(name: str, python: str, out: str, where: str | Cluster, rate: float, args, bucket_rate: float | None = None) -> dict:
+    """One job on the loopback of namespace ``where`` shaped at ``rate`` (a ``Cluster``: on its namespaces as hosts, each
+    worker's port shaped), the rate read back before and after it: a job whose link was not ``rate`` throughout is refused,
+    never filed under ``rate``. Also the bytes the shaped devices carried. ``out`` starts empty: a job run again never reads
+    the files of the one before."""
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
-    shape_loopback(ns, rate, bucket_rate)
-    load, sent0, lo0 = os.getloadavg()[0], qdisc(ns)[1], loopback_tx(ns)
-    codes = launch(name, python, out, args.workers, args.timeout, prefix=("ip", "netns", "exec", ns))
-    after, sent1 = qdisc(ns)
+    (shape_loopback if isinstance(where, str) else shape_hosts)(where, rate, bucket_rate)
+    load, (_, sent0, lo0) = os.getloadavg()[0], _link(where)
+    if isinstance(where, str):
+        codes = launch(name, python, out, args.workers, args.timeout, prefix=("ip", "netns", "exec", where))
+    else:
+        codes = launch(name, python, out, args.workers, args.timeout, hosts=where)
+    after, sent1, lo1 = _link(where)
     with open(os.path.join(out, WIRE_FILE), "w") as f:
-        json.dump({"tbf_bytes": sent1 - sent0, "loopback_bytes": loopback_tx(ns) - lo0}, f)
+        json.dump({"tbf_bytes": sent1 - sent0, "loopback_bytes": lo1 - lo0}, f)
     got = {"load": load, "exit": codes, "wire_mb": (sent1 - sent0) / 1e6}
-    if abs(after - rate) > 1e-3 * rate:
-        return got | {"refused": f"the loopback was shaped at {after / 1e6:g} Mbit/s after the job, not {rate / 1e6:g}"}
+    if any(abs(a - rate) > 1e-3 * rate for a in after):
+        return got | {"refused": f"the link was shaped at {', '.join(f'{a / 1e6:g}' for a in after)} Mbit/s after the job, not {rate / 1e6:g}"}
     return got
+
+
+def _link(where: str | Cluster) -> tuple[list[float], int, int]:
+    """(the shaped devices' rates, bit/s; the bytes they sent; the bytes the namespaces' counters saw) of a loopback
+    namespace, or of a ``Cluster``'s workers as hosts (their ports, and every interface's counter)."""
+    if isinstance(where, str):
+        rate, sent = qdisc(where)
+        return [rate], sent, loopback_tx(where)
+    rates, sent = hosts_qdisc(where)
+    return rates, sent, hosts_tx(where)
 
 
 def testbed(names: list[str], args) -> dict:
@@ -222,7 +260,8 @@ def testbed(names: list[str], args) -> dict:
     configuration's level around the measurement, for ``change_error_pct``, ``_round``). The pair is the
     script's in ``PAIRS`` (``--rate fixed``, the default), a given one, or, with ``--rate auto``, a pilot job's
     (``pick_pair``); it is written to ``tb-NAME-pair.json`` for ``--repredict``.
-    Judged on the median step (the slowest rank's, replayed as measured), each round against its own measured job."""
+    Judged on the median step (the slowest rank's, replayed as measured), each round against its own measured job.
+    ``--hosts`` (Horovod): each worker in a namespace of its own, its port shaped (``launch``, ``shaped_loopback.shape_hosts``)."""
     from dagprof.collect.jobs.netns import available
 
     why = available()
@@ -230,7 +269,7 @@ def testbed(names: list[str], args) -> dict:
         print(f"bench_frameworks --testbed: skipped: {why}", file=sys.stderr)
         return {}
     results = {}
-    with namespace("fwtb", args.keep) as (ns, keep):
+    with (hosts_namespaces("fwh", args.keep, args.workers) if args.hosts else namespace("fwtb", args.keep)) as (ns, keep):
         for name in names:
             python = python_for(name)
             if not python:
@@ -250,7 +289,7 @@ def testbed(names: list[str], args) -> dict:
                     continue
             else:
                 fast, slow, said = float(args.rate), args.other_rate, "given"
-            pair = {"rate_bit": fast, "other_rate_bit": slow, "why": said}
+            pair = {"rate_bit": fast, "other_rate_bit": slow, "why": said, "hosts": args.hosts}
             with open(os.path.join(keep, f"tb-{name}-pair.json"), "w") as f:
                 json.dump(pair, f)
             print(f"{name}: profiled at {fast / 1e6:g} Mbit/s, predicted at {slow / 1e6:g} ({said})", file=sys.stderr, flush=True)
@@ -267,7 +306,7 @@ def testbed(names: list[str], args) -> dict:
                         got[side] = run_job(name, python, out, ns, rate, args, min(fast, slow))
                     if "refused" not in got[side]:
                         try:
-                            got[side] |= predict_rate(out, rate, slow) if side == "profiled" else measured(out)
+                            got[side] |= predict_rate(out, rate, slow, args.hosts) if side == "profiled" else measured(out)
                         except DagprofError as e:
                             got[side]["refused"] = str(e)
                     print(f"{name} round {k + 1}, {side} {rate / 1e6:g} Mbit/s: {got[side]}", file=sys.stderr, flush=True)
@@ -276,7 +315,7 @@ def testbed(names: list[str], args) -> dict:
     return results
 
 
-def _settle(name: str, python: str, out: str, ns: str, rate: float, bucket_rate: float, args) -> dict:
+def _settle(name: str, python: str, out: str, ns: str | Cluster, rate: float, bucket_rate: float, args) -> dict:
     """A script's first job on the testbed, at the profiled rate and judged nowhere, so that no round's job is the first
     of its script: in the quiet rounds of 2026-12-03 (``--rounds 2`` twice, six scripts in a row) a round's profiled job
     run first, the script's first job right after another script's, ran +10 to +35 % above the level of its references
@@ -295,7 +334,7 @@ def _settle(name: str, python: str, out: str, ns: str, rate: float, bucket_rate:
 def repredict(kept: str, names: list[str], args) -> dict:
     """``testbed``'s rounds kept by ``--keep`` (``tb-NAME-K-RATEM`` folders) predicted again with this dagprof: no job
     runs, no root; each round's own measurement at the slower rate is the reference. The pair is the kept
-    ``tb-NAME-pair.json``'s, else ``--rate`` and ``--other-rate``."""
+    ``tb-NAME-pair.json``'s (its testbed too: as hosts or not), else ``--rate``, ``--other-rate`` and ``--hosts``."""
     results = {}
     for name in names:
         try:
@@ -304,7 +343,7 @@ def repredict(kept: str, names: list[str], args) -> dict:
         except OSError:
             if args.rate in ("auto", "fixed"):
                 continue
-            pair = {"rate_bit": float(args.rate), "other_rate_bit": args.other_rate, "why": "given"}
+            pair = {"rate_bit": float(args.rate), "other_rate_bit": args.other_rate, "why": "given", "hosts": args.hosts}
         fast, slow = pair["rate_bit"], pair["other_rate_bit"]
         rounds = []
         for k in range(args.rounds):
@@ -317,7 +356,7 @@ def repredict(kept: str, names: list[str], args) -> dict:
                 if not os.path.isdir(out):  # kept before the bench ran reference jobs
                     continue
                 try:
-                    got[side] = {"load": float("nan")} | (predict_rate(out, fast, slow) if side == "profiled" else measured(out))
+                    got[side] = {"load": float("nan")} | (predict_rate(out, fast, slow, pair.get("hosts", False)) if side == "profiled" else measured(out))
                 except DagprofError as e:
                     got[side] = {"load": float("nan"), "refused": str(e)}
             refs = tuple(got[side] for side in REFERENCES if side in got)
@@ -443,13 +482,18 @@ def main(argv: list[str] | None = None) -> int:
                     f"{PILOT_RATE / 1e6:g} Mbit/s picks a pair where the collectives are a sizeable share of the step (to size a new script's pair)")
     ap.add_argument("--other-rate", type=float, default=200e6, help="--testbed: the rate predicted and measured, bit/s (with a given --rate)")
     ap.add_argument("--rounds", type=int, default=3, help="--testbed: rounds (each a job at either rate)")
+    ap.add_argument("--hosts", action="store_true", help="--testbed, Horovod: each worker on a host of its own (a namespace, its "
+                    "port shaped at the rate, a veth through a bridge), started as on hosts: horovodrun -H ADDR0:1,ADDR1:1 "
+                    "with an ssh that enters the namespace owning the address (bench/testbed/ssh_shim)")
     ap.add_argument("--repredict", metavar="KEPT", help="--testbed: run nothing; predict the rounds a --keep folder holds again "
                     "with this dagprof, against their measurements (give its --rounds; the pair: its tb-NAME-pair.json, else --rate, --other-rate)")
     ap.add_argument("--script-args", default="", help="more arguments for each TF/JAX script (one string: \"--steps-per-execution 1\")")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if args.hosts and args.rate == "auto":
+        ap.error("--hosts takes a fixed or given pair: the pilot's rule (shaped_loopback.pick_pair) sizes the one shared loopback")
     if args.testbed:
-        names = [n for n in args.only.split(",") if SCRIPTS[n][0] != "mxnet"]  # MXNet: bench_mxnet_ps.py
+        names = [n for n in args.only.split(",") if SCRIPTS[n][0] != "mxnet" and (SCRIPTS[n][0] == "horovod" or not args.hosts)]  # MXNet: bench_mxnet_ps.py
         results = repredict(args.repredict, names, args) if args.repredict else testbed(names, args)
         print(json.dumps(results, indent=1) if args.json else "\n".join(f"{n}: {json.dumps(r['summary'])}" for n, r in results.items()))
         return 0

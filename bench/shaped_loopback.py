@@ -3,6 +3,11 @@ back (``shape_loopback``, ``check_rate``), the bytes it carried (``payload_share
 ``pick_pair``), a job's median step and collectives and its unprofiled steps (``measured``, ``unprofiled_steps_us``:
 what ``bench_frameworks.py`` and ``bench_coverage.py`` judge an interval by), and the bandwidth what-if from its profile
 (``predict_rate``). ``bench_frameworks.py --testbed`` and ``bench_workers_testbed.py`` run the jobs.
+
+The testbed as hosts (``bench_frameworks.py --testbed --hosts``): each worker in a namespace of its own, its egress port
+shaped (``shape_hosts``, ``hosts_qdisc``, ``hosts_tx``); the functions that price the wire take ``own_ports`` for it. There
+every byte a worker sends crosses its own port at the rate, as on a full-duplex link, where on the loopback the workers'
+bytes, both ways, share the one device.
 """
 from __future__ import annotations
 
@@ -57,6 +62,17 @@ def namespace(tag: str, keep: str | None) -> Iterator[tuple[str, str]]:
         yield c.ns(0), keep or tmp
 
 
+@contextlib.contextmanager
+def hosts_namespaces(tag: str, keep: str | None, workers: int) -> Iterator[tuple[object, str]]:
+    """The testbed as hosts (root; removed on exit): a ``Cluster`` of ``workers`` namespaces, each worker's interface
+    ``eth0`` as on hosts, and the folder its jobs' runs go to: ``keep``, else a temporary one."""
+    from dagprof.collect.jobs.netns import Cluster
+
+    with Cluster(workers, tag=f"{tag}{os.getpid() % 10000}", iface="eth0") as c, tempfile.TemporaryDirectory(prefix=f"dagprof-{tag}-") as tmp:
+        os.makedirs(keep or tmp, exist_ok=True)
+        yield c, keep or tmp
+
+
 def shape_loopback(ns: str, rate_bit: float, bucket_rate_bit: float | None = None) -> None:
     """``tc tbf`` at ``rate_bit`` on the loopback of namespace ``ns``, its MTU an Ethernet frame's (1500 B: TCP segments as on
     a wire, and tbf's bucket must hold a whole packet). Both workers live in ``ns``, so every byte between them, either way,
@@ -74,9 +90,34 @@ def shape_loopback(ns: str, rate_bit: float, bucket_rate_bit: float | None = Non
     check_rate(ns, rate_bit)
 
 
-def qdisc(ns: str) -> tuple[float, int]:
-    """(rate bit/s of the tbf at the root of ``ns``'s loopback, 0 if none; bytes it has sent)."""
-    r = subprocess.run(["ip", "netns", "exec", ns, "tc", "-j", "-s", "qdisc", "show", "dev", "lo"], capture_output=True, text=True, check=True)
+def shape_hosts(cluster, rate_bit: float, bucket_rate_bit: float | None = None) -> None:
+    """The testbed as hosts: ``tc tbf`` at ``rate_bit`` on each worker's egress port (``collect.jobs.netns.Cluster``, its
+    veth of the default 1500 B MTU), bucket and queue as ``shape_loopback``'s, TCP keeping no metrics between jobs in any
+    namespace; the rate read back on every port (``hosts_qdisc``)."""
+    burst = max(int((bucket_rate_bit or rate_bit) / 8 / 1000 * BURST_MS), 2 * 1514)
+    for r in range(cluster.ranks):
+        for cmd in (["sysctl", "-q", "-w", "net.ipv4.tcp_no_metrics_save=1"], ["ip", "tcp_metrics", "flush", "all"]):
+            subprocess.run(["ip", "netns", "exec", cluster.ns(r), *cmd], check=True, capture_output=True)
+    cluster.set_rate(rate_bit, burst)
+    got = hosts_qdisc(cluster)[0]
+    if any(abs(g - rate_bit) > 1e-3 * rate_bit for g in got):
+        raise RuntimeError(f"the workers' ports are shaped at {', '.join(f'{g / 1e6:g}' for g in got)} Mbit/s, not {rate_bit / 1e6:g}")
+
+
+def hosts_qdisc(cluster) -> tuple[list[float], int]:
+    """(each worker's port's tbf rate, bit/s (0: none); the bytes they have sent, together) on the testbed as hosts."""
+    got = [qdisc(cluster.ns(r), cluster.ifname(r)) for r in range(cluster.ranks)]
+    return [rate for rate, _ in got], sum(sent for _, sent in got)
+
+
+def hosts_tx(cluster) -> int:
+    """Bytes the workers' namespaces' interfaces have sent, together, as their counters (the collector's reading) have them."""
+    return sum(loopback_tx(cluster.ns(r), None) for r in range(cluster.ranks))
+
+
+def qdisc(ns: str, dev: str = "lo") -> tuple[float, int]:
+    """(rate bit/s of the tbf at the root of ``ns``'s device ``dev``, 0 if none; bytes it has sent)."""
+    r = subprocess.run(["ip", "netns", "exec", ns, "tc", "-j", "-s", "qdisc", "show", "dev", dev], capture_output=True, text=True, check=True)
     root = [q for q in json.loads(r.stdout or "[]") if q.get("root")]
     if not root or root[0].get("kind") != "tbf":
         return 0.0, int(root[0].get("bytes", 0)) if root else 0
@@ -108,14 +149,14 @@ def comm_per_step_ms(g) -> float:
     return float(profiled_collectives(g)[1].sum()) / max(len(np.unique(g.step[comm])), 1) / 1e3
 
 
-def kept_comm_ms(g, rate: float, other: float, share: float) -> float:
+def kept_comm_ms(g, rate: float, other: float, share: float, own_ports: bool = False) -> float:
     """The collectives per step at ``other`` bit/s with what each took beyond the wire at ``rate`` kept after the wire: the
     most a Horovod what-if's collectives take, where it prices them at the least (that excess hidden by the longer transfer)."""
     from dagprof.passes.link_fit import priced_comm, priced_world_size, profiled_collectives
 
     n = max(priced_world_size(g), 2)
     nbytes, dur = profiled_collectives(g)
-    wire = 2 * (n - 1) * nbytes * 8e6 / (rate * share)  # us: the ring's bytes on the one shaped loopback
+    wire = 2 * (n - 1) / n * nbytes * 8e6 / link_bit(rate, n, share, own_ports)  # us: the ring's bytes on a worker's link
     comm = priced_comm(g) & (g.dur > 0)
     return float((wire * rate / other + np.maximum(dur - wire, 0.0)).sum()) / max(len(np.unique(g.step[comm])), 1) / 1e3
 
@@ -142,18 +183,22 @@ def unprofiled_steps_us(g) -> list[float]:
 # time per payload byte at a rate is 8 / (rate x share) s, this share the most it can be: small messages and acknowledgements
 # carry more headers per payload byte (``payload_share``).
 PAYLOAD_SHARE = 1448 / 1514
-WIRE_FILE = "tb-wire.json"  # beside a testbed job's run: the bytes the shaped device and the loopback's counter saw over the job
+# beside a testbed job's run: the bytes the shaped device and the loopback's counter saw over the job (as hosts: the
+# workers' ports and their namespaces' counters, each summed)
+WIRE_FILE = "tb-wire.json"
 
 
-def loopback_tx(ns: str) -> int:
-    """Bytes the loopback of namespace ``ns`` has sent, as its counter (``/proc/net/dev``, the collector's reading) has them."""
+def loopback_tx(ns: str, dev: str | None = "lo") -> int:
+    """Bytes the loopback of namespace ``ns`` (``dev``; None: every interface) has sent, as its counter (``/proc/net/dev``,
+    the collector's reading) has them."""
     r = subprocess.run(["ip", "netns", "exec", ns, "cat", "/proc/net/dev"], capture_output=True, text=True, check=True)
-    return sum(int(line.split(":", 1)[1].split()[8]) for line in r.stdout.splitlines()[2:] if line.split(":", 1)[0].strip() == "lo")
+    return sum(int(line.split(":", 1)[1].split()[8]) for line in r.stdout.splitlines()[2:] if dev is None or line.split(":", 1)[0].strip() == dev)
 
 
-def payload_share(out: str, workers: int) -> tuple[float, str]:
+def payload_share(out: str, workers: int, own_ports: bool = False) -> tuple[float, str]:
     """The collectives' payload over the bytes the shaped wire carried per profiled step, measured on the profiled job:
-    the window's bytes on the loopback as the collector counted them (``window_tx_bytes``, the largest rank's), over its steps,
+    the window's bytes on the loopback as the collector counted them (``window_tx_bytes``, the largest rank's; with
+    ``own_ports`` each rank counted its own namespace's: their sum), over its steps,
     times what the tbf charged per byte the loopback counted over the job (the tbf counts each TCP segment's headers, the
     counter one set per offloaded send). jax_mixer's 36 gradients a step, many of a few hundred bytes, put 1.23 B on the wire
     per payload byte (655-658 kB a step, alike at 1 Gbit/s and 45 Mbit/s), not 1.05: the wire's part of each collective was
@@ -165,7 +210,8 @@ def payload_share(out: str, workers: int) -> tuple[float, str]:
     try:
         with open(os.path.join(out, WIRE_FILE)) as f:
             job = json.load(f)
-        window = max(c for t in load(out).ranks if (c := t.meta.window_tx_bytes_per_step) is not None)
+        counts = [c for t in load(out).ranks if (c := t.meta.window_tx_bytes_per_step) is not None]
+        window = (sum if own_ports else max)(counts)
     except (OSError, ValueError, KeyError, DagprofError):
         return PAYLOAD_SHARE, "full frames (no count of the window's bytes)"
     payload = 2 * (workers - 1) * bytes_per_step(out)
@@ -175,20 +221,27 @@ def payload_share(out: str, workers: int) -> tuple[float, str]:
     return min(payload / wire, PAYLOAD_SHARE), f"{wire / 1e3:.0f} kB on the wire a step for {payload / 1e3:.0f} kB of payload"
 
 
-def wire_rate(rate: float, workers: int, share: float = PAYLOAD_SHARE) -> str:
-    """The link rate a ring all-reduce of ``workers`` sees on the testbed at ``rate`` bit/s, as ``dagprof whatif`` reads a
-    bandwidth: N workers' ring all-reduce of S bytes puts 2 (N - 1) S on the one shaped loopback, and the model prices it
-    2 (N - 1) / N S per link, so the model's link is rate / N (of payload: ``share`` of the wire's bytes)."""
-    return f"{rate * share / workers / 1e6:.6g}Mbit"
+def link_bit(rate: float, workers: int, share: float = PAYLOAD_SHARE, own_ports: bool = False) -> float:
+    """The link rate, bit/s of payload, a ring all-reduce of ``workers`` sees on the testbed at ``rate`` bit/s, as the model
+    prices a link: N workers' ring all-reduce of S bytes puts 2 (N - 1) S on the one shaped loopback, and the model prices
+    it 2 (N - 1) / N S per link, so the model's link is rate / N (of payload: ``share`` of the wire's bytes); with
+    ``own_ports`` each worker's 2 (N - 1) / N S leaves by its own port: the link is the rate."""
+    return rate * share / (1 if own_ports else workers)
 
 
-def predict_rate(out: str, rate: float, other: float) -> dict:
+def wire_rate(rate: float, workers: int, share: float = PAYLOAD_SHARE, own_ports: bool = False) -> str:
+    """``link_bit`` as ``dagprof whatif`` reads a bandwidth."""
+    return f"{link_bit(rate, workers, share, own_ports) / 1e6:.6g}Mbit"
+
+
+def predict_rate(out: str, rate: float, other: float, own_ports: bool = False) -> dict:
     """From the profile at ``rate``, the iteration at ``other`` as ``dagprof whatif --bandwidth OTHER --profiled-bandwidth RATE``
     predicts it (both as the model's link, ``wire_rate``): the link fitted to the profile's collectives with its time per byte
     beyond the wire's kept as work on the cores (on a loaded machine the fit ran at 45-71 % of the wire, and scaling the
     whole fit by the rate ratio stretched that CPU time as wire time: +50 to +80 % on the collectives), op times as profiled
     (``raw``: the measurement it is compared with is a profiled run too). Also the median replayed step of that what-if, and
-    of the model it starts from (the fitted link at the profiled rate) against the profile's own: its reproduction."""
+    of the model it starts from (the fitted link at the profiled rate) against the profile's own: its reproduction.
+    ``own_ports``: the job ran on the testbed as hosts (``wire_rate``)."""
     from dagprof.costmodel.alphabeta import parse_bandwidth
     from dagprof.passes import set_link, set_topology
     from dagprof.passes.link_fit import priced_world_size
@@ -196,25 +249,27 @@ def predict_rate(out: str, rate: float, other: float) -> dict:
 
     p = open_run(out)
     n = priced_world_size(p.graph)
-    share, how = payload_share(out, n)
-    settings = Settings(profiled_bandwidth=wire_rate(rate, n, share))
-    res = evaluate(p.graph, [Scenario(bandwidth=wire_rate(other, n, share))], settings, measured_us=p.analysis.measured_us, tolerance_pct=None, raw=True)
+    share, how = payload_share(out, n, own_ports)
+    settings = Settings(profiled_bandwidth=wire_rate(rate, n, share, own_ports))
+    res = evaluate(p.graph, [Scenario(bandwidth=wire_rate(other, n, share, own_ports))], settings, measured_us=p.analysis.measured_us,
+                   tolerance_pct=None, raw=True)
     fit, row = res["link_fit"], res["scenarios"][0]
     marked = profiled_at(p.graph, settings)
     base = base_topology(marked, settings)
     flat = set_topology(marked, base)
-    what_if = set_link(flat, wire_bandwidth(marked, parse_bandwidth(wire_rate(other, n, share)), base))
+    what_if = set_link(flat, wire_bandwidth(marked, parse_bandwidth(wire_rate(other, n, share, own_ports)), base))
     got = measured(out)
     model_median = median_step_ms(flat)
     return got | {"model_pct": res["model_error_pct"], "model_median_ms": model_median,
                   "model_median_pct": 100.0 * (model_median - got["measured_median_ms"]) / got["measured_median_ms"],
                   "predicted_ms": row.predicted_iter_ms, "predicted_median_ms": median_step_ms(what_if),
-                  "predicted_comm_ms": comm_per_step_ms(what_if), "most_comm_ms": kept_comm_ms(p.graph, rate, other, share) if other < rate else got["comm_ms"],
+                  "predicted_comm_ms": comm_per_step_ms(what_if),
+                  "most_comm_ms": kept_comm_ms(p.graph, rate, other, share, own_ports) if other < rate else got["comm_ms"],
                   "fit_bit_per_s": 8 * fit["bandwidth_bytes_per_s"],
-                  # the fitted bandwidth against the wire's (rate / N). Well below 100 %: the profile's collectives spent their
+                  # the fitted bandwidth against the wire's (rate / N, own ports' the rate). Well below 100 %: the profile's collectives spent their
                   # time on the cores (load), kept fixed at the other rate (jax_mixer 45 %). Above (TF, 109-200 %): bytes that
                   # crossed outside the timed transfer, e.g. sent before the last worker joined: the whole fit scales
-                  "fit_of_wire_pct": 100.0 * 8 * fit["bandwidth_bytes_per_s"] * n / rate,
+                  "fit_of_wire_pct": 100.0 * 8 * fit["bandwidth_bytes_per_s"] / link_bit(rate, n, 1.0, own_ports),
                   "payload_share_pct": 100.0 * share, "payload_share": how,
                   "fit_latency_us": fit["latency_us"], "weak_fit": fit.get("weak"), "stall_outweighs": row.stall_outweighs,
                   "interval_ms": [row.interval.lo_us / 1e3, row.interval.hi_us / 1e3], "interval_terms": list(row.interval.terms)}

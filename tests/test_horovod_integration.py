@@ -102,3 +102,40 @@ def test_a_job_that_fails_in_horovod_is_told_by_its_exit_not_by_the_timeline(tmp
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     err = [line for line in proc.stderr.splitlines() if line.startswith("dagprof profile: error:")]
     assert proc.returncode == 2 and len(err) == 1 and "exited with status 1" in err[0] and "timeline failed" not in err[0]
+
+
+def test_zero_code_profile_of_horovodrun_across_two_hosts(tmp_path):
+    """Each rank on a host of its own (a network namespace, ``Cluster(iface="eth0")``), started as a user starts a job on
+    two hosts: ``horovodrun -H ADDR0:1,ADDR1:1`` on the first, whose ``ssh`` (bench/testbed/ssh_shim) enters the namespace
+    owning the address. Horovod's driver finds the hosts' common interface itself; each rank counts its own host's bytes,
+    and its gradients leave by its own shaped port. (Horovod 0.28.1 binds a process set's gloo device by the hostname: the
+    namespaces resolve it to their own address, ``Cluster.iface``; on the machine's /etc/hosts it was the loopback, and
+    the ranks could not connect.)"""
+    import json
+    import subprocess
+
+    from dagprof.collect.jobs import netns
+
+    why = netns.available()
+    if why:
+        pytest.skip(f"testbed: {why}")
+    repo = os.path.join(os.path.dirname(BENCH), os.pardir)
+    out = tmp_path / "run"
+    with netns.Cluster(2, tag=f"hvh{os.getpid() % 10000}", iface="eth0") as c:
+        c.set_rate(1e9)
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.path.abspath(os.path.join(repo, "src")),
+               "PATH": os.pathsep.join([os.path.join(repo, "bench", "testbed", "ssh_shim"), os.path.join(VENV, "bin"), os.environ.get("PATH", "")]),
+               "DAGPROF_NETNS_HOSTS": f"{c.addr(0)}={c.ns(0)},{c.addr(1)}={c.ns(1)}"}
+        cmd = ["ip", "netns", "exec", c.ns(0), os.path.join(VENV, "bin", "python"), "-m", "dagprof.cli.main", "profile", "-o", str(out),
+               "--steps", "3:6", "--", "horovodrun", "-np", "2", "-H", f"{c.addr(0)}:1,{c.addr(1)}:1", "--gloo", "python",
+               os.path.join(BENCH, "train_hvd.py"), "--steps", "8", "--width", "8", "--blocks", "1,1", "--image-size", "12", "--batch-size", "4"]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        sent = [json.loads(subprocess.run(["ip", "netns", "exec", c.ns(r), "tc", "-s", "-j", "qdisc", "show", "dev", "eth0"], capture_output=True,
+                                          text=True).stdout)[0]["bytes"] for r in (0, 1)]
+    assert all(s > 100_000 for s in sent)  # each rank's share of the ring crossed its own port
+    docs = [json.load(open(out / f"rank{r}.horovod.json")) for r in (0, 1)]
+    assert all(d["window_tx_bytes"] > 0 for d in docs)
+    p = open_run(out)
+    assert p.run.meta.framework == "horovod" and len(p.run.ranks) == 2
+    assert abs(p.analysis.error_pct) < 5.0

@@ -16,7 +16,7 @@ from testdata import DATA
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 
-from shaped_loopback import PAYLOAD_SHARE, measured, payload_share, predict_rate, wire_rate  # noqa: E402
+from shaped_loopback import PAYLOAD_SHARE, kept_comm_ms, measured, payload_share, predict_rate, wire_rate  # noqa: E402
 
 from dagprof.cli.main import main  # noqa: E402
 from dagprof.costmodel.collectives import allreduce_us
@@ -144,6 +144,19 @@ def test_a_horovod_window_counts_the_bytes_its_wire_carried():
     old = DATA / "horovod" / "testbed-sparse-gru" / "500M"
     assert all(t.meta.window_tx_bytes_per_step is None for t in load(old).ranks)
     assert payload_share(str(old), 2) == (PAYLOAD_SHARE, "full frames (no count of the window's bytes)")
+
+
+def test_workers_on_hosts_of_their_own_send_through_their_own_ports():
+    """The testbed as hosts (``bench_frameworks.py --testbed --hosts``): a ring all-reduce's 2 (N - 1) / N S bytes leave
+    each worker by its own port, so the model's link is the rate where on the one loopback it is rate / N; the most a
+    Horovod what-if's collectives take prices that wire; each rank counted its own host's bytes, so the window's are their
+    sum (on this loopback recording both ranks counted the one loopback: summed, the wire's bytes are twice over)."""
+    assert wire_rate(1e9, 2, 1.0, own_ports=True) == "1000Mbit" and wire_rate(1e9, 2, 1.0) == "500Mbit"
+    run = DATA / "horovod" / "testbed-autoencoder"
+    g = open_run(run).graph
+    assert kept_comm_ms(g, 500e6, 200e6, 0.94, own_ports=True) == pytest.approx(kept_comm_ms(g, 1e9, 400e6, 0.94))
+    shared, own = payload_share(str(run), 2)[0], payload_share(str(run), 2, own_ports=True)[0]
+    assert own == pytest.approx(shared / 2, rel=0.01)
 
 
 def test_a_fit_faster_than_the_wire_scales_by_the_rate_ratio():

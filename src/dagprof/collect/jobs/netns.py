@@ -17,6 +17,7 @@ and on SIGINT/SIGTERM; processes it started are killed first (by their own pid).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import shutil
@@ -28,6 +29,7 @@ import time
 from dataclasses import dataclass, field
 
 SUBNET = "10.213.0"
+NETNS_ETC = "/etc/netns"  # iproute2's per-namespace /etc (``ip netns exec NS`` bind-mounts NETNS_ETC/NS/FILE over /etc/FILE)
 
 # tbf's queue, in bytes, the same at every rate: a switch port's buffer is memory, not time. tbf's ``latency 10ms`` holds
 # 10 ms of traffic (250 kB at 200 Mbit/s), fewer bytes than TCP keeps in flight, so a slower port is also a lossier one.
@@ -64,13 +66,18 @@ class Cluster:
     procs: list[subprocess.Popen] = field(default_factory=list)
     dropped: list[Dropped] = field(default_factory=list)  # per job run_ranks ran on the cluster
     buffer_bytes: int = BUFFER_BYTES  # each shaped port's queue; 0: tbf's ``latency 10ms`` (the queue before BUFFER_BYTES)
+    # Ranks as hosts: every rank's interface named alike (Horovod's gloo binds one interface name on every rank), and this
+    # machine's hostname resolving to the rank's address inside its namespace (its own /etc/hosts, ``ip netns exec`` mounts
+    # /etc/netns/NS/hosts): Horovod 0.28.1 binds a process set's gloo device by the hostname, which /etc/hosts here puts on
+    # the loopback. None: interfaces named ``<tag>r<i>``, the hostname as the machine resolves it.
+    iface: str | None = None
     _retired: list[int] | None = field(default=None, init=False, repr=False)  # per rank, what the qdiscs set_rate replaced had dropped
 
     def ns(self, rank: int) -> str:
         return f"{self.tag}r{rank}"
 
     def ifname(self, rank: int) -> str:
-        return f"{self.tag}r{rank}"
+        return self.iface or f"{self.tag}r{rank}"
 
     def addr(self, rank: int) -> str:
         return f"{SUBNET}.{rank + 1}"
@@ -108,15 +115,24 @@ class Cluster:
             _sh("ip", "-n", ns, "addr", "add", f"{self.addr(r)}/24", "dev", dev)
             _sh("ip", "-n", ns, "link", "set", dev, "up")
             _sh("ip", "-n", ns, "link", "set", "lo", "up")
+            if self.iface:
+                os.makedirs(self._etc(r), exist_ok=True)
+                with open(os.path.join(self._etc(r), "hosts"), "w") as f:
+                    f.write(f"127.0.0.1 localhost\n{self.addr(r)} {socket.gethostname()}\n")
 
-    def set_rate(self, rate_bit: float | None) -> None:
-        """Shape every rank's egress to ``rate_bit`` bit/s (None: unlimited)."""
+    def _etc(self, rank: int) -> str:
+        """The folder whose files ``ip netns exec`` mounts over /etc in rank ``rank``'s namespace."""
+        return os.path.join(NETNS_ETC, self.ns(rank))
+
+    def set_rate(self, rate_bit: float | None, burst_bytes: int | None = None) -> None:
+        """Shape every rank's egress to ``rate_bit`` bit/s (None: unlimited); its bucket ``burst_bytes`` (default 1 ms
+        at the rate, at least 8 frames)."""
         self._retired = list(self.drops() or ()) or None  # a new qdisc counts from 0
         for r in range(self.ranks):
             base = ["ip", "netns", "exec", self.ns(r), "tc", "qdisc"]
             subprocess.run(base + ["del", "dev", self.ifname(r), "root"], capture_output=True)
             if rate_bit:
-                burst = max(int(rate_bit / 8 / 1000), 8 * 1514)  # 1 ms of traffic, at least 8 frames
+                burst = burst_bytes or max(int(rate_bit / 8 / 1000), 8 * 1514)
                 _sh(*base, "add", "dev", self.ifname(r), "root", "tbf", "rate", f"{int(rate_bit)}bit", "burst", str(burst),
                     *(["limit", str(self.buffer_bytes)] if self.buffer_bytes else ["latency", "10ms"]))
 
@@ -146,7 +162,12 @@ class Cluster:
         self.procs.clear()
         for ns in reversed(self.made):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            if self.iface:
+                shutil.rmtree(os.path.join(NETNS_ETC, ns), ignore_errors=True)
         self.made.clear()
+        if self.iface:
+            with contextlib.suppress(OSError):  # kept while another cluster's files are there
+                os.rmdir(NETNS_ETC)
         if hasattr(self, "_old"):
             for s, h in self._old.items():
                 signal.signal(s, h)

@@ -1,0 +1,49 @@
+"""The namespace testbed as hosts (``bench_frameworks.py --testbed --hosts``): each worker in a namespace of its own,
+named and resolved as a host (``Cluster(iface=...)``), its port shaped (``shaped_loopback.shape_hosts``), and the ssh
+shim that starts a command "on the host" owning an address (bench/testbed/ssh_shim/ssh), as horovodrun does over ssh."""
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+
+from shaped_loopback import hosts_qdisc, hosts_tx, shape_hosts  # noqa: E402
+
+from dagprof.collect.jobs import netns  # noqa: E402
+
+SHIM = os.path.join(os.path.dirname(__file__), "..", "bench", "testbed", "ssh_shim", "ssh")
+why = netns.available()
+pytestmark = pytest.mark.skipif(why is not None, reason=f"testbed: {why}")
+
+
+def test_ranks_as_hosts_share_an_interface_name_and_resolve_their_hostname_to_their_own_address():
+    with netns.Cluster(2, tag=f"hst{os.getpid() % 10000}", iface="eth0") as c:
+        etc = [os.path.join(netns.NETNS_ETC, c.ns(r)) for r in range(2)]
+        for r in range(2):
+            shown = subprocess.run(["ip", "-n", c.ns(r), "-br", "addr", "show", "eth0"], capture_output=True, text=True, check=True).stdout
+            assert f"{c.addr(r)}/24" in shown
+            host = subprocess.run(["ip", "netns", "exec", c.ns(r), "getent", "hosts", socket.gethostname()], capture_output=True, text=True).stdout
+            assert host.split()[0] == c.addr(r)  # gloo's device by hostname binds the host's interface, not the loopback
+        shape_hosts(c, 200e6, 100e6)
+        rates, sent = hosts_qdisc(c)
+        assert rates == [200e6, 200e6] and sent >= 0 and hosts_tx(c) >= 0
+        burst = subprocess.run(["ip", "netns", "exec", c.ns(1), "tc", "qdisc", "show", "dev", "eth0"], capture_output=True, text=True).stdout
+        assert int(re.search(r"burst (\d+)b", burst).group(1)) == pytest.approx(12500, rel=0.01)  # 1 ms at the pair's slower rate
+    assert not any(os.path.exists(e) for e in etc)
+
+
+def test_the_ssh_shim_runs_the_command_in_the_namespace_owning_the_address():
+    with netns.Cluster(2, tag=f"hss{os.getpid() % 10000}", iface="eth0") as c:
+        env = dict(os.environ, DAGPROF_NETNS_HOSTS=",".join(f"{c.addr(r)}={c.ns(r)}" for r in range(2)))
+        # as horovodrun calls ssh: options before and after the host, the command one quoted word
+        got = subprocess.run([SHIM, "-o", "PasswordAuthentication=no", "-o", "StrictHostKeyChecking=no", c.addr(1), "-o", "ConnectTimeout=5",
+                              "cd / > /dev/null 2>&1 ; ip -br addr show eth0 | tr -s ' '"], env=env, capture_output=True, text=True)
+        assert got.returncode == 0 and f"{c.addr(1)}/24" in got.stdout
+        got = subprocess.run([SHIM, "10.213.0.77", "true"], env=env, capture_output=True, text=True)
+        assert got.returncode == 255 and got.stderr.startswith("ssh (testbed shim): no namespace for host '10.213.0.77'")
