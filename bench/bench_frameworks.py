@@ -106,6 +106,8 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "jax_diffusion_accum": ("jax", "DAGPROF_JAX_PYTHON", {}),
     "mx_dae_metric": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
     "hvd_pointnet_frozen": ("horovod", "DAGPROF_HOROVOD_VENV", {}),
+    "jax_zero_rs": ("jax", "DAGPROF_JAX_PYTHON", {}),
+    "jax_moe_a2a": ("jax", "DAGPROF_JAX_PYTHON", {}),
 }
 # A testbed round's reference jobs (``testbed``): the profiled configuration again, just before and just after the measured job
 REFERENCES = ("before", "after")

@@ -127,3 +127,34 @@ def test_a_custom_loop_with_packed_all_reduces_sizes_each_pack(tmp_path):
                 packs[ev.name_of(i)] = int(ev.nbytes[i])
         assert packs == {"sgd/CollectiveReduceV2": 142376, "sgd/CollectiveReduceV2_1": 71168, "sgd/CollectiveReduceV2_2": 54272}
     assert abs(open_run(str(out)).analysis.error_pct) < 1.0
+
+
+def test_a_zero_style_shard_map_job_sees_its_reduce_scatters_and_all_gathers_with_their_bytes(tmp_path):
+    """``bench/frameworks/jax_zero_rs.py`` recorded afresh (``tests/test_jax_reduce_scatter.py`` reads the vendored
+    recording): every step's 3 all-gathers carry the gathered parameters, its 3 reduce-scatters the whole gradients,
+    as ``CommKind.event_bytes`` counts them, on both ranks, matched across them."""
+    python = os.environ.get("DAGPROF_JAX_PYTHON")
+    if not python:
+        pytest.skip("needs DAGPROF_JAX_PYTHON: a Python with jax (see this file)")
+    import sys  # noqa: PLC0415
+
+    import numpy as np  # noqa: PLC0415
+
+    from dagprof.traces.events import CommKind, Kind  # noqa: PLC0415
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_frameworks import launch  # noqa: PLC0415
+
+    out = tmp_path / "run"
+    out.mkdir()
+    codes = launch("jax_zero_rs", python, str(out), 2, 400, script_args=("--steps", "10"))
+    assert codes == [0, 0], (out / "log1.txt").read_text()[-3000:]
+    run = load(str(out))
+    params = (256 * 512 + 512 * 512 + 512 * 16) * 4
+    for trace in run.ranks:
+        ev = trace.events
+        comm = np.flatnonzero((ev.kind == Kind.COMM) & (ev.step == 6))
+        sized = {k: int(ev.nbytes[comm][ev.comm_kind[comm] == k].sum()) for k in (CommKind.ALL_GATHER, CommKind.REDUCE_SCATTER)}
+        assert sized == {CommKind.ALL_GATHER: params, CommKind.REDUCE_SCATTER: params}
+    m = match_collectives(run)
+    assert m.instances and not m.problems

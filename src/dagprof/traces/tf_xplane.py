@@ -250,11 +250,16 @@ class _Reader:
         step = self._step_of(start)
         # per distinct op (metadata): name, kind, layer, collective
         uniq, inv = np.unique(ln.metadata_id[rows], return_inverse=True)
+        program = self.space.int_stat(p, ln, rows, "program_id") if self.programs else np.full(len(rows), MISSING)
+        program_u = np.full(len(uniq), MISSING, dtype=np.int64)  # per distinct op: a program one of its rows ran in
+        ran = program != MISSING
+        program_u[inv[ran]] = program[ran]
         name_u, kind_u, layer_u, coll_u, role_u = [], [], [], [], []
-        for mid in uniq.tolist():
+        for mid, prog in zip(uniq.tolist(), program_u.tolist()):
             full, op_type = p.event_names.get(mid, ""), p.event_display.get(mid, "")
             node = full[: -len(op_type) - 1] if op_type and full.endswith(":" + op_type) else full
-            coll = collective_kind(full, op_type)
+            inst = self.programs.get(prog, {}).get(full)
+            coll = collective_kind(full, op_type, inst.opcode if inst is not None else "")
             kind, layer = (Kind.COMM, "") if coll else classify(node, op_type)
             if layer:
                 seen = self.scopes.get(layer, (False, False))
@@ -289,8 +294,7 @@ class _Reader:
                                  comm_kind=np.array(coll_u, dtype=np.uint8)[inv], role=np.array(role_u)[inv])
         run = self.space.int_stat(p, ln, rows, "run_id")
         self.run_rows.append((run[run != MISSING], out[run != MISSING], waiting[run != MISSING]))
-        program = self.space.int_stat(p, ln, rows[comm], "program_id") if len(comm) and self.programs else np.full(len(comm), MISSING)
-        for j, prog in zip(comm.tolist(), program.tolist()):
+        for j, prog in zip(comm.tolist(), program[comm].tolist()):
             self.collectives.event.append(int(out[j]))
             self.collectives.kind.append(coll_u[inv[j]])
             self.collectives.dtype.append("")

@@ -44,11 +44,12 @@ def program_collectives(space: XSpace, meta: XPlane) -> dict[int, dict[str, HloC
     return out
 
 
-def collective_kind(full: str, op_type: str) -> CommKind:
-    """The collective a TF op (its type) or an XLA thunk (its instruction's name) runs; UNKNOWN: none."""
+def collective_kind(full: str, op_type: str, opcode: str = "") -> CommKind:
+    """The collective a TF op (its type) or an XLA thunk runs: its instruction's ``opcode`` in the program where known
+    (``xla_hlo.HloCollective``: JAX may name it after its primitive, ``reduce_scatter.21``), else its name; UNKNOWN: none."""
     if op_type:
         return TF_COLLECTIVES.get(op_type, CommKind.UNKNOWN)
-    m = _XLA_COLLECTIVE.match(full)
+    m = _XLA_COLLECTIVE.match(opcode or full)
     return _XLA_KINDS[m.group(1)] if m else CommKind.UNKNOWN
 
 

@@ -5,10 +5,16 @@ instruction's result shape (a tuple for a combined all-reduce: XLA's CPU client 
 operand, ``analysis.operand_stall``). Decoded with the XPlane wire reader;
 fields of ``xla/service/hlo.proto`` and ``xla/xla_data.proto``:
 HloProto.hlo_module = 1; HloModuleProto.computations = 3; HloComputationProto.instructions = 2;
-HloInstructionProto.name = 1, opcode = 2, shape = 3, metadata = 7, called_computation_ids = 38, replica_groups = 49,
+HloInstructionProto.name = 1, opcode = 2, shape = 3, metadata = 7, id = 35, operand_ids = 36, called_computation_ids = 38,
+replica_groups = 49,
 collective_device_list = 87, and 93 (the device groups as mesh axes: {1: mesh {1: axis {1: name, 2: size}}, 2: axis
 {1: index}}, as JAX 0.10 writes them); HloComputationProto.id = 5; OpMetadata.op_name = 2;
 ShapeProto.element_type = 2, dimensions = 3, tuple_shapes = 4.
+
+A collective's bytes are as the events carry them (``CommKind.event_bytes``): an all-gather's its result (the gathered
+total), any other's its operands (a reduce-scatter's whole input, N times its result's one shard).
+Its name need not say what it is: JAX names a ``shard_map``'s ``lax.all_gather`` ``all_gather.9``, ``psum_scatter``
+``reduce_scatter.21``, a ``psum`` with check_vma ``psum_invariant.7``; its ``opcode`` does.
 
 An instruction's ``op_name`` ends in the JAX primitive it was lowered from: a collective the user wrote
 (``lax.all_to_all``, ``psum``) names itself, one XLA's SPMD partitioner inserted to reshard an array names the op it
@@ -29,9 +35,10 @@ COLLECTIVE_OPCODES = ("all-reduce", "all-reduce-start", "all-gather", "all-gathe
 
 @dataclass(frozen=True)
 class HloCollective:
-    """One collective instruction: its result's bytes, its operands (the result tuple's arrays; 1 if not a tuple), and
-    whether a ``while`` runs it (``lax.scan``, ``fori_loop``): once per iteration, not once per run of the program."""
+    """One collective instruction: its bytes (``CommKind.event_bytes``), its operands (the result tuple's arrays; 1 if not
+    a tuple), and whether a ``while`` runs it (``lax.scan``, ``fori_loop``): once per iteration, not once per run of the program."""
 
+    opcode: str  # ``all-gather``, ``reduce-scatter``, ``all-reduce-start``...
     nbytes: int
     operands: int
     in_loop: bool = False
@@ -104,8 +111,9 @@ def _mesh_devices(buf: bytes, start: int, stop: int) -> str:
 
 
 def collectives(hlo_proto: bytes) -> dict[str, HloCollective]:
-    """Instruction name -> bytes, operands and loop membership of every collective instruction of the program."""
-    found: list[tuple[str, int, int, int, str, str]] = []  # name, bytes, operands, computation id, origin, devices
+    """Instruction name -> opcode, bytes, operands and loop membership of every collective instruction of the program."""
+    found: list[tuple[str, str, int, int, int, str, str, list[int]]] = []  # name, opcode, bytes, operands, computation id, origin, devices, operand ids
+    shapes: dict[int, tuple[int, int]] = {}  # instruction id -> its shape's span
     calls: dict[int, set[int]] = {}  # computation id -> the computations its instructions call
     loops: set[int] = set()  # computations a ``while`` calls (its body and condition)
     buf = hlo_proto
@@ -121,7 +129,9 @@ def collectives(hlo_proto: bytes) -> dict[str, HloCollective]:
                     continue
                 name = opcode = origin = ""
                 shape = None
+                iid = -1
                 called: list[int] = []
+                operand_ids: list[int] = []
                 groups: list[str] = []
                 for n4, w4, v in fields(buf, *inst):
                     if n4 == 1 and w4 == 2:
@@ -130,6 +140,10 @@ def collectives(hlo_proto: bytes) -> dict[str, HloCollective]:
                         opcode = buf[v[0]:v[1]].decode("utf-8", "replace")
                     elif n4 == 3 and w4 == 2:
                         shape = v
+                    elif n4 == 35 and w4 == 0:
+                        iid = v
+                    elif n4 == 36:
+                        operand_ids += _ints(buf, w4, v)
                     elif n4 == 38:
                         called += _ints(buf, w4, v)
                     elif n4 == 7 and w4 == 2:
@@ -139,14 +153,27 @@ def collectives(hlo_proto: bytes) -> dict[str, HloCollective]:
                     elif n4 in (49, 87) and w4 == 2:  # explicit groups or an iota list: compared as written
                         groups.append(buf[v[0]:v[1]].hex())
                 calls.setdefault(cid, set()).update(called)
+                if shape is not None:
+                    shapes[iid] = shape
                 if opcode == "while":
                     loops.update(called)
                 if opcode in COLLECTIVE_OPCODES and shape is not None:
-                    found.append((name, _shape_bytes(buf, *shape), _operands(buf, *shape), cid, origin, "|".join(groups)))
+                    found.append((name, opcode, _shape_bytes(buf, *shape), _operands(buf, *shape), cid, origin, "|".join(groups), operand_ids))
     todo = list(loops)  # and what those call, transitively
     while todo:
         for c in calls.get(todo.pop(), ()):
             if c not in loops:
                 loops.add(c)
                 todo.append(c)
-    return {name: HloCollective(nbytes, operands, cid in loops, origin, devices) for name, nbytes, operands, cid, origin, devices in found}
+    out = {}
+    for name, opcode, result, operands, cid, origin, devices, operand_ids in found:
+        nbytes = result if opcode.startswith("all-gather") else _input_bytes(buf, shapes, operand_ids, result)
+        out[name] = HloCollective(opcode, nbytes, operands, cid in loops, origin, devices)
+    return out
+
+
+def _input_bytes(buf: bytes, shapes: dict[int, tuple[int, int]], operand_ids: list[int], result: int) -> int:
+    """The bytes of a collective's operands (its input); its result's where an operand's shape is not in the program."""
+    if not operand_ids or any(i not in shapes for i in operand_ids):
+        return result
+    return sum(_shape_bytes(buf, *shapes[i]) for i in operand_ids)

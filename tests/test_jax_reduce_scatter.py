@@ -1,0 +1,66 @@
+"""A ZeRO-style JAX job's reduce-scatters and all-gathers (issues 16/21): seen, and sized as dagprof counts bytes.
+
+``tf-jax/zero-rs`` (``bench/frameworks/jax_zero_rs.py``): under ``shard_map`` each step all-gathers the sharded
+parameters (``lax.all_gather``, tiled), reduce-scatters the gradients (``lax.psum_scatter``) and ``pmean``s the loss.
+JAX names those instructions after their primitives (``all_gather.10``, ``reduce_scatter.22``, ``psum_invariant.7``),
+not their opcodes, so the reader, which told a collective by its name, saw none: every collective was compute and a
+link what-if changed nothing. A reduce-scatter's bytes were its result's, one shard: N times short of its input
+(``CommKind.event_bytes``), which gloo's halving-doubling reduce-scatter (XLA's CPU client) moves (N-1)/N of per port.
+"""
+import gzip
+
+import numpy as np
+from testdata import DATA
+
+import dagprof
+from dagprof.graph.build_fsdp import allreduce_equivalent_bytes
+from dagprof.passes.comm import priced_comm
+from dagprof.search.scenario import Scenario
+from dagprof.search.whatif import evaluate
+from dagprof.traces.events import CommKind, Kind
+from dagprof.traces.tf_xplane_names import program_collectives
+from dagprof.traces.xplane_decode import decode_xspace
+
+ZERO = DATA / "tf-jax" / "zero-rs"
+W1, W2, W3 = 256 * 512 * 4, 512 * 512 * 4, 512 * 16 * 4  # the full parameters' (and gradients') bytes
+
+
+def _program(rank: int = 0) -> dict:
+    path = next((ZERO / f"rank{rank}").rglob("*.xplane.pb.gz"))
+    space = decode_xspace(gzip.decompress(path.read_bytes()), str(path))
+    return {name: c for prog in program_collectives(space, space.plane("/host:metadata")).values() for name, c in prog.items()
+            if "_" in name}  # the train step's: named after their primitives
+
+
+def test_the_program_gives_each_collective_its_opcode_and_input_bytes():
+    found = _program()
+    assert {n: (c.opcode, c.nbytes, c.origin) for n, c in found.items()} == {
+        "all_gather.9": ("all-gather", W1, "all_gather"), "all_gather.10": ("all-gather", W2, "all_gather"),
+        "all_gather.11": ("all-gather", W3, "all_gather"),  # the gathered total
+        "reduce_scatter.21": ("reduce-scatter", W1, "reduce_scatter"), "reduce_scatter.22": ("reduce-scatter", W2, "reduce_scatter"),
+        "reduce_scatter.23": ("reduce-scatter", W3, "reduce_scatter"),  # the whole input: was one shard, W / 2
+        "psum_invariant.7": ("all-reduce", 4, "psum_invariant")}
+
+
+def test_collectives_named_after_their_primitives_are_collectives_of_their_opcode():
+    run = dagprof.load(ZERO)
+    for t in run.ranks:
+        ev = t.events
+        comm = np.flatnonzero(ev.kind == Kind.COMM)  # was none
+        kinds, counts = np.unique(ev.comm_kind[comm], return_counts=True)
+        assert dict(zip(kinds.tolist(), counts.tolist())) == {CommKind.ALL_REDUCE: 8, CommKind.ALL_GATHER: 24, CommKind.REDUCE_SCATTER: 24}
+        per_step = {int(s): int(ev.nbytes[comm][ev.step[comm] == s].sum()) for s in np.unique(ev.step[comm])}
+        assert per_step == {s: 2 * (W1 + W2 + W3) + 4 for s in range(6, 14)}
+
+
+def test_gathers_and_scatters_are_priced_as_half_an_all_reduce_and_a_slower_link_slows_the_step():
+    g = dagprof.build_graph(dagprof.load(ZERO))
+    idx = np.flatnonzero(priced_comm(g))
+    equiv = allreduce_equivalent_bytes(g, idx)
+    kinds = g.comm_kind[idx]
+    for kind in (CommKind.ALL_GATHER, CommKind.REDUCE_SCATTER):
+        np.testing.assert_allclose(equiv[kinds == kind], 0.5 * g.nbytes[idx][kinds == kind])
+    fast, slow = (row.predicted_iter_ms for row in evaluate(g, [Scenario(bandwidth="1Gbit"), Scenario(bandwidth="100Mbit")],
+                                                           tolerance_pct=None)["scenarios"])  # was refused: no collective to fit a link to
+    wire_ms = (W1 + W2 + W3) * 8 * (1 / 100e6 - 1 / 1e9) * 1e3  # a 2-rank ring all-reduce of their half's bytes: 116 ms more a step
+    assert slow - fast > 0.9 * wire_ms
