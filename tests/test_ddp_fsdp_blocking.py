@@ -211,3 +211,18 @@ def test_grad_clip_records_each_call_in_the_window_only():
     for undo in c._restore:
         undo()
     assert torch.nn.utils.clip_grad_norm_ is original
+
+
+@pytest.mark.parametrize("workers", [1, 4])
+def test_more_or_fewer_workers_keep_the_profiles_wake_up(workers):
+    """--data-parallel fsdp --workers N from a DDP profile: ``passes.workers`` rebuilds the ranks (no provenance, no
+    loop records for a copy), so the conversion after it priced every wake-up at 0 on 3+ ranks (the DANN review: 4
+    workers predicted faster than 2) and at rank 0's run queue on 1; the profile's own price is kept for every rank."""
+    g = _graph(DATA / "lora" / "ddp-0")
+    wake = wake_up(g)
+    c = Cluster()
+    out = apply(g, Scenario(workers=workers, data_parallel="fsdp"), c, base_topology(g, c))
+    assert out.meta.world_size == workers
+    for r in range(workers):
+        enq = _mine(out, r, Kind.COMM_ENQUEUE)
+        assert enq and np.allclose(out.dur[enq], wake.us[0])

@@ -10,6 +10,7 @@ the framework sub-records are frozen, a pass replaces one, it does not edit it i
 from __future__ import annotations
 
 import dataclasses
+import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -125,6 +126,43 @@ class PsLinkFit:
     row_pull_beta_ratio: float = 1.0
 
 
+class WakeFrom(enum.Enum):
+    """What a DDP profile's wake-up price was read from (``wake_up``)."""
+
+    BLOCKED_WAITS = "blocked waits"  # the lag of its own waits that blocked: a wake-up after a voluntary sleep, measured
+    RUN_QUEUE = "run queue"  # the kernel's schedstat: its thread's run-queue wait per time it got a core
+
+
+@dataclasses.dataclass(frozen=True)
+class WakeUp:
+    """One wake-up's price per rank (us) and what it rests on: ``count`` blocked waits, or times the threads got a core;
+    ``stderr_us`` the price's standard error from its samples (their spread over the root of their number, ``dof``
+    degrees of freedom): what the prediction's interval carries (``wake_up_spread``)."""
+
+    us: dict[int, float]
+    source: WakeFrom
+    count: int
+    stderr_us: float = 0.0
+    dof: int = 0
+
+    def said(self) -> str:
+        """For the note: the price, its standard error and where it came from."""
+        r = min(self.us)
+        err = f" +- {self.stderr_us / 1e3:.2f}" if self.dof else ""
+        if self.source == WakeFrom.BLOCKED_WAITS:
+            return (f"{self.us[r] / 1e3:.2f}{err} ms (the mean lag, both ranks, of this profile's {self.count} waits that blocked: how long a "
+                    "rank took to resume after the collective it waited for ended; +- its standard error, which the interval carries)")
+        return (f"{self.us[r] / 1e3:.2f}{err} ms (rank {r}: its wait for a core per time its thread got one, as profiled, over the "
+                f"{self.count} times the ranks' threads got one; no blocked wait measured in this graph)")
+
+    def on_ranks(self, ranks: list[int]) -> WakeUp:
+        """This price on the ranks ``ranks`` of a graph whose rank r copies the profiled rank r mod the profiled count
+        (``passes.workers``): a pooled price is every rank's, a rank's own its copies'."""
+        own = sorted(self.us)
+        return dataclasses.replace(self, us={r: self.us[own[r % len(own)]] for r in ranks})
+
+
+
 @dataclass(slots=True)
 class GraphMeta:
     # --- the measurement (graph.build / graph.build_ps; analysis.diff.match re-cuts steps and measured_iter_us)
@@ -172,6 +210,7 @@ class GraphMeta:
     bucket_cap_mb: float | None = None  # bucket size set by passes.buckets; None: as profiled
     overlap: bool | None = None  # backward/communication overlap set by passes.buckets; None: as profiled
     ps_link_fit: PsLinkFit | None = None  # the link fitted to measured PS exchanges (passes.comm.fit_ps_link)
+    wake_up: WakeUp | None = None  # a DDP profile's wake-up price, kept before --workers rebuilds its ranks (passes.data_parallel)
     # --- framework sub-records (frozen: a pass sets a new one)
     horovod: HorovodRecord | None = None  # Horovod's tensors, fusion threshold, cycle time (traces.horovod; passes.horovod)
     zero: ZeroInfo | None = None  # DDP with ZeroRedundancyOptimizer: rank 0's shards and parameter broadcasts (passes.workers)

@@ -130,7 +130,7 @@ from ..costmodel.fsdp_costs import DTENSOR_STEP, FSDP_HOST, FsdpCosts, StepFit, 
 from ..errors import DagprofError
 from ..graph.build_fsdp import fsdp_collectives, is_fsdp_graph, step_size
 from ..graph.dag import Graph, GraphBuilder
-from ..graph.meta import FsdpGraphUnit, FsdpRecord, FsdpShards
+from ..graph.meta import FsdpGraphUnit, FsdpRecord, FsdpShards, WakeFrom, WakeUp
 from ..graph.provenance import provenance
 from ..traces.events import CommKind, Kind
 from ..traces.meta import runnable_stretch
@@ -698,36 +698,6 @@ def _clip_all_reduce(b: GraphBuilder, g: Graph, remap: np.ndarray, lanes: dict[i
     return seq + 1
 
 
-class WakeFrom(enum.Enum):
-    """What a DDP profile's wake-up price was read from (``wake_up``)."""
-
-    BLOCKED_WAITS = "blocked waits"  # the lag of its own waits that blocked: a wake-up after a voluntary sleep, measured
-    RUN_QUEUE = "run queue"  # the kernel's schedstat: its thread's run-queue wait per time it got a core
-
-
-@dataclasses.dataclass(frozen=True)
-class WakeUp:
-    """One wake-up's price per rank (us) and what it rests on: ``count`` blocked waits, or times the threads got a core;
-    ``stderr_us`` the price's standard error from its samples (their spread over the root of their number, ``dof``
-    degrees of freedom): what the prediction's interval carries (``wake_up_spread``)."""
-
-    us: dict[int, float]
-    source: WakeFrom
-    count: int
-    stderr_us: float = 0.0
-    dof: int = 0
-
-    def said(self) -> str:
-        """For the note: the price, its standard error and where it came from."""
-        r = min(self.us)
-        err = f" +- {self.stderr_us / 1e3:.2f}" if self.dof else ""
-        if self.source == WakeFrom.BLOCKED_WAITS:
-            return (f"{self.us[r] / 1e3:.2f}{err} ms (the mean lag, both ranks, of this profile's {self.count} waits that blocked: how long a "
-                    "rank took to resume after the collective it waited for ended; +- its standard error, which the interval carries)")
-        return (f"{self.us[r] / 1e3:.2f}{err} ms (rank {r}: its wait for a core per time its thread got one, as profiled, over the "
-                f"{self.count} times the ranks' threads got one; no blocked wait measured in this graph)")
-
-
 def wake_up(g: Graph) -> WakeUp | None:
     """What one wake-up costs a rank of the DDP profile ``g``. A DDP job's all-reduces block nothing until the finalize;
     under FSDP2 on gloo every collective blocks the rank, which hands the call to gloo's worker thread (woken to run it)
@@ -745,17 +715,21 @@ def wake_up(g: Graph) -> WakeUp | None:
     wait shows (said in the note, unpriced).
     Else (no wait blocked, or a graph a pass rebuilt) each rank's wait for a core per time its training thread got one
     over its profiled steps (the kernel's schedstat, ``LoopSteps.sched``), which counts the busy thread's preemptions
-    too, its standard error from the steps' own ratios; None where neither was recorded."""
+    too, its standard error from the steps' own ratios; None where neither was recorded. A price ``keep_wake_up`` kept
+    before ``passes.workers`` rebuilt the ranks (which drops the provenance and has no loop records for a copy) is that
+    price, each copy at its source rank's."""
+    ranks = sorted(int(x) for x in np.unique(g.rank[g.rank >= 0]))
+    if g.meta.wake_up is not None:
+        return g.meta.wake_up.on_ranks(ranks)
     lags = _blocked_lags(g)
     if len(lags):
-        ranks = sorted(int(x) for x in np.unique(g.rank[g.rank >= 0]))
         err = float(lags.std(ddof=1) / math.sqrt(len(lags))) if len(lags) >= 2 else 0.0
         return WakeUp(dict.fromkeys(ranks, float(lags.mean())), WakeFrom.BLOCKED_WAITS, len(lags), err, len(lags) - 1)
     loop = g.meta.loop_steps
     if loop is None:
         return None
     out, total, ratios = {}, 0, []
-    for r in sorted(int(x) for x in np.unique(g.rank[g.rank >= 0])):
+    for r in ranks:
         steps = [loop.sched.get(r, {}).get(s) for s in loop.profiled.get(r, {})]
         runs = sum(x.runs or 0 for x in steps if x is not None)
         if not steps or any(x is None or x.runs is None for x in steps) or runs <= 0:
@@ -764,6 +738,12 @@ def wake_up(g: Graph) -> WakeUp | None:
         ratios += [x.wait_us / x.runs for x in steps if x.runs]
     err = float(np.std(ratios, ddof=1) / math.sqrt(len(ratios))) if len(ratios) >= 2 else 0.0
     return WakeUp(out, WakeFrom.RUN_QUEUE, total, err, max(len(ratios) - 1, 0))
+
+
+def keep_wake_up(g: Graph) -> Graph:
+    """``g`` with its wake-up price kept in its meta, for a DDP -> FSDP conversion after ``--workers`` rebuilt its ranks
+    (without it a rank count other than the profile's priced every wake-up at 0, or at rank 0's run queue alone)."""
+    return g.replace(meta=g.meta.replace(wake_up=wake_up(g)))
 
 
 def wake_ups_per_step(converted: Graph) -> float:

@@ -23,7 +23,7 @@ from ..passes import expand_collectives, partition_tensors, scale_compute, scale
 from ..passes.buckets import refuse_own_ddp_setup
 from ..passes.comm import current_topology, ps_bandwidth, ps_port_share, set_link_ratio
 from ..passes.compute import share_cores
-from ..passes.data_parallel import parse_target, to_data_parallel, with_optimizer_state
+from ..passes.data_parallel import keep_wake_up, parse_target, to_data_parallel, with_optimizer_state
 from ..passes.fsdp import UNMODELLED, refuse_unmodelled, set_reduce_dtype, set_reshard
 from ..passes.fsdp_mesh import parse_mesh, scale_fsdp_workers, set_mesh
 from ..passes.fsdp_units import merge_units, parse_units
@@ -101,6 +101,8 @@ def _workers(g: Graph, s: Scenario, c: Cluster, base_topo: Topology) -> Graph:
     if is_fsdp_graph(g):
         g = scale_fsdp_workers(g, s.workers, c.link_file.fsdp if c.link_file else None)
     else:
+        if s.data_parallel in ("fsdp", "fsdp:keep"):
+            g = keep_wake_up(g)  # measured on the profiled ranks, before their copies lose what it reads
         g = scale_workers(g, s.workers, replicate=True if (c.fine or c.cores) else None)
     n = priced_world_size(g)
     if c.topology:
