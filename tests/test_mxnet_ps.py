@@ -709,3 +709,4 @@ def test_the_manifest_takes_in_the_servers_timed_updater_calls(tmp_path):
     m = write_manifest(str(tmp_path), 1, 2)
     assert m["server_updates"] == {"0": calls} and not (tmp_path / SERVER_CPU.format(0)).exists()
     assert msgspec.json.decode(json.dumps(m), type=mxnet.MxManifest).server_updates == {"0": calls}
+    assert mxnet.UPDATE_CLOCKS == len(CLOCKS)  # the reader's count of the collector's clocks (which imports nothing of dagprof's)

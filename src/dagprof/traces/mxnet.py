@@ -57,7 +57,9 @@ PUSHPULL = ("KVStoreDistDefaultStoragePushPull", "KVStoreDistDefaultPush", "KVSt
             ROW_SPARSE_PUSH)
 PUSH_CALLS = ("MXKVStorePushPull", "MXKVStorePush")  # the Python thread's push calls, one per key and step, in key order
 PULL_CALL = "MXKVStorePullRowSparse"  # a forward's row_sparse_pull
-UPDATE_CLOCKS = 4  # a server's updater call: wall, process CPU, thread CPU, thread runnable, before and after (``MxManifest.server_updates``)
+# a server's updater call: wall, process CPU, thread CPU, thread runnable, before and after (``MxManifest.server_updates``);
+# len(collect.hooks.mxnet_ps.CLOCKS), which the collector keeps itself: it installs where MXNet's numpy is, importing no dagprof
+UPDATE_CLOCKS = 4
 PS_INDEX_BYTES = 8  # a row_sparse row travels with its ps-lite key (uint64)
 RECEIVED = ("CopyCPU2CPU", "BinaryOpKernel", "AccumulateRowSparseGrads")  # a server's ops as a push comes in: copied, summed in
 # a segment of a hybridized block's graph run as one engine op (``static_alloc`` bulks even with
