@@ -74,6 +74,8 @@ def test_strategy_file_round_trips(tmp_path):
 def test_summary_reads_plainly():
     text = strategy().summary()
     assert text.startswith("2 buckets ending at layers a|a, fp16 hook: predicted 630 -> 470 ms (-25 %")
+    one = strategy(buckets=(Bucket(("a.weight", "a.bias"), 32, ("a",)),), partition=2, accumulate=2).summary()
+    assert one.startswith("1 bucket ending at layers a, fp16 hook, each bucket in 2 pieces, 2 micro-batches per step"), one
     assert strategy(buckets=None, compression=Compression()).summary().startswith("keep DDP's defaults")
 
 

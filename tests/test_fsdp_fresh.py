@@ -145,7 +145,7 @@ def test_blocks_compiled_before_fully_shard_are_warned_of_and_timed_without_memo
     out = json.loads(capsys.readouterr().out)
     (row,) = out["scenarios"]
     assert "peak_memory_mb" not in row and row["predicted_iter_ms"] > out["model_iter_ms"]
-    assert any(n.startswith("no peak memory in 1 row(s): the profile has no activation sizes (layer_saved_bytes: a model under torch.compile")
+    assert any(n.startswith("no peak memory in 1 row: the profile has no activation sizes (layer_saved_bytes: a model under torch.compile")
                for n in out["notes"])
 
 

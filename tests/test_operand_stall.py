@@ -129,7 +129,7 @@ def test_a_link_row_that_changes_the_step_less_than_the_stall_moves_one_is_marke
     assert 0 < near.predicted_iter_ms * 1e3 - model < half and "not told apart" in near.stall_outweighs
     assert far.predicted_iter_ms * 1e3 - model > half and far.stall_outweighs is None
     assert same.stall_outweighs is None and faster.stall_outweighs is None  # not link rows: their intervals hold no stall either
-    assert [n for n in res["notes"] if "even odds" in n] == [n for n in res["notes"] if n.startswith("1 of 4 row(s) (marked ~)")]
+    assert [n for n in res["notes"] if "even odds" in n] == [n for n in res["notes"] if n.startswith("1 of 4 rows (marked ~)")]
 
 
 def test_no_stall_no_mark():

@@ -41,7 +41,7 @@ def between(run) -> str:
 
 
 def test_a_slower_link_predicting_a_faster_step_is_refused():
-    with pytest.raises(DagprofError, match=r"not predicting: 1 of 1 row\(s\) slow the link below .* and predict a faster step.*"
+    with pytest.raises(DagprofError, match=r"not predicting: 1 of 1 row slow the link below .* and predict a faster step.*"
                                            r"--profiled-bandwidth.*dagprof calibrate.*--allow-model-error"):
         whatif(FP16, between(FP16))
 
@@ -52,7 +52,7 @@ def test_allowed_it_is_counted_in_a_note():
     res = evaluate(p.graph, [Scenario(bandwidth=rate), Scenario(bandwidth=rate, workers=4), Scenario(bandwidth="10Gbit")], None,
                    p.analysis.measured_us, tolerance_pct=None)
     (note,) = waiting(res)
-    assert note.startswith("1 of 3 row(s) slow the link below")
+    assert note.startswith("1 of 3 rows slow the link below")
     one, four, _ = res["scenarios"]
     assert one.speedup_vs_profiled > 1.0  # what the note says: the slower link predicted a faster step
     assert four.predicted_iter_ms >= res["model_iter_ms"]  # 4 workers on it move more bytes each: not counted
@@ -62,7 +62,7 @@ def test_a_fit_far_below_what_the_largest_moved_is_said_with_its_figures():
     fit, moved = rates(FP16)
     assert fit < FAR_BELOW_WIRE * moved
     (note,) = waiting(whatif(FP16, "100Mbit"))
-    assert f"{fit / moved:.0%} of the" in note and "1 of 1 row(s) scale it all as wire time" in note
+    assert f"{fit / moved:.0%} of the" in note and "1 of 1 row scale it all as wire time" in note
     # the wire's rate given: the fit is split at it (``passes.link_fit.split_at_wire``), and its own note says so
     assert not waiting(whatif(FP16, "100Mbit", cluster=Cluster(profiled_bandwidth="1Gbit")))
 
@@ -94,7 +94,9 @@ def test_a_link_that_beats_the_one_hosts_loopback_is_said():
     run = DATA / "tf-jax" / "vit-loopback"
     res = whatif(run, "200Mbit", "1Gbit")
     said = [n for n in res["notes"] if "shared one host (vm): over its loopback no such link is faster" in n]
-    assert len(said) == 1 and said[0].startswith("2 of 2 row(s)") and "--profiled-bandwidth" in said[0]
+    assert len(said) == 1 and said[0].startswith("2 of 2 rows") and "--profiled-bandwidth" in said[0]
+    # the model's link joins the 2 ranks end to end: not "2 host(s) x 1" beside the note that they shared one host
+    assert res["link"].startswith("2 ranks, one per end of the link, link ") and "host" not in res["link"]
     assert all(r.predicted_iter_ms < res["model_iter_ms"] for r in res["scenarios"])
     told = whatif(run, "200Mbit", cluster=Cluster(profiled_bandwidth="10Gbit"))
     assert told["scenarios"][0].predicted_iter_ms > told["model_iter_ms"]

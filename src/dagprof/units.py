@@ -86,3 +86,10 @@ def finite_non_negative(text: str) -> float:
 
 def worker_count(text: str) -> int:
     return _at_least(int, text, 1, high=MAX_WORKERS)
+
+
+def count(n: float, noun: str, plural: str | None = None) -> str:
+    """``n`` and its noun in the number it takes, as every printed count is spelt: ``count(1, "bucket")`` is "1 bucket",
+    ``count(2, "bucket")`` "2 buckets" (``plural`` for a noun not made plural by an "s": ``count(3, "server", "servers")``
+    needs none, ``count(2, "copy", "copies")`` does); a count of 1.5 is plural."""
+    return f"{n if isinstance(n, int) else format(n, 'g')} {noun if n == 1 else plural or noun + 's'}"

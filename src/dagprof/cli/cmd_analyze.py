@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from ..pipeline import open_run
+from ..units import count
 from .common import add_run_arguments, ms, pct, warning_lines
 
 HELP = "explain a run: breakdown per rank, global critical path, stragglers, what limits scaling"
@@ -31,14 +32,15 @@ def to_text(r: dict) -> str:
         lines += [f"  {d['dim']:<8} {d['collectives_per_iter']:>7.1f} collectives {_mb(d['mb_per_iter'])} {d['ms_per_iter']:>9.2f} ms"
                   f"   groups {', '.join(d['groups'][:6])}{' ...' if len(d['groups']) > 6 else ''}" for d in r["communication_by_dim"]]
         for grp in (par.get("groups") or [])[:8]:
-            label = ", ".join(f"{v} {k}" for k, v in grp["collectives"].items()) + " collectives"
+            label = ", ".join(f"{v} {k}" for k, v in grp["collectives"].items()) + (" collective" if sum(grp["collectives"].values()) == 1 else " collectives")
             lines.append(f"    group {grp['name']}{' (' + grp['desc'] + ')' if grp['desc'] else ''}: {label}; {grp['evidence'][0]}")
         lines += [f"  note: {n}" for n in par.get("notes", [])]
     if r.get("clock_alignment"):
         c = r["clock_alignment"]
         offs = ", ".join(f"rank {k} {v:+.1f} us" for k, v in c["offset_us"].items())
         skew = c["residual_skew_us"]
-        lines += ["", f"clocks aligned on {c['collectives_used']} collectives: {offs}; residual skew median {skew['median']:.1f} us, max {skew['max']:.1f} us"]
+        lines += ["", f"clocks aligned on {count(c['collectives_used'], 'collective')}: {offs}; residual skew median {skew['median']:.1f} us, "
+                      f"max {skew['max']:.1f} us"]
     lines += ["", "findings:"] + [f"  - {f['title']}: {f['detail']}" for f in r["findings"]]
     return "\n".join(lines)
 

@@ -7,6 +7,7 @@ import tempfile
 from ..demo import DemoSettings, run_demo
 from ..errors import DagprofError
 from ..fsutil import Staged, staged_folder
+from ..units import count
 from .cmd_optimize import verification_lines
 from .common import bandwidth, ms, pct, positive_int, seconds, shown
 
@@ -72,7 +73,7 @@ def to_text(r: dict) -> str:
         lines.append(f"  {what:<{width}} {w['predicted_iter_ms']:9.1f} ms  x profiled {w['speedup_vs_profiled']:7.2f}  "
                      f"efficiency {w['scaling_efficiency']:.2f}")
     o = r["optimisation"]
-    lines.append(f"optimisation ({o['candidates_replayed']} candidates replayed): {o['summary']}")
+    lines.append(f"optimisation ({count(o['candidates_replayed'], 'candidate')} replayed): {o['summary']}")
     lines += [f"  caveat: {c}" for c in o["caveats"]]
     if o["applied"]:
         lines += ["  applied to the real job, " + ln.strip() if k == 0 else "  " + ln for k, ln in enumerate(verification_lines(o["applied"]))]

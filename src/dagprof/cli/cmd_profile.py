@@ -15,6 +15,7 @@ from ..fsutil import check_output_folder
 from ..passes.profiler_cost import WARMUP_STEPS
 from ..traces.horovod import OWN_CALLS, own_calls
 from ..traces.steps import DEFAULT_STEPS, iteration_us
+from ..units import count
 from .common import steps_arg
 
 HELP = "profile an unmodified PyTorch DDP job (torchrun or hand-started ranks) into a dagprof run folder"
@@ -130,16 +131,17 @@ def _earlier_profile(folder: str) -> list[str]:
 
 def to_text(result: dict) -> str:
     if result.get("framework") == "mxnet":
-        return "\n".join([f"profiled MXNet dist_sync run: {result['run']} ({result['servers']} server(s), {result['world_size']} workers, "
-                          f"{result['keys']} keys)"] + [f"  worker {r['rank']}: steps {r['steps'][0]}-{r['steps'][-1]}, median step "
-                                                        f"{r['iteration_ms']:.1f} ms" for r in result["ranks"]])
+        head = (f"profiled MXNet dist_sync run: {result['run']} ({count(result['servers'], 'server')}, "
+                f"{count(result['world_size'], 'worker')}, {count(result['keys'], 'key')})")
+        return "\n".join([head] + [f"  worker {r['rank']}: steps {r['steps'][0]}-{r['steps'][-1]}, median step {r['iteration_ms']:.1f} ms"
+                                    for r in result["ranks"]])
     lines = [f"profiled run: {result['run']} (world size {result['world_size']}, command exit status {result['exit_status']})"]
     # what a rank's gradient collectives are: DDP's buckets, Horovod's fused responses; FSDP's units are counted apart
-    groups = "" if result.get("fsdp") else " fused all-reduces" if result.get("horovod") else " buckets"
+    groups = "" if result.get("fsdp") else "fused all-reduce" if result.get("horovod") else "bucket"
     for r in result["ranks"]:
         base = f"{r['unprofiled_iteration_ms']:.1f} ms" if r["unprofiled_iteration_ms"] is not None else "-"
-        grads = f"{r['buckets']}{groups}, " if groups else ""
-        lines.append(f"  rank {r['rank']} on {r['host']}: steps {r['steps'][0]}-{r['steps'][-1]}, {r['layers']} layers, "
+        grads = f"{count(r['buckets'], groups)}, " if groups else ""
+        lines.append(f"  rank {r['rank']} on {r['host']}: steps {r['steps'][0]}-{r['steps'][-1]}, {count(r['layers'], 'layer')}, "
                      f"{grads}iteration {r['iteration_ms']:.1f} ms (unprofiled steps from step {WARMUP_STEPS} on: {base})")
     lines += [f"  warning: {w}" for w in result["warnings"]]
     return "\n".join(lines)

@@ -41,7 +41,7 @@ from ..progress import progress
 from ..replay import ReplayResult
 from ..traces.events import Kind
 from ..traces.parallelism import Dim
-from ..units import MB
+from ..units import MB, count
 from .fsdp_memory import GATHERED_UNRECORDED, ddp_peak_of_fsdp, fsdp_peak, missing_sizes, offload_note
 from .memory import autograd_host
 from .scenario import (
@@ -221,13 +221,13 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
                      + _shared_port_notes(g0, scenarios) + _floor_notes(rows) + _refusion_notes(g0, scenarios, cluster, base_topo, model)
             + _link_to_notes(scenarios, cluster) + _mesh_notes(g0, scenarios) + _zero_notes(g0, scenarios) + _fsdp_step_notes(g0, scenarios, cluster)
             + wire_notes + waiting
-            + ([f"no peak memory in {len(rows)} row(s): {unsized}"] if unsized else [])
-            + ([f"peak memory in {len(rows)} row(s): {GATHERED_UNRECORDED}"] if _threshold_rule(g0) and not unsized else [])
+            + ([f"no peak memory in {count(len(rows), 'row')}: {unsized}"] if unsized else [])
+            + ([f"peak memory in {count(len(rows), 'row')}: {GATHERED_UNRECORDED}"] if _threshold_rule(g0) and not unsized else [])
             + ([note] if is_fsdp_graph(g0) and not unsized and (note := offload_note(g0.meta.fsdp)) else [])
             + ([note] if (is_fsdp_graph(g0) or any(s.data_parallel is not None for s in scenarios)) and not unsized
                and (note := autograd_host(g0).note) else [])
             + ([note] if relinked and (note := stall_note(g0)) else [])
-            + ([f"{outweighed} of {len(rows)} row(s) (marked ~) change the step less than that stall moves one step at even odds: "
+            + ([f"{outweighed} of {count(len(rows), 'row')} (marked ~) change the step less than that stall moves one step at even odds: "
                 "their points are not told apart from the profiled run's, read their intervals"] if outweighed else []),
             "seconds": time.perf_counter() - t0}
 
@@ -316,8 +316,8 @@ def _shared_cores_notes(g: Graph, c: Cluster) -> list[str]:
     if not over or c.cores:
         return []
     h, (ranks, cores) = next(iter(sorted(over.items())))
-    more = f" (and {len(over) - 1} more host(s) alike)" if len(over) > 1 else ""
-    return [f"{ranks} ranks shared {cores} cores on host {h}{more} when profiled: their ops ran slower where more than {cores} computed "
+    more = f" (and {count(len(over) - 1, 'more host')} alike)" if len(over) > 1 else ""
+    return [f"{ranks} ranks shared {count(cores, 'core')} on host {h}{more} when profiled: their ops ran slower where more than {cores} computed "
             f"at once, and a what-if that changes when they compute (units, reshard, DDP <-> FSDP, the link) keeps the profiled "
             f"op times unless --cores {cores} models the sharing (a 4-rank HSDP job on 2 cores: --units merge:all -27 and -42 % "
             "off the measured job in two rounds without it, -4 and -26 % with it)"]
@@ -388,13 +388,14 @@ def _crowded_notes(g: Graph, scenarios: list[Scenario]) -> list[str]:
     crowded = crowded_hosts(g)
     if not crowded:
         return []
-    note = (f"{len(crowded)} host(s) ({', '.join(f'{h}: {g.meta.host_cpus[h][0]} ranks on {g.meta.host_cpus[h][1]} cores' for h in crowded)}) "
-            "have fewer cores than their ranks' main and Horovod threads, and Horovod's synchronize() spins a core while it waits: "
+    hosts = ', '.join(f'{h}: {count(g.meta.host_cpus[h][0], "rank")} on {count(g.meta.host_cpus[h][1], "core")}' for h in crowded)
+    note = (f"{count(len(crowded), 'host')} ({hosts}) {'has' if len(crowded) == 1 else 'have'} fewer cores than their ranks' main and Horovod "
+            "threads, and Horovod's synchronize() spins a core while it waits: "
             "compute there slows as the waits grow (a slower link, more workers), which is not modelled; the predictions "
             "keep compute as profiled (one such job measured 25 % slower at 200 Mbit/s than predicted from 500)")
     more = sum(s.workers is not None and s.workers > graph_world_size(g) for s in scenarios)
     if more:
-        note += (f"; {more} row(s) add workers: those waits, and the collectives' beyond the wire, grow with the ranks sharing the "
+        note += (f"; {count(more, 'row')} adding workers: those waits, and the collectives' beyond the wire, grow with the ranks sharing the "
                  "cores, which is not modelled either (2 -> 4 workers on a 2-core host: -15 to -51 %; with --cores 2 +4 / +5 % for "
                  "fp32 gradients, -18 to -42 % for fp16 ones)")
     return [note]
@@ -478,5 +479,7 @@ def link_text(t: Topology | None) -> str:
         return "collectives as measured (no data-parallel collective to fit a link to)"
     ab = t.inter
     rate = f"{ab.bandwidth_bytes_per_s * 8 / 1e9:.3g} Gbit/s" if math.isfinite(ab.bandwidth_bytes_per_s) else "of no bandwidth limit seen"
-    return (f"{t.hosts} host(s) x {t.devices_per_host}, link {rate}, latency {ab.alpha_us:.3g} us, "
-            f"{t.overhead_us:.3g} us per collective")
+    # the model's hosts are the ends of its link, not the machines the ranks ran on (a loopback job's ranks shared one)
+    ends = (f"{count(t.hosts, 'rank')}, one per end of the link" if t.devices_per_host == 1
+            else f"{count(t.hosts, 'link end')} of {count(t.devices_per_host, 'rank')}")
+    return f"{ends}, link {rate}, latency {ab.alpha_us:.3g} us, {t.overhead_us:.3g} us per collective"

@@ -13,6 +13,7 @@ from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
 from ..passes.link_fit import LinkFit, graph_world_size, pipelined, priced_comm, priced_world_size, profiled_collectives, unhidden_note
+from ..units import count
 from .scenario import Cluster, Scenario
 
 FAR_BELOW_WIRE = 0.8  # a fit slower than this share of the profiled wire: most of its collectives' time is not the link's
@@ -71,7 +72,7 @@ def _horovod_wire_note(g: Graph, wire: float, written: str, asked: list[Scenario
     away = [(parse_bandwidth(s.bandwidth), s.workers in (None, n0)) for s in asked if s.bandwidth is not None]
     away = [(r, same) for r, same in away if r != wire]
     faster, slower = sum(r > wire for r, same in away if same), sum(r < wire for r, same in away if same)
-    resized = [f"{sum(not same for _, same in away)} row(s) away from --profiled-bandwidth {written} with other --workers than the "
+    resized = [f"{count(sum(not same for _, same in away), 'row')} away from --profiled-bandwidth {written} with other --workers than the "
                f"profiled {n0}: left out of the time beyond the wire said here, measured at {n0} ranks (how it grows with the ranks "
                "is not in the profile)"] if any(not same for _, same in away) else []
     if not (faster or slower):
@@ -85,10 +86,10 @@ def _horovod_wire_note(g: Graph, wire: float, written: str, asked: list[Scenario
             f"{beyond.sum() / 1e3 / steps:.1f} ms of it beyond the wire (work and waits on the cores)")
     out = []
     if faster:
-        out.append(f"{faster} row(s) faster than --profiled-bandwidth {written}: {took}: work on the cores that the wire hid is not "
+        out.append(f"{count(faster, 'row')} faster than --profiled-bandwidth {written}: {took}: work on the cores that the wire hid is not "
                    "seen, so they may take up to their profiled time (the prediction's collectives are the least)")
     if slower and beyond.sum() > 0:
-        out.append(f"{slower} row(s) slower than --profiled-bandwidth {written}: {took}, taken as hidden by the longer transfer (the "
+        out.append(f"{count(slower, 'row')} slower than --profiled-bandwidth {written}: {took}, taken as hidden by the longer transfer (the "
                    f"prediction's collectives are the least); where the cores stay as busy, up to {beyond.sum() / 1e3 / steps:.1f} ms a "
                    "step more (the testbed's jobs at 200 Mbit/s, profiled at 500, kept 8-74 % of it)")
     return out + resized
@@ -157,7 +158,7 @@ def _faster_than_loopback(g: Graph, c: Cluster, rows: list[tuple[Scenario, float
     if not faster:
         return []
     s, it = faster[0]
-    return [f"{len(faster)} of {len(rows)} row(s) set a link and predict a step faster than the profiled run (--bandwidth "
+    return [f"{len(faster)} of {count(len(rows), 'row')} set a link and predict a step faster than the profiled run (--bandwidth "
             f"{s.bandwidth}: {model_us / 1e3:.2f} -> {it / 1e3:.2f} ms/iter), but its {n0} ranks shared one host "
             f"({next(iter(hosts))}): over its loopback no such link is faster, and those rows read waits as wire time; "
             f"if an emulated link stood between them, {REMEDY}"]
@@ -184,7 +185,7 @@ def waiting_notes(g: Graph, fit: LinkFit | None, c: Cluster, rows: list[tuple[Sc
     if absurd:
         s, it = absurd[0]
         row = f"--bandwidth {s.bandwidth}" + (f" --workers {s.workers}" if s.workers else "")
-        what = (f"{len(absurd)} of {len(rows)} row(s) slow the link below the {_mbit(moved)} the profile's largest collectives moved "
+        what = (f"{len(absurd)} of {count(len(rows), 'row')} slow the link below the {_mbit(moved)} the profile's largest collectives moved "
                 f"and predict a faster step ({row}: {100 * (1 - it / model_us):.0f} % faster than the profiled run, "
                 f"{model_us / 1e3:.2f} -> {it / 1e3:.2f} ms/iter): {head}, {why}; {REMEDY}")
         if refuse:
@@ -194,4 +195,4 @@ def waiting_notes(g: Graph, fit: LinkFit | None, c: Cluster, rows: list[tuple[Sc
     relinked = sum(s.bandwidth is not None or s.latency_us is not None or s.workers is not None for s, _ in rows)
     if c.profiled_wire is not None or rate >= FAR_BELOW_WIRE * moved or not relinked:
         return loopback
-    return [f"{head}, {why}, and {relinked} of {len(rows)} row(s) scale it all as wire time; {REMEDY}", *loopback]
+    return [f"{head}, {why}, and {relinked} of {count(len(rows), 'row')} scale it all as wire time; {REMEDY}", *loopback]

@@ -23,6 +23,7 @@ import msgspec
 
 from ...costmodel.codecs import Codec, CodecName
 from ...fsutil import atomic_open, read_versioned
+from ...units import count
 
 FORMAT = "dagprof-strategy"
 VERSION = 2
@@ -152,13 +153,13 @@ class Strategy(msgspec.Struct, frozen=True):
         parts = []
         if self.buckets is not None:
             ends = [b.layers[-1] if b.layers else b.params[-1].rpartition(".")[0] for b in self.buckets]
-            parts.append(f"{len(self.buckets)} buckets ending at layers {'|'.join(ends)}")
+            parts.append(f"{count(len(self.buckets), 'bucket')} ending at layers {'|'.join(ends)}")
         if self.compression.lossy:
             parts.append(self.compression.label())
         if self.partition > 1:
-            parts.append(f"each bucket in {self.partition} pieces")
+            parts.append(f"each bucket in {count(self.partition, 'piece')}")
         if self.accumulate > 1:
-            parts.append(f"{self.accumulate} micro-batches per step (no_sync)")
+            parts.append(f"{count(self.accumulate, 'micro-batch', 'micro-batches')} per step (no_sync)")
         if self.recompute:
             parts.append(f"recompute {', '.join(self.recompute)}")
         if self.grad_as_bucket_view:
