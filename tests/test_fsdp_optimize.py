@@ -196,3 +196,25 @@ def test_optimize_verify_applies_the_strategy_to_the_real_fsdp_job(capsys, tmp_p
     kept = {u.name: u.reshard_after_forward for u in graph(v["strategy_runs"][0]).meta.fsdp.units}
     default = {u.name: u.reshard_after_forward for u in graph(v["baseline_runs"][0]).meta.fsdp.units}
     assert set(kept.values()) == {False} and set(default.values()) == {True}
+
+
+def test_the_predicted_graph_says_what_the_plan_changed():
+    """The graph a keep-gathered plan predicts is that setup's (its units kept, no backward all-gathers), so comparing it
+    with the kept run names no layout difference where it once said "expected none" kept; and the explanation names the
+    units, the all-gathers removed and their bytes (``fsdp/keep4`` is ``fsdp/reshard4``'s job with every unit kept)."""
+    from dagprof.analysis.diff import categories_vs_expected
+    from dagprof.search.fsdp_optimize import plan_change
+
+    g = graph(RESHARD4)
+    plan = FsdpPlan(tuple(FsdpUnitPlan(u.name, u.numel, False) for u in g.meta.fsdp.units))
+    strategy = Strategy((), 2, fsdp=plan)
+    _, predicted = predict_fsdp(g, strategy)
+    assert not any(u.resharded_after_forward for u in predicted.meta.fsdp.units)
+    notes = categories_vs_expected(predicted, open_run(KEEP4)).diff.notes
+    assert not [n for n in notes if n.startswith("FSDP")], notes
+    assert plan_change(g, strategy) == ("keeps <root>, blocks.0, blocks.1, blocks.2, blocks.3 gathered after forward: 5 backward "
+                                        "all-gathers a step removed (388.0 KB gathered, 7.12 ms of transfer as profiled), with their "
+                                        "copy-outs and the forward reshards")
+    one = Strategy((), 2, fsdp=FsdpPlan(tuple(FsdpUnitPlan(u.name, u.numel, u.name != "blocks.1") for u in g.meta.fsdp.units), "bfloat16"))
+    assert plan_change(g, one).startswith("keeps blocks.1 gathered after forward: 1 backward all-gather a step removed (64.8 KB gathered")
+    assert plan_change(g, one).endswith("; reduces every unit's gradients in bfloat16")

@@ -24,7 +24,7 @@ from .passes.buckets import refuse_own_ddp_setup
 from .passes.comm import current_topology, set_topology
 from .passes.profiler_cost import measure_profiler_cost, remove_profiler_cost
 from .pipeline import Profiled, open_run
-from .search.fsdp_optimize import FsdpSearchResult, predict_fsdp, search_fsdp
+from .search.fsdp_optimize import FsdpSearchResult, plan_change, predict_fsdp, search_fsdp
 from .search.optimize import WORTH_APPLYING_PCT, Options, SearchResult, predict_run, search_run
 from .search.whatif import MODEL_TOLERANCE_PCT
 
@@ -139,6 +139,7 @@ class Checked:
     expectations: list[ExpectationCheck | None] = field(default_factory=list)
     expectation_errors: list[str] = field(default_factory=list)  # why a round could not be compared
     interval: PredictionInterval | None = None  # the strategy's step time predicted from the searched profile
+    change: str | None = None  # an FSDP plan: what it changes in the searched profile's graph (``plan_change``)
 
     @property
     def errors_pct(self) -> list[float]:
@@ -183,6 +184,7 @@ class Checked:
             "prediction_departs": self.departs,
             **self._interval(),
             "categories_vs_expected_per_round": [_brief(e) for e in self.expectations],
+            "predicted_change": self.change,
             "where_it_departs": self.where_it_departs() if self.departs else [],
             # ``dagprof diff`` hook: each strategy run's profile beside the strategy's prediction says which categories departed
             "strategy_runs": v.strategy_runs,
@@ -202,6 +204,10 @@ def check_strategy(cmd: list[str], found: Found, out_dir: str, rounds: int = ROU
     else:
         v = verify(cmd, found.path, work, rounds, ranks, cluster, say)
     out = Checked(v, found.search.speedup, [], interval=(found.search.intervals or {}).get("best"))
+    if found.strategy.fsdp is not None:
+        res = found.search
+        out.change = (f"{plan_change(found.profile.graph, found.strategy)}; predicted {res.baseline.iter_us / 1e3:.1f} -> "
+                      f"{res.best.iter_us / 1e3:.1f} ms per step")
     for base_dir, strat_dir in zip(v.baseline_runs, v.strategy_runs):
         p = open_run(base_dir)
         if found.strategy.fsdp is not None:

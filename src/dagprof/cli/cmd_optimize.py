@@ -9,7 +9,7 @@ from ..errors import DagprofError
 from ..progress import bar, shown
 from ..search.optimize import POWERSGD_RANKS, WORTH_APPLYING_PCT
 from ..traces.run_schema import FSDP2_API
-from ..units import parse_size
+from ..units import count, parse_size
 from .common import add_out_argument, add_run_arguments, bandwidth, comma_list, finite_non_negative, outputs, positive_int, seconds
 from .terminal import escape
 
@@ -139,7 +139,7 @@ def to_text(r: dict) -> str:
     b, best = r["baseline"], r["best"]
     if "interval" in best:
         lines.append(f"predicted {best['interval']} per step with the strategy; profiled setup {b['interval']} (each step replayed)")
-    lines.append(f"search: {r['candidates_replayed']} candidates replayed in {r['search_seconds']:.1f} s")
+    lines.append(f"search: {count(r['candidates_replayed'], 'candidate')} replayed in {r['search_seconds']:.1f} s")
     lines += [f"warning: {w}" for w in r["warnings"]]
     lines += [f"note: {n}" for n in r["notes"]]
     if r["strategy_file"] is None:
@@ -186,13 +186,14 @@ def _fsdp_table(r: dict) -> list[str]:
 
 def verification_lines(v: dict) -> list[str]:
     per = ", ".join(f"{m:.2f}x (predicted {p:.2f}x)" for m, p in zip(v["speedup_per_round"], v["predicted_speedup_per_round"]))
-    return [f"verified over {v['rounds']} interleaved rounds: defaults {v['measured_baseline_ms']:.1f} ms, strategy "
+    return [f"verified over {count(v['rounds'], 'interleaved round')}: defaults {v['measured_baseline_ms']:.1f} ms, strategy "
             f"{v['measured_strategy_ms']:.1f} ms per step (each the median over the rounds)",
             f"  measured speed-up {v['measured_speedup']:.2f}x (the median of each round's own pair, run under the same load: "
             f"{v['spread'][0]:.2f}-{v['spread'][1]:.2f}x; not the ratio of the medians above); predicted "
             f"{v['predicted_speedup']:.2f}x from the searched profile: "
             + ("gain confirmed (every round gained, the median at least half the predicted gain)" if v["confirmed"] else "gain NOT confirmed"),
             f"  per round: {per}; median prediction error {v['median_prediction_error_per_round_pct']:+.1f} %",
+            *([f"  the model's change: {v['predicted_change']}"] if v.get("predicted_change") else []),
             *([f"  strategy measured {v['measured_strategy_ms']:.1f} ms per step against predicted {v['predicted_strategy']['interval']}: "
                f"{'inside' if v['strategy_inside_interval'] else 'OUTSIDE'} the interval"] if v.get("predicted_strategy") else []),
             *(["  where the strategy run departed from the model:"] + [f"    {ln}" for ln in v["where_it_departs"]]

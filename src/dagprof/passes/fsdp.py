@@ -34,7 +34,9 @@ from ..graph.meta import FsdpGraphUnit
 from ..traces.events import CommKind, Kind
 from ..traces.kineto_schema import dtype_bytes
 from ..traces.run_schema import FSDP_ROOT
+from ..units import KB, count
 from .comm import current_topology, retime_collectives
+from .fsdp_units import _collective_nodes, _without
 
 UNMODELLED = {
     "bucket_mb": "--bucket-mb (FSDP has no gradient buckets: each unit is reduce-scattered after its backward)",
@@ -82,6 +84,7 @@ def set_reshard(g: Graph, on: Reshard) -> Graph:
     # True on a unit given reshard_after_forward=N: its backward all-gathers would move to its whole shard group
     refuse_post_forward(g, "--reshard-after-forward on", [n for n in units if on is True or (not isinstance(on, bool) and on.get(n) is True)])
     dur, gap = g.dur.copy(), g.gap.copy()
+    drop = np.zeros(len(g), dtype=bool)
     in_pass = Passes(g)
     # indexed once, so each collective looks at its own unit's nodes and not the whole graph
     backward: dict[tuple[int, int], list[int]] = {}  # (step, layer) -> the ranks' backward ops
@@ -109,15 +112,11 @@ def set_reshard(g: Graph, on: Reshard) -> Graph:
         on_here = resharded(u, on)
         batch, forward = in_pass.of_collective(c.node, min(issuers(g, c.node)))
         step = int(g.step[c.node])
-        if not on_here and not forward:  # the backward all-gather of a resharded unit: gone
-            dur[c.node] = 0.0
-            gap[[p for p in g.predecessors(c.node).tolist() if g.kind[p] == Kind.SYNC]] = 0.0  # and the averaged join's wait for its late rank
+        if not on_here and not forward:  # the backward all-gather of a resharded unit: gone, with its joins and host ops
+            drop[_collective_nodes(g, c.node)] = True
             for r in issuers(g, c.node):
-                issue, lagged = gather_host_nodes(g, c.node, r)
-                dur[issue] = 0.0
-                gap[lagged] = 0.0
-            for v in by_name.get((step, f"fsdp copy-out {c.unit} (backward)"), []) + by_name.get((step, f"fsdp reshard {c.unit} (forward)"), []):
-                dur[v] = 0.0
+                drop[gather_host_nodes(g, c.node, r)[0]] = True
+            drop[by_name.get((step, f"fsdp copy-out {c.unit} (backward)"), []) + by_name.get((step, f"fsdp reshard {c.unit} (forward)"), [])] = True
         elif on_here and forward:  # a kept unit gathered again before each backward it served: that backward starts later on every rank
             unit_layers = set(_unit_layers(g, c.unit))
             layers = {k for k, name in enumerate(g.layers) if name in unit_layers}
@@ -135,7 +134,9 @@ def set_reshard(g: Graph, on: Reshard) -> Graph:
                         passes[b] = v
                 for first in passes.values():
                     dur[first] += cost
-    return g.replace(dur=dur, gap=gap)
+    fs = g.meta.fsdp
+    meta = g.meta.replace(fsdp=dataclasses.replace(fs, units=[dataclasses.replace(u, resharded_after_forward=resharded(u, on)) for u in fs.units]))
+    return _without(g.replace(dur=dur, gap=gap, meta=meta), drop, g.nbytes, {})
 
 
 def gather_host_nodes(g: Graph, node: int, rank: int, path: bool = True) -> tuple[list[int], list[int]]:
@@ -184,3 +185,27 @@ def set_reduce_dtype(g: Graph, dtype: str) -> Graph:
 
 def _unit_layers(g: Graph, unit: str) -> list[str]:
     return next((u.layers for u in g.meta.fsdp.units if u.name == unit), [])
+
+
+def reshard_change(before: Graph, after: Graph) -> str | None:
+    """What ``set_reshard`` changed from ``before`` to ``after``, in words (None: nothing): the units now kept gathered
+    after forward and the backward all-gathers removed with them (a step's count, gathered bytes and measured transfer
+    time), the units now resharded and the all-gathers priced before their backward passes. So an explanation of a
+    prediction names the change, not only the step time it gave."""
+    was = {u.name: u.resharded_after_forward for u in before.meta.fsdp.units}
+    now = {u.name: u.resharded_after_forward for u in after.meta.fsdp.units}
+    kept = [n for n in now if was.get(n) and not now[n]]
+    split = [n for n in now if now[n] and was.get(n) is False]
+    steps = max(len(before.meta.steps), 1)
+    left = {after.node_name(c.node) for c in fsdp_collectives(after)}
+    gone = [c.node for c in fsdp_collectives(before) if c.kind == CommKind.ALL_GATHER and before.node_name(c.node) not in left]
+    out = []
+    if kept:
+        out.append(f"keeps {', '.join(kept)} gathered after forward: {count(len(gone) / steps, 'backward all-gather')} a step removed "
+                   f"({before.nbytes[gone].sum() / steps / KB:.1f} KB gathered, {before.dur[gone].sum() / steps / 1e3:.2f} ms of "
+                   "transfer as profiled), with their copy-outs and the forward reshards")
+    if split:
+        ahead = [c.node for c in fsdp_collectives(before) if c.kind == CommKind.ALL_GATHER and c.unit in split]
+        out.append(f"reshards {', '.join(split)} after forward: each backward pass gathers them again, priced as their forward "
+                   f"all-gathers ({len(ahead) / steps:g} a step, {before.nbytes[ahead].sum() / steps / KB:.1f} KB gathered)")
+    return "; ".join(out) or None

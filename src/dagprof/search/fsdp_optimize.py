@@ -36,7 +36,7 @@ from ..collect.deploy.strategy import FsdpPlan, FsdpUnitPlan, Prediction, Strate
 from ..errors import DagprofError
 from ..graph.dag import Graph
 from ..passes.comm import current_topology, set_topology
-from ..passes.fsdp import resharded, set_reduce_dtype, set_reshard
+from ..passes.fsdp import reshard_change, resharded, set_reduce_dtype, set_reshard
 from ..passes.fsdp_units import merge_units, unit_groups, with_units
 from ..passes.link_fit import graph_world_size
 from ..replay import ReplayResult, replay
@@ -346,3 +346,13 @@ def predict_fsdp(g: Graph, strategy: Strategy) -> tuple[Prediction, Graph]:
     base = ev.score(FsdpCandidate(tuple(resharded(by_name[n], None) for n in units)))
     cand = FsdpCandidate(tuple(want.get(n, resharded(by_name[n], None)) for n in units), plan.reduce_dtype)
     return Prediction(base.iter_us / 1e3, ev.score(cand).iter_us / 1e3), ev.graph(cand)
+
+
+def plan_change(g: Graph, strategy: Strategy) -> str:
+    """What ``strategy``'s FSDP plan changes in the graph of profile ``g``, in words (``passes.fsdp.reshard_change``, and the
+    reduce dtype): what an explanation of its prediction names."""
+    _, predicted = predict_fsdp(g, strategy)
+    parts = [reshard_change(g, predicted)]
+    if strategy.fsdp.reduce_dtype:
+        parts.append(f"reduces every unit's gradients in {strategy.fsdp.reduce_dtype}")
+    return "; ".join(p for p in parts if p) or "changes nothing the graph models"
