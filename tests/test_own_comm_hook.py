@@ -228,12 +228,6 @@ class _ErrorFeedback:
         return _reduce_later(self.buf, f)
 
 
-def _partial_hook(state, bucket, *, scale):
-    from functools import partial
-
-    return _delayed_buffer(bucket).then(partial(_reduce_later, bucket.buffer().mul_(scale)))
-
-
 def _factory(inner):
     """A hook two closures deep: the registered function calls one that calls ``inner``."""
     def middle(state, bucket):
@@ -253,9 +247,8 @@ def _hook_forms():
     def delayed(state, bucket):
         return _delayed_buffer(bucket).then(partial(_reduce_later, bucket.buffer()))
 
-    state = _ErrorFeedback()
-    return {"object": _ErrorFeedback(), "bound method": state.__call__, "partial": partial(_partial_hook, scale=1.0),
-            "closures": _factory(delayed), "dagprof.apply's chained": chained(delayed)}
+    state = _ErrorFeedback()  # DDP refuses the object itself and a partial (no __name__): see the test below
+    return {"bound method": state.__call__, "closures": _factory(delayed), "dagprof.apply's chained": chained(delayed)}
 
 
 def test_collectives_from_a_hooks_callbacks_after_its_call_refuse_the_wire(tmp_path):
@@ -286,6 +279,44 @@ def test_a_hooks_callbacks_are_its_own_whatever_holds_them(tmp_path, form):
     module-level functions, has each collective they call recorded (``Rec.HOOK_LATE``), so its wire is refused."""
     g = build_graph(read_run(profiled_under(tmp_path, _hook_forms()[form])[0]))
     assert g.meta.hook_wire.late == 2 and g.meta.hook_wire.unpriced == 2
+
+
+def test_a_hook_ddp_refuses_is_refused_with_ddps_error_under_dagprof(tmp_path):
+    """dagprof's stand-in for ``register_comm_hook`` changes no outcome: the hooks DDP refuses (a callable object or a
+    ``functools.partial``: no ``__name__``; a parameter not named ``bucket``; a second hook) raise DDP's own error, and
+    one it accepts is accepted and named in DDP's logging data as without dagprof."""
+    from functools import partial
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from dagprof import profile
+
+    def named(state, bucket):
+        return _delayed_buffer(bucket)
+
+    def other(state, grads):
+        return _delayed_buffer(grads)
+
+    def outcome(model, hooks):
+        try:
+            for h in hooks:
+                model.register_comm_hook(None, h)
+        except Exception as err:  # noqa: BLE001
+            return type(err), str(err)
+        return model.logger._get_ddp_logging_data().strs_map["comm_hook"]
+
+    cases = {"object": [_ErrorFeedback()], "partial": [partial(named)], "parameter": [other], "twice": [named, named], "named": [named]}
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        for case, hooks in cases.items():
+            plain = outcome(DDP(torch.nn.Linear(4, 2)), hooks)
+            model = DDP(torch.nn.Linear(4, 2))
+            with profile(tmp_path / case, steps=range(1, 2), model=model, kineto=False):
+                assert outcome(model, hooks) == plain, case
+            assert plain == named.__qualname__ if case == "named" else plain[0] in (AttributeError, KeyError, RuntimeError), (case, plain)
+    finally:
+        dist.destroy_process_group()
 
 
 def test_a_hook_record_of_no_known_kind_prices_nothing():

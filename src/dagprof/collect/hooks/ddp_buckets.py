@@ -81,6 +81,7 @@ class DdpBuckets:
             self.layouts.append(self._layout())
 
     def _wrap(self, ddp: Any, model: int) -> None:
+        import torch.distributed as dist
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
         if getattr(ddp, "_comm_hooks", None):
@@ -106,6 +107,17 @@ class DdpBuckets:
                 return fut
 
         def register_comm_hook(state: object, hook: Any) -> None:
+            # DDP's own checks, in its order, so a hook DDP refuses is refused with its error and the user's outcome is
+            # DDP's (a callable object or a partial has no __name__; a second hook, the reducer's "only once")
+            check = getattr(type(ddp), "_check_comm_hook", None)
+            if check is not None:
+                check(ddp, hook)
+            name = hook.__qualname__
+            if inner.registered:
+                dist._register_comm_hook(ddp.reducer, state, hook)  # raises the reducer's own error: it holds our hook
+            inner.registered = True
+            if getattr(ddp, "logger", None) is not None:
+                ddp.logger._set_comm_hook_name(name)  # what DDP's logging data names, as without dagprof
             # torch's fp16/bf16 compression all-reduces the bucket cast to 2 bytes per element; any other hook's wire
             # bytes are its own (PowerSGD's factors): named in the rank file, and what-ifs that price them refuse
             half = hook in (default_hooks.fp16_compress_hook, default_hooks.bf16_compress_hook)
@@ -117,7 +129,7 @@ class DdpBuckets:
                 zero = None
             buckets.zero = buckets.zero or zero
             inner.own = not half and buckets.zero is None and hook is not default_hooks.allreduce_hook
-            buckets.comm_hook = buckets.comm_hook or (zero.name if zero else getattr(hook, "__qualname__", None) or type(hook).__name__)
+            buckets.comm_hook = buckets.comm_hook or (zero.name if zero else name)
 
         ddp.register_comm_hook(None, dagprof_comm_hook)
         ddp.register_comm_hook = register_comm_hook  # the user's hook runs inside ours
@@ -205,6 +217,7 @@ class _Registered:
     state: Any
     half: bool = False  # torch's fp16/bf16 compression: 2 bytes per element on the wire
     own: bool = False  # a hook of the user's own: its collectives recorded per bucket call
+    registered: bool = False  # the user registered one: DDP allows one
 
 
 def hook_code(hook: Any) -> types.CodeType | None:
