@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..passes.buckets import sparse_buckets
 from ..passes.link_fit import SIZES_HINT
 from ..traces.events import Kind
@@ -122,5 +124,21 @@ def findings(a: Analysis) -> list[Finding]:
         ))
     if a.path.top_ops:
         name, us = a.path.top_ops[0]
-        out.append(Finding("largest op on the critical path", f"{name}: {us / steps / 1e3:.1f} ms per iteration", us / steps / 1e3))
+        out.append(Finding("largest op on the critical path", f"{name}: {us / steps / 1e3:.1f} ms per iteration{_between(a, name)}",
+                           us / steps / 1e3))
     return sorted(out, key=lambda f: -f.ms_per_iter)
+
+
+def _between(a: Analysis, op: str) -> str:
+    """Where an ``other:forward``/``other:backward`` gap (time between timed layers) leads the path: the modules whose
+    gradients no timed layer's forward ran, whose code it holds (a profile from before ``nn.MultiheadAttention`` was
+    timed as one layer names its attention here, not only "other:forward")."""
+    g = a.graph
+    if op not in ("other:forward", "other:backward") or not g.meta.layer_grad_bytes:
+        return ""
+    ran = {g.layers[k] for k in np.unique(g.layer[np.isin(g.kind, [Kind.FORWARD, Kind.BACKWARD]) & (g.layer >= 0)]).tolist()}
+    untimed = [m for m in g.meta.layer_grad_bytes if m not in ran]
+    if not untimed:
+        return ""
+    return (f" (time between timed layers: it holds the code of {', '.join(untimed[:4])}{' ...' if len(untimed) > 4 else ''}, whose "
+            "parameters no timed layer ran; profiled again, an nn.MultiheadAttention among them is timed as one layer)")

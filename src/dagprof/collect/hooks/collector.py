@@ -54,6 +54,20 @@ from .zero import zero_info
 _MAX_OUTPUT_HOOKS = 4  # tensors per module output that get a gradient hook
 
 
+def _whole_layer(module: Any) -> bool:
+    """A module timed as one layer though it has children: ``nn.MultiheadAttention`` computes the attention itself and
+    uses its ``out_proj``'s weights through ``F.multi_head_attention_forward`` without calling it, so as leaves its
+    attention was no layer's (untimed gaps, ``other:forward``) and its ``out_proj`` a layer that never ran."""
+    import torch  # noqa: PLC0415  (imported by then: a model exists)
+
+    return isinstance(module, torch.nn.MultiheadAttention)
+
+
+def _inside(path: str, paths: list[str]) -> str | None:
+    """The one of ``paths`` that is ``path`` or holds it, if any."""
+    return next((w for w in paths if path == w or path.startswith(w + ".")), None)
+
+
 def _grad_enabled() -> bool:
     """Autograd records this forward (False under ``torch.no_grad``/``inference_mode``: an evaluation pass, whose
     forwards the reader counts apart; ``Rec.FWD_BEGIN``'s x)."""
@@ -99,6 +113,7 @@ class Collector:
         self._grad_bytes: dict[str, int] = {}  # module path -> bytes of its parameters' gradients
         self._frozen_bytes: dict[str, int] = {}  # module path -> bytes of its parameters without (RankFile.layer_frozen_bytes)
         self._roots: list[Any] = []  # the instrumented modules (DDP's inner module)
+        self._whole: list[str] = []  # layers of modules with children (``_whole_layer``), by path as ``layers`` names them
         self._ddps: list[Any] = []
         self._ddp_seen = False  # a DDP model was attached (kept after the model references are dropped)
         self._ddp_ranks: list[int] = []  # ranks of the first DDP model's process group (a mesh's DP group in a hybrid job)
@@ -156,7 +171,10 @@ class Collector:
                 self._fsdp = FsdpRecorder(self, units)
             elif self._fsdp is None and (named := fsdp1_modules(model)):
                 self._fsdp = Fsdp1Recorder(self, named)
-                self._grad_bytes, self._frozen_bytes = self._fsdp.layer_bytes()  # its parameters are flat: per layer from the originals
+                self._grad_bytes, self._frozen_bytes = ({}, {})  # its parameters are flat: per layer from the originals
+                for mine, sizes in zip((self._grad_bytes, self._frozen_bytes), self._fsdp.layer_bytes()):
+                    for k, n in sizes.items():
+                        mine[self._layer_of(k)] = mine.get(self._layer_of(k), 0) + n
             if (ddps or self._fsdp) and not self._info:
                 self._resolve_info()  # the process group exists now; it may be gone by exit
             for ddp in ddps:
@@ -171,11 +189,14 @@ class Collector:
             self._fail(err, "attach")
 
     def _add_root(self, root: Any) -> None:
-        """Leaves are named by module path; a second model's paths get a prefix to stay distinct."""
+        """Leaves are named by module path; a second model's paths get a prefix to stay distinct. A module that computes
+        with its children's parameters without calling them (``_whole_layer``) is one layer, its children none."""
         prefix = f"{type(root).__name__}{len(self._roots)}." if self._roots else ""
         self._roots.append(root)
+        whole = [path for path, mod in root.named_modules() if _whole_layer(mod)]
+        self._whole += [prefix + clean_name(w) for w in whole]
         for path, mod in root.named_modules():
-            if next(mod.children(), None) is not None:
+            if (next(mod.children(), None) is not None and path not in whole) or _inside(path, whole) not in (None, path):
                 continue
             path = prefix + (clean_name(path) or type(mod).__name__)
             if path not in self._layer_index:
@@ -186,10 +207,14 @@ class Collector:
             name = clean_name(name)
             self._param_names[id(p)] = prefix + name
             self._param_shapes[id(p)] = tuple(p.shape)
-            path = prefix + (name.rpartition(".")[0] or type(root).__name__)
+            path = self._layer_of(prefix + (name.rpartition(".")[0] or type(root).__name__))
             sizes = self._grad_bytes if p.requires_grad else self._frozen_bytes
             sizes[path] = sizes.get(path, 0) + p.numel() * p.element_size()
             self._params.append((p, path))
+
+    def _layer_of(self, module: str) -> str:
+        """The layer a module's parameters are counted to: the whole-layer module holding it, else its own path."""
+        return _inside(module, self._whole) or module
 
     def mark_compiled(self) -> None:
         """The model runs under torch.compile: Dynamo would trace hooks on its modules, breaking its graphs at each and
@@ -242,7 +267,7 @@ class Collector:
                 self._open_range(layer, call, "forward")
             self.records.append((Rec.FWD_BEGIN, layer, call, time.time_ns(), int(not _grad_enabled())))
             self.saved.enter(layer)
-            for x in args:
+            for x in {id(x): x for x in args}.values():  # once per tensor: attention is called as (x, x, x)
                 if getattr(x, "requires_grad", False) and hasattr(x, "register_hook"):
                     self._on_grad(x, (Rec.BWD_END, layer, call))
         except Exception as err:  # noqa: BLE001

@@ -1,0 +1,62 @@
+"""``nn.MultiheadAttention`` computes its attention itself and uses its ``out_proj``'s weights without calling it: timed as
+leaves, its attention was no layer's (``other:forward``) and ``out_proj`` a layer that never ran. The collector times it
+as one layer; a profile from before (tests/data/ddp-fresh/mha-accum) names it in the finding its gap leads."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from testdata import DATA
+
+from dagprof.analysis import analyze
+from dagprof.analysis.findings import findings
+from dagprof.graph.build import build_graph
+from dagprof.traces.dagprof_run import read_run
+from dagprof.traces.events import Kind
+
+
+def test_attention_is_one_timed_layer_with_its_out_projection(tmp_path):
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from dagprof import profile
+
+    class Encoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Linear(8, 16)
+            layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+            self.encoder = torch.nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+            self.head = torch.nn.Linear(16, 2)
+
+        def forward(self, x):
+            return self.head(self.encoder(self.embed(x)))
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        model = DDP(Encoder())
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with profile(tmp_path / "run", steps=range(1, 3), model=model, kineto=False) as prof:
+            for _ in range(4):
+                opt.zero_grad()
+                model(torch.randn(2, 4, 8)).sum().backward()
+                opt.step()
+                prof.step()
+    finally:
+        dist.destroy_process_group()
+    rank = json.loads((tmp_path / "run" / "rank0.json").read_text())
+    attn = "encoder.layers.0.self_attn"
+    assert attn in rank["layers"] and f"{attn}.out_proj" not in rank["layers"]
+    assert rank["layer_grad_bytes"][attn] == 4 * (4 * 16 * 16 + 4 * 16)  # in_proj (3 x 16 x 16 + 48) and out_proj (16 x 16 + 16)
+    g = build_graph(read_run(tmp_path / "run"))  # called as (x, x, x): one backward-end record, not three alike
+    k = g.layers.index(attn)
+    for kind in (Kind.FORWARD, Kind.BACKWARD):
+        assert (g.dur[(g.layer == k) & (g.kind == kind)] > 0).sum() == len(g.meta.steps)
+
+
+def test_a_profile_with_untimed_attention_names_it_where_its_gap_leads_the_path():
+    a = analyze(build_graph(read_run(DATA / "ddp-fresh" / "mha-accum")))
+    (top,) = [f for f in findings(a) if f.title == "largest op on the critical path"]
+    assert top.detail.startswith("other:forward: ")
+    assert "holds the code of Classifier, encoder.layers.0.self_attn, encoder.layers.0.self_attn.out_proj, whose parameters" in top.detail
