@@ -193,6 +193,7 @@ def test_optimize_verify_applies_the_strategy_to_the_real_fsdp_job(capsys, tmp_p
     assert main(["optimize", str(RESHARD4), "--json", "-o", str(tmp_path), "--verify", "--rounds", "1", "--"] + cmd) == 0
     v = json.loads(capsys.readouterr().out)["verification"]
     assert v["rounds"] == 1 and v["measured_speedup"] > 0 and len(v["predicted_speedup_per_round"]) == 1
+    assert v["predicted_change"].startswith("keeps <root>, blocks.0, blocks.1, blocks.2, blocks.3 gathered after forward: 5 backward")
     kept = {u.name: u.reshard_after_forward for u in graph(v["strategy_runs"][0]).meta.fsdp.units}
     default = {u.name: u.reshard_after_forward for u in graph(v["baseline_runs"][0]).meta.fsdp.units}
     assert set(kept.values()) == {False} and set(default.values()) == {True}

@@ -9,10 +9,12 @@ line, never answered as DDP.
 passed explicitly to every unit, the root included (torch 2.13 reshards a root given ``True``); ``fully_shard``'s default
 (``None``) is ``default_reshard``: lazy init keeps the root gathered after forward (its backward needs it at once),
 every other unit reshards. Off removes the backward all-gather of every unit that was
-resharded: its transfer, and on every rank all the host time the call took (``gather_host_nodes``: the
-enqueue, the exit lag its wait carries, the copy-out, and the unsharding path that issued it), and the
-forward reshard. On adds one to every backward pass of every unit that kept its parameters (under gradient
-accumulation one per micro-batch, though a kept unit was gathered once, in the first forward): each rank's
+resharded from the graph, as a profile of the kept setup has none: its transfer and joins, and on every rank all the
+host time the call took (``gather_host_nodes``: the enqueue, the wait and the exit lag it carries, the copy-out, and
+the unsharding path that issued it), and the forward reshard; the ranks no longer meet there. The units' flags in
+``meta.fsdp`` say what the graph now is (``reshard_change`` words the difference). On adds one to every backward
+pass of every unit that kept its parameters (under gradient accumulation one per micro-batch, though a kept unit was
+gathered once, in the first forward): each rank's
 first backward op of the unit in that pass waits as long as that unit's forward all-gather took on it
 (enqueue, transfer, exit lag, copy-out; gloo blocks the thread for the transfer), an approximation that
 keeps the ranks' own skew rather than joining them again.
