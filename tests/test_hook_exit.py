@@ -3,8 +3,9 @@
 DDP's reducer is then the gloo group's last holder, and its destructor joins gloo's threads with the GIL held: a thread
 that still needs the GIL to finish or free a comm hook's future callback (dagprof's hook chains one on every bucket)
 deadlocks the process (pytorch/pytorch#56297; the suite hung so once; ``bench/ddp_fresh/hook_exit.py`` is the user's
-script). dagprof holds every DDP model's group until exit (``collect.hooks.exit_gc``), where the group's Python object
-lets the GIL go before it joins: the reducer is never the group's last holder.
+script). dagprof holds every DDP model's group while the model lives (``collect.hooks.exit_gc``), and lets it go at the
+end of the collection that frees the model, where the group's Python object lets the GIL go before it joins: the reducer
+is never the group's last holder, and the group's threads and sockets last no longer than without dagprof.
 """
 from __future__ import annotations
 
@@ -28,13 +29,14 @@ with profile(sys.argv[1] + "/run", steps=range(1, 3), model=model, kineto=False)
         model(torch.randn(4, 8)).sum().backward()
         prof.step()
 dist.destroy_process_group()
+print("held" if [id(g) for _, g in exit_gc._held] == [group] else "not held", flush=True)
 del model, prof
 gc.collect()
-print("held" if [id(g) for _, g in exit_gc._held] == [group] else "not held", flush=True)
+print("let go" if not exit_gc._held else "still held", flush=True)
 """
 
 
-def test_a_script_that_frees_ddp_after_destroying_its_group_exits_and_dagprof_held_the_group(tmp_path):
+def test_a_script_that_frees_ddp_after_destroying_its_group_exits_and_dagprof_held_the_group_until_the_model_went(tmp_path):
     done = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], capture_output=True, text=True, timeout=300)  # a hang guard
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["held"] and (tmp_path / "run" / "rank0.json").exists()
+    assert done.stdout.split("\n")[:2] == ["held", "let go"] and (tmp_path / "run" / "rank0.json").exists()
