@@ -3,10 +3,12 @@ the namespace testbed as hosts (run as root, under the machine-wide lock).
 
 Each rank is a host of its own (a namespace, its egress port shaped at ``--rate``: ``collect.jobs.netns.Cluster``), so a
 4-rank ring's links run at the rate a 2-rank one's did and the what-if keeps the profile's link. Per round and script,
-in a shuffled order: the 2-rank job profiled (steps 5-9), the 4-rank job unprofiled (its step times: the median over the
-steps after the first third of the slowest rank's step), and the 4-rank job profiled, for reading afterwards where a
-prediction misses. The 4 ranks share this machine's 2 cores: each profile is predicted as ``--workers 4`` alone and with
-``--cores 2`` (the tool's price for ranks queueing on a host's cores). Peak memory per rank: predicted from the 2-rank
+in a shuffled order: the 2-rank job profiled (steps 5-9), the 2-rank and the 4-rank job unprofiled (their step times: the
+median over the steps after the first third of the slowest rank's step), and the 4-rank job profiled, for reading
+afterwards where a prediction misses. The scaling column (predicted over the model of the profiled run, against the
+4-rank step measured over the 2-rank one) takes out the level the load put each job at. The 4 ranks share this
+machine's 2 cores: each profile is predicted as ``--workers 4`` alone and with ``--cores 2`` (the tool's price for ranks
+queueing on a host's cores). Peak memory per rank: predicted from the 2-rank
 profile against the 4-rank profile's own (a model of a recording of the target); measured by the scripts' ``--memory``.
 
     sudo flock /tmp/dagprof-measure.lock .venv/bin/python bench/fsdp_fresh/workers_rounds.py --keep DIR --rounds 1
@@ -31,7 +33,7 @@ from dagprof.collect.jobs.launch import Bootstrap, launch  # noqa: E402
 from dagprof.collect.jobs.netns import Cluster  # noqa: E402
 
 SCRIPTS = {"resnet": ("resnet_ddp.py", ["--wrap", "fsdp"]), "mixer": ("mixer_frozen.py", ["--wrap", "fsdp"])}
-CELLS = ("profile2", "measure4", "profile4")
+CELLS = ("profile2", "measure2", "measure4", "profile4")
 
 
 def run_cell(cluster: Cluster, name: str, cell: str, out: str, steps: int) -> None:
@@ -64,12 +66,15 @@ def peak_mb(row: dict) -> float | None:
 
 def judge(root: str, k: int, name: str, cores: int, src: str = SRC) -> dict:
     """One round of one script: the 2-rank profile's ``--workers 4`` (with and without ``--cores``) against the 4-rank job."""
-    run2, meas4, run4 = (os.path.join(root, f"r{k}-{name}-{c}") for c in CELLS)
+    run2, meas2, meas4, run4 = (os.path.join(root, f"r{k}-{name}-{c}") for c in CELLS)
     got = {"round": k, "script": name, "measured4_ms": step_ms(meas4)}
+    if os.path.isdir(meas2):
+        got["measured2_ms"] = step_ms(meas2)
     for key, extra in (("own_cores", []), ("host_cores", ["--cores", str(cores)])):
         d = whatif(run2, "--workers", "4", *extra, src=src)
         row = d["scenarios"][0]
-        got[key] = {"predicted_ms": row["predicted_iter_ms"], "peak_mb": peak_mb(row), "model_pct": d["model_error_pct"]}
+        got[key] = {"predicted_ms": row["predicted_iter_ms"], "peak_mb": peak_mb(row), "model_pct": d["model_error_pct"],
+                    "model_ms": d["model_iter_ms"]}
     if os.path.isdir(run4):
         d4 = whatif(run4, "--workers", "4", src=src)  # its own count: the model of the 4-rank recording
         got["profile4"] = {"model_ms": d4["model_iter_ms"], "measured_ms": d4["measured_iter_ms"], "peak_mb": peak_mb(d4["scenarios"][0])}
@@ -77,14 +82,17 @@ def judge(root: str, k: int, name: str, cores: int, src: str = SRC) -> dict:
 
 
 def show(rows: list[dict]) -> None:
-    print(f"{'round':>5} {'script':<7} {'4 ranks':>9} {'--workers 4':>12} {'err':>7} {'+--cores':>9} {'err':>7} {'peak 2->4':>10} {'4-rank own':>10}")
+    print(f"{'round':>5} {'script':<7} {'4 ranks':>9} {'--workers 4':>12} {'err':>7} {'+--cores':>9} {'err':>7} {'scaling':>15} "
+          f"{'4-rank profiled':>15} {'peak 2->4':>10} {'4-rank own':>10}")
     for r in rows:
         m = r["measured4_ms"]
         a, b = r["own_cores"], r["host_cores"]
-        own = r.get("profile4", {}).get("peak_mb")
+        own = r.get("profile4", {})
+        # the step's growth 2 -> 4 ranks, --cores predicted over its model of the 2-rank run, against measured over measured
+        scaling = (f"{b['predicted_ms'] / b['model_ms']:.2f} vs {m / r['measured2_ms']:.2f}" if "measured2_ms" in r else "")
         print(f"{r['round']:>5} {r['script']:<7} {m:>6.1f} ms {a['predicted_ms']:>9.1f} ms {100 * (a['predicted_ms'] / m - 1):>+6.1f}% "
-              f"{b['predicted_ms']:>6.1f} ms {100 * (b['predicted_ms'] / m - 1):>+6.1f}% {a['peak_mb'] or float('nan'):>7.2f} MiB "
-              f"{own or float('nan'):>7.2f} MiB")
+              f"{b['predicted_ms']:>6.1f} ms {100 * (b['predicted_ms'] / m - 1):>+6.1f}% {scaling:>15} "
+              f"{own.get('measured_ms', float('nan')):>12.1f} ms {a['peak_mb'] or float('nan'):>7.2f} MiB {own.get('peak_mb') or float('nan'):>7.2f} MiB")
 
 
 def main() -> None:
