@@ -1,10 +1,11 @@
 """Where ``whatif --workers 4`` of a 2-rank FSDP profile misses, category by category, on kept rounds of
 ``workers_rounds.py`` (``DIR/rK-NAME-profile2``, ``-profile4``): each rank's main lane a step (ms, averaged over ranks and
-steps; ``bench_fsdp.lane_groups``) in the 4-rank profile against the 2-rank profile's ``--workers 4`` (as profiled, and
-with ``--cores``), split into busy time (layers, optimizer, other host work), sleep (waits' gaps and idle lanes) and the
-collectives by kind, with each graph's all-gathers' and reduce-scatters' time per step. No timing: run it anywhere.
+steps; ``bench_fsdp.lane_groups``) in the 4-rank profile against the 2-rank profile's ``--workers 4`` (each rank on its
+own cores: ``--cores`` puts every rank's lane on one shared device, which ``lane_groups`` does not split), split into busy
+time (layers, optimizer, other host work), sleep (waits' gaps and idle lanes) and the collectives by kind, with each
+graph's all-gathers' and reduce-scatters' time per step. No timing: run it anywhere.
 
-    PYTHONPATH=src python bench/fsdp_fresh/workers_categories.py DIR [--cores 2]   (from the repository root)
+    PYTHONPATH=src python bench/fsdp_fresh/workers_categories.py DIR ...   (from the repository root)
 """
 from __future__ import annotations
 
@@ -37,7 +38,6 @@ def row(g) -> dict[str, float]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("kept", nargs="+")
-    p.add_argument("--cores", type=int, default=os.cpu_count())
     a = p.parse_args()
     cols = ("busy", "optimizer", "sleep", "all-gather", "reduce-scatter")
     print(f"{'round / graph':44s} " + " ".join(f"{c:>14s}" for c in cols))
@@ -45,11 +45,10 @@ def main() -> None:
         for two in sorted(d for d in os.listdir(root) if d.endswith("-profile2")):
             four = os.path.join(root, two.replace("profile2", "profile4"))
             p2 = open_run(os.path.join(root, two))
-            graphs = [("2-rank profile", p2.graph)]
-            for label, cores in (("--workers 4", None), (f"--workers 4 --cores {a.cores}", a.cores)):
-                c = scenario.Cluster(cores=cores)
-                marked = scenario.profiled_at(p2.graph, c)
-                graphs.append((label, scenario.apply(marked, scenario.Scenario(workers=4), c, scenario.base_topology(marked, c))))
+            c = scenario.Cluster()
+            marked = scenario.profiled_at(p2.graph, c)
+            graphs = [("2-rank profile", p2.graph),
+                      ("--workers 4", scenario.apply(marked, scenario.Scenario(workers=4), c, scenario.base_topology(marked, c)))]
             if os.path.isdir(four):
                 graphs.append(("4-rank profile", open_run(four).graph))
             for label, g in graphs:
