@@ -10,10 +10,13 @@ Habits it exercises (not dagprof's own scripts, not the LoRA job the conversion 
 
     dagprof profile -o runs/mixer-ddp -- torchrun --standalone --nproc-per-node 2 bench/fsdp_fresh/mixer_frozen.py --wrap ddp
     dagprof whatif runs/mixer-ddp --data-parallel fsdp     # against: the same with --wrap fsdp
+    torchrun --standalone --nproc-per-node 4 bench/fsdp_fresh/mixer_frozen.py --wrap fsdp --memory /tmp/mixer-mem   # each step's peak per rank
 """
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 
 import torch
@@ -58,6 +61,7 @@ def main() -> None:
     p.add_argument("--depth", type=int, default=4)
     p.add_argument("--freeze", type=int, default=2, help="mixer blocks frozen after the stem")
     p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--memory", metavar="FILE", help="measure each step's peak tensor memory (bench/heap_peak.py) into FILE.<rank>")
     args = p.parse_args()
     dist.init_process_group("gloo")
     torch.manual_seed(0)
@@ -73,20 +77,25 @@ def main() -> None:
     else:
         model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD([q for q in model.parameters() if q.requires_grad], lr=0.01, momentum=0.9)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from heap_peak import StepPeaks
+    peaks = StepPeaks(args.memory, model, opt, ddp=args.wrap == "ddp")
     gen = torch.Generator().manual_seed(dist.get_rank())
     times = []
     for _ in range(args.steps):
         t0 = time.perf_counter()
-        img, label = torch.randn(args.batch, 3, 32, 32, generator=gen), torch.randint(0, 10, (args.batch,), generator=gen)
-        loss = F.cross_entropy(model(img), label, label_smoothing=0.1)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad()
+        with peaks.step():
+            img, label = torch.randn(args.batch, 3, 32, 32, generator=gen), torch.randint(0, 10, (args.batch,), generator=gen)
+            loss = F.cross_entropy(model(img), label, label_smoothing=0.1)
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad()
         times.append(time.perf_counter() - t0)
     if dist.get_rank() == 0:
         tail = sorted(times[len(times) // 2:])
         print(f"{args.wrap} median step {1e3 * tail[len(tail) // 2]:.1f} ms")
+    peaks.save(dist.get_rank())
     dist.destroy_process_group()
 
 

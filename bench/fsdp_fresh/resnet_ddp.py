@@ -8,10 +8,13 @@ Habits it exercises (another family than the MLP-Mixer and the LoRA transformer 
 
     dagprof profile -o runs/resnet-ddp -- torchrun --standalone --nproc-per-node 2 bench/fsdp_fresh/resnet_ddp.py --wrap ddp
     dagprof whatif runs/resnet-ddp --data-parallel fsdp     # against: the same with --wrap fsdp
+    torchrun --standalone --nproc-per-node 4 bench/fsdp_fresh/resnet_ddp.py --wrap fsdp --memory /tmp/resnet-mem   # each step's peak per rank
 """
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 
 import torch
@@ -52,6 +55,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--width", type=int, default=16)
     p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--memory", metavar="FILE", help="measure each step's peak tensor memory (bench/heap_peak.py) into FILE.<rank>")
     args = p.parse_args()
     dist.init_process_group("gloo")
     torch.manual_seed(0)
@@ -64,18 +68,23 @@ def main() -> None:
     else:
         model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from heap_peak import StepPeaks
+    peaks = StepPeaks(args.memory, model, opt, ddp=args.wrap == "ddp")
     gen = torch.Generator().manual_seed(dist.get_rank())
     times = []
     for _ in range(args.steps):
         t0 = time.perf_counter()
-        img, label = torch.randn(args.batch, 3, 32, 32, generator=gen), torch.randint(0, 10, (args.batch,), generator=gen)
-        F.cross_entropy(model(img), label).backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        with peaks.step():
+            img, label = torch.randn(args.batch, 3, 32, 32, generator=gen), torch.randint(0, 10, (args.batch,), generator=gen)
+            F.cross_entropy(model(img), label).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
         times.append(time.perf_counter() - t0)
     if dist.get_rank() == 0:
         tail = sorted(times[len(times) // 2:])
         print(f"{args.wrap} median step {1e3 * tail[len(tail) // 2]:.1f} ms")
+    peaks.save(dist.get_rank())
     dist.destroy_process_group()
 
 

@@ -1,0 +1,60 @@
+"""Where ``whatif --workers 4`` of a 2-rank FSDP profile misses, category by category, on kept rounds of
+``workers_rounds.py`` (``DIR/rK-NAME-profile2``, ``-profile4``): each rank's main lane a step (ms, averaged over ranks and
+steps; ``bench_fsdp.lane_groups``) in the 4-rank profile against the 2-rank profile's ``--workers 4`` (each rank on its
+own cores: ``--cores`` puts every rank's lane on one shared device, which ``lane_groups`` does not split), split into busy
+time (layers, optimizer, other host work), sleep (waits' gaps and idle lanes) and the collectives by kind, with each
+graph's all-gathers' and reduce-scatters' time per step. No timing: run it anywhere.
+
+    PYTHONPATH=src python bench/fsdp_fresh/workers_categories.py DIR ...   (from the repository root)
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from bench_fsdp import lane_groups  # noqa: E402
+
+from dagprof.graph.build_fsdp import fsdp_collectives  # noqa: E402
+from dagprof.pipeline import open_run  # noqa: E402
+from dagprof.search import scenario  # noqa: E402
+from dagprof.traces.events import CommKind  # noqa: E402
+
+BUSY = ("forward layers", "backward layers", "forward other", "backward other", "loss", "post-update", "fsdp copy-out/reshard",
+        "fsdp hooks")
+
+
+def row(g) -> dict[str, float]:
+    lanes = lane_groups(g)
+    steps = max(len(g.meta.steps), 1)
+    cs = fsdp_collectives(g)
+    by = {k: sum(float(g.dur[c.node]) for c in cs if c.kind == k) / 1e3 / steps for k in (CommKind.ALL_GATHER, CommKind.REDUCE_SCATTER)}
+    return {"busy": sum(lanes[k] for k in BUSY), "optimizer": lanes["optimizer"], "sleep": lanes["wait gaps"] + lanes["idle"],
+            "all-gather": by[CommKind.ALL_GATHER], "reduce-scatter": by[CommKind.REDUCE_SCATTER]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("kept", nargs="+")
+    a = p.parse_args()
+    cols = ("busy", "optimizer", "sleep", "all-gather", "reduce-scatter")
+    print(f"{'round / graph':44s} " + " ".join(f"{c:>14s}" for c in cols))
+    for root in a.kept:
+        for two in sorted(d for d in os.listdir(root) if d.endswith("-profile2")):
+            four = os.path.join(root, two.replace("profile2", "profile4"))
+            p2 = open_run(os.path.join(root, two))
+            c = scenario.Cluster()
+            marked = scenario.profiled_at(p2.graph, c)
+            graphs = [("2-rank profile", p2.graph),
+                      ("--workers 4", scenario.apply(marked, scenario.Scenario(workers=4), c, scenario.base_topology(marked, c)))]
+            if os.path.isdir(four):
+                graphs.append(("4-rank profile", open_run(four).graph))
+            for label, g in graphs:
+                r = row(g)
+                print(f"{two.removesuffix('-profile2') + ' ' + label:44s} " + " ".join(f"{r[c]:14.1f}" for c in cols), flush=True)
+
+
+if __name__ == "__main__":
+    main()
