@@ -41,6 +41,14 @@ def test_each_kind_is_blocked_at_least_from_the_later_issue_to_its_wake(both, wh
     for row in k.values():
         assert row["calls"] > 0 and row["transfer"] > 0
         assert not math.isnan(row["last_in"]) and row["blocked"] >= row["last_in"] - 1e-6 >= row["transfer"] - 1e-3
+        assert row["lag"] >= 0 and row["last_lag"] >= 0
+
+
+def test_the_last_reduce_scatter_is_the_one_the_final_callback_issues(both):
+    """The LoRA's first block (its embedding frozen) is reduce-scattered after the root, from FSDP2's final backward
+    callback; its wait lagged longer than the others' in this recording too."""
+    k = pair_units.kinds(both["fsdp"])["reduce_scatter"]
+    assert k["last_lag"] > k["lag"]
 
 
 def test_totals_sum_the_units(both):

@@ -5,7 +5,9 @@ end, its forward and backward layers' span (first rank in, last rank out), the r
 unit's last backward layer's end on the later rank) and the optimizer's span; ms from the step's start, medians over the
 profiled steps. ``--sum`` prints one line a pair instead: the step, and the terms summed over units; ``--kinds`` each
 collective kind's calls a step and, per call, its transfer, the span from the later rank's issue to the ranks' wake
-(transfer and lags, not the earlier rank's wait for its peer) and each rank's blocked span. No timing: run it anywhere.
+(transfer and lags, not the earlier rank's wait for its peer), each rank's blocked span, the ranks' wait after the
+transfer ended (mean per call) and that of each step's last call of the kind (FSDP2's last reduce-scatter: the one
+its final backward callback issues for a unit whose inputs need no gradient). No timing: run it anywhere.
 
     PYTHONPATH=src python bench/fsdp_fresh/pair_units.py [--sum | --kinds] OUT/r1 OUT/r2 ...   (from the repository root)
 """
@@ -77,25 +79,32 @@ def units(g) -> dict[str, dict[str, dict[str, float]]]:
 
 
 def kinds(g) -> dict[str, dict[str, float]]:
-    """kind -> calls a step, and medians per call (ms) of its transfer (the shared node) and of the ranks' blocked span
-    (each rank's issue's start to its wait's end, as replayed, averaged over the ranks)."""
+    """kind -> calls a step, medians per call (ms) of its transfer (the shared node), of the later issue to the ranks' wake
+    and of the ranks' blocked span (each rank's issue's start to its wait's end, as replayed, averaged over the ranks),
+    and means of the ranks' wait after the transfer ended: per call, and of each step's last call."""
     r = replay(g)
     enq_at: dict[tuple[int, str], list[float]] = defaultdict(list)  # (step, the issue's name) -> its starts
     for e in np.flatnonzero(g.kind == Kind.COMM_ENQUEUE).tolist():
         enq_at[(int(g.step[e]), g.node_name(e))].append(float(r.start[e]))
     out: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for c in fsdp_collectives(g):
+    last: dict[str, dict[int, tuple[float, float]]] = defaultdict(dict)  # kind -> step -> (order, lag) of its latest call
+    for c in sorted(fsdp_collectives(g), key=lambda c: float(g.order[c.node])):
         if c.kind not in (CommKind.ALL_GATHER, CommKind.REDUCE_SCATTER):
             continue
         v = c.node
         label = g.node_name(v).rpartition(".")[0]  # "<kind> <unit>[ (prefetched by <unit>)]"
-        issued, ends = [], []
+        issued, ends, gaps = [], [], []
         for w in g.succ[g.indptr[v]:g.indptr[v + 1]].tolist():
             starts = [t for t in enq_at.get((int(g.step[v]), f"rank{g.rank[w]}.fsdp {label}"), []) if t <= r.end[w]]
+            if g.kind[w] == Kind.COMM_WAIT:
+                gaps.append(float(g.gap[w]))
             if g.kind[w] == Kind.COMM_WAIT and starts:
                 issued.append(max(starts))
                 ends.append(float(r.end[w]))
         spans = [e - s for s, e in zip(issued, ends)]
+        if gaps:  # the ranks' wait after the transfer ended (mean), by the call's place in its step's issue order
+            last[c.kind.name.lower()][int(g.step[v])] = (float(g.order[v]), float(np.mean(gaps)) / 1e3)
+            out[c.kind.name.lower()]["lag"].append(float(np.mean(gaps)) / 1e3)
         if issued:
             out[c.kind.name.lower()]["last_in"].append((float(np.mean(ends)) - max(issued)) / 1e3)
         k = c.kind.name.lower()
@@ -106,7 +115,9 @@ def kinds(g) -> dict[str, dict[str, float]]:
     return {k: {"calls": len(x["transfer"]) / steps, "transfer": float(np.median(x["transfer"])),
                 "blocked": float(np.median(x["blocked"])) if x["blocked"] else float("nan"),
                 "blocked_sum": float(np.sum(x["blocked"])) / steps,
-                "last_in": float(np.median(x["last_in"])) if x["last_in"] else float("nan")} for k, x in out.items()}
+                "last_in": float(np.median(x["last_in"])) if x["last_in"] else float("nan"),
+                "lag": float(np.mean(x["lag"])) if x["lag"] else float("nan"),
+                "last_lag": float(np.mean([lag for _, lag in last[k].values()])) if last[k] else float("nan")} for k, x in out.items()}
 
 
 def converted(ddp):
@@ -127,14 +138,15 @@ def main() -> None:
     summed, by_kind = "--sum" in sys.argv, "--kinds" in sys.argv
     roots = [a for a in sys.argv[1:] if a not in ("--sum", "--kinds")]
     if by_kind:
-        head = f"{'xfer':>5s} {'last':>5s} {'blockd':>6s} {'sum':>6s}"
+        head = f"{'xfer':>5s} {'last':>5s} {'blockd':>6s} {'sum':>6s} {'lag':>5s} {'lastc':>5s}"
         print(f"{'pair':34s} {'':5s} {'AG/step':>7s} {head}   {'RS/step':>7s} {head}")
         for root in roots:
             for label, ddp_dir, fsdp_dir in pairs(root):
                 for name, g in (("fsdp", open_run(fsdp_dir).graph), ("conv", converted(open_run(ddp_dir).graph))):
                     k = kinds(g)
                     cells = [f"{k[x]['calls']:7.1f} {k[x]['transfer']:5.2f} {k[x]['last_in']:5.2f} {k[x]['blocked']:6.2f} "
-                             f"{k[x]['blocked_sum']:6.1f}" if x in k else " " * 33 for x in ("all_gather", "reduce_scatter")]
+                             f"{k[x]['blocked_sum']:6.1f} {k[x]['lag']:5.2f} {k[x]['last_lag']:5.2f}" if x in k else " " * 45
+                             for x in ("all_gather", "reduce_scatter")]
                     print(f"{label[-34:]:34s} {name:5s} " + "   ".join(cells), flush=True)
         return
     if summed:
