@@ -78,6 +78,7 @@ def main() -> None:
         dist.all_reduce(torch.ones(1024))
     units: dict[str, list[tuple[int, int, float]]] = {"forward": [], "backward": []}
     calls: dict[str, list[tuple[int, float]]] = {"all_gather": [], "reduce_scatter": []}
+    reps: dict[str, dict[int, list[float]]] = {kind: {} for kind in calls}  # every repetition's slowest rank, us
     copy = []
     for _ in range(args.rounds):
         copy.append(copy_out_cpu_per_byte(world, args.iters))
@@ -88,7 +89,9 @@ def main() -> None:
         for kind in calls:
             for size in CALL_SIZES:
                 make, moved = collective_op(CommKind.from_label(kind), size, world)
-                calls[kind].append((moved, slowest_each(timed_both(make, args.iters)[0])))
+                wall = timed_both(make, args.iters)[0]
+                calls[kind].append((moved, slowest_each(wall)))
+                reps[kind].setdefault(moved, []).extend(wall.max(axis=0).tolist())
         gc.collect()
     per_byte = float(np.median(copy))
     # the copy-out is priced on its own: its CPU per byte comes off each phase's (each unit gathers once a phase)
@@ -96,10 +99,15 @@ def main() -> None:
     # each size's median over the rounds (a repetition descheduled on a shared machine took 9x), then the line's intercept
     medians = {kind: [(size, float(np.median([us for s, us in p if s == size]))) for size in sorted({s for s, _ in p})] for kind, p in calls.items()}
     call = {kind: max(float(np.polyfit(*np.array(p, dtype=float).T, 1)[1]), 0.0) for kind, p in medians.items()}
+    # a job's blocking calls run one after another, so it pays their mean, tail included (a reduce-scatter's rare 2-3 ms
+    # repetitions move no median): each size's mean over every repetition, and that line's intercept
+    means = {kind: [(size, float(np.mean(r))) for size, r in sorted(by.items())] for kind, by in reps.items()}
+    call_mean = {kind: max(float(np.polyfit(*np.array(p, dtype=float).T, 1)[1]), 0.0) for kind, p in means.items()}
     if dist.get_rank() == 0:
         print(json.dumps({"torch": torch.__version__, "world": world, "load": os.getloadavg(), "unit_points": units,
                           "copy_out_cpu_us_per_byte": per_byte, "call_points": calls, "call_medians": medians,
-                          "unit_fits (per unit, per tensor, per byte)": fits, "call_us": call}))
+                          "unit_fits (per unit, per tensor, per byte)": fits, "call_us": call,
+                          "call_means": means, "call_mean_us": call_mean}))
     del mesh
     gc.collect()
     dist.barrier()

@@ -20,12 +20,23 @@ from testdata import DATA
 from dagprof.analysis.interval import PredictionInterval, predict_interval, student_halfwidth
 from dagprof.costmodel.fsdp_costs import DTENSOR_STEP
 from dagprof.graph.build import build_graph
-from dagprof.passes.data_parallel import CLIP_NORM_BYTES, WakeFrom, blocking_note, ddp_to_fsdp, dtensor_note, wake_up, wake_ups_per_step
+from dagprof.graph.build_fsdp import fsdp_collectives
+from dagprof.passes.data_parallel import (
+    CLIP_NORM_BYTES,
+    WakeFrom,
+    blocking_note,
+    ddp_to_fsdp,
+    dtensor_note,
+    final_callback_units,
+    final_scatter_note,
+    wake_up,
+    wake_ups_per_step,
+)
 from dagprof.replay import replay
 from dagprof.search.scenario import Cluster, Scenario, apply, base_topology
 from dagprof.search.whatif import _wake_up_spread, evaluate
 from dagprof.traces.dagprof_run import read_run
-from dagprof.traces.events import Kind
+from dagprof.traces.events import CommKind, Kind
 from dagprof.traces.run_schema import Rec
 
 
@@ -226,3 +237,19 @@ def test_more_or_fewer_workers_keep_the_profiles_wake_up(workers):
     for r in range(workers):
         enq = _mine(out, r, Kind.COMM_ENQUEUE)
         assert enq and np.allclose(out.dur[enq], wake.us[0])
+
+
+@pytest.mark.parametrize("frozen_blocks, late", [(0, "blocks.0"), (1, "blocks.1")])
+def test_the_unit_without_an_input_that_needs_a_gradient_is_reduce_scattered_after_the_root(frozen_blocks, late):
+    """The LoRA's embedding is frozen (and its first block too in ``*-1``), so the first trained block's post-backward hook
+    never fires: FSDP2 reduce-scatters it from its final backward callback, after the root, as its own FSDP2 job did,
+    and the conversion says that call's lag is unpriced; the ResNet-like ``tests/data/fsdp/ddp`` trains from its stem."""
+    ddp, fsdp = (_graph(DATA / "lora" / f"{w}-{frozen_blocks}") for w in ("ddp", "fsdp"))
+    assert final_callback_units(ddp) == [late]
+    step = int(fsdp.meta.steps[0])
+    scatters = sorted((c for c in fsdp_collectives(fsdp) if c.kind == CommKind.REDUCE_SCATTER and fsdp.step[c.node] == step),
+                      key=lambda c: fsdp.order[c.node])
+    assert [c.unit for c in scatters][-2:] == ["<root>", late]
+    assert f"{late} has no input that needs a gradient" in final_scatter_note(ddp)
+    plain = _graph(DATA / "fsdp" / "ddp")
+    assert final_callback_units(plain) == [] and final_scatter_note(plain) == ""

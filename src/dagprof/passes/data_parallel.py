@@ -68,7 +68,11 @@ alike, priced it 20-40 % low.
 
 Still not predicted (``conversion_note``): how the wake-up after a blocking collective grows with the machine's load
 beyond what the calibration met, and the compute DDP's overlapping all-reduces slowed on a machine whose cores the
-collectives share (FSDP's block it instead). ``clip_grad_norm_``: on FSDP2's DTensor gradients it all-reduces the
+collectives share (FSDP's block it instead), and the lag of the reduce-scatter FSDP2 issues from its final backward
+callback for a unit whose forward inputs need no gradient (``final_callback_units``: the first trained block behind
+frozen layers, reduce-scattered after the root; in the kept MLP-Mixer and LoRA FSDP2 profiles its wait lagged 2.6-10.1 ms
+a step beyond its transfer where each other reduce-scatter's lagged 0.3-1.4 ms: said, not priced; the conversion still
+reduce-scatters it before the root, which on a chain of blocking calls moves no step). ``clip_grad_norm_``: on FSDP2's DTensor gradients it all-reduces the
 norm in the shard group, blocking, before the optimizer step (``_c10d_functional::all_reduce``), where DDP's clip is
 local: in Kineto the LoRA job's clip (``bench/fsdp_fresh/lora_finetune.py``, first norm to the step) ran 1.4-3.9 ms a
 step under FSDP2, its all-reduce and wait 0.1-2.6 of it, against 0.3-0.4 ms under DDP (a step of 32 / 23 ms, 2 gloo
@@ -166,14 +170,14 @@ def conversion_note(target: str, measured: bool, g: Graph) -> str:
                 "DDP -41 to +109 % off this prediction, median +17 % (16 pairs at load 1-23, bench/fsdp_fresh/mixer_rounds.sh; +87 % with "
                 "the step times the ranks), its peak memory -0 to +10 % (bench/bench_fsdp.py --part 7)")
     if measured:
-        return RESHARD_NOTE + blocking_note(g, measured) + (
+        return RESHARD_NOTE + blocking_note(g, measured) + final_scatter_note(g) + (
             "the optimizer step on DTensor shards, FSDP2's copy-out, each unit's hooks and wake-ups beyond its collectives at its "
             "bytes and each collective kind at its swept sizes (its last rank out included) are as dagprof calibrate --fsdp measured "
             "them here; not predicted: how the wake-ups grow with the machine's load, and compute that DDP's overlapping all-reduces "
             "slowed: held-out gloo jobs at fully_shard's default ran FSDP 8-18 % slower than this prediction on a quiet machine (a "
             "transformer-like stack and an MLP with an embedding, loopback, two calibrations; bench/bench_fsdp.py --part 7 "
             "--link-model-calibrate), more under load (a blocking collective's wake-up grows with it); the memory within about 10 %")
-    return RESHARD_NOTE + blocking_note(g, measured) + dtensor_note(g) + host_note(g) + (
+    return RESHARD_NOTE + blocking_note(g, measured) + final_scatter_note(g) + dtensor_note(g) + host_note(g) + (
         "a DDP profile has no FSDP all-gather skew (gloo releases one rank later) and no reduce-scatter's lag beyond a wake-up "
         "(dagprof calibrate --fsdp measures them for --link-model): unpriced, and not in the interval, which carries the wake-up "
         "price's sampling error only, so FSDP may run slower than its high end; with FSDP2's hooks and each call's fixed cost "
@@ -215,6 +219,48 @@ def host_note(g: Graph) -> str:
             f"overhead held the load) in place of the profile's fitted {current_topology(g).overhead_us / 1e3:.2f} ms per collective; ")
 
 
+def layer_params(g: Graph) -> dict[str, int]:
+    """Each layer's parameter bytes in the DDP profile ``g``: those with a gradient and the frozen ones (gathered, never
+    reduce-scattered nor stepped)."""
+    grad, frozen = g.meta.layer_grad_bytes, g.meta.layer_frozen_bytes
+    return {x: grad.get(x, 0) + frozen.get(x, 0) for x in {*grad, *frozen}}
+
+
+def final_callback_units(g: Graph) -> list[str]:
+    """The trained units of the DDP profile ``g`` as ``user_units`` that FSDP2 reduce-scatters from its final backward
+    callback, after the root: those whose forward inputs need no gradient (no layer with a gradient ran before the unit's
+    first one in a step's forward: the first trained block behind a frozen stem or frozen blocks), so their post-backward
+    hook never fires (``_root_post_backward_final_callback`` runs it). Read on the first profiled step of the lowest rank."""
+    grad, params = g.meta.layer_grad_bytes, layer_params(g)
+    ranks = np.unique(g.rank[g.rank >= 0])
+    if not g.layers or not any(grad.values()) or not len(ranks) or not g.meta.steps:
+        return []
+    layer_unit = {x: name for name, ls in user_units(g.layers, params) for x in ls}
+    out, seen, trained = [], set(), False
+    for v in _main_lane(g, int(g.meta.steps[0]), int(ranks[0])).tolist():
+        if g.kind[v] != Kind.FORWARD or g.layer[v] < 0:
+            continue
+        layer = g.layers[int(g.layer[v])]
+        unit = layer_unit.get(layer, FSDP_ROOT)
+        if unit != FSDP_ROOT and unit not in seen:
+            seen.add(unit)
+            if not trained and any(grad.get(x, 0) for x, u in layer_unit.items() if u == unit):
+                out.append(unit)
+        trained = trained or grad.get(layer, 0) > 0
+    return out
+
+
+def final_scatter_note(g: Graph) -> str:
+    """Said where ``final_callback_units`` finds one: the lag of that reduce-scatter, which no DDP profile shows, is unpriced."""
+    late = final_callback_units(g)
+    if not late:
+        return ""
+    return (f"{', '.join(late)} ha{'ve' if len(late) > 1 else 's'} no input that needs a gradient (frozen layers before it), so FSDP2 "
+            "reduce-scatters it from its final backward callback, after the root: in kept gloo profiles of such jobs (an MLP-Mixer "
+            "behind frozen blocks, a LoRA fine-tune) that call's wait lagged 2.6-10.1 ms a step beyond its transfer, the others "
+            "0.3-1.4 ms; unpriced (bench/fsdp_final_rs.py times it); ")
+
+
 def _stepped_params(g: Graph) -> set[str]:
     """The parameter tensors DDP's buckets hold: those its optimizer steps."""
     return {p for bk in g.meta.buckets for p in bk.params}
@@ -223,8 +269,7 @@ def _stepped_params(g: Graph) -> set[str]:
 def blocking_note(g: Graph, measured: bool) -> str:
     """What the DDP -> FSDP conversion of ``g`` priced of its blocking collectives' wake-ups and of ``clip_grad_norm_``,
     and what not, with counts (a step at ``fully_shard``'s default)."""
-    grad = g.meta.layer_grad_bytes
-    params = {x: grad.get(x, 0) + g.meta.layer_frozen_bytes.get(x, 0) for x in {*grad, *g.meta.layer_frozen_bytes}}
+    grad, params = g.meta.layer_grad_bytes, layer_params(g)
     units = user_units(g.layers, params) if g.layers and params else []
     trained = _unit_sizes(units, grad) if units else {}
     plan = _plan([u for u, _ in units], wrapper_reshard([u for u, _ in units], "fsdp", None)) if units else []
@@ -368,8 +413,7 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
                            "profile the job with dagprof's hooks (dagprof.profile or dagprof profile --)")
     _refuse_uneven_gradients(g, grad)
     n = graph_world_size(g)
-    frozen = g.meta.layer_frozen_bytes  # parameters without a gradient: gathered, never reduce-scattered nor stepped
-    params = {x: grad.get(x, 0) + frozen.get(x, 0) for x in {*grad, *frozen}}
+    params = layer_params(g)
     units = user_units(g.layers, params)
     pb = profiled_buckets(g)
     element = _element_size(g)
