@@ -142,14 +142,18 @@ def test_strategy_pace_reproducibility(tmp_path):
 
 
 def test_wire_pace_summary(capsys):
-    """``bench_wire_pace.summary``: per way the median step's parts, and the probe's costs per MB a rank sent."""
+    """``bench_wire_pace.summary``: per way the median step's parts, each way over the wire-bound run of its round and rank, and
+    the probe's costs per MB a rank sent."""
     step = {"forward": [2.0, 1.0, 0.5], "backward": [10.0, 4.0, 1.0], "optimizer": [3.0, 2.0, 1.0], "others_cpu_ms": 1.0}
     machine = {"irq_ms": 0.0, "softirq_ms": 50.0, "steal_ms": 0.0, "net_rx": 10, "net_tx": 5, "timers": 2}
     probe = {"busy": [[3.0, 2.0, 1.0]] * 2, "idle": [[1.0, 1.0, 0.0]] * 2, "gloo_cpu_ms": 4.0, "sent_bytes": 2_000_000,
              "softirq_busy_ms": 30.0, "softirq_idle_ms": 10.0}
-    runs = [{"mode": "wire", "steps": [step] * 8, "machine": machine, "sent_bytes": 8e6, "probe": [probe]}]
+    idle = {**step, "forward": [1.0, 0.5, 0.5]}
+    runs = [{"mode": "wire", "round": 0, "rank": 0, "steps": [step] * 8, "machine": machine, "sent_bytes": 8e6, "probe": [probe]},
+            {"mode": "idle", "round": 0, "rank": 0, "steps": [idle] * 8, "machine": machine, "sent_bytes": 0, "probe": []}]
     bench_wire_pace.summary(runs)
     out = capsys.readouterr().out
+    assert "forward cpu, idle over wire per round and rank: x0.50 (0.50-0.50, 1 pairs)" in out
     assert "wire (1 rank-runs), per step ms: forward wall 2.00 cpu 1.00 wait 0.50 rest 0.50;" in out
     assert "sent 2.00 MB; machine softirq 12.50" in out  # 8 steps less the 4 of warm-up
     assert "gloo's threads' CPU 2.00; the machine's softirq, busy less idle 10.00; forward wall, busy less idle 2.00; forward CPU, busy less idle 1.00" in out
