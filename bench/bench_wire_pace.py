@@ -19,10 +19,11 @@ byte (forward wall and CPU busy over idle, gloo's threads' CPU per MB).
     sudo .venv/bin/python bench/bench_wire_pace.py --rounds 2 [--link 200Mbit] [--json FILE]
     .venv/bin/python bench/bench_wire_pace.py --summary FILE...
 
-On 2026-12-05 17:29-17:34 (200 Mbit/s, load 18 -> 14, 2 rounds): the forward's thread CPU 2.43 / 2.28 / 2.53 ms a step
-(wire / idle / powersgd), idle over wire x0.94 (0.91-0.97) and PowerSGD over wire x1.04 (0.92-1.17) per round and rank,
-where its wall moved 0.13-2.67x with the waits for a core: the run-level pace is the load's, not the wire's. The probe:
-per MB a rank sent, gloo's threads 4.5 ms of CPU and the machine's softirq 16.6 ms; a forward beside it 2.3x its CPU.
+On 2026-12-05 (200 Mbit/s, 4 rounds in two runs, 17:29-17:34 at load 18 -> 14 and 17:52-17:57 at 26 -> 24): the
+forward's thread CPU 2.31 / 2.28 / 2.37 ms a step (wire / idle / powersgd), idle over wire x0.99 (0.91-1.14) and PowerSGD
+over wire x1.04 (0.92-1.17) per round and rank, where its wall moved 0.13-4.21x with the waits for a core: the run-level
+pace is the load's, not the wire's. The probe: per MB a rank sent, gloo's threads 4.3 ms of CPU and the machine's softirq
+16.7 ms; a forward beside it 2.2x its CPU.
 """
 from __future__ import annotations
 
