@@ -2,8 +2,11 @@
 step's backward beside the buckets, and the stock network's backward beside its own DDP buckets."""
 from __future__ import annotations
 
+import json
+import math
 import os
 import shutil
+import statistics
 import sys
 
 import pytest
@@ -12,6 +15,7 @@ from testdata import DATA
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 
 import bench_strategy_pace  # noqa: E402
+import bench_wire_pace  # noqa: E402
 from bench_powersgd_backward import covered, stock_backward, summarise  # noqa: E402
 from bench_powersgd_parts import callback_cpu_us, split_chains  # noqa: E402
 from bench_powersgd_phases import CYCLE, cycle  # noqa: E402
@@ -105,3 +109,51 @@ def test_strategy_pace_reads_each_round_against_its_defaults(tmp_path, capsys):
     assert bench_strategy_pace.main() == 0
     out = capsys.readouterr()
     assert "   lossy   forward B/A: x1.00" in out.out and "round1-A/run" in out.err
+
+
+def _times(folder, step_ms: float) -> None:
+    folder.mkdir(parents=True)
+    for rank in (0, 1):
+        (folder / f"rank{rank}.json").write_text(json.dumps({"rank": rank, "step_s": [step_ms / 1e3] * 6, "micro_batches": [1] * 6}))
+
+
+def test_strategy_pace_reproducibility(tmp_path):
+    """``bench_strategy_pace.reproducibility``: rounds of one cell against each other, pooled over cells; a round cut short
+    (no step times) is left out, a cell of one round too."""
+    steps = {"lossless": [(300, 300), (300, 290)], "lossy": [(300, 100), (300, 150), (300, 120)]}
+    for c in range(2):
+        for mode, rounds in steps.items():
+            for k, (a, b) in enumerate(rounds):
+                _times(tmp_path / f"w{c}-2" / mode / "verify" / f"round{k}-A" / "times", a)
+                _times(tmp_path / f"w{c}-2" / mode / "verify" / f"round{k}-B" / "times", b)
+    (tmp_path / "w1-2" / "lossy" / "verify" / "round3-A").mkdir()
+    (tmp_path / "w1-2" / "lossy" / "verify" / "round3-B").mkdir()
+    cells = bench_strategy_pace.rounds_of(str(tmp_path))
+    assert [(c["cell"], c["mode"], len(c["strategy_ms"])) for c in cells] == [("w0-2", "lossless", 2), ("w0-2", "lossy", 3),
+                                                                               ("w1-2", "lossless", 2), ("w1-2", "lossy", 3)]
+    lossless = bench_strategy_pace.reproducibility(cells, "lossless")
+    assert lossless["sd_defaults"] == 0.0 and lossless["sd_speedup"] == pytest.approx(math.log(300 / 290) / math.sqrt(2))
+    assert lossless["pairs_within"] == 1.0 and lossless["pairs"] == 2 and lossless["rounds"] == 4
+    lossy = bench_strategy_pace.reproducibility(cells, "lossy")
+    logs = [math.log(3), math.log(2), math.log(2.5)]
+    assert lossy["sd_speedup"] == pytest.approx(statistics.stdev(logs)) and lossy["pairs_within"] == 0.0
+    assert lossy["exact_within"] == pytest.approx(2 * statistics.NormalDist().cdf(math.log(1.05) / statistics.stdev(logs)) - 1)
+    assert bench_strategy_pace.reproducibility(cells[:1], "lossless") is None
+
+
+def test_wire_pace_summary(capsys):
+    """``bench_wire_pace.summary``: per way the median step's parts, each way over the wire-bound run of its round and rank, and
+    the probe's costs per MB a rank sent."""
+    step = {"forward": [2.0, 1.0, 0.5], "backward": [10.0, 4.0, 1.0], "optimizer": [3.0, 2.0, 1.0], "others_cpu_ms": 1.0}
+    machine = {"irq_ms": 0.0, "softirq_ms": 50.0, "steal_ms": 0.0, "net_rx": 10, "net_tx": 5, "timers": 2}
+    probe = {"busy": [[3.0, 2.0, 1.0]] * 2, "idle": [[1.0, 1.0, 0.0]] * 2, "gloo_cpu_ms": 4.0, "sent_bytes": 2_000_000,
+             "softirq_busy_ms": 30.0, "softirq_idle_ms": 10.0}
+    idle = {**step, "forward": [1.0, 0.5, 0.5]}
+    runs = [{"mode": "wire", "round": 0, "rank": 0, "steps": [step] * 8, "machine": machine, "sent_bytes": 8e6, "probe": [probe]},
+            {"mode": "idle", "round": 0, "rank": 0, "steps": [idle] * 8, "machine": machine, "sent_bytes": 0, "probe": []}]
+    bench_wire_pace.summary(runs)
+    out = capsys.readouterr().out
+    assert "forward cpu, idle over wire per round and rank: x0.50 (0.50-0.50, 1 pairs)" in out
+    assert "wire (1 rank-runs), per step ms: forward wall 2.00 cpu 1.00 wait 0.50 rest 0.50;" in out
+    assert "sent 2.00 MB; machine softirq 12.50" in out  # 8 steps less the 4 of warm-up
+    assert "gloo's threads' CPU 2.00; the machine's softirq, busy less idle 10.00; forward wall, busy less idle 2.00; forward CPU, busy less idle 1.00" in out
