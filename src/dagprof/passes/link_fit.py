@@ -229,7 +229,7 @@ def unhidden_us_per_byte(g: Graph, wire_us_per_byte: float) -> float:
     element-wise sums), the slower ones' extra the load, which a slower wire hides. Those sums run between a segment's
     receive and the next send, beside the other segment in flight: kept whole, the least excess of the two-host
     testbed's 1 Gbit/s profiles (12.2 and 16.9 ns a byte, quiet), where the sums outlasted the segments' wire time,
-    priced the 200 Mbit/s transfers 11-20 % over those measured (8-10 ns a byte beyond the wire); one segment's sum is
+    priced the 200 Mbit/s transfers 11-21 % over those measured (8-10 ns a byte beyond the wire); one segment's sum is
     7.2 and 9.5. Where the sums already hid behind the profiled wire (the loopback at 500 Mbit/s, quiet) it is the
     whole least excess, as before."""
     dtypes = _allreduced_dtypes(g)
