@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import numpy as np
 
@@ -234,6 +235,34 @@ def wire_rate(rate: float, workers: int, share: float = PAYLOAD_SHARE, own_ports
     return f"{link_bit(rate, workers, share, own_ports) / 1e6:.6g}Mbit"
 
 
+class RateModels(NamedTuple):
+    """A profile's bandwidth what-if as ``predict_rate`` builds it: the settings (the profiled wire), the payload share and
+    how it was found, the model of the profiled run (the fitted link at the profiled rate) and the what-if's graph."""
+
+    settings: object  # search.scenario.Cluster
+    share: float
+    how: str
+    model: object  # graph.dag.Graph
+    what_if: object
+
+
+def rate_models(g, out: str, rate: float, other: float, own_ports: bool = False) -> RateModels:
+    """``predict_rate``'s graphs for the profile ``g`` read from ``out``: the one way the benches price ``other`` from ``rate``."""
+    from dagprof.costmodel.alphabeta import parse_bandwidth
+    from dagprof.passes import set_link, set_topology
+    from dagprof.passes.link_fit import priced_world_size
+    from dagprof.search.scenario import Cluster as Settings, base_topology, profiled_at, wire_bandwidth
+
+    n = priced_world_size(g)
+    share, how = payload_share(out, n, own_ports)
+    settings = Settings(profiled_bandwidth=wire_rate(rate, n, share, own_ports))
+    marked = profiled_at(g, settings)
+    base = base_topology(marked, settings)
+    flat = set_topology(marked, base)
+    what_if = set_link(flat, wire_bandwidth(marked, parse_bandwidth(wire_rate(other, n, share, own_ports)), base))
+    return RateModels(settings, share, how, flat, what_if)
+
+
 def predict_rate(out: str, rate: float, other: float, own_ports: bool = False) -> dict:
     """From the profile at ``rate``, the iteration at ``other`` as ``dagprof whatif --bandwidth OTHER --profiled-bandwidth RATE``
     predicts it (both as the model's link, ``wire_rate``): the link fitted to the profile's collectives with its time per byte
@@ -242,35 +271,27 @@ def predict_rate(out: str, rate: float, other: float, own_ports: bool = False) -
     (``raw``: the measurement it is compared with is a profiled run too). Also the median replayed step of that what-if, and
     of the model it starts from (the fitted link at the profiled rate) against the profile's own: its reproduction.
     ``own_ports``: the job ran on the testbed as hosts (``wire_rate``)."""
-    from dagprof.costmodel.alphabeta import parse_bandwidth
-    from dagprof.passes import set_link, set_topology
     from dagprof.passes.link_fit import priced_world_size
-    from dagprof.search.scenario import Cluster as Settings, base_topology, profiled_at, wire_bandwidth
 
     p = open_run(out)
     n = priced_world_size(p.graph)
-    share, how = payload_share(out, n, own_ports)
-    settings = Settings(profiled_bandwidth=wire_rate(rate, n, share, own_ports))
-    res = evaluate(p.graph, [Scenario(bandwidth=wire_rate(other, n, share, own_ports))], settings, measured_us=p.analysis.measured_us,
+    m = rate_models(p.graph, out, rate, other, own_ports)
+    res = evaluate(p.graph, [Scenario(bandwidth=wire_rate(other, n, m.share, own_ports))], m.settings, measured_us=p.analysis.measured_us,
                    tolerance_pct=None, raw=True)
     fit, row = res["link_fit"], res["scenarios"][0]
-    marked = profiled_at(p.graph, settings)
-    base = base_topology(marked, settings)
-    flat = set_topology(marked, base)
-    what_if = set_link(flat, wire_bandwidth(marked, parse_bandwidth(wire_rate(other, n, share, own_ports)), base))
     got = measured(out)
-    model_median = median_step_ms(flat)
+    model_median = median_step_ms(m.model)
     return got | {"model_pct": res["model_error_pct"], "model_median_ms": model_median,
                   "model_median_pct": 100.0 * (model_median - got["measured_median_ms"]) / got["measured_median_ms"],
-                  "predicted_ms": row.predicted_iter_ms, "predicted_median_ms": median_step_ms(what_if),
-                  "predicted_comm_ms": comm_per_step_ms(what_if),
-                  "most_comm_ms": kept_comm_ms(p.graph, rate, other, share, own_ports) if other < rate else got["comm_ms"],
+                  "predicted_ms": row.predicted_iter_ms, "predicted_median_ms": median_step_ms(m.what_if),
+                  "predicted_comm_ms": comm_per_step_ms(m.what_if),
+                  "most_comm_ms": kept_comm_ms(p.graph, rate, other, m.share, own_ports) if other < rate else got["comm_ms"],
                   "fit_bit_per_s": 8 * fit["bandwidth_bytes_per_s"],
                   # the fitted bandwidth against the wire's (rate / N, own ports' the rate). Well below 100 %: the profile's collectives spent their
                   # time on the cores (load), kept fixed at the other rate (jax_mixer 45 %). Above (TF, 109-200 %): bytes that
                   # crossed outside the timed transfer, e.g. sent before the last worker joined: the whole fit scales
                   "fit_of_wire_pct": 100.0 * 8 * fit["bandwidth_bytes_per_s"] / link_bit(rate, n, 1.0, own_ports),
-                  "payload_share_pct": 100.0 * share, "payload_share": how,
+                  "payload_share_pct": 100.0 * m.share, "payload_share": m.how,
                   "fit_latency_us": fit["latency_us"], "weak_fit": fit.get("weak"), "stall_outweighs": row.stall_outweighs,
                   "interval_ms": [row.interval.lo_us / 1e3, row.interval.hi_us / 1e3], "interval_terms": list(row.interval.terms)}
 

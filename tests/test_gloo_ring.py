@@ -8,7 +8,7 @@ import pytest
 from testdata import DATA
 
 import dagprof.graph.shared_collectives as shared
-from dagprof.costmodel.gloo_ring import NOTICE_BYTES, head_start, ring_done
+from dagprof.costmodel.gloo_ring import NOTICE_BYTES, head_start, ring_done, unhidden_reduce_us
 from dagprof.graph.build import build_graph
 from dagprof.traces.dagprof_run import read_run
 
@@ -22,6 +22,26 @@ def test_ranks_arriving_together_move_the_bytes_per_link(n, gather):
     done = ring_done(gather, [0.0] * n, MIB, PER_BYTE)
     wire = (1 if gather else 2) * (n - 1) / n * MIB * PER_BYTE
     assert np.allclose(done, wire, atol=4 * n * NOTICE_BYTES * PER_BYTE)
+
+
+def test_a_segments_sum_hides_behind_the_next_segment_in_flight():
+    """An all-reduce's reduce-scatter sums each received segment before its next send, the other segment in flight
+    meanwhile (gloo's ``allreduce.cc``): on 2 ranks (segments of a quarter of the bytes) a sum no longer than a segment's
+    wire time adds only the last segment's sum; a longer one is serial for both segments, less the one wire time it
+    overlaps. ``unhidden_reduce_us`` reads the sum back from either excess."""
+    bare = ring_done(False, [0.0, 0.0], MIB, PER_BYTE).min()
+    segment = MIB / 4 * PER_BYTE
+    for r in (0.5 * segment, segment, 3.0 * segment):
+        excess = ring_done(False, [0.0, 0.0], MIB, PER_BYTE, r).min() - bare
+        assert excess == pytest.approx(r + max(r - segment, 0.0), abs=4 * NOTICE_BYTES * PER_BYTE)
+        assert unhidden_reduce_us(excess, MIB, 2, PER_BYTE) == pytest.approx(r, rel=1e-6)
+    # 4 ranks: more of the sums stay serial where they outlast the wire, still one where they do not
+    bare4 = ring_done(False, [0.0] * 4, MIB, PER_BYTE).min()
+    slow = ring_done(False, [0.0] * 4, MIB, PER_BYTE, 0.5 * MIB / 8 * PER_BYTE).min() - bare4
+    assert slow == pytest.approx(0.5 * MIB / 8 * PER_BYTE, abs=16 * NOTICE_BYTES * PER_BYTE)
+    fast = ring_done(False, [0.0] * 4, MIB, PER_BYTE, 3.0 * MIB / 8 * PER_BYTE).min() - bare4
+    assert fast > 2 * 3.0 * MIB / 8 * PER_BYTE
+    assert unhidden_reduce_us(0.0, MIB, 4, PER_BYTE) == 0.0 and unhidden_reduce_us(5.0, MIB, 1, PER_BYTE) == 0.0
 
 
 def test_a_late_rank_lets_the_other_links_start():

@@ -16,8 +16,11 @@ ranks (up to 5 ms when the last rank arrives 7 ms after the others) included.
 2-rank rings took 1.08-1.17x this replay in the 6-rank jobs (three such rings at a time) and ran as the 4-rank ring of
 their round in the 4-rank jobs: not the ring's algorithm (gloo has no 2-rank one) nor a cost per message; not modelled.
 
-The replay is in units of the link's time per byte: no rate, latency or CPU time is assumed (messages are fluid,
-notices nearly free, no propagation delay)."""
+The replay is in units of the link's time per byte: no rate or latency is assumed (messages are fluid, notices nearly
+free, no propagation delay), and no CPU time but the all-reduce's reductions where given (``reduce_us``): in its
+reduce-scatter gloo sums each received segment into its own (``opts.reduce``) after waiting for it and before posting
+the next send, the one segment in flight on each side hiding that work while the wire takes longer.
+``unhidden_reduce_us`` reads the reduction back from what a transfer took beyond its wire."""
 from __future__ import annotations
 
 import heapq
@@ -36,10 +39,12 @@ class _Op:
         self.done, self.waiters, self.nbytes = False, [], nbytes
 
 
-def ring_done(all_gather: bool, arrivals: Sequence[float], nbytes: float, us_per_byte: float) -> np.ndarray:
+def ring_done(all_gather: bool, arrivals: Sequence[float], nbytes: float, us_per_byte: float, reduce_us: float = 0.0) -> np.ndarray:
     """Each rank's completion (us, the arrivals' clock) of a ring all-gather (``all_gather``; ``nbytes`` gathered) or
     all-reduce (``nbytes`` reduced) whose ranks, in ring order, start at ``arrivals``; ``us_per_byte``: a port's time
-    per byte. With equal arrivals every rank ends at (n-1)/n * ``nbytes`` (all-reduce: twice that) * ``us_per_byte``."""
+    per byte. With equal arrivals every rank ends at (n-1)/n * ``nbytes`` (all-reduce: twice that) * ``us_per_byte``,
+    plus, with ``reduce_us`` (an all-reduce's time to sum one received segment into the rank's own), what of those
+    sums the segments in flight do not hide: the last one's at least."""
     n = len(arrivals)
     events: list[tuple[float, int, Callable[[float], None]]] = []
     order = itertools.count()
@@ -88,7 +93,7 @@ def ring_done(all_gather: bool, arrivals: Sequence[float], nbytes: float, us_per
         port(d, now[d], NOTICE_BYTES, noticed)
         return op
 
-    def program(r: int) -> Iterator[tuple[_Op, _Op]]:
+    def program(r: int) -> Iterator[tuple[_Op, _Op] | float]:
         if all_gather:
             chunk = nbytes / n
             ops: list[tuple[_Op, _Op]] = []
@@ -99,16 +104,18 @@ def ring_done(all_gather: bool, arrivals: Sequence[float], nbytes: float, us_per
                 ops.append((s, recv(r, (r - 1) % n)))
             yield from ops[-2:]
             return
-        for _phase in range(2):  # reduce-scatter, all-gather
+        for phase in range(2):  # reduce-scatter (each received segment summed), all-gather
             ops = []
             for i in range(2 * n):
                 if i >= 2:
                     yield ops[i - 2]
+                    if phase == 0 and reduce_us > 0:
+                        yield float(reduce_us)
                 if i < 2 * n - 2:
                     rv = recv(r, (r + 1) % n)
                     ops.append((send(r, (r - 1) % n, nbytes / (2 * n)), rv))
 
-    def run(r: int, steps: Iterator[tuple[_Op, _Op]], waiting: tuple[_Op, ...], t: float) -> None:
+    def run(r: int, steps: Iterator[tuple[_Op, _Op] | float], waiting: tuple[_Op, ...], t: float) -> None:
         now[r] = t
         while True:
             late = [op for op in waiting if not op.done]
@@ -116,10 +123,14 @@ def ring_done(all_gather: bool, arrivals: Sequence[float], nbytes: float, us_per
                 late[0].waiters.append(lambda t2: run(r, steps, waiting, t2))
                 return
             try:
-                waiting = next(steps)
+                step = next(steps)
             except StopIteration:
                 done[r] = t
                 return
+            if isinstance(step, float):  # work on the rank's cores: it posts nothing meanwhile
+                at(t + step, lambda t2: run(r, steps, (), t2))
+                return
+            waiting = step
 
     for r in range(n):
         at(float(arrivals[r]), (lambda r: lambda t: run(r, program(r), (), t))(r))
@@ -136,3 +147,24 @@ def head_start(all_gather: bool, arrivals: np.ndarray, nbytes: float, us_per_byt
     if arrivals.shape[1] < 2 or together <= 0 or not len(arrivals):
         return 1.0
     return float(np.mean([ring_done(all_gather, a, nbytes, us_per_byte).min() - a.max() for a in arrivals]) / together)
+
+
+def unhidden_reduce_us(excess_us: float, nbytes: float, workers: int, us_per_byte: float) -> float:
+    """The time to sum one segment (``ring_done``'s ``reduce_us``) with which an all-reduce of ``nbytes`` on ``workers``
+    ranks, arriving together, takes ``excess_us`` beyond its bare transfer at ``us_per_byte``: what of that excess a
+    wire slow enough to hide every other segment's sum still shows (the last segment's sum, serial after its
+    receive). Where the sums outlast the segments' wire time (a fast wire, the cores busy) all but that one are serial
+    too, and the excess is several sums, not one: gloo's fp16 sums on the two-host testbed at 1 Gbit/s took 12-17 ns
+    a byte beyond the wire (their least), 8-10 ns at 200 Mbit/s, read back here as 7-10. At most ``excess_us``."""
+    if excess_us <= 0 or nbytes <= 0 or workers < 2:
+        return 0.0
+    zeros = np.zeros(workers)
+    bare = float(ring_done(False, zeros, nbytes, us_per_byte).min())
+    lo, hi = 0.0, float(excess_us)
+    for _ in range(40):  # the excess grows with the sum's time: bisect
+        mid = 0.5 * (lo + hi)
+        if float(ring_done(False, zeros, nbytes, us_per_byte, mid).min()) - bare < excess_us:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)

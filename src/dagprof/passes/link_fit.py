@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..costmodel.alphabeta import AlphaBeta, fit_alpha_beta
+from ..costmodel.gloo_ring import unhidden_reduce_us
 from ..costmodel.topology import Topology, priced_kind
 from ..errors import DagprofError
 from ..graph.build_fsdp import allreduce_equivalent_bytes, is_fsdp_graph
@@ -215,26 +216,31 @@ LARGE_SHARE = 0.5
 
 def unhidden_us_per_byte(g: Graph, wire_us_per_byte: float) -> float:
     """A Horovod profile's time per byte beyond the wire that no wire rate hides (``split_at_wire``'s ``kept_us_per_byte``):
-    where every all-reduced gradient is half precision, the least such time among its large transfers (``LARGE_SHARE``);
-    0 elsewhere. us per byte, on the ring's 2 (N - 1) / N share of each transfer's bytes, as ``AlphaBeta.beta_us_per_byte``.
+    where every all-reduced gradient is half precision, the least such time among its large transfers (``LARGE_SHARE``),
+    of which a slower wire still shows one segment's sum (``costmodel.gloo_ring.unhidden_reduce_us``); 0 elsewhere. us
+    per byte, on the ring's 2 (N - 1) / N share of each transfer's bytes, as ``AlphaBeta.beta_us_per_byte``.
 
     The same script (hvd_autoencoder.py, 2 ranks, the testbed 2026-12-04) all-reduced fp16 and fp32 gradients: fp16's
     transfers ran at 1.16-1.17 (load 2.4-3.1) and 1.43-1.78 (load 5) times the 500 Mbit/s wire, and at 200 Mbit/s still
     at 1.03 and 1.27-1.34 times it; fp32's (``Compression.none``, 2 rounds at load 6.6-11.4) at 1.37-1.39 times the 500 Mbit/s
     wire and 0.99-1.00 times the 200 Mbit/s one (its least excess at 500, 3.7-6.0 ns a byte, gone), as hvd_sparse_gru's
     fp32 at 1.02-1.16 and 1.00-1.01 (medians over each job's large transfers, over the wire's payload rate as the
-    200 Mbit/s job carried it). The least excess of fp16's large transfers per byte at 500 Mbit/s
-    (3.0-3.5 ns quiet, 5.3-10.2 loaded) matched the 200 Mbit/s job's fitted excess (3.2; 5.3-5.5); the fit's whole
-    excess (4.2-4.7; 13.6-23.4) did not: the fastest transfers show the work on the cores every fp16 buffer costs (its
-    element-wise sums, which the ring does not overlap with the wire, the likely cause), the slower ones' extra the
-    load, which a slower wire hides."""
+    200 Mbit/s job carried it). The fastest transfers show the work on the cores every fp16 buffer costs (gloo's
+    element-wise sums), the slower ones' extra the load, which a slower wire hides. Those sums run between a segment's
+    receive and the next send, beside the other segment in flight: kept whole, the least excess of the two-host
+    testbed's 1 Gbit/s profiles (12.2 and 16.9 ns a byte, quiet), where the sums outlasted the segments' wire time,
+    priced the 200 Mbit/s transfers 11-21 % over those measured (8-10 ns a byte beyond the wire); one segment's sum is
+    7.2 and 9.5. Where the sums already hid behind the profiled wire (the loopback at 500 Mbit/s, quiet) it is the
+    whole least excess, as before."""
     dtypes = _allreduced_dtypes(g)
     if not dtypes or not all(dt in UNHIDDEN_DTYPES for dt in dtypes):
         return 0.0
     nbytes, dur = profiled_collectives(g)
-    share = 2 * (max(priced_world_size(g), 2) - 1) / max(priced_world_size(g), 2) * nbytes.astype(float)
-    large = nbytes >= LARGE_SHARE * nbytes.max()
-    return max(float(((dur[large] - share[large] * wire_us_per_byte) / share[large]).min()), 0.0)
+    n = max(priced_world_size(g), 2)
+    share = 2 * (n - 1) / n * nbytes.astype(float)
+    large = np.flatnonzero(nbytes >= LARGE_SHARE * nbytes.max())
+    i = large[int(np.argmin((dur[large] - share[large] * wire_us_per_byte) / share[large]))]
+    return unhidden_reduce_us(float(dur[i] - share[i] * wire_us_per_byte), float(nbytes[i]), n, wire_us_per_byte) / float(share[i])
 
 
 def _allreduced_dtypes(g: Graph) -> list[str]:
