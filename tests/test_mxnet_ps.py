@@ -26,7 +26,6 @@ from dagprof.search.whatif import evaluate
 from dagprof.traces import mxnet
 from dagprof.traces.events import Kind
 from dagprof.traces.load import load
-from dagprof.traces.meta import PsRecord, ServerBusy
 from dagprof.traces.mxnet import pslite_placement
 
 FIXTURE = pathlib.Path(__file__).parent / "data" / "mxnet"
@@ -627,36 +626,8 @@ def test_a_server_s_gap_before_an_update_is_split_by_its_cpu_clock_into_work_and
 
     part = row(200.0)
     assert part.busy_us == pytest.approx(5 + 1600 - 520 + 3100 - 1910) and part.waited_us == pytest.approx(310.0)
-    assert part.workers == 2 and part.push_us == pytest.approx((2100 - 1910) / 2)  # the work before the second update's calls, a push each
     full = row(600.0)  # more CPU than the gap (threads at once): the whole gap is work
     assert full.busy_us == pytest.approx(5 + 3100 - 520) and full.waited_us == 0.0
-    assert _two_updates(tmp_path, 110.0, {}).push_us == 0.0  # no clocks: not known
-
-
-def test_a_server_s_work_per_push_grows_with_the_workers():
-    """A key part's time on its server: the updater's, the same for any worker count, and ps-lite taking in one push per
-    worker (``ServerBusy.push_us``), which ``--workers`` adds per copy; a record without the servers' clocks prices
-    every worker count alike."""
-    row = ServerBusy(file=0, step=1, busy_us=3000.0, updates=2, ops_us=200.0, waited_us=0.0, push_us=100.0, workers=2)
-    ps = PsRecord(num_workers=2, server_busy=[row])
-    assert update_us(ps, 1) == update_us(ps, 1, 2) == pytest.approx(1400.0)
-    assert update_us(ps, 1, 4) == pytest.approx(1600.0) and update_us(ps, 1, 3) == pytest.approx(1500.0)
-    old = PsRecord(num_workers=2, server_busy=[ServerBusy(file=0, step=1, busy_us=3000.0, updates=2, ops_us=200.0)])
-    assert update_us(old, 1, 4) == update_us(old, 1) == pytest.approx(1400.0)
-
-
-def test_more_workers_price_each_copy_s_pushes_on_the_servers(tmp_path):
-    """``--workers 4`` from 2 profiled workers: every server sum (a key part's update) takes two more pushes' work."""
-    g = open_run(str(shutil.copytree(SPARSE_MF, tmp_path / "r"))).graph
-    busy = [msgspec.structs.replace(b, push_us=150.0, workers=2) for b in g.meta.ps.server_busy]
-    g = g.replace(meta=g.meta.replace(ps=msgspec.structs.replace(g.meta.ps, server_busy=busy)))
-    names = np.asarray(g.names)[g.name].astype(str)
-    h = scale_workers(g, 4)
-    sums = [x.dur[np.char.endswith(np.asarray(x.names)[x.name].astype(str), "ps0 sum")] for x in (g, h)]
-    assert len(sums[0]) == len(sums[1]) == np.char.endswith(names, "ps0 sum").sum()
-    gamma = current_topology(g).inter.gamma_us_per_byte  # the engine's sums grow with the bytes too
-    nbytes = [x.nbytes[np.char.endswith(np.asarray(x.names)[x.name].astype(str), "ps0 sum")] for x in (g, h)]
-    assert sums[1] - sums[0] == pytest.approx(2 * 150.0 + gamma * (nbytes[1] - nbytes[0]))
 
 
 def test_a_message_s_time_less_its_server_s_busy_time_is_its_wire_and_latencies():

@@ -294,24 +294,19 @@ def initial_link(run: Run) -> AlphaBeta:
     return AlphaBeta(alpha, beta, gamma)
 
 
-def update_us(ps: PsRecord, step: int | None = None, workers: int | None = None) -> float:
+def update_us(ps: PsRecord, step: int | None = None) -> float:
     """A server's time per key part it updates beside its engine's time per byte (``initial_link``'s gamma): the key handed
     to the updater and the updater's Python between its engine calls, which no byte count prices (``mx_sparse_mf.py``'s
-    dense AdaGrad: 1-1.5 ms a key of 4 B to 16 kB), and ps-lite taking in the part's pushes, one per worker: with
-    ``workers`` workers (default the profiled ones) each part's time grows by the recorded CPU work per push
-    (``ServerBusy.push_us``: 0.11-0.22 ms of the 1.3-1.7 ms a part took with 2 workers, ``mx_sparse_mf.py``). The mean over
-    the profiled servers in ``step``: a load that comes in one step slows that step's updates (a fresh
-    ``mx_fasttext_sparse.py`` profile: 28, 6 and 4 ms of server work in its 3 steps, priced at their mean +7.0 % off, its
-    link fitted infinitely fast); over every step where ``step`` is None or not profiled. A part costs it on any server
-    count and link."""
+    dense AdaGrad: 1-1.5 ms a key of 4 B to 16 kB). The mean over the profiled servers in ``step``: a load that comes in
+    one step slows that step's updates (a fresh ``mx_fasttext_sparse.py`` profile: 28, 6 and 4 ms of server work in its 3
+    steps, priced at their mean +7.0 % off, its link fitted infinitely fast); over every step where ``step`` is None or not
+    profiled. A part costs it on any server count, link and worker count: ``mx_sparse_mf.py``'s server, on its CPU clock,
+    was busy 10.1-13.1 ms a step with 3 workers and 9.4-13.2 with 2, and the work between its updates came to 0.24-0.28 ms
+    a part with 3 (0.08-0.09 a push) and 0.25-0.33 with 2 (0.12-0.17 a push): ps-lite's work per push did not add up
+    per worker (docs/evidence.md)."""
     rows = [b for b in ps.server_busy if b.step == step] or ps.server_busy
     parts = sum(b.updates for b in rows)
-    if not parts:
-        return 0.0
-    push = sum(b.push_us * b.updates for b in rows) / parts  # a part's work per push
-    taken = sum(b.push_us * b.updates * b.workers for b in rows) / parts  # a part's work for the profiled pushes
-    more = push * workers - taken if workers is not None else 0.0
-    return max(sum(b.busy_us - b.ops_us for b in rows) / parts + more, 0.0)
+    return max(sum(b.busy_us - b.ops_us for b in rows), 0.0) / parts if parts else 0.0
 
 
 def scale_server_work(g: Graph, factor: float) -> Graph:
@@ -327,11 +322,10 @@ def scale_server_work(g: Graph, factor: float) -> Graph:
     dur = g.dur.copy()
     on = np.flatnonzero(cpu[g.device])
     steps, at = np.unique(g.step[on], return_inverse=True)
-    dur[on] = np.maximum(dur[on] - np.array([update_us(ps, int(s), g.meta.world_size) for s in steps])[at] * (1.0 - factor), 0.0)
+    dur[on] = np.maximum(dur[on] - np.array([update_us(ps, int(s)) for s in steps])[at] * (1.0 - factor), 0.0)
     dur[np.char.find(np.asarray(g.names, dtype=str)[g.name], " serve w") >= 0] *= factor
     meta = g.meta.copy()
-    meta.ps = msgspec.structs.replace(ps, server_busy=[msgspec.structs.replace(b, busy_us=b.ops_us + (b.busy_us - b.ops_us) * factor,
-                                                                               push_us=b.push_us * factor)
+    meta.ps = msgspec.structs.replace(ps, server_busy=[msgspec.structs.replace(b, busy_us=b.ops_us + (b.busy_us - b.ops_us) * factor)
                                                        for b in ps.server_busy])
     if fit is not None:
         meta.ps_link_fit = replace(fit, row_pull_extra_us=tuple(p._replace(us=p.us * factor) for p in fit.row_pull_extra_us))
@@ -382,7 +376,7 @@ def rebuild_ps(g: Graph, servers: int, link: AlphaBeta, row_pull_extra_us: dict 
             pulled[at] = int(remap[v])
     n = int(g.meta.world_size)
     for step in g.meta.steps:
-        per_update = update_us(ps, step, n)
+        per_update = update_us(ps, step)
         for k in ps.keys:
             key = k.key
             ready = [[issue[(step, key, w)]] for w in range(n)]

@@ -160,10 +160,6 @@ class ServerBusy(msgspec.Struct, frozen=True):
     ops_us: float  # the engine's copies, sums and ``*_update`` ops: the part that grows with the bytes
     # between its updates, the time its threads used no CPU: waiting for a push's bytes or a core (-1: its CPU not recorded)
     waited_us: float = -1.0
-    # of busy_us, the CPU work between its updates per push it took in (ps-lite taking a key's pushes in, answering its
-    # pulls: one of each per worker), the part of a key's time that grows with the workers; 0: its CPU not recorded
-    push_us: float = 0.0
-    workers: int = 0  # the workers whose pushes it took in (0: not recorded, older files)
 
 
 class PsRecord(msgspec.Struct, kw_only=True, frozen=True):

@@ -481,10 +481,8 @@ def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> tuple[lis
     gaps added 1.5 and 1.8 ms a step (medians) at 500 and 200 Mbit/s alike, where wire would take 2.5 times as long at 200 (docs/evidence.md).
     Where the collector timed the updater's calls (``MxManifest.server_updates``), the gap before each update but the step's
     first is split by the server's CPU clock instead: the CPU its threads used in it is work, ending where the updater began
-    (``_worked_from``); the rest of the gap its threads waited, for a push's bytes or a core (``ServerBusy.waited_us``). The
-    work in those gaps is ps-lite taking a key's pushes in and answering its pulls, one of each per worker: per push, the
-    mean over the split gaps (``ServerBusy.push_us``), which a job with more workers pays more of per key. Also each
-    server's busy spans (starts, ends, us on the shared clock), every step's."""
+    (``_worked_from``); the rest of the gap its threads waited, for a push's bytes or a core (``ServerBusy.waited_us``). Also
+    each server's busy spans (starts, ends, us on the shared clock), every step's."""
     out, busy = [], {}
     steps = sorted({p["step"] for pushes in per_worker.values() for p in pushes})
     for s, path in sorted(man.server_files.items()):
@@ -505,7 +503,6 @@ def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> tuple[lis
             issued = np.sort([p["start"] for p in every])
             last, began = lo, lo  # the previous update's end and first call
             waited = 0.0 if timed is not None else -1.0
-            taken, split = 0.0, 0  # the CPU work before the updates whose gaps were split, and how many
             for i, (k, (first, end)) in enumerate(sorted(update.items())):
                 before = int(np.searchsorted(issued, first))
                 pushed = issued[before - 1] if before else first  # the latest push issued before it (none: its first call)
@@ -513,7 +510,6 @@ def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> tuple[lis
                 if worked is not None:
                     since = max(worked, last)
                     waited += since - last
-                    taken, split = taken + max(first - since, 0.0), split + 1
                 else:
                     since = last if pushed < began else max(received[k - 1] if k else first, pushed, last)
                 spans.append((since, end))  # empty where a later one began after it
@@ -522,8 +518,7 @@ def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> tuple[lis
             start, stop = (np.array(x, dtype=float) for x in zip(*spans)) if spans else (np.zeros(0), np.zeros(0))
             was = busy.get(s, (np.zeros(0), np.zeros(0)))
             busy[s] = (np.concatenate([was[0], start]), np.concatenate([was[1], stop]))
-            out.append(ServerBusy(s, step, covered(start, stop), parts, counted, waited, taken / split / len(per_worker) if split else 0.0,
-                                  len(per_worker)))
+            out.append(ServerBusy(s, step, covered(start, stop), parts, counted, waited))
     return out, busy
 
 
