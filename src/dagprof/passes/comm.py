@@ -464,7 +464,7 @@ def fit_ps_link(g: Graph, replayer: Callable[[Graph], ReplayResult], iterations:
     is the workers' own, one wait before each exchange's end (``PsLinkFit.worker_wait_us``, fitted so that they replay as
     measured): its engine taking the pulled weights in, on a core it may wait for, which no rate or worker count changes.
     ``mx_sparse_mf.py`` on the namespace testbed (4 B-16 kB keys, 11 ms of server work a step): the exchanges' fit came out
-    60-185 Mbit/s at a 1 Gbit/s tbf and 27-154 at 200 Mbit/s; the messages' slope 159-2027 (median 699) and 36-371
+    60-154 Mbit/s at a 1 Gbit/s tbf and 27-154 at 200 Mbit/s (1 server); the messages' slope 159-2027 (median 699) and 36-371
     (median 340) or none (docs/evidence.md). Where the exchanges replay too long at the messages' rate with no wait (the
     slope was noise), the rate is fitted to the exchanges as above.
 
