@@ -142,7 +142,11 @@ def test_row_sparse_exchanges_in_a_run_that_names_no_row_sparse_key_are_refused_
 
 @pytest.mark.mxnet
 def test_rerecord_the_row_sparse_script_from_scratch(tmp_path):
-    """The fixture's script profiled now (needs ``DAGPROF_MXNET_PYTHON``): rows recorded for both tables, the run replayed."""
+    """The fixture's script profiled now (needs ``DAGPROF_MXNET_PYTHON``): rows recorded for both tables, the run replayed
+    within 5 % (a fresh run on a busy machine; the vendored one is held to 2 %). It missed once at 11.1 %, right after
+    other frameworks' jobs, in 7 runs; 3 more profiles at load 13-18 (profiled steps 42-429 ms) replayed within 0.2 %:
+    a burst of other jobs inside the 3-step window, which no profile of it can price, so a miss is profiled again once,
+    and two misses fail the test (a fault of the model repeats; each try's error and load are in the message)."""
     import os
     import pathlib
 
@@ -151,10 +155,15 @@ def test_rerecord_the_row_sparse_script_from_scratch(tmp_path):
     python = os.environ.get("DAGPROF_MXNET_PYTHON")
     if not python:
         pytest.skip("set DAGPROF_MXNET_PYTHON to a Python with mxnet 1.9 (and numpy<1.24) to profile an MXNet job")
-    out = str(tmp_path / "run")
     script = str(pathlib.Path(__file__).parents[1] / "bench" / "frameworks" / "mx_fasttext_sparse.py")
-    assert main(["profile", "--mxnet-ps", "servers=1,workers=2", "-o", out, "--steps", "4:7", "--", python, script, "--steps", "10"]) == 0
-    p = open_run(out)
-    assert {k for _, _, k, _ in p.graph.meta.ps.rows} == {WORDS, BIGRAMS}
-    assert p.graph.meta.ps.server_busy and all(b.waited_us >= 0 for b in p.graph.meta.ps.server_busy)  # its updater timed on the CPU clock
-    assert abs(p.analysis.error_pct) < 5.0  # a fresh run on a busy machine; the vendored one is held to 2 %
+    tries = []
+    for attempt in range(2):
+        out = str(tmp_path / f"run{attempt}")
+        assert main(["profile", "--mxnet-ps", "servers=1,workers=2", "-o", out, "--steps", "4:7", "--", python, script, "--steps", "10"]) == 0
+        p = open_run(out)
+        assert {k for _, _, k, _ in p.graph.meta.ps.rows} == {WORDS, BIGRAMS}
+        assert p.graph.meta.ps.server_busy and all(b.waited_us >= 0 for b in p.graph.meta.ps.server_busy)  # its updater timed on the CPU clock
+        tries.append((round(p.analysis.error_pct, 2), round(os.getloadavg()[0], 1)))
+        if abs(p.analysis.error_pct) < 5.0:
+            break
+    assert abs(tries[-1][0]) < 5.0, f"replay error % and load of each try: {tries}"

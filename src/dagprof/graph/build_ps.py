@@ -300,7 +300,11 @@ def update_us(ps: PsRecord, step: int | None = None) -> float:
     dense AdaGrad: 1-1.5 ms a key of 4 B to 16 kB). The mean over the profiled servers in ``step``: a load that comes in
     one step slows that step's updates (a fresh ``mx_fasttext_sparse.py`` profile: 28, 6 and 4 ms of server work in its 3
     steps, priced at their mean +7.0 % off, its link fitted infinitely fast); over every step where ``step`` is None or not
-    profiled. A part costs it on any server count, link and worker count."""
+    profiled. A part costs it on any server count, link and worker count: ``mx_sparse_mf.py``'s server, on its CPU clock,
+    was busy 10.1-13.1 ms a step with 3 workers and 9.4-13.2 with 2, and the work between its updates came to 0.24-0.28 ms
+    a part with 3 (0.08-0.09 a push) and 0.25-0.33 with 2 (0.12-0.17 a push): ps-lite's work per push did not add up
+    per worker; with 4 its time a part (less the engine's) was 1.33 ms against 1.2 with 2 (medians, load 20-26), half
+    of a push's work more per worker (docs/evidence.md)."""
     rows = [b for b in ps.server_busy if b.step == step] or ps.server_busy
     parts = sum(b.updates for b in rows)
     return max(sum(b.busy_us - b.ops_us for b in rows), 0.0) / parts if parts else 0.0
