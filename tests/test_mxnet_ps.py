@@ -235,6 +235,17 @@ def test_cli_commands_on_the_recorded_folder(capsys, run_dir, cmd):
     assert out
 
 
+def test_replay_says_the_iteration_is_the_workers_mean(capsys, run_dir):
+    """A parameter server's iteration is its workers' mean step (``GraphMeta.job_of``), not the slowest worker's, which
+    the replay's line once said beside a number between the two workers' (``bench/frameworks/mx_gru_forecast.py``)."""
+    assert main(["replay", run_dir]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("iteration"))
+    assert line.startswith("iteration (workers' mean): measured")
+    assert main(["replay", run_dir, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["iteration_of"] == "workers' mean"
+
+
 def test_truncated_trace_is_a_one_line_error(capsys, run_dir):
     path = os.path.join(run_dir, "worker1.json.gz")
     with open(path, "r+b") as f:

@@ -28,7 +28,7 @@ def run(args) -> dict:
         files = staged.final_path(write_outputs(prof, staged.path, traces=skipped is None))
     a = prof.to_dict()
     keep = ("measured_iter_ms", "predicted_iter_ms", "error_pct", "per_rank", "steps", "nodes", "edges", "engine", "warnings", "partial")
-    out = {k: a[k] for k in keep}
+    out = {k: a[k] for k in keep} | {"iteration_of": "workers' mean" if prof.graph.meta.ps is not None else "slowest rank"}  # GraphMeta.job_of
     if skipped:
         out["warnings"] = [*out["warnings"], skipped]
     if args.explain:
@@ -44,7 +44,7 @@ def to_text(r: dict) -> str:
         measured = row["measured_iter_ms"]
         err = 100 * (row["predicted_iter_ms"] - measured) / measured if measured == measured else None
         lines.append(f"{row['rank']:>6} {ms(row['measured_iter_ms']):>12} {ms(row['predicted_iter_ms']):>12} {pct(err):>9}")
-    lines.append(f"iteration (slowest rank): measured {ms(r['measured_iter_ms'])}, predicted {ms(r['predicted_iter_ms'])}, error {pct(r['error_pct'])}")
+    lines.append(f"iteration ({r['iteration_of']}): measured {ms(r['measured_iter_ms'])}, predicted {ms(r['predicted_iter_ms'])}, error {pct(r['error_pct'])}")
     if "explain" in r:
         lines += ["", *text_lines(r["explain"])]
     lines += [f"{k.replace('_', ' ')}: {shown(v)}" for k, v in r["files"].items()]

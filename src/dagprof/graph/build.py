@@ -37,7 +37,7 @@ from ..traces.horovod import NEGOTIATE, REQUEST
 from ..traces.meta import AtResponse, HookWire
 from ..traces.parallelism import label_run
 from ..traces.step_marks import mark_steps
-from ..traces.steps import iteration_us, stalled_steps
+from ..traces.steps import iteration_us, stalled_steps, time_between_steps
 from .assemble import Assembler
 from .dag import Graph
 from .measured import GraphRule
@@ -80,10 +80,10 @@ def measured_iter_us(trace: RankTrace, steps: list[int]) -> float:
 
 
 def stalls(run: Run, steps: list[int]) -> list[str]:
-    """``traces.steps.stalled_steps`` of the ranks over ``steps``."""
+    """``traces.steps.stalled_steps`` and ``time_between_steps`` of the ranks over ``steps``."""
     spans = {t.rank: t.step_spans() for t in run.ranks}
-    said = stalled_steps({r: a[np.isin(a[:, 0].astype(int), steps)] for r, a in spans.items()})
-    return [said] if said else []
+    chosen = {r: a[np.isin(a[:, 0].astype(int), steps)] for r, a in spans.items()}
+    return [said for said in (stalled_steps(chosen), time_between_steps(chosen)) if said]
 
 
 def loop_steps(run: Run) -> LoopSteps | None:

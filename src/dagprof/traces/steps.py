@@ -98,3 +98,30 @@ def stalled_steps(spans: dict[int, np.ndarray]) -> str | None:
     return (f"{len(slow)} of {len(pooled)} rank steps last over {STALL_FACTOR:.0f}x the median step (rank {rank}, step {step}: "
             f"{us / 1e6:.1f} s against {median / 1e3:.1f} ms): a stall, a sleep or a second profiler session; the "
             "iteration time is the mean with them: choose --steps without them")
+
+
+def time_between_steps(spans: dict[int, np.ndarray]) -> str | None:
+    """A warning when, on some rank, the time from one step's end to the next step's start (outside every step marker)
+    exceeds the median step's own time: ``iteration_us`` counts it in the step before, as the loop paid it, and the
+    replay keeps it as host idle time, so ``analyze`` calls it framework overhead. A JAX loop's evaluation pass every 8
+    steps (a program compiled at its first call, 3.4 s between two 250 ms steps) made a window's iteration 680 ms and
+    its critical path 466 ms of "framework overhead", unsaid."""
+    gaps = []
+    for r, a in spans.items():
+        a = np.asarray(a, dtype=np.float64)
+        if len(a) < 2:
+            continue
+        a = a[np.argsort(a[:, 0], kind="stable")]
+        follows = a[1:, 0] == a[:-1, 0] + 1
+        gap = np.where(follows, a[1:, 1] - a[:-1, 2], 0.0)
+        gaps += [(float(g), r, int(a[i, 0]), float(np.median(a[:, 2] - a[:, 1]))) for i, g in enumerate(gap.tolist())]
+    median = float(np.median([m for *_, m in gaps])) if gaps else 0.0
+    long = [g for g in gaps if median > 0 and g[0] > median]
+    if not long:
+        return None
+    us, rank, step, _ = max(long)
+    return (f"{len(long)} time(s) between two steps, outside every step marker, exceed the median step (rank {rank}: "
+            f"{us / 1e3:.0f} ms after step {step}, against {median / 1e3:.1f} ms; an evaluation, a checkpoint or a compile "
+            "between steps?): the iteration time counts it in the step before, and analyze as framework overhead; "
+            "choose --steps without it")
+

@@ -171,6 +171,7 @@ class _Reader:
         self.group_sizes = self._group_sizes()
         self.nodes = {k: self._ops_of_line(k, op_rows[k]) for k in self.lane_of}
         self._flows()
+        self._run_steps()
         self._main_lane()
         return self._rank_trace()
 
@@ -342,6 +343,33 @@ class _Reader:
         self.sched = schedule(lines, self.nodes, self.main, c["start"], c["start"] + c["dur"], c["kind"], c["step"])
         self.tab.flows += self.sched.flows
         self.tab.flows += self._run_completions(c)
+
+    def _run_steps(self) -> None:
+        """An XLA program run dispatched outside every step belongs to none, wherever its ops' times fall. A program
+        dispatched between steps (an evaluation pass every few steps) runs on after the next step's marker begins on a
+        rank that did not wait for its result, and its all-reduce, timed inside that step there and between the steps
+        on the rank that read the result, took the step's first collective position on one rank only ("mismatched
+        collectives"). A run's ops carry the main-thread moment their chain of tasks descends from (``xplane_flows``);
+        runs queued behind a busy device inherit the chain of the run before them, so only a chain's first run was
+        dispatched at that moment: it takes that moment's step, every other run its first op's."""
+        if not self.run_rows:
+            return
+        runs = np.concatenate([r for r, _, _ in self.run_rows])
+        rows = np.concatenate([t for _, t, _ in self.run_rows])
+        c = self.tab.columns()
+        chain = self.sched.dispatch[rows]
+        ids, inv = np.unique(runs, return_inverse=True)
+        first, root = np.full(len(ids), np.inf), np.full(len(ids), np.inf)
+        np.minimum.at(first, inv, c["start"][rows])
+        known = ~np.isnan(chain)
+        np.minimum.at(root, inv[known], chain[known])
+        step = self._step_of(first)
+        led = np.isfinite(root)
+        for d in np.unique(root[led]).tolist():
+            mine = np.flatnonzero(root == d)
+            lead = mine[np.argmin(first[mine])]
+            step[lead] = self._step_of(np.array([d]))[0]
+        c["step"][rows] = step[inv]
 
     def _run_completions(self, c: dict[str, np.ndarray]) -> list[tuple[int, int]]:
         """XLA's client thread runs a program's ops inline, then waits for the run (``run_id``) to complete before it
