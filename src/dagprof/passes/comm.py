@@ -43,7 +43,7 @@ from ..costmodel.alphabeta import AlphaBeta
 from ..costmodel.collectives import allreduce_us, latency_saved_us
 from ..costmodel.topology import CollectiveSpec, Scheme, Topology, per_rank_equivalent_bytes, priced_kind
 from ..errors import DagprofError
-from ..graph.build_fsdp import allreduce_equivalent_bytes, is_fsdp_graph
+from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.build_ps import DONE, ISSUE, PULL_ISSUE, PULLED, is_ps_graph, rebuild_ps
 from ..graph.collectives import add_allreduce
 from ..graph.dag import Device, DeviceKind, Graph, GraphBuilder
@@ -60,6 +60,7 @@ from .link_fit import (
     graph_world_size,
     hybrid,
     keep_stalls,
+    medium_equivalent_bytes,
     pipelined,
     priced_comm,
     priced_world_size,
@@ -112,11 +113,8 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
     priced = [priced_kind(k) for k in called]
     kinds = (np.array([k.label for k in priced], dtype=object)
              if (topo.kinds or topo.link_ratio or _kinds_of(g)) and is_fsdp_graph(g) else np.full(len(idx), "", dtype=object))
-    equiv = allreduce_equivalent_bytes(g, idx)
+    equiv = medium_equivalent_bytes(g, idx, topo.half_duplex)  # one medium for every rank: each kind at its bytes' share of it
     backend, fsdp = g.meta.backend or "gloo", is_fsdp_graph(g)
-    if topo.half_duplex:  # one medium for every rank: a broadcast, gather or scatter costs its bytes on it (``Topology.one_way_share``;
-        # an FSDP job's own all-gathers keep half their bytes, ``allreduce_equivalent_bytes``, and so their whole share)
-        equiv = equiv * np.array([1.0 if fsdp and k == CommKind.ALL_GATHER else topo.one_way_share(k, backend) for k in called])
     consumers, lag = exit_lags(g, idx)
     exit_lag = g.exit_lag.copy()
     if topo.world_size < 2:  # a collective of one rank releases no rank after another
