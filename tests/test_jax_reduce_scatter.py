@@ -15,7 +15,7 @@ from testdata import DATA
 import dagprof
 from dagprof.costmodel.topology import all_gather_factor
 from dagprof.graph.build_fsdp import allreduce_equivalent_bytes
-from dagprof.passes.comm import priced_comm
+from dagprof.passes.comm import priced_comm, set_link, set_topology
 from dagprof.passes.link_fit import fit_topology, profiled_collectives, profiled_comm
 from dagprof.search.scenario import Cluster, Scenario, profiled_at
 from dagprof.search.whatif import evaluate
@@ -86,3 +86,22 @@ def test_on_one_medium_the_link_is_fitted_to_the_bytes_it_prices():
     model = {hd: evaluate(g, [Scenario(bandwidth="100Mbit")], Cluster(half_duplex=hd), tolerance_pct=None, raw=True)["model_error_pct"]
              for hd in (False, True)}
     assert abs(model[True] - model[False]) < 0.1  # one medium moves the fit's bytes and the prices' alike (was 2.3 points apart)
+
+
+def test_a_late_join_straight_after_another_collective_grows_with_the_link():
+    """XLA runs the three all-gathers back to back; a rank joins the next once it has left the one before, and the
+    builder times the join from that one's first completion: the gap before all_gather.10 and .11 is the late rank's exit
+    from the previous one, wire time as a consumer's lag (on the shaped loopback 1.5 ms at 1 Gbit/s, 7.2 ms at 200 Mbit/s).
+    A slower link grows it, by at most the link's ratio; the gap of the all-gather after the forward's compute stays."""
+    g = dagprof.build_graph(dagprof.load(ZERO))
+    flat = set_topology(g, fit_topology(g))
+    slow = set_link(flat, fit_topology(g).inter.bandwidth_bytes_per_s / 5)
+    names = np.array([g.node_name(v).rpartition(".")[0] for v in range(len(g))])
+    for name, chained in (("all_gather.9", False), ("all_gather.10", True), ("all_gather.11", True)):
+        at = np.flatnonzero((names == name) & (g.rank < 0) & (g.kind == Kind.COMM))
+        was, now = flat.gap[at], slow.gap[at]
+        if chained:
+            assert (now >= was).all() and now.sum() > 1.5 * was.sum()  # was kept as measured
+            assert (now <= 5 * was + 1e-6).all()
+        else:
+            np.testing.assert_allclose(now, was)
