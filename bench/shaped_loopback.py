@@ -215,7 +215,7 @@ def payload_share(out: str, workers: int, own_ports: bool = False) -> tuple[floa
         window = (sum if own_ports else max)(counts)
     except (OSError, ValueError, KeyError, DagprofError):
         return PAYLOAD_SHARE, "full frames (no count of the window's bytes)"
-    payload = 2 * (workers - 1) * bytes_per_step(out)
+    payload = 2 * (workers - 1) * bytes_per_step(out, own_ports)
     if not (window > 0 and job["tbf_bytes"] > 0 and job["loopback_bytes"] > 0 and payload > 0):
         return PAYLOAD_SHARE, "full frames (no bytes counted)"
     wire = window * job["tbf_bytes"] / job["loopback_bytes"]
@@ -255,7 +255,7 @@ def rate_models(g, out: str, rate: float, other: float, own_ports: bool = False)
 
     n = priced_world_size(g)
     share, how = payload_share(out, n, own_ports)
-    settings = Settings(profiled_bandwidth=wire_rate(rate, n, share, own_ports))
+    settings = Settings(profiled_bandwidth=wire_rate(rate, n, share, own_ports), half_duplex=not own_ports)  # the loopback: one medium
     marked = profiled_at(g, settings)
     base = base_topology(marked, settings)
     flat = set_topology(marked, base)
@@ -270,7 +270,9 @@ def predict_rate(out: str, rate: float, other: float, own_ports: bool = False) -
     whole fit by the rate ratio stretched that CPU time as wire time: +50 to +80 % on the collectives), op times as profiled
     (``raw``: the measurement it is compared with is a profiled run too). Also the median replayed step of that what-if, and
     of the model it starts from (the fitted link at the profiled rate) against the profile's own: its reproduction.
-    ``own_ports``: the job ran on the testbed as hosts (``wire_rate``)."""
+    On the loopback the what-if is told that every byte, both ways, crosses one shaper (``whatif --half-duplex``): fitted on
+    ports, JAX's ZeRO by hand (2-rank all-gathers beside reduce-scatters) put the link at 188 % of the wire, and 200 Mbit/s
+    19-22 % short. ``own_ports``: the job ran on the testbed as hosts (``wire_rate``), each worker's port its own."""
     from dagprof.passes.link_fit import priced_world_size
 
     p = open_run(out)
@@ -296,13 +298,16 @@ def predict_rate(out: str, rate: float, other: float, own_ports: bool = False) -
                   "interval_ms": [row.interval.lo_us / 1e3, row.interval.hi_us / 1e3], "interval_terms": list(row.interval.terms)}
 
 
-def bytes_per_step(out: str) -> float:
-    """The priced collectives' all-reduce-equivalent bytes per step of a profiled job."""
+def bytes_per_step(out: str, own_ports: bool = False) -> float:
+    """The priced collectives' all-reduce-equivalent bytes per step of a profiled job, on the shaped loopback at their
+    bytes' share of its one medium (``passes.link_fit.medium_equivalent_bytes``: a 2-rank all-gather half its gathered
+    bytes, not gloo's 3/4 on two ports); ``own_ports``: the testbed as hosts, each port its own."""
     from dagprof.passes.link_fit import priced_comm, profiled_collectives
+    from dagprof.search.scenario import Cluster as Settings, profiled_at
 
-    p = open_run(out)
-    comm = priced_comm(p.graph) & (p.graph.dur > 0)
-    return float(profiled_collectives(p.graph)[0].sum()) / max(len(np.unique(p.graph.step[comm])), 1)
+    g = profiled_at(open_run(out).graph, Settings(half_duplex=not own_ports))
+    comm = priced_comm(g) & (g.dur > 0)
+    return float(profiled_collectives(g)[0].sum()) / max(len(np.unique(g.step[comm])), 1)
 
 
 def pick_pair(out: str, workers: int) -> tuple[float, float, str]:

@@ -126,7 +126,8 @@ def test_a_link_whatif_lags_no_rank_more_than_the_collectives_transfer(run):
     exit lags: a rank's lag behind the first out (ms of scheduling on loopback) scaled by the rates' ratio (71x). A rank
     leaves at most the collective's transfer after the first, so no consumer waits longer than that; on the testbed's
     shaped link (lags of wire time, shorter than the transfer) the scaling is as before."""
-    from dagprof.passes.comm import allreduce_equivalent_bytes, current_topology, exit_lags, set_link
+    from dagprof.graph.build_fsdp import allreduce_equivalent_bytes
+    from dagprof.passes.comm import current_topology, exit_lags, set_link
     from dagprof.passes.link_fit import priced_comm
     from dagprof.pipeline import open_run
 

@@ -122,27 +122,9 @@ class Topology:
         return self.intra if self.host_of(a) == self.host_of(b) else self.inter
 
     def one_way_share(self, kind: CommKind, backend: str = "gloo") -> float:
-        """What a ``kind`` collective's all-reduce-equivalent bytes cost per byte where every rank's traffic crosses one
-        medium (``half_duplex``), 1 elsewhere: its bytes crossing the medium over the all-reduce's (an all-reduce of S
-        bytes on N ranks puts 2 (N-1) S on it, at the fitted rate per port times N). A scatter or gather of B per rank puts
-        (N-1) B on it, 1/N of its price on ports; a broadcast of S (N-1) S, 1 / (2 ``broadcast_factor``); gloo's
-        all-to-all of S (N-1) S, (N-1)/N of ``all_to_all_factor``'s. On 2 ranks each is 1/2: one direction at a time.
-        On the testbed's shaped loopback (``bench/bcast_sweep.py --loopback``, 200 Mbit/s, 0.5-8 MB) a broadcast took
-        0.495-0.504 of the all-reduce on 2 and on 4 ranks, and an all-to-all 0.491-0.534, where a 1/2 share for a
-        broadcast on any N priced it at 1.0 of the all-reduce on 4. Priced as on full-duplex ports, CLIP's backward
-        scatters there grew by 35 ms a step from 1 Gbit/s to 200 Mbit/s where they measured about 7."""
-        if not self.half_duplex:
-            return 1.0
-        n = max(self.world_size, 2)
-        if kind in (CommKind.SCATTER, CommKind.GATHER):
-            return 1.0 / n
-        if kind == CommKind.BROADCAST:
-            return 1.0 / (2.0 * broadcast_factor(n, backend))
-        if kind == CommKind.ALL_TO_ALL:
-            return KIND_FACTORS[CommKind.ALL_TO_ALL] / all_to_all_factor(n, backend)
-        if kind == CommKind.ALL_GATHER:
-            return KIND_FACTORS[CommKind.ALL_GATHER] / all_gather_factor(n, backend)
-        return 1.0
+        """``one_way_share`` of a ``kind`` collective on this topology's ranks where every rank's traffic crosses one medium
+        (``half_duplex``), 1 elsewhere."""
+        return one_way_share(kind, self.world_size, backend) if self.half_duplex else 1.0
 
     def with_workers(self, workers: int) -> "Topology":
         """Same host shape, more (or fewer) hosts: ``workers`` must fill whole hosts."""
@@ -470,6 +452,29 @@ def allreduce_equivalent_factor(kind: CommKind, backend: str = "gloo", world: in
     if kind == CommKind.ALL_TO_ALL:
         return all_to_all_factor(n, backend)
     return 1.0 if kind == CommKind.REDUCE_SCATTER and backend == "gloo" else KIND_FACTORS.get(kind, 1.0)
+
+
+def one_way_share(kind: CommKind, world: int, backend: str = "gloo") -> float:
+    """What a ``kind`` collective's all-reduce-equivalent bytes on ``world`` ranks cost per byte where every rank's traffic
+    crosses one medium (``Topology.half_duplex``): its bytes crossing the medium over the all-reduce's (an all-reduce of S
+    bytes on N ranks puts 2 (N-1) S on it, at the fitted rate per port times N). A scatter or gather of B per rank puts
+    (N-1) B on it, 1/N of its price on ports; a broadcast of S (N-1) S, 1 / (2 ``broadcast_factor``); gloo's
+    all-to-all of S (N-1) S, (N-1)/N of ``all_to_all_factor``'s; an all-gather of S gathered (N-1) S, a
+    half over ``all_gather_factor``. On 2 ranks each is 1/2: one direction at a time.
+    On the testbed's shaped loopback (``bench/bcast_sweep.py --loopback``, 200 Mbit/s, 0.5-8 MB) a broadcast took
+    0.495-0.504 of the all-reduce on 2 and on 4 ranks, and an all-to-all 0.491-0.534, where a 1/2 share for a
+    broadcast on any N priced it at 1.0 of the all-reduce on 4. Priced as on full-duplex ports, CLIP's backward
+    scatters there grew by 35 ms a step from 1 Gbit/s to 200 Mbit/s where they measured about 7."""
+    n = max(int(world), 2)
+    if kind in (CommKind.SCATTER, CommKind.GATHER):
+        return 1.0 / n
+    if kind == CommKind.BROADCAST:
+        return 1.0 / (2.0 * broadcast_factor(n, backend))
+    if kind == CommKind.ALL_TO_ALL:
+        return KIND_FACTORS[CommKind.ALL_TO_ALL] / all_to_all_factor(n, backend)
+    if kind == CommKind.ALL_GATHER:
+        return KIND_FACTORS[CommKind.ALL_GATHER] / all_gather_factor(n, backend)
+    return 1.0
 
 
 def all_gather_factor(world: int, backend: str = "gloo") -> float:

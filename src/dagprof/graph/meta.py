@@ -204,6 +204,9 @@ class GraphMeta:
     topology: Topology | None = None  # the link model pricing the collectives; None: fitted from the profile
     scheme: CollectiveSpec | None = None  # the collective scheme (ring, tree, hier, ps:K); None: ring
     wire_bytes_per_s: float | None = None  # the link rate the run was profiled at, where known (passes.link_fit.split_at_wire)
+    # every rank's traffic crossed one medium, both ways, where known (``whatif --half-duplex``): the profile's collectives are
+    # fitted, as they are priced, at their bytes' share of it (passes.link_fit.medium_equivalent_bytes)
+    half_duplex: bool = False
     # a bandwidth what-if's wire rate on a parameter-server job profiled at a known one: its row_sparse pulls' wire (graph.build_ps.rebuild_ps)
     ps_asked_bytes_per_s: float | None = None
     fine: bool = False  # collectives expanded into per-link messages (passes.comm.expand_collectives)

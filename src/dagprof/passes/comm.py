@@ -43,7 +43,7 @@ from ..costmodel.alphabeta import AlphaBeta
 from ..costmodel.collectives import allreduce_us, latency_saved_us
 from ..costmodel.topology import CollectiveSpec, Scheme, Topology, per_rank_equivalent_bytes, priced_kind
 from ..errors import DagprofError
-from ..graph.build_fsdp import allreduce_equivalent_bytes, is_fsdp_graph
+from ..graph.build_fsdp import is_fsdp_graph
 from ..graph.build_ps import DONE, ISSUE, PULL_ISSUE, PULLED, is_ps_graph, rebuild_ps
 from ..graph.collectives import add_allreduce
 from ..graph.dag import Device, DeviceKind, Graph, GraphBuilder
@@ -60,6 +60,7 @@ from .link_fit import (
     graph_world_size,
     hybrid,
     keep_stalls,
+    medium_equivalent_bytes,
     pipelined,
     priced_comm,
     priced_world_size,
@@ -112,11 +113,8 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
     priced = [priced_kind(k) for k in called]
     kinds = (np.array([k.label for k in priced], dtype=object)
              if (topo.kinds or topo.link_ratio or _kinds_of(g)) and is_fsdp_graph(g) else np.full(len(idx), "", dtype=object))
-    equiv = allreduce_equivalent_bytes(g, idx)
+    equiv = medium_equivalent_bytes(g, idx, topo.half_duplex)  # one medium for every rank: each kind at its bytes' share of it
     backend, fsdp = g.meta.backend or "gloo", is_fsdp_graph(g)
-    if topo.half_duplex:  # one medium for every rank: a broadcast, gather or scatter costs its bytes on it (``Topology.one_way_share``;
-        # an FSDP job's own all-gathers keep half their bytes, ``allreduce_equivalent_bytes``, and so their whole share)
-        equiv = equiv * np.array([1.0 if fsdp and k == CommKind.ALL_GATHER else topo.one_way_share(k, backend) for k in called])
     consumers, lag = exit_lags(g, idx)
     exit_lag = g.exit_lag.copy()
     if topo.world_size < 2:  # a collective of one rank releases no rank after another
@@ -126,7 +124,8 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
     wire = last.copy()
     wire[own] = wire_lags(g, consumers[own, 0], lag[own])
     waits, after = _peer_waits(g)
-    before = (lags_on or _lags_measured_on(g)) if (wire > 0).any() or len(waits) else None
+    joins, left = _chained_joins(g, idx)
+    before = (lags_on or _lags_measured_on(g)) if (wire > 0).any() or len(waits) or len(joins) else None
     per_all, moved_all = np.ones(len(g)), np.zeros(len(g))
     for kind in np.unique(kinds).tolist():  # a kind measured on its own (``Topology.kinds``) on its own link
         sel = kinds == kind
@@ -159,6 +158,9 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
         grow = np.maximum(grow, -g.exit_lag[waits])
         dur[waits] += grow
         exit_lag[waits] += grow
+    if len(joins) and before is not None:  # a rank's late join of a collective straight after another: its exit from that one
+        grow = np.minimum(wire_lags(g, left, g.gap[joins]), moved_all[left]) * (per_all[left] - 1.0)
+        gap[joins] += np.maximum(grow, -g.gap[joins])
     if not fsdp:  # each kind waits through its own schedule's latencies, not the ring all-reduce's (an FSDP job's own calls keep those)
         saved = {k: latency_saved_us(k, topo, spec, backend) for k in set(called)}
         dur[idx] = np.maximum(dur[idx] - np.array([saved[k] for k in called]), 0.0)
@@ -226,6 +228,24 @@ def _peer_waits(g: Graph) -> tuple[np.ndarray, np.ndarray]:
             waits.append(v)
             after.append(prev[0])
     return np.asarray(waits, np.int64), np.asarray(after, np.int64)
+
+
+def _chained_joins(g: Graph, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The collectives among ``idx`` that a rank joined straight after another's transfer (its join edge, ``graph
+    .shared_collectives``), and that transfer. The builder measures the join from the other's first completion, so the
+    collective's gap holds the late rank's exit from it: wire time as a consumer's lag is (``exit_lags``), its last bytes
+    still crossing. On one medium gloo's 2-rank all-gather ends on one rank while the other's half still crosses
+    (``bench/frameworks/jax_zero_rs.py`` on the shaped loopback: the next all-gather's join gap 1.5 ms at 1 Gbit/s, 7.2 ms
+    at 200 Mbit/s), and as a fixed gap a slower link left it at 1.5."""
+    priced = np.zeros(len(g), dtype=bool)
+    priced[idx] = True
+    joins, left = [], []
+    for c in find_collectives(g):
+        prev = [u for u in c.ready if priced[u]] if c.sync >= 0 and priced[c.comm] else []
+        if prev:
+            joins.append(c.comm)
+            left.append(prev[0])
+    return np.asarray(joins, np.int64), np.asarray(left, np.int64)
 
 
 def _prices(topo: Topology, kind: str, sizes: np.ndarray, spec: CollectiveSpec) -> np.ndarray:

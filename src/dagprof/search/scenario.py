@@ -353,12 +353,12 @@ def on_link(g: Graph, topo: Topology | None) -> Graph:
 
 
 def profiled_at(g: Graph, c: Cluster) -> Graph:
-    """``g`` with the wire rate it was profiled at (``c.profiled_bandwidth``) in its meta, where given: its fitted link is then
-    split at it (``passes.link_fit.split_at_wire``); a parameter-server job's fit is read against it per row instead
-    (``passes.comm.ps_bandwidth``)."""
-    if c.profiled_wire is None:
-        return g
-    return g.replace(meta=g.meta.replace(wire_bytes_per_s=c.profiled_wire))
+    """``g`` with what is known of the link it was profiled on in its meta: the wire rate (``c.profiled_bandwidth``), where
+    given, at which its fitted link is then split (``passes.link_fit.split_at_wire``; a parameter-server job's fit is read
+    against it per row instead, ``passes.comm.ps_bandwidth``); one medium for every rank (``c.half_duplex``), at whose share
+    its collectives are fitted as they are priced (``passes.link_fit.medium_equivalent_bytes``)."""
+    changes = ({} if c.profiled_wire is None else {"wire_bytes_per_s": c.profiled_wire}) | ({"half_duplex": True} if c.half_duplex else {})
+    return g.replace(meta=g.meta.replace(**changes)) if changes else g
 
 
 def _demand(g: Graph, res: ReplayResult, c: Cluster):
