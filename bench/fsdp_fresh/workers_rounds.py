@@ -20,15 +20,16 @@ import argparse
 import json
 import os
 import random
-import statistics
 import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.abspath(os.path.join(HERE, "..", "..", "src"))
 sys.path.insert(0, SRC)
+sys.path.insert(0, os.path.join(HERE, "..", "ddp_fresh"))
 
-from dagprof.collect.hooks.steptimes import read_times  # noqa: E402
+from link_check import step_ms  # noqa: E402  (the slowest rank's median step after the first third)
+
 from dagprof.collect.jobs.launch import Bootstrap, launch  # noqa: E402
 from dagprof.collect.jobs.netns import Cluster  # noqa: E402
 
@@ -42,13 +43,6 @@ def run_cell(cluster: Cluster, name: str, cell: str, out: str, steps: int) -> No
     boot = Bootstrap(times=out) if cell.startswith("measure") else Bootstrap(profile=out, steps=range(5, 10), kineto=False)
     launch([sys.executable, os.path.join(HERE, script), *args, "--steps", str(steps)], boot, ranks=ranks, cluster=cluster,
            log_dir=out + "-log", timeout_s=400)
-
-
-def step_ms(folder: str) -> float:
-    """Median over the steps after the first third of the slowest rank's optimizer step."""
-    per_rank = read_times(folder)
-    n = min(len(t["step_s"]) for t in per_rank)
-    return 1e3 * statistics.median(max(t["step_s"][i] for t in per_rank) for i in range(n // 3, n))
 
 
 def whatif(run: str, *extra: str, src: str = SRC) -> dict:
