@@ -13,10 +13,10 @@ from dagprof.analysis import job_iteration_us
 from dagprof.cli.main import main
 from dagprof.costmodel.topology import CollectiveSpec
 from dagprof.errors import DagprofError
-from dagprof.graph.build_ps import DONE, ISSUE, build_ps_graph, rebuild_ps, update_us
+from dagprof.graph.build_ps import DONE, ISSUE, rebuild_ps, update_us
 from dagprof.graph.collectives import ps_devices, worker_ports
 from dagprof.passes import scale_workers, set_link, set_scheme
-from dagprof.passes.comm import current_topology, exchange_us, fit_ps_link, message_beta
+from dagprof.passes.comm import current_topology, exchange_us
 from dagprof.passes.compute import own_cores_note, server_cores_note, share_cores
 from dagprof.passes.profiler_cost import job_steps, measure_profiler_cost, remove_profiler_cost, scale_host_work, steady_from, window_sides
 from dagprof.pipeline import open_run
@@ -613,7 +613,7 @@ def _two_updates(tmp_path, second_push_us: float, updates: dict):
     keys = {k: mxnet.MxKey(key=k, nbytes=16, elements=4) for k in (0, 1)}
     man = types.SimpleNamespace(server_files={0: str(tmp_path / "server0.json")}, keys=keys, servers=1, bound=1_000_000, updates=updates)
     pushes = {w: [{"step": 1, "start": t + w, "end": 3200.0} for t in (100.0, second_push_us)] for w in (0, 1)}
-    (row,), _ = mxnet._server_busy(man, pushes)
+    (row,) = mxnet._server_busy(man, pushes)
     assert row.updates == 2
     return row
 
@@ -639,42 +639,6 @@ def test_a_server_s_gap_before_an_update_is_split_by_its_cpu_clock_into_work_and
     assert part.busy_us == pytest.approx(5 + 1600 - 520 + 3100 - 1910) and part.waited_us == pytest.approx(310.0)
     full = row(600.0)  # more CPU than the gap (threads at once): the whole gap is work
     assert full.busy_us == pytest.approx(5 + 3100 - 520) and full.waited_us == 0.0
-
-
-def test_a_message_s_time_less_its_server_s_busy_time_is_its_wire_and_latencies():
-    """A dense key's push/pull on a worker less the time its server was busy within it (``_server_busy``'s spans); the
-    largest part's bytes; a row_sparse push is not one (the trace does not pair it with its rows' bytes)."""
-    keys = {0: mxnet.MxKey(key=0, nbytes=16, elements=4), 1: mxnet.MxKey(key=1, nbytes=4000, elements=1000),
-            2: mxnet.MxKey(key=2, nbytes=400, elements=100, stype="row_sparse", grad_stype="row_sparse")}
-    man = types.SimpleNamespace(keys=keys, servers=1, bound=1_000_000)
-    pushes = {0: [{"step": 1, "start": 0.0, "end": 2000.0, "dense": True}, {"step": 1, "start": 100.0, "end": 2500.0, "dense": True},
-                  {"step": 1, "start": 150.0, "end": 2600.0, "dense": False}]}
-    busy = {0: (np.array([500.0, 1200.0]), np.array([1000.0, 1800.0]))}
-    assert mxnet._message_us(man, pushes, busy) == [(16, 2000.0 - 1100.0), (4000, 2400.0 - 1100.0)]
-    pushes[0].pop(0)  # a step whose dense pushes do not match the keys: left out
-    assert mxnet._message_us(man, pushes, busy) == []
-
-
-def test_the_link_is_fitted_to_the_messages_bytes_where_the_servers_cpu_was_recorded(tmp_path):
-    """Where each message's time beyond its server's work is known, the link's time per byte is its slope over the keys'
-    bytes (each size's median: a message that waited long for a core does not move it), and the rest of the exchanges
-    is each worker's wait before its exchange's end, fitted so that they replay as measured; no slope above 0: no wire
-    seen, an infinitely fast link."""
-    assert message_beta([(16, 900.0)] * 3) is None
-    assert message_beta([(16, 900.0), (16, 50_000.0), (16, 910.0), (8016, 1000.0), (8016, 1010.0), (8016, 1005.0)]) == pytest.approx((1005 - 910) / 8000)
-    assert message_beta([(16, 900.0), (8016, 800.0)]) == 0.0
-    run = load(str(shutil.copytree(SPARSE_MF, tmp_path / "r")))
-    per_byte = 8 / 500e6 * 1e6  # 500 Mbit/s
-    keys = [k for k in run.meta.ps.keys if not k.row_bytes]
-    run.meta.ps = msgspec.structs.replace(run.meta.ps, message_us=[(k.nbytes, 800.0 + per_byte * k.nbytes) for k in keys])
-    g = fit_ps_link(build_ps_graph(run), replay)
-    fit = g.meta.ps_link_fit
-    assert fit.bandwidth_bytes_per_s == pytest.approx(500e6 / 8, rel=1e-6) and fit.worker_wait_us > 0
-    names = np.asarray(g.names)[g.name]
-    assert (g.gap[names == DONE] == fit.worker_wait_us).all()
-    replayed = exchange_us(g, replay(g).start)
-    assert np.mean(list(replayed.values())) == pytest.approx(np.mean([us for *_, us in g.meta.ps.exchange_us]), rel=0.01)
-    assert current_topology(g).inter.bandwidth_bytes_per_s == pytest.approx(500e6 / 8, rel=1e-6)
 
 
 def test_more_servers_than_the_profiled_host_has_cores_for_are_said_to_share_them(tmp_path, capsys):

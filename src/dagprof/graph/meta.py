@@ -124,9 +124,6 @@ class PsLinkFit:
     # a row_sparse pull's time per byte on the wire against the fitted link's: the fastest pull's (the exchanges the link is
     # fitted to wait for the slowest worker and the servers' updates, so their rate can be slower than the wire's); 1: none
     row_pull_beta_ratio: float = 1.0
-    # where the rate is the messages' own (``passes.comm.message_beta``), the wait before each exchange's end that makes the
-    # exchanges replay as measured (us: the worker's engine taking the pulled weights in), on the done nodes' gap; else 0
-    worker_wait_us: float = 0.0
 
 
 class WakeFrom(enum.Enum):

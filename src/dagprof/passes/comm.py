@@ -477,83 +477,41 @@ def fit_ps_link(g: Graph, replayer: Callable[[Graph], ReplayResult], iterations:
     exchanges 1 ms short of the measured ones, the profiled run -3.8 %, until the rate was refitted; a
     first fit at an infinite rate left the pulls' own fit against no wire, +23 % until they were refitted).
 
-    Where the servers' CPU clocks were recorded (``PsRecord.message_us``), the rate is the messages' own instead: the
-    exchanges hold the servers' work, and a push/pull's time less its server's busy time within it is what the wire and
-    the latencies took; per key, the median over workers and steps, against the keys' bytes, the slope is the time per
-    byte (none where it is not above 0: the bytes' time did not show). What the exchanges take beyond their replay at it
-    is the workers' own, one wait before each exchange's end (``PsLinkFit.worker_wait_us``, fitted so that they replay as
-    measured): its engine taking the pulled weights in, on a core it may wait for, which no rate or worker count changes.
-    ``mx_sparse_mf.py`` on the namespace testbed (4 B-16 kB keys, 11 ms of server work a step): the exchanges' fit came out
-    60-154 Mbit/s at a 1 Gbit/s tbf and 27-154 at 200 Mbit/s (1 server); the messages' slope 159-2027 (median 699) and 36-371
-    (median 340) or none (docs/evidence.md). Where the exchanges replay too long at the messages' rate with no wait (the
-    slope was noise), the rate is fitted to the exchanges as above.
-
     ``replayer`` is ``dagprof.replay.replay`` (passes sit below the replay layer).
     """
     link, servers = g.meta.topology.inter, g.meta.scheme.servers
     target = float(np.mean([span for _, _, span in g.meta.ps.exchange_us]))
-    per_byte = message_beta(g.meta.ps.message_us)
 
-    def waiting(h: Graph, us: float) -> Graph:
-        return h.replace(gap=np.where(np.asarray(h.names)[h.name] == DONE, us, h.gap))
-
-    def rate(extra: dict, ratio: float) -> tuple[AlphaBeta, float]:
-        """The link and the workers' wait: at the messages' rate, the wait; where there is none, or the exchanges replay too
-        long at it with no wait (the messages' slope was noise: 100 Mbit/s on a 2-server profile at a 1 Gbit/s tbf), the
-        rate with no wait, as before."""
-        def mean_exchange(h: Graph) -> float:
+    def rate(extra: dict, ratio: float) -> AlphaBeta:
+        def mean_exchange(beta: float) -> float:
+            h = rebuild_ps(g, servers, replace(link, beta_us_per_byte=beta), extra, ratio)
             return float(np.mean(list(exchange_us(h, replayer(h).start).values())))
 
-        if per_byte is not None:
-            at = rebuild_ps(g, servers, replace(link, beta_us_per_byte=per_byte), extra, ratio)
-            wait = _bisect(lambda us: mean_exchange(waiting(at, us)), target, 1e3, 1e6, iterations)
-            if wait > 0:
-                return replace(link, beta_us_per_byte=per_byte), wait
-        beta = _bisect(lambda x: mean_exchange(rebuild_ps(g, servers, replace(link, beta_us_per_byte=x), extra, ratio)), target,
-                       max(link.beta_us_per_byte, 1e-6), 1e3, iterations)
-        return replace(link, beta_us_per_byte=beta), 0.0
+        lo, hi = 0.0, max(link.beta_us_per_byte, 1e-6)
+        at_lo, at_hi = mean_exchange(lo), mean_exchange(hi)
+        while at_hi < target and hi < 1e3:
+            hi *= 4
+            at_hi = mean_exchange(hi)
+        if at_lo >= target:  # even an infinitely fast link exchanges too slowly
+            hi, at_hi = lo, at_lo
+        for _ in range(iterations if hi > lo else 0):
+            mid = (lo + hi) / 2
+            at = mean_exchange(mid)
+            lo, at_lo, hi, at_hi = (mid, at, hi, at_hi) if at < target else (lo, at_lo, mid, at)
+        # the replayed exchanges jump where an order on a port or a server flips (the 2-server fixture: 38.0 -> 39.2 ms at one
+        # rate, 38.3 measured): of the rates either side, the one whose exchanges come closer
+        return replace(link, beta_us_per_byte=lo if lo > 0 and abs(at_lo - target) < abs(at_hi - target) else hi)
 
-    fitted, wait = rate({}, 1.0)
-    ratio, extra = _fit_row_pulls(waiting(g, wait), fitted, replayer)
+    fitted = rate({}, 1.0)
+    ratio, extra = _fit_row_pulls(g, fitted, replayer)
     if extra:  # the pulls as fitted move the workers' pushes, and a push waits for the other workers' at the server
-        fitted, wait = rate(extra, ratio)
-        ratio, extra = _fit_row_pulls(waiting(g, wait), fitted, replayer)  # and their wire is the refitted link's
-    out = waiting(rebuild_ps(g, servers, fitted, extra, ratio), wait)
+        fitted = rate(extra, ratio)
+        ratio, extra = _fit_row_pulls(g, fitted, replayer)  # and their wire is the refitted link's
+    out = rebuild_ps(g, servers, fitted, extra, ratio)
     hi = fitted.beta_us_per_byte
     out.meta.ps_link_fit = PsLinkFit(float(1e6 / hi) if hi > 0 else float(np.inf), link.alpha_us, link.gamma_us_per_byte, target,
-                                     g.meta.ps.num_workers / servers, tuple(RowPull(*key, us) for key, us in sorted(extra.items())), ratio, wait)
+                                     g.meta.ps.num_workers / servers, tuple(RowPull(*key, us) for key, us in sorted(extra.items())), ratio)
     return out
-
-
-def _bisect(replayed: Callable[[float], float], target: float, hi: float, limit: float, iterations: int) -> float:
-    """The value in [0, ``limit``] at which ``replayed`` (rising with it) comes to ``target``; 0 where it is there already."""
-    lo = 0.0
-    at_lo, at_hi = replayed(lo), replayed(hi)
-    while at_hi < target and hi < limit:
-        hi *= 4
-        at_hi = replayed(hi)
-    if at_lo >= target:
-        return 0.0
-    for _ in range(iterations):
-        mid = (lo + hi) / 2
-        at = replayed(mid)
-        lo, at_lo, hi, at_hi = (mid, at, hi, at_hi) if at < target else (lo, at_lo, mid, at)
-    # the replayed exchanges jump where an order on a port or a server flips (the 2-server fixture: 38.0 -> 39.2 ms at one
-    # rate, 38.3 measured): of the values either side, the one whose exchanges come closer
-    return lo if lo > 0 and abs(at_lo - target) < abs(at_hi - target) else hi
-
-
-def message_beta(messages: list[tuple[int, float]]) -> float | None:
-    """The time per byte (us) of a parameter-server job's messages, from (bytes, us) each took beyond its server's busy time
-    (``PsRecord.message_us``): the least-squares slope over their sizes of each size's median (a few messages wait seconds
-    for a core under load); 0 where it is not above 0; None where fewer than two sizes were recorded."""
-    nbytes = np.array([b for b, _ in messages], dtype=float)
-    us = np.array([u for _, u in messages], dtype=float)
-    sizes = np.unique(nbytes)
-    if len(sizes) < 2:
-        return None
-    slope = float(np.polyfit(sizes, [np.median(us[nbytes == b]) for b in sizes], 1)[0])
-    return max(slope, 0.0)
 
 
 def _fit_row_pulls(g: Graph, link, replayer: Callable[[Graph], ReplayResult], rounds: int = 3) -> tuple[float, dict[tuple[int, int, int], float]]:

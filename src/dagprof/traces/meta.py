@@ -184,9 +184,6 @@ class PsRecord(msgspec.Struct, kw_only=True, frozen=True):
     # ``row_ranges`` equal ranges of the table's row ids (``collect.hooks.mxnet_ps.ROW_RANGES``)
     rows: list[tuple[int, int, int, list[int]]] = []
     row_ranges: int = 840
-    # (bytes, us) per dense key's push/pull on a worker in a step: its time less its servers' busy time within it
-    # (``traces.mxnet._message_us``); [] where the servers' CPU was not recorded
-    message_us: list[tuple[int, float]] = []
 
 
 class StepSched(msgspec.Struct, frozen=True):

@@ -290,13 +290,12 @@ def read_mxnet_run(folder: str) -> Run:
         per_worker[w] = pushes
     refuse_copies(ranks, folder)  # mx.profiler records no worker id: a worker's trace copied over another's reads as that worker
     base_ns = min(t.base_ns for t in ranks)
-    busy, spans = _server_busy(man, per_worker)
+    busy = _server_busy(man, per_worker)
     ps = PsRecord(
         framework="mxnet", num_servers=man.servers, num_workers=man.workers, bigarray_bound=man.bound, placement="ps-lite",
         keys=[_ps_key(man, k) for k in sorted(man.keys.values(), key=lambda k: k.key)],
         server_busy=busy, servers_profiled=sorted(man.server_files), base_us=base_ns / 1e3,
         cpu_us=_profiled_us(man, man.cpu_s), main_cpu_us=_profiled_us(man, man.main_cpu_s), rows=_profiled_rows(man), row_ranges=man.row_ranges,
-        message_us=_message_us(man, per_worker, spans) if busy and min(b.waited_us for b in busy) >= 0 else [],
     )
     meta = RunMeta(ps=ps, framework="mxnet")
     if sorted(man.server_files) != list(range(man.servers)):
@@ -393,7 +392,7 @@ def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
             ev = rows.add(o.name, Kind.COMM, lane(f"kvstore {slot}", LaneKind.COMM_THREAD), o.start - base_us, o.end - o.start, step=step, group=0,
                           comm_kind=int(_push_kind(o.name)), role=int(CommRole.ROWS if o.name == ROW_SPARSE_PULL else CommRole.PLAIN))
             if o.name != ROW_SPARSE_PULL:  # a forward's row pull: no push, nothing the servers sum
-                pushes.append({"event": ev, "step": step, "start": o.start, "end": o.end, "dense": o.name != ROW_SPARSE_PUSH})
+                pushes.append({"event": ev, "step": step, "start": o.start, "end": o.end})
             continue
         if (o.pid, o.tid) == main_tid:
             ln = lane("engine cpu/0", LaneKind.CPU_THREAD, main=True)
@@ -462,7 +461,7 @@ def _timed_us(man: _Manifest, w: int) -> dict[int, float]:
     return {k: (b - a) / 1e3 for k, a, b in man.steps.get(w, []) if k >= stop or k < first - 1}
 
 
-def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> tuple[list[ServerBusy], dict[int, tuple[np.ndarray, np.ndarray]]]:
+def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> list[ServerBusy]:
     """Per server and step, the time the server was busy with the step's pushes and, of it, its engine's copies, sums and
     optimizer ops.
 
@@ -481,9 +480,8 @@ def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> tuple[lis
     gaps added 1.5 and 1.8 ms a step (medians) at 500 and 200 Mbit/s alike, where wire would take 2.5 times as long at 200 (docs/evidence.md).
     Where the collector timed the updater's calls (``MxManifest.server_updates``), the gap before each update but the step's
     first is split by the server's CPU clock instead: the CPU its threads used in it is work, ending where the updater began
-    (``_worked_from``); the rest of the gap its threads waited, for a push's bytes or a core (``ServerBusy.waited_us``). Also
-    each server's busy spans (starts, ends, us on the shared clock), every step's."""
-    out, busy = [], {}
+    (``_worked_from``); the rest of the gap its threads waited, for a push's bytes or a core (``ServerBusy.waited_us``)."""
+    out = []
     steps = sorted({p["step"] for pushes in per_worker.values() for p in pushes})
     for s, path in sorted(man.server_files.items()):
         ops, calls, _ = _ops(_load(path), path, calls=None)
@@ -516,29 +514,7 @@ def _server_busy(man: _Manifest, per_worker: dict[int, list[dict]]) -> tuple[lis
                 last, began = max(last, end), first
             counted = sum(o.end - o.start for o in mine if o.name in RECEIVED or o.name.endswith("_update"))
             start, stop = (np.array(x, dtype=float) for x in zip(*spans)) if spans else (np.zeros(0), np.zeros(0))
-            was = busy.get(s, (np.zeros(0), np.zeros(0)))
-            busy[s] = (np.concatenate([was[0], start]), np.concatenate([was[1], stop]))
             out.append(ServerBusy(s, step, covered(start, stop), parts, counted, waited))
-    return out, busy
-
-
-def _message_us(man: _Manifest, per_worker: dict[int, list[dict]], busy: dict[int, tuple[np.ndarray, np.ndarray]]) -> list[tuple[int, float]]:
-    """(bytes, us) per dense key's push/pull on a worker in a step: its time less the time its servers were busy within it
-    (``_server_busy``'s spans: summing, updating, taking pushes in), what is left for the wire and the latencies
-    (``passes.comm.fit_ps_link``). A message's bytes are its key's largest part (the parts cross to their servers at once).
-    The engine starts a step's pushes in the order Trainer issued them, key by key (``PUSH_CALLS``)."""
-    dense = [k for k in sorted(man.keys.values(), key=lambda k: k.key) if k.grad_stype != "row_sparse"]
-    out = []
-    for pushes in per_worker.values():
-        for step in sorted({p["step"] for p in pushes}):
-            mine = sorted((p for p in pushes if p["step"] == step and p["dense"]), key=lambda p: p["start"])
-            if len(mine) != len(dense):
-                continue
-            for k, p in zip(dense, mine):
-                parts = pslite_placement(k.key, k.elements, man.servers, man.bound)
-                start, stop = (np.concatenate(x) for x in zip(*(busy.get(srv, (np.zeros(0), np.zeros(0))) for srv, _ in parts)))
-                inside = covered(np.clip(start, p["start"], p["end"]), np.clip(stop, p["start"], p["end"]))
-                out.append((int(max(n for _, n in parts) * k.nbytes / max(k.elements, 1)), float(p["end"] - p["start"] - inside)))
     return out
 
 
