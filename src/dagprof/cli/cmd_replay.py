@@ -28,7 +28,7 @@ def run(args) -> dict:
         files = staged.final_path(write_outputs(prof, staged.path, traces=skipped is None))
     a = prof.to_dict()
     keep = ("measured_iter_ms", "predicted_iter_ms", "error_pct", "per_rank", "steps", "nodes", "edges", "engine", "warnings", "partial")
-    out = {k: a[k] for k in keep} | {"iteration_of": "workers' mean" if prof.graph.meta.ps is not None else "slowest rank"}  # GraphMeta.job_of
+    out = {k: a[k] for k in keep} | {"iteration_of": prof.graph.meta.job_name}
     if skipped:
         out["warnings"] = [*out["warnings"], skipped]
     if args.explain:

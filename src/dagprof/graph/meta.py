@@ -231,6 +231,11 @@ class GraphMeta:
         return max(per_rank) if self.ps is None else sum(per_rank) / len(per_rank)
 
     @property
+    def job_name(self) -> str:
+        """What ``job_of`` takes, as the outputs name it."""
+        return "slowest rank" if self.ps is None else "workers' mean"
+
+    @property
     def torch_minor(self) -> str:
         """The profile's torch version as major.minor (``2.13.0+cpu``: ``2.13``), what its measured constants are keyed by."""
         return ".".join(self.torch.split("+")[0].split(".")[:2])

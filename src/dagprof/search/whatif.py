@@ -60,7 +60,7 @@ from .wire_notes import profiled_wire_notes, waiting_notes
 
 COLUMNS = {
     "workers": "ranks (data-parallel workers) in the scenario",
-    "predicted_iter_ms": "predicted iteration time of the slowest rank, ms",
+    "predicted_iter_ms": "predicted iteration time of the slowest rank, ms",  # a parameter server's: its workers' mean (``run``)
     "iters_per_s": "iterations per second (1 / predicted_iter_ms); every rank runs one per iteration",
     "speedup_vs_profiled": "throughput (workers / iteration time) over the profiled run's, both replayed; > 1 = more samples/s than now",
     "speedup_vs_one_worker": "throughput over ONE worker's under the same conditions = workers x scaling_efficiency",
@@ -212,7 +212,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     profiler = cost.to_dict() | ({"corrected": False, "verdict": "--raw", "text": "op times as profiled (--raw)"} if raw else {})
     return {"workers": n0, "model_iter_ms": model / 1e3, "model_error_pct": model_error, "profiler_cost": profiler,
             "reference_iter_ms": None if not measured_us else measured_us / 1e3, "link": link_text(base_topo), "link_fit": link,
-            "columns": COLUMNS, "scenarios": rows, "overlap_slowdown": cluster.slowdown, "overlap_rate_bytes_per_s": cluster.comm_rate,
+            "columns": COLUMNS | {"predicted_iter_ms": f"predicted iteration time of the {g0.meta.job_name}, ms"}, "scenarios": rows, "overlap_slowdown": cluster.slowdown, "overlap_rate_bytes_per_s": cluster.comm_rate,
             "notes": _hybrid_notes(g0) + _stall_notes(fit, pipelined(g0)) + _conversion_notes(g0, scenarios, cluster)
                      + _crowded_notes(g0, scenarios) + _unsized_own_notes(g0, scenarios) + _in_ops_notes(g0, scenarios)
                      + _hook_notes(g0, scenarios)
