@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..units import count
+
 DEFAULT_STEPS = range(5, 10)
 """The window profiled when none is named: after DDP rebuilds its buckets (step 1) and the first steps warm up."""
 
@@ -120,7 +122,8 @@ def time_between_steps(spans: dict[int, np.ndarray]) -> str | None:
     if not long:
         return None
     us, rank, step, _ = max(long)
-    return (f"{len(long)} time(s) between two steps, outside every step marker, exceed the median step (rank {rank}: "
+    verb = "exceeds" if len(long) == 1 else "exceed"
+    return (f"{count(len(long), 'time')} between two steps, outside every step marker, {verb} the median step (rank {rank}: "
             f"{us / 1e3:.0f} ms after step {step}, against {median / 1e3:.1f} ms; an evaluation, a checkpoint or a compile "
             "between steps?): the iteration time counts it in the step before, and analyze as framework overhead; "
             "choose --steps without it")
