@@ -287,9 +287,9 @@ def profiled_kinds(g: Graph, overhead_us: float) -> tuple[tuple[str, AlphaBeta],
     sample = _kind_sample(g)
     if sample is None:
         return ()
-    kinds, _, wire, dur = sample
+    comm, kinds, _, wire, dur = sample
     out = []
-    dur = dur - fitted_stalls(g)[_kind_nodes(g)]  # each stall stays in its own step as measured (``keep_stalls``), not priced
+    dur = dur - fitted_stalls(g)[comm]  # each stall stays in its own step as measured (``keep_stalls``), not priced
     # again in its kind's link: a 2-rank ResNet's (``bench/fsdp_fresh/workers_rounds.py``, 100 Mbit/s) 13.8 ms a step of them
     # counted twice put the model of its profiled run +4.9 % over its replay, and --workers 4 priced them again 1.5 times
     for kind in np.unique(kinds).tolist():
@@ -300,18 +300,13 @@ def profiled_kinds(g: Graph, overhead_us: float) -> tuple[tuple[str, AlphaBeta],
     return tuple(out)
 
 
-def _kind_nodes(g: Graph) -> np.ndarray:
-    """The priced collectives of ``g`` with a measured duration and size, in the order ``_kind_sample`` gives them."""
-    mask = priced_comm(g)
-    return np.array([c.comm for c in find_collectives(g) if mask[c.comm] and g.dur[c.comm] > 0 and g.nbytes[c.comm] > 0], np.int64)
-
-
-def _kind_sample(g: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """(kinds, all-reduce-equivalent bytes, ring wire bytes, us) of an FSDP profile's priced collectives with a measured
-    duration and size, where they are of more than one kind; else None."""
+def _kind_sample(g: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """(nodes, kinds, all-reduce-equivalent bytes, ring wire bytes, us) of an FSDP profile's priced collectives with a
+    measured duration and size, where they are of more than one kind; else None."""
     if not is_fsdp_graph(g):
         return None
-    comm = _kind_nodes(g)
+    mask = priced_comm(g)
+    comm = np.array([c.comm for c in find_collectives(g) if mask[c.comm] and g.dur[c.comm] > 0 and g.nbytes[c.comm] > 0], np.int64)
     if not len(comm):
         return None
     kinds = np.array([priced_kind(CommKind(k)).label for k in g.comm_kind[comm].tolist()])
@@ -319,7 +314,7 @@ def _kind_sample(g: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarr
         return None
     n = max(priced_world_size(g), 2)
     equiv = allreduce_equivalent_bytes(g, comm).astype(float)
-    return kinds, equiv, 2 * (n - 1) / n * equiv, g.dur[comm].astype(float)
+    return comm, kinds, equiv, 2 * (n - 1) / n * equiv, g.dur[comm].astype(float)
 
 
 def kinds_fit(g: Graph) -> tuple[float, AlphaBeta, tuple[tuple[str, AlphaBeta], ...], float] | None:
@@ -340,7 +335,7 @@ def kinds_fit(g: Graph) -> tuple[float, AlphaBeta, tuple[tuple[str, AlphaBeta], 
     sample = _kind_sample(g)
     if sample is None:
         return None
-    kinds, equiv, wire, dur = sample
+    _, kinds, equiv, wire, dur = sample
     names = np.unique(kinds).tolist()
     for kind in names:
         sizes = equiv[kinds == kind]
