@@ -38,7 +38,7 @@ from ..traces.kineto_schema import dtype_bytes
 from ..traces.run_schema import FSDP_ROOT
 from ..units import KB, count
 from .comm import current_topology, retime_collectives
-from .fsdp_units import _collective_nodes, _without
+from .fsdp_units import collective_nodes, without_nodes
 
 UNMODELLED = {
     "bucket_mb": "--bucket-mb (FSDP has no gradient buckets: each unit is reduce-scattered after its backward)",
@@ -115,7 +115,7 @@ def set_reshard(g: Graph, on: Reshard) -> Graph:
         batch, forward = in_pass.of_collective(c.node, min(issuers(g, c.node)))
         step = int(g.step[c.node])
         if not on_here and not forward:  # the backward all-gather of a resharded unit: gone, with its joins and host ops
-            drop[_collective_nodes(g, c.node)] = True
+            drop[collective_nodes(g, c.node)] = True
             for r in issuers(g, c.node):
                 drop[gather_host_nodes(g, c.node, r)[0]] = True
             drop[by_name.get((step, f"fsdp copy-out {c.unit} (backward)"), []) + by_name.get((step, f"fsdp reshard {c.unit} (forward)"), [])] = True
@@ -138,7 +138,7 @@ def set_reshard(g: Graph, on: Reshard) -> Graph:
                     dur[first] += cost
     fs = g.meta.fsdp
     meta = g.meta.replace(fsdp=dataclasses.replace(fs, units=[dataclasses.replace(u, resharded_after_forward=resharded(u, on)) for u in fs.units]))
-    return _without(g.replace(dur=dur, gap=gap, meta=meta), drop, g.nbytes, {})
+    return without_nodes(g.replace(dur=dur, gap=gap, meta=meta), drop, g.nbytes, {})
 
 
 def gather_host_nodes(g: Graph, node: int, rank: int, path: bool = True) -> tuple[list[int], list[int]]:

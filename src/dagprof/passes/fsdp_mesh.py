@@ -71,7 +71,7 @@ from ..traces.events import CommKind, CommRole, Kind
 from ..traces.parallelism import Dim, GroupLabel
 from ..traces.run_schema import FSDP2_API
 from .comm import current_topology, retime_collectives
-from .fsdp_units import _collective_nodes, _without, enqueue_pieces, is_cut_piece
+from .fsdp_units import collective_nodes, enqueue_pieces, is_cut_piece, without_nodes
 from .link_fit import graph_world_size, hybrid
 from .workers import _copy_ranks, data_parallel_degree, scale_workers
 
@@ -149,8 +149,8 @@ def set_mesh(g: Graph, replicate: int, shard: int, costs: FsdpCosts | None = Non
         drop = np.zeros(len(src), dtype=bool)
         for v in np.flatnonzero((src.kind == Kind.COMM) & (src.rank < 0)).tolist():
             if src.comm_kind[v] == CommKind.ALL_REDUCE and src.role[v] != CommRole.JOB:
-                drop[_collective_nodes(src, v)] = True
-        src = _without(src, drop, src.nbytes, {})
+                drop[collective_nodes(src, v)] = True
+        src = without_nodes(src, drop, src.nbytes, {})
     waits = _Waits.of(g)  # a 1xS profile on a 2-D mesh has its all-reduces already (module docstring)
     add_all_reduce = replicate > 1 and r0 == 1 and not any(c.kind == CommKind.ALL_REDUCE for c in fsdp_collectives(g))
     out, rings = _regroup(src, replicate, shard, add_all_reduce=add_all_reduce, waits=waits)
@@ -448,8 +448,8 @@ def _without_orphans(g: Graph) -> Graph:
     drop = np.zeros(len(g), dtype=bool)
     for v in shared.tolist():
         if not issuers(g, v):
-            drop[_collective_nodes(g, v)] = True
-    return _without(g, drop, g.nbytes, {}) if drop.any() else g
+            drop[collective_nodes(g, v)] = True
+    return without_nodes(g, drop, g.nbytes, {}) if drop.any() else g
 
 
 def uncalibrated_step_note(g: Graph, shards: list[int]) -> str | None:

@@ -137,7 +137,7 @@ def merge_units(g: Graph, spec: str) -> Graph:
         micro, forward = in_pass.of_collective(c.node, min(by_rank))  # per micro-batch under gradient accumulation
         phase = forward if c.kind == CommKind.ALL_GATHER else None
         if phase is False and c.unit in now_kept:
-            drop[_collective_nodes(g, c.node)] = True
+            drop[collective_nodes(g, c.node)] = True
             continue
         key = (int(g.step[c.node]), micro, c.kind, phase, frozenset(by_rank), group_of[c.unit])
         buckets.setdefault(key, []).append((float(g.order[by_rank[min(by_rank)]]), c))
@@ -150,7 +150,7 @@ def merge_units(g: Graph, spec: str) -> Graph:
         rename[keep.node] = f"{kind.label} {name}" + (f" (prefetched by {by})" if keep.prefetched and by != name else "") + f".{seq}"
         for _, c in members:
             if c is not keep:
-                drop[_collective_nodes(g, c.node)] = True
+                drop[collective_nodes(g, c.node)] = True
     names = [g.node_name(v) for v in range(len(g))]
     for v in np.flatnonzero(g.rank >= 0).tolist():  # enqueues, waits, copy-outs and reshards of the members: the merged unit's
         head, unit, tail = _rank_op_unit(names[v])
@@ -158,7 +158,7 @@ def merge_units(g: Graph, spec: str) -> Graph:
             rename[v] = f"{head}{group_of[unit]}{tail}"
             if unit in now_kept and (head.endswith("fsdp copy-out ") and tail == " (backward)" or head.endswith("fsdp reshard ") and tail == " (forward)"):
                 dur[v] = 0.0  # as passes.fsdp.set_reshard does for a unit that keeps its parameters
-    out = _without(g.replace(dur=dur), drop, nbytes, rename)
+    out = without_nodes(g.replace(dur=dur), drop, nbytes, rename)
     out = out.replace(meta=out.meta.replace(fsdp=dataclasses.replace(out.meta.fsdp, units=units)))
     link = current_topology(g)  # the input's: a fit to the merged collectives would be no link
     return retime_collectives(out, link, lags_on=link)
@@ -173,7 +173,7 @@ def _rank_op_unit(name: str) -> tuple[str, str, str]:
     return m.groups() if m else ("", "", "")
 
 
-def _collective_nodes(g: Graph, node: int) -> list[int]:
+def collective_nodes(g: Graph, node: int) -> list[int]:
     """A shared collective, its join and, on each rank, its enqueue and its wait."""
     out = [node] + [int(p) for p in g.predecessors(node).tolist() if g.kind[p] == Kind.SYNC]
     for w in g.successors(node).tolist():
@@ -201,7 +201,7 @@ def is_cut_piece(g: Graph, p: int, e: int) -> bool:
             and not any(g.kind[v] == Kind.COMM_WAIT and int(g.rank[v]) == r for v in g.successors(p).tolist()))
 
 
-def _without(g: Graph, drop: np.ndarray, nbytes: np.ndarray, rename: dict[int, str]) -> Graph:
+def without_nodes(g: Graph, drop: np.ndarray, nbytes: np.ndarray, rename: dict[int, str]) -> Graph:
     """``g`` less the ``drop`` nodes, each rank's program order bridged across its removed ops."""
     src, dst = [], []
     for v in np.flatnonzero(drop & (g.rank >= 0)).tolist():
