@@ -162,7 +162,6 @@ class WakeUp:
         return dataclasses.replace(self, us={r: self.us[own[r % len(own)]] for r in ranks})
 
 
-
 @dataclass(slots=True)
 class GraphMeta:
     # --- the measurement (graph.build / graph.build_ps; analysis.diff.match re-cuts steps and measured_iter_us)

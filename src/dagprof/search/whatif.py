@@ -60,7 +60,7 @@ from .wire_notes import profiled_wire_notes, waiting_notes
 
 COLUMNS = {
     "workers": "ranks (data-parallel workers) in the scenario",
-    "predicted_iter_ms": "predicted iteration time of the slowest rank, ms",  # a parameter server's: its workers' mean (``run``)
+    "predicted_iter_ms": "predicted iteration time of the slowest rank, ms",  # a parameter server's workers' mean (``evaluate``: GraphMeta.job_name)
     "iters_per_s": "iterations per second (1 / predicted_iter_ms); every rank runs one per iteration",
     "speedup_vs_profiled": "throughput (workers / iteration time) over the profiled run's, both replayed; > 1 = more samples/s than now",
     "speedup_vs_one_worker": "throughput over ONE worker's under the same conditions = workers x scaling_efficiency",
