@@ -21,18 +21,6 @@ for k in $(seq 1 "$ROUNDS"); do
     done
     echo "  done $(date -u +%T) load $(cut -d" " -f1-3 /proc/loadavg)"'
   for tree in "$HERE" "$BEFORE"; do
-    PYTHONPATH="$tree/src" "$PY" - "$OUT/r$k" "$tree" <<'PYEOF'
-import json, subprocess, sys
-d, tree = sys.argv[1], sys.argv[2]
-def whatif(*a):
-    r = subprocess.run([sys.executable, "-m", "dagprof.cli.main", "whatif", *a, "--no-trace", "--allow-model-error", "--json"],
-                       capture_output=True, text=True)
-    return json.loads(r.stdout)
-measured = whatif(f"{d}/fsdp")["measured_iter_ms"]
-row = whatif(f"{d}/ddp", "--data-parallel", "fsdp")["scenarios"][0]
-predicted, lo, hi = row["predicted_iter_ms"], row["lo_ms"], row["hi_ms"]
-print(f"  {tree}: FSDP measured {measured:.1f} ms, predicted from DDP {predicted:.1f} ms ({100 * (predicted / measured - 1):+.1f} %), "
-      f"interval {lo:.1f}-{hi:.1f} ms ({'inside' if lo <= measured <= hi else 'outside'})")
-PYEOF
+    echo "  $tree: $("$PY" bench/fsdp_fresh/judge_pairs.py --src "$tree/src" "$OUT/r$k" | head -1)"
   done
 done

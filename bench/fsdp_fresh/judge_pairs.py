@@ -1,0 +1,80 @@
+"""DDP -> FSDP judged on kept pairs, no job: for each pair, the FSDP2 step predicted from the DDP profile
+(``dagprof whatif DDP --data-parallel fsdp``) against the FSDP profile's own measured step, inside its 90 % interval or
+not, and the predicted peak memory per rank; then the median miss and how many within 8 %. ``--src`` predicts with
+another tree (a folder holding ``dagprof/``), so two trees compare on the same pairs.
+
+A pair is ``DDP_DIR:FSDP_DIR``, or a folder holding ``ddp``/``fsdp`` (a round of ``mixer_rounds.sh``) or
+``ddp-K``/``fsdp-K`` (``bench_lora_memory.py --record``).
+usage: python bench/fsdp_fresh/judge_pairs.py [--src TREE/src] [--json] PAIR...
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+WITHIN_PCT = 8.0  # issue 16's goal for DDP -> FSDP
+
+
+def pairs_of(arg: str) -> list[tuple[str, str]]:
+    if ":" in arg:
+        ddp, fsdp = arg.split(":", 1)
+        return [(ddp, fsdp)]
+    if os.path.isdir(os.path.join(arg, "ddp")):
+        return [(os.path.join(arg, "ddp"), os.path.join(arg, "fsdp"))]
+    found = [(d, d.replace(os.sep + "ddp-", os.sep + "fsdp-")) for d in sorted(glob.glob(os.path.join(arg, "ddp-*")))]
+    if not found:
+        sys.exit(f"judge_pairs: {arg}: no DDP:FSDP pair, no ddp/ and fsdp/, no ddp-K/fsdp-K")
+    return found
+
+
+def whatif(src: str | None, *args: str) -> dict:
+    env = dict(os.environ, **({"PYTHONPATH": src} if src else {}))
+    done = subprocess.run([sys.executable, "-m", "dagprof.cli.main", "whatif", *args, "--no-trace", "--allow-model-error", "--json"],
+                          capture_output=True, text=True, env=env)
+    if done.returncode:
+        return {"error": (done.stderr.strip().splitlines() or ["exit %d" % done.returncode])[-1]}
+    return json.loads(done.stdout)
+
+
+def judge(ddp: str, fsdp: str, src: str | None) -> dict:
+    measured = whatif(src, fsdp).get("measured_iter_ms")
+    out = whatif(src, ddp, "--data-parallel", "fsdp")
+    if "error" in out or measured is None:
+        return {"ddp": ddp, "fsdp": fsdp, "error": out.get("error", "the FSDP profile has no measured step")}
+    row = out["scenarios"][0]
+    return {"ddp": ddp, "fsdp": fsdp, "measured_ms": measured, "predicted_ms": row["predicted_iter_ms"],
+            "error_pct": 100.0 * (row["predicted_iter_ms"] / measured - 1.0), "inside": row["lo_ms"] <= measured <= row["hi_ms"],
+            "peak_memory_mb": row.get("peak_memory_mb")}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("pairs", nargs="+")
+    p.add_argument("--src", help="predict with this tree's dagprof (a folder holding dagprof/)")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args()
+    rows = [judge(d, f, args.src) for a in args.pairs for d, f in pairs_of(a)]
+    errs = np.array([r["error_pct"] for r in rows if "error_pct" in r])
+    summary = {"pairs": len(rows), "judged": len(errs), "median_miss_pct": float(np.median(np.abs(errs))) if len(errs) else None,
+               f"within_{WITHIN_PCT:g}": int((np.abs(errs) <= WITHIN_PCT).sum()), "inside": sum(bool(r.get("inside")) for r in rows)}
+    if args.json:
+        print(json.dumps({"rows": rows, "summary": summary}))
+        return
+    for r in rows:
+        if "error" in r:
+            print(f"{r['ddp']}: {r['error']}")
+        else:
+            print(f"{r['ddp']}: FSDP measured {r['measured_ms']:.1f} ms, predicted {r['predicted_ms']:.1f} ms ({r['error_pct']:+.1f} %, "
+                  f"{'inside' if r['inside'] else 'outside'} the interval), peak {r['peak_memory_mb'] or float('nan'):.2f} MiB")
+    print(f"{summary['judged']} of {summary['pairs']} judged: median miss {summary['median_miss_pct'] or float('nan'):.1f} %, "
+          f"{summary[f'within_{WITHIN_PCT:g}']} within {WITHIN_PCT:g} %, {summary['inside']} inside the interval")
+
+
+if __name__ == "__main__":
+    main()
