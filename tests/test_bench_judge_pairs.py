@@ -1,0 +1,37 @@
+"""``bench/fsdp_fresh/judge_pairs.py`` on the vendored LoRA pairs (``tests/data/lora``): each pair judged as ``dagprof whatif
+--data-parallel fsdp`` predicts it against the FSDP profile's own step, and the summary counts what it judged (no timing)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from testdata import DATA
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "bench", "fsdp_fresh", "judge_pairs.py")
+SRC = os.path.join(os.path.dirname(__file__), "..", "src")
+
+
+def _whatif(*args: str) -> dict:
+    done = subprocess.run([sys.executable, "-m", "dagprof.cli.main", "whatif", *args, "--no-trace", "--allow-model-error", "--json"],
+                          capture_output=True, text=True, check=True, env=dict(os.environ, PYTHONPATH=SRC))
+    return json.loads(done.stdout)
+
+
+def test_the_lora_pairs_judged_as_whatif_predicts_them():
+    done = subprocess.run([sys.executable, SCRIPT, "--src", SRC, "--json", str(DATA / "lora")], capture_output=True, text=True, check=True)
+    out = json.loads(done.stdout)
+    assert [os.path.basename(r["ddp"]) for r in out["rows"]] == ["ddp-0", "ddp-1"]
+    row = out["rows"][0]
+    measured = _whatif(str(DATA / "lora" / "fsdp-0"))["measured_iter_ms"]
+    predicted = _whatif(str(DATA / "lora" / "ddp-0"), "--data-parallel", "fsdp")["scenarios"][0]["predicted_iter_ms"]
+    assert row["measured_ms"] == measured and row["predicted_ms"] == predicted
+    assert row["error_pct"] == 100.0 * (predicted / measured - 1.0)
+    s = out["summary"]
+    assert s["pairs"] == s["judged"] == 2 and s["within_8"] == sum(abs(r["error_pct"]) <= 8 for r in out["rows"])
+
+
+def test_a_folder_without_pairs_is_refused_in_one_line(tmp_path):
+    done = subprocess.run([sys.executable, SCRIPT, str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode != 0 and done.stderr.strip().count("\n") == 0 and "no DDP:FSDP pair" in done.stderr
