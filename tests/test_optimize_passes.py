@@ -339,13 +339,16 @@ def test_overlap_weighted_by_what_each_collective_moves(prof):
     np.testing.assert_allclose(comm_demand(g, res, g.nbytes / 4.0, rate)[comm], d[comm] / 4)  # a codec's fewer bytes: less CPU
 
 
-def test_overlap_slowdown_prices_a_compressed_bucket_by_its_wire_bytes(prof, order):
+def test_overlap_slowdown_prices_a_compressed_bucket_by_its_wire_bytes():
     """With the measured rate, the profiled layout is priced as its profile with each op's mean overlap taken out and
     charged back per step (a slowdown too small to matter prices that profile), and PowerSGD's small factors slow the
-    backward beside them less than the same channel time counted whole."""
+    backward beside them less than the same channel time counted whole. On a vendored run: how the steps share the
+    overlap moves the replay by the steps' unevenness, which a live profile's load makes anything up to 5 %+."""
     from dagprof.search.candidate import Candidate
     from dagprof.search.evaluate import Evaluator
 
+    prof = open_run(str(DATA / "powersgd-2bucket" / "defaults"))
+    order = gradient_order(prof.graph, prof.run.ranks[0].buckets)
     g = prof.graph
     per = {p: PowerSGDCost(300.0, 300.0, 300.0) for p in order.params}  # a long channel, few bytes on it
     costs = CodecCosts({}, {}, {2: per}, 0.0)
@@ -355,8 +358,8 @@ def test_overlap_slowdown_prices_a_compressed_bucket_by_its_wire_bytes(prof, ord
     plain = Evaluator(g, order, costs, [], None, 1e-9, comm_rate=rate).score(base)[0].iter_us
     slowed = Evaluator(g, order, costs, [], None, 0.5, comm_rate=rate).score(base)[0].iter_us
     # each op's profiled total comes back at the profiled overlap; how the steps share it moves the replay a little
-    # (0.3-0.9 % at load 7 on the live profile, more where load made its steps uneven)
-    assert slowed == pytest.approx(plain, rel=0.05)
+    # (0.5 % on this run; 0.3-5.4 % on the live demo profile, by the load that made its steps uneven)
+    assert slowed == pytest.approx(plain, rel=0.02)
     lossy = Candidate(order.profiled_ends, codec=Codec("powersgd", 2))
 
     def charged(ev: Evaluator) -> float:
