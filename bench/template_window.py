@@ -29,23 +29,36 @@ from dagprof.traces.load import load
 
 root, wanted = sys.argv[1], set(sys.argv[2].split(","))
 out = {}
+def judge(p):
+    try:
+        run = load(p)
+        framework = run.meta.framework or run.ranks[0].meta.framework
+        if framework not in wanted:
+            return None
+        plain, avg = open_run(p), open_run(p, template=True)
+        return {"framework": framework, "steps": plain.graph.meta.steps, "error_pct": plain.analysis.error_pct,
+                "template_steps": avg.graph.meta.steps, "template_pct": avg.analysis.error_pct}
+    except DagprofError as e:
+        return {"refused": str(e)[:120]}
+
+runs = []  # folders read as runs: their rank folders and files are theirs (a run folder may hold runs: mxnet/user_mlp)
 for folder, dirs, files in os.walk(root):
     dirs.sort()
-    for p in [folder] + [os.path.join(folder, f) for f in sorted(files)]:
-        fmt = formats.sniff(p)
-        if fmt is None or not fmt.reader:
+    fmt = formats.sniff(folder)
+    if fmt is not None and fmt.reader and fmt.name != "xplane-logdirs":  # logdirs: a folder of profiles, no run of its own
+        runs.append(folder)
+        paths = [folder]
+    elif any(folder.startswith(r + os.sep) for r in runs):
+        continue
+    else:
+        paths = [os.path.join(folder, f) for f in sorted(files)]
+    for p in paths:
+        f = formats.sniff(p)
+        if f is None or not f.reader:
             continue
-        name = os.path.relpath(p, root)
-        try:
-            run = load(p)
-            framework = run.meta.framework or run.ranks[0].meta.framework
-            if framework not in wanted:
-                continue
-            plain, avg = open_run(p), open_run(p, template=True)
-            out[name] = {"framework": framework, "steps": plain.graph.meta.steps, "error_pct": plain.analysis.error_pct,
-                         "template_steps": avg.graph.meta.steps, "template_pct": avg.analysis.error_pct}
-        except DagprofError as e:
-            out[name] = {"refused": str(e)[:120]}
+        r = judge(p)
+        if r is not None:
+            out[os.path.relpath(p, root)] = r
 print(json.dumps(out))
 """
 

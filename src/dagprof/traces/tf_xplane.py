@@ -55,6 +55,7 @@ _ASYNC_START = "ExecutorState::ProcessAsync::Start"  # an executor thread starti
 _RUN_WAIT = "ThunkExecutor::Execute (wait for completion)"  # XLA's client thread waiting for a program run (``run_id``) to finish
 # an async kernel's completion callbacks, run inside the collective's range on its thread
 _DONE = ("CollectiveExecutor::ExecuteAsync::Done", "ExecutorState::ProcessAsync::Done")
+_TICK_US = 1.0  # an op that ended this close before another started ended before it (the trace's times are rounded)
 _TRAIN_MARKER = "train"  # the step marker of Keras fit, tf_profile and jax_profile (tf.profiler Trace / StepTraceAnnotation)
 
 # The branch TF's ``all_reduce_indexed_slices`` all-gathers a sparse gradient's rows and indices in (``cond/then/``, or
@@ -495,6 +496,7 @@ class _Reader:
             self.warnings.append("rank not given and not in the path (worker1/, rank-1...): taken as 0")
         world = self.world_arg or max(self.group_sizes.values(), default=1)
         group_ranks = {g: list(range(self.group_sizes.get(g, world))) for g in self.groups}
+        self._async_loops(c)
         ev = self.tab.table()
         flows = np.unique(self.tab.flow_array(), axis=0)
         meta = RankMeta(format="xplane", framework=self.framework, framework_version=self.framework_version,
@@ -505,6 +507,45 @@ class _Reader:
                          backend="gloo" if self.framework == "jax" else "grpc-ring",
                          layers=layers, groups=self.groups,
                          group_ranks=group_ranks, flows=flows, meta=meta)
+
+    def _async_loops(self, c: dict[str, np.ndarray]) -> None:
+        """An XLA op whose body ran on after it ended, outside it, is named ``<op> (async)`` in that step.
+
+        XLA's CPU runtime may run a ``while`` loop asynchronously: the loop's thunk returns once an iteration waits, and
+        the iterations go on as tasks on any pool thread. The trace then shows the loop op short (19 ms against 340-550
+        in the other steps of ``bench/frameworks/jax_scan_rnn.py``) and its body's ops after it, unnested, on another
+        thread. Matched with its other steps' loop ops, which hold their body, the short one was averaged up to their
+        mean while its body's ops, which no other step has as ops, stayed: the averaged replay counted that step's loop
+        twice (+8.8 %; +6.8 % where the last step's loop went on so). Named apart, it has no twin in the steps whose loop
+        holds its body, and keeps its own time, as its body's ops do (``passes.average_steps``). An op's body is the ops
+        nested in it on its thread in some step (by name: one parent op each), which here ran in the same step, outside
+        every op, after it ended. (Moving them back into it, on its thread, made cycles of the flows into and out of them.)"""
+        depth, lane, name, step, kind = c["depth"], c["lane"], c["name"], c["step"], c["kind"]
+        start = c["start"]
+        end = start + c["dur"]
+        ops = np.flatnonzero((depth >= 0) & (lane != self.lane_of[self.main]))
+        top, inner = ops[depth[ops] == 0], ops[depth[ops] > 0]
+        under: dict[int, set[int]] = {}  # nested op's name -> names of the ops it was nested in
+        for ln in np.unique(lane[inner]).tolist():
+            t = top[lane[top] == ln]
+            t = t[np.argsort(start[t], kind="stable")]
+            k = inner[lane[inner] == ln]
+            at = np.searchsorted(start[t], start[k], side="right") - 1  # the top op it started in (tops do not overlap)
+            ok = (at >= 0) & (kind[t[np.maximum(at, 0)]] != int(Kind.COMM_WAIT))  # not a client thread's wait for a run
+            for child, parent in set(zip(name[k[ok]].tolist(), name[t[at[ok]]].tolist())):
+                under.setdefault(child, set()).add(parent)
+        parent_of = {child: next(iter(p)) for child, p in under.items() if len(p) == 1}
+        if not parent_of:
+            return
+        outside = top[np.isin(name[top], list(parent_of)) & (step[top] >= 0)]
+        loops = top[np.isin(name[top], list(set(parent_of.values())))]
+        went_on: set[int] = set()
+        for e in outside.tolist():
+            own = loops[(name[loops] == parent_of[int(name[e])]) & (step[loops] == step[e]) & (end[loops] <= start[e] + _TICK_US)]
+            if len(own):
+                went_on.add(int(own[np.argmax(end[own])]))
+        for i in sorted(went_on):
+            name[i] = self.tab.intern(f"{self.tab.names[name[i]]} (async)")
 
     def _layers(self, c: dict[str, np.ndarray]) -> list[str]:
         """Op scopes -> layers (``layer_names``), numbered in model order (their first forward compute op); ops of
