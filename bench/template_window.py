@@ -5,7 +5,7 @@ A check for a change to how the averaged iteration or its default window is made
 window, ``template=True``; the per-step replay's window beside), in a child process with that tree's ``src`` first on
 PYTHONPATH, and one line per run prints both trees' steps and errors, marked where they differ.
 
-    python bench/template_window.py --before ../main --after . [--data tests/data] [--frameworks tensorflow,jax,mxnet]
+    python bench/template_window.py --before ../main --after . [--data tests/data] [--frameworks tensorflow,jax,mxnet|all]
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def judge(p):
     try:
         run = load(p)
         framework = run.meta.framework or run.ranks[0].meta.framework
-        if framework not in wanted:
+        if "all" not in wanted and framework not in wanted:
             return None
         plain, avg = open_run(p), open_run(p, template=True)
         return {"framework": framework, "steps": plain.graph.meta.steps, "error_pct": plain.analysis.error_pct,
@@ -89,7 +89,7 @@ def main() -> int:
     ap.add_argument("--before", required=True, type=pathlib.Path, help="a checkout (its src/ is read)")
     ap.add_argument("--after", required=True, type=pathlib.Path)
     ap.add_argument("--data", type=pathlib.Path, default=DATA)
-    ap.add_argument("--frameworks", default="tensorflow,jax,mxnet")
+    ap.add_argument("--frameworks", default="tensorflow,jax,mxnet", help="comma-separated, or all (PyTorch, Horovod and traces too)")
     args = ap.parse_args()
     a, b = answers(args.before, args.data, args.frameworks), answers(args.after, args.data, args.frameworks)
     same = 0
@@ -97,7 +97,7 @@ def main() -> int:
         x, y = a.get(name), b.get(name)
         mark = "   " if x == y else "!! "
         same += x == y
-        fw = (x or y or {}).get("framework", "")
+        fw = (x or y or {}).get("framework") or ""
         print(f"{mark}{name:<40} {fw:<11} --template: {_cell(x):>20} -> {_cell(y):<20}")
     print(f"{same} of {len(a.keys() | b.keys())} runs answered the same by both trees (steps and errors, plain and averaged)")
     return 0
