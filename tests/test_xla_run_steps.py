@@ -1,16 +1,18 @@
-"""A JAX program dispatched between steps (an evaluation pass) belongs to no step on any rank, and time spent between
-steps is said. ``tests/data/tf-jax/wavenet-eval``: ``bench/frameworks/jax_wavenet_lion.py``, whose loop evaluates after
-step 7 (a second program, compiled at that call); rank 1 did not wait for its result, so its all-reduce ran after step
-8's marker began there, and took step 8's first collective position on rank 1 only ("mismatched collectives")."""
+"""A JAX program dispatched between steps (an evaluation pass) belongs to no step on any rank, and an iteration that
+holds a long time between steps is left out of a window chosen by default, and said. ``tests/data/tf-jax/wavenet-eval``:
+``bench/frameworks/jax_wavenet_lion.py``, whose loop evaluates after step 7 (a second program, compiled at that call);
+rank 1 did not wait for its result, so its all-reduce ran after step 8's marker began there, and took step 8's first
+collective position on rank 1 only ("mismatched collectives")."""
 import pathlib
 
 import numpy as np
 
 from dagprof.align.matching import match_collectives
+from dagprof.passes.profiler_cost import measure_profiler_cost
 from dagprof.pipeline import open_run
 from dagprof.traces.events import Kind
 from dagprof.traces.load import load
-from dagprof.traces.steps import time_between_steps
+from dagprof.traces.steps import steady_window, time_between_steps
 
 RUN = pathlib.Path(__file__).parent / "data" / "tf-jax" / "wavenet-eval"
 
@@ -28,12 +30,20 @@ def test_a_program_dispatched_between_steps_is_in_no_step():
     assert not m.problems and len(m.instances) == 3
 
 
-def test_time_between_steps_is_said_and_left_out_by_steps():
-    said = [w for w in open_run(str(RUN)).warnings if "between two steps" in w]
-    assert len(said) == 1 and "after step 7" in said[0]
-    quiet = open_run(str(RUN), steps=range(8, 10))
-    assert not [w for w in quiet.warnings if "between two steps" in w]
-    assert quiet.analysis.measured_us < 1e6  # 3.5 s with the evaluation's compile in step 7's iteration
+def test_time_between_steps_is_left_out_of_the_default_window_and_said_where_steps_keep_it():
+    prof = open_run(str(RUN))
+    assert prof.graph.meta.steps == [8, 9]  # step 7's iteration held the evaluation's 10 s compile
+    left = [w for w in prof.warnings if "left out of the window" in w]
+    assert len(left) == 1 and "1 step left out" in left[0] and "after step 7" in left[0] and "steps 8..9 kept" in left[0]
+    assert not [w for w in prof.warnings if "choose --steps without it" in w]
+    assert prof.analysis.measured_us < 1e6  # 3.5 s with the compile in step 7's iteration
+    averaged = open_run(str(RUN), template=True)
+    assert averaged.graph.meta.steps == [8, 9] and averaged.analysis.measured_us < 1e6
+    assert measure_profiler_cost(prof.graph).profiled_steps == 2  # the loop's step times of the window's steps only
+    kept = open_run(str(RUN), steps=range(7, 10))  # --steps overrides, and the time is said as before
+    said = [w for w in kept.warnings if "between two steps" in w]
+    assert kept.graph.meta.steps == [7, 8, 9] and len(said) == 1 and "after step 7" in said[0] and "choose --steps" in said[0]
+    assert kept.analysis.measured_us > 3e6
 
 
 def test_time_between_steps_rule():
@@ -43,3 +53,18 @@ def test_time_between_steps_rule():
     late[3:, 1:] += 500.0  # 510 us between steps 2 and 3
     said = time_between_steps({0: steps, 1: late})
     assert said is not None and "rank 1: 1 ms after step 2" in said
+
+
+def test_steady_window_rule():
+    steps = np.array([[s, 100.0 * s, 100.0 * s + 90.0] for s in range(6, 14)])
+    window = list(range(6, 14))
+    assert steady_window({0: steps, 1: steps}, window) == (window, None)
+    late = steps.copy()
+    late[4:, 1:] += 5000.0  # 5 ms after step 9: stretches 6..9 (9 ends it, counted to its own end) and 10..13
+    kept, said = steady_window({0: steps, 1: late}, window)
+    assert kept == [6, 7, 8, 9] and said is not None and "4 steps left out of the window (10..13)" in said
+    early = steps.copy()
+    early[2:, 1:] += 5000.0  # after step 7: 8..13 kept
+    kept, said = steady_window({0: early, 1: steps}, window)
+    assert kept == list(range(8, 14)) and "(6..7)" in said and "rank 0: 5 ms after step 7" in said
+    assert steady_window({0: early}, list(range(8, 14)))[1] is None  # a window without it: nothing left out

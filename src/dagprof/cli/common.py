@@ -34,7 +34,8 @@ T = TypeVar("T")
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="a dagprof run folder, or a folder (or file) of torch.profiler traces")
     p.add_argument("--steps", type=steps_arg, default=None, metavar="A:B",
-                   help="profiled steps to use: A:B = steps A..B-1, A = step A alone (default: all that every rank has)")
+                   help="profiled steps to use: A:B = steps A..B-1, A = step A alone (default: all that every rank has, less the "
+                        "iterations that hold a long time between two steps, an evaluation's compile: said in a warning)")
     p.add_argument("--step-marker", metavar="NAME", default=None,
                    help="annotation that opens each iteration when the trace has no ProfilerStep (default: the whole window is one)")
     add_input_limit(p)

@@ -37,7 +37,7 @@ from ..traces.horovod import NEGOTIATE, REQUEST
 from ..traces.meta import AtResponse, HookWire
 from ..traces.parallelism import label_run
 from ..traces.step_marks import mark_steps
-from ..traces.steps import iteration_us, stalled_steps, time_between_steps
+from ..traces.steps import iteration_us, stalled_steps, steady_window, time_between_steps
 from .assemble import Assembler
 from .dag import Graph
 from .measured import GraphRule
@@ -79,6 +79,13 @@ def measured_iter_us(trace: RankTrace, steps: list[int]) -> float:
     return iteration_us(spans[np.isin(spans[:, 0].astype(int), steps)])
 
 
+def default_window(run: Run, steps: list[int]) -> tuple[list[int], list[str]]:
+    """The steps of a window no ``--steps`` chose: ``steps`` less the iterations that hold a long time between two steps
+    (``traces.steps.steady_window``), and the line that says so (none where nothing was left out)."""
+    kept, note = steady_window({t.rank: t.step_spans() for t in run.ranks}, steps)
+    return kept, [note] if note else []
+
+
 def stalls(run: Run, steps: list[int]) -> list[str]:
     """``traces.steps.stalled_steps`` and ``time_between_steps`` of the ranks over ``steps``."""
     spans = {t.rank: t.step_spans() for t in run.ranks}
@@ -106,7 +113,8 @@ def hook_wire_of(run: Run) -> HookWire | None:
 
 
 def build_graph(run: Run, steps: range | None = None, matching: Matching | None = None, step_marker: str | None = None) -> Graph:
-    """The global DAG of ``run`` over the steps all ranks profiled, its ranks' clocks aligned first (once).
+    """The global DAG of ``run`` over the steps all ranks profiled (``steps`` of them; by default less the iterations
+    that hold a long time between two steps, ``default_window``), its ranks' clocks aligned first (once).
 
     ``step_marker`` names the annotation that opens each iteration when the trace has no
     ``ProfilerStep``; without either, the whole profiled window is one iteration (``traces.step_marks``).
@@ -115,7 +123,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         raise DagprofError("no rank traces to build a graph from", run.source)
     run = mark_steps(run, step_marker)
     run, matching = on_one_clock(run, matching)  # may renumber a rank's steps (profilers started at other iterations)
-    chosen = common_steps(run, steps)
+    chosen, left_out = default_window(run, common_steps(run)) if steps is None else (common_steps(run, steps), [])
     parallel, dims = label_run(run)
     asm = Assembler()
     p2p = tuple(k for k, it in enumerate(matching.instances) if it.p2p)
@@ -147,7 +155,7 @@ def build_graph(run: Run, steps: range | None = None, matching: Matching | None 
         find_unused=run.ranks[0].meta.find_unused,
         zero=run.ranks[0].meta.zero,
         source=run.source,
-        warnings=run.meta.warning_texts() + stalls(run, chosen) + unjoined,
+        warnings=run.meta.warning_texts() + left_out + stalls(run, chosen) + unjoined,
         parallel=parallel,
         horovod=run.meta.horovod,
         layer_grad_bytes=dict(run.ranks[0].meta.layer_grad_bytes),

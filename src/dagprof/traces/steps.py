@@ -102,12 +102,9 @@ def stalled_steps(spans: dict[int, np.ndarray]) -> str | None:
             "iteration time is the mean with them: choose --steps without them")
 
 
-def time_between_steps(spans: dict[int, np.ndarray]) -> str | None:
-    """A warning when, on some rank, the time from one step's end to the next step's start (outside every step marker)
-    exceeds the median step's own time: ``iteration_us`` counts it in the step before, as the loop paid it, and the
-    replay keeps it as host idle time, so ``analyze`` calls it framework overhead. A JAX loop's evaluation pass every 8
-    steps (a program compiled at its first call, 3.4 s between two 250 ms steps) made a window's iteration 680 ms and
-    its critical path 466 ms of "framework overhead", unsaid."""
+def long_gaps(spans: dict[int, np.ndarray]) -> tuple[list[tuple[float, int, int]], float]:
+    """The times from one step's end to the next step's start (outside every step marker) that exceed the median step's
+    own time, on any rank (rank -> its rows ``(step, start, end)``): ``(us, rank, step before)`` each, and that median."""
     gaps = []
     for r, a in spans.items():
         a = np.asarray(a, dtype=np.float64)
@@ -118,13 +115,53 @@ def time_between_steps(spans: dict[int, np.ndarray]) -> str | None:
         gap = np.where(follows, a[1:, 1] - a[:-1, 2], 0.0)
         gaps += [(float(g), r, int(a[i, 0]), float(np.median(a[:, 2] - a[:, 1]))) for i, g in enumerate(gap.tolist())]
     median = float(np.median([m for *_, m in gaps])) if gaps else 0.0
-    long = [g for g in gaps if median > 0 and g[0] > median]
+    return [(us, r, s) for us, r, s, _ in gaps if median > 0 and us > median], median
+
+
+def time_between_steps(spans: dict[int, np.ndarray]) -> str | None:
+    """A warning when, on some rank, the time from one step's end to the next step's start (outside every step marker)
+    exceeds the median step's own time (``long_gaps``): ``iteration_us`` counts it in the step before, as the loop paid
+    it, and the replay keeps it as host idle time, so ``analyze`` calls it framework overhead. A JAX loop's evaluation pass
+    every 8 steps (a program compiled at its first call, 3.4 s between two 250 ms steps) made a window's iteration 680 ms
+    and its critical path 466 ms of "framework overhead", unsaid. A window chosen by default leaves it out
+    (``steady_window``); this is said where ``--steps`` kept it."""
+    long, median = long_gaps(spans)
     if not long:
         return None
-    us, rank, step, _ = max(long)
+    us, rank, step = max(long)
     verb = "exceeds" if len(long) == 1 else "exceed"
     return (f"{count(len(long), 'time')} between two steps, outside every step marker, {verb} the median step (rank {rank}: "
             f"{us / 1e3:.0f} ms after step {step}, against {median / 1e3:.1f} ms; an evaluation, a checkpoint or a compile "
             "between steps?): the iteration time counts it in the step before, and analyze as framework overhead; "
             "choose --steps without it")
 
+
+def steady_window(spans: dict[int, np.ndarray], steps: list[int]) -> tuple[list[int], str | None]:
+    """The longest stretch of consecutive ``steps`` (the first of equals) whose iterations hold no time between two steps
+    over the median step (``long_gaps``: an evaluation's compile, a checkpoint), and the line that says what was left out;
+    ``steps`` and None where none holds one.
+
+    Such a time is no cost of the steps the model repeats: the averaged replay spread a JAX evaluation's 1.8 s compile
+    between steps 7 and 8 over every step of the window, on each rank's step mark and on the first op of a thread's work
+    after it, and replayed +45 % (``bench/frameworks/jax_wavenet_lion.py``, window 6:14); the model the what-ifs start
+    from was +6.4 % and the profiler-cost correction held loop step times without it against an iteration with it. The
+    step before the time counts it (start to start, ``iteration_us``), unless it ends the stretch (then it counts to its
+    own end), so a stretch ends at such a step: 6..7 and 8..13 there, 8..13 kept."""
+    chosen = {r: a[np.isin(a[:, 0].astype(int), steps)] for r, a in spans.items()}
+    long, median = long_gaps(chosen)
+    holds = {s for _, _, s in long}
+    if not holds:
+        return steps, None
+    stretches: list[list[int]] = [[]]
+    for s in sorted(steps):
+        if stretches[-1] and (s != stretches[-1][-1] + 1 or stretches[-1][-1] in holds):
+            stretches.append([])
+        stretches[-1].append(s)
+    kept = max(stretches, key=len)
+    us, rank, step = max(long)
+    left = [s for s in steps if s not in kept]
+    return kept, (f"{count(len(left), 'step')} left out of the window ({', '.join(step_range(x) for x in stretches if x is not kept)}): "
+                  f"{count(len(holds), 'iteration')} of it held time between two steps, outside every step marker, over the "
+                  f"median step (rank {rank}: {us / 1e3:.0f} ms after step {step}, against {median / 1e3:.1f} ms; an "
+                  f"evaluation, a checkpoint or a compile between steps?), which no step repeats: steps {step_range(kept)} "
+                  "kept; --steps chooses the window, that time included")
