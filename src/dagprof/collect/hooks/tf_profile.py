@@ -106,7 +106,7 @@ def _window(out_dir: str | os.PathLike[str], steps, rank: int | None, world_size
             host_tracer_level: int, python_tracer_level: int, strategy: Callable[[], Any] = lambda: None,
             size_live: bool = False) -> StepWindow:
     """``size_live``: before the profiler starts, size the collectives of every ``tf.function`` traced so far
-    (``live_collective_bytes``: a custom loop's steps, which the collector is not handed)."""
+    (``live_collective_sizes``: a custom loop's steps, which the collector is not handed)."""
     import tensorflow as tf  # noqa: PLC0415  (fail early and clearly if TensorFlow is missing)
 
     found = tf_config_rank()
@@ -116,7 +116,7 @@ def _window(out_dir: str | os.PathLike[str], steps, rank: int | None, world_size
     def start(logdir: str) -> None:
         if size_live and not window.collective_bytes:
             try:  # TF's graph internals: never stop the user's training (the reader falls back to the tracer's sizes)
-                window.collective_bytes = live_collective_bytes()
+                window.collective_bytes, window.collective_row_bytes = live_collective_sizes()
             except Exception as err:  # noqa: BLE001
                 window.warnings.append(f"collectives not sized from the traced functions ({type(err).__name__}: {err})")
         tf.profiler.experimental.start(logdir, options=_options(host_tracer_level, python_tracer_level))
@@ -272,8 +272,8 @@ def grad_bytes(variables: Any, model: Any = None) -> tuple[int, int]:
 _BRANCHES = (("then", "then_branch"), ("else", "else_branch"))  # an ``If`` op's functions, as its lowered nodes name them
 
 
-def live_collective_bytes() -> dict[str, int]:
-    """``collective_bytes`` of every ``tf.function`` alive in the process. A custom loop's step functions are the
+def live_collective_sizes() -> tuple[dict[str, int], dict[str, int]]:
+    """``collective_sizes`` of every ``tf.function`` alive in the process. A custom loop's step functions are the
     user's own: with ``CommunicationOptions(bytes_per_pack=...)`` the strategy splits the gradients into several packed
     all-reduces (``sgd/CollectiveReduceV2``, ``_1``, ``_2``), which the trace does not size; all of the model's gradient
     bytes once went on the first and 0 B on the others."""
@@ -283,28 +283,37 @@ def live_collective_bytes() -> dict[str, int]:
 
     kinds = tf.types.experimental
     kind = getattr(kinds, "PolymorphicFunction", None) or kinds.GenericFunction
-    return collective_bytes(*[o for o in gc.get_objects() if isinstance(o, kind)], skip_failing=True)
+    return collective_sizes(*[o for o in gc.get_objects() if isinstance(o, kind)], skip_failing=True)
 
 
-def collective_bytes(*functions: Any, skip_failing: bool = False) -> dict[str, int]:
-    """Bytes each collective op of a ``tf.function`` sends, from its input tensor's static shape in the traced graphs:
-    ``{node name: bytes}``, a rank's own share (an all-gather's input, not its gathered result). The profiler records
-    no tensor sizes, and its memory tracer sees only large allocations: wide_deep's embedding gradients (IndexedSlices,
-    all-gathered as 832 rows and 832 indices) went unsized, the link was fitted to 1 sized collective of 17 a step.
+def collective_sizes(*functions: Any, skip_failing: bool = False) -> tuple[dict[str, int], dict[str, int]]:
+    """What each collective op of a ``tf.function`` sends, from its input tensor in the traced graphs: ``({node name:
+    bytes}, {node name: bytes per row})``, a rank's own share (an all-gather's input, not its gathered result).
+
+    The first holds the ops of a static shape. The profiler records no tensor sizes, and its memory tracer sees only
+    large allocations: wide_deep's embedding gradients (IndexedSlices, all-gathered as 832 rows and 832 indices) went
+    unsized, the link was fitted to 1 sized collective of 17 a step. The second holds those whose first dimension only is
+    not static (a sparse gradient's rows and indices where the looked-up ids' shape is dynamic: ``padded_batch`` over
+    ``Input((None,))``, or the branch that pads the workers' unequal row counts): the bytes of one row (its other
+    dimensions and dtype), which the reader multiplies by the rows the run recorded in each step.
     Ops in an ``If``'s branches (TF's all-gather of a sparse gradient) are named as their lowered nodes run, less the
     call's number: ``cond_1/then/cond_1/CollectiveGatherV2`` for ``cond_1/then/_18/cond_1/CollectiveGatherV2``.
-    Left out: ops of no static shape (the branch that pads workers' unequal row counts), and a name two traced graphs
-    size differently (in one function or two). ``skip_failing``: a function whose traced graphs cannot be listed (TF's
-    own, e.g. a checkpoint's save function bound to its input signature) is left out."""
+    Left out: a name two traced graphs size differently (in one function or two). ``skip_failing``: a function whose
+    traced graphs cannot be listed (TF's own, e.g. a checkpoint's save function bound to its input signature) is left out."""
     import numpy as np  # noqa: PLC0415
 
     found: dict[str, set[int]] = {}
+    per_row: dict[str, set[int]] = {}
 
     def walk(graph: Any, prefix: str) -> None:
         for op in graph.get_operations():
-            if op.type.startswith("Collective") and op.inputs and op.inputs[0].shape.is_fully_defined():
+            if op.type.startswith("Collective") and op.inputs:
                 t = op.inputs[0]
-                found.setdefault(prefix + op.name, set()).add(int(np.prod(t.shape.as_list(), dtype=np.int64)) * t.dtype.size)
+                dims = t.shape.as_list() if t.shape.rank else None
+                if t.shape.is_fully_defined():
+                    found.setdefault(prefix + op.name, set()).add(int(np.prod(dims or [], dtype=np.int64)) * t.dtype.size)
+                elif dims is not None and None not in dims[1:]:
+                    per_row.setdefault(prefix + op.name, set()).add(int(np.prod(dims[1:], dtype=np.int64)) * t.dtype.size)
             if op.type in ("If", "StatelessIf"):
                 for label, attr in _BRANCHES:
                     branch = graph._get_function(op.get_attr(attr).name)  # noqa: SLF001  (the graph's own library)
@@ -320,7 +329,8 @@ def collective_bytes(*functions: Any, skip_failing: bool = False) -> dict[str, i
             continue
         for concrete in concretes:
             walk(concrete.graph, "")
-    return {name: sizes.pop() for name, sizes in found.items() if len(sizes) == 1}
+    return ({name: sizes.pop() for name, sizes in found.items() if len(sizes) == 1},
+            {name: sizes.pop() for name, sizes in per_row.items() if len(sizes) == 1 and name not in found})
 
 
 class tf_profile(LoopProfile):  # noqa: N801  (used like a profiler object)
@@ -409,7 +419,7 @@ def keras_callback(out_dir: str | os.PathLike[str], steps: range | tuple[int, in
             if not self.sized and self.model is not None:  # once ``fit`` has traced its step, outside the step's time
                 self.sized = True
                 try:  # TF's graph internals: never stop the user's training (the reader falls back to the tracer's sizes)
-                    w.collective_bytes = collective_bytes(getattr(self.model, "train_function", None))
+                    w.collective_bytes, w.collective_row_bytes = collective_sizes(getattr(self.model, "train_function", None))
                 except Exception as err:  # noqa: BLE001
                     w.warnings.append(f"collectives not sized from fit's traced step ({type(err).__name__}: {err})")
             if self.batch + 1 == w.steps.start:
