@@ -298,6 +298,9 @@ def test_keras_validation_batches_are_not_training_steps():
     p = open_run(str(run))
     assert p.analysis.measured_us < 100e3 and abs(p.analysis.error_pct) < 1.0
     assert abs(open_run(str(run), template=True).analysis.error_pct) < 5.0
+    # each rank timed the gap itself (1930 and 1932 ms): said once for the job, as their range (it was said once per rank)
+    said = [w for w in p.warnings if w.startswith("an epoch ends inside the window")]
+    assert len(said) == 1 and "1930-1932 ms between the epochs" in said[0]
 
 
 def test_a_window_over_epochs_keeps_one_epoch_by_marker_not_by_number():
