@@ -71,11 +71,13 @@ _XLA_SEQ_PER_STEP = 1_000_000  # XLA collectives: seq = step * this + position w
 
 def read_xplane(path: str | os.PathLike[str], rank: int | None = None, world_size: int | None = None,
                 grad_bytes: int = 0, collective_bytes: dict[str, int] | None = None, window: list[int] | None = None,
-                embedding_grad_bytes: int = 0, collective_row_bytes: dict[str, int] | None = None) -> RankTrace:
+                embedding_grad_bytes: int = 0, collective_row_bytes: dict[str, int] | None = None,
+                collective_lookups: dict[str, list[str]] | None = None) -> RankTrace:
     """One worker's ``*.xplane.pb``. ``rank``/``world_size`` come from the run folder (the file has
     neither); without them the rank is taken from the path (``worker1``, ``rank-1``, ``p1``...).
     ``collective_bytes``: the run folder's bytes of each collective op's own input (``tf_profile.collective_sizes``);
-    ``collective_row_bytes``: the bytes of one row of those whose first dimension is dynamic.
+    ``collective_row_bytes``: the bytes of one row of those whose first dimension is dynamic; ``collective_lookups``: the
+    lookups whose ids a sparse gradient's all-gather gathers.
     ``window``: the steps the collector profiled, as it numbered them (the rank file's ``steps_profiled``)."""
     path = os.fspath(path)
     formats.expect(path, "xplane")  # a Kineto/Horovod/MXNet file given here says what it looks like
@@ -88,7 +90,7 @@ def read_xplane(path: str | os.PathLike[str], rank: int | None = None, world_siz
         names = ", ".join(p.name for p in space.planes[:5]) or "none"
         raise DagprofError(f"no {HOST_PLANE} plane in this XPlane file (planes: {names})", path)
     return _Reader(space, host, path, rank, world_size, grad_bytes, collective_bytes or {}, window or [], embedding_grad_bytes,
-                   collective_row_bytes or {}).build()
+                   collective_row_bytes or {}, collective_lookups or {}).build()
 
 
 _EPOCH_GAP = re.compile(r"(\d+)( ms between the epochs)")  # in the warning of an epoch's end inside the window (``_main_line``)
@@ -119,9 +121,9 @@ def rank_from_path(path: str) -> int | None:
 class _Reader:
     def __init__(self, space: XSpace, plane: XPlane, path: str, rank: int | None, world: int | None, grad_bytes: int,
                  collective_bytes: dict[str, int], window: list[int], embedding_grad_bytes: int = 0,
-                 collective_row_bytes: dict[str, int] | None = None):
+                 collective_row_bytes: dict[str, int] | None = None, collective_lookups: dict[str, list[str]] | None = None):
         self.space, self.plane, self.path = space, plane, path
-        self.row_bytes = collective_row_bytes or {}
+        self.row_bytes, self.lookups = collective_row_bytes or {}, collective_lookups or {}
         self.rank_arg, self.world_arg, self.grad_bytes = rank, world, grad_bytes
         self.embedding_grad_bytes = embedding_grad_bytes
         self.collective_bytes, self.window = collective_bytes, window
@@ -610,7 +612,7 @@ class _Reader:
                 if k != MISSING:
                     dims = re.findall(r"\d+", str(self.space.event_stats(p, ln, row).get("shape", "")))
                     in_step[(name, int(k))] = (int(b), int(dims[0]) if len(dims) >= 2 else -1)
-        guessed = 0
+        guessed, looked_up = 0, self._lookup_counts()
         for i, coll in zip(self.collectives.event, self.collectives.kind):
             if c["nbytes"][i]:
                 continue
@@ -624,6 +626,9 @@ class _Reader:
             elif coll == CommKind.ALL_GATHER and name.endswith("_1") and rows_of >= 0:
                 c["nbytes"][i] = rows_of * (per_row or 4)
                 guessed += per_row is None
+            elif per_row is not None and (ids := self._looked_up(_BRANCH_CALL.sub(r"\1/", name), int(c["step"][i]), looked_up)) is not None:
+                group = self.groups[c["group"][i]] if c["group"][i] >= 0 else ""
+                c["nbytes"][i] = self.group_sizes.get(group, self.world_arg or 1) * ids * per_row
         if guessed:
             self.warnings.append(f"{guessed} all-gathers of a sparse gradient's indices, which the memory tracer does not see, "
                                  "sized as one int32 per row of the rows' gather before them")
@@ -639,6 +644,37 @@ class _Reader:
                                  f"{steps} profiled steps ({unsized / steps:g} a step) have no size: {why}, and the memory tracer "
                                  "recorded no allocation of theirs in their step (it skips CPU tensors under 256 KiB), so they are "
                                  "priced as 0 B and a bandwidth or worker-count what-if leaves their bytes out")
+
+    def _lookup_counts(self) -> dict[tuple[str, int], list[int]]:
+        """The ids each lookup of ``collective_lookups`` took in each step: the ``total`` of the ``ParallelFor`` its kernel
+        ran inside its event (TF's CPU gather shards its ids so, one unit each; none traced where it ran them inline)."""
+        wanted = {op for ops in self.lookups.values() for op in ops}
+        out: dict[tuple[str, int], list[int]] = {}
+        if not wanted:
+            return out
+        p = self.plane
+        node = {m: n.rsplit(":", 1)[0] for m, n in p.event_names.items() if ":" in n and n.rsplit(":", 1)[0] in wanted}
+        shards = set(self.mids("ParallelFor"))
+        for k, ln in enumerate(self.lines):
+            mine = np.flatnonzero(np.isin(ln.metadata_id, list(node)))
+            if not len(mine):
+                continue
+            inner = np.flatnonzero(np.isin(ln.metadata_id, list(shards)))
+            total = self.space.int_stat(p, ln, inner, "total")
+            t0, t1 = self.t0[k], self.t1[k]
+            for row, step in zip(mine.tolist(), self._step_of(t0[mine]).tolist()):
+                held = (t0[inner] >= t0[row]) & (t1[inner] <= t1[row]) & (total != MISSING)
+                out.setdefault((node[int(ln.metadata_id[row])], int(step)), []).append(int(total[held][0]) if held.sum() == 1 else -1)
+        return out
+
+    def _looked_up(self, name: str, step: int, counts: dict[tuple[str, int], list[int]]) -> int | None:
+        """The ids a sparse gradient's all-gather ``name`` gathers from this worker in ``step``: its lookups' (each run
+        once in the step, its count traced), else None. TF's branch of equal row counts gathers as many from each."""
+        ops = self.lookups.get(name)
+        if not ops:
+            return None
+        seen = [counts.get((op, step), []) for op in ops]
+        return sum(n[0] for n in seen) if all(len(n) == 1 and n[0] >= 0 for n in seen) else None
 
     def _gradient_bytes(self, c: dict[str, np.ndarray]) -> None:
         """Put the run folder's dense gradient bytes on the gradient all-reduce of each step.

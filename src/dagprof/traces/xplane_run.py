@@ -64,6 +64,7 @@ class XplaneRank(msgspec.Struct, kw_only=True):
     embedding_grad_bytes: Count = 0  # TF: the Embedding tables' bytes, left out of grad_bytes (files before 2026-12-03 lack it)
     collective_bytes: dict[str, Count] = {}  # collective op -> bytes of its own input (Keras ``fit``; files before 2026-12-03 lack it)
     collective_row_bytes: dict[str, Count] = {}  # collective op of a dynamic first dimension -> bytes of one row (before 2026-12-05: none)
+    collective_lookups: dict[str, list[str]] = {}  # a sparse gradient's all-gather -> the lookups whose ids it gathers (ditto)
     warnings: list[str] = []
     cpus: Count | None = None  # rank files before 2026-12-03 lack both
     kernel_hz: Count | None = None
@@ -114,6 +115,7 @@ def _from_manifest(folder: str, manifest: XplaneManifest) -> Run:
         newest = inside(folder, os.path.relpath(files[-1], folder), rpath)  # a link in the log folder may not lead out
         trace = read_xplane(newest, rank=r, world_size=world, grad_bytes=info.grad_bytes, collective_bytes=info.collective_bytes,
                             embedding_grad_bytes=info.embedding_grad_bytes, collective_row_bytes=info.collective_row_bytes,
+                            collective_lookups=info.collective_lookups,
                             window=info.steps_profiled)
         trace.meta.step_times_us = dict(info.step_times_us)
         trace.meta.unprofiled_step_times_us = info.unprofiled_step_times_us
