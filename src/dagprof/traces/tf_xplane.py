@@ -27,8 +27,9 @@ What the profiler records on a CPU host (TF 2.21, JAX 0.10), and how it maps on 
 - times: µs since the ``Task Environment`` plane's ``profile_start_time`` (Unix ns), which
   is ``base_ns``: workers on one clock before any alignment.
 
-Not read (yet): device planes (GPU/TPU streams), tensor sizes (the trace has no shapes: a
-collective's ``nbytes`` is 0 unless the run folder's rank file gives the gradient bytes), tf.data
+Not read (yet): device planes (GPU/TPU streams), tensor shapes (the ops' events have none: a TF
+collective's ``nbytes`` comes from the rank file's sizes read from the traced graph, the memory tracer's
+allocations of 256 KiB and more, or a sparse gradient's lookup's traced id count; else it is 0), tf.data
 pipelines beyond the ops that wait for them.
 """
 from __future__ import annotations
