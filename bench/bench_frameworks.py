@@ -236,9 +236,9 @@ def run_job(name: str, python: str, out: str, where: str | Cluster, rate: float,
     (shape_loopback if isinstance(where, str) else shape_hosts)(where, rate, bucket_rate)
     load, (_, sent0, lo0) = os.getloadavg()[0], _link(where)
     if isinstance(where, str):
-        codes = launch(name, python, out, args.workers, args.timeout, prefix=("ip", "netns", "exec", where))
+        codes = launch(name, python, out, args.workers, args.timeout, prefix=("ip", "netns", "exec", where), script_args=tuple(args.script_args.split()))
     else:
-        codes = launch(name, python, out, args.workers, args.timeout, hosts=where)
+        codes = launch(name, python, out, args.workers, args.timeout, hosts=where, script_args=tuple(args.script_args.split()))
     after, sent1, lo1 = _link(where)
     with open(os.path.join(out, WIRE_FILE), "w") as f:
         json.dump({"tbf_bytes": sent1 - sent0, "loopback_bytes": lo1 - lo0}, f)

@@ -129,6 +129,37 @@ def test_a_custom_loop_with_packed_all_reduces_sizes_each_pack(tmp_path):
     assert abs(open_run(str(out)).analysis.error_pct) < 1.0
 
 
+@pytest.mark.parametrize("batch", [64, 8])
+def test_a_sparse_gradient_of_a_dynamic_row_count_is_sized_in_each_step(batch, tmp_path):
+    """``bench/frameworks/tf_bilstm_tagger_fit.py`` (Keras ``fit``, an ``Embedding`` over ``Input((None,))`` int64 ids,
+    ``padded_batch``), as ``tests/data/tf/bilstm-rows`` (batch 64) and ``bilstm-ids`` (batch 8) were recorded: the
+    collector reads the bytes per row of the sparse gradient's all-gathers and the lookup whose ids they gather from
+    ``fit``'s traced step, and every profiled step's rows' and indices' gathers have bytes (``batch`` x 10 ids per
+    worker, 2 workers: rows of 64 float32, int64 indices; at batch 8 under the memory tracer's floor), none unsized."""
+    python = os.environ.get("DAGPROF_TF_PYTHON")
+    if not python:
+        pytest.skip("needs DAGPROF_TF_PYTHON: a Python with tensorflow-cpu and tf-keras (see this file)")
+    import sys  # noqa: PLC0415
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_frameworks import launch  # noqa: PLC0415  (it sets the script's TF_USE_LEGACY_KERAS)
+
+    out = tmp_path / "run"
+    out.mkdir()
+    codes = launch("tf_bilstm_tagger_fit", python, str(out), 2, 600,
+                   script_args=("--epochs", "1", "--window", "3:5", "--maxlen", "10", "--batch", str(batch)))
+    assert codes == [0, 0], (out / "log1.txt").read_text()[-3000:]
+    run = load(str(out))
+    rows = 2 * batch * 10
+    for trace in run.ranks:
+        ev = trace.events
+        for step in (3, 4):
+            gathers = {ev.name_of(i): int(ev.nbytes[i]) for i in range(len(ev))
+                       if ev.step[i] == step and ev.name_of(i).startswith("cond/then/")}
+            assert gathers == {"cond/then/_0/cond/CollectiveGatherV2": rows * 64 * 4, "cond/then/_0/cond/CollectiveGatherV2_1": rows * 8}
+    assert not any("have no size" in str(w) or "int32" in str(w) for w in run.meta.warnings)
+
+
 def test_a_zero_style_shard_map_job_sees_its_reduce_scatters_and_all_gathers_with_their_bytes(tmp_path):
     """``bench/frameworks/jax_zero_rs.py`` recorded afresh (``tests/test_jax_reduce_scatter.py`` reads the vendored
     recording): every step's 3 all-gathers carry the gathered parameters, its 3 reduce-scatters the whole gradients,

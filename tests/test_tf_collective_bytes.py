@@ -1,5 +1,7 @@
 """A TensorFlow job's collectives sized from their own tensors, and a stalled collective kept in its own step."""
+import json
 import pathlib
+import shutil
 
 import numpy as np
 import pytest
@@ -63,3 +65,66 @@ def test_a_stalled_collective_stays_in_its_own_step():
     measured, modelled = step_times(g, replay(g)), step_times(model, replay(model))
     assert np.abs(modelled / measured - 1).max() < 0.06
     assert modelled.mean() == pytest.approx(measured.mean(), rel=1e-3)
+
+
+def _sparse_gathers(run) -> list[dict[str, int]]:
+    """Per rank and profiled step: the sparse gradient's all-gathers (in the lowered ``cond``) by name, their bytes."""
+    out = []
+    for t in run.ranks:
+        ev = t.events
+        for step in sorted(set(ev.step[ev.step >= 0].tolist())):
+            rows = np.flatnonzero((ev.kind == Kind.COMM) & (ev.step == step))
+            out.append({ev.name_of(i): int(ev.nbytes[i]) for i in rows if "cond/then" in ev.name_of(i)})
+    return out
+
+
+def test_a_sparse_gradient_of_a_dynamic_row_count_is_sized_in_each_step_from_the_run(tmp_path):
+    """``tf/bilstm-rows`` (``bench/frameworks/tf_bilstm_tagger_fit.py --maxlen 10 --batch 64``: an ``Embedding`` over
+    ``Input((None,))``, ``padded_batch``): its sparse gradient's shape is not static in ``fit``'s traced step, so the
+    collector cannot size its all-gathers; it records their bytes per row instead (64 float32 rows, int64 ids:
+    ``collective_row_bytes``). In each step, the rows' gather takes the memory tracer's allocation of its result in that
+    step (1280 rows x 64 float32: 64 ids x 10 tokens per worker, 2 workers), and the indices' gather, which the tracer
+    never sees, one int64 per gathered row; it was priced one int32 each, half its bytes, as runs recorded before still are."""
+    run = load(str(DATA / "tf" / "bilstm-rows"))
+    steps = _sparse_gathers(run)
+    assert len(steps) == 4  # 2 ranks x steps 3, 4
+    for step in steps:
+        assert step == {"cond/then/_0/cond/CollectiveGatherV2": 1280 * 64 * 4, "cond/then/_0/cond/CollectiveGatherV2_1": 1280 * 8}
+    notes = " ".join(map(str, run.meta.warnings))
+    assert "have no size" not in notes and "int32" not in notes
+
+    older = tmp_path / "older"  # the same run as the collector wrote it before it read the bytes per row
+    shutil.copytree(DATA / "tf" / "bilstm-rows", older)
+    for r in (0, 1):
+        info = json.loads((older / f"rank{r}.json").read_text())
+        del info["collective_row_bytes"]
+        (older / f"rank{r}.json").write_text(json.dumps(info))
+    run = load(str(older))
+    assert all(step["cond/then/_0/cond/CollectiveGatherV2_1"] == 1280 * 4 for step in _sparse_gathers(run))
+    assert "sized as one int32 per row" in " ".join(map(str, run.meta.warnings))
+
+
+def test_a_sparse_gradient_under_the_memory_tracers_floor_is_sized_from_its_lookups_ids(tmp_path):
+    """``tf/bilstm-ids`` (``bench/frameworks/tf_bilstm_tagger_fit.py --batch 8 --maxlen 10``): 160 gathered rows of 64
+    float32 (40 kB) a step, under the 256 KiB the memory tracer records, so main left both all-gathers unsized (0 B, a
+    warning). The collector now names the lookup whose ids the gathered indices hold (``collective_lookups``: walked back
+    from the ``cond``'s argument through the gradient's reshape), and each step's profile counts that lookup's ids (the
+    ``ParallelFor`` its kernel shards them in: 80 on each worker, 8 sentences of 10); TF's branch of equal row counts
+    gathers as many from each worker: 160 rows of 256 B, 160 int64 ids. (On the larger runs both are recorded, the
+    lookups' count times the workers was the memory tracer's gathered rows in 20 of 20 rank-steps.)"""
+    run = load(str(DATA / "tf" / "bilstm-ids"))
+    steps = _sparse_gathers(run)
+    assert len(steps) == 4  # 2 ranks x steps 3, 4
+    for step in steps:
+        assert step == {"cond/then/_0/cond/CollectiveGatherV2": 160 * 64 * 4, "cond/then/_0/cond/CollectiveGatherV2_1": 160 * 8}
+    assert "have no size" not in " ".join(map(str, run.meta.warnings))
+
+    older = tmp_path / "older"  # without the lookups, as the collector wrote it before: unsized, and said
+    shutil.copytree(DATA / "tf" / "bilstm-ids", older)
+    for r in (0, 1):
+        info = json.loads((older / f"rank{r}.json").read_text())
+        del info["collective_lookups"]
+        (older / f"rank{r}.json").write_text(json.dumps(info))
+    run = load(str(older))
+    assert all(not any(step.values()) for step in _sparse_gathers(run))
+    assert any(str(w).startswith("4 of 4 all-gathers of a sparse gradient") for w in run.meta.warnings)

@@ -26,9 +26,10 @@ ap.add_argument("--epochs", type=int, default=3)
 ap.add_argument("--steps-per-epoch", type=int, default=8)
 ap.add_argument("--batch", type=int, default=32)
 ap.add_argument("--window", default="6:14", help="the profiled steps, A:B")
+ap.add_argument("--maxlen", type=int, default=30, help="the longest sentence, and the padded length (a shorter LSTM loop)")
 args = ap.parse_args()
 
-BUCKETS, TAGS, MAXLEN, WORDS = 3000, 12, 30, 400
+BUCKETS, TAGS, MAXLEN, WORDS = 3000, 12, args.maxlen, 400
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 worker = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {}).get("index", 0)
 
@@ -50,7 +51,7 @@ hashing = tf.keras.layers.Hashing(num_bins=BUCKETS)  # bucket 0 is left to the p
 
 def sentences(n):
     for _ in range(n):
-        length = int(rng.integers(8, MAXLEN + 1))
+        length = int(rng.integers(min(8, MAXLEN), MAXLEN + 1))
         ids = rng.integers(0, WORDS, length)
         yield vocab[ids], (ids % TAGS).astype(np.int32)
 

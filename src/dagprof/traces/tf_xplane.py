@@ -27,8 +27,9 @@ What the profiler records on a CPU host (TF 2.21, JAX 0.10), and how it maps on 
 - times: µs since the ``Task Environment`` plane's ``profile_start_time`` (Unix ns), which
   is ``base_ns``: workers on one clock before any alignment.
 
-Not read (yet): device planes (GPU/TPU streams), tensor sizes (the trace has no shapes: a
-collective's ``nbytes`` is 0 unless the run folder's rank file gives the gradient bytes), tf.data
+Not read (yet): device planes (GPU/TPU streams), tensor shapes (the ops' events have none: a TF
+collective's ``nbytes`` comes from the rank file's sizes read from the traced graph, the memory tracer's
+allocations of 256 KiB and more, or a sparse gradient's lookup's traced id count; else it is 0), tf.data
 pipelines beyond the ops that wait for them.
 """
 from __future__ import annotations
@@ -72,10 +73,13 @@ _XLA_SEQ_PER_STEP = 1_000_000  # XLA collectives: seq = step * this + position w
 
 def read_xplane(path: str | os.PathLike[str], rank: int | None = None, world_size: int | None = None,
                 grad_bytes: int = 0, collective_bytes: dict[str, int] | None = None, window: list[int] | None = None,
-                embedding_grad_bytes: int = 0) -> RankTrace:
+                embedding_grad_bytes: int = 0, collective_row_bytes: dict[str, int] | None = None,
+                collective_lookups: dict[str, list[str]] | None = None) -> RankTrace:
     """One worker's ``*.xplane.pb``. ``rank``/``world_size`` come from the run folder (the file has
     neither); without them the rank is taken from the path (``worker1``, ``rank-1``, ``p1``...).
-    ``collective_bytes``: the run folder's bytes of each collective op's own input (``tf_profile.collective_bytes``).
+    ``collective_bytes``: the run folder's bytes of each collective op's own input (``tf_profile.collective_sizes``);
+    ``collective_row_bytes``: the bytes of one row of those whose first dimension is dynamic; ``collective_lookups``: the
+    lookups whose ids a sparse gradient's all-gather gathers.
     ``window``: the steps the collector profiled, as it numbered them (the rank file's ``steps_profiled``)."""
     path = os.fspath(path)
     formats.expect(path, "xplane")  # a Kineto/Horovod/MXNet file given here says what it looks like
@@ -87,7 +91,24 @@ def read_xplane(path: str | os.PathLike[str], rank: int | None = None, world_siz
     if host is None:
         names = ", ".join(p.name for p in space.planes[:5]) or "none"
         raise DagprofError(f"no {HOST_PLANE} plane in this XPlane file (planes: {names})", path)
-    return _Reader(space, host, path, rank, world_size, grad_bytes, collective_bytes or {}, window or [], embedding_grad_bytes).build()
+    return _Reader(space, host, path, rank, world_size, grad_bytes, collective_bytes or {}, window or [], embedding_grad_bytes,
+                   collective_row_bytes or {}, collective_lookups or {}).build()
+
+
+_EPOCH_GAP = re.compile(r"(\d+)( ms between the epochs)")  # in the warning of an epoch's end inside the window (``_main_line``)
+
+
+def merge_epoch_gaps(ranks: list[RankTrace]) -> None:
+    """Say an epoch's end inside the window once for the job: every rank sees it in the same words but its own time
+    between the epochs (12283 and 12285 ms), so each rank's warning is rewritten to their range (in place)."""
+    found = [(t, k, m) for t in ranks for k, w in enumerate(t.meta.warnings)
+             if w.what.startswith("an epoch ends inside the window") and (m := _EPOCH_GAP.search(w.what))]
+    gaps: dict[tuple[str, str], list[int]] = {}
+    for _, _, m in found:
+        gaps.setdefault((m.string[:m.start(1)], m.string[m.start(2):]), []).append(int(m.group(1)))
+    for t, k, m in found:
+        ms = gaps[(m.string[:m.start(1)], m.string[m.start(2):])]
+        t.meta.warnings[k] = RunWarning(f"{m.string[:m.start(1)]}{min(ms)}{'' if min(ms) == max(ms) else f'-{max(ms)}'}{m.string[m.start(2):]}")
 
 
 def rank_from_path(path: str) -> int | None:
@@ -101,8 +122,10 @@ def rank_from_path(path: str) -> int | None:
 
 class _Reader:
     def __init__(self, space: XSpace, plane: XPlane, path: str, rank: int | None, world: int | None, grad_bytes: int,
-                 collective_bytes: dict[str, int], window: list[int], embedding_grad_bytes: int = 0):
+                 collective_bytes: dict[str, int], window: list[int], embedding_grad_bytes: int = 0,
+                 collective_row_bytes: dict[str, int] | None = None, collective_lookups: dict[str, list[str]] | None = None):
         self.space, self.plane, self.path = space, plane, path
+        self.row_bytes, self.lookups = collective_row_bytes or {}, collective_lookups or {}
         self.rank_arg, self.world_arg, self.grad_bytes = rank, world, grad_bytes
         self.embedding_grad_bytes = embedding_grad_bytes
         self.collective_bytes, self.window = collective_bytes, window
@@ -113,6 +136,7 @@ class _Reader:
         self.scopes: dict[str, tuple[bool, bool]] = {}  # op scope -> (has a gradient op, reads a variable)
         self.tab = EventRows()
         self.collectives = Collectives()
+        self.step_id_of: dict[int, int] = {}  # TF collective event -> its executor step id (the memory tracer's ``id``)
         self.run_rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # run ids, table rows, is a run's wait: ``_run_completions``
         env = space.plane(TASK_ENV_PLANE)
         self.base_ns = int(env.stats.get("profile_start_time", 0)) if env is not None else 0
@@ -296,7 +320,10 @@ class _Reader:
                                  comm_kind=np.array(coll_u, dtype=np.uint8)[inv], role=np.array(role_u)[inv])
         run = self.space.int_stat(p, ln, rows, "run_id")
         self.run_rows.append((run[run != MISSING], out[run != MISSING], waiting[run != MISSING]))
-        for j, prog in zip(comm.tolist(), program[comm].tolist()):
+        step_ids = self.space.int_stat(p, ln, rows[comm], "step_id") if len(comm) else np.zeros(0, np.int64)
+        for j, prog, sid in zip(comm.tolist(), program[comm].tolist(), step_ids.tolist()):
+            if sid != MISSING:
+                self.step_id_of[int(out[j])] = int(sid)
             self.collectives.event.append(int(out[j]))
             self.collectives.kind.append(coll_u[inv[j]])
             self.collectives.dtype.append("")
@@ -623,47 +650,98 @@ class _Reader:
                 c["nbytes"][i] = coll.event_bytes(own, self.group_sizes.get(group, self.world_arg or 1))
 
     def _output_bytes(self, c: dict[str, np.ndarray]) -> None:
-        """TF collectives whose result the memory tracer saw allocated (an all-gather's, e.g. a sparse
-        embedding gradient's rows) take its size: the op's own tensor. An IndexedSlices gradient's gather of
-        indices (``X_1`` right after the gather ``X`` of its rows, as TF's cross-device code sends them) is
-        not seen: int32 tensors live in host memory, which the tracer does not record. It takes one int32
-        per gathered row (the rows' recorded shape), said in a warning with its count."""
+        """TF collectives whose result the memory tracer saw allocated (an all-gather's, e.g. a sparse embedding gradient's
+        rows) take its size in the same step (the allocation's ``id`` is the op's executor ``step_id``): a sparse gradient's
+        row count can change from step to step (``padded_batch`` over ``Input((None,))``). An op with no allocation in its
+        step takes the size its others recorded where they all agree (a static shape), else it stays unsized: the tracer
+        records no CPU tensor under 256 KiB (TF 2.21's oneDNN allocator hands those out untraced).
+        An IndexedSlices gradient's gather of indices (``X_1`` right after the gather ``X`` of its rows, as TF's
+        cross-device code sends them) is never seen (int tensors live in host memory, which the tracer does not record):
+        it carries one index per gathered row of ``X`` in that step (the rows' recorded shape), each of the bytes the
+        collector read from the traced graph (``collective_row_bytes``: its dtype), or, in runs recorded before that, one
+        int32 each, said in a warning with its count."""
         p = self.plane
         mids = self.mids("MemoryAllocation")
         names = {self.tab.names[c["name"][i]] for i in self.collectives.event}
-        sized: dict[str, int] = {}
-        rows_of: dict[str, int] = {}
+        in_step: dict[tuple[str, int], tuple[int, int]] = {}  # (op, step id) -> (bytes, its first dimension, -1 if none)
+        sizes: dict[str, set[int]] = {}
         for ln in self.lines:
             rows = np.flatnonzero(np.isin(ln.metadata_id, mids))
             if not len(rows):
                 continue
             op, nbytes = self.space.int_stat(p, ln, rows, "tf_op"), self.space.int_stat(p, ln, rows, "requested_bytes")
-            region = self.space.int_stat(p, ln, rows, "region_type")
-            for row, o, b, r in zip(rows.tolist(), op.tolist(), nbytes.tolist(), region.tolist()):
-                if o != MISSING and b != MISSING and p.stat_names.get(r) == "output":
-                    name = p.stat_names.get(o, "")
-                    sized[name] = max(sized.get(name, 0), int(b))
-                    if name in names and name not in rows_of:
-                        dims = re.findall(r"\d+", str(self.space.event_stats(p, ln, row).get("shape", "")))
-                        if len(dims) >= 2:
-                            rows_of[name] = int(dims[0])
-        indices = 0
+            region, step_id = self.space.int_stat(p, ln, rows, "region_type"), self.space.int_stat(p, ln, rows, "id")
+            for row, o, b, r, k in zip(rows.tolist(), op.tolist(), nbytes.tolist(), region.tolist(), step_id.tolist()):
+                name = p.stat_names.get(o, "") if o != MISSING else ""
+                if name not in names or b == MISSING or p.stat_names.get(r) != "output":
+                    continue
+                sizes.setdefault(name, set()).add(int(b))
+                if k != MISSING:
+                    dims = re.findall(r"\d+", str(self.space.event_stats(p, ln, row).get("shape", "")))
+                    in_step[(name, int(k))] = (int(b), int(dims[0]) if len(dims) >= 2 else -1)
+        guessed, looked_up = 0, self._lookup_counts()
         for i, coll in zip(self.collectives.event, self.collectives.kind):
-            name = self.tab.names[c["name"][i]]
-            c["nbytes"][i] = c["nbytes"][i] or sized.get(name, 0)
-            if c["nbytes"][i] == 0 and coll == CommKind.ALL_GATHER and name.endswith("_1") and name[:-2] in rows_of:
-                c["nbytes"][i] = 4 * rows_of[name[:-2]]
-                indices += 1
-        if indices:
-            self.warnings.append(f"{indices} all-gathers of a sparse gradient's indices, which the memory tracer does not see, "
+            if c["nbytes"][i]:
+                continue
+            name, sid = self.tab.names[c["name"][i]], self.step_id_of.get(i, MISSING)
+            per_row = self.row_bytes.get(_BRANCH_CALL.sub(r"\1/", name))  # the collector names a branch's ops less the call's number
+            own, rows_of = in_step.get((name, sid)), in_step.get((name[:-2], sid), (0, -1))[1]
+            if own is not None:
+                c["nbytes"][i] = own[0]
+            elif len(sizes.get(name, ())) == 1 and per_row is None:
+                c["nbytes"][i] = next(iter(sizes[name]))
+            elif coll == CommKind.ALL_GATHER and name.endswith("_1") and rows_of >= 0:
+                c["nbytes"][i] = rows_of * (per_row or 4)
+                guessed += per_row is None
+            elif per_row is not None and (ids := self._looked_up(_BRANCH_CALL.sub(r"\1/", name), int(c["step"][i]), looked_up)) is not None:
+                group = self.groups[c["group"][i]] if c["group"][i] >= 0 else ""
+                c["nbytes"][i] = self.group_sizes.get(group, self.world_arg or 1) * ids * per_row
+        if guessed:
+            self.warnings.append(f"{guessed} all-gathers of a sparse gradient's indices, which the memory tracer does not see, "
                                  "sized as one int32 per row of the rows' gather before them")
-        unsized = sorted({name for i, coll in zip(self.collectives.event, self.collectives.kind)
-                          if coll == CommKind.ALL_GATHER and c["nbytes"][i] == 0 and _SPARSE_BRANCH.search(name := self.tab.names[c["name"][i]])})
+        sparse = [i for i, coll in zip(self.collectives.event, self.collectives.kind)
+                  if coll == CommKind.ALL_GATHER and c["step"][i] >= 0 and _SPARSE_BRANCH.search(self.tab.names[c["name"][i]])]
+        unsized = sum(c["nbytes"][i] == 0 for i in sparse)
         if unsized:
-            why = ("their shape is not static in the traced step (the branch that pads the workers' unequal row counts)"
-                   if self.collective_bytes else "the memory tracer recorded no allocation of theirs (it skips small CPU tensors)")
-            self.warnings.append(f"{len(unsized)} all-gathers a step of a sparse gradient (an embedding's rows or indices) have no size: "
-                                 f"{why}, so they are priced as 0 B and a bandwidth or worker-count what-if leaves their bytes out")
+            why = ("their shape is not static in the traced step (a dynamic row count: padded_batch over Input((None,)), or the "
+                   "branch that pads the workers' unequal row counts)" if self.collective_bytes else
+                   "the run holds no sizes read from the traced step (recorded before 2026-12-03)")
+            steps = len({int(c["step"][i]) for i in sparse})
+            self.warnings.append(f"{unsized} of {len(sparse)} all-gathers of a sparse gradient (an embedding's rows or indices) in the "
+                                 f"{steps} profiled steps ({unsized / steps:g} a step) have no size: {why}, and the memory tracer "
+                                 "recorded no allocation of theirs in their step (it skips CPU tensors under 256 KiB), so they are "
+                                 "priced as 0 B and a bandwidth or worker-count what-if leaves their bytes out")
+
+    def _lookup_counts(self) -> dict[tuple[str, int], list[int]]:
+        """The ids each lookup of ``collective_lookups`` took in each step: the ``total`` of the ``ParallelFor`` its kernel
+        ran inside its event (TF's CPU gather shards its ids so, one unit each; none traced where it ran them inline)."""
+        wanted = {op for ops in self.lookups.values() for op in ops}
+        out: dict[tuple[str, int], list[int]] = {}
+        if not wanted:
+            return out
+        p = self.plane
+        node = {m: n.rsplit(":", 1)[0] for m, n in p.event_names.items() if ":" in n and n.rsplit(":", 1)[0] in wanted}
+        shards = set(self.mids("ParallelFor"))
+        for k, ln in enumerate(self.lines):
+            mine = np.flatnonzero(np.isin(ln.metadata_id, list(node)))
+            if not len(mine):
+                continue
+            inner = np.flatnonzero(np.isin(ln.metadata_id, list(shards)))
+            total = self.space.int_stat(p, ln, inner, "total")
+            t0, t1 = self.t0[k], self.t1[k]
+            for row, step in zip(mine.tolist(), self._step_of(t0[mine]).tolist()):
+                held = (t0[inner] >= t0[row]) & (t1[inner] <= t1[row]) & (total != MISSING)
+                out.setdefault((node[int(ln.metadata_id[row])], int(step)), []).append(int(total[held][0]) if held.sum() == 1 else -1)
+        return out
+
+    def _looked_up(self, name: str, step: int, counts: dict[tuple[str, int], list[int]]) -> int | None:
+        """The ids a sparse gradient's all-gather ``name`` gathers from this worker in ``step``: its lookups' (each run
+        once in the step, its count traced), else None. TF's branch of equal row counts gathers as many from each."""
+        ops = self.lookups.get(name)
+        if not ops:
+            return None
+        seen = [counts.get((op, step), []) for op in ops]
+        return sum(n[0] for n in seen) if all(len(n) == 1 and n[0] >= 0 for n in seen) else None
 
     def _gradient_bytes(self, c: dict[str, np.ndarray]) -> None:
         """Put the run folder's dense gradient bytes on the gradient all-reduce of each step.

@@ -25,7 +25,7 @@ from .completeness import check_same_job, describe, refuse_copies
 from .events import Kind, RankTrace, Run
 from .meta import Collectives, RankGap, RunMeta, RunWarning, tx_bytes_per_step, warnings_of
 from .run_schema import Count, refuse_ranks_beyond
-from .tf_xplane import rank_from_path, read_xplane
+from .tf_xplane import merge_epoch_gaps, rank_from_path, read_xplane
 from .xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, VERSION, rank_file, rank_logdir
 
 
@@ -63,6 +63,8 @@ class XplaneRank(msgspec.Struct, kw_only=True):
     grad_bytes: Count = 0
     embedding_grad_bytes: Count = 0  # TF: the Embedding tables' bytes, left out of grad_bytes (files before 2026-12-03 lack it)
     collective_bytes: dict[str, Count] = {}  # collective op -> bytes of its own input (Keras ``fit``; files before 2026-12-03 lack it)
+    collective_row_bytes: dict[str, Count] = {}  # collective op of a dynamic first dimension -> bytes of one row (before 2026-12-05: none)
+    collective_lookups: dict[str, list[str]] = {}  # a sparse gradient's all-gather -> the lookups whose ids it gathers (ditto)
     warnings: list[str] = []
     cpus: Count | None = None  # rank files before 2026-12-03 lack both
     kernel_hz: Count | None = None
@@ -112,7 +114,8 @@ def _from_manifest(folder: str, manifest: XplaneManifest) -> Run:
             warnings.append(f"rank {r}: {len(files)} profiler sessions in its log folder; the newest is read")
         newest = inside(folder, os.path.relpath(files[-1], folder), rpath)  # a link in the log folder may not lead out
         trace = read_xplane(newest, rank=r, world_size=world, grad_bytes=info.grad_bytes, collective_bytes=info.collective_bytes,
-                            embedding_grad_bytes=info.embedding_grad_bytes,
+                            embedding_grad_bytes=info.embedding_grad_bytes, collective_row_bytes=info.collective_row_bytes,
+                            collective_lookups=info.collective_lookups,
                             window=info.steps_profiled)
         trace.meta.step_times_us = dict(info.step_times_us)
         trace.meta.unprofiled_step_times_us = info.unprofiled_step_times_us
@@ -128,6 +131,7 @@ def _from_manifest(folder: str, manifest: XplaneManifest) -> Run:
     check_same_job(ranks, folder)
     refuse_copies(ranks, folder)
     ranks = _trim_cut_steps(ranks, warnings)
+    merge_epoch_gaps(ranks)
     warnings += [w for t in ranks for w in t.meta.warnings]
     return Run(ranks, source=folder, meta=RunMeta(framework=manifest.framework, warnings=warnings_of(warnings),
                                                   rank_gaps=gaps))
@@ -159,6 +163,7 @@ def _from_logdirs(folder: str) -> Run:
     check_same_job(ranks, folder)
     refuse_copies(ranks, folder)
     ranks = _trim_cut_steps(ranks, warnings)
+    merge_epoch_gaps(ranks)
     warnings += [w for t in ranks for w in t.meta.warnings]
     return Run(ranks, source=folder, meta=RunMeta(missing_ranks=missing, rank_gaps=[RankGap(r, "no profile in its log folder") for r in missing],
                                                   warnings=warnings_of(warnings)))

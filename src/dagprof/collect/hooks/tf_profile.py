@@ -27,6 +27,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager
 
 from ...traces.steps import DEFAULT_STEPS, parse_steps
@@ -106,7 +107,7 @@ def _window(out_dir: str | os.PathLike[str], steps, rank: int | None, world_size
             host_tracer_level: int, python_tracer_level: int, strategy: Callable[[], Any] = lambda: None,
             size_live: bool = False) -> StepWindow:
     """``size_live``: before the profiler starts, size the collectives of every ``tf.function`` traced so far
-    (``live_collective_bytes``: a custom loop's steps, which the collector is not handed)."""
+    (``live_collective_sizes``: a custom loop's steps, which the collector is not handed)."""
     import tensorflow as tf  # noqa: PLC0415  (fail early and clearly if TensorFlow is missing)
 
     found = tf_config_rank()
@@ -116,7 +117,7 @@ def _window(out_dir: str | os.PathLike[str], steps, rank: int | None, world_size
     def start(logdir: str) -> None:
         if size_live and not window.collective_bytes:
             try:  # TF's graph internals: never stop the user's training (the reader falls back to the tracer's sizes)
-                window.collective_bytes = live_collective_bytes()
+                live_collective_sizes().keep(window)
             except Exception as err:  # noqa: BLE001
                 window.warnings.append(f"collectives not sized from the traced functions ({type(err).__name__}: {err})")
         tf.profiler.experimental.start(logdir, options=_options(host_tracer_level, python_tracer_level))
@@ -272,8 +273,8 @@ def grad_bytes(variables: Any, model: Any = None) -> tuple[int, int]:
 _BRANCHES = (("then", "then_branch"), ("else", "else_branch"))  # an ``If`` op's functions, as its lowered nodes name them
 
 
-def live_collective_bytes() -> dict[str, int]:
-    """``collective_bytes`` of every ``tf.function`` alive in the process. A custom loop's step functions are the
+def live_collective_sizes() -> CollectiveSizes:
+    """``collective_sizes`` of every ``tf.function`` alive in the process. A custom loop's step functions are the
     user's own: with ``CommunicationOptions(bytes_per_pack=...)`` the strategy splits the gradients into several packed
     all-reduces (``sgd/CollectiveReduceV2``, ``_1``, ``_2``), which the trace does not size; all of the model's gradient
     bytes once went on the first and 0 B on the others."""
@@ -283,33 +284,102 @@ def live_collective_bytes() -> dict[str, int]:
 
     kinds = tf.types.experimental
     kind = getattr(kinds, "PolymorphicFunction", None) or kinds.GenericFunction
-    return collective_bytes(*[o for o in gc.get_objects() if isinstance(o, kind)], skip_failing=True)
+    return collective_sizes(*[o for o in gc.get_objects() if isinstance(o, kind)], skip_failing=True)
 
 
-def collective_bytes(*functions: Any, skip_failing: bool = False) -> dict[str, int]:
-    """Bytes each collective op of a ``tf.function`` sends, from its input tensor's static shape in the traced graphs:
-    ``{node name: bytes}``, a rank's own share (an all-gather's input, not its gathered result). The profiler records
-    no tensor sizes, and its memory tracer sees only large allocations: wide_deep's embedding gradients (IndexedSlices,
-    all-gathered as 832 rows and 832 indices) went unsized, the link was fitted to 1 sized collective of 17 a step.
+_GATHERS = ("GatherV2", "ResourceGather")  # an embedding's lookup (its ids: input 1), whose gradient is an IndexedSlices
+_PASSING = {"Reshape": 1, "Identity": 1, "Cast": 1, "Squeeze": 1, "ExpandDims": 1, "ConcatV2": -1}  # op -> its data inputs
+
+
+def _lookups_of(indices: Any) -> list[str]:
+    """The lookups (``GatherV2``/``ResourceGather`` ops) whose ids a sparse gradient's ``indices`` tensor holds: back
+    through the reshapes, casts and concatenations TF's gradient makes of them (an ``Embedding`` looked up twice
+    concatenates both), to the tensors a lookup takes as its ids. Empty where a tensor on the way feeds two lookups (two
+    tables over the same ids: which rows are whose is not told) or the walk leads elsewhere."""
+    found: list[str] = []
+    todo, seen = [indices], set()
+    while todo:
+        t = todo.pop()
+        if t.name in seen or len(seen) > 64:
+            continue
+        seen.add(t.name)
+        lookups = [c.name for c in t.consumers() if c.type in _GATHERS and len(c.inputs) > 1 and c.inputs[1] is t]
+        if len(lookups) > 1:
+            return []
+        if lookups:
+            found += lookups
+            continue
+        n = _PASSING.get(t.op.type)
+        if n is None:
+            return []
+        todo += list(t.op.inputs)[:n] if n > 0 else list(t.op.inputs)[:-1]
+    return sorted(set(found))
+
+
+@dataclass
+class CollectiveSizes:
+    """What the collective ops of the traced step send, by node name (as the reader names them; a rank's own share):
+    ``nbytes`` of those of a static shape; ``row_bytes``, one row of those whose first dimension only is dynamic;
+    ``lookups``, for a sparse gradient's all-gathers in the branch that runs when every worker has as many rows, the
+    lookups whose ids it gathers (the rows a step gathers: the ids those looked up on each worker, times the workers)."""
+
+    nbytes: dict[str, int] = field(default_factory=dict)
+    row_bytes: dict[str, int] = field(default_factory=dict)
+    lookups: dict[str, list[str]] = field(default_factory=dict)
+
+    def keep(self, window: StepWindow) -> None:
+        """Hand them to the window, which writes them into the rank file."""
+        window.collective_bytes, window.collective_row_bytes, window.collective_lookups = self.nbytes, self.row_bytes, self.lookups
+
+
+def collective_sizes(*functions: Any, skip_failing: bool = False) -> CollectiveSizes:
+    """What each collective op of a ``tf.function`` sends, from its input tensor in the traced graphs (``CollectiveSizes``).
+
+    The profiler records no tensor sizes, and its memory tracer sees only large allocations: wide_deep's embedding
+    gradients (IndexedSlices, all-gathered as 832 rows and 832 indices) went unsized, the link was fitted to 1 sized
+    collective of 17 a step. Where the looked-up ids' shape is dynamic (``padded_batch`` over ``Input((None,))``, or the
+    branch that pads the workers' unequal row counts) a sparse gradient's rows and indices have no static shape: the
+    bytes of one row (its other dimensions and dtype) are kept, and the reader multiplies them by the rows the run
+    recorded in each step; for TF's branch of equal row counts (``cond/then/``) the lookups whose ids the indices hold
+    are kept too, whose ids the profile counts in each step (``_lookups_of``).
     Ops in an ``If``'s branches (TF's all-gather of a sparse gradient) are named as their lowered nodes run, less the
     call's number: ``cond_1/then/cond_1/CollectiveGatherV2`` for ``cond_1/then/_18/cond_1/CollectiveGatherV2``.
-    Left out: ops of no static shape (the branch that pads workers' unequal row counts), and a name two traced graphs
-    size differently (in one function or two). ``skip_failing``: a function whose traced graphs cannot be listed (TF's
-    own, e.g. a checkpoint's save function bound to its input signature) is left out."""
+    Left out: a name two traced graphs size differently (in one function or two). ``skip_failing``: a function whose
+    traced graphs cannot be listed (TF's own, e.g. a checkpoint's save function bound to its input signature) is left out."""
     import numpy as np  # noqa: PLC0415
 
     found: dict[str, set[int]] = {}
+    per_row: dict[str, set[int]] = {}
+    lookups: dict[str, set[tuple[str, ...]]] = {}
 
     def walk(graph: Any, prefix: str) -> None:
         for op in graph.get_operations():
-            if op.type.startswith("Collective") and op.inputs and op.inputs[0].shape.is_fully_defined():
+            if op.type.startswith("Collective") and op.inputs:
                 t = op.inputs[0]
-                found.setdefault(prefix + op.name, set()).add(int(np.prod(t.shape.as_list(), dtype=np.int64)) * t.dtype.size)
+                dims = t.shape.as_list() if t.shape.rank else None
+                if t.shape.is_fully_defined():
+                    found.setdefault(prefix + op.name, set()).add(int(np.prod(dims or [], dtype=np.int64)) * t.dtype.size)
+                elif dims is not None and None not in dims[1:]:
+                    per_row.setdefault(prefix + op.name, set()).add(int(np.prod(dims[1:], dtype=np.int64)) * t.dtype.size)
             if op.type in ("If", "StatelessIf"):
                 for label, attr in _BRANCHES:
                     branch = graph._get_function(op.get_attr(attr).name)  # noqa: SLF001  (the graph's own library)
                     if branch is not None and getattr(branch, "graph", None) is not None:
+                        if label == "then":
+                            _branch_lookups(op, branch.graph, f"{prefix}{op.name}/{label}/")
                         walk(branch.graph, f"{prefix}{op.name}/{label}/")
+
+    def _branch_lookups(op: Any, branch: Any, prefix: str) -> None:
+        """The lookups of the sparse gradient a branch all-gathers: its gathers' inputs are the branch's arguments, the
+        ``If``'s inputs after the predicate; one of them (the indices) leads back to the lookups' ids."""
+        args = {t.name: k for k, t in enumerate(branch.inputs)}
+        gathers = [b for b in branch.get_operations() if b.type == "CollectiveGatherV2" and b.inputs
+                   and not b.inputs[0].shape.is_fully_defined() and b.inputs[0].name in args]
+        outer = [op.inputs[args[b.inputs[0].name] + 1] for b in gathers if args[b.inputs[0].name] + 1 < len(op.inputs)]
+        found_lookups = {tuple(x) for t in outer if (x := _lookups_of(t))}
+        if len(gathers) == len(outer) and len(found_lookups) == 1:
+            for b in gathers:
+                lookups.setdefault(prefix + b.name, set()).update(found_lookups)
 
     for function in functions:
         try:
@@ -320,7 +390,9 @@ def collective_bytes(*functions: Any, skip_failing: bool = False) -> dict[str, i
             continue
         for concrete in concretes:
             walk(concrete.graph, "")
-    return {name: sizes.pop() for name, sizes in found.items() if len(sizes) == 1}
+    return CollectiveSizes(nbytes={name: sizes.pop() for name, sizes in found.items() if len(sizes) == 1},
+                           row_bytes={name: sizes.pop() for name, sizes in per_row.items() if len(sizes) == 1 and name not in found},
+                           lookups={name: list(ops.pop()) for name, ops in lookups.items() if len(ops) == 1 and name not in found})
 
 
 class tf_profile(LoopProfile):  # noqa: N801  (used like a profiler object)
@@ -409,7 +481,7 @@ def keras_callback(out_dir: str | os.PathLike[str], steps: range | tuple[int, in
             if not self.sized and self.model is not None:  # once ``fit`` has traced its step, outside the step's time
                 self.sized = True
                 try:  # TF's graph internals: never stop the user's training (the reader falls back to the tracer's sizes)
-                    w.collective_bytes = collective_bytes(getattr(self.model, "train_function", None))
+                    collective_sizes(getattr(self.model, "train_function", None)).keep(w)
                 except Exception as err:  # noqa: BLE001
                     w.warnings.append(f"collectives not sized from fit's traced step ({type(err).__name__}: {err})")
             if self.batch + 1 == w.steps.start:

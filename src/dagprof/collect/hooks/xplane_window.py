@@ -142,7 +142,9 @@ class StepWindow:
         self.lost = False  # this rank's profile of the current window is lost (its start or stop failed)
         self.grad_bytes = 0
         self.embedding_grad_bytes = 0  # TF: the Embedding tables', left out of grad_bytes (``tf_profile.grad_bytes``)
-        self.collective_bytes: dict[str, int] = {}  # collective op -> bytes of its own input (``tf_profile.collective_bytes``)
+        self.collective_bytes: dict[str, int] = {}  # collective op -> bytes of its own input (``tf_profile.collective_sizes``)
+        self.collective_row_bytes: dict[str, int] = {}  # collective op of a dynamic first dimension -> bytes of one row of it
+        self.collective_lookups: dict[str, list[str]] = {}  # a sparse gradient's all-gather -> the lookups whose ids it gathers
         self.warnings: list[str] = []
         self.step_times_ns: dict[int, tuple[int, int]] = {}  # profiled steps
         # steps run without the profiler (before, between and after windows): measure the profiler's own cost
@@ -302,6 +304,10 @@ class StepWindow:
         }
         if self.collective_bytes:
             info["collective_bytes"] = dict(self.collective_bytes)
+        if self.collective_row_bytes:
+            info["collective_row_bytes"] = dict(self.collective_row_bytes)
+        if self.collective_lookups:
+            info["collective_lookups"] = dict(self.collective_lookups)
         if self.embedding_grad_bytes:
             info["embedding_grad_bytes"] = int(self.embedding_grad_bytes)
         hz = kernel_hz()
