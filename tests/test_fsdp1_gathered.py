@@ -1,0 +1,27 @@
+"""FSDP1 names its gathered flat parameters to the saved-activation counter, as FSDP2 does: a layer that saves its
+weight saves a view of its whole unit's gathered flat parameter. ``tests/data/fsdp/fsdp1-sgo-frozen``
+(``bench/fsdp_fresh/fsdp1_sgo_frozen.py``: ``SHARD_GRAD_OP``, ``use_orig_params=True``, a frozen embedding in the root unit)
+counted it as activations of the first layer to save it: the head's LayerNorm 2.03 MiB, the root's whole flat parameter,
+beside the same parameters gathered (the 4-layer job's peak +5.0 % over its measured one, now -0.6 %)."""
+from __future__ import annotations
+
+from testdata import DATA
+
+from dagprof.graph.build import build_graph
+from dagprof.search.fsdp_memory import _Job, fsdp_peak
+from dagprof.traces.dagprof_run import read_run
+
+SGO = DATA / "fsdp" / "fsdp1-sgo-frozen"
+
+
+def test_gathered_flat_parameters_saved_by_a_layer_are_no_activations():
+    g = build_graph(read_run(SGO))
+    fs = g.meta.fsdp
+    units = {u.name: u for u in fs.units}
+    gathered = fs.layer_saved_gathered_bytes
+    assert gathered is not None and set(gathered) == {"head.0", "layers.0.norm1", "layers.1.norm1"}
+    # each the unit's flat parameter padded to the 2 ranks (FSDP1 gathers it whole)
+    assert gathered["head.0"] == 2 * units["<root>"].shard_bytes and gathered["layers.0.norm1"] == 2 * units["layers.0"].shard_bytes
+    job = _Job(g, None, None)
+    assert job.acts(["head.0"], units["<root>"]) < 4096  # its input (4 x 128 floats) and statistics, not the root's 2 MiB
+    assert all(m.total > 0 for m in fsdp_peak(g).values())
