@@ -12,6 +12,7 @@ Habits it exercises, as users write them (none of the other fresh scripts has th
 
     dagprof profile -o runs/sgo -- torchrun --standalone --nproc-per-node 2 bench/fsdp_fresh/fsdp1_sgo_frozen.py --steps 20
     torchrun --standalone --nproc-per-node 2 bench/fsdp_fresh/fsdp1_sgo_frozen.py --memory /tmp/sgo-mem   # peak per rank
+    torchrun ... fsdp1_sgo_frozen.py --wrap ddp [--memory FILE]   # the same job under DDP
 """
 from __future__ import annotations
 
@@ -63,6 +64,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--wrap", choices=["fsdp1", "ddp"], default="fsdp1", help="ddp: the same job under DDP (what `whatif --data-parallel ddp` predicts)")
     p.add_argument("--memory", metavar="FILE", help="measure each step's peak tensor memory (bench/heap_peak.py) into FILE.<rank>")
     args = p.parse_args()
     dist.init_process_group("gloo")
@@ -70,15 +72,18 @@ def main() -> None:
     torch.manual_seed(7)
     model = Classifier(args.layers)
     model.tok.weight.requires_grad_(False)          # "pre-trained", kept frozen
-    model = FSDP(model, auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={Layer}),
-                 sharding_strategy=ShardingStrategy.SHARD_GRAD_OP, use_orig_params=True,
-                 device_id=torch.device("cpu"), limit_all_gathers=True)
+    if args.wrap == "ddp":
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    else:
+        model = FSDP(model, auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={Layer}),
+                     sharding_strategy=ShardingStrategy.SHARD_GRAD_OP, use_orig_params=True,
+                     device_id=torch.device("cpu"), limit_all_gathers=True)
     opt = torch.optim.Adam(filter(lambda q: q.requires_grad, model.parameters()), lr=3e-4)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.steps)
     g = torch.Generator().manual_seed(100 + rank)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     from heap_peak import StepPeaks
-    peaks = StepPeaks(args.memory, model, opt)
+    peaks = StepPeaks(args.memory, model, opt, ddp=args.wrap == "ddp")
     for step in range(args.steps):
         tok = torch.randint(0, VOCAB, (args.batch, SEQ), generator=g)
         y = torch.randint(0, CLASSES, (args.batch,), generator=g)
@@ -86,7 +91,10 @@ def main() -> None:
             opt.zero_grad()
             loss = F.cross_entropy(model(tok), y)
             loss.backward()
-            model.clip_grad_norm_(0.5)
+            if args.wrap == "fsdp1":
+                model.clip_grad_norm_(0.5)
+            else:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
             opt.step()
         sched.step()
         if rank == 0 and step % 5 == 0:
