@@ -46,3 +46,18 @@ def test_ddp_from_fsdp1_steps_plain_tensors_times_the_ranks(capsys):
     assert main(["whatif", str(SGO), "--data-parallel", "ddp", "--no-trace", "--json", "--allow-model-error"]) == 0
     notes = json.loads(capsys.readouterr().out)["notes"]
     assert any("FSDP1's on plain tensor shards times the ranks" in n for n in notes) and not any("DTensor shards" in n for n in notes)
+
+
+def test_the_job_collectives_warning_names_fsdp1s_own_clip():
+    """FSDP1 steps no DTensor: the collectives it ran outside FSDP's calls after the backward are its ``clip_grad_norm_``'s
+    (one all-reduce of the norm a step), which the warning named \"clip_grad_norm_'s on DTensor gradients\"."""
+    import numpy as np
+
+    from dagprof.traces.fsdp_run import _outside_text
+    from dagprof.traces.run_schema import FSDP1_API, FSDP2_API, Rec
+
+    records = np.array([[Rec.FWD_BEGIN, 0, 0, 100, 0], [Rec.BWD_END, 0, 0, 200, 0]], dtype=np.int64)
+    steps = [(5, 0, 1000)]
+    one = _outside_text([500], records, steps, FSDP1_API)
+    assert "FSDP1's clip_grad_norm_ (its all-reduce of the norm)" in one and "DTensor gradients" not in one
+    assert "clip_grad_norm_'s on DTensor gradients" in _outside_text([500], records, steps, FSDP2_API)
