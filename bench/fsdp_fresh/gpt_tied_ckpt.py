@@ -75,6 +75,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--depth", type=int, default=4)
     p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--keep-gathered", action="store_true", help="reshard_after_forward=False on every block (what optimize picks)")
     p.add_argument("--memory", metavar="FILE", help="measure each step's peak tensor memory (bench/heap_peak.py) into FILE.<rank>")
     args = p.parse_args()
     dist.init_process_group("gloo")
@@ -83,7 +84,7 @@ def main() -> None:
     model = GPT(args.depth)
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for block in model.h:
-        fully_shard(block, mp_policy=mp)
+        fully_shard(block, mp_policy=mp, reshard_after_forward=not args.keep_gathered)
     fully_shard(model, mp_policy=mp)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "wte" not in n and "wpe" not in n]
     no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "wte" not in n and "wpe" not in n)]
