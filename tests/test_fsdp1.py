@@ -123,8 +123,10 @@ def test_zero_code_profile_of_an_fsdp1_job(tmp_path):
     run = read_run(tmp_path)
     assert run.meta.manifest.mode == "launcher" and run.meta.fsdp and not run.meta.warnings
     assert run.ranks[0].meta.fsdp.api == "FullyShardedDataParallel" and run.ranks[0].meta.steps_profiled == [2, 3]
-    counts = check_fsdp_edges(build_graph(run))  # BACKWARD_POST: issued after the unit's backward, before its reduce-scatter
+    g = build_graph(run)
+    counts = check_fsdp_edges(g)  # BACKWARD_POST: issued after the unit's backward, before its reduce-scatter
     assert counts["forward_waits_all_gather"] == 3 * 2 * 2 and counts["prefetched"] > 0
+    assert g.meta.fsdp.layer_saved_gathered_bytes  # the gathered flat parameters the layers saved (tests/test_fsdp1_gathered.py)
 
 
 GLOO_THREADS_AT_EXIT = """

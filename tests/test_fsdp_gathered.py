@@ -51,7 +51,7 @@ def no_units(g):
 
 
 def unrecorded(g):
-    """``g`` as a profile that did not name the gathered parameters (FSDP1, an older dagprof) reads."""
+    """``g`` as a profile that did not name the gathered parameters (an older dagprof; FSDP1 before 2026-12-05) reads."""
     return g.replace(meta=g.meta.replace(fsdp=dataclasses.replace(g.meta.fsdp, layer_saved_gathered_bytes=None)))
 
 

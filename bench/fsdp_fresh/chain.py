@@ -67,7 +67,8 @@ def main() -> None:
     check("replay --template", ["replay", a, "--template"])
     check("analyze", ["analyze", a])
     check("report", ["report", a])
-    for w in WHATIFS:
+    meshes = ",".join(f"{r}x{args.ranks // r}" for r in range(1, args.ranks) if args.ranks % r == 0)
+    for w in (*WHATIFS, ["--mesh", meshes]):
         check("whatif " + " ".join(w), ["whatif", a, *w, "--allow-model-error"])
     check("optimize", ["optimize", a])
     check("diff", ["diff", a, runs[1]])

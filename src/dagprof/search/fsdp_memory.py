@@ -22,9 +22,10 @@ from ..traces.kineto_schema import dtype_bytes
 from ..traces.run_schema import FSDP2_API, FSDP_ROOT, LOSS_BACKWARD, LOSS_FORWARD, MODEL_OUTPUT, SAVED_OUTSIDE_LAYERS
 from .memory import NO_SIZES, OPTIMIZER_STATE, MemoryBreakdown, MemoryModel, autograd_host, backward_layers
 
-# what a profile that did not name the gathered parameters among a layer's saved tensors (FSDP1, an older dagprof) gives
-GATHERED_UNRECORDED = ("the profile does not say which saved tensors were gathered parameters (FSDP1, or a profile from an older "
-                       "dagprof): a layer that saved at least its parameters' bytes counts the rest, else all it saved, so a layer whose "
+# what a profile that did not name the gathered parameters among a layer's saved tensors (an older dagprof; FSDP1 before
+# 2026-12-05) gives
+GATHERED_UNRECORDED = ("the profile does not say which saved tensors were gathered parameters (a profile from an older dagprof; "
+                       "FSDP1's before 2026-12-05): a layer that saved at least its parameters' bytes counts the rest, else all it saved, so a layer whose "
                        "weight FSDP padded to the shard count can count it once more or not (a layout's peak moved by up to 2 MiB "
                        "between profiles of other layouts); profile again for the exact figure")
 

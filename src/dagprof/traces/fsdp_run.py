@@ -29,7 +29,7 @@ from ..intervals import covered
 from .events import CommKind, CommRole, EventRows, EventTable, Kind, RankTrace
 from .meta import Collectives, OptimizerOps
 from .run_comm import device_ops, exchange_starts
-from .run_schema import FULL_TENSOR, JOB_CALL, JOB_PHASES, Col, FsdpCollective, FsdpInfo, Rec
+from .run_schema import FSDP1_API, FSDP2_API, FULL_TENSOR, JOB_CALL, JOB_PHASES, Col, FsdpCollective, FsdpInfo, Rec
 from .run_spans import _Comm, _DeviceOp, _Span, _Transfer
 
 OPTIMIZER_STEP = "Optimizer.step#"  # torch.optim's record_function around each step
@@ -69,7 +69,7 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, world: int, records:
                           comm_kind=kind, role=role))
     if gloo is not None and (outside := outside + [x[1] for x in gloo[g:]]):
         # no rank in the text: every rank of the job runs the same ones, and equal texts are shown once (``warnings_of``)
-        warnings.append(_outside_text(outside, records, steps))
+        warnings.append(_outside_text(outside, records, steps, info.api))
     _say_job_steps(info, calls, steps, warnings)
     for kb, what in ((Rec.FSDP_COPY_OUT_BEGIN, "copy-out"), (Rec.FSDP_RESHARD_BEGIN, "reshard")):
         rows = np.flatnonzero((code == kb) | (code == kb + 1))
@@ -85,18 +85,20 @@ def fsdp_comm(info: FsdpInfo, kpath: str | None, rank: int, world: int, records:
     return _Comm(source, sorted(transfers, key=lambda x: x.seq), {}, sorted(host, key=lambda s: s.start), device, optimizer=optimizer)
 
 
-def _outside_text(starts: list[int], records: np.ndarray, steps: list) -> str:
+def _outside_text(starts: list[int], records: np.ndarray, steps: list, api: str = FSDP2_API) -> str:
     """The warning for the collectives a rank ran outside FSDP's calls (``starts``: each one's start, ns), told apart by
     where they ran: within a step's forward and backward passes (from its first layer's forward to its last layer's
     backward) they are the model's own (a DP x TP job's tensor-parallel all-reduces: bench/tp_fresh/t5_dp_tp.py ran about
-    30 a step, once all told as clipping and saves), before or after them the job's (clipping, saves, logging)."""
+    30 a step, once all told as clipping and saves), before or after them the job's (clipping, saves, logging). FSDP1 has no
+    DTensor: its own ``clip_grad_norm_`` all-reduces the norm (``bench/fsdp_fresh/fsdp1_sgo_frozen.py``, once a step)."""
+    clip = "FSDP1's clip_grad_norm_ (its all-reduce of the norm)" if api == FSDP1_API else "clip_grad_norm_'s on DTensor gradients"
     code, t = records[:, Col.CODE], records[:, Col.T_NS]
     layer_t = t[(code == Rec.FWD_BEGIN) | (code == Rec.BWD_END)]
     passes = [(int(w.min()), int(w.max())) for _, b0, b1 in steps if len(w := layer_t[(layer_t >= b0) & (layer_t <= b1)])]
     inside = sum(any(a <= x <= b for a, b in passes) for x in starts)
     parts = [f"{inside} within the forward and backward passes (the model's own: a tensor-parallel layer's all-reduce, SyncBatchNorm's "
              "statistics; what-ifs of data parallelism leave them as they are)"] * bool(inside)
-    parts += [f"{len(starts) - inside} before or after them (the job's own: clip_grad_norm_'s on DTensor gradients, a dist.all_reduce "
+    parts += [f"{len(starts) - inside} before or after them (the job's own: {clip}, a dist.all_reduce "
               "of ignored parameters' gradients or of a loss through the functional collectives; DTensor.full_tensor's and blocking "
               "torch.distributed calls such as DCP's are recorded)"] * (len(starts) > inside)
     return (f"{len(starts)} collective(s) a rank ran in the profiled steps outside FSDP's calls ({'; '.join(parts)}) are kept as "

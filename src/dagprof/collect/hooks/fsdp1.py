@@ -146,13 +146,19 @@ class Fsdp1Recorder(FsdpRecorder):
 
     def _copy_out(self, unshard: Any) -> Any:
         """After an all-gather, ``FlatParamHandle.unshard`` points the parameters at the gathered flat parameter:
-        a copy-out span from the collective's return to the method's (so the wait on the transfer ends there)."""
+        a copy-out span from the collective's return to the method's (so the wait on the transfer ends there). Its
+        storage is named to the saved-tensor hook (``SavedActivations.gathered``), as FSDP2's: a layer that saves its weight
+        saves a view of the whole unit's gathered flat parameter, which was counted as that layer's activations
+        (``bench/fsdp_fresh/fsdp1_sgo_frozen.py``: each block's first norm 0.76 MiB, the head's 2.03 MiB, on top of the
+        units' gathered parameters)."""
         rec = self
 
         @wraps(unshard)
         def run(handle: Any, *args: Any, **kwargs: Any) -> Any:
             n = len(rec.c.records)
             out = unshard(handle, *args, **kwargs)
+            if rec.c.recording:
+                rec._guarded("FSDP1 unshard hook", lambda: rec.c.saved.gathered([handle.flat_param]))
             if rec.c.recording and len(rec.c.records) > n and rec.c.records[-1][0] == Rec.FSDP_COLL_END:
                 rec._guarded("FSDP1 unshard hook", rec._span, handle, Rec.FSDP_COPY_OUT_BEGIN, rec.c.records[-1][3], lambda h: True)
             return out
@@ -193,7 +199,8 @@ class Fsdp1Recorder(FsdpRecorder):
                 frozen_numel=0 if fp.requires_grad else fp._unpadded_unsharded_size.numel(),
                 frozen_tensors=0 if fp.requires_grad else len(fp._fqns),
             ))
-        return FsdpInfo(api=FSDP1_API, units=units, collectives=self.collectives, **self._memory)
+        return FsdpInfo(api=FSDP1_API, units=units, collectives=self.collectives, layer_saved_gathered_bytes=dict(self.c.saved.most_gathered),
+                        **self._memory)
 
 
 def _tensors(outputs: Any) -> list[Any]:
