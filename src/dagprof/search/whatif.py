@@ -17,13 +17,13 @@ from typing import Callable
 import numpy as np
 
 from ..analysis import job_iteration_us
-from ..analysis.breakdown import by_kind, own_collectives
+from ..analysis.breakdown import by_kind, other_workers_us, own_collectives
 from ..analysis.interval import LEVEL, link_residuals, predict_interval, run_level, student_halfwidth
 from ..analysis.operand_stall import held_us, stall_bound_us, stall_note, stall_outweighs
 from ..costmodel.topology import Scheme, Topology
 from ..errors import DagprofError
 from ..graph.build_fsdp import is_fsdp_graph
-from ..graph.build_ps import exchanges_span_us, is_ps_graph
+from ..graph.build_ps import is_ps_graph
 from ..graph.dag import Graph
 from ..passes.buckets import hook_wire_note
 from ..passes.comm import activation_comm
@@ -464,19 +464,14 @@ def _hybrid_notes(g: Graph) -> list[str]:
 
 
 def _iteration_us(g0: Graph, s: Scenario, cluster: Cluster, base_topo: Topology | None, g: Graph, res: ReplayResult) -> float:
-    """The scenario's iteration (``g`` replayed as ``res``). A parameter server's job on another worker count: its workers'
-    mean under the scenario's other axes at the profiled count, times the change of the span from the first step mark to
-    the last exchange's end (``graph.build_ps.exchanges_span_us``). The copies' own windows would weigh the profiled workers' last-step tails by
-    how many copies each has, so 1 worker (a copy of worker 0) came out slower than 2 where worker 0 alone did the
-    logging (``tests/data/mxnet/user_convnet`` at 2 Gbit/s: 58.10 against 57.88 ms)."""
-    it = job_iteration_us(g, res)
+    """The scenario's iteration (``g`` replayed as ``res``); a parameter server's job on another worker count from the
+    same row at the profiled count (``analysis.breakdown.other_workers_us``: 1 worker, a copy of worker 0 alone, came out
+    slower than 2 where worker 0 alone did the logging; ``tests/data/mxnet/user_gru_forecast`` at 10 Gbit/s: 28.61
+    against 27.16 ms)."""
     if not is_ps_graph(g0) or s.workers in (None, graph_world_size(g0)):
-        return it
+        return job_iteration_us(g, res)
     ref, ref_res = disturb(apply(g0, replace(s, workers=None), cluster, base_topo), cluster)
-    span, ref_span = exchanges_span_us(g, res), exchanges_span_us(ref, ref_res)
-    if not span or not ref_span:
-        return it
-    return job_iteration_us(ref, ref_res) * span / ref_span
+    return other_workers_us(ref, ref_res, g, res)
 
 
 def _one_replica_us(g0: Graph, single: Scenario, cluster: Cluster, base_topo: Topology | None) -> float | None:
