@@ -47,7 +47,8 @@ A rank in before another may also wait for it inside an op the graph does not sp
 inside rank 0's first forward, 11.2 ms against 0.9): the first step keeps that excess where it was measured and the
 means leave it out (``entry_waits``), instead of spreading it over every step while the kept skew makes the joins wait
 for the late rank once more. ``hsdp`` +5.0 -> +2.9 %, ``ep-dp`` +21 % with the marks alone -> +0.1 %. Any first-step
-op's time beyond its slowest twin of 2 or more later steps (a one-off cost: ``first_step_excess``) stays there likewise.
+op's time beyond its slowest twin of 2 or more later steps (a one-off cost: ``first_step_excess``) stays there likewise
+(not in a parameter server's job, whose workers run slow ops beside the exchange: there the means take it all).
 
 A step whose ranks ran collectives of the job's own (a state_dict gathered by ``DTensor.full_tensor``, a DCP save's object
 collectives; FSDP2: ``graph.build_fsdp.job_collective_steps``; a save every k steps) is averaged only with the window's
