@@ -314,6 +314,7 @@ def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]], cor
     import numpy as np
 
     from dagprof.analysis import job_iteration_us
+    from dagprof.analysis.breakdown import other_workers_us
     from dagprof.costmodel.topology import CollectiveSpec
     from dagprof.passes import set_link, set_scheme
     from dagprof.passes.comm import exchange_us, ps_bandwidth, ps_port_share, push_spread_us
@@ -323,9 +324,12 @@ def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]], cor
     from dagprof.pipeline import open_run
     from dagprof.replay import replay
 
-    def run(g) -> tuple[float, float, float, float]:
+    def run(g, ref=None) -> tuple[float, float, float, float]:
+        """``g``'s step, exchange, push spread and median step; with ``ref`` (the same cell at the profiled worker count) the
+        step is ``ref``'s scaled by the span to the last exchange, as ``whatif --workers`` prices it."""
         res = replay(g)
-        return (job_iteration_us(g, res) / 1e3, float(np.mean(list(exchange_us(g, res.start).values()))) / 1e3,
+        step = job_iteration_us(g, res) if ref is None else other_workers_us(ref, replay(ref), g, res)
+        return (step / 1e3, float(np.mean(list(exchange_us(g, res.start).values()))) / 1e3,
                 float(np.median(push_spread_us(g, res.start))) / 1e3, replayed_step_ms(g, res))
 
     p = open_run(run_dir)
@@ -337,16 +341,21 @@ def predict(run_dir: str, rate0: float, cells: list[tuple[int, float, int]], cor
     out = {}
     cores = cores or os.cpu_count() or 1
     for servers, rate, workers in cells:
-        g = set_scheme(profile, CollectiveSpec.parse(f"ps:{servers}"))
-        g = scale_workers(g, workers) if workers != WORKERS else g
-        if rate != rate0:  # as whatif --profiled-bandwidth RATE0 --bandwidth RATE does (``search.scenario``)
-            marked = g.replace(meta=g.meta.replace(wire_bytes_per_s=rate0 / 8, ps_asked_bytes_per_s=rate / 8))
-            linked = set_link(marked, ps_bandwidth(bw0, rate0 / 8, rate / 8, ps_port_share(g)))
-        else:
-            linked = g
-        step, exch, spread, median = run(linked)
-        wire_step, wire_exch, _, _ = run(set_link(g, rate / 8 * PAYLOAD))
-        queued = run(share_cores(linked, cores))[0] if workers > cores else None
+        base = set_scheme(profile, CollectiveSpec.parse(f"ps:{servers}"))
+        g = scale_workers(base, workers) if workers != WORKERS else base
+
+        def linked_of(h, rate=rate):
+            if rate == rate0:
+                return h
+            # as whatif --profiled-bandwidth RATE0 --bandwidth RATE does (``search.scenario``)
+            marked = h.replace(meta=h.meta.replace(wire_bytes_per_s=rate0 / 8, ps_asked_bytes_per_s=rate / 8))
+            return set_link(marked, ps_bandwidth(bw0, rate0 / 8, rate / 8, ps_port_share(h)))
+
+        other = g is not base  # another worker count: priced from the profiled one's (``other_workers_us``)
+        linked, wired = linked_of(g), set_link(g, rate / 8 * PAYLOAD)
+        step, exch, spread, median = run(linked, linked_of(base) if other else None)
+        wire_step, wire_exch, _, _ = run(wired, set_link(base, rate / 8 * PAYLOAD) if other else None)
+        queued = run(share_cores(linked, cores), share_cores(linked_of(base), cores) if other else None)[0] if workers > cores else None
         out[(servers, rate, workers)] = (step, exch, wire_step - gain, wire_exch - gain, queued, spread, median)
     most = max(c[2] for c in cells)
     fastest = 1e3 * min(v[0] for c, v in out.items() if c[2] == most)  # the shortest step predicted for the most workers, us

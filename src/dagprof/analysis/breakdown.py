@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..graph.build_ps import exchanges_span_us
 from ..graph.dag import DeviceKind, Graph
 from ..intervals import length, union
 from ..replay import ReplayResult, replay
@@ -64,6 +65,17 @@ def job_iteration_us(g: Graph, res: ReplayResult | None = None) -> float:
     """The job's iteration time: its slowest rank's, a parameter server's workers' mean (``GraphMeta.job_of``; ``g`` is
     replayed when no result is given)."""
     return g.meta.job_of(list(iteration_times(g, res if res is not None else replay(g)).values()))
+
+
+def other_workers_us(ref: Graph, ref_res: ReplayResult, g: Graph, res: ReplayResult) -> float:
+    """A parameter server's job on another worker count (``g``, replayed as ``res``) from the same job at the profiled
+    count (``ref``): ``ref``'s workers' mean times the change of the span from the first step mark to the last exchange's
+    end (``graph.build_ps.exchanges_span_us``; ``g``'s own workers' mean where either has no exchange). The copies' own
+    windows would weigh each profiled worker's last-step tail by how many copies it has (``whatif --workers``)."""
+    span, ref_span = exchanges_span_us(g, res), exchanges_span_us(ref, ref_res)
+    if not span or not ref_span:
+        return job_iteration_us(g, res)
+    return job_iteration_us(ref, ref_res) * span / ref_span
 
 
 def breakdown(g: Graph, res: ReplayResult) -> list[RankBreakdown]:

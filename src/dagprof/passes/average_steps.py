@@ -47,7 +47,8 @@ A rank in before another may also wait for it inside an op the graph does not sp
 inside rank 0's first forward, 11.2 ms against 0.9): the first step keeps that excess where it was measured and the
 means leave it out (``entry_waits``), instead of spreading it over every step while the kept skew makes the joins wait
 for the late rank once more. ``hsdp`` +5.0 -> +2.9 %, ``ep-dp`` +21 % with the marks alone -> +0.1 %. Any first-step
-op's time beyond its slowest twin of 2 or more later steps (a one-off cost: ``first_step_excess``) stays there likewise.
+op's time beyond its slowest twin of 2 or more later steps (a one-off cost: ``first_step_excess``) stays there likewise
+(not in a parameter server's job, whose workers run slow ops beside the exchange: there the means take it all).
 
 A step whose ranks ran collectives of the job's own (a state_dict gathered by ``DTensor.full_tensor``, a DCP save's object
 collectives; FSDP2: ``graph.build_fsdp.job_collective_steps``; a save every k steps) is averaged only with the window's
@@ -125,7 +126,8 @@ def average_steps(g: Graph, replayer: Replayer | None = None) -> Graph:
     counts = np.maximum(np.bincount(inverse, weights=~keep), 1)
     entry = entry_waits(g, inverse, ~keep, replayer(g)) if replayer is not None else np.zeros(n)
     lag = carried_exit_lags(g, inverse, ~keep)
-    excess = np.maximum(first_step_excess(g, inverse, ~keep), np.where(pooled, pool_delays(inverse, ~keep, g.dur + g.gap), 0.0))
+    one_off = np.zeros(n) if is_ps_graph(g) else first_step_excess(g, inverse, ~keep)  # (``first_step_excess``: not a PS job's)
+    excess = np.maximum(one_off, np.where(pooled, pool_delays(inverse, ~keep, g.dur + g.gap), 0.0))
     entry = np.maximum(entry, np.where(lag[inverse] > 0, 0.0, excess))  # lags: a link what-if's
     own_dur = np.maximum(g.dur - entry, 0.0)  # the wait taken from the op's duration first, then from its gap
     own_gap = np.maximum(g.gap - np.maximum(entry - g.dur, 0.0), 0.0)
@@ -183,6 +185,13 @@ def first_step_excess(g: Graph, group: np.ndarray, mine: np.ndarray) -> np.ndarr
     replay misses it (``hvd_sparse_gru``: rank 1's first pre-forward 133 ms, its 9 twins 6.4 ms on average). Only what
     exceeds every later step's time is kept where it was measured; the means take the rest. Priced transfers, and the
     ops that carry a collective's exit lag, stay averaged: a link what-if rescales them, which a kept excess would not follow.
+
+    Not in a parameter server's job (``average_steps`` leaves it out there): its workers push every gradient when
+    ``trainer.step`` is called and run what no push waits for (an unrolled GRU cell's input gradient, ``SliceChannel``
+    and its gates) beside the exchange, where a slow op is hidden. On a loaded host each step has such slow ops, a
+    different one each; kept where it fell in the first step, beside the first step's share of every later step's, the
+    averaged first step ran its backward 54 ms past its exchange where 14 were measured (``mx_gru_forecast.py``, 5 runs
+    beside 4 CPU burners: the averaged replay +1.5 to +3.7 %, without it +0.0 to +1.0 %; docs/evidence.md).
     """
     out = np.zeros(len(g))
     opening = g.step == g.meta.steps[0] if len(g.meta.steps) else np.zeros(len(g), dtype=bool)
