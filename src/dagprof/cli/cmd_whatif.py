@@ -151,7 +151,8 @@ def to_text(r: dict) -> str:
         vs = "n/a" if row["vs_measured_pct"] is None else f"{row['vs_measured_pct']:+.1f} %"
         one, eff = ("n/a", "n/a") if row["scaling_efficiency"] is None else (f"{row['speedup_vs_one_worker']:.1f}", f"{row['scaling_efficiency']:.2f}")
         lines.append(f"{cells}{row['predicted_iter_ms']:>12.2f}{row['iters_per_s']:>12.2f}{row['speedup_vs_profiled']:>12.2f}"
-                     f"{one:>12}{eff:>12}{vs:>12}  median step {row['interval']}" + (" *" if "caveat" in row else "") + (" ~" if "stall_outweighs" in row else "")
+                     f"{one:>12}{eff:>12}{vs:>12}  median step {row['interval']}"
+                     + (" *" if "caveat" in row else "") + (" ~" if "stall_outweighs" in row else "")
                      + (f"  peak {row['peak_memory_mb']:.2f} MiB/rank" if "peak_memory_mb" in row else ""))
     lines += [f"note: {n}" for n in r.get("notes", [])]
     lines += ["where:"] + [f"  {h:<12} {r['columns'][k]}" for k, h in _SHORT.items()]

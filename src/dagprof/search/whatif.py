@@ -200,8 +200,8 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
         # the interval is for a run's median step, so it stands around the replayed steps' median (the benches' and
         # --verify's statistic), not their mean: hvd_text's profiled steps, a stalled one among them, put its 90 % interval
         # around a mean 9 % above the median its round measured against
-        interval = predict_interval(gs, rs, typical_iteration_us(gs, rs), residuals, run=level, stall_bound_us=stall_bound_us(g0) if relinks else 0.0, stall_held_us=held,
-                                    wake_up=_wake_up_spread(g0, g, s, cluster))
+        interval = predict_interval(gs, rs, typical_iteration_us(gs, rs), residuals, run=level, stall_bound_us=stall_bound_us(g0) if relinks else 0.0,
+                                    stall_held_us=held, wake_up=_wake_up_spread(g0, g, s, cluster))
         seconds = time.perf_counter() - t1
         stall = stall_outweighs(g0, it - model) if relinks else None
         outweighed += bool(stall)
@@ -218,7 +218,8 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     profiler = cost.to_dict() | ({"corrected": False, "verdict": "--raw", "text": "op times as profiled (--raw)"} if raw else {})
     return {"workers": n0, "model_iter_ms": model / 1e3, "model_error_pct": model_error, "profiler_cost": profiler,
             "reference_iter_ms": None if not measured_us else measured_us / 1e3, "link": link_text(base_topo), "link_fit": link,
-            "columns": COLUMNS | {"predicted_iter_ms": f"predicted iteration time of the {g0.meta.job_name}, ms: the mean over the replayed steps"}, "scenarios": rows,
+            "columns": COLUMNS | {"predicted_iter_ms": f"predicted iteration time of the {g0.meta.job_name}, ms: the mean over the replayed steps"},
+            "scenarios": rows,
             "overlap_slowdown": cluster.slowdown, "overlap_rate_bytes_per_s": cluster.comm_rate,
             "notes": _hybrid_notes(g0) + _stall_notes(fit, pipelined(g0)) + _conversion_notes(g0, scenarios, cluster)
                      + _crowded_notes(g0, scenarios) + _unsized_own_notes(g0, scenarios) + _in_ops_notes(g0, scenarios)
