@@ -285,7 +285,7 @@ def predict_rate(out: str, rate: float, other: float, own_ports: bool = False) -
     model_median = median_step_ms(m.model)
     return got | {"model_pct": res["model_error_pct"], "model_median_ms": model_median,
                   "model_median_pct": 100.0 * (model_median - got["measured_median_ms"]) / got["measured_median_ms"],
-                  "predicted_ms": row.predicted_iter_ms, "predicted_median_ms": median_step_ms(m.what_if),
+                  "predicted_ms": row.predicted_iter_ms, "predicted_median_ms": row.interval.point_us / 1e3,  # the interval's centre
                   "predicted_comm_ms": comm_per_step_ms(m.what_if),
                   "most_comm_ms": kept_comm_ms(p.graph, rate, other, m.share, own_ports) if other < rate else got["comm_ms"],
                   "fit_bit_per_s": 8 * fit["bandwidth_bytes_per_s"],

@@ -78,16 +78,23 @@ def test_a_horovod_collective_takes_the_longer_of_its_profiled_price_and_the_wir
     at = {b: apply(marked, Scenario(bandwidth=b), c, base) for b in (None, "2Gbit", "200Mbit")}
     plain = apply(g, Scenario(), Cluster(), base_topology(g, Cluster()))
     comm = np.flatnonzero(priced_comm(plain))
-    np.testing.assert_allclose(at[None].dur[comm], plain.dur[comm], rtol=1e-9)
-    np.testing.assert_allclose(at["2Gbit"].dur[comm], plain.dur[comm], rtol=1e-9)
-    # 200 Mbit/s: the wire's time alone (2 ranks: a ring moves its bytes once) where longer than the profiled price, else that
-    # price; 4 Gbit/s: the profiled price less the wire's time it saves
+    # each transfer's own profiled time is its floor (passes.comm._horovod_stalls), not the fit's price: the model of the
+    # profiled run keeps every step's collectives as measured (the fit's line moved them between steps)
     nbytes = allreduce_equivalent_bytes(plain, comm)
-    wire_us = nbytes * 8e6 / 200e6
-    assert (wire_us > plain.dur[comm]).any() and (wire_us < plain.dur[comm]).any()
-    np.testing.assert_allclose(at["200Mbit"].dur[comm], np.maximum(plain.dur[comm], wire_us), rtol=1e-9)
+    measured = g.dur[comm]
+    assert measured.sum() == pytest.approx(plain.dur[comm].sum(), rel=0.05) and not np.allclose(measured, plain.dur[comm], rtol=0.01)
+    np.testing.assert_allclose(at[None].dur[comm], measured, rtol=1e-9)
+    np.testing.assert_allclose(at["2Gbit"].dur[comm], measured, rtol=1e-9)
+
+    def wire(rate: float) -> np.ndarray:  # us: 2 ranks, a ring moves its bytes once; as much less as a transfer beat the profiled wire
+        return nbytes * 8e6 / rate * np.minimum(measured / (nbytes * 8e6 / 2e9), 1.0)
+
+    # 200 Mbit/s: the wire's time alone where longer than the profiled time, else that time; 4 Gbit/s: the profiled time less
+    # the wire's time it saves
+    assert (wire(200e6) > measured).any() and (wire(200e6) < measured).any()
+    np.testing.assert_allclose(at["200Mbit"].dur[comm], np.maximum(measured, wire(200e6)), rtol=1e-9)
     faster = apply(marked, Scenario(bandwidth="4Gbit"), c, base)
-    np.testing.assert_allclose(faster.dur[comm], plain.dur[comm] - nbytes * (8e6 / 2e9 - 8e6 / 4e9), rtol=1e-9)
+    np.testing.assert_allclose(faster.dur[comm], np.maximum(measured - nbytes * (8e6 / 2e9 - 8e6 / 4e9), wire(4e9)), rtol=1e-9)
     notes = rows(run, c, "200Mbit")["notes"]
     assert sum("takes the longer of its profiled price and the wire's time at a slower --bandwidth" in n for n in notes) == 1
     assert not any("faster than --profiled-bandwidth" in n for n in notes)

@@ -151,11 +151,13 @@ def to_text(r: dict) -> str:
         vs = "n/a" if row["vs_measured_pct"] is None else f"{row['vs_measured_pct']:+.1f} %"
         one, eff = ("n/a", "n/a") if row["scaling_efficiency"] is None else (f"{row['speedup_vs_one_worker']:.1f}", f"{row['scaling_efficiency']:.2f}")
         lines.append(f"{cells}{row['predicted_iter_ms']:>12.2f}{row['iters_per_s']:>12.2f}{row['speedup_vs_profiled']:>12.2f}"
-                     f"{one:>12}{eff:>12}{vs:>12}  predicted {row['interval']}" + (" *" if "caveat" in row else "") + (" ~" if "stall_outweighs" in row else "")
+                     f"{one:>12}{eff:>12}{vs:>12}  median step {row['interval']}"
+                     + (" *" if "caveat" in row else "") + (" ~" if "stall_outweighs" in row else "")
                      + (f"  peak {row['peak_memory_mb']:.2f} MiB/rank" if "peak_memory_mb" in row else ""))
     lines += [f"note: {n}" for n in r.get("notes", [])]
     lines += ["where:"] + [f"  {h:<12} {r['columns'][k]}" for k, h in _SHORT.items()]
-    lines.append(f"  {'predicted':<12} the interval a run's median step falls in at the level shown (not a single step: they spread wider): "
+    lines.append(f"  {'median step':<12} the replayed steps' median step (iter ms is their mean) and the interval a run's median step falls in at "
+                 "the level shown (not a single step: they spread wider): "
                  "the replayed steps' median's error, widened by the link fit's where communication is modelled and by the level it "
                  "stands on; each side at least what the job's own unprofiled steps give; a JAX job's link rows hold gloo's per-array "
                  "stall. A shared machine's load moving after the profile is not in it")

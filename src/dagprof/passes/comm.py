@@ -165,7 +165,7 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
         saved = {k: latency_saved_us(k, topo, spec, backend) for k in set(called)}
         dur[idx] = np.maximum(dur[idx] - np.array([saved[k] for k in called]), 0.0)
     if pipelined(g) and lags_on is None:
-        dur[idx] += _horovod_stalls(g, idx, dur[idx], kinds, equiv, spec)
+        dur[idx] += _horovod_stalls(g, idx, dur[idx], kinds, equiv, spec, topo)
     at, priced = in_op_prices(g, topo, spec)
     if len(at):  # the model's own collectives: their price on the graph's link replaced by the new one
         was = lags_on or _lags_measured_on(g)  # the link they were priced on (a pass that rebuilt the collectives gives it),
@@ -263,24 +263,43 @@ def _prices(topo: Topology, kind: str, sizes: np.ndarray, spec: CollectiveSpec) 
     return priced
 
 
-def _horovod_stalls(g: Graph, idx: np.ndarray, priced: np.ndarray, kinds: np.ndarray, equiv: np.ndarray, spec: CollectiveSpec) -> np.ndarray:
-    """Per Horovod transfer ``idx`` (priced at ``priced`` on the new link), its time beyond the link the graph is on now, less the
-    time the new link adds to it: the stalls the link fit set apart (``LinkFit.stalls``; on a graph already priced, what its
-    transfers took beyond their price), each kept on its own transfer, which a slower wire hides as far as it takes longer.
+def _horovod_stalls(g: Graph, idx: np.ndarray, priced: np.ndarray, kinds: np.ndarray, equiv: np.ndarray, spec: CollectiveSpec,
+                    topo: Topology | None = None) -> np.ndarray:
+    """Per Horovod transfer ``idx`` (priced at ``priced`` on the new link ``topo``), what to add to that price for what the
+    transfer took beyond the link the graph is on now, which a slower wire hides as far as it takes longer.
 
-    Spread over every collective as latency (the fit's floor), hvd_autoencoder's 7 stalls of 7-166 ms among 36 transfers a
-    window (500 Mbit/s, 2026-12-04) put 6.7-7.0 ms on each: its 3-70 kB responses, measured 0.2-6 ms, were priced 7.6-10.7 ms,
-    and the model's median step came out +8.4 and +4.6 % over the profile's, its mean -0.1 and -0.0 %. Kept beside a slower
-    wire instead, they added 230-247 ms a window at 200 Mbit/s, where that job's own stalls came to 74-123 ms; hidden as far
-    as the wire takes longer, 60-99 ms remain (a 2.2 MB transfer's 166 ms stall behind its 114 ms more of wire: 52 ms)."""
+    Where ``topo`` has the profiled wire split off (``link_fit.split_at_wire``: its fit a floor), each transfer's own time
+    is its floor in place of the fit's: on a slower wire it takes the longer of the wire's time (with the per-byte work
+    kept beside it) and its own time, on a faster one its own time less the wire's time saved, never under the new
+    wire's; one that beat the profiled wire (bytes through a shaper's bucket) beats the new one as much. The fit's line moved time
+    between steps (a transfer under it priced up, one over it down): on fresh two-host rounds (2026-12-05, load 2-5) the
+    model's median step came out -7.5 and +1.9 % off hvd_autoencoder's profiles (their mean steps within 0.2 %), now 0.0;
+    the 200 Mbit/s what-ifs moved by 0.0-0.6 %, the slower wire's time outweighing either. Elsewhere: the stalls the link
+    fit set apart (``LinkFit.stalls``; on a graph already priced, what its transfers took beyond their price), each kept on
+    its own transfer. Spread over every collective as latency (the fit's floor), hvd_autoencoder's 7 stalls of 7-166 ms
+    among 36 transfers a window (500 Mbit/s, 2026-12-04) put 6.7-7.0 ms on each: its 3-70 kB responses, measured 0.2-6 ms,
+    were priced 7.6-10.7 ms, and the model's median step came out +8.4 and +4.6 % over the profile's, its mean -0.1 and
+    -0.0 %. Kept beside a slower wire instead, they added 230-247 ms a window at 200 Mbit/s, where that job's own stalls came
+    to 74-123 ms; hidden as far as the wire takes longer, 60-99 ms remain (a 2.2 MB transfer's 166 ms stall behind its 114
+    ms more of wire: 52 ms)."""
     if not len(idx):
         return np.zeros(0)
-    now = np.zeros(len(idx))
     cur = current_topology(g)
-    for kind in np.unique(kinds).tolist():
-        sel = kinds == kind
-        sizes, inverse = np.unique(equiv[sel], return_inverse=True)
-        now[sel] = _prices(cur, kind, sizes, spec)[inverse.reshape(-1)]
+
+    def on(t: Topology) -> np.ndarray:
+        out = np.zeros(len(idx))
+        for kind in np.unique(kinds).tolist():
+            sel = kinds == kind
+            sizes, inverse = np.unique(equiv[sel], return_inverse=True)
+            out[sel] = _prices(t, kind, sizes, spec)[inverse.reshape(-1)]
+        return out
+
+    now = on(cur)
+    if topo is not None and topo.floor is not None:
+        bare, bare_now = (on(replace(t, floor=None, floor_wire=None)) for t in (topo, cur))
+        # the new wire's time, or as much less as the transfer beat the old one's
+        least = np.minimum(bare, bare * np.divide(g.dur[idx], bare_now, out=np.ones(len(idx)), where=bare_now > 0))
+        return np.maximum(least, g.dur[idx] + np.minimum(priced - now, 0.0)) - priced
     stall = np.maximum(g.dur[idx] - now, 0.0) if g.meta.topology is not None else fitted_stalls(g)[idx]
     return np.maximum(stall - np.maximum(priced - now, 0.0), 0.0)
 

@@ -192,8 +192,9 @@ def fitted_stalls(g: Graph) -> np.ndarray:
 def pipelined(g: Graph) -> bool:
     """Whether a collective's time beyond the wire runs beside its transfer, where a slower wire hides it: Horovod's fused
     responses, whose buffer copies and reductions on the cores run beside the ring's transfer (its timeline shows them
-    so; ``split_at_wire``'s ``pipelined``). Its link is the wire with the fit as a floor, and its stalls stay on their
-    transfers (``passes.comm._horovod_stalls``) rather than in the gap before them (``keep_stalls``). The other readers'
+    so; ``split_at_wire``'s ``pipelined``). Its link is the wire with the fit as a floor (each profiled transfer's own time,
+    where the wire is known), and its stalls stay on their transfers (``passes.comm._horovod_stalls``) rather than in the
+    gap before them (``keep_stalls``). The other readers'
     collectives (gloo's, NCCL's, TF's, XLA's) are one call each whose time the wire does not hide."""
     return g.meta.horovod is not None
 

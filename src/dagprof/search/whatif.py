@@ -18,7 +18,7 @@ import numpy as np
 
 from ..analysis import job_iteration_us
 from ..analysis.breakdown import by_kind, other_workers_us, own_collectives
-from ..analysis.interval import LEVEL, link_residuals, predict_interval, run_level, student_halfwidth
+from ..analysis.interval import LEVEL, link_residuals, predict_interval, run_level, student_halfwidth, typical_iteration_us
 from ..analysis.operand_stall import held_us, stall_bound_us, stall_note, stall_outweighs
 from ..costmodel.topology import Scheme, Topology
 from ..errors import DagprofError
@@ -60,12 +60,15 @@ from .wire_notes import profiled_wire_notes, waiting_notes
 
 COLUMNS = {
     "workers": "ranks (data-parallel workers) in the scenario",
-    "predicted_iter_ms": "predicted iteration time of the slowest rank, ms",  # a parameter server's workers' mean (``evaluate``: GraphMeta.job_name)
+    # a parameter server's workers' mean (``evaluate``: GraphMeta.job_name)
+    "predicted_iter_ms": "predicted iteration time of the slowest rank, ms: the mean over the replayed steps, as the profiled run's is measured",
     "iters_per_s": "iterations per second (1 / predicted_iter_ms); every rank runs one per iteration",
     "speedup_vs_profiled": "throughput (workers / iteration time) over the profiled run's, both replayed; > 1 = more samples/s than now",
     "speedup_vs_one_worker": "throughput over ONE worker's under the same conditions = workers x scaling_efficiency",
     "scaling_efficiency": "weak scaling: one worker's iteration time / this one, same conditions; 1.0 = linear, lower = overhead of scale",
     "vs_measured_pct": "predicted iteration time against the measured one of the profiled run (less the profiler's cost unless --raw), % (+ = slower)",
+    "predicted_median_ms": "predicted median step (each the slowest rank's) over the replayed steps, ms: the point the interval stands "
+                           "around, to hold against a run's median step (a stalled step moves the mean, not the median)",
     "lo_ms": "low end of the interval a run's median step should fall in (``level``; a run as long as the profiled window), from the "
              "replayed steps' median's error, the link fit's and the level the point stands on (not a single step's spread: wider)",
     "hi_ms": "high end of that interval, ms",
@@ -194,14 +197,17 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
         gs, rs = (g, res) if steps_graph is None else disturb(apply(steps_graph, s, cluster, base_topo), cluster)
         relinks = (s.bandwidth is not None or s.latency_us is not None or s.link_to is not None or s.workers not in (None, n0) or s.scheme is not None
                    or s.reduce_dtype is not None or s.data_parallel is not None or s.units is not None or s.mesh is not None)
-        interval = predict_interval(gs, rs, it, residuals, run=level, stall_bound_us=stall_bound_us(g0) if relinks else 0.0, stall_held_us=held,
-                                    wake_up=_wake_up_spread(g0, g, s, cluster))
+        # the interval is for a run's median step, so it stands around the replayed steps' median (the benches' and
+        # --verify's statistic), not their mean: hvd_text's profiled steps, a stalled one among them, put its 90 % interval
+        # around a mean 9 % above the median its round measured against
+        interval = predict_interval(gs, rs, typical_iteration_us(gs, rs), residuals, run=level, stall_bound_us=stall_bound_us(g0) if relinks else 0.0,
+                                    stall_held_us=held, wake_up=_wake_up_spread(g0, g, s, cluster))
         seconds = time.perf_counter() - t1
         stall = stall_outweighs(g0, it - model) if relinks else None
         outweighed += bool(stall)
         relinked = relinked or relinks
         peaks = None if unsized else _peaks(g0, g, s)
-        rows.append(WhatifRow(s, n, interval, (n / n0) * model / it, None if eff is None else n / unit * eff, eff,
+        rows.append(WhatifRow(s, n, interval, it, (n / n0) * model / it, None if eff is None else n / unit * eff, eff,
                               None if not measured_us else 100.0 * (it - measured_us) / measured_us, seconds,
                               caveat=caveat if relinks else None, stall_outweighs=stall, memory_per_rank=peaks or None,
                               trace=timeline(i, g, res) if timeline else None))
@@ -212,7 +218,8 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     profiler = cost.to_dict() | ({"corrected": False, "verdict": "--raw", "text": "op times as profiled (--raw)"} if raw else {})
     return {"workers": n0, "model_iter_ms": model / 1e3, "model_error_pct": model_error, "profiler_cost": profiler,
             "reference_iter_ms": None if not measured_us else measured_us / 1e3, "link": link_text(base_topo), "link_fit": link,
-            "columns": COLUMNS | {"predicted_iter_ms": f"predicted iteration time of the {g0.meta.job_name}, ms"}, "scenarios": rows,
+            "columns": COLUMNS | {"predicted_iter_ms": f"predicted iteration time of the {g0.meta.job_name}, ms: the mean over the replayed steps"},
+            "scenarios": rows,
             "overlap_slowdown": cluster.slowdown, "overlap_rate_bytes_per_s": cluster.comm_rate,
             "notes": _hybrid_notes(g0) + _stall_notes(fit, pipelined(g0)) + _conversion_notes(g0, scenarios, cluster)
                      + _crowded_notes(g0, scenarios) + _unsized_own_notes(g0, scenarios) + _in_ops_notes(g0, scenarios)

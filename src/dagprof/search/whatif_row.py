@@ -18,7 +18,8 @@ from .scenario import Scenario
 class WhatifRow:
     scenario: Scenario
     workers: int  # ranks in the scenario (the scenario's own ``workers`` is None where it keeps the profiled ones)
-    interval: PredictionInterval  # its point is the predicted iteration of the slowest rank
+    interval: PredictionInterval  # around the replayed steps' median step: a run's median step is what it is for
+    iter_us: float  # the predicted iteration of the slowest rank: the replayed steps' mean, as the profiled run's is measured
     speedup_vs_profiled: float
     speedup_vs_one_worker: float | None  # None: one replica is not modelled (``scenario.fixed_workers``)
     scaling_efficiency: float | None
@@ -31,11 +32,11 @@ class WhatifRow:
 
     @property
     def predicted_iter_ms(self) -> float:
-        return self.interval.point_us / 1e3
+        return self.iter_us / 1e3
 
     @property
     def iters_per_s(self) -> float:
-        return 1e6 / self.interval.point_us
+        return 1e6 / self.iter_us
 
     @property
     def peak_memory_mb(self) -> float | None:
@@ -43,7 +44,8 @@ class WhatifRow:
         return None if self.memory_per_rank is None else max(m.total for m in self.memory_per_rank.values()) / MB
 
     def to_json(self) -> dict:
-        row = {**self.scenario.label(), "workers": self.workers, **self.interval.to_dict(), "iters_per_s": self.iters_per_s,
+        row = {**self.scenario.label(), "workers": self.workers, **self.interval.to_dict(), "predicted_iter_ms": self.predicted_iter_ms,
+               "predicted_median_ms": self.interval.point_us / 1e3, "iters_per_s": self.iters_per_s,
                "speedup_vs_profiled": self.speedup_vs_profiled, "speedup_vs_one_worker": self.speedup_vs_one_worker,
                "scaling_efficiency": self.scaling_efficiency, "vs_measured_pct": self.vs_measured_pct, "seconds": self.seconds}
         if self.caveat:
