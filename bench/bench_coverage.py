@@ -100,7 +100,9 @@ class Tally:
 
     def line(self) -> str:
         c = self.counts()
-        n = max(c["runs"], 1)
+        if not c["runs"]:
+            return f"{self.name}: no kept run found there (see --help for each source's layout)"
+        n = c["runs"]
         load = "load unknown" if self.load is None else f"load up to {self.load:.1f}"
         return (f"{self.name} ({load}): {c['inside']} of {c['runs']} run medians inside ({100 * c['inside'] / n:.0f} %; {c['below']} below, "
                 f"{c['above']} above), {c['inside_with_drift']} with the rounds' drift ({c['drift_median_pct']:.0f} % median); single steps "
