@@ -250,6 +250,15 @@ def test_the_unit_without_an_input_that_needs_a_gradient_is_reduce_scattered_aft
     scatters = sorted((c for c in fsdp_collectives(fsdp) if c.kind == CommKind.REDUCE_SCATTER and fsdp.step[c.node] == step),
                       key=lambda c: fsdp.order[c.node])
     assert [c.unit for c in scatters][-2:] == ["<root>", late]
+    out = ddp_to_fsdp(ddp)  # the conversion issues them in the FSDP2 job's order: that unit after the root, on every rank
+    step = int(out.meta.steps[0])
+    mine = sorted((c for c in fsdp_collectives(out) if c.kind == CommKind.REDUCE_SCATTER and out.step[c.node] == step),
+                  key=lambda c: out.order[c.node])
+    assert [c.unit for c in mine] == [c.unit for c in scatters]
+    for r in (0, 1):
+        waits = [out.node_name(v) for v in sorted(_mine(out, r, Kind.COMM_WAIT), key=lambda v: out.order[v])
+                 if out.step[v] == step and "reduce_scatter" in out.node_name(v)]
+        assert waits[-2:] == [f"rank{r}.wait reduce_scatter <root>", f"rank{r}.wait reduce_scatter {late}"]
     assert f"{late} has no input that needs a gradient" in final_scatter_note(ddp)
     plain = _graph(DATA / "fsdp" / "ddp")
     assert final_callback_units(plain) == [] and final_scatter_note(plain) == ""

@@ -71,8 +71,8 @@ beyond what the calibration met, and the compute DDP's overlapping all-reduces s
 collectives share (FSDP's block it instead), and the lag of the reduce-scatter FSDP2 issues from its final backward
 callback for a unit whose forward inputs need no gradient (``final_callback_units``: the first trained block behind
 frozen layers, reduce-scattered after the root; in the kept MLP-Mixer and LoRA FSDP2 profiles its wait lagged 2.6-10.1 ms
-a step beyond its transfer where each other reduce-scatter's lagged 0.3-1.4 ms: said, not priced; the conversion still
-reduce-scatters it before the root, which on a chain of blocking calls moves no step). ``clip_grad_norm_``: on FSDP2's DTensor gradients it all-reduces the
+a step beyond its transfer where each other reduce-scatter's lagged 0.3-1.4 ms: said, not priced; the conversion
+reduce-scatters it after the root's, from the root's last backward layer, as FSDP2 does: ``_plan``'s ``late``). ``clip_grad_norm_``: on FSDP2's DTensor gradients it all-reduces the
 norm in the shard group, blocking, before the optimizer step (``_c10d_functional::all_reduce``), where DDP's clip is
 local: in Kineto the LoRA job's clip (``bench/fsdp_fresh/lora_finetune.py``, first norm to the step) ran 1.4-3.9 ms a
 step under FSDP2, its all-reduce and wait 0.1-2.6 of it, against 0.3-0.4 ms under DDP (a step of 32 / 23 ms, 2 gloo
@@ -456,16 +456,17 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
         return None if fit is None else fit.at(stepped[unit], unit_full[unit]) * stretch[r]
 
     again = wrapper_reshard([name for name, _ in units], target, reshard)  # resharded after forward
+    late = tuple(final_callback_units(g))  # reduce-scattered from FSDP2's final backward callback, after the root
     seq = 0
     ranks = sorted(int(r) for r in np.unique(g.rank[g.rank >= 0]))
     for step in g.meta.steps:
         lanes = {r: _main_lane(g, step, r) for r in ranks}
         anchors = {r: _anchors(g, lanes[r], layer_unit) for r in ranks}
-        plan = _plan([name for name, _ in units], again)
+        plan = _plan([name for name, _ in units], again, late)
         shift: dict[tuple[int, bool], int] = defaultdict(int)  # nodes already inserted at an anchor (keeps their order)
         for p in plan:
             kind, unit, phase, where, before = p.kind.label, p.unit, p.phase, p.where, p.before
-            nodes, label = _at(anchors, unit, where), unit
+            nodes, label = _at(anchors, p.anchor or unit, where), unit
             if nodes is None and (p.kind, phase) == (PlanKind.ALL_GATHER, "backward") and _at(anchors, unit, "fwd_first") is not None:
                 # a unit that ran forward but no backward (frozen whole): the next unit's pre-backward still prefetches it
                 by = _prefetcher([name for name, _ in units], unit)
@@ -643,13 +644,16 @@ class Planned:
     phase: str
     where: str
     before: bool
+    anchor: str = ""  # the unit whose anchor ``where`` is, where not ``unit``'s own (a reduce-scatter of the final callback's: the root's)
 
 
-def _plan(units: list[str], again: dict[str, bool]) -> list[Planned]:
+def _plan(units: list[str], again: dict[str, bool], late: tuple[str, ...] = ()) -> list[Planned]:
     """FSDP2's sequence of one step (``Planned``): the root first in forward and last in
     backward, inner units in forward order, then reversed (the order matters where two share an anchor); ``again``: the
     units that reshard after forward, so gather again in backward. Every unit reshards after its backward (FSDP2's
-    ``reshard_after_backward``, on by default: a kept unit's profile has that reshard too)."""
+    ``reshard_after_backward``, on by default: a kept unit's profile has that reshard too). ``late``: the units whose
+    post-backward never fires (``final_callback_units``): ``_root_post_backward_final_callback`` reduce-scatters and
+    reshards them after the root, in forward order (the root's state comes first in its ``all_states``)."""
     root, inner = units[0], units[1:]
     gather, scatter, reshard = PlanKind.ALL_GATHER, PlanKind.REDUCE_SCATTER, PlanKind.RESHARD
     plan = [Planned(gather, u, "forward", "fwd_first", True) for u in units]
@@ -659,8 +663,12 @@ def _plan(units: list[str], again: dict[str, bool]) -> list[Planned]:
     for u in [*inner[::-1], root]:
         if again[u] and u != root:
             plan.append(Planned(gather, u, "backward", "bwd_first", True))
-        plan.append(Planned(scatter, u, "backward", "bwd_last", False))
-        plan.append(Planned(reshard, u, "backward", "bwd_last", False))
+        if u not in late:
+            plan.append(Planned(scatter, u, "backward", "bwd_last", False))
+            plan.append(Planned(reshard, u, "backward", "bwd_last", False))
+    for u in [x for x in inner if x in late]:
+        plan.append(Planned(scatter, u, "backward", "bwd_last", False, anchor=root))
+        plan.append(Planned(reshard, u, "backward", "bwd_last", False, anchor=root))
     return plan
 
 
