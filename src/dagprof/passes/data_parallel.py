@@ -43,10 +43,13 @@ wake-ups (at the calibration's load) in them.
 Collectives are priced by the link model as every FSDP collective is (all-gathers half an all-reduce of
 the gathered bytes, gloo's reduce-scatter a whole one; with a per-kind link model from ``dagprof calibrate``, each
 kind on the link its own sweep fitted: ``Topology.kinds``), each with gloo's fixed cost per blocking call as
-``FSDP_HOST`` has it for the torch version (0.53 ms at 2.13, hand-offs between threads: stretched as the hooks, at the
-slowest rank's, where the fit's overhead held the load) in place of the DDP profile's fitted overhead per collective:
-fitted on DDP's all-reduces of one bucket size, that is their step-to-step excess (0.55-8.0 ms on the held-out ResNet's
-DDP profiles, 0 on the mixer's), not a cost per call. A copy-out is a pass over memory and a call, like DDP's
+``FSDP_HOST`` has it for the torch version (an all-gather's mean, 0.49 ms at 2.13, hand-offs between threads: stretched
+as the hooks, at the slowest rank's, where the fit's overhead held the load) in place of the DDP profile's fitted overhead
+per collective: fitted on DDP's all-reduces of one bucket size, that is their step-to-step excess (0.55-8.0 ms on the
+held-out ResNet's DDP profiles, 0 on the mixer's), not a cost per call. Gloo's reduce-scatter costs more per call (1.57 ms
+at 2.13, its mean: about a third of its calls return 4 ms late, at any size from 4 KiB to 1 MiB), which each
+reduce-scatter's wait carries as its lag beyond the wake-up, on every rank (``FsdpHost.scatter_us``), stretched alike.
+A copy-out is a pass over memory and a call, like DDP's
 bucket enqueue (which scales each bucket in place, then dispatches): it costs what the profile's fastest enqueues cost
 per call and per byte, stretched as the hooks (``_enqueue_price``: under load DDP's enqueues ran 10-40x their fastest).
 
@@ -71,8 +74,10 @@ beyond what the calibration met, and the compute DDP's overlapping all-reduces s
 collectives share (FSDP's block it instead), and the lag of the reduce-scatter FSDP2 issues from its final backward
 callback for a unit whose forward inputs need no gradient (``final_callback_units``: the first trained block behind
 frozen layers, reduce-scattered after the root; in the kept MLP-Mixer and LoRA FSDP2 profiles its wait lagged 2.6-10.1 ms
-a step beyond its transfer where each other reduce-scatter's lagged 0.3-1.4 ms: said, not priced; the conversion
-reduce-scatters it after the root's, from the root's last backward layer, as FSDP2 does: ``_plan``'s ``late``). ``clip_grad_norm_``: on FSDP2's DTensor gradients it all-reduces the
+a step beyond its transfer where each other reduce-scatter's lagged 0.3-1.4 ms, where a stack of ``fully_shard`` blocks
+alone returned it no later than the others (``bench/fsdp_final_rs.py``, quiet): said, priced as every reduce-scatter; the conversion
+reduce-scatters it after the root's, from the root's last backward layer, as FSDP2 does: ``_plan``'s ``late``).
+``clip_grad_norm_``: on FSDP2's DTensor gradients it all-reduces the
 norm in the shard group, blocking, before the optimizer step (``_c10d_functional::all_reduce``), where DDP's clip is
 local: in Kineto the LoRA job's clip (``bench/fsdp_fresh/lora_finetune.py``, first norm to the step) ran 1.4-3.9 ms a
 step under FSDP2, its all-reduce and wait 0.1-2.6 of it, against 0.3-0.4 ms under DDP (a step of 32 / 23 ms, 2 gloo
@@ -216,7 +221,9 @@ def host_note(g: Graph) -> str:
             f"{host.forward.us / 1e3:.2f} / {host.backward.us / 1e3:.2f} ms a unit forward / backward, more per tensor and byte) "
             f"and each copy-out at DDP's fastest bucket enqueue, both {said}; each FSDP collective's fixed cost per call at gloo's "
             f"measured {host.call_us / 1e3:.2f} ms (wall time, 2 ranks; so stretched, at the slowest rank's, where the fitted "
-            f"overhead held the load) in place of the profile's fitted {current_topology(g).overhead_us / 1e3:.2f} ms per collective; ")
+            f"overhead held the load) in place of the profile's fitted {current_topology(g).overhead_us / 1e3:.2f} ms per collective, "
+            f"and each reduce-scatter's wait {host.scatter_us / 1e3:.2f} ms more (gloo's mean tail: about a third of its calls "
+            "return 4 ms late, bench/fsdp_call_sizes.py); ")
 
 
 def layer_params(g: Graph) -> dict[str, int]:
@@ -256,9 +263,10 @@ def final_scatter_note(g: Graph) -> str:
     if not late:
         return ""
     return (f"{', '.join(late)} ha{'ve' if len(late) > 1 else 's'} no input that needs a gradient (frozen layers before it), so FSDP2 "
-            "reduce-scatters it from its final backward callback, after the root: in kept gloo profiles of such jobs (an MLP-Mixer "
-            "behind frozen blocks, a LoRA fine-tune) that call's wait lagged 2.6-10.1 ms a step beyond its transfer, the others "
-            "0.3-1.4 ms; unpriced (bench/fsdp_final_rs.py times it); ")
+            "reduce-scatters it from its final backward callback, after the root (so priced): in kept gloo profiles of such jobs (an "
+            "MLP-Mixer behind frozen blocks, a LoRA fine-tune) that call's wait lagged 2.6-10.1 ms a step beyond its transfer, the "
+            "others 0.3-1.4 ms, where a stack of fully_shard blocks alone (bench/fsdp_final_rs.py, quiet) returned it no later than "
+            "the others: priced as every reduce-scatter, with gloo's mean tail, not more; ")
 
 
 def _stepped_params(g: Graph) -> set[str]:
@@ -446,6 +454,10 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
         stepped[layer_unit.get(p.rpartition(".")[0], FSDP_ROOT)] += 1
     host = FSDP_HOST.get(g.meta.torch_minor) if costs is None else None
     stretch = _stretch(g) if costs is None else {}  # the profile's CPU work on its loaded cores: FSDP2's hooks and copy-outs
+    call_load = _call_load(g, stretch)
+    # what gloo's reduce-scatter costs beyond an all-gather's fixed cost per call (``FsdpHost.scatter_us``: its tail), as the
+    # lag of each reduce-scatter's wait: it returns that much after its transfer, on every rank
+    scatter_lag = host.scatter_us * call_load if host is not None else 0.0
 
     def hooks_us(phase: str, unit: str, r: int) -> float | None:
         """A unit's FSDP2 hooks in ``phase`` on rank ``r``: as calibrated, else ``FSDP_HOST``'s CPU time at the unit's trained
@@ -489,7 +501,8 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
                 if (p.kind, phase) == (PlanKind.ALL_GATHER, "forward") and (us := hooks_us("forward", unit, r)) is not None:
                     _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp hooks {unit} (forward)", Kind.OTHER, us)
                 enq = _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp {kind} {unit}", Kind.COMM_ENQUEUE, woken(r), nbytes=int(full))
-                w = _insert(b, g, remap, at, before, shift, f"rank{r}.wait {kind} {unit}", Kind.COMM_WAIT, 0.0, gap=woken(r))
+                lag = scatter_lag if p.kind == PlanKind.REDUCE_SCATTER else 0.0
+                w = _insert(b, g, remap, at, before, shift, f"rank{r}.wait {kind} {unit}", Kind.COMM_WAIT, 0.0, gap=woken(r) + lag)
                 b.add_edge(enq, sync)
                 b.add_edge(comm, w)
                 if p.kind == PlanKind.ALL_GATHER:
@@ -531,9 +544,14 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
         # threads ran): unstretched, the held-out ResNet's FSDP2 collectives at load 13-22 took 66-119 ms a step, priced 9-26.
         # Where it kept every instance's time in its bandwidth (two gloo lanes: total time over bytes), the load is in the
         # bytes' price already: stretched again, the loaded mixer's came to 81-120 ms a step where they took 55-73
-        load = max(stretch.values(), default=1.0) if topo.overhead_us > 0 else 1.0
-        topo = dataclasses.replace(topo, overhead_us=host.call_us * load)
+        topo = dataclasses.replace(topo, overhead_us=host.call_us * call_load)
     return retime_collectives(out, topo, current_scheme(g), lags_on=topo)
+
+
+def _call_load(g: Graph, stretch: dict[int, float]) -> float:
+    """What stretches gloo's fixed cost per call (``FSDP_HOST``) in the conversion of ``g``: the slowest rank's
+    ``stretch`` where the profile's link fit held the load in its overhead per collective, else 1 (``ddp_to_fsdp``)."""
+    return max(stretch.values(), default=1.0) if current_topology(g).overhead_us > 0 else 1.0
 
 
 def _stretch(g: Graph) -> dict[int, float]:
