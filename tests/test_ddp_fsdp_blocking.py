@@ -64,12 +64,12 @@ def _scatter_lag(g) -> float:
 @pytest.mark.parametrize("run", ["ddp-0", "ddp-1"])
 def test_each_reduce_scatter_returns_gloos_measured_tail_after_its_transfer(run):
     """Gloo's reduce-scatter returns about 4 ms late in about a third of its calls at any size (``bench/fsdp_call_sizes.py``,
-    quiet): its mean fixed cost per call is 1.57 ms where an all-gather's is 0.49. Every FSDP collective carries the
+    quiet, two runs): its mean fixed cost per call is 1.48 ms where an all-gather's is 0.55. Every FSDP collective carries the
     all-gather's as the link's overhead per call; each reduce-scatter's wait, on every rank, carries the rest as its lag
     beyond the wake-up (the LoRA's trained units and the final callback's alike), stretched as the call's cost is."""
     g = _graph(DATA / "lora" / run)
     host, wake = FSDP_HOST[g.meta.torch_minor], wake_up(g)
-    assert host.scatter_us == pytest.approx(1574.0 - host.call_us) and host.call_us == pytest.approx(491.0)
+    assert host.scatter_us == pytest.approx(1483.0 - host.call_us) and host.call_us == pytest.approx(546.5)
     out = ddp_to_fsdp(g)
     for r in (0, 1):
         waits = _mine(out, r, Kind.COMM_WAIT)

@@ -113,11 +113,12 @@ class FsdpHost:
 # 3 rounds pooled, load 4.8-5.0): a unit's 0.36 ms forward, 0.51 backward, 0.021 / 0.020 more per tensor, 0.15 / 0.30 ms per
 # MiB beyond the copy-out (CPU 0.09 us per KB, priced apart). The same bench at load 9.8-10.3 (09:01) had timed 0.45 / 0.84
 # ms and 0.12 per tensor: the CPU time of Python hooks grows with the load too (cache and frequency), so a quiet figure, the
-# profile's stretch on top. The fixed cost per call by bench/fsdp_call_sizes.py (20:27, load 2.6-2.7, 45 repetitions per size):
-# the intercept of each size's mean over 4-256 KiB, all-gather 0.49 ms, reduce-scatter 1.57 (medians' 0.10 and 0.95; the
-# hooks' bench at load 5 gave means' intercepts 0.85 and 2.35 over 4-64 KiB).
-FSDP_HOST: dict[str, FsdpHost] = {"2.13": FsdpHost(UnitHostFit(359.3, 21.58, 1.483e-4), UnitHostFit(514.8, 20.20, 2.983e-4), 491.0,
-                                                   1574.0 - 491.0)}
+# profile's stretch on top. The fixed cost per call by bench/fsdp_call_sizes.py (45 repetitions per size), the intercept of
+# each size's mean over 4-256 KiB, the mean of two runs: all-gather 0.49 and 0.60 ms, reduce-scatter 1.57 and 1.39 (20:27,
+# load 2.6-2.7; 20:45, load 1.9; the medians' intercepts 0.10 and 0.95 in the first; the hooks' bench at load 5 gave the
+# means' 0.85 and 2.35 over 4-64 KiB).
+FSDP_HOST: dict[str, FsdpHost] = {"2.13": FsdpHost(UnitHostFit(359.3, 21.58, 1.483e-4), UnitHostFit(514.8, 20.20, 2.983e-4),
+                                                   (491.0 + 602.0) / 2, (1574.0 + 1392.0) / 2 - (491.0 + 602.0) / 2)}
 
 
 @dataclass(frozen=True)

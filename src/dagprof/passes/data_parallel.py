@@ -43,10 +43,10 @@ wake-ups (at the calibration's load) in them.
 Collectives are priced by the link model as every FSDP collective is (all-gathers half an all-reduce of
 the gathered bytes, gloo's reduce-scatter a whole one; with a per-kind link model from ``dagprof calibrate``, each
 kind on the link its own sweep fitted: ``Topology.kinds``), each with gloo's fixed cost per blocking call as
-``FSDP_HOST`` has it for the torch version (an all-gather's mean, 0.49 ms at 2.13, hand-offs between threads: stretched
+``FSDP_HOST`` has it for the torch version (an all-gather's mean, 0.55 ms at 2.13, hand-offs between threads: stretched
 as the hooks, at the slowest rank's, where the fit's overhead held the load) in place of the DDP profile's fitted overhead
 per collective: fitted on DDP's all-reduces of one bucket size, that is their step-to-step excess (0.55-8.0 ms on the
-held-out ResNet's DDP profiles, 0 on the mixer's), not a cost per call. Gloo's reduce-scatter costs more per call (1.57 ms
+held-out ResNet's DDP profiles, 0 on the mixer's), not a cost per call. Gloo's reduce-scatter costs more per call (1.48 ms
 at 2.13, its mean: about a third of its calls return 4 ms late, at any size from 4 KiB to 1 MiB), which each
 reduce-scatter's wait carries as its lag beyond the wake-up, on every rank (``FsdpHost.scatter_us``), stretched alike.
 A copy-out is a pass over memory and a call, like DDP's
