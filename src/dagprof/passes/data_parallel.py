@@ -31,7 +31,7 @@ on every rank's main lane, as FSDP2 runs them under gloo (``graph.build_fsdp`` n
   the note (``host_note``).
 Each of those collectives blocks the rank, where DDP's all-reduces block nothing until the finalize: the rank hands the
 call to gloo's worker thread, which must be woken to run it, and is itself woken when it completes. Each wake-up costs
-what the DDP profile's own waits that blocked cost (``wake_up``: DDP's finalize behind its last bucket; the mean lag of
+what the DDP profile's own waits that blocked cost (``wake_up``: DDP's finalize behind its last bucket; the median lag of
 those waits beyond their collective's end, both ranks): the issue carries one, the wait's gap the other. The held-out
 mixer's quiet FSDP2 jobs lagged 0.42-0.97 ms on average after each wait, their DDP jobs' finalize 0.28-0.68 ms, where
 the run-queue wait per time the busy thread got a core (the kernel's schedstat, what priced it before, and still where no
@@ -772,9 +772,14 @@ def wake_up(g: Graph) -> WakeUp | None:
     """What one wake-up costs a rank of the DDP profile ``g``. A DDP job's all-reduces block nothing until the finalize;
     under FSDP2 on gloo every collective blocks the rank, which hands the call to gloo's worker thread (woken to run it)
     and is woken when it completes: two wake-ups a collective, on every rank. Where the profile's ranks waited on a
-    collective that had not ended (DDP's finalize behind its last bucket), the mean measured lag of those waits, pooled
-    over the ranks (``_blocked_lags``): a thread woken after a voluntary sleep, which is what FSDP2's waits are. The mean,
-    not a robust statistic: a step's cost is the lags' sum, and on 12 kept pairs of the held-out mixer (load 0.5-17,
+    collective that had not ended (DDP's finalize behind its last bucket), the median measured lag of those waits, pooled
+    over the ranks (``_blocked_lags``): a thread woken after a voluntary sleep, which is what FSDP2's waits are. The
+    median, since the lags' tail is no wake-up but gloo's: on quiet ResNet and mixer DDP profiles (2026-12-05, branch
+    ``fsdpconv``) the finalize lags were 0.05-0.4 ms or 1.2-2.5 ms (once 9.9), the long ones both ranks alike on one
+    collective, as gloo's calls return about 4 ms late now and then (``bench/fsdp_call_sizes.py``), which the conversion
+    prices per call (``FSDP_HOST``: each kind's mean, the reduce-scatter's excess on its waits); the mean counted that tail
+    twice (pairs' median miss 16.3 % with it, 14.2 % with the median, 30 quiet pairs). Before the tail was priced per call,
+    the mean was kept: a step's cost is the lags' sum, and on 12 kept pairs of the held-out mixer (load 0.5-17,
     ``bench/fsdp_fresh/mixer_rounds.sh``) the median, a trimmed and a winsorized mean, Hodges-Lehmann's and the mean
     clipped at 5 medians of the DDP profile's 7-8 lags spread as much or more about the FSDP job's own mean lag
     (standard deviation of the log ratio 0.79-0.96, the mean's 0.77) and sat further below it (median ratio 0.30-0.37,
@@ -794,7 +799,7 @@ def wake_up(g: Graph) -> WakeUp | None:
     lags = _blocked_lags(g)
     if len(lags):
         err = float(lags.std(ddof=1) / math.sqrt(len(lags))) if len(lags) >= 2 else 0.0
-        return WakeUp(dict.fromkeys(ranks, float(lags.mean())), WakeFrom.BLOCKED_WAITS, len(lags), err, len(lags) - 1)
+        return WakeUp(dict.fromkeys(ranks, float(np.median(lags))), WakeFrom.BLOCKED_WAITS, len(lags), err, len(lags) - 1)
     loop = g.meta.loop_steps
     if loop is None:
         return None
