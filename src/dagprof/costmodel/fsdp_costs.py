@@ -110,10 +110,10 @@ class FsdpHost:
 
 # torch version (major.minor) -> FSDP2's host work (``FsdpHost``): measured under the lock held alone, 2 gloo ranks, not fitted to
 # any job; a version not here is not priced and says so. torch 2.13, 2026-12-05: the hooks by bench/fsdp_host_costs.py (20:09,
-# 3 rounds pooled, load 4.8-5.0): a unit's 0.36 ms forward, 0.51 backward, 0.021 / 0.020 more per tensor, 0.15 / 0.30 ms per
+# 3 rounds pooled, load 4.8-5.0): a unit's 0.36 ms forward, 0.51 backward, 0.022 / 0.020 more per tensor, 0.16 / 0.31 ms per
 # MiB beyond the copy-out (CPU 0.09 us per KB, priced apart). The same bench at load 9.8-10.3 (09:01) had timed 0.45 / 0.84
-# ms and 0.12 per tensor: the CPU time of Python hooks grows with the load too (cache and frequency), so a quiet figure, the
-# profile's stretch on top. The fixed cost per call by bench/fsdp_call_sizes.py (45 repetitions per size), the intercept of
+# ms and 0.12 per tensor: their CPU time did not hold under that load, so the quiet figure, the profile's stretch on
+# top. The fixed cost per call by bench/fsdp_call_sizes.py (45 repetitions per size), the intercept of
 # each size's mean over 4-256 KiB, the mean of two runs: all-gather 0.49 and 0.60 ms, reduce-scatter 1.57 and 1.39 (20:27,
 # load 2.6-2.7; 20:45, load 1.9; the medians' intercepts 0.10 and 0.95 in the first; the hooks' bench at load 5 gave the
 # means' 0.85 and 2.35 over 4-64 KiB).

@@ -186,10 +186,10 @@ def conversion_note(target: str, measured: bool, g: Graph) -> str:
         "a DDP profile has no FSDP all-gather skew (gloo releases one rank later) and no reduce-scatter's lag beyond a wake-up "
         "(dagprof calibrate --fsdp measures them for --link-model): unpriced, and not in the interval, which carries the wake-up "
         "price's sampling error only, so FSDP may run slower than its high end; with FSDP2's hooks and each call's fixed cost "
-        "priced too, held-out gloo jobs ran FSDP 26 % faster to 100 % slower than predicted (kept pairs at load 0-23: an MLP-Mixer "
-        "-26 to +100 %, 12 pairs, 9 inside the interval, bench/fsdp_fresh/mixer_rounds.sh; a ResNet -7 to +43 %, 12 pairs, 11 inside, "
-        "-4 to +11 % on a quiet machine, SCRIPT=bench/fsdp_fresh/resnet_ddp.py; a LoRA fine-tune -22 to +7 %, 4 pairs, "
-        "bench/bench_lora_memory.py); the memory within about 10 %")
+        "priced too, 30 quiet held-out pairs (DDP and FSDP2 jobs profiled one after the other, 2 gloo ranks, load 1.9-5.6; "
+        "bench/fsdp_fresh/judge_pairs.py) were predicted -50 to +102 % off the FSDP job's step, median miss 14 %, 12 within 8 % (an "
+        "MLP-Mixer behind frozen blocks 14 %, 4 of 10; a ResNet 17 %, 4 of 10; LoRA fine-tunes 3.6-43 %, 4 of 10): the FSDP jobs' "
+        "own steps spread 2.6x round to round (a ResNet's 39-100 ms), the DDP jobs' 2.6x; the memory within about 10 %")
 
 
 def dtensor_note(g: Graph) -> str:
