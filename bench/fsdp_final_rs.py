@@ -3,7 +3,8 @@ gradient (the first trained block behind a frozen stem or frozen blocks, as in `
 fine-tune) never runs its post-backward hook, so ``_root_post_backward_final_callback`` reduce-scatters it after the root.
 In the kept FSDP2 profiles of those jobs that last call returned 3-10 ms after its transfer ended, each step, where the
 other reduce-scatters returned 0.3-1.4 ms after theirs. This times each of FSDP2's reduce-scatter calls from the later
-rank's issue to the ranks' return (mean; the earlier rank's wait for its peer left out; one monotonic clock) in a stack
+rank's issue to the ranks' return (mean; the earlier rank's wait for its peer left out; one monotonic clock), and the
+ranks' returns apart (the later rank's lag, which a profile reads as its wait's gap), in a stack
 of ``fully_shard`` blocks, once with the stem trained (every block's post-backward from its
 hook) and once frozen (the first block's from the final callback), 2 gloo ranks, no dagprof. Wall time: run it under the
 lock, say the load.
@@ -85,8 +86,13 @@ def main() -> None:
         for k in mine:
             per = np.array([every[r][k] for r in range(len(every))], dtype=np.float64)  # ranks x steps x calls x (issue, return)
             span = (per[..., 1].mean(axis=0) - per[..., 0].max(axis=0)) / 1e3  # steps x calls, us
+            # the ranks' returns apart: what a profile reads as the later rank's wait after the collective ended (its gap;
+            # ``pair_units.py --kinds`` gives the mean of both ranks', half of this for 2)
+            apart = (per[..., 1].max(axis=0) - per[..., 1].min(axis=0)) / 1e3
             summary[k] = {"calls a step": int(span.shape[1]), "median us by call": np.median(span, axis=0).round(0).tolist(),
-                          "mean us by call": span.mean(axis=0).round(0).tolist()}
+                          "mean us by call": span.mean(axis=0).round(0).tolist(),
+                          "returns apart, mean us by call": apart.mean(axis=0).round(0).tolist(),
+                          "returns apart, median us by call": np.median(apart, axis=0).round(0).tolist()}
         print(json.dumps({"torch": torch.__version__, "load": os.getloadavg(), "later issue to return, by call": summary}))
     dist.destroy_process_group()
 

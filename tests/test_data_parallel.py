@@ -14,12 +14,12 @@ from testdata import DATA
 from dagprof.analysis import job_iteration_us
 from dagprof.cli.main import main
 from dagprof.costmodel.alphabeta import AlphaBeta
-from dagprof.costmodel.fsdp_costs import StepFit, dtensor_step_ratio
+from dagprof.costmodel.fsdp_costs import FSDP_HOST, StepFit, dtensor_step_ratio
 from dagprof.costmodel.topology import Topology
 from dagprof.errors import DagprofError
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import check_fsdp_edges, fsdp_collectives, step_size
-from dagprof.passes.data_parallel import ddp_to_fsdp, fsdp_to_ddp, to_data_parallel, user_units
+from dagprof.passes.data_parallel import _call_load, _stretch, ddp_to_fsdp, fsdp_to_ddp, to_data_parallel, user_units
 from dagprof.passes.link_fit import find_collectives
 from dagprof.search.fsdp_memory import ddp_peak_of_fsdp, fsdp_peak
 from dagprof.search.scenario import Cluster, Scenario, apply, base_topology
@@ -256,15 +256,17 @@ def test_fsdp_to_ddp_finalize_lags_as_the_reduce_scatters():
 
 def test_round_trip_keeps_the_ddp_job(ddp):
     """DDP -> FSDP -> DDP: the same compute, one bucket of the same bytes per step, and the iteration between the
-    original and the original less what DDP's finalize measured beyond the transfer (its wait's gap, which the copy
-    back into the gradients stands in for)."""
+    original less what DDP's finalize measured beyond the transfer (its wait's gap, which the copy back into the
+    gradients stands in for) and the original plus gloo's reduce-scatter tail (``FsdpHost.scatter_us``: priced on each
+    reduce-scatter's wait, it comes back as the finalize's lag)."""
     back = fsdp_to_ddp(ddp_to_fsdp(ddp))
     assert [nb for _, _, nb in _buckets(back)] == [nb for _, _, nb in _buckets(ddp)]
     for kind in (Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE):
         assert np.allclose(np.sort(back.dur[back.kind == kind]), np.sort(ddp.dur[ddp.kind == kind]))
     gap = ddp.gap.copy()
     gap[[v for v in range(len(ddp)) if "ddp finalize" in ddp.node_name(v)]] = 0.0
-    assert job_iteration_us(ddp.replace(gap=gap)) < job_iteration_us(back) < job_iteration_us(ddp)
+    tail = FSDP_HOST[ddp.meta.torch_minor].scatter_us * _call_load(ddp, _stretch(ddp))
+    assert job_iteration_us(ddp.replace(gap=gap)) < job_iteration_us(back) < job_iteration_us(ddp) + tail
 
 
 def test_as_profiled_is_unchanged(ddp, fsdp):
@@ -335,7 +337,7 @@ def test_cli_json(capsys, tmp_path):
     row = r["scenarios"][0]
     assert row["data_parallel"] == "fsdp" and row["memory_per_rank"]["0"]["optimizer_mb"] == pytest.approx(row["memory_per_rank"]["0"]["params_mb"] * 2)
     # never a silent answer: what the conversion cannot see, and its measured miss, come with it
-    assert [n for n in r["notes"] if n.startswith("--data-parallel fsdp from a DDP profile") and "slower than predicted" in n
+    assert [n for n in r["notes"] if n.startswith("--data-parallel fsdp from a DDP profile") and "off the FSDP job's step" in n
             and "clip_grad_norm_ not recorded in this profile" in n]
 
 

@@ -95,22 +95,30 @@ class UnitHostFit:
 class FsdpHost:
     """FSDP2's host work a DDP profile never ran, measured once per torch version (``bench/fsdp_host_costs.py``): each
     unit's hooks, copy-ins, gradient views and reshard frees per pass (CPU time: a profile's own waits for a core
-    stretch it, ``passes.data_parallel``), and gloo's fixed cost per blocking all-gather or reduce-scatter call (wall
-    time: the hand-offs between the ranks' threads and gloo's, which DDP's few all-reduces of one
-    bucket size cannot split from their bytes)."""
+    stretch it, ``passes.data_parallel``), and gloo's fixed cost per blocking call (wall time: the hand-offs between the
+    ranks' threads and gloo's, which DDP's few all-reduces of one bucket size cannot split from their bytes):
+    ``call_us`` an all-gather's (every FSDP collective's), ``scatter_us`` what a reduce-scatter costs beyond it. A job's
+    blocking calls run one after another, so each is its mean over repetitions, tail included: gloo's reduce-scatter
+    returns about 4 ms late in about a third of its calls at any size from 4 KiB to 1 MiB (``bench/fsdp_call_sizes.py``),
+    its all-gather far less often, so a small reduce-scatter's mean is 1.1-2.0 ms where its median is 0.3-1.9."""
 
     forward: UnitHostFit
     backward: UnitHostFit
     call_us: float
+    scatter_us: float = 0.0
 
 
-# torch version (major.minor) -> FSDP2's host work (``FsdpHost``): bench/fsdp_host_costs.py under the lock, 2 gloo ranks, not
-# fitted to any job; a version not here is not priced and says so. torch 2.13 (2026-12-05 09:01-09:02, 3 rounds pooled, load
-# 9.8-10.3 from other work: CPU time holds under it, the calls' wall time less so): a unit's hooks 0.45 ms forward, 0.84 backward,
-# 0.12 more per tensor each, 0.43 / 0.52 ms per MiB beyond the copy-out (CPU 0.11 us per KB, priced apart); the fixed cost per
-# call, the intercept of each size's median over 4-64 KiB, all-gather 0.42 ms, reduce-scatter 0.64: their mean (one fixed cost
-# per collective, ``Topology.overhead_us``). An earlier run at load 1.6 timed 4 KiB calls at 0.39 and 0.38 ms.
-FSDP_HOST: dict[str, FsdpHost] = {"2.13": FsdpHost(UnitHostFit(452.0, 123.0, 4.09e-4), UnitHostFit(840.1, 115.3, 5.00e-4), 533.1)}
+# torch version (major.minor) -> FSDP2's host work (``FsdpHost``): measured under the lock held alone, 2 gloo ranks, not fitted to
+# any job; a version not here is not priced and says so. torch 2.13, 2026-12-05: the hooks by bench/fsdp_host_costs.py (20:09,
+# 3 rounds pooled, load 4.8-5.0): a unit's 0.36 ms forward, 0.51 backward, 0.022 / 0.020 more per tensor, 0.16 / 0.31 ms per
+# MiB beyond the copy-out (CPU 0.09 us per KB, priced apart). The same bench at load 9.8-10.3 (09:01) had timed 0.45 / 0.84
+# ms and 0.12 per tensor: their CPU time did not hold under that load, so the quiet figure, the profile's stretch on
+# top. The fixed cost per call by bench/fsdp_call_sizes.py (45 repetitions per size), the intercept of
+# each size's mean over 4-256 KiB, the mean of two runs: all-gather 0.49 and 0.60 ms, reduce-scatter 1.57 and 1.39 (20:27,
+# load 2.6-2.7; 20:45, load 1.9; the medians' intercepts 0.10 and 0.95 in the first; the hooks' bench at load 5 gave the
+# means' 0.85 and 2.35 over 4-64 KiB).
+FSDP_HOST: dict[str, FsdpHost] = {"2.13": FsdpHost(UnitHostFit(359.3, 21.58, 1.483e-4), UnitHostFit(514.8, 20.20, 2.983e-4),
+                                                   (491.0 + 602.0) / 2, (1574.0 + 1392.0) / 2 - (491.0 + 602.0) / 2)}
 
 
 @dataclass(frozen=True)

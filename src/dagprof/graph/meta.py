@@ -150,8 +150,8 @@ class WakeUp:
         r = min(self.us)
         err = f" +- {self.stderr_us / 1e3:.2f}" if self.dof else ""
         if self.source == WakeFrom.BLOCKED_WAITS:
-            return (f"{self.us[r] / 1e3:.2f}{err} ms (the mean lag, both ranks, of this profile's {self.count} waits that blocked: how long a "
-                    "rank took to resume after the collective it waited for ended; +- its standard error, which the interval carries)")
+            return (f"{self.us[r] / 1e3:.2f}{err} ms (the median lag, both ranks, of this profile's {self.count} waits that blocked: how long a "
+                    "rank took to resume after the collective it waited for ended; +- the lags' standard error, which the interval carries)")
         return (f"{self.us[r] / 1e3:.2f}{err} ms (rank {r}: its wait for a core per time its thread got one, as profiled, over the "
                 f"{self.count} times the ranks' threads got one; no blocked wait measured in this graph)")
 

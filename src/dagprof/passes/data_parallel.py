@@ -31,7 +31,7 @@ on every rank's main lane, as FSDP2 runs them under gloo (``graph.build_fsdp`` n
   the note (``host_note``).
 Each of those collectives blocks the rank, where DDP's all-reduces block nothing until the finalize: the rank hands the
 call to gloo's worker thread, which must be woken to run it, and is itself woken when it completes. Each wake-up costs
-what the DDP profile's own waits that blocked cost (``wake_up``: DDP's finalize behind its last bucket; the mean lag of
+what the DDP profile's own waits that blocked cost (``wake_up``: DDP's finalize behind its last bucket; the median lag of
 those waits beyond their collective's end, both ranks): the issue carries one, the wait's gap the other. The held-out
 mixer's quiet FSDP2 jobs lagged 0.42-0.97 ms on average after each wait, their DDP jobs' finalize 0.28-0.68 ms, where
 the run-queue wait per time the busy thread got a core (the kernel's schedstat, what priced it before, and still where no
@@ -43,10 +43,13 @@ wake-ups (at the calibration's load) in them.
 Collectives are priced by the link model as every FSDP collective is (all-gathers half an all-reduce of
 the gathered bytes, gloo's reduce-scatter a whole one; with a per-kind link model from ``dagprof calibrate``, each
 kind on the link its own sweep fitted: ``Topology.kinds``), each with gloo's fixed cost per blocking call as
-``FSDP_HOST`` has it for the torch version (0.53 ms at 2.13, hand-offs between threads: stretched as the hooks, at the
-slowest rank's, where the fit's overhead held the load) in place of the DDP profile's fitted overhead per collective:
-fitted on DDP's all-reduces of one bucket size, that is their step-to-step excess (0.55-8.0 ms on the held-out ResNet's
-DDP profiles, 0 on the mixer's), not a cost per call. A copy-out is a pass over memory and a call, like DDP's
+``FSDP_HOST`` has it for the torch version (an all-gather's mean, 0.55 ms at 2.13, hand-offs between threads: stretched
+as the hooks, at the slowest rank's, where the fit's overhead held the load) in place of the DDP profile's fitted overhead
+per collective: fitted on DDP's all-reduces of one bucket size, that is their step-to-step excess (0.55-8.0 ms on the
+held-out ResNet's DDP profiles, 0 on the mixer's), not a cost per call. Gloo's reduce-scatter costs more per call (1.48 ms
+at 2.13, its mean: about a third of its calls return 4 ms late, at any size from 4 KiB to 1 MiB), which each
+reduce-scatter's wait carries as its lag beyond the wake-up, on every rank (``FsdpHost.scatter_us``), stretched alike.
+A copy-out is a pass over memory and a call, like DDP's
 bucket enqueue (which scales each bucket in place, then dispatches): it costs what the profile's fastest enqueues cost
 per call and per byte, stretched as the hooks (``_enqueue_price``: under load DDP's enqueues ran 10-40x their fastest).
 
@@ -71,8 +74,10 @@ beyond what the calibration met, and the compute DDP's overlapping all-reduces s
 collectives share (FSDP's block it instead), and the lag of the reduce-scatter FSDP2 issues from its final backward
 callback for a unit whose forward inputs need no gradient (``final_callback_units``: the first trained block behind
 frozen layers, reduce-scattered after the root; in the kept MLP-Mixer and LoRA FSDP2 profiles its wait lagged 2.6-10.1 ms
-a step beyond its transfer where each other reduce-scatter's lagged 0.3-1.4 ms: said, not priced; the conversion still
-reduce-scatters it before the root, which on a chain of blocking calls moves no step). ``clip_grad_norm_``: on FSDP2's DTensor gradients it all-reduces the
+a step beyond its transfer where each other reduce-scatter's lagged 0.3-1.4 ms, where a stack of ``fully_shard`` blocks
+alone returned it no later than the others (``bench/fsdp_final_rs.py``, quiet): said, priced as every reduce-scatter; the conversion
+reduce-scatters it after the root's, from the root's last backward layer, as FSDP2 does: ``_plan``'s ``late``).
+``clip_grad_norm_``: on FSDP2's DTensor gradients it all-reduces the
 norm in the shard group, blocking, before the optimizer step (``_c10d_functional::all_reduce``), where DDP's clip is
 local: in Kineto the LoRA job's clip (``bench/fsdp_fresh/lora_finetune.py``, first norm to the step) ran 1.4-3.9 ms a
 step under FSDP2, its all-reduce and wait 0.1-2.6 of it, against 0.3-0.4 ms under DDP (a step of 32 / 23 ms, 2 gloo
@@ -185,10 +190,10 @@ def conversion_note(target: str, measured: bool, g: Graph) -> str:
         "a DDP profile has no FSDP all-gather skew (gloo releases one rank later) and no reduce-scatter's lag beyond a wake-up "
         "(dagprof calibrate --fsdp measures them for --link-model): unpriced, and not in the interval, which carries the wake-up "
         "price's sampling error only, so FSDP may run slower than its high end; with FSDP2's hooks and each call's fixed cost "
-        "priced too, held-out gloo jobs ran FSDP 26 % faster to 100 % slower than predicted (kept pairs at load 0-23: an MLP-Mixer "
-        "-26 to +100 %, 12 pairs, 9 inside the interval, bench/fsdp_fresh/mixer_rounds.sh; a ResNet -7 to +43 %, 12 pairs, 11 inside, "
-        "-4 to +11 % on a quiet machine, SCRIPT=bench/fsdp_fresh/resnet_ddp.py; a LoRA fine-tune -22 to +7 %, 4 pairs, "
-        "bench/bench_lora_memory.py); the memory within about 10 %")
+        "priced too, 30 quiet held-out pairs (DDP and FSDP2 jobs profiled one after the other, 2 gloo ranks, load 1.9-5.6; "
+        "bench/fsdp_fresh/judge_pairs.py) were predicted -50 to +102 % off the FSDP job's step, median miss 14 %, 12 within 8 % (an "
+        "MLP-Mixer behind frozen blocks 14 %, 4 of 10; a ResNet 17 %, 4 of 10; LoRA fine-tunes 3.6-43 %, 4 of 10): the FSDP jobs' "
+        "own steps spread 2.6x round to round (a ResNet's 39-100 ms), the DDP jobs' 2.6x; the memory within about 10 %")
 
 
 def dtensor_note(g: Graph) -> str:
@@ -220,7 +225,9 @@ def host_note(g: Graph) -> str:
             f"{host.forward.us / 1e3:.2f} / {host.backward.us / 1e3:.2f} ms a unit forward / backward, more per tensor and byte) "
             f"and each copy-out at DDP's fastest bucket enqueue, both {said}; each FSDP collective's fixed cost per call at gloo's "
             f"measured {host.call_us / 1e3:.2f} ms (wall time, 2 ranks; so stretched, at the slowest rank's, where the fitted "
-            f"overhead held the load) in place of the profile's fitted {current_topology(g).overhead_us / 1e3:.2f} ms per collective; ")
+            f"overhead held the load) in place of the profile's fitted {current_topology(g).overhead_us / 1e3:.2f} ms per collective, "
+            f"and each reduce-scatter's wait {host.scatter_us / 1e3:.2f} ms more (gloo's mean tail: about a third of its calls "
+            "return 4 ms late, bench/fsdp_call_sizes.py); ")
 
 
 def layer_params(g: Graph) -> dict[str, int]:
@@ -260,9 +267,10 @@ def final_scatter_note(g: Graph) -> str:
     if not late:
         return ""
     return (f"{', '.join(late)} ha{'ve' if len(late) > 1 else 's'} no input that needs a gradient (frozen layers before it), so FSDP2 "
-            "reduce-scatters it from its final backward callback, after the root: in kept gloo profiles of such jobs (an MLP-Mixer "
-            "behind frozen blocks, a LoRA fine-tune) that call's wait lagged 2.6-10.1 ms a step beyond its transfer, the others "
-            "0.3-1.4 ms; unpriced (bench/fsdp_final_rs.py times it); ")
+            "reduce-scatters it from its final backward callback, after the root (so priced): in kept gloo profiles of such jobs (an "
+            "MLP-Mixer behind frozen blocks, a LoRA fine-tune) that call's wait lagged 2.6-10.1 ms a step beyond its transfer, the "
+            "others 0.3-1.4 ms, where a stack of fully_shard blocks alone (bench/fsdp_final_rs.py, quiet) returned it no later than "
+            "the others: priced as every reduce-scatter, with gloo's mean tail, not more; ")
 
 
 def _stepped_params(g: Graph) -> set[str]:
@@ -450,6 +458,10 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
         stepped[layer_unit.get(p.rpartition(".")[0], FSDP_ROOT)] += 1
     host = FSDP_HOST.get(g.meta.torch_minor) if costs is None else None
     stretch = _stretch(g) if costs is None else {}  # the profile's CPU work on its loaded cores: FSDP2's hooks and copy-outs
+    call_load = _call_load(g, stretch)
+    # what gloo's reduce-scatter costs beyond an all-gather's fixed cost per call (``FsdpHost.scatter_us``: its tail), as the
+    # lag of each reduce-scatter's wait: it returns that much after its transfer, on every rank
+    scatter_lag = host.scatter_us * call_load if host is not None else 0.0
 
     def hooks_us(phase: str, unit: str, r: int) -> float | None:
         """A unit's FSDP2 hooks in ``phase`` on rank ``r``: as calibrated, else ``FSDP_HOST``'s CPU time at the unit's trained
@@ -460,16 +472,17 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
         return None if fit is None else fit.at(stepped[unit], unit_full[unit]) * stretch[r]
 
     again = wrapper_reshard([name for name, _ in units], target, reshard)  # resharded after forward
+    late = tuple(final_callback_units(g))  # reduce-scattered from FSDP2's final backward callback, after the root
     seq = 0
     ranks = sorted(int(r) for r in np.unique(g.rank[g.rank >= 0]))
     for step in g.meta.steps:
         lanes = {r: _main_lane(g, step, r) for r in ranks}
         anchors = {r: _anchors(g, lanes[r], layer_unit) for r in ranks}
-        plan = _plan([name for name, _ in units], again)
+        plan = _plan([name for name, _ in units], again, late)
         shift: dict[tuple[int, bool], int] = defaultdict(int)  # nodes already inserted at an anchor (keeps their order)
         for p in plan:
             kind, unit, phase, where, before = p.kind.label, p.unit, p.phase, p.where, p.before
-            nodes, label = _at(anchors, unit, where), unit
+            nodes, label = _at(anchors, p.anchor or unit, where), unit
             if nodes is None and (p.kind, phase) == (PlanKind.ALL_GATHER, "backward") and _at(anchors, unit, "fwd_first") is not None:
                 # a unit that ran forward but no backward (frozen whole): the next unit's pre-backward still prefetches it
                 by = _prefetcher([name for name, _ in units], unit)
@@ -492,7 +505,8 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
                 if (p.kind, phase) == (PlanKind.ALL_GATHER, "forward") and (us := hooks_us("forward", unit, r)) is not None:
                     _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp hooks {unit} (forward)", Kind.OTHER, us)
                 enq = _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp {kind} {unit}", Kind.COMM_ENQUEUE, woken(r), nbytes=int(full))
-                w = _insert(b, g, remap, at, before, shift, f"rank{r}.wait {kind} {unit}", Kind.COMM_WAIT, 0.0, gap=woken(r))
+                lag = scatter_lag if p.kind == PlanKind.REDUCE_SCATTER else 0.0
+                w = _insert(b, g, remap, at, before, shift, f"rank{r}.wait {kind} {unit}", Kind.COMM_WAIT, 0.0, gap=woken(r) + lag)
                 b.add_edge(enq, sync)
                 b.add_edge(comm, w)
                 if p.kind == PlanKind.ALL_GATHER:
@@ -534,9 +548,14 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
         # threads ran): unstretched, the held-out ResNet's FSDP2 collectives at load 13-22 took 66-119 ms a step, priced 9-26.
         # Where it kept every instance's time in its bandwidth (two gloo lanes: total time over bytes), the load is in the
         # bytes' price already: stretched again, the loaded mixer's came to 81-120 ms a step where they took 55-73
-        load = max(stretch.values(), default=1.0) if topo.overhead_us > 0 else 1.0
-        topo = dataclasses.replace(topo, overhead_us=host.call_us * load)
+        topo = dataclasses.replace(topo, overhead_us=host.call_us * call_load)
     return retime_collectives(out, topo, current_scheme(g), lags_on=topo)
+
+
+def _call_load(g: Graph, stretch: dict[int, float]) -> float:
+    """What stretches gloo's fixed cost per call (``FSDP_HOST``) in the conversion of ``g``: the slowest rank's
+    ``stretch`` where the profile's link fit held the load in its overhead per collective, else 1 (``ddp_to_fsdp``)."""
+    return max(stretch.values(), default=1.0) if current_topology(g).overhead_us > 0 else 1.0
 
 
 def _stretch(g: Graph) -> dict[int, float]:
@@ -647,13 +666,16 @@ class Planned:
     phase: str
     where: str
     before: bool
+    anchor: str = ""  # the unit whose anchor ``where`` is, where not ``unit``'s own (a reduce-scatter of the final callback's: the root's)
 
 
-def _plan(units: list[str], again: dict[str, bool]) -> list[Planned]:
+def _plan(units: list[str], again: dict[str, bool], late: tuple[str, ...] = ()) -> list[Planned]:
     """FSDP2's sequence of one step (``Planned``): the root first in forward and last in
     backward, inner units in forward order, then reversed (the order matters where two share an anchor); ``again``: the
     units that reshard after forward, so gather again in backward. Every unit reshards after its backward (FSDP2's
-    ``reshard_after_backward``, on by default: a kept unit's profile has that reshard too)."""
+    ``reshard_after_backward``, on by default: a kept unit's profile has that reshard too). ``late``: the units whose
+    post-backward never fires (``final_callback_units``): ``_root_post_backward_final_callback`` reduce-scatters and
+    reshards them after the root, in forward order (the root's state comes first in its ``all_states``)."""
     root, inner = units[0], units[1:]
     gather, scatter, reshard = PlanKind.ALL_GATHER, PlanKind.REDUCE_SCATTER, PlanKind.RESHARD
     plan = [Planned(gather, u, "forward", "fwd_first", True) for u in units]
@@ -663,8 +685,12 @@ def _plan(units: list[str], again: dict[str, bool]) -> list[Planned]:
     for u in [*inner[::-1], root]:
         if again[u] and u != root:
             plan.append(Planned(gather, u, "backward", "bwd_first", True))
-        plan.append(Planned(scatter, u, "backward", "bwd_last", False))
-        plan.append(Planned(reshard, u, "backward", "bwd_last", False))
+        if u not in late:
+            plan.append(Planned(scatter, u, "backward", "bwd_last", False))
+            plan.append(Planned(reshard, u, "backward", "bwd_last", False))
+    for u in [x for x in inner if x in late]:
+        plan.append(Planned(scatter, u, "backward", "bwd_last", False, anchor=root))
+        plan.append(Planned(reshard, u, "backward", "bwd_last", False, anchor=root))
     return plan
 
 
@@ -750,9 +776,14 @@ def wake_up(g: Graph) -> WakeUp | None:
     """What one wake-up costs a rank of the DDP profile ``g``. A DDP job's all-reduces block nothing until the finalize;
     under FSDP2 on gloo every collective blocks the rank, which hands the call to gloo's worker thread (woken to run it)
     and is woken when it completes: two wake-ups a collective, on every rank. Where the profile's ranks waited on a
-    collective that had not ended (DDP's finalize behind its last bucket), the mean measured lag of those waits, pooled
-    over the ranks (``_blocked_lags``): a thread woken after a voluntary sleep, which is what FSDP2's waits are. The mean,
-    not a robust statistic: a step's cost is the lags' sum, and on 12 kept pairs of the held-out mixer (load 0.5-17,
+    collective that had not ended (DDP's finalize behind its last bucket), the median measured lag of those waits, pooled
+    over the ranks (``_blocked_lags``): a thread woken after a voluntary sleep, which is what FSDP2's waits are. The
+    median, since the lags' tail is no wake-up but gloo's: on quiet ResNet and mixer DDP profiles (2026-12-05, branch
+    ``fsdpconv``) the finalize lags were 0.05-0.4 ms or 1.2-2.5 ms (once 9.9), the long ones both ranks alike on one
+    collective, as gloo's calls return about 4 ms late now and then (``bench/fsdp_call_sizes.py``), which the conversion
+    prices per call (``FSDP_HOST``: each kind's mean, the reduce-scatter's excess on its waits); the mean counted that tail
+    twice (pairs' median miss 16.3 % with it, 14.2 % with the median, 30 quiet pairs). Before the tail was priced per call,
+    the mean was kept: a step's cost is the lags' sum, and on 12 kept pairs of the held-out mixer (load 0.5-17,
     ``bench/fsdp_fresh/mixer_rounds.sh``) the median, a trimmed and a winsorized mean, Hodges-Lehmann's and the mean
     clipped at 5 medians of the DDP profile's 7-8 lags spread as much or more about the FSDP job's own mean lag
     (standard deviation of the log ratio 0.79-0.96, the mean's 0.77) and sat further below it (median ratio 0.30-0.37,
@@ -772,7 +803,7 @@ def wake_up(g: Graph) -> WakeUp | None:
     lags = _blocked_lags(g)
     if len(lags):
         err = float(lags.std(ddof=1) / math.sqrt(len(lags))) if len(lags) >= 2 else 0.0
-        return WakeUp(dict.fromkeys(ranks, float(lags.mean())), WakeFrom.BLOCKED_WAITS, len(lags), err, len(lags) - 1)
+        return WakeUp(dict.fromkeys(ranks, float(np.median(lags))), WakeFrom.BLOCKED_WAITS, len(lags), err, len(lags) - 1)
     loop = g.meta.loop_steps
     if loop is None:
         return None
