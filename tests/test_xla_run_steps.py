@@ -68,3 +68,6 @@ def test_steady_window_rule():
     kept, said = steady_window({0: early, 1: steps}, window)
     assert kept == list(range(8, 14)) and "(6..7)" in said and "rank 0: 5 ms after step 7" in said
     assert steady_window({0: early}, list(range(8, 14)))[1] is None  # a window without it: nothing left out
+    every_other = steps.copy()
+    every_other[:, 1:] += 5000.0 * (np.arange(8) // 2)[:, None]  # after steps 7, 9, 11: the loop's own time, each 2 steps
+    assert steady_window({0: every_other, 1: every_other}, window) == (window, None)

@@ -146,11 +146,13 @@ def steady_window(spans: dict[int, np.ndarray], steps: list[int]) -> tuple[list[
     after it, and replayed +45 % (``bench/frameworks/jax_wavenet_lion.py``, window 6:14); the model the what-ifs start
     from was +6.4 % and the profiler-cost correction held loop step times without it against an iteration with it. The
     step before the time counts it (start to start, ``iteration_us``), unless it ends the stretch (then it counts to its
-    own end), so a stretch ends at such a step: 6..7 and 8..13 there, 8..13 kept."""
+    own end), so a stretch ends at such a step: 6..7 and 8..13 there, 8..13 kept. Where such times recur (twice or
+    more, after a third of the steps or more), they are the loop's own (a data loader or logging outside the step
+    markers), and every step is kept."""
     chosen = {r: a[np.isin(a[:, 0].astype(int), steps)] for r, a in spans.items()}
     long, median = long_gaps(chosen)
     holds = {s for _, _, s in long}
-    if not holds:
+    if not holds or (len(holds) >= 2 and 3 * len(holds) >= len(steps) - 1):
         return steps, None
     stretches: list[list[int]] = [[]]
     for s in sorted(steps):
