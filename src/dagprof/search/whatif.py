@@ -28,7 +28,7 @@ from ..graph.dag import Graph
 from ..passes.buckets import hook_wire_note
 from ..passes.comm import activation_comm
 from ..passes.compute import own_cores_note, server_cores_note
-from ..passes.data_parallel import conversion_note, wake_up, wake_ups_per_step, wrapper_reshard
+from ..passes.data_parallel import conversion_note, priced_wake_up, wake_ups_per_step, wrapper_reshard
 from ..passes.fsdp import set_reduce_dtype
 from ..passes.fsdp_mesh import merged_rings_note, uncalibrated_step_note, with_mesh, workers_mesh
 from ..passes.fsdp_units import with_units
@@ -241,12 +241,12 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
 
 
 def _wake_up_spread(g0: Graph, g: Graph, s: Scenario, c: Cluster) -> tuple[float, float]:
-    """DDP -> FSDP without ``calibrate --fsdp``: the half-width (us a step, at ``LEVEL``) that the sampling error of the
-    wake-ups' price (``passes.data_parallel.wake_up``) puts on a step of ``g``, the conversion, and the wake-ups' time the
-    point holds (``wake_ups_per_step``, on the busiest rank; all on its main lane, so each moves the step). (0, 0) else."""
-    if s.data_parallel in (None, "ddp") or is_fsdp_graph(g0) or (c.link_file is not None and c.link_file.fsdp is not None):
+    """DDP -> FSDP where the conversion priced wake-ups (``passes.data_parallel.priced_wake_up``): the half-width (us a
+    step, at ``LEVEL``) that the sampling error of their price puts on a step of ``g``, the conversion, and the wake-ups'
+    time the point holds (``wake_ups_per_step``, on the busiest rank; all on its main lane, so each moves the step). (0, 0) else."""
+    if s.data_parallel in (None, "ddp") or is_fsdp_graph(g0):
         return 0.0, 0.0
-    wake = wake_up(g0)
+    wake = priced_wake_up(g0, c.link_file.fsdp if c.link_file is not None else None)
     if wake is None:
         return 0.0, 0.0
     n = wake_ups_per_step(g)
