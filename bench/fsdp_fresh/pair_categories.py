@@ -2,9 +2,8 @@
 ``ROUND/fsdp``) or of ``bench_lora_memory.py`` (``DIR/ddp-K``, ``DIR/fsdp-K``): each rank's main lane a step (ms,
 averaged over ranks and steps; ``bench_fsdp.lane_groups`` on each profiled step, as ``whatif`` converts them) in the FSDP
 profile against the DDP profile's conversion, split into busy time (layers, other host work, optimizer, copy-outs, FSDP2's hooks) and sleep (the waits'
-gaps and the lane idle before a collective ends), the collectives' own time, the time the lanes sat at all-gathers and
-at reduce-scatters (``held_ms``: each issue's start to its wait's end, replayed), and each profile's stretch of CPU work
-by its thread's waits for a core (``traces.meta.runnable_stretch``). No timing: run it anywhere.
+gaps and the lane idle before a collective ends), the collectives' own time, and each profile's stretch of CPU work by
+its thread's waits for a core (``traces.meta.runnable_stretch``). No timing: run it anywhere.
 
     PYTHONPATH=src python bench/fsdp_fresh/pair_categories.py OUT/r1 OUT/r2 ...   (from the repository root)
 """
@@ -20,9 +19,7 @@ from bench_fsdp import lane_groups  # noqa: E402
 from dagprof.graph.build_fsdp import fsdp_collectives  # noqa: E402
 from dagprof.passes.data_parallel import _stretch  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
-from dagprof.replay import replay  # noqa: E402
 from dagprof.search import scenario  # noqa: E402
-from dagprof.traces.events import Kind  # noqa: E402
 
 BUSY = ("forward layers", "backward layers", "forward other", "backward other", "loss", "post-update", "optimizer",
         "fsdp copy-out/reshard", "fsdp hooks", "ddp enqueue/copy")
@@ -38,30 +35,16 @@ def pairs(root: str) -> list[tuple[str, str, str]]:
     return [(f"{root} {k}", os.path.join(root, f"ddp-{k}"), os.path.join(root, f"fsdp-{k}")) for k in ks]
 
 
-def held_ms(g, kind: str) -> float:
-    """The time each main lane of the replayed ``g`` sat at FSDP collectives of ``kind`` (all_gather, reduce_scatter): its
-    issue's start to its wait's end, the blocked time the collective cost the rank, ms a step averaged over the ranks."""
-    res, last, held = replay(g), {}, 0.0
-    for v in sorted(range(len(g)), key=lambda v: res.start[v]):
-        name = g.node_name(v).partition(".")[2]
-        if g.rank[v] >= 0 and g.kind[v] == Kind.COMM_ENQUEUE and name.startswith(f"fsdp {kind} "):
-            last[(int(g.rank[v]), name[5:])] = v
-        elif g.rank[v] >= 0 and g.kind[v] == Kind.COMM_WAIT and (at := last.pop((int(g.rank[v]), name[5:]), None)) is not None:
-            held += float(res.end[v] - res.start[at])
-    return held / 1e3 / max(len({int(r) for r in g.rank if r >= 0}), 1) / max(len(g.meta.steps), 1)
-
-
 def row(g) -> dict[str, float]:
     lanes = lane_groups(g)
     cs = fsdp_collectives(g)
     steps = max(len(g.meta.steps), 1)
     return {"busy": sum(lanes[k] for k in BUSY), "hooks": lanes["fsdp hooks"], "copy-out": lanes["fsdp copy-out/reshard"],
-            "sleep": lanes["wait gaps"] + lanes["idle"], "collectives": sum(float(g.dur[c.node]) for c in cs) / 1e3 / steps,
-            "ag held": held_ms(g, "all_gather"), "rs held": held_ms(g, "reduce_scatter")}
+            "sleep": lanes["wait gaps"] + lanes["idle"], "collectives": sum(float(g.dur[c.node]) for c in cs) / 1e3 / steps}
 
 
 def main() -> None:
-    print(f"{'pair / profile':44s} {'busy':>7s} {'hooks':>7s} {'copy':>7s} {'sleep':>7s} {'colls':>7s} {'AG held':>7s} {'RS held':>7s}  stretch")
+    print(f"{'pair / profile':44s} {'busy':>7s} {'hooks':>7s} {'copy':>7s} {'sleep':>7s} {'colls':>7s}  stretch")
     for root in sys.argv[1:]:
         for label, ddp_dir, fsdp_dir in pairs(root):
             ddp_run, fsdp_run = open_run(ddp_dir), open_run(fsdp_dir)
@@ -72,7 +55,7 @@ def main() -> None:
                 r = row(g)
                 st = _stretch(run.graph)
                 print(f"{label + ' ' + name:44s} {r['busy']:7.1f} {r['hooks']:7.1f} {r['copy-out']:7.1f} {r['sleep']:7.1f} "
-                      f"{r['collectives']:7.1f} {r['ag held']:7.2f} {r['rs held']:7.2f}  {min(st.values()):.2f}-{max(st.values()):.2f}", flush=True)
+                      f"{r['collectives']:7.1f}  {min(st.values()):.2f}-{max(st.values()):.2f}", flush=True)
 
 
 if __name__ == "__main__":
