@@ -315,7 +315,7 @@ def test_all_gathers_carry_no_wake_up_beyond_gloos_measured_call(k):
     """Gloo's cost per call (``FSDP_HOST``, 0.55 ms an all-gather) was timed from a barrier to the slowest rank's return,
     the hand-off to its worker and the rank's wake-up inside: the DDP -> FSDP conversion priced two wake-ups on top, so
     its all-gathers held the ranks longer than the FSDP2 job's own did (``ddp-0``: 14.0 ms a step, the job 12.2; quiet
-    held-out pairs a median 1.7 ms a step over). Each all-gather now holds its rank for the call's price alone, and on
+    held-out pairs a median 1.4 ms a step over). Each all-gather now holds its rank for the call's price alone, and on
     both vendored pairs no longer than the FSDP2 job's did."""
     g = _graph(DATA / "lora" / f"ddp-{k}")
     out = ddp_to_fsdp(g)

@@ -33,7 +33,7 @@ Each of those collectives blocks the rank, where DDP's all-reduces block nothing
 call to gloo's worker thread, which must be woken to run it, and is itself woken when it completes. Where ``FSDP_HOST``
 prices each call for the profile's torch, both wake-ups are in that price (a call timed from a barrier to its slowest
 rank's return, ``bench/fsdp_call_sizes.py``) and none is added (``priced_wake_up``: added on top, the held-out quiet
-pairs' all-gathers held the ranks a median 1.7 ms a step longer than their FSDP2 jobs' did, the step +22 % median
+pairs' all-gathers held the ranks a median 1.4 ms a step longer than their FSDP2 jobs' did, the step +22 % median
 miss, 14 % without). Else each wake-up costs
 what the DDP profile's own waits that blocked cost (``wake_up``: DDP's finalize behind its last bucket; the median lag of
 those waits beyond their collective's end, both ranks): the issue carries one, the wait's gap the other. The held-out
@@ -829,7 +829,7 @@ def priced_wake_up(g: Graph, costs: FsdpCosts | None) -> WakeUp | None:
     None where each call's measured cost holds its wake-ups already: a calibrated link model's collectives were timed as
     blocking calls, and ``FSDP_HOST``'s fixed cost per call is a call's time from a barrier to its slowest rank's return
     (``bench/fsdp_call_sizes.py``), the hand-off to gloo's worker and the rank's own wake-up after it inside. Added on
-    top, they were counted twice: on 20 held-out quiet pairs the conversion's all-gathers held the ranks a median 1.7 ms
+    top, they were counted twice: on 20 held-out quiet pairs the conversion's all-gathers held the ranks a median 1.4 ms
     a step longer than the FSDP2 jobs' did (branch ``fsdpag``)."""
     if costs is not None or FSDP_HOST.get(g.meta.torch_minor) is not None:
         return None
