@@ -63,6 +63,7 @@ from .link_fit import (
     medium_equivalent_bytes,
     pipelined,
     priced_comm,
+    priced_per_kind,
     priced_world_size,
 )
 
@@ -112,7 +113,7 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
     called = [CommKind(k) for k in g.comm_kind[idx].tolist()]
     priced = [priced_kind(k) for k in called]
     kinds = (np.array([k.label for k in priced], dtype=object)
-             if (topo.kinds or topo.link_ratio or _kinds_of(g)) and is_fsdp_graph(g) else np.full(len(idx), "", dtype=object))
+             if (topo.kinds or topo.link_ratio or _kinds_of(g)) and priced_per_kind(g) else np.full(len(idx), "", dtype=object))
     equiv = medium_equivalent_bytes(g, idx, topo.half_duplex)  # one medium for every rank: each kind at its bytes' share of it
     backend, fsdp = g.meta.backend or "gloo", is_fsdp_graph(g)
     consumers, lag = exit_lags(g, idx)
