@@ -158,13 +158,16 @@ def link_fit(g: Graph) -> LinkFit:
 
 
 def gathers_apart(g: Graph) -> LinkFit | None:
-    """The link fitted to a JAX job's collectives on gloo (``priced_per_kind``) but its all-gathers, where the rest tell it
+    """The link fitted to a JAX job's collectives on gloo (``jax_on_gloo``) but its all-gathers, where the rest tell it
     (``transfer_spanned``); None elsewhere. The all-gathers then cost on a link of their own (``profiled_kinds``), at the
     share of their medium time their nodes measured. Its stalls are per collective of ``profiled_comm``, 0 on the all-gathers."""
-    if is_fsdp_graph(g) or not priced_per_kind(g):
+    if not jax_on_gloo(g):
         return None
     concurrent = g.meta.comm_lanes > 1
-    comm = profiled_comm(g, overlapping=concurrent)
+    try:
+        comm = profiled_comm(g, overlapping=concurrent)
+    except DagprofError:  # nothing to fit: ``link_fit`` says so
+        return None
     spans = transfer_spanned(g, comm)
     if spans.all():
         return None
@@ -342,11 +345,10 @@ def profiled_kinds(g: Graph, overhead_us: float) -> tuple[tuple[str, AlphaBeta],
     return tuple(out)
 
 
-def priced_per_kind(g: Graph) -> bool:
-    """Whether ``g``'s collectives of each kind may cost on their own link (``Topology.kinds``): an FSDP job's, and a JAX
-    job's on gloo, whose all-gathers' nodes end with their first rank out (``transfer_spanned``; their kinds' links only
-    where ``gathers_apart`` fits the rest)."""
-    return is_fsdp_graph(g) or (g.meta.framework == "jax" and (g.meta.backend or "gloo") == "gloo")
+def jax_on_gloo(g: Graph) -> bool:
+    """A JAX job's collectives through gloo (XLA's CPU client), whose all-gathers' nodes end with their first rank out
+    (``transfer_spanned``)."""
+    return not is_fsdp_graph(g) and g.meta.framework == "jax" and (g.meta.backend or "gloo") == "gloo"
 
 
 def _kind_sample(g: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
