@@ -57,8 +57,10 @@ from .link_fit import (
     find_collectives,
     fit_topology,
     fitted_stalls,
+    gathers_apart,
     graph_world_size,
     hybrid,
+    jax_on_gloo,
     keep_stalls,
     medium_equivalent_bytes,
     pipelined,
@@ -112,7 +114,7 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
     called = [CommKind(k) for k in g.comm_kind[idx].tolist()]
     priced = [priced_kind(k) for k in called]
     kinds = (np.array([k.label for k in priced], dtype=object)
-             if (topo.kinds or topo.link_ratio or _kinds_of(g)) and is_fsdp_graph(g) else np.full(len(idx), "", dtype=object))
+             if (topo.kinds or topo.link_ratio or _kinds_of(g)) and _per_kind(g, topo) else np.full(len(idx), "", dtype=object))
     equiv = medium_equivalent_bytes(g, idx, topo.half_duplex)  # one medium for every rank: each kind at its bytes' share of it
     backend, fsdp = g.meta.backend or "gloo", is_fsdp_graph(g)
     consumers, lag = exit_lags(g, idx)
@@ -354,6 +356,17 @@ def _lags_measured_on(g: Graph) -> Topology | None:
         return current_topology(g)
     except DagprofError:
         return None
+
+
+def _per_kind(g: Graph, topo: Topology) -> bool:
+    """Whether ``g``'s collectives cost on their kind's link in ``topo``: an FSDP job's, and a JAX job's on gloo whose
+    all-gathers the profile's fit set apart on their own (``passes.link_fit.gathers_apart``; once priced, its graph's
+    topology has their links), with ``topo``'s links per kind."""
+    if is_fsdp_graph(g):
+        return True
+    if not topo.kinds or not jax_on_gloo(g):
+        return False
+    return _kinds_of(g) if g.meta.topology is not None else gathers_apart(g) is not None
 
 
 def _kinds_of(g: Graph) -> bool:

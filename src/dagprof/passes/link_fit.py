@@ -144,6 +144,8 @@ def profiled_comm(g: Graph, overlapping: bool = False) -> np.ndarray:
 def link_fit(g: Graph) -> LinkFit:
     """The link fitted to ``g``'s collectives as measured; the stalls it sets apart stay on their own instances
     (``keep_stalls``; Horovod's on their transfers, ``passes.comm._horovod_stalls``)."""
+    if (apart := gathers_apart(g)) is not None:  # the all-gathers on a link of their own (``profiled_kinds``)
+        return apart
     concurrent = g.meta.comm_lanes > 1
     nbytes, dur = profiled_collectives(g, overlapping=concurrent)
     n = priced_world_size(g)
@@ -153,6 +155,48 @@ def link_fit(g: Graph) -> LinkFit:
         overhead, total, kinds, r2 = joint
         return replace(fit, link=AlphaBeta(overhead / (2 * (max(n, 2) - 1)), total.beta_us_per_byte), r2=r2, weak=None, stalls=None, kinds=kinds)
     return fit
+
+
+def gathers_apart(g: Graph) -> LinkFit | None:
+    """The link fitted to a JAX job's collectives on gloo (``jax_on_gloo``) but its all-gathers, where the rest tell it
+    (``transfer_spanned``); None elsewhere. The all-gathers then cost on a link of their own (``profiled_kinds``), at the
+    share of their medium time their nodes measured. Its stalls are per collective of ``profiled_comm``, 0 on the all-gathers."""
+    if not jax_on_gloo(g):
+        return None
+    concurrent = g.meta.comm_lanes > 1
+    try:
+        comm = profiled_comm(g, overlapping=concurrent)
+    except DagprofError:  # nothing to fit: ``link_fit`` says so
+        return None
+    spans = transfer_spanned(g, comm)
+    if spans.all():
+        return None
+    nbytes, dur = profiled_collectives(g, overlapping=concurrent)
+    wire = None if g.meta.wire_bytes_per_s is None else 1e6 / g.meta.wire_bytes_per_s
+    fit = fit_link(nbytes[spans], dur[spans], priced_world_size(g), concurrent=concurrent, wire_us_per_byte=wire)
+    if fit.weak is not None:  # no link to price the all-gathers beside: one fitted to every kind, as elsewhere
+        return None
+    stalls = np.zeros(len(nbytes))
+    if fit.stalls is not None:
+        stalls[spans] = fit.stalls
+    return replace(fit, stalls=stalls if stalls.any() else None)
+
+
+def transfer_spanned(g: Graph, comm: np.ndarray) -> np.ndarray:
+    """Per collective of a JAX job's ``comm`` (``profiled_comm``), whether its node's time spans its transfer: all but the
+    all-gathers, where one of the other kinds shows sizes to fit a slope to (the largest at least 1.5 times the smallest,
+    as ``fit_link`` asks: a line through two kinds' sizes mixes their costs per byte, the fault this avoids); else every one.
+    On 2 ranks gloo's all-gather ends on one rank while the other's half still crosses (the rest lies in the next
+    collective's join, ``passes.comm._chained_joins``): on the testbed's shaped loopback (``bench/frameworks/jax_zero_rs.py``,
+    1 Gbit/s, the kept round of 2026-12-05 20:32) the all-gathers' nodes took 0.49-0.76 of their medium time (medians per
+    size), the reduce-scatters' 0.98-1.18. The one line through both read a link 127 % of the wire, set 21 ms of the
+    reduce-scatters' 112 apart as stalls, and 200 Mbit/s priced them ~20 % short: the step -5.3 %, now +1.4 %."""
+    spans = g.comm_kind[comm] != CommKind.ALL_GATHER
+    for kind in np.unique(g.comm_kind[comm][spans]).tolist():
+        sizes = g.nbytes[comm][spans & (g.comm_kind[comm] == kind) & (g.nbytes[comm] > 0)]
+        if len(sizes) and sizes.max() >= 1.5 * sizes.min():
+            return spans
+    return np.ones(len(comm), dtype=bool)
 
 
 def keep_stalls(g: Graph) -> Graph:
@@ -301,10 +345,17 @@ def profiled_kinds(g: Graph, overhead_us: float) -> tuple[tuple[str, AlphaBeta],
     return tuple(out)
 
 
+def jax_on_gloo(g: Graph) -> bool:
+    """A JAX job's collectives through gloo (XLA's CPU client), whose all-gathers' nodes end with their first rank out
+    (``transfer_spanned``)."""
+    return not is_fsdp_graph(g) and g.meta.framework == "jax" and (g.meta.backend or "gloo") == "gloo"
+
+
 def _kind_sample(g: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """(nodes, kinds, all-reduce-equivalent bytes, ring wire bytes, us) of an FSDP profile's priced collectives with a
-    measured duration and size, where they are of more than one kind; else None."""
-    if not is_fsdp_graph(g):
+    """(nodes, kinds, all-reduce-equivalent bytes, ring wire bytes, us) of an FSDP profile's, or a JAX one's with its
+    all-gathers apart (``gathers_apart``), priced collectives with a measured duration and size, where they are of more than one kind; else None. A JAX job's
+    bytes are those it is priced at on one medium (``medium_equivalent_bytes``), an FSDP job's as before."""
+    if not is_fsdp_graph(g) and gathers_apart(g) is None:
         return None
     mask = priced_comm(g)
     comm = np.array([c.comm for c in find_collectives(g) if mask[c.comm] and g.dur[c.comm] > 0 and g.nbytes[c.comm] > 0], np.int64)
@@ -314,7 +365,7 @@ def _kind_sample(g: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarr
     if len(np.unique(kinds)) < 2:
         return None
     n = max(priced_world_size(g), 2)
-    equiv = allreduce_equivalent_bytes(g, comm).astype(float)
+    equiv = (allreduce_equivalent_bytes(g, comm) if is_fsdp_graph(g) else medium_equivalent_bytes(g, comm, g.meta.half_duplex)).astype(float)
     return comm, kinds, equiv, 2 * (n - 1) / n * equiv, g.dur[comm].astype(float)
 
 
