@@ -174,7 +174,7 @@ def test_one_worker_has_no_peer_to_wait_for_and_more_load_the_servers():
     pulls; worker 1 closed its window before that, and waits for it only in a step the window lacks), so the workers' mean
     weighed those tails by how many copies each source had: 1 worker (worker 0 alone) 28.6 ms against 27.2 for 2, and on
     two older fixtures 4 workers faster than 3. The change now comes from the span to the last exchange's end
-    (``graph.build_ps.exchanges_span_us``), which no added worker can shorten."""
+    (``analysis.breakdown.exchanges_span_us``), which no added worker can shorten."""
     for run, rate in ((GRU, "10Gbit"), (FIXTURE / "user_attn_accum", "2Gbit"), (FIXTURE / "user_kv_gru", "100Gbit")):
         rows = evaluate(open_run(str(run)).graph, [Scenario(workers=w, bandwidth=rate) for w in (1, 2, 3, 4)], Cluster(), None,
                         tolerance_pct=None)["scenarios"]

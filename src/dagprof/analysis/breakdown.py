@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..graph.build_ps import exchanges_span_us
+from ..graph.build_ps import DONE
 from ..graph.dag import DeviceKind, Graph
 from ..intervals import length, union
 from ..replay import ReplayResult, replay
@@ -70,12 +70,32 @@ def job_iteration_us(g: Graph, res: ReplayResult | None = None) -> float:
 def other_workers_us(ref: Graph, ref_res: ReplayResult, g: Graph, res: ReplayResult) -> float:
     """A parameter server's job on another worker count (``g``, replayed as ``res``) from the same job at the profiled
     count (``ref``): ``ref``'s workers' mean times the change of the span from the first step mark to the last exchange's
-    end (``graph.build_ps.exchanges_span_us``; ``g``'s own workers' mean where either has no exchange). The copies' own
+    end (``exchanges_span_us``; ``g``'s own workers' mean where either has no exchange). The copies' own
     windows would weigh each profiled worker's last-step tail by how many copies it has (``whatif --workers``)."""
     span, ref_span = exchanges_span_us(g, res), exchanges_span_us(ref, ref_res)
     if not span or not ref_span:
         return job_iteration_us(g, res)
     return job_iteration_us(ref, ref_res) * span / ref_span
+
+
+def exchanges_span_us(g: Graph, res: ReplayResult) -> float | None:
+    """The replayed job from its first step mark to the last pull of its last exchange (``DONE``); None without exchanges.
+
+    The workers meet only at the servers, so their exchanges of a step end together, where each worker's step marks fall
+    wherever its own program puts them: a worker whose last step ends soon after its pulls (no loss printed, no parameters
+    saved) closes its window before one that does, and nothing in the window makes it wait for that tail. The workers' mean
+    of their windows (``GraphMeta.job_of``, what is measured) then depends on which profiled workers the copies of
+    ``--workers`` are of: ``mx_gru_forecast.py``'s worker 0, which prints and saves, ran a 28.6 ms window alone and 28.6
+    beside worker 1's 25.7 at 10 Gbit/s, so 1 worker came out slower than 2. This span holds no such tail, and no worker
+    added can end it sooner (each only adds pushes a sum waits for); the exchanges' period alone would not do either: the
+    first exchange waits for a peer that started late, which shortens it with the peer."""
+    if DONE not in g.names:
+        return None
+    done = np.flatnonzero(g.name == g.names.index(DONE))
+    marks = np.flatnonzero(g.kind == Kind.STEP)
+    if not len(done) or not len(marks):
+        return None
+    return float(res.start[done].max() - res.start[marks].min())
 
 
 def breakdown(g: Graph, res: ReplayResult) -> list[RankBreakdown]:

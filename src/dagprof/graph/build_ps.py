@@ -333,26 +333,6 @@ def scale_server_work(g: Graph, factor: float) -> Graph:
     return g.replace(dur=dur, meta=meta)
 
 
-def exchanges_span_us(g: Graph, res) -> float | None:
-    """The replayed job from its first step mark to the last pull of its last exchange (``DONE``); None without exchanges.
-
-    The workers meet only at the servers, so their exchanges of a step end together, where each worker's step marks fall
-    wherever its own program puts them: a worker whose last step ends soon after its pulls (no loss printed, no parameters
-    saved) closes its window before one that does, and nothing in the window makes it wait for that tail. The workers' mean
-    of their windows (``GraphMeta.job_of``, what is measured) then depends on which profiled workers the copies of
-    ``--workers`` are of: ``mx_gru_forecast.py``'s worker 0, which prints and saves, ran a 28.6 ms window alone and 28.6
-    beside worker 1's 25.7 at 10 Gbit/s, so 1 worker came out slower than 2. This span holds no such tail, and no worker
-    added can end it sooner (each only adds pushes a sum waits for); the exchanges' period alone would not do either: the
-    first exchange waits for a peer that started late, which shortens it with the peer."""
-    if DONE not in g.names:
-        return None
-    done = np.flatnonzero(g.name == g.names.index(DONE))
-    marks = np.flatnonzero(g.kind == Kind.STEP)
-    if not len(done) or not len(marks):
-        return None
-    return float(res.start[done].max() - res.start[marks].min())
-
-
 def is_ps_graph(g: Graph) -> bool:
     return g.meta.ps is not None
 
@@ -456,4 +436,4 @@ def _is_ps_device(name: str) -> bool:
     return name.startswith(("port ps", "port w")) or (name.startswith("ps") and name.endswith(" cpu"))
 
 
-__all__ = ["build_ps_graph", "rebuild_ps", "is_ps_graph", "exchanges_span_us", "initial_link", "update_us", "scale_server_work", "ps_devices", "exchange_nodes"]
+__all__ = ["build_ps_graph", "rebuild_ps", "is_ps_graph", "initial_link", "update_us", "scale_server_work", "ps_devices", "exchange_nodes"]
