@@ -67,7 +67,7 @@ class SavedActivations:
         self._last_loss: tuple[list[Any], int] = ([], 0)  # weak references to what the last backward ran from, and its nodes
         self.most_nodes: dict[str, int] = {}  # layer path -> most autograd nodes its forward made in one profiled step
         self._backward_ran = False  # a backward began since the last root forward: the next forward starts a new pass
-        self._passes: list[dict] = [{}, {}, {}, {}, {}]  # the step's earlier passes, per figure the most (``_fold``)
+        self._passes: list[dict] = [{} for _ in self._figures()]  # the step's earlier passes, per figure of ``_figures`` the most (``_fold``)
 
     @property
     def counting(self) -> bool:
@@ -90,7 +90,7 @@ class SavedActivations:
         self._step_output.clear()
         self._step_unit.clear()
         self._step_nodes.clear()
-        self._passes = [{}, {}, {}, {}, {}]
+        self._passes = [{} for _ in self._figures()]
         self._backward_ran = False
         self._mark = -1
         self._unit_stack.clear()  # no forward runs between steps: a unit whose forward raised is not carried over
@@ -233,6 +233,7 @@ class SavedActivations:
             self.most_unit_outside[unit] = max(self.most_unit_outside.get(unit, 0), nb)
 
     def _figures(self) -> list[dict]:
+        """This pass's figures, each a dict per layer (or unit), in the order ``_passes`` keeps their step's most."""
         return [self._step, self._step_gathered, self._step_output, self._step_unit, self._step_nodes]
 
     def _fold(self) -> None:
