@@ -11,12 +11,13 @@ from dagprof.cli.main import main
 from dagprof.collect.deploy.strategy import Strategy, load_strategy
 from dagprof.costmodel.codecs import Codec, CodecCosts, PowerSGDCost
 from dagprof.errors import DagprofError
+from dagprof.passes.comm import current_topology, set_topology
 from dagprof.passes.gradients import gradient_order
 from dagprof.passes.recompute import segments
 from dagprof.pipeline import open_run
 from dagprof.search.candidate import KNOBS, Candidate, Space, candidate_of, strategy_fields
 from dagprof.search.evaluate import Evaluator
-from dagprof.search.optimize import Options, predict_run, search, search_run
+from dagprof.search.optimize import TIE_PCT, Options, predict_run, search, search_run
 
 
 def run_search(prof, order, **kw):
@@ -86,12 +87,20 @@ def test_memory_budget_below_need_fits_or_says_why(prof, order):
 
 
 def test_lossy_codecs_only_when_allowed(prof, order):
+    """Lossy codecs only with --allow-lossy; free ones never make the answer worse. Two annealings of a fixed
+    proposal budget walk different spaces (the lossy one six times larger), so the lossy best is held against
+    what its search is sure to have seen -- every lossless seed -- not against the other walk's best (CI once
+    found that 0.5 % better)."""
     costs = CodecCosts({"fp16": 0.0, "bf16": 0.0}, {"fp16": 0.0, "bf16": 0.0},
                        {2: {p: PowerSGDCost(0.0, 0.0, 0.0) for p in order.params}}, 0.0)
     lossless = run_search(prof, order)
     assert lossless.best.candidate.codec.name == "none" and not lossless.strategy().lossy
     lossy = search(prof.graph, order, Options(budget_s=1e6, max_candidates=150, patience=10**6, allow_lossy=True, powersgd_ranks=(2,)), costs)
-    assert lossy.best.iter_us <= lossless.best.iter_us * 1.001  # free compression can only help
+    ev = Evaluator(set_topology(prof.graph, current_topology(prof.graph)), order, costs, [], None)
+    full = {s.candidate: ev.score(s.candidate)[0].iter_us for s in lossless.seeds}
+    assert lossy.best.iter_us <= min(full.values()) * (1 + TIE_PCT / 100) * 1.002  # the tie rule, and the averaged ranks the search walked
+    for c in full:  # half the bytes at no cost: never slower
+        assert ev.score(replace(c, codec=Codec("fp16")))[0].iter_us <= full[c] * 1.001
     if lossy.strategy().lossy:
         assert any("accuracy" in c for c in lossy.strategy().caveats())
 
