@@ -199,6 +199,7 @@ class GraphMeta:
     # --- the communication model (passes.comm, graph.build_ps)
     topology: Topology | None = None  # the link model pricing the collectives; None: fitted from the profile
     scheme: CollectiveSpec | None = None  # the collective scheme (ring, tree, hier, ps:K); None: ring
+    kinds_apart: bool = False  # once priced: each collective costs on its kind's link (passes.comm.kinds_apart)
     wire_bytes_per_s: float | None = None  # the link rate the run was profiled at, where known (passes.link_fit.split_at_wire)
     # every rank's traffic crossed one medium, both ways, where known (``whatif --half-duplex``): the profile's collectives are
     # fitted, as they are priced, at their bytes' share of it (passes.link_fit.medium_equivalent_bytes)

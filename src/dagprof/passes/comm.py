@@ -6,8 +6,9 @@ The builder gives one COMM node per collective instance (rank -1, on a COMM devi
 ``graph.meta.topology`` with the scheme in ``meta.scheme``, and from then on every
 COMM node costs ``allreduce_us(nbytes, topology, scheme)`` (an FSDP all-gather or reduce-scatter: the
 all-reduce of the same cost, ``graph.build_fsdp.allreduce_equivalent_bytes``): one consistent model for
-old and new collectives. Where the topology has a link measured for a collective's kind (``Topology.kinds``,
-``dagprof calibrate``), an FSDP collective of that kind is priced on that link instead (and, from a version-3 file,
+old and new collectives. Where the topology has a link for a collective's kind (``Topology.kinds``: the profile's own
+fit's, or ``dagprof calibrate``'s), a collective of that kind is priced on that link instead, in a graph whose
+collectives cost per kind (``kinds_apart``: FSDP's, and any whose own fit set its kinds apart) (and, from a version-3 file,
 scaled to what its kind measured at the nearest swept sizes: ``Topology.kind_factor``). Another link measured against the
 profiled one (``set_link_ratio``: two calibrations' ratio per kind and size, ``Topology.link_ratio``) scales each
 collective's transfer and exit lag by that ratio. The group channel's capacity becomes 1: concurrent
@@ -57,10 +58,8 @@ from .link_fit import (
     find_collectives,
     fit_topology,
     fitted_stalls,
-    gathers_apart,
     graph_world_size,
     hybrid,
-    jax_on_gloo,
     keep_stalls,
     medium_equivalent_bytes,
     pipelined,
@@ -99,7 +98,11 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
     (a collective's carried ``exit_lag`` on every rank, else each rank's own; module docstring); the topology's world
     size must be the graph's. ``lags_on``: the link the exit lags were measured on (default: the graph's own); a pass
     that rebuilt the collectives passes its input's, since a fit to collectives it has just inserted would be no link at all."""
-    topo = topo or current_topology(g)
+    if topo is None:
+        topo = current_topology(g)
+        measured_on = lags_on or topo
+    else:
+        measured_on = lags_on or _lags_measured_on(g)
     spec = spec or current_scheme(g)
     if is_ps_graph(g):  # a measured parameter-server job: re-place its keys, re-price its messages
         if spec.scheme is not Scheme.PS:
@@ -113,8 +116,8 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
     idx = np.flatnonzero(priced_comm(g))
     called = [CommKind(k) for k in g.comm_kind[idx].tolist()]
     priced = [priced_kind(k) for k in called]
-    kinds = (np.array([k.label for k in priced], dtype=object)
-             if (topo.kinds or topo.link_ratio or _kinds_of(g)) and _per_kind(g, topo) else np.full(len(idx), "", dtype=object))
+    apart = kinds_apart(g, measured_on)
+    kinds = np.array([k.label for k in priced] if apart else [""] * len(idx), dtype=object)
     equiv = medium_equivalent_bytes(g, idx, topo.half_duplex)  # one medium for every rank: each kind at its bytes' share of it
     backend, fsdp = g.meta.backend or "gloo", is_fsdp_graph(g)
     consumers, lag = exit_lags(g, idx)
@@ -127,7 +130,7 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
     wire[own] = wire_lags(g, consumers[own, 0], lag[own])
     waits, after = _peer_waits(g)
     joins, left = _chained_joins(g, idx)
-    before = (lags_on or _lags_measured_on(g)) if (wire > 0).any() or len(waits) or len(joins) else None
+    before = measured_on if (wire > 0).any() or len(waits) or len(joins) else None
     per_all, moved_all = np.ones(len(g)), np.zeros(len(g))
     for kind in np.unique(kinds).tolist():  # a kind measured on its own (``Topology.kinds``) on its own link
         sel = kinds == kind
@@ -170,12 +173,13 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
         dur[idx] += _horovod_stalls(g, idx, dur[idx], kinds, equiv, spec, topo)
     at, priced = in_op_prices(g, topo, spec)
     if len(at):  # the model's own collectives: their price on the graph's link replaced by the new one
-        was = lags_on or _lags_measured_on(g)  # the link they were priced on (a pass that rebuilt the collectives gives it),
-        # on the medium ``topo`` names: a what-if changes the link's rate, not whether its directions share it
-        was = replace(was, half_duplex=topo.half_duplex) if was is not None and was.world_size == topo.world_size else topo
+        # the link they were priced on (``measured_on``: a pass that rebuilt the collectives gives it), on the medium ``topo``
+        # names: a what-if changes the link's rate, not whether its directions share it
+        was = (replace(measured_on, half_duplex=topo.half_duplex) if measured_on is not None and measured_on.world_size == topo.world_size
+               else topo)
         dur[at] = np.maximum(g.dur[at] + priced - in_op_prices(g, was, spec)[1], 0.0)
     devices = [Device(d.name, d.kind, d.rank, 1) if d.kind == DeviceKind.COMM else d for d in g.devices]
-    return g.replace(dur=dur, gap=np.maximum(gap, 0.0), exit_lag=exit_lag, devices=devices, meta=g.meta.replace(topology=topo, scheme=spec))
+    return g.replace(dur=dur, gap=np.maximum(gap, 0.0), exit_lag=exit_lag, devices=devices, meta=g.meta.replace(topology=topo, scheme=spec, kinds_apart=apart))
 
 
 def in_op_pieces(g: Graph) -> np.ndarray:
@@ -358,19 +362,20 @@ def _lags_measured_on(g: Graph) -> Topology | None:
         return None
 
 
-def _per_kind(g: Graph, topo: Topology) -> bool:
-    """Whether ``g``'s collectives cost on their kind's link in ``topo``: an FSDP job's, and a JAX job's on gloo whose
-    all-gathers the profile's fit set apart on their own (``passes.link_fit.gathers_apart``; once priced, its graph's
-    topology has their links), with ``topo``'s links per kind."""
+def kinds_apart(g: Graph, own: Topology | None) -> bool:
+    """Whether ``g``'s collectives cost on their own kind's link (``Topology.kinds``; and ``kind_scale``, ``link_ratio``,
+    ``link_delta`` per kind), not as all-reduces on the one link: wherever the graph's own link fit produced per-kind links
+    (``passes.link_fit.profiled_kinds``: an FSDP job's all-gathers and reduce-scatters, a JAX job's on gloo whose
+    all-gathers the fit set apart). ``own`` is that fit (``retime_collectives``: the link the collectives were measured
+    on, which a pass that rebuilt them gives, since a fit to its new collectives, or to one rank's, would tell nothing).
+    Decided when the graph is first priced and carried from then (``GraphMeta.kinds_apart``): a topology set since (a
+    ``dagprof calibrate`` file's) does not say what the profile's fit found. An FSDP job's always: a calibration measures
+    its kinds for it (``--link-model``), which price it where its own fit could not tell them apart."""
     if is_fsdp_graph(g):
         return True
-    if not topo.kinds or not jax_on_gloo(g):
-        return False
-    return _kinds_of(g) if g.meta.topology is not None else gathers_apart(g) is not None
-
-
-def _kinds_of(g: Graph) -> bool:
-    return bool(g.meta.topology is not None and g.meta.topology.kinds)
+    if g.meta.topology is not None:
+        return g.meta.kinds_apart
+    return own is not None and bool(own.kinds)
 
 
 def _beta(t: Topology) -> float:
