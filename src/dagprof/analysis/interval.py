@@ -279,9 +279,15 @@ class PredictionInterval:
                        floor=self.floor if floor is None else floor)
 
     def to_dict(self) -> dict:
-        return {"predicted_iter_ms": self.point_us / 1e3, "lo_ms": self.lo_us / 1e3, "hi_ms": self.hi_us / 1e3, "level": self.level,
-                "interval": self.text(), "interval_basis": {"steps": self.steps, "residual_steps": self.residual_steps, "terms": list(self.terms),
-                                                         "unprofiled_floor_pct": 100 * self.floor}}
+        """The point as ``predicted_iter_ms`` (where the interval's point is the prediction: ``optimize``, ``--verify``), then
+        ``bounds_dict``."""
+        return {"predicted_iter_ms": self.point_us / 1e3, **self.bounds_dict()}
+
+    def bounds_dict(self) -> dict:
+        """The interval without its point (a what-if row names its point apart: ``search.whatif_row``)."""
+        return {"lo_ms": self.lo_us / 1e3, "hi_ms": self.hi_us / 1e3, "level": self.level, "interval": self.text(),
+                "interval_basis": {"steps": self.steps, "residual_steps": self.residual_steps, "terms": list(self.terms),
+                                   "unprofiled_floor_pct": 100 * self.floor}}
 
 
 def _ms(us: float) -> str:

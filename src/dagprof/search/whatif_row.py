@@ -44,8 +44,11 @@ class WhatifRow:
         return None if self.memory_per_rank is None else max(m.total for m in self.memory_per_rank.values()) / MB
 
     def to_json(self) -> dict:
-        row = {**self.scenario.label(), "workers": self.workers, **self.interval.to_dict(), "predicted_iter_ms": self.predicted_iter_ms,
-               "predicted_median_ms": self.interval.point_us / 1e3, "iters_per_s": self.iters_per_s,
+        row = {**self.scenario.label(), "workers": self.workers,
+               "predicted_iter_ms": self.predicted_iter_ms,  # the replayed steps' mean, as the profiled run's iteration is measured
+               **self.interval.bounds_dict(),  # the interval around their median step
+               "predicted_median_ms": self.interval.point_us / 1e3,  # that median: the interval's point
+               "iters_per_s": self.iters_per_s,
                "speedup_vs_profiled": self.speedup_vs_profiled, "speedup_vs_one_worker": self.speedup_vs_one_worker,
                "scaling_efficiency": self.scaling_efficiency, "vs_measured_pct": self.vs_measured_pct, "seconds": self.seconds}
         if self.caveat:
