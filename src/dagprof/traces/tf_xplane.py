@@ -47,6 +47,7 @@ from .meta import Collectives, RankMeta, RunWarning
 from .tf_xplane_names import OPTIMIZER, TF_COLLECTIVES, classify, collective_kind, layer_names, program_collectives
 from .xplane_decode import MISSING, XPlane, XSpace, decode_xspace
 from .xplane_flows import POOL, Line, schedule
+from .xplane_layout import CollectiveSizes
 
 HOST_PLANE = "/host:CPU"
 TASK_ENV_PLANE = "Task Environment"
@@ -72,14 +73,11 @@ _XLA_SEQ_PER_STEP = 1_000_000  # XLA collectives: seq = step * this + position w
 
 
 def read_xplane(path: str | os.PathLike[str], rank: int | None = None, world_size: int | None = None,
-                grad_bytes: int = 0, collective_bytes: dict[str, int] | None = None, window: list[int] | None = None,
-                embedding_grad_bytes: int = 0, collective_row_bytes: dict[str, int] | None = None,
-                collective_lookups: dict[str, list[str]] | None = None) -> RankTrace:
+                grad_bytes: int = 0, sizes: CollectiveSizes | None = None, window: list[int] | None = None,
+                embedding_grad_bytes: int = 0) -> RankTrace:
     """One worker's ``*.xplane.pb``. ``rank``/``world_size`` come from the run folder (the file has
     neither); without them the rank is taken from the path (``worker1``, ``rank-1``, ``p1``...).
-    ``collective_bytes``: the run folder's bytes of each collective op's own input (``tf_profile.collective_sizes``);
-    ``collective_row_bytes``: the bytes of one row of those whose first dimension is dynamic; ``collective_lookups``: the
-    lookups whose ids a sparse gradient's all-gather gathers.
+    ``sizes``: what the run folder says each collective op sends (``xplane_layout.CollectiveSizes``; None: nothing).
     ``window``: the steps the collector profiled, as it numbered them (the rank file's ``steps_profiled``)."""
     path = os.fspath(path)
     formats.expect(path, "xplane")  # a Kineto/Horovod/MXNet file given here says what it looks like
@@ -91,8 +89,7 @@ def read_xplane(path: str | os.PathLike[str], rank: int | None = None, world_siz
     if host is None:
         names = ", ".join(p.name for p in space.planes[:5]) or "none"
         raise DagprofError(f"no {HOST_PLANE} plane in this XPlane file (planes: {names})", path)
-    return _Reader(space, host, path, rank, world_size, grad_bytes, collective_bytes or {}, window or [], embedding_grad_bytes,
-                   collective_row_bytes or {}, collective_lookups or {}).build()
+    return _Reader(space, host, path, rank, world_size, grad_bytes, sizes or CollectiveSizes(), window or [], embedding_grad_bytes).build()
 
 
 _EPOCH_GAP = re.compile(r"(\d+)( ms between the epochs)")  # in the warning of an epoch's end inside the window (``_main_line``)
@@ -122,13 +119,11 @@ def rank_from_path(path: str) -> int | None:
 
 class _Reader:
     def __init__(self, space: XSpace, plane: XPlane, path: str, rank: int | None, world: int | None, grad_bytes: int,
-                 collective_bytes: dict[str, int], window: list[int], embedding_grad_bytes: int = 0,
-                 collective_row_bytes: dict[str, int] | None = None, collective_lookups: dict[str, list[str]] | None = None):
+                 sizes: CollectiveSizes, window: list[int], embedding_grad_bytes: int = 0):
         self.space, self.plane, self.path = space, plane, path
-        self.row_bytes, self.lookups = collective_row_bytes or {}, collective_lookups or {}
         self.rank_arg, self.world_arg, self.grad_bytes = rank, world, grad_bytes
         self.embedding_grad_bytes = embedding_grad_bytes
-        self.collective_bytes, self.window = collective_bytes, window
+        self.sizes, self.window = sizes, window
         self.warnings: list[str] = []
         self.groups: list[str] = []
         self.group_index: dict[str, int] = {}
@@ -513,7 +508,7 @@ class _Reader:
         if not self._program_bytes(c):
             self._own_bytes(c)
             self._output_bytes(c)
-            if not self.collective_bytes:
+            if not self.sizes.nbytes:
                 self._gradient_bytes(c)
         self._xla_seq(c)
         layers = self._layers(c)
@@ -644,7 +639,7 @@ class _Reader:
         tracer sizes it).
         Lowered ``If`` branches are looked up without the call's number (``cond_1/then/_18/`` -> ``cond_1/then/``)."""
         for i, coll in zip(self.collectives.event, self.collectives.kind):
-            own = self.collective_bytes.get(_BRANCH_CALL.sub(r"\1/", self.tab.names[c["name"][i]]))
+            own = self.sizes.nbytes.get(_BRANCH_CALL.sub(r"\1/", self.tab.names[c["name"][i]]))
             if own is not None:
                 group = self.groups[c["group"][i]] if c["group"][i] >= 0 else ""
                 c["nbytes"][i] = coll.event_bytes(own, self.group_sizes.get(group, self.world_arg or 1))
@@ -658,7 +653,7 @@ class _Reader:
         An IndexedSlices gradient's gather of indices (``X_1`` right after the gather ``X`` of its rows, as TF's
         cross-device code sends them) is never seen (int tensors live in host memory, which the tracer does not record):
         it carries one index per gathered row of ``X`` in that step (the rows' recorded shape), each of the bytes the
-        collector read from the traced graph (``collective_row_bytes``: its dtype), or, in runs recorded before that, one
+        collector read from the traced graph (``CollectiveSizes.row_bytes``: its dtype), or, in runs recorded before that, one
         int32 each, said in a warning with its count."""
         p = self.plane
         mids = self.mids("MemoryAllocation")
@@ -684,7 +679,7 @@ class _Reader:
             if c["nbytes"][i]:
                 continue
             name, sid = self.tab.names[c["name"][i]], self.step_id_of.get(i, MISSING)
-            per_row = self.row_bytes.get(_BRANCH_CALL.sub(r"\1/", name))  # the collector names a branch's ops less the call's number
+            per_row = self.sizes.row_bytes.get(_BRANCH_CALL.sub(r"\1/", name))  # the collector names a branch's ops less the call's number
             own, rows_of = in_step.get((name, sid)), in_step.get((name[:-2], sid), (0, -1))[1]
             if own is not None:
                 c["nbytes"][i] = own[0]
@@ -704,7 +699,7 @@ class _Reader:
         unsized = sum(c["nbytes"][i] == 0 for i in sparse)
         if unsized:
             why = ("their shape is not static in the traced step (a dynamic row count: padded_batch over Input((None,)), or the "
-                   "branch that pads the workers' unequal row counts)" if self.collective_bytes else
+                   "branch that pads the workers' unequal row counts)" if self.sizes.nbytes else
                    "the run holds no sizes read from the traced step (recorded before 2026-12-03)")
             steps = len({int(c["step"][i]) for i in sparse})
             self.warnings.append(f"{unsized} of {len(sparse)} all-gathers of a sparse gradient (an embedding's rows or indices) in the "
@@ -713,9 +708,9 @@ class _Reader:
                                  "priced as 0 B and a bandwidth or worker-count what-if leaves their bytes out")
 
     def _lookup_counts(self) -> dict[tuple[str, int], list[int]]:
-        """The ids each lookup of ``collective_lookups`` took in each step: the ``total`` of the ``ParallelFor`` its kernel
+        """The ids each lookup of ``CollectiveSizes.lookups`` took in each step: the ``total`` of the ``ParallelFor`` its kernel
         ran inside its event (TF's CPU gather shards its ids so, one unit each; none traced where it ran them inline)."""
-        wanted = {op for ops in self.lookups.values() for op in ops}
+        wanted = {op for ops in self.sizes.lookups.values() for op in ops}
         out: dict[tuple[str, int], list[int]] = {}
         if not wanted:
             return out
@@ -737,7 +732,7 @@ class _Reader:
     def _looked_up(self, name: str, step: int, counts: dict[tuple[str, int], list[int]]) -> int | None:
         """The ids a sparse gradient's all-gather ``name`` gathers from this worker in ``step``: its lookups' (each run
         once in the step, its count traced), else None. TF's branch of equal row counts gathers as many from each."""
-        ops = self.lookups.get(name)
+        ops = self.sizes.lookups.get(name)
         if not ops:
             return None
         seen = [counts.get((op, step), []) for op in ops]

@@ -26,7 +26,7 @@ from .events import Kind, RankTrace, Run
 from .meta import Collectives, RankGap, RunMeta, RunWarning, tx_bytes_per_step, warnings_of
 from .run_schema import Count, refuse_ranks_beyond
 from .tf_xplane import merge_epoch_gaps, rank_from_path, read_xplane
-from .xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, VERSION, rank_file, rank_logdir
+from .xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, RANK_KEYS, VERSION, CollectiveSizes, rank_file, rank_logdir
 
 
 def xplane_files(folder: str) -> list[str]:
@@ -69,6 +69,11 @@ class XplaneRank(msgspec.Struct, kw_only=True):
     cpus: Count | None = None  # rank files before 2026-12-03 lack both
     kernel_hz: Count | None = None
     window_tx_bytes: Count | None = None  # rank files before the count lack it
+
+    @property
+    def sizes(self) -> CollectiveSizes:
+        """The three ``collective_*`` fields as the reader takes them (``xplane_layout.RANK_KEYS`` names each)."""
+        return CollectiveSizes(**{name: dict(getattr(self, key)) for name, key in RANK_KEYS})
 
 
 def _json(path: str, fmt: str, what: str, kind: type):
@@ -113,10 +118,8 @@ def _from_manifest(folder: str, manifest: XplaneManifest) -> Run:
         if len(files) > 1:
             warnings.append(f"rank {r}: {len(files)} profiler sessions in its log folder; the newest is read")
         newest = inside(folder, os.path.relpath(files[-1], folder), rpath)  # a link in the log folder may not lead out
-        trace = read_xplane(newest, rank=r, world_size=world, grad_bytes=info.grad_bytes, collective_bytes=info.collective_bytes,
-                            embedding_grad_bytes=info.embedding_grad_bytes, collective_row_bytes=info.collective_row_bytes,
-                            collective_lookups=info.collective_lookups,
-                            window=info.steps_profiled)
+        trace = read_xplane(newest, rank=r, world_size=world, grad_bytes=info.grad_bytes, sizes=info.sizes,
+                            embedding_grad_bytes=info.embedding_grad_bytes, window=info.steps_profiled)
         trace.meta.step_times_us = dict(info.step_times_us)
         trace.meta.unprofiled_step_times_us = info.unprofiled_step_times_us
         trace.meta.window_tx_bytes_per_step = tx_bytes_per_step(info.window_tx_bytes, info.steps_profiled)

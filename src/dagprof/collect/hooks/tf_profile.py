@@ -27,10 +27,10 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager
 
 from ...traces.steps import DEFAULT_STEPS, parse_steps
+from ...traces.xplane_layout import CollectiveSizes
 from .xplane_window import LoopProfile, StepWindow, run_forked_retrying
 
 
@@ -115,9 +115,9 @@ def _window(out_dir: str | os.PathLike[str], steps, rank: int | None, world_size
     world_size = world_size if world_size is not None else (found[1] if found else 1)
 
     def start(logdir: str) -> None:
-        if size_live and not window.collective_bytes:
+        if size_live and not window.sizes.nbytes:
             try:  # TF's graph internals: never stop the user's training (the reader falls back to the tracer's sizes)
-                live_collective_sizes().keep(window)
+                window.sizes = live_collective_sizes()
             except Exception as err:  # noqa: BLE001
                 window.warnings.append(f"collectives not sized from the traced functions ({type(err).__name__}: {err})")
         tf.profiler.experimental.start(logdir, options=_options(host_tracer_level, python_tracer_level))
@@ -316,22 +316,6 @@ def _lookups_of(indices: Any) -> list[str]:
     return sorted(set(found))
 
 
-@dataclass
-class CollectiveSizes:
-    """What the collective ops of the traced step send, by node name (as the reader names them; a rank's own share):
-    ``nbytes`` of those of a static shape; ``row_bytes``, one row of those whose first dimension only is dynamic;
-    ``lookups``, for a sparse gradient's all-gathers in the branch that runs when every worker has as many rows, the
-    lookups whose ids it gathers (the rows a step gathers: the ids those looked up on each worker, times the workers)."""
-
-    nbytes: dict[str, int] = field(default_factory=dict)
-    row_bytes: dict[str, int] = field(default_factory=dict)
-    lookups: dict[str, list[str]] = field(default_factory=dict)
-
-    def keep(self, window: StepWindow) -> None:
-        """Hand them to the window, which writes them into the rank file."""
-        window.collective_bytes, window.collective_row_bytes, window.collective_lookups = self.nbytes, self.row_bytes, self.lookups
-
-
 def collective_sizes(*functions: Any, skip_failing: bool = False) -> CollectiveSizes:
     """What each collective op of a ``tf.function`` sends, from its input tensor in the traced graphs (``CollectiveSizes``).
 
@@ -481,7 +465,7 @@ def keras_callback(out_dir: str | os.PathLike[str], steps: range | tuple[int, in
             if not self.sized and self.model is not None:  # once ``fit`` has traced its step, outside the step's time
                 self.sized = True
                 try:  # TF's graph internals: never stop the user's training (the reader falls back to the tracer's sizes)
-                    collective_sizes(getattr(self.model, "train_function", None)).keep(w)
+                    w.sizes = collective_sizes(getattr(self.model, "train_function", None))
                 except Exception as err:  # noqa: BLE001
                     w.warnings.append(f"collectives not sized from fit's traced step ({type(err).__name__}: {err})")
             if self.batch + 1 == w.steps.start:

@@ -19,7 +19,7 @@ import warnings
 from typing import Any, Callable, ContextManager, Iterator
 
 from ...fsutil import atomic_open
-from ...traces.xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, VERSION, rank_file, rank_logdir
+from ...traces.xplane_layout import FORMAT, MANIFEST, RANK_FORMAT, VERSION, CollectiveSizes, rank_file, rank_logdir
 
 RETRIES = 5  # windows profiled again when a rank's profile was lost (as long as training lasts)
 MAX_UNPROFILED = 1000  # unprofiled steps timed (for the profiler's cost): enough for the medians, bounded in a long training
@@ -142,9 +142,7 @@ class StepWindow:
         self.lost = False  # this rank's profile of the current window is lost (its start or stop failed)
         self.grad_bytes = 0
         self.embedding_grad_bytes = 0  # TF: the Embedding tables', left out of grad_bytes (``tf_profile.grad_bytes``)
-        self.collective_bytes: dict[str, int] = {}  # collective op -> bytes of its own input (``tf_profile.collective_sizes``)
-        self.collective_row_bytes: dict[str, int] = {}  # collective op of a dynamic first dimension -> bytes of one row of it
-        self.collective_lookups: dict[str, list[str]] = {}  # a sparse gradient's all-gather -> the lookups whose ids it gathers
+        self.sizes = CollectiveSizes()  # TF: what each collective op sends (``tf_profile.collective_sizes``)
         self.warnings: list[str] = []
         self.step_times_ns: dict[int, tuple[int, int]] = {}  # profiled steps
         # steps run without the profiler (before, between and after windows): measure the profiler's own cost
@@ -302,12 +300,7 @@ class StepWindow:
             "grad_bytes": int(self.grad_bytes), "warnings": said,
             "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0,
         }
-        if self.collective_bytes:
-            info["collective_bytes"] = dict(self.collective_bytes)
-        if self.collective_row_bytes:
-            info["collective_row_bytes"] = dict(self.collective_row_bytes)
-        if self.collective_lookups:
-            info["collective_lookups"] = dict(self.collective_lookups)
+        info.update(self.sizes.to_rank_file())
         if self.embedding_grad_bytes:
             info["embedding_grad_bytes"] = int(self.embedding_grad_bytes)
         hz = kernel_hz()
