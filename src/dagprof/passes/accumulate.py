@@ -22,17 +22,9 @@ _COPIED = (Kind.FORWARD, Kind.BACKWARD, Kind.OTHER, Kind.DATA, Kind.KERNEL)
 
 def accumulate_gradients(g: Graph, k: int) -> Graph:
     """Every step preceded by ``k - 1`` micro-batches without communication (``meta.micro_batches = k``)."""
-    if k < 1:
-        raise DagprofError(f"micro-batches per step must be >= 1, got {k}")
+    check_accumulation(g, k)
     if k == 1:
         return g
-    if (passes := backward_passes(g)) > 1:  # its copies would repeat every pass: k times the job's own micro-batches, mis-said
-        raise DagprofError(f"not modelled: gradient accumulation on a job that already accumulates ({passes} backward passes a step "
-                           "under no_sync); profile it with one micro-batch a step to ask for more")
-    other = (g.kind == Kind.COMM) & (g.rank < 0) & ~priced_comm(g)  # a hybrid job's TP/PP/EP/unknown collectives
-    if other.any():  # they run in every micro-batch, but the copies hold compute only (TP inside the ops that issue it is copied)
-        raise DagprofError(f"not modelled: gradient accumulation on a hybrid job whose {int(other.sum())} tensor/pipeline/expert-parallel "
-                           f"collectives have their own nodes (its collectives: {g.meta.parallel.describe()}); the micro-batch copies would drop them")
     b, _ = GraphBuilder.from_graph(g)
     moved: dict[int, float] = {}  # step markers given an earlier order
     marks = np.flatnonzero((g.kind == Kind.STEP) & (g.rank >= 0))
@@ -73,3 +65,19 @@ def accumulate_gradients(g: Graph, k: int) -> Graph:
         out = out.replace(order=order)
     out.meta.micro_batches = k
     return out
+
+
+def check_accumulation(g: Graph, k: int) -> None:
+    """Refuse in one line ``k`` micro-batches a step where ``accumulate_gradients`` does not model them: asked up front
+    (``search.optimize``), so that the refusal does not hang on whether a timed search reached that candidate."""
+    if k < 1:
+        raise DagprofError(f"micro-batches per step must be >= 1, got {k}")
+    if k == 1:
+        return
+    if (passes := backward_passes(g)) > 1:  # its copies would repeat every pass: k times the job's own micro-batches, mis-said
+        raise DagprofError(f"not modelled: gradient accumulation on a job that already accumulates ({passes} backward passes a step "
+                           "under no_sync); profile it with one micro-batch a step to ask for more")
+    other = (g.kind == Kind.COMM) & (g.rank < 0) & ~priced_comm(g)  # a hybrid job's TP/PP/EP/unknown collectives
+    if other.any():  # they run in every micro-batch, but the copies hold compute only (TP inside the ops that issue it is copied)
+        raise DagprofError(f"not modelled: gradient accumulation on a hybrid job whose {int(other.sum())} tensor/pipeline/expert-parallel "
+                           f"collectives have their own nodes (its collectives: {g.meta.parallel.describe()}); the micro-batch copies would drop them")

@@ -48,6 +48,7 @@ from ..costmodel.codecs import Codec, CodecCosts
 from ..errors import DagprofError
 from ..graph.dag import Graph
 from ..graph.symmetry import fold_ranks
+from ..passes.accumulate import check_accumulation
 from ..passes.comm import current_topology, set_topology
 from ..passes.compression import UNMEASURED, Chained
 from ..passes.gradients import GradientOrder, gradient_order
@@ -179,6 +180,7 @@ def search(g: Graph, order: GradientOrder, opts: Options | None = None, costs: C
            layer_saved_bytes: dict[str, int] | None = None) -> SearchResult:
     """The best strategy for the run behind ``g`` (see the module docstring)."""
     opts = opts or Options()
+    check_accumulation(g, opts.accumulate)  # the seeds hold it, but a timed search may not reach them
     t0 = time.perf_counter()
     rng = random.Random(opts.seed)
     measured, g = g, set_topology(g, current_topology(g))  # one link model, fitted on every rank's collectives, before any folding
