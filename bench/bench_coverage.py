@@ -14,7 +14,8 @@ wider than a median, so fewer of them are inside).
   lossless, its link file where kept), against every verification round's run of the defaults (``round<k>-A``, after
   the profile), each step past the warm-up (``WARMUP_FRACTION``: what ``--verify`` skips) as the slowest rank's; and the
   lossy strategy's interval (PowerSGD's, the setup the profile never ran) against every round's run of the strategy
-  (``round<k>-B``), the kept strategy priced on the searched profile with the kept codec costs;
+  (``round<k>-B``), the kept strategy priced on the searched profile with the kept codec costs. ``tests/data/kept-optimize``'s
+  folders are such runs' defaults only (``verify/<mode>-round<k>/``): link one as ``KEPT/w0-2``;
 - ``--frameworks KEPT[=JSON]``: ``bench/bench_frameworks.py --testbed --keep`` folders (``tb-NAME-K-RATEM``): each round's
   bandwidth what-if from the profile at one rate, as ``--repredict`` predicts it, against the job run at the other rate:
   its unprofiled steps past the warm-up (what the interval is for); the median of its profiled window (what
@@ -165,14 +166,18 @@ def optimize_rounds(spec: str) -> Tally:
     from dagprof.collect.hooks.steptimes import WARMUP_FRACTION, read_times
     from dagprof.search.optimize import Options
 
-    def steps_of(folder: str) -> list[float]:
-        per_rank = read_times(os.path.join(folder, "times"))
+    def steps_of(times: str) -> list[float]:
+        per_rank = read_times(times)
         n = min(len(r["step_s"]) for r in per_rank)
         skip = min(int(n * WARMUP_FRACTION), n - 1)
         return [1e6 * max(r["step_s"][i] / max(r["micro_batches"][i], 1) for r in per_rank) for i in range(skip, n)]
 
-    def rounds(folder: str, side: str) -> list[str]:
-        return list(itertools.takewhile(os.path.isdir, (os.path.join(folder, "verify", f"round{k}-{side}") for k in itertools.count())))
+    def rounds(work: str, mode: str, side: str) -> list[str]:
+        """Each verification round's step-time folder: ``MODE/verify/round<k>-SIDE/times`` as kept, or the vendored copies'
+        ``verify/MODE-round<k>/`` (``tests/data/kept-optimize``: the defaults' runs only)."""
+        kept = (os.path.join(work, mode, "verify", f"round{k}-{side}", "times") for k in itertools.count())
+        vendored = (os.path.join(work, "verify", f"{mode}-round{k}") for k in itertools.count())
+        return list(itertools.takewhile(os.path.isdir, vendored if side == "A" and os.path.isdir(os.path.join(work, "verify")) else kept))
 
     kept, load = load_of(spec)
     t = Tally(f"optimize {kept}", load)
@@ -184,7 +189,7 @@ def optimize_rounds(spec: str) -> Tally:
             found = find_strategy(os.path.join(work, "run"), Options(budget_s=1, seed=0, link_model=link), out)
         iv = found.search.intervals["baseline"]
         for mode in ("lossless", "lossy"):
-            for folder in rounds(os.path.join(work, mode), "A"):
+            for folder in rounds(work, mode, "A"):
                 t.runs.append(Run(name, iv.lo_us, iv.point_us, iv.hi_us, steps_of(folder)))
         lossy = os.path.join(work, "lossy")
         if not os.path.exists(os.path.join(lossy, "strategy.json")) or not os.path.exists(os.path.join(lossy, CODEC_COSTS_FILE)):
@@ -194,7 +199,7 @@ def optimize_rounds(spec: str) -> Tally:
             kept_strategy = load_strategy(os.path.join(lossy, "strategy.json"))
             found = find_strategy(os.path.join(work, "run"), Options(allow_lossy=True, link_model=link, strategy=kept_strategy), out)
         iv = found.search.intervals["best"]
-        for folder in rounds(lossy, "B"):
+        for folder in rounds(work, "lossy", "B"):
             t.runs.append(Run(f"{name} strategy", iv.lo_us, iv.point_us, iv.hi_us, steps_of(folder), kind="strategy"))
     return t
 
@@ -224,7 +229,7 @@ def frameworks_rounds(spec: str) -> Tally:
             folder = {r: os.path.join(kept, f"tb-{name}-{k}-{int(r / 1e6)}M") for r in (fast, slow)}
             k += 1
             try:
-                got = predict_rate(folder[fast], fast, slow)
+                got = predict_rate(folder[fast], fast, slow, pair.get("hosts", False))  # as hosts: each port its own, as --repredict
                 g = open_run(folder[slow]).graph
             except DagprofError as e:
                 print(f"{name} round {k}: not predicted ({e})", file=sys.stderr)

@@ -179,7 +179,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     import numpy as np
 
     from dagprof.analysis import job_iteration_us
-    from dagprof.analysis.interval import StepStatistic, link_residuals, measured_step_us, predict_interval, run_level
+    from dagprof.analysis.interval import StepStatistic, cost_factors, link_residuals, measured_step_us, predict_interval, run_level
     from dagprof.collect.measure.calibrate import fit
     from dagprof.costmodel.alphabeta import AlphaBeta, ring_allreduce_us
     from dagprof.costmodel.topology import Topology, read_link_model
@@ -209,9 +209,11 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     shaped = prof_rate if RATES[prof_rate] else swept
     base_topo = Topology.flat(prof_ranks, links[prof_rate])
     cost = measure_profiler_cost(stepwise)
-    measured_us, profiled = measured_step_us(stepwise, StepStatistic.MEAN)[0], stepwise
+    measured_us, profiled, host = measured_step_us(stepwise, StepStatistic.MEAN)[0], stepwise, (1.0, 1.0)
     if not raw:
-        averaged, factor = remove_profiler_cost(averaged, cost, job_iteration_us, model=set_topology(averaged, base_topo))
+        built = averaged
+        averaged, factor = remove_profiler_cost(built, cost, job_iteration_us, model=set_topology(built, base_topo))
+        host = cost_factors(built, cost, factor, job_iteration_us, model=set_topology(built, base_topo))
         stepwise = scale_host_work(stepwise, factor)
         measured_us *= 1.0 - cost.share
     as_built_ms = job_iteration_us(averaged) / 1e3
@@ -221,7 +223,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     swept_m, swept_t = np.array(sweep, dtype=float).T
     big = swept_m >= MB
     swept_residuals = swept_t[big] / ring_allreduce_us(swept_m[big], 2, links[swept])
-    level = run_level(profiled, cost, not raw, job_iteration_us(*disturb(set_topology(averaged, base_topo), beside0)), measured_us)  # as whatif's
+    level = run_level(profiled, cost, not raw, job_iteration_us(*disturb(set_topology(averaged, base_topo), beside0)), measured_us, host)  # as whatif's
     out, intervals = {}, {}
     for ranks, rate, cap in cells:
         link = links.get(rate)

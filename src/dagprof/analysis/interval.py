@@ -49,7 +49,13 @@ step, was off. Three measured sources of that:
 
 - ``profiler_cost``: the measurement is of unprofiled steps, the point of profiled ones (less the
   profiler's cost, when it was corrected). That cost is a difference of two medians of few steps:
-  its standard error (normal quantile) widens both sides. Where it was not corrected (``--raw``, or
+  its standard error (normal quantile) widens both sides. Where it was corrected, the correction is one factor on
+  the host work (``remove_profiler_cost``), found so that the profiled model drops by the cost: the cost's two
+  ends give two more factors (``cost_factors``), and the scenario is replayed at each, as ``link`` does for the
+  transfers. A scenario whose step is more host work than the profiled one's (an unshaped link, more ranks on the
+  cores) moves more with the factor than the profiled step's share says: on a wire-bound 1 Gbit/s testbed profile
+  (a 5.6 +- 1.5 % cost, the factor 0.51) the unshaped cells' points moved 40 % with it while the share widened them
+  2.5 %. Where it was not corrected (``--raw``, or
   too noisy, or the unprofiled steps ran slower), the unprofiled steps' offset from the profiled
   ones is a known shift of this very run, and widens the side it points to.
 - ``model``: the model the what-ifs start from (modelled communication, averaged steps) against the
@@ -82,13 +88,24 @@ import math
 import statistics
 from dataclasses import dataclass, replace
 from enum import Enum
+from typing import Callable
 
 import numpy as np
 
 from ..graph.dag import Graph
 from ..graph.meta import LoopSteps
 from ..graph.provenance import provenance
-from ..passes.profiler_cost import ProfilerCost, job_sched, job_steps, median_stderr, steady_from, window_sides
+from ..passes.profiler_cost import (
+    ProfilerCost,
+    host_work_us,
+    job_sched,
+    job_steps,
+    median_stderr,
+    remove_profiler_cost,
+    scale_host_work,
+    steady_from,
+    window_sides,
+)
 from ..replay import ReplayResult
 from ..traces.events import Kind
 from .breakdown import job_iteration_us
@@ -113,6 +130,7 @@ class RunLevel:
     terms: tuple[str, ...] = ()  # which of profiler_cost, model, drift, unprofiled_steps (compute_pace: ``for_compute``) were measured
     pace: tuple[float, float] = (0.0, 0.0)  # how far the job's compute pace went below / above its median step to step (``compute_pace``)
     compute: float = 0.0  # the share of the point that ``pace`` moves: compute beyond the profiled share (``for_compute``; 0: none)
+    host: tuple[float, float] = (1.0, 1.0)  # the correction's host-work factor at the cost's high and low ends, over its own (``cost_factors``)
 
     def for_compute(self, share: float, profiled_share: float) -> "RunLevel":
         """The level's spreads (the profiler cost's error, the drift, the unprofiled steps') for a graph whose compute is
@@ -135,10 +153,12 @@ class RunLevel:
                        compute=paced[0], terms=self.terms + paced[1])
 
 
-def run_level(g: Graph, cost: ProfilerCost, corrected: bool, model_us: float | None = None, reference_us: float | None = None) -> RunLevel:
+def run_level(g: Graph, cost: ProfilerCost, corrected: bool, model_us: float | None = None, reference_us: float | None = None,
+              host: tuple[float, float] = (1.0, 1.0)) -> RunLevel:
     """The ``RunLevel`` of the profiled graph ``g`` (its ``meta.loop_steps``): ``cost`` as measured on it and whether its
     op times were ``corrected`` by it; ``model_us`` the model of the profiled run the what-ifs start from, against the
-    ``reference_us`` it should give (the measured step, less the profiler's cost when corrected)."""
+    ``reference_us`` it should give (the measured step, less the profiler's cost when corrected); ``host``: the
+    correction's factors at the cost's ends (``cost_factors``; (1, 1): the cost's share widens every scenario alike)."""
     shift, stderr, terms = 0.0, 0.0, []
     p, u = cost.profiled_us, cost.unprofiled_us
     if p and u and cost.stderr_us is not None:
@@ -164,7 +184,32 @@ def run_level(g: Graph, cost: ProfilerCost, corrected: bool, model_us: float | N
         unprofiled = median_spread(before + after) if len(before) + len(after) >= MIN_UNPROFILED_STEPS else 0.0
         terms += ["unprofiled_steps"] * (unprofiled > 0)
     # median_spread for a run as long as the steps: their median's own error and the run's, equal, in quadrature
-    return RunLevel(shift, stderr, drift, unprofiled, unprofiled / math.sqrt(2), tuple(terms), compute_pace(loop) if loop is not None else (0.0, 0.0))
+    return RunLevel(shift, stderr, drift, unprofiled, unprofiled / math.sqrt(2), tuple(terms), compute_pace(loop) if loop is not None else (0.0, 0.0),
+                    host=host if corrected and stderr > 0 else (1.0, 1.0))
+
+
+def cost_factors(g: Graph, cost: ProfilerCost, factor: float, iteration_us: Callable[[Graph], float], model: Graph | None = None,
+                 level: float = LEVEL) -> tuple[float, float]:
+    """The host-work factors that the profiler cost's ``level`` interval ends give (its standard error, normal quantile),
+    each found as the correction's ``factor`` was (``remove_profiler_cost`` on ``g`` under ``model``), over ``factor``:
+    (more removed, less removed; at most none). (1, 1) where nothing was corrected.
+
+    Where the ranks' CPU explains the cost (``split_by_cpu``: not ``loaded``), that CPU is the other reading of the same
+    cost: the host work it added is at most what the factor removes, ``cpu_us`` of ``host_work_us``. The factor is
+    found on the step, and where the step is mostly wire the host work hides under it, so that a small cost takes a
+    large factor: on a 1 Gbit/s testbed profile the profiler added 15 ms of CPU a step (both ranks) and the factor
+    removed 64 of their 131 ms of host work. The range reaches to the factor that removes the CPU alone."""
+    if not cost.usable or not cost.stderr_us or factor <= 0:
+        return 1.0, 1.0
+    half = statistics.NormalDist().inv_cdf(0.5 + level / 2) * cost.stderr_us
+    more = remove_profiler_cost(g, replace(cost, unprofiled_us=cost.unprofiled_us - half), iteration_us, model)[1]
+    less_cost = replace(cost, unprofiled_us=cost.unprofiled_us + half)
+    less = remove_profiler_cost(g, less_cost, iteration_us, model)[1] if less_cost.share > 0 else 1.0
+    host = host_work_us(g)
+    if cost.loaded is None and cost.cpu_us is not None and host > 0:
+        by_cpu = min(max(1.0 - cost.cpu_us / host, 0.05), 1.0)  # remove_profiler_cost's least factor
+        more, less = min(more, by_cpu), max(less, by_cpu)
+    return more / factor, less / factor
 
 
 def compute_pace(loop: LoopSteps, level: float = LEVEL) -> tuple[float, float]:
@@ -224,14 +269,16 @@ class PredictionInterval:
         """The same interval per micro-batch, per sample..., all three times multiplied by ``factor``."""
         return replace(self, point_us=self.point_us * factor, lo_us=self.lo_us * factor, hi_us=self.hi_us * factor)
 
-    def widened(self, run: RunLevel) -> "PredictionInterval":
+    def widened(self, run: RunLevel, cost: tuple[float, float] | None = None) -> "PredictionInterval":
         """Also the uncertainty of the level the point stands on: each side at least ``run``'s unprofiled steps' own
-        interval, then ``run``'s spreads in quadrature with it, its shift added to the side it points to."""
+        interval, then ``run``'s spreads in quadrature with it, its shift added to the side it points to. ``cost``: how far
+        below and above the point the scenario replayed at the profiler cost's ends went (shares, ``predict_interval``),
+        in place of the cost's share of the profiled step."""
         if not run.terms or self.point_us <= 0:
             return self
         z = statistics.NormalDist().inv_cdf(0.5 + self.level / 2)
-        extra = (z * run.stderr) ** 2 + (z * run.drift) ** 2
-        below2, above2 = (extra + (run.compute * p) ** 2 for p in run.pace)  # the pace's quantiles are at ``level`` already
+        sides = (z * run.stderr,) * 2 if cost is None else cost
+        below2, above2 = (c**2 + (z * run.drift) ** 2 + (run.compute * p) ** 2 for c, p in zip(sides, run.pace))  # the pace's at ``level``
         base = self
         if run.stderr > 0 and self.point_own > 0:  # the point stands on the unprofiled steps' level (corrected or shifted to it):
             # its error is the profiler cost's standard error (the profiled and unprofiled medians'), not the replayed median's too
@@ -395,12 +442,24 @@ def predict_interval(g: Graph, res: ReplayResult, point_us: float | None = None,
     out = PredictionInterval(point, point * max(1.0 - math.sqrt(lo2), 0.0), point * (1.0 + math.sqrt(hi2)), level, len(d), used, terms,
                              point_own=step / math.sqrt(1 + len(d) / runs) if len(d) else 0.0)
     out = out.with_stall(stall_halfwidth_us(stall_bound_us, level), stall_held_us).with_stall(*wake_up, term="wake_up")
-    out = out if run is None else out.widened(run)
+    out = out if run is None else out.widened(run, _cost_sides(g, res, run))
     fastest = float(np.min(d) / np.median(d)) if len(d) >= 2 and np.median(d) > 0 else 1.0  # the profile's fastest step's pace
     share = compute_floor(g, res)
     # the floor's replay holds the wake-ups at the point's price, host work on the main lane: lowered by as much as their price may be
     below = min(wake_up) if wake_up[0] > 0 else 0.0
     return replace(out.at_least(point * share * fastest * (1.0 + min(run.shift if run is not None else 0.0, 0.0)) - below), compute_share=share)
+
+
+def _cost_sides(g: Graph, res: ReplayResult, run: RunLevel) -> tuple[float, float] | None:
+    """How far below and above ``g``'s replayed iteration the profiler cost's ends take it (shares): ``g`` replayed with its
+    host work at ``run.host``'s factors (the correction's at the cost's ends, ``cost_factors``); None where not found."""
+    if run.host == (1.0, 1.0) or run.stderr <= 0:
+        return None
+    base = job_iteration_us(g, res)
+    if base <= 0:
+        return None
+    more, less = (job_iteration_us(scale_host_work(g, f)) for f in run.host)
+    return max(base - more, 0.0) / base, max(less - base, 0.0) / base
 
 
 def compute_floor(g: Graph, res: ReplayResult) -> float:

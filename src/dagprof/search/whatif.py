@@ -18,7 +18,7 @@ import numpy as np
 
 from ..analysis import job_iteration_us
 from ..analysis.breakdown import by_kind, other_workers_us, own_collectives
-from ..analysis.interval import LEVEL, link_residuals, predict_interval, run_level, student_halfwidth, typical_iteration_us
+from ..analysis.interval import LEVEL, cost_factors, link_residuals, predict_interval, run_level, student_halfwidth, typical_iteration_us
 from ..analysis.operand_stall import held_us, stall_bound_us, stall_note, stall_outweighs
 from ..costmodel.topology import Scheme, Topology
 from ..errors import DagprofError
@@ -159,9 +159,10 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     unit = replica_ranks(g0)  # ranks of one data-parallel replica: "one worker" of a hybrid job is one replica
     base_topo = measured_comm(g0, scenarios, cluster)
     cost = measure_profiler_cost(g0 if steps_graph is None else steps_graph)
-    built, corrected = g0, None
+    built, corrected, host = g0, None, (1.0, 1.0)
     if not raw and cost.usable:
         g0, factor = remove_profiler_cost(g0, cost, job_iteration_us, model=on_link(g0, base_topo))
+        host = cost_factors(built, cost, factor, job_iteration_us, model=on_link(built, base_topo))
         corrected = g0
         steps_graph = None if steps_graph is None else scale_host_work(steps_graph, factor)
         measured_us = None if not measured_us else measured_us * (1.0 - cost.share)
@@ -177,7 +178,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     wire, wire_notes = profiled_wire_notes(g0, fit, cluster, scenarios)
     stepwise = g0 if steps_graph is None else steps_graph
     residuals = link_residuals(stepwise, on_link(stepwise, base_topo))
-    level = run_level(stepwise, cost, corrected is not None, model, measured_us)
+    level = run_level(stepwise, cost, corrected is not None, model, measured_us, host)
     one_worker: dict[str, float] = {}
     rows, relinked, held, predicted, outweighed = [], False, held_us(g0), [], 0
     # a compiled FSDP model's modules are left unhooked (collect.hooks.collector.compiled), a job ended in the window had no shard
