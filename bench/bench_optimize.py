@@ -15,6 +15,9 @@ budget below what the model needs.
     sudo .venv/bin/python bench/bench_optimize.py --workloads "cmd:..." --ranks 2 --link-model-calibrate   # its slowdown by calibrate
     .venv/bin/python bench/bench_optimize.py --repredict KEPT --workloads cnn,mlp,transformer   # a --keep folder's rounds predicted again
 
+``--repredict`` prints each kept row's speed-up as the optimizer states it too (the kept strategy priced on the cell's
+searched profile, ``find_strategy``), beside each round's from its own profile of the defaults.
+
 Where the search says DDP's defaults stand, a ``cmd:`` job's best layout is measured all the same (``--check-best``):
 a prediction of no gain is checked like any other, round by round.
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -137,14 +141,27 @@ def repredict(kept: str, workloads: list[str]) -> list[dict]:
             if not measured:
                 continue
             errors = [100.0 * (p - m) / m for p, m in zip(predicted, measured)]
+            searched_speedup = headline(work, out, strategy, link_model)
             rows.append({"workload": workloads[i] if i < len(workloads) else name, "ranks": ranks, "mode": mode, "strategy": strategy.summary(),
                          "predicted_per_round": predicted, "measured_per_round": measured, "measured": statistics.median(measured),
                          "spread": [min(measured), max(measured)], "error_per_round_pct": errors, "median_error_pct": statistics.median(errors),
+                         # the optimizer's own figure: the kept strategy priced on the searched profile as find_strategy prices it
+                         "searched_predicted": searched_speedup, "searched_error_pct": 100.0 * (searched_speedup / statistics.median(measured) - 1.0),
                          "compute_b_over_a_per_round": load,
                          # each round's error by side, (1 + defaults) (1 + strategy) = 1 + error: the defaults' step predicted over
                          # the measured, and the strategy's measured step over its prediction (both positive where optimistic)
                          "defaults_side_pct_per_round": [a for a, _ in sides], "strategy_side_pct_per_round": [b for _, b in sides]})
     return rows
+
+
+def headline(work: str, out: str, strategy, link_model: str | None) -> float:
+    """The speed-up the optimizer states for the kept ``strategy``: ``find_strategy`` on the cell's searched profile pricing it
+    (``Options.strategy``, no search), with the codec costs kept beside it (none measured again)."""
+    with tempfile.TemporaryDirectory(prefix="dagprof-repredict-") as tmp:
+        if os.path.exists(os.path.join(out, CODEC_COSTS_FILE)):
+            shutil.copy(os.path.join(out, CODEC_COSTS_FILE), tmp)
+        opts = Options(budget_s=5, seed=0, allow_lossy=strategy.compression.lossy, link_model=link_model, strategy=strategy)
+        return find_strategy(os.path.join(work, "run"), opts, tmp).search.speedup
 
 
 def compute_ms(g) -> float:
@@ -239,6 +256,7 @@ def main() -> int:
         print("kept rounds predicted again, each from its own profile of the defaults (per-round error: predicted against measured speed-up)")
         for r in rows:
             print(f"{r['workload']:<12} {r['ranks']:>2} ranks {r['mode']:>8}: measured {r['measured']:.2f}x ({r['spread'][0]:.2f}-{r['spread'][1]:.2f}), "
+                  f"searched profile {r['searched_predicted']:.2f}x ({r['searched_error_pct']:+.1f} %), "
                   f"per round {' '.join(f'{e:+.1f}' for e in r['error_per_round_pct'])} %, median {r['median_error_pct']:+.1f} %; "
                   f"compute B/A {' '.join(f'{x:.2f}' for x in r['compute_b_over_a_per_round'])}; by side: defaults "
                   f"{' '.join(f'{x:+.1f}' for x in r['defaults_side_pct_per_round'])}, "

@@ -280,3 +280,50 @@ def remove_profiler_cost(g: Graph, cost: ProfilerCost, iteration_us: Callable[[G
             break
         f0, t0, f1 = f1, t1, min(1.0, max(0.05, f1 + (target - t1) * (f1 - f0) / (t1 - t0)))
     return scale_host_work(g, f1), f1
+
+
+@dataclass(frozen=True)
+class SteadyCompute:
+    """The ranks' training threads' CPU per step in the profiled window against the job's unprofiled steps after it (us,
+    the ranks together): the pace a later run computes at once its warm-up is over. A wire-bound step hides a warm-up that
+    lasts into the window (its compute is a few ms of a 280 ms step, so ``measure_profiler_cost`` reads the wall steps as
+    too noisy), while a strategy that takes the wire away (PowerSGD: a 30 ms step, mostly compute) runs at the later pace:
+    the held-out embedding job's Adam and allocator settled by its 9th step, its window (steps 4-11) at 33.7 ms of CPU a
+    step against 26.7 after, and PowerSGD's step was predicted 34.9 ms where its runs took 29.7-31.9."""
+
+    window_us: float | None
+    after_us: float | None
+    window_steps: int
+    after_steps: int
+    stderr_us: float | None
+    verdict: str | None  # None: usable; else why the op times keep their level
+
+    @property
+    def factor(self) -> float:
+        """What the host work is multiplied by: the later pace over the window's (1 where not usable)."""
+        return self.after_us / self.window_us if self.verdict is None else 1.0
+
+    def describe(self) -> str:
+        if self.verdict is not None:
+            return f"compute kept at the window's pace: {self.verdict}"
+        return (f"compute brought to the pace after the window: {100 * (self.factor - 1):+.1f} % (the training threads' CPU "
+                f"{self.window_us / 1e3:.1f} ms/step in the window, {self.after_us / 1e3:.1f} after it, {self.window_steps} and "
+                f"{self.after_steps} steps: a warm-up that ran into the window, or the profiler's CPU the wall steps did not show)")
+
+
+def measure_steady_compute(g: Graph) -> SteadyCompute:
+    """The window's training-thread CPU against the steps after it (``SteadyCompute``); usable where it fell by more than
+    ``NOISE_SIGMAS`` standard errors. Only the steps after the window count: the steps before it are the warm-up's."""
+    loop = g.meta.loop_steps
+    if loop is None or not loop.sched or not g.meta.steps:
+        return SteadyCompute(None, None, 0, 0, None, "not measured (no per-step CPU recorded)")
+    w = job_sched(loop, set(g.meta.steps), 0, "cpu_us")
+    a = job_sched(loop, None, max(g.meta.steps) + 1, "cpu_us")  # the unprofiled steps after the window
+    if len(w) < 2 or len(a) < MIN_STEPS:
+        return SteadyCompute(_median(w), _median(a), len(w), len(a), None,
+                             f"not measured ({len(w)} profiled steps and {len(a)} after them; needs 2 and {MIN_STEPS})")
+    mw, ma = statistics.median(w), statistics.median(a)
+    se = pooled_median_stderr(w, a)
+    verdict = None if mw - ma > NOISE_SIGMAS * se else (
+        f"the training threads' CPU {mw / 1e3:.1f} ms/step in the window, {ma / 1e3:.1f} after it (+- {se / 1e3:.1f}): no fall beyond the noise")
+    return SteadyCompute(mw, ma, len(w), len(a), se, verdict)

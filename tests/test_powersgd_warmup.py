@@ -1,0 +1,72 @@
+"""PowerSGD priced from a wire-bound profile whose window caught the job's warm-up (tests/data/powersgd-warmup: the
+held-out embedding job, 2 ranks at 200 Mbit/s on the quiet testbed, the searched profile of DDP's defaults and the
+PowerSGD strategy ``optimize --allow-lossy`` found on it, measured in three interleaved rounds).
+
+The defaults' step is 280 ms, a few of them compute, so the wall steps in and after the window read alike and the
+profiler's cost is not measured; but the training threads' CPU fell by a fifth from the window (steps 4-11, Adam's and
+the allocator's warm-up) to the steps after it. PowerSGD's step (about 30 ms) is mostly that compute: priced at the
+window's pace it came out 34.9 ms (8.03x) where its rounds took 29.7-31.9 ms (8.58-9.22x)."""
+import dataclasses
+import shutil
+import statistics
+
+import pytest
+from testdata import DATA
+
+from dagprof.closeloop import CODEC_COSTS_FILE, find_strategy
+from dagprof.collect.deploy.strategy import load_strategy
+from dagprof.collect.hooks.steptimes import iteration_ms, read_times
+from dagprof.graph.meta import LoopSteps
+from dagprof.passes.profiler_cost import measure_profiler_cost, measure_steady_compute
+from dagprof.pipeline import open_run
+from dagprof.search.optimize import Options
+
+RUN = DATA / "powersgd-warmup"
+ROUNDS = 3
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return open_run(str(RUN / "run")).graph
+
+
+def measured(side: str) -> list[float]:
+    """Each round's median step (ms) of the defaults (A) or the strategy (B), as the verification measured them."""
+    return [iteration_ms(read_times(str(RUN / "lossy" / "verify" / f"round{k}-{side}" / "times"))) for k in range(ROUNDS)]
+
+
+def priced(tmp_path, raw: bool = False):
+    shutil.copy(RUN / "lossy" / CODEC_COSTS_FILE, tmp_path)  # the costs measured when it was recorded, not this machine's
+    opts = Options(budget_s=5, seed=0, allow_lossy=True, link_model=str(RUN / "link.json"), strategy=load_strategy(str(RUN / "lossy" / "strategy.json")))
+    return find_strategy(str(RUN / "run"), opts, str(tmp_path), raw=raw).search
+
+
+def test_the_window_computed_slower_than_the_steps_after_it(graph):
+    assert not measure_profiler_cost(graph).usable  # the wall steps cannot tell: the wire sets them
+    steady = measure_steady_compute(graph)
+    assert steady.verdict is None and (steady.window_steps, steady.after_steps) == (8, 4)
+    assert 0.7 < steady.factor < 0.85
+    assert "after the window" in steady.describe()
+
+
+def test_powersgd_is_priced_at_the_pace_after_the_window(tmp_path):
+    res = priced(tmp_path)
+    strategy_ms, speedups = measured("B"), [a / b for a, b in zip(measured("A"), measured("B"))]
+    assert res.best.iter_us / 1e3 == pytest.approx(statistics.median(strategy_ms), rel=0.05)  # 34.9 ms at the window's pace
+    assert res.speedup == pytest.approx(statistics.median(speedups), rel=0.05)  # 8.03x against 8.80x measured
+    assert any("pace after the window" in n for n in res.notes)
+
+
+def test_raw_keeps_the_window_pace(tmp_path):
+    res = priced(tmp_path, raw=True)
+    assert res.best.iter_us / 1e3 > 1.08 * statistics.median(measured("B"))
+    assert not any("pace after the window" in n for n in res.notes)
+
+
+def test_no_steps_after_the_window_no_change(graph):
+    """A run profiled to its end (every verification run) has nothing after its window to measure the pace by."""
+    loop = graph.meta.loop_steps
+    last = max(graph.meta.steps)
+    cut = LoopSteps(loop.profiled, {r: {s: us for s, us in d.items() if s <= last} for r, d in loop.unprofiled.items()}, loop.sched)
+    steady = measure_steady_compute(graph.replace(meta=dataclasses.replace(graph.meta, loop_steps=cut)))
+    assert steady.factor == 1.0 and steady.after_steps == 0 and "not measured" in steady.verdict
