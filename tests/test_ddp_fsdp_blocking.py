@@ -24,7 +24,6 @@ from dagprof.analysis.interval import PredictionInterval, predict_interval, stud
 from dagprof.costmodel.fsdp_costs import DTENSOR_STEP, FSDP_HOST
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import fsdp_collectives
-from dagprof.passes.comm import current_topology
 from dagprof.passes.data_parallel import (
     CLIP_NORM_BYTES,
     WakeFrom,
@@ -38,7 +37,6 @@ from dagprof.passes.data_parallel import (
     wake_up,
     wake_ups_per_step,
 )
-from dagprof.passes.link_fit import profiled_collectives
 from dagprof.replay import replay
 from dagprof.search.scenario import Cluster, Scenario, apply, base_topology
 from dagprof.search.whatif import _wake_up_spread, evaluate
@@ -326,31 +324,3 @@ def test_all_gathers_carry_no_wake_up_beyond_gloos_measured_call(k):
         waits = [v for v in _mine(out, r, Kind.COMM_WAIT) if "all_gather" in out.node_name(v)]
         assert len(enq) == len(waits) == 5 * len(g.meta.steps) and not out.dur[enq].any() and not out.gap[waits].any()
     assert kinds(out)["all_gather"]["blocked_sum"] <= kinds(_graph(DATA / "lora" / f"fsdp-{k}"))["all_gather"]["blocked_sum"]
-
-
-@pytest.mark.parametrize("k", [0, 1])
-def test_all_gathers_bytes_carry_no_ddp_call_beside_gloos_measured_call(k):
-    """The vendored LoRA DDP profiles' link is fitted to two gloo lanes of overlapping all-reduces: their total time over
-    their bytes, no overhead per collective, so its time per byte holds each DDP call's fixed cost. The conversion prices
-    every FSDP collective's call at gloo's measured cost (``FSDP_HOST``) beside its bytes: on the whole fitted rate each
-    all-gather paid a call twice (held-out quiet pairs: the LoRA's and mixer's all-gathers priced 0.8-2.3 ms where their
-    FSDP2 jobs' took 0.3-1.3 from the later rank's issue). Its bytes are now priced at the fitted rate less those calls
-    (``link_fit.calls_share``): DDP's own timed all-reduces, each less the call's price, take what the link gives their
-    bytes (all of them: those timed at 0 us crossed within another's time, ``link_fit._fit_total``); the same whether
-    converted directly or in a what-if, whose link re-priced the profile first."""
-    g = _graph(DATA / "lora" / f"ddp-{k}")
-    host = FSDP_HOST[g.meta.torch_minor]
-    nbytes, dur = profiled_collectives(g, overlapping=True)
-    timed = (nbytes > 0) & (dur > 0)
-    fitted = current_topology(g)
-    assert g.meta.comm_lanes == 2 and fitted.overhead_us == 0.0
-    direct = ddp_to_fsdp(g)
-    c = Cluster()
-    asked = apply(g, Scenario(data_parallel="fsdp"), c, base_topology(g, c))
-    for out in (direct, asked):
-        topo = out.meta.topology
-        assert topo.overhead_us == pytest.approx(host.call_us)
-        assert topo.inter.beta_us_per_byte * float(nbytes[nbytes > 0].sum()) == pytest.approx(float(np.maximum(dur[timed] - host.call_us, 0.0).sum()))
-        assert topo.inter.beta_us_per_byte < 0.9 * fitted.inter.beta_us_per_byte
-    ag = lambda out: sorted(float(out.dur[c.node]) for c in fsdp_collectives(out) if c.kind == CommKind.ALL_GATHER)  # noqa: E731
-    assert ag(asked) == pytest.approx(ag(direct))

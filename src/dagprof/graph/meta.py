@@ -213,9 +213,6 @@ class GraphMeta:
     overlap: bool | None = None  # backward/communication overlap set by passes.buckets; None: as profiled
     ps_link_fit: PsLinkFit | None = None  # the link fitted to measured PS exchanges (passes.comm.fit_ps_link)
     wake_up: WakeUp | None = None  # a DDP profile's wake-up price, kept before --workers rebuilds its ranks (passes.data_parallel)
-    # a DDP profile's fitted time per byte less its calls' fixed cost, as a share (passes.link_fit.calls_share), kept before
-    # the what-if's link re-prices the collectives it was read from (passes.data_parallel.keep_call_share)
-    call_share: float | None = None
     # --- framework sub-records (frozen: a pass sets a new one)
     horovod: HorovodRecord | None = None  # Horovod's tensors, fusion threshold, cycle time (traces.horovod; passes.horovod)
     zero: ZeroInfo | None = None  # DDP with ZeroRedundancyOptimizer: rank 0's shards and parameter broadcasts (passes.workers)

@@ -53,10 +53,6 @@ per collective: fitted on DDP's all-reduces of one bucket size, that is their st
 held-out ResNet's DDP profiles, 0 on the mixer's), not a cost per call. Gloo's reduce-scatter costs more per call (1.48 ms
 at 2.13, its mean: about a third of its calls return 4 ms late, at any size from 4 KiB to 1 MiB), which each
 reduce-scatter's wait carries as its lag beyond the wake-up, on every rank (``FsdpHost.scatter_us``), stretched alike.
-Where the DDP profile's link was fitted to two gloo lanes of overlapping all-reduces (total time over bytes, no overhead
-per collective), its time per byte holds each of DDP's calls' fixed cost too, which every FSDP collective paid again beside
-the call priced above: its bytes are priced at that rate less an all-gather's measured cost on each timed all-reduce
-(``link_fit.calls_share``, kept before a what-if's link re-prices the profile: ``keep_call_share``).
 A copy-out is a pass over memory and a call, like DDP's
 bucket enqueue (which scales each bucket in place, then dispatches): it costs what the profile's fastest enqueues cost
 per call and per byte, stretched as the hooks (``_enqueue_price``: under load DDP's enqueues ran 10-40x their fastest).
@@ -157,7 +153,7 @@ from .buckets import chain_lanes, profiled_buckets
 from .comm import current_scheme, current_topology, retime_collectives
 from .fsdp import default_reshard, set_reshard
 from .gradients import unhooked
-from .link_fit import calls_share, find_collectives, graph_world_size, hybrid, without_calls
+from .link_fit import find_collectives, graph_world_size, hybrid
 
 TARGETS = ("ddp", "fsdp", "fsdp:keep")  # fsdp: fully_shard's default reshard_after_forward; fsdp:keep: False on every unit
 _EPS = 1e-7  # us: an inserted node's order next to the node it precedes or follows (below the profile's 1 ns)
@@ -235,16 +231,7 @@ def host_note(g: Graph) -> str:
             f"measured {host.call_us / 1e3:.2f} ms (wall time, 2 ranks; so stretched, at the slowest rank's, where the fitted "
             f"overhead held the load) in place of the profile's fitted {current_topology(g).overhead_us / 1e3:.2f} ms per collective, "
             f"and each reduce-scatter's wait {host.scatter_us / 1e3:.2f} ms more (gloo's mean tail: about a third of its calls "
-            "return 4 ms late, bench/fsdp_call_sizes.py); " + calls_note(g, host.call_us))
-
-
-def calls_note(g: Graph, call_us: float) -> str:
-    """Where the conversion of ``g`` prices each FSDP collective's bytes at its fitted link less DDP's calls (``ddp_to_fsdp``)."""
-    share = g.meta.call_share if g.meta.call_share is not None else calls_share(g, call_us)
-    if share is None:
-        return ""
-    return (f"each collective's bytes at {share:.0%} of the time per byte fitted to DDP's overlapping all-reduces (on the profile's own "
-            f"link: that fit held each DDP call's fixed cost, taken off at {call_us / 1e3:.2f} ms a call); ")
+            "return 4 ms late, bench/fsdp_call_sizes.py); ")
 
 
 def layer_params(g: Graph) -> dict[str, int]:
@@ -567,12 +554,6 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
         # Where it kept every instance's time in its bandwidth (two gloo lanes: total time over bytes), the load is in the
         # bytes' price already: stretched again, the loaded mixer's came to 81-120 ms a step where they took 55-73
         topo = dataclasses.replace(topo, overhead_us=host.call_us * call_load)
-        if (share := g.meta.call_share if g.meta.call_share is not None else calls_share(g, host.call_us)) is not None:
-            # a fit of DDP's overlapping all-reduces (two gloo lanes: total time over bytes) has each of its calls' fixed cost
-            # in its time per byte, which every FSDP collective would pay again beside the call priced above: the bytes'
-            # time here is the fit's less those calls (``link_fit.calls_share``)
-            topo = dataclasses.replace(topo, inter=without_calls(topo.inter, share), intra=without_calls(topo.intra, share),
-                                       kinds=tuple((k, without_calls(ab, share)) for k, ab in topo.kinds))
     return retime_collectives(out, topo, current_scheme(g), lags_on=topo)
 
 
@@ -859,15 +840,6 @@ def keep_wake_up(g: Graph) -> Graph:
     """``g`` with its wake-up price kept in its meta, for a DDP -> FSDP conversion after ``--workers`` rebuilt its ranks
     (without it a rank count other than the profile's priced every wake-up at 0, or at rank 0's run queue alone)."""
     return g.replace(meta=g.meta.replace(wake_up=wake_up(g)))
-
-
-def keep_call_share(g: Graph) -> Graph:
-    """``g`` (a DDP profile on the link fitted to its own collectives) with the share of that link's time per byte left
-    without its calls' fixed cost (``link_fit.calls_share`` at ``FSDP_HOST``'s cost per call) kept in its meta, for
-    ``ddp_to_fsdp`` after the what-if's link re-priced the collectives it is read from; as is where nothing prices the call."""
-    host = FSDP_HOST.get(g.meta.torch_minor)
-    share = None if host is None else calls_share(g, host.call_us)
-    return g if share is None else g.replace(meta=g.meta.replace(call_share=share))
 
 
 def wake_ups_per_step(converted: Graph) -> float:

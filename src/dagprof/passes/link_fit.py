@@ -233,34 +233,6 @@ def fitted_stalls(g: Graph) -> np.ndarray:
     return out
 
 
-def calls_share(g: Graph, call_us: float) -> float | None:
-    """Of the time per byte the link fitted to ``g``'s own overlapping collectives (``_fit_total``: total time over bytes,
-    no overhead per collective), the share left with ``call_us`` taken off each timed collective as its fixed cost per
-    call (none below 0): 1 - r of the fitted time per byte was those calls'. None where the fit is not that (one lane,
-    or a link already priced: ``meta.topology``): there the fit put its overhead apart or held nothing of the calls.
-    ``passes.data_parallel.ddp_to_fsdp`` prices each FSDP collective's call at gloo's measured cost (``FSDP_HOST``) on
-    top of its bytes, which the whole fitted rate then carried again."""
-    if g.meta.topology is not None or g.meta.comm_lanes <= 1 or call_us <= 0:
-        return None
-    try:
-        nbytes, dur = profiled_collectives(g, overlapping=True)
-    except DagprofError:
-        return None
-    timed = (nbytes > 0) & (dur > 0)
-    total = float(dur[timed].sum())
-    return float(np.maximum(dur[timed] - call_us, 0.0).sum()) / total if total > 0 else None
-
-
-def without_calls(ab: AlphaBeta, share: float) -> AlphaBeta:
-    """``ab`` with its time per byte cut to ``share`` (``calls_share``), from the part beyond the wire first (``gamma``,
-    ``split_at_wire``: a wire's own time per byte holds no call), the wire's time only where that is not enough."""
-    total = ab.beta_us_per_byte + ab.gamma_us_per_byte / 2  # the gamma of the split weighs half the ring's beta share
-    cut = (1.0 - share) * total
-    gamma = max(ab.gamma_us_per_byte - 2 * cut, 0.0)
-    rest = cut - (ab.gamma_us_per_byte - gamma) / 2
-    return AlphaBeta(ab.alpha_us, max(ab.beta_us_per_byte - rest, 0.0), gamma)
-
-
 def pipelined(g: Graph) -> bool:
     """Whether a collective's time beyond the wire runs beside its transfer, where a slower wire hides it: Horovod's fused
     responses, whose buffer copies and reductions on the cores run beside the ring's transfer (its timeline shows them

@@ -23,7 +23,7 @@ from ..passes import expand_collectives, partition_tensors, scale_compute, scale
 from ..passes.buckets import refuse_own_ddp_setup
 from ..passes.comm import current_topology, ps_bandwidth, ps_port_share, set_link_ratio
 from ..passes.compute import share_cores
-from ..passes.data_parallel import keep_call_share, keep_wake_up, parse_target, to_data_parallel, with_optimizer_state
+from ..passes.data_parallel import keep_wake_up, parse_target, to_data_parallel, with_optimizer_state
 from ..passes.fsdp import UNMODELLED, refuse_unmodelled, set_reduce_dtype, set_reshard
 from ..passes.fsdp_mesh import parse_mesh, scale_fsdp_workers, set_mesh
 from ..passes.fsdp_units import merge_units, parse_units
@@ -409,8 +409,6 @@ def apply(g: Graph, s: Scenario, c: Cluster, base_topo: Topology | None) -> Grap
         refuse_unmodelled(g, asked)
     if s.data_parallel == "ddp" and is_fsdp_graph(g) and (s.reshard_after_forward is not None or s.reduce_dtype is not None):
         raise DagprofError("--reshard-after-forward and --reduce-dtype are FSDP what-ifs; --data-parallel ddp makes this FSDP job DDP")
-    if s.data_parallel in ("fsdp", "fsdp:keep") and not is_fsdp_graph(g) and not (c.topology or c.link_file):
-        g = keep_call_share(g)  # read from the profile's own collectives, before the link re-prices them
     g = on_link(g, base_topo)
     for p in PASSES:
         g = p(g, s, c, base_topo)
