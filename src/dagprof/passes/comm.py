@@ -54,6 +54,7 @@ from ..traces.meta import RowPull
 from ..traces.parallelism import Dim
 from .link_fit import (
     Collective,
+    LinkFit,
     find_collectives,
     fit_topology,
     fitted_stalls,
@@ -62,6 +63,7 @@ from .link_fit import (
     hybrid,
     jax_on_gloo,
     keep_stalls,
+    link_fit,
     medium_equivalent_bytes,
     pipelined,
     priced_comm,
@@ -99,7 +101,8 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
     (a collective's carried ``exit_lag`` on every rank, else each rank's own; module docstring); the topology's world
     size must be the graph's. ``lags_on``: the link the exit lags were measured on (default: the graph's own); a pass
     that rebuilt the collectives passes its input's, since a fit to collectives it has just inserted would be no link at all."""
-    topo = topo or current_topology(g)
+    fit, measured_on = _measured_link(g) if lags_on is None else (None, None)
+    topo = topo or measured_on or current_topology(g)
     spec = spec or current_scheme(g)
     if is_ps_graph(g):  # a measured parameter-server job: re-place its keys, re-price its messages
         if spec.scheme is not Scheme.PS:
@@ -108,11 +111,11 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
     if topo.world_size != priced_world_size(g):
         raise DagprofError(f"topology has {topo.world_size} ranks, the graph's collectives {priced_world_size(g)}")
     idx = np.flatnonzero(priced_comm(g))
-    own_time = instance_residuals(g, idx) if lags_on is None else np.zeros(len(idx))
+    own_time = instance_residuals(g, idx, fit) if lags_on is None else np.zeros(len(idx))
     if lags_on is None and not pipelined(g):  # the collectives as measured: their stalls stay where they were (``keep_stalls``)
-        g = keep_stalls(g)
+        g = keep_stalls(g, fit)
     dur, gap = g.dur.copy(), g.gap.copy()
-    kinds = _kind_labels(g, idx, topo)
+    kinds = _kind_labels(g, idx, topo, None if fit is None else fit.apart)
     equiv = medium_equivalent_bytes(g, idx, topo.half_duplex)  # one medium for every rank: each kind at its bytes' share of it
     consumers, lag = exit_lags(g, idx)
     exit_lag = g.exit_lag.copy()
@@ -124,7 +127,7 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
     wire[own] = wire_lags(g, consumers[own, 0], lag[own])
     waits, after = _peer_waits(g)
     joins, left = _chained_joins(g, idx)
-    before = (lags_on or _lags_measured_on(g)) if (wire > 0).any() or len(waits) or len(joins) else None
+    before = (lags_on or measured_on or _lags_measured_on(g)) if (wire > 0).any() or len(waits) or len(joins) else None
     per_all, moved_all = np.ones(len(g)), np.zeros(len(g))
     for kind in np.unique(kinds).tolist():  # a kind measured on its own (``Topology.kinds``) on its own link
         sel = kinds == kind
@@ -164,7 +167,7 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
         dur[idx] += _horovod_stalls(g, idx, dur[idx], kinds, equiv, spec, topo)
     at, priced = in_op_prices(g, topo, spec)
     if len(at):  # the model's own collectives: their price on the graph's link replaced by the new one
-        was = lags_on or _lags_measured_on(g)  # the link they were priced on (a pass that rebuilt the collectives gives it),
+        was = lags_on or measured_on or _lags_measured_on(g)  # the link they were priced on (a pass that rebuilt the collectives gives it),
         # on the medium ``topo`` names: a what-if changes the link's rate, not whether its directions share it
         was = replace(was, half_duplex=topo.half_duplex) if was is not None and was.world_size == topo.world_size else topo
         dur[at] = np.maximum(g.dur[at] + priced - in_op_prices(g, was, spec)[1], 0.0)
@@ -172,10 +175,10 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
     return g.replace(dur=dur, gap=np.maximum(gap, 0.0), exit_lag=exit_lag, devices=devices, meta=g.meta.replace(topology=topo, scheme=spec))
 
 
-def _kind_labels(g: Graph, idx: np.ndarray, topo: Topology) -> np.ndarray:
+def _kind_labels(g: Graph, idx: np.ndarray, topo: Topology, apart: bool | None = None) -> np.ndarray:
     """Per priced collective ``idx``, the label of the link it costs on in ``topo`` (``Topology.for_kind``): its kind's
     where its kind has its own (``_per_kind``), else "" (the one link)."""
-    if (topo.kinds or topo.link_ratio or _kinds_of(g)) and _per_kind(g, topo):
+    if (topo.kinds or topo.link_ratio or _kinds_of(g)) and _per_kind(g, topo, apart):
         return np.array([priced_kind(CommKind(k)).label for k in g.comm_kind[idx].tolist()], dtype=object)
     return np.full(len(idx), "", dtype=object)
 
@@ -200,7 +203,7 @@ def model_prices(g: Graph, idx: np.ndarray, topo: Topology, spec: CollectiveSpec
     return np.maximum(out - np.array([saved[k] for k in called]), 0.0)
 
 
-def instance_residuals(g: Graph, idx: np.ndarray) -> np.ndarray:
+def instance_residuals(g: Graph, idx: np.ndarray, fit: LinkFit | None = None) -> np.ndarray:
     """Per priced collective ``idx`` of a JAX job on gloo (``jax_on_gloo``), its own time beside its price that no link
     change moves (0 elsewhere): as measured, its time less its stall (``keep_stalls``) less the mean of its kind and size
     (one collective of the program, one a step); priced (``meta.topology``), its time less its price there.
@@ -212,14 +215,14 @@ def instance_residuals(g: Graph, idx: np.ndarray) -> np.ndarray:
     all-gathers' nodes took 4.7-7.2 ms, the next join 2.0-4.3, their sum 8.95-9.24; priced at their mean with the joins
     as measured, the model's steps missed by up to +-3 ms and its median step came out +5.6 %. The spread is the same
     time at either rate (that round's 1 MB reduce-scatters 8.3-10.8 ms at 1 Gbit/s, 43.7-46.1 at 200 Mbit/s), so it is
-    kept as time, not as a share of the price."""
+    kept as time, not as a share of the price. ``fit``: ``link_fit(g)`` where the caller has it."""
     out = np.zeros(len(idx))
     if not len(idx) or not jax_on_gloo(g) or pipelined(g):
         return out
     if g.meta.topology is not None:
         return g.dur[idx] - model_prices(g, idx, g.meta.topology, current_scheme(g))
     try:
-        own = g.dur[idx] - fitted_stalls(g)[idx]
+        own = g.dur[idx] - fitted_stalls(g, fit)[idx]
     except DagprofError:  # nothing fitted: ``retime_collectives`` prices nothing either
         return out
     _, like = np.unique(np.stack([g.comm_kind[idx].astype(np.int64), g.nbytes[idx].astype(np.int64)], axis=1), axis=0, return_inverse=True)
@@ -399,6 +402,19 @@ def wire_lags(g: Graph, comm: np.ndarray, lag: np.ndarray) -> np.ndarray:
     return np.minimum(lag, typical[like])
 
 
+def _measured_link(g: Graph) -> tuple[LinkFit | None, Topology | None]:
+    """The link fitted to ``g``'s collectives as measured and its topology (``fit_topology``), fitted once for the passes
+    that price them (``retime_collectives``); (None, None) where ``g`` is priced already, a parameter-server job's, or has
+    nothing to fit (those passes then say so, or need no fit)."""
+    if g.meta.topology is not None or is_ps_graph(g):
+        return None, None
+    try:
+        fit = link_fit(g)
+        return fit, fit_topology(g, fit)
+    except DagprofError:
+        return None, None
+
+
 def _lags_measured_on(g: Graph) -> Topology | None:
     """The link the graph's exit lags belong to: the one its collectives are priced on now, else the fit to
     them as measured; None where neither exists (a graph whose collectives a pass has just inserted)."""
@@ -408,15 +424,17 @@ def _lags_measured_on(g: Graph) -> Topology | None:
         return None
 
 
-def _per_kind(g: Graph, topo: Topology) -> bool:
+def _per_kind(g: Graph, topo: Topology, apart: bool | None = None) -> bool:
     """Whether ``g``'s collectives cost on their kind's link in ``topo``: an FSDP job's, and a JAX job's on gloo whose
-    all-gathers the profile's fit set apart on their own (``passes.link_fit.gathers_apart``; once priced, its graph's
-    topology has their links), with ``topo``'s links per kind."""
+    all-gathers the profile's fit set apart on their own (``passes.link_fit.gathers_apart``; ``apart``: ``LinkFit.apart``
+    where the caller has the fit; once priced, its graph's topology has their links), with ``topo``'s links per kind."""
     if is_fsdp_graph(g):
         return True
     if not topo.kinds or not jax_on_gloo(g):
         return False
-    return _kinds_of(g) if g.meta.topology is not None else gathers_apart(g) is not None
+    if g.meta.topology is not None:
+        return _kinds_of(g)
+    return apart if apart is not None else gathers_apart(g) is not None
 
 
 def _kinds_of(g: Graph) -> bool:
