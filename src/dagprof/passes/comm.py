@@ -55,12 +55,15 @@ from ..traces.meta import RowPull
 from ..traces.parallelism import Dim
 from .link_fit import (
     Collective,
+    LinkFit,
     find_collectives,
     fit_topology,
     fitted_stalls,
     graph_world_size,
     hybrid,
+    jax_on_gloo,
     keep_stalls,
+    link_fit,
     medium_equivalent_bytes,
     pipelined,
     priced_comm,
@@ -98,11 +101,12 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
     (a collective's carried ``exit_lag`` on every rank, else each rank's own; module docstring); the topology's world
     size must be the graph's. ``lags_on``: the link the exit lags were measured on (default: the graph's own); a pass
     that rebuilt the collectives passes its input's, since a fit to collectives it has just inserted would be no link at all."""
+    fit, fitted = _measured_link(g) if lags_on is None else (None, None)  # fitted once for every pass below
     if topo is None:
-        topo = current_topology(g)
+        topo = fitted or current_topology(g)
         measured_on = lags_on or topo
     else:
-        measured_on = lags_on or _lags_measured_on(g)
+        measured_on = lags_on or fitted or _lags_measured_on(g)
     spec = spec or current_scheme(g)
     if is_ps_graph(g):  # a measured parameter-server job: re-place its keys, re-price its messages
         if spec.scheme is not Scheme.PS:
@@ -110,16 +114,14 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
         return rebuild_ps(g, spec.servers, topo.inter)
     if topo.world_size != priced_world_size(g):
         raise DagprofError(f"topology has {topo.world_size} ranks, the graph's collectives {priced_world_size(g)}")
-    if lags_on is None and not pipelined(g):  # the collectives as measured: their stalls stay where they were (``keep_stalls``)
-        g = keep_stalls(g)
-    dur, gap = g.dur.copy(), g.gap.copy()
     idx = np.flatnonzero(priced_comm(g))
-    called = [CommKind(k) for k in g.comm_kind[idx].tolist()]
-    priced = [priced_kind(k) for k in called]
+    own_time = instance_residuals(g, idx, fit) if lags_on is None else np.zeros(len(idx))
+    if lags_on is None and not pipelined(g):  # the collectives as measured: their stalls stay where they were (``keep_stalls``)
+        g = keep_stalls(g, fit)
+    dur, gap = g.dur.copy(), g.gap.copy()
     apart = kinds_apart(g, measured_on)
-    kinds = np.array([k.label for k in priced] if apart else [""] * len(idx), dtype=object)
+    kinds = _kind_labels(g, idx, apart)
     equiv = medium_equivalent_bytes(g, idx, topo.half_duplex)  # one medium for every rank: each kind at its bytes' share of it
-    backend, fsdp = g.meta.backend or "gloo", is_fsdp_graph(g)
     consumers, lag = exit_lags(g, idx)
     exit_lag = g.exit_lag.copy()
     if topo.world_size < 2:  # a collective of one rank releases no rank after another
@@ -137,7 +139,6 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
         sizes, inverse = np.unique(equiv[sel], return_inverse=True)
         on = topo.for_kind(kind)
         other = np.array([topo.ratio_at(kind, float(m)) for m in sizes])  # another link measured against this one (``link_ratio``)
-        dur[idx[sel]] = _prices(topo, kind, sizes, spec)[inverse.reshape(-1)]
         if before is not None:  # the exit lags are wire time: they scale with the kind's time per byte, and with its measured ratio
             old_beta, new_beta = _beta(before.for_kind(kind)), _beta(on)
             was = np.array([before.ratio_at(kind, float(m)) for m in sizes])
@@ -166,9 +167,7 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
     if len(joins) and before is not None:  # a rank's late join of a collective straight after another: its exit from that one
         grow = np.minimum(wire_lags(g, left, g.gap[joins]), moved_all[left]) * (per_all[left] - 1.0)
         gap[joins] += np.maximum(grow, -g.gap[joins])
-    if not fsdp:  # each kind waits through its own schedule's latencies, not the ring all-reduce's (an FSDP job's own calls keep those)
-        saved = {k: latency_saved_us(k, topo, spec, backend) for k in set(called)}
-        dur[idx] = np.maximum(dur[idx] - np.array([saved[k] for k in called]), 0.0)
+    dur[idx] = np.maximum(model_prices(g, idx, topo, spec, kinds, equiv) + own_time, 0.0)  # each instance's own time beside its price
     if pipelined(g) and lags_on is None:
         dur[idx] += _horovod_stalls(g, idx, dur[idx], kinds, equiv, spec, topo)
     at, priced = in_op_prices(g, topo, spec)
@@ -180,6 +179,62 @@ def retime_collectives(g: Graph, topo: Topology | None = None, spec: CollectiveS
         dur[at] = np.maximum(g.dur[at] + priced - in_op_prices(g, was, spec)[1], 0.0)
     devices = [Device(d.name, d.kind, d.rank, 1) if d.kind == DeviceKind.COMM else d for d in g.devices]
     return g.replace(dur=dur, gap=np.maximum(gap, 0.0), exit_lag=exit_lag, devices=devices, meta=g.meta.replace(topology=topo, scheme=spec, kinds_apart=apart))
+
+
+def _kind_labels(g: Graph, idx: np.ndarray, apart: bool) -> np.ndarray:
+    """Per priced collective ``idx``, the label of the link it costs on (``Topology.for_kind``): its kind's where the
+    graph's collectives cost per kind (``apart``: ``kinds_apart``), else "" (the one link)."""
+    if apart:
+        return np.array([priced_kind(CommKind(k)).label for k in g.comm_kind[idx].tolist()], dtype=object)
+    return np.full(len(idx), "", dtype=object)
+
+
+def model_prices(g: Graph, idx: np.ndarray, topo: Topology, spec: CollectiveSpec, kinds: np.ndarray | None = None,
+                 equiv: np.ndarray | None = None) -> np.ndarray:
+    """us: the link model's price on ``topo`` of each priced collective ``idx`` (``kinds``: ``_kind_labels``, ``equiv``:
+    ``medium_equivalent_bytes``, given where known), less the latencies its kind's schedule saves against the ring
+    all-reduce's (an FSDP job's own calls keep those)."""
+    kinds = _kind_labels(g, idx, kinds_apart(g, topo)) if kinds is None else kinds
+    equiv = medium_equivalent_bytes(g, idx, topo.half_duplex) if equiv is None else equiv
+    out = np.zeros(len(idx))
+    for kind in np.unique(kinds).tolist():
+        sel = kinds == kind
+        sizes, inverse = np.unique(equiv[sel], return_inverse=True)
+        out[sel] = _prices(topo, kind, sizes, spec)[inverse.reshape(-1)]
+    if is_fsdp_graph(g):
+        return out
+    called = [CommKind(k) for k in g.comm_kind[idx].tolist()]
+    backend = g.meta.backend or "gloo"
+    saved = {k: latency_saved_us(k, topo, spec, backend) for k in set(called)}
+    return np.maximum(out - np.array([saved[k] for k in called]), 0.0)
+
+
+def instance_residuals(g: Graph, idx: np.ndarray, fit: LinkFit | None = None) -> np.ndarray:
+    """Per priced collective ``idx`` of a JAX job on gloo (``jax_on_gloo``), its own time beside its price that no link
+    change moves (0 elsewhere): as measured, its time less its stall (``keep_stalls``) less the mean of its kind and size
+    (one collective of the program, one a step); priced (``meta.topology``), its time less its price there.
+
+    At the profiled link every instance then costs what it measured, and a step follows its own collectives, not their
+    means, while each kind and size keeps its mean price. gloo's 2-rank all-gather ends with its first rank out
+    (``passes.link_fit.transfer_spanned``), where the rest crossing lies in the next collective's join, kept per step
+    (``_chained_joins``): on the fresh 1 Gbit/s round of ``bench/frameworks/jax_zero_rs.py`` (2026-12-05 21:42) the 1 MB
+    all-gathers' nodes took 4.7-7.2 ms, the next join 2.0-4.3, their sum 8.95-9.24; priced at their mean with the joins
+    as measured, the model's steps missed by up to +-3 ms and its median step came out +5.6 %. The spread is the same
+    time at either rate (that round's 1 MB reduce-scatters 8.3-10.8 ms at 1 Gbit/s, 43.7-46.1 at 200 Mbit/s), so it is
+    kept as time, not as a share of the price. ``fit``: ``link_fit(g)`` where the caller has it."""
+    out = np.zeros(len(idx))
+    if not len(idx) or not jax_on_gloo(g) or pipelined(g):
+        return out
+    if g.meta.topology is not None:
+        return g.dur[idx] - model_prices(g, idx, g.meta.topology, current_scheme(g))
+    try:
+        own = g.dur[idx] - fitted_stalls(g, fit)[idx]
+    except DagprofError:  # nothing fitted: ``retime_collectives`` prices nothing either
+        return out
+    _, like = np.unique(np.stack([g.comm_kind[idx].astype(np.int64), g.nbytes[idx].astype(np.int64)], axis=1), axis=0, return_inverse=True)
+    like = like.ravel()
+    mean = np.bincount(like, weights=own) / np.bincount(like)
+    return own - mean[like]
 
 
 def in_op_pieces(g: Graph) -> np.ndarray:
@@ -351,6 +406,19 @@ def wire_lags(g: Graph, comm: np.ndarray, lag: np.ndarray) -> np.ndarray:
         late = lag[(like == k) & (lag > 0)]
         typical[k] = float(np.median(late)) if len(late) else 0.0
     return np.minimum(lag, typical[like])
+
+
+def _measured_link(g: Graph) -> tuple[LinkFit | None, Topology | None]:
+    """The link fitted to ``g``'s collectives as measured and its topology (``fit_topology``), fitted once for the passes
+    that price them (``retime_collectives``); (None, None) where ``g`` is priced already, a parameter-server job's, or has
+    nothing to fit (those passes then say so, or need no fit)."""
+    if g.meta.topology is not None or is_ps_graph(g):
+        return None, None
+    try:
+        fit = link_fit(g)
+        return fit, fit_topology(g, fit)
+    except DagprofError:
+        return None, None
 
 
 def _lags_measured_on(g: Graph) -> Topology | None:

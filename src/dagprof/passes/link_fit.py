@@ -85,6 +85,7 @@ class LinkFit:
     stalls: np.ndarray | None = field(default=None, compare=False)
     # an FSDP profile's per-kind links fitted with one overhead where one link fits its kinds poorly (``kinds_fit``): ``Topology.kinds``
     kinds: tuple[tuple[str, AlphaBeta], ...] = ()
+    apart: bool = False  # a JAX job's all-gathers set apart, on a link of their own (``gathers_apart``)
 
     def describe(self) -> str:
         r2 = "" if self.r2 is None else f", R^2 {self.r2:.2f}"
@@ -179,7 +180,7 @@ def gathers_apart(g: Graph) -> LinkFit | None:
     stalls = np.zeros(len(nbytes))
     if fit.stalls is not None:
         stalls[spans] = fit.stalls
-    return replace(fit, stalls=stalls if stalls.any() else None)
+    return replace(fit, stalls=stalls if stalls.any() else None, apart=True)
 
 
 def transfer_spanned(g: Graph, comm: np.ndarray) -> np.ndarray:
@@ -199,7 +200,7 @@ def transfer_spanned(g: Graph, comm: np.ndarray) -> np.ndarray:
     return np.ones(len(comm), dtype=bool)
 
 
-def keep_stalls(g: Graph) -> Graph:
+def keep_stalls(g: Graph, fit: LinkFit | None = None) -> Graph:
     """``g`` as measured with each stalled collective's time beyond the link fitted to them (``LinkFit.stalls``) moved to
     the gap before its transfer starts (its join's; each rank's ready point where it has none), where no link change or
     re-pricing touches it: the stall stays in its own step. Spread over every collective as latency, wide_deep's one
@@ -207,11 +208,12 @@ def keep_stalls(g: Graph) -> Graph:
     the model's mean step matched (+0.1 %), its median was +26 %, and a 200 Mbit/s what-if's median +43 %. Put after the
     transfer (its consumers' gaps) a stall no longer overlapped what the rank ran meanwhile (tests/data/tf/widedeep: the
     mean step +5 %). A graph already priced (``meta.topology``) is returned as is. ``retime_collectives`` keeps a Horovod
-    graph's stalls on the transfers instead, where a slower wire can hide them (``passes.comm._horovod_stalls``)."""
+    graph's stalls on the transfers instead, where a slower wire can hide them (``passes.comm._horovod_stalls``). ``fit``:
+    ``link_fit(g)`` where the caller has it."""
     if g.meta.topology is not None or is_ps_graph(g):
         return g
     try:
-        stall = fitted_stalls(g)
+        stall = fitted_stalls(g, fit)
     except DagprofError:
         return g
     if not stall.any():
@@ -223,10 +225,11 @@ def keep_stalls(g: Graph) -> Graph:
     return g.replace(gap=gap)
 
 
-def fitted_stalls(g: Graph) -> np.ndarray:
-    """Per node, us: each collective's time beyond the link fitted to ``g``'s (``LinkFit.stalls``), 0 elsewhere: the one
-    pairing of the fit's stalls with the collectives it was fitted to (``profiled_comm`` as ``link_fit`` chose them)."""
-    fit = link_fit(g)
+def fitted_stalls(g: Graph, fit: LinkFit | None = None) -> np.ndarray:
+    """Per node, us: each collective's time beyond the link fitted to ``g``'s (``LinkFit.stalls``; ``fit``: ``link_fit(g)``
+    where the caller has it), 0 elsewhere: the one pairing of the fit's stalls with the collectives it was fitted to
+    (``profiled_comm`` as ``link_fit`` chose them)."""
+    fit = fit or link_fit(g)
     out = np.zeros(len(g))
     if fit.stalls is not None:
         out[profiled_comm(g, overlapping=g.meta.comm_lanes > 1)] = fit.stalls
@@ -243,20 +246,21 @@ def pipelined(g: Graph) -> bool:
     return g.meta.horovod is not None
 
 
-def fit_topology(g: Graph) -> Topology:
+def fit_topology(g: Graph, fit: LinkFit | None = None) -> Topology:
     """A flat topology (one rank per host) whose link reproduces the profiled collectives' transfer times.
 
     The fitted latency becomes a per-collective overhead, not a per-message wire latency: at
     the profiled size they cost the same, but a profile's latency is mostly software (thread
     hand-off, queueing) that does not grow with the ring's 2(N-1) steps; scaled to thousands of
-    ranks as wire latency it would dominate everything. Give network latency with ``set_link``.
+    ranks as wire latency it would dominate everything. Give network latency with ``set_link``. ``fit``: ``link_fit(g)``
+    where the caller has it.
     """
     n = priced_world_size(g)
-    fit = link_fit(g)
+    fit = fit or link_fit(g)
     link = fit.link
     wire = AlphaBeta(0.0, link.beta_us_per_byte, link.gamma_us_per_byte)
     overhead = 2 * (max(n, 2) - 1) * link.alpha_us
-    kinds = fit.kinds or (profiled_kinds(g, overhead) if fit.weak is None else ())
+    kinds = fit.kinds or (profiled_kinds(g, overhead, fit) if fit.weak is None else ())
     t = Topology(max(n, 1), 1, wire, wire, overhead, kinds, half_duplex=g.meta.half_duplex)
     if g.meta.wire_bytes_per_s is None:
         return t
@@ -321,20 +325,21 @@ def unhidden_note(g: Graph) -> list[str]:
             "keep at every rate was measured on jobs all of one or the other, so none is kept here (as for fp32's)"]
 
 
-def profiled_kinds(g: Graph, overhead_us: float) -> tuple[tuple[str, AlphaBeta], ...]:
+def profiled_kinds(g: Graph, overhead_us: float, fit: LinkFit) -> tuple[tuple[str, AlphaBeta], ...]:
     """Per collective kind of an FSDP profile with more than one, the link on which its collectives cost, beside the
     fit's fixed ``overhead_us``, what they took in all less the stalls the fit set apart (``Topology.kinds``). One fit to every kind prices gloo's
     all-gather as half an all-reduce of the gathered bytes and its reduce-scatter as a whole one; on the 2-rank
     testbed (1 Gbit/s) that put each all-gather 2-8 % above its measured time and each reduce-scatter 1-4 % below,
     and a link ratio multiplied both (the vendored pair ``tests/data/fsdp/testbed-alternating-*``: 200 Mbit/s +1.0 % ->
     -0.1 %). Only where the one fit tells bandwidth from latency (``LinkFit.weak``): else a kind's share of the
-    durations beyond the overhead is noise (the 2-step ``fsdp/reshard`` recording: +2.0 % off its own replay)."""
-    sample = _kind_sample(g)
+    durations beyond the overhead is noise (the 2-step ``fsdp/reshard`` recording: +2.0 % off its own replay). ``fit``:
+    ``link_fit(g)``, whose stalls and all-gathers set apart (``LinkFit.apart``) it takes."""
+    sample = _kind_sample(g, fit.apart)
     if sample is None:
         return ()
     comm, kinds, _, wire, dur = sample
     out = []
-    dur = dur - fitted_stalls(g)[comm]  # each stall stays in its own step as measured (``keep_stalls``), not priced
+    dur = dur - fitted_stalls(g, fit)[comm]  # each stall stays in its own step as measured (``keep_stalls``), not priced
     # again in its kind's link: a 2-rank ResNet's (``bench/fsdp_fresh/workers_rounds.py``, 100 Mbit/s) 13.8 ms a step of them
     # counted twice put the model of its profiled run +4.9 % over its replay, and --workers 4 priced them again 1.5 times
     for kind in np.unique(kinds).tolist():
@@ -351,11 +356,12 @@ def jax_on_gloo(g: Graph) -> bool:
     return not is_fsdp_graph(g) and g.meta.framework == "jax" and (g.meta.backend or "gloo") == "gloo"
 
 
-def _kind_sample(g: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+def _kind_sample(g: Graph, apart: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """(nodes, kinds, all-reduce-equivalent bytes, ring wire bytes, us) of an FSDP profile's, or a JAX one's with its
-    all-gathers apart (``gathers_apart``), priced collectives with a measured duration and size, where they are of more than one kind; else None. A JAX job's
-    bytes are those it is priced at on one medium (``medium_equivalent_bytes``), an FSDP job's as before."""
-    if not is_fsdp_graph(g) and gathers_apart(g) is None:
+    all-gathers apart (``apart``: ``LinkFit.apart``), priced collectives with a measured duration and size, where they are
+    of more than one kind; else None. A JAX job's bytes are those it is priced at on one medium (``medium_equivalent_bytes``),
+    an FSDP job's as before."""
+    if not is_fsdp_graph(g) and not apart:
         return None
     mask = priced_comm(g)
     comm = np.array([c.comm for c in find_collectives(g) if mask[c.comm] and g.dur[c.comm] > 0 and g.nbytes[c.comm] > 0], np.int64)
@@ -384,7 +390,7 @@ def kinds_fit(g: Graph) -> tuple[float, AlphaBeta, tuple[tuple[str, AlphaBeta], 
     1 % of their durations, put it all in latency (46.5 ms a collective) and priced the root's 1-2 MB collectives,
     measured 1-4 ms, at 47 ms: the model of the profiled run +14.8 % off its replay (``--raw``). Fitted per kind with one
     overhead: R^2 0.98, +1.6 %."""
-    sample = _kind_sample(g)
+    sample = _kind_sample(g, apart=False)  # ``link_fit`` asks only where ``gathers_apart`` set none apart
     if sample is None:
         return None
     _, kinds, equiv, wire, dur = sample
