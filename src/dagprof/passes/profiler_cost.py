@@ -315,12 +315,13 @@ def cpu_factor(g: Graph, cost: ProfilerCost) -> float | None:
 
 def removed_share(model: Graph, factor: float, iteration_us: Callable[[Graph], float], cost: ProfilerCost) -> float:
     """The share of ``model``'s iteration that the correction's ``factor`` removed: ``cost.share`` where the correction
-    found its factor on the step (it drops by that share, within its tolerance), else the model's own drop at the
-    factor ``least_factor`` held it to. The reference a corrected model is checked against is the measured step less
+    found its factor on the step (it drops by that share, within its tolerance, or it took the least factor a load
+    allows), else the model's own drop at the factor the profiler's CPU held it to (``least_factor``). The reference a corrected model is checked against is the measured step less
     this share: the job less what the model was corrected for."""
     if not cost.usable or factor >= 1.0:
         return 0.0
-    if factor > least_factor(model, cost) + 1e-9:
+    by_cpu = cpu_factor(model, cost)
+    if by_cpu is None or factor > by_cpu + 1e-9:
         return cost.share
     return 1.0 - iteration_us(scale_host_work(model, factor)) / iteration_us(model)
 
