@@ -249,7 +249,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
         g, res = disturb(cell(stepwise), at)
         out[(ranks, rate, cap)] = point / 1e3
         intervals[(ranks, rate, cap)] = predict_interval(g, res, point, swept_residuals if rate == swept else residuals, run=level)
-    return out, intervals, as_built_ms if raw else describe_removal(cost, removed)
+    return out, intervals, as_built_ms if raw else describe_removal(built, cost, removed)
 
 
 def calibrated(spec: str, ap: argparse.ArgumentParser) -> tuple[tuple[int, str], str]:

@@ -68,7 +68,7 @@ def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = N
     else:
         refuse_own_ddp_setup(g, "the search")
         res = search_run(prof.run, g, opts, os.path.join(out_dir, CODEC_COSTS_FILE))
-    res.notes.append("op times as profiled (--raw)" if raw else describe_removal(cost, share))
+    res.notes.append("op times as profiled (--raw)" if raw else describe_removal(prof.graph, cost, share))
     measured, statistic = measured_step_us(prof.graph, res.step_statistic)
     check_baseline(res, measured, share, statistic)
     level = run_level(prof.graph, cost, not raw and cost.usable, res.baseline.iter_us, measured and measured * (1.0 - share))

@@ -97,7 +97,7 @@ from ..graph.meta import LoopSteps
 from ..graph.provenance import provenance
 from ..passes.profiler_cost import (
     ProfilerCost,
-    cpu_factor,
+    bound_factor,
     job_sched,
     job_steps,
     median_stderr,
@@ -206,9 +206,9 @@ def cost_factors(g: Graph, cost: ProfilerCost, factor: float, iteration_us: Call
     more = remove_profiler_cost(g, replace(cost, unprofiled_us=cost.unprofiled_us - half), iteration_us, model, bounded=False)[1]
     less_cost = replace(cost, unprofiled_us=cost.unprofiled_us + half)
     less = remove_profiler_cost(g, less_cost, iteration_us, model, bounded=False)[1] if less_cost.share > 0 else 1.0
-    by_cpu = cpu_factor(g, cost)
-    if by_cpu is not None:  # the CPU bounds the point: the range reaches from it to the step's reading at the cost's ends
-        more, less = min(more, by_cpu), max(less, by_cpu)
+    bound = bound_factor(g, cost)
+    if bound is not None:  # the point is bounded: the range reaches from its factor to the step's reading at the cost's ends
+        more, less = min(more, bound), max(less, bound)
     return more / factor, less / factor
 
 
