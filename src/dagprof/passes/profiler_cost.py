@@ -13,7 +13,8 @@ lengthens the compute ops and the framework gaps between them, not the wire time
 so those are what the correction shortens, by one factor found by replay, so that the model's
 iteration drops by the measured share, but where the profiler's CPU explains the cost, by no more host work than the
 cost can be made of (``bound_factor``: that CPU, or each rank's host ops lengthened by the step's whole excess): on a
-wire-bound step the rest lies in waits, and the model then drops by less (``removed_share``), which its checks hold it to. Nothing is corrected when the measurement is missing (a
+wire-bound step the rest lies in waits, and the model then drops by less (``removed_share``), which its checks hold it to.
+Nothing is corrected when the measurement is missing (a
 stock torch.profiler trace has no unprofiled steps), too noisy to tell the cost from zero, or
 says the profiled steps were faster, or when the unprofiled steps before and after the window differ (beyond their
 noise) by more than the profiled steps exceed the slower side: the job's own speed changed, a neighbour's load came
