@@ -54,7 +54,9 @@ def test_measured_on_a_real_run(opened, run_with_margins, capsys, tmp_path):
     assert "\n" not in text and text.startswith(("op times corrected", "op times brought") if cost.usable else "op times not corrected")
     assert main(["whatif", run_with_margins, "--bandwidth", "1Gbit", "--no-trace", "--allow-model-error", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["profiler_cost"]["text"] == text and out["profiler_cost"]["corrected"] == cost.usable
+    said = out["profiler_cost"]["text"]  # where the profiler's CPU held the correction, how far the model moved is said after
+    assert said.startswith(text) and (said == text or said.endswith("the rest of the cost lies in waits, not host work"))
+    assert out["profiler_cost"]["corrected"] == cost.usable
     # steps 2-3 ran before the window and 8-13 after: the interval carries the job's drift across it, the cost's error,
     # and at least the unprofiled steps' own spread; where that reaches below the compute alone (as the live run's spread
     # decides), its low end is cut there and says so
@@ -73,7 +75,7 @@ def test_measured_on_a_real_run(opened, run_with_margins, capsys, tmp_path):
     assert main(["whatif", run_with_margins, "--bandwidth", "1Gbit", "--no-trace", "--allow-model-error", "--raw"]) == 0
     assert "op times as profiled (--raw)" in capsys.readouterr().out
     assert main(["optimize", run_with_margins, "--budget", "1", "-o", str(tmp_path / "opt"), "--json"]) == 0
-    assert text in json.loads(capsys.readouterr().out)["notes"]
+    assert any(note.startswith(text) for note in json.loads(capsys.readouterr().out)["notes"])
 
 
 def _with_cost(g, share: float, jitter: float = 0.01):

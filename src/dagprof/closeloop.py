@@ -22,7 +22,7 @@ from .costmodel import parse_bandwidth
 from .errors import DagprofError
 from .passes.buckets import refuse_own_ddp_setup
 from .passes.comm import current_topology, set_topology
-from .passes.profiler_cost import measure_profiler_cost, measure_steady_compute, remove_profiler_cost, scale_host_work
+from .passes.profiler_cost import describe_removal, measure_profiler_cost, measure_steady_compute, remove_profiler_cost, removed_share, scale_host_work
 from .pipeline import Profiled, open_run
 from .search.fsdp_optimize import FsdpSearchResult, plan_change, predict_fsdp, search_fsdp
 from .search.optimize import WORTH_APPLYING_PCT, Options, SearchResult, predict_run, search_run
@@ -58,9 +58,11 @@ def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = N
                            f"{prof.graph.meta.framework} run: "
                            f"{remedy_for(prof.graph)}", run)
     g, cost = prof.graph, measure_profiler_cost(prof.graph)
-    steady = None
+    share, steady = 0.0, None
     if not raw:
-        g, _ = remove_profiler_cost(g, cost, job_iteration_us, model=set_topology(g, current_topology(g)))
+        model = set_topology(g, current_topology(g))
+        g, factor = remove_profiler_cost(g, cost, job_iteration_us, model=model)
+        share = removed_share(model, factor, job_iteration_us, cost)
         if not cost.usable and g.meta.fsdp is None:  # the wall steps showed no level: the compute's own may still fall
             # (judged on DDP's held-out jobs only: docs/evidence.md, branch psgd)
             steady = measure_steady_compute(prof.graph)
@@ -72,9 +74,8 @@ def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = N
     else:
         refuse_own_ddp_setup(g, "the search")
         res = search_run(prof.run, g, opts, os.path.join(out_dir, CODEC_COSTS_FILE))
-    res.notes.append("op times as profiled (--raw)" if raw else cost.describe())
+    res.notes.append("op times as profiled (--raw)" if raw else describe_removal(prof.graph, cost, share))
     res.notes += [steady.describe()] if steady is not None and steady.verdict is None else []
-    share = 0.0 if raw else cost.share
     measured, statistic = measured_step_us(prof.graph, res.step_statistic)
     check_baseline(res, measured, share, statistic)
     level = run_level(prof.graph, cost, not raw and cost.usable, res.baseline.iter_us, measured and measured * (1.0 - share))

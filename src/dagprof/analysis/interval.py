@@ -97,7 +97,7 @@ from ..graph.meta import LoopSteps
 from ..graph.provenance import provenance
 from ..passes.profiler_cost import (
     ProfilerCost,
-    host_work_us,
+    bound_factor,
     job_sched,
     job_steps,
     median_stderr,
@@ -194,21 +194,21 @@ def cost_factors(g: Graph, cost: ProfilerCost, factor: float, iteration_us: Call
     each found as the correction's ``factor`` was (``remove_profiler_cost`` on ``g`` under ``model``), over ``factor``:
     (more removed, less removed; at most none). (1, 1) where nothing was corrected.
 
-    Where the ranks' CPU explains the cost (``split_by_cpu``: not ``loaded``), that CPU is the other reading of the same
-    cost: the host work it added is at most what the factor removes, ``cpu_us`` of ``host_work_us``. The factor is
-    found on the step, and where the step is mostly wire the host work hides under it, so that a small cost takes a
-    large factor: on a 1 Gbit/s testbed profile the profiler added 15 ms of CPU a step (both ranks) and the factor
-    removed 64 of their 131 ms of host work. The range reaches to the factor that removes the CPU alone."""
+    Where the ranks' CPU explains the cost (``split_by_cpu``: not ``loaded``), the correction removes that CPU alone
+    (``passes.profiler_cost.least_factor``), and the step is the other reading of the same cost: found on the step, a
+    factor takes the whole excess out of the host work, and where the step is mostly wire the host work hides under
+    it, so that a small cost takes a large factor (on a 1 Gbit/s testbed profile the profiler added 15 ms of CPU a step,
+    both ranks, and the step's factor removed 64 of their 131 ms of host work). The range reaches from the CPU's
+    factor to the step's at the cost's ends (``remove_profiler_cost`` unbounded)."""
     if not cost.usable or not cost.stderr_us or factor <= 0:
         return 1.0, 1.0
     half = statistics.NormalDist().inv_cdf(0.5 + level / 2) * cost.stderr_us
-    more = remove_profiler_cost(g, replace(cost, unprofiled_us=cost.unprofiled_us - half), iteration_us, model)[1]
+    more = remove_profiler_cost(g, replace(cost, unprofiled_us=cost.unprofiled_us - half), iteration_us, model, bounded=False)[1]
     less_cost = replace(cost, unprofiled_us=cost.unprofiled_us + half)
-    less = remove_profiler_cost(g, less_cost, iteration_us, model)[1] if less_cost.share > 0 else 1.0
-    host = host_work_us(g)
-    if cost.loaded is None and cost.cpu_us is not None and host > 0:
-        by_cpu = min(max(1.0 - cost.cpu_us / host, 0.05), 1.0)  # remove_profiler_cost's least factor
-        more, less = min(more, by_cpu), max(less, by_cpu)
+    less = remove_profiler_cost(g, less_cost, iteration_us, model, bounded=False)[1] if less_cost.share > 0 else 1.0
+    bound = bound_factor(g, cost)
+    if bound is not None:  # the point is bounded: the range reaches from its factor to the step's reading at the cost's ends
+        more, less = min(more, bound), max(less, bound)
     return more / factor, less / factor
 
 

@@ -34,7 +34,7 @@ from ..passes.fsdp_mesh import merged_rings_note, uncalibrated_step_note, with_m
 from ..passes.fsdp_units import with_units
 from ..passes.horovod import crowded_hosts
 from ..passes.link_fit import LinkFit, graph_world_size, link_fit, pipelined
-from ..passes.profiler_cost import measure_profiler_cost, remove_profiler_cost, scale_host_work
+from ..passes.profiler_cost import describe_removal, measure_profiler_cost, remove_profiler_cost, removed_share, scale_host_work
 from ..passes.workers import replica_ranks, shared_port_note
 from ..passes.zero import even_share_note
 from ..progress import progress
@@ -90,8 +90,9 @@ def check_model(model_us: float, measured_us: float | None, tolerance_pct: float
     be off by far more than the effect asked about, so such a model must not predict. Compare like
     with like: a model of the raw op times (``--raw``) against the profiled steps as measured; a model
     whose op times had the profiler's cost removed (``corrected``: ``built`` with its host work shortened)
-    against the job without the profiler, that is the measured iteration less the measured ``share``
-    (``measured_us`` is then that reference). Since the correction makes the model drop by that same share,
+    against the job without the profiler, that is the measured iteration less the ``share`` the correction removed
+    (``passes.profiler_cost.removed_share``: the measured share, or less where the profiler's CPU held the correction;
+    ``measured_us`` is then that reference). Since the correction makes the model drop by that same share,
     the gate passes or refuses the same model either way: the correction moves the predictions, not the check.
     A refusal splits the miss along the chain that made the model, each part with its own figure: the
     replay of the graph as built (collectives as measured) against the measured run, the correction against
@@ -159,19 +160,19 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     unit = replica_ranks(g0)  # ranks of one data-parallel replica: "one worker" of a hybrid job is one replica
     base_topo = measured_comm(g0, scenarios, cluster)
     cost = measure_profiler_cost(g0 if steps_graph is None else steps_graph)
-    built, corrected, host = g0, None, (1.0, 1.0)
+    built, corrected, host, removed = g0, None, (1.0, 1.0), 0.0
     if not raw and cost.usable:
         g0, factor = remove_profiler_cost(g0, cost, job_iteration_us, model=on_link(g0, base_topo))
         host = cost_factors(built, cost, factor, job_iteration_us, model=on_link(built, base_topo))
-        corrected = g0
+        corrected, removed = g0, removed_share(on_link(built, base_topo), factor, job_iteration_us, cost)
         steps_graph = None if steps_graph is None else scale_host_work(steps_graph, factor)
-        measured_us = None if not measured_us else measured_us * (1.0 - cost.share)
+        measured_us = None if not measured_us else measured_us * (1.0 - removed)
     g0 = undisturb(g0, on_link(g0, base_topo), cluster)
     if steps_graph is not None:
         steps_graph = undisturb(steps_graph, on_link(steps_graph, base_topo), cluster)
     model = job_iteration_us(*disturb(on_link(g0, base_topo), cluster))
     given = base_topo is None or cluster.topology or cluster.link_model or g0.meta.topology  # else the link is fitted to the profile's collectives
-    model_error = check_model(model, measured_us, tolerance_pct, built, corrected, cost.share if corrected is not None else 0.0,
+    model_error = check_model(model, measured_us, tolerance_pct, built, corrected, removed if corrected is not None else 0.0,
                               "the collectives as measured" if base_topo is None else "the link model" if given else "the link fitted to its collectives")
     fit = None if given else link_fit(g0)
     caveat = None if fit is None or fit.weak is None else f"extrapolates a link fit too weak to split latency from bandwidth: {fit.weak}"
@@ -216,7 +217,8 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     link = None if fit is None else {
         "latency_us": fit.link.alpha_us, "bandwidth_bytes_per_s": fit.link.bandwidth_bytes_per_s if fit.link.beta_us_per_byte else None,
         "collectives": fit.collectives, "sizes": fit.sizes, "r2": fit.r2, "weak": fit.weak, "profiled_wire": wire}
-    profiler = cost.to_dict() | ({"corrected": False, "verdict": "--raw", "text": "op times as profiled (--raw)"} if raw else {})
+    profiler = cost.to_dict() | ({"corrected": False, "verdict": "--raw", "text": "op times as profiled (--raw)"} if raw else
+                                 {"removed_pct": 100 * removed, "text": describe_removal(built, cost, removed)} if corrected is not None else {})
     return {"workers": n0, "model_iter_ms": model / 1e3, "model_error_pct": model_error, "profiler_cost": profiler,
             "reference_iter_ms": None if not measured_us else measured_us / 1e3, "link": link_text(base_topo), "link_fit": link,
             "columns": COLUMNS | {"predicted_iter_ms": f"predicted iteration time of the {g0.meta.job_name}, ms: the mean over the replayed steps"},
