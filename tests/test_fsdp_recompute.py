@@ -12,7 +12,7 @@ from dagprof.search.fsdp_memory import _Job, fsdp_peak
 from dagprof.traces.dagprof_run import read_run
 
 GPT, NESTED, VGG = DATA / "fsdp" / "gpt-ckpt", DATA / "fsdp" / "accum-nested", DATA / "fsdp" / "hsdp-vgg-accum"
-GNN = DATA / "fsdp-fresh" / "gnn-ckpt-eval"
+GNN, GNN_FIRST = DATA / "fsdp-fresh" / "gnn-ckpt-eval", DATA / "fsdp-fresh" / "gnn-ckpt-first"
 
 
 def test_recomputed_forwards_do_not_start_micro_batches():
@@ -26,6 +26,15 @@ def test_recomputed_forwards_do_not_start_micro_batches():
     g = build_graph(read_run(GNN))
     assert Passes(g).most_micro_batches() == 1
     assert round(max(p.total for p in fsdp_peak(g).values()) / 2**20, 2) == 22.94
+
+
+def test_a_checkpointed_first_module_recomputes_no_micro_batch():
+    """The model's first module checkpoint-wrapped (``gnn_ckpt_eval.py --checkpoint-first``: a stem of two linear layers):
+    its recomputation at the backward's end begins with the model's first layer, as a new pass does, and read as a second
+    micro-batch a step; it runs the stem's layers only, where a pass runs on to the head."""
+    g = build_graph(read_run(GNN_FIRST))
+    assert g.layers[0].startswith("encode.") and Passes(g).most_micro_batches() == 1
+    assert not any(_Job(g, None, None, Passes(g).most_micro_batches() > 1).accumulated)
 
 
 def test_no_phantom_accumulated_gradients_in_the_peak():

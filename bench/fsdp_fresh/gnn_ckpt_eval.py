@@ -14,7 +14,9 @@ Habits it exercises, as users write them (none of the other fresh FSDP scripts h
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import time
 
 import torch
@@ -40,9 +42,9 @@ class MessagePassing(nn.Module):
 
 
 class GNN(nn.Module):
-    def __init__(self, features: int = 32, d: int = 192, depth: int = 4, classes: int = 8) -> None:
+    def __init__(self, features: int = 32, d: int = 192, depth: int = 4, classes: int = 8, stem: bool = False) -> None:
         super().__init__()
-        self.encode = nn.Linear(features, d)
+        self.encode = nn.Sequential(nn.Linear(features, d), nn.SiLU(), nn.Linear(d, d)) if stem else nn.Linear(features, d)
         self.layers = nn.ModuleList(MessagePassing(d) for _ in range(depth))
         self.head = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, classes))
 
@@ -65,11 +67,15 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=2000)
     ap.add_argument("--degree", type=int, default=8)
     ap.add_argument("--eval-every", type=int, default=3)
+    ap.add_argument("--checkpoint-first", action="store_true", help="the encoder a stem of two linear layers, checkpoint-wrapped "
+                    "too: the model's first module, whose recomputation at the backward's end begins with the model's first layer")
+    ap.add_argument("--memory", metavar="FILE", help="measure each step's peak tensor memory (bench/heap_peak.py) into FILE.<rank>")
     args = ap.parse_args()
     dist.init_process_group("gloo")
     torch.manual_seed(0)
-    model = GNN()
-    apply_activation_checkpointing(model, checkpoint_wrapper_fn=checkpoint_wrapper, check_fn=lambda m: isinstance(m, MessagePassing))
+    model = GNN(stem=args.checkpoint_first)
+    apply_activation_checkpointing(model, checkpoint_wrapper_fn=checkpoint_wrapper,
+                                   check_fn=lambda m: isinstance(m, MessagePassing) or (args.checkpoint_first and m is model.encode))
     for layer in model.layers:
         fully_shard(layer)
     fully_shard(model)
@@ -79,17 +85,21 @@ def main() -> None:
     warm = torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.1, total_iters=3)
     cos = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.steps)
     sched = torch.optim.lr_scheduler.SequentialLR(opt, [warm, cos], milestones=[3])
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from heap_peak import StepPeaks
+    peaks = StepPeaks(args.memory, model, opt)
     gen = torch.Generator().manual_seed(dist.get_rank())
     val = graph(args.nodes, args.degree, torch.Generator().manual_seed(100 + dist.get_rank()))
     times, accs = [], []
     for step in range(args.steps):
         t0 = time.perf_counter()
-        x, edges, y = graph(args.nodes, args.degree, gen)
-        loss = F.cross_entropy(model(x, edges), y)
-        loss.backward()
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
+        with peaks.step():
+            x, edges, y = graph(args.nodes, args.degree, gen)
+            loss = F.cross_entropy(model(x, edges), y)
+            loss.backward()
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
         if (step + 1) % args.eval_every == 0:
             model.eval()
             with torch.no_grad():
@@ -97,8 +107,9 @@ def main() -> None:
             model.train()
         times.append(time.perf_counter() - t0)
     if dist.get_rank() == 0:
-        print(f"gnn_ckpt_eval: {args.steps} steps, loss {loss.item():.3f}, val acc {accs[-1]:.3f}, "
+        print(f"gnn_ckpt_eval: {args.steps} steps, loss {loss.item():.3f}, val acc {accs[-1] if accs else float('nan'):.3f}, "
               f"median step {statistics.median(times[min(5, len(times) // 2):]) * 1e3:.1f} ms")
+    peaks.save(dist.get_rank())
     dist.destroy_process_group()
 
 

@@ -25,6 +25,9 @@ Spread between the point (the replayed steps' median) and a run's median (indepe
   tick at random (``analysis.operand_stall``): which arrays stall moved with the load and the rate, so two runs
   differ by it as two steps do, at ``level``, either way (below, no more than the stall the point holds, where the
   profiled wire tells it).
+- ``overlap`` (high end only, added: a bound, not a spread): FSDP -> DDP without a measured slowdown beside
+  collectives (``search.whatif``): the step with DDP's all-reduces slowing the compute beside them as much as the
+  host's cores allow (``passes.overlap.core_bound_slowdown``), which the point leaves out.
 
 The least either side may be, ``unprofiled_steps``: what is judged is the job's unprofiled steps,
 and the profile holds some of them, before and after its window (from step ``WARMUP_STEPS`` on).
@@ -303,6 +306,13 @@ class PredictionInterval:
             return self
         down = halfwidth_us if held_us is None else min(halfwidth_us, held_us)
         return self._plus((down / self.point_us) ** 2, (halfwidth_us / self.point_us) ** 2, (term,))
+
+    def above(self, extra_us: float, term: str) -> "PredictionInterval":
+        """The high end raised by ``extra_us``, a cost the point leaves out and bounds (not a spread: added, not in
+        quadrature); the point and the low end are kept."""
+        if extra_us <= 0 or self.point_us <= 0:
+            return self
+        return self._plus(0.0, 0.0, (term,), shift=extra_us / self.point_us)
 
     def at_least(self, floor_us: float) -> "PredictionInterval":
         """The low end cut at ``floor_us`` where it reaches below it (``compute_floor``), with ``compute_floor`` in ``terms``."""

@@ -316,18 +316,23 @@ def _waiter(g: Graph, node: int, rank: int) -> int:
     return v
 
 
-def _recomputed(layer: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Of ``starts`` (a forward right after a backward, in one rank's step in program order; ``layer`` per op), those that
-    are activation checkpointing's recomputation inside the backward, not a new micro-batch: a new pass begins with the
-    layer the pass before began with (the model's first), a recomputation with a checkpointed block's first layer. A
-    GPT block calling ``torch.utils.checkpoint`` in its forward (``bench/fsdp_fresh/gpt_tied_ckpt.py``) read as 5
+def _recomputed(layer: np.ndarray, starts: np.ndarray, fwd: np.ndarray) -> np.ndarray:
+    """Of ``starts`` (a forward right after a backward, in one rank's step in program order; ``layer`` per op, ``fwd``
+    whether it is a forward), those that are activation checkpointing's recomputation inside the backward, not a new
+    micro-batch: a new pass runs the model's forward whole, beginning with the layer the step's first pass began with
+    and ending with the one it ended with (the head); a recomputation runs a checkpointed block's layers only. A GPT
+    block calling ``torch.utils.checkpoint`` in its forward (``bench/fsdp_fresh/gpt_tied_ckpt.py``) read as 5
     micro-batches a step: its peak held 4.06 MiB of phantom accumulated gradients, and ``--units merge:2`` kept the merged
-    blocks' reduce-scatters apart. (Where the model's first module is itself checkpointed its recomputation still reads
-    as a pass.)"""
+    blocks' reduce-scatters apart. Where the model's first module is itself checkpointed, its recomputation begins with
+    the model's first layer too, and read as a pass until the end of the run was asked as well (``gnn_ckpt_eval.py
+    --checkpoint-first``: 2 passes a step)."""
     out = np.zeros(len(starts), dtype=bool)
     idx = np.flatnonzero(starts)
     if len(idx):
-        out[idx] = layer[idx] != layer[idx[0]]
+        back = np.flatnonzero(~fwd)
+        nxt = np.searchsorted(back, idx)  # each run's first backward after it (none: the run goes on to the end)
+        ends = np.where(nxt < len(back), back[np.minimum(nxt, len(back) - 1)], len(fwd)) - 1
+        out[idx] = (layer[idx] != layer[idx[0]]) | (layer[ends] != layer[ends[0]])
     return out
 
 
@@ -352,7 +357,7 @@ class Passes:
         for part in np.split(comp, cuts) if len(comp) else []:
             fwd = g.kind[part] == Kind.FORWARD
             starts = fwd & np.r_[True, ~fwd[:-1]]
-            starts[_recomputed(g.layer[part], starts)] = False
+            starts[_recomputed(g.layer[part], starts, fwd)] = False
             self._of[(int(g.rank[part[0]]), int(g.step[part[0]]))] = (part, g.order[part].astype(np.float64), np.maximum(np.cumsum(starts) - 1, 0))
 
     def most_micro_batches(self) -> int:

@@ -120,9 +120,11 @@ FSDP -> DDP (``fsdp_to_ddp``): every FSDP collective, wait, copy-out and reshard
 spans of FSDP's hooks around them (``_hook_spans``: in the kept part-7 profiles FSDP's forward spent 8-14 ms per step
 outside its layers where DDP's spent 1.6-4.5 ms; what stays of it is 1.7-7.6 ms). The root's own backward, which the
 FSDP profile holds in the wait on the all-gather the root prefetched, stays (``_root_beside_prefetch``). The gradients
-are bucketed by DDP's rule (``bucket_cap_mb``, 25 MiB by default) in reverse registration order (the layers'
-reversed), each bucket all-reduced once its last layer's backward ran, overlapping the rest of the
-backward, and DDP's finalize waits for them all (each rank with its median lag on the reduce-scatters' waits: gloo's
+are bucketed by DDP's rule (``bucket_cap_mb``, 25 MiB by default after a first bucket of 1 MiB) in reverse registration
+order (the layers' reversed), those of layers that ran no backward left out (frozen: FSDP1 reduce-scatters a flat
+parameter whole, frozen originals in it too), each bucket all-reduced once its last layer's backward ran, overlapping the
+rest of the backward (the compute it slows there, which the FSDP profile cannot show, raises the interval's high end
+unless measured: ``search.whatif``), and DDP's finalize waits for them all (each rank with its median lag on the reduce-scatters' waits: gloo's
 reduce-scatter releases the ranks together as DDP's all-reduce does, its all-gather one rank about half a transfer
 later, which at 200 Mbit/s put 20 ms per step of lag into the transformer's prediction that DDP did not have) and copies
 the buckets back into the gradients before the optimizer, which updates N times the shards. A bucket's enqueue
@@ -158,6 +160,7 @@ from .link_fit import find_collectives, graph_world_size, hybrid
 TARGETS = ("ddp", "fsdp", "fsdp:keep")  # fsdp: fully_shard's default reshard_after_forward; fsdp:keep: False on every unit
 _EPS = 1e-7  # us: an inserted node's order next to the node it precedes or follows (below the profile's 1 ns)
 DEFAULT_BUCKET_MB = 25.0
+DEFAULT_FIRST_BUCKET_MB = 1.0  # DDP's first bucket where bucket_cap_mb is left unset (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES)
 
 
 RESHARD_NOTE = ("units resharded after forward as fully_shard's default does (reshard_after_forward=None: the root kept gathered through its "
@@ -171,8 +174,11 @@ def conversion_note(target: str, measured: bool, g: Graph) -> str:
     profile converted (a DDP one's blocking collectives and clip: ``blocking_note``)."""
     if target == "ddp" and g.meta.fsdp is not None and g.meta.fsdp.api == FSDP1_API:
         return ("the optimizer step on whole tensors as FSDP1's on plain tensor shards times the ranks (FSDP1 steps no DTensor), "
-                "FSDP1's hooks dropped: a held-out FSDP1 job (bench/fsdp_fresh/fsdp1_sgo_frozen.py --wrap ddp) ran DDP 14.5 % "
-                "slower than this prediction (one quiet pair, loopback), its peak memory within 1 %")
+                "FSDP1's hooks dropped, DDP's buckets as DDP forms them: on 10 held-out pairs (bench/fsdp_fresh/fsdp1_sgo_frozen.py, then "
+                "--wrap ddp; loopback, load 1.1-2.3) this prediction was -40 to +44 % off the DDP job's median unprofiled step, median "
+                "miss 17 %, 6 of 10 inside its interval: the two jobs of a pair ran their layers 0.75-1.66x apart as the machine's "
+                "load moved; the compute DDP's all-reduces slowed beside them, at most 1.37 ms a step there, within the interval's high "
+                "end; its peak memory within 1 %")
     if target == "ddp":
         if measured:
             return ("the optimizer step on whole tensors over FSDP2's on DTensor shards as dagprof calibrate --fsdp measured them here; "
@@ -401,7 +407,7 @@ def to_data_parallel(g: Graph, target: str, bucket_mb: float | None = None, cost
             raise DagprofError(f"--data-parallel ddp: this FSDP job computes in {mixed.param_dtype} (MixedPrecisionPolicy) over "
                                f"{mixed.orig_dtype} parameters; DDP's compute in {mixed.orig_dtype} is not modelled (profile it without param_dtype)")
         if target == "ddp":
-            return fsdp_to_ddp(g, DEFAULT_BUCKET_MB if bucket_mb is None else bucket_mb, costs)
+            return fsdp_to_ddp(g, bucket_mb, costs)
         return set_reshard(g, wrapper_reshard([u.name for u in g.meta.fsdp.units], target, reshard))
     if not ((g.kind == Kind.COMM) & (g.bucket >= 0)).any() or g.meta.framework or g.meta.horovod is not None:
         raise DagprofError("--data-parallel needs a dagprof profile of a PyTorch DDP or FSDP2 job (DDP's gradient buckets or FSDP's units); "
@@ -875,8 +881,10 @@ def _lag_per_rank(g: Graph, waits: np.ndarray) -> dict[int, float]:
     return {int(r): float(np.median(g.gap[waits[g.rank[waits] == r]])) for r in np.unique(g.rank[waits]).tolist()}
 
 
-def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB, costs: FsdpCosts | None = None) -> Graph:
-    """The FSDP2 profile ``g`` as a DDP job with ``bucket_mb`` buckets. Its optimizer steps every parameter on every rank:
+def fsdp_to_ddp(g: Graph, bucket_mb: float | None = None, costs: FsdpCosts | None = None) -> Graph:
+    """The FSDP2 profile ``g`` as a DDP job with ``bucket_mb`` buckets (None: DDP's defaults, a first bucket of 1 MiB then
+    25 MiB ones: the first all-reduce starts once the last layers' gradients are ready, beside the rest of the backward;
+    a cap given, DDP uses it for the first bucket too). Its optimizer steps every parameter on every rank:
     with ``costs`` (``dagprof calibrate --fsdp``) the profiled DTensor step on the shards over the measured ratio of the
     two (``FsdpCosts.step_ratio``: DTensor's fixed cost per tensor is no DDP cost), else over ``DTENSOR_STEP``'s ratio for
     the profile's torch version (``optimizer_ratio``), else the profiled step times the ranks.
@@ -928,12 +936,12 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB, costs: FsdpCosts
     # every parameter on every rank, as plain tensors; FSDP1 stepped plain tensors (its flat parameters' shards, or views of
     # them) already: its step times the ranks (DTensor's ratio made fsdp1_sgo_frozen.py's DDP step 0.96 ms where it ran 3.98)
     dur[upd] /= (1.0 / n) if fs.api == FSDP1_API else (optimizer_ratio(g, costs, tensors, nbytes, n) or 1.0 / n)
-    buckets = _ddp_buckets(g, fs.layer_grad_bytes, bucket_mb * MB)
+    cap = DEFAULT_BUCKET_MB if bucket_mb is None else bucket_mb
+    buckets = _ddp_buckets(g, _trained_grad_bytes(g, fs.layer_grad_bytes), cap * MB, (DEFAULT_FIRST_BUCKET_MB if bucket_mb is None else cap) * MB)
     params = sum(nb for _, nb in buckets)
     b, remap = GraphBuilder.from_graph(g.replace(dur=dur), ~drop)
     _root_beside_prefetch(b, g, [(fcs[c.comm], c) for c in found])
     ranks = sorted(int(r) for r in np.unique(g.rank[g.rank >= 0]))
-    layer_id = {name: k for k, name in enumerate(g.layers)}
     for step in g.meta.steps:
         lanes = {r: _main_lane(g, step, r) for r in ranks}
         finals = {}
@@ -951,7 +959,7 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB, costs: FsdpCosts
             ready = -np.inf
             # a bucket's gradients are ready at the last backward of a layer in it, or of one under a module owning some
             # (a LoRA layer's adapters: the backward of its ``base``); the root model's own parameters at backward's end
-            ids = {k for x in layers for name, k in layer_id.items() if name == x or name.startswith(x + ".")} or set(layer_id.values())
+            ids = set().union(*(_layers_under(g, x) for x in layers)) or set(range(len(g.layers)))
             for r in ranks:
                 bw = [int(v) for v in lanes[r] if g.kind[v] == Kind.BACKWARD and int(g.layer[v]) in ids]
                 if not bw:
@@ -971,7 +979,7 @@ def fsdp_to_ddp(g: Graph, bucket_mb: float = DEFAULT_BUCKET_MB, costs: FsdpCosts
                 b.add_edge(comm, finals[r])
     chain_lanes(b)
     out = b.build()
-    out = out.replace(meta=out.meta.replace(fsdp=None, bucket_cap_mb=bucket_mb))
+    out = out.replace(meta=out.meta.replace(fsdp=None, bucket_cap_mb=cap))
     return retime_collectives(out, current_topology(g), current_scheme(g), lags_on=current_topology(g))
 
 
@@ -1015,9 +1023,26 @@ def _root_beside_prefetch(b: GraphBuilder, g: Graph, colls: list) -> None:
                            dur=max(0.0, float(g.gap[v]) - lag[r]), order=float(g.order[v]), step=int(g.step[v]))
 
 
-def _ddp_buckets(g: Graph, grad: dict[str, int], cap: float) -> list[tuple[list[str], int]]:
+def _layers_under(g: Graph, owner: str) -> set[int]:
+    """Ids of ``g``'s layers at or under the module path ``owner`` (a LoRA layer's adapters: its ``base`` too)."""
+    return {k for k, name in enumerate(g.layers) if name == owner or name.startswith(owner + ".")}
+
+
+def _trained_grad_bytes(g: Graph, grad: dict[str, int]) -> dict[str, int]:
+    """``grad`` (an FSDP profile's gradient bytes per owning module) less the owners whose layers ran no backward in any
+    step: their parameters took no gradient, so DDP buckets none of them (it leaves out what needs no gradient). FSDP1
+    with ``use_orig_params`` reduce-scatters a flat parameter whole, frozen originals in it too, and the profile counts
+    them so: fsdp1_sgo_frozen.py's frozen 2 MiB embedding made one 5.05 MiB bucket where its DDP job all-reduced 3.05.
+    Owners of no layer (the root model's own parameters) stay."""
+    ran = {int(k) for k in np.unique(g.layer[(g.kind == Kind.BACKWARD) & (g.layer >= 0)])}
+    return {x: nb for x, nb in grad.items() if not (ids := _layers_under(g, x)) or ids & ran}
+
+
+def _ddp_buckets(g: Graph, grad: dict[str, int], cap: float, first: float) -> list[tuple[list[str], int]]:
     """DDP's buckets at module granularity: the modules owning gradients in reverse registration order
-    (``param_owners``), a bucket closing at the first module that brings it to ``cap``."""
+    (``param_owners``), a bucket closing at the first module that brings it to ``cap`` (the first bucket: to ``first``,
+    as ``Reducer``'s size limits are; fsdp1_sgo_frozen.py's DDP job ran a 1.01 MiB bucket and a 2.04 MiB one, which one
+    25 MiB bucket after the whole backward priced none of beside its backward)."""
     out, cur, acc = [], [], 0
     for layer in reversed(param_owners(g.layers, grad) if g.layers else []):  # no layer timed (a compiled model): none placed
         nb = int(grad.get(layer, 0))
@@ -1025,7 +1050,7 @@ def _ddp_buckets(g: Graph, grad: dict[str, int], cap: float) -> list[tuple[list[
             continue
         cur.append(layer)
         acc += nb
-        if acc >= cap:
+        if acc >= (first if not out else cap):
             out.append((cur, acc))
             cur, acc = [], 0
     if cur:

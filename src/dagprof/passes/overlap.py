@@ -23,6 +23,18 @@ from ..traces.events import Kind
 SLOWED = (Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE, Kind.OTHER, Kind.KERNEL)
 
 
+def core_bound_slowdown(g: Graph) -> float:
+    """The most compute can slow beside a rank's own in-flight collective from sharing its host's cores, in the model's
+    units (``s``: wholly overlapped, (1 + s) times as long), for a profile that measured none (an FSDP job's collectives
+    block its ranks: none of its compute ran beside one). Each rank then runs two busy threads, its compute and gloo's;
+    R ranks on C cores give each thread C / 2R of a core where R ranks alone had C / max(R, C) of one (the profile's
+    own sharing): s = 2R / max(R, C) - 1, 0 where the threads fit the cores; the most over the profile's hosts (2 ranks
+    on 2 cores: 1, half speed). Where the profile does not record its hosts' cores, the most that gives: 1."""
+    if not g.meta.host_cpus:
+        return 1.0
+    return max(max(0.0, 2.0 * r / max(r, c, 1) - 1.0) for r, c in g.meta.host_cpus.values())
+
+
 def slowed_nodes(g: Graph) -> np.ndarray:
     return np.flatnonzero((g.rank >= 0) & np.isin(g.kind, [int(k) for k in SLOWED]))
 

@@ -34,6 +34,7 @@ from ..passes.fsdp_mesh import merged_rings_note, uncalibrated_step_note, with_m
 from ..passes.fsdp_units import with_units
 from ..passes.horovod import crowded_hosts
 from ..passes.link_fit import LinkFit, graph_world_size, link_fit, pipelined
+from ..passes.overlap import core_bound_slowdown
 from ..passes.profiler_cost import describe_removal, measure_profiler_cost, remove_profiler_cost, removed_share, scale_host_work
 from ..passes.workers import replica_ranks, shared_port_note
 from ..passes.zero import even_share_note
@@ -181,7 +182,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     residuals = link_residuals(stepwise, on_link(stepwise, base_topo))
     level = run_level(stepwise, cost, corrected is not None, model, measured_us, host)
     one_worker: dict[str, float] = {}
-    rows, relinked, held, predicted, outweighed = [], False, held_us(g0), [], 0
+    rows, relinked, held, predicted, outweighed, bounds = [], False, held_us(g0), [], 0, []
     # a compiled FSDP model's modules are left unhooked (collect.hooks.collector.compiled), a job ended in the window had no shard
     # sizes (before 2026-12-05): their times, not their memory
     unsized = missing_sizes(g0.meta.fsdp) if is_fsdp_graph(g0) else None
@@ -204,6 +205,9 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
         # around a mean 9 % above the median its round measured against
         interval = predict_interval(gs, rs, typical_iteration_us(gs, rs), residuals, run=level, stall_bound_us=stall_bound_us(g0) if relinks else 0.0,
                                     stall_held_us=held, wake_up=_wake_up_spread(g0, g, s, cluster))
+        unpriced = _overlap_bound_us(g0, s, cluster, gs, rs)
+        interval = interval.above(unpriced, "overlap")
+        bounds += [unpriced] * (unpriced > 0)
         seconds = time.perf_counter() - t1
         stall = stall_outweighs(g0, it - model) if relinks else None
         outweighed += bool(stall)
@@ -224,7 +228,7 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
             "columns": COLUMNS | {"predicted_iter_ms": f"predicted iteration time of the {g0.meta.job_name}, ms: the mean over the replayed steps"},
             "scenarios": rows,
             "overlap_slowdown": cluster.slowdown, "overlap_rate_bytes_per_s": cluster.comm_rate,
-            "notes": _hybrid_notes(g0) + _stall_notes(fit, pipelined(g0)) + _conversion_notes(g0, scenarios, cluster)
+            "notes": _hybrid_notes(g0) + _stall_notes(fit, pipelined(g0)) + _conversion_notes(g0, scenarios, cluster) + _overlap_bound_notes(g0, bounds)
                      + _crowded_notes(g0, scenarios) + _unsized_own_notes(g0, scenarios) + _in_ops_notes(g0, scenarios)
                      + _hook_notes(g0, scenarios)
                      + _shared_cores_notes(g0, cluster) + _overlap_notes(cluster) + _own_cores_notes(g0, predicted, cluster)
@@ -241,6 +245,29 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
             + ([f"{outweighed} of {count(len(rows), 'row')} (marked ~) change the step less than that stall moves one step at even odds: "
                 "their points are not told apart from the profiled run's, read their intervals"] if outweighed else []),
             "seconds": time.perf_counter() - t0}
+
+
+def _overlap_bound_us(g0: Graph, s: Scenario, c: Cluster, g: Graph, res: ReplayResult) -> float:
+    """FSDP -> DDP with no slowdown beside collectives measured (``Cluster.slowdown``, from ``calibrate --overlap``): how much
+    longer the median step of ``g``, the conversion (replayed as ``res``), takes with its compute beside DDP's all-reduces
+    slowed as much as the host's cores allow (``core_bound_slowdown``, each all-reduce counted whole). The FSDP profile
+    measures none of it: its collectives block its ranks, so none of its compute ran beside one. 0 for other rows."""
+    if s.data_parallel != "ddp" or not is_fsdp_graph(g0) or c.slowdown:
+        return 0.0
+    slowed, slowed_res = disturb(g, replace(c, slowdown=core_bound_slowdown(g0), comm_rate=None))
+    return max(0.0, typical_iteration_us(slowed, slowed_res) - typical_iteration_us(g, res))
+
+
+def _overlap_bound_notes(g0: Graph, bounds: list[float]) -> list[str]:
+    """Said where ``_overlap_bound_us`` raised an interval's high end: why, and by how much."""
+    if not bounds:
+        return []
+    cores = "; ".join(f"{r} ranks on {c} cores" for r, c in g0.meta.host_cpus.values()) or "cores not recorded"
+    return [f"--data-parallel ddp from an FSDP profile: the compute DDP's all-reduces slow beside them is not in the point (the FSDP "
+            "profile ran none beside a collective: its collectives block the ranks; no slowdown measured for this cluster): the "
+            f"interval's high end holds the step with it at up to {1 + core_bound_slowdown(g0):g}x (each rank's compute and gloo "
+            f"thread sharing the cores: {cores}), {min(bounds) / 1e3:.2f}-{max(bounds) / 1e3:.2f} ms more on the median step; "
+            "dagprof calibrate --overlap -o link.json on this cluster measures it (--link-model link.json prices it)"]
 
 
 def _wake_up_spread(g0: Graph, g: Graph, s: Scenario, c: Cluster) -> tuple[float, float]:
