@@ -82,3 +82,12 @@ def test_a_worker_without_its_count_leaves_the_padded_gathers_unsized_and_said(t
     bias = [b for (_, _, name), b in padded.items() if name.endswith("cond_1/CollectiveGatherV2")]
     assert len(bias) == 16 and not any(bias)
     assert any("padded to the workers' most rows have no size" in str(w) for w in run.meta.warnings)
+
+
+def test_the_findings_name_the_sparse_gradients_all_gathers():
+    """Most of this job's exposed communication is the tables' all-gathers, which the findings called all-reduce."""
+    from dagprof.analysis.findings import findings  # noqa: PLC0415
+    from dagprof.pipeline import open_run  # noqa: PLC0415
+
+    exposed = [f for f in findings(open_run(str(RUN)).analysis) if f.title == "communication is exposed"]
+    assert len(exposed) == 1 and "is all-reduce and sparse-gradient all-gather not hidden" in exposed[0].detail
