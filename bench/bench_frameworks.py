@@ -111,6 +111,8 @@ SCRIPTS = {  # name -> (framework, environment variable naming its Python, extra
     "tf_bilstm_tagger_fit": ("tensorflow", "DAGPROF_TF_PYTHON", {"TF_USE_LEGACY_KERAS": "1"}),
     "jax_wavenet_lion": ("jax", "DAGPROF_JAX_PYTHON", {}),
     "mx_gru_forecast": ("mxnet", "DAGPROF_MXNET_PYTHON", {}),
+    "tf_recsys_ragged": ("tensorflow", "DAGPROF_TF_PYTHON", {}),
+    "tf_textcls_buckets": ("tensorflow", "DAGPROF_TF_PYTHON", {}),
 }
 # A testbed round's reference jobs (``testbed``): the profiled configuration again, just before and just after the measured job
 REFERENCES = ("before", "after")

@@ -160,6 +160,31 @@ def test_a_sparse_gradient_of_a_dynamic_row_count_is_sized_in_each_step(batch, t
     assert not any("have no size" in str(w) or "int32" in str(w) for w in run.meta.warnings)
 
 
+@pytest.mark.parametrize("name", ["tf_recsys_ragged", "tf_textcls_buckets"])
+def test_a_custom_loop_of_dynamic_shapes_sizes_every_gather_by_the_rows_the_script_looked_up(name, tmp_path):
+    """``bench/frameworks/tf_recsys_ragged.py`` (a ragged history looked up in two tables with the same ids) and
+    ``tf_textcls_buckets.py`` (bucketed lengths, ``reduce_retracing``: the step traced first with static shapes, then
+    with a dynamic length), custom loops that log the ids each worker looked up in each step: every all-gather of a
+    sparse gradient (mostly TF's branch that pads the workers' unequal row counts) carries workers x the most rows any
+    worker looked up (``tf_gather_rows``), none unsized."""
+    python = os.environ.get("DAGPROF_TF_PYTHON")
+    if not python:
+        pytest.skip("needs DAGPROF_TF_PYTHON: a Python with tensorflow-cpu (see this file)")
+    import sys  # noqa: PLC0415
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    sys.path.insert(0, str(ROOT / "bench" / "frameworks"))
+    from bench_frameworks import launch  # noqa: PLC0415
+    from tf_gather_rows import main as gather_rows  # noqa: PLC0415
+
+    out = tmp_path / "run"
+    out.mkdir()
+    codes = launch(name, python, str(out), 2, 600, script_args=("--steps", "10", "--window", "5:8"))
+    assert codes == [0, 0], (out / "log1.txt").read_text()[-3000:]
+    assert gather_rows(str(out)) == 0
+    assert not any("have no size" in str(w) for w in load(str(out)).meta.warnings)
+
+
 def test_a_zero_style_shard_map_job_sees_its_reduce_scatters_and_all_gathers_with_their_bytes(tmp_path):
     """``bench/frameworks/jax_zero_rs.py`` recorded afresh (``tests/test_jax_reduce_scatter.py`` reads the vendored
     recording): every step's 3 all-gathers carry the gathered parameters, its 3 reduce-scatters the whole gradients,

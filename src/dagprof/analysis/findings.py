@@ -7,7 +7,7 @@ import numpy as np
 
 from ..passes.buckets import sparse_buckets
 from ..passes.link_fit import SIZES_HINT
-from ..traces.events import Kind
+from ..traces.events import CommKind, CommRole, Kind
 from . import Analysis
 
 
@@ -58,8 +58,14 @@ def sizeless(g) -> bool:
 
 def comm_word(g) -> str:
     """What the job's gradient exchange is called: a parameter server pushes and pulls; ZeRO-1 all-reduces gradients and
-    broadcasts the updated parameters from their owners."""
-    return "push/pull" if g.meta.ps else "all-reduce and ZeRO parameter broadcast" if g.meta.zero else "all-reduce"
+    broadcasts the updated parameters from their owners; a sparse gradient's rows are all-gathered (TensorFlow's
+    embeddings: most of a ragged recommender's exposed communication, which was called all-reduce)."""
+    if g.meta.ps:
+        return "push/pull"
+    if g.meta.zero:
+        return "all-reduce and ZeRO parameter broadcast"
+    sparse = (g.role == CommRole.SPARSE) & (g.comm_kind == CommKind.ALL_GATHER)
+    return "all-reduce and sparse-gradient all-gather" if sparse.any() else "all-reduce"
 
 
 def _own_waits(a: Analysis, it_ms: float) -> list[Finding]:

@@ -287,6 +287,9 @@ class RankMeta(msgspec.Struct, kw_only=True):
     grad_clips: dict[int, GradClip] = {}  # dagprof runs: profiled step -> its clip_grad_norm_ calls ({}: none, or an older file)
     unprofiled_step_times_us: dict[int, float] | None = None  # None: the reader has no loop timing (not a dagprof run)
     window_tx_bytes_per_step: float | None = None  # bytes the host's interfaces sent per profiled step (TF/JAX/Horovod windows; None: not counted)
+    # TF: a sparse gradient's all-gather in the branch that pads unequal row counts (event) -> [this worker's rows, bytes a
+    # row]; it sends the most rows any worker has, which the run's reader sets (``xplane_run.size_padded_gathers``)
+    padded_rows: dict[int, list[int]] = {}
     collective_operands_per_step: float | None = None  # XLA (JAX): arrays its collectives carried a step, one gloo call each (None: unknown)
     pid: int | None = None
     cpus: int = 0  # dagprof, MXNet and TF/JAX runs: cores the rank could run on (0: not recorded)

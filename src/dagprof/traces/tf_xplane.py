@@ -47,7 +47,7 @@ from .meta import Collectives, RankMeta, RunWarning
 from .tf_xplane_names import OPTIMIZER, TF_COLLECTIVES, classify, collective_kind, layer_names, program_collectives
 from .xplane_decode import MISSING, XPlane, XSpace, decode_xspace
 from .xplane_flows import POOL, Line, schedule
-from .xplane_layout import CollectiveSizes
+from .xplane_layout import LOOKUP_ALTERNATIVES, CollectiveSizes
 
 HOST_PLANE = "/host:CPU"
 TASK_ENV_PLANE = "Task Environment"
@@ -63,6 +63,7 @@ _TRAIN_MARKER = "train"  # the step marker of Keras fit, tf_profile and jax_prof
 # The branch TF's ``all_reduce_indexed_slices`` all-gathers a sparse gradient's rows and indices in (``cond/then/``, or
 # ``cond/else/`` where the workers' row counts differ); the length all-gathered before it, outside the branch, is 4 bytes.
 _SPARSE_BRANCH = re.compile(r"(?:^|/)cond(?:_\d+)?/(?:then|else)/")
+_PAD_BRANCH = re.compile(r"(?:^|/)cond(?:_\d+)?/else/")  # the branch that pads each worker's rows to the most any has
 _BRANCH_CALL = re.compile(r"(/(?:then|else))/_\d+/")  # a lowered ``If`` branch's call node: ``cond_1/then/_18/``
 # the scopes control flow and calls add to a node's name: ``cond/then/_416/``, ``while/body/_1/``, the ``cond/``, ``while/``
 # name scopes of the ops inside, a ``tf.function`` called from another (``StatefulPartitionedCall/``):
@@ -132,6 +133,7 @@ class _Reader:
         self.tab = EventRows()
         self.collectives = Collectives()
         self.step_id_of: dict[int, int] = {}  # TF collective event -> its executor step id (the memory tracer's ``id``)
+        self.padded_rows: dict[int, tuple[int, int]] = {}  # TF: a padded all-gather -> (this worker's rows, bytes a row): ``_output_bytes``
         self.run_rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # run ids, table rows, is a run's wait: ``_run_completions``
         env = space.plane(TASK_ENV_PLANE)
         self.base_ns = int(env.stats.get("profile_start_time", 0)) if env is not None else 0
@@ -523,7 +525,8 @@ class _Reader:
         flows = np.unique(self.tab.flow_array(), axis=0)
         meta = RankMeta(format="xplane", framework=self.framework, framework_version=self.framework_version,
                         collectives=self.collectives, explicit_seq=True, warnings=[RunWarning(w) for w in self.warnings],
-                        steps_profiled=[int(s) for s in self.step_num], collective_operands_per_step=self.operands_per_step)
+                        steps_profiled=[int(s) for s in self.step_num], collective_operands_per_step=self.operands_per_step,
+                        padded_rows={int(i): list(v) for i, v in self.padded_rows.items()})
         return RankTrace(rank=int(rank), world_size=int(world), source=self.path, events=ev, lanes=self.lanes,
                          base_ns=self.base_ns, host=(self.space.hostnames or [""])[0],
                          backend="gloo" if self.framework == "jax" else "grpc-ring",
@@ -690,13 +693,16 @@ class _Reader:
                 guessed += per_row is None
             elif per_row is not None and (ids := self._looked_up(_BRANCH_CALL.sub(r"\1/", name), int(c["step"][i]), looked_up)) is not None:
                 group = self.groups[c["group"][i]] if c["group"][i] >= 0 else ""
-                c["nbytes"][i] = self.group_sizes.get(group, self.world_arg or 1) * ids * per_row
+                if _PAD_BRANCH.search(name):  # padded to the most rows any worker has: the run's reader sizes it (``padded_rows``)
+                    self.padded_rows[i] = (ids, per_row)
+                else:
+                    c["nbytes"][i] = self.group_sizes.get(group, self.world_arg or 1) * ids * per_row
         if guessed:
             self.warnings.append(f"{guessed} all-gathers of a sparse gradient's indices, which the memory tracer does not see, "
                                  "sized as one int32 per row of the rows' gather before them")
         sparse = [i for i, coll in zip(self.collectives.event, self.collectives.kind)
                   if coll == CommKind.ALL_GATHER and c["step"][i] >= 0 and _SPARSE_BRANCH.search(self.tab.names[c["name"][i]])]
-        unsized = sum(c["nbytes"][i] == 0 for i in sparse)
+        unsized = sum(c["nbytes"][i] == 0 and i not in self.padded_rows for i in sparse)
         if unsized:
             why = ("their shape is not static in the traced step (a dynamic row count: padded_batch over Input((None,)), or the "
                    "branch that pads the workers' unequal row counts)" if self.sizes.nbytes else
@@ -710,7 +716,7 @@ class _Reader:
     def _lookup_counts(self) -> dict[tuple[str, int], list[int]]:
         """The ids each lookup of ``CollectiveSizes.lookups`` took in each step: the ``total`` of the ``ParallelFor`` its kernel
         ran inside its event (TF's CPU gather shards its ids so, one unit each; none traced where it ran them inline)."""
-        wanted = {op for ops in self.sizes.lookups.values() for op in ops}
+        wanted = {op for ops in self.sizes.lookups.values() for entry in ops for op in entry.split(LOOKUP_ALTERNATIVES)}
         out: dict[tuple[str, int], list[int]] = {}
         if not wanted:
             return out
@@ -730,13 +736,15 @@ class _Reader:
         return out
 
     def _looked_up(self, name: str, step: int, counts: dict[tuple[str, int], list[int]]) -> int | None:
-        """The ids a sparse gradient's all-gather ``name`` gathers from this worker in ``step``: its lookups' (each run
-        once in the step, its count traced), else None. TF's branch of equal row counts gathers as many from each."""
-        ops = self.sizes.lookups.get(name)
-        if not ops:
+        """The ids a sparse gradient's all-gather ``name`` takes from this worker in ``step``: its lookups' (each run
+        once in the step, its count traced; of lookups over the same ids, the first so), else None. TF's branch of equal
+        row counts gathers as many from each worker; the branch that pads gathers the most any worker has."""
+        entries = self.sizes.lookups.get(name)
+        if not entries:
             return None
-        seen = [counts.get((op, step), []) for op in ops]
-        return sum(n[0] for n in seen) if all(len(n) == 1 and n[0] >= 0 for n in seen) else None
+        seen = [next((n for op in entry.split(LOOKUP_ALTERNATIVES) if len(n := counts.get((op, step), [])) == 1 and n[0] >= 0), [])
+                for entry in entries]
+        return sum(n[0] for n in seen) if all(seen) else None
 
     def _gradient_bytes(self, c: dict[str, np.ndarray]) -> None:
         """Put the run folder's dense gradient bytes on the gradient all-reduce of each step.

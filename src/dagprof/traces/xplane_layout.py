@@ -9,11 +9,12 @@ from dataclasses import dataclass, field
 
 from .run_schema import MANIFEST, rank_file
 
-__all__ = ["FORMAT", "MANIFEST", "RANK_FORMAT", "VERSION", "CollectiveSizes", "rank_file", "rank_logdir"]
+__all__ = ["FORMAT", "LOOKUP_ALTERNATIVES", "MANIFEST", "RANK_FORMAT", "VERSION", "CollectiveSizes", "rank_file", "rank_logdir"]
 
 FORMAT = "dagprof-xplane-run"
 RANK_FORMAT = "dagprof-xplane-rank"
 VERSION = 1
+LOOKUP_ALTERNATIVES = "|"  # in a ``CollectiveSizes.lookups`` entry: lookups of the same ids, any one of which counts them (no TF node name holds it)
 
 
 def rank_logdir(rank: int) -> str:
@@ -24,8 +25,10 @@ def rank_logdir(rank: int) -> str:
 class CollectiveSizes:
     """What the collective ops of the traced step send, by node name (as the reader names them; a rank's own share):
     ``nbytes`` of those of a static shape; ``row_bytes``, one row of those whose first dimension only is dynamic;
-    ``lookups``, for a sparse gradient's all-gathers in the branch that runs when every worker has as many rows, the
-    lookups whose ids it gathers (the rows a step gathers: the ids those looked up on each worker, times the workers).
+    ``lookups``, for a sparse gradient's all-gathers, the lookups whose ids it gathers (an entry may name several that
+    took the same ids, joined by ``LOOKUP_ALTERNATIVES``): in the branch that runs when every worker has as many rows,
+    a step gathers the ids those looked up on each worker times the workers; in the branch that pads unequal counts
+    (``cond/else/``), the most ids any worker looked up times the workers.
     The collector sizes them (``collect.hooks.tf_profile.collective_sizes``), the rank file keeps them under
     ``RANK_KEYS``' names, and the reader (``tf_xplane.read_xplane``) takes them back."""
 

@@ -131,6 +131,7 @@ def _from_manifest(folder: str, manifest: XplaneManifest) -> Run:
         ranks.append(trace)
     if not ranks:
         raise DagprofError(f"no rank file here ({describe(gaps, world)})", folder)
+    size_padded_gathers(ranks, warnings)
     check_same_job(ranks, folder)
     refuse_copies(ranks, folder)
     ranks = _trim_cut_steps(ranks, warnings)
@@ -170,6 +171,34 @@ def _from_logdirs(folder: str) -> Run:
     warnings += [w for t in ranks for w in t.meta.warnings]
     return Run(ranks, source=folder, meta=RunMeta(missing_ranks=missing, rank_gaps=[RankGap(r, "no profile in its log folder") for r in missing],
                                                   warnings=warnings_of(warnings)))
+
+
+def size_padded_gathers(ranks: list[RankTrace], warnings: list[str | RunWarning]) -> None:
+    """Size each all-gather of a sparse gradient in TF's branch that pads the workers' unequal row counts (in place): every
+    worker sends the most rows any worker looked up in that step (``all_gather_with_padding``), which each worker's own
+    profile alone does not tell (``RankMeta.padded_rows``: its own). Matched across workers by group, instance key and
+    step; where a worker of the group has no count for it (not profiled, or its lookup's not traced) it stays unsized,
+    counted in a warning. The counts are consumed (``padded_rows`` emptied: they index the events as read)."""
+    rows: dict[tuple[str, int, int], list[tuple[RankTrace, int, int, int]]] = {}
+    for t in ranks:
+        ev = t.events
+        for i, (own, per_row) in t.meta.padded_rows.items():
+            key = (t.groups[int(ev.group[i])] if ev.group[i] >= 0 else "", int(ev.seq[i]), int(ev.step[i]))
+            rows.setdefault(key, []).append((t, i, own, per_row))
+        t.meta.padded_rows = {}
+    unsized = 0
+    for (group, _, _), held in rows.items():
+        size = max((len(t.group_ranks.get(group, ())) for t, *_ in held), default=0) or held[0][0].world_size
+        if len(held) < size or len({per_row for *_, per_row in held}) > 1:
+            unsized += len(held)
+            continue
+        most = max(own for _, _, own, _ in held)
+        for t, i, _, per_row in held:
+            t.events.nbytes[i] = size * most * per_row
+    if unsized:
+        warnings.append(f"{unsized} all-gathers of a sparse gradient padded to the workers' most rows have no size: a worker of "
+                        "their group has no count of its rows in that step (its profile or its lookup's trace is missing), "
+                        "so they are priced as 0 B and a bandwidth or worker-count what-if leaves their bytes out")
 
 
 def _trim_cut_steps(ranks: list[RankTrace], warnings: list[str | RunWarning]) -> list[RankTrace]:

@@ -30,7 +30,7 @@ import time
 from typing import Any, Callable, ContextManager
 
 from ...traces.steps import DEFAULT_STEPS, parse_steps
-from ...traces.xplane_layout import CollectiveSizes
+from ...traces.xplane_layout import LOOKUP_ALTERNATIVES, CollectiveSizes
 from .xplane_window import LoopProfile, StepWindow, run_forked_retrying
 
 
@@ -288,14 +288,23 @@ def live_collective_sizes() -> CollectiveSizes:
 
 
 _GATHERS = ("GatherV2", "ResourceGather")  # an embedding's lookup (its ids: input 1), whose gradient is an IndexedSlices
+_PADS = ("Pad", "PadV2")  # TF's padding of a worker's rows to the most any worker has (``all_gather_with_padding``)
 _PASSING = {"Reshape": 1, "Identity": 1, "Cast": 1, "Squeeze": 1, "ExpandDims": 1, "ConcatV2": -1}  # op -> its data inputs
+
+
+def _unpadded(t: Any) -> Any:
+    """The tensor ``t`` pads (itself where it is no ``Pad``'s output)."""
+    while t.op.type in _PADS and t.op.inputs:
+        t = t.op.inputs[0]
+    return t
 
 
 def _lookups_of(indices: Any) -> list[str]:
     """The lookups (``GatherV2``/``ResourceGather`` ops) whose ids a sparse gradient's ``indices`` tensor holds: back
     through the reshapes, casts and concatenations TF's gradient makes of them (an ``Embedding`` looked up twice
-    concatenates both), to the tensors a lookup takes as its ids. Empty where a tensor on the way feeds two lookups (two
-    tables over the same ids: which rows are whose is not told) or the walk leads elsewhere."""
+    concatenates both), to the tensors a lookup takes as its ids. Ids that feed several lookups (two tables over the same
+    ids) are one entry of those lookups joined by ``LOOKUP_ALTERNATIVES``: each took as many ids, so the reader counts
+    any of them whose count was traced. Empty where the walk leads elsewhere."""
     found: list[str] = []
     todo, seen = [indices], set()
     while todo:
@@ -304,10 +313,8 @@ def _lookups_of(indices: Any) -> list[str]:
             continue
         seen.add(t.name)
         lookups = [c.name for c in t.consumers() if c.type in _GATHERS and len(c.inputs) > 1 and c.inputs[1] is t]
-        if len(lookups) > 1:
-            return []
         if lookups:
-            found += lookups
+            found.append(LOOKUP_ALTERNATIVES.join(sorted(lookups)))
             continue
         n = _PASSING.get(t.op.type)
         if n is None:
@@ -328,11 +335,15 @@ def collective_sizes(*functions: Any, skip_failing: bool = False) -> CollectiveS
     are kept too, whose ids the profile counts in each step (``_lookups_of``).
     Ops in an ``If``'s branches (TF's all-gather of a sparse gradient) are named as their lowered nodes run, less the
     call's number: ``cond_1/then/cond_1/CollectiveGatherV2`` for ``cond_1/then/_18/cond_1/CollectiveGatherV2``.
+    A step function traced again for new shapes (``reduce_retracing``: the first call's shapes static, the next trace's
+    dynamic) may hold a name in both: it is sized by its rows (``bench/frameworks/tf_textcls_buckets.py``: the first
+    call's 1440 rows once went on every step, and each worker's first call had its own).
     Left out: a name two traced graphs size differently (in one function or two). ``skip_failing``: a function whose
     traced graphs cannot be listed (TF's own, e.g. a checkpoint's save function bound to its input signature) is left out."""
     import numpy as np  # noqa: PLC0415
 
     found: dict[str, set[int]] = {}
+    dynamic: set[str] = set()  # of no static shape in some traced graph
     per_row: dict[str, set[int]] = {}
     lookups: dict[str, set[tuple[str, ...]]] = {}
 
@@ -343,23 +354,29 @@ def collective_sizes(*functions: Any, skip_failing: bool = False) -> CollectiveS
                 dims = t.shape.as_list() if t.shape.rank else None
                 if t.shape.is_fully_defined():
                     found.setdefault(prefix + op.name, set()).add(int(np.prod(dims or [], dtype=np.int64)) * t.dtype.size)
-                elif dims is not None and None not in dims[1:]:
+                    continue
+                dynamic.add(prefix + op.name)
+                if dims is None or None in dims[1:]:  # padded by a computed amount, which shape inference leaves all unknown
+                    t = _unpadded(t)
+                    dims = t.shape.as_list() if t.shape.rank else None
+                if dims is not None and None not in dims[1:]:
                     per_row.setdefault(prefix + op.name, set()).add(int(np.prod(dims[1:], dtype=np.int64)) * t.dtype.size)
             if op.type in ("If", "StatelessIf"):
                 for label, attr in _BRANCHES:
                     branch = graph._get_function(op.get_attr(attr).name)  # noqa: SLF001  (the graph's own library)
                     if branch is not None and getattr(branch, "graph", None) is not None:
-                        if label == "then":
-                            _branch_lookups(op, branch.graph, f"{prefix}{op.name}/{label}/")
+                        _branch_lookups(op, branch.graph, f"{prefix}{op.name}/{label}/")
                         walk(branch.graph, f"{prefix}{op.name}/{label}/")
 
     def _branch_lookups(op: Any, branch: Any, prefix: str) -> None:
-        """The lookups of the sparse gradient a branch all-gathers: its gathers' inputs are the branch's arguments, the
-        ``If``'s inputs after the predicate; one of them (the indices) leads back to the lookups' ids."""
+        """The lookups of the sparse gradient a branch all-gathers: its gathers' inputs are the branch's arguments (in
+        the branch that pads unequal row counts, each padded first: ``Pad``), the ``If``'s inputs after the predicate;
+        one of them (the indices) leads back to the lookups' ids."""
         args = {t.name: k for k, t in enumerate(branch.inputs)}
-        gathers = [b for b in branch.get_operations() if b.type == "CollectiveGatherV2" and b.inputs
-                   and not b.inputs[0].shape.is_fully_defined() and b.inputs[0].name in args]
-        outer = [op.inputs[args[b.inputs[0].name] + 1] for b in gathers if args[b.inputs[0].name] + 1 < len(op.inputs)]
+        gathers = [(b, k) for b in branch.get_operations() if b.type == "CollectiveGatherV2" and b.inputs
+                   and not b.inputs[0].shape.is_fully_defined() and (k := args.get(_unpadded(b.inputs[0]).name)) is not None]
+        outer = [op.inputs[k + 1] for _, k in gathers if k + 1 < len(op.inputs)]
+        gathers = [b for b, _ in gathers]
         found_lookups = {tuple(x) for t in outer if (x := _lookups_of(t))}
         if len(gathers) == len(outer) and len(found_lookups) == 1:
             for b in gathers:
@@ -374,9 +391,9 @@ def collective_sizes(*functions: Any, skip_failing: bool = False) -> CollectiveS
             continue
         for concrete in concretes:
             walk(concrete.graph, "")
-    return CollectiveSizes(nbytes={name: sizes.pop() for name, sizes in found.items() if len(sizes) == 1},
-                           row_bytes={name: sizes.pop() for name, sizes in per_row.items() if len(sizes) == 1 and name not in found},
-                           lookups={name: list(ops.pop()) for name, ops in lookups.items() if len(ops) == 1 and name not in found})
+    return CollectiveSizes(nbytes={name: sizes.pop() for name, sizes in found.items() if len(sizes) == 1 and name not in dynamic},
+                           row_bytes={name: sizes.pop() for name, sizes in per_row.items() if len(sizes) == 1},
+                           lookups={name: list(ops.pop()) for name, ops in lookups.items() if len(ops) == 1 and name in dynamic})
 
 
 class tf_profile(LoopProfile):  # noqa: N801  (used like a profiler object)
