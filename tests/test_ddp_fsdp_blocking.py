@@ -21,7 +21,7 @@ import pytest
 from testdata import DATA
 
 from dagprof.analysis.interval import PredictionInterval, predict_interval, student_halfwidth
-from dagprof.costmodel.fsdp_costs import DTENSOR_STEP, FSDP_HOST, FsdpCosts, StepFit
+from dagprof.costmodel.fsdp_costs import DTENSOR_STEP, FSDP_HOST
 from dagprof.graph.build import build_graph
 from dagprof.graph.build_fsdp import fsdp_collectives
 from dagprof.passes.data_parallel import (
@@ -34,7 +34,6 @@ from dagprof.passes.data_parallel import (
     dtensor_note,
     final_callback_units,
     final_scatter_note,
-    gather_skew,
     wake_up,
     wake_ups_per_step,
 )
@@ -90,9 +89,7 @@ def test_each_reduce_scatter_returns_gloos_measured_tail_after_its_transfer(run)
         scatter = [v for v in waits if "reduce_scatter" in out.node_name(v)]
         others = [v for v in waits if v not in set(scatter)]
         assert len(scatter) == sum(c.kind == CommKind.REDUCE_SCATTER for c in fsdp_collectives(out)) > 0 and others
-        gathers = [v for v in others if "all_gather" in out.node_name(v)]  # the later rank's release (``gather_skew``)
-        assert np.allclose(out.gap[scatter], _scatter_lag(g)) and np.allclose(out.gap[gathers], gather_skew(g, None)[r])
-        assert np.allclose(out.gap[[v for v in others if v not in set(gathers)]], 0.0)
+        assert np.allclose(out.gap[scatter], _scatter_lag(g)) and np.allclose(out.gap[others], 0.0)
         assert np.allclose(out.dur[_mine(out, r, Kind.COMM_ENQUEUE)], 0.0)
     assert _scatter_lag(g) >= host.scatter_us
 
@@ -325,30 +322,5 @@ def test_all_gathers_carry_no_wake_up_beyond_gloos_measured_call(k):
     for r in (0, 1):
         enq = [v for v in _mine(out, r, Kind.COMM_ENQUEUE) if "all_gather" in out.node_name(v)]
         waits = [v for v in _mine(out, r, Kind.COMM_WAIT) if "all_gather" in out.node_name(v)]
-        assert len(enq) == len(waits) == 5 * len(g.meta.steps) and not out.dur[enq].any()
-        assert out.gap[waits] == pytest.approx(gather_skew(g, None)[r])  # the later rank's release alone (the test below)
-    # the later rank's release (``gather_skew``) on each: ``ddp-0`` 13.0 ms a step against the job's 12.2
-    assert kinds(out)["all_gather"]["blocked_sum"] <= 1.1 * kinds(_graph(DATA / "lora" / f"fsdp-{k}"))["all_gather"]["blocked_sum"]
-
-
-@pytest.mark.parametrize("k", [0, 1])
-def test_each_all_gather_carries_the_later_ranks_release_at_the_profiles_own_wake_up(k):
-    """Gloo's all-gather releases one rank at its transfer's end and the other later, which rank alternating call to call
-    (the vendored FSDP2 jobs: first out 0.4 ms after the transfer, the later 0.6 ms; the held-out recommender's 0.07 and
-    up to 1.8), so the earlier rank waits for its peer at the next all-gather and the step's chain carries the later
-    rank's release at each one. ``FSDP_HOST``'s call timed it on a quiet sweep; the conversion now adds, on each
-    all-gather's wait on every rank, the DDP profile's own wake-up after a blocked wait (``gather_skew``: its finalize's
-    median lag), no more than the FSDP2 job's later rank took, and leaves the reduce-scatters' waits at gloo's tail."""
-    g = _graph(DATA / "lora" / f"ddp-{k}")
-    wake = wake_up(g)
-    assert wake.source == WakeFrom.BLOCKED_WAITS and gather_skew(g, None) == wake.us
-    out = ddp_to_fsdp(g)
-    job = _graph(DATA / "lora" / f"fsdp-{k}")
-    later = [max(float(job.gap[w]) for w in job.successors(c.node) if job.kind[w] == Kind.COMM_WAIT)
-             for c in fsdp_collectives(job) if c.kind == CommKind.ALL_GATHER]
-    for r in (0, 1):
-        gathers = [v for v in _mine(out, r, Kind.COMM_WAIT) if "all_gather" in out.node_name(v)]
-        scatters = [v for v in _mine(out, r, Kind.COMM_WAIT) if "reduce_scatter" in out.node_name(v)]
-        assert out.gap[gathers] == pytest.approx(wake.us[r]) and 0 < wake.us[r] <= float(np.mean(later))
-        assert out.gap[scatters] == pytest.approx(_scatter_lag(g))
-    assert gather_skew(g, FsdpCosts(2, StepFit(0.0, 0.0), StepFit(0.0, 0.0), 0.0, 0.0, 0.0)) == {} and gather_skew(_unhosted(g), None) == {}
+        assert len(enq) == len(waits) == 5 * len(g.meta.steps) and not out.dur[enq].any() and not out.gap[waits].any()
+    assert kinds(out)["all_gather"]["blocked_sum"] <= kinds(_graph(DATA / "lora" / f"fsdp-{k}"))["all_gather"]["blocked_sum"]

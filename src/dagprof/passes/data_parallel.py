@@ -450,7 +450,6 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
     # one wake-up's price per rank (None: priced in each call already, or not recorded: ``priced_wake_up``)
     wake = priced_wake_up(g, costs)
     woken = (lambda r: wake.us[r]) if wake else (lambda r: 0.0)
-    skew = gather_skew(g, costs)  # the later rank's release at each all-gather, beyond gloo's measured call
     dur, gap = g.dur.copy(), g.gap.copy()
     wait = np.fromiter(sinks, dtype=np.int64, count=len(sinks))
     dur[wait], gap[wait] = 0.0, 0.0  # DDP's finalize: nothing left to wait for
@@ -511,7 +510,7 @@ def ddp_to_fsdp(g: Graph, target: str = "fsdp", reshard: bool | None = None, cos
                 if (p.kind, phase) == (PlanKind.ALL_GATHER, "forward") and (us := hooks_us("forward", unit, r)) is not None:
                     _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp hooks {unit} (forward)", Kind.OTHER, us)
                 enq = _insert(b, g, remap, at, before, shift, f"rank{r}.fsdp {kind} {unit}", Kind.COMM_ENQUEUE, woken(r), nbytes=int(full))
-                lag = scatter_lag if p.kind == PlanKind.REDUCE_SCATTER else skew.get(r, 0.0)
+                lag = scatter_lag if p.kind == PlanKind.REDUCE_SCATTER else 0.0
                 w = _insert(b, g, remap, at, before, shift, f"rank{r}.wait {kind} {unit}", Kind.COMM_WAIT, 0.0, gap=woken(r) + lag)
                 b.add_edge(enq, sync)
                 b.add_edge(comm, w)
@@ -835,21 +834,6 @@ def priced_wake_up(g: Graph, costs: FsdpCosts | None) -> WakeUp | None:
     if costs is not None or FSDP_HOST.get(g.meta.torch_minor) is not None:
         return None
     return wake_up(g)
-
-
-def gather_skew(g: Graph, costs: FsdpCosts | None) -> dict[int, float]:
-    """Each rank's lag at an FSDP2 all-gather's wait beyond ``FSDP_HOST``'s measured call in the DDP -> FSDP conversion of
-    ``g``: the DDP profile's own wake-up after a blocked wait (``wake_up``, from its blocked waits only). Gloo's all-gather
-    releases one rank at the transfer's end and the other later (the kept FSDP2 jobs: first out 0.07-0.1 ms, the other
-    0.25-1.8 ms, which rank alternating call to call), so the earlier rank waits for its peer at the next all-gather and a
-    step's chain carries the later rank's lag at each one; ``FSDP_HOST`` timed that lag on a quiet sweep, the job's ranks
-    resume as its own blocked waits did. Empty (none) with ``calibrate --fsdp``'s costs (its sweep timed the last rank out
-    at the calibration's load), where ``FSDP_HOST`` does not price the call (``priced_wake_up`` adds the wake-ups), or
-    where no DDP wait blocked."""
-    if costs is not None or FSDP_HOST.get(g.meta.torch_minor) is None:
-        return {}
-    wake = wake_up(g)
-    return dict(wake.us) if wake is not None and wake.source == WakeFrom.BLOCKED_WAITS else {}
 
 
 def keep_wake_up(g: Graph) -> Graph:
