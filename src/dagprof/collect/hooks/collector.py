@@ -266,7 +266,7 @@ class Collector:
             if self.ranges:
                 self._open_range(layer, call, "forward")
             self.records.append((Rec.FWD_BEGIN, layer, call, time.time_ns(), int(not _grad_enabled())))
-            self.saved.enter(layer)
+            self.saved.enter(layer, args)
             for x in {id(x): x for x in args}.values():  # once per tensor: attention is called as (x, x, x)
                 if getattr(x, "requires_grad", False) and hasattr(x, "register_hook"):
                     self._on_grad(x, (Rec.BWD_END, layer, call))
