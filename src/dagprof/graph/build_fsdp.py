@@ -61,6 +61,7 @@ def fsdp_meta(run: Run) -> FsdpRecord:
         api=t0.meta.fsdp.api,
         layer_saved_gathered_bytes=None if (gathered := t0.meta.fsdp.layer_saved_gathered_bytes) is None else dict(gathered),
         layer_output_bytes=None if (outs := t0.meta.fsdp.layer_output_bytes) is None else dict(outs),
+        layer_input_bytes=None if (ins := t0.meta.fsdp.layer_input_bytes) is None else dict(ins),
         unit_saved_outside_bytes=None if (between := t0.meta.fsdp.unit_saved_outside_bytes) is None else dict(between),
         step_fit=profiled_step(run, units),
     )
@@ -354,11 +355,17 @@ class Passes:
         rank, step = g.rank[comp], g.step[comp]
         cuts = np.flatnonzero((rank[1:] != rank[:-1]) | (step[1:] != step[:-1])) + 1
         self._of: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        # the layers activation checkpointing ran forward again inside a backward (a forward after a backward of its pass)
+        self.recomputed: set[int] = set()
         for part in np.split(comp, cuts) if len(comp) else []:
             fwd = g.kind[part] == Kind.FORWARD
             starts = fwd & np.r_[True, ~fwd[:-1]]
             starts[_recomputed(g.layer[part], starts, fwd)] = False
-            self._of[(int(g.rank[part[0]]), int(g.step[part[0]]))] = (part, g.order[part].astype(np.float64), np.maximum(np.cumsum(starts) - 1, 0))
+            micro = np.maximum(np.cumsum(starts) - 1, 0)
+            self._of[(int(g.rank[part[0]]), int(g.step[part[0]]))] = (part, g.order[part].astype(np.float64), micro)
+            last_back = np.maximum.accumulate(np.where(~fwd, np.arange(len(part)), -1))
+            again = fwd & (last_back >= 0) & (micro[np.maximum(last_back, 0)] == micro)
+            self.recomputed.update(int(x) for x in g.layer[part[again]])
 
     def most_micro_batches(self) -> int:
         """The most forward+backward passes one rank ran in one step (1: no gradient accumulation)."""

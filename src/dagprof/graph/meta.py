@@ -93,6 +93,7 @@ class FsdpRecord:
     # rank 0's gathered parameters among layer_saved_bytes, per layer (FsdpInfo.layer_saved_gathered_bytes); None: not recorded
     layer_saved_gathered_bytes: dict[str, int] | None = None
     layer_output_bytes: dict[str, int] | None = None  # rank 0's bytes each layer returned (FsdpInfo.layer_output_bytes); None: not recorded
+    layer_input_bytes: dict[str, int] | None = None  # rank 0's bytes each layer received (FsdpInfo.layer_input_bytes); None: not recorded
     # rank 0's bytes saved between leaf modules per unit whose forward ran (FsdpInfo.unit_saved_outside_bytes); None: not recorded
     unit_saved_outside_bytes: dict[str, int] | None = None
     # the optimizer step per tensor and per byte of its shards, read from the profile's Kineto ops (graph.build_fsdp.profiled_step);

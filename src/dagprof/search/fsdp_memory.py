@@ -134,7 +134,8 @@ def fsdp_peak(g: Graph, reshard: Reshard | None = None, workers: int | None = No
         raise DagprofError("not an FSDP graph")
     if why := missing_sizes(fs):
         raise DagprofError(why)
-    job = _Job(g, reshard, workers, Passes(g).most_micro_batches() > 1)
+    passes = Passes(g)
+    job = _Job(g, reshard, workers, passes.most_micro_batches() > 1, frozenset(g.layers[i] for i in passes.recomputed))
     moments = [m for m in _moments(job) if m is not None]
     out = {}
     for rank, mem in fs.memory.items():
@@ -172,7 +173,8 @@ class _Job:
     """What an FSDP graph's ranks hold at each moment of a step beyond their own shards, from its profile (the same on
     every rank), under the what-if's ``reshard`` and shard degree (``workers``)."""
 
-    def __init__(self, g: Graph, reshard: Reshard | None, workers: int | None, accumulates: bool = False):
+    def __init__(self, g: Graph, reshard: Reshard | None, workers: int | None, accumulates: bool = False,
+                 recomputed: frozenset[str] = frozenset()):
         fs = self.fs = g.meta.fsdp
         self.frozen = g.meta.layer_frozen_bytes
         units = self.units = fs.units
@@ -180,6 +182,12 @@ class _Job:
         self.shard = mesh[-1] if workers is None or len(mesh) > 1 else workers_mesh(g, workers)[1]  # HSDP keeps its shard degree
         self.scale = mesh[-1] / self.shard  # how much larger each rank's shards are than profiled
         self.returned = fs.layer_output_bytes or {}  # what each layer returned: the gradient reaching it in backward is as large
+        # a layer that activation checkpointing ran forward again in backward (``recomputed``, ``Passes.recomputed``) and
+        # that saved nothing in forward saves then what no saved-tensor hook saw: its input, for a linear, norm or
+        # activation layer. bench/fsdp_fresh/gnn_ckpt_eval.py (500 nodes, 4000 edges) peaked in a block's backward holding
+        # its `msg` layer's recomputed 5.9 MiB input (the gathered features of both ends of every edge); read without it
+        # 21.31 MiB against 29.13 measured
+        self.recomputed = {n: float(b) for n, b in (fs.layer_input_bytes or {}).items() if n in recomputed and not fs.layer_saved_bytes.get(n)}
         self.forward = [g.layers[lay] for lay, _ in reversed(backward_layers(g, {}))]  # the layers as forward first ran them
         self.root = [i for i, u in enumerate(units) if u.name == FSDP_ROOT]
         self.others = [i for i in range(len(units)) if i not in self.root]  # forward order of the inner units (as recorded)
@@ -280,11 +288,14 @@ class _Job:
         the layer's output), the gradient that reached the unit (what its last layer returned: a residual holds it until the
         branch's gradient joins it), and the layers after it freed what they saved and, with ``grads``, made their
         parameters' unsharded gradients (the layers before it have not yet). (0, 0) where the profile did not record the
-        outputs (1.25 MiB in the testbed MLP's `F.relu` backward, where a heap-sampled run peaked)."""
+        outputs (1.25 MiB in the testbed MLP's `F.relu` backward, where a heap-sampled run peaked). A layer run again by activation
+        checkpointing (``recomputed``) holds what it saved then from its unit's recomputation to its own backward."""
         if not self.returned or not names:
             return 0.0, 0.0
         outs = [float(self.returned.get(n, 0)) for n in names]
-        moments = [(2.0 * o + outs[-1] - self.acts(names[j + 1:], u), self.grad_of(names[j + 1:], u) if grads else 0.0) for j, o in enumerate(outs)]
+        again = [self.recomputed.get(n, 0.0) for n in names]  # what the recomputation saved: alive until that layer's backward
+        moments = [(2.0 * o + outs[-1] - self.acts(names[j + 1:], u) + sum(again[:j + 1]), self.grad_of(names[j + 1:], u) if grads else 0.0)
+                   for j, o in enumerate(outs)]
         return max(moments, key=sum)
 
     def leaving(self, names: list[str]) -> float:

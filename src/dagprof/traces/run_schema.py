@@ -231,6 +231,10 @@ class FsdpInfo(msgspec.Struct, kw_only=True):
     # module path -> bytes its forward returned (a leaf module's), the most in one profiled step: the gradient reaching it in
     # backward is as large (``search.fsdp_memory.fsdp_peak`` counts it in flight); None: not recorded (older files)
     layer_output_bytes: dict[str, Count] | None = None
+    # module path -> bytes its forward received (a leaf module's tensor arguments, each storage once), the most in one
+    # profiled step: what a layer inside activation checkpointing saves when its forward runs again in backward, which no
+    # saved-tensor hook sees (``search.fsdp_memory._Job.recomputed``); None: not recorded (older files)
+    layer_input_bytes: dict[str, Count] | None = None
     # unit name -> bytes saved for backward between leaf modules (functional ops: a block's ``F.relu``) while its forward ran,
     # not an inner unit's, the most in one profiled step (part of ``SAVED_OUTSIDE_LAYERS``, freed at the unit's backward);
     # None: not recorded (older files: ``search.fsdp_memory.fsdp_peak`` keeps them all to the step's end)

@@ -378,7 +378,8 @@ class FsdpRecorder:
                 frozen_tensors=sum(not fp.sharded_param.requires_grad for fp in fps),
             ))
         return FsdpInfo(units=units, collectives=self.collectives, layer_saved_gathered_bytes=dict(self.c.saved.most_gathered),
-                       layer_output_bytes=dict(self.c.saved.most_output), unit_saved_outside_bytes=dict(self.c.saved.most_unit_outside),
+                       layer_output_bytes=dict(self.c.saved.most_output), layer_input_bytes=dict(self.c.saved.most_input),
+                       unit_saved_outside_bytes=dict(self.c.saved.most_unit_outside),
                        **self._memory)
 
 

@@ -54,11 +54,15 @@ class SavedActivations:
         self._gathered: set[int] = set()  # storages (by identity) of FSDP's gathered parameters
         self._step_gathered: dict[int, int] = {}  # layer -> bytes of those it saved this step
         self._step_output: dict[int, int] = {}  # layer -> bytes its forward returned this step
+        self._step_input: dict[int, int] = {}  # layer -> bytes its forward received this step
         self._unit_stack: list[str] = []  # FSDP units whose forward is running (by name), innermost last
         self._step_unit: dict[str, int] = {}  # unit -> bytes saved between leaf modules while its forward ran this step
         self.most: dict[str, int] = {}  # layer path -> most bytes saved in one profiled step
         self.most_gathered: dict[str, int] = {}  # layer path -> most bytes of gathered parameters among them
         self.most_output: dict[str, int] = {}  # layer path -> most bytes its forward returned in one profiled step
+        # layer path -> most bytes its forward received: what it saves when activation checkpointing runs it again in
+        # backward, where no saved-tensor hook counts (``search.fsdp_memory._Job.recomputed``)
+        self.most_input: dict[str, int] = {}
         self.most_unit_outside: dict[str, int] = {}  # FSDP unit -> most bytes saved between leaf modules in its forward, one step
         self._probe: Any = None  # a leaf tensor whose view's node tells the sequence number a forward starts after
         self._mark = -1  # the sequence number of the last autograd node counted (-1: no forward counting nodes)
@@ -88,6 +92,7 @@ class SavedActivations:
         self._step.clear()
         self._step_gathered.clear()
         self._step_output.clear()
+        self._step_input.clear()
         self._step_unit.clear()
         self._step_nodes.clear()
         self._passes = [{} for _ in self._figures()]
@@ -96,9 +101,11 @@ class SavedActivations:
         self._unit_stack.clear()  # no forward runs between steps: a unit whose forward raised is not carried over
         self._loss.new_step()
 
-    def enter(self, layer: int) -> None:
-        """A leaf module's forward begins: what is saved now is ``layer``'s."""
+    def enter(self, layer: int, args: Any = ()) -> None:
+        """A leaf module's forward begins on ``args``: what is saved now is ``layer``'s."""
         self._layer_stack.append(layer)
+        if self.counting:
+            self._step_input[layer] = self._step_input.get(layer, 0) + output_bytes(args)
 
     def leave(self, layer: int, output: Any = None) -> None:
         """A leaf module's forward returned ``output``: its bytes are the gradient's that reaches the layer in backward."""
@@ -225,7 +232,8 @@ class SavedActivations:
             self._step[_LOSS_FWD] = self._loss.saved
         for path, nb in self.step_bytes(layers).items():
             self.most[path] = max(self.most.get(path, 0), nb)
-        for mine, step in ((self.most_gathered, self._step_gathered), (self.most_output, self._step_output), (self.most_nodes, self._step_nodes)):
+        for mine, step in ((self.most_gathered, self._step_gathered), (self.most_output, self._step_output), (self.most_input, self._step_input),
+                          (self.most_nodes, self._step_nodes)):
             for k, nb in step.items():
                 path = _key(layers, k)
                 mine[path] = max(mine.get(path, 0), nb)
@@ -234,7 +242,7 @@ class SavedActivations:
 
     def _figures(self) -> list[dict]:
         """This pass's figures, each a dict per layer (or unit), in the order ``_passes`` keeps their step's most."""
-        return [self._step, self._step_gathered, self._step_output, self._step_unit, self._step_nodes]
+        return [self._step, self._step_gathered, self._step_output, self._step_unit, self._step_nodes, self._step_input]
 
     def _fold(self) -> None:
         """The pass that ran ends (a new forward follows its backward, or the step ends): its figures join the step's
