@@ -76,7 +76,7 @@ profiled link, are what they were (the join's added wait keeps its part of the l
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -136,6 +136,7 @@ def average_steps(g: Graph, replayer: Replayer | None = None) -> Graph:
     dur, gap = dur[inverse] + g.dur - own_dur, gap[inverse] + g.gap - own_gap  # the first step keeps its waits where they were
     out = _release_closing_marks(g.replace(dur=np.where(keep, g.dur, dur), gap=np.where(keep, g.gap, gap),
                                            exit_lag=np.where(keep, g.exit_lag, lag[inverse])), background)
+    out = _one_exchange_rate(out)
     note = _too_few_steps(g, entry)
     if note:
         out.meta.warnings.append(note)
@@ -145,6 +146,19 @@ def average_steps(g: Graph, replayer: Replayer | None = None) -> Graph:
     if is_ps_graph(g):
         wait += exchange_waits(g, out, ~keep, replayer)
     return out if not wait.any() else out.replace(gap=out.gap + wait)
+
+
+def _one_exchange_rate(g: Graph) -> Graph:
+    """A parameter server's averaged steps exchange at one rate, the steps' mean (``PsLinkFit.step_factors``): their
+    exchanges' nodes hold the mean of the steps' times, and a what-if that rebuilds them (another link) must not give
+    each averaged step its own profiled step's rate again."""
+    fit = g.meta.ps_link_fit
+    if fit is None or not fit.step_factors:
+        return g
+    mean = float(np.mean([f for _, f in fit.step_factors]))
+    meta = g.meta.copy()
+    meta.ps_link_fit = replace(fit, step_factors=tuple((s, mean) for s, _ in fit.step_factors))
+    return g.replace(meta=meta)
 
 
 def entry_waits(g: Graph, group: np.ndarray, mine: np.ndarray, measured: ReplayResult) -> np.ndarray:
