@@ -344,13 +344,17 @@ def exchange_nodes(g: Graph) -> np.ndarray:
     return ps_dev[g.device] | ((g.kind == Kind.COMM) & (g.device < 0))
 
 
-def rebuild_ps(g: Graph, servers: int, link: AlphaBeta, row_pull_extra_us: dict | None = None, row_pull_beta_ratio: float | None = None) -> Graph:
+def rebuild_ps(g: Graph, servers: int, link: AlphaBeta, row_pull_extra_us: dict | None = None, row_pull_beta_ratio: float | None = None,
+               step_factors: dict[int, float] | None = None) -> Graph:
     """The graph with every key's push/sum/pull placed on ``servers`` servers and priced by ``link``; each row_sparse pull
     takes ``row_pull_extra_us[(step, worker, key)]`` beyond its wire, by default the fitted ones (``PsLinkFit``). The pulls'
     wire is ``row_pull_beta_ratio`` of the fitted link's time per byte: at a link that much slower per byte than the fitted
-    one, every byte takes the difference longer; at a faster one, the ratio of the link's."""
+    one, every byte takes the difference longer; at a faster one, the ratio of the link's. Step ``s``'s exchanges move
+    their bytes at ``step_factors[s]`` times ``link``'s time per byte, by default the fitted ones (1 for a step not there)."""
     ps = g.meta.ps
     fit = g.meta.ps_link_fit
+    if step_factors is None:
+        step_factors = dict(fit.step_factors) if fit else {}
     if row_pull_extra_us is None:
         row_pull_extra_us = {(p.step, p.worker, p.key): p.us for p in fit.row_pull_extra_us} if fit else {}
     if row_pull_beta_ratio is None:
@@ -378,6 +382,7 @@ def rebuild_ps(g: Graph, servers: int, link: AlphaBeta, row_pull_extra_us: dict 
     n = int(g.meta.world_size)
     for step in g.meta.steps:
         per_update = update_us(ps, step)
+        at_step = replace(link, beta_us_per_byte=link.beta_us_per_byte * step_factors.get(step, 1.0))
         for k in ps.keys:
             key = k.key
             ready = [[issue[(step, key, w)]] for w in range(n)]
@@ -386,7 +391,7 @@ def rebuild_ps(g: Graph, servers: int, link: AlphaBeta, row_pull_extra_us: dict 
             parts = pslite_bytes(ps, k, step, servers)
             total = sum(nb for _, nb in parts)
             for server, part in parts:
-                ends = add_ps_part(b, ready, server, part, link, per_update + part * n * link.gamma_us_per_byte, tag=tag, order=order, step=step, bucket=key,
+                ends = add_ps_part(b, ready, server, part, at_step, per_update + part * n * link.gamma_us_per_byte, tag=tag, order=order, step=step, bucket=key,
                                    pull=not k.row_bytes)
                 b.add_edges(ends, [done[(step, w)] for w in range(n)])
                 if k.row_bytes and (step, key, 0) in pull:  # the forward's pull of the same rows (the batch's), from the same server

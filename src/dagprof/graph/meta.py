@@ -125,6 +125,9 @@ class PsLinkFit:
     # a row_sparse pull's time per byte on the wire against the fitted link's: the fastest pull's (the exchanges the link is
     # fitted to wait for the slowest worker and the servers' updates, so their rate can be slower than the wire's); 1: none
     row_pull_beta_ratio: float = 1.0
+    # (step, factor): each profiled step's exchanges at its own time per byte, the fitted one's times ``factor``
+    # (``passes.comm.fit_ps_link``); () where the fit kept one for all steps (an averaged graph's)
+    step_factors: tuple[tuple[int, float], ...] = ()
 
 
 class WakeFrom(enum.Enum):

@@ -589,7 +589,7 @@ def fit_ps_link(g: Graph, replayer: Callable[[Graph], ReplayResult], iterations:
 
     def rate(extra: dict, ratio: float) -> AlphaBeta:
         def mean_exchange(beta: float) -> float:
-            h = rebuild_ps(g, servers, replace(link, beta_us_per_byte=beta), extra, ratio)
+            h = rebuild_ps(g, servers, replace(link, beta_us_per_byte=beta), extra, ratio, {})
             return float(np.mean(list(exchange_us(h, replayer(h).start).values())))
 
         lo, hi = 0.0, max(link.beta_us_per_byte, 1e-6)
@@ -612,11 +612,40 @@ def fit_ps_link(g: Graph, replayer: Callable[[Graph], ReplayResult], iterations:
     if extra:  # the pulls as fitted move the workers' pushes, and a push waits for the other workers' at the server
         fitted = rate(extra, ratio)
         ratio, extra = _fit_row_pulls(g, fitted, replayer)  # and their wire is the refitted link's
-    out = rebuild_ps(g, servers, fitted, extra, ratio)
+    factors = _fit_step_factors(g, servers, fitted, extra, ratio, replayer)
+    out = rebuild_ps(g, servers, fitted, extra, ratio, factors)
     hi = fitted.beta_us_per_byte
     out.meta.ps_link_fit = PsLinkFit(float(1e6 / hi) if hi > 0 else float(np.inf), link.alpha_us, link.gamma_us_per_byte, target,
-                                     g.meta.ps.num_workers / servers, tuple(RowPull(*key, us) for key, us in sorted(extra.items())), ratio)
+                                     g.meta.ps.num_workers / servers, tuple(RowPull(*key, us) for key, us in sorted(extra.items())), ratio,
+                                     tuple(sorted(factors.items())))
     return out
+
+
+def _fit_step_factors(g: Graph, servers: int, link: AlphaBeta, extra: dict, ratio: float, replayer: Callable[[Graph], ReplayResult],
+                      rounds: int = 6) -> dict[int, float]:
+    """Per profiled step, the factor on ``link``'s time per byte at which that step's replayed exchanges last as long as
+    its measured ones (the workers' mean), as op times are kept per step.
+
+    One rate for every step makes each exchange the mean one, and a step whose exchange ran long under load is replayed
+    short: the backward ops no push waits for, which ran beside it and were slowed with it (``mx_gru_forecast.py`` under
+    load: single ops up to 90 ms), then end after it, and a short exchange recovers no lag a long one left where those
+    ops set the step, so the lag only accumulates (a fresh profile's replay +4.7 %, 11 ms of lag by its 4th step).
+    A few rounds: an exchange also holds the latency, the server's work and the wait for the other workers, which the
+    factor does not scale. {} where the link moves no byte in time (fitted infinitely fast)."""
+    if link.beta_us_per_byte <= 0:
+        return {}
+    spans: dict[int, list[float]] = {}
+    for step, _, us in g.meta.ps.exchange_us:
+        spans.setdefault(int(step), []).append(us)
+    target = {s: float(np.mean(v)) for s, v in spans.items()}
+    factors = dict.fromkeys(target, 1.0)
+    for _ in range(rounds):
+        h = rebuild_ps(g, servers, link, extra, ratio, factors)
+        got: dict[int, list[float]] = {}
+        for (step, _), us in exchange_us(h, replayer(h).start).items():
+            got.setdefault(step, []).append(us)
+        factors = {s: float(np.clip(f * target[s] / max(float(np.mean(got[s])), 1e-9), 0.05, 20.0)) if s in got else f for s, f in factors.items()}
+    return factors
 
 
 def _fit_row_pulls(g: Graph, link, replayer: Callable[[Graph], ReplayResult], rounds: int = 3) -> tuple[float, dict[tuple[int, int, int], float]]:
