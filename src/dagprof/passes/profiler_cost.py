@@ -51,6 +51,7 @@ from .compute import COMPUTE_KINDS
 WARMUP_STEPS = 2  # a job's first two steps (DDP: step 0 builds the buckets, step 1 uses them first): not its steady state
 MIN_STEPS = 3  # unprofiled steps needed to measure the cost
 NOISE_SIGMAS = 2.0  # the cost must exceed this many standard errors of the difference of the two means
+LEAST_FACTOR = 0.05  # the least host-work factor the correction uses: some host work always stays
 _CORRECTED = COMPUTE_KINDS + (Kind.DATA,)  # host work the recording slows; communication keeps its measured times
 
 
@@ -273,7 +274,7 @@ def remove_profiler_cost(g: Graph, cost: ProfilerCost, iteration_us: Callable[[G
     proportional to it, since communication that the host work hid may surface."""
     if not cost.usable:
         return g, 1.0
-    floor = least_factor(g, cost) if bounded else 0.05
+    floor = least_factor(g, cost) if bounded else LEAST_FACTOR
     if floor >= 1.0:
         return g, 1.0
     model = g if model is None else model
@@ -342,10 +343,10 @@ def least_factor(g: Graph, cost: ProfilerCost) -> float:
     """The least host-work factor the correction may use on ``g``: where the ranks' CPU explains the cost (``split_by_cpu``:
     ``cpu_us`` recorded, not ``loaded``), the host work it removes is at most what the measured cost can have added to
     the ranks' host ops (``bound_factor``); the rest of what a factor found on the step alone would take lies in waits
-    (for peers, the wire), not host work. 0.05 (``remove_profiler_cost``'s least) where nothing bounds it: the CPU not
+    (for peers, the wire), not host work. ``LEAST_FACTOR`` where nothing bounds it: the CPU not
     recorded, or a load (the whole correction then, as ``split_by_cpu`` says)."""
     bound = bound_factor(g, cost)
-    return 0.05 if bound is None else bound
+    return LEAST_FACTOR if bound is None else bound
 
 
 def bound_factor(g: Graph, cost: ProfilerCost) -> float | None:
@@ -361,7 +362,7 @@ def bound_factor(g: Graph, cost: ProfilerCost) -> float | None:
     per_step, removable = host_work_us(g), removable_us(g, cost)
     if removable is None or per_step <= 0:
         return None
-    return min(max(1.0 - removable / per_step, 0.05), 1.0)
+    return min(max(1.0 - removable / per_step, LEAST_FACTOR), 1.0)
 
 
 def removable_us(g: Graph, cost: ProfilerCost) -> float | None:
