@@ -59,7 +59,7 @@ def sizeless(g) -> bool:
 def comm_word(g) -> str:
     """What the job's gradient exchange is called: a parameter server pushes and pulls; ZeRO-1 all-reduces gradients and
     broadcasts the updated parameters from their owners; a sparse gradient's rows are all-gathered (TensorFlow's
-    embeddings: most of a ragged recommender's exposed communication, which was called all-reduce)."""
+    embeddings: most of a ragged recommender's exposed communication)."""
     if g.meta.ps:
         return "push/pull"
     if g.meta.zero:

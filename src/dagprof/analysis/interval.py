@@ -195,14 +195,9 @@ def cost_factors(g: Graph, cost: ProfilerCost, factor: float, iteration_us: Call
                  level: float = LEVEL) -> tuple[float, float]:
     """The host-work factors that the profiler cost's ``level`` interval ends give (its standard error, normal quantile),
     each found as the correction's ``factor`` was (``remove_profiler_cost`` on ``g`` under ``model``), over ``factor``:
-    (more removed, less removed; at most none). (1, 1) where nothing was corrected.
-
-    Where the ranks' CPU explains the cost (``split_by_cpu``: not ``loaded``), the correction removes that CPU alone
-    (``passes.profiler_cost.least_factor``), and the step is the other reading of the same cost: found on the step, a
-    factor takes the whole excess out of the host work, and where the step is mostly wire the host work hides under
-    it, so that a small cost takes a large factor (on a 1 Gbit/s testbed profile the profiler added 15 ms of CPU a step,
-    both ranks, and the step's factor removed 64 of their 131 ms of host work). The range reaches from the CPU's
-    factor to the step's at the cost's ends (``remove_profiler_cost`` unbounded)."""
+    (more removed, less removed; at most none). (1, 1) where nothing was corrected. Where the correction is bounded
+    (``passes.profiler_cost.bound_factor``, whose docstring says why), the range reaches from the bound to the factor
+    found on the step alone (``remove_profiler_cost`` unbounded) at the cost's ends."""
     if not cost.usable or not cost.stderr_us or factor <= 0:
         return 1.0, 1.0
     half = statistics.NormalDist().inv_cdf(0.5 + level / 2) * cost.stderr_us
