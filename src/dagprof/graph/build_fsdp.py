@@ -321,12 +321,10 @@ def _recomputed(layer: np.ndarray, starts: np.ndarray, fwd: np.ndarray) -> np.nd
     """Of ``starts`` (a forward right after a backward, in one rank's step in program order; ``layer`` per op, ``fwd``
     whether it is a forward), those that are activation checkpointing's recomputation inside the backward, not a new
     micro-batch: a new pass runs the model's forward whole, beginning with the layer the step's first pass began with
-    and ending with the one it ended with (the head); a recomputation runs a checkpointed block's layers only. A GPT
-    block calling ``torch.utils.checkpoint`` in its forward (``bench/fsdp_fresh/gpt_tied_ckpt.py``) read as 5
-    micro-batches a step: its peak held 4.06 MiB of phantom accumulated gradients, and ``--units merge:2`` kept the merged
-    blocks' reduce-scatters apart. Where the model's first module is itself checkpointed, its recomputation begins with
-    the model's first layer too, and read as a pass until the end of the run was asked as well (``gnn_ckpt_eval.py
-    --checkpoint-first``: 2 passes a step)."""
+    and ending with the one it ended with (the head); a recomputation runs a checkpointed block's layers only (the end
+    tells them apart where the model's first module is itself checkpointed: ``gnn_ckpt_eval.py --checkpoint-first``).
+    Read as micro-batches, a GPT block calling ``torch.utils.checkpoint`` (``bench/fsdp_fresh/gpt_tied_ckpt.py``) held
+    phantom accumulated gradients in its peak, and ``--units merge:2`` kept the merged blocks' reduce-scatters apart."""
     out = np.zeros(len(starts), dtype=bool)
     idx = np.flatnonzero(starts)
     if len(idx):
