@@ -184,9 +184,8 @@ class _Job:
         self.returned = fs.layer_output_bytes or {}  # what each layer returned: the gradient reaching it in backward is as large
         # a layer that activation checkpointing ran forward again in backward (``recomputed``, ``Passes.recomputed``) and
         # that saved nothing in forward saves then what no saved-tensor hook saw: its input, for a linear, norm or
-        # activation layer. bench/fsdp_fresh/gnn_ckpt_eval.py (500 nodes, 4000 edges) peaked in a block's backward holding
-        # its `msg` layer's recomputed 5.9 MiB input (the gathered features of both ends of every edge); read without it
-        # 21.31 MiB against 29.13 measured
+        # activation layer (bench/fsdp_fresh/gnn_ckpt_eval.py peaked in a block's backward holding its `msg` layer's
+        # recomputed input, the gathered features of both ends of every edge)
         self.recomputed = {n: float(b) for n, b in (fs.layer_input_bytes or {}).items() if n in recomputed and not fs.layer_saved_bytes.get(n)}
         self.forward = [g.layers[lay] for lay, _ in reversed(backward_layers(g, {}))]  # the layers as forward first ran them
         self.root = [i for i, u in enumerate(units) if u.name == FSDP_ROOT]
