@@ -151,8 +151,8 @@ def average_steps(g: Graph, replayer: Replayer | None = None) -> Graph:
 def _one_exchange_rate(g: Graph) -> Graph:
     """A parameter server's job with its exchanges rebuilt at the one rate fitted to their mean (``PsLinkFit.step_factors``
     dropped): each step's own rate keeps each step's exchange in a replay of the steps, where the means of the averaged
-    steps need the mean one (as op times are averaged). Averaged, the steps' rates overshot: ``mx_gru_forecast.py``
-    under load, one step's exchange 5x the others', +1.0 -> +13.8 %."""
+    steps need the mean one (as op times are averaged): the steps' own rates, averaged, overshoot where one step's
+    exchange ran several times the others' (``mx_gru_forecast.py`` under load)."""
     fit = g.meta.ps_link_fit
     if fit is None or not fit.step_factors:
         return g
