@@ -1032,8 +1032,7 @@ def _trained_grad_bytes(g: Graph, grad: dict[str, int]) -> dict[str, int]:
     """``grad`` (an FSDP profile's gradient bytes per owning module) less the owners whose layers ran no backward in any
     step: their parameters took no gradient, so DDP buckets none of them (it leaves out what needs no gradient). FSDP1
     with ``use_orig_params`` reduce-scatters a flat parameter whole, frozen originals in it too, and the profile counts
-    them so: fsdp1_sgo_frozen.py's frozen 2 MiB embedding made one 5.05 MiB bucket where its DDP job all-reduced 3.05.
-    Owners of no layer (the root model's own parameters) stay."""
+    them so (fsdp1_sgo_frozen.py's frozen embedding). Owners of no layer (the root model's own parameters) stay."""
     ran = {int(k) for k in np.unique(g.layer[(g.kind == Kind.BACKWARD) & (g.layer >= 0)])}
     return {x: nb for x, nb in grad.items() if not (ids := _layers_under(g, x)) or ids & ran}
 
@@ -1041,8 +1040,7 @@ def _trained_grad_bytes(g: Graph, grad: dict[str, int]) -> dict[str, int]:
 def _ddp_buckets(g: Graph, grad: dict[str, int], cap: float, first: float) -> list[tuple[list[str], int]]:
     """DDP's buckets at module granularity: the modules owning gradients in reverse registration order
     (``param_owners``), a bucket closing at the first module that brings it to ``cap`` (the first bucket: to ``first``,
-    as ``Reducer``'s size limits are; fsdp1_sgo_frozen.py's DDP job ran a 1.01 MiB bucket and a 2.04 MiB one, which one
-    25 MiB bucket after the whole backward priced none of beside its backward)."""
+    as ``Reducer``'s size limits are, so that the first all-reduce runs beside the rest of the backward)."""
     out, cur, acc = [], [], 0
     for layer in reversed(param_owners(g.layers, grad) if g.layers else []):  # no layer timed (a compiled model): none placed
         nb = int(grad.get(layer, 0))
