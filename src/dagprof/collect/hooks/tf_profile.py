@@ -336,8 +336,8 @@ def collective_sizes(*functions: Any, skip_failing: bool = False) -> CollectiveS
     Ops in an ``If``'s branches (TF's all-gather of a sparse gradient) are named as their lowered nodes run, less the
     call's number: ``cond_1/then/cond_1/CollectiveGatherV2`` for ``cond_1/then/_18/cond_1/CollectiveGatherV2``.
     A step function traced again for new shapes (``reduce_retracing``: the first call's shapes static, the next trace's
-    dynamic) may hold a name in both: it is sized by its rows (``bench/frameworks/tf_textcls_buckets.py``: the first
-    call's 1440 rows once went on every step, and each worker's first call had its own).
+    dynamic) may hold a name in both: it is sized by its rows, not by the first call's shape on every step
+    (``bench/frameworks/tf_textcls_buckets.py``).
     Left out: a name two traced graphs size differently (in one function or two). ``skip_failing``: a function whose
     traced graphs cannot be listed (TF's own, e.g. a checkpoint's save function bound to its input signature) is left out."""
     import numpy as np  # noqa: PLC0415
