@@ -297,9 +297,8 @@ class SteadyCompute:
     """The ranks' training threads' CPU per step in the profiled window against the job's unprofiled steps after it (us,
     the ranks together): the pace a later run computes at once its warm-up is over. A wire-bound step hides a warm-up that
     lasts into the window (its compute is a few ms of a 280 ms step, so ``measure_profiler_cost`` reads the wall steps as
-    too noisy), while a strategy that takes the wire away (PowerSGD: a 30 ms step, mostly compute) runs at the later pace:
-    the held-out embedding job's Adam and allocator settled by its 9th step, its window (steps 4-11) at 33.7 ms of CPU a
-    step against 26.7 after, and PowerSGD's step was predicted 34.9 ms where its runs took 29.7-31.9."""
+    too noisy), while a strategy that takes the wire away (PowerSGD: a 30 ms step, mostly compute) runs at the later pace
+    (the held-out embedding job's Adam and allocator warm-up: docs/evidence.md, branch psgd)."""
 
     window_us: float | None
     after_us: float | None
