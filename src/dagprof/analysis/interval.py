@@ -191,16 +191,15 @@ def run_level(g: Graph, cost: ProfilerCost, corrected: bool, model_us: float | N
                     host=host if corrected and stderr > 0 else (1.0, 1.0))
 
 
-def cost_factors(g: Graph, cost: ProfilerCost, factor: float, iteration_us: Callable[[Graph], float], model: Graph | None = None,
-                 level: float = LEVEL) -> tuple[float, float]:
-    """The host-work factors that the profiler cost's ``level`` interval ends give (its standard error, normal quantile),
+def cost_factors(g: Graph, cost: ProfilerCost, factor: float, iteration_us: Callable[[Graph], float], model: Graph | None = None) -> tuple[float, float]:
+    """The host-work factors that the profiler cost's ``LEVEL`` interval ends give (its standard error, normal quantile),
     each found as the correction's ``factor`` was (``remove_profiler_cost`` on ``g`` under ``model``), over ``factor``:
     (more removed, less removed; at most none). (1, 1) where nothing was corrected. Where the correction is bounded
     (``passes.profiler_cost.bound_factor``, whose docstring says why), the range reaches from the bound to the factor
     found on the step alone (``remove_profiler_cost`` unbounded) at the cost's ends."""
     if not cost.usable or not cost.stderr_us or factor <= 0:
         return 1.0, 1.0
-    half = statistics.NormalDist().inv_cdf(0.5 + level / 2) * cost.stderr_us
+    half = statistics.NormalDist().inv_cdf(0.5 + LEVEL / 2) * cost.stderr_us
     more = remove_profiler_cost(g, replace(cost, unprofiled_us=cost.unprofiled_us - half), iteration_us, model, bounded=False)[1]
     less_cost = replace(cost, unprofiled_us=cost.unprofiled_us + half)
     less = remove_profiler_cost(g, less_cost, iteration_us, model, bounded=False)[1] if less_cost.share > 0 else 1.0
