@@ -268,8 +268,8 @@ def on_accelerator(g: Graph) -> np.ndarray:
 def remove_profiler_cost(g: Graph, cost: ProfilerCost, iteration_us: Callable[[Graph], float], model: Graph | None = None,
                          rounds: int = 4, tolerance: float = 0.002, bounded: bool = True) -> tuple[Graph, float]:
     """``g`` with its host work shortened so that ``model`` (default ``g``; e.g. ``g`` under the fitted link) replays
-    ``1 - cost.share`` of its iteration, removing no more host work than the profiler's CPU where that CPU explains the
-    cost (``least_factor``; not when ``bounded`` is False); returns the graph and the factor. ``iteration_us`` replays a
+    ``1 - cost.share`` of its iteration, removing no more host work than the measured cost can have added where the
+    ranks' CPU explains it (``least_factor``; not when ``bounded`` is False); returns the graph and the factor. ``iteration_us`` replays a
     graph (passes do not import the replay). A few secant steps: the iteration is monotone in the factor but not
     proportional to it, since communication that the host work hid may surface."""
     if not cost.usable:
