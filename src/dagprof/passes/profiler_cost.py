@@ -20,7 +20,8 @@ says the profiled steps were faster, or when the unprofiled steps before and aft
 noise) by more than the profiled steps exceed the slower side: the job's own speed changed, a neighbour's load came
 or went, and the pooled median would book that change as the profiler's cost. ``ProfilerCost.verdict`` then says why.
 A load that came and went inside the window alone is told by the ranks' CPU, recorded for every step: the profiler's
-cost is work in the ranks' processes, a load is not (``split_by_cpu``). The op times are still brought to the
+cost is work in the ranks' processes, a load is not (``split_by_cpu``). Where the waits for a core are not recorded (MXNet), an excess that
+the workers' added CPU cannot make at any pace a shared machine gave is refused (``beyond_process_cpu``). The op times are still brought to the
 unprofiled steps' level, the job's own pace that a later run is measured at, but the line says how much of that the
 profiler's CPU explains and that the rest was a load on the machine.
 
