@@ -178,6 +178,8 @@ class PsRecord(msgspec.Struct, kw_only=True, frozen=True):
     exchange_us: list[tuple[int, int, float]] = []  # (step, worker, first push issued -> last pull in), graphs only
     row_pull_us: list[RowPull] = []  # a row_sparse pull's call -> its rows in, graphs only
     cpu_us: list[tuple[int, int, float]] = []  # (step, worker, its process's CPU time in the step, all threads); [] before it was recorded
+    # the same for the steps outside the profiled window: what the profiler added to the workers' CPU (passes.profiler_cost)
+    unprofiled_cpu_us: list[tuple[int, int, float]] = []
     # (step, worker, its Python thread's CPU time in the step): MXNet's front end, which mx.profiler does not trace; [] before it was recorded
     main_cpu_us: list[tuple[int, int, float]] = []
     # (step, worker, key, rows per row-id range): the rows a row_sparse key pushed (and pulled: the batch's rows), counted in

@@ -27,7 +27,8 @@ What the traces hold and how it is read (MXNet 1.9, CPU, ``MXNET_EXEC_BULK_EXEC_
   which price the servers' work (``graph.build_ps.initial_link``, ``update_us``).
 Keys go to servers as ps-lite does (``pslite_placement``); key sizes come from the manifest.
 The manifest also holds each worker's CPU time per step, its process's (all threads) and its Python thread's (MXNet's
-front end: dispatch, autograd, the Trainer, which the traces do not hold): ``PsRecord.cpu_us`` and ``main_cpu_us``.
+front end: dispatch, autograd, the Trainer, which the traces do not hold): ``PsRecord.cpu_us`` and ``main_cpu_us``, and
+the process's outside the profiled window (``unprofiled_cpu_us``: what the profiler added, ``passes.profiler_cost``).
 """
 from __future__ import annotations
 
@@ -295,7 +296,8 @@ def read_mxnet_run(folder: str) -> Run:
         framework="mxnet", num_servers=man.servers, num_workers=man.workers, bigarray_bound=man.bound, placement="ps-lite",
         keys=[_ps_key(man, k) for k in sorted(man.keys.values(), key=lambda k: k.key)],
         server_busy=busy, servers_profiled=sorted(man.server_files), base_us=base_ns / 1e3,
-        cpu_us=_profiled_us(man, man.cpu_s), main_cpu_us=_profiled_us(man, man.main_cpu_s), rows=_profiled_rows(man), row_ranges=man.row_ranges,
+        cpu_us=_profiled_us(man, man.cpu_s), unprofiled_cpu_us=_profiled_us(man, man.cpu_s, inside=False),
+        main_cpu_us=_profiled_us(man, man.main_cpu_s), rows=_profiled_rows(man), row_ranges=man.row_ranges,
     )
     meta = RunMeta(ps=ps, framework="mxnet")
     if sorted(man.server_files) != list(range(man.servers)):
@@ -321,9 +323,11 @@ def _profiled_rows(man: _Manifest) -> list[tuple[int, int, int, list[int]]]:
             for (k, _, _), r in zip(man.steps.get(int(w), []), steps) if k in man.profiled]
 
 
-def _profiled_us(man: _Manifest, per_step_s: dict[int, list[float]]) -> list[tuple[int, int, float]]:
-    """(step, worker, us) for the profiled steps of per-worker seconds per step listed as the manifest's ``steps``."""
-    return [(k, w, 1e6 * c) for w, cs in sorted(per_step_s.items()) for (k, _, _), c in zip(man.steps.get(w, []), cs) if k in man.profiled]
+def _profiled_us(man: _Manifest, per_step_s: dict[int, list[float]], inside: bool = True) -> list[tuple[int, int, float]]:
+    """(step, worker, us) for the profiled steps (or, not ``inside``, the others) of per-worker seconds per step listed as
+    the manifest's ``steps``."""
+    return [(k, w, 1e6 * c) for w, cs in sorted(per_step_s.items()) for (k, _, _), c in zip(man.steps.get(w, []), cs)
+            if (k in man.profiled) == inside]
 
 
 def _read_worker(man: _Manifest, w: int) -> tuple[RankTrace, list[dict]]:
