@@ -90,7 +90,8 @@ def test_lossy_codecs_only_when_allowed(prof, order):
     """Lossy codecs only with --allow-lossy; free ones never make the answer worse. Two annealings of a fixed
     proposal budget walk different spaces (the lossy one six times larger), so the lossy best is held against
     what its search is sure to have seen -- every lossless seed -- not against the other walk's best (CI once
-    found that 0.5 % better)."""
+    found that 0.5 % better). Nor is a free codec never slower on every layout: its encode and decode nodes keep
+    their launch gaps (a loaded run's one-bucket layout, fp16 +0.13 %)."""
     costs = CodecCosts({"fp16": 0.0, "bf16": 0.0}, {"fp16": 0.0, "bf16": 0.0},
                        {2: {p: PowerSGDCost(0.0, 0.0, 0.0) for p in order.params}}, 0.0)
     lossless = run_search(prof, order)
@@ -99,8 +100,6 @@ def test_lossy_codecs_only_when_allowed(prof, order):
     ev = Evaluator(set_topology(prof.graph, current_topology(prof.graph)), order, costs, [], None)
     full = {s.candidate: ev.score(s.candidate)[0].iter_us for s in lossless.seeds}
     assert lossy.best.iter_us <= min(full.values()) * (1 + TIE_PCT / 100) * 1.002  # the tie rule, and the averaged ranks the search walked
-    for c in full:  # half the bytes at no cost: never slower
-        assert ev.score(replace(c, codec=Codec("fp16")))[0].iter_us <= full[c] * 1.001
     if lossy.strategy().lossy:
         assert any("accuracy" in c for c in lossy.strategy().caveats())
 
