@@ -151,7 +151,7 @@ def link_fit(g: Graph) -> LinkFit:
     nbytes, dur = profiled_collectives(g, overlapping=concurrent)
     n = priced_world_size(g)
     wire = None if g.meta.wire_bytes_per_s is None else 1e6 / g.meta.wire_bytes_per_s
-    fit = fit_link(nbytes, dur, n, concurrent=concurrent, wire_us_per_byte=wire)
+    fit = _fit_timed(nbytes, dur, n, concurrent, wire, joined_together(g, profiled_comm(g, concurrent)))
     if fit.weak is not None and not concurrent and (joint := kinds_fit(g)) is not None:
         overhead, total, kinds, r2 = joint
         return replace(fit, link=AlphaBeta(overhead / (2 * (max(n, 2) - 1)), total.beta_us_per_byte), r2=r2, weak=None, stalls=None, kinds=kinds)
@@ -174,13 +174,50 @@ def gathers_apart(g: Graph) -> LinkFit | None:
         return None
     nbytes, dur = profiled_collectives(g, overlapping=concurrent)
     wire = None if g.meta.wire_bytes_per_s is None else 1e6 / g.meta.wire_bytes_per_s
-    fit = fit_link(nbytes[spans], dur[spans], priced_world_size(g), concurrent=concurrent, wire_us_per_byte=wire)
+    fit = _fit_timed(nbytes, dur, priced_world_size(g), concurrent, wire, spans & joined_together(g, comm))
     if fit.weak is not None:  # no link to price the all-gathers beside: one fitted to every kind, as elsewhere
         return None
+    return replace(fit, apart=True)
+
+
+def _fit_timed(nbytes: np.ndarray, dur: np.ndarray, n: int, concurrent: bool, wire: float | None, keep: np.ndarray) -> LinkFit:
+    """``fit_link`` on the collectives ``keep`` (where at least two sizes stay apart as ``fit_link`` asks: else on all),
+    its stalls per collective of the whole sample (0 on those left out: their time stays theirs, ``passes.comm
+    .instance_residuals``)."""
+    k = nbytes[keep]
+    if not len(k) or (nbytes.max() >= 1.5 * nbytes.min() and (len(np.unique(k)) < 2 or k.max() < 1.5 * k.min())):
+        keep = np.ones(len(nbytes), dtype=bool)
+    fit = fit_link(nbytes[keep], dur[keep], n, concurrent=concurrent, wire_us_per_byte=wire)
+    if fit.stalls is None or keep.all():
+        return fit
     stalls = np.zeros(len(nbytes))
-    if fit.stalls is not None:
-        stalls[spans] = fit.stalls
-    return replace(fit, stalls=stalls if stalls.any() else None, apart=True)
+    stalls[keep] = fit.stalls
+    return replace(fit, stalls=stalls if stalls.any() else None)
+
+
+def joined_together(g: Graph, comm: np.ndarray) -> np.ndarray:
+    """Per collective of ``comm`` (``profiled_comm``), whether its ranks became ready no further apart than its own
+    measured time, on a JAX job on gloo (``jax_on_gloo``; elsewhere every one). The node is timed from the
+    last rank's join, but the first rank in sends meanwhile: its bytes cross before the timed start, and the time per byte
+    reads faster than the wire. On a fresh testbed round of ``bench/frameworks/jax_zero_rs.py`` (1 Gbit/s, 2026-12-05 23:17)
+    the ranks came to the 1 MB reduce-scatters 3.3 ms apart in every step (the 4-byte ``psum`` before them 4 ms on one
+    rank): they took 6.4-7.6 ms of the payload wire's 8.9, the line through them read 169 % of the wire, and 200 Mbit/s
+    was priced -31 %. The ready points are the graph's own as replayed (the measured timing, ``graph
+    .shared_collectives``); a collective with one ready node (a chained join) has no spread to show and stays."""
+    keep = np.ones(len(comm), dtype=bool)
+    if not jax_on_gloo(g) or not len(comm):
+        return keep
+    from ..replay import replay  # the measured graph's own timing: where each rank's ready point ended
+
+    end = replay(g).end
+    at = {c.comm: c for c in find_collectives(g)}
+    for i, v in enumerate(comm.tolist()):
+        ready = [u for u in at[v].ready if g.rank[u] >= 0]
+        if len({int(g.rank[u]) for u in ready}) < 2:
+            continue
+        ends = end[ready]
+        keep[i] = float(ends.max() - ends.min()) <= float(g.dur[v])
+    return keep
 
 
 def transfer_spanned(g: Graph, comm: np.ndarray) -> np.ndarray:
