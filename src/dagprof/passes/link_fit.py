@@ -204,14 +204,14 @@ def joined_together(g: Graph, comm: np.ndarray) -> np.ndarray:
     """Per collective of ``comm`` (``profiled_comm``), whether its ranks became ready no further apart than its own
     measured time, on a JAX job on gloo (``jax_on_gloo``; elsewhere every one). The node is timed from the
     last rank's join, but the first rank in sends meanwhile: its bytes cross before the timed start, and the time per byte
-    reads faster than the wire. On a fresh testbed round of ``bench/frameworks/jax_zero_rs.py`` (1 Gbit/s, 2026-12-05 23:17)
-    the ranks came to the 1 MB reduce-scatters 3.3 ms apart in every step (the 4-byte ``psum`` before them 4 ms on one
-    rank): they took 6.4-7.6 ms of the payload wire's 8.9, the line through them read 169 % of the wire, and 200 Mbit/s
-    was priced -31 %. The ready points are the graph's own as replayed (the measured timing, ``graph
-    .shared_collectives``); a collective with one ready node (a chained join) has no spread to show and stays. Only where
-    the wire the run was profiled at is known (``GraphMeta.wire_bytes_per_s``, a shaped link): on the unshaped loopback
-    (``tests/data/tf-jax/zero-rs``) the transfers take 0.1-2 ms, less than the ranks' scheduling spread, 16 of 40 were
-    left out, the rest explained 2 % of the durations and the model of the profiled run came out +8.8 % (was +0.4)."""
+    reads faster than the wire. On a testbed round of ``bench/frameworks/jax_zero_rs.py`` (``tests/data/tf-jax/zero-rs-late``,
+    1 Gbit/s) the ranks came to step 11 and 13's 512 kB reduce-scatters 4.3-5.7 ms apart and those took 2.2 ms against
+    the other steps' 4.2: the line read 169 % of the wire and 200 Mbit/s was priced -31 %; left out, 136 % and -16 %.
+    The ready points are the graph's own as replayed (the measured timing, ``graph.shared_collectives``); a collective
+    with one ready node (a chained join) has no spread to show and stays. Only where the wire the run was profiled at is
+    known (``GraphMeta.wire_bytes_per_s``, a shaped link): on the unshaped loopback (``tests/data/tf-jax/zero-rs``) the
+    transfers take 0.1-2 ms, less than the ranks' scheduling spread, 16 of 40 were left out, the rest explained 2 % of the
+    durations and the model of the profiled run came out +8.8 % (was +0.4)."""
     keep = np.ones(len(comm), dtype=bool)
     if not jax_on_gloo(g) or g.meta.wire_bytes_per_s is None or not len(comm):
         return keep
