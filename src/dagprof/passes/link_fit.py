@@ -174,26 +174,27 @@ def gathers_apart(g: Graph) -> LinkFit | None:
         return None
     nbytes, dur = profiled_collectives(g, overlapping=concurrent)
     wire = None if g.meta.wire_bytes_per_s is None else 1e6 / g.meta.wire_bytes_per_s
-    fit = _fit_timed(nbytes, dur, priced_world_size(g), concurrent, wire, spans & joined_together(g, comm))
+    fit = _fit_timed(nbytes, dur, priced_world_size(g), concurrent, wire, spans & joined_together(g, comm), spans)
     if fit.weak is not None:  # no link to price the all-gathers beside: one fitted to every kind, as elsewhere
         return None
     return replace(fit, apart=True)
 
 
-def _fit_timed(nbytes: np.ndarray, dur: np.ndarray, n: int, concurrent: bool, wire: float | None, keep: np.ndarray) -> LinkFit:
-    """``fit_link`` on the collectives ``keep`` (where at least two sizes stay apart as ``fit_link`` asks and the fit on
-    them tells latency from bandwidth, ``LinkFit.weak``: else on all),
-    its stalls per collective of the whole sample (0 on those left out: their time stays theirs, ``passes.comm
-    .instance_residuals``)."""
-    k = nbytes[keep]
-    if not len(k) or (nbytes.max() >= 1.5 * nbytes.min() and (len(np.unique(k)) < 2 or k.max() < 1.5 * k.min())):
-        keep = np.ones(len(nbytes), dtype=bool)
+def _fit_timed(nbytes: np.ndarray, dur: np.ndarray, n: int, concurrent: bool, wire: float | None, keep: np.ndarray,
+               base: np.ndarray | None = None) -> LinkFit:
+    """``fit_link`` on the collectives ``keep`` of those ``base`` would fit (default every one), where at least two sizes
+    stay apart among them as ``fit_link`` asks and the fit on them tells latency from bandwidth (``LinkFit.weak``): else on
+    ``base``, as before; its stalls per collective of the whole sample (0 on those not fitted: their time stays theirs,
+    ``passes.comm.instance_residuals``)."""
+    base = np.ones(len(nbytes), dtype=bool) if base is None else base
+    k, b = nbytes[keep], nbytes[base]
+    if not len(k) or (b.max() >= 1.5 * b.min() and (len(np.unique(k)) < 2 or k.max() < 1.5 * k.min())):
+        keep = base
     fit = fit_link(nbytes[keep], dur[keep], n, concurrent=concurrent, wire_us_per_byte=wire)
-    if keep.all():
-        return fit
-    if fit.weak is not None:  # the rest no longer tell latency from bandwidth: every one, as before
-        return fit_link(nbytes, dur, n, concurrent=concurrent, wire_us_per_byte=wire)
-    if fit.stalls is None:
+    if fit.weak is not None and not (keep == base).all():  # the rest no longer tell latency from bandwidth: as before
+        keep = base
+        fit = fit_link(nbytes[keep], dur[keep], n, concurrent=concurrent, wire_us_per_byte=wire)
+    if keep.all() or fit.stalls is None:
         return fit
     stalls = np.zeros(len(nbytes))
     stalls[keep] = fit.stalls
