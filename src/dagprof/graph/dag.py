@@ -45,6 +45,9 @@ NODE_COLUMNS: dict[str, Any] = {
     "role": np.int8,  # a collective's issue, join and transfer: traces.events.CommRole, as its reader set it; PLAIN elsewhere
     "comm_kind": np.uint8,  # a collective's issue, join and transfer: traces.events.CommKind, as its reader or pass set it
     "group_size": np.int32,  # a rank's piece of an op that ran the model's own collective: its group's size (EventTable.group_size); 0 elsewhere
+    # us: a shared collective's spread of its ranks' measured ready points (graph.shared_collectives, read by
+    # passes.link_fit.joined_together); NaN: not recorded (one rank, a node a pass made or averaged)
+    "ready_spread": np.float64,
 }
 
 
@@ -88,6 +91,7 @@ class Graph:
     role: np.ndarray | None = None  # NODE_COLUMNS["role"]; None: all CommRole.PLAIN
     comm_kind: np.ndarray | None = None  # NODE_COLUMNS["comm_kind"]; None: all CommKind.UNKNOWN
     group_size: np.ndarray | None = None  # NODE_COLUMNS["group_size"]; None: all 0
+    ready_spread: np.ndarray | None = None  # NODE_COLUMNS["ready_spread"]; None: all NaN (not recorded)
     meta: GraphMeta = field(default_factory=GraphMeta)
 
     def __post_init__(self) -> None:
@@ -101,6 +105,8 @@ class Graph:
             self.comm_kind = np.zeros(len(self.dur), dtype=np.uint8)
         if self.group_size is None:
             self.group_size = np.zeros(len(self.dur), dtype=np.int32)
+        if self.ready_spread is None:
+            self.ready_spread = np.full(len(self.dur), np.nan)
 
     def lint(self) -> None:
         """Raise DagprofError unless every column and index a replay reads is in range and finite.
@@ -191,7 +197,7 @@ class GraphBuilder:
     """Append-only construction; ``build()`` freezes into arrays."""
 
     def __init__(self) -> None:
-        self._cols: dict[str, array] = {c: array(_TYPECODE[c]) for c in NODE_COLUMNS}  # typed: 67 bytes a node, not 12 objects
+        self._cols: dict[str, array] = {c: array(_TYPECODE[c]) for c in NODE_COLUMNS}  # typed: 75 bytes a node, not 13 objects
         self._names: dict[str, int] = {}
         self.names: list[str] = []
         self.devices: list[Device] = []
@@ -236,6 +242,7 @@ class GraphBuilder:
         role: int = CommRole.PLAIN,
         comm_kind: int = CommKind.UNKNOWN,
         group_size: int = 0,
+        ready_spread: float = np.nan,
     ) -> int:
         c = self._cols
         c["name"].append(self.intern(name))
@@ -254,6 +261,7 @@ class GraphBuilder:
         c["role"].append(int(role))
         c["comm_kind"].append(int(comm_kind))
         c["group_size"].append(int(group_size))
+        c["ready_spread"].append(float(ready_spread))
         return len(c["dur"]) - 1
 
     def add_nodes(self, **columns: np.ndarray) -> np.ndarray:
@@ -265,7 +273,7 @@ class GraphBuilder:
             given = columns.get(col)
             if given is None:  # add_node's defaults
                 zero = col in ("dur", "gap", "order", "nbytes", "exit_lag", "role", "comm_kind", "group_size")
-                given = np.full(n, 0 if zero else int(Dim.DP) if col == "dim" else -1)
+                given = np.full(n, 0 if zero else int(Dim.DP) if col == "dim" else np.nan if col == "ready_spread" else -1)
             elif col in ("dur", "gap"):
                 given = np.maximum(np.asarray(given, np.float64), 0.0)
             values.frombytes(memoryview(np.ascontiguousarray(given, NODE_COLUMNS[col])).cast("B"))  # no bytes copy

@@ -71,6 +71,7 @@ def add_collectives(asm: Assembler, rooted: frozenset[int] = frozenset(), receiv
         return
     ref = min(c.base_ns for ends in asm.instances.values() for c in ends)
     views = {k: _view(asm, ends, ref) for k, ends in asm.instances.items()}
+    spread = {k: _ready_spread(asm.instances[k], view) for k, view in views.items()}  # before later joins move the ready points
     _after_collectives(asm, views)
     done: dict[str, float] = {}  # channel -> when its previous collective completed (shared clock)
     released: list[tuple[int, int]] = []  # (instance, rank position) released before the last join
@@ -106,7 +107,7 @@ def add_collectives(asm: Assembler, rooted: frozenset[int] = frozenset(), receiv
         dim = head.dim if all(c.dim == head.dim for c in ends) else 0  # ranks that disagree: unknown
         comm = asm.node(f"{head.name}.{inst}", Kind.COMM, *at, dur=dur, order=0.0, device=channel, step=head.step, bucket=head.bucket,
                          nbytes=nbytes.get(inst, head.nbytes), dim=dim, role=head.role,
-                         comm_kind=head.comm_kind)
+                         comm_kind=head.comm_kind, ready_spread=spread[inst])
         asm.fixed_gap[comm] = gap
         comm_of[inst] = comm
         syncs.append((inst, sync, ends))
@@ -149,6 +150,17 @@ def _after_collectives(asm: Assembler, views: dict[int, _SharedView]) -> None:
             seen = [float(views[a].done.min()) for a, _ in c.after if a in views and a != inst]
             if seen:
                 view.ready[p] = max(seen) if not c.ready else max(view.ready[p], *seen)
+
+
+def _ready_spread(ends: list[CollectiveEnd], view: _SharedView) -> float:
+    """us between the first and the last rank's measured ready point (each rank's latest op into it, on the shared clock),
+    over the ranks that had one; NaN where fewer than two ranks had: a chained join shows no spread. The link fit leaves
+    out a JAX collective whose ranks became ready further apart than its own time (``passes.link_fit.joined_together``)."""
+    own = [p for p, c in enumerate(ends) if c.ready]
+    if len({ends[p].rank for p in own}) < 2:
+        return float("nan")
+    ready = view.ready[own]
+    return float(ready.max() - ready.min())
 
 
 def _view(asm: Assembler, ends: list[CollectiveEnd], ref_ns: int) -> _SharedView:

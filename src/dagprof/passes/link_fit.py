@@ -208,25 +208,15 @@ def joined_together(g: Graph, comm: np.ndarray) -> np.ndarray:
     reads faster than the wire. On a testbed round of ``bench/frameworks/jax_zero_rs.py`` (``tests/data/tf-jax/zero-rs-late``,
     1 Gbit/s) the ranks came to step 11 and 13's 512 kB reduce-scatters 4.3-5.7 ms apart and those took 2.2 ms against
     the other steps' 4.2: the line read 169 % of the wire and 200 Mbit/s was priced -31 %; left out, 136 % and -16 %.
-    The ready points are the graph's own as replayed (the measured timing, ``graph.shared_collectives``); a collective
-    with one ready node (a chained join) has no spread to show and stays. Only where the wire the run was profiled at is
-    known (``GraphMeta.wire_bytes_per_s``, a shaped link): on the unshaped loopback (``tests/data/tf-jax/zero-rs``) the
+    The ready points are those the graph builder measured (``Graph.ready_spread``, ``graph.shared_collectives``); a
+    collective without that record (one ready rank: a chained join; a node a pass made or averaged) stays. Only where
+    the wire the run was profiled at is known (``GraphMeta.wire_bytes_per_s``, a shaped link): on the unshaped loopback (``tests/data/tf-jax/zero-rs``) the
     transfers take 0.1-2 ms, less than the ranks' scheduling spread, 16 of 40 were left out, the rest explained 2 % of the
     durations and the model of the profiled run came out +8.8 % (was +0.4)."""
-    keep = np.ones(len(comm), dtype=bool)
     if not jax_on_gloo(g) or g.meta.wire_bytes_per_s is None or not len(comm):
-        return keep
-    from ..replay import replay  # the measured graph's own timing: where each rank's ready point ended
-
-    end = replay(g).end
-    at = {c.comm: c for c in find_collectives(g)}
-    for i, v in enumerate(comm.tolist()):
-        ready = [u for u in at[v].ready if g.rank[u] >= 0]
-        if len({int(g.rank[u]) for u in ready}) < 2:
-            continue
-        ends = end[ready]
-        keep[i] = float(ends.max() - ends.min()) <= float(g.dur[v])
-    return keep
+        return np.ones(len(comm), dtype=bool)
+    spread = g.ready_spread[comm]
+    return ~(spread > g.dur[comm])  # NaN (not recorded) compares False: kept
 
 
 def transfer_spanned(g: Graph, comm: np.ndarray) -> np.ndarray:
