@@ -47,7 +47,7 @@ NODE_COLUMNS: dict[str, Any] = {
     "group_size": np.int32,  # a rank's piece of an op that ran the model's own collective: its group's size (EventTable.group_size); 0 elsewhere
     # us: a shared collective's spread of its ranks' measured ready points (graph.shared_collectives, read by
     # passes.link_fit.joined_together); NaN: not recorded (one rank, a node a pass made or averaged)
-    "ready_spread": np.float64,
+    "ready_spread": np.float32,  # a few us of spread against a collective's ms: float32 keeps the node at 71 bytes
 }
 
 
@@ -106,7 +106,7 @@ class Graph:
         if self.group_size is None:
             self.group_size = np.zeros(len(self.dur), dtype=np.int32)
         if self.ready_spread is None:
-            self.ready_spread = np.full(len(self.dur), np.nan)
+            self.ready_spread = np.full(len(self.dur), np.nan, dtype=np.float32)
 
     def lint(self) -> None:
         """Raise DagprofError unless every column and index a replay reads is in range and finite.
@@ -197,7 +197,7 @@ class GraphBuilder:
     """Append-only construction; ``build()`` freezes into arrays."""
 
     def __init__(self) -> None:
-        self._cols: dict[str, array] = {c: array(_TYPECODE[c]) for c in NODE_COLUMNS}  # typed: 75 bytes a node, not 13 objects
+        self._cols: dict[str, array] = {c: array(_TYPECODE[c]) for c in NODE_COLUMNS}  # typed: 71 bytes a node, not 13 objects
         self._names: dict[str, int] = {}
         self.names: list[str] = []
         self.devices: list[Device] = []
