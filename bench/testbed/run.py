@@ -186,7 +186,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     from dagprof.passes import fit_topology, scale_workers, set_buckets, set_topology
     from dagprof.passes.average_steps import average_steps
     from dagprof.passes.compute import share_cores
-    from dagprof.passes.profiler_cost import describe_removal, measure_profiler_cost, remove_profiler_cost, removed_share, scale_host_work
+    from dagprof.passes.profiler_cost import correct_profiler_cost, describe_removal, measure_profiler_cost, scale_host_work
     from dagprof.pipeline import open_run
     from dagprof.replay import replay
     from dagprof.search.measured import slowdown_of
@@ -212,11 +212,11 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
     measured_us, profiled, host = measured_step_us(stepwise, StepStatistic.MEAN)[0], stepwise, (1.0, 1.0)
     if not raw:
         built = averaged
-        averaged, factor = remove_profiler_cost(built, cost, job_iteration_us, model=set_topology(built, base_topo))
-        host = cost_factors(built, cost, factor, job_iteration_us, model=set_topology(built, base_topo))
-        stepwise = scale_host_work(stepwise, factor)
-        removed = removed_share(set_topology(built, base_topo), factor, job_iteration_us, cost)
-        measured_us *= 1.0 - removed
+        fix = correct_profiler_cost(built, cost, job_iteration_us, model=set_topology(built, base_topo))
+        averaged = fix.graph
+        host = cost_factors(built, cost, fix.factor, job_iteration_us, model=set_topology(built, base_topo))
+        stepwise = scale_host_work(stepwise, fix.factor)
+        measured_us *= 1.0 - fix.share
     as_built_ms = job_iteration_us(averaged) / 1e3
     averaged = undisturb(averaged, set_topology(averaged, base_topo), beside0)
     stepwise = undisturb(stepwise, set_topology(stepwise, base_topo), beside0)
@@ -249,7 +249,7 @@ def predict(run_dir: str, profiled: tuple, sweep: list, swept: str, cells: list[
         g, res = disturb(cell(stepwise), at)
         out[(ranks, rate, cap)] = point / 1e3
         intervals[(ranks, rate, cap)] = predict_interval(g, res, point, swept_residuals if rate == swept else residuals, run=level)
-    return out, intervals, as_built_ms if raw else describe_removal(built, cost, removed)
+    return out, intervals, as_built_ms if raw else describe_removal(built, cost, fix.share)
 
 
 def calibrated(spec: str, ap: argparse.ArgumentParser) -> tuple[tuple[int, str], str]:

@@ -22,7 +22,7 @@ from .costmodel import parse_bandwidth
 from .errors import DagprofError
 from .passes.buckets import refuse_own_ddp_setup
 from .passes.comm import current_topology, set_topology
-from .passes.profiler_cost import describe_removal, measure_profiler_cost, measure_steady_compute, remove_profiler_cost, removed_share, scale_host_work
+from .passes.profiler_cost import correct_profiler_cost, describe_removal, measure_profiler_cost, measure_steady_compute, scale_host_work
 from .pipeline import Profiled, open_run
 from .search.fsdp_optimize import FsdpSearchResult, plan_change, predict_fsdp, search_fsdp
 from .search.optimize import WORTH_APPLYING_PCT, Options, SearchResult, predict_run, search_run
@@ -60,9 +60,8 @@ def find_strategy(run: str, opts: Options, out_dir: str, steps: range | None = N
     g, cost = prof.graph, measure_profiler_cost(prof.graph)
     share, steady = 0.0, None
     if not raw:
-        model = set_topology(g, current_topology(g))
-        g, factor = remove_profiler_cost(g, cost, job_iteration_us, model=model)
-        share = removed_share(model, factor, job_iteration_us, cost)
+        fix = correct_profiler_cost(g, cost, job_iteration_us, model=set_topology(g, current_topology(g)))
+        g, share = fix.graph, fix.share
         if not cost.usable and g.meta.fsdp is None:  # the wall steps showed no level: the compute's own may still fall
             # (judged on DDP's held-out jobs only: docs/evidence.md, branch psgd)
             steady = measure_steady_compute(prof.graph)

@@ -332,6 +332,22 @@ def remove_profiler_cost(g: Graph, cost: ProfilerCost, iteration_us: Callable[[G
 
 
 @dataclass(frozen=True)
+class Correction:
+    """A profile corrected for the profiler's cost (``correct_profiler_cost``): what ``whatif``, ``optimize`` and the
+    testbed bench each predict from and hold the measured step against."""
+
+    graph: Graph  # the profile with its host work scaled by ``factor``
+    factor: float  # the host-work factor applied (1: none)
+    share: float  # the share of the model's iteration it removed (``removed_share``): the measured step is held against less this
+
+
+def correct_profiler_cost(g: Graph, cost: ProfilerCost, iteration_us: Callable[[Graph], float], model: Graph | None = None) -> Correction:
+    """``remove_profiler_cost`` on ``g`` and the share of ``model``'s (default ``g``'s) iteration that removed."""
+    fixed, factor = remove_profiler_cost(g, cost, iteration_us, model=model)
+    return Correction(fixed, factor, removed_share(g if model is None else model, factor, iteration_us, cost))
+
+
+@dataclass(frozen=True)
 class SteadyCompute:
     """The ranks' training threads' CPU per step in the profiled window against the job's unprofiled steps after it (us,
     the ranks together): the pace a later run computes at once its warm-up is over. A wire-bound step hides a warm-up that

@@ -35,7 +35,7 @@ from ..passes.fsdp_units import with_units
 from ..passes.horovod import crowded_hosts
 from ..passes.link_fit import LinkFit, graph_world_size, link_fit, pipelined
 from ..passes.overlap import core_bound_slowdown
-from ..passes.profiler_cost import describe_removal, measure_profiler_cost, remove_profiler_cost, removed_share, scale_host_work
+from ..passes.profiler_cost import correct_profiler_cost, describe_removal, measure_profiler_cost, scale_host_work
 from ..passes.workers import replica_ranks, shared_port_note
 from ..passes.zero import even_share_note
 from ..progress import progress
@@ -163,10 +163,11 @@ def evaluate(g0: Graph, scenarios: list[Scenario], cluster: Cluster | None = Non
     cost = measure_profiler_cost(g0 if steps_graph is None else steps_graph)
     built, corrected, host, removed = g0, None, (1.0, 1.0), 0.0
     if not raw and cost.usable:
-        g0, factor = remove_profiler_cost(g0, cost, job_iteration_us, model=on_link(g0, base_topo))
-        host = cost_factors(built, cost, factor, job_iteration_us, model=on_link(built, base_topo))
-        corrected, removed = g0, removed_share(on_link(built, base_topo), factor, job_iteration_us, cost)
-        steps_graph = None if steps_graph is None else scale_host_work(steps_graph, factor)
+        fix = correct_profiler_cost(built, cost, job_iteration_us, model=on_link(built, base_topo))
+        g0 = corrected = fix.graph
+        removed = fix.share
+        host = cost_factors(built, cost, fix.factor, job_iteration_us, model=on_link(built, base_topo))
+        steps_graph = None if steps_graph is None else scale_host_work(steps_graph, fix.factor)
         measured_us = None if not measured_us else measured_us * (1.0 - removed)
     g0 = undisturb(g0, on_link(g0, base_topo), cluster)
     if steps_graph is not None:
