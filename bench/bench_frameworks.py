@@ -128,12 +128,13 @@ HOROVOD_RUN = {"hvd_text": ("6:16", ["--steps", "20"]), "hvd_resnet": ("16:26", 
 
 
 def launch(name: str, python: str, out: str, workers: int, timeout: float, src: str = SRC, prefix: tuple[str, ...] = (),
-           script_args: tuple[str, ...] = (), hosts: Cluster | None = None) -> list[int]:
+           script_args: tuple[str, ...] = (), hosts: Cluster | None = None, own_cores: bool = False) -> list[int]:
     """Run the script on ``workers`` processes with the collector in ``src``; their exit statuses (negative: killed by that signal).
     ``prefix`` goes before every command started (``ip netns exec NS``: the job in that namespace); ``script_args`` after a
     TF or JAX script's own (``--script-args``). ``hosts`` (Horovod): each worker on a host of its own, a namespace of
     ``hosts``, as a user starts a job on two hosts: ``horovodrun -H ADDR0:1,ADDR1:1`` from the first, its ``ssh`` the
-    shim that enters the namespace owning the address (``SSH_SHIM``)."""
+    shim that enters the namespace owning the address (``SSH_SHIM``). ``own_cores`` (with ``hosts``): each host's
+    processes confined to a core of their own (``host_cores``), as on hosts that each have theirs."""
     framework, _, extra = SCRIPTS[name]
     script = os.path.join(HERE, "frameworks", f"{name}.py")
     env = dict(os.environ, PYTHONPATH=src, TF_CPP_MIN_LOG_LEVEL="2", **extra)
@@ -152,6 +153,10 @@ def launch(name: str, python: str, out: str, workers: int, timeout: float, src: 
             prefix, where = ("ip", "netns", "exec", hosts.ns(0)), ",".join(f"{hosts.addr(r)}:1" for r in range(workers))
             env |= {"PATH": SSH_SHIM + os.pathsep + env["PATH"],
                     "DAGPROF_NETNS_HOSTS": ",".join(f"{hosts.addr(r)}={hosts.ns(r)}" for r in range(workers))}
+            if own_cores:  # the launcher and rank 0 on host 0's core (affinity is inherited), the shim puts each other rank on its host's
+                cores = host_cores(workers)
+                prefix += ("taskset", "-c", str(cores[0]))
+                env |= {"MKL_NUM_THREADS": "1", "DAGPROF_NETNS_CORES": ",".join(f"{hosts.addr(r)}={cores[r]}" for r in range(workers))}
         window, hvd_args = HOROVOD_RUN[name]
         cmd = [sys.executable, "-m", "dagprof.cli.main", "profile", "-o", out, "--steps", window, "--json", "--",
                os.path.join(bindir, "horovodrun"), "-np", str(workers), "-H", where, "--gloo", "python", script, *hvd_args]
@@ -183,6 +188,15 @@ def launch(name: str, python: str, out: str, workers: int, timeout: float, src: 
             break
         time.sleep(0.2)
     return [int(c) for c in codes]
+
+
+def host_cores(workers: int) -> list[int]:
+    """The core each of ``workers`` hosts runs on (``--hosts``): this process's cores in turn, host r on the r-th (hosts
+    share one only where they outnumber the cores). Two ranks free to run on both of 2 cores, each with its main, Horovod's
+    background and gloo's threads, plus the launcher and the ssh shim, ran a job's median step at 178 ms between reference
+    jobs of 346 / 354 (``--hosts`` rounds of 2026-12-05): on hosts of their own, each rank's threads keep to its own core."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    return [cores[r % len(cores)] for r in range(workers)]
 
 
 def profiled_again(out: str) -> int:
@@ -240,7 +254,8 @@ def run_job(name: str, python: str, out: str, where: str | Cluster, rate: float,
     if isinstance(where, str):
         codes = launch(name, python, out, args.workers, args.timeout, prefix=("ip", "netns", "exec", where), script_args=tuple(args.script_args.split()))
     else:
-        codes = launch(name, python, out, args.workers, args.timeout, hosts=where, script_args=tuple(args.script_args.split()))
+        codes = launch(name, python, out, args.workers, args.timeout, hosts=where, script_args=tuple(args.script_args.split()),
+                       own_cores=not args.shared_cores)
     after, sent1, lo1 = _link(where)
     with open(os.path.join(out, WIRE_FILE), "w") as f:
         json.dump({"tbf_bytes": sent1 - sent0, "loopback_bytes": lo1 - lo0}, f)
@@ -296,7 +311,7 @@ def testbed(names: list[str], args) -> dict:
                     continue
             else:
                 fast, slow, said = float(args.rate), args.other_rate, "given"
-            pair = {"rate_bit": fast, "other_rate_bit": slow, "why": said, "hosts": args.hosts}
+            pair = {"rate_bit": fast, "other_rate_bit": slow, "why": said, "hosts": args.hosts, "own_cores": args.hosts and not args.shared_cores}
             with open(os.path.join(keep, f"tb-{name}-pair.json"), "w") as f:
                 json.dump(pair, f)
             print(f"{name}: profiled at {fast / 1e6:g} Mbit/s, predicted at {slow / 1e6:g} ({said})", file=sys.stderr, flush=True)
@@ -491,7 +506,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3, help="--testbed: rounds (each a job at either rate)")
     ap.add_argument("--hosts", action="store_true", help="--testbed, Horovod: each worker on a host of its own (a namespace, its "
                     "port shaped at the rate, a veth through a bridge), started as on hosts: horovodrun -H ADDR0:1,ADDR1:1 "
-                    "with an ssh that enters the namespace owning the address (bench/testbed/ssh_shim)")
+                    "with an ssh that enters the namespace owning the address (bench/testbed/ssh_shim); each host's processes "
+                    "confined to a core of their own (taskset), as hosts each have theirs")
+    ap.add_argument("--shared-cores", action="store_true", help="--hosts: every host's processes free to run on all of this "
+                    "machine's cores (before 2026-12-06: the jobs' level moved between jobs, see host_cores)")
     ap.add_argument("--repredict", metavar="KEPT", help="--testbed: run nothing; predict the rounds a --keep folder holds again "
                     "with this dagprof, against their measurements (give its --rounds; the pair: its tb-NAME-pair.json, else --rate, --other-rate)")
     ap.add_argument("--script-args", default="", help="more arguments for each TF/JAX script (one string: \"--steps-per-execution 1\")")
