@@ -250,19 +250,39 @@ def run_job(name: str, python: str, out: str, where: str | Cluster, rate: float,
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
     (shape_loopback if isinstance(where, str) else shape_hosts)(where, rate, bucket_rate)
-    load, (_, sent0, lo0) = os.getloadavg()[0], _link(where)
+    load, (_, sent0, lo0), cpu0 = os.getloadavg()[0], _link(where), _cpu_now()
     if isinstance(where, str):
         codes = launch(name, python, out, args.workers, args.timeout, prefix=("ip", "netns", "exec", where), script_args=tuple(args.script_args.split()))
     else:
         codes = launch(name, python, out, args.workers, args.timeout, hosts=where, script_args=tuple(args.script_args.split()),
                        own_cores=not args.shared_cores)
+    others = _others_cpu_pct(cpu0, _cpu_now())
     after, sent1, lo1 = _link(where)
     with open(os.path.join(out, WIRE_FILE), "w") as f:
         json.dump({"tbf_bytes": sent1 - sent0, "loopback_bytes": lo1 - lo0}, f)
-    got = {"load": load, "exit": codes, "wire_mb": (sent1 - sent0) / 1e6}
+    got = {"load": load, "exit": codes, "wire_mb": (sent1 - sent0) / 1e6, "others_cpu_pct": others}
     if any(abs(a - rate) > 1e-3 * rate for a in after):
         return got | {"refused": f"the link was shaped at {', '.join(f'{a / 1e6:g}' for a in after)} Mbit/s after the job, not {rate / 1e6:g}"}
     return got
+
+
+def _cpu_now() -> tuple[float, float, float]:
+    """(now, the machine's busy CPU seconds in user and system time, this process's and its reaped children's), for
+    ``_others_cpu_pct``."""
+    with open("/proc/stat") as f:
+        user, nice, system = (int(v) for v in f.readline().split()[1:4])
+    t = os.times()
+    return time.monotonic(), (user + nice + system) / os.sysconf("SC_CLK_TCK"), t.user + t.system + t.children_user + t.children_system
+
+
+def _others_cpu_pct(before: tuple[float, float, float], after: tuple[float, float, float]) -> float:
+    """CPU that processes outside this bench and its job used while the job ran, % of one core: the machine's busy time
+    less ours (the job's processes are reaped children, their time counted as they exit). The load average says how
+    many waited; this, how much of the cores others took: a rank confined to one core (``--hosts``) runs at half speed
+    beside one busy process on it (2026-12-06: a 1 Gbit/s hvd_text job's median step 85 and 99 ms beside another
+    session's pytest, 50-52 ms without). Softirq time (the emulated wires' packets) is not counted."""
+    wall, busy, ours = (b - a for a, b in zip(before, after))
+    return round(100.0 * max(0.0, busy - ours) / wall, 1) if wall > 0 else 0.0
 
 
 def _link(where: str | Cluster) -> tuple[list[float], int, int]:
@@ -464,6 +484,9 @@ def _summary(rounds: list[dict], pair: dict, settle: dict | None = None) -> dict
             "comm_share_pct": {fast: _stats(share["profiled"]), slow: _stats(share["other"])},
             "refused": [x["refused"] for r in rounds for x in (r["profiled"], r["other"], *r.get("refs", ())) if "refused" in x],
             "load_median": float(np.median(loads)), "load_max": float(max(loads)),
+            # CPU others took beside each job (``_others_cpu_pct``), % of a core: a round's jobs at different levels beside others' work
+            "others_cpu_pct": _stats([x["others_cpu_pct"] for r in rounds for x in (r["profiled"], r["other"], *r.get("refs", ()))
+                                      if "others_cpu_pct" in x]),
             "settle_drift_pct": _settle_drift(settle, rounds[0] if rounds else {})}
 
 
