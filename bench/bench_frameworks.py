@@ -15,6 +15,8 @@ by its message).
 
 The framework's Python needs dagprof importable (this checkout's src/ is put on PYTHONPATH).
 Workers share this host's loopback; on 2 busy cores figures vary from run to run: medians and spreads are reported.
+``--testbed --hosts`` (Horovod) confines each emulated host's processes to a core of its own, as hosts each have theirs,
+and every testbed job says the CPU others took beside it (``others_cpu_pct``): a level that moved with it is the load's.
 """
 from __future__ import annotations
 
@@ -192,9 +194,11 @@ def launch(name: str, python: str, out: str, workers: int, timeout: float, src: 
 
 def host_cores(workers: int) -> list[int]:
     """The core each of ``workers`` hosts runs on (``--hosts``): this process's cores in turn, host r on the r-th (hosts
-    share one only where they outnumber the cores). Two ranks free to run on both of 2 cores, each with its main, Horovod's
-    background and gloo's threads, plus the launcher and the ssh shim, ran a job's median step at 178 ms between reference
-    jobs of 346 / 354 (``--hosts`` rounds of 2026-12-05): on hosts of their own, each rank's threads keep to its own core."""
+    share one only where they outnumber the cores). Ranks free on both of 2 cores, each with its main, Horovod's background
+    and gloo's threads, beside the launcher and the ssh shim, took each other's cores: the same 200 Mbit/s job's median
+    step spread 40.5 % over 4 jobs (hvd_text; 49.8 % hvd_autoencoder), 3.6 % confined (35.1 %, 4.5 % without its first
+    job; ``bench/horovod/hosts_level.py``, 2026-12-06). A confined rank cannot move off its core: one busy process beside
+    it halves its pace (``_others_cpu_pct`` says how much of the cores others took during each job)."""
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
     return [cores[r % len(cores)] for r in range(workers)]
 
@@ -303,7 +307,8 @@ def testbed(names: list[str], args) -> dict:
     script's in ``PAIRS`` (``--rate fixed``, the default), a given one, or, with ``--rate auto``, a pilot job's
     (``pick_pair``); it is written to ``tb-NAME-pair.json`` for ``--repredict``.
     Judged on the median step (the slowest rank's, replayed as measured), each round against its own measured job.
-    ``--hosts`` (Horovod): each worker in a namespace of its own, its port shaped (``launch``, ``shaped_loopback.shape_hosts``)."""
+    ``--hosts`` (Horovod): each worker in a namespace of its own, its port shaped (``launch``, ``shaped_loopback.shape_hosts``),
+    each host's processes on a core of their own (``host_cores``; ``--shared-cores``: free on all)."""
     from dagprof.collect.jobs.netns import available
 
     why = available()

@@ -84,3 +84,21 @@ def test_a_kept_pairs_unprofiled_median_is_what_the_interval_is_held_against():
     assert b["unprofiled_median_ms"] == pytest.approx(316.85, abs=0.01) and b["measured_median_ms"] == pytest.approx(361.60, abs=0.01)
     row = _round(0, a | {"interval_ms": [300.0, 340.0]}, b)
     assert row["in_interval"] and not 300.0 <= b["measured_median_ms"] <= 340.0
+
+
+def test_each_host_gets_a_core_of_its_own_until_they_run_out():
+    from bench_frameworks import host_cores  # noqa: PLC0415
+
+    mine = sorted(os.sched_getaffinity(0))
+    assert host_cores(len(mine)) == mine  # one host a core
+    assert host_cores(len(mine) + 1) == [*mine, mine[0]]  # more hosts than cores: they share, in turn
+
+
+def test_the_cpu_others_took_beside_a_job_is_the_busy_time_less_ours():
+    from bench_frameworks import _others_cpu_pct  # noqa: PLC0415
+
+    # over 10 s the machine was busy 14 CPU-seconds, 9 of them this bench's and its job's: others took half a core
+    assert _others_cpu_pct((100.0, 500.0, 20.0), (110.0, 514.0, 29.0)) == pytest.approx(50.0)
+    assert _others_cpu_pct((100.0, 500.0, 20.0), (110.0, 505.0, 29.0)) == 0.0  # ours counted as a child exits: never below 0
+    row = _round(0, PROFILED | {"others_cpu_pct": 0.0}, OTHER | {"others_cpu_pct": 62.4}, (ref(43.4) | {"others_cpu_pct": 70.8}, ref(45.6)))
+    assert _summary([row], {"rate_bit": 100e6, "other_rate_bit": 40e6, "why": "given"})["others_cpu_pct"] == {"median": 62.4, "spread": [0.0, 70.8]}

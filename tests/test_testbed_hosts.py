@@ -47,3 +47,19 @@ def test_the_ssh_shim_runs_the_command_in_the_namespace_owning_the_address():
         assert got.returncode == 0 and f"{c.addr(1)}/24" in got.stdout
         got = subprocess.run([SHIM, "10.213.0.77", "true"], env=env, capture_output=True, text=True)
         assert got.returncode == 255 and got.stderr.startswith("ssh (testbed shim): no namespace for host '10.213.0.77'")
+
+
+def test_the_ssh_shim_confines_the_command_to_the_hosts_core():
+    """``--hosts`` puts each host's processes on a core of their own (``bench_frameworks.host_cores``): the shim runs a
+    rank on the core ``DAGPROF_NETNS_CORES`` names for its host, and leaves a host it names none for free."""
+    from bench_frameworks import host_cores  # noqa: PLC0415
+
+    cores = host_cores(2)
+    with netns.Cluster(2, tag=f"hsc{os.getpid() % 10000}", iface="eth0") as c:
+        env = dict(os.environ, DAGPROF_NETNS_HOSTS=",".join(f"{c.addr(r)}={c.ns(r)}" for r in range(2)),
+                   DAGPROF_NETNS_CORES=f"{c.addr(1)}={cores[1]}")
+        show = "python3 -c 'import os; print(sorted(os.sched_getaffinity(0)))'"
+        got = subprocess.run([SHIM, "-o", "StrictHostKeyChecking=no", c.addr(1), show], env=env, capture_output=True, text=True)
+        assert got.returncode == 0 and got.stdout.strip() == f"[{cores[1]}]"
+        got = subprocess.run([SHIM, c.addr(0), show], env=env, capture_output=True, text=True)
+        assert got.returncode == 0 and got.stdout.strip() == str(sorted(os.sched_getaffinity(0)))
