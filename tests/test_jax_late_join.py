@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 
 from shaped_loopback import predict_rate, rate_models  # noqa: E402
 
-from dagprof.graph.dag import GraphBuilder  # noqa: E402
+from dagprof.graph.dag import GraphBuilder, NodeValues  # noqa: E402
 from dagprof.passes.average_steps import average_steps  # noqa: E402
 from dagprof.passes.link_fit import fitted_stalls, joined_together, link_fit, profiled_comm  # noqa: E402
 from dagprof.pipeline import open_run  # noqa: E402
@@ -62,11 +62,15 @@ def test_a_slower_wire_is_predicted_closer_from_the_late_joined_profile():
 def test_the_ready_spread_is_the_builders_record_and_a_graph_without_it_keeps_every_instance():
     g = _marked()
     comm = profiled_comm(g)
-    assert np.isfinite(g.ready_spread[comm]).any() and (g.ready_spread[comm][np.isfinite(g.ready_spread[comm])] >= 0).all()
-    assert np.isnan(g.ready_spread[g.rank >= 0]).all()  # recorded on the shared transfers only
-    copied, _ = GraphBuilder.from_graph(g)  # a pass that copies the graph keeps the record
-    np.testing.assert_array_equal(copied.build().ready_spread, g.ready_spread)
+    spread = g.ready_spread.at(np.arange(len(g)))
+    assert np.isfinite(spread[comm]).any() and (spread[comm][np.isfinite(spread[comm])] >= 0).all()
+    assert np.isnan(spread[g.rank >= 0]).all() and len(g.ready_spread.ids) <= (g.rank < 0).sum()  # on the shared transfers only
+    keep = np.arange(len(g)) % 3 > 0  # a pass that copies the graph keeps the record, on the nodes it kept
+    copied, _ = GraphBuilder.from_graph(g, keep)
+    np.testing.assert_array_equal(copied.build().ready_spread.at(np.arange(int(keep.sum()))), spread[keep])
+    old_of_new = np.r_[comm[::-1], comm]  # a copy that repeats nodes (passes.workers): each copy keeps its value
+    np.testing.assert_array_equal(g.ready_spread.taken(old_of_new).at(np.arange(len(old_of_new))), spread[old_of_new])
     assert not joined_together(g, comm).all()
-    assert joined_together(g.replace(ready_spread=np.full(len(g), np.nan)), comm).all()  # not recorded: every one kept
+    assert joined_together(g.replace(ready_spread=NodeValues()), comm).all()  # not recorded: every one kept
     averaged = average_steps(g)  # a mean over the steps is no one instance's spread
     assert joined_together(averaged, profiled_comm(averaged)).all()
