@@ -235,7 +235,7 @@ class GraphBuilder:
     """Append-only construction; ``build()`` freezes into arrays."""
 
     def __init__(self) -> None:
-        self._cols: dict[str, array] = {c: array(_TYPECODE[c]) for c in NODE_COLUMNS}  # typed: 67 bytes a node, not 13 objects
+        self._cols: dict[str, array] = {c: array(_TYPECODE[c]) for c in NODE_COLUMNS}  # typed: 72 bytes a node, not 16 objects
         self._names: dict[str, int] = {}
         self.names: list[str] = []
         self.devices: list[Device] = []
